@@ -1,0 +1,278 @@
+/*
+ * internal.h: what the library's modules share and the host never sees. The only private
+ * header; `make install` never ships it.
+ */
+#ifndef BUCKETSTORE_INTERNAL_H
+#define BUCKETSTORE_INTERNAL_H
+
+#include "storage.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define BS_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define BS_PRINTF(a, b)
+#endif
+
+/* ---- Errors ---- */
+/* Fills err (if any) with code and a formatted message; returns code. */
+int bs_fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
+/* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */
+int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what);
+
+/* ---- Memory: every allocation goes through the db's allocator ---- */
+void *bs_malloc(const bs_allocator *a, size_t n);
+void *bs_calloc(const bs_allocator *a, size_t n, size_t size);
+void *bs_realloc(const bs_allocator *a, void *p, size_t n);
+void bs_free(const bs_allocator *a, void *p);
+extern const bs_allocator bs_default_allocator;
+
+/* ---- Byte-order helpers (keys are big-endian so memcmp order is numeric order) ---- */
+static inline void bs_put_u32be(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+static inline uint32_t bs_get_u32be(const unsigned char *p) {
+  return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline void bs_put_u64be(unsigned char *p, uint64_t v) {
+  bs_put_u32be(p, (uint32_t)(v >> 32)); bs_put_u32be(p + 4, (uint32_t)v);
+}
+static inline uint64_t bs_get_u64be(const unsigned char *p) {
+  return ((uint64_t)bs_get_u32be(p) << 32) | bs_get_u32be(p + 4);
+}
+/* memcmp order with shorter-prefix-first: the LSN order of SPEC.md section 1. */
+static inline int bs_val_cmp(bs_val a, bs_val b) {
+  size_t n = a.size < b.size ? a.size : b.size;
+  int c = n ? memcmp(a.data, b.data, n) : 0;
+  if (c) return c;
+  return a.size < b.size ? -1 : a.size > b.size;
+}
+static inline bool bs_val_eq(bs_val a, bs_val b) {
+  return a.size == b.size && (a.size == 0 || memcmp(a.data, b.data, a.size) == 0);
+}
+static inline bs_val bs_val_str(const char *s) {
+  bs_val v = {s, s ? strlen(s) : 0};
+  return v;
+}
+
+/* ---- The database base: every backend's db struct starts with this ---- */
+typedef struct bs_db_ops {
+  void (*close)(bs_db *db);
+  int (*stream_create)(uint32_t *id_out, bs_db *db, bs_val name, const bs_stream_options *o,
+                       bs_error *err);
+  int (*stream_list)(bs_db *db, int (*fn)(const bs_stream_info *, void *), void *payload,
+                     bs_error *err);
+  /* id 0 = active stream, else newest */
+  int (*storage_open)(bs_storage **out, bs_db *db, uint32_t id, bs_error *err);
+  int (*stat)(bs_db *db, bs_stat *out, bs_error *err);
+  int (*verify)(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                bs_error *err);
+} bs_db_ops;
+
+struct bs_db {
+  const bs_db_ops *ops;
+  bs_allocator alloc;
+  unsigned flags;
+  struct bs_cksum_cache *cache; /* shared by every storage of this db; NULL = disabled */
+  /* checkpoint notification: bumped and broadcast after each commit that made a checkpoint */
+  pthread_mutex_t notify_mu;
+  pthread_cond_t notify_cv;
+  uint64_t notify_seq;
+  void (*listener)(uint32_t stream, uint64_t checkpoint, void *payload);
+  void *listener_payload;
+};
+
+/* Initialises / tears down the base (allocator, cache, notification). */
+int bs_db_base_init(bs_db *db, const bs_db_ops *ops, const bs_open_options *opts, bs_error *err);
+void bs_db_base_destroy(bs_db *db);
+/* Backends call this after a commit that created a checkpoint (outside their locks). */
+void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint);
+
+/* Backend constructors. */
+int bs_lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
+int bs_mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
+
+/* ---- Checksums (checksum.c) ---- */
+/* hash over the concatenation of parts (no allocation) */
+uint32_t bs_hash_parts(bs_hash hash, const bs_val *parts, size_t n);
+/* wrapping 32-bit addition/subtraction of op checksums */
+static inline uint32_t bs_cksum_add(uint32_t a, uint32_t b) {
+  return (uint32_t)(((uint64_t)a + b) & 0xffffffffu);
+}
+static inline uint32_t bs_cksum_sub(uint32_t a, uint32_t b) {
+  return (uint32_t)(((uint64_t)a + 0x100000000ull - b) & 0xffffffffu);
+}
+
+/* ---- The checksum cache (checksum.c): LRU of (stream, bucket, C) -> (checksum, count, gen) ---- */
+typedef struct bs_cksum_cache bs_cksum_cache;
+int bs_cksum_cache_new(bs_cksum_cache **out, const bs_allocator *a, size_t capacity);
+void bs_cksum_cache_free(bs_cksum_cache *c);
+/* Front entry point: answers from the cache, batches misses to st->vt. */
+int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
+                       const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err);
+
+/* ---- Argument checks shared by the front and backends ---- */
+int bs_check_save(const bs_save *s, bs_error *err);
+int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
+
+
+/* =================================================================================================
+ * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat, verify)
+ *
+ * One file (MDB_NOSUBDIR), named sub-databases. Integers in keys are big-endian so byte order is
+ * numeric order. A variable part of a key is either the last part (its length is implied) or
+ * length-prefixed, so no name can alias another. Values are little-endian.
+ *
+ *  sub-db      key                                                value
+ *  meta        "format"                                           "bktstore" + u32 format version
+ *              "seq.bucket"                                       u64 last global bucket id
+ *              'S' u32be stream                                   stream record (bs_stream_rec)
+ *  tables      u32be stream | table name (rest)                   u32 table id (1, 2, ... per stream)
+ *  buckets     u32be stream | bucket name (rest)                  u64 bucket id
+ *  bstate      u64be bucket id                                    bucket state (bs_bucket_state)
+ *  ops         u64be bucket id | u64be op id                      op (bs_lmdb_op_encode)
+ *  source      u32be stream | u32be table id | replica id (rest)  source record (lmdb.c private)
+ *  params      u32be stream | u16be klen | lookup key | u32be table id | u64be XXH3_64(replica id)
+ *              | u64be op id                                      u16 rid len, replica id, u32 n,
+ *                                                                 n x (u32 len, JSON bytes);
+ *                                                                 n = 0: tombstone
+ *              (max 4+2+480+4+8+8 = 506 bytes. The replica id is hashed to fit the 511-byte key
+ *              limit; readers group entries by the full replica id kept in the value, so a hash
+ *              collision only interleaves two rows' entries, never merges them.)
+ *  changes     u32be stream | u64be op id | u64be seq             change record (see below)
+ *  wcp         'M' | user id (rest)                               managed record (lmdb_wcp.c)
+ *              'C' | u32be stream | u16be event len | event | user id (rest)   u64 value
+ *  superseded  u64be bucket id | u64be old op id                  u64 new op id
+ *  cqueue      u32be stream | u64be bucket id                     (empty) incremental work queue
+ *
+ * Op value: u8 type | u32 checksum | u64 target_op | u16 object_type len | u16 object_id len |
+ *           u8 subkey len | object_type | object_id | subkey | data (rest of the value).
+ *           The 18-byte header is fixed so that a reader decodes without copying (zero-copy:
+ *           bs_op fields point into the map).
+ * Change record (one per flush that persisted something, and one per checkpoint), keyed by the
+ *           highest op id it covers: u64 first op id | u64 time ms | u8 flags (1 = checkpoint,
+ *           2 = too many buckets, 4 = too many lookups) | u32 n buckets, n x (u16 len, name) |
+ *           u32 n lookups, n x (u16 len, key) | u32 n users, n x (u16 len, user id).
+ * ================================================================================================= */
+#include <lmdb.h>
+
+#define BS_OP_HEADER_SIZE 18u
+#define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
+
+/* Decodes an op value (borrowed) into op; op_id is taken from the key. BS_ECORRUPT if short. */
+static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
+  const unsigned char *p = (const unsigned char *)val->mv_data;
+  size_t ot, oi, sk;
+  if (key->mv_size != 16 || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
+  op->op_id = bs_get_u64be((const unsigned char *)key->mv_data + 8);
+  op->type = (bs_op_type)p[0];
+  op->checksum = (uint32_t)p[1] | (uint32_t)p[2] << 8 | (uint32_t)p[3] << 16 | (uint32_t)p[4] << 24;
+  op->target_op = 0;
+  for (int i = 7; i >= 0; i--) op->target_op = op->target_op << 8 | p[5 + i];
+  ot = (size_t)p[13] | (size_t)p[14] << 8;
+  oi = (size_t)p[15] | (size_t)p[16] << 8;
+  sk = p[17];
+  if (op->type < BS_OP_PUT || op->type > BS_OP_CLEAR || BS_OP_HEADER_SIZE + ot + oi + sk > val->mv_size)
+    return BS_ECORRUPT;
+  p += BS_OP_HEADER_SIZE;
+  op->object_type.data = ot ? p : NULL; op->object_type.size = ot; p += ot;
+  op->object_id.data = oi ? p : NULL; op->object_id.size = oi; p += oi;
+  op->subkey.data = sk ? p : NULL; op->subkey.size = sk; p += sk;
+  op->data.size = val->mv_size - (BS_OP_HEADER_SIZE + ot + oi + sk);
+  op->data.data = (op->type == BS_OP_PUT) ? p : NULL;
+  if (op->type != BS_OP_PUT) op->data.size = 0;
+  return BS_OK;
+}
+
+/* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
+typedef struct bs_stream_rec {
+  uint32_t id;
+  uint8_t state;          /* bs_stream_state */
+  uint8_t hash;           /* bs_hash */
+  uint8_t snapshot_done;
+  uint8_t has_checkpoint_lsn, has_resume_lsn, has_no_checkpoint_before;
+  uint64_t op_head;        /* highest allocated = highest persisted op id */
+  uint64_t checkpoint;     /* 0 = none */
+  uint64_t last_checkpoint_op; /* op_head at the last checkpoint (create_empty = 0 rule) */
+  uint64_t change_seq;     /* last seq used in `changes` */
+  uint64_t param_horizon;  /* parameter reads below it: BS_ESTALE */
+  uint64_t param_cursor;   /* parameter compaction progress */
+  uint64_t changes_fence;  /* checkpoint_changes from below it: invalidate */
+  uint64_t compact_horizon;/* highest horizon any compaction used */
+  uint32_t next_table_id;
+  int64_t created_ms;
+  bs_val name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error;
+} bs_stream_rec;
+
+/* Per-bucket state in bstate (fixed 96 bytes little-endian, then the bucket name). */
+typedef struct bs_bucket_state {
+  uint32_t stream;
+  uint32_t checksum;     /* wrapping sum over every persisted op */
+  uint64_t count;        /* persisted ops */
+  uint64_t bytes;        /* sum of op value sizes */
+  uint64_t last_op;      /* highest op id in the bucket */
+  uint64_t generation;   /* bumped by every compaction that changed the bucket */
+  uint64_t clear_start;  /* span of the leading CLEAR: reads at C in [clear_start, clear_op) */
+  uint64_t clear_op;     /*   fail with BS_EINVALIDATED; 0/0 = none */
+  uint64_t compacted_count; /* count after the last compaction (selection by change) */
+  uint64_t compacted_op;    /* last_op at the last compaction */
+  uint64_t reserved[3];
+  bs_val name;
+} bs_bucket_state;
+#define BS_BUCKET_STATE_FIXED 96u
+
+typedef struct bs_lmdb_db bs_lmdb_db;
+struct bs_lmdb_db {
+  bs_db base;
+  MDB_env *env;
+  MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
+  char *path;
+  pthread_mutex_t grow_mu; /* serialises map growth */
+};
+
+typedef struct bs_lmdb_storage {
+  bs_storage base;
+  bs_lmdb_db *db;
+  bs_write_checkpoint_mode wcp_mode;
+  char wcp_event[256];
+  size_t wcp_event_size;
+} bs_lmdb_storage;
+
+/* lmdb.c */
+int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err);
+int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err); /* grows map on MAP_FULL? no:
+                                                                     callers retry, see lmdb.c */
+int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out, bs_error *err);
+int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs_error *err);
+void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out); /* caller checks size */
+int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
+                        const bs_bucket_state *s, bs_error *err);
+/* bucket name -> id within stream; BS_ENOTFOUND when unknown */
+int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
+                      uint64_t *id_out, bs_error *err);
+
+/* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
+int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                        size_t n_req, const bs_batch_options *opts,
+                        int (*on_chunk)(const bs_chunk *, void *), void *payload,
+                        int *has_more_out, bs_error *err);
+int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                      bs_checksum *out, uint64_t *generation_out, bs_error *err);
+int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                            size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                            bs_error *err);
+int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                               bs_error *err);
+int bs_lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err);
+int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
+int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload,
+                   uint64_t *problems, bs_error *err);
+
+#endif /* BUCKETSTORE_INTERNAL_H */

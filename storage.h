@@ -1,0 +1,609 @@
+/*
+ * bucketstore: an embedded single-file storage engine for bucket-based sync.
+ *
+ * One database file (LMDB, or an in-memory store) holds any number of
+ * replication streams. Each stream keeps an append-only log of bucket
+ * operations (PUT / REMOVE / MOVE / CLEAR, each with a 32-bit checksum), a
+ * parameter-lookup index and write-checkpoint rows. The contract every
+ * backend keeps is ../shared/SPEC.md; this header is the manual.
+ *
+ * CAVEATS (read these first)
+ *  - One writer per stream at a time, and a bs_writer belongs to one thread.
+ *    LMDB serialises write transactions across threads and processes, so a
+ *    second writer (or a compactor) waits for the write lock; it never
+ *    corrupts anything.
+ *  - A bs_db and its bs_storage handles may be shared by reader threads.
+ *  - Long-lived read snapshots pin old pages: the file grows while they live.
+ *    Every read call here opens and closes its own snapshot.
+ *  - Do not use a handle across fork(); do not put the file on a network
+ *    filesystem (LMDB's locking needs a local one).
+ *
+ * CONVENTIONS
+ *  - Every fallible call returns an int status: BS_OK (0) or a negative
+ *    BS_E* code. bs_strerror() names the code; the optional bs_error *err
+ *    argument (may be NULL) receives a message naming the offending argument
+ *    or key. A failed call leaves the database and a writer's queue as they
+ *    were.
+ *  - Outputs come first (one is named out); callbacks take payload last.
+ *    A callback that returns non-zero stops the call, which then returns
+ *    that value unchanged (so use your own negative codes or BS_ECANCELED).
+ *  - Handles returned through **out are owned by the caller and released
+ *    with the matching bs_*_close(); never with free().
+ *  - Data passed to callbacks is BORROWED: pointers into the LMDB map or the
+ *    backend's buffers, valid only until the callback returns.
+ *  - Options structs start with `unsigned version`; initialise them with
+ *    their BS_*_INIT macro. Structs only ever grow at the end.
+ *  - Op ids, checkpoints: uint64_t, always < 2^63. 0 means "none".
+ *  - LSNs: opaque byte strings up to BS_MAX_LSN bytes, compared with memcmp,
+ *    shorter prefix first.
+ */
+#ifndef BUCKETSTORE_STORAGE_H
+#define BUCKETSTORE_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BS_VERSION_MAJOR 0
+#define BS_VERSION_MINOR 1
+#define BS_VERSION_PATCH 0
+#define BS_VERSION_NUMBER (BS_VERSION_MAJOR * 10000 + BS_VERSION_MINOR * 100 + BS_VERSION_PATCH)
+#define BS_VERSION_STRING "0.1.0"
+/* On-disk format written by this build; a file with a newer one is refused. */
+#define BS_FORMAT_VERSION 1
+
+/* ---- Status codes (negative, in a range of their own) -------------------------------------- */
+#define BS_OK 0
+#define BS_EINVAL (-1)        /* bad argument; the message names it */
+#define BS_ENOTFOUND (-2)     /* no such stream, user, row, ... */
+#define BS_ETOOBIG (-3)       /* key or value over a limit (see BS_MAX_*) */
+#define BS_ELIMIT (-4)        /* a result limit was exceeded */
+#define BS_ESTATE (-5)        /* call not valid in this state (closed writer, wrong mode) */
+#define BS_EINVALIDATED (-6)  /* read at a checkpoint that compaction tore; read a newer one */
+#define BS_ESTALE (-7)        /* parameter read below the parameter-compaction horizon */
+#define BS_ECORRUPT (-8)      /* the file does not decode, or is not a bucketstore file */
+#define BS_ENOMEM (-9)        /* allocation failed */
+#define BS_EIO (-10)          /* LMDB or OS error; the message carries it */
+#define BS_EBUSY (-11)        /* resource busy (e.g. the file is locked) */
+#define BS_EUNSUPPORTED (-12) /* the backend does not implement this call */
+#define BS_ECANCELED (-13)    /* cancelled by a callback */
+
+/* ---- Limits (SPEC.md section 10), checked by the call that receives the value -------------- */
+#define BS_MAX_BUCKET_NAME 480u
+#define BS_MAX_LOOKUP_KEY 480u
+#define BS_MAX_REPLICA_ID 256u
+#define BS_MAX_TABLE_NAME 256u
+#define BS_MAX_OP_DATA (15u * 1024u * 1024u)
+#define BS_MAX_LSN 255u
+#define BS_MAX_STREAM_NAME 255u
+#define BS_MAX_USER_ID 480u
+
+/* ---- Small value types ------------------------------------------------------------------------ */
+
+/* Borrowed bytes. data may be NULL only when size is 0. */
+typedef struct bs_val {
+  const void *data;
+  size_t size;
+} bs_val;
+
+/* Optional error detail. code mirrors the returned status. */
+typedef struct bs_error {
+  int code;
+  char msg[256];
+} bs_error;
+
+/* A static string starting with the code's symbol, e.g. "BS_EINVAL: invalid argument". */
+const char *bs_strerror(int code);
+
+/* Allocator hook, per handle (zstd's customMem shape). All three set, or all NULL for libc. */
+typedef struct bs_allocator {
+  void *(*malloc_fn)(void *opaque, size_t size);
+  void *(*realloc_fn)(void *opaque, void *ptr, size_t size);
+  void (*free_fn)(void *opaque, void *ptr);
+  void *opaque;
+} bs_allocator;
+
+/* ---- Opaque handles ---------------------------------------------------------------------------- */
+typedef struct bs_db bs_db;           /* one open file (or memory store); thread-safe */
+typedef struct bs_storage bs_storage; /* one stream; thread-safe for reads */
+typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one thread */
+
+/* ---- Opening ----------------------------------------------------------------------------------- */
+#define BS_OPEN_NOSYNC 0x1u   /* no fsync at commit: a crash may lose recent commits, never corrupt */
+#define BS_OPEN_RDONLY 0x2u   /* read-only: every write call fails with BS_ESTATE */
+
+typedef struct bs_open_options {
+  unsigned version;
+  unsigned flags;                 /* BS_OPEN_* */
+  size_t map_size;                /* initial LMDB map size in bytes; 0 = 64 MiB; grows on demand */
+  size_t checksum_cache_entries;  /* LRU entries; 0 = 100000; (size_t)-1 disables the cache */
+  const bs_allocator *allocator;  /* NULL = libc; copied */
+} bs_open_options;
+#define BS_OPEN_OPTIONS_VERSION 1
+#define BS_OPEN_OPTIONS_INIT {BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL}
+
+/* Opens (creating if missing) the database file at path.
+ * Errors: BS_EINVAL (NULL path), BS_ECORRUPT (not a bucketstore file, or a newer format),
+ * BS_EBUSY, BS_EIO, BS_ENOMEM. opts may be NULL. */
+int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
+
+/* Opens a fresh in-memory store (the reference backend: naive and obviously correct).
+ * Nothing is persisted; bs_close() discards it. */
+int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err);
+
+/* Closes the database. All storages and writers of it must be closed first. NULL is a no-op. */
+void bs_close(bs_db *db);
+
+/* ---- Streams ----------------------------------------------------------------------------------- */
+typedef enum bs_stream_state {
+  BS_STREAM_PROCESSING = 1, /* being filled, not served */
+  BS_STREAM_ACTIVE = 2,     /* served */
+  BS_STREAM_ERRORED = 3,    /* served, not replicating */
+  BS_STREAM_STOPPED = 4,
+  BS_STREAM_TERMINATED = 5
+} bs_stream_state;
+
+typedef enum bs_hash {
+  BS_HASH_XXH3 = 0,  /* low 32 bits of XXH3_64bits(seed 0) */
+  BS_HASH_SHA256 = 1 /* first 4 bytes, little-endian, of SHA-256: the reference service's */
+} bs_hash;
+
+typedef struct bs_stream_options {
+  unsigned version;
+  bs_hash hash;
+} bs_stream_options;
+#define BS_STREAM_OPTIONS_VERSION 1
+#define BS_STREAM_OPTIONS_INIT {BS_STREAM_OPTIONS_VERSION, BS_HASH_XXH3}
+
+typedef struct bs_stream_info {
+  uint32_t id;
+  bs_val name;
+  bs_stream_state state;
+  bs_hash hash;
+} bs_stream_info;
+
+/* Creates a PROCESSING stream (ids 1, 2, 3, ...); an older PROCESSING stream becomes STOPPED.
+ * Errors: BS_EINVAL, BS_ETOOBIG (name over BS_MAX_STREAM_NAME), BS_ESTATE (read-only), BS_EIO. */
+int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_stream_options *opts,
+                     bs_error *err);
+
+/* Calls fn for every stream in ascending id order; info is borrowed. */
+int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
+                   bs_error *err);
+
+/* Opens a handle on stream id; id 0 = the active stream, else the newest one.
+ * Errors: BS_ENOTFOUND (no such stream / no stream at all). Close with bs_storage_close(). */
+int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err);
+void bs_storage_close(bs_storage *st);
+uint32_t bs_storage_stream_id(const bs_storage *st);
+
+/* ---- Writing ----------------------------------------------------------------------------------- */
+typedef enum bs_tag { BS_INSERT = 1, BS_UPDATE = 2, BS_DELETE = 3 } bs_tag;
+
+/* One evaluated output row of a source row: PUT into bucket. */
+typedef struct bs_row {
+  bs_val bucket;      /* 1..BS_MAX_BUCKET_NAME bytes */
+  bs_val object_type; /* output table */
+  bs_val object_id;   /* output row id */
+  bs_val data;        /* row as JSON text, up to BS_MAX_OP_DATA */
+} bs_row;
+
+/* One evaluated parameter lookup: key (encoded with bs_lookup_encode) -> bucket-parameter rows
+ * (each a JSON object as text). */
+typedef struct bs_lookup {
+  bs_val key;
+  const bs_val *params;
+  size_t n_params;
+} bs_lookup;
+
+/* One source row change (SPEC.md section 4.1). */
+typedef struct bs_save {
+  unsigned version;
+  bs_val table;     /* source table name (registered on first use) */
+  bs_tag tag;
+  bs_val before_id; /* replica id before; data NULL = same as after_id */
+  bs_val after_id;  /* replica id after; ignored (absent) for BS_DELETE */
+  const bs_row *rows;
+  size_t n_rows;
+  const bs_lookup *lookups;
+  size_t n_lookups;
+  bs_val stored_data; /* optional row data kept with the source record; data NULL = none */
+} bs_save;
+#define BS_SAVE_VERSION 1
+#define BS_SAVE_INIT {BS_SAVE_VERSION, {NULL, 0}, BS_INSERT, {NULL, 0}, {NULL, 0}, NULL, 0, NULL, 0, {NULL, 0}}
+
+typedef struct bs_writer_options {
+  unsigned version;
+  int snapshot;        /* skip_existing: INSERT only; inserts of known rows are skipped */
+  int create_empty;    /* commits with nothing new still create a checkpoint (default 1) */
+  size_t max_records;  /* auto-flush bound; 0 = 2000 */
+  size_t max_bytes;    /* auto-flush bound; 0 = 5 MB */
+} bs_writer_options;
+#define BS_WRITER_OPTIONS_VERSION 1
+#define BS_WRITER_OPTIONS_INIT {BS_WRITER_OPTIONS_VERSION, 0, 1, 0, 0}
+
+typedef struct bs_commit_options {
+  unsigned version;
+  int create_empty; /* -1 = the writer's setting, 0 or 1 overrides */
+} bs_commit_options;
+#define BS_COMMIT_OPTIONS_VERSION 1
+#define BS_COMMIT_OPTIONS_INIT {BS_COMMIT_OPTIONS_VERSION, -1}
+
+typedef struct bs_commit_result {
+  int checkpoint_blocked;
+  int checkpoint_created;
+  uint64_t checkpoint; /* the stream's checkpoint after the call (0 = none) */
+} bs_commit_result;
+
+/* Opens the writer of st. Errors: BS_ESTATE (read-only db, terminated stream), BS_ENOMEM.
+ * Close with bs_writer_close(), which discards whatever was not flushed. */
+int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err);
+void bs_writer_close(bs_writer *w);
+
+/* Queues one source row change; may auto-flush. Errors: BS_EINVAL, BS_ETOOBIG, BS_ESTATE
+ * (snapshot writer given UPDATE/DELETE... see SPEC 4.3; closed writer), BS_EIO from auto-flush. */
+int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
+/* Truncate emits REMOVEs / tombstones for every row of table; drop also forgets the table. */
+int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
+int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
+/* Persists the queue (one LMDB transaction). last_op_out (may be NULL): the stream's highest
+ * persisted op id. Never makes a checkpoint. */
+int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
+/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4). out may be NULL. */
+int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
+                     bs_commit_result *out, bs_error *err);
+/* commit(lsn) with create_empty = 1. */
+int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
+/* Marks the snapshot done; no checkpoint may be made below lsn. */
+int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
+/* Records where replication restarts (persisted with the next flush/commit). */
+int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
+/* Reads back the data stored with a source record (seeing this writer's queued saves).
+ * fn receives data (borrowed) or NULL when the row has no stored data; BS_ENOTFOUND when the
+ * row is unknown. */
+int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
+                         int (*fn)(const bs_val *data, void *payload), void *payload,
+                         bs_error *err);
+/* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush. */
+int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
+                                      bs_val event, bs_error *err);
+
+/* ---- Reading ----------------------------------------------------------------------------------- */
+typedef struct bs_checkpoint {
+  uint64_t op_id; /* 0 before the first checkpoint */
+  int has_lsn;
+  size_t lsn_size;
+  unsigned char lsn[BS_MAX_LSN];
+} bs_checkpoint;
+
+/* The stream's current checkpoint. */
+int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+
+/* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
+ * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
+ * once; commits from other processes are seen by polling (every 50 ms). */
+int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
+                       bs_checkpoint *out, bs_error *err);
+
+/* Registers fn, called after every checkpoint this process commits on db, in the committing
+ * thread, outside any lock. One listener per db; NULL unregisters. */
+int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint,
+                                                     void *payload),
+                               void *payload);
+
+typedef enum bs_op_type { BS_OP_PUT = 1, BS_OP_REMOVE = 2, BS_OP_MOVE = 3, BS_OP_CLEAR = 4 } bs_op_type;
+
+/* One stored op. Fields an op type does not carry have data NULL and size 0;
+ * target_op is 0 unless MOVE/CLEAR. All bytes borrowed (valid during the callback). */
+typedef struct bs_op {
+  uint64_t op_id;
+  bs_op_type type;
+  uint32_t checksum;
+  uint64_t target_op;
+  bs_val object_type;
+  bs_val object_id;
+  bs_val subkey;
+  bs_val data;
+} bs_op;
+
+typedef struct bs_chunk {
+  bs_val bucket;
+  uint64_t after;      /* requested position, or the previous chunk's next_after */
+  uint64_t next_after; /* op id of the last op */
+  int has_more;        /* the bucket was cut; more may remain up to the checkpoint */
+  uint64_t target_op;  /* max target_op of its MOVE/CLEAR ops; 0 = none */
+  const bs_op *ops;
+  size_t n_ops;
+} bs_chunk;
+
+typedef struct bs_bucket_request {
+  bs_val bucket;
+  uint64_t after;
+} bs_bucket_request;
+
+typedef struct bs_batch_options {
+  unsigned version;
+  size_t limit;       /* ops per call (all buckets); 0 = 1000 */
+  size_t chunk_bytes; /* 0 = 1 MiB; op size = data + object_type + object_id + subkey */
+  size_t max_bytes;   /* bytes per call; 0 = 16 MiB */
+} bs_batch_options;
+#define BS_BATCH_OPTIONS_VERSION 1
+#define BS_BATCH_OPTIONS_INIT {BS_BATCH_OPTIONS_VERSION, 0, 0, 0}
+
+/* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
+ * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
+ * call stopped at its limit/byte cap: call again with after = next_after per bucket.
+ * Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted span), BS_EINVAL. */
+int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                       size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                       int *has_more_out, bs_error *err);
+
+typedef struct bs_checksum {
+  uint32_t checksum; /* wrapping sum of op checksums with op_id <= checkpoint */
+  uint64_t count;    /* stored ops with op_id <= checkpoint */
+} bs_checksum;
+
+/* One entry per requested bucket, in request order (out has n entries). Unknown bucket: 0/0.
+ * Served through the checksum cache. Errors: BS_EINVALIDATED, BS_EINVAL. */
+int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                     bs_checksum *out, bs_error *err);
+
+typedef struct bs_checkpoint_changes {
+  int invalidate_data_buckets;      /* too many, or range unknown: treat every bucket as changed */
+  int invalidate_parameter_buckets; /* likewise for lookups */
+  const bs_val *updated_buckets;
+  size_t n_updated_buckets;
+  const bs_val *updated_lookups; /* encoded keys (bs_lookup_decode) */
+  size_t n_updated_lookups;
+  const bs_val *updated_write_checkpoint_users;
+  size_t n_updated_write_checkpoint_users;
+} bs_checkpoint_changes;
+
+/* What changed in (from, to]; passed to fn, borrowed. */
+int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                              int (*fn)(const bs_checkpoint_changes *changes, void *payload),
+                              void *payload, bs_error *err);
+
+/* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
+ * limit 0 = 1000. Errors: BS_ELIMIT ("too many parameter results (limit was N)"), BS_ESTALE. */
+int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
+                          size_t n_lookups, size_t limit,
+                          int (*fn)(const bs_val *params, void *payload), void *payload,
+                          bs_error *err);
+
+/* ---- Lookup key encoding ---------------------------------------------------------------------- */
+typedef enum bs_scalar_type {
+  BS_SCALAR_NULL = 0,
+  BS_SCALAR_FALSE = 1,
+  BS_SCALAR_TRUE = 2,
+  BS_SCALAR_INT = 3,    /* i */
+  BS_SCALAR_DOUBLE = 4, /* d: integral values within int64 are encoded as INT */
+  BS_SCALAR_STRING = 5  /* s: UTF-8 bytes */
+} bs_scalar_type;
+
+typedef struct bs_scalar {
+  bs_scalar_type type;
+  int64_t i;
+  double d;
+  bs_val s;
+} bs_scalar;
+
+/* Canonical, injective encoding of a list of scalars into buf (cap bytes); *size_out gets the
+ * encoded size (also when it does not fit: then BS_ETOOBIG). Equal lists <=> equal bytes. */
+int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_scalar *values, size_t n,
+                     bs_error *err);
+/* Decodes key into values (cap entries, strings borrowed from key). BS_ECORRUPT if malformed. */
+int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, bs_error *err);
+
+/* ---- Checksums --------------------------------------------------------------------------------- */
+/* PUT checksum: hash("put." + object_type + "." + object_id + "." + data). */
+uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data);
+/* REMOVE checksum: hash("delete." + subkey). */
+uint32_t bs_checksum_remove(bs_hash hash, bs_val subkey);
+/* Subkey of a source row: 8 lowercase hex digits of table id, '/', 32 lowercase hex digits of
+ * XXH3-128 of replica_id (big-endian canonical). Writes BS_SUBKEY_SIZE bytes (no NUL). */
+#define BS_SUBKEY_SIZE 41u
+void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id);
+
+/* ---- Write checkpoints (SPEC.md section 7) -------------------------------------------------- */
+typedef enum bs_write_checkpoint_mode { BS_WCP_MANAGED = 0, BS_WCP_CUSTOM = 1 } bs_write_checkpoint_mode;
+
+typedef struct bs_head {
+  bs_val connection;
+  bs_val lsn;
+} bs_head;
+
+typedef struct bs_managed_request {
+  bs_val user_id; /* full user id: user_id or user_id/client_id */
+  const bs_head *heads;
+  size_t n_heads;
+  int has_request_id;
+  uint64_t request_id;
+  int64_t requested_at_ms; /* 0 = now */
+} bs_managed_request;
+
+/* Sets how this storage handle serves write checkpoints (default managed). */
+int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                 bs_error *err);
+/* ids_out[i] = the stored id of request i's user after the batch. BS_ESTATE in custom mode. */
+int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
+                                        uint64_t *ids_out, int *should_advance, bs_error *err);
+/* *found = 0 when there is none (or its head is above the given heads). */
+int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
+                             uint64_t *id_out, int *found, bs_error *err);
+/* Deletes processed records with requested_at < before_ms; *deleted_out may be NULL. */
+int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted_out,
+                                         bs_error *err);
+
+/* ---- Compaction (SPEC.md section 6) ----------------------------------------------------------- */
+typedef struct bs_compact_stats {
+  uint64_t buckets_compacted;
+  uint64_t ops_moved;
+  uint64_t ops_cleared;
+  uint64_t ops_removed;
+  uint64_t bytes_before;
+  uint64_t bytes_after;
+  uint64_t parameter_entries_removed;
+  uint64_t checkpoint_requests_deleted;
+} bs_compact_stats;
+
+typedef struct bs_compact_options {
+  unsigned version;
+  uint64_t max_op_id;          /* horizon; 0 = the current checkpoint */
+  const bs_val *buckets;       /* NULL = select by the two thresholds below */
+  size_t n_buckets;
+  uint64_t min_bucket_changes; /* 0 = 10 */
+  double min_change_ratio;     /* < 0 = 0.1 */
+  size_t memory_limit_mb;      /* 0 = 64 */
+  int incremental_only;
+  int64_t min_age_ms;          /* incremental horizon age; < 0 = 5 min */
+  size_t max_ops_per_txn;      /* 0 = 10000 */
+  uint64_t op_budget;          /* incremental: stop after this many ops; 0 = unbounded */
+  int compact_parameters;
+  int64_t delete_checkpoint_requests_before_ms; /* 0 = don't */
+  double defragment_ratio;     /* 0 = off */
+  /* progress after each transaction; non-zero return cancels (returns BS_ECANCELED) */
+  int (*progress)(const bs_compact_stats *so_far, void *payload);
+  void *progress_payload;
+} bs_compact_options;
+#define BS_COMPACT_OPTIONS_VERSION 1
+#define BS_COMPACT_OPTIONS_INIT                                                                   \
+  {BS_COMPACT_OPTIONS_VERSION, 0, NULL, 0, 0, -1.0, 0, 0, -1, 0, 0, 0, 0, 0.0, NULL, NULL}
+
+int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
+               bs_error *err);
+/* Before the first checkpoint only (else BS_ESTATE). max_op_id 0 = last persisted op.
+ * Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped. */
+int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t min_bucket_changes,
+                                   uint64_t *buckets_out, bs_error *err);
+
+/* ---- Lifecycle and inspection ----------------------------------------------------------------- */
+typedef struct bs_status {
+  bs_stream_state state;
+  int snapshot_done;     /* snapshot done and a checkpoint exists */
+  uint64_t checkpoint;
+  uint64_t last_persisted_op;
+  int has_lsn;
+  size_t lsn_size;
+  unsigned char lsn[BS_MAX_LSN];
+  int has_resume_lsn;
+  size_t resume_lsn_size;
+  unsigned char resume_lsn[BS_MAX_LSN];
+  char last_error[256];  /* "" when none */
+} bs_status;
+
+int bs_get_status(bs_storage *st, bs_status *out, bs_error *err);
+int bs_report_error(bs_storage *st, const char *message, bs_error *err);
+/* Drops every op, bucket, lookup, source record and checkpoint of the stream. */
+int bs_clear(bs_storage *st, bs_error *err);
+int bs_terminate(bs_storage *st, int clear, bs_error *err);
+
+typedef struct bs_stat {
+  uint64_t streams;
+  uint64_t buckets;
+  uint64_t ops_put, ops_remove, ops_move, ops_clear;
+  uint64_t parameter_entries;
+  uint64_t source_records;
+  uint64_t write_checkpoints;
+  uint64_t file_bytes;
+} bs_stat;
+
+int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
+/* Recomputes every bucket's running checksum and count, checks key encodings and source
+ * records; each problem is passed to fn (may be NULL). *problems_out counts them. */
+int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
+                 uint64_t *problems_out, bs_error *err);
+
+/* ==== Backend authors ============================================================================
+ * A backend (or a wrapper: tracing, fault injection) is a struct whose first member is a
+ * bs_storage, with vt pointing at its vtable; writers likewise start with a bs_writer. The bs_*
+ * functions above check arguments and dispatch through vt; the checksum cache sits above it.
+ * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
+ * answers BS_EUNSUPPORTED. */
+#define BS_STORAGE_VTABLE_VERSION 1
+
+typedef struct bs_storage_vtable {
+  unsigned version;
+  void (*destroy)(bs_storage *st);
+
+  int (*writer_open)(bs_storage *st, const bs_writer_options *opts, bs_writer **out, bs_error *err);
+  void (*writer_close)(bs_writer *w);
+  int (*writer_save)(bs_writer *w, const bs_save *change, bs_error *err);
+  int (*writer_truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
+  int (*writer_flush)(bs_writer *w, uint64_t *last_op_out, bs_error *err);
+  int (*writer_commit)(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out,
+                       bs_error *err);
+  int (*writer_snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);
+  int (*writer_resume_lsn)(bs_writer *w, bs_val lsn, bs_error *err);
+  int (*writer_source_row)(bs_writer *w, bs_val table, bs_val replica_id,
+                           int (*fn)(const bs_val *data, void *payload), void *payload,
+                           bs_error *err);
+  int (*writer_custom_write_checkpoint)(bs_writer *w, bs_val user_id, uint64_t checkpoint,
+                                        bs_val event, bs_error *err);
+
+  int (*get_checkpoint)(bs_storage *st, bs_checkpoint *out, bs_error *err);
+  /* buckets arrive sorted by name, deduplicated */
+  int (*bucket_data)(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                     size_t n_req, const bs_batch_options *opts,
+                     int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                     int *has_more_out, bs_error *err);
+  /* uncached; the front batches cache misses into one call. generation_out (n entries, may be
+   * NULL): the bucket's compaction generation, for the cache. */
+  int (*checksums)(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                   bs_checksum *out, uint64_t *generation_out, bs_error *err);
+  /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is
+   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base. */
+  int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                         size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                         bs_error *err);
+  int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
+                            int (*fn)(const bs_checkpoint_changes *changes, void *payload),
+                            void *payload, bs_error *err);
+  int (*parameter_sets)(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                        size_t limit, int (*fn)(const bs_val *params, void *payload),
+                        void *payload, bs_error *err);
+
+  int (*set_write_checkpoint_mode)(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                   bs_error *err);
+  int (*create_managed_write_checkpoints)(bs_storage *st, const bs_managed_request *req, size_t n,
+                                          uint64_t *ids_out, int *should_advance, bs_error *err);
+  int (*last_write_checkpoint)(bs_storage *st, bs_val user_id, const bs_head *heads,
+                               size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+  int (*delete_checkpoint_requests_before)(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                           bs_error *err);
+
+  int (*compact)(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                 bs_error *err);
+  int (*compact_initial_replication)(bs_storage *st, uint64_t max_op_id,
+                                     uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                     bs_error *err);
+
+  int (*get_status)(bs_storage *st, bs_status *out, bs_error *err);
+  int (*report_error)(bs_storage *st, const char *message, bs_error *err);
+  int (*clear)(bs_storage *st, bs_error *err);
+  int (*terminate)(bs_storage *st, int clear, bs_error *err);
+} bs_storage_vtable;
+
+/* The base every storage begins with. cache: the checksum cache the front consults (NULL =
+ * none); db: the owning database (NULL for a free-standing backend). */
+struct bs_storage {
+  const bs_storage_vtable *vt;
+  bs_db *db;
+  void *cache;
+  uint32_t stream_id;
+};
+
+/* The base every writer begins with. */
+struct bs_writer {
+  bs_storage *st;
+  int closed;
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BUCKETSTORE_STORAGE_H */
