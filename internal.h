@@ -275,4 +275,34 @@ int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
 int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload,
                    uint64_t *problems, bs_error *err);
 
+/* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
+/* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called
+ * for each user marked (for the checkpoint's change record). */
+int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
+                               int (*fn)(bs_val user, void *payload), void *payload, bs_error *err);
+/* Persists one custom write checkpoint (overwrites). */
+int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event,
+                           bs_val user, uint64_t value, bs_error *err);
+int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                      bs_error *err);
+int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
+                                             size_t n, uint64_t *ids_out, int *should_advance,
+                                             bs_error *err);
+int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
+                                  size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
+                                              uint64_t *deleted, bs_error *err);
+
+/* lmdb_params.c */
+int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                           bs_error *err);
+
+/* lmdb_compact.c */
+int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                    bs_error *err);
+int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                        uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                        bs_error *err);
+
 #endif /* BUCKETSTORE_INTERNAL_H */
