@@ -80,6 +80,7 @@ extern "C" {
 #define BS_MAX_LSN 255u
 #define BS_MAX_STREAM_NAME 255u
 #define BS_MAX_USER_ID 480u
+#define BS_MAX_OBJECT_NAME 65535u /* object_type and object_id of a row */
 
 /* ---- Small value types ------------------------------------------------------------------------ */
 
