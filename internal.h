@@ -115,6 +115,18 @@ void bs_cksum_cache_free(bs_cksum_cache *c);
 /* Front entry point: answers from the cache, batches misses to st->vt. */
 int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
                        const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err);
+/* The front reports checkpoints it has seen (entries are stored only at C <= one of them), and
+ * drops a stream's entries when the stream is cleared. */
+void bs_cksum_cache_note_checkpoint(bs_cksum_cache *c, uint32_t stream, uint64_t checkpoint);
+void bs_cksum_cache_drop_stream(bs_cksum_cache *c, uint32_t stream);
+typedef struct bs_cksum_cache_stats {
+  uint64_t hits;      /* answered from a cached base (exact or extended by a range) */
+  uint64_t misses;    /* recomputed by vt->checksums */
+  uint64_t stale;     /* cached bases discarded because the generation moved */
+  uint64_t evictions; /* LRU evictions at capacity */
+  uint64_t entries;   /* current entries */
+} bs_cksum_cache_stats;
+void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out);
 
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
@@ -146,9 +158,15 @@ int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
  *              collision only interleaves two rows' entries, never merges them.)
  *  changes     u32be stream | u64be op id | u64be seq             change record (see below)
  *  wcp         'M' | user id (rest)                               managed record (lmdb_wcp.c)
+ *              'P' | user id (rest)                               (empty) marks a pending 'M'
+ *                                                                 record: commit walks these
  *              'C' | u32be stream | u16be event len | event | user id (rest)   u64 value
  *  superseded  u64be bucket id | u64be old op id                  u64 new op id
  *  cqueue      u32be stream | u64be bucket id                     (empty) incremental work queue
+ *  softdel     u32be stream | u64be op-id mark | u32be table id | replica id (rest)   (empty)
+ *              index of soft-deleted source records (SPEC 4.3); purged by the first checkpoint
+ *              at or above the mark. An entry whose record is no longer soft-deleted with that
+ *              mark is stale and simply dropped.
  *
  * Op value: u8 type | u32 checksum | u64 target_op | u16 object_type len | u16 object_id len |
  *           u8 subkey len | object_type | object_id | subkey | data (rest of the value).
@@ -233,6 +251,13 @@ struct bs_lmdb_db {
   MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
   char *path;
   pthread_mutex_t grow_mu; /* serialises map growth */
+  /* (a1) every txn of this process holds txn_lock shared; map growth (MDB_MAP_FULL, or
+   * MDB_MAP_RESIZED from another process) takes it exclusive: LMDB forbids resizing while a
+   * txn of this process is live. */
+  pthread_rwlock_t txn_lock;
+  size_t map_size;
+  unsigned env_flags;
+  MDB_dbi softdel; /* soft-deleted source records, see the layout table */
 };
 
 typedef struct bs_lmdb_storage {
@@ -244,6 +269,17 @@ typedef struct bs_lmdb_storage {
 } bs_lmdb_storage;
 
 /* lmdb.c */
+/* Internal status (never returned to the host): an LMDB call hit MDB_MAP_FULL. The unit of work
+ * must abort its txn (bs_lmdb_txn_abort), call bs_lmdb_grow() and run again from the start. */
+#define BS_LMDB_MAPFULL (-1000)
+/* bs_fail_mdb, except MDB_MAP_FULL -> BS_LMDB_MAPFULL */
+int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what);
+void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn); /* also ends read txns; NULL ok */
+int bs_lmdb_grow(bs_lmdb_db *db, bs_error *err);      /* doubles the map (no txn may be live) */
+/* Runs fn in a write txn and commits; on BS_LMDB_MAPFULL grows the map and runs fn again. */
+int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
+                  void *payload, bs_error *err);
+/* flags: 0 or MDB_RDONLY. Write txns on a read-only db: BS_ESTATE. End with commit or abort. */
 int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err);
 int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err); /* grows map on MAP_FULL? no:
                                                                      callers retry, see lmdb.c */
@@ -292,8 +328,27 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
 int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
                                               uint64_t *deleted, bs_error *err);
+/* For verify: BS_OK when a `wcp` entry decodes ('M' record, 'P' marker with an empty value,
+ * 'C' custom value), else BS_ECORRUPT with a message in why. stat counts 'M' and 'C' keys. */
+int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
 
 /* lmdb_params.c */
+/* The params key/value codec, shared by the writer (lmdb.c), the reader and compaction so that
+ * they cannot disagree on the layout above. */
+#define BS_PARAM_KEY_MAX (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
+#define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */
+/* Writes the key of one entry into out (BS_PARAM_KEY_MAX bytes); returns its size. The caller
+ * has checked lookup.size <= BS_MAX_LOOKUP_KEY. */
+size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                         bs_val replica_id, uint64_t op_id);
+/* Size of the value of an entry with n rows (n = 0: tombstone), and its encoder (out has
+ * bs_lmdb_param_value_size bytes, e.g. an MDB_RESERVE buffer). */
+size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n);
+void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n);
+/* Checks a value and returns its replica id and row count (borrowed); rows_out (may be NULL)
+ * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
+int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                               const unsigned char **rows_out);
 int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                            size_t limit, int (*fn)(const bs_val *, void *), void *payload,
                            bs_error *err);
@@ -304,5 +359,41 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
 int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
                                         bs_error *err);
+
+/* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
+#define BS_COMPACT_MIN_CHANGES 10u
+#define BS_COMPACT_MIN_RATIO 0.1
+#define BS_COMPACT_MEMORY_MB 64u
+#define BS_COMPACT_MIN_AGE_MS (5 * 60 * 1000)
+#define BS_COMPACT_OPS_PER_TXN 10000u
+/* Copies in (NULL = defaults) into out with every default applied; BS_EINVAL names a bad field. */
+int bs_compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
+                               bs_error *err);
+/* 1 when a bucket with these bucket-state figures is due for full compaction. */
+int bs_compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
+                          uint64_t compacted_op, uint64_t min_changes, double min_ratio);
+/* Row identities (object_type, object_id, subkey) -> op id, bounded by limit bytes. */
+typedef struct bs_seen_set {
+  const bs_allocator *alloc;
+  size_t limit, cap, n, arena_size, arena_cap;
+  struct bs_seen_slot *slots;
+  unsigned char *arena;
+  int full; /* the limit was reached: new rows are no longer recorded */
+} bs_seen_set;
+void bs_seen_init(bs_seen_set *s, const bs_allocator *a, size_t limit_bytes);
+void bs_seen_clear(bs_seen_set *s); /* forgets every row, keeps the memory */
+void bs_seen_free(bs_seen_set *s);
+/* Row of op recorded: returns 1, *latest = its op id. Else records op (if room), returns 0. */
+int bs_seen_visit(bs_seen_set *s, const bs_op *op, uint64_t *latest);
+int bs_seen_find(const bs_seen_set *s, const bs_op *op, uint64_t *latest); /* lookup only */
+/* For a reverse scan: 1 when op (PUT/REMOVE) is superseded by a later op of its row, which
+ * becomes its MOVE target. */
+int bs_compact_plan_move(bs_seen_set *s, const bs_op *op, uint64_t *target_out);
+/* Folding a leading run into one CLEAR. */
+typedef struct bs_clear_acc {
+  uint64_t first_op, last_op, n, n_folded /* non-CLEAR ops */, target_op, bytes;
+  uint32_t checksum;
+} bs_clear_acc;
+void bs_clear_acc_add(bs_clear_acc *a, const bs_op *op, uint64_t value_bytes);
 
 #endif /* BUCKETSTORE_INTERNAL_H */

@@ -1,11 +1,1173 @@
-/* TEMPORARY placeholder (owner: compaction helper); replaced by the real module. */
+/*
+ * lmdb_compact.c: compaction on the LMDB backend (SPEC.md section 6). The decisions (MOVE,
+ * CLEAR, selection) come from compact.c; this file walks the sub-databases and owns the
+ * transactions.
+ *
+ * Every change is made in short write transactions (at most max_ops_per_txn ops visited and
+ * changed per transaction), and every transaction leaves each bucket consistent on its own:
+ *  - a MOVE is written over its op in place (same key, same checksum), so a bucket with some of
+ *    its superseded ops moved and others not is a valid bucket;
+ *  - a fold replaces the first k ops of the leading run by one CLEAR at the k-th op's id, so an
+ *    interrupted fold leaves a shorter leading run starting with a CLEAR (the next step folds
+ *    that CLEAR again);
+ *  - the bucket state (count, bytes, generation, CLEAR span) is read and rewritten inside the
+ *    same transaction as the ops, so a writer appending to the bucket in between (in this or
+ *    another process) is never overwritten.
+ * Each transaction re-reads what it changes (op types, the leading run), so a second compactor
+ * running at the same time can only make the other one find less to do.
+ *
+ * Scans resume across transactions by key: the reverse scan keeps the next op id to visit, the
+ * incremental pass the next `superseded` key, parameter compaction the next group key.
+ *
+ * Not built: defragmentation (defragment_ratio is accepted and ignored).
+ */
 #include "internal.h"
+
+#include <time.h>
+
+typedef struct cctx {
+  bs_lmdb_db *db;
+  uint32_t stream;
+  bs_compact_options o; /* resolved */
+  bs_compact_stats *stats;
+  bs_seen_set seen;
+  bs_error *err;
+  /* parameter compaction: replica ids kept in the current group (more than one only on a
+   * hash collision of replica ids) */
+  unsigned char *rids;
+  size_t rids_size, rids_cap;
+} cctx;
+
+/* What one transaction did to one bucket; merged into the state and the stats on commit. */
+typedef struct bdelta {
+  int64_t count, bytes;
+  uint32_t checksum_sub; /* initial replication only: checksums of deleted ops */
+  uint64_t moved, cleared, removed;
+  int changed;
+  bs_clear_acc clear; /* a fold made in this transaction (n >= 2) */
+  int clear_dropped;  /* initial replication deleted the leading CLEAR */
+  int deleted;        /* ops were deleted: last_op may have to come down */
+} bdelta;
+
+/* ---- Small encoders ------------------------------------------------------------------------- */
+
+static void op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
+  bs_put_u64be(k, bucket);
+  bs_put_u64be(k + 8, op);
+}
+
+static uint64_t get_u64le(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* A MOVE or CLEAR: the fixed header with no payload. */
+static void bare_op(unsigned char v[BS_OP_HEADER_SIZE], bs_op_type t, uint32_t checksum,
+                    uint64_t target) {
+  memset(v, 0, BS_OP_HEADER_SIZE);
+  v[0] = (unsigned char)t;
+  for (int i = 0; i < 4; i++) v[1 + i] = (unsigned char)(checksum >> (8 * i));
+  for (int i = 0; i < 8; i++) v[5 + i] = (unsigned char)(target >> (8 * i));
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* MDB_MAP_FULL becomes BS_LMDB_MAPFULL: run_write grows the map and runs the step again */
+static int mdb_err(cctx *c, int mrc, const char *what) { return bs_lmdb_fail(c->err, mrc, what); }
+
+/* Positions cur on the greatest key <= key (MDB_NOTFOUND when none). */
+static int seek_le(MDB_cursor *cur, const void *key, size_t n, MDB_val *k, MDB_val *v) {
+  MDB_val want = {n, (void *)key};
+  int mrc;
+  *k = want;
+  mrc = mdb_cursor_get(cur, k, v, MDB_SET_RANGE);
+  if (mrc == MDB_NOTFOUND) return mdb_cursor_get(cur, k, v, MDB_LAST);
+  if (mrc) return mrc;
+  if (k->mv_size == n && memcmp(k->mv_data, key, n) == 0) return 0;
+  return mdb_cursor_get(cur, k, v, MDB_PREV);
+}
+
+/* Positions cur on the smallest key >= key. */
+static int seek_ge(MDB_cursor *cur, const void *key, size_t n, MDB_val *k, MDB_val *v) {
+  MDB_val want = {n, (void *)key};
+  *k = want;
+  return mdb_cursor_get(cur, k, v, MDB_SET_RANGE);
+}
+
+static int in_bucket(const MDB_val *k, uint64_t bucket) {
+  return k->mv_size == 16 && bs_get_u64be((const unsigned char *)k->mv_data) == bucket;
+}
+
+/* ---- Bucket state -------------------------------------------------------------------------- */
+
+typedef struct bstate {
+  bs_bucket_state s;
+  unsigned char name[BS_MAX_BUCKET_NAME];
+} bstate;
+
+static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
+  unsigned char kb[8];
+  MDB_val k = {8, kb}, v;
+  int mrc;
+  bs_put_u64be(kb, id);
+  mrc = mdb_get(txn, c->db->bstate, &k, &v);
+  if (mrc == MDB_NOTFOUND)
+    return bs_fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state",
+                   (unsigned long long)id);
+  if (mrc) return mdb_err(c, mrc, "compact: bucket state");
+  if (v.mv_size < BS_BUCKET_STATE_FIXED)
+    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: short bucket state",
+                   (unsigned long long)id);
+  bs_bucket_state_decode(&v, &b->s);
+  /* copy the name out of the map: writes in this transaction may move it */
+  if (b->s.name.size > sizeof b->name)
+    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket name too long",
+                   (unsigned long long)id);
+  if (b->s.name.size) memcpy(b->name, b->s.name.data, b->s.name.size);
+  b->s.name.data = b->name;
+  return BS_OK;
+}
+
+static int state_save(cctx *c, MDB_txn *txn, uint64_t id, const bstate *b) {
+  return bs_bucket_state_put(c->db, txn, id, &b->s, c->err);
+}
+
+/* The highest op id stored in the bucket (0 if none). */
+static int last_op_of(cctx *c, MDB_txn *txn, uint64_t id, uint64_t *out) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  int mrc;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, id, UINT64_MAX);
+  mrc = seek_le(cur, kb, 16, &k, &v);
+  *out = mrc == 0 && in_bucket(&k, id) ? bs_get_u64be((const unsigned char *)k.mv_data + 8) : 0;
+  mdb_cursor_close(cur);
+  return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: last op") : BS_OK;
+}
+
+/* Applies d to the bucket's state inside txn. */
+static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, int mark_compacted,
+                       uint64_t compacted_op) {
+  bstate b;
+  int rc;
+  if (!d->changed && !mark_compacted) return BS_OK;
+  if ((rc = state_load(c, txn, id, &b))) return rc;
+  if (d->changed) {
+    b.s.count = (uint64_t)((int64_t)b.s.count + d->count);
+    b.s.bytes = (uint64_t)((int64_t)b.s.bytes + d->bytes);
+    b.s.checksum = bs_cksum_sub(b.s.checksum, d->checksum_sub);
+    b.s.generation++;
+    if (d->clear.n >= 2) {
+      /* the new CLEAR's span starts where the old leading CLEAR's did, if it folded one */
+      uint64_t start = d->clear.first_op;
+      if (b.s.clear_op && b.s.clear_start && b.s.clear_start < start) start = b.s.clear_start;
+      b.s.clear_start = start;
+      b.s.clear_op = d->clear.last_op;
+    }
+    if (d->clear_dropped) b.s.clear_start = b.s.clear_op = 0;
+    if (d->deleted && (rc = last_op_of(c, txn, id, &b.s.last_op))) return rc;
+  }
+  if (mark_compacted) {
+    b.s.compacted_count = b.s.count;
+    b.s.compacted_op = compacted_op < b.s.last_op ? compacted_op : b.s.last_op;
+  }
+  return state_save(c, txn, id, &b);
+}
+
+static void stats_merge(cctx *c, const bdelta *d) {
+  c->stats->ops_moved += d->moved;
+  c->stats->ops_cleared += d->cleared;
+  c->stats->ops_removed += d->removed;
+  c->stats->bytes_after = (uint64_t)((int64_t)c->stats->bytes_after + d->bytes);
+}
+
+/* ---- Transactions --------------------------------------------------------------------------- */
+
+typedef int (*step_fn)(cctx *c, MDB_txn *txn, void *arg);
+
+#define ARG_MAX 768 /* the largest step argument (param_arg) fits */
+
+/* Runs one write transaction of fn. A failed step leaves nothing behind (aborted). When the
+ * map is full, the step's argument and the statistics are restored and the step runs again
+ * on a grown map. (The seen-set may keep rows the aborted attempt recorded: visiting an op
+ * whose own id is recorded does not move it, so the retry decides the same.) */
+static int run_write(cctx *c, step_fn fn, void *arg, size_t arg_size) {
+  unsigned char saved[ARG_MAX];
+  bs_compact_stats stats = *c->stats;
+  for (;;) {
+    MDB_txn *txn = NULL;
+    int rc = bs_lmdb_txn_begin(c->db, 0, &txn, c->err);
+    if (rc) return rc;
+    memcpy(saved, arg, arg_size);
+    rc = fn(c, txn, arg);
+    if (rc) bs_lmdb_txn_abort(c->db, txn);
+    else rc = bs_lmdb_txn_commit(c->db, txn, c->err);
+    if (rc != BS_LMDB_MAPFULL) return rc;
+    memcpy(arg, saved, arg_size);
+    *c->stats = stats;
+    if ((rc = bs_lmdb_grow(c->db, c->err))) return rc;
+  }
+}
+#define RUN(c, fn, a) run_write((c), (fn), (a), sizeof *(a))
+
+static int progress(cctx *c) {
+  if (c->o.progress && c->o.progress(c->stats, c->o.progress_payload))
+    return bs_fail(c->err, BS_ECANCELED, "compaction cancelled by the progress callback");
+  return BS_OK;
+}
+
+/* ---- Stream record -------------------------------------------------------------------------- */
+
+typedef struct rec_raise {
+  uint64_t compact_horizon, param_horizon, param_cursor, changes_fence;
+} rec_raise;
+
+static int copy_val(cctx *c, bs_val *v, unsigned char **buf) {
+  unsigned char *p;
+  *buf = NULL;
+  if (!v->size) return BS_OK;
+  p = bs_malloc(&c->db->base.alloc, v->size);
+  if (!p) return bs_fail(c->err, BS_ENOMEM, "compact: stream record copy");
+  memcpy(p, v->data, v->size);
+  v->data = p;
+  *buf = p;
+  return BS_OK;
+}
+
+/* Raises the stream record's compaction fields (never lowers them); param_cursor is set. */
+static int rec_raise_step(cctx *c, MDB_txn *txn, void *arg) {
+  const rec_raise *r = arg;
+  bs_stream_rec rec;
+  unsigned char *bufs[5] = {0};
+  int rc, i;
+  if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &rec, c->err))) return rc;
+  /* the record's byte strings point into the map; copy them before rewriting it */
+  bs_val *vals[5] = {&rec.name, &rec.checkpoint_lsn, &rec.resume_lsn, &rec.no_checkpoint_before,
+                     &rec.last_error};
+  for (i = 0; i < 5 && !rc; i++) rc = copy_val(c, vals[i], &bufs[i]);
+  if (!rc) {
+    if (r->compact_horizon > rec.compact_horizon) rec.compact_horizon = r->compact_horizon;
+    if (r->param_horizon > rec.param_horizon) rec.param_horizon = r->param_horizon;
+    if (r->param_cursor > rec.param_cursor) rec.param_cursor = r->param_cursor;
+    if (r->changes_fence > rec.changes_fence) rec.changes_fence = r->changes_fence;
+    rc = bs_stream_rec_put(c->db, txn, &rec, c->err);
+  }
+  for (i = 0; i < 5; i++) bs_free(&c->db->base.alloc, bufs[i]);
+  return rc;
+}
+
+static int read_rec(cctx *c, bs_stream_rec *out) {
+  MDB_txn *txn;
+  int rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
+  if (rc) return rc;
+  rc = bs_stream_rec_get(c->db, txn, c->stream, out, c->err);
+  /* only the integers are used after the snapshot closes */
+  out->name.data = out->checkpoint_lsn.data = out->resume_lsn.data = NULL;
+  out->no_checkpoint_before.data = out->last_error.data = NULL;
+  bs_lmdb_txn_abort(c->db, txn);
+  return rc;
+}
+
+/* Dequeues the bucket when it has no `superseded` entry left. Checked by key inside the
+ * transaction, so an entry a writer added between two of our transactions keeps it queued. */
+static int dequeue_if_empty(cctx *c, MDB_txn *txn, MDB_cursor *sup, uint64_t bucket) {
+  unsigned char kb[16], qk[12];
+  MDB_val k, v, q = {12, qk};
+  int mrc;
+  op_key(kb, bucket, 0);
+  mrc = seek_ge(sup, kb, 16, &k, &v);
+  if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
+  bs_put_u32be(qk, c->stream);
+  bs_put_u64be(qk + 4, bucket);
+  mrc = mdb_del(txn, c->db->cqueue, &q, NULL);
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: dequeue bucket");
+  return BS_OK;
+}
+
+/* Initial replication deletes ops only while no checkpoint exists: checked in every
+ * transaction, since a writer may commit the first checkpoint between two of them. */
+static int still_initial(cctx *c, MDB_txn *txn) {
+  bs_stream_rec rec;
+  int rc = bs_stream_rec_get(c->db, txn, c->stream, &rec, c->err);
+  if (rc) return rc;
+  if (rec.checkpoint)
+    return bs_fail(c->err, BS_ESTATE, "stream %u has a checkpoint (%llu): initial-replication "
+                   "compaction only runs before the first one", c->stream,
+                   (unsigned long long)rec.checkpoint);
+  return BS_OK;
+}
+
+/* ---- The reverse scan: superseded PUT/REMOVE -> MOVE ---------------------------------------- */
+
+typedef struct move_arg {
+  uint64_t bucket;
+  uint64_t pos; /* next op id to visit (descending); 0 = done */
+  int deleting; /* initial replication: delete superseded ops instead */
+} move_arg;
+
+static int move_step(cctx *c, MDB_txn *txn, void *arg) {
+  move_arg *a = arg;
+  bdelta d;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  size_t visited = 0;
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  if (a->deleting && (rc = still_initial(c, txn))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, a->bucket, a->pos);
+  mrc = seek_le(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, a->bucket)) {
+    bs_op op;
+    uint64_t target;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
+                   (unsigned long long)a->bucket);
+      goto out;
+    }
+    if (visited == c->o.max_ops_per_txn) {
+      a->pos = op.op_id; /* resume here */
+      goto commit;
+    }
+    visited++;
+    if (op.type == BS_OP_CLEAR && !a->deleting) break; /* a CLEAR has nothing before it */
+    if (a->deleting && (op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR)) {
+      /* initial replication: a MOVE or CLEAR is pure residue of superseded ops */
+      target = 1;
+    } else if (!bs_compact_plan_move(&c->seen, &op, &target)) {
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+      continue;
+    }
+    op_key(kb, a->bucket, op.op_id);
+    if (a->deleting) {
+      MDB_val dk = {16, kb};
+      d.count--;
+      d.bytes -= (int64_t)v.mv_size;
+      d.checksum_sub = bs_cksum_add(d.checksum_sub, op.checksum);
+      d.removed++;
+      d.deleted = 1;
+      if (op.type == BS_OP_CLEAR) d.clear_dropped = 1;
+      if ((mrc = mdb_del(txn, c->db->ops, &dk, NULL))) {
+        rc = mdb_err(c, mrc, "compact: delete op");
+        goto out;
+      }
+    } else {
+      unsigned char vb[BS_OP_HEADER_SIZE];
+      MDB_val mk = {16, kb}, mv = {BS_OP_HEADER_SIZE, vb};
+      bare_op(vb, BS_OP_MOVE, op.checksum, target);
+      d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)v.mv_size;
+      d.moved++;
+      if ((mrc = mdb_put(txn, c->db->ops, &mk, &mv, 0))) {
+        rc = mdb_err(c, mrc, "compact: write MOVE");
+        goto out;
+      }
+    }
+    d.changed = 1;
+    /* the tree changed under the cursor: find the op below again by key */
+    op_key(kb, a->bucket, op.op_id - 1);
+    mrc = seek_le(cur, kb, 16, &k, &v);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  a->pos = 0;
+commit:
+  mdb_cursor_close(cur);
+  cur = NULL;
+  if ((rc = state_apply(c, txn, a->bucket, &d, 0, 0))) return rc;
+  stats_merge(c, &d); /* an error after this point (commit) aborts the whole call anyway */
+  return BS_OK;
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+/* ---- Folding the leading run into one CLEAR ------------------------------------------------- */
+
+typedef struct fold_arg {
+  uint64_t bucket, horizon;
+  int more; /* out: the run continued past this transaction's share */
+  int changed;
+  uint64_t compacted_op; /* nonzero: also record the bucket as compacted */
+} fold_arg;
+
+static int fold_step(cctx *c, MDB_txn *txn, void *arg) {
+  fold_arg *a = arg;
+  bdelta d;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  size_t n = 0, i;
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  a->more = 0;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  /* pass 1: the length of the run (this transaction's share of it) */
+  op_key(kb, a->bucket, 0);
+  mrc = seek_ge(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, a->bucket) && n < c->o.max_ops_per_txn) {
+    bs_op op;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
+                   (unsigned long long)a->bucket);
+      goto out;
+    }
+    if (op.op_id > a->horizon || op.type == BS_OP_PUT) break;
+    n++;
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  if (n < 2) goto done;
+  a->more = n == c->o.max_ops_per_txn;
+  /* pass 2: delete the first n-1 ops, write the CLEAR over the n-th */
+  for (i = 0; i < n; i++) {
+    bs_op op;
+    op_key(kb, a->bucket, 0);
+    if ((mrc = seek_ge(cur, kb, 16, &k, &v))) {
+      rc = mdb_err(c, mrc, "compact: fold");
+      goto out;
+    }
+    if (!in_bucket(&k, a->bucket) || bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
+                   (unsigned long long)a->bucket);
+      goto out;
+    }
+    bs_clear_acc_add(&d.clear, &op, v.mv_size);
+    if (i + 1 < n) {
+      if ((mrc = mdb_cursor_del(cur, 0))) {
+        rc = mdb_err(c, mrc, "compact: delete folded op");
+        goto out;
+      }
+    } else {
+      unsigned char vb[BS_OP_HEADER_SIZE];
+      MDB_val mk = {16, kb}, mv = {BS_OP_HEADER_SIZE, vb};
+      op_key(kb, a->bucket, op.op_id);
+      bare_op(vb, BS_OP_CLEAR, d.clear.checksum, d.clear.target_op);
+      if ((mrc = mdb_put(txn, c->db->ops, &mk, &mv, 0))) {
+        rc = mdb_err(c, mrc, "compact: write CLEAR");
+        goto out;
+      }
+    }
+  }
+  d.changed = 1;
+  d.count = -(int64_t)(n - 1);
+  d.bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d.clear.bytes;
+  d.cleared = d.clear.n_folded;
+  a->changed = 1;
+done:
+  mdb_cursor_close(cur);
+  if ((rc = state_apply(c, txn, a->bucket, &d, a->compacted_op && !a->more, a->compacted_op)))
+    return rc;
+  stats_merge(c, &d);
+  return BS_OK;
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+static int fold_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t compacted_op,
+                       int *changed) {
+  fold_arg a = {bucket, horizon, 1, 0, compacted_op};
+  int rc;
+  while (a.more) {
+    if ((rc = RUN(c, fold_step, &a))) return rc;
+    if ((rc = progress(c))) return rc;
+  }
+  if (a.changed) *changed = 1;
+  return BS_OK;
+}
+
+/* ---- Full compaction ------------------------------------------------------------------------ */
+
+static int bytes_of(cctx *c, uint64_t bucket, uint64_t *bytes) {
+  MDB_txn *txn;
+  bstate b;
+  int rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
+  if (rc) return rc;
+  rc = state_load(c, txn, bucket, &b);
+  bs_lmdb_txn_abort(c->db, txn);
+  if (!rc) *bytes = b.s.bytes;
+  return rc;
+}
+
+static int compact_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
+  move_arg m = {bucket, horizon, 0};
+  uint64_t before_moved = c->stats->ops_moved, before = 0;
+  int rc, changed = 0;
+  if ((rc = bytes_of(c, bucket, &before))) return rc;
+  c->stats->bytes_before += before;
+  c->stats->bytes_after += before;
+  bs_seen_clear(&c->seen);
+  while (m.pos) {
+    if ((rc = RUN(c, move_step, &m))) return rc;
+    if ((rc = progress(c))) return rc;
+  }
+  if (c->stats->ops_moved != before_moved) changed = 1;
+  if ((rc = fold_bucket(c, bucket, horizon, horizon, &changed))) return rc;
+  if (changed) c->stats->buckets_compacted++;
+  return BS_OK;
+}
+
+/* Bucket ids of the stream, in name order, a batch at a time (a read snapshot per batch). */
+typedef struct bucket_iter {
+  unsigned char key[4 + BS_MAX_BUCKET_NAME + 1];
+  size_t key_size; /* resume after this key; 4 = from the start */
+  int done;
+} bucket_iter;
+
+#define BUCKET_BATCH 256
+
+/* Collects up to BUCKET_BATCH ids; select (may be NULL) filters on the bucket state. */
+static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, size_t *n) {
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int rc, mrc;
+  *n = 0;
+  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->buckets, &cur))) {
+    bs_lmdb_txn_abort(c->db, txn);
+    return mdb_err(c, mrc, "compact: cursor");
+  }
+  mrc = seek_ge(cur, it->key, it->key_size, &k, &v);
+  if (mrc == 0 && it->key_size > 4 && k.mv_size == it->key_size &&
+      memcmp(k.mv_data, it->key, k.mv_size) == 0)
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    bstate b;
+    uint64_t id;
+    if (k.mv_size < 4 || bs_get_u32be(k.mv_data) != c->stream) break;
+    if (*n == BUCKET_BATCH) goto out;
+    if (v.mv_size != 8 || k.mv_size > sizeof it->key) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad bucket index entry");
+      goto out;
+    }
+    memcpy(it->key, k.mv_data, k.mv_size);
+    it->key_size = k.mv_size;
+    id = get_u64le(v.mv_data);
+    if ((rc = state_load(c, txn, id, &b))) goto out;
+    if (initial ? bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op,
+                                        b.s.compacted_op, c->o.min_bucket_changes, 0.0)
+                : bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op,
+                                        b.s.compacted_op, c->o.min_bucket_changes,
+                                        c->o.min_change_ratio))
+      ids[(*n)++] = id;
+  }
+  if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
+  it->done = 1;
+out:
+  mdb_cursor_close(cur);
+  bs_lmdb_txn_abort(c->db, txn);
+  return rc;
+}
+
+static void bucket_iter_init(bucket_iter *it, uint32_t stream) {
+  bs_put_u32be(it->key, stream);
+  it->key_size = 4;
+  it->done = 0;
+}
+
+static int compact_full(cctx *c, uint64_t horizon) {
+  uint64_t ids[BUCKET_BATCH];
+  size_t n, i;
+  int rc;
+  if (c->o.buckets) {
+    for (i = 0; i < c->o.n_buckets; i++) {
+      MDB_txn *txn;
+      uint64_t id;
+      if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+      rc = bs_lmdb_bucket_id(c->db, txn, c->stream, c->o.buckets[i], &id, c->err);
+      bs_lmdb_txn_abort(c->db, txn);
+      if (rc == BS_ENOTFOUND) continue; /* an unknown bucket has nothing to compact */
+      if (rc) return rc;
+      if ((rc = compact_bucket(c, id, horizon))) return rc;
+    }
+    return BS_OK;
+  }
+  bucket_iter it;
+  bucket_iter_init(&it, c->stream);
+  while (!it.done) {
+    if ((rc = bucket_batch(c, &it, 0, ids, &n))) return rc;
+    for (i = 0; i < n; i++)
+      if ((rc = compact_bucket(c, ids[i], horizon))) return rc;
+  }
+  return BS_OK;
+}
+
+/* ---- Incremental compaction ----------------------------------------------------------------- */
+
+/* The newest checkpoint at least min_age_ms old, from the `changes` records (flag 1). */
+static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out) {
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[20];
+  int64_t limit = now_ms() - c->o.min_age_ms;
+  int rc, mrc;
+  *out = 0;
+  if (c->o.min_age_ms == 0) {
+    *out = rec->checkpoint;
+    return BS_OK;
+  }
+  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->changes, &cur))) {
+    bs_lmdb_txn_abort(c->db, txn);
+    return mdb_err(c, mrc, "compact: cursor");
+  }
+  bs_put_u32be(kb, c->stream);
+  memset(kb + 4, 0xff, 16);
+  for (mrc = seek_le(cur, kb, 20, &k, &v); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+    const unsigned char *p = v.mv_data;
+    if (k.mv_size != 20 || bs_get_u32be(k.mv_data) != c->stream) break;
+    if (v.mv_size < 17) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: short change record");
+      break;
+    }
+    if ((p[16] & 1) && (int64_t)get_u64le(p + 8) <= limit) {
+      *out = bs_get_u64be((const unsigned char *)k.mv_data + 4);
+      break;
+    }
+  }
+  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: change records");
+  mdb_cursor_close(cur);
+  bs_lmdb_txn_abort(c->db, txn);
+  return rc;
+}
+
+typedef struct inc_arg {
+  uint64_t bucket, horizon;
+  uint64_t after;   /* next `superseded` old op id to look at */
+  uint64_t budget; /* ops left (UINT64_MAX = unbounded) */
+  int done, consumed;
+} inc_arg;
+
+static int inc_step(cctx *c, MDB_txn *txn, void *arg) {
+  inc_arg *a = arg;
+  bdelta d;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  size_t n = 0;
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  a->done = 0;
+  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
+    return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, a->bucket, a->after);
+  mrc = seek_ge(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, a->bucket)) {
+    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8), nw;
+    if (v.mv_size != 8) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                   (unsigned long long)a->bucket);
+      goto out;
+    }
+    nw = get_u64le(v.mv_data);
+    if (n == c->o.max_ops_per_txn || a->budget == 0) {
+      a->after = old;
+      goto commit;
+    }
+    n++;
+    if (nw > a->horizon) { /* not yet at the horizon: a later pass takes it */
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
+    if (a->budget != UINT64_MAX) a->budget--;
+    {
+      unsigned char ok[16];
+      MDB_val opk = {16, ok}, opv;
+      bs_op op;
+      op_key(ok, a->bucket, old);
+      mrc = mdb_get(txn, c->db->ops, &opk, &opv);
+      if (mrc && mrc != MDB_NOTFOUND) {
+        rc = mdb_err(c, mrc, "compact: read op");
+        goto out;
+      }
+      /* gone (folded into a CLEAR) or already a MOVE: the entry is simply consumed */
+      if (mrc == 0) {
+        if (bs_lmdb_op_decode(&opk, &opv, &op)) {
+          rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
+                       (unsigned long long)a->bucket);
+          goto out;
+        }
+        if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old) {
+          unsigned char vb[BS_OP_HEADER_SIZE];
+          MDB_val mv = {BS_OP_HEADER_SIZE, vb};
+          /* target = the op that replaced it: a reader at C >= target reads that op too,
+           * and if it was replaced in turn, its own MOVE reports the next target */
+          bare_op(vb, BS_OP_MOVE, op.checksum, nw);
+          d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)opv.mv_size;
+          d.moved++;
+          d.changed = 1;
+          if ((mrc = mdb_put(txn, c->db->ops, &opk, &mv, 0))) {
+            rc = mdb_err(c, mrc, "compact: write MOVE");
+            goto out;
+          }
+        }
+      }
+    }
+    a->consumed = 1;
+    if ((mrc = mdb_cursor_del(cur, 0))) {
+      rc = mdb_err(c, mrc, "compact: delete superseded entry");
+      goto out;
+    }
+    op_key(kb, a->bucket, old + 1);
+    mrc = seek_ge(cur, kb, 16, &k, &v);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: superseded entries");
+    goto out;
+  }
+  a->done = 1;
+  if ((rc = dequeue_if_empty(c, txn, cur, a->bucket))) goto out;
+commit:
+  mdb_cursor_close(cur);
+  if ((rc = state_apply(c, txn, a->bucket, &d, 0, 0))) return rc;
+  stats_merge(c, &d);
+  return BS_OK;
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+/* Up to BUCKET_BATCH queued bucket ids after *after (exclusive; 0 = from the start). */
+static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, size_t *n) {
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[12];
+  int rc, mrc;
+  *n = 0;
+  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->cqueue, &cur))) {
+    bs_lmdb_txn_abort(c->db, txn);
+    return mdb_err(c, mrc, "compact: cursor");
+  }
+  bs_put_u32be(kb, c->stream);
+  bs_put_u64be(kb + 4, *after);
+  for (mrc = seek_ge(cur, kb, 12, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t id;
+    if (k.mv_size != 12 || bs_get_u32be(k.mv_data) != c->stream) break;
+    id = bs_get_u64be((const unsigned char *)k.mv_data + 4);
+    if (*started && id <= *after) continue;
+    ids[(*n)++] = id;
+    *after = id;
+    *started = 1;
+  }
+  if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
+  mdb_cursor_close(cur);
+  bs_lmdb_txn_abort(c->db, txn);
+  return rc;
+}
+
+static int compact_incremental(cctx *c, uint64_t horizon) {
+  uint64_t ids[BUCKET_BATCH], after = 0;
+  uint64_t budget = c->o.op_budget ? c->o.op_budget : UINT64_MAX;
+  size_t n, i;
+  int rc, started = 0;
+  do {
+    if ((rc = queue_batch(c, &after, &started, ids, &n))) return rc;
+    for (i = 0; i < n && budget; i++) {
+      inc_arg a = {ids[i], horizon, 0, budget, 0, 0};
+      uint64_t moved = c->stats->ops_moved, before = 0;
+      int changed = 0;
+      if ((rc = bytes_of(c, ids[i], &before)) == BS_ENOTFOUND) continue;
+      if (rc) return rc;
+      c->stats->bytes_before += before;
+      c->stats->bytes_after += before;
+      while (!a.done && a.budget) {
+        rc = RUN(c, inc_step, &a);
+        budget = a.budget;
+        if (rc || (rc = progress(c))) return rc;
+      }
+      if (c->stats->ops_moved != moved) changed = 1;
+      if (a.consumed && (rc = fold_bucket(c, ids[i], horizon, 0, &changed))) return rc;
+      if (changed) c->stats->buckets_compacted++;
+    }
+  } while (n == BUCKET_BATCH && budget);
+  return BS_OK;
+}
+
+/* ---- Parameter compaction ------------------------------------------------------------------- */
+
+#define PARAM_KEY_MAX 511u
+
+typedef struct param_arg {
+  uint64_t horizon;
+  unsigned char resume[PARAM_KEY_MAX + 8];
+  size_t resume_size;
+  int done;
+} param_arg;
+_Static_assert(sizeof(param_arg) <= ARG_MAX, "run_write saves step arguments in ARG_MAX");
+
+static int rid_seen(const cctx *a, const unsigned char *rid, size_t n) {
+  size_t off = 0;
+  while (off < a->rids_size) {
+    size_t len = (size_t)a->rids[off] | (size_t)a->rids[off + 1] << 8;
+    if (len == n && memcmp(a->rids + off + 2, rid, n) == 0) return 1;
+    off += 2 + len;
+  }
+  return 0;
+}
+
+static int rid_add(cctx *a, const unsigned char *rid, size_t n) {
+  if (a->rids_cap - a->rids_size < n + 2) {
+    size_t ncap = (a->rids_cap ? a->rids_cap * 2 : 1024) + n + 2;
+    unsigned char *p = bs_realloc(&a->db->base.alloc, a->rids, ncap);
+    if (!p) return bs_fail(a->err, BS_ENOMEM, "compact: parameter group");
+    a->rids = p;
+    a->rids_cap = ncap;
+  }
+  a->rids[a->rids_size] = (unsigned char)n;
+  a->rids[a->rids_size + 1] = (unsigned char)(n >> 8);
+  memcpy(a->rids + a->rids_size + 2, rid, n);
+  a->rids_size += 2 + n;
+  return BS_OK;
+}
+
+/* Walks the stream's entries downwards from the resume key, one (lookup, table, row hash)
+ * group at a time: per replica id the newest entry at or below the horizon is kept (dropped
+ * too if a tombstone), older ones are deleted. Stops at a group boundary. */
+static int param_step(cctx *c, MDB_txn *txn, void *arg) {
+  param_arg *a = arg;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char group[PARAM_KEY_MAX], cur_key[PARAM_KEY_MAX];
+  size_t group_size = 0, visited = 0;
+  uint64_t removed = 0;
+  int mrc, rc = BS_OK;
+  if ((mrc = mdb_cursor_open(txn, c->db->params, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  c->rids_size = 0;
+  mrc = seek_le(cur, a->resume, a->resume_size, &k, &v);
+  while (mrc == 0) {
+    const unsigned char *val = v.mv_data;
+    size_t gsize, rid_len;
+    uint64_t op;
+    int del = 0;
+    if (k.mv_size < 4 + 2 + 4 + 8 + 8 || k.mv_size > PARAM_KEY_MAX ||
+        bs_get_u32be(k.mv_data) != c->stream)
+      break;
+    gsize = k.mv_size - 8;
+    if (gsize != group_size || memcmp(group, k.mv_data, gsize) != 0) {
+      if (visited >= c->o.max_ops_per_txn) {
+        /* resume at this group: its key prefix followed by the largest op id */
+        memcpy(a->resume, k.mv_data, gsize);
+        memset(a->resume + gsize, 0xff, 8);
+        a->resume_size = gsize + 8;
+        goto commit;
+      }
+      memcpy(group, k.mv_data, gsize);
+      group_size = gsize;
+      c->rids_size = 0;
+    }
+    visited++;
+    op = bs_get_u64be((const unsigned char *)k.mv_data + gsize);
+    if (v.mv_size < 2 || (rid_len = (size_t)val[0] | (size_t)val[1] << 8) + 6 > v.mv_size) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: parameter entry does not decode");
+      goto out;
+    }
+    if (op <= a->horizon) {
+      const unsigned char *np = val + 2 + rid_len;
+      uint32_t n_sets = (uint32_t)np[0] | (uint32_t)np[1] << 8 | (uint32_t)np[2] << 16 |
+                        (uint32_t)np[3] << 24;
+      if (rid_seen(c, val + 2, rid_len)) {
+        del = 1; /* an older entry of a row whose newest at the horizon is known */
+      } else {
+        if ((rc = rid_add(c, val + 2, rid_len))) goto out;
+        del = n_sets == 0; /* the newest is a tombstone: nothing left to serve */
+      }
+    }
+    if (del) {
+      size_t ks = k.mv_size;
+      memcpy(cur_key, k.mv_data, ks);
+      if ((mrc = mdb_cursor_del(cur, 0))) {
+        rc = mdb_err(c, mrc, "compact: delete parameter entry");
+        goto out;
+      }
+      removed++;
+      /* the greatest key below the deleted one */
+      {
+        MDB_val want = {ks, cur_key};
+        k = want;
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST)
+                                  : mrc ? mrc : mdb_cursor_get(cur, &k, &v, MDB_PREV);
+      }
+      continue;
+    }
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: parameter entries");
+    goto out;
+  }
+  a->done = 1;
+commit:
+  mdb_cursor_close(cur);
+  c->stats->parameter_entries_removed += removed; /* on failure the whole call fails */
+  return BS_OK;
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
+  param_arg a;
+  rec_raise r = {0, horizon, horizon, horizon};
+  int rc = BS_OK;
+  if (horizon == 0) return BS_OK;
+  memset(&a, 0, sizeof a);
+  a.horizon = horizon;
+  /* everything at or below the cursor was reduced by an earlier pass at that horizon; with no
+   * newer horizon there is nothing to do */
+  if (horizon > cursor) {
+    bs_put_u32be(a.resume, c->stream + 1u);
+    a.resume_size = 4;
+    if (c->stream == UINT32_MAX) {
+      memset(a.resume, 0xff, sizeof a.resume);
+      a.resume_size = sizeof a.resume;
+    }
+    while (!a.done && !rc) {
+      rc = RUN(c, param_step, &a);
+      if (!rc) rc = progress(c);
+    }
+    if (rc) return rc;
+  }
+  return RUN(c, rec_raise_step, &r);
+}
+
+/* ---- Entry points --------------------------------------------------------------------------- */
+
 int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
                     bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "compaction not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  bs_compact_stats local;
+  bs_stream_rec rec;
+  cctx c;
+  uint64_t horizon;
+  int rc;
+  memset(&c, 0, sizeof c);
+  if (!stats) stats = &local;
+  memset(stats, 0, sizeof *stats);
+  if ((rc = bs_compact_options_resolve(&c.o, opts, err))) return rc;
+  if (ls->db->base.flags & BS_OPEN_RDONLY)
+    return bs_fail(err, BS_ESTATE, "compact: the database is open read-only");
+  c.db = ls->db;
+  c.stream = st->stream_id;
+  c.stats = stats;
+  c.err = err;
+  if (c.o.delete_checkpoint_requests_before_ms > 0) {
+    uint64_t deleted = 0;
+    rc = bs_lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
+                                                   &deleted, err);
+    if (rc) return rc;
+    stats->checkpoint_requests_deleted = deleted;
+  }
+  if ((rc = read_rec(&c, &rec))) return rc;
+  if (c.o.incremental_only) {
+    if ((rc = incremental_horizon(&c, &rec, &horizon))) return rc;
+    if (c.o.max_op_id && c.o.max_op_id < horizon) horizon = c.o.max_op_id;
+  } else {
+    horizon = c.o.max_op_id ? c.o.max_op_id : rec.checkpoint;
+  }
+  /* nothing above the last persisted op exists yet; a writer may be about to allocate it */
+  if (horizon > rec.op_head) horizon = rec.op_head;
+  if (horizon == 0) return BS_OK;
+  bs_seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
+  {
+    /* raised before any op changes, so whoever sees a change also sees the horizon */
+    rec_raise r = {horizon, 0, 0, 0};
+    rc = RUN(&c, rec_raise_step, &r);
+  }
+  if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon)
+                                     : compact_full(&c, horizon);
+  if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
+  bs_seen_free(&c.seen);
+  bs_free(&c.db->base.alloc, c.rids);
+  return rc;
 }
+
+/* ---- Initial-replication compaction -------------------------------------------------------- */
+
+typedef struct remove_arg {
+  uint64_t bucket, pos;
+} remove_arg;
+
+/* Second pass: a REMOVE that is its row's only op left (the row was tracked, so every earlier
+ * op of it was deleted by the first pass) says nothing to anyone: delete it. */
+static int remove_step(cctx *c, MDB_txn *txn, void *arg) {
+  remove_arg *a = arg;
+  bdelta d;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  size_t visited = 0;
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  if ((rc = still_initial(c, txn))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, a->bucket, a->pos);
+  mrc = seek_le(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, a->bucket)) {
+    bs_op op;
+    uint64_t latest;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
+                   (unsigned long long)a->bucket);
+      goto out;
+    }
+    if (visited++ == c->o.max_ops_per_txn) {
+      a->pos = op.op_id;
+      goto commit;
+    }
+    if (op.type == BS_OP_REMOVE && bs_seen_find(&c->seen, &op, &latest) && latest == op.op_id) {
+      d.count--;
+      d.bytes -= (int64_t)v.mv_size;
+      d.checksum_sub = bs_cksum_add(d.checksum_sub, op.checksum);
+      d.removed++;
+      d.changed = 1;
+      d.deleted = 1;
+      if ((mrc = mdb_cursor_del(cur, 0))) {
+        rc = mdb_err(c, mrc, "compact: delete op");
+        goto out;
+      }
+      op_key(kb, a->bucket, op.op_id - 1);
+      mrc = seek_le(cur, kb, 16, &k, &v);
+      continue;
+    }
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  a->pos = 0;
+commit:
+  mdb_cursor_close(cur);
+  if ((rc = state_apply(c, txn, a->bucket, &d, 0, 0))) return rc;
+  stats_merge(c, &d);
+  return BS_OK;
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+typedef struct forget_arg {
+  uint64_t bucket, horizon, after, compacted_op;
+  int done;
+} forget_arg;
+
+/* Drops the bucket's `superseded` entries whose new op is at or below the horizon (their old
+ * ops are gone), dequeues the bucket if none remain, and records it as compacted. */
+static int forget_step(cctx *c, MDB_txn *txn, void *arg) {
+  forget_arg *a = arg;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  size_t n = 0;
+  bdelta d;
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
+    return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, a->bucket, a->after);
+  mrc = seek_ge(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, a->bucket)) {
+    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8);
+    if (n++ == c->o.max_ops_per_txn) {
+      a->after = old;
+      mdb_cursor_close(cur);
+      return BS_OK;
+    }
+    if (v.mv_size == 8 && get_u64le(v.mv_data) > a->horizon) {
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
+    if ((mrc = mdb_cursor_del(cur, 0))) break;
+    op_key(kb, a->bucket, old + 1);
+    mrc = seek_ge(cur, kb, 16, &k, &v);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    mdb_cursor_close(cur);
+    return mdb_err(c, mrc, "compact: superseded entries");
+  }
+  rc = dequeue_if_empty(c, txn, cur, a->bucket);
+  mdb_cursor_close(cur);
+  if (rc) return rc;
+  a->done = 1;
+  rc = state_apply(c, txn, a->bucket, &d, 1, a->compacted_op);
+  return rc;
+}
+
+static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
+  move_arg m = {bucket, horizon, 1};
+  remove_arg r = {bucket, horizon};
+  forget_arg f = {bucket, horizon, 0, horizon, 0};
+  int rc;
+  bs_seen_clear(&c->seen);
+  while (m.pos)
+    if ((rc = RUN(c, move_step, &m))) return rc;
+  while (r.pos)
+    if ((rc = RUN(c, remove_step, &r))) return rc;
+  while (!f.done)
+    if ((rc = RUN(c, forget_step, &f))) return rc;
+  return BS_OK;
+}
+
 int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
                                         bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "initial-replication compaction not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  bs_compact_stats stats;
+  bs_stream_rec rec;
+  uint64_t ids[BUCKET_BATCH], horizon, processed = 0;
+  bucket_iter it;
+  size_t n, i;
+  cctx c;
+  int rc;
+  memset(&c, 0, sizeof c);
+  memset(&stats, 0, sizeof stats);
+  if (buckets_out) *buckets_out = 0;
+  if ((rc = bs_compact_options_resolve(&c.o, NULL, err))) return rc;
+  c.o.min_bucket_changes = min_bucket_changes ? min_bucket_changes : 1;
+  if (ls->db->base.flags & BS_OPEN_RDONLY)
+    return bs_fail(err, BS_ESTATE, "compact_initial_replication: the database is read-only");
+  c.db = ls->db;
+  c.stream = st->stream_id;
+  c.stats = &stats;
+  c.err = err;
+  if (max_op_id >= (1ull << 63)) return bs_fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
+  if ((rc = read_rec(&c, &rec))) return rc;
+  if (rec.checkpoint)
+    return bs_fail(err, BS_ESTATE, "stream %u has a checkpoint (%llu): initial-replication "
+                   "compaction only runs before the first one", c.stream,
+                   (unsigned long long)rec.checkpoint);
+  horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
+  if (horizon == 0) return BS_OK;
+  bs_seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
+  bucket_iter_init(&it, c.stream);
+  while (!it.done && !rc) {
+    if ((rc = bucket_batch(&c, &it, 1, ids, &n))) break;
+    for (i = 0; i < n && !rc; i++) {
+      rc = initial_bucket(&c, ids[i], horizon);
+      if (!rc) processed++;
+    }
+  }
+  bs_seen_free(&c.seen);
+  if (buckets_out) *buckets_out = processed;
+  return rc;
 }

@@ -1,7 +1,303 @@
-/* TEMPORARY placeholder (owner: parameter helper); replaced by the real module. */
+/*
+ * lmdb_params.c: the parameter-lookup index of the LMDB backend (SPEC.md 4.1 step 3, 5.4). The
+ * writer (lmdb.c) appends one entry per (lookup, source row) per save, and a tombstone (no rows)
+ * when a row stops producing a lookup; this file owns the key/value codec of `params` and the
+ * read side. A read is one range scan per requested lookup key: the entries of one lookup are
+ * grouped by (table id, hash of the replica id) and ordered by op id inside a group, so the
+ * latest entry at or below the checkpoint of each source row is found without an index scan.
+ */
 #include "internal.h"
+
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* ---- Codec --------------------------------------------------------------------------------- */
+
+static inline void put_u16le(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+}
+static inline void put_u32le(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+  p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+static inline uint32_t get_u16le(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+static inline uint32_t get_u32le(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* stream | klen | key: what every entry of one lookup key starts with. */
+static size_t param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {
+  bs_put_u32be(out, stream);
+  out[4] = (unsigned char)(lookup.size >> 8);
+  out[5] = (unsigned char)lookup.size;
+  if (lookup.size) memcpy(out + 6, lookup.data, lookup.size);
+  return 6 + lookup.size;
+}
+
+size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                         bs_val replica_id, uint64_t op_id) {
+  size_t n = param_prefix(out, stream, lookup);
+  uint64_t h = XXH3_64bits(replica_id.size ? replica_id.data : "", replica_id.size);
+  bs_put_u32be(out + n, table_id);
+  bs_put_u64be(out + n + 4, h);
+  bs_put_u64be(out + n + 12, op_id);
+  return n + BS_PARAM_GROUP_SIZE + 8;
+}
+
+size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n) {
+  size_t size = 2 + replica_id.size + 4;
+  for (size_t i = 0; i < n; i++) size += 4 + rows[i].size;
+  return size;
+}
+
+void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
+  put_u16le(out, (uint32_t)replica_id.size);
+  out += 2;
+  if (replica_id.size) memcpy(out, replica_id.data, replica_id.size);
+  out += replica_id.size;
+  put_u32le(out, (uint32_t)n);
+  out += 4;
+  for (size_t i = 0; i < n; i++) {
+    put_u32le(out, (uint32_t)rows[i].size);
+    if (rows[i].size) memcpy(out + 4, rows[i].data, rows[i].size);
+    out += 4 + rows[i].size;
+  }
+}
+
+int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                               const unsigned char **rows_out) {
+  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *rows;
+  size_t rid;
+  uint32_t n;
+  if (v->mv_size < 6) return BS_ECORRUPT;
+  rid = get_u16le(p);
+  if (rid > BS_MAX_REPLICA_ID || (size_t)(end - p) < 6 + rid) return BS_ECORRUPT;
+  replica_id->data = rid ? p + 2 : NULL;
+  replica_id->size = rid;
+  n = get_u32le(p + 2 + rid);
+  rows = p + 6 + rid;
+  /* every row length must fit, and the rows must end exactly at the value's end */
+  p = rows;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len;
+    if ((size_t)(end - p) < 4) return BS_ECORRUPT;
+    len = get_u32le(p);
+    if ((size_t)(end - p) - 4 < len) return BS_ECORRUPT;
+    p += 4 + len;
+  }
+  if (p != end) return BS_ECORRUPT;
+  *n_rows = n;
+  if (rows_out) *rows_out = rows;
+  return BS_OK;
+}
+
+/* ---- Reading ------------------------------------------------------------------------------- */
+
+/* The latest entry at or below the checkpoint of one source row of the current group. A group
+ * normally holds one row; a hash collision interleaves two (or more) rows' entries. */
+typedef struct param_best {
+  bs_val rid;
+  MDB_val val;
+} param_best;
+
+typedef struct param_scan {
+  const bs_allocator *a;
+  uint64_t checkpoint;
+  size_t limit;
+  bs_val *rows; /* borrowed from the map: valid while the read transaction lives */
+  size_t n_rows, cap_rows;
+  param_best *best;
+  size_t n_best, cap_best;
+} param_scan;
+
+static int scan_push_row(param_scan *s, const unsigned char *data, size_t size, bs_error *err) {
+  if (s->n_rows >= s->limit)
+    return bs_fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", s->limit);
+  if (s->n_rows == s->cap_rows) {
+    size_t cap = s->cap_rows ? s->cap_rows * 2 : 16;
+    bs_val *p;
+    if (cap > s->limit) cap = s->limit;
+    p = (bs_val *)bs_realloc(s->a, s->rows, cap * sizeof *p);
+    if (!p) return bs_fail(err, BS_ENOMEM, "parameter sets: out of memory");
+    s->rows = p;
+    s->cap_rows = cap;
+  }
+  s->rows[s->n_rows].data = size ? data : NULL;
+  s->rows[s->n_rows].size = size;
+  s->n_rows++;
+  return BS_OK;
+}
+
+/* Emits the rows of every live (non-tombstone) source row of the finished group. */
+static int scan_flush_group(param_scan *s, bs_error *err) {
+  for (size_t i = 0; i < s->n_best; i++) {
+    bs_val rid;
+    uint32_t n;
+    const unsigned char *p;
+    int rc = bs_lmdb_param_value_decode(&s->best[i].val, &rid, &n, &p);
+    if (rc) return bs_fail(err, rc, "parameter index: entry does not decode");
+    for (uint32_t j = 0; j < n; j++) {
+      uint32_t len = get_u32le(p);
+      if ((rc = scan_push_row(s, p + 4, len, err))) return rc;
+      p += 4 + len;
+    }
+  }
+  s->n_best = 0;
+  return BS_OK;
+}
+
+/* Records val as the latest entry (so far) of its source row within the group. */
+static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
+  bs_val rid;
+  uint32_t n;
+  size_t i;
+  if (bs_lmdb_param_value_decode(val, &rid, &n, NULL))
+    return bs_fail(err, BS_ECORRUPT, "parameter index: entry does not decode");
+  for (i = 0; i < s->n_best && !bs_val_eq(s->best[i].rid, rid); i++) {}
+  if (i == s->n_best) {
+    if (s->n_best == s->cap_best) {
+      size_t cap = s->cap_best ? s->cap_best * 2 : 4;
+      param_best *p = (param_best *)bs_realloc(s->a, s->best, cap * sizeof *p);
+      if (!p) return bs_fail(err, BS_ENOMEM, "parameter sets: out of memory");
+      s->best = p;
+      s->cap_best = cap;
+    }
+    s->best[s->n_best++].rid = rid;
+  }
+  s->best[i].val = *val;
+  return BS_OK;
+}
+
+/* Range scan over the entries of one lookup key. */
+static int scan_lookup(param_scan *s, MDB_cursor *cur, uint32_t stream, bs_val lookup,
+                       bs_error *err) {
+  unsigned char seek[BS_PARAM_KEY_MAX], group[BS_PARAM_GROUP_SIZE];
+  size_t plen = param_prefix(seek, stream, lookup), klen = plen + BS_PARAM_GROUP_SIZE + 8;
+  int have_group = 0, rc;
+  MDB_val k = {plen, seek}, v;
+  MDB_cursor_op op = MDB_SET_RANGE;
+
+  s->n_best = 0;
+  for (;;) {
+    const unsigned char *kp;
+    rc = mdb_cursor_get(cur, &k, &v, op);
+    op = MDB_NEXT;
+    if (rc == MDB_NOTFOUND) break;
+    if (rc) return bs_fail_mdb(err, rc, "parameter sets: cursor");
+    kp = (const unsigned char *)k.mv_data;
+    if (k.mv_size < plen || memcmp(kp, seek, plen) != 0) break;
+    if (k.mv_size != klen)
+      return bs_fail(err, BS_ECORRUPT, "parameter index: key of %zu bytes", k.mv_size);
+    if (!have_group || memcmp(kp + plen, group, BS_PARAM_GROUP_SIZE) != 0) {
+      if ((rc = scan_flush_group(s, err))) return rc;
+      memcpy(group, kp + plen, BS_PARAM_GROUP_SIZE);
+      have_group = 1;
+    }
+    if (bs_get_u64be(kp + plen + BS_PARAM_GROUP_SIZE) <= s->checkpoint) {
+      if ((rc = scan_take(s, &v, err))) return rc;
+      continue;
+    }
+    /* Entries of a group are in op id order: the rest of this group is above the checkpoint.
+     * Jump past it (op ids are < 2^63, so no key equals the all-ones seek key). */
+    memcpy(seek + plen, group, BS_PARAM_GROUP_SIZE);
+    memset(seek + plen + BS_PARAM_GROUP_SIZE, 0xff, 8);
+    k.mv_size = klen;
+    k.mv_data = seek;
+    op = MDB_SET_RANGE;
+  }
+  return scan_flush_group(s, err);
+}
+
+typedef struct lookup_ref {
+  bs_val key;
+  size_t index;
+} lookup_ref;
+
+static int lookup_ref_cmp(const void *a, const void *b) {
+  const lookup_ref *x = (const lookup_ref *)a, *y = (const lookup_ref *)b;
+  int c = bs_val_cmp(x->key, y->key);
+  if (c) return c;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Marks in skip[] every lookup that repeats an earlier one: a key asked twice is served once
+ * (sorting keeps this O(n log n) for long lists). */
+static int mark_duplicates(const bs_allocator *a, const bs_val *lookups, size_t n,
+                           unsigned char **skip_out, bs_error *err) {
+  unsigned char *skip;
+  lookup_ref *refs;
+  *skip_out = NULL;
+  if (n < 2) return BS_OK;
+  skip = (unsigned char *)bs_calloc(a, n, 1);
+  refs = (lookup_ref *)bs_malloc(a, n * sizeof *refs);
+  if (!skip || !refs) {
+    bs_free(a, skip);
+    bs_free(a, refs);
+    return bs_fail(err, BS_ENOMEM, "parameter sets: out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    refs[i].key = lookups[i];
+    refs[i].index = i;
+  }
+  qsort(refs, n, sizeof *refs, lookup_ref_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (bs_val_eq(refs[i].key, refs[i - 1].key)) skip[refs[i].index] = 1;
+  bs_free(a, refs);
+  *skip_out = skip;
+  return BS_OK;
+}
+
 int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                            size_t limit, int (*fn)(const bs_val *, void *), void *payload,
                            bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "parameter sets not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  bs_lmdb_db *db = ls->db;
+  param_scan s;
+  bs_stream_rec rec;
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL;
+  unsigned char *skip = NULL;
+  int rc;
+
+  memset(&s, 0, sizeof s);
+  s.a = &db->base.alloc;
+  s.checkpoint = checkpoint;
+  s.limit = limit ? limit : 1000;
+  for (size_t i = 0; i < n; i++)
+    if (lookups[i].size > BS_MAX_LOOKUP_KEY)
+      return bs_fail(err, BS_ETOOBIG, "lookups[%zu]: key of %zu bytes (limit %u)", i,
+                     lookups[i].size, BS_MAX_LOOKUP_KEY);
+  if ((rc = mark_duplicates(s.a, lookups, n, &skip, err))) return rc;
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) goto fail;
+  if ((rc = bs_stream_rec_get(db, txn, st->stream_id, &rec, err))) goto fail;
+  if (checkpoint < rec.param_horizon) {
+    rc = bs_fail(err, BS_ESTALE,
+                 "checkpoint %llu is below the parameter-compaction horizon %llu; read a newer "
+                 "checkpoint", (unsigned long long)checkpoint,
+                 (unsigned long long)rec.param_horizon);
+    goto fail;
+  }
+  if ((rc = mdb_cursor_open(txn, db->params, &cur))) {
+    rc = bs_fail_mdb(err, rc, "parameter sets: cursor");
+    goto fail;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!(skip && skip[i]) && (rc = scan_lookup(&s, cur, st->stream_id, lookups[i], err)))
+      goto fail;
+  /* Rows are handed out only once the limit is known to hold, so a BS_ELIMIT call has not
+   * called fn at all. They point into the map: the transaction stays open until the end. */
+  for (size_t i = 0; i < s.n_rows; i++)
+    if ((rc = fn(&s.rows[i], payload))) goto fail;
+  rc = BS_OK;
+fail:
+  if (cur) mdb_cursor_close(cur);
+  bs_lmdb_txn_abort(db, txn);
+  bs_free(s.a, s.rows);
+  bs_free(s.a, s.best);
+  bs_free(s.a, skip);
+  return rc;
 }

@@ -1,27 +1,556 @@
-/* TEMPORARY placeholder (owner: write-checkpoint helper); replaced by the real module. */
+/*
+ * lmdb_wcp.c: write checkpoints of the LMDB backend (SPEC.md section 7).
+ *
+ * Managed records are database-wide, one per full user id, in the `wcp` sub-database:
+ *   'M' | user id      -> u64 id | u8 flags (1 = has requested_at, 2 = processed)
+ *                         | i64 requested_at ms | u8 len, processed-at lsn
+ *                         | u16 n heads, n x (u16 len, connection | u8 len, lsn)   (little-endian)
+ *   'P' | user id      -> (empty) present iff the 'M' record is not processed yet: the commit's
+ *                         marking pass walks only these, never every record.
+ * Custom records (one per stream, event and user; overwritten by each flush):
+ *   'C' | u32be stream | u16be event len | event | user id -> u64 value
+ */
 #include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define WCP_HAS_REQUESTED 1u
+#define WCP_PROCESSED 2u
+#define WCP_KEY_MAX 511u
+
+/* A decoded managed record. heads point into the value it was decoded from (or the request). */
+typedef struct wcp_rec {
+  uint64_t id;
+  unsigned flags;
+  int64_t requested_at;
+  bs_val processed_lsn;
+  const unsigned char *heads; /* encoded heads (decoded record) */
+  size_t heads_size;
+  uint32_t n_heads;
+} wcp_rec;
+
+static void put_le(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t get_le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- Records ------------------------------------------------------------------------------- */
+
+/* Checks the encoded heads and counts them. */
+static int heads_check(const unsigned char *p, size_t size, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    size_t c, l;
+    if (size < 2) return BS_ECORRUPT;
+    c = (size_t)get_le(p, 2);
+    if (size < 2 + c + 1) return BS_ECORRUPT;
+    l = p[2 + c];
+    if (size < 3 + c + l) return BS_ECORRUPT;
+    p += 3 + c + l;
+    size -= 3 + c + l;
+  }
+  return size == 0 ? BS_OK : BS_ECORRUPT;
+}
+
+static int rec_decode(const MDB_val *v, wcp_rec *r) {
+  const unsigned char *p = (const unsigned char *)v->mv_data;
+  size_t size = v->mv_size, l;
+  if (size < 18) return BS_ECORRUPT;
+  r->id = get_le(p, 8);
+  r->flags = p[8];
+  r->requested_at = (int64_t)get_le(p + 9, 8);
+  l = p[17];
+  if (size < 18 + l + 2) return BS_ECORRUPT;
+  r->processed_lsn.data = l ? p + 18 : NULL;
+  r->processed_lsn.size = l;
+  r->n_heads = (uint32_t)get_le(p + 18 + l, 2);
+  r->heads = p + 20 + l;
+  r->heads_size = size - 20 - l;
+  return heads_check(r->heads, r->heads_size, r->n_heads);
+}
+
+/* Iterates encoded heads: fills conn/lsn from *p and advances it. Input already checked. */
+static void heads_next(const unsigned char **p, bs_val *conn, bs_val *lsn) {
+  const unsigned char *q = *p;
+  conn->size = (size_t)get_le(q, 2);
+  conn->data = q + 2;
+  lsn->size = q[2 + conn->size];
+  lsn->data = q + 3 + conn->size;
+  *p = q + 3 + conn->size + lsn->size;
+}
+
+static size_t heads_encoded_size(const bs_head *heads, size_t n) {
+  size_t size = 0;
+  for (size_t i = 0; i < n; i++) size += 3 + heads[i].connection.size + heads[i].lsn.size;
+  return size;
+}
+
+static void heads_encode(unsigned char *p, const bs_head *heads, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    put_le(p, heads[i].connection.size, 2);
+    bs_val c = heads[i].connection;
+    if (c.size) memcpy(p + 2, c.data, c.size);
+    p += 2 + heads[i].connection.size;
+    *p++ = (unsigned char)heads[i].lsn.size;
+    if (heads[i].lsn.size) memcpy(p, heads[i].lsn.data, heads[i].lsn.size);
+    p += heads[i].lsn.size;
+  }
+}
+
+/* Writes record r under key; new_heads (if not NULL) replace r's encoded heads. */
+static int rec_put(bs_lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r,
+                   const bs_head *new_heads, size_t n_new, bs_error *err) {
+  size_t hsize = new_heads ? heads_encoded_size(new_heads, n_new) : r->heads_size;
+  size_t size = 20 + r->processed_lsn.size + hsize;
+  unsigned char stack[1024], *buf = stack;
+  MDB_val v;
+  int rc;
+  if (size > sizeof stack && !(buf = (unsigned char *)bs_malloc(&db->base.alloc, size)))
+    return bs_fail(err, BS_ENOMEM, "write checkpoint: out of memory");
+  put_le(buf, r->id, 8);
+  buf[8] = (unsigned char)r->flags;
+  put_le(buf + 9, (uint64_t)r->requested_at, 8);
+  buf[17] = (unsigned char)r->processed_lsn.size;
+  if (r->processed_lsn.size) memcpy(buf + 18, r->processed_lsn.data, r->processed_lsn.size);
+  put_le(buf + 18 + r->processed_lsn.size, new_heads ? n_new : r->n_heads, 2);
+  if (new_heads) heads_encode(buf + 20 + r->processed_lsn.size, new_heads, n_new);
+  else if (hsize) memcpy(buf + 20 + r->processed_lsn.size, r->heads, hsize);
+  v.mv_size = size;
+  v.mv_data = buf;
+  rc = mdb_put(txn, db->wcp, key, &v, 0);
+  if (buf != stack) bs_free(&db->base.alloc, buf);
+  return rc ? bs_lmdb_fail(err, rc, "write checkpoint: put") : BS_OK;
+}
+
+/* 'M' or 'P' | user id */
+static MDB_val user_key(unsigned char *buf, char tag, bs_val user) {
+  MDB_val k;
+  buf[0] = (unsigned char)tag;
+  if (user.size) memcpy(buf + 1, user.data, user.size);
+  k.mv_size = 1 + user.size;
+  k.mv_data = buf;
+  return k;
+}
+
+/* Adds or removes the pending marker of user. */
+static int pending_set(bs_lmdb_db *db, MDB_txn *txn, bs_val user, int pending, bs_error *err) {
+  unsigned char buf[1 + BS_MAX_USER_ID];
+  MDB_val k = user_key(buf, 'P', user), v = {0, NULL};
+  int rc = pending ? mdb_put(txn, db->wcp, &k, &v, 0) : mdb_del(txn, db->wcp, &k, NULL);
+  if (rc == MDB_NOTFOUND) rc = 0;
+  return rc ? bs_lmdb_fail(err, rc, "write checkpoint: pending index") : BS_OK;
+}
+
+/* Does a head list (lsns per connection) reach every stored head? A stored connection that the
+ * given list lacks is not reached. */
+static int heads_reached(const wcp_rec *r, const bs_head *heads, size_t n) {
+  const unsigned char *p = r->heads;
+  for (uint32_t i = 0; i < r->n_heads; i++) {
+    bs_val conn, lsn;
+    size_t j;
+    heads_next(&p, &conn, &lsn);
+    for (j = 0; j < n && !bs_val_eq(heads[j].connection, conn); j++) {}
+    if (j == n || bs_val_cmp(lsn, heads[j].lsn) > 0) return 0;
+  }
+  return 1;
+}
+
+/* Has the commit at lsn passed every stored head of r? */
+static int heads_below(const wcp_rec *r, bs_val commit_lsn) {
+  const unsigned char *p = r->heads;
+  for (uint32_t i = 0; i < r->n_heads; i++) {
+    bs_val conn, lsn;
+    heads_next(&p, &conn, &lsn);
+    if (bs_val_cmp(lsn, commit_lsn) > 0) return 0;
+  }
+  return 1;
+}
+
+/* ---- Verification --------------------------------------------------------------------------- */
+
+int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size) {
+  const unsigned char *kp = (const unsigned char *)k->mv_data;
+  wcp_rec r;
+  if (k->mv_size >= 2 && kp[0] == 'M') {
+    if (rec_decode(v, &r) == BS_OK) return BS_OK;
+    snprintf(why, why_size, "wcp: managed record of %zu bytes does not decode", v->mv_size);
+  } else if (k->mv_size >= 2 && kp[0] == 'P') {
+    if (v->mv_size == 0) return BS_OK;
+    snprintf(why, why_size, "wcp: pending marker with a %zu-byte value", v->mv_size);
+  } else if (k->mv_size >= 8 && kp[0] == 'C') {
+    size_t elen = (size_t)kp[5] << 8 | kp[6];
+    if (k->mv_size >= 8 + elen && v->mv_size == 8) return BS_OK;
+    snprintf(why, why_size, "wcp: malformed custom entry (key %zu bytes, value %zu bytes)",
+             k->mv_size, v->mv_size);
+  } else {
+    snprintf(why, why_size, "wcp: malformed key of %zu bytes", k->mv_size);
+  }
+  return BS_ECORRUPT;
+}
+
+/* ---- Commit hook: marking processed -------------------------------------------------------- */
+
 int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
-                               int (*fn)(bs_val user, void *payload), void *payload, bs_error *err) {
+                               int (*fn)(bs_val user, void *payload), void *payload,
+                               bs_error *err) {
+  const bs_allocator *a = &db->base.alloc;
+  MDB_cursor *cur = NULL;
+  MDB_val k = {1, (void *)"P"}, v;
+  unsigned char *users = NULL; /* pending user ids copied out: (u16 len, bytes)... */
+  size_t used = 0, cap = 0;
+  int rc = mdb_cursor_open(txn, db->wcp, &cur);
+  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: cursor");
+  /* Collect first, update after: the cursor is not reused across puts and deletes. */
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (k.mv_size < 1 || ((const unsigned char *)k.mv_data)[0] != 'P') break;
+    if (used + 2 + k.mv_size > cap) {
+      size_t ncap = (cap ? cap * 2 : 1024) + k.mv_size;
+      unsigned char *p = (unsigned char *)bs_realloc(a, users, ncap);
+      if (!p) {
+        rc = bs_fail(err, BS_ENOMEM, "write checkpoint: out of memory");
+        goto fail;
+      }
+      users = p;
+      cap = ncap;
+    }
+    put_le(users + used, k.mv_size - 1, 2);
+    memcpy(users + used + 2, (const unsigned char *)k.mv_data + 1, k.mv_size - 1);
+    used += 2 + k.mv_size - 1;
+  }
+  if (rc && rc != MDB_NOTFOUND) {
+    rc = bs_fail_mdb(err, rc, "write checkpoint: pending scan");
+    goto fail;
+  }
+  mdb_cursor_close(cur);
+  cur = NULL;
+  for (size_t off = 0; off < used;) {
+    bs_val user = {users + off + 2, (size_t)get_le(users + off, 2)};
+    unsigned char kb[1 + BS_MAX_USER_ID];
+    MDB_val mk = user_key(kb, 'M', user), mv;
+    wcp_rec r;
+    off += 2 + user.size;
+    rc = mdb_get(txn, db->wcp, &mk, &mv);
+    if (rc == MDB_NOTFOUND) { /* record gone: drop the stale marker */
+      if ((rc = pending_set(db, txn, user, 0, err))) goto fail;
+      continue;
+    }
+    if (rc) {
+      rc = bs_fail_mdb(err, rc, "write checkpoint: get");
+      goto fail;
+    }
+    if (rec_decode(&mv, &r)) {
+      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                   (int)user.size, (const char *)user.data);
+      goto fail;
+    }
+    if (!heads_below(&r, lsn)) continue;
+    r.flags |= WCP_PROCESSED;
+    r.processed_lsn = lsn;
+    /* r.heads points into the map: rec_put copies them into its own buffer before mdb_put */
+    if ((rc = rec_put(db, txn, &mk, &r, NULL, 0, err))) goto fail;
+    if ((rc = pending_set(db, txn, user, 0, err))) goto fail;
+    if (fn && (rc = fn(user, payload))) goto fail;
+  }
+  rc = BS_OK;
+fail:
+  if (cur) mdb_cursor_close(cur);
+  bs_free(a, users);
+  return rc;
+}
+
+/* ---- Custom mode --------------------------------------------------------------------------- */
+
+static int custom_key(unsigned char *buf, MDB_val *k, uint32_t stream, bs_val event, bs_val user,
+                      bs_error *err) {
+  size_t size = 1 + 4 + 2 + event.size + user.size;
+  if (size > WCP_KEY_MAX || event.size > 0xffff)
+    return bs_fail(err, BS_ETOOBIG, "user_id + event: %zu bytes (limit %u together)",
+                   user.size + event.size, WCP_KEY_MAX - 7);
+  buf[0] = 'C';
+  bs_put_u32be(buf + 1, stream);
+  buf[5] = (unsigned char)(event.size >> 8);
+  buf[6] = (unsigned char)event.size;
+  if (event.size) memcpy(buf + 7, event.data, event.size);
+  if (user.size) memcpy(buf + 7 + event.size, user.data, user.size);
+  k->mv_size = size;
+  k->mv_data = buf;
   return BS_OK;
 }
+
 int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event,
                            bs_val user, uint64_t value, bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "custom write checkpoints not built yet");
+  unsigned char kb[WCP_KEY_MAX], vb[8];
+  MDB_val k, v = {8, vb};
+  int rc = custom_key(kb, &k, stream, event, user, err);
+  if (rc) return rc;
+  put_le(vb, value, 8);
+  rc = mdb_put(txn, db->wcp, &k, &v, 0);
+  return rc ? bs_lmdb_fail(err, rc, "custom write checkpoint: put") : BS_OK;
 }
+
 int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                       bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "write checkpoints not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
+    return bs_fail(err, BS_EINVAL, "mode: %d is not a write checkpoint mode", (int)mode);
+  if (event.size > sizeof ls->wcp_event - 1)
+    return bs_fail(err, BS_ETOOBIG, "event: %zu bytes (limit %zu)", event.size,
+                   sizeof ls->wcp_event - 1);
+  ls->wcp_mode = mode;
+  if (event.size) memcpy(ls->wcp_event, event.data, event.size);
+  ls->wcp_event_size = event.size;
+  return BS_OK;
 }
+
+/* ---- Managed mode: creating ---------------------------------------------------------------- */
+
+typedef struct req_ref {
+  const bs_managed_request *req;
+  size_t index;
+} req_ref;
+
+static int req_ref_cmp(const void *a, const void *b) {
+  const req_ref *x = (const req_ref *)a, *y = (const req_ref *)b;
+  int c = bs_val_cmp(x->req->user_id, y->req->user_id);
+  if (c) return c;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Should candidate c replace the chosen request w of the same user? A supplied request id beats
+ * a generated one; among supplied, the greatest wins; otherwise the first one stays. */
+static int req_beats(const bs_managed_request *c, const bs_managed_request *w) {
+  if (c->has_request_id != w->has_request_id) return c->has_request_id;
+  return c->has_request_id && c->request_id > w->request_id;
+}
+
+typedef struct create_ctx {
+  bs_lmdb_db *db;
+  req_ref *refs;
+  size_t n;
+  uint64_t *ids_out;
+  int should_advance;
+  int64_t now;
+} create_ctx;
+
+/* Applies the winning request w of one user; *id_out: the stored id after it; *pending_out: the
+ * record is not processed. */
+static int apply_one(bs_lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, int64_t now,
+                     uint64_t *id_out, int *pending_out, bs_error *err) {
+  unsigned char kb[1 + BS_MAX_USER_ID];
+  MDB_val k = user_key(kb, 'M', w->user_id), v;
+  wcp_rec r;
+  int rc = mdb_get(txn, db->wcp, &k, &v), exists = (rc == 0), replace, refresh;
+  if (rc && rc != MDB_NOTFOUND) return bs_fail_mdb(err, rc, "write checkpoint: get");
+  if (exists && rec_decode(&v, &r))
+    return bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                   (int)w->user_id.size, (const char *)w->user_id.data);
+  if (!exists) memset(&r, 0, sizeof r);
+  if (!w->has_request_id) { /* generated: next id of the user's counter; no requested_at */
+    replace = 1;
+    refresh = 0;
+    r.id = exists ? r.id + 1 : 1;
+    r.flags &= ~WCP_HAS_REQUESTED;
+    r.requested_at = 0;
+  } else { /* supplied: monotonic; an equal retry refreshes retention only */
+    replace = !exists || w->request_id > r.id;
+    refresh = !exists || w->request_id >= r.id;
+    if (replace) r.id = w->request_id;
+  }
+  if (r.id >= (UINT64_C(1) << 63))
+    return bs_fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
+                   (int)w->user_id.size, (const char *)w->user_id.data);
+  if (refresh) {
+    r.flags |= WCP_HAS_REQUESTED;
+    r.requested_at = w->requested_at_ms ? w->requested_at_ms : now;
+  }
+  if (replace) { /* a new head: not processed until a commit passes it */
+    r.flags &= ~WCP_PROCESSED;
+    r.processed_lsn.data = NULL;
+    r.processed_lsn.size = 0;
+  }
+  if (replace || refresh) {
+    if ((rc = rec_put(db, txn, &k, &r, replace ? w->heads : NULL, replace ? w->n_heads : 0, err)))
+      return rc;
+    if (replace && (rc = pending_set(db, txn, w->user_id, 1, err))) return rc;
+  }
+  *id_out = r.id;
+  *pending_out = !(r.flags & WCP_PROCESSED);
+  return BS_OK;
+}
+
+/* One write transaction; bs_lmdb_write may run it again after growing the map. */
+static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
+  create_ctx *c = (create_ctx *)ctx_;
+  c->should_advance = 0;
+  for (size_t i = 0; i < c->n;) {
+    size_t j = i + 1, w = i;
+    uint64_t id;
+    int pending, rc;
+    while (j < c->n && bs_val_eq(c->refs[j].req->user_id, c->refs[i].req->user_id)) {
+      if (req_beats(c->refs[j].req, c->refs[w].req)) w = j;
+      j++;
+    }
+    if ((rc = apply_one(c->db, txn, c->refs[w].req, c->now, &id, &pending, err))) return rc;
+    if (pending) c->should_advance = 1;
+    for (; i < j; i++) c->ids_out[c->refs[i].index] = id;
+  }
+  return BS_OK;
+}
+
+static int check_request(const bs_managed_request *r, size_t i, bs_error *err) {
+  if (r->user_id.size == 0 || r->user_id.size > BS_MAX_USER_ID)
+    return bs_fail(err, r->user_id.size ? BS_ETOOBIG : BS_EINVAL,
+                   "req[%zu].user_id: %zu bytes (1..%u)", i, r->user_id.size, BS_MAX_USER_ID);
+  if (r->n_heads > 0xffff || (r->n_heads && !r->heads))
+    return bs_fail(err, BS_EINVAL, "req[%zu].heads: bad list", i);
+  for (size_t h = 0; h < r->n_heads; h++) {
+    if (r->heads[h].lsn.size > BS_MAX_LSN)
+      return bs_fail(err, BS_ETOOBIG, "req[%zu].heads[%zu].lsn: over %u bytes", i, h, BS_MAX_LSN);
+    if (r->heads[h].connection.size > BS_MAX_USER_ID)
+      return bs_fail(err, BS_ETOOBIG, "req[%zu].heads[%zu].connection: over %u bytes", i, h,
+                     BS_MAX_USER_ID);
+  }
+  if (r->has_request_id && r->request_id >= (UINT64_C(1) << 63))
+    return bs_fail(err, BS_EINVAL, "req[%zu].request_id: must be < 2^63", i);
+  return BS_OK;
+}
+
 int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
                                              size_t n, uint64_t *ids_out, int *should_advance,
                                              bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "write checkpoints not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  const bs_allocator *a = &ls->db->base.alloc;
+  create_ctx c;
+  int rc;
+  if (should_advance) *should_advance = 0;
+  if (ls->wcp_mode != BS_WCP_MANAGED)
+    return bs_fail(err, BS_ESTATE, "managed write checkpoint on a storage in custom mode");
+  if (n == 0) return BS_OK;
+  for (size_t i = 0; i < n; i++)
+    if ((rc = check_request(&req[i], i, err))) return rc;
+  memset(&c, 0, sizeof c);
+  if (!(c.refs = (req_ref *)bs_malloc(a, n * sizeof *c.refs)))
+    return bs_fail(err, BS_ENOMEM, "write checkpoints: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    c.refs[i].req = &req[i];
+    c.refs[i].index = i;
+  }
+  /* group the batch by user (stable: equal users keep request order) */
+  qsort(c.refs, n, sizeof *c.refs, req_ref_cmp);
+  c.n = n;
+  c.ids_out = ids_out;
+  c.now = now_ms();
+  c.db = ls->db;
+  rc = bs_lmdb_write(ls->db, create_body, &c, err);
+  if (rc == BS_OK && should_advance) *should_advance = c.should_advance;
+  bs_free(a, c.refs);
+  return rc;
 }
+
+/* ---- Reading ------------------------------------------------------------------------------- */
+
 int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "write checkpoints not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  bs_lmdb_db *db = ls->db;
+  unsigned char kb[WCP_KEY_MAX];
+  MDB_txn *txn = NULL;
+  MDB_val k, v;
+  int rc;
+  *found = 0;
+  *id_out = 0;
+  if (user_id.size > BS_MAX_USER_ID)
+    return bs_fail(err, BS_ETOOBIG, "user_id: %zu bytes (limit %u)", user_id.size,
+                   BS_MAX_USER_ID);
+  if (ls->wcp_mode == BS_WCP_CUSTOM) {
+    bs_val ev = {ls->wcp_event, ls->wcp_event_size};
+    if ((rc = custom_key(kb, &k, st->stream_id, ev, user_id, err))) return rc;
+  } else {
+    k = user_key(kb, 'M', user_id);
+  }
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
+  rc = mdb_get(txn, db->wcp, &k, &v);
+  if (rc == MDB_NOTFOUND) {
+    rc = BS_OK;
+  } else if (rc) {
+    rc = bs_fail_mdb(err, rc, "write checkpoint: get");
+  } else if (ls->wcp_mode == BS_WCP_CUSTOM) {
+    if (v.mv_size != 8) {
+      rc = bs_fail(err, BS_ECORRUPT, "custom write checkpoint: value of %zu bytes", v.mv_size);
+    } else {
+      *id_out = get_le((const unsigned char *)v.mv_data, 8);
+      *found = 1;
+    }
+  } else {
+    wcp_rec r;
+    if (rec_decode(&v, &r)) {
+      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                   (int)user_id.size, (const char *)user_id.data);
+    } else if (heads_reached(&r, heads, n_heads)) {
+      *id_out = r.id;
+      *found = 1;
+    }
+  }
+  bs_lmdb_txn_abort(db, txn);
+  return rc;
 }
+
+/* ---- Cleanup ------------------------------------------------------------------------------- */
+
+typedef struct delete_ctx {
+  bs_lmdb_db *db;
+  int64_t before;
+  uint64_t deleted;
+} delete_ctx;
+
+static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
+  delete_ctx *c = (delete_ctx *)ctx_;
+  bs_lmdb_db *db = c->db;
+  MDB_cursor *cur;
+  MDB_val k = {1, (void *)"M"}, v;
+  int rc = mdb_cursor_open(txn, db->wcp, &cur), mrc;
+  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: cursor");
+  c->deleted = 0;
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    wcp_rec r;
+    if (((const unsigned char *)k.mv_data)[0] != 'M') break;
+    if (rec_decode(&v, &r)) {
+      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint record does not decode");
+      goto out;
+    }
+    /* only processed ones: a pending record still has a client waiting for it; records without
+     * requested_at (generated ids) are kept */
+    if (!(r.flags & WCP_HAS_REQUESTED) || !(r.flags & WCP_PROCESSED) ||
+        r.requested_at >= c->before)
+      continue;
+    /* after a delete the cursor rests on the next record, and MDB_NEXT returns that one */
+    if ((mrc = mdb_cursor_del(cur, 0))) break;
+    c->deleted++;
+  }
+  if (mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "write checkpoint: cleanup");
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
 int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
                                               uint64_t *deleted, bs_error *err) {
-  return bs_fail(err, BS_EUNSUPPORTED, "write checkpoints not built yet");
+  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+  delete_ctx c = {ls->db, before_ms, 0};
+  int rc = bs_lmdb_write(ls->db, delete_body, &c, err);
+  if (deleted) *deleted = rc == BS_OK ? c.deleted : 0;
+  return rc;
 }

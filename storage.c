@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- Errors ---------------------------------------------------------------------------------- */
 
@@ -76,4 +77,894 @@ void *bs_realloc(const bs_allocator *a, void *p, size_t n) {
 
 void bs_free(const bs_allocator *a, void *p) {
   if (p) a->free_fn(a->opaque, p);
+}
+
+/* ---- The database base ------------------------------------------------------------------------ */
+
+#define BS_DEFAULT_CACHE_ENTRIES 100000u
+
+static int check_allocator(const bs_allocator *a, bs_error *err) {
+  int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
+  if (set != 0 && set != 3)
+    return bs_fail(err, BS_EINVAL, "opts->allocator: set all three functions or none");
+  return BS_OK;
+}
+
+static int check_open_options(const bs_open_options *opts, bs_error *err) {
+  if (!opts) return BS_OK;
+  if (opts->version < 1 || opts->version > BS_OPEN_OPTIONS_VERSION)
+    return bs_fail(err, BS_EINVAL, "opts->version %u is not supported (this build: %u)",
+                   opts->version, (unsigned)BS_OPEN_OPTIONS_VERSION);
+  if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
+    return bs_fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
+                   opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
+  if (opts->allocator) return check_allocator(opts->allocator, err);
+  return BS_OK;
+}
+
+int bs_db_base_init(bs_db *db, const bs_db_ops *ops, const bs_open_options *opts, bs_error *err) {
+  pthread_condattr_t ca;
+  size_t entries;
+  int rc;
+
+  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  db->ops = ops;
+  db->alloc = bs_default_allocator;
+  if (opts && opts->allocator && opts->allocator->malloc_fn) db->alloc = *opts->allocator;
+  db->flags = opts ? opts->flags : 0;
+  db->cache = NULL;
+  db->notify_seq = 0;
+  db->listener = NULL;
+  db->listener_payload = NULL;
+
+  entries = opts ? opts->checksum_cache_entries : 0;
+  if (entries == 0) entries = BS_DEFAULT_CACHE_ENTRIES;
+  if (entries != (size_t)-1) {
+    rc = bs_cksum_cache_new(&db->cache, &db->alloc, entries);
+    if (rc != BS_OK) return bs_fail(err, rc, "cannot allocate the checksum cache");
+  }
+  /* Waiters use timed waits on the monotonic clock, so a wall-clock jump cannot stall them. */
+  if (pthread_mutex_init(&db->notify_mu, NULL) != 0) goto fail_mu;
+  if (pthread_condattr_init(&ca) != 0) goto fail_cv;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(&db->notify_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0) goto fail_cv;
+  return BS_OK;
+
+fail_cv:
+  pthread_mutex_destroy(&db->notify_mu);
+fail_mu:
+  bs_cksum_cache_free(db->cache);
+  db->cache = NULL;
+  return bs_fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
+}
+
+void bs_db_base_destroy(bs_db *db) {
+  if (!db) return;
+  bs_cksum_cache_free(db->cache);
+  db->cache = NULL;
+  pthread_cond_destroy(&db->notify_cv);
+  pthread_mutex_destroy(&db->notify_mu);
+}
+
+void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
+  void (*fn)(uint32_t, uint64_t, void *);
+  void *payload;
+  if (!db) return;
+  pthread_mutex_lock(&db->notify_mu);
+  db->notify_seq++;
+  fn = db->listener;
+  payload = db->listener_payload;
+  pthread_cond_broadcast(&db->notify_cv);
+  pthread_mutex_unlock(&db->notify_mu);
+  bs_cksum_cache_note_checkpoint(db->cache, stream, checkpoint);
+  /* The listener runs outside the lock so it may call back into the library. */
+  if (fn) fn(stream, checkpoint, payload);
+}
+
+/* ---- Argument checks shared by the front and backends ---------------------------------------- */
+
+/* data may be NULL only when size is 0 */
+static int check_val(bs_val v, const char *what, bs_error *err) {
+  if (v.size && !v.data) return bs_fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
+  return BS_OK;
+}
+
+static int check_sized(bs_val v, size_t min, size_t max, const char *what, const char *limit,
+                       bs_error *err) {
+  int rc = check_val(v, what, err);
+  if (rc != BS_OK) return rc;
+  if (v.size > max)
+    return bs_fail(err, BS_ETOOBIG, "%s is %zu bytes, over %s (%zu)", what, v.size, limit, max);
+  if (v.size < min) return bs_fail(err, BS_EINVAL, "%s is empty", what);
+  return BS_OK;
+}
+
+int bs_check_lsn(bs_val lsn, const char *what, bs_error *err) {
+  return check_sized(lsn, 0, BS_MAX_LSN, what ? what : "lsn", "BS_MAX_LSN", err);
+}
+
+/* The common case, checked without formatting a message (the writer's hot path). */
+static int sized_ok(bs_val v, size_t min, size_t max) {
+  return (v.data || !v.size) && v.size >= min && v.size <= max;
+}
+
+static int check_row(const bs_row *r, size_t i, bs_error *err) {
+  char what[64];
+  int rc;
+  if (sized_ok(r->bucket, 1, BS_MAX_BUCKET_NAME) &&
+      sized_ok(r->object_type, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->object_id, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->data, 0, BS_MAX_OP_DATA))
+    return BS_OK;
+  snprintf(what, sizeof what, "rows[%zu].bucket", i);
+  if ((rc = check_sized(r->bucket, 1, BS_MAX_BUCKET_NAME, what, "BS_MAX_BUCKET_NAME", err)))
+    return rc;
+  snprintf(what, sizeof what, "rows[%zu].object_type", i);
+  if ((rc = check_sized(r->object_type, 0, BS_MAX_OBJECT_NAME, what, "BS_MAX_OBJECT_NAME", err)))
+    return rc;
+  snprintf(what, sizeof what, "rows[%zu].object_id", i);
+  if ((rc = check_sized(r->object_id, 0, BS_MAX_OBJECT_NAME, what, "BS_MAX_OBJECT_NAME", err)))
+    return rc;
+  snprintf(what, sizeof what, "rows[%zu].data", i);
+  return check_sized(r->data, 0, BS_MAX_OP_DATA, what, "BS_MAX_OP_DATA", err);
+}
+
+static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
+  char what[64];
+  int rc;
+  if (!sized_ok(l->key, 0, BS_MAX_LOOKUP_KEY)) {
+    snprintf(what, sizeof what, "lookups[%zu].key", i);
+    return check_sized(l->key, 0, BS_MAX_LOOKUP_KEY, what, "BS_MAX_LOOKUP_KEY", err);
+  }
+  if (l->n_params && !l->params)
+    return bs_fail(err, BS_EINVAL, "lookups[%zu].params: NULL with n_params %zu", i, l->n_params);
+  for (size_t j = 0; j < l->n_params; j++) {
+    if (sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) continue;
+    snprintf(what, sizeof what, "lookups[%zu].params[%zu]", i, j);
+    if ((rc = check_sized(l->params[j], 0, BS_MAX_OP_DATA, what, "BS_MAX_OP_DATA", err)))
+      return rc;
+  }
+  return BS_OK;
+}
+
+int bs_check_save(const bs_save *s, bs_error *err) {
+  int rc;
+  if (!s) return bs_fail(err, BS_EINVAL, "change: NULL");
+  if (s->version < 1 || s->version > BS_SAVE_VERSION)
+    return bs_fail(err, BS_EINVAL, "change->version %u is not supported (this build: %u)",
+                   s->version, (unsigned)BS_SAVE_VERSION);
+  if ((rc = check_sized(s->table, 1, BS_MAX_TABLE_NAME, "change->table", "BS_MAX_TABLE_NAME",
+                        err)))
+    return rc;
+  if (s->tag != BS_INSERT && s->tag != BS_UPDATE && s->tag != BS_DELETE)
+    return bs_fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
+  if ((rc = check_sized(s->before_id, 0, BS_MAX_REPLICA_ID, "change->before_id",
+                        "BS_MAX_REPLICA_ID", err)))
+    return rc;
+  if ((rc = check_sized(s->after_id, 0, BS_MAX_REPLICA_ID, "change->after_id",
+                        "BS_MAX_REPLICA_ID", err)))
+    return rc;
+  if (s->tag != BS_DELETE && !s->after_id.data)
+    return bs_fail(err, BS_EINVAL, "change->after_id: required for INSERT and UPDATE");
+  if (s->tag == BS_DELETE && !s->before_id.data && !s->after_id.data)
+    return bs_fail(err, BS_EINVAL, "change->before_id: required for DELETE");
+  if (s->n_rows && !s->rows)
+    return bs_fail(err, BS_EINVAL, "change->rows: NULL with n_rows %zu", s->n_rows);
+  if (s->n_lookups && !s->lookups)
+    return bs_fail(err, BS_EINVAL, "change->lookups: NULL with n_lookups %zu", s->n_lookups);
+  for (size_t i = 0; i < s->n_rows; i++)
+    if ((rc = check_row(&s->rows[i], i, err))) return rc;
+  for (size_t i = 0; i < s->n_lookups; i++)
+    if ((rc = check_lookup(&s->lookups[i], i, err))) return rc;
+  return check_sized(s->stored_data, 0, BS_MAX_OP_DATA, "change->stored_data", "BS_MAX_OP_DATA",
+                     err);
+}
+
+/* ---- Front: shared checks --------------------------------------------------------------------- */
+
+#define BS_OP_ID_LIMIT 0x8000000000000000ull /* op ids and checkpoints are < 2^63 */
+
+/* A vtable slot is usable when the table is at least min_version (slots appended later are
+ * absent in older tables) and the slot is set. */
+static int vt_usable(const bs_storage *st, int present, unsigned min_version, const char *name,
+                     bs_error *err) {
+  if (!st->vt) return bs_fail(err, BS_EINVAL, "storage has no vtable");
+  if (st->vt->version < min_version || !present)
+    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
+  return BS_OK;
+}
+#define VT_CHECK(st, slot, err) vt_usable((st), (st)->vt && (st)->vt->slot != NULL, 1, #slot, (err))
+
+static int check_op_id(uint64_t v, const char *what, bs_error *err) {
+  if (v >= BS_OP_ID_LIMIT)
+    return bs_fail(err, BS_EINVAL, "%s: %llu is not below 2^63", what, (unsigned long long)v);
+  return BS_OK;
+}
+
+static int check_bucket_name(bs_val v, const char *what, size_t i, bs_error *err) {
+  char buf[64];
+  if (sized_ok(v, 1, BS_MAX_BUCKET_NAME)) return BS_OK;
+  snprintf(buf, sizeof buf, "%s[%zu]", what, i);
+  return check_sized(v, 1, BS_MAX_BUCKET_NAME, buf, "BS_MAX_BUCKET_NAME", err);
+}
+
+static int check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
+  if (v < 1 || v > current)
+    return bs_fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
+  return BS_OK;
+}
+
+static int check_storage(const bs_storage *st, bs_error *err) {
+  if (!st) return bs_fail(err, BS_EINVAL, "st: NULL");
+  return BS_OK;
+}
+
+static int check_writable(const bs_storage *st, const char *call, bs_error *err) {
+  if (st->db && (st->db->flags & BS_OPEN_RDONLY))
+    return bs_fail(err, BS_ESTATE, "%s: the database is open read-only", call);
+  return BS_OK;
+}
+
+static int check_writer(const bs_writer *w, bs_error *err) {
+  if (!w) return bs_fail(err, BS_EINVAL, "w: NULL");
+  if (w->closed) return bs_fail(err, BS_ESTATE, "writer is closed");
+  if (!w->st || !w->st->vt) return bs_fail(err, BS_EINVAL, "writer has no storage");
+  return BS_OK;
+}
+
+static int check_table(bs_val table, bs_error *err) {
+  return check_sized(table, 1, BS_MAX_TABLE_NAME, "table", "BS_MAX_TABLE_NAME", err);
+}
+
+static void note_checkpoint(bs_storage *st, uint64_t cp) {
+  if (st->cache) bs_cksum_cache_note_checkpoint((bs_cksum_cache *)st->cache, st->stream_id, cp);
+}
+
+/* ---- Opening ---------------------------------------------------------------------------------- */
+
+int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
+  int rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  *out = NULL;
+  if (!path) return bs_fail(err, BS_EINVAL, "path: NULL");
+  if (!*path) return bs_fail(err, BS_EINVAL, "path: empty");
+  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  return bs_lmdb_open(out, path, opts, err);
+}
+
+int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
+  int rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  *out = NULL;
+  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  return bs_mem_open(out, opts, err);
+}
+
+void bs_close(bs_db *db) {
+  if (db && db->ops && db->ops->close) db->ops->close(db);
+}
+
+/* ---- Streams ---------------------------------------------------------------------------------- */
+
+int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_stream_options *opts,
+                     bs_error *err) {
+  bs_stream_options o = BS_STREAM_OPTIONS_INIT;
+  uint32_t id;
+  int rc;
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!name) return bs_fail(err, BS_EINVAL, "name: NULL");
+  if ((rc = check_sized(bs_val_str(name), 1, BS_MAX_STREAM_NAME, "name", "BS_MAX_STREAM_NAME",
+                        err)))
+    return rc;
+  if (opts) {
+    if ((rc = check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
+      return rc;
+    o.hash = opts->hash;
+  }
+  if (o.hash != BS_HASH_XXH3 && o.hash != BS_HASH_SHA256)
+    return bs_fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)o.hash);
+  if (db->flags & BS_OPEN_RDONLY)
+    return bs_fail(err, BS_ESTATE, "stream_create: the database is open read-only");
+  if (!db->ops || !db->ops->stream_create)
+    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement stream_create");
+  rc = db->ops->stream_create(&id, db, bs_val_str(name), &o, err);
+  if (rc == BS_OK && id_out) *id_out = id;
+  return rc;
+}
+
+int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
+                   bs_error *err) {
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if (!db->ops || !db->ops->stream_list)
+    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement stream_list");
+  return db->ops->stream_list(db, fn, payload, err);
+}
+
+int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err) {
+  int rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  *out = NULL;
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!db->ops || !db->ops->storage_open)
+    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement storage_open");
+  if ((rc = db->ops->storage_open(out, db, stream_id, err)) != BS_OK) {
+    *out = NULL;
+    return rc;
+  }
+  /* The front owns the cache wiring, so backends need not know about it. */
+  if (!(*out)->db) (*out)->db = db;
+  if (!(*out)->cache) (*out)->cache = db->cache;
+  return BS_OK;
+}
+
+void bs_storage_close(bs_storage *st) {
+  if (st && st->vt && st->vt->destroy) st->vt->destroy(st);
+}
+
+uint32_t bs_storage_stream_id(const bs_storage *st) { return st ? st->stream_id : 0; }
+
+/* ---- Writing ---------------------------------------------------------------------------------- */
+
+int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err) {
+  bs_writer_options o = BS_WRITER_OPTIONS_INIT;
+  int rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  *out = NULL;
+  if ((rc = check_storage(st, err))) return rc;
+  if (opts) {
+    if ((rc = check_version(opts->version, BS_WRITER_OPTIONS_VERSION, "opts->version", err)))
+      return rc;
+    o = *opts;
+    o.version = BS_WRITER_OPTIONS_VERSION;
+  }
+  if (o.max_records == 0) o.max_records = 2000;
+  if (o.max_bytes == 0) o.max_bytes = 5u * 1000u * 1000u;
+  if ((rc = check_writable(st, "writer_open", err))) return rc;
+  if ((rc = VT_CHECK(st, writer_open, err))) return rc;
+  if ((rc = st->vt->writer_open(st, &o, out, err)) != BS_OK) {
+    *out = NULL;
+    return rc;
+  }
+  if (!(*out)->st) (*out)->st = st;
+  return BS_OK;
+}
+
+void bs_writer_close(bs_writer *w) {
+  if (!w) return;
+  if (w->st && w->st->vt && w->st->vt->writer_close) w->st->vt->writer_close(w);
+}
+
+int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = bs_check_save(change, err))) return rc;
+  if ((rc = VT_CHECK(w->st, writer_save, err))) return rc;
+  return w->st->vt->writer_save(w, change, err);
+}
+
+static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = check_table(table, err))) return rc;
+  if ((rc = VT_CHECK(w->st, writer_truncate, err))) return rc;
+  return w->st->vt->writer_truncate(w, table, drop, err);
+}
+
+int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err) {
+  return writer_truncate(w, table, 0, err);
+}
+
+int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err) {
+  return writer_truncate(w, table, 1, err);
+}
+
+int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
+  uint64_t last = 0;
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = VT_CHECK(w->st, writer_flush, err))) return rc;
+  rc = w->st->vt->writer_flush(w, &last, err);
+  if (rc == BS_OK && last_op_out) *last_op_out = last;
+  return rc;
+}
+
+/* create_empty: -1 = the writer's own setting (resolved by the backend), 0 or 1. */
+static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out,
+                         bs_error *err) {
+  bs_commit_result r;
+  int rc;
+  memset(&r, 0, sizeof r);
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = bs_check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = VT_CHECK(w->st, writer_commit, err))) return rc;
+  rc = w->st->vt->writer_commit(w, lsn, create_empty, &r, err);
+  if (rc != BS_OK) return rc;
+  if (r.checkpoint) note_checkpoint(w->st, r.checkpoint);
+  if (out) *out = r;
+  return BS_OK;
+}
+
+int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
+                     bs_commit_result *out, bs_error *err) {
+  int create_empty = -1, rc;
+  if (opts) {
+    if ((rc = check_version(opts->version, BS_COMMIT_OPTIONS_VERSION, "opts->version", err)))
+      return rc;
+    if (opts->create_empty < -1 || opts->create_empty > 1)
+      return bs_fail(err, BS_EINVAL, "opts->create_empty: %d is not -1, 0 or 1",
+                     opts->create_empty);
+    create_empty = opts->create_empty;
+  }
+  return writer_commit(w, lsn, create_empty, out, err);
+}
+
+int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err) {
+  return writer_commit(w, lsn, 1, out, err);
+}
+
+int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = bs_check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = VT_CHECK(w->st, writer_snapshot_done, err))) return rc;
+  return w->st->vt->writer_snapshot_done(w, lsn, err);
+}
+
+int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = bs_check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = VT_CHECK(w->st, writer_resume_lsn, err))) return rc;
+  return w->st->vt->writer_resume_lsn(w, lsn, err);
+}
+
+int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
+                         int (*fn)(const bs_val *data, void *payload), void *payload,
+                         bs_error *err) {
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = check_table(table, err))) return rc;
+  if ((rc = check_sized(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", "BS_MAX_REPLICA_ID",
+                        err)))
+    return rc;
+  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if ((rc = VT_CHECK(w->st, writer_source_row, err))) return rc;
+  return w->st->vt->writer_source_row(w, table, replica_id, fn, payload, err);
+}
+
+#define BS_MAX_EVENT_NAME 255u
+
+int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
+                                      bs_val event, bs_error *err) {
+  int rc;
+  if ((rc = check_writer(w, err))) return rc;
+  if ((rc = check_sized(user_id, 1, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
+  if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
+  if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
+    return rc;
+  if ((rc = VT_CHECK(w->st, writer_custom_write_checkpoint, err))) return rc;
+  return w->st->vt->writer_custom_write_checkpoint(w, user_id, checkpoint, event, err);
+}
+
+/* ---- Reading: checkpoints --------------------------------------------------------------------- */
+
+int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  bs_checkpoint cp;
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
+  memset(&cp, 0, sizeof cp);
+  if ((rc = st->vt->get_checkpoint(st, &cp, err)) != BS_OK) return rc;
+  note_checkpoint(st, cp.op_id);
+  *out = cp;
+  return BS_OK;
+}
+
+static int checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
+  if (a->op_id != b->op_id || !a->has_lsn != !b->has_lsn) return 1;
+  return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+#define BS_WAIT_POLL_MS 50u
+
+/* Sleeps up to ms, or until a commit in this process bumps db->notify_seq past seq. */
+static void wait_notify(bs_db *db, uint64_t seq, uint64_t ms) {
+  struct timespec ts;
+  if (!db) {
+    ts.tv_sec = (time_t)(ms / 1000u);
+    ts.tv_nsec = (long)(ms % 1000u) * 1000000L;
+    nanosleep(&ts, NULL);
+    return;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += (time_t)(ms / 1000u);
+  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&db->notify_mu);
+  while (db->notify_seq == seq)
+    if (pthread_cond_timedwait(&db->notify_cv, &db->notify_mu, &ts) != 0) break;
+  pthread_mutex_unlock(&db->notify_mu);
+}
+
+int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
+                       bs_checkpoint *out, bs_error *err) {
+  bs_checkpoint none, cur;
+  uint64_t deadline, seq = 0, now;
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (timeout_ms < 0) return bs_fail(err, BS_EINVAL, "timeout_ms: %d is negative", timeout_ms);
+  if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
+  if (!known) {
+    memset(&none, 0, sizeof none);
+    known = &none;
+  }
+  deadline = now_ms() + (uint64_t)timeout_ms;
+  for (;;) {
+    /* Read the sequence before the checkpoint: a commit between the two then ends the wait
+     * at once instead of being missed. */
+    if (st->db) {
+      pthread_mutex_lock(&st->db->notify_mu);
+      seq = st->db->notify_seq;
+      pthread_mutex_unlock(&st->db->notify_mu);
+    }
+    memset(&cur, 0, sizeof cur);
+    if ((rc = st->vt->get_checkpoint(st, &cur, err)) != BS_OK) return rc;
+    note_checkpoint(st, cur.op_id);
+    now = now_ms();
+    if (checkpoint_differs(&cur, known) || now >= deadline) break;
+    wait_notify(st->db, seq, deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS);
+  }
+  *out = cur;
+  return BS_OK;
+}
+
+int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint,
+                                                     void *payload),
+                               void *payload) {
+  if (!db) return BS_EINVAL;
+  pthread_mutex_lock(&db->notify_mu);
+  db->listener = fn;
+  db->listener_payload = fn ? payload : NULL;
+  pthread_mutex_unlock(&db->notify_mu);
+  return BS_OK;
+}
+
+/* ---- Reading: bucket data --------------------------------------------------------------------- */
+
+typedef struct req_sort {
+  bs_bucket_request req;
+  size_t index;
+} req_sort;
+
+static int req_sort_cmp(const void *a, const void *b) {
+  const req_sort *x = a, *y = b;
+  int c = bs_val_cmp(x->req.bucket, y->req.bucket);
+  if (c) return c;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o, bs_error *err) {
+  bs_batch_options def = BS_BATCH_OPTIONS_INIT;
+  int rc;
+  *o = def;
+  if (opts) {
+    if ((rc = check_version(opts->version, BS_BATCH_OPTIONS_VERSION, "opts->version", err)))
+      return rc;
+    *o = *opts;
+    o->version = BS_BATCH_OPTIONS_VERSION;
+  }
+  if (o->limit == 0) o->limit = 1000;
+  if (o->chunk_bytes == 0) o->chunk_bytes = 1024u * 1024u;
+  if (o->max_bytes == 0) o->max_bytes = 16u * 1024u * 1024u;
+  return BS_OK;
+}
+
+int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                       size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                       int *has_more_out, bs_error *err) {
+  bs_batch_options o;
+  bs_bucket_request *sorted = NULL;
+  req_sort *tmp = NULL;
+  int has_more = 0, rc;
+  size_t i, m = 0;
+  const bs_allocator *a;
+
+  if (has_more_out) *has_more_out = 0;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
+  if (n_req && !req) return bs_fail(err, BS_EINVAL, "req: NULL with n_req %zu", n_req);
+  if (!on_chunk) return bs_fail(err, BS_EINVAL, "on_chunk: NULL");
+  if ((rc = check_batch_options(opts, &o, err))) return rc;
+  for (i = 0; i < n_req; i++) {
+    char what[48];
+    if ((rc = check_bucket_name(req[i].bucket, "req.bucket", i, err))) return rc;
+    snprintf(what, sizeof what, "req[%zu].after", i);
+    if ((rc = check_op_id(req[i].after, what, err))) return rc;
+  }
+  if ((rc = VT_CHECK(st, bucket_data, err))) return rc;
+  if (n_req == 0) return BS_OK;
+
+  /* Backends get the requests sorted by name without duplicates; a repeated bucket keeps its
+   * last request (the reference service keys requests by bucket name in a map). */
+  a = st->db ? &st->db->alloc : &bs_default_allocator;
+  tmp = bs_calloc(a, n_req, sizeof *tmp);
+  sorted = bs_calloc(a, n_req, sizeof *sorted);
+  if (!tmp || !sorted) {
+    rc = bs_fail(err, BS_ENOMEM, "cannot sort %zu bucket requests", n_req);
+    goto done;
+  }
+  for (i = 0; i < n_req; i++) {
+    tmp[i].req = req[i];
+    tmp[i].index = i;
+  }
+  qsort(tmp, n_req, sizeof *tmp, req_sort_cmp);
+  for (i = 0; i < n_req; i++) {
+    if (i + 1 < n_req && bs_val_eq(tmp[i].req.bucket, tmp[i + 1].req.bucket)) continue;
+    sorted[m++] = tmp[i].req;
+  }
+  rc = st->vt->bucket_data(st, checkpoint, sorted, m, &o, on_chunk, payload, &has_more, err);
+  if (rc == BS_OK && has_more_out) *has_more_out = has_more;
+done:
+  if (tmp) bs_free(a, tmp);
+  if (sorted) bs_free(a, sorted);
+  return rc;
+}
+
+/* ---- Reading: checksums, changes, parameters ------------------------------------------------- */
+
+int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                     bs_checksum *out, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
+  if (n && !buckets) return bs_fail(err, BS_EINVAL, "buckets: NULL with n %zu", n);
+  if (n && !out) return bs_fail(err, BS_EINVAL, "out: NULL with n %zu", n);
+  for (size_t i = 0; i < n; i++)
+    if ((rc = check_bucket_name(buckets[i], "buckets", i, err))) return rc;
+  if ((rc = VT_CHECK(st, checksums, err))) return rc;
+  if (n == 0) return BS_OK;
+  if (st->cache)
+    return bs_cksum_cache_get((bs_cksum_cache *)st->cache, st, checkpoint, buckets, n, out, err);
+  return st->vt->checksums(st, checkpoint, buckets, n, out, NULL, err);
+}
+
+int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                              int (*fn)(const bs_checkpoint_changes *changes, void *payload),
+                              void *payload, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_op_id(from, "from", err))) return rc;
+  if ((rc = check_op_id(to, "to", err))) return rc;
+  if (from > to)
+    return bs_fail(err, BS_EINVAL, "from: %llu is above to (%llu)", (unsigned long long)from,
+                   (unsigned long long)to);
+  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if ((rc = VT_CHECK(st, checkpoint_changes, err))) return rc;
+  return st->vt->checkpoint_changes(st, from, to, fn, payload, err);
+}
+
+int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
+                          size_t n_lookups, size_t limit,
+                          int (*fn)(const bs_val *params, void *payload), void *payload,
+                          bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
+  if (n_lookups && !lookups)
+    return bs_fail(err, BS_EINVAL, "lookups: NULL with n_lookups %zu", n_lookups);
+  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  for (size_t i = 0; i < n_lookups; i++) {
+    char what[48];
+    snprintf(what, sizeof what, "lookups[%zu]", i);
+    if ((rc = check_sized(lookups[i], 0, BS_MAX_LOOKUP_KEY, what, "BS_MAX_LOOKUP_KEY", err)))
+      return rc;
+  }
+  if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
+  return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit ? limit : 1000, fn,
+                                payload, err);
+}
+
+/* ---- Write checkpoints ------------------------------------------------------------------------ */
+
+static int check_heads(const bs_head *heads, size_t n, const char *what, bs_error *err) {
+  char buf[80];
+  int rc;
+  if (n && !heads) return bs_fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
+  for (size_t i = 0; i < n; i++) {
+    snprintf(buf, sizeof buf, "%s[%zu].connection", what, i);
+    if ((rc = check_sized(heads[i].connection, 0, BS_MAX_STREAM_NAME, buf, "BS_MAX_STREAM_NAME",
+                          err)))
+      return rc;
+    snprintf(buf, sizeof buf, "%s[%zu].lsn", what, i);
+    if ((rc = bs_check_lsn(heads[i].lsn, buf, err))) return rc;
+  }
+  return BS_OK;
+}
+
+int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                 bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
+    return bs_fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
+  if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
+    return rc;
+  if ((rc = VT_CHECK(st, set_write_checkpoint_mode, err))) return rc;
+  return st->vt->set_write_checkpoint_mode(st, mode, event, err);
+}
+
+int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
+                                        uint64_t *ids_out, int *should_advance, bs_error *err) {
+  int advance = 0, rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (n && !req) return bs_fail(err, BS_EINVAL, "req: NULL with n %zu", n);
+  if (n && !ids_out) return bs_fail(err, BS_EINVAL, "ids_out: NULL with n %zu", n);
+  for (size_t i = 0; i < n; i++) {
+    char what[48];
+    snprintf(what, sizeof what, "req[%zu].user_id", i);
+    if ((rc = check_sized(req[i].user_id, 1, BS_MAX_USER_ID, what, "BS_MAX_USER_ID", err)))
+      return rc;
+    snprintf(what, sizeof what, "req[%zu].heads", i);
+    if ((rc = check_heads(req[i].heads, req[i].n_heads, what, err))) return rc;
+    snprintf(what, sizeof what, "req[%zu].request_id", i);
+    if (req[i].has_request_id && (rc = check_op_id(req[i].request_id, what, err))) return rc;
+  }
+  if ((rc = check_writable(st, "create_managed_write_checkpoints", err))) return rc;
+  if ((rc = VT_CHECK(st, create_managed_write_checkpoints, err))) return rc;
+  rc = st->vt->create_managed_write_checkpoints(st, req, n, ids_out, &advance, err);
+  if (rc == BS_OK && should_advance) *should_advance = advance;
+  return rc;
+}
+
+int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
+                             uint64_t *id_out, int *found, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_sized(user_id, 1, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
+  if ((rc = check_heads(heads, n_heads, "heads", err))) return rc;
+  if (!id_out) return bs_fail(err, BS_EINVAL, "id_out: NULL");
+  if (!found) return bs_fail(err, BS_EINVAL, "found: NULL");
+  if ((rc = VT_CHECK(st, last_write_checkpoint, err))) return rc;
+  *id_out = 0;
+  *found = 0;
+  return st->vt->last_write_checkpoint(st, user_id, heads, n_heads, id_out, found, err);
+}
+
+int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted_out,
+                                         bs_error *err) {
+  uint64_t deleted = 0;
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_writable(st, "delete_checkpoint_requests_before", err))) return rc;
+  if ((rc = VT_CHECK(st, delete_checkpoint_requests_before, err))) return rc;
+  rc = st->vt->delete_checkpoint_requests_before(st, before_ms, &deleted, err);
+  if (rc == BS_OK && deleted_out) *deleted_out = deleted;
+  return rc;
+}
+
+/* ---- Compaction ------------------------------------------------------------------------------- */
+
+int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
+               bs_error *err) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats stats;
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (opts) {
+    if ((rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
+      return rc;
+    o = *opts;
+    o.version = BS_COMPACT_OPTIONS_VERSION;
+  }
+  if ((rc = check_op_id(o.max_op_id, "opts->max_op_id", err))) return rc;
+  if (o.n_buckets && !o.buckets)
+    return bs_fail(err, BS_EINVAL, "opts->buckets: NULL with n_buckets %zu", o.n_buckets);
+  for (size_t i = 0; i < o.n_buckets; i++)
+    if ((rc = check_bucket_name(o.buckets[i], "opts->buckets", i, err))) return rc;
+  if (o.min_change_ratio != o.min_change_ratio || o.defragment_ratio != o.defragment_ratio ||
+      o.defragment_ratio < 0)
+    return bs_fail(err, BS_EINVAL, "opts: min_change_ratio or defragment_ratio is not a number "
+                                   "in range");
+  if (o.min_bucket_changes == 0) o.min_bucket_changes = 10;
+  if (o.min_change_ratio < 0) o.min_change_ratio = 0.1;
+  if (o.memory_limit_mb == 0) o.memory_limit_mb = 64;
+  if (o.min_age_ms < 0) o.min_age_ms = 5 * 60 * 1000;
+  if (o.max_ops_per_txn == 0) o.max_ops_per_txn = 10000;
+  if ((rc = check_writable(st, "compact", err))) return rc;
+  if ((rc = VT_CHECK(st, compact, err))) return rc;
+  memset(&stats, 0, sizeof stats);
+  rc = st->vt->compact(st, &o, &stats, err);
+  /* Partial statistics are reported on cancel too: the transactions done are committed. */
+  if (stats_out) *stats_out = stats;
+  return rc;
+}
+
+int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t min_bucket_changes,
+                                   uint64_t *buckets_out, bs_error *err) {
+  uint64_t buckets = 0;
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_op_id(max_op_id, "max_op_id", err))) return rc;
+  if ((rc = check_writable(st, "compact_initial_replication", err))) return rc;
+  if ((rc = VT_CHECK(st, compact_initial_replication, err))) return rc;
+  rc = st->vt->compact_initial_replication(st, max_op_id, min_bucket_changes ? min_bucket_changes
+                                                                             : 1,
+                                           &buckets, err);
+  if (rc == BS_OK && buckets_out) *buckets_out = buckets;
+  return rc;
+}
+
+/* ---- Lifecycle and inspection ----------------------------------------------------------------- */
+
+int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if ((rc = VT_CHECK(st, get_status, err))) return rc;
+  memset(out, 0, sizeof *out);
+  return st->vt->get_status(st, out, err);
+}
+
+int bs_report_error(bs_storage *st, const char *message, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if (!message) return bs_fail(err, BS_EINVAL, "message: NULL");
+  if ((rc = check_writable(st, "report_error", err))) return rc;
+  if ((rc = VT_CHECK(st, report_error, err))) return rc;
+  return st->vt->report_error(st, message, err);
+}
+
+int bs_clear(bs_storage *st, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_writable(st, "clear", err))) return rc;
+  if ((rc = VT_CHECK(st, clear, err))) return rc;
+  rc = st->vt->clear(st, err);
+  /* Dropped either way: after a failed clear the cache just recomputes. */
+  if (st->cache) bs_cksum_cache_drop_stream((bs_cksum_cache *)st->cache, st->stream_id);
+  return rc;
+}
+
+int bs_terminate(bs_storage *st, int clear, bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_writable(st, "terminate", err))) return rc;
+  if ((rc = VT_CHECK(st, terminate, err))) return rc;
+  rc = st->vt->terminate(st, clear, err);
+  if (st->cache) bs_cksum_cache_drop_stream((bs_cksum_cache *)st->cache, st->stream_id);
+  return rc;
+}
+
+int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err) {
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!db->ops || !db->ops->stat)
+    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement stat");
+  memset(out, 0, sizeof *out);
+  return db->ops->stat(db, out, err);
+}
+
+int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
+                 uint64_t *problems_out, bs_error *err) {
+  uint64_t problems = 0;
+  int rc;
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!db->ops || !db->ops->verify)
+    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement verify");
+  rc = db->ops->verify(db, fn, payload, &problems, err);
+  if (problems_out) *problems_out = problems;
+  return rc;
 }

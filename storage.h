@@ -36,6 +36,12 @@
  *  - Op ids, checkpoints: uint64_t, always < 2^63. 0 means "none".
  *  - LSNs: opaque byte strings up to BS_MAX_LSN bytes, compared with memcmp,
  *    shorter prefix first.
+ *  - Threads: a function taking a bs_db or bs_storage may be called from any thread, also
+ *    concurrently; bs_writer_* calls of one writer must come from one thread at a time.
+ *    bs_*_close() of a handle must not race with any other call on that handle.
+ *  - Input pointers (bs_val, option structs, arrays) are only read during the call; the
+ *    library copies what it keeps. Unless a function says otherwise it returns BS_OK,
+ *    BS_EINVAL (a NULL handle or bad argument, named in err), BS_ENOMEM or BS_EIO.
  */
 #ifndef BUCKETSTORE_STORAGE_H
 #define BUCKETSTORE_STORAGE_H
@@ -178,7 +184,9 @@ int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payloa
 /* Opens a handle on stream id; id 0 = the active stream, else the newest one.
  * Errors: BS_ENOTFOUND (no such stream / no stream at all). Close with bs_storage_close(). */
 int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err);
+/* Releases the handle (NULL is a no-op); close its writers first. */
 void bs_storage_close(bs_storage *st);
+/* The stream id the handle was opened on (infallible). */
 uint32_t bs_storage_stream_id(const bs_storage *st);
 
 /* ---- Writing ----------------------------------------------------------------------------------- */
@@ -280,12 +288,13 @@ typedef struct bs_checkpoint {
   unsigned char lsn[BS_MAX_LSN];
 } bs_checkpoint;
 
-/* The stream's current checkpoint. */
+/* The stream's current checkpoint (op_id 0 and has_lsn 0 before the first). out is a copy. */
 int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
 
 /* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
  * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
- * once; commits from other processes are seen by polling (every 50 ms). */
+ * once; commits from other processes are seen by polling (every 50 ms). known NULL = no
+ * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */
 int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
                        bs_checkpoint *out, bs_error *err);
 
@@ -475,6 +484,14 @@ typedef struct bs_compact_options {
 #define BS_COMPACT_OPTIONS_INIT                                                                   \
   {BS_COMPACT_OPTIONS_VERSION, 0, NULL, 0, 0, -1.0, 0, 0, -1, 0, 0, 0, 0, 0.0, NULL, NULL}
 
+/* Compacts the stream (full, or incremental with incremental_only) in short write
+ * transactions of at most max_ops_per_txn ops, so a writer of the stream (in this or another
+ * process) waits only briefly. What any client ends with never changes (SPEC.md section 9).
+ * opts may be NULL (defaults); stats_out (may be NULL) gets the totals, also on failure or
+ * cancel (what was done so far). Errors: BS_EINVAL (bad option, named), BS_ESTATE (read-only
+ * db), BS_ECANCELED (progress returned non-zero: the transactions already committed stay,
+ * nothing is half-done), BS_EIO. Any thread; a second concurrent compaction of the same stream
+ * is safe (it serialises on the write lock). */
 int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE). max_op_id 0 = last persisted op.
@@ -497,10 +514,17 @@ typedef struct bs_status {
   char last_error[256];  /* "" when none */
 } bs_status;
 
+/* Fills out with the stream's lifecycle state (a copy: no borrowed pointers). */
 int bs_get_status(bs_storage *st, bs_status *out, bs_error *err);
+/* Records message (copied, cut to 255 bytes) as the stream's last error (bs_status); an
+ * ACTIVE stream becomes ERRORED (still served). Errors: BS_ESTATE (read-only db). */
 int bs_report_error(bs_storage *st, const char *message, bs_error *err);
-/* Drops every op, bucket, lookup, source record and checkpoint of the stream. */
+/* Drops every op, bucket, lookup, source record and checkpoint of the stream. Also drops the
+ * stream's entries from this process's checksum cache (bs_terminate too); another process that
+ * has the file open and served checksums of the stream should reopen it. */
 int bs_clear(bs_storage *st, bs_error *err);
+/* Marks the stream TERMINATED (no writer may open on it again), after bs_clear() when clear is
+ * non-zero. Errors: BS_ESTATE (read-only db). */
 int bs_terminate(bs_storage *st, int clear, bs_error *err);
 
 typedef struct bs_stat {
@@ -513,6 +537,8 @@ typedef struct bs_stat {
   uint64_t file_bytes;
 } bs_stat;
 
+/* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
+ * so it costs a full scan of the file. */
 int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
 /* Recomputes every bucket's running checksum and count, checks key encodings and source
  * records; each problem is passed to fn (may be NULL). *problems_out counts them. */
@@ -557,7 +583,10 @@ typedef struct bs_storage_vtable {
   int (*checksums)(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                    bs_checksum *out, uint64_t *generation_out, bs_error *err);
   /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is
-   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base. */
+   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.
+   * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is
+   * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it
+   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (SPEC.md 5.5). */
   int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
                          size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
                          bs_error *err);

@@ -1,0 +1,1295 @@
+/*
+ * bench_raw.c: the baseline. Each workload's bytes written and read straight with LMDB: the
+ * same keys (bucket id | op id, stream | table | replica id, ...), the same value sizes (op
+ * header + object type/id + subkey + data, source records with one membership, bucket states,
+ * one change record per transaction), the same commit cadence and sync mode. It computes the
+ * same op checksums and subkeys (public functions of the library) since any store of this
+ * protocol must. What it leaves out is the library's own work: the write queue, the source
+ * record merge logic, argument checks, the checksum cache.
+ */
+#include "bench.h"
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STREAM 1u
+#define TID 1u
+#define HDR 18u
+#define SREC 17u
+
+typedef struct rdb {
+  MDB_env *env;
+  MDB_dbi meta, buckets, bstate, ops, source, params, sup, changes;
+  char path[600];
+} rdb;
+
+typedef struct racc { /* per-bucket running state, written once per transaction */
+  uint32_t checksum;
+  uint64_t count, bytes, last_op;
+  int touched, exists;
+} racc;
+
+static void be32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
+}
+static void be64(unsigned char *p, uint64_t v) {
+  be32(p, (uint32_t)(v >> 32));
+  be32(p + 4, (uint32_t)v);
+}
+static uint32_t gbe32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static uint64_t gbe64(const unsigned char *p) { return (uint64_t)gbe32(p) << 32 | gbe32(p + 4); }
+static void le64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t gle64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+static void le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t gle32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int mfail(bres *r, int mrc, const char *what) {
+  r->status = BR_FAILED;
+  snprintf(r->note, sizeof r->note, "%s: %s", what, mdb_strerror(mrc));
+  return -1;
+}
+
+static void r_close(rdb *d) {
+  if (d->env) mdb_env_close(d->env);
+  d->env = NULL;
+}
+
+static int r_open(rdb *d, const char *name, int nosync, int create, bres *r) {
+  MDB_txn *txn;
+  int mrc;
+  memset(d, 0, sizeof *d);
+  bench_path(d->path, sizeof d->path, name);
+  if (create) unlink(d->path);
+  if ((mrc = mdb_env_create(&d->env)) || (mrc = mdb_env_set_maxdbs(d->env, 16)) ||
+      (mrc = mdb_env_set_mapsize(d->env, (size_t)64 << 30)) ||
+      (mrc = mdb_env_open(d->env, d->path, MDB_NOSUBDIR | MDB_NOTLS | (nosync ? MDB_NOSYNC : 0),
+                          0644)))
+    return mfail(r, mrc, "mdb_env_open");
+  if ((mrc = mdb_txn_begin(d->env, NULL, 0, &txn))) return mfail(r, mrc, "mdb_txn_begin");
+  if ((mrc = mdb_dbi_open(txn, "meta", MDB_CREATE, &d->meta)) ||
+      (mrc = mdb_dbi_open(txn, "buckets", MDB_CREATE, &d->buckets)) ||
+      (mrc = mdb_dbi_open(txn, "bstate", MDB_CREATE, &d->bstate)) ||
+      (mrc = mdb_dbi_open(txn, "ops", MDB_CREATE, &d->ops)) ||
+      (mrc = mdb_dbi_open(txn, "source", MDB_CREATE, &d->source)) ||
+      (mrc = mdb_dbi_open(txn, "params", MDB_CREATE, &d->params)) ||
+      (mrc = mdb_dbi_open(txn, "superseded", MDB_CREATE, &d->sup)) ||
+      (mrc = mdb_dbi_open(txn, "changes", MDB_CREATE, &d->changes)) || (mrc = mdb_txn_commit(txn)))
+    return mfail(r, mrc, "mdb_dbi_open");
+  return 0;
+}
+
+static uint64_t r_head(rdb *d, MDB_txn *txn) {
+  MDB_val k = {4, "head"}, v;
+  return mdb_get(txn, d->meta, &k, &v) == 0 && v.mv_size == 8 ? gle64(v.mv_data) : 0;
+}
+
+static int r_set_head(rdb *d, MDB_txn *txn, uint64_t head) {
+  unsigned char b[8];
+  MDB_val k = {4, "head"}, v = {8, b};
+  le64(b, head);
+  return mdb_put(txn, d->meta, &k, &v, 0);
+}
+
+static double r_ops(rdb *d) {
+  MDB_txn *txn;
+  MDB_stat st;
+  if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
+  mdb_stat(txn, d->ops, &st);
+  mdb_txn_abort(txn);
+  return (double)st.ms_entries;
+}
+
+static void opkey(unsigned char k[16], uint64_t bucket_id, uint64_t op) {
+  be64(k, bucket_id);
+  be64(k + 8, op);
+}
+
+/* An op value exactly as the library lays it out. */
+static size_t opval(unsigned char *p, int type, uint32_t ck, uint64_t target, const char *rid,
+                    const char *sk, const char *data, size_t dlen) {
+  p[0] = (unsigned char)type;
+  le32(p + 1, ck);
+  le64(p + 5, target);
+  p[13] = OBJ_TYPE_LEN;
+  p[14] = 0;
+  p[15] = RID_LEN;
+  p[16] = 0;
+  p[17] = BS_SUBKEY_SIZE;
+  memcpy(p + HDR, OBJ_TYPE, OBJ_TYPE_LEN);
+  memcpy(p + HDR + OBJ_TYPE_LEN, rid, RID_LEN);
+  memcpy(p + HDR + OBJ_TYPE_LEN + RID_LEN, sk, BS_SUBKEY_SIZE);
+  if (dlen) memcpy(p + HDR + OBJ_TYPE_LEN + RID_LEN + BS_SUBKEY_SIZE, data, dlen);
+  return HDR + OBJ_TYPE_LEN + RID_LEN + BS_SUBKEY_SIZE + dlen;
+}
+
+static int put_op(rdb *d, MDB_txn *txn, racc *acc, unsigned b, uint64_t op, int type, uint64_t row,
+                  uint64_t version, size_t dsize) {
+  unsigned char k[16], v[HDR + 64 + 65536];
+  char rid[RID_LEN + 1], sk[BS_SUBKEY_SIZE], data[65536];
+  bs_val ot = {OBJ_TYPE, OBJ_TYPE_LEN}, oi, dv, skv = {sk, BS_SUBKEY_SIZE};
+  uint32_t ck;
+  MDB_val key = {16, k}, val;
+  gen_rid(rid, row);
+  oi.data = rid;
+  oi.size = RID_LEN;
+  bs_subkey(sk, TID, oi);
+  if (type == BS_OP_PUT) {
+    gen_data(data, row, version, dsize);
+    dv.data = data;
+    dv.size = dsize;
+    ck = bs_checksum_put(BS_HASH_XXH3, ot, oi, dv);
+  } else {
+    dsize = 0;
+    ck = bs_checksum_remove(BS_HASH_XXH3, skv);
+  }
+  opkey(k, b + 1, op);
+  val.mv_data = v;
+  val.mv_size = opval(v, type, ck, 0, rid, sk, data, dsize);
+  acc[b].checksum += ck;
+  acc[b].count++;
+  acc[b].bytes += val.mv_size;
+  acc[b].last_op = op;
+  acc[b].touched = 1;
+  return mdb_put(txn, d->ops, &key, &val, 0);
+}
+
+static void srckey(unsigned char *k, uint64_t row) {
+  char rid[RID_LEN + 1];
+  be32(k, STREAM);
+  be32(k + 4, TID);
+  gen_rid(rid, row);
+  memcpy(k + 8, rid, RID_LEN);
+}
+
+static int put_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned b, uint64_t op) {
+  unsigned char k[8 + RID_LEN], v[SREC + 20 + OBJ_TYPE_LEN + RID_LEN];
+  MDB_val key = {sizeof k, k}, val = {sizeof v, v};
+  memset(v, 0, sizeof v);
+  le32(v + 1, 1);
+  le64(v + SREC, b + 1);
+  le64(v + SREC + 8, op);
+  v[SREC + 16] = OBJ_TYPE_LEN;
+  v[SREC + 18] = RID_LEN;
+  srckey(k, row);
+  memcpy(v + SREC + 20, OBJ_TYPE, OBJ_TYPE_LEN);
+  memcpy(v + SREC + 20 + OBJ_TYPE_LEN, k + 8, RID_LEN); /* object id = replica id */
+  return mdb_put(txn, d->source, &key, &val, 0);
+}
+
+/* The source record's membership: bucket index and op id; 0 when the row is unknown. */
+static int get_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned *b, uint64_t *op) {
+  unsigned char k[8 + RID_LEN];
+  MDB_val key = {sizeof k, k}, val;
+  srckey(k, row);
+  if (mdb_get(txn, d->source, &key, &val) || val.mv_size < SREC + 20) return 0;
+  *b = (unsigned)(gle64((unsigned char *)val.mv_data + SREC) - 1);
+  *op = gle64((unsigned char *)val.mv_data + SREC + 8);
+  return 1;
+}
+
+static int put_sup(rdb *d, MDB_txn *txn, unsigned b, uint64_t old_op, uint64_t new_op) {
+  unsigned char k[16], v[8];
+  MDB_val key = {16, k}, val = {8, v};
+  opkey(k, b + 1, old_op);
+  le64(v, new_op);
+  return mdb_put(txn, d->sup, &key, &val, 0);
+}
+
+/* Writes the touched buckets' states (and names of new buckets), one change record, the head. */
+static int r_finish(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t first, uint64_t head,
+                    uint64_t *seq) {
+  unsigned char v[96 + 64], ck[20], cv[8192];
+  size_t cn = 21;
+  int mrc;
+  for (unsigned b = 0; b < nb; b++) {
+    char name[64];
+    size_t len;
+    MDB_val key, val;
+    unsigned char k[8], nk[4 + 64];
+    if (!acc[b].touched) continue;
+    gen_bucket(name, sizeof name, &len, b);
+    if (!acc[b].exists) {
+      unsigned char id[8];
+      MDB_val ikey = {4 + len, nk}, ival = {8, id};
+      be32(nk, STREAM);
+      memcpy(nk + 4, name, len);
+      le64(id, b + 1);
+      if ((mrc = mdb_put(txn, d->buckets, &ikey, &ival, 0))) return mrc;
+      acc[b].exists = 1;
+    }
+    memset(v, 0, 96);
+    le32(v, STREAM);
+    le32(v + 4, acc[b].checksum);
+    le64(v + 8, acc[b].count);
+    le64(v + 16, acc[b].bytes);
+    le64(v + 24, acc[b].last_op);
+    memcpy(v + 96, name, len);
+    be64(k, b + 1);
+    key.mv_size = 8;
+    key.mv_data = k;
+    val.mv_size = 96 + len;
+    val.mv_data = v;
+    if ((mrc = mdb_put(txn, d->bstate, &key, &val, 0))) return mrc;
+    if (cn + 2 + len + 8 < sizeof cv) {
+      cv[cn] = (unsigned char)len;
+      cv[cn + 1] = 0;
+      memcpy(cv + cn + 2, name, len);
+      cn += 2 + len;
+    }
+    acc[b].touched = 0;
+  }
+  {
+    MDB_val key = {20, ck}, val = {cn + 8, cv};
+    memset(cv, 0, 21);
+    le64(cv, first);
+    be32(ck, STREAM);
+    be64(ck + 4, head);
+    be64(ck + 12, ++*seq);
+    if ((mrc = mdb_put(txn, d->changes, &key, &val, 0))) return mrc;
+  }
+  return r_set_head(d, txn, head);
+}
+
+/* Loads the running bucket states (nb buckets) of an existing store. */
+static int r_load(rdb *d, racc *acc, unsigned nb, uint64_t *head) {
+  MDB_txn *txn;
+  int mrc;
+  if ((mrc = mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn))) return mrc;
+  for (unsigned b = 0; b < nb; b++) {
+    unsigned char k[8];
+    MDB_val key = {8, k}, val;
+    be64(k, b + 1);
+    memset(&acc[b], 0, sizeof acc[b]);
+    if (mdb_get(txn, d->bstate, &key, &val) == 0 && val.mv_size >= 96) {
+      const unsigned char *p = val.mv_data;
+      acc[b].checksum = gle32(p + 4);
+      acc[b].count = gle64(p + 8);
+      acc[b].bytes = gle64(p + 16);
+      acc[b].last_op = gle64(p + 24);
+      acc[b].exists = 1;
+    }
+  }
+  *head = r_head(d, txn);
+  mdb_txn_abort(txn);
+  return 0;
+}
+
+static void set_lat(bres *r, double *lat, size_t n) {
+  r->p50_us = pct(lat, n, 0.50) * 1e6;
+  r->p99_us = pct(lat, n, 0.99) * 1e6;
+}
+
+static void hist_push(uint64_t cp) {
+  g_sh->hist_raw[g_sh->nhist_raw % 256] = cp;
+  g_sh->nhist_raw++;
+}
+
+/* ---- W1 ---- */
+/* Rows [s, e) into buckets i % nb, op id i + 1, ops written bucket by bucket like the library's
+ * flush; skip_existing = the snapshot writer's existence check per row. */
+static int r_insert_batch(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t s, uint64_t e,
+                          uint64_t version, uint64_t op_base, int skip_existing, size_t dsize) {
+  int mrc;
+  for (uint64_t i = s; i < e; i++) {
+    unsigned char k[8 + RID_LEN];
+    MDB_val key = {sizeof k, k}, val;
+    if (skip_existing) {
+      srckey(k, i);
+      if (mdb_get(txn, d->source, &key, &val) == 0) continue;
+    }
+    if ((mrc = put_src(d, txn, i, (unsigned)(i % nb), op_base + i + 1))) return mrc;
+  }
+  for (unsigned b = 0; b < nb; b++) {
+    uint64_t i = s + (b + nb - s % nb) % nb;
+    for (; i < e; i += nb)
+      if ((mrc = put_op(d, txn, acc, b, op_base + i + 1, BS_OP_PUT, i, version, dsize)))
+        return mrc;
+  }
+  return 0;
+}
+
+int raw_ingest(int mode) {
+  const bench_cfg *c = g_cfg;
+  int large = mode == 1, nosync = mode == 2;
+  unsigned nb = large ? c->buckets_large : c->buckets_small;
+  uint64_t n = c->rows, every = c->commit_rows, seq = 0;
+  racc *acc = calloc(nb, sizeof *acc);
+  double *lat = calloc(n / every + 2, sizeof *lat), t0;
+  size_t nl = 0;
+  char name[72];
+  bres *r;
+  rdb d;
+  int mrc;
+
+  snprintf(name, sizeof name, "snapshot %lluk rows -> %u buckets%s", (unsigned long long)n / 1000,
+           nb, nosync ? ", nosync" : "");
+  r = res_new("ingest", name, "lmdb");
+  snprintf(r->unit, sizeof r->unit, "rows/s");
+  if (r_open(&d, large ? "s10k.raw" : nosync ? "s100ns.raw" : "s100.raw", nosync, 1, r)) goto out;
+  mem_sampler_start();
+  t0 = now_s();
+  for (uint64_t s = 0; s < n; s += every) {
+    uint64_t e = s + every < n ? s + every : n;
+    double tc = now_s();
+    MDB_txn *txn;
+    if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) {
+      mfail(r, mrc, "begin");
+      goto out;
+    }
+    if ((mrc = r_insert_batch(&d, txn, acc, nb, s, e, 0, 0, 1, c->data_size)) ||
+        (mrc = r_finish(&d, txn, acc, nb, s + 1, e, &seq)) || (mrc = mdb_txn_commit(txn))) {
+      mfail(r, mrc, "ingest txn");
+      goto out;
+    }
+    lat[nl++] = now_s() - tc;
+  }
+  r->secs = now_s() - t0;
+  mem_sampler_stop();
+  r->count = (double)n;
+  r->value = (double)n / r->secs;
+  r->mbps = (double)n * (double)c->data_size / r->secs / 1e6;
+  set_lat(r, lat, nl);
+  res_mem(r);
+  r->bytes_per_op = file_bytes(d.path) / r_ops(&d);
+  snprintf(r->note, sizeof r->note,
+           "ops + source records + bucket states + change record, "
+           "one %s txn per %llu rows",
+           nosync ? "nosync" : "durable", (unsigned long long)every);
+  if (mode == 0) {
+    for (uint64_t i = 0; i < n; i++)
+      g_state_raw[i] = (int32_t)(i % nb);
+    g_sh->nhist_raw = 0;
+    g_sh->change_seq_raw = 0;
+    hist_push(n);
+    g_sh->built[ST_S100] |= 2;
+  }
+out:
+  r_close(&d);
+  free(acc);
+  free(lat);
+  return r->status == BR_FAILED;
+}
+
+/* ---- W2 ---- */
+typedef struct rstream {
+  rdb *d;
+  racc *acc;
+  uint64_t head, seq;
+} rstream;
+
+/* One transaction of `count` changes. */
+static int r_change_txn(rstream *s, uint64_t count, bres *r) {
+  const bench_cfg *c = g_cfg;
+  MDB_txn *txn;
+  uint64_t first = s->head + 1;
+  int mrc;
+  if ((mrc = mdb_txn_begin(s->d->env, NULL, 0, &txn))) return mfail(r, mrc, "begin");
+  for (uint64_t k = 0; k < count; k++) {
+    change ch;
+    uint64_t kseq = g_sh->change_seq_raw++, op_old = 0;
+    unsigned ob = 0;
+    int had;
+    gen_change(&ch, kseq, g_state_raw, c->rows, c->buckets_small);
+    had = get_src(s->d, txn, ch.row, &ob, &op_old);
+    mrc = 0;
+    if (ch.kind != CH_DELETE) {
+      uint64_t op = ++s->head;
+      mrc = put_op(s->d, txn, s->acc, (unsigned)ch.new_bucket, op, BS_OP_PUT, ch.row, kseq + 1,
+                   c->data_size);
+      if (!mrc && had && ob == (unsigned)ch.new_bucket) mrc = put_sup(s->d, txn, ob, op_old, op);
+      if (!mrc && had && ob != (unsigned)ch.new_bucket) {
+        uint64_t rm = ++s->head;
+        mrc = put_op(s->d, txn, s->acc, ob, rm, BS_OP_REMOVE, ch.row, 0, 0);
+        if (!mrc) mrc = put_sup(s->d, txn, ob, op_old, rm);
+      }
+      if (!mrc) mrc = put_src(s->d, txn, ch.row, (unsigned)ch.new_bucket, op);
+    } else if (had) {
+      unsigned char sk[8 + RID_LEN];
+      MDB_val key = {sizeof sk, sk};
+      uint64_t rm = ++s->head;
+      mrc = put_op(s->d, txn, s->acc, ob, rm, BS_OP_REMOVE, ch.row, 0, 0);
+      if (!mrc) mrc = put_sup(s->d, txn, ob, op_old, rm);
+      srckey(sk, ch.row);
+      if (!mrc) mrc = mdb_del(txn, s->d->source, &key, NULL);
+    }
+    if (mrc) {
+      mdb_txn_abort(txn);
+      return mfail(r, mrc, "change");
+    }
+  }
+  if ((mrc = r_finish(s->d, txn, s->acc, c->buckets_small, first, s->head, &s->seq)) ||
+      (mrc = mdb_txn_commit(txn)))
+    return mfail(r, mrc, "commit");
+  hist_push(s->head);
+  return 0;
+}
+
+int raw_stream(int nosync, int report) {
+  const bench_cfg *c = g_cfg;
+  uint64_t m = c->updates, every = c->commit_changes;
+  racc *acc = calloc(c->buckets_small, sizeof *acc);
+  double *lat = calloc(m / every + 2, sizeof *lat), t0;
+  size_t nl = 0;
+  char name[72];
+  bres *r;
+  rdb d;
+  rstream s;
+
+  snprintf(name, sizeof name, "%llu changes/commit, %s", (unsigned long long)every,
+           nosync ? "nosync" : "durable");
+  r = res_new("stream", name, "lmdb");
+  snprintf(r->unit, sizeof r->unit, "chg/s");
+  if (r_open(&d, "s100.raw", nosync, 0, r)) goto out;
+  s.d = &d;
+  s.acc = acc;
+  s.seq = 1u << 30;
+  r_load(&d, acc, c->buckets_small, &s.head);
+  mem_sampler_start();
+  t0 = now_s();
+  for (uint64_t k = 0; k < m; k += every) {
+    double tc = now_s();
+    if (r_change_txn(&s, k + every < m ? every : m - k, r)) goto out;
+    lat[nl++] = now_s() - tc;
+  }
+  r->secs = now_s() - t0;
+  mem_sampler_stop();
+  r->count = (double)m;
+  r->value = (double)m / r->secs;
+  set_lat(r, lat, nl);
+  res_mem(r);
+  r->bytes_per_op = file_bytes(d.path) / r_ops(&d);
+  snprintf(r->note, sizeof r->note,
+           "source get/put, PUT/REMOVE ops, superseded log; latency = "
+           "whole txn (puts + commit)");
+  g_sh->built[ST_STREAMED] |= 2;
+  (void)report;
+out:
+  r_close(&d);
+  free(acc);
+  free(lat);
+  return r->status == BR_FAILED;
+}
+
+/* ---- W3 ---- */
+typedef struct rdl {
+  uint64_t ops, bytes;
+} rdl;
+
+static uint64_t r_bucket_id(rdb *d, MDB_txn *txn, unsigned b) {
+  unsigned char k[4 + 64];
+  char name[64];
+  size_t len;
+  MDB_val key, val;
+  gen_bucket(name, sizeof name, &len, b);
+  be32(k, STREAM);
+  memcpy(k + 4, name, len);
+  key.mv_size = 4 + len;
+  key.mv_data = k;
+  if (mdb_get(txn, d->buckets, &key, &val) || val.mv_size != 8) return 0;
+  return gle64(val.mv_data);
+}
+
+/* Reads ops (after, cp] of bucket b, at most limit; returns the last op id read (0: none). */
+static uint64_t r_scan(rdb *d, MDB_txn *txn, uint64_t id, uint64_t after, uint64_t cp,
+                       uint64_t limit, rdl *out) {
+  MDB_cursor *cur;
+  unsigned char k[16];
+  MDB_val key = {16, k}, val;
+  uint64_t n = 0, last = 0;
+  int mrc;
+  opkey(k, id, after + 1);
+  if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < limit;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const unsigned char *p = val.mv_data, *kp = key.mv_data;
+    uint64_t op;
+    size_t fixed;
+    if (key.mv_size != 16 || gbe64(kp) != id || (op = gbe64(kp + 8)) > cp) break;
+    fixed = HDR + (size_t)(p[13] | p[14] << 8) + (size_t)(p[15] | p[16] << 8) + p[17];
+    out->bytes += val.mv_size - HDR;
+    (void)fixed;
+    last = op;
+    n++;
+  }
+  out->ops += n;
+  mdb_cursor_close(cur);
+  return n == limit ? last : 0;
+}
+
+static int r_download(rdb *d, uint64_t cp, unsigned b, rdl *out) {
+  uint64_t after = 0;
+  do {
+    MDB_txn *txn;
+    uint64_t id;
+    if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
+    id = r_bucket_id(d, txn, b);
+    after = id ? r_scan(d, txn, id, after, cp, g_cfg->read_limit, out) : 0;
+    mdb_txn_abort(txn);
+  } while (after);
+  return 0;
+}
+
+static uint64_t r_checkpoint(rdb *d) {
+  MDB_txn *txn;
+  uint64_t h;
+  if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return 0;
+  h = r_head(d, txn);
+  mdb_txn_abort(txn);
+  return h;
+}
+
+int raw_reads(void) {
+  const bench_cfg *c = g_cfg;
+  unsigned nb = c->buckets_small;
+  double *lat = calloc(nb + 64, sizeof *lat), t0;
+  rdl tot = {0, 0};
+  char name[72];
+  bres *r, *r2;
+  uint64_t cp;
+  rdb d;
+
+  r = res_new("reads", "whole buckets from 0, cold map", "lmdb");
+  snprintf(r->unit, sizeof r->unit, "ops/s");
+  if (r_open(&d, "s100.raw", 0, 0, r)) goto out;
+  cp = r_checkpoint(&d);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) {
+      r = res_new("reads", "whole buckets from 0, warm map", "lmdb");
+      snprintf(r->unit, sizeof r->unit, "ops/s");
+    }
+    memset(&tot, 0, sizeof tot);
+    mem_sampler_start();
+    t0 = now_s();
+    for (unsigned b = 0; b < nb; b++) {
+      double tb = now_s();
+      r_download(&d, cp, b, &tot);
+      lat[b] = now_s() - tb;
+    }
+    r->secs = now_s() - t0;
+    mem_sampler_stop();
+    r->count = (double)tot.ops;
+    r->value = (double)tot.ops / r->secs;
+    r->mbps = (double)tot.bytes / r->secs / 1e6;
+    set_lat(r, lat, nb);
+    res_mem(r);
+    snprintf(r->note, sizeof r->note, "cursor scan, one read txn per %llu ops; %.0f MB/s",
+             (unsigned long long)c->read_limit, r->mbps);
+  }
+
+  uint64_t behind =
+      g_sh->nhist_raw > c->catchup_commits ? c->catchup_commits : g_sh->nhist_raw - 1;
+  snprintf(name, sizeof name, "catch-up, %llu commits behind", (unsigned long long)behind);
+  r2 = res_new("reads", name, "lmdb");
+  snprintf(r2->unit, sizeof r2->unit, "ops/s");
+  if (!behind) {
+    r2->status = BR_FAILED;
+    snprintf(r2->note, sizeof r2->note, "no earlier checkpoint recorded");
+    goto out;
+  }
+  {
+    uint64_t from = g_sh->hist_raw[(g_sh->nhist_raw - 1 - behind) % 256];
+    int reps = c->quick ? 5 : 40;
+    rdl dd = {0, 0};
+    t0 = now_s();
+    for (int i = 0; i < reps; i++) {
+      double tc = now_s();
+      MDB_txn *txn;
+      if (mdb_txn_begin(d.env, NULL, MDB_RDONLY, &txn)) break;
+      for (unsigned b = 0; b < nb; b++) {
+        uint64_t id = r_bucket_id(&d, txn, b);
+        if (id) r_scan(&d, txn, id, from, cp, UINT64_MAX, &dd);
+      }
+      mdb_txn_abort(txn);
+      lat[i] = now_s() - tc;
+    }
+    r2->secs = now_s() - t0;
+    r2->count = (double)dd.ops;
+    r2->value = (double)dd.ops / r2->secs;
+    r2->mbps = (double)dd.bytes / r2->secs / 1e6;
+    set_lat(r2, lat, (size_t)reps);
+    res_mem(r2);
+    snprintf(r2->note, sizeof r2->note, "one read txn, a cursor seek per bucket (all %u)", nb);
+  }
+out:
+  r_close(&d);
+  free(lat);
+  return 0;
+}
+
+typedef struct rctx {
+  rdb *d;
+  rstream *s;
+  volatile int stop;
+  uint64_t ops, changes, seed;
+  bres *r;
+} rctx;
+
+static void *r_reader(void *arg) {
+  rctx *x = arg;
+  uint64_t s = x->seed;
+  while (!x->stop) {
+    rdl o = {0, 0};
+    r_download(x->d, r_checkpoint(x->d), (unsigned)(rng_next(&s) % g_cfg->buckets_small), &o);
+    x->ops += o.ops;
+  }
+  return NULL;
+}
+
+static void *r_writer(void *arg) {
+  rctx *x = arg;
+  while (!x->stop) {
+    if (r_change_txn(x->s, g_cfg->commit_changes, x->r)) break;
+    x->changes += g_cfg->commit_changes;
+  }
+  return NULL;
+}
+
+int raw_concurrent(int threads) {
+  const bench_cfg *c = g_cfg;
+  racc *acc = calloc(c->buckets_small, sizeof *acc);
+  char name[72];
+  bres *r;
+  rdb d;
+  rstream s;
+  rctx rd[8], wr;
+  pthread_t rt[8], wt;
+  uint64_t ops = 0;
+  double t0;
+
+  snprintf(name, sizeof name, "%d reader%s + streaming writer", threads, threads > 1 ? "s" : "");
+  r = res_new("reads", name, "lmdb");
+  snprintf(r->unit, sizeof r->unit, "ops/s");
+  if (r_open(&d, "s100.raw", 0, 0, r)) goto out;
+  s.d = &d;
+  s.acc = acc;
+  s.seq = 2u << 30;
+  r_load(&d, acc, c->buckets_small, &s.head);
+  memset(&wr, 0, sizeof wr);
+  wr.d = &d;
+  wr.s = &s;
+  wr.r = r;
+  mem_sampler_start();
+  t0 = now_s();
+  pthread_create(&wt, NULL, r_writer, &wr);
+  for (int i = 0; i < threads; i++) {
+    memset(&rd[i], 0, sizeof rd[i]);
+    rd[i].d = &d;
+    rd[i].seed = c->seed + (uint64_t)i * 7919;
+    pthread_create(&rt[i], NULL, r_reader, &rd[i]);
+  }
+  usleep((useconds_t)(c->read_secs * 1e6));
+  for (int i = 0; i < threads; i++)
+    rd[i].stop = 1;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(rt[i], NULL);
+    ops += rd[i].ops;
+  }
+  r->secs = now_s() - t0;
+  wr.stop = 1;
+  pthread_join(wt, NULL);
+  mem_sampler_stop();
+  if (r->status != BR_OK) goto out;
+  r->count = (double)ops;
+  r->value = (double)ops / r->secs;
+  res_mem(r);
+  snprintf(r->note, sizeof r->note, "writer meanwhile %.0f changes/s (durable)",
+           (double)wr.changes / r->secs);
+out:
+  r_close(&d);
+  free(acc);
+  return 0;
+}
+
+/* ---- W4 ---- */
+static void ck_shape(int big, uint64_t *nbk, uint64_t *per) {
+  *nbk = big ? g_cfg->ck_big_buckets : g_cfg->ck_requests;
+  *per = big ? g_cfg->ck_big_ops : g_cfg->ck_small_ops;
+}
+
+int raw_ck_build(int big) {
+  uint64_t nbk, per, total, every = 1000, seq = 0, prev = 0, cp = 0;
+  bres *r = res_new("checksums", "build", "lmdb");
+  racc *acc;
+  rdb d;
+  int mrc;
+  ck_shape(big, &nbk, &per);
+  total = nbk * per;
+  acc = calloc(nbk, sizeof *acc);
+  if (r_open(&d, big ? "ckb.raw" : "cks.raw", 1, 1, r)) goto out;
+  for (uint64_t s = 0; s < total; s += every) {
+    uint64_t e = s + every < total ? s + every : total;
+    MDB_txn *txn;
+    if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) {
+      mfail(r, mrc, "begin");
+      goto out;
+    }
+    for (uint64_t i = s; i < e; i++)
+      if ((mrc = put_op(&d, txn, acc, (unsigned)(i % nbk), i + 1, BS_OP_PUT, i, 0, 64))) break;
+    if (mrc || (mrc = r_finish(&d, txn, acc, (unsigned)nbk, s + 1, e, &seq)) ||
+        (mrc = mdb_txn_commit(txn))) {
+      mfail(r, mrc, "build txn");
+      goto out;
+    }
+    prev = cp;
+    cp = e;
+  }
+  g_sh->ck_cp[1][big][0] = cp;
+  g_sh->ck_cp[1][big][1] = prev;
+out:
+  r_close(&d);
+  free(acc);
+  return r->status == BR_FAILED;
+}
+
+/* Checksum and count of bucket b at cp: running state minus the ops above cp. */
+static void r_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp,
+                       uint32_t *ck, uint64_t *count) {
+  unsigned char k[16];
+  MDB_val key = {8, k}, val;
+  uint64_t id = r_bucket_id(d, txn, b), last;
+  int mrc;
+  *ck = 0;
+  *count = 0;
+  if (!id) return;
+  be64(k, id);
+  if (mdb_get(txn, d->bstate, &key, &val) || val.mv_size < 96) return;
+  *ck = gle32((unsigned char *)val.mv_data + 4);
+  *count = gle64((unsigned char *)val.mv_data + 8);
+  last = gle64((unsigned char *)val.mv_data + 24);
+  if (last <= cp) return;
+  opkey(k, id + 1, 0);
+  key.mv_size = 16;
+  key.mv_data = k;
+  mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+  mrc = mdb_cursor_get(cur, &key, &val, mrc == 0 ? MDB_PREV : MDB_LAST);
+  for (; mrc == 0; mrc = mdb_cursor_get(cur, &key, &val, MDB_PREV)) {
+    const unsigned char *kp = key.mv_data;
+    if (gbe64(kp) != id || gbe64(kp + 8) <= cp) break;
+    *ck -= gle32((unsigned char *)val.mv_data + 1);
+    (*count)--;
+  }
+}
+
+int raw_checksums(int big) {
+  uint64_t nbk, per, n = g_cfg->ck_requests;
+  size_t per_call;
+  ck_shape(big, &nbk, &per);
+  per_call = (size_t)(nbk < n ? nbk : n);
+  for (int older = 0; older <= 1; older++) {
+    char name[72];
+    bres *r;
+    rdb d;
+    uint64_t cp = g_sh->ck_cp[1][big][older], sum = 0, calls = (n + per_call - 1) / per_call;
+    int reps = g_cfg->quick ? 2 : 5;
+    double t0, *lat = calloc(calls * (size_t)reps, sizeof *lat);
+    size_t nl = 0;
+    snprintf(name, sizeof name, "%llu x %llu-op bkts, %s, cold", (unsigned long long)nbk,
+             (unsigned long long)per, older ? "older" : "latest");
+    r = res_new("checksums", name, "lmdb");
+    snprintf(r->unit, sizeof r->unit, "us/bucket");
+    r->lower_better = 1;
+    if (r_open(&d, big ? "ckb.raw" : "cks.raw", 0, 0, r)) {
+      free(lat);
+      continue;
+    }
+    t0 = now_s();
+    for (int rep = 0; rep < reps; rep++) {
+      for (uint64_t k = 0; k < calls; k++) {
+        double tc = now_s();
+        MDB_txn *txn;
+        MDB_cursor *cur;
+        if (mdb_txn_begin(d.env, NULL, MDB_RDONLY, &txn)) break;
+        mdb_cursor_open(txn, d.ops, &cur);
+        for (size_t i = 0; i < per_call; i++) {
+          uint32_t ck;
+          uint64_t cnt;
+          r_checksum(&d, txn, cur, (unsigned)i, cp, &ck, &cnt);
+          if (rep == 0) sum += ck + cnt;
+        }
+        mdb_cursor_close(cur);
+        mdb_txn_abort(txn);
+        lat[nl++] = now_s() - tc;
+      }
+    }
+    r->secs = now_s() - t0;
+    r->count = (double)(calls * per_call * (uint64_t)reps);
+    r->value = r->secs / r->count * 1e6;
+    set_lat(r, lat, nl);
+    res_mem(r);
+    g_sh->ck_sum[1][big][older] = sum;
+    snprintf(r->note, sizeof r->note, "bucket id + state get, walk back ops above checkpoint %llu",
+             (unsigned long long)cp);
+    r_close(&d);
+    free(lat);
+  }
+  return 0;
+}
+
+/* ---- W5 ---- */
+static size_t lookup_key(unsigned char *buf, uint64_t k) {
+  bs_scalar v[2];
+  size_t size = 0;
+  memset(v, 0, sizeof v);
+  v[0].type = BS_SCALAR_STRING;
+  v[0].s.data = "org";
+  v[0].s.size = 3;
+  v[1].type = BS_SCALAR_INT;
+  v[1].i = (int64_t)k;
+  bs_lookup_encode(buf, 64, &size, v, 2, NULL);
+  return size;
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+  const unsigned char *s = p;
+  uint64_t h = 1469598103934665603ull;
+  while (n--)
+    h = (h ^ *s++) * 1099511628211ull;
+  return h;
+}
+
+int raw_params(void) {
+  const bench_cfg *c = g_cfg;
+  uint64_t n = c->params, keys = n / 10 ? n / 10 : 1, every = 10000, seq = 0, rows = 0, cp;
+  double t0, *lat = calloc(c->param_queries, sizeof *lat);
+  char name[72];
+  bres *rb, *r;
+  rdb d;
+  int mrc = 0;
+
+  snprintf(name, sizeof name, "build %lluk-entry index", (unsigned long long)n / 1000);
+  rb = res_new("params", name, "lmdb");
+  snprintf(rb->unit, sizeof rb->unit, "entries/s");
+  if (r_open(&d, "params.raw", 1, 1, rb)) goto out;
+  mem_sampler_start();
+  t0 = now_s();
+  for (uint64_t s = 0; s < n; s += every) {
+    uint64_t e = s + every < n ? s + every : n;
+    MDB_txn *txn;
+    if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
+    for (uint64_t i = s; i < e && !mrc; i++) {
+      unsigned char key[64], pk[128], pv[96], sk[64], sv[96];
+      char rid[24], js[48];
+      size_t kl = lookup_key(key, i % keys), rl, jl;
+      MDB_val k, v;
+      rl = (size_t)snprintf(rid, sizeof rid, "p%08llu", (unsigned long long)i);
+      jl = (size_t)snprintf(js, sizeof js, "{\"list\":\"l%07llu\"}", (unsigned long long)i);
+      be32(pk, STREAM);
+      pk[4] = (unsigned char)(kl >> 8);
+      pk[5] = (unsigned char)kl;
+      memcpy(pk + 6, key, kl);
+      be32(pk + 6 + kl, 2);
+      be64(pk + 10 + kl, fnv(rid, rl));
+      be64(pk + 18 + kl, i + 1);
+      pv[0] = (unsigned char)rl;
+      pv[1] = 0;
+      memcpy(pv + 2, rid, rl);
+      le32(pv + 2 + rl, 1);
+      le32(pv + 6 + rl, (uint32_t)jl);
+      memcpy(pv + 10 + rl, js, jl);
+      k.mv_size = 26 + kl;
+      k.mv_data = pk;
+      v.mv_size = 10 + rl + jl;
+      v.mv_data = pv;
+      if ((mrc = mdb_put(txn, d.params, &k, &v, 0))) break;
+      /* the source record remembers the row's lookup key */
+      be32(sk, STREAM);
+      be32(sk + 4, 2);
+      memcpy(sk + 8, rid, rl);
+      memset(sv, 0, SREC);
+      le32(sv + 5, 1);
+      sv[SREC] = (unsigned char)kl;
+      sv[SREC + 1] = 0;
+      memcpy(sv + SREC + 2, key, kl);
+      k.mv_size = 8 + rl;
+      k.mv_data = sk;
+      v.mv_size = SREC + 2 + kl;
+      v.mv_data = sv;
+      mrc = mdb_put(txn, d.source, &k, &v, 0);
+    }
+    if (!mrc) {
+      unsigned char ck[20], cv[32];
+      MDB_val k = {20, ck}, v = {29, cv};
+      memset(cv, 0, sizeof cv);
+      be32(ck, STREAM);
+      be64(ck + 4, e);
+      be64(ck + 12, ++seq);
+      mrc = mdb_put(txn, d.changes, &k, &v, 0);
+    }
+    if (mrc || (mrc = r_set_head(&d, txn, e)) || (mrc = mdb_txn_commit(txn))) break;
+  }
+  if (mrc) {
+    mfail(rb, mrc, "build");
+    goto out;
+  }
+  rb->secs = now_s() - t0;
+  mem_sampler_stop();
+  rb->count = (double)n;
+  rb->value = (double)n / rb->secs;
+  res_mem(rb);
+  rb->bytes_per_op = file_bytes(d.path) / (double)n;
+  snprintf(rb->note, sizeof rb->note, "params entry + source record per row, nosync");
+  r_close(&d);
+
+  snprintf(name, sizeof name, "lookup 1 key (10 rows) in %lluk", (unsigned long long)n / 1000);
+  r = res_new("params", name, "lmdb");
+  snprintf(r->unit, sizeof r->unit, "lookups/s");
+  if (r_open(&d, "params.raw", 0, 0, r)) goto out;
+  cp = r_checkpoint(&d);
+  {
+    uint64_t s = c->seed;
+    mem_sampler_start();
+    t0 = now_s();
+    for (uint64_t q = 0; q < c->param_queries; q++) {
+      unsigned char key[64], pk[128], group[12];
+      size_t kl = lookup_key(key, rng_next(&s) % keys);
+      double tq = now_s();
+      MDB_txn *txn;
+      MDB_cursor *cur;
+      MDB_val k, v, last = {0, NULL};
+      int have = 0;
+      be32(pk, STREAM);
+      pk[4] = (unsigned char)(kl >> 8);
+      pk[5] = (unsigned char)kl;
+      memcpy(pk + 6, key, kl);
+      k.mv_size = 6 + kl;
+      k.mv_data = pk;
+      if (mdb_txn_begin(d.env, NULL, MDB_RDONLY, &txn)) break;
+      mdb_cursor_open(txn, d.params, &cur);
+      /* entries of a (table, replica) group ascend by op id: keep the last one <= cp */
+      for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
+           mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        const unsigned char *kp = k.mv_data;
+        if (k.mv_size != 26 + kl || memcmp(kp, pk, 6 + kl)) break;
+        if (have && memcmp(group, kp + 6 + kl, 12)) {
+          rows += gle32((unsigned char *)last.mv_data + 2 + ((unsigned char *)last.mv_data)[0]);
+          have = 0;
+        }
+        if (gbe64(kp + 18 + kl) <= cp) {
+          memcpy(group, kp + 6 + kl, 12);
+          last = v;
+          have = 1;
+        }
+      }
+      if (have)
+        rows += gle32((unsigned char *)last.mv_data + 2 + ((unsigned char *)last.mv_data)[0]);
+      mdb_cursor_close(cur);
+      mdb_txn_abort(txn);
+      lat[q] = now_s() - tq;
+    }
+    r->secs = now_s() - t0;
+    mem_sampler_stop();
+  }
+  r->count = (double)c->param_queries;
+  r->value = r->count / r->secs;
+  set_lat(r, lat, c->param_queries);
+  res_mem(r);
+  snprintf(r->note, sizeof r->note, "%.2f rows per lookup; prefix scan in one read txn",
+           (double)rows / r->count);
+  g_sh->param_rows[1] = rows;
+out:
+  r_close(&d);
+  free(lat);
+  return 0;
+}
+
+/* ---- W6 ---- */
+int raw_compact_build(void) {
+  const bench_cfg *c = g_cfg;
+  uint64_t n = c->compact_rows, every = 10000, seq = 0;
+  unsigned nb = c->buckets_small;
+  racc *acc = calloc(nb, sizeof *acc);
+  bres *r = res_new("compact", "build", "lmdb");
+  char full[600], inc[600];
+  rdb d;
+  int mrc = 0;
+  if (r_open(&d, "cmp.raw", 1, 1, r)) goto out;
+  for (uint64_t s = 0; s < n && !mrc; s += every) {
+    uint64_t e = s + every < n ? s + every : n;
+    MDB_txn *txn;
+    if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
+    if ((mrc = r_insert_batch(&d, txn, acc, nb, s, e, 0, 0, 0, c->data_size)) ||
+        (mrc = r_finish(&d, txn, acc, nb, s + 1, e, &seq)) || (mrc = mdb_txn_commit(txn)))
+      break;
+  }
+  /* the update pass: op n + i + 1 supersedes op i + 1 in the same bucket */
+  for (uint64_t s = 0; s < n && !mrc; s += every) {
+    uint64_t e = s + every < n ? s + every : n;
+    MDB_txn *txn;
+    if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
+    if ((mrc = r_insert_batch(&d, txn, acc, nb, s, e, 1, n, 0, c->data_size))) break;
+    for (uint64_t i = s; i < e && !mrc; i++)
+      mrc = put_sup(&d, txn, (unsigned)(i % nb), i + 1, n + i + 1);
+    if (mrc || (mrc = r_finish(&d, txn, acc, nb, n + s + 1, n + e, &seq)) ||
+        (mrc = mdb_txn_commit(txn)))
+      break;
+  }
+  if (mrc) {
+    mfail(r, mrc, "build");
+    goto out;
+  }
+  r_close(&d);
+  bench_path(full, sizeof full, "cmp_full.raw");
+  bench_path(inc, sizeof inc, "cmp_inc.raw");
+  if (copy_file(d.path, full) || copy_file(d.path, inc)) {
+    r->status = BR_FAILED;
+    snprintf(r->note, sizeof r->note, "copying the store failed");
+  }
+  bench_path(full, sizeof full, "cmp_ns.raw");
+  if (copy_file(d.path, full)) {
+    r->status = BR_FAILED;
+    snprintf(r->note, sizeof r->note, "copying the store failed");
+  }
+out:
+  r_close(&d);
+  free(acc);
+  return r->status == BR_FAILED;
+}
+
+/* Row identity hash set for the reverse scan: (hash of type|id|subkey) -> latest op id. */
+typedef struct seen {
+  uint64_t *h, *op;
+  size_t cap, n;
+} seen;
+
+static int seen_visit(seen *s, const unsigned char *ident, size_t len, uint64_t op,
+                      uint64_t *latest) {
+  uint64_t h = fnv(ident, len) | 1;
+  size_t i;
+  if ((s->n + 1) * 2 > s->cap) {
+    seen t = {0, 0, s->cap ? s->cap * 2 : 1024, 0};
+    t.h = calloc(t.cap, 8);
+    t.op = calloc(t.cap, 8);
+    for (size_t j = 0; j < s->cap; j++)
+      if (s->h[j]) {
+        size_t k = s->h[j] & (t.cap - 1);
+        while (t.h[k])
+          k = (k + 1) & (t.cap - 1);
+        t.h[k] = s->h[j];
+        t.op[k] = s->op[j];
+        t.n++;
+      }
+    free(s->h);
+    free(s->op);
+    *s = t;
+  }
+  for (i = h & (s->cap - 1); s->h[i]; i = (i + 1) & (s->cap - 1))
+    if (s->h[i] == h) {
+      *latest = s->op[i];
+      return 1;
+    }
+  s->h[i] = h;
+  s->op[i] = op;
+  s->n++;
+  return 0;
+}
+
+static void seen_clear(seen *s) {
+  if (s->cap) {
+    memset(s->h, 0, s->cap * 8);
+    s->n = 0;
+  }
+}
+
+/* Rewrites the op under the cursor as a MOVE targeting `target` (payload dropped). */
+static int to_move(MDB_cursor *cur, MDB_val *key, const MDB_val *val, uint64_t target) {
+  unsigned char buf[HDR + 64 + 600];
+  const unsigned char *p = val->mv_data;
+  size_t keep = HDR + (size_t)(p[13] | p[14] << 8) + (size_t)(p[15] | p[16] << 8) + p[17];
+  MDB_val nv = {keep, buf};
+  if (keep > sizeof buf) return 0;
+  memcpy(buf, p, keep);
+  buf[0] = BS_OP_MOVE;
+  le64(buf + 5, target);
+  return mdb_cursor_put(cur, key, &nv, MDB_CURRENT);
+}
+
+/* Folds the leading run of REMOVE/MOVE/CLEAR ops of bucket id into one CLEAR. */
+static int fold(MDB_txn *txn, rdb *d, uint64_t id, uint64_t *removed) {
+  MDB_cursor *cur;
+  unsigned char k[16], v[HDR];
+  MDB_val key = {16, k}, val;
+  uint64_t n = 0, last = 0, target = 0;
+  uint32_t ck = 0;
+  int mrc;
+  opkey(k, id, 0);
+  if ((mrc = mdb_cursor_open(txn, d->ops, &cur))) return mrc;
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) {
+    const unsigned char *p = val.mv_data, *kp = key.mv_data;
+    if (gbe64(kp) != id || p[0] == BS_OP_PUT) break;
+    ck += gle32(p + 1);
+    if (gle64(p + 5) > target) target = gle64(p + 5);
+    last = gbe64(kp + 8);
+    n++;
+    if ((mrc = mdb_cursor_del(cur, 0))) break;
+    opkey(k, id, last + 1);
+    key.mv_data = k;
+    key.mv_size = 16;
+  }
+  mdb_cursor_close(cur);
+  if (mrc && mrc != MDB_NOTFOUND) return mrc;
+  if (!n) return 0;
+  memset(v, 0, sizeof v);
+  v[0] = BS_OP_CLEAR;
+  le32(v + 1, ck);
+  le64(v + 5, target);
+  opkey(k, id, last);
+  key.mv_data = k;
+  val.mv_size = HDR;
+  val.mv_data = v;
+  *removed += n - 1;
+  return mdb_put(txn, d->ops, &key, &val, 0);
+}
+
+int raw_compaction(int mode) {
+  static const char *names[] = {"full, 50% superseded", "incremental, 50% superseded",
+                                "full, 50% superseded, nosync"};
+  static const char *files[] = {"cmp_full.raw", "cmp_inc.raw", "cmp_ns.raw"};
+  const bench_cfg *c = g_cfg;
+  unsigned nb = c->buckets_small;
+  int incremental = mode == 1;
+  bres *r = res_new("compact", names[mode], "lmdb");
+  seen s = {0, 0, 0, 0};
+  uint64_t moved = 0, removed = 0, budget = 10000, done = 0;
+  double before, after, t0;
+  MDB_txn *txn = NULL;
+  rdb d;
+  int mrc = 0;
+  snprintf(r->unit, sizeof r->unit, "ops/s");
+  if (r_open(&d, files[mode], mode == 2, 0, r)) goto out;
+  before = r_ops(&d);
+  mem_sampler_start();
+  t0 = now_s();
+  if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) goto fail;
+  if (!incremental) {
+    for (unsigned b = 0; b < nb && !mrc; b++) {
+      uint64_t id = b + 1, next = UINT64_MAX;
+      seen_clear(&s);
+      while (!mrc) { /* reverse scan, resumed by key after each commit */
+        MDB_cursor *cur;
+        unsigned char k[16];
+        MDB_val key = {16, k}, val;
+        int more = 0;
+        if ((mrc = mdb_cursor_open(txn, d.ops, &cur))) break;
+        /* from the bucket's end, or just below the last op visited */
+        if (next == UINT64_MAX)
+          opkey(k, id + 1, 0);
+        else
+          opkey(k, id, next);
+        mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+        mrc = mdb_cursor_get(cur, &key, &val, mrc == 0 ? MDB_PREV : MDB_LAST);
+        for (; mrc == 0; mrc = mdb_cursor_get(cur, &key, &val, MDB_PREV)) {
+          const unsigned char *p = val.mv_data, *kp = key.mv_data;
+          uint64_t op, latest;
+          if (gbe64(kp) != id) break;
+          op = gbe64(kp + 8);
+          if ((p[0] == BS_OP_PUT || p[0] == BS_OP_REMOVE) &&
+              seen_visit(&s, p + HDR, val.mv_size - HDR - (p[0] == BS_OP_PUT ? c->data_size : 0),
+                         op, &latest)) {
+            unsigned char kc[16];
+            MDB_val kk = {16, kc};
+            memcpy(kc, kp, 16);
+            if ((mrc = to_move(cur, &kk, &val, latest))) break;
+            moved++;
+          }
+          if (++done % budget == 0) {
+            next = op;
+            more = 1;
+            break;
+          }
+        }
+        mdb_cursor_close(cur);
+        if (mrc == MDB_NOTFOUND) mrc = 0;
+        if (mrc) break;
+        if (more) {
+          if ((mrc = mdb_txn_commit(txn)) || (mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
+          continue;
+        }
+        break;
+      }
+      if (!mrc) mrc = fold(txn, &d, id, &removed);
+    }
+  } else {
+    /* the superseded log in key order, 10k entries per transaction (deleted as processed) */
+    for (int left = 1; left && !mrc;) {
+      MDB_cursor *sc;
+      MDB_val key, val;
+      uint64_t k = 0;
+      if ((mrc = mdb_cursor_open(txn, d.sup, &sc))) break;
+      for (mrc = mdb_cursor_get(sc, &key, &val, MDB_FIRST); mrc == 0 && k < budget;
+           mrc = mdb_cursor_get(sc, &key, &val, MDB_FIRST), k++) {
+        MDB_val ok = {16, key.mv_data}, ov;
+        MDB_cursor *oc;
+        uint64_t target = gle64(val.mv_data);
+        if ((mrc = mdb_cursor_open(txn, d.ops, &oc))) break;
+        if (mdb_cursor_get(oc, &ok, &ov, MDB_SET_KEY) == 0 &&
+            ((unsigned char *)ov.mv_data)[0] != BS_OP_MOVE) {
+          unsigned char kc[16];
+          MDB_val kk = {16, kc};
+          memcpy(kc, ok.mv_data, 16);
+          mrc = to_move(oc, &kk, &ov, target);
+          moved++;
+        }
+        mdb_cursor_close(oc);
+        if (mrc || (mrc = mdb_cursor_del(sc, 0))) break;
+        done++;
+      }
+      mdb_cursor_close(sc);
+      left = mrc == 0;
+      if (mrc == MDB_NOTFOUND) mrc = 0;
+      if (!mrc && left) {
+        if ((mrc = mdb_txn_commit(txn)) || (mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
+      }
+    }
+    for (unsigned b = 0; b < nb && !mrc; b++)
+      mrc = fold(txn, &d, b + 1, &removed);
+  }
+  if (mrc || (mrc = mdb_txn_commit(txn))) {
+    txn = NULL;
+    goto fail;
+  }
+  txn = NULL;
+  r->secs = now_s() - t0;
+  mem_sampler_stop();
+  after = r_ops(&d);
+  r->count = before;
+  r->value = before / r->secs;
+  res_mem(r);
+  r->bytes_per_op = file_bytes(d.path) / after;
+  snprintf(r->note, sizeof r->note, "ops %.0f -> %.0f (moved %llu, folded into CLEARs); %s",
+           before, after, (unsigned long long)moved,
+           incremental ? "the superseded log, commit per 10k entries"
+                       : "reverse scan + seen set per bucket, commit per 10k ops");
+  goto out;
+fail:
+  if (txn) mdb_txn_abort(txn);
+  mem_sampler_stop();
+  mfail(r, mrc, "compaction");
+out:
+  r_close(&d);
+  free(s.h);
+  free(s.op);
+  return 0;
+}

@@ -1,0 +1,67 @@
+/*
+ * cli.h: shared pieces of the bucketstore command-line tool (cli_*.c). Not part of the library:
+ * the CLI programs against storage.h only, like any other host.
+ */
+#ifndef BUCKETSTORE_CLI_H
+#define BUCKETSTORE_CLI_H
+
+#include "storage.h"
+
+/* The symbol of a status code ("BS_EINVAL"), derived from the BS_* values. */
+const char *cli_code_name(int code);
+
+/* The text of an error: err->msg when the library filled it, else bs_strerror's text without
+ * its "BS_X: " prefix. */
+const char *cli_error_text(int code, const bs_error *err);
+
+/* A database opened for a subcommand: --db PATH, --memory, or a temporary file deleted by
+ * cli_db_close. */
+typedef struct cli_db {
+  bs_db *db;
+  char *path;     /* NULL for memory */
+  int memory;
+  int temporary;  /* path is ours: unlink it (and its -lock) at close */
+  unsigned flags; /* BS_OPEN_* */
+} cli_db;
+
+/* Parses the common options --db PATH, --memory, --nosync from argv[*i]; returns 1 when it
+ * consumed one (advancing *i), 0 when argv[*i] is not one of them, -1 on a usage error. */
+int cli_db_option(cli_db *c, int argc, char **argv, int *i);
+int cli_db_open(cli_db *c, bs_error *err);
+/* Closes the handle only (reopen keeps path and temporary). */
+void cli_db_close_handle(cli_db *c);
+void cli_db_close(cli_db *c);
+
+/* An inspection command's database: parses --db PATH (required) and the subcommand's own
+ * options through opt (returns 1 when it consumed argv[*i], 0 when unknown, -1 on a usage
+ * error; may be NULL), then opens the existing file (read-only when rdonly). Returns 0, or the
+ * exit code after printing the error. */
+int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
+                  int (*opt)(int argc, char **argv, int *i, void *payload), void *payload);
+
+/* One bucket of a stream, with the figures of its bucket state (cli_buckets.c). */
+typedef struct cli_bucket {
+  char *name; /* NUL-terminated copy; bucket names may contain NUL: use name_size */
+  size_t name_size;
+  uint64_t ops, bytes;   /* persisted ops and their value bytes (the running figures) */
+  uint64_t last_op, compacted_count, compacted_op;
+  int due;               /* scratch for the caller */
+} cli_bucket;
+
+/* Every bucket of stream, in ascending name order (LMDB databases only). Free with
+ * cli_buckets_free. */
+int cli_buckets_list(bs_db *db, uint32_t stream, cli_bucket **out, size_t *n_out, bs_error *err);
+void cli_buckets_free(cli_bucket *b, size_t n);
+/* 1 when full compaction with these thresholds (0 / < 0 = defaults) would select b. */
+int cli_bucket_due(const cli_bucket *b, uint64_t min_changes, double min_ratio);
+
+int cli_drive(int argc, char **argv);
+/* (r) runs the driver over buf's lines on a fresh memory database (the fuzz target's hook) */
+int cli_drive_buffer(const char *buf, size_t len);
+int cli_demo(int argc, char **argv);
+int cli_stat(int argc, char **argv);
+int cli_dump(int argc, char **argv);
+int cli_compact(int argc, char **argv);
+int cli_checkpoint(int argc, char **argv);
+
+#endif

@@ -1,0 +1,331 @@
+/*
+ * cli_main.c: the bucketstore command-line tool's entry point. Dispatches subcommands from a
+ * table (name, handler, usage, help), and holds what the subcommands share: error-code names
+ * and opening a database from --db / --memory / --nosync (a temporary file when neither).
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- Error codes ---------------------------------------------------------------------------- */
+
+const char *cli_code_name(int code) {
+  static const struct {
+    int code;
+    const char *name;
+  } names[] = {
+      {BS_OK, "BS_OK"},           {BS_EINVAL, "BS_EINVAL"},
+      {BS_ENOTFOUND, "BS_ENOTFOUND"}, {BS_ETOOBIG, "BS_ETOOBIG"},
+      {BS_ELIMIT, "BS_ELIMIT"},   {BS_ESTATE, "BS_ESTATE"},
+      {BS_EINVALIDATED, "BS_EINVALIDATED"}, {BS_ESTALE, "BS_ESTALE"},
+      {BS_ECORRUPT, "BS_ECORRUPT"}, {BS_ENOMEM, "BS_ENOMEM"},
+      {BS_EIO, "BS_EIO"},         {BS_EBUSY, "BS_EBUSY"},
+      {BS_EUNSUPPORTED, "BS_EUNSUPPORTED"}, {BS_ECANCELED, "BS_ECANCELED"},
+  };
+  size_t i;
+  for (i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (names[i].code == code) return names[i].name;
+  return "BS_EUNKNOWN";
+}
+
+const char *cli_error_text(int code, const bs_error *err) {
+  const char *s;
+  if (err && err->msg[0]) return err->msg;
+  s = strstr(bs_strerror(code), ": ");
+  return s ? s + 2 : bs_strerror(code);
+}
+
+/* ---- Opening a database --------------------------------------------------------------------- */
+
+int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
+  const char *a = argv[*i];
+  if (strcmp(a, "--memory") == 0) {
+    c->memory = 1;
+  } else if (strcmp(a, "--nosync") == 0) {
+    c->flags |= BS_OPEN_NOSYNC;
+  } else if (strcmp(a, "--db") == 0 || strncmp(a, "--db=", 5) == 0) {
+    const char *p = a[4] == '=' ? a + 5 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!p || !*p) {
+      fprintf(stderr, "bucketstore: --db needs a path\n");
+      return -1;
+    }
+    free(c->path);
+    c->path = strdup(p);
+    if (!c->path) return -1;
+  } else {
+    return 0;
+  }
+  if (c->memory && c->path) {
+    fprintf(stderr, "bucketstore: --db and --memory exclude each other\n");
+    return -1;
+  }
+  return 1;
+}
+
+/* A fresh file in $TMPDIR; LMDB (MDB_NOSUBDIR) takes an empty file as a new database. */
+static int make_temporary(cli_db *c, bs_error *err) {
+  const char *dir = getenv("TMPDIR");
+  size_t n;
+  int fd;
+  if (!dir || !*dir) dir = "/tmp";
+  n = strlen(dir) + sizeof "/bucketstore-XXXXXX";
+  c->path = malloc(n);
+  if (!c->path) return BS_ENOMEM;
+  snprintf(c->path, n, "%s/bucketstore-XXXXXX", dir);
+  fd = mkstemp(c->path);
+  if (fd < 0) {
+    snprintf(err->msg, sizeof err->msg, "cannot create a temporary file in %s", dir);
+    free(c->path);
+    c->path = NULL;
+    return BS_EIO;
+  }
+  close(fd);
+  c->temporary = 1;
+  return BS_OK;
+}
+
+int cli_db_open(cli_db *c, bs_error *err) {
+  bs_open_options opts = BS_OPEN_OPTIONS_INIT;
+  int rc;
+  opts.flags = c->flags;
+  if (c->memory) return bs_open_memory(&c->db, &opts, err);
+  if (!c->path && (rc = make_temporary(c, err)) != BS_OK) return rc;
+  return bs_open(&c->db, c->path, &opts, err);
+}
+
+void cli_db_close_handle(cli_db *c) {
+  bs_close(c->db);
+  c->db = NULL;
+}
+
+void cli_db_close(cli_db *c) {
+  cli_db_close_handle(c);
+  if (c->temporary && c->path) {
+    size_t n = strlen(c->path) + sizeof "-lock";
+    char *lock = malloc(n);
+    unlink(c->path);
+    if (lock) {
+      snprintf(lock, n, "%s-lock", c->path);
+      unlink(lock);
+      free(lock);
+    }
+  }
+  free(c->path);
+  c->path = NULL;
+}
+
+/* ---- Inspection commands: an existing file given with --db ----------------------------------- */
+
+static int probe_stream(const bs_stream_info *info, void *payload) {
+  bs_storage *st = NULL;
+  bs_checkpoint cp;
+  int rc = bs_storage_open(&st, (bs_db *)payload, info->id, NULL);
+  if (rc == BS_OK) rc = bs_get_checkpoint(st, &cp, NULL);
+  bs_storage_close(st);
+  return rc ? rc : 1; /* one stream is enough */
+}
+
+/* 1 when a cheap read works (the stream list and one stream's checkpoint). */
+static int readable(cli_db *c) {
+  int rc = bs_stream_list(c->db, probe_stream, c->db, NULL);
+  return rc == BS_OK || rc == 1;
+}
+
+int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
+                  int (*opt)(int argc, char **argv, int *i, void *payload), void *payload) {
+  bs_error err = {0, ""};
+  int i, rc;
+  for (i = 2; i < argc; i++) {
+    int r = cli_db_option(c, argc, argv, &i);
+    if (r == 0 && opt) r = opt(argc, argv, &i, payload);
+    if (r < 0) return 2;
+    if (r == 0) {
+      fprintf(stderr, "bucketstore %s: unknown option %s (see 'bucketstore help %s')\n", argv[1],
+              argv[i], argv[1]);
+      return 2;
+    }
+  }
+  if (c->memory) {
+    fprintf(stderr, "bucketstore %s: works on a database file (--db PATH), not --memory\n",
+            argv[1]);
+    return 2;
+  }
+  if (!c->path) {
+    fprintf(stderr, "bucketstore %s: --db PATH is required\n", argv[1]);
+    return 2;
+  }
+  if (access(c->path, F_OK) != 0) {
+    fprintf(stderr, "bucketstore %s: %s does not exist\n", argv[1], c->path);
+    return 1;
+  }
+  if (rdonly) c->flags |= BS_OPEN_RDONLY;
+  rc = cli_db_open(c, &err);
+  if (rc == BS_OK && rdonly && !readable(c)) {
+    /* A build whose read-only open cannot read (seen while the LMDB backend was being
+     * written): fall back to a read-write open, which only writes when asked to. */
+    cli_db_close_handle(c);
+    c->flags &= ~BS_OPEN_RDONLY;
+    rc = cli_db_open(c, &err);
+  }
+  if (rc != BS_OK) {
+    fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", argv[1], c->path,
+            cli_code_name(rc), cli_error_text(rc, &err));
+    return 1;
+  }
+  return 0;
+}
+
+static void print_problem(const char *problem, void *payload) {
+  (void)payload;
+  printf("problem: %s\n", problem);
+}
+
+static int cmd_verify(int argc, char **argv) {
+  cli_db c = {0};
+  bs_error err = {0, ""};
+  uint64_t problems = 0;
+  int rc = cli_open_file(&c, argc, argv, 1, NULL, NULL);
+  if (rc) goto done;
+  if ((rc = bs_db_verify(c.db, print_problem, NULL, &problems, &err)) != BS_OK) {
+    fprintf(stderr, "bucketstore verify: %s: %s\n", cli_code_name(rc), cli_error_text(rc, &err));
+    rc = 1;
+    goto done;
+  }
+  printf("%llu problem%s\n", (unsigned long long)problems, problems == 1 ? "" : "s");
+  rc = problems ? 1 : 0;
+done:
+  cli_db_close(&c);
+  return rc;
+}
+
+/* ---- Dispatch ------------------------------------------------------------------------------- */
+
+static int cmd_help(int argc, char **argv);
+static int cmd_version(int argc, char **argv) {
+  printf("bucketstore %s (format %d)\n", BS_VERSION_STRING, BS_FORMAT_VERSION);
+  return 0;
+}
+
+static const struct command {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *usage;
+  const char *help;
+} commands[] = {
+    {"drive", cli_drive, "drive [--db PATH | --memory] [--nosync]",
+     "Speaks the JSON-lines driver protocol (../shared/DRIVER.md) on stdin/stdout: one command\n"
+     "object per input line, one reply object per output line, flushed after each. Without\n"
+     "--db or --memory it uses a temporary file, deleted at exit. Exits 0 at end of input,\n"
+     "1 if the database could not be opened.\n"},
+    {"demo", cli_demo, "demo [--db PATH | --memory] [--nosync] [--rows N] [--seed N]",
+     "Replicates a synthetic workload (a snapshot of N rows [20000] in three tables over ~100\n"
+     "buckets, then rounds of updates, deletes and bucket moves, each committed as a\n"
+     "checkpoint), downloads every bucket as clients do, checks every bucket's checksum and\n"
+     "contents against what was written, compacts, checks again, and prints a summary.\n"
+     "Exits non-zero on any mismatch. Without --db: a temporary file, deleted at exit.\n"},
+    {"stat", cli_stat, "stat --db PATH [--stream ID] [--top N] [--no-buckets]",
+     "Prints database-wide counts (streams, buckets, ops by type, parameter entries, source\n"
+     "records, write checkpoints, file size), then per stream: its state and checkpoint, ops by\n"
+     "type and live rows (read through the API at the last persisted op), and the N [10] most\n"
+     "fragmented buckets, worst first. Fragmentation is ops per live row: a bucket whose rows\n"
+     "were updated many times holds many ops per row still present, and is what compaction\n"
+     "shrinks. --no-buckets skips the per-bucket reads (fast on a large file). Opens the file\n"
+     "read-only; safe while a writer runs. Exit 0, or 1 on an error.\n"},
+    {"verify", cmd_verify, "verify --db PATH",
+     "Recomputes every bucket's running checksum and count from its ops and checks key\n"
+     "encodings and source records (SPEC.md section 8); prints each problem on stdout, then the\n"
+     "number of problems. Exit 0 when consistent, 1 when a problem was found or on an error.\n"
+     "Opens the file read-only.\n"},
+    {"dump", cli_dump, "dump --db PATH [--stream ID] [--bucket NAME] [--checkpoint N]",
+     "Writes one stream (every bucket, in name order) or one bucket as JSON lines: first\n"
+     "{\"stream\",\"state\",\"checkpoint\",\"last_op\",\"read_at\"}, then one line per op\n"
+     "{\"bucket\",\"op_id\",\"op\",\"object_type\",\"object_id\",\"subkey\",\"checksum\"[,\"target_op\"],\n"
+     "\"data\"} (op ids as decimal strings, data as the stored JSON text, fields an op does not\n"
+     "carry are null), and after each bucket {\"bucket\",\"checksum\",\"count\"} at read_at\n"
+     "(checksum signed 32-bit, as the sync protocol has it). Reads at --checkpoint N, else the\n"
+     "stream's checkpoint, else (no checkpoint yet) the last persisted op. --stream ID: default\n"
+     "the active stream, else the newest. Read-only. Exit 1 on an error (e.g. BS_EINVALIDATED\n"
+     "when N lies inside a compacted span).\n"},
+    {"compact", cli_compact,
+     "compact --db PATH [--stream ID] [--incremental | --initial] [--bucket NAME]...\n"
+     "          [--max-op-id N] [--min-changes N] [--min-age-ms N] [--budget N] [--parameters]\n"
+     "          [--quiet]",
+     "Compacts one stream (SPEC.md section 6) in short write transactions, so a replicating\n"
+     "writer in another process keeps going. Default: full compaction of the buckets due (at\n"
+     "least --min-changes [10] ops and 10% of the bucket since their last compaction), or of\n"
+     "each --bucket NAME given, up to --max-op-id [the current checkpoint].\n"
+     "  --incremental  only the ops the writer logged as superseded, at a horizon at least\n"
+     "                 --min-age-ms [300000] old; --budget N stops after N ops\n"
+     "  --initial      initial-replication compaction: before the first checkpoint only;\n"
+     "                 deletes superseded ops outright (--max-op-id: default the last op)\n"
+     "  --parameters   also compact parameter-lookup entries\n"
+     "Progress goes to stderr: a bar on a terminal, a plain line per second otherwise; --quiet\n"
+     "drops it. The summary goes to stdout. Ctrl-C stops between transactions with nothing\n"
+     "half-done (exit 130); a second Ctrl-C kills. Exit 1 on an error.\n"},
+    {"checkpoint", cli_checkpoint,
+     "checkpoint --db PATH [--stream ID] [--watch] [--count N] [--timeout-ms N]",
+     "Prints the stream's checkpoint as a JSON line {\"stream\",\"checkpoint\",\"lsn\",\"time_ms\"}.\n"
+     "--watch then prints one more line each time a new checkpoint commits, including commits\n"
+     "by another process (which it polls every 50 ms, so commits closer together than that\n"
+     "show as one line, the latest), until Ctrl-C, --count N new checkpoints, or --timeout-ms N\n"
+     "milliseconds (with --count, reaching the timeout first is exit 1). Lines are flushed as\n"
+     "they are written. Read-only.\n"},
+    {"version", cmd_version, "version", "Prints the library version and on-disk format.\n"},
+    {"help", cmd_help, "help [COMMAND]", "Prints the usage of COMMAND, or of everything.\n"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+  size_t i;
+  fprintf(f, "usage: bucketstore COMMAND [OPTIONS]\n\ncommands:\n");
+  for (i = 0; i < N_COMMANDS; i++) fprintf(f, "  %s\n", commands[i].usage);
+  fprintf(f, "\n'bucketstore help COMMAND' describes one.\n");
+}
+
+static const struct command *find_command(const char *name) {
+  size_t i;
+  for (i = 0; i < N_COMMANDS; i++)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+static int cmd_help(int argc, char **argv) {
+  const struct command *c;
+  if (argc < 3) {
+    usage(stdout);
+    return 0;
+  }
+  if (!(c = find_command(argv[2]))) {
+    fprintf(stderr, "bucketstore: unknown command '%s'\n", argv[2]);
+    return 2;
+  }
+  printf("usage: bucketstore %s\n\n%s", c->usage, c->help);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const struct command *c;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) return cmd_version(argc, argv);
+  if (!(c = find_command(argv[1]))) {
+    fprintf(stderr, "bucketstore: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+  }
+  if (argc == 3 && strcmp(c->name, "help") != 0 &&
+      (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+    printf("usage: bucketstore %s\n\n%s", c->usage, c->help);
+    return 0;
+  }
+  return c->fn(argc, argv);
+}

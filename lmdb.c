@@ -1,0 +1,2368 @@
+/*
+ * lmdb.c: the LMDB backend core. Opening the environment (format check, map growth, the
+ * transaction lock), stream records and streams, bucket states, the storage vtable, and the
+ * replication writer (queue, flush, commit, truncate, lifecycle). Reads live in lmdb_read.c,
+ * parameter reads in lmdb_params.c, write checkpoints in lmdb_wcp.c, compaction in
+ * lmdb_compact.c. The key/value layout is the table in internal.h.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define LM_DEFAULT_MAP (64u * 1024u * 1024u)
+#define LM_MAXDBS 16
+#define LM_FORMAT_MAGIC "bktstore"
+#define LM_STREAM_REC_VERSION 1u
+#define LM_STREAM_FIXED 88u
+#define LM_DEFAULT_MAX_RECORDS 2000u
+#define LM_DEFAULT_MAX_BYTES (5u * 1024u * 1024u)
+#define LM_BATCH_RECORDS 1000u /* records per txn in truncate/clear/purge loops */
+#define LM_STATE_KEY 8u        /* bstate key: u64be bucket id */
+
+static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
+
+/* ---- Little-endian value helpers ------------------------------------------------------------- */
+
+static void put_u16le(unsigned char *p, uint16_t v) {
+  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+}
+static uint16_t get_u16le(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static void put_u32le(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32le(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void put_u64le(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t get_u64le(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- Errors and transactions ----------------------------------------------------------------- */
+
+int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
+  if (mdb_rc == MDB_MAP_FULL) {
+    bs_fail(err, BS_EIO, "%s: %s", what, mdb_strerror(mdb_rc));
+    return BS_LMDB_MAPFULL;
+  }
+  return bs_fail_mdb(err, mdb_rc, what);
+}
+
+/* Picks up a map size grown by another process. Called with no txn of ours live. */
+static int adopt_map_size(bs_lmdb_db *db, bs_error *err) {
+  MDB_envinfo info;
+  int mrc;
+  pthread_rwlock_wrlock(&db->txn_lock);
+  mrc = mdb_env_set_mapsize(db->env, 0);
+  if (mrc == 0 && mdb_env_info(db->env, &info) == 0) db->map_size = info.me_mapsize;
+  pthread_rwlock_unlock(&db->txn_lock);
+  return mrc ? bs_fail_mdb(err, mrc, "mdb_env_set_mapsize") : BS_OK;
+}
+
+int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err) {
+  int mrc, rc;
+  *out = NULL;
+  if (!(flags & MDB_RDONLY) && (db->env_flags & MDB_RDONLY))
+    return bs_fail(err, BS_ESTATE, "database is open read-only");
+  for (int tries = 0;; tries++) {
+    pthread_rwlock_rdlock(&db->txn_lock);
+    mrc = mdb_txn_begin(db->env, NULL, flags, out);
+    if (mrc == 0) return BS_OK;
+    pthread_rwlock_unlock(&db->txn_lock);
+    *out = NULL;
+    if (mrc != MDB_MAP_RESIZED || tries > 8) return bs_fail_mdb(err, mrc, "mdb_txn_begin");
+    if ((rc = adopt_map_size(db, err)) != BS_OK) return rc;
+  }
+}
+
+int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err) {
+  int mrc = mdb_txn_commit(txn);
+  pthread_rwlock_unlock(&db->txn_lock);
+  return mrc ? bs_lmdb_fail(err, mrc, "mdb_txn_commit") : BS_OK;
+}
+
+void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn) {
+  if (!txn) return;
+  mdb_txn_abort(txn);
+  pthread_rwlock_unlock(&db->txn_lock);
+}
+
+int bs_lmdb_grow(bs_lmdb_db *db, bs_error *err) {
+  MDB_envinfo info;
+  size_t cur, next;
+  int mrc;
+  pthread_rwlock_wrlock(&db->txn_lock);
+  cur = db->map_size;
+  if (mdb_env_info(db->env, &info) == 0 && info.me_mapsize > cur) cur = info.me_mapsize;
+  next = cur * 2;
+  if (next < cur) {
+    pthread_rwlock_unlock(&db->txn_lock);
+    return bs_fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
+  }
+  mrc = mdb_env_set_mapsize(db->env, next);
+  if (mrc == 0) db->map_size = next;
+  pthread_rwlock_unlock(&db->txn_lock);
+  return mrc ? bs_fail_mdb(err, mrc, "mdb_env_set_mapsize") : BS_OK;
+}
+
+int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
+                  void *payload, bs_error *err) {
+  MDB_txn *txn;
+  int rc;
+  for (;;) {
+    if ((rc = bs_lmdb_txn_begin(db, 0, &txn, err)) != BS_OK) return rc;
+    rc = fn(txn, payload, err);
+    if (rc == BS_OK) rc = bs_lmdb_txn_commit(db, txn, err);
+    else bs_lmdb_txn_abort(db, txn);
+    if (rc != BS_LMDB_MAPFULL) return rc;
+    if ((rc = bs_lmdb_grow(db, err)) != BS_OK) return rc;
+  }
+}
+
+/* ---- Stream records ------------------------------------------------------------------------- */
+/*
+ * Value of meta 'S' u32be id (little-endian):
+ *   u8 encoding version | u8 state | u8 hash | u8 snapshot_done | u8 flags (1 = checkpoint lsn,
+ *   2 = resume lsn, 4 = no_checkpoint_before) | 3 zero | u32 id | u32 next_table_id |
+ *   u64 op_head, checkpoint, last_checkpoint_op, change_seq, param_horizon, param_cursor,
+ *   changes_fence, compact_horizon | i64 created_ms                          (88 bytes)
+ *   then u16 len + bytes for: name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error
+ */
+static void stream_key(unsigned char k[5], uint32_t id) {
+  k[0] = 'S';
+  bs_put_u32be(k + 1, id);
+}
+
+static int get_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
+  size_t n;
+  if (end - *p < 2) return BS_ECORRUPT;
+  n = get_u16le(*p);
+  *p += 2;
+  if ((size_t)(end - *p) < n) return BS_ECORRUPT;
+  out->data = n ? *p : lm_empty;
+  out->size = n;
+  *p += n;
+  return BS_OK;
+}
+
+static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
+  const unsigned char *p = v->mv_data, *end = p + v->mv_size;
+  const unsigned char *q;
+  bs_val *strs[5];
+  uint64_t *u64s[8];
+  memset(r, 0, sizeof *r);
+  if (v->mv_size < LM_STREAM_FIXED || p[0] != LM_STREAM_REC_VERSION) return BS_ECORRUPT;
+  r->state = p[1];
+  r->hash = p[2];
+  r->snapshot_done = p[3];
+  r->has_checkpoint_lsn = p[4] & 1;
+  r->has_resume_lsn = (p[4] >> 1) & 1;
+  r->has_no_checkpoint_before = (p[4] >> 2) & 1;
+  r->id = get_u32le(p + 8);
+  r->next_table_id = get_u32le(p + 12);
+  u64s[0] = &r->op_head; u64s[1] = &r->checkpoint; u64s[2] = &r->last_checkpoint_op;
+  u64s[3] = &r->change_seq; u64s[4] = &r->param_horizon; u64s[5] = &r->param_cursor;
+  u64s[6] = &r->changes_fence; u64s[7] = &r->compact_horizon;
+  for (int i = 0; i < 8; i++) *u64s[i] = get_u64le(p + 16 + 8 * i);
+  r->created_ms = (int64_t)get_u64le(p + 80);
+  strs[0] = &r->name; strs[1] = &r->checkpoint_lsn; strs[2] = &r->resume_lsn;
+  strs[3] = &r->no_checkpoint_before; strs[4] = &r->last_error;
+  q = p + LM_STREAM_FIXED;
+  for (int i = 0; i < 5; i++)
+    if (get_str(&q, end, strs[i]) != BS_OK) return BS_ECORRUPT;
+  if (r->state < BS_STREAM_PROCESSING || r->state > BS_STREAM_TERMINATED) return BS_ECORRUPT;
+  return BS_OK;
+}
+
+int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out,
+                      bs_error *err) {
+  unsigned char k[5];
+  MDB_val key = {5, k}, val;
+  int mrc;
+  stream_key(k, id);
+  mrc = mdb_get(txn, db->meta, &key, &val);
+  if (mrc == MDB_NOTFOUND) return bs_fail(err, BS_ENOTFOUND, "stream %u does not exist", id);
+  if (mrc) return bs_lmdb_fail(err, mrc, "reading the stream record");
+  if (stream_rec_decode(&val, out) != BS_OK)
+    return bs_fail(err, BS_ECORRUPT, "stream %u: record does not decode", id);
+  return BS_OK;
+}
+
+static size_t clamp_str(bs_val v, size_t max) { return v.size > max ? max : v.size; }
+
+int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_error *err) {
+  /* Encoded into a local buffer first: the strings may point into the old value of this very
+   * key, which the put may overwrite in place. */
+  unsigned char buf[LM_STREAM_FIXED + 5 * (2 + 256)];
+  unsigned char k[5];
+  const bs_val *strs[5] = {&r->name, &r->checkpoint_lsn, &r->resume_lsn,
+                           &r->no_checkpoint_before, &r->last_error};
+  const uint64_t u64s[8] = {r->op_head, r->checkpoint, r->last_checkpoint_op, r->change_seq,
+                            r->param_horizon, r->param_cursor, r->changes_fence,
+                            r->compact_horizon};
+  unsigned char *p = buf;
+  MDB_val key = {5, k}, val;
+  int mrc;
+  memset(buf, 0, LM_STREAM_FIXED);
+  buf[0] = LM_STREAM_REC_VERSION;
+  buf[1] = r->state;
+  buf[2] = r->hash;
+  buf[3] = r->snapshot_done;
+  buf[4] = (unsigned char)((r->has_checkpoint_lsn ? 1 : 0) | (r->has_resume_lsn ? 2 : 0) |
+                           (r->has_no_checkpoint_before ? 4 : 0));
+  put_u32le(buf + 8, r->id);
+  put_u32le(buf + 12, r->next_table_id);
+  for (int i = 0; i < 8; i++) put_u64le(buf + 16 + 8 * i, u64s[i]);
+  put_u64le(buf + 80, (uint64_t)r->created_ms);
+  p = buf + LM_STREAM_FIXED;
+  for (int i = 0; i < 5; i++) {
+    size_t n = clamp_str(*strs[i], 256);
+    put_u16le(p, (uint16_t)n);
+    if (n) memcpy(p + 2, strs[i]->data, n);
+    p += 2 + n;
+  }
+  stream_key(k, r->id);
+  val.mv_size = (size_t)(p - buf);
+  val.mv_data = buf;
+  mrc = mdb_put(txn, db->meta, &key, &val, 0);
+  return mrc ? bs_lmdb_fail(err, mrc, "writing the stream record") : BS_OK;
+}
+
+/* ---- Bucket states ---------------------------------------------------------------------------- */
+
+void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *s) {
+  const unsigned char *p = v->mv_data;
+  s->stream = get_u32le(p);
+  s->checksum = get_u32le(p + 4);
+  s->count = get_u64le(p + 8);
+  s->bytes = get_u64le(p + 16);
+  s->last_op = get_u64le(p + 24);
+  s->generation = get_u64le(p + 32);
+  s->clear_start = get_u64le(p + 40);
+  s->clear_op = get_u64le(p + 48);
+  s->compacted_count = get_u64le(p + 56);
+  s->compacted_op = get_u64le(p + 64);
+  for (int i = 0; i < 3; i++) s->reserved[i] = get_u64le(p + 72 + 8 * i);
+  s->name.data = v->mv_size > BS_BUCKET_STATE_FIXED ? p + BS_BUCKET_STATE_FIXED : lm_empty;
+  s->name.size = v->mv_size - BS_BUCKET_STATE_FIXED;
+}
+
+static void bucket_state_encode(unsigned char *p, const bs_bucket_state *s) {
+  put_u32le(p, s->stream);
+  put_u32le(p + 4, s->checksum);
+  put_u64le(p + 8, s->count);
+  put_u64le(p + 16, s->bytes);
+  put_u64le(p + 24, s->last_op);
+  put_u64le(p + 32, s->generation);
+  put_u64le(p + 40, s->clear_start);
+  put_u64le(p + 48, s->clear_op);
+  put_u64le(p + 56, s->compacted_count);
+  put_u64le(p + 64, s->compacted_op);
+  for (int i = 0; i < 3; i++) put_u64le(p + 72 + 8 * i, s->reserved[i]);
+  if (s->name.size) memcpy(p + BS_BUCKET_STATE_FIXED, s->name.data, s->name.size);
+}
+
+int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
+                        const bs_bucket_state *s, bs_error *err) {
+  unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
+  unsigned char k[8];
+  MDB_val key = {8, k}, val;
+  int mrc;
+  if (s->name.size > BS_MAX_BUCKET_NAME)
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes", s->name.size);
+  bucket_state_encode(buf, s);
+  bs_put_u64be(k, bucket_id);
+  val.mv_size = BS_BUCKET_STATE_FIXED + s->name.size;
+  val.mv_data = buf;
+  mrc = mdb_put(txn, db->bstate, &key, &val, 0);
+  return mrc ? bs_lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
+}
+
+int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
+                      uint64_t *id_out, bs_error *err) {
+  unsigned char k[4 + BS_MAX_BUCKET_NAME];
+  MDB_val key, val;
+  int mrc;
+  if (name.size > BS_MAX_BUCKET_NAME)
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME",
+                   name.size);
+  bs_put_u32be(k, stream);
+  if (name.size) memcpy(k + 4, name.data, name.size);
+  key.mv_size = 4 + name.size;
+  key.mv_data = k;
+  mrc = mdb_get(txn, db->buckets, &key, &val);
+  if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
+  if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
+  if (val.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes",
+                                       val.mv_size);
+  *id_out = get_u64le(val.mv_data);
+  return BS_OK;
+}
+
+/* ---- Opening and closing ---------------------------------------------------------------------- */
+
+static void lmdb_close(bs_db *base);
+static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
+                              const bs_stream_options *o, bs_error *err);
+static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *),
+                            void *payload, bs_error *err);
+static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err);
+
+static const bs_db_ops lmdb_db_ops = {
+    lmdb_close, lmdb_stream_create, lmdb_stream_list, lmdb_storage_open, bs_lmdb_stat,
+    bs_lmdb_verify,
+};
+
+static const char *const lm_db_names[] = {"meta",   "tables",   "buckets",    "bstate",
+                                          "ops",    "source",   "params",     "changes",
+                                          "wcp",    "superseded", "cqueue",   "softdel"};
+#define LM_NDBS (sizeof lm_db_names / sizeof lm_db_names[0])
+
+static MDB_dbi *dbi_slot(bs_lmdb_db *db, size_t i) {
+  MDB_dbi *slots[LM_NDBS] = {&db->meta,   &db->tables, &db->buckets,    &db->bstate,
+                             &db->ops,    &db->source, &db->params,     &db->changes,
+                             &db->wcp,    &db->superseded, &db->cqueue, &db->softdel};
+  return slots[i];
+}
+
+/* Checks the "format" record of an existing meta sub-db. */
+static int check_format(bs_lmdb_db *db, MDB_txn *txn, const char *path, bs_error *err) {
+  MDB_val key = {6, "format"}, val;
+  uint32_t version;
+  int mrc = mdb_get(txn, db->meta, &key, &val);
+  if (mrc == MDB_NOTFOUND)
+    return bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (no format record)", path);
+  if (mrc) return bs_fail_mdb(err, mrc, "reading the format record");
+  if (val.mv_size != 12 || memcmp(val.mv_data, LM_FORMAT_MAGIC, 8) != 0)
+    return bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign format record)", path);
+  version = get_u32le((const unsigned char *)val.mv_data + 8);
+  if (version > BS_FORMAT_VERSION || version == 0)
+    return bs_fail(err, BS_ECORRUPT,
+                   "%s: format version %u is newer than this build supports (%u)", path,
+                   version, (unsigned)BS_FORMAT_VERSION);
+  return BS_OK;
+}
+
+/* Opens every sub-db; on a fresh file creates them and writes the format record. */
+static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
+  int rdonly = (db->env_flags & MDB_RDONLY) != 0;
+  MDB_txn *txn;
+  MDB_dbi main_dbi;
+  MDB_stat st;
+  int mrc, rc, fresh = 0;
+
+  if ((rc = bs_lmdb_txn_begin(db, rdonly ? MDB_RDONLY : 0, &txn, err)) != BS_OK) return rc;
+  mrc = mdb_dbi_open(txn, "meta", 0, &db->meta);
+  if (mrc == MDB_NOTFOUND) {
+    /* A new file is empty; an LMDB file with other content is someone else's. */
+    mrc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+    if (mrc == 0) mrc = mdb_stat(txn, main_dbi, &st);
+    if (mrc) { rc = bs_fail_mdb(err, mrc, "opening the main database"); goto fail; }
+    if (st.ms_entries > 0) {
+      rc = bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign LMDB content)", path);
+      goto fail;
+    }
+    if (rdonly) {
+      rc = bs_fail(err, BS_ECORRUPT, "%s: empty file opened read-only", path);
+      goto fail;
+    }
+    fresh = 1;
+  } else if (mrc) {
+    rc = bs_fail_mdb(err, mrc, "opening sub-database meta");
+    goto fail;
+  } else if ((rc = check_format(db, txn, path, err)) != BS_OK) {
+    goto fail;
+  }
+  for (size_t i = 0; i < LM_NDBS; i++) {
+    mrc = mdb_dbi_open(txn, lm_db_names[i], rdonly ? 0 : MDB_CREATE, dbi_slot(db, i));
+    if (mrc) {
+      rc = mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE
+               ? bs_fail(err, BS_ECORRUPT, "%s: sub-database %s missing or foreign", path,
+                         lm_db_names[i])
+               : bs_fail_mdb(err, mrc, "opening a sub-database");
+      goto fail;
+    }
+  }
+  if (fresh) {
+    unsigned char v[12];
+    MDB_val key = {6, "format"}, val = {12, v};
+    memcpy(v, LM_FORMAT_MAGIC, 8);
+    put_u32le(v + 8, BS_FORMAT_VERSION);
+    if ((mrc = mdb_put(txn, db->meta, &key, &val, 0)) != 0) {
+      rc = bs_fail_mdb(err, mrc, "writing the format record");
+      goto fail;
+    }
+  }
+  if (rdonly) {
+    bs_lmdb_txn_abort(db, txn);
+    return BS_OK;
+  }
+  rc = bs_lmdb_txn_commit(db, txn, err);
+  if (rc == BS_LMDB_MAPFULL) rc = bs_fail(err, BS_EIO, "map full while creating the file");
+  return rc;
+fail:
+  bs_lmdb_txn_abort(db, txn);
+  return rc;
+}
+
+static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opts,
+                    bs_error *err) {
+  size_t map = opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP;
+  MDB_envinfo info;
+  int mrc, dead = 0;
+
+  db->env_flags = MDB_NOSUBDIR | MDB_NOTLS;
+  if (opts && (opts->flags & BS_OPEN_NOSYNC)) db->env_flags |= MDB_NOSYNC;
+  if (opts && (opts->flags & BS_OPEN_RDONLY)) db->env_flags |= MDB_RDONLY;
+  if ((mrc = mdb_env_create(&db->env)) != 0) return bs_fail_mdb(err, mrc, "mdb_env_create");
+  if ((mrc = mdb_env_set_maxdbs(db->env, LM_MAXDBS)) != 0 ||
+      (mrc = mdb_env_set_mapsize(db->env, map)) != 0)
+    return bs_fail_mdb(err, mrc, "configuring the environment");
+  mrc = mdb_env_open(db->env, path, db->env_flags, 0644);
+  if (mrc == MDB_INVALID || mrc == MDB_VERSION_MISMATCH)
+    return bs_fail(err, BS_ECORRUPT, "%s: not an LMDB file (%s)", path, mdb_strerror(mrc));
+  if (mrc == ENOENT) return bs_fail(err, BS_ENOTFOUND, "%s: no such file", path);
+  if (mrc) return bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", path, mdb_strerror(mrc));
+  if (mdb_env_info(db->env, &info) == 0) db->map_size = info.me_mapsize;
+  else db->map_size = map;
+  mdb_reader_check(db->env, &dead); /* clears slots of crashed readers */
+  return BS_OK;
+}
+
+int bs_lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
+  const bs_allocator *a = opts && opts->allocator && opts->allocator->malloc_fn
+                              ? opts->allocator : &bs_default_allocator;
+  bs_lmdb_db *db;
+  int rc;
+
+  *out = NULL;
+  if (!path) return bs_fail(err, BS_EINVAL, "path: NULL");
+  db = bs_calloc(a, 1, sizeof *db);
+  if (!db) return bs_fail(err, BS_ENOMEM, "cannot allocate the database handle");
+  if ((rc = bs_db_base_init(&db->base, &lmdb_db_ops, opts, err)) != BS_OK) {
+    bs_free(a, db);
+    return rc;
+  }
+  if (pthread_rwlock_init(&db->txn_lock, NULL) != 0) {
+    bs_db_base_destroy(&db->base);
+    bs_free(a, db);
+    return bs_fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
+  }
+  pthread_mutex_init(&db->grow_mu, NULL);
+  db->path = bs_malloc(&db->base.alloc, strlen(path) + 1);
+  if (!db->path) {
+    rc = bs_fail(err, BS_ENOMEM, "cannot copy the path");
+    goto fail;
+  }
+  strcpy(db->path, path);
+  if ((rc = open_env(db, path, opts, err)) != BS_OK) goto fail;
+  if ((rc = open_dbs(db, path, err)) != BS_OK) goto fail;
+  *out = &db->base;
+  return BS_OK;
+fail:
+  lmdb_close(&db->base);
+  return rc;
+}
+
+static void lmdb_close(bs_db *base) {
+  bs_lmdb_db *db = (bs_lmdb_db *)base;
+  bs_allocator a;
+  if (!db) return;
+  a = db->base.alloc;
+  if (db->env) mdb_env_close(db->env);
+  bs_free(&a, db->path);
+  pthread_rwlock_destroy(&db->txn_lock);
+  pthread_mutex_destroy(&db->grow_mu);
+  bs_db_base_destroy(&db->base);
+  bs_free(&a, db);
+}
+
+/* ---- Streams --------------------------------------------------------------------------------- */
+
+/* Calls fn for every stream record, in id order, inside txn. */
+static int each_stream(bs_lmdb_db *db, MDB_txn *txn,
+                       int (*fn)(bs_stream_rec *, void *, bs_error *), void *payload,
+                       bs_error *err) {
+  MDB_cursor *cur;
+  unsigned char k[5];
+  MDB_val key = {1, k}, val;
+  int mrc, rc = BS_OK;
+  k[0] = 'S';
+  if ((mrc = mdb_cursor_open(txn, db->meta, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    bs_stream_rec rec;
+    if (key.mv_size != 5 || ((const unsigned char *)key.mv_data)[0] != 'S') break;
+    if (stream_rec_decode(&val, &rec) != BS_OK) {
+      rc = bs_fail(err, BS_ECORRUPT, "stream %u: record does not decode",
+                   bs_get_u32be((const unsigned char *)key.mv_data + 1));
+      break;
+    }
+    if ((rc = fn(&rec, payload, err)) != BS_OK) break;
+  }
+  if (rc == BS_OK && mrc != 0 && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "scanning streams");
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+typedef struct create_ctx {
+  bs_lmdb_db *db;
+  MDB_txn *txn;
+  bs_val name;
+  bs_hash hash;
+  uint32_t max_id, id;
+} create_ctx;
+
+static int create_stop_processing(bs_stream_rec *rec, void *payload, bs_error *err) {
+  create_ctx *c = payload;
+  if (rec->id > c->max_id) c->max_id = rec->id;
+  if (rec->state != BS_STREAM_PROCESSING) return BS_OK;
+  rec->state = BS_STREAM_STOPPED;
+  return bs_stream_rec_put(c->db, c->txn, rec, err);
+}
+
+static int create_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  create_ctx *c = payload;
+  bs_stream_rec rec;
+  int rc;
+  c->txn = txn;
+  c->max_id = 0;
+  /* Writing the record under a cursor scan is safe: each put replaces a value in place. */
+  if ((rc = each_stream(c->db, txn, create_stop_processing, c, err)) != BS_OK) return rc;
+  if (c->max_id == UINT32_MAX) return bs_fail(err, BS_ELIMIT, "stream ids exhausted");
+  memset(&rec, 0, sizeof rec);
+  rec.id = c->max_id + 1;
+  rec.state = BS_STREAM_PROCESSING;
+  rec.hash = (uint8_t)c->hash;
+  rec.next_table_id = 1;
+  rec.created_ms = now_ms();
+  rec.name = c->name;
+  c->id = rec.id;
+  return bs_stream_rec_put(c->db, txn, &rec, err);
+}
+
+static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
+                              const bs_stream_options *o, bs_error *err) {
+  create_ctx c;
+  int rc;
+  memset(&c, 0, sizeof c);
+  c.db = (bs_lmdb_db *)base;
+  c.name = name;
+  c.hash = o ? o->hash : BS_HASH_XXH3;
+  if (c.hash != BS_HASH_XXH3 && c.hash != BS_HASH_SHA256)
+    return bs_fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)c.hash);
+  if (name.size > BS_MAX_STREAM_NAME)
+    return bs_fail(err, BS_ETOOBIG, "name is %zu bytes, over BS_MAX_STREAM_NAME", name.size);
+  if ((rc = bs_lmdb_write(c.db, create_txn, &c, err)) != BS_OK) return rc;
+  if (id_out) *id_out = c.id;
+  return BS_OK;
+}
+
+typedef struct list_ctx {
+  int (*fn)(const bs_stream_info *, void *);
+  void *payload;
+} list_ctx;
+
+static int list_one(bs_stream_rec *rec, void *payload, bs_error *err) {
+  list_ctx *c = payload;
+  bs_stream_info info;
+  info.id = rec->id;
+  info.name = rec->name;
+  info.state = (bs_stream_state)rec->state;
+  info.hash = (bs_hash)rec->hash;
+  return c->fn(&info, c->payload);
+}
+
+static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *),
+                            void *payload, bs_error *err) {
+  bs_lmdb_db *db = (bs_lmdb_db *)base;
+  list_ctx c = {fn, payload};
+  MDB_txn *txn;
+  int rc;
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  rc = each_stream(db, txn, list_one, &c, err);
+  bs_lmdb_txn_abort(db, txn);
+  return rc;
+}
+
+typedef struct pick_ctx {
+  uint32_t served, newest;
+} pick_ctx;
+
+static int pick_one(bs_stream_rec *rec, void *payload, bs_error *err) {
+  pick_ctx *c = payload;
+  if (rec->state == BS_STREAM_ACTIVE || rec->state == BS_STREAM_ERRORED) c->served = rec->id;
+  c->newest = rec->id;
+  return BS_OK;
+}
+
+static const bs_storage_vtable lmdb_vtable;
+
+static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err) {
+  bs_lmdb_db *db = (bs_lmdb_db *)base;
+  bs_lmdb_storage *st;
+  MDB_txn *txn;
+  bs_stream_rec rec;
+  int rc;
+
+  *out = NULL;
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  if (id == 0) {
+    /* The served stream (ACTIVE, or ERRORED: still served), else the newest one. */
+    pick_ctx c = {0, 0};
+    rc = each_stream(db, txn, pick_one, &c, err);
+    id = c.served ? c.served : c.newest;
+    if (rc == BS_OK && id == 0) rc = bs_fail(err, BS_ENOTFOUND, "the database has no stream");
+  } else {
+    rc = bs_stream_rec_get(db, txn, id, &rec, err);
+  }
+  bs_lmdb_txn_abort(db, txn);
+  if (rc != BS_OK) return rc;
+  st = bs_calloc(&db->base.alloc, 1, sizeof *st);
+  if (!st) return bs_fail(err, BS_ENOMEM, "cannot allocate the storage handle");
+  st->base.vt = &lmdb_vtable;
+  st->base.db = &db->base;
+  st->base.cache = db->base.cache;
+  st->base.stream_id = id;
+  st->db = db;
+  st->wcp_mode = BS_WCP_MANAGED;
+  *out = &st->base;
+  return BS_OK;
+}
+
+static void lmdb_storage_destroy(bs_storage *base) {
+  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  if (st) bs_free(&st->db->base.alloc, st);
+}
+
+/* ---- Arena: the writer's queue and each flush allocate from one; no malloc per op ------------ */
+
+typedef struct arena_blk {
+  struct arena_blk *next;
+  size_t cap, used;
+  max_align_t data[];
+} arena_blk;
+
+typedef struct arena {
+  const bs_allocator *a;
+  arena_blk *head;
+  size_t bytes; /* handed out since the last reset */
+} arena;
+
+static void *arena_alloc(arena *ar, size_t n) {
+  arena_blk *b = ar->head;
+  n = (n + 15) & ~(size_t)15;
+  if (!b || b->cap - b->used < n) {
+    size_t cap = b ? b->cap * 2 : 64 * 1024;
+    if (cap > 4u * 1024 * 1024) cap = 4u * 1024 * 1024;
+    if (cap < n) cap = n;
+    b = bs_malloc(ar->a, sizeof *b + cap);
+    if (!b) return NULL;
+    b->cap = cap;
+    b->used = 0;
+    b->next = ar->head;
+    ar->head = b;
+  }
+  void *p = (unsigned char *)b->data + b->used;
+  b->used += n;
+  ar->bytes += n;
+  return p;
+}
+
+static void *arena_dup(arena *ar, const void *src, size_t n) {
+  void *p = arena_alloc(ar, n ? n : 1);
+  if (p && n) memcpy(p, src, n);
+  return p;
+}
+
+/* Keeps the newest (largest) block for reuse, frees the rest. */
+static void arena_reset(arena *ar) {
+  arena_blk *b = ar->head, *next;
+  if (!b) return;
+  next = b->next;
+  b->next = NULL;
+  b->used = 0;
+  while (next) {
+    arena_blk *n2 = next->next;
+    bs_free(ar->a, next);
+    next = n2;
+  }
+  ar->bytes = 0;
+}
+
+static void arena_free(arena *ar) {
+  arena_reset(ar);
+  bs_free(ar->a, ar->head);
+  ar->head = NULL;
+}
+
+/* ---- Hash map: byte-string keys (borrowed) -> pointer; open addressing ----------------------- */
+
+typedef struct hent {
+  uint64_t h;
+  const void *k;
+  size_t klen;
+  void *v;
+} hent;
+
+typedef struct hmap {
+  const bs_allocator *a;
+  hent *tab;
+  size_t cap, n; /* cap: power of two */
+} hmap;
+
+static uint64_t hkey(const void *k, size_t n) { return XXH3_64bits(k, n); }
+
+static void *hmap_get(const hmap *m, const void *k, size_t klen, uint64_t h) {
+  if (!m->n) return NULL;
+  for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    const hent *e = &m->tab[i];
+    if (!e->k) return NULL;
+    if (e->h == h && e->klen == klen && memcmp(e->k, k, klen) == 0) return e->v;
+  }
+}
+
+static void hmap_insert_raw(hent *tab, size_t cap, const hent *e) {
+  size_t i = e->h & (cap - 1);
+  while (tab[i].k) i = (i + 1) & (cap - 1);
+  tab[i] = *e;
+}
+
+/* Key must not be present; k must stay valid while the map holds it. */
+static int hmap_put(hmap *m, const void *k, size_t klen, uint64_t h, void *v) {
+  hent e = {h, k ? k : lm_empty, klen, v};
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    hent *tab = bs_calloc(m->a, cap, sizeof *tab);
+    if (!tab) return BS_ENOMEM;
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->tab[i].k) hmap_insert_raw(tab, cap, &m->tab[i]);
+    bs_free(m->a, m->tab);
+    m->tab = tab;
+    m->cap = cap;
+  }
+  hmap_insert_raw(m->tab, m->cap, &e);
+  m->n++;
+  return BS_OK;
+}
+
+static void hmap_clear(hmap *m) {
+  if (m->n) memset(m->tab, 0, m->cap * sizeof *m->tab);
+  m->n = 0;
+}
+
+static void hmap_free(hmap *m) {
+  bs_free(m->a, m->tab);
+  m->tab = NULL;
+  m->cap = m->n = 0;
+}
+
+/* Growable array of fixed-size items, capacity kept across flushes. */
+typedef struct vec {
+  void *p;
+  size_t n, cap, size;
+} vec;
+
+static void *vec_push(const bs_allocator *a, vec *v) {
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 256;
+    void *p = bs_realloc(a, v->p, cap * v->size);
+    if (!p) return NULL;
+    v->p = p;
+    v->cap = cap;
+  }
+  return (unsigned char *)v->p + v->size * v->n++;
+}
+
+/* ---- The writer: queue ------------------------------------------------------------------------ */
+
+/* One queued save, deep-copied into the queue arena (the caller's buffers are not kept). */
+typedef struct qsave {
+  struct qsave *next;
+  bs_tag tag;
+  bs_val table, before, after, stored; /* data NULL = absent */
+  bs_row *rows;
+  size_t n_rows;
+  bs_lookup *lookups;
+  size_t n_lookups;
+} qsave;
+
+typedef struct qwcp {
+  struct qwcp *next;
+  bs_val user, event;
+  uint64_t value;
+} qwcp;
+
+/* A pending op of one flush; written in key order (bucket id, op id) at the end. */
+typedef struct pop {
+  struct pop *next;
+  uint64_t op_id;
+  uint8_t type;
+  uint32_t checksum;
+  bs_val object_type, object_id, data;
+  const char *subkey; /* BS_SUBKEY_SIZE bytes */
+} pop;
+
+/* A bucket seen by this flush: its state is loaded once, updated in memory, written once. */
+typedef struct bent {
+  uint64_t id;
+  bs_bucket_state st;
+  unsigned char idkey[8]; /* u64be id: key of the by-id map */
+  int is_new, touched, queued;
+  pop *head, *tail;
+} bent;
+
+typedef struct member {
+  uint64_t bucket, op;
+  bs_val object_type, object_id;
+} member;
+
+/*
+ * Source record value (little-endian): u8 flags (1 = soft-deleted, 2 = has data) | u32 n members |
+ * u32 n lookups | u64 soft-delete mark | n x (u64 bucket id | u64 last op id | u16 object_type len |
+ * u16 object_id len | object_type | object_id) | n x (u16 len | lookup key) | data (rest, flag 2).
+ * The subkey is not stored: it is a function of (table id, replica id), both in the key.
+ */
+#define LM_SREC_FIXED 17u
+typedef struct srec {
+  bs_val key; /* u32be stream | u32be table | replica id */
+  int exists, softdel, dirty, new_mark;
+  uint64_t mark;
+  member *m;
+  uint32_t nm;
+  bs_val *lk;
+  uint32_t nl;
+  int has_data;
+  bs_val data;
+} srec;
+
+typedef struct ppar {
+  bs_val key, val;
+} ppar;
+
+typedef struct psup {
+  uint64_t bucket, old_op, new_op;
+} psup;
+
+/* Per-flush state; lives in the writer so that maps and arrays keep their capacity. */
+typedef struct fctx {
+  bs_lmdb_db *db;
+  uint32_t stream;
+  int snapshot;
+  MDB_txn *txn;
+  bs_stream_rec rec;
+  arena ar;
+  hmap by_name, by_id, recs, tables, lookups;
+  vec bents;  /* bent * */
+  vec dirty;  /* srec * */
+  vec pars;   /* ppar */
+  vec sups;   /* psup */
+  vec lkeys;  /* bs_val: lookup keys changed */
+  uint64_t first_op;
+  uint64_t seq_bucket;
+  int seq_loaded, seq_dirty;
+  int emitted;
+} fctx;
+
+typedef struct lm_writer {
+  bs_writer base;
+  bs_lmdb_storage *st;
+  bs_lmdb_db *db;
+  int snapshot, create_empty;
+  size_t max_records, max_bytes;
+  arena q;
+  qsave *head, *tail;
+  size_t n;
+  qwcp *wcp_head, *wcp_tail;
+  fctx f;
+} lm_writer;
+
+static const bs_allocator *w_alloc(lm_writer *w) { return &w->db->base.alloc; }
+
+static int copy_val(arena *ar, bs_val *dst, bs_val src) {
+  dst->size = src.size;
+  if (!src.data) { dst->data = NULL; return BS_OK; }
+  dst->data = src.size ? arena_dup(ar, src.data, src.size) : lm_empty;
+  return dst->data ? BS_OK : BS_ENOMEM;
+}
+
+static int queue_copy(arena *ar, const bs_save *s, qsave **out) {
+  qsave *q = arena_alloc(ar, sizeof *q);
+  int rc = BS_OK;
+  if (!q) return BS_ENOMEM;
+  memset(q, 0, sizeof *q);
+  q->tag = s->tag;
+  rc |= copy_val(ar, &q->table, s->table);
+  rc |= copy_val(ar, &q->before, s->before_id);
+  if (s->tag != BS_DELETE) rc |= copy_val(ar, &q->after, s->after_id);
+  else if (!s->before_id.data) rc |= copy_val(ar, &q->before, s->after_id);
+  rc |= copy_val(ar, &q->stored, s->stored_data);
+  if (rc) return BS_ENOMEM;
+  if (s->n_rows) {
+    if (!(q->rows = arena_alloc(ar, s->n_rows * sizeof *q->rows))) return BS_ENOMEM;
+    for (size_t i = 0; i < s->n_rows; i++) {
+      const bs_row *r = &s->rows[i];
+      bs_row *d = &q->rows[i];
+      rc |= copy_val(ar, &d->bucket, r->bucket);
+      rc |= copy_val(ar, &d->object_type, r->object_type);
+      rc |= copy_val(ar, &d->object_id, r->object_id);
+      rc |= copy_val(ar, &d->data, r->data);
+    }
+    q->n_rows = s->n_rows;
+  }
+  if (s->n_lookups) {
+    if (!(q->lookups = arena_alloc(ar, s->n_lookups * sizeof *q->lookups))) return BS_ENOMEM;
+    for (size_t i = 0; i < s->n_lookups; i++) {
+      const bs_lookup *l = &s->lookups[i];
+      bs_lookup *d = &q->lookups[i];
+      bs_val *ps = NULL;
+      rc |= copy_val(ar, &d->key, l->key);
+      if (l->n_params && !(ps = arena_alloc(ar, l->n_params * sizeof *ps))) return BS_ENOMEM;
+      for (size_t j = 0; j < l->n_params; j++) rc |= copy_val(ar, &ps[j], l->params[j]);
+      d->params = ps;
+      d->n_params = l->n_params;
+    }
+    q->n_lookups = s->n_lookups;
+  }
+  if (rc) return BS_ENOMEM;
+  *out = q;
+  return BS_OK;
+}
+
+/* ---- The writer: flush context ---------------------------------------------------------------- */
+
+static void fctx_reset(fctx *f) {
+  arena_reset(&f->ar);
+  hmap_clear(&f->by_name);
+  hmap_clear(&f->by_id);
+  hmap_clear(&f->recs);
+  hmap_clear(&f->tables);
+  hmap_clear(&f->lookups);
+  f->bents.n = f->dirty.n = f->pars.n = f->sups.n = f->lkeys.n = 0;
+  f->first_op = 0;
+  f->seq_loaded = f->seq_dirty = 0;
+  f->emitted = 0;
+  f->txn = NULL;
+}
+
+static void fctx_init(fctx *f, bs_lmdb_db *db, uint32_t stream, int snapshot) {
+  const bs_allocator *a = &db->base.alloc;
+  memset(f, 0, sizeof *f);
+  f->db = db;
+  f->stream = stream;
+  f->snapshot = snapshot;
+  f->ar.a = a;
+  f->by_name.a = f->by_id.a = f->recs.a = f->tables.a = f->lookups.a = a;
+  f->bents.size = sizeof(bent *);
+  f->dirty.size = sizeof(srec *);
+  f->pars.size = sizeof(ppar);
+  f->sups.size = sizeof(psup);
+  f->lkeys.size = sizeof(bs_val);
+}
+
+static void fctx_free(fctx *f) {
+  const bs_allocator *a = &f->db->base.alloc;
+  arena_free(&f->ar);
+  hmap_free(&f->by_name);
+  hmap_free(&f->by_id);
+  hmap_free(&f->recs);
+  hmap_free(&f->tables);
+  hmap_free(&f->lookups);
+  bs_free(a, f->bents.p);
+  bs_free(a, f->dirty.p);
+  bs_free(a, f->pars.p);
+  bs_free(a, f->sups.p);
+  bs_free(a, f->lkeys.p);
+}
+
+static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
+  fctx_reset(f);
+  f->txn = txn;
+  return bs_stream_rec_get(f->db, txn, f->stream, &f->rec, err);
+}
+
+static int oom(bs_error *err) { return bs_fail(err, BS_ENOMEM, "out of memory in the writer"); }
+
+static int seq_load(fctx *f, bs_error *err) {
+  MDB_val key = {10, "seq.bucket"}, val;
+  int mrc;
+  if (f->seq_loaded) return BS_OK;
+  mrc = mdb_get(f->txn, f->db->meta, &key, &val);
+  if (mrc == MDB_NOTFOUND) f->seq_bucket = 0;
+  else if (mrc) return bs_lmdb_fail(err, mrc, "reading seq.bucket");
+  else if (val.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "seq.bucket: bad value");
+  else f->seq_bucket = get_u64le(val.mv_data);
+  f->seq_loaded = 1;
+  return BS_OK;
+}
+
+static int bent_add(fctx *f, bent *b, uint64_t hname, bs_error *err) {
+  bent **slot;
+  bs_put_u64be(b->idkey, b->id);
+  if (hmap_put(&f->by_name, b->st.name.data, b->st.name.size, hname, b) ||
+      hmap_put(&f->by_id, b->idkey, 8, hkey(b->idkey, 8), b) ||
+      !(slot = vec_push(&f->db->base.alloc, &f->bents)))
+    return oom(err);
+  *slot = b;
+  return BS_OK;
+}
+
+/* Loads a bucket's state by id into the flush (the bucket must exist). */
+static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
+  unsigned char k[8];
+  MDB_val key = {8, k}, val;
+  bent *b;
+  int mrc;
+  bs_put_u64be(k, id);
+  if ((b = hmap_get(&f->by_id, k, 8, hkey(k, 8)))) { *out = b; return BS_OK; }
+  mrc = mdb_get(f->txn, f->db->bstate, &key, &val);
+  if (mrc == MDB_NOTFOUND)
+    return bs_fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
+                   (unsigned long long)id);
+  if (mrc) return bs_lmdb_fail(err, mrc, "reading a bucket state");
+  if (val.mv_size < BS_BUCKET_STATE_FIXED)
+    return bs_fail(err, BS_ECORRUPT, "bucket %llu: state too short", (unsigned long long)id);
+  if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
+  memset(b, 0, sizeof *b);
+  b->id = id;
+  bs_bucket_state_decode(&val, &b->st);
+  if (!(b->st.name.data = arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
+  if ((hmap_get(&f->by_name, b->st.name.data, b->st.name.size,
+                hkey(b->st.name.data, b->st.name.size))))
+    return bs_fail(err, BS_ECORRUPT, "bucket %llu: name maps to another id",
+                   (unsigned long long)id);
+  *out = b;
+  return bent_add(f, b, hkey(b->st.name.data, b->st.name.size), err);
+}
+
+/* Resolves a bucket by name, creating it (id from seq.bucket) when unknown. */
+static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
+  uint64_t h = hkey(name.data, name.size), id;
+  bent *b;
+  int rc;
+  if ((b = hmap_get(&f->by_name, name.data, name.size, h))) { *out = b; return BS_OK; }
+  rc = bs_lmdb_bucket_id(f->db, f->txn, f->stream, name, &id, err);
+  if (rc == BS_OK) return bucket_by_id(f, id, out, err);
+  if (rc != BS_ENOTFOUND) return rc;
+  if ((rc = seq_load(f, err)) != BS_OK) return rc;
+  if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
+  memset(b, 0, sizeof *b);
+  b->id = ++f->seq_bucket;
+  f->seq_dirty = 1;
+  b->is_new = 1;
+  b->st.stream = f->stream;
+  b->st.name = name; /* queue arena: valid through the flush */
+  *out = b;
+  return bent_add(f, b, h, err);
+}
+
+static int next_op(fctx *f, uint64_t *id, bs_error *err) {
+  if (f->rec.op_head >= (UINT64_C(1) << 63) - 1)
+    return bs_fail(err, BS_ELIMIT, "op ids of stream %u exhausted", f->stream);
+  *id = ++f->rec.op_head;
+  if (!f->first_op) f->first_op = *id;
+  f->emitted = 1;
+  return BS_OK;
+}
+
+static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_val oi,
+                   const char *sk, bs_val data, uint64_t *id_out, bs_error *err) {
+  pop *o = arena_alloc(&f->ar, sizeof *o);
+  int rc;
+  if (!o) return oom(err);
+  if ((rc = next_op(f, &o->op_id, err)) != BS_OK) return rc;
+  o->next = NULL;
+  o->type = type;
+  o->checksum = ck;
+  o->object_type = ot;
+  o->object_id = oi;
+  o->data = data;
+  o->subkey = sk;
+  if (b->tail) b->tail->next = o;
+  else b->head = o;
+  b->tail = o;
+  b->touched = 1;
+  b->st.checksum = bs_cksum_add(b->st.checksum, ck);
+  b->st.count++;
+  b->st.bytes += BS_OP_HEADER_SIZE + ot.size + oi.size + BS_SUBKEY_SIZE + data.size;
+  b->st.last_op = o->op_id;
+  *id_out = o->op_id;
+  return BS_OK;
+}
+
+static int note_sup(fctx *f, bent *b, uint64_t old_op, uint64_t new_op, bs_error *err) {
+  psup *s = vec_push(&f->db->base.alloc, &f->sups);
+  if (!s) return oom(err);
+  s->bucket = b->id;
+  s->old_op = old_op;
+  s->new_op = new_op;
+  return BS_OK;
+}
+
+/* Remembers a changed lookup key for the flush's change record (deduplicated). */
+static int note_lookup(fctx *f, bs_val key, bs_error *err) {
+  uint64_t h = hkey(key.data, key.size);
+  bs_val *slot;
+  if (hmap_get(&f->lookups, key.data, key.size, h)) return BS_OK;
+  if (hmap_put(&f->lookups, key.data, key.size, h, (void *)1) ||
+      !(slot = vec_push(&f->db->base.alloc, &f->lkeys)))
+    return oom(err);
+  *slot = key;
+  return BS_OK;
+}
+
+/* Appends a parameter entry (n_params = 0 and params NULL: a tombstone). */
+static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_val *params,
+                      size_t n_params, bs_error *err) {
+  size_t ks = 4 + 2 + lkey.size + 4 + 8 + 8, vs = 2 + rid.size + 4;
+  unsigned char *k, *v, *p;
+  uint64_t id = 0;
+  ppar *e;
+  int rc;
+  for (size_t i = 0; i < n_params; i++) vs += 4 + params[i].size;
+  if (!(k = arena_alloc(&f->ar, ks)) || !(v = arena_alloc(&f->ar, vs))) return oom(err);
+  if ((rc = next_op(f, &id, err)) != BS_OK) return rc;
+  bs_put_u32be(k, f->stream);
+  k[4] = (unsigned char)(lkey.size >> 8);
+  k[5] = (unsigned char)lkey.size;
+  if (lkey.size) memcpy(k + 6, lkey.data, lkey.size);
+  p = k + 6 + lkey.size;
+  bs_put_u32be(p, tid);
+  bs_put_u64be(p + 4, XXH3_64bits(rid.data, rid.size));
+  bs_put_u64be(p + 12, id);
+  put_u16le(v, (uint16_t)rid.size);
+  if (rid.size) memcpy(v + 2, rid.data, rid.size);
+  p = v + 2 + rid.size;
+  put_u32le(p, (uint32_t)n_params);
+  p += 4;
+  for (size_t i = 0; i < n_params; i++) {
+    put_u32le(p, (uint32_t)params[i].size);
+    if (params[i].size) memcpy(p + 4, params[i].data, params[i].size);
+    p += 4 + params[i].size;
+  }
+  if (!(e = vec_push(&f->db->base.alloc, &f->pars))) return oom(err);
+  e->key.data = k;
+  e->key.size = ks;
+  e->val.data = v;
+  e->val.size = vs;
+  return note_lookup(f, lkey, err);
+}
+
+/* ---- Tables and source records ---------------------------------------------------------------- */
+
+static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *err) {
+  unsigned char k[4 + BS_MAX_TABLE_NAME];
+  MDB_val key = {4 + name.size, k}, val;
+  uint64_t h = hkey(name.data, name.size);
+  void *hit;
+  int mrc;
+  if ((hit = hmap_get(&f->tables, name.data, name.size, h))) {
+    *out = (uint32_t)(uintptr_t)hit;
+    return BS_OK;
+  }
+  if (name.size > BS_MAX_TABLE_NAME) return bs_fail(err, BS_ETOOBIG, "table name too long");
+  bs_put_u32be(k, f->stream);
+  if (name.size) memcpy(k + 4, name.data, name.size);
+  mrc = mdb_get(f->txn, f->db->tables, &key, &val);
+  if (mrc == 0) {
+    if (val.mv_size != 4) return bs_fail(err, BS_ECORRUPT, "table id: bad value");
+    *out = get_u32le(val.mv_data);
+  } else if (mrc != MDB_NOTFOUND) {
+    return bs_lmdb_fail(err, mrc, "looking up a table");
+  } else if (!create) {
+    return BS_ENOTFOUND;
+  } else {
+    unsigned char v[4];
+    if (f->rec.next_table_id == 0 || f->rec.next_table_id == UINT32_MAX)
+      f->rec.next_table_id = f->rec.next_table_id ? f->rec.next_table_id : 1;
+    *out = f->rec.next_table_id++;
+    put_u32le(v, *out);
+    val.mv_size = 4;
+    val.mv_data = v;
+    if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
+      return bs_lmdb_fail(err, mrc, "registering a table");
+  }
+  return hmap_put(&f->tables, name.data, name.size, h, (void *)(uintptr_t)*out) ? oom(err)
+                                                                                 : BS_OK;
+}
+
+static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
+  const unsigned char *p, *end;
+  unsigned char *copy = arena_dup(&f->ar, val->mv_data, val->mv_size);
+  uint8_t flags;
+  if (!copy) return oom(err);
+  p = copy;
+  end = copy + val->mv_size;
+  if (val->mv_size < LM_SREC_FIXED) goto bad;
+  flags = p[0];
+  r->nm = get_u32le(p + 1);
+  r->nl = get_u32le(p + 5);
+  r->mark = get_u64le(p + 9);
+  r->softdel = flags & 1;
+  r->has_data = (flags >> 1) & 1;
+  r->exists = 1;
+  p += LM_SREC_FIXED;
+  if (r->nm > val->mv_size / 20 || r->nl > val->mv_size / 2) goto bad;
+  if ((r->nm && !(r->m = arena_alloc(&f->ar, r->nm * sizeof *r->m))) ||
+      (r->nl && !(r->lk = arena_alloc(&f->ar, r->nl * sizeof *r->lk))))
+    return oom(err);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    member *m = &r->m[i];
+    size_t ot, oi;
+    if (end - p < 20) goto bad;
+    m->bucket = get_u64le(p);
+    m->op = get_u64le(p + 8);
+    ot = get_u16le(p + 16);
+    oi = get_u16le(p + 18);
+    p += 20;
+    if ((size_t)(end - p) < ot + oi) goto bad;
+    m->object_type.data = p; m->object_type.size = ot; p += ot;
+    m->object_id.data = p; m->object_id.size = oi; p += oi;
+  }
+  for (uint32_t i = 0; i < r->nl; i++)
+    if (get_str(&p, end, &r->lk[i]) != BS_OK) goto bad;
+  r->data.data = r->has_data ? (p < end ? p : lm_empty) : NULL;
+  r->data.size = r->has_data ? (size_t)(end - p) : 0;
+  return BS_OK;
+bad:
+  return bs_fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
+}
+
+static size_t srec_size(const srec *r) {
+  size_t n = LM_SREC_FIXED + (r->has_data ? r->data.size : 0);
+  for (uint32_t i = 0; i < r->nm; i++)
+    n += 20 + r->m[i].object_type.size + r->m[i].object_id.size;
+  for (uint32_t i = 0; i < r->nl; i++) n += 2 + r->lk[i].size;
+  return n;
+}
+
+static void srec_encode(unsigned char *p, const srec *r) {
+  p[0] = (unsigned char)((r->softdel ? 1 : 0) | (r->has_data ? 2 : 0));
+  put_u32le(p + 1, r->nm);
+  put_u32le(p + 5, r->nl);
+  put_u64le(p + 9, r->mark);
+  p += LM_SREC_FIXED;
+  for (uint32_t i = 0; i < r->nm; i++) {
+    const member *m = &r->m[i];
+    put_u64le(p, m->bucket);
+    put_u64le(p + 8, m->op);
+    put_u16le(p + 16, (uint16_t)m->object_type.size);
+    put_u16le(p + 18, (uint16_t)m->object_id.size);
+    p += 20;
+    if (m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
+    p += m->object_type.size;
+    if (m->object_id.size) memcpy(p, m->object_id.data, m->object_id.size);
+    p += m->object_id.size;
+  }
+  for (uint32_t i = 0; i < r->nl; i++) {
+    put_u16le(p, (uint16_t)r->lk[i].size);
+    if (r->lk[i].size) memcpy(p + 2, r->lk[i].data, r->lk[i].size);
+    p += 2 + r->lk[i].size;
+  }
+  if (r->has_data && r->data.size) memcpy(p, r->data.data, r->data.size);
+}
+
+static int mark_dirty(fctx *f, srec *r, bs_error *err) {
+  srec **slot;
+  if (r->dirty) return BS_OK;
+  if (!(slot = vec_push(&f->db->base.alloc, &f->dirty))) return oom(err);
+  *slot = r;
+  r->dirty = 1;
+  return BS_OK;
+}
+
+/* The flush's copy of a source record; read_db = 0 skips the LMDB read (an INSERT does not read
+ * the previous record, SPEC 4.1 step 2), but an earlier save of this flush is still seen. */
+static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, bs_error *err) {
+  unsigned char kbuf[8 + BS_MAX_REPLICA_ID];
+  MDB_val key = {8 + rid.size, kbuf}, val;
+  uint64_t h;
+  srec *r;
+  int mrc, rc;
+  bs_put_u32be(kbuf, f->stream);
+  bs_put_u32be(kbuf + 4, tid);
+  if (rid.size) memcpy(kbuf + 8, rid.data, rid.size);
+  h = hkey(kbuf, key.mv_size);
+  if ((r = hmap_get(&f->recs, kbuf, key.mv_size, h))) { *out = r; return BS_OK; }
+  if (!(r = arena_alloc(&f->ar, sizeof *r))) return oom(err);
+  memset(r, 0, sizeof *r);
+  if (!(r->key.data = arena_dup(&f->ar, kbuf, key.mv_size))) return oom(err);
+  r->key.size = key.mv_size;
+  if (read_db) {
+    mrc = mdb_get(f->txn, f->db->source, &key, &val);
+    if (mrc == 0) {
+      if ((rc = srec_decode(f, r, &val, err)) != BS_OK) return rc;
+    } else if (mrc != MDB_NOTFOUND) {
+      return bs_lmdb_fail(err, mrc, "reading a source record");
+    }
+  }
+  if (hmap_put(&f->recs, r->key.data, r->key.size, h, r)) return oom(err);
+  *out = r;
+  return BS_OK;
+}
+
+static const char *subkey_of(fctx *f, uint32_t tid, bs_val rid) {
+  char *sk = arena_alloc(&f->ar, BS_SUBKEY_SIZE);
+  if (sk) bs_subkey(sk, tid, rid);
+  return sk;
+}
+
+static bs_val sk_val(const char *sk) {
+  bs_val v = {sk, BS_SUBKEY_SIZE};
+  return v;
+}
+
+/* REMOVEs for every membership of r and tombstones for its lookups; empties r. */
+static int unlink_rec(fctx *f, srec *r, uint32_t tid, bs_val rid, bs_error *err) {
+  bs_hash hash = (bs_hash)f->rec.hash;
+  const char *sk;
+  int rc;
+  if (!r->nm && !r->nl) return BS_OK;
+  if (!(sk = subkey_of(f, tid, rid))) return oom(err);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    member *m = &r->m[i];
+    bs_val none = {NULL, 0};
+    bent *b;
+    uint64_t id;
+    if ((rc = bucket_by_id(f, m->bucket, &b, err)) != BS_OK) return rc;
+    if ((rc = emit_op(f, b, BS_OP_REMOVE, bs_checksum_remove(hash, sk_val(sk)), m->object_type,
+                      m->object_id, sk, none, &id, err)) != BS_OK)
+      return rc;
+    if ((rc = note_sup(f, b, m->op, id, err)) != BS_OK) return rc;
+  }
+  for (uint32_t i = 0; i < r->nl; i++)
+    if ((rc = emit_param(f, r->lk[i], tid, rid, NULL, 0, err)) != BS_OK) return rc;
+  r->nm = r->nl = 0;
+  return BS_OK;
+}
+
+static void soft_delete(fctx *f, srec *r) {
+  r->exists = 1;
+  r->softdel = 1;
+  r->new_mark = 1;
+  r->mark = f->rec.op_head;
+  r->nm = r->nl = 0;
+  r->has_data = 0;
+  r->data.data = NULL;
+  r->data.size = 0;
+}
+
+static int same_member(const member *m, uint64_t bucket, const bs_row *row) {
+  return m->bucket == bucket && bs_val_eq(m->object_type, row->object_type) &&
+         bs_val_eq(m->object_id, row->object_id);
+}
+
+/* SPEC 4.1 step 2 and 3 for the new state of a row. */
+static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error *err) {
+  bs_hash hash = (bs_hash)f->rec.hash;
+  int use_prev = q->tag == BS_UPDATE && r->exists && !r->softdel;
+  uint32_t pnm = use_prev ? r->nm : 0, pnl = use_prev ? r->nl : 0, nm = 0, nl = 0;
+  unsigned char *kept = NULL;
+  member *nmem = NULL;
+  bs_val *nlk = NULL;
+  const char *sk;
+  int rc;
+
+  if (!(sk = subkey_of(f, tid, q->after))) return oom(err);
+  if ((pnm && !(kept = arena_alloc(&f->ar, pnm))) ||
+      (q->n_rows && !(nmem = arena_alloc(&f->ar, q->n_rows * sizeof *nmem))) ||
+      (q->n_lookups && !(nlk = arena_alloc(&f->ar, q->n_lookups * sizeof *nlk))))
+    return oom(err);
+  if (pnm) memset(kept, 0, pnm);
+  for (size_t i = 0; i < q->n_rows; i++) {
+    const bs_row *row = &q->rows[i];
+    uint32_t ck = bs_checksum_put(hash, row->object_type, row->object_id, row->data);
+    uint32_t j;
+    uint64_t id;
+    bent *b;
+    if ((rc = bucket_by_name(f, row->bucket, &b, err)) != BS_OK) return rc;
+    if ((rc = emit_op(f, b, BS_OP_PUT, ck, row->object_type, row->object_id, sk, row->data, &id,
+                      err)) != BS_OK)
+      return rc;
+    for (j = 0; j < pnm; j++)
+      if (!kept[j] && same_member(&r->m[j], b->id, row)) break;
+    if (j < pnm) {
+      kept[j] = 1;
+      if ((rc = note_sup(f, b, r->m[j].op, id, err)) != BS_OK) return rc;
+    }
+    for (j = 0; j < nm; j++)
+      if (same_member(&nmem[j], b->id, row)) break;
+    if (j < nm) { /* the same row twice in one save: the later PUT supersedes the earlier */
+      if ((rc = note_sup(f, b, nmem[j].op, id, err)) != BS_OK) return rc;
+      nmem[j].op = id;
+    } else {
+      nmem[nm].bucket = b->id;
+      nmem[nm].op = id;
+      nmem[nm].object_type = row->object_type;
+      nmem[nm].object_id = row->object_id;
+      nm++;
+    }
+  }
+  for (uint32_t j = 0; j < pnm; j++) {
+    bs_val none = {NULL, 0};
+    member *m = &r->m[j];
+    uint64_t id;
+    bent *b;
+    if (kept[j]) continue;
+    if ((rc = bucket_by_id(f, m->bucket, &b, err)) != BS_OK) return rc;
+    if ((rc = emit_op(f, b, BS_OP_REMOVE, bs_checksum_remove(hash, sk_val(sk)), m->object_type,
+                      m->object_id, sk, none, &id, err)) != BS_OK)
+      return rc;
+    if ((rc = note_sup(f, b, m->op, id, err)) != BS_OK) return rc;
+  }
+  for (size_t i = 0; i < q->n_lookups; i++) {
+    const bs_lookup *l = &q->lookups[i];
+    uint32_t j;
+    if ((rc = emit_param(f, l->key, tid, q->after, l->params, l->n_params, err)) != BS_OK)
+      return rc;
+    for (j = 0; j < nl; j++)
+      if (bs_val_eq(nlk[j], l->key)) break;
+    if (j == nl) nlk[nl++] = l->key;
+  }
+  for (uint32_t j = 0; j < pnl; j++) {
+    uint32_t i;
+    for (i = 0; i < nl; i++)
+      if (bs_val_eq(nlk[i], r->lk[j])) break;
+    if (i == nl && (rc = emit_param(f, r->lk[j], tid, q->after, NULL, 0, err)) != BS_OK)
+      return rc;
+  }
+  r->exists = 1;
+  r->softdel = 0;
+  r->new_mark = 0;
+  r->mark = 0;
+  r->m = nmem;
+  r->nm = nm;
+  r->lk = nlk;
+  r->nl = nl;
+  r->has_data = q->stored.data != NULL;
+  r->data = q->stored;
+  return mark_dirty(f, r, err);
+}
+
+/* One queued save, SPEC 4.1 steps 1-4. */
+static int apply_save(fctx *f, const qsave *q, bs_error *err) {
+  int has_after = q->tag != BS_DELETE;
+  /* Deletes leave soft-deleted records while a snapshot may still be inserting (SPEC 4.3). */
+  int soft = f->snapshot || !f->rec.snapshot_done;
+  bs_val before = q->before.data ? q->before : q->after;
+  uint32_t tid;
+  srec *r;
+  int rc;
+
+  if ((rc = table_id(f, q->table, 1, &tid, err)) != BS_OK) return rc;
+  if (f->snapshot && q->tag == BS_INSERT) {
+    if ((rc = rec_load(f, tid, q->after, 1, &r, err)) != BS_OK) return rc;
+    if (r->exists) return BS_OK; /* skip_existing (a soft-deleted record counts) */
+  }
+  if (before.data && (!has_after || !bs_val_eq(before, q->after))) {
+    if ((rc = rec_load(f, tid, before, 1, &r, err)) != BS_OK) return rc;
+    if (r->exists && !r->softdel) {
+      if ((rc = unlink_rec(f, r, tid, before, err)) != BS_OK) return rc;
+      if (soft && !has_after) soft_delete(f, r);
+      else r->exists = 0;
+      if ((rc = mark_dirty(f, r, err)) != BS_OK) return rc;
+    } else if (!r->exists && soft && !has_after) {
+      soft_delete(f, r); /* unknown row: still fence it against a concurrent snapshot */
+      if ((rc = mark_dirty(f, r, err)) != BS_OK) return rc;
+    }
+  }
+  if (!has_after) return BS_OK;
+  if ((rc = rec_load(f, tid, q->after, q->tag == BS_UPDATE, &r, err)) != BS_OK) return rc;
+  return apply_after(f, q, tid, r, err);
+}
+
+/* ---- Flush write-out: everything in key order, each bucket state once ------------------------- */
+
+static int cmp_bent(const void *a, const void *b) {
+  uint64_t x = (*(bent *const *)a)->id, y = (*(bent *const *)b)->id;
+  return x < y ? -1 : x > y;
+}
+static int cmp_srec(const void *a, const void *b) {
+  const srec *x = *(srec *const *)a, *y = *(srec *const *)b;
+  return bs_val_cmp(x->key, y->key);
+}
+static int cmp_ppar(const void *a, const void *b) {
+  return bs_val_cmp(((const ppar *)a)->key, ((const ppar *)b)->key);
+}
+static int cmp_psup(const void *a, const void *b) {
+  const psup *x = a, *y = b;
+  if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+  return x->old_op < y->old_op ? -1 : x->old_op > y->old_op;
+}
+
+static int put_ops(fctx *f, bs_error *err) {
+  bent **bl = f->bents.p;
+  MDB_cursor *cur;
+  int mrc = 0;
+  if ((mrc = mdb_cursor_open(f->txn, f->db->ops, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (size_t i = 0; i < f->bents.n && !mrc; i++) {
+    for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
+      unsigned char k[16], *p;
+      size_t ot = o->object_type.size, oi = o->object_id.size;
+      MDB_val key = {16, k}, val;
+      bs_put_u64be(k, bl[i]->id);
+      bs_put_u64be(k + 8, o->op_id);
+      val.mv_size = BS_OP_HEADER_SIZE + ot + oi + BS_SUBKEY_SIZE + o->data.size;
+      /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
+      if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE)) != 0) break;
+      p = val.mv_data;
+      p[0] = o->type;
+      put_u32le(p + 1, o->checksum);
+      put_u64le(p + 5, 0);
+      put_u16le(p + 13, (uint16_t)ot);
+      put_u16le(p + 15, (uint16_t)oi);
+      p[17] = BS_SUBKEY_SIZE;
+      p += BS_OP_HEADER_SIZE;
+      if (ot) memcpy(p, o->object_type.data, ot);
+      p += ot;
+      if (oi) memcpy(p, o->object_id.data, oi);
+      p += oi;
+      memcpy(p, o->subkey, BS_SUBKEY_SIZE);
+      p += BS_SUBKEY_SIZE;
+      if (o->data.size) memcpy(p, o->data.data, o->data.size);
+    }
+  }
+  mdb_cursor_close(cur);
+  return mrc ? bs_lmdb_fail(err, mrc, "writing an op") : BS_OK;
+}
+
+static int put_buckets(fctx *f, bs_error *err) {
+  bent **bl = f->bents.p;
+  int mrc, rc;
+  for (size_t i = 0; i < f->bents.n; i++) {
+    bent *b = bl[i];
+    if (b->is_new) {
+      unsigned char k[4 + BS_MAX_BUCKET_NAME], v[8];
+      MDB_val key = {4 + b->st.name.size, k}, val = {8, v};
+      bs_put_u32be(k, f->stream);
+      memcpy(k + 4, b->st.name.data, b->st.name.size);
+      put_u64le(v, b->id);
+      if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
+        return bs_lmdb_fail(err, mrc, "registering a bucket");
+    }
+    if (b->touched && (rc = bs_bucket_state_put(f->db, f->txn, b->id, &b->st, err)) != BS_OK)
+      return rc;
+  }
+  if (f->seq_dirty) {
+    unsigned char v[8];
+    MDB_val key = {10, "seq.bucket"}, val = {8, v};
+    put_u64le(v, f->seq_bucket);
+    if ((mrc = mdb_put(f->txn, f->db->meta, &key, &val, 0)) != 0)
+      return bs_lmdb_fail(err, mrc, "writing seq.bucket");
+  }
+  return BS_OK;
+}
+
+static int put_sups(fctx *f, bs_error *err) {
+  psup *s = f->sups.p;
+  bent *last = NULL;
+  MDB_cursor *cur;
+  int mrc;
+  if (!f->sups.n) return BS_OK;
+  if (f->sups.n > 1) qsort(s, f->sups.n, sizeof *s, cmp_psup);
+  if ((mrc = mdb_cursor_open(f->txn, f->db->superseded, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (size_t i = 0; i < f->sups.n; i++) {
+    unsigned char k[16], v[8];
+    MDB_val key = {16, k}, val = {8, v};
+    bs_put_u64be(k, s[i].bucket);
+    bs_put_u64be(k + 8, s[i].old_op);
+    put_u64le(v, s[i].new_op);
+    if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) != 0) {
+      mdb_cursor_close(cur);
+      return bs_lmdb_fail(err, mrc, "writing a superseded entry");
+    }
+    if (!last || last->id != s[i].bucket) {
+      unsigned char qk[12];
+      MDB_val qkey = {12, qk}, qval = {0, (void *)lm_empty};
+      bs_put_u32be(qk, f->stream);
+      bs_put_u64be(qk + 4, s[i].bucket);
+      bucket_by_id(f, s[i].bucket, &last, err); /* in the map: cannot fail */
+      if (last && !last->queued) {
+        last->queued = 1;
+        if ((mrc = mdb_put(f->txn, f->db->cqueue, &qkey, &qval, 0)) != 0) {
+          mdb_cursor_close(cur);
+          return bs_lmdb_fail(err, mrc, "queueing a bucket for compaction");
+        }
+      }
+    }
+  }
+  mdb_cursor_close(cur);
+  return BS_OK;
+}
+
+static int put_pars(fctx *f, bs_error *err) {
+  ppar *e = f->pars.p;
+  MDB_cursor *cur;
+  int mrc = 0;
+  if (!f->pars.n) return BS_OK;
+  if (f->pars.n > 1) qsort(e, f->pars.n, sizeof *e, cmp_ppar);
+  if ((mrc = mdb_cursor_open(f->txn, f->db->params, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (size_t i = 0; i < f->pars.n && !mrc; i++) {
+    MDB_val key = {e[i].key.size, (void *)e[i].key.data};
+    MDB_val val = {e[i].val.size, (void *)e[i].val.data};
+    mrc = mdb_cursor_put(cur, &key, &val, 0);
+  }
+  mdb_cursor_close(cur);
+  return mrc ? bs_lmdb_fail(err, mrc, "writing a parameter entry") : BS_OK;
+}
+
+static int put_softdel_index(fctx *f, const srec *r, bs_error *err) {
+  unsigned char k[12 + 4 + BS_MAX_REPLICA_ID];
+  MDB_val key = {12 + r->key.size - 4, k}, val = {0, (void *)lm_empty};
+  int mrc;
+  bs_put_u32be(k, f->stream);
+  bs_put_u64be(k + 4, r->mark);
+  memcpy(k + 12, (const unsigned char *)r->key.data + 4, r->key.size - 4);
+  mrc = mdb_put(f->txn, f->db->softdel, &key, &val, 0);
+  return mrc ? bs_lmdb_fail(err, mrc, "indexing a soft-deleted record") : BS_OK;
+}
+
+static int put_recs(fctx *f, bs_error *err) {
+  srec **d = f->dirty.p;
+  MDB_cursor *cur;
+  int mrc = 0, rc = BS_OK;
+  if (f->dirty.n > 1) qsort(d, f->dirty.n, sizeof *d, cmp_srec);
+  if ((mrc = mdb_cursor_open(f->txn, f->db->source, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (size_t i = 0; i < f->dirty.n && !mrc && !rc; i++) {
+    srec *r = d[i];
+    MDB_val key = {r->key.size, (void *)r->key.data}, val;
+    if (!r->exists) {
+      mrc = mdb_cursor_get(cur, &key, &val, MDB_SET);
+      if (mrc == 0) mrc = mdb_cursor_del(cur, 0);
+      else if (mrc == MDB_NOTFOUND) mrc = 0;
+      continue;
+    }
+    val.mv_size = srec_size(r);
+    /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
+    if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE)) != 0) break;
+    srec_encode(val.mv_data, r);
+    if (r->softdel && r->new_mark) rc = put_softdel_index(f, r, err);
+  }
+  mdb_cursor_close(cur);
+  if (rc) return rc;
+  return mrc ? bs_lmdb_fail(err, mrc, "writing a source record") : BS_OK;
+}
+
+/* Appends a change record: key stream | last op | seq. */
+static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, const bs_val *users,
+                      size_t n_users, bs_error *err) {
+  bent **bl = f->bents.p;
+  const bs_val *lk = f->lkeys.p;
+  size_t nb = 0, nl = f->lkeys.n, size = 8 + 8 + 1 + 4 + 4 + 4;
+  unsigned char k[20], *p;
+  MDB_val key = {20, k}, val;
+  int mrc;
+  for (size_t i = 0; i < f->bents.n; i++)
+    if (bl[i]->head) nb++;
+  if (nb > BS_CHANGES_MAX) { flags |= 2; nb = 0; }
+  if (nl > BS_CHANGES_MAX) { flags |= 4; nl = 0; }
+  if (nb)
+    for (size_t i = 0; i < f->bents.n; i++)
+      if (bl[i]->head) size += 2 + bl[i]->st.name.size;
+  for (size_t i = 0; i < nl; i++) size += 2 + lk[i].size;
+  for (size_t i = 0; i < n_users; i++) size += 2 + users[i].size;
+  bs_put_u32be(k, f->stream);
+  bs_put_u64be(k + 4, last);
+  bs_put_u64be(k + 12, ++f->rec.change_seq);
+  val.mv_size = size;
+  if ((mrc = mdb_put(f->txn, f->db->changes, &key, &val, MDB_RESERVE)) != 0)
+    return bs_lmdb_fail(err, mrc, "writing a change record");
+  p = val.mv_data;
+  put_u64le(p, first);
+  put_u64le(p + 8, (uint64_t)now_ms());
+  p[16] = flags;
+  put_u32le(p + 17, (uint32_t)nb);
+  p += 21;
+  for (size_t i = 0; nb && i < f->bents.n; i++) {
+    if (!bl[i]->head) continue;
+    put_u16le(p, (uint16_t)bl[i]->st.name.size);
+    memcpy(p + 2, bl[i]->st.name.data, bl[i]->st.name.size);
+    p += 2 + bl[i]->st.name.size;
+  }
+  put_u32le(p, (uint32_t)nl);
+  p += 4;
+  for (size_t i = 0; i < nl; i++) {
+    put_u16le(p, (uint16_t)lk[i].size);
+    if (lk[i].size) memcpy(p + 2, lk[i].data, lk[i].size);
+    p += 2 + lk[i].size;
+  }
+  put_u32le(p, (uint32_t)n_users);
+  p += 4;
+  for (size_t i = 0; i < n_users; i++) {
+    put_u16le(p, (uint16_t)users[i].size);
+    if (users[i].size) memcpy(p + 2, users[i].data, users[i].size);
+    p += 2 + users[i].size;
+  }
+  return BS_OK;
+}
+
+/* Writes everything the flush context accumulated, then the stream record. */
+static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err) {
+  int rc;
+  if (f->bents.n > 1) qsort(f->bents.p, f->bents.n, sizeof(bent *), cmp_bent);
+  if ((rc = put_ops(f, err)) || (rc = put_buckets(f, err)) || (rc = put_sups(f, err)) ||
+      (rc = put_pars(f, err)) || (rc = put_recs(f, err)))
+    return rc;
+  if (f->emitted || n_users) {
+    uint64_t first = f->first_op ? f->first_op : f->rec.op_head + 1;
+    if ((rc = put_change(f, first, f->rec.op_head, 0, users, n_users, err)) != BS_OK) return rc;
+  }
+  return bs_stream_rec_put(f->db, f->txn, &f->rec, err);
+}
+
+/* ---- Flush ------------------------------------------------------------------------------------ */
+
+/* Applies the whole queue inside txn (the flush's unit of work; commit reuses it). */
+static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
+  fctx *f = &w->f;
+  bs_val *users = NULL;
+  size_t nu = 0;
+  int rc;
+  if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
+  if (f->rec.state == BS_STREAM_TERMINATED)
+    return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
+  for (qsave *q = w->head; q; q = q->next)
+    if ((rc = apply_save(f, q, err)) != BS_OK) return rc;
+  for (qwcp *c = w->wcp_head; c; c = c->next) {
+    if ((rc = bs_lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value, err)))
+      return rc;
+    nu++;
+  }
+  if (nu) {
+    size_t i = 0;
+    if (!(users = arena_alloc(&f->ar, nu * sizeof *users))) return oom(err);
+    for (qwcp *c = w->wcp_head; c; c = c->next) users[i++] = c->user;
+  }
+  return f_finish(f, users, nu, err);
+}
+
+static int flush_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  return flush_work(payload, txn, err);
+}
+
+static void queue_reset(lm_writer *w) {
+  arena_reset(&w->q);
+  w->head = w->tail = NULL;
+  w->n = 0;
+  w->wcp_head = w->wcp_tail = NULL;
+}
+
+static int w_flush(lm_writer *w, bs_error *err) {
+  int rc;
+  if (!w->head && !w->wcp_head) return BS_OK;
+  rc = bs_lmdb_write(w->db, flush_txn, w, err);
+  fctx_reset(&w->f);
+  if (rc == BS_OK) queue_reset(w);
+  return rc;
+}
+
+static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
+  lm_writer *w = (lm_writer *)base;
+  MDB_txn *txn;
+  bs_stream_rec rec;
+  int rc, had = w->head || w->wcp_head;
+  if ((rc = w_flush(w, err)) != BS_OK) return rc;
+  if (!last_op_out) return BS_OK;
+  if (had) { /* the flush's txn just committed this head */
+    *last_op_out = w->f.rec.op_head;
+    return BS_OK;
+  }
+  if ((rc = bs_lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  rc = bs_stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err);
+  if (rc == BS_OK) *last_op_out = rec.op_head;
+  bs_lmdb_txn_abort(w->db, txn);
+  return rc;
+}
+
+static int lw_save(bs_writer *base, const bs_save *s, bs_error *err) {
+  lm_writer *w = (lm_writer *)base;
+  qsave *q;
+  int rc;
+  /* The front (bs_writer_save) has validated the change with bs_check_save. */
+  if (w->snapshot && s->tag != BS_INSERT)
+    return bs_fail(err, BS_ESTATE, "change->tag: a snapshot writer accepts INSERT only (SPEC 4.3)");
+  /* Flush before queueing, so that a failed auto-flush leaves the queue as it was. */
+  if (w->n >= w->max_records || w->q.bytes >= w->max_bytes)
+    if ((rc = w_flush(w, err)) != BS_OK) return rc;
+  /* On failure a partial copy stays in the arena until the next reset: harmless. */
+  if ((rc = queue_copy(&w->q, s, &q)) != BS_OK) return oom(err);
+  if (w->tail) w->tail->next = q;
+  else w->head = q;
+  w->tail = q;
+  w->n++;
+  return BS_OK;
+}
+
+static int lw_custom_wcp(bs_writer *base, bs_val user, uint64_t value, bs_val event,
+                         bs_error *err) {
+  lm_writer *w = (lm_writer *)base;
+  qwcp *c = arena_alloc(&w->q, sizeof *c);
+  if (!c || copy_val(&w->q, &c->user, user) || copy_val(&w->q, &c->event, event))
+    return oom(err);
+  if (!c->user.data) c->user.data = lm_empty;
+  if (!c->event.data) c->event.data = lm_empty;
+  c->value = value;
+  c->next = NULL;
+  if (w->wcp_tail) w->wcp_tail->next = c;
+  else w->wcp_head = c;
+  w->wcp_tail = c;
+  return BS_OK;
+}
+
+/* ---- Commit ------------------------------------------------------------------------------------ */
+
+typedef struct commit_ctx {
+  lm_writer *w;
+  bs_val lsn;
+  int create_empty;
+  int blocked, created;
+  uint64_t checkpoint;
+  vec users; /* bs_val, copied into the flush arena */
+} commit_ctx;
+
+static int collect_user(bs_val user, void *payload) {
+  commit_ctx *c = payload;
+  fctx *f = &c->w->f;
+  bs_val *slot = vec_push(&f->db->base.alloc, &c->users);
+  if (!slot) return BS_ENOMEM;
+  slot->size = user.size;
+  slot->data = user.size ? arena_dup(&f->ar, user.data, user.size) : lm_empty;
+  return slot->data ? BS_OK : BS_ENOMEM;
+}
+
+static int stop_others(bs_stream_rec *rec, void *payload, bs_error *err) {
+  fctx *f = payload;
+  if (rec->id == f->stream) return BS_OK;
+  if (rec->state != BS_STREAM_ACTIVE && rec->state != BS_STREAM_ERRORED) return BS_OK;
+  rec->state = BS_STREAM_STOPPED;
+  return bs_stream_rec_put(f->db, f->txn, rec, err);
+}
+
+/* Deletes the soft-deleted records whose mark is at or below checkpoint (SPEC 4.3). */
+static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
+  MDB_cursor *cur;
+  unsigned char pk[4];
+  MDB_val key = {4, pk}, val;
+  int mrc, rc = BS_OK;
+  bs_put_u32be(pk, f->stream);
+  if ((mrc = mdb_cursor_open(f->txn, f->db->softdel, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  /* Re-seek after each delete: MDB_GET_CURRENT after deleting the last key is EINVAL. */
+  for (;;) {
+    const unsigned char *k;
+    key.mv_size = 4;
+    key.mv_data = pk;
+    if ((mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != 0) break;
+    k = key.mv_data;
+    unsigned char sk[8 + BS_MAX_REPLICA_ID];
+    MDB_val skey, sval;
+    uint64_t mark;
+    if (key.mv_size < 16 || bs_get_u32be(k) != f->stream) break;
+    mark = bs_get_u64be(k + 4);
+    if (mark > checkpoint || key.mv_size - 12 > sizeof sk - 4) break;
+    bs_put_u32be(sk, f->stream);
+    memcpy(sk + 4, k + 12, key.mv_size - 12);
+    skey.mv_size = key.mv_size - 8;
+    skey.mv_data = sk;
+    mrc = mdb_get(f->txn, f->db->source, &skey, &sval);
+    if (mrc == 0 && sval.mv_size >= LM_SREC_FIXED &&
+        (((const unsigned char *)sval.mv_data)[0] & 1) &&
+        get_u64le((const unsigned char *)sval.mv_data + 9) == mark)
+      mrc = mdb_del(f->txn, f->db->source, &skey, NULL);
+    else if (mrc == MDB_NOTFOUND || mrc == 0)
+      mrc = 0; /* stale entry: the row was re-inserted or deleted since */
+    if (mrc) break;
+    if ((mrc = mdb_cursor_del(cur, 0)) != 0) break;
+  }
+  if (mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "purging soft-deleted records");
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+static int can_checkpoint(const bs_stream_rec *r, bs_val lsn) {
+  if (!r->snapshot_done) return 0;
+  if (r->has_checkpoint_lsn && bs_val_cmp(lsn, r->checkpoint_lsn) < 0) return 0;
+  if (r->has_no_checkpoint_before && bs_val_cmp(lsn, r->no_checkpoint_before) < 0) return 0;
+  return 1;
+}
+
+static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  commit_ctx *c = payload;
+  fctx *f = &c->w->f;
+  bs_stream_rec *r = &f->rec;
+  int rc, first;
+  c->users.n = 0;
+  c->blocked = c->created = 0;
+  /* The queue is flushed in the commit's own txn: one commit (one fsync pair) instead of two,
+   * with the same result as flush-then-commit. */
+  if ((c->w->head || c->w->wcp_head) && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
+  if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
+  if (r->state == BS_STREAM_TERMINATED)
+    return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
+  if (!r->has_resume_lsn || bs_val_cmp(c->lsn, r->resume_lsn) > 0) {
+    r->resume_lsn = c->lsn;
+    r->has_resume_lsn = 1;
+  }
+  c->checkpoint = r->checkpoint;
+  if (!can_checkpoint(r, c->lsn)) {
+    c->blocked = 1;
+    return bs_stream_rec_put(f->db, txn, r, err);
+  }
+  first = !r->has_checkpoint_lsn && r->checkpoint == 0;
+  if (!c->create_empty && !first && r->op_head == r->last_checkpoint_op)
+    return bs_stream_rec_put(f->db, txn, r, err);
+  c->created = 1;
+  r->checkpoint = r->op_head;
+  r->last_checkpoint_op = r->op_head;
+  r->checkpoint_lsn = c->lsn;
+  r->has_checkpoint_lsn = 1;
+  c->checkpoint = r->checkpoint;
+  if (r->state == BS_STREAM_PROCESSING) {
+    /* Activation: this stream becomes the served one, atomically with its first checkpoint. */
+    if ((rc = each_stream(f->db, txn, stop_others, f, err)) != BS_OK) return rc;
+    r->state = BS_STREAM_ACTIVE;
+  }
+  rc = bs_lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
+  if (rc == BS_ENOMEM) return oom(err);
+  if (rc != BS_OK) return rc;
+  if ((rc = purge_softdel(f, r->checkpoint, err)) != BS_OK) return rc;
+  if ((rc = put_change(f, r->checkpoint, r->checkpoint, 1, c->users.p, c->users.n, err)))
+    return rc;
+  return bs_stream_rec_put(f->db, txn, r, err);
+}
+
+static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_result *out,
+                     bs_error *err) {
+  lm_writer *w = (lm_writer *)base;
+  commit_ctx c;
+  int rc;
+  if ((rc = bs_check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
+  if (!lsn.data) lsn.data = lm_empty;
+  memset(&c, 0, sizeof c);
+  c.w = w;
+  c.lsn = lsn;
+  c.create_empty = create_empty < 0 ? w->create_empty : create_empty;
+  c.users.size = sizeof(bs_val);
+  rc = bs_lmdb_write(w->db, commit_txn, &c, err);
+  fctx_reset(&w->f);
+  bs_free(w_alloc(w), c.users.p);
+  if (rc != BS_OK) return rc;
+  queue_reset(w);
+  if (out) {
+    out->checkpoint_blocked = c.blocked;
+    out->checkpoint_created = c.created;
+    out->checkpoint = c.checkpoint;
+  }
+  if (c.created) bs_db_notify_checkpoint(&w->db->base, w->st->base.stream_id, c.checkpoint);
+  return BS_OK;
+}
+
+typedef struct lsn_ctx {
+  bs_lmdb_db *db;
+  uint32_t stream;
+  bs_val lsn;
+  int snapshot_done; /* 1: snapshot_done(lsn), 0: resume_lsn(lsn) */
+} lsn_ctx;
+
+static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  lsn_ctx *c = payload;
+  bs_stream_rec r;
+  int rc;
+  if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if (c->snapshot_done) {
+    r.snapshot_done = 1;
+    if (!r.has_no_checkpoint_before || bs_val_cmp(c->lsn, r.no_checkpoint_before) > 0) {
+      r.no_checkpoint_before = c->lsn;
+      r.has_no_checkpoint_before = 1;
+    }
+  } else {
+    r.resume_lsn = c->lsn;
+    r.has_resume_lsn = 1;
+  }
+  return bs_stream_rec_put(c->db, txn, &r, err);
+}
+
+static int lw_lsn(lm_writer *w, bs_val lsn, int snapshot_done, bs_error *err) {
+  lsn_ctx c = {w->db, w->st->base.stream_id, lsn, snapshot_done};
+  int rc;
+  if ((rc = bs_check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
+  if (!c.lsn.data) c.lsn.data = lm_empty;
+  return bs_lmdb_write(w->db, lsn_txn, &c, err);
+}
+
+static int lw_snapshot_done(bs_writer *base, bs_val lsn, bs_error *err) {
+  return lw_lsn((lm_writer *)base, lsn, 1, err);
+}
+
+static int lw_resume_lsn(bs_writer *base, bs_val lsn, bs_error *err) {
+  return lw_lsn((lm_writer *)base, lsn, 0, err);
+}
+
+/* ---- source_row: stored data, seeing the queue ------------------------------------------------- */
+
+static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
+                         int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  lm_writer *w = (lm_writer *)base;
+  const qsave *hit = NULL;
+  int hit_deleted = 0, rc;
+  MDB_txn *txn;
+  uint32_t tid;
+  srec *r;
+
+  if (rid.size > BS_MAX_REPLICA_ID)
+    return bs_fail(err, BS_ETOOBIG, "replica_id is %zu bytes, over BS_MAX_REPLICA_ID", rid.size);
+  if (!rid.data) rid.data = lm_empty;
+  /* The last queued save that touched the row decides (a snapshot INSERT may be skipped at
+   * flush, so in snapshot mode the stored record wins when there is one). */
+  for (const qsave *q = w->head; q; q = q->next) {
+    bs_val before = q->before.data ? q->before : q->after;
+    if (!bs_val_eq(q->table, table)) continue;
+    if (q->tag != BS_DELETE && bs_val_eq(q->after, rid)) { hit = q; hit_deleted = 0; }
+    else if (before.data && bs_val_eq(before, rid)) { hit = q; hit_deleted = 1; }
+  }
+  if ((rc = bs_lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  fctx_reset(&w->f);
+  w->f.txn = txn;
+  w->f.rec.hash = 0;
+  rc = table_id(&w->f, table, 0, &tid, err);
+  r = NULL;
+  if (rc == BS_OK) rc = rec_load(&w->f, tid, rid, 1, &r, err);
+  else if (rc == BS_ENOTFOUND) rc = BS_OK;
+  if (rc == BS_OK) {
+    int stored = r && r->exists && !r->softdel;
+    if (hit && !(w->snapshot && stored && hit->tag == BS_INSERT && !hit_deleted)) {
+      if (hit_deleted) rc = bs_fail(err, BS_ENOTFOUND, "row was deleted");
+      else rc = fn(hit->stored.data ? &hit->stored : NULL, payload);
+    } else if (stored) {
+      rc = fn(r->has_data ? &r->data : NULL, payload);
+    } else {
+      rc = bs_fail(err, BS_ENOTFOUND, "no source record for this replica id");
+    }
+  }
+  bs_lmdb_txn_abort(w->db, txn);
+  fctx_reset(&w->f);
+  return rc;
+}
+
+/* ---- truncate / drop: bounded transactions over the table's source records ------------------- */
+
+typedef struct trunc_ctx {
+  lm_writer *w;
+  bs_val table;
+  int drop, done;
+} trunc_ctx;
+
+static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  trunc_ctx *c = payload;
+  fctx *f = &c->w->f;
+  unsigned char pk[8];
+  MDB_val key = {8, pk}, val;
+  MDB_cursor *cur;
+  size_t n = 0;
+  uint32_t tid;
+  int mrc, rc;
+
+  if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
+  rc = table_id(f, c->table, 0, &tid, err);
+  if (rc == BS_ENOTFOUND) { c->done = 1; return BS_OK; }
+  if (rc != BS_OK) return rc;
+  bs_put_u32be(pk, f->stream);
+  bs_put_u32be(pk + 4, tid);
+  if ((mrc = mdb_cursor_open(txn, f->db->source, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < LM_BATCH_RECORDS;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT), n++) {
+    srec *r;
+    if (key.mv_size < 8 || memcmp(key.mv_data, pk, 8) != 0) { mrc = MDB_NOTFOUND; break; }
+    if (!(r = arena_alloc(&f->ar, sizeof *r))) { mdb_cursor_close(cur); return oom(err); }
+    memset(r, 0, sizeof *r);
+    r->key.size = key.mv_size;
+    if (!(r->key.data = arena_dup(&f->ar, key.mv_data, key.mv_size)) ||
+        (rc = srec_decode(f, r, &val, err)) != BS_OK || (rc = mark_dirty(f, r, err)) != BS_OK) {
+      mdb_cursor_close(cur);
+      return rc ? rc : oom(err);
+    }
+  }
+  mdb_cursor_close(cur);
+  if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "scanning source records");
+  if (mrc == MDB_NOTFOUND) c->done = 1;
+  for (size_t i = 0; i < f->dirty.n; i++) {
+    srec *r = ((srec **)f->dirty.p)[i];
+    bs_val rid = {(const unsigned char *)r->key.data + 8, r->key.size - 8};
+    if (!r->softdel && (rc = unlink_rec(f, r, tid, rid, err)) != BS_OK) return rc;
+    r->exists = 0;
+  }
+  if (c->done && c->drop) {
+    unsigned char k[4 + BS_MAX_TABLE_NAME];
+    MDB_val tkey = {4 + c->table.size, k};
+    bs_put_u32be(k, f->stream);
+    memcpy(k + 4, c->table.data, c->table.size);
+    mrc = mdb_del(txn, f->db->tables, &tkey, NULL);
+    if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "forgetting a table");
+  }
+  return f_finish(f, NULL, 0, err);
+}
+
+static int lw_truncate(bs_writer *base, bs_val table, int drop, bs_error *err) {
+  lm_writer *w = (lm_writer *)base;
+  trunc_ctx c = {w, table, drop, 0};
+  int rc;
+  if (!table.size || table.size > BS_MAX_TABLE_NAME)
+    return bs_fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)",
+                   table.size, BS_MAX_TABLE_NAME);
+  if ((rc = w_flush(w, err)) != BS_OK) return rc;
+  while (!c.done) {
+    rc = bs_lmdb_write(w->db, trunc_txn, &c, err);
+    fctx_reset(&w->f);
+    if (rc != BS_OK) return rc;
+  }
+  return BS_OK;
+}
+
+/* ---- Writer open / close ------------------------------------------------------------------------ */
+
+static void lw_close(bs_writer *base) {
+  lm_writer *w = (lm_writer *)base;
+  bs_allocator a;
+  if (!w) return;
+  a = w->db->base.alloc;
+  arena_free(&w->q);
+  fctx_free(&w->f);
+  bs_free(&a, w);
+}
+
+static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_writer **out,
+                            bs_error *err) {
+  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  bs_lmdb_db *db = st->db;
+  bs_writer_options def = BS_WRITER_OPTIONS_INIT;
+  bs_stream_rec rec;
+  MDB_txn *txn;
+  lm_writer *w;
+  int rc;
+
+  *out = NULL;
+  if (!o) o = &def;
+  if (db->env_flags & MDB_RDONLY) return bs_fail(err, BS_ESTATE, "database is open read-only");
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  rc = bs_stream_rec_get(db, txn, base->stream_id, &rec, err);
+  bs_lmdb_txn_abort(db, txn);
+  if (rc != BS_OK) return rc;
+  if (rec.state == BS_STREAM_TERMINATED)
+    return bs_fail(err, BS_ESTATE, "stream %u is terminated", base->stream_id);
+  if (!(w = bs_calloc(&db->base.alloc, 1, sizeof *w)))
+    return bs_fail(err, BS_ENOMEM, "cannot allocate the writer");
+  w->base.st = base;
+  w->st = st;
+  w->db = db;
+  w->snapshot = o->snapshot != 0;
+  w->create_empty = o->create_empty != 0;
+  w->max_records = o->max_records ? o->max_records : LM_DEFAULT_MAX_RECORDS;
+  w->max_bytes = o->max_bytes ? o->max_bytes : LM_DEFAULT_MAX_BYTES;
+  w->q.a = &db->base.alloc;
+  fctx_init(&w->f, db, base->stream_id, w->snapshot);
+  *out = &w->base;
+  return BS_OK;
+}
+
+/* ---- Lifecycle: clear, terminate, report_error -------------------------------------------------- */
+
+typedef struct prefix_ctx {
+  bs_lmdb_db *db;
+  MDB_dbi dbi;
+  const unsigned char *prefix;
+  size_t plen;
+  size_t deleted;
+} prefix_ctx;
+
+static int del_prefix_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  prefix_ctx *c = payload;
+  MDB_cursor *cur;
+  MDB_val key = {c->plen, (void *)c->prefix}, val;
+  int mrc = 0;
+  c->deleted = 0;
+  if ((mrc = mdb_cursor_open(txn, c->dbi, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  /* Re-seek after each delete: MDB_GET_CURRENT after deleting the last key is EINVAL. */
+  while (c->deleted < LM_BATCH_RECORDS * 10) {
+    key.mv_size = c->plen;
+    key.mv_data = (void *)c->prefix;
+    if ((mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != 0) break;
+    if (key.mv_size < c->plen || memcmp(key.mv_data, c->prefix, c->plen) != 0) break;
+    if ((mrc = mdb_cursor_del(cur, 0)) != 0) break;
+    c->deleted++;
+  }
+  mdb_cursor_close(cur);
+  if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "deleting a stream's rows");
+  return BS_OK;
+}
+
+/* Deletes every key starting with prefix, in bounded transactions. */
+static int del_prefix(bs_lmdb_db *db, MDB_dbi dbi, const unsigned char *prefix, size_t plen,
+                      bs_error *err) {
+  prefix_ctx c = {db, dbi, prefix, plen, 0};
+  int rc;
+  do {
+    if ((rc = bs_lmdb_write(db, del_prefix_txn, &c, err)) != BS_OK) return rc;
+  } while (c.deleted >= LM_BATCH_RECORDS * 10);
+  return BS_OK;
+}
+
+static int collect_bucket_ids(bs_lmdb_db *db, uint32_t stream, vec *ids, bs_error *err) {
+  unsigned char pk[4];
+  MDB_val key = {4, pk}, val;
+  MDB_cursor *cur;
+  MDB_txn *txn;
+  int mrc, rc;
+  bs_put_u32be(pk, stream);
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
+    bs_lmdb_txn_abort(db, txn);
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  }
+  rc = BS_OK;
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    uint64_t *slot;
+    if (key.mv_size < 4 || memcmp(key.mv_data, pk, 4) != 0) break;
+    if (val.mv_size != 8) { rc = bs_fail(err, BS_ECORRUPT, "bucket id: bad value"); break; }
+    if (!(slot = vec_push(&db->base.alloc, ids))) { rc = oom(err); break; }
+    *slot = get_u64le(val.mv_data);
+  }
+  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "scanning buckets");
+  mdb_cursor_close(cur);
+  bs_lmdb_txn_abort(db, txn);
+  return rc;
+}
+
+typedef struct state_ctx {
+  bs_lmdb_db *db;
+  uint32_t stream;
+  int reset, terminate;
+  const char *error; /* report_error */
+} state_ctx;
+
+static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  state_ctx *c = payload;
+  bs_stream_rec r;
+  int rc;
+  if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if (c->reset) {
+    /* op_head is kept: op ids never repeat within a stream, so no cache can confuse them. */
+    r.checkpoint = 0;
+    r.last_checkpoint_op = r.op_head;
+    r.has_checkpoint_lsn = r.has_resume_lsn = r.has_no_checkpoint_before = 0;
+    r.snapshot_done = 0;
+    r.param_horizon = r.param_cursor = r.compact_horizon = 0;
+    r.changes_fence = r.op_head; /* changes below it are gone: readers must invalidate */
+    r.checkpoint_lsn.size = r.resume_lsn.size = r.no_checkpoint_before.size = 0;
+  }
+  if (c->terminate) r.state = BS_STREAM_TERMINATED;
+  if (c->error) {
+    r.last_error = bs_val_str(c->error);
+    if (r.last_error.size > 255) r.last_error.size = 255;
+    if (r.state == BS_STREAM_ACTIVE) r.state = BS_STREAM_ERRORED;
+  }
+  return bs_stream_rec_put(c->db, txn, &r, err);
+}
+
+static int stream_clear(bs_lmdb_db *db, uint32_t stream, bs_error *err) {
+  MDB_dbi per_stream[7] = {db->source, db->params, db->changes, db->cqueue,
+                           db->tables, db->softdel, db->buckets};
+  unsigned char pk[5];
+  vec ids = {NULL, 0, 0, sizeof(uint64_t)};
+  state_ctx sc = {db, stream, 1, 0, NULL};
+  int rc;
+  if (db->env_flags & MDB_RDONLY) return bs_fail(err, BS_ESTATE, "database is open read-only");
+  if ((rc = collect_bucket_ids(db, stream, &ids, err)) != BS_OK) goto out;
+  for (size_t i = 0; i < ids.n; i++) {
+    unsigned char bk[8];
+    bs_put_u64be(bk, ((uint64_t *)ids.p)[i]);
+    if ((rc = del_prefix(db, db->ops, bk, 8, err)) || (rc = del_prefix(db, db->superseded, bk, 8, err)) ||
+        (rc = del_prefix(db, db->bstate, bk, 8, err)))
+      goto out;
+  }
+  bs_put_u32be(pk, stream);
+  for (size_t i = 0; i < 7; i++)
+    if ((rc = del_prefix(db, per_stream[i], pk, 4, err)) != BS_OK) goto out;
+  pk[0] = 'C';
+  bs_put_u32be(pk + 1, stream);
+  if ((rc = del_prefix(db, db->wcp, pk, 5, err)) != BS_OK) goto out;
+  rc = bs_lmdb_write(db, state_txn, &sc, err);
+out:
+  bs_free(&db->base.alloc, ids.p);
+  return rc;
+}
+
+static int lmdb_clear(bs_storage *base, bs_error *err) {
+  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  return stream_clear(st->db, base->stream_id, err);
+}
+
+static int lmdb_terminate(bs_storage *base, int clear, bs_error *err) {
+  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  state_ctx sc = {st->db, base->stream_id, 0, 1, NULL};
+  int rc;
+  if (clear && (rc = stream_clear(st->db, base->stream_id, err)) != BS_OK) return rc;
+  return bs_lmdb_write(st->db, state_txn, &sc, err);
+}
+
+static int lmdb_report_error(bs_storage *base, const char *message, bs_error *err) {
+  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  state_ctx sc = {st->db, base->stream_id, 0, 0, message ? message : ""};
+  return bs_lmdb_write(st->db, state_txn, &sc, err);
+}
+
+/* ---- The vtable ---------------------------------------------------------------------------------- */
+
+static const bs_storage_vtable lmdb_vtable = {
+    BS_STORAGE_VTABLE_VERSION,
+    lmdb_storage_destroy,
+    lmdb_writer_open,
+    lw_close,
+    lw_save,
+    lw_truncate,
+    lw_flush,
+    lw_commit,
+    lw_snapshot_done,
+    lw_resume_lsn,
+    lw_source_row,
+    lw_custom_wcp,
+    bs_lmdb_get_checkpoint,
+    bs_lmdb_bucket_data,
+    bs_lmdb_checksums,
+    bs_lmdb_checksum_ranges,
+    bs_lmdb_checkpoint_changes,
+    bs_lmdb_parameter_sets,
+    bs_lmdb_set_write_checkpoint_mode,
+    bs_lmdb_create_managed_write_checkpoints,
+    bs_lmdb_last_write_checkpoint,
+    bs_lmdb_delete_checkpoint_requests_before,
+    bs_lmdb_compact,
+    bs_lmdb_compact_initial_replication,
+    bs_lmdb_get_status,
+    lmdb_report_error,
+    lmdb_clear,
+    lmdb_terminate,
+};

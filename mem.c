@@ -1,0 +1,2615 @@
+/*
+ * mem.c: the memory backend. A naive, obviously correct implementation of SPEC.md, used as the
+ * reference model for differential tests against the LMDB backend and as a dependency-free test
+ * double. Everything is a plain growable array searched linearly; every derived value (bucket
+ * checksums, counts, parameter sets, changes) is recomputed from the stored ops and entries on each
+ * read, never kept as a running total. One mutex (mem_db.mu) guards the whole store; callbacks are
+ * always called after it is released, on copies of the data.
+ *
+ * Atomicity: a writer's flush/commit runs as a "transaction" (mem_tx) over one stream. Everything
+ * a flush does is either an append (ops, buckets, tables, parameter entries, change log: undone by
+ * truncating to the saved lengths), a change of the scalar stream state (mem_meta: saved and
+ * restored as a whole), or the replacement of a pointer slot holding an immutable object (source
+ * records, custom write checkpoints: journaled as (slot, old pointer)). A failure (ENOMEM) at any
+ * point rolls all of it back, so a failed call changes nothing. source_row() uses the same machinery:
+ * it applies the writer's queue, reads the record, and always rolls back.
+ * Compaction and the other maintenance calls build the new state first and swap it in.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define MEM_DEFAULT_LIMIT 1000u
+#define MEM_DEFAULT_CHUNK_BYTES (1024u * 1024u)
+#define MEM_DEFAULT_MAX_BYTES (16u * 1024u * 1024u)
+#define MEM_DEFAULT_MAX_RECORDS 2000u
+#define MEM_DEFAULT_MAX_QBYTES (5u * 1000u * 1000u)
+#define MEM_MAX_OP_ID ((uint64_t)INT64_MAX)
+
+/* ---- Data structures ------------------------------------------------------------------------ */
+
+typedef struct mem_lsn {
+  int has;
+  size_t n;
+  unsigned char b[BS_MAX_LSN];
+} mem_lsn;
+
+/* One stored op. MOVE and CLEAR carry no object_type/object_id/subkey/data. */
+typedef struct mem_op {
+  uint64_t id;
+  bs_op_type type;
+  uint32_t checksum;
+  uint64_t target; /* MOVE/CLEAR only */
+  bs_val ot, oi, sk, data; /* owned */
+} mem_op;
+
+typedef struct mem_bucket {
+  bs_val name;
+  mem_op *ops; /* ascending op id */
+  size_t n, cap;
+  uint64_t generation;   /* changes whenever a compaction changed the bucket */
+  uint64_t clear_start;  /* torn span of the leading CLEAR: reads at C with */
+  uint64_t clear_op;     /*   clear_start <= C < clear_op fail (0/0 = none) */
+  uint64_t compacted_op; /* horizon of the last full compaction (change selection) */
+  uint64_t initial_op;   /* horizon of the last initial-replication compaction */
+} mem_bucket;
+
+/* A membership of a source record: the row is present in `bucket` as (ot, oi). */
+typedef struct mem_member {
+  bs_val bucket, ot, oi;
+} mem_member;
+
+/* A source record; immutable once stored (a change stores a new object). */
+typedef struct mem_rec {
+  uint32_t table;
+  bs_val rid;
+  mem_member *m;
+  size_t nm;
+  bs_val *lk; /* lookup keys */
+  size_t nl;
+  int has_data;
+  bs_val data;
+  int soft;      /* soft-deleted: no memberships, purged by a checkpoint above mark */
+  uint64_t mark;
+} mem_rec;
+
+/* A parameter-index entry; nrows == 0 is a tombstone. */
+typedef struct mem_param {
+  bs_val key;
+  uint32_t table;
+  bs_val rid;
+  uint64_t id;
+  bs_val *rows;
+  size_t nrows;
+} mem_param;
+
+typedef struct mem_table {
+  bs_val name;
+  uint32_t id;
+  int dropped;
+} mem_table;
+
+typedef struct mem_bchange { uint64_t id; size_t bucket; } mem_bchange; /* an op in a bucket */
+typedef struct mem_uchange { uint64_t id; bs_val user; } mem_uchange;   /* user acked at cp id */
+typedef struct mem_cp { uint64_t id; int64_t ms; } mem_cp;              /* checkpoint history */
+typedef struct mem_cwcp { bs_val event, user; uint64_t value; } mem_cwcp;
+
+/* Scalar stream state: saved and restored as a whole by a transaction. */
+typedef struct mem_meta {
+  bs_stream_state state;
+  bs_hash hash;
+  int snapshot_done;
+  uint64_t op_head;            /* highest allocated = persisted op id */
+  uint64_t checkpoint;
+  uint64_t last_checkpoint_op; /* op_head when the last checkpoint was made */
+  mem_lsn cp_lsn, resume, ncb; /* cp_lsn.has <=> a checkpoint exists */
+  uint64_t param_horizon;      /* parameter reads below: BS_ESTALE */
+  uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */
+  uint64_t gen_seq;            /* source of bucket generations (survives clear) */
+  uint32_t next_table_id;
+  char last_error[256];
+} mem_meta;
+
+typedef struct mem_stream {
+  uint32_t id;
+  bs_val name;
+  mem_meta m;
+  mem_table **tables;
+  size_t ntables, ctables;
+  mem_bucket **buckets;
+  size_t nbuckets, cbuckets;
+  mem_rec **recs; /* NULL slots only inside a transaction */
+  size_t nrecs, crecs;
+  mem_param *params; /* ascending op id */
+  size_t nparams, cparams;
+  mem_bchange *bch;
+  size_t nbch, cbch;
+  mem_uchange *uch;
+  size_t nuch, cuch;
+  mem_cp *cps;
+  size_t ncps, ccps;
+  mem_cwcp **cw;
+  size_t ncw, ccw;
+  bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
+  size_t npend, cpend;
+} mem_stream;
+
+typedef struct mem_head { bs_val conn, lsn; } mem_head;
+
+/* A managed write checkpoint (database-wide); immutable once stored. */
+typedef struct mem_mwcp {
+  bs_val user;
+  uint64_t id;
+  mem_head *heads;
+  size_t nheads;
+  int has_req;
+  int64_t req_ms;
+  int processed;
+  mem_lsn processed_lsn;
+} mem_mwcp;
+
+typedef struct mem_db {
+  bs_db base;
+  pthread_mutex_t mu;
+  mem_stream **streams; /* index = id - 1 */
+  size_t nstreams, cstreams;
+  mem_mwcp **mw;
+  size_t nmw, cmw;
+} mem_db;
+
+typedef struct mem_storage {
+  bs_storage base;
+  mem_db *db;
+  mem_stream *s;
+  bs_write_checkpoint_mode mode;
+  size_t event_n;
+  unsigned char event[BS_MAX_USER_ID];
+} mem_storage;
+
+/* The writer's queue: deep copies of what the calls passed. */
+typedef struct qrow { bs_val bucket, ot, oi, data; } qrow;
+typedef struct qlookup { bs_val key; bs_val *params; size_t n; } qlookup;
+typedef enum qkind { Q_SAVE, Q_TRUNCATE, Q_CWCP } qkind;
+typedef struct qitem {
+  qkind kind;
+  bs_val table;   /* SAVE, TRUNCATE */
+  bs_tag tag;
+  bs_val before;  /* effective replica id before (defaults to after) */
+  bs_val after;
+  int has_after;  /* not for DELETE */
+  qrow *rows;
+  size_t nrows;
+  qlookup *lks;
+  size_t nlks;
+  int has_data;
+  bs_val data;
+  int drop;       /* TRUNCATE */
+  bs_val user, event; /* CWCP */
+  uint64_t value;
+  size_t bytes;
+} qitem;
+
+typedef struct mem_writer {
+  bs_writer base;
+  mem_storage *ms;
+  int snapshot, create_empty;
+  size_t max_records, max_bytes;
+  qitem *q;
+  size_t nq, cq, qbytes;
+  int has_resume;
+  mem_lsn resume;
+} mem_writer;
+
+#define ALLOC(db) (&(db)->base.alloc)
+
+/* ---- Small helpers -------------------------------------------------------------------------- */
+
+static int grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t elem) {
+  size_t nc;
+  void *p;
+  if (need <= *cap) return BS_OK;
+  nc = *cap ? *cap : 8;
+  while (nc < need) {
+    if (nc > SIZE_MAX / 2 / elem) return BS_ENOMEM;
+    nc *= 2;
+  }
+  p = bs_realloc(a, *arr, nc * elem);
+  if (!p) return BS_ENOMEM;
+  *arr = p;
+  *cap = nc;
+  return BS_OK;
+}
+#define GROW(a, arr, n, cap, need) grow((a), (void **)&(arr), &(cap), (need), sizeof *(arr))
+
+static int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
+  void *p;
+  out->data = NULL;
+  out->size = 0;
+  if (!in.size) return BS_OK;
+  p = bs_malloc(a, in.size);
+  if (!p) return BS_ENOMEM;
+  memcpy(p, in.data, in.size);
+  out->data = p;
+  out->size = in.size;
+  return BS_OK;
+}
+
+static void val_free(const bs_allocator *a, bs_val *v) {
+  bs_free(a, (void *)v->data);
+  v->data = NULL;
+  v->size = 0;
+}
+
+static bs_val lsn_val(const mem_lsn *l) {
+  bs_val v = {l->b, l->n};
+  return v;
+}
+
+static void lsn_set(mem_lsn *l, bs_val v) {
+  l->has = 1;
+  l->n = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
+  if (l->n) memcpy(l->b, v.data, l->n);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int enomem(bs_error *err, const char *what) {
+  return bs_fail(err, BS_ENOMEM, "out of memory (%s)", what);
+}
+
+static size_t op_size(const mem_op *o) {
+  return o->data.size + o->ot.size + o->oi.size + o->sk.size;
+}
+
+static void op_free(const bs_allocator *a, mem_op *o) {
+  val_free(a, &o->ot);
+  val_free(a, &o->oi);
+  val_free(a, &o->sk);
+  val_free(a, &o->data);
+}
+
+static void bucket_free(const bs_allocator *a, mem_bucket *b) {
+  if (!b) return;
+  for (size_t i = 0; i < b->n; i++) op_free(a, &b->ops[i]);
+  bs_free(a, b->ops);
+  val_free(a, &b->name);
+  bs_free(a, b);
+}
+
+static void rec_free(const bs_allocator *a, mem_rec *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->nm; i++) {
+    val_free(a, &r->m[i].bucket);
+    val_free(a, &r->m[i].ot);
+    val_free(a, &r->m[i].oi);
+  }
+  bs_free(a, r->m);
+  for (size_t i = 0; i < r->nl; i++) val_free(a, &r->lk[i]);
+  bs_free(a, r->lk);
+  val_free(a, &r->rid);
+  val_free(a, &r->data);
+  bs_free(a, r);
+}
+
+static void param_free(const bs_allocator *a, mem_param *p) {
+  val_free(a, &p->key);
+  val_free(a, &p->rid);
+  for (size_t i = 0; i < p->nrows; i++) val_free(a, &p->rows[i]);
+  bs_free(a, p->rows);
+}
+
+static void cwcp_free(const bs_allocator *a, mem_cwcp *c) {
+  if (!c) return;
+  val_free(a, &c->event);
+  val_free(a, &c->user);
+  bs_free(a, c);
+}
+
+static void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
+  if (!w) return;
+  val_free(a, &w->user);
+  for (size_t i = 0; i < w->nheads; i++) {
+    val_free(a, &w->heads[i].conn);
+    val_free(a, &w->heads[i].lsn);
+  }
+  bs_free(a, w->heads);
+  bs_free(a, w);
+}
+
+static void table_free(const bs_allocator *a, mem_table *t) {
+  if (!t) return;
+  val_free(a, &t->name);
+  bs_free(a, t);
+}
+
+/* Drops every piece of data of s (not its meta, name or id). */
+static void stream_data_free(const bs_allocator *a, mem_stream *s) {
+  for (size_t i = 0; i < s->ntables; i++) table_free(a, s->tables[i]);
+  bs_free(a, s->tables);
+  for (size_t i = 0; i < s->nbuckets; i++) bucket_free(a, s->buckets[i]);
+  bs_free(a, s->buckets);
+  for (size_t i = 0; i < s->nrecs; i++) rec_free(a, s->recs[i]);
+  bs_free(a, s->recs);
+  for (size_t i = 0; i < s->nparams; i++) param_free(a, &s->params[i]);
+  bs_free(a, s->params);
+  bs_free(a, s->bch);
+  for (size_t i = 0; i < s->nuch; i++) val_free(a, &s->uch[i].user);
+  bs_free(a, s->uch);
+  bs_free(a, s->cps);
+  for (size_t i = 0; i < s->ncw; i++) cwcp_free(a, s->cw[i]);
+  bs_free(a, s->cw);
+  for (size_t i = 0; i < s->npend; i++) val_free(a, &s->pend_users[i]);
+  bs_free(a, s->pend_users);
+  s->tables = NULL; s->ntables = s->ctables = 0;
+  s->buckets = NULL; s->nbuckets = s->cbuckets = 0;
+  s->recs = NULL; s->nrecs = s->crecs = 0;
+  s->params = NULL; s->nparams = s->cparams = 0;
+  s->bch = NULL; s->nbch = s->cbch = 0;
+  s->uch = NULL; s->nuch = s->cuch = 0;
+  s->cps = NULL; s->ncps = s->ccps = 0;
+  s->cw = NULL; s->ncw = s->ccw = 0;
+  s->pend_users = NULL; s->npend = s->cpend = 0;
+}
+
+static void stream_free(const bs_allocator *a, mem_stream *s) {
+  if (!s) return;
+  stream_data_free(a, s);
+  val_free(a, &s->name);
+  bs_free(a, s);
+}
+
+static mem_bucket *bucket_find(mem_stream *s, bs_val name, size_t *idx) {
+  for (size_t i = 0; i < s->nbuckets; i++)
+    if (bs_val_eq(s->buckets[i]->name, name)) {
+      if (idx) *idx = i;
+      return s->buckets[i];
+    }
+  return NULL;
+}
+
+static mem_table *table_find(mem_stream *s, bs_val name) {
+  for (size_t i = 0; i < s->ntables; i++)
+    if (!s->tables[i]->dropped && bs_val_eq(s->tables[i]->name, name)) return s->tables[i];
+  return NULL;
+}
+
+static long rec_find(mem_stream *s, uint32_t table, bs_val rid) {
+  for (size_t i = 0; i < s->nrecs; i++) {
+    mem_rec *r = s->recs[i];
+    if (r && r->table == table && bs_val_eq(r->rid, rid)) return (long)i;
+  }
+  return -1;
+}
+
+static bs_val subkey_of(char buf[BS_SUBKEY_SIZE], uint32_t table, bs_val rid) {
+  bs_val v;
+  bs_subkey(buf, table, rid);
+  v.data = buf;
+  v.size = BS_SUBKEY_SIZE;
+  return v;
+}
+
+/* Torn read: C inside the span of the bucket's leading CLEAR (SPEC.md 5.5). */
+static int torn(const mem_bucket *b, uint64_t c) {
+  return b && b->clear_op && b->clear_start <= c && c < b->clear_op;
+}
+
+static int torn_fail(bs_error *err, uint64_t c, bs_val name) {
+  return bs_fail(err, BS_EINVALIDATED,
+                 "checkpoint %llu was compacted in bucket '%.*s'; read a newer checkpoint",
+                 (unsigned long long)c, (int)(name.size > 64 ? 64 : name.size),
+                 name.size ? (const char *)name.data : "");
+}
+
+/* ---- Transactions over one stream (see the file comment) ------------------------------------ */
+
+enum { J_REC, J_CWCP, J_DROP };
+typedef struct mem_jent {
+  int kind;
+  size_t idx;
+  void *old;
+} mem_jent;
+
+typedef struct mem_tx {
+  mem_db *db;
+  mem_stream *s;
+  mem_meta meta;
+  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend;
+  size_t *bucket_n; /* op count of every bucket that existed at the start */
+  mem_jent *j;
+  size_t nj, cj;
+} mem_tx;
+
+static int tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
+  memset(tx, 0, sizeof *tx);
+  tx->db = db;
+  tx->s = s;
+  tx->meta = s->m;
+  tx->ntables = s->ntables;
+  tx->nbuckets = s->nbuckets;
+  tx->nrecs = s->nrecs;
+  tx->nparams = s->nparams;
+  tx->nbch = s->nbch;
+  tx->nuch = s->nuch;
+  tx->ncps = s->ncps;
+  tx->ncw = s->ncw;
+  tx->npend = s->npend;
+  tx->bucket_n = bs_calloc(ALLOC(db), s->nbuckets ? s->nbuckets : 1, sizeof(size_t));
+  if (!tx->bucket_n) return BS_ENOMEM;
+  for (size_t i = 0; i < s->nbuckets; i++) tx->bucket_n[i] = s->buckets[i]->n;
+  return BS_OK;
+}
+
+/* Journals slot idx of kind (the caller then stores the new pointer there). */
+static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
+  if (GROW(ALLOC(tx->db), tx->j, tx->nj, tx->cj, tx->nj + 1)) return BS_ENOMEM;
+  tx->j[tx->nj].kind = kind;
+  tx->j[tx->nj].idx = idx;
+  tx->j[tx->nj].old = old;
+  tx->nj++;
+  return BS_OK;
+}
+
+static void tx_rollback(mem_tx *tx) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  for (size_t k = tx->nj; k-- > 0;) {
+    mem_jent *e = &tx->j[k];
+    if (e->kind == J_REC) {
+      if (s->recs[e->idx] != e->old) rec_free(a, s->recs[e->idx]);
+      s->recs[e->idx] = e->old;
+    } else if (e->kind == J_CWCP) {
+      if (s->cw[e->idx] != e->old) cwcp_free(a, s->cw[e->idx]);
+      s->cw[e->idx] = e->old;
+    } else {
+      s->tables[e->idx]->dropped = 0;
+    }
+  }
+  s->nrecs = tx->nrecs; /* appended slots were all journaled, hence freed above */
+  s->ncw = tx->ncw;
+  for (size_t i = tx->ntables; i < s->ntables; i++) table_free(a, s->tables[i]);
+  s->ntables = tx->ntables;
+  for (size_t i = 0; i < tx->nbuckets; i++) {
+    mem_bucket *b = s->buckets[i];
+    for (size_t k = tx->bucket_n[i]; k < b->n; k++) op_free(a, &b->ops[k]);
+    b->n = tx->bucket_n[i];
+  }
+  for (size_t i = tx->nbuckets; i < s->nbuckets; i++) bucket_free(a, s->buckets[i]);
+  s->nbuckets = tx->nbuckets;
+  for (size_t i = tx->nparams; i < s->nparams; i++) param_free(a, &s->params[i]);
+  s->nparams = tx->nparams;
+  s->nbch = tx->nbch;
+  for (size_t i = tx->nuch; i < s->nuch; i++) val_free(a, &s->uch[i].user);
+  s->nuch = tx->nuch;
+  s->ncps = tx->ncps;
+  /* pending users: a commit may have consumed them (moved into uch, whose copies are freed
+   * above) but never frees them before the point of no return; only appends are undone */
+  for (size_t i = tx->npend; i < s->npend; i++) val_free(a, &s->pend_users[i]);
+  s->npend = tx->npend;
+  s->m = tx->meta;
+  bs_free(a, tx->j);
+  bs_free(a, tx->bucket_n);
+}
+
+static void tx_commit(mem_tx *tx) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  size_t k = 0;
+  for (size_t i = 0; i < tx->nj; i++) {
+    if (tx->j[i].kind == J_REC) rec_free(a, tx->j[i].old);
+    else if (tx->j[i].kind == J_CWCP) cwcp_free(a, tx->j[i].old);
+  }
+  for (size_t i = 0; i < s->nrecs; i++)
+    if (s->recs[i]) s->recs[k++] = s->recs[i];
+  s->nrecs = k;
+  k = 0;
+  for (size_t i = 0; i < s->ncw; i++)
+    if (s->cw[i]) s->cw[k++] = s->cw[i];
+  s->ncw = k;
+  bs_free(a, tx->j);
+  bs_free(a, tx->bucket_n);
+}
+
+/* Replaces (or, idx < 0, appends) a source record. */
+static int tx_rec_put(mem_tx *tx, long idx, mem_rec *r) {
+  mem_stream *s = tx->s;
+  if (idx < 0) {
+    if (GROW(ALLOC(tx->db), s->recs, s->nrecs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
+    if (tx_journal(tx, J_REC, s->nrecs, NULL)) return BS_ENOMEM;
+    s->recs[s->nrecs++] = r;
+    return BS_OK;
+  }
+  if (tx_journal(tx, J_REC, (size_t)idx, s->recs[idx])) return BS_ENOMEM;
+  s->recs[idx] = r;
+  return BS_OK;
+}
+
+static int next_op_id(mem_tx *tx, uint64_t *id) {
+  if (tx->s->m.op_head >= MEM_MAX_OP_ID) return BS_ELIMIT;
+  *id = ++tx->s->m.op_head;
+  return BS_OK;
+}
+
+static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  mem_bucket *b = bucket_find(s, name, idx);
+  if (b) return b;
+  if (GROW(a, s->buckets, s->nbuckets, s->cbuckets, s->nbuckets + 1)) return NULL;
+  b = bs_calloc(a, 1, sizeof *b);
+  if (!b) return NULL;
+  if (val_dup(a, name, &b->name)) {
+    bs_free(a, b);
+    return NULL;
+  }
+  b->generation = ++s->m.gen_seq;
+  *idx = s->nbuckets;
+  s->buckets[s->nbuckets++] = b;
+  return b;
+}
+
+/* Appends one op (PUT or REMOVE) to bucket, with the next op id, and logs the change. */
+static int tx_emit(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val oi, bs_val sk,
+                   bs_val data) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  size_t bi = 0;
+  mem_bucket *b = tx_bucket(tx, bucket, &bi);
+  mem_op o;
+  int rc;
+  if (!b) return BS_ENOMEM;
+  if (GROW(a, b->ops, b->n, b->cap, b->n + 1)) return BS_ENOMEM;
+  if (GROW(a, s->bch, s->nbch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
+  memset(&o, 0, sizeof o);
+  o.type = type;
+  if (type == BS_OP_PUT)
+    o.checksum = bs_checksum_put(s->m.hash, ot, oi, data);
+  else
+    o.checksum = bs_checksum_remove(s->m.hash, sk);
+  if (val_dup(a, ot, &o.ot) || val_dup(a, oi, &o.oi) || val_dup(a, sk, &o.sk) ||
+      (type == BS_OP_PUT && val_dup(a, data, &o.data))) {
+    op_free(a, &o);
+    return BS_ENOMEM;
+  }
+  if ((rc = next_op_id(tx, &o.id))) {
+    op_free(a, &o);
+    return rc;
+  }
+  b->ops[b->n++] = o;
+  s->bch[s->nbch].id = o.id;
+  s->bch[s->nbch].bucket = bi;
+  s->nbch++;
+  return BS_OK;
+}
+
+/* Appends a parameter entry (rows NULL/0 = tombstone). */
+static int tx_param(mem_tx *tx, bs_val key, uint32_t table, bs_val rid, const bs_val *rows,
+                    size_t nrows) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  mem_param p;
+  int rc;
+  if (GROW(a, s->params, s->nparams, s->cparams, s->nparams + 1)) return BS_ENOMEM;
+  memset(&p, 0, sizeof p);
+  p.table = table;
+  if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid)) goto nomem;
+  if (nrows) {
+    p.rows = bs_calloc(a, nrows, sizeof *p.rows);
+    if (!p.rows) goto nomem;
+    for (size_t i = 0; i < nrows; i++) {
+      if (val_dup(a, rows[i], &p.rows[i])) {
+        p.nrows = i;
+        goto nomem;
+      }
+    }
+    p.nrows = nrows;
+  }
+  if ((rc = next_op_id(tx, &p.id))) {
+    param_free(a, &p);
+    return rc;
+  }
+  s->params[s->nparams++] = p;
+  return BS_OK;
+nomem:
+  param_free(a, &p);
+  return BS_ENOMEM;
+}
+
+static mem_table *tx_table(mem_tx *tx, bs_val name) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  mem_table *t = table_find(s, name);
+  if (t) return t;
+  if (GROW(a, s->tables, s->ntables, s->ctables, s->ntables + 1)) return NULL;
+  t = bs_calloc(a, 1, sizeof *t);
+  if (!t) return NULL;
+  if (val_dup(a, name, &t->name)) {
+    bs_free(a, t);
+    return NULL;
+  }
+  t->id = s->m.next_table_id++;
+  s->tables[s->ntables++] = t;
+  return t;
+}
+
+/* ---- Applying the writer's queue (SPEC.md 4.1 - 4.3) ----------------------------------------- */
+
+static int has_member(const qrow *rows, size_t n, const mem_member *m) {
+  for (size_t i = 0; i < n; i++)
+    if (bs_val_eq(rows[i].bucket, m->bucket) && bs_val_eq(rows[i].ot, m->ot) &&
+        bs_val_eq(rows[i].oi, m->oi))
+      return 1;
+  return 0;
+}
+
+static int has_lookup(const qlookup *lks, size_t n, bs_val key) {
+  for (size_t i = 0; i < n; i++)
+    if (bs_val_eq(lks[i].key, key)) return 1;
+  return 0;
+}
+
+/* Builds the source record of a saved row: memberships (deduplicated, first occurrence order),
+ * lookup keys (deduplicated) and the optional data. */
+static mem_rec *rec_build(const bs_allocator *a, uint32_t table, const qitem *q) {
+  mem_rec *r = bs_calloc(a, 1, sizeof *r);
+  if (!r) return NULL;
+  r->table = table;
+  if (val_dup(a, q->after, &r->rid)) goto fail;
+  if (q->nrows) {
+    r->m = bs_calloc(a, q->nrows, sizeof *r->m);
+    if (!r->m) goto fail;
+  }
+  for (size_t i = 0; i < q->nrows; i++) {
+    mem_member mm = {q->rows[i].bucket, q->rows[i].ot, q->rows[i].oi};
+    if (has_member(q->rows, i, &mm)) continue;
+    mem_member *m = &r->m[r->nm];
+    r->nm++;
+    if (val_dup(a, mm.bucket, &m->bucket) || val_dup(a, mm.ot, &m->ot) ||
+        val_dup(a, mm.oi, &m->oi))
+      goto fail;
+  }
+  if (q->nlks) {
+    r->lk = bs_calloc(a, q->nlks, sizeof *r->lk);
+    if (!r->lk) goto fail;
+  }
+  for (size_t i = 0; i < q->nlks; i++) {
+    if (has_lookup(q->lks, i, q->lks[i].key)) continue;
+    if (val_dup(a, q->lks[i].key, &r->lk[r->nl++])) goto fail;
+  }
+  if (q->has_data) {
+    r->has_data = 1;
+    if (val_dup(a, q->data, &r->data)) goto fail;
+  }
+  return r;
+fail:
+  rec_free(a, r);
+  return NULL;
+}
+
+static mem_rec *rec_soft(const bs_allocator *a, const mem_rec *old, uint64_t mark) {
+  mem_rec *r = bs_calloc(a, 1, sizeof *r);
+  if (!r) return NULL;
+  r->table = old->table;
+  if (val_dup(a, old->rid, &r->rid)) {
+    bs_free(a, r);
+    return NULL;
+  }
+  r->soft = 1;
+  r->mark = mark;
+  return r;
+}
+
+static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  mem_table *t;
+  uint64_t head0 = s->m.op_head;
+  const mem_rec *old = NULL; /* step 1: the record of before_id, deleted */
+  const mem_rec *prev = NULL;
+  long old_idx = -1, prev_idx = -1;
+  char skb[BS_SUBKEY_SIZE], ska[BS_SUBKEY_SIZE];
+  bs_val skv_before, skv_after = {NULL, 0};
+  bs_val none = {NULL, 0};
+  int rc;
+
+  if (!(t = tx_table(tx, q->table))) return BS_ENOMEM;
+  if (w->snapshot && q->tag == BS_INSERT && rec_find(s, t->id, q->after) >= 0)
+    return BS_OK; /* skip_existing (4.3), soft-deleted records included */
+
+  skv_before = subkey_of(skb, t->id, q->before);
+  if (q->has_after) skv_after = subkey_of(ska, t->id, q->after);
+
+  /* Step 1: the old replica id goes away. */
+  old_idx = rec_find(s, t->id, q->before);
+  if (old_idx >= 0 && (q->tag == BS_DELETE || !q->has_after || !bs_val_eq(q->after, q->before))) {
+    old = s->recs[old_idx];
+    for (size_t i = 0; i < old->nm; i++)
+      if ((rc = tx_emit(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi,
+                        skv_before, none)))
+        return rc;
+    for (size_t i = 0; i < old->nl; i++) /* step 1 also tombstones the old lookups */
+      if ((rc = tx_param(tx, old->lk[i], t->id, q->before, NULL, 0))) return rc;
+  } else {
+    old_idx = -1;
+  }
+
+  /* Step 2: PUTs, then REMOVEs of left memberships (UPDATE reads the previous record). */
+  if (q->has_after) {
+    if (q->tag == BS_UPDATE) {
+      prev_idx = rec_find(s, t->id, q->after);
+      if (prev_idx == old_idx) prev_idx = -1; /* cannot happen (after != before); defensive */
+      if (prev_idx >= 0) prev = s->recs[prev_idx];
+    }
+    for (size_t i = 0; i < q->nrows; i++)
+      if ((rc = tx_emit(tx, q->rows[i].bucket, BS_OP_PUT, q->rows[i].ot, q->rows[i].oi,
+                        skv_after, q->rows[i].data)))
+        return rc;
+    if (prev)
+      for (size_t i = 0; i < prev->nm; i++)
+        if (!has_member(q->rows, q->nrows, &prev->m[i]) &&
+            (rc = tx_emit(tx, prev->m[i].bucket, BS_OP_REMOVE, prev->m[i].ot, prev->m[i].oi,
+                          skv_after, none)))
+          return rc;
+  }
+
+  /* Step 3: parameter entries, then tombstones of lookups the row no longer gives. */
+  if (q->has_after) {
+    for (size_t i = 0; i < q->nlks; i++)
+      if ((rc = tx_param(tx, q->lks[i].key, t->id, q->after, q->lks[i].params, q->lks[i].n)))
+        return rc;
+    if (prev)
+      for (size_t i = 0; i < prev->nl; i++)
+        if (!has_lookup(q->lks, q->nlks, prev->lk[i]) &&
+            (rc = tx_param(tx, prev->lk[i], t->id, q->after, NULL, 0)))
+          return rc;
+  }
+
+  /* Records: soft-delete the old one (4.3), store the new one (step 4). */
+  if (old && !old->soft) {
+    mem_rec *r = rec_soft(a, old, head0);
+    if (!r) return BS_ENOMEM;
+    if ((rc = tx_rec_put(tx, old_idx, r))) {
+      rec_free(a, r);
+      return rc;
+    }
+  }
+  if (q->has_after) {
+    mem_rec *r = rec_build(a, t->id, q);
+    if (!r) return BS_ENOMEM;
+    if ((rc = tx_rec_put(tx, rec_find(s, t->id, q->after), r))) {
+      rec_free(a, r);
+      return rc;
+    }
+  }
+  return BS_OK;
+}
+
+static int rec_cmp_rid(const void *x, const void *y) {
+  const mem_rec *a = *(mem_rec *const *)x, *b = *(mem_rec *const *)y;
+  return bs_val_cmp(a->rid, b->rid);
+}
+
+/* Truncate (4.2): per record in replica-id byte order, REMOVEs of its memberships then
+ * tombstones of its lookups; then the records go (hard delete). Drop forgets the table. */
+static int apply_truncate(mem_tx *tx, const qitem *q) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  mem_table *t = table_find(s, q->table);
+  mem_rec **list = NULL;
+  size_t n = 0;
+  bs_val none = {NULL, 0};
+  int rc = BS_OK;
+  if (!t) return BS_OK;
+  list = bs_calloc(a, s->nrecs ? s->nrecs : 1, sizeof *list);
+  if (!list) return BS_ENOMEM;
+  for (size_t i = 0; i < s->nrecs; i++)
+    if (s->recs[i] && s->recs[i]->table == t->id) list[n++] = s->recs[i];
+  qsort(list, n, sizeof *list, rec_cmp_rid);
+  for (size_t i = 0; i < n && !rc; i++) {
+    char sk[BS_SUBKEY_SIZE];
+    bs_val skv = subkey_of(sk, t->id, list[i]->rid);
+    for (size_t k = 0; k < list[i]->nm && !rc; k++)
+      rc = tx_emit(tx, list[i]->m[k].bucket, BS_OP_REMOVE, list[i]->m[k].ot, list[i]->m[k].oi,
+                   skv, none);
+    for (size_t k = 0; k < list[i]->nl && !rc; k++)
+      rc = tx_param(tx, list[i]->lk[k], t->id, list[i]->rid, NULL, 0);
+  }
+  bs_free(a, list);
+  if (rc) return rc;
+  for (size_t i = 0; i < s->nrecs; i++)
+    if (s->recs[i] && s->recs[i]->table == t->id) {
+      if ((rc = tx_journal(tx, J_REC, i, s->recs[i]))) return rc;
+      s->recs[i] = NULL;
+    }
+  if (q->drop) {
+    size_t ti = 0;
+    while (s->tables[ti] != t) ti++;
+    if ((rc = tx_journal(tx, J_DROP, ti, NULL))) return rc;
+    t->dropped = 1;
+  }
+  return BS_OK;
+}
+
+static int apply_cwcp(mem_tx *tx, const qitem *q) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  mem_cwcp *c;
+  long idx = -1;
+  int rc;
+  for (size_t i = 0; i < s->ncw; i++)
+    if (s->cw[i] && bs_val_eq(s->cw[i]->event, q->event) && bs_val_eq(s->cw[i]->user, q->user))
+      idx = (long)i;
+  if (GROW(a, s->pend_users, s->npend, s->cpend, s->npend + 1)) return BS_ENOMEM;
+  if (idx < 0 && GROW(a, s->cw, s->ncw, s->ccw, s->ncw + 1)) return BS_ENOMEM;
+  c = bs_calloc(a, 1, sizeof *c);
+  if (!c) return BS_ENOMEM;
+  c->value = q->value;
+  if (val_dup(a, q->event, &c->event) || val_dup(a, q->user, &c->user)) {
+    cwcp_free(a, c);
+    return BS_ENOMEM;
+  }
+  if (idx < 0) {
+    if ((rc = tx_journal(tx, J_CWCP, s->ncw, NULL))) {
+      cwcp_free(a, c);
+      return rc;
+    }
+    s->cw[s->ncw++] = c;
+  } else {
+    if ((rc = tx_journal(tx, J_CWCP, (size_t)idx, s->cw[idx]))) {
+      cwcp_free(a, c);
+      return rc;
+    }
+    s->cw[idx] = c;
+  }
+  if (val_dup(a, q->user, &s->pend_users[s->npend])) return BS_ENOMEM;
+  s->npend++;
+  return BS_OK;
+}
+
+/* Applies the whole queue and the pending resume LSN inside tx. */
+static int apply_queue(mem_tx *tx, const mem_writer *w) {
+  int rc = BS_OK;
+  for (size_t i = 0; i < w->nq && !rc; i++) {
+    const qitem *q = &w->q[i];
+    if (q->kind == Q_SAVE) rc = apply_save(tx, w, q);
+    else if (q->kind == Q_TRUNCATE) rc = apply_truncate(tx, q);
+    else rc = apply_cwcp(tx, q);
+  }
+  if (!rc && w->has_resume) tx->s->m.resume = w->resume;
+  return rc;
+}
+
+static int apply_fail(bs_error *err, int rc) {
+  if (rc == BS_ELIMIT) return bs_fail(err, rc, "op id sequence exhausted (2^63)");
+  return enomem(err, "flush");
+}
+
+/* ---- Writer queue ---------------------------------------------------------------------------- */
+
+static void qitem_free(const bs_allocator *a, qitem *q) {
+  val_free(a, &q->table);
+  val_free(a, &q->before);
+  val_free(a, &q->after);
+  for (size_t i = 0; i < q->nrows; i++) {
+    val_free(a, &q->rows[i].bucket);
+    val_free(a, &q->rows[i].ot);
+    val_free(a, &q->rows[i].oi);
+    val_free(a, &q->rows[i].data);
+  }
+  bs_free(a, q->rows);
+  for (size_t i = 0; i < q->nlks; i++) {
+    val_free(a, &q->lks[i].key);
+    for (size_t k = 0; k < q->lks[i].n; k++) val_free(a, &q->lks[i].params[k]);
+    bs_free(a, q->lks[i].params);
+  }
+  bs_free(a, q->lks);
+  val_free(a, &q->data);
+  val_free(a, &q->user);
+  val_free(a, &q->event);
+  memset(q, 0, sizeof *q);
+}
+
+static void queue_clear(mem_writer *w) {
+  const bs_allocator *a = ALLOC(w->ms->db);
+  for (size_t i = 0; i < w->nq; i++) qitem_free(a, &w->q[i]);
+  w->nq = 0;
+  w->qbytes = 0;
+}
+
+static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
+  bs_val before = c->before_id.data ? c->before_id : c->after_id;
+  memset(q, 0, sizeof *q);
+  q->kind = Q_SAVE;
+  q->tag = c->tag;
+  q->has_after = c->tag != BS_DELETE;
+  if (val_dup(a, c->table, &q->table) || val_dup(a, before, &q->before)) goto nomem;
+  if (q->has_after && val_dup(a, c->after_id, &q->after)) goto nomem;
+  q->bytes = c->table.size + before.size + c->after_id.size;
+  if (q->has_after && c->n_rows) {
+    q->rows = bs_calloc(a, c->n_rows, sizeof *q->rows);
+    if (!q->rows) goto nomem;
+    for (size_t i = 0; i < c->n_rows; i++) {
+      const bs_row *r = &c->rows[i];
+      q->nrows = i + 1;
+      if (val_dup(a, r->bucket, &q->rows[i].bucket) || val_dup(a, r->object_type, &q->rows[i].ot) ||
+          val_dup(a, r->object_id, &q->rows[i].oi) || val_dup(a, r->data, &q->rows[i].data))
+        goto nomem;
+      q->bytes += r->bucket.size + r->object_type.size + r->object_id.size + r->data.size;
+    }
+  }
+  if (q->has_after && c->n_lookups) {
+    q->lks = bs_calloc(a, c->n_lookups, sizeof *q->lks);
+    if (!q->lks) goto nomem;
+    for (size_t i = 0; i < c->n_lookups; i++) {
+      const bs_lookup *l = &c->lookups[i];
+      q->nlks = i + 1;
+      if (val_dup(a, l->key, &q->lks[i].key)) goto nomem;
+      if (l->n_params) {
+        q->lks[i].params = bs_calloc(a, l->n_params, sizeof(bs_val));
+        if (!q->lks[i].params) goto nomem;
+      }
+      for (size_t k = 0; k < l->n_params; k++) {
+        q->lks[i].n = k + 1;
+        if (val_dup(a, l->params[k], &q->lks[i].params[k])) goto nomem;
+        q->bytes += l->params[k].size;
+      }
+      q->bytes += l->key.size;
+    }
+  }
+  if (q->has_after && c->stored_data.data) {
+    q->has_data = 1;
+    if (val_dup(a, c->stored_data, &q->data)) goto nomem;
+    q->bytes += c->stored_data.size;
+  }
+  return BS_OK;
+nomem:
+  qitem_free(a, q);
+  return BS_ENOMEM;
+}
+
+/* ---- Locking ------------------------------------------------------------------------------- */
+
+static void lock(mem_db *db) { pthread_mutex_lock(&db->mu); }
+static void unlock(mem_db *db) { pthread_mutex_unlock(&db->mu); }
+
+#define MS(st) ((mem_storage *)(st))
+#define MW(w) ((mem_writer *)(w))
+
+static int writable(mem_writer *w, bs_error *err) {
+  if (w->ms->db->base.flags & BS_OPEN_RDONLY)
+    return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (w->ms->s->m.state == BS_STREAM_TERMINATED)
+    return bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->ms->s->id);
+  return BS_OK;
+}
+
+/* Flush: apply queue in one transaction. Caller holds the lock. */
+static int flush_locked(mem_writer *w, bs_error *err) {
+  mem_tx tx;
+  int rc;
+  if ((rc = writable(w, err))) return rc;
+  if (tx_begin(&tx, w->ms->db, w->ms->s)) return enomem(err, "flush");
+  if ((rc = apply_queue(&tx, w))) {
+    tx_rollback(&tx);
+    return apply_fail(err, rc);
+  }
+  tx_commit(&tx);
+  queue_clear(w);
+  w->has_resume = 0;
+  return BS_OK;
+}
+
+/* ---- Writer vtable slots --------------------------------------------------------------------- */
+
+static const bs_storage_vtable mem_vtable;
+
+static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
+                           bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_writer *w;
+  int rc = BS_OK;
+  lock(ms->db);
+  if (ms->db->base.flags & BS_OPEN_RDONLY) rc = bs_fail(err, BS_ESTATE, "database is read-only");
+  else if (ms->s->m.state == BS_STREAM_TERMINATED)
+    rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
+  unlock(ms->db);
+  if (rc) return rc;
+  w = bs_calloc(ALLOC(ms->db), 1, sizeof *w);
+  if (!w) return enomem(err, "writer");
+  w->base.st = st;
+  w->ms = ms;
+  w->snapshot = o ? o->snapshot : 0;
+  w->create_empty = o ? o->create_empty : 1;
+  w->max_records = o && o->max_records ? o->max_records : MEM_DEFAULT_MAX_RECORDS;
+  w->max_bytes = o && o->max_bytes ? o->max_bytes : MEM_DEFAULT_MAX_QBYTES;
+  *out = &w->base;
+  return BS_OK;
+}
+
+static void mem_writer_close(bs_writer *bw) {
+  mem_writer *w = MW(bw);
+  if (!w) return;
+  queue_clear(w);
+  bs_free(ALLOC(w->ms->db), w->q);
+  bs_free(ALLOC(w->ms->db), w);
+}
+
+/* Queues item (taking ownership on success) and auto-flushes past the bounds; on failure the
+ * item is dropped again, so the queue is as it was. */
+static int enqueue(mem_writer *w, qitem *item, bs_error *err) {
+  const bs_allocator *a = ALLOC(w->ms->db);
+  int rc = BS_OK;
+  if (GROW(a, w->q, w->nq, w->cq, w->nq + 1)) {
+    qitem_free(a, item);
+    return enomem(err, "writer queue");
+  }
+  w->q[w->nq++] = *item;
+  w->qbytes += item->bytes;
+  if (w->nq >= w->max_records || w->qbytes >= w->max_bytes) {
+    lock(w->ms->db);
+    rc = flush_locked(w, err);
+    unlock(w->ms->db);
+    if (rc) {
+      w->nq--;
+      w->qbytes -= w->q[w->nq].bytes;
+      qitem_free(a, &w->q[w->nq]);
+    }
+  }
+  return rc;
+}
+
+static int mem_writer_save(bs_writer *bw, const bs_save *c, bs_error *err) {
+  mem_writer *w = MW(bw);
+  qitem q;
+  if (!c) return bs_fail(err, BS_EINVAL, "change is NULL");
+  if (c->tag != BS_INSERT && c->tag != BS_UPDATE && c->tag != BS_DELETE)
+    return bs_fail(err, BS_EINVAL, "change.tag: unknown tag %d", (int)c->tag);
+  if (w->snapshot && c->tag != BS_INSERT)
+    return bs_fail(err, BS_ESTATE, "snapshot writer accepts INSERT only");
+  if (!c->table.size) return bs_fail(err, BS_EINVAL, "change.table is empty");
+  if (qsave_copy(ALLOC(w->ms->db), c, &q)) return enomem(err, "save");
+  return enqueue(w, &q, err);
+}
+
+static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
+  mem_writer *w = MW(bw);
+  qitem q;
+  memset(&q, 0, sizeof q);
+  q.kind = Q_TRUNCATE;
+  q.drop = drop;
+  q.bytes = table.size;
+  if (val_dup(ALLOC(w->ms->db), table, &q.table)) return enomem(err, "truncate");
+  return enqueue(w, &q, err);
+}
+
+static int mem_writer_custom(bs_writer *bw, bs_val user, uint64_t value, bs_val event,
+                             bs_error *err) {
+  mem_writer *w = MW(bw);
+  qitem q;
+  memset(&q, 0, sizeof q);
+  q.kind = Q_CWCP;
+  q.value = value;
+  q.bytes = user.size + event.size;
+  if (val_dup(ALLOC(w->ms->db), user, &q.user) || val_dup(ALLOC(w->ms->db), event, &q.event)) {
+    qitem_free(ALLOC(w->ms->db), &q);
+    return enomem(err, "custom write checkpoint");
+  }
+  return enqueue(w, &q, err);
+}
+
+static int mem_writer_flush(bs_writer *bw, uint64_t *last_op, bs_error *err) {
+  mem_writer *w = MW(bw);
+  int rc;
+  lock(w->ms->db);
+  rc = flush_locked(w, err);
+  if (!rc && last_op) *last_op = w->ms->s->m.op_head;
+  unlock(w->ms->db);
+  return rc;
+}
+
+static int can_checkpoint(const mem_meta *m, bs_val lsn) {
+  if (!m->snapshot_done) return 0;
+  if (m->cp_lsn.has && bs_val_cmp(lsn, lsn_val(&m->cp_lsn)) < 0) return 0;
+  if (m->ncb.has && bs_val_cmp(lsn, lsn_val(&m->ncb)) < 0) return 0;
+  return 1;
+}
+
+static int heads_le(const mem_mwcp *r, bs_val lsn) {
+  for (size_t i = 0; i < r->nheads; i++)
+    if (bs_val_cmp(r->heads[i].lsn, lsn) > 0) return 0;
+  return 1;
+}
+
+static int uch_add(mem_tx *tx, uint64_t id, bs_val user) {
+  mem_stream *s = tx->s;
+  if (GROW(ALLOC(tx->db), s->uch, s->nuch, s->cuch, s->nuch + 1)) return BS_ENOMEM;
+  if (val_dup(ALLOC(tx->db), user, &s->uch[s->nuch].user)) return BS_ENOMEM;
+  s->uch[s->nuch++].id = id;
+  return BS_OK;
+}
+
+/* The checkpoint part of a commit, inside tx; everything fallible first. */
+static int make_checkpoint(mem_tx *tx, bs_val lsn) {
+  mem_db *db = tx->db;
+  mem_stream *s = tx->s;
+  uint64_t c = s->m.op_head;
+  int rc;
+  for (size_t i = 0; i < db->nmw; i++)
+    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn) &&
+        (rc = uch_add(tx, c, db->mw[i]->user)))
+      return rc;
+  for (size_t i = 0; i < s->npend; i++)
+    if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
+  if (GROW(ALLOC(db), s->cps, s->ncps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
+  s->cps[s->ncps].id = c;
+  s->cps[s->ncps++].ms = now_ms();
+  for (size_t i = 0; i < s->nrecs; i++)
+    if (s->recs[i] && s->recs[i]->soft && s->recs[i]->mark < c) {
+      if ((rc = tx_journal(tx, J_REC, i, s->recs[i]))) return rc;
+      s->recs[i] = NULL;
+    }
+  /* point of no return: nothing below fails */
+  for (size_t i = 0; i < db->nmw; i++)
+    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn)) {
+      db->mw[i]->processed = 1;
+      lsn_set(&db->mw[i]->processed_lsn, lsn);
+    }
+  for (size_t i = 0; i < s->npend; i++) val_free(ALLOC(db), &s->pend_users[i]);
+  s->npend = 0;
+  s->m.checkpoint = c;
+  lsn_set(&s->m.cp_lsn, lsn);
+  s->m.last_checkpoint_op = c;
+  if (s->m.state == BS_STREAM_PROCESSING) {
+    s->m.state = BS_STREAM_ACTIVE;
+    for (size_t i = 0; i < db->nstreams; i++) {
+      mem_stream *o = db->streams[i];
+      if (o != s && (o->m.state == BS_STREAM_ACTIVE || o->m.state == BS_STREAM_ERRORED))
+        o->m.state = BS_STREAM_STOPPED;
+    }
+  }
+  return BS_OK;
+}
+
+static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_result *out,
+                             bs_error *err) {
+  mem_writer *w = MW(bw);
+  mem_db *db = w->ms->db;
+  mem_stream *s = w->ms->s;
+  mem_tx tx;
+  int rc, blocked = 0, created = 0;
+  uint64_t cp;
+  if (create_empty < 0) create_empty = w->create_empty;
+  lock(db);
+  if ((rc = writable(w, err))) goto done;
+  if (tx_begin(&tx, db, s)) {
+    rc = enomem(err, "commit");
+    goto done;
+  }
+  if ((rc = apply_queue(&tx, w))) {
+    tx_rollback(&tx);
+    rc = apply_fail(err, rc);
+    goto done;
+  }
+  if (!s->m.resume.has || bs_val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
+  if (!can_checkpoint(&s->m, lsn)) {
+    blocked = 1;
+  } else if (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op) {
+    if ((rc = make_checkpoint(&tx, lsn))) {
+      tx_rollback(&tx);
+      rc = apply_fail(err, rc);
+      goto done;
+    }
+    created = 1;
+  }
+  tx_commit(&tx);
+  queue_clear(w);
+  w->has_resume = 0;
+done:
+  cp = s->m.checkpoint;
+  unlock(db);
+  if (rc) return rc;
+  if (out) {
+    out->checkpoint_blocked = blocked;
+    out->checkpoint_created = created;
+    out->checkpoint = cp;
+  }
+  if (created) bs_db_notify_checkpoint(&db->base, s->id, cp);
+  return BS_OK;
+}
+
+static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
+  mem_writer *w = MW(bw);
+  mem_stream *s = w->ms->s;
+  mem_tx tx;
+  int rc;
+  lock(w->ms->db);
+  if ((rc = writable(w, err))) goto done;
+  if (tx_begin(&tx, w->ms->db, s)) {
+    rc = enomem(err, "snapshot_done");
+    goto done;
+  }
+  if ((rc = apply_queue(&tx, w))) {
+    tx_rollback(&tx);
+    rc = apply_fail(err, rc);
+    goto done;
+  }
+  s->m.snapshot_done = 1;
+  if (!s->m.ncb.has || bs_val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
+  tx_commit(&tx);
+  queue_clear(w);
+  w->has_resume = 0;
+done:
+  unlock(w->ms->db);
+  return rc;
+}
+
+static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
+  mem_writer *w = MW(bw);
+  w->has_resume = 1;
+  lsn_set(&w->resume, lsn);
+  return BS_OK;
+}
+
+static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
+                                 int (*fn)(const bs_val *, void *), void *payload,
+                                 bs_error *err) {
+  mem_writer *w = MW(bw);
+  mem_db *db = w->ms->db;
+  mem_stream *s = w->ms->s;
+  mem_tx tx;
+  mem_table *t;
+  long idx;
+  int rc = BS_OK, found = 0, has_data = 0;
+  bs_val data = {NULL, 0};
+  lock(db);
+  /* Apply the queue to see this writer's own saves, read, and always roll back. */
+  if (tx_begin(&tx, db, s)) {
+    unlock(db);
+    return enomem(err, "source_row");
+  }
+  if ((rc = apply_queue(&tx, w))) {
+    tx_rollback(&tx);
+    unlock(db);
+    return apply_fail(err, rc);
+  }
+  t = table_find(s, table);
+  idx = t ? rec_find(s, t->id, rid) : -1;
+  if (idx >= 0 && !s->recs[idx]->soft) {
+    found = 1;
+    has_data = s->recs[idx]->has_data;
+    if (has_data && val_dup(ALLOC(db), s->recs[idx]->data, &data)) rc = BS_ENOMEM;
+  }
+  tx_rollback(&tx);
+  unlock(db);
+  if (rc) return enomem(err, "source_row");
+  if (!found) return bs_fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
+                             (int)(table.size > 64 ? 64 : table.size),
+                             table.size ? (const char *)table.data : "");
+  if (fn) {
+    bs_val empty = {"", 0};
+    if (has_data && !data.data) data = empty; /* stored, but zero bytes */
+    rc = fn(has_data ? &data : NULL, payload);
+  }
+  if (data.size) val_free(ALLOC(db), &data);
+  return rc;
+}
+
+/* ---- Reads ------------------------------------------------------------------------------------ */
+
+static int mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  mem_storage *ms = MS(st);
+  lock(ms->db);
+  memset(out, 0, sizeof *out);
+  out->op_id = ms->s->m.checkpoint;
+  out->has_lsn = ms->s->m.cp_lsn.has;
+  out->lsn_size = ms->s->m.cp_lsn.n;
+  memcpy(out->lsn, ms->s->m.cp_lsn.b, ms->s->m.cp_lsn.n);
+  unlock(ms->db);
+  return BS_OK;
+}
+
+typedef struct mem_cplan {
+  size_t req;
+  uint64_t after, next_after, target;
+  int has_more;
+  size_t first, n, bytes;
+} mem_cplan;
+
+/* Plans the call's chunks (SPEC.md 5.2) under the lock: which ops, cut where. */
+static int plan_chunks(mem_stream *s, uint64_t c, const bs_bucket_request *req, size_t n_req,
+                       size_t limit, size_t chunk_bytes, size_t max_bytes, const mem_op ***picks,
+                       size_t *npicks, mem_cplan **plans, size_t *nplans, int *call_more,
+                       const bs_allocator *a) {
+  size_t cpick = 0, cplan = 0, total = 0, bytes = 0;
+  int stop = 0;
+  *call_more = 0;
+  for (size_t i = 0; i < n_req && !stop; i++) {
+    mem_bucket *b = bucket_find(s, req[i].bucket, NULL);
+    mem_cplan *cur = NULL;
+    if (!b) continue;
+    for (size_t k = 0; k < b->n; k++) {
+      const mem_op *o = &b->ops[k];
+      size_t sz = op_size(o);
+      if (o->id <= req[i].after || o->id > c) continue;
+      if (total >= limit || (bytes > 0 && bytes + sz > max_bytes)) {
+        *call_more = 1;
+        stop = 1;
+        if (cur) cur->has_more = 1;
+        break;
+      }
+      if (cur && cur->bytes + sz > chunk_bytes) {
+        cur->has_more = 1;
+        cur = NULL;
+      }
+      if (!cur) {
+        uint64_t after = *nplans && (*plans)[*nplans - 1].req == i
+                             ? (*plans)[*nplans - 1].next_after : req[i].after;
+        if (GROW(a, *plans, *nplans, cplan, *nplans + 1)) return BS_ENOMEM;
+        cur = &(*plans)[(*nplans)++];
+        memset(cur, 0, sizeof *cur);
+        cur->req = i;
+        cur->after = after;
+        cur->first = *npicks;
+      }
+      if (GROW(a, *picks, *npicks, cpick, *npicks + 1)) return BS_ENOMEM;
+      (*picks)[(*npicks)++] = o;
+      cur->n++;
+      cur->bytes += sz;
+      cur->next_after = o->id;
+      if ((o->type == BS_OP_MOVE || o->type == BS_OP_CLEAR) && o->target > cur->target)
+        cur->target = o->target;
+      total++;
+      bytes += sz;
+    }
+  }
+  return BS_OK;
+}
+
+static bs_val arena_put(unsigned char **p, bs_val v) {
+  bs_val r = {NULL, 0};
+  if (!v.size) return r;
+  memcpy(*p, v.data, v.size);
+  r.data = *p;
+  r.size = v.size;
+  *p += v.size;
+  return r;
+}
+
+static int mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
+                           const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
+                           void *payload, int *has_more_out, bs_error *err) {
+  mem_storage *ms = MS(st);
+  const bs_allocator *a = ALLOC(ms->db);
+  size_t limit = opts && opts->limit ? opts->limit : MEM_DEFAULT_LIMIT;
+  size_t chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : MEM_DEFAULT_CHUNK_BYTES;
+  size_t max_bytes = opts && opts->max_bytes ? opts->max_bytes : MEM_DEFAULT_MAX_BYTES;
+  const mem_op **picks = NULL;
+  mem_cplan *plans = NULL;
+  size_t npicks = 0, nplans = 0, arena_n = 0;
+  bs_op *ops = NULL;
+  unsigned char *arena = NULL, *p;
+  int call_more = 0, rc = BS_OK;
+
+  lock(ms->db);
+  for (size_t i = 0; i < n_req; i++) {
+    mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
+    if (torn(b, c)) {
+      rc = torn_fail(err, c, req[i].bucket);
+      goto locked_out;
+    }
+  }
+  if (plan_chunks(ms->s, c, req, n_req, limit, chunk_bytes, max_bytes, &picks, &npicks, &plans,
+                  &nplans, &call_more, a))
+    goto nomem;
+  for (size_t i = 0; i < npicks; i++) arena_n += op_size(picks[i]);
+  ops = bs_calloc(a, npicks ? npicks : 1, sizeof *ops);
+  arena = bs_malloc(a, arena_n ? arena_n : 1);
+  if (!ops || !arena) goto nomem;
+  p = arena;
+  for (size_t i = 0; i < npicks; i++) {
+    const mem_op *o = picks[i];
+    ops[i].op_id = o->id;
+    ops[i].type = o->type;
+    ops[i].checksum = o->checksum;
+    ops[i].target_op = o->target;
+    ops[i].object_type = arena_put(&p, o->ot);
+    ops[i].object_id = arena_put(&p, o->oi);
+    ops[i].subkey = arena_put(&p, o->sk);
+    ops[i].data = arena_put(&p, o->data);
+    if (o->type == BS_OP_PUT && !ops[i].data.data) ops[i].data.data = ""; /* empty, not none */
+  }
+  unlock(ms->db);
+  /* Callbacks outside the lock, on the copies. */
+  for (size_t i = 0; i < nplans && !rc; i++) {
+    bs_chunk ch;
+    ch.bucket = req[plans[i].req].bucket;
+    ch.after = plans[i].after;
+    ch.next_after = plans[i].next_after;
+    ch.has_more = plans[i].has_more;
+    ch.target_op = plans[i].target;
+    ch.ops = ops + plans[i].first;
+    ch.n_ops = plans[i].n;
+    rc = on_chunk(&ch, payload);
+  }
+  if (!rc && has_more_out) *has_more_out = call_more;
+  goto out;
+nomem:
+  rc = enomem(err, "bucket data");
+locked_out:
+  unlock(ms->db);
+out:
+  bs_free(a, picks);
+  bs_free(a, plans);
+  bs_free(a, ops);
+  bs_free(a, arena);
+  return rc;
+}
+
+/* The value at C: sum and count of the stored ops with op_id <= C. */
+static bs_checksum sum_upto(const mem_bucket *b, uint64_t c) {
+  bs_checksum r = {0, 0};
+  if (!b) return r;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->ops[i].id <= c) {
+      r.checksum = bs_cksum_add(r.checksum, b->ops[i].checksum);
+      r.count++;
+    }
+  return r;
+}
+
+static int mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n,
+                         bs_checksum *out, uint64_t *gen, bs_error *err) {
+  mem_storage *ms = MS(st);
+  int rc = BS_OK;
+  lock(ms->db);
+  for (size_t i = 0; i < n; i++) {
+    mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
+    if (torn(b, c)) {
+      rc = torn_fail(err, c, buckets[i]);
+      break;
+    }
+    out[i] = sum_upto(b, c);
+    if (gen) gen[i] = b ? b->generation : 0;
+  }
+  unlock(ms->db);
+  return rc;
+}
+
+static int mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                               size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
+                               bs_error *err) {
+  mem_storage *ms = MS(st);
+  int rc = BS_OK;
+  lock(ms->db);
+  for (size_t i = 0; i < n; i++) {
+    mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
+    bs_checksum r = {0, 0};
+    int cl = 0;
+    if (torn(b, to)) {
+      rc = torn_fail(err, to, buckets[i]);
+      break;
+    }
+    for (size_t k = 0; b && k < b->n; k++) {
+      const mem_op *o = &b->ops[k];
+      if (o->id <= from || o->id > to) continue;
+      if (o->type == BS_OP_CLEAR) cl = 1;
+      r.checksum = bs_cksum_add(r.checksum, o->checksum);
+      r.count++;
+    }
+    if (cl) r = sum_upto(b, to); /* a CLEAR replaces the base: the value from zero */
+    out[i] = r;
+    if (cleared) cleared[i] = cl;
+    if (gen) gen[i] = b ? b->generation : 0;
+  }
+  unlock(ms->db);
+  return rc;
+}
+
+/* Copies a list of byte strings into one allocation (vals + bytes) for a callback. */
+static int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out) {
+  size_t bytes = 0;
+  unsigned char *p;
+  for (size_t i = 0; i < n; i++) bytes += in[i].size;
+  *out = bs_malloc(a, n * sizeof(bs_val) + bytes + 1);
+  if (!*out) return BS_ENOMEM;
+  p = (unsigned char *)(*out + n);
+  for (size_t i = 0; i < n; i++) {
+    (*out)[i] = arena_put(&p, in[i]);
+    if (!(*out)[i].data) (*out)[i].data = p; /* empty string: non-NULL */
+  }
+  return BS_OK;
+}
+
+static int val_in(const bs_val *list, size_t n, bs_val v) {
+  for (size_t i = 0; i < n; i++)
+    if (bs_val_eq(list[i], v)) return 1;
+  return 0;
+}
+
+static int push_val(const bs_allocator *a, bs_val **list, size_t *n, size_t *cap, bs_val v) {
+  if (val_in(*list, *n, v)) return BS_OK;
+  if (GROW(a, *list, *n, *cap, *n + 1)) return BS_ENOMEM;
+  (*list)[(*n)++] = v;
+  return BS_OK;
+}
+
+static int mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                  int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                                  bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_stream *s = ms->s;
+  const bs_allocator *a = ALLOC(ms->db);
+  bs_val *b = NULL, *l = NULL, *u = NULL, *bc = NULL, *lc = NULL, *uc = NULL;
+  size_t nb = 0, cb = 0, nl = 0, cl = 0, nu = 0, cu = 0;
+  bs_checkpoint_changes ch;
+  int rc = BS_OK;
+  memset(&ch, 0, sizeof ch);
+  lock(ms->db);
+  if (from < s->m.data_fence) ch.invalidate_data_buckets = 1;
+  for (size_t i = 0; i < s->nbch && !ch.invalidate_data_buckets; i++)
+    if (s->bch[i].id > from && s->bch[i].id <= to) {
+      if (push_val(a, &b, &nb, &cb, s->buckets[s->bch[i].bucket]->name)) goto nomem;
+      if (nb > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
+    }
+  if (ch.invalidate_data_buckets) nb = 0;
+  if (from < s->m.param_fence) ch.invalidate_parameter_buckets = 1;
+  for (size_t i = 0; i < s->nparams && !ch.invalidate_parameter_buckets; i++)
+    if (s->params[i].id > from && s->params[i].id <= to) {
+      if (push_val(a, &l, &nl, &cl, s->params[i].key)) goto nomem;
+      if (nl > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
+    }
+  if (ch.invalidate_parameter_buckets) nl = 0;
+  /* users are keyed by the id of the checkpoint that acknowledged them; an empty checkpoint
+   * keeps its op id, so a range from == to still reports that checkpoint's users */
+  for (size_t i = 0; i < s->nuch; i++) {
+    uint64_t id = s->uch[i].id;
+    if ((id > from && id <= to) || (from == to && id == to))
+      if (push_val(a, &u, &nu, &cu, s->uch[i].user)) goto nomem;
+  }
+  if (vals_copy(a, b, nb, &bc) || vals_copy(a, l, nl, &lc) || vals_copy(a, u, nu, &uc)) goto nomem;
+  unlock(ms->db);
+  ch.updated_buckets = bc;
+  ch.n_updated_buckets = nb;
+  ch.updated_lookups = lc;
+  ch.n_updated_lookups = nl;
+  ch.updated_write_checkpoint_users = uc;
+  ch.n_updated_write_checkpoint_users = nu;
+  rc = fn ? fn(&ch, payload) : BS_OK;
+  goto out;
+nomem:
+  unlock(ms->db);
+  rc = enomem(err, "checkpoint changes");
+out:
+  bs_free(a, b);
+  bs_free(a, l);
+  bs_free(a, u);
+  bs_free(a, bc);
+  bs_free(a, lc);
+  bs_free(a, uc);
+  return rc;
+}
+
+/* Source-row order of parameter results: (table id, XXH3_64 of replica id, replica id), the
+ * key order of the LMDB backend's params sub-db. */
+static int param_row_cmp(const mem_param *x, const mem_param *y) {
+  uint64_t hx, hy;
+  if (x->table != y->table) return x->table < y->table ? -1 : 1;
+  hx = XXH3_64bits(x->rid.data, x->rid.size);
+  hy = XXH3_64bits(y->rid.data, y->rid.size);
+  if (hx != hy) return hx < hy ? -1 : 1;
+  return bs_val_cmp(x->rid, y->rid);
+}
+
+static int param_ptr_cmp(const void *x, const void *y) {
+  return param_row_cmp(*(const mem_param *const *)x, *(const mem_param *const *)y);
+}
+
+static int mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
+                              size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                              bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_stream *s = ms->s;
+  const bs_allocator *a = ALLOC(ms->db);
+  const mem_param **latest = NULL;
+  bs_val *rows = NULL, *copy = NULL;
+  size_t nrows = 0, crows = 0;
+  int rc = BS_OK;
+  if (!limit) limit = MEM_DEFAULT_LIMIT;
+  lock(ms->db);
+  if (c < s->m.param_horizon) {
+    rc = bs_fail(err, BS_ESTALE, "checkpoint %llu is below the parameter-compaction horizon %llu",
+                 (unsigned long long)c, (unsigned long long)s->m.param_horizon);
+    goto locked_out;
+  }
+  latest = bs_calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
+  if (!latest) goto nomem;
+  for (size_t i = 0; i < n; i++) {
+    size_t nl = 0;
+    if (val_in(lookups, i, lookups[i])) continue; /* a repeated key is served once */
+    /* latest entry per source row with op_id <= C (params are in op id order) */
+    for (size_t k = 0; k < s->nparams; k++) {
+      const mem_param *p = &s->params[k];
+      size_t j;
+      if (p->id > c || !bs_val_eq(p->key, lookups[i])) continue;
+      for (j = 0; j < nl; j++)
+        if (latest[j]->table == p->table && bs_val_eq(latest[j]->rid, p->rid)) break;
+      latest[j] = p;
+      if (j == nl) nl++;
+    }
+    qsort(latest, nl, sizeof *latest, param_ptr_cmp);
+    for (size_t j = 0; j < nl; j++)
+      for (size_t r = 0; r < latest[j]->nrows; r++) {
+        if (GROW(a, rows, nrows, crows, nrows + 1)) goto nomem;
+        rows[nrows++] = latest[j]->rows[r];
+      }
+  }
+  if (nrows > limit) {
+    rc = bs_fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
+    goto locked_out;
+  }
+  if (vals_copy(a, rows, nrows, &copy)) goto nomem;
+  unlock(ms->db);
+  for (size_t i = 0; i < nrows && !rc; i++) rc = fn ? fn(&copy[i], payload) : BS_OK;
+  goto out;
+nomem:
+  rc = enomem(err, "parameter sets");
+locked_out:
+  unlock(ms->db);
+out:
+  bs_free(a, latest);
+  bs_free(a, rows);
+  bs_free(a, copy);
+  return rc;
+}
+
+/* ---- Write checkpoints (SPEC.md 7) ------------------------------------------------------------ */
+
+static int mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                            bs_error *err) {
+  mem_storage *ms = MS(st);
+  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
+    return bs_fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
+  if (event.size > sizeof ms->event)
+    return bs_fail(err, BS_ETOOBIG, "event: longer than %zu bytes", sizeof ms->event);
+  lock(ms->db);
+  ms->mode = mode;
+  ms->event_n = event.size;
+  if (event.size) memcpy(ms->event, event.data, event.size);
+  unlock(ms->db);
+  return BS_OK;
+}
+
+static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
+  for (size_t i = 0; i < db->nmw; i++)
+    if (bs_val_eq(db->mw[i]->user, user)) {
+      if (idx) *idx = i;
+      return db->mw[i];
+    }
+  return NULL;
+}
+
+/* A new record: old's fields (or empty), with heads replaced when req is given. */
+static mem_mwcp *mwcp_build(const bs_allocator *a, const mem_mwcp *old, bs_val user,
+                            const bs_managed_request *heads_from) {
+  mem_mwcp *r = bs_calloc(a, 1, sizeof *r);
+  const mem_head *oh = old ? old->heads : NULL;
+  size_t n = heads_from ? heads_from->n_heads : old ? old->nheads : 0;
+  if (!r) return NULL;
+  if (old) {
+    r->id = old->id;
+    r->has_req = old->has_req;
+    r->req_ms = old->req_ms;
+    r->processed = old->processed;
+    r->processed_lsn = old->processed_lsn;
+  }
+  if (val_dup(a, user, &r->user)) goto fail;
+  if (n) {
+    r->heads = bs_calloc(a, n, sizeof *r->heads);
+    if (!r->heads) goto fail;
+  }
+  for (size_t i = 0; i < n; i++) {
+    bs_val c = heads_from ? heads_from->heads[i].connection : oh[i].conn;
+    bs_val l = heads_from ? heads_from->heads[i].lsn : oh[i].lsn;
+    r->nheads = i + 1;
+    if (val_dup(a, c, &r->heads[i].conn) || val_dup(a, l, &r->heads[i].lsn)) goto fail;
+  }
+  return r;
+fail:
+  mwcp_free(a, r);
+  return NULL;
+}
+
+/* Among requests of one user: a supplied request_id beats a generated one; among supplied
+ * the greatest wins; among generated the last. */
+static int req_beats(const bs_managed_request *x, const bs_managed_request *cur) {
+  if (x->has_request_id != cur->has_request_id) return x->has_request_id;
+  if (x->has_request_id) return x->request_id > cur->request_id;
+  return 1;
+}
+
+static int mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
+                              uint64_t *ids_out, int *should_advance, bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_db *db = ms->db;
+  const bs_allocator *a = ALLOC(db);
+  const bs_managed_request **win = NULL;
+  mem_mwcp **neu = NULL;
+  size_t nw = 0, nnew = 0;
+  int64_t now = now_ms();
+  int rc = BS_OK, adv = 0;
+  if (ms->mode != BS_WCP_MANAGED)
+    return bs_fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+  if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  win = bs_calloc(a, n ? n : 1, sizeof *win);
+  neu = bs_calloc(a, n ? n : 1, sizeof *neu);
+  if (!win || !neu) {
+    rc = enomem(err, "write checkpoints");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    size_t k;
+    for (k = 0; k < nw; k++)
+      if (bs_val_eq(win[k]->user_id, req[i].user_id)) break;
+    if (k == nw) win[nw++] = &req[i];
+    else if (req_beats(&req[i], win[k])) win[k] = &req[i];
+  }
+  lock(db);
+  /* Build every changed record first; swap them in only when all exist. */
+  for (size_t k = 0; k < nw; k++) {
+    const bs_managed_request *r = win[k];
+    mem_mwcp *old = mwcp_find(db, r->user_id, NULL);
+    uint64_t stored = old ? old->id : 0;
+    int64_t at = r->requested_at_ms ? r->requested_at_ms : now;
+    mem_mwcp *nr = NULL;
+    if (!r->has_request_id || !old || r->request_id > stored) {
+      nr = mwcp_build(a, old, r->user_id, r);
+      if (nr) {
+        nr->id = r->has_request_id ? r->request_id : stored + 1;
+        nr->processed = 0;
+        nr->processed_lsn.has = 0;
+        nr->has_req = 1;
+        nr->req_ms = at;
+      }
+    } else if (r->request_id >= stored) {
+      nr = mwcp_build(a, old, r->user_id, NULL);
+      if (nr) {
+        nr->has_req = 1;
+        nr->req_ms = at;
+      }
+    } else {
+      continue; /* a lower request id changes nothing */
+    }
+    if (!nr) goto nomem;
+    neu[nnew++] = nr;
+  }
+  if (GROW(a, db->mw, db->nmw, db->cmw, db->nmw + nnew)) goto nomem;
+  for (size_t k = 0; k < nnew; k++) {
+    size_t idx;
+    mem_mwcp *old = mwcp_find(db, neu[k]->user, &idx);
+    if (old) {
+      mwcp_free(a, old);
+      db->mw[idx] = neu[k];
+    } else {
+      db->mw[db->nmw++] = neu[k];
+    }
+    neu[k] = NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    mem_mwcp *r = mwcp_find(db, req[i].user_id, NULL);
+    if (ids_out) ids_out[i] = r ? r->id : 0;
+    if (r && !r->processed) adv = 1;
+  }
+  unlock(db);
+  if (should_advance) *should_advance = adv;
+  goto out;
+nomem:
+  unlock(db);
+  rc = enomem(err, "write checkpoints");
+out:
+  for (size_t k = 0; neu && k < nnew; k++) mwcp_free(a, neu[k]);
+  bs_free(a, neu);
+  bs_free(a, win);
+  return rc;
+}
+
+static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
+                        uint64_t *id_out, int *found, bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_db *db = ms->db;
+  int f = 0;
+  uint64_t id = 0;
+  lock(db);
+  if (ms->mode == BS_WCP_CUSTOM) {
+    bs_val ev = {ms->event, ms->event_n};
+    for (size_t i = 0; i < ms->s->ncw; i++)
+      if (bs_val_eq(ms->s->cw[i]->event, ev) && bs_val_eq(ms->s->cw[i]->user, user)) {
+        f = 1;
+        id = ms->s->cw[i]->value;
+      }
+  } else {
+    mem_mwcp *r = mwcp_find(db, user, NULL);
+    if (r) {
+      /* every given head must be known to the record and at or above its head there */
+      f = 1;
+      for (size_t i = 0; i < n_heads && f; i++) {
+        size_t k;
+        for (k = 0; k < r->nheads; k++)
+          if (bs_val_eq(r->heads[k].conn, heads[i].connection)) break;
+        if (k == r->nheads || bs_val_cmp(r->heads[k].lsn, heads[i].lsn) > 0) f = 0;
+      }
+      if (f) id = r->id;
+    }
+  }
+  unlock(db);
+  if (found) *found = f;
+  if (id_out) *id_out = f ? id : 0;
+  return BS_OK;
+}
+
+/* Caller holds the lock. Nothing allocates. */
+static uint64_t delete_requests_before(mem_db *db, int64_t before_ms) {
+  size_t k = 0;
+  uint64_t deleted = 0;
+  for (size_t i = 0; i < db->nmw; i++) {
+    mem_mwcp *r = db->mw[i];
+    if (r->processed && r->has_req && r->req_ms < before_ms) {
+      mwcp_free(ALLOC(db), r);
+      deleted++;
+    } else {
+      db->mw[k++] = r;
+    }
+  }
+  db->nmw = k;
+  return deleted;
+}
+
+static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                               bs_error *err) {
+  mem_storage *ms = MS(st);
+  uint64_t d;
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  lock(ms->db);
+  d = delete_requests_before(ms->db, before_ms);
+  unlock(ms->db);
+  if (deleted) *deleted = d;
+  return BS_OK;
+}
+
+/* ---- Compaction (SPEC.md 6) ------------------------------------------------------------------- */
+
+/* Row identity order: (object_type, object_id, subkey), then op id. */
+static int op_ident_cmp(const void *x, const void *y) {
+  const mem_op *a = *(const mem_op *const *)x, *b = *(const mem_op *const *)y;
+  int c = bs_val_cmp(a->ot, b->ot);
+  if (!c) c = bs_val_cmp(a->oi, b->oi);
+  if (!c) c = bs_val_cmp(a->sk, b->sk);
+  if (!c) c = a->id < b->id ? -1 : a->id > b->id;
+  return c;
+}
+
+static int same_ident(const mem_op *a, const mem_op *b) {
+  return bs_val_eq(a->ot, b->ot) && bs_val_eq(a->oi, b->oi) && bs_val_eq(a->sk, b->sk);
+}
+
+/* For the PUT/REMOVE ops of b at or below h: later[k] = the op id of the latest op of the same
+ * row at or below h when op k is superseded by it, else 0. later has b->n entries. */
+static int superseded(const bs_allocator *a, const mem_bucket *b, uint64_t h, uint64_t *later) {
+  const mem_op **v = bs_calloc(a, b->n ? b->n : 1, sizeof *v);
+  size_t n = 0;
+  if (!v) return BS_ENOMEM;
+  for (size_t k = 0; k < b->n; k++) {
+    later[k] = 0;
+    if (b->ops[k].id <= h && (b->ops[k].type == BS_OP_PUT || b->ops[k].type == BS_OP_REMOVE))
+      v[n++] = &b->ops[k];
+  }
+  qsort(v, n, sizeof *v, op_ident_cmp);
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j + 1 < n && same_ident(v[j + 1], v[i])) j++;
+    for (size_t k = i; k < j; k++) later[v[k] - b->ops] = v[j]->id; /* v[j]: the latest */
+    i = j + 1;
+  }
+  bs_free(a, v);
+  return BS_OK;
+}
+
+static uint64_t bucket_bytes(const mem_bucket *b) {
+  uint64_t n = 0;
+  for (size_t k = 0; k < b->n; k++) n += op_size(&b->ops[k]);
+  return n;
+}
+
+/* Full compaction of one bucket at horizon h: MOVE, then the leading CLEAR. Builds the new op
+ * array first; the bucket changes only when everything is allocated. */
+static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
+                          bs_compact_stats *stats) {
+  uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
+  mem_op *nw = NULL;
+  size_t run = 0, moved = 0, nn = 0;
+  uint64_t before = bucket_bytes(b), clear_start = 0;
+  mem_op clear;
+  if (!later) return BS_ENOMEM;
+  if (superseded(a, b, h, later)) goto nomem;
+  for (size_t k = 0; k < b->n; k++) moved += later[k] != 0;
+  /* the leading run of REMOVE/MOVE/CLEAR (after the MOVE pass) at or below h */
+  while (run < b->n && b->ops[run].id <= h &&
+         (later[run] || b->ops[run].type != BS_OP_PUT))
+    run++;
+  if (run < 2) run = 0;
+  stats->bytes_before += before;
+  if (!moved && !run) {
+    stats->bytes_after += before;
+    bs_free(a, later);
+    return BS_OK;
+  }
+  nw = bs_calloc(a, b->n, sizeof *nw);
+  if (!nw) goto nomem;
+  memset(&clear, 0, sizeof clear);
+  if (run) {
+    clear.type = BS_OP_CLEAR;
+    clear.id = b->ops[run - 1].id;
+    for (size_t k = 0; k < run; k++) {
+      uint64_t t = later[k] ? later[k] : b->ops[k].target;
+      clear.checksum = bs_cksum_add(clear.checksum, b->ops[k].checksum);
+      if (t > clear.target) clear.target = t;
+    }
+    clear_start = b->ops[0].type == BS_OP_CLEAR ? b->clear_start : b->ops[0].id;
+    nw[nn++] = clear;
+  }
+  for (size_t k = run; k < b->n; k++) {
+    mem_op o = b->ops[k];
+    if (later[k]) {
+      memset(&o, 0, sizeof o);
+      o.id = b->ops[k].id;
+      o.type = BS_OP_MOVE;
+      o.checksum = b->ops[k].checksum;
+      o.target = later[k];
+    }
+    nw[nn++] = o;
+  }
+  /* swap: free the payloads that no new op points to */
+  for (size_t k = 0; k < b->n; k++)
+    if (k < run || later[k]) op_free(a, &b->ops[k]);
+  bs_free(a, b->ops);
+  b->ops = nw;
+  b->cap = b->n;
+  b->n = nn;
+  b->generation = ++s->m.gen_seq;
+  if (run) {
+    b->clear_start = clear_start;
+    b->clear_op = clear.id;
+  }
+  stats->buckets_compacted++;
+  stats->ops_moved += moved;
+  stats->ops_cleared += run;
+  stats->bytes_after += bucket_bytes(b);
+  bs_free(a, later);
+  return BS_OK;
+nomem:
+  bs_free(a, later);
+  bs_free(a, nw);
+  return BS_ENOMEM;
+}
+
+static uint64_t changes_since(const mem_bucket *b, uint64_t mark) {
+  uint64_t n = 0;
+  for (size_t k = 0; k < b->n; k++) n += b->ops[k].id > mark;
+  return n;
+}
+
+static uint64_t incremental_horizon(const mem_stream *s, int64_t min_age_ms) {
+  int64_t cutoff = now_ms() - (min_age_ms < 0 ? 300000 : min_age_ms);
+  uint64_t h = 0;
+  for (size_t i = 0; i < s->ncps; i++)
+    if (s->cps[i].ms <= cutoff && s->cps[i].id > h) h = s->cps[i].id;
+  return h;
+}
+
+/* Parameter compaction at h: keep the newest entry per (source row, lookup) at or below h, and
+ * drop it too when it is a tombstone. Caller holds the lock. */
+static int param_ident_cmp(const void *x, const void *y) {
+  const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
+  int c = bs_val_cmp(a->key, b->key);
+  if (!c) c = a->table < b->table ? -1 : a->table > b->table;
+  if (!c) c = bs_val_cmp(a->rid, b->rid);
+  if (!c) c = a->id < b->id ? -1 : a->id > b->id;
+  return c;
+}
+
+static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
+  const mem_param **v = bs_calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
+  unsigned char *drop = bs_calloc(a, s->nparams ? s->nparams : 1, 1);
+  mem_param *nw = bs_calloc(a, s->nparams ? s->nparams : 1, sizeof *nw);
+  size_t n = 0, nn = 0;
+  if (!v || !drop || !nw) {
+    bs_free(a, v);
+    bs_free(a, drop);
+    bs_free(a, nw);
+    return BS_ENOMEM;
+  }
+  for (size_t k = 0; k < s->nparams; k++)
+    if (s->params[k].id <= h) v[n++] = &s->params[k];
+  qsort(v, n, sizeof *v, param_ident_cmp);
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j + 1 < n && bs_val_eq(v[j + 1]->key, v[i]->key) && v[j + 1]->table == v[i]->table &&
+           bs_val_eq(v[j + 1]->rid, v[i]->rid))
+      j++;
+    for (size_t k = i; k < j; k++) drop[v[k] - s->params] = 1;
+    if (v[j]->nrows == 0) drop[v[j] - s->params] = 1;
+    i = j + 1;
+  }
+  for (size_t k = 0; k < s->nparams; k++) {
+    if (drop[k]) {
+      param_free(a, &s->params[k]);
+      (*removed)++;
+    } else {
+      nw[nn++] = s->params[k];
+    }
+  }
+  bs_free(a, s->params);
+  s->params = nw;
+  s->cparams = s->nparams ? s->nparams : 1;
+  s->nparams = nn;
+  if (h > s->m.param_horizon) s->m.param_horizon = h;
+  if (h > s->m.param_fence) s->m.param_fence = h;
+  bs_free(a, v);
+  bs_free(a, drop);
+  return BS_OK;
+}
+
+/* Names of the buckets to compact (copied: the lock is released between buckets). */
+static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact_options *o,
+                          bs_val **out, size_t *n_out) {
+  uint64_t min_changes = o->min_bucket_changes ? o->min_bucket_changes : 10;
+  double ratio = o->min_change_ratio < 0 ? 0.1 : o->min_change_ratio;
+  bs_val *list = bs_calloc(a, s->nbuckets + o->n_buckets + 1, sizeof *list);
+  size_t n = 0;
+  if (!list) return BS_ENOMEM;
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    mem_bucket *b = s->buckets[i];
+    uint64_t ch = changes_since(b, b->compacted_op);
+    int take;
+    if (o->buckets) take = val_in(o->buckets, o->n_buckets, b->name);
+    else if (o->incremental_only) take = ch > 0;
+    else take = b->n && ch >= min_changes && (double)ch / (double)b->n >= ratio;
+    if (take && val_dup(a, b->name, &list[n++])) {
+      for (size_t k = 0; k < n; k++) val_free(a, &list[k]);
+      bs_free(a, list);
+      return BS_ENOMEM;
+    }
+  }
+  *out = list;
+  *n_out = n;
+  return BS_OK;
+}
+
+static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *out,
+                       bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_db *db = ms->db;
+  const bs_allocator *a = ALLOC(db);
+  bs_compact_options def = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats stats;
+  bs_val *names = NULL;
+  size_t nnames = 0;
+  uint64_t h;
+  int rc = BS_OK;
+  if (!o) o = &def;
+  memset(&stats, 0, sizeof stats);
+  if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  lock(db);
+  h = o->incremental_only ? incremental_horizon(ms->s, o->min_age_ms) : ms->s->m.checkpoint;
+  if (o->max_op_id && (!o->incremental_only || o->max_op_id < h)) h = o->max_op_id;
+  rc = select_buckets(a, ms->s, o, &names, &nnames);
+  unlock(db);
+  if (rc) return enomem(err, "compact");
+  for (size_t i = 0; i < nnames && !rc; i++) {
+    mem_bucket *b;
+    lock(db);
+    b = bucket_find(ms->s, names[i], NULL);
+    if (b && compact_bucket(a, ms->s, b, h, &stats)) rc = enomem(err, "compact");
+    else if (b && h > b->compacted_op) b->compacted_op = h;
+    unlock(db);
+    if (!rc && o->progress && o->progress(&stats, o->progress_payload))
+      rc = bs_fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+  }
+  if (!rc && o->compact_parameters) {
+    lock(db);
+    if (compact_params(a, ms->s, h, &stats.parameter_entries_removed))
+      rc = enomem(err, "compact parameters");
+    unlock(db);
+  }
+  if (!rc && o->delete_checkpoint_requests_before_ms) {
+    lock(db);
+    stats.checkpoint_requests_deleted = delete_requests_before(db,
+                                                               o->delete_checkpoint_requests_before_ms);
+    unlock(db);
+  }
+  for (size_t i = 0; i < nnames; i++) val_free(a, &names[i]);
+  bs_free(a, names);
+  if (out) *out = stats;
+  return rc;
+}
+
+/* Initial-replication compaction of one bucket: of every row keep only its latest op at or
+ * below h, and that only if it is a PUT. */
+static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h) {
+  uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
+  mem_op *nw = NULL;
+  size_t nn = 0, del = 0;
+  if (!later) return BS_ENOMEM;
+  if (superseded(a, b, h, later)) goto nomem;
+  for (size_t k = 0; k < b->n; k++)
+    if (later[k] || (b->ops[k].id <= h && b->ops[k].type == BS_OP_REMOVE)) {
+      later[k] = 1; /* reused as "delete" */
+      del++;
+    }
+  if (del) {
+    nw = bs_calloc(a, b->n, sizeof *nw);
+    if (!nw) goto nomem;
+    for (size_t k = 0; k < b->n; k++) {
+      if (later[k]) op_free(a, &b->ops[k]);
+      else nw[nn++] = b->ops[k];
+    }
+    bs_free(a, b->ops);
+    b->ops = nw;
+    b->cap = b->n;
+    b->n = nn;
+    b->generation = ++s->m.gen_seq;
+  }
+  if (h > b->initial_op) b->initial_op = h;
+  bs_free(a, later);
+  return BS_OK;
+nomem:
+  bs_free(a, later);
+  return BS_ENOMEM;
+}
+
+static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_changes,
+                               uint64_t *buckets_out, bs_error *err) {
+  mem_storage *ms = MS(st);
+  mem_stream *s = ms->s;
+  uint64_t h, done = 0;
+  int rc = BS_OK;
+  if (ms->db->base.flags & BS_OPEN_RDONLY)
+    return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (!min_changes) min_changes = 1;
+  lock(ms->db);
+  if (s->m.cp_lsn.has) {
+    rc = bs_fail(err, BS_ESTATE, "stream %u already has a checkpoint", (unsigned)s->id);
+    goto out;
+  }
+  h = max_op_id ? max_op_id : s->m.op_head;
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    mem_bucket *b = s->buckets[i];
+    uint64_t ch = 0;
+    for (size_t k = 0; k < b->n; k++) ch += b->ops[k].id > b->initial_op && b->ops[k].id <= h;
+    if (ch < min_changes) continue;
+    if (initial_bucket(ALLOC(ms->db), s, b, h)) {
+      rc = enomem(err, "compact_initial_replication");
+      break;
+    }
+    done++;
+  }
+out:
+  unlock(ms->db);
+  if (!rc && buckets_out) *buckets_out = done;
+  return rc;
+}
+
+/* ---- Lifecycle -------------------------------------------------------------------------------- */
+
+static int mem_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  mem_storage *ms = MS(st);
+  const mem_meta *m = &ms->s->m;
+  lock(ms->db);
+  memset(out, 0, sizeof *out);
+  out->state = m->state;
+  out->snapshot_done = m->snapshot_done && m->cp_lsn.has;
+  out->checkpoint = m->checkpoint;
+  out->last_persisted_op = m->op_head;
+  out->has_lsn = m->cp_lsn.has;
+  out->lsn_size = m->cp_lsn.n;
+  memcpy(out->lsn, m->cp_lsn.b, m->cp_lsn.n);
+  out->has_resume_lsn = m->resume.has;
+  out->resume_lsn_size = m->resume.n;
+  memcpy(out->resume_lsn, m->resume.b, m->resume.n);
+  memcpy(out->last_error, m->last_error, sizeof out->last_error);
+  unlock(ms->db);
+  return BS_OK;
+}
+
+static int mem_report_error(bs_storage *st, const char *message, bs_error *err) {
+  mem_storage *ms = MS(st);
+  lock(ms->db);
+  snprintf(ms->s->m.last_error, sizeof ms->s->m.last_error, "%s", message ? message : "");
+  unlock(ms->db);
+  return BS_OK;
+}
+
+static void clear_locked(mem_db *db, mem_stream *s) {
+  mem_meta *m = &s->m;
+  stream_data_free(ALLOC(db), s);
+  m->snapshot_done = 0;
+  m->checkpoint = 0;
+  m->last_checkpoint_op = 0;
+  m->cp_lsn.has = m->resume.has = m->ncb.has = 0;
+  m->cp_lsn.n = m->resume.n = m->ncb.n = 0;
+  m->param_horizon = 0;
+  /* op ids keep growing (never reused); changes below the clear are no longer known */
+  m->data_fence = m->param_fence = m->op_head;
+  m->next_table_id = 1;
+}
+
+static int mem_clear(bs_storage *st, bs_error *err) {
+  mem_storage *ms = MS(st);
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  lock(ms->db);
+  clear_locked(ms->db, ms->s);
+  unlock(ms->db);
+  return BS_OK;
+}
+
+static int mem_terminate(bs_storage *st, int clear, bs_error *err) {
+  mem_storage *ms = MS(st);
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  lock(ms->db);
+  if (clear) clear_locked(ms->db, ms->s);
+  ms->s->m.state = BS_STREAM_TERMINATED;
+  unlock(ms->db);
+  return BS_OK;
+}
+
+static void mem_storage_destroy(bs_storage *st) {
+  if (st) bs_free(ALLOC(MS(st)->db), st);
+}
+
+static const bs_storage_vtable mem_vtable = {
+    BS_STORAGE_VTABLE_VERSION,
+    mem_storage_destroy,
+    mem_writer_open,
+    mem_writer_close,
+    mem_writer_save,
+    mem_writer_truncate,
+    mem_writer_flush,
+    mem_writer_commit,
+    mem_writer_snapshot_done,
+    mem_writer_resume_lsn,
+    mem_writer_source_row,
+    mem_writer_custom,
+    mem_get_checkpoint,
+    mem_bucket_data,
+    mem_checksums,
+    mem_checksum_ranges,
+    mem_checkpoint_changes,
+    mem_parameter_sets,
+    mem_set_wcp_mode,
+    mem_create_managed,
+    mem_last_wcp,
+    mem_delete_requests,
+    mem_compact,
+    mem_compact_initial,
+    mem_get_status,
+    mem_report_error,
+    mem_clear,
+    mem_terminate,
+};
+
+/* ---- Database --------------------------------------------------------------------------------- */
+
+#define MDB(db) ((mem_db *)(db))
+
+static void mem_close(bs_db *bdb) {
+  mem_db *db = MDB(bdb);
+  bs_allocator a = db->base.alloc;
+  for (size_t i = 0; i < db->nstreams; i++) stream_free(&a, db->streams[i]);
+  bs_free(&a, db->streams);
+  for (size_t i = 0; i < db->nmw; i++) mwcp_free(&a, db->mw[i]);
+  bs_free(&a, db->mw);
+  pthread_mutex_destroy(&db->mu);
+  bs_db_base_destroy(&db->base);
+  bs_free(&a, db);
+}
+
+static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name,
+                             const bs_stream_options *o, bs_error *err) {
+  mem_db *db = MDB(bdb);
+  const bs_allocator *a = ALLOC(db);
+  mem_stream *s;
+  if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (name.size > BS_MAX_STREAM_NAME)
+    return bs_fail(err, BS_ETOOBIG, "name: longer than %u bytes", BS_MAX_STREAM_NAME);
+  if (o && o->hash != BS_HASH_XXH3 && o->hash != BS_HASH_SHA256)
+    return bs_fail(err, BS_EINVAL, "opts.hash: unknown hash %d", (int)o->hash);
+  s = bs_calloc(a, 1, sizeof *s);
+  if (!s || val_dup(a, name, &s->name)) {
+    bs_free(a, s);
+    return enomem(err, "stream");
+  }
+  s->m.state = BS_STREAM_PROCESSING;
+  s->m.hash = o ? o->hash : BS_HASH_XXH3;
+  s->m.next_table_id = 1;
+  lock(db);
+  if (GROW(a, db->streams, db->nstreams, db->cstreams, db->nstreams + 1)) {
+    unlock(db);
+    stream_free(a, s);
+    return enomem(err, "stream");
+  }
+  for (size_t i = 0; i < db->nstreams; i++)
+    if (db->streams[i]->m.state == BS_STREAM_PROCESSING)
+      db->streams[i]->m.state = BS_STREAM_STOPPED;
+  s->id = (uint32_t)db->nstreams + 1;
+  db->streams[db->nstreams++] = s;
+  unlock(db);
+  if (id_out) *id_out = s->id;
+  return BS_OK;
+}
+
+static int mem_stream_list(bs_db *bdb, int (*fn)(const bs_stream_info *, void *), void *payload,
+                           bs_error *err) {
+  mem_db *db = MDB(bdb);
+  const bs_allocator *a = ALLOC(db);
+  bs_stream_info *infos;
+  bs_val *names = NULL, *copy = NULL;
+  size_t n;
+  int rc = BS_OK;
+  lock(db);
+  n = db->nstreams;
+  infos = bs_calloc(a, n ? n : 1, sizeof *infos);
+  names = bs_calloc(a, n ? n : 1, sizeof *names);
+  if (!infos || !names) goto nomem;
+  for (size_t i = 0; i < n; i++) names[i] = db->streams[i]->name;
+  if (vals_copy(a, names, n, &copy)) goto nomem;
+  for (size_t i = 0; i < n; i++) {
+    infos[i].id = db->streams[i]->id;
+    infos[i].name = copy[i];
+    infos[i].state = db->streams[i]->m.state;
+    infos[i].hash = db->streams[i]->m.hash;
+  }
+  unlock(db);
+  for (size_t i = 0; i < n && !rc; i++) rc = fn ? fn(&infos[i], payload) : BS_OK;
+  goto out;
+nomem:
+  unlock(db);
+  rc = enomem(err, "stream list");
+out:
+  bs_free(a, infos);
+  bs_free(a, names);
+  bs_free(a, copy);
+  return rc;
+}
+
+static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error *err) {
+  mem_db *db = MDB(bdb);
+  mem_storage *ms;
+  mem_stream *s = NULL;
+  lock(db);
+  if (id) {
+    if (id <= db->nstreams) s = db->streams[id - 1];
+  } else {
+    for (size_t i = db->nstreams; i-- > 0 && !s;)
+      if (db->streams[i]->m.state == BS_STREAM_ACTIVE ||
+          db->streams[i]->m.state == BS_STREAM_ERRORED)
+        s = db->streams[i];
+    if (!s && db->nstreams) s = db->streams[db->nstreams - 1];
+  }
+  unlock(db);
+  if (!s) {
+    if (id) return bs_fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
+    return bs_fail(err, BS_ENOTFOUND, "no stream exists");
+  }
+  ms = bs_calloc(ALLOC(db), 1, sizeof *ms);
+  if (!ms) return enomem(err, "storage");
+  ms->base.vt = &mem_vtable;
+  ms->base.db = bdb;
+  ms->base.cache = db->base.cache;
+  ms->base.stream_id = s->id;
+  ms->db = db;
+  ms->s = s;
+  ms->mode = BS_WCP_MANAGED;
+  *out = &ms->base;
+  return BS_OK;
+}
+
+static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
+  mem_db *db = MDB(bdb);
+  memset(out, 0, sizeof *out);
+  lock(db);
+  out->streams = db->nstreams;
+  out->write_checkpoints = db->nmw;
+  for (size_t i = 0; i < db->nstreams; i++) {
+    mem_stream *s = db->streams[i];
+    out->buckets += s->nbuckets;
+    out->parameter_entries += s->nparams;
+    out->source_records += s->nrecs;
+    out->write_checkpoints += s->ncw;
+    for (size_t k = 0; k < s->nbuckets; k++)
+      for (size_t j = 0; j < s->buckets[k]->n; j++) {
+        bs_op_type t = s->buckets[k]->ops[j].type;
+        if (t == BS_OP_PUT) out->ops_put++;
+        else if (t == BS_OP_REMOVE) out->ops_remove++;
+        else if (t == BS_OP_MOVE) out->ops_move++;
+        else out->ops_clear++;
+      }
+  }
+  unlock(db);
+  return BS_OK;
+}
+
+/* ---- verify: real checks on the naive store ----------------------------------------------------- */
+
+typedef struct vlist {
+  const bs_allocator *a;
+  char **msgs;
+  size_t n, cap;
+  int oom;
+} vlist;
+
+static void problem(vlist *v, const char *fmt, ...) BS_PRINTF(2, 3);
+static void problem(vlist *v, const char *fmt, ...) {
+  char buf[256], *p;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (GROW(v->a, v->msgs, v->n, v->cap, v->n + 1) || !(p = bs_malloc(v->a, strlen(buf) + 1))) {
+    v->oom = 1;
+    return;
+  }
+  memcpy(p, buf, strlen(buf) + 1);
+  v->msgs[v->n++] = p;
+}
+
+static int u64_cmp(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static int has_payload(const mem_op *o) {
+  return o->ot.size || o->oi.size || o->sk.size || o->data.size;
+}
+
+static void verify_bucket(vlist *v, const mem_stream *s, const mem_bucket *b) {
+  unsigned sid = (unsigned)s->id;
+  int bn = (int)(b->name.size > 64 ? 64 : b->name.size);
+  const char *bp = b->name.size ? (const char *)b->name.data : "";
+  for (size_t k = 0; k < b->n; k++) {
+    const mem_op *o = &b->ops[k];
+    unsigned long long id = (unsigned long long)o->id;
+    if (o->id == 0 || o->id > s->m.op_head)
+      problem(v, "stream %u bucket '%.*s': op %llu outside 1..%llu", sid, bn, bp, id,
+              (unsigned long long)s->m.op_head);
+    if (k && o->id <= b->ops[k - 1].id)
+      problem(v, "stream %u bucket '%.*s': op %llu not above op %llu", sid, bn, bp, id,
+              (unsigned long long)b->ops[k - 1].id);
+    switch (o->type) {
+    case BS_OP_PUT:
+      if (o->sk.size != BS_SUBKEY_SIZE || o->target)
+        problem(v, "stream %u bucket '%.*s': PUT %llu malformed", sid, bn, bp, id);
+      if (o->checksum != bs_checksum_put(s->m.hash, o->ot, o->oi, o->data))
+        problem(v, "stream %u bucket '%.*s': PUT %llu checksum mismatch", sid, bn, bp, id);
+      break;
+    case BS_OP_REMOVE:
+      if (o->sk.size != BS_SUBKEY_SIZE || o->data.size || o->target)
+        problem(v, "stream %u bucket '%.*s': REMOVE %llu malformed", sid, bn, bp, id);
+      if (o->checksum != bs_checksum_remove(s->m.hash, o->sk))
+        problem(v, "stream %u bucket '%.*s': REMOVE %llu checksum mismatch", sid, bn, bp, id);
+      break;
+    case BS_OP_MOVE:
+      if (has_payload(o) || o->target <= o->id)
+        problem(v, "stream %u bucket '%.*s': MOVE %llu malformed (target %llu)", sid, bn, bp,
+                id, (unsigned long long)o->target);
+      break;
+    case BS_OP_CLEAR:
+      if (k != 0 || has_payload(o) || b->clear_op != o->id || b->clear_start > o->id)
+        problem(v, "stream %u bucket '%.*s': CLEAR %llu malformed or misplaced", sid, bn, bp, id);
+      break;
+    default:
+      problem(v, "stream %u bucket '%.*s': op %llu has type %d", sid, bn, bp, id, (int)o->type);
+    }
+  }
+  if (b->clear_op && (!b->n || b->ops[0].type != BS_OP_CLEAR))
+    problem(v, "stream %u bucket '%.*s': torn span without a leading CLEAR", sid, bn, bp);
+}
+
+static void verify_stream(vlist *v, const mem_stream *s) {
+  const bs_allocator *a = v->a;
+  size_t nids = s->nparams, k = 0;
+  uint64_t *ids;
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    verify_bucket(v, s, s->buckets[i]);
+    nids += s->buckets[i]->n;
+  }
+  /* op ids are unique across the stream's buckets and parameter entries */
+  ids = bs_calloc(a, nids ? nids : 1, sizeof *ids);
+  if (!ids) {
+    v->oom = 1;
+    return;
+  }
+  for (size_t i = 0; i < s->nbuckets; i++)
+    for (size_t j = 0; j < s->buckets[i]->n; j++) ids[k++] = s->buckets[i]->ops[j].id;
+  for (size_t i = 0; i < s->nparams; i++) {
+    ids[k++] = s->params[i].id;
+    if (i && s->params[i].id <= s->params[i - 1].id)
+      problem(v, "stream %u: parameter entries out of op id order", (unsigned)s->id);
+    if (s->params[i].id > s->m.op_head)
+      problem(v, "stream %u: parameter entry above the op head", (unsigned)s->id);
+  }
+  qsort(ids, nids, sizeof *ids, u64_cmp);
+  for (size_t i = 1; i < nids; i++)
+    if (ids[i] == ids[i - 1])
+      problem(v, "stream %u: op id %llu used twice", (unsigned)s->id, (unsigned long long)ids[i]);
+  bs_free(a, ids);
+  if (s->m.checkpoint > s->m.op_head)
+    problem(v, "stream %u: checkpoint above the op head", (unsigned)s->id);
+  /* source records: unique keys, known tables, memberships in existing buckets */
+  for (size_t i = 0; i < s->nrecs; i++) {
+    const mem_rec *r = s->recs[i];
+    int known = 0;
+    for (size_t t = 0; t < s->ntables; t++)
+      known |= !s->tables[t]->dropped && s->tables[t]->id == r->table;
+    if (!known) problem(v, "stream %u: source record of unknown table %u", (unsigned)s->id,
+                        (unsigned)r->table);
+    for (size_t j = 0; j < i; j++)
+      if (s->recs[j]->table == r->table && bs_val_eq(s->recs[j]->rid, r->rid))
+        problem(v, "stream %u: duplicate source record in table %u", (unsigned)s->id,
+                (unsigned)r->table);
+    if (r->soft && (r->nm || r->nl || r->has_data))
+      problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
+    for (size_t j = 0; j < r->nm; j++)
+      if (!bucket_find((mem_stream *)s, r->m[j].bucket, NULL))
+        problem(v, "stream %u: source record names a missing bucket", (unsigned)s->id);
+  }
+}
+
+static int mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload,
+                      uint64_t *problems, bs_error *err) {
+  mem_db *db = MDB(bdb);
+  vlist v;
+  int rc = BS_OK;
+  memset(&v, 0, sizeof v);
+  v.a = ALLOC(db);
+  lock(db);
+  for (size_t i = 0; i < db->nstreams; i++) verify_stream(&v, db->streams[i]);
+  unlock(db);
+  if (v.oom) rc = enomem(err, "verify");
+  for (size_t i = 0; i < v.n; i++) {
+    if (!rc && fn) fn(v.msgs[i], payload);
+    bs_free(v.a, v.msgs[i]);
+  }
+  bs_free(v.a, v.msgs);
+  if (!rc && problems) *problems = v.n;
+  return rc;
+}
+
+static const bs_db_ops mem_db_ops = {
+    mem_close, mem_stream_create, mem_stream_list, mem_storage_open, mem_stat, mem_verify,
+};
+
+int bs_mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {
+  const bs_allocator *a = opts && opts->allocator ? opts->allocator : &bs_default_allocator;
+  mem_db *db = bs_calloc(a, 1, sizeof *db);
+  int rc;
+  if (!db) return enomem(err, "memory database");
+  if ((rc = bs_db_base_init(&db->base, &mem_db_ops, opts, err))) {
+    bs_free(a, db);
+    return rc;
+  }
+  if (pthread_mutex_init(&db->mu, NULL)) {
+    bs_db_base_destroy(&db->base);
+    bs_free(a, db);
+    return enomem(err, "memory database mutex");
+  }
+  *out = &db->base;
+  return BS_OK;
+}

@@ -1,0 +1,91 @@
+/*
+ * crash_writer: the victim of the crash test. Usage: crash_writer DB LOG SEED
+ *
+ * Opens DB (durable mode: fsync at every commit), continues the deterministic workload of
+ * crash_workload.h from the commit after the file's checkpoint, and commits forever; every 5th
+ * commit it also compacts (in short transactions) and sometimes runs an incremental pass. After
+ * each bs_writer_commit() returns BS_OK it appends "k OPID\n" to LOG and fsyncs it, so LOG's last
+ * line is a commit that is durable. The harness SIGKILLs it at random moments.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crash_workload.h"
+
+static int die(const char *what, int rc, const bs_error *err) {
+  fprintf(stderr, "crash_writer: %s: %s (%s)\n", what, bs_strerror(rc), err ? err->msg : "");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  bs_error err = {0, ""};
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  bs_checkpoint cp;
+  cw_state state = {0};
+  uint64_t seed, k = 0;
+  int rc, log;
+  if (argc != 4) {
+    fprintf(stderr, "usage: crash_writer DB LOG SEED\n");
+    return 2;
+  }
+  seed = strtoull(argv[3], NULL, 10);
+  if ((log = open(argv[2], O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) {
+    perror(argv[2]);
+    return 2;
+  }
+  if ((rc = bs_open(&db, argv[1], NULL, &err))) return die("open", rc, &err);
+  rc = bs_storage_open(&st, db, 0, &err);
+  if (rc == BS_ENOTFOUND) {
+    if ((rc = bs_stream_create(NULL, db, "crash", NULL, &err))) return die("stream", rc, &err);
+    rc = bs_storage_open(&st, db, 0, &err);
+  }
+  if (rc) return die("storage_open", rc, &err);
+  if ((rc = bs_get_checkpoint(st, &cp, &err))) return die("checkpoint", rc, &err);
+  if (cp.has_lsn) {
+    char buf[32];
+    size_t n = cp.lsn_size < sizeof buf - 1 ? cp.lsn_size : sizeof buf - 1;
+    memcpy(buf, cp.lsn, n);
+    buf[n] = 0;
+    k = strtoull(buf, NULL, 10);
+  }
+  /* rebuild the workload's state up to the file's checkpoint (no writes) */
+  for (uint64_t c = 1; c <= k; c++)
+    if ((rc = cw_commit_saves(&state, seed, c, NULL, &err))) return die("replay", rc, &err);
+  wo.max_records = 8; /* auto-flushes inside a commit: persisted, not yet committed ops */
+  if ((rc = bs_writer_open(&w, st, &wo, &err))) return die("writer_open", rc, &err);
+  if ((rc = bs_writer_snapshot_done(w, cw_v("00000000"), &err))) return die("snapshot", rc, &err);
+  for (uint64_t c = k + 1;; c++) {
+    bs_commit_result res;
+    char lsn[32], line[64];
+    int len;
+    if ((rc = cw_commit_saves(&state, seed, c, w, &err))) return die("save", rc, &err);
+    cw_lsn(lsn, sizeof lsn, c);
+    if ((rc = bs_writer_commit(w, cw_v(lsn), NULL, &res, &err))) return die("commit", rc, &err);
+    if (!res.checkpoint_created) return die("commit made no checkpoint", BS_ESTATE, NULL);
+    len = snprintf(line, sizeof line, "%llu %llu\n", (unsigned long long)c,
+                   (unsigned long long)res.checkpoint);
+    if (write(log, line, (size_t)len) != len || fsync(log) != 0) {
+      perror("log");
+      return 2;
+    }
+    if (c % 5 == 0) {
+      bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+      co.min_bucket_changes = 1;
+      co.min_change_ratio = 0;
+      co.compact_parameters = 1;
+      co.max_ops_per_txn = 20;
+      if (c % 10 == 0) {
+        co.incremental_only = 1;
+        co.min_age_ms = 0;
+      }
+      if ((rc = bs_compact(st, &co, NULL, &err))) return die("compact", rc, &err);
+    }
+  }
+}

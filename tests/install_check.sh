@@ -1,0 +1,97 @@
+#!/bin/sh
+# install_check.sh: `make install` into a temporary DESTDIR + PREFIX, then build a tiny program
+# against the installed copy with `pkg-config --cflags --libs bucketstore` (shared, and static
+# with --static), run both, and check what was (not) installed; then `make uninstall` leaves
+# nothing behind. Run from the project root (make test does).
+set -eu
+MAKE=${MAKE:-make}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bs-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=/opt/bucketstore-test
+stage="$tmp/stage"
+root="$stage$prefix"
+fail() { echo "install_check: FAIL: $*" >&2; exit 1; }
+
+$MAKE --no-print-directory -s install DESTDIR="$stage" PREFIX="$prefix" >/dev/null
+
+for f in include/storage.h lib/libbucketstore.a lib/libbucketstore.so lib/libbucketstore.so.0 \
+         bin/bucketstore lib/pkgconfig/bucketstore.pc; do
+  [ -e "$root/$f" ] || fail "$f not installed"
+done
+[ -L "$root/lib/libbucketstore.so" ] || fail "libbucketstore.so is not a symlink"
+[ -L "$root/lib/libbucketstore.so.0" ] || fail "libbucketstore.so.0 is not a symlink"
+real=$(ls "$root"/lib/libbucketstore.so.*.*.* 2>/dev/null | head -n 1)
+[ -f "$real" ] && [ ! -L "$real" ] || fail "no versioned real name libbucketstore.so.X.Y.Z"
+soname=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
+[ "$soname" = libbucketstore.so.0 ] || fail "soname is '$soname', want libbucketstore.so.0"
+if find "$stage" -name 'internal.h' | grep -q .; then fail "internal.h was installed"; fi
+[ "$(ls "$root/include")" = storage.h ] || fail "extra headers: $(ls "$root/include")"
+grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/bucketstore.pc" || fail "pc prefix"
+
+# pkg-config must see the staged copy: point it at the staged .pc and relocate the prefix.
+export PKG_CONFIG_PATH="$root/lib/pkgconfig"
+pc() { pkg-config --define-variable=prefix="$root" --define-variable=libdir="$root/lib" \
+         --define-variable=includedir="$root/include" "$@" bucketstore; }
+[ "$(pc --modversion)" = "$(sed -n 's/^#define BS_VERSION_STRING "\(.*\)"/\1/p' storage.h)" ] \
+  || fail "pkg-config --modversion"
+
+cat > "$tmp/hello.c" <<'C'
+/* A host program: open an in-memory store, write one row, commit, read it back. */
+#include <storage.h>
+#include <stdio.h>
+#include <string.h>
+
+static int count_ops(const bs_chunk *c, void *payload) {
+  *(size_t *)payload += c->n_ops;
+  return 0;
+}
+
+int main(void) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_error err = {0, ""};
+  bs_save s = BS_SAVE_INIT;
+  bs_row row = {{"b1", 2}, {"t", 1}, {"r1", 2}, {"{}", 2}};
+  bs_bucket_request req = {{"b1", 2}, 0};
+  bs_commit_result cr;
+  uint32_t id;
+  size_t n = 0;
+  int more = 0;
+  if (strcmp(bs_strerror(BS_ETOOBIG), "") == 0) return 1;
+  if (bs_open_memory(&db, NULL, &err) || bs_stream_create(&id, db, "s", NULL, &err) ||
+      bs_storage_open(&st, db, id, &err) || bs_writer_open(&w, st, NULL, &err))
+    goto fail;
+  s.table.data = "t"; s.table.size = 1;
+  s.after_id.data = "r1"; s.after_id.size = 2;
+  s.rows = &row; s.n_rows = 1;
+  if (bs_writer_save(w, &s, &err) || bs_writer_snapshot_done(w, (bs_val){"1", 1}, &err) ||
+      bs_writer_commit(w, (bs_val){"1", 1}, NULL, &cr, &err) || !cr.checkpoint_created)
+    goto fail;
+  if (bs_get_bucket_data(st, cr.checkpoint, &req, 1, NULL, count_ops, &n, &more, &err) || n != 1)
+    goto fail;
+  bs_writer_close(w); bs_storage_close(st); bs_close(db);
+  printf("installed bucketstore %s works\n", BS_VERSION_STRING);
+  return 0;
+fail:
+  fprintf(stderr, "hello: %s\n", err.msg);
+  return 1;
+}
+C
+cc=${CC:-cc}
+# shellcheck disable=SC2046
+$cc -std=c99 -Wall -Werror $(pc --cflags) -o "$tmp/hello" "$tmp/hello.c" $(pc --libs)
+LD_LIBRARY_PATH="$root/lib" "$tmp/hello" >/dev/null || fail "shared build does not run"
+ldd_out=$(LD_LIBRARY_PATH="$root/lib" ldd "$tmp/hello")
+echo "$ldd_out" | grep -q "libbucketstore.so.0 => $root/lib/" || fail "not linked to libbucketstore.so.0"
+# Static: the archive plus Libs.private.
+# shellcheck disable=SC2046
+$cc -std=c99 -Wall -Werror $(pc --cflags) -o "$tmp/hello_static" "$tmp/hello.c" \
+  "$root/lib/libbucketstore.a" $(pc --static --libs-only-l | sed 's/-lbucketstore//')
+"$tmp/hello_static" >/dev/null || fail "static build does not run"
+"$root/bin/bucketstore" version >/dev/null || fail "installed CLI does not run"
+
+$MAKE --no-print-directory -s uninstall DESTDIR="$stage" PREFIX="$prefix" >/dev/null
+left=$(find "$stage" -type f -o -type l)
+[ -z "$left" ] || fail "uninstall left: $left"
+echo "install_check: ok (prefix $prefix, soname $soname, $(basename "$real"))"

@@ -1,0 +1,833 @@
+/*
+ * test_compact.c: compaction through the public API (SPEC.md section 6, properties 1-3 and 6
+ * of section 9) on the LMDB backend. Randomized tests take BS_SEED (default fixed) and print
+ * it on failure; BS_TEST_QUICK=1 keeps them to a few seconds.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "storage.h"
+
+static unsigned long long g_seed = 12345;
+static int g_quick;
+
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    bs_error e_ = {0, ""};                                                                      \
+    int rc_ = (call);                                                                           \
+    if (rc_ != BS_OK) {                                                                         \
+      print_error("%s failed: %s (%s) seed=%llu\n", #call, bs_strerror(rc_), e_.msg, g_seed);   \
+      fail();                                                                                   \
+    }                                                                                           \
+  } while (0)
+#define ERR (&e_)
+
+/* ---- Environment ---------------------------------------------------------------------------- */
+
+typedef struct env {
+  char dir[64], path[96];
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  unsigned lsn;
+} env;
+
+static void env_open(env *e) {
+  uint32_t id;
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  memset(e, 0, sizeof *e);
+  strcpy(e->dir, "/tmp/bs_compact_XXXXXX");
+  assert_non_null(mkdtemp(e->dir));
+  snprintf(e->path, sizeof e->path, "%s/db", e->dir);
+  oo.flags = BS_OPEN_NOSYNC;
+  CHECK(bs_open(&e->db, e->path, &oo, ERR));
+  CHECK(bs_stream_create(&id, e->db, "s1", NULL, ERR));
+  CHECK(bs_storage_open(&e->st, e->db, id, ERR));
+  CHECK(bs_writer_open(&e->w, e->st, NULL, ERR));
+}
+
+static void env_close(env *e) {
+  char cmd[160];
+  if (e->w) bs_writer_close(e->w);
+  if (e->st) bs_storage_close(e->st);
+  if (e->db) bs_close(e->db);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", e->dir);
+}
+
+static bs_val S(const char *s) {
+  bs_val v = {s, s ? strlen(s) : 0};
+  return v;
+}
+
+/* UPDATE of row `id`: a PUT in each of the n buckets (REMOVEs where it left one). */
+static void save_row(env *e, const char *id, const char *const *buckets, size_t n,
+                     const char *data) {
+  bs_row rows[8];
+  bs_save s = BS_SAVE_INIT;
+  for (size_t i = 0; i < n; i++) {
+    rows[i].bucket = S(buckets[i]);
+    rows[i].object_type = S("test");
+    rows[i].object_id = S(id);
+    rows[i].data = S(data);
+  }
+  s.table = S("t");
+  s.tag = BS_UPDATE;
+  s.after_id = S(id);
+  s.rows = rows;
+  s.n_rows = n;
+  CHECK(bs_writer_save(e->w, &s, ERR));
+}
+
+static void put(env *e, const char *bucket, const char *id, const char *data) {
+  save_row(e, id, &bucket, 1, data);
+}
+
+static void del(env *e, const char *id) {
+  bs_save s = BS_SAVE_INIT;
+  s.table = S("t");
+  s.tag = BS_DELETE;
+  s.before_id = S(id);
+  CHECK(bs_writer_save(e->w, &s, ERR));
+}
+
+static uint64_t flush(env *e) {
+  uint64_t last = 0;
+  CHECK(bs_writer_flush(e->w, &last, ERR));
+  return last;
+}
+
+static uint64_t commit(env *e) {
+  char lsn[32];
+  bs_commit_result r;
+  if (e->lsn == 0) {
+    CHECK(bs_writer_snapshot_done(e->w, S("00000000"), ERR));
+  }
+  snprintf(lsn, sizeof lsn, "%08u", ++e->lsn);
+  CHECK(bs_writer_commit(e->w, S(lsn), NULL, &r, ERR));
+  assert_true(r.checkpoint_created);
+  return r.checkpoint;
+}
+
+/* ---- Reading into owned ops ---------------------------------------------------------------- */
+
+typedef struct mop {
+  uint64_t op_id, target;
+  bs_op_type type;
+  uint32_t checksum;
+  char row[128];  /* object_type / object_id / subkey; "" for MOVE/CLEAR */
+  char data[64];
+} mop;
+
+typedef struct oplist {
+  mop *v;
+  size_t n, cap;
+  uint64_t max_target;
+} oplist;
+
+static void ol_push(oplist *l, const mop *m) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 64;
+    l->v = realloc(l->v, l->cap * sizeof *l->v);
+    assert_non_null(l->v);
+  }
+  l->v[l->n++] = *m;
+}
+
+static void ol_free(oplist *l) {
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static void to_mop(const bs_op *op, mop *m) {
+  memset(m, 0, sizeof *m);
+  m->op_id = op->op_id;
+  m->target = op->target_op;
+  m->type = op->type;
+  m->checksum = op->checksum;
+  if (op->type == BS_OP_PUT || op->type == BS_OP_REMOVE)
+    snprintf(m->row, sizeof m->row, "%.*s/%.*s/%.*s", (int)op->object_type.size,
+             (const char *)op->object_type.data, (int)op->object_id.size,
+             (const char *)op->object_id.data, (int)op->subkey.size,
+             (const char *)op->subkey.data);
+  if (op->type == BS_OP_PUT)
+    snprintf(m->data, sizeof m->data, "%.*s", (int)op->data.size, (const char *)op->data.data);
+}
+
+static int on_chunk(const bs_chunk *c, void *payload) {
+  oplist *l = payload;
+  if (c->target_op > l->max_target) l->max_target = c->target_op;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    mop m;
+    to_mop(&c->ops[i], &m);
+    ol_push(l, &m);
+  }
+  return 0;
+}
+
+/* Ops of bucket in (after, C], in several calls of a small limit. Returns the status. */
+static int read_ops(env *e, const char *bucket, uint64_t after, uint64_t c, oplist *out) {
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_bucket_request req = {S(bucket), after};
+  int more = 1, rc = BS_OK;
+  memset(out, 0, sizeof *out);
+  bo.limit = 7;
+  while (more && rc == BS_OK) {
+    size_t before = out->n;
+    rc = bs_get_bucket_data(e->st, c, &req, 1, &bo, on_chunk, out, &more, NULL);
+    if (out->n > before) req.after = out->v[out->n - 1].op_id;
+    else if (more) break;
+  }
+  return rc;
+}
+
+static int checksum_at(env *e, const char *bucket, uint64_t c, bs_checksum *out) {
+  bs_val b = S(bucket);
+  return bs_get_checksums(e->st, c, &b, 1, out, NULL);
+}
+
+/* ---- The client's reduce (the reference test suite's reduceBucket) ------------------------- */
+
+typedef struct rslot {
+  int state; /* 0 empty, 1 live, 2 deleted */
+  mop op;
+} rslot;
+
+typedef struct reduced {
+  uint32_t other; /* checksum of everything not a live PUT */
+  rslot *t;       /* live PUTs by row (open addressing) */
+  size_t cap, n, used;
+} reduced;
+
+static size_t row_hash(const char *s) {
+  size_t h = 1469598103934665603ull;
+  while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+  return h;
+}
+
+static rslot *r_find(reduced *r, const char *row, int insert) {
+  size_t i, first_free = SIZE_MAX;
+  if (insert && (r->used + 1) * 2 > r->cap) { /* rebuild */
+    reduced nr = {r->other, NULL, r->cap ? r->cap * 2 : 64, 0, 0};
+    nr.t = calloc(nr.cap, sizeof(rslot));
+    assert_non_null(nr.t);
+    for (i = 0; i < r->cap; i++)
+      if (r->t[i].state == 1) {
+        size_t j = row_hash(r->t[i].op.row) & (nr.cap - 1);
+        while (nr.t[j].state) j = (j + 1) & (nr.cap - 1);
+        nr.t[j] = r->t[i];
+        nr.n++;
+        nr.used++;
+      }
+    free(r->t);
+    *r = nr;
+  }
+  if (!r->cap) return NULL;
+  for (i = row_hash(row) & (r->cap - 1);; i = (i + 1) & (r->cap - 1)) {
+    if (r->t[i].state == 0) {
+      if (!insert) return NULL;
+      return first_free != SIZE_MAX ? &r->t[first_free] : &r->t[i];
+    }
+    if (r->t[i].state == 2 && first_free == SIZE_MAX) first_free = i;
+    if (r->t[i].state == 1 && strcmp(r->t[i].op.row, row) == 0) return &r->t[i];
+  }
+}
+
+static void reduce_apply(reduced *r, const mop *op) {
+  rslot *sl;
+  switch (op->type) {
+  case BS_OP_PUT:
+  case BS_OP_REMOVE:
+    if ((sl = r_find(r, op->row, 0)) != NULL) {
+      r->other += sl->op.checksum;
+      sl->state = 2;
+      r->n--;
+    }
+    if (op->type == BS_OP_PUT) {
+      sl = r_find(r, op->row, 1);
+      if (sl->state == 0) r->used++;
+      sl->state = 1;
+      sl->op = *op;
+      r->n++;
+    } else {
+      r->other += op->checksum;
+    }
+    break;
+  case BS_OP_MOVE: r->other += op->checksum; break;
+  case BS_OP_CLEAR:
+    if (r->t) memset(r->t, 0, r->cap * sizeof(rslot));
+    r->n = r->used = 0;
+    r->other = op->checksum;
+    break;
+  }
+}
+
+static void reduce_free(reduced *r) {
+  free(r->t);
+  memset(r, 0, sizeof *r);
+}
+
+static void reduce_list(reduced *r, const oplist *l, uint64_t upto) {
+  for (size_t i = 0; i < l->n; i++)
+    if (l->v[i].op_id <= upto) reduce_apply(r, &l->v[i]);
+}
+
+static void assert_reduced_equal(reduced *a, reduced *b, const char *what) {
+  int ok = a->other == b->other && a->n == b->n;
+  for (size_t i = 0; ok && i < a->cap; i++) {
+    rslot *o;
+    if (a->t[i].state != 1) continue;
+    o = r_find(b, a->t[i].op.row, 0);
+    ok = o && o->op.op_id == a->t[i].op.op_id && o->op.checksum == a->t[i].op.checksum &&
+         strcmp(o->op.data, a->t[i].op.data) == 0;
+  }
+  if (!ok) {
+    print_error("reduce mismatch (%s): other %u vs %u, puts %zu vs %zu, seed=%llu\n", what,
+                a->other, b->other, a->n, b->n, g_seed);
+    fail();
+  }
+}
+
+static void print_problem(const char *problem, void *payload) {
+  (void)payload;
+  print_error("verify: %s\n", problem);
+}
+
+static void verify_db(env *e) {
+  uint64_t problems = 0;
+  bs_error err;
+  int rc = bs_db_verify(e->db, print_problem, NULL, &problems, &err);
+  if (rc == BS_EUNSUPPORTED) return; /* verify not built yet */
+  if (rc) fail_msg("verify: %s (%s)", bs_strerror(rc), err.msg);
+  if (problems) fail_msg("verify: %llu problems, seed=%llu", (unsigned long long)problems, g_seed);
+}
+
+static bs_compact_options bucket_opts(const char **buckets, size_t n) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  static bs_val names[8];
+  for (size_t i = 0; i < n; i++) names[i] = S(buckets[i]);
+  o.buckets = names;
+  o.n_buckets = n;
+  return o;
+}
+
+/* ---- SPEC.md section 6 examples ------------------------------------------------------------- */
+
+static void test_spec_move(void **state) {
+  env e;
+  oplist l;
+  bs_checksum before, after;
+  bs_compact_stats stats;
+  const char *b = "b";
+  bs_compact_options o = bucket_opts(&b, 1);
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "t1", "{\"id\":\"t1\"}");
+  put(&e, "b", "t2", "{\"id\":\"t2\"}");
+  put(&e, "b", "t2", "{\"id\":\"t2\",\"v\":2}");
+  assert_int_equal(commit(&e), 3);
+  CHECK(checksum_at(&e, "b", 3, &before));
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved, 1);
+  assert_int_equal(stats.buckets_compacted, 1);
+  assert_true(stats.bytes_after < stats.bytes_before);
+  CHECK(read_ops(&e, "b", 0, 3, &l));
+  assert_int_equal(l.n, 3);
+  assert_int_equal(l.v[0].type, BS_OP_PUT);
+  assert_int_equal(l.v[1].type, BS_OP_MOVE);
+  assert_int_equal(l.v[1].target, 3);
+  assert_string_equal(l.v[1].row, "");
+  assert_int_equal(l.v[2].type, BS_OP_PUT);
+  CHECK(checksum_at(&e, "b", 3, &after));
+  assert_int_equal(after.checksum, before.checksum);
+  assert_int_equal(after.count, 3);
+  ol_free(&l);
+  /* a second pass finds nothing more */
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved + stats.ops_cleared, 0);
+  verify_db(&e);
+  env_close(&e);
+}
+
+static void test_spec_clear(void **state) {
+  env e;
+  oplist l;
+  bs_checksum c2, c4, after, x;
+  bs_compact_stats stats;
+  const char *b = "b";
+  bs_compact_options o = bucket_opts(&b, 1);
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "t1", "{\"id\":\"t1\"}");
+  put(&e, "b", "t2", "{\"id\":\"t2\"}");
+  del(&e, "t1");
+  put(&e, "b", "t2", "{\"id\":\"t2\",\"v\":2}");
+  assert_int_equal(commit(&e), 4);
+  CHECK(checksum_at(&e, "b", 2, &c2)); /* cached below the CLEAR to come */
+  CHECK(checksum_at(&e, "b", 4, &c4));
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved, 2);
+  assert_int_equal(stats.ops_cleared, 3);
+  CHECK(read_ops(&e, "b", 0, 4, &l));
+  assert_int_equal(l.n, 2);
+  assert_int_equal(l.v[0].type, BS_OP_CLEAR);
+  assert_int_equal(l.v[0].op_id, 3);
+  assert_int_equal(l.v[0].target, 4); /* the largest target replaced (MOVE of op 2) */
+  assert_int_equal(l.v[1].type, BS_OP_PUT);
+  assert_int_equal(l.v[1].op_id, 4);
+  CHECK(checksum_at(&e, "b", 4, &after));
+  assert_int_equal(after.checksum, c4.checksum);
+  assert_int_equal(after.count, 2);
+  CHECK(checksum_at(&e, "b", 3, &after));
+  assert_int_equal(after.count, 1);
+  ol_free(&l);
+  /* torn reads: inside [clear_start, clear_op) */
+  assert_int_equal(checksum_at(&e, "b", 2, &x), BS_EINVALIDATED);
+  assert_int_equal(checksum_at(&e, "b", 1, &x), BS_EINVALIDATED);
+  assert_int_equal(read_ops(&e, "b", 0, 2, &l), BS_EINVALIDATED);
+  ol_free(&l);
+  /* below the span: the bucket was empty then and still is */
+  CHECK(checksum_at(&e, "b", 0, &x));
+  assert_int_equal(x.count, 0);
+  (void)c2;
+  verify_db(&e);
+  env_close(&e);
+}
+
+static void test_default_horizon(void **state) {
+  env e;
+  oplist l;
+  bs_compact_stats stats;
+  const char *b = "b";
+  bs_compact_options o = bucket_opts(&b, 1);
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "t1", "a");
+  put(&e, "b", "t2", "a");
+  put(&e, "b", "t2", "b");
+  assert_int_equal(commit(&e), 3);
+  put(&e, "b", "t2", "c");
+  put(&e, "b", "t1", "b");
+  assert_int_equal(flush(&e), 5); /* persisted, not committed */
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(read_ops(&e, "b", 0, 5, &l));
+  assert_int_equal(l.n, 5);
+  assert_int_equal(l.v[0].type, BS_OP_PUT); /* superseded only above the horizon */
+  assert_int_equal(l.v[1].type, BS_OP_MOVE);
+  assert_int_equal(l.v[1].target, 3);
+  assert_int_equal(l.v[2].type, BS_OP_PUT);
+  assert_int_equal(l.v[3].type, BS_OP_PUT);
+  assert_string_equal(l.v[3].data, "c");
+  assert_int_equal(l.v[4].type, BS_OP_PUT);
+  ol_free(&l);
+  env_close(&e);
+}
+
+/* ---- Initial replication ------------------------------------------------------------------- */
+
+static void test_initial_replication(void **state) {
+  env e;
+  oplist l;
+  uint64_t n = 99;
+  bs_checksum cs;
+  bs_error err;
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "t1", "a");
+  put(&e, "b", "t2", "a");
+  put(&e, "b", "t1", "b");
+  del(&e, "t2");
+  put(&e, "c", "t3", "a");
+  assert_int_equal(flush(&e), 5);
+  CHECK(bs_compact_initial_replication(e.st, 0, 0, &n, ERR));
+  assert_int_equal(n, 2);
+  CHECK(read_ops(&e, "b", 0, 5, &l));
+  assert_int_equal(l.n, 1); /* t1's old PUT, t2's PUT and its REMOVE are gone */
+  assert_int_equal(l.v[0].op_id, 3);
+  assert_string_equal(l.v[0].data, "b");
+  CHECK(checksum_at(&e, "b", 5, &cs));
+  assert_int_equal(cs.count, 1);
+  assert_int_equal(cs.checksum, l.v[0].checksum);
+  ol_free(&l);
+  CHECK(bs_compact_initial_replication(e.st, 0, 0, &n, ERR));
+  assert_int_equal(n, 0);
+  verify_db(&e);
+  commit(&e);
+  assert_int_equal(bs_compact_initial_replication(e.st, 0, 0, &n, &err), BS_ESTATE);
+  env_close(&e);
+}
+
+/* ---- Incremental ---------------------------------------------------------------------------- */
+
+static void test_incremental(void **state) {
+  env e;
+  oplist l;
+  bs_compact_stats stats;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_checksum before, after;
+  uint64_t c;
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "t1", "a"); /* 1 */
+  put(&e, "b", "t2", "a"); /* 2 */
+  put(&e, "b", "t1", "b"); /* 3: 1 -> 3 */
+  put(&e, "b", "t3", "a"); /* 4 */
+  c = commit(&e);
+  put(&e, "b", "t2", "b"); /* 5: 2 -> 5, above the horizon */
+  flush(&e);
+  /* every checkpoint is younger than 1 minute: nothing happens */
+  o.incremental_only = 1;
+  o.min_age_ms = 60000;
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved, 0);
+  o.min_age_ms = 0;
+  CHECK(checksum_at(&e, "b", c, &before));
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved, 1);
+  CHECK(read_ops(&e, "b", 0, 5, &l));
+  assert_int_equal(l.v[0].type, BS_OP_MOVE);
+  assert_int_equal(l.v[0].target, 3);
+  assert_int_equal(l.v[1].type, BS_OP_PUT); /* op 2: superseded only above the horizon */
+  ol_free(&l);
+  CHECK(checksum_at(&e, "b", c, &after));
+  assert_int_equal(after.checksum, before.checksum);
+  c = commit(&e);
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved, 1);
+  assert_int_equal(stats.ops_cleared, 2); /* MOVE 1, MOVE 2 -> CLEAR(2) */
+  CHECK(read_ops(&e, "b", 0, c, &l));
+  assert_int_equal(l.n, 4);
+  assert_int_equal(l.v[0].type, BS_OP_CLEAR);
+  assert_int_equal(l.v[0].op_id, 2);
+  assert_int_equal(l.v[0].target, 5);
+  ol_free(&l);
+  /* the log is consumed: nothing more to do */
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.ops_moved + stats.ops_cleared, 0);
+  verify_db(&e);
+  env_close(&e);
+}
+
+/* ---- Random workloads against the history -------------------------------------------------- */
+
+static unsigned long long rng_state;
+static unsigned rnd(unsigned n) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (unsigned)((rng_state >> 33) % n);
+}
+
+#define NB 3
+static const char *const BUCKETS[NB] = {"b0", "b1", "b2"};
+
+typedef struct model {
+  oplist hist[NB]; /* every op ever written, as first read */
+  uint64_t read_upto;
+  uint64_t horizon; /* highest compaction horizon used */
+} model;
+
+/* Records the ops of (read_upto, c] (fresh: above every horizon used so far). */
+static void model_capture(env *e, model *m, uint64_t c) {
+  for (int b = 0; b < NB; b++) {
+    oplist l;
+    CHECK(read_ops(e, BUCKETS[b], m->read_upto, c, &l));
+    for (size_t i = 0; i < l.n; i++) {
+      assert_true(l.v[i].type == BS_OP_PUT || l.v[i].type == BS_OP_REMOVE);
+      ol_push(&m->hist[b], &l.v[i]);
+    }
+    ol_free(&l);
+  }
+  m->read_upto = c;
+}
+
+static void model_free(model *m) {
+  for (int b = 0; b < NB; b++) ol_free(&m->hist[b]);
+}
+
+/* Properties 1-3 at checkpoint c (>= every horizon used). */
+static void model_check(env *e, model *m, uint64_t c) {
+  for (int b = 0; b < NB; b++) {
+    const oplist *h = &m->hist[b];
+    uint32_t sum = 0;
+    uint64_t n = 0;
+    size_t i = 0;
+    oplist full;
+    reduced r1 = {0, NULL, 0, 0, 0}, r2 = {0, NULL, 0, 0, 0};
+    /* 1: checksum = history at C in [horizon, c]: both ends and a sample between */
+    for (uint64_t x = m->horizon, step = 1 + (c - m->horizon) / 24; x <= c;
+         x = (x < c && x + step > c) ? c : x + step) {
+      bs_checksum cs;
+      while (i < h->n && h->v[i].op_id <= x) sum += h->v[i++].checksum, n++;
+      CHECK(checksum_at(e, BUCKETS[b], x, &cs));
+      if (cs.checksum != sum || cs.count > n) {
+        print_error("bucket %s at %llu: checksum %u/%llu, history %u/%llu seed=%llu\n",
+                    BUCKETS[b], (unsigned long long)x, cs.checksum,
+                    (unsigned long long)cs.count, sum, (unsigned long long)n, g_seed);
+        fail();
+      }
+    }
+    /* 2: reduce equality */
+    CHECK(read_ops(e, BUCKETS[b], 0, c, &full));
+    for (i = 1; i < full.n; i++) assert_true(full.v[i].op_id > full.v[i - 1].op_id);
+    for (i = 0; i < full.n; i++) { /* 6: shape */
+      if (full.v[i].type == BS_OP_CLEAR) assert_int_equal(i, 0);
+      if (full.v[i].type == BS_OP_MOVE || full.v[i].type == BS_OP_CLEAR) {
+        assert_string_equal(full.v[i].row, "");
+        assert_true(full.v[i].target <= c);
+      }
+    }
+    reduce_list(&r1, h, c);
+    reduce_list(&r2, &full, c);
+    assert_reduced_equal(&r1, &r2, "reduce(history) vs reduce(read)");
+    reduce_free(&r2);
+    ol_free(&full);
+    /* 3: resume from a few positions */
+    for (int k = 0; k < 4; k++) {
+      uint64_t x = c ? rnd((unsigned)c + 1) : 0;
+      reduced r3 = {0, NULL, 0, 0, 0};
+      oplist tail;
+      int rc = read_ops(e, BUCKETS[b], x, c, &tail);
+      reduce_list(&r3, h, x);
+      if (rc == BS_OK && tail.max_target <= c) {
+        for (i = 0; i < tail.n; i++) reduce_apply(&r3, &tail.v[i]);
+        assert_reduced_equal(&r1, &r3, "resume");
+      } else if (rc != BS_OK && rc != BS_EINVALIDATED) {
+        fail_msg("resume read: %s seed=%llu", bs_strerror(rc), g_seed);
+      }
+      reduce_free(&r3);
+      ol_free(&tail);
+    }
+    reduce_free(&r1);
+  }
+}
+
+static int cancel_after(const bs_compact_stats *s, void *payload) {
+  int *left = payload;
+  (void)s;
+  return (*left)-- <= 0;
+}
+
+static void random_save(env *e, unsigned rows) {
+  char id[16], data[32];
+  const char *bs[NB];
+  size_t n = 0;
+  snprintf(id, sizeof id, "r%u", rnd(rows));
+  if (rnd(8) == 0) {
+    del(e, id);
+    return;
+  }
+  for (int b = 0; b < NB; b++)
+    if (rnd(3) == 0) bs[n++] = BUCKETS[b];
+  if (n == 0) bs[n++] = BUCKETS[rnd(NB)];
+  snprintf(data, sizeof data, "{\"v\":%u}", rnd(1000));
+  save_row(e, id, bs, n, data);
+}
+
+static void test_random(void **state) {
+  env e;
+  model m;
+  unsigned rounds = g_quick ? 40 : 200;
+  uint64_t c = 0;
+  (void)state;
+  rng_state = g_seed;
+  memset(&m, 0, sizeof m);
+  env_open(&e);
+  for (unsigned r = 0; r < rounds; r++) {
+    unsigned saves = 1 + rnd(30);
+    for (unsigned s = 0; s < saves; s++) random_save(&e, 12);
+    c = commit(&e);
+    model_capture(&e, &m, c);
+    if (rnd(2) == 0) {
+      bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+      bs_compact_stats stats;
+      int left = (int)rnd(4), rc;
+      bs_error err;
+      o.min_bucket_changes = 1;
+      o.min_change_ratio = 0;
+      o.max_ops_per_txn = 2 + rnd(6);
+      o.incremental_only = rnd(2);
+      o.min_age_ms = 0;
+      if (rnd(3) == 0) o.max_op_id = 1 + rnd((unsigned)c);
+      if (rnd(4) == 0) o.memory_limit_mb = 1;
+      if (rnd(4) == 0) {
+        o.progress = cancel_after;
+        o.progress_payload = &left;
+      }
+      rc = bs_compact(e.st, &o, &stats, &err);
+      if (rc != BS_OK && rc != BS_ECANCELED)
+        fail_msg("compact: %s (%s)", bs_strerror(rc), err.msg);
+      {
+        uint64_t h = o.max_op_id ? o.max_op_id : c;
+        if (h > m.horizon) m.horizon = h;
+      }
+    }
+    if (rnd(3) == 0) {
+      put(&e, BUCKETS[rnd(NB)], "r0", "{\"uncommitted\":1}"); /* persisted above C */
+      flush(&e);
+    }
+    model_check(&e, &m, c);
+  }
+  verify_db(&e);
+  model_free(&m);
+  env_close(&e);
+}
+
+/* Cancellation leaves a database every reader and a later compaction accept. */
+static void test_cancel(void **state) {
+  env e;
+  model m;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats stats;
+  int left = 1;
+  uint64_t c;
+  bs_error err;
+  (void)state;
+  rng_state = g_seed + 1;
+  memset(&m, 0, sizeof m);
+  env_open(&e);
+  for (int i = 0; i < 300; i++) random_save(&e, 20);
+  c = commit(&e);
+  model_capture(&e, &m, c);
+  o.min_bucket_changes = 1;
+  o.max_ops_per_txn = 5;
+  o.progress = cancel_after;
+  o.progress_payload = &left;
+  assert_int_equal(bs_compact(e.st, &o, &stats, &err), BS_ECANCELED);
+  m.horizon = c;
+  model_check(&e, &m, c);
+  verify_db(&e);
+  o.progress = NULL;
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  model_check(&e, &m, c);
+  verify_db(&e);
+  model_free(&m);
+  env_close(&e);
+}
+
+/* A seen-set far smaller than the rows: less is compacted, nothing is wrong. */
+static void test_bounded_memory(void **state) {
+  env e;
+  model m;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats small, full;
+  unsigned rows = g_quick ? 20000 : 60000;
+  char id[16];
+  uint64_t c;
+  (void)state;
+  memset(&m, 0, sizeof m);
+  env_open(&e);
+  for (int pass = 0; pass < 2; pass++)
+    for (unsigned i = 0; i < rows; i++) {
+      snprintf(id, sizeof id, "row%06u", i);
+      put(&e, "b0", id, pass ? "{\"v\":2}" : "{\"v\":1}");
+    }
+  c = commit(&e);
+  model_capture(&e, &m, c);
+  o.min_bucket_changes = 1;
+  o.memory_limit_mb = 1;
+  CHECK(bs_compact(e.st, &o, &small, ERR));
+  assert_true(small.ops_moved > 0);
+  assert_true(small.ops_moved < rows); /* the set filled up: some rows untracked */
+  m.horizon = c;
+  model_check(&e, &m, c);
+  o.memory_limit_mb = 0;
+  o.buckets = NULL;
+  {
+    const char *b = "b0";
+    bs_compact_options o2 = bucket_opts(&b, 1);
+    CHECK(bs_compact(e.st, &o2, &full, ERR));
+  }
+  assert_int_equal(small.ops_moved + full.ops_moved, rows);
+  model_check(&e, &m, c);
+  verify_db(&e);
+  model_free(&m);
+  env_close(&e);
+}
+
+/* ---- Parameter compaction ------------------------------------------------------------------- */
+
+static void save_lookup(env *e, const char *id, bs_val key, const char *param) {
+  bs_save s = BS_SAVE_INIT;
+  bs_lookup lk;
+  bs_val pv = S(param);
+  lk.key = key;
+  lk.params = &pv;
+  lk.n_params = 1;
+  s.table = S("t");
+  s.tag = BS_UPDATE;
+  s.after_id = S(id);
+  s.lookups = &lk;
+  s.n_lookups = 1;
+  CHECK(bs_writer_save(e->w, &s, ERR));
+}
+
+static int count_param(const bs_val *p, void *payload) {
+  char *last = payload;
+  snprintf(last, 32, "%.*s", (int)p->size, (const char *)p->data);
+  return 0;
+}
+
+static void test_parameters(void **state) {
+  env e;
+  unsigned char kb[64];
+  size_t ks;
+  bs_scalar sc;
+  bs_val key;
+  char got[32] = "";
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats stats;
+  uint64_t c;
+  bs_error err;
+  (void)state;
+  memset(&sc, 0, sizeof sc);
+  sc.type = BS_SCALAR_STRING;
+  sc.s = S("k1");
+  CHECK(bs_lookup_encode(kb, sizeof kb, &ks, &sc, 1, ERR));
+  key.data = kb;
+  key.size = ks;
+  env_open(&e);
+  save_lookup(&e, "p1", key, "{\"a\":1}");
+  save_lookup(&e, "p1", key, "{\"a\":2}");
+  del(&e, "p1"); /* tombstone */
+  save_lookup(&e, "p2", key, "{\"b\":1}");
+  save_lookup(&e, "p2", key, "{\"b\":2}");
+  c = commit(&e);
+  CHECK(bs_get_parameter_sets(e.st, c, &key, 1, 0, count_param, got, ERR));
+  assert_string_equal(got, "{\"b\":2}");
+  o.compact_parameters = 1;
+  o.min_bucket_changes = 1000; /* no bucket work */
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.parameter_entries_removed, 4);
+  got[0] = 0;
+  CHECK(bs_get_parameter_sets(e.st, c, &key, 1, 0, count_param, got, ERR));
+  assert_string_equal(got, "{\"b\":2}");
+  assert_int_equal(bs_get_parameter_sets(e.st, c - 1, &key, 1, 0, count_param, got, &err),
+                   BS_ESTALE);
+  /* a second pass at the same horizon has nothing to do */
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.parameter_entries_removed, 0);
+  verify_db(&e);
+  env_close(&e);
+}
+
+int main(void) {
+  const char *s = getenv("BS_SEED"), *q = getenv("BS_TEST_QUICK");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_spec_move),         cmocka_unit_test(test_spec_clear),
+      cmocka_unit_test(test_default_horizon),   cmocka_unit_test(test_initial_replication),
+      cmocka_unit_test(test_incremental),       cmocka_unit_test(test_random),
+      cmocka_unit_test(test_cancel),            cmocka_unit_test(test_bounded_memory),
+      cmocka_unit_test(test_parameters),
+  };
+  if (s) g_seed = strtoull(s, NULL, 10);
+  g_quick = q && *q && strcmp(q, "0") != 0;
+  fprintf(stderr, "test_compact: seed %llu\n", g_seed);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,661 @@
+/* test_front: the front's argument validation and dispatch (storage.c), on a fake db and a
+ * fake storage whose every vtable slot counts calls. Every check must return its documented
+ * code with a message naming the argument, and must not reach the backend. Also: request
+ * sorting/deduplication, option defaults, BS_EUNSUPPORTED for missing slots, read-only
+ * refusals, checkpoint waiting (in-process wakeup and polling) and the listener. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "internal.h"
+
+/* ---- the fake backend ---- */
+static int calls; /* backend calls */
+static bs_bucket_request seen_req[16];
+static size_t seen_n;
+static bs_batch_options seen_batch;
+static size_t seen_limit;
+static bs_compact_options seen_compact;
+static int seen_create_empty;
+static uint64_t fake_cp;
+
+typedef struct fst {
+  bs_storage base;
+} fst;
+typedef struct fw {
+  bs_writer base;
+} fw;
+
+static void s_destroy(bs_storage *st) { free(st); }
+static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
+                         bs_error *err) {
+  fw *w = calloc(1, sizeof *w);
+  calls++;
+  w->base.st = st;
+  *out = &w->base;
+  return BS_OK;
+}
+static void s_writer_close(bs_writer *w) { free(w); }
+static int s_save(bs_writer *w, const bs_save *c, bs_error *err) { calls++; return BS_OK; }
+static int s_trunc(bs_writer *w, bs_val t, int drop, bs_error *err) { calls++; return BS_OK; }
+static int s_flush(bs_writer *w, uint64_t *last, bs_error *err) { calls++; *last = 7; return 0; }
+static int s_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out, bs_error *err) {
+  calls++;
+  seen_create_empty = ce;
+  out->checkpoint_created = 1;
+  out->checkpoint = 7;
+  return BS_OK;
+}
+static int s_lsn(bs_writer *w, bs_val lsn, bs_error *err) { calls++; return BS_OK; }
+static int s_source_row(bs_writer *w, bs_val t, bs_val r, int (*fn)(const bs_val *, void *),
+                        void *p, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_custom(bs_writer *w, bs_val u, uint64_t c, bs_val e, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  calls++;
+  memset(out, 0, sizeof *out);
+  out->op_id = __atomic_load_n(&fake_cp, __ATOMIC_SEQ_CST);
+  return BS_OK;
+}
+static int s_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *req, size_t n,
+                         const bs_batch_options *o, int (*fn)(const bs_chunk *, void *), void *p,
+                         int *more, bs_error *err) {
+  calls++;
+  seen_n = n;
+  memcpy(seen_req, req, n * sizeof *req);
+  seen_batch = *o;
+  *more = 1;
+  return BS_OK;
+}
+static int s_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, bs_checksum *out,
+                       uint64_t *gen, bs_error *err) {
+  calls++;
+  for (size_t i = 0; i < n; i++) out[i].checksum = (uint32_t)b[i].size, out[i].count = cp;
+  return BS_OK;
+}
+static int s_changes(bs_storage *st, uint64_t from, uint64_t to,
+                     int (*fn)(const bs_checkpoint_changes *, void *), void *p, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_params(bs_storage *st, uint64_t cp, const bs_val *l, size_t n, size_t limit,
+                    int (*fn)(const bs_val *, void *), void *p, bs_error *err) {
+  calls++;
+  seen_limit = limit;
+  return BS_OK;
+}
+static int s_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val e, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids,
+                     int *adv, bs_error *err) {
+  calls++;
+  *adv = 1;
+  return BS_OK;
+}
+static int s_last_wcp(bs_storage *st, bs_val u, const bs_head *h, size_t n, uint64_t *id,
+                      int *found, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_delete_before(bs_storage *st, int64_t t, uint64_t *d, bs_error *err) {
+  calls++;
+  *d = 3;
+  return BS_OK;
+}
+static int s_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *s,
+                     bs_error *err) {
+  calls++;
+  seen_compact = *o;
+  return BS_OK;
+}
+static int s_compact_initial(bs_storage *st, uint64_t m, uint64_t min, uint64_t *b,
+                             bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_status(bs_storage *st, bs_status *out, bs_error *err) { calls++; return BS_OK; }
+static int s_report(bs_storage *st, const char *m, bs_error *err) { calls++; return BS_OK; }
+static int s_clear(bs_storage *st, bs_error *err) { calls++; return BS_OK; }
+static int s_terminate(bs_storage *st, int c, bs_error *err) { calls++; return BS_OK; }
+
+static bs_storage_vtable full_vt = {
+    BS_STORAGE_VTABLE_VERSION, s_destroy, s_writer_open, s_writer_close, s_save, s_trunc,
+    s_flush, s_commit, s_lsn, s_lsn, s_source_row, s_custom, s_get_checkpoint, s_bucket_data,
+    s_checksums, NULL, s_changes, s_params, s_wcp_mode, s_managed, s_last_wcp, s_delete_before,
+    s_compact, s_compact_initial, s_status, s_report, s_clear, s_terminate};
+static bs_storage_vtable empty_vt = {.version = BS_STORAGE_VTABLE_VERSION, .destroy = s_destroy};
+static bs_storage_vtable old_vt; /* version 0: every slot too new */
+static const bs_storage_vtable *open_vt = &full_vt;
+
+typedef struct fdb {
+  bs_db base;
+} fdb;
+
+static void d_close(bs_db *db) {
+  bs_db_base_destroy(db);
+  free(db);
+}
+static int d_stream_create(uint32_t *id, bs_db *db, bs_val name, const bs_stream_options *o,
+                           bs_error *err) {
+  calls++;
+  *id = 1;
+  return BS_OK;
+}
+static int d_storage_open(bs_storage **out, bs_db *db, uint32_t id, bs_error *err) {
+  fst *s = calloc(1, sizeof *s);
+  s->base.vt = open_vt;
+  s->base.stream_id = 1;
+  *out = &s->base;
+  return BS_OK;
+}
+static const bs_db_ops fake_ops = {d_close, d_stream_create, NULL, d_storage_open, NULL, NULL};
+
+static bs_db *fake_db(unsigned flags) {
+  fdb *d = calloc(1, sizeof *d);
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  o.flags = flags;
+  assert_int_equal(bs_db_base_init(&d->base, &fake_ops, &o, NULL), BS_OK);
+  return &d->base;
+}
+
+static bs_storage *fake_storage(bs_db *db) {
+  bs_storage *st;
+  assert_int_equal(bs_storage_open(&st, db, 0, NULL), BS_OK);
+  return st;
+}
+
+/* rc must be code, err must carry code and a message containing what; no backend call */
+#define EXPECT(expr, want_, what)                                                                \
+  do {                                                                                          \
+    bs_error err_;                                                                              \
+    int before_ = calls, rc_;                                                                   \
+    memset(&err_, 0, sizeof err_);                                                              \
+    rc_ = (expr);                                                                               \
+    (void)err_;                                                                                 \
+    if (rc_ != (want_) || !strstr(err_.msg, (what)))                                             \
+      fprintf(stderr, "%s:%d: rc %d msg '%s'\n", __FILE__, __LINE__, rc_, err_.msg);            \
+    assert_int_equal(rc_, (want_));                                                              \
+    assert_int_equal(err_.code, (want_));                                                        \
+    assert_non_null(strstr(err_.msg, (what)));                                                  \
+    assert_int_equal(calls, before_);                                                           \
+  } while (0)
+#define E (&err_)
+
+static const uint64_t TOO_HIGH = 0x8000000000000000ull;
+
+static void half_free(void *o, void *p) { free(p); }
+
+static void test_open_checks(void **state) {
+  bs_db *db = (bs_db *)1;
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_allocator half = {NULL, NULL, NULL, NULL};
+  (void)state;
+  EXPECT(bs_open(NULL, "x", NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_open(&db, NULL, NULL, E), BS_EINVAL, "path");
+  assert_null(db);
+  EXPECT(bs_open(&db, "", NULL, E), BS_EINVAL, "path");
+  o.version = 99;
+  EXPECT(bs_open(&db, "/tmp/x", &o, E), BS_EINVAL, "opts->version");
+  EXPECT(bs_open_memory(&db, &o, E), BS_EINVAL, "opts->version");
+  o.version = BS_OPEN_OPTIONS_VERSION;
+  o.flags = 0x100;
+  EXPECT(bs_open_memory(&db, &o, E), BS_EINVAL, "opts->flags");
+  o.flags = 0;
+  half.malloc_fn = NULL;
+  half.free_fn = half_free;
+  o.allocator = &half;
+  EXPECT(bs_open_memory(&db, &o, E), BS_EINVAL, "opts->allocator");
+  EXPECT(bs_open_memory(NULL, NULL, E), BS_EINVAL, "out");
+  bs_close(NULL); /* no-op */
+}
+
+static void test_strerror(void **state) {
+  static const struct { int code; const char *sym; } t[] = {
+      {BS_OK, "BS_OK"}, {BS_EINVAL, "BS_EINVAL"}, {BS_ENOTFOUND, "BS_ENOTFOUND"},
+      {BS_ETOOBIG, "BS_ETOOBIG"}, {BS_ELIMIT, "BS_ELIMIT"}, {BS_ESTATE, "BS_ESTATE"},
+      {BS_EINVALIDATED, "BS_EINVALIDATED"}, {BS_ESTALE, "BS_ESTALE"},
+      {BS_ECORRUPT, "BS_ECORRUPT"}, {BS_ENOMEM, "BS_ENOMEM"}, {BS_EIO, "BS_EIO"},
+      {BS_EBUSY, "BS_EBUSY"}, {BS_EUNSUPPORTED, "BS_EUNSUPPORTED"},
+      {BS_ECANCELED, "BS_ECANCELED"}};
+  (void)state;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    const char *s = bs_strerror(t[i].code);
+    assert_int_equal(strncmp(s, t[i].sym, strlen(t[i].sym)), 0);
+    assert_int_equal(s[strlen(t[i].sym)], ':');
+  }
+}
+
+static void test_stream_checks(void **state) {
+  bs_db *db = fake_db(0), *ro = fake_db(BS_OPEN_RDONLY);
+  bs_stream_options so = BS_STREAM_OPTIONS_INIT;
+  char name[300];
+  uint32_t id = 0;
+  (void)state;
+  memset(name, 'n', sizeof name);
+  name[256] = 0;
+  EXPECT(bs_stream_create(&id, NULL, "s", NULL, E), BS_EINVAL, "db");
+  EXPECT(bs_stream_create(&id, db, NULL, NULL, E), BS_EINVAL, "name");
+  EXPECT(bs_stream_create(&id, db, "", NULL, E), BS_EINVAL, "name");
+  EXPECT(bs_stream_create(&id, db, name, NULL, E), BS_ETOOBIG, "BS_MAX_STREAM_NAME");
+  so.hash = (bs_hash)5;
+  EXPECT(bs_stream_create(&id, db, "s", &so, E), BS_EINVAL, "opts->hash");
+  so.hash = BS_HASH_SHA256;
+  so.version = 0;
+  EXPECT(bs_stream_create(&id, db, "s", &so, E), BS_EINVAL, "opts->version");
+  EXPECT(bs_stream_create(&id, ro, "s", NULL, E), BS_ESTATE, "read-only");
+  name[255] = 0;
+  assert_int_equal(bs_stream_create(&id, db, name, NULL, NULL), BS_OK);
+  assert_int_equal(id, 1);
+  EXPECT(bs_stream_list(db, NULL, NULL, E), BS_EINVAL, "fn");
+  EXPECT(bs_stream_list(NULL, NULL, NULL, E), BS_EINVAL, "db");
+  EXPECT(bs_db_stat(db, (bs_stat *)name, E), BS_EUNSUPPORTED, "stat");
+  EXPECT(bs_db_stat(db, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_db_verify(NULL, NULL, NULL, NULL, E), BS_EINVAL, "db");
+  EXPECT(bs_storage_open(NULL, db, 0, E), BS_EINVAL, "out");
+  bs_storage *st = fake_storage(db);
+  assert_ptr_equal(st->db, db);
+  assert_ptr_equal(st->cache, db->cache); /* the front wires the cache */
+  assert_non_null(db->cache);
+  assert_int_equal(bs_storage_stream_id(st), 1);
+  assert_int_equal(bs_storage_stream_id(NULL), 0);
+  bs_storage_close(st);
+  bs_storage_close(NULL);
+  bs_close(db);
+  bs_close(ro);
+}
+
+static void test_writer_checks(void **state) {
+  bs_db *db = fake_db(0), *ro = fake_db(BS_OPEN_RDONLY);
+  bs_storage *st = fake_storage(db), *rost = fake_storage(ro);
+  bs_writer *w = NULL;
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  bs_commit_options co = BS_COMMIT_OPTIONS_INIT;
+  static char big[BS_MAX_OP_DATA + 1];
+  bs_row row = {{"b", 1}, {"t", 1}, {"i", 1}, {"{}", 2}};
+  bs_val params[1] = {{"{}", 2}};
+  bs_lookup lk = {{"k", 1}, params, 1};
+  bs_save s = BS_SAVE_INIT;
+  (void)state;
+  EXPECT(bs_writer_open(&w, NULL, NULL, E), BS_EINVAL, "st");
+  EXPECT(bs_writer_open(NULL, st, NULL, E), BS_EINVAL, "out");
+  wo.version = 2;
+  EXPECT(bs_writer_open(&w, st, &wo, E), BS_EINVAL, "opts->version");
+  EXPECT(bs_writer_open(&w, rost, NULL, E), BS_ESTATE, "read-only");
+  assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
+
+  s.table = bs_val_str("users");
+  s.after_id = bs_val_str("r1");
+  s.rows = &row;
+  s.n_rows = 1;
+  s.lookups = &lk;
+  s.n_lookups = 1;
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  EXPECT(bs_writer_save(w, NULL, E), BS_EINVAL, "change");
+  s.version = 0;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->version");
+  s.version = BS_SAVE_VERSION;
+  s.tag = (bs_tag)9;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->tag");
+  s.tag = BS_INSERT;
+  s.table.size = 0;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->table");
+  s.table.data = big;
+  s.table.size = BS_MAX_TABLE_NAME + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_TABLE_NAME");
+  s.table = bs_val_str("users");
+  s.after_id.data = NULL;
+  s.after_id.size = 0;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->after_id");
+  s.after_id.data = big;
+  s.after_id.size = BS_MAX_REPLICA_ID + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_REPLICA_ID");
+  s.after_id.size = BS_MAX_REPLICA_ID; /* exactly the limit is fine */
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  s.before_id.data = big;
+  s.before_id.size = BS_MAX_REPLICA_ID + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "change->before_id");
+  s.before_id.data = NULL;
+  s.before_id.size = 0;
+  s.tag = BS_DELETE;
+  s.after_id.data = NULL;
+  s.after_id.size = 0;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "before_id");
+  s.tag = BS_INSERT;
+  s.after_id = bs_val_str("r1");
+  row.bucket.data = big;
+  row.bucket.size = BS_MAX_BUCKET_NAME + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "rows[0].bucket");
+  row.bucket.size = 0;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].bucket");
+  row.bucket = bs_val_str("b");
+  row.data.data = big;
+  row.data.size = BS_MAX_OP_DATA + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_OP_DATA");
+  row.data = bs_val_str("{}");
+  row.object_id.data = NULL;
+  row.object_id.size = 3;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].object_id");
+  row.object_id = bs_val_str("i");
+  lk.key.data = big;
+  lk.key.size = BS_MAX_LOOKUP_KEY + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_LOOKUP_KEY");
+  lk.key = bs_val_str("k");
+  lk.params = NULL;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "lookups[0].params");
+  lk.params = params;
+  s.rows = NULL;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->rows");
+  s.rows = &row;
+
+  bs_val lsn_big = {big, BS_MAX_LSN + 1}, lsn = bs_val_str("0/1");
+  EXPECT(bs_writer_commit(w, lsn_big, NULL, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
+  EXPECT(bs_writer_keepalive(w, lsn_big, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
+  EXPECT(bs_writer_snapshot_done(w, lsn_big, E), BS_ETOOBIG, "BS_MAX_LSN");
+  EXPECT(bs_writer_resume_lsn(w, lsn_big, E), BS_ETOOBIG, "BS_MAX_LSN");
+  co.create_empty = 2;
+  EXPECT(bs_writer_commit(w, lsn, &co, NULL, E), BS_EINVAL, "opts->create_empty");
+  co.create_empty = -1;
+  bs_commit_result cr;
+  assert_int_equal(bs_writer_commit(w, lsn, &co, &cr, NULL), BS_OK);
+  assert_int_equal(seen_create_empty, -1); /* the writer's own setting: resolved by backend */
+  assert_true(cr.checkpoint == 7);
+  assert_int_equal(bs_writer_keepalive(w, lsn, NULL, NULL), BS_OK);
+  assert_int_equal(seen_create_empty, 1);
+  uint64_t last = 0;
+  assert_int_equal(bs_writer_flush(w, &last, NULL), BS_OK);
+  assert_true(last == 7);
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  EXPECT(bs_writer_truncate(w, (bs_val){NULL, 0}, E), BS_EINVAL, "table");
+  EXPECT(bs_writer_drop(w, (bs_val){big, BS_MAX_TABLE_NAME + 1}, E), BS_ETOOBIG, "table");
+  EXPECT(bs_writer_source_row(w, bs_val_str("t"), (bs_val){big, 300}, NULL, NULL, E), BS_ETOOBIG,
+         "replica_id");
+  EXPECT(bs_writer_source_row(w, bs_val_str("t"), bs_val_str("r"), NULL, NULL, E), BS_EINVAL,
+         "fn");
+  EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 0}, 1, lsn, E), BS_EINVAL,
+         "user_id");
+  EXPECT(bs_writer_custom_write_checkpoint(w, lsn, TOO_HIGH, lsn, E), BS_EINVAL, "checkpoint");
+  EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG,
+         "event");
+  w->closed = 1;
+  EXPECT(bs_writer_flush(w, NULL, E), BS_ESTATE, "closed");
+  EXPECT(bs_writer_save(w, &s, E), BS_ESTATE, "closed");
+  EXPECT(bs_writer_commit(w, lsn, NULL, NULL, E), BS_ESTATE, "closed");
+  EXPECT(bs_writer_save(NULL, &s, E), BS_EINVAL, "w");
+  bs_writer_close(w);
+  bs_writer_close(NULL);
+  bs_storage_close(st);
+  bs_storage_close(rost);
+  bs_close(db);
+  bs_close(ro);
+}
+
+static int on_chunk(const bs_chunk *c, void *p) { return 0; }
+static int on_params(const bs_val *v, void *p) { return 0; }
+static int on_changes(const bs_checkpoint_changes *c, void *p) { return 0; }
+
+static void test_read_checks(void **state) {
+  bs_db *db = fake_db(0);
+  bs_storage *st = fake_storage(db);
+  static char big[600];
+  bs_bucket_request req[4] = {{{"c", 1}, 1}, {{"a", 1}, 2}, {{"b", 1}, 3}, {{"a", 1}, 5}};
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_val buckets[2] = {{"a", 1}, {"bb", 2}};
+  bs_checksum out[2];
+  int more = 0;
+  (void)state;
+  EXPECT(bs_get_bucket_data(st, TOO_HIGH, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
+         "checkpoint");
+  EXPECT(bs_get_bucket_data(st, 10, NULL, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL, "req");
+  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, NULL, NULL, &more, E), BS_EINVAL, "on_chunk");
+  bo.version = 7;
+  EXPECT(bs_get_bucket_data(st, 10, req, 4, &bo, on_chunk, NULL, &more, E), BS_EINVAL,
+         "opts->version");
+  req[2].after = TOO_HIGH;
+  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
+         "req[2].after");
+  req[2].after = 3;
+  req[1].bucket.data = big;
+  req[1].bucket.size = BS_MAX_BUCKET_NAME + 1;
+  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_ETOOBIG,
+         "BS_MAX_BUCKET_NAME");
+  req[1].bucket.size = 0;
+  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
+         "req.bucket[1]");
+  req[1].bucket = bs_val_str("a");
+  /* sorted by name, deduplicated (the last request of a name wins), defaults filled in */
+  assert_int_equal(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, NULL), BS_OK);
+  assert_int_equal(seen_n, 3);
+  assert_memory_equal(seen_req[0].bucket.data, "a", 1);
+  assert_true(seen_req[0].after == 5);
+  assert_memory_equal(seen_req[1].bucket.data, "b", 1);
+  assert_memory_equal(seen_req[2].bucket.data, "c", 1);
+  assert_int_equal(more, 1);
+  assert_int_equal(seen_batch.limit, 1000);
+  assert_int_equal(seen_batch.chunk_bytes, 1024 * 1024);
+  assert_int_equal(seen_batch.max_bytes, 16 * 1024 * 1024);
+
+  EXPECT(bs_get_checksums(st, TOO_HIGH, buckets, 2, out, E), BS_EINVAL, "checkpoint");
+  EXPECT(bs_get_checksums(st, 5, buckets, 2, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_get_checksums(st, 5, NULL, 2, out, E), BS_EINVAL, "buckets");
+  buckets[1].data = big;
+  buckets[1].size = BS_MAX_BUCKET_NAME + 1;
+  EXPECT(bs_get_checksums(st, 5, buckets, 2, out, E), BS_ETOOBIG, "buckets[1]");
+  buckets[1] = bs_val_str("bb");
+  assert_int_equal(bs_get_checksums(st, 5, buckets, 2, out, NULL), BS_OK);
+  assert_int_equal(out[1].checksum, 2);
+  assert_true(out[1].count == 5);
+
+  EXPECT(bs_get_checkpoint_changes(st, 5, 4, on_changes, NULL, E), BS_EINVAL, "from");
+  EXPECT(bs_get_checkpoint_changes(st, 1, TOO_HIGH, on_changes, NULL, E), BS_EINVAL, "to");
+  EXPECT(bs_get_checkpoint_changes(st, 1, 2, NULL, NULL, E), BS_EINVAL, "fn");
+  bs_val lk[1] = {{big, BS_MAX_LOOKUP_KEY + 1}};
+  EXPECT(bs_get_parameter_sets(st, 5, lk, 1, 0, on_params, NULL, E), BS_ETOOBIG,
+         "BS_MAX_LOOKUP_KEY");
+  EXPECT(bs_get_parameter_sets(st, TOO_HIGH, lk, 0, 0, on_params, NULL, E), BS_EINVAL,
+         "checkpoint");
+  EXPECT(bs_get_parameter_sets(st, 5, NULL, 1, 0, on_params, NULL, E), BS_EINVAL, "lookups");
+  lk[0].size = 3;
+  assert_int_equal(bs_get_parameter_sets(st, 5, lk, 1, 0, on_params, NULL, NULL), BS_OK);
+  assert_int_equal(seen_limit, 1000);
+  EXPECT(bs_get_checkpoint(st, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_get_checkpoint(NULL, NULL, E), BS_EINVAL, "st");
+  EXPECT(bs_get_status(st, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_report_error(st, NULL, E), BS_EINVAL, "message");
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+static void test_wcp_and_compact_checks(void **state) {
+  bs_db *db = fake_db(0), *ro = fake_db(BS_OPEN_RDONLY);
+  bs_storage *st = fake_storage(db), *rost = fake_storage(ro);
+  static char big[600];
+  bs_head heads[1] = {{{"c", 1}, {big, 300}}};
+  bs_managed_request mr[1] = {{{"u", 1}, heads, 1, 0, 0, 0}};
+  uint64_t ids[1], id;
+  int found, adv = 0;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  (void)state;
+  EXPECT(bs_set_write_checkpoint_mode(st, (bs_write_checkpoint_mode)7, (bs_val){NULL, 0}, E),
+         BS_EINVAL, "mode");
+  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_ETOOBIG,
+         "req[0].heads[0].lsn");
+  heads[0].lsn = bs_val_str("0/1");
+  mr[0].user_id.size = 0;
+  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL,
+         "req[0].user_id");
+  mr[0].user_id = bs_val_str("u");
+  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, NULL, &adv, E), BS_EINVAL, "ids_out");
+  mr[0].has_request_id = 1;
+  mr[0].request_id = TOO_HIGH;
+  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL,
+         "request_id");
+  mr[0].has_request_id = 0;
+  EXPECT(bs_create_managed_write_checkpoints(rost, mr, 1, ids, &adv, E), BS_ESTATE, "read-only");
+  assert_int_equal(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, NULL), BS_OK);
+  assert_int_equal(adv, 1);
+  EXPECT(bs_last_write_checkpoint(st, (bs_val){big, 481}, NULL, 0, &id, &found, E), BS_ETOOBIG,
+         "BS_MAX_USER_ID");
+  EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, NULL, &found, E), BS_EINVAL,
+         "id_out");
+  EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, &id, NULL, E), BS_EINVAL,
+         "found");
+  EXPECT(bs_delete_checkpoint_requests_before(rost, 5, NULL, E), BS_ESTATE, "read-only");
+
+  co.max_op_id = TOO_HIGH;
+  EXPECT(bs_compact(st, &co, NULL, E), BS_EINVAL, "opts->max_op_id");
+  co.max_op_id = 0;
+  co.n_buckets = 2;
+  EXPECT(bs_compact(st, &co, NULL, E), BS_EINVAL, "opts->buckets");
+  co.n_buckets = 0;
+  co.version = 0;
+  EXPECT(bs_compact(st, &co, NULL, E), BS_EINVAL, "opts->version");
+  co.version = BS_COMPACT_OPTIONS_VERSION;
+  EXPECT(bs_compact(rost, &co, NULL, E), BS_ESTATE, "read-only");
+  assert_int_equal(bs_compact(st, NULL, NULL, NULL), BS_OK);
+  assert_true(seen_compact.min_bucket_changes == 10);
+  assert_true(seen_compact.min_change_ratio == 0.1);
+  assert_int_equal(seen_compact.memory_limit_mb, 64);
+  assert_true(seen_compact.min_age_ms == 300000);
+  assert_int_equal(seen_compact.max_ops_per_txn, 10000);
+  EXPECT(bs_compact_initial_replication(st, TOO_HIGH, 0, NULL, E), BS_EINVAL, "max_op_id");
+  EXPECT(bs_compact_initial_replication(rost, 0, 0, NULL, E), BS_ESTATE, "read-only");
+  EXPECT(bs_clear(rost, E), BS_ESTATE, "read-only");
+  EXPECT(bs_terminate(rost, 1, E), BS_ESTATE, "read-only");
+  EXPECT(bs_report_error(rost, "x", E), BS_ESTATE, "read-only");
+  bs_storage_close(st);
+  bs_storage_close(rost);
+  bs_close(db);
+  bs_close(ro);
+}
+
+static void test_unsupported_slots(void **state) {
+  bs_db *db = fake_db(0);
+  bs_storage *st, *old;
+  bs_checkpoint cp;
+  bs_writer *w;
+  (void)state;
+  open_vt = &empty_vt;
+  st = fake_storage(db);
+  open_vt = &old_vt;
+  old = fake_storage(db);
+  open_vt = &full_vt;
+  EXPECT(bs_get_checkpoint(st, &cp, E), BS_EUNSUPPORTED, "get_checkpoint");
+  EXPECT(bs_writer_open(&w, st, NULL, E), BS_EUNSUPPORTED, "writer_open");
+  EXPECT(bs_clear(st, E), BS_EUNSUPPORTED, "clear");
+  EXPECT(bs_compact(st, NULL, NULL, E), BS_EUNSUPPORTED, "compact");
+  EXPECT(bs_get_checkpoint(old, &cp, E), BS_EUNSUPPORTED, "get_checkpoint");
+  bs_storage_close(st);
+  /* old_vt has no destroy either: free it directly */
+  free(old);
+  bs_close(db);
+}
+
+/* ---- waiting and notification ---- */
+static uint64_t ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+typedef struct bump_arg {
+  bs_db *db;
+  int notify;
+} bump_arg;
+
+static void *bump_later(void *p) {
+  bump_arg *a = p;
+  struct timespec ts = {0, 120 * 1000000L};
+  nanosleep(&ts, NULL);
+  __atomic_store_n(&fake_cp, fake_cp + 1, __ATOMIC_SEQ_CST);
+  if (a->notify) bs_db_notify_checkpoint(a->db, 1, fake_cp);
+  return NULL;
+}
+
+static int heard;
+static uint64_t heard_cp;
+static void listener(uint32_t stream, uint64_t cp, void *payload) {
+  heard += *(int *)payload;
+  heard_cp = cp;
+}
+
+static void test_wait_and_listener(void **state) {
+  bs_db *db = fake_db(0);
+  bs_storage *st = fake_storage(db);
+  bs_checkpoint known, out;
+  pthread_t th;
+  bump_arg a = {db, 1};
+  uint64_t t0, dt;
+  int one = 1;
+  (void)state;
+  fake_cp = 5;
+  EXPECT(bs_wait_checkpoint(st, NULL, -1, &out, E), BS_EINVAL, "timeout_ms");
+  EXPECT(bs_wait_checkpoint(st, NULL, 10, NULL, E), BS_EINVAL, "out");
+  assert_int_equal(bs_get_checkpoint(st, &known, NULL), BS_OK);
+  /* nothing changes: returns after the timeout with the current checkpoint */
+  t0 = ms_now();
+  assert_int_equal(bs_wait_checkpoint(st, &known, 150, &out, NULL), BS_OK);
+  dt = ms_now() - t0;
+  assert_true(dt >= 140 && dt < 1000);
+  assert_true(out.op_id == 5);
+  /* different from `known` already: returns at once */
+  known.op_id = 4;
+  t0 = ms_now();
+  assert_int_equal(bs_wait_checkpoint(st, &known, 5000, &out, NULL), BS_OK);
+  assert_true(ms_now() - t0 < 40);
+  known.op_id = 5;
+  /* in-process commit: woken by the notification */
+  assert_int_equal(bs_set_checkpoint_listener(db, listener, &one), BS_OK);
+  pthread_create(&th, NULL, bump_later, &a);
+  t0 = ms_now();
+  assert_int_equal(bs_wait_checkpoint(st, &known, 5000, &out, NULL), BS_OK);
+  dt = ms_now() - t0;
+  pthread_join(th, NULL);
+  assert_true(out.op_id == 6);
+  assert_true(dt >= 100 && dt < 1000);
+  assert_int_equal(heard, 1);
+  assert_true(heard_cp == 6);
+  /* another process's commit (no notification): seen by polling within ~50 ms */
+  known = out;
+  a.notify = 0;
+  pthread_create(&th, NULL, bump_later, &a);
+  t0 = ms_now();
+  assert_int_equal(bs_wait_checkpoint(st, &known, 5000, &out, NULL), BS_OK);
+  dt = ms_now() - t0;
+  pthread_join(th, NULL);
+  assert_true(out.op_id == 7);
+  assert_true(dt < 1000);
+  /* unregistered listener is not called */
+  assert_int_equal(bs_set_checkpoint_listener(db, NULL, NULL), BS_OK);
+  bs_db_notify_checkpoint(db, 1, 8);
+  assert_int_equal(heard, 1);
+  assert_int_equal(bs_set_checkpoint_listener(NULL, listener, NULL), BS_EINVAL);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_open_checks),
+      cmocka_unit_test(test_strerror),
+      cmocka_unit_test(test_stream_checks),
+      cmocka_unit_test(test_writer_checks),
+      cmocka_unit_test(test_read_checks),
+      cmocka_unit_test(test_wcp_and_compact_checks),
+      cmocka_unit_test(test_unsupported_slots),
+      cmocka_unit_test(test_wait_and_listener),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

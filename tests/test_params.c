@@ -1,0 +1,396 @@
+/*
+ * test_params.c: parameter lookups on the LMDB backend (SPEC.md 4.1 step 3, 5.4), through the
+ * public API: reads at older checkpoints, moves between lookups, tombstones, number
+ * normalisation of lookup keys, truncate, the result limit, persistence; plus a forged hash
+ * collision in the index (through internal.h) to prove rows are grouped by full replica id.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+typedef struct fx {
+  char path[128];
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  uint32_t stream;
+  unsigned lsn;
+} fx;
+
+#define OK(call)                                                                                  \
+  do {                                                                                            \
+    bs_error e_ = {0, ""};                                                                        \
+    int rc_ = (call);                                                                             \
+    if (rc_ != BS_OK) fail_msg("%s -> %d %s", #call, rc_, e_.msg);                                \
+  } while (0)
+/* the calls below take &e_ as their error argument */
+#define E (&e_)
+
+static void fx_open(fx *f) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  o.flags = BS_OPEN_NOSYNC;
+  OK(bs_open(&f->db, f->path, &o, E));
+  OK(bs_storage_open(&f->st, f->db, f->stream, E));
+  OK(bs_writer_open(&f->w, f->st, NULL, E));
+}
+
+static void fx_close(fx *f) {
+  bs_writer_close(f->w);
+  bs_storage_close(f->st);
+  bs_close(f->db);
+  f->w = NULL;
+  f->st = NULL;
+  f->db = NULL;
+}
+
+static int setup(void **state) {
+  fx *f = calloc(1, sizeof *f);
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  o.flags = BS_OPEN_NOSYNC;
+  snprintf(f->path, sizeof f->path, "/tmp/bs_test_params_%d.db", (int)getpid());
+  unlink(f->path);
+  {
+    char lock[160];
+    snprintf(lock, sizeof lock, "%s-lock", f->path);
+    unlink(lock);
+  }
+  OK(bs_open(&f->db, f->path, &o, E));
+  OK(bs_stream_create(&f->stream, f->db, "s1", NULL, E));
+  bs_close(f->db);
+  fx_open(f);
+  OK(bs_writer_snapshot_done(f->w, bs_val_str("00000000"), E));
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx *f = *state;
+  char lock[160];
+  fx_close(f);
+  unlink(f->path);
+  snprintf(lock, sizeof lock, "%s-lock", f->path);
+  unlink(lock);
+  free(f);
+  return 0;
+}
+
+/* ---- helpers ---- */
+
+/* An encoded lookup key: ("by_user", s) */
+typedef struct key {
+  unsigned char b[BS_MAX_LOOKUP_KEY];
+  size_t n;
+} key;
+
+static key key_of(const bs_scalar *v, size_t n) {
+  key k;
+  OK(bs_lookup_encode(k.b, sizeof k.b, &k.n, v, n, E));
+  return k;
+}
+static key skey(const char *s) {
+  bs_scalar v[2] = {{BS_SCALAR_STRING, 0, 0, {"by_user", 7}}, {BS_SCALAR_STRING, 0, 0, {0, 0}}};
+  v[1].s = bs_val_str(s);
+  return key_of(v, 2);
+}
+static key ikey(int64_t i) {
+  bs_scalar v = {BS_SCALAR_INT, i, 0, {0, 0}};
+  return key_of(&v, 1);
+}
+static key dkey(double d) {
+  bs_scalar v = {BS_SCALAR_DOUBLE, 0, d, {0, 0}};
+  return key_of(&v, 1);
+}
+static bs_val kval(const key *k) {
+  bs_val v = {k->b, k->n};
+  return v;
+}
+
+/* Saves row id of table with up to 4 lookups, each with one params row. */
+static void save(fx *f, const char *table, bs_tag tag, const char *id, const key *keys,
+                 const char **params, size_t n) {
+  bs_save s = BS_SAVE_INIT;
+  bs_lookup l[4];
+  bs_val p[4];
+  assert_true(n <= 4);
+  for (size_t i = 0; i < n; i++) {
+    p[i] = bs_val_str(params[i]);
+    l[i].key = kval(&keys[i]);
+    l[i].params = &p[i];
+    l[i].n_params = 1;
+  }
+  s.table = bs_val_str(table);
+  s.tag = tag;
+  s.after_id = bs_val_str(id);
+  s.before_id = bs_val_str(id);
+  s.lookups = l;
+  s.n_lookups = n;
+  OK(bs_writer_save(f->w, &s, E));
+}
+
+static uint64_t commit(fx *f) {
+  char lsn[16];
+  bs_commit_result r;
+  snprintf(lsn, sizeof lsn, "%08u", ++f->lsn);
+  OK(bs_writer_commit(f->w, bs_val_str(lsn), NULL, &r, E));
+  assert_true(r.checkpoint_created);
+  return r.checkpoint;
+}
+
+/* The result rows of a call, sorted and joined by '|', for order-free comparison. */
+typedef struct rows {
+  char *v[64];
+  size_t n;
+  char joined[2048];
+} rows;
+
+static int on_row(const bs_val *p, void *payload) {
+  rows *r = payload;
+  if (r->n == 64) return -100;
+  r->v[r->n] = malloc(p->size + 1);
+  memcpy(r->v[r->n], p->data, p->size);
+  r->v[r->n][p->size] = 0;
+  r->n++;
+  return 0;
+}
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ps_rc(fx *f, uint64_t c, const key *keys, size_t n, size_t limit, rows *r,
+                 bs_error *err) {
+  bs_val l[8];
+  int rc;
+  memset(r, 0, sizeof *r);
+  for (size_t i = 0; i < n; i++) l[i] = kval(&keys[i]);
+  rc = bs_get_parameter_sets(f->st, c, l, n, limit, on_row, r, err);
+  qsort(r->v, r->n, sizeof r->v[0], cmp_str);
+  for (size_t i = 0; i < r->n; i++) {
+    if (i) strcat(r->joined, "|");
+    strcat(r->joined, r->v[i]);
+    free(r->v[i]);
+  }
+  return rc;
+}
+/* "|"-joined sorted rows of lookup k at checkpoint c */
+static const char *ps(fx *f, uint64_t c, key k) {
+  static rows r;
+  bs_error e = {0, ""};
+  int rc = ps_rc(f, c, &k, 1, 0, &r, &e);
+  if (rc) fail_msg("parameter sets at %llu: %d %s", (unsigned long long)c, rc, e.msg);
+  return r.joined;
+}
+
+/* ---- tests ---- */
+
+static void test_older_checkpoint(void **state) {
+  fx *f = *state;
+  key k = skey("u1");
+  const char *a1[] = {"{\"g\":1}"}, *a2[] = {"{\"g\":2}"};
+  uint64_t c1, c2;
+  assert_string_equal(ps(f, 0, k), "");
+  save(f, "t", BS_INSERT, "r1", &k, a1, 1);
+  c1 = commit(f);
+  save(f, "t", BS_UPDATE, "r1", &k, a2, 1);
+  c2 = commit(f);
+  assert_true(c2 > c1);
+  assert_string_equal(ps(f, c1, k), "{\"g\":1}");
+  assert_string_equal(ps(f, c2, k), "{\"g\":2}");
+  assert_string_equal(ps(f, c2 + 1, k), "{\"g\":2}"); /* any C, not only checkpoints */
+  assert_string_equal(ps(f, c1 - 1, k), "");
+  /* an unchanged re-save still appends (and serves the same rows) */
+  save(f, "t", BS_UPDATE, "r1", &k, a2, 1);
+  assert_true(commit(f) > c2);
+  assert_string_equal(ps(f, c2 + 1, k), "{\"g\":2}");
+}
+
+static void test_move_between_lookups(void **state) {
+  fx *f = *state;
+  key a = skey("A"), b = skey("B");
+  const char *p1[] = {"{\"r\":1}"}, *p2[] = {"{\"r\":2}"}, *p1b[] = {"{\"r\":\"1b\"}"};
+  uint64_t c1, c2;
+  save(f, "t", BS_INSERT, "r1", &a, p1, 1);
+  save(f, "t", BS_INSERT, "r2", &a, p2, 1);
+  c1 = commit(f);
+  save(f, "t", BS_UPDATE, "r1", &b, p1b, 1); /* r1 now produces only B: A is tombstoned */
+  c2 = commit(f);
+  assert_string_equal(ps(f, c1, a), "{\"r\":1}|{\"r\":2}");
+  assert_string_equal(ps(f, c1, b), "");
+  assert_string_equal(ps(f, c2, a), "{\"r\":2}"); /* r2 untouched */
+  assert_string_equal(ps(f, c2, b), "{\"r\":\"1b\"}");
+  /* a row with no lookups at all: everything tombstoned; a delete of r2 too */
+  save(f, "t", BS_UPDATE, "r1", NULL, NULL, 0);
+  save(f, "t", BS_DELETE, "r2", NULL, NULL, 0);
+  c2 = commit(f);
+  assert_string_equal(ps(f, c2, a), "");
+  assert_string_equal(ps(f, c2, b), "");
+  /* several lookups in one call are concatenated; a repeated key is served once */
+  save(f, "t", BS_INSERT, "r3", &a, p1, 1);
+  save(f, "t", BS_INSERT, "r4", &b, p2, 1);
+  c2 = commit(f);
+  {
+    key ks[3] = {a, b, a};
+    rows r;
+    OK(ps_rc(f, c2, ks, 3, 0, &r, E));
+    assert_string_equal(r.joined, "{\"r\":1}|{\"r\":2}");
+  }
+}
+
+static void test_number_normalisation(void **state) {
+  fx *f = *state;
+  const char *p[] = {"{\"n\":314}"}, *q[] = {"{\"n\":\"d\"}"}, *big[] = {"{\"n\":\"2^60\"}"};
+  key i314 = ikey(314), d314 = dkey(314.0), e314 = dkey(3.14e2);
+  key d7 = dkey(7.0), i7 = ikey(7);
+  key two60 = ikey(INT64_C(1) << 60);
+  uint64_t c;
+  assert_memory_equal(i314.b, d314.b, i314.n);
+  save(f, "t", BS_INSERT, "ri", &i314, p, 1); /* written as an integer */
+  save(f, "t", BS_INSERT, "rd", &d7, q, 1);   /* written as a double */
+  save(f, "t", BS_INSERT, "rb", &two60, big, 1);
+  c = commit(f);
+  assert_string_equal(ps(f, c, d314), "{\"n\":314}");
+  assert_string_equal(ps(f, c, e314), "{\"n\":314}");
+  assert_string_equal(ps(f, c, i314), "{\"n\":314}");
+  assert_string_equal(ps(f, c, i7), "{\"n\":\"d\"}");
+  assert_string_equal(ps(f, c, dkey(3.14)), "");
+  assert_string_equal(ps(f, c, ikey(3)), "");
+  assert_string_equal(ps(f, c, dkey(3.0)), "");
+  /* 2^60 stays exact: 2^60 + 1 is a different key, 2^60 as a double is the same */
+  assert_string_equal(ps(f, c, two60), "{\"n\":\"2^60\"}");
+  assert_string_equal(ps(f, c, ikey((INT64_C(1) << 60) + 1)), "");
+  assert_string_equal(ps(f, c, dkey(1152921504606846976.0)), "{\"n\":\"2^60\"}");
+  /* the string "314" is not the number 314 */
+  {
+    bs_scalar v = {BS_SCALAR_STRING, 0, 0, {"314", 3}};
+    assert_string_equal(ps(f, c, key_of(&v, 1)), "");
+  }
+}
+
+static void test_truncate(void **state) {
+  fx *f = *state;
+  key k = skey("t");
+  const char *p1[] = {"{\"x\":1}"}, *p2[] = {"{\"x\":2}"}, *p3[] = {"{\"x\":3}"};
+  uint64_t c1, c2;
+  save(f, "t1", BS_INSERT, "r1", &k, p1, 1);
+  save(f, "t1", BS_INSERT, "r2", &k, p2, 1);
+  save(f, "t2", BS_INSERT, "r1", &k, p3, 1); /* same replica id, other table: a distinct row */
+  c1 = commit(f);
+  assert_string_equal(ps(f, c1, k), "{\"x\":1}|{\"x\":2}|{\"x\":3}");
+  OK(bs_writer_truncate(f->w, bs_val_str("t1"), E));
+  c2 = commit(f);
+  assert_string_equal(ps(f, c1, k), "{\"x\":1}|{\"x\":2}|{\"x\":3}");
+  assert_string_equal(ps(f, c2, k), "{\"x\":3}");
+}
+
+static void test_limit(void **state) {
+  fx *f = *state;
+  key k = skey("many"), other = skey("other");
+  const char *p[] = {"{\"i\":0}"};
+  char ids[8][8];
+  rows r;
+  bs_error err = {0, ""};
+  uint64_t c;
+  for (int i = 0; i < 5; i++) {
+    snprintf(ids[i], sizeof ids[i], "r%d", i);
+    save(f, "t", BS_INSERT, ids[i], &k, p, 1);
+  }
+  save(f, "t", BS_INSERT, "o", &other, p, 1);
+  c = commit(f);
+  assert_int_equal(ps_rc(f, c, &k, 1, 4, &r, &err), BS_ELIMIT);
+  assert_string_equal(err.msg, "too many parameter results (limit was 4)");
+  assert_int_equal(r.n, 0); /* nothing was handed out */
+  OK(ps_rc(f, c, &k, 1, 5, &r, E));
+  assert_int_equal(r.n, 5);
+  /* the limit is over the whole call, not per lookup */
+  {
+    key ks[2] = {k, other};
+    assert_int_equal(ps_rc(f, c, ks, 2, 5, &r, &err), BS_ELIMIT);
+    OK(ps_rc(f, c, ks, 2, 6, &r, E));
+    assert_int_equal(r.n, 6);
+  }
+}
+
+static void test_persistence(void **state) {
+  fx *f = *state;
+  key k = skey("p");
+  const char *p1[] = {"{\"v\":1}"}, *p2[] = {"{\"v\":2}"};
+  uint64_t c1, c2;
+  save(f, "t", BS_INSERT, "r1", &k, p1, 1);
+  c1 = commit(f);
+  save(f, "t", BS_UPDATE, "r1", &k, p2, 1);
+  c2 = commit(f);
+  save(f, "t", BS_DELETE, "r1", NULL, NULL, 0); /* never committed: gone at reopen */
+  fx_close(f);
+  fx_open(f);
+  assert_string_equal(ps(f, c1, k), "{\"v\":1}");
+  assert_string_equal(ps(f, c2 + 5, k), "{\"v\":2}");
+  /* the writer after reopen sees the persisted lookups: an update drops them */
+  save(f, "t", BS_UPDATE, "r1", NULL, NULL, 0);
+  assert_string_equal(ps(f, commit(f), k), "");
+}
+
+/* Forges two replica ids with the same hash in the index: their entries interleave in one
+ * group, and each row keeps its own latest entry (r1's tombstone must not hide r2). */
+static void test_hash_collision(void **state) {
+  fx *f = *state;
+  bs_lmdb_db *db = ((bs_lmdb_storage *)f->st)->db;
+  key k = skey("col");
+  bs_val v1 = bs_val_str("{\"c\":1}"), v2 = bs_val_str("{\"c\":2}");
+  struct { const char *rid; const bs_val *row; size_t n; uint64_t op; } e[] = {
+      {"r1", &v1, 1, 1}, {"r2", &v2, 1, 2}, {"r1", NULL, 0, 3}};
+  MDB_txn *txn;
+  OK(bs_lmdb_txn_begin(db, 0, &txn, E));
+  for (size_t i = 0; i < 3; i++) {
+    unsigned char kb[BS_PARAM_KEY_MAX], vb[64];
+    bs_val rid = bs_val_str(e[i].rid);
+    size_t kn = bs_lmdb_param_key(kb, f->stream, kval(&k), 1, rid, e[i].op);
+    MDB_val mk = {kn, kb}, mv = {bs_lmdb_param_value_size(rid, e[i].row, e[i].n), vb};
+    memset(kb + kn - 16, 0xab, 8); /* same hash for both replica ids */
+    bs_lmdb_param_value(vb, rid, e[i].row, e[i].n);
+    assert_int_equal(mdb_put(txn, db->params, &mk, &mv, 0), 0);
+  }
+  OK(bs_lmdb_txn_commit(db, txn, E));
+  assert_string_equal(ps(f, 1, k), "{\"c\":1}");
+  assert_string_equal(ps(f, 2, k), "{\"c\":1}|{\"c\":2}");
+  assert_string_equal(ps(f, 3, k), "{\"c\":2}");
+}
+
+static void test_value_codec(void **state) {
+  bs_val rows_[2] = {bs_val_str("{}"), bs_val_str("{\"a\":1}")}, rid = bs_val_str("id"), r;
+  unsigned char buf[64];
+  const unsigned char *p;
+  uint32_t n;
+  size_t size = bs_lmdb_param_value_size(rid, rows_, 2);
+  MDB_val v = {size, buf};
+  (void)state;
+  bs_lmdb_param_value(buf, rid, rows_, 2);
+  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_OK);
+  assert_int_equal(n, 2);
+  assert_true(bs_val_eq(r, rid));
+  for (size_t cut = 0; cut < size; cut++) { /* every truncation is refused */
+    MDB_val t = {cut, buf};
+    assert_int_equal(bs_lmdb_param_value_decode(&t, &r, &n, &p), BS_ECORRUPT);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_value_codec),
+      cmocka_unit_test_setup_teardown(test_older_checkpoint, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_move_between_lookups, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_number_normalisation, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_limit, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_persistence, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hash_collision, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

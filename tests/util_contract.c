@@ -1,0 +1,459 @@
+/*
+ * util_contract.c: fixtures and helpers of the conformance tests (see util_contract.h).
+ * Public API only.
+ */
+#include "util_contract.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const ct_backend ct_backends[CT_N_BACKENDS] = {
+    {"memory", CT_MEMORY, 0},
+    {"lmdb", CT_LMDB, 1},
+    {"lmdb+passthrough", CT_LMDB_PT, 1},
+};
+
+bs_error ct_err;
+
+/* ---- Environment ------------------------------------------------------------------------------ */
+
+static int open_db(const ct_env *e, size_t cache_entries, bs_db **out) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  o.checksum_cache_entries = cache_entries;
+  memset(&ct_err, 0, sizeof ct_err);
+  if (e->be->kind == CT_MEMORY) return bs_open_memory(out, &o, &ct_err);
+  o.flags = BS_OPEN_NOSYNC;
+  return bs_open(out, e->path, &o, &ct_err);
+}
+
+int ct_env_open(ct_env *e, const ct_backend *be, size_t cache_entries) {
+  memset(e, 0, sizeof *e);
+  e->be = be;
+  e->cache_entries = cache_entries;
+  if (be->kind != CT_MEMORY) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(e->dir, sizeof e->dir, "%s/bsct.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(e->dir)) {
+      e->dir[0] = 0;
+      snprintf(ct_err.msg, sizeof ct_err.msg, "mkdtemp failed");
+      return BS_EIO;
+    }
+    snprintf(e->path, sizeof e->path, "%s/db.bs", e->dir);
+  }
+  return open_db(e, cache_entries, &e->db);
+}
+
+int ct_open_second(const ct_env *e, size_t cache_entries, bs_db **out) {
+  if (!e->be->persistent) return BS_EUNSUPPORTED;
+  return open_db(e, cache_entries, out);
+}
+
+int ct_storage_open(const ct_env *e, bs_db *db, uint32_t id, bs_storage **out) {
+  bs_storage *st = NULL;
+  int rc;
+  memset(&ct_err, 0, sizeof ct_err);
+  rc = bs_storage_open(&st, db, id, &ct_err);
+  if (rc) return rc;
+  if (e->be->kind == CT_LMDB_PT) {
+    rc = ct_passthrough_wrap(out, st);
+    if (rc) bs_storage_close(st);
+    return rc;
+  }
+  *out = st;
+  return BS_OK;
+}
+
+int ct_env_writer(ct_env *e, const bs_writer_options *opts) {
+  if (e->w) bs_writer_close(e->w);
+  e->w = NULL;
+  memset(&ct_err, 0, sizeof ct_err);
+  return bs_writer_open(&e->w, e->st, opts, &ct_err);
+}
+
+int ct_env_stream(ct_env *e, const char *name, bs_hash hash, const char *snapshot_lsn) {
+  bs_stream_options so = BS_STREAM_OPTIONS_INIT;
+  int rc;
+  so.hash = hash;
+  if (e->w) bs_writer_close(e->w);
+  if (e->st) bs_storage_close(e->st);
+  e->w = NULL;
+  e->st = NULL;
+  memset(&ct_err, 0, sizeof ct_err);
+  rc = bs_stream_create(&e->stream, e->db, name, &so, &ct_err);
+  if (rc) return rc;
+  rc = ct_storage_open(e, e->db, e->stream, &e->st);
+  if (rc) return rc;
+  rc = ct_env_writer(e, NULL);
+  if (rc) return rc;
+  if (snapshot_lsn) rc = bs_writer_snapshot_done(e->w, ct_v(snapshot_lsn), &ct_err);
+  return rc;
+}
+
+int ct_env_reopen(ct_env *e) {
+  int rc;
+  if (!e->be->persistent) return BS_EUNSUPPORTED;
+  if (e->w) bs_writer_close(e->w);
+  if (e->st) bs_storage_close(e->st);
+  bs_close(e->db);
+  e->w = NULL;
+  e->st = NULL;
+  e->db = NULL;
+  rc = open_db(e, e->cache_entries, &e->db);
+  if (rc) return rc;
+  if (!e->stream) return BS_OK;
+  rc = ct_storage_open(e, e->db, e->stream, &e->st);
+  if (rc) return rc;
+  return ct_env_writer(e, NULL);
+}
+
+void ct_env_close(ct_env *e) {
+  char p[256];
+  if (e->w) bs_writer_close(e->w);
+  if (e->st) bs_storage_close(e->st);
+  if (e->db) bs_close(e->db);
+  e->w = NULL;
+  e->st = NULL;
+  e->db = NULL;
+  if (e->dir[0]) {
+    unlink(e->path);
+    snprintf(p, sizeof p, "%s-lock", e->path);
+    unlink(p);
+    rmdir(e->dir);
+    e->dir[0] = 0;
+  }
+}
+
+/* ---- Writing ---------------------------------------------------------------------------------- */
+
+bs_val ct_v(const char *s) {
+  bs_val v = {s, s ? strlen(s) : 0};
+  return v;
+}
+
+int ct_save_lk(bs_writer *w, bs_tag tag, const char *table, const char *before, const char *after,
+               const ct_r *rows, size_t n_rows, const bs_lookup *lookups, size_t n_lookups) {
+  bs_save s = BS_SAVE_INIT;
+  bs_row rv[64];
+  size_t i;
+  if (n_rows > 64) return BS_EINVAL;
+  for (i = 0; i < n_rows; i++) {
+    rv[i].bucket = ct_v(rows[i].bucket);
+    rv[i].object_type = ct_v(rows[i].type);
+    rv[i].object_id = ct_v(rows[i].id);
+    rv[i].data = ct_v(rows[i].data);
+  }
+  s.table = ct_v(table);
+  s.tag = tag;
+  s.before_id = ct_v(before);
+  s.after_id = tag == BS_DELETE ? ct_v(NULL) : ct_v(after);
+  s.rows = n_rows ? rv : NULL;
+  s.n_rows = n_rows;
+  s.lookups = lookups;
+  s.n_lookups = n_lookups;
+  memset(&ct_err, 0, sizeof ct_err);
+  return bs_writer_save(w, &s, &ct_err);
+}
+
+int ct_save(bs_writer *w, bs_tag tag, const char *table, const char *before, const char *after,
+            const ct_r *rows, size_t n_rows) {
+  return ct_save_lk(w, tag, table, before, after, rows, n_rows, NULL, 0);
+}
+
+int ct_commit_ce(bs_writer *w, const char *lsn, int create_empty, bs_commit_result *out) {
+  bs_commit_options o = BS_COMMIT_OPTIONS_INIT;
+  o.create_empty = create_empty;
+  memset(&ct_err, 0, sizeof ct_err);
+  return bs_writer_commit(w, ct_v(lsn), &o, out, &ct_err);
+}
+
+int ct_commit(bs_writer *w, const char *lsn, bs_commit_result *out) {
+  return ct_commit_ce(w, lsn, -1, out);
+}
+
+static bs_val key_of(unsigned char *buf, size_t cap, const bs_scalar *sc) {
+  size_t n = 0;
+  bs_val v = {buf, 0};
+  if (bs_lookup_encode(buf, cap, &n, sc, 1, &ct_err) == BS_OK) v.size = n;
+  else fail_msg("bs_lookup_encode failed: %s", ct_err.msg);
+  return v;
+}
+
+bs_val ct_key_str(unsigned char *buf, size_t cap, const char *s) {
+  bs_scalar sc;
+  memset(&sc, 0, sizeof sc);
+  sc.type = BS_SCALAR_STRING;
+  sc.s = ct_v(s);
+  return key_of(buf, cap, &sc);
+}
+
+bs_val ct_key_int(unsigned char *buf, size_t cap, int64_t i) {
+  bs_scalar sc;
+  memset(&sc, 0, sizeof sc);
+  sc.type = BS_SCALAR_INT;
+  sc.i = i;
+  return key_of(buf, cap, &sc);
+}
+
+bs_val ct_key_double(unsigned char *buf, size_t cap, double d) {
+  bs_scalar sc;
+  memset(&sc, 0, sizeof sc);
+  sc.type = BS_SCALAR_DOUBLE;
+  sc.d = d;
+  return key_of(buf, cap, &sc);
+}
+
+/* ---- Reading ---------------------------------------------------------------------------------- */
+
+static void buf_copy(ct_buf *b, bs_val v) {
+  if (!v.data) {
+    b->p = NULL;
+    b->n = 0;
+    return;
+  }
+  b->p = malloc(v.size + 1);
+  assert_non_null(b->p);
+  if (v.size) memcpy(b->p, v.data, v.size);
+  b->p[v.size] = 0;
+  b->n = v.size;
+}
+
+int ct_buf_eq(const ct_buf *b, const char *s) {
+  if (!s) return b->p == NULL || b->n == 0;
+  return b->p && b->n == strlen(s) && memcmp(b->p, s, b->n) == 0;
+}
+
+void ct_op_copy(ct_op *d, const bs_op *s) {
+  d->op_id = s->op_id;
+  d->type = s->type;
+  d->checksum = s->checksum;
+  d->target_op = s->target_op;
+  buf_copy(&d->object_type, s->object_type);
+  buf_copy(&d->object_id, s->object_id);
+  buf_copy(&d->subkey, s->subkey);
+  buf_copy(&d->data, s->data);
+}
+
+void ct_op_free(ct_op *op) {
+  free(op->object_type.p);
+  free(op->object_id.p);
+  free(op->subkey.p);
+  free(op->data.p);
+  memset(op, 0, sizeof *op);
+}
+
+void ct_oplist_push(ct_oplist *l, const bs_op *op) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 16;
+    l->v = realloc(l->v, l->cap * sizeof *l->v);
+    assert_non_null(l->v);
+  }
+  ct_op_copy(&l->v[l->n++], op);
+}
+
+void ct_oplist_free(ct_oplist *l) {
+  size_t i;
+  for (i = 0; i < l->n; i++) ct_op_free(&l->v[i]);
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+typedef struct read_ctx {
+  ct_oplist *out;
+  const char *bucket;
+  size_t blen;
+  uint64_t C;
+  uint64_t pos;      /* expected `after` of the next chunk */
+  size_t chunk_bytes;
+  size_t limit;
+  size_t ops_this_call;
+  int last_has_more;
+  int got_chunk;
+} read_ctx;
+
+static size_t op_size(const bs_op *op) {
+  return op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
+}
+
+static int on_chunk(const bs_chunk *c, void *payload) {
+  read_ctx *r = payload;
+  size_t i, bytes = 0;
+  uint64_t tmax = 0;
+  if (c->bucket.size != r->blen || memcmp(c->bucket.data, r->bucket, r->blen) != 0)
+    fail_msg("chunk of another bucket (%.*s) for a one-bucket request", (int)c->bucket.size,
+             (const char *)c->bucket.data);
+  if (c->n_ops == 0) fail_msg("empty chunk (SPEC 5.2: buckets without ops produce no chunk)");
+  if (c->after != r->pos)
+    fail_msg("chunk after=%llu, expected %llu (requested position / previous next_after)",
+             (unsigned long long)c->after, (unsigned long long)r->pos);
+  for (i = 0; i < c->n_ops; i++) {
+    const bs_op *op = &c->ops[i];
+    uint64_t prev = i ? c->ops[i - 1].op_id : c->after;
+    if (op->op_id <= prev)
+      fail_msg("op ids not ascending in chunk: %llu after %llu", (unsigned long long)op->op_id,
+               (unsigned long long)prev);
+    if (op->op_id > r->C)
+      fail_msg("op %llu above the requested checkpoint %llu", (unsigned long long)op->op_id,
+               (unsigned long long)r->C);
+    if ((op->type == BS_OP_MOVE || op->type == BS_OP_CLEAR) && op->target_op > tmax)
+      tmax = op->target_op;
+    bytes += op_size(op);
+    ct_oplist_push(r->out, op);
+  }
+  if (c->next_after != c->ops[c->n_ops - 1].op_id)
+    fail_msg("next_after=%llu, expected the last op id %llu", (unsigned long long)c->next_after,
+             (unsigned long long)c->ops[c->n_ops - 1].op_id);
+  if (c->target_op != tmax)
+    fail_msg("chunk target_op=%llu, expected max target_op of its MOVE/CLEAR ops %llu",
+             (unsigned long long)c->target_op, (unsigned long long)tmax);
+  /* A chunk goes past chunk_bytes only when it is a single op (SPEC 5.2). */
+  if (r->chunk_bytes && c->n_ops > 1 && bytes > r->chunk_bytes)
+    fail_msg("chunk of %zu ops holds %zu bytes > chunk_bytes %zu", c->n_ops, bytes,
+             r->chunk_bytes);
+  if (c->target_op > r->out->max_target) r->out->max_target = c->target_op;
+  r->out->n_chunks++;
+  r->pos = c->next_after;
+  r->ops_this_call += c->n_ops;
+  r->last_has_more = c->has_more;
+  r->got_chunk = 1;
+  return 0;
+}
+
+int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen,
+                        uint64_t after, size_t limit, size_t chunk_bytes, ct_oplist *out) {
+  read_ctx r;
+  bs_bucket_request req;
+  bs_batch_options o = BS_BATCH_OPTIONS_INIT;
+  int rc, more = 0, rounds = 0;
+  memset(&r, 0, sizeof r);
+  r.out = out;
+  r.bucket = bucket;
+  r.blen = blen;
+  r.C = C;
+  r.pos = after;
+  r.chunk_bytes = chunk_bytes ? chunk_bytes : 1024 * 1024;
+  r.limit = limit ? limit : 1000;
+  o.limit = limit;
+  o.chunk_bytes = chunk_bytes;
+  do {
+    req.bucket.data = bucket;
+    req.bucket.size = blen;
+    req.after = r.pos;
+    r.ops_this_call = 0;
+    r.got_chunk = 0;
+    more = 0;
+    memset(&ct_err, 0, sizeof ct_err);
+    rc = bs_get_bucket_data(st, C, &req, 1, &o, on_chunk, &r, &more, &ct_err);
+    if (rc) return rc;
+    if (r.ops_this_call > r.limit)
+      fail_msg("one call returned %zu ops > limit %zu", r.ops_this_call, r.limit);
+    if (more && !r.got_chunk) fail_msg("has_more without progress");
+    if (++rounds > 1000000) fail_msg("read does not terminate");
+  } while (more);
+  return BS_OK;
+}
+
+int ct_read_bucket(bs_storage *st, uint64_t C, const char *bucket, uint64_t after,
+                   ct_oplist *out) {
+  return ct_read_bucket_opts(st, C, bucket, strlen(bucket), after, 0, 0, out);
+}
+
+int ct_checksum_n(bs_storage *st, uint64_t C, const char *bucket, size_t blen, bs_checksum *out) {
+  bs_val b = {bucket, blen};
+  memset(&ct_err, 0, sizeof ct_err);
+  memset(out, 0xa5, sizeof *out); /* a backend that leaves it unset must not pass */
+  return bs_get_checksums(st, C, &b, 1, out, &ct_err);
+}
+
+int ct_checksum(bs_storage *st, uint64_t C, const char *bucket, bs_checksum *out) {
+  return ct_checksum_n(st, C, bucket, strlen(bucket), out);
+}
+
+typedef struct params_ctx {
+  char **v;
+  size_t n, cap;
+} params_ctx;
+
+static int on_param(const bs_val *p, void *payload) {
+  params_ctx *c = payload;
+  if (c->n == c->cap) {
+    c->cap = c->cap ? c->cap * 2 : 16;
+    c->v = realloc(c->v, c->cap * sizeof *c->v);
+    assert_non_null(c->v);
+  }
+  c->v[c->n] = malloc(p->size + 1);
+  assert_non_null(c->v[c->n]);
+  if (p->size) memcpy(c->v[c->n], p->data, p->size);
+  c->v[c->n][p->size] = 0;
+  c->n++;
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int ct_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n, size_t limit,
+              char **out) {
+  params_ctx c = {NULL, 0, 0};
+  size_t i, len = 1;
+  int rc;
+  memset(&ct_err, 0, sizeof ct_err);
+  rc = bs_get_parameter_sets(st, C, lookups, n, limit, on_param, &c, &ct_err);
+  if (c.n) qsort(c.v, c.n, sizeof *c.v, cmp_str);
+  for (i = 0; i < c.n; i++) len += strlen(c.v[i]) + 1;
+  *out = malloc(len);
+  assert_non_null(*out);
+  (*out)[0] = 0;
+  for (i = 0; i < c.n; i++) {
+    strcat(*out, c.v[i]);
+    if (i + 1 < c.n) strcat(*out, "\n");
+    free(c.v[i]);
+  }
+  free(c.v);
+  return rc;
+}
+
+const char *ct_type_name(bs_op_type t) {
+  switch (t) {
+  case BS_OP_PUT: return "PUT";
+  case BS_OP_REMOVE: return "REMOVE";
+  case BS_OP_MOVE: return "MOVE";
+  case BS_OP_CLEAR: return "CLEAR";
+  default: return "?";
+  }
+}
+
+void ct_dump_ops(const char *what, const ct_oplist *l) {
+  size_t i;
+  fprintf(stderr, "  %s (%zu ops):\n", what, l->n);
+  for (i = 0; i < l->n; i++) {
+    const ct_op *o = &l->v[i];
+    fprintf(stderr, "    %llu %s cs=%u target=%llu %s/%s/%s %s\n", (unsigned long long)o->op_id,
+            ct_type_name(o->type), o->checksum, (unsigned long long)o->target_op,
+            o->object_type.p ? o->object_type.p : "-", o->object_id.p ? o->object_id.p : "-",
+            o->subkey.p ? o->subkey.p : "-", o->data.p ? o->data.p : "-");
+  }
+}
+
+/* ---- Seeds ------------------------------------------------------------------------------------ */
+
+int ct_quick(void) {
+  const char *q = getenv("BS_TEST_QUICK");
+  return q && *q && strcmp(q, "0") != 0;
+}
+
+uint64_t ct_env_u64(const char *name, uint64_t dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  return strtoull(s, NULL, 0);
+}
+
+uint64_t ct_rand(ct_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t ct_below(ct_rng *r, uint64_t n) { return n ? ct_rand(r) % n : 0; }

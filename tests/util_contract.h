@@ -1,0 +1,178 @@
+/*
+ * util_contract.h: helpers shared by the conformance tests (test_contract.c, test_property.c).
+ * Everything here goes through the PUBLIC API (storage.h) only: a backend is judged by what
+ * SPEC.md says, never by its internals. No main() here: linked into every test binary.
+ */
+#ifndef BS_TESTS_UTIL_CONTRACT_H
+#define BS_TESTS_UTIL_CONTRACT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "../storage.h"
+
+/* ---- Backends under test ---------------------------------------------------------------------- */
+typedef enum ct_kind { CT_MEMORY = 0, CT_LMDB = 1, CT_LMDB_PT = 2 } ct_kind;
+
+typedef struct ct_backend {
+  const char *name; /* "memory", "lmdb", "lmdb+passthrough" */
+  ct_kind kind;
+  int persistent;   /* survives close/reopen */
+} ct_backend;
+
+#define CT_N_BACKENDS 3
+extern const ct_backend ct_backends[CT_N_BACKENDS];
+
+/* The last error of a helper call (tests are single-threaded). */
+extern bs_error ct_err;
+
+/* One test's world: a db (memory or a temp file), one stream, its storage and writer. */
+typedef struct ct_env {
+  const ct_backend *be;
+  char dir[128];
+  char path[192];
+  size_t cache_entries; /* passed to bs_open_options.checksum_cache_entries */
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  uint32_t stream;
+} ct_env;
+
+/* Opens the db of backend be (a fresh temp dir for file backends). */
+int ct_env_open(ct_env *e, const ct_backend *be, size_t cache_entries);
+/* Creates stream `name`, opens its storage and a default writer, and (if snapshot_lsn != NULL)
+ * marks its snapshot done at that LSN so that commits can make checkpoints. */
+int ct_env_stream(ct_env *e, const char *name, bs_hash hash, const char *snapshot_lsn);
+/* Opens storage `id` of db, wrapped by the pass-through for "lmdb+passthrough". */
+int ct_storage_open(const ct_env *e, bs_db *db, uint32_t id, bs_storage **out);
+/* Opens a second handle on the same file (file backends only), with its own cache setting. */
+int ct_open_second(const ct_env *e, size_t cache_entries, bs_db **out);
+/* Closes writer, storage and db, and reopens db + storage of e->stream + a new writer
+ * (file backends only; the memory backend returns BS_EUNSUPPORTED). */
+int ct_env_reopen(ct_env *e);
+/* Closes everything and removes the temp files. */
+void ct_env_close(ct_env *e);
+/* Opens a new writer on e->st replacing e->w (closing the old one, discarding its queue). */
+int ct_env_writer(ct_env *e, const bs_writer_options *opts);
+
+/* ---- The pass-through wrapper (util_passthrough.c) -------------------------------------------- */
+/* Wraps inner (taking ownership: closing the wrapper closes inner). Every vtable slot forwards
+ * to inner; writers are wrapped too. */
+int ct_passthrough_wrap(bs_storage **out, bs_storage *inner);
+/* The same, with no checksum cache on the wrapper: every checksum goes to the backend. */
+int ct_passthrough_wrap_uncached(bs_storage **out, bs_storage *inner);
+/* Number of forwarded calls so far (proves the wrapper is really on the path). */
+extern unsigned long ct_passthrough_calls;
+
+/* ---- Writing helpers -------------------------------------------------------------------------- */
+typedef struct ct_r {
+  const char *bucket, *type, *id, *data;
+} ct_r;
+#define CT_ROWS(...)                                                                              \
+  ((const ct_r[]){__VA_ARGS__}), (sizeof((const ct_r[]){__VA_ARGS__}) / sizeof(ct_r))
+#define CT_NOROWS NULL, 0
+
+bs_val ct_v(const char *s); /* NULL -> {NULL, 0} */
+/* One save. before NULL = same as after (for DELETE pass the deleted id as before). */
+int ct_save(bs_writer *w, bs_tag tag, const char *table, const char *before, const char *after,
+            const ct_r *rows, size_t n_rows);
+/* A save with lookups too (lookups built by the caller). */
+int ct_save_lk(bs_writer *w, bs_tag tag, const char *table, const char *before, const char *after,
+               const ct_r *rows, size_t n_rows, const bs_lookup *lookups, size_t n_lookups);
+int ct_commit(bs_writer *w, const char *lsn, bs_commit_result *out);
+int ct_commit_ce(bs_writer *w, const char *lsn, int create_empty, bs_commit_result *out);
+/* Encodes a lookup key of one string scalar (or an int / a double) into buf; returns its bs_val. */
+bs_val ct_key_str(unsigned char *buf, size_t cap, const char *s);
+bs_val ct_key_int(unsigned char *buf, size_t cap, int64_t i);
+bs_val ct_key_double(unsigned char *buf, size_t cap, double d);
+
+/* ---- Reading helpers -------------------------------------------------------------------------- */
+typedef struct ct_buf {
+  char *p;     /* NUL-terminated copy, NULL when absent */
+  size_t n;
+} ct_buf;
+
+typedef struct ct_op {
+  uint64_t op_id;
+  bs_op_type type;
+  uint32_t checksum;
+  uint64_t target_op;
+  ct_buf object_type, object_id, subkey, data;
+} ct_op;
+
+typedef struct ct_oplist {
+  ct_op *v;
+  size_t n, cap;
+  uint64_t max_target; /* the largest chunk target_op seen */
+  size_t n_chunks;
+} ct_oplist;
+
+void ct_op_copy(ct_op *dst, const bs_op *src);
+void ct_op_free(ct_op *op);
+void ct_oplist_push(ct_oplist *l, const bs_op *op);
+void ct_oplist_free(ct_oplist *l);
+int ct_buf_eq(const ct_buf *b, const char *s);
+
+/* Reads all of bucket in (after, C] with repeated calls (limit, chunk_bytes: 0 = default),
+ * asserting the chunk invariants of SPEC 5.2 along the way. Returns the status of the first
+ * failing call. */
+int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen,
+                        uint64_t after, size_t limit, size_t chunk_bytes, ct_oplist *out);
+int ct_read_bucket(bs_storage *st, uint64_t C, const char *bucket, uint64_t after,
+                   ct_oplist *out);
+int ct_checksum(bs_storage *st, uint64_t C, const char *bucket, bs_checksum *out);
+int ct_checksum_n(bs_storage *st, uint64_t C, const char *bucket, size_t blen, bs_checksum *out);
+
+/* Collects parameter sets into a sorted, newline-joined string (caller frees). */
+int ct_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n, size_t limit,
+              char **out);
+
+const char *ct_type_name(bs_op_type t);
+void ct_dump_ops(const char *what, const ct_oplist *l);
+
+/* ---- Assertions that print the library's error ---------------------------------------------- */
+#define CT_OK(expr)                                                                               \
+  do {                                                                                            \
+    int ct_rc_ = (expr);                                                                          \
+    if (ct_rc_ != BS_OK)                                                                          \
+      fail_msg("%s\n  -> %s (%s)", #expr, bs_strerror(ct_rc_), ct_err.msg);                      \
+  } while (0)
+
+#define CT_RC(want, expr)                                                                         \
+  do {                                                                                            \
+    int ct_rc_ = (expr);                                                                          \
+    if (ct_rc_ != (want))                                                                         \
+      fail_msg("%s\n  -> %s (%s), expected %s", #expr, bs_strerror(ct_rc_), ct_err.msg,           \
+               bs_strerror(want));                                                                \
+  } while (0)
+
+#define CT_EQ_U64(a, b)                                                                           \
+  do {                                                                                            \
+    uint64_t ct_a_ = (uint64_t)(a), ct_b_ = (uint64_t)(b);                                        \
+    if (ct_a_ != ct_b_)                                                                           \
+      fail_msg("%s == %s: got %llu, expected %llu", #a, #b, (unsigned long long)ct_a_,            \
+               (unsigned long long)ct_b_);                                                        \
+  } while (0)
+
+#define CT_STR(buf, s)                                                                            \
+  do {                                                                                            \
+    const char *ct_s_ = (s);                                                                      \
+    if (!ct_buf_eq(&(buf), ct_s_))                                                                \
+      fail_msg("%s: got \"%s\", expected \"%s\"", #buf, (buf).p ? (buf).p : "(none)",             \
+               ct_s_ ? ct_s_ : "(none)");                                                         \
+  } while (0)
+
+/* ---- Seeds and the quick mode ----------------------------------------------------------------- */
+int ct_quick(void);                              /* BS_TEST_QUICK set and not "0" */
+uint64_t ct_env_u64(const char *name, uint64_t dflt);
+/* splitmix64 PRNG */
+typedef struct ct_rng { uint64_t s; } ct_rng;
+uint64_t ct_rand(ct_rng *r);
+uint64_t ct_below(ct_rng *r, uint64_t n); /* [0, n) */
+
+#endif /* BS_TESTS_UTIL_CONTRACT_H */

@@ -1,0 +1,543 @@
+/*
+ * util_fault.c: a failing allocator and a failing vtable wrapper (see util_fault.h).
+ */
+#include "util_fault.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- Failing allocator ------------------------------------------------------------------------ */
+
+/* Each block carries a 16-byte header (size + magic) so that frees can be checked and counted;
+ * 16 keeps the payload aligned for any type. */
+#define FT_HDR 16u
+#define FT_MAGIC 0x6674616cu
+
+static int ft_should_fail(ft_alloc *f) {
+  unsigned long n = __atomic_add_fetch(&f->calls, 1, __ATOMIC_RELAXED);
+  unsigned long at = __atomic_load_n(&f->fail_at, __ATOMIC_RELAXED);
+  if (at == 0 || n < at) return 0;
+  if (n > at && !f->persistent) return 0;
+  __atomic_add_fetch(&f->injected, 1, __ATOMIC_RELAXED);
+  return 1;
+}
+
+static void *ft_hdr_set(unsigned char *p, size_t n) {
+  uint32_t magic = FT_MAGIC;
+  memcpy(p, &n, sizeof n);
+  memcpy(p + 8, &magic, sizeof magic);
+  return p + FT_HDR;
+}
+
+static size_t ft_hdr_size(void *user) {
+  unsigned char *p = (unsigned char *)user - FT_HDR;
+  uint32_t magic;
+  size_t n;
+  memcpy(&magic, p + 8, sizeof magic);
+  memcpy(&n, p, sizeof n);
+  if (magic != FT_MAGIC) {
+    fprintf(stderr, "util_fault: free of a block not from this allocator (%p)\n", user);
+    abort(); /* a test helper: the library's bug must stop the test loudly */
+  }
+  return n;
+}
+
+static void *ft_malloc(void *opaque, size_t n) {
+  ft_alloc *f = opaque;
+  unsigned char *p;
+  if (ft_should_fail(f) || n > SIZE_MAX - FT_HDR) return NULL;
+  if (!(p = malloc(n + FT_HDR))) return NULL;
+  __atomic_add_fetch(&f->live, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&f->live_bytes, n, __ATOMIC_RELAXED);
+  return ft_hdr_set(p, n);
+}
+
+static void ft_free(void *opaque, void *user) {
+  ft_alloc *f = opaque;
+  size_t n;
+  if (!user) return;
+  n = ft_hdr_size(user);
+  memset((unsigned char *)user - FT_HDR + 8, 0, 4); /* catches double frees */
+  __atomic_sub_fetch(&f->live, 1, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&f->live_bytes, n, __ATOMIC_RELAXED);
+  free((unsigned char *)user - FT_HDR);
+}
+
+static void *ft_realloc(void *opaque, void *user, size_t n) {
+  ft_alloc *f = opaque;
+  unsigned char *p;
+  size_t old;
+  if (!user) return ft_malloc(opaque, n);
+  if (ft_should_fail(f) || n > SIZE_MAX - FT_HDR) return NULL;
+  old = ft_hdr_size(user);
+  if (!(p = realloc((unsigned char *)user - FT_HDR, n + FT_HDR))) return NULL;
+  __atomic_sub_fetch(&f->live_bytes, old, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&f->live_bytes, n, __ATOMIC_RELAXED);
+  return ft_hdr_set(p, n);
+}
+
+void ft_alloc_init(ft_alloc *f) {
+  memset(f, 0, sizeof *f);
+  f->a.malloc_fn = ft_malloc;
+  f->a.realloc_fn = ft_realloc;
+  f->a.free_fn = ft_free;
+  f->a.opaque = f;
+}
+
+void ft_alloc_arm(ft_alloc *f, unsigned long n, int persistent) {
+  f->persistent = persistent;
+  __atomic_store_n(&f->fail_at, n ? f->calls + n : 0, __ATOMIC_RELAXED);
+}
+
+/* ---- Failing vtable wrapper ------------------------------------------------------------------- */
+
+typedef struct fw_storage {
+  bs_storage base;
+  bs_storage *inner;
+  ft_vt_config *cfg;
+} fw_storage;
+
+typedef struct fw_writer {
+  bs_writer base;
+  bs_writer *inner;
+  ft_vt_config *cfg;
+} fw_writer;
+
+static int fw_fail(ft_vt_config *c, int slot, bs_error *err) {
+  unsigned long n = ++c->calls[slot];
+  int st = c->status[slot] ? c->status[slot] : BS_EIO;
+  if (!c->fail_at[slot] || n < c->fail_at[slot]) return BS_OK;
+  if (n > c->fail_at[slot] && !c->persistent[slot]) return BS_OK;
+  c->injected++;
+  if (err) {
+    err->code = st;
+    snprintf(err->msg, sizeof err->msg, "injected fault in slot %d, call %lu", slot, n);
+  }
+  return st;
+}
+
+#define FS(st) ((fw_storage *)(st))
+#define FW(w) ((fw_writer *)(w))
+/* Counts the call, injects the fault if due, else forwards (NULL slot: BS_EUNSUPPORTED). */
+#define FWD(cfg, slotno, inner, slot, ...)                                                        \
+  do {                                                                                            \
+    int fw_rc_ = fw_fail((cfg), (slotno), err);                                                   \
+    if (fw_rc_) return fw_rc_;                                                                    \
+    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                               \
+    return (inner)->vt->slot(__VA_ARGS__);                                                        \
+  } while (0)
+#define SFWD(st, slotno, slot, ...) FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, FS(st)->inner, \
+                                        __VA_ARGS__)
+#define WFWD(w, slotno, slot, ...) FWD(FW(w)->cfg, slotno, FW(w)->inner->st, slot, FW(w)->inner, \
+                                       __VA_ARGS__)
+
+static void fw_destroy(bs_storage *st) {
+  fw_storage *p = FS(st);
+  p->cfg->calls[FT_DESTROY]++;
+  bs_storage_close(p->inner);
+  free(p);
+}
+
+static int fw_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writer **out,
+                          bs_error *err) {
+  bs_storage *in = FS(st)->inner;
+  bs_writer *iw = NULL;
+  fw_writer *w;
+  int rc;
+  if ((rc = fw_fail(FS(st)->cfg, FT_WRITER_OPEN, err))) return rc;
+  if (!in->vt->writer_open) return BS_EUNSUPPORTED;
+  if (!(w = calloc(1, sizeof *w))) return BS_ENOMEM;
+  if ((rc = in->vt->writer_open(in, opts, &iw, err))) {
+    free(w);
+    return rc;
+  }
+  if (!iw->st) iw->st = in;
+  w->base.st = st;
+  w->inner = iw;
+  w->cfg = FS(st)->cfg;
+  *out = &w->base;
+  return BS_OK;
+}
+
+static void fw_writer_close(bs_writer *w) {
+  bs_writer *iw = FW(w)->inner;
+  FW(w)->cfg->calls[FT_WRITER_CLOSE]++;
+  if (iw && iw->st->vt->writer_close) iw->st->vt->writer_close(iw);
+  free(w);
+}
+
+static int fw_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
+  WFWD(w, FT_WRITER_SAVE, writer_save, c, err);
+}
+static int fw_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
+  WFWD(w, FT_WRITER_TRUNCATE, writer_truncate, table, drop, err);
+}
+static int fw_writer_flush(bs_writer *w, uint64_t *last, bs_error *err) {
+  WFWD(w, FT_WRITER_FLUSH, writer_flush, last, err);
+}
+static int fw_writer_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out,
+                            bs_error *err) {
+  WFWD(w, FT_WRITER_COMMIT, writer_commit, lsn, ce, out, err);
+}
+static int fw_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
+  WFWD(w, FT_WRITER_SNAPSHOT_DONE, writer_snapshot_done, lsn, err);
+}
+static int fw_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
+  WFWD(w, FT_WRITER_RESUME_LSN, writer_resume_lsn, lsn, err);
+}
+static int fw_writer_source_row(bs_writer *w, bs_val table, bs_val id,
+                                int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  WFWD(w, FT_WRITER_SOURCE_ROW, writer_source_row, table, id, fn, payload, err);
+}
+static int fw_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event,
+                                bs_error *err) {
+  WFWD(w, FT_WRITER_CUSTOM_WCP, writer_custom_write_checkpoint, user, cp, event, err);
+}
+static int fw_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  SFWD(st, FT_GET_CHECKPOINT, get_checkpoint, out, err);
+}
+static int fw_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *req, size_t n,
+                          const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
+                          void *payload, int *more, bs_error *err) {
+  SFWD(st, FT_BUCKET_DATA, bucket_data, cp, req, n, o, fn, payload, more, err);
+}
+static int fw_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, bs_checksum *out,
+                        uint64_t *gen, bs_error *err) {
+  SFWD(st, FT_CHECKSUMS, checksums, cp, b, n, out, gen, err);
+}
+static int fw_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b,
+                              size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
+                              bs_error *err) {
+  SFWD(st, FT_CHECKSUM_RANGES, checksum_ranges, from, to, b, n, out, cleared, gen, err);
+}
+static int fw_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                 int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                                 bs_error *err) {
+  SFWD(st, FT_CHECKPOINT_CHANGES, checkpoint_changes, from, to, fn, payload, err);
+}
+static int fw_parameter_sets(bs_storage *st, uint64_t cp, const bs_val *l, size_t n, size_t limit,
+                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  SFWD(st, FT_PARAMETER_SETS, parameter_sets, cp, l, n, limit, fn, payload, err);
+}
+static int fw_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val ev, bs_error *err) {
+  SFWD(st, FT_SET_WCP_MODE, set_write_checkpoint_mode, m, ev, err);
+}
+static int fw_create_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids,
+                             int *adv, bs_error *err) {
+  SFWD(st, FT_CREATE_MANAGED, create_managed_write_checkpoints, r, n, ids, adv, err);
+}
+static int fw_last_wcp(bs_storage *st, bs_val user, const bs_head *h, size_t nh, uint64_t *id,
+                       int *found, bs_error *err) {
+  SFWD(st, FT_LAST_WCP, last_write_checkpoint, user, h, nh, id, found, err);
+}
+static int fw_delete_wcp(bs_storage *st, int64_t before, uint64_t *deleted, bs_error *err) {
+  SFWD(st, FT_DELETE_WCP, delete_checkpoint_requests_before, before, deleted, err);
+}
+static int fw_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *s,
+                      bs_error *err) {
+  SFWD(st, FT_COMPACT, compact, o, s, err);
+}
+static int fw_compact_initial(bs_storage *st, uint64_t max_op, uint64_t min_changes,
+                              uint64_t *buckets, bs_error *err) {
+  SFWD(st, FT_COMPACT_INITIAL, compact_initial_replication, max_op, min_changes, buckets, err);
+}
+static int fw_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  SFWD(st, FT_GET_STATUS, get_status, out, err);
+}
+static int fw_report_error(bs_storage *st, const char *msg, bs_error *err) {
+  SFWD(st, FT_REPORT_ERROR, report_error, msg, err);
+}
+static int fw_clear(bs_storage *st, bs_error *err) { SFWD(st, FT_CLEAR, clear, err); }
+static int fw_terminate(bs_storage *st, int clear, bs_error *err) {
+  SFWD(st, FT_TERMINATE, terminate, clear, err);
+}
+
+static const bs_storage_vtable fw_vtable = {
+    BS_STORAGE_VTABLE_VERSION, fw_destroy,       fw_writer_open,         fw_writer_close,
+    fw_writer_save,            fw_writer_truncate, fw_writer_flush,      fw_writer_commit,
+    fw_writer_snapshot_done,   fw_writer_resume_lsn, fw_writer_source_row, fw_writer_custom_wcp,
+    fw_get_checkpoint,         fw_bucket_data,   fw_checksums,           fw_checksum_ranges,
+    fw_checkpoint_changes,     fw_parameter_sets, fw_set_wcp_mode,       fw_create_managed,
+    fw_last_wcp,               fw_delete_wcp,    fw_compact,             fw_compact_initial,
+    fw_get_status,             fw_report_error,  fw_clear,               fw_terminate,
+};
+
+int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {
+  fw_storage *p = calloc(1, sizeof *p);
+  if (!p) return BS_ENOMEM;
+  p->base.vt = &fw_vtable;
+  p->base.db = inner->db;
+  p->base.cache = inner->cache;
+  p->base.stream_id = inner->stream_id;
+  p->inner = inner;
+  p->cfg = cfg;
+  *out = &p->base;
+  return BS_OK;
+}
+
+/* ---- Helpers ---------------------------------------------------------------------------------- */
+
+int ft_tmpdir(char *buf, size_t cap, const char *tag) {
+  const char *t = getenv("TMPDIR");
+  int n = snprintf(buf, cap, "%s/bs_%s_XXXXXX", t && *t ? t : "/tmp", tag);
+  if (n < 0 || (size_t)n >= cap) return -1;
+  return mkdtemp(buf) ? 0 : -1;
+}
+
+void ft_rm_db(const char *dir, const char *path) {
+  char lock[512];
+  DIR *d;
+  struct dirent *e;
+  if (path) {
+    unlink(path);
+    snprintf(lock, sizeof lock, "%s-lock", path);
+    unlink(lock);
+  }
+  if (!dir) return;
+  /* whatever else a test left in its own directory */
+  if ((d = opendir(dir)) != NULL) {
+    while ((e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(lock, sizeof lock, "%s/%s", dir, e->d_name);
+      unlink(lock);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+int ft_clean_status(int rc) { return rc <= BS_EINVAL && rc >= BS_ECANCELED; }
+
+/* ---- Fingerprint ------------------------------------------------------------------------------ */
+
+typedef struct fp_buf {
+  char *p;
+  size_t n, cap;
+  int oom;
+} fp_buf;
+
+static void fp_add(fp_buf *b, const void *s, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = (b->cap ? b->cap * 2 : 1024) + n;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static void fp_str(fp_buf *b, const char *s) { fp_add(b, s, strlen(s)); }
+
+/* bytes as printable text: hex-escaped when not plain ASCII, so any name is unambiguous */
+static void fp_bytes(fp_buf *b, bs_val v) {
+  const unsigned char *p = v.data;
+  char x[8];
+  for (size_t i = 0; i < v.size; i++) {
+    if (p[i] >= 0x21 && p[i] < 0x7f && p[i] != '%' && p[i] != '|' && p[i] != '=') {
+      fp_add(b, &p[i], 1);
+    } else {
+      snprintf(x, sizeof x, "%%%02x", p[i]);
+      fp_str(b, x);
+    }
+  }
+}
+
+typedef struct fp_row {
+  char *key, *data;
+} fp_row;
+
+typedef struct fp_rows {
+  fp_row *v;
+  size_t n, cap;
+  uint32_t sum;
+  uint64_t last;
+  int oom;
+} fp_rows;
+
+static void rows_clear(fp_rows *r) {
+  for (size_t i = 0; i < r->n; i++) {
+    free(r->v[i].key);
+    free(r->v[i].data);
+  }
+  r->n = 0;
+}
+
+static char *fp_key(const bs_op *op) {
+  fp_buf b = {0};
+  fp_bytes(&b, op->object_type);
+  fp_str(&b, "|");
+  fp_bytes(&b, op->object_id);
+  fp_str(&b, "|");
+  fp_bytes(&b, op->subkey);
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  return b.p ? b.p : strdup("");
+}
+
+static int fp_on_chunk(const bs_chunk *c, void *payload) {
+  fp_rows *r = payload;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *op = &c->ops[i];
+    char *k;
+    size_t j;
+    r->sum += op->checksum;
+    r->last = op->op_id;
+    if (op->type == BS_OP_CLEAR) rows_clear(r);
+    if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) continue;
+    if (!(k = fp_key(op))) goto oom;
+    for (j = 0; j < r->n && strcmp(r->v[j].key, k); j++) {}
+    if (j < r->n) { /* drop the old version */
+      free(r->v[j].key);
+      free(r->v[j].data);
+      r->v[j] = r->v[--r->n];
+    }
+    if (op->type == BS_OP_REMOVE) {
+      free(k);
+      continue;
+    }
+    if (r->n == r->cap) {
+      size_t cap = r->cap ? r->cap * 2 : 16;
+      fp_row *v = realloc(r->v, cap * sizeof *v);
+      if (!v) {
+        free(k);
+        goto oom;
+      }
+      r->v = v;
+      r->cap = cap;
+    }
+    {
+      fp_buf d = {0};
+      fp_bytes(&d, op->data);
+      fp_str(&d, "");
+      r->v[r->n].key = k;
+      r->v[r->n].data = d.p;
+      r->n++;
+      if (d.oom || !d.p) goto oom;
+    }
+  }
+  return 0;
+oom:
+  r->oom = 1;
+  return BS_ENOMEM;
+}
+
+static int cmp_row(const void *a, const void *b) {
+  return strcmp(((const fp_row *)a)->key, ((const fp_row *)b)->key);
+}
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+typedef struct fp_params {
+  char **v;
+  size_t n, cap;
+} fp_params;
+
+static int fp_on_params(const bs_val *p, void *payload) {
+  fp_params *ps = payload;
+  fp_buf b = {0};
+  if (ps->n == ps->cap) {
+    size_t cap = ps->cap ? ps->cap * 2 : 16;
+    char **v = realloc(ps->v, cap * sizeof *v);
+    if (!v) return BS_ENOMEM;
+    ps->v = v;
+    ps->cap = cap;
+  }
+  fp_bytes(&b, *p);
+  fp_str(&b, "");
+  if (b.oom) {
+    free(b.p);
+    return BS_ENOMEM;
+  }
+  ps->v[ps->n++] = b.p;
+  return 0;
+}
+
+static int fp_bucket(bs_storage *st, uint64_t C, bs_val name, fp_buf *b, bs_error *err) {
+  fp_rows r = {0};
+  bs_checksum ck;
+  bs_bucket_request req;
+  int more = 1, rc;
+  char line[96];
+  if ((rc = bs_get_checksums(st, C, &name, 1, &ck, err)) != BS_OK) return rc;
+  req.bucket = name;
+  req.after = 0;
+  while (more) {
+    rc = bs_get_bucket_data(st, C, &req, 1, NULL, fp_on_chunk, &r, &more, err);
+    if (rc != BS_OK) goto out;
+    req.after = r.last;
+  }
+  if (r.sum != ck.checksum) {
+    rc = FT_EMISMATCH;
+    if (err) {
+      err->code = rc;
+      snprintf(err->msg, sizeof err->msg, "bucket checksum %u at %llu != sum of its ops %u",
+               ck.checksum, (unsigned long long)C, r.sum);
+    }
+    goto out;
+  }
+  fp_str(b, "B ");
+  fp_bytes(b, name);
+  snprintf(line, sizeof line, " ck=%u rows=%zu\n", ck.checksum, r.n);
+  fp_str(b, line);
+  if (r.n) qsort(r.v, r.n, sizeof *r.v, cmp_row);
+  for (size_t i = 0; i < r.n; i++) {
+    fp_str(b, "  ");
+    fp_str(b, r.v[i].key);
+    fp_str(b, "=");
+    fp_str(b, r.v[i].data);
+    fp_str(b, "\n");
+  }
+out:
+  rows_clear(&r);
+  free(r.v);
+  if (rc == BS_OK && r.oom) rc = BS_ENOMEM;
+  return rc;
+}
+
+int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
+                   const bs_val *lookups, size_t nl, char **out, bs_error *err) {
+  fp_buf b = {0};
+  char line[64];
+  int rc = BS_OK;
+  *out = NULL;
+  snprintf(line, sizeof line, "C=%llu\n", (unsigned long long)C);
+  fp_str(&b, line);
+  for (size_t i = 0; i < nb && rc == BS_OK; i++) rc = fp_bucket(st, C, buckets[i], &b, err);
+  for (size_t i = 0; i < nl && rc == BS_OK; i++) {
+    fp_params ps = {0};
+    rc = bs_get_parameter_sets(st, C, &lookups[i], 1, 0, fp_on_params, &ps, err);
+    if (rc == BS_OK) {
+      if (ps.n) qsort(ps.v, ps.n, sizeof *ps.v, cmp_str);
+      fp_str(&b, "L ");
+      fp_bytes(&b, lookups[i]);
+      fp_str(&b, ":");
+      for (size_t j = 0; j < ps.n; j++) {
+        fp_str(&b, " ");
+        fp_str(&b, ps.v[j]);
+      }
+      fp_str(&b, "\n");
+    }
+    for (size_t j = 0; j < ps.n; j++) free(ps.v[j]);
+    free(ps.v);
+  }
+  if (rc == BS_OK && b.oom) rc = BS_ENOMEM;
+  if (rc != BS_OK) {
+    free(b.p);
+    return rc;
+  }
+  *out = b.p;
+  return BS_OK;
+}

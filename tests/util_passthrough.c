@@ -1,0 +1,209 @@
+/*
+ * util_passthrough.c: a wrapper storage whose vtable forwards every slot to an inner storage.
+ * Running the whole contract suite through it proves that a host can wrap a backend (tracing,
+ * fault injection) without changing any answer: the front (argument checks, the checksum cache)
+ * sits above the wrapper exactly as above a real backend.
+ *
+ * Writers are wrapped too, so that every writer call also goes through this vtable.
+ */
+#include "util_contract.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+unsigned long ct_passthrough_calls;
+
+typedef struct pt_storage {
+  bs_storage base;
+  bs_storage *inner;
+} pt_storage;
+
+typedef struct pt_writer {
+  bs_writer base;
+  bs_writer *inner;
+} pt_writer;
+
+#define IN(st) (((pt_storage *)(st))->inner)
+#define WIN(w) (((pt_writer *)(w))->inner)
+/* The inner slot, or BS_EUNSUPPORTED like the front does for a NULL slot. */
+#define FWD(inner, slot, ...)                                                                     \
+  do {                                                                                            \
+    ct_passthrough_calls++;                                                                       \
+    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                               \
+    return (inner)->vt->slot(__VA_ARGS__);                                                        \
+  } while (0)
+
+static void pt_destroy(bs_storage *st) {
+  pt_storage *p = (pt_storage *)st;
+  ct_passthrough_calls++;
+  bs_storage_close(p->inner);
+  free(p);
+}
+
+static int pt_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writer **out,
+                          bs_error *err) {
+  bs_storage *in = IN(st);
+  bs_writer *iw = NULL;
+  pt_writer *w;
+  int rc;
+  ct_passthrough_calls++;
+  if (!in->vt->writer_open) return BS_EUNSUPPORTED;
+  w = calloc(1, sizeof *w);
+  if (!w) return BS_ENOMEM;
+  rc = in->vt->writer_open(in, opts, &iw, err);
+  if (rc) {
+    free(w);
+    return rc;
+  }
+  if (!iw->st) iw->st = in;
+  w->base.st = st;
+  w->base.closed = 0;
+  w->inner = iw;
+  *out = &w->base;
+  return BS_OK;
+}
+
+static void pt_writer_close(bs_writer *w) {
+  bs_writer *iw = WIN(w);
+  ct_passthrough_calls++;
+  if (iw && iw->st->vt->writer_close) iw->st->vt->writer_close(iw);
+  free(w);
+}
+
+static int pt_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
+  FWD(WIN(w)->st, writer_save, WIN(w), c, err);
+}
+static int pt_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
+  FWD(WIN(w)->st, writer_truncate, WIN(w), table, drop, err);
+}
+static int pt_writer_flush(bs_writer *w, uint64_t *last, bs_error *err) {
+  FWD(WIN(w)->st, writer_flush, WIN(w), last, err);
+}
+static int pt_writer_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out,
+                            bs_error *err) {
+  FWD(WIN(w)->st, writer_commit, WIN(w), lsn, ce, out, err);
+}
+static int pt_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
+  FWD(WIN(w)->st, writer_snapshot_done, WIN(w), lsn, err);
+}
+static int pt_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
+  FWD(WIN(w)->st, writer_resume_lsn, WIN(w), lsn, err);
+}
+static int pt_writer_source_row(bs_writer *w, bs_val table, bs_val id,
+                                int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  FWD(WIN(w)->st, writer_source_row, WIN(w), table, id, fn, payload, err);
+}
+static int pt_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event,
+                                bs_error *err) {
+  FWD(WIN(w)->st, writer_custom_write_checkpoint, WIN(w), user, cp, event, err);
+}
+
+static int pt_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  FWD(IN(st), get_checkpoint, IN(st), out, err);
+}
+static int pt_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *req, size_t n,
+                          const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
+                          void *payload, int *more, bs_error *err) {
+  FWD(IN(st), bucket_data, IN(st), cp, req, n, o, fn, payload, more, err);
+}
+static int pt_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, bs_checksum *out,
+                        uint64_t *gen, bs_error *err) {
+  FWD(IN(st), checksums, IN(st), cp, b, n, out, gen, err);
+}
+static int pt_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b,
+                              size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
+                              bs_error *err) {
+  FWD(IN(st), checksum_ranges, IN(st), from, to, b, n, out, cleared, gen, err);
+}
+static int pt_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                 int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                                 bs_error *err) {
+  FWD(IN(st), checkpoint_changes, IN(st), from, to, fn, payload, err);
+}
+static int pt_parameter_sets(bs_storage *st, uint64_t cp, const bs_val *l, size_t n, size_t limit,
+                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  FWD(IN(st), parameter_sets, IN(st), cp, l, n, limit, fn, payload, err);
+}
+static int pt_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val ev, bs_error *err) {
+  FWD(IN(st), set_write_checkpoint_mode, IN(st), m, ev, err);
+}
+static int pt_create_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids,
+                             int *adv, bs_error *err) {
+  FWD(IN(st), create_managed_write_checkpoints, IN(st), r, n, ids, adv, err);
+}
+static int pt_last_wcp(bs_storage *st, bs_val user, const bs_head *h, size_t nh, uint64_t *id,
+                       int *found, bs_error *err) {
+  FWD(IN(st), last_write_checkpoint, IN(st), user, h, nh, id, found, err);
+}
+static int pt_delete_wcp(bs_storage *st, int64_t before, uint64_t *deleted, bs_error *err) {
+  FWD(IN(st), delete_checkpoint_requests_before, IN(st), before, deleted, err);
+}
+static int pt_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *s,
+                      bs_error *err) {
+  FWD(IN(st), compact, IN(st), o, s, err);
+}
+static int pt_compact_initial(bs_storage *st, uint64_t max_op, uint64_t min_changes,
+                              uint64_t *buckets, bs_error *err) {
+  FWD(IN(st), compact_initial_replication, IN(st), max_op, min_changes, buckets, err);
+}
+static int pt_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  FWD(IN(st), get_status, IN(st), out, err);
+}
+static int pt_report_error(bs_storage *st, const char *msg, bs_error *err) {
+  FWD(IN(st), report_error, IN(st), msg, err);
+}
+static int pt_clear(bs_storage *st, bs_error *err) { FWD(IN(st), clear, IN(st), err); }
+static int pt_terminate(bs_storage *st, int clear, bs_error *err) {
+  FWD(IN(st), terminate, IN(st), clear, err);
+}
+
+static const bs_storage_vtable pt_vtable = {
+    BS_STORAGE_VTABLE_VERSION,
+    pt_destroy,
+    pt_writer_open,
+    pt_writer_close,
+    pt_writer_save,
+    pt_writer_truncate,
+    pt_writer_flush,
+    pt_writer_commit,
+    pt_writer_snapshot_done,
+    pt_writer_resume_lsn,
+    pt_writer_source_row,
+    pt_writer_custom_wcp,
+    pt_get_checkpoint,
+    pt_bucket_data,
+    pt_checksums,
+    pt_checksum_ranges,
+    pt_checkpoint_changes,
+    pt_parameter_sets,
+    pt_set_wcp_mode,
+    pt_create_managed,
+    pt_last_wcp,
+    pt_delete_wcp,
+    pt_compact,
+    pt_compact_initial,
+    pt_get_status,
+    pt_report_error,
+    pt_clear,
+    pt_terminate,
+};
+
+int ct_passthrough_wrap(bs_storage **out, bs_storage *inner) {
+  pt_storage *p = calloc(1, sizeof *p);
+  if (!p) return BS_ENOMEM;
+  p->base.vt = &pt_vtable;
+  p->base.db = inner->db;
+  /* Share the inner handle's checksum cache: the front consults st->cache above the vtable. */
+  p->base.cache = inner->cache;
+  p->base.stream_id = inner->stream_id;
+  p->inner = inner;
+  *out = &p->base;
+  return BS_OK;
+}
+
+int ct_passthrough_wrap_uncached(bs_storage **out, bs_storage *inner) {
+  int rc = ct_passthrough_wrap(out, inner);
+  /* NULL cache: the front asks the backend for every checksum (storage.h: "NULL = none"). */
+  if (rc == BS_OK) (*out)->cache = NULL;
+  return rc;
+}

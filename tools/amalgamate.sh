@@ -1,0 +1,121 @@
+#!/bin/sh
+# amalgamate.sh OUTDIR file.c...: writes OUTDIR/bucketstore.c (the library as one translation
+# unit) and a copy of storage.h beside it, so a host can vendor two files (SQLite's model).
+#
+# How the files become one without clashing:
+#  - internal.h is inlined once at the top; every prototype in it becomes `static` (and so do
+#    the matching definitions in the .c files), so no internal symbol is exported: the only
+#    external symbols left are the storage.h API.
+#  - xxHash is already private (XXH_INLINE_ALL in each file), so no XXH_* symbol is exported.
+#  - File-scope names that two .c files both define (their own static helpers, typedefs,
+#    struct tags) are renamed per file with a #define before the file and an #undef after it;
+#    macros a file defines are #undef'd after it.
+# Plain POSIX sh + awk (no Python on a fresh Debian machine).
+set -eu
+out=$1; shift
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")/.." && pwd)
+tmp="$out/bucketstore.c.tmp"
+
+# Names that internal.h declares with external linkage: prototypes at column 0.
+internal_names() {
+  awk '/^(static|typedef|#|extern|[ \t}{\/*])/ { next }
+       /^[A-Za-z_]/ { if (match($0, /[A-Za-z_][A-Za-z0-9_]*\(/))
+                        print substr($0, RSTART, RLENGTH - 1) }' "$here/internal.h" | sort -u
+}
+
+# File-scope names a .c file defines that could clash with another file's.
+defined_names() {
+  awk '/^static / {
+         s = $0; sub(/[=;(\[].*/, "", s); n = split(s, w, /[ *]+/); if (w[n] != "") print w[n]
+         if (match($0, /[A-Za-z_][A-Za-z0-9_]*\(/)) print substr($0, RSTART, RLENGTH - 1)
+       }
+       /^}[ \t]*[A-Za-z_][A-Za-z0-9_]*;/ { s = $0; sub(/^}[ \t]*/, "", s); sub(/;.*/, "", s); print s }
+       /^typedef [^(]*;/ { s = $0; sub(/;.*/, "", s); n = split(s, w, /[ *]+/); print w[n] }
+       /^(typedef )?(struct|union|enum) [A-Za-z_]/ {
+         s = $0; sub(/^(typedef )?(struct|union|enum) /, "", s); sub(/[^A-Za-z0-9_].*/, "", s); print s
+       }' "$1" | sort -u
+}
+
+# Identifier tokens of a file (comments and strings included: over-renaming is harmless).
+tokens() { tr -c 'A-Za-z0-9_' '\n' < "$1" | grep -E '^[A-Za-z_]' | sort -u; }
+
+# A name that file F defines and any other file mentions is renamed inside F: that covers two
+# files defining one name, and a local variable in one file shadowing another's typedef.
+# ...except struct tags the headers mention: those are shared on purpose (a struct internal.h
+# declares and one file completes).
+names=$(internal_names)
+cat "$here/internal.h" "$here/storage.h" | tr -s ' \t' '  ' |
+  grep -oE '(struct|union|enum) [A-Za-z_][A-Za-z0-9_]*' | sed 's/^[a-z]* //' | sort -u > "$out/shared"
+for f in "$@"; do defined_names "$f" > "$out/defs.$(basename "$f" .c)"; done
+clashes=$(for f in "$@"; do
+  others=$(for g in "$@"; do [ "$g" = "$f" ] || echo "$g"; done)
+  for g in $others; do tokens "$g"; done | sort -u | comm -12 "$out/defs.$(basename "$f" .c)" -
+done | sort -u | comm -23 - "$out/shared")
+rm -f "$out"/defs.* "$out/shared"
+
+# A rename is a macro, so it would also rewrite a member access: a file keeps a name that it
+# uses as a member (x.name, p->name) of a struct the headers declare.
+strip_comments() { sed -e 's|/\*.*\*/||g' -e 's|^ *\*.*||' -e 's|^/\*.*||' "$1"; }
+{ strip_comments "$here/internal.h"; strip_comments "$here/storage.h"; } |
+  tr -c 'A-Za-z0-9_' '\n' | grep -E '^[A-Za-z_]' | sort -u > "$out/header_tokens"
+renames() { # file: the clashing names it defines and may rename
+  defined_names "$1" | grep -xF "$clashes" | while read -r n; do
+    if grep -qx "$n" "$out/header_tokens" && grep -qE "(\.|->)$n([^A-Za-z0-9_]|\$)" "$1"; then
+      continue
+    fi
+    echo "$n"
+  done
+}
+
+{
+  echo "/*"
+  echo " * bucketstore.c: the bucketstore library as one file (make amalgamate), version"
+  echo " * $(sed -n 's/^#define BS_VERSION_STRING "\(.*\)"/\1/p' "$here/storage.h"), from: $*."
+  echo " * Build: cc -c bucketstore.c (beside storage.h); link -llmdb -lnettle -lpthread."
+  echo " * Generated; edit the original files instead."
+  echo " */"
+  echo "#ifndef _GNU_SOURCE"
+  echo "#define _GNU_SOURCE"
+  echo "#endif"
+  echo "#define BS_AMALGAMATION 1"
+  echo "#if defined(__GNUC__)"
+  echo "#define BS_AMALG_STATIC static __attribute__((unused))"
+  echo "#else"
+  echo "#define BS_AMALG_STATIC static"
+  echo "#endif"
+  echo "#include \"storage.h\""
+  echo "/* ==== internal.h ==== */"
+  # Prototypes (and the one extern object) of internal.h get internal linkage.
+  echo "$names" | awk -v file="$here/internal.h" '
+    FILENAME != file { want[$0] = 1; next }
+    /^extern / { sub(/^extern /, "BS_AMALG_STATIC "); print; next }
+    /^(static|typedef|#|[ \t}{\/*])/ { print; next }
+    /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
+      (substr($0, RSTART, RLENGTH - 1) in want) { print "BS_AMALG_STATIC " $0; next }
+    { print }' - "$here/internal.h"
+  for f in "$@"; do
+    base=$(basename "$f" .c)
+    echo "/* ==== $f ==== */"
+    ren=$(renames "$f")
+    for n in $ren; do echo "#define $n ${n}__$base"; done
+    echo "#line 1 \"$f\""
+    echo "$names" | awk -v file="$f" '
+      FILENAME != file { want[$0] = 1; next }
+      /^#include "internal.h"/ { print "/* internal.h: above */"; next }
+      /^#include "storage.h"/ { print "/* storage.h: above */"; next }
+      /^(static|typedef|#|extern|[ \t}{\/*])/ { print; next }
+      /^const bs_allocator bs_default_allocator/ { print "static " $0; next }
+      /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
+        (substr($0, RSTART, RLENGTH - 1) in want) { print "static " $0; next }
+      { print }' - "$f"
+    for n in $ren; do echo "#undef $n"; done
+    # The file's own macros end with it (two files may define one name differently).
+    awk '/^#[ \t]*define[ \t]+[A-Za-z_]/ { s = $0; sub(/^#[ \t]*define[ \t]+/, "", s);
+           sub(/[^A-Za-z0-9_].*/, "", s); print "#undef " s }' "$f" | sort -u
+  done
+} > "$tmp"
+mv "$tmp" "$out/bucketstore.c"
+rm -f "$out/header_tokens"
+cp "$here/storage.h" "$out/storage.h"
+echo "amalgamate: $out/bucketstore.c ($(wc -l < "$out/bucketstore.c") lines) + storage.h"
