@@ -63,6 +63,7 @@ test: deps tests bucketstore $(BUILD)/bench/bsbench
 	@set -e; for e in $(EXAMPLE_BINS); do echo "== $$e"; $$e >/dev/null; done
 	@tests/cli_check.sh ./bucketstore
 	@if [ -z "$(SAN)" ]; then tests/install_check.sh && tests/amalgamate_check.sh; fi
+	@$(MAKE) --no-print-directory fuzz-replay crashtest-quick
 	@echo "all tests passed"
 
 check:
@@ -158,3 +159,67 @@ soak: deps $(BUILD)/tests/test_sync $(BUILD)/tests/test_property
 	    $(BUILD)/tests/$$t >$(BUILD)/soak-$$t.log 2>&1 || \
 	    { grep -a -B2 -A3 'ERROR\|FAILED' $(BUILD)/soak-$$t.log | tail -40; exit 1; }; \
 	done; echo "soak passed: $(SEEDS) seeds"
+
+# ==== Reliability (helper r, issue 7): crash test, fuzzing, valgrind ==========================
+# crashtest: SIGKILL a durable writer CRASH_KILLS times at random moments, checking the file
+# after each kill (tests/crash/). crashtest-quick (in `make test`): 10 kills.
+CRASH_KILLS ?= 300
+CRASH_BINS := $(BUILD)/tests/crash/crash_writer $(BUILD)/tests/crash/crash_check
+.PHONY: crashtest crashtest-quick fuzz fuzz-replay valgrind
+$(BUILD)/tests/crash/%: tests/crash/%.c tests/crash/crash_workload.h tests/util_fault.h \
+		$(BUILD)/tests/util_fault.o $(BUILD)/libbucketstore.a storage.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BSCFLAGS) -I. -o $@ $< $(BUILD)/tests/util_fault.o $(BUILD)/libbucketstore.a $(LIBDEPS)
+
+crashtest: deps $(CRASH_BINS)
+	tests/crash/crashtest.sh $(BUILD)/tests/crash $(CRASH_KILLS)
+
+crashtest-quick: deps $(CRASH_BINS)
+	@BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
+
+# fuzz: each libFuzzer target (clang, ASan+UBSan) for FUZZ_TIME seconds; new inputs go to
+# build-fuzz/corpus-*, the seed corpus fuzz/corpus/* is only read. fuzz-replay (in `make test`):
+# the seed corpus through the normal build (plain, or ASan under `make check`).
+FUZZ_CC ?= clang
+FUZZ_TIME ?= 60
+FUZZ_TARGETS := fuzz_driver fuzz_lookup fuzz_op fuzz_records
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fno-sanitize-recover=all
+fuzz_cli = $(if $(filter fuzz_driver,$(1)),$(2) -ljansson)
+build-fuzz/%: fuzz/%.c $(LIB_SRCS) $(CLI_SRCS) storage.h internal.h cli.h | deps
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) \
+	  $(call fuzz_cli,$*,$(CLI_SRCS) -Dmain=bs_cli_main) $(LIBDEPS)
+
+fuzz: deps $(FUZZ_TARGETS:%=build-fuzz/%)
+	@set -e; for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus-$$t; \
+	  echo "== fuzz $$t for $(FUZZ_TIME)s"; \
+	  build-fuzz/$$t -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 build-fuzz/corpus-$$t fuzz/corpus/$$t 2>build-fuzz/$$t.log || \
+	    { tail -60 build-fuzz/$$t.log; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^stat::average_exec_per_sec' build-fuzz/$$t.log; \
+	done
+
+# The CLI's main() renamed, so that the replay program can link the driver.
+$(BUILD)/fuzz/cli_main_nomain.o: cli_main.c cli.h storage.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BSCFLAGS) -Dmain=bs_cli_main -c $< -o $@
+
+$(BUILD)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(BUILD)/libbucketstore.a $(CLI_OBJS) \
+		$(BUILD)/fuzz/cli_main_nomain.o storage.h internal.h cli.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BSCFLAGS) -I. -o $@ $< fuzz/replay.c $(call fuzz_cli,$*,$(filter-out \
+	  $(BUILD)/cli_main.o,$(CLI_OBJS)) $(BUILD)/fuzz/cli_main_nomain.o) \
+	  $(BUILD)/libbucketstore.a $(LIBDEPS)
+
+fuzz-replay: deps $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
+	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz/replay_$$t fuzz/corpus/$$t; done
+
+# valgrind: the quick unit tests under memcheck (leaks and invalid accesses fail the run).
+# VALGRIND_TESTS selects binaries (default: all but the slowest).
+VALGRIND_TESTS ?= $(filter-out $(BUILD)/tests/test_compact,$(TEST_BINS))
+valgrind: deps $(VALGRIND_TESTS)
+	@set -e; for t in $(VALGRIND_TESTS); do echo "== valgrind $$t"; \
+	  BS_TEST_QUICK=1 BS_FAULT_STRIDE=16 valgrind -q --error-exitcode=99 --leak-check=full \
+	    --errors-for-leak-kinds=definite,indirect $$t >$$t.valgrind.log 2>&1 || \
+	    { tail -60 $$t.valgrind.log; exit 1; }; done; echo "valgrind: clean"
+# ==== end of reliability block ================================================================

@@ -119,21 +119,6 @@ void cli_db_close(cli_db *c) {
 
 /* ---- Inspection commands: an existing file given with --db ----------------------------------- */
 
-static int probe_stream(const bs_stream_info *info, void *payload) {
-  bs_storage *st = NULL;
-  bs_checkpoint cp;
-  int rc = bs_storage_open(&st, (bs_db *)payload, info->id, NULL);
-  if (rc == BS_OK) rc = bs_get_checkpoint(st, &cp, NULL);
-  bs_storage_close(st);
-  return rc ? rc : 1; /* one stream is enough */
-}
-
-/* 1 when a cheap read works (the stream list and one stream's checkpoint). */
-static int readable(cli_db *c) {
-  int rc = bs_stream_list(c->db, probe_stream, c->db, NULL);
-  return rc == BS_OK || rc == 1;
-}
-
 int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
                   int (*opt)(int argc, char **argv, int *i, void *payload), void *payload) {
   bs_error err = {0, ""};
@@ -163,13 +148,6 @@ int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
   }
   if (rdonly) c->flags |= BS_OPEN_RDONLY;
   rc = cli_db_open(c, &err);
-  if (rc == BS_OK && rdonly && !readable(c)) {
-    /* A build whose read-only open cannot read (seen while the LMDB backend was being
-     * written): fall back to a read-write open, which only writes when asked to. */
-    cli_db_close_handle(c);
-    c->flags &= ~BS_OPEN_RDONLY;
-    rc = cli_db_open(c, &err);
-  }
   if (rc != BS_OK) {
     fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", argv[1], c->path,
             cli_code_name(rc), cli_error_text(rc, &err));
@@ -251,7 +229,8 @@ static const struct command {
      "when N lies inside a compacted span).\n"},
     {"compact", cli_compact,
      "compact --db PATH [--stream ID] [--incremental | --initial] [--bucket NAME]...\n"
-     "          [--max-op-id N] [--min-changes N] [--min-age-ms N] [--budget N] [--parameters]\n"
+     "          [--max-op-id N] [--min-changes N] [--min-age-ms N] [--budget N] [--txn-ops N]\n"
+     "          [--parameters]\n"
      "          [--quiet]",
      "Compacts one stream (SPEC.md section 6) in short write transactions, so a replicating\n"
      "writer in another process keeps going. Default: full compaction of the buckets due (at\n"
@@ -259,6 +238,7 @@ static const struct command {
      "each --bucket NAME given, up to --max-op-id [the current checkpoint].\n"
      "  --incremental  only the ops the writer logged as superseded, at a horizon at least\n"
      "                 --min-age-ms [300000] old; --budget N stops after N ops\n"
+     "  --txn-ops N    ops changed per write transaction [10000]\n"
      "  --initial      initial-replication compaction: before the first checkpoint only;\n"
      "                 deletes superseded ops outright (--max-op-id: default the last op)\n"
      "  --parameters   also compact parameter-lookup entries\n"

@@ -571,7 +571,7 @@ done:
 typedef struct compact_opts {
   common_opts c;
   int incremental, initial, parameters, quiet;
-  uint64_t max_op_id, min_changes, budget, min_age_ms;
+  uint64_t max_op_id, min_changes, budget, min_age_ms, txn_ops;
   int has_min_age;
   const char **buckets;
   size_t n_buckets;
@@ -589,6 +589,7 @@ static int compact_opt(int argc, char **argv, int *i, void *payload) {
   if ((r = opt_u64(argc, argv, i, "--max-op-id", &o->max_op_id)) != 0) return r;
   if ((r = opt_u64(argc, argv, i, "--min-changes", &o->min_changes)) != 0) return r;
   if ((r = opt_u64(argc, argv, i, "--budget", &o->budget)) != 0) return r;
+  if ((r = opt_u64(argc, argv, i, "--txn-ops", &o->txn_ops)) != 0) return r;
   if ((r = opt_u64(argc, argv, i, "--min-age-ms", &o->min_age_ms)) != 0) {
     o->has_min_age = 1;
     return r;
@@ -721,6 +722,7 @@ int cli_compact(int argc, char **argv) {
   co.min_bucket_changes = o.min_changes;
   co.incremental_only = o.incremental;
   co.op_budget = o.budget;
+  co.max_ops_per_txn = (size_t)o.txn_ops;
   co.compact_parameters = o.parameters;
   if (o.has_min_age) co.min_age_ms = (int64_t)o.min_age_ms;
   co.progress = on_progress;

@@ -258,6 +258,7 @@ struct bs_lmdb_db {
   size_t map_size;
   unsigned env_flags;
   MDB_dbi softdel; /* soft-deleted source records, see the layout table */
+  int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
 };
 
 typedef struct bs_lmdb_storage {

@@ -15,7 +15,9 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define LM_DEFAULT_MAP (64u * 1024u * 1024u)
+/* The map is address space, not disk: the file grows only as pages are written. A large default
+ * makes growth (which must wait until no transaction of this process is open) rare. */
+#define LM_DEFAULT_MAP (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
 #define LM_MAXDBS 16
 #define LM_FORMAT_MAGIC "bktstore"
 #define LM_STREAM_REC_VERSION 1u
@@ -33,19 +35,23 @@ static void put_u16le(unsigned char *p, uint16_t v) {
   p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
 }
 static uint16_t get_u16le(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+/* Written out byte by byte (no loops) so that the compiler merges them into one load or store
+ * on little-endian hosts: a loop was kept as a loop, ~50 instructions per u64. */
 static void put_u32le(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+  p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
 }
 static uint32_t get_u32le(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 static void put_u64le(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+  put_u32le(p, (uint32_t)v);
+  put_u32le(p + 4, (uint32_t)(v >> 32));
 }
 static uint64_t get_u64le(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
+  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+         (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+         (uint64_t)p[7] << 56;
 }
 
 static int64_t now_ms(void) {
@@ -64,15 +70,73 @@ int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
   return bs_fail_mdb(err, mdb_rc, what);
 }
 
-/* Picks up a map size grown by another process. Called with no txn of ours live. */
-static int adopt_map_size(bs_lmdb_db *db, bs_error *err) {
+/*
+ * Map growth against readers (a1). LMDB resizes the map only while no txn of this process is
+ * live, so every txn holds txn_lock shared and a resize takes it exclusive. The lock is glibc's
+ * default, reader-preferring rwlock, and must stay so: a thread that already holds it (a read
+ * txn opened inside a read callback) takes it shared again, which a writer-preferring lock
+ * deadlocks as soon as a resizer is queued. Reader preference alone, though, let readers whose
+ * txns overlap continuously starve the resizer (and with it the writer) indefinitely.
+ *
+ * So a resize first raises db->grow_pending (under grow_mu: one resizer at a time), and a
+ * *top-level* txn begin of any thread (one that holds no txn_lock yet, lm_depth == 0) holds off
+ * while it is raised: the txns already in finish, the lock drains, the resizer gets it.
+ * Why this cannot deadlock:
+ *  - a thread that holds txn_lock never waits for the flag (lm_depth > 0): nested read txns
+ *    begin as before, and every holder the resizer waits for keeps running to its end;
+ *  - a thread held off holds no txn_lock, so the resizer does not wait for it;
+ *  - the hold-off is bounded (LM_GROW_HOLDOFF_MS): if a holder waits, through the host, for a
+ *    thread that is held off, that thread goes ahead after the bound (as before this change);
+ *  - a resize asked for by a thread that holds txn_lock itself would wait for itself: refused
+ *    with an error instead (the callers run it after ending their txn).
+ * lm_depth counts holds across all databases: holding db A and beginning on db B skips B's
+ * hold-off, which is only less fair, never a deadlock.
+ */
+#define LM_GROW_HOLDOFF_MS 500
+
+static _Thread_local unsigned lm_depth;             /* txn_lock holds of this thread */
+static _Thread_local const bs_lmdb_db *lm_seen_db;  /* db of this thread's last write txn */
+static _Thread_local size_t lm_seen_map;            /* its map size when that txn began */
+
+static void grow_holdoff(bs_lmdb_db *db) {
+  struct timespec nap = {0, 200 * 1000}; /* 0.2 ms */
+  for (int i = 0; i < LM_GROW_HOLDOFF_MS * 5; i++) {
+    if (!__atomic_load_n(&db->grow_pending, __ATOMIC_ACQUIRE)) return;
+    nanosleep(&nap, NULL);
+  }
+}
+
+/* Resizes the map with txn_lock held exclusive. failed: the map size the caller's txn ran out
+ * of (0: unknown): when the map is larger by now (another thread grew it, or adopt), it is left
+ * as is and the caller simply retries, so two threads hitting MAP_FULL at once double it once.
+ * adopt: take the size another process set (MDB_MAP_RESIZED) instead of doubling. */
+static int resize_map(bs_lmdb_db *db, size_t failed, int adopt, bs_error *err) {
   MDB_envinfo info;
-  int mrc;
+  size_t cur, next;
+  int mrc = 0, rc = BS_OK;
+  if (lm_depth)
+    return bs_fail(err, BS_ESTATE, "the map must be resized while this thread has a "
+                   "transaction open on a database; end it and retry");
+  pthread_mutex_lock(&db->grow_mu);
+  __atomic_store_n(&db->grow_pending, 1, __ATOMIC_RELEASE);
   pthread_rwlock_wrlock(&db->txn_lock);
-  mrc = mdb_env_set_mapsize(db->env, 0);
-  if (mrc == 0 && mdb_env_info(db->env, &info) == 0) db->map_size = info.me_mapsize;
+  cur = db->map_size;
+  if (adopt) {
+    mrc = mdb_env_set_mapsize(db->env, 0);
+    if (mrc == 0 && mdb_env_info(db->env, &info) == 0) db->map_size = info.me_mapsize;
+  } else {
+    if (mdb_env_info(db->env, &info) == 0 && info.me_mapsize > cur) cur = info.me_mapsize;
+    if (!failed || cur <= failed) {
+      next = cur * 2;
+      if (next < cur) rc = bs_fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
+      else if ((mrc = mdb_env_set_mapsize(db->env, next)) == 0) db->map_size = next;
+    }
+  }
   pthread_rwlock_unlock(&db->txn_lock);
-  return mrc ? bs_fail_mdb(err, mrc, "mdb_env_set_mapsize") : BS_OK;
+  __atomic_store_n(&db->grow_pending, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&db->grow_mu);
+  if (mrc) return bs_fail_mdb(err, mrc, "mdb_env_set_mapsize");
+  return rc;
 }
 
 int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err) {
@@ -81,44 +145,45 @@ int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *e
   if (!(flags & MDB_RDONLY) && (db->env_flags & MDB_RDONLY))
     return bs_fail(err, BS_ESTATE, "database is open read-only");
   for (int tries = 0;; tries++) {
+    if (!lm_depth) grow_holdoff(db);
     pthread_rwlock_rdlock(&db->txn_lock);
     mrc = mdb_txn_begin(db->env, NULL, flags, out);
-    if (mrc == 0) return BS_OK;
+    if (mrc == 0) {
+      lm_depth++;
+      if (!(flags & MDB_RDONLY)) {
+        lm_seen_db = db;
+        lm_seen_map = db->map_size; /* stable: changed only under the exclusive lock */
+      }
+      return BS_OK;
+    }
     pthread_rwlock_unlock(&db->txn_lock);
     *out = NULL;
     if (mrc != MDB_MAP_RESIZED || tries > 8) return bs_fail_mdb(err, mrc, "mdb_txn_begin");
-    if ((rc = adopt_map_size(db, err)) != BS_OK) return rc;
+    if ((rc = resize_map(db, 0, 1, err)) != BS_OK) return rc;
   }
+}
+
+static void txn_unlock(bs_lmdb_db *db) {
+  pthread_rwlock_unlock(&db->txn_lock);
+  if (lm_depth) lm_depth--;
 }
 
 int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err) {
   int mrc = mdb_txn_commit(txn);
-  pthread_rwlock_unlock(&db->txn_lock);
+  txn_unlock(db);
   return mrc ? bs_lmdb_fail(err, mrc, "mdb_txn_commit") : BS_OK;
 }
 
 void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn) {
   if (!txn) return;
   mdb_txn_abort(txn);
-  pthread_rwlock_unlock(&db->txn_lock);
+  txn_unlock(db);
 }
 
+/* Called after MAP_FULL, with the failed txn ended: grows the map unless another thread has
+ * grown it since this thread's last write txn began. */
 int bs_lmdb_grow(bs_lmdb_db *db, bs_error *err) {
-  MDB_envinfo info;
-  size_t cur, next;
-  int mrc;
-  pthread_rwlock_wrlock(&db->txn_lock);
-  cur = db->map_size;
-  if (mdb_env_info(db->env, &info) == 0 && info.me_mapsize > cur) cur = info.me_mapsize;
-  next = cur * 2;
-  if (next < cur) {
-    pthread_rwlock_unlock(&db->txn_lock);
-    return bs_fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
-  }
-  mrc = mdb_env_set_mapsize(db->env, next);
-  if (mrc == 0) db->map_size = next;
-  pthread_rwlock_unlock(&db->txn_lock);
-  return mrc ? bs_fail_mdb(err, mrc, "mdb_env_set_mapsize") : BS_OK;
+  return resize_map(db, lm_seen_db == db ? lm_seen_map : 0, 0, err);
 }
 
 int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
@@ -409,10 +474,7 @@ static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
       goto fail;
     }
   }
-  if (rdonly) {
-    bs_lmdb_txn_abort(db, txn);
-    return BS_OK;
-  }
+  /* Committed even when read-only: aborting would close the dbi handles opened in it. */
   rc = bs_lmdb_txn_commit(db, txn, err);
   if (rc == BS_LMDB_MAPFULL) rc = bs_fail(err, BS_EIO, "map full while creating the file");
   return rc;
@@ -867,6 +929,8 @@ typedef struct fctx {
   uint32_t stream;
   int snapshot;
   MDB_txn *txn;
+  /* Lookup cursors of the apply phase (see cur_get), opened on first use; NULL when closed */
+  MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
   bs_stream_rec rec;
   arena ar;
   hmap by_name, by_id, recs, tables, lookups;
@@ -960,6 +1024,33 @@ static void fctx_reset(fctx *f) {
   f->seq_loaded = f->seq_dirty = 0;
   f->emitted = 0;
   f->txn = NULL;
+  /* Not closed here: a write txn's cursors are freed by LMDB when it ends, and the read-only
+   * user (lw_source_row) closes it itself. Every path that keeps the txn closes it. */
+  f->src = f->bst = f->bnm = NULL;
+}
+
+/* Closes the lookup cursors while their txn is still live. */
+static void f_close_src(fctx *f) {
+  if (f->src) mdb_cursor_close(f->src);
+  if (f->bst) mdb_cursor_close(f->bst);
+  if (f->bnm) mdb_cursor_close(f->bnm);
+  f->src = f->bst = f->bnm = NULL;
+}
+
+/* mdb_get through a cursor kept for the whole apply phase (*cur, opened on dbi on first use).
+ * MDB_SET_RANGE starting from the cursor's page costs a compare or two when the keys come in
+ * order (a snapshot by primary key; fresh keys past the end; buckets met in id or name order)
+ * where mdb_get descends from the root every time; out of order it costs what mdb_get does.
+ * MDB_SET would drop the position on a miss, hence SET_RANGE plus an equality test. */
+static int cur_get(fctx *f, MDB_cursor **cur, MDB_dbi dbi, const MDB_val *key, MDB_val *val) {
+  MDB_val found = *key;
+  int mrc;
+  if (!*cur && (mrc = mdb_cursor_open(f->txn, dbi, cur)) != 0) return mrc;
+  mrc = mdb_cursor_get(*cur, &found, val, MDB_SET_RANGE);
+  if (mrc == 0 && (found.mv_size != key->mv_size ||
+                   memcmp(found.mv_data, key->mv_data, key->mv_size) != 0))
+    mrc = MDB_NOTFOUND;
+  return mrc;
 }
 
 static void fctx_init(fctx *f, bs_lmdb_db *db, uint32_t stream, int snapshot) {
@@ -1032,7 +1123,7 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   int mrc;
   bs_put_u64be(k, id);
   if ((b = hmap_get(&f->by_id, k, 8, hkey(k, 8)))) { *out = b; return BS_OK; }
-  mrc = mdb_get(f->txn, f->db->bstate, &key, &val);
+  mrc = cur_get(f, &f->bst, f->db->bstate, &key, &val);
   if (mrc == MDB_NOTFOUND)
     return bs_fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
                    (unsigned long long)id);
@@ -1052,14 +1143,32 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   return bent_add(f, b, hkey(b->st.name.data, b->st.name.size), err);
 }
 
+/* bs_lmdb_bucket_id through the flush's name cursor. */
+static int bucket_id_lookup(fctx *f, bs_val name, uint64_t *id_out, bs_error *err) {
+  unsigned char k[4 + BS_MAX_BUCKET_NAME];
+  MDB_val key = {4 + name.size, k}, val;
+  int mrc;
+  if (name.size > BS_MAX_BUCKET_NAME)
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME",
+                   name.size);
+  bs_put_u32be(k, f->stream);
+  if (name.size) memcpy(k + 4, name.data, name.size);
+  mrc = cur_get(f, &f->bnm, f->db->buckets, &key, &val);
+  if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
+  if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
+  if (val.mv_size != 8)
+    return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", val.mv_size);
+  *id_out = get_u64le(val.mv_data);
+  return BS_OK;
+}
+
 /* Resolves a bucket by name, creating it (id from seq.bucket) when unknown. */
 static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
   uint64_t h = hkey(name.data, name.size), id;
   bent *b;
   int rc;
   if ((b = hmap_get(&f->by_name, name.data, name.size, h))) { *out = b; return BS_OK; }
-  rc = bs_lmdb_bucket_id(f->db, f->txn, f->stream, name, &id, err);
-  if (rc == BS_OK) return bucket_by_id(f, id, out, err);
+  if ((rc = bucket_id_lookup(f, name, &id, err)) == BS_OK) return bucket_by_id(f, id, out, err);
   if (rc != BS_ENOTFOUND) return rc;
   if ((rc = seq_load(f, err)) != BS_OK) return rc;
   if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
@@ -1306,7 +1415,7 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   if (!(r->key.data = arena_dup(&f->ar, kbuf, key.mv_size))) return oom(err);
   r->key.size = key.mv_size;
   if (read_db) {
-    mrc = mdb_get(f->txn, f->db->source, &key, &val);
+    mrc = cur_get(f, &f->src, f->db->source, &key, &val);
     if (mrc == 0) {
       if ((rc = srec_decode(f, r, &val, err)) != BS_OK) return rc;
     } else if (mrc != MDB_NOTFOUND) {
@@ -1470,6 +1579,8 @@ static int apply_save(fctx *f, const qsave *q, bs_error *err) {
   if (f->snapshot && q->tag == BS_INSERT) {
     if ((rc = rec_load(f, tid, q->after, 1, &r, err)) != BS_OK) return rc;
     if (r->exists) return BS_OK; /* skip_existing (a soft-deleted record counts) */
+    if (!q->before.data || bs_val_eq(q->before, q->after)) /* nothing to unlink: r is it */
+      return apply_after(f, q, tid, r, err);
   }
   if (before.data && (!has_after || !bs_val_eq(before, q->after))) {
     if ((rc = rec_load(f, tid, before, 1, &r, err)) != BS_OK) return rc;
@@ -1507,12 +1618,47 @@ static int cmp_psup(const void *a, const void *b) {
   return x->old_op < y->old_op ? -1 : x->old_op > y->old_op;
 }
 
+/* Sorts unless already sorted: flushes often arrive in key order (snapshots by primary key). */
+static void sort_if_needed(void *base, size_t n, size_t size,
+                           int (*cmp)(const void *, const void *)) {
+  const unsigned char *p = base;
+  size_t i;
+  for (i = 1; i < n; i++)
+    if (cmp(p + (i - 1) * size, p + i * size) > 0) break;
+  if (i < n) qsort(base, n, size, cmp);
+}
+
+/* Copies the last key of cur's database into buf (cap bytes); *len = 0 when it is empty.
+ * Keys written in order past it can use MDB_APPEND, which skips the search for the slot and
+ * splits a full page by starting a new one instead of moving half of it. */
+static int last_key(MDB_cursor *cur, unsigned char *buf, size_t cap, size_t *len) {
+  MDB_val key, val;
+  int mrc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
+  *len = 0;
+  if (mrc == MDB_NOTFOUND) return 0;
+  if (mrc) return mrc;
+  if (key.mv_size > cap || key.mv_size == 0) return MDB_BAD_VALSIZE;
+  memcpy(buf, key.mv_data, key.mv_size);
+  *len = key.mv_size;
+  return 0;
+}
+
+static int past_end(const void *k, size_t n, const unsigned char *last, size_t nlast) {
+  bs_val a = {k, n}, b = {last, nlast};
+  return !nlast || bs_val_cmp(a, b) > 0;
+}
+
 static int put_ops(fctx *f, bs_error *err) {
   bent **bl = f->bents.p;
+  unsigned char last[16];
+  size_t nlast;
   MDB_cursor *cur;
+  unsigned app = 0; /* MDB_APPEND once past the last op of the database */
   int mrc = 0;
   if ((mrc = mdb_cursor_open(f->txn, f->db->ops, &cur)) != 0)
     return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  mrc = last_key(cur, last, sizeof last, &nlast);
+  /* Keys go out in order: buckets sorted by id, each bucket's ops by rising id. */
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
       unsigned char k[16], *p;
@@ -1520,9 +1666,10 @@ static int put_ops(fctx *f, bs_error *err) {
       MDB_val key = {16, k}, val;
       bs_put_u64be(k, bl[i]->id);
       bs_put_u64be(k + 8, o->op_id);
+      if (!app && past_end(k, 16, last, nlast)) app = MDB_APPEND;
       val.mv_size = BS_OP_HEADER_SIZE + ot + oi + BS_SUBKEY_SIZE + o->data.size;
       /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
-      if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE)) != 0) break;
+      if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
       p = val.mv_data;
       p[0] = o->type;
       put_u32le(p + 1, o->checksum);
@@ -1546,7 +1693,34 @@ static int put_ops(fctx *f, bs_error *err) {
 
 static int put_buckets(fctx *f, bs_error *err) {
   bent **bl = f->bents.p;
-  int mrc, rc;
+  unsigned char last[LM_STATE_KEY];
+  size_t nlast;
+  MDB_cursor *cur;
+  unsigned app = 0;
+  int mrc;
+  /* States in id order through one cursor (the bents are sorted): neighbouring ids share a
+   * page, so each put is a compare or two instead of a descent from the root; new buckets
+   * have the highest ids and append. */
+  if ((mrc = mdb_cursor_open(f->txn, f->db->bstate, &cur)) != 0)
+    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  mrc = last_key(cur, last, sizeof last, &nlast);
+  for (size_t i = 0; i < f->bents.n && !mrc; i++) {
+    bent *b = bl[i];
+    unsigned char k[LM_STATE_KEY];
+    MDB_val key = {LM_STATE_KEY, k}, val;
+    if (!b->touched) continue;
+    if (b->st.name.size > BS_MAX_BUCKET_NAME) {
+      mdb_cursor_close(cur);
+      return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes", b->st.name.size);
+    }
+    bs_put_u64be(k, b->id);
+    if (!app && past_end(k, LM_STATE_KEY, last, nlast)) app = MDB_APPEND;
+    val.mv_size = BS_BUCKET_STATE_FIXED + b->st.name.size;
+    if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) == 0)
+      bucket_state_encode(val.mv_data, &b->st);
+  }
+  mdb_cursor_close(cur);
+  if (mrc) return bs_lmdb_fail(err, mrc, "writing a bucket state");
   for (size_t i = 0; i < f->bents.n; i++) {
     bent *b = bl[i];
     if (b->is_new) {
@@ -1558,8 +1732,6 @@ static int put_buckets(fctx *f, bs_error *err) {
       if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
         return bs_lmdb_fail(err, mrc, "registering a bucket");
     }
-    if (b->touched && (rc = bs_bucket_state_put(f->db, f->txn, b->id, &b->st, err)) != BS_OK)
-      return rc;
   }
   if (f->seq_dirty) {
     unsigned char v[8];
@@ -1577,7 +1749,7 @@ static int put_sups(fctx *f, bs_error *err) {
   MDB_cursor *cur;
   int mrc;
   if (!f->sups.n) return BS_OK;
-  if (f->sups.n > 1) qsort(s, f->sups.n, sizeof *s, cmp_psup);
+  sort_if_needed(s, f->sups.n, sizeof *s, cmp_psup);
   if ((mrc = mdb_cursor_open(f->txn, f->db->superseded, &cur)) != 0)
     return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
   for (size_t i = 0; i < f->sups.n; i++) {
@@ -1614,7 +1786,7 @@ static int put_pars(fctx *f, bs_error *err) {
   MDB_cursor *cur;
   int mrc = 0;
   if (!f->pars.n) return BS_OK;
-  if (f->pars.n > 1) qsort(e, f->pars.n, sizeof *e, cmp_ppar);
+  sort_if_needed(e, f->pars.n, sizeof *e, cmp_ppar);
   if ((mrc = mdb_cursor_open(f->txn, f->db->params, &cur)) != 0)
     return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
   for (size_t i = 0; i < f->pars.n && !mrc; i++) {
@@ -1639,14 +1811,20 @@ static int put_softdel_index(fctx *f, const srec *r, bs_error *err) {
 
 static int put_recs(fctx *f, bs_error *err) {
   srec **d = f->dirty.p;
+  unsigned char last[8 + BS_MAX_REPLICA_ID];
+  size_t nlast;
   MDB_cursor *cur;
+  unsigned app = 0; /* MDB_APPEND once past the last record of the database */
   int mrc = 0, rc = BS_OK;
-  if (f->dirty.n > 1) qsort(d, f->dirty.n, sizeof *d, cmp_srec);
+  sort_if_needed(d, f->dirty.n, sizeof *d, cmp_srec);
   if ((mrc = mdb_cursor_open(f->txn, f->db->source, &cur)) != 0)
     return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+  mrc = last_key(cur, last, sizeof last, &nlast);
   for (size_t i = 0; i < f->dirty.n && !mrc && !rc; i++) {
     srec *r = d[i];
     MDB_val key = {r->key.size, (void *)r->key.data}, val;
+    if (!app && past_end(key.mv_data, key.mv_size, last, nlast)) app = MDB_APPEND;
+    if (!r->exists && app) continue; /* past the end: not stored, nothing to delete */
     if (!r->exists) {
       mrc = mdb_cursor_get(cur, &key, &val, MDB_SET);
       if (mrc == 0) mrc = mdb_cursor_del(cur, 0);
@@ -1655,7 +1833,7 @@ static int put_recs(fctx *f, bs_error *err) {
     }
     val.mv_size = srec_size(r);
     /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
-    if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE)) != 0) break;
+    if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
     srec_encode(val.mv_data, r);
     if (r->softdel && r->new_mark) rc = put_softdel_index(f, r, err);
   }
@@ -1720,7 +1898,7 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, con
 /* Writes everything the flush context accumulated, then the stream record. */
 static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err) {
   int rc;
-  if (f->bents.n > 1) qsort(f->bents.p, f->bents.n, sizeof(bent *), cmp_bent);
+  sort_if_needed(f->bents.p, f->bents.n, sizeof(bent *), cmp_bent);
   if ((rc = put_ops(f, err)) || (rc = put_buckets(f, err)) || (rc = put_sups(f, err)) ||
       (rc = put_pars(f, err)) || (rc = put_recs(f, err)))
     return rc;
@@ -1742,8 +1920,9 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   if (f->rec.state == BS_STREAM_TERMINATED)
     return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
-  for (qsave *q = w->head; q; q = q->next)
-    if ((rc = apply_save(f, q, err)) != BS_OK) return rc;
+  for (qsave *q = w->head; q && rc == BS_OK; q = q->next) rc = apply_save(f, q, err);
+  f_close_src(f);
+  if (rc != BS_OK) return rc;
   for (qwcp *c = w->wcp_head; c; c = c->next) {
     if ((rc = bs_lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value, err)))
       return rc;
@@ -2049,6 +2228,7 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
   r = NULL;
   if (rc == BS_OK) rc = rec_load(&w->f, tid, rid, 1, &r, err);
   else if (rc == BS_ENOTFOUND) rc = BS_OK;
+  f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
   if (rc == BS_OK) {
     int stored = r && r->exists && !r->softdel;
     if (hit && !(w->snapshot && stored && hit->tag == BS_INSERT && !hit_deleted)) {
@@ -2121,6 +2301,7 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
     mrc = mdb_del(txn, f->db->tables, &tkey, NULL);
     if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "forgetting a table");
   }
+  f_close_src(f); /* unlink_rec's bucket lookups */
   return f_finish(f, NULL, 0, err);
 }
 

@@ -3,12 +3,13 @@
  * CLEAR, selection) come from compact.c; this file walks the sub-databases and owns the
  * transactions.
  *
- * Every change is made in short write transactions (at most max_ops_per_txn ops visited and
- * changed per transaction), and every transaction leaves each bucket consistent on its own:
+ * Every change is made in short write transactions (at most max_ops_per_txn ops changed and
+ * VISIT_FACTOR times that many visited per transaction, over as many buckets as fit: see "Bucket
+ * jobs"), and every transaction leaves each bucket consistent on its own:
  *  - a MOVE is written over its op in place (same key, same checksum), so a bucket with some of
  *    its superseded ops moved and others not is a valid bucket;
  *  - a fold replaces the first k ops of the leading run by one CLEAR at the k-th op's id, so an
- *    interrupted fold leaves a shorter leading run starting with a CLEAR (the next step folds
+ *    interrupted fold leaves a shorter leading run starting with a CLEAR (the next share folds
  *    that CLEAR again);
  *  - the bucket state (count, bytes, generation, CLEAR span) is read and rewritten inside the
  *    same transaction as the ops, so a writer appending to the bucket in between (in this or
@@ -19,7 +20,8 @@
  * Scans resume across transactions by key: the reverse scan keeps the next op id to visit, the
  * incremental pass the next `superseded` key, parameter compaction the next group key.
  *
- * Not built: defragmentation (defragment_ratio is accepted and ignored).
+ * Not built: defragmentation (defragment_ratio is accepted and ignored). Incremental passes still
+ * write MOVEs that their fold then deletes (full compaction folds superseded ops directly).
  */
 #include "internal.h"
 
@@ -36,6 +38,9 @@ typedef struct cctx {
    * hash collision of replica ids) */
   unsigned char *rids;
   size_t rids_size, rids_cap;
+  /* the current transaction: ops changed and visited (bounded by max_ops_per_txn and
+   * max_visits) */
+  size_t changes, visits, max_visits;
 } cctx;
 
 /* What one transaction did to one bucket; merged into the state and the stats on commit. */
@@ -304,221 +309,559 @@ static int still_initial(cctx *c, MDB_txn *txn) {
   return BS_OK;
 }
 
-/* ---- The reverse scan: superseded PUT/REMOVE -> MOVE ---------------------------------------- */
+/* ---- Bucket jobs: every kind of bucket compaction, many buckets per transaction ------------
+ *
+ * A job walks one bucket through phases; a transaction runs jobs (the current one, then the
+ * next buckets) until it has changed max_ops_per_txn ops or visited VISIT_FACTOR times that
+ * many, then commits. So the number of commits (each an fsync when durable) follows the number
+ * of ops changed, not the number of buckets. Every phase stops at a key it can resume from.
+ *
+ * Full compaction:   START -> SCAN (reverse, read-only: the seen-set, the length of the leading
+ *                    run, the highest superseded op) -> FOLD (the leading run, superseded PUTs
+ *                    and REMOVEs included, straight into one CLEAR) -> MOVE (forward: the
+ *                    superseded ops above the run) -> MARK (record the bucket as compacted).
+ *                    Folding superseded ops directly saves rewriting them as MOVEs first.
+ * Incremental:       START -> INC (the bucket's `superseded` entries at the horizon -> MOVE)
+ *                    -> FOLD (the leading run of REMOVE/MOVE/CLEAR).
+ * Initial replication: START -> SCAN (reverse, deleting superseded ops, MOVE/CLEAR residue and
+ *                    REMOVEs whose row has nothing earlier) -> FORGET (the `superseded` entries
+ *                    at the horizon) and MARK.
+ *
+ * The seen-set belongs to the current job and is cleared only when a job starts. A job that
+ * resumed from an earlier transaction ends its transaction when it completes, so a map-full
+ * retry (which restores the work as it was when the transaction began) always finds the seen-set
+ * holding at least everything its job recorded in committed transactions. Rows an aborted attempt
+ * recorded on top are recorded at their own latest op: a retry decides the same. */
 
-typedef struct move_arg {
-  uint64_t bucket;
-  uint64_t pos; /* next op id to visit (descending); 0 = done */
-  int deleting; /* initial replication: delete superseded ops instead */
-} move_arg;
+#define VISIT_FACTOR 8u /* a visit without a change costs a fraction of a write */
 
-static int move_step(cctx *c, MDB_txn *txn, void *arg) {
-  move_arg *a = arg;
+static size_t max_visits(size_t max_ops) {
+  return max_ops > SIZE_MAX / VISIT_FACTOR ? SIZE_MAX : max_ops * VISIT_FACTOR;
+}
+
+enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_INC, J_FORGET, J_MARK, J_DONE };
+enum { W_FULL, W_INC, W_INITIAL };
+
+typedef struct job {
+  int phase;
+  int changed;  /* the bucket changed (stats: buckets_compacted) */
+  int consumed; /* incremental: entries were consumed (a fold may follow) */
+  uint64_t pos; /* resume key: SCAN the next op id (descending), MOVE the next op id, INC and
+                 * FORGET the next `superseded` old op id */
+  uint64_t run;       /* SCAN: ops below the lowest surviving PUT seen so far */
+  uint64_t max_moved; /* SCAN: highest op id found superseded */
+} job;
+
+typedef struct work {
+  int mode;
+  uint64_t horizon;
+  const uint64_t *ids;
+  size_t n, i;
+  uint64_t budget;    /* incremental op budget left (UINT64_MAX = unbounded) */
+  uint64_t processed; /* jobs completed on an existing bucket */
+  job j;
+} work;
+
+static int txn_full(const cctx *c) {
+  return c->changes >= c->o.max_ops_per_txn || c->visits >= c->max_visits;
+}
+
+/* Full compaction: a PUT/REMOVE the seen-set knows to be superseded; *target its MOVE target */
+static int superseded(const cctx *c, const bs_op *op, uint64_t *target) {
+  uint64_t latest;
+  if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
+  if (!bs_seen_find(&c->seen, op, &latest) || latest <= op->op_id) return 0;
+  *target = latest;
+  return 1;
+}
+
+static int bad_op(cctx *c, uint64_t bucket) {
+  return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
+                 (unsigned long long)bucket);
+}
+
+static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  bstate b;
+  int rc = state_load(c, txn, bucket, &b);
+  if (rc == BS_ENOTFOUND && w->mode == W_INC) { /* queued, then cleared: nothing to do */
+    w->j.phase = J_DONE;
+    return BS_OK;
+  }
+  if (rc) return rc;
+  c->stats->bytes_before += b.s.bytes;
+  c->stats->bytes_after += b.s.bytes;
+  memset(&w->j, 0, sizeof w->j);
+  if (w->mode == W_INC) {
+    w->j.phase = J_INC;
+  } else {
+    bs_seen_clear(&c->seen);
+    w->j.phase = J_SCAN;
+    w->j.pos = w->horizon;
+  }
+  return BS_OK;
+}
+
+/* Commits a phase's delta to the bucket state and the statistics. */
+static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdelta *d,
+                     int mark) {
+  int rc;
+  if (!d->changed && !mark) return BS_OK;
+  if ((rc = state_apply(c, txn, bucket, d, mark, w->horizon))) return rc;
+  stats_merge(c, d);
+  if (d->changed) w->j.changed = 1;
+  c->changes++; /* the bucket state */
+  return BS_OK;
+}
+
+/* SCAN, full compaction: records rows (newest first), no writes. */
+static int scan_full(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  int mrc, rc = BS_OK;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, bucket, j->pos);
+  for (mrc = seek_le(cur, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+    bs_op op;
+    uint64_t target;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bad_op(c, bucket);
+      goto out;
+    }
+    if (txn_full(c)) {
+      j->pos = op.op_id;
+      goto out;
+    }
+    c->visits++;
+    j->run++;
+    if (op.type == BS_OP_CLEAR) break; /* a CLEAR has nothing before it */
+    if (bs_compact_plan_move(&c->seen, &op, &target)) {
+      if (op.op_id > j->max_moved) j->max_moved = op.op_id;
+    } else if (op.type == BS_OP_PUT) {
+      j->run = 0; /* a surviving PUT: the leading run starts below it */
+    }
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  j->pos = 0;
+  j->phase = j->run >= 2 ? J_FOLD : j->max_moved ? J_MOVE : J_MARK;
+out:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+/* FOLD: the first ops of the bucket, while they are REMOVE/MOVE/CLEAR (or, in full compaction,
+ * superseded), become one CLEAR at the last one's id; at most the transaction's room at a
+ * time (a CLEAR left by an earlier share is folded again by the next). */
+static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
+  int full = w->mode == W_FULL;
+  size_t room = c->o.max_ops_per_txn - c->changes, n = 0, i;
   bdelta d;
   MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
-  size_t visited = 0;
+  uint64_t moved = 0;
+  int mrc, rc = BS_OK, ended = 0;
+  if (c->changes + 2 > c->o.max_ops_per_txn) {
+    c->changes = c->o.max_ops_per_txn; /* no room for a fold of two: the next transaction */
+    return BS_OK;
+  }
+  memset(&d, 0, sizeof d);
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  /* pass 1: this transaction's share of the run, and what the CLEAR will carry */
+  op_key(kb, bucket, 0);
+  for (mrc = seek_ge(cur, kb, 16, &k, &v); ; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    bs_op op;
+    uint64_t target;
+    if (mrc || !in_bucket(&k, bucket)) {
+      ended = 1;
+      break;
+    }
+    if (n == room) break;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bad_op(c, bucket);
+      goto out;
+    }
+    if (op.op_id > w->horizon) {
+      ended = 1;
+      break;
+    }
+    if (full && superseded(c, &op, &target)) {
+      op.target_op = target; /* as the MOVE it would have become */
+      moved++;
+    } else if (op.type == BS_OP_PUT) {
+      ended = 1;
+      break;
+    }
+    bs_clear_acc_add(&d.clear, &op, v.mv_size);
+    n++;
+    c->visits++;
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  if (n >= 2) {
+    /* pass 2: delete the first n-1, write the CLEAR over the n-th */
+    op_key(kb, bucket, 0);
+    mrc = seek_ge(cur, kb, 16, &k, &v);
+    for (i = 0; i < n && mrc == 0; i++) {
+      if (!in_bucket(&k, bucket)) break;
+      if (i + 1 < n) {
+        if ((mrc = mdb_cursor_del(cur, 0))) break;
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      } else {
+        unsigned char vb[BS_OP_HEADER_SIZE];
+        MDB_val ck = {16, kb}, cv = {BS_OP_HEADER_SIZE, vb};
+        memcpy(kb, k.mv_data, 16);
+        if (bs_get_u64be(kb + 8) != d.clear.last_op) break;
+        bare_op(vb, BS_OP_CLEAR, d.clear.checksum, d.clear.target_op);
+        mrc = mdb_cursor_put(cur, &ck, &cv, MDB_CURRENT);
+      }
+    }
+    if (mrc) {
+      rc = mdb_err(c, mrc, "compact: fold");
+      goto out;
+    }
+    if (i < n) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
+                   (unsigned long long)bucket);
+      goto out;
+    }
+    d.changed = 1;
+    d.count = -(int64_t)(n - 1);
+    d.bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d.clear.bytes;
+    d.cleared = d.clear.n_folded;
+    d.moved = moved;
+    c->changes += n;
+  } else {
+    ended = 1;
+    memset(&d.clear, 0, sizeof d.clear);
+  }
+  if (ended) {
+    j->pos = 0;
+    j->phase = w->mode == W_FULL ? (j->max_moved ? J_MOVE : J_MARK) : J_DONE;
+  }
+out:
+  mdb_cursor_close(cur);
+  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
+  return rc;
+}
+
+/* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
+static int move_rest(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
+  uint64_t last = j->max_moved < w->horizon ? j->max_moved : w->horizon;
+  bdelta d;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
   int mrc, rc = BS_OK;
   memset(&d, 0, sizeof d);
-  if (a->deleting && (rc = still_initial(c, txn))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
-  op_key(kb, a->bucket, a->pos);
-  mrc = seek_le(cur, kb, 16, &k, &v);
-  while (mrc == 0 && in_bucket(&k, a->bucket)) {
+  op_key(kb, bucket, j->pos);
+  for (mrc = seek_ge(cur, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
     if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
-                   (unsigned long long)a->bucket);
+      rc = bad_op(c, bucket);
       goto out;
     }
-    if (visited == c->o.max_ops_per_txn) {
-      a->pos = op.op_id; /* resume here */
-      goto commit;
+    if (op.op_id > last) break;
+    if (txn_full(c)) {
+      j->pos = op.op_id;
+      goto out;
     }
-    visited++;
-    if (op.type == BS_OP_CLEAR && !a->deleting) break; /* a CLEAR has nothing before it */
-    if (a->deleting && (op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR)) {
-      /* initial replication: a MOVE or CLEAR is pure residue of superseded ops */
-      target = 1;
-    } else if (!bs_compact_plan_move(&c->seen, &op, &target)) {
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
-      continue;
-    }
-    op_key(kb, a->bucket, op.op_id);
-    if (a->deleting) {
-      MDB_val dk = {16, kb};
-      d.count--;
-      d.bytes -= (int64_t)v.mv_size;
-      d.checksum_sub = bs_cksum_add(d.checksum_sub, op.checksum);
-      d.removed++;
-      d.deleted = 1;
-      if (op.type == BS_OP_CLEAR) d.clear_dropped = 1;
-      if ((mrc = mdb_del(txn, c->db->ops, &dk, NULL))) {
-        rc = mdb_err(c, mrc, "compact: delete op");
-        goto out;
-      }
-    } else {
-      unsigned char vb[BS_OP_HEADER_SIZE];
-      MDB_val mk = {16, kb}, mv = {BS_OP_HEADER_SIZE, vb};
+    c->visits++;
+    if (superseded(c, &op, &target)) {
+      unsigned char vb[BS_OP_HEADER_SIZE], ok[16];
+      MDB_val mk = {16, ok}, mv = {BS_OP_HEADER_SIZE, vb};
+      memcpy(ok, k.mv_data, 16);
       bare_op(vb, BS_OP_MOVE, op.checksum, target);
       d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)v.mv_size;
       d.moved++;
-      if ((mrc = mdb_put(txn, c->db->ops, &mk, &mv, 0))) {
+      d.changed = 1;
+      c->changes++;
+      /* a smaller value in place: the cursor stays on this op */
+      if ((mrc = mdb_cursor_put(cur, &mk, &mv, MDB_CURRENT))) {
         rc = mdb_err(c, mrc, "compact: write MOVE");
         goto out;
       }
     }
-    d.changed = 1;
-    /* the tree changed under the cursor: find the op below again by key */
-    op_key(kb, a->bucket, op.op_id - 1);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  j->phase = J_MARK;
+out:
+  mdb_cursor_close(cur);
+  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
+  return rc;
+}
+
+/* SCAN, initial replication: deletes as it goes (every decision depends only on the ops above
+ * it). A REMOVE is deleted when its row is tracked: every earlier op of the row is superseded,
+ * so deleted too, and the REMOVE says nothing to anyone. */
+static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
+  bdelta d;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, bucket, j->pos);
+  mrc = seek_le(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, bucket)) {
+    bs_op op;
+    uint64_t latest = 0;
+    int del, seen;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bad_op(c, bucket);
+      goto out;
+    }
+    if (txn_full(c)) {
+      j->pos = op.op_id;
+      goto out;
+    }
+    c->visits++;
+    if (op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) {
+      del = 1; /* pure residue of superseded ops */
+    } else {
+      seen = bs_seen_visit(&c->seen, &op, &latest);
+      if (seen && latest > op.op_id) del = 1;
+      else if (seen ? latest == op.op_id : !c->seen.full) del = op.type == BS_OP_REMOVE;
+      else del = 0; /* an untracked row (the set is full): keep everything of it */
+    }
+    if (!del) {
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+      continue;
+    }
+    d.count--;
+    d.bytes -= (int64_t)v.mv_size;
+    d.checksum_sub = bs_cksum_add(d.checksum_sub, op.checksum);
+    d.removed++;
+    d.deleted = d.changed = 1;
+    if (op.type == BS_OP_CLEAR) d.clear_dropped = 1;
+    c->changes++;
+    if ((mrc = mdb_cursor_del(cur, 0))) {
+      rc = mdb_err(c, mrc, "compact: delete op");
+      goto out;
+    }
+    op_key(kb, bucket, op.op_id - 1);
     mrc = seek_le(cur, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) {
     rc = mdb_err(c, mrc, "compact: scan ops");
     goto out;
   }
-  a->pos = 0;
-commit:
-  mdb_cursor_close(cur);
-  cur = NULL;
-  if ((rc = state_apply(c, txn, a->bucket, &d, 0, 0))) return rc;
-  stats_merge(c, &d); /* an error after this point (commit) aborts the whole call anyway */
-  return BS_OK;
+  j->pos = 0;
+  j->phase = J_FORGET;
 out:
   mdb_cursor_close(cur);
+  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
   return rc;
 }
 
-/* ---- Folding the leading run into one CLEAR ------------------------------------------------- */
-
-typedef struct fold_arg {
-  uint64_t bucket, horizon;
-  int more; /* out: the run continued past this transaction's share */
-  int changed;
-  uint64_t compacted_op; /* nonzero: also record the bucket as compacted */
-} fold_arg;
-
-static int fold_step(cctx *c, MDB_txn *txn, void *arg) {
-  fold_arg *a = arg;
+/* INC: converts the bucket's logged superseded ops at the horizon to MOVE and consumes their
+ * entries (an op already gone or moved just consumes its entry). */
+static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
   bdelta d;
   MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
-  size_t n = 0, i;
   int mrc, rc = BS_OK;
   memset(&d, 0, sizeof d);
-  a->more = 0;
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
-  /* pass 1: the length of the run (this transaction's share of it) */
-  op_key(kb, a->bucket, 0);
+  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
+    return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, bucket, j->pos);
   mrc = seek_ge(cur, kb, 16, &k, &v);
-  while (mrc == 0 && in_bucket(&k, a->bucket) && n < c->o.max_ops_per_txn) {
+  while (mrc == 0 && in_bucket(&k, bucket)) {
+    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8), nw;
+    unsigned char ok[16];
+    MDB_val opk = {16, ok}, opv;
     bs_op op;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
-                   (unsigned long long)a->bucket);
+    if (v.mv_size != 8) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                   (unsigned long long)bucket);
       goto out;
     }
-    if (op.op_id > a->horizon || op.type == BS_OP_PUT) break;
-    n++;
-    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    nw = get_u64le(v.mv_data);
+    if (w->budget == 0) { /* out of budget: fold what was consumed, then stop */
+      j->pos = old;
+      j->phase = j->consumed ? J_FOLD : J_DONE;
+      goto out;
+    }
+    if (txn_full(c)) {
+      j->pos = old;
+      goto out;
+    }
+    c->visits++;
+    if (nw > w->horizon) { /* not yet at the horizon: a later pass takes it */
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
+    if (w->budget != UINT64_MAX) w->budget--;
+    op_key(ok, bucket, old);
+    mrc = mdb_get(txn, c->db->ops, &opk, &opv);
+    if (mrc && mrc != MDB_NOTFOUND) {
+      rc = mdb_err(c, mrc, "compact: read op");
+      goto out;
+    }
+    if (mrc == 0) {
+      if (bs_lmdb_op_decode(&opk, &opv, &op)) {
+        rc = bad_op(c, bucket);
+        goto out;
+      }
+      if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old) {
+        unsigned char vb[BS_OP_HEADER_SIZE];
+        MDB_val mv = {BS_OP_HEADER_SIZE, vb};
+        /* target = the op that replaced it: a reader at C >= target reads that op too, and
+         * if it was replaced in turn, its own MOVE reports the next target */
+        bare_op(vb, BS_OP_MOVE, op.checksum, nw);
+        d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)opv.mv_size;
+        d.moved++;
+        d.changed = 1;
+        c->changes++;
+        if ((mrc = mdb_put(txn, c->db->ops, &opk, &mv, 0))) {
+          rc = mdb_err(c, mrc, "compact: write MOVE");
+          goto out;
+        }
+      }
+    }
+    j->consumed = 1;
+    c->changes++;
+    if ((mrc = mdb_cursor_del(cur, 0))) {
+      rc = mdb_err(c, mrc, "compact: delete superseded entry");
+      goto out;
+    }
+    op_key(kb, bucket, old + 1);
+    mrc = seek_ge(cur, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
+    rc = mdb_err(c, mrc, "compact: superseded entries");
     goto out;
   }
-  if (n < 2) goto done;
-  a->more = n == c->o.max_ops_per_txn;
-  /* pass 2: delete the first n-1 ops, write the CLEAR over the n-th */
-  for (i = 0; i < n; i++) {
-    bs_op op;
-    op_key(kb, a->bucket, 0);
-    if ((mrc = seek_ge(cur, kb, 16, &k, &v))) {
-      rc = mdb_err(c, mrc, "compact: fold");
-      goto out;
-    }
-    if (!in_bucket(&k, a->bucket) || bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
-                   (unsigned long long)a->bucket);
-      goto out;
-    }
-    bs_clear_acc_add(&d.clear, &op, v.mv_size);
-    if (i + 1 < n) {
-      if ((mrc = mdb_cursor_del(cur, 0))) {
-        rc = mdb_err(c, mrc, "compact: delete folded op");
-        goto out;
-      }
-    } else {
-      unsigned char vb[BS_OP_HEADER_SIZE];
-      MDB_val mk = {16, kb}, mv = {BS_OP_HEADER_SIZE, vb};
-      op_key(kb, a->bucket, op.op_id);
-      bare_op(vb, BS_OP_CLEAR, d.clear.checksum, d.clear.target_op);
-      if ((mrc = mdb_put(txn, c->db->ops, &mk, &mv, 0))) {
-        rc = mdb_err(c, mrc, "compact: write CLEAR");
-        goto out;
-      }
-    }
-  }
-  d.changed = 1;
-  d.count = -(int64_t)(n - 1);
-  d.bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d.clear.bytes;
-  d.cleared = d.clear.n_folded;
-  a->changed = 1;
-done:
-  mdb_cursor_close(cur);
-  if ((rc = state_apply(c, txn, a->bucket, &d, a->compacted_op && !a->more, a->compacted_op)))
-    return rc;
-  stats_merge(c, &d);
-  return BS_OK;
+  if ((rc = dequeue_if_empty(c, txn, cur, bucket))) goto out;
+  j->pos = 0;
+  j->phase = j->consumed ? J_FOLD : J_DONE;
 out:
   mdb_cursor_close(cur);
+  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
   return rc;
 }
 
-static int fold_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t compacted_op,
-                       int *changed) {
-  fold_arg a = {bucket, horizon, 1, 0, compacted_op};
+/* FORGET, initial replication: drops the entries whose new op is at or below the horizon
+ * (their old ops are gone), dequeues the bucket if none remain, records it as compacted. */
+static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[16];
+  bdelta d;
+  int mrc, rc = BS_OK;
+  memset(&d, 0, sizeof d);
+  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
+    return mdb_err(c, mrc, "compact: cursor");
+  op_key(kb, bucket, j->pos);
+  mrc = seek_ge(cur, kb, 16, &k, &v);
+  while (mrc == 0 && in_bucket(&k, bucket)) {
+    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8);
+    if (txn_full(c)) {
+      j->pos = old;
+      mdb_cursor_close(cur);
+      return BS_OK;
+    }
+    c->visits++;
+    if (v.mv_size == 8 && get_u64le(v.mv_data) > w->horizon) {
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
+    c->changes++;
+    if ((mrc = mdb_cursor_del(cur, 0))) break;
+    op_key(kb, bucket, old + 1);
+    mrc = seek_ge(cur, kb, 16, &k, &v);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    mdb_cursor_close(cur);
+    return mdb_err(c, mrc, "compact: superseded entries");
+  }
+  rc = dequeue_if_empty(c, txn, cur, bucket);
+  mdb_cursor_close(cur);
+  if (rc) return rc;
+  j->phase = J_DONE;
+  return job_apply(c, txn, w, bucket, &d, 1);
+}
+
+/* Advances the current job as far as this transaction's room allows. */
+static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  int rc = BS_OK;
+  while (!rc && w->j.phase != J_DONE && !txn_full(c)) {
+    switch (w->j.phase) {
+    case J_START: rc = job_start(c, txn, w, bucket); break;
+    case J_SCAN:
+      rc = w->mode == W_INITIAL ? scan_initial(c, txn, w, bucket) : scan_full(c, txn, w, bucket);
+      break;
+    case J_FOLD: rc = fold_run(c, txn, w, bucket); break;
+    case J_MOVE: rc = move_rest(c, txn, w, bucket); break;
+    case J_INC: rc = inc_run(c, txn, w, bucket); break;
+    case J_FORGET: rc = forget_run(c, txn, w, bucket); break;
+    case J_MARK: {
+      bdelta d;
+      memset(&d, 0, sizeof d);
+      w->j.phase = J_DONE;
+      rc = job_apply(c, txn, w, bucket, &d, 1);
+      break;
+    }
+    default: rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
+    }
+  }
+  return rc;
+}
+
+static int work_step(cctx *c, MDB_txn *txn, void *arg) {
+  work *w = arg;
   int rc;
-  while (a.more) {
-    if ((rc = RUN(c, fold_step, &a))) return rc;
+  c->changes = c->visits = 0;
+  if (w->mode == W_INITIAL && (rc = still_initial(c, txn))) return rc;
+  while (w->i < w->n && !txn_full(c)) {
+    int resumed = w->j.phase != J_START;
+    if ((rc = job_run(c, txn, w, w->ids[w->i]))) return rc;
+    if (w->j.phase != J_DONE) break;
+    if (w->j.changed) c->stats->buckets_compacted++;
+    w->processed++;
+    memset(&w->j, 0, sizeof w->j);
+    w->i++;
+    if (w->mode == W_INC && w->budget == 0) w->i = w->n;
+    if (resumed) break; /* see the top of this section: the seen-set must survive a retry */
+  }
+  return BS_OK;
+}
+
+/* Runs the jobs of ids[0..n) (transaction after transaction). */
+static int run_jobs(cctx *c, work *w, const uint64_t *ids, size_t n) {
+  int rc;
+  w->ids = ids;
+  w->n = n;
+  w->i = 0;
+  memset(&w->j, 0, sizeof w->j);
+  while (w->i < w->n) {
+    if ((rc = run_write(c, work_step, w, sizeof *w))) return rc;
     if ((rc = progress(c))) return rc;
   }
-  if (a.changed) *changed = 1;
   return BS_OK;
 }
 
 /* ---- Full compaction ------------------------------------------------------------------------ */
-
-static int bytes_of(cctx *c, uint64_t bucket, uint64_t *bytes) {
-  MDB_txn *txn;
-  bstate b;
-  int rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
-  if (rc) return rc;
-  rc = state_load(c, txn, bucket, &b);
-  bs_lmdb_txn_abort(c->db, txn);
-  if (!rc) *bytes = b.s.bytes;
-  return rc;
-}
-
-static int compact_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
-  move_arg m = {bucket, horizon, 0};
-  uint64_t before_moved = c->stats->ops_moved, before = 0;
-  int rc, changed = 0;
-  if ((rc = bytes_of(c, bucket, &before))) return rc;
-  c->stats->bytes_before += before;
-  c->stats->bytes_after += before;
-  bs_seen_clear(&c->seen);
-  while (m.pos) {
-    if ((rc = RUN(c, move_step, &m))) return rc;
-    if ((rc = progress(c))) return rc;
-  }
-  if (c->stats->ops_moved != before_moved) changed = 1;
-  if ((rc = fold_bucket(c, bucket, horizon, horizon, &changed))) return rc;
-  if (changed) c->stats->buckets_compacted++;
-  return BS_OK;
-}
 
 /* Bucket ids of the stream, in name order, a batch at a time (a read snapshot per batch). */
 typedef struct bucket_iter {
@@ -529,7 +872,7 @@ typedef struct bucket_iter {
 
 #define BUCKET_BATCH 256
 
-/* Collects up to BUCKET_BATCH ids; select (may be NULL) filters on the bucket state. */
+/* Collects up to BUCKET_BATCH ids of buckets due for compaction. */
 static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, size_t *n) {
   MDB_txn *txn;
   MDB_cursor *cur;
@@ -558,11 +901,8 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
     it->key_size = k.mv_size;
     id = get_u64le(v.mv_data);
     if ((rc = state_load(c, txn, id, &b))) goto out;
-    if (initial ? bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op,
-                                        b.s.compacted_op, c->o.min_bucket_changes, 0.0)
-                : bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op,
-                                        b.s.compacted_op, c->o.min_bucket_changes,
-                                        c->o.min_change_ratio))
+    if (bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op,
+                              c->o.min_bucket_changes, initial ? 0.0 : c->o.min_change_ratio))
       ids[(*n)++] = id;
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
@@ -579,11 +919,12 @@ static void bucket_iter_init(bucket_iter *it, uint32_t stream) {
   it->done = 0;
 }
 
-static int compact_full(cctx *c, uint64_t horizon) {
+/* Runs mode over the selected buckets (opts->buckets, else those due), a batch at a time. */
+static int compact_buckets(cctx *c, work *w, int initial) {
   uint64_t ids[BUCKET_BATCH];
-  size_t n, i;
+  size_t n = 0, i;
   int rc;
-  if (c->o.buckets) {
+  if (c->o.buckets && !initial) {
     for (i = 0; i < c->o.n_buckets; i++) {
       MDB_txn *txn;
       uint64_t id;
@@ -592,16 +933,19 @@ static int compact_full(cctx *c, uint64_t horizon) {
       bs_lmdb_txn_abort(c->db, txn);
       if (rc == BS_ENOTFOUND) continue; /* an unknown bucket has nothing to compact */
       if (rc) return rc;
-      if ((rc = compact_bucket(c, id, horizon))) return rc;
+      ids[n++] = id;
+      if (n == BUCKET_BATCH || i + 1 == c->o.n_buckets) {
+        if ((rc = run_jobs(c, w, ids, n))) return rc;
+        n = 0;
+      }
     }
-    return BS_OK;
+    return n ? run_jobs(c, w, ids, n) : BS_OK;
   }
   bucket_iter it;
   bucket_iter_init(&it, c->stream);
   while (!it.done) {
-    if ((rc = bucket_batch(c, &it, 0, ids, &n))) return rc;
-    for (i = 0; i < n; i++)
-      if ((rc = compact_bucket(c, ids[i], horizon))) return rc;
+    if ((rc = bucket_batch(c, &it, initial, ids, &n))) return rc;
+    if (n && (rc = run_jobs(c, w, ids, n))) return rc;
   }
   return BS_OK;
 }
@@ -647,101 +991,6 @@ static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out)
   return rc;
 }
 
-typedef struct inc_arg {
-  uint64_t bucket, horizon;
-  uint64_t after;   /* next `superseded` old op id to look at */
-  uint64_t budget; /* ops left (UINT64_MAX = unbounded) */
-  int done, consumed;
-} inc_arg;
-
-static int inc_step(cctx *c, MDB_txn *txn, void *arg) {
-  inc_arg *a = arg;
-  bdelta d;
-  MDB_cursor *cur;
-  MDB_val k, v;
-  unsigned char kb[16];
-  size_t n = 0;
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  a->done = 0;
-  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
-    return mdb_err(c, mrc, "compact: cursor");
-  op_key(kb, a->bucket, a->after);
-  mrc = seek_ge(cur, kb, 16, &k, &v);
-  while (mrc == 0 && in_bucket(&k, a->bucket)) {
-    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8), nw;
-    if (v.mv_size != 8) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
-                   (unsigned long long)a->bucket);
-      goto out;
-    }
-    nw = get_u64le(v.mv_data);
-    if (n == c->o.max_ops_per_txn || a->budget == 0) {
-      a->after = old;
-      goto commit;
-    }
-    n++;
-    if (nw > a->horizon) { /* not yet at the horizon: a later pass takes it */
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-      continue;
-    }
-    if (a->budget != UINT64_MAX) a->budget--;
-    {
-      unsigned char ok[16];
-      MDB_val opk = {16, ok}, opv;
-      bs_op op;
-      op_key(ok, a->bucket, old);
-      mrc = mdb_get(txn, c->db->ops, &opk, &opv);
-      if (mrc && mrc != MDB_NOTFOUND) {
-        rc = mdb_err(c, mrc, "compact: read op");
-        goto out;
-      }
-      /* gone (folded into a CLEAR) or already a MOVE: the entry is simply consumed */
-      if (mrc == 0) {
-        if (bs_lmdb_op_decode(&opk, &opv, &op)) {
-          rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
-                       (unsigned long long)a->bucket);
-          goto out;
-        }
-        if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old) {
-          unsigned char vb[BS_OP_HEADER_SIZE];
-          MDB_val mv = {BS_OP_HEADER_SIZE, vb};
-          /* target = the op that replaced it: a reader at C >= target reads that op too,
-           * and if it was replaced in turn, its own MOVE reports the next target */
-          bare_op(vb, BS_OP_MOVE, op.checksum, nw);
-          d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)opv.mv_size;
-          d.moved++;
-          d.changed = 1;
-          if ((mrc = mdb_put(txn, c->db->ops, &opk, &mv, 0))) {
-            rc = mdb_err(c, mrc, "compact: write MOVE");
-            goto out;
-          }
-        }
-      }
-    }
-    a->consumed = 1;
-    if ((mrc = mdb_cursor_del(cur, 0))) {
-      rc = mdb_err(c, mrc, "compact: delete superseded entry");
-      goto out;
-    }
-    op_key(kb, a->bucket, old + 1);
-    mrc = seek_ge(cur, kb, 16, &k, &v);
-  }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: superseded entries");
-    goto out;
-  }
-  a->done = 1;
-  if ((rc = dequeue_if_empty(c, txn, cur, a->bucket))) goto out;
-commit:
-  mdb_cursor_close(cur);
-  if ((rc = state_apply(c, txn, a->bucket, &d, 0, 0))) return rc;
-  stats_merge(c, &d);
-  return BS_OK;
-out:
-  mdb_cursor_close(cur);
-  return rc;
-}
 
 /* Up to BUCKET_BATCH queued bucket ids after *after (exclusive; 0 = from the start). */
 static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, size_t *n) {
@@ -774,32 +1023,30 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   return rc;
 }
 
+
 static int compact_incremental(cctx *c, uint64_t horizon) {
   uint64_t ids[BUCKET_BATCH], after = 0;
-  uint64_t budget = c->o.op_budget ? c->o.op_budget : UINT64_MAX;
-  size_t n, i;
+  size_t n;
   int rc, started = 0;
+  work w;
+  memset(&w, 0, sizeof w);
+  w.mode = W_INC;
+  w.horizon = horizon;
+  w.budget = c->o.op_budget ? c->o.op_budget : UINT64_MAX;
   do {
     if ((rc = queue_batch(c, &after, &started, ids, &n))) return rc;
-    for (i = 0; i < n && budget; i++) {
-      inc_arg a = {ids[i], horizon, 0, budget, 0, 0};
-      uint64_t moved = c->stats->ops_moved, before = 0;
-      int changed = 0;
-      if ((rc = bytes_of(c, ids[i], &before)) == BS_ENOTFOUND) continue;
-      if (rc) return rc;
-      c->stats->bytes_before += before;
-      c->stats->bytes_after += before;
-      while (!a.done && a.budget) {
-        rc = RUN(c, inc_step, &a);
-        budget = a.budget;
-        if (rc || (rc = progress(c))) return rc;
-      }
-      if (c->stats->ops_moved != moved) changed = 1;
-      if (a.consumed && (rc = fold_bucket(c, ids[i], horizon, 0, &changed))) return rc;
-      if (changed) c->stats->buckets_compacted++;
-    }
-  } while (n == BUCKET_BATCH && budget);
+    if (n && (rc = run_jobs(c, &w, ids, n))) return rc;
+  } while (n == BUCKET_BATCH && w.budget);
   return BS_OK;
+}
+
+static int compact_full(cctx *c, uint64_t horizon) {
+  work w;
+  memset(&w, 0, sizeof w);
+  w.mode = W_FULL;
+  w.horizon = horizon;
+  w.budget = UINT64_MAX;
+  return compact_buckets(c, &w, 0);
 }
 
 /* ---- Parameter compaction ------------------------------------------------------------------- */
@@ -970,6 +1217,7 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
   c.stream = st->stream_id;
   c.stats = stats;
   c.err = err;
+  c.max_visits = max_visits(c.o.max_ops_per_txn);
   if (c.o.delete_checkpoint_requests_before_ms > 0) {
     uint64_t deleted = 0;
     rc = bs_lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
@@ -1003,144 +1251,18 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
 
 /* ---- Initial-replication compaction -------------------------------------------------------- */
 
-typedef struct remove_arg {
-  uint64_t bucket, pos;
-} remove_arg;
-
-/* Second pass: a REMOVE that is its row's only op left (the row was tracked, so every earlier
- * op of it was deleted by the first pass) says nothing to anyone: delete it. */
-static int remove_step(cctx *c, MDB_txn *txn, void *arg) {
-  remove_arg *a = arg;
-  bdelta d;
-  MDB_cursor *cur;
-  MDB_val k, v;
-  unsigned char kb[16];
-  size_t visited = 0;
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  if ((rc = still_initial(c, txn))) return rc;
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
-  op_key(kb, a->bucket, a->pos);
-  mrc = seek_le(cur, kb, 16, &k, &v);
-  while (mrc == 0 && in_bucket(&k, a->bucket)) {
-    bs_op op;
-    uint64_t latest;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
-                   (unsigned long long)a->bucket);
-      goto out;
-    }
-    if (visited++ == c->o.max_ops_per_txn) {
-      a->pos = op.op_id;
-      goto commit;
-    }
-    if (op.type == BS_OP_REMOVE && bs_seen_find(&c->seen, &op, &latest) && latest == op.op_id) {
-      d.count--;
-      d.bytes -= (int64_t)v.mv_size;
-      d.checksum_sub = bs_cksum_add(d.checksum_sub, op.checksum);
-      d.removed++;
-      d.changed = 1;
-      d.deleted = 1;
-      if ((mrc = mdb_cursor_del(cur, 0))) {
-        rc = mdb_err(c, mrc, "compact: delete op");
-        goto out;
-      }
-      op_key(kb, a->bucket, op.op_id - 1);
-      mrc = seek_le(cur, kb, 16, &k, &v);
-      continue;
-    }
-    mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
-  }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
-    goto out;
-  }
-  a->pos = 0;
-commit:
-  mdb_cursor_close(cur);
-  if ((rc = state_apply(c, txn, a->bucket, &d, 0, 0))) return rc;
-  stats_merge(c, &d);
-  return BS_OK;
-out:
-  mdb_cursor_close(cur);
-  return rc;
-}
-
-typedef struct forget_arg {
-  uint64_t bucket, horizon, after, compacted_op;
-  int done;
-} forget_arg;
-
-/* Drops the bucket's `superseded` entries whose new op is at or below the horizon (their old
- * ops are gone), dequeues the bucket if none remain, and records it as compacted. */
-static int forget_step(cctx *c, MDB_txn *txn, void *arg) {
-  forget_arg *a = arg;
-  MDB_cursor *cur;
-  MDB_val k, v;
-  unsigned char kb[16];
-  size_t n = 0;
-  bdelta d;
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
-    return mdb_err(c, mrc, "compact: cursor");
-  op_key(kb, a->bucket, a->after);
-  mrc = seek_ge(cur, kb, 16, &k, &v);
-  while (mrc == 0 && in_bucket(&k, a->bucket)) {
-    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8);
-    if (n++ == c->o.max_ops_per_txn) {
-      a->after = old;
-      mdb_cursor_close(cur);
-      return BS_OK;
-    }
-    if (v.mv_size == 8 && get_u64le(v.mv_data) > a->horizon) {
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-      continue;
-    }
-    if ((mrc = mdb_cursor_del(cur, 0))) break;
-    op_key(kb, a->bucket, old + 1);
-    mrc = seek_ge(cur, kb, 16, &k, &v);
-  }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    mdb_cursor_close(cur);
-    return mdb_err(c, mrc, "compact: superseded entries");
-  }
-  rc = dequeue_if_empty(c, txn, cur, a->bucket);
-  mdb_cursor_close(cur);
-  if (rc) return rc;
-  a->done = 1;
-  rc = state_apply(c, txn, a->bucket, &d, 1, a->compacted_op);
-  return rc;
-}
-
-static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
-  move_arg m = {bucket, horizon, 1};
-  remove_arg r = {bucket, horizon};
-  forget_arg f = {bucket, horizon, 0, horizon, 0};
-  int rc;
-  bs_seen_clear(&c->seen);
-  while (m.pos)
-    if ((rc = RUN(c, move_step, &m))) return rc;
-  while (r.pos)
-    if ((rc = RUN(c, remove_step, &r))) return rc;
-  while (!f.done)
-    if ((rc = RUN(c, forget_step, &f))) return rc;
-  return BS_OK;
-}
-
 int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
                                         bs_error *err) {
   bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
   bs_compact_stats stats;
   bs_stream_rec rec;
-  uint64_t ids[BUCKET_BATCH], horizon, processed = 0;
-  bucket_iter it;
-  size_t n, i;
   cctx c;
+  work w;
   int rc;
   memset(&c, 0, sizeof c);
   memset(&stats, 0, sizeof stats);
+  memset(&w, 0, sizeof w);
   if (buckets_out) *buckets_out = 0;
   if ((rc = bs_compact_options_resolve(&c.o, NULL, err))) return rc;
   c.o.min_bucket_changes = min_bucket_changes ? min_bucket_changes : 1;
@@ -1150,24 +1272,20 @@ int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
   c.stream = st->stream_id;
   c.stats = &stats;
   c.err = err;
+  c.max_visits = max_visits(c.o.max_ops_per_txn);
   if (max_op_id >= (1ull << 63)) return bs_fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
   if ((rc = read_rec(&c, &rec))) return rc;
   if (rec.checkpoint)
     return bs_fail(err, BS_ESTATE, "stream %u has a checkpoint (%llu): initial-replication "
                    "compaction only runs before the first one", c.stream,
                    (unsigned long long)rec.checkpoint);
-  horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
-  if (horizon == 0) return BS_OK;
+  w.mode = W_INITIAL;
+  w.horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
+  w.budget = UINT64_MAX;
+  if (w.horizon == 0) return BS_OK;
   bs_seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
-  bucket_iter_init(&it, c.stream);
-  while (!it.done && !rc) {
-    if ((rc = bucket_batch(&c, &it, 1, ids, &n))) break;
-    for (i = 0; i < n && !rc; i++) {
-      rc = initial_bucket(&c, ids[i], horizon);
-      if (!rc) processed++;
-    }
-  }
+  rc = compact_buckets(&c, &w, 1);
   bs_seen_free(&c.seen);
-  if (buckets_out) *buckets_out = processed;
+  if (buckets_out) *buckets_out = w.processed;
   return rc;
 }

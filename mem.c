@@ -1,17 +1,23 @@
 /*
  * mem.c: the memory backend. A naive, obviously correct implementation of SPEC.md, used as the
  * reference model for differential tests against the LMDB backend and as a dependency-free test
- * double. Everything is a plain growable array searched linearly; every derived value (bucket
- * checksums, counts, parameter sets, changes) is recomputed from the stored ops and entries on each
- * read, never kept as a running total. One mutex (mem_db.mu) guards the whole store; callbacks are
- * always called after it is released, on copies of the data.
+ * double. Everything is a plain growable array; every derived value (bucket checksums, counts,
+ * parameter sets, changes) is recomputed from the stored ops and entries on each read, never kept
+ * as a running total. The only acceleration: hash indexes that find a source record by (table,
+ * replica id) and a bucket by name (mem_index; without them every save scanned every record), and
+ * a queue of soft-deleted records so a checkpoint need not scan every record for purges. They
+ * only ever locate an array slot: the caller compares the real key, and verify() checks that
+ * every record and bucket is found where it is. One mutex (mem_db.mu) guards the whole store;
+ * callbacks are always called after it is released, on copies of the data.
  *
  * Atomicity: a writer's flush/commit runs as a "transaction" (mem_tx) over one stream. Everything
  * a flush does is either an append (ops, buckets, tables, parameter entries, change log: undone by
  * truncating to the saved lengths), a change of the scalar stream state (mem_meta: saved and
  * restored as a whole), or the replacement of a pointer slot holding an immutable object (source
  * records, custom write checkpoints: journaled as (slot, old pointer)). A failure (ENOMEM) at any
- * point rolls all of it back, so a failed call changes nothing. source_row() uses the same machinery:
+ * point rolls all of it back, so a failed call changes nothing; the indexes follow every journaled
+ * slot change forward and backward. A commit closes the holes deleted records left by moving the
+ * last records into them. source_row() uses the same machinery:
  * it applies the writer's queue, reads the record, and always rolls back.
  * Compaction and the other maintenance calls build the new state first and swap it in.
  */
@@ -57,6 +63,7 @@ typedef struct mem_bucket {
   uint64_t clear_op;     /*   clear_start <= C < clear_op fail (0/0 = none) */
   uint64_t compacted_op; /* horizon of the last full compaction (change selection) */
   uint64_t initial_op;   /* horizon of the last initial-replication compaction */
+  uint64_t tx_stamp;     /* serial of the last transaction that journaled n */
 } mem_bucket;
 
 /* A membership of a source record: the row is present in `bucket` as (ot, oi). */
@@ -99,6 +106,16 @@ typedef struct mem_uchange { uint64_t id; bs_val user; } mem_uchange;   /* user 
 typedef struct mem_cp { uint64_t id; int64_t ms; } mem_cp;              /* checkpoint history */
 typedef struct mem_cwcp { bs_val event, user; uint64_t value; } mem_cwcp;
 
+/* A hash index over an array of pointers: entries (hash of the key, slot + 1; 0 = empty), open
+ * addressing with linear probing, at most half full so that probes stay short and inserting
+ * into a reserved index cannot fail. It narrows a search; the caller compares the real key. */
+typedef struct mem_ient { uint64_t h; size_t slot; } mem_ient;
+typedef struct mem_index { mem_ient *e; size_t cap, n; } mem_index;
+
+/* A soft-deleted record awaiting its purge by a checkpoint above mark (SPEC.md 4.3). An entry
+ * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
+typedef struct mem_soft { uint32_t table; bs_val rid; uint64_t mark; } mem_soft;
+
 /* Scalar stream state: saved and restored as a whole by a transaction. */
 typedef struct mem_meta {
   bs_stream_state state;
@@ -137,6 +154,10 @@ typedef struct mem_stream {
   size_t ncw, ccw;
   bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
   size_t npend, cpend;
+  mem_index ridx;     /* recs by (table, rid): every non-NULL slot */
+  mem_index bidx;     /* buckets by name */
+  mem_soft *softq;    /* soft-deleted records not yet purged (and stale entries) */
+  size_t nsoftq, csoftq;
 } mem_stream;
 
 typedef struct mem_head { bs_val conn, lsn; } mem_head;
@@ -160,6 +181,7 @@ typedef struct mem_db {
   size_t nstreams, cstreams;
   mem_mwcp **mw;
   size_t nmw, cmw;
+  uint64_t tx_serial; /* numbers the transactions (mem_bucket.tx_stamp) */
 } mem_db;
 
 typedef struct mem_storage {
@@ -331,6 +353,76 @@ static void table_free(const bs_allocator *a, mem_table *t) {
   bs_free(a, t);
 }
 
+static void idx_free(const bs_allocator *a, mem_index *x) {
+  bs_free(a, x->e);
+  memset(x, 0, sizeof *x);
+}
+
+/* Inserts (h, slot); the index must have a free entry (idx_reserve). */
+static void idx_put(mem_index *x, uint64_t h, size_t slot) {
+  size_t m = x->cap - 1, i = (size_t)h & m;
+  while (x->e[i].slot) i = (i + 1) & m;
+  x->e[i].h = h;
+  x->e[i].slot = slot + 1;
+  x->n++;
+}
+
+/* Makes room for `need` entries. The only index call that can fail. */
+static int idx_reserve(const bs_allocator *a, mem_index *x, size_t need) {
+  mem_index nx;
+  if (need <= x->cap / 2) return BS_OK;
+  nx.cap = x->cap ? x->cap : 16;
+  while (need > nx.cap / 2) {
+    if (nx.cap > SIZE_MAX / 4 / sizeof *nx.e) return BS_ENOMEM;
+    nx.cap *= 2;
+  }
+  nx.e = bs_calloc(a, nx.cap, sizeof *nx.e);
+  if (!nx.e) return BS_ENOMEM;
+  nx.n = 0;
+  for (size_t i = 0; i < x->cap; i++)
+    if (x->e[i].slot) idx_put(&nx, x->e[i].h, x->e[i].slot - 1);
+  bs_free(a, x->e);
+  *x = nx;
+  return BS_OK;
+}
+
+/* Position of the entry (h, slot), or cap when there is none. */
+static size_t idx_pos(const mem_index *x, uint64_t h, size_t slot) {
+  size_t m = x->cap - 1, i;
+  if (!x->cap) return 0;
+  for (i = (size_t)h & m; x->e[i].slot; i = (i + 1) & m)
+    if (x->e[i].slot == slot + 1) return i;
+  return x->cap;
+}
+
+/* Removes (h, slot), shifting later entries of its probe run back so no lookup misses them. */
+static void idx_remove(mem_index *x, uint64_t h, size_t slot) {
+  size_t m = x->cap - 1, i = idx_pos(x, h, slot);
+  if (i >= x->cap) return;
+  x->n--;
+  for (size_t j = (i + 1) & m; x->e[j].slot; j = (j + 1) & m) {
+    size_t home = (size_t)x->e[j].h & m;
+    /* entry j may fill the hole at i unless its home lies cyclically in (i, j] */
+    if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+      x->e[i] = x->e[j];
+      i = j;
+    }
+  }
+  x->e[i].slot = 0;
+}
+
+/* The key hashed at `from` now lives at slot `to`. */
+static void idx_move(mem_index *x, uint64_t h, size_t from, size_t to) {
+  size_t i = idx_pos(x, h, from);
+  if (i < x->cap) x->e[i].slot = to + 1;
+}
+
+static uint64_t rec_hash(uint32_t table, bs_val rid) {
+  return XXH3_64bits_withSeed(rid.data, rid.size, table);
+}
+
+static uint64_t name_hash(bs_val name) { return XXH3_64bits(name.data, name.size); }
+
 /* Drops every piece of data of s (not its meta, name or id). */
 static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   for (size_t i = 0; i < s->ntables; i++) table_free(a, s->tables[i]);
@@ -349,6 +441,10 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs_free(a, s->cw);
   for (size_t i = 0; i < s->npend; i++) val_free(a, &s->pend_users[i]);
   bs_free(a, s->pend_users);
+  for (size_t i = 0; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
+  bs_free(a, s->softq);
+  idx_free(a, &s->ridx);
+  idx_free(a, &s->bidx);
   s->tables = NULL; s->ntables = s->ctables = 0;
   s->buckets = NULL; s->nbuckets = s->cbuckets = 0;
   s->recs = NULL; s->nrecs = s->crecs = 0;
@@ -358,6 +454,7 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   s->cps = NULL; s->ncps = s->ccps = 0;
   s->cw = NULL; s->ncw = s->ccw = 0;
   s->pend_users = NULL; s->npend = s->cpend = 0;
+  s->softq = NULL; s->nsoftq = s->csoftq = 0;
 }
 
 static void stream_free(const bs_allocator *a, mem_stream *s) {
@@ -367,12 +464,17 @@ static void stream_free(const bs_allocator *a, mem_stream *s) {
   bs_free(a, s);
 }
 
-static mem_bucket *bucket_find(mem_stream *s, bs_val name, size_t *idx) {
-  for (size_t i = 0; i < s->nbuckets; i++)
-    if (bs_val_eq(s->buckets[i]->name, name)) {
-      if (idx) *idx = i;
-      return s->buckets[i];
+static mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
+  const mem_index *x = &s->bidx;
+  uint64_t h = name_hash(name);
+  if (!x->cap) return NULL;
+  for (size_t i = (size_t)h & (x->cap - 1); x->e[i].slot; i = (i + 1) & (x->cap - 1)) {
+    size_t k = x->e[i].slot - 1;
+    if (x->e[i].h == h && bs_val_eq(s->buckets[k]->name, name)) {
+      if (idx) *idx = k;
+      return s->buckets[k];
     }
+  }
   return NULL;
 }
 
@@ -382,10 +484,14 @@ static mem_table *table_find(mem_stream *s, bs_val name) {
   return NULL;
 }
 
-static long rec_find(mem_stream *s, uint32_t table, bs_val rid) {
-  for (size_t i = 0; i < s->nrecs; i++) {
-    mem_rec *r = s->recs[i];
-    if (r && r->table == table && bs_val_eq(r->rid, rid)) return (long)i;
+static long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
+  const mem_index *x = &s->ridx;
+  uint64_t h = rec_hash(table, rid);
+  if (!x->cap) return -1;
+  for (size_t i = (size_t)h & (x->cap - 1); x->e[i].slot; i = (i + 1) & (x->cap - 1)) {
+    const mem_rec *r = s->recs[x->e[i].slot - 1];
+    if (x->e[i].h == h && r->table == table && bs_val_eq(r->rid, rid))
+      return (long)(x->e[i].slot - 1);
   }
   return -1;
 }
@@ -412,19 +518,20 @@ static int torn_fail(bs_error *err, uint64_t c, bs_val name) {
 
 /* ---- Transactions over one stream (see the file comment) ------------------------------------ */
 
-enum { J_REC, J_CWCP, J_DROP };
+enum { J_REC, J_CWCP, J_DROP, J_OPS };
 typedef struct mem_jent {
   int kind;
   size_t idx;
   void *old;
+  size_t n; /* J_OPS: the op count of bucket idx before the transaction appended to it */
 } mem_jent;
 
 typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend;
-  size_t *bucket_n; /* op count of every bucket that existed at the start */
+  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend, nsoftq;
+  uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
 } mem_tx;
@@ -443,9 +550,8 @@ static int tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
   tx->ncps = s->ncps;
   tx->ncw = s->ncw;
   tx->npend = s->npend;
-  tx->bucket_n = bs_calloc(ALLOC(db), s->nbuckets ? s->nbuckets : 1, sizeof(size_t));
-  if (!tx->bucket_n) return BS_ENOMEM;
-  for (size_t i = 0; i < s->nbuckets; i++) tx->bucket_n[i] = s->buckets[i]->n;
+  tx->nsoftq = s->nsoftq;
+  tx->serial = ++db->tx_serial;
   return BS_OK;
 }
 
@@ -455,6 +561,7 @@ static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
   tx->j[tx->nj].kind = kind;
   tx->j[tx->nj].idx = idx;
   tx->j[tx->nj].old = old;
+  tx->j[tx->nj].n = 0;
   tx->nj++;
   return BS_OK;
 }
@@ -465,11 +572,23 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t k = tx->nj; k-- > 0;) {
     mem_jent *e = &tx->j[k];
     if (e->kind == J_REC) {
-      if (s->recs[e->idx] != e->old) rec_free(a, s->recs[e->idx]);
-      s->recs[e->idx] = e->old;
+      mem_rec *cur = s->recs[e->idx], *old = e->old;
+      if (cur != old) {
+        if (cur) {
+          idx_remove(&s->ridx, rec_hash(cur->table, cur->rid), e->idx);
+          rec_free(a, cur);
+        }
+        /* cannot fail: the index held this many entries at that point of the transaction */
+        if (old) idx_put(&s->ridx, rec_hash(old->table, old->rid), e->idx);
+      }
+      s->recs[e->idx] = old;
     } else if (e->kind == J_CWCP) {
       if (s->cw[e->idx] != e->old) cwcp_free(a, s->cw[e->idx]);
       s->cw[e->idx] = e->old;
+    } else if (e->kind == J_OPS) {
+      mem_bucket *b = s->buckets[e->idx];
+      for (size_t o = e->n; o < b->n; o++) op_free(a, &b->ops[o]);
+      b->n = e->n;
     } else {
       s->tables[e->idx]->dropped = 0;
     }
@@ -478,12 +597,10 @@ static void tx_rollback(mem_tx *tx) {
   s->ncw = tx->ncw;
   for (size_t i = tx->ntables; i < s->ntables; i++) table_free(a, s->tables[i]);
   s->ntables = tx->ntables;
-  for (size_t i = 0; i < tx->nbuckets; i++) {
-    mem_bucket *b = s->buckets[i];
-    for (size_t k = tx->bucket_n[i]; k < b->n; k++) op_free(a, &b->ops[k]);
-    b->n = tx->bucket_n[i];
+  for (size_t i = tx->nbuckets; i < s->nbuckets; i++) {
+    idx_remove(&s->bidx, name_hash(s->buckets[i]->name), i);
+    bucket_free(a, s->buckets[i]);
   }
-  for (size_t i = tx->nbuckets; i < s->nbuckets; i++) bucket_free(a, s->buckets[i]);
   s->nbuckets = tx->nbuckets;
   for (size_t i = tx->nparams; i < s->nparams; i++) param_free(a, &s->params[i]);
   s->nparams = tx->nparams;
@@ -495,9 +612,10 @@ static void tx_rollback(mem_tx *tx) {
    * above) but never frees them before the point of no return; only appends are undone */
   for (size_t i = tx->npend; i < s->npend; i++) val_free(a, &s->pend_users[i]);
   s->npend = tx->npend;
+  for (size_t i = tx->nsoftq; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
+  s->nsoftq = tx->nsoftq;
   s->m = tx->meta;
   bs_free(a, tx->j);
-  bs_free(a, tx->bucket_n);
 }
 
 static void tx_commit(mem_tx *tx) {
@@ -508,28 +626,57 @@ static void tx_commit(mem_tx *tx) {
     if (tx->j[i].kind == J_REC) rec_free(a, tx->j[i].old);
     else if (tx->j[i].kind == J_CWCP) cwcp_free(a, tx->j[i].old);
   }
-  for (size_t i = 0; i < s->nrecs; i++)
-    if (s->recs[i]) s->recs[k++] = s->recs[i];
-  s->nrecs = k;
-  k = 0;
+  /* Close the holes of deleted records (every one is a journaled slot) with the last records:
+   * the order of recs carries no meaning, and this costs O(deleted), not O(records). */
+  for (size_t i = 0; i < tx->nj; i++) {
+    size_t at = tx->j[i].idx;
+    if (tx->j[i].kind != J_REC || at >= s->nrecs || s->recs[at]) continue;
+    while (s->nrecs > at && !s->recs[s->nrecs - 1]) s->nrecs--;
+    if (at < s->nrecs) {
+      mem_rec *r = s->recs[--s->nrecs];
+      idx_move(&s->ridx, rec_hash(r->table, r->rid), s->nrecs, at);
+      s->recs[at] = r;
+    }
+  }
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i]) s->cw[k++] = s->cw[i];
   s->ncw = k;
   bs_free(a, tx->j);
-  bs_free(a, tx->bucket_n);
 }
 
-/* Replaces (or, idx < 0, appends) a source record. */
-static int tx_rec_put(mem_tx *tx, long idx, mem_rec *r) {
+/* Stores r in slot idx: idx == nrecs appends, r == NULL deletes, else r replaces the record of
+ * the same key. Journals the old pointer and keeps the index in step. */
+static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
+  const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
-  if (idx < 0) {
-    if (GROW(ALLOC(tx->db), s->recs, s->nrecs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
-    if (tx_journal(tx, J_REC, s->nrecs, NULL)) return BS_ENOMEM;
+  mem_rec *old;
+  if (idx == s->nrecs) {
+    if (GROW(a, s->recs, s->nrecs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
+    if (idx_reserve(a, &s->ridx, s->ridx.n + 1)) return BS_ENOMEM;
+    if (tx_journal(tx, J_REC, idx, NULL)) return BS_ENOMEM;
     s->recs[s->nrecs++] = r;
+    if (r) idx_put(&s->ridx, rec_hash(r->table, r->rid), idx);
     return BS_OK;
   }
-  if (tx_journal(tx, J_REC, (size_t)idx, s->recs[idx])) return BS_ENOMEM;
+  old = s->recs[idx];
+  if (!old && r && idx_reserve(a, &s->ridx, s->ridx.n + 1)) return BS_ENOMEM;
+  if (tx_journal(tx, J_REC, idx, old)) return BS_ENOMEM;
+  if (old && !r) idx_remove(&s->ridx, rec_hash(old->table, old->rid), idx);
+  if (!old && r) idx_put(&s->ridx, rec_hash(r->table, r->rid), idx);
   s->recs[idx] = r;
+  return BS_OK;
+}
+
+/* Queues the soft-deleted record (table, rid, mark) for its purge. */
+static int tx_soft_push(mem_tx *tx, uint32_t table, bs_val rid, uint64_t mark) {
+  mem_stream *s = tx->s;
+  mem_soft *e;
+  if (GROW(ALLOC(tx->db), s->softq, s->nsoftq, s->csoftq, s->nsoftq + 1)) return BS_ENOMEM;
+  e = &s->softq[s->nsoftq];
+  e->table = table;
+  e->mark = mark;
+  if (val_dup(ALLOC(tx->db), rid, &e->rid)) return BS_ENOMEM;
+  s->nsoftq++;
   return BS_OK;
 }
 
@@ -545,6 +692,7 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   mem_bucket *b = bucket_find(s, name, idx);
   if (b) return b;
   if (GROW(a, s->buckets, s->nbuckets, s->cbuckets, s->nbuckets + 1)) return NULL;
+  if (idx_reserve(a, &s->bidx, s->nbuckets + 1)) return NULL;
   b = bs_calloc(a, 1, sizeof *b);
   if (!b) return NULL;
   if (val_dup(a, name, &b->name)) {
@@ -553,6 +701,7 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   }
   b->generation = ++s->m.gen_seq;
   *idx = s->nbuckets;
+  idx_put(&s->bidx, name_hash(b->name), s->nbuckets);
   s->buckets[s->nbuckets++] = b;
   return b;
 }
@@ -568,6 +717,11 @@ static int tx_emit(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val
   int rc;
   if (!b) return BS_ENOMEM;
   if (GROW(a, b->ops, b->n, b->cap, b->n + 1)) return BS_ENOMEM;
+  if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal b->n */
+    if (tx_journal(tx, J_OPS, bi, NULL)) return BS_ENOMEM;
+    tx->j[tx->nj - 1].n = b->n;
+    b->tx_stamp = tx->serial;
+  }
   if (GROW(a, s->bch, s->nbch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
   memset(&o, 0, sizeof o);
   o.type = type;
@@ -775,17 +929,19 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
 
   /* Records: soft-delete the old one (4.3), store the new one (step 4). */
   if (old && !old->soft) {
-    mem_rec *r = rec_soft(a, old, head0);
-    if (!r) return BS_ENOMEM;
-    if ((rc = tx_rec_put(tx, old_idx, r))) {
+    mem_rec *r;
+    if ((rc = tx_soft_push(tx, t->id, q->before, head0))) return rc;
+    if (!(r = rec_soft(a, old, head0))) return BS_ENOMEM;
+    if ((rc = tx_rec_set(tx, (size_t)old_idx, r))) {
       rec_free(a, r);
       return rc;
     }
   }
   if (q->has_after) {
     mem_rec *r = rec_build(a, t->id, q);
+    long at = rec_find(s, t->id, q->after);
     if (!r) return BS_ENOMEM;
-    if ((rc = tx_rec_put(tx, rec_find(s, t->id, q->after), r))) {
+    if ((rc = tx_rec_set(tx, at < 0 ? s->nrecs : (size_t)at, r))) {
       rec_free(a, r);
       return rc;
     }
@@ -826,10 +982,7 @@ static int apply_truncate(mem_tx *tx, const qitem *q) {
   bs_free(a, list);
   if (rc) return rc;
   for (size_t i = 0; i < s->nrecs; i++)
-    if (s->recs[i] && s->recs[i]->table == t->id) {
-      if ((rc = tx_journal(tx, J_REC, i, s->recs[i]))) return rc;
-      s->recs[i] = NULL;
-    }
+    if (s->recs[i] && s->recs[i]->table == t->id && (rc = tx_rec_set(tx, i, NULL))) return rc;
   if (q->drop) {
     size_t ti = 0;
     while (s->tables[ti] != t) ti++;
@@ -1152,12 +1305,23 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   if (GROW(ALLOC(db), s->cps, s->ncps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
   s->cps[s->ncps++].ms = now_ms();
-  for (size_t i = 0; i < s->nrecs; i++)
-    if (s->recs[i] && s->recs[i]->soft && s->recs[i]->mark < c) {
-      if ((rc = tx_journal(tx, J_REC, i, s->recs[i]))) return rc;
-      s->recs[i] = NULL;
-    }
+  /* purge (4.3): every soft-deleted record has a queue entry with its mark */
+  for (size_t i = 0; i < s->nsoftq; i++) {
+    const mem_soft *e = &s->softq[i];
+    long at = e->mark < c ? rec_find(s, e->table, e->rid) : -1;
+    if (at >= 0 && s->recs[at]->soft && s->recs[at]->mark < c &&
+        (rc = tx_rec_set(tx, (size_t)at, NULL)))
+      return rc;
+  }
   /* point of no return: nothing below fails */
+  for (size_t i = 0, k = 0, n = s->nsoftq; i < n; i++) {
+    if (s->softq[i].mark < c) {
+      val_free(ALLOC(db), &s->softq[i].rid);
+      s->nsoftq--;
+    } else {
+      s->softq[k++] = s->softq[i];
+    }
+  }
   for (size_t i = 0; i < db->nmw; i++)
     if (!db->mw[i]->processed && heads_le(db->mw[i], lsn)) {
       db->mw[i]->processed = 1;
@@ -2233,6 +2397,8 @@ static int mem_report_error(bs_storage *st, const char *message, bs_error *err) 
   mem_storage *ms = MS(st);
   lock(ms->db);
   snprintf(ms->s->m.last_error, sizeof ms->s->m.last_error, "%s", message ? message : "");
+  /* as the LMDB backend: an ACTIVE stream is still served but marked as failing (SPEC.md 8) */
+  if (ms->s->m.state == BS_STREAM_ACTIVE) ms->s->m.state = BS_STREAM_ERRORED;
   unlock(ms->db);
   return BS_OK;
 }
@@ -2552,22 +2718,39 @@ static void verify_stream(vlist *v, const mem_stream *s) {
   bs_free(a, ids);
   if (s->m.checkpoint > s->m.op_head)
     problem(v, "stream %u: checkpoint above the op head", (unsigned)s->id);
+  /* the indexes: each bucket and record is found at its own slot (so keys are also unique),
+   * and they index nothing else */
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    size_t at = SIZE_MAX;
+    if (!bucket_find(s, s->buckets[i]->name, &at) || at != i)
+      problem(v, "stream %u: bucket %zu duplicate or not indexed", (unsigned)s->id, i);
+  }
+  if (s->bidx.n != s->nbuckets)
+    problem(v, "stream %u: bucket index holds %zu of %zu", (unsigned)s->id, s->bidx.n,
+            s->nbuckets);
+  if (s->ridx.n != s->nrecs)
+    problem(v, "stream %u: record index holds %zu of %zu", (unsigned)s->id, s->ridx.n,
+            s->nrecs);
   /* source records: unique keys, known tables, memberships in existing buckets */
   for (size_t i = 0; i < s->nrecs; i++) {
     const mem_rec *r = s->recs[i];
-    int known = 0;
+    int known = 0, queued = 0;
     for (size_t t = 0; t < s->ntables; t++)
       known |= !s->tables[t]->dropped && s->tables[t]->id == r->table;
     if (!known) problem(v, "stream %u: source record of unknown table %u", (unsigned)s->id,
                         (unsigned)r->table);
-    for (size_t j = 0; j < i; j++)
-      if (s->recs[j]->table == r->table && bs_val_eq(s->recs[j]->rid, r->rid))
-        problem(v, "stream %u: duplicate source record in table %u", (unsigned)s->id,
-                (unsigned)r->table);
+    if (rec_find(s, r->table, r->rid) != (long)i)
+      problem(v, "stream %u: source record in table %u duplicate or not indexed",
+              (unsigned)s->id, (unsigned)r->table);
     if (r->soft && (r->nm || r->nl || r->has_data))
       problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
+    for (size_t j = 0; r->soft && j < s->nsoftq && !queued; j++)
+      queued = s->softq[j].table == r->table && s->softq[j].mark == r->mark &&
+               bs_val_eq(s->softq[j].rid, r->rid);
+    if (r->soft && !queued)
+      problem(v, "stream %u: soft-deleted record not queued for its purge", (unsigned)s->id);
     for (size_t j = 0; j < r->nm; j++)
-      if (!bucket_find((mem_stream *)s, r->m[j].bucket, NULL))
+      if (!bucket_find(s, r->m[j].bucket, NULL))
         problem(v, "stream %u: source record names a missing bucket", (unsigned)s->id);
   }
 }

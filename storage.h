@@ -125,7 +125,8 @@ typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one
 typedef struct bs_open_options {
   unsigned version;
   unsigned flags;                 /* BS_OPEN_* */
-  size_t map_size;                /* initial LMDB map size in bytes; 0 = 64 MiB; grows on demand */
+  size_t map_size;                /* initial LMDB map size; 0 = 4 GiB (address space, not disk;
+                                     256 MiB on 32-bit); doubles on demand */
   size_t checksum_cache_entries;  /* LRU entries; 0 = 100000; (size_t)-1 disables the cache */
   const bs_allocator *allocator;  /* NULL = libc; copied */
 } bs_open_options;

@@ -62,12 +62,12 @@ expect_rc 0 "$bs" dump --db "$db" --bucket b3 --checkpoint 800
 # the bucket's checksum (not its op count: compaction folds ops) must never change
 b0_checksum() { "$bs" dump --db "$db" --bucket b0 | tail -n 1 | sed 's/.*"checksum":\(-*[0-9]*\).*/\1/'; }
 b0_checksum > "$tmp/b0.before"
-BS_CLI_CANCEL_AFTER=1 expect_rc 130 "$bs" compact --db "$db"
+BS_CLI_CANCEL_AFTER=1 expect_rc 130 "$bs" compact --db "$db" --txn-ops 50
 grep -q "interrupted" "$tmp/err" || fail "cancel message"
 expect_rc 0 "$bs" verify --db "$db"
 b0_checksum | cmp -s - "$tmp/b0.before" || fail "checksum changed"
 expect_rc 0 "$bs" compact --db "$db"
-grep -q "^full compaction: 4 buckets" "$tmp/out" || { cat "$tmp/out"; fail "compact summary"; }
+grep -qE "^full compaction: [1-4] buckets" "$tmp/out" || { cat "$tmp/out"; fail "compact summary"; }
 grep -q "^progress: .*(done)" "$tmp/err" || fail "plain progress lines on a non-tty stderr"
 expect_rc 0 "$bs" stat --db "$db"
 [ "$(grep -cE '^ +1\.0[01] +10[01] +100 ' "$tmp/out")" = 4 ] || { cat "$tmp/out"; fail "after compact"; }

@@ -15,6 +15,10 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_model.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 static unsigned long long g_seed = 12345;
 static int g_quick;
@@ -40,9 +44,12 @@ typedef struct env {
   unsigned lsn;
 } env;
 
+static size_t g_map_size; /* 0 = the library default */
+
 static void env_open(env *e) {
   uint32_t id;
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  oo.map_size = g_map_size;
   memset(e, 0, sizeof *e);
   strcpy(e->dir, "/tmp/bs_compact_XXXXXX");
   assert_non_null(mkdtemp(e->dir));
@@ -751,6 +758,39 @@ static void test_bounded_memory(void **state) {
   env_close(&e);
 }
 
+/* A map too small for what compaction writes: transactions hit MDB_MAP_FULL, the map grows and
+ * the transaction runs again from the state it began with (several buckets per transaction). */
+static void test_map_growth(void **state) {
+  env e;
+  model m;
+  uint64_t c;
+  (void)state;
+  rng_state = g_seed + 7;
+  memset(&m, 0, sizeof m);
+  g_map_size = 64 * 1024;
+  env_open(&e);
+  g_map_size = 0;
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 400; i++) random_save(&e, 150);
+    c = commit(&e);
+    model_capture(&e, &m, c);
+    for (int pass = 0; pass < 2; pass++) {
+      bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+      o.min_bucket_changes = 1;
+      o.min_change_ratio = 0;
+      o.min_age_ms = 0;
+      o.incremental_only = pass;
+      o.max_ops_per_txn = 50 + 400 * (unsigned)round;
+      CHECK(bs_compact(e.st, &o, NULL, ERR));
+    }
+    m.horizon = c;
+    model_check(&e, &m, c);
+  }
+  verify_db(&e);
+  model_free(&m);
+  env_close(&e);
+}
+
 /* ---- Parameter compaction ------------------------------------------------------------------- */
 
 static void save_lookup(env *e, const char *id, bs_val key, const char *param) {
@@ -817,6 +857,197 @@ static void test_parameters(void **state) {
   env_close(&e);
 }
 
+/* ---- A writer and a compactor at the same time ---------------------------------------------- */
+
+#define CC_NB 4
+#define CC_ROWS 60
+
+typedef struct cc_shared {
+  env *e;
+  md_stream m;               /* written by the writer thread only, read after join */
+  uint64_t cps[4096];        /* checkpoints made, in order */
+  size_t n_cps;
+  atomic_int writer_done;
+  uint64_t max_horizon;      /* the compactor's, read after join */
+  unsigned passes;
+  atomic_int failed;
+  char why[400];
+  unsigned long long seed;
+} cc_shared;
+
+/* Each row lives in one bucket at a time, so every save writes a PUT and at most one REMOVE:
+ * the model predicts every op id exactly (no reordered groups). */
+static void *cc_writer(void *arg) {
+  cc_shared *sh = arg;
+  env *e = sh->e;
+  unsigned long long r = sh->seed * 2 + 1;
+  unsigned rounds = g_quick ? 60 : 300;
+  for (unsigned k = 0; k < rounds && !sh->failed; k++) {
+    unsigned saves = 1 + (unsigned)((r = r * 6364136223846793005ull + 1) >> 33) % 25;
+    bs_error err;
+    bs_commit_result cr;
+    char lsn[32];
+    int rc;
+    for (unsigned i = 0; i < saves; i++) {
+      char id[16], data[32], bucket[8];
+      unsigned x;
+      bs_row row;
+      bs_save s = BS_SAVE_INIT;
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      x = (unsigned)(r >> 33);
+      snprintf(id, sizeof id, "r%u", x % CC_ROWS);
+      snprintf(bucket, sizeof bucket, "c%u", (x / CC_ROWS) % CC_NB);
+      snprintf(data, sizeof data, "{\"v\":%u}", x % 997);
+      s.table = S("t");
+      if (x % 11 == 0) {
+        s.tag = BS_DELETE;
+        s.before_id = S(id);
+      } else {
+        row.bucket = S(bucket);
+        row.object_type = S("test");
+        row.object_id = S(id);
+        row.data = S(data);
+        s.tag = BS_UPDATE;
+        s.after_id = S(id);
+        s.rows = &row;
+        s.n_rows = 1;
+      }
+      md_save(&sh->m, &s);
+      if ((rc = bs_writer_save(e->w, &s, &err)) != BS_OK) {
+        snprintf(sh->why, sizeof sh->why, "save: %s (%s)", bs_strerror(rc), err.msg);
+        sh->failed = 1;
+        break;
+      }
+    }
+    if (sh->failed) break;
+    if (e->lsn == 0 && (rc = bs_writer_snapshot_done(e->w, S("00000000"), &err)) != BS_OK) {
+      snprintf(sh->why, sizeof sh->why, "snapshot_done: %s (%s)", bs_strerror(rc), err.msg);
+      sh->failed = 1;
+      break;
+    }
+    snprintf(lsn, sizeof lsn, "%08u", ++e->lsn);
+    if ((rc = bs_writer_commit(e->w, S(lsn), NULL, &cr, &err)) != BS_OK ||
+        !cr.checkpoint_created || cr.checkpoint != sh->m.head) {
+      snprintf(sh->why, sizeof sh->why, "commit: %s (%s), checkpoint %llu, model head %llu",
+               bs_strerror(rc), err.msg, (unsigned long long)cr.checkpoint,
+               (unsigned long long)sh->m.head);
+      sh->failed = 1;
+      break;
+    }
+    if (sh->n_cps < sizeof sh->cps / sizeof sh->cps[0]) sh->cps[sh->n_cps++] = cr.checkpoint;
+  }
+  atomic_store(&sh->writer_done, 1);
+  return NULL;
+}
+
+/* Full and incremental passes in a loop on its own storage handle, at the checkpoint it read
+ * just before (the horizon is then known exactly). */
+static void *cc_compactor(void *arg) {
+  cc_shared *sh = arg;
+  bs_storage *st = NULL;
+  bs_error err;
+  int rc;
+  unsigned k = 0;
+  rc = bs_storage_open(&st, sh->e->db, bs_storage_stream_id(sh->e->st), &err);
+  if (rc != BS_OK) goto fail;
+  /* the horizon lags: the checkpoint seen LAG passes ago, so the checks after the run cover
+   * several checkpoints above the last horizon */
+  enum { LAG = 4 };
+  uint64_t seen_cps[LAG] = {0};
+  while (!sh->failed && !atomic_load(&sh->writer_done)) {
+    bs_checkpoint cp;
+    bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+    bs_compact_stats stats;
+    uint64_t h;
+    if ((rc = bs_get_checkpoint(st, &cp, &err)) != BS_OK) goto fail;
+    h = seen_cps[k % LAG];
+    seen_cps[k % LAG] = cp.op_id;
+    if (!h) h = cp.op_id / 2;
+    if (h) {
+      o.max_op_id = h;
+      o.min_bucket_changes = 1;
+      o.min_change_ratio = 0;
+      o.min_age_ms = 0;
+      o.incremental_only = k % 3 == 1;
+      o.max_ops_per_txn = 2 + k % 13;
+      if (k % 5 == 4) o.memory_limit_mb = 1;
+      if ((rc = bs_compact(st, &o, &stats, &err)) != BS_OK) goto fail;
+      if (h > sh->max_horizon) sh->max_horizon = h;
+      sh->passes++;
+    }
+    k++;
+  }
+  bs_storage_close(st);
+  return NULL;
+fail:
+  snprintf(sh->why, sizeof sh->why, "compactor: %s (%s)", bs_strerror(rc), err.msg);
+  sh->failed = 1;
+  if (st) bs_storage_close(st);
+  return NULL;
+}
+
+static void test_concurrent(void **state) {
+  static cc_shared sh;
+  pthread_t tw, tc;
+  env e;
+  (void)state;
+  memset(&sh, 0, sizeof sh);
+  env_open(&e);
+  md_init(&sh.m, BS_HASH_XXH3);
+  sh.e = &e;
+  sh.seed = g_seed;
+  assert_int_equal(pthread_create(&tw, NULL, cc_writer, &sh), 0);
+  assert_int_equal(pthread_create(&tc, NULL, cc_compactor, &sh), 0);
+  pthread_join(tw, NULL);
+  pthread_join(tc, NULL);
+  if (sh.failed) fail_msg("%s seed=%llu", sh.why, g_seed);
+  assert_true(sh.passes > 0);
+  if (getenv("BS_VERBOSE"))
+    fprintf(stderr, "concurrent: %u passes, horizon %llu, %zu checkpoints, head %llu\n", sh.passes,
+            (unsigned long long)sh.max_horizon, sh.n_cps, (unsigned long long)sh.m.head);
+  /* property 1 at every checkpoint at or above the horizon */
+  for (size_t i = 0; i < sh.n_cps; i++) {
+    if (sh.cps[i] < sh.max_horizon) continue;
+    for (unsigned b = 0; b < CC_NB; b++) {
+      char name[8];
+      bs_checksum got, want;
+      snprintf(name, sizeof name, "c%u", b);
+      md_checksum(&sh.m, name, sh.cps[i], &want);
+      CHECK(checksum_at(&e, name, sh.cps[i], &got));
+      if (got.checksum != want.checksum || got.count > want.count)
+        fail_msg("bucket %s at %llu: %u/%llu, history %u/%llu seed=%llu", name,
+                 (unsigned long long)sh.cps[i], got.checksum, (unsigned long long)got.count,
+                 want.checksum, (unsigned long long)want.count, g_seed);
+    }
+  }
+  /* property 2 at the last checkpoint */
+  for (unsigned b = 0; b < CC_NB && sh.n_cps; b++) {
+    char name[8], why[256];
+    uint64_t c = sh.cps[sh.n_cps - 1];
+    md_bucket *mb;
+    ct_oplist l;
+    md_reduced r1, r2;
+    size_t n = 0;
+    snprintf(name, sizeof name, "c%u", b);
+    memset(&l, 0, sizeof l);
+    CHECK(ct_read_bucket(e.st, c, name, 0, &l));
+    md_reduce_init(&r1);
+    md_reduce_init(&r2);
+    if ((mb = md_find_bucket(&sh.m, name)) != NULL)
+      while (n < mb->n && mb->ops[n].op_id <= c) n++;
+    if (mb) md_reduce_ops(&r1, mb->ops, n);
+    md_reduce_ops(&r2, l.v, l.n);
+    if (!md_reduced_eq(&r1, &r2, why, sizeof why))
+      fail_msg("bucket %s: reduce(history) != reduce(read): %s seed=%llu", name, why, g_seed);
+    md_reduce_free(&r1);
+    md_reduce_free(&r2);
+    ct_oplist_free(&l);
+  }
+  verify_db(&e);
+  md_free(&sh.m);
+  env_close(&e);
+}
+
 int main(void) {
   const char *s = getenv("BS_SEED"), *q = getenv("BS_TEST_QUICK");
   const struct CMUnitTest tests[] = {
@@ -824,7 +1055,8 @@ int main(void) {
       cmocka_unit_test(test_default_horizon),   cmocka_unit_test(test_initial_replication),
       cmocka_unit_test(test_incremental),       cmocka_unit_test(test_random),
       cmocka_unit_test(test_cancel),            cmocka_unit_test(test_bounded_memory),
-      cmocka_unit_test(test_parameters),
+      cmocka_unit_test(test_parameters),        cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_map_growth),
   };
   if (s) g_seed = strtoull(s, NULL, 10);
   g_quick = q && *q && strcmp(q, "0") != 0;

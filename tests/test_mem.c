@@ -1,7 +1,8 @@
 /*
  * test_mem.c: the memory backend (mem.c) through the public API: golden checksums, the diff
  * rules of SPEC.md 4.1, chunking (5.2), the compaction examples of section 6, torn reads,
- * write checkpoints, initial-replication compaction, and allocation-failure atomicity.
+ * write checkpoints, initial-replication compaction, allocation-failure atomicity (with the
+ * record and bucket indexes checked by verify after every rollback), and report_error.
  * The conformance suite (all backends) lives elsewhere; this file stays focused.
  */
 #include <stdarg.h>
@@ -662,6 +663,132 @@ static void test_snapshot_and_source_rows(void **state) {
   fx_close(&f);
 }
 
+/* ---- Indexes under rollback: a failed commit (or any source_row) leaves every index in step -- */
+
+/* One random save on table "t" or "u": rows in up to two of 24 buckets, sometimes none (a
+ * row with no memberships: its delete emits nothing, so its soft record outlives a commit). */
+static void rand_save(fx *f, unsigned *seed) {
+  bs_save s = BS_SAVE_INIT;
+  bs_row r[2];
+  char bk[2][16], id[16], before[16], data[16];
+  int tag = rand_r(seed) % 3, nrows = rand_r(seed) % 3;
+  snprintf(id, sizeof id, "r%d", rand_r(seed) % 48);
+  snprintf(before, sizeof before, "r%d", rand_r(seed) % 48);
+  snprintf(data, sizeof data, "{%d}", rand_r(seed) % 1000);
+  s.table = V(rand_r(seed) % 4 ? "t" : "u");
+  s.tag = tag == 0 ? BS_INSERT : tag == 1 ? BS_UPDATE : BS_DELETE;
+  if (s.tag == BS_DELETE) s.before_id = V(id);
+  else s.after_id = V(id);
+  if (s.tag == BS_UPDATE && rand_r(seed) % 4 == 0) s.before_id = V(before); /* key change */
+  for (int i = 0; i < nrows && s.tag != BS_DELETE; i++) {
+    snprintf(bk[i], sizeof bk[i], "b%d", rand_r(seed) % 24);
+    r[i].bucket = V(bk[i]);
+    r[i].object_type = V("T");
+    r[i].object_id = V(id);
+    r[i].data = V(data);
+  }
+  s.rows = r;
+  s.n_rows = s.tag == BS_DELETE ? 0 : (size_t)nrows;
+  assert_int_equal(bs_writer_save(f->w, &s, NULL), BS_OK);
+}
+
+static int ignore_row(const bs_val *d, void *p) { return 0; }
+
+static void no_problems(fx *f, unsigned seed, int round) {
+  uint64_t problems = 1;
+  assert_int_equal(bs_db_verify(f->db, NULL, NULL, &problems, NULL), BS_OK);
+  if (problems) fail_msg("BS_SEED=%u round %d: verify found %llu problems", seed, round,
+                         (unsigned long long)problems);
+}
+
+static void test_index_rollback(void **state) {
+  failer fl = {-1, 0};
+  bs_allocator al = {f_malloc, f_realloc, f_free, &fl};
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  const char *env = getenv("BS_SEED");
+  unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : 4242u, s1, s2;
+  int rounds = getenv("BS_TEST_QUICK") ? 150 : 800, failed = 0;
+  fx f, g; /* f fails allocations, g (the default allocator) never does */
+  oo.allocator = &al;
+  oo.checksum_cache_entries = (size_t)-1;
+  fx_open(&f, BS_HASH_XXH3, &oo);
+  fx_open(&g, BS_HASH_XXH3, NULL);
+  start(&f);
+  start(&g);
+  s1 = seed;
+  for (int round = 0; round < rounds; round++) {
+    char lsn[16];
+    int n = 1 + rand_r(&s1) % 12, rc;
+    s2 = s1; /* g gets the very same saves */
+    for (int i = 0; i < n; i++) rand_save(&f, &s1);
+    for (int i = 0; i < n; i++) rand_save(&g, &s2);
+    if (rand_r(&s1) % 10 == 0) {
+      assert_int_equal(bs_writer_truncate(f.w, V("u"), NULL), BS_OK);
+      assert_int_equal(bs_writer_truncate(g.w, V("u"), NULL), BS_OK);
+    }
+    /* source_row applies the queue and rolls it back */
+    (void)bs_writer_source_row(f.w, V("t"), V("r1"), ignore_row, NULL, NULL);
+    snprintf(lsn, sizeof lsn, "%08d", round + 2);
+    fl.countdown = rand_r(&s1) % 60;
+    rc = bs_writer_commit(f.w, V(lsn), NULL, NULL, NULL);
+    fl.countdown = -1;
+    if (rc != BS_OK) {
+      if (rc != BS_ENOMEM) fail_msg("BS_SEED=%u round %d: commit rc %d", seed, round, rc);
+      failed++;
+      no_problems(&f, seed, round);
+      assert_int_equal(bs_writer_commit(f.w, V(lsn), NULL, NULL, NULL), BS_OK);
+    }
+    assert_int_equal(bs_writer_commit(g.w, V(lsn), NULL, NULL, NULL), BS_OK);
+    no_problems(&f, seed, round);
+    if (round % 10 == 0 || round == rounds - 1) {
+      bs_stat a, b;
+      no_problems(&g, seed, round);
+      assert_int_equal(bs_db_stat(f.db, &a, NULL), BS_OK);
+      assert_int_equal(bs_db_stat(g.db, &b, NULL), BS_OK);
+      if (a.source_records != b.source_records || a.ops_put != b.ops_put ||
+          a.ops_remove != b.ops_remove || a.buckets != b.buckets)
+        fail_msg("BS_SEED=%u round %d: records %llu/%llu puts %llu/%llu after rollbacks", seed,
+                 round, (unsigned long long)a.source_records,
+                 (unsigned long long)b.source_records, (unsigned long long)a.ops_put,
+                 (unsigned long long)b.ops_put);
+      for (int i = 0; i < 24; i++) {
+        char bk[16];
+        bs_checksum x, y;
+        snprintf(bk, sizeof bk, "b%d", i);
+        x = cks(&f, bk, 1u << 30);
+        y = cks(&g, bk, 1u << 30);
+        if (x.checksum != y.checksum || x.count != y.count)
+          fail_msg("BS_SEED=%u round %d: bucket %s differs after rollbacks", seed, round, bk);
+      }
+    }
+  }
+  assert_true(failed > rounds / 4); /* the loop really rolled back commits */
+  fx_close(&f);
+  fx_close(&g);
+  assert_int_equal(fl.live, 0);
+}
+
+/* SPEC.md 8, as the LMDB backend: report_error marks an ACTIVE stream ERRORED (still served);
+ * a stream that is not ACTIVE keeps its state. */
+static void test_report_error(void **state) {
+  fx f;
+  bs_status st;
+  fx_open(&f, BS_HASH_XXH3, NULL);
+  assert_int_equal(bs_report_error(f.st, "early", NULL), BS_OK);
+  assert_int_equal(bs_get_status(f.st, &st, NULL), BS_OK);
+  assert_int_equal(st.state, BS_STREAM_PROCESSING);
+  assert_string_equal(st.last_error, "early");
+  start(&f);
+  commit(&f, "0002");
+  assert_int_equal(bs_get_status(f.st, &st, NULL), BS_OK);
+  assert_int_equal(st.state, BS_STREAM_ACTIVE);
+  assert_int_equal(bs_report_error(f.st, "boom", NULL), BS_OK);
+  assert_int_equal(bs_get_status(f.st, &st, NULL), BS_OK);
+  assert_int_equal(st.state, BS_STREAM_ERRORED);
+  assert_string_equal(st.last_error, "boom");
+  fx_close(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_sha256),
@@ -675,6 +802,8 @@ int main(void) {
       cmocka_unit_test(test_write_checkpoints),
       cmocka_unit_test(test_alloc_failure),
       cmocka_unit_test(test_snapshot_and_source_rows),
+      cmocka_unit_test(test_index_rollback),
+      cmocka_unit_test(test_report_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

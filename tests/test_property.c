@@ -523,10 +523,10 @@ static void do_compact(run *r, wl *s) {
 
 static void do_reopen(run *r) {
   int i;
-  for (i = 0; i < r->n_streams; i++) {
+  /* commit every stream before closing any: B's commit may first commit A (do_commit) */
+  for (i = 0; i < r->n_streams; i++)
     if (!r->s[i].stopped) do_commit(r, &r->s[i]);
-    close_handles(&r->s[i]);
-  }
+  for (i = 0; i < r->n_streams; i++) close_handles(&r->s[i]);
   if (r->e.st) bs_storage_close(r->e.st);
   r->e.st = NULL;
   r->e.stream = 0;

@@ -61,7 +61,9 @@ int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg);
  * latest PUT per row identity, CLEAR resetting) and the parameter sets of every lookup. Equal
  * for two stores that any client sees alike at C, so also before and after compaction.
  * Also checks, per bucket, that the sum of the op checksums read equals the bucket checksum;
- * on a mismatch returns FT_EMISMATCH with the detail in err. *out: malloc'd; caller frees. */
+ * on a mismatch returns FT_EMISMATCH with the detail in err. A bucket whose read served a
+ * MOVE/CLEAR with target_op > C (compaction above C: SPEC 5.5) is marked " target>C".
+ * *out: malloc'd; caller frees. */
 #define FT_EMISMATCH (-100)
 int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
                    const bs_val *lookups, size_t nl, char **out, bs_error *err);
@@ -71,6 +73,8 @@ int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
 int ft_tmpdir(char *buf, size_t cap, const char *tag);
 /* Removes path, path-lock and the directory dir (best effort). */
 void ft_rm_db(const char *dir, const char *path);
+/* BS_SEED from the environment, else a fixed default (printed by the tests that use it). */
+uint64_t ft_env_seed(void);
 /* A status is "clean" when it is one of the documented BS_* codes. */
 int ft_clean_status(int rc);
 

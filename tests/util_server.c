@@ -43,6 +43,7 @@ struct sv_conn {
   int fetching;
   uint64_t C;
   int target_bad;
+  int incomplete; /* the client's checkpoint (sent_cp) has not been completed */
   sl_line *q; /* lines ready to send, FIFO */
   size_t q_head, q_n, q_cap;
   bs_error *err; /* during one sv_next */
@@ -304,7 +305,7 @@ static int build_line(sv_conn *c, uint64_t C) {
   }
   c->sent_cp = C;
   c->baseline = 1;
-  if (!full && !tmp.n_buckets && !tmp.n_removed && !n_pending) {
+  if (!full && !tmp.n_buckets && !tmp.n_removed && !n_pending && !c->incomplete) {
     rc = 0; /* nothing changed for this client: no line (as the service does) */
     goto done;
   }
@@ -315,6 +316,7 @@ static int build_line(sv_conn *c, uint64_t C) {
   c->fetching = 1;
   c->C = C;
   c->target_bad = 0;
+  c->incomplete = 1;
   rc = 1;
 done:
   sl_line_free(&tmp);
@@ -422,6 +424,7 @@ static int fetch_step(sv_conn *c) {
     }
     q_push(c, SL_CHECKPOINT_COMPLETE)->last_op_id = c->C;
     c->stats.completes++;
+    c->incomplete = 0;
     return 0;
   }
   req = calloc(c->n, sizeof *req);

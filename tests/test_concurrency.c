@@ -1,0 +1,399 @@
+/*
+ * test_concurrency.c: readers in several threads and in a second process while a writer streams
+ * and a compactor runs, all on one LMDB file.
+ *  - Every read is a consistent snapshot: a reader takes the checkpoint C, reads every bucket's
+ *    data and checksums at C, and the checksum must equal the sum of the op checksums it read
+ *    (ft_fingerprint checks it); the reduced rows must be the same each time C is read again.
+ *    BS_EINVALIDATED (compaction tore C, SPEC 5.5) is allowed and then a newer C is read.
+ *  - No deadlock: the whole test runs under alarm().
+ *  - Stale readers: a reader process is SIGKILLed inside a read transaction (in a callback); its
+ *    LMDB reader slot stays behind; opening the file again (bs_open runs mdb_reader_check)
+ *    clears it, which a raw LMDB check in a third process confirms.
+ * The binary re-executes itself for the child processes (argv[1] = role).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../storage.h"
+#include "util_fault.h"
+
+#define NB 6
+static char bnames[NB][8];
+static bs_val buckets[NB];
+static const char *self_path;
+
+static bs_val v(const char *s) {
+  bs_val x = {s, s ? strlen(s) : 0};
+  return x;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void init_names(void) {
+  for (int i = 0; i < NB; i++) {
+    snprintf(bnames[i], sizeof bnames[i], "b%d", i);
+    buckets[i] = v(bnames[i]);
+  }
+}
+
+/* One consistent read at the current checkpoint. 0 ok, 1 torn (retry newer), -1 failure. */
+static int read_once(bs_storage *st, uint64_t *C_out, char **fp_out, bs_error *err) {
+  bs_checkpoint cp;
+  int rc;
+  *fp_out = NULL;
+  if ((rc = bs_get_checkpoint(st, &cp, err))) return -1;
+  *C_out = cp.op_id;
+  rc = ft_fingerprint(st, cp.op_id, buckets, NB, NULL, 0, fp_out, err);
+  if (rc == BS_EINVALIDATED) return 1;
+  return rc ? -1 : 0;
+}
+
+/* ---- The threads --------------------------------------------------------------------------- */
+
+typedef struct shared {
+  bs_db *db;
+  bs_storage *st; /* shared by every reader thread */
+  volatile int stop;
+  uint64_t seed;
+  int64_t run_ms;
+  unsigned long commits, compactions, reads, torn, failures;
+  char failure[512];
+  pthread_mutex_t mu;
+} shared;
+
+static void set_failure(shared *s, const char *what, const bs_error *err) {
+  pthread_mutex_lock(&s->mu);
+  if (!s->failures++)
+    snprintf(s->failure, sizeof s->failure, "%s: %s", what, err ? err->msg : "");
+  pthread_mutex_unlock(&s->mu);
+  s->stop = 1;
+}
+
+static void *writer_thread(void *arg) {
+  shared *s = arg;
+  bs_writer *w = NULL;
+  bs_error err = {0, ""};
+  uint64_t r = s->seed;
+  char id[16], data[64], lsn[16];
+  if (bs_writer_open(&w, s->st, NULL, &err)) {
+    set_failure(s, "writer_open", &err);
+    return NULL;
+  }
+  for (unsigned long c = 1; !s->stop; c++) {
+    for (int i = 0; i < 20; i++) {
+      bs_save sv = BS_SAVE_INIT;
+      bs_row row;
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      snprintf(id, sizeof id, "r%llu", (unsigned long long)((r >> 33) % 60));
+      snprintf(data, sizeof data, "{\"c\":%lu,\"i\":%d}", c, i);
+      sv.table = v("t");
+      sv.tag = (r >> 20) % 9 == 0 ? BS_DELETE : BS_UPDATE;
+      if (sv.tag == BS_DELETE) {
+        sv.before_id = v(id);
+      } else {
+        sv.after_id = v(id);
+        row.bucket = buckets[(r >> 40) % NB];
+        row.object_type = v("t");
+        row.object_id = v(id);
+        row.data = v(data);
+        sv.rows = &row;
+        sv.n_rows = 1;
+      }
+      if (bs_writer_save(w, &sv, &err)) {
+        set_failure(s, "save", &err);
+        break;
+      }
+    }
+    snprintf(lsn, sizeof lsn, "%08lu", c);
+    if (!s->stop && bs_writer_commit(w, v(lsn), NULL, NULL, &err)) set_failure(s, "commit", &err);
+    else __atomic_add_fetch(&s->commits, 1, __ATOMIC_RELAXED);
+    usleep(500); /* lets the compactor take the write lock now and then */
+  }
+  bs_writer_close(w);
+  return NULL;
+}
+
+static void *compactor_thread(void *arg) {
+  shared *s = arg;
+  bs_error err = {0, ""};
+  for (unsigned long n = 0; !s->stop; n++) {
+    bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+    co.min_bucket_changes = 1;
+    co.min_change_ratio = 0;
+    co.max_ops_per_txn = 25; /* short transactions, interleaved with the writer */
+    if (n % 2) {
+      co.incremental_only = 1;
+      co.min_age_ms = 0;
+    }
+    if (bs_compact(s->st, &co, NULL, &err)) {
+      set_failure(s, "compact", &err);
+      break;
+    }
+    __atomic_add_fetch(&s->compactions, 1, __ATOMIC_RELAXED);
+    usleep(2000);
+  }
+  return NULL;
+}
+
+static void *reader_thread(void *arg) {
+  shared *s = arg;
+  bs_error err = {0, ""};
+  uint64_t lastC = 0;
+  char *lastfp = NULL;
+  while (!s->stop) {
+    uint64_t C;
+    char *fp;
+    int rc = read_once(s->st, &C, &fp, &err);
+    if (rc < 0) {
+      set_failure(s, "read", &err);
+      break;
+    }
+    if (rc == 1) {
+      __atomic_add_fetch(&s->torn, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    if (C < lastC) set_failure(s, "the checkpoint went backwards", NULL);
+    /* the same C read twice shows the same rows: snapshots are stable under compaction,
+     * unless the read reported a MOVE/CLEAR above C (compaction to a newer horizon) */
+    if (C == lastC && lastfp && strcmp(fp, lastfp) != 0 && !strstr(fp, "target>C"))
+      set_failure(s, "two reads of one checkpoint differ", NULL);
+    free(lastfp);
+    lastfp = fp;
+    lastC = C;
+    __atomic_add_fetch(&s->reads, 1, __ATOMIC_RELAXED);
+  }
+  free(lastfp);
+  return NULL;
+}
+
+/* ---- Child processes --------------------------------------------------------------------------- */
+
+/* role "reader": reads consistent snapshots for ms milliseconds; exit 0 / 1, prints the count */
+static int child_reader(const char *path, int64_t ms) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_error err = {0, ""};
+  unsigned long reads = 0, torn = 0;
+  int64_t end = now_ms() + ms;
+  init_names();
+  if (bs_open(&db, path, NULL, &err) || bs_storage_open(&st, db, 0, &err)) {
+    fprintf(stderr, "child reader: open: %s\n", err.msg);
+    return 1;
+  }
+  while (now_ms() < end) {
+    uint64_t C;
+    char *fp;
+    int rc = read_once(st, &C, &fp, &err);
+    if (rc < 0) {
+      fprintf(stderr, "child reader: %s\n", err.msg);
+      return 1;
+    }
+    if (rc == 1) torn++;
+    else reads++;
+    free(fp);
+  }
+  bs_storage_close(st);
+  bs_close(db);
+  printf("child reader: %lu consistent reads (%lu torn, retried)\n", reads, torn);
+  return 0;
+}
+
+static int block_in_read(const bs_chunk *c, void *payload) {
+  int fd = *(int *)payload;
+  (void)c;
+  if (write(fd, "x", 1) != 1) return 1;
+  for (;;) pause(); /* inside the read transaction until SIGKILL */
+  return 0;
+}
+
+/* role "stuck": starts a read and blocks inside it; the parent kills it */
+static int child_stuck(const char *path, int fd) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_checkpoint cp;
+  bs_bucket_request req;
+  int more;
+  init_names();
+  if (bs_open(&db, path, NULL, NULL) || bs_storage_open(&st, db, 0, NULL) ||
+      bs_get_checkpoint(st, &cp, NULL))
+    return 1;
+  req.bucket = buckets[0];
+  req.after = 0;
+  for (int i = 0; i < NB; i++) { /* find a bucket with ops so the callback runs */
+    req.bucket = buckets[i];
+    bs_get_bucket_data(st, cp.op_id, &req, 1, NULL, block_in_read, &fd, &more, NULL);
+  }
+  return 1;
+}
+
+/* role "open": bs_open + bs_close (runs the library's stale-reader check) */
+static int child_open(const char *path) {
+  bs_db *db = NULL;
+  if (bs_open(&db, path, NULL, NULL)) return 1;
+  bs_close(db);
+  return 0;
+}
+
+/* role "rawcheck": plain LMDB: exit status = the number of stale reader slots it cleared */
+static int child_rawcheck(const char *path) {
+  MDB_env *env;
+  int dead = -1;
+  if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 32) ||
+      mdb_env_open(env, path, MDB_NOSUBDIR | MDB_RDONLY, 0644))
+    return 100;
+  if (mdb_reader_check(env, &dead)) dead = 101;
+  mdb_env_close(env);
+  return dead;
+}
+
+static pid_t spawn(const char *role, const char *path, const char *arg, int keep_fd) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    (void)keep_fd;
+    execl(self_path, self_path, role, path, arg, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int wait_status(pid_t pid) {
+  int st;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* ---- Tests --------------------------------------------------------------------------------------- */
+
+typedef struct cx {
+  char dir[256], path[320];
+} cx;
+
+static void open_shared(cx *x, shared *s) {
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_writer *w = NULL;
+  memset(s, 0, sizeof *s);
+  pthread_mutex_init(&s->mu, NULL);
+  assert_int_equal(ft_tmpdir(x->dir, sizeof x->dir, "conc"), 0);
+  snprintf(x->path, sizeof x->path, "%s/db", x->dir);
+  oo.flags = BS_OPEN_NOSYNC;
+  oo.map_size = 1 << 20; /* small: the map grows while readers run */
+  assert_int_equal(bs_open(&s->db, x->path, &oo, NULL), BS_OK);
+  assert_int_equal(bs_stream_create(NULL, s->db, "s", NULL, NULL), BS_OK);
+  assert_int_equal(bs_storage_open(&s->st, s->db, 0, NULL), BS_OK);
+  assert_int_equal(bs_writer_open(&w, s->st, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, v("00000000"), NULL), BS_OK);
+  assert_int_equal(bs_writer_keepalive(w, v("00000000"), NULL, NULL), BS_OK);
+  bs_writer_close(w);
+  s->seed = ft_env_seed();
+}
+
+static void close_shared(cx *x, shared *s) {
+  uint64_t problems = 1;
+  assert_int_equal(bs_db_verify(s->db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(problems, 0);
+  bs_storage_close(s->st);
+  bs_close(s->db);
+  pthread_mutex_destroy(&s->mu);
+  ft_rm_db(x->dir, x->path);
+}
+
+static void test_readers_writer_compactor(void **state) {
+  cx x;
+  shared s;
+  pthread_t tw, tc, tr[3];
+  pid_t child;
+  char ms[32];
+  int rc;
+  (void)state;
+  open_shared(&x, &s);
+  s.run_ms = getenv("BS_TEST_QUICK") ? 1500 : 8000;
+  snprintf(ms, sizeof ms, "%lld", (long long)s.run_ms);
+  alarm((unsigned)(s.run_ms / 1000) + 60); /* a deadlock fails the test instead of hanging it */
+  assert_int_equal(pthread_create(&tw, NULL, writer_thread, &s), 0);
+  assert_int_equal(pthread_create(&tc, NULL, compactor_thread, &s), 0);
+  for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&tr[i], NULL, reader_thread, &s), 0);
+  child = spawn("reader", x.path, ms, -1);
+  rc = wait_status(child);
+  usleep(100000);
+  s.stop = 1;
+  pthread_join(tw, NULL);
+  pthread_join(tc, NULL);
+  for (int i = 0; i < 3; i++) pthread_join(tr[i], NULL);
+  alarm(0);
+  printf("concurrency (seed %llu): %lu commits, %lu compactions, %lu consistent reads in 3 "
+         "threads (%lu torn, retried); child reader exit %d\n",
+         (unsigned long long)s.seed, s.commits, s.compactions, s.reads, s.torn, rc);
+  if (s.failures) fail_msg("seed %llu: %s", (unsigned long long)s.seed, s.failure);
+  assert_int_equal(rc, 0);
+  assert_true(s.commits > 3 && s.reads > 3 && s.compactions >= 1);
+  close_shared(&x, &s);
+}
+
+static void test_stale_reader(void **state) {
+  cx x;
+  shared s;
+  pthread_t tw;
+  int fds[2], dead;
+  char c, fdbuf[16];
+  pid_t stuck;
+  (void)state;
+  open_shared(&x, &s);
+  alarm(60);
+  /* some data, so that the stuck reader's callback runs */
+  assert_int_equal(pthread_create(&tw, NULL, writer_thread, &s), 0);
+  while (__atomic_load_n(&s.commits, __ATOMIC_RELAXED) < 3) usleep(1000);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(pipe(fds), 0);
+    snprintf(fdbuf, sizeof fdbuf, "%d", fds[1]);
+    stuck = spawn("stuck", x.path, fdbuf, fds[1]);
+    close(fds[1]);
+    assert_int_equal(read(fds[0], &c, 1), 1); /* it is inside its read txn */
+    close(fds[0]);
+    kill(stuck, SIGKILL);
+    assert_int_equal(wait_status(stuck), 200 + SIGKILL);
+    usleep(20000); /* the writer keeps committing beside the stale slot */
+    if (round == 1) /* the library's open clears it */
+      assert_int_equal(wait_status(spawn("open", x.path, "", -1)), 0);
+    dead = wait_status(spawn("rawcheck", x.path, "", -1));
+    /* round 0: the slot was stale until this raw check; round 1: bs_open had cleared it */
+    assert_int_equal(dead, round == 0 ? 1 : 0);
+  }
+  s.stop = 1;
+  pthread_join(tw, NULL);
+  alarm(0);
+  if (s.failures) fail_msg("%s", s.failure);
+  printf("stale reader: killed 2 readers inside a read txn; bs_open cleared the stale slot\n");
+  close_shared(&x, &s);
+}
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_readers_writer_compactor),
+      cmocka_unit_test(test_stale_reader),
+  };
+  self_path = argv[0];
+  if (argc >= 3 && !strcmp(argv[1], "reader")) return child_reader(argv[2], atoll(argv[3]));
+  if (argc >= 4 && !strcmp(argv[1], "stuck")) return child_stuck(argv[2], atoi(argv[3]));
+  if (argc >= 3 && !strcmp(argv[1], "open")) return child_open(argv[2]);
+  if (argc >= 3 && !strcmp(argv[1], "rawcheck")) return child_rawcheck(argv[2]);
+  init_names();
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
