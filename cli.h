@@ -39,18 +39,18 @@ void cli_db_close(cli_db *c);
 int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
                   int (*opt)(int argc, char **argv, int *i, void *payload), void *payload);
 
-/* One bucket of a stream, with the figures of its bucket state (cli_buckets.c). */
+/* One bucket of a stream, with the figures bs_list_buckets gives (cli_buckets.c). */
 typedef struct cli_bucket {
   char *name; /* NUL-terminated copy; bucket names may contain NUL: use name_size */
   size_t name_size;
-  uint64_t ops, bytes;   /* persisted ops and their value bytes (the running figures) */
-  uint64_t last_op, compacted_count, compacted_op;
+  uint64_t ops, bytes;   /* persisted ops and their bytes (bs_bucket_info count, bytes) */
+  uint64_t last_op, changes;
   int due;               /* scratch for the caller */
 } cli_bucket;
 
-/* Every bucket of stream, in ascending name order (LMDB databases only). Free with
+/* Every bucket of st's stream, in ascending name order (any backend). Free with
  * cli_buckets_free. */
-int cli_buckets_list(bs_db *db, uint32_t stream, cli_bucket **out, size_t *n_out, bs_error *err);
+int cli_buckets_list(bs_storage *st, cli_bucket **out, size_t *n_out, bs_error *err);
 void cli_buckets_free(cli_bucket *b, size_t n);
 /* 1 when full compaction with these thresholds (0 / < 0 = defaults) would select b. */
 int cli_bucket_due(const cli_bucket *b, uint64_t min_changes, double min_ratio);

@@ -565,7 +565,7 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
   uint64_t cp, ops_before = 0, ops_after = 0, problems = 0, snap_ops;
   double t0, t_ingest, t_down;
   size_t r;
-  int rc, compacted = 0, bk;
+  int rc, bk;
 
   if ((rc = bs_stream_create(&id, d->db, "demo", &so, &err)) ||
       (rc = bs_storage_open(&d->st, d->db, id, &err)))
@@ -611,12 +611,9 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
          rate((double)b->ops, t_down));
   if ((rc = check_client(d, b, cp, 1, "client B, from zero", before, &err)) != BS_OK)
     return step_failed("checksums", rc, &err);
-  if ((rc = check_parameters(d, cp, &err)) == BS_EUNSUPPORTED)
-    printf("  parameter sets: not supported by this backend yet, skipped\n");
-  else if (rc != BS_OK)
+  if ((rc = check_parameters(d, cp, &err)) != BS_OK)
     return step_failed("parameter sets", rc, &err);
-  else
-    printf("  %-34s %s\n", "parameter sets of sampled users",
+  printf("  %-34s %s\n", "parameter sets of sampled users",
            d->mismatches ? "checked" : "ok: match the model");
 
   /* compaction: at the current checkpoint nothing a client ends with may change */
@@ -624,31 +621,24 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
   co.min_change_ratio = 0;
   memset(&cs, 0, sizeof cs);
   t0 = now();
-  rc = bs_compact(d->st, &co, &cs, &err);
-  if (rc == BS_EUNSUPPORTED) {
-    printf("  compaction: not supported by this backend yet, skipped\n");
-  } else if (rc != BS_OK) {
-    return step_failed("compact", rc, &err);
-  } else {
-    compacted = 1;
-    ops_after = total_count(d, cp, &err, &rc);
-    if (rc != BS_OK) return step_failed("checksums", rc, &err);
-    printf("  compaction: %.3f s, %llu buckets, %llu ops moved, %llu cleared, %llu removed; "
-           "ops %llu -> %llu\n",
-           now() - t0, (unsigned long long)cs.buckets_compacted,
-           (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared,
-           (unsigned long long)cs.ops_removed, (unsigned long long)ops_before,
-           (unsigned long long)ops_after);
-    client_free(b);
-    if ((rc = client_sync(b, d->st, cp, &err)) != BS_OK)
-      return step_failed("download", rc, &err);
-    if ((rc = check_client(d, b, cp, 1, "client C, from zero, compacted", after, &err)))
-      return step_failed("checksums", rc, &err);
-    for (bk = 0; bk < N_BUCKETS; bk++)
-      if (before[bk] != after[bk])
-        mismatch(d, "bucket %d: checksum %u before compaction, %u after", bk, before[bk],
-                 after[bk]);
-  }
+  if ((rc = bs_compact(d->st, &co, &cs, &err)) != BS_OK) return step_failed("compact", rc, &err);
+  ops_after = total_count(d, cp, &err, &rc);
+  if (rc != BS_OK) return step_failed("checksums", rc, &err);
+  printf("  compaction: %.3f s, %llu buckets, %llu ops moved, %llu cleared, %llu removed; "
+         "ops %llu -> %llu\n",
+         now() - t0, (unsigned long long)cs.buckets_compacted,
+         (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared,
+         (unsigned long long)cs.ops_removed, (unsigned long long)ops_before,
+         (unsigned long long)ops_after);
+  client_free(b);
+  if ((rc = client_sync(b, d->st, cp, &err)) != BS_OK)
+    return step_failed("download", rc, &err);
+  if ((rc = check_client(d, b, cp, 1, "client C, from zero, compacted", after, &err)))
+    return step_failed("checksums", rc, &err);
+  for (bk = 0; bk < N_BUCKETS; bk++)
+    if (before[bk] != after[bk])
+      mismatch(d, "bucket %d: checksum %u before compaction, %u after", bk, before[bk],
+               after[bk]);
 
   /* one more round on top of the compacted history; client A catches up across it */
   if ((rc = stream_round(d, per_round, &err)) != BS_OK)
@@ -660,21 +650,17 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
   if ((rc = check_client(d, a, cp, 0, "client A, after one more round", NULL, &err)) != BS_OK)
     return step_failed("checksums", rc, &err);
 
-  rc = bs_db_verify(d->db, NULL, NULL, &problems, &err);
-  if (rc == BS_EUNSUPPORTED)
-    printf("  verify: not supported by this backend yet, skipped\n");
-  else if (rc != BS_OK)
+  if ((rc = bs_db_verify(d->db, NULL, NULL, &problems, &err)) != BS_OK)
     return step_failed("verify", rc, &err);
-  else if (problems)
+  if (problems)
     mismatch(d, "verify found %llu problems", (unsigned long long)problems);
   else
     printf("  %-34s ok: no problems\n", "verify");
 
   printf("summary: %zu rows, %llu saves, %llu op ids, %d buckets, %llu checkpoints; "
-         "%llu ops served from zero%s; checksums %s\n",
+         "%llu ops served from zero before compaction; checksums %s\n",
          n_rows, (unsigned long long)d->saves, (unsigned long long)d->last_op, N_BUCKETS,
          (unsigned long long)d->checkpoints, (unsigned long long)ops_before,
-         compacted ? " before compaction" : "",
          d->mismatches ? "MISMATCHED" : "all verified");
   return d->mismatches ? 1 : 0;
 }

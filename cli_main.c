@@ -23,7 +23,7 @@ const char *cli_code_name(int code) {
       {BS_EINVALIDATED, "BS_EINVALIDATED"}, {BS_ESTALE, "BS_ESTALE"},
       {BS_ECORRUPT, "BS_ECORRUPT"}, {BS_ENOMEM, "BS_ENOMEM"},
       {BS_EIO, "BS_EIO"},         {BS_EBUSY, "BS_EBUSY"},
-      {BS_EUNSUPPORTED, "BS_EUNSUPPORTED"}, {BS_ECANCELED, "BS_ECANCELED"},
+      {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* DRIVER.md's fixed spelling */, {BS_ECANCELED, "BS_ECANCELED"},
   };
   size_t i;
   for (i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -3,7 +3,7 @@
  * and the most fragmented buckets), `dump` (a stream or one bucket as JSON lines), `compact`
  * (full, incremental or initial-replication, with progress and Ctrl-C) and `checkpoint`
  * (print the current checkpoint; --watch follows commits made by another process). They use the
- * public API, plus cli_buckets_list for the list of bucket names.
+ * public API only (cli_buckets_list collects bs_list_buckets).
  */
 #include "cli.h"
 
@@ -376,7 +376,7 @@ static int stat_stream(cli_db *c, const bs_stream_info *info, const char *name,
   int rc;
   if ((rc = bs_storage_open(&st, c->db, info->id, &err)) ||
       (rc = bs_get_status(st, &status, &err)) ||
-      (rc = cli_buckets_list(c->db, info->id, &b, &n, &err)))
+      (rc = cli_buckets_list(st, &b, &n, &err)))
     goto fail;
   printf("\nstream %u \"%s\" %s, hash %s: checkpoint %llu, last op %llu, %zu bucket%s\n",
          info->id, name, state_name(info->state), info->hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
@@ -545,7 +545,7 @@ int cli_dump(int argc, char **argv) {
     goto fail;
   if (o.bucket) {
     rc = dump_bucket(st, at, bs_val_of(o.bucket), &err);
-  } else if (!(rc = cli_buckets_list(c.db, bs_storage_stream_id(st), &b, &n, &err))) {
+  } else if (!(rc = cli_buckets_list(st, &b, &n, &err))) {
     for (i = 0; i < n && rc == BS_OK; i++) {
       bs_val name = {b[i].name, b[i].name_size};
       rc = dump_bucket(st, at, name, &err);
@@ -659,7 +659,7 @@ static uint64_t planned_bytes(cli_db *c, bs_storage *st, const compact_opts *o) 
   cli_bucket *b;
   uint64_t total = 0;
   size_t n, i, j;
-  if (cli_buckets_list(c->db, bs_storage_stream_id(st), &b, &n, &err)) return 0;
+  if (cli_buckets_list(st, &b, &n, &err)) return 0;
   for (i = 0; i < n; i++) {
     int pick = 0;
     if (o->n_buckets) {

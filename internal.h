@@ -308,6 +308,9 @@ int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
                                bs_error *err);
 int bs_lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err);
+int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
+                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                         bs_error *err);
 int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
 int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload,
                    uint64_t *problems, bs_error *err);

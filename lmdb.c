@@ -1628,16 +1628,20 @@ static void sort_if_needed(void *base, size_t n, size_t size,
   if (i < n) qsort(base, n, size, cmp);
 }
 
-/* Copies the last key of cur's database into buf (cap bytes); *len = 0 when it is empty.
- * Keys written in order past it can use MDB_APPEND, which skips the search for the slot and
- * splits a full page by starting a new one instead of moving half of it. */
+/* Copies the last key of cur's database into buf (cap bytes); *len = 0 when it is empty,
+ * SIZE_MAX when it does not fit (then nothing appends). Keys written in order past it can use
+ * MDB_APPEND, which skips the search for the slot and splits a full page by starting a new one
+ * instead of moving half of it. */
 static int last_key(MDB_cursor *cur, unsigned char *buf, size_t cap, size_t *len) {
   MDB_val key, val;
   int mrc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
   *len = 0;
   if (mrc == MDB_NOTFOUND) return 0;
   if (mrc) return mrc;
-  if (key.mv_size > cap || key.mv_size == 0) return MDB_BAD_VALSIZE;
+  if (key.mv_size > cap) {
+    *len = SIZE_MAX;
+    return 0;
+  }
   memcpy(buf, key.mv_data, key.mv_size);
   *len = key.mv_size;
   return 0;
@@ -1645,6 +1649,7 @@ static int last_key(MDB_cursor *cur, unsigned char *buf, size_t cap, size_t *len
 
 static int past_end(const void *k, size_t n, const unsigned char *last, size_t nlast) {
   bs_val a = {k, n}, b = {last, nlast};
+  if (nlast == SIZE_MAX) return 0;
   return !nlast || bs_val_cmp(a, b) > 0;
 }
 
@@ -2546,4 +2551,5 @@ static const bs_storage_vtable lmdb_vtable = {
     lmdb_report_error,
     lmdb_clear,
     lmdb_terminate,
+    bs_lmdb_list_buckets,
 };

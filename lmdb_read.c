@@ -672,6 +672,81 @@ done:
   return rc;
 }
 
+/* ---- Listing buckets ------------------------------------------------------------------------ */
+
+/* The stream's part of `buckets` (u32be stream | name -> u64 id) is already in name order, so
+ * the listing is one cursor walk from stream | start_after, with each bucket's figures taken
+ * from its state in bstate; all in one read txn. Buckets whose ops compaction removed entirely
+ * (count 0) are skipped, like the memory backend's. */
+int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
+                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                         bs_error *err) {
+  bs_lmdb_db *db = lmdb_of(st);
+  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL;
+  MDB_val k, v;
+  int mrc, rc;
+
+  if (start_after.size > BS_MAX_BUCKET_NAME) /* the front checks; a direct vtable call too */
+    return bs_fail(err, BS_ETOOBIG, "start_after is %zu bytes, over BS_MAX_BUCKET_NAME",
+                   start_after.size);
+  bs_put_u32be(kb, st->stream_id);
+  if (start_after.size) memcpy(kb + 4, start_after.data, start_after.size);
+  if ((rc = txn_read(db, &txn, err)) != 0) return rc;
+  if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
+    rc = bs_fail_mdb(err, mrc, "opening a cursor on buckets");
+    goto done;
+  }
+  k.mv_data = kb;
+  k.mv_size = 4 + start_after.size;
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    bs_bucket_info info;
+    bs_bucket_state s;
+    unsigned char sk[8];
+    MDB_val sv, skv = {8, sk};
+    uint64_t id;
+    if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break; /* past the stream */
+    info.name.data = (const unsigned char *)k.mv_data + 4;
+    info.name.size = k.mv_size - 4;
+    if (bs_val_eq(info.name, start_after)) continue; /* strictly after */
+    if (v.mv_size != 8 || info.name.size == 0) {
+      rc = bs_fail(err, BS_ECORRUPT, "buckets entry of stream %" PRIu32 " does not decode",
+                   st->stream_id);
+      goto done;
+    }
+    id = get_u64le(v.mv_data);
+    bs_put_u64be(sk, id);
+    mrc = mdb_get(txn, db->bstate, &skv, &sv);
+    if (mrc == MDB_NOTFOUND || (mrc == 0 && sv.mv_size < BS_BUCKET_STATE_FIXED)) {
+      rc = bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
+                   name_shown(info.name), (const char *)info.name.data, id);
+      goto done;
+    }
+    if (mrc != 0) {
+      rc = bs_fail_mdb(err, mrc, "reading a bucket state");
+      goto done;
+    }
+    bs_bucket_state_decode(&sv, &s);
+    if (s.count == 0) continue;
+    info.checksum = s.checksum;
+    info.count = s.count;
+    info.last_op = s.last_op;
+    info.bytes = s.bytes;
+    info.generation = s.generation;
+    /* what bs_compact_bucket_due weighs: growth since the last full compaction */
+    info.changes = s.last_op <= s.compacted_op ? 0
+                   : s.count > s.compacted_count ? s.count - s.compacted_count : 0;
+    if ((rc = fn(&info, payload)) != 0) goto done; /* the caller's value, unchanged */
+  }
+  rc = mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs_fail_mdb(err, mrc, "walking buckets");
+done:
+  if (cur) mdb_cursor_close(cur);
+  txn_end(db, txn);
+  return rc;
+}
+
 /* ---- Stat ----------------------------------------------------------------------------------- */
 
 static int dbi_entries(MDB_txn *txn, MDB_dbi dbi, uint64_t *out, const char *what,

@@ -2440,6 +2440,71 @@ static void mem_storage_destroy(bs_storage *st) {
   if (st) bs_free(ALLOC(MS(st)->db), st);
 }
 
+/* ---- Listing buckets ------------------------------------------------------------------------ */
+
+static int info_cmp(const void *x, const void *y) {
+  return bs_val_cmp(((const bs_bucket_info *)x)->name, ((const bs_bucket_info *)y)->name);
+}
+
+/* Naive: under the lock, copy the figures and names of every bucket after start_after; sort;
+ * then call fn without the lock (so that fn may call back into the library). Buckets left
+ * empty (a rolled-back transaction created them; compaction emptied them) are skipped. */
+static int mem_list_buckets(bs_storage *st, bs_val start_after,
+                            int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                            bs_error *err) {
+  mem_storage *ms = MS(st);
+  const bs_allocator *a = ALLOC(ms->db);
+  mem_stream *s;
+  bs_bucket_info *v = NULL;
+  unsigned char *arena = NULL, *p;
+  size_t n = 0, k = 0, bytes = 0;
+  int rc = BS_OK;
+
+  lock(ms->db);
+  s = ms->s;
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    const mem_bucket *b = s->buckets[i];
+    if (b->n && bs_val_cmp(b->name, start_after) > 0) {
+      n++;
+      bytes += b->name.size;
+    }
+  }
+  v = bs_malloc(a, (n ? n : 1) * sizeof *v);
+  arena = bs_malloc(a, bytes ? bytes : 1);
+  if (!v || !arena) {
+    unlock(ms->db);
+    rc = enomem(err, "list buckets");
+    goto out;
+  }
+  p = arena;
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    const mem_bucket *b = s->buckets[i];
+    bs_bucket_info *in = &v[k];
+    bs_checksum sum;
+    if (!b->n || bs_val_cmp(b->name, start_after) <= 0) continue;
+    memcpy(p, b->name.data, b->name.size);
+    in->name.data = p;
+    in->name.size = b->name.size;
+    p += b->name.size;
+    sum = sum_upto(b, UINT64_MAX);
+    in->checksum = sum.checksum;
+    in->count = sum.count;
+    in->last_op = b->ops[b->n - 1].id; /* ops ascend by id */
+    in->bytes = bucket_bytes(b);
+    in->generation = b->generation;
+    in->changes = changes_since(b, b->compacted_op);
+    k++;
+  }
+  unlock(ms->db);
+  qsort(v, n, sizeof *v, info_cmp);
+  for (size_t i = 0; i < n; i++)
+    if ((rc = fn(&v[i], payload)) != 0) break; /* the caller's value, unchanged */
+out:
+  bs_free(a, v);
+  bs_free(a, arena);
+  return rc;
+}
+
 static const bs_storage_vtable mem_vtable = {
     BS_STORAGE_VTABLE_VERSION,
     mem_storage_destroy,
@@ -2469,6 +2534,7 @@ static const bs_storage_vtable mem_vtable = {
     mem_report_error,
     mem_clear,
     mem_terminate,
+    mem_list_buckets,
 };
 
 /* ---- Database --------------------------------------------------------------------------------- */

@@ -274,6 +274,11 @@ static int vt_usable(const bs_storage *st, int present, unsigned min_version, co
   return BS_OK;
 }
 #define VT_CHECK(st, slot, err) vt_usable((st), (st)->vt && (st)->vt->slot != NULL, 1, #slot, (err))
+/* A slot appended in vtable version v: the version is checked before the slot is read (an
+ * older, shorter table does not have it). */
+#define VT_CHECK_V(st, slot, v, err)                                                      \
+  vt_usable((st), (st)->vt && (st)->vt->version >= (v) && (st)->vt->slot != NULL, (v), #slot, \
+            (err))
 
 static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
@@ -739,6 +744,21 @@ int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets,
   if (st->cache)
     return bs_cksum_cache_get((bs_cksum_cache *)st->cache, st, checkpoint, buckets, n, out, err);
   return st->vt->checksums(st, checkpoint, buckets, n, out, NULL, err);
+}
+
+/* ---- Reading: listing buckets --------------------------------------------------------------- */
+
+int bs_list_buckets(bs_storage *st, bs_val start_after,
+                    int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                    bs_error *err) {
+  int rc;
+  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_sized(start_after, 0, BS_MAX_BUCKET_NAME, "start_after", "BS_MAX_BUCKET_NAME",
+                        err)))
+    return rc;
+  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if ((rc = VT_CHECK_V(st, list_buckets, 2, err))) return rc;
+  return st->vt->list_buckets(st, start_after, fn, payload, err);
 }
 
 int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,

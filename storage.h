@@ -363,6 +363,41 @@ typedef struct bs_checksum {
 int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                      bs_checksum *out, bs_error *err);
 
+/* ---- Listing buckets -------------------------------------------------------------------------- */
+/* One bucket of a stream, as its stored figures stand: every persisted op counts, also ops above
+ * the current checkpoint (flushed, not yet checkpointed). Cheap: the backends keep these figures
+ * per bucket, so listing never reads the ops themselves. */
+typedef struct bs_bucket_info {
+  bs_val name;         /* borrowed; 1..BS_MAX_BUCKET_NAME bytes, any bytes (NUL too) */
+  uint32_t checksum;   /* wrapping sum of the checksums of the bucket's stored ops */
+  uint64_t count;      /* stored ops, >= 1 (compaction lowers it). checksum and count are what
+                          bs_get_checksums answers at bs_status.last_persisted_op */
+  uint64_t last_op;    /* highest op id stored in the bucket */
+  uint64_t bytes;      /* space of its ops in the backend's own measure (the unit of
+                          bs_compact_stats.bytes_before); for sizing and progress only */
+  uint64_t generation; /* changes whenever a compaction rewrites the bucket's ops; a host that
+                          caches per-bucket figures compares it for equality (nothing else) */
+  uint64_t changes;    /* about how many ops arrived since the bucket's last full compaction
+                          (all of them when it has none): the figure bs_compact weighs against
+                          min_bucket_changes and, over count, min_change_ratio. Backends may
+                          count the ops that arrived during a compaction differently */
+} bs_bucket_info;
+
+/* Calls fn for every bucket of the stream that holds at least one stored op, in ascending byte
+ * order of name (memcmp, a shorter prefix first: the order of bs_get_bucket_data), starting
+ * after start_after ({NULL, 0} = from the first; it need not name an existing bucket). A
+ * callback that returns non-zero stops the call, which returns that value; to page through
+ * any number of buckets, stop after a page and call again with the last name seen (copy it:
+ * info is borrowed) as start_after. One call reads one consistent snapshot and runs fn inside
+ * it, so keep a call short (LMDB: a long-lived snapshot pins old pages); pages may come from
+ * different snapshots. fn may call the library's read functions, not write through it.
+ * Each stream lists its own buckets only (equal names in two streams are two buckets).
+ * Errors: BS_EINVAL (fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after over
+ * BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), BS_EIO. */
+int bs_list_buckets(bs_storage *st, bs_val start_after,
+                    int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                    bs_error *err);
+
 typedef struct bs_checkpoint_changes {
   int invalidate_data_buckets;      /* too many, or range unknown: treat every bucket as changed */
   int invalidate_parameter_buckets; /* likewise for lookups */
@@ -551,8 +586,8 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
  * bs_storage, with vt pointing at its vtable; writers likewise start with a bs_writer. The bs_*
  * functions above check arguments and dispatch through vt; the checksum cache sits above it.
  * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
- * answers BS_EUNSUPPORTED. */
-#define BS_STORAGE_VTABLE_VERSION 1
+ * answers BS_EUNSUPPORTED. Version 2 appended list_buckets. */
+#define BS_STORAGE_VTABLE_VERSION 2
 
 typedef struct bs_storage_vtable {
   unsigned version;
@@ -617,6 +652,11 @@ typedef struct bs_storage_vtable {
   int (*report_error)(bs_storage *st, const char *message, bs_error *err);
   int (*clear)(bs_storage *st, bs_error *err);
   int (*terminate)(bs_storage *st, int clear, bs_error *err);
+
+  /* version 2 */
+  int (*list_buckets)(bs_storage *st, bs_val start_after,
+                      int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                      bs_error *err);
 } bs_storage_vtable;
 
 /* The base every storage begins with. cache: the checksum cache the front consults (NULL =

@@ -89,7 +89,7 @@ static int build_template(void) {
     return -1;
   bs_writer_snapshot_done(w, v("0001"), NULL);
   for (int i = 0; i < 6; i++) {
-    char idb[8], b[8];
+    char idb[16], b[16];
     snprintf(idb, sizeof idb, "r%d", i);
     snprintf(b, sizeof b, "b%d", i % 3);
     save(w, BS_INSERT, idb, b, i % 2);

@@ -2,26 +2,22 @@
 # Driver smoke test: runs every scenario tests/driver/NAME.jsonl through `bucketstore drive`
 # on the memory backend and on an LMDB file, and compares the replies line by line with
 # tests/driver/NAME.expected. An expected error message of "*" matches any message.
-# While backend parts are still being built, a scenario whose replies contain BS_EUNSUPPORTED
-# is reported as SKIP, except the REQUIRED ones, which must pass.
+# Every scenario is required: a finished build answers no command with BS_UNSUPPORTED.
 # usage: tests/driver_smoke.sh ./bucketstore
 set -u
 BIN=${1:-./bucketstore}
 HERE=$(cd "$(dirname "$0")" && pwd)
 SCEN="$HERE/driver"
-REQUIRED="basic malformed"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bs-smoke-XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 failures=0
 passes=0
-skips=0
 
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
 # Replaces every "message":"..." by "message":"*".
 wildcard() { sed -E 's/"message":"([^"\\]|\\.)*"/"message":"*"/g'; }
 
-is_required() { case " $REQUIRED " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # compare NAME MODE EXPECTED ACTUAL: 0 when every line matches.
 compare() {
@@ -68,27 +64,8 @@ for input in "$SCEN"/*.jsonl; do
     fi
     "$BIN" "${args[@]}" < "$input" > "$TMP/out" 2> "$TMP/err"
     rc=$?
-    unsupported=0
     if [ $rc -ne 0 ]; then
-      if [ $rc -eq 1 ] && grep -q BS_EUNSUPPORTED "$TMP/err"; then
-        echo '{"error":{"code":"BS_EUNSUPPORTED"}} (opening the database)' >> "$TMP/out"
-        unsupported=1
-      else
-        fail "$name ($mode): exit status $rc: $(head -c 300 "$TMP/err")"
-        continue
-      fi
-    fi
-    if grep -q '"BS_EUNSUPPORTED"' "$TMP/out" && ! grep -q '"BS_EUNSUPPORTED"' "$expected"; then
-      unsupported=1
-    fi
-    if [ $unsupported -eq 1 ]; then
-      if is_required "$name"; then
-        fail "$name ($mode): required, but the build answers BS_EUNSUPPORTED:"
-        grep -n '"BS_EUNSUPPORTED"' "$TMP/out" | head -3 | sed 's/^/  /'
-      else
-        echo "SKIP $name ($mode): the build answers BS_EUNSUPPORTED (backend part not built yet)"
-        skips=$((skips + 1))
-      fi
+      fail "$name ($mode): exit status $rc: $(head -c 300 "$TMP/err")"
       continue
     fi
     compare "$name" "$mode" "$expected" "$TMP/out" && passes=$((passes + 1))
@@ -117,12 +94,9 @@ rc=$?
 left=$(ls -A "$TMP/t")
 if [ $rc -eq 0 ] && [ -z "$left" ] && [[ $out == '{"ok":true'* ]]; then
   passes=$((passes + 1))
-elif [ $rc -eq 1 ] && [ -z "$left" ]; then
-  echo "SKIP temporary database: it could not be opened (LMDB backend not built yet?)"
-  skips=$((skips + 1))
 else
   fail "temporary database: exit $rc, reply $out, left behind: $left"
 fi
 
-echo "driver smoke: $passes passed, $skips skipped, $failures failed"
+echo "driver smoke: $passes passed, $failures failed"
 [ $failures -eq 0 ]

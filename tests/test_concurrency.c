@@ -32,7 +32,7 @@
 #include "util_fault.h"
 
 #define NB 6
-static char bnames[NB][8];
+static char bnames[NB][16];
 static bs_val buckets[NB];
 static const char *self_path;
 

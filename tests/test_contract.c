@@ -1365,6 +1365,170 @@ static void t_passthrough_on_path(void **state) {
   else CT_EQ_U64(ct_passthrough_calls, before);
 }
 
+/* ==== Listing buckets (bs_list_buckets) ====================================================== */
+
+typedef struct listed {
+  char names[16][16];
+  bs_bucket_info v[16]; /* name re-pointed at names[] */
+  size_t n;
+  size_t stop_after; /* 0 = never stop */
+} listed;
+
+static int list_cb(const bs_bucket_info *info, void *payload) {
+  listed *l = payload;
+  if (l->n == 16 || info->name.size >= sizeof l->names[0]) return -77;
+  memcpy(l->names[l->n], info->name.data, info->name.size);
+  l->names[l->n][info->name.size] = '\0';
+  l->v[l->n] = *info;
+  l->v[l->n].name.data = l->names[l->n];
+  l->n++;
+  return l->stop_after && l->n == l->stop_after ? 42 : 0;
+}
+
+static listed list_from(bs_storage *st, const char *after, size_t stop_after, int want_rc) {
+  listed l;
+  memset(&l, 0, sizeof l);
+  l.stop_after = stop_after;
+  CT_RC(want_rc, bs_list_buckets(st, ct_v(after), list_cb, &l, &ct_err));
+  return l;
+}
+
+/* names joined with ',' (for one readable comparison) */
+static const char *joined(const listed *l) {
+  static char buf[256];
+  size_t i;
+  buf[0] = '\0';
+  for (i = 0; i < l->n; i++) {
+    if (i) strcat(buf, ",");
+    strcat(buf, l->names[i]);
+  }
+  return buf;
+}
+
+/* The names listed after `after`, joined. */
+static const char *names_after(bs_storage *st, const char *after) {
+  listed l = list_from(st, after, 0, BS_OK);
+  return joined(&l);
+}
+
+/* Each listed bucket's figures against the other read calls at the last persisted op. */
+static void check_figures(bs_storage *st, const listed *l) {
+  bs_status s;
+  size_t i;
+  CT_OK(bs_get_status(st, &s, &ct_err));
+  for (i = 0; i < l->n; i++) {
+    bs_checksum c;
+    ct_oplist ops;
+    memset(&ops, 0, sizeof ops);
+    CT_OK(ct_checksum(st, s.last_persisted_op, l->names[i], &c));
+    if (c.checksum != l->v[i].checksum || c.count != l->v[i].count)
+      fail_msg("bucket %s: listed %u/%llu, bs_get_checksums at %llu says %u/%llu", l->names[i],
+               l->v[i].checksum, (unsigned long long)l->v[i].count,
+               (unsigned long long)s.last_persisted_op, c.checksum, (unsigned long long)c.count);
+    CT_OK(ct_read_bucket(st, s.last_persisted_op, l->names[i], 0, &ops));
+    CT_EQ_U64(ops.n, l->v[i].count);
+    CT_EQ_U64(ops.v[ops.n - 1].op_id, l->v[i].last_op);
+    assert_true(l->v[i].bytes > 0);
+    assert_true(l->v[i].changes <= l->v[i].count);
+    ct_oplist_free(&ops);
+  }
+}
+
+static void t_list_buckets(void **state) {
+  ct_env *e = *state;
+  bs_storage *s1;
+  listed l, a, b;
+  uint64_t gen_a = 0;
+  char big[BS_MAX_BUCKET_NAME + 2];
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_val only = {"a", 1};
+  size_t i;
+
+  /* Empty stream: nothing, and the call still succeeds. */
+  l = list_from(e->st, NULL, 0, BS_OK);
+  CT_EQ_U64(l.n, 0);
+
+  /* Byte order ("B" < "a" < "ab" < "b"), not insertion order. */
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r1",
+                CT_ROWS({"b", "t", "r1", "1"}, {"ab", "t", "r1", "1"}, {"a", "t", "r1", "1"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2",
+                CT_ROWS({"c", "t", "r2", "1"}, {"B", "t", "r2", "1"})));
+  CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r1",
+                CT_ROWS({"b", "t", "r1", "2"}, {"ab", "t", "r1", "2"}, {"a", "t", "r1", "2"})));
+  CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r1",
+                CT_ROWS({"b", "t", "r1", "3"}, {"ab", "t", "r1", "3"}, {"a", "t", "r1", "3"})));
+  commit(e, L(1));
+  /* Persisted above the checkpoint: counted too. */
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r3", CT_ROWS({"a", "t", "r3", "1"})));
+  flush(e);
+  l = list_from(e->st, NULL, 0, BS_OK);
+  assert_string_equal(joined(&l), "B,a,ab,b,c");
+  CT_EQ_U64(l.v[1].count, 4);
+  for (i = 0; i < l.n; i++) CT_EQ_U64(l.v[i].changes, l.v[i].count); /* never compacted */
+  check_figures(e->st, &l);
+
+  /* start_after: strictly after; need not exist; past the end = nothing. */
+  assert_string_equal(names_after(e->st, "a"), "ab,b,c");
+  assert_string_equal(names_after(e->st, "aa"), "ab,b,c");
+  assert_string_equal(names_after(e->st, "A"), "B,a,ab,b,c");
+  assert_string_equal(names_after(e->st, "c"), "");
+  assert_string_equal(names_after(e->st, "zz"), "");
+
+  /* Paging: a callback's non-zero value stops the call and is returned; resuming after the last
+   * name seen yields the rest, and the pages add up to the full listing. */
+  a = list_from(e->st, NULL, 2, 42);
+  assert_string_equal(joined(&a), "B,a");
+  b = list_from(e->st, a.names[1], 2, 42);
+  assert_string_equal(joined(&b), "ab,b");
+  b = list_from(e->st, b.names[1], 2, BS_OK);
+  assert_string_equal(joined(&b), "c");
+  CT_EQ_U64(b.v[0].checksum, l.v[4].checksum);
+
+  /* Compaction rewrites "a": fewer ops, same checksum, a new generation. */
+  gen_a = l.v[1].generation;
+  o.buckets = &only;
+  o.n_buckets = 1;
+  CT_OK(bs_compact(e->st, &o, NULL, &ct_err));
+  a = list_from(e->st, NULL, 0, BS_OK);
+  assert_string_equal(joined(&a), "B,a,ab,b,c");
+  assert_true(a.v[1].count < l.v[1].count);
+  assert_int_equal(a.v[1].checksum, l.v[1].checksum);
+  assert_true(a.v[1].generation != gen_a);
+  CT_EQ_U64(a.v[2].generation, l.v[2].generation); /* "ab" untouched */
+  check_figures(e->st, &a);
+
+  /* Stream isolation: the same names in a second stream are other buckets. */
+  s1 = e->st;
+  e->st = NULL;
+  CT_OK(ct_env_stream(e, "s2", BS_HASH_XXH3, NULL));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "x",
+                CT_ROWS({"a", "t", "x", "other"}, {"z", "t", "x", "1"})));
+  flush(e);
+  b = list_from(e->st, NULL, 0, BS_OK);
+  assert_string_equal(joined(&b), "a,z");
+  CT_EQ_U64(b.v[0].count, 1);
+  assert_int_not_equal(b.v[0].checksum, a.v[1].checksum);
+  check_figures(e->st, &b);
+  l = list_from(s1, NULL, 0, BS_OK);
+  assert_string_equal(joined(&l), "B,a,ab,b,c");
+  CT_EQ_U64(l.v[1].count, a.v[1].count);
+  assert_string_equal(names_after(e->st, "a"), "z");
+
+  /* Arguments. */
+  CT_RC(BS_EINVAL, bs_list_buckets(NULL, ct_v(NULL), list_cb, &l, &ct_err));
+  CT_RC(BS_EINVAL, bs_list_buckets(s1, ct_v(NULL), NULL, &l, &ct_err));
+  only.data = NULL;
+  CT_RC(BS_EINVAL, bs_list_buckets(s1, only, list_cb, &l, &ct_err));
+  memset(big, 'a', sizeof big);
+  big[sizeof big - 1] = '\0';
+  CT_RC(BS_ETOOBIG, bs_list_buckets(s1, ct_v(big), list_cb, &l, &ct_err));
+  big[BS_MAX_BUCKET_NAME] = '\0'; /* at the limit: fine */
+  memset(&l, 0, sizeof l);
+  CT_OK(bs_list_buckets(s1, ct_v(big), list_cb, &l, &ct_err));
+  assert_string_equal(joined(&l), "ab,b,c");
+  bs_storage_close(s1);
+}
+
 /* ==== Runner ================================================================================== */
 
 typedef struct ct_test {
@@ -1405,6 +1569,7 @@ static const ct_test TESTS[] = {
     T(t_compact_torn_read),
     T(t_compact_initial_replication),
     T(t_passthrough_on_path),
+    T(t_list_buckets),
 };
 #define N_TESTS (sizeof TESTS / sizeof TESTS[0])
 

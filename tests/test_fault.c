@@ -597,7 +597,7 @@ static void run_mdb_loop(int persistent, int flavor) {
 static void write_commits(bs_storage *st, uint64_t *cps, int n_cp) {
   bs_writer *w = NULL;
   bs_commit_result r;
-  char id[16], lsn[16], data[64], b[8];
+  char id[16], lsn[16], data[64], b[16];
   assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, v("0000"), NULL), BS_OK);
   for (int c = 0; c < n_cp; c++) {
@@ -722,7 +722,7 @@ static void test_disk_full(void **state) {
   assert_non_null(data);
   for (int c = 0; c < 10000 && rc == BS_OK; c++) {
     bs_commit_result r;
-    char id[16], lsn[16], b[8];
+    char id[16], lsn[16], b[16];
     if (!mounted && c == 40) mf.commit_errno = ENOSPC;
     for (int i = 0; i < 20 && rc == BS_OK; i++) {
       snprintf(id, sizeof id, "r%d", c * 20 + i);

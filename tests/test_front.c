@@ -130,12 +130,18 @@ static int s_status(bs_storage *st, bs_status *out, bs_error *err) { calls++; re
 static int s_report(bs_storage *st, const char *m, bs_error *err) { calls++; return BS_OK; }
 static int s_clear(bs_storage *st, bs_error *err) { calls++; return BS_OK; }
 static int s_terminate(bs_storage *st, int c, bs_error *err) { calls++; return BS_OK; }
+static int s_list(bs_storage *st, bs_val after, int (*fn)(const bs_bucket_info *, void *),
+                  void *p, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int list_cb(const bs_bucket_info *info, void *payload) { return 0; }
 
 static bs_storage_vtable full_vt = {
     BS_STORAGE_VTABLE_VERSION, s_destroy, s_writer_open, s_writer_close, s_save, s_trunc,
     s_flush, s_commit, s_lsn, s_lsn, s_source_row, s_custom, s_get_checkpoint, s_bucket_data,
     s_checksums, NULL, s_changes, s_params, s_wcp_mode, s_managed, s_last_wcp, s_delete_before,
-    s_compact, s_compact_initial, s_status, s_report, s_clear, s_terminate};
+    s_compact, s_compact_initial, s_status, s_report, s_clear, s_terminate, s_list};
 static bs_storage_vtable empty_vt = {.version = BS_STORAGE_VTABLE_VERSION, .destroy = s_destroy};
 static bs_storage_vtable old_vt; /* version 0: every slot too new */
 static const bs_storage_vtable *open_vt = &full_vt;
@@ -450,6 +456,20 @@ static void test_read_checks(void **state) {
   EXPECT(bs_get_checksums(st, TOO_HIGH, buckets, 2, out, E), BS_EINVAL, "checkpoint");
   EXPECT(bs_get_checksums(st, 5, buckets, 2, NULL, E), BS_EINVAL, "out");
   EXPECT(bs_get_checksums(st, 5, NULL, 2, out, E), BS_EINVAL, "buckets");
+  {
+    char name[BS_MAX_BUCKET_NAME + 1];
+    bs_val bad = {NULL, 2}, over = {name, sizeof name};
+    int before = calls;
+    memset(name, 'x', sizeof name);
+    EXPECT(bs_list_buckets(NULL, bad, list_cb, NULL, E), BS_EINVAL, "st");
+    EXPECT(bs_list_buckets(st, bad, list_cb, NULL, E), BS_EINVAL, "start_after");
+    EXPECT(bs_list_buckets(st, over, list_cb, NULL, E), BS_ETOOBIG, "start_after");
+    EXPECT(bs_list_buckets(st, over, NULL, NULL, E), BS_ETOOBIG, "start_after");
+    over.size--;
+    EXPECT(bs_list_buckets(st, over, NULL, NULL, E), BS_EINVAL, "fn");
+    assert_int_equal(bs_list_buckets(st, over, list_cb, NULL, NULL), BS_OK);
+    assert_int_equal(calls, before + 1);
+  }
   buckets[1].data = big;
   buckets[1].size = BS_MAX_BUCKET_NAME + 1;
   EXPECT(bs_get_checksums(st, 5, buckets, 2, out, E), BS_ETOOBIG, "buckets[1]");
@@ -542,8 +562,10 @@ static void test_wcp_and_compact_checks(void **state) {
 }
 
 static void test_unsupported_slots(void **state) {
+  static bs_storage_vtable v1_vt;
+  const bs_val none = {NULL, 0};
   bs_db *db = fake_db(0);
-  bs_storage *st, *old;
+  bs_storage *st, *old, *v1;
   bs_checkpoint cp;
   bs_writer *w;
   (void)state;
@@ -557,6 +579,17 @@ static void test_unsupported_slots(void **state) {
   EXPECT(bs_clear(st, E), BS_EUNSUPPORTED, "clear");
   EXPECT(bs_compact(st, NULL, NULL, E), BS_EUNSUPPORTED, "compact");
   EXPECT(bs_get_checkpoint(old, &cp, E), BS_EUNSUPPORTED, "get_checkpoint");
+  /* list_buckets is a version-2 slot: a version-1 table is never read past its end, even
+   * when the memory there happens to hold a pointer */
+  v1_vt = full_vt;
+  v1_vt.version = 1;
+  open_vt = &v1_vt;
+  v1 = fake_storage(db);
+  open_vt = &full_vt;
+  EXPECT(bs_list_buckets(st, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
+  EXPECT(bs_list_buckets(old, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
+  EXPECT(bs_list_buckets(v1, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
+  bs_storage_close(v1);
   bs_storage_close(st);
   /* old_vt has no destroy either: free it directly */
   free(old);

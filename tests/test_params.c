@@ -294,7 +294,7 @@ static void test_limit(void **state) {
   fx *f = *state;
   key k = skey("many"), other = skey("other");
   const char *p[] = {"{\"i\":0}"};
-  char ids[8][8];
+  char ids[8][16];
   rows r;
   bs_error err = {0, ""};
   uint64_t c;

@@ -255,6 +255,14 @@ static int fw_terminate(bs_storage *st, int clear, bs_error *err) {
   SFWD(st, FT_TERMINATE, terminate, clear, err);
 }
 
+static int fw_list_buckets(bs_storage *st, bs_val after,
+                           int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                           bs_error *err) {
+  /* a slot of vtable version 2: never read it from an older inner table */
+  if (FS(st)->inner->vt->version < 2) return BS_EUNSUPPORTED;
+  SFWD(st, FT_LIST_BUCKETS, list_buckets, after, fn, payload, err);
+}
+
 static const bs_storage_vtable fw_vtable = {
     BS_STORAGE_VTABLE_VERSION, fw_destroy,       fw_writer_open,         fw_writer_close,
     fw_writer_save,            fw_writer_truncate, fw_writer_flush,      fw_writer_commit,
@@ -263,6 +271,7 @@ static const bs_storage_vtable fw_vtable = {
     fw_checkpoint_changes,     fw_parameter_sets, fw_set_wcp_mode,       fw_create_managed,
     fw_last_wcp,               fw_delete_wcp,    fw_compact,             fw_compact_initial,
     fw_get_status,             fw_report_error,  fw_clear,               fw_terminate,
+    fw_list_buckets,
 };
 
 int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {

@@ -157,6 +157,19 @@ static int pt_terminate(bs_storage *st, int clear, bs_error *err) {
   FWD(IN(st), terminate, IN(st), clear, err);
 }
 
+/* A slot of vtable version 2: an older inner table does not have it (reading it would run off
+ * the end of the inner table), so check the version first, as the front does. */
+static int pt_list_buckets(bs_storage *st, bs_val after,
+                           int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                           bs_error *err) {
+  bs_storage *in = IN(st);
+  if (in->vt->version < 2) {
+    ct_passthrough_calls++;
+    return BS_EUNSUPPORTED;
+  }
+  FWD(in, list_buckets, in, after, fn, payload, err);
+}
+
 static const bs_storage_vtable pt_vtable = {
     BS_STORAGE_VTABLE_VERSION,
     pt_destroy,
@@ -186,6 +199,7 @@ static const bs_storage_vtable pt_vtable = {
     pt_report_error,
     pt_clear,
     pt_terminate,
+    pt_list_buckets,
 };
 
 int ct_passthrough_wrap(bs_storage **out, bs_storage *inner) {

@@ -45,7 +45,7 @@ static void strip(char *s) {
 
 static int fingerprint(bs_storage *st, uint64_t C, char **out, bs_error *err) {
   bs_val names[CW_BUCKETS], keys[CW_USERS];
-  char nb[CW_BUCKETS][8];
+  char nb[CW_BUCKETS][16];
   unsigned char kb[CW_USERS][64];
   for (int i = 0; i < CW_BUCKETS; i++) {
     snprintf(nb[i], sizeof nb[i], "b%d", i);

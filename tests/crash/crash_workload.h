@@ -42,7 +42,7 @@ static bs_val cw_v(const char *s) {
 }
 
 static size_t cw_lookup_key(unsigned char *buf, size_t cap, int user) {
-  char u[8];
+  char u[16];
   bs_scalar s;
   size_t n = 0;
   snprintf(u, sizeof u, "u%d", user);
