@@ -7,7 +7,7 @@ SAN     ?=
 PKGS    := liblmdb-dev libxxhash-dev libcmocka-dev nettle-dev libjansson-dev g++ pkg-config
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-BSCFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(OPT) $(SAN) $(CFLAGS)
+BSCFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(WARN) $(OPT) $(SAN) $(CFLAGS)
 LIBDEPS := -llmdb -lnettle -lpthread
 SONAME  := libbucketstore.so.0
 

@@ -53,6 +53,16 @@
 extern "C" {
 #endif
 
+/* BS_API marks the public functions: the shared library exports these and nothing else (the
+ * library is compiled with -fvisibility=hidden). Define BS_API yourself to override. */
+#ifndef BS_API
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define BS_API __attribute__((visibility("default")))
+#else
+#define BS_API
+#endif
+#endif
+
 #define BS_VERSION_MAJOR 0
 #define BS_VERSION_MINOR 1
 #define BS_VERSION_PATCH 0
@@ -103,7 +113,7 @@ typedef struct bs_error {
 } bs_error;
 
 /* A static string starting with the code's symbol, e.g. "BS_EINVAL: invalid argument". */
-const char *bs_strerror(int code);
+BS_API const char *bs_strerror(int code);
 
 /* Allocator hook, per handle (zstd's customMem shape). All three set, or all NULL for libc. */
 typedef struct bs_allocator {
@@ -136,14 +146,14 @@ typedef struct bs_open_options {
 /* Opens (creating if missing) the database file at path.
  * Errors: BS_EINVAL (NULL path), BS_ECORRUPT (not a bucketstore file, or a newer format),
  * BS_EBUSY, BS_EIO, BS_ENOMEM. opts may be NULL. */
-int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
+BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* Opens a fresh in-memory store (the reference backend: naive and obviously correct).
  * Nothing is persisted; bs_close() discards it. */
-int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err);
+BS_API int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err);
 
 /* Closes the database. All storages and writers of it must be closed first. NULL is a no-op. */
-void bs_close(bs_db *db);
+BS_API void bs_close(bs_db *db);
 
 /* ---- Streams ----------------------------------------------------------------------------------- */
 typedef enum bs_stream_state {
@@ -175,20 +185,20 @@ typedef struct bs_stream_info {
 
 /* Creates a PROCESSING stream (ids 1, 2, 3, ...); an older PROCESSING stream becomes STOPPED.
  * Errors: BS_EINVAL, BS_ETOOBIG (name over BS_MAX_STREAM_NAME), BS_ESTATE (read-only), BS_EIO. */
-int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_stream_options *opts,
+BS_API int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_stream_options *opts,
                      bs_error *err);
 
 /* Calls fn for every stream in ascending id order; info is borrowed. */
-int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
+BS_API int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
                    bs_error *err);
 
 /* Opens a handle on stream id; id 0 = the active stream, else the newest one.
  * Errors: BS_ENOTFOUND (no such stream / no stream at all). Close with bs_storage_close(). */
-int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err);
+BS_API int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err);
 /* Releases the handle (NULL is a no-op); close its writers first. */
-void bs_storage_close(bs_storage *st);
+BS_API void bs_storage_close(bs_storage *st);
 /* The stream id the handle was opened on (infallible). */
-uint32_t bs_storage_stream_id(const bs_storage *st);
+BS_API uint32_t bs_storage_stream_id(const bs_storage *st);
 
 /* ---- Writing ----------------------------------------------------------------------------------- */
 typedef enum bs_tag { BS_INSERT = 1, BS_UPDATE = 2, BS_DELETE = 3 } bs_tag;
@@ -250,35 +260,35 @@ typedef struct bs_commit_result {
 
 /* Opens the writer of st. Errors: BS_ESTATE (read-only db, terminated stream), BS_ENOMEM.
  * Close with bs_writer_close(), which discards whatever was not flushed. */
-int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err);
-void bs_writer_close(bs_writer *w);
+BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err);
+BS_API void bs_writer_close(bs_writer *w);
 
 /* Queues one source row change; may auto-flush. Errors: BS_EINVAL, BS_ETOOBIG, BS_ESTATE
  * (snapshot writer given UPDATE/DELETE... see SPEC 4.3; closed writer), BS_EIO from auto-flush. */
-int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
+BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
 /* Truncate emits REMOVEs / tombstones for every row of table; drop also forgets the table. */
-int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
-int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
+BS_API int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
+BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
 /* Persists the queue (one LMDB transaction). last_op_out (may be NULL): the stream's highest
  * persisted op id. Never makes a checkpoint. */
-int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
+BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
 /* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4). out may be NULL. */
-int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
+BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
                      bs_commit_result *out, bs_error *err);
 /* commit(lsn) with create_empty = 1. */
-int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
+BS_API int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
 /* Marks the snapshot done; no checkpoint may be made below lsn. */
-int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
+BS_API int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
 /* Records where replication restarts (persisted with the next flush/commit). */
-int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
+BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 /* Reads back the data stored with a source record (seeing this writer's queued saves).
  * fn receives data (borrowed) or NULL when the row has no stored data; BS_ENOTFOUND when the
  * row is unknown. */
-int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
+BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                          int (*fn)(const bs_val *data, void *payload), void *payload,
                          bs_error *err);
 /* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush. */
-int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
+BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
                                       bs_val event, bs_error *err);
 
 /* ---- Reading ----------------------------------------------------------------------------------- */
@@ -290,18 +300,18 @@ typedef struct bs_checkpoint {
 } bs_checkpoint;
 
 /* The stream's current checkpoint (op_id 0 and has_lsn 0 before the first). out is a copy. */
-int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
 
 /* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
  * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
  * once; commits from other processes are seen by polling (every 50 ms). known NULL = no
  * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */
-int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
+BS_API int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
                        bs_checkpoint *out, bs_error *err);
 
 /* Registers fn, called after every checkpoint this process commits on db, in the committing
  * thread, outside any lock. One listener per db; NULL unregisters. */
-int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint,
+BS_API int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint,
                                                      void *payload),
                                void *payload);
 
@@ -348,7 +358,7 @@ typedef struct bs_batch_options {
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
  * call stopped at its limit/byte cap: call again with after = next_after per bucket.
  * Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted span), BS_EINVAL. */
-int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                        size_t n_req, const bs_batch_options *opts,
                        int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
                        int *has_more_out, bs_error *err);
@@ -360,7 +370,7 @@ typedef struct bs_checksum {
 
 /* One entry per requested bucket, in request order (out has n entries). Unknown bucket: 0/0.
  * Served through the checksum cache. Errors: BS_EINVALIDATED, BS_EINVAL. */
-int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+BS_API int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                      bs_checksum *out, bs_error *err);
 
 /* ---- Listing buckets -------------------------------------------------------------------------- */
@@ -394,7 +404,7 @@ typedef struct bs_bucket_info {
  * Each stream lists its own buckets only (equal names in two streams are two buckets).
  * Errors: BS_EINVAL (fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after over
  * BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), BS_EIO. */
-int bs_list_buckets(bs_storage *st, bs_val start_after,
+BS_API int bs_list_buckets(bs_storage *st, bs_val start_after,
                     int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                     bs_error *err);
 
@@ -410,13 +420,13 @@ typedef struct bs_checkpoint_changes {
 } bs_checkpoint_changes;
 
 /* What changed in (from, to]; passed to fn, borrowed. */
-int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                               int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                               void *payload, bs_error *err);
 
 /* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
  * limit 0 = 1000. Errors: BS_ELIMIT ("too many parameter results (limit was N)"), BS_ESTALE. */
-int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
+BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
                           size_t n_lookups, size_t limit,
                           int (*fn)(const bs_val *params, void *payload), void *payload,
                           bs_error *err);
@@ -440,20 +450,20 @@ typedef struct bs_scalar {
 
 /* Canonical, injective encoding of a list of scalars into buf (cap bytes); *size_out gets the
  * encoded size (also when it does not fit: then BS_ETOOBIG). Equal lists <=> equal bytes. */
-int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_scalar *values, size_t n,
+BS_API int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_scalar *values, size_t n,
                      bs_error *err);
 /* Decodes key into values (cap entries, strings borrowed from key). BS_ECORRUPT if malformed. */
-int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, bs_error *err);
+BS_API int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, bs_error *err);
 
 /* ---- Checksums --------------------------------------------------------------------------------- */
 /* PUT checksum: hash("put." + object_type + "." + object_id + "." + data). */
-uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data);
+BS_API uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data);
 /* REMOVE checksum: hash("delete." + subkey). */
-uint32_t bs_checksum_remove(bs_hash hash, bs_val subkey);
+BS_API uint32_t bs_checksum_remove(bs_hash hash, bs_val subkey);
 /* Subkey of a source row: 8 lowercase hex digits of table id, '/', 32 lowercase hex digits of
  * XXH3-128 of replica_id (big-endian canonical). Writes BS_SUBKEY_SIZE bytes (no NUL). */
 #define BS_SUBKEY_SIZE 41u
-void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id);
+BS_API void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id);
 
 /* ---- Write checkpoints (SPEC.md section 7) -------------------------------------------------- */
 typedef enum bs_write_checkpoint_mode { BS_WCP_MANAGED = 0, BS_WCP_CUSTOM = 1 } bs_write_checkpoint_mode;
@@ -473,16 +483,16 @@ typedef struct bs_managed_request {
 } bs_managed_request;
 
 /* Sets how this storage handle serves write checkpoints (default managed). */
-int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                  bs_error *err);
 /* ids_out[i] = the stored id of request i's user after the batch. BS_ESTATE in custom mode. */
-int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
+BS_API int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
                                         uint64_t *ids_out, int *should_advance, bs_error *err);
 /* *found = 0 when there is none (or its head is above the given heads). */
-int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
+BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
                              uint64_t *id_out, int *found, bs_error *err);
 /* Deletes processed records with requested_at < before_ms; *deleted_out may be NULL. */
-int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted_out,
+BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted_out,
                                          bs_error *err);
 
 /* ---- Compaction (SPEC.md section 6) ----------------------------------------------------------- */
@@ -528,11 +538,11 @@ typedef struct bs_compact_options {
  * db), BS_ECANCELED (progress returned non-zero: the transactions already committed stay,
  * nothing is half-done), BS_EIO. Any thread; a second concurrent compaction of the same stream
  * is safe (it serialises on the write lock). */
-int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
+BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE). max_op_id 0 = last persisted op.
  * Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped. */
-int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t min_bucket_changes,
+BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t min_bucket_changes,
                                    uint64_t *buckets_out, bs_error *err);
 
 /* ---- Lifecycle and inspection ----------------------------------------------------------------- */
@@ -551,17 +561,17 @@ typedef struct bs_status {
 } bs_status;
 
 /* Fills out with the stream's lifecycle state (a copy: no borrowed pointers). */
-int bs_get_status(bs_storage *st, bs_status *out, bs_error *err);
+BS_API int bs_get_status(bs_storage *st, bs_status *out, bs_error *err);
 /* Records message (copied, cut to 255 bytes) as the stream's last error (bs_status); an
  * ACTIVE stream becomes ERRORED (still served). Errors: BS_ESTATE (read-only db). */
-int bs_report_error(bs_storage *st, const char *message, bs_error *err);
+BS_API int bs_report_error(bs_storage *st, const char *message, bs_error *err);
 /* Drops every op, bucket, lookup, source record and checkpoint of the stream. Also drops the
  * stream's entries from this process's checksum cache (bs_terminate too); another process that
  * has the file open and served checksums of the stream should reopen it. */
-int bs_clear(bs_storage *st, bs_error *err);
+BS_API int bs_clear(bs_storage *st, bs_error *err);
 /* Marks the stream TERMINATED (no writer may open on it again), after bs_clear() when clear is
  * non-zero. Errors: BS_ESTATE (read-only db). */
-int bs_terminate(bs_storage *st, int clear, bs_error *err);
+BS_API int bs_terminate(bs_storage *st, int clear, bs_error *err);
 
 typedef struct bs_stat {
   uint64_t streams;
@@ -575,10 +585,10 @@ typedef struct bs_stat {
 
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
  * so it costs a full scan of the file. */
-int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
+BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
 /* Recomputes every bucket's running checksum and count, checks key encodings and source
  * records; each problem is passed to fn (may be NULL). *problems_out counts them. */
-int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
+BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
                  uint64_t *problems_out, bs_error *err);
 
 /* ==== Backend authors ============================================================================
