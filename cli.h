@@ -14,6 +14,11 @@ const char *cli_code_name(int code);
  * its "BS_X: " prefix. */
 const char *cli_error_text(int code, const bs_error *err);
 
+/* Bytes as a JSON string (jansson; data NULL = JSON null, NULL on allocation failure). Bytes
+ * that are not UTF-8 become U+FFFD, so a reply or dump line is always produced. */
+struct json_t;
+struct json_t *cli_json_bytes(bs_val v);
+
 /* A database opened for a subcommand: --db PATH, --memory, or a temporary file deleted by
  * cli_db_close. */
 typedef struct cli_db {

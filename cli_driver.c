@@ -163,7 +163,7 @@ static int f_int(json_t *o, const char *k, int required, int64_t min, int64_t ma
 
 /* A non-negative count or size. */
 static int f_size(json_t *o, const char *k, size_t *out, bs_error *err) {
-  int64_t x;
+  int64_t x = 0;
   int rc = f_int(o, k, 0, 0, INT64_MAX, &x, err);
   if (rc == BS_OK && json_object_get(o, k) && !json_is_null(json_object_get(o, k)))
     *out = (size_t)x;
@@ -280,32 +280,9 @@ static json_t *j_id(uint64_t x) {
   return json_string(buf);
 }
 
-/* Borrowed bytes as a JSON string; bytes that are not UTF-8 (never from this driver's own
- * input) become U+FFFD so a reply is always produced. */
-static json_t *j_bytes(bs_val v) {
-  json_t *s;
-  char *copy;
-  size_t i, n = 0;
-  if (!v.data) return json_null();
-  if ((s = json_stringn(v.data, v.size))) return s;
-  if (!(copy = malloc(v.size * 3 + 1))) return NULL;
-  for (i = 0; i < v.size; i++) {
-    unsigned char c = ((const unsigned char *)v.data)[i];
-    if (c < 0x80) {
-      copy[n++] = (char)c;
-    } else {
-      memcpy(copy + n, "\xEF\xBF\xBD", 3);
-      n += 3;
-    }
-  }
-  s = json_stringn(copy, n);
-  free(copy);
-  return s;
-}
-
 static json_t *j_lsn(int has, const unsigned char *lsn, size_t n) {
   bs_val v = {lsn, n};
-  return has ? j_bytes(v) : json_null();
+  return has ? cli_json_bytes(v) : json_null();
 }
 
 /* Sets a field; the reply builders call this with fresh values (json_object_set_new steals). */
@@ -325,7 +302,7 @@ static json_t *j_scalars(const bs_scalar *vals, size_t n) {
     case BS_SCALAR_TRUE: v = json_true(); break;
     case BS_SCALAR_INT: v = json_integer(vals[i].i); break;
     case BS_SCALAR_DOUBLE: v = json_real(vals[i].d); break;
-    default: v = j_bytes(vals[i].s); break;
+    default: v = cli_json_bytes(vals[i].s); break;
     }
     if (!v || json_array_append_new(a, v) != 0) {
       json_decref(a);
@@ -470,7 +447,7 @@ static int h_stream_create(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 static int list_one(const bs_stream_info *info, void *payload) {
   json_t *s = json_pack("{s:I,s:o,s:s}", "stream", (json_int_t)info->id, "name",
-                        j_bytes(info->name), "state", state_name(info->state));
+                        cli_json_bytes(info->name), "state", state_name(info->state));
   if (!s || json_array_append_new(payload, s) != 0) return BS_ENOMEM;
   return 0;
 }
@@ -675,7 +652,7 @@ static int h_resume_lsn(drv *d, json_t *req, json_t *out, bs_error *err) {
 }
 
 static int source_row_one(const bs_val *data, void *payload) {
-  return put(payload, "data", data ? j_bytes(*data) : json_null());
+  return put(payload, "data", data ? cli_json_bytes(*data) : json_null());
 }
 
 static int h_source_row(drv *d, json_t *req, json_t *out, bs_error *err) {
@@ -691,13 +668,11 @@ static int h_checkpoint(drv *d, json_t *req, json_t *out, bs_error *err) {
   bs_checkpoint cp;
   bs_storage *st;
   int rc = resolve_stream(d, req, &st, err);
-  if (rc == BS_ENOTFOUND && !json_object_get(req, "stream")) {
-    /* no stream at all: nothing was ever checkpointed */
-    cp.op_id = 0;
-    cp.has_lsn = 0;
-  } else if (rc != BS_OK || (rc = bs_get_checkpoint(st, &cp, err)) != BS_OK) {
+  memset(&cp, 0, sizeof cp);
+  /* no stream at all (and none named): nothing was ever checkpointed, cp stays zero */
+  if ((rc != BS_ENOTFOUND || json_object_get(req, "stream")) &&
+      (rc != BS_OK || (rc = bs_get_checkpoint(st, &cp, err)) != BS_OK))
     return rc;
-  }
   if (put(out, "checkpoint", j_id(cp.op_id)) ||
       put(out, "lsn", j_lsn(cp.has_lsn, cp.lsn, cp.lsn_size)))
     return BS_ENOMEM;
@@ -716,9 +691,9 @@ static const char *op_name(bs_op_type t) {
 
 static json_t *j_op(const bs_op *op) {
   return json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:I}", "op_id", j_id(op->op_id), "op",
-                   op_name(op->type), "object_type", j_bytes(op->object_type), "object_id",
-                   j_bytes(op->object_id), "subkey", j_bytes(op->subkey), "data",
-                   j_bytes(op->data), "checksum", (json_int_t)op->checksum);
+                   op_name(op->type), "object_type", cli_json_bytes(op->object_type), "object_id",
+                   cli_json_bytes(op->object_id), "subkey", cli_json_bytes(op->subkey), "data",
+                   cli_json_bytes(op->data), "checksum", (json_int_t)op->checksum);
 }
 
 static int chunk_one(const bs_chunk *c, void *payload) {
@@ -730,7 +705,7 @@ static int chunk_one(const bs_chunk *c, void *payload) {
     json_decref(ops);
     return BS_ENOMEM;
   }
-  chunk = json_pack("{s:o,s:o,s:o,s:b,s:o,s:o}", "bucket", j_bytes(c->bucket), "after",
+  chunk = json_pack("{s:o,s:o,s:o,s:b,s:o,s:o}", "bucket", cli_json_bytes(c->bucket), "after",
                     j_id(c->after), "next_after", j_id(c->next_after), "has_more", c->has_more,
                     "target_op", c->target_op ? j_id(c->target_op) : json_null(), "data", ops);
   if (!chunk || json_array_append_new(payload, chunk) != 0) return BS_ENOMEM;
@@ -793,7 +768,7 @@ static int h_checksums(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 static int set_one(const bs_val *params, void *payload) {
   json_t *v = json_loadb(params->data, params->size, JSON_DECODE_ANY, NULL);
-  if (!v) v = j_bytes(*params); /* not JSON (not written by this driver): pass the text on */
+  if (!v) v = cli_json_bytes(*params); /* not JSON (not written by this driver): pass the text on */
   if (!v || json_array_append_new(payload, v) != 0) return BS_ENOMEM;
   return 0;
 }
@@ -822,7 +797,7 @@ static json_t *j_names(const bs_val *v, size_t n) {
   json_t *a = json_array();
   size_t i;
   for (i = 0; a && i < n; i++)
-    if (json_array_append_new(a, j_bytes(v[i])) != 0) {
+    if (json_array_append_new(a, cli_json_bytes(v[i])) != 0) {
       json_decref(a);
       return NULL;
     }
@@ -897,7 +872,8 @@ static int h_compact(drv *d, json_t *req, json_t *out, bs_error *err) {
       put(out, "parameter_entries_removed",
           json_integer((json_int_t)s.parameter_entries_removed)) ||
       put(out, "checkpoint_requests_deleted",
-          json_integer((json_int_t)s.checkpoint_requests_deleted)))
+          json_integer((json_int_t)s.checkpoint_requests_deleted)) ||
+      put(out, "ops_reemitted", json_integer((json_int_t)s.ops_reemitted)))
     return BS_ENOMEM;
   return BS_OK;
 }

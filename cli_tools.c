@@ -83,8 +83,7 @@ static const char *op_name(bs_op_type t) {
   return "UNKNOWN";
 }
 
-/* Bytes as a JSON string (NULL data = null); bytes that are not UTF-8 become U+FFFD. */
-static json_t *j_bytes(bs_val v) {
+json_t *cli_json_bytes(bs_val v) {
   json_t *s;
   char *copy;
   size_t i, n = 0;
@@ -486,15 +485,15 @@ static int dump_chunk(const bs_chunk *c, void *payload) {
   for (i = 0; i < c->n_ops; i++) {
     const bs_op *op = &c->ops[i];
     json_t *o = json_object();
-    if (!o || json_object_set_new(o, "bucket", j_bytes(c->bucket)) ||
+    if (!o || json_object_set_new(o, "bucket", cli_json_bytes(c->bucket)) ||
         json_object_set_new(o, "op_id", j_id(op->op_id)) ||
         json_object_set_new(o, "op", json_string(op_name(op->type))) ||
-        json_object_set_new(o, "object_type", j_bytes(op->object_type)) ||
-        json_object_set_new(o, "object_id", j_bytes(op->object_id)) ||
-        json_object_set_new(o, "subkey", j_bytes(op->subkey)) ||
+        json_object_set_new(o, "object_type", cli_json_bytes(op->object_type)) ||
+        json_object_set_new(o, "object_id", cli_json_bytes(op->object_id)) ||
+        json_object_set_new(o, "subkey", cli_json_bytes(op->subkey)) ||
         json_object_set_new(o, "checksum", json_integer((json_int_t)op->checksum)) ||
         (op->target_op && json_object_set_new(o, "target_op", j_id(op->target_op))) ||
-        json_object_set_new(o, "data", j_bytes(op->data))) {
+        json_object_set_new(o, "data", cli_json_bytes(op->data))) {
       json_decref(o);
       return BS_ENOMEM;
     }
@@ -519,7 +518,7 @@ static int dump_bucket(bs_storage *st, uint64_t at, bs_val name, bs_error *err) 
   }
   if ((rc = bs_get_checksums(st, at, &name, 1, &ck, err))) return rc;
   /* bucket checksums are signed 32-bit in the sync protocol */
-  return print_line(json_pack("{s:o,s:I,s:I}", "bucket", j_bytes(name), "checksum",
+  return print_line(json_pack("{s:o,s:I,s:I}", "bucket", cli_json_bytes(name), "checksum",
                               (json_int_t)(int32_t)ck.checksum, "count", (json_int_t)ck.count));
 }
 
@@ -787,7 +786,7 @@ static int print_checkpoint(uint32_t stream, const bs_checkpoint *cp) {
   int rc;
   clock_gettime(CLOCK_REALTIME, &ts);
   rc = print_line(json_pack("{s:i,s:o,s:o,s:I}", "stream", (int)stream, "checkpoint",
-                            j_id(cp->op_id), "lsn", cp->has_lsn ? j_bytes(lsn) : json_null(),
+                            j_id(cp->op_id), "lsn", cp->has_lsn ? cli_json_bytes(lsn) : json_null(),
                             "time_ms", (json_int_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000));
   fflush(stdout);
   return rc;

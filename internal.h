@@ -45,6 +45,25 @@ static inline void bs_put_u64be(unsigned char *p, uint64_t v) {
 static inline uint64_t bs_get_u64be(const unsigned char *p) {
   return ((uint64_t)bs_get_u32be(p) << 32) | bs_get_u32be(p + 4);
 }
+/* Values are little-endian (the layout table below). */
+static inline void bs_put_u16le(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+}
+static inline uint32_t bs_get_u16le(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+static inline void bs_put_u32le(unsigned char *p, uint32_t v) {
+  bs_put_u16le(p, v); bs_put_u16le(p + 2, v >> 16);
+}
+static inline uint32_t bs_get_u32le(const unsigned char *p) {
+  return bs_get_u16le(p) | bs_get_u16le(p + 2) << 16;
+}
+static inline void bs_put_u64le(unsigned char *p, uint64_t v) {
+  bs_put_u32le(p, (uint32_t)v); bs_put_u32le(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint64_t bs_get_u64le(const unsigned char *p) {
+  return (uint64_t)bs_get_u32le(p) | (uint64_t)bs_get_u32le(p + 4) << 32;
+}
 /* memcmp order with shorter-prefix-first: the LSN order of SPEC.md section 1. */
 static inline int bs_val_cmp(bs_val a, bs_val b) {
   size_t n = a.size < b.size ? a.size : b.size;
@@ -282,8 +301,8 @@ int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_erro
                   void *payload, bs_error *err);
 /* flags: 0 or MDB_RDONLY. Write txns on a read-only db: BS_ESTATE. End with commit or abort. */
 int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err);
-int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err); /* grows map on MAP_FULL? no:
-                                                                     callers retry, see lmdb.c */
+/* Ends txn either way; MDB_MAP_FULL comes back as BS_LMDB_MAPFULL (the caller grows, retries). */
+int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err);
 int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out, bs_error *err);
 int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs_error *err);
 void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out); /* caller checks size */
@@ -292,6 +311,23 @@ int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
 /* bucket name -> id within stream; BS_ENOTFOUND when unknown */
 int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
                       uint64_t *id_out, bs_error *err);
+
+/* Defragmentation (lmdb_compact.c), through the writer's code in lmdb.c. A live PUT to re-emit:
+ * the bucket, its op id, and the key of the source record whose membership holds that op. */
+typedef struct bs_lmdb_reemit_row {
+  uint64_t bucket, old_op;
+  const unsigned char *src_key; /* u32be stream | u32be table id | replica id */
+  size_t src_key_size;
+} bs_lmdb_reemit_row;
+/* Inside txn: re-emits each row whose source record still has that membership at old_op (a new
+ * PUT with a new op id, the same payload and checksum; the membership moves to it; (old -> new)
+ * is logged to `superseded`; one change record), as the writer would. *emitted_out = how many. */
+int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_reemit_row *rows,
+                   size_t n, uint64_t *emitted_out, bs_error *err);
+/* Calls fn(bucket id, op id) for each membership of a source record value; BS_ECORRUPT when it
+ * does not decode; a non-zero return of fn stops and is returned. */
+int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                         void *payload);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
 int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);

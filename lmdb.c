@@ -1914,6 +1914,116 @@ static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err)
   return bs_stream_rec_put(f->db, f->txn, &f->rec, err);
 }
 
+/* ---- Defragmentation (lmdb_compact.c): live PUTs re-emitted through the writer's path ---------
+ *
+ * A re-emitted PUT is an op like any the writer makes: its id comes from the stream's op_head in
+ * this transaction, the bucket state takes its checksum, count and bytes, the flush's change
+ * record names the bucket, and (old -> new) goes to `superseded` with the bucket queued, so the
+ * next compaction whose horizon covers the new op moves the old one and folds the history.
+ * The row's source record is the authority on what is live: a row is re-emitted only when the
+ * record still has a membership in that bucket whose op is old_op (so no later op of the row
+ * exists, at any op id), and that membership then takes the new op, so that the writer's next
+ * change of the row supersedes the new op, not the old one. */
+
+int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                         void *payload) {
+  const unsigned char *p = val->mv_data, *end = p + val->mv_size;
+  uint32_t nm;
+  int rc;
+  if (val->mv_size < LM_SREC_FIXED) return BS_ECORRUPT;
+  nm = get_u32le(p + 1);
+  p += LM_SREC_FIXED;
+  for (uint32_t i = 0; i < nm; i++) {
+    size_t ot, oi;
+    if (end - p < 20) return BS_ECORRUPT;
+    ot = get_u16le(p + 16);
+    oi = get_u16le(p + 18);
+    if ((size_t)(end - p - 20) < ot + oi) return BS_ECORRUPT;
+    if ((rc = fn(get_u64le(p), get_u64le(p + 8), payload)) != BS_OK) return rc;
+    p += 20 + ot + oi;
+  }
+  return BS_OK;
+}
+
+/* One row: re-emits it unless its record says it changed since (then *done stays 0). */
+static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_error *err) {
+  unsigned char kb[16];
+  MDB_val key = {16, kb}, val;
+  bs_val rid, ot, oi, data;
+  uint32_t tid;
+  const char *sk;
+  member *m = NULL;
+  bent *b;
+  srec *r;
+  bs_op op;
+  uint64_t id;
+  int mrc, rc;
+  *done = 0;
+  if (row->src_key_size < 8 || bs_get_u32be(row->src_key) != f->stream)
+    return bs_fail(err, BS_EINVAL, "defragment: source key of another stream");
+  tid = bs_get_u32be(row->src_key + 4);
+  rid.data = row->src_key + 8;
+  rid.size = row->src_key_size - 8;
+  if ((rc = rec_load(f, tid, rid, 1, &r, err)) != BS_OK) return rc;
+  if (!r->exists || r->softdel) return BS_OK;
+  for (uint32_t i = 0; i < r->nm && !m; i++)
+    if (r->m[i].bucket == row->bucket && r->m[i].op == row->old_op) m = &r->m[i];
+  if (!m) return BS_OK; /* the row changed since it was planned */
+  bs_put_u64be(kb, row->bucket);
+  bs_put_u64be(kb + 8, row->old_op);
+  mrc = mdb_get(f->txn, f->db->ops, &key, &val);
+  if (mrc == MDB_NOTFOUND)
+    return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu of a source record is missing",
+                   (unsigned long long)row->bucket, (unsigned long long)row->old_op);
+  if (mrc) return bs_lmdb_fail(err, mrc, "defragment: reading an op");
+  if (bs_lmdb_op_decode(&key, &val, &op) != BS_OK || op.type != BS_OP_PUT ||
+      op.subkey.size != BS_SUBKEY_SIZE || !bs_val_eq(op.object_type, m->object_type) ||
+      !bs_val_eq(op.object_id, m->object_id))
+    return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
+                   (unsigned long long)row->bucket, (unsigned long long)row->old_op);
+  if (!(sk = subkey_of(f, tid, rid))) return oom(err);
+  if (memcmp(sk, op.subkey.data, BS_SUBKEY_SIZE) != 0)
+    return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu has another row's subkey",
+                   (unsigned long long)row->bucket, (unsigned long long)row->old_op);
+  /* copies: the op's value is in the map, and this transaction's writes may move it */
+  if (copy_val(&f->ar, &ot, op.object_type) || copy_val(&f->ar, &oi, op.object_id) ||
+      copy_val(&f->ar, &data, op.data))
+    return oom(err);
+  if ((rc = bucket_by_id(f, row->bucket, &b, err)) != BS_OK) return rc;
+  if ((rc = emit_op(f, b, BS_OP_PUT, op.checksum, ot, oi, sk, data, &id, err)) != BS_OK)
+    return rc;
+  if ((rc = note_sup(f, b, row->old_op, id, err)) != BS_OK) return rc;
+  m->op = id;
+  *done = 1;
+  return mark_dirty(f, r, err);
+}
+
+int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_reemit_row *rows,
+                   size_t n, uint64_t *emitted_out, bs_error *err) {
+  fctx f;
+  uint64_t emitted = 0;
+  int rc;
+  *emitted_out = 0;
+  fctx_init(&f, db, stream, 0);
+  if ((rc = f_begin(&f, txn, err)) != BS_OK) goto out;
+  if (f.rec.state == BS_STREAM_TERMINATED) {
+    rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", stream);
+    goto out;
+  }
+  for (size_t i = 0; i < n && rc == BS_OK; i++) {
+    int done;
+    rc = reemit_one(&f, &rows[i], &done, err);
+    emitted += (uint64_t)done;
+  }
+  f_close_src(&f);
+  if (rc == BS_OK && emitted) rc = f_finish(&f, NULL, 0, err);
+  if (rc == BS_OK) *emitted_out = emitted;
+out:
+  f_close_src(&f);
+  fctx_free(&f);
+  return rc;
+}
+
 /* ---- Flush ------------------------------------------------------------------------------------ */
 
 /* Applies the whole queue inside txn (the flush's unit of work; commit reuses it). */

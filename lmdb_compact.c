@@ -20,11 +20,13 @@
  * Scans resume across transactions by key: the reverse scan keeps the next op id to visit, the
  * incremental pass the next `superseded` key, parameter compaction the next group key.
  *
- * Not built: defragmentation (defragment_ratio is accepted and ignored). Incremental passes still
- * write MOVEs that their fold then deletes (full compaction folds superseded ops directly).
+ * Defragmentation (defragment_ratio > 0) runs after the MOVE/CLEAR pass over the buckets it
+ * processed; see "Defragmentation" below. Incremental passes still write MOVEs that their fold
+ * then deletes (full compaction folds superseded ops directly).
  */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <time.h>
 
 typedef struct cctx {
@@ -41,6 +43,9 @@ typedef struct cctx {
   /* the current transaction: ops changed and visited (bounded by max_ops_per_txn and
    * max_visits) */
   size_t changes, visits, max_visits;
+  /* defragmentation candidates: the buckets the MOVE/CLEAR pass processed */
+  uint64_t *dids;
+  size_t n_dids, cap_dids;
 } cctx;
 
 /* What one transaction did to one bucket; merged into the state and the stats on commit. */
@@ -306,6 +311,210 @@ static int still_initial(cctx *c, MDB_txn *txn) {
     return bs_fail(c->err, BS_ESTATE, "stream %u has a checkpoint (%llu): initial-replication "
                    "compaction only runs before the first one", c->stream,
                    (unsigned long long)rec.checkpoint);
+  return BS_OK;
+}
+
+/* ---- Defragmentation ------------------------------------------------------------------------
+ *
+ * After the MOVE/CLEAR pass, a bucket whose live rows are a small fraction of its ops (a PUT
+ * near the start pins a long tail of MOVEs and REMOVEs) gets its live PUTs re-emitted at the end
+ * (bs_lmdb_reemit, the writer's own path), so that the next compaction covering the new ops
+ * folds everything before them into one CLEAR. What is live comes from the source records, not
+ * from the ops: a record's membership names the row's latest op in the bucket, and the record's
+ * key (table id, replica id) is what the re-emission must update, which an op (whose subkey is a
+ * hash of the replica id) cannot lead back to. So the pass scans the stream's source records
+ * twice in one read snapshot: once counting the live rows and key bytes per candidate bucket,
+ * once collecting the rows of the buckets chosen (within memory_limit_mb). Each write
+ * transaction re-checks every row against its record (a row the writer changed in between is
+ * skipped). Cost: two reads of the stream's source records per run that has a candidate. */
+
+typedef struct dscan {
+  const uint64_t *ids; /* candidate buckets, sorted */
+  size_t n;
+  uint64_t horizon;
+  uint64_t *live, *bytes; /* pass 1: per candidate */
+  const unsigned char *chosen; /* pass 2: per candidate */
+  bs_lmdb_reemit_row *rows;
+  size_t n_rows, cap_rows;
+  unsigned char *keys;
+  size_t keys_used, keys_cap;
+  const MDB_val *key; /* the record being visited */
+  int pass;
+} dscan;
+
+static int find_id(const uint64_t *ids, size_t n, uint64_t id, size_t *at) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ids[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  *at = lo;
+  return lo < n && ids[lo] == id;
+}
+
+static int dscan_member(uint64_t bucket, uint64_t op, void *payload) {
+  dscan *s = payload;
+  size_t i;
+  if (op > s->horizon || !find_id(s->ids, s->n, bucket, &i)) return BS_OK;
+  if (s->pass == 1) {
+    s->live[i]++;
+    s->bytes[i] += sizeof(bs_lmdb_reemit_row) + s->key->mv_size;
+    return BS_OK;
+  }
+  if (!s->chosen[i]) return BS_OK;
+  /* pass 1 sized both arrays for the chosen buckets in this same snapshot */
+  if (s->n_rows == s->cap_rows || s->keys_cap - s->keys_used < s->key->mv_size)
+    return BS_ECORRUPT;
+  memcpy(s->keys + s->keys_used, s->key->mv_data, s->key->mv_size);
+  s->rows[s->n_rows].bucket = bucket;
+  s->rows[s->n_rows].old_op = op;
+  s->rows[s->n_rows].src_key = s->keys + s->keys_used;
+  s->rows[s->n_rows].src_key_size = s->key->mv_size;
+  s->n_rows++;
+  s->keys_used += s->key->mv_size;
+  return BS_OK;
+}
+
+/* One pass over the stream's source records. */
+static int dscan_pass(cctx *c, MDB_txn *txn, dscan *s, int pass) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char kb[4];
+  int mrc, rc = BS_OK;
+  s->pass = pass;
+  if ((mrc = mdb_cursor_open(txn, c->db->source, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  bs_put_u32be(kb, c->stream);
+  for (mrc = seek_ge(cur, kb, 4, &k, &v); mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (k.mv_size < 8 || bs_get_u32be(k.mv_data) != c->stream) break;
+    s->key = &k;
+    if ((rc = bs_lmdb_srec_members(&v, dscan_member, s))) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "defragment: a source record does not decode");
+      break;
+    }
+  }
+  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: source records");
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_row(const void *a, const void *b) {
+  const bs_lmdb_reemit_row *x = a, *y = b;
+  if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+  return x->old_op < y->old_op ? -1 : x->old_op > y->old_op;
+}
+
+/* Chooses the buckets to defragment (in id order, while their rows fit in the memory limit) and
+ * collects their rows, sorted by (bucket, op). */
+static int defrag_plan(cctx *c, dscan *s) {
+  const bs_allocator *a = &c->db->base.alloc;
+  unsigned char *chosen = NULL;
+  uint64_t budget = (uint64_t)c->o.memory_limit_mb * 1024u * 1024u, used = 0;
+  size_t rows = 0;
+  MDB_txn *txn = NULL;
+  int rc;
+  if (!(s->live = bs_calloc(a, s->n, sizeof *s->live)) ||
+      !(s->bytes = bs_calloc(a, s->n, sizeof *s->bytes)) || !(chosen = bs_calloc(a, s->n, 1))) {
+    rc = bs_fail(c->err, BS_ENOMEM, "defragment: plan");
+    goto out;
+  }
+  s->chosen = chosen;
+  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) goto out;
+  if ((rc = dscan_pass(c, txn, s, 1))) goto out;
+  for (size_t i = 0; i < s->n; i++) {
+    bstate b;
+    if ((rc = state_load(c, txn, s->ids[i], &b)) == BS_ENOTFOUND) continue;
+    if (rc) goto out;
+    /* re-emitting pays only when the rest of the bucket can fold: ops beyond the live rows
+     * and the CLEAR they would leave */
+    if (s->live[i] == 0 || b.s.count <= s->live[i] + 1 ||
+        (double)s->live[i] / (double)b.s.count >= c->o.defragment_ratio)
+      continue;
+    if (used + s->bytes[i] > budget) continue;
+    used += s->bytes[i];
+    chosen[i] = 1;
+    rows += s->live[i];
+  }
+  rc = BS_OK;
+  if (!rows) goto out;
+  if (!(s->rows = bs_calloc(a, rows, sizeof *s->rows)) ||
+      !(s->keys = bs_malloc(a, used ? used : 1))) {
+    rc = bs_fail(c->err, BS_ENOMEM, "defragment: %zu rows", rows);
+    goto out;
+  }
+  s->cap_rows = rows;
+  s->keys_cap = used;
+  if ((rc = dscan_pass(c, txn, s, 2))) goto out;
+  qsort(s->rows, s->n_rows, sizeof *s->rows, cmp_row);
+out:
+  bs_lmdb_txn_abort(c->db, txn);
+  s->chosen = NULL;
+  bs_free(a, chosen);
+  return rc;
+}
+
+typedef struct reemit_arg {
+  const bs_lmdb_reemit_row *rows;
+  size_t n, i;
+} reemit_arg;
+
+static int reemit_step(cctx *c, MDB_txn *txn, void *arg) {
+  reemit_arg *r = arg;
+  size_t k = r->n - r->i;
+  uint64_t emitted;
+  int rc;
+  if (k > c->o.max_ops_per_txn) k = c->o.max_ops_per_txn;
+  if ((rc = bs_lmdb_reemit(c->db, txn, c->stream, r->rows + r->i, k, &emitted, c->err)))
+    return rc;
+  r->i += k;
+  c->stats->ops_reemitted += emitted;
+  return BS_OK;
+}
+
+/* Re-emits the live PUTs of the fragmented buckets among c->dids (the buckets just compacted). */
+static int defragment(cctx *c, uint64_t horizon) {
+  const bs_allocator *a = &c->db->base.alloc;
+  dscan s;
+  size_t n = 0;
+  int rc;
+  if (!c->n_dids) return BS_OK;
+  qsort(c->dids, c->n_dids, sizeof *c->dids, cmp_u64);
+  for (size_t i = 0; i < c->n_dids; i++) /* a map-full retry may have recorded one twice */
+    if (!n || c->dids[n - 1] != c->dids[i]) c->dids[n++] = c->dids[i];
+  memset(&s, 0, sizeof s);
+  s.ids = c->dids;
+  s.n = n;
+  s.horizon = horizon;
+  rc = defrag_plan(c, &s);
+  if (!rc && s.n_rows) {
+    reemit_arg r = {s.rows, s.n_rows, 0};
+    while (!rc && r.i < r.n) {
+      rc = RUN(c, reemit_step, &r);
+      if (!rc) rc = progress(c);
+    }
+  }
+  bs_free(a, s.live);
+  bs_free(a, s.bytes);
+  bs_free(a, s.rows);
+  bs_free(a, s.keys);
+  return rc;
+}
+
+/* Records a bucket the MOVE/CLEAR pass processed, as a defragmentation candidate. */
+static int defrag_note(cctx *c, uint64_t bucket) {
+  if (c->n_dids == c->cap_dids) {
+    size_t cap = c->cap_dids ? c->cap_dids * 2 : 64;
+    uint64_t *p = bs_realloc(&c->db->base.alloc, c->dids, cap * sizeof *p);
+    if (!p) return bs_fail(c->err, BS_ENOMEM, "defragment: candidate buckets");
+    c->dids = p;
+    c->cap_dids = cap;
+  }
+  c->dids[c->n_dids++] = bucket;
   return BS_OK;
 }
 
@@ -838,6 +1047,9 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
     if ((rc = job_run(c, txn, w, w->ids[w->i]))) return rc;
     if (w->j.phase != J_DONE) break;
     if (w->j.changed) c->stats->buckets_compacted++;
+    if (c->o.defragment_ratio > 0 && w->mode != W_INITIAL &&
+        (rc = defrag_note(c, w->ids[w->i])))
+      return rc;
     w->processed++;
     memset(&w->j, 0, sizeof w->j);
     w->i++;
@@ -1243,9 +1455,11 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
   }
   if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon)
                                      : compact_full(&c, horizon);
+  if (!rc) rc = defragment(&c, horizon);
   if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
   bs_seen_free(&c.seen);
   bs_free(&c.db->base.alloc, c.rids);
+  bs_free(&c.db->base.alloc, c.dids);
   return rc;
 }
 

@@ -15,20 +15,6 @@
 
 /* ---- Codec --------------------------------------------------------------------------------- */
 
-static inline void put_u16le(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
-}
-static inline void put_u32le(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
-  p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
-}
-static inline uint32_t get_u16le(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
-static inline uint32_t get_u32le(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* stream | klen | key: what every entry of one lookup key starts with. */
 static size_t param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {
   bs_put_u32be(out, stream);
@@ -55,14 +41,14 @@ size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n)
 }
 
 void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
-  put_u16le(out, (uint32_t)replica_id.size);
+  bs_put_u16le(out, (uint32_t)replica_id.size);
   out += 2;
   if (replica_id.size) memcpy(out, replica_id.data, replica_id.size);
   out += replica_id.size;
-  put_u32le(out, (uint32_t)n);
+  bs_put_u32le(out, (uint32_t)n);
   out += 4;
   for (size_t i = 0; i < n; i++) {
-    put_u32le(out, (uint32_t)rows[i].size);
+    bs_put_u32le(out, (uint32_t)rows[i].size);
     if (rows[i].size) memcpy(out + 4, rows[i].data, rows[i].size);
     out += 4 + rows[i].size;
   }
@@ -74,18 +60,18 @@ int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n
   size_t rid;
   uint32_t n;
   if (v->mv_size < 6) return BS_ECORRUPT;
-  rid = get_u16le(p);
+  rid = bs_get_u16le(p);
   if (rid > BS_MAX_REPLICA_ID || (size_t)(end - p) < 6 + rid) return BS_ECORRUPT;
   replica_id->data = rid ? p + 2 : NULL;
   replica_id->size = rid;
-  n = get_u32le(p + 2 + rid);
+  n = bs_get_u32le(p + 2 + rid);
   rows = p + 6 + rid;
   /* every row length must fit, and the rows must end exactly at the value's end */
   p = rows;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t len;
     if ((size_t)(end - p) < 4) return BS_ECORRUPT;
-    len = get_u32le(p);
+    len = bs_get_u32le(p);
     if ((size_t)(end - p) - 4 < len) return BS_ECORRUPT;
     p += 4 + len;
   }
@@ -101,7 +87,8 @@ int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n
  * normally holds one row; a hash collision interleaves two (or more) rows' entries. */
 typedef struct param_best {
   bs_val rid;
-  MDB_val val;
+  uint32_t n_rows;           /* 0: a tombstone */
+  const unsigned char *rows; /* n_rows x (u32 len, bytes), in the map */
 } param_best;
 
 typedef struct param_scan {
@@ -135,13 +122,10 @@ static int scan_push_row(param_scan *s, const unsigned char *data, size_t size, 
 /* Emits the rows of every live (non-tombstone) source row of the finished group. */
 static int scan_flush_group(param_scan *s, bs_error *err) {
   for (size_t i = 0; i < s->n_best; i++) {
-    bs_val rid;
-    uint32_t n;
-    const unsigned char *p;
-    int rc = bs_lmdb_param_value_decode(&s->best[i].val, &rid, &n, &p);
-    if (rc) return bs_fail(err, rc, "parameter index: entry does not decode");
-    for (uint32_t j = 0; j < n; j++) {
-      uint32_t len = get_u32le(p);
+    const unsigned char *p = s->best[i].rows; /* checked by scan_take's decode */
+    for (uint32_t j = 0; j < s->best[i].n_rows; j++) {
+      uint32_t len = bs_get_u32le(p);
+      int rc;
       if ((rc = scan_push_row(s, p + 4, len, err))) return rc;
       p += 4 + len;
     }
@@ -154,8 +138,9 @@ static int scan_flush_group(param_scan *s, bs_error *err) {
 static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
   bs_val rid;
   uint32_t n;
+  const unsigned char *rows;
   size_t i;
-  if (bs_lmdb_param_value_decode(val, &rid, &n, NULL))
+  if (bs_lmdb_param_value_decode(val, &rid, &n, &rows))
     return bs_fail(err, BS_ECORRUPT, "parameter index: entry does not decode");
   for (i = 0; i < s->n_best && !bs_val_eq(s->best[i].rid, rid); i++) {}
   if (i == s->n_best) {
@@ -168,7 +153,8 @@ static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
     }
     s->best[s->n_best++].rid = rid;
   }
-  s->best[i].val = *val;
+  s->best[i].n_rows = n;
+  s->best[i].rows = rows;
   return BS_OK;
 }
 

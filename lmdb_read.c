@@ -19,16 +19,6 @@
 
 static bs_lmdb_db *lmdb_of(bs_storage *st) { return ((bs_lmdb_storage *)st)->db; }
 
-static uint64_t get_u64le(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static uint32_t get_u32le(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint16_t get_u16le(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
 static int name_shown(bs_val name) {
   return (int)(name.size < NAME_SHOWN ? name.size : NAME_SHOWN);
 }
@@ -100,28 +90,37 @@ typedef struct bucket_ref {
   bs_bucket_state state;
 } bucket_ref;
 
+/* The state of bucket id (named name, for the message). A missing or short state is BS_ECORRUPT:
+ * every buckets entry has one. */
+static int state_get(bs_lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs_bucket_state *out,
+                     bs_error *err) {
+  unsigned char kb[8];
+  MDB_val k = {8, kb}, v;
+  int rc;
+  bs_put_u64be(kb, id);
+  rc = mdb_get(txn, db->bstate, &k, &v);
+  if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size < BS_BUCKET_STATE_FIXED))
+    return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
+                   name_shown(name), (const char *)name.data, id);
+  if (rc) return bs_fail_mdb(err, rc, "reading a bucket state");
+  bs_bucket_state_decode(&v, out);
+  return BS_OK;
+}
+
 /* Looks up a bucket of the stream and its state. Unknown bucket: ref->found = 0, BS_OK. */
 static int bucket_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
                       bucket_ref *ref, bs_error *err) {
   bs_error e;
-  unsigned char kb[8];
-  MDB_val k = {8, kb}, v;
   int rc;
 
   ref->found = 0;
   rc = bs_lmdb_bucket_id(db, txn, stream, name, &ref->id, &e);
-  if (rc == BS_ENOTFOUND) return BS_OK;
+  if (rc == BS_ENOTFOUND) return BS_OK; /* e keeps err untouched for an unknown bucket */
   if (rc) {
     if (err) *err = e;
     return rc;
   }
-  bs_put_u64be(kb, ref->id);
-  rc = mdb_get(txn, db->bstate, &k, &v);
-  if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size < BS_BUCKET_STATE_FIXED))
-    return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
-                   name_shown(name), (const char *)name.data, ref->id);
-  if (rc) return bs_fail_mdb(err, rc, "reading a bucket state");
-  bs_bucket_state_decode(&v, &ref->state);
+  if ((rc = state_get(db, txn, ref->id, name, &ref->state, err))) return rc;
   ref->found = 1;
   return BS_OK;
 }
@@ -337,7 +336,7 @@ done:
 static int op_value_head(const MDB_val *v, uint32_t *checksum, int *type) {
   const unsigned char *p = (const unsigned char *)v->mv_data;
   if (v->mv_size < BS_OP_HEADER_SIZE || p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR) return BS_ECORRUPT;
-  *checksum = get_u32le(p + 1);
+  *checksum = bs_get_u32le(p + 1);
   *type = p[0];
   return BS_OK;
 }
@@ -534,13 +533,13 @@ typedef struct rec_list {
 static int rec_list_take(const unsigned char **p, const unsigned char *end, rec_list *out) {
   const unsigned char *q = *p;
   if (end - q < 4) return BS_ECORRUPT;
-  out->n = get_u32le(q);
+  out->n = bs_get_u32le(q);
   q += 4;
   out->p = q;
   for (uint32_t i = 0; i < out->n; i++) {
     size_t len;
     if (end - q < 2) return BS_ECORRUPT;
-    len = get_u16le(q);
+    len = bs_get_u16le(q);
     if ((size_t)(end - q - 2) < len) return BS_ECORRUPT;
     q += 2 + len;
   }
@@ -563,8 +562,8 @@ static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out) {
   const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
   if (k->mv_size != 20 || v->mv_size < CHANGE_FIXED) return BS_ECORRUPT;
   out->last = bs_get_u64be((const unsigned char *)k->mv_data + 4);
-  out->first = get_u64le(p);
-  out->time_ms = get_u64le(p + 8);
+  out->first = bs_get_u64le(p);
+  out->time_ms = bs_get_u64le(p + 8);
   out->flags = p[16];
   p += CHANGE_FIXED;
   if (rec_list_take(&p, end, &out->buckets) || rec_list_take(&p, end, &out->lookups) ||
@@ -578,7 +577,7 @@ static int add_list(val_set *s, const bs_allocator *a, const rec_list *l, size_t
                     int *overflow) {
   const unsigned char *q = l->p;
   for (uint32_t i = 0; i < l->n && !*overflow; i++) {
-    bs_val v = {q + 2, get_u16le(q)};
+    bs_val v = {q + 2, bs_get_u16le(q)};
     q += 2 + v.size;
     if (val_set_add(s, a, v)) return BS_ENOMEM;
     if (cap && s->n > cap) *overflow = 1;
@@ -704,9 +703,6 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_bucket_info info;
     bs_bucket_state s;
-    unsigned char sk[8];
-    MDB_val sv, skv = {8, sk};
-    uint64_t id;
     if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break; /* past the stream */
     info.name.data = (const unsigned char *)k.mv_data + 4;
     info.name.size = k.mv_size - 4;
@@ -716,19 +712,7 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
                    st->stream_id);
       goto done;
     }
-    id = get_u64le(v.mv_data);
-    bs_put_u64be(sk, id);
-    mrc = mdb_get(txn, db->bstate, &skv, &sv);
-    if (mrc == MDB_NOTFOUND || (mrc == 0 && sv.mv_size < BS_BUCKET_STATE_FIXED)) {
-      rc = bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
-                   name_shown(info.name), (const char *)info.name.data, id);
-      goto done;
-    }
-    if (mrc != 0) {
-      rc = bs_fail_mdb(err, mrc, "reading a bucket state");
-      goto done;
-    }
-    bs_bucket_state_decode(&sv, &s);
+    if ((rc = state_get(db, txn, bs_get_u64le(v.mv_data), info.name, &s, err))) goto done;
     if (s.count == 0) continue;
     info.checksum = s.checksum;
     info.count = s.count;
@@ -776,7 +760,7 @@ int bs_lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   if ((mrc = mdb_cursor_open(txn, db->wcp, &cur)) != 0) goto mdb_fail;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    char tag = k.mv_size ? ((const char *)k.mv_data)[0] : 0;
+    unsigned char tag = k.mv_size ? ((const unsigned char *)k.mv_data)[0] : 0;
     if (tag == 'M' || tag == 'C') out->write_checkpoints++;
   }
   if (mrc != MDB_NOTFOUND) goto mdb_fail;
@@ -881,7 +865,7 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
         problem(vf, "meta \"format\": bad value (%zu bytes)", v.mv_size);
     } else if (k.mv_size == 10 && memcmp(kp, "seq.bucket", 10) == 0) {
       if (v.mv_size != 8) problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
-      else *seq_bucket = get_u64le((const unsigned char *)v.mv_data);
+      else *seq_bucket = bs_get_u64le((const unsigned char *)v.mv_data);
     } else if (k.mv_size == 5 && kp[0] == 'S') {
       bs_stream_rec rec;
       bs_error e;
@@ -942,7 +926,7 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
       continue;
     }
     stream = bs_get_u32be(kp);
-    id = get_u64le((const unsigned char *)v.mv_data);
+    id = bs_get_u64le((const unsigned char *)v.mv_data);
     if (!find_stream(vf, stream))
       problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, name_shown(name),
               (const char *)name.data, stream);
@@ -1072,7 +1056,7 @@ static int check_name_entry(verifier *vf, uint64_t id, const bs_bucket_state *s,
   memcpy(kb + 4, s->name.data, s->name.size);
   mrc = mdb_get(vf->txn, vf->db->buckets, &k, &v);
   if (mrc == MDB_NOTFOUND || (mrc == 0 && (v.mv_size != 8 ||
-                                           get_u64le((const unsigned char *)v.mv_data) != id)))
+                                           bs_get_u64le((const unsigned char *)v.mv_data) != id)))
     problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): the name does not map back to this id",
             name_shown(s->name), (const char *)s->name.data, id);
   else if (mrc)
@@ -1125,7 +1109,7 @@ static void stream_known(verifier *vf, const char *dbname, const unsigned char *
 }
 
 static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 5 || v->mv_size != 4 || get_u32le((const unsigned char *)v->mv_data) == 0) {
+  if (k->mv_size < 5 || v->mv_size != 4 || bs_get_u32le((const unsigned char *)v->mv_data) == 0) {
     problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
             v->mv_size);
     return;
@@ -1143,37 +1127,18 @@ static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "source: record with table id 0");
 }
 
-/* params value: u16 rid len, replica id, u32 n, n x (u32 len, JSON bytes). */
-static int param_value_ok(const MDB_val *v) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
-  uint32_t n;
-  size_t rid;
-  if (v->mv_size < 6) return 0;
-  rid = get_u16le(p);
-  if ((size_t)(end - p - 2) < rid + 4) return 0;
-  p += 2 + rid;
-  n = get_u32le(p);
-  p += 4;
-  for (uint32_t i = 0; i < n; i++) {
-    size_t len;
-    if (end - p < 4) return 0;
-    len = get_u32le(p);
-    if ((size_t)(end - p - 4) < len) return 0;
-    p += 4 + len;
-  }
-  return p == end;
-}
-
 static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
   const unsigned char *kp = (const unsigned char *)k->mv_data;
   size_t klen = k->mv_size >= 6 ? (size_t)(kp[4] << 8 | kp[5]) : 0;
   const stream_head *sh;
+  bs_val rid;
+  uint32_t n_rows;
   uint64_t op;
   if (k->mv_size < 6 || klen > BS_MAX_LOOKUP_KEY || k->mv_size != 6 + klen + 4 + 8 + 8) {
     problem(vf, "params: malformed key of %zu bytes", k->mv_size);
     return;
   }
-  if (!param_value_ok(v)) problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
+  if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK) problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
   op = bs_get_u64be(kp + k->mv_size - 8);
   sh = find_stream(vf, bs_get_u32be(kp));
   if (!sh) stream_known(vf, "params", kp);

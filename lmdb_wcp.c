@@ -396,8 +396,8 @@ static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   c->should_advance = 0;
   for (size_t i = 0; i < c->n;) {
     size_t j = i + 1, w = i;
-    uint64_t id;
-    int pending, rc;
+    uint64_t id = 0;
+    int pending = 0, rc;
     while (j < c->n && bs_val_eq(c->refs[j].req->user_id, c->refs[i].req->user_id)) {
       if (req_beats(c->refs[j].req, c->refs[w].req)) w = j;
       j++;

@@ -2257,6 +2257,32 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
   return BS_OK;
 }
 
+/* Defragmentation (SPEC.md 6; the same rule as lmdb_compact.c): when the rows of b whose latest
+ * op is a PUT at or below h are fewer than ratio of its ops (and the rest could fold), their
+ * PUTs are appended again, in op order, with new op ids, inside tx. Caller holds the lock. */
+static int defrag_bucket(mem_tx *tx, mem_bucket *b, uint64_t h, double ratio, uint64_t *emitted) {
+  const bs_allocator *a = ALLOC(tx->db);
+  uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
+  size_t *live = bs_calloc(a, b->n ? b->n : 1, sizeof *live), nlive = 0, n = b->n;
+  int rc = BS_OK;
+  if (!later || !live || superseded(a, b, UINT64_MAX, later)) {
+    rc = BS_ENOMEM;
+    goto out;
+  }
+  for (size_t k = 0; k < n; k++)
+    if (b->ops[k].type == BS_OP_PUT && !later[k] && b->ops[k].id <= h) live[nlive++] = k;
+  if (!nlive || n <= nlive + 1 || (double)nlive / (double)n >= ratio) goto out;
+  for (size_t i = 0; i < nlive && !rc; i++) {
+    mem_op o = b->ops[live[i]]; /* by value: tx_emit may move b->ops, not the payloads */
+    rc = tx_emit(tx, b->name, BS_OP_PUT, o.ot, o.oi, o.sk, o.data);
+  }
+  if (!rc) *emitted += nlive;
+out:
+  bs_free(a, later);
+  bs_free(a, live);
+  return rc;
+}
+
 static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *out,
                        bs_error *err) {
   mem_storage *ms = MS(st);
@@ -2286,6 +2312,20 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     unlock(db);
     if (!rc && o->progress && o->progress(&stats, o->progress_payload))
       rc = bs_fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+  }
+  if (!rc && o->defragment_ratio > 0) {
+    mem_tx tx;
+    lock(db);
+    tx_begin(&tx, db, ms->s);
+    for (size_t i = 0; i < nnames && !rc; i++) {
+      mem_bucket *b = bucket_find(ms->s, names[i], NULL);
+      if (b) rc = defrag_bucket(&tx, b, h, o->defragment_ratio, &stats.ops_reemitted);
+    }
+    if (rc) tx_rollback(&tx);
+    else tx_commit(&tx);
+    unlock(db);
+    if (rc) rc = rc == BS_ENOMEM ? enomem(err, "defragment")
+                                 : bs_fail(err, rc, "defragment: op ids exhausted");
   }
   if (!rc && o->compact_parameters) {
     lock(db);

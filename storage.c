@@ -194,7 +194,8 @@ static int check_row(const bs_row *r, size_t i, bs_error *err) {
   char what[64];
   int rc;
   if (sized_ok(r->bucket, 1, BS_MAX_BUCKET_NAME) &&
-      sized_ok(r->object_type, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->object_id, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->data, 0, BS_MAX_OP_DATA))
+      sized_ok(r->object_type, 0, BS_MAX_OBJECT_NAME) &&
+      sized_ok(r->object_id, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->data, 0, BS_MAX_OP_DATA))
     return BS_OK;
   snprintf(what, sizeof what, "rows[%zu].bucket", i);
   if ((rc = check_sized(r->bucket, 1, BS_MAX_BUCKET_NAME, what, "BS_MAX_BUCKET_NAME", err)))
@@ -280,17 +281,37 @@ static int vt_usable(const bs_storage *st, int present, unsigned min_version, co
   vt_usable((st), (st)->vt && (st)->vt->version >= (v) && (st)->vt->slot != NULL, (v), #slot, \
             (err))
 
+/* A database op slot is set (test doubles leave some NULL; both real backends fill all). */
+#define DB_CHECK(db, slot, err)                                                                  \
+  ((db)->ops->slot ? BS_OK                                                                       \
+                   : bs_fail((err), BS_EUNSUPPORTED, "backend does not implement " #slot))
+
 static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
     return bs_fail(err, BS_EINVAL, "%s: %llu is not below 2^63", what, (unsigned long long)v);
   return BS_OK;
 }
 
+/* Checks of element i of an argument array. The name in the message ("req[3].after") is
+ * formatted only on failure: these run once per element of every read request. */
+static int check_sized_at(bs_val v, size_t min, size_t max, const char *array, size_t i,
+                          const char *field, const char *limit, bs_error *err) {
+  char what[96];
+  if (sized_ok(v, min, max)) return BS_OK;
+  snprintf(what, sizeof what, "%s[%zu]%s", array, i, field);
+  return check_sized(v, min, max, what, limit, err);
+}
+
+static int check_op_id_at(uint64_t v, const char *array, size_t i, const char *field,
+                          bs_error *err) {
+  char what[96];
+  if (v < BS_OP_ID_LIMIT) return BS_OK;
+  snprintf(what, sizeof what, "%s[%zu]%s", array, i, field);
+  return check_op_id(v, what, err);
+}
+
 static int check_bucket_name(bs_val v, const char *what, size_t i, bs_error *err) {
-  char buf[64];
-  if (sized_ok(v, 1, BS_MAX_BUCKET_NAME)) return BS_OK;
-  snprintf(buf, sizeof buf, "%s[%zu]", what, i);
-  return check_sized(v, 1, BS_MAX_BUCKET_NAME, buf, "BS_MAX_BUCKET_NAME", err);
+  return check_sized_at(v, 1, BS_MAX_BUCKET_NAME, what, i, "", "BS_MAX_BUCKET_NAME", err);
 }
 
 static int check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
@@ -346,7 +367,7 @@ int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
 }
 
 void bs_close(bs_db *db) {
-  if (db && db->ops && db->ops->close) db->ops->close(db);
+  if (db) db->ops->close(db);
 }
 
 /* ---- Streams ---------------------------------------------------------------------------------- */
@@ -370,8 +391,7 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
     return bs_fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)o.hash);
   if (db->flags & BS_OPEN_RDONLY)
     return bs_fail(err, BS_ESTATE, "stream_create: the database is open read-only");
-  if (!db->ops || !db->ops->stream_create)
-    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement stream_create");
+  if ((rc = DB_CHECK(db, stream_create, err))) return rc;
   rc = db->ops->stream_create(&id, db, bs_val_str(name), &o, err);
   if (rc == BS_OK && id_out) *id_out = id;
   return rc;
@@ -379,10 +399,10 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
 
 int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
                    bs_error *err) {
+  int rc;
   if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
   if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
-  if (!db->ops || !db->ops->stream_list)
-    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement stream_list");
+  if ((rc = DB_CHECK(db, stream_list, err))) return rc;
   return db->ops->stream_list(db, fn, payload, err);
 }
 
@@ -391,8 +411,7 @@ int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *e
   if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!db->ops || !db->ops->storage_open)
-    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement storage_open");
+  if ((rc = DB_CHECK(db, storage_open, err))) return rc;
   if ((rc = db->ops->storage_open(out, db, stream_id, err)) != BS_OK) {
     *out = NULL;
     return rc;
@@ -694,10 +713,8 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   if (!on_chunk) return bs_fail(err, BS_EINVAL, "on_chunk: NULL");
   if ((rc = check_batch_options(opts, &o, err))) return rc;
   for (i = 0; i < n_req; i++) {
-    char what[48];
     if ((rc = check_bucket_name(req[i].bucket, "req.bucket", i, err))) return rc;
-    snprintf(what, sizeof what, "req[%zu].after", i);
-    if ((rc = check_op_id(req[i].after, what, err))) return rc;
+    if ((rc = check_op_id_at(req[i].after, "req", i, ".after", err))) return rc;
   }
   if ((rc = VT_CHECK(st, bucket_data, err))) return rc;
   if (n_req == 0) return BS_OK;
@@ -786,12 +803,10 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
   if (n_lookups && !lookups)
     return bs_fail(err, BS_EINVAL, "lookups: NULL with n_lookups %zu", n_lookups);
   if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
-  for (size_t i = 0; i < n_lookups; i++) {
-    char what[48];
-    snprintf(what, sizeof what, "lookups[%zu]", i);
-    if ((rc = check_sized(lookups[i], 0, BS_MAX_LOOKUP_KEY, what, "BS_MAX_LOOKUP_KEY", err)))
+  for (size_t i = 0; i < n_lookups; i++)
+    if ((rc = check_sized_at(lookups[i], 0, BS_MAX_LOOKUP_KEY, "lookups", i, "",
+                             "BS_MAX_LOOKUP_KEY", err)))
       return rc;
-  }
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
   return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit ? limit : 1000, fn,
                                 payload, err);
@@ -800,16 +815,13 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
 /* ---- Write checkpoints ------------------------------------------------------------------------ */
 
 static int check_heads(const bs_head *heads, size_t n, const char *what, bs_error *err) {
-  char buf[80];
   int rc;
   if (n && !heads) return bs_fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
   for (size_t i = 0; i < n; i++) {
-    snprintf(buf, sizeof buf, "%s[%zu].connection", what, i);
-    if ((rc = check_sized(heads[i].connection, 0, BS_MAX_STREAM_NAME, buf, "BS_MAX_STREAM_NAME",
-                          err)))
+    if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_STREAM_NAME, what, i, ".connection",
+                             "BS_MAX_STREAM_NAME", err)) ||
+        (rc = check_sized_at(heads[i].lsn, 0, BS_MAX_LSN, what, i, ".lsn", "BS_MAX_LSN", err)))
       return rc;
-    snprintf(buf, sizeof buf, "%s[%zu].lsn", what, i);
-    if ((rc = bs_check_lsn(heads[i].lsn, buf, err))) return rc;
   }
   return BS_OK;
 }
@@ -834,13 +846,16 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
   if (n && !ids_out) return bs_fail(err, BS_EINVAL, "ids_out: NULL with n %zu", n);
   for (size_t i = 0; i < n; i++) {
     char what[48];
-    snprintf(what, sizeof what, "req[%zu].user_id", i);
-    if ((rc = check_sized(req[i].user_id, 1, BS_MAX_USER_ID, what, "BS_MAX_USER_ID", err)))
+    if ((rc = check_sized_at(req[i].user_id, 1, BS_MAX_USER_ID, "req", i, ".user_id",
+                             "BS_MAX_USER_ID", err)))
       return rc;
-    snprintf(what, sizeof what, "req[%zu].heads", i);
-    if ((rc = check_heads(req[i].heads, req[i].n_heads, what, err))) return rc;
-    snprintf(what, sizeof what, "req[%zu].request_id", i);
-    if (req[i].has_request_id && (rc = check_op_id(req[i].request_id, what, err))) return rc;
+    if (req[i].n_heads) { /* the heads' names are only built when there are heads */
+      snprintf(what, sizeof what, "req[%zu].heads", i);
+      if ((rc = check_heads(req[i].heads, req[i].n_heads, what, err))) return rc;
+    }
+    if (req[i].has_request_id &&
+        (rc = check_op_id_at(req[i].request_id, "req", i, ".request_id", err)))
+      return rc;
   }
   if ((rc = check_writable(st, "create_managed_write_checkpoints", err))) return rc;
   if ((rc = VT_CHECK(st, create_managed_write_checkpoints, err))) return rc;
@@ -879,30 +894,20 @@ int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint
 
 int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                bs_error *err) {
-  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_options o;
   bs_compact_stats stats;
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (opts) {
-    if ((rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
-      return rc;
-    o = *opts;
-    o.version = BS_COMPACT_OPTIONS_VERSION;
-  }
-  if ((rc = check_op_id(o.max_op_id, "opts->max_op_id", err))) return rc;
-  if (o.n_buckets && !o.buckets)
-    return bs_fail(err, BS_EINVAL, "opts->buckets: NULL with n_buckets %zu", o.n_buckets);
+  if (opts &&
+      (rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
+    return rc;
+  /* One place for the defaults and range checks (compact.c), so every backend gets the same. */
+  if ((rc = bs_compact_options_resolve(&o, opts, err))) return rc;
+  o.version = BS_COMPACT_OPTIONS_VERSION;
   for (size_t i = 0; i < o.n_buckets; i++)
     if ((rc = check_bucket_name(o.buckets[i], "opts->buckets", i, err))) return rc;
-  if (o.min_change_ratio != o.min_change_ratio || o.defragment_ratio != o.defragment_ratio ||
-      o.defragment_ratio < 0)
-    return bs_fail(err, BS_EINVAL, "opts: min_change_ratio or defragment_ratio is not a number "
-                                   "in range");
-  if (o.min_bucket_changes == 0) o.min_bucket_changes = 10;
-  if (o.min_change_ratio < 0) o.min_change_ratio = 0.1;
-  if (o.memory_limit_mb == 0) o.memory_limit_mb = 64;
-  if (o.min_age_ms < 0) o.min_age_ms = 5 * 60 * 1000;
-  if (o.max_ops_per_txn == 0) o.max_ops_per_txn = 10000;
+  if (o.defragment_ratio != o.defragment_ratio || o.defragment_ratio < 0)
+    return bs_fail(err, BS_EINVAL, "opts->defragment_ratio: not a number >= 0");
   if ((rc = check_writable(st, "compact", err))) return rc;
   if ((rc = VT_CHECK(st, compact, err))) return rc;
   memset(&stats, 0, sizeof stats);
@@ -969,10 +974,10 @@ int bs_terminate(bs_storage *st, int clear, bs_error *err) {
 }
 
 int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err) {
+  int rc;
   if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
   if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
-  if (!db->ops || !db->ops->stat)
-    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement stat");
+  if ((rc = DB_CHECK(db, stat, err))) return rc;
   memset(out, 0, sizeof *out);
   return db->ops->stat(db, out, err);
 }
@@ -982,8 +987,7 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
   uint64_t problems = 0;
   int rc;
   if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!db->ops || !db->ops->verify)
-    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement verify");
+  if ((rc = DB_CHECK(db, verify, err))) return rc;
   rc = db->ops->verify(db, fn, payload, &problems, err);
   if (problems_out) *problems_out = problems;
   return rc;

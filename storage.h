@@ -143,16 +143,18 @@ typedef struct bs_open_options {
 #define BS_OPEN_OPTIONS_VERSION 1
 #define BS_OPEN_OPTIONS_INIT {BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL}
 
-/* Opens (creating if missing) the database file at path.
- * Errors: BS_EINVAL (NULL path), BS_ECORRUPT (not a bucketstore file, or a newer format),
- * BS_EBUSY, BS_EIO, BS_ENOMEM. opts may be NULL. */
+/* Opens (creating if missing) the database file at path (copied). *out is the caller's, closed
+ * with bs_close(); *out is NULL on failure. opts may be NULL.
+ * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ECORRUPT (not a bucketstore file, or a
+ * newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* Opens a fresh in-memory store (the reference backend: naive and obviously correct).
- * Nothing is persisted; bs_close() discards it. */
+ * Nothing is persisted; bs_close() discards it. Errors: BS_EINVAL (bad option), BS_ENOMEM. */
 BS_API int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err);
 
-/* Closes the database. All storages and writers of it must be closed first. NULL is a no-op. */
+/* Closes the database. All storages and writers of it must be closed first, and no other call
+ * on db may be running. NULL is a no-op. */
 BS_API void bs_close(bs_db *db);
 
 /* ---- Streams ----------------------------------------------------------------------------------- */
@@ -184,13 +186,15 @@ typedef struct bs_stream_info {
 } bs_stream_info;
 
 /* Creates a PROCESSING stream (ids 1, 2, 3, ...); an older PROCESSING stream becomes STOPPED.
+ * id_out and opts may be NULL; name is NUL-terminated, 1..BS_MAX_STREAM_NAME bytes.
  * Errors: BS_EINVAL, BS_ETOOBIG (name over BS_MAX_STREAM_NAME), BS_ESTATE (read-only), BS_EIO. */
-BS_API int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_stream_options *opts,
-                     bs_error *err);
+BS_API int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name,
+                            const bs_stream_options *opts, bs_error *err);
 
-/* Calls fn for every stream in ascending id order; info is borrowed. */
-BS_API int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
-                   bs_error *err);
+/* Calls fn for every stream in ascending id order; info (and its name) is borrowed, valid until
+ * fn returns. Errors: BS_EINVAL (fn NULL), BS_EIO, or fn's non-zero value. */
+BS_API int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload),
+                          void *payload, bs_error *err);
 
 /* Opens a handle on stream id; id 0 = the active stream, else the newest one.
  * Errors: BS_ENOTFOUND (no such stream / no stream at all). Close with bs_storage_close(). */
@@ -258,23 +262,31 @@ typedef struct bs_commit_result {
   uint64_t checkpoint; /* the stream's checkpoint after the call (0 = none) */
 } bs_commit_result;
 
-/* Opens the writer of st. Errors: BS_ESTATE (read-only db, terminated stream), BS_ENOMEM.
- * Close with bs_writer_close(), which discards whatever was not flushed. */
-BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err);
+/* Opens the writer of st (opts may be NULL: the defaults). Errors: BS_EINVAL (bad option),
+ * BS_ESTATE (read-only db, terminated stream), BS_ENOMEM. The writer is used by one thread at a
+ * time and must be closed before st. Close with bs_writer_close(), which discards whatever was
+ * not flushed (NULL is a no-op). */
+BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
+                          bs_error *err);
 BS_API void bs_writer_close(bs_writer *w);
 
 /* Queues one source row change; may auto-flush. Errors: BS_EINVAL, BS_ETOOBIG, BS_ESTATE
  * (snapshot writer given UPDATE/DELETE... see SPEC 4.3; closed writer), BS_EIO from auto-flush. */
 BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
-/* Truncate emits REMOVEs / tombstones for every row of table; drop also forgets the table. */
+/* Truncate queues REMOVEs / tombstones for every row of table; drop also forgets the table.
+ * Errors: BS_EINVAL / BS_ETOOBIG (table empty or over BS_MAX_TABLE_NAME), BS_ESTATE (closed
+ * writer), BS_EIO from an auto-flush. */
 BS_API int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
 BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
 /* Persists the queue (one LMDB transaction). last_op_out (may be NULL): the stream's highest
- * persisted op id. Never makes a checkpoint. */
+ * persisted op id. Never makes a checkpoint. On failure nothing is persisted and the queue is
+ * kept (flush again, or close to discard). Errors: BS_ESTATE (closed writer), BS_EIO. */
 BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
-/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4). out may be NULL. */
+/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4). opts and out may be
+ * NULL. Errors: BS_ETOOBIG (lsn over BS_MAX_LSN), BS_EINVAL, BS_ESTATE, BS_EIO. Listeners
+ * (bs_set_checkpoint_listener) run in this thread before it returns. */
 BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
-                     bs_commit_result *out, bs_error *err);
+                            bs_commit_result *out, bs_error *err);
 /* commit(lsn) with create_empty = 1. */
 BS_API int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
 /* Marks the snapshot done; no checkpoint may be made below lsn. */
@@ -310,10 +322,13 @@ BS_API int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int ti
                        bs_checkpoint *out, bs_error *err);
 
 /* Registers fn, called after every checkpoint this process commits on db, in the committing
- * thread, outside any lock. One listener per db; NULL unregisters. */
-BS_API int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint,
-                                                     void *payload),
-                               void *payload);
+ * (writer's) thread, outside any lock: it may call the library's read functions, and should be
+ * short (the writer waits for it). One listener per db; a new one replaces the old; fn NULL
+ * unregisters. Any thread. Returns BS_OK, or BS_EINVAL for a NULL db (no err argument). */
+BS_API int bs_set_checkpoint_listener(bs_db *db,
+                                      void (*fn)(uint32_t stream, uint64_t checkpoint,
+                                                 void *payload),
+                                      void *payload);
 
 typedef enum bs_op_type { BS_OP_PUT = 1, BS_OP_REMOVE = 2, BS_OP_MOVE = 3, BS_OP_CLEAR = 4 } bs_op_type;
 
@@ -419,10 +434,12 @@ typedef struct bs_checkpoint_changes {
   size_t n_updated_write_checkpoint_users;
 } bs_checkpoint_changes;
 
-/* What changed in (from, to]; passed to fn, borrowed. */
+/* What changed in (from, to], passed to fn once; changes and every array in it are borrowed,
+ * valid until fn returns. Errors: BS_EINVAL (from > to, fn NULL), BS_EIO, or fn's value. */
 BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                              int (*fn)(const bs_checkpoint_changes *changes, void *payload),
-                              void *payload, bs_error *err);
+                                     int (*fn)(const bs_checkpoint_changes *changes,
+                                               void *payload),
+                                     void *payload, bs_error *err);
 
 /* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
  * limit 0 = 1000. Errors: BS_ELIMIT ("too many parameter results (limit was N)"), BS_ESTALE. */
@@ -450,10 +467,13 @@ typedef struct bs_scalar {
 
 /* Canonical, injective encoding of a list of scalars into buf (cap bytes); *size_out gets the
  * encoded size (also when it does not fit: then BS_ETOOBIG). Equal lists <=> equal bytes. */
-BS_API int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_scalar *values, size_t n,
-                     bs_error *err);
-/* Decodes key into values (cap entries, strings borrowed from key). BS_ECORRUPT if malformed. */
-BS_API int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, bs_error *err);
+BS_API int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_scalar *values,
+                            size_t n, bs_error *err);
+/* Decodes key into values (cap entries; strings borrowed from key, valid while key is).
+ * BS_ECORRUPT if malformed; BS_ETOOBIG when key holds more than cap values (*n_out = how many:
+ * call again with that cap). Both are pure functions: any thread. */
+BS_API int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key,
+                            bs_error *err);
 
 /* ---- Checksums --------------------------------------------------------------------------------- */
 /* PUT checksum: hash("put." + object_type + "." + object_id + "." + data). */
@@ -485,15 +505,20 @@ typedef struct bs_managed_request {
 /* Sets how this storage handle serves write checkpoints (default managed). */
 BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                  bs_error *err);
-/* ids_out[i] = the stored id of request i's user after the batch. BS_ESTATE in custom mode. */
-BS_API int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
-                                        uint64_t *ids_out, int *should_advance, bs_error *err);
-/* *found = 0 when there is none (or its head is above the given heads). */
-BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
-                             uint64_t *id_out, int *found, bs_error *err);
-/* Deletes processed records with requested_at < before_ms; *deleted_out may be NULL. */
-BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted_out,
-                                         bs_error *err);
+/* One write transaction for the batch. ids_out[i] (n entries) = the stored id of request i's
+ * user after the batch; *should_advance (may be NULL) = 1 when a record waits for a commit.
+ * Errors: BS_ESTATE (custom mode, read-only db), BS_EINVAL / BS_ETOOBIG (a request, named). */
+BS_API int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
+                                               size_t n, uint64_t *ids_out, int *should_advance,
+                                               bs_error *err);
+/* *found = 0 when there is none (or its head is above the given heads); heads may be NULL when
+ * n_heads is 0. */
+BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
+                                    size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+/* Deletes processed records with requested_at < before_ms; *deleted_out may be NULL.
+ * Errors: BS_ESTATE (read-only db), BS_EIO. */
+BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
+                                                uint64_t *deleted_out, bs_error *err);
 
 /* ---- Compaction (SPEC.md section 6) ----------------------------------------------------------- */
 typedef struct bs_compact_stats {
@@ -505,6 +530,7 @@ typedef struct bs_compact_stats {
   uint64_t bytes_after;
   uint64_t parameter_entries_removed;
   uint64_t checkpoint_requests_deleted;
+  uint64_t ops_reemitted; /* defragmentation: live PUTs re-emitted with new op ids */
 } bs_compact_stats;
 
 typedef struct bs_compact_options {
@@ -521,7 +547,13 @@ typedef struct bs_compact_options {
   uint64_t op_budget;          /* incremental: stop after this many ops; 0 = unbounded */
   int compact_parameters;
   int64_t delete_checkpoint_requests_before_ms; /* 0 = don't */
-  double defragment_ratio;     /* 0 = off */
+  /* > 0: defragmentation (SPEC.md 6), after the MOVE/CLEAR pass, of the buckets it processed
+   * whose live rows (membership PUTs at or below the horizon) are fewer than this fraction of
+   * their ops: the live PUTs are re-emitted at the end with new op ids (same payload and
+   * checksum; existing clients download them again; visible at the next checkpoint; the bucket
+   * checksum at that checkpoint grows by theirs, as for any new op). The superseded PUTs fold at
+   * the next compaction whose horizon covers the new ops. 0 = off. */
+  double defragment_ratio;
   /* progress after each transaction; non-zero return cancels (returns BS_ECANCELED) */
   int (*progress)(const bs_compact_stats *so_far, void *payload);
   void *progress_payload;
@@ -540,10 +572,12 @@ typedef struct bs_compact_options {
  * is safe (it serialises on the write lock). */
 BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                bs_error *err);
-/* Before the first checkpoint only (else BS_ESTATE). max_op_id 0 = last persisted op.
- * Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped. */
-BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t min_bucket_changes,
-                                   uint64_t *buckets_out, bs_error *err);
+/* Before the first checkpoint only (else BS_ESTATE; also on a read-only db). max_op_id 0 = last
+ * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped;
+ * *buckets_out (may be NULL) = buckets compacted. */
+BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                          uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                          bs_error *err);
 
 /* ---- Lifecycle and inspection ----------------------------------------------------------------- */
 typedef struct bs_status {
@@ -587,9 +621,11 @@ typedef struct bs_stat {
  * so it costs a full scan of the file. */
 BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
 /* Recomputes every bucket's running checksum and count, checks key encodings and source
- * records; each problem is passed to fn (may be NULL). *problems_out counts them. */
-BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
-                 uint64_t *problems_out, bs_error *err);
+ * records, in one read snapshot; each problem is passed to fn (may be NULL; the text is
+ * borrowed, valid until fn returns). *problems_out (may be NULL) counts them. Problems found
+ * still return BS_OK: a failure code means the check itself could not run (BS_EIO, BS_ENOMEM). */
+BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload),
+                        void *payload, uint64_t *problems_out, bs_error *err);
 
 /* ==== Backend authors ============================================================================
  * A backend (or a wrapper: tracing, fault injection) is a struct whose first member is a

@@ -1163,6 +1163,192 @@ static int fold(MDB_txn *txn, rdb *d, uint64_t id, uint64_t *removed) {
   return mdb_put(txn, d->ops, &key, &val, 0);
 }
 
+/* ---- Full compaction, shaped like lmdb_compact.c's: per bucket a read-only reverse scan (the
+ * seen-set, the leading run below the lowest surviving PUT), the run folded straight into one
+ * CLEAR (superseded PUTs included, never rewritten as MOVEs first), then MOVEs for superseded
+ * ops above the run. A transaction commits after 10k ops changed or 80k visited, as the
+ * library's default max_ops_per_txn and visit factor. */
+enum { RC_CHANGES = 10000, RC_VISITS = 80000 };
+
+typedef struct rcomp {
+  rdb *d;
+  MDB_txn *txn;
+  seen *s;
+  uint64_t changes, visits, moved, removed;
+} rcomp;
+
+/* Latest op recorded for the row (0 = not recorded). */
+static uint64_t seen_find(const seen *s, const unsigned char *ident, size_t len) {
+  uint64_t h = fnv(ident, len) | 1;
+  if (!s->cap) return 0;
+  for (size_t i = h & (s->cap - 1); s->h[i]; i = (i + 1) & (s->cap - 1))
+    if (s->h[i] == h) return s->op[i];
+  return 0;
+}
+
+static size_t ident_len(const MDB_val *val) {
+  const unsigned char *p = val->mv_data;
+  return val->mv_size - HDR - (p[0] == BS_OP_PUT ? g_cfg->data_size : 0);
+}
+
+/* The op's target if it is superseded (its row has a later op), else 0. */
+static uint64_t superseded_by(const seen *s, const MDB_val *key, const MDB_val *val) {
+  const unsigned char *p = val->mv_data;
+  uint64_t latest;
+  if (p[0] != BS_OP_PUT && p[0] != BS_OP_REMOVE) return 0;
+  latest = seen_find(s, p + HDR, ident_len(val));
+  return latest > gbe64((const unsigned char *)key->mv_data + 8) ? latest : 0;
+}
+
+static int rc_commit_if(rcomp *rc, int force) {
+  int mrc;
+  if (!force && rc->changes < RC_CHANGES && rc->visits < RC_VISITS) return 0;
+  rc->changes = rc->visits = 0;
+  mrc = mdb_txn_commit(rc->txn);
+  rc->txn = NULL;
+  return mrc ? mrc : mdb_txn_begin(rc->d->env, NULL, 0, &rc->txn);
+}
+
+static int rc_scan(rcomp *rc, uint64_t id, uint64_t *run, uint64_t *max_sup) {
+  uint64_t next = UINT64_MAX;
+  int mrc = 0, more = 1;
+  *run = *max_sup = 0;
+  while (more && !mrc) {
+    MDB_cursor *cur;
+    unsigned char k[16];
+    MDB_val key = {16, k}, val;
+    more = 0;
+    if ((mrc = mdb_cursor_open(rc->txn, rc->d->ops, &cur))) break;
+    opkey(k, next == UINT64_MAX ? id + 1 : id, next == UINT64_MAX ? 0 : next);
+    mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    mrc = mdb_cursor_get(cur, &key, &val, mrc == 0 ? MDB_PREV : MDB_LAST);
+    for (; mrc == 0; mrc = mdb_cursor_get(cur, &key, &val, MDB_PREV)) {
+      const unsigned char *p = val.mv_data, *kp = key.mv_data;
+      uint64_t op, latest;
+      if (gbe64(kp) != id) break;
+      op = gbe64(kp + 8);
+      rc->visits++;
+      ++*run;
+      if (p[0] == BS_OP_CLEAR) break;
+      if ((p[0] == BS_OP_PUT || p[0] == BS_OP_REMOVE) &&
+          seen_visit(rc->s, p + HDR, ident_len(&val), op, &latest)) {
+        if (op > *max_sup) *max_sup = op;
+      } else if (p[0] == BS_OP_PUT) {
+        *run = 0;
+      }
+      if (rc->visits >= RC_VISITS) {
+        next = op;
+        more = 1;
+        break;
+      }
+    }
+    mdb_cursor_close(cur);
+    if (mrc == MDB_NOTFOUND) mrc = 0;
+    if (!mrc && more) mrc = rc_commit_if(rc, 1);
+  }
+  return mrc;
+}
+
+/* Folds the first `run` ops of the bucket into one CLEAR, a transaction's room at a time (the
+ * CLEAR of one share is the first op of the next). Returns the last op id folded. */
+static int rc_fold(rcomp *rc, uint64_t id, uint64_t run, uint64_t *last) {
+  int mrc = 0;
+  *last = 0;
+  while (run >= 2 && !mrc) {
+    uint64_t room = RC_CHANGES - rc->changes, share = run < room ? run : room, ck = 0, tg = 0;
+    MDB_cursor *cur;
+    unsigned char k[16], v[HDR];
+    MDB_val key = {16, k}, val;
+    if (share < 2) {
+      mrc = rc_commit_if(rc, 1);
+      continue;
+    }
+    if ((mrc = mdb_cursor_open(rc->txn, rc->d->ops, &cur))) break;
+    opkey(k, id, 0);
+    mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    for (uint64_t i = 0; i < share && mrc == 0; i++) {
+      const unsigned char *p = val.mv_data;
+      uint64_t t = superseded_by(rc->s, &key, &val);
+      if (gbe64(key.mv_data) != id) {
+        mrc = MDB_NOTFOUND; /* the run was counted by the scan: cannot happen */
+        break;
+      }
+      if (t) rc->moved++;
+      else t = gle64(p + 5);
+      ck += gle32(p + 1);
+      if (t > tg) tg = t;
+      if (i + 1 < share) {
+        if ((mrc = mdb_cursor_del(cur, 0))) break;
+        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
+      } else {
+        MDB_val ck16 = {16, k}, cv = {HDR, v};
+        memcpy(k, key.mv_data, 16);
+        memset(v, 0, sizeof v);
+        v[0] = BS_OP_CLEAR;
+        le32(v + 1, (uint32_t)ck);
+        le64(v + 5, tg);
+        *last = gbe64(k + 8);
+        mrc = mdb_cursor_put(cur, &ck16, &cv, MDB_CURRENT);
+      }
+    }
+    mdb_cursor_close(cur);
+    if (mrc) break;
+    rc->changes += share;
+    rc->visits += share;
+    rc->removed += share - 1;
+    run -= share - 1;
+    mrc = rc_commit_if(rc, 0);
+  }
+  return mrc;
+}
+
+/* MOVEs for the superseded ops above the folded run, up to the highest one. */
+static int rc_move(rcomp *rc, uint64_t id, uint64_t from, uint64_t max_sup) {
+  int mrc = 0, more = 1;
+  while (more && !mrc) {
+    MDB_cursor *cur;
+    unsigned char k[16];
+    MDB_val key = {16, k}, val;
+    more = 0;
+    if ((mrc = mdb_cursor_open(rc->txn, rc->d->ops, &cur))) break;
+    opkey(k, id, from);
+    for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
+         mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+      uint64_t op = gbe64((const unsigned char *)key.mv_data + 8), t;
+      if (gbe64(key.mv_data) != id || op > max_sup) break;
+      if (rc->changes >= RC_CHANGES || rc->visits >= RC_VISITS) {
+        from = op;
+        more = 1;
+        break;
+      }
+      rc->visits++;
+      if ((t = superseded_by(rc->s, &key, &val))) {
+        unsigned char kc[16];
+        MDB_val kk = {16, kc};
+        memcpy(kc, key.mv_data, 16);
+        if ((mrc = to_move(cur, &kk, &val, t))) break;
+        rc->moved++;
+        rc->changes++;
+      }
+    }
+    mdb_cursor_close(cur);
+    if (mrc == MDB_NOTFOUND) mrc = 0;
+    if (!mrc && more) mrc = rc_commit_if(rc, 1);
+  }
+  return mrc;
+}
+
+static int rc_full(rcomp *rc, unsigned nb) {
+  int mrc = 0;
+  for (unsigned b = 0; b < nb && !mrc; b++) {
+    uint64_t id = b + 1, run, max_sup, last;
+    seen_clear(rc->s);
+    if ((mrc = rc_scan(rc, id, &run, &max_sup)) || (mrc = rc_fold(rc, id, run, &last))) break;
+    if (max_sup > last) mrc = rc_move(rc, id, last + 1, max_sup);
+  }
+  return mrc;
+}
+
 int raw_compaction(int mode) {
   static const char *names[] = {"full, 50% superseded", "incremental, 50% superseded",
                                 "full, 50% superseded, nosync"};
@@ -1184,53 +1370,11 @@ int raw_compaction(int mode) {
   t0 = now_s();
   if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) goto fail;
   if (!incremental) {
-    for (unsigned b = 0; b < nb && !mrc; b++) {
-      uint64_t id = b + 1, next = UINT64_MAX;
-      seen_clear(&s);
-      while (!mrc) { /* reverse scan, resumed by key after each commit */
-        MDB_cursor *cur;
-        unsigned char k[16];
-        MDB_val key = {16, k}, val;
-        int more = 0;
-        if ((mrc = mdb_cursor_open(txn, d.ops, &cur))) break;
-        /* from the bucket's end, or just below the last op visited */
-        if (next == UINT64_MAX)
-          opkey(k, id + 1, 0);
-        else
-          opkey(k, id, next);
-        mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
-        mrc = mdb_cursor_get(cur, &key, &val, mrc == 0 ? MDB_PREV : MDB_LAST);
-        for (; mrc == 0; mrc = mdb_cursor_get(cur, &key, &val, MDB_PREV)) {
-          const unsigned char *p = val.mv_data, *kp = key.mv_data;
-          uint64_t op, latest;
-          if (gbe64(kp) != id) break;
-          op = gbe64(kp + 8);
-          if ((p[0] == BS_OP_PUT || p[0] == BS_OP_REMOVE) &&
-              seen_visit(&s, p + HDR, val.mv_size - HDR - (p[0] == BS_OP_PUT ? c->data_size : 0),
-                         op, &latest)) {
-            unsigned char kc[16];
-            MDB_val kk = {16, kc};
-            memcpy(kc, kp, 16);
-            if ((mrc = to_move(cur, &kk, &val, latest))) break;
-            moved++;
-          }
-          if (++done % budget == 0) {
-            next = op;
-            more = 1;
-            break;
-          }
-        }
-        mdb_cursor_close(cur);
-        if (mrc == MDB_NOTFOUND) mrc = 0;
-        if (mrc) break;
-        if (more) {
-          if ((mrc = mdb_txn_commit(txn)) || (mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
-          continue;
-        }
-        break;
-      }
-      if (!mrc) mrc = fold(txn, &d, id, &removed);
-    }
+    rcomp rc = {&d, txn, &s, 0, 0, 0, 0};
+    mrc = rc_full(&rc, nb);
+    txn = rc.txn;
+    moved = rc.moved;
+    removed = rc.removed;
   } else {
     /* the superseded log in key order, 10k entries per transaction (deleted as processed) */
     for (int left = 1; left && !mrc;) {
@@ -1281,7 +1425,8 @@ int raw_compaction(int mode) {
   snprintf(r->note, sizeof r->note, "ops %.0f -> %.0f (moved %llu, folded into CLEARs); %s",
            before, after, (unsigned long long)moved,
            incremental ? "the superseded log, commit per 10k entries"
-                       : "reverse scan + seen set per bucket, commit per 10k ops");
+                       : "scan, superseded run folded into a CLEAR, rest MOVEd; commit per "
+                         "10k ops changed or 80k visited");
   goto out;
 fail:
   if (txn) mdb_txn_abort(txn);

@@ -641,7 +641,7 @@ static void test_random(void **state) {
   env e;
   model m;
   unsigned rounds = g_quick ? 40 : 200;
-  uint64_t c = 0;
+  uint64_t c = 0, reemitted = 0;
   (void)state;
   rng_state = g_seed;
   memset(&m, 0, sizeof m);
@@ -663,6 +663,7 @@ static void test_random(void **state) {
       o.min_age_ms = 0;
       if (rnd(3) == 0) o.max_op_id = 1 + rnd((unsigned)c);
       if (rnd(4) == 0) o.memory_limit_mb = 1;
+      if (rnd(3) == 0) o.defragment_ratio = 0.2 + 0.2 * rnd(4); /* its ops join the history */
       if (rnd(4) == 0) {
         o.progress = cancel_after;
         o.progress_payload = &left;
@@ -670,6 +671,7 @@ static void test_random(void **state) {
       rc = bs_compact(e.st, &o, &stats, &err);
       if (rc != BS_OK && rc != BS_ECANCELED)
         fail_msg("compact: %s (%s)", bs_strerror(rc), err.msg);
+      reemitted += stats.ops_reemitted;
       {
         uint64_t h = o.max_op_id ? o.max_op_id : c;
         if (h > m.horizon) m.horizon = h;
@@ -681,6 +683,8 @@ static void test_random(void **state) {
     }
     model_check(&e, &m, c);
   }
+  /* the workload is fragmented enough that defragmentation takes part */
+  if (!g_quick) assert_true(reemitted > 0);
   verify_db(&e);
   model_free(&m);
   env_close(&e);
@@ -1048,6 +1052,330 @@ static void test_concurrent(void **state) {
   env_close(&e);
 }
 
+/* ---- Defragmentation (defragment_ratio) ---------------------------------------------------- */
+
+/* The same stream on the memory backend (e->dir empty: nothing to remove). */
+static void env_open_mem(env *e) {
+  uint32_t id;
+  memset(e, 0, sizeof *e);
+  CHECK(bs_open_memory(&e->db, NULL, ERR));
+  CHECK(bs_stream_create(&id, e->db, "s1", NULL, ERR));
+  CHECK(bs_storage_open(&e->st, e->db, id, ERR));
+  CHECK(bs_writer_open(&e->w, e->st, NULL, ERR));
+}
+
+static void env_close_any(env *e) {
+  if (e->dir[0]) {
+    env_close(e);
+    return;
+  }
+  bs_writer_close(e->w);
+  bs_storage_close(e->st);
+  bs_close(e->db);
+}
+
+static int changes_has_b(const bs_checkpoint_changes *ch, void *payload) {
+  int *found = payload;
+  for (size_t i = 0; i < ch->n_updated_buckets; i++)
+    if (ch->updated_buckets[i].size == 1 && *(const char *)ch->updated_buckets[i].data == 'b')
+      *found = 1;
+  if (ch->invalidate_data_buckets) *found = 1;
+  return 0;
+}
+
+static void compact_with(env *e, int incremental, double ratio, bs_compact_stats *stats) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  o.min_bucket_changes = 1;
+  o.min_change_ratio = 0;
+  o.incremental_only = incremental;
+  o.min_age_ms = 0;
+  o.defragment_ratio = ratio;
+  CHECK(bs_compact(e->st, &o, stats, ERR));
+}
+
+static void assert_same_ops(const oplist *a, const oplist *b, const char *what) {
+  int ok = a->n == b->n;
+  for (size_t i = 0; ok && i < a->n; i++)
+    ok = a->v[i].op_id == b->v[i].op_id && a->v[i].type == b->v[i].type &&
+         a->v[i].checksum == b->v[i].checksum && a->v[i].target == b->v[i].target &&
+         strcmp(a->v[i].row, b->v[i].row) == 0 && strcmp(a->v[i].data, b->v[i].data) == 0;
+  if (!ok) fail_msg("%s: the backends disagree (%zu vs %zu ops)", what, a->n, b->n);
+}
+
+/* One PUT at the start pins a long history of another row: MOVE/CLEAR cannot fold it, the
+ * defragmentation re-emits both live rows, and the next compaction folds the rest. Runs on
+ * LMDB and on the memory backend, which must agree op for op. */
+static void defrag_scenario(env *e, int incremental, oplist *final_ops) {
+  oplist l, tail, full;
+  bs_compact_stats st;
+  bs_checksum at1, at1b, at2, before2;
+  reduced r_old = {0, NULL, 0, 0, 0}, r_new = {0, NULL, 0, 0, 0}, r_fold = {0, NULL, 0, 0, 0};
+  uint64_t c1, c2, c3, last;
+  char data[32];
+  put(e, "b", "t1", "{\"x\":1}");                          /* 1 */
+  for (int i = 0; i < 20; i++) {
+    snprintf(data, sizeof data, "{\"v\":%d}", i);
+    put(e, "b", "t2", data);                                /* 2..21 */
+  }
+  put(e, "other", "t9", "{}");                             /* 22: another bucket, compact */
+  c1 = commit(e);
+  assert_int_equal(c1, 22);
+  CHECK(checksum_at(e, "b", c1, &at1));
+  /* a first pass without defragmentation: MOVEs, no fold (a PUT leads) */
+  compact_with(e, 0, 0, &st);
+  assert_int_equal(st.ops_reemitted, 0);
+  CHECK(read_ops(e, "b", 0, c1, &l));
+  assert_int_equal(l.n, 21);
+  assert_int_equal(l.v[0].type, BS_OP_PUT);
+  ol_free(&l);
+  /* t2 changes above the horizon before the defragmentation: it is not re-emitted */
+  put(e, "b", "t2", "{\"v\":99}");                          /* 23 */
+  flush(e);
+  compact_with(e, 0, 0.5, &st);
+  assert_int_equal(st.ops_reemitted, 1); /* t1 only: t2's latest op is above the horizon */
+  CHECK(bs_writer_flush(e->w, &last, ERR));
+  assert_int_equal(last, 24); /* the re-emitted op took the next id */
+  /* invisible until the next checkpoint: the checksum at c1 is as before */
+  CHECK(checksum_at(e, "b", c1, &at1b));
+  assert_int_equal(at1b.checksum, at1.checksum);
+  CHECK(read_ops(e, "b", c1, 24, &tail));
+  assert_int_equal(tail.n, 2);
+  assert_int_equal(tail.v[1].op_id, 24);
+  assert_int_equal(tail.v[1].type, BS_OP_PUT);
+  assert_string_equal(tail.v[1].data, "{\"x\":1}");
+  CHECK(read_ops(e, "b", 0, 1, &l)); /* the old PUT: same row, payload and checksum */
+  assert_string_equal(l.v[0].row, tail.v[1].row);
+  assert_int_equal(l.v[0].checksum, tail.v[1].checksum);
+  ol_free(&l);
+  c2 = commit(e);
+  assert_int_equal(c2, 24);
+  {
+    int found = 0;
+    CHECK(bs_get_checkpoint_changes(e->st, c1, c2, changes_has_b, &found, ERR));
+    assert_true(found);
+  }
+  /* checksum at c2 = the history: c1's plus the two new ops (the re-emitted one included) */
+  CHECK(checksum_at(e, "b", c2, &at2));
+  assert_int_equal(at2.checksum, (uint32_t)(at1.checksum + tail.v[0].checksum +
+                                            tail.v[1].checksum));
+  /* a client at c1 that downloads (c1, c2] ends where a new client does */
+  CHECK(read_ops(e, "b", 0, c1, &l));
+  reduce_list(&r_old, &l, c1);
+  for (size_t i = 0; i < tail.n; i++) reduce_apply(&r_old, &tail.v[i]);
+  CHECK(read_ops(e, "b", 0, c2, &full));
+  reduce_list(&r_new, &full, c2);
+  assert_reduced_equal(&r_old, &r_new, "client at c1 + (c1, c2] vs a new client");
+  assert_int_equal(r_new.n, 2);
+  ol_free(&l);
+  ol_free(&full);
+  ol_free(&tail);
+  /* the next compaction at c2 folds everything below the live PUTs */
+  CHECK(checksum_at(e, "b", c2, &before2));
+  compact_with(e, incremental, 0, &st);
+  CHECK(checksum_at(e, "b", c2, &at2));
+  assert_int_equal(at2.checksum, before2.checksum);
+  assert_int_equal(at2.count, 3); /* CLEAR, PUT t2 (23), PUT t1 (24) */
+  CHECK(read_ops(e, "b", 0, c2, &full));
+  assert_int_equal(full.n, 3);
+  assert_int_equal(full.v[0].type, BS_OP_CLEAR);
+  assert_int_equal(full.v[0].op_id, 21); /* the last replaced op (22 is in "other") */
+  reduce_list(&r_fold, &full, c2);
+  assert_reduced_equal(&r_new, &r_fold, "after the fold");
+  reduce_free(&r_fold);
+  ol_free(&full);
+  /* the source record follows the new op: the next change of t1 supersedes op 24 */
+  put(e, "b", "t1", "{\"x\":2}"); /* 25 */
+  c3 = commit(e);
+  compact_with(e, incremental, 0, &st);
+  CHECK(read_ops(e, "b", 0, c3, final_ops));
+  /* CLEAR (.. 21), PUT t2 (23), MOVE (24 -> 25), PUT t1 (25): an incremental pass finds 24
+   * only through the `superseded` entry the writer logged from the record's membership */
+  assert_int_equal(final_ops->n, 4);
+  assert_int_equal(final_ops->v[0].type, BS_OP_CLEAR);
+  assert_int_equal(final_ops->v[1].op_id, 23);
+  assert_int_equal(final_ops->v[2].op_id, 24);
+  assert_int_equal(final_ops->v[2].type, BS_OP_MOVE);
+  assert_int_equal(final_ops->v[2].target, 25);
+  assert_int_equal(final_ops->v[3].op_id, 25);
+  reduce_free(&r_old);
+  reduce_free(&r_new);
+  verify_db(e);
+}
+
+static void test_defragment(void **state) {
+  env e, m;
+  oplist a, b;
+  (void)state;
+  for (int incremental = 0; incremental < 2; incremental++) {
+    env_open(&e);
+    defrag_scenario(&e, incremental, &a);
+    env_close(&e);
+    if (!incremental) { /* the memory backend's compaction has no incremental log */
+      env_open_mem(&m);
+      defrag_scenario(&m, 0, &b);
+      assert_same_ops(&a, &b, "defragmentation");
+      ol_free(&b);
+      env_close_any(&m);
+    }
+    ol_free(&a);
+  }
+}
+
+/* A bucket whose live rows are not a small enough fraction is left alone; so is a bucket not
+ * selected. */
+static void test_defragment_threshold(void **state) {
+  env e;
+  bs_compact_stats st;
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "t1", "{}");
+  for (int i = 0; i < 4; i++) put(&e, "b", "t2", i % 2 ? "{\"a\":1}" : "{\"a\":2}");
+  commit(&e);
+  compact_with(&e, 0, 0.2, &st); /* 2 live of 5 ops, then 5 ops after MOVE: 0.4 >= 0.2 */
+  assert_int_equal(st.ops_reemitted, 0);
+  compact_with(&e, 0, 0.5, &st); /* not selected: nothing changed since the last pass */
+  assert_int_equal(st.ops_reemitted, 0);
+  {
+    const char *bn[] = {"b"};
+    bs_compact_options o = bucket_opts(bn, 1);
+    o.defragment_ratio = 0.5;
+    CHECK(bs_compact(e.st, &o, &st, ERR));
+    assert_int_equal(st.ops_reemitted, 2);
+  }
+  verify_db(&e);
+  env_close(&e);
+}
+
+/* Defragmentation while a writer changes the same rows (its own storage handle): a row changed
+ * between the plan and the re-emission must not come back with old data. At the end, a client
+ * reading the whole bucket holds exactly the writer's last state of every row. */
+#define DC_ROWS 16
+typedef struct dc_shared {
+  env *e;
+  char last[DC_ROWS][32]; /* "" = deleted / never written */
+  atomic_int done, failed;
+  char why[512];
+  uint64_t reemitted;
+} dc_shared;
+
+static void *dc_writer(void *arg) {
+  dc_shared *sh = arg;
+  unsigned long long r = g_seed * 3 + 7;
+  unsigned rounds = g_quick ? 60 : 300;
+  bs_error err;
+  int rc = BS_OK;
+  for (unsigned k = 0; k < rounds && rc == BS_OK; k++) {
+    bs_commit_result cr;
+    char lsn[32];
+    for (unsigned i = 0; i < 1 + k % 7 && rc == BS_OK; i++) {
+      char id[16];
+      unsigned x;
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      x = (unsigned)(r >> 33);
+      /* a few rows change rarely (they are the ones defragmentation re-emits) */
+      x = x % 4 ? x % 4 : x % DC_ROWS;
+      snprintf(id, sizeof id, "r%u", x);
+      if (k % 13 == 5 && i == 0) {
+        bs_save s = BS_SAVE_INIT;
+        s.table = S("t");
+        s.tag = BS_DELETE;
+        s.before_id = S(id);
+        rc = bs_writer_save(sh->e->w, &s, &err);
+        sh->last[x][0] = 0;
+      } else {
+        const char *b = "d";
+        char data[32];
+        snprintf(data, sizeof data, "{\"k\":%u}", k);
+        save_row(sh->e, id, &b, 1, data);
+        strcpy(sh->last[x], data);
+      }
+    }
+    if (rc == BS_OK && k == 0) rc = bs_writer_snapshot_done(sh->e->w, S("00000000"), &err);
+    snprintf(lsn, sizeof lsn, "%08u", ++sh->e->lsn);
+    if (rc == BS_OK) rc = bs_writer_commit(sh->e->w, S(lsn), NULL, &cr, &err);
+  }
+  if (rc != BS_OK) {
+    snprintf(sh->why, sizeof sh->why, "writer: %s (%s)", bs_strerror(rc), err.msg);
+    atomic_store(&sh->failed, 1);
+  }
+  atomic_store(&sh->done, 1);
+  return NULL;
+}
+
+static void *dc_compactor(void *arg) {
+  dc_shared *sh = arg;
+  bs_storage *st = NULL;
+  bs_error err;
+  int rc = bs_storage_open(&st, sh->e->db, bs_storage_stream_id(sh->e->st), &err);
+  for (unsigned k = 0; rc == BS_OK && !atomic_load(&sh->done) && !atomic_load(&sh->failed);
+       k++) {
+    bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+    bs_compact_stats stats;
+    o.min_bucket_changes = 1;
+    o.min_change_ratio = 0;
+    o.defragment_ratio = 0.9;
+    o.max_ops_per_txn = 2 + k % 5;
+    o.incremental_only = k % 2;
+    o.min_age_ms = 0;
+    rc = bs_compact(st, &o, &stats, &err);
+    sh->reemitted += stats.ops_reemitted;
+  }
+  if (rc != BS_OK) {
+    snprintf(sh->why, sizeof sh->why, "compactor: %s (%s)", bs_strerror(rc), err.msg);
+    atomic_store(&sh->failed, 1);
+  }
+  if (st) bs_storage_close(st);
+  return NULL;
+}
+
+static void test_defragment_concurrent(void **state) {
+  env e;
+  dc_shared sh;
+  pthread_t tw, tc;
+  oplist l;
+  reduced r = {0, NULL, 0, 0, 0};
+  size_t live = 0;
+  uint64_t c;
+  (void)state;
+  env_open(&e);
+  memset(&sh, 0, sizeof sh);
+  sh.e = &e;
+  assert_int_equal(pthread_create(&tw, NULL, dc_writer, &sh), 0);
+  assert_int_equal(pthread_create(&tc, NULL, dc_compactor, &sh), 0);
+  pthread_join(tw, NULL);
+  pthread_join(tc, NULL);
+  if (atomic_load(&sh.failed)) fail_msg("%s seed=%llu", sh.why, g_seed);
+  c = commit(&e); /* the re-emitted ops of the last passes become visible */
+  CHECK(read_ops(&e, "d", 0, c, &l));
+  for (size_t i = 1; i < l.n; i++) assert_true(l.v[i].op_id > l.v[i - 1].op_id);
+  reduce_list(&r, &l, c);
+  for (unsigned x = 0; x < DC_ROWS; x++) {
+    rslot *sl;
+    char row[128], sk[BS_SUBKEY_SIZE + 1], id[16];
+    snprintf(id, sizeof id, "r%u", x);
+    bs_subkey(sk, 1, S(id));
+    sk[BS_SUBKEY_SIZE] = 0;
+    snprintf(row, sizeof row, "test/%s/%s", id, sk);
+    sl = r_find(&r, row, 0);
+    if (!sh.last[x][0]) {
+      if (sl)
+        fail_msg("row %s: deleted, but a client holds %s seed=%llu", id, sl->op.data, g_seed);
+      continue;
+    }
+    live++;
+    if (!sl || strcmp(sl->op.data, sh.last[x]) != 0)
+      fail_msg("row %s: written last %s, a client holds %s seed=%llu", id, sh.last[x],
+               sl ? sl->op.data : "nothing", g_seed);
+  }
+  assert_int_equal(r.n, live);
+  reduce_free(&r);
+  ol_free(&l);
+  verify_db(&e);
+  fprintf(stderr, "test_defragment_concurrent: %llu ops re-emitted\n",
+          (unsigned long long)sh.reemitted);
+  env_close(&e);
+}
+
 int main(void) {
   const char *s = getenv("BS_SEED"), *q = getenv("BS_TEST_QUICK");
   const struct CMUnitTest tests[] = {
@@ -1056,7 +1384,8 @@ int main(void) {
       cmocka_unit_test(test_incremental),       cmocka_unit_test(test_random),
       cmocka_unit_test(test_cancel),            cmocka_unit_test(test_bounded_memory),
       cmocka_unit_test(test_parameters),        cmocka_unit_test(test_concurrent),
-      cmocka_unit_test(test_map_growth),
+      cmocka_unit_test(test_map_growth),        cmocka_unit_test(test_defragment),
+      cmocka_unit_test(test_defragment_threshold), cmocka_unit_test(test_defragment_concurrent),
   };
   if (s) g_seed = strtoull(s, NULL, 10);
   g_quick = q && *q && strcmp(q, "0") != 0;

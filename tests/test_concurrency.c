@@ -184,7 +184,7 @@ static void *reader_thread(void *arg) {
   return NULL;
 }
 
-/* ---- Child processes --------------------------------------------------------------------------- */
+/* ---- Child processes ------------------------------------------------------------------------ */
 
 /* role "reader": reads consistent snapshots for ms milliseconds; exit 0 / 1, prints the count */
 static int child_reader(const char *path, int64_t ms) {
@@ -280,7 +280,7 @@ static int wait_status(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-/* ---- Tests --------------------------------------------------------------------------------------- */
+/* ---- Tests ---------------------------------------------------------------------------------- */
 
 typedef struct cx {
   char dir[256], path[320];

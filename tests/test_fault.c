@@ -37,7 +37,7 @@
 #include "../storage.h"
 #include "util_fault.h"
 
-/* ---- LMDB interposition ------------------------------------------------------------------------ */
+/* ---- LMDB interposition --------------------------------------------------------------------- */
 
 enum { MF_EIO = 0, MF_NATURAL = 1 }; /* error flavours */
 
@@ -149,7 +149,7 @@ int mdb_cursor_del(MDB_cursor *c, unsigned flags) {
   return e ? e : real_(c, flags);
 }
 
-/* ---- The scenario ------------------------------------------------------------------------------ */
+/* ---- The scenario --------------------------------------------------------------------------- */
 
 #define N_COMMITS 5
 
@@ -590,7 +590,7 @@ static void run_mdb_loop(int persistent, int flavor) {
 }
 
 
-/* ---- The failing vtable wrapper under the checksum cache --------------------------------------- */
+/* ---- The failing vtable wrapper under the checksum cache ------------------------------------ */
 
 /* Writes commits 1..n_cp into buckets c0..c3 (with updates so ranges are not trivial); cps gets
  * each checkpoint. */
@@ -693,7 +693,7 @@ static void test_wrapper_under_cache(void **state) {
   ft_rm_db(dir, path);
 }
 
-/* ---- Disk full ----------------------------------------------------------------------------------- */
+/* ---- Disk full ------------------------------------------------------------------------------ */
 
 static void test_disk_full(void **state) {
   char dir[256], path[320];

@@ -119,7 +119,7 @@ static void snap(hx *h, hx_snap *s) {
   assert_int_equal(bs_get_status(h->st, &s->status, NULL), BS_OK);
 }
 
-/* ---- The table of hostile calls -------------------------------------------------------------- */
+/* ---- The table of hostile calls ------------------------------------------------------------- */
 
 #define BIG (BS_MAX_OP_DATA + 1u)
 static char *big; /* BIG bytes of 'x' */
@@ -195,7 +195,9 @@ static int h_rows_null(hx *h) {
   s.n_rows = 3;
   return bs_writer_save(h->w, &s, &h->err);
 }
-static int h_lsn_256(hx *h) { return bs_writer_commit(h->w, vn(long_name, 256), NULL, NULL, &h->err); }
+static int h_lsn_256(hx *h) {
+  return bs_writer_commit(h->w, vn(long_name, 256), NULL, NULL, &h->err);
+}
 static int h_lsn_older(hx *h) {
   bs_commit_result r;
   int rc = bs_writer_commit(h->w, v("0002"), NULL, &r, &h->err);
@@ -414,7 +416,7 @@ static void test_hostile_table(void **state) {
   big = NULL;
 }
 
-/* ---- The driver ------------------------------------------------------------------------------ */
+/* ---- The driver ----------------------------------------------------------------------------- */
 
 static void test_hostile_driver(void **state) {
   static const char *lines[] = {
@@ -469,7 +471,7 @@ static void test_hostile_driver(void **state) {
   ft_rm_db(dir, NULL);
 }
 
-/* ---- Isolation ------------------------------------------------------------------------------- */
+/* ---- Isolation ------------------------------------------------------------------------------ */
 
 /* Names crafted against the key layout (internal.h): length prefixes (u16be), u32be stream and
  * table ids, u64be ids, the subkey's '/', NUL bytes, and prefixes of each other. */

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- Failing allocator ------------------------------------------------------------------------ */
+/* ---- Failing allocator ---------------------------------------------------------------------- */
 
 /* Each block carries a 16-byte header (size + magic) so that frees can be checked and counted;
  * 16 keeps the payload aligned for any type. */
@@ -92,7 +92,7 @@ void ft_alloc_arm(ft_alloc *f, unsigned long n, int persistent) {
   __atomic_store_n(&f->fail_at, n ? f->calls + n : 0, __ATOMIC_RELAXED);
 }
 
-/* ---- Failing vtable wrapper ------------------------------------------------------------------- */
+/* ---- Failing vtable wrapper ----------------------------------------------------------------- */
 
 typedef struct fw_storage {
   bs_storage base;
@@ -256,11 +256,13 @@ static int fw_terminate(bs_storage *st, int clear, bs_error *err) {
 }
 
 static int fw_list_buckets(bs_storage *st, bs_val after,
-                           int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                           int (*fn)(const bs_bucket_info *, void *), void *payload,
                            bs_error *err) {
-  /* a slot of vtable version 2: never read it from an older inner table */
-  if (FS(st)->inner->vt->version < 2) return BS_EUNSUPPORTED;
-  SFWD(st, FT_LIST_BUCKETS, list_buckets, after, fn, payload, err);
+  bs_storage *in = FS(st)->inner;
+  int rc = fw_fail(FS(st)->cfg, FT_LIST_BUCKETS, err);
+  if (rc) return rc;
+  if (in->vt->version < 2 || !in->vt->list_buckets) return BS_EUNSUPPORTED;
+  return in->vt->list_buckets(in, after, fn, payload, err);
 }
 
 static const bs_storage_vtable fw_vtable = {
@@ -287,7 +289,7 @@ int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {
   return BS_OK;
 }
 
-/* ---- Helpers ---------------------------------------------------------------------------------- */
+/* ---- Helpers -------------------------------------------------------------------------------- */
 
 int ft_tmpdir(char *buf, size_t cap, const char *tag) {
   const char *t = getenv("TMPDIR");
@@ -325,7 +327,7 @@ uint64_t ft_env_seed(void) {
 
 int ft_clean_status(int rc) { return rc <= BS_EINVAL && rc >= BS_ECANCELED; }
 
-/* ---- Fingerprint ------------------------------------------------------------------------------ */
+/* ---- Fingerprint ---------------------------------------------------------------------------- */
 
 typedef struct fp_buf {
   char *p;
@@ -536,7 +538,7 @@ int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
   for (size_t i = 0; i < nb && rc == BS_OK; i++) rc = fp_bucket(st, C, buckets[i], &b, err);
   for (size_t i = 0; i < nl && rc == BS_OK; i++) {
     fp_params ps = {0};
-    rc = bs_get_parameter_sets(st, C, &lookups[i], 1, 0, fp_on_params, &ps, err);
+    rc = bs_get_parameter_sets(st, C, &lookups[i], 1, (size_t)1 << 30, fp_on_params, &ps, err);
     if (rc == BS_OK) {
       if (ps.n) qsort(ps.v, ps.n, sizeof *ps.v, cmp_str);
       fp_str(&b, "L ");

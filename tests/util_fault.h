@@ -18,7 +18,7 @@
 
 #include "../storage.h"
 
-/* ---- Failing allocator ------------------------------------------------------------------------ */
+/* ---- Failing allocator ---------------------------------------------------------------------- */
 typedef struct ft_alloc {
   bs_allocator a;         /* pass &f->a as bs_open_options.allocator */
   unsigned long calls;    /* malloc + realloc calls so far (failed ones included) */
@@ -33,7 +33,7 @@ void ft_alloc_init(ft_alloc *f);
 /* Arms: fail call number n (counting from the next call as 1); 0 disarms. */
 void ft_alloc_arm(ft_alloc *f, unsigned long n, int persistent);
 
-/* ---- Failing vtable wrapper ------------------------------------------------------------------- */
+/* ---- Failing vtable wrapper ----------------------------------------------------------------- */
 /* Slot numbers (the order of bs_storage_vtable after `version`). */
 enum ft_slot {
   FT_DESTROY, FT_WRITER_OPEN, FT_WRITER_CLOSE, FT_WRITER_SAVE, FT_WRITER_TRUNCATE,
@@ -56,7 +56,7 @@ typedef struct ft_vt_config {
  * shares inner's checksum cache, so the front's cache sits above the failing slots. */
 int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg);
 
-/* ---- A compaction-invariant fingerprint of a stream at checkpoint C ---------------------------- */
+/* ---- A compaction-invariant fingerprint of a stream at checkpoint C ------------------------- */
 /* Text describing, at C: every bucket of buckets (its checksum and its reduced live rows: the
  * latest PUT per row identity, CLEAR resetting) and the parameter sets of every lookup. Equal
  * for two stores that any client sees alike at C, so also before and after compaction.
@@ -68,7 +68,7 @@ int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg);
 int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
                    const bs_val *lookups, size_t nl, char **out, bs_error *err);
 
-/* ---- Small helpers ---------------------------------------------------------------------------- */
+/* ---- Small helpers -------------------------------------------------------------------------- */
 /* A fresh temporary directory under $TMPDIR (or /tmp) into buf; 0 on success. */
 int ft_tmpdir(char *buf, size_t cap, const char *tag);
 /* Removes path, path-lock and the directory dir (best effort). */

@@ -451,8 +451,9 @@ char *md_params(const md_stream *m, uint64_t C, const bs_val *keys, size_t n, si
           latest = q;
       }
       for (j = 0; j < latest->n; j++) {
-        rows = realloc(rows, (nr + 1) * sizeof *rows);
-        assert_non_null(rows);
+        char **grown = realloc(rows, (nr + 1) * sizeof *rows);
+        assert_non_null(grown);
+        rows = grown;
         rows[nr++] = latest->params[j];
       }
     }

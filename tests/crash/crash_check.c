@@ -111,7 +111,8 @@ int main(int argc, char **argv) {
     }
     fclose(log);
   }
-  if ((rc = bs_open(&db, argv[1], NULL, &err))) return fail("open: %s (%s)", bs_strerror(rc), err.msg);
+  if ((rc = bs_open(&db, argv[1], NULL, &err)))
+    return fail("open: %s (%s)", bs_strerror(rc), err.msg);
   if ((rc = bs_db_verify(db, on_problem, NULL, &problems, &err)))
     return fail("verify: %s (%s)", bs_strerror(rc), err.msg);
   if (problems) return fail("verify found problems%s%s", "", "");

@@ -53,8 +53,8 @@ static size_t cw_lookup_key(unsigned char *buf, size_t cap, int user) {
   return n;
 }
 
-/* Runs commit c's saves through w (NULL: only advances st, to rebuild it); updates st. Returns the first failing status. The
- * saves only; the caller commits with lsn CW_LSN_FMT of c. */
+/* Runs commit c's saves through w (NULL: only advances st, to rebuild it); updates st. Returns
+ * the first failing status. The saves only; the caller commits with lsn CW_LSN_FMT of c. */
 static int cw_commit_saves(cw_state *st, uint64_t seed, uint64_t c, bs_writer *w,
                            bs_error *err) {
   uint64_t r = seed * 1000003u + c;

@@ -4,8 +4,10 @@
  * Opens DB (durable mode: fsync at every commit), continues the deterministic workload of
  * crash_workload.h from the commit after the file's checkpoint, and commits forever; every 5th
  * commit it also compacts (in short transactions) and sometimes runs an incremental pass. After
- * each bs_writer_commit() returns BS_OK it appends "k OPID\n" to LOG and fsyncs it, so LOG's last
- * line is a commit that is durable. The harness SIGKILLs it at random moments.
+ * each bs_writer_commit() returns BS_OK (and at start, for the checkpoint it finds) it appends
+ * "k OPID\n" to LOG and fsyncs it, so LOG's last line is a durable commit and at most one
+ * commit (the one in flight) is durable and not yet logged. The harness SIGKILLs it at random
+ * moments.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +56,18 @@ int main(int argc, char **argv) {
     memcpy(buf, cp.lsn, n);
     buf[n] = 0;
     k = strtoull(buf, NULL, 10);
+  }
+  /* The checkpoint found is durable: log it, so that the log trails the file by at most the
+   * one commit in flight when this run is killed (a previous run may have died between its
+   * commit and its log line). */
+  if (k) {
+    char line[64];
+    int len = snprintf(line, sizeof line, "%llu %llu\n", (unsigned long long)k,
+                       (unsigned long long)cp.op_id);
+    if (write(log, line, (size_t)len) != len || fsync(log) != 0) {
+      perror("log");
+      return 2;
+    }
   }
   /* rebuild the workload's state up to the file's checkpoint (no writes) */
   for (uint64_t c = 1; c <= k; c++)
