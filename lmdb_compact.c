@@ -387,6 +387,7 @@ static int dscan_pass(cctx *c, MDB_txn *txn, dscan *s, int pass) {
   bs_put_u32be(kb, c->stream);
   for (mrc = seek_ge(cur, kb, 4, &k, &v); mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     if (k.mv_size < 8 || bs_get_u32be(k.mv_data) != c->stream) break;
+    /* cppcheck-suppress autoVariables ; reset to NULL before this frame returns */
     s->key = &k;
     if ((rc = bs_lmdb_srec_members(&v, dscan_member, s))) {
       rc = bs_fail(c->err, BS_ECORRUPT, "defragment: a source record does not decode");
@@ -394,6 +395,7 @@ static int dscan_pass(cctx *c, MDB_txn *txn, dscan *s, int pass) {
     }
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: source records");
+  s->key = NULL; /* pointed at this frame's k */
   mdb_cursor_close(cur);
   return rc;
 }
