@@ -41,8 +41,13 @@ $(BUILD)/libbucketstore.a: $(LIB_OBJS)
 $(BUILD)/libbucketstore.so: $(LIB_OBJS)
 	$(CC) -shared -Wl,-soname,$(SONAME) $(SAN) -o $@ $^ $(LIBDEPS)
 
-bucketstore: $(CLI_OBJS) $(BUILD)/libbucketstore.a
+# The CLI of each build lives in its build directory (so `make check` never replaces the plain
+# one); ./bucketstore at the top is the default build's.
+$(BUILD)/bucketstore: $(CLI_OBJS) $(BUILD)/libbucketstore.a
 	$(CC) $(SAN) -o $@ $(CLI_OBJS) $(BUILD)/libbucketstore.a $(LIBDEPS) -ljansson
+
+bucketstore: build/bucketstore
+	cp $< $@
 
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJS) $(BUILD)/libbucketstore.a $(wildcard tests/*.h) storage.h internal.h | deps
 	@mkdir -p $(dir $@)
@@ -54,15 +59,15 @@ $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJS) $(BUILD)/libbucketstore.a $(wildca
 tests: $(TEST_BINS)
 
 # Quick suite: every test binary, then the driver smoke.
-test: deps tests bucketstore $(BUILD)/bench/bsbench
+test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; BS_TEST_QUICK=1 $$t; done
-	@if [ -x tests/driver_smoke.sh ]; then tests/driver_smoke.sh ./bucketstore; fi
+	@tests/driver_smoke.sh $(BUILD)/bucketstore
 	@echo "== bench smoke (no timing assertions)"
 	$(BUILD)/bench/bsbench --quick >/dev/null
 	@$(MAKE) --no-print-directory headertest examples
 	@set -e; d=$$(mktemp -d); for e in $(EXAMPLE_BINS); do echo "== $$e"; \
 	  (cd $$d && $(CURDIR)/$$e >/dev/null); done; rm -rf $$d
-	@tests/cli_check.sh ./bucketstore
+	@tests/cli_check.sh $(BUILD)/bucketstore
 	@if [ -z "$(SAN)" ]; then tests/install_check.sh && tests/amalgamate_check.sh; fi
 	@$(MAKE) --no-print-directory fuzz-replay crashtest-quick
 	@echo "all tests passed"
@@ -85,7 +90,7 @@ bench-quick: deps $(BUILD)/bench/bsbench
 	$(BUILD)/bench/bsbench --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf build build-asan bucketstore
+	rm -rf build build-asan build-fuzz bucketstore
 
 # ---- Embedding (issue 8): install / uninstall, amalgamation, header test, examples ----------
 # GNU conventions: `make install PREFIX=/opt/bs DESTDIR=/tmp/stage`. The shared library gets a
@@ -109,7 +114,7 @@ $(BUILD)/bucketstore.pc: bucketstore.pc.in storage.h
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
 # Only storage.h is public: internal.h never leaves the tree.
-install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so bucketstore $(BUILD)/bucketstore.pc
+install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so $(BUILD)/bucketstore $(BUILD)/bucketstore.pc
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(PKGCONFIGDIR)
 	$(INSTALL) -m 644 storage.h $(DESTDIR)$(INCLUDEDIR)/storage.h
@@ -117,7 +122,7 @@ install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so bucketstore $(BUIL
 	$(INSTALL) -m 755 $(BUILD)/libbucketstore.so $(DESTDIR)$(LIBDIR)/libbucketstore.so.$(VERSION)
 	ln -sf libbucketstore.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libbucketstore.so
-	$(INSTALL) -m 755 bucketstore $(DESTDIR)$(BINDIR)/bucketstore
+	$(INSTALL) -m 755 $(BUILD)/bucketstore $(DESTDIR)$(BINDIR)/bucketstore
 	$(INSTALL) -m 644 $(BUILD)/bucketstore.pc $(DESTDIR)$(PKGCONFIGDIR)/bucketstore.pc
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
 	  ldconfig; fi
