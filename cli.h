@@ -14,6 +14,13 @@ const char *cli_code_name(int code);
  * its "BS_X: " prefix. */
 const char *cli_error_text(int code, const bs_error *err);
 
+/* Fills err (code and formatted message; err may be NULL) and returns code, like the library's
+ * errors, so cli_error_text shows the message. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+int cli_fail(bs_error *err, int code, const char *fmt, ...);
+
 /* Bytes as a JSON string (jansson; data NULL = JSON null, NULL on allocation failure). Bytes
  * that are not UTF-8 become U+FFFD, so a reply or dump line is always produced. */
 struct json_t;

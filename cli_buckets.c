@@ -68,10 +68,7 @@ int cli_buckets_list(bs_storage *st, cli_bucket **out, size_t *n_out, bs_error *
   } while (rc == PAGE_FULL);
   if (rc) {
     cli_buckets_free(c.v, c.n);
-    if (rc == BS_ENOMEM && err && !err->msg[0]) {
-      err->code = rc;
-      snprintf(err->msg, sizeof err->msg, "out of memory listing buckets");
-    }
+    if (rc == BS_ENOMEM && err && !err->msg[0]) cli_fail(err, rc, "out of memory listing buckets");
     return rc;
   }
   *out = c.v;

@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,25 +47,21 @@ typedef struct drv {
 
 /* ---- Errors and the arena ------------------------------------------------------------------- */
 
-static int fail(bs_error *err, int code, const char *fmt, ...) {
-  va_list ap;
-  err->code = code;
-  va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-  va_end(ap);
-  return code;
+/* Room for one more arena entry. */
+static int tmp_reserve(drv *d) {
+  if (d->n_arena == d->cap_arena) {
+    size_t cap = d->cap_arena ? 2 * d->cap_arena : 64;
+    void **a = realloc(d->arena, cap * sizeof *a);
+    if (!a) return -1;
+    d->arena = a;
+    d->cap_arena = cap;
+  }
+  return 0;
 }
 
 static void *tmp_alloc(drv *d, size_t n) {
   void *p;
-  if (d->n_arena == d->cap_arena) {
-    size_t cap = d->cap_arena ? 2 * d->cap_arena : 64;
-    void **a = realloc(d->arena, cap * sizeof *a);
-    if (!a) return NULL;
-    d->arena = a;
-    d->cap_arena = cap;
-  }
-  if (!(p = calloc(1, n ? n : 1))) return NULL;
+  if (tmp_reserve(d) != 0 || !(p = calloc(1, n ? n : 1))) return NULL;
   d->arena[d->n_arena++] = p;
   return p;
 }
@@ -79,10 +74,8 @@ static void *tmp_array(drv *d, size_t n, size_t size) {
 
 /* Takes ownership of p (malloc'd, e.g. by json_dumps): freed with the arena. */
 static int tmp_adopt(drv *d, void *p) {
-  void **slot = tmp_alloc(d, sizeof(void *));
-  if (!slot) return -1;
-  free(d->arena[d->n_arena - 1]);
-  d->arena[d->n_arena - 1] = p;
+  if (tmp_reserve(d) != 0) return -1;
+  d->arena[d->n_arena++] = p;
   return 0;
 }
 
@@ -98,7 +91,7 @@ static json_t *field(json_t *o, const char *k, int required, bs_error *err, int 
   json_t *v = json_object_get(o, k);
   *rc = BS_OK;
   if (v && json_is_null(v) && !required) v = NULL; /* explicit null = absent, for optionals */
-  if (!v && required) *rc = fail(err, BS_EINVAL, "missing field '%s'", k);
+  if (!v && required) *rc = cli_fail(err, BS_EINVAL, "missing field '%s'", k);
   return v;
 }
 
@@ -107,7 +100,7 @@ static int f_str(json_t *o, const char *k, int required, bs_val *out, bs_error *
   int rc;
   json_t *v = field(o, k, required, err, &rc);
   if (!v) return rc;
-  if (!json_is_string(v)) return fail(err, BS_EINVAL, "field '%s' must be a string", k);
+  if (!json_is_string(v)) return cli_fail(err, BS_EINVAL, "field '%s' must be a string", k);
   out->data = json_string_value(v);
   out->size = json_string_length(v);
   return BS_OK;
@@ -118,7 +111,7 @@ static int f_cstr(json_t *o, const char *k, int required, const char **out, bs_e
   bs_val v = {NULL, 0};
   int rc = f_str(o, k, required, &v, err);
   if (rc != BS_OK || !v.data) return rc;
-  if (strlen(v.data) != v.size) return fail(err, BS_EINVAL, "field '%s' contains a NUL", k);
+  if (strlen(v.data) != v.size) return cli_fail(err, BS_EINVAL, "field '%s' contains a NUL", k);
   *out = v.data;
   return BS_OK;
 }
@@ -139,7 +132,7 @@ static int parse_id(const char *s, size_t n, uint64_t *out) {
 
 static int f_id_value(json_t *v, const char *k, uint64_t *out, bs_error *err) {
   if (!json_is_string(v) || parse_id(json_string_value(v), json_string_length(v), out) != 0)
-    return fail(err, BS_EINVAL, "field '%s' must be a decimal string below 2^63", k);
+    return cli_fail(err, BS_EINVAL, "field '%s' must be a decimal string below 2^63", k);
   return BS_OK;
 }
 
@@ -155,7 +148,7 @@ static int f_int(json_t *o, const char *k, int required, int64_t min, int64_t ma
   json_t *v = field(o, k, required, err, &rc);
   if (!v) return rc;
   if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-    return fail(err, BS_EINVAL, "field '%s' must be an integer in [%lld, %lld]", k,
+    return cli_fail(err, BS_EINVAL, "field '%s' must be an integer in [%lld, %lld]", k,
                 (long long)min, (long long)max);
   *out = json_integer_value(v);
   return BS_OK;
@@ -174,7 +167,7 @@ static int f_bool(json_t *o, const char *k, int *out, bs_error *err) {
   int rc;
   json_t *v = field(o, k, 0, err, &rc);
   if (!v) return rc;
-  if (!json_is_boolean(v)) return fail(err, BS_EINVAL, "field '%s' must be a boolean", k);
+  if (!json_is_boolean(v)) return cli_fail(err, BS_EINVAL, "field '%s' must be a boolean", k);
   *out = json_is_true(v);
   return BS_OK;
 }
@@ -183,7 +176,7 @@ static int f_num(json_t *o, const char *k, double *out, bs_error *err) {
   int rc;
   json_t *v = field(o, k, 0, err, &rc);
   if (!v) return rc;
-  if (!json_is_number(v)) return fail(err, BS_EINVAL, "field '%s' must be a number", k);
+  if (!json_is_number(v)) return cli_fail(err, BS_EINVAL, "field '%s' must be a number", k);
   *out = json_number_value(v);
   return BS_OK;
 }
@@ -194,7 +187,7 @@ static int f_arr(json_t *o, const char *k, int required, json_t **out, bs_error 
   json_t *v = field(o, k, required, err, &rc);
   *out = NULL;
   if (!v) return rc;
-  if (!json_is_array(v)) return fail(err, BS_EINVAL, "field '%s' must be an array", k);
+  if (!json_is_array(v)) return cli_fail(err, BS_EINVAL, "field '%s' must be an array", k);
   *out = v;
   return BS_OK;
 }
@@ -204,7 +197,7 @@ static int f_obj(json_t *o, const char *k, int required, json_t **out, bs_error 
   json_t *v = field(o, k, required, err, &rc);
   *out = NULL;
   if (!v) return rc;
-  if (!json_is_object(v)) return fail(err, BS_EINVAL, "field '%s' must be an object", k);
+  if (!json_is_object(v)) return cli_fail(err, BS_EINVAL, "field '%s' must be an object", k);
   *out = v;
   return BS_OK;
 }
@@ -220,7 +213,8 @@ static int f_names(drv *d, json_t *o, const char *k, int required, bs_val **out,
   if (rc != BS_OK || !a) return rc;
   if (!(*out = tmp_array(d, json_array_size(a), sizeof **out))) return BS_ENOMEM;
   json_array_foreach(a, i, v) {
-    if (!json_is_string(v)) return fail(err, BS_EINVAL, "field '%s[%zu]' must be a string", k, i);
+    if (!json_is_string(v))
+      return cli_fail(err, BS_EINVAL, "field '%s[%zu]' must be a string", k, i);
     (*out)[i].data = json_string_value(v);
     (*out)[i].size = json_string_length(v);
   }
@@ -235,7 +229,7 @@ static int encode_lookup(drv *d, json_t *a, const char *k, bs_val *out, bs_error
   size_t i, size = 0;
   void *buf;
   int rc;
-  if (!json_is_array(a)) return fail(err, BS_EINVAL, "field '%s' must be an array", k);
+  if (!json_is_array(a)) return cli_fail(err, BS_EINVAL, "field '%s' must be an array", k);
   if (!(vals = tmp_array(d, json_array_size(a), sizeof *vals))) return BS_ENOMEM;
   json_array_foreach(a, i, v) {
     switch (json_typeof(v)) {
@@ -255,7 +249,7 @@ static int encode_lookup(drv *d, json_t *a, const char *k, bs_val *out, bs_error
       vals[i].s.data = json_string_value(v);
       vals[i].s.size = json_string_length(v);
       break;
-    default: return fail(err, BS_EINVAL, "field '%s[%zu]' must be a scalar", k, i);
+    default: return cli_fail(err, BS_EINVAL, "field '%s[%zu]' must be a scalar", k, i);
     }
   }
   /* The encoding reports its size also when it does not fit: then retry with that much, so
@@ -440,7 +434,7 @@ static int h_stream_create(drv *d, json_t *req, json_t *out, bs_error *err) {
   if ((rc = f_cstr(req, "checksum", 0, &hash, err)) != BS_OK) return rc;
   if (hash && strcmp(hash, "sha256") == 0) opts.hash = BS_HASH_SHA256;
   else if (hash && strcmp(hash, "xxh3") != 0)
-    return fail(err, BS_EINVAL, "field 'checksum' must be \"xxh3\" or \"sha256\"");
+    return cli_fail(err, BS_EINVAL, "field 'checksum' must be \"xxh3\" or \"sha256\"");
   if ((rc = bs_stream_create(&id, d->c.db, name, &opts, err)) != BS_OK) return rc;
   return put(out, "stream", json_integer(id));
 }
@@ -502,7 +496,7 @@ static int parse_tag(json_t *req, bs_tag *tag, bs_error *err) {
   if (strcmp(s, "insert") == 0) *tag = BS_INSERT;
   else if (strcmp(s, "update") == 0) *tag = BS_UPDATE;
   else if (strcmp(s, "delete") == 0) *tag = BS_DELETE;
-  else return fail(err, BS_EINVAL, "field 'tag' must be \"insert\", \"update\" or \"delete\"");
+  else return cli_fail(err, BS_EINVAL, "field 'tag' must be \"insert\", \"update\" or \"delete\"");
   return BS_OK;
 }
 
@@ -516,11 +510,12 @@ static int parse_rows(drv *d, json_t *req, bs_save *s, bs_error *err) {
   if (!(rows = tmp_array(d, json_array_size(a), sizeof *rows))) return BS_ENOMEM;
   json_array_foreach(a, i, v) {
     bs_val *f[4] = {&rows[i].bucket, &rows[i].object_type, &rows[i].object_id, &rows[i].data};
-    if (!json_is_object(v)) return fail(err, BS_EINVAL, "field 'rows[%zu]' must be an object", i);
+    if (!json_is_object(v))
+      return cli_fail(err, BS_EINVAL, "field 'rows[%zu]' must be an object", i);
     for (k = 0; k < 4; k++) {
       json_t *x = json_object_get(v, keys[k]);
       if (!json_is_string(x))
-        return fail(err, BS_EINVAL, "field 'rows[%zu].%s' must be a string", i, keys[k]);
+        return cli_fail(err, BS_EINVAL, "field 'rows[%zu].%s' must be a string", i, keys[k]);
       f[k]->data = json_string_value(x);
       f[k]->size = json_string_length(x);
     }
@@ -542,18 +537,18 @@ static int parse_lookups(drv *d, json_t *req, bs_save *s, bs_error *err) {
   json_array_foreach(a, i, v) {
     bs_val *params;
     if (!json_is_object(v))
-      return fail(err, BS_EINVAL, "field 'lookups[%zu]' must be an object", i);
+      return cli_fail(err, BS_EINVAL, "field 'lookups[%zu]' must be an object", i);
     snprintf(name, sizeof name, "lookups[%zu].lookup", i);
     if ((rc = encode_lookup(d, json_object_get(v, "lookup"), name, &lk[i].key, err)) != BS_OK)
       return rc;
     p = json_object_get(v, "params");
     if (p && !json_is_array(p))
-      return fail(err, BS_EINVAL, "field 'lookups[%zu].params' must be an array", i);
+      return cli_fail(err, BS_EINVAL, "field 'lookups[%zu].params' must be an array", i);
     if (!(params = tmp_array(d, json_array_size(p), sizeof *params))) return BS_ENOMEM;
     json_array_foreach(p, j, x) {
       char *text;
       if (!json_is_object(x))
-        return fail(err, BS_EINVAL, "field 'lookups[%zu].params[%zu]' must be an object", i, j);
+        return cli_fail(err, BS_EINVAL, "field 'lookups[%zu].params[%zu]' must be an object", i, j);
       if (!(text = json_dumps(x, JSON_COMPACT)) || tmp_adopt(d, text) != 0) {
         free(text);
         return BS_ENOMEM;
@@ -730,7 +725,7 @@ static int h_bucket_data(drv *d, json_t *req, json_t *out, bs_error *err) {
   if (!json_object_get(req, "limit") || json_is_null(json_object_get(req, "limit")))
     opts.limit = 1000;
   else if (opts.limit == 0)
-    return fail(err, BS_EINVAL, "field 'limit' must be positive");
+    return cli_fail(err, BS_EINVAL, "field 'limit' must be positive");
   if (!(r = tmp_array(d, json_object_size(b), sizeof *r))) return BS_ENOMEM;
   json_object_foreach(b, name, v) {
     snprintf(what, sizeof what, "buckets.%s", name);
@@ -900,7 +895,7 @@ static int h_wcp_mode(drv *d, json_t *req, json_t *out, bs_error *err) {
     return rc;
   if (strcmp(mode, "managed") == 0) m = BS_WCP_MANAGED;
   else if (strcmp(mode, "custom") == 0) m = BS_WCP_CUSTOM;
-  else return fail(err, BS_EINVAL, "field 'mode' must be \"managed\" or \"custom\"");
+  else return cli_fail(err, BS_EINVAL, "field 'mode' must be \"managed\" or \"custom\"");
   return bs_set_write_checkpoint_mode(d->st, m, event, err);
 }
 
@@ -913,7 +908,7 @@ static int parse_heads(drv *d, json_t *o, const char *k, bs_head **out, size_t *
   if (!(*out = tmp_array(d, json_object_size(o), sizeof **out))) return BS_ENOMEM;
   json_object_foreach(o, conn, v) {
     if (!json_is_string(v))
-      return fail(err, BS_EINVAL, "field '%s.%s' must be a string", k, conn);
+      return cli_fail(err, BS_EINVAL, "field '%s.%s' must be a string", k, conn);
     (*out)[i].connection.data = conn;
     (*out)[i].connection.size = strlen(conn);
     (*out)[i].lsn.data = json_string_value(v);
@@ -938,13 +933,14 @@ static int h_wcp_create_managed(drv *d, json_t *req, json_t *out, bs_error *err)
     return BS_ENOMEM;
   json_array_foreach(a, i, v) {
     int64_t at = 0;
-    if (!json_is_object(v)) return fail(err, BS_EINVAL, "field 'items[%zu]' must be an object", i);
+    if (!json_is_object(v))
+      return cli_fail(err, BS_EINVAL, "field 'items[%zu]' must be an object", i);
     snprintf(what, sizeof what, "items[%zu].user_id", i);
     if (f_str(v, "user_id", 1, &r[i].user_id, err) != BS_OK || !r[i].user_id.data)
-      return fail(err, BS_EINVAL, "field '%s' must be a string", what);
+      return cli_fail(err, BS_EINVAL, "field '%s' must be a string", what);
     snprintf(what, sizeof what, "items[%zu].heads", i);
     if (!json_is_object(h = json_object_get(v, "heads")))
-      return fail(err, BS_EINVAL, "field '%s' must be an object", what);
+      return cli_fail(err, BS_EINVAL, "field '%s' must be an object", what);
     if ((rc = parse_heads(d, h, what, (bs_head **)&r[i].heads, &r[i].n_heads, err)) != BS_OK)
       return rc;
     if (json_object_get(v, "request_id")) {
@@ -997,7 +993,7 @@ static int h_wcp_last(drv *d, json_t *req, json_t *out, bs_error *err) {
     one.connection.size = 1;
     one.lsn = lsn;
   } else {
-    return fail(err, BS_EINVAL, "missing field 'heads' or 'lsn'");
+    return cli_fail(err, BS_EINVAL, "missing field 'heads' or 'lsn'");
   }
   if ((rc = bs_last_write_checkpoint(d->st, user, heads, n, &id, &found, err)) != BS_OK)
     return rc;
@@ -1113,7 +1109,8 @@ static int run_command(drv *d, json_t *req, json_t *out, bs_error *err) {
   if ((rc = f_cstr(req, "cmd", 1, &name, err)) != BS_OK) return rc;
   for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (strcmp(cmds[i].name, name) == 0) break;
-  if (i == sizeof cmds / sizeof cmds[0]) return fail(err, BS_EINVAL, "unknown command '%s'", name);
+  if (i == sizeof cmds / sizeof cmds[0])
+    return cli_fail(err, BS_EINVAL, "unknown command '%s'", name);
   d->st = NULL;
   d->w = NULL;
   if ((cmds[i].needs & NEED_STREAM) && (rc = resolve_stream(d, req, &d->st, err)) != BS_OK)
@@ -1135,8 +1132,8 @@ static void reply(drv *d, const char *line, size_t len) {
   json_t *fields = json_object(), *out = json_object(), *echo = NULL;
   char *text;
   int rc;
-  if (!req) rc = fail(&err, BS_EINVAL, "invalid JSON: %s", jerr.text);
-  else if (!json_is_object(req)) rc = fail(&err, BS_EINVAL, "command must be a JSON object");
+  if (!req) rc = cli_fail(&err, BS_EINVAL, "invalid JSON: %s", jerr.text);
+  else if (!json_is_object(req)) rc = cli_fail(&err, BS_EINVAL, "command must be a JSON object");
   else rc = fields && out ? run_command(d, req, fields, &err) : BS_ENOMEM;
   if (req && json_is_object(req)) echo = json_object_get(req, "echo");
   if (rc == BS_OK) {

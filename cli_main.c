@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,8 @@ const char *cli_code_name(int code) {
       {BS_EINVALIDATED, "BS_EINVALIDATED"}, {BS_ESTALE, "BS_ESTALE"},
       {BS_ECORRUPT, "BS_ECORRUPT"}, {BS_ENOMEM, "BS_ENOMEM"},
       {BS_EIO, "BS_EIO"},         {BS_EBUSY, "BS_EBUSY"},
-      {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* DRIVER.md's fixed spelling */, {BS_ECANCELED, "BS_ECANCELED"},
+      {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* DRIVER.md's fixed spelling */,
+      {BS_ECANCELED, "BS_ECANCELED"},
   };
   size_t i;
   for (i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -36,6 +38,16 @@ const char *cli_error_text(int code, const bs_error *err) {
   if (err && err->msg[0]) return err->msg;
   s = strstr(bs_strerror(code), ": ");
   return s ? s + 2 : bs_strerror(code);
+}
+
+int cli_fail(bs_error *err, int code, const char *fmt, ...) {
+  va_list ap;
+  if (!err) return code;
+  err->code = code;
+  va_start(ap, fmt);
+  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+  va_end(ap);
+  return code;
 }
 
 /* ---- Opening a database --------------------------------------------------------------------- */
@@ -73,14 +85,13 @@ static int make_temporary(cli_db *c, bs_error *err) {
   if (!dir || !*dir) dir = "/tmp";
   n = strlen(dir) + sizeof "/bucketstore-XXXXXX";
   c->path = malloc(n);
-  if (!c->path) return BS_ENOMEM;
+  if (!c->path) return cli_fail(err, BS_ENOMEM, "out of memory naming a temporary file");
   snprintf(c->path, n, "%s/bucketstore-XXXXXX", dir);
   fd = mkstemp(c->path);
   if (fd < 0) {
-    snprintf(err->msg, sizeof err->msg, "cannot create a temporary file in %s", dir);
     free(c->path);
     c->path = NULL;
-    return BS_EIO;
+    return cli_fail(err, BS_EIO, "cannot create a temporary file in %s", dir);
   }
   close(fd);
   c->temporary = 1;
@@ -220,7 +231,8 @@ static const struct command {
     {"dump", cli_dump, "dump --db PATH [--stream ID] [--bucket NAME] [--checkpoint N]",
      "Writes one stream (every bucket, in name order) or one bucket as JSON lines: first\n"
      "{\"stream\",\"state\",\"checkpoint\",\"last_op\",\"read_at\"}, then one line per op\n"
-     "{\"bucket\",\"op_id\",\"op\",\"object_type\",\"object_id\",\"subkey\",\"checksum\"[,\"target_op\"],\n"
+     "{\"bucket\",\"op_id\",\"op\",\"object_type\",\"object_id\",\"subkey\",\"checksum\""
+     "[,\"target_op\"],\n"
      "\"data\"} (op ids as decimal strings, data as the stored JSON text, fields an op does not\n"
      "carry are null), and after each bucket {\"bucket\",\"checksum\",\"count\"} at read_at\n"
      "(checksum signed 32-bit, as the sync protocol has it). Reads at --checkpoint N, else the\n"
@@ -247,7 +259,8 @@ static const struct command {
      "half-done (exit 130); a second Ctrl-C kills. Exit 1 on an error.\n"},
     {"checkpoint", cli_checkpoint,
      "checkpoint --db PATH [--stream ID] [--watch] [--count N] [--timeout-ms N]",
-     "Prints the stream's checkpoint as a JSON line {\"stream\",\"checkpoint\",\"lsn\",\"time_ms\"}.\n"
+     "Prints the stream's checkpoint as a JSON line "
+     "{\"stream\",\"checkpoint\",\"lsn\",\"time_ms\"}.\n"
      "--watch then prints one more line each time a new checkpoint commits, including commits\n"
      "by another process (which it polls every 50 ms, so commits closer together than that\n"
      "show as one line, the latest), until Ctrl-C, --count N new checkpoints, or --timeout-ms N\n"

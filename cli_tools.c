@@ -151,8 +151,10 @@ static int open_stream(const char *cmd, cli_db *c, uint64_t stream, bs_storage *
   bs_error err = {0, ""};
   int rc = bs_storage_open(st, c->db, (uint32_t)stream, &err);
   if (rc == BS_ENOTFOUND) {
-    if (stream) fprintf(stderr, "bucketstore %s: no stream %llu\n", cmd, (unsigned long long)stream);
-    else fprintf(stderr, "bucketstore %s: the database has no stream\n", cmd);
+    if (stream)
+      fprintf(stderr, "bucketstore %s: no stream %llu\n", cmd, (unsigned long long)stream);
+    else
+      fprintf(stderr, "bucketstore %s: the database has no stream\n", cmd);
     return 1;
   }
   return rc ? report(cmd, rc, &err) : 0;
@@ -804,7 +806,8 @@ int cli_checkpoint(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   if ((rc = cli_open_file(&c, argc, argv, 1, checkpoint_opt, &o))) goto done;
   if ((rc = open_stream("checkpoint", &c, o.c.stream, &st))) goto done;
-  if ((rc = bs_get_checkpoint(st, &cp, &err)) || (rc = print_checkpoint(bs_storage_stream_id(st), &cp)))
+  if ((rc = bs_get_checkpoint(st, &cp, &err)) ||
+      (rc = print_checkpoint(bs_storage_stream_id(st), &cp)))
     goto fail;
   if (!o.watch) goto done;
   catch_sigint();

@@ -150,6 +150,11 @@ void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out);
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
 int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
+/* bs_batch_options defaults (storage.h), applied by the front; lmdb_read.c also applies them
+ * because tests call bs_lmdb_bucket_data directly. */
+#define BS_DEFAULT_BATCH_LIMIT 1000u
+#define BS_DEFAULT_CHUNK_BYTES (1024u * 1024u)
+#define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
 
 /* =================================================================================================
@@ -308,7 +313,8 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs
 void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out); /* caller checks size */
 int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
                         const bs_bucket_state *s, bs_error *err);
-/* bucket name -> id within stream; BS_ENOTFOUND when unknown */
+/* bucket name -> id within stream; BS_ENOTFOUND when unknown, quietly (err is not written:
+ * readers treat an unknown bucket as empty) */
 int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
                       uint64_t *id_out, bs_error *err);
 

@@ -29,31 +29,6 @@
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
-/* ---- Little-endian value helpers ------------------------------------------------------------- */
-
-static void put_u16le(unsigned char *p, uint16_t v) {
-  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
-}
-static uint16_t get_u16le(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-/* Written out byte by byte (no loops) so that the compiler merges them into one load or store
- * on little-endian hosts: a loop was kept as a loop, ~50 instructions per u64. */
-static void put_u32le(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
-  p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
-}
-static uint32_t get_u32le(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static void put_u64le(unsigned char *p, uint64_t v) {
-  put_u32le(p, (uint32_t)v);
-  put_u32le(p + 4, (uint32_t)(v >> 32));
-}
-static uint64_t get_u64le(const unsigned char *p) {
-  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-         (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
-         (uint64_t)p[7] << 56;
-}
-
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -217,7 +192,7 @@ static void stream_key(unsigned char k[5], uint32_t id) {
 static int get_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
   size_t n;
   if (end - *p < 2) return BS_ECORRUPT;
-  n = get_u16le(*p);
+  n = bs_get_u16le(*p);
   *p += 2;
   if ((size_t)(end - *p) < n) return BS_ECORRUPT;
   out->data = n ? *p : lm_empty;
@@ -239,13 +214,13 @@ static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
   r->has_checkpoint_lsn = p[4] & 1;
   r->has_resume_lsn = (p[4] >> 1) & 1;
   r->has_no_checkpoint_before = (p[4] >> 2) & 1;
-  r->id = get_u32le(p + 8);
-  r->next_table_id = get_u32le(p + 12);
+  r->id = bs_get_u32le(p + 8);
+  r->next_table_id = bs_get_u32le(p + 12);
   u64s[0] = &r->op_head; u64s[1] = &r->checkpoint; u64s[2] = &r->last_checkpoint_op;
   u64s[3] = &r->change_seq; u64s[4] = &r->param_horizon; u64s[5] = &r->param_cursor;
   u64s[6] = &r->changes_fence; u64s[7] = &r->compact_horizon;
-  for (int i = 0; i < 8; i++) *u64s[i] = get_u64le(p + 16 + 8 * i);
-  r->created_ms = (int64_t)get_u64le(p + 80);
+  for (int i = 0; i < 8; i++) *u64s[i] = bs_get_u64le(p + 16 + 8 * i);
+  r->created_ms = (int64_t)bs_get_u64le(p + 80);
   strs[0] = &r->name; strs[1] = &r->checkpoint_lsn; strs[2] = &r->resume_lsn;
   strs[3] = &r->no_checkpoint_before; strs[4] = &r->last_error;
   q = p + LM_STREAM_FIXED;
@@ -260,6 +235,7 @@ int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *
   unsigned char k[5];
   MDB_val key = {5, k}, val;
   int mrc;
+  memset(out, 0, sizeof *out); /* a failed get leaves *out defined, not stale */
   stream_key(k, id);
   mrc = mdb_get(txn, db->meta, &key, &val);
   if (mrc == MDB_NOTFOUND) return bs_fail(err, BS_ENOTFOUND, "stream %u does not exist", id);
@@ -281,7 +257,7 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_e
   const uint64_t u64s[8] = {r->op_head, r->checkpoint, r->last_checkpoint_op, r->change_seq,
                             r->param_horizon, r->param_cursor, r->changes_fence,
                             r->compact_horizon};
-  unsigned char *p = buf;
+  unsigned char *p;
   MDB_val key = {5, k}, val;
   int mrc;
   memset(buf, 0, LM_STREAM_FIXED);
@@ -291,14 +267,14 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_e
   buf[3] = r->snapshot_done;
   buf[4] = (unsigned char)((r->has_checkpoint_lsn ? 1 : 0) | (r->has_resume_lsn ? 2 : 0) |
                            (r->has_no_checkpoint_before ? 4 : 0));
-  put_u32le(buf + 8, r->id);
-  put_u32le(buf + 12, r->next_table_id);
-  for (int i = 0; i < 8; i++) put_u64le(buf + 16 + 8 * i, u64s[i]);
-  put_u64le(buf + 80, (uint64_t)r->created_ms);
+  bs_put_u32le(buf + 8, r->id);
+  bs_put_u32le(buf + 12, r->next_table_id);
+  for (int i = 0; i < 8; i++) bs_put_u64le(buf + 16 + 8 * i, u64s[i]);
+  bs_put_u64le(buf + 80, (uint64_t)r->created_ms);
   p = buf + LM_STREAM_FIXED;
   for (int i = 0; i < 5; i++) {
     size_t n = clamp_str(*strs[i], 256);
-    put_u16le(p, (uint16_t)n);
+    bs_put_u16le(p, (uint16_t)n);
     if (n) memcpy(p + 2, strs[i]->data, n);
     p += 2 + n;
   }
@@ -313,33 +289,33 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_e
 
 void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *s) {
   const unsigned char *p = v->mv_data;
-  s->stream = get_u32le(p);
-  s->checksum = get_u32le(p + 4);
-  s->count = get_u64le(p + 8);
-  s->bytes = get_u64le(p + 16);
-  s->last_op = get_u64le(p + 24);
-  s->generation = get_u64le(p + 32);
-  s->clear_start = get_u64le(p + 40);
-  s->clear_op = get_u64le(p + 48);
-  s->compacted_count = get_u64le(p + 56);
-  s->compacted_op = get_u64le(p + 64);
-  for (int i = 0; i < 3; i++) s->reserved[i] = get_u64le(p + 72 + 8 * i);
+  s->stream = bs_get_u32le(p);
+  s->checksum = bs_get_u32le(p + 4);
+  s->count = bs_get_u64le(p + 8);
+  s->bytes = bs_get_u64le(p + 16);
+  s->last_op = bs_get_u64le(p + 24);
+  s->generation = bs_get_u64le(p + 32);
+  s->clear_start = bs_get_u64le(p + 40);
+  s->clear_op = bs_get_u64le(p + 48);
+  s->compacted_count = bs_get_u64le(p + 56);
+  s->compacted_op = bs_get_u64le(p + 64);
+  for (int i = 0; i < 3; i++) s->reserved[i] = bs_get_u64le(p + 72 + 8 * i);
   s->name.data = v->mv_size > BS_BUCKET_STATE_FIXED ? p + BS_BUCKET_STATE_FIXED : lm_empty;
   s->name.size = v->mv_size - BS_BUCKET_STATE_FIXED;
 }
 
 static void bucket_state_encode(unsigned char *p, const bs_bucket_state *s) {
-  put_u32le(p, s->stream);
-  put_u32le(p + 4, s->checksum);
-  put_u64le(p + 8, s->count);
-  put_u64le(p + 16, s->bytes);
-  put_u64le(p + 24, s->last_op);
-  put_u64le(p + 32, s->generation);
-  put_u64le(p + 40, s->clear_start);
-  put_u64le(p + 48, s->clear_op);
-  put_u64le(p + 56, s->compacted_count);
-  put_u64le(p + 64, s->compacted_op);
-  for (int i = 0; i < 3; i++) put_u64le(p + 72 + 8 * i, s->reserved[i]);
+  bs_put_u32le(p, s->stream);
+  bs_put_u32le(p + 4, s->checksum);
+  bs_put_u64le(p + 8, s->count);
+  bs_put_u64le(p + 16, s->bytes);
+  bs_put_u64le(p + 24, s->last_op);
+  bs_put_u64le(p + 32, s->generation);
+  bs_put_u64le(p + 40, s->clear_start);
+  bs_put_u64le(p + 48, s->clear_op);
+  bs_put_u64le(p + 56, s->compacted_count);
+  bs_put_u64le(p + 64, s->compacted_op);
+  for (int i = 0; i < 3; i++) bs_put_u64le(p + 72 + 8 * i, s->reserved[i]);
   if (s->name.size) memcpy(p + BS_BUCKET_STATE_FIXED, s->name.data, s->name.size);
 }
 
@@ -376,7 +352,7 @@ int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name
   if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
   if (val.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes",
                                        val.mv_size);
-  *id_out = get_u64le(val.mv_data);
+  *id_out = bs_get_u64le(val.mv_data);
   return BS_OK;
 }
 
@@ -416,7 +392,7 @@ static int check_format(bs_lmdb_db *db, MDB_txn *txn, const char *path, bs_error
   if (mrc) return bs_fail_mdb(err, mrc, "reading the format record");
   if (val.mv_size != 12 || memcmp(val.mv_data, LM_FORMAT_MAGIC, 8) != 0)
     return bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign format record)", path);
-  version = get_u32le((const unsigned char *)val.mv_data + 8);
+  version = bs_get_u32le((const unsigned char *)val.mv_data + 8);
   if (version > BS_FORMAT_VERSION || version == 0)
     return bs_fail(err, BS_ECORRUPT,
                    "%s: format version %u is newer than this build supports (%u)", path,
@@ -468,7 +444,7 @@ static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
     unsigned char v[12];
     MDB_val key = {6, "format"}, val = {12, v};
     memcpy(v, LM_FORMAT_MAGIC, 8);
-    put_u32le(v + 8, BS_FORMAT_VERSION);
+    bs_put_u32le(v + 8, BS_FORMAT_VERSION);
     if ((mrc = mdb_put(txn, db->meta, &key, &val, 0)) != 0) {
       rc = bs_fail_mdb(err, mrc, "writing the format record");
       goto fail;
@@ -730,6 +706,7 @@ typedef struct arena {
 
 static void *arena_alloc(arena *ar, size_t n) {
   arena_blk *b = ar->head;
+  if (n > SIZE_MAX / 2) return NULL; /* a saturated size (sz_add): no such block */
   n = (n + 15) & ~(size_t)15;
   if (!b || b->cap - b->used < n) {
     size_t cap = b ? b->cap * 2 : 64 * 1024;
@@ -913,6 +890,7 @@ typedef struct srec {
   uint32_t nl;
   int has_data;
   bs_val data;
+  const char *sk; /* its subkey, computed on first use (rec_subkey); NULL until then */
 } srec;
 
 typedef struct ppar {
@@ -967,45 +945,85 @@ static int copy_val(arena *ar, bs_val *dst, bs_val src) {
   return dst->data ? BS_OK : BS_ENOMEM;
 }
 
+/* Saturating size arithmetic: an absurd total becomes SIZE_MAX, which arena_alloc refuses. */
+static size_t sz_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+static size_t sz_mul(size_t n, size_t size) {
+  return size && n > SIZE_MAX / size ? SIZE_MAX : n * size;
+}
+static size_t qv_bytes(bs_val v) { return v.data ? v.size : 0; }
+
+/* Copies v to *p and advances it; absent stays absent, present-empty points at lm_empty. */
+static bs_val qv_copy(unsigned char **p, bs_val v) {
+  bs_val d = {v.data, v.size};
+  if (v.data && v.size) {
+    memcpy(*p, v.data, v.size);
+    d.data = *p;
+    *p += v.size;
+  } else if (v.data) {
+    d.data = lm_empty;
+  }
+  return d;
+}
+
+/* Deep-copies a save into ONE arena block: the qsave, its row/lookup/param arrays, then every
+ * byte string. Sizing first and copying second costs two passes over a few fields, where an
+ * allocation per field cost ~8 arena calls per save. */
 static int queue_copy(arena *ar, const bs_save *s, qsave **out) {
-  qsave *q = arena_alloc(ar, sizeof *q);
-  int rc = BS_OK;
-  if (!q) return BS_ENOMEM;
+  /* A DELETE keeps only the old id: before_id, or after_id when before_id is absent. */
+  bs_val before = s->tag == BS_DELETE && !s->before_id.data ? s->after_id : s->before_id;
+  bs_val after = s->tag == BS_DELETE ? (bs_val){NULL, 0} : s->after_id;
+  size_t n_params = 0, bytes, arrays;
+  unsigned char *p;
+  bs_val *ps;
+  qsave *q;
+
+  bytes = qv_bytes(s->table) + qv_bytes(before) + qv_bytes(after); /* each is bounded */
+  bytes = sz_add(bytes, qv_bytes(s->stored_data));
+  for (size_t i = 0; i < s->n_rows; i++) {
+    const bs_row *r = &s->rows[i];
+    bytes = sz_add(bytes, qv_bytes(r->bucket) + qv_bytes(r->object_type));
+    bytes = sz_add(bytes, qv_bytes(r->object_id));
+    bytes = sz_add(bytes, qv_bytes(r->data));
+  }
+  for (size_t i = 0; i < s->n_lookups; i++) {
+    const bs_lookup *l = &s->lookups[i];
+    bytes = sz_add(bytes, qv_bytes(l->key));
+    n_params = sz_add(n_params, l->n_params);
+    for (size_t j = 0; j < l->n_params; j++) bytes = sz_add(bytes, qv_bytes(l->params[j]));
+  }
+  /* The arrays hold pointers and size_t only: placed right after the qsave they stay aligned. */
+  arrays = sz_add(sz_mul(s->n_rows, sizeof(bs_row)), sz_mul(s->n_lookups, sizeof(bs_lookup)));
+  arrays = sz_add(arrays, sz_mul(n_params, sizeof(bs_val)));
+  if (!(q = arena_alloc(ar, sz_add(sz_add(sizeof *q, arrays), bytes)))) return BS_ENOMEM;
   memset(q, 0, sizeof *q);
+  q->rows = s->n_rows ? (bs_row *)(q + 1) : NULL;
+  q->lookups = s->n_lookups ? (bs_lookup *)((bs_row *)(q + 1) + s->n_rows) : NULL;
+  ps = (bs_val *)((bs_lookup *)((bs_row *)(q + 1) + s->n_rows) + s->n_lookups);
+  p = (unsigned char *)(ps + n_params);
+
   q->tag = s->tag;
-  rc |= copy_val(ar, &q->table, s->table);
-  rc |= copy_val(ar, &q->before, s->before_id);
-  if (s->tag != BS_DELETE) rc |= copy_val(ar, &q->after, s->after_id);
-  else if (!s->before_id.data) rc |= copy_val(ar, &q->before, s->after_id);
-  rc |= copy_val(ar, &q->stored, s->stored_data);
-  if (rc) return BS_ENOMEM;
-  if (s->n_rows) {
-    if (!(q->rows = arena_alloc(ar, s->n_rows * sizeof *q->rows))) return BS_ENOMEM;
-    for (size_t i = 0; i < s->n_rows; i++) {
-      const bs_row *r = &s->rows[i];
-      bs_row *d = &q->rows[i];
-      rc |= copy_val(ar, &d->bucket, r->bucket);
-      rc |= copy_val(ar, &d->object_type, r->object_type);
-      rc |= copy_val(ar, &d->object_id, r->object_id);
-      rc |= copy_val(ar, &d->data, r->data);
-    }
-    q->n_rows = s->n_rows;
+  q->table = qv_copy(&p, s->table);
+  q->before = qv_copy(&p, before);
+  q->after = qv_copy(&p, after);
+  q->stored = qv_copy(&p, s->stored_data);
+  for (size_t i = 0; i < s->n_rows; i++) {
+    const bs_row *r = &s->rows[i];
+    bs_row *d = &q->rows[i];
+    d->bucket = qv_copy(&p, r->bucket);
+    d->object_type = qv_copy(&p, r->object_type);
+    d->object_id = qv_copy(&p, r->object_id);
+    d->data = qv_copy(&p, r->data);
   }
-  if (s->n_lookups) {
-    if (!(q->lookups = arena_alloc(ar, s->n_lookups * sizeof *q->lookups))) return BS_ENOMEM;
-    for (size_t i = 0; i < s->n_lookups; i++) {
-      const bs_lookup *l = &s->lookups[i];
-      bs_lookup *d = &q->lookups[i];
-      bs_val *ps = NULL;
-      rc |= copy_val(ar, &d->key, l->key);
-      if (l->n_params && !(ps = arena_alloc(ar, l->n_params * sizeof *ps))) return BS_ENOMEM;
-      for (size_t j = 0; j < l->n_params; j++) rc |= copy_val(ar, &ps[j], l->params[j]);
-      d->params = ps;
-      d->n_params = l->n_params;
-    }
-    q->n_lookups = s->n_lookups;
+  q->n_rows = s->n_rows;
+  for (size_t i = 0; i < s->n_lookups; i++) {
+    const bs_lookup *l = &s->lookups[i];
+    bs_lookup *d = &q->lookups[i];
+    d->key = qv_copy(&p, l->key);
+    d->params = l->n_params ? ps : NULL;
+    d->n_params = l->n_params;
+    for (size_t j = 0; j < l->n_params; j++) *ps++ = qv_copy(&p, l->params[j]);
   }
-  if (rc) return BS_ENOMEM;
+  q->n_lookups = s->n_lookups;
   *out = q;
   return BS_OK;
 }
@@ -1099,7 +1117,7 @@ static int seq_load(fctx *f, bs_error *err) {
   if (mrc == MDB_NOTFOUND) f->seq_bucket = 0;
   else if (mrc) return bs_lmdb_fail(err, mrc, "reading seq.bucket");
   else if (val.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "seq.bucket: bad value");
-  else f->seq_bucket = get_u64le(val.mv_data);
+  else f->seq_bucket = bs_get_u64le(val.mv_data);
   f->seq_loaded = 1;
   return BS_OK;
 }
@@ -1158,7 +1176,7 @@ static int bucket_id_lookup(fctx *f, bs_val name, uint64_t *id_out, bs_error *er
   if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
   if (val.mv_size != 8)
     return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", val.mv_size);
-  *id_out = get_u64le(val.mv_data);
+  *id_out = bs_get_u64le(val.mv_data);
   return BS_OK;
 }
 
@@ -1256,13 +1274,13 @@ static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_v
   bs_put_u32be(p, tid);
   bs_put_u64be(p + 4, XXH3_64bits(rid.data, rid.size));
   bs_put_u64be(p + 12, id);
-  put_u16le(v, (uint16_t)rid.size);
+  bs_put_u16le(v, (uint16_t)rid.size);
   if (rid.size) memcpy(v + 2, rid.data, rid.size);
   p = v + 2 + rid.size;
-  put_u32le(p, (uint32_t)n_params);
+  bs_put_u32le(p, (uint32_t)n_params);
   p += 4;
   for (size_t i = 0; i < n_params; i++) {
-    put_u32le(p, (uint32_t)params[i].size);
+    bs_put_u32le(p, (uint32_t)params[i].size);
     if (params[i].size) memcpy(p + 4, params[i].data, params[i].size);
     p += 4 + params[i].size;
   }
@@ -1292,7 +1310,7 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
   mrc = mdb_get(f->txn, f->db->tables, &key, &val);
   if (mrc == 0) {
     if (val.mv_size != 4) return bs_fail(err, BS_ECORRUPT, "table id: bad value");
-    *out = get_u32le(val.mv_data);
+    *out = bs_get_u32le(val.mv_data);
   } else if (mrc != MDB_NOTFOUND) {
     return bs_lmdb_fail(err, mrc, "looking up a table");
   } else if (!create) {
@@ -1302,7 +1320,7 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     if (f->rec.next_table_id == 0 || f->rec.next_table_id == UINT32_MAX)
       f->rec.next_table_id = f->rec.next_table_id ? f->rec.next_table_id : 1;
     *out = f->rec.next_table_id++;
-    put_u32le(v, *out);
+    bs_put_u32le(v, *out);
     val.mv_size = 4;
     val.mv_data = v;
     if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
@@ -1321,9 +1339,9 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
   end = copy + val->mv_size;
   if (val->mv_size < LM_SREC_FIXED) goto bad;
   flags = p[0];
-  r->nm = get_u32le(p + 1);
-  r->nl = get_u32le(p + 5);
-  r->mark = get_u64le(p + 9);
+  r->nm = bs_get_u32le(p + 1);
+  r->nl = bs_get_u32le(p + 5);
+  r->mark = bs_get_u64le(p + 9);
   r->softdel = flags & 1;
   r->has_data = (flags >> 1) & 1;
   r->exists = 1;
@@ -1336,10 +1354,10 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
     member *m = &r->m[i];
     size_t ot, oi;
     if (end - p < 20) goto bad;
-    m->bucket = get_u64le(p);
-    m->op = get_u64le(p + 8);
-    ot = get_u16le(p + 16);
-    oi = get_u16le(p + 18);
+    m->bucket = bs_get_u64le(p);
+    m->op = bs_get_u64le(p + 8);
+    ot = bs_get_u16le(p + 16);
+    oi = bs_get_u16le(p + 18);
     p += 20;
     if ((size_t)(end - p) < ot + oi) goto bad;
     m->object_type.data = p; m->object_type.size = ot; p += ot;
@@ -1364,16 +1382,16 @@ static size_t srec_size(const srec *r) {
 
 static void srec_encode(unsigned char *p, const srec *r) {
   p[0] = (unsigned char)((r->softdel ? 1 : 0) | (r->has_data ? 2 : 0));
-  put_u32le(p + 1, r->nm);
-  put_u32le(p + 5, r->nl);
-  put_u64le(p + 9, r->mark);
+  bs_put_u32le(p + 1, r->nm);
+  bs_put_u32le(p + 5, r->nl);
+  bs_put_u64le(p + 9, r->mark);
   p += LM_SREC_FIXED;
   for (uint32_t i = 0; i < r->nm; i++) {
     const member *m = &r->m[i];
-    put_u64le(p, m->bucket);
-    put_u64le(p + 8, m->op);
-    put_u16le(p + 16, (uint16_t)m->object_type.size);
-    put_u16le(p + 18, (uint16_t)m->object_id.size);
+    bs_put_u64le(p, m->bucket);
+    bs_put_u64le(p + 8, m->op);
+    bs_put_u16le(p + 16, (uint16_t)m->object_type.size);
+    bs_put_u16le(p + 18, (uint16_t)m->object_id.size);
     p += 20;
     if (m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
     p += m->object_type.size;
@@ -1381,7 +1399,7 @@ static void srec_encode(unsigned char *p, const srec *r) {
     p += m->object_id.size;
   }
   for (uint32_t i = 0; i < r->nl; i++) {
-    put_u16le(p, (uint16_t)r->lk[i].size);
+    bs_put_u16le(p, (uint16_t)r->lk[i].size);
     if (r->lk[i].size) memcpy(p + 2, r->lk[i].data, r->lk[i].size);
     p += 2 + r->lk[i].size;
   }
@@ -1410,9 +1428,10 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   if (rid.size) memcpy(kbuf + 8, rid.data, rid.size);
   h = hkey(kbuf, key.mv_size);
   if ((r = hmap_get(&f->recs, kbuf, key.mv_size, h))) { *out = r; return BS_OK; }
-  if (!(r = arena_alloc(&f->ar, sizeof *r))) return oom(err);
+  if (!(r = arena_alloc(&f->ar, sizeof *r + key.mv_size))) return oom(err); /* key follows r */
   memset(r, 0, sizeof *r);
-  if (!(r->key.data = arena_dup(&f->ar, kbuf, key.mv_size))) return oom(err);
+  memcpy(r + 1, kbuf, key.mv_size);
+  r->key.data = r + 1;
   r->key.size = key.mv_size;
   if (read_db) {
     mrc = cur_get(f, &f->src, f->db->source, &key, &val);
@@ -1427,10 +1446,13 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   return BS_OK;
 }
 
-static const char *subkey_of(fctx *f, uint32_t tid, bs_val rid) {
-  char *sk = arena_alloc(&f->ar, BS_SUBKEY_SIZE);
-  if (sk) bs_subkey(sk, tid, rid);
-  return sk;
+/* The subkey of r (table tid, replica id rid: r's key), once per record per flush however many
+ * saves of the flush touch it. */
+static const char *rec_subkey(fctx *f, srec *r, uint32_t tid, bs_val rid) {
+  char *sk;
+  if (r->sk) return r->sk;
+  if ((sk = arena_alloc(&f->ar, BS_SUBKEY_SIZE))) bs_subkey(sk, tid, rid);
+  return r->sk = sk;
 }
 
 static bs_val sk_val(const char *sk) {
@@ -1444,7 +1466,7 @@ static int unlink_rec(fctx *f, srec *r, uint32_t tid, bs_val rid, bs_error *err)
   const char *sk;
   int rc;
   if (!r->nm && !r->nl) return BS_OK;
-  if (!(sk = subkey_of(f, tid, rid))) return oom(err);
+  if (!(sk = rec_subkey(f, r, tid, rid))) return oom(err);
   for (uint32_t i = 0; i < r->nm; i++) {
     member *m = &r->m[i];
     bs_val none = {NULL, 0};
@@ -1489,7 +1511,7 @@ static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error 
   const char *sk;
   int rc;
 
-  if (!(sk = subkey_of(f, tid, q->after))) return oom(err);
+  if (!(sk = rec_subkey(f, r, tid, q->after))) return oom(err);
   if ((pnm && !(kept = arena_alloc(&f->ar, pnm))) ||
       (q->n_rows && !(nmem = arena_alloc(&f->ar, q->n_rows * sizeof *nmem))) ||
       (q->n_lookups && !(nlk = arena_alloc(&f->ar, q->n_lookups * sizeof *nlk))))
@@ -1677,10 +1699,10 @@ static int put_ops(fctx *f, bs_error *err) {
       if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
       p = val.mv_data;
       p[0] = o->type;
-      put_u32le(p + 1, o->checksum);
-      put_u64le(p + 5, 0);
-      put_u16le(p + 13, (uint16_t)ot);
-      put_u16le(p + 15, (uint16_t)oi);
+      bs_put_u32le(p + 1, o->checksum);
+      bs_put_u64le(p + 5, 0);
+      bs_put_u16le(p + 13, (uint16_t)ot);
+      bs_put_u16le(p + 15, (uint16_t)oi);
       p[17] = BS_SUBKEY_SIZE;
       p += BS_OP_HEADER_SIZE;
       if (ot) memcpy(p, o->object_type.data, ot);
@@ -1733,7 +1755,7 @@ static int put_buckets(fctx *f, bs_error *err) {
       MDB_val key = {4 + b->st.name.size, k}, val = {8, v};
       bs_put_u32be(k, f->stream);
       memcpy(k + 4, b->st.name.data, b->st.name.size);
-      put_u64le(v, b->id);
+      bs_put_u64le(v, b->id);
       if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
         return bs_lmdb_fail(err, mrc, "registering a bucket");
     }
@@ -1741,7 +1763,7 @@ static int put_buckets(fctx *f, bs_error *err) {
   if (f->seq_dirty) {
     unsigned char v[8];
     MDB_val key = {10, "seq.bucket"}, val = {8, v};
-    put_u64le(v, f->seq_bucket);
+    bs_put_u64le(v, f->seq_bucket);
     if ((mrc = mdb_put(f->txn, f->db->meta, &key, &val, 0)) != 0)
       return bs_lmdb_fail(err, mrc, "writing seq.bucket");
   }
@@ -1762,7 +1784,7 @@ static int put_sups(fctx *f, bs_error *err) {
     MDB_val key = {16, k}, val = {8, v};
     bs_put_u64be(k, s[i].bucket);
     bs_put_u64be(k + 8, s[i].old_op);
-    put_u64le(v, s[i].new_op);
+    bs_put_u64le(v, s[i].new_op);
     if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) != 0) {
       mdb_cursor_close(cur);
       return bs_lmdb_fail(err, mrc, "writing a superseded entry");
@@ -1821,7 +1843,7 @@ static int put_recs(fctx *f, bs_error *err) {
   MDB_cursor *cur;
   unsigned app = 0; /* MDB_APPEND once past the last record of the database */
   int mrc = 0, rc = BS_OK;
-  sort_if_needed(d, f->dirty.n, sizeof *d, cmp_srec);
+  sort_if_needed(d, f->dirty.n, f->dirty.size, cmp_srec); /* srec pointers */
   if ((mrc = mdb_cursor_open(f->txn, f->db->source, &cur)) != 0)
     return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
   mrc = last_key(cur, last, sizeof last, &nlast);
@@ -1872,28 +1894,28 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, con
   if ((mrc = mdb_put(f->txn, f->db->changes, &key, &val, MDB_RESERVE)) != 0)
     return bs_lmdb_fail(err, mrc, "writing a change record");
   p = val.mv_data;
-  put_u64le(p, first);
-  put_u64le(p + 8, (uint64_t)now_ms());
+  bs_put_u64le(p, first);
+  bs_put_u64le(p + 8, (uint64_t)now_ms());
   p[16] = flags;
-  put_u32le(p + 17, (uint32_t)nb);
+  bs_put_u32le(p + 17, (uint32_t)nb);
   p += 21;
   for (size_t i = 0; nb && i < f->bents.n; i++) {
     if (!bl[i]->head) continue;
-    put_u16le(p, (uint16_t)bl[i]->st.name.size);
+    bs_put_u16le(p, (uint16_t)bl[i]->st.name.size);
     memcpy(p + 2, bl[i]->st.name.data, bl[i]->st.name.size);
     p += 2 + bl[i]->st.name.size;
   }
-  put_u32le(p, (uint32_t)nl);
+  bs_put_u32le(p, (uint32_t)nl);
   p += 4;
   for (size_t i = 0; i < nl; i++) {
-    put_u16le(p, (uint16_t)lk[i].size);
+    bs_put_u16le(p, (uint16_t)lk[i].size);
     if (lk[i].size) memcpy(p + 2, lk[i].data, lk[i].size);
     p += 2 + lk[i].size;
   }
-  put_u32le(p, (uint32_t)n_users);
+  bs_put_u32le(p, (uint32_t)n_users);
   p += 4;
   for (size_t i = 0; i < n_users; i++) {
-    put_u16le(p, (uint16_t)users[i].size);
+    bs_put_u16le(p, (uint16_t)users[i].size);
     if (users[i].size) memcpy(p + 2, users[i].data, users[i].size);
     p += 2 + users[i].size;
   }
@@ -1931,15 +1953,15 @@ int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t
   uint32_t nm;
   int rc;
   if (val->mv_size < LM_SREC_FIXED) return BS_ECORRUPT;
-  nm = get_u32le(p + 1);
+  nm = bs_get_u32le(p + 1);
   p += LM_SREC_FIXED;
   for (uint32_t i = 0; i < nm; i++) {
     size_t ot, oi;
     if (end - p < 20) return BS_ECORRUPT;
-    ot = get_u16le(p + 16);
-    oi = get_u16le(p + 18);
+    ot = bs_get_u16le(p + 16);
+    oi = bs_get_u16le(p + 18);
     if ((size_t)(end - p - 20) < ot + oi) return BS_ECORRUPT;
-    if ((rc = fn(get_u64le(p), get_u64le(p + 8), payload)) != BS_OK) return rc;
+    if ((rc = fn(bs_get_u64le(p), bs_get_u64le(p + 8), payload)) != BS_OK) return rc;
     p += 20 + ot + oi;
   }
   return BS_OK;
@@ -1981,7 +2003,7 @@ static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_erro
       !bs_val_eq(op.object_id, m->object_id))
     return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
                    (unsigned long long)row->bucket, (unsigned long long)row->old_op);
-  if (!(sk = subkey_of(f, tid, rid))) return oom(err);
+  if (!(sk = rec_subkey(f, r, tid, rid))) return oom(err);
   if (memcmp(sk, op.subkey.data, BS_SUBKEY_SIZE) != 0)
     return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu has another row's subkey",
                    (unsigned long long)row->bucket, (unsigned long long)row->old_op);
@@ -2100,7 +2122,7 @@ static int lw_save(bs_writer *base, const bs_save *s, bs_error *err) {
   if (w->n >= w->max_records || w->q.bytes >= w->max_bytes)
     if ((rc = w_flush(w, err)) != BS_OK) return rc;
   /* On failure a partial copy stays in the arena until the next reset: harmless. */
-  if ((rc = queue_copy(&w->q, s, &q)) != BS_OK) return oom(err);
+  if (queue_copy(&w->q, s, &q) != BS_OK) return oom(err);
   if (w->tail) w->tail->next = q;
   else w->head = q;
   w->tail = q;
@@ -2182,7 +2204,7 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
     mrc = mdb_get(f->txn, f->db->source, &skey, &sval);
     if (mrc == 0 && sval.mv_size >= LM_SREC_FIXED &&
         (((const unsigned char *)sval.mv_data)[0] & 1) &&
-        get_u64le((const unsigned char *)sval.mv_data + 9) == mark)
+        bs_get_u64le((const unsigned char *)sval.mv_data + 9) == mark)
       mrc = mdb_del(f->txn, f->db->source, &skey, NULL);
     else if (mrc == MDB_NOTFOUND || mrc == 0)
       mrc = 0; /* stale entry: the row was re-inserted or deleted since */
@@ -2544,7 +2566,7 @@ static int collect_bucket_ids(bs_lmdb_db *db, uint32_t stream, vec *ids, bs_erro
     if (key.mv_size < 4 || memcmp(key.mv_data, pk, 4) != 0) break;
     if (val.mv_size != 8) { rc = bs_fail(err, BS_ECORRUPT, "bucket id: bad value"); break; }
     if (!(slot = vec_push(&db->base.alloc, ids))) { rc = oom(err); break; }
-    *slot = get_u64le(val.mv_data);
+    *slot = bs_get_u64le(val.mv_data);
   }
   if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "scanning buckets");
   mdb_cursor_close(cur);

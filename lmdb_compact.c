@@ -66,19 +66,13 @@ static void op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
   bs_put_u64be(k + 8, op);
 }
 
-static uint64_t get_u64le(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-
 /* A MOVE or CLEAR: the fixed header with no payload. */
 static void bare_op(unsigned char v[BS_OP_HEADER_SIZE], bs_op_type t, uint32_t checksum,
                     uint64_t target) {
   memset(v, 0, BS_OP_HEADER_SIZE);
   v[0] = (unsigned char)t;
-  for (int i = 0; i < 4; i++) v[1 + i] = (unsigned char)(checksum >> (8 * i));
-  for (int i = 0; i < 8; i++) v[5 + i] = (unsigned char)(target >> (8 * i));
+  bs_put_u32le(v + 1, checksum);
+  bs_put_u64le(v + 5, target);
 }
 
 static int64_t now_ms(void) {
@@ -550,15 +544,16 @@ static size_t max_visits(size_t max_ops) {
   return max_ops > SIZE_MAX / VISIT_FACTOR ? SIZE_MAX : max_ops * VISIT_FACTOR;
 }
 
-enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_INC, J_FORGET, J_MARK, J_DONE };
+enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_IFOLD, J_INC, J_FORGET, J_MARK, J_DONE };
 enum { W_FULL, W_INC, W_INITIAL };
 
 typedef struct job {
   int phase;
   int changed;  /* the bucket changed (stats: buckets_compacted) */
   int consumed; /* incremental: entries were consumed (a fold may follow) */
-  uint64_t pos; /* resume key: SCAN the next op id (descending), MOVE the next op id, INC and
-                 * FORGET the next `superseded` old op id */
+  int ifold_done; /* incremental: IFOLD left the leading run final (no FOLD after INC) */
+  uint64_t pos; /* resume key: SCAN the next op id (descending), MOVE the next op id, IFOLD,
+                 * INC and FORGET the next `superseded` old op id */
   uint64_t run;       /* SCAN: ops below the lowest surviving PUT seen so far */
   uint64_t max_moved; /* SCAN: highest op id found superseded */
 } job;
@@ -603,7 +598,7 @@ static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   c->stats->bytes_after += b.s.bytes;
   memset(&w->j, 0, sizeof w->j);
   if (w->mode == W_INC) {
-    w->j.phase = J_INC;
+    w->j.phase = J_IFOLD;
   } else {
     bs_seen_clear(&c->seen);
     w->j.phase = J_SCAN;
@@ -665,13 +660,50 @@ out:
   return rc;
 }
 
+/* A fold's pass 2: deletes the bucket's first n ops and writes the CLEAR d->clear describes
+ * over the n-th; fills d (moved: how many of the n were superseded PUT/REMOVEs, counted as
+ * the MOVEs they would otherwise have become). */
+static int fold_write(cctx *c, MDB_cursor *cur, uint64_t bucket, size_t n, bdelta *d,
+                      uint64_t moved) {
+  MDB_val k, v;
+  unsigned char kb[16];
+  size_t i;
+  int mrc;
+  op_key(kb, bucket, 0);
+  mrc = seek_ge(cur, kb, 16, &k, &v);
+  for (i = 0; i < n && mrc == 0; i++) {
+    if (!in_bucket(&k, bucket)) break;
+    if (i + 1 < n) {
+      if ((mrc = mdb_cursor_del(cur, 0))) break;
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    } else {
+      unsigned char vb[BS_OP_HEADER_SIZE];
+      MDB_val ck = {16, kb}, cv = {BS_OP_HEADER_SIZE, vb};
+      memcpy(kb, k.mv_data, 16);
+      if (bs_get_u64be(kb + 8) != d->clear.last_op) break;
+      bare_op(vb, BS_OP_CLEAR, d->clear.checksum, d->clear.target_op);
+      mrc = mdb_cursor_put(cur, &ck, &cv, MDB_CURRENT);
+    }
+  }
+  if (mrc) return mdb_err(c, mrc, "compact: fold");
+  if (i < n)
+    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
+                   (unsigned long long)bucket);
+  d->changed = 1;
+  d->count = -(int64_t)(n - 1);
+  d->bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d->clear.bytes;
+  d->cleared = d->clear.n_folded;
+  d->moved = moved;
+  return BS_OK;
+}
+
 /* FOLD: the first ops of the bucket, while they are REMOVE/MOVE/CLEAR (or, in full compaction,
  * superseded), become one CLEAR at the last one's id; at most the transaction's room at a
  * time (a CLEAR left by an earlier share is folded again by the next). */
 static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   job *j = &w->j;
   int full = w->mode == W_FULL;
-  size_t room = c->o.max_ops_per_txn - c->changes, n = 0, i;
+  size_t room = c->o.max_ops_per_txn - c->changes, n = 0;
   bdelta d;
   MDB_cursor *cur;
   MDB_val k, v;
@@ -718,37 +750,7 @@ static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     goto out;
   }
   if (n >= 2) {
-    /* pass 2: delete the first n-1, write the CLEAR over the n-th */
-    op_key(kb, bucket, 0);
-    mrc = seek_ge(cur, kb, 16, &k, &v);
-    for (i = 0; i < n && mrc == 0; i++) {
-      if (!in_bucket(&k, bucket)) break;
-      if (i + 1 < n) {
-        if ((mrc = mdb_cursor_del(cur, 0))) break;
-        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-      } else {
-        unsigned char vb[BS_OP_HEADER_SIZE];
-        MDB_val ck = {16, kb}, cv = {BS_OP_HEADER_SIZE, vb};
-        memcpy(kb, k.mv_data, 16);
-        if (bs_get_u64be(kb + 8) != d.clear.last_op) break;
-        bare_op(vb, BS_OP_CLEAR, d.clear.checksum, d.clear.target_op);
-        mrc = mdb_cursor_put(cur, &ck, &cv, MDB_CURRENT);
-      }
-    }
-    if (mrc) {
-      rc = mdb_err(c, mrc, "compact: fold");
-      goto out;
-    }
-    if (i < n) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
-                   (unsigned long long)bucket);
-      goto out;
-    }
-    d.changed = 1;
-    d.count = -(int64_t)(n - 1);
-    d.bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d.clear.bytes;
-    d.cleared = d.clear.n_folded;
-    d.moved = moved;
+    if ((rc = fold_write(c, cur, bucket, n, &d, moved))) goto out;
     c->changes += n;
   } else {
     ended = 1;
@@ -882,6 +884,164 @@ out:
   return rc;
 }
 
+/* IFOLD, incremental (before INC): folds the bucket's leading run straight into one CLEAR,
+ * counting as run ops the PUT/REMOVEs whose `superseded` entry INC would consume and turn into
+ * a MOVE (target = the entry's new op), and consuming those entries; so each of them costs a
+ * delete instead of a MOVE write and then a delete. Entries are consumed in key order exactly
+ * as INC would (entries of ops no longer stored included, within the op budget), so the result
+ * is the one INC then FOLD would give. When the share is not worth it or does not fit (nothing
+ * for this job to consume, a run shorter than 2, no room in a fresh transaction), it changes
+ * nothing and hands over to INC then FOLD. pos: the first entry not yet consumed. */
+static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+  job *j = &w->j;
+  size_t room = c->o.max_ops_per_txn - c->changes, n = 0, kn = 0, del;
+  int fresh = c->changes == 0 && c->visits == 0;
+  uint64_t budget = w->budget, moved = 0, stop = j->pos, last = 0;
+  bdelta d;
+  MDB_cursor *oc = NULL, *ec = NULL;
+  MDB_val k, v, ek, ev;
+  unsigned char kb[16], ekb[16];
+  int mrc, erc, rc = BS_OK, ended = 0, cut = 0;
+  memset(&d, 0, sizeof d);
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &oc)) ||
+      (mrc = mdb_cursor_open(txn, c->db->superseded, &ec))) {
+    rc = mdb_err(c, mrc, "compact: cursor");
+    goto out;
+  }
+  /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
+  op_key(kb, bucket, 0);
+  mrc = seek_ge(oc, kb, 16, &k, &v);
+  op_key(ekb, bucket, j->pos);
+  erc = seek_ge(ec, ekb, 16, &ek, &ev);
+  for (;;) {
+    bs_op op;
+    uint64_t eold = 0, enw = 0;
+    int has_e, at, sup;
+    if (erc && erc != MDB_NOTFOUND) break;
+    has_e = erc == 0 && in_bucket(&ek, bucket);
+    if (!has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
+    if (mrc || !in_bucket(&k, bucket)) { /* the whole bucket is one run */
+      ended = 1;
+      stop = last + 1;
+      break;
+    }
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      rc = bad_op(c, bucket);
+      goto out;
+    }
+    if (op.op_id > w->horizon) {
+      ended = 1;
+      stop = op.op_id;
+      break;
+    }
+    /* entries of ops no longer stored (folded or deleted earlier), then this op's own */
+    for (; has_e; has_e = erc == 0 && in_bucket(&ek, bucket)) {
+      if (ev.mv_size != 8) {
+        rc = bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                     (unsigned long long)bucket);
+        goto out;
+      }
+      eold = bs_get_u64be((const unsigned char *)ek.mv_data + 8);
+      enw = bs_get_u64le(ev.mv_data);
+      if (eold >= op.op_id) break;
+      at = enw <= w->horizon && budget > 0;
+      if (n + kn + (size_t)at > room || c->visits >= c->max_visits) {
+        cut = 1;
+        stop = eold;
+        break;
+      }
+      c->visits++;
+      if (at) {
+        kn++;
+        if (budget != UINT64_MAX) budget--;
+      }
+      erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
+    }
+    if (cut || (erc && erc != MDB_NOTFOUND)) break;
+    has_e = has_e && eold == op.op_id;
+    at = has_e && enw <= w->horizon && budget > 0;
+    /* superseded: INC would write it as a MOVE; a REMOVE/MOVE/CLEAR is in the run as it is
+     * (its entry consumed if due); any other PUT survives and ends the run */
+    sup = at && (op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && enw > op.op_id;
+    if (!sup && op.type == BS_OP_PUT) {
+      ended = 1;
+      stop = op.op_id;
+      break;
+    }
+    if (n + 1 + kn + (size_t)at > room || c->visits >= c->max_visits) {
+      cut = 1;
+      stop = op.op_id;
+      break;
+    }
+    c->visits += 1 + (size_t)has_e;
+    if (sup) {
+      op.target_op = enw; /* as the MOVE INC would write */
+      moved++;
+    }
+    bs_clear_acc_add(&d.clear, &op, v.mv_size);
+    n++;
+    last = op.op_id;
+    if (at) {
+      kn++;
+      if (budget != UINT64_MAX) budget--;
+    }
+    if (has_e) erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
+    mrc = mdb_cursor_get(oc, &k, &v, MDB_NEXT);
+  }
+  if (mrc && mrc != MDB_NOTFOUND) {
+    rc = mdb_err(c, mrc, "compact: scan ops");
+    goto out;
+  }
+  if (erc && erc != MDB_NOTFOUND) {
+    rc = mdb_err(c, erc, "compact: superseded entries");
+    goto out;
+  }
+  if (n < 2 || (!j->consumed && kn == 0)) {
+    if (cut && n < 2 && !fresh) { /* no room left in this transaction: the next one */
+      c->changes = c->o.max_ops_per_txn;
+      goto out;
+    }
+    /* nothing folded here: INC, then FOLD unless the run is known final and too short */
+    memset(&d, 0, sizeof d);
+    j->ifold_done = ended && n < 2;
+    j->phase = J_INC;
+    goto out;
+  }
+  /* pass 2: the fold, then the first kn due entries from pos */
+  if ((rc = fold_write(c, oc, bucket, n, &d, moved))) goto out;
+  op_key(ekb, bucket, j->pos);
+  erc = seek_ge(ec, ekb, 16, &ek, &ev);
+  for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
+    if (ev.mv_size == 8 && bs_get_u64le(ev.mv_data) <= w->horizon) {
+      if ((erc = mdb_cursor_del(ec, 0))) break;
+      del++;
+    }
+    erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
+  }
+  if (erc && erc != MDB_NOTFOUND) {
+    rc = mdb_err(c, erc, "compact: delete superseded entry");
+    goto out;
+  }
+  if (del < kn) {
+    rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: superseded entries changed under the "
+                 "fold", (unsigned long long)bucket);
+    goto out;
+  }
+  w->budget = budget;
+  c->changes += n + kn;
+  if (kn) j->consumed = 1;
+  j->pos = stop;
+  if (ended) { /* the run is final: INC only changes ops above it */
+    j->ifold_done = 1;
+    j->phase = J_INC;
+  }
+out:
+  if (ec) mdb_cursor_close(ec);
+  if (oc) mdb_cursor_close(oc);
+  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
+  return rc;
+}
+
 /* INC: converts the bucket's logged superseded ops at the horizon to MOVE and consumes their
  * entries (an op already gone or moved just consumes its entry). */
 static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
@@ -906,10 +1066,10 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
                    (unsigned long long)bucket);
       goto out;
     }
-    nw = get_u64le(v.mv_data);
+    nw = bs_get_u64le(v.mv_data);
     if (w->budget == 0) { /* out of budget: fold what was consumed, then stop */
       j->pos = old;
-      j->phase = j->consumed ? J_FOLD : J_DONE;
+      j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
       goto out;
     }
     if (txn_full(c)) {
@@ -964,7 +1124,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   }
   if ((rc = dequeue_if_empty(c, txn, cur, bucket))) goto out;
   j->pos = 0;
-  j->phase = j->consumed ? J_FOLD : J_DONE;
+  j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
 out:
   mdb_cursor_close(cur);
   if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
@@ -993,7 +1153,7 @@ static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       return BS_OK;
     }
     c->visits++;
-    if (v.mv_size == 8 && get_u64le(v.mv_data) > w->horizon) {
+    if (v.mv_size == 8 && bs_get_u64le(v.mv_data) > w->horizon) {
       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       continue;
     }
@@ -1024,6 +1184,7 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       break;
     case J_FOLD: rc = fold_run(c, txn, w, bucket); break;
     case J_MOVE: rc = move_rest(c, txn, w, bucket); break;
+    case J_IFOLD: rc = ifold_run(c, txn, w, bucket); break;
     case J_INC: rc = inc_run(c, txn, w, bucket); break;
     case J_FORGET: rc = forget_run(c, txn, w, bucket); break;
     case J_MARK: {
@@ -1113,7 +1274,7 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
     }
     memcpy(it->key, k.mv_data, k.mv_size);
     it->key_size = k.mv_size;
-    id = get_u64le(v.mv_data);
+    id = bs_get_u64le(v.mv_data);
     if ((rc = state_load(c, txn, id, &b))) goto out;
     if (bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op,
                               c->o.min_bucket_changes, initial ? 0.0 : c->o.min_change_ratio))
@@ -1194,7 +1355,7 @@ static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out)
       rc = bs_fail(c->err, BS_ECORRUPT, "compact: short change record");
       break;
     }
-    if ((p[16] & 1) && (int64_t)get_u64le(p + 8) <= limit) {
+    if ((p[16] & 1) && (int64_t)bs_get_u64le(p + 8) <= limit) {
       *out = bs_get_u64be((const unsigned char *)k.mv_data + 4);
       break;
     }
@@ -1278,7 +1439,7 @@ _Static_assert(sizeof(param_arg) <= ARG_MAX, "run_write saves step arguments in 
 static int rid_seen(const cctx *a, const unsigned char *rid, size_t n) {
   size_t off = 0;
   while (off < a->rids_size) {
-    size_t len = (size_t)a->rids[off] | (size_t)a->rids[off + 1] << 8;
+    size_t len = bs_get_u16le(a->rids + off);
     if (len == n && memcmp(a->rids + off + 2, rid, n) == 0) return 1;
     off += 2 + len;
   }
@@ -1293,8 +1454,7 @@ static int rid_add(cctx *a, const unsigned char *rid, size_t n) {
     a->rids = p;
     a->rids_cap = ncap;
   }
-  a->rids[a->rids_size] = (unsigned char)n;
-  a->rids[a->rids_size + 1] = (unsigned char)(n >> 8);
+  bs_put_u16le(a->rids + a->rids_size, (uint32_t)n);
   memcpy(a->rids + a->rids_size + 2, rid, n);
   a->rids_size += 2 + n;
   return BS_OK;
@@ -1337,14 +1497,13 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
     }
     visited++;
     op = bs_get_u64be((const unsigned char *)k.mv_data + gsize);
-    if (v.mv_size < 2 || (rid_len = (size_t)val[0] | (size_t)val[1] << 8) + 6 > v.mv_size) {
+    if (v.mv_size < 2 || (rid_len = bs_get_u16le(val)) + 6 > v.mv_size) {
       rc = bs_fail(c->err, BS_ECORRUPT, "compact: parameter entry does not decode");
       goto out;
     }
     if (op <= a->horizon) {
       const unsigned char *np = val + 2 + rid_len;
-      uint32_t n_sets = (uint32_t)np[0] | (uint32_t)np[1] << 8 | (uint32_t)np[2] << 16 |
-                        (uint32_t)np[3] << 24;
+      uint32_t n_sets = bs_get_u32le(np);
       if (rid_seen(c, val + 2, rid_len)) {
         del = 1; /* an older entry of a row whose newest at the horizon is known */
       } else {

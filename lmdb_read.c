@@ -12,9 +12,6 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#define DEFAULT_LIMIT 1000u
-#define DEFAULT_CHUNK_BYTES (1024u * 1024u)
-#define DEFAULT_MAX_BYTES (16u * 1024u * 1024u)
 #define NAME_SHOWN 100 /* bytes of a bucket name quoted in a message */
 
 static bs_lmdb_db *lmdb_of(bs_storage *st) { return ((bs_lmdb_storage *)st)->db; }
@@ -110,16 +107,12 @@ static int state_get(bs_lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs_
 /* Looks up a bucket of the stream and its state. Unknown bucket: ref->found = 0, BS_OK. */
 static int bucket_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
                       bucket_ref *ref, bs_error *err) {
-  bs_error e;
   int rc;
 
   ref->found = 0;
-  rc = bs_lmdb_bucket_id(db, txn, stream, name, &ref->id, &e);
-  if (rc == BS_ENOTFOUND) return BS_OK; /* e keeps err untouched for an unknown bucket */
-  if (rc) {
-    if (err) *err = e;
-    return rc;
-  }
+  rc = bs_lmdb_bucket_id(db, txn, stream, name, &ref->id, err);
+  if (rc == BS_ENOTFOUND) return BS_OK; /* quiet: err was not written */
+  if (rc) return rc;
   if ((rc = state_get(db, txn, ref->id, name, &ref->state, err))) return rc;
   ref->found = 1;
   return BS_OK;
@@ -294,9 +287,10 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   memset(&r, 0, sizeof r);
   r.a = a;
   r.checkpoint = checkpoint;
-  r.limit = opts && opts->limit ? opts->limit : DEFAULT_LIMIT;
-  r.chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : DEFAULT_CHUNK_BYTES;
-  r.max_bytes = opts && opts->max_bytes ? opts->max_bytes : DEFAULT_MAX_BYTES;
+  /* the front has applied these defaults; kept for tests that call this function directly */
+  r.limit = opts->limit ? opts->limit : BS_DEFAULT_BATCH_LIMIT;
+  r.chunk_bytes = opts->chunk_bytes ? opts->chunk_bytes : BS_DEFAULT_CHUNK_BYTES;
+  r.max_bytes = opts->max_bytes ? opts->max_bytes : BS_DEFAULT_BATCH_BYTES;
   r.on_chunk = on_chunk;
   r.payload = payload;
   if (has_more_out) *has_more_out = 0;
@@ -1138,7 +1132,8 @@ static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "params: malformed key of %zu bytes", k->mv_size);
     return;
   }
-  if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK) problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
+  if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK)
+    problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
   op = bs_get_u64be(kp + k->mv_size - 8);
   sh = find_stream(vf, bs_get_u32be(kp));
   if (!sh) stream_known(vf, "params", kp);

@@ -31,15 +31,6 @@ typedef struct wcp_rec {
   uint32_t n_heads;
 } wcp_rec;
 
-static void put_le(unsigned char *p, uint64_t v, int n) {
-  for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint64_t get_le(const unsigned char *p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -53,7 +44,7 @@ static int heads_check(const unsigned char *p, size_t size, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     size_t c, l;
     if (size < 2) return BS_ECORRUPT;
-    c = (size_t)get_le(p, 2);
+    c = (size_t)bs_get_u16le(p);
     if (size < 2 + c + 1) return BS_ECORRUPT;
     l = p[2 + c];
     if (size < 3 + c + l) return BS_ECORRUPT;
@@ -67,14 +58,14 @@ static int rec_decode(const MDB_val *v, wcp_rec *r) {
   const unsigned char *p = (const unsigned char *)v->mv_data;
   size_t size = v->mv_size, l;
   if (size < 18) return BS_ECORRUPT;
-  r->id = get_le(p, 8);
+  r->id = bs_get_u64le(p);
   r->flags = p[8];
-  r->requested_at = (int64_t)get_le(p + 9, 8);
+  r->requested_at = (int64_t)bs_get_u64le(p + 9);
   l = p[17];
   if (size < 18 + l + 2) return BS_ECORRUPT;
   r->processed_lsn.data = l ? p + 18 : NULL;
   r->processed_lsn.size = l;
-  r->n_heads = (uint32_t)get_le(p + 18 + l, 2);
+  r->n_heads = (uint32_t)bs_get_u16le(p + 18 + l);
   r->heads = p + 20 + l;
   r->heads_size = size - 20 - l;
   return heads_check(r->heads, r->heads_size, r->n_heads);
@@ -83,7 +74,7 @@ static int rec_decode(const MDB_val *v, wcp_rec *r) {
 /* Iterates encoded heads: fills conn/lsn from *p and advances it. Input already checked. */
 static void heads_next(const unsigned char **p, bs_val *conn, bs_val *lsn) {
   const unsigned char *q = *p;
-  conn->size = (size_t)get_le(q, 2);
+  conn->size = (size_t)bs_get_u16le(q);
   conn->data = q + 2;
   lsn->size = q[2 + conn->size];
   lsn->data = q + 3 + conn->size;
@@ -98,7 +89,7 @@ static size_t heads_encoded_size(const bs_head *heads, size_t n) {
 
 static void heads_encode(unsigned char *p, const bs_head *heads, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    put_le(p, heads[i].connection.size, 2);
+    bs_put_u16le(p, (uint32_t)heads[i].connection.size);
     bs_val c = heads[i].connection;
     if (c.size) memcpy(p + 2, c.data, c.size);
     p += 2 + heads[i].connection.size;
@@ -118,12 +109,12 @@ static int rec_put(bs_lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r,
   int rc;
   if (size > sizeof stack && !(buf = (unsigned char *)bs_malloc(&db->base.alloc, size)))
     return bs_fail(err, BS_ENOMEM, "write checkpoint: out of memory");
-  put_le(buf, r->id, 8);
+  bs_put_u64le(buf, r->id);
   buf[8] = (unsigned char)r->flags;
-  put_le(buf + 9, (uint64_t)r->requested_at, 8);
+  bs_put_u64le(buf + 9, (uint64_t)r->requested_at);
   buf[17] = (unsigned char)r->processed_lsn.size;
   if (r->processed_lsn.size) memcpy(buf + 18, r->processed_lsn.data, r->processed_lsn.size);
-  put_le(buf + 18 + r->processed_lsn.size, new_heads ? n_new : r->n_heads, 2);
+  bs_put_u16le(buf + 18 + r->processed_lsn.size, (uint32_t)(new_heads ? n_new : r->n_heads));
   if (new_heads) heads_encode(buf + 20 + r->processed_lsn.size, new_heads, n_new);
   else if (hsize) memcpy(buf + 20 + r->processed_lsn.size, r->heads, hsize);
   v.mv_size = size;
@@ -225,7 +216,7 @@ int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
       users = p;
       cap = ncap;
     }
-    put_le(users + used, k.mv_size - 1, 2);
+    bs_put_u16le(users + used, (uint32_t)k.mv_size - 1);
     memcpy(users + used + 2, (const unsigned char *)k.mv_data + 1, k.mv_size - 1);
     used += 2 + k.mv_size - 1;
   }
@@ -236,7 +227,7 @@ int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
   mdb_cursor_close(cur);
   cur = NULL;
   for (size_t off = 0; off < used;) {
-    bs_val user = {users + off + 2, (size_t)get_le(users + off, 2)};
+    bs_val user = {users + off + 2, (size_t)bs_get_u16le(users + off)};
     unsigned char kb[1 + BS_MAX_USER_ID];
     MDB_val mk = user_key(kb, 'M', user), mv;
     wcp_rec r;
@@ -295,7 +286,7 @@ int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val
   MDB_val k, v = {8, vb};
   int rc = custom_key(kb, &k, stream, event, user, err);
   if (rc) return rc;
-  put_le(vb, value, 8);
+  bs_put_u64le(vb, value);
   rc = mdb_put(txn, db->wcp, &k, &v, 0);
   return rc ? bs_lmdb_fail(err, rc, "custom write checkpoint: put") : BS_OK;
 }
@@ -409,24 +400,6 @@ static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   return BS_OK;
 }
 
-static int check_request(const bs_managed_request *r, size_t i, bs_error *err) {
-  if (r->user_id.size == 0 || r->user_id.size > BS_MAX_USER_ID)
-    return bs_fail(err, r->user_id.size ? BS_ETOOBIG : BS_EINVAL,
-                   "req[%zu].user_id: %zu bytes (1..%u)", i, r->user_id.size, BS_MAX_USER_ID);
-  if (r->n_heads > 0xffff || (r->n_heads && !r->heads))
-    return bs_fail(err, BS_EINVAL, "req[%zu].heads: bad list", i);
-  for (size_t h = 0; h < r->n_heads; h++) {
-    if (r->heads[h].lsn.size > BS_MAX_LSN)
-      return bs_fail(err, BS_ETOOBIG, "req[%zu].heads[%zu].lsn: over %u bytes", i, h, BS_MAX_LSN);
-    if (r->heads[h].connection.size > BS_MAX_USER_ID)
-      return bs_fail(err, BS_ETOOBIG, "req[%zu].heads[%zu].connection: over %u bytes", i, h,
-                     BS_MAX_USER_ID);
-  }
-  if (r->has_request_id && r->request_id >= (UINT64_C(1) << 63))
-    return bs_fail(err, BS_EINVAL, "req[%zu].request_id: must be < 2^63", i);
-  return BS_OK;
-}
-
 int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
                                              size_t n, uint64_t *ids_out, int *should_advance,
                                              bs_error *err) {
@@ -437,9 +410,9 @@ int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_re
   if (should_advance) *should_advance = 0;
   if (ls->wcp_mode != BS_WCP_MANAGED)
     return bs_fail(err, BS_ESTATE, "managed write checkpoint on a storage in custom mode");
+  /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within
+   * BS_MAX_USER_ID / BS_MAX_CONNECTION_NAME / BS_MAX_LSN, n_heads within the u16 BS_MAX_HEADS */
   if (n == 0) return BS_OK;
-  for (size_t i = 0; i < n; i++)
-    if ((rc = check_request(&req[i], i, err))) return rc;
   memset(&c, 0, sizeof c);
   if (!(c.refs = (req_ref *)bs_malloc(a, n * sizeof *c.refs)))
     return bs_fail(err, BS_ENOMEM, "write checkpoints: out of memory");
@@ -490,7 +463,7 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
     if (v.mv_size != 8) {
       rc = bs_fail(err, BS_ECORRUPT, "custom write checkpoint: value of %zu bytes", v.mv_size);
     } else {
-      *id_out = get_le((const unsigned char *)v.mv_data, 8);
+      *id_out = bs_get_u64le((const unsigned char *)v.mv_data);
       *found = 1;
     }
   } else {

@@ -30,11 +30,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define MEM_DEFAULT_LIMIT 1000u
-#define MEM_DEFAULT_CHUNK_BYTES (1024u * 1024u)
-#define MEM_DEFAULT_MAX_BYTES (16u * 1024u * 1024u)
-#define MEM_DEFAULT_MAX_RECORDS 2000u
-#define MEM_DEFAULT_MAX_QBYTES (5u * 1000u * 1000u)
 #define MEM_MAX_OP_ID ((uint64_t)INT64_MAX)
 
 /* ---- Data structures ------------------------------------------------------------------------ */
@@ -1180,10 +1175,11 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   if (!w) return enomem(err, "writer");
   w->base.st = st;
   w->ms = ms;
-  w->snapshot = o ? o->snapshot : 0;
-  w->create_empty = o ? o->create_empty : 1;
-  w->max_records = o && o->max_records ? o->max_records : MEM_DEFAULT_MAX_RECORDS;
-  w->max_bytes = o && o->max_bytes ? o->max_bytes : MEM_DEFAULT_MAX_QBYTES;
+  /* the front (bs_writer_open) passes resolved options: never NULL, no zero bound */
+  w->snapshot = o->snapshot;
+  w->create_empty = o->create_empty;
+  w->max_records = o->max_records;
+  w->max_bytes = o->max_bytes;
   *out = &w->base;
   return BS_OK;
 }
@@ -1467,7 +1463,7 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   return rc;
 }
 
-/* ---- Reads ------------------------------------------------------------------------------------ */
+/* ---- Reads ----------------------------------------------------------------------------------- */
 
 static int mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   mem_storage *ms = MS(st);
@@ -1553,9 +1549,8 @@ static int mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *
                            void *payload, int *has_more_out, bs_error *err) {
   mem_storage *ms = MS(st);
   const bs_allocator *a = ALLOC(ms->db);
-  size_t limit = opts && opts->limit ? opts->limit : MEM_DEFAULT_LIMIT;
-  size_t chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : MEM_DEFAULT_CHUNK_BYTES;
-  size_t max_bytes = opts && opts->max_bytes ? opts->max_bytes : MEM_DEFAULT_MAX_BYTES;
+  /* the front (bs_get_bucket_data) has applied the defaults: no field is zero */
+  size_t limit = opts->limit, chunk_bytes = opts->chunk_bytes, max_bytes = opts->max_bytes;
   const mem_op **picks = NULL;
   mem_cplan *plans = NULL;
   size_t npicks = 0, nplans = 0, arena_n = 0;
@@ -1787,7 +1782,6 @@ static int mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups,
   bs_val *rows = NULL, *copy = NULL;
   size_t nrows = 0, crows = 0;
   int rc = BS_OK;
-  if (!limit) limit = MEM_DEFAULT_LIMIT;
   lock(ms->db);
   if (c < s->m.param_horizon) {
     rc = bs_fail(err, BS_ESTALE, "checkpoint %llu is below the parameter-compaction horizon %llu",
@@ -1835,7 +1829,7 @@ out:
   return rc;
 }
 
-/* ---- Write checkpoints (SPEC.md 7) ------------------------------------------------------------ */
+/* ---- Write checkpoints (SPEC.md 7) ----------------------------------------------------------- */
 
 static int mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                             bs_error *err) {
@@ -2048,7 +2042,7 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
   return BS_OK;
 }
 
-/* ---- Compaction (SPEC.md 6) ------------------------------------------------------------------- */
+/* ---- Compaction (SPEC.md 6) ------------------------------------------------------------------ */
 
 /* Row identity order: (object_type, object_id, subkey), then op id. */
 static int op_ident_cmp(const void *x, const void *y) {
@@ -2335,8 +2329,8 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   }
   if (!rc && o->delete_checkpoint_requests_before_ms) {
     lock(db);
-    stats.checkpoint_requests_deleted = delete_requests_before(db,
-                                                               o->delete_checkpoint_requests_before_ms);
+    stats.checkpoint_requests_deleted =
+        delete_requests_before(db, o->delete_checkpoint_requests_before_ms);
     unlock(db);
   }
   for (size_t i = 0; i < nnames; i++) val_free(a, &names[i]);
@@ -2411,7 +2405,7 @@ out:
   return rc;
 }
 
-/* ---- Lifecycle -------------------------------------------------------------------------------- */
+/* ---- Lifecycle ------------------------------------------------------------------------------- */
 
 static int mem_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   mem_storage *ms = MS(st);
@@ -2577,7 +2571,7 @@ static const bs_storage_vtable mem_vtable = {
     mem_list_buckets,
 };
 
-/* ---- Database --------------------------------------------------------------------------------- */
+/* ---- Database -------------------------------------------------------------------------------- */
 
 #define MDB(db) ((mem_db *)(db))
 
@@ -2718,7 +2712,7 @@ static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
   return BS_OK;
 }
 
-/* ---- verify: real checks on the naive store ----------------------------------------------------- */
+/* ---- verify: real checks on the naive store -------------------------------------------------- */
 
 typedef struct vlist {
   const bs_allocator *a;

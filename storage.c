@@ -79,9 +79,14 @@ void bs_free(const bs_allocator *a, void *p) {
   if (p) a->free_fn(a->opaque, p);
 }
 
-/* ---- The database base ------------------------------------------------------------------------ */
+/* ---- The database base ----------------------------------------------------------------------- */
 
 #define BS_DEFAULT_CACHE_ENTRIES 100000u
+/* Defaults of zero option fields (storage.h). The front resolves them before every vtable call,
+ * so backends never see a NULL opts or a zero bound (batch defaults: internal.h). */
+#define BS_DEFAULT_FLUSH_RECORDS 2000u
+#define BS_DEFAULT_FLUSH_BYTES (5u * 1000u * 1000u)
+#define BS_DEFAULT_PARAM_LIMIT 1000u
 
 static int check_allocator(const bs_allocator *a, bs_error *err) {
   int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
@@ -90,11 +95,17 @@ static int check_allocator(const bs_allocator *a, bs_error *err) {
   return BS_OK;
 }
 
+static int check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
+  if (v < 1 || v > current)
+    return bs_fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
+  return BS_OK;
+}
+
 static int check_open_options(const bs_open_options *opts, bs_error *err) {
+  int rc;
   if (!opts) return BS_OK;
-  if (opts->version < 1 || opts->version > BS_OPEN_OPTIONS_VERSION)
-    return bs_fail(err, BS_EINVAL, "opts->version %u is not supported (this build: %u)",
-                   opts->version, (unsigned)BS_OPEN_OPTIONS_VERSION);
+  if ((rc = check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err)))
+    return rc;
   if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
     return bs_fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
                    opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
@@ -167,7 +178,8 @@ void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
 
 /* data may be NULL only when size is 0 */
 static int check_val(bs_val v, const char *what, bs_error *err) {
-  if (v.size && !v.data) return bs_fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
+  if (v.size && !v.data)
+    return bs_fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
   return BS_OK;
 }
 
@@ -261,7 +273,7 @@ int bs_check_save(const bs_save *s, bs_error *err) {
                      err);
 }
 
-/* ---- Front: shared checks --------------------------------------------------------------------- */
+/* ---- Front: shared checks -------------------------------------------------------------------- */
 
 #define BS_OP_ID_LIMIT 0x8000000000000000ull /* op ids and checkpoints are < 2^63 */
 
@@ -314,12 +326,6 @@ static int check_bucket_name(bs_val v, const char *what, size_t i, bs_error *err
   return check_sized_at(v, 1, BS_MAX_BUCKET_NAME, what, i, "", "BS_MAX_BUCKET_NAME", err);
 }
 
-static int check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
-  if (v < 1 || v > current)
-    return bs_fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
-  return BS_OK;
-}
-
 static int check_storage(const bs_storage *st, bs_error *err) {
   if (!st) return bs_fail(err, BS_EINVAL, "st: NULL");
   return BS_OK;
@@ -346,7 +352,7 @@ static void note_checkpoint(bs_storage *st, uint64_t cp) {
   if (st->cache) bs_cksum_cache_note_checkpoint((bs_cksum_cache *)st->cache, st->stream_id, cp);
 }
 
-/* ---- Opening ---------------------------------------------------------------------------------- */
+/* ---- Opening --------------------------------------------------------------------------------- */
 
 int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   int rc;
@@ -370,7 +376,7 @@ void bs_close(bs_db *db) {
   if (db) db->ops->close(db);
 }
 
-/* ---- Streams ---------------------------------------------------------------------------------- */
+/* ---- Streams --------------------------------------------------------------------------------- */
 
 int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_stream_options *opts,
                      bs_error *err) {
@@ -428,7 +434,7 @@ void bs_storage_close(bs_storage *st) {
 
 uint32_t bs_storage_stream_id(const bs_storage *st) { return st ? st->stream_id : 0; }
 
-/* ---- Writing ---------------------------------------------------------------------------------- */
+/* ---- Writing --------------------------------------------------------------------------------- */
 
 int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err) {
   bs_writer_options o = BS_WRITER_OPTIONS_INIT;
@@ -442,8 +448,8 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
     o = *opts;
     o.version = BS_WRITER_OPTIONS_VERSION;
   }
-  if (o.max_records == 0) o.max_records = 2000;
-  if (o.max_bytes == 0) o.max_bytes = 5u * 1000u * 1000u;
+  if (o.max_records == 0) o.max_records = BS_DEFAULT_FLUSH_RECORDS;
+  if (o.max_bytes == 0) o.max_bytes = BS_DEFAULT_FLUSH_BYTES;
   if ((rc = check_writable(st, "writer_open", err))) return rc;
   if ((rc = VT_CHECK(st, writer_open, err))) return rc;
   if ((rc = st->vt->writer_open(st, &o, out, err)) != BS_OK) {
@@ -571,7 +577,7 @@ int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t che
   return w->st->vt->writer_custom_write_checkpoint(w, user_id, checkpoint, event, err);
 }
 
-/* ---- Reading: checkpoints --------------------------------------------------------------------- */
+/* ---- Reading: checkpoints -------------------------------------------------------------------- */
 
 int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   bs_checkpoint cp;
@@ -665,7 +671,7 @@ int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t c
   return BS_OK;
 }
 
-/* ---- Reading: bucket data --------------------------------------------------------------------- */
+/* ---- Reading: bucket data -------------------------------------------------------------------- */
 
 typedef struct req_sort {
   bs_bucket_request req;
@@ -689,9 +695,9 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
     *o = *opts;
     o->version = BS_BATCH_OPTIONS_VERSION;
   }
-  if (o->limit == 0) o->limit = 1000;
-  if (o->chunk_bytes == 0) o->chunk_bytes = 1024u * 1024u;
-  if (o->max_bytes == 0) o->max_bytes = 16u * 1024u * 1024u;
+  if (o->limit == 0) o->limit = BS_DEFAULT_BATCH_LIMIT;
+  if (o->chunk_bytes == 0) o->chunk_bytes = BS_DEFAULT_CHUNK_BYTES;
+  if (o->max_bytes == 0) o->max_bytes = BS_DEFAULT_BATCH_BYTES;
   return BS_OK;
 }
 
@@ -808,18 +814,18 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
                              "BS_MAX_LOOKUP_KEY", err)))
       return rc;
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
-  return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit ? limit : 1000, fn,
-                                payload, err);
+  if (limit == 0) limit = BS_DEFAULT_PARAM_LIMIT;
+  return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
 }
 
-/* ---- Write checkpoints ------------------------------------------------------------------------ */
+/* ---- Write checkpoints ----------------------------------------------------------------------- */
 
 static int check_heads(const bs_head *heads, size_t n, const char *what, bs_error *err) {
   int rc;
   if (n && !heads) return bs_fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
   for (size_t i = 0; i < n; i++) {
-    if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_STREAM_NAME, what, i, ".connection",
-                             "BS_MAX_STREAM_NAME", err)) ||
+    if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_CONNECTION_NAME, what, i,
+                             ".connection", "BS_MAX_CONNECTION_NAME", err)) ||
         (rc = check_sized_at(heads[i].lsn, 0, BS_MAX_LSN, what, i, ".lsn", "BS_MAX_LSN", err)))
       return rc;
   }
@@ -849,6 +855,9 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
     if ((rc = check_sized_at(req[i].user_id, 1, BS_MAX_USER_ID, "req", i, ".user_id",
                              "BS_MAX_USER_ID", err)))
       return rc;
+    if (req[i].n_heads > BS_MAX_HEADS) /* stored as a u16 count */
+      return bs_fail(err, BS_ETOOBIG, "req[%zu].heads: %zu heads (limit BS_MAX_HEADS, %u)", i,
+                     req[i].n_heads, BS_MAX_HEADS);
     if (req[i].n_heads) { /* the heads' names are only built when there are heads */
       snprintf(what, sizeof what, "req[%zu].heads", i);
       if ((rc = check_heads(req[i].heads, req[i].n_heads, what, err))) return rc;
@@ -890,7 +899,7 @@ int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint
   return rc;
 }
 
-/* ---- Compaction ------------------------------------------------------------------------------- */
+/* ---- Compaction ------------------------------------------------------------------------------ */
 
 int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                bs_error *err) {
@@ -932,7 +941,7 @@ int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t 
   return rc;
 }
 
-/* ---- Lifecycle and inspection ----------------------------------------------------------------- */
+/* ---- Lifecycle and inspection ---------------------------------------------------------------- */
 
 int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   int rc;

@@ -97,8 +97,10 @@ extern "C" {
 #define BS_MAX_STREAM_NAME 255u
 #define BS_MAX_USER_ID 480u
 #define BS_MAX_OBJECT_NAME 65535u /* object_type and object_id of a row */
+#define BS_MAX_CONNECTION_NAME 255u /* bs_head.connection (a replication connection name) */
+#define BS_MAX_HEADS 65535u          /* heads per managed write checkpoint request */
 
-/* ---- Small value types ------------------------------------------------------------------------ */
+/* ---- Small value types ----------------------------------------------------------------------- */
 
 /* Borrowed bytes. data may be NULL only when size is 0. */
 typedef struct bs_val {
@@ -123,13 +125,13 @@ typedef struct bs_allocator {
   void *opaque;
 } bs_allocator;
 
-/* ---- Opaque handles ---------------------------------------------------------------------------- */
+/* ---- Opaque handles -------------------------------------------------------------------------- */
 typedef struct bs_db bs_db;           /* one open file (or memory store); thread-safe */
 typedef struct bs_storage bs_storage; /* one stream; thread-safe for reads */
 typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one thread */
 
-/* ---- Opening ----------------------------------------------------------------------------------- */
-#define BS_OPEN_NOSYNC 0x1u   /* no fsync at commit: a crash may lose recent commits, never corrupt */
+/* ---- Opening --------------------------------------------------------------------------------- */
+#define BS_OPEN_NOSYNC 0x1u   /* no fsync at commit: a crash may lose recent commits, not corrupt */
 #define BS_OPEN_RDONLY 0x2u   /* read-only: every write call fails with BS_ESTATE */
 
 typedef struct bs_open_options {
@@ -157,7 +159,7 @@ BS_API int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *er
  * on db may be running. NULL is a no-op. */
 BS_API void bs_close(bs_db *db);
 
-/* ---- Streams ----------------------------------------------------------------------------------- */
+/* ---- Streams --------------------------------------------------------------------------------- */
 typedef enum bs_stream_state {
   BS_STREAM_PROCESSING = 1, /* being filled, not served */
   BS_STREAM_ACTIVE = 2,     /* served */
@@ -204,7 +206,7 @@ BS_API void bs_storage_close(bs_storage *st);
 /* The stream id the handle was opened on (infallible). */
 BS_API uint32_t bs_storage_stream_id(const bs_storage *st);
 
-/* ---- Writing ----------------------------------------------------------------------------------- */
+/* ---- Writing --------------------------------------------------------------------------------- */
 typedef enum bs_tag { BS_INSERT = 1, BS_UPDATE = 2, BS_DELETE = 3 } bs_tag;
 
 /* One evaluated output row of a source row: PUT into bucket. */
@@ -237,7 +239,8 @@ typedef struct bs_save {
   bs_val stored_data; /* optional row data kept with the source record; data NULL = none */
 } bs_save;
 #define BS_SAVE_VERSION 1
-#define BS_SAVE_INIT {BS_SAVE_VERSION, {NULL, 0}, BS_INSERT, {NULL, 0}, {NULL, 0}, NULL, 0, NULL, 0, {NULL, 0}}
+#define BS_SAVE_INIT \
+  {BS_SAVE_VERSION, {NULL, 0}, BS_INSERT, {NULL, 0}, {NULL, 0}, NULL, 0, NULL, 0, {NULL, 0}}
 
 typedef struct bs_writer_options {
   unsigned version;
@@ -303,7 +306,7 @@ BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
 BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
                                       bs_val event, bs_error *err);
 
-/* ---- Reading ----------------------------------------------------------------------------------- */
+/* ---- Reading --------------------------------------------------------------------------------- */
 typedef struct bs_checkpoint {
   uint64_t op_id; /* 0 before the first checkpoint */
   int has_lsn;
@@ -330,7 +333,12 @@ BS_API int bs_set_checkpoint_listener(bs_db *db,
                                                  void *payload),
                                       void *payload);
 
-typedef enum bs_op_type { BS_OP_PUT = 1, BS_OP_REMOVE = 2, BS_OP_MOVE = 3, BS_OP_CLEAR = 4 } bs_op_type;
+typedef enum bs_op_type {
+  BS_OP_PUT = 1,
+  BS_OP_REMOVE = 2,
+  BS_OP_MOVE = 3,
+  BS_OP_CLEAR = 4
+} bs_op_type;
 
 /* One stored op. Fields an op type does not carry have data NULL and size 0;
  * target_op is 0 unless MOVE/CLEAR. All bytes borrowed (valid during the callback). */
@@ -388,7 +396,7 @@ typedef struct bs_checksum {
 BS_API int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                      bs_checksum *out, bs_error *err);
 
-/* ---- Listing buckets -------------------------------------------------------------------------- */
+/* ---- Listing buckets ------------------------------------------------------------------------- */
 /* One bucket of a stream, as its stored figures stand: every persisted op counts, also ops above
  * the current checkpoint (flushed, not yet checkpointed). Cheap: the backends keep these figures
  * per bucket, so listing never reads the ops themselves. */
@@ -448,7 +456,7 @@ BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_v
                           int (*fn)(const bs_val *params, void *payload), void *payload,
                           bs_error *err);
 
-/* ---- Lookup key encoding ---------------------------------------------------------------------- */
+/* ---- Lookup key encoding --------------------------------------------------------------------- */
 typedef enum bs_scalar_type {
   BS_SCALAR_NULL = 0,
   BS_SCALAR_FALSE = 1,
@@ -475,7 +483,7 @@ BS_API int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_sc
 BS_API int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key,
                             bs_error *err);
 
-/* ---- Checksums --------------------------------------------------------------------------------- */
+/* ---- Checksums ------------------------------------------------------------------------------- */
 /* PUT checksum: hash("put." + object_type + "." + object_id + "." + data). */
 BS_API uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data);
 /* REMOVE checksum: hash("delete." + subkey). */
@@ -486,7 +494,10 @@ BS_API uint32_t bs_checksum_remove(bs_hash hash, bs_val subkey);
 BS_API void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id);
 
 /* ---- Write checkpoints (SPEC.md section 7) -------------------------------------------------- */
-typedef enum bs_write_checkpoint_mode { BS_WCP_MANAGED = 0, BS_WCP_CUSTOM = 1 } bs_write_checkpoint_mode;
+typedef enum bs_write_checkpoint_mode {
+  BS_WCP_MANAGED = 0,
+  BS_WCP_CUSTOM = 1
+} bs_write_checkpoint_mode;
 
 typedef struct bs_head {
   bs_val connection;
@@ -520,7 +531,7 @@ BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_hea
 BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
                                                 uint64_t *deleted_out, bs_error *err);
 
-/* ---- Compaction (SPEC.md section 6) ----------------------------------------------------------- */
+/* ---- Compaction (SPEC.md section 6) ---------------------------------------------------------- */
 typedef struct bs_compact_stats {
   uint64_t buckets_compacted;
   uint64_t ops_moved;
@@ -579,7 +590,7 @@ BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
                                           uint64_t min_bucket_changes, uint64_t *buckets_out,
                                           bs_error *err);
 
-/* ---- Lifecycle and inspection ----------------------------------------------------------------- */
+/* ---- Lifecycle and inspection ---------------------------------------------------------------- */
 typedef struct bs_status {
   bs_stream_state state;
   int snapshot_done;     /* snapshot done and a checkpoint exists */
@@ -632,7 +643,8 @@ BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload
  * bs_storage, with vt pointing at its vtable; writers likewise start with a bs_writer. The bs_*
  * functions above check arguments and dispatch through vt; the checksum cache sits above it.
  * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
- * answers BS_EUNSUPPORTED. Version 2 appended list_buckets. */
+ * answers BS_EUNSUPPORTED. Version 2 appended list_buckets. Options reach the slots resolved:
+ * writer_open/bucket_data opts are never NULL and have no zero bound, parameter_sets limit != 0. */
 #define BS_STORAGE_VTABLE_VERSION 2
 
 typedef struct bs_storage_vtable {

@@ -11,76 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "util_contract.h"
 #include "internal.h"
 
-typedef struct fx {
-  char path[128];
-  bs_db *db;
-  bs_storage *st;
-  bs_writer *w;
-  uint32_t stream;
-  unsigned lsn;
-} fx;
-
-#define OK(call)                                                                                  \
-  do {                                                                                            \
-    bs_error e_ = {0, ""};                                                                        \
-    int rc_ = (call);                                                                             \
-    if (rc_ != BS_OK) fail_msg("%s -> %d %s", #call, rc_, e_.msg);                                \
-  } while (0)
-/* the calls below take &e_ as their error argument */
-#define E (&e_)
-
-static void fx_open(fx *f) {
-  bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  o.flags = BS_OPEN_NOSYNC;
-  OK(bs_open(&f->db, f->path, &o, E));
-  OK(bs_storage_open(&f->st, f->db, f->stream, E));
-  OK(bs_writer_open(&f->w, f->st, NULL, E));
-}
-
-static void fx_close(fx *f) {
-  bs_writer_close(f->w);
-  bs_storage_close(f->st);
-  bs_close(f->db);
-  f->w = NULL;
-  f->st = NULL;
-  f->db = NULL;
-}
+/* Each test: an LMDB file with stream "s1", snapshot done, writer open (util_contract.c). */
+static unsigned lsn_counter; /* the last LSN committed by commit() */
 
 static int setup(void **state) {
-  fx *f = calloc(1, sizeof *f);
-  bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  o.flags = BS_OPEN_NOSYNC;
-  snprintf(f->path, sizeof f->path, "/tmp/bs_test_params_%d.db", (int)getpid());
-  unlink(f->path);
-  {
-    char lock[160];
-    snprintf(lock, sizeof lock, "%s-lock", f->path);
-    unlink(lock);
-  }
-  OK(bs_open(&f->db, f->path, &o, E));
-  OK(bs_stream_create(&f->stream, f->db, "s1", NULL, E));
-  bs_close(f->db);
-  fx_open(f);
-  OK(bs_writer_snapshot_done(f->w, bs_val_str("00000000"), E));
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx *f = *state;
-  char lock[160];
-  fx_close(f);
-  unlink(f->path);
-  snprintf(lock, sizeof lock, "%s-lock", f->path);
-  unlink(lock);
-  free(f);
-  return 0;
+  lsn_counter = 0;
+  *state = ct_env_new(&ct_backends[CT_LMDB]);
+  return *state ? 0 : -1;
 }
 
 /* ---- helpers ---- */
@@ -93,7 +36,7 @@ typedef struct key {
 
 static key key_of(const bs_scalar *v, size_t n) {
   key k;
-  OK(bs_lookup_encode(k.b, sizeof k.b, &k.n, v, n, E));
+  CT_OK(bs_lookup_encode(k.b, sizeof k.b, &k.n, v, n, &ct_err));
   return k;
 }
 static key skey(const char *s) {
@@ -115,7 +58,7 @@ static bs_val kval(const key *k) {
 }
 
 /* Saves row id of table with up to 4 lookups, each with one params row. */
-static void save(fx *f, const char *table, bs_tag tag, const char *id, const key *keys,
+static void save(ct_env *f, const char *table, bs_tag tag, const char *id, const key *keys,
                  const char **params, size_t n) {
   bs_save s = BS_SAVE_INIT;
   bs_lookup l[4];
@@ -133,14 +76,14 @@ static void save(fx *f, const char *table, bs_tag tag, const char *id, const key
   s.before_id = bs_val_str(id);
   s.lookups = l;
   s.n_lookups = n;
-  OK(bs_writer_save(f->w, &s, E));
+  CT_OK(bs_writer_save(f->w, &s, &ct_err));
 }
 
-static uint64_t commit(fx *f) {
+static uint64_t commit(ct_env *f) {
   char lsn[16];
   bs_commit_result r;
-  snprintf(lsn, sizeof lsn, "%08u", ++f->lsn);
-  OK(bs_writer_commit(f->w, bs_val_str(lsn), NULL, &r, E));
+  snprintf(lsn, sizeof lsn, "%08u", ++lsn_counter);
+  CT_OK(bs_writer_commit(f->w, bs_val_str(lsn), NULL, &r, &ct_err));
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }
@@ -155,17 +98,14 @@ typedef struct rows {
 static int on_row(const bs_val *p, void *payload) {
   rows *r = payload;
   if (r->n == 64) return -100;
-  r->v[r->n] = malloc(p->size + 1);
-  memcpy(r->v[r->n], p->data, p->size);
-  r->v[r->n][p->size] = 0;
-  r->n++;
+  r->v[r->n++] = ct_strndup(p->data, p->size);
   return 0;
 }
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int ps_rc(fx *f, uint64_t c, const key *keys, size_t n, size_t limit, rows *r,
+static int ps_rc(ct_env *f, uint64_t c, const key *keys, size_t n, size_t limit, rows *r,
                  bs_error *err) {
   bs_val l[8];
   int rc;
@@ -181,7 +121,7 @@ static int ps_rc(fx *f, uint64_t c, const key *keys, size_t n, size_t limit, row
   return rc;
 }
 /* "|"-joined sorted rows of lookup k at checkpoint c */
-static const char *ps(fx *f, uint64_t c, key k) {
+static const char *ps(ct_env *f, uint64_t c, key k) {
   static rows r;
   bs_error e = {0, ""};
   int rc = ps_rc(f, c, &k, 1, 0, &r, &e);
@@ -192,7 +132,7 @@ static const char *ps(fx *f, uint64_t c, key k) {
 /* ---- tests ---- */
 
 static void test_older_checkpoint(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   key k = skey("u1");
   const char *a1[] = {"{\"g\":1}"}, *a2[] = {"{\"g\":2}"};
   uint64_t c1, c2;
@@ -213,7 +153,7 @@ static void test_older_checkpoint(void **state) {
 }
 
 static void test_move_between_lookups(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   key a = skey("A"), b = skey("B");
   const char *p1[] = {"{\"r\":1}"}, *p2[] = {"{\"r\":2}"}, *p1b[] = {"{\"r\":\"1b\"}"};
   uint64_t c1, c2;
@@ -239,13 +179,13 @@ static void test_move_between_lookups(void **state) {
   {
     key ks[3] = {a, b, a};
     rows r;
-    OK(ps_rc(f, c2, ks, 3, 0, &r, E));
+    CT_OK(ps_rc(f, c2, ks, 3, 0, &r, &ct_err));
     assert_string_equal(r.joined, "{\"r\":1}|{\"r\":2}");
   }
 }
 
 static void test_number_normalisation(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   const char *p[] = {"{\"n\":314}"}, *q[] = {"{\"n\":\"d\"}"}, *big[] = {"{\"n\":\"2^60\"}"};
   key i314 = ikey(314), d314 = dkey(314.0), e314 = dkey(3.14e2);
   key d7 = dkey(7.0), i7 = ikey(7);
@@ -275,7 +215,7 @@ static void test_number_normalisation(void **state) {
 }
 
 static void test_truncate(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   key k = skey("t");
   const char *p1[] = {"{\"x\":1}"}, *p2[] = {"{\"x\":2}"}, *p3[] = {"{\"x\":3}"};
   uint64_t c1, c2;
@@ -284,14 +224,14 @@ static void test_truncate(void **state) {
   save(f, "t2", BS_INSERT, "r1", &k, p3, 1); /* same replica id, other table: a distinct row */
   c1 = commit(f);
   assert_string_equal(ps(f, c1, k), "{\"x\":1}|{\"x\":2}|{\"x\":3}");
-  OK(bs_writer_truncate(f->w, bs_val_str("t1"), E));
+  CT_OK(bs_writer_truncate(f->w, bs_val_str("t1"), &ct_err));
   c2 = commit(f);
   assert_string_equal(ps(f, c1, k), "{\"x\":1}|{\"x\":2}|{\"x\":3}");
   assert_string_equal(ps(f, c2, k), "{\"x\":3}");
 }
 
 static void test_limit(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   key k = skey("many"), other = skey("other");
   const char *p[] = {"{\"i\":0}"};
   char ids[8][16];
@@ -307,19 +247,19 @@ static void test_limit(void **state) {
   assert_int_equal(ps_rc(f, c, &k, 1, 4, &r, &err), BS_ELIMIT);
   assert_string_equal(err.msg, "too many parameter results (limit was 4)");
   assert_int_equal(r.n, 0); /* nothing was handed out */
-  OK(ps_rc(f, c, &k, 1, 5, &r, E));
+  CT_OK(ps_rc(f, c, &k, 1, 5, &r, &ct_err));
   assert_int_equal(r.n, 5);
   /* the limit is over the whole call, not per lookup */
   {
     key ks[2] = {k, other};
     assert_int_equal(ps_rc(f, c, ks, 2, 5, &r, &err), BS_ELIMIT);
-    OK(ps_rc(f, c, ks, 2, 6, &r, E));
+    CT_OK(ps_rc(f, c, ks, 2, 6, &r, &ct_err));
     assert_int_equal(r.n, 6);
   }
 }
 
 static void test_persistence(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   key k = skey("p");
   const char *p1[] = {"{\"v\":1}"}, *p2[] = {"{\"v\":2}"};
   uint64_t c1, c2;
@@ -328,8 +268,7 @@ static void test_persistence(void **state) {
   save(f, "t", BS_UPDATE, "r1", &k, p2, 1);
   c2 = commit(f);
   save(f, "t", BS_DELETE, "r1", NULL, NULL, 0); /* never committed: gone at reopen */
-  fx_close(f);
-  fx_open(f);
+  CT_OK(ct_env_reopen(f));
   assert_string_equal(ps(f, c1, k), "{\"v\":1}");
   assert_string_equal(ps(f, c2 + 5, k), "{\"v\":2}");
   /* the writer after reopen sees the persisted lookups: an update drops them */
@@ -340,14 +279,14 @@ static void test_persistence(void **state) {
 /* Forges two replica ids with the same hash in the index: their entries interleave in one
  * group, and each row keeps its own latest entry (r1's tombstone must not hide r2). */
 static void test_hash_collision(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   bs_lmdb_db *db = ((bs_lmdb_storage *)f->st)->db;
   key k = skey("col");
   bs_val v1 = bs_val_str("{\"c\":1}"), v2 = bs_val_str("{\"c\":2}");
   struct { const char *rid; const bs_val *row; size_t n; uint64_t op; } e[] = {
       {"r1", &v1, 1, 1}, {"r2", &v2, 1, 2}, {"r1", NULL, 0, 3}};
   MDB_txn *txn;
-  OK(bs_lmdb_txn_begin(db, 0, &txn, E));
+  CT_OK(bs_lmdb_txn_begin(db, 0, &txn, &ct_err));
   for (size_t i = 0; i < 3; i++) {
     unsigned char kb[BS_PARAM_KEY_MAX], vb[64];
     bs_val rid = bs_val_str(e[i].rid);
@@ -357,7 +296,7 @@ static void test_hash_collision(void **state) {
     bs_lmdb_param_value(vb, rid, e[i].row, e[i].n);
     assert_int_equal(mdb_put(txn, db->params, &mk, &mv, 0), 0);
   }
-  OK(bs_lmdb_txn_commit(db, txn, E));
+  CT_OK(bs_lmdb_txn_commit(db, txn, &ct_err));
   assert_string_equal(ps(f, 1, k), "{\"c\":1}");
   assert_string_equal(ps(f, 2, k), "{\"c\":1}|{\"c\":2}");
   assert_string_equal(ps(f, 3, k), "{\"c\":2}");
@@ -384,13 +323,13 @@ static void test_value_codec(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_value_codec),
-      cmocka_unit_test_setup_teardown(test_older_checkpoint, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_move_between_lookups, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_number_normalisation, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_limit, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_persistence, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hash_collision, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_older_checkpoint, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_move_between_lookups, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_number_normalisation, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_truncate, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_limit, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_persistence, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_hash_collision, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,108 +11,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "util_contract.h"
 #include "storage.h"
 
-typedef struct fx {
-  char path[128];
-  bs_db *db;
-  bs_storage *st;
-  bs_writer *w;
-  uint32_t stream;
-} fx;
-
-#define OK(call)                                                                                  \
-  do {                                                                                            \
-    bs_error e_ = {0, ""};                                                                        \
-    int rc_ = (call);                                                                             \
-    if (rc_ != BS_OK) fail_msg("%s -> %d %s", #call, rc_, e_.msg);                                \
-  } while (0)
-#define E (&e_)
-
-static bs_val V(const char *s) {
-  bs_val v = {s, s ? strlen(s) : 0};
-  return v;
-}
-
-static void unlink_db(const char *path) {
-  char lock[160];
-  unlink(path);
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(lock);
-}
-
-static void fx_open(fx *f) {
-  bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  o.flags = BS_OPEN_NOSYNC;
-  OK(bs_open(&f->db, f->path, &o, E));
-  OK(bs_storage_open(&f->st, f->db, f->stream, E));
-  OK(bs_writer_open(&f->w, f->st, NULL, E));
-}
-
-static void fx_close(fx *f) {
-  bs_writer_close(f->w);
-  bs_storage_close(f->st);
-  bs_close(f->db);
-}
-
+/* Each test: an LMDB file with stream "s1", snapshot done, writer open (util_contract.c). */
 static int setup(void **state) {
-  fx *f = calloc(1, sizeof *f);
-  bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  o.flags = BS_OPEN_NOSYNC;
-  snprintf(f->path, sizeof f->path, "/tmp/bs_test_wcp_%d.db", (int)getpid());
-  unlink_db(f->path);
-  OK(bs_open(&f->db, f->path, &o, E));
-  OK(bs_stream_create(&f->stream, f->db, "s1", NULL, E));
-  bs_close(f->db);
-  fx_open(f);
-  OK(bs_writer_snapshot_done(f->w, V("00000000"), E));
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx *f = *state;
-  fx_close(f);
-  unlink_db(f->path);
-  free(f);
-  return 0;
+  *state = ct_env_new(&ct_backends[CT_LMDB]);
+  return *state ? 0 : -1;
 }
 
 /* One managed request on connection "1"; req < 0 = generated. Returns the id. */
-static uint64_t managed(fx *f, const char *user, const char *lsn, int64_t req, int *adv) {
-  bs_head h = {V("1"), V(lsn)};
-  bs_managed_request r = {V(user), &h, 1, req >= 0, req >= 0 ? (uint64_t)req : 0, 0};
+static uint64_t managed(ct_env *f, const char *user, const char *lsn, int64_t req, int *adv) {
+  bs_head h = {ct_v("1"), ct_v(lsn)};
+  bs_managed_request r = {ct_v(user), &h, 1, req >= 0, req >= 0 ? (uint64_t)req : 0, 0};
   uint64_t id = 0;
   int a = -1;
-  OK(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, &a, E));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, &a, &ct_err));
   assert_true(a == 0 || a == 1);
   if (adv) *adv = a;
   return id;
 }
 
 /* last_write_checkpoint at heads {"1": lsn}; 0 = none */
-static uint64_t last(fx *f, const char *user, const char *lsn) {
-  bs_head h = {V("1"), V(lsn)};
+static uint64_t last(ct_env *f, const char *user, const char *lsn) {
+  bs_head h = {ct_v("1"), ct_v(lsn)};
   uint64_t id = 12345;
   int found = -1;
-  OK(bs_last_write_checkpoint(f->st, V(user), &h, lsn ? 1 : 0, &id, &found, E));
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v(user), &h, lsn ? 1 : 0, &id, &found, &ct_err));
   assert_true(found == 0 || found == 1);
   return found ? id : 0;
 }
 
-static void commit(fx *f, const char *lsn) {
+static void commit(ct_env *f, const char *lsn) {
   bs_commit_result r;
-  OK(bs_writer_commit(f->w, V(lsn), NULL, &r, E));
+  CT_OK(bs_writer_commit(f->w, ct_v(lsn), NULL, &r, &ct_err));
 }
 
 /* ---- tests ---- */
 
 static void test_managed_ids(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   int adv;
   assert_int_equal(managed(f, "u", "00000005", 42, &adv), 42);
   assert_true(adv);
@@ -137,34 +78,34 @@ static void test_managed_ids(void **state) {
 }
 
 static void test_last_heads(void **state) {
-  fx *f = *state;
-  bs_head two[2] = {{V("1"), V("00000005")},
-                    {V("2"), V("0010")}};
-  bs_managed_request r = {V("m"), two, 2, 1, 7, 0};
+  ct_env *f = *state;
+  bs_head two[2] = {{ct_v("1"), ct_v("00000005")},
+                    {ct_v("2"), ct_v("0010")}};
+  bs_managed_request r = {ct_v("m"), two, 2, 1, 7, 0};
   uint64_t id;
   int found;
-  OK(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, NULL, E));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, NULL, &ct_err));
   assert_int_equal(id, 7);
   /* missing connection 2: not satisfied */
   assert_int_equal(last(f, "m", "00000005"), 0);
-  OK(bs_last_write_checkpoint(f->st, V("m"), two, 2, &id, &found, E));
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v("m"), two, 2, &id, &found, &ct_err));
   assert_true(found);
   assert_int_equal(id, 7);
-  two[1].lsn = V("0009");
-  OK(bs_last_write_checkpoint(f->st, V("m"), two, 2, &id, &found, E));
+  two[1].lsn = ct_v("0009");
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v("m"), two, 2, &id, &found, &ct_err));
   assert_false(found);
 }
 
 static void test_batch_dedup(void **state) {
-  fx *f = *state;
-  bs_head h = {V("1"), V("00000010")};
+  ct_env *f = *state;
+  bs_head h = {ct_v("1"), ct_v("00000010")};
   bs_managed_request r[5] = {
-      {V("x"), &h, 1, 0, 0, 0},  {V("x"), &h, 1, 1, 7, 0},
-      {V("y"), &h, 1, 0, 0, 0},  {V("x"), &h, 1, 1, 9, 0},
-      {V("y"), &h, 1, 0, 0, 0}};
+      {ct_v("x"), &h, 1, 0, 0, 0},  {ct_v("x"), &h, 1, 1, 7, 0},
+      {ct_v("y"), &h, 1, 0, 0, 0},  {ct_v("x"), &h, 1, 1, 9, 0},
+      {ct_v("y"), &h, 1, 0, 0, 0}};
   uint64_t ids[5];
   int adv = 0;
-  OK(bs_create_managed_write_checkpoints(f->st, r, 5, ids, &adv, E));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, r, 5, ids, &adv, &ct_err));
   /* x: supplied beats generated, the greatest supplied wins; y: one generated id, not two */
   assert_int_equal(ids[0], 9);
   assert_int_equal(ids[1], 9);
@@ -172,7 +113,7 @@ static void test_batch_dedup(void **state) {
   assert_int_equal(ids[2], 1);
   assert_int_equal(ids[4], 1);
   assert_true(adv);
-  OK(bs_create_managed_write_checkpoints(f->st, r, 0, ids, &adv, E)); /* empty batch */
+  CT_OK(bs_create_managed_write_checkpoints(f->st, r, 0, ids, &adv, &ct_err)); /* empty batch */
   assert_false(adv);
 }
 
@@ -181,16 +122,16 @@ static int val_is(bs_val v, const char *s) {
 }
 
 /* Saves one bucket row so that the next commit has a new op id. */
-static void save_row(fx *f, const char *id) {
+static void save_row(ct_env *f, const char *id) {
   bs_save s = BS_SAVE_INIT;
-  bs_row row = {V("b"), V("t"), V(id), V("{}")};
-  s.table = V("t");
+  bs_row row = {ct_v("b"), ct_v("t"), ct_v(id), ct_v("{}")};
+  s.table = ct_v("t");
   s.tag = BS_INSERT;
-  s.after_id = V(id);
-  s.before_id = V(id);
+  s.after_id = ct_v(id);
+  s.before_id = ct_v(id);
   s.rows = &row;
   s.n_rows = 1;
-  OK(bs_writer_save(f->w, &s, E));
+  CT_OK(bs_writer_save(f->w, &s, &ct_err));
 }
 
 static int on_changes(const bs_checkpoint_changes *c, void *payload) {
@@ -201,10 +142,10 @@ static int on_changes(const bs_checkpoint_changes *c, void *payload) {
 }
 
 static void test_commit_marks_processed(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   int adv;
   bs_checkpoint c0, c1;
-  OK(bs_get_checkpoint(f->st, &c0, E));
+  CT_OK(bs_get_checkpoint(f->st, &c0, &ct_err));
   assert_int_equal(managed(f, "u", "00000010", 42, &adv), 42);
   assert_true(adv);
   /* an equal retry before any commit passed the head: still pending */
@@ -220,11 +161,11 @@ static void test_commit_marks_processed(void **state) {
   assert_int_equal(managed(f, "u", "00000010", 40, &adv), 42);
   assert_false(adv);
   /* the checkpoint's changes name the user */
-  OK(bs_get_checkpoint(f->st, &c1, E));
+  CT_OK(bs_get_checkpoint(f->st, &c1, &ct_err));
   assert_true(c1.op_id > c0.op_id);
   {
     int seen = 0;
-    OK(bs_get_checkpoint_changes(f->st, c0.op_id, c1.op_id, on_changes, &seen, E));
+    CT_OK(bs_get_checkpoint_changes(f->st, c0.op_id, c1.op_id, on_changes, &seen, &ct_err));
     assert_true(seen);
   }
   /* a new id makes it pending again */
@@ -236,81 +177,80 @@ static void test_commit_marks_processed(void **state) {
 }
 
 static void test_custom(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   uint64_t id;
   int found, adv;
-  bs_head h = {V("1"), V("1")};
-  bs_managed_request r = {V("u"), &h, 1, 0, 0, 0};
-  OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, V(""), E));
+  bs_head h = {ct_v("1"), ct_v("1")};
+  bs_managed_request r = {ct_v("u"), &h, 1, 0, 0, 0};
+  CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, ct_v(""), &ct_err));
   assert_int_equal(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, &adv, NULL), BS_ESTATE);
-  OK(bs_writer_custom_write_checkpoint(f->w, V("u"), 5, V(""), E));
-  OK(bs_last_write_checkpoint(f->st, V("u"), NULL, 0, &id, &found, E));
+  CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("u"), 5, ct_v(""), &ct_err));
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
   assert_false(found); /* queued, not yet flushed */
-  OK(bs_writer_flush(f->w, NULL, E));
-  OK(bs_last_write_checkpoint(f->st, V("u"), NULL, 0, &id, &found, E));
+  CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
   assert_true(found);
   assert_int_equal(id, 5);
-  OK(bs_writer_custom_write_checkpoint(f->w, V("u"), 3, V(""), E));
-  OK(bs_writer_flush(f->w, NULL, E));
-  OK(bs_last_write_checkpoint(f->st, V("u"), NULL, 0, &id, &found, E));
+  CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("u"), 3, ct_v(""), &ct_err));
+  CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
   assert_int_equal(id, 3); /* overwritten, even by a lower value */
   /* custom values do not leak into managed mode and back */
-  OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_MANAGED, V(""), E));
+  CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_MANAGED, ct_v(""), &ct_err));
   assert_int_equal(last(f, "u", "9"), 0);
-  OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, V(""), E));
-  OK(bs_last_write_checkpoint(f->st, V("u"), NULL, 0, &id, &found, E));
+  CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, ct_v(""), &ct_err));
+  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
   assert_true(found);
   assert_int_equal(id, 3);
 }
 
 static void test_cleanup(void **state) {
-  fx *f = *state;
-  bs_head h = {V("1"), V("00000005")};
-  bs_managed_request old = {V("old"), &h, 1, 1, 10, 1000};
-  bs_managed_request recent = {V("recent"), &h, 1, 1, 10, 5000};
-  bs_managed_request gen = {V("gen"), &h, 1, 0, 0, 0};
-  bs_head h2 = {V("1"), V("00000099")};
-  bs_managed_request pending = {V("pending"), &h2, 1, 1, 10, 1000};
+  ct_env *f = *state;
+  bs_head h = {ct_v("1"), ct_v("00000005")};
+  bs_managed_request old = {ct_v("old"), &h, 1, 1, 10, 1000};
+  bs_managed_request recent = {ct_v("recent"), &h, 1, 1, 10, 5000};
+  bs_managed_request gen = {ct_v("gen"), &h, 1, 0, 0, 0};
+  bs_head h2 = {ct_v("1"), ct_v("00000099")};
+  bs_managed_request pending = {ct_v("pending"), &h2, 1, 1, 10, 1000};
   uint64_t id, deleted = 99;
-  OK(bs_create_managed_write_checkpoints(f->st, &old, 1, &id, NULL, E));
-  OK(bs_create_managed_write_checkpoints(f->st, &recent, 1, &id, NULL, E));
-  OK(bs_create_managed_write_checkpoints(f->st, &gen, 1, &id, NULL, E));
-  OK(bs_create_managed_write_checkpoints(f->st, &pending, 1, &id, NULL, E));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &old, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &recent, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &gen, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &pending, 1, &id, NULL, &ct_err));
   /* nothing processed yet: nothing deleted */
-  OK(bs_delete_checkpoint_requests_before(f->st, 3000, &deleted, E));
+  CT_OK(bs_delete_checkpoint_requests_before(f->st, 3000, &deleted, &ct_err));
   assert_int_equal(deleted, 0);
   commit(f, "00000006");
-  OK(bs_delete_checkpoint_requests_before(f->st, 3000, &deleted, E));
+  CT_OK(bs_delete_checkpoint_requests_before(f->st, 3000, &deleted, &ct_err));
   assert_int_equal(deleted, 1);
   assert_int_equal(last(f, "old", "00000006"), 0);
   assert_int_equal(last(f, "recent", "00000006"), 10);
   assert_int_equal(last(f, "gen", "00000006"), 1);     /* no requested_at: kept */
   assert_int_equal(last(f, "pending", "00000099"), 10); /* not processed: kept */
-  OK(bs_delete_checkpoint_requests_before(f->st, INT64_MAX, &deleted, E));
+  CT_OK(bs_delete_checkpoint_requests_before(f->st, INT64_MAX, &deleted, &ct_err));
   assert_int_equal(deleted, 1); /* recent */
   assert_int_equal(last(f, "gen", "00000006"), 1);
   /* an equal retry refreshes requested_at: the record survives a cutoff below the refresh */
   {
-    bs_managed_request r1 = {V("retry"), &h, 1, 1, 5, 1000};
-    bs_managed_request r2 = {V("retry"), &h, 1, 1, 5, 8000};
-    OK(bs_create_managed_write_checkpoints(f->st, &r1, 1, &id, NULL, E));
+    bs_managed_request r1 = {ct_v("retry"), &h, 1, 1, 5, 1000};
+    bs_managed_request r2 = {ct_v("retry"), &h, 1, 1, 5, 8000};
+    CT_OK(bs_create_managed_write_checkpoints(f->st, &r1, 1, &id, NULL, &ct_err));
     commit(f, "00000007");
-    OK(bs_create_managed_write_checkpoints(f->st, &r2, 1, &id, NULL, E));
-    OK(bs_delete_checkpoint_requests_before(f->st, 5000, &deleted, E));
+    CT_OK(bs_create_managed_write_checkpoints(f->st, &r2, 1, &id, NULL, &ct_err));
+    CT_OK(bs_delete_checkpoint_requests_before(f->st, 5000, &deleted, &ct_err));
     assert_int_equal(deleted, 0);
-    OK(bs_delete_checkpoint_requests_before(f->st, 9000, &deleted, E));
+    CT_OK(bs_delete_checkpoint_requests_before(f->st, 9000, &deleted, &ct_err));
     assert_int_equal(deleted, 1);
   }
 }
 
 static void test_persistence(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   int adv;
   assert_int_equal(managed(f, "u", "00000005", 42, &adv), 42);
   assert_int_equal(managed(f, "p", "00000009", 7, &adv), 7);
   commit(f, "00000006");
-  fx_close(f);
-  fx_open(f);
+  CT_OK(ct_env_reopen(f));
   assert_int_equal(last(f, "u", "00000005"), 42);
   assert_int_equal(managed(f, "u", "00000005", 42, &adv), 42);
   assert_false(adv); /* processed state persisted */
@@ -330,30 +270,30 @@ static void on_problem(const char *p, void *payload) {
 /* pending markers, processed records and custom values are all consistent for verify, and
  * stat counts records (one per managed user, one per custom value) */
 static void test_verify_and_stat(void **state) {
-  fx *f = *state;
+  ct_env *f = *state;
   uint64_t problems = 99;
   bs_stat s;
   managed(f, "done", "00000001", 3, NULL);
   managed(f, "waiting", "00000099", -1, NULL);
   commit(f, "00000002");
-  OK(bs_writer_custom_write_checkpoint(f->w, V("c"), 5, V(""), E));
-  OK(bs_writer_flush(f->w, NULL, E));
-  OK(bs_db_verify(f->db, on_problem, NULL, &problems, E));
+  CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("c"), 5, ct_v(""), &ct_err));
+  CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
+  CT_OK(bs_db_verify(f->db, on_problem, NULL, &problems, &ct_err));
   assert_int_equal(problems, 0);
-  OK(bs_db_stat(f->db, &s, E));
+  CT_OK(bs_db_stat(f->db, &s, &ct_err));
   assert_int_equal(s.write_checkpoints, 3);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_managed_ids, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_last_heads, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_batch_dedup, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_commit_marks_processed, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_custom, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cleanup, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_persistence, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_verify_and_stat, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_managed_ids, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_last_heads, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_dedup, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_commit_marks_processed, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_custom, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_cleanup, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_persistence, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_verify_and_stat, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

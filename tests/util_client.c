@@ -12,27 +12,9 @@
  */
 #include "util_client.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *dupn(const char *p, size_t n) {
-  char *s = malloc(n + 1);
-  assert_non_null(s);
-  if (n) memcpy(s, p, n);
-  s[n] = 0;
-  return s;
-}
-
-static char *dups(const char *s) { return dupn(s, strlen(s)); }
-
-static void *grow(void *v, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return v;
-  *cap = *cap ? *cap * 2 : 8;
-  if (*cap < need) *cap = need;
-  v = realloc(v, *cap * elem);
-  assert_non_null(v);
-  return v;
-}
 
 /* ---- Lines ---------------------------------------------------------------------------------- */
 
@@ -73,19 +55,8 @@ static void bucket_free(cl_bucket *b) {
 
 /* Index of name in c->b, or the insertion point with *found = 0. */
 static size_t bucket_pos(const cl_client *c, const char *name, int *found) {
-  size_t lo = 0, hi = c->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int d = strcmp(c->b[mid].name, name);
-    if (d == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (d < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  *found = 0;
-  return lo;
+  return ct_sorted_pos(c->b, c->n, sizeof *c->b, offsetof(cl_bucket, name), name, strlen(name),
+                       found);
 }
 
 cl_bucket *cl_find(const cl_client *c, const char *name) {
@@ -98,11 +69,8 @@ static cl_bucket *bucket_get(cl_client *c, const char *name) {
   int found;
   size_t i = bucket_pos(c, name, &found);
   if (found) return &c->b[i];
-  c->b = grow(c->b, &c->cap, c->n + 1, sizeof *c->b);
-  memmove(&c->b[i + 1], &c->b[i], (c->n - i) * sizeof *c->b);
-  memset(&c->b[i], 0, sizeof c->b[i]);
-  c->b[i].name = dups(name);
-  c->n++;
+  c->b = ct_insert_at(c->b, &c->n, &c->cap, i, sizeof *c->b);
+  c->b[i].name = ct_strdup(name);
   return &c->b[i];
 }
 
@@ -112,24 +80,12 @@ static void bucket_remove(cl_client *c, const char *name) {
   size_t i = bucket_pos(c, name, &found);
   if (!found) return;
   bucket_free(&c->b[i]);
-  memmove(&c->b[i], &c->b[i + 1], (c->n - i - 1) * sizeof *c->b);
-  c->n--;
+  ct_remove_at(c->b, &c->n, i, sizeof *c->b);
 }
 
 static size_t row_pos(const cl_bucket *b, const char *key, int *found) {
-  size_t lo = 0, hi = b->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int d = strcmp(b->rows[mid].key, key);
-    if (d == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (d < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  *found = 0;
-  return lo;
+  return ct_sorted_pos(b->rows, b->n, sizeof *b->rows, offsetof(cl_row, key), key, strlen(key),
+                       found);
 }
 
 const cl_row *cl_row_find(const cl_bucket *b, const char *key) {
@@ -140,15 +96,6 @@ const cl_row *cl_row_find(const cl_bucket *b, const char *key) {
 
 uint32_t cl_checksum(const cl_bucket *b) {
   return b ? (uint32_t)(b->add_checksum + b->op_checksum) : 0;
-}
-
-static char *row_key(const ct_op *op) {
-  size_t n = op->object_type.n + op->object_id.n + op->subkey.n + 3;
-  char *k = malloc(n);
-  assert_non_null(k);
-  snprintf(k, n, "%s\x1f%s\x1f%s", op->object_type.p ? op->object_type.p : "",
-           op->object_id.p ? op->object_id.p : "", op->subkey.p ? op->subkey.p : "");
-  return k;
 }
 
 static void apply_op(cl_bucket *b, const ct_op *op) {
@@ -170,28 +117,25 @@ static void apply_op(cl_bucket *b, const ct_op *op) {
     b->op_checksum = 0;
     return;
   }
-  key = row_key(op);
+  key = ct_row_key(op);
   i = row_pos(b, key, &found);
   if (found) { /* superseded */
     b->add_checksum += b->rows[i].checksum;
     b->op_checksum -= b->rows[i].checksum;
     free(b->rows[i].key);
     free(b->rows[i].data);
-    memmove(&b->rows[i], &b->rows[i + 1], (b->n - i - 1) * sizeof *b->rows);
-    b->n--;
+    ct_remove_at(b->rows, &b->n, i, sizeof *b->rows);
   }
   if (op->type == BS_OP_REMOVE) {
     b->add_checksum += op->checksum;
     free(key);
     return;
   }
-  b->rows = grow(b->rows, &b->cap, b->n + 1, sizeof *b->rows);
-  memmove(&b->rows[i + 1], &b->rows[i], (b->n - i) * sizeof *b->rows);
+  b->rows = ct_insert_at(b->rows, &b->n, &b->cap, i, sizeof *b->rows);
   b->rows[i].key = key;
   b->rows[i].op_id = op->op_id;
   b->rows[i].checksum = op->checksum;
-  b->rows[i].data = dupn(op->data.p ? op->data.p : "", op->data.n);
-  b->n++;
+  b->rows[i].data = ct_strndup(op->data.p ? op->data.p : "", op->data.n);
   b->op_checksum += op->checksum;
 }
 
@@ -227,11 +171,11 @@ void cl_clone(cl_client *dst, const cl_client *src) {
     d->last_op = s->last_op;
     d->add_checksum = s->add_checksum;
     d->op_checksum = s->op_checksum;
-    d->rows = grow(NULL, &d->cap, s->n, sizeof *d->rows);
+    d->rows = ct_grow(NULL, &d->cap, s->n, sizeof *d->rows);
     for (j = 0; j < s->n; j++) {
       d->rows[j] = s->rows[j];
-      d->rows[j].key = dups(s->rows[j].key);
-      d->rows[j].data = dups(s->rows[j].data);
+      d->rows[j].key = ct_strdup(s->rows[j].key);
+      d->rows[j].data = ct_strdup(s->rows[j].data);
     }
     d->n = s->n;
   }
@@ -259,19 +203,8 @@ void cl_disconnect(cl_client *c) {
 }
 
 static size_t target_pos(const cl_checkpoint *t, const char *name, int *found) {
-  size_t lo = 0, hi = t->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int d = strcmp(t->b[mid].name, name);
-    if (d == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (d < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  *found = 0;
-  return lo;
+  return ct_sorted_pos(t->b, t->n, sizeof *t->b, offsetof(sl_bucket_checksum, name), name,
+                       strlen(name), found);
 }
 
 const sl_bucket_checksum *cl_target_bucket(const cl_client *c, const char *name) {
@@ -284,10 +217,8 @@ static void target_set(cl_checkpoint *t, const sl_bucket_checksum *bc) {
   int found;
   size_t i = target_pos(t, bc->name, &found);
   if (!found) {
-    t->b = grow(t->b, &t->cap, t->n + 1, sizeof *t->b);
-    memmove(&t->b[i + 1], &t->b[i], (t->n - i) * sizeof *t->b);
-    t->n++;
-    t->b[i].name = dups(bc->name);
+    t->b = ct_insert_at(t->b, &t->n, &t->cap, i, sizeof *t->b);
+    t->b[i].name = ct_strdup(bc->name);
   }
   t->b[i].checksum = bc->checksum;
   t->b[i].count = bc->count;
@@ -299,8 +230,7 @@ static void target_del(cl_checkpoint *t, const char *name) {
   size_t i = target_pos(t, name, &found);
   if (!found) return;
   free(t->b[i].name);
-  memmove(&t->b[i], &t->b[i + 1], (t->n - i - 1) * sizeof *t->b);
-  t->n--;
+  ct_remove_at(t->b, &t->n, i, sizeof *t->b);
 }
 
 /* syncLocalDatabase's validation: every bucket of the target with priority <= prio (-1: all). */

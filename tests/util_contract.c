@@ -6,12 +6,25 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 
+/* ---- Backends --------------------------------------------------------------------------------- */
+
+static int passthrough_open_storage(const ct_backend *be, bs_db *db, uint32_t id,
+                                    bs_storage **out, bs_error *err) {
+  bs_storage *st = NULL;
+  int rc = bs_storage_open(&st, db, id, err);
+  if (rc) return rc;
+  rc = ct_passthrough_wrap(out, st);
+  if (rc) bs_storage_close(st);
+  return rc;
+}
+
 const ct_backend ct_backends[CT_N_BACKENDS] = {
-    {"memory", CT_MEMORY, 0},
-    {"lmdb", CT_LMDB, 1},
-    {"lmdb+passthrough", CT_LMDB_PT, 1},
+    {"memory", 0, NULL, NULL, NULL},
+    {"lmdb", 1, NULL, NULL, NULL},
+    {"lmdb+passthrough", 1, NULL, passthrough_open_storage, NULL},
 };
 
 bs_error ct_err;
@@ -19,19 +32,36 @@ bs_error ct_err;
 /* ---- Environment ------------------------------------------------------------------------------ */
 
 static int open_db(const ct_env *e, size_t cache_entries, bs_db **out) {
+  const ct_backend *be = e->be;
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.checksum_cache_entries = cache_entries;
   memset(&ct_err, 0, sizeof ct_err);
-  if (e->be->kind == CT_MEMORY) return bs_open_memory(out, &o, &ct_err);
-  o.flags = BS_OPEN_NOSYNC;
+  if (be->persistent) o.flags = BS_OPEN_NOSYNC;
+  if (be->open_db) return be->open_db(be, be->persistent ? e->path : NULL, &o, out, &ct_err);
+  if (!be->persistent) return bs_open_memory(out, &o, &ct_err);
   return bs_open(out, e->path, &o, &ct_err);
+}
+
+/* Removes every file of the test's temporary directory (whatever names the backend used), then
+ * the directory. */
+static void remove_dir(const char *dir) {
+  char p[512];
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
 }
 
 int ct_env_open(ct_env *e, const ct_backend *be, size_t cache_entries) {
   memset(e, 0, sizeof *e);
   e->be = be;
   e->cache_entries = cache_entries;
-  if (be->kind != CT_MEMORY) {
+  if (be->persistent) {
     const char *tmp = getenv("TMPDIR");
     snprintf(e->dir, sizeof e->dir, "%s/bsct.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(e->dir)) {
@@ -50,18 +80,9 @@ int ct_open_second(const ct_env *e, size_t cache_entries, bs_db **out) {
 }
 
 int ct_storage_open(const ct_env *e, bs_db *db, uint32_t id, bs_storage **out) {
-  bs_storage *st = NULL;
-  int rc;
   memset(&ct_err, 0, sizeof ct_err);
-  rc = bs_storage_open(&st, db, id, &ct_err);
-  if (rc) return rc;
-  if (e->be->kind == CT_LMDB_PT) {
-    rc = ct_passthrough_wrap(out, st);
-    if (rc) bs_storage_close(st);
-    return rc;
-  }
-  *out = st;
-  return BS_OK;
+  if (e->be->open_storage) return e->be->open_storage(e->be, db, id, out, &ct_err);
+  return bs_storage_open(out, db, id, &ct_err);
 }
 
 int ct_env_writer(ct_env *e, const bs_writer_options *opts) {
@@ -108,7 +129,6 @@ int ct_env_reopen(ct_env *e) {
 }
 
 void ct_env_close(ct_env *e) {
-  char p[256];
   if (e->w) bs_writer_close(e->w);
   if (e->st) bs_storage_close(e->st);
   if (e->db) bs_close(e->db);
@@ -116,12 +136,31 @@ void ct_env_close(ct_env *e) {
   e->st = NULL;
   e->db = NULL;
   if (e->dir[0]) {
-    unlink(e->path);
-    snprintf(p, sizeof p, "%s-lock", e->path);
-    unlink(p);
-    rmdir(e->dir);
+    remove_dir(e->dir);
     e->dir[0] = 0;
   }
+}
+
+ct_env *ct_env_new(const ct_backend *be) {
+  ct_env *e = calloc(1, sizeof *e);
+  int rc;
+  if (!e) return NULL;
+  rc = ct_env_open(e, be, 0);
+  if (rc == BS_OK) rc = ct_env_stream(e, "s1", BS_HASH_XXH3, "00000000");
+  if (rc) {
+    fprintf(stderr, "setup on %s failed: %s (%s)\n", be->name, bs_strerror(rc), ct_err.msg);
+    ct_env_close(e);
+    free(e);
+    return NULL;
+  }
+  return e;
+}
+
+int ct_env_teardown(void **state) {
+  ct_env *e = *state;
+  ct_env_close(e);
+  free(e);
+  return 0;
 }
 
 /* ---- Writing ---------------------------------------------------------------------------------- */
@@ -180,26 +219,17 @@ static bs_val key_of(unsigned char *buf, size_t cap, const bs_scalar *sc) {
 }
 
 bs_val ct_key_str(unsigned char *buf, size_t cap, const char *s) {
-  bs_scalar sc;
-  memset(&sc, 0, sizeof sc);
-  sc.type = BS_SCALAR_STRING;
-  sc.s = ct_v(s);
+  bs_scalar sc = {.type = BS_SCALAR_STRING, .s = ct_v(s)};
   return key_of(buf, cap, &sc);
 }
 
 bs_val ct_key_int(unsigned char *buf, size_t cap, int64_t i) {
-  bs_scalar sc;
-  memset(&sc, 0, sizeof sc);
-  sc.type = BS_SCALAR_INT;
-  sc.i = i;
+  bs_scalar sc = {.type = BS_SCALAR_INT, .i = i};
   return key_of(buf, cap, &sc);
 }
 
 bs_val ct_key_double(unsigned char *buf, size_t cap, double d) {
-  bs_scalar sc;
-  memset(&sc, 0, sizeof sc);
-  sc.type = BS_SCALAR_DOUBLE;
-  sc.d = d;
+  bs_scalar sc = {.type = BS_SCALAR_DOUBLE, .d = d};
   return key_of(buf, cap, &sc);
 }
 
@@ -211,10 +241,7 @@ static void buf_copy(ct_buf *b, bs_val v) {
     b->n = 0;
     return;
   }
-  b->p = malloc(v.size + 1);
-  assert_non_null(b->p);
-  if (v.size) memcpy(b->p, v.data, v.size);
-  b->p[v.size] = 0;
+  b->p = ct_strndup(v.data, v.size);
   b->n = v.size;
 }
 
@@ -243,11 +270,7 @@ void ct_op_free(ct_op *op) {
 }
 
 void ct_oplist_push(ct_oplist *l, const bs_op *op) {
-  if (l->n == l->cap) {
-    l->cap = l->cap ? l->cap * 2 : 16;
-    l->v = realloc(l->v, l->cap * sizeof *l->v);
-    assert_non_null(l->v);
-  }
+  l->v = ct_grow(l->v, &l->cap, l->n + 1, sizeof *l->v);
   ct_op_copy(&l->v[l->n++], op);
 }
 
@@ -376,16 +399,8 @@ typedef struct params_ctx {
 
 static int on_param(const bs_val *p, void *payload) {
   params_ctx *c = payload;
-  if (c->n == c->cap) {
-    c->cap = c->cap ? c->cap * 2 : 16;
-    c->v = realloc(c->v, c->cap * sizeof *c->v);
-    assert_non_null(c->v);
-  }
-  c->v[c->n] = malloc(p->size + 1);
-  assert_non_null(c->v[c->n]);
-  if (p->size) memcpy(c->v[c->n], p->data, p->size);
-  c->v[c->n][p->size] = 0;
-  c->n++;
+  c->v = ct_grow(c->v, &c->cap, c->n + 1, sizeof *c->v);
+  c->v[c->n++] = ct_strndup(p->data, p->size);
   return 0;
 }
 
@@ -414,6 +429,26 @@ int ct_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n, size_
   return rc;
 }
 
+void ct_expect_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n,
+                      const char *want) {
+  char *got = NULL;
+  int rc = ct_params(st, C, lookups, n, 0, &got);
+  if (rc != BS_OK) {
+    free(got);
+    fail_msg("parameter sets at %llu: %s (%s)", (unsigned long long)C, bs_strerror(rc),
+             ct_err.msg);
+    return; /* not reached: fail_msg jumps out */
+  }
+  if (strcmp(got, want) != 0) {
+    fprintf(stderr, "parameter sets at %llu: got \"%s\", expected \"%s\"\n",
+            (unsigned long long)C, got, want);
+    free(got);
+    fail();
+    return; /* not reached */
+  }
+  free(got);
+}
+
 const char *ct_type_name(bs_op_type t) {
   switch (t) {
   case BS_OP_PUT: return "PUT";
@@ -434,6 +469,73 @@ void ct_dump_ops(const char *what, const ct_oplist *l) {
             o->object_type.p ? o->object_type.p : "-", o->object_id.p ? o->object_id.p : "-",
             o->subkey.p ? o->subkey.p : "-", o->data.p ? o->data.p : "-");
   }
+}
+
+/* ---- Small containers ------------------------------------------------------------------------- */
+
+char *ct_strndup(const void *p, size_t n) {
+  char *s = malloc(n + 1);
+  assert_non_null(s);
+  if (n) memcpy(s, p, n);
+  s[n] = 0;
+  return s;
+}
+
+char *ct_strdup(const char *s) { return ct_strndup(s, strlen(s)); }
+
+void *ct_grow(void *v, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return v;
+  *cap = *cap ? *cap * 2 : 8;
+  if (*cap < need) *cap = need;
+  v = realloc(v, *cap * elem);
+  assert_non_null(v);
+  return v;
+}
+
+size_t ct_sorted_pos(const void *v, size_t n, size_t elem, size_t name_off, const char *name,
+                     size_t len, int *found) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    const char *m;
+    size_t ml;
+    int d;
+    memcpy(&m, (const char *)v + mid * elem + name_off, sizeof m);
+    ml = strlen(m);
+    d = memcmp(m, name, ml < len ? ml : len);
+    if (d == 0) d = ml < len ? -1 : ml > len ? 1 : 0;
+    if (d == 0) {
+      *found = 1;
+      return mid;
+    }
+    if (d < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  *found = 0;
+  return lo;
+}
+
+void *ct_insert_at(void *v, size_t *n, size_t *cap, size_t i, size_t elem) {
+  char *p = ct_grow(v, cap, *n + 1, elem);
+  memmove(p + (i + 1) * elem, p + i * elem, (*n - i) * elem);
+  memset(p + i * elem, 0, elem);
+  ++*n;
+  return p;
+}
+
+void ct_remove_at(void *v, size_t *n, size_t i, size_t elem) {
+  char *p = v;
+  memmove(p + i * elem, p + (i + 1) * elem, (*n - i - 1) * elem);
+  --*n;
+}
+
+char *ct_row_key(const ct_op *op) {
+  size_t n = op->object_type.n + op->object_id.n + op->subkey.n + 3;
+  char *k = malloc(n);
+  assert_non_null(k);
+  snprintf(k, n, "%s\x1f%s\x1f%s", op->object_type.p ? op->object_type.p : "",
+           op->object_id.p ? op->object_id.p : "", op->subkey.p ? op->subkey.p : "");
+  return k;
 }
 
 /* ---- Seeds ------------------------------------------------------------------------------------ */

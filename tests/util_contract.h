@@ -16,17 +16,40 @@
 
 #include "../storage.h"
 
-/* ---- Backends under test ---------------------------------------------------------------------- */
-typedef enum ct_kind { CT_MEMORY = 0, CT_LMDB = 1, CT_LMDB_PT = 2 } ct_kind;
+/* ---- Backends under test ----------------------------------------------------------------------
+ * A backend is data: a name, whether its data survives a close, and two hooks. The three
+ * built-ins are entries of ct_backends[]; another program describes its own backend the same way
+ * and hands it to ct_run_contract() (README.md, "Running the conformance suite on your backend").
+ */
+typedef struct ct_backend ct_backend;
+struct ct_backend {
+  const char *name; /* "memory", "lmdb", "lmdb+passthrough": labels and BS_CONTRACT_ONLY */
+  int persistent;   /* data survives closing the db and open_db() again on the same path */
+  /* Opens the db of one test. path: for a persistent backend, a file in a fresh temporary
+   * directory of the test's own (the suite deletes the directory and every file in it at the
+   * end); NULL otherwise. opts: the suite's options (checksum cache size; BS_OPEN_NOSYNC for
+   * files). A persistent backend is opened again on the same path to reopen it and for a second
+   * handle, and must then see what was committed. NULL hook: bs_open(), or bs_open_memory() when
+   * not persistent. */
+  int (*open_db)(const ct_backend *be, const char *path, const bs_open_options *opts,
+                 bs_db **out, bs_error *err);
+  /* Opens the storage of stream `id` of db (id 0: the ACTIVE stream, as bs_storage_open). NULL
+   * hook: bs_storage_open(). A wrapping backend opens the inner storage and wraps it (the
+   * "lmdb+passthrough" entry does that with ct_passthrough_wrap). */
+  int (*open_storage)(const ct_backend *be, bs_db *db, uint32_t id, bs_storage **out,
+                      bs_error *err);
+  void *ctx; /* the backend's own, for its hooks; unused by the suite */
+};
 
-typedef struct ct_backend {
-  const char *name; /* "memory", "lmdb", "lmdb+passthrough" */
-  ct_kind kind;
-  int persistent;   /* survives close/reopen */
-} ct_backend;
-
-#define CT_N_BACKENDS 3
+/* The built-ins; the enum names their index in ct_backends[]. */
+enum { CT_MEMORY = 0, CT_LMDB = 1, CT_LMDB_PT = 2, CT_N_BACKENDS = 3 };
 extern const ct_backend ct_backends[CT_N_BACKENDS];
+
+/* Runs the conformance suite (test_contract.c) on each of the n backends, in order; returns
+ * non-zero when a test failed. test_contract.c's own main() calls it with the three built-ins;
+ * a third party compiles test_contract.c with -DCT_CONTRACT_NO_MAIN and calls it from its own
+ * main(). Honours BS_CONTRACT_ONLY, BS_CONTRACT_STRICT and BS_TEST_QUICK like the built-in run. */
+int ct_run_contract(const ct_backend *const *backends, size_t n);
 
 /* The last error of a helper call (tests are single-threaded). */
 extern bs_error ct_err;
@@ -59,6 +82,11 @@ int ct_env_reopen(ct_env *e);
 void ct_env_close(ct_env *e);
 /* Opens a new writer on e->st replacing e->w (closing the old one, discarding its queue). */
 int ct_env_writer(ct_env *e, const bs_writer_options *opts);
+/* A cmocka fixture's world: a heap ct_env on backend be with stream "s1" (XXH3) whose snapshot
+ * is done at "00000000", storage and writer open. NULL (after printing why) on failure. */
+ct_env *ct_env_new(const ct_backend *be);
+/* cmocka teardown of a ct_env_new() state: ct_env_close() and free. */
+int ct_env_teardown(void **state);
 
 /* ---- The pass-through wrapper (util_passthrough.c) -------------------------------------------- */
 /* Wraps inner (taking ownership: closing the wrapper closes inner). Every vtable slot forwards
@@ -131,6 +159,9 @@ int ct_checksum_n(bs_storage *st, uint64_t C, const char *bucket, size_t blen, b
 /* Collects parameter sets into a sorted, newline-joined string (caller frees). */
 int ct_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n, size_t limit,
               char **out);
+/* Asserts that ct_params() (no limit) succeeds and returns exactly `want`. */
+void ct_expect_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n,
+                      const char *want);
 
 const char *ct_type_name(bs_op_type t);
 void ct_dump_ops(const char *what, const ct_oplist *l);
@@ -166,6 +197,24 @@ void ct_dump_ops(const char *what, const ct_oplist *l);
       fail_msg("%s: got \"%s\", expected \"%s\"", #buf, (buf).p ? (buf).p : "(none)",             \
                ct_s_ ? ct_s_ : "(none)");                                                         \
   } while (0)
+
+/* ---- Small containers (test code: allocation failure fails the test) ------------------------ */
+char *ct_strndup(const void *p, size_t n); /* NUL-terminated copy */
+char *ct_strdup(const char *s);
+/* Grows v (of *cap elements of elem bytes) to hold at least need, doubling; returns v. */
+void *ct_grow(void *v, size_t *cap, size_t need, size_t elem);
+/* Binary search of an array of n structs (elem bytes each) sorted by the `char *` member at
+ * name_off, compared bytewise with (name, len) as memcmp then length. Returns the index of the
+ * match (*found = 1) or the insertion point (*found = 0). */
+size_t ct_sorted_pos(const void *v, size_t n, size_t elem, size_t name_off, const char *name,
+                     size_t len, int *found);
+/* Opens a zeroed slot at index i of v (*n elements, *cap allocated), growing it; ++*n. Returns
+ * the (possibly moved) array. */
+void *ct_insert_at(void *v, size_t *n, size_t *cap, size_t i, size_t elem);
+/* Removes element i of v (n elements) by moving the tail down; --*n. Frees nothing. */
+void ct_remove_at(void *v, size_t *n, size_t i, size_t elem);
+/* "type\x1fid\x1fsubkey": a row's identity within a bucket, as the client keys its oplog. */
+char *ct_row_key(const ct_op *op);
 
 /* ---- Seeds and the quick mode ----------------------------------------------------------------- */
 int ct_quick(void);                              /* BS_TEST_QUICK set and not "0" */

@@ -10,6 +10,7 @@
  */
 #include "util_server.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,30 +51,7 @@ struct sv_conn {
   sv_stats stats;
 };
 
-static char *dups(const char *s) {
-  size_t n = strlen(s);
-  char *d = malloc(n + 1);
-  assert_non_null(d);
-  memcpy(d, s, n + 1);
-  return d;
-}
-
-static char *dupv(bs_val v) {
-  char *d = malloc(v.size + 1);
-  assert_non_null(d);
-  if (v.size) memcpy(d, v.data, v.size);
-  d[v.size] = 0;
-  return d;
-}
-
-static void *grow(void *v, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return v;
-  *cap = *cap ? *cap * 2 : 8;
-  if (*cap < need) *cap = need;
-  v = realloc(v, *cap * elem);
-  assert_non_null(v);
-  return v;
-}
+static char *dupv(bs_val v) { return ct_strndup(v.data, v.size); }
 
 static int engine_error(sv_conn *c, const char *fmt, const char *bucket, uint64_t a, uint64_t b) {
   if (c->err) {
@@ -87,21 +65,7 @@ static int engine_error(sv_conn *c, const char *fmt, const char *bucket, uint64_
 /* ---- Buckets -------------------------------------------------------------------------------- */
 
 static size_t bpos(const sv_conn *c, const char *name, size_t len, int *found) {
-  size_t lo = 0, hi = c->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    size_t ml = strlen(c->b[mid].name);
-    int d = memcmp(c->b[mid].name, name, ml < len ? ml : len);
-    if (d == 0) d = ml < len ? -1 : ml > len ? 1 : 0;
-    if (d == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (d < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  *found = 0;
-  return lo;
+  return ct_sorted_pos(c->b, c->n, sizeof *c->b, offsetof(sv_bucket, name), name, len, found);
 }
 
 static sv_bucket *bfind(const sv_conn *c, const char *name) {
@@ -114,19 +78,15 @@ static sv_bucket *badd(sv_conn *c, const char *name, uint64_t after) {
   int found;
   size_t i = bpos(c, name, strlen(name), &found);
   if (found) return &c->b[i];
-  c->b = grow(c->b, &c->cap, c->n + 1, sizeof *c->b);
-  memmove(&c->b[i + 1], &c->b[i], (c->n - i) * sizeof *c->b);
-  memset(&c->b[i], 0, sizeof c->b[i]);
-  c->b[i].name = dups(name);
+  c->b = ct_insert_at(c->b, &c->n, &c->cap, i, sizeof *c->b);
+  c->b[i].name = ct_strdup(name);
   c->b[i].after = after;
-  c->n++;
   return &c->b[i];
 }
 
 static void bdel(sv_conn *c, size_t i) {
   free(c->b[i].name);
-  memmove(&c->b[i], &c->b[i + 1], (c->n - i - 1) * sizeof *c->b);
-  c->n--;
+  ct_remove_at(c->b, &c->n, i, sizeof *c->b);
 }
 
 static const sv_sub *sub_of(const sv_conn *c, const char *name) {
@@ -141,7 +101,7 @@ static const sv_sub *sub_of(const sv_conn *c, const char *name) {
 static sl_line *q_push(sv_conn *c, sl_kind kind) {
   sl_line *l;
   if (c->q_head && c->q_head == c->q_n) c->q_head = c->q_n = 0;
-  c->q = grow(c->q, &c->q_cap, c->q_n + 1, sizeof *c->q);
+  c->q = ct_grow(c->q, &c->q_cap, c->q_n + 1, sizeof *c->q);
   l = &c->q[c->q_n++];
   memset(l, 0, sizeof *l);
   l->kind = kind;
@@ -174,7 +134,7 @@ void sv_set_buckets(sv_conn *c, const sv_sub *subs, size_t n) {
   c->subs = calloc(n ? n : 1, sizeof *c->subs);
   assert_non_null(c->subs);
   for (i = 0; i < n; i++) {
-    c->subs[i].name = dups(subs[i].name);
+    c->subs[i].name = ct_strdup(subs[i].name);
     c->subs[i].priority = subs[i].priority;
   }
   c->n_subs = n;
@@ -210,7 +170,7 @@ static int on_changes(const bs_checkpoint_changes *ch, void *payload) {
   if (x->c->o.on_changes) x->c->o.on_changes(x->from, x->to, ch, x->c->o.payload);
   if (ch->invalidate_data_buckets) x->invalidate = 1;
   for (i = 0; i < ch->n_updated_buckets; i++) {
-    x->names = grow(x->names, &x->cap, x->n + 1, sizeof *x->names);
+    x->names = ct_grow(x->names, &x->cap, x->n + 1, sizeof *x->names);
     x->names[x->n++] = dupv(ch->updated_buckets[i]);
   }
   return 0;
@@ -229,7 +189,7 @@ static void push_checksum(sl_line *l, const sv_sub *s, const bs_checksum *cs) {
   l->buckets = realloc(l->buckets, (l->n_buckets + 1) * sizeof *l->buckets);
   assert_non_null(l->buckets);
   bc = &l->buckets[l->n_buckets++];
-  bc->name = dups(s->name);
+  bc->name = ct_strdup(s->name);
   bc->checksum = cs->checksum;
   bc->count = cs->count;
   bc->priority = s->priority;
@@ -279,7 +239,7 @@ static int build_line(sv_conn *c, uint64_t C) {
     if (!full && c->b[i].in_line) {
       tmp.removed = realloc(tmp.removed, (tmp.n_removed + 1) * sizeof *tmp.removed);
       assert_non_null(tmp.removed);
-      tmp.removed[tmp.n_removed++] = dups(c->b[i].name);
+      tmp.removed[tmp.n_removed++] = ct_strdup(c->b[i].name);
     }
     bdel(c, i);
   }
@@ -488,8 +448,7 @@ static int observe(sv_conn *c) {
   if (rc) return rc;
   if (cp.op_id > c->newest_seen && cp.op_id > c->sent_cp) {
     if (c->n_seen == sizeof c->seen / sizeof c->seen[0]) {
-      memmove(c->seen, c->seen + 1, (c->n_seen - 1) * sizeof *c->seen);
-      c->n_seen--;
+      ct_remove_at(c->seen, &c->n_seen, 0, sizeof *c->seen);
     }
     c->seen[c->n_seen++] = cp.op_id;
     c->newest_seen = cp.op_id;
@@ -528,8 +487,7 @@ int sv_next(sv_conn *c, sl_line *line, bs_error *err) {
     /* A lagging service may serve an older checkpoint, but none below a target_op it has
      * sent: the client holds a MOVE / CLEAR standing for an op above it. */
     while (c->n_seen && (c->seen[0] <= c->sent_cp || c->seen[0] < c->min_cp)) {
-      memmove(c->seen, c->seen + 1, (c->n_seen - 1) * sizeof *c->seen);
-      c->n_seen--;
+      ct_remove_at(c->seen, &c->n_seen, 0, sizeof *c->seen);
     }
     if (!c->n_seen) return 0;
     {
