@@ -63,6 +63,7 @@ typedef struct bs_seen_slot {
 } bs_seen_slot;
 
 #define SEEN_HDR 5u
+#define SEEN_MIN_SLOTS 64u /* first table: 1.5 KiB, so one-op buckets stay cheap */
 
 void bs_seen_init(bs_seen_set *s, const bs_allocator *a, size_t limit_bytes) {
   memset(s, 0, sizeof *s);
@@ -80,6 +81,13 @@ void bs_seen_free(bs_seen_set *s) {
 }
 
 void bs_seen_clear(bs_seen_set *s) {
+  /* A table grown for a big bucket is dropped, not wiped again for every small bucket after
+   * it: wiping costs its capacity, regrowing costs what the next bucket uses. */
+  if (s->slots && s->cap > SEEN_MIN_SLOTS && s->n < s->cap / 8) {
+    bs_free(s->alloc, s->slots);
+    s->slots = NULL;
+    s->cap = 0;
+  }
   if (s->slots) memset(s->slots, 0, s->cap * sizeof(bs_seen_slot));
   s->n = 0;
   s->arena_size = 0;
@@ -119,7 +127,7 @@ static bs_seen_slot *seen_probe(const bs_seen_set *s, uint64_t h, const bs_op *o
 
 /* Doubles the slot table (or creates it) when the load passes 1/2 and memory allows. */
 static int seen_grow_slots(bs_seen_set *s) {
-  size_t ncap = s->cap ? s->cap * 2 : 1024, i;
+  size_t ncap = s->cap ? s->cap * 2 : SEEN_MIN_SLOTS, i;
   bs_seen_slot *old = s->slots, *fresh;
   if (ncap > SIZE_MAX / sizeof(bs_seen_slot)) return 0;
   if (ncap * sizeof(bs_seen_slot) + s->arena_cap > s->limit) return 0;

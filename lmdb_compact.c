@@ -21,8 +21,8 @@
  * incremental pass the next `superseded` key, parameter compaction the next group key.
  *
  * Defragmentation (defragment_ratio > 0) runs after the MOVE/CLEAR pass over the buckets it
- * processed; see "Defragmentation" below. Incremental passes still write MOVEs that their fold
- * then deletes (full compaction folds superseded ops directly).
+ * processed; see "Defragmentation" below. Both full and incremental compaction fold superseded
+ * ops of the leading run directly into its CLEAR (no MOVE written first, then deleted).
  */
 #include "internal.h"
 
@@ -118,6 +118,8 @@ static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
   unsigned char kb[8];
   MDB_val k = {8, kb}, v;
   int mrc;
+  /* callers read b only on success, but the analyzer cannot see that bs_fail returns nonzero */
+  memset(&b->s, 0, sizeof b->s);
   bs_put_u64be(kb, id);
   mrc = mdb_get(txn, c->db->bstate, &k, &v);
   if (mrc == MDB_NOTFOUND)
@@ -526,8 +528,10 @@ static int defrag_note(cctx *c, uint64_t bucket) {
  *                    and REMOVEs included, straight into one CLEAR) -> MOVE (forward: the
  *                    superseded ops above the run) -> MARK (record the bucket as compacted).
  *                    Folding superseded ops directly saves rewriting them as MOVEs first.
- * Incremental:       START -> INC (the bucket's `superseded` entries at the horizon -> MOVE)
- *                    -> FOLD (the leading run of REMOVE/MOVE/CLEAR).
+ * Incremental:       START -> IFOLD (the leading run, ops whose `superseded` entry is due
+ *                    included, straight into one CLEAR, consuming those entries) -> INC (the
+ *                    remaining entries at the horizon -> MOVE) -> FOLD (the leading run of
+ *                    REMOVE/MOVE/CLEAR, only when IFOLD handed over without finishing the run).
  * Initial replication: START -> SCAN (reverse, deleting superseded ops, MOVE/CLEAR residue and
  *                    REMOVEs whose row has nothing earlier) -> FORGET (the `superseded` entries
  *                    at the horizon) and MARK.
@@ -1224,16 +1228,17 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
 
 /* Runs the jobs of ids[0..n) (transaction after transaction). */
 static int run_jobs(cctx *c, work *w, const uint64_t *ids, size_t n) {
-  int rc;
+  int rc = BS_OK;
   w->ids = ids;
   w->n = n;
   w->i = 0;
   memset(&w->j, 0, sizeof w->j);
-  while (w->i < w->n) {
-    if ((rc = run_write(c, work_step, w, sizeof *w))) return rc;
-    if ((rc = progress(c))) return rc;
+  while (!rc && w->i < w->n) {
+    rc = run_write(c, work_step, w, sizeof *w);
+    if (!rc) rc = progress(c);
   }
-  return BS_OK;
+  w->ids = NULL; /* the caller's array (often on its stack): not kept past this call */
+  return rc;
 }
 
 /* ---- Full compaction ------------------------------------------------------------------------ */

@@ -554,7 +554,12 @@ typedef struct bs_compact_options {
   size_t memory_limit_mb;      /* 0 = 64 */
   int incremental_only;
   int64_t min_age_ms;          /* incremental horizon age; < 0 = 5 min */
-  size_t max_ops_per_txn;      /* 0 = 10000 */
+  /* 0 = 10000 (minimum 2). The write lock is held for a whole transaction, commit included,
+   * so this bounds how long a writer of the stream waits. Measured (2 vCPU VM, 500k ops, 50%
+   * superseded, durable full compaction): 10000 -> ~5 ms per transaction (p50, max ~17 ms) at
+   * 2.1-3.2M ops/s; 50000 -> ~25-40 ms (max ~70 ms) at 1.9-3.2M ops/s, i.e. no measurable gain.
+   * Larger values only pay where each commit's fsync is slow; raise it for offline runs. */
+  size_t max_ops_per_txn;
   uint64_t op_budget;          /* incremental: stop after this many ops; 0 = unbounded */
   int compact_parameters;
   int64_t delete_checkpoint_requests_before_ms; /* 0 = don't */
