@@ -83,8 +83,8 @@ static void hex_bytes(char *out, const unsigned char *p, size_t n) {
   for (size_t i = 0; i < n; i += 4) {
     uint64_t v = (uint64_t)p[i] | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 32 |
                  (uint64_t)p[i + 3] << 48;
-    uint64_t nib = ((v >> 4) & lo) | (v & lo) << 8;      /* one nibble per byte, in order */
-    uint64_t ge10 = ((nib + 6 * ones) >> 4) & ones;      /* 1 in each byte whose nibble >= 10 */
+    uint64_t nib = ((v >> 4) & lo) | (v & lo) << 8; /* one nibble per byte, in order */
+    uint64_t ge10 = ((nib + 6 * ones) >> 4) & ones; /* 1 in each byte whose nibble >= 10 */
     bs_put_u64le((unsigned char *)out + 2 * i, nib + 0x30 * ones + ge10 * ('a' - '0' - 10));
   }
 }
@@ -152,7 +152,7 @@ struct cache_group {
   cache_group *hnext; /* hash chain */
   uint64_t hash;
   uint32_t stream;
-  size_t n, cap;       /* entries, sorted by checkpoint */
+  size_t n, cap; /* entries, sorted by checkpoint */
   cache_entry **entries;
   size_t name_size;
   unsigned char name[]; /* bucket name */
@@ -253,10 +253,14 @@ static void group_unlink(bs_cksum_cache *c, cache_group *g) {
 }
 
 static void lru_unlink(bs_cksum_cache *c, cache_entry *e) {
-  if (e->prev) e->prev->next = e->next;
-  else c->lru_head = e->next;
-  if (e->next) e->next->prev = e->prev;
-  else c->lru_tail = e->prev;
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    c->lru_head = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  else
+    c->lru_tail = e->prev;
   e->prev = e->next = NULL;
 }
 
@@ -273,8 +277,10 @@ static size_t group_upper(const cache_group *g, uint64_t cp) {
   size_t lo = 0, hi = g->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (g->entries[mid]->checkpoint <= cp) lo = mid + 1;
-    else hi = mid;
+    if (g->entries[mid]->checkpoint <= cp)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -424,8 +430,8 @@ fail:
 
 /* Per requested bucket: its cached base (if any) and where its answer comes from. */
 typedef struct req_plan {
-  size_t index;       /* position in the request */
-  uint64_t base_cp;   /* nearest cached C' <= C; meaningful when has_base */
+  size_t index;     /* position in the request */
+  uint64_t base_cp; /* nearest cached C' <= C; meaningful when has_base */
   bs_checksum base;
   uint64_t base_gen;
   int has_base;
@@ -450,18 +456,23 @@ typedef struct call_scratch {
 } call_scratch;
 
 static int scratch_alloc(bs_cksum_cache *c, size_t n, call_scratch *s, void **block) {
-  size_t each = sizeof(req_plan) + sizeof(bs_val) + sizeof(bs_checksum) + 2 * sizeof(uint64_t) +
-                sizeof(int);
+  size_t each =
+      sizeof(req_plan) + sizeof(bs_val) + sizeof(bs_checksum) + 2 * sizeof(uint64_t) + sizeof(int);
   unsigned char *p;
   if (n > SIZE_MAX / each) return BS_ENOMEM;
   p = bs_malloc(&c->alloc, n * each);
   if (!p) return BS_ENOMEM;
   *block = p;
-  s->plan = (req_plan *)p; p += n * sizeof(req_plan);
-  s->vals = (bs_checksum *)p; p += n * sizeof(bs_checksum);
-  s->gens = (uint64_t *)p; p += n * sizeof(uint64_t);
-  s->gens_out = (uint64_t *)p; p += n * sizeof(uint64_t);
-  s->names = (bs_val *)p; p += n * sizeof(bs_val);
+  s->plan = (req_plan *)p;
+  p += n * sizeof(req_plan);
+  s->vals = (bs_checksum *)p;
+  p += n * sizeof(bs_checksum);
+  s->gens = (uint64_t *)p;
+  p += n * sizeof(uint64_t);
+  s->gens_out = (uint64_t *)p;
+  p += n * sizeof(uint64_t);
+  s->names = (bs_val *)p;
+  p += n * sizeof(bs_val);
   s->cleared = (int *)p;
   return BS_OK;
 }
@@ -582,17 +593,20 @@ int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
   for (i = 0; i < n && s.plan[i].has_base && use_ranges; i = j) {
     for (j = i + 1; j < n && s.plan[j].has_base && s.plan[j].base_cp == s.plan[i].base_cp;) j++;
     rc = extend_group(c, st, checkpoint, s.plan + i, j - i, buckets, out, gens_out, &s, err);
-    if (rc == BS_EUNSUPPORTED) use_ranges = 0; /* recompute the rest from scratch */
-    else if (rc != BS_OK) goto done;
+    if (rc == BS_EUNSUPPORTED)
+      use_ranges = 0; /* recompute the rest from scratch */
+    else if (rc != BS_OK)
+      goto done;
   }
-  if ((rc = compute_misses(st, checkpoint, buckets, s.plan, n, out, gens_out, &s, err)))
-    goto done;
+  if ((rc = compute_misses(st, checkpoint, buckets, s.plan, n, out, gens_out, &s, err))) goto done;
 
   pthread_mutex_lock(&c->mu);
   for (i = 0; i < n; i++) {
     const req_plan *p = &s.plan[i];
-    if (p->done) c->stats.hits++;
-    else c->stats.misses++;
+    if (p->done)
+      c->stats.hits++;
+    else
+      c->stats.misses++;
     if (checkpoint <= known)
       cache_put(c, st->stream_id, buckets[p->index], checkpoint, &out[p->index],
                 gens_out[p->index]);

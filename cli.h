@@ -30,7 +30,7 @@ struct json_t *cli_json_bytes(bs_val v);
  * cli_db_close. */
 typedef struct cli_db {
   bs_db *db;
-  char *path;     /* NULL for memory */
+  char *path; /* NULL for memory */
   int memory;
   int temporary;  /* path is ours: unlink it (and its -lock) at close */
   unsigned flags; /* BS_OPEN_* */
@@ -55,9 +55,9 @@ int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
 typedef struct cli_bucket {
   char *name; /* NUL-terminated copy; bucket names may contain NUL: use name_size */
   size_t name_size;
-  uint64_t ops, bytes;   /* persisted ops and their bytes (bs_bucket_info count, bytes) */
+  uint64_t ops, bytes; /* persisted ops and their bytes (bs_bucket_info count, bytes) */
   uint64_t last_op, changes;
-  int due;               /* scratch for the caller */
+  int due; /* scratch for the caller */
 } cli_bucket;
 
 /* Every bucket of st's stream, in ascending name order (any backend). Free with

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAGE 4096u     /* buckets per bs_list_buckets call */
-#define PAGE_FULL 1    /* our callback's "stop here" (positive: never a BS_* code) */
+#define PAGE      4096u /* buckets per bs_list_buckets call */
+#define PAGE_FULL 1     /* our callback's "stop here" (positive: never a BS_* code) */
 
 typedef struct collector {
   cli_bucket *v;

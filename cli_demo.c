@@ -17,8 +17,8 @@
 #include <time.h>
 
 #define N_LIST_BUCKETS 100
-#define GLOBAL N_LIST_BUCKETS /* index of the users' bucket */
-#define N_BUCKETS (N_LIST_BUCKETS + 1)
+#define GLOBAL         N_LIST_BUCKETS /* index of the users' bucket */
+#define N_BUCKETS      (N_LIST_BUCKETS + 1)
 
 /* ---- A small string-keyed hash map: one per client bucket, row identity -> row ------------- */
 
@@ -63,7 +63,8 @@ static slot *map_find(map *m, const char *k, size_t n) {
 
 static slot *map_empty_slot(map *m, const char *k, size_t n) {
   size_t i;
-  for (i = hash_bytes(k, n) & (m->cap - 1); m->s[i].key; i = (i + 1) & (m->cap - 1)) {}
+  for (i = hash_bytes(k, n) & (m->cap - 1); m->s[i].key; i = (i + 1) & (m->cap - 1)) {
+  }
   return &m->s[i];
 }
 
@@ -92,9 +93,9 @@ static slot *map_put(map *m, const char *k, size_t n) {
 /* ---- The client: reduces downloaded ops as the sync client does ----------------------------- */
 
 typedef struct cbucket {
-  uint64_t after;   /* position: the next_after of the last chunk */
-  uint32_t rem;     /* checksum of ops that are no longer rows (superseded, removed, moved) */
-  uint64_t ops;     /* ops downloaded */
+  uint64_t after; /* position: the next_after of the last chunk */
+  uint32_t rem;   /* checksum of ops that are no longer rows (superseded, removed, moved) */
+  uint64_t ops;   /* ops downloaded */
   map rows;
 } cbucket;
 
@@ -106,8 +107,10 @@ typedef struct client {
 } client;
 
 static void bucket_name(char *out, size_t cap, int i) {
-  if (i == GLOBAL) snprintf(out, cap, "global[]");
-  else snprintf(out, cap, "by_list[\"%d\"]", i);
+  if (i == GLOBAL)
+    snprintf(out, cap, "global[]");
+  else
+    snprintf(out, cap, "by_list[\"%d\"]", i);
 }
 
 static int bucket_index(bs_val name) {
@@ -167,7 +170,9 @@ static int apply_op(cbucket *b, const bs_op *op) {
     }
     b->rem += op->checksum;
     break;
-  case BS_OP_MOVE: b->rem += op->checksum; break;
+  case BS_OP_MOVE:
+    b->rem += op->checksum;
+    break;
   case BS_OP_CLEAR:
     /* everything before it is gone; its checksum is the sum of what it replaced */
     for (i = 0; i < b->rows.cap; i++) b->rows.s[i].live = 0;
@@ -265,8 +270,9 @@ static void row_id(char *out, size_t cap, int t, size_t id) {
 static int row_data(char *out, size_t cap, const demo *d, int t, size_t id) {
   const mrow *r = &d->rows[t][id];
   switch (t) {
-  case USERS: return snprintf(out, cap, "{\"id\":\"u%zu\",\"name\":\"user %zu\",\"v\":%u}", id, id,
-                              r->version);
+  case USERS:
+    return snprintf(out, cap, "{\"id\":\"u%zu\",\"name\":\"user %zu\",\"v\":%u}", id, id,
+                    r->version);
   case LISTS:
     return snprintf(out, cap, "{\"id\":\"l%zu\",\"owner\":\"u%u\",\"name\":\"list %zu\",\"v\":%u}",
                     id, r->ref, id, r->version);
@@ -485,8 +491,7 @@ static int check_parameters(demo *d, uint64_t cp, bs_error *err) {
     k.data = key;
     for (want = 0, l = 0; l < d->n[LISTS]; l++) want += d->rows[LISTS][l].ref == u;
     got = 0;
-    if ((rc = bs_get_parameter_sets(d->st, cp, &k, 1, 0, count_set, &got, err)) != BS_OK)
-      return rc;
+    if ((rc = bs_get_parameter_sets(d->st, cp, &k, 1, 0, count_set, &got, err)) != BS_OK) return rc;
     if (got != want) mismatch(d, "parameter sets of u%zu: %zu, expected %zu", u, got, want);
   }
   return BS_OK;
@@ -500,7 +505,9 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double rate(double n, double secs) { return secs > 0 ? n / secs : 0; }
+static double rate(double n, double secs) {
+  return secs > 0 ? n / secs : 0;
+}
 
 /* A step that failed: prints what and returns 1 (the exit status). */
 static int step_failed(const char *what, int rc, const bs_error *err) {
@@ -539,8 +546,10 @@ static int demo_options(cli_db *c, int argc, char **argv, size_t *rows, uint64_t
         fprintf(stderr, "bucketstore demo: %s needs a number\n", argv[i]);
         return -1;
       }
-      if (argv[i][2] == 'r') *rows = (size_t)v;
-      else *seed = v;
+      if (argv[i][2] == 'r')
+        *rows = (size_t)v;
+      else
+        *seed = v;
       i++;
       continue;
     }
@@ -611,10 +620,9 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
          rate((double)b->ops, t_down));
   if ((rc = check_client(d, b, cp, 1, "client B, from zero", before, &err)) != BS_OK)
     return step_failed("checksums", rc, &err);
-  if ((rc = check_parameters(d, cp, &err)) != BS_OK)
-    return step_failed("parameter sets", rc, &err);
+  if ((rc = check_parameters(d, cp, &err)) != BS_OK) return step_failed("parameter sets", rc, &err);
   printf("  %-34s %s\n", "parameter sets of sampled users",
-           d->mismatches ? "checked" : "ok: match the model");
+         d->mismatches ? "checked" : "ok: match the model");
 
   /* compaction: at the current checkpoint nothing a client ends with may change */
   co.min_bucket_changes = 1;
@@ -626,19 +634,16 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
   if (rc != BS_OK) return step_failed("checksums", rc, &err);
   printf("  compaction: %.3f s, %llu buckets, %llu ops moved, %llu cleared, %llu removed; "
          "ops %llu -> %llu\n",
-         now() - t0, (unsigned long long)cs.buckets_compacted,
-         (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared,
-         (unsigned long long)cs.ops_removed, (unsigned long long)ops_before,
-         (unsigned long long)ops_after);
+         now() - t0, (unsigned long long)cs.buckets_compacted, (unsigned long long)cs.ops_moved,
+         (unsigned long long)cs.ops_cleared, (unsigned long long)cs.ops_removed,
+         (unsigned long long)ops_before, (unsigned long long)ops_after);
   client_free(b);
-  if ((rc = client_sync(b, d->st, cp, &err)) != BS_OK)
-    return step_failed("download", rc, &err);
+  if ((rc = client_sync(b, d->st, cp, &err)) != BS_OK) return step_failed("download", rc, &err);
   if ((rc = check_client(d, b, cp, 1, "client C, from zero, compacted", after, &err)))
     return step_failed("checksums", rc, &err);
   for (bk = 0; bk < N_BUCKETS; bk++)
     if (before[bk] != after[bk])
-      mismatch(d, "bucket %d: checksum %u before compaction, %u after", bk, before[bk],
-               after[bk]);
+      mismatch(d, "bucket %d: checksum %u before compaction, %u after", bk, before[bk], after[bk]);
 
   /* one more round on top of the compacted history; client A catches up across it */
   if ((rc = stream_round(d, per_round, &err)) != BS_OK)

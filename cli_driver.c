@@ -149,7 +149,7 @@ static int f_int(json_t *o, const char *k, int required, int64_t min, int64_t ma
   if (!v) return rc;
   if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
     return cli_fail(err, BS_EINVAL, "field '%s' must be an integer in [%lld, %lld]", k,
-                (long long)min, (long long)max);
+                    (long long)min, (long long)max);
   *out = json_integer_value(v);
   return BS_OK;
 }
@@ -233,9 +233,15 @@ static int encode_lookup(drv *d, json_t *a, const char *k, bs_val *out, bs_error
   if (!(vals = tmp_array(d, json_array_size(a), sizeof *vals))) return BS_ENOMEM;
   json_array_foreach(a, i, v) {
     switch (json_typeof(v)) {
-    case JSON_NULL: vals[i].type = BS_SCALAR_NULL; break;
-    case JSON_TRUE: vals[i].type = BS_SCALAR_TRUE; break;
-    case JSON_FALSE: vals[i].type = BS_SCALAR_FALSE; break;
+    case JSON_NULL:
+      vals[i].type = BS_SCALAR_NULL;
+      break;
+    case JSON_TRUE:
+      vals[i].type = BS_SCALAR_TRUE;
+      break;
+    case JSON_FALSE:
+      vals[i].type = BS_SCALAR_FALSE;
+      break;
     case JSON_INTEGER:
       vals[i].type = BS_SCALAR_INT;
       vals[i].i = json_integer_value(v);
@@ -249,7 +255,8 @@ static int encode_lookup(drv *d, json_t *a, const char *k, bs_val *out, bs_error
       vals[i].s.data = json_string_value(v);
       vals[i].s.size = json_string_length(v);
       break;
-    default: return cli_fail(err, BS_EINVAL, "field '%s[%zu]' must be a scalar", k, i);
+    default:
+      return cli_fail(err, BS_EINVAL, "field '%s[%zu]' must be a scalar", k, i);
     }
   }
   /* The encoding reports its size also when it does not fit: then retry with that much, so
@@ -291,12 +298,24 @@ static json_t *j_scalars(const bs_scalar *vals, size_t n) {
   for (i = 0; a && i < n; i++) {
     json_t *v;
     switch (vals[i].type) {
-    case BS_SCALAR_NULL: v = json_null(); break;
-    case BS_SCALAR_FALSE: v = json_false(); break;
-    case BS_SCALAR_TRUE: v = json_true(); break;
-    case BS_SCALAR_INT: v = json_integer(vals[i].i); break;
-    case BS_SCALAR_DOUBLE: v = json_real(vals[i].d); break;
-    default: v = cli_json_bytes(vals[i].s); break;
+    case BS_SCALAR_NULL:
+      v = json_null();
+      break;
+    case BS_SCALAR_FALSE:
+      v = json_false();
+      break;
+    case BS_SCALAR_TRUE:
+      v = json_true();
+      break;
+    case BS_SCALAR_INT:
+      v = json_integer(vals[i].i);
+      break;
+    case BS_SCALAR_DOUBLE:
+      v = json_real(vals[i].d);
+      break;
+    default:
+      v = cli_json_bytes(vals[i].s);
+      break;
     }
     if (!v || json_array_append_new(a, v) != 0) {
       json_decref(a);
@@ -416,11 +435,16 @@ typedef int (*drv_fn)(drv *d, json_t *req, json_t *out, bs_error *err);
 
 static const char *state_name(bs_stream_state s) {
   switch (s) {
-  case BS_STREAM_PROCESSING: return "PROCESSING";
-  case BS_STREAM_ACTIVE: return "ACTIVE";
-  case BS_STREAM_ERRORED: return "ERRORED";
-  case BS_STREAM_STOPPED: return "STOPPED";
-  case BS_STREAM_TERMINATED: return "TERMINATED";
+  case BS_STREAM_PROCESSING:
+    return "PROCESSING";
+  case BS_STREAM_ACTIVE:
+    return "ACTIVE";
+  case BS_STREAM_ERRORED:
+    return "ERRORED";
+  case BS_STREAM_STOPPED:
+    return "STOPPED";
+  case BS_STREAM_TERMINATED:
+    return "TERMINATED";
   }
   return "UNKNOWN";
 }
@@ -432,7 +456,8 @@ static int h_stream_create(drv *d, json_t *req, json_t *out, bs_error *err) {
   int rc;
   if ((rc = f_cstr(req, "name", 1, &name, err)) != BS_OK) return rc;
   if ((rc = f_cstr(req, "checksum", 0, &hash, err)) != BS_OK) return rc;
-  if (hash && strcmp(hash, "sha256") == 0) opts.hash = BS_HASH_SHA256;
+  if (hash && strcmp(hash, "sha256") == 0)
+    opts.hash = BS_HASH_SHA256;
   else if (hash && strcmp(hash, "xxh3") != 0)
     return cli_fail(err, BS_EINVAL, "field 'checksum' must be \"xxh3\" or \"sha256\"");
   if ((rc = bs_stream_create(&id, d->c.db, name, &opts, err)) != BS_OK) return rc;
@@ -493,10 +518,14 @@ static int parse_tag(json_t *req, bs_tag *tag, bs_error *err) {
   const char *s = NULL;
   int rc = f_cstr(req, "tag", 1, &s, err);
   if (rc != BS_OK) return rc;
-  if (strcmp(s, "insert") == 0) *tag = BS_INSERT;
-  else if (strcmp(s, "update") == 0) *tag = BS_UPDATE;
-  else if (strcmp(s, "delete") == 0) *tag = BS_DELETE;
-  else return cli_fail(err, BS_EINVAL, "field 'tag' must be \"insert\", \"update\" or \"delete\"");
+  if (strcmp(s, "insert") == 0)
+    *tag = BS_INSERT;
+  else if (strcmp(s, "update") == 0)
+    *tag = BS_UPDATE;
+  else if (strcmp(s, "delete") == 0)
+    *tag = BS_DELETE;
+  else
+    return cli_fail(err, BS_EINVAL, "field 'tag' must be \"insert\", \"update\" or \"delete\"");
   return BS_OK;
 }
 
@@ -676,10 +705,14 @@ static int h_checkpoint(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 static const char *op_name(bs_op_type t) {
   switch (t) {
-  case BS_OP_PUT: return "PUT";
-  case BS_OP_REMOVE: return "REMOVE";
-  case BS_OP_MOVE: return "MOVE";
-  case BS_OP_CLEAR: return "CLEAR";
+  case BS_OP_PUT:
+    return "PUT";
+  case BS_OP_REMOVE:
+    return "REMOVE";
+  case BS_OP_MOVE:
+    return "MOVE";
+  case BS_OP_CLEAR:
+    return "CLEAR";
   }
   return "UNKNOWN";
 }
@@ -754,8 +787,8 @@ static int h_checksums(drv *d, json_t *req, json_t *out, bs_error *err) {
   if ((rc = bs_get_checksums(d->st, cp, names, n, sums, err)) != BS_OK) return rc;
   for (i = 0; i < n; i++) {
     /* bucket checksums are signed 32-bit in JSON (SPEC.md section 3) */
-    json_t *e = json_pack("{s:I,s:I}", "checksum", (json_int_t)(int32_t)sums[i].checksum,
-                          "count", (json_int_t)sums[i].count);
+    json_t *e = json_pack("{s:I,s:I}", "checksum", (json_int_t)(int32_t)sums[i].checksum, "count",
+                          (json_int_t)sums[i].count);
     if (!e || json_object_setn_new(o, names[i].data, names[i].size, e) != 0) return BS_ENOMEM;
   }
   return BS_OK;
@@ -816,8 +849,7 @@ static int changes_one(const bs_checkpoint_changes *c, void *payload) {
     free(vals);
     if (rc != BS_OK) return rc;
   }
-  if (put(payload, "invalidate_parameter_buckets",
-          json_boolean(c->invalidate_parameter_buckets)) ||
+  if (put(payload, "invalidate_parameter_buckets", json_boolean(c->invalidate_parameter_buckets)) ||
       put(payload, "updated_write_checkpoint_users",
           j_names(c->updated_write_checkpoint_users, c->n_updated_write_checkpoint_users)))
     return BS_ENOMEM;
@@ -893,15 +925,17 @@ static int h_wcp_mode(drv *d, json_t *req, json_t *out, bs_error *err) {
   if ((rc = f_cstr(req, "mode", 1, &mode, err)) != BS_OK ||
       (rc = f_str(req, "event", 0, &event, err)) != BS_OK)
     return rc;
-  if (strcmp(mode, "managed") == 0) m = BS_WCP_MANAGED;
-  else if (strcmp(mode, "custom") == 0) m = BS_WCP_CUSTOM;
-  else return cli_fail(err, BS_EINVAL, "field 'mode' must be \"managed\" or \"custom\"");
+  if (strcmp(mode, "managed") == 0)
+    m = BS_WCP_MANAGED;
+  else if (strcmp(mode, "custom") == 0)
+    m = BS_WCP_CUSTOM;
+  else
+    return cli_fail(err, BS_EINVAL, "field 'mode' must be \"managed\" or \"custom\"");
   return bs_set_write_checkpoint_mode(d->st, m, event, err);
 }
 
 /* heads {connection: lsn} as bs_heads in the arena. */
-static int parse_heads(drv *d, json_t *o, const char *k, bs_head **out, size_t *n,
-                       bs_error *err) {
+static int parse_heads(drv *d, json_t *o, const char *k, bs_head **out, size_t *n, bs_error *err) {
   const char *conn;
   json_t *v;
   size_t i = 0;
@@ -929,8 +963,7 @@ static int h_wcp_create_managed(drv *d, json_t *req, json_t *out, bs_error *err)
   if (put(out, "write_checkpoints", map) != BS_OK) return BS_ENOMEM;
   if ((rc = f_arr(req, "items", 1, &a, err)) != BS_OK) return rc;
   n = json_array_size(a);
-  if (!(r = tmp_array(d, n, sizeof *r)) || !(ids = tmp_array(d, n, sizeof *ids)))
-    return BS_ENOMEM;
+  if (!(r = tmp_array(d, n, sizeof *r)) || !(ids = tmp_array(d, n, sizeof *ids))) return BS_ENOMEM;
   json_array_foreach(a, i, v) {
     int64_t at = 0;
     if (!json_is_object(v))
@@ -952,8 +985,7 @@ static int h_wcp_create_managed(drv *d, json_t *req, json_t *out, bs_error *err)
     if ((rc = f_int(v, "requested_at", 0, 0, INT64_MAX, &at, err)) != BS_OK) return rc;
     r[i].requested_at_ms = at;
   }
-  if ((rc = bs_create_managed_write_checkpoints(d->st, r, n, ids, &should_advance, err)))
-    return rc;
+  if ((rc = bs_create_managed_write_checkpoints(d->st, r, n, ids, &should_advance, err))) return rc;
   for (i = 0; i < n; i++) {
     /* user ids come from JSON strings; a NUL inside would cut the key, so use setn */
     if (json_object_setn_new(map, r[i].user_id.data, r[i].user_id.size, j_id(ids[i])) != 0)
@@ -995,8 +1027,7 @@ static int h_wcp_last(drv *d, json_t *req, json_t *out, bs_error *err) {
   } else {
     return cli_fail(err, BS_EINVAL, "missing field 'heads' or 'lsn'");
   }
-  if ((rc = bs_last_write_checkpoint(d->st, user, heads, n, &id, &found, err)) != BS_OK)
-    return rc;
+  if ((rc = bs_last_write_checkpoint(d->st, user, heads, n, &id, &found, err)) != BS_OK) return rc;
   return put(out, "write_checkpoint", found ? j_id(id) : json_null());
 }
 
@@ -1132,17 +1163,21 @@ static void reply(drv *d, const char *line, size_t len) {
   json_t *fields = json_object(), *out = json_object(), *echo = NULL;
   char *text;
   int rc;
-  if (!req) rc = cli_fail(&err, BS_EINVAL, "invalid JSON: %s", jerr.text);
-  else if (!json_is_object(req)) rc = cli_fail(&err, BS_EINVAL, "command must be a JSON object");
-  else rc = fields && out ? run_command(d, req, fields, &err) : BS_ENOMEM;
+  if (!req)
+    rc = cli_fail(&err, BS_EINVAL, "invalid JSON: %s", jerr.text);
+  else if (!json_is_object(req))
+    rc = cli_fail(&err, BS_EINVAL, "command must be a JSON object");
+  else
+    rc = fields && out ? run_command(d, req, fields, &err) : BS_ENOMEM;
   if (req && json_is_object(req)) echo = json_object_get(req, "echo");
   if (rc == BS_OK) {
     json_object_set_new(out, "ok", json_true());
     json_object_update(out, fields);
   } else {
     json_object_set_new(out, "ok", json_false());
-    json_object_set_new(out, "error", json_pack("{s:s,s:s}", "code", cli_code_name(rc),
-                                                 "message", cli_error_text(rc, &err)));
+    json_object_set_new(
+        out, "error",
+        json_pack("{s:s,s:s}", "code", cli_code_name(rc), "message", cli_error_text(rc, &err)));
   }
   if (echo) json_object_set(out, "echo", echo);
   text = json_dumps(out, JSON_COMPACT);

@@ -18,12 +18,18 @@ const char *cli_code_name(int code) {
     int code;
     const char *name;
   } names[] = {
-      {BS_OK, "BS_OK"},           {BS_EINVAL, "BS_EINVAL"},
-      {BS_ENOTFOUND, "BS_ENOTFOUND"}, {BS_ETOOBIG, "BS_ETOOBIG"},
-      {BS_ELIMIT, "BS_ELIMIT"},   {BS_ESTATE, "BS_ESTATE"},
-      {BS_EINVALIDATED, "BS_EINVALIDATED"}, {BS_ESTALE, "BS_ESTALE"},
-      {BS_ECORRUPT, "BS_ECORRUPT"}, {BS_ENOMEM, "BS_ENOMEM"},
-      {BS_EIO, "BS_EIO"},         {BS_EBUSY, "BS_EBUSY"},
+      {BS_OK, "BS_OK"},
+      {BS_EINVAL, "BS_EINVAL"},
+      {BS_ENOTFOUND, "BS_ENOTFOUND"},
+      {BS_ETOOBIG, "BS_ETOOBIG"},
+      {BS_ELIMIT, "BS_ELIMIT"},
+      {BS_ESTATE, "BS_ESTATE"},
+      {BS_EINVALIDATED, "BS_EINVALIDATED"},
+      {BS_ESTALE, "BS_ESTALE"},
+      {BS_ECORRUPT, "BS_ECORRUPT"},
+      {BS_ENOMEM, "BS_ENOMEM"},
+      {BS_EIO, "BS_EIO"},
+      {BS_EBUSY, "BS_EBUSY"},
       {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* DRIVER.md's fixed spelling */,
       {BS_ECANCELED, "BS_ECANCELED"},
   };
@@ -160,8 +166,8 @@ int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
   if (rdonly) c->flags |= BS_OPEN_RDONLY;
   rc = cli_db_open(c, &err);
   if (rc != BS_OK) {
-    fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", argv[1], c->path,
-            cli_code_name(rc), cli_error_text(rc, &err));
+    fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", argv[1], c->path, cli_code_name(rc),
+            cli_error_text(rc, &err));
     return 1;
   }
   return 0;

@@ -64,21 +64,30 @@ static int opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *ou
 
 static const char *state_name(bs_stream_state s) {
   switch (s) {
-  case BS_STREAM_PROCESSING: return "PROCESSING";
-  case BS_STREAM_ACTIVE: return "ACTIVE";
-  case BS_STREAM_ERRORED: return "ERRORED";
-  case BS_STREAM_STOPPED: return "STOPPED";
-  case BS_STREAM_TERMINATED: return "TERMINATED";
+  case BS_STREAM_PROCESSING:
+    return "PROCESSING";
+  case BS_STREAM_ACTIVE:
+    return "ACTIVE";
+  case BS_STREAM_ERRORED:
+    return "ERRORED";
+  case BS_STREAM_STOPPED:
+    return "STOPPED";
+  case BS_STREAM_TERMINATED:
+    return "TERMINATED";
   }
   return "UNKNOWN";
 }
 
 static const char *op_name(bs_op_type t) {
   switch (t) {
-  case BS_OP_PUT: return "PUT";
-  case BS_OP_REMOVE: return "REMOVE";
-  case BS_OP_MOVE: return "MOVE";
-  case BS_OP_CLEAR: return "CLEAR";
+  case BS_OP_PUT:
+    return "PUT";
+  case BS_OP_REMOVE:
+    return "REMOVE";
+  case BS_OP_MOVE:
+    return "MOVE";
+  case BS_OP_CLEAR:
+    return "CLEAR";
   }
   return "UNKNOWN";
 }
@@ -231,10 +240,12 @@ static int rows_visit(row_set *s, const bs_op *op) {
   row_slot *slot;
   int live = op->type == BS_OP_PUT;
   if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return BS_OK;
-  *p++ = (char)(op->object_type.size >> 8); *p++ = (char)op->object_type.size;
+  *p++ = (char)(op->object_type.size >> 8);
+  *p++ = (char)op->object_type.size;
   if (op->object_type.size) memcpy(p, op->object_type.data, op->object_type.size);
   p += op->object_type.size;
-  *p++ = (char)(op->object_id.size >> 8); *p++ = (char)op->object_id.size;
+  *p++ = (char)(op->object_id.size >> 8);
+  *p++ = (char)op->object_id.size;
   if (op->object_id.size) memcpy(p, op->object_id.data, op->object_id.size);
   p += op->object_id.size;
   *p++ = (char)op->subkey.size;
@@ -319,8 +330,10 @@ static void human(char *out, size_t n, uint64_t bytes) {
     v /= 1024;
     u++;
   }
-  if (u < 0) snprintf(out, n, "%llu", (unsigned long long)bytes);
-  else snprintf(out, n, "%.1f%c", v, unit[u]);
+  if (u < 0)
+    snprintf(out, n, "%llu", (unsigned long long)bytes);
+  else
+    snprintf(out, n, "%.1f%c", v, unit[u]);
 }
 
 typedef struct stat_opts {
@@ -376,11 +389,10 @@ static int stat_stream(cli_db *c, const bs_stream_info *info, const char *name,
   size_t n = 0, i;
   int rc;
   if ((rc = bs_storage_open(&st, c->db, info->id, &err)) ||
-      (rc = bs_get_status(st, &status, &err)) ||
-      (rc = cli_buckets_list(st, &b, &n, &err)))
+      (rc = bs_get_status(st, &status, &err)) || (rc = cli_buckets_list(st, &b, &n, &err)))
     goto fail;
-  printf("\nstream %u \"%s\" %s, hash %s: checkpoint %llu, last op %llu, %zu bucket%s\n",
-         info->id, name, state_name(info->state), info->hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
+  printf("\nstream %u \"%s\" %s, hash %s: checkpoint %llu, last op %llu, %zu bucket%s\n", info->id,
+         name, state_name(info->state), info->hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
          (unsigned long long)status.checkpoint, (unsigned long long)status.last_persisted_op, n,
          n == 1 ? "" : "s");
   if (o->no_buckets || n == 0) goto done;
@@ -514,8 +526,7 @@ static int dump_bucket(bs_storage *st, uint64_t at, bs_val name, bs_error *err) 
   req.bucket = name;
   while (more) {
     req.after = next;
-    if ((rc = bs_get_bucket_data(st, at, &req, 1, NULL, dump_chunk, &next, &more, err)))
-      return rc;
+    if ((rc = bs_get_bucket_data(st, at, &req, 1, NULL, dump_chunk, &next, &more, err))) return rc;
     if (more && next == req.after) break;
   }
   if ((rc = bs_get_checksums(st, at, &name, 1, &ck, err))) return rc;
@@ -638,10 +649,12 @@ static void draw(progress_ui *u, const bs_compact_stats *s, int final) {
               (unsigned long long)s->ops_cleared, t - u->started);
     if (final) fputc('\n', stderr);
   } else {
-    fprintf(stderr, "progress: %llu buckets compacted, %llu ops moved, %llu cleared, "
-            "%llu removed, %.1f s%s\n", (unsigned long long)s->buckets_compacted,
-            (unsigned long long)s->ops_moved, (unsigned long long)s->ops_cleared,
-            (unsigned long long)s->ops_removed, t - u->started, final ? " (done)" : "");
+    fprintf(stderr,
+            "progress: %llu buckets compacted, %llu ops moved, %llu cleared, "
+            "%llu removed, %.1f s%s\n",
+            (unsigned long long)s->buckets_compacted, (unsigned long long)s->ops_moved,
+            (unsigned long long)s->ops_cleared, (unsigned long long)s->ops_removed, t - u->started,
+            final ? " (done)" : "");
   }
 }
 
@@ -681,8 +694,8 @@ static int run_initial(bs_storage *st, const compact_opts *o, bs_error *err) {
   double t0 = now_s();
   int rc = bs_compact_initial_replication(st, o->max_op_id, o->min_changes, &buckets, err);
   if (rc) return rc;
-  printf("initial-replication compaction: %llu buckets in %.3f s\n",
-         (unsigned long long)buckets, now_s() - t0);
+  printf("initial-replication compaction: %llu buckets in %.3f s\n", (unsigned long long)buckets,
+         now_s() - t0);
   return BS_OK;
 }
 
@@ -703,7 +716,7 @@ int cli_compact(int argc, char **argv) {
   if ((rc = cli_open_file(&c, argc, argv, 0, compact_opt, &o))) goto done;
   if (o.incremental + o.initial > 1 || (o.initial && (o.n_buckets || o.parameters))) {
     fprintf(stderr, "bucketstore compact: --initial takes only --max-op-id and --min-changes; "
-            "it excludes --incremental\n");
+                    "it excludes --incremental\n");
     rc = 2;
     goto done;
   }
@@ -739,8 +752,10 @@ int cli_compact(int argc, char **argv) {
   signal(SIGINT, SIG_DFL);
   if (rc == BS_ECANCELED && interrupted) {
     if (ui.tty && !ui.quiet) fputc('\n', stderr);
-    fprintf(stderr, "bucketstore compact: interrupted; stopped between transactions (%llu buckets "
-            "compacted so far, nothing half-done)\n", (unsigned long long)cs.buckets_compacted);
+    fprintf(stderr,
+            "bucketstore compact: interrupted; stopped between transactions (%llu buckets "
+            "compacted so far, nothing half-done)\n",
+            (unsigned long long)cs.buckets_compacted);
     rc = 130;
     goto done;
   }

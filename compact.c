@@ -15,8 +15,8 @@ int bs_compact_options_resolve(bs_compact_options *out, const bs_compact_options
                                bs_error *err) {
   static const bs_compact_options defaults = BS_COMPACT_OPTIONS_INIT;
   *out = in ? *in : defaults;
-  if (out->version < 1) return bs_fail(err, BS_EINVAL, "opts->version: %u is not a version",
-                                       out->version);
+  if (out->version < 1)
+    return bs_fail(err, BS_EINVAL, "opts->version: %u is not a version", out->version);
   if (out->buckets == NULL && out->n_buckets)
     return bs_fail(err, BS_EINVAL, "opts->buckets: NULL with n_buckets = %zu", out->n_buckets);
   if (out->max_op_id >= (1ull << 63))
@@ -27,8 +27,7 @@ int bs_compact_options_resolve(bs_compact_options *out, const bs_compact_options
   if (out->min_change_ratio < 0) out->min_change_ratio = BS_COMPACT_MIN_RATIO;
   if (out->memory_limit_mb == 0) out->memory_limit_mb = BS_COMPACT_MEMORY_MB;
   if (out->memory_limit_mb > SIZE_MAX / (1024u * 1024u))
-    return bs_fail(err, BS_EINVAL, "opts->memory_limit_mb: %zu is too large",
-                   out->memory_limit_mb);
+    return bs_fail(err, BS_EINVAL, "opts->memory_limit_mb: %zu is too large", out->memory_limit_mb);
   if (out->min_age_ms < 0) out->min_age_ms = BS_COMPACT_MIN_AGE_MS;
   if (out->max_ops_per_txn == 0) out->max_ops_per_txn = BS_COMPACT_OPS_PER_TXN;
   /* a fold needs two ops in one transaction */
@@ -62,7 +61,7 @@ typedef struct bs_seen_slot {
   size_t off;
 } bs_seen_slot;
 
-#define SEEN_HDR 5u
+#define SEEN_HDR       5u
 #define SEEN_MIN_SLOTS 64u /* first table: 1.5 KiB, so one-op buckets stay cheap */
 
 void bs_seen_init(bs_seen_set *s, const bs_allocator *a, size_t limit_bytes) {
@@ -95,8 +94,8 @@ void bs_seen_clear(bs_seen_set *s) {
 }
 
 static uint64_t seen_hash(const bs_op *op) {
-  uint64_t h = XXH3_64bits_withSeed(op->object_type.data, op->object_type.size,
-                                    op->object_type.size);
+  uint64_t h =
+      XXH3_64bits_withSeed(op->object_type.data, op->object_type.size, op->object_type.size);
   h = XXH3_64bits_withSeed(op->object_id.data, op->object_id.size, h ^ op->object_id.size);
   h = XXH3_64bits_withSeed(op->subkey.data, op->subkey.size, h + op->subkey.size);
   return h ? h : 1;

@@ -33,33 +33,39 @@ extern const bs_allocator bs_default_allocator;
 
 /* ---- Byte-order helpers (keys are big-endian so memcmp order is numeric order) ---- */
 static inline void bs_put_u32be(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
 }
 static inline uint32_t bs_get_u32be(const unsigned char *p) {
   return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 static inline void bs_put_u64be(unsigned char *p, uint64_t v) {
-  bs_put_u32be(p, (uint32_t)(v >> 32)); bs_put_u32be(p + 4, (uint32_t)v);
+  bs_put_u32be(p, (uint32_t)(v >> 32));
+  bs_put_u32be(p + 4, (uint32_t)v);
 }
 static inline uint64_t bs_get_u64be(const unsigned char *p) {
   return ((uint64_t)bs_get_u32be(p) << 32) | bs_get_u32be(p + 4);
 }
 /* Values are little-endian (the layout table below). */
 static inline void bs_put_u16le(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
 }
 static inline uint32_t bs_get_u16le(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
 static inline void bs_put_u32le(unsigned char *p, uint32_t v) {
-  bs_put_u16le(p, v); bs_put_u16le(p + 2, v >> 16);
+  bs_put_u16le(p, v);
+  bs_put_u16le(p + 2, v >> 16);
 }
 static inline uint32_t bs_get_u32le(const unsigned char *p) {
   return bs_get_u16le(p) | bs_get_u16le(p + 2) << 16;
 }
 static inline void bs_put_u64le(unsigned char *p, uint64_t v) {
-  bs_put_u32le(p, (uint32_t)v); bs_put_u32le(p + 4, (uint32_t)(v >> 32));
+  bs_put_u32le(p, (uint32_t)v);
+  bs_put_u32le(p + 4, (uint32_t)(v >> 32));
 }
 static inline uint64_t bs_get_u64le(const unsigned char *p) {
   return (uint64_t)bs_get_u32le(p) | (uint64_t)bs_get_u32le(p + 4) << 32;
@@ -156,7 +162,6 @@ int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
 #define BS_DEFAULT_CHUNK_BYTES (1024u * 1024u)
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
-
 /* =================================================================================================
  * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat, verify)
  *
@@ -204,7 +209,7 @@ int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
 #include <lmdb.h>
 
 #define BS_OP_HEADER_SIZE 18u
-#define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
+#define BS_CHANGES_MAX    1000u /* more than this per record: the "too many" flag instead */
 
 /* Decodes an op value (borrowed) into op; op_id is taken from the key. BS_ECORRUPT if short. */
 static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
@@ -219,12 +224,19 @@ static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_o
   ot = (size_t)p[13] | (size_t)p[14] << 8;
   oi = (size_t)p[15] | (size_t)p[16] << 8;
   sk = p[17];
-  if (op->type < BS_OP_PUT || op->type > BS_OP_CLEAR || BS_OP_HEADER_SIZE + ot + oi + sk > val->mv_size)
+  if (op->type < BS_OP_PUT || op->type > BS_OP_CLEAR ||
+      BS_OP_HEADER_SIZE + ot + oi + sk > val->mv_size)
     return BS_ECORRUPT;
   p += BS_OP_HEADER_SIZE;
-  op->object_type.data = ot ? p : NULL; op->object_type.size = ot; p += ot;
-  op->object_id.data = oi ? p : NULL; op->object_id.size = oi; p += oi;
-  op->subkey.data = sk ? p : NULL; op->subkey.size = sk; p += sk;
+  op->object_type.data = ot ? p : NULL;
+  op->object_type.size = ot;
+  p += ot;
+  op->object_id.data = oi ? p : NULL;
+  op->object_id.size = oi;
+  p += oi;
+  op->subkey.data = sk ? p : NULL;
+  op->subkey.size = sk;
+  p += sk;
   op->data.size = val->mv_size - (BS_OP_HEADER_SIZE + ot + oi + sk);
   op->data.data = (op->type == BS_OP_PUT) ? p : NULL;
   if (op->type != BS_OP_PUT) op->data.size = 0;
@@ -234,18 +246,18 @@ static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_o
 /* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
 typedef struct bs_stream_rec {
   uint32_t id;
-  uint8_t state;          /* bs_stream_state */
-  uint8_t hash;           /* bs_hash */
+  uint8_t state; /* bs_stream_state */
+  uint8_t hash;  /* bs_hash */
   uint8_t snapshot_done;
   uint8_t has_checkpoint_lsn, has_resume_lsn, has_no_checkpoint_before;
-  uint64_t op_head;        /* highest allocated = highest persisted op id */
-  uint64_t checkpoint;     /* 0 = none */
+  uint64_t op_head;            /* highest allocated = highest persisted op id */
+  uint64_t checkpoint;         /* 0 = none */
   uint64_t last_checkpoint_op; /* op_head at the last checkpoint (create_empty = 0 rule) */
-  uint64_t change_seq;     /* last seq used in `changes` */
-  uint64_t param_horizon;  /* parameter reads below it: BS_ESTALE */
-  uint64_t param_cursor;   /* parameter compaction progress */
-  uint64_t changes_fence;  /* checkpoint_changes from below it: invalidate */
-  uint64_t compact_horizon;/* highest horizon any compaction used */
+  uint64_t change_seq;         /* last seq used in `changes` */
+  uint64_t param_horizon;      /* parameter reads below it: BS_ESTALE */
+  uint64_t param_cursor;       /* parameter compaction progress */
+  uint64_t changes_fence;      /* checkpoint_changes from below it: invalidate */
+  uint64_t compact_horizon;    /* highest horizon any compaction used */
   uint32_t next_table_id;
   int64_t created_ms;
   bs_val name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error;
@@ -254,13 +266,13 @@ typedef struct bs_stream_rec {
 /* Per-bucket state in bstate (fixed 96 bytes little-endian, then the bucket name). */
 typedef struct bs_bucket_state {
   uint32_t stream;
-  uint32_t checksum;     /* wrapping sum over every persisted op */
-  uint64_t count;        /* persisted ops */
-  uint64_t bytes;        /* sum of op value sizes */
-  uint64_t last_op;      /* highest op id in the bucket */
-  uint64_t generation;   /* bumped by every compaction that changed the bucket */
-  uint64_t clear_start;  /* span of the leading CLEAR: reads at C in [clear_start, clear_op) */
-  uint64_t clear_op;     /*   fail with BS_EINVALIDATED; 0/0 = none */
+  uint32_t checksum;        /* wrapping sum over every persisted op */
+  uint64_t count;           /* persisted ops */
+  uint64_t bytes;           /* sum of op value sizes */
+  uint64_t last_op;         /* highest op id in the bucket */
+  uint64_t generation;      /* bumped by every compaction that changed the bucket */
+  uint64_t clear_start;     /* span of the leading CLEAR: reads at C in [clear_start, clear_op) */
+  uint64_t clear_op;        /*   fail with BS_EINVALIDATED; 0/0 = none */
   uint64_t compacted_count; /* count after the last compaction (selection by change) */
   uint64_t compacted_op;    /* last_op at the last compaction */
   uint64_t reserved[3];
@@ -281,7 +293,7 @@ struct bs_lmdb_db {
   pthread_rwlock_t txn_lock;
   size_t map_size;
   unsigned env_flags;
-  MDB_dbi softdel; /* soft-deleted source records, see the layout table */
+  MDB_dbi softdel;  /* soft-deleted source records, see the layout table */
   int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
 };
 
@@ -311,12 +323,12 @@ int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err);
 int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out, bs_error *err);
 int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs_error *err);
 void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out); /* caller checks size */
-int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
-                        const bs_bucket_state *s, bs_error *err);
+int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
+                        bs_error *err);
 /* bucket name -> id within stream; BS_ENOTFOUND when unknown, quietly (err is not written:
  * readers treat an unknown bucket as empty) */
-int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
-                      uint64_t *id_out, bs_error *err);
+int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, uint64_t *id_out,
+                      bs_error *err);
 
 /* Defragmentation (lmdb_compact.c), through the writer's code in lmdb.c. A live PUT to re-emit:
  * the bucket, its op id, and the key of the source record whose membership holds that op. */
@@ -339,8 +351,8 @@ int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t
 int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
 int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                         size_t n_req, const bs_batch_options *opts,
-                        int (*on_chunk)(const bs_chunk *, void *), void *payload,
-                        int *has_more_out, bs_error *err);
+                        int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
+                        bs_error *err);
 int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                       bs_checksum *out, uint64_t *generation_out, bs_error *err);
 int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
@@ -354,8 +366,8 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
                          int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                          bs_error *err);
 int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
-int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload,
-                   uint64_t *problems, bs_error *err);
+int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                   bs_error *err);
 
 /* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
 /* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called
@@ -363,8 +375,8 @@ int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload,
 int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
                                int (*fn)(bs_val user, void *payload), void *payload, bs_error *err);
 /* Persists one custom write checkpoint (overwrites). */
-int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event,
-                           bs_val user, uint64_t value, bs_error *err);
+int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
+                           uint64_t value, bs_error *err);
 int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                       bs_error *err);
 int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
@@ -372,8 +384,8 @@ int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_re
                                              bs_error *err);
 int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
-int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
-                                              uint64_t *deleted, bs_error *err);
+int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                              bs_error *err);
 /* For verify: BS_OK when a `wcp` entry decodes ('M' record, 'P' marker with an empty value,
  * 'C' custom value), else BS_ECORRUPT with a message in why. stat counts 'M' and 'C' keys. */
 int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
@@ -381,7 +393,7 @@ int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_
 /* lmdb_params.c */
 /* The params key/value codec, shared by the writer (lmdb.c), the reader and compaction so that
  * they cannot disagree on the layout above. */
-#define BS_PARAM_KEY_MAX (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
+#define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
 #define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */
 /* Writes the key of one entry into out (BS_PARAM_KEY_MAX bytes); returns its size. The caller
  * has checked lookup.size <= BS_MAX_LOOKUP_KEY. */
@@ -408,9 +420,9 @@ int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
 
 /* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
 #define BS_COMPACT_MIN_CHANGES 10u
-#define BS_COMPACT_MIN_RATIO 0.1
-#define BS_COMPACT_MEMORY_MB 64u
-#define BS_COMPACT_MIN_AGE_MS (5 * 60 * 1000)
+#define BS_COMPACT_MIN_RATIO   0.1
+#define BS_COMPACT_MEMORY_MB   64u
+#define BS_COMPACT_MIN_AGE_MS  (5 * 60 * 1000)
 #define BS_COMPACT_OPS_PER_TXN 10000u
 /* Copies in (NULL = defaults) into out with every default applied; BS_EINVAL names a bad field. */
 int bs_compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,

@@ -17,15 +17,15 @@
 
 /* The map is address space, not disk: the file grows only as pages are written. A large default
  * makes growth (which must wait until no transaction of this process is open) rare. */
-#define LM_DEFAULT_MAP (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
-#define LM_MAXDBS 16
-#define LM_FORMAT_MAGIC "bktstore"
-#define LM_STREAM_REC_VERSION 1u
-#define LM_STREAM_FIXED 88u
+#define LM_DEFAULT_MAP         (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
+#define LM_MAXDBS              16
+#define LM_FORMAT_MAGIC        "bktstore"
+#define LM_STREAM_REC_VERSION  1u
+#define LM_STREAM_FIXED        88u
 #define LM_DEFAULT_MAX_RECORDS 2000u
-#define LM_DEFAULT_MAX_BYTES (5u * 1024u * 1024u)
-#define LM_BATCH_RECORDS 1000u /* records per txn in truncate/clear/purge loops */
-#define LM_STATE_KEY 8u        /* bstate key: u64be bucket id */
+#define LM_DEFAULT_MAX_BYTES   (5u * 1024u * 1024u)
+#define LM_BATCH_RECORDS       1000u /* records per txn in truncate/clear/purge loops */
+#define LM_STATE_KEY           8u    /* bstate key: u64be bucket id */
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
@@ -69,9 +69,9 @@ int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
  */
 #define LM_GROW_HOLDOFF_MS 500
 
-static _Thread_local unsigned lm_depth;             /* txn_lock holds of this thread */
-static _Thread_local const bs_lmdb_db *lm_seen_db;  /* db of this thread's last write txn */
-static _Thread_local size_t lm_seen_map;            /* its map size when that txn began */
+static _Thread_local unsigned lm_depth;            /* txn_lock holds of this thread */
+static _Thread_local const bs_lmdb_db *lm_seen_db; /* db of this thread's last write txn */
+static _Thread_local size_t lm_seen_map;           /* its map size when that txn began */
 
 static void grow_holdoff(bs_lmdb_db *db) {
   struct timespec nap = {0, 200 * 1000}; /* 0.2 ms */
@@ -90,7 +90,8 @@ static int resize_map(bs_lmdb_db *db, size_t failed, int adopt, bs_error *err) {
   size_t cur, next;
   int mrc = 0, rc = BS_OK;
   if (lm_depth)
-    return bs_fail(err, BS_ESTATE, "the map must be resized while this thread has a "
+    return bs_fail(err, BS_ESTATE,
+                   "the map must be resized while this thread has a "
                    "transaction open on a database; end it and retry");
   pthread_mutex_lock(&db->grow_mu);
   __atomic_store_n(&db->grow_pending, 1, __ATOMIC_RELEASE);
@@ -103,8 +104,10 @@ static int resize_map(bs_lmdb_db *db, size_t failed, int adopt, bs_error *err) {
     if (mdb_env_info(db->env, &info) == 0 && info.me_mapsize > cur) cur = info.me_mapsize;
     if (!failed || cur <= failed) {
       next = cur * 2;
-      if (next < cur) rc = bs_fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
-      else if ((mrc = mdb_env_set_mapsize(db->env, next)) == 0) db->map_size = next;
+      if (next < cur)
+        rc = bs_fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
+      else if ((mrc = mdb_env_set_mapsize(db->env, next)) == 0)
+        db->map_size = next;
     }
   }
   pthread_rwlock_unlock(&db->txn_lock);
@@ -168,8 +171,10 @@ int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_erro
   for (;;) {
     if ((rc = bs_lmdb_txn_begin(db, 0, &txn, err)) != BS_OK) return rc;
     rc = fn(txn, payload, err);
-    if (rc == BS_OK) rc = bs_lmdb_txn_commit(db, txn, err);
-    else bs_lmdb_txn_abort(db, txn);
+    if (rc == BS_OK)
+      rc = bs_lmdb_txn_commit(db, txn, err);
+    else
+      bs_lmdb_txn_abort(db, txn);
     if (rc != BS_LMDB_MAPFULL) return rc;
     if ((rc = bs_lmdb_grow(db, err)) != BS_OK) return rc;
   }
@@ -216,13 +221,21 @@ static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
   r->has_no_checkpoint_before = (p[4] >> 2) & 1;
   r->id = bs_get_u32le(p + 8);
   r->next_table_id = bs_get_u32le(p + 12);
-  u64s[0] = &r->op_head; u64s[1] = &r->checkpoint; u64s[2] = &r->last_checkpoint_op;
-  u64s[3] = &r->change_seq; u64s[4] = &r->param_horizon; u64s[5] = &r->param_cursor;
-  u64s[6] = &r->changes_fence; u64s[7] = &r->compact_horizon;
+  u64s[0] = &r->op_head;
+  u64s[1] = &r->checkpoint;
+  u64s[2] = &r->last_checkpoint_op;
+  u64s[3] = &r->change_seq;
+  u64s[4] = &r->param_horizon;
+  u64s[5] = &r->param_cursor;
+  u64s[6] = &r->changes_fence;
+  u64s[7] = &r->compact_horizon;
   for (int i = 0; i < 8; i++) *u64s[i] = bs_get_u64le(p + 16 + 8 * i);
   r->created_ms = (int64_t)bs_get_u64le(p + 80);
-  strs[0] = &r->name; strs[1] = &r->checkpoint_lsn; strs[2] = &r->resume_lsn;
-  strs[3] = &r->no_checkpoint_before; strs[4] = &r->last_error;
+  strs[0] = &r->name;
+  strs[1] = &r->checkpoint_lsn;
+  strs[2] = &r->resume_lsn;
+  strs[3] = &r->no_checkpoint_before;
+  strs[4] = &r->last_error;
   q = p + LM_STREAM_FIXED;
   for (int i = 0; i < 5; i++)
     if (get_str(&q, end, strs[i]) != BS_OK) return BS_ECORRUPT;
@@ -245,18 +258,20 @@ int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *
   return BS_OK;
 }
 
-static size_t clamp_str(bs_val v, size_t max) { return v.size > max ? max : v.size; }
+static size_t clamp_str(bs_val v, size_t max) {
+  return v.size > max ? max : v.size;
+}
 
 int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_error *err) {
   /* Encoded into a local buffer first: the strings may point into the old value of this very
    * key, which the put may overwrite in place. */
   unsigned char buf[LM_STREAM_FIXED + 5 * (2 + 256)];
   unsigned char k[5];
-  const bs_val *strs[5] = {&r->name, &r->checkpoint_lsn, &r->resume_lsn,
-                           &r->no_checkpoint_before, &r->last_error};
-  const uint64_t u64s[8] = {r->op_head, r->checkpoint, r->last_checkpoint_op, r->change_seq,
-                            r->param_horizon, r->param_cursor, r->changes_fence,
-                            r->compact_horizon};
+  const bs_val *strs[5] = {&r->name, &r->checkpoint_lsn, &r->resume_lsn, &r->no_checkpoint_before,
+                           &r->last_error};
+  const uint64_t u64s[8] = {r->op_head,       r->checkpoint,     r->last_checkpoint_op,
+                            r->change_seq,    r->param_horizon,  r->param_cursor,
+                            r->changes_fence, r->compact_horizon};
   unsigned char *p;
   MDB_val key = {5, k}, val;
   int mrc;
@@ -319,8 +334,8 @@ static void bucket_state_encode(unsigned char *p, const bs_bucket_state *s) {
   if (s->name.size) memcpy(p + BS_BUCKET_STATE_FIXED, s->name.data, s->name.size);
 }
 
-int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
-                        const bs_bucket_state *s, bs_error *err) {
+int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
+                        bs_error *err) {
   unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
   unsigned char k[8];
   MDB_val key = {8, k}, val;
@@ -335,14 +350,13 @@ int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
   return mrc ? bs_lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
 }
 
-int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
-                      uint64_t *id_out, bs_error *err) {
+int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, uint64_t *id_out,
+                      bs_error *err) {
   unsigned char k[4 + BS_MAX_BUCKET_NAME];
   MDB_val key, val;
   int mrc;
   if (name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME",
-                   name.size);
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
   bs_put_u32be(k, stream);
   if (name.size) memcpy(k + 4, name.data, name.size);
   key.mv_size = 4 + name.size;
@@ -350,8 +364,8 @@ int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name
   mrc = mdb_get(txn, db->buckets, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
   if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  if (val.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes",
-                                       val.mv_size);
+  if (val.mv_size != 8)
+    return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", val.mv_size);
   *id_out = bs_get_u64le(val.mv_data);
   return BS_OK;
 }
@@ -361,24 +375,24 @@ int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name
 static void lmdb_close(bs_db *base);
 static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
                               const bs_stream_options *o, bs_error *err);
-static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *),
-                            void *payload, bs_error *err);
+static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *), void *payload,
+                            bs_error *err);
 static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err);
 
 static const bs_db_ops lmdb_db_ops = {
-    lmdb_close, lmdb_stream_create, lmdb_stream_list, lmdb_storage_open, bs_lmdb_stat,
-    bs_lmdb_verify,
+    lmdb_close,        lmdb_stream_create, lmdb_stream_list,
+    lmdb_storage_open, bs_lmdb_stat,       bs_lmdb_verify,
 };
 
-static const char *const lm_db_names[] = {"meta",   "tables",   "buckets",    "bstate",
-                                          "ops",    "source",   "params",     "changes",
-                                          "wcp",    "superseded", "cqueue",   "softdel"};
+static const char *const lm_db_names[] = {"meta", "tables",     "buckets", "bstate",
+                                          "ops",  "source",     "params",  "changes",
+                                          "wcp",  "superseded", "cqueue",  "softdel"};
 #define LM_NDBS (sizeof lm_db_names / sizeof lm_db_names[0])
 
 static MDB_dbi *dbi_slot(bs_lmdb_db *db, size_t i) {
-  MDB_dbi *slots[LM_NDBS] = {&db->meta,   &db->tables, &db->buckets,    &db->bstate,
-                             &db->ops,    &db->source, &db->params,     &db->changes,
-                             &db->wcp,    &db->superseded, &db->cqueue, &db->softdel};
+  MDB_dbi *slots[LM_NDBS] = {&db->meta, &db->tables,     &db->buckets, &db->bstate,
+                             &db->ops,  &db->source,     &db->params,  &db->changes,
+                             &db->wcp,  &db->superseded, &db->cqueue,  &db->softdel};
   return slots[i];
 }
 
@@ -394,9 +408,8 @@ static int check_format(bs_lmdb_db *db, MDB_txn *txn, const char *path, bs_error
     return bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign format record)", path);
   version = bs_get_u32le((const unsigned char *)val.mv_data + 8);
   if (version > BS_FORMAT_VERSION || version == 0)
-    return bs_fail(err, BS_ECORRUPT,
-                   "%s: format version %u is newer than this build supports (%u)", path,
-                   version, (unsigned)BS_FORMAT_VERSION);
+    return bs_fail(err, BS_ECORRUPT, "%s: format version %u is newer than this build supports (%u)",
+                   path, version, (unsigned)BS_FORMAT_VERSION);
   return BS_OK;
 }
 
@@ -414,7 +427,10 @@ static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
     /* A new file is empty; an LMDB file with other content is someone else's. */
     mrc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
     if (mrc == 0) mrc = mdb_stat(txn, main_dbi, &st);
-    if (mrc) { rc = bs_fail_mdb(err, mrc, "opening the main database"); goto fail; }
+    if (mrc) {
+      rc = bs_fail_mdb(err, mrc, "opening the main database");
+      goto fail;
+    }
     if (st.ms_entries > 0) {
       rc = bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign LMDB content)", path);
       goto fail;
@@ -459,8 +475,7 @@ fail:
   return rc;
 }
 
-static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opts,
-                    bs_error *err) {
+static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opts, bs_error *err) {
   size_t map = opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP;
   MDB_envinfo info;
   int mrc, dead = 0;
@@ -477,15 +492,18 @@ static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opt
     return bs_fail(err, BS_ECORRUPT, "%s: not an LMDB file (%s)", path, mdb_strerror(mrc));
   if (mrc == ENOENT) return bs_fail(err, BS_ENOTFOUND, "%s: no such file", path);
   if (mrc) return bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", path, mdb_strerror(mrc));
-  if (mdb_env_info(db->env, &info) == 0) db->map_size = info.me_mapsize;
-  else db->map_size = map;
+  if (mdb_env_info(db->env, &info) == 0)
+    db->map_size = info.me_mapsize;
+  else
+    db->map_size = map;
   mdb_reader_check(db->env, &dead); /* clears slots of crashed readers */
   return BS_OK;
 }
 
 int bs_lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   const bs_allocator *a = opts && opts->allocator && opts->allocator->malloc_fn
-                              ? opts->allocator : &bs_default_allocator;
+                              ? opts->allocator
+                              : &bs_default_allocator;
   bs_lmdb_db *db;
   int rc;
 
@@ -534,9 +552,8 @@ static void lmdb_close(bs_db *base) {
 /* ---- Streams --------------------------------------------------------------------------------- */
 
 /* Calls fn for every stream record, in id order, inside txn. */
-static int each_stream(bs_lmdb_db *db, MDB_txn *txn,
-                       int (*fn)(bs_stream_rec *, void *, bs_error *), void *payload,
-                       bs_error *err) {
+static int each_stream(bs_lmdb_db *db, MDB_txn *txn, int (*fn)(bs_stream_rec *, void *, bs_error *),
+                       void *payload, bs_error *err) {
   MDB_cursor *cur;
   unsigned char k[5];
   MDB_val key = {1, k}, val;
@@ -555,7 +572,8 @@ static int each_stream(bs_lmdb_db *db, MDB_txn *txn,
     }
     if ((rc = fn(&rec, payload, err)) != BS_OK) break;
   }
-  if (rc == BS_OK && mrc != 0 && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "scanning streams");
+  if (rc == BS_OK && mrc != 0 && mrc != MDB_NOTFOUND)
+    rc = bs_lmdb_fail(err, mrc, "scanning streams");
   mdb_cursor_close(cur);
   return rc;
 }
@@ -628,8 +646,8 @@ static int list_one(bs_stream_rec *rec, void *payload, bs_error *err) {
   return c->fn(&info, c->payload);
 }
 
-static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *),
-                            void *payload, bs_error *err) {
+static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *), void *payload,
+                            bs_error *err) {
   bs_lmdb_db *db = (bs_lmdb_db *)base;
   list_ctx c = {fn, payload};
   MDB_txn *txn;
@@ -767,7 +785,9 @@ typedef struct hmap {
   size_t cap, n; /* cap: power of two */
 } hmap;
 
-static uint64_t hkey(const void *k, size_t n) { return XXH3_64bits(k, n); }
+static uint64_t hkey(const void *k, size_t n) {
+  return XXH3_64bits(k, n);
+}
 
 static void *hmap_get(const hmap *m, const void *k, size_t klen, uint64_t h) {
   if (!m->n) return NULL;
@@ -912,11 +932,11 @@ typedef struct fctx {
   bs_stream_rec rec;
   arena ar;
   hmap by_name, by_id, recs, tables, lookups;
-  vec bents;  /* bent * */
-  vec dirty;  /* srec * */
-  vec pars;   /* ppar */
-  vec sups;   /* psup */
-  vec lkeys;  /* bs_val: lookup keys changed */
+  vec bents; /* bent * */
+  vec dirty; /* srec * */
+  vec pars;  /* ppar */
+  vec sups;  /* psup */
+  vec lkeys; /* bs_val: lookup keys changed */
   uint64_t first_op;
   uint64_t seq_bucket;
   int seq_loaded, seq_dirty;
@@ -936,21 +956,30 @@ typedef struct lm_writer {
   fctx f;
 } lm_writer;
 
-static const bs_allocator *w_alloc(lm_writer *w) { return &w->db->base.alloc; }
+static const bs_allocator *w_alloc(lm_writer *w) {
+  return &w->db->base.alloc;
+}
 
 static int copy_val(arena *ar, bs_val *dst, bs_val src) {
   dst->size = src.size;
-  if (!src.data) { dst->data = NULL; return BS_OK; }
+  if (!src.data) {
+    dst->data = NULL;
+    return BS_OK;
+  }
   dst->data = src.size ? arena_dup(ar, src.data, src.size) : lm_empty;
   return dst->data ? BS_OK : BS_ENOMEM;
 }
 
 /* Saturating size arithmetic: an absurd total becomes SIZE_MAX, which arena_alloc refuses. */
-static size_t sz_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+static size_t sz_add(size_t a, size_t b) {
+  return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
 static size_t sz_mul(size_t n, size_t size) {
   return size && n > SIZE_MAX / size ? SIZE_MAX : n * size;
 }
-static size_t qv_bytes(bs_val v) { return v.data ? v.size : 0; }
+static size_t qv_bytes(bs_val v) {
+  return v.data ? v.size : 0;
+}
 
 /* Copies v to *p and advances it; absent stays absent, present-empty points at lm_empty. */
 static bs_val qv_copy(unsigned char **p, bs_val v) {
@@ -1065,8 +1094,8 @@ static int cur_get(fctx *f, MDB_cursor **cur, MDB_dbi dbi, const MDB_val *key, M
   int mrc;
   if (!*cur && (mrc = mdb_cursor_open(f->txn, dbi, cur)) != 0) return mrc;
   mrc = mdb_cursor_get(*cur, &found, val, MDB_SET_RANGE);
-  if (mrc == 0 && (found.mv_size != key->mv_size ||
-                   memcmp(found.mv_data, key->mv_data, key->mv_size) != 0))
+  if (mrc == 0 &&
+      (found.mv_size != key->mv_size || memcmp(found.mv_data, key->mv_data, key->mv_size) != 0))
     mrc = MDB_NOTFOUND;
   return mrc;
 }
@@ -1107,17 +1136,23 @@ static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
   return bs_stream_rec_get(f->db, txn, f->stream, &f->rec, err);
 }
 
-static int oom(bs_error *err) { return bs_fail(err, BS_ENOMEM, "out of memory in the writer"); }
+static int oom(bs_error *err) {
+  return bs_fail(err, BS_ENOMEM, "out of memory in the writer");
+}
 
 static int seq_load(fctx *f, bs_error *err) {
   MDB_val key = {10, "seq.bucket"}, val;
   int mrc;
   if (f->seq_loaded) return BS_OK;
   mrc = mdb_get(f->txn, f->db->meta, &key, &val);
-  if (mrc == MDB_NOTFOUND) f->seq_bucket = 0;
-  else if (mrc) return bs_lmdb_fail(err, mrc, "reading seq.bucket");
-  else if (val.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "seq.bucket: bad value");
-  else f->seq_bucket = bs_get_u64le(val.mv_data);
+  if (mrc == MDB_NOTFOUND)
+    f->seq_bucket = 0;
+  else if (mrc)
+    return bs_lmdb_fail(err, mrc, "reading seq.bucket");
+  else if (val.mv_size != 8)
+    return bs_fail(err, BS_ECORRUPT, "seq.bucket: bad value");
+  else
+    f->seq_bucket = bs_get_u64le(val.mv_data);
   f->seq_loaded = 1;
   return BS_OK;
 }
@@ -1140,7 +1175,10 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   bent *b;
   int mrc;
   bs_put_u64be(k, id);
-  if ((b = hmap_get(&f->by_id, k, 8, hkey(k, 8)))) { *out = b; return BS_OK; }
+  if ((b = hmap_get(&f->by_id, k, 8, hkey(k, 8)))) {
+    *out = b;
+    return BS_OK;
+  }
   mrc = cur_get(f, &f->bst, f->db->bstate, &key, &val);
   if (mrc == MDB_NOTFOUND)
     return bs_fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
@@ -1167,8 +1205,7 @@ static int bucket_id_lookup(fctx *f, bs_val name, uint64_t *id_out, bs_error *er
   MDB_val key = {4 + name.size, k}, val;
   int mrc;
   if (name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME",
-                   name.size);
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
   bs_put_u32be(k, f->stream);
   if (name.size) memcpy(k + 4, name.data, name.size);
   mrc = cur_get(f, &f->bnm, f->db->buckets, &key, &val);
@@ -1185,7 +1222,10 @@ static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
   uint64_t h = hkey(name.data, name.size), id;
   bent *b;
   int rc;
-  if ((b = hmap_get(&f->by_name, name.data, name.size, h))) { *out = b; return BS_OK; }
+  if ((b = hmap_get(&f->by_name, name.data, name.size, h))) {
+    *out = b;
+    return BS_OK;
+  }
   if ((rc = bucket_id_lookup(f, name, &id, err)) == BS_OK) return bucket_by_id(f, id, out, err);
   if (rc != BS_ENOTFOUND) return rc;
   if ((rc = seq_load(f, err)) != BS_OK) return rc;
@@ -1222,8 +1262,10 @@ static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_va
   o->object_id = oi;
   o->data = data;
   o->subkey = sk;
-  if (b->tail) b->tail->next = o;
-  else b->head = o;
+  if (b->tail)
+    b->tail->next = o;
+  else
+    b->head = o;
   b->tail = o;
   b->touched = 1;
   b->st.checksum = bs_cksum_add(b->st.checksum, ck);
@@ -1326,8 +1368,7 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
       return bs_lmdb_fail(err, mrc, "registering a table");
   }
-  return hmap_put(&f->tables, name.data, name.size, h, (void *)(uintptr_t)*out) ? oom(err)
-                                                                                 : BS_OK;
+  return hmap_put(&f->tables, name.data, name.size, h, (void *)(uintptr_t)*out) ? oom(err) : BS_OK;
 }
 
 static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
@@ -1360,8 +1401,12 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
     oi = bs_get_u16le(p + 18);
     p += 20;
     if ((size_t)(end - p) < ot + oi) goto bad;
-    m->object_type.data = p; m->object_type.size = ot; p += ot;
-    m->object_id.data = p; m->object_id.size = oi; p += oi;
+    m->object_type.data = p;
+    m->object_type.size = ot;
+    p += ot;
+    m->object_id.data = p;
+    m->object_id.size = oi;
+    p += oi;
   }
   for (uint32_t i = 0; i < r->nl; i++)
     if (get_str(&p, end, &r->lk[i]) != BS_OK) goto bad;
@@ -1374,8 +1419,7 @@ bad:
 
 static size_t srec_size(const srec *r) {
   size_t n = LM_SREC_FIXED + (r->has_data ? r->data.size : 0);
-  for (uint32_t i = 0; i < r->nm; i++)
-    n += 20 + r->m[i].object_type.size + r->m[i].object_id.size;
+  for (uint32_t i = 0; i < r->nm; i++) n += 20 + r->m[i].object_type.size + r->m[i].object_id.size;
   for (uint32_t i = 0; i < r->nl; i++) n += 2 + r->lk[i].size;
   return n;
 }
@@ -1427,7 +1471,10 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   bs_put_u32be(kbuf + 4, tid);
   if (rid.size) memcpy(kbuf + 8, rid.data, rid.size);
   h = hkey(kbuf, key.mv_size);
-  if ((r = hmap_get(&f->recs, kbuf, key.mv_size, h))) { *out = r; return BS_OK; }
+  if ((r = hmap_get(&f->recs, kbuf, key.mv_size, h))) {
+    *out = r;
+    return BS_OK;
+  }
   if (!(r = arena_alloc(&f->ar, sizeof *r + key.mv_size))) return oom(err); /* key follows r */
   memset(r, 0, sizeof *r);
   memcpy(r + 1, kbuf, key.mv_size);
@@ -1571,8 +1618,7 @@ static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error 
     uint32_t i;
     for (i = 0; i < nl; i++)
       if (bs_val_eq(nlk[i], r->lk[j])) break;
-    if (i == nl && (rc = emit_param(f, r->lk[j], tid, q->after, NULL, 0, err)) != BS_OK)
-      return rc;
+    if (i == nl && (rc = emit_param(f, r->lk[j], tid, q->after, NULL, 0, err)) != BS_OK) return rc;
   }
   r->exists = 1;
   r->softdel = 0;
@@ -1608,8 +1654,10 @@ static int apply_save(fctx *f, const qsave *q, bs_error *err) {
     if ((rc = rec_load(f, tid, before, 1, &r, err)) != BS_OK) return rc;
     if (r->exists && !r->softdel) {
       if ((rc = unlink_rec(f, r, tid, before, err)) != BS_OK) return rc;
-      if (soft && !has_after) soft_delete(f, r);
-      else r->exists = 0;
+      if (soft && !has_after)
+        soft_delete(f, r);
+      else
+        r->exists = 0;
       if ((rc = mark_dirty(f, r, err)) != BS_OK) return rc;
     } else if (!r->exists && soft && !has_after) {
       soft_delete(f, r); /* unknown row: still fence it against a concurrent snapshot */
@@ -1854,8 +1902,10 @@ static int put_recs(fctx *f, bs_error *err) {
     if (!r->exists && app) continue; /* past the end: not stored, nothing to delete */
     if (!r->exists) {
       mrc = mdb_cursor_get(cur, &key, &val, MDB_SET);
-      if (mrc == 0) mrc = mdb_cursor_del(cur, 0);
-      else if (mrc == MDB_NOTFOUND) mrc = 0;
+      if (mrc == 0)
+        mrc = mdb_cursor_del(cur, 0);
+      else if (mrc == MDB_NOTFOUND)
+        mrc = 0;
       continue;
     }
     val.mv_size = srec_size(r);
@@ -1880,8 +1930,14 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, con
   int mrc;
   for (size_t i = 0; i < f->bents.n; i++)
     if (bl[i]->head) nb++;
-  if (nb > BS_CHANGES_MAX) { flags |= 2; nb = 0; }
-  if (nl > BS_CHANGES_MAX) { flags |= 4; nl = 0; }
+  if (nb > BS_CHANGES_MAX) {
+    flags |= 2;
+    nb = 0;
+  }
+  if (nl > BS_CHANGES_MAX) {
+    flags |= 4;
+    nl = 0;
+  }
   if (nb)
     for (size_t i = 0; i < f->bents.n; i++)
       if (bl[i]->head) size += 2 + bl[i]->st.name.size;
@@ -2012,8 +2068,7 @@ static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_erro
       copy_val(&f->ar, &data, op.data))
     return oom(err);
   if ((rc = bucket_by_id(f, row->bucket, &b, err)) != BS_OK) return rc;
-  if ((rc = emit_op(f, b, BS_OP_PUT, op.checksum, ot, oi, sk, data, &id, err)) != BS_OK)
-    return rc;
+  if ((rc = emit_op(f, b, BS_OP_PUT, op.checksum, ot, oi, sk, data, &id, err)) != BS_OK) return rc;
   if ((rc = note_sup(f, b, row->old_op, id, err)) != BS_OK) return rc;
   m->op = id;
   *done = 1;
@@ -2123,8 +2178,10 @@ static int lw_save(bs_writer *base, const bs_save *s, bs_error *err) {
     if ((rc = w_flush(w, err)) != BS_OK) return rc;
   /* On failure a partial copy stays in the arena until the next reset: harmless. */
   if (queue_copy(&w->q, s, &q) != BS_OK) return oom(err);
-  if (w->tail) w->tail->next = q;
-  else w->head = q;
+  if (w->tail)
+    w->tail->next = q;
+  else
+    w->head = q;
   w->tail = q;
   w->n++;
   return BS_OK;
@@ -2134,14 +2191,15 @@ static int lw_custom_wcp(bs_writer *base, bs_val user, uint64_t value, bs_val ev
                          bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   qwcp *c = arena_alloc(&w->q, sizeof *c);
-  if (!c || copy_val(&w->q, &c->user, user) || copy_val(&w->q, &c->event, event))
-    return oom(err);
+  if (!c || copy_val(&w->q, &c->user, user) || copy_val(&w->q, &c->event, event)) return oom(err);
   if (!c->user.data) c->user.data = lm_empty;
   if (!c->event.data) c->event.data = lm_empty;
   c->value = value;
   c->next = NULL;
-  if (w->wcp_tail) w->wcp_tail->next = c;
-  else w->wcp_head = c;
+  if (w->wcp_tail)
+    w->wcp_tail->next = c;
+  else
+    w->wcp_head = c;
   w->wcp_tail = c;
   return BS_OK;
 }
@@ -2263,8 +2321,7 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
   if ((rc = purge_softdel(f, r->checkpoint, err)) != BS_OK) return rc;
-  if ((rc = put_change(f, r->checkpoint, r->checkpoint, 1, c->users.p, c->users.n, err)))
-    return rc;
+  if ((rc = put_change(f, r->checkpoint, r->checkpoint, 1, c->users.p, c->users.n, err))) return rc;
   return bs_stream_rec_put(f->db, txn, r, err);
 }
 
@@ -2354,8 +2411,13 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
   for (const qsave *q = w->head; q; q = q->next) {
     bs_val before = q->before.data ? q->before : q->after;
     if (!bs_val_eq(q->table, table)) continue;
-    if (q->tag != BS_DELETE && bs_val_eq(q->after, rid)) { hit = q; hit_deleted = 0; }
-    else if (before.data && bs_val_eq(before, rid)) { hit = q; hit_deleted = 1; }
+    if (q->tag != BS_DELETE && bs_val_eq(q->after, rid)) {
+      hit = q;
+      hit_deleted = 0;
+    } else if (before.data && bs_val_eq(before, rid)) {
+      hit = q;
+      hit_deleted = 1;
+    }
   }
   if ((rc = bs_lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   fctx_reset(&w->f);
@@ -2363,14 +2425,18 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
   w->f.rec.hash = 0;
   rc = table_id(&w->f, table, 0, &tid, err);
   r = NULL;
-  if (rc == BS_OK) rc = rec_load(&w->f, tid, rid, 1, &r, err);
-  else if (rc == BS_ENOTFOUND) rc = BS_OK;
+  if (rc == BS_OK)
+    rc = rec_load(&w->f, tid, rid, 1, &r, err);
+  else if (rc == BS_ENOTFOUND)
+    rc = BS_OK;
   f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
   if (rc == BS_OK) {
     int stored = r && r->exists && !r->softdel;
     if (hit && !(w->snapshot && stored && hit->tag == BS_INSERT && !hit_deleted)) {
-      if (hit_deleted) rc = bs_fail(err, BS_ENOTFOUND, "row was deleted");
-      else rc = fn(hit->stored.data ? &hit->stored : NULL, payload);
+      if (hit_deleted)
+        rc = bs_fail(err, BS_ENOTFOUND, "row was deleted");
+      else
+        rc = fn(hit->stored.data ? &hit->stored : NULL, payload);
     } else if (stored) {
       rc = fn(r->has_data ? &r->data : NULL, payload);
     } else {
@@ -2402,7 +2468,10 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
 
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   rc = table_id(f, c->table, 0, &tid, err);
-  if (rc == BS_ENOTFOUND) { c->done = 1; return BS_OK; }
+  if (rc == BS_ENOTFOUND) {
+    c->done = 1;
+    return BS_OK;
+  }
   if (rc != BS_OK) return rc;
   bs_put_u32be(pk, f->stream);
   bs_put_u32be(pk + 4, tid);
@@ -2411,8 +2480,14 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < LM_BATCH_RECORDS;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT), n++) {
     srec *r;
-    if (key.mv_size < 8 || memcmp(key.mv_data, pk, 8) != 0) { mrc = MDB_NOTFOUND; break; }
-    if (!(r = arena_alloc(&f->ar, sizeof *r))) { mdb_cursor_close(cur); return oom(err); }
+    if (key.mv_size < 8 || memcmp(key.mv_data, pk, 8) != 0) {
+      mrc = MDB_NOTFOUND;
+      break;
+    }
+    if (!(r = arena_alloc(&f->ar, sizeof *r))) {
+      mdb_cursor_close(cur);
+      return oom(err);
+    }
     memset(r, 0, sizeof *r);
     r->key.size = key.mv_size;
     if (!(r->key.data = arena_dup(&f->ar, key.mv_data, key.mv_size)) ||
@@ -2447,8 +2522,8 @@ static int lw_truncate(bs_writer *base, bs_val table, int drop, bs_error *err) {
   trunc_ctx c = {w, table, drop, 0};
   int rc;
   if (!table.size || table.size > BS_MAX_TABLE_NAME)
-    return bs_fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)",
-                   table.size, BS_MAX_TABLE_NAME);
+    return bs_fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)", table.size,
+                   BS_MAX_TABLE_NAME);
   if ((rc = w_flush(w, err)) != BS_OK) return rc;
   while (!c.done) {
     rc = bs_lmdb_write(w->db, trunc_txn, &c, err);
@@ -2564,8 +2639,14 @@ static int collect_bucket_ids(bs_lmdb_db *db, uint32_t stream, vec *ids, bs_erro
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     uint64_t *slot;
     if (key.mv_size < 4 || memcmp(key.mv_data, pk, 4) != 0) break;
-    if (val.mv_size != 8) { rc = bs_fail(err, BS_ECORRUPT, "bucket id: bad value"); break; }
-    if (!(slot = vec_push(&db->base.alloc, ids))) { rc = oom(err); break; }
+    if (val.mv_size != 8) {
+      rc = bs_fail(err, BS_ECORRUPT, "bucket id: bad value");
+      break;
+    }
+    if (!(slot = vec_push(&db->base.alloc, ids))) {
+      rc = oom(err);
+      break;
+    }
     *slot = bs_get_u64le(val.mv_data);
   }
   if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "scanning buckets");
@@ -2606,7 +2687,7 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
 }
 
 static int stream_clear(bs_lmdb_db *db, uint32_t stream, bs_error *err) {
-  MDB_dbi per_stream[7] = {db->source, db->params, db->changes, db->cqueue,
+  MDB_dbi per_stream[7] = {db->source, db->params,  db->changes, db->cqueue,
                            db->tables, db->softdel, db->buckets};
   unsigned char pk[5];
   vec ids = {NULL, 0, 0, sizeof(uint64_t)};
@@ -2617,7 +2698,8 @@ static int stream_clear(bs_lmdb_db *db, uint32_t stream, bs_error *err) {
   for (size_t i = 0; i < ids.n; i++) {
     unsigned char bk[8];
     bs_put_u64be(bk, ((uint64_t *)ids.p)[i]);
-    if ((rc = del_prefix(db, db->ops, bk, 8, err)) || (rc = del_prefix(db, db->superseded, bk, 8, err)) ||
+    if ((rc = del_prefix(db, db->ops, bk, 8, err)) ||
+        (rc = del_prefix(db, db->superseded, bk, 8, err)) ||
         (rc = del_prefix(db, db->bstate, bk, 8, err)))
       goto out;
   }

@@ -82,7 +82,9 @@ static int64_t now_ms(void) {
 }
 
 /* MDB_MAP_FULL becomes BS_LMDB_MAPFULL: run_write grows the map and runs the step again */
-static int mdb_err(cctx *c, int mrc, const char *what) { return bs_lmdb_fail(c->err, mrc, what); }
+static int mdb_err(cctx *c, int mrc, const char *what) {
+  return bs_lmdb_fail(c->err, mrc, what);
+}
 
 /* Positions cur on the greatest key <= key (MDB_NOTFOUND when none). */
 static int seek_le(MDB_cursor *cur, const void *key, size_t n, MDB_val *k, MDB_val *v) {
@@ -123,8 +125,7 @@ static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
   bs_put_u64be(kb, id);
   mrc = mdb_get(txn, c->db->bstate, &k, &v);
   if (mrc == MDB_NOTFOUND)
-    return bs_fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state",
-                   (unsigned long long)id);
+    return bs_fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state", (unsigned long long)id);
   if (mrc) return mdb_err(c, mrc, "compact: bucket state");
   if (v.mv_size < BS_BUCKET_STATE_FIXED)
     return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: short bucket state",
@@ -212,8 +213,10 @@ static int run_write(cctx *c, step_fn fn, void *arg, size_t arg_size) {
     if (rc) return rc;
     memcpy(saved, arg, arg_size);
     rc = fn(c, txn, arg);
-    if (rc) bs_lmdb_txn_abort(c->db, txn);
-    else rc = bs_lmdb_txn_commit(c->db, txn, c->err);
+    if (rc)
+      bs_lmdb_txn_abort(c->db, txn);
+    else
+      rc = bs_lmdb_txn_commit(c->db, txn, c->err);
     if (rc != BS_LMDB_MAPFULL) return rc;
     memcpy(arg, saved, arg_size);
     *c->stats = stats;
@@ -304,9 +307,10 @@ static int still_initial(cctx *c, MDB_txn *txn) {
   int rc = bs_stream_rec_get(c->db, txn, c->stream, &rec, c->err);
   if (rc) return rc;
   if (rec.checkpoint)
-    return bs_fail(c->err, BS_ESTATE, "stream %u has a checkpoint (%llu): initial-replication "
-                   "compaction only runs before the first one", c->stream,
-                   (unsigned long long)rec.checkpoint);
+    return bs_fail(c->err, BS_ESTATE,
+                   "stream %u has a checkpoint (%llu): initial-replication "
+                   "compaction only runs before the first one",
+                   c->stream, (unsigned long long)rec.checkpoint);
   return BS_OK;
 }
 
@@ -328,7 +332,7 @@ typedef struct dscan {
   const uint64_t *ids; /* candidate buckets, sorted */
   size_t n;
   uint64_t horizon;
-  uint64_t *live, *bytes; /* pass 1: per candidate */
+  uint64_t *live, *bytes;      /* pass 1: per candidate */
   const unsigned char *chosen; /* pass 2: per candidate */
   bs_lmdb_reemit_row *rows;
   size_t n_rows, cap_rows;
@@ -342,8 +346,10 @@ static int find_id(const uint64_t *ids, size_t n, uint64_t id, size_t *at) {
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (ids[mid] < id) lo = mid + 1;
-    else hi = mid;
+    if (ids[mid] < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   *at = lo;
   return lo < n && ids[lo] == id;
@@ -360,8 +366,7 @@ static int dscan_member(uint64_t bucket, uint64_t op, void *payload) {
   }
   if (!s->chosen[i]) return BS_OK;
   /* pass 1 sized both arrays for the chosen buckets in this same snapshot */
-  if (s->n_rows == s->cap_rows || s->keys_cap - s->keys_used < s->key->mv_size)
-    return BS_ECORRUPT;
+  if (s->n_rows == s->cap_rows || s->keys_cap - s->keys_used < s->key->mv_size) return BS_ECORRUPT;
   memcpy(s->keys + s->keys_used, s->key->mv_data, s->key->mv_size);
   s->rows[s->n_rows].bucket = bucket;
   s->rows[s->n_rows].old_op = op;
@@ -467,8 +472,7 @@ static int reemit_step(cctx *c, MDB_txn *txn, void *arg) {
   uint64_t emitted;
   int rc;
   if (k > c->o.max_ops_per_txn) k = c->o.max_ops_per_txn;
-  if ((rc = bs_lmdb_reemit(c->db, txn, c->stream, r->rows + r->i, k, &emitted, c->err)))
-    return rc;
+  if ((rc = bs_lmdb_reemit(c->db, txn, c->stream, r->rows + r->i, k, &emitted, c->err))) return rc;
   r->i += k;
   c->stats->ops_reemitted += emitted;
   return BS_OK;
@@ -553,10 +557,10 @@ enum { W_FULL, W_INC, W_INITIAL };
 
 typedef struct job {
   int phase;
-  int changed;  /* the bucket changed (stats: buckets_compacted) */
-  int consumed; /* incremental: entries were consumed (a fold may follow) */
-  int ifold_done; /* incremental: IFOLD left the leading run final (no FOLD after INC) */
-  uint64_t pos; /* resume key: SCAN the next op id (descending), MOVE the next op id, IFOLD,
+  int changed;        /* the bucket changed (stats: buckets_compacted) */
+  int consumed;       /* incremental: entries were consumed (a fold may follow) */
+  int ifold_done;     /* incremental: IFOLD left the leading run final (no FOLD after INC) */
+  uint64_t pos;       /* resume key: SCAN the next op id (descending), MOVE the next op id, IFOLD,
                  * INC and FORGET the next `superseded` old op id */
   uint64_t run;       /* SCAN: ops below the lowest surviving PUT seen so far */
   uint64_t max_moved; /* SCAN: highest op id found superseded */
@@ -612,8 +616,7 @@ static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
 }
 
 /* Commits a phase's delta to the bucket state and the statistics. */
-static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdelta *d,
-                     int mark) {
+static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdelta *d, int mark) {
   int rc;
   if (!d->changed && !mark) return BS_OK;
   if ((rc = state_apply(c, txn, bucket, d, mark, w->horizon))) return rc;
@@ -722,7 +725,7 @@ static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
   /* pass 1: this transaction's share of the run, and what the CLEAR will carry */
   op_key(kb, bucket, 0);
-  for (mrc = seek_ge(cur, kb, 16, &k, &v); ; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  for (mrc = seek_ge(cur, kb, 16, &k, &v);; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
     if (mrc || !in_bucket(&k, bucket)) {
@@ -854,9 +857,12 @@ static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       del = 1; /* pure residue of superseded ops */
     } else {
       seen = bs_seen_visit(&c->seen, &op, &latest);
-      if (seen && latest > op.op_id) del = 1;
-      else if (seen ? latest == op.op_id : !c->seen.full) del = op.type == BS_OP_REMOVE;
-      else del = 0; /* an untracked row (the set is full): keep everything of it */
+      if (seen && latest > op.op_id)
+        del = 1;
+      else if (seen ? latest == op.op_id : !c->seen.full)
+        del = op.type == BS_OP_REMOVE;
+      else
+        del = 0; /* an untracked row (the set is full): keep everything of it */
     }
     if (!del) {
       mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
@@ -924,7 +930,7 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     if (erc && erc != MDB_NOTFOUND) break;
     has_e = erc == 0 && in_bucket(&ek, bucket);
     if (!has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
-    if (mrc || !in_bucket(&k, bucket)) { /* the whole bucket is one run */
+    if (mrc || !in_bucket(&k, bucket)) {          /* the whole bucket is one run */
       ended = 1;
       stop = last + 1;
       break;
@@ -1027,8 +1033,10 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     goto out;
   }
   if (del < kn) {
-    rc = bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: superseded entries changed under the "
-                 "fold", (unsigned long long)bucket);
+    rc = bs_fail(c->err, BS_ECORRUPT,
+                 "bucket id %llu: superseded entries changed under the "
+                 "fold",
+                 (unsigned long long)bucket);
     goto out;
   }
   w->budget = budget;
@@ -1182,15 +1190,27 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   int rc = BS_OK;
   while (!rc && w->j.phase != J_DONE && !txn_full(c)) {
     switch (w->j.phase) {
-    case J_START: rc = job_start(c, txn, w, bucket); break;
+    case J_START:
+      rc = job_start(c, txn, w, bucket);
+      break;
     case J_SCAN:
       rc = w->mode == W_INITIAL ? scan_initial(c, txn, w, bucket) : scan_full(c, txn, w, bucket);
       break;
-    case J_FOLD: rc = fold_run(c, txn, w, bucket); break;
-    case J_MOVE: rc = move_rest(c, txn, w, bucket); break;
-    case J_IFOLD: rc = ifold_run(c, txn, w, bucket); break;
-    case J_INC: rc = inc_run(c, txn, w, bucket); break;
-    case J_FORGET: rc = forget_run(c, txn, w, bucket); break;
+    case J_FOLD:
+      rc = fold_run(c, txn, w, bucket);
+      break;
+    case J_MOVE:
+      rc = move_rest(c, txn, w, bucket);
+      break;
+    case J_IFOLD:
+      rc = ifold_run(c, txn, w, bucket);
+      break;
+    case J_INC:
+      rc = inc_run(c, txn, w, bucket);
+      break;
+    case J_FORGET:
+      rc = forget_run(c, txn, w, bucket);
+      break;
     case J_MARK: {
       bdelta d;
       memset(&d, 0, sizeof d);
@@ -1198,7 +1218,8 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       rc = job_apply(c, txn, w, bucket, &d, 1);
       break;
     }
-    default: rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
+    default:
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
     }
   }
   return rc;
@@ -1214,8 +1235,7 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
     if ((rc = job_run(c, txn, w, w->ids[w->i]))) return rc;
     if (w->j.phase != J_DONE) break;
     if (w->j.changed) c->stats->buckets_compacted++;
-    if (c->o.defragment_ratio > 0 && w->mode != W_INITIAL &&
-        (rc = defrag_note(c, w->ids[w->i])))
+    if (c->o.defragment_ratio > 0 && w->mode != W_INITIAL && (rc = defrag_note(c, w->ids[w->i])))
       return rc;
     w->processed++;
     memset(&w->j, 0, sizeof w->j);
@@ -1352,8 +1372,7 @@ static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out)
   }
   bs_put_u32be(kb, c->stream);
   memset(kb + 4, 0xff, 16);
-  for (mrc = seek_le(cur, kb, 20, &k, &v); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+  for (mrc = seek_le(cur, kb, 20, &k, &v); mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
     const unsigned char *p = v.mv_data;
     if (k.mv_size != 20 || bs_get_u32be(k.mv_data) != c->stream) break;
     if (v.mv_size < 17) {
@@ -1370,7 +1389,6 @@ static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out)
   bs_lmdb_txn_abort(c->db, txn);
   return rc;
 }
-
 
 /* Up to BUCKET_BATCH queued bucket ids after *after (exclusive; 0 = from the start). */
 static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, size_t *n) {
@@ -1402,7 +1420,6 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   bs_lmdb_txn_abort(c->db, txn);
   return rc;
 }
-
 
 static int compact_incremental(cctx *c, uint64_t horizon) {
   uint64_t ids[BUCKET_BATCH], after = 0;
@@ -1530,7 +1547,8 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
         k = want;
         mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
         mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST)
-                                  : mrc ? mrc : mdb_cursor_get(cur, &k, &v, MDB_PREV);
+              : mrc               ? mrc
+                                  : mdb_cursor_get(cur, &k, &v, MDB_PREV);
       }
       continue;
     }
@@ -1619,8 +1637,7 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
     rec_raise r = {horizon, 0, 0, 0};
     rc = RUN(&c, rec_raise_step, &r);
   }
-  if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon)
-                                     : compact_full(&c, horizon);
+  if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon) : compact_full(&c, horizon);
   if (!rc) rc = defragment(&c, horizon);
   if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
   bs_seen_free(&c.seen);
@@ -1656,9 +1673,10 @@ int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
   if (max_op_id >= (1ull << 63)) return bs_fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
   if ((rc = read_rec(&c, &rec))) return rc;
   if (rec.checkpoint)
-    return bs_fail(err, BS_ESTATE, "stream %u has a checkpoint (%llu): initial-replication "
-                   "compaction only runs before the first one", c.stream,
-                   (unsigned long long)rec.checkpoint);
+    return bs_fail(err, BS_ESTATE,
+                   "stream %u has a checkpoint (%llu): initial-replication "
+                   "compaction only runs before the first one",
+                   c.stream, (unsigned long long)rec.checkpoint);
   w.mode = W_INITIAL;
   w.horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
   w.budget = UINT64_MAX;

@@ -142,7 +142,8 @@ static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
   size_t i;
   if (bs_lmdb_param_value_decode(val, &rid, &n, &rows))
     return bs_fail(err, BS_ECORRUPT, "parameter index: entry does not decode");
-  for (i = 0; i < s->n_best && !bs_val_eq(s->best[i].rid, rid); i++) {}
+  for (i = 0; i < s->n_best && !bs_val_eq(s->best[i].rid, rid); i++) {
+  }
   if (i == s->n_best) {
     if (s->n_best == s->cap_best) {
       size_t cap = s->cap_best ? s->cap_best * 2 : 4;
@@ -263,8 +264,8 @@ int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lo
   if (checkpoint < rec.param_horizon) {
     rc = bs_fail(err, BS_ESTALE,
                  "checkpoint %llu is below the parameter-compaction horizon %llu; read a newer "
-                 "checkpoint", (unsigned long long)checkpoint,
-                 (unsigned long long)rec.param_horizon);
+                 "checkpoint",
+                 (unsigned long long)checkpoint, (unsigned long long)rec.param_horizon);
     goto fail;
   }
   if ((rc = mdb_cursor_open(txn, db->params, &cur))) {

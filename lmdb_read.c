@@ -14,7 +14,9 @@
 
 #define NAME_SHOWN 100 /* bytes of a bucket name quoted in a message */
 
-static bs_lmdb_db *lmdb_of(bs_storage *st) { return ((bs_lmdb_storage *)st)->db; }
+static bs_lmdb_db *lmdb_of(bs_storage *st) {
+  return ((bs_lmdb_storage *)st)->db;
+}
 
 static int name_shown(bs_val name) {
   return (int)(name.size < NAME_SHOWN ? name.size : NAME_SHOWN);
@@ -105,8 +107,8 @@ static int state_get(bs_lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs_
 }
 
 /* Looks up a bucket of the stream and its state. Unknown bucket: ref->found = 0, BS_OK. */
-static int bucket_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
-                      bucket_ref *ref, bs_error *err) {
+static int bucket_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, bucket_ref *ref,
+                      bs_error *err) {
   int rc;
 
   ref->found = 0;
@@ -122,8 +124,7 @@ static int bucket_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name
 static int torn_check(const bs_bucket_state *s, uint64_t c, bs_val name, bs_error *err) {
   if (s->clear_op != 0 && s->clear_start <= c && c < s->clear_op)
     return bs_fail(err, BS_EINVALIDATED,
-                   "bucket \"%.*s\": checkpoint %" PRIu64
-                   " was compacted; read a newer checkpoint",
+                   "bucket \"%.*s\": checkpoint %" PRIu64 " was compacted; read a newer checkpoint",
                    name_shown(name), (const char *)name.data, c);
   return BS_OK;
 }
@@ -133,7 +134,9 @@ static int txn_read(bs_lmdb_db *db, MDB_txn **txn, bs_error *err) {
 }
 
 /* Ends a read txn (and releases the txn lock bs_lmdb_txn_begin took); NULL is a no-op. */
-static void txn_end(bs_lmdb_db *db, MDB_txn *txn) { bs_lmdb_txn_abort(db, txn); }
+static void txn_end(bs_lmdb_db *db, MDB_txn *txn) {
+  bs_lmdb_txn_abort(db, txn);
+}
 
 /* ---- Checkpoint and status ------------------------------------------------------------------ */
 
@@ -275,8 +278,8 @@ static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, b
 
 int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                         size_t n_req, const bs_batch_options *opts,
-                        int (*on_chunk)(const bs_chunk *, void *), void *payload,
-                        int *has_more_out, bs_error *err) {
+                        int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
+                        bs_error *err) {
   bs_lmdb_db *db = lmdb_of(st);
   const bs_allocator *a = &db->base.alloc;
   MDB_txn *txn = NULL;
@@ -302,8 +305,7 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   /* Resolve and check every bucket first, so that a torn read fails before any chunk. */
   for (size_t i = 0; i < n_req; i++) {
     if ((rc = bucket_get(db, txn, st->stream_id, req[i].bucket, &refs[i], err)) != 0) goto done;
-    if (refs[i].found &&
-        (rc = torn_check(&refs[i].state, checkpoint, req[i].bucket, err)) != 0)
+    if (refs[i].found && (rc = torn_check(&refs[i].state, checkpoint, req[i].bucket, err)) != 0)
       goto done;
   }
   if ((rc = mdb_cursor_open(txn, db->ops, &r.cur)) != 0) {
@@ -466,7 +468,7 @@ done:
 typedef struct val_set {
   bs_val *items;
   size_t n, items_cap;
-  uint32_t *slots; /* 0 = empty, else index + 1 */
+  uint32_t *slots;  /* 0 = empty, else index + 1 */
   size_t slots_cap; /* power of two */
 } val_set;
 
@@ -547,10 +549,10 @@ typedef struct change_rec {
   rec_list buckets, lookups, users;
 } change_rec;
 
-#define CHANGE_CHECKPOINT 1u
+#define CHANGE_CHECKPOINT       1u
 #define CHANGE_TOO_MANY_BUCKETS 2u
 #define CHANGE_TOO_MANY_LOOKUPS 4u
-#define CHANGE_FIXED 17u /* u64 first | u64 time | u8 flags */
+#define CHANGE_FIXED            17u /* u64 first | u64 time | u8 flags */
 
 static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out) {
   const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
@@ -600,9 +602,9 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
     int ops_meet, users_meet;
     if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break;
     if (change_decode(&k, &v, &r))
-      return bs_fail(err, BS_ECORRUPT, "change record of stream %" PRIu32 " at op %" PRIu64
-                     " does not decode", stream, k.mv_size == 20 ?
-                     bs_get_u64be((const unsigned char *)k.mv_data + 4) : 0);
+      return bs_fail(
+          err, BS_ECORRUPT, "change record of stream %" PRIu32 " at op %" PRIu64 " does not decode",
+          stream, k.mv_size == 20 ? bs_get_u64be((const unsigned char *)k.mv_data + 4) : 0);
     if (r.last > to && r.first > to) break; /* later records start later still */
     ops_meet = r.first <= r.last && r.first <= to && r.last > from;
     users_meet = ops_meet || (r.last >= from && r.last <= to);
@@ -644,8 +646,7 @@ int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
     rc = bs_fail_mdb(err, rc, "opening the changes cursor");
     goto done;
   }
-  if (from <= to &&
-      (rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0)
+  if (from <= to && (rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0)
     goto done;
   if (!ch.invalidate_data_buckets) {
     ch.updated_buckets = sets[0].items;
@@ -714,8 +715,9 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
     info.bytes = s.bytes;
     info.generation = s.generation;
     /* what bs_compact_bucket_due weighs: growth since the last full compaction */
-    info.changes = s.last_op <= s.compacted_op ? 0
-                   : s.count > s.compacted_count ? s.count - s.compacted_count : 0;
+    info.changes = s.last_op <= s.compacted_op   ? 0
+                   : s.count > s.compacted_count ? s.count - s.compacted_count
+                                                 : 0;
     if ((rc = fn(&info, payload)) != 0) goto done; /* the caller's value, unchanged */
   }
   rc = mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs_fail_mdb(err, mrc, "walking buckets");
@@ -727,8 +729,7 @@ done:
 
 /* ---- Stat ----------------------------------------------------------------------------------- */
 
-static int dbi_entries(MDB_txn *txn, MDB_dbi dbi, uint64_t *out, const char *what,
-                       bs_error *err) {
+static int dbi_entries(MDB_txn *txn, MDB_dbi dbi, uint64_t *out, const char *what, bs_error *err) {
   MDB_stat s;
   int rc = mdb_stat(txn, dbi, &s);
   if (rc) return bs_fail_mdb(err, rc, what);
@@ -777,11 +778,20 @@ int bs_lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     switch (v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0) {
-    case BS_OP_PUT: out->ops_put++; break;
-    case BS_OP_REMOVE: out->ops_remove++; break;
-    case BS_OP_MOVE: out->ops_move++; break;
-    case BS_OP_CLEAR: out->ops_clear++; break;
-    default: break; /* verify reports it */
+    case BS_OP_PUT:
+      out->ops_put++;
+      break;
+    case BS_OP_REMOVE:
+      out->ops_remove++;
+      break;
+    case BS_OP_MOVE:
+      out->ops_move++;
+      break;
+    case BS_OP_CLEAR:
+      out->ops_clear++;
+      break;
+    default:
+      break; /* verify reports it */
     }
   }
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
@@ -858,8 +868,10 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
       if (v.mv_size != 12 || memcmp(v.mv_data, "bktstore", 8) != 0)
         problem(vf, "meta \"format\": bad value (%zu bytes)", v.mv_size);
     } else if (k.mv_size == 10 && memcmp(kp, "seq.bucket", 10) == 0) {
-      if (v.mv_size != 8) problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
-      else *seq_bucket = bs_get_u64le((const unsigned char *)v.mv_data);
+      if (v.mv_size != 8)
+        problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
+      else
+        *seq_bucket = bs_get_u64le((const unsigned char *)v.mv_data);
     } else if (k.mv_size == 5 && kp[0] == 'S') {
       bs_stream_rec rec;
       bs_error e;
@@ -925,8 +937,8 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
       problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, name_shown(name),
               (const char *)name.data, stream);
     if (id == 0 || id > seq_bucket)
-      problem(vf, "bucket \"%.*s\": id %" PRIu64 " outside the bucket sequence",
-              name_shown(name), (const char *)name.data, id);
+      problem(vf, "bucket \"%.*s\": id %" PRIu64 " outside the bucket sequence", name_shown(name),
+              (const char *)name.data, id);
     bs_put_u64be(ib, id);
     mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
     if (mrc == MDB_NOTFOUND) {
@@ -938,9 +950,11 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
     if (sv.mv_size < BS_BUCKET_STATE_FIXED) continue; /* reported by verify_states */
     bs_bucket_state_decode(&sv, &s);
     if (s.stream != stream || !bs_val_eq(s.name, name))
-      problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
-              "\"%.*s\"", name_shown(name), (const char *)name.data, id, s.stream,
-              name_shown(s.name), (const char *)s.name.data);
+      problem(vf,
+              "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
+              "\"%.*s\"",
+              name_shown(name), (const char *)name.data, id, s.stream, name_shown(s.name),
+              (const char *)s.name.data);
   }
   mdb_cursor_close(cur);
   return walk_end(mrc, err);
@@ -967,13 +981,16 @@ static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, bucket_sum
     if (k.mv_size < 8 || memcmp(k.mv_data, kb, 8) != 0) break;
     if (bs_lmdb_op_decode(&k, &v, &op)) {
       sum->bad_ops++;
-      problem(vf, "bucket id %" PRIu64 ": op key/value does not decode (key %zu bytes, value "
-              "%zu bytes)", id, k.mv_size, v.mv_size);
+      problem(vf,
+              "bucket id %" PRIu64 ": op key/value does not decode (key %zu bytes, value "
+              "%zu bytes)",
+              id, k.mv_size, v.mv_size);
       continue;
     }
     if (op.op_id == 0) problem(vf, "bucket id %" PRIu64 ": op id 0", id);
-    if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) ? op.target_op != 0
-        : op.type == BS_OP_MOVE && op.target_op <= op.op_id)
+    if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE)
+            ? op.target_op != 0
+            : op.type == BS_OP_MOVE && op.target_op <= op.op_id)
       problem(vf, "bucket id %" PRIu64 ": op %" PRIu64 " has a bad target_op %" PRIu64, id,
               op.op_id, op.target_op);
     sum->checksum = bs_cksum_add(sum->checksum, op.checksum);
@@ -990,32 +1007,34 @@ static void compare_state(verifier *vf, uint64_t id, const bs_bucket_state *s,
   const char *nm = (const char *)s->name.data;
   int ns = name_shown(s->name);
   if (!sh)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): unknown stream %" PRIu32, ns, nm, id,
-            s->stream);
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): unknown stream %" PRIu32, ns, nm, id, s->stream);
   else if (s->last_op > sh->op_head)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 " above the stream's op "
-            "head %" PRIu64, ns, nm, id, s->last_op, sh->op_head);
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 " above the stream's op "
+            "head %" PRIu64,
+            ns, nm, id, s->last_op, sh->op_head);
   if (sum->bad_ops) return; /* sums over undecodable ops mean nothing */
   if (s->checksum != sum->checksum)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): running checksum %" PRIu32 ", ops sum to %"
-            PRIu32, ns, nm, id, s->checksum, sum->checksum);
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): running checksum %" PRIu32 ", ops sum to %" PRIu32,
+            ns, nm, id, s->checksum, sum->checksum);
   if (s->count != sum->count)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): running count %" PRIu64 ", %" PRIu64
-            " ops stored", ns, nm, id, s->count, sum->count);
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): running count %" PRIu64 ", %" PRIu64 " ops stored",
+            ns, nm, id, s->count, sum->count);
   if (s->bytes != sum->bytes)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): running bytes %" PRIu64 ", ops hold %"
-            PRIu64, ns, nm, id, s->bytes, sum->bytes);
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): running bytes %" PRIu64 ", ops hold %" PRIu64,
+            ns, nm, id, s->bytes, sum->bytes);
   if (s->last_op != sum->last_op)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 ", highest stored op %"
-            PRIu64, ns, nm, id, s->last_op, sum->last_op);
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 ", highest stored op %" PRIu64,
+            ns, nm, id, s->last_op, sum->last_op);
   if (s->clear_op > s->last_op || s->clear_start > s->clear_op)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): bad CLEAR span [%" PRIu64 ", %" PRIu64 "]",
-            ns, nm, id, s->clear_start, s->clear_op);
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): bad CLEAR span [%" PRIu64 ", %" PRIu64 "]", ns,
+            nm, id, s->clear_start, s->clear_op);
 }
 
 /* Ops of bucket ids in [lo, hi) have no bucket state: one problem per such bucket id. */
-static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi,
-                          bs_error *err) {
+static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi, bs_error *err) {
   unsigned char kb[16];
   MDB_val k = {16, kb}, v;
   int mrc;
@@ -1049,8 +1068,8 @@ static int check_name_entry(verifier *vf, uint64_t id, const bs_bucket_state *s,
   bs_put_u32be(kb, s->stream);
   memcpy(kb + 4, s->name.data, s->name.size);
   mrc = mdb_get(vf->txn, vf->db->buckets, &k, &v);
-  if (mrc == MDB_NOTFOUND || (mrc == 0 && (v.mv_size != 8 ||
-                                           bs_get_u64le((const unsigned char *)v.mv_data) != id)))
+  if (mrc == MDB_NOTFOUND ||
+      (mrc == 0 && (v.mv_size != 8 || bs_get_u64le((const unsigned char *)v.mv_data) != id)))
     problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): the name does not map back to this id",
             name_shown(s->name), (const char *)s->name.data, id);
   else if (mrc)
@@ -1074,8 +1093,7 @@ static int verify_states(verifier *vf, bs_error *err) {
     bucket_sum sum;
     uint64_t id;
     if (k.mv_size != 8 || v.mv_size < BS_BUCKET_STATE_FIXED) {
-      problem(vf, "bstate: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size,
-              v.mv_size);
+      problem(vf, "bstate: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size, v.mv_size);
       continue;
     }
     id = bs_get_u64be((const unsigned char *)k.mv_data);
@@ -1098,14 +1116,12 @@ done:
 
 static void stream_known(verifier *vf, const char *dbname, const unsigned char *kp) {
   uint32_t stream = bs_get_u32be(kp);
-  if (!find_stream(vf, stream))
-    problem(vf, "%s: entry of unknown stream %" PRIu32, dbname, stream);
+  if (!find_stream(vf, stream)) problem(vf, "%s: entry of unknown stream %" PRIu32, dbname, stream);
 }
 
 static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
   if (k->mv_size < 5 || v->mv_size != 4 || bs_get_u32le((const unsigned char *)v->mv_data) == 0) {
-    problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
-            v->mv_size);
+    problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
     return;
   }
   stream_known(vf, "tables", (const unsigned char *)k->mv_data);
@@ -1136,10 +1152,11 @@ static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
   op = bs_get_u64be(kp + k->mv_size - 8);
   sh = find_stream(vf, bs_get_u32be(kp));
-  if (!sh) stream_known(vf, "params", kp);
+  if (!sh)
+    stream_known(vf, "params", kp);
   else if (op == 0 || op > sh->op_head)
-    problem(vf, "params: entry with op id %" PRIu64 " (stream %" PRIu32 " op head %" PRIu64 ")",
-            op, sh->id, sh->op_head);
+    problem(vf, "params: entry with op id %" PRIu64 " (stream %" PRIu32 " op head %" PRIu64 ")", op,
+            sh->id, sh->op_head);
 }
 
 static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
@@ -1186,8 +1203,7 @@ static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static int verify_each(verifier *vf, MDB_dbi dbi,
-                       void (*check)(verifier *, const MDB_val *, const MDB_val *),
-                       bs_error *err) {
+                       void (*check)(verifier *, const MDB_val *, const MDB_val *), bs_error *err) {
   MDB_cursor *cur;
   MDB_val k, v;
   int rc, mrc;
@@ -1199,8 +1215,8 @@ static int verify_each(verifier *vf, MDB_dbi dbi,
   return walk_end(mrc, err);
 }
 
-int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload,
-                   uint64_t *problems, bs_error *err) {
+int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                   bs_error *err) {
   bs_lmdb_db *db = (bs_lmdb_db *)base;
   verifier vf;
   uint64_t seq_bucket;

@@ -17,8 +17,8 @@
 #include <time.h>
 
 #define WCP_HAS_REQUESTED 1u
-#define WCP_PROCESSED 2u
-#define WCP_KEY_MAX 511u
+#define WCP_PROCESSED     2u
+#define WCP_KEY_MAX       511u
 
 /* A decoded managed record. heads point into the value it was decoded from (or the request). */
 typedef struct wcp_rec {
@@ -115,8 +115,10 @@ static int rec_put(bs_lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r,
   buf[17] = (unsigned char)r->processed_lsn.size;
   if (r->processed_lsn.size) memcpy(buf + 18, r->processed_lsn.data, r->processed_lsn.size);
   bs_put_u16le(buf + 18 + r->processed_lsn.size, (uint32_t)(new_heads ? n_new : r->n_heads));
-  if (new_heads) heads_encode(buf + 20 + r->processed_lsn.size, new_heads, n_new);
-  else if (hsize) memcpy(buf + 20 + r->processed_lsn.size, r->heads, hsize);
+  if (new_heads)
+    heads_encode(buf + 20 + r->processed_lsn.size, new_heads, n_new);
+  else if (hsize)
+    memcpy(buf + 20 + r->processed_lsn.size, r->heads, hsize);
   v.mv_size = size;
   v.mv_data = buf;
   rc = mdb_put(txn, db->wcp, key, &v, 0);
@@ -151,7 +153,8 @@ static int heads_reached(const wcp_rec *r, const bs_head *heads, size_t n) {
     bs_val conn, lsn;
     size_t j;
     heads_next(&p, &conn, &lsn);
-    for (j = 0; j < n && !bs_val_eq(heads[j].connection, conn); j++) {}
+    for (j = 0; j < n && !bs_val_eq(heads[j].connection, conn); j++) {
+    }
     if (j == n || bs_val_cmp(lsn, heads[j].lsn) > 0) return 0;
   }
   return 1;
@@ -280,8 +283,8 @@ static int custom_key(unsigned char *buf, MDB_val *k, uint32_t stream, bs_val ev
   return BS_OK;
 }
 
-int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event,
-                           bs_val user, uint64_t value, bs_error *err) {
+int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
+                           uint64_t value, bs_error *err) {
   unsigned char kb[WCP_KEY_MAX], vb[8];
   MDB_val k, v = {8, vb};
   int rc = custom_key(kb, &k, stream, event, user, err);
@@ -445,8 +448,7 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
   *found = 0;
   *id_out = 0;
   if (user_id.size > BS_MAX_USER_ID)
-    return bs_fail(err, BS_ETOOBIG, "user_id: %zu bytes (limit %u)", user_id.size,
-                   BS_MAX_USER_ID);
+    return bs_fail(err, BS_ETOOBIG, "user_id: %zu bytes (limit %u)", user_id.size, BS_MAX_USER_ID);
   if (ls->wcp_mode == BS_WCP_CUSTOM) {
     bs_val ev = {ls->wcp_event, ls->wcp_event_size};
     if ((rc = custom_key(kb, &k, st->stream_id, ev, user_id, err))) return rc;
@@ -506,8 +508,7 @@ static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
     }
     /* only processed ones: a pending record still has a client waiting for it; records without
      * requested_at (generated ids) are kept */
-    if (!(r.flags & WCP_HAS_REQUESTED) || !(r.flags & WCP_PROCESSED) ||
-        r.requested_at >= c->before)
+    if (!(r.flags & WCP_HAS_REQUESTED) || !(r.flags & WCP_PROCESSED) || r.requested_at >= c->before)
       continue;
     /* after a delete the cursor rests on the next record, and MDB_NEXT returns that one */
     if ((mrc = mdb_cursor_del(cur, 0))) break;
@@ -519,8 +520,8 @@ out:
   return rc;
 }
 
-int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
-                                              uint64_t *deleted, bs_error *err) {
+int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                              bs_error *err) {
   bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
   delete_ctx c = {ls->db, before_ms, 0};
   int rc = bs_lmdb_write(ls->db, delete_body, &c, err);

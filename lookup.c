@@ -54,17 +54,27 @@ static int encode_one(unsigned char *buf, size_t cap, size_t *off, const bs_scal
   size_t len, k = 0;
   int64_t iv;
   switch (v->type) {
-  case BS_SCALAR_NULL: b[0] = TAG_NULL; emit(buf, cap, off, b, 1); return BS_OK;
-  case BS_SCALAR_FALSE: b[0] = TAG_FALSE; emit(buf, cap, off, b, 1); return BS_OK;
-  case BS_SCALAR_TRUE: b[0] = TAG_TRUE; emit(buf, cap, off, b, 1); return BS_OK;
+  case BS_SCALAR_NULL:
+    b[0] = TAG_NULL;
+    emit(buf, cap, off, b, 1);
+    return BS_OK;
+  case BS_SCALAR_FALSE:
+    b[0] = TAG_FALSE;
+    emit(buf, cap, off, b, 1);
+    return BS_OK;
+  case BS_SCALAR_TRUE:
+    b[0] = TAG_TRUE;
+    emit(buf, cap, off, b, 1);
+    return BS_OK;
   case BS_SCALAR_INT:
     emit_u64(buf, cap, off, TAG_INT, (uint64_t)v->i ^ INT64_SIGN);
     return BS_OK;
   case BS_SCALAR_DOUBLE:
-    if (!isfinite(v->d))
-      return bs_fail(err, BS_EINVAL, "values[%zu]: NaN or infinite number", i);
-    if (double_as_int(v->d, &iv)) emit_u64(buf, cap, off, TAG_INT, (uint64_t)iv ^ INT64_SIGN);
-    else emit_u64(buf, cap, off, TAG_DOUBLE, double_bits(v->d));
+    if (!isfinite(v->d)) return bs_fail(err, BS_EINVAL, "values[%zu]: NaN or infinite number", i);
+    if (double_as_int(v->d, &iv))
+      emit_u64(buf, cap, off, TAG_INT, (uint64_t)iv ^ INT64_SIGN);
+    else
+      emit_u64(buf, cap, off, TAG_DOUBLE, double_bits(v->d));
     return BS_OK;
   case BS_SCALAR_STRING:
     if (v->s.size && !v->s.data)
@@ -124,9 +134,18 @@ static int decode_one(const unsigned char *p, size_t avail, size_t *used, bs_sca
   size_t lu, len;
   memset(v, 0, sizeof *v);
   switch (p[0]) {
-  case TAG_NULL: v->type = BS_SCALAR_NULL; *used = 1; return 1;
-  case TAG_FALSE: v->type = BS_SCALAR_FALSE; *used = 1; return 1;
-  case TAG_TRUE: v->type = BS_SCALAR_TRUE; *used = 1; return 1;
+  case TAG_NULL:
+    v->type = BS_SCALAR_NULL;
+    *used = 1;
+    return 1;
+  case TAG_FALSE:
+    v->type = BS_SCALAR_FALSE;
+    *used = 1;
+    return 1;
+  case TAG_TRUE:
+    v->type = BS_SCALAR_TRUE;
+    *used = 1;
+    return 1;
   case TAG_INT:
     if (avail < 9) return 0;
     v->type = BS_SCALAR_INT;
@@ -149,7 +168,8 @@ static int decode_one(const unsigned char *p, size_t avail, size_t *used, bs_sca
     v->s.size = len;
     *used = 1 + lu + len;
     return 1;
-  default: return 0;
+  default:
+    return 0;
   }
 }
 
@@ -168,7 +188,6 @@ int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, b
     n++;
   }
   *n_out = n;
-  if (n > cap)
-    return bs_fail(err, BS_ETOOBIG, "values: key holds %zu values, cap is %zu", n, cap);
+  if (n > cap) return bs_fail(err, BS_ETOOBIG, "values: key holds %zu values, cap is %zu", n, cap);
   return BS_OK;
 }

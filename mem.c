@@ -45,7 +45,7 @@ typedef struct mem_op {
   uint64_t id;
   bs_op_type type;
   uint32_t checksum;
-  uint64_t target; /* MOVE/CLEAR only */
+  uint64_t target;         /* MOVE/CLEAR only */
   bs_val ot, oi, sk, data; /* owned */
 } mem_op;
 
@@ -76,7 +76,7 @@ typedef struct mem_rec {
   size_t nl;
   int has_data;
   bs_val data;
-  int soft;      /* soft-deleted: no memberships, purged by a checkpoint above mark */
+  int soft; /* soft-deleted: no memberships, purged by a checkpoint above mark */
   uint64_t mark;
 } mem_rec;
 
@@ -96,33 +96,55 @@ typedef struct mem_table {
   int dropped;
 } mem_table;
 
-typedef struct mem_bchange { uint64_t id; size_t bucket; } mem_bchange; /* an op in a bucket */
-typedef struct mem_uchange { uint64_t id; bs_val user; } mem_uchange;   /* user acked at cp id */
-typedef struct mem_cp { uint64_t id; int64_t ms; } mem_cp;              /* checkpoint history */
-typedef struct mem_cwcp { bs_val event, user; uint64_t value; } mem_cwcp;
+typedef struct mem_bchange {
+  uint64_t id;
+  size_t bucket;
+} mem_bchange; /* an op in a bucket */
+typedef struct mem_uchange {
+  uint64_t id;
+  bs_val user;
+} mem_uchange; /* user acked at cp id */
+typedef struct mem_cp {
+  uint64_t id;
+  int64_t ms;
+} mem_cp; /* checkpoint history */
+typedef struct mem_cwcp {
+  bs_val event, user;
+  uint64_t value;
+} mem_cwcp;
 
 /* A hash index over an array of pointers: entries (hash of the key, slot + 1; 0 = empty), open
  * addressing with linear probing, at most half full so that probes stay short and inserting
  * into a reserved index cannot fail. It narrows a search; the caller compares the real key. */
-typedef struct mem_ient { uint64_t h; size_t slot; } mem_ient;
-typedef struct mem_index { mem_ient *e; size_t cap, n; } mem_index;
+typedef struct mem_ient {
+  uint64_t h;
+  size_t slot;
+} mem_ient;
+typedef struct mem_index {
+  mem_ient *e;
+  size_t cap, n;
+} mem_index;
 
 /* A soft-deleted record awaiting its purge by a checkpoint above mark (SPEC.md 4.3). An entry
  * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
-typedef struct mem_soft { uint32_t table; bs_val rid; uint64_t mark; } mem_soft;
+typedef struct mem_soft {
+  uint32_t table;
+  bs_val rid;
+  uint64_t mark;
+} mem_soft;
 
 /* Scalar stream state: saved and restored as a whole by a transaction. */
 typedef struct mem_meta {
   bs_stream_state state;
   bs_hash hash;
   int snapshot_done;
-  uint64_t op_head;            /* highest allocated = persisted op id */
+  uint64_t op_head; /* highest allocated = persisted op id */
   uint64_t checkpoint;
-  uint64_t last_checkpoint_op; /* op_head when the last checkpoint was made */
-  mem_lsn cp_lsn, resume, ncb; /* cp_lsn.has <=> a checkpoint exists */
-  uint64_t param_horizon;      /* parameter reads below: BS_ESTALE */
+  uint64_t last_checkpoint_op;      /* op_head when the last checkpoint was made */
+  mem_lsn cp_lsn, resume, ncb;      /* cp_lsn.has <=> a checkpoint exists */
+  uint64_t param_horizon;           /* parameter reads below: BS_ESTALE */
   uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */
-  uint64_t gen_seq;            /* source of bucket generations (survives clear) */
+  uint64_t gen_seq;                 /* source of bucket generations (survives clear) */
   uint32_t next_table_id;
   char last_error[256];
 } mem_meta;
@@ -149,13 +171,15 @@ typedef struct mem_stream {
   size_t ncw, ccw;
   bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
   size_t npend, cpend;
-  mem_index ridx;     /* recs by (table, rid): every non-NULL slot */
-  mem_index bidx;     /* buckets by name */
-  mem_soft *softq;    /* soft-deleted records not yet purged (and stale entries) */
+  mem_index ridx;  /* recs by (table, rid): every non-NULL slot */
+  mem_index bidx;  /* buckets by name */
+  mem_soft *softq; /* soft-deleted records not yet purged (and stale entries) */
   size_t nsoftq, csoftq;
 } mem_stream;
 
-typedef struct mem_head { bs_val conn, lsn; } mem_head;
+typedef struct mem_head {
+  bs_val conn, lsn;
+} mem_head;
 
 /* A managed write checkpoint (database-wide); immutable once stored. */
 typedef struct mem_mwcp {
@@ -189,23 +213,29 @@ typedef struct mem_storage {
 } mem_storage;
 
 /* The writer's queue: deep copies of what the calls passed. */
-typedef struct qrow { bs_val bucket, ot, oi, data; } qrow;
-typedef struct qlookup { bs_val key; bs_val *params; size_t n; } qlookup;
+typedef struct qrow {
+  bs_val bucket, ot, oi, data;
+} qrow;
+typedef struct qlookup {
+  bs_val key;
+  bs_val *params;
+  size_t n;
+} qlookup;
 typedef enum qkind { Q_SAVE, Q_TRUNCATE, Q_CWCP } qkind;
 typedef struct qitem {
   qkind kind;
-  bs_val table;   /* SAVE, TRUNCATE */
+  bs_val table; /* SAVE, TRUNCATE */
   bs_tag tag;
-  bs_val before;  /* effective replica id before (defaults to after) */
+  bs_val before; /* effective replica id before (defaults to after) */
   bs_val after;
-  int has_after;  /* not for DELETE */
+  int has_after; /* not for DELETE */
   qrow *rows;
   size_t nrows;
   qlookup *lks;
   size_t nlks;
   int has_data;
   bs_val data;
-  int drop;       /* TRUNCATE */
+  int drop;           /* TRUNCATE */
   bs_val user, event; /* CWCP */
   uint64_t value;
   size_t bytes;
@@ -416,7 +446,9 @@ static uint64_t rec_hash(uint32_t table, bs_val rid) {
   return XXH3_64bits_withSeed(rid.data, rid.size, table);
 }
 
-static uint64_t name_hash(bs_val name) { return XXH3_64bits(name.data, name.size); }
+static uint64_t name_hash(bs_val name) {
+  return XXH3_64bits(name.data, name.size);
+}
 
 /* Drops every piece of data of s (not its meta, name or id). */
 static void stream_data_free(const bs_allocator *a, mem_stream *s) {
@@ -440,16 +472,26 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs_free(a, s->softq);
   idx_free(a, &s->ridx);
   idx_free(a, &s->bidx);
-  s->tables = NULL; s->ntables = s->ctables = 0;
-  s->buckets = NULL; s->nbuckets = s->cbuckets = 0;
-  s->recs = NULL; s->nrecs = s->crecs = 0;
-  s->params = NULL; s->nparams = s->cparams = 0;
-  s->bch = NULL; s->nbch = s->cbch = 0;
-  s->uch = NULL; s->nuch = s->cuch = 0;
-  s->cps = NULL; s->ncps = s->ccps = 0;
-  s->cw = NULL; s->ncw = s->ccw = 0;
-  s->pend_users = NULL; s->npend = s->cpend = 0;
-  s->softq = NULL; s->nsoftq = s->csoftq = 0;
+  s->tables = NULL;
+  s->ntables = s->ctables = 0;
+  s->buckets = NULL;
+  s->nbuckets = s->cbuckets = 0;
+  s->recs = NULL;
+  s->nrecs = s->crecs = 0;
+  s->params = NULL;
+  s->nparams = s->cparams = 0;
+  s->bch = NULL;
+  s->nbch = s->cbch = 0;
+  s->uch = NULL;
+  s->nuch = s->cuch = 0;
+  s->cps = NULL;
+  s->ncps = s->ccps = 0;
+  s->cw = NULL;
+  s->ncw = s->ccw = 0;
+  s->pend_users = NULL;
+  s->npend = s->cpend = 0;
+  s->softq = NULL;
+  s->nsoftq = s->csoftq = 0;
 }
 
 static void stream_free(const bs_allocator *a, mem_stream *s) {
@@ -618,8 +660,10 @@ static void tx_commit(mem_tx *tx) {
   mem_stream *s = tx->s;
   size_t k = 0;
   for (size_t i = 0; i < tx->nj; i++) {
-    if (tx->j[i].kind == J_REC) rec_free(a, tx->j[i].old);
-    else if (tx->j[i].kind == J_CWCP) cwcp_free(a, tx->j[i].old);
+    if (tx->j[i].kind == J_REC)
+      rec_free(a, tx->j[i].old);
+    else if (tx->j[i].kind == J_CWCP)
+      cwcp_free(a, tx->j[i].old);
   }
   /* Close the holes of deleted records (every one is a journaled slot) with the last records:
    * the order of recs carries no meaning, and this costs O(deleted), not O(records). */
@@ -822,8 +866,7 @@ static mem_rec *rec_build(const bs_allocator *a, uint32_t table, const qitem *q)
     if (has_member(q->rows, i, &mm)) continue;
     mem_member *m = &r->m[r->nm];
     r->nm++;
-    if (val_dup(a, mm.bucket, &m->bucket) || val_dup(a, mm.ot, &m->ot) ||
-        val_dup(a, mm.oi, &m->oi))
+    if (val_dup(a, mm.bucket, &m->bucket) || val_dup(a, mm.ot, &m->ot) || val_dup(a, mm.oi, &m->oi))
       goto fail;
   }
   if (q->nlks) {
@@ -882,8 +925,8 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
   if (old_idx >= 0 && (q->tag == BS_DELETE || !q->has_after || !bs_val_eq(q->after, q->before))) {
     old = s->recs[old_idx];
     for (size_t i = 0; i < old->nm; i++)
-      if ((rc = tx_emit(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi,
-                        skv_before, none)))
+      if ((rc = tx_emit(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi, skv_before,
+                        none)))
         return rc;
     for (size_t i = 0; i < old->nl; i++) /* step 1 also tombstones the old lookups */
       if ((rc = tx_param(tx, old->lk[i], t->id, q->before, NULL, 0))) return rc;
@@ -899,8 +942,8 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
       if (prev_idx >= 0) prev = s->recs[prev_idx];
     }
     for (size_t i = 0; i < q->nrows; i++)
-      if ((rc = tx_emit(tx, q->rows[i].bucket, BS_OP_PUT, q->rows[i].ot, q->rows[i].oi,
-                        skv_after, q->rows[i].data)))
+      if ((rc = tx_emit(tx, q->rows[i].bucket, BS_OP_PUT, q->rows[i].ot, q->rows[i].oi, skv_after,
+                        q->rows[i].data)))
         return rc;
     if (prev)
       for (size_t i = 0; i < prev->nm; i++)
@@ -969,8 +1012,8 @@ static int apply_truncate(mem_tx *tx, const qitem *q) {
     char sk[BS_SUBKEY_SIZE];
     bs_val skv = subkey_of(sk, t->id, list[i]->rid);
     for (size_t k = 0; k < list[i]->nm && !rc; k++)
-      rc = tx_emit(tx, list[i]->m[k].bucket, BS_OP_REMOVE, list[i]->m[k].ot, list[i]->m[k].oi,
-                   skv, none);
+      rc = tx_emit(tx, list[i]->m[k].bucket, BS_OP_REMOVE, list[i]->m[k].ot, list[i]->m[k].oi, skv,
+                   none);
     for (size_t k = 0; k < list[i]->nl && !rc; k++)
       rc = tx_param(tx, list[i]->lk[k], t->id, list[i]->rid, NULL, 0);
   }
@@ -1028,9 +1071,12 @@ static int apply_queue(mem_tx *tx, const mem_writer *w) {
   int rc = BS_OK;
   for (size_t i = 0; i < w->nq && !rc; i++) {
     const qitem *q = &w->q[i];
-    if (q->kind == Q_SAVE) rc = apply_save(tx, w, q);
-    else if (q->kind == Q_TRUNCATE) rc = apply_truncate(tx, q);
-    else rc = apply_cwcp(tx, q);
+    if (q->kind == Q_SAVE)
+      rc = apply_save(tx, w, q);
+    else if (q->kind == Q_TRUNCATE)
+      rc = apply_truncate(tx, q);
+    else
+      rc = apply_cwcp(tx, q);
   }
   if (!rc && w->has_resume) tx->s->m.resume = w->resume;
   return rc;
@@ -1126,11 +1172,15 @@ nomem:
 
 /* ---- Locking ------------------------------------------------------------------------------- */
 
-static void lock(mem_db *db) { pthread_mutex_lock(&db->mu); }
-static void unlock(mem_db *db) { pthread_mutex_unlock(&db->mu); }
+static void lock(mem_db *db) {
+  pthread_mutex_lock(&db->mu);
+}
+static void unlock(mem_db *db) {
+  pthread_mutex_unlock(&db->mu);
+}
 
 #define MS(st) ((mem_storage *)(st))
-#define MW(w) ((mem_writer *)(w))
+#define MW(w)  ((mem_writer *)(w))
 
 static int writable(mem_writer *w, bs_error *err) {
   if (w->ms->db->base.flags & BS_OPEN_RDONLY)
@@ -1166,7 +1216,8 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   mem_writer *w;
   int rc = BS_OK;
   lock(ms->db);
-  if (ms->db->base.flags & BS_OPEN_RDONLY) rc = bs_fail(err, BS_ESTATE, "database is read-only");
+  if (ms->db->base.flags & BS_OPEN_RDONLY)
+    rc = bs_fail(err, BS_ESTATE, "database is read-only");
   else if (ms->s->m.state == BS_STREAM_TERMINATED)
     rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
   unlock(ms->db);
@@ -1293,8 +1344,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   uint64_t c = s->m.op_head;
   int rc;
   for (size_t i = 0; i < db->nmw; i++)
-    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn) &&
-        (rc = uch_add(tx, c, db->mw[i]->user)))
+    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn) && (rc = uch_add(tx, c, db->mw[i]->user)))
       return rc;
   for (size_t i = 0; i < s->npend; i++)
     if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
@@ -1420,8 +1470,7 @@ static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
 }
 
 static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
-                                 int (*fn)(const bs_val *, void *), void *payload,
-                                 bs_error *err) {
+                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   mem_writer *w = MW(bw);
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
@@ -1451,9 +1500,10 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   tx_rollback(&tx);
   unlock(db);
   if (rc) return enomem(err, "source_row");
-  if (!found) return bs_fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
-                             (int)(table.size > 64 ? 64 : table.size),
-                             table.size ? (const char *)table.data : "");
+  if (!found)
+    return bs_fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
+                   (int)(table.size > 64 ? 64 : table.size),
+                   table.size ? (const char *)table.data : "");
   if (fn) {
     bs_val empty = {"", 0};
     if (has_data && !data.data) data = empty; /* stored, but zero bytes */
@@ -1512,7 +1562,8 @@ static int plan_chunks(mem_stream *s, uint64_t c, const bs_bucket_request *req, 
       }
       if (!cur) {
         uint64_t after = *nplans && (*plans)[*nplans - 1].req == i
-                             ? (*plans)[*nplans - 1].next_after : req[i].after;
+                             ? (*plans)[*nplans - 1].next_after
+                             : req[i].after;
         if (GROW(a, *plans, *nplans, cplan, *nplans + 1)) return BS_ENOMEM;
         cur = &(*plans)[(*nplans)++];
         memset(cur, 0, sizeof *cur);
@@ -1917,8 +1968,10 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
     size_t k;
     for (k = 0; k < nw; k++)
       if (bs_val_eq(win[k]->user_id, req[i].user_id)) break;
-    if (k == nw) win[nw++] = &req[i];
-    else if (req_beats(&req[i], win[k])) win[k] = &req[i];
+    if (k == nw)
+      win[nw++] = &req[i];
+    else if (req_beats(&req[i], win[k]))
+      win[k] = &req[i];
   }
   lock(db);
   /* Build every changed record first; swap them in only when all exist. */
@@ -2099,9 +2152,7 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   if (superseded(a, b, h, later)) goto nomem;
   for (size_t k = 0; k < b->n; k++) moved += later[k] != 0;
   /* the leading run of REMOVE/MOVE/CLEAR (after the MOVE pass) at or below h */
-  while (run < b->n && b->ops[run].id <= h &&
-         (later[run] || b->ops[run].type != BS_OP_PUT))
-    run++;
+  while (run < b->n && b->ops[run].id <= h && (later[run] || b->ops[run].type != BS_OP_PUT)) run++;
   if (run < 2) run = 0;
   stats->bytes_before += before;
   if (!moved && !run) {
@@ -2237,9 +2288,12 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
     mem_bucket *b = s->buckets[i];
     uint64_t ch = changes_since(b, b->compacted_op);
     int take;
-    if (o->buckets) take = val_in(o->buckets, o->n_buckets, b->name);
-    else if (o->incremental_only) take = ch > 0;
-    else take = b->n && ch >= min_changes && (double)ch / (double)b->n >= ratio;
+    if (o->buckets)
+      take = val_in(o->buckets, o->n_buckets, b->name);
+    else if (o->incremental_only)
+      take = ch > 0;
+    else
+      take = b->n && ch >= min_changes && (double)ch / (double)b->n >= ratio;
     if (take && val_dup(a, b->name, &list[n++])) {
       for (size_t k = 0; k < n; k++) val_free(a, &list[k]);
       bs_free(a, list);
@@ -2301,8 +2355,10 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     mem_bucket *b;
     lock(db);
     b = bucket_find(ms->s, names[i], NULL);
-    if (b && compact_bucket(a, ms->s, b, h, &stats)) rc = enomem(err, "compact");
-    else if (b && h > b->compacted_op) b->compacted_op = h;
+    if (b && compact_bucket(a, ms->s, b, h, &stats))
+      rc = enomem(err, "compact");
+    else if (b && h > b->compacted_op)
+      b->compacted_op = h;
     unlock(db);
     if (!rc && o->progress && o->progress(&stats, o->progress_payload))
       rc = bs_fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
@@ -2315,11 +2371,14 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
       mem_bucket *b = bucket_find(ms->s, names[i], NULL);
       if (b) rc = defrag_bucket(&tx, b, h, o->defragment_ratio, &stats.ops_reemitted);
     }
-    if (rc) tx_rollback(&tx);
-    else tx_commit(&tx);
+    if (rc)
+      tx_rollback(&tx);
+    else
+      tx_commit(&tx);
     unlock(db);
-    if (rc) rc = rc == BS_ENOMEM ? enomem(err, "defragment")
-                                 : bs_fail(err, rc, "defragment: op ids exhausted");
+    if (rc)
+      rc = rc == BS_ENOMEM ? enomem(err, "defragment")
+                           : bs_fail(err, rc, "defragment: op ids exhausted");
   }
   if (!rc && o->compact_parameters) {
     lock(db);
@@ -2356,8 +2415,10 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
     nw = bs_calloc(a, b->n, sizeof *nw);
     if (!nw) goto nomem;
     for (size_t k = 0; k < b->n; k++) {
-      if (later[k]) op_free(a, &b->ops[k]);
-      else nw[nn++] = b->ops[k];
+      if (later[k])
+        op_free(a, &b->ops[k]);
+      else
+        nw[nn++] = b->ops[k];
     }
     bs_free(a, b->ops);
     b->ops = nw;
@@ -2379,8 +2440,7 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
   mem_stream *s = ms->s;
   uint64_t h, done = 0;
   int rc = BS_OK;
-  if (ms->db->base.flags & BS_OPEN_RDONLY)
-    return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
   if (!min_changes) min_changes = 1;
   lock(ms->db);
   if (s->m.cp_lsn.has) {
@@ -2587,8 +2647,8 @@ static void mem_close(bs_db *bdb) {
   bs_free(&a, db);
 }
 
-static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name,
-                             const bs_stream_options *o, bs_error *err) {
+static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs_stream_options *o,
+                             bs_error *err) {
   mem_db *db = MDB(bdb);
   const bs_allocator *a = ALLOC(db);
   mem_stream *s;
@@ -2702,10 +2762,14 @@ static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
     for (size_t k = 0; k < s->nbuckets; k++)
       for (size_t j = 0; j < s->buckets[k]->n; j++) {
         bs_op_type t = s->buckets[k]->ops[j].type;
-        if (t == BS_OP_PUT) out->ops_put++;
-        else if (t == BS_OP_REMOVE) out->ops_remove++;
-        else if (t == BS_OP_MOVE) out->ops_move++;
-        else out->ops_clear++;
+        if (t == BS_OP_PUT)
+          out->ops_put++;
+        else if (t == BS_OP_REMOVE)
+          out->ops_remove++;
+        else if (t == BS_OP_MOVE)
+          out->ops_move++;
+        else
+          out->ops_clear++;
       }
   }
   unlock(db);
@@ -2773,8 +2837,8 @@ static void verify_bucket(vlist *v, const mem_stream *s, const mem_bucket *b) {
       break;
     case BS_OP_MOVE:
       if (has_payload(o) || o->target <= o->id)
-        problem(v, "stream %u bucket '%.*s': MOVE %llu malformed (target %llu)", sid, bn, bp,
-                id, (unsigned long long)o->target);
+        problem(v, "stream %u bucket '%.*s': MOVE %llu malformed (target %llu)", sid, bn, bp, id,
+                (unsigned long long)o->target);
       break;
     case BS_OP_CLEAR:
       if (k != 0 || has_payload(o) || b->clear_op != o->id || b->clear_start > o->id)
@@ -2826,22 +2890,21 @@ static void verify_stream(vlist *v, const mem_stream *s) {
       problem(v, "stream %u: bucket %zu duplicate or not indexed", (unsigned)s->id, i);
   }
   if (s->bidx.n != s->nbuckets)
-    problem(v, "stream %u: bucket index holds %zu of %zu", (unsigned)s->id, s->bidx.n,
-            s->nbuckets);
+    problem(v, "stream %u: bucket index holds %zu of %zu", (unsigned)s->id, s->bidx.n, s->nbuckets);
   if (s->ridx.n != s->nrecs)
-    problem(v, "stream %u: record index holds %zu of %zu", (unsigned)s->id, s->ridx.n,
-            s->nrecs);
+    problem(v, "stream %u: record index holds %zu of %zu", (unsigned)s->id, s->ridx.n, s->nrecs);
   /* source records: unique keys, known tables, memberships in existing buckets */
   for (size_t i = 0; i < s->nrecs; i++) {
     const mem_rec *r = s->recs[i];
     int known = 0, queued = 0;
     for (size_t t = 0; t < s->ntables; t++)
       known |= !s->tables[t]->dropped && s->tables[t]->id == r->table;
-    if (!known) problem(v, "stream %u: source record of unknown table %u", (unsigned)s->id,
-                        (unsigned)r->table);
+    if (!known)
+      problem(v, "stream %u: source record of unknown table %u", (unsigned)s->id,
+              (unsigned)r->table);
     if (rec_find(s, r->table, r->rid) != (long)i)
-      problem(v, "stream %u: source record in table %u duplicate or not indexed",
-              (unsigned)s->id, (unsigned)r->table);
+      problem(v, "stream %u: source record in table %u duplicate or not indexed", (unsigned)s->id,
+              (unsigned)r->table);
     if (r->soft && (r->nm || r->nl || r->has_data))
       problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
     for (size_t j = 0; r->soft && j < s->nsoftq && !queued; j++)

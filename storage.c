@@ -14,21 +14,36 @@
 
 const char *bs_strerror(int code) {
   switch (code) {
-  case BS_OK: return "BS_OK: success";
-  case BS_EINVAL: return "BS_EINVAL: invalid argument";
-  case BS_ENOTFOUND: return "BS_ENOTFOUND: not found";
-  case BS_ETOOBIG: return "BS_ETOOBIG: key or value over a limit";
-  case BS_ELIMIT: return "BS_ELIMIT: result limit exceeded";
-  case BS_ESTATE: return "BS_ESTATE: call not valid in this state";
-  case BS_EINVALIDATED: return "BS_EINVALIDATED: checkpoint was compacted; read a newer checkpoint";
-  case BS_ESTALE: return "BS_ESTALE: read below the parameter-compaction horizon";
-  case BS_ECORRUPT: return "BS_ECORRUPT: file does not decode";
-  case BS_ENOMEM: return "BS_ENOMEM: out of memory";
-  case BS_EIO: return "BS_EIO: I/O or LMDB error";
-  case BS_EBUSY: return "BS_EBUSY: resource busy";
-  case BS_EUNSUPPORTED: return "BS_EUNSUPPORTED: not supported by this backend";
-  case BS_ECANCELED: return "BS_ECANCELED: cancelled";
-  default: return "BS_EUNKNOWN: unknown status code";
+  case BS_OK:
+    return "BS_OK: success";
+  case BS_EINVAL:
+    return "BS_EINVAL: invalid argument";
+  case BS_ENOTFOUND:
+    return "BS_ENOTFOUND: not found";
+  case BS_ETOOBIG:
+    return "BS_ETOOBIG: key or value over a limit";
+  case BS_ELIMIT:
+    return "BS_ELIMIT: result limit exceeded";
+  case BS_ESTATE:
+    return "BS_ESTATE: call not valid in this state";
+  case BS_EINVALIDATED:
+    return "BS_EINVALIDATED: checkpoint was compacted; read a newer checkpoint";
+  case BS_ESTALE:
+    return "BS_ESTALE: read below the parameter-compaction horizon";
+  case BS_ECORRUPT:
+    return "BS_ECORRUPT: file does not decode";
+  case BS_ENOMEM:
+    return "BS_ENOMEM: out of memory";
+  case BS_EIO:
+    return "BS_EIO: I/O or LMDB error";
+  case BS_EBUSY:
+    return "BS_EBUSY: resource busy";
+  case BS_EUNSUPPORTED:
+    return "BS_EUNSUPPORTED: not supported by this backend";
+  case BS_ECANCELED:
+    return "BS_ECANCELED: cancelled";
+  default:
+    return "BS_EUNKNOWN: unknown status code";
   }
 }
 
@@ -45,7 +60,8 @@ int bs_fail(bs_error *err, int code, const char *fmt, ...) {
 
 int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
   int code = BS_EIO;
-  if (mdb_rc == ENOMEM) code = BS_ENOMEM;
+  if (mdb_rc == ENOMEM)
+    code = BS_ENOMEM;
   else if (mdb_rc == MDB_CORRUPTED || mdb_rc == MDB_INVALID || mdb_rc == MDB_VERSION_MISMATCH ||
            mdb_rc == MDB_PAGE_NOTFOUND)
     code = BS_ECORRUPT;
@@ -56,12 +72,23 @@ int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
 
 /* ---- Memory ---------------------------------------------------------------------------------- */
 
-static void *libc_malloc(void *o, size_t n) { (void)o; return malloc(n); }
-static void *libc_realloc(void *o, void *p, size_t n) { (void)o; return realloc(p, n); }
-static void libc_free(void *o, void *p) { (void)o; free(p); }
+static void *libc_malloc(void *o, size_t n) {
+  (void)o;
+  return malloc(n);
+}
+static void *libc_realloc(void *o, void *p, size_t n) {
+  (void)o;
+  return realloc(p, n);
+}
+static void libc_free(void *o, void *p) {
+  (void)o;
+  free(p);
+}
 const bs_allocator bs_default_allocator = {libc_malloc, libc_realloc, libc_free, NULL};
 
-void *bs_malloc(const bs_allocator *a, size_t n) { return a->malloc_fn(a->opaque, n ? n : 1); }
+void *bs_malloc(const bs_allocator *a, size_t n) {
+  return a->malloc_fn(a->opaque, n ? n : 1);
+}
 
 void *bs_calloc(const bs_allocator *a, size_t n, size_t size) {
   void *p;
@@ -85,8 +112,8 @@ void bs_free(const bs_allocator *a, void *p) {
 /* Defaults of zero option fields (storage.h). The front resolves them before every vtable call,
  * so backends never see a NULL opts or a zero bound (batch defaults: internal.h). */
 #define BS_DEFAULT_FLUSH_RECORDS 2000u
-#define BS_DEFAULT_FLUSH_BYTES (5u * 1000u * 1000u)
-#define BS_DEFAULT_PARAM_LIMIT 1000u
+#define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
+#define BS_DEFAULT_PARAM_LIMIT   1000u
 
 static int check_allocator(const bs_allocator *a, bs_error *err) {
   int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
@@ -104,8 +131,7 @@ static int check_version(unsigned v, unsigned current, const char *what, bs_erro
 static int check_open_options(const bs_open_options *opts, bs_error *err) {
   int rc;
   if (!opts) return BS_OK;
-  if ((rc = check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err)))
-    return rc;
+  if ((rc = check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err))) return rc;
   if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
     return bs_fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
                    opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
@@ -234,8 +260,7 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   for (size_t j = 0; j < l->n_params; j++) {
     if (sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) continue;
     snprintf(what, sizeof what, "lookups[%zu].params[%zu]", i, j);
-    if ((rc = check_sized(l->params[j], 0, BS_MAX_OP_DATA, what, "BS_MAX_OP_DATA", err)))
-      return rc;
+    if ((rc = check_sized(l->params[j], 0, BS_MAX_OP_DATA, what, "BS_MAX_OP_DATA", err))) return rc;
   }
   return BS_OK;
 }
@@ -246,16 +271,15 @@ int bs_check_save(const bs_save *s, bs_error *err) {
   if (s->version < 1 || s->version > BS_SAVE_VERSION)
     return bs_fail(err, BS_EINVAL, "change->version %u is not supported (this build: %u)",
                    s->version, (unsigned)BS_SAVE_VERSION);
-  if ((rc = check_sized(s->table, 1, BS_MAX_TABLE_NAME, "change->table", "BS_MAX_TABLE_NAME",
-                        err)))
+  if ((rc = check_sized(s->table, 1, BS_MAX_TABLE_NAME, "change->table", "BS_MAX_TABLE_NAME", err)))
     return rc;
   if (s->tag != BS_INSERT && s->tag != BS_UPDATE && s->tag != BS_DELETE)
     return bs_fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
   if ((rc = check_sized(s->before_id, 0, BS_MAX_REPLICA_ID, "change->before_id",
                         "BS_MAX_REPLICA_ID", err)))
     return rc;
-  if ((rc = check_sized(s->after_id, 0, BS_MAX_REPLICA_ID, "change->after_id",
-                        "BS_MAX_REPLICA_ID", err)))
+  if ((rc = check_sized(s->after_id, 0, BS_MAX_REPLICA_ID, "change->after_id", "BS_MAX_REPLICA_ID",
+                        err)))
     return rc;
   if (s->tag != BS_DELETE && !s->after_id.data)
     return bs_fail(err, BS_EINVAL, "change->after_id: required for INSERT and UPDATE");
@@ -289,14 +313,12 @@ static int vt_usable(const bs_storage *st, int present, unsigned min_version, co
 #define VT_CHECK(st, slot, err) vt_usable((st), (st)->vt && (st)->vt->slot != NULL, 1, #slot, (err))
 /* A slot appended in vtable version v: the version is checked before the slot is read (an
  * older, shorter table does not have it). */
-#define VT_CHECK_V(st, slot, v, err)                                                      \
-  vt_usable((st), (st)->vt && (st)->vt->version >= (v) && (st)->vt->slot != NULL, (v), #slot, \
-            (err))
+#define VT_CHECK_V(st, slot, v, err)                                                               \
+  vt_usable((st), (st)->vt && (st)->vt->version >= (v) && (st)->vt->slot != NULL, (v), #slot, (err))
 
 /* A database op slot is set (test doubles leave some NULL; both real backends fill all). */
-#define DB_CHECK(db, slot, err)                                                                  \
-  ((db)->ops->slot ? BS_OK                                                                       \
-                   : bs_fail((err), BS_EUNSUPPORTED, "backend does not implement " #slot))
+#define DB_CHECK(db, slot, err)                                                                    \
+  ((db)->ops->slot ? BS_OK : bs_fail((err), BS_EUNSUPPORTED, "backend does not implement " #slot))
 
 static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
@@ -385,8 +407,8 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
   int rc;
   if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
   if (!name) return bs_fail(err, BS_EINVAL, "name: NULL");
-  if ((rc = check_sized(bs_val_str(name), 1, BS_MAX_STREAM_NAME, "name", "BS_MAX_STREAM_NAME",
-                        err)))
+  if ((rc =
+           check_sized(bs_val_str(name), 1, BS_MAX_STREAM_NAME, "name", "BS_MAX_STREAM_NAME", err)))
     return rc;
   if (opts) {
     if ((rc = check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
@@ -432,7 +454,9 @@ void bs_storage_close(bs_storage *st) {
   if (st && st->vt && st->vt->destroy) st->vt->destroy(st);
 }
 
-uint32_t bs_storage_stream_id(const bs_storage *st) { return st ? st->stream_id : 0; }
+uint32_t bs_storage_stream_id(const bs_storage *st) {
+  return st ? st->stream_id : 0;
+}
 
 /* ---- Writing --------------------------------------------------------------------------------- */
 
@@ -515,8 +539,8 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   return BS_OK;
 }
 
-int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
-                     bs_commit_result *out, bs_error *err) {
+int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts, bs_commit_result *out,
+                     bs_error *err) {
   int create_empty = -1, rc;
   if (opts) {
     if ((rc = check_version(opts->version, BS_COMMIT_OPTIONS_VERSION, "opts->version", err)))
@@ -555,8 +579,7 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
-  if ((rc = check_sized(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", "BS_MAX_REPLICA_ID",
-                        err)))
+  if ((rc = check_sized(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", "BS_MAX_REPLICA_ID", err)))
     return rc;
   if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(w->st, writer_source_row, err))) return rc;
@@ -660,8 +683,8 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
   return BS_OK;
 }
 
-int bs_set_checkpoint_listener(bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint,
-                                                     void *payload),
+int bs_set_checkpoint_listener(bs_db *db,
+                               void (*fn)(uint32_t stream, uint64_t checkpoint, void *payload),
                                void *payload) {
   if (!db) return BS_EINVAL;
   pthread_mutex_lock(&db->notify_mu);
@@ -824,8 +847,8 @@ static int check_heads(const bs_head *heads, size_t n, const char *what, bs_erro
   int rc;
   if (n && !heads) return bs_fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
   for (size_t i = 0; i < n; i++) {
-    if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_CONNECTION_NAME, what, i,
-                             ".connection", "BS_MAX_CONNECTION_NAME", err)) ||
+    if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_CONNECTION_NAME, what, i, ".connection",
+                             "BS_MAX_CONNECTION_NAME", err)) ||
         (rc = check_sized_at(heads[i].lsn, 0, BS_MAX_LSN, what, i, ".lsn", "BS_MAX_LSN", err)))
       return rc;
   }
@@ -907,8 +930,7 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
   bs_compact_stats stats;
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (opts &&
-      (rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
+  if (opts && (rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
     return rc;
   /* One place for the defaults and range checks (compact.c), so every backend gets the same. */
   if ((rc = bs_compact_options_resolve(&o, opts, err))) return rc;
@@ -934,9 +956,8 @@ int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t 
   if ((rc = check_op_id(max_op_id, "max_op_id", err))) return rc;
   if ((rc = check_writable(st, "compact_initial_replication", err))) return rc;
   if ((rc = VT_CHECK(st, compact_initial_replication, err))) return rc;
-  rc = st->vt->compact_initial_replication(st, max_op_id, min_bucket_changes ? min_bucket_changes
-                                                                             : 1,
-                                           &buckets, err);
+  rc = st->vt->compact_initial_replication(
+      st, max_op_id, min_bucket_changes ? min_bucket_changes : 1, &buckets, err);
   if (rc == BS_OK && buckets_out) *buckets_out = buckets;
   return rc;
 }

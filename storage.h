@@ -63,42 +63,42 @@ extern "C" {
 #endif
 #endif
 
-#define BS_VERSION_MAJOR 0
-#define BS_VERSION_MINOR 1
-#define BS_VERSION_PATCH 0
+#define BS_VERSION_MAJOR  0
+#define BS_VERSION_MINOR  1
+#define BS_VERSION_PATCH  0
 #define BS_VERSION_NUMBER (BS_VERSION_MAJOR * 10000 + BS_VERSION_MINOR * 100 + BS_VERSION_PATCH)
 #define BS_VERSION_STRING "0.1.0"
 /* On-disk format written by this build; a file with a newer one is refused. */
 #define BS_FORMAT_VERSION 1
 
 /* ---- Status codes (negative, in a range of their own) -------------------------------------- */
-#define BS_OK 0
-#define BS_EINVAL (-1)        /* bad argument; the message names it */
-#define BS_ENOTFOUND (-2)     /* no such stream, user, row, ... */
-#define BS_ETOOBIG (-3)       /* key or value over a limit (see BS_MAX_*) */
-#define BS_ELIMIT (-4)        /* a result limit was exceeded */
-#define BS_ESTATE (-5)        /* call not valid in this state (closed writer, wrong mode) */
+#define BS_OK           0
+#define BS_EINVAL       (-1)  /* bad argument; the message names it */
+#define BS_ENOTFOUND    (-2)  /* no such stream, user, row, ... */
+#define BS_ETOOBIG      (-3)  /* key or value over a limit (see BS_MAX_*) */
+#define BS_ELIMIT       (-4)  /* a result limit was exceeded */
+#define BS_ESTATE       (-5)  /* call not valid in this state (closed writer, wrong mode) */
 #define BS_EINVALIDATED (-6)  /* read at a checkpoint that compaction tore; read a newer one */
-#define BS_ESTALE (-7)        /* parameter read below the parameter-compaction horizon */
-#define BS_ECORRUPT (-8)      /* the file does not decode, or is not a bucketstore file */
-#define BS_ENOMEM (-9)        /* allocation failed */
-#define BS_EIO (-10)          /* LMDB or OS error; the message carries it */
-#define BS_EBUSY (-11)        /* resource busy (e.g. the file is locked) */
+#define BS_ESTALE       (-7)  /* parameter read below the parameter-compaction horizon */
+#define BS_ECORRUPT     (-8)  /* the file does not decode, or is not a bucketstore file */
+#define BS_ENOMEM       (-9)  /* allocation failed */
+#define BS_EIO          (-10) /* LMDB or OS error; the message carries it */
+#define BS_EBUSY        (-11) /* resource busy (e.g. the file is locked) */
 #define BS_EUNSUPPORTED (-12) /* the backend does not implement this call */
-#define BS_ECANCELED (-13)    /* cancelled by a callback */
+#define BS_ECANCELED    (-13) /* cancelled by a callback */
 
 /* ---- Limits (SPEC.md section 10), checked by the call that receives the value -------------- */
-#define BS_MAX_BUCKET_NAME 480u
-#define BS_MAX_LOOKUP_KEY 480u
-#define BS_MAX_REPLICA_ID 256u
-#define BS_MAX_TABLE_NAME 256u
-#define BS_MAX_OP_DATA (15u * 1024u * 1024u)
-#define BS_MAX_LSN 255u
-#define BS_MAX_STREAM_NAME 255u
-#define BS_MAX_USER_ID 480u
-#define BS_MAX_OBJECT_NAME 65535u /* object_type and object_id of a row */
-#define BS_MAX_CONNECTION_NAME 255u /* bs_head.connection (a replication connection name) */
-#define BS_MAX_HEADS 65535u          /* heads per managed write checkpoint request */
+#define BS_MAX_BUCKET_NAME     480u
+#define BS_MAX_LOOKUP_KEY      480u
+#define BS_MAX_REPLICA_ID      256u
+#define BS_MAX_TABLE_NAME      256u
+#define BS_MAX_OP_DATA         (15u * 1024u * 1024u)
+#define BS_MAX_LSN             255u
+#define BS_MAX_STREAM_NAME     255u
+#define BS_MAX_USER_ID         480u
+#define BS_MAX_OBJECT_NAME     65535u /* object_type and object_id of a row */
+#define BS_MAX_CONNECTION_NAME 255u   /* bs_head.connection (a replication connection name) */
+#define BS_MAX_HEADS           65535u /* heads per managed write checkpoint request */
 
 /* ---- Small value types ----------------------------------------------------------------------- */
 
@@ -131,19 +131,20 @@ typedef struct bs_storage bs_storage; /* one stream; thread-safe for reads */
 typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one thread */
 
 /* ---- Opening --------------------------------------------------------------------------------- */
-#define BS_OPEN_NOSYNC 0x1u   /* no fsync at commit: a crash may lose recent commits, not corrupt */
-#define BS_OPEN_RDONLY 0x2u   /* read-only: every write call fails with BS_ESTATE */
+#define BS_OPEN_NOSYNC 0x1u /* no fsync at commit: a crash may lose recent commits, not corrupt */
+#define BS_OPEN_RDONLY 0x2u /* read-only: every write call fails with BS_ESTATE */
 
 typedef struct bs_open_options {
   unsigned version;
-  unsigned flags;                 /* BS_OPEN_* */
-  size_t map_size;                /* initial LMDB map size; 0 = 4 GiB (address space, not disk;
+  unsigned flags;                /* BS_OPEN_* */
+  size_t map_size;               /* initial LMDB map size; 0 = 4 GiB (address space, not disk;
                                      256 MiB on 32-bit); doubles on demand */
-  size_t checksum_cache_entries;  /* LRU entries; 0 = 100000; (size_t)-1 disables the cache */
-  const bs_allocator *allocator;  /* NULL = libc; copied */
+  size_t checksum_cache_entries; /* LRU entries; 0 = 100000; (size_t)-1 disables the cache */
+  const bs_allocator *allocator; /* NULL = libc; copied */
 } bs_open_options;
 #define BS_OPEN_OPTIONS_VERSION 1
-#define BS_OPEN_OPTIONS_INIT {BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL}
+#define BS_OPEN_OPTIONS_INIT                                                                       \
+  { BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL }
 
 /* Opens (creating if missing) the database file at path (copied). *out is the caller's, closed
  * with bs_close(); *out is NULL on failure. opts may be NULL.
@@ -178,7 +179,8 @@ typedef struct bs_stream_options {
   bs_hash hash;
 } bs_stream_options;
 #define BS_STREAM_OPTIONS_VERSION 1
-#define BS_STREAM_OPTIONS_INIT {BS_STREAM_OPTIONS_VERSION, BS_HASH_XXH3}
+#define BS_STREAM_OPTIONS_INIT                                                                     \
+  { BS_STREAM_OPTIONS_VERSION, BS_HASH_XXH3 }
 
 typedef struct bs_stream_info {
   uint32_t id;
@@ -228,7 +230,7 @@ typedef struct bs_lookup {
 /* One source row change (SPEC.md section 4.1). */
 typedef struct bs_save {
   unsigned version;
-  bs_val table;     /* source table name (registered on first use) */
+  bs_val table; /* source table name (registered on first use) */
   bs_tag tag;
   bs_val before_id; /* replica id before; data NULL = same as after_id */
   bs_val after_id;  /* replica id after; ignored (absent) for BS_DELETE */
@@ -239,25 +241,31 @@ typedef struct bs_save {
   bs_val stored_data; /* optional row data kept with the source record; data NULL = none */
 } bs_save;
 #define BS_SAVE_VERSION 1
-#define BS_SAVE_INIT \
-  {BS_SAVE_VERSION, {NULL, 0}, BS_INSERT, {NULL, 0}, {NULL, 0}, NULL, 0, NULL, 0, {NULL, 0}}
+#define BS_SAVE_INIT                                                                               \
+  {                                                                                                \
+    BS_SAVE_VERSION, {NULL, 0}, BS_INSERT, {NULL, 0}, {NULL, 0}, NULL, 0, NULL, 0, {               \
+      NULL, 0                                                                                      \
+    }                                                                                              \
+  }
 
 typedef struct bs_writer_options {
   unsigned version;
-  int snapshot;        /* skip_existing: INSERT only; inserts of known rows are skipped */
-  int create_empty;    /* commits with nothing new still create a checkpoint (default 1) */
-  size_t max_records;  /* auto-flush bound; 0 = 2000 */
-  size_t max_bytes;    /* auto-flush bound; 0 = 5 MB */
+  int snapshot;       /* skip_existing: INSERT only; inserts of known rows are skipped */
+  int create_empty;   /* commits with nothing new still create a checkpoint (default 1) */
+  size_t max_records; /* auto-flush bound; 0 = 2000 */
+  size_t max_bytes;   /* auto-flush bound; 0 = 5 MB */
 } bs_writer_options;
 #define BS_WRITER_OPTIONS_VERSION 1
-#define BS_WRITER_OPTIONS_INIT {BS_WRITER_OPTIONS_VERSION, 0, 1, 0, 0}
+#define BS_WRITER_OPTIONS_INIT                                                                     \
+  { BS_WRITER_OPTIONS_VERSION, 0, 1, 0, 0 }
 
 typedef struct bs_commit_options {
   unsigned version;
   int create_empty; /* -1 = the writer's setting, 0 or 1 overrides */
 } bs_commit_options;
 #define BS_COMMIT_OPTIONS_VERSION 1
-#define BS_COMMIT_OPTIONS_INIT {BS_COMMIT_OPTIONS_VERSION, -1}
+#define BS_COMMIT_OPTIONS_INIT                                                                     \
+  { BS_COMMIT_OPTIONS_VERSION, -1 }
 
 typedef struct bs_commit_result {
   int checkpoint_blocked;
@@ -300,11 +308,11 @@ BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
  * fn receives data (borrowed) or NULL when the row has no stored data; BS_ENOTFOUND when the
  * row is unknown. */
 BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
-                         int (*fn)(const bs_val *data, void *payload), void *payload,
-                         bs_error *err);
+                                int (*fn)(const bs_val *data, void *payload), void *payload,
+                                bs_error *err);
 /* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush. */
 BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
-                                      bs_val event, bs_error *err);
+                                             bs_val event, bs_error *err);
 
 /* ---- Reading --------------------------------------------------------------------------------- */
 typedef struct bs_checkpoint {
@@ -322,16 +330,14 @@ BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
  * once; commits from other processes are seen by polling (every 50 ms). known NULL = no
  * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */
 BS_API int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
-                       bs_checkpoint *out, bs_error *err);
+                              bs_checkpoint *out, bs_error *err);
 
 /* Registers fn, called after every checkpoint this process commits on db, in the committing
  * (writer's) thread, outside any lock: it may call the library's read functions, and should be
  * short (the writer waits for it). One listener per db; a new one replaces the old; fn NULL
  * unregisters. Any thread. Returns BS_OK, or BS_EINVAL for a NULL db (no err argument). */
-BS_API int bs_set_checkpoint_listener(bs_db *db,
-                                      void (*fn)(uint32_t stream, uint64_t checkpoint,
-                                                 void *payload),
-                                      void *payload);
+BS_API int bs_set_checkpoint_listener(
+    bs_db *db, void (*fn)(uint32_t stream, uint64_t checkpoint, void *payload), void *payload);
 
 typedef enum bs_op_type {
   BS_OP_PUT = 1,
@@ -375,16 +381,17 @@ typedef struct bs_batch_options {
   size_t max_bytes;   /* bytes per call; 0 = 16 MiB */
 } bs_batch_options;
 #define BS_BATCH_OPTIONS_VERSION 1
-#define BS_BATCH_OPTIONS_INIT {BS_BATCH_OPTIONS_VERSION, 0, 0, 0}
+#define BS_BATCH_OPTIONS_INIT                                                                      \
+  { BS_BATCH_OPTIONS_VERSION, 0, 0, 0 }
 
 /* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
  * call stopped at its limit/byte cap: call again with after = next_after per bucket.
  * Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted span), BS_EINVAL. */
 BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                       size_t n_req, const bs_batch_options *opts,
-                       int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
-                       int *has_more_out, bs_error *err);
+                              size_t n_req, const bs_batch_options *opts,
+                              int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                              int *has_more_out, bs_error *err);
 
 typedef struct bs_checksum {
   uint32_t checksum; /* wrapping sum of op checksums with op_id <= checkpoint */
@@ -394,7 +401,7 @@ typedef struct bs_checksum {
 /* One entry per requested bucket, in request order (out has n entries). Unknown bucket: 0/0.
  * Served through the checksum cache. Errors: BS_EINVALIDATED, BS_EINVAL. */
 BS_API int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                     bs_checksum *out, bs_error *err);
+                            bs_checksum *out, bs_error *err);
 
 /* ---- Listing buckets ------------------------------------------------------------------------- */
 /* One bucket of a stream, as its stored figures stand: every persisted op counts, also ops above
@@ -428,8 +435,8 @@ typedef struct bs_bucket_info {
  * Errors: BS_EINVAL (fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after over
  * BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), BS_EIO. */
 BS_API int bs_list_buckets(bs_storage *st, bs_val start_after,
-                    int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                    bs_error *err);
+                           int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                           bs_error *err);
 
 typedef struct bs_checkpoint_changes {
   int invalidate_data_buckets;      /* too many, or range unknown: treat every bucket as changed */
@@ -445,16 +452,15 @@ typedef struct bs_checkpoint_changes {
 /* What changed in (from, to], passed to fn once; changes and every array in it are borrowed,
  * valid until fn returns. Errors: BS_EINVAL (from > to, fn NULL), BS_EIO, or fn's value. */
 BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                                     int (*fn)(const bs_checkpoint_changes *changes,
-                                               void *payload),
+                                     int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                                      void *payload, bs_error *err);
 
 /* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
  * limit 0 = 1000. Errors: BS_ELIMIT ("too many parameter results (limit was N)"), BS_ESTALE. */
 BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
-                          size_t n_lookups, size_t limit,
-                          int (*fn)(const bs_val *params, void *payload), void *payload,
-                          bs_error *err);
+                                 size_t n_lookups, size_t limit,
+                                 int (*fn)(const bs_val *params, void *payload), void *payload,
+                                 bs_error *err);
 
 /* ---- Lookup key encoding --------------------------------------------------------------------- */
 typedef enum bs_scalar_type {
@@ -515,7 +521,7 @@ typedef struct bs_managed_request {
 
 /* Sets how this storage handle serves write checkpoints (default managed). */
 BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
-                                 bs_error *err);
+                                        bs_error *err);
 /* One write transaction for the batch. ids_out[i] (n entries) = the stored id of request i's
  * user after the batch; *should_advance (may be NULL) = 1 when a record waits for a commit.
  * Errors: BS_ESTATE (custom mode, read-only db), BS_EINVAL / BS_ETOOBIG (a request, named). */
@@ -546,21 +552,21 @@ typedef struct bs_compact_stats {
 
 typedef struct bs_compact_options {
   unsigned version;
-  uint64_t max_op_id;          /* horizon; 0 = the current checkpoint */
-  const bs_val *buckets;       /* NULL = select by the two thresholds below */
+  uint64_t max_op_id;    /* horizon; 0 = the current checkpoint */
+  const bs_val *buckets; /* NULL = select by the two thresholds below */
   size_t n_buckets;
   uint64_t min_bucket_changes; /* 0 = 10 */
   double min_change_ratio;     /* < 0 = 0.1 */
   size_t memory_limit_mb;      /* 0 = 64 */
   int incremental_only;
-  int64_t min_age_ms;          /* incremental horizon age; < 0 = 5 min */
+  int64_t min_age_ms; /* incremental horizon age; < 0 = 5 min */
   /* 0 = 10000 (minimum 2). The write lock is held for a whole transaction, commit included,
    * so this bounds how long a writer of the stream waits. Measured (2 vCPU VM, 500k ops, 50%
    * superseded, durable full compaction): 10000 -> ~5 ms per transaction (p50, max ~17 ms) at
    * 2.1-3.2M ops/s; 50000 -> ~25-40 ms (max ~70 ms) at 1.9-3.2M ops/s, i.e. no measurable gain.
    * Larger values only pay where each commit's fsync is slow; raise it for offline runs. */
   size_t max_ops_per_txn;
-  uint64_t op_budget;          /* incremental: stop after this many ops; 0 = unbounded */
+  uint64_t op_budget; /* incremental: stop after this many ops; 0 = unbounded */
   int compact_parameters;
   int64_t delete_checkpoint_requests_before_ms; /* 0 = don't */
   /* > 0: defragmentation (SPEC.md 6), after the MOVE/CLEAR pass, of the buckets it processed
@@ -575,8 +581,8 @@ typedef struct bs_compact_options {
   void *progress_payload;
 } bs_compact_options;
 #define BS_COMPACT_OPTIONS_VERSION 1
-#define BS_COMPACT_OPTIONS_INIT                                                                   \
-  {BS_COMPACT_OPTIONS_VERSION, 0, NULL, 0, 0, -1.0, 0, 0, -1, 0, 0, 0, 0, 0.0, NULL, NULL}
+#define BS_COMPACT_OPTIONS_INIT                                                                    \
+  { BS_COMPACT_OPTIONS_VERSION, 0, NULL, 0, 0, -1.0, 0, 0, -1, 0, 0, 0, 0, 0.0, NULL, NULL }
 
 /* Compacts the stream (full, or incremental with incremental_only) in short write
  * transactions of at most max_ops_per_txn ops, so a writer of the stream (in this or another
@@ -587,7 +593,7 @@ typedef struct bs_compact_options {
  * nothing is half-done), BS_EIO. Any thread; a second concurrent compaction of the same stream
  * is safe (it serialises on the write lock). */
 BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
-               bs_error *err);
+                      bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE; also on a read-only db). max_op_id 0 = last
  * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped;
  * *buckets_out (may be NULL) = buckets compacted. */
@@ -598,7 +604,7 @@ BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
 /* ---- Lifecycle and inspection ---------------------------------------------------------------- */
 typedef struct bs_status {
   bs_stream_state state;
-  int snapshot_done;     /* snapshot done and a checkpoint exists */
+  int snapshot_done; /* snapshot done and a checkpoint exists */
   uint64_t checkpoint;
   uint64_t last_persisted_op;
   int has_lsn;
@@ -607,7 +613,7 @@ typedef struct bs_status {
   int has_resume_lsn;
   size_t resume_lsn_size;
   unsigned char resume_lsn[BS_MAX_LSN];
-  char last_error[256];  /* "" when none */
+  char last_error[256]; /* "" when none */
 } bs_status;
 
 /* Fills out with the stream's lifecycle state (a copy: no borrowed pointers). */
@@ -640,8 +646,8 @@ BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
  * records, in one read snapshot; each problem is passed to fn (may be NULL; the text is
  * borrowed, valid until fn returns). *problems_out (may be NULL) counts them. Problems found
  * still return BS_OK: a failure code means the check itself could not run (BS_EIO, BS_ENOMEM). */
-BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload),
-                        void *payload, uint64_t *problems_out, bs_error *err);
+BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
+                        uint64_t *problems_out, bs_error *err);
 
 /* ==== Backend authors ============================================================================
  * A backend (or a wrapper: tracing, fault injection) is a struct whose first member is a
@@ -693,15 +699,15 @@ typedef struct bs_storage_vtable {
                             int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                             void *payload, bs_error *err);
   int (*parameter_sets)(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
-                        size_t limit, int (*fn)(const bs_val *params, void *payload),
-                        void *payload, bs_error *err);
+                        size_t limit, int (*fn)(const bs_val *params, void *payload), void *payload,
+                        bs_error *err);
 
   int (*set_write_checkpoint_mode)(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                    bs_error *err);
   int (*create_managed_write_checkpoints)(bs_storage *st, const bs_managed_request *req, size_t n,
                                           uint64_t *ids_out, int *should_advance, bs_error *err);
-  int (*last_write_checkpoint)(bs_storage *st, bs_val user_id, const bs_head *heads,
-                               size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+  int (*last_write_checkpoint)(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
+                               uint64_t *id_out, int *found, bs_error *err);
   int (*delete_checkpoint_requests_before)(bs_storage *st, int64_t before_ms, uint64_t *deleted,
                                            bs_error *err);
 

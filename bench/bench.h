@@ -39,9 +39,9 @@ typedef struct bench_cfg {
 } bench_cfg;
 
 /* ---- Results (in shared memory: children append, the parent prints) ---- */
-#define BR_OK 0
+#define BR_OK          0
 #define BR_UNSUPPORTED 1
-#define BR_FAILED 2
+#define BR_FAILED      2
 
 typedef struct bres {
   char workload[16];
@@ -90,9 +90,9 @@ void die(const char *fmt, ...);
 int copy_file(const char *src, const char *dst);
 
 /* ---- Data generation (identical for both engines) ---- */
-#define OBJ_TYPE "todos"
+#define OBJ_TYPE     "todos"
 #define OBJ_TYPE_LEN 5u
-#define RID_LEN 9u /* "r" + 8 digits */
+#define RID_LEN      9u /* "r" + 8 digits */
 void gen_rid(char out[RID_LEN + 1], uint64_t i);
 void gen_bucket(char *out, size_t cap, size_t *len, unsigned b);
 /* JSON of exactly cfg->data_size bytes (at least 64) */

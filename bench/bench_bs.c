@@ -227,8 +227,7 @@ int bs_ingest(int mode) {
   ops = stored_ops(h.db, &file);
   if (ops > 0) r->bytes_per_op = file_bytes(h.path) / ops;
   if (!large) {
-    for (uint64_t i = 0; i < n; i++)
-      g_state_bs[i] = (int32_t)(i % nb);
+    for (uint64_t i = 0; i < n; i++) g_state_bs[i] = (int32_t)(i % nb);
     g_sh->nhist_bs = 0;
     g_sh->change_seq_bs = 0;
     hist_push(cp);
@@ -336,8 +335,7 @@ static int on_chunk(const bs_chunk *ch, void *payload) {
 }
 
 /* Downloads one whole bucket from after to checkpoint cp in calls of read_limit ops. */
-static int download(bs_storage *st, uint64_t cp, unsigned b, uint64_t after, dl *d,
-                    bs_error *err) {
+static int download(bs_storage *st, uint64_t cp, unsigned b, uint64_t after, dl *d, bs_error *err) {
   char bname[64];
   size_t blen;
   bs_bucket_request req;
@@ -376,8 +374,7 @@ static int on_changes(const bs_checkpoint_changes *ch, void *payload) {
   return 0;
 }
 
-static int catch_up(bs_storage *st, uint64_t from, uint64_t cp, dl *d, size_t *nbk,
-                    bs_error *err) {
+static int catch_up(bs_storage *st, uint64_t from, uint64_t cp, dl *d, size_t *nbk, bs_error *err) {
   static cu u;
   bs_bucket_request *req;
   bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
@@ -401,16 +398,13 @@ static int catch_up(bs_storage *st, uint64_t from, uint64_t cp, dl *d, size_t *n
   /* the reads below continue a cut bucket from its last op: chunks come in request order */
   while (more && n) {
     dl part = {0, 0, 0, 0};
-    if ((rc = bs_get_bucket_data(st, cp, req, n, &bo, on_chunk, &part, &more, err)) != BS_OK)
-      break;
+    if ((rc = bs_get_bucket_data(st, cp, req, n, &bo, on_chunk, &part, &more, err)) != BS_OK) break;
     d->ops += part.ops;
     d->bytes += part.bytes;
     if (more) { /* simple client: restart the last bucket served; earlier ones are done */
       size_t i = 0;
-      while (i < n && req[i].after < part.next_after)
-        i++;
-      for (size_t j = 0; j < n; j++)
-        req[j].after = j < i ? cp : req[j].after;
+      while (i < n && req[i].after < part.next_after) i++;
+      for (size_t j = 0; j < n; j++) req[j].after = j < i ? cp : req[j].after;
       if (i < n) req[i].after = part.next_after;
     }
   }
@@ -567,8 +561,7 @@ int bs_concurrent(int threads) {
     pthread_create(&rt[i], NULL, reader, &rd[i]);
   }
   usleep((useconds_t)(g_cfg->read_secs * 1e6));
-  for (int i = 0; i < threads; i++)
-    rd[i].stop = 1;
+  for (int i = 0; i < threads; i++) rd[i].stop = 1;
   for (int i = 0; i < threads; i++) {
     pthread_join(rt[i], NULL);
     ops += rd[i].ops;
@@ -705,8 +698,7 @@ int bs_checksums(int big) {
           }
           lat[nl++] = now_s() - tc;
           if (rep == 0)
-            for (size_t i = 0; i < per_call; i++)
-              sum += out[i].checksum + out[i].count;
+            for (size_t i = 0; i < per_call; i++) sum += out[i].checksum + out[i].count;
         }
       }
       if (r->status == BR_OK) {

@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #define STREAM 1u
-#define TID 1u
-#define HDR 18u
-#define SREC 17u
+#define TID    1u
+#define HDR    18u
+#define SREC   17u
 
 typedef struct rdb {
   MDB_env *env;
@@ -46,20 +46,19 @@ static void be64(unsigned char *p, uint64_t v) {
 static uint32_t gbe32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
-static uint64_t gbe64(const unsigned char *p) { return (uint64_t)gbe32(p) << 32 | gbe32(p + 4); }
+static uint64_t gbe64(const unsigned char *p) {
+  return (uint64_t)gbe32(p) << 32 | gbe32(p + 4);
+}
 static void le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static uint64_t gle64(const unsigned char *p) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
   return v;
 }
 static void le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static uint32_t gle32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -324,8 +323,7 @@ static int r_insert_batch(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t
   for (unsigned b = 0; b < nb; b++) {
     uint64_t i = s + (b + nb - s % nb) % nb;
     for (; i < e; i += nb)
-      if ((mrc = put_op(d, txn, acc, b, op_base + i + 1, BS_OP_PUT, i, version, dsize)))
-        return mrc;
+      if ((mrc = put_op(d, txn, acc, b, op_base + i + 1, BS_OP_PUT, i, version, dsize))) return mrc;
   }
   return 0;
 }
@@ -378,8 +376,7 @@ int raw_ingest(int mode) {
            "one %s txn per %llu rows",
            nosync ? "nosync" : "durable", (unsigned long long)every);
   if (mode == 0) {
-    for (uint64_t i = 0; i < n; i++)
-      g_state_raw[i] = (int32_t)(i % nb);
+    for (uint64_t i = 0; i < n; i++) g_state_raw[i] = (int32_t)(i % nb);
     g_sh->nhist_raw = 0;
     g_sh->change_seq_raw = 0;
     hist_push(n);
@@ -598,8 +595,7 @@ int raw_reads(void) {
              (unsigned long long)c->read_limit, r->mbps);
   }
 
-  uint64_t behind =
-      g_sh->nhist_raw > c->catchup_commits ? c->catchup_commits : g_sh->nhist_raw - 1;
+  uint64_t behind = g_sh->nhist_raw > c->catchup_commits ? c->catchup_commits : g_sh->nhist_raw - 1;
   snprintf(name, sizeof name, "catch-up, %llu commits behind", (unsigned long long)behind);
   r2 = res_new("reads", name, "lmdb");
   snprintf(r2->unit, sizeof r2->unit, "ops/s");
@@ -700,8 +696,7 @@ int raw_concurrent(int threads) {
     pthread_create(&rt[i], NULL, r_reader, &rd[i]);
   }
   usleep((useconds_t)(c->read_secs * 1e6));
-  for (int i = 0; i < threads; i++)
-    rd[i].stop = 1;
+  for (int i = 0; i < threads; i++) rd[i].stop = 1;
   for (int i = 0; i < threads; i++) {
     pthread_join(rt[i], NULL);
     ops += rd[i].ops;
@@ -764,8 +759,8 @@ out:
 }
 
 /* Checksum and count of bucket b at cp: running state minus the ops above cp. */
-static void r_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp,
-                       uint32_t *ck, uint64_t *count) {
+static void r_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp, uint32_t *ck,
+                       uint64_t *count) {
   unsigned char k[16];
   MDB_val key = {8, k}, val;
   uint64_t id = r_bucket_id(d, txn, b), last;
@@ -864,8 +859,7 @@ static size_t lookup_key(unsigned char *buf, uint64_t k) {
 static uint64_t fnv(const void *p, size_t n) {
   const unsigned char *s = p;
   uint64_t h = 1469598103934665603ull;
-  while (n--)
-    h = (h ^ *s++) * 1099511628211ull;
+  while (n--) h = (h ^ *s++) * 1099511628211ull;
   return h;
 }
 
@@ -1084,8 +1078,7 @@ static int seen_visit(seen *s, const unsigned char *ident, size_t len, uint64_t 
     for (size_t j = 0; j < s->cap; j++)
       if (s->h[j]) {
         size_t k = s->h[j] & (t.cap - 1);
-        while (t.h[k])
-          k = (k + 1) & (t.cap - 1);
+        while (t.h[k]) k = (k + 1) & (t.cap - 1);
         t.h[k] = s->h[j];
         t.op[k] = s->op[j];
         t.n++;
@@ -1273,8 +1266,10 @@ static int rc_fold(rcomp *rc, uint64_t id, uint64_t run, uint64_t *last) {
         mrc = MDB_NOTFOUND; /* the run was counted by the scan: cannot happen */
         break;
       }
-      if (t) rc->moved++;
-      else t = gle64(p + 5);
+      if (t)
+        rc->moved++;
+      else
+        t = gle64(p + 5);
       ck += gle32(p + 1);
       if (t > tg) tg = t;
       if (i + 1 < share) {
@@ -1407,8 +1402,7 @@ int raw_compaction(int mode) {
         if ((mrc = mdb_txn_commit(txn)) || (mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
       }
     }
-    for (unsigned b = 0; b < nb && !mrc; b++)
-      mrc = fold(txn, &d, b + 1, &removed);
+    for (unsigned b = 0; b < nb && !mrc; b++) mrc = fold(txn, &d, b + 1, &removed);
   }
   if (mrc || (mrc = mdb_txn_commit(txn))) {
     txn = NULL;
@@ -1422,8 +1416,8 @@ int raw_compaction(int mode) {
   r->value = before / r->secs;
   res_mem(r);
   r->bytes_per_op = file_bytes(d.path) / after;
-  snprintf(r->note, sizeof r->note, "ops %.0f -> %.0f (moved %llu, folded into CLEARs); %s",
-           before, after, (unsigned long long)moved,
+  snprintf(r->note, sizeof r->note, "ops %.0f -> %.0f (moved %llu, folded into CLEARs); %s", before,
+           after, (unsigned long long)moved,
            incremental ? "the superseded log, commit per 10k entries"
                        : "scan, superseded run folded into a CLEAR, rest MOVEd; commit per "
                          "10k ops changed or 80k visited");

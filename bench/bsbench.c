@@ -174,10 +174,8 @@ static char *put_digits(char *p, uint64_t v, int width) {
     tmp[n++] = (char)('0' + v % 10);
     v /= 10;
   } while (v);
-  while (n < width)
-    tmp[n++] = '0';
-  while (n)
-    *p++ = tmp[--n];
+  while (n < width) tmp[n++] = '0';
+  while (n) *p++ = tmp[--n];
   return p;
 }
 
@@ -218,7 +216,9 @@ void gen_data(char *out, uint64_t row, uint64_t version, size_t size) {
   end[1] = '}';
 }
 
-void gen_lsn(char out[17], uint64_t n) { snprintf(out, 17, "%016llx", (unsigned long long)n); }
+void gen_lsn(char out[17], uint64_t n) {
+  snprintf(out, 17, "%016llx", (unsigned long long)n);
+}
 
 void gen_change(change *c, uint64_t k, int32_t *state, uint64_t rows, unsigned nb) {
   uint64_t s = g_cfg->seed ^ (k * 0x2545f4914f6cdd1dull);
@@ -276,10 +276,18 @@ static int run_phase(const char *label, int (*fn)(int), int arg, int quiet) {
 #define PHASE(fn, arg) run_phase(#fn, fn, arg, 0)
 #define SETUP(fn, arg) run_phase(#fn, fn, arg, 1)
 
-static int w_bs_stream_setup(int a) { return bs_stream(a, 0); }
-static int w_raw_stream_setup(int a) { return raw_stream(a, 0); }
-static int w_bs_stream(int a) { return bs_stream(a, 1); }
-static int w_raw_stream(int a) { return raw_stream(a, 1); }
+static int w_bs_stream_setup(int a) {
+  return bs_stream(a, 0);
+}
+static int w_raw_stream_setup(int a) {
+  return raw_stream(a, 0);
+}
+static int w_bs_stream(int a) {
+  return bs_stream(a, 1);
+}
+static int w_raw_stream(int a) {
+  return raw_stream(a, 1);
+}
 static int w_bs_reads(int a) {
   (void)a;
   return bs_reads();
@@ -305,7 +313,9 @@ static int w_raw_compact_build(int a) {
   return raw_compact_build();
 }
 
-static int selected(const char *name) { return !g_cfg->only || strcmp(g_cfg->only, name) == 0; }
+static int selected(const char *name) {
+  return !g_cfg->only || strcmp(g_cfg->only, name) == 0;
+}
 
 static void need_s100(void) {
   if (!g_sh->built[ST_S100]) {
@@ -498,9 +508,9 @@ static void print_targets(void) {
   if (b && strcmp(b->name, name)) b = NULL; /* the durable run is listed first */
   if (r && strcmp(r->name, name)) r = NULL;
   if (b && r)
-    target("ingest >= 1M rows/s into 100 buckets, <= 2x raw",
-           b->value >= 1e6 && ratio(b, r) <= 2.0, "%.0fk rows/s, raw %.0fk rows/s, ratio %.2fx",
-           b->value / 1e3, r->value / 1e3, ratio(b, r));
+    target("ingest >= 1M rows/s into 100 buckets, <= 2x raw", b->value >= 1e6 && ratio(b, r) <= 2.0,
+           "%.0fk rows/s, raw %.0fk rows/s, ratio %.2fx", b->value / 1e3, r->value / 1e3,
+           ratio(b, r));
   else
     target("ingest >= 1M rows/s into 100 buckets, <= 2x raw", -1, "not measured");
   b = find("reads", "whole buckets from 0, warm", "bs");
@@ -662,9 +672,7 @@ static void write_json(const char *path, double total_s) {
     fprintf(f, ", \"engine\": ");
     json_str(f, r->engine);
     fprintf(f, ", \"status\": ");
-    json_str(f, r->status == BR_OK            ? "ok"
-                : r->status == BR_UNSUPPORTED ? "unsupported"
-                                              : "failed");
+    json_str(f, r->status == BR_OK ? "ok" : r->status == BR_UNSUPPORTED ? "unsupported" : "failed");
     fprintf(f, ", \"unit\": ");
     json_str(f, r->unit);
     fprintf(f, ", ");
@@ -806,8 +814,7 @@ int main(int argc, char **argv) {
   if (cfg.only) {
     static const char *names[] = {"ingest", "stream", "reads", "checksums", "params", "compact"};
     int ok = 0;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-      ok |= !strcmp(cfg.only, names[i]);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(cfg.only, names[i]);
     if (!ok) die("--only: unknown workload '%s'", cfg.only);
   }
   /* defaults: a few minutes on 2 cores; --quick: a few seconds */

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ROWS 200
+#define ROWS   200
 #define ROUNDS 20
 
 static bs_val str(const char *s) {
@@ -69,8 +69,7 @@ int main(int argc, char **argv) {
   oo.flags = BS_OPEN_NOSYNC; /* an example: durability of the last commits does not matter */
   if ((rc = bs_open(&db, path, &oo, &err))) return die("open", rc, &err);
   if ((rc = bs_stream_create(&stream, db, "example", NULL, &err)) ||
-      (rc = bs_storage_open(&st, db, stream, &err)) ||
-      (rc = bs_writer_open(&w, st, NULL, &err)))
+      (rc = bs_storage_open(&st, db, stream, &err)) || (rc = bs_writer_open(&w, st, NULL, &err)))
     return die("stream", rc, &err);
 
   /* 1. Initial snapshot: every row once. The writer flushes in batches on its own. */
@@ -84,8 +83,7 @@ int main(int argc, char **argv) {
    * what clients can see: bs_writer_commit makes the checkpoint. */
   for (round = 1; round <= ROUNDS; round++) {
     for (i = round % 7; i < ROWS; i += 7)
-      if ((rc = save_row(w, i, round, round % 5 == 0 && i % 3 == 0 ? BS_DELETE : BS_UPDATE,
-                         &err)))
+      if ((rc = save_row(w, i, round, round % 5 == 0 && i % 3 == 0 ? BS_DELETE : BS_UPDATE, &err)))
         return die("save", rc, &err);
     snprintf(lsn, sizeof lsn, "%010d", round);
     if ((rc = bs_writer_commit(w, str(lsn), NULL, &cr, &err))) return die("commit", rc, &err);
@@ -93,8 +91,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "replicator: round %d made no checkpoint\n", round);
       return 1;
     }
-    printf("round %2d: checkpoint %llu at lsn %s\n", round, (unsigned long long)cr.checkpoint,
-           lsn);
+    printf("round %2d: checkpoint %llu at lsn %s\n", round, (unsigned long long)cr.checkpoint, lsn);
   }
 
   /* 3. Where to resume after a restart: the status carries the last committed LSN. */

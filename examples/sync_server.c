@@ -44,9 +44,12 @@ static void json_str(bs_val v) {
   }
   putchar('"');
   for (i = 0; i < v.size; i++) {
-    if (p[i] == '"' || p[i] == '\\') printf("\\%c", p[i]);
-    else if (p[i] < 0x20) printf("\\u%04x", p[i]);
-    else putchar(p[i]);
+    if (p[i] == '"' || p[i] == '\\')
+      printf("\\%c", p[i]);
+    else if (p[i] < 0x20)
+      printf("\\u%04x", p[i]);
+    else
+      putchar(p[i]);
   }
   putchar('"');
 }
@@ -128,8 +131,8 @@ static int serve(bs_storage *st, bs_error *err) {
   for (i = 0; i < N_BUCKETS; i++)
     if (client[i].checksum != sums[i].checksum || client[i].count != sums[i].count) {
       fprintf(stderr, "sync_server: bucket %s: client has %u/%llu, checkpoint says %u/%llu\n",
-              buckets[i], client[i].checksum, (unsigned long long)client[i].count,
-              sums[i].checksum, (unsigned long long)sums[i].count);
+              buckets[i], client[i].checksum, (unsigned long long)client[i].count, sums[i].checksum,
+              (unsigned long long)sums[i].count);
       return BS_ECORRUPT;
     }
   return BS_OK;

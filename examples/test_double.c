@@ -25,10 +25,14 @@ static int app_add_todo(bs_writer *w, const char *id, const char *owner, const c
   int rc;
   snprintf(bucket, sizeof bucket, "user[\"%s\"]", owner);
   snprintf(data, sizeof data, "{\"id\":\"%s\",\"title\":\"%s\"}", id, title);
-  row.bucket.data = bucket; row.bucket.size = strlen(bucket);
-  row.object_type.data = "todos"; row.object_type.size = 5;
-  row.object_id.data = id; row.object_id.size = strlen(id);
-  row.data.data = data; row.data.size = strlen(data);
+  row.bucket.data = bucket;
+  row.bucket.size = strlen(bucket);
+  row.object_type.data = "todos";
+  row.object_type.size = 5;
+  row.object_id.data = id;
+  row.object_id.size = strlen(id);
+  row.data.data = data;
+  row.data.size = strlen(data);
   s.table = row.object_type;
   s.after_id = row.object_id;
   s.rows = &row;
@@ -42,13 +46,13 @@ static int app_add_todo(bs_writer *w, const char *id, const char *owner, const c
 /* ---- Test helpers ----------------------------------------------------------------------------- */
 
 static int failures;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "test_double: %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                                  \
-      return;                                                                      \
-    }                                                                              \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "test_double: %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);        \
+      failures++;                                                                                  \
+      return;                                                                                      \
+    }                                                                                              \
   } while (0)
 
 /* A fresh store with one stream and its writer: the fixture of every test. */
@@ -114,7 +118,9 @@ static void test_rejects_oversized_owner(void) {
 }
 
 /* Allocator that fails every allocation after `budget` successful ones. */
-typedef struct budget { long left; } budget;
+typedef struct budget {
+  long left;
+} budget;
 static void *b_malloc(void *o, size_t n) {
   budget *b = o;
   return b->left-- > 0 ? malloc(n) : NULL;

@@ -12,8 +12,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void inside(bs_val v, const uint8_t *p, size_t n) {
-  if (v.size && (!v.data || (const uint8_t *)v.data < p ||
-                 (const uint8_t *)v.data + v.size > p + n))
+  if (v.size &&
+      (!v.data || (const uint8_t *)v.data < p || (const uint8_t *)v.data + v.size > p + n))
     abort();
 }
 

@@ -23,8 +23,9 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const dbs[] = {"meta", "tables", "buckets", "bstate", "ops", "source",
-                                  "params", "changes", "wcp", "superseded", "cqueue", "softdel"};
+static const char *const dbs[] = {"meta", "tables",     "buckets", "bstate",
+                                  "ops",  "source",     "params",  "changes",
+                                  "wcp",  "superseded", "cqueue",  "softdel"};
 #define NDBS (sizeof dbs / sizeof dbs[0])
 
 static char tdir[256], tmpl[300], work[300];
@@ -164,8 +165,7 @@ static int plant(const uint8_t *data, size_t size) {
   close(fd);
   if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 16) ||
       mdb_env_open(env, work, MDB_NOSUBDIR | MDB_NOSYNC, 0644) ||
-      mdb_txn_begin(env, NULL, 0, &txn) ||
-      mdb_dbi_open(txn, dbs[(data[0] & 15) % NDBS], 0, &dbi) ||
+      mdb_txn_begin(env, NULL, 0, &txn) || mdb_dbi_open(txn, dbs[(data[0] & 15) % NDBS], 0, &dbi) ||
       mdb_cursor_open(txn, dbi, &cur))
     goto out;
   if (mdb_cursor_get(cur, &k, &val, MDB_FIRST)) goto out;

@@ -38,6 +38,8 @@ int bs_headertest_main(void) {
   (void)chunk_fn;
   (void)rd;
   return (int)(open_opts.version + stream_opts.version + save.version + writer_opts.version +
-               commit_opts.version + batch_opts.version + compact_opts.version +
-               BS_VERSION_NUMBER + BS_SUBKEY_SIZE + sizeof HT_LANG) > 0 ? 0 : 1;
+               commit_opts.version + batch_opts.version + compact_opts.version + BS_VERSION_NUMBER +
+               BS_SUBKEY_SIZE + sizeof HT_LANG) > 0
+             ? 0
+             : 1;
 }

@@ -14,7 +14,7 @@
 
 #include "internal.h"
 
-#define NB 8       /* buckets b0..b7 */
+#define NB     8 /* buckets b0..b7 */
 #define MAXOPS 4096
 
 typedef struct fake_op {
@@ -382,8 +382,7 @@ static void test_without_ranges_and_errors(void **state) {
   expect_truth(f, f->checkpoint, idx, 2, out);
   assert_int_equal(f->n_checksums, 1);
   f->fail_ranges = BS_EINVALIDATED; /* a torn read is returned as is */
-  assert_int_equal(bs_get_checksums(&f->base, f->checkpoint, names, 2, out, &err),
-                   BS_EINVALIDATED);
+  assert_int_equal(bs_get_checksums(&f->base, f->checkpoint, names, 2, out, &err), BS_EINVALIDATED);
   assert_int_equal(err.code, BS_EINVALIDATED);
   /* drop_stream forgets everything of the stream */
   f->fail_ranges = 0;
@@ -435,7 +434,6 @@ static void test_random_differential(void **state) {
   assert_true(s.hits > 0 && s.misses > 0 && s.entries <= 40);
   fake_free(f);
 }
-
 
 /* The real backends through the front: the cached answer equals the backend's uncached one
  * (st->vt->checksums) on a random workload with updates, deletes, commits and compactions,
@@ -500,13 +498,14 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       for (size_t i = 0; i < n; i++) req[i] = bs_val_str(bnames[rand() % 4]);
       rc1 = bs_get_checksums(st, cp, req, n, got, &err);
       rc2 = st->vt->checksums(st, cp, req, n, want, NULL, &err);
-      if (rc1 != rc2) fprintf(stderr, "BS_SEED=%u round %d cp %llu: rc %d vs %d\n", seed, r,
-                              (unsigned long long)cp, rc1, rc2);
+      if (rc1 != rc2)
+        fprintf(stderr, "BS_SEED=%u round %d cp %llu: rc %d vs %d\n", seed, r,
+                (unsigned long long)cp, rc1, rc2);
       assert_int_equal(rc1, rc2);
       for (size_t i = 0; rc1 == BS_OK && i < n; i++) {
         if (got[i].checksum != want[i].checksum || got[i].count != want[i].count)
-          fprintf(stderr, "BS_SEED=%u round %d cp %llu bucket %s: %u/%llu vs %u/%llu\n", seed,
-                  r, (unsigned long long)cp, (const char *)req[i].data, got[i].checksum,
+          fprintf(stderr, "BS_SEED=%u round %d cp %llu bucket %s: %u/%llu vs %u/%llu\n", seed, r,
+                  (unsigned long long)cp, (const char *)req[i].data, got[i].checksum,
                   (unsigned long long)got[i].count, want[i].checksum,
                   (unsigned long long)want[i].count);
         assert_int_equal(got[i].checksum, want[i].checksum);

@@ -12,7 +12,9 @@
 
 #include "internal.h"
 
-static bs_val V(const char *s) { return bs_val_str(s); }
+static bs_val V(const char *s) {
+  return bs_val_str(s);
+}
 
 static void test_sha256_reference_vectors(void **state) {
   (void)state;
@@ -21,9 +23,9 @@ static void test_sha256_reference_vectors(void **state) {
                    2634521662u);
   assert_int_equal(bs_checksum_put(BS_HASH_SHA256, V("test"), V("t2"), V("{\"id\":\"t2\"}")),
                    4243212114u);
-  assert_int_equal(bs_checksum_remove(BS_HASH_SHA256,
-                                      V("00000001/26e1c35c30029d295242f654eb7fea09")),
-                   3757687170u);
+  assert_int_equal(
+      bs_checksum_remove(BS_HASH_SHA256, V("00000001/26e1c35c30029d295242f654eb7fea09")),
+      3757687170u);
 }
 
 static void test_xxh3_vectors(void **state) {
@@ -33,8 +35,7 @@ static void test_xxh3_vectors(void **state) {
                    137266754u);
   assert_int_equal(bs_checksum_put(BS_HASH_XXH3, V("test"), V("t2"), V("{\"id\":\"t2\"}")),
                    3416079700u);
-  assert_int_equal(bs_checksum_remove(BS_HASH_XXH3,
-                                      V("00000001/26e1c35c30029d295242f654eb7fea09")),
+  assert_int_equal(bs_checksum_remove(BS_HASH_XXH3, V("00000001/26e1c35c30029d295242f654eb7fea09")),
                    1999950173u);
   /* empty parts: "put..." */
   assert_int_equal(bs_checksum_put(BS_HASH_XXH3, V(""), V(""), V("")), 716115507u);
@@ -70,7 +71,11 @@ static void test_parts_split_invariance(void **state) {
       for (int k = 0; k < 4; k++) cut[k] = len ? (size_t)rand() % (len + 1) : 0;
       for (int k = 0; k < 4; k++) /* sort the cut points */
         for (int j = k + 1; j < 4; j++)
-          if (cut[j] < cut[k]) { size_t t = cut[j]; cut[j] = cut[k]; cut[k] = t; }
+          if (cut[j] < cut[k]) {
+            size_t t = cut[j];
+            cut[j] = cut[k];
+            cut[k] = t;
+          }
       for (int k = 0; k < 4; k++) {
         parts[n].data = buf + prev;
         parts[n++].size = cut[k] - prev;

@@ -23,14 +23,14 @@
 static unsigned long long g_seed = 12345;
 static int g_quick;
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    bs_error e_ = {0, ""};                                                                      \
-    int rc_ = (call);                                                                           \
-    if (rc_ != BS_OK) {                                                                         \
-      print_error("%s failed: %s (%s) seed=%llu\n", #call, bs_strerror(rc_), e_.msg, g_seed);   \
-      fail();                                                                                   \
-    }                                                                                           \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    bs_error e_ = {0, ""};                                                                         \
+    int rc_ = (call);                                                                              \
+    if (rc_ != BS_OK) {                                                                            \
+      print_error("%s failed: %s (%s) seed=%llu\n", #call, bs_strerror(rc_), e_.msg, g_seed);      \
+      fail();                                                                                      \
+    }                                                                                              \
   } while (0)
 #define ERR (&e_)
 
@@ -130,7 +130,7 @@ typedef struct mop {
   uint64_t op_id, target;
   bs_op_type type;
   uint32_t checksum;
-  char row[128];  /* object_type / object_id / subkey; "" for MOVE/CLEAR */
+  char row[128]; /* object_type / object_id / subkey; "" for MOVE/CLEAR */
   char data[64];
 } mop;
 
@@ -163,8 +163,7 @@ static void to_mop(const bs_op *op, mop *m) {
   if (op->type == BS_OP_PUT || op->type == BS_OP_REMOVE)
     snprintf(m->row, sizeof m->row, "%.*s/%.*s/%.*s", (int)op->object_type.size,
              (const char *)op->object_type.data, (int)op->object_id.size,
-             (const char *)op->object_id.data, (int)op->subkey.size,
-             (const char *)op->subkey.data);
+             (const char *)op->object_id.data, (int)op->subkey.size, (const char *)op->subkey.data);
   if (op->type == BS_OP_PUT)
     snprintf(m->data, sizeof m->data, "%.*s", (int)op->data.size, (const char *)op->data.data);
 }
@@ -190,8 +189,10 @@ static int read_ops(env *e, const char *bucket, uint64_t after, uint64_t c, opli
   while (more && rc == BS_OK) {
     size_t before = out->n;
     rc = bs_get_bucket_data(e->st, c, &req, 1, &bo, on_chunk, out, &more, NULL);
-    if (out->n > before) req.after = out->v[out->n - 1].op_id;
-    else if (more) break;
+    if (out->n > before)
+      req.after = out->v[out->n - 1].op_id;
+    else if (more)
+      break;
   }
   return rc;
 }
@@ -268,7 +269,9 @@ static void reduce_apply(reduced *r, const mop *op) {
       r->other += op->checksum;
     }
     break;
-  case BS_OP_MOVE: r->other += op->checksum; break;
+  case BS_OP_MOVE:
+    r->other += op->checksum;
+    break;
   case BS_OP_CLEAR:
     if (r->t) memset(r->t, 0, r->cap * sizeof(rslot));
     r->n = r->used = 0;
@@ -574,9 +577,9 @@ static void model_check(env *e, model *m, uint64_t c) {
       while (i < h->n && h->v[i].op_id <= x) sum += h->v[i++].checksum, n++;
       CHECK(checksum_at(e, BUCKETS[b], x, &cs));
       if (cs.checksum != sum || cs.count > n) {
-        print_error("bucket %s at %llu: checksum %u/%llu, history %u/%llu seed=%llu\n",
-                    BUCKETS[b], (unsigned long long)x, cs.checksum,
-                    (unsigned long long)cs.count, sum, (unsigned long long)n, g_seed);
+        print_error("bucket %s at %llu: checksum %u/%llu, history %u/%llu seed=%llu\n", BUCKETS[b],
+                    (unsigned long long)x, cs.checksum, (unsigned long long)cs.count, sum,
+                    (unsigned long long)n, g_seed);
         fail();
       }
     }
@@ -669,8 +672,7 @@ static void test_random(void **state) {
         o.progress_payload = &left;
       }
       rc = bs_compact(e.st, &o, &stats, &err);
-      if (rc != BS_OK && rc != BS_ECANCELED)
-        fail_msg("compact: %s (%s)", bs_strerror(rc), err.msg);
+      if (rc != BS_OK && rc != BS_ECANCELED) fail_msg("compact: %s (%s)", bs_strerror(rc), err.msg);
       reemitted += stats.ops_reemitted;
       {
         uint64_t h = o.max_op_id ? o.max_op_id : c;
@@ -863,16 +865,16 @@ static void test_parameters(void **state) {
 
 /* ---- A writer and a compactor at the same time ---------------------------------------------- */
 
-#define CC_NB 4
+#define CC_NB   4
 #define CC_ROWS 60
 
 typedef struct cc_shared {
   env *e;
-  md_stream m;               /* written by the writer thread only, read after join */
-  uint64_t cps[4096];        /* checkpoints made, in order */
+  md_stream m;        /* written by the writer thread only, read after join */
+  uint64_t cps[4096]; /* checkpoints made, in order */
   size_t n_cps;
   atomic_int writer_done;
-  uint64_t max_horizon;      /* the compactor's, read after join */
+  uint64_t max_horizon; /* the compactor's, read after join */
   unsigned passes;
   atomic_int failed;
   char why[400];
@@ -930,8 +932,8 @@ static void *cc_writer(void *arg) {
       break;
     }
     snprintf(lsn, sizeof lsn, "%08u", ++e->lsn);
-    if ((rc = bs_writer_commit(e->w, S(lsn), NULL, &cr, &err)) != BS_OK ||
-        !cr.checkpoint_created || cr.checkpoint != sh->m.head) {
+    if ((rc = bs_writer_commit(e->w, S(lsn), NULL, &cr, &err)) != BS_OK || !cr.checkpoint_created ||
+        cr.checkpoint != sh->m.head) {
       snprintf(sh->why, sizeof sh->why, "commit: %s (%s), checkpoint %llu, model head %llu",
                bs_strerror(rc), err.msg, (unsigned long long)cr.checkpoint,
                (unsigned long long)sh->m.head);
@@ -1112,12 +1114,12 @@ static void defrag_scenario(env *e, int incremental, oplist *final_ops) {
   reduced r_old = {0, NULL, 0, 0, 0}, r_new = {0, NULL, 0, 0, 0}, r_fold = {0, NULL, 0, 0, 0};
   uint64_t c1, c2, c3, last;
   char data[32];
-  put(e, "b", "t1", "{\"x\":1}");                          /* 1 */
+  put(e, "b", "t1", "{\"x\":1}"); /* 1 */
   for (int i = 0; i < 20; i++) {
     snprintf(data, sizeof data, "{\"v\":%d}", i);
-    put(e, "b", "t2", data);                                /* 2..21 */
+    put(e, "b", "t2", data); /* 2..21 */
   }
-  put(e, "other", "t9", "{}");                             /* 22: another bucket, compact */
+  put(e, "other", "t9", "{}"); /* 22: another bucket, compact */
   c1 = commit(e);
   assert_int_equal(c1, 22);
   CHECK(checksum_at(e, "b", c1, &at1));
@@ -1129,7 +1131,7 @@ static void defrag_scenario(env *e, int incremental, oplist *final_ops) {
   assert_int_equal(l.v[0].type, BS_OP_PUT);
   ol_free(&l);
   /* t2 changes above the horizon before the defragmentation: it is not re-emitted */
-  put(e, "b", "t2", "{\"v\":99}");                          /* 23 */
+  put(e, "b", "t2", "{\"v\":99}"); /* 23 */
   flush(e);
   compact_with(e, 0, 0.5, &st);
   assert_int_equal(st.ops_reemitted, 1); /* t1 only: t2's latest op is above the horizon */
@@ -1156,8 +1158,8 @@ static void defrag_scenario(env *e, int incremental, oplist *final_ops) {
   }
   /* checksum at c2 = the history: c1's plus the two new ops (the re-emitted one included) */
   CHECK(checksum_at(e, "b", c2, &at2));
-  assert_int_equal(at2.checksum, (uint32_t)(at1.checksum + tail.v[0].checksum +
-                                            tail.v[1].checksum));
+  assert_int_equal(at2.checksum,
+                   (uint32_t)(at1.checksum + tail.v[0].checksum + tail.v[1].checksum));
   /* a client at c1 that downloads (c1, c2] ends where a new client does */
   CHECK(read_ops(e, "b", 0, c1, &l));
   reduce_list(&r_old, &l, c1);
@@ -1307,8 +1309,7 @@ static void *dc_compactor(void *arg) {
   bs_storage *st = NULL;
   bs_error err;
   int rc = bs_storage_open(&st, sh->e->db, bs_storage_stream_id(sh->e->st), &err);
-  for (unsigned k = 0; rc == BS_OK && !atomic_load(&sh->done) && !atomic_load(&sh->failed);
-       k++) {
+  for (unsigned k = 0; rc == BS_OK && !atomic_load(&sh->done) && !atomic_load(&sh->failed); k++) {
     bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
     bs_compact_stats stats;
     o.min_bucket_changes = 1;
@@ -1358,8 +1359,7 @@ static void test_defragment_concurrent(void **state) {
     snprintf(row, sizeof row, "test/%s/%s", id, sk);
     sl = r_find(&r, row, 0);
     if (!sh.last[x][0]) {
-      if (sl)
-        fail_msg("row %s: deleted, but a client holds %s seed=%llu", id, sl->op.data, g_seed);
+      if (sl) fail_msg("row %s: deleted, but a client holds %s seed=%llu", id, sl->op.data, g_seed);
       continue;
     }
     live++;
@@ -1379,13 +1379,20 @@ static void test_defragment_concurrent(void **state) {
 int main(void) {
   const char *s = getenv("BS_SEED"), *q = getenv("BS_TEST_QUICK");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_spec_move),         cmocka_unit_test(test_spec_clear),
-      cmocka_unit_test(test_default_horizon),   cmocka_unit_test(test_initial_replication),
-      cmocka_unit_test(test_incremental),       cmocka_unit_test(test_random),
-      cmocka_unit_test(test_cancel),            cmocka_unit_test(test_bounded_memory),
-      cmocka_unit_test(test_parameters),        cmocka_unit_test(test_concurrent),
-      cmocka_unit_test(test_map_growth),        cmocka_unit_test(test_defragment),
-      cmocka_unit_test(test_defragment_threshold), cmocka_unit_test(test_defragment_concurrent),
+      cmocka_unit_test(test_spec_move),
+      cmocka_unit_test(test_spec_clear),
+      cmocka_unit_test(test_default_horizon),
+      cmocka_unit_test(test_initial_replication),
+      cmocka_unit_test(test_incremental),
+      cmocka_unit_test(test_random),
+      cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_bounded_memory),
+      cmocka_unit_test(test_parameters),
+      cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_map_growth),
+      cmocka_unit_test(test_defragment),
+      cmocka_unit_test(test_defragment_threshold),
+      cmocka_unit_test(test_defragment_concurrent),
   };
   if (s) g_seed = strtoull(s, NULL, 10);
   g_quick = q && *q && strcmp(q, "0") != 0;

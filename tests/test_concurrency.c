@@ -81,8 +81,7 @@ typedef struct shared {
 
 static void set_failure(shared *s, const char *what, const bs_error *err) {
   pthread_mutex_lock(&s->mu);
-  if (!s->failures++)
-    snprintf(s->failure, sizeof s->failure, "%s: %s", what, err ? err->msg : "");
+  if (!s->failures++) snprintf(s->failure, sizeof s->failure, "%s: %s", what, err ? err->msg : "");
   pthread_mutex_unlock(&s->mu);
   s->stop = 1;
 }
@@ -123,8 +122,10 @@ static void *writer_thread(void *arg) {
       }
     }
     snprintf(lsn, sizeof lsn, "%08lu", c);
-    if (!s->stop && bs_writer_commit(w, v(lsn), NULL, NULL, &err)) set_failure(s, "commit", &err);
-    else __atomic_add_fetch(&s->commits, 1, __ATOMIC_RELAXED);
+    if (!s->stop && bs_writer_commit(w, v(lsn), NULL, NULL, &err))
+      set_failure(s, "commit", &err);
+    else
+      __atomic_add_fetch(&s->commits, 1, __ATOMIC_RELAXED);
     usleep(500); /* lets the compactor take the write lock now and then */
   }
   bs_writer_close(w);
@@ -206,8 +207,10 @@ static int child_reader(const char *path, int64_t ms) {
       fprintf(stderr, "child reader: %s\n", err.msg);
       return 1;
     }
-    if (rc == 1) torn++;
-    else reads++;
+    if (rc == 1)
+      torn++;
+    else
+      reads++;
     free(fp);
   }
   bs_storage_close(st);
@@ -369,7 +372,7 @@ static void test_stale_reader(void **state) {
     close(fds[0]);
     kill(stuck, SIGKILL);
     assert_int_equal(wait_status(stuck), 200 + SIGKILL);
-    usleep(20000); /* the writer keeps committing beside the stale slot */
+    usleep(20000);  /* the writer keeps committing beside the stale slot */
     if (round == 1) /* the library's open clears it */
       assert_int_equal(wait_status(spawn("open", x.path, "", -1)), 0);
     dead = wait_status(spawn("rawcheck", x.path, "", -1));

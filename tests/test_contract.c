@@ -125,8 +125,8 @@ static void expect_op(const ct_oplist *l, size_t i, uint64_t id, bs_op_type type
   if (oid) CT_STR(o->object_id, oid);
   if (data) CT_STR(o->data, data);
   if (type == BS_OP_MOVE || type == BS_OP_CLEAR) {
-    if (o->data.p && o->data.n) fail_msg("%s op %llu carries data", ct_type_name(type),
-                                         (unsigned long long)id);
+    if (o->data.p && o->data.n)
+      fail_msg("%s op %llu carries data", ct_type_name(type), (unsigned long long)id);
   }
 }
 
@@ -162,8 +162,10 @@ static void t_checksum_vectors(void **state) {
 
   /* Stored ops of a sha256 stream carry exactly those checksums. */
   CT_OK(ct_env_stream(e, "sha", BS_HASH_SHA256, "00000000"));
-  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "{\"id\":\"t1\"}"})));
-  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t2", CT_ROWS({"b", "test", "t2", "{\"id\":\"t2\"}"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1",
+                CT_ROWS({"b", "test", "t1", "{\"id\":\"t1\"}"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t2",
+                CT_ROWS({"b", "test", "t2", "{\"id\":\"t2\"}"})));
   CT_OK(ct_save(e->w, BS_DELETE, "test", "t1", NULL, CT_NOROWS));
   cp = commit(e, L(1));
   CT_EQ_U64(cp, 3);
@@ -303,11 +305,11 @@ static void t_put_always_and_remove_diff(void **state) {
   ct_oplist l;
   uint64_t cp;
   bs_checksum c;
-  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b1", "t", "r", "{\"x\":1}"},
-                                                          {"b2", "t", "r", "{\"x\":1}"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r",
+                CT_ROWS({"b1", "t", "r", "{\"x\":1}"}, {"b2", "t", "r", "{\"x\":1}"})));
   /* Unchanged data still emits a PUT (3, 4). */
-  CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r", CT_ROWS({"b1", "t", "r", "{\"x\":1}"},
-                                                          {"b2", "t", "r", "{\"x\":1}"})));
+  CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r",
+                CT_ROWS({"b1", "t", "r", "{\"x\":1}"}, {"b2", "t", "r", "{\"x\":1}"})));
   /* Row leaves b2: PUT b1 (5), REMOVE b2 (6). */
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r", CT_ROWS({"b1", "t", "r", "{\"x\":2}"})));
   /* object_id changes inside b1: PUT new identity (7), REMOVE old identity (8). */
@@ -973,8 +975,8 @@ static void t_parameter_sets(void **state) {
   bs_val a = ct_key_str(ka, sizeof ka, "A"), b = ct_key_str(kb, sizeof kb, "B");
   bs_val i314 = ct_key_int(ki, sizeof ki, 314), d314 = ct_key_double(kd, sizeof kd, 314.0);
   bs_val f314 = ct_key_double(kf, sizeof kf, 3.14), i3 = ct_key_int(k3, sizeof k3, 3);
-  bs_val p1 = ct_v("{\"x\":1}"), p2 = ct_v("{\"x\":2}"), pp[2] = {ct_v("{\"y\":1}"),
-                                                                  ct_v("{\"y\":2}")};
+  bs_val p1 = ct_v("{\"x\":1}"), p2 = ct_v("{\"x\":2}"),
+         pp[2] = {ct_v("{\"y\":1}"), ct_v("{\"y\":2}")};
   bs_lookup l1 = {a, &p1, 1}, l2 = {a, &p2, 1}, lbk = {b, &p2, 1}, ln = {i314, pp, 2};
   bs_lookup lf = {f314, &p1, 1};
   char *ps;
@@ -1326,8 +1328,10 @@ static void t_passthrough_on_path(void **state) {
   cks(e, 1, "b");
   /* Checks the harness itself, so only for the built-ins: another program's backend may use the
    * pass-through or not. */
-  if (e->be == &ct_backends[CT_LMDB_PT]) assert_true(ct_passthrough_calls > before + 2);
-  else if (builtin) CT_EQ_U64(ct_passthrough_calls, before);
+  if (e->be == &ct_backends[CT_LMDB_PT])
+    assert_true(ct_passthrough_calls > before + 2);
+  else if (builtin)
+    CT_EQ_U64(ct_passthrough_calls, before);
 }
 
 /* ==== Listing buckets (bs_list_buckets) ====================================================== */
@@ -1502,7 +1506,8 @@ typedef struct ct_test {
   int persistent_only;
 } ct_test;
 
-#define T(f) {#f, f, 0}
+#define T(f)                                                                                       \
+  { #f, f, 0 }
 static const ct_test TESTS[] = {
     T(t_checksum_vectors),
     T(t_subkeys_distinct_rows),
@@ -1556,8 +1561,8 @@ static void test_entry(struct CMUnitTest *t, const ct_test *test, const ct_backe
 
 /* Runs the KNOWN_FAILING pairs whose backend is among backends, one group each so that each is
  * reported on its own; they do not count as failures (an entry naming no test does). */
-static int run_known_failing(const ct_backend *const *backends, size_t n_backends,
-                             const char *only, struct CMUnitTest *run) {
+static int run_known_failing(const ct_backend *const *backends, size_t n_backends, const char *only,
+                             struct CMUnitTest *run) {
   int failed = 0, xfail = 0, xpass = 0;
   size_t b, i, t;
   char label[128];

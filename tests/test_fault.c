@@ -62,8 +62,8 @@ static int mf_check(int natural) {
 }
 
 /* real_: the real LMDB function (the prototype comes from lmdb.h) */
-#define REAL(name)                                                                                \
-  static __typeof__(name) *real_;                                                                 \
+#define REAL(name)                                                                                 \
+  static __typeof__(name) *real_;                                                                  \
   if (!real_) *(void **)&real_ = dlsym(RTLD_NEXT, #name)
 
 int mdb_env_create(MDB_env **env) {
@@ -260,8 +260,7 @@ static int sc_reads(bs_storage *st, bs_error *err) {
     req[i].bucket = names[i];
     req[i].after = 0;
   }
-  if ((rc = bs_get_bucket_data(st, cp.op_id, req, N_BUCKETS, NULL, on_chunk_count, &n, &more,
-                               err)))
+  if ((rc = bs_get_bucket_data(st, cp.op_id, req, N_BUCKETS, NULL, on_chunk_count, &n, &more, err)))
     return rc;
   if ((rc = bs_get_parameter_sets(st, cp.op_id, sc_keys, 2, 0, on_params_count, &n, err)))
     return rc;
@@ -307,27 +306,27 @@ static int sc_fingerprint(bs_storage *st, char **out, bs_error *err) {
 }
 
 /* STEP: run expr; in transient mode retry it once after a clean failure. */
-#define STEP(expr)                                                                                \
-  do {                                                                                            \
-    int rc_ = (expr);                                                                             \
-    if (rc_ && s->retry && ft_clean_status(rc_)) {                                                \
-      s->retries++;                                                                               \
-      rc_ = (expr);                                                                               \
-    }                                                                                             \
-    if (rc_) {                                                                                    \
-      s->rc = rc_;                                                                                \
-      s->line = __LINE__;                                                                         \
-      goto out;                                                                                   \
-    }                                                                                             \
+#define STEP(expr)                                                                                 \
+  do {                                                                                             \
+    int rc_ = (expr);                                                                              \
+    if (rc_ && s->retry && ft_clean_status(rc_)) {                                                 \
+      s->retries++;                                                                                \
+      rc_ = (expr);                                                                                \
+    }                                                                                              \
+    if (rc_) {                                                                                     \
+      s->rc = rc_;                                                                                 \
+      s->line = __LINE__;                                                                          \
+      goto out;                                                                                    \
+    }                                                                                              \
   } while (0)
 
-#define COMMIT(lsn)                                                                               \
-  do {                                                                                            \
-    STEP(sc_commit(w, lsn, &s->err));                                                             \
-    s->last_commit++;                                                                             \
-    if (s->fp[0] && !s->fp[s->last_commit]) {                                                     \
-      STEP(sc_fingerprint(st, &s->fp[s->last_commit], &s->err));                                  \
-    }                                                                                             \
+#define COMMIT(lsn)                                                                                \
+  do {                                                                                             \
+    STEP(sc_commit(w, lsn, &s->err));                                                              \
+    s->last_commit++;                                                                              \
+    if (s->fp[0] && !s->fp[s->last_commit]) {                                                      \
+      STEP(sc_fingerprint(st, &s->fp[s->last_commit], &s->err));                                   \
+    }                                                                                              \
   } while (0)
 
 static void on_problem(const char *problem, void *payload) {
@@ -432,8 +431,7 @@ static void sc_scenario(sc_run *s) {
   COMMIT("0005");
   STEP(bs_writer_keepalive(w, v("0006"), NULL, &s->err));
   s->last_commit++;
-  if (s->fp[0] && !s->fp[s->last_commit])
-    STEP(sc_fingerprint(st, &s->fp[s->last_commit], &s->err));
+  if (s->fp[0] && !s->fp[s->last_commit]) STEP(sc_fingerprint(st, &s->fp[s->last_commit], &s->err));
   STEP(bs_db_stat(db, &stat, &s->err));
   STEP(sc_verify(db, &s->err));
 out:
@@ -509,8 +507,8 @@ static void sc_check(sc_fixture *f, sc_run *s, const char *what, unsigned long n
     if (strcmp(fp, f->ref.fp[want]) != 0)
       fail_msg("%s N=%lu (%s, failed at line %d: %s): state after reopen is not the state of "
                "commit %d\n--- got:\n%s--- want:\n%s",
-               what, n, persistent ? "persistent" : "transient", s->line, bs_strerror(s->rc),
-               want, fp, f->ref.fp[want]);
+               what, n, persistent ? "persistent" : "transient", s->line, bs_strerror(s->rc), want,
+               fp, f->ref.fp[want]);
   }
   free(fp);
   ft_rm_db(NULL, f->path);
@@ -527,8 +525,8 @@ static unsigned long stride(void) {
 static unsigned long first_point(unsigned long step) {
   const char *s = getenv("BS_SEED");
   unsigned long seed = s ? strtoul(s, NULL, 10) : 0;
-  if (step > 1) printf("(every %lu-th failure point from %lu; BS_SEED=%lu)\n", step,
-                       1 + seed % step, seed);
+  if (step > 1)
+    printf("(every %lu-th failure point from %lu; BS_SEED=%lu)\n", step, 1 + seed % step, seed);
   return 1 + seed % step;
 }
 
@@ -582,13 +580,12 @@ static void run_mdb_loop(int persistent, int flavor) {
     sc_check(&f, &s, flavor == MF_NATURAL ? "lmdb(natural)" : "lmdb(EIO)", n, persistent);
   }
   printf("lmdb %s (%s): %lu failure points injected (LMDB calls per run: %lu)\n",
-         flavor == MF_NATURAL ? "natural errors" : "EIO",
-         persistent ? "persistent" : "transient", reached, calls);
+         flavor == MF_NATURAL ? "natural errors" : "EIO", persistent ? "persistent" : "transient",
+         reached, calls);
   assert_true(reached > 50);
   total_points += reached;
   sc_fixture_free(&f);
 }
-
 
 /* ---- The failing vtable wrapper under the checksum cache ------------------------------------ */
 
@@ -673,9 +670,8 @@ static void test_wrapper_under_cache(void **state) {
         for (int b = 0; b < 4; b++) {
           if (got[b].checksum != want[ci][b].checksum || got[b].count != want[ci][b].count)
             fail_msg("k=%lu: bucket c%d at %llu: cache says %u/%llu, backend %u/%llu", k, b,
-                     (unsigned long long)cps[ci], got[b].checksum,
-                     (unsigned long long)got[b].count, want[ci][b].checksum,
-                     (unsigned long long)want[ci][b].count);
+                     (unsigned long long)cps[ci], got[b].checksum, (unsigned long long)got[b].count,
+                     want[ci][b].checksum, (unsigned long long)want[ci][b].count);
         }
       }
     }
@@ -743,8 +739,8 @@ static void test_disk_full(void **state) {
   }
   mf.commit_errno = 0;
   free(data);
-  printf("disk full (%s): %d commits, then %s (%s)\n",
-         mounted ? "4 MiB tmpfs" : "injected ENOSPC", commits, bs_strerror(rc), err.msg);
+  printf("disk full (%s): %d commits, then %s (%s)\n", mounted ? "4 MiB tmpfs" : "injected ENOSPC",
+         commits, bs_strerror(rc), err.msg);
   assert_true(rc == BS_EIO);
   assert_non_null(strstr(err.msg, strerror(ENOSPC)));
   assert_true(commits > 5);
@@ -765,8 +761,7 @@ static void test_disk_full(void **state) {
   assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, NULL), BS_OK);
   assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&st, db, 0, NULL), BS_OK);
-  if (!last_fp)
-    assert_int_equal(bs_get_checkpoint(st, &(bs_checkpoint){0}, NULL), BS_OK);
+  if (!last_fp) assert_int_equal(bs_get_checkpoint(st, &(bs_checkpoint){0}, NULL), BS_OK);
   assert_int_equal(ft_fingerprint(st, last_cp, names, 4, NULL, 0, &fp, NULL), BS_OK);
   {
     bs_checkpoint cp;
@@ -783,11 +778,26 @@ static void test_disk_full(void **state) {
   ft_rm_db(dir, NULL);
 }
 
-static void test_alloc_persistent(void **state) { (void)state; run_alloc_loop(1); }
-static void test_alloc_transient(void **state) { (void)state; run_alloc_loop(0); }
-static void test_mdb_persistent(void **state) { (void)state; run_mdb_loop(1, MF_EIO); }
-static void test_mdb_transient_eio(void **state) { (void)state; run_mdb_loop(0, MF_EIO); }
-static void test_mdb_transient_natural(void **state) { (void)state; run_mdb_loop(0, MF_NATURAL); }
+static void test_alloc_persistent(void **state) {
+  (void)state;
+  run_alloc_loop(1);
+}
+static void test_alloc_transient(void **state) {
+  (void)state;
+  run_alloc_loop(0);
+}
+static void test_mdb_persistent(void **state) {
+  (void)state;
+  run_mdb_loop(1, MF_EIO);
+}
+static void test_mdb_transient_eio(void **state) {
+  (void)state;
+  run_mdb_loop(0, MF_EIO);
+}
+static void test_mdb_transient_natural(void **state) {
+  (void)state;
+  run_mdb_loop(0, MF_NATURAL);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {

@@ -32,7 +32,9 @@ typedef struct fw {
   bs_writer base;
 } fw;
 
-static void s_destroy(bs_storage *st) { free(st); }
+static void s_destroy(bs_storage *st) {
+  free(st);
+}
 static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
                          bs_error *err) {
   fw *w = calloc(1, sizeof *w);
@@ -41,10 +43,22 @@ static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer *
   *out = &w->base;
   return BS_OK;
 }
-static void s_writer_close(bs_writer *w) { free(w); }
-static int s_save(bs_writer *w, const bs_save *c, bs_error *err) { calls++; return BS_OK; }
-static int s_trunc(bs_writer *w, bs_val t, int drop, bs_error *err) { calls++; return BS_OK; }
-static int s_flush(bs_writer *w, uint64_t *last, bs_error *err) { calls++; *last = 7; return 0; }
+static void s_writer_close(bs_writer *w) {
+  free(w);
+}
+static int s_save(bs_writer *w, const bs_save *c, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_trunc(bs_writer *w, bs_val t, int drop, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_flush(bs_writer *w, uint64_t *last, bs_error *err) {
+  calls++;
+  *last = 7;
+  return 0;
+}
 static int s_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out, bs_error *err) {
   calls++;
   seen_create_empty = ce;
@@ -52,7 +66,10 @@ static int s_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out, bs_
   out->checkpoint = 7;
   return BS_OK;
 }
-static int s_lsn(bs_writer *w, bs_val lsn, bs_error *err) { calls++; return BS_OK; }
+static int s_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
 static int s_source_row(bs_writer *w, bs_val t, bs_val r, int (*fn)(const bs_val *, void *),
                         void *p, bs_error *err) {
   calls++;
@@ -99,8 +116,8 @@ static int s_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val e, bs_e
   calls++;
   return BS_OK;
 }
-static int s_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids,
-                     int *adv, bs_error *err) {
+static int s_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids, int *adv,
+                     bs_error *err) {
   calls++;
   *adv = 1;
   return BS_OK;
@@ -121,27 +138,64 @@ static int s_compact(bs_storage *st, const bs_compact_options *o, bs_compact_sta
   seen_compact = *o;
   return BS_OK;
 }
-static int s_compact_initial(bs_storage *st, uint64_t m, uint64_t min, uint64_t *b,
-                             bs_error *err) {
+static int s_compact_initial(bs_storage *st, uint64_t m, uint64_t min, uint64_t *b, bs_error *err) {
   calls++;
   return BS_OK;
 }
-static int s_status(bs_storage *st, bs_status *out, bs_error *err) { calls++; return BS_OK; }
-static int s_report(bs_storage *st, const char *m, bs_error *err) { calls++; return BS_OK; }
-static int s_clear(bs_storage *st, bs_error *err) { calls++; return BS_OK; }
-static int s_terminate(bs_storage *st, int c, bs_error *err) { calls++; return BS_OK; }
-static int s_list(bs_storage *st, bs_val after, int (*fn)(const bs_bucket_info *, void *),
-                  void *p, bs_error *err) {
+static int s_status(bs_storage *st, bs_status *out, bs_error *err) {
   calls++;
   return BS_OK;
 }
-static int list_cb(const bs_bucket_info *info, void *payload) { return 0; }
+static int s_report(bs_storage *st, const char *m, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_clear(bs_storage *st, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_terminate(bs_storage *st, int c, bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int s_list(bs_storage *st, bs_val after, int (*fn)(const bs_bucket_info *, void *), void *p,
+                  bs_error *err) {
+  calls++;
+  return BS_OK;
+}
+static int list_cb(const bs_bucket_info *info, void *payload) {
+  return 0;
+}
 
-static bs_storage_vtable full_vt = {
-    BS_STORAGE_VTABLE_VERSION, s_destroy, s_writer_open, s_writer_close, s_save, s_trunc,
-    s_flush, s_commit, s_lsn, s_lsn, s_source_row, s_custom, s_get_checkpoint, s_bucket_data,
-    s_checksums, NULL, s_changes, s_params, s_wcp_mode, s_managed, s_last_wcp, s_delete_before,
-    s_compact, s_compact_initial, s_status, s_report, s_clear, s_terminate, s_list};
+static bs_storage_vtable full_vt = {BS_STORAGE_VTABLE_VERSION,
+                                    s_destroy,
+                                    s_writer_open,
+                                    s_writer_close,
+                                    s_save,
+                                    s_trunc,
+                                    s_flush,
+                                    s_commit,
+                                    s_lsn,
+                                    s_lsn,
+                                    s_source_row,
+                                    s_custom,
+                                    s_get_checkpoint,
+                                    s_bucket_data,
+                                    s_checksums,
+                                    NULL,
+                                    s_changes,
+                                    s_params,
+                                    s_wcp_mode,
+                                    s_managed,
+                                    s_last_wcp,
+                                    s_delete_before,
+                                    s_compact,
+                                    s_compact_initial,
+                                    s_status,
+                                    s_report,
+                                    s_clear,
+                                    s_terminate,
+                                    s_list};
 static bs_storage_vtable empty_vt = {.version = BS_STORAGE_VTABLE_VERSION, .destroy = s_destroy};
 static bs_storage_vtable old_vt; /* version 0: every slot too new */
 static const bs_storage_vtable *open_vt = &full_vt;
@@ -184,25 +238,27 @@ static bs_storage *fake_storage(bs_db *db) {
 }
 
 /* rc must be code, err must carry code and a message containing what; no backend call */
-#define EXPECT(expr, want_, what)                                                                \
-  do {                                                                                          \
-    bs_error err_;                                                                              \
-    int before_ = calls, rc_;                                                                   \
-    memset(&err_, 0, sizeof err_);                                                              \
-    rc_ = (expr);                                                                               \
-    (void)err_;                                                                                 \
-    if (rc_ != (want_) || !strstr(err_.msg, (what)))                                             \
-      fprintf(stderr, "%s:%d: rc %d msg '%s'\n", __FILE__, __LINE__, rc_, err_.msg);            \
-    assert_int_equal(rc_, (want_));                                                              \
-    assert_int_equal(err_.code, (want_));                                                        \
-    assert_non_null(strstr(err_.msg, (what)));                                                  \
-    assert_int_equal(calls, before_);                                                           \
+#define EXPECT(expr, want_, what)                                                                  \
+  do {                                                                                             \
+    bs_error err_;                                                                                 \
+    int before_ = calls, rc_;                                                                      \
+    memset(&err_, 0, sizeof err_);                                                                 \
+    rc_ = (expr);                                                                                  \
+    (void)err_;                                                                                    \
+    if (rc_ != (want_) || !strstr(err_.msg, (what)))                                               \
+      fprintf(stderr, "%s:%d: rc %d msg '%s'\n", __FILE__, __LINE__, rc_, err_.msg);               \
+    assert_int_equal(rc_, (want_));                                                                \
+    assert_int_equal(err_.code, (want_));                                                          \
+    assert_non_null(strstr(err_.msg, (what)));                                                     \
+    assert_int_equal(calls, before_);                                                              \
   } while (0)
 #define E (&err_)
 
 static const uint64_t TOO_HIGH = 0x8000000000000000ull;
 
-static void half_free(void *o, void *p) { free(p); }
+static void half_free(void *o, void *p) {
+  free(p);
+}
 
 static void test_open_checks(void **state) {
   bs_db *db = (bs_db *)1;
@@ -229,13 +285,23 @@ static void test_open_checks(void **state) {
 }
 
 static void test_strerror(void **state) {
-  static const struct { int code; const char *sym; } t[] = {
-      {BS_OK, "BS_OK"}, {BS_EINVAL, "BS_EINVAL"}, {BS_ENOTFOUND, "BS_ENOTFOUND"},
-      {BS_ETOOBIG, "BS_ETOOBIG"}, {BS_ELIMIT, "BS_ELIMIT"}, {BS_ESTATE, "BS_ESTATE"},
-      {BS_EINVALIDATED, "BS_EINVALIDATED"}, {BS_ESTALE, "BS_ESTALE"},
-      {BS_ECORRUPT, "BS_ECORRUPT"}, {BS_ENOMEM, "BS_ENOMEM"}, {BS_EIO, "BS_EIO"},
-      {BS_EBUSY, "BS_EBUSY"}, {BS_EUNSUPPORTED, "BS_EUNSUPPORTED"},
-      {BS_ECANCELED, "BS_ECANCELED"}};
+  static const struct {
+    int code;
+    const char *sym;
+  } t[] = {{BS_OK, "BS_OK"},
+           {BS_EINVAL, "BS_EINVAL"},
+           {BS_ENOTFOUND, "BS_ENOTFOUND"},
+           {BS_ETOOBIG, "BS_ETOOBIG"},
+           {BS_ELIMIT, "BS_ELIMIT"},
+           {BS_ESTATE, "BS_ESTATE"},
+           {BS_EINVALIDATED, "BS_EINVALIDATED"},
+           {BS_ESTALE, "BS_ESTALE"},
+           {BS_ECORRUPT, "BS_ECORRUPT"},
+           {BS_ENOMEM, "BS_ENOMEM"},
+           {BS_EIO, "BS_EIO"},
+           {BS_EBUSY, "BS_EBUSY"},
+           {BS_EUNSUPPORTED, "BS_EUNSUPPORTED"},
+           {BS_ECANCELED, "BS_ECANCELED"}};
   (void)state;
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     const char *s = bs_strerror(t[i].code);
@@ -388,13 +454,10 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_drop(w, (bs_val){big, BS_MAX_TABLE_NAME + 1}, E), BS_ETOOBIG, "table");
   EXPECT(bs_writer_source_row(w, bs_val_str("t"), (bs_val){big, 300}, NULL, NULL, E), BS_ETOOBIG,
          "replica_id");
-  EXPECT(bs_writer_source_row(w, bs_val_str("t"), bs_val_str("r"), NULL, NULL, E), BS_EINVAL,
-         "fn");
-  EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 0}, 1, lsn, E), BS_EINVAL,
-         "user_id");
+  EXPECT(bs_writer_source_row(w, bs_val_str("t"), bs_val_str("r"), NULL, NULL, E), BS_EINVAL, "fn");
+  EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 0}, 1, lsn, E), BS_EINVAL, "user_id");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, TOO_HIGH, lsn, E), BS_EINVAL, "checkpoint");
-  EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG,
-         "event");
+  EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG, "event");
   w->closed = 1;
   EXPECT(bs_writer_flush(w, NULL, E), BS_ESTATE, "closed");
   EXPECT(bs_writer_save(w, &s, E), BS_ESTATE, "closed");
@@ -408,9 +471,15 @@ static void test_writer_checks(void **state) {
   bs_close(ro);
 }
 
-static int on_chunk(const bs_chunk *c, void *p) { return 0; }
-static int on_params(const bs_val *v, void *p) { return 0; }
-static int on_changes(const bs_checkpoint_changes *c, void *p) { return 0; }
+static int on_chunk(const bs_chunk *c, void *p) {
+  return 0;
+}
+static int on_params(const bs_val *v, void *p) {
+  return 0;
+}
+static int on_changes(const bs_checkpoint_changes *c, void *p) {
+  return 0;
+}
 
 static void test_read_checks(void **state) {
   bs_db *db = fake_db(0);
@@ -514,14 +583,12 @@ static void test_wcp_and_compact_checks(void **state) {
          "req[0].heads[0].lsn");
   heads[0].lsn = bs_val_str("0/1");
   mr[0].user_id.size = 0;
-  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL,
-         "req[0].user_id");
+  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL, "req[0].user_id");
   mr[0].user_id = bs_val_str("u");
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, NULL, &adv, E), BS_EINVAL, "ids_out");
   mr[0].has_request_id = 1;
   mr[0].request_id = TOO_HIGH;
-  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL,
-         "request_id");
+  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL, "request_id");
   mr[0].has_request_id = 0;
   EXPECT(bs_create_managed_write_checkpoints(rost, mr, 1, ids, &adv, E), BS_ESTATE, "read-only");
   assert_int_equal(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, NULL), BS_OK);
@@ -530,8 +597,7 @@ static void test_wcp_and_compact_checks(void **state) {
          "BS_MAX_USER_ID");
   EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, NULL, &found, E), BS_EINVAL,
          "id_out");
-  EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, &id, NULL, E), BS_EINVAL,
-         "found");
+  EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, &id, NULL, E), BS_EINVAL, "found");
   EXPECT(bs_delete_checkpoint_requests_before(rost, 5, NULL, E), BS_ESTATE, "read-only");
 
   co.max_op_id = TOO_HIGH;
@@ -681,14 +747,10 @@ static void test_wait_and_listener(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_open_checks),
-      cmocka_unit_test(test_strerror),
-      cmocka_unit_test(test_stream_checks),
-      cmocka_unit_test(test_writer_checks),
-      cmocka_unit_test(test_read_checks),
-      cmocka_unit_test(test_wcp_and_compact_checks),
-      cmocka_unit_test(test_unsupported_slots),
-      cmocka_unit_test(test_wait_and_listener),
+      cmocka_unit_test(test_open_checks),       cmocka_unit_test(test_strerror),
+      cmocka_unit_test(test_stream_checks),     cmocka_unit_test(test_writer_checks),
+      cmocka_unit_test(test_read_checks),       cmocka_unit_test(test_wcp_and_compact_checks),
+      cmocka_unit_test(test_unsupported_slots), cmocka_unit_test(test_wait_and_listener),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,14 +47,16 @@ static bs_val vn(const void *p, size_t n) {
 
 static const char *hx_buckets[] = {"b1", "b2"};
 
-static int save_row(bs_writer *w, bs_val table, bs_tag tag, bs_val rid, bs_val bucket,
-                    bs_val oid, bs_val data, const bs_lookup *lk, bs_error *err) {
+static int save_row(bs_writer *w, bs_val table, bs_tag tag, bs_val rid, bs_val bucket, bs_val oid,
+                    bs_val data, const bs_lookup *lk, bs_error *err) {
   bs_save s = BS_SAVE_INIT;
   bs_row row;
   s.table = table;
   s.tag = tag;
-  if (tag == BS_DELETE) s.before_id = rid;
-  else s.after_id = rid;
+  if (tag == BS_DELETE)
+    s.before_id = rid;
+  else
+    s.after_id = rid;
   row.bucket = bucket;
   row.object_type = v("t");
   row.object_id = oid;
@@ -84,10 +86,10 @@ static int setup(void **state) {
   assert_int_equal(bs_storage_open(&h->st, h->db, 0, NULL), BS_OK);
   assert_int_equal(bs_writer_open(&h->w, h->st, NULL, NULL), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(h->w, v("0001"), NULL), BS_OK);
-  assert_int_equal(save_row(h->w, v("t"), BS_INSERT, v("r1"), v("b1"), v("r1"), v("{}"), NULL,
-                            NULL), BS_OK);
-  assert_int_equal(save_row(h->w, v("t"), BS_INSERT, v("r2"), v("b2"), v("r2"), v("{}"), NULL,
-                            NULL), BS_OK);
+  assert_int_equal(
+      save_row(h->w, v("t"), BS_INSERT, v("r1"), v("b1"), v("r1"), v("{}"), NULL, NULL), BS_OK);
+  assert_int_equal(
+      save_row(h->w, v("t"), BS_INSERT, v("r2"), v("b2"), v("r2"), v("{}"), NULL, NULL), BS_OK);
   assert_int_equal(bs_writer_commit(h->w, v("0005"), NULL, NULL, NULL), BS_OK);
   *state = h;
   return 0;
@@ -150,8 +152,7 @@ static int h_table_empty(hx *h) {
   return save_row(h->w, vn("", 0), BS_INSERT, v("r9"), v("b1"), v("r9"), v("{}"), NULL, &h->err);
 }
 static int h_data_huge(hx *h) {
-  return save_row(h->w, v("t"), BS_INSERT, v("r9"), v("b1"), v("r9"), vn(big, BIG), NULL,
-                  &h->err);
+  return save_row(h->w, v("t"), BS_INSERT, v("r9"), v("b1"), v("r9"), vn(big, BIG), NULL, &h->err);
 }
 static int h_param_huge(hx *h) {
   bs_val p = vn(big, BIG);
@@ -170,8 +171,7 @@ static int h_object_id_huge(hx *h) {
                   &h->err);
 }
 static int h_data_null(hx *h) {
-  return save_row(h->w, v("t"), BS_INSERT, v("r9"), v("b1"), v("r9"), vn(NULL, 5), NULL,
-                  &h->err);
+  return save_row(h->w, v("t"), BS_INSERT, v("r9"), v("b1"), v("r9"), vn(NULL, 5), NULL, &h->err);
 }
 static int h_bad_tag(hx *h) {
   return save_row(h->w, v("t"), (bs_tag)7, v("r9"), v("b1"), v("r9"), v("{}"), NULL, &h->err);
@@ -205,20 +205,32 @@ static int h_lsn_older(hx *h) {
   if (rc == BS_OK && (!r.checkpoint_blocked || r.checkpoint_created)) return -1000;
   return rc;
 }
-static int h_snapshot_older(hx *h) { return bs_writer_snapshot_done(h->w, v("0000"), &h->err); }
+static int h_snapshot_older(hx *h) {
+  return bs_writer_snapshot_done(h->w, v("0000"), &h->err);
+}
 static int h_null_writer(hx *h) {
   return save_row(NULL, v("t"), BS_INSERT, v("r9"), v("b1"), v("r9"), v("{}"), NULL, &h->err);
 }
-static int h_null_commit(hx *h) { return bs_writer_commit(NULL, v("0009"), NULL, NULL, &h->err); }
+static int h_null_commit(hx *h) {
+  return bs_writer_commit(NULL, v("0009"), NULL, NULL, &h->err);
+}
 static int h_null_storage(hx *h) {
   bs_checksum c;
   bs_val b = v("b1");
   return bs_get_checksums(NULL, 1, &b, 1, &c, &h->err);
 }
-static int h_null_out(hx *h) { return bs_get_checkpoint(h->st, NULL, &h->err); }
-static int h_null_db(hx *h) { return bs_stream_create(NULL, NULL, "x", NULL, &h->err); }
-static int h_null_verify(hx *h) { return bs_db_verify(NULL, NULL, NULL, NULL, &h->err); }
-static int h_null_compact(hx *h) { return bs_compact(NULL, NULL, NULL, &h->err); }
+static int h_null_out(hx *h) {
+  return bs_get_checkpoint(h->st, NULL, &h->err);
+}
+static int h_null_db(hx *h) {
+  return bs_stream_create(NULL, NULL, "x", NULL, &h->err);
+}
+static int h_null_verify(hx *h) {
+  return bs_db_verify(NULL, NULL, NULL, NULL, &h->err);
+}
+static int h_null_compact(hx *h) {
+  return bs_compact(NULL, NULL, NULL, &h->err);
+}
 static int h_closed_writer(hx *h) {
   int rc;
   h->w->closed = 1; /* what a backend sets when a writer can no longer be used */
@@ -383,8 +395,8 @@ static void test_hostile_table(void **state) {
     memset(&h->err, 0, sizeof h->err);
     rc = table[i].fn(h);
     if (rc != table[i].want)
-      fail_msg("%s: got %s (%d: %s), documented %s", table[i].name, bs_strerror(rc), rc,
-               h->err.msg, bs_strerror(table[i].want));
+      fail_msg("%s: got %s (%d: %s), documented %s", table[i].name, bs_strerror(rc), rc, h->err.msg,
+               bs_strerror(table[i].want));
     if (rc != BS_OK && h->err.code != rc)
       fail_msg("%s: err.code %d does not mirror the status %d", table[i].name, h->err.code, rc);
     if (rc != BS_OK && !h->err.msg[0]) fail_msg("%s: no error message", table[i].name);
@@ -395,8 +407,9 @@ static void test_hostile_table(void **state) {
     }
     /* nothing was queued by the failed call, and the file did not change */
     assert_int_equal(bs_writer_flush(h->w, &last_after, NULL), BS_OK);
-    if (last_after != last) fail_msg("%s: the call queued ops (%llu -> %llu)", table[i].name,
-                                     (unsigned long long)last, (unsigned long long)last_after);
+    if (last_after != last)
+      fail_msg("%s: the call queued ops (%llu -> %llu)", table[i].name, (unsigned long long)last,
+               (unsigned long long)last_after);
     snap(h, &after);
     if (strcmp(before.fp, after.fp) != 0)
       fail_msg("%s: the committed state changed:\n%s---\n%s", table[i].name, before.fp, after.fp);
@@ -484,8 +497,12 @@ static const struct {
     {"a\0\0\0\1", 5},
     {"\0\0\0\1a", 5},
     {"\0\0\0\2a", 5},
-    {"\0\x01" "a", 3},
-    {"\0\x02" "a\0", 4},
+    {"\0\x01"
+     "a",
+     3},
+    {"\0\x02"
+     "a\0",
+     4},
     {"ab", 2},
     {"a/b", 3},
     {"00000001/", 9},
@@ -526,8 +543,7 @@ static void check_bucket(bs_storage *st, uint64_t C, bs_val name, int want_idx, 
   char seen[64] = {0};
   bs_bucket_request req = {name, 0};
   int more = 0;
-  assert_int_equal(bs_get_bucket_data(st, C, &req, 1, NULL, collect_ids, seen, &more, NULL),
-                   BS_OK);
+  assert_int_equal(bs_get_bucket_data(st, C, &req, 1, NULL, collect_ids, seen, &more, NULL), BS_OK);
   for (int i = 0; i < 64; i++) {
     int want = i == want_idx ? 1 : 0;
     if (seen[i] != want) {
@@ -567,8 +583,7 @@ static void test_isolation(void **state) {
     assert_int_equal(save_row(h->w, name, BS_INSERT, name, name, v(oid), v("{}"), &lk, NULL),
                      BS_OK);
     snprintf(oid, sizeof oid, "o%zu", i + N_CRAFTED);
-    assert_int_equal(save_row(w2, name, BS_INSERT, name, name, v(oid), v("{}"), &lk, NULL),
-                     BS_OK);
+    assert_int_equal(save_row(w2, name, BS_INSERT, name, name, v(oid), v("{}"), &lk, NULL), BS_OK);
   }
   assert_int_equal(bs_writer_snapshot_done(w2, v("0001"), NULL), BS_OK);
   assert_int_equal(bs_writer_flush(w2, NULL, NULL), BS_OK); /* persisted in s2, not committed */
@@ -581,8 +596,7 @@ static void test_isolation(void **state) {
     assert_int_equal(bs_get_parameter_sets(h->st, C, &name, 1, 0, collect_params, seen, NULL),
                      BS_OK);
     for (int j = 0; j < 64; j++)
-      if (seen[j] != (j == (int)i))
-        fail_msg("crafted lookup %zu: %d rows of %d", i, seen[j], j);
+      if (seen[j] != (j == (int)i)) fail_msg("crafted lookup %zu: %d rows of %d", i, seen[j], j);
   }
   /* truncating crafted table 0 ("a") removes row o0 only */
   assert_int_equal(bs_writer_truncate(h->w, vn(crafted[0].p, crafted[0].n), NULL), BS_OK);

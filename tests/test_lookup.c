@@ -13,13 +13,22 @@
 
 #include "internal.h"
 
-static bs_scalar I(int64_t i) { bs_scalar s = {BS_SCALAR_INT, i, 0, {NULL, 0}}; return s; }
-static bs_scalar D(double d) { bs_scalar s = {BS_SCALAR_DOUBLE, 0, d, {NULL, 0}}; return s; }
+static bs_scalar I(int64_t i) {
+  bs_scalar s = {BS_SCALAR_INT, i, 0, {NULL, 0}};
+  return s;
+}
+static bs_scalar D(double d) {
+  bs_scalar s = {BS_SCALAR_DOUBLE, 0, d, {NULL, 0}};
+  return s;
+}
 static bs_scalar S(const char *str) {
   bs_scalar s = {BS_SCALAR_STRING, 0, 0, {str, strlen(str)}};
   return s;
 }
-static bs_scalar T(bs_scalar_type t) { bs_scalar s = {t, 0, 0, {NULL, 0}}; return s; }
+static bs_scalar T(bs_scalar_type t) {
+  bs_scalar s = {t, 0, 0, {NULL, 0}};
+  return s;
+}
 
 typedef struct enc {
   unsigned char b[BS_MAX_LOOKUP_KEY];
@@ -35,7 +44,9 @@ static enc encode(const bs_scalar *v, size_t n) {
   return e;
 }
 
-static int enc_eq(enc a, enc b) { return a.n == b.n && memcmp(a.b, b.b, a.n) == 0; }
+static int enc_eq(enc a, enc b) {
+  return a.n == b.n && memcmp(a.b, b.b, a.n) == 0;
+}
 
 static void test_integral_numbers_normalise(void **state) {
   (void)state;
@@ -128,8 +139,15 @@ static void test_size_limits(void **state) {
 }
 
 static void test_round_trip(void **state) {
-  bs_scalar in[] = {T(BS_SCALAR_NULL), T(BS_SCALAR_FALSE), T(BS_SCALAR_TRUE), I(-42),
-                    D(2.5), D(7.0), S("héllo"), S(""), I(INT64_MAX)};
+  bs_scalar in[] = {T(BS_SCALAR_NULL),
+                    T(BS_SCALAR_FALSE),
+                    T(BS_SCALAR_TRUE),
+                    I(-42),
+                    D(2.5),
+                    D(7.0),
+                    S("héllo"),
+                    S(""),
+                    I(INT64_MAX)};
   bs_scalar out[16];
   size_t n = 0;
   bs_error err;
@@ -171,13 +189,17 @@ static void expect_corrupt(const void *bytes, size_t size) {
 
 static void test_malformed_rejected(void **state) {
   (void)state;
-  expect_corrupt("\x09", 1);                                  /* unknown tag */
-  expect_corrupt("\x03\x00\x00", 3);                          /* short int */
-  expect_corrupt("\x04\x40\x1c\x00\x00\x00\x00\x00\x00", 9);  /* double 7.0: not canonical */
-  expect_corrupt("\x04\x7f\xf8\x00\x00\x00\x00\x00\x00", 9);  /* NaN */
-  expect_corrupt("\x05\x05" "abc", 5);                        /* length past the end */
-  expect_corrupt("\x05\x81\x00" "a", 4);                      /* padded length */
-  expect_corrupt("\x00\x05", 2);                              /* truncated string */
+  expect_corrupt("\x09", 1);                                 /* unknown tag */
+  expect_corrupt("\x03\x00\x00", 3);                         /* short int */
+  expect_corrupt("\x04\x40\x1c\x00\x00\x00\x00\x00\x00", 9); /* double 7.0: not canonical */
+  expect_corrupt("\x04\x7f\xf8\x00\x00\x00\x00\x00\x00", 9); /* NaN */
+  expect_corrupt("\x05\x05"
+                 "abc",
+                 5); /* length past the end */
+  expect_corrupt("\x05\x81\x00"
+                 "a",
+                 4);             /* padded length */
+  expect_corrupt("\x00\x05", 2); /* truncated string */
   /* a valid double decodes */
   bs_scalar out[2];
   size_t n;
@@ -192,10 +214,14 @@ static bs_scalar random_scalar(void) {
   static const char *strs[] = {"", "a", "b", "ab", "1", "\x03", "\x05\x01"};
   static const double dbls[] = {0.0, -0.0, 1.0, 2.0, 0.5, -1.0, 1e300, 3.0};
   switch (rand() % 6) {
-  case 0: return T((bs_scalar_type)(rand() % 3));
-  case 1: return I(rand() % 5 - 1);
-  case 2: return D(dbls[rand() % 8]);
-  default: return S(strs[rand() % 7]);
+  case 0:
+    return T((bs_scalar_type)(rand() % 3));
+  case 1:
+    return I(rand() % 5 - 1);
+  case 2:
+    return D(dbls[rand() % 8]);
+  default:
+    return S(strs[rand() % 7]);
   }
 }
 

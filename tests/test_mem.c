@@ -112,7 +112,8 @@ static int on_chunk(const bs_chunk *c, void *p) {
     if (i) assert_true(c->ops[i].op_id > c->ops[i - 1].op_id);
     assert_true(c->ops[i].op_id > c->after);
     o->id = c->ops[i].op_id;
-    snprintf(o->bucket, sizeof o->bucket, "%.*s", (int)c->bucket.size, (const char *)c->bucket.data);
+    snprintf(o->bucket, sizeof o->bucket, "%.*s", (int)c->bucket.size,
+             (const char *)c->bucket.data);
     o->type = c->ops[i].type;
     o->checksum = c->ops[i].checksum;
     o->target = c->ops[i].target_op;
@@ -187,8 +188,8 @@ static void test_diff_rules(void **state) {
   const char *moved[] = {"b3:T:y:{4}"};
   fx_open(&f, BS_HASH_XXH3, NULL);
   start(&f);
-  assert_int_equal(save(&f, BS_INSERT, NULL, "r1", 2, both), BS_OK);  /* 1: PUT b1, 2: PUT b2 */
-  assert_int_equal(save(&f, BS_UPDATE, NULL, "r1", 1, one), BS_OK);   /* 3: PUT b1, 4: REMOVE b2 */
+  assert_int_equal(save(&f, BS_INSERT, NULL, "r1", 2, both), BS_OK); /* 1: PUT b1, 2: PUT b2 */
+  assert_int_equal(save(&f, BS_UPDATE, NULL, "r1", 1, one), BS_OK);  /* 3: PUT b1, 4: REMOVE b2 */
   assert_int_equal(commit(&f, "0002"), 4);
   assert_int_equal(read_all(&f, "b2", 0, 4, &k), BS_OK);
   assert_int_equal(k.n, 2);
@@ -217,8 +218,8 @@ static void test_diff_rules(void **state) {
   assert_int_equal(k.ops[0].type, BS_OP_PUT);
   assert_int_equal(k.ops[1].type, BS_OP_REMOVE);
   /* an INSERT does not read the previous record: no REMOVE for left memberships */
-  assert_int_equal(save(&f, BS_INSERT, NULL, "r3", 2, both), BS_OK);  /* 9, 10 */
-  assert_int_equal(save(&f, BS_INSERT, NULL, "r3", 1, one), BS_OK);   /* 11 */
+  assert_int_equal(save(&f, BS_INSERT, NULL, "r3", 2, both), BS_OK); /* 9, 10 */
+  assert_int_equal(save(&f, BS_INSERT, NULL, "r3", 1, one), BS_OK);  /* 11 */
   assert_int_equal(commit(&f, "0005"), 11);
   fx_close(&f);
 }
@@ -244,11 +245,11 @@ static void test_parameters(void **state) {
   s.after_id = V("r1");
   s.lookups = &l1;
   s.n_lookups = 1;
-  assert_int_equal(bs_writer_save(f.w, &s, NULL), BS_OK);          /* 1: k1 entry */
+  assert_int_equal(bs_writer_save(f.w, &s, NULL), BS_OK); /* 1: k1 entry */
   assert_int_equal(commit(&f, "0002"), 1);
   s.tag = BS_UPDATE;
   s.lookups = &l2;
-  assert_int_equal(bs_writer_save(f.w, &s, NULL), BS_OK);          /* 2: k2 entry, 3: k1 tomb */
+  assert_int_equal(bs_writer_save(f.w, &s, NULL), BS_OK); /* 2: k2 entry, 3: k1 tomb */
   assert_int_equal(commit(&f, "0003"), 3);
   out[0] = 0;
   assert_int_equal(bs_get_parameter_sets(f.st, 1, keys, 2, 0, collect_param, out, NULL), BS_OK);
@@ -272,8 +273,7 @@ static void test_parameters(void **state) {
   out[0] = 0;
   assert_int_equal(bs_get_parameter_sets(f.st, 3, keys, 2, 0, collect_param, out, NULL), BS_OK);
   assert_string_equal(out, "{\"a\":2};");
-  assert_int_equal(bs_get_parameter_sets(f.st, 2, keys, 2, 0, collect_param, out, NULL),
-                   BS_ESTALE);
+  assert_int_equal(bs_get_parameter_sets(f.st, 2, keys, 2, 0, collect_param, out, NULL), BS_ESTALE);
   fx_close(&f);
 }
 
@@ -313,8 +313,7 @@ static void test_chunking(void **state) {
       coll one;
       memset(&one, 0, sizeof one);
       one.chunk_bytes = o.chunk_bytes;
-      assert_int_equal(bs_get_bucket_data(f.st, cp, rq, 3, &o, on_chunk, &one, &more, NULL),
-                       BS_OK);
+      assert_int_equal(bs_get_bucket_data(f.st, cp, rq, 3, &o, on_chunk, &one, &more, NULL), BS_OK);
       assert_true(one.n <= o.limit);
       if (more) assert_int_equal(one.n, o.limit); /* only the limit cuts a small call */
       /* advance every bucket to its last op seen */
@@ -405,10 +404,10 @@ static void test_compact_clear(void **state) {
   const char *t1[] = {"b:test:t1:{1}"}, *t2[] = {"b:test:t2:{2}"}, *t2b[] = {"b:test:t2:{3}"};
   fx_open(&f, BS_HASH_XXH3, NULL);
   start(&f);
-  save(&f, BS_INSERT, NULL, "t1", 1, t1);  /* 1 */
-  save(&f, BS_INSERT, NULL, "t2", 1, t2);  /* 2 */
+  save(&f, BS_INSERT, NULL, "t1", 1, t1);   /* 1 */
+  save(&f, BS_INSERT, NULL, "t2", 1, t2);   /* 2 */
   save(&f, BS_DELETE, "t1", NULL, 0, NULL); /* 3 */
-  save(&f, BS_UPDATE, NULL, "t2", 1, t2b); /* 4 */
+  save(&f, BS_UPDATE, NULL, "t2", 1, t2b);  /* 4 */
   assert_int_equal(commit(&f, "0002"), 4);
   before = cks(&f, "b", 4);
   o.buckets = &b;
@@ -451,7 +450,7 @@ static void test_initial_replication(void **state) {
   save(&f, BS_INSERT, NULL, "a", 1, a1);   /* 1 */
   save(&f, BS_UPDATE, NULL, "a", 1, a2);   /* 2 */
   save(&f, BS_INSERT, NULL, "c", 1, c1);   /* 3 */
-  save(&f, BS_DELETE, "c", NULL, 0, NULL);  /* 4 */
+  save(&f, BS_DELETE, "c", NULL, 0, NULL); /* 4 */
   assert_int_equal(bs_writer_flush(f.w, NULL, NULL), BS_OK);
   assert_int_equal(bs_compact_initial_replication(f.st, 0, 0, &n, NULL), BS_OK);
   assert_int_equal(n, 1);
@@ -513,10 +512,17 @@ static void test_write_checkpoints(void **state) {
   fx_open(&f, BS_HASH_XXH3, NULL);
   start(&f);
   memset(rq, 0, sizeof rq);
-  rq[0].user_id = V("u1"); rq[0].heads = &h5; rq[0].n_heads = 1;
-  rq[1].user_id = V("u1"); rq[1].heads = &h9; rq[1].n_heads = 1;
-  rq[1].has_request_id = 1; rq[1].request_id = 7; /* supplied beats generated */
-  rq[2].user_id = V("u2"); rq[2].heads = &h5; rq[2].n_heads = 1;
+  rq[0].user_id = V("u1");
+  rq[0].heads = &h5;
+  rq[0].n_heads = 1;
+  rq[1].user_id = V("u1");
+  rq[1].heads = &h9;
+  rq[1].n_heads = 1;
+  rq[1].has_request_id = 1;
+  rq[1].request_id = 7; /* supplied beats generated */
+  rq[2].user_id = V("u2");
+  rq[2].heads = &h5;
+  rq[2].n_heads = 1;
   assert_int_equal(bs_create_managed_write_checkpoints(f.st, rq, 3, ids, &adv, NULL), BS_OK);
   assert_int_equal(ids[0], 7);
   assert_int_equal(ids[1], 7);
@@ -642,8 +648,7 @@ static void test_snapshot_and_source_rows(void **state) {
   /* the writer sees its own queued save */
   assert_int_equal(bs_writer_source_row(f.w, V("t"), V("a"), got_data, buf, NULL), BS_OK);
   assert_string_equal(buf, "row-a");
-  assert_int_equal(bs_writer_source_row(snap, V("t"), V("a"), got_data, buf, NULL),
-                   BS_ENOTFOUND);
+  assert_int_equal(bs_writer_source_row(snap, V("t"), V("a"), got_data, buf, NULL), BS_ENOTFOUND);
   assert_int_equal(save(&f, BS_DELETE, "a", NULL, 0, NULL), BS_OK);
   assert_int_equal(bs_writer_flush(f.w, NULL, NULL), BS_OK);
   assert_int_equal(bs_writer_source_row(f.w, V("t"), V("a"), got_data, buf, NULL), BS_ENOTFOUND);
@@ -677,8 +682,10 @@ static void rand_save(fx *f, unsigned *seed) {
   snprintf(data, sizeof data, "{%d}", rand_r(seed) % 1000);
   s.table = V(rand_r(seed) % 4 ? "t" : "u");
   s.tag = tag == 0 ? BS_INSERT : tag == 1 ? BS_UPDATE : BS_DELETE;
-  if (s.tag == BS_DELETE) s.before_id = V(id);
-  else s.after_id = V(id);
+  if (s.tag == BS_DELETE)
+    s.before_id = V(id);
+  else
+    s.after_id = V(id);
   if (s.tag == BS_UPDATE && rand_r(seed) % 4 == 0) s.before_id = V(before); /* key change */
   for (int i = 0; i < nrows && s.tag != BS_DELETE; i++) {
     snprintf(bk[i], sizeof bk[i], "b%d", rand_r(seed) % 24);
@@ -692,13 +699,16 @@ static void rand_save(fx *f, unsigned *seed) {
   assert_int_equal(bs_writer_save(f->w, &s, NULL), BS_OK);
 }
 
-static int ignore_row(const bs_val *d, void *p) { return 0; }
+static int ignore_row(const bs_val *d, void *p) {
+  return 0;
+}
 
 static void no_problems(fx *f, unsigned seed, int round) {
   uint64_t problems = 1;
   assert_int_equal(bs_db_verify(f->db, NULL, NULL, &problems, NULL), BS_OK);
-  if (problems) fail_msg("BS_SEED=%u round %d: verify found %llu problems", seed, round,
-                         (unsigned long long)problems);
+  if (problems)
+    fail_msg("BS_SEED=%u round %d: verify found %llu problems", seed, round,
+             (unsigned long long)problems);
 }
 
 static void test_index_rollback(void **state) {
@@ -748,9 +758,8 @@ static void test_index_rollback(void **state) {
       if (a.source_records != b.source_records || a.ops_put != b.ops_put ||
           a.ops_remove != b.ops_remove || a.buckets != b.buckets)
         fail_msg("BS_SEED=%u round %d: records %llu/%llu puts %llu/%llu after rollbacks", seed,
-                 round, (unsigned long long)a.source_records,
-                 (unsigned long long)b.source_records, (unsigned long long)a.ops_put,
-                 (unsigned long long)b.ops_put);
+                 round, (unsigned long long)a.source_records, (unsigned long long)b.source_records,
+                 (unsigned long long)a.ops_put, (unsigned long long)b.ops_put);
       for (int i = 0; i < 24; i++) {
         char bk[16];
         bs_checksum x, y;

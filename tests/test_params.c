@@ -283,8 +283,12 @@ static void test_hash_collision(void **state) {
   bs_lmdb_db *db = ((bs_lmdb_storage *)f->st)->db;
   key k = skey("col");
   bs_val v1 = bs_val_str("{\"c\":1}"), v2 = bs_val_str("{\"c\":2}");
-  struct { const char *rid; const bs_val *row; size_t n; uint64_t op; } e[] = {
-      {"r1", &v1, 1, 1}, {"r2", &v2, 1, 2}, {"r1", NULL, 0, 3}};
+  struct {
+    const char *rid;
+    const bs_val *row;
+    size_t n;
+    uint64_t op;
+  } e[] = {{"r1", &v1, 1, 1}, {"r2", &v2, 1, 2}, {"r1", NULL, 0, 3}};
   MDB_txn *txn;
   CT_OK(bs_lmdb_txn_begin(db, 0, &txn, &ct_err));
   for (size_t i = 0; i < 3; i++) {

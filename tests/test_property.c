@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_TABLES 3
-#define N_RIDS 20
+#define N_TABLES  3
+#define N_RIDS    20
 #define N_BUCKETS 6
-#define N_KEYS 6
+#define N_KEYS    6
 
-static const char *BUCKETS[N_BUCKETS] = {"b0", "b1", "b2", "by_user[\"u1\"]", "by_user[\"u2\"]",
-                                         "global[]"};
+static const char *BUCKETS[N_BUCKETS] = {
+    "b0", "b1", "b2", "by_user[\"u1\"]", "by_user[\"u2\"]", "global[]"};
 
 typedef struct wl {
   bs_storage *st, *st_nc;
@@ -53,7 +53,9 @@ typedef struct run {
   bs_val key[N_KEYS];
 } run;
 
-static void lsn_fmt(char *out, uint64_t n) { snprintf(out, 32, "%016llx", (unsigned long long)n); }
+static void lsn_fmt(char *out, uint64_t n) {
+  snprintf(out, 32, "%016llx", (unsigned long long)n);
+}
 
 /* ---- Stream handles ---------------------------------------------------------------------------- */
 
@@ -120,15 +122,17 @@ static const ct_op *model_op(const md_bucket *b, uint64_t id) {
   size_t lo = 0, hi = b->n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (b->ops[mid].op_id < id) lo = mid + 1;
-    else hi = mid;
+    if (b->ops[mid].op_id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < b->n && b->ops[lo].op_id == id ? &b->ops[lo] : NULL;
 }
 
 static int same_row(const ct_op *a, const ct_op *b) {
-  return ct_buf_eq(&a->object_type, b->object_type.p) && ct_buf_eq(&a->object_id, b->object_id.p)
-         && ct_buf_eq(&a->subkey, b->subkey.p);
+  return ct_buf_eq(&a->object_type, b->object_type.p) && ct_buf_eq(&a->object_id, b->object_id.p) &&
+         ct_buf_eq(&a->subkey, b->subkey.p);
 }
 
 /* Property 6 (and exactness where nothing may have changed). */
@@ -149,7 +153,8 @@ static void check_shape(const wl *s, const md_bucket *b, const ct_oplist *got, u
       uint32_t sum = 0;
       if (i != 0) fail_msg("bucket %s: CLEAR at position %zu, not first", b->name, i);
       clear_id = g->op_id;
-      if (g->op_id > s->horizon) fail_msg("CLEAR %llu above the horizon", (unsigned long long)clear_id);
+      if (g->op_id > s->horizon)
+        fail_msg("CLEAR %llu above the horizon", (unsigned long long)clear_id);
       if (!model_op(b, g->op_id)) fail_msg("CLEAR takes an id that was never written");
       for (j = 0; j < want.n && want.v[j].op_id <= clear_id; j++) sum += want.v[j].checksum;
       if (sum != g->checksum)
@@ -162,10 +167,14 @@ static void check_shape(const wl *s, const md_bucket *b, const ct_oplist *got, u
     if (!o) fail_msg("bucket %s: op %llu was never written", b->name, (unsigned long long)g->op_id);
     if (g->type == BS_OP_MOVE) {
       const ct_op *t;
-      if (g->op_id > s->horizon) fail_msg("MOVE %llu above the horizon", (unsigned long long)g->op_id);
-      if (g->checksum != o->checksum) fail_msg("MOVE %llu changed the checksum", (unsigned long long)g->op_id);
+      if (g->op_id > s->horizon)
+        fail_msg("MOVE %llu above the horizon", (unsigned long long)g->op_id);
+      if (g->checksum != o->checksum)
+        fail_msg("MOVE %llu changed the checksum", (unsigned long long)g->op_id);
       if (g->data.n) fail_msg("MOVE %llu keeps data", (unsigned long long)g->op_id);
-      if (g->target_op <= g->op_id) fail_msg("MOVE %llu target %llu not later", (unsigned long long)g->op_id, (unsigned long long)g->target_op);
+      if (g->target_op <= g->op_id)
+        fail_msg("MOVE %llu target %llu not later", (unsigned long long)g->op_id,
+                 (unsigned long long)g->target_op);
       t = model_op(b, g->target_op);
       if (!t || !same_row(t, o))
         fail_msg("bucket %s: MOVE %llu targets %llu, not a later op of the same row", b->name,
@@ -208,11 +217,13 @@ static int mb_chunk(const bs_chunk *c, void *payload) {
   mb_ctx *m = payload;
   size_t i, k;
   for (k = 0; k < m->n; k++)
-    if (c->bucket.size == strlen(m->names[k]) && memcmp(c->bucket.data, m->names[k], c->bucket.size) == 0)
+    if (c->bucket.size == strlen(m->names[k]) &&
+        memcmp(c->bucket.data, m->names[k], c->bucket.size) == 0)
       break;
   if (k == m->n) fail_msg("chunk of an unrequested bucket");
-  if (c->after != m->req[k].after) fail_msg("chunk after %llu, expected %llu",
-                                            (unsigned long long)c->after, (unsigned long long)m->req[k].after);
+  if (c->after != m->req[k].after)
+    fail_msg("chunk after %llu, expected %llu", (unsigned long long)c->after,
+             (unsigned long long)m->req[k].after);
   for (i = 0; i < c->n_ops; i++) ct_oplist_push(&m->out[k], &c->ops[i]);
   if (c->n_ops) m->req[k].after = c->next_after;
   return 0;
@@ -386,8 +397,7 @@ static void do_commit1(run *r, wl *s);
 /* Before B's first checkpoint can stop A, A's queue is committed (flushed): nothing of A is
  * left unflushed once it stops. */
 static void do_commit(run *r, wl *s) {
-  if (r->n_streams == 2 && s == &r->s[1] && !s->has_cp && !r->s[0].stopped)
-    do_commit1(r, &r->s[0]);
+  if (r->n_streams == 2 && s == &r->s[1] && !s->has_cp && !r->s[0].stopped) do_commit1(r, &r->s[0]);
   do_commit1(r, s);
 }
 
@@ -415,9 +425,9 @@ static void do_commit1(run *r, wl *s) {
   expect_created = can && (ce != 0 || !s->has_cp || s->m.head != s->cp);
   if (res.checkpoint_blocked != !can || res.checkpoint_created != expect_created)
     fail_msg("commit(%s, create_empty %d): blocked %d created %d, expected %d %d (nocb %s, last "
-             "%s, head %llu, cp %llu)", lsn, ce, res.checkpoint_blocked, res.checkpoint_created,
-             !can, expect_created, s->nocb, s->has_cp ? s->cp_lsn : "-",
-             (unsigned long long)s->m.head, (unsigned long long)s->cp);
+             "%s, head %llu, cp %llu)",
+             lsn, ce, res.checkpoint_blocked, res.checkpoint_created, !can, expect_created, s->nocb,
+             s->has_cp ? s->cp_lsn : "-", (unsigned long long)s->m.head, (unsigned long long)s->cp);
   if (expect_created) {
     s->has_cp = 1;
     s->cp = s->m.head;
@@ -451,26 +461,29 @@ static void do_save(run *r, wl *s) {
   /* Usually the output id is the replica id; sometimes a shared one (distinct subkeys). */
   snprintf(oid, sizeof oid, "%s", ct_below(&r->rng, 8) == 0 ? "shared" : rid);
   sv.table = ct_v(tname);
-  if (kind < 30) sv.tag = BS_INSERT;
-  else if (kind < 75) sv.tag = BS_UPDATE;
+  if (kind < 30)
+    sv.tag = BS_INSERT;
+  else if (kind < 75)
+    sv.tag = BS_UPDATE;
   else if (kind < 83) {
     sv.tag = BS_UPDATE; /* replica id change rid2 -> rid */
     sv.before_id = ct_v(rid2);
-  } else sv.tag = BS_DELETE;
+  } else
+    sv.tag = BS_DELETE;
   if (sv.tag == BS_DELETE) {
     sv.before_id = ct_v(rid);
   } else {
     sv.after_id = ct_v(rid);
     for (i = 0; i < nrows; i++) {
       unsigned bi;
-      size_t pad = ct_below(&r->rng, 16) == 0 ? 1000 + ct_below(&r->rng, 1000)
-                                              : ct_below(&r->rng, 80);
+      size_t pad =
+          ct_below(&r->rng, 16) == 0 ? 1000 + ct_below(&r->rng, 1000) : ct_below(&r->rng, 80);
       do bi = (unsigned)ct_below(&r->rng, N_BUCKETS);
       while (used & (1u << bi));
       used |= 1u << bi;
       {
-        int L = snprintf(data[i], 64, "{\"v\":%llu,\"p\":\"",
-                         (unsigned long long)ct_below(&r->rng, 5));
+        int L =
+            snprintf(data[i], 64, "{\"v\":%llu,\"p\":\"", (unsigned long long)ct_below(&r->rng, 5));
         memset(data[i] + L, 'x', pad);
         strcpy(data[i] + L + pad, "\"}");
       }
@@ -563,7 +576,8 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     } else {
       s = &r->s[0];
     }
-    if (a < 700) do_save(r, s);
+    if (a < 700)
+      do_save(r, s);
     else if (a < 720) {
       char t[8];
       snprintf(t, sizeof t, "t%llu", (unsigned long long)ct_below(&r->rng, N_TABLES));
@@ -613,8 +627,12 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   free(r);
 }
 
-static size_t n_steps(void) { return (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 400 : 3000); }
-static uint64_t n_seeds(void) { return ct_env_u64("BS_SEEDS", ct_quick() ? 2 : 12); }
+static size_t n_steps(void) {
+  return (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 400 : 3000);
+}
+static uint64_t n_seeds(void) {
+  return ct_env_u64("BS_SEEDS", ct_quick() ? 2 : 12);
+}
 
 static void t_property(void **state) {
   const ct_backend *be = *state;
@@ -682,9 +700,11 @@ int main(void) {
     t.initial_state = i < CT_N_BACKENDS ? (void *)&ct_backends[i] : NULL;
     snprintf(label, sizeof label, "%sproperty/%s", xf ? "known-failing/" : "", name);
     pass = _cmocka_run_group_tests(label, &t, 1, NULL, NULL) == 0;
-    if (xf) printf("%s %s%s\n", pass ? "XPASS" : "XFAIL", name,
-                   pass ? ": passes now, remove it from KNOWN_FAILING" : " (known failing)");
-    else if (!pass) failed++;
+    if (xf)
+      printf("%s %s%s\n", pass ? "XPASS" : "XFAIL", name,
+             pass ? ": passes now, remove it from KNOWN_FAILING" : " (known failing)");
+    else if (!pass)
+      failed++;
   }
   return failed ? 1 : 0;
 }

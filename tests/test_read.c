@@ -30,24 +30,25 @@ typedef struct rt_env {
 static bs_error rt_err;
 static uint64_t rt_seed;
 
-#define RT_OK(expr)                                                                               \
-  do {                                                                                            \
-    int rt_rc_ = (expr);                                                                          \
-    if (rt_rc_ != BS_OK)                                                                          \
-      fail_msg("%s -> %s (%s) [seed %llu]", #expr, bs_strerror(rt_rc_), rt_err.msg,              \
-               (unsigned long long)rt_seed);                                                      \
+#define RT_OK(expr)                                                                                \
+  do {                                                                                             \
+    int rt_rc_ = (expr);                                                                           \
+    if (rt_rc_ != BS_OK)                                                                           \
+      fail_msg("%s -> %s (%s) [seed %llu]", #expr, bs_strerror(rt_rc_), rt_err.msg,                \
+               (unsigned long long)rt_seed);                                                       \
   } while (0)
 
-#define RT_EQ(a, b)                                                                               \
-  do {                                                                                            \
-    uint64_t rt_a_ = (uint64_t)(a), rt_b_ = (uint64_t)(b);                                        \
-    if (rt_a_ != rt_b_)                                                                           \
-      fail_msg("%s == %s: got %llu, expected %llu [seed %llu]", #a, #b,                          \
-               (unsigned long long)rt_a_, (unsigned long long)rt_b_,                              \
-               (unsigned long long)rt_seed);                                                      \
+#define RT_EQ(a, b)                                                                                \
+  do {                                                                                             \
+    uint64_t rt_a_ = (uint64_t)(a), rt_b_ = (uint64_t)(b);                                         \
+    if (rt_a_ != rt_b_)                                                                            \
+      fail_msg("%s == %s: got %llu, expected %llu [seed %llu]", #a, #b, (unsigned long long)rt_a_, \
+               (unsigned long long)rt_b_, (unsigned long long)rt_seed);                            \
   } while (0)
 
-static bs_val V(const char *s) { return bs_val_str(s); }
+static bs_val V(const char *s) {
+  return bs_val_str(s);
+}
 
 static int quick(void) {
   const char *q = getenv("BS_TEST_QUICK");
@@ -66,7 +67,9 @@ static uint64_t rnd(uint64_t *s) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-static uint64_t below(uint64_t *s, uint64_t n) { return n ? rnd(s) % n : 0; }
+static uint64_t below(uint64_t *s, uint64_t n) {
+  return n ? rnd(s) % n : 0;
+}
 
 static void env_open(rt_env *e) {
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
@@ -133,7 +136,7 @@ typedef struct rt_op {
   uint64_t op_id, target_op;
   int type;
   uint32_t checksum;
-  size_t size; /* the chunking size */
+  size_t size;           /* the chunking size */
   size_t ot, oi, sk, dl; /* field sizes */
   char bucket[64];
   char data[64]; /* prefix of data, for spot checks */
@@ -224,7 +227,9 @@ static void read_reset_call(rt_read *r) {
   for (size_t i = 0; i < 16; i++) r->last_next_after[i] = UINT64_MAX;
 }
 
-static void read_free(rt_read *r) { free(r->ops); }
+static void read_free(rt_read *r) {
+  free(r->ops);
+}
 
 /* One call over the given buckets (sorted by the caller). */
 static int read_call(rt_env *e, uint64_t C, const bs_bucket_request *req, size_t n, size_t limit,
@@ -265,7 +270,9 @@ static bs_checksum sum_ops(const rt_read *r) {
 
 /* ---- Raw access for corruption tests -------------------------------------------------------- */
 
-static bs_lmdb_db *lm(rt_env *e) { return (bs_lmdb_db *)e->db; }
+static bs_lmdb_db *lm(rt_env *e) {
+  return (bs_lmdb_db *)e->db;
+}
 
 static uint64_t bucket_id(rt_env *e, const char *bucket) {
   MDB_txn *txn;
@@ -314,8 +321,7 @@ static void raw_put(rt_env *e, MDB_dbi dbi, const void *key, size_t klen, const 
 
 /* The ops of bucket in (0, C] decoded by the reference decoder from a raw cursor walk, compared
  * field by field with what bucket_data served (its hot loop has a decoder of its own). */
-static void compare_with_reference(rt_env *e, const char *bucket, uint64_t C,
-                                   const rt_read *got) {
+static void compare_with_reference(rt_env *e, const char *bucket, uint64_t C, const rt_read *got) {
   MDB_txn *txn;
   MDB_cursor *cur;
   unsigned char kb[16];
@@ -732,7 +738,9 @@ static void bump_checksum(bs_bucket_state *s, void *arg) {
   s->count += 2;
 }
 
-typedef struct span { uint64_t start, op; } span;
+typedef struct span {
+  uint64_t start, op;
+} span;
 static void set_span(bs_bucket_state *s, void *arg) {
   const span *sp = arg;
   s->clear_start = sp->start;
@@ -754,9 +762,9 @@ static void test_verify_and_stat(void **state) {
   unsigned char key[16], bad[3] = {9, 9, 9};
   (void)state;
   env_open(&e);
-  save(&e, BS_INSERT, "r1", two, 2, "r1", "{}");   /* PUT a 1, PUT b 2 */
-  put1(&e, "a", "r2", "{}");                       /* PUT a 3 */
-  save(&e, BS_UPDATE, "r1", two, 1, "r1", "{}");   /* PUT a 4, REMOVE b 5 */
+  save(&e, BS_INSERT, "r1", two, 2, "r1", "{}"); /* PUT a 1, PUT b 2 */
+  put1(&e, "a", "r2", "{}");                     /* PUT a 3 */
+  save(&e, BS_UPDATE, "r1", two, 1, "r1", "{}"); /* PUT a 4, REMOVE b 5 */
   commit(&e, "0001");
   RT_OK(bs_lmdb_stat(e.db, &stat, &rt_err));
   RT_EQ(stat.streams, 1);
@@ -955,11 +963,16 @@ static void test_checkpoint_changes(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_empty_and_unknown),   cmocka_unit_test(test_read_at_any_op_id),
-      cmocka_unit_test(test_chunk_boundaries),    cmocka_unit_test(test_large_op),
-      cmocka_unit_test(test_limit_across_buckets), cmocka_unit_test(test_chunking_invariance),
-      cmocka_unit_test(test_checksums_match_reads), cmocka_unit_test(test_verify_and_stat),
-      cmocka_unit_test(test_torn_reads),          cmocka_unit_test(test_checkpoint_changes),
+      cmocka_unit_test(test_empty_and_unknown),
+      cmocka_unit_test(test_read_at_any_op_id),
+      cmocka_unit_test(test_chunk_boundaries),
+      cmocka_unit_test(test_large_op),
+      cmocka_unit_test(test_limit_across_buckets),
+      cmocka_unit_test(test_chunking_invariance),
+      cmocka_unit_test(test_checksums_match_reads),
+      cmocka_unit_test(test_verify_and_stat),
+      cmocka_unit_test(test_torn_reads),
+      cmocka_unit_test(test_checkpoint_changes),
       cmocka_unit_test(test_move_clear),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

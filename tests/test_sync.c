@@ -26,15 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_TABLES 3
-#define N_RIDS 16
-#define N_BUCKETS 7 /* the last one is never written */
-#define N_WRITTEN 6
-#define N_KEYS 3
+#define N_TABLES    3
+#define N_RIDS      16
+#define N_BUCKETS   7 /* the last one is never written */
+#define N_WRITTEN   6
+#define N_KEYS      3
 #define MAX_CLIENTS 6
 
 static const sv_sub BUCKETS[N_BUCKETS] = {
-    {"b0", 0}, {"b1", 1}, {"b2", 3}, {"by_user[\"u1\"]", 2}, {"by_user[\"u2\"]", 3},
+    {"b0", 0},       {"b1", 1},      {"b2", 3}, {"by_user[\"u1\"]", 2}, {"by_user[\"u2\"]", 3},
     {"global[]", 3}, {"never[]", 1},
 };
 
@@ -47,8 +47,8 @@ typedef struct tclient {
 } tclient;
 
 typedef struct stats {
-  unsigned long saves, commits, checkpoints, compactions, reopens, connects, disconnects,
-      restores, forks, races, lines, validations, partials, rows_checked;
+  unsigned long saves, commits, checkpoints, compactions, reopens, connects, disconnects, restores,
+      forks, races, lines, validations, partials, rows_checked;
   sv_stats sv;
 } stats;
 
@@ -70,11 +70,13 @@ typedef struct run {
   stats s;
 } run;
 
-#define FAILR(r, fmt, ...)                                                                        \
-  fail_msg("[%s seed %llu step %zu] " fmt, (r)->be->name, (unsigned long long)(r)->seed,         \
+#define FAILR(r, fmt, ...)                                                                         \
+  fail_msg("[%s seed %llu step %zu] " fmt, (r)->be->name, (unsigned long long)(r)->seed,           \
            (r)->step, __VA_ARGS__)
 
-static void lsn_fmt(char *out, uint64_t n) { snprintf(out, 32, "%016llx", (unsigned long long)n); }
+static void lsn_fmt(char *out, uint64_t n) {
+  snprintf(out, 32, "%016llx", (unsigned long long)n);
+}
 
 /* ---- Model checks --------------------------------------------------------------------------- */
 
@@ -107,8 +109,10 @@ static void dump_bucket(run *r, int ci, const char *name, uint64_t C) {
     ct_oplist_push(&hist, &op);
   }
   ct_dump_ops("history", &hist);
-  if (ct_read_bucket(r->e.st, C, name, 0, &now) == BS_OK) ct_dump_ops("engine now", &now);
-  else fprintf(stderr, "engine now: %s\n", ct_err.msg);
+  if (ct_read_bucket(r->e.st, C, name, 0, &now) == BS_OK)
+    ct_dump_ops("engine now", &now);
+  else
+    fprintf(stderr, "engine now: %s\n", ct_err.msg);
   for (i = 0; cb && i < cb->n; i++)
     fprintf(stderr, "client row %s op %llu\n", cb->rows[i].key,
             (unsigned long long)cb->rows[i].op_id);
@@ -136,16 +140,18 @@ static void check_client_bucket(run *r, int ci, const sl_bucket_checksum *t, uin
                 (unsigned long long)want.rows[i].op_id);
   }
   if (n != want.n || (b ? b->add_checksum : 0) != want.remainder)
-    FAILR(r, "client %d at %llu, bucket %s: %zu live rows, remainder %u; model %zu rows, "
-             "remainder %u",
+    FAILR(r,
+          "client %d at %llu, bucket %s: %zu live rows, remainder %u; model %zu rows, "
+          "remainder %u",
           ci, (unsigned long long)C, t->name, n, b ? b->add_checksum : 0, want.n, want.remainder);
   for (i = 0; i < n; i++) {
     const cl_row *row = &b->rows[i];
     const md_row *mr = md_reduced_get(&want, row->key);
     if (!mr || mr->op_id != row->op_id || mr->checksum != row->checksum ||
         strcmp(mr->data, row->data) != 0)
-      FAILR(r, "client %d at %llu, bucket %s, row %s: client op %llu cs %u, model %s op %llu "
-               "cs %u",
+      FAILR(r,
+            "client %d at %llu, bucket %s, row %s: client op %llu cs %u, model %s op %llu "
+            "cs %u",
             ci, (unsigned long long)C, t->name, row->key, (unsigned long long)row->op_id,
             row->checksum, mr ? "has" : "lacks it:", (unsigned long long)(mr ? mr->op_id : 0),
             mr ? mr->checksum : 0);
@@ -165,8 +171,7 @@ static void check_validated(run *r, int ci) {
 }
 
 /* get_checkpoint_changes: every bucket with an op in (from, to] is reported. */
-static void on_changes(uint64_t from, uint64_t to, const bs_checkpoint_changes *ch,
-                       void *payload) {
+static void on_changes(uint64_t from, uint64_t to, const bs_checkpoint_changes *ch, void *payload) {
   run *r = payload;
   size_t i, k;
   if (ch->invalidate_data_buckets) return;
@@ -289,8 +294,10 @@ static size_t client_pump(run *r, int ci, size_t max) {
       FAILR(r, "client %d, %s line (%s): %s", ci, sl_kind_name(l.kind),
             rc == CL_MISMATCH ? "CHECKSUM MISMATCH" : "protocol", t->c.why);
     if (rc == CL_VALIDATED) {
-      if (t->c.validated_priority < 0) r->s.validations++;
-      else r->s.partials++;
+      if (t->c.validated_priority < 0)
+        r->s.validations++;
+      else
+        r->s.partials++;
       check_validated(r, ci);
     }
     sl_line_free(&l);
@@ -351,20 +358,23 @@ static void do_save(run *r) {
   snprintf(rid2, sizeof rid2, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
   snprintf(oid, sizeof oid, "%s", ct_below(&r->rng, 8) == 0 ? "shared" : rid);
   sv.table = ct_v(tname);
-  if (kind < 30) sv.tag = BS_INSERT;
-  else if (kind < 75) sv.tag = BS_UPDATE;
+  if (kind < 30)
+    sv.tag = BS_INSERT;
+  else if (kind < 75)
+    sv.tag = BS_UPDATE;
   else if (kind < 82) {
     sv.tag = BS_UPDATE; /* the replica id changes rid2 -> rid */
     sv.before_id = ct_v(rid2);
-  } else sv.tag = BS_DELETE;
+  } else
+    sv.tag = BS_DELETE;
   if (sv.tag == BS_DELETE) {
     sv.before_id = ct_v(rid);
   } else {
     sv.after_id = ct_v(rid);
     for (i = 0; i < nrows; i++) {
       unsigned bi;
-      size_t pad = ct_below(&r->rng, 20) == 0 ? 500 + ct_below(&r->rng, 600)
-                                              : ct_below(&r->rng, 60);
+      size_t pad =
+          ct_below(&r->rng, 20) == 0 ? 500 + ct_below(&r->rng, 600) : ct_below(&r->rng, 60);
       int L;
       do bi = (unsigned)ct_below(&r->rng, N_WRITTEN);
       while (used & (1u << bi));
@@ -445,8 +455,8 @@ static void do_compact(run *r) {
   memset(&ct_err, 0, sizeof ct_err);
   rc = bs_compact(r->e.st, &o, &st, &ct_err);
   if (rc)
-    FAILR(r, "bs_compact (kind %d, horizon %llu): %s (%s)", kind,
-          (unsigned long long)o.max_op_id, bs_strerror(rc), ct_err.msg);
+    FAILR(r, "bs_compact (kind %d, horizon %llu): %s (%s)", kind, (unsigned long long)o.max_op_id,
+          bs_strerror(rc), ct_err.msg);
   r->s.compactions++;
 }
 
@@ -525,7 +535,8 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
 
   for (r->step = 0; r->step < steps; r->step++) {
     uint64_t a = ct_below(&r->rng, 1000);
-    if (a < 450) do_save(r);
+    if (a < 450)
+      do_save(r);
     else if (a < 460) {
       do_truncate(r);
     } else if (a < 480) {
@@ -546,8 +557,9 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
   /* The end: everything committed; each client converges, first on its open connection (a diff
    * or nothing at all), then from scratch on a new one. */
   do_commit(r, 1);
-  if (r->cp != r->m.head) FAILR(r, "final checkpoint %llu, head %llu", (unsigned long long)r->cp,
-                                (unsigned long long)r->m.head);
+  if (r->cp != r->m.head)
+    FAILR(r, "final checkpoint %llu, head %llu", (unsigned long long)r->cp,
+          (unsigned long long)r->m.head);
   if (ct_below(&r->rng, 2)) do_compact(r);
   for (i = 0; i < r->n_cl; i++) {
     tclient *t = &r->cl[i];

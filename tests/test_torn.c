@@ -37,7 +37,7 @@
 #include <string.h>
 
 #define BUCKET "b"
-#define NOISE "o"
+#define NOISE  "o"
 
 /* ---- Simulated stored state of bucket BUCKET (SPEC 6 replayed on the model's history) ------- */
 typedef struct sim_op {
@@ -50,12 +50,12 @@ typedef struct sim_op {
 
 typedef struct tt {
   ct_env e;
-  bs_storage *nc;  /* the same stream without the checksum cache */
-  bs_db *db2;      /* file backends: a second handle with its own cache */
+  bs_storage *nc; /* the same stream without the checksum cache */
+  bs_db *db2;     /* file backends: a second handle with its own cache */
   bs_storage *st2;
   md_stream m;
   int has_model;
-  uint64_t cp;     /* last checkpoint */
+  uint64_t cp; /* last checkpoint */
   unsigned lsn;
   uint64_t horizons[8];
   size_t n_h;
@@ -101,16 +101,17 @@ static void close_views(tt *t) {
 static int teardown(void **state) {
   tt *t = *state;
   if (!t->done && t->scenario < 0)
-    fprintf(stderr, "test_torn failed on %s (deterministic case) at %s\n", t->e.be->name,
-            t->where);
+    fprintf(stderr, "test_torn failed on %s (deterministic case) at %s\n", t->e.be->name, t->where);
   else if (!t->done)
-    fprintf(stderr, "test_torn failed on %s: scenario %d of seed %llu, at %s (rerun with "
-                    "BS_SEED=%llu)\n",
+    fprintf(stderr,
+            "test_torn failed on %s: scenario %d of seed %llu, at %s (rerun with "
+            "BS_SEED=%llu)\n",
             t->e.be->name, t->scenario, (unsigned long long)t->seed, t->where,
             (unsigned long long)t->seed);
   if (getenv("BS_TORN_VERBOSE"))
-    fprintf(stderr, "%s: torn checksums %lu, torn data reads %lu, target_op > C reports %lu, "
-                    "CLEARs made %lu (of which extended %lu), converging reads %lu\n",
+    fprintf(stderr,
+            "%s: torn checksums %lu, torn data reads %lu, target_op > C reports %lu, "
+            "CLEARs made %lu (of which extended %lu), converging reads %lu\n",
             t->e.be->name, t->n_torn_cks, t->n_torn_data, t->n_target_reports, t->n_clears,
             t->n_extended, t->n_ok_reads);
   close_views(t);
@@ -183,7 +184,9 @@ static uint64_t commit(tt *t) {
 
 /* ---- The simulation ------------------------------------------------------------------------- */
 
-static md_bucket *hist(tt *t) { return md_find_bucket(&t->m, BUCKET); }
+static md_bucket *hist(tt *t) {
+  return md_find_bucket(&t->m, BUCKET);
+}
 
 static int buf_same(const ct_buf *a, const ct_buf *b) {
   size_t an = a->p ? a->n : 0, bn = b->p ? b->n : 0;
@@ -320,10 +323,10 @@ static void expect_sim_range(tt *t, const ct_oplist *l, uint64_t after, uint64_t
     if (o->op_id != s->id || o->type != s->type || o->checksum != s->checksum ||
         o->target_op != s->target) {
       ct_dump_ops("got", l);
-      fail_msg("%s: got op %llu %s cs %u target %llu, expected %llu %s cs %u target %llu",
-               t->where, (unsigned long long)o->op_id, ct_type_name(o->type), o->checksum,
-               (unsigned long long)o->target_op, (unsigned long long)s->id,
-               ct_type_name(s->type), s->checksum, (unsigned long long)s->target);
+      fail_msg("%s: got op %llu %s cs %u target %llu, expected %llu %s cs %u target %llu", t->where,
+               (unsigned long long)o->op_id, ct_type_name(o->type), o->checksum,
+               (unsigned long long)o->target_op, (unsigned long long)s->id, ct_type_name(s->type),
+               s->checksum, (unsigned long long)s->target);
     }
     if (s->h >= 0) {
       const ct_op *h = &b->ops[s->h];
@@ -358,8 +361,8 @@ static bs_checksum expect_cks(tt *t, uint64_t C) {
   }
   md_checksum(&t->m, BUCKET, C, &hsum);
   if (hsum.checksum != want.checksum) /* a bug of this test's simulation, not of the backend */
-    fail_msg("simulation: checksum at %llu is %u, history %u", (unsigned long long)C,
-             want.checksum, hsum.checksum);
+    fail_msg("simulation: checksum at %llu is %u, history %u", (unsigned long long)C, want.checksum,
+             hsum.checksum);
   return want;
 }
 
@@ -430,12 +433,14 @@ static void check_resume(tt *t, uint64_t x, uint64_t C) {
     if (rc == BS_OK) t->n_target_reports++;
     ct_oplist_free(&l);
     C = t->cp;
-    snprintf(t->where, sizeof t->where, "retry of the read from %llu at the newer checkpoint "
-             "%llu", (unsigned long long)x, (unsigned long long)C);
+    snprintf(t->where, sizeof t->where,
+             "retry of the read from %llu at the newer checkpoint "
+             "%llu",
+             (unsigned long long)x, (unsigned long long)C);
     rc = ct_read_bucket(t->e.st, C, BUCKET, x, &l);
     if (rc != BS_OK) fail_msg("%s: %s (%s)", t->where, bs_strerror(rc), ct_err.msg);
-    if (l.max_target > C) fail_msg("%s: target_op %llu > C", t->where,
-                                   (unsigned long long)l.max_target);
+    if (l.max_target > C)
+      fail_msg("%s: target_op %llu > C", t->where, (unsigned long long)l.max_target);
   }
   reduce_hist(t, C, &full);
   reduce_hist(t, x, &res);

@@ -79,8 +79,7 @@ static void test_managed_ids(void **state) {
 
 static void test_last_heads(void **state) {
   ct_env *f = *state;
-  bs_head two[2] = {{ct_v("1"), ct_v("00000005")},
-                    {ct_v("2"), ct_v("0010")}};
+  bs_head two[2] = {{ct_v("1"), ct_v("00000005")}, {ct_v("2"), ct_v("0010")}};
   bs_managed_request r = {ct_v("m"), two, 2, 1, 7, 0};
   uint64_t id;
   int found;
@@ -99,10 +98,11 @@ static void test_last_heads(void **state) {
 static void test_batch_dedup(void **state) {
   ct_env *f = *state;
   bs_head h = {ct_v("1"), ct_v("00000010")};
-  bs_managed_request r[5] = {
-      {ct_v("x"), &h, 1, 0, 0, 0},  {ct_v("x"), &h, 1, 1, 7, 0},
-      {ct_v("y"), &h, 1, 0, 0, 0},  {ct_v("x"), &h, 1, 1, 9, 0},
-      {ct_v("y"), &h, 1, 0, 0, 0}};
+  bs_managed_request r[5] = {{ct_v("x"), &h, 1, 0, 0, 0},
+                             {ct_v("x"), &h, 1, 1, 7, 0},
+                             {ct_v("y"), &h, 1, 0, 0, 0},
+                             {ct_v("x"), &h, 1, 1, 9, 0},
+                             {ct_v("y"), &h, 1, 0, 0, 0}};
   uint64_t ids[5];
   int adv = 0;
   CT_OK(bs_create_managed_write_checkpoints(f->st, r, 5, ids, &adv, &ct_err));
@@ -225,7 +225,7 @@ static void test_cleanup(void **state) {
   assert_int_equal(deleted, 1);
   assert_int_equal(last(f, "old", "00000006"), 0);
   assert_int_equal(last(f, "recent", "00000006"), 10);
-  assert_int_equal(last(f, "gen", "00000006"), 1);     /* no requested_at: kept */
+  assert_int_equal(last(f, "gen", "00000006"), 1);      /* no requested_at: kept */
   assert_int_equal(last(f, "pending", "00000099"), 10); /* not processed: kept */
   CT_OK(bs_delete_checkpoint_requests_before(f->st, INT64_MAX, &deleted, &ct_err));
   assert_int_equal(deleted, 1); /* recent */

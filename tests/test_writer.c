@@ -81,7 +81,9 @@ static int teardown(void **state) {
 
 /* ---- Save helpers ---------------------------------------------------------------------------- */
 
-static bs_val V(const char *s) { return bs_val_str(s); }
+static bs_val V(const char *s) {
+  return bs_val_str(s);
+}
 
 /* rows: "bucket:type:id:data" strings; NULL-terminated */
 static int save_v(fx *f, bs_tag tag, const char *table, const char *before, const char *after,
@@ -159,7 +161,9 @@ typedef struct rop {
   char ot[64], oi[64], subkey[48], data[128];
 } rop;
 
-static bs_lmdb_db *LDB(fx *f) { return (bs_lmdb_db *)f->db; }
+static bs_lmdb_db *LDB(fx *f) {
+  return (bs_lmdb_db *)f->db;
+}
 
 static void cpy(char *dst, size_t cap, bs_val v) {
   size_t n = v.size < cap - 1 ? v.size : cap - 1;
@@ -265,8 +269,8 @@ static void test_put_remove_diff(void **state) {
   rop a[16], b[16];
   char sk[48];
   bs_bucket_state s;
-  assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}", "B:todo:1:{a}"),
-                          NULL), 0);
+  assert_int_equal(
+      save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}", "B:todo:1:{a}"), NULL), 0);
   assert_int_equal(save_v(f, BS_UPDATE, "t", NULL, "r1", ROWS("A:todo:1:{b}"), NULL), 0);
   assert_int_equal(flush(f), 4);
   assert_int_equal(read_ops(f, f->stream, "A", a, 16), 2);
@@ -315,8 +319,8 @@ static void test_object_id_change_leaves(void **state) {
 static void test_insert_does_not_diff(void **state) {
   fx *f = *state;
   rop a[16], b[16];
-  assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}", "B:todo:1:{a}"),
-                          NULL), 0);
+  assert_int_equal(
+      save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}", "B:todo:1:{a}"), NULL), 0);
   flush(f);
   /* A second INSERT of the same row does not read the previous record: no REMOVE in B. */
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{b}"), NULL), 0);
@@ -330,8 +334,8 @@ static void test_replica_id_change(void **state) {
   rop a[16], b[16];
   char sk1[48], sk2[48];
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}"), ROWS("k1")), 0);
-  assert_int_equal(save_v(f, BS_UPDATE, "t", "r1", "r2", ROWS("A:todo:1:{a}", "B:todo:1:{a}"),
-                          NULL), 0);
+  assert_int_equal(
+      save_v(f, BS_UPDATE, "t", "r1", "r2", ROWS("A:todo:1:{a}", "B:todo:1:{a}"), NULL), 0);
   assert_int_equal(flush(f), 6);
   subkey_of(sk1, 1, "r1");
   subkey_of(sk2, 1, "r2");
@@ -474,8 +478,7 @@ static void test_snapshot_mode(void **state) {
   flush(f);
   assert_int_equal(count_dbi(f, LDB(f)->softdel), 1);
   fx_writer(f, 1);
-  assert_int_equal(save_v(f, BS_UPDATE, "t", NULL, "r1", ROWS("A:todo:1:{x}"), NULL),
-                   BS_ESTATE);
+  assert_int_equal(save_v(f, BS_UPDATE, "t", NULL, "r1", ROWS("A:todo:1:{x}"), NULL), BS_ESTATE);
   /* snapshot rows: r1 exists (skipped), r2 soft-deleted (skipped), r3 new */
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{old}"), NULL), 0);
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r2", ROWS("A:todo:2:{old}"), NULL), 0);
@@ -506,8 +509,10 @@ static void test_snapshot_mode(void **state) {
 
 static int got_data(const bs_val *d, void *payload) {
   char *out = payload;
-  if (!d) strcpy(out, "(null)");
-  else cpy(out, 64, *d);
+  if (!d)
+    strcpy(out, "(null)");
+  else
+    cpy(out, 64, *d);
   return 0;
 }
 
@@ -527,11 +532,9 @@ static void test_source_row(void **state) {
   strcpy(out, "");
   assert_int_equal(bs_writer_source_row(f->w, V("t"), V("r1"), got_data, out, NULL), BS_OK);
   assert_string_equal(out, "{\"v\":1}");
-  assert_int_equal(bs_writer_source_row(f->w, V("t"), V("r2"), got_data, out, NULL),
-                   BS_ENOTFOUND);
+  assert_int_equal(bs_writer_source_row(f->w, V("t"), V("r2"), got_data, out, NULL), BS_ENOTFOUND);
   assert_int_equal(save_v(f, BS_DELETE, "t", "r1", NULL, NULL, NULL), 0);
-  assert_int_equal(bs_writer_source_row(f->w, V("t"), V("r1"), got_data, out, NULL),
-                   BS_ENOTFOUND);
+  assert_int_equal(bs_writer_source_row(f->w, V("t"), V("r1"), got_data, out, NULL), BS_ENOTFOUND);
 }
 
 static void test_truncate_drop(void **state) {
@@ -740,7 +743,8 @@ static void test_format_refusal(void **state) {
   assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
   assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
   memcpy(nv, "bktstore", 8);
-  nv[8] = 99; nv[9] = nv[10] = nv[11] = 0;
+  nv[8] = 99;
+  nv[9] = nv[10] = nv[11] = 0;
   v.mv_size = 12;
   v.mv_data = nv;
   assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
@@ -795,7 +799,6 @@ static void test_sha256_stream(void **state) {
   assert_int_equal(read_ops(f, f->stream, "A", a, 4), -1);
 }
 
-
 /* Fault loop (SQLite style): fail the k-th allocation of a flush; a failed flush must leave the
  * file and the queue as they were, so that a retry produces exactly the expected result. */
 static long g_fail_at = -1, g_allocs;
@@ -809,7 +812,10 @@ static void *fail_realloc(void *o, void *p, size_t n) {
   if (g_fail_at >= 0 && ++g_allocs == g_fail_at) return NULL;
   return realloc(p, n);
 }
-static void fail_free(void *o, void *p) { (void)o; free(p); }
+static void fail_free(void *o, void *p) {
+  (void)o;
+  free(p);
+}
 
 static void test_flush_fault_loop(void **state) {
   fx *f = *state;

@@ -31,11 +31,16 @@ void sl_line_free(sl_line *l) {
 
 const char *sl_kind_name(sl_kind k) {
   switch (k) {
-  case SL_CHECKPOINT: return "checkpoint";
-  case SL_CHECKPOINT_DIFF: return "checkpoint_diff";
-  case SL_DATA: return "data";
-  case SL_CHECKPOINT_COMPLETE: return "checkpoint_complete";
-  case SL_PARTIAL_COMPLETE: return "partial_checkpoint_complete";
+  case SL_CHECKPOINT:
+    return "checkpoint";
+  case SL_CHECKPOINT_DIFF:
+    return "checkpoint_diff";
+  case SL_DATA:
+    return "data";
+  case SL_CHECKPOINT_COMPLETE:
+    return "checkpoint_complete";
+  case SL_PARTIAL_COMPLETE:
+    return "partial_checkpoint_complete";
   }
   return "?";
 }
@@ -258,8 +263,7 @@ static int validate(cl_client *c, uint64_t last_op_id, int prio) {
                prio < 0 ? "checkpoint_complete" : "partial_checkpoint_complete",
                (unsigned long long)last_op_id, prio, t->name, cl_checksum(b),
                b ? b->add_checksum : 0, b ? b->op_checksum : 0, b ? b->n : 0,
-               (unsigned long long)(b ? b->last_op : 0), t->checksum,
-               (unsigned long long)t->count);
+               (unsigned long long)(b ? b->last_op : 0), t->checksum, (unsigned long long)t->count);
       return CL_MISMATCH;
     }
   }
@@ -291,8 +295,8 @@ static int apply_data(cl_client *c, const sl_line *l) {
   /* Not something the reference client checks, but a server that honours the requested
    * positions always continues exactly where the client is. */
   if (l->after != last) {
-    snprintf(c->why, sizeof c->why, "data for %s after %llu, but the client is at %llu",
-             l->bucket, (unsigned long long)l->after, (unsigned long long)last);
+    snprintf(c->why, sizeof c->why, "data for %s after %llu, but the client is at %llu", l->bucket,
+             (unsigned long long)l->after, (unsigned long long)last);
     return CL_PROTOCOL;
   }
   if (!l->ops.n || l->next_after != l->ops.v[l->ops.n - 1].op_id) {
@@ -304,8 +308,8 @@ static int apply_data(cl_client *c, const sl_line *l) {
   for (i = 0; i < l->ops.n; i++) {
     const ct_op *op = &l->ops.v[i];
     if (op->op_id <= b->last_op || op->op_id > c->target.last_op_id) {
-      snprintf(c->why, sizeof c->why, "data for %s: op %llu after %llu, checkpoint %llu",
-               l->bucket, (unsigned long long)op->op_id, (unsigned long long)b->last_op,
+      snprintf(c->why, sizeof c->why, "data for %s: op %llu after %llu, checkpoint %llu", l->bucket,
+               (unsigned long long)op->op_id, (unsigned long long)b->last_op,
                (unsigned long long)c->target.last_op_id);
       return CL_PROTOCOL;
     }
@@ -326,8 +330,10 @@ int cl_apply(cl_client *c, const sl_line *l) {
       int keep = 0;
       for (j = 0; j < l->n_buckets && !keep; j++)
         keep = strcmp(l->buckets[j].name, c->b[i].name) == 0;
-      if (keep) i++;
-      else bucket_remove(c, c->b[i].name);
+      if (keep)
+        i++;
+      else
+        bucket_remove(c, c->b[i].name);
     }
     target_free(&c->target);
     for (j = 0; j < l->n_buckets; j++) target_set(&c->target, &l->buckets[j]);

@@ -78,19 +78,19 @@ typedef struct cl_client {
   int has_target;
   cl_checkpoint target;
   /* results */
-  uint64_t validated_cp; /* checkpoint of the last successful validation */
+  uint64_t validated_cp;  /* checkpoint of the last successful validation */
   int validated_priority; /* its priority; -1 = full checkpoint_complete */
   uint64_t applied_cp;    /* last checkpoint validated in full */
   unsigned long lines, data_ops, completes, partials;
   sl_kind last_kind; /* of the last line applied */
-  char why[1024]; /* the last failure */
+  char why[1024];    /* the last failure */
 } cl_client;
 
 /* cl_apply results */
-#define CL_OK 0
+#define CL_OK        0
 #define CL_VALIDATED 1 /* a (partial) checkpoint validated: validated_cp / validated_priority */
-#define CL_MISMATCH 2  /* a checksum did not match (why) */
-#define CL_PROTOCOL 3  /* a line the protocol does not allow here (why) */
+#define CL_MISMATCH  2 /* a checksum did not match (why) */
+#define CL_PROTOCOL  3 /* a line the protocol does not allow here (why) */
 
 void cl_init(cl_client *c);
 void cl_free(cl_client *c);

@@ -11,8 +11,8 @@
 
 /* ---- Backends --------------------------------------------------------------------------------- */
 
-static int passthrough_open_storage(const ct_backend *be, bs_db *db, uint32_t id,
-                                    bs_storage **out, bs_error *err) {
+static int passthrough_open_storage(const ct_backend *be, bs_db *db, uint32_t id, bs_storage **out,
+                                    bs_error *err) {
   bs_storage *st = NULL;
   int rc = bs_storage_open(&st, db, id, err);
   if (rc) return rc;
@@ -213,8 +213,10 @@ int ct_commit(bs_writer *w, const char *lsn, bs_commit_result *out) {
 static bs_val key_of(unsigned char *buf, size_t cap, const bs_scalar *sc) {
   size_t n = 0;
   bs_val v = {buf, 0};
-  if (bs_lookup_encode(buf, cap, &n, sc, 1, &ct_err) == BS_OK) v.size = n;
-  else fail_msg("bs_lookup_encode failed: %s", ct_err.msg);
+  if (bs_lookup_encode(buf, cap, &n, sc, 1, &ct_err) == BS_OK)
+    v.size = n;
+  else
+    fail_msg("bs_lookup_encode failed: %s", ct_err.msg);
   return v;
 }
 
@@ -286,7 +288,7 @@ typedef struct read_ctx {
   const char *bucket;
   size_t blen;
   uint64_t C;
-  uint64_t pos;      /* expected `after` of the next chunk */
+  uint64_t pos; /* expected `after` of the next chunk */
   size_t chunk_bytes;
   size_t limit;
   size_t ops_this_call;
@@ -331,8 +333,7 @@ static int on_chunk(const bs_chunk *c, void *payload) {
              (unsigned long long)c->target_op, (unsigned long long)tmax);
   /* A chunk goes past chunk_bytes only when it is a single op (SPEC 5.2). */
   if (r->chunk_bytes && c->n_ops > 1 && bytes > r->chunk_bytes)
-    fail_msg("chunk of %zu ops holds %zu bytes > chunk_bytes %zu", c->n_ops, bytes,
-             r->chunk_bytes);
+    fail_msg("chunk of %zu ops holds %zu bytes > chunk_bytes %zu", c->n_ops, bytes, r->chunk_bytes);
   if (c->target_op > r->out->max_target) r->out->max_target = c->target_op;
   r->out->n_chunks++;
   r->pos = c->next_after;
@@ -342,8 +343,8 @@ static int on_chunk(const bs_chunk *c, void *payload) {
   return 0;
 }
 
-int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen,
-                        uint64_t after, size_t limit, size_t chunk_bytes, ct_oplist *out) {
+int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen, uint64_t after,
+                        size_t limit, size_t chunk_bytes, ct_oplist *out) {
   read_ctx r;
   bs_bucket_request req;
   bs_batch_options o = BS_BATCH_OPTIONS_INIT;
@@ -376,8 +377,7 @@ int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t b
   return BS_OK;
 }
 
-int ct_read_bucket(bs_storage *st, uint64_t C, const char *bucket, uint64_t after,
-                   ct_oplist *out) {
+int ct_read_bucket(bs_storage *st, uint64_t C, const char *bucket, uint64_t after, ct_oplist *out) {
   return ct_read_bucket_opts(st, C, bucket, strlen(bucket), after, 0, 0, out);
 }
 
@@ -435,13 +435,12 @@ void ct_expect_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t 
   int rc = ct_params(st, C, lookups, n, 0, &got);
   if (rc != BS_OK) {
     free(got);
-    fail_msg("parameter sets at %llu: %s (%s)", (unsigned long long)C, bs_strerror(rc),
-             ct_err.msg);
+    fail_msg("parameter sets at %llu: %s (%s)", (unsigned long long)C, bs_strerror(rc), ct_err.msg);
     return; /* not reached: fail_msg jumps out */
   }
   if (strcmp(got, want) != 0) {
-    fprintf(stderr, "parameter sets at %llu: got \"%s\", expected \"%s\"\n",
-            (unsigned long long)C, got, want);
+    fprintf(stderr, "parameter sets at %llu: got \"%s\", expected \"%s\"\n", (unsigned long long)C,
+            got, want);
     free(got);
     fail();
     return; /* not reached */
@@ -451,11 +450,16 @@ void ct_expect_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t 
 
 const char *ct_type_name(bs_op_type t) {
   switch (t) {
-  case BS_OP_PUT: return "PUT";
-  case BS_OP_REMOVE: return "REMOVE";
-  case BS_OP_MOVE: return "MOVE";
-  case BS_OP_CLEAR: return "CLEAR";
-  default: return "?";
+  case BS_OP_PUT:
+    return "PUT";
+  case BS_OP_REMOVE:
+    return "REMOVE";
+  case BS_OP_MOVE:
+    return "MOVE";
+  case BS_OP_CLEAR:
+    return "CLEAR";
+  default:
+    return "?";
   }
 }
 
@@ -481,7 +485,9 @@ char *ct_strndup(const void *p, size_t n) {
   return s;
 }
 
-char *ct_strdup(const char *s) { return ct_strndup(s, strlen(s)); }
+char *ct_strdup(const char *s) {
+  return ct_strndup(s, strlen(s));
+}
 
 void *ct_grow(void *v, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return v;
@@ -508,8 +514,10 @@ size_t ct_sorted_pos(const void *v, size_t n, size_t elem, size_t name_off, cons
       *found = 1;
       return mid;
     }
-    if (d < 0) lo = mid + 1;
-    else hi = mid;
+    if (d < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   *found = 0;
   return lo;
@@ -558,4 +566,6 @@ uint64_t ct_rand(ct_rng *r) {
   return z ^ (z >> 31);
 }
 
-uint64_t ct_below(ct_rng *r, uint64_t n) { return n ? ct_rand(r) % n : 0; }
+uint64_t ct_below(ct_rng *r, uint64_t n) {
+  return n ? ct_rand(r) % n : 0;
+}

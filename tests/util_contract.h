@@ -31,8 +31,8 @@ struct ct_backend {
    * files). A persistent backend is opened again on the same path to reopen it and for a second
    * handle, and must then see what was committed. NULL hook: bs_open(), or bs_open_memory() when
    * not persistent. */
-  int (*open_db)(const ct_backend *be, const char *path, const bs_open_options *opts,
-                 bs_db **out, bs_error *err);
+  int (*open_db)(const ct_backend *be, const char *path, const bs_open_options *opts, bs_db **out,
+                 bs_error *err);
   /* Opens the storage of stream `id` of db (id 0: the ACTIVE stream, as bs_storage_open). NULL
    * hook: bs_storage_open(). A wrapping backend opens the inner storage and wraps it (the
    * "lmdb+passthrough" entry does that with ct_passthrough_wrap). */
@@ -101,7 +101,7 @@ extern unsigned long ct_passthrough_calls;
 typedef struct ct_r {
   const char *bucket, *type, *id, *data;
 } ct_r;
-#define CT_ROWS(...)                                                                              \
+#define CT_ROWS(...)                                                                               \
   ((const ct_r[]){__VA_ARGS__}), (sizeof((const ct_r[]){__VA_ARGS__}) / sizeof(ct_r))
 #define CT_NOROWS NULL, 0
 
@@ -121,7 +121,7 @@ bs_val ct_key_double(unsigned char *buf, size_t cap, double d);
 
 /* ---- Reading helpers -------------------------------------------------------------------------- */
 typedef struct ct_buf {
-  char *p;     /* NUL-terminated copy, NULL when absent */
+  char *p; /* NUL-terminated copy, NULL when absent */
   size_t n;
 } ct_buf;
 
@@ -149,10 +149,9 @@ int ct_buf_eq(const ct_buf *b, const char *s);
 /* Reads all of bucket in (after, C] with repeated calls (limit, chunk_bytes: 0 = default),
  * asserting the chunk invariants of SPEC 5.2 along the way. Returns the status of the first
  * failing call. */
-int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen,
-                        uint64_t after, size_t limit, size_t chunk_bytes, ct_oplist *out);
-int ct_read_bucket(bs_storage *st, uint64_t C, const char *bucket, uint64_t after,
-                   ct_oplist *out);
+int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen, uint64_t after,
+                        size_t limit, size_t chunk_bytes, ct_oplist *out);
+int ct_read_bucket(bs_storage *st, uint64_t C, const char *bucket, uint64_t after, ct_oplist *out);
 int ct_checksum(bs_storage *st, uint64_t C, const char *bucket, bs_checksum *out);
 int ct_checksum_n(bs_storage *st, uint64_t C, const char *bucket, size_t blen, bs_checksum *out);
 
@@ -167,35 +166,34 @@ const char *ct_type_name(bs_op_type t);
 void ct_dump_ops(const char *what, const ct_oplist *l);
 
 /* ---- Assertions that print the library's error ---------------------------------------------- */
-#define CT_OK(expr)                                                                               \
-  do {                                                                                            \
-    int ct_rc_ = (expr);                                                                          \
-    if (ct_rc_ != BS_OK)                                                                          \
-      fail_msg("%s\n  -> %s (%s)", #expr, bs_strerror(ct_rc_), ct_err.msg);                      \
+#define CT_OK(expr)                                                                                \
+  do {                                                                                             \
+    int ct_rc_ = (expr);                                                                           \
+    if (ct_rc_ != BS_OK) fail_msg("%s\n  -> %s (%s)", #expr, bs_strerror(ct_rc_), ct_err.msg);     \
   } while (0)
 
-#define CT_RC(want, expr)                                                                         \
-  do {                                                                                            \
-    int ct_rc_ = (expr);                                                                          \
-    if (ct_rc_ != (want))                                                                         \
-      fail_msg("%s\n  -> %s (%s), expected %s", #expr, bs_strerror(ct_rc_), ct_err.msg,           \
-               bs_strerror(want));                                                                \
+#define CT_RC(want, expr)                                                                          \
+  do {                                                                                             \
+    int ct_rc_ = (expr);                                                                           \
+    if (ct_rc_ != (want))                                                                          \
+      fail_msg("%s\n  -> %s (%s), expected %s", #expr, bs_strerror(ct_rc_), ct_err.msg,            \
+               bs_strerror(want));                                                                 \
   } while (0)
 
-#define CT_EQ_U64(a, b)                                                                           \
-  do {                                                                                            \
-    uint64_t ct_a_ = (uint64_t)(a), ct_b_ = (uint64_t)(b);                                        \
-    if (ct_a_ != ct_b_)                                                                           \
-      fail_msg("%s == %s: got %llu, expected %llu", #a, #b, (unsigned long long)ct_a_,            \
-               (unsigned long long)ct_b_);                                                        \
+#define CT_EQ_U64(a, b)                                                                            \
+  do {                                                                                             \
+    uint64_t ct_a_ = (uint64_t)(a), ct_b_ = (uint64_t)(b);                                         \
+    if (ct_a_ != ct_b_)                                                                            \
+      fail_msg("%s == %s: got %llu, expected %llu", #a, #b, (unsigned long long)ct_a_,             \
+               (unsigned long long)ct_b_);                                                         \
   } while (0)
 
-#define CT_STR(buf, s)                                                                            \
-  do {                                                                                            \
-    const char *ct_s_ = (s);                                                                      \
-    if (!ct_buf_eq(&(buf), ct_s_))                                                                \
-      fail_msg("%s: got \"%s\", expected \"%s\"", #buf, (buf).p ? (buf).p : "(none)",             \
-               ct_s_ ? ct_s_ : "(none)");                                                         \
+#define CT_STR(buf, s)                                                                             \
+  do {                                                                                             \
+    const char *ct_s_ = (s);                                                                       \
+    if (!ct_buf_eq(&(buf), ct_s_))                                                                 \
+      fail_msg("%s: got \"%s\", expected \"%s\"", #buf, (buf).p ? (buf).p : "(none)",              \
+               ct_s_ ? ct_s_ : "(none)");                                                          \
   } while (0)
 
 /* ---- Small containers (test code: allocation failure fails the test) ------------------------ */
@@ -217,10 +215,12 @@ void ct_remove_at(void *v, size_t *n, size_t i, size_t elem);
 char *ct_row_key(const ct_op *op);
 
 /* ---- Seeds and the quick mode ----------------------------------------------------------------- */
-int ct_quick(void);                              /* BS_TEST_QUICK set and not "0" */
+int ct_quick(void); /* BS_TEST_QUICK set and not "0" */
 uint64_t ct_env_u64(const char *name, uint64_t dflt);
 /* splitmix64 PRNG */
-typedef struct ct_rng { uint64_t s; } ct_rng;
+typedef struct ct_rng {
+  uint64_t s;
+} ct_rng;
 uint64_t ct_rand(ct_rng *r);
 uint64_t ct_below(ct_rng *r, uint64_t n); /* [0, n) */
 

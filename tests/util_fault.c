@@ -13,7 +13,7 @@
 
 /* Each block carries a 16-byte header (size + magic) so that frees can be checked and counted;
  * 16 keeps the payload aligned for any type. */
-#define FT_HDR 16u
+#define FT_HDR   16u
 #define FT_MAGIC 0x6674616cu
 
 static int ft_should_fail(ft_alloc *f) {
@@ -120,19 +120,19 @@ static int fw_fail(ft_vt_config *c, int slot, bs_error *err) {
 }
 
 #define FS(st) ((fw_storage *)(st))
-#define FW(w) ((fw_writer *)(w))
+#define FW(w)  ((fw_writer *)(w))
 /* Counts the call, injects the fault if due, else forwards (NULL slot: BS_EUNSUPPORTED). */
-#define FWD(cfg, slotno, inner, slot, ...)                                                        \
-  do {                                                                                            \
-    int fw_rc_ = fw_fail((cfg), (slotno), err);                                                   \
-    if (fw_rc_) return fw_rc_;                                                                    \
-    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                               \
-    return (inner)->vt->slot(__VA_ARGS__);                                                        \
+#define FWD(cfg, slotno, inner, slot, ...)                                                         \
+  do {                                                                                             \
+    int fw_rc_ = fw_fail((cfg), (slotno), err);                                                    \
+    if (fw_rc_) return fw_rc_;                                                                     \
+    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                                \
+    return (inner)->vt->slot(__VA_ARGS__);                                                         \
   } while (0)
-#define SFWD(st, slotno, slot, ...) FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, FS(st)->inner, \
-                                        __VA_ARGS__)
-#define WFWD(w, slotno, slot, ...) FWD(FW(w)->cfg, slotno, FW(w)->inner->st, slot, FW(w)->inner, \
-                                       __VA_ARGS__)
+#define SFWD(st, slotno, slot, ...)                                                                \
+  FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, FS(st)->inner, __VA_ARGS__)
+#define WFWD(w, slotno, slot, ...)                                                                 \
+  FWD(FW(w)->cfg, slotno, FW(w)->inner->st, slot, FW(w)->inner, __VA_ARGS__)
 
 static void fw_destroy(bs_storage *st) {
   fw_storage *p = FS(st);
@@ -208,9 +208,8 @@ static int fw_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, 
                         uint64_t *gen, bs_error *err) {
   SFWD(st, FT_CHECKSUMS, checksums, cp, b, n, out, gen, err);
 }
-static int fw_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b,
-                              size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
-                              bs_error *err) {
+static int fw_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b, size_t n,
+                              bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err) {
   SFWD(st, FT_CHECKSUM_RANGES, checksum_ranges, from, to, b, n, out, cleared, gen, err);
 }
 static int fw_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
@@ -250,14 +249,15 @@ static int fw_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 static int fw_report_error(bs_storage *st, const char *msg, bs_error *err) {
   SFWD(st, FT_REPORT_ERROR, report_error, msg, err);
 }
-static int fw_clear(bs_storage *st, bs_error *err) { SFWD(st, FT_CLEAR, clear, err); }
+static int fw_clear(bs_storage *st, bs_error *err) {
+  SFWD(st, FT_CLEAR, clear, err);
+}
 static int fw_terminate(bs_storage *st, int clear, bs_error *err) {
   SFWD(st, FT_TERMINATE, terminate, clear, err);
 }
 
-static int fw_list_buckets(bs_storage *st, bs_val after,
-                           int (*fn)(const bs_bucket_info *, void *), void *payload,
-                           bs_error *err) {
+static int fw_list_buckets(bs_storage *st, bs_val after, int (*fn)(const bs_bucket_info *, void *),
+                           void *payload, bs_error *err) {
   bs_storage *in = FS(st)->inner;
   int rc = fw_fail(FS(st)->cfg, FT_LIST_BUCKETS, err);
   if (rc) return rc;
@@ -266,13 +266,34 @@ static int fw_list_buckets(bs_storage *st, bs_val after,
 }
 
 static const bs_storage_vtable fw_vtable = {
-    BS_STORAGE_VTABLE_VERSION, fw_destroy,       fw_writer_open,         fw_writer_close,
-    fw_writer_save,            fw_writer_truncate, fw_writer_flush,      fw_writer_commit,
-    fw_writer_snapshot_done,   fw_writer_resume_lsn, fw_writer_source_row, fw_writer_custom_wcp,
-    fw_get_checkpoint,         fw_bucket_data,   fw_checksums,           fw_checksum_ranges,
-    fw_checkpoint_changes,     fw_parameter_sets, fw_set_wcp_mode,       fw_create_managed,
-    fw_last_wcp,               fw_delete_wcp,    fw_compact,             fw_compact_initial,
-    fw_get_status,             fw_report_error,  fw_clear,               fw_terminate,
+    BS_STORAGE_VTABLE_VERSION,
+    fw_destroy,
+    fw_writer_open,
+    fw_writer_close,
+    fw_writer_save,
+    fw_writer_truncate,
+    fw_writer_flush,
+    fw_writer_commit,
+    fw_writer_snapshot_done,
+    fw_writer_resume_lsn,
+    fw_writer_source_row,
+    fw_writer_custom_wcp,
+    fw_get_checkpoint,
+    fw_bucket_data,
+    fw_checksums,
+    fw_checksum_ranges,
+    fw_checkpoint_changes,
+    fw_parameter_sets,
+    fw_set_wcp_mode,
+    fw_create_managed,
+    fw_last_wcp,
+    fw_delete_wcp,
+    fw_compact,
+    fw_compact_initial,
+    fw_get_status,
+    fw_report_error,
+    fw_clear,
+    fw_terminate,
     fw_list_buckets,
 };
 
@@ -325,7 +346,9 @@ uint64_t ft_env_seed(void) {
   return s && *s ? strtoull(s, NULL, 10) : 20240601u;
 }
 
-int ft_clean_status(int rc) { return rc <= BS_EINVAL && rc >= BS_ECANCELED; }
+int ft_clean_status(int rc) {
+  return rc <= BS_EINVAL && rc >= BS_ECANCELED;
+}
 
 /* ---- Fingerprint ---------------------------------------------------------------------------- */
 
@@ -352,7 +375,9 @@ static void fp_add(fp_buf *b, const void *s, size_t n) {
   b->p[b->n] = 0;
 }
 
-static void fp_str(fp_buf *b, const char *s) { fp_add(b, s, strlen(s)); }
+static void fp_str(fp_buf *b, const char *s) {
+  fp_add(b, s, strlen(s));
+}
 
 /* bytes as printable text: hex-escaped when not plain ASCII, so any name is unambiguous */
 static void fp_bytes(fp_buf *b, bs_val v) {
@@ -414,7 +439,8 @@ static int fp_on_chunk(const bs_chunk *c, void *payload) {
     if (op->type == BS_OP_CLEAR) rows_clear(r);
     if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) continue;
     if (!(k = fp_key(op))) goto oom;
-    for (j = 0; j < r->n && strcmp(r->v[j].key, k); j++) {}
+    for (j = 0; j < r->n && strcmp(r->v[j].key, k); j++) {
+    }
     if (j < r->n) { /* drop the old version */
       free(r->v[j].key);
       free(r->v[j].data);

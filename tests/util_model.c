@@ -20,8 +20,7 @@ uint32_t md_hash(bs_hash h, const void *p, size_t n) {
     sha256_init(&c);
     sha256_update(&c, n, p);
     sha256_digest(&c, sizeof d, d);
-    return (uint32_t)d[0] | ((uint32_t)d[1] << 8) | ((uint32_t)d[2] << 16) |
-           ((uint32_t)d[3] << 24);
+    return (uint32_t)d[0] | ((uint32_t)d[1] << 8) | ((uint32_t)d[2] << 16) | ((uint32_t)d[3] << 24);
   }
   return (uint32_t)XXH3_64bits(p, n);
 }
@@ -60,7 +59,9 @@ static char *dupn(const void *p, size_t n) {
   s[n] = 0;
   return s;
 }
-static char *dupv(bs_val v) { return dupn(v.data, v.size); }
+static char *dupv(bs_val v) {
+  return dupn(v.data, v.size);
+}
 
 static void *grow(void *v, size_t *cap, size_t n, size_t elem) {
   if (n < *cap) return v;
@@ -155,8 +156,8 @@ static md_bucket *bucket_of(md_stream *m, const char *name) {
   return b;
 }
 
-static void emit(md_stream *m, const char *bucket, bs_op_type type, const char *ot,
-                 const char *oid, const char *subkey, const char *data) {
+static void emit(md_stream *m, const char *bucket, bs_op_type type, const char *ot, const char *oid,
+                 const char *subkey, const char *data) {
   md_bucket *b = bucket_of(m, bucket);
   bs_op op;
   memset(&op, 0, sizeof op);
@@ -217,8 +218,8 @@ static void remove_record(md_stream *m, md_record *r, int tombstones) {
 static int has_member(const bs_save *s, const md_member *mb) {
   size_t i;
   for (i = 0; i < s->n_rows; i++)
-    if (val_eq_str(s->rows[i].bucket, mb->bucket) && val_eq_str(s->rows[i].object_type, mb->otype)
-        && val_eq_str(s->rows[i].object_id, mb->oid))
+    if (val_eq_str(s->rows[i].bucket, mb->bucket) &&
+        val_eq_str(s->rows[i].object_type, mb->otype) && val_eq_str(s->rows[i].object_id, mb->oid))
       return 1;
   return 0;
 }
@@ -226,8 +227,7 @@ static int has_member(const bs_save *s, const md_member *mb) {
 static int has_lookup(const bs_save *s, const md_key *k) {
   size_t i;
   for (i = 0; i < s->n_lookups; i++)
-    if (s->lookups[i].key.size == k->n && memcmp(s->lookups[i].key.data, k->p, k->n) == 0)
-      return 1;
+    if (s->lookups[i].key.size == k->n && memcmp(s->lookups[i].key.data, k->p, k->n) == 0) return 1;
   return 0;
 }
 
@@ -248,8 +248,7 @@ void md_save(md_stream *m, const bs_save *s) {
     lo = m->head + 1;
     remove_record(m, old, 0);
     group(m, lo, m->head);
-    for (i = 0; i < old->nlk; i++)
-      emit_param(m, old->lk[i].p, old->lk[i].n, t, old->rid, NULL, 0);
+    for (i = 0; i < old->nlk; i++) emit_param(m, old->lk[i].p, old->lk[i].n, t, old->rid, NULL, 0);
     drop_record(m, old);
   }
   if (!has_after) return;
@@ -320,8 +319,8 @@ void md_truncate(md_stream *m, const char *table) {
 
 static int op_same(const ct_op *a, const ct_op *b) {
   return a->type == b->type && a->checksum == b->checksum &&
-         ct_buf_eq(&a->object_type, b->object_type.p) && ct_buf_eq(&a->object_id, b->object_id.p)
-         && ct_buf_eq(&a->subkey, b->subkey.p) && ct_buf_eq(&a->data, b->data.p);
+         ct_buf_eq(&a->object_type, b->object_type.p) && ct_buf_eq(&a->object_id, b->object_id.p) &&
+         ct_buf_eq(&a->subkey, b->subkey.p) && ct_buf_eq(&a->data, b->data.p);
 }
 
 static int cmp_op(const void *a, const void *b) {
@@ -353,15 +352,16 @@ static void reconcile_group(md_stream *m, bs_storage *st, md_group g) {
     n_bucket_ops += n_model;
     {
       int rc = ct_read_bucket(st, g.hi, b->name, g.lo - 1, &got);
-      if (rc) fail_msg("reconcile: reading %s at %llu: %s (%s)", b->name,
-                       (unsigned long long)g.hi, bs_strerror(rc), ct_err.msg);
+      if (rc)
+        fail_msg("reconcile: reading %s at %llu: %s (%s)", b->name, (unsigned long long)g.hi,
+                 bs_strerror(rc), ct_err.msg);
     }
     used = calloc(got.n + 1, 1);
     assert_non_null(used);
     if (got.n != n_model) {
       ct_dump_ops("engine", &got);
-      fail_msg("bucket %s: engine wrote %zu ops in [%llu, %llu], the model expects %zu",
-               b->name, got.n, (unsigned long long)g.lo, (unsigned long long)g.hi, n_model);
+      fail_msg("bucket %s: engine wrote %zu ops in [%llu, %llu], the model expects %zu", b->name,
+               got.n, (unsigned long long)g.lo, (unsigned long long)g.hi, n_model);
     }
     for (i = 0; i < b->n; i++) {
       ct_op *mo = &b->ops[i];
@@ -371,8 +371,9 @@ static void reconcile_group(md_stream *m, bs_storage *st, md_group g) {
       if (j == got.n) {
         ct_dump_ops("engine", &got);
         fail_msg("bucket %s: the engine has no op matching the model's %s %s/%s/%s in [%llu, "
-                 "%llu]", b->name, ct_type_name(mo->type), mo->object_type.p, mo->object_id.p,
-                 mo->subkey.p, (unsigned long long)g.lo, (unsigned long long)g.hi);
+                 "%llu]",
+                 b->name, ct_type_name(mo->type), mo->object_type.p, mo->object_id.p, mo->subkey.p,
+                 (unsigned long long)g.lo, (unsigned long long)g.hi);
       }
       used[j] = 1;
       mo->op_id = got.v[j].op_id;
@@ -474,7 +475,9 @@ char *md_params(const md_stream *m, uint64_t C, const bs_val *keys, size_t n, si
 
 /* ---- Reduce ----------------------------------------------------------------------------------- */
 
-void md_reduce_init(md_reduced *r) { memset(r, 0, sizeof *r); }
+void md_reduce_init(md_reduced *r) {
+  memset(r, 0, sizeof *r);
+}
 
 void md_reduce_free(md_reduced *r) {
   size_t i;

@@ -26,11 +26,11 @@ typedef struct pt_writer {
 #define IN(st) (((pt_storage *)(st))->inner)
 #define WIN(w) (((pt_writer *)(w))->inner)
 /* The inner slot, or BS_EUNSUPPORTED like the front does for a NULL slot. */
-#define FWD(inner, slot, ...)                                                                     \
-  do {                                                                                            \
-    ct_passthrough_calls++;                                                                       \
-    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                               \
-    return (inner)->vt->slot(__VA_ARGS__);                                                        \
+#define FWD(inner, slot, ...)                                                                      \
+  do {                                                                                             \
+    ct_passthrough_calls++;                                                                        \
+    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                                \
+    return (inner)->vt->slot(__VA_ARGS__);                                                         \
   } while (0)
 
 static void pt_destroy(bs_storage *st) {
@@ -110,9 +110,8 @@ static int pt_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, 
                         uint64_t *gen, bs_error *err) {
   FWD(IN(st), checksums, IN(st), cp, b, n, out, gen, err);
 }
-static int pt_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b,
-                              size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
-                              bs_error *err) {
+static int pt_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b, size_t n,
+                              bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err) {
   FWD(IN(st), checksum_ranges, IN(st), from, to, b, n, out, cleared, gen, err);
 }
 static int pt_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
@@ -152,7 +151,9 @@ static int pt_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 static int pt_report_error(bs_storage *st, const char *msg, bs_error *err) {
   FWD(IN(st), report_error, IN(st), msg, err);
 }
-static int pt_clear(bs_storage *st, bs_error *err) { FWD(IN(st), clear, IN(st), err); }
+static int pt_clear(bs_storage *st, bs_error *err) {
+  FWD(IN(st), clear, IN(st), err);
+}
 static int pt_terminate(bs_storage *st, int clear, bs_error *err) {
   FWD(IN(st), terminate, IN(st), clear, err);
 }

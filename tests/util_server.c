@@ -45,13 +45,15 @@ struct sv_conn {
   uint64_t C;
   int target_bad;
   int incomplete; /* the client's checkpoint (sent_cp) has not been completed */
-  sl_line *q; /* lines ready to send, FIFO */
+  sl_line *q;     /* lines ready to send, FIFO */
   size_t q_head, q_n, q_cap;
   bs_error *err; /* during one sv_next */
   sv_stats stats;
 };
 
-static char *dupv(bs_val v) { return ct_strndup(v.data, v.size); }
+static char *dupv(bs_val v) {
+  return ct_strndup(v.data, v.size);
+}
 
 static int engine_error(sv_conn *c, const char *fmt, const char *bucket, uint64_t a, uint64_t b) {
   if (c->err) {
@@ -140,7 +142,9 @@ void sv_set_buckets(sv_conn *c, const sv_sub *subs, size_t n) {
   c->n_subs = n;
 }
 
-const sv_stats *sv_get_stats(const sv_conn *c) { return &c->stats; }
+const sv_stats *sv_get_stats(const sv_conn *c) {
+  return &c->stats;
+}
 
 void sv_close(sv_conn *c) {
   size_t i;
@@ -248,8 +252,7 @@ static int build_line(sv_conn *c, uint64_t C) {
     sv_bucket *e;
     if (!need[i]) continue;
     e = badd(c, s->name, 0);
-    if (full || !e->in_line || e->sent.checksum != cs[k].checksum ||
-        e->sent.count != cs[k].count) {
+    if (full || !e->in_line || e->sent.checksum != cs[k].checksum || e->sent.count != cs[k].count) {
       push_checksum(&tmp, s, &cs[k]);
       e->pending = 1;
     }
@@ -271,8 +274,10 @@ static int build_line(sv_conn *c, uint64_t C) {
   }
   *q_push(c, tmp.kind) = tmp;
   memset(&tmp, 0, sizeof tmp);
-  if (full) c->stats.checkpoints++;
-  else c->stats.diffs++;
+  if (full)
+    c->stats.checkpoints++;
+  else
+    c->stats.diffs++;
   c->fetching = 1;
   c->C = C;
   c->target_bad = 0;
@@ -337,8 +342,8 @@ static int on_chunk(const bs_chunk *ch, void *payload) {
     return rc;
   }
   if (ch->target_op > c->newest_seen) { /* the horizon is at most the current checkpoint */
-    int rc = engine_error(c, "bucket %s: target_op %llu above the current checkpoint %llu",
-                          name, ch->target_op, c->newest_seen);
+    int rc = engine_error(c, "bucket %s: target_op %llu above the current checkpoint %llu", name,
+                          ch->target_op, c->newest_seen);
     free(name);
     return rc;
   }
@@ -417,12 +422,14 @@ static int fetch_step(sv_conn *c) {
     if (e->got_chunk && e->last_has_more && !more)
       return engine_error(c, "bucket %s: last chunk has_more, but the call says done (%llu, %llu)",
                           e->name, e->after, c->C);
-    if ((e->got_chunk && !e->last_has_more) || (!e->got_chunk && !more)) e->pending = 0;
-    else left_p = 1;
+    if ((e->got_chunk && !e->last_has_more) || (!e->got_chunk && !more))
+      e->pending = 0;
+    else
+      left_p = 1;
   }
   if (more && !progress)
-    return engine_error(c, "%s: has_more without a chunk (after %llu, checkpoint %llu)", "call",
-                        0, c->C);
+    return engine_error(c, "%s: has_more without a chunk (after %llu, checkpoint %llu)", "call", 0,
+                        c->C);
   if (left_p) return 0;
   for (i = 0; i < c->n; i++)
     if (c->b[i].pending) left_any = 1;
@@ -491,8 +498,8 @@ int sv_next(sv_conn *c, sl_line *line, bs_error *err) {
     }
     if (!c->n_seen) return 0;
     {
-      size_t idx = c->o.lag && ct_below(&c->rng, 3) == 0 ? ct_below(&c->rng, c->n_seen)
-                                                          : c->n_seen - 1;
+      size_t idx =
+          c->o.lag && ct_below(&c->rng, 3) == 0 ? ct_below(&c->rng, c->n_seen) : c->n_seen - 1;
       uint64_t C = c->seen[idx];
       memmove(c->seen, c->seen + idx + 1, (c->n_seen - idx - 1) * sizeof *c->seen);
       c->n_seen -= idx + 1;

@@ -21,7 +21,7 @@
 #include "../../storage.h"
 
 #define CW_BUCKETS 8
-#define CW_USERS 3
+#define CW_USERS   3
 #define CW_LSN_FMT "%08llu"
 
 typedef struct cw_state {
@@ -55,8 +55,7 @@ static size_t cw_lookup_key(unsigned char *buf, size_t cap, int user) {
 
 /* Runs commit c's saves through w (NULL: only advances st, to rebuild it); updates st. Returns
  * the first failing status. The saves only; the caller commits with lsn CW_LSN_FMT of c. */
-static int cw_commit_saves(cw_state *st, uint64_t seed, uint64_t c, bs_writer *w,
-                           bs_error *err) {
+static int cw_commit_saves(cw_state *st, uint64_t seed, uint64_t c, bs_writer *w, bs_error *err) {
   uint64_t r = seed * 1000003u + c;
   int n = 3 + (int)(cw_next(&r) % 28), rc;
   char *touched = calloc(st->n + 1, 1);
