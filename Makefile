@@ -35,6 +35,8 @@ $(BUILD)/%.o: %.c storage.h internal.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -c $< -o $@
 
+$(CLI_OBJS): cli.h
+
 $(BUILD)/libbucketstore.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 

@@ -12,6 +12,8 @@ const char *cli_code_name(int code);
 
 /* The text of an error: err->msg when the library filled it, else bs_strerror's text without
  * its "BS_X: " prefix. */
+/* PROCESSING, ACTIVE, ... as DRIVER.md spells stream states. */
+const char *cli_state_name(bs_stream_state s);
 const char *cli_error_text(int code, const bs_error *err);
 
 /* Fills err (code and formatted message; err may be NULL) and returns code, like the library's

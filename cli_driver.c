@@ -433,22 +433,6 @@ static void close_handles(drv *d) {
 
 typedef int (*drv_fn)(drv *d, json_t *req, json_t *out, bs_error *err);
 
-static const char *state_name(bs_stream_state s) {
-  switch (s) {
-  case BS_STREAM_PROCESSING:
-    return "PROCESSING";
-  case BS_STREAM_ACTIVE:
-    return "ACTIVE";
-  case BS_STREAM_ERRORED:
-    return "ERRORED";
-  case BS_STREAM_STOPPED:
-    return "STOPPED";
-  case BS_STREAM_TERMINATED:
-    return "TERMINATED";
-  }
-  return "UNKNOWN";
-}
-
 static int h_stream_create(drv *d, json_t *req, json_t *out, bs_error *err) {
   bs_stream_options opts = BS_STREAM_OPTIONS_INIT;
   const char *name = NULL, *hash = NULL;
@@ -466,7 +450,7 @@ static int h_stream_create(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 static int list_one(const bs_stream_info *info, void *payload) {
   json_t *s = json_pack("{s:I,s:o,s:s}", "stream", (json_int_t)info->id, "name",
-                        cli_json_bytes(info->name), "state", state_name(info->state));
+                        cli_json_bytes(info->name), "state", cli_state_name(info->state));
   if (!s || json_array_append_new(payload, s) != 0) return BS_ENOMEM;
   return 0;
 }
@@ -484,7 +468,7 @@ static int h_stream_status(drv *d, json_t *req, json_t *out, bs_error *err) {
   int rc = bs_get_status(d->st, &s, err);
   if (rc != BS_OK) return rc;
   if (put(out, "stream", json_integer(bs_storage_stream_id(d->st))) ||
-      put(out, "state", json_string(state_name(s.state))) ||
+      put(out, "state", json_string(cli_state_name(s.state))) ||
       put(out, "resume_lsn", j_lsn(s.has_resume_lsn, s.resume_lsn, s.resume_lsn_size)) ||
       put(out, "snapshot_done", json_boolean(s.snapshot_done)) ||
       put(out, "checkpoint", j_id(s.checkpoint)) ||

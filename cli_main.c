@@ -39,6 +39,22 @@ const char *cli_code_name(int code) {
   return "BS_EUNKNOWN";
 }
 
+const char *cli_state_name(bs_stream_state s) {
+  switch (s) {
+  case BS_STREAM_PROCESSING:
+    return "PROCESSING";
+  case BS_STREAM_ACTIVE:
+    return "ACTIVE";
+  case BS_STREAM_ERRORED:
+    return "ERRORED";
+  case BS_STREAM_STOPPED:
+    return "STOPPED";
+  case BS_STREAM_TERMINATED:
+    return "TERMINATED";
+  }
+  return "UNKNOWN";
+}
+
 const char *cli_error_text(int code, const bs_error *err) {
   const char *s;
   if (err && err->msg[0]) return err->msg;

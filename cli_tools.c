@@ -62,22 +62,6 @@ static int opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *ou
   return 1;
 }
 
-static const char *state_name(bs_stream_state s) {
-  switch (s) {
-  case BS_STREAM_PROCESSING:
-    return "PROCESSING";
-  case BS_STREAM_ACTIVE:
-    return "ACTIVE";
-  case BS_STREAM_ERRORED:
-    return "ERRORED";
-  case BS_STREAM_STOPPED:
-    return "STOPPED";
-  case BS_STREAM_TERMINATED:
-    return "TERMINATED";
-  }
-  return "UNKNOWN";
-}
-
 static const char *op_name(bs_op_type t) {
   switch (t) {
   case BS_OP_PUT:
@@ -392,7 +376,7 @@ static int stat_stream(cli_db *c, const bs_stream_info *info, const char *name,
       (rc = bs_get_status(st, &status, &err)) || (rc = cli_buckets_list(st, &b, &n, &err)))
     goto fail;
   printf("\nstream %u \"%s\" %s, hash %s: checkpoint %llu, last op %llu, %zu bucket%s\n", info->id,
-         name, state_name(info->state), info->hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
+         name, cli_state_name(info->state), info->hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
          (unsigned long long)status.checkpoint, (unsigned long long)status.last_persisted_op, n,
          n == 1 ? "" : "s");
   if (o->no_buckets || n == 0) goto done;
@@ -552,7 +536,7 @@ int cli_dump(int argc, char **argv) {
   /* default: what clients see (the checkpoint); before the first one, everything persisted */
   at = o.has_checkpoint ? o.checkpoint : s.checkpoint ? s.checkpoint : s.last_persisted_op;
   if ((rc = print_line(json_pack("{s:i,s:s,s:o,s:o,s:o}", "stream", (int)bs_storage_stream_id(st),
-                                 "state", state_name(s.state), "checkpoint", j_id(s.checkpoint),
+                                 "state", cli_state_name(s.state), "checkpoint", j_id(s.checkpoint),
                                  "last_op", j_id(s.last_persisted_op), "read_at", j_id(at)))))
     goto fail;
   if (o.bucket) {
