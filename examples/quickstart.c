@@ -1,19 +1,14 @@
 /* quickstart.c: the README's embedding example: replicate one row, make a checkpoint, read the
  * bucket checksum a client must arrive at. Build: cc quickstart.c -lbucketstore -llmdb -lnettle */
+/* clang-format off */
 #include "storage.h"
 #include <stdio.h>
 #define V(s) ((bs_val){s, sizeof(s) - 1})
-#define TRY(call)                                                                                  \
-  if ((rc = (call)) != BS_OK) goto fail
+#define TRY(call) if ((rc = (call)) != BS_OK) goto fail
 
 int main(int argc, char **argv) {
-  bs_db *db = NULL;
-  bs_storage *st = NULL;
-  bs_writer *w = NULL;
-  bs_error err = {0};
-  uint32_t stream;
-  bs_checksum cs;
-  int rc;
+  bs_db *db = NULL; bs_storage *st = NULL; bs_writer *w = NULL; bs_error err = {0};
+  uint32_t stream; bs_checksum cs; int rc;
   bs_row row = {V("todos[\"u1\"]"), V("todos"), V("t1"), V("{\"id\":\"t1\"}")};
   bs_save s = BS_SAVE_INIT;
   s.table = V("todos"), s.tag = BS_INSERT, s.after_id = V("t1"), s.rows = &row, s.n_rows = 1;
@@ -21,7 +16,7 @@ int main(int argc, char **argv) {
   TRY(bs_stream_create(&stream, db, "sync-rules-v1", NULL, &err));
   TRY(bs_storage_open(&st, db, stream, &err));
   TRY(bs_writer_open(&w, st, NULL, &err));
-  TRY(bs_writer_save(w, &s, &err)); /* queued; nothing visible yet */
+  TRY(bs_writer_save(w, &s, &err));                      /* queued; nothing visible yet */
   TRY(bs_writer_snapshot_done(w, V("0/10"), &err));
   TRY(bs_writer_commit(w, V("0/10"), NULL, NULL, &err)); /* flush + checkpoint at op 1 */
   TRY(bs_get_checksums(st, 1, &row.bucket, 1, &cs, &err));
