@@ -46,6 +46,8 @@ typedef struct cctx {
   /* defragmentation candidates: the buckets the MOVE/CLEAR pass processed */
   uint64_t *dids;
   size_t n_dids, cap_dids;
+  /* cursors on ops and superseded, open for a bucket-job transaction (work_step) */
+  MDB_cursor *oc, *ec;
 } cctx;
 
 /* What one transaction did to one bucket; merged into the state and the stats on commit. */
@@ -57,6 +59,7 @@ typedef struct bdelta {
   bs_clear_acc clear; /* a fold made in this transaction (n >= 2) */
   int clear_dropped;  /* initial replication deleted the leading CLEAR */
   int deleted;        /* ops were deleted: last_op may have to come down */
+  int mark;           /* record the bucket as compacted (at the job's horizon) */
 } bdelta;
 
 /* ---- Small encoders ------------------------------------------------------------------------- */
@@ -64,15 +67,6 @@ typedef struct bdelta {
 static void op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
   bs_put_u64be(k, bucket);
   bs_put_u64be(k + 8, op);
-}
-
-/* A MOVE or CLEAR: the fixed header with no payload. */
-static void bare_op(unsigned char v[BS_OP_HEADER_SIZE], bs_op_type t, uint32_t checksum,
-                    uint64_t target) {
-  memset(v, 0, BS_OP_HEADER_SIZE);
-  v[0] = (unsigned char)t;
-  bs_put_u32le(v + 1, checksum);
-  bs_put_u64le(v + 5, target);
 }
 
 static int64_t now_ms(void) {
@@ -144,26 +138,21 @@ static int state_save(cctx *c, MDB_txn *txn, uint64_t id, const bstate *b) {
   return bs_bucket_state_put(c->db, txn, id, &b->s, c->err);
 }
 
-/* The highest op id stored in the bucket (0 if none). */
-static int last_op_of(cctx *c, MDB_txn *txn, uint64_t id, uint64_t *out) {
-  MDB_cursor *cur;
+/* The highest op id stored in the bucket (0 if none), through the job cursor on ops. */
+static int last_op_of(cctx *c, uint64_t id, uint64_t *out) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
   op_key(kb, id, UINT64_MAX);
-  mrc = seek_le(cur, kb, 16, &k, &v);
+  mrc = seek_le(c->oc, kb, 16, &k, &v);
   *out = mrc == 0 && in_bucket(&k, id) ? bs_get_u64be((const unsigned char *)k.mv_data + 8) : 0;
-  mdb_cursor_close(cur);
   return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: last op") : BS_OK;
 }
 
 /* Applies d to the bucket's state inside txn. */
-static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, int mark_compacted,
-                       uint64_t compacted_op) {
+static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, uint64_t compacted_op) {
   bstate b;
   int rc;
-  if (!d->changed && !mark_compacted) return BS_OK;
   if ((rc = state_load(c, txn, id, &b))) return rc;
   if (d->changed) {
     b.s.count = (uint64_t)((int64_t)b.s.count + d->count);
@@ -178,9 +167,9 @@ static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, int 
       b.s.clear_op = d->clear.last_op;
     }
     if (d->clear_dropped) b.s.clear_start = b.s.clear_op = 0;
-    if (d->deleted && (rc = last_op_of(c, txn, id, &b.s.last_op))) return rc;
+    if (d->deleted && (rc = last_op_of(c, id, &b.s.last_op))) return rc;
   }
-  if (mark_compacted) {
+  if (d->mark) {
     b.s.compacted_count = b.s.count;
     b.s.compacted_op = compacted_op < b.s.last_op ? compacted_op : b.s.last_op;
   }
@@ -285,12 +274,12 @@ static int read_rec(cctx *c, bs_stream_rec *out) {
 
 /* Dequeues the bucket when it has no `superseded` entry left. Checked by key inside the
  * transaction, so an entry a writer added between two of our transactions keeps it queued. */
-static int dequeue_if_empty(cctx *c, MDB_txn *txn, MDB_cursor *sup, uint64_t bucket) {
+static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
   unsigned char kb[16], qk[12];
   MDB_val k, v, q = {12, qk};
   int mrc;
   op_key(kb, bucket, 0);
-  mrc = seek_ge(sup, kb, 16, &k, &v);
+  mrc = seek_ge(c->ec, kb, 16, &k, &v);
   if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
   bs_put_u32be(qk, c->stream);
@@ -594,6 +583,11 @@ static int bad_op(cctx *c, uint64_t bucket) {
                  (unsigned long long)bucket);
 }
 
+static int bad_entry(cctx *c, uint64_t bucket) {
+  return bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                 (unsigned long long)bucket);
+}
+
 static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   bstate b;
   int rc = state_load(c, txn, bucket, &b);
@@ -616,36 +610,62 @@ static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
 }
 
 /* Commits a phase's delta to the bucket state and the statistics. */
-static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdelta *d, int mark) {
+static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdelta *d) {
   int rc;
-  if (!d->changed && !mark) return BS_OK;
-  if ((rc = state_apply(c, txn, bucket, d, mark, w->horizon))) return rc;
+  if (!d->changed && !d->mark) return BS_OK;
+  if ((rc = state_apply(c, txn, bucket, d, w->horizon))) return rc;
   stats_merge(c, d);
   if (d->changed) w->j.changed = 1;
   c->changes++; /* the bucket state */
   return BS_OK;
 }
 
+/* ---- Phases ----------------------------------------------------------------------------------
+ * Each phase walks the bucket through the job cursors (c->oc on ops, c->ec on superseded),
+ * records what it changed in d (zeroed, applied by job_run on success) and stops at a key it
+ * can resume from (j->pos). */
+
+/* Rewrites the op under the ops cursor as a MOVE or CLEAR: the fixed header with no payload,
+ * same key, in place (a value no larger: the cursor stays on it). */
+static int put_bare(cctx *c, const MDB_val *k, bs_op_type t, uint32_t checksum, uint64_t target) {
+  unsigned char kb[16], vb[BS_OP_HEADER_SIZE];
+  MDB_val ck = {16, kb}, cv = {BS_OP_HEADER_SIZE, vb};
+  memcpy(kb, k->mv_data, 16); /* k points into the map, which the put changes */
+  memset(vb, 0, sizeof vb);
+  vb[0] = (unsigned char)t;
+  bs_put_u32le(vb + 1, checksum);
+  bs_put_u64le(vb + 5, target);
+  return mdb_cursor_put(c->oc, &ck, &cv, MDB_CURRENT);
+}
+
+/* Turns the op (key k, value size) under the ops cursor into a MOVE to target. */
+static int write_move(cctx *c, bdelta *d, const MDB_val *k, size_t size, uint32_t checksum,
+                      uint64_t target) {
+  int mrc;
+  d->bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)size;
+  d->moved++;
+  d->changed = 1;
+  c->changes++;
+  if ((mrc = put_bare(c, k, BS_OP_MOVE, checksum, target)))
+    return mdb_err(c, mrc, "compact: write MOVE");
+  return BS_OK;
+}
+
 /* SCAN, full compaction: records rows (newest first), no writes. */
-static int scan_full(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int scan_full(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
-  MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
-  int mrc, rc = BS_OK;
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  int mrc;
   op_key(kb, bucket, j->pos);
-  for (mrc = seek_le(cur, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+  for (mrc = seek_le(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
+       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV)) {
     bs_op op;
     uint64_t target;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bad_op(c, bucket);
-      goto out;
-    }
+    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (txn_full(c)) {
       j->pos = op.op_id;
-      goto out;
+      return BS_OK;
     }
     c->visits++;
     j->run++;
@@ -656,40 +676,30 @@ static int scan_full(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       j->run = 0; /* a surviving PUT: the leading run starts below it */
     }
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
-    goto out;
-  }
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   j->pos = 0;
   j->phase = j->run >= 2 ? J_FOLD : j->max_moved ? J_MOVE : J_MARK;
-out:
-  mdb_cursor_close(cur);
-  return rc;
+  return BS_OK;
 }
 
 /* A fold's pass 2: deletes the bucket's first n ops and writes the CLEAR d->clear describes
  * over the n-th; fills d (moved: how many of the n were superseded PUT/REMOVEs, counted as
  * the MOVEs they would otherwise have become). */
-static int fold_write(cctx *c, MDB_cursor *cur, uint64_t bucket, size_t n, bdelta *d,
-                      uint64_t moved) {
+static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t moved) {
   MDB_val k, v;
   unsigned char kb[16];
   size_t i;
   int mrc;
   op_key(kb, bucket, 0);
-  mrc = seek_ge(cur, kb, 16, &k, &v);
+  mrc = seek_ge(c->oc, kb, 16, &k, &v);
   for (i = 0; i < n && mrc == 0; i++) {
     if (!in_bucket(&k, bucket)) break;
     if (i + 1 < n) {
-      if ((mrc = mdb_cursor_del(cur, 0))) break;
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      if ((mrc = mdb_cursor_del(c->oc, 0))) break;
+      mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT);
     } else {
-      unsigned char vb[BS_OP_HEADER_SIZE];
-      MDB_val ck = {16, kb}, cv = {BS_OP_HEADER_SIZE, vb};
-      memcpy(kb, k.mv_data, 16);
-      if (bs_get_u64be(kb + 8) != d->clear.last_op) break;
-      bare_op(vb, BS_OP_CLEAR, d->clear.checksum, d->clear.target_op);
-      mrc = mdb_cursor_put(cur, &ck, &cv, MDB_CURRENT);
+      if (bs_get_u64be((const unsigned char *)k.mv_data + 8) != d->clear.last_op) break;
+      mrc = put_bare(c, &k, BS_OP_CLEAR, d->clear.checksum, d->clear.target_op);
     }
   }
   if (mrc) return mdb_err(c, mrc, "compact: fold");
@@ -707,25 +717,21 @@ static int fold_write(cctx *c, MDB_cursor *cur, uint64_t bucket, size_t n, bdelt
 /* FOLD: the first ops of the bucket, while they are REMOVE/MOVE/CLEAR (or, in full compaction,
  * superseded), become one CLEAR at the last one's id; at most the transaction's room at a
  * time (a CLEAR left by an earlier share is folded again by the next). */
-static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   int full = w->mode == W_FULL;
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0;
-  bdelta d;
-  MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
   uint64_t moved = 0;
-  int mrc, rc = BS_OK, ended = 0;
+  int mrc, rc, ended = 0;
   if (c->changes + 2 > c->o.max_ops_per_txn) {
     c->changes = c->o.max_ops_per_txn; /* no room for a fold of two: the next transaction */
     return BS_OK;
   }
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
   /* pass 1: this transaction's share of the run, and what the CLEAR will carry */
   op_key(kb, bucket, 0);
-  for (mrc = seek_ge(cur, kb, 16, &k, &v);; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  for (mrc = seek_ge(c->oc, kb, 16, &k, &v);; mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
     if (mrc || !in_bucket(&k, bucket)) {
@@ -733,10 +739,7 @@ static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       break;
     }
     if (n == room) break;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bad_op(c, bucket);
-      goto out;
-    }
+    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (op.op_id > w->horizon) {
       ended = 1;
       break;
@@ -748,109 +751,69 @@ static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       ended = 1;
       break;
     }
-    bs_clear_acc_add(&d.clear, &op, v.mv_size);
+    bs_clear_acc_add(&d->clear, &op, v.mv_size);
     n++;
     c->visits++;
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
-    goto out;
-  }
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   if (n >= 2) {
-    if ((rc = fold_write(c, cur, bucket, n, &d, moved))) goto out;
+    if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
     c->changes += n;
   } else {
-    ended = 1;
-    memset(&d.clear, 0, sizeof d.clear);
+    ended = 1; /* d->changed is 0: d is not applied */
   }
   if (ended) {
     j->pos = 0;
-    j->phase = w->mode == W_FULL ? (j->max_moved ? J_MOVE : J_MARK) : J_DONE;
+    j->phase = full ? (j->max_moved ? J_MOVE : J_MARK) : J_DONE;
   }
-out:
-  mdb_cursor_close(cur);
-  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
-  return rc;
+  return BS_OK;
 }
 
 /* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
-static int move_rest(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int move_rest(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   uint64_t last = j->max_moved < w->horizon ? j->max_moved : w->horizon;
-  bdelta d;
-  MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  int mrc, rc;
   op_key(kb, bucket, j->pos);
-  for (mrc = seek_ge(cur, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  for (mrc = seek_ge(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
+       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bad_op(c, bucket);
-      goto out;
-    }
+    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (op.op_id > last) break;
     if (txn_full(c)) {
       j->pos = op.op_id;
-      goto out;
+      return BS_OK;
     }
     c->visits++;
-    if (superseded(c, &op, &target)) {
-      unsigned char vb[BS_OP_HEADER_SIZE], ok[16];
-      MDB_val mk = {16, ok}, mv = {BS_OP_HEADER_SIZE, vb};
-      memcpy(ok, k.mv_data, 16);
-      bare_op(vb, BS_OP_MOVE, op.checksum, target);
-      d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)v.mv_size;
-      d.moved++;
-      d.changed = 1;
-      c->changes++;
-      /* a smaller value in place: the cursor stays on this op */
-      if ((mrc = mdb_cursor_put(cur, &mk, &mv, MDB_CURRENT))) {
-        rc = mdb_err(c, mrc, "compact: write MOVE");
-        goto out;
-      }
-    }
+    if (superseded(c, &op, &target) && (rc = write_move(c, d, &k, v.mv_size, op.checksum, target)))
+      return rc;
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
-    goto out;
-  }
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   j->phase = J_MARK;
-out:
-  mdb_cursor_close(cur);
-  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
-  return rc;
+  return BS_OK;
 }
 
 /* SCAN, initial replication: deletes as it goes (every decision depends only on the ops above
  * it). A REMOVE is deleted when its row is tracked: every earlier op of the row is superseded,
  * so deleted too, and the REMOVE says nothing to anyone. */
-static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
-  bdelta d;
-  MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &cur))) return mdb_err(c, mrc, "compact: cursor");
+  int mrc;
   op_key(kb, bucket, j->pos);
-  mrc = seek_le(cur, kb, 16, &k, &v);
+  mrc = seek_le(c->oc, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     bs_op op;
     uint64_t latest = 0;
     int del, seen;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bad_op(c, bucket);
-      goto out;
-    }
+    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (txn_full(c)) {
       j->pos = op.op_id;
-      goto out;
+      return BS_OK;
     }
     c->visits++;
     if (op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) {
@@ -865,33 +828,24 @@ static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
         del = 0; /* an untracked row (the set is full): keep everything of it */
     }
     if (!del) {
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+      mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV);
       continue;
     }
-    d.count--;
-    d.bytes -= (int64_t)v.mv_size;
-    d.checksum_sub = bs_cksum_add(d.checksum_sub, op.checksum);
-    d.removed++;
-    d.deleted = d.changed = 1;
-    if (op.type == BS_OP_CLEAR) d.clear_dropped = 1;
+    d->count--;
+    d->bytes -= (int64_t)v.mv_size;
+    d->checksum_sub = bs_cksum_add(d->checksum_sub, op.checksum);
+    d->removed++;
+    d->deleted = d->changed = 1;
+    if (op.type == BS_OP_CLEAR) d->clear_dropped = 1;
     c->changes++;
-    if ((mrc = mdb_cursor_del(cur, 0))) {
-      rc = mdb_err(c, mrc, "compact: delete op");
-      goto out;
-    }
+    if ((mrc = mdb_cursor_del(c->oc, 0))) return mdb_err(c, mrc, "compact: delete op");
     op_key(kb, bucket, op.op_id - 1);
-    mrc = seek_le(cur, kb, 16, &k, &v);
+    mrc = seek_le(c->oc, kb, 16, &k, &v);
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
-    goto out;
-  }
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   j->pos = 0;
   j->phase = J_FORGET;
-out:
-  mdb_cursor_close(cur);
-  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
-  return rc;
+  return BS_OK;
 }
 
 /* IFOLD, incremental (before INC): folds the bucket's leading run straight into one CLEAR,
@@ -902,22 +856,15 @@ out:
  * is the one INC then FOLD would give. When the share is not worth it or does not fit (nothing
  * for this job to consume, a run shorter than 2, no room in a fresh transaction), it changes
  * nothing and hands over to INC then FOLD. pos: the first entry not yet consumed. */
-static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0, kn = 0, del;
   int fresh = c->changes == 0 && c->visits == 0;
   uint64_t budget = w->budget, moved = 0, stop = j->pos, last = 0;
-  bdelta d;
-  MDB_cursor *oc = NULL, *ec = NULL;
+  MDB_cursor *oc = c->oc, *ec = c->ec;
   MDB_val k, v, ek, ev;
   unsigned char kb[16], ekb[16];
-  int mrc, erc, rc = BS_OK, ended = 0, cut = 0;
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &oc)) ||
-      (mrc = mdb_cursor_open(txn, c->db->superseded, &ec))) {
-    rc = mdb_err(c, mrc, "compact: cursor");
-    goto out;
-  }
+  int mrc, erc, rc, ended = 0, cut = 0;
   /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
   op_key(kb, bucket, 0);
   mrc = seek_ge(oc, kb, 16, &k, &v);
@@ -935,10 +882,7 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       stop = last + 1;
       break;
     }
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      rc = bad_op(c, bucket);
-      goto out;
-    }
+    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (op.op_id > w->horizon) {
       ended = 1;
       stop = op.op_id;
@@ -946,11 +890,7 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     }
     /* entries of ops no longer stored (folded or deleted earlier), then this op's own */
     for (; has_e; has_e = erc == 0 && in_bucket(&ek, bucket)) {
-      if (ev.mv_size != 8) {
-        rc = bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
-                     (unsigned long long)bucket);
-        goto out;
-      }
+      if (ev.mv_size != 8) return bad_entry(c, bucket);
       eold = bs_get_u64be((const unsigned char *)ek.mv_data + 8);
       enw = bs_get_u64le(ev.mv_data);
       if (eold >= op.op_id) break;
@@ -988,7 +928,7 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       op.target_op = enw; /* as the MOVE INC would write */
       moved++;
     }
-    bs_clear_acc_add(&d.clear, &op, v.mv_size);
+    bs_clear_acc_add(&d->clear, &op, v.mv_size);
     n++;
     last = op.op_id;
     if (at) {
@@ -998,27 +938,20 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     if (has_e) erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
     mrc = mdb_cursor_get(oc, &k, &v, MDB_NEXT);
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: scan ops");
-    goto out;
-  }
-  if (erc && erc != MDB_NOTFOUND) {
-    rc = mdb_err(c, erc, "compact: superseded entries");
-    goto out;
-  }
-  if (n < 2 || (!j->consumed && kn == 0)) {
-    if (cut && n < 2 && !fresh) { /* no room left in this transaction: the next one */
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
+  if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: superseded entries");
+  if (n < 2 || (!j->consumed && kn == 0)) { /* d->changed is 0: d is not applied */
+    if (cut && n < 2 && !fresh) {           /* no room left in this transaction: the next one */
       c->changes = c->o.max_ops_per_txn;
-      goto out;
+      return BS_OK;
     }
     /* nothing folded here: INC, then FOLD unless the run is known final and too short */
-    memset(&d, 0, sizeof d);
     j->ifold_done = ended && n < 2;
     j->phase = J_INC;
-    goto out;
+    return BS_OK;
   }
   /* pass 2: the fold, then the first kn due entries from pos */
-  if ((rc = fold_write(c, oc, bucket, n, &d, moved))) goto out;
+  if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
   op_key(ekb, bucket, j->pos);
   erc = seek_ge(ec, ekb, 16, &ek, &ev);
   for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
@@ -1028,17 +961,10 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     }
     erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
   }
-  if (erc && erc != MDB_NOTFOUND) {
-    rc = mdb_err(c, erc, "compact: delete superseded entry");
-    goto out;
-  }
-  if (del < kn) {
-    rc = bs_fail(c->err, BS_ECORRUPT,
-                 "bucket id %llu: superseded entries changed under the "
-                 "fold",
-                 (unsigned long long)bucket);
-    goto out;
-  }
+  if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: delete superseded entry");
+  if (del < kn)
+    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: superseded entries changed under the fold",
+                   (unsigned long long)bucket);
   w->budget = budget;
   c->changes += n + kn;
   if (kn) j->consumed = 1;
@@ -1047,25 +973,17 @@ static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     j->ifold_done = 1;
     j->phase = J_INC;
   }
-out:
-  if (ec) mdb_cursor_close(ec);
-  if (oc) mdb_cursor_close(oc);
-  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
-  return rc;
+  return BS_OK;
 }
 
 /* INC: converts the bucket's logged superseded ops at the horizon to MOVE and consumes their
  * entries (an op already gone or moved just consumes its entry). */
-static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
-  bdelta d;
-  MDB_cursor *cur;
+  MDB_cursor *cur = c->ec;
   MDB_val k, v;
   unsigned char kb[16];
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
-    return mdb_err(c, mrc, "compact: cursor");
+  int mrc, rc;
   op_key(kb, bucket, j->pos);
   mrc = seek_ge(cur, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
@@ -1073,20 +991,16 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     unsigned char ok[16];
     MDB_val opk = {16, ok}, opv;
     bs_op op;
-    if (v.mv_size != 8) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
-                   (unsigned long long)bucket);
-      goto out;
-    }
+    if (v.mv_size != 8) return bad_entry(c, bucket);
     nw = bs_get_u64le(v.mv_data);
     if (w->budget == 0) { /* out of budget: fold what was consumed, then stop */
       j->pos = old;
       j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
-      goto out;
+      return BS_OK;
     }
     if (txn_full(c)) {
       j->pos = old;
-      goto out;
+      return BS_OK;
     }
     c->visits++;
     if (nw > w->horizon) { /* not yet at the horizon: a later pass takes it */
@@ -1095,141 +1009,105 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
     }
     if (w->budget != UINT64_MAX) w->budget--;
     op_key(ok, bucket, old);
-    mrc = mdb_get(txn, c->db->ops, &opk, &opv);
-    if (mrc && mrc != MDB_NOTFOUND) {
-      rc = mdb_err(c, mrc, "compact: read op");
-      goto out;
-    }
+    mrc = mdb_cursor_get(c->oc, &opk, &opv, MDB_SET_KEY);
+    if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: read op");
     if (mrc == 0) {
-      if (bs_lmdb_op_decode(&opk, &opv, &op)) {
-        rc = bad_op(c, bucket);
-        goto out;
-      }
-      if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old) {
-        unsigned char vb[BS_OP_HEADER_SIZE];
-        MDB_val mv = {BS_OP_HEADER_SIZE, vb};
-        /* target = the op that replaced it: a reader at C >= target reads that op too, and
-         * if it was replaced in turn, its own MOVE reports the next target */
-        bare_op(vb, BS_OP_MOVE, op.checksum, nw);
-        d.bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)opv.mv_size;
-        d.moved++;
-        d.changed = 1;
-        c->changes++;
-        if ((mrc = mdb_put(txn, c->db->ops, &opk, &mv, 0))) {
-          rc = mdb_err(c, mrc, "compact: write MOVE");
-          goto out;
-        }
-      }
+      if (bs_lmdb_op_decode(&opk, &opv, &op)) return bad_op(c, bucket);
+      /* target = the op that replaced it: a reader at C >= target reads that op too, and
+       * if it was replaced in turn, its own MOVE reports the next target */
+      if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old &&
+          (rc = write_move(c, d, &opk, opv.mv_size, op.checksum, nw)))
+        return rc;
     }
     j->consumed = 1;
     c->changes++;
-    if ((mrc = mdb_cursor_del(cur, 0))) {
-      rc = mdb_err(c, mrc, "compact: delete superseded entry");
-      goto out;
-    }
+    if ((mrc = mdb_cursor_del(cur, 0))) return mdb_err(c, mrc, "compact: delete superseded entry");
     op_key(kb, bucket, old + 1);
     mrc = seek_ge(cur, kb, 16, &k, &v);
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    rc = mdb_err(c, mrc, "compact: superseded entries");
-    goto out;
-  }
-  if ((rc = dequeue_if_empty(c, txn, cur, bucket))) goto out;
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
+  if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;
   j->pos = 0;
   j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
-out:
-  mdb_cursor_close(cur);
-  if (!rc) rc = job_apply(c, txn, w, bucket, &d, 0);
-  return rc;
+  return BS_OK;
 }
 
 /* FORGET, initial replication: drops the entries whose new op is at or below the horizon
  * (their old ops are gone), dequeues the bucket if none remain, records it as compacted. */
-static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
+static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
-  MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[16];
-  bdelta d;
-  int mrc, rc = BS_OK;
-  memset(&d, 0, sizeof d);
-  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &cur)))
-    return mdb_err(c, mrc, "compact: cursor");
+  int mrc, rc;
   op_key(kb, bucket, j->pos);
-  mrc = seek_ge(cur, kb, 16, &k, &v);
+  mrc = seek_ge(c->ec, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8);
     if (txn_full(c)) {
       j->pos = old;
-      mdb_cursor_close(cur);
       return BS_OK;
     }
     c->visits++;
     if (v.mv_size == 8 && bs_get_u64le(v.mv_data) > w->horizon) {
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      mrc = mdb_cursor_get(c->ec, &k, &v, MDB_NEXT);
       continue;
     }
     c->changes++;
-    if ((mrc = mdb_cursor_del(cur, 0))) break;
+    if ((mrc = mdb_cursor_del(c->ec, 0))) break;
     op_key(kb, bucket, old + 1);
-    mrc = seek_ge(cur, kb, 16, &k, &v);
+    mrc = seek_ge(c->ec, kb, 16, &k, &v);
   }
-  if (mrc && mrc != MDB_NOTFOUND) {
-    mdb_cursor_close(cur);
-    return mdb_err(c, mrc, "compact: superseded entries");
-  }
-  rc = dequeue_if_empty(c, txn, cur, bucket);
-  mdb_cursor_close(cur);
-  if (rc) return rc;
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
+  if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;
   j->phase = J_DONE;
-  return job_apply(c, txn, w, bucket, &d, 1);
+  d->mark = 1;
+  return BS_OK;
 }
 
 /* Advances the current job as far as this transaction's room allows. */
 static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   int rc = BS_OK;
   while (!rc && w->j.phase != J_DONE && !txn_full(c)) {
+    bdelta d;
+    memset(&d, 0, sizeof d);
     switch (w->j.phase) {
     case J_START:
       rc = job_start(c, txn, w, bucket);
       break;
     case J_SCAN:
-      rc = w->mode == W_INITIAL ? scan_initial(c, txn, w, bucket) : scan_full(c, txn, w, bucket);
+      rc = w->mode == W_INITIAL ? scan_initial(c, txn, w, bucket, &d)
+                                : scan_full(c, txn, w, bucket, &d);
       break;
     case J_FOLD:
-      rc = fold_run(c, txn, w, bucket);
+      rc = fold_run(c, txn, w, bucket, &d);
       break;
     case J_MOVE:
-      rc = move_rest(c, txn, w, bucket);
+      rc = move_rest(c, txn, w, bucket, &d);
       break;
     case J_IFOLD:
-      rc = ifold_run(c, txn, w, bucket);
+      rc = ifold_run(c, txn, w, bucket, &d);
       break;
     case J_INC:
-      rc = inc_run(c, txn, w, bucket);
+      rc = inc_run(c, txn, w, bucket, &d);
       break;
     case J_FORGET:
-      rc = forget_run(c, txn, w, bucket);
+      rc = forget_run(c, txn, w, bucket, &d);
       break;
-    case J_MARK: {
-      bdelta d;
-      memset(&d, 0, sizeof d);
+    case J_MARK:
       w->j.phase = J_DONE;
-      rc = job_apply(c, txn, w, bucket, &d, 1);
+      d.mark = 1;
       break;
-    }
     default:
       rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
     }
+    if (!rc) rc = job_apply(c, txn, w, bucket, &d);
   }
   return rc;
 }
 
-static int work_step(cctx *c, MDB_txn *txn, void *arg) {
-  work *w = arg;
+/* Runs jobs in this transaction until it is full (see the top of this section). */
+static int work_jobs(cctx *c, MDB_txn *txn, work *w) {
   int rc;
-  c->changes = c->visits = 0;
-  if (w->mode == W_INITIAL && (rc = still_initial(c, txn))) return rc;
   while (w->i < w->n && !txn_full(c)) {
     int resumed = w->j.phase != J_START;
     if ((rc = job_run(c, txn, w, w->ids[w->i]))) return rc;
@@ -1244,6 +1122,23 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
     if (resumed) break; /* see the top of this section: the seen-set must survive a retry */
   }
   return BS_OK;
+}
+
+static int work_step(cctx *c, MDB_txn *txn, void *arg) {
+  work *w = arg;
+  int rc, mrc;
+  c->changes = c->visits = 0;
+  if (w->mode == W_INITIAL && (rc = still_initial(c, txn))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &c->oc))) return mdb_err(c, mrc, "compact: cursor");
+  if ((mrc = mdb_cursor_open(txn, c->db->superseded, &c->ec))) {
+    rc = mdb_err(c, mrc, "compact: cursor");
+  } else {
+    rc = work_jobs(c, txn, w);
+    mdb_cursor_close(c->ec);
+  }
+  mdb_cursor_close(c->oc);
+  c->oc = c->ec = NULL;
+  return rc;
 }
 
 /* Runs the jobs of ids[0..n) (transaction after transaction). */

@@ -472,26 +472,9 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs_free(a, s->softq);
   idx_free(a, &s->ridx);
   idx_free(a, &s->bidx);
-  s->tables = NULL;
-  s->ntables = s->ctables = 0;
-  s->buckets = NULL;
-  s->nbuckets = s->cbuckets = 0;
-  s->recs = NULL;
-  s->nrecs = s->crecs = 0;
-  s->params = NULL;
-  s->nparams = s->cparams = 0;
-  s->bch = NULL;
-  s->nbch = s->cbch = 0;
-  s->uch = NULL;
-  s->nuch = s->cuch = 0;
-  s->cps = NULL;
-  s->ncps = s->ccps = 0;
-  s->cw = NULL;
-  s->ncw = s->ccw = 0;
-  s->pend_users = NULL;
-  s->npend = s->cpend = 0;
-  s->softq = NULL;
-  s->nsoftq = s->csoftq = 0;
+  /* every other field is data: empty arrays and indexes are all zero */
+  mem_stream kept = {.id = s->id, .name = s->name, .m = s->m};
+  *s = kept;
 }
 
 static void stream_free(const bs_allocator *a, mem_stream *s) {
@@ -573,7 +556,7 @@ typedef struct mem_tx {
   size_t nj, cj;
 } mem_tx;
 
-static int tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
+static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
   memset(tx, 0, sizeof *tx);
   tx->db = db;
   tx->s = s;
@@ -589,7 +572,6 @@ static int tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
   tx->npend = s->npend;
   tx->nsoftq = s->nsoftq;
   tx->serial = ++db->tx_serial;
-  return BS_OK;
 }
 
 /* Journals slot idx of kind (the caller then stores the new pointer there). */
@@ -1087,6 +1069,18 @@ static int apply_fail(bs_error *err, int rc) {
   return enomem(err, "flush");
 }
 
+/* Begins a transaction on w's stream and applies w's queue in it; on failure nothing is left
+ * applied (and no transaction is open). Caller holds the lock. */
+static int tx_begin_queue(mem_tx *tx, const mem_writer *w, bs_error *err) {
+  int rc;
+  tx_begin(tx, w->ms->db, w->ms->s);
+  if ((rc = apply_queue(tx, w))) {
+    tx_rollback(tx);
+    return apply_fail(err, rc);
+  }
+  return BS_OK;
+}
+
 /* ---- Writer queue ---------------------------------------------------------------------------- */
 
 static void qitem_free(const bs_allocator *a, qitem *q) {
@@ -1195,11 +1189,7 @@ static int flush_locked(mem_writer *w, bs_error *err) {
   mem_tx tx;
   int rc;
   if ((rc = writable(w, err))) return rc;
-  if (tx_begin(&tx, w->ms->db, w->ms->s)) return enomem(err, "flush");
-  if ((rc = apply_queue(&tx, w))) {
-    tx_rollback(&tx);
-    return apply_fail(err, rc);
-  }
+  if ((rc = tx_begin_queue(&tx, w, err))) return rc;
   tx_commit(&tx);
   queue_clear(w);
   w->has_resume = 0;
@@ -1400,15 +1390,7 @@ static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_com
   if (create_empty < 0) create_empty = w->create_empty;
   lock(db);
   if ((rc = writable(w, err))) goto done;
-  if (tx_begin(&tx, db, s)) {
-    rc = enomem(err, "commit");
-    goto done;
-  }
-  if ((rc = apply_queue(&tx, w))) {
-    tx_rollback(&tx);
-    rc = apply_fail(err, rc);
-    goto done;
-  }
+  if ((rc = tx_begin_queue(&tx, w, err))) goto done;
   if (!s->m.resume.has || bs_val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
   if (!can_checkpoint(&s->m, lsn)) {
     blocked = 1;
@@ -1443,15 +1425,7 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   int rc;
   lock(w->ms->db);
   if ((rc = writable(w, err))) goto done;
-  if (tx_begin(&tx, w->ms->db, s)) {
-    rc = enomem(err, "snapshot_done");
-    goto done;
-  }
-  if ((rc = apply_queue(&tx, w))) {
-    tx_rollback(&tx);
-    rc = apply_fail(err, rc);
-    goto done;
-  }
+  if ((rc = tx_begin_queue(&tx, w, err))) goto done;
   s->m.snapshot_done = 1;
   if (!s->m.ncb.has || bs_val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
   tx_commit(&tx);
@@ -1481,14 +1455,9 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   bs_val data = {NULL, 0};
   lock(db);
   /* Apply the queue to see this writer's own saves, read, and always roll back. */
-  if (tx_begin(&tx, db, s)) {
+  if ((rc = tx_begin_queue(&tx, w, err))) {
     unlock(db);
-    return enomem(err, "source_row");
-  }
-  if ((rc = apply_queue(&tx, w))) {
-    tx_rollback(&tx);
-    unlock(db);
-    return apply_fail(err, rc);
+    return rc;
   }
   t = table_find(s, table);
   idx = t ? rec_find(s, t->id, rid) : -1;
