@@ -1222,7 +1222,7 @@ static int compact_buckets(cctx *c, work *w, int initial) {
   if (c->o.buckets && !initial) {
     for (i = 0; i < c->o.n_buckets; i++) {
       MDB_txn *txn;
-      uint64_t id;
+      uint64_t id = 0;
       if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
       rc = bs_lmdb_bucket_id(c->db, txn, c->stream, c->o.buckets[i], &id, c->err);
       bs_lmdb_txn_abort(c->db, txn);

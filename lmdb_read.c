@@ -11,6 +11,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define NAME_SHOWN 100 /* bytes of a bucket name quoted in a message */
 
@@ -89,33 +91,92 @@ typedef struct bucket_ref {
   bs_bucket_state state;
 } bucket_ref;
 
-/* The state of bucket id (named name, for the message). A missing or short state is BS_ECORRUPT:
- * every buckets entry has one. */
+/* Bucket lookups of one read call. Two cursors (buckets: name -> id; bstate: id -> state)
+ * live for the whole call instead of one mdb_get each: on a positioned cursor LMDB's MDB_SET
+ * searches the current leaf page before walking down from the root, and mdb_get pays a cursor
+ * setup per lookup. The front hands bucket_data its requests sorted by name, so consecutive
+ * names mostly sit on the same leaf page. */
+typedef struct bucket_finder {
+  uint32_t stream;
+  MDB_cursor *names, *states;
+} bucket_finder;
+
+static int finder_open(bucket_finder *f, bs_lmdb_db *db, MDB_txn *txn, uint32_t stream,
+                       bs_error *err) {
+  int mrc;
+  f->stream = stream;
+  if ((mrc = mdb_cursor_open(txn, db->buckets, &f->names)) != 0 ||
+      (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0)
+    return bs_fail_mdb(err, mrc, "opening the bucket cursors");
+  return BS_OK;
+}
+
+/* Closes what finder_open opened; a zeroed finder is a no-op. */
+static void finder_close(bucket_finder *f) {
+  if (f->names) mdb_cursor_close(f->names);
+  if (f->states) mdb_cursor_close(f->states);
+  f->names = f->states = NULL;
+}
+
+/* The id of bucket `name` (bs_lmdb_bucket_id, through the cursor). Unknown: BS_ENOTFOUND with
+ * err untouched. */
+static int finder_id(bucket_finder *f, bs_val name, uint64_t *id_out, bs_error *err) {
+  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
+  MDB_val k, v;
+  int mrc;
+  if (name.size > BS_MAX_BUCKET_NAME)
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
+  bs_put_u32be(kb, f->stream);
+  if (name.size) memcpy(kb + 4, name.data, name.size);
+  k.mv_size = 4 + name.size;
+  k.mv_data = kb;
+  mrc = mdb_cursor_get(f->names, &k, &v, MDB_SET);
+  if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
+  if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
+  if (v.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", v.mv_size);
+  *id_out = bs_get_u64le(v.mv_data);
+  return BS_OK;
+}
+
+/* The bucket state a lookup of id returned (mdb_rc, v), decoded into out. A missing or short
+ * state is BS_ECORRUPT: every buckets entry has one. name is for the message. */
+static int state_found(int mdb_rc, const MDB_val *v, uint64_t id, bs_val name, bs_bucket_state *out,
+                       bs_error *err) {
+  if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && v->mv_size < BS_BUCKET_STATE_FIXED))
+    return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
+                   name_shown(name), (const char *)name.data, id);
+  if (mdb_rc) return bs_fail_mdb(err, mdb_rc, "reading a bucket state");
+  bs_bucket_state_decode(v, out);
+  return BS_OK;
+}
+
+/* The state of bucket id (named name, for the message), by a one-off lookup. */
 static int state_get(bs_lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs_bucket_state *out,
                      bs_error *err) {
   unsigned char kb[8];
   MDB_val k = {8, kb}, v;
-  int rc;
   bs_put_u64be(kb, id);
-  rc = mdb_get(txn, db->bstate, &k, &v);
-  if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size < BS_BUCKET_STATE_FIXED))
-    return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
-                   name_shown(name), (const char *)name.data, id);
-  if (rc) return bs_fail_mdb(err, rc, "reading a bucket state");
-  bs_bucket_state_decode(&v, out);
-  return BS_OK;
+  return state_found(mdb_get(txn, db->bstate, &k, &v), &v, id, name, out, err);
+}
+
+/* The same through the finder's bstate cursor. */
+static int finder_state(bucket_finder *f, uint64_t id, bs_val name, bs_bucket_state *out,
+                        bs_error *err) {
+  unsigned char kb[8];
+  MDB_val k = {8, kb}, v;
+  bs_put_u64be(kb, id);
+  return state_found(mdb_cursor_get(f->states, &k, &v, MDB_SET), &v, id, name, out, err);
 }
 
 /* Looks up a bucket of the stream and its state. Unknown bucket: ref->found = 0, BS_OK. */
-static int bucket_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, bucket_ref *ref,
-                      bs_error *err) {
+static int bucket_get(bucket_finder *f, bs_val name, bucket_ref *ref, bs_error *err) {
   int rc;
 
   ref->found = 0;
-  rc = bs_lmdb_bucket_id(db, txn, stream, name, &ref->id, err);
+  rc = finder_id(f, name, &ref->id, err);
   if (rc == BS_ENOTFOUND) return BS_OK; /* quiet: err was not written */
   if (rc) return rc;
-  if ((rc = state_get(db, txn, ref->id, name, &ref->state, err))) return rc;
+  if ((rc = finder_state(f, ref->id, name, &ref->state, err))) return rc;
   ref->found = 1;
   return BS_OK;
 }
@@ -284,10 +345,12 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   const bs_allocator *a = &db->base.alloc;
   MDB_txn *txn = NULL;
   bucket_ref *refs = NULL;
+  bucket_finder f;
   data_read r;
   int rc;
 
   memset(&r, 0, sizeof r);
+  memset(&f, 0, sizeof f);
   r.a = a;
   r.checkpoint = checkpoint;
   /* the front has applied these defaults; kept for tests that call this function directly */
@@ -302,9 +365,10 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   refs = bs_calloc(a, n_req, sizeof *refs);
   if (!refs) return bs_fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
   if ((rc = txn_read(db, &txn, err)) != 0) goto done;
+  if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
   /* Resolve and check every bucket first, so that a torn read fails before any chunk. */
   for (size_t i = 0; i < n_req; i++) {
-    if ((rc = bucket_get(db, txn, st->stream_id, req[i].bucket, &refs[i], err)) != 0) goto done;
+    if ((rc = bucket_get(&f, req[i].bucket, &refs[i], err)) != 0) goto done;
     if (refs[i].found && (rc = torn_check(&refs[i].state, checkpoint, req[i].bucket, err)) != 0)
       goto done;
   }
@@ -320,6 +384,7 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   if (has_more_out) *has_more_out = r.stopped;
 done:
   if (r.cur) mdb_cursor_close(r.cur);
+  finder_close(&f);
   txn_end(db, txn);
   bs_free(a, r.ops);
   bs_free(a, refs);
@@ -373,16 +438,19 @@ int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets
   bs_lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
+  bucket_finder f;
   int rc;
 
+  memset(&f, 0, sizeof f);
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
+  if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
   if ((rc = mdb_cursor_open(txn, db->ops, &cur)) != 0) {
     rc = bs_fail_mdb(err, rc, "opening the ops cursor");
     goto done;
   }
   for (size_t i = 0; i < n; i++) {
     bucket_ref ref;
-    if ((rc = bucket_get(db, txn, st->stream_id, buckets[i], &ref, err)) != 0) goto done;
+    if ((rc = bucket_get(&f, buckets[i], &ref, err)) != 0) goto done;
     out[i].checksum = 0;
     out[i].count = 0;
     if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
@@ -392,6 +460,7 @@ int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets
   }
 done:
   if (cur) mdb_cursor_close(cur);
+  finder_close(&f);
   txn_end(db, txn);
   return rc;
 }
@@ -434,9 +503,12 @@ int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
   bs_lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
+  bucket_finder f;
   int rc;
 
+  memset(&f, 0, sizeof f);
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
+  if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
   if ((rc = mdb_cursor_open(txn, db->ops, &cur)) != 0) {
     rc = bs_fail_mdb(err, rc, "opening the ops cursor");
     goto done;
@@ -444,7 +516,7 @@ int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
   for (size_t i = 0; i < n; i++) {
     bucket_ref ref;
     int cl = 0;
-    if ((rc = bucket_get(db, txn, st->stream_id, buckets[i], &ref, err)) != 0) goto done;
+    if ((rc = bucket_get(&f, buckets[i], &ref, err)) != 0) goto done;
     out[i].checksum = 0;
     out[i].count = 0;
     if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
@@ -458,6 +530,7 @@ int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
   }
 done:
   if (cur) mdb_cursor_close(cur);
+  finder_close(&f);
   txn_end(db, txn);
   return rc;
 }
@@ -472,11 +545,10 @@ typedef struct val_set {
   size_t slots_cap; /* power of two */
 } val_set;
 
+/* XXH3 rather than a byte-at-a-time hash: a catch-up hashes every bucket name of every change
+ * record in its range. */
 static uint64_t val_hash(bs_val v) {
-  const unsigned char *p = (const unsigned char *)v.data;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < v.size; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h ^ (h >> 29);
+  return XXH3_64bits(v.data, v.size);
 }
 
 static int val_set_rehash(val_set *s, const bs_allocator *a) {

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define STREAM 1u
 #define TID    1u
@@ -221,6 +223,7 @@ static int r_finish(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t first
                     uint64_t *seq) {
   unsigned char v[96 + 64], ck[20], cv[8192];
   size_t cn = 21;
+  uint32_t nnames = 0;
   int mrc;
   for (unsigned b = 0; b < nb; b++) {
     char name[64];
@@ -256,6 +259,7 @@ static int r_finish(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t first
       cv[cn + 1] = 0;
       memcpy(cv + cn + 2, name, len);
       cn += 2 + len;
+      nnames++;
     }
     acc[b].touched = 0;
   }
@@ -263,6 +267,7 @@ static int r_finish(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t first
     MDB_val key = {20, ck}, val = {cn + 8, cv};
     memset(cv, 0, 21);
     le64(cv, first);
+    le32(cv + 17, nnames); /* u64 first | u64 time | u8 flags | u32 n, then the n names */
     be32(ck, STREAM);
     be64(ck + 4, head);
     be64(ck + 12, ++*seq);
@@ -548,6 +553,80 @@ static int r_download(rdb *d, uint64_t cp, unsigned b, rdl *out) {
   return 0;
 }
 
+/* The distinct bucket names of a catch-up's change records (borrowed from the map): open
+ * addressing with a per-use stamp, so that reuse does not clear the table. */
+#define RSET_SLOTS 8192u
+typedef struct rset_slot {
+  const unsigned char *name;
+  size_t len;
+  unsigned stamp;
+} rset_slot;
+static rset_slot g_rset[RSET_SLOTS];
+static unsigned g_rset_stamp;
+
+static int rset_add(const unsigned char *name, size_t len) {
+  size_t j = (size_t)XXH3_64bits(name, len) & (RSET_SLOTS - 1);
+  for (; g_rset[j].stamp == g_rset_stamp; j = (j + 1) & (RSET_SLOTS - 1))
+    if (g_rset[j].len == len && memcmp(g_rset[j].name, name, len) == 0) return 0;
+  g_rset[j].name = name;
+  g_rset[j].len = len;
+  g_rset[j].stamp = g_rset_stamp;
+  return 1;
+}
+
+/* Catch-up as bucketstore does it, in one read txn: the change records of (from, cp] name the
+ * changed buckets (deduplicated), then per bucket its id and a cursor scan of its ops in
+ * (from, cp]. Sets *nbk to the buckets read. */
+static int r_catch_up(rdb *d, uint64_t from, uint64_t cp, rdl *out, size_t *nbk) {
+  static struct {
+    const unsigned char *name;
+    size_t len;
+  } todo[RSET_SLOTS / 2];
+  unsigned char k[20], nk[4 + 64];
+  MDB_val key = {20, k}, val;
+  MDB_cursor *cur;
+  MDB_txn *txn;
+  size_t n = 0;
+  int mrc;
+  if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
+  if (mdb_cursor_open(txn, d->changes, &cur)) {
+    mdb_txn_abort(txn);
+    return -1;
+  }
+  g_rset_stamp++;
+  be32(k, STREAM); /* records are keyed stream | last op | seq: start after `from` */
+  be64(k + 4, from + 1);
+  be64(k + 12, 0);
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const unsigned char *p = val.mv_data, *end = p + val.mv_size;
+    if (key.mv_size != 20 || gbe32(key.mv_data) != STREAM || val.mv_size < 21) break;
+    if (gle64(p) > cp) break; /* later records start later still */
+    uint32_t nn = gle32(p + 17);
+    for (p += 21; nn > 0 && end - p >= 2; nn--) {
+      size_t len = (size_t)(p[0] | p[1] << 8);
+      if ((size_t)(end - p - 2) < len || len > 64) break;
+      if (n < RSET_SLOTS / 2 && rset_add(p + 2, len)) {
+        todo[n].name = p + 2;
+        todo[n].len = len;
+        n++;
+      }
+      p += 2 + len;
+    }
+  }
+  mdb_cursor_close(cur);
+  for (size_t i = 0; i < n; i++) {
+    MDB_val ik = {4 + todo[i].len, nk}, iv;
+    be32(nk, STREAM);
+    memcpy(nk + 4, todo[i].name, todo[i].len);
+    if (mdb_get(txn, d->buckets, &ik, &iv) == 0 && iv.mv_size == 8)
+      r_scan(d, txn, gle64(iv.mv_data), from, cp, UINT64_MAX, out);
+  }
+  mdb_txn_abort(txn);
+  *nbk = n;
+  return 0;
+}
+
 static uint64_t r_checkpoint(rdb *d) {
   MDB_txn *txn;
   uint64_t h;
@@ -607,17 +686,12 @@ int raw_reads(void) {
   {
     uint64_t from = g_sh->hist_raw[(g_sh->nhist_raw - 1 - behind) % 256];
     int reps = c->quick ? 5 : 40;
+    size_t nbk = 0;
     rdl dd = {0, 0};
     t0 = now_s();
     for (int i = 0; i < reps; i++) {
       double tc = now_s();
-      MDB_txn *txn;
-      if (mdb_txn_begin(d.env, NULL, MDB_RDONLY, &txn)) break;
-      for (unsigned b = 0; b < nb; b++) {
-        uint64_t id = r_bucket_id(&d, txn, b);
-        if (id) r_scan(&d, txn, id, from, cp, UINT64_MAX, &dd);
-      }
-      mdb_txn_abort(txn);
+      if (r_catch_up(&d, from, cp, &dd, &nbk)) break;
       lat[i] = now_s() - tc;
     }
     r2->secs = now_s() - t0;
@@ -626,7 +700,9 @@ int raw_reads(void) {
     r2->mbps = (double)dd.bytes / r2->secs / 1e6;
     set_lat(r2, lat, (size_t)reps);
     res_mem(r2);
-    snprintf(r2->note, sizeof r2->note, "one read txn, a cursor seek per bucket (all %u)", nb);
+    snprintf(r2->note, sizeof r2->note,
+             "one read txn: change records -> %zu distinct buckets, id get + cursor scan each",
+             nbk);
   }
 out:
   r_close(&d);
@@ -1344,6 +1420,183 @@ static int rc_full(rcomp *rc, unsigned nb) {
   return mrc;
 }
 
+/* ---- Incremental compaction, shaped like lmdb_compact.c's (IFOLD, INC, FOLD): per bucket with
+ * superseded entries, the leading run (ops whose entry names a later op, and REMOVE/MOVE/CLEAR
+ * ops) folded straight into one CLEAR while the entries of the folded ops are consumed, then
+ * MOVEs for the entries left (ops above the run), then a fold of a run those MOVEs extended.
+ * Same cadence as the library: a fold's ops and consumed entries are each one change, a
+ * transaction commits after 10k changes or 80k visits. */
+
+/* One transaction's share of the bucket's leading run: pass 1 reads the share (ops and the
+ * entries it consumes), pass 2 folds it and deletes those entries. *ended: the run is final
+ * (a PUT without a later op, or the bucket's end). *folded: ops folded (0 when fewer than 2). */
+static int rc_ifold_share(rcomp *rc, uint64_t id, int *ended, uint64_t *folded) {
+  uint64_t room = RC_CHANGES - rc->changes, n = 0, kn = 0, moved = 0, tg = 0, last = 0;
+  uint32_t ck = 0;
+  unsigned char k[16], ek[16], v[HDR];
+  MDB_val key = {16, k}, val, ekey = {16, ek}, ev;
+  MDB_cursor *oc = NULL, *ec = NULL;
+  int mrc, erc;
+  *ended = 0;
+  *folded = 0;
+  if ((mrc = mdb_cursor_open(rc->txn, rc->d->ops, &oc)) ||
+      (mrc = mdb_cursor_open(rc->txn, rc->d->sup, &ec)))
+    goto out;
+  opkey(k, id, 0);
+  opkey(ek, id, 0);
+  mrc = mdb_cursor_get(oc, &key, &val, MDB_SET_RANGE);
+  erc = mdb_cursor_get(ec, &ekey, &ev, MDB_SET_RANGE);
+  for (;;) {
+    const unsigned char *p = val.mv_data;
+    uint64_t op, eold = 0, enw = 0, t;
+    int has_e, sup, cut = 0;
+    if (mrc || gbe64(key.mv_data) != id) {
+      *ended = 1;
+      break;
+    }
+    op = gbe64((const unsigned char *)key.mv_data + 8);
+    /* entries of ops no longer stored are consumed on the way */
+    for (has_e = erc == 0 && gbe64(ekey.mv_data) == id; has_e;
+         has_e = erc == 0 && gbe64(ekey.mv_data) == id) {
+      eold = gbe64((const unsigned char *)ekey.mv_data + 8);
+      if (eold >= op) break;
+      if (n + kn + 1 > room || rc->visits >= RC_VISITS) {
+        cut = 1;
+        break;
+      }
+      kn++;
+      rc->visits++;
+      erc = mdb_cursor_get(ec, &ekey, &ev, MDB_NEXT);
+    }
+    if (cut) break;
+    has_e = has_e && eold == op;
+    enw = has_e ? gle64(ev.mv_data) : 0;
+    sup = has_e && (p[0] == BS_OP_PUT || p[0] == BS_OP_REMOVE) && enw > op;
+    if (!sup && p[0] == BS_OP_PUT) {
+      *ended = 1;
+      break;
+    }
+    if (n + 1 + kn + (uint64_t)has_e > room || rc->visits >= RC_VISITS) break;
+    rc->visits += 1 + (uint64_t)has_e;
+    t = sup ? enw : gle64(p + 5);
+    if (t > tg) tg = t;
+    ck += gle32(p + 1);
+    moved += (uint64_t)sup;
+    last = op;
+    n++;
+    kn += (uint64_t)has_e;
+    if (has_e) erc = mdb_cursor_get(ec, &ekey, &ev, MDB_NEXT);
+    mrc = mdb_cursor_get(oc, &key, &val, MDB_NEXT);
+  }
+  if (mrc == MDB_NOTFOUND) mrc = 0;
+  if (mrc || n < 2 || kn == 0) goto out; /* nothing this share would fold: INC takes the entries */
+  /* pass 2: the first n - 1 ops deleted, the n-th rewritten as the CLEAR; then kn entries */
+  opkey(k, id, 0);
+  mrc = mdb_cursor_get(oc, &key, &val, MDB_SET_RANGE);
+  for (uint64_t i = 0; i + 1 < n && mrc == 0; i++)
+    if (!(mrc = mdb_cursor_del(oc, 0))) mrc = mdb_cursor_get(oc, &key, &val, MDB_NEXT);
+  if (!mrc) {
+    MDB_val ck16 = {16, k}, cv = {HDR, v};
+    opkey(k, id, last);
+    memset(v, 0, sizeof v);
+    v[0] = BS_OP_CLEAR;
+    le32(v + 1, ck);
+    le64(v + 5, tg);
+    mrc = mdb_cursor_put(oc, &ck16, &cv, MDB_CURRENT);
+  }
+  opkey(ek, id, 0);
+  ekey.mv_data = ek;
+  if (!mrc) mrc = mdb_cursor_get(ec, &ekey, &ev, MDB_SET_RANGE);
+  for (uint64_t i = 0; i < kn && mrc == 0; i++)
+    if (!(mrc = mdb_cursor_del(ec, 0)) && i + 1 < kn)
+      mrc = mdb_cursor_get(ec, &ekey, &ev, MDB_NEXT);
+  if (mrc) goto out;
+  rc->changes += n + kn;
+  rc->moved += moved;
+  rc->removed += n - 1;
+  *folded = n;
+out:
+  if (oc) mdb_cursor_close(oc);
+  if (ec) mdb_cursor_close(ec);
+  return mrc;
+}
+
+/* INC: the bucket's entries left become MOVEs (target = the later op), each consumed. */
+static int rc_inc_moves(rcomp *rc, uint64_t id, uint64_t *consumed) {
+  int mrc = 0, more = 1;
+  *consumed = 0;
+  while (more && !mrc) {
+    MDB_cursor *ec, *oc;
+    unsigned char ek[16];
+    MDB_val ekey = {16, ek}, ev;
+    more = 0;
+    if ((mrc = mdb_cursor_open(rc->txn, rc->d->sup, &ec))) break;
+    if ((mrc = mdb_cursor_open(rc->txn, rc->d->ops, &oc))) {
+      mdb_cursor_close(ec);
+      break;
+    }
+    opkey(ek, id, 0);
+    for (mrc = mdb_cursor_get(ec, &ekey, &ev, MDB_SET_RANGE); mrc == 0 && gbe64(ekey.mv_data) == id;
+         mrc = mdb_cursor_get(ec, &ekey, &ev, MDB_NEXT)) {
+      MDB_val ok = {16, ekey.mv_data}, ov;
+      uint64_t nw = gle64(ev.mv_data), old = gbe64((const unsigned char *)ekey.mv_data + 8);
+      if (rc->changes >= RC_CHANGES || rc->visits >= RC_VISITS) {
+        more = 1;
+        break;
+      }
+      rc->visits++;
+      if (mdb_cursor_get(oc, &ok, &ov, MDB_SET_KEY) == 0) {
+        const unsigned char *p = ov.mv_data;
+        if ((p[0] == BS_OP_PUT || p[0] == BS_OP_REMOVE) && nw > old) {
+          unsigned char kc[16];
+          MDB_val kk = {16, kc};
+          memcpy(kc, ok.mv_data, 16);
+          if ((mrc = to_move(oc, &kk, &ov, nw))) break;
+          rc->moved++;
+        }
+      }
+      if ((mrc = mdb_cursor_del(ec, 0))) break;
+      rc->changes++;
+      ++*consumed;
+    }
+    mdb_cursor_close(oc);
+    mdb_cursor_close(ec);
+    if (mrc == MDB_NOTFOUND) mrc = 0;
+    if (!mrc && more) mrc = rc_commit_if(rc, 1);
+  }
+  return mrc;
+}
+
+static int rc_incremental(rcomp *rc) {
+  uint64_t id = 0;
+  int mrc = 0;
+  for (;;) {
+    MDB_cursor *ec;
+    unsigned char ek[16];
+    MDB_val ekey = {16, ek}, ev;
+    uint64_t folded, consumed;
+    int ended = 0, fresh;
+    /* the next bucket with superseded entries (the library keeps a queue of them) */
+    if ((mrc = mdb_cursor_open(rc->txn, rc->d->sup, &ec))) break;
+    opkey(ek, id + 1, 0);
+    mrc = mdb_cursor_get(ec, &ekey, &ev, MDB_SET_RANGE);
+    if (!mrc) id = gbe64(ekey.mv_data);
+    mdb_cursor_close(ec);
+    if (mrc) break;
+    /* IFOLD, a share per transaction until the run is final or a share folds nothing */
+    do {
+      fresh = rc->changes == 0 && rc->visits == 0;
+      if ((mrc = rc_ifold_share(rc, id, &ended, &folded))) break;
+      if (!ended && (folded || !fresh)) mrc = rc_commit_if(rc, 1);
+    } while (!mrc && !ended && (folded || !fresh));
+    if (mrc || (mrc = rc_inc_moves(rc, id, &consumed))) break;
+    if (consumed && !ended) mrc = fold(rc->txn, rc->d, id, &rc->removed);
+    if (!mrc) mrc = rc_commit_if(rc, 0);
+    if (mrc) break;
+  }
+  return mrc == MDB_NOTFOUND ? 0 : mrc;
+}
+
 int raw_compaction(int mode) {
   static const char *names[] = {"full, 50% superseded", "incremental, 50% superseded",
                                 "full, 50% superseded, nosync"};
@@ -1353,7 +1606,7 @@ int raw_compaction(int mode) {
   int incremental = mode == 1;
   bres *r = res_new("compact", names[mode], "lmdb");
   seen s = {0, 0, 0, 0};
-  uint64_t moved = 0, removed = 0, budget = 10000, done = 0;
+  uint64_t moved = 0, removed = 0;
   double before, after, t0;
   MDB_txn *txn = NULL;
   rdb d;
@@ -1364,45 +1617,12 @@ int raw_compaction(int mode) {
   mem_sampler_start();
   t0 = now_s();
   if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) goto fail;
-  if (!incremental) {
+  {
     rcomp rc = {&d, txn, &s, 0, 0, 0, 0};
-    mrc = rc_full(&rc, nb);
+    mrc = incremental ? rc_incremental(&rc) : rc_full(&rc, nb);
     txn = rc.txn;
     moved = rc.moved;
     removed = rc.removed;
-  } else {
-    /* the superseded log in key order, 10k entries per transaction (deleted as processed) */
-    for (int left = 1; left && !mrc;) {
-      MDB_cursor *sc;
-      MDB_val key, val;
-      uint64_t k = 0;
-      if ((mrc = mdb_cursor_open(txn, d.sup, &sc))) break;
-      for (mrc = mdb_cursor_get(sc, &key, &val, MDB_FIRST); mrc == 0 && k < budget;
-           mrc = mdb_cursor_get(sc, &key, &val, MDB_FIRST), k++) {
-        MDB_val ok = {16, key.mv_data}, ov;
-        MDB_cursor *oc;
-        uint64_t target = gle64(val.mv_data);
-        if ((mrc = mdb_cursor_open(txn, d.ops, &oc))) break;
-        if (mdb_cursor_get(oc, &ok, &ov, MDB_SET_KEY) == 0 &&
-            ((unsigned char *)ov.mv_data)[0] != BS_OP_MOVE) {
-          unsigned char kc[16];
-          MDB_val kk = {16, kc};
-          memcpy(kc, ok.mv_data, 16);
-          mrc = to_move(oc, &kk, &ov, target);
-          moved++;
-        }
-        mdb_cursor_close(oc);
-        if (mrc || (mrc = mdb_cursor_del(sc, 0))) break;
-        done++;
-      }
-      mdb_cursor_close(sc);
-      left = mrc == 0;
-      if (mrc == MDB_NOTFOUND) mrc = 0;
-      if (!mrc && left) {
-        if ((mrc = mdb_txn_commit(txn)) || (mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
-      }
-    }
-    for (unsigned b = 0; b < nb && !mrc; b++) mrc = fold(txn, &d, b + 1, &removed);
   }
   if (mrc || (mrc = mdb_txn_commit(txn))) {
     txn = NULL;
@@ -1416,9 +1636,11 @@ int raw_compaction(int mode) {
   r->value = before / r->secs;
   res_mem(r);
   r->bytes_per_op = file_bytes(d.path) / after;
-  snprintf(r->note, sizeof r->note, "ops %.0f -> %.0f (moved %llu, folded into CLEARs); %s", before,
-           after, (unsigned long long)moved,
-           incremental ? "the superseded log, commit per 10k entries"
+  snprintf(r->note, sizeof r->note,
+           "ops %.0f -> %.0f (moved %llu, folded into CLEARs, %llu deleted by folds); %s", before,
+           after, (unsigned long long)moved, (unsigned long long)removed,
+           incremental ? "superseded log: leading run folded into a CLEAR (its entries "
+                         "consumed), rest MOVEd; commit per 10k changes or 80k visited"
                        : "scan, superseded run folded into a CLEAR, rest MOVEd; commit per "
                          "10k ops changed or 80k visited");
   goto out;
