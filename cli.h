@@ -14,6 +14,8 @@ const char *cli_code_name(int code);
  * its "BS_X: " prefix. */
 /* PROCESSING, ACTIVE, ... as DRIVER.md spells stream states. */
 const char *cli_state_name(bs_stream_state s);
+/* PUT, REMOVE, MOVE, CLEAR as DRIVER.md spells op types. */
+const char *cli_op_name(bs_op_type t);
 const char *cli_error_text(int code, const bs_error *err);
 
 /* Fills err (code and formatted message; err may be NULL) and returns code, like the library's

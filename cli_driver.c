@@ -687,25 +687,11 @@ static int h_checkpoint(drv *d, json_t *req, json_t *out, bs_error *err) {
   return BS_OK;
 }
 
-static const char *op_name(bs_op_type t) {
-  switch (t) {
-  case BS_OP_PUT:
-    return "PUT";
-  case BS_OP_REMOVE:
-    return "REMOVE";
-  case BS_OP_MOVE:
-    return "MOVE";
-  case BS_OP_CLEAR:
-    return "CLEAR";
-  }
-  return "UNKNOWN";
-}
-
 static json_t *j_op(const bs_op *op) {
   return json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:I}", "op_id", j_id(op->op_id), "op",
-                   op_name(op->type), "object_type", cli_json_bytes(op->object_type), "object_id",
-                   cli_json_bytes(op->object_id), "subkey", cli_json_bytes(op->subkey), "data",
-                   cli_json_bytes(op->data), "checksum", (json_int_t)op->checksum);
+                   cli_op_name(op->type), "object_type", cli_json_bytes(op->object_type),
+                   "object_id", cli_json_bytes(op->object_id), "subkey", cli_json_bytes(op->subkey),
+                   "data", cli_json_bytes(op->data), "checksum", (json_int_t)op->checksum);
 }
 
 static int chunk_one(const bs_chunk *c, void *payload) {

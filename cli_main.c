@@ -55,6 +55,20 @@ const char *cli_state_name(bs_stream_state s) {
   return "UNKNOWN";
 }
 
+const char *cli_op_name(bs_op_type t) {
+  switch (t) {
+  case BS_OP_PUT:
+    return "PUT";
+  case BS_OP_REMOVE:
+    return "REMOVE";
+  case BS_OP_MOVE:
+    return "MOVE";
+  case BS_OP_CLEAR:
+    return "CLEAR";
+  }
+  return "UNKNOWN";
+}
+
 const char *cli_error_text(int code, const bs_error *err) {
   const char *s;
   if (err && err->msg[0]) return err->msg;

@@ -62,20 +62,6 @@ static int opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *ou
   return 1;
 }
 
-static const char *op_name(bs_op_type t) {
-  switch (t) {
-  case BS_OP_PUT:
-    return "PUT";
-  case BS_OP_REMOVE:
-    return "REMOVE";
-  case BS_OP_MOVE:
-    return "MOVE";
-  case BS_OP_CLEAR:
-    return "CLEAR";
-  }
-  return "UNKNOWN";
-}
-
 json_t *cli_json_bytes(bs_val v) {
   json_t *s;
   char *copy;
@@ -485,7 +471,7 @@ static int dump_chunk(const bs_chunk *c, void *payload) {
     json_t *o = json_object();
     if (!o || json_object_set_new(o, "bucket", cli_json_bytes(c->bucket)) ||
         json_object_set_new(o, "op_id", j_id(op->op_id)) ||
-        json_object_set_new(o, "op", json_string(op_name(op->type))) ||
+        json_object_set_new(o, "op", json_string(cli_op_name(op->type))) ||
         json_object_set_new(o, "object_type", cli_json_bytes(op->object_type)) ||
         json_object_set_new(o, "object_id", cli_json_bytes(op->object_id)) ||
         json_object_set_new(o, "subkey", cli_json_bytes(op->subkey)) ||

@@ -99,6 +99,7 @@ typedef struct bucket_ref {
 typedef struct bucket_finder {
   uint32_t stream;
   MDB_cursor *names, *states;
+  MDB_cursor *ops; /* the ops of the buckets found: every reader of this file walks them */
 } bucket_finder;
 
 static int finder_open(bucket_finder *f, bs_lmdb_db *db, MDB_txn *txn, uint32_t stream,
@@ -106,7 +107,8 @@ static int finder_open(bucket_finder *f, bs_lmdb_db *db, MDB_txn *txn, uint32_t 
   int mrc;
   f->stream = stream;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &f->names)) != 0 ||
-      (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0)
+      (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0 ||
+      (mrc = mdb_cursor_open(txn, db->ops, &f->ops)) != 0)
     return bs_fail_mdb(err, mrc, "opening the bucket cursors");
   return BS_OK;
 }
@@ -115,7 +117,8 @@ static int finder_open(bucket_finder *f, bs_lmdb_db *db, MDB_txn *txn, uint32_t 
 static void finder_close(bucket_finder *f) {
   if (f->names) mdb_cursor_close(f->names);
   if (f->states) mdb_cursor_close(f->states);
-  f->names = f->states = NULL;
+  if (f->ops) mdb_cursor_close(f->ops);
+  f->names = f->states = f->ops = NULL;
 }
 
 /* The id of bucket `name` (bs_lmdb_bucket_id, through the cursor). Unknown: BS_ENOTFOUND with
@@ -372,10 +375,7 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
     if (refs[i].found && (rc = torn_check(&refs[i].state, checkpoint, req[i].bucket, err)) != 0)
       goto done;
   }
-  if ((rc = mdb_cursor_open(txn, db->ops, &r.cur)) != 0) {
-    rc = bs_fail_mdb(err, rc, "opening the ops cursor");
-    goto done;
-  }
+  r.cur = f.ops;
   for (size_t i = 0; i < n_req && !r.stopped; i++) {
     uint64_t after = req[i].after;
     if (!refs[i].found || after >= checkpoint || refs[i].state.last_op <= after) continue;
@@ -383,7 +383,6 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   }
   if (has_more_out) *has_more_out = r.stopped;
 done:
-  if (r.cur) mdb_cursor_close(r.cur);
   finder_close(&f);
   txn_end(db, txn);
   bs_free(a, r.ops);
@@ -437,17 +436,12 @@ int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets
                       bs_checksum *out, uint64_t *generation_out, bs_error *err) {
   bs_lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
-  MDB_cursor *cur = NULL;
   bucket_finder f;
   int rc;
 
   memset(&f, 0, sizeof f);
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
   if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
-  if ((rc = mdb_cursor_open(txn, db->ops, &cur)) != 0) {
-    rc = bs_fail_mdb(err, rc, "opening the ops cursor");
-    goto done;
-  }
   for (size_t i = 0; i < n; i++) {
     bucket_ref ref;
     if ((rc = bucket_get(&f, buckets[i], &ref, err)) != 0) goto done;
@@ -456,10 +450,9 @@ int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets
     if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
     if (!ref.found) continue;
     if ((rc = torn_check(&ref.state, checkpoint, buckets[i], err)) != 0) goto done;
-    if ((rc = checksum_at(cur, &ref, checkpoint, buckets[i], &out[i], err)) != 0) goto done;
+    if ((rc = checksum_at(f.ops, &ref, checkpoint, buckets[i], &out[i], err)) != 0) goto done;
   }
 done:
-  if (cur) mdb_cursor_close(cur);
   finder_close(&f);
   txn_end(db, txn);
   return rc;
@@ -502,17 +495,12 @@ int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
                             bs_error *err) {
   bs_lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
-  MDB_cursor *cur = NULL;
   bucket_finder f;
   int rc;
 
   memset(&f, 0, sizeof f);
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
   if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
-  if ((rc = mdb_cursor_open(txn, db->ops, &cur)) != 0) {
-    rc = bs_fail_mdb(err, rc, "opening the ops cursor");
-    goto done;
-  }
   for (size_t i = 0; i < n; i++) {
     bucket_ref ref;
     int cl = 0;
@@ -522,14 +510,13 @@ int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
     if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
     if (ref.found) {
       if ((rc = torn_check(&ref.state, to, buckets[i], err)) != 0) goto done;
-      if ((rc = range_sum(cur, &ref, from, to, buckets[i], &out[i], &cl, err)) != 0) goto done;
+      if ((rc = range_sum(f.ops, &ref, from, to, buckets[i], &out[i], &cl, err)) != 0) goto done;
       /* A CLEAR replaces what came before it: hand back the whole value at `to`. */
-      if (cl && (rc = checksum_at(cur, &ref, to, buckets[i], &out[i], err)) != 0) goto done;
+      if (cl && (rc = checksum_at(f.ops, &ref, to, buckets[i], &out[i], err)) != 0) goto done;
     }
     if (cleared) cleared[i] = cl;
   }
 done:
-  if (cur) mdb_cursor_close(cur);
   finder_close(&f);
   txn_end(db, txn);
   return rc;
