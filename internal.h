@@ -18,6 +18,9 @@
 #define BS_PRINTF(a, b)
 #endif
 
+/* A parameter that a callback or vtable signature imposes but this implementation does not need. */
+#define BS_UNUSED(x) ((void)(x))
+
 /* ---- Errors ---- */
 /* Fills err (if any) with code and a formatted message; returns code. */
 int bs_fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);

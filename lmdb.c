@@ -637,6 +637,7 @@ typedef struct list_ctx {
 } list_ctx;
 
 static int list_one(bs_stream_rec *rec, void *payload, bs_error *err) {
+  BS_UNUSED(err);
   list_ctx *c = payload;
   bs_stream_info info;
   info.id = rec->id;
@@ -663,6 +664,7 @@ typedef struct pick_ctx {
 } pick_ctx;
 
 static int pick_one(bs_stream_rec *rec, void *payload, bs_error *err) {
+  BS_UNUSED(err);
   pick_ctx *c = payload;
   if (rec->state == BS_STREAM_ACTIVE || rec->state == BS_STREAM_ERRORED) c->served = rec->id;
   c->newest = rec->id;

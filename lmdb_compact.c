@@ -652,7 +652,7 @@ static int write_move(cctx *c, bdelta *d, const MDB_val *k, size_t size, uint32_
 }
 
 /* SCAN, full compaction: records rows (newest first), no writes. */
-static int scan_full(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
+static int scan_full(cctx *c, work *w, uint64_t bucket) {
   job *j = &w->j;
   MDB_val k, v;
   unsigned char kb[16];
@@ -717,7 +717,7 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t mo
 /* FOLD: the first ops of the bucket, while they are REMOVE/MOVE/CLEAR (or, in full compaction,
  * superseded), become one CLEAR at the last one's id; at most the transaction's room at a
  * time (a CLEAR left by an earlier share is folded again by the next). */
-static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
+static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   int full = w->mode == W_FULL;
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0;
@@ -770,7 +770,7 @@ static int fold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) 
 }
 
 /* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
-static int move_rest(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
+static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   uint64_t last = j->max_moved < w->horizon ? j->max_moved : w->horizon;
   MDB_val k, v;
@@ -799,7 +799,7 @@ static int move_rest(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d)
 /* SCAN, initial replication: deletes as it goes (every decision depends only on the ops above
  * it). A REMOVE is deleted when its row is tracked: every earlier op of the row is superseded,
  * so deleted too, and the REMOVE says nothing to anyone. */
-static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
+static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   MDB_val k, v;
   unsigned char kb[16];
@@ -856,7 +856,7 @@ static int scan_initial(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta 
  * is the one INC then FOLD would give. When the share is not worth it or does not fit (nothing
  * for this job to consume, a run shorter than 2, no room in a fresh transaction), it changes
  * nothing and hands over to INC then FOLD. pos: the first entry not yet consumed. */
-static int ifold_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
+static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0, kn = 0, del;
   int fresh = c->changes == 0 && c->visits == 0;
@@ -1075,17 +1075,16 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       rc = job_start(c, txn, w, bucket);
       break;
     case J_SCAN:
-      rc = w->mode == W_INITIAL ? scan_initial(c, txn, w, bucket, &d)
-                                : scan_full(c, txn, w, bucket, &d);
+      rc = w->mode == W_INITIAL ? scan_initial(c, w, bucket, &d) : scan_full(c, w, bucket);
       break;
     case J_FOLD:
-      rc = fold_run(c, txn, w, bucket, &d);
+      rc = fold_run(c, w, bucket, &d);
       break;
     case J_MOVE:
-      rc = move_rest(c, txn, w, bucket, &d);
+      rc = move_rest(c, w, bucket, &d);
       break;
     case J_IFOLD:
-      rc = ifold_run(c, txn, w, bucket, &d);
+      rc = ifold_run(c, w, bucket, &d);
       break;
     case J_INC:
       rc = inc_run(c, txn, w, bucket, &d);

@@ -1187,6 +1187,7 @@ static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  BS_UNUSED(v);
   if (k->mv_size < 9 || k->mv_size > 8 + BS_MAX_REPLICA_ID) {
     problem(vf, "source: malformed key of %zu bytes", k->mv_size);
     return;
@@ -1254,6 +1255,7 @@ static void check_softdel(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  BS_UNUSED(v);
   if (k->mv_size != 12) {
     problem(vf, "cqueue: malformed key of %zu bytes", k->mv_size);
     return;

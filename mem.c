@@ -1437,6 +1437,7 @@ done:
 }
 
 static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
+  BS_UNUSED(err);
   mem_writer *w = MW(bw);
   w->has_resume = 1;
   lsn_set(&w->resume, lsn);
@@ -1485,6 +1486,7 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
 /* ---- Reads ----------------------------------------------------------------------------------- */
 
 static int mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
   lock(ms->db);
   memset(out, 0, sizeof *out);
@@ -2003,6 +2005,7 @@ out:
 
 static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
                         uint64_t *id_out, int *found, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
   mem_db *db = ms->db;
   int f = 0;
@@ -2437,6 +2440,7 @@ out:
 /* ---- Lifecycle ------------------------------------------------------------------------------- */
 
 static int mem_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
   const mem_meta *m = &ms->s->m;
   lock(ms->db);
@@ -2457,6 +2461,7 @@ static int mem_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 }
 
 static int mem_report_error(bs_storage *st, const char *message, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
   lock(ms->db);
   snprintf(ms->s->m.last_error, sizeof ms->s->m.last_error, "%s", message ? message : "");
@@ -2717,6 +2722,7 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
 }
 
 static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
+  BS_UNUSED(err);
   mem_db *db = MDB(bdb);
   memset(out, 0, sizeof *out);
   lock(db);
