@@ -617,10 +617,25 @@ static int h_flush(drv *d, json_t *req, json_t *out, bs_error *err) {
   return rc != BS_OK ? rc : put(out, "last_op", j_id(last));
 }
 
+/* bs_block_reason as the driver spells it: null when not blocked. */
+static json_t *blocked_reason(const bs_commit_result *r) {
+  switch (r->checkpoint_blocked ? r->blocked_reason : BS_BLOCKED_NONE) {
+  case BS_BLOCKED_SNAPSHOT:
+    return json_string("snapshot_not_done");
+  case BS_BLOCKED_NO_CHECKPOINT_BEFORE:
+    return json_string("below_no_checkpoint_before");
+  case BS_BLOCKED_CHECKPOINT_LSN:
+    return json_string("below_checkpoint_lsn");
+  case BS_BLOCKED_NONE:
+    break;
+  }
+  return r->checkpoint_blocked ? json_string("unknown") : json_null();
+}
+
 static int commit_reply(json_t *out, const bs_commit_result *r) {
   if (put(out, "checkpoint_blocked", json_boolean(r->checkpoint_blocked)) ||
       put(out, "checkpoint_created", json_boolean(r->checkpoint_created)) ||
-      put(out, "checkpoint", j_id(r->checkpoint)))
+      put(out, "checkpoint", j_id(r->checkpoint)) || put(out, "blocked_reason", blocked_reason(r)))
     return BS_ENOMEM;
   return BS_OK;
 }
@@ -628,7 +643,7 @@ static int commit_reply(json_t *out, const bs_commit_result *r) {
 /* commit and keepalive: keepalive is commit with create_empty forced on. */
 static int do_commit(drv *d, json_t *req, json_t *out, bs_error *err, int keepalive) {
   bs_commit_options opts = BS_COMMIT_OPTIONS_INIT;
-  bs_commit_result r = {0, 0, 0};
+  bs_commit_result r = {0, 0, 0, BS_BLOCKED_NONE};
   bs_val lsn = {NULL, 0};
   int rc;
   if ((rc = f_str(req, "lsn", 1, &lsn, err)) != BS_OK ||

@@ -159,6 +159,10 @@ void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out);
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
 int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
+/* can_checkpoint(lsn) of SPEC.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
+ * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
+bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
+                                    const bs_val *checkpoint_lsn, bs_val lsn);
 /* bs_batch_options defaults (storage.h), applied by the front; lmdb_read.c also applies them
  * because tests call bs_lmdb_bucket_data directly. */
 #define BS_DEFAULT_BATCH_LIMIT 1000u

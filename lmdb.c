@@ -2212,7 +2212,8 @@ typedef struct commit_ctx {
   lm_writer *w;
   bs_val lsn;
   int create_empty;
-  int blocked, created;
+  bs_block_reason blocked;
+  int created;
   uint64_t checkpoint;
   vec users; /* bs_val, copied into the flush arena */
 } commit_ctx;
@@ -2276,20 +2277,14 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
   return rc;
 }
 
-static int can_checkpoint(const bs_stream_rec *r, bs_val lsn) {
-  if (!r->snapshot_done) return 0;
-  if (r->has_checkpoint_lsn && bs_val_cmp(lsn, r->checkpoint_lsn) < 0) return 0;
-  if (r->has_no_checkpoint_before && bs_val_cmp(lsn, r->no_checkpoint_before) < 0) return 0;
-  return 1;
-}
-
 static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   commit_ctx *c = payload;
   fctx *f = &c->w->f;
   bs_stream_rec *r = &f->rec;
   int rc, first;
   c->users.n = 0;
-  c->blocked = c->created = 0;
+  c->blocked = BS_BLOCKED_NONE;
+  c->created = 0;
   /* The queue is flushed in the commit's own txn: one commit (one fsync pair) instead of two,
    * with the same result as flush-then-commit. */
   if ((c->w->head || c->w->wcp_head) && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
@@ -2301,10 +2296,10 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
     r->has_resume_lsn = 1;
   }
   c->checkpoint = r->checkpoint;
-  if (!can_checkpoint(r, c->lsn)) {
-    c->blocked = 1;
-    return bs_stream_rec_put(f->db, txn, r, err);
-  }
+  c->blocked = bs_checkpoint_block(r->snapshot_done,
+                                   r->has_no_checkpoint_before ? &r->no_checkpoint_before : NULL,
+                                   r->has_checkpoint_lsn ? &r->checkpoint_lsn : NULL, c->lsn);
+  if (c->blocked) return bs_stream_rec_put(f->db, txn, r, err);
   first = !r->has_checkpoint_lsn && r->checkpoint == 0;
   if (!c->create_empty && !first && r->op_head == r->last_checkpoint_op)
     return bs_stream_rec_put(f->db, txn, r, err);
@@ -2345,9 +2340,10 @@ static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_re
   if (rc != BS_OK) return rc;
   queue_reset(w);
   if (out) {
-    out->checkpoint_blocked = c.blocked;
+    out->checkpoint_blocked = c.blocked != BS_BLOCKED_NONE;
     out->checkpoint_created = c.created;
     out->checkpoint = c.checkpoint;
+    out->blocked_reason = c.blocked;
   }
   if (c.created) bs_db_notify_checkpoint(&w->db->base, w->st->base.stream_id, c.checkpoint);
   return BS_OK;

@@ -1306,11 +1306,10 @@ static int mem_writer_flush(bs_writer *bw, uint64_t *last_op, bs_error *err) {
   return rc;
 }
 
-static int can_checkpoint(const mem_meta *m, bs_val lsn) {
-  if (!m->snapshot_done) return 0;
-  if (m->cp_lsn.has && bs_val_cmp(lsn, lsn_val(&m->cp_lsn)) < 0) return 0;
-  if (m->ncb.has && bs_val_cmp(lsn, lsn_val(&m->ncb)) < 0) return 0;
-  return 1;
+static bs_block_reason can_checkpoint(const mem_meta *m, bs_val lsn) {
+  bs_val ncb = lsn_val(&m->ncb), cp = lsn_val(&m->cp_lsn);
+  return bs_checkpoint_block(m->snapshot_done, m->ncb.has ? &ncb : NULL, m->cp_lsn.has ? &cp : NULL,
+                             lsn);
 }
 
 static int heads_le(const mem_mwcp *r, bs_val lsn) {
@@ -1385,16 +1384,16 @@ static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_com
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
   mem_tx tx;
-  int rc, blocked = 0, created = 0;
+  int rc, created = 0;
+  bs_block_reason blocked = BS_BLOCKED_NONE;
   uint64_t cp;
   if (create_empty < 0) create_empty = w->create_empty;
   lock(db);
   if ((rc = writable(w, err))) goto done;
   if ((rc = tx_begin_queue(&tx, w, err))) goto done;
   if (!s->m.resume.has || bs_val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
-  if (!can_checkpoint(&s->m, lsn)) {
-    blocked = 1;
-  } else if (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op) {
+  blocked = can_checkpoint(&s->m, lsn);
+  if (!blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op)) {
     if ((rc = make_checkpoint(&tx, lsn))) {
       tx_rollback(&tx);
       rc = apply_fail(err, rc);
@@ -1410,7 +1409,8 @@ done:
   unlock(db);
   if (rc) return rc;
   if (out) {
-    out->checkpoint_blocked = blocked;
+    out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
+    out->blocked_reason = blocked;
     out->checkpoint_created = created;
     out->checkpoint = cp;
   }

@@ -223,6 +223,15 @@ int bs_check_lsn(bs_val lsn, const char *what, bs_error *err) {
   return check_sized(lsn, 0, BS_MAX_LSN, what ? what : "lsn", "BS_MAX_LSN", err);
 }
 
+bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
+                                    const bs_val *checkpoint_lsn, bs_val lsn) {
+  if (!snapshot_done) return BS_BLOCKED_SNAPSHOT;
+  if (no_checkpoint_before && bs_val_cmp(lsn, *no_checkpoint_before) < 0)
+    return BS_BLOCKED_NO_CHECKPOINT_BEFORE;
+  if (checkpoint_lsn && bs_val_cmp(lsn, *checkpoint_lsn) < 0) return BS_BLOCKED_CHECKPOINT_LSN;
+  return BS_BLOCKED_NONE;
+}
+
 /* The common case, checked without formatting a message (the writer's hot path). */
 static int sized_ok(bs_val v, size_t min, size_t max) {
   return (v.data || !v.size) && v.size >= min && v.size <= max;
@@ -535,6 +544,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   rc = w->st->vt->writer_commit(w, lsn, create_empty, &r, err);
   if (rc != BS_OK) return rc;
   if (r.checkpoint) note_checkpoint(w->st, r.checkpoint);
+  if (!r.checkpoint_blocked) r.blocked_reason = BS_BLOCKED_NONE;
   if (out) *out = r;
   return BS_OK;
 }

@@ -267,10 +267,23 @@ typedef struct bs_commit_options {
 #define BS_COMMIT_OPTIONS_INIT                                                                     \
   { BS_COMMIT_OPTIONS_VERSION, -1 }
 
+/* Why a commit made no checkpoint although one was asked for (SPEC.md 4.4). When several hold,
+ * the first in this order is reported. */
+typedef enum bs_block_reason {
+  BS_BLOCKED_NONE = 0,                 /* not blocked */
+  BS_BLOCKED_SNAPSHOT = 1,             /* the stream's snapshot is not done (snapshot_done) */
+  BS_BLOCKED_NO_CHECKPOINT_BEFORE = 2, /* lsn sorts below the snapshot_done LSN */
+  BS_BLOCKED_CHECKPOINT_LSN = 3        /* lsn sorts below the last checkpoint's LSN */
+} bs_block_reason;
+
 typedef struct bs_commit_result {
   int checkpoint_blocked;
   int checkpoint_created;
   uint64_t checkpoint; /* the stream's checkpoint after the call (0 = none) */
+  /* BS_BLOCKED_NONE unless checkpoint_blocked. LSNs compare BYTE-WISE (memcmp, a shorter
+   * prefix first): "0/10" sorts below "0/9", so a commit at "0/10" after one at "0/9" is
+   * blocked with BS_BLOCKED_CHECKPOINT_LSN. Use fixed-width LSNs ("00000000/0000000A"). */
+  bs_block_reason blocked_reason;
 } bs_commit_result;
 
 /* Opens the writer of st (opts may be NULL: the defaults). Errors: BS_EINVAL (bad option),
@@ -293,8 +306,10 @@ BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
  * persisted op id. Never makes a checkpoint. On failure nothing is persisted and the queue is
  * kept (flush again, or close to discard). Errors: BS_ESTATE (closed writer), BS_EIO. */
 BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
-/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4). opts and out may be
- * NULL. Errors: BS_ETOOBIG (lsn over BS_MAX_LSN), BS_EINVAL, BS_ESTATE, BS_EIO. Listeners
+/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4): the snapshot is done
+ * and lsn sorts at or above both the snapshot_done LSN and the last checkpoint's LSN. A blocked
+ * commit still persists the queue and returns BS_OK with out->checkpoint_blocked = 1 and
+ * out->blocked_reason saying why. opts and out may be NULL. Errors: BS_ETOOBIG (lsn over BS_MAX_LSN), BS_EINVAL, BS_ESTATE, BS_EIO. Listeners
  * (bs_set_checkpoint_listener) run in this thread before it returns. */
 BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
                             bs_commit_result *out, bs_error *err);

@@ -443,7 +443,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
   bs_writer *w;
   bs_error err;
   uint32_t id;
-  bs_commit_result cr = {0, 0, 0};
+  bs_commit_result cr = {0, 0, 0, BS_BLOCKED_NONE};
   static const char *bnames[] = {"a", "b", "c", "d"};
   char rid[16], data[32], lsn[24];
   int lsn_n = 0;

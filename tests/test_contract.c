@@ -591,6 +591,7 @@ static void t_checkpoint_blocked_until_snapshot_done(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
   CT_OK(ct_commit(e->w, L(1), &r));
   assert_true(r.checkpoint_blocked);
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_SNAPSHOT);
   assert_false(r.checkpoint_created);
   CT_EQ_U64(r.checkpoint, 0);
   expect_cp(e, 0, NULL);
@@ -599,11 +600,13 @@ static void t_checkpoint_blocked_until_snapshot_done(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "2"})));
   CT_OK(ct_commit(e->w, L(3), &r));
   assert_true(r.checkpoint_blocked);
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_NO_CHECKPOINT_BEFORE);
   assert_false(r.checkpoint_created);
   expect_cp(e, 0, NULL);
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "3"})));
   CT_OK(ct_commit(e->w, L(5), &r));
   assert_false(r.checkpoint_blocked);
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_NONE);
   assert_true(r.checkpoint_created);
   CT_EQ_U64(r.checkpoint, 3);
   expect_cp(e, 3, L(5));
@@ -625,6 +628,16 @@ static void t_checkpoint_blocked_until_snapshot_done(void **state) {
   CT_OK(ct_commit(e->w, L(8), &r));
   assert_true(r.checkpoint_created);
   expect_cp(e, 4, L(8));
+  /* At or above no_checkpoint_before (8) but below the last checkpoint's LSN (9): that reason;
+   * below both: the first of the order, no_checkpoint_before. */
+  CT_OK(ct_commit(e->w, L(9), &r));
+  assert_true(r.checkpoint_created);
+  CT_OK(ct_commit(e->w, L(8), &r));
+  assert_true(r.checkpoint_blocked);
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_CHECKPOINT_LSN);
+  CT_OK(ct_commit(e->w, L(7), &r));
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_NO_CHECKPOINT_BEFORE);
+  expect_cp(e, 4, L(9));
 }
 
 static void t_lsn_bytewise_order(void **state) {
@@ -636,6 +649,7 @@ static void t_lsn_bytewise_order(void **state) {
   /* "10" < "9" byte-wise: blocked. "9" is a prefix of "90": "90" > "9". */
   CT_OK(ct_commit(e->w, "10", &r));
   assert_true(r.checkpoint_blocked);
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_CHECKPOINT_LSN);
   expect_cp(e, 0, "9");
   CT_OK(ct_commit(e->w, "90", &r));
   assert_true(r.checkpoint_created);

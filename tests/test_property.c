@@ -405,6 +405,7 @@ static void do_commit1(run *r, wl *s) {
   char lsn[32];
   bs_commit_result res;
   int kind = (int)ct_below(&r->rng, 10), ce = -1, can, expect_created;
+  bs_block_reason why;
   uint64_t n;
   if (kind == 0) { /* raise no_checkpoint_before above this commit: blocked */
     char hi[32];
@@ -421,13 +422,18 @@ static void do_commit1(run *r, wl *s) {
   lsn_fmt(lsn, n);
   memset(&res, 0, sizeof res);
   CT_OK(ct_commit_ce(s->w, lsn, ce, &res));
-  can = strcmp(lsn, s->nocb) >= 0 && (!s->has_cp || strcmp(lsn, s->cp_lsn) >= 0);
+  why = strcmp(lsn, s->nocb) < 0                  ? BS_BLOCKED_NO_CHECKPOINT_BEFORE
+        : s->has_cp && strcmp(lsn, s->cp_lsn) < 0 ? BS_BLOCKED_CHECKPOINT_LSN
+                                                  : BS_BLOCKED_NONE;
+  can = why == BS_BLOCKED_NONE;
   expect_created = can && (ce != 0 || !s->has_cp || s->m.head != s->cp);
-  if (res.checkpoint_blocked != !can || res.checkpoint_created != expect_created)
-    fail_msg("commit(%s, create_empty %d): blocked %d created %d, expected %d %d (nocb %s, last "
-             "%s, head %llu, cp %llu)",
-             lsn, ce, res.checkpoint_blocked, res.checkpoint_created, !can, expect_created, s->nocb,
-             s->has_cp ? s->cp_lsn : "-", (unsigned long long)s->m.head, (unsigned long long)s->cp);
+  if (res.checkpoint_blocked != !can || res.checkpoint_created != expect_created ||
+      res.blocked_reason != why)
+    fail_msg("commit(%s, create_empty %d): blocked %d (reason %d) created %d, expected %d (%d) %d "
+             "(nocb %s, last %s, head %llu, cp %llu)",
+             lsn, ce, res.checkpoint_blocked, (int)res.blocked_reason, res.checkpoint_created, !can,
+             (int)why, expect_created, s->nocb, s->has_cp ? s->cp_lsn : "-",
+             (unsigned long long)s->m.head, (unsigned long long)s->cp);
   if (expect_created) {
     s->has_cp = 1;
     s->cp = s->m.head;
