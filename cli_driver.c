@@ -684,7 +684,9 @@ static int h_source_row(drv *d, json_t *req, json_t *out, bs_error *err) {
   if ((rc = f_str(req, "table", 1, &table, err)) != BS_OK ||
       (rc = f_str(req, "id", 1, &id, err)) != BS_OK)
     return rc;
-  return bs_writer_source_row(d->w, table, id, source_row_one, out, err);
+  rc = bs_writer_source_row(d->w, table, id, source_row_one, out, err);
+  /* DRIVER.md: a row without a source record answers data null, like one with nothing stored */
+  return rc == BS_ENOTFOUND ? put(out, "data", json_null()) : rc;
 }
 
 static int h_checkpoint(drv *d, json_t *req, json_t *out, bs_error *err) {

@@ -216,12 +216,20 @@ bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoi
 #include <lmdb.h>
 
 #define BS_OP_HEADER_SIZE 18u
-#define BS_CHANGES_MAX    1000u /* more than this per record: the "too many" flag instead */
+
+/* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry
+ * none. A carried field is present: its data is never NULL, also when it is empty (storage.h
+ * CONVENTIONS), so every backend's reader sets it from this one rule. */
+static inline int bs_op_carries_row(bs_op_type type) {
+  return type == BS_OP_PUT || type == BS_OP_REMOVE;
+}
+#define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
 
 /* Decodes an op value (borrowed) into op; op_id is taken from the key. BS_ECORRUPT if short. */
 static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
   const unsigned char *p = (const unsigned char *)val->mv_data;
   size_t ot, oi, sk;
+  int row;
   if (key->mv_size != 16 || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
   op->op_id = bs_get_u64be((const unsigned char *)key->mv_data + 8);
   op->type = (bs_op_type)p[0];
@@ -235,13 +243,14 @@ static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_o
       BS_OP_HEADER_SIZE + ot + oi + sk > val->mv_size)
     return BS_ECORRUPT;
   p += BS_OP_HEADER_SIZE;
-  op->object_type.data = ot ? p : NULL;
+  row = bs_op_carries_row(op->type);
+  op->object_type.data = row ? p : NULL;
   op->object_type.size = ot;
   p += ot;
-  op->object_id.data = oi ? p : NULL;
+  op->object_id.data = row ? p : NULL;
   op->object_id.size = oi;
   p += oi;
-  op->subkey.data = sk ? p : NULL;
+  op->subkey.data = row ? p : NULL;
   op->subkey.size = sk;
   p += sk;
   op->data.size = val->mv_size - (BS_OP_HEADER_SIZE + ot + oi + sk);

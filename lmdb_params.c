@@ -113,7 +113,7 @@ static int scan_push_row(param_scan *s, const unsigned char *data, size_t size, 
     s->rows = p;
     s->cap_rows = cap;
   }
-  s->rows[s->n_rows].data = size ? data : NULL;
+  s->rows[s->n_rows].data = data; /* into the value: non-NULL, also for an empty row */
   s->rows[s->n_rows].size = size;
   s->n_rows++;
   return BS_OK;

@@ -48,6 +48,7 @@ static inline int op_decode_fast(const MDB_val *key, const MDB_val *val, bs_op *
   uint32_t ck;
   uint16_t ot16, oi16;
   size_t ot, oi, sk, fixed;
+  int row;
   if (key->mv_size != 16 || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
   memcpy(&id, (const unsigned char *)key->mv_data + 8, 8);
   memcpy(&ck, p + 1, 4);
@@ -64,11 +65,12 @@ static inline int op_decode_fast(const MDB_val *key, const MDB_val *val, bs_op *
   op->checksum = ck;
   op->target_op = target;
   p += BS_OP_HEADER_SIZE;
-  op->object_type.data = ot ? p : NULL;
+  row = bs_op_carries_row(op->type);
+  op->object_type.data = row ? p : NULL;
   op->object_type.size = ot;
-  op->object_id.data = oi ? p + ot : NULL;
+  op->object_id.data = row ? p + ot : NULL;
   op->object_id.size = oi;
-  op->subkey.data = sk ? p + ot + oi : NULL;
+  op->subkey.data = row ? p + ot + oi : NULL;
   op->subkey.size = sk;
   if (op->type == BS_OP_PUT) {
     op->data.data = p + ot + oi + sk;

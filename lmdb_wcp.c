@@ -176,15 +176,15 @@ static int heads_below(const wcp_rec *r, bs_val commit_lsn) {
 int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size) {
   const unsigned char *kp = (const unsigned char *)k->mv_data;
   wcp_rec r;
-  if (k->mv_size >= 2 && kp[0] == 'M') {
+  if (k->mv_size >= 1 && kp[0] == 'M') {
     if (rec_decode(v, &r) == BS_OK) return BS_OK;
     snprintf(why, why_size, "wcp: managed record of %zu bytes does not decode", v->mv_size);
-  } else if (k->mv_size >= 2 && kp[0] == 'P') {
+  } else if (k->mv_size >= 1 && kp[0] == 'P') {
     if (v->mv_size == 0) return BS_OK;
     snprintf(why, why_size, "wcp: pending marker with a %zu-byte value", v->mv_size);
-  } else if (k->mv_size >= 8 && kp[0] == 'C') {
+  } else if (k->mv_size >= 7 && kp[0] == 'C') {
     size_t elen = (size_t)kp[5] << 8 | kp[6];
-    if (k->mv_size >= 8 + elen && v->mv_size == 8) return BS_OK;
+    if (k->mv_size >= 7 + elen && v->mv_size == 8) return BS_OK;
     snprintf(why, why_size, "wcp: malformed custom entry (key %zu bytes, value %zu bytes)",
              k->mv_size, v->mv_size);
   } else {

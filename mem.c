@@ -1606,7 +1606,12 @@ static int mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *
     ops[i].object_id = arena_put(&p, o->oi);
     ops[i].subkey = arena_put(&p, o->sk);
     ops[i].data = arena_put(&p, o->data);
-    if (o->type == BS_OP_PUT && !ops[i].data.data) ops[i].data.data = ""; /* empty, not none */
+    if (bs_op_carries_row(o->type)) { /* carried fields are present: empty, not none */
+      if (!ops[i].object_type.data) ops[i].object_type.data = "";
+      if (!ops[i].object_id.data) ops[i].object_id.data = "";
+      if (!ops[i].subkey.data) ops[i].subkey.data = "";
+    }
+    if (o->type == BS_OP_PUT && !ops[i].data.data) ops[i].data.data = "";
   }
   unlock(ms->db);
   /* Callbacks outside the lock, on the copies. */

@@ -602,7 +602,7 @@ int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t che
                                       bs_val event, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_sized(user_id, 1, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
+  if ((rc = check_sized(user_id, 0, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
     return rc;
@@ -885,7 +885,7 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
   if (n && !ids_out) return bs_fail(err, BS_EINVAL, "ids_out: NULL with n %zu", n);
   for (size_t i = 0; i < n; i++) {
     char what[48];
-    if ((rc = check_sized_at(req[i].user_id, 1, BS_MAX_USER_ID, "req", i, ".user_id",
+    if ((rc = check_sized_at(req[i].user_id, 0, BS_MAX_USER_ID, "req", i, ".user_id",
                              "BS_MAX_USER_ID", err)))
       return rc;
     if (req[i].n_heads > BS_MAX_HEADS) /* stored as a u16 count */
@@ -910,7 +910,7 @@ int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *head
                              uint64_t *id_out, int *found, bs_error *err) {
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if ((rc = check_sized(user_id, 1, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
+  if ((rc = check_sized(user_id, 0, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
   if ((rc = check_heads(heads, n_heads, "heads", err))) return rc;
   if (!id_out) return bs_fail(err, BS_EINVAL, "id_out: NULL");
   if (!found) return bs_fail(err, BS_EINVAL, "found: NULL");

@@ -34,6 +34,14 @@
  *  - Options structs start with `unsigned version`; initialise them with
  *    their BS_*_INIT macro. Structs only ever grow at the end.
  *  - Op ids, checkpoints: uint64_t, always < 2^63. 0 means "none".
+ *  - An empty string is a value. A bs_val is PRESENT when data is non-NULL (size may be 0: "")
+ *    and ABSENT when it is {NULL, 0}. Every value the library hands out follows this: a field
+ *    that exists is never NULL, also when empty (an object_id "", a stored row "", a parameter
+ *    row ""); a field that does not exist is {NULL, 0} (e.g. the data of a REMOVE). Inputs: ""
+ *    is accepted wherever a value is (object_type, object_id, op data, stored row data, lookup
+ *    values, replica ids, user ids, LSNs, events); where a call needs a value, {NULL, 0} reads
+ *    as "", and where a field is optional (before_id, stored_data) {NULL, 0} means absent.
+ *    Names keep their own minimum: bucket, table and stream names are 1 byte or more.
  *  - LSNs: opaque byte strings up to BS_MAX_LSN bytes, compared with memcmp,
  *    shorter prefix first.
  *  - Threads: a function taking a bs_db or bs_storage may be called from any thread, also
@@ -361,8 +369,9 @@ typedef enum bs_op_type {
   BS_OP_CLEAR = 4
 } bs_op_type;
 
-/* One stored op. Fields an op type does not carry have data NULL and size 0;
- * target_op is 0 unless MOVE/CLEAR. All bytes borrowed (valid during the callback). */
+/* One stored op. PUT and REMOVE carry object_type, object_id and subkey, PUT also data: those
+ * have non-NULL data, also when empty. Fields an op type does not carry have data NULL and size
+ * 0; target_op is 0 unless MOVE/CLEAR. All bytes borrowed (valid during the callback). */
 typedef struct bs_op {
   uint64_t op_id;
   bs_op_type type;

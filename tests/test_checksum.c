@@ -43,6 +43,24 @@ static void test_xxh3_vectors(void **state) {
   assert_int_equal(bs_checksum_put(BS_HASH_XXH3, nulls, nulls, nulls), 716115507u);
 }
 
+/* An empty object id is a value: the PUT string is "put.<type>..<data>" (SPEC.md section 3).
+ * Expected values: xxhsum -H3 (low 32 bits) and Python hashlib.sha256 (first 4 bytes, LE) of
+ * 'put.test..{"id":""}' and 'put.todos..'. */
+static void test_empty_object_id_vectors(void **state) {
+  (void)state;
+  assert_int_equal(bs_checksum_put(BS_HASH_XXH3, V("test"), V(""), V("{\"id\":\"\"}")),
+                   3057245891u); /* XXH3_64 = 451cad93b639dec3 */
+  assert_int_equal(bs_checksum_put(BS_HASH_SHA256, V("test"), V(""), V("{\"id\":\"\"}")),
+                   3355958312u);
+  /* empty id and empty data */
+  assert_int_equal(bs_checksum_put(BS_HASH_XXH3, V("todos"), V(""), V("")),
+                   1502539578u); /* XXH3_64 = cc671219598eef3a */
+  assert_int_equal(bs_checksum_put(BS_HASH_SHA256, V("todos"), V(""), V("")), 1475884945u);
+  /* the id's bytes cannot move between the parts: "te" + "st" differs from "test" + "" */
+  assert_true(bs_checksum_put(BS_HASH_XXH3, V("te"), V("st"), V("")) !=
+              bs_checksum_put(BS_HASH_XXH3, V("test"), V(""), V("")));
+}
+
 static void test_long_input_streams(void **state) {
   char data[1000];
   (void)state;
@@ -119,11 +137,9 @@ static void test_checksum_arithmetic(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sha256_reference_vectors),
-      cmocka_unit_test(test_xxh3_vectors),
-      cmocka_unit_test(test_long_input_streams),
-      cmocka_unit_test(test_parts_split_invariance),
-      cmocka_unit_test(test_subkey_vectors),
+      cmocka_unit_test(test_sha256_reference_vectors), cmocka_unit_test(test_xxh3_vectors),
+      cmocka_unit_test(test_empty_object_id_vectors),  cmocka_unit_test(test_long_input_streams),
+      cmocka_unit_test(test_parts_split_invariance),   cmocka_unit_test(test_subkey_vectors),
       cmocka_unit_test(test_checksum_arithmetic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1512,6 +1512,90 @@ static void t_list_buckets(void **state) {
   bs_storage_close(s1);
 }
 
+/* ==== Empty strings are values (SPEC 10, storage.h CONVENTIONS) ================================ */
+
+/* A present field: non-NULL, and exactly n bytes. */
+#define CT_PRESENT(buf, len)                                                                       \
+  do {                                                                                             \
+    if (!(buf).p || (buf).n != (len))                                                              \
+      fail_msg("%s: expected a present %zu-byte value, got %s", #buf, (size_t)(len),               \
+               (buf).p ? "another length" : "none");                                               \
+  } while (0)
+
+typedef struct empty_rows {
+  size_t n, n_null, n_empty;
+} empty_rows;
+
+static int count_rows(const bs_val *params, void *payload) {
+  empty_rows *r = payload;
+  r->n++;
+  if (!params->data) r->n_null++;
+  if (params->data && params->size == 0) r->n_empty++;
+  return 0;
+}
+
+static void t_empty_values(void **state) {
+  ct_env *e = *state;
+  unsigned char kb[16];
+  bs_val key = ct_key_str(kb, sizeof kb, ""), empty_row = ct_v("");
+  bs_lookup lk = {key, &empty_row, 1};
+  bs_save s = BS_SAVE_INIT;
+  bs_row row = {ct_v("b"), ct_v(""), ct_v(""), ct_v("")};
+  empty_rows pr = {0, 0, 0};
+  char *got = NULL;
+  uint64_t id, cp;
+  ct_oplist l;
+  s.table = ct_v("t");
+  s.tag = BS_INSERT;
+  s.after_id = ct_v(""); /* replica id "" */
+  s.rows = &row;
+  s.n_rows = 1;
+  s.lookups = &lk;
+  s.n_lookups = 1;
+  s.stored_data = ct_v(""); /* stored, and empty */
+  CT_OK(bs_writer_save(e->w, &s, &ct_err));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "", "{\"id\":\"\"}"})));
+  CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v(""), got_row, &got, &ct_err));
+  assert_string_equal(got, ""); /* "" and not "(null)": before the flush */
+  free(got);
+  got = NULL;
+  cp = commit(e, L(1));
+  CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v(""), got_row, &got, &ct_err));
+  assert_string_equal(got, ""); /* and after it */
+  free(got);
+  got = NULL;
+  l = read_all(e, cp, "b");
+  expect_n(&l, 2);
+  expect_op(&l, 0, 1, BS_OP_PUT, "", "", "");
+  CT_PRESENT(l.v[0].object_type, 0);
+  CT_PRESENT(l.v[0].object_id, 0);
+  CT_PRESENT(l.v[0].data, 0);
+  CT_PRESENT(l.v[0].subkey, BS_SUBKEY_SIZE);
+  CT_EQ_U64(l.v[0].checksum, put_cs(BS_HASH_XXH3, "", "", "")); /* hash of "put..." */
+  CT_PRESENT(l.v[1].object_id, 0);
+  CT_EQ_U64(l.v[1].checksum, put_cs(BS_HASH_XXH3, "t", "", "{\"id\":\"\"}"));
+  ct_oplist_free(&l);
+  CT_OK(bs_get_parameter_sets(e->st, cp, &key, 1, 1000, count_rows, &pr, &ct_err));
+  CT_EQ_U64(pr.n, 1);
+  CT_EQ_U64(pr.n_empty, 1);
+  CT_EQ_U64(pr.n_null, 0);
+  /* a DELETE: the REMOVE carries the stored (empty) object type and id, and no data */
+  CT_OK(ct_save(e->w, BS_DELETE, "t", "", NULL, CT_NOROWS));
+  cp = commit(e, L(2));
+  l = read_all(e, cp, "b");
+  expect_n(&l, 3);
+  expect_op(&l, 2, 4, BS_OP_REMOVE, "", "", NULL);
+  CT_PRESENT(l.v[2].object_type, 0);
+  CT_PRESENT(l.v[2].object_id, 0);
+  if (l.v[2].data.p) fail_msg("REMOVE carries data");
+  ct_oplist_free(&l);
+  /* user id "" is a user */
+  CT_EQ_U64(managed(e, "", L(3), 0, 0, 0, NULL), 1);
+  assert_true(last_wcp(e, "", L(3), &id));
+  CT_EQ_U64(id, 1);
+  assert_false(last_wcp(e, "u", L(3), &id));
+}
+
 /* ==== Runner ================================================================================== */
 
 typedef struct ct_test {
@@ -1554,6 +1638,7 @@ static const ct_test TESTS[] = {
     T(t_compact_initial_replication),
     T(t_passthrough_on_path),
     T(t_list_buckets),
+    T(t_empty_values),
 };
 #define N_TESTS (sizeof TESTS / sizeof TESTS[0])
 

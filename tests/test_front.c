@@ -455,7 +455,7 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_source_row(w, bs_val_str("t"), (bs_val){big, 300}, NULL, NULL, E), BS_ETOOBIG,
          "replica_id");
   EXPECT(bs_writer_source_row(w, bs_val_str("t"), bs_val_str("r"), NULL, NULL, E), BS_EINVAL, "fn");
-  EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 0}, 1, lsn, E), BS_EINVAL, "user_id");
+  EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 2}, 1, lsn, E), BS_EINVAL, "user_id");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, TOO_HIGH, lsn, E), BS_EINVAL, "checkpoint");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG, "event");
   w->closed = 1;
@@ -582,7 +582,7 @@ static void test_wcp_and_compact_checks(void **state) {
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_ETOOBIG,
          "req[0].heads[0].lsn");
   heads[0].lsn = bs_val_str("0/1");
-  mr[0].user_id.size = 0;
+  mr[0].user_id.data = NULL; /* "" is a user id; NULL data with a size is not */
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL, "req[0].user_id");
   mr[0].user_id = bs_val_str("u");
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, NULL, &adv, E), BS_EINVAL, "ids_out");
