@@ -109,6 +109,7 @@ PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 INSTALL    ?= install
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
@@ -121,11 +122,14 @@ $(BUILD)/bucketstore.pc: bucketstore.pc.in storage.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
-# Only storage.h is public: internal.h never leaves the tree.
+# Only storage.h is public: internal.h never leaves the tree. It goes into a directory of its
+# own (bucketstore/storage.h cannot clash with another project's storage.h); the .pc file's
+# Cflags point into it, so hosts keep writing #include "storage.h" or <storage.h>.
 install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so $(BUILD)/bucketstore $(BUILD)/bucketstore.pc
-	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
-	  $(DESTDIR)$(PKGCONFIGDIR)
-	$(INSTALL) -m 644 storage.h $(DESTDIR)$(INCLUDEDIR)/storage.h
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/bucketstore \
+	  $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1
+	$(INSTALL) -m 644 storage.h $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage.h
+	$(INSTALL) -m 644 bucketstore.1 $(DESTDIR)$(MANDIR)/man1/bucketstore.1
 	$(INSTALL) -m 644 $(BUILD)/libbucketstore.a $(DESTDIR)$(LIBDIR)/libbucketstore.a
 	$(INSTALL) -m 755 $(BUILD)/libbucketstore.so $(DESTDIR)$(LIBDIR)/libbucketstore.so.$(VERSION)
 	ln -sf libbucketstore.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
@@ -136,10 +140,12 @@ install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so $(BUILD)/bucketsto
 	  ldconfig; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(INCLUDEDIR)/storage.h $(DESTDIR)$(LIBDIR)/libbucketstore.a \
+	rm -f $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage.h $(DESTDIR)$(MANDIR)/man1/bucketstore.1 \
+	  $(DESTDIR)$(LIBDIR)/libbucketstore.a \
 	  $(DESTDIR)$(LIBDIR)/libbucketstore.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	  $(DESTDIR)$(LIBDIR)/libbucketstore.so $(DESTDIR)$(BINDIR)/bucketstore \
 	  $(DESTDIR)$(PKGCONFIGDIR)/bucketstore.pc
+	rmdir $(DESTDIR)$(INCLUDEDIR)/bucketstore 2>/dev/null || true
 
 # One bucketstore.c (every library .c with internal.h inlined, internals static) beside a copy
 # of storage.h: vendor those two files and link -llmdb -lnettle -lpthread.

@@ -230,7 +230,7 @@ done:
 
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv) {
-  printf("bucketstore %s (format %d)\n", BS_VERSION_STRING, BS_FORMAT_VERSION);
+  printf("bucketstore %s (format %d)\n", bs_version(NULL, NULL, NULL), BS_FORMAT_VERSION);
   return 0;
 }
 

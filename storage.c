@@ -10,6 +10,15 @@
 #include <stdlib.h>
 #include <time.h>
 
+/* ---- Version --------------------------------------------------------------------------------- */
+
+const char *bs_version(int *major, int *minor, int *patch) {
+  if (major) *major = BS_VERSION_MAJOR;
+  if (minor) *minor = BS_VERSION_MINOR;
+  if (patch) *patch = BS_VERSION_PATCH;
+  return BS_VERSION_STRING;
+}
+
 /* ---- Errors ---------------------------------------------------------------------------------- */
 
 const char *bs_strerror(int code) {

@@ -76,6 +76,10 @@ extern "C" {
 #define BS_VERSION_PATCH  0
 #define BS_VERSION_NUMBER (BS_VERSION_MAJOR * 10000 + BS_VERSION_MINOR * 100 + BS_VERSION_PATCH)
 #define BS_VERSION_STRING "0.1.0"
+/* The version of the library actually linked (the macros above are the header's): returns its
+ * BS_VERSION_STRING, a static string, and sets each non-NULL argument to its part. A program
+ * built against one header and run with another shared library can compare the two. */
+BS_API const char *bs_version(int *major, int *minor, int *patch);
 /* On-disk format written by this build; a file with a newer one is refused. */
 #define BS_FORMAT_VERSION 1
 

@@ -1,8 +1,10 @@
 #!/bin/sh
 # install_check.sh: `make install` into a temporary DESTDIR + PREFIX, then build a tiny program
 # against the installed copy with `pkg-config --cflags --libs bucketstore` (shared, and static
-# with --static), run both, and check what was (not) installed; then `make uninstall` leaves
-# nothing behind. Run from the project root (make test does).
+# with --static; including the header both as <storage.h> and as "storage.h"), run both, and
+# check what was (not) installed: the header only as include/bucketstore/storage.h, the man
+# page with a section for every command the CLI lists, the .pc with Requires.private: lmdb; then
+# `make uninstall` leaves nothing behind. Run from the project root (make test does).
 set -eu
 MAKE=${MAKE:-make}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bs-install.XXXXXX")
@@ -14,7 +16,7 @@ fail() { echo "install_check: FAIL: $*" >&2; exit 1; }
 
 $MAKE --no-print-directory -s install DESTDIR="$stage" PREFIX="$prefix" >/dev/null
 
-for f in include/storage.h lib/libbucketstore.a lib/libbucketstore.so lib/libbucketstore.so.0 \
+for f in include/bucketstore/storage.h share/man/man1/bucketstore.1 lib/libbucketstore.a lib/libbucketstore.so lib/libbucketstore.so.0 \
          bin/bucketstore lib/pkgconfig/bucketstore.pc; do
   [ -e "$root/$f" ] || fail "$f not installed"
 done
@@ -25,8 +27,26 @@ real=$(ls "$root"/lib/libbucketstore.so.*.*.* 2>/dev/null | head -n 1)
 soname=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
 [ "$soname" = libbucketstore.so.0 ] || fail "soname is '$soname', want libbucketstore.so.0"
 if find "$stage" -name 'internal.h' | grep -q .; then fail "internal.h was installed"; fi
-[ "$(ls "$root/include")" = storage.h ] || fail "extra headers: $(ls "$root/include")"
+[ "$(ls "$root/include")" = bucketstore ] || fail "include/ holds more than bucketstore/: $(ls "$root/include")"
+[ "$(ls "$root/include/bucketstore")" = storage.h ] ||
+  fail "extra headers: $(ls "$root/include/bucketstore")"
 grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/bucketstore.pc" || fail "pc prefix"
+grep -q '^Requires.private: lmdb' "$root/lib/pkgconfig/bucketstore.pc" ||
+  fail "pc: no Requires.private: lmdb"
+
+# The man page: one section (.SS) per command of `bucketstore --help`, and no section for a
+# command the CLI does not have; groff finds nothing to warn about.
+man="$root/share/man/man1/bucketstore.1"
+"$root/bin/bucketstore" --help | awk '/^commands:/ { on = 1; next } on && /^  [a-z]/ { print $1 }' |
+  sort > "$tmp/cli_commands"
+[ -s "$tmp/cli_commands" ] || fail "bucketstore --help lists no commands"
+sed -n 's/^\.SS //p' "$man" | sort > "$tmp/man_commands"
+diff "$tmp/cli_commands" "$tmp/man_commands" >"$tmp/man_diff" ||
+  fail "bucketstore.1 sections differ from the CLI's commands (< CLI only, > man only): $(cat "$tmp/man_diff")"
+if command -v groff >/dev/null; then
+  groff -man -Tutf8 -ww -z "$man" 2>"$tmp/groff" && [ ! -s "$tmp/groff" ] ||
+    fail "groff warns on bucketstore.1: $(cat "$tmp/groff")"
+fi
 
 # pkg-config must see the staged copy: point it at the staged .pc and relocate the prefix.
 export PKG_CONFIG_PATH="$root/lib/pkgconfig"
@@ -34,6 +54,7 @@ pc() { pkg-config --define-variable=prefix="$root" --define-variable=libdir="$ro
          --define-variable=includedir="$root/include" "$@" bucketstore; }
 [ "$(pc --modversion)" = "$(sed -n 's/^#define BS_VERSION_STRING "\(.*\)"/\1/p' storage.h)" ] \
   || fail "pkg-config --modversion"
+pc --cflags | grep -q -- "-I$root/include/bucketstore" || fail "pc Cflags: $(pc --cflags)"
 
 cat > "$tmp/hello.c" <<'C'
 /* A host program: open an in-memory store, write one row, commit, read it back. */
@@ -71,6 +92,7 @@ int main(void) {
   if (bs_get_bucket_data(st, cr.checkpoint, &req, 1, NULL, count_ops, &n, &more, &err) || n != 1)
     goto fail;
   bs_writer_close(w); bs_storage_close(st); bs_close(db);
+  if (strcmp(bs_version(NULL, NULL, NULL), BS_VERSION_STRING) != 0) return 1;
   printf("installed bucketstore %s works\n", BS_VERSION_STRING);
   return 0;
 fail:
@@ -89,6 +111,13 @@ echo "$ldd_out" | grep -q "libbucketstore.so.0 => $root/lib/" || fail "not linke
 $cc -std=c99 -Wall -Werror $(pc --cflags) -o "$tmp/hello_static" "$tmp/hello.c" \
   "$root/lib/libbucketstore.a" $(pc --static --libs-only-l | sed 's/-lbucketstore//')
 "$tmp/hello_static" >/dev/null || fail "static build does not run"
+# The in-tree spelling #include "storage.h" finds the installed header through the same Cflags.
+sed 's|#include <storage.h>|#include "storage.h"|' "$tmp/hello.c" > "$tmp/hello_quoted.c"
+grep -q '#include "storage.h"' "$tmp/hello_quoted.c" || fail "quoted include not substituted"
+# shellcheck disable=SC2046
+(cd "$tmp" && $cc -std=c99 -Wall -Werror $(pc --cflags) -o hello_quoted hello_quoted.c $(pc --libs)) ||
+  fail "#include \"storage.h\" does not build with pkg-config --cflags"
+LD_LIBRARY_PATH="$root/lib" "$tmp/hello_quoted" >/dev/null || fail "quoted-include build does not run"
 "$root/bin/bucketstore" version >/dev/null || fail "installed CLI does not run"
 
 $MAKE --no-print-directory -s uninstall DESTDIR="$stage" PREFIX="$prefix" >/dev/null

@@ -310,6 +310,23 @@ static void test_strerror(void **state) {
   }
 }
 
+/* bs_version() is the linked library's version: its parts agree with its string and with the
+ * header this test was built against (one build), and NULL parts are allowed. */
+static void test_version(void **state) {
+  int major = -1, minor = -1, patch = -1;
+  char parts[32];
+  (void)state;
+  const char *v = bs_version(&major, &minor, &patch);
+  assert_string_equal(v, BS_VERSION_STRING);
+  assert_int_equal(major, BS_VERSION_MAJOR);
+  assert_int_equal(minor, BS_VERSION_MINOR);
+  assert_int_equal(patch, BS_VERSION_PATCH);
+  snprintf(parts, sizeof parts, "%d.%d.%d", major, minor, patch);
+  assert_string_equal(parts, v);
+  assert_int_equal(major * 10000 + minor * 100 + patch, BS_VERSION_NUMBER);
+  assert_ptr_equal(bs_version(NULL, NULL, NULL), v);
+}
+
 static void test_stream_checks(void **state) {
   bs_db *db = fake_db(0), *ro = fake_db(BS_OPEN_RDONLY);
   bs_stream_options so = BS_STREAM_OPTIONS_INIT;
@@ -751,6 +768,7 @@ int main(void) {
       cmocka_unit_test(test_stream_checks),     cmocka_unit_test(test_writer_checks),
       cmocka_unit_test(test_read_checks),       cmocka_unit_test(test_wcp_and_compact_checks),
       cmocka_unit_test(test_unsupported_slots), cmocka_unit_test(test_wait_and_listener),
+      cmocka_unit_test(test_version),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
