@@ -113,23 +113,22 @@ int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
   return 1;
 }
 
-/* A fresh file in $TMPDIR; LMDB (MDB_NOSUBDIR) takes an empty file as a new database. */
+/* A fresh database in a new private directory of $TMPDIR (an existing empty file would be
+ * refused as "empty file", and a bare name in /tmp could be raced). */
 static int make_temporary(cli_db *c, bs_error *err) {
   const char *dir = getenv("TMPDIR");
   size_t n;
-  int fd;
   if (!dir || !*dir) dir = "/tmp";
-  n = strlen(dir) + sizeof "/bucketstore-XXXXXX";
+  n = strlen(dir) + sizeof "/bucketstore-XXXXXX/db";
   c->path = malloc(n);
   if (!c->path) return cli_fail(err, BS_ENOMEM, "out of memory naming a temporary file");
   snprintf(c->path, n, "%s/bucketstore-XXXXXX", dir);
-  fd = mkstemp(c->path);
-  if (fd < 0) {
+  if (!mkdtemp(c->path)) {
     free(c->path);
     c->path = NULL;
-    return cli_fail(err, BS_EIO, "cannot create a temporary file in %s", dir);
+    return cli_fail(err, BS_EIO, "cannot create a temporary directory in %s", dir);
   }
-  close(fd);
+  strcat(c->path, "/db");
   c->temporary = 1;
   return BS_OK;
 }
@@ -159,6 +158,8 @@ void cli_db_close(cli_db *c) {
       unlink(lock);
       free(lock);
     }
+    *strrchr(c->path, '/') = '\0';
+    rmdir(c->path);
   }
   free(c->path);
   c->path = NULL;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -396,20 +397,23 @@ static MDB_dbi *dbi_slot(bs_lmdb_db *db, size_t i) {
   return slots[i];
 }
 
-/* Checks the "format" record of an existing meta sub-db. */
-static int check_format(bs_lmdb_db *db, MDB_txn *txn, const char *path, bs_error *err) {
+/* Checks the "format" record of an existing meta sub-db (open in txn). Format 1 is the first
+ * one, so there is nothing to migrate from: an older or newer file is refused. */
+static int check_format(MDB_txn *txn, MDB_dbi meta, const char *path, bs_error *err) {
   MDB_val key = {6, "format"}, val;
   uint32_t version;
-  int mrc = mdb_get(txn, db->meta, &key, &val);
-  if (mrc == MDB_NOTFOUND)
-    return bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (no format record)", path);
+  int mrc = mdb_get(txn, meta, &key, &val);
+  if (mrc == MDB_NOTFOUND ||
+      (mrc == 0 && (val.mv_size != 12 || memcmp(val.mv_data, LM_FORMAT_MAGIC, 8) != 0)))
+    return bs_fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
   if (mrc) return bs_fail_mdb(err, mrc, "reading the format record");
-  if (val.mv_size != 12 || memcmp(val.mv_data, LM_FORMAT_MAGIC, 8) != 0)
-    return bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign format record)", path);
   version = bs_get_u32le((const unsigned char *)val.mv_data + 8);
-  if (version > BS_FORMAT_VERSION || version == 0)
-    return bs_fail(err, BS_ECORRUPT, "%s: format version %u is newer than this build supports (%u)",
-                   path, version, (unsigned)BS_FORMAT_VERSION);
+  if (version < BS_FORMAT_VERSION)
+    return bs_fail(err, BS_ECORRUPT, "%s: format %u is older than this build's %u", path, version,
+                   (unsigned)BS_FORMAT_VERSION);
+  if (version > BS_FORMAT_VERSION)
+    return bs_fail(err, BS_ECORRUPT, "%s: format %u is newer than this build's %u", path, version,
+                   (unsigned)BS_FORMAT_VERSION);
   return BS_OK;
 }
 
@@ -432,18 +436,19 @@ static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
       goto fail;
     }
     if (st.ms_entries > 0) {
-      rc = bs_fail(err, BS_ECORRUPT, "%s: not a bucketstore file (foreign LMDB content)", path);
+      rc = bs_fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
       goto fail;
     }
     if (rdonly) {
-      rc = bs_fail(err, BS_ECORRUPT, "%s: empty file opened read-only", path);
+      rc =
+          bs_fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database", path);
       goto fail;
     }
     fresh = 1;
   } else if (mrc) {
     rc = bs_fail_mdb(err, mrc, "opening sub-database meta");
     goto fail;
-  } else if ((rc = check_format(db, txn, path, err)) != BS_OK) {
+  } else if ((rc = check_format(txn, db->meta, path, err)) != BS_OK) {
     goto fail;
   }
   for (size_t i = 0; i < LM_NDBS; i++) {
@@ -475,23 +480,80 @@ fail:
   return rc;
 }
 
+/* The status of a failed mdb_env_open. */
+static int env_open_error(const char *path, int mrc, bs_error *err) {
+  if (mrc == MDB_INVALID || mrc == MDB_VERSION_MISMATCH)
+    return bs_fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file (%s)", path,
+                   mdb_strerror(mrc));
+  if (mrc == ENOENT) return bs_fail(err, BS_ENOTFOUND, "%s: no such file", path);
+  return bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", path, mdb_strerror(mrc));
+}
+
+/* Checks the format record through a lock-less read-only environment, which creates nothing.
+ * Run when no PATH-lock exists yet, so that a foreign or older/newer file never gets one (no
+ * process has the file open then, so reading without the lock table is safe). */
+static int preflight_format(const char *path, bs_error *err) {
+  MDB_env *env;
+  MDB_txn *txn = NULL;
+  MDB_dbi meta;
+  int mrc, rc;
+  if ((mrc = mdb_env_create(&env)) != 0) return bs_fail_mdb(err, mrc, "mdb_env_create");
+  if ((mrc = mdb_env_set_maxdbs(env, LM_MAXDBS)) == 0)
+    mrc = mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOTLS | MDB_RDONLY | MDB_NOLOCK, 0644);
+  if (mrc) {
+    mdb_env_close(env);
+    return env_open_error(path, mrc, err);
+  }
+  if ((mrc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) != 0) {
+    rc = bs_fail_mdb(err, mrc, "beginning a read transaction");
+  } else if ((mrc = mdb_dbi_open(txn, "meta", 0, &meta)) != 0) {
+    rc = mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE
+             ? bs_fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path)
+             : bs_fail_mdb(err, mrc, "opening sub-database meta");
+  } else {
+    rc = check_format(txn, meta, path, err);
+  }
+  if (txn) mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return rc;
+}
+
+/* Checks the file (lmdb_file.c, then the format record when that is safe without a lock file)
+ * before the environment is opened, so that a bad file is refused unchanged and without a lock
+ * file beside it. A missing path is created unless the open is read-only. */
+static int check_file(bs_lmdb_db *db, const char *path, int rdonly, bs_error *err) {
+  int missing, no_data, rc;
+  size_t n = strlen(path) + sizeof "-lock";
+  char *lock;
+  if ((rc = bs_lmdb_file_check(path, &missing, &no_data, err)) != BS_OK) return rc;
+  if (missing) return rdonly ? bs_fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
+  if (no_data) /* mdb_env_open wrote the meta pages, then the process stopped: still fresh */
+    return rdonly ? bs_fail(err, BS_ECORRUPT,
+                            "%s: LMDB file without data: not a bucketstore database", path)
+                  : BS_OK;
+  if (!(lock = bs_malloc(&db->base.alloc, n)))
+    return bs_fail(err, BS_ENOMEM, "cannot name the lock file");
+  snprintf(lock, n, "%s-lock", path);
+  rc = access(lock, F_OK) == 0 ? BS_OK : preflight_format(path, err);
+  bs_free(&db->base.alloc, lock);
+  return rc;
+}
+
 static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opts, bs_error *err) {
   size_t map = opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP;
   MDB_envinfo info;
-  int mrc, dead = 0;
+  int mrc, rc, dead = 0;
 
   db->env_flags = MDB_NOSUBDIR | MDB_NOTLS;
   if (opts && (opts->flags & BS_OPEN_NOSYNC)) db->env_flags |= MDB_NOSYNC;
   if (opts && (opts->flags & BS_OPEN_RDONLY)) db->env_flags |= MDB_RDONLY;
+  if ((rc = check_file(db, path, (db->env_flags & MDB_RDONLY) != 0, err)) != BS_OK) return rc;
   if ((mrc = mdb_env_create(&db->env)) != 0) return bs_fail_mdb(err, mrc, "mdb_env_create");
   if ((mrc = mdb_env_set_maxdbs(db->env, LM_MAXDBS)) != 0 ||
       (mrc = mdb_env_set_mapsize(db->env, map)) != 0)
     return bs_fail_mdb(err, mrc, "configuring the environment");
   mrc = mdb_env_open(db->env, path, db->env_flags, 0644);
-  if (mrc == MDB_INVALID || mrc == MDB_VERSION_MISMATCH)
-    return bs_fail(err, BS_ECORRUPT, "%s: not an LMDB file (%s)", path, mdb_strerror(mrc));
-  if (mrc == ENOENT) return bs_fail(err, BS_ENOTFOUND, "%s: no such file", path);
-  if (mrc) return bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", path, mdb_strerror(mrc));
+  if (mrc) return env_open_error(path, mrc, err);
   if (mdb_env_info(db->env, &info) == 0)
     db->map_size = info.me_mapsize;
   else

@@ -158,10 +158,13 @@ typedef struct bs_open_options {
 #define BS_OPEN_OPTIONS_INIT                                                                       \
   { BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL }
 
-/* Opens (creating if missing) the database file at path (copied). *out is the caller's, closed
- * with bs_close(); *out is NULL on failure. opts may be NULL.
- * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ECORRUPT (not a bucketstore file, or a
- * newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
+/* Opens the database file at path (copied); a missing file is created, unless BS_OPEN_RDONLY.
+ * *out is the caller's, closed with bs_close(); *out is NULL on failure. opts may be NULL.
+ * The file is checked before LMDB maps it; a file that fails is refused unchanged and gets no
+ * PATH-lock beside it (that appears only beside a bucketstore database).
+ * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and missing),
+ * BS_ECORRUPT (the message says which: an empty file, not LMDB, truncated, a foreign LMDB file,
+ * an older or newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* Opens a fresh in-memory store (the reference backend: naive and obviously correct).

@@ -49,7 +49,7 @@ static int save_row(bs_writer *w, int id, int version, bs_tag tag, bs_error *err
 }
 
 int main(int argc, char **argv) {
-  char tmp[] = "/tmp/replicator-XXXXXX", lsn[32], lock[64];
+  char dir[] = "/tmp/replicator-XXXXXX", tmp[64], lsn[32], lock[80];
   const char *path = argc > 1 ? argv[1] : NULL;
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
   bs_db *db = NULL;
@@ -59,11 +59,11 @@ int main(int argc, char **argv) {
   bs_commit_result cr;
   bs_status status;
   uint32_t stream;
-  int rc, i, round, fd;
+  int rc, i, round;
 
-  if (!path) {
-    if ((fd = mkstemp(tmp)) < 0) return 1;
-    close(fd);
+  if (!path) { /* bs_open creates a missing file (an existing empty one is refused) */
+    if (!mkdtemp(dir)) return 1;
+    snprintf(tmp, sizeof tmp, "%s/db", dir);
     path = tmp;
   }
   oo.flags = BS_OPEN_NOSYNC; /* an example: durability of the last commits does not matter */
@@ -111,6 +111,7 @@ int main(int argc, char **argv) {
     snprintf(lock, sizeof lock, "%s-lock", tmp);
     unlink(tmp);
     unlink(lock);
+    rmdir(dir);
   }
   return 0;
 }

@@ -1,0 +1,478 @@
+/*
+ * test_badfile.c: files that are not (or no longer) a bucketstore database get BS_ECORRUPT with
+ * a message that says what is wrong, never a crash, and are never changed: the file's bytes are
+ * compared before and after every open, and no PATH-lock may appear beside them.
+ *  - truncations of a real database (a few thousand ops) at every page boundary, one byte to
+ *    either side of it, the middle of every page, and small sizes from 0 up;
+ *  - zero bytes, random bytes (seeded), a valid first meta page followed by garbage;
+ *  - foreign LMDB files made with the LMDB API (data in the main database, a "meta" sub-database
+ *    without the format record, a "meta" key that is no sub-database);
+ *  - the format record rewritten to an older (0) and newer version, or to foreign bytes;
+ *  - an LMDB file without data: refused read-only, made a database by a writable open;
+ *  - a missing path: BS_ENOTFOUND read-only (nothing created), created by a writable open;
+ *  - the CLI's commands on a zero-byte and a foreign file: exit 1, the file unchanged.
+ * Each open is tried read-only and writable.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../storage.h"
+#include "util_fault.h"
+
+static char g_dir[256], g_real[320], g_path[320], g_cli[512];
+static const char *g_argv0;
+static unsigned char *g_orig; /* the real database's bytes */
+static size_t g_orig_size;
+
+static bs_val v(const char *s) {
+  bs_val x = {s, strlen(s)};
+  return x;
+}
+
+/* ---- Files ---------------------------------------------------------------------------------- */
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  struct stat sb;
+  unsigned char *p;
+  int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(fstat(fd, &sb), 0);
+  *n = (size_t)sb.st_size;
+  p = malloc(*n ? *n : 1);
+  assert_non_null(p);
+  assert_int_equal(pread(fd, p, *n, 0), (ssize_t)*n);
+  close(fd);
+  return p;
+}
+
+static void lock_name(char *buf, size_t cap, const char *path) {
+  snprintf(buf, cap, "%s-lock", path);
+}
+
+static int has_lock(const char *path) {
+  char lock[400];
+  lock_name(lock, sizeof lock, path);
+  return access(lock, F_OK) == 0;
+}
+
+static void drop_lock(const char *path) {
+  char lock[400];
+  lock_name(lock, sizeof lock, path);
+  unlink(lock);
+}
+
+/* Writes path with exactly n bytes of p, without a lock file beside it. */
+static void put_file(const char *path, const void *p, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, p, n), (ssize_t)n);
+  close(fd);
+  drop_lock(path);
+}
+
+/* bs_open of g_path, read-only and writable: BS_ECORRUPT, a message containing want, the bytes
+ * unchanged and no lock file. */
+static void expect_refused(const char *want) {
+  size_t n0, n1;
+  unsigned char *before = slurp(g_path, &n0), *after;
+  for (int rw = 0; rw < 2; rw++) {
+    bs_open_options o = BS_OPEN_OPTIONS_INIT;
+    bs_error e = {0, ""};
+    bs_db *db = (bs_db *)&e; /* must come back NULL */
+    int rc;
+    o.flags = rw ? 0 : BS_OPEN_RDONLY;
+    rc = bs_open(&db, g_path, &o, &e);
+    if (rc != BS_ECORRUPT || !strstr(e.msg, want))
+      fail_msg("%zu-byte file, %s: got %s \"%s\", want BS_ECORRUPT \"%s\"", n0,
+               rw ? "writable" : "read-only", bs_strerror(rc), e.msg, want);
+    assert_null(db);
+    assert_int_equal(e.code, BS_ECORRUPT);
+    assert_false(has_lock(g_path));
+    after = slurp(g_path, &n1);
+    assert_int_equal(n1, n0);
+    if (n0) assert_memory_equal(after, before, n0);
+    free(after);
+  }
+  free(before);
+}
+
+/* ---- The real database ---------------------------------------------------------------------- */
+
+static void save(bs_writer *w, bs_tag tag, int id, int bucket, int round) {
+  char rid[32], oid[32], bk[32], data[96];
+  bs_save s = BS_SAVE_INIT;
+  bs_row row;
+  snprintf(rid, sizeof rid, "r%d", id);
+  snprintf(oid, sizeof oid, "o%d", id);
+  snprintf(bk, sizeof bk, "bucket[\"%d\"]", bucket);
+  snprintf(data, sizeof data, "{\"id\":\"o%d\",\"round\":%d,\"pad\":\"%0*d\"}", id, round,
+           20 + id % 17, id);
+  row.bucket = v(bk);
+  row.object_type = v("todos");
+  row.object_id = v(oid);
+  row.data = v(data);
+  s.table = v("todos");
+  s.tag = tag;
+  if (tag == BS_DELETE) {
+    s.before_id = v(rid);
+  } else {
+    s.after_id = v(rid);
+    s.rows = &row;
+    s.n_rows = 1;
+  }
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+}
+
+/* 1500 rows into 12 buckets, then two rounds of updates and some deletes: ~3300 ops, one commit
+ * per round. */
+static void make_real(const char *path) {
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  uint32_t stream;
+  char lsn[16];
+  assert_int_equal(bs_open(&db, path, NULL, NULL), BS_OK);
+  assert_int_equal(bs_stream_create(&stream, db, "badfile", NULL, NULL), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, stream, NULL), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 1500; i++) {
+      if (round == 2 && i % 5) continue;
+      save(w, round == 0 ? BS_INSERT : i % 50 == 7 ? BS_DELETE : BS_UPDATE, i, i % 12, round);
+    }
+    snprintf(lsn, sizeof lsn, "%08d", round + 1);
+    if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, v(lsn), NULL), BS_OK);
+    assert_int_equal(bs_writer_commit(w, v(lsn), NULL, NULL, NULL), BS_OK);
+  }
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  drop_lock(path);
+}
+
+static int group_setup(void **state) {
+  char *slash;
+  (void)state;
+  if (ft_tmpdir(g_dir, sizeof g_dir, "badfile") != 0) return -1;
+  snprintf(g_real, sizeof g_real, "%s/real", g_dir);
+  snprintf(g_path, sizeof g_path, "%s/bad", g_dir);
+  make_real(g_real);
+  g_orig = slurp(g_real, &g_orig_size);
+  /* the CLI of this build: $(BUILD)/bucketstore beside $(BUILD)/tests/ */
+  snprintf(g_cli, sizeof g_cli, "%s", g_argv0);
+  if ((slash = strrchr(g_cli, '/')) != NULL) *slash = '\0';
+  if ((slash = strrchr(g_cli, '/')) != NULL)
+    strcpy(slash, "/bucketstore");
+  else
+    snprintf(g_cli, sizeof g_cli, "./bucketstore");
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  free(g_orig);
+  ft_rm_db(g_dir, g_real);
+  rmdir(g_dir);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  unlink(g_path);
+  drop_lock(g_path);
+  return 0;
+}
+
+/* ---- Tests ---------------------------------------------------------------------------------- */
+
+static void test_real_file_opens(void **state) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db;
+  uint64_t problems = 1;
+  (void)state;
+  put_file(g_path, g_orig, g_orig_size);
+  o.flags = BS_OPEN_RDONLY;
+  assert_int_equal(bs_open(&db, g_path, &o, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(problems, 0);
+  bs_close(db);
+  assert_true(has_lock(g_path)); /* beside a real database the lock file is fine */
+  assert_true(g_orig_size >= 64 * 4096);
+}
+
+static void expect_truncated(size_t size) {
+  char want[96];
+  assert_int_equal(truncate(g_path, (off_t)size), 0);
+  if (size == 0)
+    snprintf(want, sizeof want, "empty file: not a bucketstore database");
+  else if (size < 24) /* not even the page header and LMDB's magic: unrecognisable */
+    snprintf(want, sizeof want, "not an LMDB/bucketstore file");
+  else
+    snprintf(want, sizeof want, "truncated: %zu bytes, the meta page", size);
+  expect_refused(want);
+}
+
+static void test_truncations(void **state) {
+  size_t ps = (size_t)sysconf(_SC_PAGESIZE), pages = g_orig_size / ps;
+  (void)state;
+  assert_int_equal(g_orig_size % ps, 0);
+  put_file(g_path, g_orig, g_orig_size);
+  /* largest first: each truncate leaves a prefix of the real file */
+  for (size_t k = pages; k-- > 0;) {
+    size_t base = k * ps;
+    expect_truncated(base + ps - 1);
+    if (k > 0) expect_truncated(base + ps / 2 + 1);
+    if (k > 0 && base > ps) expect_truncated(base + 1);
+    expect_truncated(base > 0 ? base : 0);
+  }
+  assert_int_equal(truncate(g_path, 0), 0);
+  put_file(g_path, g_orig, 200);
+  for (size_t n = 200; n-- > 1;) expect_truncated(n);
+}
+
+static void test_zero_bytes(void **state) {
+  (void)state;
+  put_file(g_path, "", 0);
+  expect_refused("empty file: not a bucketstore database");
+}
+
+static uint64_t rng(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static void test_random_bytes(void **state) {
+  static const size_t sizes[] = {1, 7, 23, 24, 151, 152, 4095, 4096, 8192, 65536 + 3};
+  uint64_t seed = ft_env_seed(), s = seed | 1;
+  unsigned char *buf = malloc(65536 + 3);
+  (void)state;
+  assert_non_null(buf);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t j = 0; j < sizes[i]; j++) buf[j] = (unsigned char)rng(&s);
+    put_file(g_path, buf, sizes[i]);
+    print_message("random bytes: %zu, seed %llu\n", sizes[i], (unsigned long long)seed);
+    expect_refused("not an LMDB/bucketstore file");
+  }
+  /* a real first meta page, garbage after it */
+  memcpy(buf, g_orig, 4096);
+  for (size_t j = 4096; j < 65536; j++) buf[j] = (unsigned char)rng(&s);
+  put_file(g_path, buf, 65536);
+  expect_refused("damaged: LMDB meta page 1");
+  /* text */
+  for (size_t j = 0; j < 65536; j++) buf[j] = "not a database\n"[j % 15];
+  put_file(g_path, buf, 65536);
+  expect_refused("not an LMDB/bucketstore file");
+  free(buf);
+}
+
+/* An LMDB environment at g_path made by the LMDB API without a lock file; fn fills it. */
+static void make_lmdb(const char *copy_of, void (*fn)(MDB_txn *txn, void *), void *payload) {
+  MDB_env *env;
+  MDB_txn *txn;
+  unlink(g_path);
+  if (copy_of) put_file(g_path, g_orig, g_orig_size);
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+  assert_int_equal(mdb_env_open(env, g_path, MDB_NOSUBDIR | MDB_NOLOCK, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  if (fn) fn(txn, payload);
+  assert_int_equal(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+  assert_false(has_lock(g_path));
+}
+
+/* payload: the key to put into the main database */
+static void put_main(MDB_txn *txn, void *payload) {
+  MDB_dbi dbi;
+  MDB_val d = {5, "world"};
+  assert_int_equal(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+  assert_int_equal(mdb_put(txn, dbi, (MDB_val *)payload, &d, 0), 0);
+}
+
+static void put_meta_subdb(MDB_txn *txn, void *payload) {
+  MDB_dbi dbi;
+  MDB_val k = {8, "not-ours"};
+  (void)payload;
+  assert_int_equal(mdb_dbi_open(txn, "meta", MDB_CREATE, &dbi), 0);
+  assert_int_equal(mdb_put(txn, dbi, &k, &k, 0), 0);
+}
+
+static void test_foreign_lmdb(void **state) {
+  MDB_val hello = {5, "hello"}, meta = {4, "meta"};
+  (void)state;
+  make_lmdb(NULL, put_main, &hello);
+  expect_refused("foreign LMDB file, not a bucketstore database");
+  make_lmdb(NULL, put_meta_subdb, NULL);
+  expect_refused("foreign LMDB file, not a bucketstore database");
+  make_lmdb(NULL, put_main, &meta); /* "meta" as a plain key: MDB_INCOMPATIBLE */
+  expect_refused("foreign LMDB file, not a bucketstore database");
+}
+
+/* Rewrites the format record of a copy of the real database. */
+static void set_format(MDB_txn *txn, void *payload) {
+  MDB_dbi dbi;
+  MDB_val k = {6, "format"};
+  assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+  if (payload)
+    assert_int_equal(mdb_put(txn, dbi, &k, (MDB_val *)payload, 0), 0);
+  else
+    assert_int_equal(mdb_del(txn, dbi, &k, NULL), 0);
+}
+
+static void test_format_versions(void **state) {
+  static const uint32_t versions[] = {0, BS_FORMAT_VERSION + 1, 99, UINT32_MAX};
+  unsigned char rec[12];
+  MDB_val val = {12, rec};
+  char want[96];
+  (void)state;
+  for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+    uint32_t ver = versions[i];
+    memcpy(rec, "bktstore", 8);
+    for (int b = 0; b < 4; b++) rec[8 + b] = (unsigned char)(ver >> (8 * b));
+    make_lmdb(g_real, set_format, &val);
+    snprintf(want, sizeof want, "format %u is %s than this build's %d", ver,
+             ver < BS_FORMAT_VERSION ? "older" : "newer", BS_FORMAT_VERSION);
+    expect_refused(want);
+  }
+  memcpy(rec, "sqlite3\0", 8);
+  make_lmdb(g_real, set_format, &val);
+  expect_refused("foreign LMDB file, not a bucketstore database");
+  val.mv_size = 8; /* the magic alone */
+  memcpy(rec, "bktstore", 8);
+  make_lmdb(g_real, set_format, &val);
+  expect_refused("foreign LMDB file, not a bucketstore database");
+  make_lmdb(g_real, set_format, NULL); /* no format record */
+  expect_refused("foreign LMDB file, not a bucketstore database");
+}
+
+static void test_lmdb_without_data(void **state) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_error e = {0, ""};
+  bs_db *db;
+  uint32_t stream;
+  size_t n0, n1;
+  unsigned char *before, *after;
+  (void)state;
+  make_lmdb(NULL, NULL, NULL);
+  before = slurp(g_path, &n0);
+  o.flags = BS_OPEN_RDONLY;
+  assert_int_equal(bs_open(&db, g_path, &o, &e), BS_ECORRUPT);
+  assert_non_null(strstr(e.msg, "LMDB file without data: not a bucketstore database"));
+  assert_false(has_lock(g_path));
+  after = slurp(g_path, &n1);
+  assert_int_equal(n1, n0);
+  assert_memory_equal(after, before, n0);
+  free(after);
+  free(before);
+  /* what mdb_env_open leaves when the creating process stops before the first commit: a
+   * writable open finishes the job */
+  assert_int_equal(bs_open(&db, g_path, NULL, &e), BS_OK);
+  assert_int_equal(bs_stream_create(&stream, db, "s", NULL, NULL), BS_OK);
+  bs_close(db);
+  o.flags = BS_OPEN_RDONLY;
+  assert_int_equal(bs_open(&db, g_path, &o, &e), BS_OK);
+  bs_close(db);
+}
+
+static void test_missing_path(void **state) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_error e = {0, ""};
+  bs_db *db;
+  (void)state;
+  unlink(g_path);
+  o.flags = BS_OPEN_RDONLY;
+  assert_int_equal(bs_open(&db, g_path, &o, &e), BS_ENOTFOUND);
+  assert_non_null(strstr(e.msg, "no such file"));
+  assert_int_equal(access(g_path, F_OK), -1);
+  assert_false(has_lock(g_path));
+  assert_int_equal(bs_open(&db, g_path, NULL, &e), BS_OK); /* created */
+  bs_close(db);
+  assert_int_equal(access(g_path, F_OK), 0);
+  o.flags = BS_OPEN_RDONLY;
+  assert_int_equal(bs_open(&db, g_path, &o, &e), BS_OK);
+  bs_close(db);
+}
+
+/* Runs the CLI with args on g_path; returns its exit status, stderr into err. */
+static int cli(const char *args, char *err, size_t cap) {
+  char cmd[1400], errf[400];
+  FILE *fp;
+  size_t n;
+  int st;
+  snprintf(errf, sizeof errf, "%s/cli.err", g_dir);
+  snprintf(cmd, sizeof cmd, "%s %s --db %s >/dev/null 2>%s", g_cli, args, g_path, errf);
+  st = system(cmd);
+  fp = fopen(errf, "r");
+  assert_non_null(fp);
+  n = fread(err, 1, cap - 1, fp);
+  err[n] = '\0';
+  fclose(fp);
+  unlink(errf);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_cli_commands(void **state) {
+  static const char *const cmds[] = {"stat", "verify", "dump", "compact", "checkpoint"};
+  MDB_val hello = {5, "hello"};
+  char err[2048];
+  size_t n0, n1;
+  unsigned char *before, *after;
+  (void)state;
+  if (access(g_cli, X_OK) != 0) fail_msg("no CLI at %s", g_cli);
+  for (int kind = 0; kind < 2; kind++) {
+    if (kind == 0)
+      put_file(g_path, "", 0);
+    else
+      make_lmdb(NULL, put_main, &hello);
+    before = slurp(g_path, &n0);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+      int rc = cli(cmds[i], err, sizeof err);
+      if (rc != 1 || !strstr(err, "BS_ECORRUPT") ||
+          !strstr(err, kind ? "foreign LMDB file" : "empty file"))
+        fail_msg("%s on a %s file: exit %d, stderr: %s", cmds[i], kind ? "foreign" : "zero-byte",
+                 rc, err);
+      assert_false(has_lock(g_path));
+      after = slurp(g_path, &n1);
+      assert_int_equal(n1, n0);
+      if (n0) assert_memory_equal(after, before, n0);
+      free(after);
+    }
+    free(before);
+  }
+  /* a read-only command on a missing path creates nothing */
+  unlink(g_path);
+  assert_int_equal(cli("stat", err, sizeof err), 1);
+  assert_int_equal(access(g_path, F_OK), -1);
+  assert_false(has_lock(g_path));
+}
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_real_file_opens, teardown),
+      cmocka_unit_test_teardown(test_truncations, teardown),
+      cmocka_unit_test_teardown(test_zero_bytes, teardown),
+      cmocka_unit_test_teardown(test_random_bytes, teardown),
+      cmocka_unit_test_teardown(test_foreign_lmdb, teardown),
+      cmocka_unit_test_teardown(test_format_versions, teardown),
+      cmocka_unit_test_teardown(test_lmdb_without_data, teardown),
+      cmocka_unit_test_teardown(test_missing_path, teardown),
+      cmocka_unit_test_teardown(test_cli_commands, teardown),
+  };
+  (void)argc;
+  g_argv0 = argv[0];
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
