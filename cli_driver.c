@@ -30,6 +30,7 @@ typedef struct drv_writer {
 typedef struct drv_stream {
   uint32_t id;
   bs_storage *st;
+  bs_write_checkpoint_mode wcp_mode; /* as last set on st (write_checkpoint.last needs it) */
   struct drv_stream *next;
 } drv_stream;
 
@@ -904,6 +905,13 @@ static int h_compact_initial(drv *d, json_t *req, json_t *out, bs_error *err) {
   return put(out, "buckets", json_integer((json_int_t)buckets));
 }
 
+/* The entry of the command's resolved stream handle (d->st). */
+static drv_stream *current_stream(drv *d) {
+  drv_stream *s = d->streams;
+  while (s && s->st != d->st) s = s->next;
+  return s;
+}
+
 static int h_wcp_mode(drv *d, json_t *req, json_t *out, bs_error *err) {
   const char *mode = NULL;
   bs_val event = {NULL, 0};
@@ -918,7 +926,9 @@ static int h_wcp_mode(drv *d, json_t *req, json_t *out, bs_error *err) {
     m = BS_WCP_CUSTOM;
   else
     return cli_fail(err, BS_EINVAL, "field 'mode' must be \"managed\" or \"custom\"");
-  return bs_set_write_checkpoint_mode(d->st, m, event, err);
+  if ((rc = bs_set_write_checkpoint_mode(d->st, m, event, err)) != BS_OK) return rc;
+  current_stream(d)->wcp_mode = m;
+  return BS_OK;
 }
 
 /* heads {connection: lsn} as bs_heads in the arena. */
@@ -991,7 +1001,9 @@ static int h_wcp_custom(drv *d, json_t *req, json_t *out, bs_error *err) {
       (rc = f_str(req, "event", 0, &event, err)) != BS_OK ||
       (rc = f_int(req, "requested_at", 0, 0, INT64_MAX, &at, err)) != BS_OK)
     return rc;
-  return bs_writer_custom_write_checkpoint(d->w, user, cp, event, err);
+  if (json_object_get(req, "requested_at") && !json_is_null(json_object_get(req, "requested_at")))
+    return bs_writer_custom_write_checkpoint_requested(d->w, user, cp, event, at, err);
+  return bs_writer_custom_write_checkpoint(d->w, user, cp, event, err); /* persistent */
 }
 
 static int h_wcp_last(drv *d, json_t *req, json_t *out, bs_error *err) {
@@ -1007,6 +1019,8 @@ static int h_wcp_last(drv *d, json_t *req, json_t *out, bs_error *err) {
     return rc;
   if (h) {
     if ((rc = parse_heads(d, h, "heads", &heads, &n, err)) != BS_OK) return rc;
+  } else if (current_stream(d)->wcp_mode == BS_WCP_CUSTOM) {
+    n = 0; /* a custom checkpoint has no heads: user_id alone names it */
   } else if (lsn.data) {
     one.connection.data = "1"; /* the shorthand of DRIVER.md: heads {"1": lsn} */
     one.connection.size = 1;

@@ -156,6 +156,16 @@ typedef struct bs_cksum_cache_stats {
 } bs_cksum_cache_stats;
 void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out);
 
+/* ---- Write checkpoints (SPEC.md 7): the rule both backends apply ---- */
+/* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name
+ * conn at an LSN at or above lsn; given connections the record lacks are ignored. A managed
+ * record is acknowledged for the reader iff every one of its heads is reached. */
+static inline bool bs_head_reached(bs_val conn, bs_val lsn, const bs_head *given, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (bs_val_eq(given[i].connection, conn)) return bs_val_cmp(lsn, given[i].lsn) <= 0;
+  return false;
+}
+
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
 int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
@@ -196,7 +206,12 @@ bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoi
  *  wcp         'M' | user id (rest)                               managed record (lmdb_wcp.c)
  *              'P' | user id (rest)                               (empty) marks a pending 'M'
  *                                                                 record: commit walks these
+ *              'H' | user id (rest)                               u64 highest managed id of a
+ *                                                                 user whose 'M' record cleanup
+ *                                                                 deleted (ids never go back)
  *              'C' | u32be stream | u16be event len | event | user id (rest)   u64 value
+ *                                                                 [| i64 requested_at ms: a
+ *                                                                 request-derived checkpoint]
  *  superseded  u64be bucket id | u64be old op id                  u64 new op id
  *  cqueue      u32be stream | u64be bucket id                     (empty) incremental work queue
  *  softdel     u32be stream | u64be op-id mark | u32be table id | replica id (rest)   (empty)
@@ -395,9 +410,9 @@ int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, u
  * for each user marked (for the checkpoint's change record). */
 int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
                                int (*fn)(bs_val user, void *payload), void *payload, bs_error *err);
-/* Persists one custom write checkpoint (overwrites). */
+/* Persists one custom write checkpoint (overwrites); requested_at < 0: persistent. */
 int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
-                           uint64_t value, bs_error *err);
+                           uint64_t value, int64_t requested_at, bs_error *err);
 int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                       bs_error *err);
 int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
@@ -408,7 +423,8 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
 int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
                                               bs_error *err);
 /* For verify: BS_OK when a `wcp` entry decodes ('M' record, 'P' marker with an empty value,
- * 'C' custom value), else BS_ECORRUPT with a message in why. stat counts 'M' and 'C' keys. */
+ * 'H' high-water mark, 'C' custom value), else BS_ECORRUPT with a message in why. stat counts
+ * 'M' and 'C' keys. */
 int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
 
 /* lmdb_params.c */

@@ -931,6 +931,7 @@ typedef struct qwcp {
   struct qwcp *next;
   bs_val user, event;
   uint64_t value;
+  int64_t requested_at; /* < 0: persistent */
 } qwcp;
 
 /* A pending op of one flush; written in key order (bucket id, op id) at the end. */
@@ -2180,7 +2181,8 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   f_close_src(f);
   if (rc != BS_OK) return rc;
   for (qwcp *c = w->wcp_head; c; c = c->next) {
-    if ((rc = bs_lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value, err)))
+    if ((rc = bs_lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value,
+                                     c->requested_at, err)))
       return rc;
     nu++;
   }
@@ -2252,13 +2254,14 @@ static int lw_save(bs_writer *base, const bs_save *s, bs_error *err) {
 }
 
 static int lw_custom_wcp(bs_writer *base, bs_val user, uint64_t value, bs_val event,
-                         bs_error *err) {
+                         int64_t requested_at, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   qwcp *c = arena_alloc(&w->q, sizeof *c);
   if (!c || copy_val(&w->q, &c->user, user) || copy_val(&w->q, &c->event, event)) return oom(err);
   if (!c->user.data) c->user.data = lm_empty;
   if (!c->event.data) c->event.data = lm_empty;
   c->value = value;
+  c->requested_at = requested_at;
   c->next = NULL;
   if (w->wcp_tail)
     w->wcp_tail->next = c;

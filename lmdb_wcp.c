@@ -7,8 +7,12 @@
  *                         | u16 n heads, n x (u16 len, connection | u8 len, lsn)   (little-endian)
  *   'P' | user id      -> (empty) present iff the 'M' record is not processed yet: the commit's
  *                         marking pass walks only these, never every record.
+ *   'H' | user id      -> u64 the id of the user's last record that cleanup deleted: a new
+ *                         record continues above it, so ids never go backwards (SPEC.md 7).
  * Custom records (one per stream, event and user; overwritten by each flush):
- *   'C' | u32be stream | u16be event len | event | user id -> u64 value
+ *   'C' | u32be stream | u16be event len | event | user id -> u64 value [| i64 requested_at ms]
+ *                         (16 bytes: created from a client request, deleted by cleanup once
+ *                         older than its cut-off; 8 bytes: persistent)
  */
 #include "internal.h"
 
@@ -145,17 +149,13 @@ static int pending_set(bs_lmdb_db *db, MDB_txn *txn, bs_val user, int pending, b
   return rc ? bs_lmdb_fail(err, rc, "write checkpoint: pending index") : BS_OK;
 }
 
-/* Does a head list (lsns per connection) reach every stored head? A stored connection that the
- * given list lacks is not reached. */
+/* Does a head list (lsns per connection) reach every stored head (bs_head_reached)? */
 static int heads_reached(const wcp_rec *r, const bs_head *heads, size_t n) {
   const unsigned char *p = r->heads;
   for (uint32_t i = 0; i < r->n_heads; i++) {
     bs_val conn, lsn;
-    size_t j;
     heads_next(&p, &conn, &lsn);
-    for (j = 0; j < n && !bs_val_eq(heads[j].connection, conn); j++) {
-    }
-    if (j == n || bs_val_cmp(lsn, heads[j].lsn) > 0) return 0;
+    if (!bs_head_reached(conn, lsn, heads, n)) return 0;
   }
   return 1;
 }
@@ -182,9 +182,12 @@ int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_
   } else if (k->mv_size >= 1 && kp[0] == 'P') {
     if (v->mv_size == 0) return BS_OK;
     snprintf(why, why_size, "wcp: pending marker with a %zu-byte value", v->mv_size);
+  } else if (k->mv_size >= 1 && kp[0] == 'H') {
+    if (v->mv_size == 8) return BS_OK;
+    snprintf(why, why_size, "wcp: high-water mark with a %zu-byte value", v->mv_size);
   } else if (k->mv_size >= 7 && kp[0] == 'C') {
     size_t elen = (size_t)kp[5] << 8 | kp[6];
-    if (k->mv_size >= 7 + elen && v->mv_size == 8) return BS_OK;
+    if (k->mv_size >= 7 + elen && (v->mv_size == 8 || v->mv_size == 16)) return BS_OK;
     snprintf(why, why_size, "wcp: malformed custom entry (key %zu bytes, value %zu bytes)",
              k->mv_size, v->mv_size);
   } else {
@@ -284,12 +287,13 @@ static int custom_key(unsigned char *buf, MDB_val *k, uint32_t stream, bs_val ev
 }
 
 int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
-                           uint64_t value, bs_error *err) {
-  unsigned char kb[WCP_KEY_MAX], vb[8];
-  MDB_val k, v = {8, vb};
+                           uint64_t value, int64_t requested_at, bs_error *err) {
+  unsigned char kb[WCP_KEY_MAX], vb[16];
+  MDB_val k, v = {requested_at < 0 ? 8 : 16, vb};
   int rc = custom_key(kb, &k, stream, event, user, err);
   if (rc) return rc;
   bs_put_u64le(vb, value);
+  bs_put_u64le(vb + 8, (uint64_t)requested_at);
   rc = mdb_put(txn, db->wcp, &k, &v, 0);
   return rc ? bs_lmdb_fail(err, rc, "custom write checkpoint: put") : BS_OK;
 }
@@ -338,29 +342,47 @@ typedef struct create_ctx {
   int64_t now;
 } create_ctx;
 
+/* The id of the user's last record that cleanup deleted ('H'), 0 when none. */
+static int hwm_get(bs_lmdb_db *db, MDB_txn *txn, bs_val user, uint64_t *out, bs_error *err) {
+  unsigned char kb[1 + BS_MAX_USER_ID];
+  MDB_val k = user_key(kb, 'H', user), v;
+  int rc = mdb_get(txn, db->wcp, &k, &v);
+  *out = 0;
+  if (rc == MDB_NOTFOUND) return BS_OK;
+  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: high-water mark");
+  if (v.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "write checkpoint: high-water mark");
+  *out = bs_get_u64le((const unsigned char *)v.mv_data);
+  return BS_OK;
+}
+
 /* Applies the winning request w of one user; *id_out: the stored id after it; *pending_out: the
- * record is not processed. */
+ * record is not processed. Without a record the id continues above the user's high-water mark
+ * (a supplied id at or below it takes the mark's id), so ids never go backwards. */
 static int apply_one(bs_lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, int64_t now,
                      uint64_t *id_out, int *pending_out, bs_error *err) {
   unsigned char kb[1 + BS_MAX_USER_ID];
   MDB_val k = user_key(kb, 'M', w->user_id), v;
   wcp_rec r;
+  uint64_t hwm = 0;
   int rc = mdb_get(txn, db->wcp, &k, &v), exists = (rc == 0), replace, refresh;
   if (rc && rc != MDB_NOTFOUND) return bs_fail_mdb(err, rc, "write checkpoint: get");
   if (exists && rec_decode(&v, &r))
     return bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
                    (int)w->user_id.size, (const char *)w->user_id.data);
-  if (!exists) memset(&r, 0, sizeof r);
+  if (!exists) {
+    memset(&r, 0, sizeof r);
+    if ((rc = hwm_get(db, txn, w->user_id, &hwm, err))) return rc;
+  }
   if (!w->has_request_id) { /* generated: next id of the user's counter; no requested_at */
     replace = 1;
     refresh = 0;
-    r.id = exists ? r.id + 1 : 1;
+    r.id = exists ? r.id + 1 : hwm + 1;
     r.flags &= ~WCP_HAS_REQUESTED;
     r.requested_at = 0;
   } else { /* supplied: monotonic; an equal retry refreshes retention only */
     replace = !exists || w->request_id > r.id;
     refresh = !exists || w->request_id >= r.id;
-    if (replace) r.id = w->request_id;
+    if (replace) r.id = w->request_id > hwm ? w->request_id : hwm;
   }
   if (r.id >= (UINT64_C(1) << 63))
     return bs_fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
@@ -462,7 +484,7 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
   } else if (rc) {
     rc = bs_fail_mdb(err, rc, "write checkpoint: get");
   } else if (ls->wcp_mode == BS_WCP_CUSTOM) {
-    if (v.mv_size != 8) {
+    if (v.mv_size != 8 && v.mv_size != 16) {
       rc = bs_fail(err, BS_ECORRUPT, "custom write checkpoint: value of %zu bytes", v.mv_size);
     } else {
       *id_out = bs_get_u64le((const unsigned char *)v.mv_data);
@@ -486,44 +508,97 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
 
 typedef struct delete_ctx {
   bs_lmdb_db *db;
+  uint32_t stream;
   int64_t before;
   uint64_t deleted;
 } delete_ctx;
 
+/* Keys found by a scan, deleted after it (the cursor is not reused across writes): entries of
+ * u16 key length, key, u64 the record's id. */
+typedef struct key_list {
+  const bs_allocator *a;
+  unsigned char *p;
+  size_t used, cap;
+} key_list;
+
+static int key_list_add(key_list *l, const MDB_val *k, uint64_t id, bs_error *err) {
+  if (l->used + 10 + k->mv_size > l->cap) {
+    size_t cap = (l->cap ? l->cap * 2 : 1024) + k->mv_size;
+    unsigned char *p = (unsigned char *)bs_realloc(l->a, l->p, cap);
+    if (!p) return bs_fail(err, BS_ENOMEM, "write checkpoint cleanup: out of memory");
+    l->p = p;
+    l->cap = cap;
+  }
+  bs_put_u16le(l->p + l->used, (uint32_t)k->mv_size);
+  memcpy(l->p + l->used + 2, k->mv_data, k->mv_size);
+  bs_put_u64le(l->p + l->used + 2 + k->mv_size, id);
+  l->used += 10 + k->mv_size;
+  return BS_OK;
+}
+
+/* Collects the expired records under prefix ('M': managed, 'C' | stream: custom): those with
+ * requested_at < before, managed ones only once processed (a pending record still has a client
+ * waiting for it). Records without requested_at are kept. */
+static int collect_expired(bs_lmdb_db *db, MDB_txn *txn, const unsigned char *prefix, size_t n,
+                           int64_t before, key_list *l, bs_error *err) {
+  MDB_cursor *cur;
+  MDB_val k = {n, (void *)prefix}, v;
+  int rc = mdb_cursor_open(txn, db->wcp, &cur), mrc;
+  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: cursor");
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0 && rc == BS_OK;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const unsigned char *vp = (const unsigned char *)v.mv_data;
+    wcp_rec r;
+    if (k.mv_size < n || memcmp(k.mv_data, prefix, n) != 0) break;
+    if (prefix[0] == 'C') {
+      if (v.mv_size == 16 && (int64_t)bs_get_u64le(vp + 8) < before)
+        rc = key_list_add(l, &k, bs_get_u64le(vp), err);
+    } else if (rec_decode(&v, &r)) {
+      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint record does not decode");
+    } else if ((r.flags & WCP_HAS_REQUESTED) && (r.flags & WCP_PROCESSED) &&
+               r.requested_at < before) {
+      rc = key_list_add(l, &k, r.id, err);
+    }
+  }
+  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND)
+    rc = bs_lmdb_fail(err, mrc, "write checkpoint: cleanup scan");
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+/* Deletes what collect_expired found; a managed record leaves its id as the user's 'H' mark. */
 static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   delete_ctx *c = (delete_ctx *)ctx_;
   bs_lmdb_db *db = c->db;
-  MDB_cursor *cur;
-  MDB_val k = {1, (void *)"M"}, v;
-  int rc = mdb_cursor_open(txn, db->wcp, &cur), mrc;
-  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: cursor");
+  key_list l = {&db->base.alloc, NULL, 0, 0};
+  unsigned char custom[5] = {'C'}, managed[1] = {'M'};
+  int rc;
   c->deleted = 0;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    wcp_rec r;
-    if (((const unsigned char *)k.mv_data)[0] != 'M') break;
-    if (rec_decode(&v, &r)) {
-      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint record does not decode");
+  bs_put_u32be(custom + 1, c->stream);
+  if ((rc = collect_expired(db, txn, managed, 1, c->before, &l, err)) ||
+      (rc = collect_expired(db, txn, custom, 5, c->before, &l, err)))
+    goto out;
+  for (size_t off = 0; off < l.used;) {
+    unsigned char *key = l.p + off + 2, vb[8];
+    MDB_val k = {bs_get_u16le(l.p + off), key}, v = {8, vb};
+    off += 10 + k.mv_size;
+    memcpy(vb, key + k.mv_size, 8);
+    if ((rc = mdb_del(txn, db->wcp, &k, NULL)) ||
+        (key[0] == 'M' && (key[0] = 'H', rc = mdb_put(txn, db->wcp, &k, &v, 0)))) {
+      rc = bs_lmdb_fail(err, rc, "write checkpoint: cleanup");
       goto out;
     }
-    /* only processed ones: a pending record still has a client waiting for it; records without
-     * requested_at (generated ids) are kept */
-    if (!(r.flags & WCP_HAS_REQUESTED) || !(r.flags & WCP_PROCESSED) || r.requested_at >= c->before)
-      continue;
-    /* after a delete the cursor rests on the next record, and MDB_NEXT returns that one */
-    if ((mrc = mdb_cursor_del(cur, 0))) break;
     c->deleted++;
   }
-  if (mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "write checkpoint: cleanup");
 out:
-  mdb_cursor_close(cur);
+  bs_free(l.a, l.p);
   return rc;
 }
 
 int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
                                               bs_error *err) {
   bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
-  delete_ctx c = {ls->db, before_ms, 0};
+  delete_ctx c = {ls->db, st->stream_id, before_ms, 0};
   int rc = bs_lmdb_write(ls->db, delete_body, &c, err);
   if (deleted) *deleted = rc == BS_OK ? c.deleted : 0;
   return rc;

@@ -111,6 +111,7 @@ typedef struct mem_cp {
 typedef struct mem_cwcp {
   bs_val event, user;
   uint64_t value;
+  int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
 } mem_cwcp;
 
 /* A hash index over an array of pointers: entries (hash of the key, slot + 1; 0 = empty), open
@@ -191,6 +192,8 @@ typedef struct mem_mwcp {
   int64_t req_ms;
   int processed;
   mem_lsn processed_lsn;
+  int gone; /* deleted by cleanup: kept (without heads) only as the user's high-water mark, so a
+               new record's id continues above it (SPEC.md 7); invisible to every read */
 } mem_mwcp;
 
 typedef struct mem_db {
@@ -238,6 +241,7 @@ typedef struct qitem {
   int drop;           /* TRUNCATE */
   bs_val user, event; /* CWCP */
   uint64_t value;
+  int64_t req_ms;
   size_t bytes;
 } qitem;
 
@@ -1026,6 +1030,7 @@ static int apply_cwcp(mem_tx *tx, const qitem *q) {
   c = bs_calloc(a, 1, sizeof *c);
   if (!c) return BS_ENOMEM;
   c->value = q->value;
+  c->req_ms = q->req_ms;
   if (val_dup(a, q->event, &c->event) || val_dup(a, q->user, &c->user)) {
     cwcp_free(a, c);
     return BS_ENOMEM;
@@ -1282,12 +1287,13 @@ static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *
 }
 
 static int mem_writer_custom(bs_writer *bw, bs_val user, uint64_t value, bs_val event,
-                             bs_error *err) {
+                             int64_t req_ms, bs_error *err) {
   mem_writer *w = MW(bw);
   qitem q;
   memset(&q, 0, sizeof q);
   q.kind = Q_CWCP;
   q.value = value;
+  q.req_ms = req_ms;
   q.bytes = user.size + event.size;
   if (val_dup(ALLOC(w->ms->db), user, &q.user) || val_dup(ALLOC(w->ms->db), event, &q.event)) {
     qitem_free(ALLOC(w->ms->db), &q);
@@ -1954,17 +1960,17 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
   for (size_t k = 0; k < nw; k++) {
     const bs_managed_request *r = win[k];
     mem_mwcp *old = mwcp_find(db, r->user_id, NULL);
-    uint64_t stored = old ? old->id : 0;
+    uint64_t stored = old ? old->id : 0; /* a gone record: the high-water mark */
     int64_t at = r->requested_at_ms ? r->requested_at_ms : now;
     mem_mwcp *nr = NULL;
-    if (!r->has_request_id || !old || r->request_id > stored) {
+    if (!r->has_request_id || !old || old->gone || r->request_id > stored) {
       nr = mwcp_build(a, old, r->user_id, r);
       if (nr) {
-        nr->id = r->has_request_id ? r->request_id : stored + 1;
+        nr->id = !r->has_request_id ? stored + 1 : r->request_id > stored ? r->request_id : stored;
         nr->processed = 0;
         nr->processed_lsn.has = 0;
-        nr->has_req = 1;
-        nr->req_ms = at;
+        nr->has_req = r->has_request_id; /* a generated id has no requested_at */
+        nr->req_ms = r->has_request_id ? at : 0;
       }
     } else if (r->request_id >= stored) {
       nr = mwcp_build(a, old, r->user_id, NULL);
@@ -2025,15 +2031,10 @@ static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_
       }
   } else {
     mem_mwcp *r = mwcp_find(db, user, NULL);
-    if (r) {
-      /* every given head must be known to the record and at or above its head there */
-      f = 1;
-      for (size_t i = 0; i < n_heads && f; i++) {
-        size_t k;
-        for (k = 0; k < r->nheads; k++)
-          if (bs_val_eq(r->heads[k].conn, heads[i].connection)) break;
-        if (k == r->nheads || bs_val_cmp(r->heads[k].lsn, heads[i].lsn) > 0) f = 0;
-      }
+    if (r && !r->gone) {
+      f = 1; /* every head of the record must be reached by the given heads */
+      for (size_t k = 0; k < r->nheads && f; k++)
+        f = bs_head_reached(r->heads[k].conn, r->heads[k].lsn, heads, n_heads);
       if (f) id = r->id;
     }
   }
@@ -2043,20 +2044,35 @@ static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_
   return BS_OK;
 }
 
-/* Caller holds the lock. Nothing allocates. */
-static uint64_t delete_requests_before(mem_db *db, int64_t before_ms) {
+/* Deletes the processed managed records (database-wide) and the custom records of stream s
+ * whose requested_at < before_ms; records without requested_at stay. A managed record stays as
+ * its user's high-water mark (gone). Caller holds the lock. Nothing allocates. */
+static uint64_t delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms) {
   size_t k = 0;
   uint64_t deleted = 0;
   for (size_t i = 0; i < db->nmw; i++) {
     mem_mwcp *r = db->mw[i];
-    if (r->processed && r->has_req && r->req_ms < before_ms) {
-      mwcp_free(ALLOC(db), r);
+    if (r->gone || !r->processed || !r->has_req || r->req_ms >= before_ms) continue;
+    for (size_t h = 0; h < r->nheads; h++) {
+      val_free(ALLOC(db), &r->heads[h].conn);
+      val_free(ALLOC(db), &r->heads[h].lsn);
+    }
+    bs_free(ALLOC(db), r->heads);
+    r->heads = NULL;
+    r->nheads = 0;
+    r->gone = 1;
+    deleted++;
+  }
+  for (size_t i = 0; i < s->ncw; i++) {
+    mem_cwcp *c = s->cw[i];
+    if (c->req_ms >= 0 && c->req_ms < before_ms) {
+      cwcp_free(ALLOC(db), c);
       deleted++;
     } else {
-      db->mw[k++] = r;
+      s->cw[k++] = c;
     }
   }
-  db->nmw = k;
+  s->ncw = k;
   return deleted;
 }
 
@@ -2066,7 +2082,7 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
   uint64_t d;
   if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
-  d = delete_requests_before(ms->db, before_ms);
+  d = delete_requests_before(ms->db, ms->s, before_ms);
   unlock(ms->db);
   if (deleted) *deleted = d;
   return BS_OK;
@@ -2366,7 +2382,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   if (!rc && o->delete_checkpoint_requests_before_ms) {
     lock(db);
     stats.checkpoint_requests_deleted =
-        delete_requests_before(db, o->delete_checkpoint_requests_before_ms);
+        delete_requests_before(db, ms->s, o->delete_checkpoint_requests_before_ms);
     unlock(db);
   }
   for (size_t i = 0; i < nnames; i++) val_free(a, &names[i]);
@@ -2732,7 +2748,7 @@ static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
   memset(out, 0, sizeof *out);
   lock(db);
   out->streams = db->nstreams;
-  out->write_checkpoints = db->nmw;
+  for (size_t i = 0; i < db->nmw; i++) out->write_checkpoints += !db->mw[i]->gone;
   for (size_t i = 0; i < db->nstreams; i++) {
     mem_stream *s = db->streams[i];
     out->buckets += s->nbuckets;

@@ -607,16 +607,31 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
 
 #define BS_MAX_EVENT_NAME 255u
 
-int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
-                                      bs_val event, bs_error *err) {
+/* requested_at_ms < 0: persistent (no requested_at) */
+static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint, bs_val event,
+                                   int64_t requested_at_ms, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_sized(user_id, 0, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
     return rc;
-  if ((rc = VT_CHECK(w->st, writer_custom_write_checkpoint, err))) return rc;
-  return w->st->vt->writer_custom_write_checkpoint(w, user_id, checkpoint, event, err);
+  if ((rc = VT_CHECK_V(w->st, writer_custom_write_checkpoint, 3, err))) return rc;
+  return w->st->vt->writer_custom_write_checkpoint(w, user_id, checkpoint, event, requested_at_ms,
+                                                   err);
+}
+
+int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
+                                      bs_val event, bs_error *err) {
+  return custom_write_checkpoint(w, user_id, checkpoint, event, -1, err);
+}
+
+int bs_writer_custom_write_checkpoint_requested(bs_writer *w, bs_val user_id, uint64_t checkpoint,
+                                                bs_val event, int64_t requested_at_ms,
+                                                bs_error *err) {
+  if (requested_at_ms < 0)
+    return bs_fail(err, BS_EINVAL, "requested_at_ms: %lld is negative", (long long)requested_at_ms);
+  return custom_write_checkpoint(w, user_id, checkpoint, event, requested_at_ms, err);
 }
 
 /* ---- Reading: checkpoints -------------------------------------------------------------------- */

@@ -340,9 +340,17 @@ BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                                 int (*fn)(const bs_val *data, void *payload), void *payload,
                                 bs_error *err);
-/* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush. */
+/* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush,
+ * overwriting the previous value of (user, event). This one is persistent (owned by the source):
+ * bs_delete_checkpoint_requests_before keeps it. */
 BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
                                              bs_val event, bs_error *err);
+/* The same for a custom checkpoint created from a client's checkpoint request made at
+ * requested_at_ms (ms since the epoch, >= 0): bs_delete_checkpoint_requests_before(t) deletes
+ * it once requested_at_ms < t. Errors as above, and BS_EINVAL (requested_at_ms negative). */
+BS_API int bs_writer_custom_write_checkpoint_requested(bs_writer *w, bs_val user_id,
+                                                       uint64_t checkpoint, bs_val event,
+                                                       int64_t requested_at_ms, bs_error *err);
 
 /* ---- Reading --------------------------------------------------------------------------------- */
 typedef struct bs_checkpoint {
@@ -559,11 +567,16 @@ BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode
 BS_API int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
                                                size_t n, uint64_t *ids_out, int *should_advance,
                                                bs_error *err);
-/* *found = 0 when there is none (or its head is above the given heads); heads may be NULL when
- * n_heads is 0. */
+/* Managed mode: the user's id iff every head of its record is reached by heads (the given
+ * list names that connection at an LSN at or above it; connections the record does not have
+ * are ignored). Custom mode: the stored value for (user, the mode's event); heads are not
+ * used. *found = 0 when there is none; heads may be NULL when n_heads is 0. */
 BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
                                     size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
-/* Deletes processed records with requested_at < before_ms; *deleted_out may be NULL.
+/* Deletes the processed managed records (database-wide) and the custom records of st's
+ * stream whose requested_at < before_ms. Records without requested_at (generated managed ids,
+ * persistent custom checkpoints) are kept. Managed ids never go backwards: a user whose record
+ * was deleted gets ids above the deleted one. *deleted_out may be NULL.
  * Errors: BS_ESTATE (read-only db), BS_EIO. */
 BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
                                                 uint64_t *deleted_out, bs_error *err);
@@ -685,9 +698,10 @@ BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload
  * bs_storage, with vt pointing at its vtable; writers likewise start with a bs_writer. The bs_*
  * functions above check arguments and dispatch through vt; the checksum cache sits above it.
  * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
- * answers BS_EUNSUPPORTED. Version 2 appended list_buckets. Options reach the slots resolved:
+ * answers BS_EUNSUPPORTED. Version 2 appended list_buckets; version 3 gave
+ * writer_custom_write_checkpoint its requested_at_ms (a table below 3 is not called for it). Options reach the slots resolved:
  * writer_open/bucket_data opts are never NULL and have no zero bound, parameter_sets limit != 0. */
-#define BS_STORAGE_VTABLE_VERSION 2
+#define BS_STORAGE_VTABLE_VERSION 3
 
 typedef struct bs_storage_vtable {
   unsigned version;
@@ -705,8 +719,9 @@ typedef struct bs_storage_vtable {
   int (*writer_source_row)(bs_writer *w, bs_val table, bs_val replica_id,
                            int (*fn)(const bs_val *data, void *payload), void *payload,
                            bs_error *err);
+  /* version 3: requested_at_ms < 0 = persistent (no requested_at) */
   int (*writer_custom_write_checkpoint)(bs_writer *w, bs_val user_id, uint64_t checkpoint,
-                                        bs_val event, bs_error *err);
+                                        bs_val event, int64_t requested_at_ms, bs_error *err);
 
   int (*get_checkpoint)(bs_storage *st, bs_checkpoint *out, bs_error *err);
   /* buckets arrive sorted by name, deduplicated */

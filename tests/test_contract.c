@@ -1163,6 +1163,95 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
   bs_storage_close(cst);
 }
 
+/* Managed ids never go backwards for a user, also after cleanup deleted its record; generated
+ * records (no requested_at) survive cleanup (SPEC 7). */
+static void t_write_checkpoint_ids_after_cleanup(void **state) {
+  ct_env *e = *state;
+  uint64_t id, deleted = 99;
+  managed(e, "u1", L(1), 1, 10, 1000, NULL);
+  managed(e, "u2", L(1), 1, 5, 1000, NULL);
+  CT_EQ_U64(managed(e, "gen", L(1), 0, 0, 1000, NULL), 1); /* generated: no requested_at */
+  commit(e, L(2));
+  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_EQ_U64(deleted, 2);
+  assert_false(last_wcp(e, "u1", L(5), &id)); /* deleted: no acknowledged id any more */
+  assert_true(last_wcp(e, "gen", L(5), &id)); /* kept */
+  CT_EQ_U64(id, 1);
+  CT_OK(bs_delete_checkpoint_requests_before(e->st, INT64_MAX, &deleted, &ct_err));
+  CT_EQ_U64(deleted, 0); /* a generated record is never a request: kept at any cut-off */
+  assert_true(last_wcp(e, "gen", L(5), &id));
+  if (e->be->persistent) CT_OK(ct_env_reopen(e)); /* the high-water mark is stored */
+  /* generated: above the deleted 10, not 1 */
+  CT_EQ_U64(managed(e, "u1", L(6), 0, 0, 0, NULL), 11);
+  /* supplied at or below the deleted 5: the id stays 5 (pending until replication passes) */
+  CT_EQ_U64(managed(e, "u2", L(6), 1, 3, 0, NULL), 5);
+  assert_false(last_wcp(e, "u2", L(5), &id));
+  assert_true(last_wcp(e, "u2", L(6), &id));
+  CT_EQ_U64(id, 5);
+  CT_EQ_U64(managed(e, "u2", L(6), 1, 8, 0, NULL), 8); /* above it: as given */
+  CT_EQ_U64(managed(e, "new", L(6), 0, 0, 0, NULL), 1);
+}
+
+/* last_write_checkpoint in managed mode: every head of the record must be reached by the given
+ * heads; given connections the record lacks do not matter (SPEC 7). */
+static void t_write_checkpoint_heads(void **state) {
+  ct_env *e = *state;
+  bs_head two[2] = {{ct_v("1"), ct_v(L(6))}, {ct_v("2"), ct_v(L(1))}};
+  bs_head other = {ct_v("2"), ct_v(L(9))};
+  uint64_t id = 0;
+  int found = -1;
+  CT_EQ_U64(managed(e, "u", L(5), 1, 3, 0, NULL), 3);
+  CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), two, 2, &id, &found, &ct_err));
+  assert_true(found);
+  CT_EQ_U64(id, 3);
+  CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), &other, 1, &id, &found, &ct_err));
+  assert_false(found); /* connection "1" not given: not reached */
+  CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
+  assert_false(found);
+}
+
+/* Custom checkpoints created from a client request carry requested_at and expire with
+ * cleanup; persistent ones (no requested_at) are kept (SPEC 7). */
+static void t_write_checkpoint_custom_requested(void **state) {
+  ct_env *e = *state;
+  bs_storage *cst = NULL;
+  bs_writer *cw = NULL;
+  uint64_t id, deleted = 99;
+  int found;
+  CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
+  CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("old"), 5, ct_v(NULL), 1000, &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("epoch"), 6, ct_v(NULL), 0, &ct_err));
+  CT_OK(
+      bs_writer_custom_write_checkpoint_requested(cw, ct_v("late"), 7, ct_v(NULL), 5000, &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("kept"), 8, ct_v(NULL), &ct_err));
+  /* a request later overwritten by a persistent value becomes persistent */
+  CT_OK(
+      bs_writer_custom_write_checkpoint_requested(cw, ct_v("owned"), 1, ct_v(NULL), 1000, &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("owned"), 2, ct_v(NULL), &ct_err));
+  CT_OK(bs_writer_flush(cw, NULL, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_EQ_U64(deleted, 2); /* "old" and "epoch" */
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("old"), NULL, 0, &id, &found, &ct_err));
+  assert_false(found);
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("epoch"), NULL, 0, &id, &found, &ct_err));
+  assert_false(found);
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("late"), NULL, 0, &id, &found, &ct_err));
+  assert_true(found);
+  CT_EQ_U64(id, 7);
+  CT_OK(bs_delete_checkpoint_requests_before(e->st, INT64_MAX, &deleted, &ct_err));
+  CT_EQ_U64(deleted, 1); /* "late"; never the persistent ones */
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("kept"), NULL, 0, &id, &found, &ct_err));
+  assert_true(found);
+  CT_EQ_U64(id, 8);
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("owned"), NULL, 0, &id, &found, &ct_err));
+  assert_true(found);
+  CT_EQ_U64(id, 2);
+  bs_writer_close(cw);
+  bs_storage_close(cst);
+}
+
 /* ==== Compaction (SPEC 6, 5.5) ================================================================ */
 
 static void compact_all(ct_env *e, uint64_t max_op) {
@@ -1631,6 +1720,9 @@ static const ct_test TESTS[] = {
     T(t_parameter_sets),
     T(t_write_checkpoints_managed),
     T(t_write_checkpoints_custom_and_cleanup),
+    T(t_write_checkpoint_ids_after_cleanup),
+    T(t_write_checkpoint_heads),
+    T(t_write_checkpoint_custom_requested),
     T(t_compact_move),
     T(t_compact_clear),
     T(t_compact_horizon),

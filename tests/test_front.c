@@ -75,8 +75,10 @@ static int s_source_row(bs_writer *w, bs_val t, bs_val r, int (*fn)(const bs_val
   calls++;
   return BS_OK;
 }
-static int s_custom(bs_writer *w, bs_val u, uint64_t c, bs_val e, bs_error *err) {
+static int64_t seen_requested_at;
+static int s_custom(bs_writer *w, bs_val u, uint64_t c, bs_val e, int64_t at, bs_error *err) {
   calls++;
+  seen_requested_at = at;
   return BS_OK;
 }
 static int s_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
@@ -475,6 +477,12 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 2}, 1, lsn, E), BS_EINVAL, "user_id");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, TOO_HIGH, lsn, E), BS_EINVAL, "checkpoint");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG, "event");
+  EXPECT(bs_writer_custom_write_checkpoint_requested(w, lsn, 1, lsn, -1, E), BS_EINVAL,
+         "requested_at_ms");
+  assert_int_equal(bs_writer_custom_write_checkpoint_requested(w, lsn, 1, lsn, 0, NULL), BS_OK);
+  assert_true(seen_requested_at == 0); /* 0 is a time (the epoch), not "none" */
+  assert_int_equal(bs_writer_custom_write_checkpoint(w, lsn, 1, lsn, NULL), BS_OK);
+  assert_true(seen_requested_at < 0); /* persistent */
   w->closed = 1;
   EXPECT(bs_writer_flush(w, NULL, E), BS_ESTATE, "closed");
   EXPECT(bs_writer_save(w, &s, E), BS_ESTATE, "closed");

@@ -267,21 +267,32 @@ static void on_problem(const char *p, void *payload) {
   print_message("verify: %s\n", p);
 }
 
-/* pending markers, processed records and custom values are all consistent for verify, and
- * stat counts records (one per managed user, one per custom value) */
+/* pending markers, processed records, high-water marks of deleted records and custom values
+ * (persistent and request-derived, empty user ids too) are all consistent for verify, and stat
+ * counts records (one per managed user, one per custom value; not the marks) */
 static void test_verify_and_stat(void **state) {
   ct_env *f = *state;
-  uint64_t problems = 99;
+  bs_head h = {ct_v("1"), ct_v("00000001")};
+  bs_managed_request gone = {ct_v("gone"), &h, 1, 1, 9, 1000};
+  uint64_t problems = 99, id, deleted = 0;
   bs_stat s;
   managed(f, "done", "00000001", 3, NULL);
+  managed(f, "", "00000001", 4, NULL);
   managed(f, "waiting", "00000099", -1, NULL);
+  CT_OK(bs_create_managed_write_checkpoints(f->st, &gone, 1, &id, NULL, &ct_err));
   commit(f, "00000002");
+  CT_OK(bs_delete_checkpoint_requests_before(f->st, 2000, &deleted, &ct_err));
+  assert_int_equal(deleted, 1); /* "gone": its record leaves a high-water mark */
   CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("c"), 5, ct_v(""), &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v(""), 6, ct_v(""), &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint_requested(f->w, ct_v("r"), 7, ct_v(""), 1, &ct_err));
   CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
   CT_OK(bs_db_verify(f->db, on_problem, NULL, &problems, &ct_err));
   assert_int_equal(problems, 0);
   CT_OK(bs_db_stat(f->db, &s, &ct_err));
-  assert_int_equal(s.write_checkpoints, 3);
+  assert_int_equal(s.write_checkpoints, 6);
+  CT_OK(ct_env_reopen(f));
+  assert_int_equal(managed(f, "gone", "00000003", -1, NULL), 10); /* the mark, after reopen */
 }
 
 int main(void) {

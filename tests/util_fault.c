@@ -192,9 +192,9 @@ static int fw_writer_source_row(bs_writer *w, bs_val table, bs_val id,
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   WFWD(w, FT_WRITER_SOURCE_ROW, writer_source_row, table, id, fn, payload, err);
 }
-static int fw_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event,
+static int fw_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event, int64_t at,
                                 bs_error *err) {
-  WFWD(w, FT_WRITER_CUSTOM_WCP, writer_custom_write_checkpoint, user, cp, event, err);
+  WFWD(w, FT_WRITER_CUSTOM_WCP, writer_custom_write_checkpoint, user, cp, event, at, err);
 }
 static int fw_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   SFWD(st, FT_GET_CHECKPOINT, get_checkpoint, out, err);

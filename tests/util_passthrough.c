@@ -93,9 +93,9 @@ static int pt_writer_source_row(bs_writer *w, bs_val table, bs_val id,
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   FWD(WIN(w)->st, writer_source_row, WIN(w), table, id, fn, payload, err);
 }
-static int pt_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event,
+static int pt_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event, int64_t at,
                                 bs_error *err) {
-  FWD(WIN(w)->st, writer_custom_write_checkpoint, WIN(w), user, cp, event, err);
+  FWD(WIN(w)->st, writer_custom_write_checkpoint, WIN(w), user, cp, event, at, err);
 }
 
 static int pt_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
