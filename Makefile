@@ -4,7 +4,8 @@ CC      ?= cc
 OPT     ?= -O2 -g
 BUILD   ?= build
 SAN     ?=
-PKGS    := liblmdb-dev libxxhash-dev libcmocka-dev nettle-dev libjansson-dev g++ pkg-config
+PKGS    := liblmdb-dev libxxhash-dev libcmocka-dev nettle-dev libjansson-dev g++ pkg-config \
+           python3-pytest
 
 # The library is built with every -Wextra warning; the CLI and test objects keep unused parameters
 # quiet (cmocka's and the driver's handler signatures would make that warning noise there).
@@ -78,6 +79,9 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@tests/readme_check.sh
 	@if [ -z "$(SAN)" ]; then tests/install_check.sh && tests/amalgamate_check.sh; fi
 	@$(MAKE) --no-print-directory fuzz-replay crashtest-quick
+	@if [ -n "$(SAN)" ]; then echo "py-test skipped (an ASan library cannot be loaded into python)"; \
+	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
+	else echo "py-test skipped (no $(PYTHON))"; fi
 	@echo "all tests passed"
 
 check:
@@ -273,3 +277,14 @@ lint: format-check
 	$(CLANG_TIDY) --quiet --warnings-as-errors='*' -checks='$(LINT_TIDY_CHECKS)' \
 	  $(LIB_SRCS) $(CLI_SRCS) -- -std=c11 -D_GNU_SOURCE -I.
 	@echo "lint: clean"
+
+# ==== Python binding (issue 15): bindings/python over $(BUILD)/libbucketstore.so ================
+# py-test: the binding's pytest suite against this build's shared library (in `make test` when
+# python3 is present; not under sanitizers). Debian's pytest lives in /usr/bin/python3.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+.PHONY: py-test
+py-test: deps $(BUILD)/libbucketstore.so
+	@echo "== py-test ($(PYTHON), bindings/python/tests)"
+	@BUCKETSTORE_LIB=$(CURDIR)/$(BUILD)/libbucketstore.so PYTHONPATH=$(CURDIR)/bindings/python \
+	  PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
+	  bindings/python/tests

@@ -1,0 +1,77 @@
+"""bucketstore: Python binding (ctypes) of the bucketstore storage engine.
+
+    import bucketstore as bs
+    with bs.open("app.db") as db, db.storage(db.create_stream("v1")) as st:
+        with st.writer() as w:
+            w.save("todos", "insert", "t1", [("b", "todos", "t1", '{"id":"t1"}')])
+            ...
+
+See README.md next to this package for the whole API and how the shared library is found.
+"""
+
+from ._core import (
+    Batch,
+    BucketInfo,
+    BucketstoreError,
+    BusyError,
+    CanceledError,
+    Checkpoint,
+    CheckpointChanges,
+    Checksum,
+    Chunk,
+    CommitResult,
+    CompactStats,
+    CorruptError,
+    Database,
+    InvalidArgumentError,
+    InvalidatedError,
+    LimitError,
+    Lookup,
+    ManagedRequest,
+    NoMemoryError,
+    NotFoundError,
+    Op,
+    OpType,
+    Row,
+    Stat,
+    StaleError,
+    StateError,
+    Status,
+    Storage,
+    StorageIOError,
+    StreamInfo,
+    StreamState,
+    Tag,
+    TooBigError,
+    UnsupportedError,
+    Writer,
+    checksum_put,
+    checksum_remove,
+    decode_lookup,
+    encode_lookup,
+    open,
+    open_memory,
+    strerror,
+    subkey,
+)
+from ._ffi import CONSTANTS as _C
+
+__version__ = "0.1.0"
+
+# the status codes, as in storage.h (BucketstoreError.code is one of these)
+OK = _C["BS_OK"]
+EINVAL = _C["BS_EINVAL"]
+ENOTFOUND = _C["BS_ENOTFOUND"]
+ETOOBIG = _C["BS_ETOOBIG"]
+ELIMIT = _C["BS_ELIMIT"]
+ESTATE = _C["BS_ESTATE"]
+EINVALIDATED = _C["BS_EINVALIDATED"]
+ESTALE = _C["BS_ESTALE"]
+ECORRUPT = _C["BS_ECORRUPT"]
+ENOMEM = _C["BS_ENOMEM"]
+EIO = _C["BS_EIO"]
+EBUSY = _C["BS_EBUSY"]
+EUNSUPPORTED = _C["BS_EUNSUPPORTED"]
+ECANCELED = _C["BS_ECANCELED"]
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,1410 @@
+"""The Python API over libbucketstore (see the package README for the shape of it).
+
+Rules this module keeps, so that bad input from Python never reaches C as undefined behaviour:
+  - every argument is type- and range-checked here before the call (ctypes would silently
+    truncate an int to the C width), with TypeError / InvalidArgumentError naming it;
+  - handles are Python objects with a closed state; a call on a closed handle raises
+    StateError, closing a parent closes its children first, and a close waits for the calls
+    in flight on that handle (the C library forbids a close that races with a call);
+  - a writer is used by one thread at a time (calls from several threads are serialised);
+  - an exception raised by a Python callback stops the C call and is re-raised by the call
+    that ran the callback; inside a callback only read calls are allowed.
+Bytes fields take str (UTF-8) or bytes and come back as str, decoded with "surrogateescape",
+so any byte string round-trips. A field a C struct marks absent (data NULL) is None; an empty
+string is "" (SPEC.md: an empty string is a value).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import os
+import struct
+import threading
+import weakref
+from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_at
+from enum import IntEnum
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from . import _ffi as F
+from ._ffi import lib
+
+Bytes = Union[str, bytes]
+Scalar = Union[None, bool, int, float, str, bytes]
+
+U32 = (1 << 32) - 1
+U64 = (1 << 64) - 1
+I64 = 1 << 63
+OP_MAX = (1 << 63) - 1  # op ids and checkpoints are < 2^63 (SPEC.md section 2)
+INT_MAX = (1 << 31) - 1
+SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
+
+# ---- Errors -------------------------------------------------------------------------------
+
+
+class BucketstoreError(Exception):
+    """A failed call. code: the BS_E* status (negative int); name: its symbol; message: the
+    library's message naming the argument or key (or the code's description)."""
+
+    code: int = 0
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = code
+        self.name = _CODE_NAMES.get(code, "BS_EUNKNOWN")
+        self.message = message or strerror(code).partition(": ")[2]
+        super().__init__(f"{self.name}: {self.message}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.code, self.message))
+
+
+class InvalidArgumentError(BucketstoreError, ValueError):
+    """BS_EINVAL, also raised by the binding for out-of-range ints and bad values."""
+
+
+class NotFoundError(BucketstoreError, LookupError):
+    """BS_ENOTFOUND."""
+
+
+class TooBigError(BucketstoreError, ValueError):
+    """BS_ETOOBIG: a key or value over a limit."""
+
+
+class LimitError(BucketstoreError):
+    """BS_ELIMIT: a result limit was exceeded."""
+
+
+class StateError(BucketstoreError):
+    """BS_ESTATE: not valid in this state (closed handle, read-only db, wrong mode)."""
+
+
+class InvalidatedError(BucketstoreError):
+    """BS_EINVALIDATED: the checkpoint was torn by compaction; read a newer one."""
+
+
+class StaleError(BucketstoreError):
+    """BS_ESTALE: parameter read below the parameter-compaction horizon."""
+
+
+class CorruptError(BucketstoreError):
+    """BS_ECORRUPT."""
+
+
+class NoMemoryError(BucketstoreError, MemoryError):
+    """BS_ENOMEM."""
+
+
+class StorageIOError(BucketstoreError, OSError):
+    """BS_EIO: an LMDB or OS error."""
+
+
+class BusyError(BucketstoreError):
+    """BS_EBUSY."""
+
+
+class UnsupportedError(BucketstoreError):
+    """BS_EUNSUPPORTED."""
+
+
+class CanceledError(BucketstoreError):
+    """BS_ECANCELED."""
+
+
+_CODE_CLASSES = {
+    F.BS_EINVAL: InvalidArgumentError,
+    F.BS_ENOTFOUND: NotFoundError,
+    F.BS_ETOOBIG: TooBigError,
+    F.BS_ELIMIT: LimitError,
+    F.BS_ESTATE: StateError,
+    F.BS_EINVALIDATED: InvalidatedError,
+    F.BS_ESTALE: StaleError,
+    F.BS_ECORRUPT: CorruptError,
+    F.BS_ENOMEM: NoMemoryError,
+    F.BS_EIO: StorageIOError,
+    F.BS_EBUSY: BusyError,
+    F.BS_EUNSUPPORTED: UnsupportedError,
+    F.BS_ECANCELED: CanceledError,
+}
+_CODE_NAMES = {
+    v: k for k, v in F.CONSTANTS.items() if k.startswith("BS_E") and v in _CODE_CLASSES
+}
+
+
+def strerror(code: int) -> str:
+    """The library's static description of a status code ("BS_EINVAL: invalid argument")."""
+    return lib.bs_strerror(_int(code, "code", -INT_MAX - 1, INT_MAX)).decode()
+
+
+def _error(rc: int, err: Optional[F.bs_error] = None) -> BucketstoreError:
+    msg = err.msg.decode("utf-8", "replace") if err is not None else ""
+    return _CODE_CLASSES.get(rc, BucketstoreError)(rc, msg)
+
+
+def _check(rc: int, err: F.bs_error) -> None:
+    if rc != 0:
+        raise _error(rc, err)
+
+
+def _inval(msg: str) -> InvalidArgumentError:
+    return InvalidArgumentError(F.BS_EINVAL, msg)
+
+
+# ---- Argument conversion ------------------------------------------------------------------
+
+
+def _bytes(v: Any, name: str) -> bytes:
+    t = type(v)
+    if t is str:
+        return v.encode("utf-8", "surrogateescape")
+    if t is bytes:
+        return v
+    if isinstance(v, str):
+        return str(v).encode("utf-8", "surrogateescape")
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{name}: expected str or bytes, got {t.__name__}")
+
+
+def _val(v: Any, name: str) -> F.val_in:
+    b = _bytes(v, name)
+    return F.val_in(b, len(b))
+
+
+def _opt_val(v: Any, name: str) -> F.val_in:
+    return F.val_in() if v is None else _val(v, name)
+
+
+def _cstr(v: Any, name: str) -> bytes:
+    b = _bytes(v, name)
+    if b"\0" in b:
+        raise _inval(f"{name}: contains a NUL byte")
+    return b
+
+
+def _int(v: Any, name: str, lo: int, hi: int) -> int:
+    if type(v) is not int:
+        if isinstance(v, (bool, float)) or not hasattr(v, "__index__"):
+            raise TypeError(f"{name}: expected int, got {type(v).__name__}")
+        v = operator.index(v)
+    if not lo <= v <= hi:
+        raise _inval(f"{name}: {v} is out of range ({lo}..{hi})")
+    return v
+
+
+def _op_id(v: Any, name: str) -> int:
+    return _int(v, name, 0, OP_MAX)
+
+
+def _size(v: Optional[int], name: str, positive: bool = True) -> int:
+    """An optional size: None = the library's default (0); an explicit value is honoured, so
+    0 is refused where C would read it as "default"."""
+    if v is None:
+        return 0
+    return _int(v, name, 1 if positive else 0, SIZE_MAX)
+
+
+def _bool(v: Any, name: str) -> int:
+    if not isinstance(v, (bool, int)):
+        raise TypeError(f"{name}: expected bool, got {type(v).__name__}")
+    return 1 if v else 0
+
+
+def _float(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(v).__name__}")
+    return float(v)
+
+
+def _str(v: F.bs_val) -> Optional[str]:
+    """A borrowed bs_val as str (None when absent)."""
+    if v.data is None:
+        return None
+    return string_at(v.data, v.size).decode("utf-8", "surrogateescape")
+
+
+def _lsn(has: int, size: int, buf: Any) -> Optional[str]:
+    return bytes(buf[:size]).decode("utf-8", "surrogateescape") if has else None
+
+
+# ---- Callbacks ----------------------------------------------------------------------------
+
+_tls = threading.local()
+
+
+def _in_callback() -> bool:
+    return getattr(_tls, "depth", 0) > 0
+
+
+class _Trap:
+    """Runs a Python function as a C callback: an exception is kept and stops the C call
+    (non-zero return), to be re-raised by the caller with raise_pending()."""
+
+    __slots__ = ("exc", "user")
+
+    def __init__(self, user: bool = False) -> None:
+        self.exc: Optional[BaseException] = None
+        self.user = user  # user code: only read calls allowed while it runs
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> int:
+        if self.user:
+            _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            r = fn(*args)
+            return 0 if r is None else int(r)
+        except BaseException as e:  # noqa: B902 - also KeyboardInterrupt: re-raised below
+            if self.exc is None:
+                self.exc = e
+            return F.BS_ECANCELED
+        finally:
+            if self.user:
+                _tls.depth -= 1
+
+    def raise_pending(self) -> None:
+        if self.exc is not None:
+            e, self.exc = self.exc, None
+            raise e
+
+
+def _run_listener(fn: Callable[[int, int], Any], stream: int, checkpoint: int) -> None:
+    """The checkpoint listener runs in the committing thread: its exception is kept per
+    thread and re-raised by that thread's commit (_raise_listener_exc)."""
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+    try:
+        fn(stream, checkpoint)
+    except BaseException as e:  # noqa: B902
+        if getattr(_tls, "listener_exc", None) is None:
+            _tls.listener_exc = e
+    finally:
+        _tls.depth -= 1
+
+
+def _raise_listener_exc() -> None:
+    e = getattr(_tls, "listener_exc", None)
+    if e is not None:
+        _tls.listener_exc = None
+        raise e
+
+
+# ---- Result types -------------------------------------------------------------------------
+
+
+class Tag(IntEnum):
+    INSERT = F.BS_INSERT
+    UPDATE = F.BS_UPDATE
+    DELETE = F.BS_DELETE
+
+
+class OpType(IntEnum):
+    PUT = F.BS_OP_PUT
+    REMOVE = F.BS_OP_REMOVE
+    MOVE = F.BS_OP_MOVE
+    CLEAR = F.BS_OP_CLEAR
+
+
+class StreamState(IntEnum):
+    PROCESSING = F.BS_STREAM_PROCESSING
+    ACTIVE = F.BS_STREAM_ACTIVE
+    ERRORED = F.BS_STREAM_ERRORED
+    STOPPED = F.BS_STREAM_STOPPED
+    TERMINATED = F.BS_STREAM_TERMINATED
+
+
+_HASHES = {"xxh3": F.BS_HASH_XXH3, "sha256": F.BS_HASH_SHA256}
+_HASH_NAMES = {v: k for k, v in _HASHES.items()}
+_TAGS = {"insert": Tag.INSERT, "update": Tag.UPDATE, "delete": Tag.DELETE}
+_OP_TYPES = [None, OpType.PUT, OpType.REMOVE, OpType.MOVE, OpType.CLEAR]
+
+
+class Row(NamedTuple):
+    """One evaluated output row of a source row: a PUT into bucket."""
+
+    bucket: Bytes
+    object_type: Bytes
+    object_id: Bytes
+    data: Bytes
+
+
+class Lookup(NamedTuple):
+    """One evaluated parameter lookup: lookup values -> bucket-parameter rows (JSON text)."""
+
+    values: Sequence[Scalar]
+    params: Sequence[Bytes]
+
+
+class CommitResult(NamedTuple):
+    checkpoint_blocked: bool
+    checkpoint_created: bool
+    checkpoint: int
+
+
+class Checkpoint(NamedTuple):
+    op_id: int  # 0 before the first checkpoint
+    lsn: Optional[str]
+
+
+class Op(NamedTuple):
+    op_id: int
+    op: OpType
+    object_type: Optional[str]
+    object_id: Optional[str]
+    subkey: Optional[str]
+    data: Optional[str]
+    checksum: int  # unsigned 32-bit
+    target_op: Optional[int]  # MOVE/CLEAR only
+
+
+class Chunk(NamedTuple):
+    bucket: str
+    after: int
+    next_after: int
+    has_more: bool
+    target_op: Optional[int]
+    ops: List[Op]
+
+
+class Batch(NamedTuple):
+    chunks: List[Chunk]
+    has_more: bool  # the call stopped at its limit: call again from next_after
+
+
+class Checksum(NamedTuple):
+    checksum: int  # unsigned 32-bit wrapping sum
+    count: int
+
+
+class StreamInfo(NamedTuple):
+    id: int
+    name: str
+    state: StreamState
+    hash: str
+
+
+class BucketInfo(NamedTuple):
+    name: str
+    checksum: int
+    count: int
+    last_op: int
+    bytes: int
+    generation: int
+    changes: int
+
+
+class CheckpointChanges(NamedTuple):
+    invalidate_data_buckets: bool
+    invalidate_parameter_buckets: bool
+    updated_buckets: List[str]
+    updated_lookups: List[List[Scalar]]
+    updated_write_checkpoint_users: List[str]
+
+
+class CompactStats(NamedTuple):
+    buckets_compacted: int
+    ops_moved: int
+    ops_cleared: int
+    ops_removed: int
+    bytes_before: int
+    bytes_after: int
+    parameter_entries_removed: int
+    checkpoint_requests_deleted: int
+    ops_reemitted: int
+
+
+class Status(NamedTuple):
+    state: StreamState
+    snapshot_done: bool
+    checkpoint: int
+    last_persisted_op: int
+    lsn: Optional[str]
+    resume_lsn: Optional[str]
+    last_error: str
+
+
+class Stat(NamedTuple):
+    streams: int
+    buckets: int
+    ops_put: int
+    ops_remove: int
+    ops_move: int
+    ops_clear: int
+    parameter_entries: int
+    source_records: int
+    write_checkpoints: int
+    file_bytes: int
+
+
+class ManagedRequest(NamedTuple):
+    """One managed write-checkpoint request; heads: connection -> LSN."""
+
+    user_id: Bytes
+    heads: Mapping[Bytes, Bytes]
+    request_id: Optional[int] = None
+    requested_at_ms: int = 0  # 0 = now
+
+
+def _stats(s: F.bs_compact_stats) -> CompactStats:
+    return CompactStats(*(getattr(s, n) for n, _ in F.bs_compact_stats._fields_))
+
+
+def _hash(h: Any) -> int:
+    if h not in _HASHES:
+        raise _inval(f"hash: {h!r} is not one of 'xxh3', 'sha256'")
+    return _HASHES[h]
+
+
+# ---- Pure functions -----------------------------------------------------------------------
+
+
+def checksum_put(object_type: Bytes, object_id: Bytes, data: Bytes, hash: str = "xxh3") -> int:
+    """The checksum of a PUT: hash("put." + object_type + "." + object_id + "." + data)."""
+    return lib.bs_checksum_put(
+        _hash(hash), _val(object_type, "object_type"), _val(object_id, "object_id"),
+        _val(data, "data"),
+    )
+
+
+def checksum_remove(subkey: Bytes, hash: str = "xxh3") -> int:
+    """The checksum of a REMOVE: hash("delete." + subkey)."""
+    return lib.bs_checksum_remove(_hash(hash), _val(subkey, "subkey"))
+
+
+def subkey(table_id: int, replica_id: Bytes) -> str:
+    """The subkey of a source row (SPEC.md section 1)."""
+    buf = ctypes.create_string_buffer(F.BS_SUBKEY_SIZE)
+    lib.bs_subkey(buf, _int(table_id, "table_id", 0, U32), _val(replica_id, "replica_id"))
+    return buf.raw[: F.BS_SUBKEY_SIZE].decode()
+
+
+def _scalar(v: Any, where: str) -> F.scalar_in:
+    s = F.scalar_in()
+    if v is None:
+        s.type = F.BS_SCALAR_NULL
+    elif v is True:
+        s.type = F.BS_SCALAR_TRUE
+    elif v is False:
+        s.type = F.BS_SCALAR_FALSE
+    elif isinstance(v, int):
+        s.type, s.i = F.BS_SCALAR_INT, _int(v, where, -I64, I64 - 1)
+    elif isinstance(v, float):
+        s.type, s.d = F.BS_SCALAR_DOUBLE, v
+    elif isinstance(v, (str, bytes, bytearray, memoryview)):
+        s.type, s.s = F.BS_SCALAR_STRING, _val(v, where)
+    else:
+        raise TypeError(f"{where}: expected None, bool, int, float, str or bytes, "
+                        f"got {type(v).__name__}")
+    return s
+
+
+def encode_lookup(values: Sequence[Scalar], name: str = "lookup") -> bytes:
+    """The canonical encoding of a list of lookup values (314 and 314.0 encode alike)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name}: expected a sequence of values, got {type(values).__name__}")
+    arr = (F.scalar_in * max(len(values), 1))(
+        *[_scalar(v, f"{name}[{i}]") for i, v in enumerate(values)]
+    )
+    err = F.bs_error()
+    size = c_size_t(0)
+    cap = F.BS_MAX_LOOKUP_KEY + 32
+    for _ in range(2):  # an over-long key is measured, then encoded (save enforces the limit)
+        buf = ctypes.create_string_buffer(cap)
+        rc = lib.bs_lookup_encode(buf, cap, byref(size), arr, len(values), byref(err))
+        if rc == F.BS_ETOOBIG and size.value > cap:
+            cap = size.value
+            continue
+        _check(rc, err)
+        return buf.raw[: size.value]
+    raise _error(F.BS_ETOOBIG, err)
+
+
+def _decode_scalars(key: bytes) -> List[Scalar]:
+    cap = len(key) + 1  # every value takes a byte or more
+    arr = (F.bs_scalar * cap)()
+    n = c_size_t(0)
+    err = F.bs_error()
+    _check(lib.bs_lookup_decode(arr, cap, byref(n), F.val_in(key, len(key)), byref(err)), err)
+    out: List[Scalar] = []
+    for s in arr[: n.value]:
+        t = s.type
+        if t == F.BS_SCALAR_NULL:
+            out.append(None)
+        elif t == F.BS_SCALAR_TRUE or t == F.BS_SCALAR_FALSE:
+            out.append(t == F.BS_SCALAR_TRUE)
+        elif t == F.BS_SCALAR_INT:
+            out.append(s.i)
+        elif t == F.BS_SCALAR_DOUBLE:
+            out.append(s.d)
+        else:
+            out.append(_str(s.s))
+    return out
+
+
+def decode_lookup(key: bytes) -> List[Scalar]:
+    """The values of an encoded lookup key (strings as str)."""
+    return _decode_scalars(_bytes(key, "key"))
+
+
+# ---- Handles ------------------------------------------------------------------------------
+
+
+class _Handle:
+    """An opaque C handle with a closed state. Calls go through `with self._guard() as h`:
+    it fails on a closed handle and counts the call, so close() can wait for it."""
+
+    _kind = "handle"
+
+    def __init__(self) -> None:
+        self._h: Optional[int] = None
+        self._cv = threading.Condition(threading.Lock())
+        self._busy = 0
+        self._children: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+
+    def _guard(self) -> "_Guard":
+        return _Guard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def _c_close(self, h: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Closes the handle (children first); waits for calls on it in other threads.
+        Closing twice is a no-op. Not allowed inside a library callback."""
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, f"cannot close a {self._kind} inside a callback")
+        with self._cv:  # no new calls (children open only through a call), then drain
+            h, self._h = self._h, None
+            while self._busy:
+                self._cv.wait()
+        for c in list(self._children):
+            c.close()
+        if h is not None:
+            self._c_close(h)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if self._h is not None:
+                self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+class _Guard:
+    __slots__ = ("o",)
+
+    def __init__(self, o: _Handle) -> None:
+        self.o = o
+
+    def __enter__(self) -> int:
+        o = self.o
+        with o._cv:
+            if o._h is None:
+                raise StateError(F.BS_ESTATE, f"the {o._kind} is closed")
+            o._busy += 1
+            return o._h
+
+    def __exit__(self, *exc: Any) -> None:
+        o = self.o
+        with o._cv:
+            o._busy -= 1
+            if not o._busy:
+                o._cv.notify_all()
+
+
+def _open_options(
+    nosync: bool, readonly: bool, map_size: Optional[int], cache_entries: Optional[int]
+) -> F.bs_open_options:
+    o = F.bs_open_options(F.BS_OPEN_OPTIONS_VERSION)
+    o.flags = (F.BS_OPEN_NOSYNC if _bool(nosync, "nosync") else 0) | (
+        F.BS_OPEN_RDONLY if _bool(readonly, "readonly") else 0
+    )
+    o.map_size = _size(map_size, "map_size")
+    if cache_entries is not None:  # 0 entries = no cache
+        n = _int(cache_entries, "cache_entries", 0, SIZE_MAX - 1)
+        o.checksum_cache_entries = n if n else SIZE_MAX
+    return o
+
+
+def open(
+    path: Union[str, bytes, "os.PathLike[str]"],
+    *,
+    nosync: bool = False,
+    readonly: bool = False,
+    map_size: Optional[int] = None,
+    cache_entries: Optional[int] = None,
+) -> "Database":
+    """Opens (creating if missing) the database file at path. nosync: no fsync at commit;
+    cache_entries: checksum-cache size (None = the library's default, 0 = no cache)."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    o = _open_options(nosync, readonly, map_size, cache_entries)
+    return Database(_cstr(path, "path"), o)
+
+
+def open_memory(*, cache_entries: Optional[int] = None) -> "Database":
+    """Opens a fresh in-memory store (the reference backend); nothing is persisted."""
+    return Database(None, _open_options(False, False, None, cache_entries))
+
+
+class Database(_Handle):
+    """One open file (or memory store). Thread-safe; a context manager."""
+
+    _kind = "database"
+
+    def __init__(self, path: Optional[bytes], opts: F.bs_open_options) -> None:
+        super().__init__()
+        h = c_void_p()
+        err = F.bs_error()
+        if path is None:
+            rc = lib.bs_open_memory(byref(h), byref(opts), byref(err))
+        else:
+            rc = lib.bs_open(byref(h), path, byref(opts), byref(err))
+        _check(rc, err)
+        self._h = h.value
+        self._listener: Any = None
+
+    def _c_close(self, h: int) -> None:
+        lib.bs_close(h)
+        self._listener = None
+
+    def create_stream(self, name: Bytes, hash: str = "xxh3") -> int:
+        """Creates a PROCESSING stream; returns its id. hash: 'xxh3' or 'sha256'."""
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, "cannot create a stream inside a callback")
+        o = F.bs_stream_options(F.BS_STREAM_OPTIONS_VERSION, _hash(hash))
+        out = c_uint32()
+        err = F.bs_error()
+        n = _cstr(name, "name")
+        with self._guard() as h:
+            _check(lib.bs_stream_create(byref(out), h, n, byref(o), byref(err)), err)
+        return out.value
+
+    def streams(self) -> List[StreamInfo]:
+        """Every stream, ascending id."""
+        res: List[StreamInfo] = []
+        trap = _Trap()
+
+        def one(p: Any, _: Any) -> None:
+            i = p[0]
+            res.append(StreamInfo(i.id, _str(i.name) or "", StreamState(i.state),
+                                  _HASH_NAMES.get(i.hash, str(i.hash))))
+
+        fn = F.STREAM_FN(lambda p, x: trap.call(one, p, x))
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_stream_list(h, fn, None, byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+        return res
+
+    def storage(self, stream_id: int = 0) -> "Storage":
+        """A handle on a stream; 0 = the active stream, else the newest one."""
+        return Storage(self, _int(stream_id, "stream_id", 0, U32))
+
+    def stat(self) -> Stat:
+        """Counts over the whole database (a full scan)."""
+        s = F.bs_stat()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_db_stat(h, byref(s), byref(err)), err)
+        return Stat(*(getattr(s, n) for n, _ in F.bs_stat._fields_))
+
+    def verify(self) -> List[str]:
+        """Recomputes every bucket's checksum and count, checks encodings; the problems found
+        (an empty list: consistent)."""
+        problems: List[str] = []
+        trap = _Trap()
+        fn = F.VERIFY_FN(lambda p, x: trap.call(problems.append, p.decode("utf-8", "replace")))
+        n = c_uint64()
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_db_verify(h, fn, None, byref(n), byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+        return problems
+
+    def set_checkpoint_listener(self, fn: Optional[Callable[[int, int], None]]) -> None:
+        """fn(stream_id, checkpoint) runs after every checkpoint this process commits on the
+        database, in the committing thread; None unregisters. It may call read functions only;
+        an exception it raises is re-raised by the commit that ran it."""
+        if fn is not None and not callable(fn):
+            raise TypeError(f"fn: expected a callable or None, got {type(fn).__name__}")
+        cfn = (F.LISTENER_FN(lambda s, c, x: _run_listener(fn, s, c)) if fn is not None
+               else F.LISTENER_FN())
+        with self._guard() as h:
+            rc = lib.bs_set_checkpoint_listener(h, cfn, None)
+        if rc != 0:
+            raise _error(rc)
+        self._listener = cfn  # kept alive while registered
+
+
+class Storage(_Handle):
+    """One stream: reads (thread-safe), compaction, write checkpoints, lifecycle; opens
+    writers. A context manager."""
+
+    _kind = "storage"
+
+    def __init__(self, db: Database, stream_id: int) -> None:
+        super().__init__()
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, "cannot open a storage inside a callback")
+        self.db = db
+        h = c_void_p()
+        err = F.bs_error()
+        with db._guard() as dh:
+            _check(lib.bs_storage_open(byref(h), dh, stream_id, byref(err)), err)
+            self._h = h.value
+            self.stream_id: int = lib.bs_storage_stream_id(h)
+            db._children.add(self)
+
+    def _c_close(self, h: int) -> None:
+        lib.bs_storage_close(h)
+
+    # ---- writing ----
+    def writer(
+        self,
+        *,
+        snapshot: bool = False,
+        create_empty: bool = True,
+        max_records: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+    ) -> "Writer":
+        """Opens the stream's writer (SPEC.md section 4). snapshot: skip_existing mode."""
+        o = F.bs_writer_options(
+            F.BS_WRITER_OPTIONS_VERSION, _bool(snapshot, "snapshot"),
+            _bool(create_empty, "create_empty"), _size(max_records, "max_records"),
+            _size(max_bytes, "max_bytes"),
+        )
+        return Writer(self, o)
+
+    # ---- reading ----
+    def checkpoint(self) -> Checkpoint:
+        """The stream's current checkpoint ((0, None) before the first)."""
+        cp = F.bs_checkpoint()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_get_checkpoint(h, byref(cp), byref(err)), err)
+        return Checkpoint(cp.op_id, _lsn(cp.has_lsn, cp.lsn_size, cp.lsn))
+
+    def wait_checkpoint(self, known: Optional[Checkpoint], timeout_ms: int) -> Checkpoint:
+        """Blocks (without the GIL) until the checkpoint differs from known, or timeout_ms
+        passes (then returns the current one)."""
+        k = None
+        if known is not None:
+            if not isinstance(known, Checkpoint):
+                raise TypeError(f"known: expected Checkpoint or None, got {type(known).__name__}")
+            k = F.bs_checkpoint(_op_id(known.op_id, "known.op_id"))
+            if known.lsn is not None:
+                b = _bytes(known.lsn, "known.lsn")
+                if len(b) > F.MAX_LSN:
+                    raise TooBigError(F.BS_ETOOBIG, f"known.lsn: longer than {F.MAX_LSN} bytes")
+                k.has_lsn, k.lsn_size = 1, len(b)
+                ctypes.memmove(k.lsn, b, len(b))
+        t = _int(timeout_ms, "timeout_ms", 0, INT_MAX)
+        out = F.bs_checkpoint()
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_wait_checkpoint(h, byref(k) if k is not None else None, t, byref(out),
+                                        byref(err))
+        _check(rc, err)
+        return Checkpoint(out.op_id, _lsn(out.has_lsn, out.lsn_size, out.lsn))
+
+    def bucket_data_batch(
+        self,
+        checkpoint: int,
+        buckets: Union[Mapping[Bytes, int], Iterable[Tuple[Bytes, int]]],
+        *,
+        limit: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+    ) -> Batch:
+        """One call of get_bucket_data_batch (SPEC.md 5.2): ops with after < op_id <=
+        checkpoint of the requested buckets {name: after}, as chunks (copied out). limit: ops
+        per call (None = 1000)."""
+        cp = _op_id(checkpoint, "checkpoint")
+        items = list(buckets.items() if isinstance(buckets, Mapping) else buckets)
+        req = (F.bs_bucket_request * max(len(items), 1))()
+        for i, it in enumerate(items):
+            try:
+                name, after = it
+            except (TypeError, ValueError):
+                raise TypeError(f"buckets[{i}]: expected a (name, after) pair") from None
+            req[i].bucket = _val(name, f"buckets[{i}] name")
+            req[i].after = _op_id(after, f"buckets[{i}] after")
+        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, _size(limit, "limit"),
+                               _size(chunk_bytes, "chunk_bytes"), _size(max_bytes, "max_bytes"))
+        chunks: List[Chunk] = []
+        trap = _Trap()
+        fn = F.CHUNK_FN(lambda p, x: trap.call(_collect_chunk, p, chunks))
+        more = c_int(0)
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_get_bucket_data(h, cp, req, len(items), byref(o), fn, None, byref(more),
+                                        byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+        return Batch(chunks, bool(more.value))
+
+    def bucket_data(
+        self,
+        checkpoint: int,
+        buckets: Union[Mapping[Bytes, int], Iterable[Tuple[Bytes, int]]],
+        *,
+        limit: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+    ) -> Iterator[Chunk]:
+        """Every chunk up to checkpoint, calling the library again from each bucket's
+        next_after while a batch says has_more (no gap, no duplicate). Each batch is one read
+        snapshot; the iterator holds nothing between batches."""
+        pos: Dict[Any, int] = {}
+        for i, it in enumerate(buckets.items() if isinstance(buckets, Mapping) else buckets):
+            try:
+                name, after = it
+            except (TypeError, ValueError):
+                raise TypeError(f"buckets[{i}]: expected a (name, after) pair") from None
+            pos[_bytes(name, f"buckets[{i}] name")] = after
+        while True:
+            b = self.bucket_data_batch(checkpoint, pos.items(), limit=limit,
+                                       chunk_bytes=chunk_bytes, max_bytes=max_bytes)
+            for c in b.chunks:
+                key = c.bucket.encode("utf-8", "surrogateescape")
+                if c.has_more:
+                    pos[key] = c.next_after
+                else:  # this bucket is done
+                    pos.pop(key, None)
+            yield from b.chunks
+            if not b.has_more or not pos:
+                return
+
+    def checksums(self, checkpoint: int, buckets: Iterable[Bytes]) -> Dict[str, Checksum]:
+        """{name: Checksum(checksum, count)} at checkpoint (unknown bucket: 0, 0)."""
+        cp = _op_id(checkpoint, "checkpoint")
+        if isinstance(buckets, (str, bytes)):
+            raise TypeError("buckets: expected an iterable of names, not one name")
+        names = list(buckets)
+        arr = (F.val_in * max(len(names), 1))(
+            *[_val(n, f"buckets[{i}]") for i, n in enumerate(names)]
+        )
+        out = (F.bs_checksum * max(len(names), 1))()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_get_checksums(h, cp, arr, len(names), out, byref(err)), err)
+        return {
+            (n if isinstance(n, str) else _bytes(n, "").decode("utf-8", "surrogateescape")):
+            Checksum(out[i].checksum, out[i].count)
+            for i, n in enumerate(names)
+        }
+
+    def list_buckets(self, start_after: Optional[Bytes] = None, page: int = 1000
+                     ) -> Iterator[BucketInfo]:
+        """Every bucket with a stored op, ascending name, after start_after; read in pages of
+        `page` buckets (one snapshot each)."""
+        after = b"" if start_after is None else _bytes(start_after, "start_after")
+        n = _int(page, "page", 1, INT_MAX)
+        while True:
+            got: List[BucketInfo] = []
+            trap = _Trap()
+
+            def one(p: Any, _: Any) -> int:
+                i = p[0]
+                got.append(BucketInfo(_str(i.name) or "", i.checksum, i.count, i.last_op,
+                                      i.bytes, i.generation, i.changes))
+                return 1 if len(got) >= n else 0
+
+            fn = F.BUCKET_FN(lambda p, x: trap.call(one, p, x))
+            err = F.bs_error()
+            sa = F.val_in(after, len(after)) if after else F.val_in()
+            with self._guard() as h:
+                rc = lib.bs_list_buckets(h, sa, fn, None, byref(err))
+            trap.raise_pending()
+            if rc not in (0, 1):
+                raise _error(rc, err)
+            yield from got
+            if rc == 0 or not got:
+                return
+            after = got[-1].name.encode("utf-8", "surrogateescape")
+
+    def checkpoint_changes(self, from_: int, to: int) -> CheckpointChanges:
+        """What changed in (from_, to]."""
+        a, b = _op_id(from_, "from_"), _op_id(to, "to")
+        res: List[CheckpointChanges] = []
+        trap = _Trap()
+
+        def one(p: Any, _: Any) -> None:
+            c = p[0]
+
+            def names(arr: Any, k: int) -> List[str]:
+                return [_str(arr[i]) or "" for i in range(k)]
+
+            lookups = [
+                _decode_scalars(string_at(c.updated_lookups[i].data or 0,
+                                          c.updated_lookups[i].size))
+                for i in range(c.n_updated_lookups)
+            ]
+            res.append(CheckpointChanges(
+                bool(c.invalidate_data_buckets), bool(c.invalidate_parameter_buckets),
+                names(c.updated_buckets, c.n_updated_buckets), lookups,
+                names(c.updated_write_checkpoint_users, c.n_updated_write_checkpoint_users)))
+
+        fn = F.CHANGES_FN(lambda p, x: trap.call(one, p, x))
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_get_checkpoint_changes(h, a, b, fn, None, byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+        return res[0]
+
+    def parameter_sets(self, checkpoint: int, lookups: Iterable[Sequence[Scalar]],
+                       limit: Optional[int] = None) -> List[str]:
+        """The bucket-parameter rows (JSON text) of the lookups at checkpoint. More than
+        limit rows (None = 1000) raises LimitError."""
+        cp = _op_id(checkpoint, "checkpoint")
+        keys = [encode_lookup(v, f"lookups[{i}]") for i, v in enumerate(lookups)]
+        arr = (F.val_in * max(len(keys), 1))(*[F.val_in(k, len(k)) for k in keys])
+        lim = _size(limit, "limit")
+        rows: List[str] = []
+        trap = _Trap()
+        fn = F.PARAMS_FN(lambda p, x: trap.call(lambda: rows.append(_str(p[0]) or "")))
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_get_parameter_sets(h, cp, arr, len(keys), lim, fn, None, byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+        return rows
+
+    # ---- write checkpoints ----
+    def set_write_checkpoint_mode(self, mode: str, event: Optional[Bytes] = None) -> None:
+        """'managed' (default) or 'custom' for this handle."""
+        modes = {"managed": F.BS_WCP_MANAGED, "custom": F.BS_WCP_CUSTOM}
+        if mode not in modes:
+            raise _inval(f"mode: {mode!r} is not one of 'managed', 'custom'")
+        ev = _opt_val(event, "event")
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_set_write_checkpoint_mode(h, modes[mode], ev, byref(err)), err)
+
+    def create_managed_write_checkpoints(
+        self, requests: Sequence[ManagedRequest]
+    ) -> Tuple[Dict[str, int], bool]:
+        """One batch (SPEC.md 7): ({user_id: stored id}, should_advance)."""
+        self._no_write_in_callback()
+        reqs = list(requests)
+        arr = (F.bs_managed_request * max(len(reqs), 1))()
+        for i, r in enumerate(reqs):
+            if not isinstance(r, ManagedRequest):
+                raise TypeError(f"requests[{i}]: expected ManagedRequest")
+            a = arr[i]
+            a.user_id = _val(r.user_id, f"requests[{i}].user_id")
+            heads = _heads(r.heads, f"requests[{i}].heads")
+            a.heads, a.n_heads = heads, len(r.heads)
+            if r.request_id is not None:
+                a.has_request_id = 1
+                a.request_id = _int(r.request_id, f"requests[{i}].request_id", 0, U64)
+            a.requested_at_ms = _int(r.requested_at_ms, f"requests[{i}].requested_at_ms",
+                                     -I64, I64 - 1)
+        ids = (c_uint64 * max(len(reqs), 1))()
+        adv = c_int(0)
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_create_managed_write_checkpoints(h, arr, len(reqs), ids, byref(adv),
+                                                           byref(err)), err)
+        out = {}
+        for i, r in enumerate(reqs):
+            u = r.user_id
+            out[u if isinstance(u, str) else _bytes(u, "").decode("utf-8", "surrogateescape")] \
+                = ids[i]
+        return out, bool(adv.value)
+
+    def last_write_checkpoint(
+        self, user_id: Bytes, heads: Optional[Mapping[Bytes, Bytes]] = None
+    ) -> Optional[int]:
+        """Managed: the user's id iff its heads are at or below the given ones; custom: the
+        stored value. None when there is none."""
+        u = _val(user_id, "user_id")
+        hs = _heads(heads or {}, "heads")
+        out = c_uint64()
+        found = c_int(0)
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_last_write_checkpoint(h, u, hs, len(heads or {}), byref(out),
+                                                byref(found), byref(err)), err)
+        return out.value if found.value else None
+
+    def delete_checkpoint_requests_before(self, before_ms: int) -> int:
+        """Deletes processed requests older than before_ms; returns how many."""
+        self._no_write_in_callback()
+        t = _int(before_ms, "before_ms", -I64, I64 - 1)
+        n = c_uint64()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_delete_checkpoint_requests_before(h, t, byref(n), byref(err)), err)
+        return n.value
+
+    # ---- compaction ----
+    def compact(
+        self,
+        *,
+        max_op_id: int = 0,
+        buckets: Optional[Iterable[Bytes]] = None,
+        min_bucket_changes: Optional[int] = None,
+        min_change_ratio: Optional[float] = None,
+        memory_limit_mb: Optional[int] = None,
+        incremental_only: bool = False,
+        min_age_ms: Optional[int] = None,
+        max_ops_per_txn: Optional[int] = None,
+        op_budget: Optional[int] = None,
+        compact_parameters: bool = False,
+        delete_checkpoint_requests_before_ms: Optional[int] = None,
+        defragment_ratio: float = 0.0,
+        progress: Optional[Callable[[CompactStats], Any]] = None,
+    ) -> CompactStats:
+        """Compacts the stream (SPEC.md section 6). None = the library's default. progress:
+        called with the totals after each transaction; a truthy return cancels
+        (CanceledError), an exception stops it and is re-raised."""
+        self._no_write_in_callback()
+        o = F.bs_compact_options(F.BS_COMPACT_OPTIONS_VERSION)
+        o.max_op_id = _op_id(max_op_id, "max_op_id")
+        names = None
+        if buckets is not None:
+            if isinstance(buckets, (str, bytes)):
+                raise TypeError("buckets: expected an iterable of names, not one name")
+            bl = list(buckets)
+            names = (F.val_in * max(len(bl), 1))(
+                *[_val(n, f"buckets[{i}]") for i, n in enumerate(bl)]
+            )
+            o.buckets, o.n_buckets = names, len(bl)
+        o.min_bucket_changes = _size(min_bucket_changes, "min_bucket_changes")
+        o.min_change_ratio = -1.0 if min_change_ratio is None else _float(
+            min_change_ratio, "min_change_ratio")
+        o.memory_limit_mb = _size(memory_limit_mb, "memory_limit_mb")
+        o.incremental_only = _bool(incremental_only, "incremental_only")
+        o.min_age_ms = -1 if min_age_ms is None else _int(min_age_ms, "min_age_ms", 0, I64 - 1)
+        o.max_ops_per_txn = _size(max_ops_per_txn, "max_ops_per_txn")
+        o.op_budget = _size(op_budget, "op_budget")
+        o.compact_parameters = _bool(compact_parameters, "compact_parameters")
+        if delete_checkpoint_requests_before_ms is not None:
+            o.delete_checkpoint_requests_before_ms = _int(
+                delete_checkpoint_requests_before_ms, "delete_checkpoint_requests_before_ms",
+                1, I64 - 1)
+        o.defragment_ratio = _float(defragment_ratio, "defragment_ratio")
+        trap = _Trap(user=True)
+        if progress is not None:
+            if not callable(progress):
+                raise TypeError("progress: expected a callable")
+            o.progress = F.PROGRESS_FN(
+                lambda p, x: trap.call(lambda: 1 if progress(_stats(p[0])) else 0))
+        stats = F.bs_compact_stats()
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_compact(h, byref(o), byref(stats), byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+        return _stats(stats)
+
+    def compact_initial_replication(self, max_op_id: int = 0,
+                                    min_bucket_changes: Optional[int] = None) -> int:
+        """Before the first checkpoint only: deletes superseded ops; returns buckets done."""
+        self._no_write_in_callback()
+        m = _op_id(max_op_id, "max_op_id")
+        mb = _size(min_bucket_changes, "min_bucket_changes")
+        n = c_uint64()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_compact_initial_replication(h, m, mb, byref(n), byref(err)), err)
+        return n.value
+
+    # ---- lifecycle ----
+    def status(self) -> Status:
+        s = F.bs_status()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_get_status(h, byref(s), byref(err)), err)
+        return Status(StreamState(s.state), bool(s.snapshot_done), s.checkpoint,
+                      s.last_persisted_op, _lsn(s.has_lsn, s.lsn_size, s.lsn),
+                      _lsn(s.has_resume_lsn, s.resume_lsn_size, s.resume_lsn),
+                      s.last_error.decode("utf-8", "replace"))
+
+    def report_error(self, message: Bytes) -> None:
+        self._no_write_in_callback()
+        m = _cstr(message, "message")
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_report_error(h, m, byref(err)), err)
+
+    def clear(self) -> None:
+        """Drops every op, bucket, lookup, source record and checkpoint of the stream."""
+        self._no_write_in_callback()
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_clear(h, byref(err)), err)
+
+    def terminate(self, clear: bool = False) -> None:
+        self._no_write_in_callback()
+        c = _bool(clear, "clear")
+        err = F.bs_error()
+        with self._guard() as h:
+            _check(lib.bs_terminate(h, c, byref(err)), err)
+
+    @staticmethod
+    def _no_write_in_callback() -> None:
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, "only read calls are allowed inside a callback")
+
+
+def _heads(heads: Mapping[Bytes, Bytes], name: str) -> Any:
+    if not isinstance(heads, Mapping):
+        raise TypeError(f"{name}: expected a mapping connection -> lsn")
+    arr = (F.bs_head * max(len(heads), 1))()
+    for i, (c, lsn) in enumerate(heads.items()):
+        arr[i].connection = _val(c, f"{name} connection")
+        arr[i].lsn = _val(lsn, f"{name}[{c!r}]")
+    return arr
+
+
+# bs_op read as raw memory (one copy per chunk instead of a ctypes object per field);
+# tests/test_layout.py checks that this format unpacks a bs_op as ctypes does.
+_OP = struct.Struct("@QiIQPNPNPNPN")
+if _OP.size != ctypes.sizeof(F.bs_op):  # pragma: no cover - caught by test_layout
+    raise ImportError("bucketstore: bs_op layout does not match the op format")
+
+
+def _collect_chunk(p: Any, out: List[Chunk]) -> None:
+    c = p[0]
+    n = c.n_ops
+    ops: List[Op] = []
+    append = ops.append
+    types = _OP_TYPES
+    raw = string_at(c.ops, n * _OP.size) if n else b""
+    for op_id, t, ck, tgt, a, an, b, bn, k, kn, d, dn in _OP.iter_unpack(raw):
+        append(Op(op_id, types[t],
+                  string_at(a, an).decode("utf-8", "surrogateescape") if a else None,
+                  string_at(b, bn).decode("utf-8", "surrogateescape") if b else None,
+                  string_at(k, kn).decode("utf-8", "surrogateescape") if k else None,
+                  string_at(d, dn).decode("utf-8", "surrogateescape") if d else None,
+                  ck, tgt if tgt else None))
+    out.append(Chunk(_str(c.bucket) or "", c.after, c.next_after, bool(c.has_more),
+                     c.target_op or None, ops))
+
+
+class Writer(_Handle):
+    """The replication writer of a stream (SPEC.md section 4); one thread at a time (calls
+    from several threads are serialised). Closing discards what was not flushed."""
+
+    _kind = "writer"
+
+    def __init__(self, st: Storage, opts: F.bs_writer_options) -> None:
+        super().__init__()
+        Storage._no_write_in_callback()
+        self.storage = st
+        self._lock = threading.Lock()
+        h = c_void_p()
+        err = F.bs_error()
+        with st._guard() as sh:
+            _check(lib.bs_writer_open(byref(h), sh, byref(opts), byref(err)), err)
+            self._h = h.value
+            st._children.add(self)
+
+    def _enter(self) -> int:
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, "writer calls are not allowed inside a callback")
+        self._lock.acquire()
+        if self._h is None:
+            self._lock.release()
+            raise StateError(F.BS_ESTATE, "the writer is closed")
+        return self._h
+
+    def close(self) -> None:
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, "cannot close a writer inside a callback")
+        with self._lock:
+            h, self._h = self._h, None
+            if h is not None:
+                lib.bs_writer_close(h)
+
+    def save(
+        self,
+        table: Bytes,
+        tag: Union[str, int],
+        id: Bytes,
+        rows: Iterable[Union[Row, Tuple[Bytes, Bytes, Bytes, Bytes]]] = (),
+        lookups: Iterable[Union[Lookup, Tuple[Sequence[Scalar], Sequence[Bytes]]]] = (),
+        *,
+        old_id: Optional[Bytes] = None,
+        store: Optional[Bytes] = None,
+    ) -> None:
+        """Queues one source row change (SPEC.md 4.1). tag: 'insert'/'update'/'delete' (or
+        Tag); id: the replica id after the change (for delete: of the deleted row); old_id:
+        the replica id before, when the key changed; rows: (bucket, object_type, object_id,
+        data); lookups: (values, params); store: row data kept with the source record."""
+        t = _TAGS.get(tag) if isinstance(tag, str) else tag
+        if t not in (1, 2, 3) or isinstance(t, bool):
+            raise _inval(f"tag: {tag!r} is not one of 'insert', 'update', 'delete'")
+        s = F.bs_save()
+        s.version = F.BS_SAVE_VERSION
+        s.table = _val(table, "table")
+        s.tag = t
+        if t == F.BS_DELETE:
+            s.before_id = _val(id if old_id is None else old_id, "id")
+        else:
+            s.after_id = _val(id, "id")
+            if old_id is not None:
+                s.before_id = _val(old_id, "old_id")
+            rl = rows if isinstance(rows, (list, tuple)) else list(rows)
+            if rl:
+                arr = (F.bs_row * len(rl))()
+                for i, r in enumerate(rl):
+                    try:
+                        b, ot, oi, d = r
+                    except (TypeError, ValueError):
+                        raise TypeError(f"rows[{i}]: expected (bucket, object_type, object_id, "
+                                        f"data)") from None
+                    a = arr[i]
+                    a.bucket = _val(b, f"rows[{i}].bucket")
+                    a.object_type = _val(ot, f"rows[{i}].object_type")
+                    a.object_id = _val(oi, f"rows[{i}].object_id")
+                    a.data = _val(d, f"rows[{i}].data")
+                s.rows, s.n_rows = arr, len(rl)
+            ll = lookups if isinstance(lookups, (list, tuple)) else list(lookups)
+            if ll:
+                larr = (F.bs_lookup * len(ll))()
+                for i, lk in enumerate(ll):
+                    try:
+                        values, params = lk
+                    except (TypeError, ValueError):
+                        raise TypeError(f"lookups[{i}]: expected (values, params)") from None
+                    key = encode_lookup(values, f"lookups[{i}].values")
+                    if isinstance(params, (str, bytes)):
+                        raise TypeError(f"lookups[{i}].params: expected a list of JSON texts")
+                    pl = list(params)
+                    parr = (F.val_in * max(len(pl), 1))(
+                        *[_val(x, f"lookups[{i}].params[{j}]") for j, x in enumerate(pl)])
+                    larr[i].key = F.val_in(key, len(key))
+                    larr[i].params, larr[i].n_params = parr, len(pl)
+                s.lookups, s.n_lookups = larr, len(ll)
+        if store is not None:
+            s.stored_data = _val(store, "store")
+        err = F.bs_error()
+        h = self._enter()
+        try:
+            rc = lib.bs_writer_save(h, byref(s), byref(err))
+        finally:
+            self._lock.release()
+        _check(rc, err)
+
+    def _lsn_call(self, fn: Any, table: Any, name: str) -> None:
+        v = _val(table, name)
+        err = F.bs_error()
+        h = self._enter()
+        try:
+            rc = fn(h, v, byref(err))
+        finally:
+            self._lock.release()
+        _check(rc, err)
+
+    def truncate(self, table: Bytes) -> None:
+        """Queues REMOVEs / tombstones for every row of table."""
+        self._lsn_call(lib.bs_writer_truncate, table, "table")
+
+    def drop(self, table: Bytes) -> None:
+        """truncate + forget the table."""
+        self._lsn_call(lib.bs_writer_drop, table, "table")
+
+    def snapshot_done(self, lsn: Bytes) -> None:
+        """Marks the snapshot done; no checkpoint may be made below lsn."""
+        self._lsn_call(lib.bs_writer_snapshot_done, lsn, "lsn")
+
+    def resume_lsn(self, lsn: Bytes) -> None:
+        """Records where replication restarts."""
+        self._lsn_call(lib.bs_writer_resume_lsn, lsn, "lsn")
+
+    def flush(self) -> int:
+        """Persists the queue; returns the stream's highest persisted op id."""
+        out = c_uint64()
+        err = F.bs_error()
+        h = self._enter()
+        try:
+            rc = lib.bs_writer_flush(h, byref(out), byref(err))
+        finally:
+            self._lock.release()
+        _check(rc, err)
+        return out.value
+
+    def _commit(self, lsn: Bytes, opts: Any) -> CommitResult:
+        v = _val(lsn, "lsn")
+        res = F.bs_commit_result()
+        err = F.bs_error()
+        h = self._enter()
+        try:
+            if opts is None:
+                rc = lib.bs_writer_keepalive(h, v, byref(res), byref(err))
+            else:
+                rc = lib.bs_writer_commit(h, v, byref(opts), byref(res), byref(err))
+        finally:
+            self._lock.release()
+        _raise_listener_exc()  # the checkpoint listener's exception, if any (committed anyway)
+        _check(rc, err)
+        return CommitResult(bool(res.checkpoint_blocked), bool(res.checkpoint_created),
+                            res.checkpoint)
+
+    def commit(self, lsn: Bytes, *, create_empty: Optional[bool] = None) -> CommitResult:
+        """Flushes, then makes a checkpoint iff the LSN allows it (SPEC.md 4.4)."""
+        o = F.bs_commit_options(F.BS_COMMIT_OPTIONS_VERSION,
+                                -1 if create_empty is None else _bool(create_empty,
+                                                                      "create_empty"))
+        return self._commit(lsn, o)
+
+    def keepalive(self, lsn: Bytes) -> CommitResult:
+        """commit(lsn) with create_empty."""
+        return self._commit(lsn, None)
+
+    def source_row(self, table: Bytes, id: Bytes) -> Optional[str]:
+        """The data stored with a source record (None: none stored); NotFoundError when the
+        row is unknown."""
+        t, r = _val(table, "table"), _val(id, "id")
+        got: List[Optional[str]] = []
+        trap = _Trap()
+        fn = F.SOURCE_FN(lambda p, x: trap.call(
+            lambda: got.append(_str(p[0]) if p else None)))
+        err = F.bs_error()
+        h = self._enter()
+        try:
+            rc = lib.bs_writer_source_row(h, t, r, fn, None, byref(err))
+        finally:
+            self._lock.release()
+        trap.raise_pending()
+        _check(rc, err)
+        return got[0] if got else None
+
+    def custom_write_checkpoint(self, user_id: Bytes, checkpoint: int,
+                                event: Optional[Bytes] = None) -> None:
+        """Custom mode: queue (user, value[, event]), persisted by the next flush."""
+        u = _val(user_id, "user_id")
+        c = _op_id(checkpoint, "checkpoint")
+        ev = _opt_val(event, "event")
+        err = F.bs_error()
+        h = self._enter()
+        try:
+            rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
+        finally:
+            self._lock.release()
+        _check(rc, err)
