@@ -11,6 +11,7 @@ See README.md next to this package for the whole API and how the shared library 
 
 from ._core import (
     Batch,
+    BlockedReason,
     BucketInfo,
     BucketstoreError,
     BusyError,
@@ -49,6 +50,7 @@ from ._core import (
     checksum_remove,
     decode_lookup,
     encode_lookup,
+    library_version,
     open,
     open_memory,
     strerror,

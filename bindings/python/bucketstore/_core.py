@@ -143,6 +143,11 @@ _CODE_NAMES = {
 }
 
 
+def library_version() -> str:
+    """The version string of the loaded shared library (bs_version)."""
+    return lib.bs_version(None, None, None).decode()
+
+
 def strerror(code: int) -> str:
     """The library's static description of a status code ("BS_EINVAL: invalid argument")."""
     return lib.bs_strerror(_int(code, "code", -INT_MAX - 1, INT_MAX)).decode()
@@ -344,10 +349,19 @@ class Lookup(NamedTuple):
     params: Sequence[Bytes]
 
 
+class BlockedReason(IntEnum):
+    """Why a commit made no checkpoint (the first that holds, in this order)."""
+
+    SNAPSHOT = F.BS_BLOCKED_SNAPSHOT  # the snapshot is not done
+    NO_CHECKPOINT_BEFORE = F.BS_BLOCKED_NO_CHECKPOINT_BEFORE  # lsn below snapshot_done's
+    CHECKPOINT_LSN = F.BS_BLOCKED_CHECKPOINT_LSN  # lsn below the last checkpoint's (byte-wise)
+
+
 class CommitResult(NamedTuple):
     checkpoint_blocked: bool
     checkpoint_created: bool
     checkpoint: int
+    blocked_reason: Optional[BlockedReason] = None  # None unless blocked
 
 
 class Checkpoint(NamedTuple):
@@ -1363,8 +1377,12 @@ class Writer(_Handle):
             self._lock.release()
         _raise_listener_exc()  # the checkpoint listener's exception, if any (committed anyway)
         _check(rc, err)
+        reason = None
+        if res.checkpoint_blocked:
+            reason = BlockedReason(res.blocked_reason) if res.blocked_reason in (
+                1, 2, 3) else res.blocked_reason
         return CommitResult(bool(res.checkpoint_blocked), bool(res.checkpoint_created),
-                            res.checkpoint)
+                            res.checkpoint, reason)
 
     def commit(self, lsn: Bytes, *, create_empty: Optional[bool] = None) -> CommitResult:
         """Flushes, then makes a checkpoint iff the LSN allows it (SPEC.md 4.4)."""

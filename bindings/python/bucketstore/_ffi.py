@@ -123,6 +123,11 @@ CONSTANTS = {
     "BS_SCALAR_STRING": 5,
     "BS_WCP_MANAGED": 0,
     "BS_WCP_CUSTOM": 1,
+    "BS_BLOCKED_NONE": 0,
+    "BS_BLOCKED_SNAPSHOT": 1,
+    "BS_BLOCKED_NO_CHECKPOINT_BEFORE": 2,
+    "BS_BLOCKED_CHECKPOINT_LSN": 3,
+    "BS_VERSION_MAJOR": 0,
 }
 globals().update(CONSTANTS)
 MAX_LSN = CONSTANTS["BS_MAX_LSN"]
@@ -209,6 +214,7 @@ class bs_commit_result(Structure):
         ("checkpoint_blocked", c_int),
         ("checkpoint_created", c_int),
         ("checkpoint", c_uint64),
+        ("blocked_reason", enum),
     ]
 
 
@@ -436,6 +442,7 @@ u64 = c_uint64
 
 _PROTOS = {
     "bs_strerror": (c_char_p, [c_int]),
+    "bs_version": (c_char_p, [P(c_int), P(c_int), P(c_int)]),
     "bs_open": (c_int, [P(H), c_char_p, P(bs_open_options), E]),
     "bs_open_memory": (c_int, [P(H), P(bs_open_options), E]),
     "bs_close": (None, [H]),
@@ -492,6 +499,15 @@ _PROTOS = {
 }
 
 for _name, (_res, _args) in _PROTOS.items():
-    _f = getattr(lib, _name)
+    try:
+        _f = getattr(lib, _name)
+    except AttributeError:
+        raise ImportError(f"bucketstore: {lib._name} has no {_name} (an older library?)") from None
     _f.restype = _res
     _f.argtypes = _args
+
+_major = c_int(-1)
+lib.bs_version(ctypes.byref(_major), None, None)
+if _major.value != CONSTANTS["BS_VERSION_MAJOR"]:
+    raise ImportError(f"bucketstore: {lib._name} is ABI {_major.value}, this binding mirrors "
+                      f"storage.h of ABI {CONSTANTS['BS_VERSION_MAJOR']}")

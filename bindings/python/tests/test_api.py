@@ -36,32 +36,21 @@ def test_edge_values_round_trip(st, value):
         assert w.source_row("t", "r1") == value
         cp = commit_all(w)
     (op,) = read_all(st, cp, {"b": 0})
-    assert op.data == value and op.checksum == bs.checksum_put(value, value, value)
-    if value:
-        assert (op.object_type, op.object_id) == (value, value)
-
-
-# SPEC.md section 10: "" is a value. The backends still serve an empty object_type/object_id
-# as absent (NULL); issue 11 fixes that. Strict: once it lands this XPASSes and fails, so
-# whoever lands it removes the marker.
-@pytest.mark.xfail(strict=True, reason="issue 11: empty object_type/object_id served as NULL")
-def test_empty_object_fields_are_served_as_empty(st):
-    with st.writer() as w:
-        w.save("t", "insert", "r1", [("b", "", "", "")])
-        cp = commit_all(w)
-    (op,) = read_all(st, cp, {"b": 0})
-    assert (op.object_type, op.object_id, op.data) == ("", "", "")
+    assert (op.object_type, op.object_id, op.data) == (value, value, value)
+    assert op.checksum == bs.checksum_put(value, value, value)
 
 
 def test_empty_string_is_not_absent(st):
     with st.writer() as w:
-        w.save("t", "insert", "r1", [("b", "o", "i", "")])
+        w.save("t", "insert", "r1", [("b", "", "", "")], store="")
+        assert w.source_row("t", "r1") == ""
         w.save("t", "insert", "r2", [("b", "o", "i2", "{}")])
         assert w.source_row("t", "r2") is None  # no data stored: None, not ""
         w.save("t", "delete", "r2")
         cp = commit_all(w)
     put, _, rem = read_all(st, cp, {"b": 0})
-    assert put.data == "" and put.checksum == bs.checksum_put("o", "i", "")
+    assert (put.object_type, put.object_id, put.data) == ("", "", "")
+    assert put.checksum == bs.checksum_put("", "", "")
     assert rem.op == bs.OpType.REMOVE and rem.data is None and rem.target_op is None
     assert rem.checksum == bs.checksum_remove(rem.subkey)
 
@@ -115,15 +104,21 @@ def test_chunking_invariance(st):
 def test_commit_blocked_below_snapshot_lsn(st):
     with st.writer(create_empty=False) as w:
         w.save("t", "insert", "r1", [row("b", "r1")])
+        assert w.commit("00000003") == bs.CommitResult(True, False, 0,
+                                                      bs.BlockedReason.SNAPSHOT)
         w.snapshot_done("00000005")
         r = w.commit("00000004")
-        assert r == bs.CommitResult(True, False, 0)
+        assert r == bs.CommitResult(True, False, 0, bs.BlockedReason.NO_CHECKPOINT_BEFORE)
         assert w.flush() == 1
         r = w.commit("00000005")
-        assert r.checkpoint_created and r.checkpoint == 1
+        assert r.checkpoint_created and r.checkpoint == 1 and r.blocked_reason is None
         assert w.commit("00000006") == bs.CommitResult(False, False, 1)  # nothing new
         assert w.keepalive("00000007").checkpoint_created
+        # LSNs compare byte-wise: "0000001" sorts above "00000007", "00000006" below
+        assert w.commit("00000006").blocked_reason == bs.BlockedReason.CHECKPOINT_LSN
+        assert w.commit("0000001").checkpoint_blocked is False
     assert st.checkpoint() == bs.Checkpoint(1, "00000007")
+    assert bs.library_version() == bs.__version__
 
 
 def test_update_and_key_change(st):
