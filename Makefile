@@ -82,6 +82,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@if [ -n "$(SAN)" ]; then echo "py-test skipped (an ASan library cannot be loaded into python)"; \
 	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
 	else echo "py-test skipped (no $(PYTHON))"; fi
+	@$(MAKE) --no-print-directory node-test
 	@echo "all tests passed"
 
 check:
@@ -288,3 +289,22 @@ py-test: deps $(BUILD)/libbucketstore.so
 	@BUCKETSTORE_LIB=$(CURDIR)/$(BUILD)/libbucketstore.so PYTHONPATH=$(CURDIR)/bindings/python \
 	  PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
 	  bindings/python/tests
+
+# ==== Node.js binding (issue 15): bindings/node, a Node-API addon built by npm/node-gyp against
+# the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded), linked
+# with build/libbucketstore.a. node-test (in `make test`): its `node --test` suite; skipped when
+# node is missing and under sanitizers (node itself is not instrumented).
+NODE ?= node
+NPM ?= npm
+NODE_ADDON := bindings/node/build/Release/bucketstore.node
+.PHONY: node node-test
+$(NODE_ADDON): bindings/node/src/bucketstore_node.c bindings/node/binding.gyp \
+		bindings/node/package.json build/libbucketstore.a storage.h
+	cd bindings/node && $(NPM) install --no-audit --no-fund --loglevel=error
+node: $(NODE_ADDON)
+node-test:
+	@if [ -n "$(SAN)" ]; then echo "== node-test: skipped under sanitizers"; \
+	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
+	  echo "== node-test: skipped (no node/npm)"; \
+	else $(MAKE) --no-print-directory BUILD=build node && echo "== node --test bindings/node" && \
+	  cd bindings/node && $(NODE) --test test/; fi

@@ -1,0 +1,268 @@
+'use strict';
+// bucketstore for Node.js: the classes of index.d.ts over the Node-API addon
+// (src/bucketstore_node.c). Every call that can block runs on the libuv thread pool and
+// returns a Promise; a bad argument rejects it (never throws synchronously, never crashes).
+const native = require('./build/Release/bucketstore.node');
+
+const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose');
+const RESOLVED_NULL = Promise.resolve(null);
+
+/** Runs a native call; a synchronous throw (bad argument) becomes a rejected Promise. */
+function call(fn, ...args) {
+  try {
+    return fn(...args);
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+/** A checkpoint argument: a bigint, a number or a ReplicationCheckpoint-like {checkpoint}. */
+function opId(cp) {
+  return cp !== null && typeof cp === 'object' ? cp.checkpoint : cp;
+}
+
+function bucketName(b) {
+  return b !== null && typeof b === 'object' && !(b instanceof Uint8Array) ? b.bucket : b;
+}
+
+function tableName(t) {
+  return t !== null && typeof t === 'object' && !(t instanceof Uint8Array) ? t.name : t;
+}
+
+class Database {
+  #h;
+  /** @internal use open() / openMemory() */
+  constructor(handle) {
+    this.#h = handle;
+  }
+  static async open(path, options) {
+    return new Database(await call(native.open, path, { ...options, memory: false }));
+  }
+  static async openMemory(options) {
+    return new Database(await call(native.open, null, { ...options, memory: true }));
+  }
+  createStream(name, options) {
+    return call(native.streamCreate, this.#h, name, options);
+  }
+  listStreams() {
+    return call(native.streamList, this.#h);
+  }
+  async storage(streamId = 0) {
+    return new BucketStorage(await call(native.storageOpen, this.#h, streamId));
+  }
+  close() {
+    return call(native.close, this.#h);
+  }
+  [asyncDispose]() {
+    return this.close();
+  }
+}
+
+class Checkpoint {
+  #st;
+  constructor(storage, checkpoint, lsn) {
+    this.#st = storage;
+    this.checkpoint = checkpoint;
+    this.lsn = lsn;
+  }
+  getParameterSets(lookups, limit) {
+    return this.#st.getParameterSets(this.checkpoint, lookups, limit);
+  }
+}
+
+class BucketStorage {
+  #h;
+  #mode = 'managed';
+  constructor(handle) {
+    this.#h = handle;
+  }
+  get replicationStreamId() {
+    return native.storageStreamId(this.#h);
+  }
+  async createWriter(options) {
+    return new Writer(await call(native.createWriter, this.#h, options));
+  }
+  /** Callback form: creates a writer, runs callback, flushes, closes; the flush result. */
+  async startBatch(options, callback) {
+    const w = await this.createWriter(options);
+    try {
+      await callback(w);
+      return await w.flush();
+    } finally {
+      await w.close();
+    }
+  }
+  async getCheckpoint() {
+    const r = await call(native.getCheckpoint, this.#h);
+    return new Checkpoint(this, r.checkpoint, r.lsn);
+  }
+  async *getBucketDataBatch(checkpoint, dataBuckets, options) {
+    const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options);
+    yield* r.chunks;
+    yield { hasMore: r.hasMore };
+  }
+  async getChecksums(checkpoint, buckets) {
+    if (!Array.isArray(buckets)) throw typeError('buckets: expected an array');
+    const names = buckets.map(bucketName);
+    const r = await call(native.checksums, this.#h, opId(checkpoint), names);
+    const map = new Map();
+    names.forEach((b, i) => map.set(b, { bucket: b, checksum: r[2 * i], count: r[2 * i + 1] }));
+    return map;
+  }
+  async getParameterSets(checkpoint, lookups, limit) {
+    const rows = await call(native.parameterSets, this.#h, opId(checkpoint), lookups, limit);
+    return rows.map((r) => JSON.parse(r));
+  }
+  async getCheckpointChanges(options) {
+    const o = options ?? {};
+    const r = await call(native.checkpointChanges, this.#h, opId(o.lastCheckpoint),
+      opId(o.nextCheckpoint));
+    return {
+      updatedDataBuckets: new Set(r.updatedDataBuckets),
+      invalidateDataBuckets: r.invalidateDataBuckets,
+      updatedParameterLookups: r.updatedParameterLookups,
+      invalidateParameterBuckets: r.invalidateParameterBuckets,
+      updatedWriteCheckpointUsers: new Set(r.updatedWriteCheckpointUsers),
+    };
+  }
+  async compact(options) {
+    const o = { ...options };
+    const signal = o.signal;
+    delete o.signal;
+    if (o.deleteCheckpointRequestsBefore instanceof Date)
+      o.deleteCheckpointRequestsBefore = o.deleteCheckpointRequestsBefore.getTime();
+    if (!signal) return call(native.compact, this.#h, o);
+    signal.throwIfAborted();
+    const flag = new Int32Array(new SharedArrayBuffer(4));
+    const onAbort = () => Atomics.store(flag, 0, 1);
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      return await call(native.compact, this.#h, o, flag);
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+  compactInitialReplication(options) {
+    return call(native.compactInitialReplication, this.#h, options);
+  }
+  get writeCheckpointMode() {
+    return this.#mode;
+  }
+  setWriteCheckpointMode(config) {
+    const c = typeof config === 'string' ? { mode: config } : config ?? {};
+    native.setWriteCheckpointMode(this.#h, c.mode, c.eventName);
+    this.#mode = c.mode;
+  }
+  async createManagedWriteCheckpoints(checkpoints) {
+    const r = await call(native.createManagedWriteCheckpoints, this.#h, checkpoints);
+    const writeCheckpoints = new Map();
+    checkpoints.forEach((c, i) => writeCheckpoints.set(c.user_id, r.ids[i]));
+    return { writeCheckpoints, shouldAdvance: r.shouldAdvance };
+  }
+  lastWriteCheckpoint(filters) {
+    return call(native.lastWriteCheckpoint, this.#h, filters);
+  }
+  deleteCheckpointRequestsBefore(before) {
+    return call(native.deleteCheckpointRequestsBefore, this.#h,
+      before instanceof Date ? before.getTime() : before);
+  }
+  getStatus() {
+    return call(native.getStatus, this.#h);
+  }
+  clear() {
+    return call(native.clear, this.#h);
+  }
+  terminate(options) {
+    return call(native.terminate, this.#h, options?.clearStorage ?? false);
+  }
+  reportError(e) {
+    return call(native.reportError, this.#h, e instanceof Error ? e.message : String(e));
+  }
+  close() {
+    return call(native.close, this.#h);
+  }
+  [asyncDispose]() {
+    return this.close();
+  }
+}
+
+class Writer {
+  #h;
+  /** The LSN of the last checkpoint this writer created (commit or keepalive). */
+  lastCheckpointLsn = null;
+  constructor(handle) {
+    this.#h = handle;
+  }
+  save(record) {
+    try {
+      return native.save(this.#h, record) ?? RESOLVED_NULL;
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+  async truncate(sourceTables) {
+    let r = null;
+    for (const t of [sourceTables].flat()) r = (await call(native.truncate, this.#h, tableName(t))) ?? r;
+    return r;
+  }
+  async drop(sourceTables) {
+    let r = null;
+    for (const t of [sourceTables].flat()) r = (await call(native.drop, this.#h, tableName(t))) ?? r;
+    return r;
+  }
+  flush() {
+    return call(native.flush, this.#h);
+  }
+  async commit(lsn, options) {
+    const r = await call(native.commit, this.#h, lsn, options);
+    if (r.checkpointCreated) this.lastCheckpointLsn = lsn;
+    return r;
+  }
+  async keepalive(lsn) {
+    const r = await call(native.keepalive, this.#h, lsn);
+    if (r.checkpointCreated) this.lastCheckpointLsn = lsn;
+    return r;
+  }
+  /** The service's form: (tables, no_checkpoint_before_lsn) -> tables; or (lsn). */
+  async markSnapshotDone(tables, lsn) {
+    await call(native.snapshotDone, this.#h, lsn === undefined ? tables : lsn);
+    return lsn === undefined ? [] : tables;
+  }
+  setResumeLsn(lsn) {
+    return call(native.resumeLsn, this.#h, lsn);
+  }
+  getSourceRow(table, replicaId) {
+    return call(native.sourceRow, this.#h, tableName(table), replicaId);
+  }
+  addCustomWriteCheckpoint(checkpoint) {
+    return call(native.addCustomWriteCheckpoint, this.#h, checkpoint);
+  }
+  close() {
+    return call(native.close, this.#h);
+  }
+  [asyncDispose]() {
+    return this.close();
+  }
+}
+
+function typeError(message) {
+  const e = new TypeError(message);
+  e.code = 'BS_EINVAL';
+  return e;
+}
+
+/** Op checksum of a PUT (SPEC §3), as the storage computes it: an unsigned 32-bit number. */
+function checksumPut(hash, objectType, objectId, data) {
+  return native.checksumPut(hash, objectType, objectId, data);
+}
+
+module.exports = {
+  Database,
+  BucketStorage,
+  Writer,
+  Checkpoint,
+  open: Database.open,
+  openMemory: Database.openMemory,
+  checksumPut,
+  version: native.version,
+};

@@ -1,0 +1,2058 @@
+/*
+ * bucketstore_node.c: the Node-API addon under bindings/node/index.js. It turns JS values into
+ * the library's structs on the main thread (one copy into an arena owned by the call), runs
+ * every call that can block (open, flush, commit, reads, compaction) on the libuv thread pool
+ * (napi_async_work, one Promise per call) and builds JS values from the results on the main
+ * thread. index.js wraps these functions in the classes of index.d.ts.
+ *
+ * Handles (db, storage, writer) are externals tagged with their kind and reference counted: a
+ * handle's C object is released when it is closed (or garbage collected) and no child handle
+ * and no call in flight still needs it, so any close/finalize order is safe.
+ *
+ * A writer's calls run in call order on one thread at a time: a save on an idle writer whose
+ * queue is below its flush bound is queued synchronously (no I/O); every other writer call, and
+ * saves behind one, become jobs that one async work at a time runs in order. The flush bound
+ * (records, bytes) is the binding's: the C writer is opened without one, so a save never does
+ * I/O on the main thread.
+ */
+#include <node_api.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage.h"
+
+#define FLUSH_RECS   2000u                 /* SPEC 4: auto-flush bound [2000 records or 5 MB] */
+#define FLUSH_BYTES  (5u * 1000u * 1000u)
+#define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1 */
+
+/* ---- Arena: the memory of one call (inputs converted from JS, outputs copied from the library) */
+
+typedef struct blk {
+  struct blk *next;
+  size_t used, cap;
+  max_align_t data[];
+} blk;
+
+typedef struct arena {
+  blk *head;
+} arena;
+
+static char empty_bytes[1]; /* data of a present empty value: non-NULL, size 0 */
+
+static void *ar_alloc(arena *a, size_t n) {
+  blk *b = a->head;
+  n = (n + 15) & ~(size_t)15;
+  if (!n) return empty_bytes;
+  if (!b || b->cap - b->used < n) {
+    size_t cap = n > 16384 ? n : 16384;
+    blk *nb = malloc(sizeof *nb + cap);
+    if (!nb) return NULL;
+    nb->next = b, nb->used = 0, nb->cap = cap;
+    a->head = b = nb;
+  }
+  b->used += n;
+  return (char *)b->data + b->used - n;
+}
+
+static int ar_dup(arena *a, bs_val *out, const void *data, size_t size) {
+  void *p;
+  if (!data) {
+    out->data = NULL, out->size = 0;
+    return 0;
+  }
+  if (!(p = ar_alloc(a, size))) return -1;
+  if (size) memcpy(p, data, size);
+  out->data = p, out->size = size;
+  return 0;
+}
+
+/* Bytes in use (the measure of a queued save for the flush bound). */
+static size_t ar_used(const arena *a) {
+  size_t n = 0;
+  for (const blk *b = a->head; b; b = b->next) n += b->used;
+  return n;
+}
+
+static void ar_free(arena *a) {
+  while (a->head) {
+    blk *b = a->head;
+    a->head = b->next;
+    free(b);
+  }
+}
+
+/* Keeps the newest block for reuse (the writer's scratch arena). */
+static void ar_reset(arena *a) {
+  if (!a->head) return;
+  ar_free(&(arena){a->head->next});
+  a->head->next = NULL, a->head->used = 0;
+}
+
+/* ---- Errors ---------------------------------------------------------------------------------- */
+
+/* "BS_EINVAL" from bs_strerror's "BS_EINVAL: ..." (one table of names: the library's). */
+static void code_name(int rc, char out[32]) {
+  const char *s = bs_strerror(rc), *colon = strchr(s, ':');
+  size_t n = colon ? (size_t)(colon - s) : strlen(s);
+  if (n > 31) n = 31;
+  memcpy(out, s, n);
+  out[n] = 0;
+}
+
+static napi_value make_error(napi_env env, int rc, const bs_error *err) {
+  napi_value code, msg, e;
+  char name[32];
+  const char *text = err && err->msg[0] ? err->msg : bs_strerror(rc);
+  code_name(rc, name);
+  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &code);
+  napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &msg);
+  if (rc == BS_EINVAL)
+    napi_create_type_error(env, code, msg, &e);
+  else
+    napi_create_error(env, code, msg, &e);
+  return e;
+}
+
+/* Throws unless a JS exception is already pending (e.g. from a getter that threw). */
+static int throw_rc(napi_env env, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int throw_rc(napi_env env, int rc, const char *fmt, ...) {
+  bool pending = false;
+  bs_error err = {rc, {0}};
+  va_list ap;
+  napi_is_exception_pending(env, &pending);
+  if (pending) return -1;
+  va_start(ap, fmt);
+  vsnprintf(err.msg, sizeof err.msg, fmt, ap);
+  va_end(ap);
+  napi_throw(env, make_error(env, rc, &err));
+  return -1;
+}
+
+static int throw_range(napi_env env, const char *name, const char *what) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", name, what);
+  napi_throw_range_error(env, "BS_EINVAL", msg);
+  return -1;
+}
+
+#define NAPI(call)                                                                                 \
+  do {                                                                                             \
+    if ((call) != napi_ok) return throw_rc(env, BS_EIO, "Node-API call failed: %s", #call);       \
+  } while (0)
+#define NOMEM() throw_rc(env, BS_ENOMEM, "out of memory")
+
+/* ---- JS -> C conversion (main thread). Each returns 0, or -1 with a JS exception pending. ---- */
+
+static int type_of(napi_env env, napi_value v, napi_valuetype *t) {
+  NAPI(napi_typeof(env, v, t));
+  return 0;
+}
+
+static int is_nullish(napi_env env, napi_value v) {
+  napi_valuetype t;
+  return v == NULL || (napi_typeof(env, v, &t) == napi_ok && (t == napi_undefined || t == napi_null));
+}
+
+static int get_prop(napi_env env, napi_value obj, const char *key, napi_value *out) {
+  napi_valuetype t;
+  if (obj == NULL || is_nullish(env, obj)) {
+    *out = NULL;
+    return 0;
+  }
+  if (type_of(env, obj, &t)) return -1;
+  if (t != napi_object && t != napi_function) {
+    *out = NULL;
+    return 0;
+  }
+  NAPI(napi_get_named_property(env, obj, key, out));
+  if (is_nullish(env, *out)) *out = NULL;
+  return 0;
+}
+
+/* A string (UTF-8), Buffer or Uint8Array, copied into a. */
+static int get_bytes(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
+  napi_valuetype t;
+  bool is;
+  if (v == NULL) return throw_rc(env, BS_EINVAL, "%s: missing (expected a string)", name);
+  if (type_of(env, v, &t)) return -1;
+  if (t == napi_string) {
+    size_t len;
+    char *p;
+    NAPI(napi_get_value_string_utf8(env, v, NULL, 0, &len));
+    if (!(p = ar_alloc(a, len + 1))) return NOMEM();
+    NAPI(napi_get_value_string_utf8(env, v, p, len + 1, &len));
+    out->data = p, out->size = len;
+    return 0;
+  }
+  NAPI(napi_is_typedarray(env, v, &is));
+  if (is) {
+    napi_typedarray_type tt;
+    size_t len, off;
+    void *data;
+    napi_value ab;
+    NAPI(napi_get_typedarray_info(env, v, &tt, &len, &data, &ab, &off));
+    if (tt == napi_uint8_array) return ar_dup(a, out, len ? data : empty_bytes, len) ? NOMEM() : 0;
+  }
+  return throw_rc(env, BS_EINVAL, "%s: expected a string or Uint8Array", name);
+}
+
+static int get_opt_bytes(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
+  if (v == NULL || is_nullish(env, v)) {
+    out->data = NULL, out->size = 0;
+    return 0;
+  }
+  return get_bytes(env, a, v, name, out);
+}
+
+/* JSON text: a string or bytes as given, anything else through JSON.stringify. */
+static int get_json(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
+  napi_valuetype t;
+  bool is = false;
+  napi_value global, json, stringify, s;
+  if (v == NULL) return throw_rc(env, BS_EINVAL, "%s: missing", name);
+  if (type_of(env, v, &t)) return -1;
+  if (t != napi_string) NAPI(napi_is_typedarray(env, v, &is));
+  if (t == napi_string || is) return get_bytes(env, a, v, name, out);
+  if (t != napi_object) return throw_rc(env, BS_EINVAL, "%s: expected JSON text or an object", name);
+  NAPI(napi_get_global(env, &global));
+  NAPI(napi_get_named_property(env, global, "JSON", &json));
+  NAPI(napi_get_named_property(env, json, "stringify", &stringify));
+  NAPI(napi_call_function(env, json, stringify, 1, &v, &s));
+  return get_bytes(env, a, s, name, out);
+}
+
+/* An op id or other u64 below 2^63: a bigint, or a number that is a safe non-negative integer. */
+static int get_u64(napi_env env, napi_value v, const char *name, uint64_t *out) {
+  napi_valuetype t;
+  if (v == NULL) return throw_rc(env, BS_EINVAL, "%s: missing (expected a bigint)", name);
+  if (type_of(env, v, &t)) return -1;
+  if (t == napi_bigint) {
+    int64_t i;
+    bool lossless;
+    NAPI(napi_get_value_bigint_int64(env, v, &i, &lossless));
+    if (!lossless || i < 0) return throw_range(env, name, "out of range (0 .. 2^63-1)");
+    *out = (uint64_t)i;
+    return 0;
+  }
+  if (t == napi_number) {
+    double d;
+    NAPI(napi_get_value_double(env, v, &d));
+    if (!(d >= 0 && d <= MAX_SAFE_INT) || d != (double)(uint64_t)d)
+      return throw_range(env, name, "not a non-negative safe integer (use a bigint)");
+    *out = (uint64_t)d;
+    return 0;
+  }
+  return throw_rc(env, BS_EINVAL, "%s: expected a bigint", name);
+}
+
+static int get_opt_u64(napi_env env, napi_value v, const char *name, uint64_t *out) {
+  return v == NULL ? 0 : get_u64(env, v, name, out);
+}
+
+static int get_size(napi_env env, napi_value v, const char *name, size_t *out) {
+  uint64_t u;
+  if (get_u64(env, v, name, &u)) return -1;
+  if (u > SIZE_MAX) return throw_range(env, name, "too large");
+  *out = (size_t)u;
+  return 0;
+}
+
+static int get_double(napi_env env, napi_value v, const char *name, double *out) {
+  napi_valuetype t;
+  if (type_of(env, v, &t)) return -1;
+  if (t != napi_number) return throw_rc(env, BS_EINVAL, "%s: expected a number", name);
+  NAPI(napi_get_value_double(env, v, out));
+  return 0;
+}
+
+static int get_bool(napi_env env, napi_value v, const char *name, int *out) {
+  napi_valuetype t;
+  bool b;
+  if (v == NULL) return 0; /* absent: keep the default */
+  if (type_of(env, v, &t)) return -1;
+  if (t != napi_boolean) return throw_rc(env, BS_EINVAL, "%s: expected a boolean", name);
+  NAPI(napi_get_value_bool(env, v, &b));
+  *out = b;
+  return 0;
+}
+
+static int get_array(napi_env env, napi_value v, const char *name, uint32_t *n) {
+  bool is;
+  if (v == NULL) {
+    *n = 0;
+    return 0;
+  }
+  NAPI(napi_is_array(env, v, &is));
+  if (!is) return throw_rc(env, BS_EINVAL, "%s: expected an array", name);
+  NAPI(napi_get_array_length(env, v, n));
+  return 0;
+}
+
+/* A lookup (array of null/boolean/number/bigint/string), encoded canonically into a. */
+static int get_lookup(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
+  uint32_t n;
+  bs_scalar *vals;
+  bs_error err = {0};
+  size_t size = 0;
+  char nm[96];
+  void *buf;
+  int rc;
+  if (get_array(env, v, name, &n)) return -1;
+  if (v == NULL) return throw_rc(env, BS_EINVAL, "%s: missing (expected an array)", name);
+  if (!(vals = ar_alloc(a, (n ? n : 1) * sizeof *vals))) return NOMEM();
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value e;
+    napi_valuetype t;
+    memset(&vals[i], 0, sizeof vals[i]);
+    snprintf(nm, sizeof nm, "%s[%u]", name, i);
+    NAPI(napi_get_element(env, v, i, &e));
+    if (type_of(env, e, &t)) return -1;
+    if (t == napi_null || t == napi_undefined) {
+      vals[i].type = BS_SCALAR_NULL;
+    } else if (t == napi_boolean) {
+      bool b;
+      NAPI(napi_get_value_bool(env, e, &b));
+      vals[i].type = b ? BS_SCALAR_TRUE : BS_SCALAR_FALSE;
+    } else if (t == napi_number) {
+      vals[i].type = BS_SCALAR_DOUBLE; /* the library normalises integral values */
+      NAPI(napi_get_value_double(env, e, &vals[i].d));
+    } else if (t == napi_bigint) {
+      bool lossless;
+      NAPI(napi_get_value_bigint_int64(env, e, &vals[i].i, &lossless));
+      if (!lossless) return throw_range(env, nm, "bigint out of the int64 range");
+      vals[i].type = BS_SCALAR_INT;
+    } else if (t == napi_string) {
+      vals[i].type = BS_SCALAR_STRING;
+      if (get_bytes(env, a, e, nm, &vals[i].s)) return -1;
+    } else {
+      return throw_rc(env, BS_EINVAL, "%s: expected null, a boolean, number, bigint or string", nm);
+    }
+  }
+  rc = bs_lookup_encode(NULL, 0, &size, vals, n, &err);
+  if (rc != BS_OK && rc != BS_ETOOBIG) return throw_rc(env, rc, "%s: %s", name, err.msg);
+  if (!(buf = ar_alloc(a, size))) return NOMEM();
+  if ((rc = bs_lookup_encode(buf, size, &size, vals, n, &err)) != BS_OK)
+    return throw_rc(env, rc, "%s: %s", name, err.msg);
+  out->data = buf, out->size = size;
+  return 0;
+}
+
+/* ---- C -> JS --------------------------------------------------------------------------------- */
+
+static napi_value js_u64(napi_env env, uint64_t u) {
+  napi_value v;
+  napi_create_bigint_uint64(env, u, &v);
+  return v;
+}
+
+static napi_value js_num(napi_env env, double d) {
+  napi_value v;
+  napi_create_double(env, d, &v);
+  return v;
+}
+
+static napi_value js_bool(napi_env env, int b) {
+  napi_value v;
+  napi_get_boolean(env, b != 0, &v);
+  return v;
+}
+
+static napi_value js_null(napi_env env) {
+  napi_value v;
+  napi_get_null(env, &v);
+  return v;
+}
+
+/* A string, or null when absent (data NULL). */
+static napi_value js_str(napi_env env, bs_val s) {
+  napi_value v;
+  if (!s.data) return js_null(env);
+  napi_create_string_utf8(env, s.size ? s.data : "", s.size, &v);
+  return v;
+}
+
+static void set(napi_env env, napi_value obj, const char *key, napi_value v) {
+  napi_set_named_property(env, obj, key, v);
+}
+
+static napi_value js_obj(napi_env env) {
+  napi_value o;
+  napi_create_object(env, &o);
+  return o;
+}
+
+/* ---- Handles --------------------------------------------------------------------------------- */
+
+typedef enum kind { K_DB = 1, K_STORAGE = 2, K_WRITER = 3 } kind;
+static const char *const kind_names[] = {"", "database", "storage", "writer"};
+static const napi_type_tag kind_tags[] = {{0, 0},
+                                          {0x6275636b65747374ull, 0x6f72652d64620001ull},
+                                          {0x6275636b65747374ull, 0x6f72652d73740002ull},
+                                          {0x6275636b65747374ull, 0x6f72652d77720003ull}};
+
+typedef struct job job;
+typedef struct node node;
+struct node {
+  kind kind;
+  int refs;     /* 1 while open + children not yet released + calls in flight */
+  int children; /* open child handles (close them first) */
+  int closed;   /* close() called or the external collected: new calls fail */
+  int finalized, released;
+  node *parent;
+  napi_deferred close_wait;
+  napi_env env;
+  union {
+    bs_db *db;
+    bs_storage *st;
+    bs_writer *w;
+  } u;
+  /* writer: a job queue run by one async work at a time, and the binding's flush bound */
+  job *pending, *pending_tail;
+  int running, dirty;
+  size_t q_records, q_bytes, max_records, max_bytes;
+  arena scratch;
+};
+
+static void node_unref(node *n);
+
+static void node_release(node *n) {
+  node *p = n->parent;
+  if (n->kind == K_WRITER)
+    bs_writer_close(n->u.w);
+  else if (n->kind == K_STORAGE)
+    bs_storage_close(n->u.st);
+  else
+    bs_close(n->u.db);
+  ar_free(&n->scratch);
+  n->released = 1;
+  if (n->close_wait) {
+    napi_value u;
+    napi_get_undefined(n->env, &u);
+    napi_resolve_deferred(n->env, n->close_wait, u);
+    n->close_wait = NULL;
+  }
+  if (n->finalized) free(n);
+  if (p) node_unref(p);
+}
+
+static void node_unref(node *n) {
+  if (--n->refs == 0) node_release(n);
+}
+
+static void node_mark_closed(node *n) {
+  n->closed = 1;
+  if (n->parent) n->parent->children--;
+}
+
+static void node_finalize(napi_env env, void *data, void *hint) {
+  node *n = data;
+  n->finalized = 1;
+  if (!n->closed) {
+    node_mark_closed(n);
+    node_unref(n); /* may free n */
+  } else if (n->released) {
+    free(n);
+  }
+}
+
+static napi_value node_wrap(napi_env env, kind k, void *obj, node *parent) {
+  napi_value ext;
+  node *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  n->kind = k, n->refs = 1, n->parent = parent, n->env = env;
+  n->u.db = obj;
+  if (napi_create_external(env, n, node_finalize, NULL, &ext) != napi_ok ||
+      napi_type_tag_object(env, ext, &kind_tags[k]) != napi_ok) {
+    free(n);
+    return NULL;
+  }
+  if (parent) parent->refs++, parent->children++;
+  return ext;
+}
+
+/* The open handle of kind k in v; else a JS error and NULL. */
+static node *get_node(napi_env env, napi_value v, kind k) {
+  napi_valuetype t;
+  bool ok = false;
+  void *p = NULL;
+  if (v && napi_typeof(env, v, &t) == napi_ok && t == napi_external)
+    napi_check_object_type_tag(env, v, &kind_tags[k], &ok);
+  if (!ok || napi_get_value_external(env, v, &p) != napi_ok) {
+    throw_rc(env, BS_EINVAL, "handle: not a bucketstore %s", kind_names[k]);
+    return NULL;
+  }
+  if (((node *)p)->closed) {
+    throw_rc(env, BS_ESTATE, "%s: closed", kind_names[k]);
+    return NULL;
+  }
+  return p;
+}
+
+/* ---- Async calls ----------------------------------------------------------------------------- */
+
+typedef struct work work;
+typedef void (*exec_fn)(work *w);
+typedef napi_value (*done_fn)(napi_env env, work *w);
+struct work {
+  napi_async_work aw;
+  napi_deferred d;
+  node *n; /* the handle the call runs on (ref held), or NULL for open */
+  exec_fn exec;
+  done_fn done;
+  arena ar;
+  int rc;
+  bs_error err;
+  /* call-specific fields */
+  union {
+    bs_checkpoint cp;
+    bs_status status;
+    bs_compact_stats stats;
+    bs_commit_result cr;
+  } r;
+  void *obj;   /* a handle opened by the call (db, storage, writer), released if not wrapped */
+  bs_val a, b; /* names, paths, messages */
+  uint64_t u1, u2, u3;
+  int i1, i2;
+  size_t n_items;
+  void *items, *out; /* call-specific arrays in ar */
+  bs_open_options oo;
+  bs_writer_options wo;
+  bs_compact_options co;
+  napi_ref keep; /* a JS value the worker reads (compaction's cancel flag) */
+  _Atomic int *cancel;
+  void *list, **list_tail; /* results copied out in the worker */
+  size_t list_n;
+};
+
+static void work_exec(napi_env env, void *data) {
+  work *w = data;
+  w->exec(w);
+}
+
+static void work_free(napi_env env, work *w) {
+  if (w->keep) napi_delete_reference(env, w->keep);
+  ar_free(&w->ar);
+  free(w);
+}
+
+static void work_complete(napi_env env, napi_status status, void *data) {
+  work *w = data;
+  napi_value v = NULL;
+  if (status != napi_ok && w->rc == BS_OK) w->rc = BS_ECANCELED;
+  if (w->rc == BS_OK) v = w->done(env, w);
+  if (w->rc != BS_OK) {
+    napi_reject_deferred(env, w->d, make_error(env, w->rc, &w->err));
+  } else if (v == NULL) {
+    bool pending = false;
+    napi_value e;
+    napi_is_exception_pending(env, &pending);
+    if (pending)
+      napi_get_and_clear_last_exception(env, &e);
+    else
+      e = make_error(env, BS_ENOMEM, NULL);
+    napi_reject_deferred(env, w->d, e);
+  } else {
+    napi_resolve_deferred(env, w->d, v);
+  }
+  napi_delete_async_work(env, w->aw);
+  if (w->n) node_unref(w->n);
+  work_free(env, w);
+}
+
+static work *work_new(napi_env env) {
+  work *w = calloc(1, sizeof *w);
+  if (!w) NOMEM();
+  return w;
+}
+
+/* Queues w (which owns n's ref from here on) and returns its Promise. */
+static napi_value work_start(napi_env env, work *w, node *n, exec_fn exec, done_fn done) {
+  napi_value promise, name;
+  w->n = n, w->exec = exec, w->done = done;
+  if (napi_create_promise(env, &w->d, &promise) != napi_ok ||
+      napi_create_string_utf8(env, "bucketstore", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+      napi_create_async_work(env, NULL, name, work_exec, work_complete, w, &w->aw) != napi_ok ||
+      napi_queue_async_work(env, w->aw) != napi_ok) {
+    throw_rc(env, BS_EIO, "could not start an async call");
+    work_free(env, w); /* a created promise stays pending; nothing else refers to it */
+    return NULL;
+  }
+  if (n) n->refs++;
+  return promise;
+}
+
+/* A call's arguments: argv[0..n-1], missing ones NULL. */
+#define ARGS(n)                                                                                    \
+  size_t argc = n;                                                                                 \
+  napi_value argv[n > 0 ? n : 1] = {0};                                                            \
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;                \
+  for (size_t i_ = argc; i_ < n; i_++) argv[i_] = NULL;                                           \
+  for (size_t i_ = 0; i_ < argc && i_ < n; i_++)                                                   \
+    if (is_nullish(env, argv[i_])) argv[i_] = NULL
+
+#define FAIL_WORK(w)                                                                               \
+  do {                                                                                             \
+    work_free(env, w);                                                                             \
+    return NULL;                                                                                   \
+  } while (0)
+
+/* ---- Database -------------------------------------------------------------------------------- */
+
+static void exec_open(work *w) {
+  bs_db *db = NULL;
+  w->rc = w->i1 ? bs_open_memory(&db, &w->oo, &w->err) : bs_open(&db, w->a.data, &w->oo, &w->err);
+  w->obj = db;
+}
+
+static napi_value done_handle(napi_env env, work *w) {
+  kind k = w->n ? (w->n->kind == K_DB ? K_STORAGE : K_WRITER) : K_DB;
+  napi_value ext = node_wrap(env, k, w->obj, w->n);
+  if (!ext) {
+    if (k == K_WRITER)
+      bs_writer_close(w->obj);
+    else if (k == K_STORAGE)
+      bs_storage_close(w->obj);
+    else
+      bs_close(w->obj);
+  }
+  return ext;
+}
+
+/* open(path | null, {memory, nosync, readonly, mapSize, checksumCacheEntries}) */
+static napi_value db_open(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  napi_value v;
+  work *w = work_new(env);
+  int flag = 0;
+  if (!w) return NULL;
+  w->oo = (bs_open_options)BS_OPEN_OPTIONS_INIT;
+  if (get_prop(env, argv[1], "memory", &v) || get_bool(env, v, "options.memory", &w->i1))
+    FAIL_WORK(w);
+  if (!w->i1) {
+    bs_val p;
+    if (get_bytes(env, &w->ar, argv[0], "path", &p) || ar_dup(&w->ar, &w->a, p.data, p.size + 1))
+      FAIL_WORK(w);
+    ((char *)w->a.data)[p.size] = 0;
+    if (memchr(p.data, 0, p.size)) {
+      throw_rc(env, BS_EINVAL, "path: contains a NUL byte");
+      FAIL_WORK(w);
+    }
+  }
+  if (get_prop(env, argv[1], "nosync", &v) || get_bool(env, v, "options.nosync", &flag))
+    FAIL_WORK(w);
+  if (flag) w->oo.flags |= BS_OPEN_NOSYNC;
+  flag = 0;
+  if (get_prop(env, argv[1], "readonly", &v) || get_bool(env, v, "options.readonly", &flag))
+    FAIL_WORK(w);
+  if (flag) w->oo.flags |= BS_OPEN_RDONLY;
+  if (get_prop(env, argv[1], "mapSize", &v) ||
+      (v && get_size(env, v, "options.mapSize", &w->oo.map_size)))
+    FAIL_WORK(w);
+  if (get_prop(env, argv[1], "checksumCacheEntries", &v) ||
+      (v && get_size(env, v, "options.checksumCacheEntries", &w->oo.checksum_cache_entries)))
+    FAIL_WORK(w);
+  return work_start(env, w, NULL, exec_open, done_handle);
+}
+
+/* close(handle): resolves when the C object is released (after the calls in flight). */
+static napi_value handle_close(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  napi_value promise;
+  napi_valuetype t;
+  node *n = NULL;
+  bool ok = false;
+  for (int k = K_DB; k <= K_WRITER && !ok; k++)
+    if (argv[0] && napi_typeof(env, argv[0], &t) == napi_ok && t == napi_external)
+      napi_check_object_type_tag(env, argv[0], &kind_tags[k], &ok);
+  if (!ok || napi_get_value_external(env, argv[0], (void **)&n) != napi_ok) {
+    throw_rc(env, BS_EINVAL, "handle: not a bucketstore handle");
+    return NULL;
+  }
+  if (n->children) {
+    throw_rc(env, BS_ESTATE, "%s: close its %d open %s first", kind_names[n->kind], n->children,
+             n->kind == K_DB ? "storage(s)" : "writer(s)");
+    return NULL;
+  }
+  if (n->closed) { /* closing twice is a no-op */
+    napi_deferred d;
+    napi_value u;
+    if (napi_create_promise(env, &d, &promise) != napi_ok) return NULL;
+    napi_get_undefined(env, &u);
+    napi_resolve_deferred(env, d, u);
+    return promise;
+  }
+  if (napi_create_promise(env, &n->close_wait, &promise) != napi_ok) return NULL;
+  node_mark_closed(n);
+  node_unref(n);
+  return promise;
+}
+
+static void exec_stream_create(work *w) {
+  bs_stream_options so = BS_STREAM_OPTIONS_INIT;
+  uint32_t id = 0;
+  so.hash = (bs_hash)w->i1;
+  w->rc = bs_stream_create(&id, w->n->u.db, w->a.data, &so, &w->err);
+  w->u1 = id;
+}
+
+static napi_value done_u32(napi_env env, work *w) {
+  return js_num(env, (double)w->u1);
+}
+
+/* createStream(db, name, {checksum: 'xxh3' | 'sha256'}) -> stream id */
+static napi_value stream_create(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  napi_value v;
+  bs_val name, hash = {0};
+  node *n = get_node(env, argv[0], K_DB);
+  work *w = n ? work_new(env) : NULL;
+  if (!w) return NULL;
+  if (get_bytes(env, &w->ar, argv[1], "name", &name) ||
+      ar_dup(&w->ar, &w->a, name.data, name.size + 1) || get_prop(env, argv[2], "checksum", &v) ||
+      get_opt_bytes(env, &w->ar, v, "options.checksum", &hash))
+    FAIL_WORK(w);
+  ((char *)w->a.data)[name.size] = 0;
+  if (memchr(name.data, 0, name.size)) {
+    throw_rc(env, BS_EINVAL, "name: contains a NUL byte");
+    FAIL_WORK(w);
+  }
+  if (hash.data && hash.size == 6 && !memcmp(hash.data, "sha256", 6))
+    w->i1 = BS_HASH_SHA256;
+  else if (hash.data && !(hash.size == 4 && !memcmp(hash.data, "xxh3", 4))) {
+    throw_rc(env, BS_EINVAL, "options.checksum: expected 'xxh3' or 'sha256'");
+    FAIL_WORK(w);
+  }
+  return work_start(env, w, n, exec_stream_create, done_u32);
+}
+
+typedef struct stream_item {
+  struct stream_item *next;
+  bs_stream_info info;
+} stream_item;
+
+static int collect_stream(const bs_stream_info *info, void *payload) {
+  work *w = payload;
+  stream_item *it = ar_alloc(&w->ar, sizeof *it);
+  if (!it || ar_dup(&w->ar, &it->info.name, info->name.data, info->name.size)) return BS_ENOMEM;
+  it->info.id = info->id, it->info.state = info->state, it->info.hash = info->hash;
+  it->next = NULL;
+  *w->list_tail = it;
+  w->list_tail = (void **)&it->next;
+  w->list_n++;
+  return 0;
+}
+
+static void exec_stream_list(work *w) {
+  w->list_tail = &w->list;
+  w->rc = bs_stream_list(w->n->u.db, collect_stream, w, &w->err);
+}
+
+static const char *const state_names[] = {"",        "PROCESSING", "ACTIVE",
+                                          "ERRORED", "STOPPED",    "TERMINATED"};
+
+static napi_value js_state(napi_env env, bs_stream_state s) {
+  napi_value v;
+  napi_create_string_utf8(env, s >= 1 && s <= 5 ? state_names[s] : "UNKNOWN", NAPI_AUTO_LENGTH,
+                          &v);
+  return v;
+}
+
+static napi_value done_stream_list(napi_env env, work *w) {
+  napi_value arr;
+  uint32_t i = 0;
+  napi_create_array_with_length(env, w->list_n, &arr);
+  for (stream_item *it = w->list; it; it = it->next) {
+    napi_value o = js_obj(env), h;
+    set(env, o, "id", js_num(env, it->info.id));
+    set(env, o, "name", js_str(env, it->info.name));
+    set(env, o, "state", js_state(env, it->info.state));
+    napi_create_string_utf8(env, it->info.hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
+                            NAPI_AUTO_LENGTH, &h);
+    set(env, o, "checksum", h);
+    napi_set_element(env, arr, i++, o);
+  }
+  return arr;
+}
+
+static napi_value stream_list(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  node *n = get_node(env, argv[0], K_DB);
+  work *w = n ? work_new(env) : NULL;
+  if (!w) return NULL;
+  return work_start(env, w, n, exec_stream_list, done_stream_list);
+}
+
+static void exec_storage_open(work *w) {
+  bs_storage *st = NULL;
+  w->rc = bs_storage_open(&st, w->n->u.db, (uint32_t)w->u1, &w->err);
+  w->obj = st;
+}
+
+/* storageOpen(db, streamId = 0): 0 = the active stream, else the newest */
+static napi_value storage_open(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  node *n = get_node(env, argv[0], K_DB);
+  work *w = n ? work_new(env) : NULL;
+  if (!w) return NULL;
+  if (get_opt_u64(env, argv[1], "streamId", &w->u1)) FAIL_WORK(w);
+  if (w->u1 > UINT32_MAX) {
+    throw_range(env, "streamId", "above 2^32-1");
+    FAIL_WORK(w);
+  }
+  return work_start(env, w, n, exec_storage_open, done_handle);
+}
+
+static napi_value storage_stream_id(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  node *n = get_node(env, argv[0], K_STORAGE);
+  return n ? js_num(env, bs_storage_stream_id(n->u.st)) : NULL;
+}
+
+/* ---- Writer ---------------------------------------------------------------------------------- */
+
+typedef enum jkind {
+  J_SAVE,
+  J_TRUNCATE,
+  J_DROP,
+  J_FLUSH,
+  J_COMMIT,
+  J_KEEPALIVE,
+  J_SNAPSHOT_DONE,
+  J_RESUME_LSN,
+  J_CUSTOM_WCP,
+  J_SOURCE_ROW
+} jkind;
+
+struct job {
+  job *next;
+  jkind kind;
+  napi_deferred d;
+  arena ar;
+  bs_save save;
+  bs_val a, b;
+  uint64_t u;
+  int create_empty;
+  size_t bytes;
+  /* results */
+  int rc, flushed, found;
+  bs_error err;
+  uint64_t last_op;
+  bs_commit_result cr;
+  bs_val data;
+};
+
+static void exec_create_writer(work *w) {
+  bs_writer *wr = NULL;
+  w->rc = bs_writer_open(&wr, w->n->u.st, &w->wo, &w->err);
+  w->obj = wr;
+}
+
+static napi_value done_writer(napi_env env, work *w) {
+  napi_value ext = done_handle(env, w);
+  node *n;
+  if (!ext || napi_get_value_external(env, ext, (void **)&n) != napi_ok) return ext;
+  n->max_records = w->u1, n->max_bytes = w->u2;
+  return ext;
+}
+
+/* createWriter(storage, {skipExistingRows, createEmptyCheckpoints, maxRecords, maxBytes}) */
+static napi_value create_writer(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  napi_value v;
+  node *n = get_node(env, argv[0], K_STORAGE);
+  work *w = n ? work_new(env) : NULL;
+  if (!w) return NULL;
+  w->wo = (bs_writer_options)BS_WRITER_OPTIONS_INIT;
+  w->u1 = FLUSH_RECS, w->u2 = FLUSH_BYTES;
+  if (get_prop(env, argv[1], "skipExistingRows", &v) ||
+      get_bool(env, v, "options.skipExistingRows", &w->wo.snapshot) ||
+      get_prop(env, argv[1], "createEmptyCheckpoints", &v) ||
+      get_bool(env, v, "options.createEmptyCheckpoints", &w->wo.create_empty) ||
+      get_prop(env, argv[1], "maxRecords", &v) ||
+      get_opt_u64(env, v, "options.maxRecords", &w->u1) ||
+      get_prop(env, argv[1], "maxBytes", &v) || get_opt_u64(env, v, "options.maxBytes", &w->u2))
+    FAIL_WORK(w);
+  if (w->u1 == 0 || w->u2 == 0) {
+    throw_range(env, "options.maxRecords/maxBytes", "must be at least 1");
+    FAIL_WORK(w);
+  }
+  /* The binding flushes at its bound, in the worker; the C writer never auto-flushes. */
+  w->wo.max_records = SIZE_MAX, w->wo.max_bytes = SIZE_MAX;
+  return work_start(env, w, n, exec_create_writer, done_writer);
+}
+
+static const char *const tag_names[] = {"", "insert", "update", "delete"};
+
+/* The save record of index.d.ts into j->save (all bytes in j->ar). */
+static int convert_save(napi_env env, arena *a, napi_value rec, bs_save *s) {
+  napi_value v, rows, lookups;
+  uint32_t n_rows, n_lookups;
+  bs_val tag;
+  char nm[96];
+  napi_valuetype t;
+  *s = (bs_save)BS_SAVE_INIT;
+  if (rec == NULL || type_of(env, rec, &t)) return rec ? -1 : throw_rc(env, BS_EINVAL, "record: missing");
+  if (t != napi_object) return throw_rc(env, BS_EINVAL, "record: expected an object");
+  if (get_prop(env, rec, "tag", &v) || get_bytes(env, a, v, "record.tag", &tag)) return -1;
+  for (int i = 1; i <= 3; i++)
+    if (tag.size == strlen(tag_names[i]) && !memcmp(tag.data, tag_names[i], tag.size))
+      s->tag = (bs_tag)i;
+  if (!s->tag || !tag.size)
+    return throw_rc(env, BS_EINVAL, "record.tag: expected 'insert', 'update' or 'delete'");
+  if (get_prop(env, rec, "sourceTable", &v)) return -1;
+  if (v && type_of(env, v, &t)) return -1;
+  if (v && t == napi_object && get_prop(env, v, "name", &v)) return -1;
+  if (get_bytes(env, a, v, "record.sourceTable", &s->table)) return -1;
+  if (get_prop(env, rec, "beforeReplicaId", &v) ||
+      get_opt_bytes(env, a, v, "record.beforeReplicaId", &s->before_id))
+    return -1;
+  if (s->tag != BS_DELETE) {
+    if (get_prop(env, rec, "afterReplicaId", &v) ||
+        get_bytes(env, a, v, "record.afterReplicaId", &s->after_id))
+      return -1;
+  } else if (!s->before_id.data) {
+    /* a DELETE names the deleted row; afterReplicaId is accepted as its id too */
+    if (get_prop(env, rec, "afterReplicaId", &v) ||
+        get_bytes(env, a, v, "record.beforeReplicaId", &s->before_id))
+      return -1;
+  }
+  if (s->tag == BS_DELETE) s->after_id = (bs_val){NULL, 0};
+  if (get_prop(env, rec, "currentData", &v) ||
+      (v && get_json(env, a, v, "record.currentData", &s->stored_data)))
+    return -1;
+  if (get_prop(env, rec, "evaluated", &rows) || get_array(env, rows, "record.evaluated", &n_rows) ||
+      get_prop(env, rec, "evaluatedParameters", &lookups) ||
+      get_array(env, lookups, "record.evaluatedParameters", &n_lookups))
+    return -1;
+  if (n_rows) {
+    bs_row *r = ar_alloc(a, n_rows * sizeof *r);
+    if (!r) return NOMEM();
+    for (uint32_t i = 0; i < n_rows; i++) {
+      napi_value e, f;
+      NAPI(napi_get_element(env, rows, i, &e));
+      snprintf(nm, sizeof nm, "record.evaluated[%u].bucket", i);
+      if (get_prop(env, e, "bucket", &f) || get_bytes(env, a, f, nm, &r[i].bucket)) return -1;
+      snprintf(nm, sizeof nm, "record.evaluated[%u].table", i);
+      if (get_prop(env, e, "table", &f) || get_bytes(env, a, f, nm, &r[i].object_type)) return -1;
+      snprintf(nm, sizeof nm, "record.evaluated[%u].id", i);
+      if (get_prop(env, e, "id", &f) || get_bytes(env, a, f, nm, &r[i].object_id)) return -1;
+      snprintf(nm, sizeof nm, "record.evaluated[%u].data", i);
+      if (get_prop(env, e, "data", &f) || get_json(env, a, f, nm, &r[i].data)) return -1;
+    }
+    s->rows = r, s->n_rows = n_rows;
+  }
+  if (n_lookups) {
+    bs_lookup *l = ar_alloc(a, n_lookups * sizeof *l);
+    if (!l) return NOMEM();
+    for (uint32_t i = 0; i < n_lookups; i++) {
+      napi_value e, f;
+      uint32_t np;
+      NAPI(napi_get_element(env, lookups, i, &e));
+      snprintf(nm, sizeof nm, "record.evaluatedParameters[%u].lookup", i);
+      if (get_prop(env, e, "lookup", &f) || get_lookup(env, a, f, nm, &l[i].key)) return -1;
+      snprintf(nm, sizeof nm, "record.evaluatedParameters[%u].bucketParameters", i);
+      if (get_prop(env, e, "bucketParameters", &f) || get_array(env, f, nm, &np)) return -1;
+      bs_val *p = ar_alloc(a, (np ? np : 1) * sizeof *p);
+      if (!p) return NOMEM();
+      for (uint32_t k = 0; k < np; k++) {
+        napi_value pv;
+        snprintf(nm, sizeof nm, "record.evaluatedParameters[%u].bucketParameters[%u]", i, k);
+        NAPI(napi_get_element(env, f, k, &pv));
+        if (get_json(env, a, pv, nm, &p[k])) return -1;
+      }
+      l[i].params = p, l[i].n_params = np;
+    }
+    s->lookups = l, s->n_lookups = n_lookups;
+  }
+  return 0;
+}
+
+static int at_bound(const node *n) {
+  return n->q_records >= n->max_records || n->q_bytes >= n->max_bytes;
+}
+
+/* Runs one job on the writer's thread (main or worker, never both at once). */
+static void run_job(node *n, job *j) {
+  bs_writer *wr = n->u.w;
+  switch (j->kind) {
+  case J_SAVE:
+    /* Flush before queueing (as the library's own bound): a failed flush queues nothing. */
+    if (at_bound(n)) {
+      if ((j->rc = bs_writer_flush(wr, &j->last_op, &j->err)) != BS_OK) return;
+      j->flushed = 1, n->q_records = n->q_bytes = 0, n->dirty = 0;
+    }
+    if ((j->rc = bs_writer_save(wr, &j->save, &j->err)) != BS_OK) return;
+    n->q_records++, n->q_bytes += j->bytes, n->dirty = 1;
+    return;
+  case J_TRUNCATE:
+  case J_DROP:
+    j->rc = (j->kind == J_DROP ? bs_writer_drop : bs_writer_truncate)(wr, j->a, &j->err);
+    if (j->rc == BS_OK) n->dirty = 1;
+    return;
+  case J_FLUSH:
+    if (!n->dirty) return;
+    if ((j->rc = bs_writer_flush(wr, &j->last_op, &j->err)) == BS_OK)
+      j->flushed = 1, n->q_records = n->q_bytes = 0, n->dirty = 0;
+    return;
+  case J_COMMIT:
+  case J_KEEPALIVE: {
+    bs_commit_options o = BS_COMMIT_OPTIONS_INIT;
+    o.create_empty = j->kind == J_KEEPALIVE ? 1 : j->create_empty;
+    if ((j->rc = bs_writer_commit(wr, j->a, &o, &j->cr, &j->err)) == BS_OK)
+      n->q_records = n->q_bytes = 0, n->dirty = 0;
+    return;
+  }
+  case J_SNAPSHOT_DONE:
+    j->rc = bs_writer_snapshot_done(wr, j->a, &j->err);
+    return;
+  case J_RESUME_LSN:
+    j->rc = bs_writer_resume_lsn(wr, j->a, &j->err);
+    return;
+  case J_CUSTOM_WCP:
+    j->rc = bs_writer_custom_write_checkpoint(wr, j->a, j->u, j->b, &j->err);
+    if (j->rc == BS_OK) n->dirty = 1;
+    return;
+  case J_SOURCE_ROW:
+    break;
+  }
+}
+
+static int copy_source_row(const bs_val *data, void *payload) {
+  job *j = payload;
+  j->found = 1;
+  return data ? (ar_dup(&j->ar, &j->data, data->data ? data->data : empty_bytes, data->size)
+                     ? BS_ENOMEM
+                     : 0)
+              : 0;
+}
+
+static void run_job_source_row(node *n, job *j) {
+  j->rc = bs_writer_source_row(n->u.w, j->a, j->b, copy_source_row, j, &j->err);
+  if (j->rc == BS_ENOTFOUND) j->rc = BS_OK, j->found = 0;
+}
+
+static napi_value job_result(napi_env env, job *j) {
+  napi_value o;
+  switch (j->kind) {
+  case J_SAVE:
+  case J_FLUSH:
+    if (!j->flushed) return js_null(env);
+    o = js_obj(env);
+    set(env, o, "flushed_op", js_u64(env, j->last_op));
+    return o;
+  case J_COMMIT:
+  case J_KEEPALIVE:
+    o = js_obj(env);
+    set(env, o, "checkpointBlocked", js_bool(env, j->cr.checkpoint_blocked));
+    set(env, o, "checkpointCreated", js_bool(env, j->cr.checkpoint_created));
+    set(env, o, "checkpoint", js_u64(env, j->cr.checkpoint));
+    return o;
+  case J_SOURCE_ROW:
+    if (!j->found) {
+      napi_get_undefined(env, &o);
+      return o;
+    }
+    return js_str(env, j->data);
+  default:
+    napi_get_undefined(env, &o);
+    return o;
+  }
+}
+
+static void job_free(job *j) {
+  ar_free(&j->ar);
+  free(j);
+}
+
+typedef struct batch {
+  napi_async_work aw;
+  node *n;
+  job *jobs;
+} batch;
+
+static void batch_exec(napi_env env, void *data) {
+  batch *b = data;
+  for (job *j = b->jobs; j; j = j->next)
+    if (j->kind == J_SOURCE_ROW)
+      run_job_source_row(b->n, j);
+    else
+      run_job(b->n, j);
+}
+
+static void batch_start(napi_env env, node *n);
+
+static void batch_complete(napi_env env, napi_status status, void *data) {
+  batch *b = data;
+  node *n = b->n;
+  job *j = b->jobs;
+  napi_delete_async_work(env, b->aw);
+  free(b);
+  n->running = 0;
+  if (n->pending) batch_start(env, n); /* the next jobs keep their order behind these */
+  while (j) {
+    job *next = j->next;
+    if (status != napi_ok && j->rc == BS_OK) j->rc = BS_ECANCELED;
+    if (j->rc != BS_OK)
+      napi_reject_deferred(env, j->d, make_error(env, j->rc, &j->err));
+    else
+      napi_resolve_deferred(env, j->d, job_result(env, j));
+    job_free(j);
+    j = next;
+  }
+  node_unref(n);
+}
+
+/* Runs the pending jobs in one async work. On failure to start, they are rejected. */
+static void batch_start(napi_env env, node *n) {
+  napi_value name;
+  batch *b = calloc(1, sizeof *b);
+  if (b && napi_create_string_utf8(env, "bucketstore.writer", NAPI_AUTO_LENGTH, &name) == napi_ok &&
+      napi_create_async_work(env, NULL, name, batch_exec, batch_complete, b, &b->aw) == napi_ok) {
+    b->n = n, b->jobs = n->pending;
+    n->pending = n->pending_tail = NULL;
+    if (napi_queue_async_work(env, b->aw) == napi_ok) {
+      n->running = 1, n->refs++;
+      return;
+    }
+    n->pending = b->jobs;
+    napi_delete_async_work(env, b->aw);
+  }
+  free(b);
+  for (job *j = n->pending, *next; j; j = next) {
+    bs_error err = {BS_EIO, "could not start an async call"};
+    next = j->next;
+    napi_reject_deferred(env, j->d, make_error(env, BS_EIO, &err));
+    job_free(j);
+  }
+  n->pending = n->pending_tail = NULL;
+}
+
+/* Queues j behind the writer's pending jobs and returns its Promise. */
+static napi_value job_queue(napi_env env, node *n, job *j) {
+  napi_value promise;
+  if (napi_create_promise(env, &j->d, &promise) != napi_ok) {
+    job_free(j);
+    throw_rc(env, BS_EIO, "could not create a promise");
+    return NULL;
+  }
+  if (n->pending_tail)
+    n->pending_tail->next = j;
+  else
+    n->pending = j;
+  n->pending_tail = j;
+  if (!n->running) batch_start(env, n);
+  return promise;
+}
+
+static job *job_new(napi_env env, node **n, napi_value h, jkind k) {
+  job *j;
+  if (!(*n = get_node(env, h, K_WRITER))) return NULL;
+  if (!(j = calloc(1, sizeof *j))) NOMEM();
+  if (j) j->kind = k;
+  return j;
+}
+
+/* save(writer, record): null when queued without a flush (synchronously, on an idle writer),
+ * else a Promise of null or {flushed_op}. */
+static napi_value writer_save(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  node *n = get_node(env, argv[0], K_WRITER);
+  job *j;
+  if (!n) return NULL;
+  if (!n->running && !n->pending && !at_bound(n)) {
+    bs_save s;
+    bs_error err = {0};
+    int rc;
+    ar_reset(&n->scratch);
+    if (convert_save(env, &n->scratch, argv[1], &s)) return NULL;
+    if ((rc = bs_writer_save(n->u.w, &s, &err)) != BS_OK) {
+      napi_throw(env, make_error(env, rc, &err));
+      return NULL;
+    }
+    n->q_records++, n->q_bytes += ar_used(&n->scratch), n->dirty = 1;
+    return js_null(env);
+  }
+  if (!(j = calloc(1, sizeof *j))) {
+    NOMEM();
+    return NULL;
+  }
+  j->kind = J_SAVE;
+  if (convert_save(env, &j->ar, argv[1], &j->save)) {
+    job_free(j);
+    return NULL;
+  }
+  j->bytes = ar_used(&j->ar);
+  return job_queue(env, n, j);
+}
+
+/* flush / snapshotDone / resumeLsn / commit / keepalive / truncate / drop share this shape. */
+static napi_value writer_call(napi_env env, napi_callback_info info, jkind k, const char *what) {
+  ARGS(3);
+  node *n;
+  job *j = job_new(env, &n, argv[0], k);
+  napi_value v;
+  if (!j) return NULL;
+  if (k != J_FLUSH && get_bytes(env, &j->ar, argv[1], what, &j->a)) goto fail;
+  if (k == J_COMMIT) {
+    j->create_empty = -1;
+    if (get_prop(env, argv[2], "createEmptyCheckpoints", &v) ||
+        get_bool(env, v, "options.createEmptyCheckpoints", &j->create_empty))
+      goto fail;
+  }
+  return job_queue(env, n, j);
+fail:
+  job_free(j);
+  return NULL;
+}
+
+static napi_value writer_flush(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_FLUSH, NULL);
+}
+static napi_value writer_commit(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_COMMIT, "lsn");
+}
+static napi_value writer_keepalive(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_KEEPALIVE, "lsn");
+}
+static napi_value writer_snapshot_done(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_SNAPSHOT_DONE, "lsn");
+}
+static napi_value writer_resume_lsn(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_RESUME_LSN, "lsn");
+}
+static napi_value writer_truncate(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_TRUNCATE, "table");
+}
+static napi_value writer_drop(napi_env env, napi_callback_info info) {
+  return writer_call(env, info, J_DROP, "table");
+}
+
+/* sourceRow(writer, table, replicaId) -> string | null (no data stored) | undefined (no row) */
+static napi_value writer_source_row(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  node *n;
+  job *j = job_new(env, &n, argv[0], J_SOURCE_ROW);
+  if (!j) return NULL;
+  if (get_bytes(env, &j->ar, argv[1], "table", &j->a) ||
+      get_bytes(env, &j->ar, argv[2], "replicaId", &j->b)) {
+    job_free(j);
+    return NULL;
+  }
+  return job_queue(env, n, j);
+}
+
+/* addCustomWriteCheckpoint(writer, {user_id, checkpoint, event_id}) */
+static napi_value writer_custom_wcp(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  node *n;
+  napi_value v;
+  job *j = job_new(env, &n, argv[0], J_CUSTOM_WCP);
+  if (!j) return NULL;
+  if (get_prop(env, argv[1], "user_id", &v) ||
+      get_bytes(env, &j->ar, v, "checkpoint.user_id", &j->a) ||
+      get_prop(env, argv[1], "checkpoint", &v) || get_u64(env, v, "checkpoint.checkpoint", &j->u) ||
+      get_prop(env, argv[1], "event_id", &v) ||
+      get_opt_bytes(env, &j->ar, v, "checkpoint.event_id", &j->b)) {
+    job_free(j);
+    return NULL;
+  }
+  return job_queue(env, n, j);
+}
+
+/* ---- Reading --------------------------------------------------------------------------------- */
+
+static void exec_checkpoint(work *w) {
+  w->rc = bs_get_checkpoint(w->n->u.st, &w->r.cp, &w->err);
+}
+
+static napi_value js_lsn(napi_env env, int has, const unsigned char *lsn, size_t size) {
+  return has ? js_str(env, (bs_val){lsn, size}) : js_null(env);
+}
+
+static napi_value done_checkpoint(napi_env env, work *w) {
+  napi_value o = js_obj(env);
+  set(env, o, "checkpoint", js_u64(env, w->r.cp.op_id));
+  set(env, o, "lsn", js_lsn(env, w->r.cp.has_lsn, w->r.cp.lsn, w->r.cp.lsn_size));
+  return o;
+}
+
+static node *storage_arg(napi_env env, napi_value h, work **w) {
+  node *n = get_node(env, h, K_STORAGE);
+  *w = n ? work_new(env) : NULL;
+  return *w ? n : NULL;
+}
+
+static napi_value get_checkpoint(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  return n ? work_start(env, w, n, exec_checkpoint, done_checkpoint) : NULL;
+}
+
+/* Bucket data: chunks copied out of the read snapshot in the worker. */
+typedef struct cchunk {
+  struct cchunk *next;
+  bs_chunk c;
+} cchunk;
+
+static int copy_chunk(const bs_chunk *c, void *payload) {
+  work *w = payload;
+  cchunk *cc = ar_alloc(&w->ar, sizeof *cc);
+  bs_op *ops;
+  if (!cc) return BS_ENOMEM;
+  cc->c = *c, cc->next = NULL;
+  if (ar_dup(&w->ar, &cc->c.bucket, c->bucket.data, c->bucket.size)) return BS_ENOMEM;
+  if (!(ops = ar_alloc(&w->ar, (c->n_ops ? c->n_ops : 1) * sizeof *ops))) return BS_ENOMEM;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *o = &c->ops[i];
+    ops[i] = *o;
+    if (ar_dup(&w->ar, &ops[i].object_type, o->object_type.data, o->object_type.size) ||
+        ar_dup(&w->ar, &ops[i].object_id, o->object_id.data, o->object_id.size) ||
+        ar_dup(&w->ar, &ops[i].subkey, o->subkey.data, o->subkey.size) ||
+        ar_dup(&w->ar, &ops[i].data, o->data.data, o->data.size))
+      return BS_ENOMEM;
+  }
+  cc->c.ops = ops;
+  *w->list_tail = cc;
+  w->list_tail = (void **)&cc->next;
+  w->list_n++;
+  return 0;
+}
+
+static void exec_bucket_data(work *w) {
+  bs_batch_options o = BS_BATCH_OPTIONS_INIT;
+  int has_more = 0;
+  o.limit = (size_t)w->u2, o.chunk_bytes = (size_t)w->u3;
+  w->list_tail = &w->list;
+  w->rc = bs_get_bucket_data(w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w,
+                             &has_more, &w->err);
+  if (w->rc == BS_ENOMEM && !w->err.msg[0])
+    snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
+  w->i1 = has_more;
+}
+
+static const char *const op_names[] = {"", "PUT", "REMOVE", "MOVE", "CLEAR"};
+
+/* Ops as objects {op_id, op, object_type, object_id, subkey, data, checksum} (the protocol's
+ * OplogEntry with op_id a bigint), built with one napi_define_properties per op. */
+static napi_value done_bucket_data(napi_env env, work *w) {
+  static const char *const keys[] = {"op_id",   "op",   "object_type", "object_id",
+                                     "subkey",  "data", "checksum"};
+  napi_property_descriptor pd[7];
+  napi_value chunks, res, opname[5];
+  uint32_t ci = 0;
+  memset(pd, 0, sizeof pd);
+  for (int k = 0; k < 7; k++) {
+    if (napi_create_string_utf8(env, keys[k], NAPI_AUTO_LENGTH, &pd[k].name) != napi_ok)
+      return NULL;
+    pd[k].attributes = napi_writable | napi_enumerable | napi_configurable;
+  }
+  for (int k = 1; k <= 4; k++) napi_create_string_utf8(env, op_names[k], NAPI_AUTO_LENGTH, &opname[k]);
+  napi_create_array_with_length(env, w->list_n, &chunks);
+  for (cchunk *cc = w->list; cc; cc = cc->next) {
+    napi_handle_scope scope;
+    napi_value ch = js_obj(env), cd = js_obj(env), ops;
+    const bs_chunk *c = &cc->c;
+    napi_create_array_with_length(env, c->n_ops, &ops);
+    napi_open_handle_scope(env, &scope);
+    for (size_t i = 0; i < c->n_ops; i++) {
+      const bs_op *o = &c->ops[i];
+      napi_value obj;
+      napi_create_object(env, &obj);
+      pd[0].value = js_u64(env, o->op_id);
+      pd[1].value = o->type >= 1 && o->type <= 4 ? opname[o->type] : js_null(env);
+      pd[2].value = js_str(env, o->object_type);
+      pd[3].value = js_str(env, o->object_id);
+      pd[4].value = js_str(env, o->subkey);
+      pd[5].value = js_str(env, o->data);
+      pd[6].value = js_num(env, o->checksum);
+      if (napi_define_properties(env, obj, 7, pd) != napi_ok ||
+          napi_set_element(env, ops, (uint32_t)i, obj) != napi_ok) {
+        napi_close_handle_scope(env, scope);
+        return NULL;
+      }
+    }
+    napi_close_handle_scope(env, scope);
+    set(env, cd, "bucket", js_str(env, c->bucket));
+    set(env, cd, "after", js_u64(env, c->after));
+    set(env, cd, "next_after", js_u64(env, c->next_after));
+    set(env, cd, "has_more", js_bool(env, c->has_more));
+    set(env, cd, "data", ops);
+    set(env, ch, "chunkData", cd);
+    set(env, ch, "targetOp", c->target_op ? js_u64(env, c->target_op) : js_null(env));
+    napi_set_element(env, chunks, ci++, ch);
+  }
+  res = js_obj(env);
+  set(env, res, "chunks", chunks);
+  set(env, res, "hasMore", js_bool(env, w->i1));
+  return res;
+}
+
+/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}) */
+static napi_value bucket_data(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  napi_value v;
+  uint32_t n_req;
+  bs_bucket_request *req;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_u64(env, argv[1], "checkpoint", &w->u1) ||
+      get_array(env, argv[2], "dataBuckets", &n_req))
+    FAIL_WORK(w);
+  if (!(req = ar_alloc(&w->ar, (n_req ? n_req : 1) * sizeof *req))) {
+    NOMEM();
+    FAIL_WORK(w);
+  }
+  for (uint32_t i = 0; i < n_req; i++) {
+    napi_value e, f;
+    char nm[64];
+    if (napi_get_element(env, argv[2], i, &e) != napi_ok) FAIL_WORK(w);
+    snprintf(nm, sizeof nm, "dataBuckets[%u].bucket", i);
+    if (get_prop(env, e, "bucket", &f) || get_bytes(env, &w->ar, f, nm, &req[i].bucket))
+      FAIL_WORK(w);
+    snprintf(nm, sizeof nm, "dataBuckets[%u].start", i);
+    req[i].after = 0;
+    if (get_prop(env, e, "start", &f) || get_opt_u64(env, f, nm, &req[i].after)) FAIL_WORK(w);
+  }
+  w->items = req, w->n_items = n_req;
+  w->u2 = 0, w->u3 = 0;
+  if (get_prop(env, argv[3], "limit", &v) || get_opt_u64(env, v, "options.limit", &w->u2) ||
+      get_prop(env, argv[3], "chunkLimitBytes", &v) ||
+      get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3))
+    FAIL_WORK(w);
+  if (get_prop(env, argv[3], "limit", &v)) FAIL_WORK(w);
+  if (v && w->u2 == 0) {
+    throw_range(env, "options.limit", "must be at least 1");
+    FAIL_WORK(w);
+  }
+  return work_start(env, w, n, exec_bucket_data, done_bucket_data);
+}
+
+static void exec_checksums(work *w) {
+  w->rc = bs_get_checksums(w->n->u.st, w->u1, w->items, w->n_items, w->out, &w->err);
+}
+
+/* [checksum (signed 32-bit, as the service and the driver), count, ...] in request order */
+static napi_value done_checksums(napi_env env, work *w) {
+  napi_value arr;
+  const bs_checksum *cs = w->out;
+  napi_create_array_with_length(env, w->n_items * 2, &arr);
+  for (size_t i = 0; i < w->n_items; i++) {
+    napi_set_element(env, arr, (uint32_t)(2 * i), js_num(env, (int32_t)cs[i].checksum));
+    napi_set_element(env, arr, (uint32_t)(2 * i + 1), js_num(env, (double)cs[i].count));
+  }
+  return arr;
+}
+
+/* Copies an array of byte strings into w->items (bs_val[n]). */
+static int get_val_array(napi_env env, work *w, napi_value arr, const char *name) {
+  uint32_t n;
+  bs_val *vals;
+  char nm[96];
+  if (get_array(env, arr, name, &n)) return -1;
+  if (!(vals = ar_alloc(&w->ar, (n ? n : 1) * sizeof *vals))) return NOMEM();
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value e;
+    NAPI(napi_get_element(env, arr, i, &e));
+    snprintf(nm, sizeof nm, "%s[%u]", name, i);
+    if (get_bytes(env, &w->ar, e, nm, &vals[i])) return -1;
+  }
+  w->items = vals, w->n_items = n;
+  return 0;
+}
+
+/* checksums(storage, checkpoint, [bucket]) */
+static napi_value get_checksums(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_u64(env, argv[1], "checkpoint", &w->u1) || get_val_array(env, w, argv[2], "buckets"))
+    FAIL_WORK(w);
+  if (!(w->out = ar_alloc(&w->ar, (w->n_items ? w->n_items : 1) * sizeof(bs_checksum)))) {
+    NOMEM();
+    FAIL_WORK(w);
+  }
+  return work_start(env, w, n, exec_checksums, done_checksums);
+}
+
+typedef struct vitem {
+  struct vitem *next;
+  bs_val v;
+} vitem;
+
+static int push_val(work *w, bs_val v) {
+  vitem *it = ar_alloc(&w->ar, sizeof *it);
+  if (!it || ar_dup(&w->ar, &it->v, v.data ? v.data : empty_bytes, v.size)) return BS_ENOMEM;
+  it->next = NULL;
+  *w->list_tail = it;
+  w->list_tail = (void **)&it->next;
+  w->list_n++;
+  return 0;
+}
+
+static int collect_param(const bs_val *params, void *payload) {
+  return push_val(payload, *params);
+}
+
+static void exec_parameter_sets(work *w) {
+  w->list_tail = &w->list;
+  w->rc = bs_get_parameter_sets(w->n->u.st, w->u1, w->items, w->n_items, (size_t)w->u2,
+                                collect_param, w, &w->err);
+}
+
+static napi_value js_list(napi_env env, vitem *it, size_t n) {
+  napi_value arr;
+  uint32_t i = 0;
+  napi_create_array_with_length(env, n, &arr);
+  for (; it; it = it->next) napi_set_element(env, arr, i++, js_str(env, it->v));
+  return arr;
+}
+
+static napi_value done_parameter_sets(napi_env env, work *w) {
+  return js_list(env, w->list, w->list_n);
+}
+
+/* parameterSets(storage, checkpoint, [lookup], limit) -> [JSON text] */
+static napi_value get_parameter_sets(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  uint32_t n_l;
+  bs_val *keys;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_u64(env, argv[1], "checkpoint", &w->u1) || get_array(env, argv[2], "lookups", &n_l) ||
+      get_opt_u64(env, argv[3], "limit", &w->u2))
+    FAIL_WORK(w);
+  if (argv[3] && w->u2 == 0) {
+    throw_range(env, "limit", "must be at least 1");
+    FAIL_WORK(w);
+  }
+  if (!(keys = ar_alloc(&w->ar, (n_l ? n_l : 1) * sizeof *keys))) {
+    NOMEM();
+    FAIL_WORK(w);
+  }
+  for (uint32_t i = 0; i < n_l; i++) {
+    napi_value e;
+    char nm[48];
+    snprintf(nm, sizeof nm, "lookups[%u]", i);
+    if (napi_get_element(env, argv[2], i, &e) != napi_ok ||
+        get_lookup(env, &w->ar, e, nm, &keys[i]))
+      FAIL_WORK(w);
+  }
+  w->items = keys, w->n_items = n_l;
+  return work_start(env, w, n, exec_parameter_sets, done_parameter_sets);
+}
+
+/* Checkpoint changes: three lists (buckets, encoded lookups, users) and two flags. */
+typedef struct changes_out {
+  vitem *lists[3];
+  size_t n[3];
+} changes_out;
+
+static int collect_changes(const bs_checkpoint_changes *c, void *payload) {
+  work *w = payload;
+  changes_out *o = w->out;
+  const bs_val *arrs[3] = {c->updated_buckets, c->updated_lookups,
+                           c->updated_write_checkpoint_users};
+  size_t ns[3] = {c->n_updated_buckets, c->n_updated_lookups,
+                  c->n_updated_write_checkpoint_users};
+  w->i1 = c->invalidate_data_buckets, w->i2 = c->invalidate_parameter_buckets;
+  for (int k = 0; k < 3; k++) {
+    w->list = NULL, w->list_tail = &w->list, w->list_n = 0;
+    for (size_t i = 0; i < ns[k]; i++)
+      if (push_val(w, arrs[k][i])) return BS_ENOMEM;
+    o->lists[k] = w->list, o->n[k] = w->list_n;
+  }
+  return 0;
+}
+
+static void exec_changes(work *w) {
+  w->rc = bs_get_checkpoint_changes(w->n->u.st, w->u1, w->u2, collect_changes, w, &w->err);
+}
+
+/* A decoded lookup key as an array of JS values (integers beyond 2^53 as bigint). */
+static napi_value js_lookup(napi_env env, bs_val key) {
+  bs_scalar sc[64], *vals = sc;
+  size_t n = 0;
+  napi_value arr;
+  int rc = bs_lookup_decode(sc, 64, &n, key, NULL);
+  if (rc == BS_ETOOBIG && (vals = malloc(n * sizeof *vals)))
+    rc = bs_lookup_decode(vals, n, &n, key, NULL);
+  if (rc != BS_OK) {
+    if (vals && vals != sc) free(vals);
+    return js_null(env);
+  }
+  napi_create_array_with_length(env, n, &arr);
+  for (size_t i = 0; i < n; i++) {
+    napi_value v;
+    switch (vals[i].type) {
+    case BS_SCALAR_FALSE:
+    case BS_SCALAR_TRUE:
+      v = js_bool(env, vals[i].type == BS_SCALAR_TRUE);
+      break;
+    case BS_SCALAR_INT:
+      if (vals[i].i >= -(int64_t)MAX_SAFE_INT && vals[i].i <= (int64_t)MAX_SAFE_INT)
+        v = js_num(env, (double)vals[i].i);
+      else
+        napi_create_bigint_int64(env, vals[i].i, &v);
+      break;
+    case BS_SCALAR_DOUBLE:
+      v = js_num(env, vals[i].d);
+      break;
+    case BS_SCALAR_STRING:
+      v = js_str(env, vals[i].s.data ? vals[i].s : (bs_val){empty_bytes, 0});
+      break;
+    default:
+      v = js_null(env);
+    }
+    napi_set_element(env, arr, (uint32_t)i, v);
+  }
+  if (vals != sc) free(vals);
+  return arr;
+}
+
+static napi_value done_changes(napi_env env, work *w) {
+  changes_out *o = w->out;
+  napi_value res = js_obj(env), lookups;
+  uint32_t i = 0;
+  set(env, res, "updatedDataBuckets", js_list(env, o->lists[0], o->n[0]));
+  set(env, res, "invalidateDataBuckets", js_bool(env, w->i1));
+  napi_create_array_with_length(env, o->n[1], &lookups);
+  for (vitem *it = o->lists[1]; it; it = it->next)
+    napi_set_element(env, lookups, i++, js_lookup(env, it->v));
+  set(env, res, "updatedParameterLookups", lookups);
+  set(env, res, "invalidateParameterBuckets", js_bool(env, w->i2));
+  set(env, res, "updatedWriteCheckpointUsers", js_list(env, o->lists[2], o->n[2]));
+  return res;
+}
+
+/* checkpointChanges(storage, from, to) */
+static napi_value get_checkpoint_changes(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_u64(env, argv[1], "lastCheckpoint", &w->u1) ||
+      get_u64(env, argv[2], "nextCheckpoint", &w->u2))
+    FAIL_WORK(w);
+  if (!(w->out = ar_alloc(&w->ar, sizeof(changes_out)))) {
+    NOMEM();
+    FAIL_WORK(w);
+  }
+  memset(w->out, 0, sizeof(changes_out));
+  return work_start(env, w, n, exec_changes, done_changes);
+}
+
+/* ---- Compaction ------------------------------------------------------------------------------ */
+
+static int compact_progress(const bs_compact_stats *so_far, void *payload) {
+  work *w = payload;
+  return w->cancel && atomic_load(w->cancel) ? 1 : 0;
+}
+
+static void exec_compact(work *w) {
+  w->rc = bs_compact(w->n->u.st, &w->co, &w->r.stats, &w->err);
+}
+
+static napi_value done_compact(napi_env env, work *w) {
+  const bs_compact_stats *s = &w->r.stats;
+  napi_value o = js_obj(env);
+  set(env, o, "bucketsCompacted", js_num(env, (double)s->buckets_compacted));
+  set(env, o, "opsMoved", js_num(env, (double)s->ops_moved));
+  set(env, o, "opsCleared", js_num(env, (double)s->ops_cleared));
+  set(env, o, "opsRemoved", js_num(env, (double)s->ops_removed));
+  set(env, o, "bytesBefore", js_num(env, (double)s->bytes_before));
+  set(env, o, "bytesAfter", js_num(env, (double)s->bytes_after));
+  set(env, o, "parameterEntriesRemoved", js_num(env, (double)s->parameter_entries_removed));
+  set(env, o, "checkpointRequestsDeleted", js_num(env, (double)s->checkpoint_requests_deleted));
+  set(env, o, "opsReemitted", js_num(env, (double)s->ops_reemitted));
+  return o;
+}
+
+/* compact(storage, options, cancelFlag: Int32Array over a SharedArrayBuffer | undefined) */
+static napi_value compact(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  napi_value v, o;
+  double d;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  o = argv[1];
+  w->co = (bs_compact_options)BS_COMPACT_OPTIONS_INIT;
+  if (get_prop(env, o, "maxOpId", &v) || get_opt_u64(env, v, "options.maxOpId", &w->co.max_op_id) ||
+      get_prop(env, o, "minBucketChanges", &v) ||
+      get_opt_u64(env, v, "options.minBucketChanges", &w->co.min_bucket_changes) ||
+      get_prop(env, o, "memoryLimitMB", &v) ||
+      (v && get_size(env, v, "options.memoryLimitMB", &w->co.memory_limit_mb)) ||
+      get_prop(env, o, "incrementalOnly", &v) ||
+      get_bool(env, v, "options.incrementalOnly", &w->co.incremental_only) ||
+      get_prop(env, o, "compactParameterData", &v) ||
+      get_bool(env, v, "options.compactParameterData", &w->co.compact_parameters) ||
+      get_prop(env, o, "maxOpsPerTransaction", &v) ||
+      (v && get_size(env, v, "options.maxOpsPerTransaction", &w->co.max_ops_per_txn)))
+    FAIL_WORK(w);
+  if (get_prop(env, o, "minChangeRatio", &v) ||
+      (v && get_double(env, v, "options.minChangeRatio", &w->co.min_change_ratio)) ||
+      get_prop(env, o, "defragmentRatio", &v) ||
+      (v && get_double(env, v, "options.defragmentRatio", &w->co.defragment_ratio)))
+    FAIL_WORK(w);
+  if (get_prop(env, o, "minAgeMs", &v) || (v && get_double(env, v, "options.minAgeMs", &d)))
+    FAIL_WORK(w);
+  if (v) w->co.min_age_ms = (int64_t)d;
+  if (get_prop(env, o, "deleteCheckpointRequestsBefore", &v) ||
+      (v && get_double(env, v, "options.deleteCheckpointRequestsBefore", &d)))
+    FAIL_WORK(w);
+  if (v) w->co.delete_checkpoint_requests_before_ms = (int64_t)d;
+  if (get_prop(env, o, "compactBuckets", &v)) FAIL_WORK(w);
+  if (v) {
+    if (get_val_array(env, w, v, "options.compactBuckets")) FAIL_WORK(w);
+    w->co.buckets = w->items, w->co.n_buckets = w->n_items;
+  }
+  if (argv[2]) {
+    napi_typedarray_type tt;
+    size_t len, off;
+    void *data;
+    napi_value ab;
+    if (napi_get_typedarray_info(env, argv[2], &tt, &len, &data, &ab, &off) != napi_ok ||
+        tt != napi_int32_array || len < 1 ||
+        napi_create_reference(env, argv[2], 1, &w->keep) != napi_ok) {
+      throw_rc(env, BS_EINVAL, "cancel: expected an Int32Array");
+      FAIL_WORK(w);
+    }
+    w->cancel = data;
+    w->co.progress = compact_progress, w->co.progress_payload = w;
+  }
+  return work_start(env, w, n, exec_compact, done_compact);
+}
+
+static void exec_compact_initial(work *w) {
+  w->rc = bs_compact_initial_replication(w->n->u.st, w->u1, w->u2, &w->u3, &w->err);
+}
+
+static napi_value done_compact_initial(napi_env env, work *w) {
+  napi_value o = js_obj(env);
+  set(env, o, "buckets", js_num(env, (double)w->u3));
+  return o;
+}
+
+/* compactInitialReplication(storage, {maxOpId, minBucketChanges}) -> {buckets} */
+static napi_value compact_initial(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  napi_value v;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_prop(env, argv[1], "maxOpId", &v) || get_opt_u64(env, v, "options.maxOpId", &w->u1) ||
+      get_prop(env, argv[1], "minBucketChanges", &v) ||
+      get_opt_u64(env, v, "options.minBucketChanges", &w->u2))
+    FAIL_WORK(w);
+  return work_start(env, w, n, exec_compact_initial, done_compact_initial);
+}
+
+/* ---- Write checkpoints ----------------------------------------------------------------------- */
+
+/* setWriteCheckpointMode(storage, mode, eventName): in-memory, synchronous. */
+static napi_value set_wcp_mode(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  arena a = {0};
+  bs_val mode, event = {0};
+  bs_error err = {0};
+  int rc = BS_OK, m = -1;
+  node *n = get_node(env, argv[0], K_STORAGE);
+  napi_value u = NULL;
+  if (!n) return NULL;
+  if (get_bytes(env, &a, argv[1], "mode", &mode) ||
+      get_opt_bytes(env, &a, argv[2], "eventName", &event))
+    goto out;
+  if (mode.size == 7 && !memcmp(mode.data, "managed", 7)) m = BS_WCP_MANAGED;
+  if (mode.size == 6 && !memcmp(mode.data, "custom", 6)) m = BS_WCP_CUSTOM;
+  if (m < 0) {
+    throw_rc(env, BS_EINVAL, "mode: expected 'managed' or 'custom'");
+    goto out;
+  }
+  if ((rc = bs_set_write_checkpoint_mode(n->u.st, (bs_write_checkpoint_mode)m, event, &err)))
+    napi_throw(env, make_error(env, rc, &err));
+  else
+    napi_get_undefined(env, &u);
+out:
+  ar_free(&a);
+  return u;
+}
+
+static int get_heads(napi_env env, arena *a, napi_value obj, const char *name, const bs_head **out,
+                     size_t *n_out) {
+  napi_value keys;
+  uint32_t n;
+  bs_head *h;
+  char nm[96];
+  napi_valuetype t;
+  *out = NULL, *n_out = 0;
+  if (obj == NULL) return 0;
+  if (type_of(env, obj, &t)) return -1;
+  if (t != napi_object) return throw_rc(env, BS_EINVAL, "%s: expected an object", name);
+  NAPI(napi_get_property_names(env, obj, &keys));
+  NAPI(napi_get_array_length(env, keys, &n));
+  if (!(h = ar_alloc(a, (n ? n : 1) * sizeof *h))) return NOMEM();
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value k, v;
+    NAPI(napi_get_element(env, keys, i, &k));
+    NAPI(napi_get_property(env, obj, k, &v));
+    snprintf(nm, sizeof nm, "%s key %u", name, i);
+    if (get_bytes(env, a, k, nm, &h[i].connection)) return -1;
+    snprintf(nm, sizeof nm, "%s[%u]", name, i);
+    if (get_bytes(env, a, v, nm, &h[i].lsn)) return -1;
+  }
+  *out = h, *n_out = n;
+  return 0;
+}
+
+static void exec_create_managed(work *w) {
+  w->rc = bs_create_managed_write_checkpoints(w->n->u.st, w->items, w->n_items, w->out, &w->i1,
+                                              &w->err);
+}
+
+static napi_value done_create_managed(napi_env env, work *w) {
+  napi_value o = js_obj(env), ids;
+  const uint64_t *id = w->out;
+  napi_create_array_with_length(env, w->n_items, &ids);
+  for (size_t i = 0; i < w->n_items; i++) napi_set_element(env, ids, (uint32_t)i, js_u64(env, id[i]));
+  set(env, o, "ids", ids);
+  set(env, o, "shouldAdvance", js_bool(env, w->i1));
+  return o;
+}
+
+/* createManagedWriteCheckpoints(storage, [{user_id, heads, checkpoint_request_id}]) */
+static napi_value create_managed(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  uint32_t n_req;
+  bs_managed_request *req;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_array(env, argv[1], "checkpoints", &n_req)) FAIL_WORK(w);
+  req = ar_alloc(&w->ar, (n_req ? n_req : 1) * sizeof *req);
+  w->out = ar_alloc(&w->ar, (n_req ? n_req : 1) * sizeof(uint64_t));
+  if (!req || !w->out) {
+    NOMEM();
+    FAIL_WORK(w);
+  }
+  for (uint32_t i = 0; i < n_req; i++) {
+    napi_value e, f;
+    char nm[64];
+    memset(&req[i], 0, sizeof req[i]);
+    if (napi_get_element(env, argv[1], i, &e) != napi_ok) FAIL_WORK(w);
+    snprintf(nm, sizeof nm, "checkpoints[%u].user_id", i);
+    if (get_prop(env, e, "user_id", &f) || get_bytes(env, &w->ar, f, nm, &req[i].user_id))
+      FAIL_WORK(w);
+    snprintf(nm, sizeof nm, "checkpoints[%u].heads", i);
+    if (get_prop(env, e, "heads", &f) ||
+        get_heads(env, &w->ar, f, nm, &req[i].heads, &req[i].n_heads))
+      FAIL_WORK(w);
+    snprintf(nm, sizeof nm, "checkpoints[%u].checkpoint_request_id", i);
+    if (get_prop(env, e, "checkpoint_request_id", &f) ||
+        (f && get_u64(env, f, nm, &req[i].request_id)))
+      FAIL_WORK(w);
+    req[i].has_request_id = f != NULL;
+  }
+  w->items = req, w->n_items = n_req;
+  return work_start(env, w, n, exec_create_managed, done_create_managed);
+}
+
+static void exec_last_wcp(work *w) {
+  w->rc = bs_last_write_checkpoint(w->n->u.st, w->a, w->items, w->n_items, &w->u1, &w->i1, &w->err);
+}
+
+static napi_value done_last_wcp(napi_env env, work *w) {
+  return w->i1 ? js_u64(env, w->u1) : js_null(env);
+}
+
+/* lastWriteCheckpoint(storage, {user_id, heads}) -> bigint | null */
+static napi_value last_wcp(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  napi_value v;
+  const bs_head *heads;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (get_prop(env, argv[1], "user_id", &v) || get_bytes(env, &w->ar, v, "filters.user_id", &w->a) ||
+      get_prop(env, argv[1], "heads", &v) ||
+      get_heads(env, &w->ar, v, "filters.heads", &heads, &w->n_items))
+    FAIL_WORK(w);
+  w->items = (void *)heads;
+  return work_start(env, w, n, exec_last_wcp, done_last_wcp);
+}
+
+static void exec_delete_requests(work *w) {
+  w->rc = bs_delete_checkpoint_requests_before(w->n->u.st, (int64_t)w->u2, &w->u1, &w->err);
+}
+
+static napi_value done_u64_num(napi_env env, work *w) {
+  return js_num(env, (double)w->u1);
+}
+
+/* deleteCheckpointRequestsBefore(storage, ms) -> number deleted */
+static napi_value delete_requests(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  double d;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  if (!argv[1]) {
+    throw_rc(env, BS_EINVAL, "before: missing (expected a Date or milliseconds)");
+    FAIL_WORK(w);
+  }
+  if (get_double(env, argv[1], "before", &d)) FAIL_WORK(w);
+  w->u2 = (uint64_t)(int64_t)d;
+  return work_start(env, w, n, exec_delete_requests, done_u64_num);
+}
+
+/* ---- Lifecycle ------------------------------------------------------------------------------- */
+
+static void exec_status(work *w) {
+  w->rc = bs_get_status(w->n->u.st, &w->r.status, &w->err);
+}
+
+static napi_value done_status(napi_env env, work *w) {
+  const bs_status *s = &w->r.status;
+  napi_value o = js_obj(env);
+  set(env, o, "state", js_state(env, s->state));
+  set(env, o, "resumeLsn", js_lsn(env, s->has_resume_lsn, s->resume_lsn, s->resume_lsn_size));
+  set(env, o, "snapshotDone", js_bool(env, s->snapshot_done));
+  set(env, o, "checkpoint", js_u64(env, s->checkpoint));
+  set(env, o, "lsn", js_lsn(env, s->has_lsn, s->lsn, s->lsn_size));
+  set(env, o, "lastPersistedOp", js_u64(env, s->last_persisted_op));
+  set(env, o, "lastError", s->last_error[0] ? js_str(env, (bs_val){s->last_error, strlen(s->last_error)})
+                                            : js_null(env));
+  return o;
+}
+
+static napi_value get_status(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  return n ? work_start(env, w, n, exec_status, done_status) : NULL;
+}
+
+static void exec_lifecycle(work *w) {
+  if (w->i1 == 0)
+    w->rc = bs_clear(w->n->u.st, &w->err);
+  else if (w->i1 == 1)
+    w->rc = bs_terminate(w->n->u.st, w->i2, &w->err);
+  else
+    w->rc = bs_report_error(w->n->u.st, w->a.data, &w->err);
+}
+
+static napi_value done_undefined(napi_env env, work *w) {
+  napi_value u;
+  napi_get_undefined(env, &u);
+  return u;
+}
+
+static napi_value lifecycle(napi_env env, napi_callback_info info, int what) {
+  ARGS(2);
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  w->i1 = what;
+  if (what == 1 && get_bool(env, argv[1], "clearStorage", &w->i2)) FAIL_WORK(w);
+  if (what == 2) {
+    bs_val m;
+    if (get_bytes(env, &w->ar, argv[1], "message", &m) ||
+        ar_dup(&w->ar, &w->a, m.data, m.size + 1))
+      FAIL_WORK(w);
+    ((char *)w->a.data)[m.size] = 0; /* a NUL inside ends the message early: harmless */
+  }
+  return work_start(env, w, n, exec_lifecycle, done_undefined);
+}
+
+static napi_value storage_clear(napi_env env, napi_callback_info info) {
+  return lifecycle(env, info, 0);
+}
+static napi_value storage_terminate(napi_env env, napi_callback_info info) {
+  return lifecycle(env, info, 1);
+}
+static napi_value storage_report_error(napi_env env, napi_callback_info info) {
+  return lifecycle(env, info, 2);
+}
+
+/* ---- Pure helpers ---------------------------------------------------------------------------- */
+
+/* checksumPut('xxh3' | 'sha256', objectType, objectId, data) -> op checksum (unsigned) */
+static napi_value checksum_put(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  arena a = {0};
+  bs_val h, t, id, d;
+  napi_value r = NULL;
+  if (!get_bytes(env, &a, argv[0], "hash", &h) && !get_bytes(env, &a, argv[1], "objectType", &t) &&
+      !get_bytes(env, &a, argv[2], "objectId", &id) && !get_json(env, &a, argv[3], "data", &d)) {
+    int sha = h.size == 6 && !memcmp(h.data, "sha256", 6);
+    if (!sha && !(h.size == 4 && !memcmp(h.data, "xxh3", 4)))
+      throw_rc(env, BS_EINVAL, "hash: expected 'xxh3' or 'sha256'");
+    else
+      r = js_num(env, bs_checksum_put(sha ? BS_HASH_SHA256 : BS_HASH_XXH3, t, id, d));
+  }
+  ar_free(&a);
+  return r;
+}
+
+/* ---- Module ---------------------------------------------------------------------------------- */
+
+static napi_value init(napi_env env, napi_value exports) {
+  static const struct {
+    const char *name;
+    napi_callback fn;
+  } fns[] = {
+      {"open", db_open},
+      {"close", handle_close},
+      {"streamCreate", stream_create},
+      {"streamList", stream_list},
+      {"storageOpen", storage_open},
+      {"storageStreamId", storage_stream_id},
+      {"createWriter", create_writer},
+      {"save", writer_save},
+      {"flush", writer_flush},
+      {"commit", writer_commit},
+      {"keepalive", writer_keepalive},
+      {"snapshotDone", writer_snapshot_done},
+      {"resumeLsn", writer_resume_lsn},
+      {"truncate", writer_truncate},
+      {"drop", writer_drop},
+      {"sourceRow", writer_source_row},
+      {"addCustomWriteCheckpoint", writer_custom_wcp},
+      {"getCheckpoint", get_checkpoint},
+      {"bucketData", bucket_data},
+      {"checksums", get_checksums},
+      {"parameterSets", get_parameter_sets},
+      {"checkpointChanges", get_checkpoint_changes},
+      {"compact", compact},
+      {"compactInitialReplication", compact_initial},
+      {"setWriteCheckpointMode", set_wcp_mode},
+      {"createManagedWriteCheckpoints", create_managed},
+      {"lastWriteCheckpoint", last_wcp},
+      {"deleteCheckpointRequestsBefore", delete_requests},
+      {"getStatus", get_status},
+      {"clear", storage_clear},
+      {"terminate", storage_terminate},
+      {"reportError", storage_report_error},
+      {"checksumPut", checksum_put},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    napi_value f;
+    if (napi_create_function(env, fns[i].name, NAPI_AUTO_LENGTH, fns[i].fn, NULL, &f) != napi_ok ||
+        napi_set_named_property(env, exports, fns[i].name, f) != napi_ok)
+      return NULL;
+  }
+  napi_value ver;
+  napi_create_string_utf8(env, BS_VERSION_STRING, NAPI_AUTO_LENGTH, &ver);
+  napi_set_named_property(env, exports, "version", ver);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

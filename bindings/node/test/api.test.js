@@ -1,0 +1,267 @@
+'use strict';
+// The binding's API against both backends: writing, reading, checksums, parameter lookups,
+// write checkpoints, compaction, lifecycle; golden values from the reference service.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { bs, tmpPath, backends, readAll } = require('./helpers');
+
+const row = (bucket, id, data, table = 'test') => ({ bucket, table, id, data });
+
+async function stream(db, options) {
+  await db.createStream('v1', options);
+  const st = await db.storage();
+  const w = await st.createWriter({});
+  return { st, w };
+}
+
+for (const [name, open] of backends) {
+  test(`${name}: save, commit, read back with the reference service's checksums`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db, { checksum: 'sha256' });
+    assert.equal(await w.save({ tag: 'insert', sourceTable: 'todos', afterReplicaId: 't1',
+      evaluated: [row('b', 't1', '{"id":"t1"}')] }), null);
+    await w.save({ tag: 'insert', sourceTable: { name: 'todos' }, afterReplicaId: 't2',
+      evaluated: [row('b', 't2', { id: 't2' })] }); // an object is stored as its JSON text
+    const blocked = await w.commit('0/1');
+    assert.equal(blocked.checkpointBlocked, true); // no snapshot_done yet
+    await w.markSnapshotDone([], '0/1');
+    const r = await w.commit('0/1');
+    assert.deepEqual(r, { checkpointBlocked: false, checkpointCreated: true, checkpoint: 2n });
+    assert.equal(w.lastCheckpointLsn, '0/1');
+    const cp = await st.getCheckpoint();
+    assert.equal(cp.checkpoint, 2n);
+    assert.equal(cp.lsn, '0/1');
+    const ops = (await readAll(st, cp, ['b'])).get('b');
+    assert.deepEqual(ops.map((o) => [o.op_id, o.op, o.object_id, o.data, o.checksum]), [
+      [1n, 'PUT', 't1', '{"id":"t1"}', 2634521662],
+      [2n, 'PUT', 't2', '{"id":"t2"}', 4243212114],
+    ]);
+    assert.equal(bs.checksumPut('sha256', 'test', 't2', '{"id":"t2"}'), 4243212114);
+    assert.match(ops[0].subkey, /^00000001\/[0-9a-f]{32}$/);
+    const cs = await st.getChecksums(cp, ['b', { bucket: 'nope' }]);
+    assert.deepEqual(cs.get('b'), { bucket: 'b', checksum: (2634521662 + 4243212114) | 0, count: 2 });
+    assert.deepEqual(cs.get('nope'), { bucket: 'nope', checksum: 0, count: 0 });
+    const status = await st.getStatus();
+    assert.equal(status.state, 'ACTIVE');
+    assert.equal(status.snapshotDone, true);
+    assert.equal(status.lastPersistedOp, 2n);
+    assert.deepEqual(await db.listStreams(), [{ id: 1, name: 'v1', state: 'ACTIVE', checksum: 'sha256' }]);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: edge values cross unchanged (empty, non-ASCII, bytes, maximum lengths)`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    const long = 'x'.repeat(480);
+    const cases = [['', 'empty-data'], ['ü€😀', '{"n":"ü€😀"}'], ['a', '{}'], ['', '""']];
+    let i = 0;
+    for (const [id, data] of cases)
+      await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: `r${i++}`,
+        evaluated: [row('bücket😀', id, data, 'tÿpe')] });
+    await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: Buffer.from([0, 255, 1]),
+      evaluated: [row(long, 'one', '{}')] });
+    await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: 'r-empty',
+      evaluated: [row('b2', 'e', '')] });
+    await assert.rejects(w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: 'r9',
+      evaluated: [row(long + 'x', 'one', '{}')] }), { code: 'BS_ETOOBIG' });
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    const all = await readAll(st, checkpoint, ['bücket😀', long, 'b2']);
+    assert.deepEqual(all.get('bücket😀').map((o) => [o.object_type, o.object_id, o.data]),
+      cases.map(([id, data]) => ['tÿpe', id, data]));
+    assert.equal(all.get(long).length, 1);
+    assert.equal(all.get('b2')[0].data, ''); // "" is a value, not null
+    assert.equal(all.get('b2')[0].checksum, bs.checksumPut('xxh3', 'test', 'e', ''));
+    assert.equal((await w.getSourceRow('t', Buffer.from([0, 255, 1]))), null); // known, no data
+    assert.equal((await w.getSourceRow('t', 'unknown')), undefined);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: bucket data in batches equals one unlimited read`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    for (let i = 0; i < 40; i++)
+      await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: `r${i}`,
+        evaluated: [row(`b${i % 3}`, `o${i}`, JSON.stringify({ i, pad: 'p'.repeat(i) }))] });
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    const names = ['b0', 'b1', 'b2'];
+    const whole = await readAll(st, checkpoint, names, { limit: 100000, chunkLimitBytes: 1 << 24 });
+    for (const options of [{ limit: 1 }, { limit: 7, chunkLimitBytes: 100 }, { chunkLimitBytes: 1 }])
+      assert.deepEqual(await readAll(st, checkpoint, names, options), whole);
+    // one batch: chunks of one bucket each, then the end marker
+    const batch = [];
+    for await (const c of st.getBucketDataBatch(checkpoint, [{ bucket: 'b1', start: 0n }], { limit: 5 }))
+      batch.push(c);
+    assert.deepEqual(batch.at(-1), { hasMore: true });
+    assert.equal(batch.length, 2);
+    assert.equal(batch[0].chunkData.data.length, 5);
+    assert.equal(batch[0].chunkData.has_more, true);
+    assert.equal(batch[0].targetOp, null);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: flush results, the writer's flush bound, pipelined saves keep their order`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('v1');
+    const st = await db.storage();
+    const w = await st.createWriter({ maxRecords: 2 });
+    assert.equal(await w.flush(), null); // nothing queued
+    const save = (i) => w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: `r${i}`,
+      evaluated: [row('b', `o${i}`, `{"i":${i}}`)] });
+    assert.equal(await save(1), null);
+    assert.equal(await save(2), null);
+    assert.deepEqual(await save(3), { flushed_op: 2n }); // the bound flushed before queueing
+    assert.deepEqual(await w.flush(), { flushed_op: 3n });
+    const results = await Promise.all([4, 5, 6, 7, 8].map(save)); // not awaited one by one
+    assert.deepEqual(results, [null, { flushed_op: 5n }, null, { flushed_op: 7n }, null]);
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    const ops = (await readAll(st, checkpoint, ['b'])).get('b');
+    assert.deepEqual(ops.map((o) => o.object_id), [1, 2, 3, 4, 5, 6, 7, 8].map((i) => `o${i}`));
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: updates, deletes, parameter lookups and checkpoint changes`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    const lookupRows = (user) => [{ lookup: ['by_user', 314], bucketParameters: [{ user }] }];
+    await w.save({ tag: 'insert', sourceTable: 'lists', afterReplicaId: 'l1',
+      evaluated: [row('b', 'l1', '{}')], evaluatedParameters: lookupRows('u1') });
+    await w.save({ tag: 'insert', sourceTable: 'lists', afterReplicaId: 'l2',
+      evaluatedParameters: [{ lookup: ['big', 2n ** 62n, null, true], bucketParameters: ['{"raw":1}'] }] });
+    await w.markSnapshotDone('1');
+    const c1 = (await w.commit('1')).checkpoint;
+    assert.deepEqual(await st.getParameterSets(c1, [['by_user', 314.0]]), [{ user: 'u1' }]);
+    assert.deepEqual(await st.getParameterSets(c1, [['by_user', 3.14]]), []);
+    assert.deepEqual(await st.getParameterSets(c1, [['big', 2n ** 62n, null, true]]), [{ raw: 1 }]);
+    await assert.rejects(st.getParameterSets(c1, [['by_user', 314], ['big', 2n ** 62n, null, true]], 1),
+      { code: 'BS_ELIMIT', message: /limit was 1/ });
+    await w.save({ tag: 'update', sourceTable: 'lists', afterReplicaId: 'l1',
+      evaluated: [row('b2', 'l1', '{"v":2}')], evaluatedParameters: lookupRows('u2') });
+    await w.save({ tag: 'delete', sourceTable: 'lists', beforeReplicaId: 'l2' });
+    const c2 = (await w.commit('2')).checkpoint;
+    const cp = await st.getCheckpoint();
+    assert.deepEqual(await cp.getParameterSets([['by_user', 314]]), [{ user: 'u2' }]);
+    const ch = await st.getCheckpointChanges({ lastCheckpoint: c1, nextCheckpoint: cp });
+    assert.deepEqual(ch.updatedDataBuckets, new Set(['b', 'b2']));
+    assert.equal(ch.invalidateDataBuckets, false);
+    assert.deepEqual(new Set(ch.updatedParameterLookups.map((l) => JSON.stringify(l, (k, v) =>
+      typeof v === 'bigint' ? `${v}n` : v))), new Set(['["by_user",314]', `["big","${2n ** 62n}n",null,true]`]));
+    const b = (await readAll(st, c2, ['b'])).get('b');
+    assert.deepEqual(b.map((o) => o.op), ['PUT', 'REMOVE']);
+    assert.equal(b[1].data, null);
+    assert.equal(b[1].subkey, b[0].subkey);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: compaction keeps checksums; initial-replication compaction; cancel`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    for (let v = 0; v < 5; v++)
+      for (let i = 0; i < 10; i++)
+        await w.save({ tag: v ? 'update' : 'insert', sourceTable: 't', afterReplicaId: `r${i}`,
+          evaluated: [row('b', `o${i}`, `{"v":${v}}`)] });
+    await w.flush();
+    assert.deepEqual(await st.compactInitialReplication({}), { buckets: 1 });
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    assert.equal((await readAll(st, checkpoint, ['b'])).get('b').length, 10); // superseded deleted
+    await assert.rejects(st.compactInitialReplication(), { code: 'BS_ESTATE' });
+    for (let i = 0; i < 10; i++)
+      await w.save({ tag: 'update', sourceTable: 't', afterReplicaId: `r${i}`,
+        evaluated: [row('b', `o${i}`, '{"v":9}')] });
+    const c2 = (await w.commit('2')).checkpoint;
+    const before = (await st.getChecksums(c2, ['b'])).get('b');
+    // A signal whose abort fires as compaction starts: cancelled after its first transaction.
+    const firing = { throwIfAborted() {}, addEventListener(t, fn) { fn(); }, removeEventListener() {} };
+    await assert.rejects(st.compact({ maxOpsPerTransaction: 2, minBucketChanges: 1, signal: firing }),
+      { code: 'BS_ECANCELED' });
+    const aborted = AbortSignal.abort();
+    await assert.rejects(st.compact({ signal: aborted }), { name: 'AbortError' });
+    const stats = await st.compact({ compactBuckets: ['b'] });
+    assert.ok(stats.opsMoved + stats.opsCleared > 0);
+    const after = (await st.getChecksums(c2, ['b'])).get('b');
+    assert.equal(after.checksum, before.checksum);
+    assert.ok(after.count < before.count);
+    const ops = (await readAll(st, c2, ['b'])).get('b');
+    assert.equal(ops[0].op, 'CLEAR');
+    assert.equal(ops.filter((o) => o.op === 'PUT').length, 10);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: write checkpoints, managed and custom`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    await w.markSnapshotDone('0/1');
+    await w.commit('0/1');
+    const r = await st.createManagedWriteCheckpoints([
+      { user_id: 'u1', heads: { 1: '0/5' } },
+      { user_id: 'u2', heads: { 1: '0/5' }, checkpoint_request_id: 7n },
+    ]);
+    assert.deepEqual(r.writeCheckpoints, new Map([['u1', 1n], ['u2', 7n]]));
+    assert.equal(r.shouldAdvance, true);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'u1', heads: { 1: '0/4' } }), null);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'u1', heads: { 1: '0/5' } }), 1n);
+    await w.commit('0/6');
+    const again = await st.createManagedWriteCheckpoints([{ user_id: 'u2', heads: { 1: '0/5' }, checkpoint_request_id: 3n }]);
+    assert.deepEqual(again, { writeCheckpoints: new Map([['u2', 7n]]), shouldAdvance: false });
+    st.setWriteCheckpointMode({ mode: 'custom' });
+    assert.equal(st.writeCheckpointMode, 'custom');
+    await assert.rejects(st.createManagedWriteCheckpoints([{ user_id: 'u1', heads: {} }]), { code: 'BS_ESTATE' });
+    await w.addCustomWriteCheckpoint({ user_id: 'c1', checkpoint: 42n });
+    await w.flush();
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'c1' }), 42n);
+    assert.equal(await st.deleteCheckpointRequestsBefore(new Date(0)), 0);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+}
+
+test('lmdb: data survives reopening; a second stream is isolated', async () => {
+  const t = tmpPath();
+  let db = await bs.open(t.file);
+  const { st, w } = await stream(db);
+  await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: 'r', evaluated: [row('b', 'o', '{}')] });
+  await w.markSnapshotDone('1');
+  await w.commit('1');
+  await w.close();
+  await st.close();
+  await db.close();
+  db = await bs.open(t.file, { readonly: true });
+  const st2 = await db.storage();
+  const cp = await st2.getCheckpoint();
+  assert.equal(cp.checkpoint, 1n);
+  assert.equal((await st2.getChecksums(cp, ['b'])).get('b').count, 1);
+  await assert.rejects(st2.createWriter(), { code: 'BS_ESTATE' });
+  await st2.close();
+  await db.close();
+  db = await bs.open(t.file);
+  const id2 = await db.createStream('v2');
+  const st3 = await db.storage(id2);
+  assert.equal(st3.replicationStreamId, id2);
+  assert.equal((await st3.getChecksums(1n, ['b'])).get('b').count, 0);
+  await st3.close();
+  await db.close();
+  t.cleanup();
+});
