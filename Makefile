@@ -307,4 +307,4 @@ node-test:
 	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
 	  echo "== node-test: skipped (no node/npm)"; \
 	else $(MAKE) --no-print-directory BUILD=build node && echo "== node --test bindings/node" && \
-	  cd bindings/node && $(NODE) --test test/; fi
+	  cd bindings/node && $(NODE) --test test/*.test.js; fi

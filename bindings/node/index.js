@@ -264,5 +264,7 @@ module.exports = {
   open: Database.open,
   openMemory: Database.openMemory,
   checksumPut,
+  /** Handles (database, storage, writer) whose C objects are not yet released: a leak check. */
+  liveHandles: native.liveHandles,
   version: native.version,
 };

@@ -419,6 +419,7 @@ struct node {
 };
 
 static void node_unref(node *n);
+static int64_t live_handles; /* C objects not yet released (main thread only; for tests) */
 
 static void node_release(node *n) {
   node *p = n->parent;
@@ -430,6 +431,7 @@ static void node_release(node *n) {
     bs_close(n->u.db);
   ar_free(&n->scratch);
   n->released = 1;
+  live_handles--;
   if (n->close_wait) {
     napi_value u;
     napi_get_undefined(n->env, &u);
@@ -472,6 +474,7 @@ static napi_value node_wrap(napi_env env, kind k, void *obj, node *parent) {
     return NULL;
   }
   if (parent) parent->refs++, parent->children++;
+  live_handles++;
   return ext;
 }
 
@@ -899,10 +902,11 @@ static int convert_save(napi_env env, arena *a, napi_value rec, bs_save *s) {
   if (rec == NULL || type_of(env, rec, &t)) return rec ? -1 : throw_rc(env, BS_EINVAL, "record: missing");
   if (t != napi_object) return throw_rc(env, BS_EINVAL, "record: expected an object");
   if (get_prop(env, rec, "tag", &v) || get_bytes(env, a, v, "record.tag", &tag)) return -1;
+  s->tag = (bs_tag)0;
   for (int i = 1; i <= 3; i++)
     if (tag.size == strlen(tag_names[i]) && !memcmp(tag.data, tag_names[i], tag.size))
       s->tag = (bs_tag)i;
-  if (!s->tag || !tag.size)
+  if (!s->tag)
     return throw_rc(env, BS_EINVAL, "record.tag: expected 'insert', 'update' or 'delete'");
   if (get_prop(env, rec, "sourceTable", &v)) return -1;
   if (v && type_of(env, v, &t)) return -1;
@@ -1036,6 +1040,17 @@ static void run_job_source_row(node *n, job *j) {
   if (j->rc == BS_ENOTFOUND) j->rc = BS_OK, j->found = 0;
 }
 
+/* bs_block_reason as the driver spells it; null when not blocked. */
+static napi_value js_blocked_reason(napi_env env, const bs_commit_result *r) {
+  static const char *const names[] = {"unknown", "snapshot_not_done", "below_no_checkpoint_before",
+                                      "below_checkpoint_lsn"};
+  unsigned k = (unsigned)r->blocked_reason;
+  napi_value v;
+  if (!r->checkpoint_blocked) return js_null(env);
+  napi_create_string_utf8(env, names[k < 4 ? k : 0], NAPI_AUTO_LENGTH, &v);
+  return v;
+}
+
 static napi_value job_result(napi_env env, job *j) {
   napi_value o;
   switch (j->kind) {
@@ -1051,6 +1066,7 @@ static napi_value job_result(napi_env env, job *j) {
     set(env, o, "checkpointBlocked", js_bool(env, j->cr.checkpoint_blocked));
     set(env, o, "checkpointCreated", js_bool(env, j->cr.checkpoint_created));
     set(env, o, "checkpoint", js_u64(env, j->cr.checkpoint));
+    set(env, o, "blockedReason", js_blocked_reason(env, &j->cr));
     return o;
   case J_SOURCE_ROW:
     if (!j->found) {
@@ -2002,6 +2018,11 @@ static napi_value checksum_put(napi_env env, napi_callback_info info) {
   return r;
 }
 
+/* liveHandles() -> database, storage and writer objects not yet released (a leak check). */
+static napi_value js_live_handles(napi_env env, napi_callback_info info) {
+  return js_num(env, (double)live_handles);
+}
+
 /* ---- Module ---------------------------------------------------------------------------------- */
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -2042,6 +2063,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"terminate", storage_terminate},
       {"reportError", storage_report_error},
       {"checksumPut", checksum_put},
+      {"liveHandles", js_live_handles},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;
