@@ -18,6 +18,7 @@
 #include "util_model.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 static unsigned long long g_seed = 12345;
@@ -875,7 +876,7 @@ typedef struct cc_shared {
   size_t n_cps;
   atomic_int writer_done;
   uint64_t max_horizon; /* the compactor's, read after join */
-  unsigned passes;
+  atomic_uint passes;
   atomic_int failed;
   char why[400];
   unsigned long long seed;
@@ -942,6 +943,9 @@ static void *cc_writer(void *arg) {
     }
     if (sh->n_cps < sizeof sh->cps / sizeof sh->cps[0]) sh->cps[sh->n_cps++] = cr.checkpoint;
   }
+  /* The test asserts concurrent passes: the writer stops only after the compactor made one,
+   * however the threads were scheduled (on a loaded machine it may not have run yet). */
+  while (!sh->failed && atomic_load(&sh->passes) == 0) sched_yield();
   atomic_store(&sh->writer_done, 1);
   return NULL;
 }
@@ -979,7 +983,7 @@ static void *cc_compactor(void *arg) {
       if (k % 5 == 4) o.memory_limit_mb = 1;
       if ((rc = bs_compact(st, &o, &stats, &err)) != BS_OK) goto fail;
       if (h > sh->max_horizon) sh->max_horizon = h;
-      sh->passes++;
+      atomic_fetch_add(&sh->passes, 1);
     }
     k++;
   }
@@ -1009,8 +1013,9 @@ static void test_concurrent(void **state) {
   if (sh.failed) fail_msg("%s seed=%llu", sh.why, g_seed);
   assert_true(sh.passes > 0);
   if (getenv("BS_VERBOSE"))
-    fprintf(stderr, "concurrent: %u passes, horizon %llu, %zu checkpoints, head %llu\n", sh.passes,
-            (unsigned long long)sh.max_horizon, sh.n_cps, (unsigned long long)sh.m.head);
+    fprintf(stderr, "concurrent: %u passes, horizon %llu, %zu checkpoints, head %llu\n",
+            atomic_load(&sh.passes), (unsigned long long)sh.max_horizon, sh.n_cps,
+            (unsigned long long)sh.m.head);
   /* property 1 at every checkpoint at or above the horizon */
   for (size_t i = 0; i < sh.n_cps; i++) {
     if (sh.cps[i] < sh.max_horizon) continue;
