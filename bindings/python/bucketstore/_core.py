@@ -864,7 +864,8 @@ class Storage(_Handle):
                 raise TypeError(f"buckets[{i}]: expected a (name, after) pair") from None
             req[i].bucket = _val(name, f"buckets[{i}] name")
             req[i].after = _op_id(after, f"buckets[{i}] after")
-        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, _size(limit, "limit"),
+        lim = F.BS_BATCH_LIMIT_DEFAULT if limit is None else _size(limit, "limit")
+        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, lim,
                                _size(chunk_bytes, "chunk_bytes"), _size(max_bytes, "max_bytes"))
         chunks: List[Chunk] = []
         trap = _Trap()
@@ -995,7 +996,7 @@ class Storage(_Handle):
         cp = _op_id(checkpoint, "checkpoint")
         keys = [encode_lookup(v, f"lookups[{i}]") for i, v in enumerate(lookups)]
         arr = (F.val_in * max(len(keys), 1))(*[F.val_in(k, len(k)) for k in keys])
-        lim = _size(limit, "limit")
+        lim = F.BS_PARAM_LIMIT_DEFAULT if limit is None else _size(limit, "limit", False)
         rows: List[str] = []
         trap = _Trap()
         fn = F.PARAMS_FN(lambda p, x: trap.call(lambda: rows.append(_str(p[0]) or "")))

@@ -161,6 +161,9 @@ def test_parameter_sets_canonical_numbers(st):
     with pytest.raises(bs.LimitError) as e:
         st.parameter_sets(cp, [[314, "u1"]], limit=2)
     assert "limit was 2" in e.value.message
+    with pytest.raises(bs.LimitError):  # 0 is a limit (no row), not the default
+        st.parameter_sets(cp, [[314, "u1"]], limit=0)
+    assert st.parameter_sets(cp, [[3]], limit=0) == []
     assert bs.decode_lookup(bs.encode_lookup([None, True, -5, 2.5, "ü", 7.0])) == [
         None, True, -5, 2.5, "ü", 7]
     assert bs.encode_lookup([2**63 - 1]) != bs.encode_lookup([-(2**63)])
