@@ -1415,15 +1415,23 @@ class Writer(_Handle):
         return got[0] if got else None
 
     def custom_write_checkpoint(self, user_id: Bytes, checkpoint: int,
-                                event: Optional[Bytes] = None) -> None:
-        """Custom mode: queue (user, value[, event]), persisted by the next flush."""
+                                event: Optional[Bytes] = None,
+                                requested_at_ms: Optional[int] = None) -> None:
+        """Custom mode: queue (user, value[, event]), persisted by the next flush. Without
+        requested_at_ms it is persistent (owned by the source); with it, it came from a
+        client's request made then and delete_checkpoint_requests_before expires it."""
         u = _val(user_id, "user_id")
         c = _op_id(checkpoint, "checkpoint")
         ev = _opt_val(event, "event")
+        at = None if requested_at_ms is None else _int(requested_at_ms, "requested_at_ms", 0,
+                                                       I64 - 1)
         err = F.bs_error()
         h = self._enter()
         try:
-            rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
+            if at is None:
+                rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
+            else:
+                rc = lib.bs_writer_custom_write_checkpoint_requested(h, u, c, ev, at, byref(err))
         finally:
             self._lock.release()
         _check(rc, err)

@@ -465,6 +465,7 @@ _PROTOS = {
     "bs_writer_resume_lsn": (c_int, [H, val_in, E]),
     "bs_writer_source_row": (c_int, [H, val_in, val_in, SOURCE_FN, c_void_p, E]),
     "bs_writer_custom_write_checkpoint": (c_int, [H, val_in, u64, val_in, E]),
+    "bs_writer_custom_write_checkpoint_requested": (c_int, [H, val_in, u64, val_in, c_int64, E]),
     "bs_get_checkpoint": (c_int, [H, P(bs_checkpoint), E]),
     "bs_wait_checkpoint": (c_int, [H, P(bs_checkpoint), c_int, P(bs_checkpoint), E]),
     "bs_set_checkpoint_listener": (c_int, [H, LISTENER_FN, c_void_p]),

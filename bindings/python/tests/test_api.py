@@ -207,8 +207,12 @@ def test_write_checkpoints(st):
         st.create_managed_write_checkpoints([bs.ManagedRequest("u1", {})])
     with st.writer() as w:
         w.custom_write_checkpoint("u9", 2**63 - 1)
+        w.custom_write_checkpoint("u8", 5, requested_at_ms=1000)
+        w.custom_write_checkpoint("u7", 6, event="ev", requested_at_ms=3000)
         w.flush()
     assert st.last_write_checkpoint("u9") == 2**63 - 1
+    assert st.delete_checkpoint_requests_before(2000) == 1  # u8 only: u9 is persistent
+    assert st.last_write_checkpoint("u8") is None and st.last_write_checkpoint("u9") == 2**63 - 1
 
 
 def test_compaction_keeps_checksums(st):
