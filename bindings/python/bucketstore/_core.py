@@ -20,6 +20,7 @@ import ctypes
 import operator
 import os
 import struct
+import sys
 import threading
 import weakref
 from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_at
@@ -1202,6 +1203,13 @@ _OP = struct.Struct("@QiIQPNPNPNPN")
 if _OP.size != ctypes.sizeof(F.bs_op):  # pragma: no cover - caught by test_layout
     raise ImportError("bucketstore: bs_op layout does not match the op format")
 
+# The op fields are decoded straight from the borrowed memory through one read-only view of
+# the address space (from address 1), sliced only at the pointers the library passes to the
+# callback and only while it runs: about 2.5x cheaper than a ctypes.string_at per field.
+_view = ctypes.pythonapi.PyMemoryView_FromMemory
+_view.argtypes, _view.restype = (c_void_p, ctypes.c_ssize_t, c_int), ctypes.py_object
+_MEM = _view(1, sys.maxsize - 1, 0x100)  # PyBUF_READ
+
 
 def _collect_chunk(p: Any, out: List[Chunk]) -> None:
     c = p[0]
@@ -1209,13 +1217,15 @@ def _collect_chunk(p: Any, out: List[Chunk]) -> None:
     ops: List[Op] = []
     append = ops.append
     types = _OP_TYPES
+    m = _MEM
+    u, e = "utf-8", "surrogateescape"
     raw = string_at(c.ops, n * _OP.size) if n else b""
     for op_id, t, ck, tgt, a, an, b, bn, k, kn, d, dn in _OP.iter_unpack(raw):
         append(Op(op_id, types[t],
-                  string_at(a, an).decode("utf-8", "surrogateescape") if a else None,
-                  string_at(b, bn).decode("utf-8", "surrogateescape") if b else None,
-                  string_at(k, kn).decode("utf-8", "surrogateescape") if k else None,
-                  string_at(d, dn).decode("utf-8", "surrogateescape") if d else None,
+                  str(m[a - 1:a - 1 + an], u, e) if a else None,
+                  str(m[b - 1:b - 1 + bn], u, e) if b else None,
+                  str(m[k - 1:k - 1 + kn], u, e) if k else None,
+                  str(m[d - 1:d - 1 + dn], u, e) if d else None,
                   ck, tgt if tgt else None))
     out.append(Chunk(_str(c.bucket) or "", c.after, c.next_after, bool(c.has_more),
                      c.target_op or None, ops))
