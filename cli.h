@@ -17,6 +17,8 @@ const char *cli_state_name(bs_stream_state s);
 /* PUT, REMOVE, MOVE, CLEAR as DRIVER.md spells op types. */
 const char *cli_op_name(bs_op_type t);
 const char *cli_error_text(int code, const bs_error *err);
+/* "" for 1, else "s": "1 bucket", "2 buckets". */
+const char *cli_s(uint64_t n);
 
 /* Fills err (code and formatted message; err may be NULL) and returns code, like the library's
  * errors, so cli_error_text shows the message. */
@@ -38,6 +40,9 @@ typedef struct cli_db {
   int memory;
   int temporary;  /* path is ours: unlink it (and its -lock) at close */
   unsigned flags; /* BS_OPEN_* */
+  /* operands after the database (cli_parse_args): at most max_operands, set by the caller */
+  int max_operands, n_operands;
+  const char *operands[2];
 } cli_db;
 
 /* Parses the common options --db PATH, --memory, --nosync from argv[*i]; returns 1 when it
@@ -48,10 +53,16 @@ int cli_db_open(cli_db *c, bs_error *err);
 void cli_db_close_handle(cli_db *c);
 void cli_db_close(cli_db *c);
 
-/* An inspection command's database: parses --db PATH (required) and the subcommand's own
- * options through opt (returns 1 when it consumed argv[*i], 0 when unknown, -1 on a usage
- * error; may be NULL), then opens the existing file (read-only when rdonly). Returns 0, or the
- * exit code after printing the error. */
+/* A file command's arguments: the database as --db PATH or as the first operand, the
+ * subcommand's own options through opt (returns 1 when it consumed argv[*i], 0 when unknown,
+ * -1 on a usage error; may be NULL), then up to c->max_operands (<= 2) further operands into
+ * c->operands. Returns 0, or the exit code (2) after printing the error. */
+int cli_parse_args(cli_db *c, int argc, char **argv,
+                   int (*opt)(int argc, char **argv, int *i, void *payload), void *payload);
+/* Opens the existing file c->path (read-only when rdonly). Returns 0, or the exit code after
+ * printing the error. */
+int cli_open_existing(cli_db *c, const char *cmd, int rdonly);
+/* cli_parse_args, then cli_open_existing. */
 int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
                   int (*opt)(int argc, char **argv, int *i, void *payload), void *payload);
 
@@ -77,6 +88,8 @@ int cli_drive_buffer(const char *buf, size_t len);
 int cli_demo(int argc, char **argv);
 int cli_stat(int argc, char **argv);
 int cli_dump(int argc, char **argv);
+int cli_load(int argc, char **argv);
+int cli_backup(int argc, char **argv);
 int cli_compact(int argc, char **argv);
 int cli_checkpoint(int argc, char **argv);
 

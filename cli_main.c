@@ -76,6 +76,10 @@ const char *cli_error_text(int code, const bs_error *err) {
   return s ? s + 2 : bs_strerror(code);
 }
 
+const char *cli_s(uint64_t n) {
+  return n == 1 ? "" : "s";
+}
+
 int cli_fail(bs_error *err, int code, const char *fmt, ...) {
   va_list ap;
   if (!err) return code;
@@ -165,15 +169,19 @@ void cli_db_close(cli_db *c) {
   c->path = NULL;
 }
 
-/* ---- Inspection commands: an existing file given with --db ----------------------------------- */
+/* ---- Inspection commands: an existing file given as DB or --db DB ---------------------------- */
 
-int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
-                  int (*opt)(int argc, char **argv, int *i, void *payload), void *payload) {
-  bs_error err = {0, ""};
-  int i, rc;
+int cli_parse_args(cli_db *c, int argc, char **argv,
+                   int (*opt)(int argc, char **argv, int *i, void *payload), void *payload) {
+  const char *pos[3];
+  int i, n_pos = 0, k;
   for (i = 2; i < argc; i++) {
     int r = cli_db_option(c, argc, argv, &i);
     if (r == 0 && opt) r = opt(argc, argv, &i, payload);
+    if (r == 0 && (argv[i][0] != '-' || strcmp(argv[i], "-") == 0) && n_pos < 3) {
+      pos[n_pos++] = argv[i];
+      r = 1;
+    }
     if (r < 0) return 2;
     if (r == 0) {
       fprintf(stderr, "bucketstore %s: unknown option %s (see 'bucketstore help %s')\n", argv[1],
@@ -182,26 +190,46 @@ int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
     }
   }
   if (c->memory) {
-    fprintf(stderr, "bucketstore %s: works on a database file (--db PATH), not --memory\n",
-            argv[1]);
+    fprintf(stderr, "bucketstore %s: works on a database file, not --memory\n", argv[1]);
     return 2;
   }
+  /* the database is --db PATH or the first operand (like mdb_stat and sqlite3) */
+  k = 0;
+  if (!c->path && n_pos > 0 && !(c->path = strdup(pos[k++]))) return 2;
   if (!c->path) {
-    fprintf(stderr, "bucketstore %s: --db PATH is required\n", argv[1]);
+    fprintf(stderr, "bucketstore %s: no database given (DB or --db DB)\n", argv[1]);
     return 2;
   }
+  if (n_pos - k > c->max_operands) {
+    fprintf(stderr, "bucketstore %s: unexpected argument %s (see 'bucketstore help %s')\n", argv[1],
+            pos[k + c->max_operands], argv[1]);
+    return 2;
+  }
+  for (c->n_operands = 0; k < n_pos; k++) c->operands[c->n_operands++] = pos[k];
+  return 0;
+}
+
+int cli_open_existing(cli_db *c, const char *cmd, int rdonly) {
+  bs_error err = {0, ""};
+  int rc;
   if (access(c->path, F_OK) != 0) {
-    fprintf(stderr, "bucketstore %s: %s does not exist\n", argv[1], c->path);
+    fprintf(stderr, "bucketstore %s: %s does not exist\n", cmd, c->path);
     return 1;
   }
   if (rdonly) c->flags |= BS_OPEN_RDONLY;
   rc = cli_db_open(c, &err);
   if (rc != BS_OK) {
-    fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", argv[1], c->path, cli_code_name(rc),
+    fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", cmd, c->path, cli_code_name(rc),
             cli_error_text(rc, &err));
     return 1;
   }
   return 0;
+}
+
+int cli_open_file(cli_db *c, int argc, char **argv, int rdonly,
+                  int (*opt)(int argc, char **argv, int *i, void *payload), void *payload) {
+  int rc = cli_parse_args(c, argc, argv, opt, payload);
+  return rc ? rc : cli_open_existing(c, argv[1], rdonly);
 }
 
 static void print_problem(const char *problem, void *payload) {
@@ -252,20 +280,21 @@ static const struct command {
      "checkpoint), downloads every bucket as clients do, checks every bucket's checksum and\n"
      "contents against what was written, compacts, checks again, and prints a summary.\n"
      "Exits non-zero on any mismatch. Without --db: a temporary file, deleted at exit.\n"},
-    {"stat", cli_stat, "stat --db PATH [--stream ID] [--top N] [--no-buckets]",
+    {"stat", cli_stat, "stat DB [--stream ID] [--top N] [--no-buckets]",
      "Prints database-wide counts (streams, buckets, ops by type, parameter entries, source\n"
-     "records, write checkpoints, file size), then per stream: its state and checkpoint, ops by\n"
+     "records, write checkpoints, file size, bytes on free pages that a backup would not copy),\n"
+     "then per stream: its state and checkpoint, ops by\n"
      "type and live rows (read through the API at the last persisted op), and the N [10] most\n"
      "fragmented buckets, worst first. Fragmentation is ops per live row: a bucket whose rows\n"
      "were updated many times holds many ops per row still present, and is what compaction\n"
      "shrinks. --no-buckets skips the per-bucket reads (fast on a large file). Opens the file\n"
      "read-only; safe while a writer runs. Exit 0, or 1 on an error.\n"},
-    {"verify", cmd_verify, "verify --db PATH",
+    {"verify", cmd_verify, "verify DB",
      "Recomputes every bucket's running checksum and count from its ops and checks key\n"
      "encodings and source records (SPEC.md section 8); prints each problem on stdout, then the\n"
      "number of problems. Exit 0 when consistent, 1 when a problem was found or on an error.\n"
      "Opens the file read-only.\n"},
-    {"dump", cli_dump, "dump --db PATH [--stream ID] [--bucket NAME] [--checkpoint N]",
+    {"dump", cli_dump, "dump DB [--stream ID | --all] [--bucket NAME] [--checkpoint N]",
      "Writes one stream (every bucket, in name order) or one bucket as JSON lines: first\n"
      "{\"stream\",\"state\",\"checkpoint\",\"last_op\",\"read_at\"}, then one line per op\n"
      "{\"bucket\",\"op_id\",\"op\",\"object_type\",\"object_id\",\"subkey\",\"checksum\""
@@ -274,10 +303,30 @@ static const struct command {
      "carry are null), and after each bucket {\"bucket\",\"checksum\",\"count\"} at read_at\n"
      "(checksum signed 32-bit, as the sync protocol has it). Reads at --checkpoint N, else the\n"
      "stream's checkpoint, else (no checkpoint yet) the last persisted op. --stream ID: default\n"
-     "the active stream, else the newest. Read-only. Exit 1 on an error (e.g. BS_EINVALIDATED\n"
-     "when N lies inside a compacted span).\n"},
+     "the active stream, else the newest; --all: every stream, one after the other.\n"
+     "Without --bucket and --checkpoint, the stored records follow, one line each\n"
+     "{\"record\",\"stream\",\"key\",\"value\"} (the table, the stream it belongs to or 0 for\n"
+     "the whole database, key and value in hex): the stream's (or, with --all, every) record\n"
+     "and the database-wide ones, from one snapshot. 'bucketstore load' rebuilds a file from "
+     "them.\n"
+     "Read-only. Exit 1 on an error (e.g. BS_EINVALIDATED when N lies inside a compacted span).\n"},
+    {"load", cli_load, "load NEW [DUMPFILE] [--stream ID]",
+     "Creates the database file NEW from the record lines of 'bucketstore dump' output read from\n"
+     "DUMPFILE (default, or '-': stdin); the other dump lines are skipped. --stream ID loads that\n"
+     "stream's records and the database-wide ones only. The result has every record as dumped\n"
+     "(so every checksum at every checkpoint is the original's, and dump of it prints the same\n"
+     "lines); it is written beside NEW, verified, and only then renamed to NEW. Refuses an\n"
+     "existing NEW; leaves nothing behind on failure. Exit 1 on an error (a dump made with\n"
+     "--bucket or --checkpoint has no records).\n"},
+    {"backup", cli_backup, "backup DB OUT [--force]",
+     "Writes a consistent copy of DB (every stream, as of one snapshot) to OUT while writers\n"
+     "keep running. The copy leaves out free pages: compaction frees pages inside the file but\n"
+     "the file never shrinks, and a backup is how to get that space back (stop the writers,\n"
+     "back up, move OUT over DB). The copy is written beside OUT, reopened and verified\n"
+     "(0 problems), and only then renamed to OUT. Refuses an existing OUT unless --force.\n"
+     "Opens DB read-only. Exit 1 on an error.\n"},
     {"compact", cli_compact,
-     "compact --db PATH [--stream ID] [--incremental | --initial] [--bucket NAME]...\n"
+     "compact DB [--stream ID] [--incremental | --initial] [--bucket NAME]...\n"
      "          [--max-op-id N] [--min-changes N] [--min-age-ms N] [--budget N] [--txn-ops N]\n"
      "          [--parameters]\n"
      "          [--quiet]",
@@ -295,14 +344,15 @@ static const struct command {
      "drops it. The summary goes to stdout. Ctrl-C stops between transactions with nothing\n"
      "half-done (exit 130); a second Ctrl-C kills. Exit 1 on an error.\n"},
     {"checkpoint", cli_checkpoint,
-     "checkpoint --db PATH [--stream ID] [--watch] [--count N] [--timeout-ms N]",
+     "checkpoint DB [--stream ID] [--watch [--count N] [--timeout-ms N]]",
      "Prints the stream's checkpoint as a JSON line "
-     "{\"stream\",\"checkpoint\",\"lsn\",\"time_ms\"}.\n"
+     "{\"stream\",\"checkpoint\",\"lsn\",\"time_ms\"}\n"
+     "(time_ms: this machine's clock when the line was printed, ms since the epoch).\n"
      "--watch then prints one more line each time a new checkpoint commits, including commits\n"
      "by another process (which it polls every 50 ms, so commits closer together than that\n"
      "show as one line, the latest), until Ctrl-C, --count N new checkpoints, or --timeout-ms N\n"
-     "milliseconds (with --count, reaching the timeout first is exit 1). Lines are flushed as\n"
-     "they are written. Read-only.\n"},
+     "milliseconds (with --count, reaching the timeout first is exit 1); without --watch they\n"
+     "are a usage error. Lines are flushed as they are written. Read-only.\n"},
     {"version", cmd_version, "version", "Prints the library version and on-disk format.\n"},
     {"help", cmd_help, "help [COMMAND]", "Prints the usage of COMMAND, or of everything.\n"},
 };
@@ -312,7 +362,8 @@ static void usage(FILE *f) {
   size_t i;
   fprintf(f, "usage: bucketstore COMMAND [OPTIONS]\n\ncommands:\n");
   for (i = 0; i < N_COMMANDS; i++) fprintf(f, "  %s\n", commands[i].usage);
-  fprintf(f, "\n'bucketstore help COMMAND' describes one.\n");
+  fprintf(f, "\nDB is a database file, given as the first operand or as --db DB.\n"
+             "'bucketstore help COMMAND' describes one.\n");
 }
 
 static const struct command *find_command(const char *name) {

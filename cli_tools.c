@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -432,6 +433,9 @@ int cli_stat(int argc, char **argv) {
   printf("parameter entries  %llu\n", (unsigned long long)s.parameter_entries);
   printf("source records     %llu\n", (unsigned long long)s.source_records);
   printf("write checkpoints  %llu\n", (unsigned long long)s.write_checkpoints);
+  printf("reclaimable        %llu bytes on free pages (reused by later writes; the file never "
+         "shrinks: 'bucketstore backup' writes a copy without them)\n",
+         (unsigned long long)s.reclaimable_bytes);
   for (i = 0; i < l.n && rc == 0; i++)
     if (!o.c.stream || l.v[i].id == o.c.stream) rc = stat_stream(&c, &l.v[i], l.names[i], &o);
 done:
@@ -447,7 +451,7 @@ typedef struct dump_opts {
   common_opts c;
   const char *bucket;
   uint64_t checkpoint;
-  int has_checkpoint;
+  int has_checkpoint, all;
 } dump_opts;
 
 static int dump_opt(int argc, char **argv, int *i, void *payload) {
@@ -459,6 +463,7 @@ static int dump_opt(int argc, char **argv, int *i, void *payload) {
     o->has_checkpoint = 1;
     return r;
   }
+  if (strcmp(argv[*i], "--all") == 0) return o->all = 1;
   if ((v = opt_value(argc, argv, i, "--bucket", &bad))) o->bucket = v;
   return bad ? -1 : v != NULL;
 }
@@ -505,34 +510,90 @@ static int dump_bucket(bs_storage *st, uint64_t at, bs_val name, bs_error *err) 
                               (json_int_t)(int32_t)ck.checksum, "count", (json_int_t)ck.count));
 }
 
-int cli_dump(int argc, char **argv) {
-  cli_db c = {0};
-  dump_opts o;
+/* Bytes as lowercase hex, in a buffer kept between calls (the CLI is one thread). */
+static json_t *j_hex(bs_val v) {
+  static char *buf;
+  static size_t cap;
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *p = v.data;
+  size_t i;
+  if (v.size * 2 + 1 > cap) {
+    char *nb = realloc(buf, v.size * 2 + 1);
+    if (!nb) return NULL;
+    buf = nb;
+    cap = v.size * 2 + 1;
+  }
+  for (i = 0; i < v.size; i++) {
+    buf[2 * i] = digits[p[i] >> 4];
+    buf[2 * i + 1] = digits[p[i] & 15];
+  }
+  return json_stringn(buf ? buf : "", v.size * 2);
+}
+
+/* One {"record","stream","key","value"} line: what `load` rebuilds the file from. */
+static int dump_record(const bs_record *r, void *payload) {
+  (void)payload;
+  return print_line(json_pack("{s:s,s:I,s:o,s:o}", "record", r->table, "stream",
+                              (json_int_t)r->stream, "key", j_hex(r->key), "value",
+                              j_hex(r->value)));
+}
+
+/* The header line, then every op of one bucket or of every bucket with its checksum line. */
+static int dump_stream(cli_db *c, uint32_t id, const dump_opts *o, bs_error *err) {
   bs_storage *st = NULL;
   bs_status s;
-  bs_error err = {0, ""};
   cli_bucket *b = NULL;
   size_t n = 0, i;
   uint64_t at;
   int rc;
-  memset(&o, 0, sizeof o);
-  if ((rc = cli_open_file(&c, argc, argv, 1, dump_opt, &o))) goto done;
-  if ((rc = open_stream("dump", &c, o.c.stream, &st))) goto done;
-  if ((rc = bs_get_status(st, &s, &err))) goto fail;
+  if ((rc = bs_storage_open(&st, c->db, id, err)) || (rc = bs_get_status(st, &s, err))) goto done;
   /* default: what clients see (the checkpoint); before the first one, everything persisted */
-  at = o.has_checkpoint ? o.checkpoint : s.checkpoint ? s.checkpoint : s.last_persisted_op;
+  at = o->has_checkpoint ? o->checkpoint : s.checkpoint ? s.checkpoint : s.last_persisted_op;
   if ((rc = print_line(json_pack("{s:i,s:s,s:o,s:o,s:o}", "stream", (int)bs_storage_stream_id(st),
                                  "state", cli_state_name(s.state), "checkpoint", j_id(s.checkpoint),
                                  "last_op", j_id(s.last_persisted_op), "read_at", j_id(at)))))
-    goto fail;
-  if (o.bucket) {
-    rc = dump_bucket(st, at, bs_val_of(o.bucket), &err);
-  } else if (!(rc = cli_buckets_list(st, &b, &n, &err))) {
+    goto done;
+  if (o->bucket) {
+    rc = dump_bucket(st, at, bs_val_of(o->bucket), err);
+  } else if (!(rc = cli_buckets_list(st, &b, &n, err))) {
     for (i = 0; i < n && rc == BS_OK; i++) {
       bs_val name = {b[i].name, b[i].name_size};
-      rc = dump_bucket(st, at, name, &err);
+      rc = dump_bucket(st, at, name, err);
     }
   }
+done:
+  cli_buckets_free(b, n);
+  bs_storage_close(st);
+  return rc;
+}
+
+int cli_dump(int argc, char **argv) {
+  cli_db c = {0};
+  dump_opts o;
+  stream_list l = {0};
+  bs_storage *st = NULL;
+  bs_error err = {0, ""};
+  uint32_t id = 0;
+  size_t i;
+  int rc;
+  memset(&o, 0, sizeof o);
+  if ((rc = cli_open_file(&c, argc, argv, 1, dump_opt, &o))) goto done;
+  if (o.all && (o.c.stream || o.bucket || o.has_checkpoint)) {
+    fprintf(stderr, "bucketstore dump: --all takes no --stream, --bucket or --checkpoint\n");
+    rc = 2;
+    goto done;
+  }
+  if (o.all) {
+    if ((rc = bs_stream_list(c.db, collect_stream, &l, &err))) goto fail;
+    for (i = 0; i < l.n && rc == BS_OK; i++) rc = dump_stream(&c, l.v[i].id, &o, &err);
+  } else {
+    if ((rc = open_stream("dump", &c, o.c.stream, &st))) goto done;
+    id = bs_storage_stream_id(st);
+    rc = dump_stream(&c, id, &o, &err);
+  }
+  /* a whole stream (or every one): the records too, so that `load` can rebuild the file */
+  if (rc == BS_OK && !o.bucket && !o.has_checkpoint)
+    rc = bs_db_export(c.db, id, dump_record, NULL, &err);
   if (rc) goto fail;
   goto done;
 fail:
@@ -542,8 +603,189 @@ done:
     fprintf(stderr, "bucketstore dump: write error on stdout\n");
     rc = 1;
   }
-  cli_buckets_free(b, n);
+  free(l.v);
+  free(l.names);
   bs_storage_close(st);
+  cli_db_close(&c);
+  return rc;
+}
+
+/* ---- load ------------------------------------------------------------------------------------ */
+
+typedef struct load_opts {
+  common_opts c;
+} load_opts;
+
+static int load_opt(int argc, char **argv, int *i, void *payload) {
+  return common_opt(argc, argv, i, &((load_opts *)payload)->c);
+}
+
+/* Reads dump lines and hands out their records; other lines (header, ops, checksums) are
+ * skipped: the records alone rebuild the file. */
+typedef struct load_reader {
+  FILE *in;
+  const char *name;
+  uint32_t stream; /* 0 = every record */
+  char *line;
+  size_t line_cap;
+  unsigned long lineno;
+  uint64_t records, of_stream;
+  json_t *cur;          /* the current line's object (holds the table name) */
+  unsigned char *k, *v; /* decoded key and value */
+  size_t k_cap, v_cap;
+  bs_error *err;
+} load_reader;
+
+static int unhex(const char *s, size_t n, unsigned char **buf, size_t *cap, size_t *out) {
+  size_t i;
+  if (n % 2) return -1;
+  if (n / 2 + 1 > *cap) {
+    unsigned char *nb = realloc(*buf, n / 2 + 1);
+    if (!nb) return BS_ENOMEM;
+    *buf = nb;
+    *cap = n / 2 + 1;
+  }
+  for (i = 0; i < n; i++) {
+    int d = s[i] >= '0' && s[i] <= '9'   ? s[i] - '0'
+            : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    if (i % 2)
+      (*buf)[i / 2] |= (unsigned char)d;
+    else
+      (*buf)[i / 2] = (unsigned char)(d << 4);
+  }
+  *out = n / 2;
+  return 0;
+}
+
+static int next_record(bs_record *rec, void *payload) {
+  load_reader *r = payload;
+  ssize_t len;
+  while ((len = getline(&r->line, &r->line_cap, r->in)) >= 0) {
+    json_error_t je;
+    json_t *o, *t, *k, *v;
+    json_int_t stream;
+    int bad;
+    r->lineno++;
+    if (len == 0 || r->line[0] == '\n') continue;
+    json_decref(r->cur);
+    r->cur = o = json_loadb(r->line, (size_t)len, 0, &je);
+    if (!o || !json_is_object(o))
+      return cli_fail(r->err, BS_ECORRUPT, "%s:%lu: not a dump line (%s)", r->name, r->lineno,
+                      o ? "not an object" : je.text);
+    if (!(t = json_object_get(o, "record"))) continue; /* header, op or checksum line */
+    k = json_object_get(o, "key");
+    v = json_object_get(o, "value");
+    stream = json_integer_value(json_object_get(o, "stream"));
+    bad = !json_is_string(t) || !json_is_string(k) || !json_is_string(v) ||
+          !json_is_integer(json_object_get(o, "stream")) || stream < 0 || stream > UINT32_MAX;
+    if (!bad && (bad = unhex(json_string_value(k), json_string_length(k), &r->k, &r->k_cap,
+                             &rec->key.size)) == BS_ENOMEM)
+      return cli_fail(r->err, BS_ENOMEM, "out of memory reading %s", r->name);
+    if (!bad && (bad = unhex(json_string_value(v), json_string_length(v), &r->v, &r->v_cap,
+                             &rec->value.size)) == BS_ENOMEM)
+      return cli_fail(r->err, BS_ENOMEM, "out of memory reading %s", r->name);
+    if (bad)
+      return cli_fail(r->err, BS_ECORRUPT,
+                      "%s:%lu: a record line needs record, stream, and key "
+                      "and value in hex",
+                      r->name, r->lineno);
+    if (r->stream && stream && (uint32_t)stream != r->stream) continue;
+    rec->table = json_string_value(t);
+    rec->stream = (uint32_t)stream;
+    rec->key.data = r->k;
+    rec->value.data = r->v;
+    r->records++;
+    if (stream && (uint32_t)stream == r->stream) r->of_stream++;
+    return 1;
+  }
+  if (ferror(r->in)) return cli_fail(r->err, BS_EIO, "cannot read %s", r->name);
+  if (!r->records)
+    return cli_fail(r->err, BS_EINVAL,
+                    "%s has no record lines (a dump made with --bucket or "
+                    "--checkpoint shows ops, it cannot be loaded)",
+                    r->name);
+  if (r->stream && !r->of_stream)
+    return cli_fail(r->err, BS_ENOTFOUND, "%s has no stream %u", r->name, r->stream);
+  return 0;
+}
+
+int cli_load(int argc, char **argv) {
+  cli_db c = {0};
+  load_opts o;
+  load_reader r;
+  bs_error err = {0, ""};
+  struct stat sb;
+  int rc;
+  memset(&o, 0, sizeof o);
+  memset(&r, 0, sizeof r);
+  c.max_operands = 1;
+  if ((rc = cli_parse_args(&c, argc, argv, load_opt, &o))) goto done;
+  r.name = c.n_operands && strcmp(c.operands[0], "-") != 0 ? c.operands[0] : "stdin";
+  r.in = strcmp(r.name, "stdin") == 0 ? stdin : fopen(r.name, "r");
+  r.stream = (uint32_t)o.c.stream;
+  r.err = &err;
+  if (!r.in) {
+    fprintf(stderr, "bucketstore load: cannot open %s\n", r.name);
+    rc = 1;
+    goto done;
+  }
+  if ((rc = bs_load(c.path, next_record, &r, NULL, &err))) {
+    rc = report("load", rc, &err);
+    goto done;
+  }
+  printf("loaded %llu record%s into %s (%llu bytes), verified\n", (unsigned long long)r.records,
+         cli_s(r.records), c.path, stat(c.path, &sb) == 0 ? (unsigned long long)sb.st_size : 0ull);
+done:
+  if (r.in && r.in != stdin) fclose(r.in);
+  json_decref(r.cur);
+  free(r.line);
+  free(r.k);
+  free(r.v);
+  cli_db_close(&c);
+  return rc;
+}
+
+/* ---- backup ---------------------------------------------------------------------------------- */
+
+typedef struct backup_opts {
+  int force;
+} backup_opts;
+
+static int backup_opt(int argc, char **argv, int *i, void *payload) {
+  (void)argc;
+  if (strcmp(argv[*i], "--force") == 0 || strcmp(argv[*i], "-f") == 0)
+    return ((backup_opts *)payload)->force = 1;
+  return 0;
+}
+
+int cli_backup(int argc, char **argv) {
+  cli_db c = {0};
+  backup_opts o = {0};
+  bs_backup_options bo = BS_BACKUP_OPTIONS_INIT;
+  bs_error err = {0, ""};
+  struct stat a, b;
+  double t0 = now_s();
+  int rc;
+  c.max_operands = 1;
+  if ((rc = cli_parse_args(&c, argc, argv, backup_opt, &o))) goto done;
+  if (c.n_operands != 1) {
+    fprintf(stderr, "bucketstore backup: where to? (bucketstore backup DB OUT)\n");
+    rc = 2;
+    goto done;
+  }
+  if ((rc = cli_open_existing(&c, "backup", 1))) goto done;
+  if (o.force) bo.flags |= BS_BACKUP_REPLACE;
+  if ((rc = bs_backup(c.db, c.operands[0], &bo, &err))) {
+    rc = report("backup", rc, &err);
+    goto done;
+  }
+  if (stat(c.path, &a) != 0) a.st_size = 0;
+  if (stat(c.operands[0], &b) != 0) b.st_size = 0;
+  printf("backup: %s (%llu bytes) -> %s (%llu bytes), verified, %.3f s\n", c.path,
+         (unsigned long long)a.st_size, c.operands[0], (unsigned long long)b.st_size, now_s() - t0);
+done:
   cli_db_close(&c);
   return rc;
 }
@@ -610,19 +852,21 @@ static void draw(progress_ui *u, const bs_compact_stats *s, int final) {
     for (i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
     bar[30] = '\0';
     if (u->total_bytes || final)
-      fprintf(stderr, "\r[%s] %3d%%  %llu buckets, %llu moved, %llu cleared  ", bar,
+      fprintf(stderr, "\r[%s] %3d%%  %llu bucket%s, %llu moved, %llu cleared  ", bar,
               (int)(frac * 100), (unsigned long long)s->buckets_compacted,
-              (unsigned long long)s->ops_moved, (unsigned long long)s->ops_cleared);
+              cli_s(s->buckets_compacted), (unsigned long long)s->ops_moved,
+              (unsigned long long)s->ops_cleared);
     else
-      fprintf(stderr, "\r%llu buckets, %llu moved, %llu cleared, %.1f s  ",
-              (unsigned long long)s->buckets_compacted, (unsigned long long)s->ops_moved,
-              (unsigned long long)s->ops_cleared, t - u->started);
+      fprintf(stderr, "\r%llu bucket%s, %llu moved, %llu cleared, %.1f s  ",
+              (unsigned long long)s->buckets_compacted, cli_s(s->buckets_compacted),
+              (unsigned long long)s->ops_moved, (unsigned long long)s->ops_cleared, t - u->started);
     if (final) fputc('\n', stderr);
   } else {
     fprintf(stderr,
-            "progress: %llu buckets compacted, %llu ops moved, %llu cleared, "
+            "progress: %llu bucket%s compacted, %llu op%s moved, %llu cleared, "
             "%llu removed, %.1f s%s\n",
-            (unsigned long long)s->buckets_compacted, (unsigned long long)s->ops_moved,
+            (unsigned long long)s->buckets_compacted, cli_s(s->buckets_compacted),
+            (unsigned long long)s->ops_moved, cli_s(s->ops_moved),
             (unsigned long long)s->ops_cleared, (unsigned long long)s->ops_removed, t - u->started,
             final ? " (done)" : "");
   }
@@ -664,8 +908,8 @@ static int run_initial(bs_storage *st, const compact_opts *o, bs_error *err) {
   double t0 = now_s();
   int rc = bs_compact_initial_replication(st, o->max_op_id, o->min_changes, &buckets, err);
   if (rc) return rc;
-  printf("initial-replication compaction: %llu buckets in %.3f s\n", (unsigned long long)buckets,
-         now_s() - t0);
+  printf("initial-replication compaction: %llu bucket%s in %.3f s\n", (unsigned long long)buckets,
+         cli_s(buckets), now_s() - t0);
   return BS_OK;
 }
 
@@ -723,9 +967,9 @@ int cli_compact(int argc, char **argv) {
   if (rc == BS_ECANCELED && interrupted) {
     if (ui.tty && !ui.quiet) fputc('\n', stderr);
     fprintf(stderr,
-            "bucketstore compact: interrupted; stopped between transactions (%llu buckets "
+            "bucketstore compact: interrupted; stopped between transactions (%llu bucket%s "
             "compacted so far, nothing half-done)\n",
-            (unsigned long long)cs.buckets_compacted);
+            (unsigned long long)cs.buckets_compacted, cli_s(cs.buckets_compacted));
     rc = 130;
     goto done;
   }
@@ -735,13 +979,14 @@ int cli_compact(int argc, char **argv) {
     goto done;
   }
   draw(&ui, &cs, 1);
-  printf("%s compaction: %llu buckets, %llu ops moved, %llu cleared, %llu removed, "
-         "%llu parameter entries removed; bytes %llu -> %llu; %.3f s\n",
+  printf("%s compaction: %llu bucket%s, %llu op%s moved, %llu cleared, %llu removed, "
+         "%llu parameter entr%s removed; bytes %llu -> %llu; %.3f s\n",
          o.incremental ? "incremental" : "full", (unsigned long long)cs.buckets_compacted,
-         (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared,
-         (unsigned long long)cs.ops_removed, (unsigned long long)cs.parameter_entries_removed,
-         (unsigned long long)cs.bytes_before, (unsigned long long)cs.bytes_after,
-         now_s() - ui.started);
+         cli_s(cs.buckets_compacted), (unsigned long long)cs.ops_moved, cli_s(cs.ops_moved),
+         (unsigned long long)cs.ops_cleared, (unsigned long long)cs.ops_removed,
+         (unsigned long long)cs.parameter_entries_removed,
+         cs.parameter_entries_removed == 1 ? "y" : "ies", (unsigned long long)cs.bytes_before,
+         (unsigned long long)cs.bytes_after, now_s() - ui.started);
 done:
   free(names);
   free(o.buckets);
@@ -789,7 +1034,13 @@ int cli_checkpoint(int argc, char **argv) {
   double deadline;
   int rc;
   memset(&o, 0, sizeof o);
-  if ((rc = cli_open_file(&c, argc, argv, 1, checkpoint_opt, &o))) goto done;
+  if ((rc = cli_parse_args(&c, argc, argv, checkpoint_opt, &o))) goto done;
+  if (!o.watch && (o.count || o.timeout_ms)) {
+    fprintf(stderr, "bucketstore checkpoint: --count and --timeout-ms apply to --watch only\n");
+    rc = 2;
+    goto done;
+  }
+  if ((rc = cli_open_existing(&c, "checkpoint", 1))) goto done;
   if ((rc = open_stream("checkpoint", &c, o.c.stream, &st))) goto done;
   if ((rc = bs_get_checkpoint(st, &cp, &err)) ||
       (rc = print_checkpoint(bs_storage_stream_id(st), &cp)))
@@ -801,8 +1052,8 @@ int cli_checkpoint(int argc, char **argv) {
   while (!interrupted && (!o.count || seen < o.count)) {
     if (deadline && now_s() >= deadline) {
       if (o.count) {
-        fprintf(stderr, "bucketstore checkpoint: %llu of %llu checkpoints before the timeout\n",
-                (unsigned long long)seen, (unsigned long long)o.count);
+        fprintf(stderr, "bucketstore checkpoint: %llu of %llu checkpoint%s before the timeout\n",
+                (unsigned long long)seen, (unsigned long long)o.count, cli_s(o.count));
         rc = 1;
       }
       break;

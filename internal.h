@@ -100,6 +100,10 @@ typedef struct bs_db_ops {
   int (*stat)(bs_db *db, bs_stat *out, bs_error *err);
   int (*verify)(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
                 bs_error *err);
+  /* NULL: BS_EUNSUPPORTED. opts resolved (never NULL). */
+  int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+  int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
+                        void *payload, bs_error *err);
 } bs_db_ops;
 
 struct bs_db {
@@ -175,7 +179,7 @@ bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoi
                                     const bs_val *checkpoint_lsn, bs_val lsn);
 /* bs_batch_options defaults (storage.h), applied by the front; lmdb_read.c also applies them
  * because tests call bs_lmdb_bucket_data directly. */
-#define BS_DEFAULT_BATCH_LIMIT BS_BATCH_LIMIT_DEFAULT
+#define BS_DEFAULT_BATCH_LIMIT 1000u
 #define BS_DEFAULT_CHUNK_BYTES (1024u * 1024u)
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
@@ -404,6 +408,19 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
 int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
 int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
                    bs_error *err);
+
+/* lmdb.c: the sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and
+ * handle (dbi may be NULL). */
+int bs_lmdb_subdb(const bs_lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
+
+/* storage.c: opts (NULL = defaults) checked and copied into out. */
+int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts, bs_error *err);
+/* lmdb_backup.c: backup, export and load (storage.h), and stat's reclaimable bytes. */
+int bs_lmdb_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+int bs_lmdb_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
+                   bs_error *err);
+/* Bytes on the pages of LMDB's free list, as of txn. */
+int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err);
 
 /* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
 /* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called

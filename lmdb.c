@@ -381,8 +381,8 @@ static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void 
 static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err);
 
 static const bs_db_ops lmdb_db_ops = {
-    lmdb_close,        lmdb_stream_create, lmdb_stream_list,
-    lmdb_storage_open, bs_lmdb_stat,       bs_lmdb_verify,
+    lmdb_close,   lmdb_stream_create, lmdb_stream_list, lmdb_storage_open,
+    bs_lmdb_stat, bs_lmdb_verify,     bs_lmdb_backup,   bs_lmdb_export,
 };
 
 static const char *const lm_db_names[] = {"meta", "tables",     "buckets", "bstate",
@@ -2830,3 +2830,10 @@ static const bs_storage_vtable lmdb_vtable = {
     lmdb_terminate,
     bs_lmdb_list_buckets,
 };
+
+int bs_lmdb_subdb(const bs_lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi) {
+  if (i >= LM_NDBS) return 0;
+  if (name) *name = lm_db_names[i];
+  if (dbi) *dbi = *dbi_slot((bs_lmdb_db *)db, i);
+  return 1;
+}

@@ -858,7 +858,7 @@ int bs_lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   if (mdb_env_get_fd(db->env, &fd) == 0 && fstat(fd, &sb) == 0)
     out->file_bytes = (uint64_t)sb.st_size;
-  rc = BS_OK;
+  rc = bs_lmdb_free_bytes(db, txn, &out->reclaimable_bytes, err);
   goto done;
 mdb_fail:
   rc = bs_fail_mdb(err, mrc, "stat");

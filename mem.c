@@ -2935,7 +2935,14 @@ static int mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payloa
 }
 
 static const bs_db_ops mem_db_ops = {
-    mem_close, mem_stream_create, mem_stream_list, mem_storage_open, mem_stat, mem_verify,
+    mem_close,
+    mem_stream_create,
+    mem_stream_list,
+    mem_storage_open,
+    mem_stat,
+    mem_verify,
+    NULL /* backup: nothing on disk to copy (BS_EUNSUPPORTED) */,
+    NULL /* export_records */,
 };
 
 int bs_mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {

@@ -122,6 +122,7 @@ void bs_free(const bs_allocator *a, void *p) {
  * so backends never see a NULL opts or a zero bound (batch defaults: internal.h). */
 #define BS_DEFAULT_FLUSH_RECORDS 2000u
 #define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
+#define BS_DEFAULT_PARAM_LIMIT   1000u
 
 static int check_allocator(const bs_allocator *a, bs_error *err) {
   int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
@@ -751,9 +752,7 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
     *o = *opts;
     o->version = BS_BATCH_OPTIONS_VERSION;
   }
-  if (o->limit == 0)
-    return bs_fail(err, BS_EINVAL, "opts->limit: 0 ops per call (the default is %u)",
-                   BS_BATCH_LIMIT_DEFAULT);
+  if (o->limit == 0) o->limit = BS_DEFAULT_BATCH_LIMIT;
   if (o->chunk_bytes == 0) o->chunk_bytes = BS_DEFAULT_CHUNK_BYTES;
   if (o->max_bytes == 0) o->max_bytes = BS_DEFAULT_BATCH_BYTES;
   return BS_OK;
@@ -872,6 +871,7 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
                              "BS_MAX_LOOKUP_KEY", err)))
       return rc;
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
+  if (limit == 0) limit = BS_DEFAULT_PARAM_LIMIT;
   return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
 }
 
@@ -1055,4 +1055,39 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
   rc = db->ops->verify(db, fn, payload, &problems, err);
   if (problems_out) *problems_out = problems;
   return rc;
+}
+
+/* Copies opts (NULL = defaults) into out, checked. */
+int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
+                              bs_error *err) {
+  static const bs_backup_options defaults = BS_BACKUP_OPTIONS_INIT;
+  int rc;
+  *out = defaults;
+  if (!opts) return BS_OK;
+  if ((rc = check_version(opts->version, BS_BACKUP_OPTIONS_VERSION, "opts->version", err)))
+    return rc;
+  if (opts->flags & ~BS_BACKUP_REPLACE)
+    return bs_fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
+                   opts->flags & ~BS_BACKUP_REPLACE);
+  *out = *opts;
+  return BS_OK;
+}
+
+int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {
+  bs_backup_options o;
+  int rc;
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!path || !*path) return bs_fail(err, BS_EINVAL, "path: NULL or empty");
+  if ((rc = bs_backup_options_resolve(&o, opts, err))) return rc;
+  if ((rc = DB_CHECK(db, backup, err))) return rc;
+  return db->ops->backup(db, path, &o, err);
+}
+
+int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
+                 void *payload, bs_error *err) {
+  int rc;
+  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if ((rc = DB_CHECK(db, export_records, err))) return rc;
+  return db->ops->export_records(db, stream, fn, payload, err);
 }

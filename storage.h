@@ -34,8 +34,6 @@
  *  - Options structs start with `unsigned version`; initialise them with
  *    their BS_*_INIT macro. Structs only ever grow at the end.
  *  - Op ids, checkpoints: uint64_t, always < 2^63. 0 means "none".
- *  - A result limit is honoured as given (0 allows nothing, or is BS_EINVAL where a call cannot
- *    serve zero); the defaults are named: BS_BATCH_LIMIT_DEFAULT, BS_PARAM_LIMIT_DEFAULT.
  *  - An empty string is a value. A bs_val is PRESENT when data is non-NULL (size may be 0: "")
  *    and ABSENT when it is {NULL, 0}. Every value the library hands out follows this: a field
  *    that exists is never NULL, also when empty (an object_id "", a stored row "", a parameter
@@ -415,25 +413,20 @@ typedef struct bs_bucket_request {
   uint64_t after;
 } bs_bucket_request;
 
-/* The default ops per bs_get_bucket_data call (the reference service's). */
-#define BS_BATCH_LIMIT_DEFAULT 1000u
-
 typedef struct bs_batch_options {
   unsigned version;
-  size_t limit;       /* ops per call (all buckets), >= 1: 0 is BS_EINVAL. The INIT macro sets
-                         BS_BATCH_LIMIT_DEFAULT */
+  size_t limit;       /* ops per call (all buckets); 0 = 1000 */
   size_t chunk_bytes; /* 0 = 1 MiB; op size = data + object_type + object_id + subkey */
   size_t max_bytes;   /* bytes per call; 0 = 16 MiB */
 } bs_batch_options;
 #define BS_BATCH_OPTIONS_VERSION 1
 #define BS_BATCH_OPTIONS_INIT                                                                      \
-  { BS_BATCH_OPTIONS_VERSION, BS_BATCH_LIMIT_DEFAULT, 0, 0 }
+  { BS_BATCH_OPTIONS_VERSION, 0, 0, 0 }
 
 /* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
- * call stopped at its limit/byte cap: call again with after = next_after per bucket. opts NULL:
- * BS_BATCH_OPTIONS_INIT. Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted
- * span), BS_EINVAL (also opts->limit 0). */
+ * call stopped at its limit/byte cap: call again with after = next_after per bucket.
+ * Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted span), BS_EINVAL. */
 BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                               size_t n_req, const bs_batch_options *opts,
                               int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
@@ -501,13 +494,8 @@ BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                      int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                                      void *payload, bs_error *err);
 
-/* The reference service's parameter-row limit: pass it for the default. */
-#define BS_PARAM_LIMIT_DEFAULT 1000u
-
 /* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
- * limit is honoured as given: more rows than limit (with 0: any row) fail the call, fn having
- * seen none of them. Errors: BS_ELIMIT ("too many parameter results (limit was N)"),
- * BS_ESTALE. */
+ * limit 0 = 1000. Errors: BS_ELIMIT ("too many parameter results (limit was N)"), BS_ESTALE. */
 BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
                                  size_t n_lookups, size_t limit,
                                  int (*fn)(const bs_val *params, void *payload), void *payload,
@@ -693,6 +681,10 @@ typedef struct bs_stat {
   uint64_t source_records;
   uint64_t write_checkpoints;
   uint64_t file_bytes;
+  /* Bytes of the file on free pages (LMDB's free list: pages that compaction, deletes and
+   * old versions released). Later writes reuse them, but the file never shrinks; bs_backup()
+   * writes a copy without them. 0 for the memory backend. */
+  uint64_t reclaimable_bytes;
 } bs_stat;
 
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
@@ -705,6 +697,63 @@ BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
 BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
                         uint64_t *problems_out, bs_error *err);
 
+/* ---- Backup, export and load (mdb_copy / mdb_dump / mdb_load) ------------------------------ */
+#define BS_BACKUP_REPLACE 0x1u /* bs_backup: replace a file that exists at path */
+
+typedef struct bs_backup_options {
+  unsigned version;
+  unsigned flags; /* BS_BACKUP_* */
+  /* after each batch of records written to the copy (records so far); non-zero cancels: the
+   * call returns BS_ECANCELED and leaves nothing at path */
+  int (*progress)(uint64_t records, void *payload);
+  void *progress_payload;
+} bs_backup_options;
+#define BS_BACKUP_OPTIONS_VERSION 1
+#define BS_BACKUP_OPTIONS_INIT                                                                     \
+  { BS_BACKUP_OPTIONS_VERSION, 0, NULL, NULL }
+
+/* Writes a consistent copy of the database (every stream, as of one read snapshot taken at the
+ * start) to a new file at path. The copy is compacted: free pages are left out, so it is the
+ * way to give back the space compaction freed (the database file itself never shrinks). It is
+ * written beside path (a temporary directory in path's directory), opened and verified
+ * (bs_db_verify, 0 problems), and only then renamed to path; on any failure nothing is left
+ * at path. Writers, readers and compaction of db (in this and other processes) keep running
+ * and are not waited for; what they commit after the snapshot is not in the copy. The snapshot
+ * is held for the whole call (LMDB: old pages stay pinned, and a writer of this process that
+ * must grow the map waits until the call ends). opts may be NULL. Errors: BS_EINVAL (path NULL
+ * or empty, or naming db's own file), BS_ESTATE (path exists and BS_BACKUP_REPLACE is not set),
+ * BS_ECORRUPT (the copy did not verify; the message has the first problem), BS_ECANCELED,
+ * BS_EUNSUPPORTED (the memory backend: it has no file to copy), BS_EIO, BS_ENOMEM. */
+BS_API int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+
+/* One record of a database file: a key and value of one of the backend's tables (LMDB: its
+ * sub-databases, in the on-disk format of BS_FORMAT_VERSION; the meta table's "format" record
+ * names it). stream: the stream the record belongs to, 0 for records of the whole database
+ * (the format record, id counters, managed write checkpoints). */
+typedef struct bs_record {
+  const char *table; /* NUL-terminated name, e.g. "ops" */
+  uint32_t stream;
+  bs_val key, value;
+} bs_record;
+
+/* Calls fn for every record of the database (stream 0) or of one stream and the database-wide
+ * ones, table by table, in key order, from one read snapshot (held for the whole call). rec
+ * and its bytes are borrowed, valid until fn returns. Errors: BS_EINVAL (fn NULL),
+ * BS_EUNSUPPORTED (memory backend), BS_EIO, or fn's non-zero value. */
+BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
+                        void *payload, bs_error *err);
+
+/* Creates a new database file at path (LMDB) from records (those of bs_db_export, e.g. read
+ * back from `bucketstore dump`): next fills *rec (borrowed until the next call) and returns 1,
+ * returns 0 after the last one, or a negative code that the call returns. The result is
+ * written, verified and renamed into place as bs_backup's copy; the same records give the same
+ * database, byte for byte in every record. The only option is progress (BS_BACKUP_REPLACE is
+ * refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_ESTATE (path
+ * exists), BS_ECORRUPT (an unknown table, a format record of another version, or the result
+ * did not verify), BS_ECANCELED, BS_EIO, BS_ENOMEM. */
+BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,
+                   const bs_backup_options *opts, bs_error *err);
+
 /* ==== Backend authors ============================================================================
  * A backend (or a wrapper: tracing, fault injection) is a struct whose first member is a
  * bs_storage, with vt pointing at its vtable; writers likewise start with a bs_writer. The bs_*
@@ -712,8 +761,7 @@ BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload
  * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
  * answers BS_EUNSUPPORTED. Version 2 appended list_buckets; version 3 gave
  * writer_custom_write_checkpoint its requested_at_ms (a table below 3 is not called for it). Options reach the slots resolved:
- * writer_open/bucket_data opts are never NULL and have no zero bound; a parameter_sets limit of 0
- * allows no row. */
+ * writer_open/bucket_data opts are never NULL and have no zero bound, parameter_sets limit != 0. */
 #define BS_STORAGE_VTABLE_VERSION 3
 
 typedef struct bs_storage_vtable {

@@ -3,7 +3,9 @@
 # through `drive` (rows updated in every round, each round a checkpoint), then checks: help and
 # usage errors, stat's fragmentation figures, dump's lines against checksums, compaction (a
 # Ctrl-C cancel between transactions leaves a consistent file; a full run shrinks the buckets),
-# verify's exit code, and checkpoint --watch seeing commits made by another process.
+# verify's exit code, the database as an operand, backup (smaller, verified, never over a file
+# unless forced), dump | load (the same dump, the same reads at every checkpoint, one stream or
+# all), and checkpoint --watch seeing commits made by another process.
 set -eu
 bs=${1:-./bucketstore}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bs-cli.XXXXXX")
@@ -28,10 +30,10 @@ awk 'BEGIN {
 
 # help: every command has a complete page; bad usage is an error on stderr
 expect_rc 0 "$bs" --help
-for c in stat verify dump compact checkpoint drive demo; do
+for c in stat verify dump load backup compact checkpoint drive demo; do
   grep -q "^  $c" "$tmp/out" || fail "--help does not list $c"
 done
-for c in stat verify dump compact checkpoint; do
+for c in stat verify dump load backup compact checkpoint; do
   expect_rc 0 "$bs" help "$c"
   [ "$(wc -l < "$tmp/out")" -ge 4 ] || fail "help $c is too short"
   expect_rc 0 "$bs" "$c" --help
@@ -51,7 +53,8 @@ grep -q "ops 2000 (put 2000, remove 0, move 0, clear 0), live rows 400" "$tmp/ou
 
 # dump: header + 2000 ops + 4 bucket summaries; one bucket alone; counts agree
 expect_rc 0 "$bs" dump --db "$db"
-[ "$(wc -l < "$tmp/out")" = 2005 ] || fail "dump has $(wc -l < "$tmp/out") lines, want 2005"
+n=$(grep -vc '^{"record":' "$tmp/out")
+[ "$n" = 2005 ] || fail "dump has $n header/op/checksum lines, want 2005"
 grep -q '^{"stream":1,"state":"ACTIVE","checkpoint":"2000"' "$tmp/out" || fail "dump header"
 grep -q '^{"bucket":"b2","checksum":-\{0,1\}[0-9]*,"count":500}$' "$tmp/out" || fail "dump summary"
 expect_rc 0 "$bs" dump --db "$db" --bucket b3 --checkpoint 800
@@ -76,6 +79,81 @@ expect_rc 0 "$bs" verify --db "$db"
 grep -q "^0 problems" "$tmp/out" || fail "verify output"
 expect_rc 1 "$bs" compact --db "$db" --initial
 grep -q BS_ESTATE "$tmp/err" || fail "--initial after a checkpoint must be BS_ESTATE"
+
+# the database as an operand (like mdb_stat, sqlite3), the same as --db
+expect_rc 0 "$bs" stat "$db" --no-buckets
+grep -q "^file  *$db " "$tmp/out" || fail "stat DB"
+expect_rc 2 "$bs" stat "$db" "$db.other"
+expect_rc 2 "$bs" verify
+grep -q "no database given" "$tmp/err" || fail "no database: usage error"
+expect_rc 0 "$bs" verify "$db"
+# free pages: compaction freed some, the file kept them
+expect_rc 0 "$bs" stat "$db" --no-buckets
+reclaimable=$(sed -n 's/^reclaimable  *\([0-9]*\) bytes.*/\1/p' "$tmp/out")
+[ "${reclaimable:-0}" -gt 0 ] || { cat "$tmp/out"; fail "stat: reclaimable bytes after compaction"; }
+# checkpoint: --count and --timeout-ms without --watch are usage errors, not ignored
+expect_rc 2 "$bs" checkpoint "$db" --count 2
+grep -q -- "--watch" "$tmp/err" || fail "checkpoint --count without --watch"
+expect_rc 2 "$bs" checkpoint "$db" --timeout-ms 5
+# one bucket: "1 bucket", not "1 buckets"
+row='{"cmd":"save","table":"t","tag":"update","id":"s","rows":[{"bucket":"solo","type":"t","id":"s","data":"{}"}]}'
+printf '%s\n' '{"cmd":"stream.create","name":"one"}' '{"cmd":"snapshot_done","lsn":"1"}' \
+  "$row" '{"cmd":"commit","lsn":"1"}' "$row" '{"cmd":"commit","lsn":"2"}' |
+  "$bs" drive --db "$tmp/one.db" > /dev/null
+expect_rc 0 "$bs" compact "$tmp/one.db" --min-changes 1
+grep -qE "^full compaction: 1 bucket, 1 op moved, " "$tmp/out" || { cat "$tmp/out"; fail "plurals"; }
+
+# backup: a smaller, verified copy; an existing OUT only with --force; nothing left on refusal
+expect_rc 0 "$bs" backup "$db" "$tmp/copy.db"
+grep -q "verified" "$tmp/out" || fail "backup summary"
+[ "$(wc -c < "$tmp/copy.db")" -lt "$(wc -c < "$db")" ] || fail "backup is not smaller"
+expect_rc 0 "$bs" verify "$tmp/copy.db"
+expect_rc 1 "$bs" backup --db "$db" "$tmp/copy.db"
+grep -q "exists" "$tmp/err" || fail "backup over an existing file"
+expect_rc 0 "$bs" backup --db "$db" "$tmp/copy.db" --force
+expect_rc 2 "$bs" backup "$db"
+expect_rc 1 "$bs" backup "$db" "$db" --force
+ls -a "$tmp" | grep -q bucketstore-tmp && fail "a temporary was left behind"
+"$bs" dump "$db" > "$tmp/a.dump"; "$bs" dump "$tmp/copy.db" > "$tmp/b.dump"
+cmp -s "$tmp/a.dump" "$tmp/b.dump" || fail "the backup dumps differently"
+
+# dump | load: a new file; dump(load(dump(x))) == dump(x); checksums equal at every checkpoint
+expect_rc 0 "$bs" load "$tmp/loaded.db" "$tmp/a.dump"
+grep -q "^loaded [0-9]* records into" "$tmp/out" || fail "load summary"
+"$bs" dump "$tmp/loaded.db" | cmp -s - "$tmp/a.dump" || fail "dump(load(dump)) differs"
+expect_rc 1 "$bs" load "$tmp/loaded.db" "$tmp/a.dump"
+grep -q "exists" "$tmp/err" || fail "load over an existing file"
+for c in 1 400 800 1200 1600 1999 2000 2001; do
+  for f in "$db" "$tmp/loaded.db"; do
+    set +e; "$bs" dump "$f" --checkpoint "$c" > "$f.at" 2>&1; echo "rc $?" >> "$f.at"; set -e
+  done
+  cmp -s "$db.at" "$tmp/loaded.db.at" || fail "checkpoint $c reads differently after load"
+done
+"$bs" dump --db "$tmp/loaded.db" --bucket b2 --checkpoint 2000 | grep -q '"count"' ||
+  fail "loaded file serves its buckets"
+# a partial dump cannot be loaded; a stream that is not there is refused
+"$bs" dump "$db" --bucket b0 > "$tmp/partial.dump"
+expect_rc 1 "$bs" load "$tmp/p.db" < "$tmp/partial.dump"
+grep -q "no record lines" "$tmp/err" || fail "partial dump"
+expect_rc 1 "$bs" load "$tmp/p.db" --stream 7 - < "$tmp/a.dump"
+[ ! -e "$tmp/p.db" ] || fail "a refused load left a file"
+echo '{"stream":1' > "$tmp/bad.dump"
+expect_rc 1 "$bs" load "$tmp/p.db" "$tmp/bad.dump"
+grep -q "bad.dump:1" "$tmp/err" || fail "a bad line is named"
+# two streams: --all dumps both; load --stream picks one
+printf '%s\n' '{"cmd":"stream.create","name":"two","checksum":"sha256"}' \
+  '{"cmd":"save","stream":2,"table":"t","tag":"insert","id":"x","rows":[{"bucket":"z","type":"t","id":"x","data":"{}"}]}' \
+  '{"cmd":"flush","stream":2}' | "$bs" drive --db "$db" > /dev/null
+expect_rc 0 "$bs" dump "$db" --all
+grep -c '^{"stream":' "$tmp/out" | grep -qx 2 || fail "dump --all: a header per stream"
+cp "$tmp/out" "$tmp/all.dump"
+expect_rc 0 "$bs" load "$tmp/two.db" --stream 2 "$tmp/all.dump"
+expect_rc 0 "$bs" dump "$tmp/two.db" --all
+grep -c '^{"stream":' "$tmp/out" | grep -qx 1 || fail "load --stream 2: one stream"
+grep -q '^{"stream":2,"state":"PROCESSING"' "$tmp/out" || fail "load --stream 2: stream 2"
+"$bs" dump "$db" --stream 2 | cmp -s - "$tmp/out" || fail "load --stream 2 differs from dump --stream 2"
+expect_rc 0 "$bs" load "$tmp/both.db" < "$tmp/all.dump"
+"$bs" dump "$tmp/both.db" --all | cmp -s - "$tmp/all.dump" || fail "dump --all after load"
 
 # checkpoint --watch in one process sees two commits made by another
 "$bs" checkpoint --db "$db" --watch --count 2 --timeout-ms 10000 > "$tmp/watch" &

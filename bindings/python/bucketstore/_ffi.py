@@ -99,8 +99,6 @@ CONSTANTS = {
     "BS_WRITER_OPTIONS_VERSION": 1,
     "BS_COMMIT_OPTIONS_VERSION": 1,
     "BS_BATCH_OPTIONS_VERSION": 1,
-    "BS_BATCH_LIMIT_DEFAULT": 1000,
-    "BS_PARAM_LIMIT_DEFAULT": 1000,
     "BS_COMPACT_OPTIONS_VERSION": 1,
     "BS_SUBKEY_SIZE": 41,
     "BS_STREAM_PROCESSING": 1,
@@ -390,6 +388,7 @@ class bs_stat(Structure):
             "source_records",
             "write_checkpoints",
             "file_bytes",
+            "reclaimable_bytes",
         )
     ]
 
@@ -465,7 +464,6 @@ _PROTOS = {
     "bs_writer_resume_lsn": (c_int, [H, val_in, E]),
     "bs_writer_source_row": (c_int, [H, val_in, val_in, SOURCE_FN, c_void_p, E]),
     "bs_writer_custom_write_checkpoint": (c_int, [H, val_in, u64, val_in, E]),
-    "bs_writer_custom_write_checkpoint_requested": (c_int, [H, val_in, u64, val_in, c_int64, E]),
     "bs_get_checkpoint": (c_int, [H, P(bs_checkpoint), E]),
     "bs_wait_checkpoint": (c_int, [H, P(bs_checkpoint), c_int, P(bs_checkpoint), E]),
     "bs_set_checkpoint_listener": (c_int, [H, LISTENER_FN, c_void_p]),
