@@ -491,7 +491,9 @@ static int check_parameters(demo *d, uint64_t cp, bs_error *err) {
     k.data = key;
     for (want = 0, l = 0; l < d->n[LISTS]; l++) want += d->rows[LISTS][l].ref == u;
     got = 0;
-    if ((rc = bs_get_parameter_sets(d->st, cp, &k, 1, 0, count_set, &got, err)) != BS_OK) return rc;
+    if ((rc = bs_get_parameter_sets(d->st, cp, &k, 1, BS_PARAM_LIMIT_DEFAULT, count_set, &got,
+                                    err)) != BS_OK)
+      return rc;
     if (got != want) mismatch(d, "parameter sets of u%zu: %zu, expected %zu", u, got, want);
   }
   return BS_OK;

@@ -743,10 +743,6 @@ static int h_bucket_data(drv *d, json_t *req, json_t *out, bs_error *err) {
       (rc = f_size(req, "limit", &opts.limit, err)) != BS_OK ||
       (rc = f_size(req, "chunk_bytes", &opts.chunk_bytes, err)) != BS_OK)
     return rc;
-  if (!json_object_get(req, "limit") || json_is_null(json_object_get(req, "limit")))
-    opts.limit = 1000;
-  else if (opts.limit == 0)
-    return cli_fail(err, BS_EINVAL, "field 'limit' must be positive");
   if (!(r = tmp_array(d, json_object_size(b), sizeof *r))) return BS_ENOMEM;
   json_object_foreach(b, name, v) {
     snprintf(what, sizeof what, "buckets.%s", name);
@@ -791,7 +787,7 @@ static int set_one(const bs_val *params, void *payload) {
 
 static int h_parameter_sets(drv *d, json_t *req, json_t *out, bs_error *err) {
   uint64_t cp = 0;
-  size_t i, limit = 0;
+  size_t i, limit = BS_PARAM_LIMIT_DEFAULT; /* only an absent field takes the default */
   json_t *a, *v, *sets = json_array();
   bs_val *keys;
   char what[32];

@@ -179,7 +179,7 @@ bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoi
                                     const bs_val *checkpoint_lsn, bs_val lsn);
 /* bs_batch_options defaults (storage.h), applied by the front; lmdb_read.c also applies them
  * because tests call bs_lmdb_bucket_data directly. */
-#define BS_DEFAULT_BATCH_LIMIT 1000u
+#define BS_DEFAULT_BATCH_LIMIT BS_BATCH_LIMIT_DEFAULT
 #define BS_DEFAULT_CHUNK_BYTES (1024u * 1024u)
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 

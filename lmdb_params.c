@@ -253,7 +253,7 @@ int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lo
   memset(&s, 0, sizeof s);
   s.a = &db->base.alloc;
   s.checkpoint = checkpoint;
-  s.limit = limit; /* never 0: bs_get_parameter_sets applies the default */
+  s.limit = limit; /* 0: the first row is over it */
   for (size_t i = 0; i < n; i++)
     if (lookups[i].size > BS_MAX_LOOKUP_KEY)
       return bs_fail(err, BS_ETOOBIG, "lookups[%zu]: key of %zu bytes (limit %u)", i,

@@ -122,7 +122,6 @@ void bs_free(const bs_allocator *a, void *p) {
  * so backends never see a NULL opts or a zero bound (batch defaults: internal.h). */
 #define BS_DEFAULT_FLUSH_RECORDS 2000u
 #define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
-#define BS_DEFAULT_PARAM_LIMIT   1000u
 
 static int check_allocator(const bs_allocator *a, bs_error *err) {
   int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
@@ -752,7 +751,9 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
     *o = *opts;
     o->version = BS_BATCH_OPTIONS_VERSION;
   }
-  if (o->limit == 0) o->limit = BS_DEFAULT_BATCH_LIMIT;
+  if (o->limit == 0)
+    return bs_fail(err, BS_EINVAL, "opts->limit: 0 ops per call (the default is %u)",
+                   BS_BATCH_LIMIT_DEFAULT);
   if (o->chunk_bytes == 0) o->chunk_bytes = BS_DEFAULT_CHUNK_BYTES;
   if (o->max_bytes == 0) o->max_bytes = BS_DEFAULT_BATCH_BYTES;
   return BS_OK;
@@ -871,7 +872,6 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
                              "BS_MAX_LOOKUP_KEY", err)))
       return rc;
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
-  if (limit == 0) limit = BS_DEFAULT_PARAM_LIMIT;
   return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
 }
 

@@ -34,6 +34,8 @@
  *  - Options structs start with `unsigned version`; initialise them with
  *    their BS_*_INIT macro. Structs only ever grow at the end.
  *  - Op ids, checkpoints: uint64_t, always < 2^63. 0 means "none".
+ *  - A result limit is honoured as given (0 allows nothing, or is BS_EINVAL where a call cannot
+ *    serve zero); the defaults are named: BS_BATCH_LIMIT_DEFAULT, BS_PARAM_LIMIT_DEFAULT.
  *  - An empty string is a value. A bs_val is PRESENT when data is non-NULL (size may be 0: "")
  *    and ABSENT when it is {NULL, 0}. Every value the library hands out follows this: a field
  *    that exists is never NULL, also when empty (an object_id "", a stored row "", a parameter
@@ -413,20 +415,25 @@ typedef struct bs_bucket_request {
   uint64_t after;
 } bs_bucket_request;
 
+/* The default ops per bs_get_bucket_data call (the reference service's). */
+#define BS_BATCH_LIMIT_DEFAULT 1000u
+
 typedef struct bs_batch_options {
   unsigned version;
-  size_t limit;       /* ops per call (all buckets); 0 = 1000 */
+  size_t limit;       /* ops per call (all buckets), >= 1: 0 is BS_EINVAL. The INIT macro sets
+                         BS_BATCH_LIMIT_DEFAULT */
   size_t chunk_bytes; /* 0 = 1 MiB; op size = data + object_type + object_id + subkey */
   size_t max_bytes;   /* bytes per call; 0 = 16 MiB */
 } bs_batch_options;
 #define BS_BATCH_OPTIONS_VERSION 1
 #define BS_BATCH_OPTIONS_INIT                                                                      \
-  { BS_BATCH_OPTIONS_VERSION, 0, 0, 0 }
+  { BS_BATCH_OPTIONS_VERSION, BS_BATCH_LIMIT_DEFAULT, 0, 0 }
 
 /* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
- * call stopped at its limit/byte cap: call again with after = next_after per bucket.
- * Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted span), BS_EINVAL. */
+ * call stopped at its limit/byte cap: call again with after = next_after per bucket. opts NULL:
+ * BS_BATCH_OPTIONS_INIT. Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted
+ * span), BS_EINVAL (also opts->limit 0). */
 BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                               size_t n_req, const bs_batch_options *opts,
                               int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
@@ -494,8 +501,13 @@ BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                      int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                                      void *payload, bs_error *err);
 
+/* The reference service's parameter-row limit: pass it for the default. */
+#define BS_PARAM_LIMIT_DEFAULT 1000u
+
 /* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
- * limit 0 = 1000. Errors: BS_ELIMIT ("too many parameter results (limit was N)"), BS_ESTALE. */
+ * limit is honoured as given: more rows than limit (with 0: any row) fail the call, fn having
+ * seen none of them. Errors: BS_ELIMIT ("too many parameter results (limit was N)"),
+ * BS_ESTALE. */
 BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
                                  size_t n_lookups, size_t limit,
                                  int (*fn)(const bs_val *params, void *payload), void *payload,
@@ -761,7 +773,8 @@ BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload),
  * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
  * answers BS_EUNSUPPORTED. Version 2 appended list_buckets; version 3 gave
  * writer_custom_write_checkpoint its requested_at_ms (a table below 3 is not called for it). Options reach the slots resolved:
- * writer_open/bucket_data opts are never NULL and have no zero bound, parameter_sets limit != 0. */
+ * writer_open/bucket_data opts are never NULL and have no zero bound; a parameter_sets limit of 0
+ * allows no row. */
 #define BS_STORAGE_VTABLE_VERSION 3
 
 typedef struct bs_storage_vtable {

@@ -818,7 +818,7 @@ int bs_params(void) {
       double tq = now_s();
       kv.data = key;
       kv.size = lookup_key(key, rng_next(&s) % keys);
-      rc = bs_get_parameter_sets(h.st, cp, &kv, 1, 0, count_row, &rows, &err);
+      rc = bs_get_parameter_sets(h.st, cp, &kv, 1, BS_PARAM_LIMIT_DEFAULT, count_row, &rows, &err);
       if (rc != BS_OK) {
         res_fail(r, rc, "bs_get_parameter_sets", &err);
         goto out;

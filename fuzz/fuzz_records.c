@@ -259,7 +259,7 @@ static void exercise(void) {
       bs_lookup_encode(key, sizeof key, &kn, &sc, 1, NULL);
       lk.data = key;
       lk.size = kn;
-      bs_get_parameter_sets(st, C, &lk, 1, 0, count_params, &n, NULL);
+      bs_get_parameter_sets(st, C, &lk, 1, BS_PARAM_LIMIT_DEFAULT, count_params, &n, NULL);
     }
     bs_get_status(st, &status, NULL);
     bs_last_write_checkpoint(st, v("mu"), &head, 1, &id, &found, NULL);

@@ -846,17 +846,18 @@ static void test_parameters(void **state) {
   save_lookup(&e, "p2", key, "{\"b\":1}");
   save_lookup(&e, "p2", key, "{\"b\":2}");
   c = commit(&e);
-  CHECK(bs_get_parameter_sets(e.st, c, &key, 1, 0, count_param, got, ERR));
+  CHECK(bs_get_parameter_sets(e.st, c, &key, 1, BS_PARAM_LIMIT_DEFAULT, count_param, got, ERR));
   assert_string_equal(got, "{\"b\":2}");
   o.compact_parameters = 1;
   o.min_bucket_changes = 1000; /* no bucket work */
   CHECK(bs_compact(e.st, &o, &stats, ERR));
   assert_int_equal(stats.parameter_entries_removed, 4);
   got[0] = 0;
-  CHECK(bs_get_parameter_sets(e.st, c, &key, 1, 0, count_param, got, ERR));
+  CHECK(bs_get_parameter_sets(e.st, c, &key, 1, BS_PARAM_LIMIT_DEFAULT, count_param, got, ERR));
   assert_string_equal(got, "{\"b\":2}");
-  assert_int_equal(bs_get_parameter_sets(e.st, c - 1, &key, 1, 0, count_param, got, &err),
-                   BS_ESTALE);
+  assert_int_equal(
+      bs_get_parameter_sets(e.st, c - 1, &key, 1, BS_PARAM_LIMIT_DEFAULT, count_param, got, &err),
+      BS_ESTALE);
   /* a second pass at the same horizon has nothing to do */
   CHECK(bs_compact(e.st, &o, &stats, ERR));
   assert_int_equal(stats.parameter_entries_removed, 0);

@@ -525,7 +525,7 @@ static void t_chunking(void **state) {
   req[0].after = 13;
   req[1].after = 5;
   memset(&cs, 0, sizeof cs);
-  o.limit = 0;
+  o.limit = BS_BATCH_LIMIT_DEFAULT;
   CT_OK(bs_get_bucket_data(e->st, 15, req, 3, &o, collect_chunk, &cs, &more, &ct_err));
   assert_false(more);
   for (k = 0; k < cs.n; k++) {
@@ -1685,6 +1685,46 @@ static void t_empty_values(void **state) {
   assert_false(last_wcp(e, "u", L(3), &id));
 }
 
+/* ==== Explicit limits are honoured (SPEC 5.2, 5.4; storage.h CONVENTIONS) ===================== */
+
+static void t_explicit_limits(void **state) {
+  ct_env *e = *state;
+  unsigned char kb[16], nb[16];
+  bs_val key = ct_key_str(kb, sizeof kb, "K"), none = ct_key_str(nb, sizeof nb, "none");
+  bs_val p = ct_v("{}");
+  bs_lookup lk = {key, &p, 1};
+  bs_bucket_request req = {ct_v("b"), 0};
+  bs_batch_options o = BS_BATCH_OPTIONS_INIT;
+  static chunks cs;
+  char *got = NULL;
+  int more = -1;
+  uint64_t cp;
+  CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b", "t", "r", "{}"}), &lk, 1));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "{}"})));
+  cp = commit(e, L(1));
+  /* parameter sets: 0 allows no row */
+  CT_RC(BS_ELIMIT, ct_params(e->st, cp, &key, 1, 0, &got));
+  assert_string_equal(ct_err.msg, "too many parameter results (limit was 0)");
+  free(got);
+  CT_OK(ct_params(e->st, cp, &none, 1, 0, &got)); /* nothing matches: nothing over it */
+  free(got);
+  CT_OK(ct_params(e->st, cp, &key, 1, 1, &got));
+  assert_string_equal(got, "{}");
+  free(got);
+  /* bucket data: 0 ops per call is refused, the default is explicit, 1 is honoured */
+  memset(&cs, 0, sizeof cs);
+  CT_EQ_U64(o.limit, BS_BATCH_LIMIT_DEFAULT);
+  o.limit = 0;
+  CT_RC(BS_EINVAL, bs_get_bucket_data(e->st, cp, &req, 1, &o, collect_chunk, &cs, &more, &ct_err));
+  assert_non_null(strstr(ct_err.msg, "limit"));
+  CT_EQ_U64(cs.n, 0);
+  o.limit = 1;
+  CT_OK(bs_get_bucket_data(e->st, cp, &req, 1, &o, collect_chunk, &cs, &more, &ct_err));
+  assert_true(more);
+  CT_EQ_U64(cs.n, 1);
+  CT_EQ_U64(cs.v[0].n_ops, 1);
+}
+
 /* ==== Runner ================================================================================== */
 
 typedef struct ct_test {
@@ -1731,6 +1771,7 @@ static const ct_test TESTS[] = {
     T(t_passthrough_on_path),
     T(t_list_buckets),
     T(t_empty_values),
+    T(t_explicit_limits),
 };
 #define N_TESTS (sizeof TESTS / sizeof TESTS[0])
 

@@ -262,7 +262,8 @@ static int sc_reads(bs_storage *st, bs_error *err) {
   }
   if ((rc = bs_get_bucket_data(st, cp.op_id, req, N_BUCKETS, NULL, on_chunk_count, &n, &more, err)))
     return rc;
-  if ((rc = bs_get_parameter_sets(st, cp.op_id, sc_keys, 2, 0, on_params_count, &n, err)))
+  if ((rc = bs_get_parameter_sets(st, cp.op_id, sc_keys, 2, BS_PARAM_LIMIT_DEFAULT, on_params_count,
+                                  &n, err)))
     return rc;
   if ((rc = bs_get_checkpoint_changes(st, 0, cp.op_id, on_changes, &n, err))) return rc;
   return bs_get_status(st, &status, err);

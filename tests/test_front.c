@@ -521,6 +521,10 @@ static void test_read_checks(void **state) {
          "checkpoint");
   EXPECT(bs_get_bucket_data(st, 10, NULL, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL, "req");
   EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, NULL, NULL, &more, E), BS_EINVAL, "on_chunk");
+  bo.limit = 0; /* an explicit limit is honoured: zero ops per call cannot be served */
+  EXPECT(bs_get_bucket_data(st, 10, req, 4, &bo, on_chunk, NULL, &more, E), BS_EINVAL,
+         "opts->limit");
+  bo.limit = BS_BATCH_LIMIT_DEFAULT;
   bo.version = 7;
   EXPECT(bs_get_bucket_data(st, 10, req, 4, &bo, on_chunk, NULL, &more, E), BS_EINVAL,
          "opts->version");
@@ -577,14 +581,18 @@ static void test_read_checks(void **state) {
   EXPECT(bs_get_checkpoint_changes(st, 1, TOO_HIGH, on_changes, NULL, E), BS_EINVAL, "to");
   EXPECT(bs_get_checkpoint_changes(st, 1, 2, NULL, NULL, E), BS_EINVAL, "fn");
   bs_val lk[1] = {{big, BS_MAX_LOOKUP_KEY + 1}};
-  EXPECT(bs_get_parameter_sets(st, 5, lk, 1, 0, on_params, NULL, E), BS_ETOOBIG,
-         "BS_MAX_LOOKUP_KEY");
-  EXPECT(bs_get_parameter_sets(st, TOO_HIGH, lk, 0, 0, on_params, NULL, E), BS_EINVAL,
-         "checkpoint");
-  EXPECT(bs_get_parameter_sets(st, 5, NULL, 1, 0, on_params, NULL, E), BS_EINVAL, "lookups");
+  EXPECT(bs_get_parameter_sets(st, 5, lk, 1, BS_PARAM_LIMIT_DEFAULT, on_params, NULL, E),
+         BS_ETOOBIG, "BS_MAX_LOOKUP_KEY");
+  EXPECT(bs_get_parameter_sets(st, TOO_HIGH, lk, 0, BS_PARAM_LIMIT_DEFAULT, on_params, NULL, E),
+         BS_EINVAL, "checkpoint");
+  EXPECT(bs_get_parameter_sets(st, 5, NULL, 1, BS_PARAM_LIMIT_DEFAULT, on_params, NULL, E),
+         BS_EINVAL, "lookups");
   lk[0].size = 3;
-  assert_int_equal(bs_get_parameter_sets(st, 5, lk, 1, 0, on_params, NULL, NULL), BS_OK);
+  assert_int_equal(
+      bs_get_parameter_sets(st, 5, lk, 1, BS_PARAM_LIMIT_DEFAULT, on_params, NULL, NULL), BS_OK);
   assert_int_equal(seen_limit, 1000);
+  assert_int_equal(bs_get_parameter_sets(st, 5, lk, 1, 0, on_params, NULL, NULL), BS_OK);
+  assert_int_equal(seen_limit, 0); /* 0 is a limit (no row allowed), not "the default" */
   EXPECT(bs_get_checkpoint(st, NULL, E), BS_EINVAL, "out");
   EXPECT(bs_get_checkpoint(NULL, NULL, E), BS_EINVAL, "st");
   EXPECT(bs_get_status(st, NULL, E), BS_EINVAL, "out");

@@ -306,7 +306,8 @@ static int h_params_limit(hx *h) {
   s.type = BS_SCALAR_NULL;
   bs_lookup_encode(k, sizeof k, &kn, &s, 1, NULL);
   key = vn(k, kn);
-  return bs_get_parameter_sets(h->st, 0x7fffffffffffffffull, &key, 1, 0, NULL, NULL, &h->err);
+  return bs_get_parameter_sets(h->st, 0x7fffffffffffffffull, &key, 1, BS_PARAM_LIMIT_DEFAULT, NULL,
+                               NULL, &h->err);
 }
 static int h_rdonly_write(hx *h) {
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
@@ -593,7 +594,8 @@ static void test_isolation(void **state) {
     bs_val name = vn(crafted[i].p, crafted[i].n);
     char seen[64] = {0};
     check_bucket(h->st, C, name, (int)i, "crafted bucket");
-    assert_int_equal(bs_get_parameter_sets(h->st, C, &name, 1, 0, collect_params, seen, NULL),
+    assert_int_equal(bs_get_parameter_sets(h->st, C, &name, 1, BS_PARAM_LIMIT_DEFAULT,
+                                           collect_params, seen, NULL),
                      BS_OK);
     for (int j = 0; j < 64; j++)
       if (seen[j] != (j == (int)i)) fail_msg("crafted lookup %zu: %d rows of %d", i, seen[j], j);

@@ -252,13 +252,19 @@ static void test_parameters(void **state) {
   assert_int_equal(bs_writer_save(f.w, &s, NULL), BS_OK); /* 2: k2 entry, 3: k1 tomb */
   assert_int_equal(commit(&f, "0003"), 3);
   out[0] = 0;
-  assert_int_equal(bs_get_parameter_sets(f.st, 1, keys, 2, 0, collect_param, out, NULL), BS_OK);
+  assert_int_equal(
+      bs_get_parameter_sets(f.st, 1, keys, 2, BS_PARAM_LIMIT_DEFAULT, collect_param, out, NULL),
+      BS_OK);
   assert_string_equal(out, "{\"a\":1};");
   out[0] = 0;
-  assert_int_equal(bs_get_parameter_sets(f.st, 2, keys, 2, 0, collect_param, out, NULL), BS_OK);
+  assert_int_equal(
+      bs_get_parameter_sets(f.st, 2, keys, 2, BS_PARAM_LIMIT_DEFAULT, collect_param, out, NULL),
+      BS_OK);
   assert_string_equal(out, "{\"a\":1};{\"a\":2};");
   out[0] = 0;
-  assert_int_equal(bs_get_parameter_sets(f.st, 3, keys, 2, 0, collect_param, out, NULL), BS_OK);
+  assert_int_equal(
+      bs_get_parameter_sets(f.st, 3, keys, 2, BS_PARAM_LIMIT_DEFAULT, collect_param, out, NULL),
+      BS_OK);
   assert_string_equal(out, "{\"a\":2};");
   assert_int_equal(bs_get_parameter_sets(f.st, 2, keys, 2, 1, collect_param, out, &e), BS_ELIMIT);
   assert_string_equal(e.msg, "too many parameter results (limit was 1)");
@@ -271,9 +277,13 @@ static void test_parameters(void **state) {
     assert_int_equal(st.parameter_entries_removed, 2); /* k1 entry + k1 tombstone */
   }
   out[0] = 0;
-  assert_int_equal(bs_get_parameter_sets(f.st, 3, keys, 2, 0, collect_param, out, NULL), BS_OK);
+  assert_int_equal(
+      bs_get_parameter_sets(f.st, 3, keys, 2, BS_PARAM_LIMIT_DEFAULT, collect_param, out, NULL),
+      BS_OK);
   assert_string_equal(out, "{\"a\":2};");
-  assert_int_equal(bs_get_parameter_sets(f.st, 2, keys, 2, 0, collect_param, out, NULL), BS_ESTALE);
+  assert_int_equal(
+      bs_get_parameter_sets(f.st, 2, keys, 2, BS_PARAM_LIMIT_DEFAULT, collect_param, out, NULL),
+      BS_ESTALE);
   fx_close(&f);
 }
 

@@ -124,7 +124,7 @@ static int ps_rc(ct_env *f, uint64_t c, const key *keys, size_t n, size_t limit,
 static const char *ps(ct_env *f, uint64_t c, key k) {
   static rows r;
   bs_error e = {0, ""};
-  int rc = ps_rc(f, c, &k, 1, 0, &r, &e);
+  int rc = ps_rc(f, c, &k, 1, BS_PARAM_LIMIT_DEFAULT, &r, &e);
   if (rc) fail_msg("parameter sets at %llu: %d %s", (unsigned long long)c, rc, e.msg);
   return r.joined;
 }
@@ -179,7 +179,7 @@ static void test_move_between_lookups(void **state) {
   {
     key ks[3] = {a, b, a};
     rows r;
-    CT_OK(ps_rc(f, c2, ks, 3, 0, &r, &ct_err));
+    CT_OK(ps_rc(f, c2, ks, 3, BS_PARAM_LIMIT_DEFAULT, &r, &ct_err));
     assert_string_equal(r.joined, "{\"r\":1}|{\"r\":2}");
   }
 }
@@ -249,6 +249,14 @@ static void test_limit(void **state) {
   assert_int_equal(r.n, 0); /* nothing was handed out */
   CT_OK(ps_rc(f, c, &k, 1, 5, &r, &ct_err));
   assert_int_equal(r.n, 5);
+  /* 0 is a limit: any matching row is over it; none matching is fine */
+  assert_int_equal(ps_rc(f, c, &k, 1, 0, &r, &err), BS_ELIMIT);
+  assert_string_equal(err.msg, "too many parameter results (limit was 0)");
+  {
+    key none = skey("none");
+    CT_OK(ps_rc(f, c, &none, 1, 0, &r, &ct_err));
+    assert_int_equal(r.n, 0);
+  }
   /* the limit is over the whole call, not per lookup */
   {
     key ks[2] = {k, other};

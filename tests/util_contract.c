@@ -356,8 +356,8 @@ int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t b
   r.C = C;
   r.pos = after;
   r.chunk_bytes = chunk_bytes ? chunk_bytes : 1024 * 1024;
-  r.limit = limit ? limit : 1000;
-  o.limit = limit;
+  r.limit = limit ? limit : BS_BATCH_LIMIT_DEFAULT; /* this helper's 0: the default */
+  o.limit = r.limit;
   o.chunk_bytes = chunk_bytes;
   do {
     req.bucket.data = bucket;
@@ -432,7 +432,7 @@ int ct_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n, size_
 void ct_expect_params(bs_storage *st, uint64_t C, const bs_val *lookups, size_t n,
                       const char *want) {
   char *got = NULL;
-  int rc = ct_params(st, C, lookups, n, 0, &got);
+  int rc = ct_params(st, C, lookups, n, BS_PARAM_LIMIT_DEFAULT, &got);
   if (rc != BS_OK) {
     free(got);
     fail_msg("parameter sets at %llu: %s (%s)", (unsigned long long)C, bs_strerror(rc), ct_err.msg);

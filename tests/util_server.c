@@ -402,7 +402,7 @@ static int fetch_step(sv_conn *c) {
     e->got_chunk = e->last_has_more = 0;
     n++;
   }
-  o.limit = ct_below(&c->rng, 3) == 0 ? 0 : 1 + ct_below(&c->rng, 30);
+  o.limit = ct_below(&c->rng, 3) == 0 ? BS_BATCH_LIMIT_DEFAULT : 1 + ct_below(&c->rng, 30);
   o.chunk_bytes = ct_below(&c->rng, 3) == 0 ? 0 : 1 + ct_below(&c->rng, 4000);
   if (ct_below(&c->rng, 6) == 0) o.max_bytes = 1 + ct_below(&c->rng, 6000);
   c->stats.reads++;

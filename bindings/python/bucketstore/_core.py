@@ -20,6 +20,7 @@ import ctypes
 import operator
 import os
 import struct
+import sys
 import threading
 import weakref
 from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_at
@@ -865,7 +866,8 @@ class Storage(_Handle):
                 raise TypeError(f"buckets[{i}]: expected a (name, after) pair") from None
             req[i].bucket = _val(name, f"buckets[{i}] name")
             req[i].after = _op_id(after, f"buckets[{i}] after")
-        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, _size(limit, "limit"),
+        lim = F.BS_BATCH_LIMIT_DEFAULT if limit is None else _size(limit, "limit")
+        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, lim,
                                _size(chunk_bytes, "chunk_bytes"), _size(max_bytes, "max_bytes"))
         chunks: List[Chunk] = []
         trap = _Trap()
@@ -996,7 +998,7 @@ class Storage(_Handle):
         cp = _op_id(checkpoint, "checkpoint")
         keys = [encode_lookup(v, f"lookups[{i}]") for i, v in enumerate(lookups)]
         arr = (F.val_in * max(len(keys), 1))(*[F.val_in(k, len(k)) for k in keys])
-        lim = _size(limit, "limit")
+        lim = F.BS_PARAM_LIMIT_DEFAULT if limit is None else _size(limit, "limit", False)
         rows: List[str] = []
         trap = _Trap()
         fn = F.PARAMS_FN(lambda p, x: trap.call(lambda: rows.append(_str(p[0]) or "")))
@@ -1202,6 +1204,13 @@ _OP = struct.Struct("@QiIQPNPNPNPN")
 if _OP.size != ctypes.sizeof(F.bs_op):  # pragma: no cover - caught by test_layout
     raise ImportError("bucketstore: bs_op layout does not match the op format")
 
+# The op fields are decoded straight from the borrowed memory through one read-only view of
+# the address space (from address 1), sliced only at the pointers the library passes to the
+# callback and only while it runs: about 2.5x cheaper than a ctypes.string_at per field.
+_view = ctypes.pythonapi.PyMemoryView_FromMemory
+_view.argtypes, _view.restype = (c_void_p, ctypes.c_ssize_t, c_int), ctypes.py_object
+_MEM = _view(1, sys.maxsize - 1, 0x100)  # PyBUF_READ
+
 
 def _collect_chunk(p: Any, out: List[Chunk]) -> None:
     c = p[0]
@@ -1209,13 +1218,15 @@ def _collect_chunk(p: Any, out: List[Chunk]) -> None:
     ops: List[Op] = []
     append = ops.append
     types = _OP_TYPES
+    m = _MEM
+    u, e = "utf-8", "surrogateescape"
     raw = string_at(c.ops, n * _OP.size) if n else b""
     for op_id, t, ck, tgt, a, an, b, bn, k, kn, d, dn in _OP.iter_unpack(raw):
         append(Op(op_id, types[t],
-                  string_at(a, an).decode("utf-8", "surrogateescape") if a else None,
-                  string_at(b, bn).decode("utf-8", "surrogateescape") if b else None,
-                  string_at(k, kn).decode("utf-8", "surrogateescape") if k else None,
-                  string_at(d, dn).decode("utf-8", "surrogateescape") if d else None,
+                  str(m[a - 1:a - 1 + an], u, e) if a else None,
+                  str(m[b - 1:b - 1 + bn], u, e) if b else None,
+                  str(m[k - 1:k - 1 + kn], u, e) if k else None,
+                  str(m[d - 1:d - 1 + dn], u, e) if d else None,
                   ck, tgt if tgt else None))
     out.append(Chunk(_str(c.bucket) or "", c.after, c.next_after, bool(c.has_more),
                      c.target_op or None, ops))
@@ -1415,15 +1426,23 @@ class Writer(_Handle):
         return got[0] if got else None
 
     def custom_write_checkpoint(self, user_id: Bytes, checkpoint: int,
-                                event: Optional[Bytes] = None) -> None:
-        """Custom mode: queue (user, value[, event]), persisted by the next flush."""
+                                event: Optional[Bytes] = None,
+                                requested_at_ms: Optional[int] = None) -> None:
+        """Custom mode: queue (user, value[, event]), persisted by the next flush. Without
+        requested_at_ms it is persistent (owned by the source); with it, it came from a
+        client's request made then and delete_checkpoint_requests_before expires it."""
         u = _val(user_id, "user_id")
         c = _op_id(checkpoint, "checkpoint")
         ev = _opt_val(event, "event")
+        at = None if requested_at_ms is None else _int(requested_at_ms, "requested_at_ms", 0,
+                                                       I64 - 1)
         err = F.bs_error()
         h = self._enter()
         try:
-            rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
+            if at is None:
+                rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
+            else:
+                rc = lib.bs_writer_custom_write_checkpoint_requested(h, u, c, ev, at, byref(err))
         finally:
             self._lock.release()
         _check(rc, err)

@@ -161,6 +161,9 @@ def test_parameter_sets_canonical_numbers(st):
     with pytest.raises(bs.LimitError) as e:
         st.parameter_sets(cp, [[314, "u1"]], limit=2)
     assert "limit was 2" in e.value.message
+    with pytest.raises(bs.LimitError):  # 0 is a limit (no row), not the default
+        st.parameter_sets(cp, [[314, "u1"]], limit=0)
+    assert st.parameter_sets(cp, [[3]], limit=0) == []
     assert bs.decode_lookup(bs.encode_lookup([None, True, -5, 2.5, "ü", 7.0])) == [
         None, True, -5, 2.5, "ü", 7]
     assert bs.encode_lookup([2**63 - 1]) != bs.encode_lookup([-(2**63)])
@@ -204,8 +207,12 @@ def test_write_checkpoints(st):
         st.create_managed_write_checkpoints([bs.ManagedRequest("u1", {})])
     with st.writer() as w:
         w.custom_write_checkpoint("u9", 2**63 - 1)
+        w.custom_write_checkpoint("u8", 5, requested_at_ms=1000)
+        w.custom_write_checkpoint("u7", 6, event="ev", requested_at_ms=3000)
         w.flush()
     assert st.last_write_checkpoint("u9") == 2**63 - 1
+    assert st.delete_checkpoint_requests_before(2000) == 1  # u8 only: u9 is persistent
+    assert st.last_write_checkpoint("u8") is None and st.last_write_checkpoint("u9") == 2**63 - 1
 
 
 def test_compaction_keeps_checksums(st):

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""bench_py.py: the Python binding against the C API and the JSON driver, same workload.
+
+Three clients do the same two things on a fresh file each (nosync, so the interface is what is
+measured, not the disk):
+  ingest: ROWS snapshot rows (INSERT, snapshot writer), one output row each into bucket
+          i % BUCKETS, DATA-byte JSON rows (bsbench's generator: replica id r%08d, bucket
+          by_list["l%05d"], object type todos), a commit every COMMIT rows, then
+          snapshot_done + a commit that makes the checkpoint;
+  reads:  every bucket downloaded whole from op 0 at the checkpoint, READ_LIMIT ops per library
+          call, twice; the second pass (warm map) is reported. Every op is materialised the
+          way that client gets it (C: the borrowed bs_op; Python: an Op with str fields; driver:
+          the parsed JSON reply).
+Clients: "C API" (a small C program, below, compiled against build/libbucketstore.a),
+"python binding" (bindings/python over build/libbucketstore.so), "JSON driver" (the Python
+process writing `bucketstore drive` commands: saves pipelined through a writer thread, reads
+request/reply). Rows are generated before the clock starts (for the driver: as JSON lines).
+
+Usage: python3 bench/bench_py.py [--rows N] [--buckets N] [--commit N] [--data-size N]
+                                 [--read-limit N] [--build DIR] [--only c,py,driver]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+C_SOURCE = r"""
+#include "storage.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+static void die(int rc, const char *what, const bs_error *e) {
+  fprintf(stderr, "%s: %s (%s)\n", what, bs_strerror(rc), e->msg);
+  exit(1);
+}
+#define TRY(call, what) do { int rc_ = (call); if (rc_) die(rc_, what, &err); } while (0)
+typedef struct { unsigned long long ops, bytes, next; } acc;
+static int on_chunk(const bs_chunk *c, void *p) {
+  acc *a = p;
+  for (size_t i = 0; i < c->n_ops; i++) a->bytes += c->ops[i].data.size;
+  a->ops += c->n_ops;
+  a->next = c->next_after;
+  return 0;
+}
+static void gen_data(char *out, unsigned long long row, size_t size) {
+  static const char fill[] = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz";
+  int n = snprintf(out, size + 1, "{\"id\":\"r%08llu\",\"v\":0,\"done\":false,\"d\":\"", row);
+  for (size_t i = (size_t)n, off = row % 26; i < size - 2; i++) out[i] = fill[off + (i - n) % 26];
+  out[size - 2] = '"', out[size - 1] = '}';
+}
+int main(int argc, char **argv) {
+  unsigned long long rows = strtoull(argv[2], 0, 10), nb = strtoull(argv[3], 0, 10),
+                     every = strtoull(argv[4], 0, 10), dsize = strtoull(argv[5], 0, 10),
+                     limit = strtoull(argv[6], 0, 10);
+  bs_db *db; bs_storage *st; bs_writer *w; bs_error err = {0};
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_commit_result cr;
+  uint32_t sid;
+  char (*rid)[16] = malloc(rows * 16), (*bk)[24] = malloc(nb * 24), *data = malloc(rows * dsize);
+  bs_val lsn = {"0000000000000001", 16};
+  double t0, t_ingest, t_read = 0;
+  acc a = {0, 0, 0};
+  for (unsigned long long i = 0; i < rows; i++) {
+    snprintf(rid[i], 16, "r%08llu", i % 100000000ull);
+    gen_data(data + i * dsize, i, dsize);
+  }
+  for (unsigned long long b = 0; b < nb; b++) snprintf(bk[b], 24, "by_list[\"l%05llu\"]", b);
+  oo.flags = BS_OPEN_NOSYNC;
+  TRY(bs_open(&db, argv[1], &oo, &err), "bs_open");
+  TRY(bs_stream_create(&sid, db, "bench", NULL, &err), "bs_stream_create");
+  TRY(bs_storage_open(&st, db, sid, &err), "bs_storage_open");
+  wo.snapshot = 1;
+  TRY(bs_writer_open(&w, st, &wo, &err), "bs_writer_open");
+  t0 = now();
+  for (unsigned long long i = 0; i < rows; i++) {
+    bs_save s = BS_SAVE_INIT;
+    bs_row r;
+    r.bucket = (bs_val){bk[i % nb], strlen(bk[i % nb])};
+    r.object_type = (bs_val){"todos", 5};
+    r.object_id = (bs_val){rid[i], 9};
+    r.data = (bs_val){data + i * dsize, dsize};
+    s.table = (bs_val){"todos", 5}, s.tag = BS_INSERT, s.after_id = r.object_id;
+    s.rows = &r, s.n_rows = 1;
+    TRY(bs_writer_save(w, &s, &err), "bs_writer_save");
+    if ((i + 1) % every == 0) TRY(bs_writer_commit(w, lsn, NULL, &cr, &err), "commit");
+  }
+  TRY(bs_writer_snapshot_done(w, lsn, &err), "snapshot_done");
+  TRY(bs_writer_commit(w, lsn, NULL, &cr, &err), "commit");
+  t_ingest = now() - t0;
+  for (int pass = 0; pass < 2; pass++) {
+    a.ops = a.bytes = 0;
+    t0 = now();
+    for (unsigned long long b = 0; b < nb; b++) {
+      bs_bucket_request req = {{bk[b], strlen(bk[b])}, 0};
+      int more = 1;
+      bo.limit = limit;
+      while (more) {
+        TRY(bs_get_bucket_data(st, cr.checkpoint, &req, 1, &bo, on_chunk, &a, &more, &err),
+            "bs_get_bucket_data");
+        req.after = a.next;
+      }
+    }
+    t_read = now() - t0;
+  }
+  printf("{\"ingest_s\": %.6f, \"read_s\": %.6f, \"ops\": %llu, \"bytes\": %llu}\n", t_ingest,
+         t_read, a.ops, a.bytes);
+  bs_writer_close(w), bs_storage_close(st), bs_close(db);
+  free(rid), free(bk), free(data);
+  return 0;
+}
+"""
+
+
+def gen_data(row, size):
+    fill = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
+    head = '{"id":"r%08d","v":0,"done":false,"d":"' % row
+    off = row % 26
+    body = "".join(fill[off + i % 26] for i in range(size - 2 - len(head)))
+    return head + body + '"}'
+
+
+def workload(a):
+    buckets = ['by_list["l%05d"]' % b for b in range(a.buckets)]
+    rows = [("r%08d" % (i % 100000000), buckets[i % a.buckets], gen_data(i, a.data_size))
+            for i in range(a.rows)]
+    return buckets, rows
+
+
+def run_c(a, d):
+    exe = d / "bench_c"
+    (d / "bench_c.c").write_text(C_SOURCE)
+    subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I", str(ROOT), "-o", str(exe),
+                    str(d / "bench_c.c"), str(a.build / "libbucketstore.a"), "-llmdb", "-lnettle",
+                    "-lpthread"], check=True)
+    out = subprocess.run([str(exe), str(d / "c.bsdb"), str(a.rows), str(a.buckets),
+                          str(a.commit), str(a.data_size), str(a.read_limit)], check=True,
+                         capture_output=True, text=True).stdout
+    r = json.loads(out)
+    return r["ingest_s"], r["read_s"], r["ops"]
+
+
+def run_py(a, d, buckets, rows):
+    os.environ.setdefault("BUCKETSTORE_LIB", str(a.build / "libbucketstore.so"))
+    sys.path.insert(0, str(ROOT / "bindings" / "python"))
+    import bucketstore as bs
+
+    lsn = "0000000000000001"
+    with bs.open(d / "py.bsdb", nosync=True) as db:
+        with db.storage(db.create_stream("bench")) as st:
+            with st.writer(snapshot=True) as w:
+                save, commit, every = w.save, w.commit, a.commit
+                t0 = time.perf_counter()
+                for i, (rid, b, data) in enumerate(rows, 1):
+                    save("todos", "insert", rid, [(b, "todos", rid, data)])
+                    if i % every == 0:
+                        commit(lsn)
+                w.snapshot_done(lsn)
+                cp = commit(lsn).checkpoint
+                t_ingest = time.perf_counter() - t0
+            for _ in range(2):
+                ops = 0
+                t0 = time.perf_counter()
+                for b in buckets:
+                    for chunk in st.bucket_data(cp, {b: 0}, limit=a.read_limit):
+                        ops += len(chunk.ops)
+                t_read = time.perf_counter() - t0
+    return t_ingest, t_read, ops
+
+
+def run_driver(a, d, buckets, rows):
+    exe = a.build / "bucketstore"
+    p = subprocess.Popen([str(exe), "drive", "--db", str(d / "drv.bsdb"), "--nosync"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 20)
+    lsn = "0000000000000001"
+    lines = [b'{"cmd":"stream.create","name":"bench"}\n',
+             b'{"cmd":"writer.open","snapshot":true}\n']
+    for i, (rid, b, data) in enumerate(rows, 1):
+        lines.append(json.dumps({"cmd": "save", "table": "todos", "tag": "insert", "id": rid,
+                                 "rows": [{"bucket": b, "type": "todos", "id": rid,
+                                           "data": data}]}).encode() + b"\n")
+        if i % a.commit == 0:
+            lines.append(b'{"cmd":"commit","lsn":"%s"}\n' % lsn.encode())
+    lines.append(b'{"cmd":"snapshot_done","lsn":"%s"}\n' % lsn.encode())
+    lines.append(b'{"cmd":"commit","lsn":"%s"}\n' % lsn.encode())
+
+    def feed():
+        for line in lines:
+            p.stdin.write(line)
+        p.stdin.flush()
+
+    t0 = time.perf_counter()
+    t = threading.Thread(target=feed)
+    t.start()
+    last = None
+    for _ in lines:
+        last = json.loads(p.stdout.readline())
+        if not last.get("ok"):
+            raise SystemExit(f"driver: {last}")
+    t.join()
+    t_ingest = time.perf_counter() - t0
+    cp = last["checkpoint"]
+
+    def ask(cmd):
+        p.stdin.write(json.dumps(cmd).encode() + b"\n")
+        p.stdin.flush()
+        r = json.loads(p.stdout.readline())
+        if not r.get("ok"):
+            raise SystemExit(f"driver: {r}")
+        return r
+
+    for _ in range(2):
+        ops = 0
+        t0 = time.perf_counter()
+        for b in buckets:
+            after, more = "0", True
+            while more:
+                r = ask({"cmd": "bucket_data", "checkpoint": cp, "buckets": {b: after},
+                         "limit": a.read_limit})
+                for c in r["chunks"]:
+                    ops += len(c["data"])
+                    after = c["next_after"]
+                more = r["has_more"]
+        t_read = time.perf_counter() - t0
+    p.stdin.close()
+    p.wait()
+    return t_ingest, t_read, ops
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=200000)
+    ap.add_argument("--buckets", type=int, default=100)
+    ap.add_argument("--commit", type=int, default=10000)
+    ap.add_argument("--data-size", type=int, default=120)
+    ap.add_argument("--read-limit", type=int, default=10000)
+    ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")
+    ap.add_argument("--only", default="c,py,driver")
+    a = ap.parse_args()
+    if a.data_size < 64 or a.rows < a.buckets or a.commit < 1:
+        ap.error("need --data-size >= 64, --rows >= --buckets, --commit >= 1")
+    only = a.only.split(",")
+    print(f"bench_py: {a.rows} rows of {a.data_size} B -> {a.buckets} buckets, commit every "
+          f"{a.commit}, nosync; reads {a.read_limit} ops/call, warm map; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    buckets, rows = workload(a)
+    res = {}
+    with tempfile.TemporaryDirectory(prefix="bench_py.") as tmp:
+        d = pathlib.Path(tmp)
+        if "c" in only:
+            res["C API"] = run_c(a, d)
+        if "py" in only:
+            res["python binding"] = run_py(a, d, buckets, rows)
+        if "driver" in only:
+            res["JSON driver"] = run_driver(a, d, buckets, rows)
+    base = res.get("C API")
+    print(f"{'client':<16} {'ingest rows/s':>14} {'cost':>7} {'read ops/s':>13} {'cost':>7}")
+    for name, (ti, tr, ops) in res.items():
+        if ops != a.rows:
+            raise SystemExit(f"{name}: read {ops} ops, expected {a.rows}")
+        xi = f"{ti / base[0]:.1f}x" if base else "-"
+        xr = f"{tr / base[1]:.1f}x" if base else "-"
+        print(f"{name:<16} {a.rows / ti:>14,.0f} {xi:>7} {ops / tr:>13,.0f} {xr:>7}")
+    print(f"cost = time / the C API's time; load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()
