@@ -88,6 +88,11 @@ static inline bs_val bs_val_str(const char *s) {
   return v;
 }
 
+/* Bytes of a bucket name quoted in a message ("%.*s"). */
+static inline int bs_name_shown(bs_val name) {
+  return (int)(name.size < 100 ? name.size : 100);
+}
+
 /* ---- The database base: every backend's db struct starts with this ---- */
 typedef struct bs_db_ops {
   void (*close)(bs_db *db);
@@ -184,7 +189,8 @@ bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoi
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
 /* =================================================================================================
- * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat, verify)
+ * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat;
+ * lmdb_verify.c: verify; lmdb_file.c: the file check before the environment opens)
  *
  * One file (MDB_NOSUBDIR), named sub-databases. Integers in keys are big-endian so byte order is
  * numeric order. A variable part of a key is either the last part (its length is implied) or
@@ -243,6 +249,12 @@ static inline int bs_op_carries_row(bs_op_type type) {
   return type == BS_OP_PUT || type == BS_OP_REMOVE;
 }
 #define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
+
+/* The ops key of (bucket id, op id). */
+static inline void bs_lmdb_op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
+  bs_put_u64be(k, bucket);
+  bs_put_u64be(k + 8, op);
+}
 
 /* Decodes an op value (borrowed) into op; op_id is taken from the key. BS_ECORRUPT if short. */
 static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
@@ -406,6 +418,9 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
                          int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                          bs_error *err);
 int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
+/* For verify: BS_OK when a `changes` record decodes, else BS_ECORRUPT. */
+int bs_lmdb_change_check(const MDB_val *k, const MDB_val *v);
+/* lmdb_verify.c */
 int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
                    bs_error *err);
 

@@ -64,11 +64,6 @@ typedef struct bdelta {
 
 /* ---- Small encoders ------------------------------------------------------------------------- */
 
-static void op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
-  bs_put_u64be(k, bucket);
-  bs_put_u64be(k + 8, op);
-}
-
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -143,7 +138,7 @@ static int last_op_of(cctx *c, uint64_t id, uint64_t *out) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  op_key(kb, id, UINT64_MAX);
+  bs_lmdb_op_key(kb, id, UINT64_MAX);
   mrc = seek_le(c->oc, kb, 16, &k, &v);
   *out = mrc == 0 && in_bucket(&k, id) ? bs_get_u64be((const unsigned char *)k.mv_data + 8) : 0;
   return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: last op") : BS_OK;
@@ -278,7 +273,7 @@ static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
   unsigned char kb[16], qk[12];
   MDB_val k, v, q = {12, qk};
   int mrc;
-  op_key(kb, bucket, 0);
+  bs_lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(c->ec, kb, 16, &k, &v);
   if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
@@ -657,7 +652,7 @@ static int scan_full(cctx *c, work *w, uint64_t bucket) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  op_key(kb, bucket, j->pos);
+  bs_lmdb_op_key(kb, bucket, j->pos);
   for (mrc = seek_le(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
        mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV)) {
     bs_op op;
@@ -690,7 +685,7 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t mo
   unsigned char kb[16];
   size_t i;
   int mrc;
-  op_key(kb, bucket, 0);
+  bs_lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(c->oc, kb, 16, &k, &v);
   for (i = 0; i < n && mrc == 0; i++) {
     if (!in_bucket(&k, bucket)) break;
@@ -730,7 +725,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     return BS_OK;
   }
   /* pass 1: this transaction's share of the run, and what the CLEAR will carry */
-  op_key(kb, bucket, 0);
+  bs_lmdb_op_key(kb, bucket, 0);
   for (mrc = seek_ge(c->oc, kb, 16, &k, &v);; mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
@@ -776,7 +771,7 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
-  op_key(kb, bucket, j->pos);
+  bs_lmdb_op_key(kb, bucket, j->pos);
   for (mrc = seek_ge(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
        mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
@@ -804,7 +799,7 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  op_key(kb, bucket, j->pos);
+  bs_lmdb_op_key(kb, bucket, j->pos);
   mrc = seek_le(c->oc, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     bs_op op;
@@ -839,7 +834,7 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     if (op.type == BS_OP_CLEAR) d->clear_dropped = 1;
     c->changes++;
     if ((mrc = mdb_cursor_del(c->oc, 0))) return mdb_err(c, mrc, "compact: delete op");
-    op_key(kb, bucket, op.op_id - 1);
+    bs_lmdb_op_key(kb, bucket, op.op_id - 1);
     mrc = seek_le(c->oc, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
@@ -866,9 +861,9 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   unsigned char kb[16], ekb[16];
   int mrc, erc, rc, ended = 0, cut = 0;
   /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
-  op_key(kb, bucket, 0);
+  bs_lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(oc, kb, 16, &k, &v);
-  op_key(ekb, bucket, j->pos);
+  bs_lmdb_op_key(ekb, bucket, j->pos);
   erc = seek_ge(ec, ekb, 16, &ek, &ev);
   for (;;) {
     bs_op op;
@@ -952,7 +947,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   /* pass 2: the fold, then the first kn due entries from pos */
   if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
-  op_key(ekb, bucket, j->pos);
+  bs_lmdb_op_key(ekb, bucket, j->pos);
   erc = seek_ge(ec, ekb, 16, &ek, &ev);
   for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
     if (ev.mv_size == 8 && bs_get_u64le(ev.mv_data) <= w->horizon) {
@@ -984,7 +979,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
-  op_key(kb, bucket, j->pos);
+  bs_lmdb_op_key(kb, bucket, j->pos);
   mrc = seek_ge(cur, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8), nw;
@@ -1008,7 +1003,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
       continue;
     }
     if (w->budget != UINT64_MAX) w->budget--;
-    op_key(ok, bucket, old);
+    bs_lmdb_op_key(ok, bucket, old);
     mrc = mdb_cursor_get(c->oc, &opk, &opv, MDB_SET_KEY);
     if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: read op");
     if (mrc == 0) {
@@ -1022,7 +1017,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
     j->consumed = 1;
     c->changes++;
     if ((mrc = mdb_cursor_del(cur, 0))) return mdb_err(c, mrc, "compact: delete superseded entry");
-    op_key(kb, bucket, old + 1);
+    bs_lmdb_op_key(kb, bucket, old + 1);
     mrc = seek_ge(cur, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
@@ -1039,7 +1034,7 @@ static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
-  op_key(kb, bucket, j->pos);
+  bs_lmdb_op_key(kb, bucket, j->pos);
   mrc = seek_ge(c->ec, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8);
@@ -1054,7 +1049,7 @@ static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d
     }
     c->changes++;
     if ((mrc = mdb_cursor_del(c->ec, 0))) break;
-    op_key(kb, bucket, old + 1);
+    bs_lmdb_op_key(kb, bucket, old + 1);
     mrc = seek_ge(c->ec, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");

@@ -2,7 +2,7 @@
  * lmdb_read.c: the read side of the LMDB backend. Checkpoints, bucket data in chunks, bucket
  * checksums (running value in the bucket state minus the tail above C), checksum ranges for the
  * cache, checkpoint changes from the `changes` records, stream status, and the database-wide
- * stat and verify. Every call runs in exactly one read transaction, so every answer is one
+ * stat (verify is lmdb_verify.c). Every call runs in exactly one read transaction, so every answer is one
  * consistent snapshot; ops are handed out zero-copy (bs_op fields point into the map) and stay
  * valid only while the callback runs, since the transaction ends when the call returns.
  */
@@ -14,19 +14,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define NAME_SHOWN 100 /* bytes of a bucket name quoted in a message */
-
 static bs_lmdb_db *lmdb_of(bs_storage *st) {
   return ((bs_lmdb_storage *)st)->db;
-}
-
-static int name_shown(bs_val name) {
-  return (int)(name.size < NAME_SHOWN ? name.size : NAME_SHOWN);
-}
-
-static void op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
-  bs_put_u64be(k, bucket);
-  bs_put_u64be(k + 8, op);
 }
 
 /* True when an ops key belongs to the bucket whose big-endian id is prefix. */
@@ -149,7 +138,7 @@ static int state_found(int mdb_rc, const MDB_val *v, uint64_t id, bs_val name, b
                        bs_error *err) {
   if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && v->mv_size < BS_BUCKET_STATE_FIXED))
     return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
-                   name_shown(name), (const char *)name.data, id);
+                   bs_name_shown(name), (const char *)name.data, id);
   if (mdb_rc) return bs_fail_mdb(err, mdb_rc, "reading a bucket state");
   bs_bucket_state_decode(v, out);
   return BS_OK;
@@ -191,7 +180,7 @@ static int torn_check(const bs_bucket_state *s, uint64_t c, bs_val name, bs_erro
   if (s->clear_op != 0 && s->clear_start <= c && c < s->clear_op)
     return bs_fail(err, BS_EINVALIDATED,
                    "bucket \"%.*s\": checkpoint %" PRIu64 " was compacted; read a newer checkpoint",
-                   name_shown(name), (const char *)name.data, c);
+                   bs_name_shown(name), (const char *)name.data, c);
   return BS_OK;
 }
 
@@ -308,7 +297,7 @@ static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, b
   memset(&ch, 0, sizeof ch);
   ch.bucket = name;
   ch.after = after;
-  op_key(kb, id, after + 1);
+  bs_lmdb_op_key(kb, id, after + 1);
   for (mrc = mdb_cursor_get(r->cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(r->cur, &k, &v, MDB_NEXT)) {
     bs_op op;
@@ -317,7 +306,7 @@ static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, b
     if (bs_get_u64be((const unsigned char *)k.mv_data + 8) > r->checkpoint) break;
     if (op_decode_fast(&k, &v, &op))
       return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                     name_shown(name), (const char *)name.data,
+                     bs_name_shown(name), (const char *)name.data,
                      bs_get_u64be((const unsigned char *)k.mv_data + 8));
     sz = op_size(&op);
     if (r->served >= r->limit || (r->served > 0 && !fits(r->bytes, sz, r->max_bytes))) {
@@ -414,7 +403,7 @@ static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_va
   int mrc;
 
   if (ref->state.last_op > c) {
-    op_key(kb, ref->id, c + 1);
+    bs_lmdb_op_key(kb, ref->id, c + 1);
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       uint32_t ck;
@@ -422,7 +411,7 @@ static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_va
       if (!key_in_bucket(&k, kb)) break;
       if (op_value_head(&v, &ck, &type) || count == 0)
         return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " or state is corrupt",
-                       name_shown(name), (const char *)name.data,
+                       bs_name_shown(name), (const char *)name.data,
                        bs_get_u64be((const unsigned char *)k.mv_data + 8));
       sum = bs_cksum_sub(sum, ck);
       count--;
@@ -471,7 +460,7 @@ static int range_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint
   out->count = 0;
   *cleared = 0;
   if (from >= to || ref->state.last_op <= from) return BS_OK;
-  op_key(kb, ref->id, from + 1);
+  bs_lmdb_op_key(kb, ref->id, from + 1);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     uint32_t ck;
@@ -479,7 +468,7 @@ static int range_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint
     if (!key_in_bucket(&k, kb) || bs_get_u64be((const unsigned char *)k.mv_data + 8) > to) break;
     if (op_value_head(&v, &ck, &type))
       return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                     name_shown(name), (const char *)name.data,
+                     bs_name_shown(name), (const char *)name.data,
                      bs_get_u64be((const unsigned char *)k.mv_data + 8));
     if (type == BS_OP_CLEAR) {
       *cleared = 1;
@@ -614,6 +603,13 @@ typedef struct change_rec {
 #define CHANGE_TOO_MANY_BUCKETS 2u
 #define CHANGE_TOO_MANY_LOOKUPS 4u
 #define CHANGE_FIXED            17u /* u64 first | u64 time | u8 flags */
+
+static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out);
+
+int bs_lmdb_change_check(const MDB_val *k, const MDB_val *v) {
+  change_rec r;
+  return change_decode(k, v, &r);
+}
 
 static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out) {
   const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
@@ -865,447 +861,5 @@ mdb_fail:
 done:
   if (cur) mdb_cursor_close(cur);
   txn_end(db, txn);
-  return rc;
-}
-
-/* ---- Verify --------------------------------------------------------------------------------- */
-
-typedef struct stream_head {
-  uint32_t id;
-  uint64_t op_head;
-} stream_head;
-
-typedef struct verifier {
-  bs_lmdb_db *db;
-  MDB_txn *txn;
-  const bs_allocator *a;
-  void (*fn)(const char *, void *);
-  void *payload;
-  uint64_t problems;
-  stream_head *streams;
-  size_t n_streams, cap_streams;
-} verifier;
-
-static void problem(verifier *vf, const char *fmt, ...) BS_PRINTF(2, 3);
-static void problem(verifier *vf, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  vf->problems++;
-  if (!vf->fn) return;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  vf->fn(buf, vf->payload);
-}
-
-static const stream_head *find_stream(const verifier *vf, uint32_t id) {
-  for (size_t i = 0; i < vf->n_streams; i++)
-    if (vf->streams[i].id == id) return &vf->streams[i];
-  return NULL;
-}
-
-static int cursor_open(verifier *vf, MDB_dbi dbi, MDB_cursor **cur, bs_error *err) {
-  int rc = mdb_cursor_open(vf->txn, dbi, cur);
-  return rc ? bs_fail_mdb(err, rc, "verify: opening a cursor") : BS_OK;
-}
-
-static int walk_end(int mrc, bs_error *err) {
-  return mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs_fail_mdb(err, mrc, "verify");
-}
-
-/* meta: format tag, bucket sequence, stream records (collected for the later checks). */
-static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
-  MDB_cursor *cur;
-  MDB_val k, v;
-  int rc, mrc, have_format = 0;
-
-  *seq_bucket = UINT64_MAX; /* unknown: no check */
-  if ((rc = cursor_open(vf, vf->db->meta, &cur, err)) != 0) return rc;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    const unsigned char *kp = (const unsigned char *)k.mv_data;
-    if (k.mv_size == 6 && memcmp(kp, "format", 6) == 0) {
-      have_format = 1;
-      if (v.mv_size != 12 || memcmp(v.mv_data, "bktstore", 8) != 0)
-        problem(vf, "meta \"format\": bad value (%zu bytes)", v.mv_size);
-    } else if (k.mv_size == 10 && memcmp(kp, "seq.bucket", 10) == 0) {
-      if (v.mv_size != 8)
-        problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
-      else
-        *seq_bucket = bs_get_u64le((const unsigned char *)v.mv_data);
-    } else if (k.mv_size == 5 && kp[0] == 'S') {
-      bs_stream_rec rec;
-      bs_error e;
-      uint32_t id = bs_get_u32be(kp + 1);
-      if ((rc = bs_stream_rec_get(vf->db, vf->txn, id, &rec, &e)) != BS_OK) {
-        /* an I/O error is the call's failure, not a problem of the file (r: fault tests) */
-        if (rc != BS_ECORRUPT) {
-          mdb_cursor_close(cur);
-          return bs_fail(err, rc, "verify: %s", e.msg);
-        }
-        problem(vf, "stream %" PRIu32 ": record does not decode: %s", id, e.msg);
-        continue;
-      }
-      if (rec.checkpoint > rec.op_head)
-        problem(vf, "stream %" PRIu32 ": checkpoint %" PRIu64 " above op head %" PRIu64, id,
-                rec.checkpoint, rec.op_head);
-      if (vf->n_streams == vf->cap_streams) {
-        size_t cap = vf->cap_streams ? vf->cap_streams * 2 : 16;
-        stream_head *p = bs_realloc(vf->a, vf->streams, cap * sizeof *p);
-        if (!p) {
-          mdb_cursor_close(cur);
-          return bs_fail(err, BS_ENOMEM, "verify: stream list");
-        }
-        vf->streams = p;
-        vf->cap_streams = cap;
-      }
-      vf->streams[vf->n_streams].id = id;
-      vf->streams[vf->n_streams++].op_head = rec.op_head;
-    } else {
-      problem(vf, "meta: unknown key of %zu bytes", k.mv_size);
-    }
-  }
-  mdb_cursor_close(cur);
-  if ((rc = walk_end(mrc, err)) != 0) return rc;
-  if (!have_format) problem(vf, "meta: no \"format\" record");
-  return BS_OK;
-}
-
-/* buckets: name -> id must match the state's stream and name. */
-static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err) {
-  MDB_cursor *cur;
-  MDB_val k, v;
-  int rc, mrc;
-
-  if ((rc = cursor_open(vf, vf->db->buckets, &cur, err)) != 0) return rc;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    const unsigned char *kp = (const unsigned char *)k.mv_data;
-    bs_val name = {kp + 4, k.mv_size >= 4 ? k.mv_size - 4 : 0};
-    unsigned char ib[8];
-    MDB_val sk = {8, ib}, sv;
-    uint64_t id;
-    uint32_t stream;
-    bs_bucket_state s;
-    if (k.mv_size < 5 || k.mv_size > 4 + BS_MAX_BUCKET_NAME || v.mv_size != 8) {
-      problem(vf, "buckets: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size,
-              v.mv_size);
-      continue;
-    }
-    stream = bs_get_u32be(kp);
-    id = bs_get_u64le((const unsigned char *)v.mv_data);
-    if (!find_stream(vf, stream))
-      problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, name_shown(name),
-              (const char *)name.data, stream);
-    if (id == 0 || id > seq_bucket)
-      problem(vf, "bucket \"%.*s\": id %" PRIu64 " outside the bucket sequence", name_shown(name),
-              (const char *)name.data, id);
-    bs_put_u64be(ib, id);
-    mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
-    if (mrc == MDB_NOTFOUND) {
-      problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): no bucket state", name_shown(name),
-              (const char *)name.data, id);
-      continue;
-    }
-    if (mrc) break;
-    if (sv.mv_size < BS_BUCKET_STATE_FIXED) continue; /* reported by verify_states */
-    bs_bucket_state_decode(&sv, &s);
-    if (s.stream != stream || !bs_val_eq(s.name, name))
-      problem(vf,
-              "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
-              "\"%.*s\"",
-              name_shown(name), (const char *)name.data, id, s.stream, name_shown(s.name),
-              (const char *)s.name.data);
-  }
-  mdb_cursor_close(cur);
-  return walk_end(mrc, err);
-}
-
-/* Running values recomputed from one bucket's ops. */
-typedef struct bucket_sum {
-  uint32_t checksum;
-  uint64_t count, bytes, last_op, bad_ops;
-} bucket_sum;
-
-/* Consumes the ops of bucket id from cur (positioned at or before them). */
-static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, bucket_sum *sum,
-                          bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  int mrc;
-
-  memset(sum, 0, sizeof *sum);
-  op_key(kb, id, 0);
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    bs_op op;
-    if (k.mv_size < 8 || memcmp(k.mv_data, kb, 8) != 0) break;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
-      sum->bad_ops++;
-      problem(vf,
-              "bucket id %" PRIu64 ": op key/value does not decode (key %zu bytes, value "
-              "%zu bytes)",
-              id, k.mv_size, v.mv_size);
-      continue;
-    }
-    if (op.op_id == 0) problem(vf, "bucket id %" PRIu64 ": op id 0", id);
-    if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE)
-            ? op.target_op != 0
-            : op.type == BS_OP_MOVE && op.target_op <= op.op_id)
-      problem(vf, "bucket id %" PRIu64 ": op %" PRIu64 " has a bad target_op %" PRIu64, id,
-              op.op_id, op.target_op);
-    sum->checksum = bs_cksum_add(sum->checksum, op.checksum);
-    sum->count++;
-    sum->bytes += v.mv_size;
-    sum->last_op = op.op_id;
-  }
-  return walk_end(mrc, err);
-}
-
-static void compare_state(verifier *vf, uint64_t id, const bs_bucket_state *s,
-                          const bucket_sum *sum) {
-  const stream_head *sh = find_stream(vf, s->stream);
-  const char *nm = (const char *)s->name.data;
-  int ns = name_shown(s->name);
-  if (!sh)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): unknown stream %" PRIu32, ns, nm, id, s->stream);
-  else if (s->last_op > sh->op_head)
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 " above the stream's op "
-            "head %" PRIu64,
-            ns, nm, id, s->last_op, sh->op_head);
-  if (sum->bad_ops) return; /* sums over undecodable ops mean nothing */
-  if (s->checksum != sum->checksum)
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRIu64 "): running checksum %" PRIu32 ", ops sum to %" PRIu32,
-            ns, nm, id, s->checksum, sum->checksum);
-  if (s->count != sum->count)
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRIu64 "): running count %" PRIu64 ", %" PRIu64 " ops stored",
-            ns, nm, id, s->count, sum->count);
-  if (s->bytes != sum->bytes)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): running bytes %" PRIu64 ", ops hold %" PRIu64,
-            ns, nm, id, s->bytes, sum->bytes);
-  if (s->last_op != sum->last_op)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 ", highest stored op %" PRIu64,
-            ns, nm, id, s->last_op, sum->last_op);
-  if (s->clear_op > s->last_op || s->clear_start > s->clear_op)
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): bad CLEAR span [%" PRIu64 ", %" PRIu64 "]", ns,
-            nm, id, s->clear_start, s->clear_op);
-}
-
-/* Ops of bucket ids in [lo, hi) have no bucket state: one problem per such bucket id. */
-static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  int mrc;
-  op_key(kb, lo, 0);
-  while ((mrc = mdb_cursor_get(oc, &k, &v, MDB_SET_RANGE)) == 0) {
-    uint64_t id;
-    if (k.mv_size < 8) {
-      problem(vf, "ops: key of %zu bytes", k.mv_size);
-      return BS_OK;
-    }
-    id = bs_get_u64be((const unsigned char *)k.mv_data);
-    if (id >= hi) break;
-    problem(vf, "ops of bucket id %" PRIu64 " without a bucket state", id);
-    if (id == UINT64_MAX) break;
-    op_key(kb, id + 1, 0);
-    k.mv_size = 16;
-    k.mv_data = kb;
-  }
-  return walk_end(mrc, err);
-}
-
-/* The buckets entry of a state's (stream, name) must point back at the state's id. */
-static int check_name_entry(verifier *vf, uint64_t id, const bs_bucket_state *s, bs_error *err) {
-  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
-  MDB_val k = {4 + s->name.size, kb}, v;
-  int mrc;
-  if (s->name.size == 0 || s->name.size > BS_MAX_BUCKET_NAME) {
-    problem(vf, "bucket id %" PRIu64 ": state holds a name of %zu bytes", id, s->name.size);
-    return BS_OK;
-  }
-  bs_put_u32be(kb, s->stream);
-  memcpy(kb + 4, s->name.data, s->name.size);
-  mrc = mdb_get(vf->txn, vf->db->buckets, &k, &v);
-  if (mrc == MDB_NOTFOUND ||
-      (mrc == 0 && (v.mv_size != 8 || bs_get_u64le((const unsigned char *)v.mv_data) != id)))
-    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): the name does not map back to this id",
-            name_shown(s->name), (const char *)s->name.data, id);
-  else if (mrc)
-    return bs_fail_mdb(err, mrc, "verify: bucket names");
-  return BS_OK;
-}
-
-/* bstate against the ops (one merged pass: states and ops are both in bucket-id order). */
-static int verify_states(verifier *vf, bs_error *err) {
-  MDB_cursor *sc = NULL, *oc = NULL;
-  MDB_val k, v;
-  int rc, mrc;
-  uint64_t expect_next = 0; /* ops of ids below this were already consumed */
-
-  if ((rc = cursor_open(vf, vf->db->bstate, &sc, err)) != 0 ||
-      (rc = cursor_open(vf, vf->db->ops, &oc, err)) != 0)
-    goto done;
-  for (mrc = mdb_cursor_get(sc, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(sc, &k, &v, MDB_NEXT)) {
-    bs_bucket_state s;
-    bucket_sum sum;
-    uint64_t id;
-    if (k.mv_size != 8 || v.mv_size < BS_BUCKET_STATE_FIXED) {
-      problem(vf, "bstate: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size, v.mv_size);
-      continue;
-    }
-    id = bs_get_u64be((const unsigned char *)k.mv_data);
-    if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
-    bs_bucket_state_decode(&v, &s);
-    if ((rc = sum_bucket_ops(vf, oc, id, &sum, err)) != 0) goto done;
-    compare_state(vf, id, &s, &sum);
-    if ((rc = check_name_entry(vf, id, &s, err)) != 0) goto done;
-    expect_next = id + 1;
-  }
-  if ((rc = walk_end(mrc, err)) != 0) goto done;
-  rc = report_orphans(vf, oc, expect_next, UINT64_MAX, err);
-done:
-  if (sc) mdb_cursor_close(sc);
-  if (oc) mdb_cursor_close(oc);
-  return rc;
-}
-
-/* ---- Verify: key and value shapes of the other sub-databases -------------------------------- */
-
-static void stream_known(verifier *vf, const char *dbname, const unsigned char *kp) {
-  uint32_t stream = bs_get_u32be(kp);
-  if (!find_stream(vf, stream)) problem(vf, "%s: entry of unknown stream %" PRIu32, dbname, stream);
-}
-
-static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 5 || v->mv_size != 4 || bs_get_u32le((const unsigned char *)v->mv_data) == 0) {
-    problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
-    return;
-  }
-  stream_known(vf, "tables", (const unsigned char *)k->mv_data);
-}
-
-static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  BS_UNUSED(v);
-  if (k->mv_size < 9 || k->mv_size > 8 + BS_MAX_REPLICA_ID) {
-    problem(vf, "source: malformed key of %zu bytes", k->mv_size);
-    return;
-  }
-  stream_known(vf, "source", (const unsigned char *)k->mv_data);
-  if (bs_get_u32be((const unsigned char *)k->mv_data + 4) == 0)
-    problem(vf, "source: record with table id 0");
-}
-
-static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  const unsigned char *kp = (const unsigned char *)k->mv_data;
-  size_t klen = k->mv_size >= 6 ? (size_t)(kp[4] << 8 | kp[5]) : 0;
-  const stream_head *sh;
-  bs_val rid;
-  uint32_t n_rows;
-  uint64_t op;
-  if (k->mv_size < 6 || klen > BS_MAX_LOOKUP_KEY || k->mv_size != 6 + klen + 4 + 8 + 8) {
-    problem(vf, "params: malformed key of %zu bytes", k->mv_size);
-    return;
-  }
-  if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK)
-    problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
-  op = bs_get_u64be(kp + k->mv_size - 8);
-  sh = find_stream(vf, bs_get_u32be(kp));
-  if (!sh)
-    stream_known(vf, "params", kp);
-  else if (op == 0 || op > sh->op_head)
-    problem(vf, "params: entry with op id %" PRIu64 " (stream %" PRIu32 " op head %" PRIu64 ")", op,
-            sh->id, sh->op_head);
-}
-
-static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  change_rec r;
-  if (change_decode(k, v, &r)) {
-    problem(vf, "changes: record does not decode (key %zu bytes, value %zu bytes)", k->mv_size,
-            v->mv_size);
-    return;
-  }
-  stream_known(vf, "changes", (const unsigned char *)k->mv_data);
-}
-
-static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  char why[160];
-  if (bs_lmdb_wcp_entry_check(k, v, why, sizeof why) != BS_OK) {
-    problem(vf, "wcp: %s", why);
-    return;
-  }
-  if (((const unsigned char *)k->mv_data)[0] == 'C') /* custom entries belong to a stream */
-    stream_known(vf, "wcp", (const unsigned char *)k->mv_data + 1);
-}
-
-static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size != 16 || v->mv_size != 8)
-    problem(vf, "superseded: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
-            v->mv_size);
-}
-
-static void check_softdel(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 4 + 8 + 4 + 1 || k->mv_size > 16 + BS_MAX_REPLICA_ID || v->mv_size != 0) {
-    problem(vf, "softdel: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
-            v->mv_size);
-    return;
-  }
-  stream_known(vf, "softdel", (const unsigned char *)k->mv_data);
-}
-
-static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  BS_UNUSED(v);
-  if (k->mv_size != 12) {
-    problem(vf, "cqueue: malformed key of %zu bytes", k->mv_size);
-    return;
-  }
-  stream_known(vf, "cqueue", (const unsigned char *)k->mv_data);
-}
-
-static int verify_each(verifier *vf, MDB_dbi dbi,
-                       void (*check)(verifier *, const MDB_val *, const MDB_val *), bs_error *err) {
-  MDB_cursor *cur;
-  MDB_val k, v;
-  int rc, mrc;
-  if ((rc = cursor_open(vf, dbi, &cur, err)) != 0) return rc;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    check(vf, &k, &v);
-  mdb_cursor_close(cur);
-  return walk_end(mrc, err);
-}
-
-int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
-                   bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
-  verifier vf;
-  uint64_t seq_bucket;
-  int rc;
-
-  memset(&vf, 0, sizeof vf);
-  vf.db = db;
-  vf.a = &db->base.alloc;
-  vf.fn = fn;
-  vf.payload = payload;
-  if ((rc = txn_read(db, &vf.txn, err)) != 0) return rc;
-  if ((rc = verify_meta(&vf, &seq_bucket, err)) != 0 ||
-      (rc = verify_bucket_names(&vf, seq_bucket, err)) != 0 ||
-      (rc = verify_states(&vf, err)) != 0 ||
-      (rc = verify_each(&vf, db->tables, check_table, err)) != 0 ||
-      (rc = verify_each(&vf, db->source, check_source, err)) != 0 ||
-      (rc = verify_each(&vf, db->params, check_param, err)) != 0 ||
-      (rc = verify_each(&vf, db->changes, check_change, err)) != 0 ||
-      (rc = verify_each(&vf, db->wcp, check_wcp, err)) != 0 ||
-      (rc = verify_each(&vf, db->superseded, check_superseded, err)) != 0 ||
-      (rc = verify_each(&vf, db->cqueue, check_cqueue, err)) != 0 ||
-      (rc = verify_each(&vf, db->softdel, check_softdel, err)) != 0)
-    goto done;
-done:
-  txn_end(db, vf.txn);
-  bs_free(vf.a, vf.streams);
-  if (problems) *problems = vf.problems;
   return rc;
 }

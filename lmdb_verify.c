@@ -1,0 +1,586 @@
+/*
+ * lmdb_verify.c: bs_db_verify on the LMDB backend. One read transaction over the whole file;
+ * every inconsistency is a problem passed to the caller (naming the bucket, and the op id where
+ * one op is at fault) and counted, never the call's failure: only an LMDB/OS error or a failed
+ * allocation ends it. Every key and value is bounds-checked before it is used, so a damaged file
+ * yields problems, not a crash. What is checked:
+ *  - meta: the format record, the bucket sequence, each stream record (decodes, checkpoint not
+ *    above the op head, a known hash mode);
+ *  - buckets and bstate: every name maps to an id whose state names it back;
+ *  - every op of every bucket against the op layout (internal.h) and SPEC 3: PUT and REMOVE
+ *    checksums recomputed from the payload (PUT: object_type, object_id, data; REMOVE: the
+ *    subkey) with the stream's hash; subkeys of their fixed shape; MOVE and CLEAR header-only;
+ *    target_op within its bounds; a CLEAR only as the first op, where the state's CLEAR span
+ *    ends; and the state's running checksum, count, bytes and last op equal to the ops' (the
+ *    only check a MOVE's or CLEAR's checksum can get: their payload is gone);
+ *  - source records: every membership is a PUT of that bucket with the record's subkey;
+ *  - the key and value shapes of the other sub-databases.
+ * Beyond reach: a MOVE's or CLEAR's target_op inside its bounds, and a REMOVE's object_type and
+ * object_id (its checksum covers the subkey only), which no other record repeats.
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+/* ---- The verifier ------------------------------------------------------------------------------- */
+
+typedef struct stream_head {
+  uint32_t id;
+  uint64_t op_head;
+  bs_hash hash;
+  int hash_known; /* 0: the record names no hash this build knows: checksums not recomputed */
+} stream_head;
+
+typedef struct verifier {
+  bs_lmdb_db *db;
+  MDB_txn *txn;
+  const bs_allocator *a;
+  void (*fn)(const char *, void *);
+  void *payload;
+  uint64_t problems;
+  stream_head *streams;
+  size_t n_streams, cap_streams;
+  int mdb_error; /* set by a check that hit an LMDB error (not a problem of the file) */
+} verifier;
+
+static void problem(verifier *vf, const char *fmt, ...) BS_PRINTF(2, 3);
+static void problem(verifier *vf, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  vf->problems++;
+  if (!vf->fn) return;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  vf->fn(buf, vf->payload);
+}
+
+static const stream_head *find_stream(const verifier *vf, uint32_t id) {
+  for (size_t i = 0; i < vf->n_streams; i++)
+    if (vf->streams[i].id == id) return &vf->streams[i];
+  return NULL;
+}
+
+static int cursor_open(verifier *vf, MDB_dbi dbi, MDB_cursor **cur, bs_error *err) {
+  int rc = mdb_cursor_open(vf->txn, dbi, cur);
+  return rc ? bs_fail_mdb(err, rc, "verify: opening a cursor") : BS_OK;
+}
+
+static int walk_end(int mrc, bs_error *err) {
+  return mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs_fail_mdb(err, mrc, "verify");
+}
+
+/* meta: format tag, bucket sequence, stream records (collected for the later checks). */
+static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int rc, mrc, have_format = 0;
+
+  *seq_bucket = UINT64_MAX; /* unknown: no check */
+  if ((rc = cursor_open(vf, vf->db->meta, &cur, err)) != 0) return rc;
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const unsigned char *kp = (const unsigned char *)k.mv_data;
+    if (k.mv_size == 6 && memcmp(kp, "format", 6) == 0) {
+      have_format = 1;
+      if (v.mv_size != 12 || memcmp(v.mv_data, "bktstore", 8) != 0)
+        problem(vf, "meta \"format\": bad value (%zu bytes)", v.mv_size);
+    } else if (k.mv_size == 10 && memcmp(kp, "seq.bucket", 10) == 0) {
+      if (v.mv_size != 8)
+        problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
+      else
+        *seq_bucket = bs_get_u64le((const unsigned char *)v.mv_data);
+    } else if (k.mv_size == 5 && kp[0] == 'S') {
+      bs_stream_rec rec;
+      bs_error e;
+      uint32_t id = bs_get_u32be(kp + 1);
+      if ((rc = bs_stream_rec_get(vf->db, vf->txn, id, &rec, &e)) != BS_OK) {
+        /* an I/O error is the call's failure, not a problem of the file (r: fault tests) */
+        if (rc != BS_ECORRUPT) {
+          mdb_cursor_close(cur);
+          return bs_fail(err, rc, "verify: %s", e.msg);
+        }
+        problem(vf, "stream %" PRIu32 ": record does not decode: %s", id, e.msg);
+        continue;
+      }
+      if (rec.hash != BS_HASH_XXH3 && rec.hash != BS_HASH_SHA256)
+        problem(vf, "stream %" PRIu32 ": unknown hash mode %u", id, (unsigned)rec.hash);
+      if (rec.checkpoint > rec.op_head)
+        problem(vf, "stream %" PRIu32 ": checkpoint %" PRIu64 " above op head %" PRIu64, id,
+                rec.checkpoint, rec.op_head);
+      if (vf->n_streams == vf->cap_streams) {
+        size_t cap = vf->cap_streams ? vf->cap_streams * 2 : 16;
+        stream_head *p = bs_realloc(vf->a, vf->streams, cap * sizeof *p);
+        if (!p) {
+          mdb_cursor_close(cur);
+          return bs_fail(err, BS_ENOMEM, "verify: stream list");
+        }
+        vf->streams = p;
+        vf->cap_streams = cap;
+      }
+      vf->streams[vf->n_streams].id = id;
+      vf->streams[vf->n_streams].op_head = rec.op_head;
+      vf->streams[vf->n_streams].hash = (bs_hash)rec.hash;
+      vf->streams[vf->n_streams++].hash_known =
+          rec.hash == BS_HASH_XXH3 || rec.hash == BS_HASH_SHA256;
+    } else {
+      problem(vf, "meta: unknown key of %zu bytes", k.mv_size);
+    }
+  }
+  mdb_cursor_close(cur);
+  if ((rc = walk_end(mrc, err)) != 0) return rc;
+  if (!have_format) problem(vf, "meta: no \"format\" record");
+  return BS_OK;
+}
+
+/* buckets: name -> id must match the state's stream and name. */
+static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int rc, mrc;
+
+  if ((rc = cursor_open(vf, vf->db->buckets, &cur, err)) != 0) return rc;
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const unsigned char *kp = (const unsigned char *)k.mv_data;
+    bs_val name = {kp + 4, k.mv_size >= 4 ? k.mv_size - 4 : 0};
+    unsigned char ib[8];
+    MDB_val sk = {8, ib}, sv;
+    uint64_t id;
+    uint32_t stream;
+    bs_bucket_state s;
+    if (k.mv_size < 5 || k.mv_size > 4 + BS_MAX_BUCKET_NAME || v.mv_size != 8) {
+      problem(vf, "buckets: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size,
+              v.mv_size);
+      continue;
+    }
+    stream = bs_get_u32be(kp);
+    id = bs_get_u64le((const unsigned char *)v.mv_data);
+    if (!find_stream(vf, stream))
+      problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, bs_name_shown(name),
+              (const char *)name.data, stream);
+    if (id == 0 || id > seq_bucket)
+      problem(vf, "bucket \"%.*s\": id %" PRIu64 " outside the bucket sequence",
+              bs_name_shown(name), (const char *)name.data, id);
+    bs_put_u64be(ib, id);
+    mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
+    if (mrc == MDB_NOTFOUND) {
+      problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): no bucket state", bs_name_shown(name),
+              (const char *)name.data, id);
+      continue;
+    }
+    if (mrc) break;
+    if (sv.mv_size < BS_BUCKET_STATE_FIXED) continue; /* reported by verify_states */
+    bs_bucket_state_decode(&sv, &s);
+    if (s.stream != stream || !bs_val_eq(s.name, name))
+      problem(vf,
+              "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
+              "\"%.*s\"",
+              bs_name_shown(name), (const char *)name.data, id, s.stream, bs_name_shown(s.name),
+              (const char *)s.name.data);
+  }
+  mdb_cursor_close(cur);
+  return walk_end(mrc, err);
+}
+
+/* Running values recomputed from one bucket's ops. */
+typedef struct bucket_sum {
+  uint32_t checksum;
+  uint64_t count, bytes, last_op, bad_ops;
+  uint64_t first_op; /* id of the first op, 0 if none */
+  int first_clear;   /* the first op is a CLEAR */
+} bucket_sum;
+
+/* A subkey's shape (SPEC 1): 8 lowercase hex digits, '/', 32 lowercase hex digits. */
+static int subkey_ok(bs_val sk) {
+  const unsigned char *p = sk.data;
+  if (sk.size != BS_SUBKEY_SIZE) return 0;
+  for (size_t i = 0; i < sk.size; i++)
+    if (i == 8 ? p[i] != '/' : !((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+      return 0;
+  return 1;
+}
+
+/* One decoded op (the index-th of its bucket, raw value v) against the layout and SPEC 3. */
+static void check_op(verifier *vf, const bs_bucket_state *s, const stream_head *sh,
+                     const MDB_val *v, const bs_op *op, uint64_t index) {
+  static const char *const names[] = {"?", "PUT", "REMOVE", "MOVE", "CLEAR"};
+  const char *nm = (const char *)s->name.data, *tn = names[op->type];
+  int ns = bs_name_shown(s->name);
+  size_t rest = v->mv_size - BS_OP_HEADER_SIZE - op->object_type.size - op->object_id.size -
+                op->subkey.size; /* the data bytes of a PUT, nothing for the others */
+  uint32_t want;
+  if (op->op_id == 0) problem(vf, "bucket \"%.*s\": op id 0", ns, nm);
+  if (op->type == BS_OP_MOVE || op->type == BS_OP_CLEAR) {
+    if (v->mv_size != BS_OP_HEADER_SIZE)
+      problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s with a payload (value of %zu bytes)", ns, nm,
+              op->op_id, tn, v->mv_size);
+    if (op->type == BS_OP_MOVE ? op->target_op <= op->op_id || op->target_op > s->last_op
+                               : op->target_op > s->last_op)
+      problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s has a bad target_op %" PRIu64, ns, nm,
+              op->op_id, tn, op->target_op);
+    if (op->type == BS_OP_CLEAR && (index != 0 || op->op_id != s->clear_op))
+      problem(vf,
+              "bucket \"%.*s\" op %" PRIu64 ": a CLEAR that is not the bucket's leading CLEAR "
+              "(the state's CLEAR span ends at %" PRIu64 ")",
+              ns, nm, op->op_id, s->clear_op);
+    return;
+  }
+  if (op->target_op != 0)
+    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s has a bad target_op %" PRIu64, ns, nm,
+            op->op_id, tn, op->target_op);
+  if (!subkey_ok(op->subkey))
+    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s with a malformed subkey (%zu bytes)", ns, nm,
+            op->op_id, tn, op->subkey.size);
+  if (op->type == BS_OP_REMOVE && rest != 0)
+    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": REMOVE with %zu bytes of data", ns, nm, op->op_id,
+            rest);
+  if (!sh || !sh->hash_known) return;
+  want = op->type == BS_OP_PUT ? bs_checksum_put(sh->hash, op->object_type, op->object_id, op->data)
+                               : bs_checksum_remove(sh->hash, op->subkey);
+  if (want != op->checksum)
+    problem(vf,
+            "bucket \"%.*s\" op %" PRIu64 ": %s checksum %" PRIu32 " stored, its payload "
+            "hashes to %" PRIu32,
+            ns, nm, op->op_id, tn, op->checksum, want);
+}
+
+/* Consumes the ops of bucket id (state s) from cur (positioned at or before them). */
+static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, const bs_bucket_state *s,
+                          bucket_sum *sum, bs_error *err) {
+  const stream_head *sh = find_stream(vf, s->stream);
+  unsigned char kb[16];
+  MDB_val k = {16, kb}, v;
+  int mrc;
+
+  memset(sum, 0, sizeof *sum);
+  bs_lmdb_op_key(kb, id, 0);
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    bs_op op;
+    if (k.mv_size < 8 || memcmp(k.mv_data, kb, 8) != 0) break;
+    if (bs_lmdb_op_decode(&k, &v, &op)) {
+      sum->bad_ops++;
+      problem(vf,
+              "bucket \"%.*s\" (id %" PRIu64 "): op %" PRIu64 " does not decode (key %zu bytes, "
+              "value %zu bytes)",
+              bs_name_shown(s->name), (const char *)s->name.data, id,
+              k.mv_size == 16 ? bs_get_u64be((const unsigned char *)k.mv_data + 8) : 0, k.mv_size,
+              v.mv_size);
+      continue;
+    }
+    check_op(vf, s, sh, &v, &op, sum->count + sum->bad_ops);
+    if (sum->count + sum->bad_ops == 0) {
+      sum->first_op = op.op_id;
+      sum->first_clear = op.type == BS_OP_CLEAR;
+    }
+    sum->checksum = bs_cksum_add(sum->checksum, op.checksum);
+    sum->count++;
+    sum->bytes += v.mv_size;
+    sum->last_op = op.op_id;
+  }
+  return walk_end(mrc, err);
+}
+
+static void compare_state(verifier *vf, uint64_t id, const bs_bucket_state *s,
+                          const bucket_sum *sum) {
+  const stream_head *sh = find_stream(vf, s->stream);
+  const char *nm = (const char *)s->name.data;
+  int ns = bs_name_shown(s->name);
+  if (!sh)
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): unknown stream %" PRIu32, ns, nm, id, s->stream);
+  else if (s->last_op > sh->op_head)
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 " above the stream's op "
+            "head %" PRIu64,
+            ns, nm, id, s->last_op, sh->op_head);
+  if (sum->bad_ops) return; /* sums over undecodable ops mean nothing */
+  if (s->checksum != sum->checksum)
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): running checksum %" PRIu32 ", ops sum to %" PRIu32,
+            ns, nm, id, s->checksum, sum->checksum);
+  if (s->count != sum->count)
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): running count %" PRIu64 ", %" PRIu64 " ops stored",
+            ns, nm, id, s->count, sum->count);
+  if (s->bytes != sum->bytes)
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): running bytes %" PRIu64 ", ops hold %" PRIu64,
+            ns, nm, id, s->bytes, sum->bytes);
+  if (s->last_op != sum->last_op)
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): last op %" PRIu64 ", highest stored op %" PRIu64,
+            ns, nm, id, s->last_op, sum->last_op);
+  if (s->clear_op > s->last_op || s->clear_start > s->clear_op)
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): bad CLEAR span [%" PRIu64 ", %" PRIu64 "]", ns,
+            nm, id, s->clear_start, s->clear_op);
+  else if (s->clear_op && !(sum->first_clear && sum->first_op == s->clear_op))
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 "): the state's CLEAR span ends at %" PRIu64 ", but "
+            "op %" PRIu64 " is the bucket's first op%s",
+            ns, nm, id, s->clear_op, sum->first_op, sum->first_clear ? "" : " and no CLEAR");
+}
+
+/* Ops of bucket ids in [lo, hi) have no bucket state: one problem per such bucket id. */
+static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi, bs_error *err) {
+  unsigned char kb[16];
+  MDB_val k = {16, kb}, v;
+  int mrc;
+  bs_lmdb_op_key(kb, lo, 0);
+  while ((mrc = mdb_cursor_get(oc, &k, &v, MDB_SET_RANGE)) == 0) {
+    uint64_t id;
+    if (k.mv_size < 8) {
+      problem(vf, "ops: key of %zu bytes", k.mv_size);
+      return BS_OK;
+    }
+    id = bs_get_u64be((const unsigned char *)k.mv_data);
+    if (id >= hi) break;
+    problem(vf, "ops of bucket id %" PRIu64 " without a bucket state", id);
+    if (id == UINT64_MAX) break;
+    bs_lmdb_op_key(kb, id + 1, 0);
+    k.mv_size = 16;
+    k.mv_data = kb;
+  }
+  return walk_end(mrc, err);
+}
+
+/* The buckets entry of a state's (stream, name) must point back at the state's id. */
+static int check_name_entry(verifier *vf, uint64_t id, const bs_bucket_state *s, bs_error *err) {
+  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
+  MDB_val k = {4 + s->name.size, kb}, v;
+  int mrc;
+  if (s->name.size == 0 || s->name.size > BS_MAX_BUCKET_NAME) {
+    problem(vf, "bucket id %" PRIu64 ": state holds a name of %zu bytes", id, s->name.size);
+    return BS_OK;
+  }
+  bs_put_u32be(kb, s->stream);
+  memcpy(kb + 4, s->name.data, s->name.size);
+  mrc = mdb_get(vf->txn, vf->db->buckets, &k, &v);
+  if (mrc == MDB_NOTFOUND ||
+      (mrc == 0 && (v.mv_size != 8 || bs_get_u64le((const unsigned char *)v.mv_data) != id)))
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): the name does not map back to this id",
+            bs_name_shown(s->name), (const char *)s->name.data, id);
+  else if (mrc)
+    return bs_fail_mdb(err, mrc, "verify: bucket names");
+  return BS_OK;
+}
+
+/* bstate against the ops (one merged pass: states and ops are both in bucket-id order). */
+static int verify_states(verifier *vf, bs_error *err) {
+  MDB_cursor *sc = NULL, *oc = NULL;
+  MDB_val k, v;
+  int rc, mrc;
+  uint64_t expect_next = 0; /* ops of ids below this were already consumed */
+
+  if ((rc = cursor_open(vf, vf->db->bstate, &sc, err)) != 0 ||
+      (rc = cursor_open(vf, vf->db->ops, &oc, err)) != 0)
+    goto done;
+  for (mrc = mdb_cursor_get(sc, &k, &v, MDB_FIRST); mrc == 0;
+       mrc = mdb_cursor_get(sc, &k, &v, MDB_NEXT)) {
+    bs_bucket_state s;
+    bucket_sum sum;
+    uint64_t id;
+    if (k.mv_size != 8 || v.mv_size < BS_BUCKET_STATE_FIXED) {
+      problem(vf, "bstate: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size, v.mv_size);
+      continue;
+    }
+    id = bs_get_u64be((const unsigned char *)k.mv_data);
+    if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
+    bs_bucket_state_decode(&v, &s);
+    if ((rc = sum_bucket_ops(vf, oc, id, &s, &sum, err)) != 0) goto done;
+    compare_state(vf, id, &s, &sum);
+    if ((rc = check_name_entry(vf, id, &s, err)) != 0) goto done;
+    expect_next = id + 1;
+  }
+  if ((rc = walk_end(mrc, err)) != 0) goto done;
+  rc = report_orphans(vf, oc, expect_next, UINT64_MAX, err);
+done:
+  if (sc) mdb_cursor_close(sc);
+  if (oc) mdb_cursor_close(oc);
+  return rc;
+}
+
+/* ---- Verify: key and value shapes of the other sub-databases -------------------------------- */
+
+static void stream_known(verifier *vf, const char *dbname, const unsigned char *kp) {
+  uint32_t stream = bs_get_u32be(kp);
+  if (!find_stream(vf, stream)) problem(vf, "%s: entry of unknown stream %" PRIu32, dbname, stream);
+}
+
+static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  if (k->mv_size < 5 || v->mv_size != 4 || bs_get_u32le((const unsigned char *)v->mv_data) == 0) {
+    problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
+    return;
+  }
+  stream_known(vf, "tables", (const unsigned char *)k->mv_data);
+}
+
+/* One membership of a source record: a PUT of that bucket with the record's subkey. */
+typedef struct member_ctx {
+  verifier *vf;
+  char subkey[BS_SUBKEY_SIZE];
+  uint32_t table;
+} member_ctx;
+
+static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
+  member_ctx *m = payload;
+  verifier *vf = m->vf;
+  unsigned char kb[16];
+  MDB_val k = {16, kb}, v, sk = {8, kb}, sv;
+  bs_bucket_state s;
+  bs_op op;
+  bs_val want = {m->subkey, BS_SUBKEY_SIZE};
+  const char *what = NULL;
+  int mrc;
+  bs_lmdb_op_key(kb, bucket, op_id);
+  mrc = mdb_get(vf->txn, vf->db->ops, &k, &v);
+  if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
+  if (mrc)
+    what = "no such op";
+  else if (bs_lmdb_op_decode(&k, &v, &op) != BS_OK)
+    return 0; /* reported with the bucket's ops */
+  else if (op.type != BS_OP_PUT)
+    what = "not a PUT";
+  else if (!bs_val_eq(op.subkey, want))
+    what = "its subkey is not the source row's";
+  if (!what) return 0;
+  memset(&s, 0, sizeof s);
+  mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
+  if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
+  if (!mrc && sv.mv_size >= BS_BUCKET_STATE_FIXED) bs_bucket_state_decode(&sv, &s);
+  problem(vf,
+          "bucket \"%.*s\" (id %" PRIu64 ") op %" PRIu64
+          ": held by a source record of table %" PRIu32 ", but %s",
+          bs_name_shown(s.name), s.name.size ? (const char *)s.name.data : "", bucket, op_id,
+          m->table, what);
+  return 0;
+}
+
+static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  const unsigned char *kp = (const unsigned char *)k->mv_data;
+  member_ctx m;
+  bs_val rid;
+  if (k->mv_size < 9 || k->mv_size > 8 + BS_MAX_REPLICA_ID) {
+    problem(vf, "source: malformed key of %zu bytes", k->mv_size);
+    return;
+  }
+  stream_known(vf, "source", kp);
+  m.vf = vf;
+  m.table = bs_get_u32be(kp + 4);
+  if (m.table == 0) problem(vf, "source: record with table id 0");
+  rid.data = kp + 8;
+  rid.size = k->mv_size - 8;
+  bs_subkey(m.subkey, m.table, rid);
+  if (bs_lmdb_srec_members(v, check_member, &m) == BS_ECORRUPT)
+    problem(vf, "source: record of table %" PRIu32 " (value of %zu bytes) does not decode", m.table,
+            v->mv_size);
+}
+
+static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  const unsigned char *kp = (const unsigned char *)k->mv_data;
+  size_t klen = k->mv_size >= 6 ? (size_t)(kp[4] << 8 | kp[5]) : 0;
+  const stream_head *sh;
+  bs_val rid;
+  uint32_t n_rows;
+  uint64_t op;
+  if (k->mv_size < 6 || klen > BS_MAX_LOOKUP_KEY || k->mv_size != 6 + klen + 4 + 8 + 8) {
+    problem(vf, "params: malformed key of %zu bytes", k->mv_size);
+    return;
+  }
+  if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK)
+    problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
+  op = bs_get_u64be(kp + k->mv_size - 8);
+  sh = find_stream(vf, bs_get_u32be(kp));
+  if (!sh)
+    stream_known(vf, "params", kp);
+  else if (op == 0 || op > sh->op_head)
+    problem(vf, "params: entry with op id %" PRIu64 " (stream %" PRIu32 " op head %" PRIu64 ")", op,
+            sh->id, sh->op_head);
+}
+
+static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  if (bs_lmdb_change_check(k, v)) {
+    problem(vf, "changes: record does not decode (key %zu bytes, value %zu bytes)", k->mv_size,
+            v->mv_size);
+    return;
+  }
+  stream_known(vf, "changes", (const unsigned char *)k->mv_data);
+}
+
+static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  char why[160];
+  if (bs_lmdb_wcp_entry_check(k, v, why, sizeof why) != BS_OK) {
+    problem(vf, "wcp: %s", why);
+    return;
+  }
+  if (((const unsigned char *)k->mv_data)[0] == 'C') /* custom entries belong to a stream */
+    stream_known(vf, "wcp", (const unsigned char *)k->mv_data + 1);
+}
+
+static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  if (k->mv_size != 16 || v->mv_size != 8)
+    problem(vf, "superseded: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
+            v->mv_size);
+}
+
+static void check_softdel(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  if (k->mv_size < 4 + 8 + 4 + 1 || k->mv_size > 16 + BS_MAX_REPLICA_ID || v->mv_size != 0) {
+    problem(vf, "softdel: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
+            v->mv_size);
+    return;
+  }
+  stream_known(vf, "softdel", (const unsigned char *)k->mv_data);
+}
+
+static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
+  BS_UNUSED(v);
+  if (k->mv_size != 12) {
+    problem(vf, "cqueue: malformed key of %zu bytes", k->mv_size);
+    return;
+  }
+  stream_known(vf, "cqueue", (const unsigned char *)k->mv_data);
+}
+
+static int verify_each(verifier *vf, MDB_dbi dbi,
+                       void (*check)(verifier *, const MDB_val *, const MDB_val *), bs_error *err) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int rc, mrc;
+  if ((rc = cursor_open(vf, dbi, &cur, err)) != 0) return rc;
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && !vf->mdb_error;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    check(vf, &k, &v);
+  mdb_cursor_close(cur);
+  return walk_end(vf->mdb_error ? vf->mdb_error : mrc, err);
+}
+
+int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                   bs_error *err) {
+  bs_lmdb_db *db = (bs_lmdb_db *)base;
+  verifier vf;
+  uint64_t seq_bucket;
+  int rc;
+
+  memset(&vf, 0, sizeof vf);
+  vf.db = db;
+  vf.a = &db->base.alloc;
+  vf.fn = fn;
+  vf.payload = payload;
+  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &vf.txn, err)) != 0) return rc;
+  if ((rc = verify_meta(&vf, &seq_bucket, err)) != 0 ||
+      (rc = verify_bucket_names(&vf, seq_bucket, err)) != 0 ||
+      (rc = verify_states(&vf, err)) != 0 ||
+      (rc = verify_each(&vf, db->tables, check_table, err)) != 0 ||
+      (rc = verify_each(&vf, db->source, check_source, err)) != 0 ||
+      (rc = verify_each(&vf, db->params, check_param, err)) != 0 ||
+      (rc = verify_each(&vf, db->changes, check_change, err)) != 0 ||
+      (rc = verify_each(&vf, db->wcp, check_wcp, err)) != 0 ||
+      (rc = verify_each(&vf, db->superseded, check_superseded, err)) != 0 ||
+      (rc = verify_each(&vf, db->cqueue, check_cqueue, err)) != 0 ||
+      (rc = verify_each(&vf, db->softdel, check_softdel, err)) != 0)
+    goto done;
+done:
+  bs_lmdb_txn_abort(db, vf.txn);
+  bs_free(vf.a, vf.streams);
+  if (problems) *problems = vf.problems;
+  return rc;
+}

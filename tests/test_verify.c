@@ -1,0 +1,351 @@
+/*
+ * test_verify.c: bs_db_verify finds damaged op values (issue 12). A real file with PUT, REMOVE,
+ * MOVE and CLEAR ops in an xxh3 and a sha256 stream (rows inserted, updated, deleted, moved
+ * between buckets, then fully compacted so every superseded op is a MOVE and a leading run a
+ * CLEAR) is verified clean; then:
+ *  - one PUT's data byte edited in place (the issue's case): verify names the bucket and op and
+ *    the recomputed checksum; reads still work;
+ *  - a seeded random byte of a random op value XORed with a random non-zero value, hundreds of
+ *    times (BS_TEST_QUICK: fewer): verify reports a problem naming that op's bucket every time,
+ *    and neither verify nor reading the bucket crashes. Bytes no check can reach are left out,
+ *    with the reason: a MOVE's or CLEAR's target_op (a hint whose value the file does not
+ *    repeat; verify checks its bounds) and a REMOVE's object_type/object_id (its checksum covers
+ *    only the subkey, SPEC 3).
+ * The op values are found through LMDB's map: a value pointer lies in a page whose header starts
+ * with its page number (LMDB's MDB_page), so its file offset is that number times the page size
+ * plus its place in the page.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../storage.h"
+#include "util_fault.h"
+
+#define OP_HEADER 18 /* internal.h's op layout: u8 type | u32 checksum | u64 target | lengths */
+
+typedef struct op_loc {
+  size_t off, size; /* of the op value in the file */
+  unsigned char type;
+  uint64_t op_id;
+  size_t ot, oi; /* object_type and object_id lengths */
+  char bucket[64];
+  uint32_t stream;
+} op_loc;
+
+static char g_dir[256], g_path[320];
+static op_loc *g_ops;
+static size_t g_n_ops;
+static uint64_t g_checkpoint[3]; /* per stream id (1, 2) */
+
+static bs_val v(const char *s) {
+  bs_val x = {s, strlen(s)};
+  return x;
+}
+
+/* ---- The real database ---------------------------------------------------------------------- */
+
+static void bucket_name(char *out, size_t cap, int b) {
+  snprintf(out, cap, "by_user[\"\xc3\xbc%d\"]", b); /* non-ASCII: u-umlaut */
+}
+
+static void save(bs_writer *w, bs_tag tag, int id, int bucket, int round) {
+  char rid[32], oid[32], bk[64], data[128];
+  bs_save s = BS_SAVE_INIT;
+  bs_row row;
+  snprintf(rid, sizeof rid, "r%d", id);
+  snprintf(oid, sizeof oid, "o%d", id);
+  bucket_name(bk, sizeof bk, bucket);
+  snprintf(data, sizeof data, "{\"id\":\"o%d\",\"round\":%d,\"v\":%d.0}", id, round, id * 7);
+  row.bucket = v(bk);
+  row.object_type = v("todos");
+  row.object_id = v(oid);
+  row.data = v(data);
+  s.table = v(id % 2 ? "todos" : "lists");
+  s.tag = tag;
+  if (tag == BS_DELETE) {
+    s.before_id = v(rid);
+  } else {
+    s.after_id = v(rid);
+    s.rows = &row;
+    s.n_rows = 1;
+  }
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+}
+
+static void commit(bs_writer *w, int round, uint64_t *cp) {
+  char lsn[16];
+  bs_commit_result cr;
+  snprintf(lsn, sizeof lsn, "%08d", round + 1);
+  if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, v(lsn), NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(w, v(lsn), NULL, &cr, NULL), BS_OK);
+  assert_true(cr.checkpoint_created);
+  *cp = cr.checkpoint;
+}
+
+/* 600 rows in 6 buckets; updates, deletes, moves to the next bucket; the first rows of bucket 0
+ * all deleted (a leading run for a CLEAR); then full compaction at the checkpoint. */
+static void fill_stream(bs_db *db, bs_hash hash) {
+  bs_stream_options so = BS_STREAM_OPTIONS_INIT;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_storage *st;
+  bs_writer *w;
+  uint32_t stream;
+  so.hash = hash;
+  assert_int_equal(bs_stream_create(&stream, db, hash ? "sha" : "xxh", &so, NULL), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, stream, NULL), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
+  for (int i = 0; i < 600; i++) save(w, BS_INSERT, i, i % 6, 0);
+  commit(w, 0, &g_checkpoint[stream]);
+  for (int i = 0; i < 600; i++) {
+    if (i % 7 == 0)
+      save(w, BS_DELETE, i, i % 6, 1);
+    else if (i % 11 == 0)
+      save(w, BS_UPDATE, i, (i + 1) % 6, 1);
+    else if (i % 3 == 0)
+      save(w, BS_UPDATE, i, i % 6, 1);
+  }
+  commit(w, 1, &g_checkpoint[stream]);
+  for (int i = 0; i < 180; i += 6)
+    if (i % 7) save(w, BS_DELETE, i, 0, 2);
+  commit(w, 2, &g_checkpoint[stream]);
+  co.min_bucket_changes = 1;
+  co.min_change_ratio = 0;
+  co.min_age_ms = 0;
+  assert_int_equal(bs_compact(st, &co, NULL, NULL), BS_OK);
+  bs_writer_close(w);
+  bs_storage_close(st);
+}
+
+/* Every op value's place in the file, through the LMDB API. */
+static void locate_ops(void) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi ops, bstate;
+  MDB_cursor *cur;
+  MDB_stat es;
+  MDB_val k, d;
+  size_t cap = 0, ps;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+  assert_int_equal(mdb_env_open(env, g_path, MDB_NOSUBDIR | MDB_RDONLY, 0644), 0);
+  assert_int_equal(mdb_env_stat(env, &es), 0);
+  ps = es.ms_psize;
+  assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+  assert_int_equal(mdb_dbi_open(txn, "ops", 0, &ops), 0);
+  assert_int_equal(mdb_dbi_open(txn, "bstate", 0, &bstate), 0);
+  assert_int_equal(mdb_cursor_open(txn, ops, &cur), 0);
+  while (mdb_cursor_get(cur, &k, &d, g_n_ops ? MDB_NEXT : MDB_FIRST) == 0) {
+    const unsigned char *p = d.mv_data;
+    MDB_val sk = {8, k.mv_data}, sv;
+    op_loc *o;
+    if (g_n_ops == cap) {
+      cap = cap ? 2 * cap : 1024;
+      op_loc *grown = realloc(g_ops, cap * sizeof *g_ops);
+      assert_non_null(grown);
+      g_ops = grown;
+    }
+    o = &g_ops[g_n_ops++];
+    {
+      uintptr_t in_page = (uintptr_t)p % ps;
+      size_t pgno;
+      memcpy(&pgno, p - in_page, sizeof pgno);
+      o->off = pgno * ps + in_page;
+    }
+    o->size = d.mv_size;
+    o->type = p[0];
+    o->ot = (size_t)p[13] | (size_t)p[14] << 8;
+    o->oi = (size_t)p[15] | (size_t)p[16] << 8;
+    o->op_id = 0;
+    for (int i = 8; i < 16; i++) o->op_id = o->op_id << 8 | ((const unsigned char *)k.mv_data)[i];
+    assert_int_equal(mdb_get(txn, bstate, &sk, &sv), 0);
+    assert_true(sv.mv_size > 96 && sv.mv_size - 96 < sizeof o->bucket);
+    memcpy(o->bucket, (const char *)sv.mv_data + 96, sv.mv_size - 96);
+    o->bucket[sv.mv_size - 96] = '\0';
+    o->stream = (uint32_t)((const unsigned char *)sv.mv_data)[0] |
+                (uint32_t)((const unsigned char *)sv.mv_data)[1] << 8;
+  }
+  mdb_cursor_close(cur);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+}
+
+static int group_setup(void **state) {
+  bs_db *db;
+  bs_stat s;
+  (void)state;
+  if (ft_tmpdir(g_dir, sizeof g_dir, "verify") != 0) return -1;
+  snprintf(g_path, sizeof g_path, "%s/db", g_dir);
+  assert_int_equal(bs_open(&db, g_path, NULL, NULL), BS_OK);
+  fill_stream(db, BS_HASH_XXH3);
+  fill_stream(db, BS_HASH_SHA256);
+  assert_int_equal(bs_db_stat(db, &s, NULL), BS_OK);
+  assert_true(s.ops_put > 0 && s.ops_remove > 0 && s.ops_move > 0 && s.ops_clear > 0);
+  bs_close(db);
+  locate_ops();
+  assert_int_equal(g_n_ops, s.ops_put + s.ops_remove + s.ops_move + s.ops_clear);
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  free(g_ops);
+  ft_rm_db(g_dir, g_path);
+  rmdir(g_dir);
+  return 0;
+}
+
+/* ---- Verify and read ------------------------------------------------------------------------ */
+
+typedef struct problems {
+  char text[8192];
+  size_t n, len;
+} problems;
+
+static void collect(const char *problem, void *payload) {
+  problems *p = payload;
+  int w;
+  p->n++;
+  if (p->len >= sizeof p->text) return;
+  w = snprintf(p->text + p->len, sizeof p->text - p->len, "%s\n", problem);
+  if (w > 0) p->len += (size_t)w;
+}
+
+static int on_chunk(const bs_chunk *c, void *payload) {
+  size_t *bytes = payload;
+  for (size_t i = 0; i < c->n_ops; i++) *bytes += c->ops[i].data.size;
+  return 0;
+}
+
+/* Verifies g_path into *p; reads bucket of stream (data and checksum) and returns the status of
+ * the data read. */
+static int verify_and_read(problems *p, const char *bucket, uint32_t stream) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_error e = {0, ""};
+  bs_db *db;
+  bs_storage *st;
+  bs_bucket_request rq = {v(bucket), 0};
+  bs_checksum ck;
+  size_t bytes = 0;
+  int more, rc;
+  memset(p, 0, sizeof *p);
+  o.flags = BS_OPEN_RDONLY;
+  rc = bs_open(&db, g_path, &o, &e);
+  if (rc != BS_OK) fail_msg("open: %s %s", bs_strerror(rc), e.msg);
+  assert_int_equal(bs_db_verify(db, collect, p, NULL, &e), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, stream, NULL), BS_OK);
+  rc = bs_get_bucket_data(st, g_checkpoint[stream], &rq, 1, NULL, on_chunk, &bytes, &more, &e);
+  (void)bs_get_checksums(st, g_checkpoint[stream], &rq.bucket, 1, &ck, &e);
+  bs_storage_close(st);
+  bs_close(db);
+  return rc;
+}
+
+static void poke(size_t off, unsigned char x) {
+  unsigned char b;
+  int fd = open(g_path, O_RDWR);
+  assert_true(fd >= 0);
+  assert_int_equal(pread(fd, &b, 1, (off_t)off), 1);
+  b ^= x;
+  assert_int_equal(pwrite(fd, &b, 1, (off_t)off), 1);
+  close(fd);
+}
+
+/* ---- Tests ---------------------------------------------------------------------------------- */
+
+static void test_clean(void **state) {
+  problems p;
+  (void)state;
+  assert_int_equal(verify_and_read(&p, g_ops[0].bucket, g_ops[0].stream), BS_OK);
+  if (p.n) fail_msg("%zu problems in a sound file:\n%s", p.n, p.text);
+}
+
+/* The issue's case: one PUT's data edited in place used to give "0 problems". */
+static void test_edited_put_data(void **state) {
+  char want[160];
+  problems p;
+  (void)state;
+  for (size_t i = 0; i < g_n_ops; i++) {
+    const op_loc *o = &g_ops[i];
+    if (o->type != 1 || o->stream != 2) continue; /* a PUT of the sha256 stream */
+    /* the byte before the closing brace is the 0 of "v":N.0; 0 -> 1 keeps the JSON valid */
+    poke(o->off + o->size - 2, 0x01);
+    assert_int_equal(verify_and_read(&p, o->bucket, o->stream), BS_OK);
+    poke(o->off + o->size - 2, 0x01);
+    snprintf(want, sizeof want, "bucket \"%s\" op %" PRIu64 ": PUT checksum", o->bucket, o->op_id);
+    if (!strstr(p.text, want)) fail_msg("want \"%s\" in:\n%s", want, p.text);
+    assert_int_equal(p.n, 1);
+    return;
+  }
+  fail_msg("no PUT found");
+}
+
+/* A byte offset inside op o that some check covers (see the file comment). */
+static size_t pick_byte(const op_loc *o, uint64_t r) {
+  if (o->type == 3 || o->type == 4) { /* MOVE, CLEAR: not target_op (bytes 5..12) */
+    size_t i = r % (OP_HEADER - 8);
+    return i < 5 ? i : i + 8;
+  }
+  if (o->type == 2) { /* REMOVE: not object_type / object_id */
+    size_t i = r % (o->size - o->ot - o->oi);
+    return i < OP_HEADER ? i : i + o->ot + o->oi;
+  }
+  return r % o->size;
+}
+
+static uint64_t rng(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static void test_random_corruption(void **state) {
+  uint64_t seed = ft_env_seed(), s = seed | 1;
+  int trials = getenv("BS_TEST_QUICK") ? 150 : 800;
+  unsigned by_type[5] = {0};
+  char want[80];
+  problems p;
+  (void)state;
+  for (int t = 0; t < trials; t++) {
+    /* op types in turn (CLEARs are few), a random op of that type */
+    unsigned want_type = 1 + (unsigned)t % 4;
+    const op_loc *o;
+    size_t i = rng(&s) % g_n_ops;
+    while (g_ops[i].type != want_type) i = (i + 1) % g_n_ops;
+    o = &g_ops[i];
+    size_t at = pick_byte(o, rng(&s));
+    unsigned char x = (unsigned char)(1 + rng(&s) % 255);
+    poke(o->off + at, x);
+    verify_and_read(&p, o->bucket, o->stream);
+    poke(o->off + at, x);
+    snprintf(want, sizeof want, "bucket \"%s\"", o->bucket);
+    if (p.n == 0 || !strstr(p.text, want))
+      fail_msg("trial %d (seed %llu): byte %zu of op %" PRIu64 " (type %u, %zu bytes) ^ 0x%02x: "
+               "%zu problems, none naming %s:\n%s",
+               t, (unsigned long long)seed, at, o->op_id, o->type, o->size, x, p.n, want, p.text);
+    if (o->type <= 4) by_type[o->type]++;
+  }
+  print_message("%d corruptions (PUT %u, REMOVE %u, MOVE %u, CLEAR %u) all reported, seed %llu\n",
+                trials, by_type[1], by_type[2], by_type[3], by_type[4], (unsigned long long)seed);
+  assert_true(verify_and_read(&p, g_ops[0].bucket, g_ops[0].stream) == BS_OK && p.n == 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_clean),
+      cmocka_unit_test(test_edited_put_data),
+      cmocka_unit_test(test_random_corruption),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
