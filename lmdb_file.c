@@ -10,7 +10,10 @@
  * size: pages 0 and 1 are meta pages; each holds a page header then the meta record below.
  * Transaction N writes meta page N % 2, so the one with the larger txnid is current, and every
  * page LMDB may read lies below its mm_last_pg + 1 (mdb_page_get refuses higher page numbers).
- * Both meta pages must be valid, as LMDB requires.
+ * Both meta pages must be valid, as LMDB requires. (mdb.c allows that "the file may be shorter if
+ * the freeDB lists the final pages"; LMDB 0.9.24 was never seen to leave such a file, in the
+ * whole test suite nor in transactions that free what they just allocated, so a file shorter than
+ * its meta page says is taken as truncated.)
  */
 #include "internal.h"
 
