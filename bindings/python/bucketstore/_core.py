@@ -749,7 +749,11 @@ class Database(_Handle):
         (an empty list: consistent)."""
         problems: List[str] = []
         trap = _Trap()
-        fn = F.VERIFY_FN(lambda p, x: trap.call(problems.append, p.decode("utf-8", "replace")))
+
+        def one(p: bytes, _: Any) -> None:  # a void callback: returns None
+            trap.call(lambda: problems.append(p.decode("utf-8", "replace")))
+
+        fn = F.VERIFY_FN(one)
         n = c_uint64()
         err = F.bs_error()
         with self._guard() as h:
