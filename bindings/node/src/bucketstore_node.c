@@ -1437,7 +1437,7 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
     if (get_prop(env, e, "start", &f) || get_opt_u64(env, f, nm, &req[i].after)) FAIL_WORK(w);
   }
   w->items = req, w->n_items = n_req;
-  w->u2 = 0, w->u3 = 0;
+  w->u2 = BS_BATCH_LIMIT_DEFAULT, w->u3 = 0; /* an absent limit: the default */
   if (get_prop(env, argv[3], "limit", &v) || get_opt_u64(env, v, "options.limit", &w->u2) ||
       get_prop(env, argv[3], "chunkLimitBytes", &v) ||
       get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3))
@@ -1543,6 +1543,7 @@ static napi_value get_parameter_sets(napi_env env, napi_callback_info info) {
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
+  w->u2 = BS_PARAM_LIMIT_DEFAULT; /* an absent limit: the default */
   if (get_u64(env, argv[1], "checkpoint", &w->u1) || get_array(env, argv[2], "lookups", &n_l) ||
       get_opt_u64(env, argv[3], "limit", &w->u2))
     FAIL_WORK(w);
