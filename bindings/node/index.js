@@ -129,8 +129,6 @@ class BucketStorage {
     const o = { ...options };
     const signal = o.signal;
     delete o.signal;
-    if (o.deleteCheckpointRequestsBefore instanceof Date)
-      o.deleteCheckpointRequestsBefore = o.deleteCheckpointRequestsBefore.getTime();
     if (!signal) return call(native.compact, this.#h, o);
     signal.throwIfAborted();
     const flag = new Int32Array(new SharedArrayBuffer(4));
@@ -163,8 +161,7 @@ class BucketStorage {
     return call(native.lastWriteCheckpoint, this.#h, filters);
   }
   deleteCheckpointRequestsBefore(before) {
-    return call(native.deleteCheckpointRequestsBefore, this.#h,
-      before instanceof Date ? before.getTime() : before);
+    return call(native.deleteCheckpointRequestsBefore, this.#h, before);
   }
   getStatus() {
     return call(native.getStatus, this.#h);

@@ -839,7 +839,8 @@ struct job {
   bs_save save;
   bs_val a, b;
   uint64_t u;
-  int create_empty;
+  int create_empty, has_ms;
+  int64_t ms;
   size_t bytes;
   /* results */
   int rc, flushed, found;
@@ -1018,7 +1019,9 @@ static void run_job(node *n, job *j) {
     j->rc = bs_writer_resume_lsn(wr, j->a, &j->err);
     return;
   case J_CUSTOM_WCP:
-    j->rc = bs_writer_custom_write_checkpoint(wr, j->a, j->u, j->b, &j->err);
+    j->rc = j->has_ms
+                ? bs_writer_custom_write_checkpoint_requested(wr, j->a, j->u, j->b, j->ms, &j->err)
+                : bs_writer_custom_write_checkpoint(wr, j->a, j->u, j->b, &j->err);
     if (j->rc == BS_OK) n->dirty = 1;
     return;
   case J_SOURCE_ROW:
@@ -1262,7 +1265,21 @@ static napi_value writer_source_row(napi_env env, napi_callback_info info) {
   return job_queue(env, n, j);
 }
 
-/* addCustomWriteCheckpoint(writer, {user_id, checkpoint, event_id}) */
+/* Milliseconds since the epoch from a Date or a number. */
+static int get_ms(napi_env env, napi_value v, const char *name, int64_t *out) {
+  bool is_date;
+  double d;
+  NAPI(napi_is_date(env, v, &is_date));
+  if (is_date)
+    NAPI(napi_get_date_value(env, v, &d));
+  else if (get_double(env, v, name, &d))
+    return -1;
+  if (!(d >= -9.2e18 && d <= 9.2e18)) return throw_range(env, name, "not a valid time");
+  *out = (int64_t)d;
+  return 0;
+}
+
+/* addCustomWriteCheckpoint(writer, {user_id, checkpoint, event_id, checkpoint_requested_at}) */
 static napi_value writer_custom_wcp(napi_env env, napi_callback_info info) {
   ARGS(2);
   node *n;
@@ -1273,10 +1290,13 @@ static napi_value writer_custom_wcp(napi_env env, napi_callback_info info) {
       get_bytes(env, &j->ar, v, "checkpoint.user_id", &j->a) ||
       get_prop(env, argv[1], "checkpoint", &v) || get_u64(env, v, "checkpoint.checkpoint", &j->u) ||
       get_prop(env, argv[1], "event_id", &v) ||
-      get_opt_bytes(env, &j->ar, v, "checkpoint.event_id", &j->b)) {
+      get_opt_bytes(env, &j->ar, v, "checkpoint.event_id", &j->b) ||
+      get_prop(env, argv[1], "checkpoint_requested_at", &v) ||
+      (v && get_ms(env, v, "checkpoint.checkpoint_requested_at", &j->ms))) {
     job_free(j);
     return NULL;
   }
+  j->has_ms = v != NULL;
   return job_queue(env, n, j);
 }
 
@@ -1724,9 +1744,9 @@ static napi_value compact(napi_env env, napi_callback_info info) {
     FAIL_WORK(w);
   if (v) w->co.min_age_ms = (int64_t)d;
   if (get_prop(env, o, "deleteCheckpointRequestsBefore", &v) ||
-      (v && get_double(env, v, "options.deleteCheckpointRequestsBefore", &d)))
+      (v && get_ms(env, v, "options.deleteCheckpointRequestsBefore",
+                   &w->co.delete_checkpoint_requests_before_ms)))
     FAIL_WORK(w);
-  if (v) w->co.delete_checkpoint_requests_before_ms = (int64_t)d;
   if (get_prop(env, o, "compactBuckets", &v)) FAIL_WORK(w);
   if (v) {
     if (get_val_array(env, w, v, "options.compactBuckets")) FAIL_WORK(w);
@@ -1917,7 +1937,7 @@ static napi_value done_u64_num(napi_env env, work *w) {
 /* deleteCheckpointRequestsBefore(storage, ms) -> number deleted */
 static napi_value delete_requests(napi_env env, napi_callback_info info) {
   ARGS(2);
-  double d;
+  int64_t ms;
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
@@ -1925,8 +1945,8 @@ static napi_value delete_requests(napi_env env, napi_callback_info info) {
     throw_rc(env, BS_EINVAL, "before: missing (expected a Date or milliseconds)");
     FAIL_WORK(w);
   }
-  if (get_double(env, argv[1], "before", &d)) FAIL_WORK(w);
-  w->u2 = (uint64_t)(int64_t)d;
+  if (get_ms(env, argv[1], "before", &ms)) FAIL_WORK(w);
+  w->u2 = (uint64_t)ms;
   return work_start(env, w, n, exec_delete_requests, done_u64_num);
 }
 

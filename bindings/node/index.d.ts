@@ -1,0 +1,315 @@
+// bucketstore for Node.js: types of index.js. The shapes follow the sync service's storage
+// interface (SyncRulesBucketStorage, BucketStorageBatch, the write-checkpoint API); where they
+// differ it is said here. Every op id and checkpoint is a bigint (< 2^63; inputs also accept a
+// non-negative safe-integer number). Every call that can block returns a Promise and runs on
+// the libuv thread pool; a bad argument rejects it with a TypeError/RangeError, a library
+// failure with an Error; both carry `code` (the library's name: 'BS_EINVAL', 'BS_ETOOBIG',
+// 'BS_ESTATE', 'BS_EINVALIDATED', 'BS_ESTALE', 'BS_ELIMIT', ...) and a message naming the
+// argument. Database, BucketStorage and Writer also have [Symbol.asyncDispose] (= close(), for
+// `await using`); it is left out of these types so that they compile with TypeScript < 5.2.
+
+/** Op ids and checkpoints. */
+export type OpId = bigint;
+/** Byte strings: a string (stored as UTF-8) or raw bytes. Read back as strings. */
+export type Bytes = string | Uint8Array;
+/** A checkpoint argument: an op id, or an object with one (a ReplicationCheckpoint). */
+export type CheckpointArg = OpId | number | { readonly checkpoint: OpId };
+/** One value of a parameter lookup; integral numbers match integral bigints (314 = 314.0). */
+export type LookupValue = null | boolean | number | bigint | string;
+
+export interface BucketStorageError extends Error {
+  code: string;
+}
+
+export interface OpenOptions {
+  /** No fsync at commit: a crash may lose recent commits, never corrupt the file. */
+  nosync?: boolean;
+  /** Read-only: every write call rejects with BS_ESTATE. */
+  readonly?: boolean;
+  /** Initial LMDB map size in bytes (default 4 GiB of address space; doubles on demand). */
+  mapSize?: number | bigint;
+  /** Checksum cache entries (default 100000). */
+  checksumCacheEntries?: number | bigint;
+}
+
+export interface StreamInfo {
+  id: number;
+  name: string;
+  state: StreamState;
+  checksum: 'xxh3' | 'sha256';
+}
+export type StreamState = 'PROCESSING' | 'ACTIVE' | 'ERRORED' | 'STOPPED' | 'TERMINATED';
+
+export declare class Database {
+  /** Opens (creating if missing) the database file at path. */
+  static open(path: string, options?: OpenOptions): Promise<Database>;
+  /** A fresh in-memory database (the reference backend); nothing is persisted. */
+  static openMemory(options?: Omit<OpenOptions, 'readonly'>): Promise<Database>;
+  /** A new PROCESSING stream (ids 1, 2, 3, ...); resolves to its id. */
+  createStream(name: string, options?: { checksum?: 'xxh3' | 'sha256' }): Promise<number>;
+  listStreams(): Promise<StreamInfo[]>;
+  /** A handle on stream streamId; 0 (default) = the active stream, else the newest. */
+  storage(streamId?: number): Promise<BucketStorage>;
+  /** Rejects with BS_ESTATE while storages are open; resolves once calls in flight are done. */
+  close(): Promise<void>;
+}
+
+export interface CreateWriterOptions {
+  /** Snapshot mode: INSERT only; inserts of rows that already have a record are skipped. */
+  skipExistingRows?: boolean;
+  /** Commits with nothing new still create a checkpoint (default true). */
+  createEmptyCheckpoints?: boolean;
+  /** Flush bound: saves queued before the writer flushes (default 2000). */
+  maxRecords?: number;
+  /** Flush bound: bytes of queued saves before the writer flushes (default 5 MB). */
+  maxBytes?: number;
+  /** Accepted for the service's shape; unused. */
+  zeroLSN?: string;
+  storeCurrentData?: boolean;
+}
+
+export interface EvaluatedRow {
+  /** 1..480 bytes */
+  bucket: Bytes;
+  /** the output table (object_type) */
+  table: Bytes;
+  /** the output row id (object_id) */
+  id: Bytes;
+  /** the row as JSON text; an object is stored as JSON.stringify(data) */
+  data: Bytes | object;
+}
+
+export interface EvaluatedParameters {
+  lookup: LookupValue[];
+  /** bucket-parameter rows: objects, or JSON text */
+  bucketParameters: (object | string)[];
+}
+
+export interface SaveOptions {
+  tag: 'insert' | 'update' | 'delete';
+  /** the source table's name (or an object with one) */
+  sourceTable: Bytes | { name: Bytes };
+  /** the replica id before the change; for update, only when the key changed */
+  beforeReplicaId?: Bytes;
+  /** the replica id after the change (required unless delete) */
+  afterReplicaId?: Bytes;
+  /** the evaluated output rows (PUT into their buckets; the engine diffs against the last save) */
+  evaluated?: EvaluatedRow[];
+  /** the evaluated parameter lookups */
+  evaluatedParameters?: EvaluatedParameters[];
+  /** row data kept with the source record (read back with getSourceRow) */
+  currentData?: Bytes | object;
+}
+
+export interface FlushedResult {
+  /** the stream's highest persisted op id */
+  flushed_op: OpId;
+}
+
+/** The service returns a boolean from commit/keepalive: here it is checkpointCreated. */
+export interface CommitResult {
+  checkpointBlocked: boolean;
+  checkpointCreated: boolean;
+  /** the stream's checkpoint after the call (0n = none) */
+  checkpoint: OpId;
+  blockedReason: null | 'snapshot_not_done' | 'below_no_checkpoint_before' | 'below_checkpoint_lsn';
+}
+
+export interface CustomWriteCheckpointOptions {
+  user_id: Bytes;
+  checkpoint: OpId;
+  event_id?: Bytes;
+  /** set for a checkpoint created from a client's request: cleanup may then delete it */
+  checkpoint_requested_at?: Date | number | null;
+}
+
+/**
+ * A replication writer (BucketStorageBatch). Calls run in call order, one at a time; a save on
+ * an idle writer below its flush bound is queued without a thread hop. Nothing is visible to
+ * readers before a commit. close() discards what was not flushed.
+ */
+export declare class Writer {
+  /** The LSN of the last checkpoint this writer created. */
+  lastCheckpointLsn: string | null;
+  /** null, or the flush result when this save flushed the queue (its bound was reached). */
+  save(record: SaveOptions): Promise<FlushedResult | null>;
+  truncate(sourceTables: Bytes | { name: Bytes } | (Bytes | { name: Bytes })[]): Promise<null>;
+  drop(sourceTables: Bytes | { name: Bytes } | (Bytes | { name: Bytes })[]): Promise<null>;
+  /** null when nothing was queued since the last flush. */
+  flush(): Promise<FlushedResult | null>;
+  commit(lsn: string, options?: { createEmptyCheckpoints?: boolean }): Promise<CommitResult>;
+  keepalive(lsn: string): Promise<CommitResult>;
+  /** The snapshot is done; no checkpoint may precede lsn. markSnapshotDone(lsn) also works. */
+  markSnapshotDone<T>(tables: T[], noCheckpointBeforeLsn: string): Promise<T[]>;
+  markSnapshotDone(noCheckpointBeforeLsn: string): Promise<never[]>;
+  setResumeLsn(lsn: string): Promise<void>;
+  /** The data stored with a source record: null when none was stored, undefined for no row. */
+  getSourceRow(table: Bytes | { name: Bytes }, replicaId: Bytes): Promise<string | null | undefined>;
+  /** Custom write-checkpoint mode: queued, persisted with the next flush. */
+  addCustomWriteCheckpoint(checkpoint: CustomWriteCheckpointOptions): Promise<void>;
+  close(): Promise<void>;
+}
+
+export declare class Checkpoint {
+  readonly checkpoint: OpId;
+  readonly lsn: string | null;
+  getParameterSets(lookups: LookupValue[][], limit?: number): Promise<Record<string, unknown>[]>;
+}
+
+export interface BucketDataRequest {
+  bucket: Bytes;
+  /** serve ops after this op id (default 0n) */
+  start?: OpId | number;
+}
+
+export interface BucketDataBatchOptions {
+  /** ops per batch, all buckets together (default 1000) */
+  limit?: number;
+  /** a new chunk starts when the next op would pass this size (default 1 MiB) */
+  chunkLimitBytes?: number;
+}
+
+/** An op as the protocol sends it (OplogEntry), with op_id a bigint. */
+export interface OplogEntry {
+  op_id: OpId;
+  op: 'PUT' | 'REMOVE' | 'MOVE' | 'CLEAR';
+  /** null for the fields an op type does not carry; "" is a value */
+  object_type: string | null;
+  object_id: string | null;
+  subkey: string | null;
+  /** the row as JSON text (PUT) */
+  data: string | null;
+  /** unsigned 32-bit */
+  checksum: number;
+}
+
+export interface SyncBucketDataChunk {
+  chunkData: {
+    bucket: string;
+    after: OpId;
+    next_after: OpId;
+    has_more: boolean;
+    data: OplogEntry[];
+  };
+  targetOp: OpId | null;
+}
+
+export interface SyncBucketDataBatchEnd {
+  /** true when the batch stopped at its limit: call again with start = next_after per bucket */
+  hasMore: boolean;
+}
+
+export interface BucketChecksum {
+  bucket: Bytes;
+  /** signed 32-bit, as the service emits bucket checksums */
+  checksum: number;
+  count: number;
+}
+
+export interface CheckpointChanges {
+  updatedDataBuckets: Set<string>;
+  invalidateDataBuckets: boolean;
+  /** decoded lookups (the service has them JSON-serialised in a Set) */
+  updatedParameterLookups: LookupValue[][];
+  invalidateParameterBuckets: boolean;
+  updatedWriteCheckpointUsers: Set<string>;
+}
+
+export interface CompactOptions {
+  /** horizon: ops above it are untouched (default: the current checkpoint) */
+  maxOpId?: OpId | number;
+  compactBuckets?: Bytes[];
+  minBucketChanges?: number;
+  minChangeRatio?: number;
+  memoryLimitMB?: number;
+  incrementalOnly?: boolean;
+  /** incremental horizon age (default 5 min) */
+  minAgeMs?: number;
+  compactParameterData?: boolean;
+  deleteCheckpointRequestsBefore?: Date | number;
+  /** ops per write transaction (default 10000): how long a writer waits at most */
+  maxOpsPerTransaction?: number;
+  /** opt-in defragmentation ratio (0 = off) */
+  defragmentRatio?: number;
+  /** cancels between transactions (rejects with code BS_ECANCELED; done work stays) */
+  signal?: AbortSignal;
+}
+
+export interface CompactStats {
+  bucketsCompacted: number;
+  opsMoved: number;
+  opsCleared: number;
+  opsRemoved: number;
+  bytesBefore: number;
+  bytesAfter: number;
+  parameterEntriesRemoved: number;
+  checkpointRequestsDeleted: number;
+  opsReemitted: number;
+}
+
+export interface ManagedWriteCheckpointOptions {
+  user_id: Bytes;
+  heads: Record<string, string>;
+  checkpoint_request_id?: bigint;
+}
+
+export interface StorageStatus {
+  state: StreamState;
+  resumeLsn: string | null;
+  snapshotDone: boolean;
+  checkpoint: OpId;
+  lsn: string | null;
+  lastPersistedOp: OpId;
+  lastError: string | null;
+}
+
+/** One replication stream (SyncRulesBucketStorage). Safe to use from many async callers. */
+export declare class BucketStorage {
+  readonly replicationStreamId: number;
+  createWriter(options?: CreateWriterOptions): Promise<Writer>;
+  /** createWriter, callback, flush, close: the flush result. */
+  startBatch(options: CreateWriterOptions | undefined,
+    callback: (batch: Writer) => Promise<void>): Promise<FlushedResult | null>;
+  getCheckpoint(): Promise<Checkpoint>;
+  /** One batch: its chunks (one bucket each, buckets in byte order of name), then the end. */
+  getBucketDataBatch(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
+    options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataChunk | SyncBucketDataBatchEnd>;
+  /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
+  getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[]):
+    Promise<Map<Bytes, BucketChecksum>>;
+  /** Rejects with code BS_ELIMIT ("too many parameter results (limit was N)"). */
+  getParameterSets(checkpoint: CheckpointArg, lookups: LookupValue[][], limit?: number):
+    Promise<Record<string, unknown>[]>;
+  getCheckpointChanges(options: { lastCheckpoint: CheckpointArg; nextCheckpoint: CheckpointArg }):
+    Promise<CheckpointChanges>;
+  /** The service resolves to void: here to the statistics. */
+  compact(options?: CompactOptions): Promise<CompactStats>;
+  /** Before the first checkpoint only (else BS_ESTATE). */
+  compactInitialReplication(options?: { maxOpId?: OpId | number; minBucketChanges?: number }):
+    Promise<{ buckets: number }>;
+  readonly writeCheckpointMode: 'managed' | 'custom';
+  setWriteCheckpointMode(config: 'managed' | 'custom' |
+    { mode: 'managed' | 'custom'; eventName?: string }): void;
+  createManagedWriteCheckpoints(checkpoints: ManagedWriteCheckpointOptions[]):
+    Promise<{ writeCheckpoints: Map<Bytes, bigint>; shouldAdvance: boolean }>;
+  /** managed: heads required; custom: user_id only. null when there is none. */
+  lastWriteCheckpoint(filters: { user_id: Bytes; heads?: Record<string, string> }):
+    Promise<bigint | null>;
+  /** Resolves to the number of records deleted. */
+  deleteCheckpointRequestsBefore(before: Date | number): Promise<number>;
+  getStatus(): Promise<StorageStatus>;
+  clear(): Promise<void>;
+  terminate(options?: { clearStorage?: boolean }): Promise<void>;
+  reportError(e: unknown): Promise<void>;
+  /** Rejects with BS_ESTATE while a writer is open. */
+  close(): Promise<void>;
+}
+
+export declare const open: typeof Database.open;
+export declare const openMemory: typeof Database.openMemory;
+/** The PUT op checksum (SPEC §3) as the storage computes it: unsigned 32-bit. */
+export declare function checksumPut(hash: 'xxh3' | 'sha256', objectType: Bytes, objectId: Bytes,
+  data: Bytes | object): number;
+/** Database, storage and writer handles whose C objects are not yet released. */
+export declare function liveHandles(): number;
+export declare const version: string;

@@ -1,0 +1,41 @@
+// Compiled (not run) by test/types.test.js with `tsc --noEmit --strict`: the README's usage
+// and every call shape type-check against index.d.ts.
+import * as bs from '..';
+
+async function main(): Promise<void> {
+  const db: bs.Database = await bs.open('app.bsdb', { nosync: true });
+  const id: number = await db.createStream('sync-rules-v1', { checksum: 'sha256' });
+  const st: bs.BucketStorage = await db.storage(id);
+  const w: bs.Writer = await st.createWriter({ skipExistingRows: true, maxRecords: 100 });
+  const flushed: bs.FlushedResult | null = await w.save({
+    tag: 'insert', sourceTable: 'todos', afterReplicaId: 't1',
+    evaluated: [{ bucket: 'todos["u1"]', table: 'todos', id: 't1', data: { id: 't1' } }],
+    evaluatedParameters: [{ lookup: ['by_user', 1n, 2.5, null, true], bucketParameters: [{ u: 1 }] }],
+  });
+  if (flushed) console.log(flushed.flushed_op + 1n);
+  await w.markSnapshotDone([], '0/10');
+  const r: bs.CommitResult = await w.commit('0/10', { createEmptyCheckpoints: false });
+  const cp = await st.getCheckpoint();
+  for await (const c of st.getBucketDataBatch(cp, [{ bucket: 'todos["u1"]', start: 0n }], { limit: 10 })) {
+    if ('hasMore' in c) console.log(c.hasMore);
+    else for (const op of c.chunkData.data) console.log(op.op_id, op.op, op.data, c.targetOp);
+  }
+  const sums: Map<bs.Bytes, bs.BucketChecksum> = await st.getChecksums(r.checkpoint, ['todos["u1"]']);
+  const rows: Record<string, unknown>[] = await cp.getParameterSets([['by_user', 1]], 10);
+  const ch: bs.CheckpointChanges = await st.getCheckpointChanges({ lastCheckpoint: 0n, nextCheckpoint: cp });
+  const stats: bs.CompactStats = await st.compact({ signal: new AbortController().signal, minAgeMs: 0 });
+  const init: { buckets: number } = await st.compactInitialReplication({ maxOpId: 10n });
+  st.setWriteCheckpointMode({ mode: 'managed' });
+  const m = await st.createManagedWriteCheckpoints([{ user_id: 'u1', heads: { '1': '0/10' } }]);
+  const last: bigint | null = await st.lastWriteCheckpoint({ user_id: 'u1', heads: { '1': '0/10' } });
+  await w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 5n, checkpoint_requested_at: new Date() });
+  const n: number = await st.deleteCheckpointRequestsBefore(new Date());
+  const s: bs.StorageStatus = await st.getStatus();
+  console.log(sums, rows, ch.updatedDataBuckets.size, stats.opsMoved, init.buckets, m.shouldAdvance, last, n, s.state);
+  const row: string | null | undefined = await w.getSourceRow('todos', 't1');
+  console.log(row, bs.checksumPut('xxh3', 'todos', 't1', '{}'), bs.version, bs.liveHandles());
+  await w.close();
+  await st.close();
+  await db.close();
+}
+void main;
