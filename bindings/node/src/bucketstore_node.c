@@ -158,18 +158,50 @@ static int is_nullish(napi_env env, napi_value v) {
   return v == NULL || (napi_typeof(env, v, &t) == napi_ok && (t == napi_undefined || t == napi_null));
 }
 
+/* Property names as JS strings made once per env, keyed by the address of the C literal:
+ * napi_get_named_property would make (and intern) the string again on every call. */
+#define KEY_SLOTS 128
+typedef struct keycache {
+  const char *name[KEY_SLOTS];
+  napi_ref ref[KEY_SLOTS];
+} keycache;
+
+static void keycache_free(napi_env env, void *data, void *hint) {
+  keycache *kc = data;
+  for (int i = 0; i < KEY_SLOTS; i++)
+    if (kc->ref[i]) napi_delete_reference(env, kc->ref[i]);
+  free(kc);
+}
+
+static int key_of(napi_env env, const char *name, napi_value *out) {
+  keycache *kc = NULL;
+  size_t h = ((uintptr_t)name >> 3) % KEY_SLOTS;
+  napi_get_instance_data(env, (void **)&kc);
+  for (int probe = 0; kc && probe < KEY_SLOTS; probe++, h = (h + 1) % KEY_SLOTS) {
+    if (kc->name[h] == name) {
+      NAPI(napi_get_reference_value(env, kc->ref[h], out));
+      return 0;
+    }
+    if (!kc->name[h]) {
+      NAPI(napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, out));
+      if (napi_create_reference(env, *out, 1, &kc->ref[h]) == napi_ok) kc->name[h] = name;
+      return 0;
+    }
+  }
+  NAPI(napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, out));
+  return 0;
+}
+
+/* obj[key], NULL when obj is not an object or the value is undefined or null. */
 static int get_prop(napi_env env, napi_value obj, const char *key, napi_value *out) {
   napi_valuetype t;
-  if (obj == NULL || is_nullish(env, obj)) {
-    *out = NULL;
-    return 0;
-  }
+  napi_value k;
+  *out = NULL;
+  if (obj == NULL) return 0;
   if (type_of(env, obj, &t)) return -1;
-  if (t != napi_object && t != napi_function) {
-    *out = NULL;
-    return 0;
-  }
-  NAPI(napi_get_named_property(env, obj, key, out));
+  if (t != napi_object && t != napi_function) return 0;
+  if (key_of(env, key, &k)) return -1;
+  NAPI(napi_get_property(env, obj, k, out));
   if (is_nullish(env, *out)) *out = NULL;
   return 0;
 }
@@ -181,8 +213,18 @@ static int get_bytes(napi_env env, arena *a, napi_value v, const char *name, bs_
   if (v == NULL) return throw_rc(env, BS_EINVAL, "%s: missing (expected a string)", name);
   if (type_of(env, v, &t)) return -1;
   if (t == napi_string) {
-    size_t len;
+    size_t len, room = a->head ? a->head->cap - a->head->used : 0;
     char *p;
+    if (room >= 64) { /* one pass when it fits in the arena's current block */
+      p = (char *)a->head->data + a->head->used;
+      NAPI(napi_get_value_string_utf8(env, v, p, room, &len));
+      if (len + 1 < room) {
+        char *q = ar_alloc(a, len + 1); /* = p: the same block has room */
+        if (q != p) memmove(q, p, len + 1);
+        out->data = q, out->size = len;
+        return 0;
+      }
+    }
     NAPI(napi_get_value_string_utf8(env, v, NULL, 0, &len));
     if (!(p = ar_alloc(a, len + 1))) return NOMEM();
     NAPI(napi_get_value_string_utf8(env, v, p, len + 1, &len));
@@ -377,7 +419,8 @@ static napi_value js_str(napi_env env, bs_val s) {
 }
 
 static void set(napi_env env, napi_value obj, const char *key, napi_value v) {
-  napi_set_named_property(env, obj, key, v);
+  napi_value k;
+  if (key_of(env, key, &k) == 0) napi_set_property(env, obj, k, v);
 }
 
 static napi_value js_obj(napi_env env) {
@@ -2047,6 +2090,8 @@ static napi_value js_live_handles(napi_env env, napi_callback_info info) {
 /* ---- Module ---------------------------------------------------------------------------------- */
 
 static napi_value init(napi_env env, napi_value exports) {
+  keycache *kc = calloc(1, sizeof *kc);
+  if (kc && napi_set_instance_data(env, kc, keycache_free, NULL) != napi_ok) free(kc);
   static const struct {
     const char *name;
     napi_callback fn;

@@ -1,0 +1,242 @@
+#!/usr/bin/env node
+// bench_node.mjs: one workload through three paths - the C API (bindings/node/bench/capi.c,
+// compiled here against build/libbucketstore.a), the Node.js binding (bindings/node) and the
+// JSON-lines driver (build/bucketstore drive, pipelined) - each on a fresh file of its own:
+//   ingest: a snapshot of ROWS rows (120-byte JSON) into BUCKETS buckets, a snapshot writer,
+//           one commit per COMMIT_ROWS rows (durable unless --nosync);
+//   reads:  every bucket of that file downloaded from 0 at the checkpoint, READ_LIMIT ops per
+//           call, one bucket per call (a client resuming at next_after).
+// Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
+//        [--read-limit N] [--nosync] [--runs N] [--quick] [--json PATH]
+// Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs.
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const cfg = { rows: 200000, buckets: 100, commitRows: 10000, dataSize: 120, readLimit: 10000,
+  nosync: false, runs: 1, json: null };
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i++) {
+  const a = argv[i], num = () => Number(argv[++i]);
+  if (a === '--rows') cfg.rows = num();
+  else if (a === '--buckets') cfg.buckets = num();
+  else if (a === '--commit-rows') cfg.commitRows = num();
+  else if (a === '--data-size') cfg.dataSize = num();
+  else if (a === '--read-limit') cfg.readLimit = num();
+  else if (a === '--runs') cfg.runs = num();
+  else if (a === '--nosync') cfg.nosync = true;
+  else if (a === '--quick') Object.assign(cfg, { rows: 20000, commitRows: 5000, nosync: true });
+  else if (a === '--json') cfg.json = argv[++i];
+  else {
+    console.error(`bench_node: unknown argument ${a} (see the usage at the top of this file)`);
+    process.exit(2);
+  }
+}
+if (!(cfg.dataSize >= 64)) throw new Error('--data-size: at least 64');
+
+// ---- the workload (capi.c generates the same rows) ------------------------------------------
+const FILL = 'abcdefghijklmnopqrstuvwxyz'.repeat(2);
+const pad = (n, w) => String(n).padStart(w, '0');
+const rid = (i) => `r${pad(i, 8)}`;
+const bucket = (b) => `by_list["l${pad(b, 5)}"]`;
+function data(i) {
+  const head = `{"id":"${rid(i)}","v":0,"done":false,"d":"`;
+  let s = head;
+  const off = i % 26;
+  for (let p = head.length; p < cfg.dataSize - 2; p++) s += FILL[off + ((p - head.length) % 26)];
+  return s + '"}';
+}
+const lsnOf = (i) => pad(i, 8);
+
+// ---- the three paths ----------------------------------------------------------------------
+function capiBinary() {
+  const src = path.join(root, 'bindings/node/bench/capi.c');
+  const lib = path.join(root, 'build/libbucketstore.a');
+  const bin = path.join(root, 'build/bench/node_capi');
+  const mtime = (f) => fs.statSync(f).mtimeMs;
+  if (!fs.existsSync(lib)) throw new Error('build/libbucketstore.a missing: run make');
+  if (!fs.existsSync(bin) || mtime(bin) < Math.max(mtime(src), mtime(lib))) {
+    fs.mkdirSync(path.dirname(bin), { recursive: true });
+    const r = spawnSync('cc', ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', `-I${root}`, src,
+      lib, '-llmdb', '-lnettle', '-lpthread', '-o', bin], { stdio: 'inherit' });
+    if (r.status !== 0) throw new Error('compiling capi.c failed');
+  }
+  return bin;
+}
+
+function runCapi(...args) {
+  const r = spawnSync(capiBinary(), args.map(String), { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`capi ${args[0]}: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
+const capi = {
+  ingest: (file) => runCapi('ingest', file, cfg.rows, cfg.buckets, cfg.commitRows, cfg.dataSize,
+    cfg.nosync ? 1 : 0),
+  read: (file) => runCapi('read', file, cfg.buckets, cfg.readLimit),
+};
+
+function loadBinding() {
+  try {
+    return createRequire(import.meta.url)(path.join(root, 'bindings/node'));
+  } catch (e) {
+    throw new Error(`the Node binding is not built (run make node): ${e.message}`);
+  }
+}
+
+const binding = {
+  async ingest(file) {
+    const bs = loadBinding();
+    const db = await bs.open(file, { nosync: cfg.nosync });
+    await db.createStream('bench');
+    const st = await db.storage();
+    const w = await st.createWriter({ skipExistingRows: true });
+    const t0 = performance.now();
+    for (let i = 0; i < cfg.rows; i++) {
+      const id = rid(i);
+      await w.save({ tag: 'insert', sourceTable: 'todos', afterReplicaId: id,
+        evaluated: [{ bucket: bucket(i % cfg.buckets), table: 'todos', id, data: data(i) }] });
+      if ((i + 1) % cfg.commitRows === 0 || i + 1 === cfg.rows) {
+        if (i + 1 === cfg.rows) await w.markSnapshotDone(lsnOf(i + 1));
+        await w.commit(lsnOf(i + 1));
+      }
+    }
+    const secs = (performance.now() - t0) / 1e3;
+    await w.close();
+    await st.close();
+    await db.close();
+    return { secs, count: cfg.rows };
+  },
+  async read(file) {
+    const bs = loadBinding();
+    const db = await bs.open(file);
+    const st = await db.storage();
+    const cp = await st.getCheckpoint();
+    let count = 0;
+    const t0 = performance.now();
+    for (let b = 0; b < cfg.buckets; b++) {
+      let start = 0n;
+      for (let more = true; more;) {
+        more = false;
+        const req = [{ bucket: bucket(b), start }];
+        for await (const c of st.getBucketDataBatch(cp, req, { limit: cfg.readLimit })) {
+          if ('hasMore' in c) more = c.hasMore;
+          else count += c.chunkData.data.length, start = c.chunkData.next_after;
+        }
+      }
+    }
+    const secs = (performance.now() - t0) / 1e3;
+    await st.close();
+    await db.close();
+    return { secs, count };
+  },
+};
+
+/** The driver as a client sees it: lines written ahead (pipelined), replies read in order. */
+function openDriver(file, nosync) {
+  const bin = path.join(root, 'build/bucketstore');
+  if (!fs.existsSync(bin)) throw new Error('build/bucketstore missing: run make');
+  const p = spawn(bin, ['drive', '--db', file, ...(nosync ? ['--nosync'] : [])],
+    { stdio: ['pipe', 'pipe', 'inherit'] });
+  let received = 0, wanted = Infinity, wake = null, lastLine = null, failed = null;
+  createInterface({ input: p.stdout }).on('line', (l) => {
+    received++, lastLine = l;
+    if (!failed && !l.startsWith('{"ok":true')) failed = new Error(`driver: ${l}`);
+    if (received >= wanted) wake();
+  });
+  let sent = 0;
+  /** Writes the commands; resolves once every reply so far has arrived: the last one. */
+  const send = async (cmds, wait = true) => {
+    sent += cmds.length;
+    if (!p.stdin.write(cmds.map((c) => JSON.stringify(c)).join('\n') + '\n'))
+      await new Promise((r) => p.stdin.once('drain', r));
+    if (!wait) return null;
+    if (received < sent) await new Promise((r) => (wanted = sent, wake = r));
+    if (failed) throw failed;
+    return JSON.parse(lastLine);
+  };
+  const close = () => new Promise((r) => {
+    p.on('exit', r);
+    p.stdin.end();
+  });
+  return { send, close };
+}
+
+const driver = {
+  async ingest(file) {
+    const d = openDriver(file, cfg.nosync);
+    await d.send([{ cmd: 'stream.create', name: 'bench' }, { cmd: 'writer.open', snapshot: true }]);
+    const t0 = performance.now();
+    for (let i = 0; i < cfg.rows; i += cfg.commitRows) {
+      const cmds = [];
+      const end = Math.min(cfg.rows, i + cfg.commitRows);
+      for (let k = i; k < end; k++)
+        cmds.push({ cmd: 'save', table: 'todos', tag: 'insert', id: rid(k),
+          rows: [{ bucket: bucket(k % cfg.buckets), type: 'todos', id: rid(k), data: data(k) }] });
+      if (end === cfg.rows) cmds.push({ cmd: 'snapshot_done', lsn: lsnOf(end) });
+      cmds.push({ cmd: 'commit', lsn: lsnOf(end) });
+      await d.send(cmds, end === cfg.rows); // pipelined: only the last commit's reply is awaited
+    }
+    const secs = (performance.now() - t0) / 1e3;
+    await d.close();
+    return { secs, count: cfg.rows };
+  },
+  async read(file) {
+    const d = openDriver(file, false);
+    const cp = (await d.send([{ cmd: 'checkpoint' }])).checkpoint;
+    let count = 0;
+    const t0 = performance.now();
+    for (let b = 0; b < cfg.buckets; b++) {
+      let after = '0';
+      for (let more = true; more;) {
+        const r = await d.send([{ cmd: 'bucket_data', checkpoint: cp,
+          buckets: { [bucket(b)]: after }, limit: cfg.readLimit }]);
+        for (const c of r.chunks) count += c.data.length, after = c.next_after;
+        more = r.has_more;
+      }
+    }
+    const secs = (performance.now() - t0) / 1e3;
+    await d.close();
+    return { secs, count };
+  },
+};
+
+// ---- run ----------------------------------------------------------------------------------
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-node-'));
+const paths = { 'C API': capi, 'Node binding': binding, 'JSON driver': driver };
+const results = {};
+try {
+  for (const [name, impl] of Object.entries(paths)) {
+    let best = null;
+    for (let run = 0; run < cfg.runs; run++) {
+      const file = path.join(dir, `${name.replace(/\W/g, '')}-${run}.bsdb`);
+      const ingest = await impl.ingest(file);
+      const read = await impl.read(file);
+      if (read.count !== cfg.rows) throw new Error(`${name}: read ${read.count} ops, expected ${cfg.rows}`);
+      const r = { ingest: ingest.count / ingest.secs, reads: read.count / read.secs };
+      best = best ? { ingest: Math.max(best.ingest, r.ingest), reads: Math.max(best.reads, r.reads) } : r;
+      fs.rmSync(file, { force: true });
+      fs.rmSync(`${file}-lock`, { force: true });
+    }
+    results[name] = best;
+  }
+} finally {
+  fs.rmSync(dir, { recursive: true, force: true });
+}
+
+const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : `${(v / 1e3).toFixed(0)}k`);
+const c = results['C API'];
+console.log(`bench_node: ${cfg.rows} rows (${cfg.dataSize} B) -> ${cfg.buckets} buckets, commit every ` +
+  `${cfg.commitRows} rows, ${cfg.nosync ? 'nosync' : 'durable'}; reads ${cfg.readLimit} ops/call; ` +
+  `best of ${cfg.runs}; node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+console.log(`${'path'.padEnd(14)}${'ingest rows/s'.padStart(15)}${'vs C'.padStart(8)}` +
+  `${'reads ops/s'.padStart(14)}${'vs C'.padStart(8)}`);
+for (const [name, r] of Object.entries(results))
+  console.log(`${name.padEnd(14)}${fmt(r.ingest).padStart(15)}${(c.ingest / r.ingest).toFixed(2).padStart(7)}x` +
+    `${fmt(r.reads).padStart(14)}${(c.reads / r.reads).toFixed(2).padStart(7)}x`);
+if (cfg.json) fs.writeFileSync(cfg.json, JSON.stringify({ config: cfg, node: process.version, results }, null, 2));

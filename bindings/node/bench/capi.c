@@ -1,0 +1,128 @@
+/*
+ * capi.c: the C-API side of bench/bench_node.mjs. It runs the benchmark's workload straight on
+ * storage.h, so that the binding and the JSON driver are measured against the same work:
+ *   capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC   snapshot ingest, one commit per
+ *                                                             COMMIT_ROWS rows
+ *   capi read DB BUCKETS READ_LIMIT                           every bucket downloaded from 0
+ * and prints one JSON line {"secs":..., "count":...}. Rows are those of bench_node.mjs's row():
+ * replica id "r%08u", bucket by_list["l%05u"] (row % BUCKETS), object type "todos", data the
+ * JSON of {"id","v":0,"done":false,"d":<letters>} padded to DATA_SIZE bytes.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "storage.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static size_t gen_data(char *out, size_t size, unsigned row) {
+  static const char fill[] = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz";
+  int n = snprintf(out, size, "{\"id\":\"r%08u\",\"v\":0,\"done\":false,\"d\":\"", row);
+  size_t p = (size_t)n, off = row % 26;
+  for (; p < size - 2; p++) out[p] = fill[off + (p - (size_t)n) % 26];
+  out[size - 2] = '"', out[size - 1] = '}';
+  return size;
+}
+
+static int fail(int rc, const bs_error *err) {
+  fprintf(stderr, "capi: %s (%s)\n", bs_strerror(rc), err->msg);
+  return 1;
+}
+
+typedef struct dl {
+  unsigned long long ops;
+  uint64_t next_after;
+} dl;
+
+static int on_chunk(const bs_chunk *c, void *payload) {
+  dl *d = payload;
+  d->ops += c->n_ops;
+  d->next_after = c->next_after;
+  return 0;
+}
+
+#define TRY(call)                                                                                  \
+  if ((rc = (call)) != BS_OK) return fail(rc, &err)
+
+int main(int argc, char **argv) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_error err = {0};
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  int rc;
+  double t0;
+  if (argc == 8 && !strcmp(argv[1], "ingest")) {
+    unsigned rows = (unsigned)atol(argv[3]), nb = (unsigned)atol(argv[4]);
+    unsigned every = (unsigned)atol(argv[5]);
+    size_t size = (size_t)atol(argv[6]);
+    bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+    char *data = malloc(size), rid[16], bucket[32];
+    if (!data || size < 64) return 1;
+    oo.flags = atoi(argv[7]) ? BS_OPEN_NOSYNC : 0;
+    wo.snapshot = 1;
+    TRY(bs_open(&db, argv[2], &oo, &err));
+    TRY(bs_stream_create(NULL, db, "bench", NULL, &err));
+    TRY(bs_storage_open(&st, db, 0, &err));
+    TRY(bs_writer_open(&w, st, &wo, &err));
+    t0 = now_s();
+    for (unsigned i = 0; i < rows; i++) {
+      bs_row row;
+      bs_save s = BS_SAVE_INIT;
+      snprintf(rid, sizeof rid, "r%08u", i);
+      snprintf(bucket, sizeof bucket, "by_list[\"l%05u\"]", i % nb);
+      row.bucket = (bs_val){bucket, strlen(bucket)};
+      row.object_type = (bs_val){"todos", 5};
+      row.object_id = (bs_val){rid, strlen(rid)};
+      row.data = (bs_val){data, gen_data(data, size, i)};
+      s.table = (bs_val){"todos", 5}, s.tag = BS_INSERT, s.after_id = row.object_id;
+      s.rows = &row, s.n_rows = 1;
+      TRY(bs_writer_save(w, &s, &err));
+      if ((i + 1) % every == 0 || i + 1 == rows) {
+        char lsn[16];
+        snprintf(lsn, sizeof lsn, "%08u", i + 1);
+        if (i + 1 == rows) TRY(bs_writer_snapshot_done(w, (bs_val){lsn, strlen(lsn)}, &err));
+        TRY(bs_writer_commit(w, (bs_val){lsn, strlen(lsn)}, NULL, NULL, &err));
+      }
+    }
+    printf("{\"secs\":%.6f,\"count\":%u}\n", now_s() - t0, rows);
+    free(data);
+  } else if (argc == 5 && !strcmp(argv[1], "read")) {
+    unsigned nb = (unsigned)atol(argv[3]);
+    dl d = {0, 0};
+    bs_checkpoint cp;
+    bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+    bo.limit = (size_t)atol(argv[4]);
+    TRY(bs_open(&db, argv[2], NULL, &err));
+    TRY(bs_storage_open(&st, db, 0, &err));
+    TRY(bs_get_checkpoint(st, &cp, &err));
+    t0 = now_s();
+    for (unsigned b = 0; b < nb; b++) {
+      char bucket[32];
+      bs_bucket_request req;
+      int more = 1;
+      snprintf(bucket, sizeof bucket, "by_list[\"l%05u\"]", b);
+      req.bucket = (bs_val){bucket, strlen(bucket)}, req.after = 0;
+      while (more) { /* one bucket per call, as a client resuming at next_after */
+        TRY(bs_get_bucket_data(st, cp.op_id, &req, 1, &bo, on_chunk, &d, &more, &err));
+        req.after = d.next_after;
+      }
+    }
+    printf("{\"secs\":%.6f,\"count\":%llu}\n", now_s() - t0, d.ops);
+  } else {
+    fprintf(stderr, "usage: capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC\n"
+                    "       capi read DB BUCKETS READ_LIMIT\n");
+    return 2;
+  }
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  return 0;
+}
