@@ -26,7 +26,7 @@
 
 #include "storage.h"
 
-#define FLUSH_RECS   2000u                 /* SPEC 4: auto-flush bound [2000 records or 5 MB] */
+#define FLUSH_RECS   2000u /* SPEC 4: auto-flush bound [2000 records or 5 MB] */
 #define FLUSH_BYTES  (5u * 1000u * 1000u)
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1 */
 
@@ -119,7 +119,8 @@ static napi_value make_error(napi_env env, int rc, const bs_error *err) {
 }
 
 /* Throws unless a JS exception is already pending (e.g. from a getter that threw). */
-static int throw_rc(napi_env env, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int throw_rc(napi_env env, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int throw_rc(napi_env env, int rc, const char *fmt, ...) {
   bool pending = false;
   bs_error err = {rc, {0}};
@@ -142,7 +143,7 @@ static int throw_range(napi_env env, const char *name, const char *what) {
 
 #define NAPI(call)                                                                                 \
   do {                                                                                             \
-    if ((call) != napi_ok) return throw_rc(env, BS_EIO, "Node-API call failed: %s", #call);       \
+    if ((call) != napi_ok) return throw_rc(env, BS_EIO, "Node-API call failed: %s", #call);        \
   } while (0)
 #define NOMEM() throw_rc(env, BS_ENOMEM, "out of memory")
 
@@ -155,7 +156,8 @@ static int type_of(napi_env env, napi_value v, napi_valuetype *t) {
 
 static int is_nullish(napi_env env, napi_value v) {
   napi_valuetype t;
-  return v == NULL || (napi_typeof(env, v, &t) == napi_ok && (t == napi_undefined || t == napi_null));
+  return v == NULL ||
+         (napi_typeof(env, v, &t) == napi_ok && (t == napi_undefined || t == napi_null));
 }
 
 /* Property names as JS strings made once per env, keyed by the address of the C literal:
@@ -260,7 +262,8 @@ static int get_json(napi_env env, arena *a, napi_value v, const char *name, bs_v
   if (type_of(env, v, &t)) return -1;
   if (t != napi_string) NAPI(napi_is_typedarray(env, v, &is));
   if (t == napi_string || is) return get_bytes(env, a, v, name, out);
-  if (t != napi_object) return throw_rc(env, BS_EINVAL, "%s: expected JSON text or an object", name);
+  if (t != napi_object)
+    return throw_rc(env, BS_EINVAL, "%s: expected JSON text or an object", name);
   NAPI(napi_get_global(env, &global));
   NAPI(napi_get_named_property(env, global, "JSON", &json));
   NAPI(napi_get_named_property(env, json, "stringify", &stringify));
@@ -637,7 +640,7 @@ static napi_value work_start(napi_env env, work *w, node *n, exec_fn exec, done_
   size_t argc = n;                                                                                 \
   napi_value argv[n > 0 ? n : 1] = {0};                                                            \
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;                \
-  for (size_t i_ = argc; i_ < n; i_++) argv[i_] = NULL;                                           \
+  for (size_t i_ = argc; i_ < n; i_++) argv[i_] = NULL;                                            \
   for (size_t i_ = 0; i_ < argc && i_ < n; i_++)                                                   \
     if (is_nullish(env, argv[i_])) argv[i_] = NULL
 
@@ -803,8 +806,7 @@ static const char *const state_names[] = {"",        "PROCESSING", "ACTIVE",
 
 static napi_value js_state(napi_env env, bs_stream_state s) {
   napi_value v;
-  napi_create_string_utf8(env, s >= 1 && s <= 5 ? state_names[s] : "UNKNOWN", NAPI_AUTO_LENGTH,
-                          &v);
+  napi_create_string_utf8(env, s >= 1 && s <= 5 ? state_names[s] : "UNKNOWN", NAPI_AUTO_LENGTH, &v);
   return v;
 }
 
@@ -921,8 +923,8 @@ static napi_value create_writer(napi_env env, napi_callback_info info) {
       get_prop(env, argv[1], "createEmptyCheckpoints", &v) ||
       get_bool(env, v, "options.createEmptyCheckpoints", &w->wo.create_empty) ||
       get_prop(env, argv[1], "maxRecords", &v) ||
-      get_opt_u64(env, v, "options.maxRecords", &w->u1) ||
-      get_prop(env, argv[1], "maxBytes", &v) || get_opt_u64(env, v, "options.maxBytes", &w->u2))
+      get_opt_u64(env, v, "options.maxRecords", &w->u1) || get_prop(env, argv[1], "maxBytes", &v) ||
+      get_opt_u64(env, v, "options.maxBytes", &w->u2))
     FAIL_WORK(w);
   if (w->u1 == 0 || w->u2 == 0) {
     throw_range(env, "options.maxRecords/maxBytes", "must be at least 1");
@@ -943,7 +945,8 @@ static int convert_save(napi_env env, arena *a, napi_value rec, bs_save *s) {
   char nm[96];
   napi_valuetype t;
   *s = (bs_save)BS_SAVE_INIT;
-  if (rec == NULL || type_of(env, rec, &t)) return rec ? -1 : throw_rc(env, BS_EINVAL, "record: missing");
+  if (rec == NULL || type_of(env, rec, &t))
+    return rec ? -1 : throw_rc(env, BS_EINVAL, "record: missing");
   if (t != napi_object) return throw_rc(env, BS_EINVAL, "record: expected an object");
   if (get_prop(env, rec, "tag", &v) || get_bytes(env, a, v, "record.tag", &tag)) return -1;
   s->tag = (bs_tag)0;
@@ -1408,8 +1411,8 @@ static void exec_bucket_data(work *w) {
   int has_more = 0;
   o.limit = (size_t)w->u2, o.chunk_bytes = (size_t)w->u3;
   w->list_tail = &w->list;
-  w->rc = bs_get_bucket_data(w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w,
-                             &has_more, &w->err);
+  w->rc = bs_get_bucket_data(w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w, &has_more,
+                             &w->err);
   if (w->rc == BS_ENOMEM && !w->err.msg[0])
     snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
   w->i1 = has_more;
@@ -1420,8 +1423,8 @@ static const char *const op_names[] = {"", "PUT", "REMOVE", "MOVE", "CLEAR"};
 /* Ops as objects {op_id, op, object_type, object_id, subkey, data, checksum} (the protocol's
  * OplogEntry with op_id a bigint), built with one napi_define_properties per op. */
 static napi_value done_bucket_data(napi_env env, work *w) {
-  static const char *const keys[] = {"op_id",   "op",   "object_type", "object_id",
-                                     "subkey",  "data", "checksum"};
+  static const char *const keys[] = {"op_id",  "op",   "object_type", "object_id",
+                                     "subkey", "data", "checksum"};
   napi_property_descriptor pd[7];
   napi_value chunks, res, opname[5];
   uint32_t ci = 0;
@@ -1431,7 +1434,8 @@ static napi_value done_bucket_data(napi_env env, work *w) {
       return NULL;
     pd[k].attributes = napi_writable | napi_enumerable | napi_configurable;
   }
-  for (int k = 1; k <= 4; k++) napi_create_string_utf8(env, op_names[k], NAPI_AUTO_LENGTH, &opname[k]);
+  for (int k = 1; k <= 4; k++)
+    napi_create_string_utf8(env, op_names[k], NAPI_AUTO_LENGTH, &opname[k]);
   napi_create_array_with_length(env, w->list_n, &chunks);
   for (cchunk *cc = w->list; cc; cc = cc->next) {
     napi_handle_scope scope;
@@ -1481,8 +1485,7 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
-  if (get_u64(env, argv[1], "checkpoint", &w->u1) ||
-      get_array(env, argv[2], "dataBuckets", &n_req))
+  if (get_u64(env, argv[1], "checkpoint", &w->u1) || get_array(env, argv[2], "dataBuckets", &n_req))
     FAIL_WORK(w);
   if (!(req = ar_alloc(&w->ar, (n_req ? n_req : 1) * sizeof *req))) {
     NOMEM();
@@ -1500,16 +1503,11 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
     if (get_prop(env, e, "start", &f) || get_opt_u64(env, f, nm, &req[i].after)) FAIL_WORK(w);
   }
   w->items = req, w->n_items = n_req;
-  w->u2 = BS_BATCH_LIMIT_DEFAULT, w->u3 = 0; /* an absent limit: the default */
+  w->u2 = BS_BATCH_LIMIT_DEFAULT, w->u3 = 0; /* an absent limit: the default; 0 is BS_EINVAL */
   if (get_prop(env, argv[3], "limit", &v) || get_opt_u64(env, v, "options.limit", &w->u2) ||
       get_prop(env, argv[3], "chunkLimitBytes", &v) ||
       get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3))
     FAIL_WORK(w);
-  if (get_prop(env, argv[3], "limit", &v)) FAIL_WORK(w);
-  if (v && w->u2 == 0) {
-    throw_range(env, "options.limit", "must be at least 1");
-    FAIL_WORK(w);
-  }
   return work_start(env, w, n, exec_bucket_data, done_bucket_data);
 }
 
@@ -1606,14 +1604,10 @@ static napi_value get_parameter_sets(napi_env env, napi_callback_info info) {
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
-  w->u2 = BS_PARAM_LIMIT_DEFAULT; /* an absent limit: the default */
+  w->u2 = BS_PARAM_LIMIT_DEFAULT; /* an absent limit: the default; 0 allows no row */
   if (get_u64(env, argv[1], "checkpoint", &w->u1) || get_array(env, argv[2], "lookups", &n_l) ||
       get_opt_u64(env, argv[3], "limit", &w->u2))
     FAIL_WORK(w);
-  if (argv[3] && w->u2 == 0) {
-    throw_range(env, "limit", "must be at least 1");
-    FAIL_WORK(w);
-  }
   if (!(keys = ar_alloc(&w->ar, (n_l ? n_l : 1) * sizeof *keys))) {
     NOMEM();
     FAIL_WORK(w);
@@ -1641,8 +1635,7 @@ static int collect_changes(const bs_checkpoint_changes *c, void *payload) {
   changes_out *o = w->out;
   const bs_val *arrs[3] = {c->updated_buckets, c->updated_lookups,
                            c->updated_write_checkpoint_users};
-  size_t ns[3] = {c->n_updated_buckets, c->n_updated_lookups,
-                  c->n_updated_write_checkpoint_users};
+  size_t ns[3] = {c->n_updated_buckets, c->n_updated_lookups, c->n_updated_write_checkpoint_users};
   w->i1 = c->invalidate_data_buckets, w->i2 = c->invalidate_parameter_buckets;
   for (int k = 0; k < 3; k++) {
     w->list = NULL, w->list_tail = &w->list, w->list_n = 0;
@@ -1902,7 +1895,8 @@ static napi_value done_create_managed(napi_env env, work *w) {
   napi_value o = js_obj(env), ids;
   const uint64_t *id = w->out;
   napi_create_array_with_length(env, w->n_items, &ids);
-  for (size_t i = 0; i < w->n_items; i++) napi_set_element(env, ids, (uint32_t)i, js_u64(env, id[i]));
+  for (size_t i = 0; i < w->n_items; i++)
+    napi_set_element(env, ids, (uint32_t)i, js_u64(env, id[i]));
   set(env, o, "ids", ids);
   set(env, o, "shouldAdvance", js_bool(env, w->i1));
   return o;
@@ -1961,8 +1955,8 @@ static napi_value last_wcp(napi_env env, napi_callback_info info) {
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
-  if (get_prop(env, argv[1], "user_id", &v) || get_bytes(env, &w->ar, v, "filters.user_id", &w->a) ||
-      get_prop(env, argv[1], "heads", &v) ||
+  if (get_prop(env, argv[1], "user_id", &v) ||
+      get_bytes(env, &w->ar, v, "filters.user_id", &w->a) || get_prop(env, argv[1], "heads", &v) ||
       get_heads(env, &w->ar, v, "filters.heads", &heads, &w->n_items))
     FAIL_WORK(w);
   w->items = (void *)heads;
@@ -2008,8 +2002,9 @@ static napi_value done_status(napi_env env, work *w) {
   set(env, o, "checkpoint", js_u64(env, s->checkpoint));
   set(env, o, "lsn", js_lsn(env, s->has_lsn, s->lsn, s->lsn_size));
   set(env, o, "lastPersistedOp", js_u64(env, s->last_persisted_op));
-  set(env, o, "lastError", s->last_error[0] ? js_str(env, (bs_val){s->last_error, strlen(s->last_error)})
-                                            : js_null(env));
+  set(env, o, "lastError",
+      s->last_error[0] ? js_str(env, (bs_val){s->last_error, strlen(s->last_error)})
+                       : js_null(env));
   return o;
 }
 
@@ -2044,8 +2039,7 @@ static napi_value lifecycle(napi_env env, napi_callback_info info, int what) {
   if (what == 1 && get_bool(env, argv[1], "clearStorage", &w->i2)) FAIL_WORK(w);
   if (what == 2) {
     bs_val m;
-    if (get_bytes(env, &w->ar, argv[1], "message", &m) ||
-        ar_dup(&w->ar, &w->a, m.data, m.size + 1))
+    if (get_bytes(env, &w->ar, argv[1], "message", &m) || ar_dup(&w->ar, &w->a, m.data, m.size + 1))
       FAIL_WORK(w);
     ((char *)w->a.data)[m.size] = 0; /* a NUL inside ends the message early: harmless */
   }

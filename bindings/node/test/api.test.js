@@ -151,6 +151,7 @@ for (const [name, open] of backends) {
     assert.deepEqual(await st.getParameterSets(c1, [['big', 2n ** 62n, null, true]]), [{ raw: 1 }]);
     await assert.rejects(st.getParameterSets(c1, [['by_user', 314], ['big', 2n ** 62n, null, true]], 1),
       { code: 'BS_ELIMIT', message: /limit was 1/ });
+    await assert.rejects(st.getParameterSets(c1, [['by_user', 314]], 0), { code: 'BS_ELIMIT' });
     await w.save({ tag: 'update', sourceTable: 'lists', afterReplicaId: 'l1',
       evaluated: [row('b2', 'l1', '{"v":2}')], evaluatedParameters: lookupRows('u2') });
     await w.save({ tag: 'delete', sourceTable: 'lists', beforeReplicaId: 'l2' });

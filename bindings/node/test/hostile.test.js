@@ -50,12 +50,12 @@ test('wrong types and out-of-range values reject with BS_EINVAL naming the argum
   const batch = (...args) => st.getBucketDataBatch(...args)[Symbol.asyncIterator]().next();
   await assert.rejects(batch(1n, [{ bucket: 'b', start: -5n }]), { message: /dataBuckets\[0\].start/ });
   await assert.rejects(batch(1n, [{ start: 0n }]), { message: /dataBuckets\[0\].bucket: missing/ });
-  await assert.rejects(batch(1n, [{ bucket: 'b' }], { limit: 0 }), { name: 'RangeError' });
+  await assert.rejects(batch(1n, [{ bucket: 'b' }], { limit: 0 }), { code: 'BS_EINVAL', message: /limit/ });
   await assert.rejects(batch(1n, null), { message: /dataBuckets/ }).catch(async () => {
     // null means "no buckets": an empty batch
     assert.deepEqual((await batch(1n, null)).value, { hasMore: false });
   });
-  await assert.rejects(st.getParameterSets(1n, [['k']], 0), { name: 'RangeError' });
+  assert.deepEqual(await st.getParameterSets(1n, [['k']], 0), []); // 0 allows no row: none here
   await assert.rejects(st.createWriter({ maxRecords: 0 }), { name: 'RangeError' });
   await assert.rejects(st.createWriter({ skipExistingRows: 'yes' }), { message: /skipExistingRows/ });
   await assert.rejects(w.commit(123), { message: /lsn/ });
