@@ -45,6 +45,10 @@ from ._ffi import lib
 
 Bytes = Union[str, bytes]
 Scalar = Union[None, bool, int, float, str, bytes]
+# {bucket: after} or (bucket, after) pairs (Mapping keys are invariant: one alias per key type)
+Positions = Union[Mapping[str, int], Mapping[bytes, int], Iterable[Tuple[Bytes, int]]]
+Heads = Union[Mapping[str, Bytes], Mapping[bytes, Bytes]]  # connection -> LSN
+_NO_HEADS: Mapping[str, Bytes] = {}
 
 U32 = (1 << 32) - 1
 U64 = (1 << 64) - 1
@@ -146,12 +150,12 @@ _CODE_NAMES = {
 
 def library_version() -> str:
     """The version string of the loaded shared library (bs_version)."""
-    return lib.bs_version(None, None, None).decode()
+    return str(lib.bs_version(None, None, None).decode())
 
 
 def strerror(code: int) -> str:
     """The library's static description of a status code ("BS_EINVAL: invalid argument")."""
-    return lib.bs_strerror(_int(code, "code", -INT_MAX - 1, INT_MAX)).decode()
+    return str(lib.bs_strerror(_int(code, "code", -INT_MAX - 1, INT_MAX)).decode())
 
 
 def _error(rc: int, err: Optional[F.bs_error] = None) -> BucketstoreError:
@@ -174,9 +178,11 @@ def _inval(msg: str) -> InvalidArgumentError:
 def _bytes(v: Any, name: str) -> bytes:
     t = type(v)
     if t is str:
-        return v.encode("utf-8", "surrogateescape")
+        e: bytes = v.encode("utf-8", "surrogateescape")
+        return e
     if t is bytes:
-        return v
+        same: bytes = v
+        return same
     if isinstance(v, str):
         return str(v).encode("utf-8", "surrogateescape")
     if isinstance(v, (bytes, bytearray, memoryview)):
@@ -207,7 +213,7 @@ def _int(v: Any, name: str, lo: int, hi: int) -> int:
         v = operator.index(v)
     if not lo <= v <= hi:
         raise _inval(f"{name}: {v} is out of range ({lo}..{hi})")
-    return v
+    return int(v)
 
 
 def _op_id(v: Any, name: str) -> int:
@@ -397,7 +403,7 @@ class Batch(NamedTuple):
 
 class Checksum(NamedTuple):
     checksum: int  # unsigned 32-bit wrapping sum
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count
 
 
 class StreamInfo(NamedTuple):
@@ -410,7 +416,7 @@ class StreamInfo(NamedTuple):
 class BucketInfo(NamedTuple):
     name: str
     checksum: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count
     last_op: int
     bytes: int
     generation: int
@@ -465,7 +471,7 @@ class ManagedRequest(NamedTuple):
     """One managed write-checkpoint request; heads: connection -> LSN."""
 
     user_id: Bytes
-    heads: Mapping[Bytes, Bytes]
+    heads: Heads
     request_id: Optional[int] = None
     requested_at_ms: int = 0  # 0 = now
 
@@ -485,15 +491,15 @@ def _hash(h: Any) -> int:
 
 def checksum_put(object_type: Bytes, object_id: Bytes, data: Bytes, hash: str = "xxh3") -> int:
     """The checksum of a PUT: hash("put." + object_type + "." + object_id + "." + data)."""
-    return lib.bs_checksum_put(
+    return int(lib.bs_checksum_put(
         _hash(hash), _val(object_type, "object_type"), _val(object_id, "object_id"),
         _val(data, "data"),
-    )
+    ))
 
 
 def checksum_remove(subkey: Bytes, hash: str = "xxh3") -> int:
     """The checksum of a REMOVE: hash("delete." + subkey)."""
-    return lib.bs_checksum_remove(_hash(hash), _val(subkey, "subkey"))
+    return int(lib.bs_checksum_remove(_hash(hash), _val(subkey, "subkey")))
 
 
 def subkey(table_id: int, replica_id: Bytes) -> str:
@@ -768,8 +774,11 @@ class Database(_Handle):
         an exception it raises is re-raised by the commit that ran it."""
         if fn is not None and not callable(fn):
             raise TypeError(f"fn: expected a callable or None, got {type(fn).__name__}")
-        cfn = (F.LISTENER_FN(lambda s, c, x: _run_listener(fn, s, c)) if fn is not None
-               else F.LISTENER_FN())
+        if fn is None:
+            cfn = F.LISTENER_FN(0)  # NULL: unregister
+        else:
+            user: Callable[[int, int], Any] = fn
+            cfn = F.LISTENER_FN(lambda s, c, x: _run_listener(user, s, c))
         with self._guard() as h:
             rc = lib.bs_set_checkpoint_listener(h, cfn, None)
         if rc != 0:
@@ -851,7 +860,7 @@ class Storage(_Handle):
     def bucket_data_batch(
         self,
         checkpoint: int,
-        buckets: Union[Mapping[Bytes, int], Iterable[Tuple[Bytes, int]]],
+        buckets: Positions,
         *,
         limit: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
@@ -888,7 +897,7 @@ class Storage(_Handle):
     def bucket_data(
         self,
         checkpoint: int,
-        buckets: Union[Mapping[Bytes, int], Iterable[Tuple[Bytes, int]]],
+        buckets: Positions,
         *,
         limit: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
@@ -1057,17 +1066,18 @@ class Storage(_Handle):
         return out, bool(adv.value)
 
     def last_write_checkpoint(
-        self, user_id: Bytes, heads: Optional[Mapping[Bytes, Bytes]] = None
+        self, user_id: Bytes, heads: Optional[Heads] = None
     ) -> Optional[int]:
         """Managed: the user's id iff its heads are at or below the given ones; custom: the
         stored value. None when there is none."""
         u = _val(user_id, "user_id")
-        hs = _heads(heads or {}, "heads")
+        hd: Heads = _NO_HEADS if heads is None else heads
+        hs = _heads(hd, "heads")
         out = c_uint64()
         found = c_int(0)
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_last_write_checkpoint(h, u, hs, len(heads or {}), byref(out),
+            _check(lib.bs_last_write_checkpoint(h, u, hs, len(hd), byref(out),
                                                 byref(found), byref(err)), err)
         return out.value if found.value else None
 
@@ -1132,8 +1142,9 @@ class Storage(_Handle):
         if progress is not None:
             if not callable(progress):
                 raise TypeError("progress: expected a callable")
+            pf = progress
             o.progress = F.PROGRESS_FN(
-                lambda p, x: trap.call(lambda: 1 if progress(_stats(p[0])) else 0))
+                lambda p, x: trap.call(lambda: 1 if pf(_stats(p[0])) else 0))
         stats = F.bs_compact_stats()
         err = F.bs_error()
         with self._guard() as h:
@@ -1192,7 +1203,7 @@ class Storage(_Handle):
             raise StateError(F.BS_ESTATE, "only read calls are allowed inside a callback")
 
 
-def _heads(heads: Mapping[Bytes, Bytes], name: str) -> Any:
+def _heads(heads: Heads, name: str) -> Any:
     if not isinstance(heads, Mapping):
         raise TypeError(f"{name}: expected a mapping connection -> lsn")
     arr = (F.bs_head * max(len(heads), 1))()

@@ -304,3 +304,27 @@ def test_reopen_persists(tmp_path):
     with pytest.raises(bs.CorruptError):
         (tmp_path / "junk").write_bytes(b"not a database" * 1000)
         bs.open(tmp_path / "junk")
+
+
+def test_torn_and_stale_reads_raise_their_codes(st):
+    with st.writer() as w:
+        w.save("t", "insert", "a", [row("b", "a")], [(["k"], ['{"p":1}'])])  # ops 1, 2
+        w.save("t", "insert", "c", [row("b", "c")])  # op 3
+        cp = commit_all(w)
+        w.save("t", "update", "a", [row("b", "a", "{}")], [(["k"], ['{"p":2}'])])  # ops 4, 5
+        w.save("t", "delete", "c")  # op 6
+        cp2 = w.commit("2").checkpoint
+    assert (cp, cp2) == (3, 6)
+    st.compact(min_bucket_changes=1, compact_parameters=True)
+    # the leading run (ops 1 and 3, now MOVEs) folded into a CLEAR with id 3: a read at 1 or
+    # 2 is torn (SPEC.md 5.5)
+    with pytest.raises(bs.InvalidatedError) as e:
+        st.checksums(1, ["b"])
+    assert e.value.code == bs.EINVALIDATED and "compacted" in e.value.message
+    with pytest.raises(bs.InvalidatedError):
+        list(st.bucket_data(2, {"b": 0}))
+    assert st.checksums(cp, ["b"])["b"].count >= 1  # at the CLEAR's id and above: fine
+    with pytest.raises(bs.StaleError) as e:  # below the parameter-compaction horizon
+        st.parameter_sets(2, [["k"]])
+    assert e.value.code == bs.ESTALE
+    assert st.parameter_sets(cp2, [["k"]]) == ['{"p":2}']

@@ -1,0 +1,39 @@
+"""The type hints work for a user: `mypy --strict` accepts the package and the quickstart, and
+rejects a misuse (the hints are exported, py.typed is honoured). Needs mypy (Debian
+python3-mypy); skipped without it."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+PKG = REPO / "bindings" / "python"
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
+                                reason="mypy not installed (apt-get install python3-mypy)")
+
+
+def mypy(tmp_path, *files):
+    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                           "--cache-dir", str(tmp_path / "cache"), *map(str, files)],
+                          cwd=str(PKG), capture_output=True, text=True)
+
+
+def test_package_and_quickstart_type_check(tmp_path):
+    r = mypy(tmp_path, "bucketstore", PKG / "examples" / "quickstart.py")
+    assert r.returncode == 0, r.stdout
+
+
+def test_misuse_is_reported(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import bucketstore as bs\n"
+                   "def f(st: bs.Storage) -> str:\n"
+                   "    return st.checkpoint().op_id\n"
+                   "def g(w: bs.Writer) -> None:\n"
+                   "    w.commit(5)\n")
+    r = mypy(tmp_path, bad)
+    assert r.returncode == 1
+    assert "bad.py:3: error: Incompatible return value" in r.stdout
+    assert "bad.py:5: error: Argument 1" in r.stdout
