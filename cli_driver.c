@@ -1,5 +1,5 @@
 /*
- * cli_driver.c: `bucketstore drive`, the JSON-lines driver of ../shared/DRIVER.md. One command
+ * cli_driver.c: `bucketstore drive`, the JSON-lines driver of docs/driver.md. One command
  * object per input line, one reply object per output line, in order, flushed after each.
  *
  * Commands are a table of (name, handler, needs): the dispatcher resolves the stream handle and

@@ -270,7 +270,7 @@ static const struct command {
   const char *help;
 } commands[] = {
     {"drive", cli_drive, "drive [--db PATH | --memory] [--nosync]",
-     "Speaks the JSON-lines driver protocol (../shared/DRIVER.md) on stdin/stdout: one command\n"
+     "Speaks the JSON-lines driver protocol (docs/driver.md) on stdin/stdout: one command\n"
      "object per input line, one reply object per output line, flushed after each. Without\n"
      "--db or --memory it uses a temporary file, deleted at exit. Exits 0 at end of input,\n"
      "1 if the database could not be opened.\n"},
@@ -282,18 +282,18 @@ static const struct command {
      "Exits non-zero on any mismatch. Without --db: a temporary file, deleted at exit.\n"},
     {"stat", cli_stat, "stat DB [--stream ID] [--top N] [--no-buckets]",
      "Prints database-wide counts (streams, buckets, ops by type, parameter entries, source\n"
-     "records, write checkpoints, file size, bytes on free pages that a backup would not copy),\n"
-     "then per stream: its state and checkpoint, ops by\n"
-     "type and live rows (read through the API at the last persisted op), and the N [10] most\n"
+     "records, write checkpoints, file size, and the bytes on free pages: space the file keeps\n"
+     "but a backup does not copy), then per stream: its state and checkpoint, ops by type and\n"
+     "live rows (read through the API at the last persisted op), and the N [10] most\n"
      "fragmented buckets, worst first. Fragmentation is ops per live row: a bucket whose rows\n"
      "were updated many times holds many ops per row still present, and is what compaction\n"
      "shrinks. --no-buckets skips the per-bucket reads (fast on a large file). Opens the file\n"
      "read-only; safe while a writer runs. Exit 0, or 1 on an error.\n"},
     {"verify", cmd_verify, "verify DB",
      "Recomputes every bucket's running checksum and count from its ops and checks key\n"
-     "encodings and source records (SPEC.md section 8); prints each problem on stdout, then the\n"
-     "number of problems. Exit 0 when consistent, 1 when a problem was found or on an error.\n"
-     "Opens the file read-only.\n"},
+     "encodings and source records (docs/contract.md section 8); prints each problem on\n"
+     "stdout, then the number of problems. Exit 0 when consistent, 1 when a problem was found\n"
+     "or on an error. Opens the file read-only.\n"},
     {"dump", cli_dump, "dump DB [--stream ID | --all] [--bucket NAME] [--checkpoint N]",
      "Writes one stream (every bucket, in name order) or one bucket as JSON lines: first\n"
      "{\"stream\",\"state\",\"checkpoint\",\"last_op\",\"read_at\"}, then one line per op\n"
@@ -330,10 +330,10 @@ static const struct command {
      "          [--max-op-id N] [--min-changes N] [--min-age-ms N] [--budget N] [--txn-ops N]\n"
      "          [--parameters]\n"
      "          [--quiet]",
-     "Compacts one stream (SPEC.md section 6) in short write transactions, so a replicating\n"
-     "writer in another process keeps going. Default: full compaction of the buckets due (at\n"
-     "least --min-changes [10] ops and 10% of the bucket since their last compaction), or of\n"
-     "each --bucket NAME given, up to --max-op-id [the current checkpoint].\n"
+     "Compacts one stream (docs/contract.md section 6) in short write transactions, so a\n"
+     "replicating writer in another process keeps going. Default: full compaction of the\n"
+     "buckets due (at least --min-changes [10] ops and 10% of the bucket since their last\n"
+     "compaction), or of each --bucket NAME given, up to --max-op-id [the current checkpoint].\n"
      "  --incremental  only the ops the writer logged as superseded, at a horizon at least\n"
      "                 --min-age-ms [300000] old; --budget N stops after N ops\n"
      "  --txn-ops N    ops changed per write transaction [10000]\n"

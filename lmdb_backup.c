@@ -135,7 +135,7 @@ typedef struct entry {
 typedef struct target {
   const bs_allocator *a;
   const bs_backup_options *o;
-  char *dir, *file; /* temporary directory and the database file in it */
+  char *dir, *file, *lock; /* temporary directory, the database file in it and its lock file */
   bs_db *handle;
   entry *e;
   size_t n, cap;
@@ -155,19 +155,16 @@ static char *str_cat(const bs_allocator *a, const char *x, const char *y) {
   return s;
 }
 
-static void unlink_db(const bs_allocator *a, const char *file) {
-  char *lock = str_cat(a, file, "-lock");
-  unlink(file);
-  if (lock) unlink(lock);
-  bs_free(a, lock);
-}
-
+/* Removes whatever is left of the temporary directory (it allocates nothing: it also runs
+ * after an allocation failure). */
 static void target_free(target *t) {
   bs_close(t->handle);
   t->handle = NULL;
-  if (t->file) unlink_db(t->a, t->file);
+  if (t->file) unlink(t->file);
+  if (t->lock) unlink(t->lock);
   if (t->dir) rmdir(t->dir);
   bs_free(t->a, t->file);
+  bs_free(t->a, t->lock);
   bs_free(t->a, t->dir);
   bs_free(t->a, t->e);
   bs_free(t->a, t->arena);
@@ -208,7 +205,7 @@ static int target_open(target *t, const char *path, size_t map_size, int replace
     return bs_fail(err, BS_EIO, "path: cannot create a temporary directory beside %s: %s", path,
                    strerror(e));
   }
-  if (!(t->file = str_cat(a, t->dir, "/copy.bsdb")))
+  if (!(t->file = str_cat(a, t->dir, "/copy.bsdb")) || !(t->lock = str_cat(a, t->file, "-lock")))
     return bs_fail(err, BS_ENOMEM, "naming the temporary file");
   oo.flags = BS_OPEN_NOSYNC; /* synced once at the end */
   oo.map_size = map_size;
@@ -423,7 +420,10 @@ int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *
   if ((rc = bs_backup_options_resolve(&o, opts, err))) return rc;
   if (o.flags & BS_BACKUP_REPLACE)
     return bs_fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
-  if ((rc = target_open(&t, path, 0, 0, &bs_default_allocator, &o, err)) == BS_OK) {
+  if (o.allocator && !(o.allocator->malloc_fn && o.allocator->realloc_fn && o.allocator->free_fn))
+    return bs_fail(err, BS_EINVAL, "opts->allocator: set all three functions");
+  if ((rc = target_open(&t, path, 0, 0, o.allocator ? o.allocator : &bs_default_allocator, &o,
+                        err)) == BS_OK) {
     while ((rc = next(&r, payload)) == 1)
       if ((rc = target_put(&t, &r, err)) != BS_OK) break;
     if (rc == 0 && !t.saw_format)

@@ -719,10 +719,11 @@ typedef struct bs_backup_options {
    * call returns BS_ECANCELED and leaves nothing at path */
   int (*progress)(uint64_t records, void *payload);
   void *progress_payload;
+  const bs_allocator *allocator; /* bs_load's (NULL = libc); bs_backup uses the db's */
 } bs_backup_options;
 #define BS_BACKUP_OPTIONS_VERSION 1
 #define BS_BACKUP_OPTIONS_INIT                                                                     \
-  { BS_BACKUP_OPTIONS_VERSION, 0, NULL, NULL }
+  { BS_BACKUP_OPTIONS_VERSION, 0, NULL, NULL, NULL }
 
 /* Writes a consistent copy of the database (every stream, as of one read snapshot taken at the
  * start) to a new file at path. The copy is compacted: free pages are left out, so it is the
@@ -759,8 +760,8 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * back from `bucketstore dump`): next fills *rec (borrowed until the next call) and returns 1,
  * returns 0 after the last one, or a negative code that the call returns. The result is
  * written, verified and renamed into place as bs_backup's copy; the same records give the same
- * database, byte for byte in every record. The only option is progress (BS_BACKUP_REPLACE is
- * refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_ESTATE (path
+ * database, byte for byte in every record. Options: progress and allocator (BS_BACKUP_REPLACE
+ * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_ESTATE (path
  * exists), BS_ECORRUPT (an unknown table, a format record of another version, or the result
  * did not verify), BS_ECANCELED, BS_EIO, BS_ENOMEM. */
 BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,

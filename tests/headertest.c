@@ -31,6 +31,7 @@ int bs_headertest_main(void) {
   bs_commit_options commit_opts = BS_COMMIT_OPTIONS_INIT;
   bs_batch_options batch_opts = BS_BATCH_OPTIONS_INIT;
   bs_compact_options compact_opts = BS_COMPACT_OPTIONS_INIT;
+  bs_backup_options backup_opts = BS_BACKUP_OPTIONS_INIT;
   int (*chunk_fn)(const bs_chunk *, void *) = on_chunk;
   int (*rd)(bs_storage *, uint64_t, const bs_bucket_request *, size_t, const bs_batch_options *,
             int (*)(const bs_chunk *, void *), void *, int *, bs_error *) = bs_get_bucket_data;
@@ -38,8 +39,8 @@ int bs_headertest_main(void) {
   (void)chunk_fn;
   (void)rd;
   return (int)(open_opts.version + stream_opts.version + save.version + writer_opts.version +
-               commit_opts.version + batch_opts.version + compact_opts.version + BS_VERSION_NUMBER +
-               BS_SUBKEY_SIZE + sizeof HT_LANG) > 0
+               commit_opts.version + batch_opts.version + compact_opts.version +
+               backup_opts.version + BS_VERSION_NUMBER + BS_SUBKEY_SIZE + sizeof HT_LANG) > 0
              ? 0
              : 1;
 }

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "util_contract.h"
+#include "util_fault.h"
 #include "storage.h"
 
 static int setup(void **state) {
@@ -51,7 +52,11 @@ static size_t dir_entries(const char *dir) {
   struct dirent *de;
   size_t n = 0;
   assert_non_null(d);
-  while ((de = readdir(d)) != NULL) n += de->d_name[0] != '.';
+  while ((de = readdir(d)) != NULL)
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+      if (getenv("BS_VERBOSE")) fprintf(stderr, "  %s\n", de->d_name);
+      n++;
+    }
   closedir(d);
   return n;
 }
@@ -530,6 +535,88 @@ static void test_load_refusals(void **state) {
   recs_free(&all);
 }
 
+/* ---- Allocation failures (SQLite's loop): fail the n-th allocation and every later one ------ */
+
+/* After a failed call: a clean status, no block leaked, nothing at out, no temporary left. After
+ * a successful one: out verifies. Returns 0 once the call no longer reaches n. */
+static int check_faulted(ft_alloc *fa, unsigned long injected, long live, int rc, const char *out,
+                         const char *dir, size_t entries, unsigned long n) {
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  uint64_t problems = 1;
+  bs_db *copy;
+  if (fa->live != live) fail_msg("n=%lu: %ld blocks leaked (%s)", n, fa->live - live, ct_err.msg);
+  if (rc != BS_OK) {
+    if (rc != BS_ENOMEM)
+      fail_msg("n=%lu: %s (%s), expected BS_ENOMEM", n, bs_strerror(rc), ct_err.msg);
+    assert_int_equal(dir_entries(dir), entries);
+    return 1;
+  }
+  oo.flags = BS_OPEN_RDONLY;
+  CT_OK(bs_open(&copy, out, &oo, &ct_err));
+  CT_OK(bs_db_verify(copy, NULL, NULL, &problems, &ct_err));
+  bs_close(copy);
+  CT_EQ_U64(problems, 0);
+  assert_int_equal(remove(out), 0);
+  {
+    char lock[300];
+    snprintf(lock, sizeof lock, "%s-lock", out);
+    remove(lock); /* if the read-only open made one */
+  }
+  return fa->injected > injected;
+}
+
+static void test_allocation_failures(void **state) {
+  ct_env *e = *state;
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_backup_options lo = BS_BACKUP_OPTIONS_INIT;
+  ft_alloc fa;
+  recs all = {0};
+  char out[256];
+  bs_db *db;
+  size_t entries;
+  unsigned long n, backups = 0, loads = 0;
+  for (unsigned k = 0; k < 3; k++) round_of(e->w, k, 30, k + 1);
+  CT_OK(bs_db_export(e->db, 0, collect, &all, &ct_err));
+  /* one handle per file per process (LMDB): reopen the source with the failing allocator */
+  bs_writer_close(e->w);
+  bs_storage_close(e->st);
+  bs_close(e->db);
+  e->w = NULL;
+  e->st = NULL;
+  e->db = NULL;
+  ft_alloc_init(&fa);
+  oo.allocator = &fa.a;
+  CT_OK(bs_open(&db, e->path, &oo, &ct_err));
+  path_in(e, out, sizeof out, "copy.bs");
+  entries = dir_entries(e->dir);
+  for (n = 1; n < 100000; n++) {
+    long live = fa.live;
+    unsigned long injected = fa.injected;
+    int rc;
+    ft_alloc_arm(&fa, n, 1);
+    rc = bs_backup(db, out, NULL, &ct_err);
+    ft_alloc_arm(&fa, 0, 0);
+    if (!check_faulted(&fa, injected, live, rc, out, e->dir, entries, n)) break;
+    backups++;
+  }
+  bs_close(db);
+  assert_int_equal(fa.live, 0);
+  lo.allocator = &fa.a;
+  for (n = 1; n < 100000; n++) {
+    unsigned long injected = fa.injected;
+    int rc;
+    all.next = 0;
+    ft_alloc_arm(&fa, n, 1);
+    rc = bs_load(out, replay, &all, &lo, &ct_err);
+    ft_alloc_arm(&fa, 0, 0);
+    if (!check_faulted(&fa, injected, 0, rc, out, e->dir, entries, n)) break;
+    loads++;
+  }
+  recs_free(&all);
+  printf("allocation failures: %lu points in bs_backup, %lu in bs_load\n", backups, loads);
+  assert_true(backups > 5 && loads > 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_backup_while_writing, setup, ct_env_teardown),
@@ -537,6 +624,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_backup_refusals, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_export_load_round_trip, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_load_refusals, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_allocation_failures, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
