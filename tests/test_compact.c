@@ -18,7 +18,6 @@
 #include "util_model.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 
 static unsigned long long g_seed = 12345;
@@ -867,8 +866,9 @@ static void test_parameters(void **state) {
 
 /* ---- A writer and a compactor at the same time ---------------------------------------------- */
 
-#define CC_NB   4
-#define CC_ROWS 60
+#define CC_NB    4
+#define CC_ROWS  60
+#define CC_EVERY 5 /* rounds of the writer per compaction pass it waits for */
 
 typedef struct cc_shared {
   env *e;
@@ -877,7 +877,11 @@ typedef struct cc_shared {
   size_t n_cps;
   atomic_int writer_done;
   uint64_t max_horizon; /* the compactor's, read after join */
-  atomic_uint passes;
+  /* The interleaving the test asserts is arranged, not hoped for: every CC_EVERY rounds the
+   * writer waits (mu/cv) until the compactor has finished one more pass. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned passes; /* under mu */
   atomic_int failed;
   char why[400];
   unsigned long long seed;
@@ -943,12 +947,21 @@ static void *cc_writer(void *arg) {
       break;
     }
     if (sh->n_cps < sizeof sh->cps / sizeof sh->cps[0]) sh->cps[sh->n_cps++] = cr.checkpoint;
+    if ((k + 1) % CC_EVERY == 0) { /* a pass at a horizon this round's commit made possible */
+      pthread_mutex_lock(&sh->mu);
+      while (sh->passes < (k + 1) / CC_EVERY && !sh->failed) pthread_cond_wait(&sh->cv, &sh->mu);
+      pthread_mutex_unlock(&sh->mu);
+    }
   }
-  /* The test asserts concurrent passes: the writer stops only after the compactor made one,
-   * however the threads were scheduled (on a loaded machine it may not have run yet). */
-  while (!sh->failed && atomic_load(&sh->passes) == 0) sched_yield();
   atomic_store(&sh->writer_done, 1);
   return NULL;
+}
+
+static void cc_fail(cc_shared *sh) {
+  pthread_mutex_lock(&sh->mu);
+  sh->failed = 1;
+  pthread_cond_broadcast(&sh->cv);
+  pthread_mutex_unlock(&sh->mu);
 }
 
 /* Full and incremental passes in a loop on its own storage handle, at the checkpoint it read
@@ -984,7 +997,10 @@ static void *cc_compactor(void *arg) {
       if (k % 5 == 4) o.memory_limit_mb = 1;
       if ((rc = bs_compact(st, &o, &stats, &err)) != BS_OK) goto fail;
       if (h > sh->max_horizon) sh->max_horizon = h;
-      atomic_fetch_add(&sh->passes, 1);
+      pthread_mutex_lock(&sh->mu);
+      sh->passes++;
+      pthread_cond_broadcast(&sh->cv);
+      pthread_mutex_unlock(&sh->mu);
     }
     k++;
   }
@@ -992,7 +1008,7 @@ static void *cc_compactor(void *arg) {
   return NULL;
 fail:
   snprintf(sh->why, sizeof sh->why, "compactor: %s (%s)", bs_strerror(rc), err.msg);
-  sh->failed = 1;
+  cc_fail(sh);
   if (st) bs_storage_close(st);
   return NULL;
 }
@@ -1007,16 +1023,20 @@ static void test_concurrent(void **state) {
   md_init(&sh.m, BS_HASH_XXH3);
   sh.e = &e;
   sh.seed = g_seed;
+  pthread_mutex_init(&sh.mu, NULL);
+  pthread_cond_init(&sh.cv, NULL);
   assert_int_equal(pthread_create(&tw, NULL, cc_writer, &sh), 0);
   assert_int_equal(pthread_create(&tc, NULL, cc_compactor, &sh), 0);
   pthread_join(tw, NULL);
   pthread_join(tc, NULL);
+  pthread_mutex_destroy(&sh.mu);
+  pthread_cond_destroy(&sh.cv);
   if (sh.failed) fail_msg("%s seed=%llu", sh.why, g_seed);
+  assert_true(sh.passes >= sh.n_cps / CC_EVERY); /* arranged by the writer's waits */
   assert_true(sh.passes > 0);
   if (getenv("BS_VERBOSE"))
-    fprintf(stderr, "concurrent: %u passes, horizon %llu, %zu checkpoints, head %llu\n",
-            atomic_load(&sh.passes), (unsigned long long)sh.max_horizon, sh.n_cps,
-            (unsigned long long)sh.m.head);
+    fprintf(stderr, "concurrent: %u passes, horizon %llu, %zu checkpoints, head %llu\n", sh.passes,
+            (unsigned long long)sh.max_horizon, sh.n_cps, (unsigned long long)sh.m.head);
   /* property 1 at every checkpoint at or above the horizon */
   for (size_t i = 0; i < sh.n_cps; i++) {
     if (sh.cps[i] < sh.max_horizon) continue;
@@ -1257,10 +1277,14 @@ static void test_defragment_threshold(void **state) {
 /* Defragmentation while a writer changes the same rows (its own storage handle): a row changed
  * between the plan and the re-emission must not come back with old data. At the end, a client
  * reading the whole bucket holds exactly the writer's last state of every row. */
-#define DC_ROWS 16
+#define DC_ROWS  16
+#define DC_EVERY 6 /* rounds of the writer per compaction pass it waits for (arranged) */
 typedef struct dc_shared {
   env *e;
   char last[DC_ROWS][32]; /* "" = deleted / never written */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned passes; /* under mu */
   atomic_int done, failed;
   char why[512];
   uint64_t reemitted;
@@ -1301,6 +1325,12 @@ static void *dc_writer(void *arg) {
     if (rc == BS_OK && k == 0) rc = bs_writer_snapshot_done(sh->e->w, S("00000000"), &err);
     snprintf(lsn, sizeof lsn, "%08u", ++sh->e->lsn);
     if (rc == BS_OK) rc = bs_writer_commit(sh->e->w, S(lsn), NULL, &cr, &err);
+    if (rc == BS_OK && (k + 1) % DC_EVERY == 0) {
+      pthread_mutex_lock(&sh->mu);
+      while (sh->passes < (k + 1) / DC_EVERY && !atomic_load(&sh->failed))
+        pthread_cond_wait(&sh->cv, &sh->mu);
+      pthread_mutex_unlock(&sh->mu);
+    }
   }
   if (rc != BS_OK) {
     snprintf(sh->why, sizeof sh->why, "writer: %s (%s)", bs_strerror(rc), err.msg);
@@ -1326,10 +1356,17 @@ static void *dc_compactor(void *arg) {
     o.min_age_ms = 0;
     rc = bs_compact(st, &o, &stats, &err);
     sh->reemitted += stats.ops_reemitted;
+    pthread_mutex_lock(&sh->mu);
+    sh->passes++;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
   }
   if (rc != BS_OK) {
     snprintf(sh->why, sizeof sh->why, "compactor: %s (%s)", bs_strerror(rc), err.msg);
+    pthread_mutex_lock(&sh->mu);
     atomic_store(&sh->failed, 1);
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
   }
   if (st) bs_storage_close(st);
   return NULL;
@@ -1347,11 +1384,16 @@ static void test_defragment_concurrent(void **state) {
   env_open(&e);
   memset(&sh, 0, sizeof sh);
   sh.e = &e;
+  pthread_mutex_init(&sh.mu, NULL);
+  pthread_cond_init(&sh.cv, NULL);
   assert_int_equal(pthread_create(&tw, NULL, dc_writer, &sh), 0);
   assert_int_equal(pthread_create(&tc, NULL, dc_compactor, &sh), 0);
   pthread_join(tw, NULL);
   pthread_join(tc, NULL);
+  pthread_mutex_destroy(&sh.mu);
+  pthread_cond_destroy(&sh.cv);
   if (atomic_load(&sh.failed)) fail_msg("%s seed=%llu", sh.why, g_seed);
+  assert_true(sh.passes >= (g_quick ? 60u : 300u) / DC_EVERY); /* arranged by the writer */
   c = commit(&e); /* the re-emitted ops of the last passes become visible */
   CHECK(read_ops(&e, "d", 0, c, &l));
   for (size_t i = 1; i < l.n; i++) assert_true(l.v[i].op_id > l.v[i - 1].op_id);
