@@ -172,13 +172,14 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps
 examples: $(EXAMPLE_BINS)
 
 # Soak: `make soak SEEDS=N [SEED=first] [STEPS=n]` runs N seeds of each randomized suite
-# (test_sync, test_property; every backend) at the quick size per seed. Logs in $(BUILD)/soak-*.log;
-# a failure prints the failing seed and how to reproduce it.
+# (test_sync, test_property: every backend; test_diff: lmdb against memory) at the quick size per
+# seed. Logs in $(BUILD)/soak-*.log; a failure prints the failing seed and how to reproduce it.
 SEEDS ?= 1000
 SEED ?= 1
+SOAK_TESTS := test_sync test_property test_diff
 .PHONY: soak
-soak: deps $(BUILD)/tests/test_sync $(BUILD)/tests/test_property
-	@for t in test_sync test_property; do \
+soak: deps $(SOAK_TESTS:%=$(BUILD)/tests/%)
+	@for t in $(SOAK_TESTS); do \
 	  echo "== soak $$t: $(SEEDS) seeds from $(SEED) (log: $(BUILD)/soak-$$t.log)"; \
 	  BS_TEST_QUICK=1 BS_SEED=$(SEED) BS_SEEDS=$(SEEDS) $(if $(STEPS),BS_STEPS=$(STEPS)) \
 	    $(BUILD)/tests/$$t >$(BUILD)/soak-$$t.log 2>&1 || \

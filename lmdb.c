@@ -18,15 +18,13 @@
 
 /* The map is address space, not disk: the file grows only as pages are written. A large default
  * makes growth (which must wait until no transaction of this process is open) rare. */
-#define LM_DEFAULT_MAP         (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
-#define LM_MAXDBS              16
-#define LM_FORMAT_MAGIC        "bktstore"
-#define LM_STREAM_REC_VERSION  1u
-#define LM_STREAM_FIXED        88u
-#define LM_DEFAULT_MAX_RECORDS 2000u
-#define LM_DEFAULT_MAX_BYTES   (5u * 1024u * 1024u)
-#define LM_BATCH_RECORDS       1000u /* records per txn in truncate/clear/purge loops */
-#define LM_STATE_KEY           8u    /* bstate key: u64be bucket id */
+#define LM_DEFAULT_MAP        (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
+#define LM_MAXDBS             16
+#define LM_FORMAT_MAGIC       "bktstore"
+#define LM_STREAM_REC_VERSION 1u
+#define LM_STREAM_FIXED       88u
+#define LM_BATCH_RECORDS      1000u /* records per txn in truncate/clear/purge loops */
+#define LM_STATE_KEY          8u    /* bstate key: u64be bucket id */
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
@@ -1013,7 +1011,6 @@ typedef struct lm_writer {
   bs_lmdb_storage *st;
   bs_lmdb_db *db;
   int snapshot, create_empty;
-  size_t max_records, max_bytes;
   arena q;
   qsave *head, *tail;
   size_t n;
@@ -2235,13 +2232,8 @@ static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
 static int lw_save(bs_writer *base, const bs_save *s, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   qsave *q;
-  int rc;
-  /* The front (bs_writer_save) has validated the change with bs_check_save. */
-  if (w->snapshot && s->tag != BS_INSERT)
-    return bs_fail(err, BS_ESTATE, "change->tag: a snapshot writer accepts INSERT only (SPEC 4.3)");
-  /* Flush before queueing, so that a failed auto-flush leaves the queue as it was. */
-  if (w->n >= w->max_records || w->q.bytes >= w->max_bytes)
-    if ((rc = w_flush(w, err)) != BS_OK) return rc;
+  /* The front (bs_writer_save) has validated the change, kept a snapshot writer to INSERT and
+   * auto-flushed. */
   /* On failure a partial copy stays in the arena until the next reset: harmless. */
   if (queue_copy(&w->q, s, &q) != BS_OK) return oom(err);
   if (w->tail)
@@ -2634,8 +2626,6 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
   w->db = db;
   w->snapshot = o->snapshot != 0;
   w->create_empty = o->create_empty != 0;
-  w->max_records = o->max_records ? o->max_records : LM_DEFAULT_MAX_RECORDS;
-  w->max_bytes = o->max_bytes ? o->max_bytes : LM_DEFAULT_MAX_BYTES;
   w->q.a = &db->base.alloc;
   fctx_init(&w->f, db, base->stream_id, w->snapshot);
   *out = &w->base;

@@ -459,7 +459,7 @@ static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
   const unsigned char *kp = (const unsigned char *)k->mv_data;
   member_ctx m;
   bs_val rid;
-  if (k->mv_size < 9 || k->mv_size > 8 + BS_MAX_REPLICA_ID) {
+  if (k->mv_size < 8 || k->mv_size > 8 + BS_MAX_REPLICA_ID) { /* "" is a replica id */
     problem(vf, "source: malformed key of %zu bytes", k->mv_size);
     return;
   }
@@ -523,7 +523,7 @@ static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_softdel(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 4 + 8 + 4 + 1 || k->mv_size > 16 + BS_MAX_REPLICA_ID || v->mv_size != 0) {
+  if (k->mv_size < 4 + 8 + 4 || k->mv_size > 16 + BS_MAX_REPLICA_ID || v->mv_size != 0) {
     problem(vf, "softdel: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
             v->mv_size);
     return;

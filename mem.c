@@ -76,7 +76,7 @@ typedef struct mem_rec {
   size_t nl;
   int has_data;
   bs_val data;
-  int soft; /* soft-deleted: no memberships, purged by a checkpoint above mark */
+  int soft; /* soft-deleted: no memberships, purged by a checkpoint at or above mark */
   uint64_t mark;
 } mem_rec;
 
@@ -126,7 +126,7 @@ typedef struct mem_index {
   size_t cap, n;
 } mem_index;
 
-/* A soft-deleted record awaiting its purge by a checkpoint above mark (SPEC.md 4.3). An entry
+/* A soft-deleted record awaiting its purge by a checkpoint at or above mark (SPEC.md 4.3). An entry
  * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
 typedef struct mem_soft {
   uint32_t table;
@@ -242,18 +242,14 @@ typedef struct qitem {
   bs_val user, event; /* CWCP */
   uint64_t value;
   int64_t req_ms;
-  size_t bytes;
 } qitem;
 
 typedef struct mem_writer {
   bs_writer base;
   mem_storage *ms;
   int snapshot, create_empty;
-  size_t max_records, max_bytes;
   qitem *q;
-  size_t nq, cq, qbytes;
-  int has_resume;
-  mem_lsn resume;
+  size_t nq, cq;
 } mem_writer;
 
 #define ALLOC(db) (&(db)->base.alloc)
@@ -873,11 +869,11 @@ fail:
   return NULL;
 }
 
-static mem_rec *rec_soft(const bs_allocator *a, const mem_rec *old, uint64_t mark) {
+static mem_rec *rec_soft(const bs_allocator *a, uint32_t table, bs_val rid, uint64_t mark) {
   mem_rec *r = bs_calloc(a, 1, sizeof *r);
   if (!r) return NULL;
-  r->table = old->table;
-  if (val_dup(a, old->rid, &r->rid)) {
+  r->table = table;
+  if (val_dup(a, rid, &r->rid)) {
     bs_free(a, r);
     return NULL;
   }
@@ -890,7 +886,6 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_table *t;
-  uint64_t head0 = s->m.op_head;
   const mem_rec *old = NULL; /* step 1: the record of before_id, deleted */
   const mem_rec *prev = NULL;
   long old_idx = -1, prev_idx = -1;
@@ -951,15 +946,23 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
           return rc;
   }
 
-  /* Records: soft-delete the old one (4.3), store the new one (step 4). */
-  if (old && !old->soft) {
-    mem_rec *r;
-    if ((rc = tx_soft_push(tx, t->id, q->before, head0))) return rc;
-    if (!(r = rec_soft(a, old, head0))) return BS_ENOMEM;
-    if ((rc = tx_rec_set(tx, (size_t)old_idx, r))) {
-      rec_free(a, r);
-      return rc;
+  /* Records: the old one is deleted (step 1); a DELETE while a snapshot may still be inserting
+   * (a snapshot writer's, or before the stream's snapshot is done) leaves a soft-deleted record
+   * marked with the op head instead, also for a row not known yet, so that the snapshot cannot
+   * resurrect it (4.3; as LMDB). Then the new record is stored (step 4). */
+  if (!q->has_after && (w->snapshot || !s->m.snapshot_done)) {
+    long at = rec_find(s, t->id, q->before);
+    if (at < 0 || !s->recs[at]->soft) {
+      mem_rec *r = rec_soft(a, t->id, q->before, s->m.op_head);
+      if (!r) return BS_ENOMEM;
+      if ((rc = tx_soft_push(tx, t->id, q->before, s->m.op_head)) ||
+          (rc = tx_rec_set(tx, at < 0 ? s->nrecs : (size_t)at, r))) {
+        rec_free(a, r);
+        return rc;
+      }
     }
+  } else if (old && !old->soft && (rc = tx_rec_set(tx, (size_t)old_idx, NULL))) {
+    return rc;
   }
   if (q->has_after) {
     mem_rec *r = rec_build(a, t->id, q);
@@ -1053,7 +1056,7 @@ static int apply_cwcp(mem_tx *tx, const qitem *q) {
   return BS_OK;
 }
 
-/* Applies the whole queue and the pending resume LSN inside tx. */
+/* Applies the whole queue inside tx. */
 static int apply_queue(mem_tx *tx, const mem_writer *w) {
   int rc = BS_OK;
   for (size_t i = 0; i < w->nq && !rc; i++) {
@@ -1065,7 +1068,6 @@ static int apply_queue(mem_tx *tx, const mem_writer *w) {
     else
       rc = apply_cwcp(tx, q);
   }
-  if (!rc && w->has_resume) tx->s->m.resume = w->resume;
   return rc;
 }
 
@@ -1115,7 +1117,6 @@ static void queue_clear(mem_writer *w) {
   const bs_allocator *a = ALLOC(w->ms->db);
   for (size_t i = 0; i < w->nq; i++) qitem_free(a, &w->q[i]);
   w->nq = 0;
-  w->qbytes = 0;
 }
 
 static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
@@ -1126,7 +1127,6 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
   q->has_after = c->tag != BS_DELETE;
   if (val_dup(a, c->table, &q->table) || val_dup(a, before, &q->before)) goto nomem;
   if (q->has_after && val_dup(a, c->after_id, &q->after)) goto nomem;
-  q->bytes = c->table.size + before.size + c->after_id.size;
   if (q->has_after && c->n_rows) {
     q->rows = bs_calloc(a, c->n_rows, sizeof *q->rows);
     if (!q->rows) goto nomem;
@@ -1136,7 +1136,6 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
       if (val_dup(a, r->bucket, &q->rows[i].bucket) || val_dup(a, r->object_type, &q->rows[i].ot) ||
           val_dup(a, r->object_id, &q->rows[i].oi) || val_dup(a, r->data, &q->rows[i].data))
         goto nomem;
-      q->bytes += r->bucket.size + r->object_type.size + r->object_id.size + r->data.size;
     }
   }
   if (q->has_after && c->n_lookups) {
@@ -1153,15 +1152,12 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
       for (size_t k = 0; k < l->n_params; k++) {
         q->lks[i].n = k + 1;
         if (val_dup(a, l->params[k], &q->lks[i].params[k])) goto nomem;
-        q->bytes += l->params[k].size;
       }
-      q->bytes += l->key.size;
     }
   }
   if (q->has_after && c->stored_data.data) {
     q->has_data = 1;
     if (val_dup(a, c->stored_data, &q->data)) goto nomem;
-    q->bytes += c->stored_data.size;
   }
   return BS_OK;
 nomem:
@@ -1197,7 +1193,6 @@ static int flush_locked(mem_writer *w, bs_error *err) {
   if ((rc = tx_begin_queue(&tx, w, err))) return rc;
   tx_commit(&tx);
   queue_clear(w);
-  w->has_resume = 0;
   return BS_OK;
 }
 
@@ -1224,8 +1219,6 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   /* the front (bs_writer_open) passes resolved options: never NULL, no zero bound */
   w->snapshot = o->snapshot;
   w->create_empty = o->create_empty;
-  w->max_records = o->max_records;
-  w->max_bytes = o->max_bytes;
   *out = &w->base;
   return BS_OK;
 }
@@ -1238,28 +1231,16 @@ static void mem_writer_close(bs_writer *bw) {
   bs_free(ALLOC(w->ms->db), w);
 }
 
-/* Queues item (taking ownership on success) and auto-flushes past the bounds; on failure the
- * item is dropped again, so the queue is as it was. */
+/* Queues item (taking ownership; on failure it is freed and the queue is as it was). The front
+ * auto-flushes (storage.c). */
 static int enqueue(mem_writer *w, qitem *item, bs_error *err) {
   const bs_allocator *a = ALLOC(w->ms->db);
-  int rc = BS_OK;
   if (GROW(a, w->q, w->nq, w->cq, w->nq + 1)) {
     qitem_free(a, item);
     return enomem(err, "writer queue");
   }
   w->q[w->nq++] = *item;
-  w->qbytes += item->bytes;
-  if (w->nq >= w->max_records || w->qbytes >= w->max_bytes) {
-    lock(w->ms->db);
-    rc = flush_locked(w, err);
-    unlock(w->ms->db);
-    if (rc) {
-      w->nq--;
-      w->qbytes -= w->q[w->nq].bytes;
-      qitem_free(a, &w->q[w->nq]);
-    }
-  }
-  return rc;
+  return BS_OK;
 }
 
 static int mem_writer_save(bs_writer *bw, const bs_save *c, bs_error *err) {
@@ -1268,8 +1249,6 @@ static int mem_writer_save(bs_writer *bw, const bs_save *c, bs_error *err) {
   if (!c) return bs_fail(err, BS_EINVAL, "change is NULL");
   if (c->tag != BS_INSERT && c->tag != BS_UPDATE && c->tag != BS_DELETE)
     return bs_fail(err, BS_EINVAL, "change.tag: unknown tag %d", (int)c->tag);
-  if (w->snapshot && c->tag != BS_INSERT)
-    return bs_fail(err, BS_ESTATE, "snapshot writer accepts INSERT only");
   if (!c->table.size) return bs_fail(err, BS_EINVAL, "change.table is empty");
   if (qsave_copy(ALLOC(w->ms->db), c, &q)) return enomem(err, "save");
   return enqueue(w, &q, err);
@@ -1278,12 +1257,18 @@ static int mem_writer_save(bs_writer *bw, const bs_save *c, bs_error *err) {
 static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
   mem_writer *w = MW(bw);
   qitem q;
+  int rc;
   memset(&q, 0, sizeof q);
   q.kind = Q_TRUNCATE;
   q.drop = drop;
-  q.bytes = table.size;
   if (val_dup(ALLOC(w->ms->db), table, &q.table)) return enomem(err, "truncate");
-  return enqueue(w, &q, err);
+  if ((rc = enqueue(w, &q, err))) return rc;
+  /* persisted at once, after what was queued before it (SPEC 4.2; as LMDB) */
+  lock(w->ms->db);
+  rc = flush_locked(w, err);
+  unlock(w->ms->db);
+  if (rc) qitem_free(ALLOC(w->ms->db), &w->q[--w->nq]);
+  return rc;
 }
 
 static int mem_writer_custom(bs_writer *bw, bs_val user, uint64_t value, bs_val event,
@@ -1294,7 +1279,6 @@ static int mem_writer_custom(bs_writer *bw, bs_val user, uint64_t value, bs_val 
   q.kind = Q_CWCP;
   q.value = value;
   q.req_ms = req_ms;
-  q.bytes = user.size + event.size;
   if (val_dup(ALLOC(w->ms->db), user, &q.user) || val_dup(ALLOC(w->ms->db), event, &q.event)) {
     qitem_free(ALLOC(w->ms->db), &q);
     return enomem(err, "custom write checkpoint");
@@ -1349,14 +1333,14 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   /* purge (4.3): every soft-deleted record has a queue entry with its mark */
   for (size_t i = 0; i < s->nsoftq; i++) {
     const mem_soft *e = &s->softq[i];
-    long at = e->mark < c ? rec_find(s, e->table, e->rid) : -1;
-    if (at >= 0 && s->recs[at]->soft && s->recs[at]->mark < c &&
+    long at = e->mark <= c ? rec_find(s, e->table, e->rid) : -1;
+    if (at >= 0 && s->recs[at]->soft && s->recs[at]->mark <= c &&
         (rc = tx_rec_set(tx, (size_t)at, NULL)))
       return rc;
   }
   /* point of no return: nothing below fails */
   for (size_t i = 0, k = 0, n = s->nsoftq; i < n; i++) {
-    if (s->softq[i].mark < c) {
+    if (s->softq[i].mark <= c) {
       val_free(ALLOC(db), &s->softq[i].rid);
       s->nsoftq--;
     } else {
@@ -1409,7 +1393,6 @@ static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_com
   }
   tx_commit(&tx);
   queue_clear(w);
-  w->has_resume = 0;
 done:
   cp = s->m.checkpoint;
   unlock(db);
@@ -1424,20 +1407,16 @@ done:
   return BS_OK;
 }
 
+/* snapshot_done and resume_lsn take effect at once and leave the queue alone (as LMDB). */
 static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_writer *w = MW(bw);
   mem_stream *s = w->ms->s;
-  mem_tx tx;
   int rc;
   lock(w->ms->db);
-  if ((rc = writable(w, err))) goto done;
-  if ((rc = tx_begin_queue(&tx, w, err))) goto done;
-  s->m.snapshot_done = 1;
-  if (!s->m.ncb.has || bs_val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
-  tx_commit(&tx);
-  queue_clear(w);
-  w->has_resume = 0;
-done:
+  if ((rc = writable(w, err)) == BS_OK) {
+    s->m.snapshot_done = 1;
+    if (!s->m.ncb.has || bs_val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
+  }
   unlock(w->ms->db);
   return rc;
 }
@@ -1445,9 +1424,11 @@ done:
 static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
   BS_UNUSED(err);
   mem_writer *w = MW(bw);
-  w->has_resume = 1;
-  lsn_set(&w->resume, lsn);
-  return BS_OK;
+  int rc;
+  lock(w->ms->db);
+  if ((rc = writable(w, err)) == BS_OK) lsn_set(&w->ms->s->m.resume, lsn);
+  unlock(w->ms->db);
+  return rc;
 }
 
 static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
@@ -1527,7 +1508,9 @@ static int plan_chunks(mem_stream *s, uint64_t c, const bs_bucket_request *req, 
       const mem_op *o = &b->ops[k];
       size_t sz = op_size(o);
       if (o->id <= req[i].after || o->id > c) continue;
-      if (total >= limit || (bytes > 0 && bytes + sz > max_bytes)) {
+      /* the call's first op is always served, however large (and however small the ops
+       * before it: zero-size MOVEs count as served too, as in LMDB) */
+      if (total >= limit || (total > 0 && bytes + sz > max_bytes)) {
         *call_more = 1;
         stop = 1;
         if (cur) cur->has_more = 1;
@@ -2138,7 +2121,7 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
                           bs_compact_stats *stats) {
   uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
   mem_op *nw = NULL;
-  size_t run = 0, moved = 0, nn = 0;
+  size_t run = 0, moved = 0, nn = 0, folded = 0;
   uint64_t before = bucket_bytes(b), clear_start = 0;
   mem_op clear;
   if (!later) return BS_ENOMEM;
@@ -2165,6 +2148,9 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
       if (t > clear.target) clear.target = t;
     }
     clear_start = b->ops[0].type == BS_OP_CLEAR ? b->clear_start : b->ops[0].id;
+    /* ops_cleared counts the ops folded, not an earlier CLEAR folded again (as LMDB's
+     * bs_clear_acc.n_folded): over repeated compactions each op counts once */
+    folded = run - (b->ops[0].type == BS_OP_CLEAR);
     nw[nn++] = clear;
   }
   for (size_t k = run; k < b->n; k++) {
@@ -2192,7 +2178,7 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   }
   stats->buckets_compacted++;
   stats->ops_moved += moved;
-  stats->ops_cleared += run;
+  stats->ops_cleared += folded;
   stats->bytes_after += bucket_bytes(b);
   bs_free(a, later);
   return BS_OK;
@@ -2350,8 +2336,8 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     b = bucket_find(ms->s, names[i], NULL);
     if (b && compact_bucket(a, ms->s, b, h, &stats))
       rc = enomem(err, "compact");
-    else if (b && h > b->compacted_op)
-      b->compacted_op = h;
+    else if (b && !o->incremental_only && h > b->compacted_op)
+      b->compacted_op = h; /* a full compaction's mark, for selection (as LMDB) */
     unlock(db);
     if (!rc && o->progress && o->progress(&stats, o->progress_payload))
       rc = bs_fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
@@ -2501,9 +2487,9 @@ static void clear_locked(mem_db *db, mem_stream *s) {
   m->cp_lsn.has = m->resume.has = m->ncb.has = 0;
   m->cp_lsn.n = m->resume.n = m->ncb.n = 0;
   m->param_horizon = 0;
-  /* op ids keep growing (never reused); changes below the clear are no longer known */
+  /* op ids and table ids keep growing (never reused, as LMDB: no subkey of a row of before the
+   * clear can name another row); changes below the clear are no longer known */
   m->data_fence = m->param_fence = m->op_head;
-  m->next_table_id = 1;
 }
 
 static int mem_clear(bs_storage *st, bs_error *err) {

@@ -498,6 +498,8 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
     return rc;
   }
   if (!(*out)->st) (*out)->st = st;
+  (*out)->opts = o;
+  (*out)->queued_records = (*out)->queued_bytes = 0;
   return BS_OK;
 }
 
@@ -506,12 +508,52 @@ void bs_writer_close(bs_writer *w) {
   if (w->st && w->st->vt && w->st->vt->writer_close) w->st->vt->writer_close(w);
 }
 
+/* The bytes a change adds to the queue, for the max_bytes bound: the same measure for every
+ * backend. */
+static size_t save_bytes(const bs_save *s) {
+  size_t n = s->table.size + s->before_id.size + s->after_id.size + s->stored_data.size;
+  for (size_t i = 0; i < s->n_rows; i++)
+    n += s->rows[i].bucket.size + s->rows[i].object_type.size + s->rows[i].object_id.size +
+         s->rows[i].data.size;
+  for (size_t i = 0; i < s->n_lookups; i++) {
+    n += s->lookups[i].key.size;
+    for (size_t j = 0; j < s->lookups[i].n_params; j++) n += s->lookups[i].params[j].size;
+  }
+  return n;
+}
+
+static void queue_flushed(bs_writer *w) {
+  w->queued_records = w->queued_bytes = 0;
+}
+
+/* The one auto-flush rule (SPEC.md 4, storage.h bs_writer_options): before a change is queued,
+ * a queue at one of its bounds is flushed; if that fails, the change is not queued. */
+static int queue_change(bs_writer *w, size_t bytes, int rc) {
+  if (rc == BS_OK) {
+    w->queued_records++;
+    w->queued_bytes += bytes;
+  }
+  return rc;
+}
+
+static int auto_flush(bs_writer *w, bs_error *err) {
+  uint64_t last;
+  int rc;
+  if (w->queued_records < w->opts.max_records && w->queued_bytes < w->opts.max_bytes) return BS_OK;
+  if ((rc = VT_CHECK(w->st, writer_flush, err))) return rc;
+  if ((rc = w->st->vt->writer_flush(w, &last, err)) == BS_OK) queue_flushed(w);
+  return rc;
+}
+
 int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = bs_check_save(change, err))) return rc;
+  if (w->opts.snapshot && change->tag != BS_INSERT)
+    return bs_fail(err, BS_ESTATE, "change->tag: a snapshot writer accepts INSERT only (SPEC 4.3)");
   if ((rc = VT_CHECK(w->st, writer_save, err))) return rc;
-  return w->st->vt->writer_save(w, change, err);
+  if ((rc = auto_flush(w, err))) return rc;
+  return queue_change(w, save_bytes(change), w->st->vt->writer_save(w, change, err));
 }
 
 static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
@@ -519,7 +561,9 @@ static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) 
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_truncate, err))) return rc;
-  return w->st->vt->writer_truncate(w, table, drop, err);
+  /* the backend flushes the queue and persists the truncate at once (SPEC 4.2) */
+  if ((rc = w->st->vt->writer_truncate(w, table, drop, err)) == BS_OK) queue_flushed(w);
+  return rc;
 }
 
 int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err) {
@@ -536,6 +580,7 @@ int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_flush, err))) return rc;
   rc = w->st->vt->writer_flush(w, &last, err);
+  if (rc == BS_OK) queue_flushed(w);
   if (rc == BS_OK && last_op_out) *last_op_out = last;
   return rc;
 }
@@ -551,6 +596,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   if ((rc = VT_CHECK(w->st, writer_commit, err))) return rc;
   rc = w->st->vt->writer_commit(w, lsn, create_empty, &r, err);
   if (rc != BS_OK) return rc;
+  queue_flushed(w);
   if (r.checkpoint) note_checkpoint(w->st, r.checkpoint);
   if (!r.checkpoint_blocked) r.blocked_reason = BS_BLOCKED_NONE;
   if (out) *out = r;

@@ -267,10 +267,13 @@ typedef struct bs_save {
 
 typedef struct bs_writer_options {
   unsigned version;
-  int snapshot;       /* skip_existing: INSERT only; inserts of known rows are skipped */
-  int create_empty;   /* commits with nothing new still create a checkpoint (default 1) */
-  size_t max_records; /* auto-flush bound; 0 = 2000 */
-  size_t max_bytes;   /* auto-flush bound; 0 = 5 MB */
+  int snapshot;     /* skip_existing: INSERT only; inserts of known rows are skipped */
+  int create_empty; /* commits with nothing new still create a checkpoint (default 1) */
+  /* Auto-flush bounds (SPEC.md 4): a save or truncate that finds max_records changes, or
+   * max_bytes bytes of change data (the sizes of the bs_save's strings), queued since the
+   * last flush flushes them first; a failed auto-flush fails that save and queues nothing. */
+  size_t max_records; /* 0 = 2000 */
+  size_t max_bytes;   /* 0 = 5 MB */
 } bs_writer_options;
 #define BS_WRITER_OPTIONS_VERSION 1
 #define BS_WRITER_OPTIONS_INIT                                                                     \
@@ -314,9 +317,10 @@ BS_API void bs_writer_close(bs_writer *w);
 /* Queues one source row change; may auto-flush. Errors: BS_EINVAL, BS_ETOOBIG, BS_ESTATE
  * (snapshot writer given UPDATE/DELETE... see SPEC 4.3; closed writer), BS_EIO from auto-flush. */
 BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
-/* Truncate queues REMOVEs / tombstones for every row of table; drop also forgets the table.
+/* Truncate flushes the queue, then persists REMOVEs / tombstones for every row of table (in
+ * bounded transactions; visible with the next checkpoint); drop also forgets the table.
  * Errors: BS_EINVAL / BS_ETOOBIG (table empty or over BS_MAX_TABLE_NAME), BS_ESTATE (closed
- * writer), BS_EIO from an auto-flush. */
+ * writer), BS_EIO. */
 BS_API int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
 BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
 /* Persists the queue (one LMDB transaction). last_op_out (may be NULL): the stream's highest
@@ -332,9 +336,11 @@ BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *o
                             bs_commit_result *out, bs_error *err);
 /* commit(lsn) with create_empty = 1. */
 BS_API int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
-/* Marks the snapshot done; no checkpoint may be made below lsn. */
+/* Marks the snapshot done; no checkpoint may be made below lsn. Persisted at once (the queue is
+ * not flushed). */
 BS_API int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
-/* Records where replication restarts (persisted with the next flush/commit). */
+/* Records where replication restarts: persisted at once, visible in bs_get_status (the queue is
+ * not flushed). */
 BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 /* Reads back the data stored with a source record (seeing this writer's queued saves).
  * fn receives data (borrowed) or NULL when the row has no stored data; BS_ENOTFOUND when the
@@ -858,10 +864,15 @@ struct bs_storage {
   uint32_t stream_id;
 };
 
-/* The base every writer begins with. */
+/* The base every writer begins with. The fields after `closed` belong to the front: the
+ * options as bs_writer_open resolved them, and what was queued since the last flush, by which
+ * the front auto-flushes (a backend never flushes on its own) and keeps snapshot writers to
+ * INSERT (SPEC.md 4.3). A backend leaves them alone. */
 struct bs_writer {
   bs_storage *st;
   int closed;
+  bs_writer_options opts;
+  size_t queued_records, queued_bytes;
 };
 
 #ifdef __cplusplus
