@@ -175,6 +175,15 @@ static inline bool bs_head_reached(bs_val conn, bs_val lsn, const bs_head *given
   return false;
 }
 
+/* De-duplication of one user's requests in a managed batch (SPEC.md 7): does candidate c replace
+ * the chosen request w? A supplied request id beats a generated one; among supplied the greatest
+ * wins (the first of equals stays); among generated the last wins: its heads are the newest, so
+ * the id is not acknowledged before the user's later writes are replicated. */
+static inline int bs_managed_req_beats(const bs_managed_request *c, const bs_managed_request *w) {
+  if (c->has_request_id != w->has_request_id) return c->has_request_id;
+  return c->has_request_id ? c->request_id > w->request_id : 1;
+}
+
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
 int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);

@@ -326,13 +326,6 @@ static int req_ref_cmp(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* Should candidate c replace the chosen request w of the same user? A supplied request id beats
- * a generated one; among supplied, the greatest wins; otherwise the first one stays. */
-static int req_beats(const bs_managed_request *c, const bs_managed_request *w) {
-  if (c->has_request_id != w->has_request_id) return c->has_request_id;
-  return c->has_request_id && c->request_id > w->request_id;
-}
-
 typedef struct create_ctx {
   bs_lmdb_db *db;
   req_ref *refs;
@@ -415,7 +408,7 @@ static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
     uint64_t id = 0;
     int pending = 0, rc;
     while (j < c->n && bs_val_eq(c->refs[j].req->user_id, c->refs[i].req->user_id)) {
-      if (req_beats(c->refs[j].req, c->refs[w].req)) w = j;
+      if (bs_managed_req_beats(c->refs[j].req, c->refs[w].req)) w = j;
       j++;
     }
     if ((rc = apply_one(c->db, txn, c->refs[w].req, c->now, &id, &pending, err))) return rc;

@@ -1902,14 +1902,6 @@ fail:
   return NULL;
 }
 
-/* Among requests of one user: a supplied request_id beats a generated one; among supplied
- * the greatest wins; among generated the last. */
-static int req_beats(const bs_managed_request *x, const bs_managed_request *cur) {
-  if (x->has_request_id != cur->has_request_id) return x->has_request_id;
-  if (x->has_request_id) return x->request_id > cur->request_id;
-  return 1;
-}
-
 static int mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
                               uint64_t *ids_out, int *should_advance, bs_error *err) {
   mem_storage *ms = MS(st);
@@ -1935,7 +1927,7 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
       if (bs_val_eq(win[k]->user_id, req[i].user_id)) break;
     if (k == nw)
       win[nw++] = &req[i];
-    else if (req_beats(&req[i], win[k]))
+    else if (bs_managed_req_beats(&req[i], win[k]))
       win[k] = &req[i];
   }
   lock(db);

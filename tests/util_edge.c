@@ -7,9 +7,7 @@
 #include <string.h>
 
 #define S(lit, kinds)                                                                              \
-  {                                                                                                \
-    {lit, sizeof(lit) - 1}, kinds                                                                  \
-  }
+  { {lit, sizeof(lit) - 1}, kinds }
 
 static const ue_str STRINGS[] = {
     S("", UE_EMPTY),
@@ -76,21 +74,13 @@ bs_val ue_str_pick(ct_rng *r, size_t max, unsigned avoid, unsigned *kinds_out) {
 /* ---- Lookup values ---------------------------------------------------------------------------- */
 
 #define SC_INT(l, x, same)                                                                         \
-  {                                                                                                \
-    l, {BS_SCALAR_INT, x, 0, {NULL, 0}}, same                                                      \
-  }
+  { l, {BS_SCALAR_INT, x, 0, {NULL, 0}}, same }
 #define SC_DBL(l, x, same)                                                                         \
-  {                                                                                                \
-    l, {BS_SCALAR_DOUBLE, 0, x, {NULL, 0}}, same                                                   \
-  }
+  { l, {BS_SCALAR_DOUBLE, 0, x, {NULL, 0}}, same }
 #define SC_STR(l, lit, same)                                                                       \
-  {                                                                                                \
-    l, {BS_SCALAR_STRING, 0, 0, {lit, sizeof(lit) - 1}}, same                                      \
-  }
+  { l, {BS_SCALAR_STRING, 0, 0, {lit, sizeof(lit) - 1}}, same }
 #define SC_OF(l, t, same)                                                                          \
-  {                                                                                                \
-    l, {t, 0, 0, {NULL, 0}}, same                                                                  \
-  }
+  { l, {t, 0, 0, {NULL, 0}}, same }
 
 static const ue_scalar SCALARS[] = {
     SC_INT("1", 1, -1),
