@@ -608,7 +608,7 @@ static void read_at(run *r, size_t x, uint64_t C) {
     req[i].bucket = names[i];
     req[i].after = ct_below(&r->rng, 4) ? 0 : ct_below(&r->rng, C + 2);
   }
-  if (ct_below(&r->rng, 2)) bo.limit = 1 + ct_below(&r->rng, 30);
+  if (ct_below(&r->rng, 2)) bo.limit = ct_below(&r->rng, 30); /* 0: BS_EINVAL */
   if (ct_below(&r->rng, 2)) bo.chunk_bytes = 1 + ct_below(&r->rng, 5000);
   if (ct_below(&r->rng, 4) == 0) bo.max_bytes = 1 + ct_below(&r->rng, 20000);
   r->reads++;
@@ -619,7 +619,7 @@ static void read_at(run *r, size_t x, uint64_t C) {
   BOTH(r, what, checksums_of(s->st[x], C, names, n, o, E));
   {
     bs_val keys[N_KEYS];
-    size_t nk = 0, limit = ct_below(&r->rng, 3) ? 100000 : 1 + ct_below(&r->rng, 4);
+    size_t nk = 0, limit = ct_below(&r->rng, 3) ? 100000 : ct_below(&r->rng, 5); /* 0: no row */
     for (i = 0; i < r->keys.n; i++)
       if (ct_below(&r->rng, 2)) keys[nk++] = r->keys.v[i];
     snprintf(what, sizeof what, "parameter_sets s%zu C %" PRIu64 " limit %zu", x, C, limit);
