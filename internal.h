@@ -191,9 +191,8 @@ int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
  * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
 bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
                                     const bs_val *checkpoint_lsn, bs_val lsn);
-/* bs_batch_options defaults (storage.h), applied by the front; lmdb_read.c also applies them
- * because tests call bs_lmdb_bucket_data directly. */
-#define BS_DEFAULT_BATCH_LIMIT BS_BATCH_LIMIT_DEFAULT
+/* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
+ * by the front; lmdb_read.c also applies them because tests call bs_lmdb_bucket_data directly. */
 #define BS_DEFAULT_CHUNK_BYTES (1024u * 1024u)
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
