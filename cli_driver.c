@@ -1077,12 +1077,13 @@ static int h_stat(drv *d, json_t *req, json_t *out, bs_error *err) {
   int rc = bs_db_stat(d->c.db, &s, err);
   json_t *v;
   if (rc != BS_OK) return rc;
-  v = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "streams", (json_int_t)s.streams,
+  v = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "streams", (json_int_t)s.streams,
                 "buckets", (json_int_t)s.buckets, "ops_put", (json_int_t)s.ops_put, "ops_remove",
                 (json_int_t)s.ops_remove, "ops_move", (json_int_t)s.ops_move, "ops_clear",
                 (json_int_t)s.ops_clear, "parameter_entries", (json_int_t)s.parameter_entries,
                 "source_records", (json_int_t)s.source_records, "write_checkpoints",
-                (json_int_t)s.write_checkpoints, "file_bytes", (json_int_t)s.file_bytes);
+                (json_int_t)s.write_checkpoints, "file_bytes", (json_int_t)s.file_bytes,
+                "reclaimable_bytes", (json_int_t)s.reclaimable_bytes);
   if (!v || json_object_update(out, v) != 0) rc = BS_ENOMEM;
   json_decref(v);
   return rc;

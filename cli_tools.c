@@ -510,32 +510,36 @@ static int dump_bucket(bs_storage *st, uint64_t at, bs_val name, bs_error *err) 
                               (json_int_t)(int32_t)ck.checksum, "count", (json_int_t)ck.count));
 }
 
-/* Bytes as lowercase hex, in a buffer kept between calls (the CLI is one thread). */
-static json_t *j_hex(bs_val v) {
-  static char *buf;
-  static size_t cap;
+/* Bytes as lowercase hex; buf is grown as needed and reused (free it after the last call). */
+typedef struct hex_buf {
+  char *p;
+  size_t cap;
+} hex_buf;
+
+static json_t *j_hex(hex_buf *b, bs_val v) {
   static const char digits[] = "0123456789abcdef";
   const unsigned char *p = v.data;
   size_t i;
-  if (v.size * 2 + 1 > cap) {
-    char *nb = realloc(buf, v.size * 2 + 1);
-    if (!nb) return NULL;
-    buf = nb;
-    cap = v.size * 2 + 1;
+  if (v.size * 2 + 1 > b->cap) {
+    char *np = realloc(b->p, v.size * 2 + 1);
+    if (!np) return NULL;
+    b->p = np;
+    b->cap = v.size * 2 + 1;
   }
   for (i = 0; i < v.size; i++) {
-    buf[2 * i] = digits[p[i] >> 4];
-    buf[2 * i + 1] = digits[p[i] & 15];
+    b->p[2 * i] = digits[p[i] >> 4];
+    b->p[2 * i + 1] = digits[p[i] & 15];
   }
-  return json_stringn(buf ? buf : "", v.size * 2);
+  return json_stringn(b->p ? b->p : "", v.size * 2);
 }
 
 /* One {"record","stream","key","value"} line: what `load` rebuilds the file from. */
 static int dump_record(const bs_record *r, void *payload) {
-  (void)payload;
+  hex_buf *b = payload;
+  json_t *k = j_hex(b, r->key);
+  json_t *v = k ? j_hex(b, r->value) : NULL;
   return print_line(json_pack("{s:s,s:I,s:o,s:o}", "record", r->table, "stream",
-                              (json_int_t)r->stream, "key", j_hex(r->key), "value",
-                              j_hex(r->value)));
+                              (json_int_t)r->stream, "key", k, "value", v));
 }
 
 /* The header line, then every op of one bucket or of every bucket with its checksum line. */
@@ -592,8 +596,11 @@ int cli_dump(int argc, char **argv) {
     rc = dump_stream(&c, id, &o, &err);
   }
   /* a whole stream (or every one): the records too, so that `load` can rebuild the file */
-  if (rc == BS_OK && !o.bucket && !o.has_checkpoint)
-    rc = bs_db_export(c.db, id, dump_record, NULL, &err);
+  if (rc == BS_OK && !o.bucket && !o.has_checkpoint) {
+    hex_buf hb = {NULL, 0};
+    rc = bs_db_export(c.db, id, dump_record, &hb, &err);
+    free(hb.p);
+  }
   if (rc) goto fail;
   goto done;
 fail:
