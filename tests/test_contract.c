@@ -1685,6 +1685,50 @@ static void t_empty_values(void **state) {
   assert_false(last_wcp(e, "u", L(3), &id));
 }
 
+/* One byte, maximum lengths, non-ASCII bytes, quotes and backslashes cross unchanged. */
+static void t_edge_values(void **state) {
+  ct_env *e = *state;
+  static char bucket[BS_MAX_BUCKET_NAME + 1], oid[BS_MAX_OBJECT_NAME + 1];
+  static char rid[BS_MAX_REPLICA_ID + 1], user[BS_MAX_USER_ID + 1];
+  const char *data = "{\"q\":\"\\\"\\\\\xc3\xbc\"}"; /* {"q":"\"\\ü"} */
+  char sk[BS_SUBKEY_SIZE + 1], *got = NULL;
+  bs_save s = BS_SAVE_INIT;
+  bs_row row;
+  uint64_t cp, id;
+  ct_oplist l;
+  for (size_t i = 0; i < BS_MAX_BUCKET_NAME; i += 2) memcpy(bucket + i, "\xc3\xbc", 2); /* ü */
+  for (size_t i = 0; i < BS_MAX_OBJECT_NAME; i++) oid[i] = "a\"\\\x7f"[i % 4];
+  for (size_t i = 0; i < BS_MAX_REPLICA_ID; i++) rid[i] = (char)(i % 255 + 1); /* no NUL */
+  for (size_t i = 0; i < BS_MAX_USER_ID; i++) user[i] = (char)('0' + i % 10);
+  row.bucket = ct_v(bucket);
+  row.object_type = ct_v("t"); /* one byte */
+  row.object_id = ct_v(oid);
+  row.data = ct_v(data);
+  s.table = ct_v("t");
+  s.tag = BS_INSERT;
+  s.after_id = ct_v(rid);
+  s.rows = &row;
+  s.n_rows = 1;
+  s.stored_data = ct_v(data);
+  CT_OK(bs_writer_save(e->w, &s, &ct_err));
+  cp = commit(e, L(1));
+  l = read_all(e, cp, bucket);
+  expect_n(&l, 1);
+  expect_op(&l, 0, 1, BS_OP_PUT, "t", oid, data);
+  CT_EQ_U64(l.v[0].checksum, put_cs(BS_HASH_XXH3, "t", oid, data));
+  subkey_of(sk, 1, rid);
+  CT_STR(l.v[0].subkey, sk);
+  ct_oplist_free(&l);
+  CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v(rid), got_row, &got, &ct_err));
+  assert_string_equal(got, data);
+  free(got);
+  CT_EQ_U64(managed(e, user, L(1), 1, 7, 0, NULL), 7);
+  assert_true(last_wcp(e, user, L(1), &id));
+  CT_EQ_U64(id, 7);
+  user[BS_MAX_USER_ID - 1] = 'x'; /* another user differs in its last byte only */
+  assert_false(last_wcp(e, user, L(1), &id));
+}
+
 /* ==== Explicit limits are honoured (SPEC 5.2, 5.4; storage.h CONVENTIONS) ===================== */
 
 static void t_explicit_limits(void **state) {
@@ -1772,6 +1816,7 @@ static const ct_test TESTS[] = {
     T(t_list_buckets),
     T(t_empty_values),
     T(t_explicit_limits),
+    T(t_edge_values),
 };
 #define N_TESTS (sizeof TESTS / sizeof TESTS[0])
 
