@@ -354,9 +354,8 @@ static int target_finish(target *t, const char *path, int replace, bs_error *err
     if (errno == EEXIST) return bs_fail(err, BS_ESTATE, "path: %s exists (not replaced)", path);
     return bs_fail(err, BS_EIO, "path: cannot create %s: %s", path, strerror(errno));
   }
-  sync_dir(t->dir); /* the directory of path is t->dir's parent: sync both */
   {
-    char *d = dir_of(t->a, path);
+    char *d = dir_of(t->a, path); /* the new name is durable once its directory is */
     if (d) sync_dir(d);
     bs_free(t->a, d);
   }
