@@ -397,7 +397,9 @@ int bs_lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, bs
   if ((rc = target_open(&t, path, map, replace, &db->base.alloc, o, err)) == BS_OK) {
     args[0] = &t;
     args[1] = err;
-    rc = export_txn(db, txn, 0, put_record, args, err);
+    if (o->progress && o->progress(0, o->progress_payload)) /* the snapshot is taken */
+      rc = bs_fail(err, BS_ECANCELED, "cancelled by the progress callback");
+    if (rc == BS_OK) rc = export_txn(db, txn, 0, put_record, args, err);
     if (rc == BS_OK) rc = target_flush(&t, err);
   }
   bs_lmdb_txn_abort(db, txn);

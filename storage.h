@@ -721,8 +721,9 @@ BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload
 typedef struct bs_backup_options {
   unsigned version;
   unsigned flags; /* BS_BACKUP_* */
-  /* after each batch of records written to the copy (records so far); non-zero cancels: the
-   * call returns BS_ECANCELED and leaves nothing at path */
+  /* bs_backup: once with 0 when its snapshot is taken (commits from then on are not in the
+   * copy), then after each batch of records written (records so far; bs_load: after each
+   * batch). Non-zero cancels: the call returns BS_ECANCELED and leaves nothing at path. */
   int (*progress)(uint64_t records, void *payload);
   void *progress_payload;
   const bs_allocator *allocator; /* bs_load's (NULL = libc); bs_backup uses the db's */
