@@ -34,14 +34,14 @@
  * thresholds. LMDB weighs the growth of the bucket's count since its last full compaction
  * (count - compacted_count, so ops that were above the last horizon do not count), the memory
  * backend the ops above the last horizon; they differ even with min_bucket_changes 1. Off: full
- * compactions name their buckets (all of them, or some), or run incremental. */
+ * compactions name their buckets (all of them, or some). */
 #define SW_COMPACT_THRESHOLDS   0
-/* Not yet agreed, reported on issue 11: defragmentation's live-row count. LMDB counts the PUTs
- * that source-record memberships point at, the memory backend every PUT without a later op of
- * its row; they differ for PUTs orphaned by an INSERT over an existing row (SPEC 4.1: an INSERT
- * does not read the previous record), which clients still hold. Off: no defragment_ratio. */
+/* Defragmentation's live-row count: LMDB counts the PUTs that source-record memberships point
+ * at, the memory backend every PUT without a later op of its row. They agree unless a PUT is
+ * orphaned by an INSERT over an existing row (SPEC 4.1: an INSERT does not read the previous
+ * record; clients still hold it), which SW_INSERT_OVER_EXISTING leaves out. */
 #define SW_DEFRAG               1
-/* Off: a streaming writer's INSERT of a row that may have a source record becomes an UPDATE.
+/* Off: a streaming writer's INSERT becomes an UPDATE (the same on a row without a record).
  * An INSERT over an existing record does not read it (SPEC 4.1), so the PUTs it supersedes are
  * not logged for incremental compaction (LMDB, as SPEC 6 says) and no membership holds them
  * (LMDB's defragmentation does not count them live); the memory backend's incremental pass
@@ -147,7 +147,6 @@ typedef struct run {
   uint64_t lsn;   /* LSN counter: LSNs are %08llx of it */
   int64_t now_ms; /* the workload's clock for requested_at */
   pool tables, rids, buckets, otypes, users, keys, data;
-  unsigned char known[MAX_STREAM][N_TABLES][N_RIDS]; /* a source record may exist */
   char trace[N_TRACE][160];
   size_t n_trace;
   int verbose;
@@ -720,17 +719,17 @@ static void do_save(run *r, size_t x, int k) {
   size_t nrows = ct_below(&r->rng, 5), nlk = ct_below(&r->rng, 4), i, j;
   unsigned kind = (unsigned)ct_below(&r->rng, 100);
   char data[4][64];
-  size_t ti = ct_below(&r->rng, r->tables.n), ai = ct_below(&r->rng, r->rids.n), bi = ai;
-  int rc;
-  sv.table = r->tables.v[ti];
+  sv.table = pick(r, &r->tables);
   sv.tag = kind < 35 ? BS_INSERT : kind < 80 ? BS_UPDATE : BS_DELETE;
   if (k == 1 && ct_below(&r->rng, 8)) sv.tag = BS_INSERT; /* a snapshot writer inserts */
-  sv.after_id = r->rids.v[ai];
+  sv.after_id = pick(r, &r->rids);
   if (sv.tag == BS_DELETE || (sv.tag == BS_UPDATE && ct_below(&r->rng, 6) == 0))
-    sv.before_id = r->rids.v[bi = ct_below(&r->rng, r->rids.n)];
+    sv.before_id = pick(r, &r->rids);
   if (sv.tag == BS_DELETE && ct_below(&r->rng, 2)) sv.after_id = (bs_val){NULL, 0};
-  if (!SW_INSERT_OVER_EXISTING && k != 1 && sv.tag == BS_INSERT && r->known[x][ti][ai])
-    sv.tag = BS_UPDATE;
+  /* (an INSERT queued in one writer can land over the record another writer's flush made
+   * first: off, a streaming writer never INSERTs; on a row without a record an UPDATE does the
+   * same) */
+  if (!SW_INSERT_OVER_EXISTING && k != 1 && sv.tag == BS_INSERT) sv.tag = BS_UPDATE;
   for (i = 0; i < nrows; i++) {
     rows[i].bucket = pick(r, &r->buckets);
     rows[i].object_type = pick(r, &r->otypes);
@@ -755,20 +754,7 @@ static void do_save(run *r, size_t x, int k) {
   if (ct_below(&r->rng, 4) == 0) sv.stored_data = pick(r, &r->data);
   note(r, "save s%zu w%d tag %d table %zuB after %zuB before %s rows %zu lookups %zu", x, k,
        (int)sv.tag, sv.table.size, sv.after_id.size, sv.before_id.data ? "set" : "-", nrows, nlk);
-  rc = BS_OK;
-  BOTH(r, "save", (rc = bs_writer_save(s->w[x][k], &sv, E)));
-  if (rc == BS_OK) {
-    if (sv.tag == BS_DELETE || bi != ai) r->known[x][ti][bi] = 0;
-    if (sv.tag != BS_DELETE) r->known[x][ti][ai] = 1;
-  }
-}
-
-/* After a truncate, drop or clear: no record of those tables (of any, t NULL) may exist. */
-static void forget_known(run *r, size_t x, const bs_val *t) {
-  for (size_t i = 0; i < r->tables.n; i++)
-    if (!t || (t->size == r->tables.v[i].size &&
-               (!t->size || memcmp(t->data, r->tables.v[i].data, t->size) == 0)))
-      memset(r->known[x][i], 0, sizeof r->known[x][i]);
+  BOTH(r, "save", bs_writer_save(s->w[x][k], &sv, E));
 }
 
 static int commit_out(bs_writer *w, int keepalive, bs_val lsn, const bs_commit_options *co, sb *o,
@@ -955,7 +941,6 @@ static void step(run *r) {
       note(r, "%s s%zu w%d", drop ? "drop" : "truncate", x, k);
       BOTH(r, "truncate",
            drop ? bs_writer_drop(s->w[x][k], t, E) : bs_writer_truncate(s->w[x][k], t, E));
-      forget_known(r, x, &t);
     }
   } else if (a < 560) {
     if ((k = pick_writer(r, x)) >= 0) {
@@ -1052,7 +1037,6 @@ static void step(run *r) {
   } else if (a < 841) {
     note(r, "clear s%zu", x);
     BOTH(r, "clear", bs_clear(s->st[x], E));
-    forget_known(r, x, NULL);
     check_stream(r, x, 1);
   } else if (a < 842) {
     int clear = ct_below(&r->rng, 2);

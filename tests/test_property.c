@@ -11,6 +11,7 @@
  * BS_STEPS (steps per seed). Each run prints its seed; reproduce one with BS_SEED=n BS_SEEDS=1.
  */
 #include "util_contract.h"
+#include "util_edge.h"
 #include "util_model.h"
 
 #include <stdlib.h>
@@ -49,7 +50,7 @@ typedef struct run {
   wl s[2];
   int n_streams;
   int allow_compact, allow_reopen;
-  unsigned char keys[N_KEYS][32];
+  unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
 } run;
 
@@ -464,8 +465,14 @@ static void do_save(run *r, wl *s) {
   snprintf(tname, sizeof tname, "t%d", t);
   snprintf(rid, sizeof rid, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
   snprintf(rid2, sizeof rid2, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
-  /* Usually the output id is the replica id; sometimes a shared one (distinct subkeys). */
-  snprintf(oid, sizeof oid, "%s", ct_below(&r->rng, 8) == 0 ? "shared" : rid);
+  /* Usually the output id is the replica id; sometimes a shared one (distinct subkeys), or an
+   * edge value ("", one byte, the maximum length, non-ASCII, quotes; the model keeps
+   * NUL-terminated strings, so no NUL) */
+  unsigned pick_oid = (unsigned)ct_below(&r->rng, 8);
+  bs_val oidv;
+  snprintf(oid, sizeof oid, "%s", pick_oid == 0 ? "shared" : rid);
+  oidv =
+      pick_oid == 1 ? ue_str_pick(&r->rng, BS_MAX_OBJECT_NAME, UE_NUL | UE_OVER, NULL) : ct_v(oid);
   sv.table = ct_v(tname);
   if (kind < 30)
     sv.tag = BS_INSERT;
@@ -495,19 +502,24 @@ static void do_save(run *r, wl *s) {
       }
       rows[i].bucket = ct_v(BUCKETS[bi]);
       rows[i].object_type = ct_v(tname);
-      rows[i].object_id = ct_v(oid);
-      rows[i].data = ct_v(data[i]);
+      rows[i].object_id = oidv;
+      rows[i].data = ct_below(&r->rng, 10) == 0 ? ue_str_pick(&r->rng, 4000, UE_NUL | UE_OVER, NULL)
+                                                : ct_v(data[i]);
     }
     sv.rows = rows;
     sv.n_rows = nrows;
     for (i = 0; i < nlk; i++) {
       size_t np = 1 + ct_below(&r->rng, 2), j;
       size_t ki = ct_below(&r->rng, N_KEYS);
-      if (i == 1 && lk[0].key.data == r->key[ki].data) break;
+      /* one entry per key in a save: keys of equal bytes (1 and 1.0) count as the same key */
+      if (i == 1 && lk[0].key.size == r->key[ki].size &&
+          memcmp(lk[0].key.data, r->key[ki].data, r->key[ki].size) == 0)
+        break;
       for (j = 0; j < np; j++) {
         snprintf(prm[i][j], 64, "{\"r\":\"%s/%s\",\"n\":%llu}", tname, rid,
                  (unsigned long long)ct_below(&r->rng, 3));
-        params[i][j] = ct_v(prm[i][j]);
+        params[i][j] = ct_below(&r->rng, 8) == 0 ? ue_str_pick(&r->rng, 200, UE_NUL | UE_OVER, NULL)
+                                                 : ct_v(prm[i][j]);
       }
       lk[i].key = r->key[ki];
       lk[i].params = params[i];
@@ -565,7 +577,11 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   for (k = 0; k < N_KEYS; k++) {
     char s[8];
     snprintf(s, sizeof s, "k%zu", k);
-    r->key[k] = k < 4 ? ct_key_str(r->keys[k], 32, s) : ct_key_int(r->keys[k], 32, (int64_t)k);
+    /* plain string keys, an int, and lookup values of the edge pool (1 / 1.0, -0, true, null,
+     * int64 extremes, strings with NUL: keys are bytes to the model) */
+    r->key[k] = k < 3   ? ct_key_str(r->keys[k], sizeof r->keys[k], s)
+                : k < 4 ? ct_key_int(r->keys[k], sizeof r->keys[k], (int64_t)k)
+                        : ue_lookup_key(&r->rng, r->keys[k], sizeof r->keys[k], 1);
   }
   CT_OK(ct_env_open(&r->e, be, 0));
   new_stream(r, "A");

@@ -20,6 +20,7 @@
  * BS_BACKEND=name to run one backend. BS_VERBOSE=1 prints per-seed statistics.
  */
 #include "util_client.h"
+#include "util_edge.h"
 #include "util_model.h"
 #include "util_server.h"
 
@@ -64,7 +65,7 @@ typedef struct run {
   size_t n_cps;
   tclient cl[MAX_CLIENTS];
   int n_cl;
-  unsigned char keys[N_KEYS][32];
+  unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
   uint64_t conn_seq;
   stats s;
@@ -357,6 +358,11 @@ static void do_save(run *r) {
   snprintf(rid, sizeof rid, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
   snprintf(rid2, sizeof rid2, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
   snprintf(oid, sizeof oid, "%s", ct_below(&r->rng, 8) == 0 ? "shared" : rid);
+  /* sometimes an edge value ("", one byte, the maximum length, non-ASCII, quotes; no NUL: the
+   * model and the client keep NUL-terminated strings) */
+  bs_val oidv = ct_below(&r->rng, 8) == 0
+                    ? ue_str_pick(&r->rng, BS_MAX_OBJECT_NAME, UE_NUL | UE_OVER, NULL)
+                    : ct_v(oid);
   sv.table = ct_v(tname);
   if (kind < 30)
     sv.tag = BS_INSERT;
@@ -384,15 +390,17 @@ static void do_save(run *r) {
       strcpy(data[i] + L + pad, "\"}");
       rows[i].bucket = ct_v(BUCKETS[bi].name);
       rows[i].object_type = ct_v(tname);
-      rows[i].object_id = ct_v(oid);
-      rows[i].data = ct_v(data[i]);
+      rows[i].object_id = oidv;
+      rows[i].data = ct_below(&r->rng, 10) == 0 ? ue_str_pick(&r->rng, 4000, UE_NUL | UE_OVER, NULL)
+                                                : ct_v(data[i]);
     }
     sv.rows = rows;
     sv.n_rows = nrows;
     if (ct_below(&r->rng, 3) == 0) { /* something for parameter compaction to do */
       snprintf(prm, sizeof prm, "{\"r\":\"%s/%s\",\"n\":%llu}", tname, rid,
                (unsigned long long)ct_below(&r->rng, 3));
-      params[0] = ct_v(prm);
+      params[0] =
+          ct_below(&r->rng, 8) == 0 ? ue_str_pick(&r->rng, 200, UE_NUL | UE_OVER, NULL) : ct_v(prm);
       lk.key = r->key[ct_below(&r->rng, N_KEYS)];
       lk.params = params;
       lk.n_params = 1;
@@ -519,7 +527,9 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
   for (k = 0; k < N_KEYS; k++) {
     char s[8];
     snprintf(s, sizeof s, "k%zu", k);
-    r->key[k] = ct_key_str(r->keys[k], 32, s);
+    /* the last key is a lookup value of the edge pool (1 / 1.0, -0, true, null, ...) */
+    r->key[k] = k + 1 < N_KEYS ? ct_key_str(r->keys[k], sizeof r->keys[k], s)
+                               : ue_lookup_key(&r->rng, r->keys[k], sizeof r->keys[k], 1);
   }
   /* half the seeds without the checksum cache: every checksum from the backend */
   CT_OK(ct_env_open(&r->e, be, ct_below(&r->rng, 2) ? 0 : (size_t)-1));

@@ -433,6 +433,12 @@ char *md_params(const md_stream *m, uint64_t C, const bs_val *keys, size_t n, si
   char **rows = NULL, *out;
   size_t nr = 0, i, j, k, len = 1;
   for (k = 0; k < n; k++) {
+    /* a key asked twice (equal bytes: 1 and 1.0 encode alike) is answered once */
+    for (j = 0; j < k; j++)
+      if (keys[j].size == keys[k].size &&
+          (!keys[k].size || memcmp(keys[j].data, keys[k].data, keys[k].size) == 0))
+        break;
+    if (j < k) continue;
     /* Latest entry per source row with op_id <= C (m->p is in ascending op id). */
     for (i = 0; i < m->n_p; i++) {
       const md_param *p = &m->p[i], *latest = p;

@@ -81,7 +81,8 @@ void md_reconcile(md_stream *m, bs_storage *st, uint64_t C);
 md_bucket *md_find_bucket(md_stream *m, const char *name);
 /* Sum and count of the original history of bucket with op_id <= C. */
 void md_checksum(const md_stream *m, const char *bucket, uint64_t C, bs_checksum *out);
-/* Parameter sets at C, sorted and newline-joined (caller frees); number of rows in *n_rows. */
+/* Parameter sets at C (a key listed twice counts once), sorted and newline-joined (caller frees);
+ * number of rows in *n_rows. */
 char *md_params(const md_stream *m, uint64_t C, const bs_val *keys, size_t n, size_t *n_rows);
 
 /* Op checksums and subkey, computed independently of the library. */
