@@ -723,7 +723,8 @@ typedef struct bs_backup_options {
   unsigned flags; /* BS_BACKUP_* */
   /* bs_backup: once with 0 when its snapshot is taken (commits from then on are not in the
    * copy), then after each batch of records written (records so far; bs_load: after each
-   * batch). Non-zero cancels: the call returns BS_ECANCELED and leaves nothing at path. */
+   * batch). Non-zero cancels: the call returns BS_ECANCELED and leaves nothing at path. It
+   * runs in the calling thread, inside bs_backup's snapshot: it may read db, not write it. */
   int (*progress)(uint64_t records, void *payload);
   void *progress_payload;
   const bs_allocator *allocator; /* bs_load's (NULL = libc); bs_backup uses the db's */
@@ -743,7 +744,8 @@ typedef struct bs_backup_options {
  * must grow the map waits until the call ends). opts may be NULL. Errors: BS_EINVAL (path NULL
  * or empty, or naming db's own file), BS_ESTATE (path exists and BS_BACKUP_REPLACE is not set),
  * BS_ECORRUPT (the copy did not verify; the message has the first problem), BS_ECANCELED,
- * BS_EUNSUPPORTED (the memory backend: it has no file to copy), BS_EIO, BS_ENOMEM. */
+ * BS_EUNSUPPORTED (the memory backend: it has no file to copy), BS_EIO, BS_ENOMEM. Any thread.
+ */
 BS_API int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 
 /* One record of a database file: a key and value of one of the backend's tables (LMDB: its
@@ -769,8 +771,8 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * written, verified and renamed into place as bs_backup's copy; the same records give the same
  * database, byte for byte in every record. Options: progress and allocator (BS_BACKUP_REPLACE
  * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_ESTATE (path
- * exists), BS_ECORRUPT (an unknown table, a format record of another version, or the result
- * did not verify), BS_ECANCELED, BS_EIO, BS_ENOMEM. */
+ * exists), BS_ECORRUPT (an unknown table, a bad key, no format record or one of another
+ * version, or the result did not verify), BS_ECANCELED, BS_EIO, BS_ENOMEM. Any thread. */
 BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,
                    const bs_backup_options *opts, bs_error *err);
 
