@@ -29,6 +29,15 @@ function tableName(t) {
   return t !== null && typeof t === 'object' && !(t instanceof Uint8Array) ? t.name : t;
 }
 
+const OP_NAMES = [null, 'PUT', 'REMOVE', 'MOVE', 'CLEAR'];
+
+/** Op k of a batch in columns (see done_bucket_data in the addon), as the protocol's OplogEntry. */
+function oplogEntry(r, k) {
+  const s = r.strs;
+  return { op_id: r.ids[k], op: OP_NAMES[r.types[k]], object_type: s[4 * k],
+    object_id: s[4 * k + 1], subkey: s[4 * k + 2], data: s[4 * k + 3], checksum: r.sums[k] };
+}
+
 class Database {
   #h;
   /** @internal use open() / openMemory() */
@@ -98,7 +107,13 @@ class BucketStorage {
   }
   async *getBucketDataBatch(checkpoint, dataBuckets, options) {
     const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options);
-    yield* r.chunks;
+    for (let c = 0, k = 0; c < r.chunks.length; c++) {
+      const ch = r.chunks[c];
+      const data = new Array(ch.n);
+      for (let i = 0; i < ch.n; i++, k++) data[i] = oplogEntry(r, k);
+      yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
+        has_more: ch.has_more, data }, targetOp: ch.targetOp };
+    }
     yield { hasMore: r.hasMore };
   }
   async getChecksums(checkpoint, buckets) {

@@ -1418,61 +1418,80 @@ static void exec_bucket_data(work *w) {
   w->i1 = has_more;
 }
 
-static const char *const op_names[] = {"", "PUT", "REMOVE", "MOVE", "CLEAR"};
+/* Two strings in a row are often equal (object types): reuse the last one's JS value. */
+typedef struct strmemo {
+  bs_val last;
+  napi_value v;
+} strmemo;
 
-/* Ops as objects {op_id, op, object_type, object_id, subkey, data, checksum} (the protocol's
- * OplogEntry with op_id a bigint), built with one napi_define_properties per op. */
+static napi_value js_str_memo(napi_env env, strmemo *m, bs_val s) {
+  if (!m->v || !s.data || !m->last.data || s.size != m->last.size ||
+      (s.size && memcmp(s.data, m->last.data, s.size)))
+    m->v = js_str(env, s), m->last = s;
+  return m->v;
+}
+
+/* A typed array of n elements of size each over a new ArrayBuffer; *data its bytes. */
+static napi_value js_typed(napi_env env, napi_typedarray_type t, size_t size, size_t n,
+                           void **data) {
+  napi_value ab, ta;
+  if (napi_create_arraybuffer(env, n * size, data, &ab) != napi_ok ||
+      napi_create_typedarray(env, t, n, ab, 0, &ta) != napi_ok)
+    return NULL;
+  return ta;
+}
+
+/* A batch in columns, from which index.js builds the OplogEntry objects (object literals of one
+ * shape are much cheaper to make in JS than property by property through Node-API):
+ * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, strs: [object_type,
+ *  object_id, subkey, data per op], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
+ * with the ops of all chunks in order. */
 static napi_value done_bucket_data(napi_env env, work *w) {
-  static const char *const keys[] = {"op_id",  "op",   "object_type", "object_id",
-                                     "subkey", "data", "checksum"};
-  napi_property_descriptor pd[7];
-  napi_value chunks, res, opname[5];
-  uint32_t ci = 0;
-  memset(pd, 0, sizeof pd);
-  for (int k = 0; k < 7; k++) {
-    if (napi_create_string_utf8(env, keys[k], NAPI_AUTO_LENGTH, &pd[k].name) != napi_ok)
-      return NULL;
-    pd[k].attributes = napi_writable | napi_enumerable | napi_configurable;
-  }
-  for (int k = 1; k <= 4; k++)
-    napi_create_string_utf8(env, op_names[k], NAPI_AUTO_LENGTH, &opname[k]);
-  napi_create_array_with_length(env, w->list_n, &chunks);
+  napi_value chunks, res = js_obj(env), ids, types, sums, strs;
+  uint64_t *id;
+  uint8_t *ty;
+  uint32_t *cs, ci = 0, si = 0;
+  size_t n = 0, k = 0;
+  strmemo memo[4];
+  memset(memo, 0, sizeof memo);
+  for (cchunk *cc = w->list; cc; cc = cc->next) n += cc->c.n_ops;
+  if (!(ids = js_typed(env, napi_biguint64_array, 8, n, (void **)&id)) ||
+      !(types = js_typed(env, napi_uint8_array, 1, n, (void **)&ty)) ||
+      !(sums = js_typed(env, napi_uint32_array, 4, n, (void **)&cs)) ||
+      napi_create_array_with_length(env, 4 * n, &strs) != napi_ok ||
+      napi_create_array_with_length(env, w->list_n, &chunks) != napi_ok)
+    return NULL;
   for (cchunk *cc = w->list; cc; cc = cc->next) {
-    napi_handle_scope scope;
-    napi_value ch = js_obj(env), cd = js_obj(env), ops;
     const bs_chunk *c = &cc->c;
-    napi_create_array_with_length(env, c->n_ops, &ops);
-    napi_open_handle_scope(env, &scope);
-    for (size_t i = 0; i < c->n_ops; i++) {
+    napi_value ch = js_obj(env);
+    napi_handle_scope scope;
+    if (napi_open_handle_scope(env, &scope) != napi_ok) return NULL;
+    for (size_t i = 0; i < c->n_ops; i++, k++) {
       const bs_op *o = &c->ops[i];
-      napi_value obj;
-      napi_create_object(env, &obj);
-      pd[0].value = js_u64(env, o->op_id);
-      pd[1].value = o->type >= 1 && o->type <= 4 ? opname[o->type] : js_null(env);
-      pd[2].value = js_str(env, o->object_type);
-      pd[3].value = js_str(env, o->object_id);
-      pd[4].value = js_str(env, o->subkey);
-      pd[5].value = js_str(env, o->data);
-      pd[6].value = js_num(env, o->checksum);
-      if (napi_define_properties(env, obj, 7, pd) != napi_ok ||
-          napi_set_element(env, ops, (uint32_t)i, obj) != napi_ok) {
-        napi_close_handle_scope(env, scope);
-        return NULL;
-      }
+      const bs_val f[4] = {o->object_type, o->object_id, o->subkey, o->data};
+      id[k] = o->op_id, ty[k] = (uint8_t)o->type, cs[k] = o->checksum;
+      for (int j = 0; j < 4; j++)
+        if (napi_set_element(env, strs, si++, js_str_memo(env, &memo[j], f[j])) != napi_ok) {
+          napi_close_handle_scope(env, scope);
+          return NULL;
+        }
     }
+    memset(memo, 0, sizeof memo); /* the memo's values belong to the closed scope */
     napi_close_handle_scope(env, scope);
-    set(env, cd, "bucket", js_str(env, c->bucket));
-    set(env, cd, "after", js_u64(env, c->after));
-    set(env, cd, "next_after", js_u64(env, c->next_after));
-    set(env, cd, "has_more", js_bool(env, c->has_more));
-    set(env, cd, "data", ops);
-    set(env, ch, "chunkData", cd);
+    set(env, ch, "bucket", js_str(env, c->bucket));
+    set(env, ch, "after", js_u64(env, c->after));
+    set(env, ch, "next_after", js_u64(env, c->next_after));
+    set(env, ch, "has_more", js_bool(env, c->has_more));
     set(env, ch, "targetOp", c->target_op ? js_u64(env, c->target_op) : js_null(env));
+    set(env, ch, "n", js_num(env, (double)c->n_ops));
     napi_set_element(env, chunks, ci++, ch);
   }
-  res = js_obj(env);
-  set(env, res, "chunks", chunks);
   set(env, res, "hasMore", js_bool(env, w->i1));
+  set(env, res, "ids", ids);
+  set(env, res, "types", types);
+  set(env, res, "sums", sums);
+  set(env, res, "strs", strs);
+  set(env, res, "chunks", chunks);
   return res;
 }
 

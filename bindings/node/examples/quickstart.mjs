@@ -1,0 +1,15 @@
+import bs from 'bucketstore';
+
+const B = 'todos["u1"]';
+const db = await bs.open('quickstart.bsdb'); // created if missing
+const st = await db.storage(await db.createStream('rules-v1'));
+const w = await st.createWriter(); // one writer per stream; a commit makes everything visible at once
+await w.save({ tag: 'insert', sourceTable: 'todos', afterReplicaId: 't1',
+  evaluated: [{ bucket: B, table: 'todos', id: 't1', data: '{"id":"t1","done":false}' }],
+  evaluatedParameters: [{ lookup: ['u1'], bucketParameters: [{ list: 'u1' }] }] });
+await w.markSnapshotDone('00000010');
+const { checkpoint } = await w.commit('00000010'); // op ids are bigints: 2n
+for await (const c of st.getBucketDataBatch(checkpoint, [{ bucket: B, start: 0n }]))
+  for (const op of c.chunkData?.data ?? []) console.log(op.op_id, op.op, op.object_id, op.data);
+console.log((await st.getChecksums(checkpoint, [B])).get(B), await st.getParameterSets(checkpoint, [['u1']]));
+await w.close(), await st.close(), await db.close();
