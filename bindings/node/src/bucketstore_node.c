@@ -49,7 +49,9 @@ static void *ar_alloc(arena *a, size_t n) {
   n = (n + 15) & ~(size_t)15;
   if (!n) return empty_bytes;
   if (!b || b->cap - b->used < n) {
-    size_t cap = n > 16384 ? n : 16384;
+    /* blocks double from 512 bytes (a queued save's arena is small) up to 64 KiB */
+    size_t cap = b ? (b->cap < 65536 ? 2 * b->cap : 65536) : 512;
+    if (cap < n) cap = n;
     blk *nb = malloc(sizeof *nb + cap);
     if (!nb) return NULL;
     nb->next = b, nb->used = 0, nb->cap = cap;
@@ -161,37 +163,51 @@ static int is_nullish(napi_env env, napi_value v) {
 }
 
 /* Property names as JS strings made once per env, keyed by the address of the C literal:
- * napi_get_named_property would make (and intern) the string again on every call. */
+ * napi_get_named_property would make (and intern) the string again on every call. The strings
+ * live in an array (Node-API 8 references only objects); each is internalized (a property name
+ * of an object comes back so), so lookups with it skip hashing it. */
 #define KEY_SLOTS 128
 typedef struct keycache {
   const char *name[KEY_SLOTS];
-  napi_ref ref[KEY_SLOTS];
+  napi_ref holder; /* array: slot -> key string */
 } keycache;
 
 static void keycache_free(napi_env env, void *data, void *hint) {
   keycache *kc = data;
-  for (int i = 0; i < KEY_SLOTS; i++)
-    if (kc->ref[i]) napi_delete_reference(env, kc->ref[i]);
+  if (kc->holder) napi_delete_reference(env, kc->holder);
   free(kc);
+}
+
+static int key_make(napi_env env, const char *name, napi_value *out) {
+  napi_value o, t, keys;
+  NAPI(napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, out));
+  NAPI(napi_create_object(env, &o));
+  NAPI(napi_get_boolean(env, true, &t));
+  NAPI(napi_set_property(env, o, *out, t));
+  NAPI(napi_get_property_names(env, o, &keys));
+  NAPI(napi_get_element(env, keys, 0, out));
+  return 0;
 }
 
 static int key_of(napi_env env, const char *name, napi_value *out) {
   keycache *kc = NULL;
-  size_t h = ((uintptr_t)name >> 3) % KEY_SLOTS;
+  napi_value holder;
+  uint32_t h = (uint32_t)(((uintptr_t)name >> 3) % KEY_SLOTS);
   napi_get_instance_data(env, (void **)&kc);
-  for (int probe = 0; kc && probe < KEY_SLOTS; probe++, h = (h + 1) % KEY_SLOTS) {
+  if (!kc || !kc->holder || napi_get_reference_value(env, kc->holder, &holder) != napi_ok)
+    return key_make(env, name, out);
+  for (int probe = 0; probe < KEY_SLOTS; probe++, h = (h + 1) % KEY_SLOTS) {
     if (kc->name[h] == name) {
-      NAPI(napi_get_reference_value(env, kc->ref[h], out));
+      NAPI(napi_get_element(env, holder, h, out));
       return 0;
     }
     if (!kc->name[h]) {
-      NAPI(napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, out));
-      if (napi_create_reference(env, *out, 1, &kc->ref[h]) == napi_ok) kc->name[h] = name;
+      if (key_make(env, name, out)) return -1;
+      if (napi_set_element(env, holder, h, *out) == napi_ok) kc->name[h] = name;
       return 0;
     }
   }
-  NAPI(napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, out));
-  return 0;
+  return key_make(env, name, out);
 }
 
 /* obj[key], NULL when obj is not an object or the value is undefined or null. */
@@ -2104,7 +2120,13 @@ static napi_value js_live_handles(napi_env env, napi_callback_info info) {
 
 static napi_value init(napi_env env, napi_value exports) {
   keycache *kc = calloc(1, sizeof *kc);
-  if (kc && napi_set_instance_data(env, kc, keycache_free, NULL) != napi_ok) free(kc);
+  napi_value holder;
+  if (kc && (napi_create_array_with_length(env, KEY_SLOTS, &holder) != napi_ok ||
+             napi_create_reference(env, holder, 1, &kc->holder) != napi_ok ||
+             napi_set_instance_data(env, kc, keycache_free, NULL) != napi_ok)) {
+    if (kc->holder) napi_delete_reference(env, kc->holder);
+    free(kc);
+  }
   static const struct {
     const char *name;
     napi_callback fn;
