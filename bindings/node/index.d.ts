@@ -233,6 +233,9 @@ export interface CompactOptions {
   defragmentRatio?: number;
   /** cancels between transactions (rejects with code BS_ECANCELED; done work stays) */
   signal?: AbortSignal;
+  /** called after each transaction with the totals so far, before the next one starts; a
+   * throw cancels the compaction, which then rejects with what was thrown */
+  onProgress?: (soFar: CompactStats) => void;
 }
 
 export interface CompactStats {

@@ -64,8 +64,9 @@ int main(int argc, char **argv) {
     unsigned every = (unsigned)atol(argv[5]);
     size_t size = (size_t)atol(argv[6]);
     bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
-    char *data = malloc(size), rid[16], bucket[32];
-    if (!data || size < 64) return 1;
+    static char data[1 << 16];
+    char rid[16], bucket[32];
+    if (size < 64 || size > sizeof data) return 2;
     oo.flags = atoi(argv[7]) ? BS_OPEN_NOSYNC : 0;
     wo.snapshot = 1;
     TRY(bs_open(&db, argv[2], &oo, &err));
@@ -93,7 +94,6 @@ int main(int argc, char **argv) {
       }
     }
     printf("{\"secs\":%.6f,\"count\":%u}\n", now_s() - t0, rows);
-    free(data);
   } else if (argc == 5 && !strcmp(argv[1], "read")) {
     unsigned nb = (unsigned)atol(argv[3]);
     dl d = {0, 0};

@@ -16,6 +16,7 @@
  * I/O on the main thread.
  */
 #include <node_api.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -590,6 +591,7 @@ struct work {
   bs_compact_options co;
   napi_ref keep; /* a JS value the worker reads (compaction's cancel flag) */
   _Atomic int *cancel;
+  struct progress_ctx *pc; /* compaction's onProgress, NULL when none */
   void *list, **list_tail; /* results copied out in the worker */
   size_t list_n;
 };
@@ -599,8 +601,36 @@ static void work_exec(napi_env env, void *data) {
   w->exec(w);
 }
 
+/* Compaction's onProgress: the worker queues a call after each transaction and waits until the
+ * main thread ran it (so the callback sees every step in order and a throw cancels the next
+ * transaction, deterministically). */
+typedef struct progress_ctx {
+  napi_threadsafe_function tsfn;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pending, threw;
+  bs_compact_stats stats;
+  napi_ref error; /* {error: what the callback threw} (main thread only) */
+} progress_ctx;
+
+static void progress_free(napi_env env, progress_ctx *pc) {
+  if (pc->tsfn) napi_release_threadsafe_function(pc->tsfn, napi_tsfn_release);
+  if (pc->error) napi_delete_reference(env, pc->error);
+  pthread_mutex_destroy(&pc->mu);
+  pthread_cond_destroy(&pc->cv);
+  free(pc);
+}
+
+/* What the callback threw, into *out; 0 when it did not throw. */
+static int progress_thrown(napi_env env, progress_ctx *pc, napi_value *out) {
+  napi_value box;
+  return pc && pc->error && napi_get_reference_value(env, pc->error, &box) == napi_ok &&
+         napi_get_named_property(env, box, "error", out) == napi_ok;
+}
+
 static void work_free(napi_env env, work *w) {
   if (w->keep) napi_delete_reference(env, w->keep);
+  if (w->pc) progress_free(env, w->pc);
   ar_free(&w->ar);
   free(w);
 }
@@ -610,7 +640,9 @@ static void work_complete(napi_env env, napi_status status, void *data) {
   napi_value v = NULL;
   if (status != napi_ok && w->rc == BS_OK) w->rc = BS_ECANCELED;
   if (w->rc == BS_OK) v = w->done(env, w);
-  if (w->rc != BS_OK) {
+  if (w->rc != BS_OK && progress_thrown(env, w->pc, &v)) {
+    napi_reject_deferred(env, w->d, v); /* the onProgress callback threw v: it cancelled */
+  } else if (w->rc != BS_OK) {
     napi_reject_deferred(env, w->d, make_error(env, w->rc, &w->err));
   } else if (v == NULL) {
     bool pending = false;
@@ -653,11 +685,11 @@ static napi_value work_start(napi_env env, work *w, node *n, exec_fn exec, done_
 
 /* A call's arguments: argv[0..n-1], missing ones NULL. */
 #define ARGS(n)                                                                                    \
-  size_t argc = n;                                                                                 \
-  napi_value argv[n > 0 ? n : 1] = {0};                                                            \
+  size_t argc = (n);                                                                               \
+  napi_value argv[(n)] = {0};                                                                      \
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;                \
-  for (size_t i_ = argc; i_ < n; i_++) argv[i_] = NULL;                                            \
-  for (size_t i_ = 0; i_ < argc && i_ < n; i_++)                                                   \
+  for (size_t i_ = argc; i_ < (n); i_++) argv[i_] = NULL;                                          \
+  for (size_t i_ = 0; i_ < argc && i_ < (n); i_++)                                                 \
     if (is_nullish(env, argv[i_])) argv[i_] = NULL
 
 #define FAIL_WORK(w)                                                                               \
@@ -1760,9 +1792,45 @@ static napi_value get_checkpoint_changes(napi_env env, napi_callback_info info) 
 
 /* ---- Compaction ------------------------------------------------------------------------------ */
 
+static napi_value js_stats(napi_env env, const bs_compact_stats *s);
+
 static int compact_progress(const bs_compact_stats *so_far, void *payload) {
   work *w = payload;
-  return w->cancel && atomic_load(w->cancel) ? 1 : 0;
+  progress_ctx *pc = w->pc;
+  int threw;
+  if (w->cancel && atomic_load(w->cancel)) return 1;
+  if (!pc) return 0;
+  pthread_mutex_lock(&pc->mu);
+  pc->stats = *so_far, pc->pending = 1;
+  pthread_mutex_unlock(&pc->mu);
+  if (napi_call_threadsafe_function(pc->tsfn, pc, napi_tsfn_blocking) != napi_ok) return 0;
+  pthread_mutex_lock(&pc->mu);
+  while (pc->pending) pthread_cond_wait(&pc->cv, &pc->mu);
+  threw = pc->threw;
+  pthread_mutex_unlock(&pc->mu);
+  return threw;
+}
+
+/* Main thread (env NULL when the environment is going away: then only the worker is woken). */
+static void progress_call_js(napi_env env, napi_value fn, void *context, void *data) {
+  progress_ctx *pc = data;
+  if (env && fn) {
+    napi_value arg = js_stats(env, &pc->stats), u, r, e, box;
+    napi_get_undefined(env, &u);
+    if (napi_call_function(env, u, fn, 1, &arg, &r) != napi_ok) {
+      bool pending = false;
+      napi_is_exception_pending(env, &pending);
+      if (pending && napi_get_and_clear_last_exception(env, &e) == napi_ok && !pc->error &&
+          napi_create_object(env, &box) == napi_ok)
+        if (napi_set_named_property(env, box, "error", e) == napi_ok)
+          napi_create_reference(env, box, 1, &pc->error);
+      pc->threw = 1;
+    }
+  }
+  pthread_mutex_lock(&pc->mu);
+  pc->pending = 0;
+  pthread_cond_signal(&pc->cv);
+  pthread_mutex_unlock(&pc->mu);
 }
 
 static void exec_compact(work *w) {
@@ -1770,7 +1838,10 @@ static void exec_compact(work *w) {
 }
 
 static napi_value done_compact(napi_env env, work *w) {
-  const bs_compact_stats *s = &w->r.stats;
+  return js_stats(env, &w->r.stats);
+}
+
+static napi_value js_stats(napi_env env, const bs_compact_stats *s) {
   napi_value o = js_obj(env);
   set(env, o, "bucketsCompacted", js_num(env, (double)s->buckets_compacted));
   set(env, o, "opsMoved", js_num(env, (double)s->ops_moved));
@@ -1835,6 +1906,29 @@ static napi_value compact(napi_env env, napi_callback_info info) {
       FAIL_WORK(w);
     }
     w->cancel = data;
+    w->co.progress = compact_progress, w->co.progress_payload = w;
+  }
+  if (get_prop(env, o, "onProgress", &v)) FAIL_WORK(w);
+  if (v) {
+    napi_valuetype t;
+    napi_value name;
+    if (type_of(env, v, &t)) FAIL_WORK(w);
+    if (t != napi_function) {
+      throw_rc(env, BS_EINVAL, "options.onProgress: expected a function");
+      FAIL_WORK(w);
+    }
+    if (!(w->pc = calloc(1, sizeof *w->pc))) {
+      NOMEM();
+      FAIL_WORK(w);
+    }
+    pthread_mutex_init(&w->pc->mu, NULL);
+    pthread_cond_init(&w->pc->cv, NULL);
+    if (napi_create_string_utf8(env, "bucketstore.compact", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+        napi_create_threadsafe_function(env, v, NULL, name, 0, 1, NULL, NULL, NULL,
+                                        progress_call_js, &w->pc->tsfn) != napi_ok) {
+      throw_rc(env, BS_EIO, "options.onProgress: could not create a threadsafe function");
+      FAIL_WORK(w);
+    }
     w->co.progress = compact_progress, w->co.progress_payload = w;
   }
   return work_start(env, w, n, exec_compact, done_compact);

@@ -199,7 +199,13 @@ for (const [name, open] of backends) {
       { code: 'BS_ECANCELED' });
     const aborted = AbortSignal.abort();
     await assert.rejects(st.compact({ signal: aborted }), { name: 'AbortError' });
-    const stats = await st.compact({ compactBuckets: names }); // what the cancelled one left
+    const steps = [];
+    const stats = await st.compact({ compactBuckets: names, maxOpsPerTransaction: 2, // the rest
+      onProgress: (so) => steps.push(so.opsMoved) });
+    // onProgress ran after every transaction, in order, before the call resolved
+    assert.ok(steps.length > 1);
+    assert.deepEqual(steps, [...steps].sort((a, b) => a - b));
+    assert.equal(steps.at(-1), stats.opsMoved);
     assert.ok(stats.bucketsCompacted > 0 && stats.opsMoved > 0);
     const after = await st.getChecksums(c2, names);
     for (const b of names) {

@@ -92,6 +92,20 @@ test('a getter or toJSON that throws rejects the call with its error', async () 
   await assert.rejects(st.getParameterSets(1n, lookups), (e) => e === boom);
   const heads = new Proxy({}, { ownKeys() { throw boom; } });
   await assert.rejects(st.lastWriteCheckpoint({ user_id: 'u', heads }), (e) => e === boom);
+  // a throwing onProgress cancels the compaction after that transaction and rejects with its error
+  await w.markSnapshotDone('1');
+  for (const thrown of [boom, 'a string', undefined]) {
+    for (let i = 0; i < 6; i++) // superseded rows in two buckets: more than one transaction
+      await w.save({ ...withRow({ bucket: `b${i % 2}` }), tag: 'update', afterReplicaId: `r${i % 2}` });
+    await w.commit('1');
+    let calls = 0;
+    await assert.rejects(st.compact({ maxOpsPerTransaction: 2, minBucketChanges: 1, onProgress() {
+      calls++;
+      throw thrown;
+    } }), (e) => e === thrown);
+    assert.equal(calls, 1);
+  }
+  await assert.rejects(st.compact({ onProgress: 'no' }), { code: 'BS_EINVAL', message: /onProgress/ });
   // the same throw while the writer is busy (the save is queued as a job)
   const pending = w.flush();
   await assert.rejects(w.save(rec), (e) => e === boom);

@@ -23,7 +23,8 @@ async function main(): Promise<void> {
   const sums: Map<bs.Bytes, bs.BucketChecksum> = await st.getChecksums(r.checkpoint, ['todos["u1"]']);
   const rows: Record<string, unknown>[] = await cp.getParameterSets([['by_user', 1]], 10);
   const ch: bs.CheckpointChanges = await st.getCheckpointChanges({ lastCheckpoint: 0n, nextCheckpoint: cp });
-  const stats: bs.CompactStats = await st.compact({ signal: new AbortController().signal, minAgeMs: 0 });
+  const stats: bs.CompactStats = await st.compact({ signal: new AbortController().signal, minAgeMs: 0,
+    onProgress: (p) => console.log(p.opsMoved) });
   const init: { buckets: number } = await st.compactInitialReplication({ maxOpId: 10n });
   st.setWriteCheckpointMode({ mode: 'managed' });
   const m = await st.createManagedWriteCheckpoints([{ user_id: 'u1', heads: { '1': '0/10' } }]);
