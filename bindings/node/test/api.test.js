@@ -79,6 +79,20 @@ for (const [name, open] of backends) {
     assert.equal(all.get('b2')[0].checksum, bs.checksumPut('xxh3', 'test', 'e', ''));
     assert.equal((await w.getSourceRow('t', Buffer.from([0, 255, 1]))), null); // known, no data
     assert.equal((await w.getSourceRow('t', 'unknown')), undefined);
+    await w.save({ tag: 'update', sourceTable: 't', afterReplicaId: 'r1', currentData: { a: 'ü' },
+      evaluated: [row('bücket😀', 'ü€😀', '{"n":"ü€😀"}', 'tÿpe')] });
+    assert.equal(await w.getSourceRow({ name: 't' }, 'r1'), '{"a":"ü"}'); // sees the queued save
+    await w.save({ tag: 'update', sourceTable: 't', afterReplicaId: 'r2', currentData: '' });
+    assert.equal(await w.getSourceRow('t', 'r2'), '');
+    // keepalive: a checkpoint at a newer LSN; drop: REMOVEs for every row of the table
+    const k = await w.keepalive('2');
+    assert.equal(k.checkpointCreated, true);
+    assert.equal(w.lastCheckpointLsn, '2');
+    await w.drop([{ name: 't' }]);
+    const c3 = (await w.commit('3')).checkpoint;
+    const after = await readAll(st, c3, ['b2']);
+    assert.deepEqual(after.get('b2').map((o) => o.op), ['PUT', 'REMOVE']);
+    assert.equal((await st.getChecksums(c3, ['b2'])).get('b2').count, 2);
     await w.close();
     await st.close();
     await db.close();
