@@ -402,10 +402,16 @@ int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_
 int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
                          void *payload);
 
-/* lmdb_file.c: checks path before LMDB maps it. A missing file: BS_OK with *missing = 1. Else
- * BS_ECORRUPT with the reason (empty, not LMDB, damaged or truncated meta pages), or BS_OK with
- * *no_data = 1 when the main database holds nothing (a file LMDB created but nobody filled). */
-int bs_lmdb_file_check(const char *path, int *missing, int *no_data, bs_error *err);
+/* lmdb_file.c: checks path before LMDB maps it; *state says what it found. BS_ECORRUPT with the
+ * reason (empty, not LMDB, damaged or truncated meta pages), else BS_OK. */
+enum bs_lmdb_file_state {
+  BS_LMDB_FILE_MISSING, /* BS_OK: no such file */
+  BS_LMDB_FILE_EMPTY,   /* BS_ECORRUPT: zero bytes */
+  BS_LMDB_FILE_NO_DATA, /* BS_OK: LMDB's meta pages, an empty main database */
+  BS_LMDB_FILE_DATA,    /* BS_OK: LMDB with data (whose format record the environment checks) */
+  BS_LMDB_FILE_BAD      /* BS_ECORRUPT: anything else */
+};
+int bs_lmdb_file_check(const char *path, enum bs_lmdb_file_state *state, bs_error *err);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
 int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);

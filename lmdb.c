@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -518,14 +519,17 @@ static int preflight_format(const char *path, bs_error *err) {
 
 /* Checks the file (lmdb_file.c, then the format record when that is safe without a lock file)
  * before the environment is opened, so that a bad file is refused unchanged and without a lock
- * file beside it. A missing path is created unless the open is read-only. */
-static int check_file(bs_lmdb_db *db, const char *path, int rdonly, bs_error *err) {
-  int missing, no_data, rc;
+ * file beside it. *missing: no file at path (BS_ENOTFOUND if read-only). */
+static int check_file(bs_lmdb_db *db, const char *path, int rdonly, int *missing, bs_error *err) {
+  enum bs_lmdb_file_state state;
   size_t n = strlen(path) + sizeof "-lock";
   char *lock;
-  if ((rc = bs_lmdb_file_check(path, &missing, &no_data, err)) != BS_OK) return rc;
-  if (missing) return rdonly ? bs_fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
-  if (no_data) /* mdb_env_open wrote the meta pages, then the process stopped: still fresh */
+  int rc = bs_lmdb_file_check(path, &state, err);
+  *missing = state == BS_LMDB_FILE_MISSING;
+  if (*missing) return rdonly ? bs_fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
+  if (rc != BS_OK) return rc;
+  if (state == BS_LMDB_FILE_NO_DATA) /* made by mdb_env_open alone (another program, or an old
+                                        build stopped before its first commit) */
     return rdonly ? bs_fail(err, BS_ECORRUPT,
                             "%s: LMDB file without data: not a bucketstore database", path)
                   : BS_OK;
@@ -537,15 +541,57 @@ static int check_file(bs_lmdb_db *db, const char *path, int rdonly, bs_error *er
   return rc;
 }
 
+/* Creates a new database at path atomically: built complete (sub-databases, format record,
+ * synced) under a temporary name beside it, without a lock file, then linked into place. So a
+ * process stopped at any moment leaves either no file at path or a whole database, never the
+ * empty file an interrupted mdb_env_open would (which check_file refuses). Another process that
+ * created path first wins: its file is kept. A stray PATH.new-* is what a stopped creation leaves. */
+static int create_file(bs_lmdb_db *db, const char *path, bs_error *err) {
+  static _Atomic unsigned counter;
+  size_t n = strlen(path) + 64;
+  char *tmp = bs_malloc(&db->base.alloc, n);
+  unsigned flags = db->env_flags;
+  int fd = -1, mrc, rc;
+  if (!tmp) return bs_fail(err, BS_ENOMEM, "cannot name a temporary file");
+  for (int i = 0; i < 100 && fd < 0; i++) {
+    snprintf(tmp, n, "%s.new-%ld-%u", path, (long)getpid(), counter++);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    rc = bs_fail(err, errno == ENOENT ? BS_ENOTFOUND : BS_EIO, "%s: cannot create: %s", path,
+                 strerror(errno));
+    bs_free(&db->base.alloc, tmp);
+    return rc;
+  }
+  close(fd); /* empty: LMDB takes it as a new environment */
+  db->env_flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NOLOCK | (flags & MDB_NOSYNC);
+  if ((mrc = mdb_env_create(&db->env)) != 0 || (mrc = mdb_env_set_maxdbs(db->env, LM_MAXDBS)) ||
+      (mrc = mdb_env_open(db->env, tmp, db->env_flags, 0644)) != 0)
+    rc = bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", tmp, mdb_strerror(mrc));
+  else
+    rc = open_dbs(db, tmp, err); /* commits (with a sync unless BS_OPEN_NOSYNC) */
+  if (db->env) mdb_env_close(db->env);
+  db->env = NULL;
+  db->env_flags = flags;
+  if (rc == BS_OK && link(tmp, path) != 0 && errno != EEXIST && rename(tmp, path) != 0)
+    rc = bs_fail(err, BS_EIO, "%s: cannot create: %s", path, strerror(errno));
+  unlink(tmp);
+  bs_free(&db->base.alloc, tmp);
+  return rc;
+}
+
 static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opts, bs_error *err) {
   size_t map = opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP;
   MDB_envinfo info;
-  int mrc, rc, dead = 0;
+  int mrc, rc, missing, dead = 0;
 
   db->env_flags = MDB_NOSUBDIR | MDB_NOTLS;
   if (opts && (opts->flags & BS_OPEN_NOSYNC)) db->env_flags |= MDB_NOSYNC;
   if (opts && (opts->flags & BS_OPEN_RDONLY)) db->env_flags |= MDB_RDONLY;
-  if ((rc = check_file(db, path, (db->env_flags & MDB_RDONLY) != 0, err)) != BS_OK) return rc;
+  if ((rc = check_file(db, path, (db->env_flags & MDB_RDONLY) != 0, &missing, err)) != BS_OK ||
+      (missing && (rc = create_file(db, path, err)) != BS_OK))
+    return rc;
   if ((mrc = mdb_env_create(&db->env)) != 0) return bs_fail_mdb(err, mrc, "mdb_env_create");
   if ((mrc = mdb_env_set_maxdbs(db->env, LM_MAXDBS)) != 0 ||
       (mrc = mdb_env_set_mapsize(db->env, map)) != 0)

@@ -90,17 +90,17 @@ static int read_meta(int fd, const char *path, uint64_t size, unsigned i, uint64
   return BS_OK;
 }
 
-int bs_lmdb_file_check(const char *path, int *missing, int *no_data, bs_error *err) {
+int bs_lmdb_file_check(const char *path, enum bs_lmdb_file_state *state, bs_error *err) {
   struct stat sb;
   lf_meta m[2];
   uint64_t size, psize, need;
   const lf_meta *cur;
   int fd, rc;
 
-  *missing = *no_data = 0;
+  *state = BS_LMDB_FILE_BAD;
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
-    *missing = 1;
+    *state = BS_LMDB_FILE_MISSING;
     return BS_OK;
   }
   if (fd < 0) return bs_fail(err, BS_EIO, "%s: %s", path, strerror(errno));
@@ -114,6 +114,7 @@ int bs_lmdb_file_check(const char *path, int *missing, int *no_data, bs_error *e
   }
   size = (uint64_t)sb.st_size;
   if (size == 0) {
+    *state = BS_LMDB_FILE_EMPTY;
     rc = bs_fail(err, BS_ECORRUPT, "%s: empty file: not a bucketstore database", path);
     goto done;
   }
@@ -142,7 +143,7 @@ int bs_lmdb_file_check(const char *path, int *missing, int *no_data, bs_error *e
                  (unsigned long long)size, (unsigned long long)need);
     goto done;
   }
-  *no_data = cur->dbs[1].entries == 0;
+  *state = cur->dbs[1].entries == 0 ? BS_LMDB_FILE_NO_DATA : BS_LMDB_FILE_DATA;
 done:
   close(fd);
   return rc;

@@ -163,7 +163,9 @@ typedef struct bs_open_options {
 /* Opens the database file at path (copied); a missing file is created, unless BS_OPEN_RDONLY.
  * *out is the caller's, closed with bs_close(); *out is NULL on failure. opts may be NULL.
  * The file is checked before LMDB maps it; a file that fails is refused unchanged and gets no
- * PATH-lock beside it (that appears only beside a bucketstore database).
+ * PATH-lock beside it (that appears only beside a bucketstore database). A new file is built
+ * under a temporary name beside path (PATH.new-*, which a crash at that moment leaves behind,
+ * safe to delete) and then linked into place, so path never holds a half-created database.
  * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and missing),
  * BS_ECORRUPT (the message says which: an empty file, not LMDB, truncated, a foreign LMDB file,
  * an older or newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
@@ -708,9 +710,11 @@ typedef struct bs_stat {
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
  * so it costs a full scan of the file. */
 BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
-/* Recomputes every bucket's running checksum and count, checks key encodings and source
- * records, in one read snapshot; each problem is passed to fn (may be NULL; the text is
- * borrowed, valid until fn returns). *problems_out (may be NULL) counts them. Problems found
+/* Recomputes every PUT's and REMOVE's checksum from its payload with the stream's hash, every
+ * bucket's running checksum and count from its ops (which covers MOVE and CLEAR), and checks key
+ * and value encodings and that source records point at their PUTs, in one read snapshot. Each
+ * problem, naming the bucket and (where one op is at fault) the op id, is passed to fn (may be
+ * NULL; the text is borrowed, valid until fn returns). *problems_out (may be NULL) counts them. Problems found
  * still return BS_OK: a failure code means the check itself could not run (BS_EIO, BS_ENOMEM). */
 BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
                         uint64_t *problems_out, bs_error *err);

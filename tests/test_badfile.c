@@ -10,7 +10,8 @@
  *  - the format record rewritten to an older (0) and newer version, or to foreign bytes;
  *  - an LMDB file without data: refused read-only, made a database by a writable open;
  *  - a missing path: BS_ENOTFOUND read-only (nothing created), created by a writable open;
- *  - the CLI's commands on a zero-byte and a foreign file: exit 1, the file unchanged.
+ *  - the CLI's commands on a zero-byte and a foreign file: exit 1, the file unchanged, no
+ *    backup written.
  * Each open is tried read-only and writable.
  */
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <stdio.h>
@@ -83,10 +85,11 @@ static void put_file(const char *path, const void *p, size_t n) {
 }
 
 /* bs_open of g_path, read-only and writable: BS_ECORRUPT, a message containing want, the bytes
- * unchanged and no lock file. */
+ * unchanged and no lock file (unless one was there before: a foreign program's own). */
 static void expect_refused(const char *want) {
   size_t n0, n1;
   unsigned char *before = slurp(g_path, &n0), *after;
+  int had_lock = has_lock(g_path);
   for (int rw = 0; rw < 2; rw++) {
     bs_open_options o = BS_OPEN_OPTIONS_INIT;
     bs_error e = {0, ""};
@@ -99,7 +102,7 @@ static void expect_refused(const char *want) {
                rw ? "writable" : "read-only", bs_strerror(rc), e.msg, want);
     assert_null(db);
     assert_int_equal(e.code, BS_ECORRUPT);
-    assert_false(has_lock(g_path));
+    assert_int_equal(has_lock(g_path), had_lock);
     after = slurp(g_path, &n1);
     assert_int_equal(n1, n0);
     if (n0) assert_memory_equal(after, before, n0);
@@ -296,6 +299,16 @@ static void make_lmdb(const char *copy_of, void (*fn)(MDB_txn *txn, void *), voi
 }
 
 /* payload: the key to put into the main database */
+/* Opens and closes g_path with LMDB's lock file, as its own program would: PATH-lock exists. */
+static void lmdb_lock_beside(void) {
+  MDB_env *env;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+  assert_int_equal(mdb_env_open(env, g_path, MDB_NOSUBDIR | MDB_RDONLY, 0644), 0);
+  mdb_env_close(env);
+  assert_true(has_lock(g_path));
+}
+
 static void put_main(MDB_txn *txn, void *payload) {
   MDB_dbi dbi;
   MDB_val d = {5, "world"};
@@ -320,6 +333,11 @@ static void test_foreign_lmdb(void **state) {
   expect_refused("foreign LMDB file, not a bucketstore database");
   make_lmdb(NULL, put_main, &meta); /* "meta" as a plain key: MDB_INCOMPATIBLE */
   expect_refused("foreign LMDB file, not a bucketstore database");
+  /* with the foreign program's lock file beside it (the check runs in the opened environment) */
+  make_lmdb(NULL, put_main, &hello);
+  lmdb_lock_beside();
+  expect_refused("foreign LMDB file, not a bucketstore database");
+  drop_lock(g_path);
 }
 
 /* Rewrites the format record of a copy of the real database. */
@@ -347,6 +365,9 @@ static void test_format_versions(void **state) {
     snprintf(want, sizeof want, "format %u is %s than this build's %d", ver,
              ver < BS_FORMAT_VERSION ? "older" : "newer", BS_FORMAT_VERSION);
     expect_refused(want);
+    lmdb_lock_beside(); /* and with a lock file: the check in the opened environment */
+    expect_refused(want);
+    drop_lock(g_path);
   }
   memcpy(rec, "sqlite3\0", 8);
   make_lmdb(g_real, set_format, &val);
@@ -402,19 +423,27 @@ static void test_missing_path(void **state) {
   assert_int_equal(bs_open(&db, g_path, NULL, &e), BS_OK); /* created */
   bs_close(db);
   assert_int_equal(access(g_path, F_OK), 0);
+  { /* built under a temporary name, linked into place: nothing else is left beside it */
+    DIR *d = opendir(g_dir);
+    struct dirent *de;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) assert_null(strstr(de->d_name, "bad.new-"));
+    closedir(d);
+  }
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, g_path, &o, &e), BS_OK);
   bs_close(db);
 }
 
-/* Runs the CLI with args on g_path; returns its exit status, stderr into err. */
-static int cli(const char *args, char *err, size_t cap) {
-  char cmd[1400], errf[400];
+/* Runs the CLI command cmd on g_path (then the operands in more); returns its exit status,
+ * stderr into err. */
+static int cli(const char *args, const char *more, char *err, size_t cap) {
+  char cmd[1800], errf[400];
   FILE *fp;
   size_t n;
   int st;
   snprintf(errf, sizeof errf, "%s/cli.err", g_dir);
-  snprintf(cmd, sizeof cmd, "%s %s --db %s >/dev/null 2>%s", g_cli, args, g_path, errf);
+  snprintf(cmd, sizeof cmd, "%s %s --db %s %s >/dev/null 2>%s", g_cli, args, g_path, more, errf);
   st = system(cmd);
   fp = fopen(errf, "r");
   assert_non_null(fp);
@@ -426,13 +455,14 @@ static int cli(const char *args, char *err, size_t cap) {
 }
 
 static void test_cli_commands(void **state) {
-  static const char *const cmds[] = {"stat", "verify", "dump", "compact", "checkpoint"};
+  static const char *const cmds[] = {"stat", "verify", "dump", "compact", "checkpoint", "backup"};
   MDB_val hello = {5, "hello"};
-  char err[2048];
+  char err[2048], out[400];
   size_t n0, n1;
   unsigned char *before, *after;
   (void)state;
   if (access(g_cli, X_OK) != 0) fail_msg("no CLI at %s", g_cli);
+  snprintf(out, sizeof out, "%s/backup-out", g_dir);
   for (int kind = 0; kind < 2; kind++) {
     if (kind == 0)
       put_file(g_path, "", 0);
@@ -440,12 +470,13 @@ static void test_cli_commands(void **state) {
       make_lmdb(NULL, put_main, &hello);
     before = slurp(g_path, &n0);
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-      int rc = cli(cmds[i], err, sizeof err);
+      int rc = cli(cmds[i], strcmp(cmds[i], "backup") ? "" : out, err, sizeof err);
       if (rc != 1 || !strstr(err, "BS_ECORRUPT") ||
           !strstr(err, kind ? "foreign LMDB file" : "empty file"))
         fail_msg("%s on a %s file: exit %d, stderr: %s", cmds[i], kind ? "foreign" : "zero-byte",
                  rc, err);
       assert_false(has_lock(g_path));
+      assert_int_equal(access(out, F_OK), -1); /* backup wrote nothing */
       after = slurp(g_path, &n1);
       assert_int_equal(n1, n0);
       if (n0) assert_memory_equal(after, before, n0);
@@ -455,7 +486,7 @@ static void test_cli_commands(void **state) {
   }
   /* a read-only command on a missing path creates nothing */
   unlink(g_path);
-  assert_int_equal(cli("stat", err, sizeof err), 1);
+  assert_int_equal(cli("stat", "", err, sizeof err), 1);
   assert_int_equal(access(g_path, F_OK), -1);
   assert_false(has_lock(g_path));
 }
