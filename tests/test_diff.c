@@ -466,7 +466,7 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 static void strs_out(strs *s, sb *o) {
-  qsort(s->v, s->n, sizeof *s->v, cmp_str);
+  if (s->n) qsort(s->v, s->n, sizeof *s->v, cmp_str); /* qsort(NULL, 0) is UB (UBSan) */
   for (size_t i = 0; i < s->n; i++) {
     sb_printf(o, "%s,", s->v[i]);
     free(s->v[i]);
