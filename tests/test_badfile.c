@@ -4,7 +4,7 @@
  * compared before and after every open, and no PATH-lock may appear beside them.
  *  - truncations of a real database (a few thousand ops) at every page boundary, one byte to
  *    either side of it, the middle of every page, and small sizes from 0 up;
- *  - zero bytes, random bytes (seeded), a valid first meta page followed by garbage;
+ *  - zero bytes, a directory, random bytes (seeded), a valid first meta page then garbage;
  *  - foreign LMDB files made with the LMDB API (data in the main database, a "meta" sub-database
  *    without the format record, a "meta" key that is no sub-database);
  *  - the format record rewritten to an older (0) and newer version, or to foreign bytes;
@@ -249,6 +249,16 @@ static void test_zero_bytes(void **state) {
   (void)state;
   put_file(g_path, "", 0);
   expect_refused("empty file: not a bucketstore database");
+}
+
+static void test_directory(void **state) {
+  bs_error e = {0, ""};
+  bs_db *db = NULL;
+  (void)state;
+  assert_int_equal(bs_open(&db, g_dir, NULL, &e), BS_ECORRUPT);
+  assert_non_null(strstr(e.msg, "not a regular file"));
+  assert_null(db);
+  assert_false(has_lock(g_dir));
 }
 
 static uint64_t rng(uint64_t *s) {
@@ -496,6 +506,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(test_real_file_opens, teardown),
       cmocka_unit_test_teardown(test_truncations, teardown),
       cmocka_unit_test_teardown(test_zero_bytes, teardown),
+      cmocka_unit_test_teardown(test_directory, teardown),
       cmocka_unit_test_teardown(test_random_bytes, teardown),
       cmocka_unit_test_teardown(test_foreign_lmdb, teardown),
       cmocka_unit_test_teardown(test_format_versions, teardown),
