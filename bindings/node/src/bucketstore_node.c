@@ -482,7 +482,7 @@ struct node {
 };
 
 static void node_unref(node *n);
-static int64_t live_handles; /* C objects not yet released (main thread only; for tests) */
+static _Atomic int64_t live_handles; /* C objects not yet released (all envs; for tests) */
 
 static void node_release(node *n) {
   node *p = n->parent;

@@ -292,3 +292,29 @@ test('lmdb: data survives reopening; a second stream is isolated', async () => {
   await db.close();
   t.cleanup();
 });
+
+test('works in worker threads: each env has its own handles and instance data', async () => {
+  const { Worker } = require('node:worker_threads');
+  const code = `
+    const bs = require(${JSON.stringify(require.resolve('..'))});
+    const { parentPort, workerData } = require('node:worker_threads');
+    (async () => {
+      const db = await bs.openMemory();
+      await db.createStream('v');
+      const st = await db.storage();
+      const w = await st.createWriter();
+      for (let i = 0; i <= workerData; i++)
+        await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: 'r' + i,
+          evaluated: [{ bucket: 'b', table: 'x', id: 'o' + i, data: '{}' }] });
+      await w.markSnapshotDone('1');
+      const r = await w.commit('1');
+      await w.close(); await st.close(); await db.close();
+      parentPort.postMessage(r.checkpoint);
+    })();`;
+  const results = await Promise.all([0, 1, 2].map((i) => new Promise((resolve, reject) => {
+    const wk = new Worker(code, { eval: true, workerData: i });
+    wk.once('message', resolve);
+    wk.once('error', reject);
+  })));
+  assert.deepEqual(results, [1n, 2n, 3n]);
+});
