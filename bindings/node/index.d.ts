@@ -310,7 +310,7 @@ export declare class BucketStorage {
 
 export declare const open: typeof Database.open;
 export declare const openMemory: typeof Database.openMemory;
-/** The PUT op checksum (SPEC §3) as the storage computes it: unsigned 32-bit. */
+/** The PUT op checksum (the storage contract, section 3) as the storage computes it: unsigned 32-bit. */
 export declare function checksumPut(hash: 'xxh3' | 'sha256', objectType: Bytes, objectId: Bytes,
   data: Bytes | object): number;
 /** Database, storage and writer handles whose C objects are not yet released. */

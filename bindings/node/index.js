@@ -263,7 +263,7 @@ function typeError(message) {
   return e;
 }
 
-/** Op checksum of a PUT (SPEC §3), as the storage computes it: an unsigned 32-bit number. */
+/** Op checksum of a PUT (the storage contract, section 3), as the storage computes it: an unsigned 32-bit number. */
 function checksumPut(hash, objectType, objectId, data) {
   return native.checksumPut(hash, objectType, objectId, data);
 }

@@ -27,7 +27,7 @@
 
 #include "storage.h"
 
-#define FLUSH_RECS   2000u /* SPEC 4: auto-flush bound [2000 records or 5 MB] */
+#define FLUSH_RECS   2000u /* the contract (section 4): auto-flush at 2000 records or 5 MB */
 #define FLUSH_BYTES  (5u * 1000u * 1000u)
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1 */
 
