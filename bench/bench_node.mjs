@@ -8,9 +8,13 @@
 //   reads:  every bucket of that file downloaded from 0 at the checkpoint, READ_LIMIT ops per
 //           call, one bucket per call (a client resuming at next_after), twice: the second
 //           (warm) pass is timed.
+// The binding runs twice: `await w.save(r)` per row, and pipelined (a commit's saves not
+// awaited one by one: Promise.all before the commit).
 // Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
 //        [--read-limit N] [--durable] [--runs N] [--quick] [--json PATH]
-// Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs.
+// Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs:
+// rates (wall clock) and CPU time per row/op (every thread of the process(es) doing the work:
+// the driver's too; less sensitive to a loaded machine than the rates).
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -55,6 +59,12 @@ function data(i) {
 }
 const lsnOf = (i) => pad(i, 8);
 
+/** CPU seconds of this process (every thread: main and the libuv pool) since c0. */
+const cpuSince = (c0) => {
+  const c = process.cpuUsage(c0);
+  return (c.user + c.system) / 1e6;
+};
+
 // ---- the three paths ----------------------------------------------------------------------
 function capiBinary() {
   const src = path.join(root, 'bindings/node/bench/capi.c');
@@ -92,7 +102,8 @@ function loadBinding() {
 }
 
 const binding = {
-  async ingest(file) {
+  /** pipelined: the saves of a commit are not awaited one by one (Promise.all before it) */
+  async ingest(file, pipelined = false) {
     const bs = loadBinding();
     const db = await bs.open(file, { nosync: cfg.nosync });
     await db.createStream('bench');
@@ -104,19 +115,23 @@ const binding = {
       recs.push({ tag: 'insert', sourceTable: 'todos', afterReplicaId: id,
         evaluated: [{ bucket: bucket(i % cfg.buckets), table: 'todos', id, data: data(i) }] });
     }
-    const t0 = performance.now();
+    const t0 = performance.now(), c0 = process.cpuUsage();
+    let pending = [];
     for (let i = 0; i < cfg.rows; i++) {
-      await w.save(recs[i]);
+      if (pipelined) pending.push(w.save(recs[i]));
+      else await w.save(recs[i]);
       if ((i + 1) % cfg.commitRows === 0 || i + 1 === cfg.rows) {
+        await Promise.all(pending);
+        pending = [];
         if (i + 1 === cfg.rows) await w.markSnapshotDone(lsnOf(i + 1));
         await w.commit(lsnOf(i + 1));
       }
     }
-    const secs = (performance.now() - t0) / 1e3;
+    const secs = (performance.now() - t0) / 1e3, cpu = cpuSince(c0);
     await w.close();
     await st.close();
     await db.close();
-    return { secs, count: cfg.rows };
+    return { secs, cpu, count: cfg.rows };
   },
   async read(file) {
     const bs = loadBinding();
@@ -124,7 +139,7 @@ const binding = {
     const st = await db.storage();
     const cp = await st.getCheckpoint();
     let count = 0;
-    const t0 = performance.now();
+    const t0 = performance.now(), c0 = process.cpuUsage();
     for (let b = 0; b < cfg.buckets; b++) {
       let start = 0n;
       for (let more = true; more;) {
@@ -136,10 +151,10 @@ const binding = {
         }
       }
     }
-    const secs = (performance.now() - t0) / 1e3;
+    const secs = (performance.now() - t0) / 1e3, cpu = cpuSince(c0);
     await st.close();
     await db.close();
-    return { secs, count };
+    return { secs, cpu, count };
   },
 };
 
@@ -171,7 +186,12 @@ function openDriver(file, nosync) {
     p.on('exit', r);
     p.stdin.end();
   });
-  return { send, sendText, close };
+  /** CPU seconds of the driver process so far (/proc: clock ticks, 10 ms). */
+  const cpu = () => {
+    const f = fs.readFileSync(`/proc/${p.pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  };
+  return { send, sendText, close, cpu };
 }
 
 const driver = {
@@ -189,18 +209,18 @@ const driver = {
       cmds.push({ cmd: 'commit', lsn: lsnOf(end) });
       batches.push([cmds.map((c) => JSON.stringify(c)).join('\n') + '\n', cmds.length]);
     }
-    const t0 = performance.now();
+    const t0 = performance.now(), c0 = process.cpuUsage(), d0 = d.cpu();
     for (let b = 0; b < batches.length; b++) // pipelined: only the last commit's reply is awaited
       await d.sendText(...batches[b], b === batches.length - 1);
-    const secs = (performance.now() - t0) / 1e3;
+    const secs = (performance.now() - t0) / 1e3, cpu = cpuSince(c0) + d.cpu() - d0;
     await d.close();
-    return { secs, count: cfg.rows };
+    return { secs, cpu, count: cfg.rows };
   },
   async read(file) {
     const d = openDriver(file, false);
     const cp = (await d.send([{ cmd: 'checkpoint' }])).checkpoint;
     let count = 0;
-    const t0 = performance.now();
+    const t0 = performance.now(), c0 = process.cpuUsage(), d0 = d.cpu();
     for (let b = 0; b < cfg.buckets; b++) {
       let after = '0';
       for (let more = true; more;) {
@@ -210,15 +230,17 @@ const driver = {
         more = r.has_more;
       }
     }
-    const secs = (performance.now() - t0) / 1e3;
+    const secs = (performance.now() - t0) / 1e3, cpu = cpuSince(c0) + d.cpu() - d0;
     await d.close();
-    return { secs, count };
+    return { secs, cpu, count };
   },
 };
 
 // ---- run ----------------------------------------------------------------------------------
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-node-'));
-const paths = { 'C API': capi, 'Node binding': binding, 'JSON driver': driver };
+const paths = { 'C API': capi, 'Node binding': binding,
+  'Node, pipelined': { ingest: (f) => binding.ingest(f, true), read: binding.read },
+  'JSON driver': driver };
 const results = {};
 try {
   for (const [name, impl] of Object.entries(paths)) {
@@ -229,8 +251,11 @@ try {
       await impl.read(file); // the cold pass
       const read = await impl.read(file);
       if (read.count !== cfg.rows) throw new Error(`${name}: read ${read.count} ops, expected ${cfg.rows}`);
-      const r = { ingest: ingest.count / ingest.secs, reads: read.count / read.secs };
-      best = best ? { ingest: Math.max(best.ingest, r.ingest), reads: Math.max(best.reads, r.reads) } : r;
+      const r = { ingest: ingest.count / ingest.secs, reads: read.count / read.secs,
+        ingestCpuUs: (ingest.cpu / ingest.count) * 1e6, readCpuUs: (read.cpu / read.count) * 1e6 };
+      best = best ? { ingest: Math.max(best.ingest, r.ingest), reads: Math.max(best.reads, r.reads),
+        ingestCpuUs: Math.min(best.ingestCpuUs, r.ingestCpuUs),
+        readCpuUs: Math.min(best.readCpuUs, r.readCpuUs) } : r;
       fs.rmSync(file, { force: true });
       fs.rmSync(`${file}-lock`, { force: true });
     }
@@ -245,9 +270,10 @@ const c = results['C API'];
 console.log(`bench_node: ${cfg.rows} rows (${cfg.dataSize} B) -> ${cfg.buckets} buckets, commit every ` +
   `${cfg.commitRows} rows, ${cfg.nosync ? 'nosync' : 'durable'}; reads ${cfg.readLimit} ops/call; ` +
   `best of ${cfg.runs}; node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
-console.log(`${'path'.padEnd(14)}${'ingest rows/s'.padStart(15)}${'vs C'.padStart(8)}` +
-  `${'reads ops/s'.padStart(14)}${'vs C'.padStart(8)}`);
+console.log(`${'path'.padEnd(16)}${'ingest rows/s'.padStart(14)}${'vs C'.padStart(7)}` +
+  `${'CPU us/row'.padStart(11)}${'reads ops/s'.padStart(13)}${'vs C'.padStart(8)}${'CPU ns/op'.padStart(10)}`);
 for (const [name, r] of Object.entries(results))
-  console.log(`${name.padEnd(14)}${fmt(r.ingest).padStart(15)}${(c.ingest / r.ingest).toFixed(2).padStart(7)}x` +
-    `${fmt(r.reads).padStart(14)}${(c.reads / r.reads).toFixed(2).padStart(7)}x`);
+  console.log(`${name.padEnd(16)}${fmt(r.ingest).padStart(14)}${(c.ingest / r.ingest).toFixed(1).padStart(6)}x` +
+    `${r.ingestCpuUs.toFixed(2).padStart(11)}${fmt(r.reads).padStart(13)}` +
+    `${(c.reads / r.reads).toFixed(1).padStart(7)}x${(r.readCpuUs * 1e3).toFixed(0).padStart(10)}`);
 if (cfg.json) fs.writeFileSync(cfg.json, JSON.stringify({ config: cfg, node: process.version, results }, null, 2));

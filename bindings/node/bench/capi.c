@@ -4,7 +4,7 @@
  *   capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC   snapshot ingest, one commit per
  *                                                             COMMIT_ROWS rows
  *   capi read DB BUCKETS READ_LIMIT                           every bucket downloaded from 0
- * and prints one JSON line {"secs":..., "count":...}. Rows are those of bench_node.mjs's row():
+ * and prints one JSON line {"secs":..., "cpu":..., "count":...} (cpu: this process's CPU seconds). Rows are those of bench_node.mjs's row():
  * replica id "r%08u", bucket by_list["l%05u"] (row % BUCKETS), object type "todos", data the
  * JSON of {"id","v":0,"done":false,"d":<letters>} padded to DATA_SIZE bytes.
  */
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "storage.h"
@@ -20,6 +21,14 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds of this process (user + system). */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static size_t gen_data(char *out, size_t size, unsigned row) {
@@ -58,7 +67,7 @@ int main(int argc, char **argv) {
   bs_error err = {0};
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
   int rc;
-  double t0;
+  double t0, c0 = cpu_s();
   if (argc == 8 && !strcmp(argv[1], "ingest")) {
     unsigned rows = (unsigned)atol(argv[3]), nb = (unsigned)atol(argv[4]);
     unsigned every = (unsigned)atol(argv[5]);
@@ -93,7 +102,7 @@ int main(int argc, char **argv) {
         TRY(bs_writer_commit(w, (bs_val){lsn, strlen(lsn)}, NULL, NULL, &err));
       }
     }
-    printf("{\"secs\":%.6f,\"count\":%u}\n", now_s() - t0, rows);
+    printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%u}\n", now_s() - t0, cpu_s() - c0, rows);
   } else if (argc == 5 && !strcmp(argv[1], "read")) {
     unsigned nb = (unsigned)atol(argv[3]);
     dl d = {0, 0};
@@ -103,7 +112,7 @@ int main(int argc, char **argv) {
     TRY(bs_open(&db, argv[2], NULL, &err));
     TRY(bs_storage_open(&st, db, 0, &err));
     TRY(bs_get_checkpoint(st, &cp, &err));
-    t0 = now_s();
+    t0 = now_s(), c0 = cpu_s();
     for (unsigned b = 0; b < nb; b++) {
       char bucket[32];
       bs_bucket_request req;
@@ -115,7 +124,7 @@ int main(int argc, char **argv) {
         req.after = d.next_after;
       }
     }
-    printf("{\"secs\":%.6f,\"count\":%llu}\n", now_s() - t0, d.ops);
+    printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%llu}\n", now_s() - t0, cpu_s() - c0, d.ops);
   } else {
     fprintf(stderr, "usage: capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC\n"
                     "       capi read DB BUCKETS READ_LIMIT\n");
