@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -797,6 +798,115 @@ static void test_map_growth(void **state) {
   env_close(&e);
 }
 
+/* Many small buckets and a few ops changed per transaction: transactions end inside a bucket,
+ * and the next one finishes that bucket's job and goes on with the next buckets. A reader in
+ * another process pins the pages of the snapshot it holds, so every transaction needs fresh
+ * pages and many of them hit MDB_MAP_FULL and run again, some after a later job cleared the
+ * seen-set (the resumed full job then starts again from its bucket as committed). What a client
+ * ends with never changes. */
+#define MG_BUCKETS 40
+
+static int mg_hold(const bs_chunk *chunk, void *payload) {
+  int *fds = payload; /* [0]: write "holding", [1]: read until the parent closes it */
+  char b = 1;
+  (void)chunk;
+  if (write(fds[0], &b, 1) != 1) return 1;
+  while (read(fds[1], &b, 1) > 0) {
+  }
+  return 0;
+}
+
+/* The child: waits for go, opens the file, holds a read snapshot until done is closed. */
+static void mg_reader(const char *path, int go, int held, int done) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_bucket_request rq = {{"g0", 2}, 0};
+  int fds[2] = {held, done}, more = 0, rc;
+  char b;
+  if (read(go, &b, 1) != 1) _exit(2);
+  rc = bs_open(&db, path, NULL, NULL);
+  if (rc == BS_OK) rc = bs_storage_open(&st, db, 0, NULL);
+  if (rc == BS_OK) rc = bs_get_bucket_data(st, 1u << 30, &rq, 1, NULL, mg_hold, fds, &more, NULL);
+  bs_storage_close(st);
+  bs_close(db);
+  _exit(rc == BS_OK ? 0 : 3);
+}
+
+static void test_map_growth_jobs(void **state) {
+  unsigned trials = g_quick ? 3 : 12;
+  (void)state;
+  for (unsigned t = 0; t < trials; t++) {
+    char names[MG_BUCKETS][8];
+    reduced before[MG_BUCKETS];
+    bs_checksum cs_before[MG_BUCKETS];
+    bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+    bs_compact_stats stats;
+    int go[2], held[2], done[2], status = 0;
+    pid_t pid;
+    char b = 1;
+    env e;
+    uint64_t c;
+    g_map_size = 64 * 1024;
+    env_open(&e);
+    g_map_size = 0;
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(held), 0);
+    assert_int_equal(pipe(done), 0);
+    fflush(NULL);
+    if ((pid = fork()) == 0) { /* no handle of the parent is used here */
+      close(go[1]), close(held[0]), close(done[1]);
+      mg_reader(e.path, go[0], held[1], done[0]);
+    }
+    assert_true(pid > 0);
+    close(go[0]), close(held[1]), close(done[0]);
+    for (unsigned bk = 0; bk < MG_BUCKETS; bk++) {
+      snprintf(names[bk], sizeof names[bk], "g%u", bk);
+      for (unsigned i = 0; i < 12 + (bk + t) % 9; i++) {
+        char id[16], data[48];
+        snprintf(id, sizeof id, "r%u", (i * 7 + bk) % 5);
+        snprintf(data, sizeof data, "{\"b\":%u,\"i\":%u}", bk, i);
+        put(&e, names[bk], id, data);
+      }
+    }
+    c = commit(&e);
+    for (unsigned bk = 0; bk < MG_BUCKETS; bk++) {
+      oplist l;
+      memset(&before[bk], 0, sizeof before[bk]);
+      CHECK(read_ops(&e, names[bk], 0, c, &l));
+      reduce_list(&before[bk], &l, c);
+      ol_free(&l);
+      CHECK(checksum_at(&e, names[bk], c, &cs_before[bk]));
+    }
+    /* the reader holds its snapshot (of this state) through the whole compaction */
+    assert_int_equal(write(go[1], &b, 1), 1);
+    assert_int_equal(read(held[0], &b, 1), 1);
+    o.min_bucket_changes = 1;
+    o.min_change_ratio = 0;
+    o.max_ops_per_txn = 3 + t % 11;
+    CHECK(bs_compact(e.st, &o, &stats, ERR));
+    close(done[1]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(go[1]), close(held[0]);
+    assert_true(stats.ops_moved > 0);
+    for (unsigned bk = 0; bk < MG_BUCKETS; bk++) {
+      oplist l;
+      reduced after = {0, NULL, 0, 0, 0};
+      bs_checksum cs;
+      CHECK(read_ops(&e, names[bk], 0, c, &l));
+      reduce_list(&after, &l, c);
+      assert_reduced_equal(&before[bk], &after, names[bk]);
+      CHECK(checksum_at(&e, names[bk], c, &cs));
+      assert_int_equal(cs.checksum, cs_before[bk].checksum);
+      reduce_free(&after);
+      reduce_free(&before[bk]);
+      ol_free(&l);
+    }
+    verify_db(&e);
+    env_close(&e);
+  }
+}
+
 /* ---- Parameter compaction ------------------------------------------------------------------- */
 
 static void save_lookup(env *e, const char *id, bs_val key, const char *param) {
@@ -1438,6 +1548,7 @@ int main(void) {
       cmocka_unit_test(test_parameters),
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_map_growth),
+      cmocka_unit_test(test_map_growth_jobs),
       cmocka_unit_test(test_defragment),
       cmocka_unit_test(test_defragment_threshold),
       cmocka_unit_test(test_defragment_concurrent),
