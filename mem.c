@@ -53,12 +53,13 @@ typedef struct mem_bucket {
   bs_val name;
   mem_op *ops; /* ascending op id */
   size_t n, cap;
-  uint64_t generation;   /* changes whenever a compaction changed the bucket */
-  uint64_t clear_start;  /* torn span of the leading CLEAR: reads at C with */
-  uint64_t clear_op;     /*   clear_start <= C < clear_op fail (0/0 = none) */
-  uint64_t compacted_op; /* horizon of the last full compaction (change selection) */
-  uint64_t initial_op;   /* horizon of the last initial-replication compaction */
-  uint64_t tx_stamp;     /* serial of the last transaction that journaled n */
+  uint64_t generation;  /* changes whenever a compaction changed the bucket */
+  uint64_t clear_start; /* torn span of the leading CLEAR: reads at C with */
+  uint64_t clear_op;    /*   clear_start <= C < clear_op fail (0/0 = none) */
+  /* the last full or initial-replication compaction: its horizon (capped at the bucket's last
+   * op) and the bucket's op count after it; selection weighs the growth since (as LMDB) */
+  uint64_t compacted_op, compacted_count;
+  uint64_t tx_stamp; /* serial of the last transaction that journaled n */
 } mem_bucket;
 
 /* A membership of a source record: the row is present in `bucket` as (ot, oi). */
@@ -2180,10 +2181,25 @@ nomem:
   return BS_ENOMEM;
 }
 
-static uint64_t changes_since(const mem_bucket *b, uint64_t mark) {
-  uint64_t n = 0;
-  for (size_t k = 0; k < b->n; k++) n += b->ops[k].id > mark;
-  return n;
+static uint64_t last_op_of(const mem_bucket *b) {
+  return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
+}
+
+/* The ops the selection of bs_compact_bucket_due weighs (bs_bucket_info.changes, as LMDB). */
+static uint64_t changes_since(const mem_bucket *b) {
+  if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
+  return b->n - b->compacted_count;
+}
+
+static int bucket_due(const mem_bucket *b, uint64_t min_changes, double min_ratio) {
+  return bs_compact_bucket_due(b->n, b->compacted_count, last_op_of(b), b->compacted_op,
+                               min_changes, min_ratio);
+}
+
+/* Records a full or initial-replication compaction of b at horizon h. */
+static void bucket_mark(mem_bucket *b, uint64_t h) {
+  b->compacted_count = b->n;
+  b->compacted_op = h < last_op_of(b) ? h : last_op_of(b);
 }
 
 static uint64_t incremental_horizon(const mem_stream *s, int64_t min_age_ms) {
@@ -2250,21 +2266,19 @@ static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint
 /* Names of the buckets to compact (copied: the lock is released between buckets). */
 static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact_options *o,
                           bs_val **out, size_t *n_out) {
-  uint64_t min_changes = o->min_bucket_changes ? o->min_bucket_changes : 10;
-  double ratio = o->min_change_ratio < 0 ? 0.1 : o->min_change_ratio;
   bs_val *list = bs_calloc(a, s->nbuckets + o->n_buckets + 1, sizeof *list);
   size_t n = 0;
   if (!list) return BS_ENOMEM;
   for (size_t i = 0; i < s->nbuckets; i++) {
     mem_bucket *b = s->buckets[i];
-    uint64_t ch = changes_since(b, b->compacted_op);
     int take;
+    /* (the front resolved the options: the thresholds are set) */
     if (o->buckets)
       take = val_in(o->buckets, o->n_buckets, b->name);
     else if (o->incremental_only)
-      take = ch > 0;
+      take = last_op_of(b) > b->compacted_op;
     else
-      take = b->n && ch >= min_changes && (double)ch / (double)b->n >= ratio;
+      take = bucket_due(b, o->min_bucket_changes, o->min_change_ratio);
     if (take && val_dup(a, b->name, &list[n++])) {
       for (size_t k = 0; k < n; k++) val_free(a, &list[k]);
       bs_free(a, list);
@@ -2317,9 +2331,14 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   memset(&stats, 0, sizeof stats);
   if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
   lock(db);
+  if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
+    stats.checkpoint_requests_deleted =
+        delete_requests_before(db, ms->s, o->delete_checkpoint_requests_before_ms);
   h = o->incremental_only ? incremental_horizon(ms->s, o->min_age_ms) : ms->s->m.checkpoint;
   if (o->max_op_id && (!o->incremental_only || o->max_op_id < h)) h = o->max_op_id;
-  rc = select_buckets(a, ms->s, o, &names, &nnames);
+  if (h > ms->s->m.op_head) h = ms->s->m.op_head; /* nothing above the last op exists yet */
+  /* horizon 0 (no checkpoint): nothing to compact, no bucket marked (as LMDB) */
+  rc = h ? select_buckets(a, ms->s, o, &names, &nnames) : BS_OK;
   unlock(db);
   if (rc) return enomem(err, "compact");
   for (size_t i = 0; i < nnames && !rc; i++) {
@@ -2328,8 +2347,8 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     b = bucket_find(ms->s, names[i], NULL);
     if (b && compact_bucket(a, ms->s, b, h, &stats))
       rc = enomem(err, "compact");
-    else if (b && !o->incremental_only && h > b->compacted_op)
-      b->compacted_op = h; /* a full compaction's mark, for selection (as LMDB) */
+    else if (b && !o->incremental_only)
+      bucket_mark(b, h); /* a full compaction's mark, for selection (as LMDB) */
     unlock(db);
     if (!rc && o->progress && o->progress(&stats, o->progress_payload))
       rc = bs_fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
@@ -2351,16 +2370,10 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
       rc = rc == BS_ENOMEM ? enomem(err, "defragment")
                            : bs_fail(err, rc, "defragment: op ids exhausted");
   }
-  if (!rc && o->compact_parameters) {
+  if (!rc && h && o->compact_parameters) {
     lock(db);
     if (compact_params(a, ms->s, h, &stats.parameter_entries_removed))
       rc = enomem(err, "compact parameters");
-    unlock(db);
-  }
-  if (!rc && o->delete_checkpoint_requests_before_ms) {
-    lock(db);
-    stats.checkpoint_requests_deleted =
-        delete_requests_before(db, ms->s, o->delete_checkpoint_requests_before_ms);
     unlock(db);
   }
   for (size_t i = 0; i < nnames; i++) val_free(a, &names[i]);
@@ -2397,7 +2410,7 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
     b->n = nn;
     b->generation = ++s->m.gen_seq;
   }
-  if (h > b->initial_op) b->initial_op = h;
+  bucket_mark(b, h);
   bs_free(a, later);
   return BS_OK;
 nomem:
@@ -2421,9 +2434,7 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
   h = max_op_id ? max_op_id : s->m.op_head;
   for (size_t i = 0; i < s->nbuckets; i++) {
     mem_bucket *b = s->buckets[i];
-    uint64_t ch = 0;
-    for (size_t k = 0; k < b->n; k++) ch += b->ops[k].id > b->initial_op && b->ops[k].id <= h;
-    if (ch < min_changes) continue;
+    if (!bucket_due(b, min_changes, 0.0)) continue; /* as LMDB: ratio 0 */
     if (initial_bucket(ALLOC(ms->db), s, b, h)) {
       rc = enomem(err, "compact_initial_replication");
       break;
@@ -2556,10 +2567,10 @@ static int mem_list_buckets(bs_storage *st, bs_val start_after,
     sum = sum_upto(b, UINT64_MAX);
     in->checksum = sum.checksum;
     in->count = sum.count;
-    in->last_op = b->ops[b->n - 1].id; /* ops ascend by id */
+    in->last_op = last_op_of(b);
     in->bytes = bucket_bytes(b);
     in->generation = b->generation;
-    in->changes = changes_since(b, b->compacted_op);
+    in->changes = changes_since(b);
     k++;
   }
   unlock(ms->db);

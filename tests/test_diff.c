@@ -32,12 +32,10 @@
 #define SW_EMPTY_DISTINCT       1 /* "" served as "", distinct from absent (issue 11 item 1) */
 #define SW_WCP_CLEANUP          1 /* delete_checkpoint_requests_before (items 2, 6, 7) */
 #define SW_LAST_WCP             1 /* last_write_checkpoint replies (item 7) */
-/* Not yet agreed, reported on issue 11: which buckets a full compaction selects by its
- * thresholds. LMDB weighs the growth of the bucket's count since its last full compaction
- * (count - compacted_count, so ops that were above the last horizon do not count), the memory
- * backend the ops above the last horizon; they differ even with min_bucket_changes 1. Off: full
- * compactions name their buckets (all of them, or some). */
-#define SW_COMPACT_THRESHOLDS   0
+/* Selection by the thresholds (and the initial-replication count, bs_bucket_info.changes): both
+ * backends weigh the growth of the count since the last full or initial compaction with
+ * bs_compact_bucket_due (the memory backend used the ops above its horizon until this test). */
+#define SW_COMPACT_THRESHOLDS   1
 /* Defragmentation's live-row count: LMDB counts the PUTs that source-record memberships point
  * at, the memory backend every PUT without a later op of its row. They agree unless a PUT is
  * orphaned by an INSERT over an existing row (SPEC 4.1: an INSERT does not read the previous
@@ -388,7 +386,8 @@ static int on_stream(const bs_stream_info *i, void *payload) {
 static int on_bucket_info(const bs_bucket_info *i, void *payload) {
   sb *o = payload;
   sb_val(o, i->name);
-  sb_printf(o, " %u/%" PRIu64 " last %" PRIu64 "; ", i->checksum, i->count, i->last_op);
+  sb_printf(o, " %u/%" PRIu64 " last %" PRIu64 " ch %" PRIu64 "; ", i->checksum, i->count,
+            i->last_op, i->changes);
   return 0;
 }
 
