@@ -616,6 +616,11 @@ class _Handle:
         if h is not None:
             self._c_close(h)
 
+    def __repr__(self) -> str:
+        sid = getattr(self, "stream_id", None)
+        what = f" stream {sid}" if sid is not None else ""
+        return f"<bucketstore.{type(self).__name__}{what} {'closed' if self.closed else 'open'}>"
+
     def __enter__(self) -> Any:
         return self
 

@@ -195,3 +195,21 @@ def test_iterator_abandoned_midway(st):
     del it  # holds no snapshot: the storage closes normally
     assert first.ops[0].op_id == 1
     assert len(read_all(st, cp, {"b": 0}, limit=3)) == 20
+
+
+def test_close_while_another_thread_waits(db):
+    st = db.storage(db.create_stream("v1"))
+    got = []
+
+    def wait():
+        try:
+            got.append(st.wait_checkpoint(None, 300))
+        except bs.StateError as e:  # the close came first
+            got.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    db.close()  # waits for a call in flight (up to its timeout), then closes: never a crash
+    t.join()
+    assert st.closed and repr(st) == "<bucketstore.Storage stream 1 closed>"
+    assert got == [bs.Checkpoint(0, None)] or isinstance(got[0], bs.StateError)
