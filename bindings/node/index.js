@@ -1,7 +1,8 @@
 'use strict';
 // bucketstore for Node.js: the classes of index.d.ts over the Node-API addon
 // (src/bucketstore_node.c). Every call that can block runs on the libuv thread pool and
-// returns a Promise; a bad argument rejects it (never throws synchronously, never crashes).
+// returns a Promise; a bad argument rejects it, never crashes (only setWriteCheckpointMode,
+// which is synchronous, throws).
 const native = require('./build/Release/bucketstore.node');
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose');
