@@ -48,6 +48,10 @@ export declare class Database {
   /** A new PROCESSING stream (ids 1, 2, 3, ...); resolves to its id. */
   createStream(name: string, options?: { checksum?: 'xxh3' | 'sha256' }): Promise<number>;
   listStreams(): Promise<StreamInfo[]>;
+  /** fn after every checkpoint this process commits on the database (main thread, soon after
+   * the commit; another process's commits are not seen); null unregisters. One per database;
+   * what fn throws goes to 'uncaughtException'. Throws (synchronously) on a bad argument. */
+  onCheckpoint(fn: ((event: { stream: number; checkpoint: OpId }) => void) | null): void;
   /** A handle on stream streamId; 0 (default) = the active stream, else the newest. */
   storage(streamId?: number): Promise<BucketStorage>;
   /** Rejects with BS_ESTATE while storages are open; resolves once calls in flight are done. */

@@ -57,6 +57,13 @@ class Database {
   listStreams() {
     return call(native.streamList, this.#h);
   }
+  /**
+   * fn({stream, checkpoint}) after every checkpoint this process commits on the database (on
+   * the main thread, soon after the commit); null unregisters. One listener per database.
+   */
+  onCheckpoint(fn) {
+    native.onCheckpoint(this.#h, fn);
+  }
   async storage(streamId = 0) {
     return new BucketStorage(await call(native.storageOpen, this.#h, streamId));
   }

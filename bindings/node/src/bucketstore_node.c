@@ -479,6 +479,9 @@ struct node {
   int running, dirty;
   size_t q_records, q_bytes, max_records, max_bytes;
   arena scratch;
+  /* database: the checkpoint listener's threadsafe function, made by the first onCheckpoint()
+   * and kept until the database is released (a commit in a worker may be calling it) */
+  napi_threadsafe_function listener;
 };
 
 static void node_unref(node *n);
@@ -491,7 +494,8 @@ static void node_release(node *n) {
   else if (n->kind == K_STORAGE)
     bs_storage_close(n->u.st);
   else
-    bs_close(n->u.db);
+    bs_close(n->u.db); /* no commit can call the listener after this */
+  if (n->listener) napi_release_threadsafe_function(n->listener, napi_tsfn_release);
   ar_free(&n->scratch);
   n->released = 1;
   live_handles--;
@@ -907,6 +911,88 @@ static napi_value storage_stream_id(napi_env env, napi_callback_info info) {
   ARGS(1);
   node *n = get_node(env, argv[0], K_STORAGE);
   return n ? js_num(env, bs_storage_stream_id(n->u.st)) : NULL;
+}
+
+/* ---- Checkpoint listener ------------------------------------------------------------------ */
+
+/* The JS function of a database's listener; freed when its threadsafe function is finalized,
+ * after every queued call ran. */
+typedef struct listener_ctx {
+  napi_ref fn; /* NULL: unregistered */
+} listener_ctx;
+
+typedef struct listener_event {
+  uint32_t stream;
+  uint64_t checkpoint;
+} listener_event;
+
+/* Committing thread (a worker): queues the event for the main thread. */
+static void on_checkpoint(uint32_t stream, uint64_t checkpoint, void *payload) {
+  listener_event *e = malloc(sizeof *e);
+  if (!e) return;
+  e->stream = stream, e->checkpoint = checkpoint;
+  if (napi_call_threadsafe_function(payload, e, napi_tsfn_nonblocking) != napi_ok) free(e);
+}
+
+/* Main thread: fn({stream, checkpoint}); what it throws goes to 'uncaughtException', as from
+ * any event listener. */
+static void listener_call_js(napi_env env, napi_value unused, void *context, void *data) {
+  listener_ctx *ctx = context;
+  listener_event *ev = data;
+  napi_value fn, arg, u, r, e;
+  if (env && ctx->fn && napi_get_reference_value(env, ctx->fn, &fn) == napi_ok) {
+    arg = js_obj(env);
+    set(env, arg, "stream", js_num(env, ev->stream));
+    set(env, arg, "checkpoint", js_u64(env, ev->checkpoint));
+    napi_get_undefined(env, &u);
+    if (napi_call_function(env, u, fn, 1, &arg, &r) != napi_ok &&
+        napi_get_and_clear_last_exception(env, &e) == napi_ok)
+      napi_fatal_exception(env, e);
+  }
+  free(ev);
+}
+
+static void listener_finalize(napi_env env, void *data, void *hint) {
+  listener_ctx *ctx = data;
+  if (ctx->fn) napi_delete_reference(env, ctx->fn);
+  free(ctx);
+}
+
+/* onCheckpoint(db, fn | null): fn runs after every checkpoint this process commits on db. */
+static napi_value db_on_checkpoint(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  napi_valuetype t = napi_undefined;
+  node *n = get_node(env, argv[0], K_DB);
+  listener_ctx *ctx = NULL;
+  napi_value u, name;
+  if (!n || (argv[1] && type_of(env, argv[1], &t))) return NULL;
+  if (argv[1] && t != napi_function) {
+    throw_rc(env, BS_EINVAL, "listener: expected a function or null");
+    return NULL;
+  }
+  if (!n->listener) {
+    if (!argv[1]) return napi_get_undefined(env, &u) == napi_ok ? u : NULL;
+    if (!(ctx = calloc(1, sizeof *ctx))) return NOMEM(), NULL;
+    if (napi_create_string_utf8(env, "bucketstore.checkpoint", NAPI_AUTO_LENGTH, &name) !=
+            napi_ok ||
+        napi_create_threadsafe_function(env, NULL, NULL, name, 0, 1, ctx, listener_finalize, ctx,
+                                        listener_call_js, &n->listener) != napi_ok) {
+      free(ctx);
+      n->listener = NULL;
+      throw_rc(env, BS_EIO, "listener: could not create a threadsafe function");
+      return NULL;
+    }
+    napi_unref_threadsafe_function(env, n->listener); /* it does not keep the process alive */
+  }
+  napi_get_threadsafe_function_context(n->listener, (void **)&ctx);
+  if (ctx->fn) napi_delete_reference(env, ctx->fn), ctx->fn = NULL;
+  if (argv[1] && napi_create_reference(env, argv[1], 1, &ctx->fn) != napi_ok) {
+    throw_rc(env, BS_EIO, "listener: could not keep the function");
+    return NULL;
+  }
+  bs_set_checkpoint_listener(n->u.db, argv[1] ? on_checkpoint : NULL, n->listener);
+  napi_get_undefined(env, &u);
+  return u;
 }
 
 /* ---- Writer ---------------------------------------------------------------------------------- */
@@ -2229,6 +2315,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"close", handle_close},
       {"streamCreate", stream_create},
       {"streamList", stream_list},
+      {"onCheckpoint", db_on_checkpoint},
       {"storageOpen", storage_open},
       {"storageStreamId", storage_stream_id},
       {"createWriter", create_writer},

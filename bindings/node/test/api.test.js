@@ -318,3 +318,51 @@ test('works in worker threads: each env has its own handles and instance data', 
   })));
   assert.deepEqual(results, [1n, 2n, 3n]);
 });
+
+test('onCheckpoint: the listener sees each commit; a throwing one reaches uncaughtException', async () => {
+  const db = await bs.openMemory();
+  await db.createStream('v1');
+  const st = await db.storage();
+  const w = await st.createWriter();
+  const events = [];
+  let wake;
+  db.onCheckpoint((e) => {
+    events.push(e);
+    wake();
+  });
+  const next = () => new Promise((r) => (wake = r));
+  await w.markSnapshotDone('1');
+  for (let i = 1; i <= 3; i++) {
+    const seen = next();
+    await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: `r${i}`,
+      evaluated: [{ bucket: 'b', table: 'x', id: `o${i}`, data: '{}' }] });
+    const { checkpoint } = await w.commit(String(i));
+    await seen;
+    assert.deepEqual(events.at(-1), { stream: 1, checkpoint });
+  }
+  assert.throws(() => db.onCheckpoint('no'), { code: 'BS_EINVAL' });
+  db.onCheckpoint(null);
+  await w.commit('4');
+  assert.equal(events.length, 3);
+  await w.close();
+  await st.close();
+  await db.close();
+  // in a process of its own: the test runner treats an uncaught exception as a failure
+  const script = `
+    const bs = require(${JSON.stringify(require.resolve('..'))});
+    (async () => {
+      const db = await bs.openMemory();
+      await db.createStream('v');
+      const st = await db.storage();
+      const w = await st.createWriter();
+      const caught = new Promise((r) => process.once('uncaughtException', r));
+      db.onCheckpoint(() => { throw new Error('listener threw'); });
+      await w.markSnapshotDone('1');
+      await w.commit('1');
+      console.log((await caught).message);
+      await w.close(); await st.close(); await db.close();
+    })();`;
+  const r = require('node:child_process').spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), 'listener threw');
+});

@@ -6,6 +6,7 @@ async function main(): Promise<void> {
   const db: bs.Database = await bs.open('app.bsdb', { nosync: true });
   const id: number = await db.createStream('sync-rules-v1', { checksum: 'sha256' });
   const st: bs.BucketStorage = await db.storage(id);
+  db.onCheckpoint((e) => console.log(e.stream, e.checkpoint + 1n));
   const w: bs.Writer = await st.createWriter({ skipExistingRows: true, maxRecords: 100 });
   const flushed: bs.FlushedResult | null = await w.save({
     tag: 'insert', sourceTable: 'todos', afterReplicaId: 't1',
