@@ -528,11 +528,10 @@ static int check_file(bs_lmdb_db *db, const char *path, int rdonly, int *missing
   *missing = state == BS_LMDB_FILE_MISSING;
   if (*missing) return rdonly ? bs_fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
   if (rc != BS_OK) return rc;
-  if (state == BS_LMDB_FILE_NO_DATA) /* made by mdb_env_open alone (another program, or an old
-                                        build stopped before its first commit) */
-    return rdonly ? bs_fail(err, BS_ECORRUPT,
-                            "%s: LMDB file without data: not a bucketstore database", path)
-                  : BS_OK;
+  if (state == BS_LMDB_FILE_NO_DATA) /* made by mdb_env_open alone: another program's, or an
+                                        old build's stopped before its first commit */
+    return bs_fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database",
+                   path);
   if (!(lock = bs_malloc(&db->base.alloc, n)))
     return bs_fail(err, BS_ENOMEM, "cannot name the lock file");
   snprintf(lock, n, "%s-lock", path);

@@ -167,8 +167,8 @@ typedef struct bs_open_options {
  * under a temporary name beside path (PATH.new-*, which a crash at that moment leaves behind,
  * safe to delete) and then linked into place, so path never holds a half-created database.
  * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and missing),
- * BS_ECORRUPT (the message says which: an empty file, not LMDB, truncated, a foreign LMDB file,
- * an older or newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
+ * BS_ECORRUPT (the message says which: an empty file, not LMDB, truncated, a foreign LMDB file or
+ * one without data, an older or newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* Opens a fresh in-memory store (the reference backend: naive and obviously correct).
