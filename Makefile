@@ -35,7 +35,7 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install -y$$missing"; exit 1; fi; fi
 
-$(BUILD)/%.o: %.c storage.h internal.h | deps
+$(BUILD)/%.o: %.c storage.h internal.h lmdb_internal.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -c $< -o $@
 
@@ -56,7 +56,8 @@ $(BUILD)/bucketstore: $(CLI_OBJS) $(BUILD)/libbucketstore.a
 bucketstore: build/bucketstore
 	cp $< $@
 
-$(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJS) $(BUILD)/libbucketstore.a $(wildcard tests/*.h) storage.h internal.h | deps
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJS) $(BUILD)/libbucketstore.a $(wildcard tests/*.h) storage.h \
+		internal.h lmdb_internal.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) $(APPWARN) -I. -o $@ $< $(TEST_UTIL_OBJS) $(BUILD)/libbucketstore.a $(LIBDEPS) \
 	  -lcmocka
@@ -77,6 +78,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	  (cd $$d && $(CURDIR)/$$e >/dev/null); done; rm -rf $$d
 	@tests/cli_check.sh $(BUILD)/bucketstore
 	@tests/readme_check.sh
+	@$(MAKE) --no-print-directory layercheck
 	@if [ -z "$(SAN)" ]; then tests/install_check.sh && tests/amalgamate_check.sh; fi
 	@$(MAKE) --no-print-directory fuzz-replay crashtest-quick
 	@if [ -n "$(SAN)" ]; then echo "py-test skipped (an ASan library cannot be loaded into python)"; \
@@ -154,7 +156,7 @@ uninstall:
 
 # One bucketstore.c (every library .c with internal.h inlined, internals static) beside a copy
 # of storage.h: vendor those two files and link -llmdb -lnettle -lpthread.
-amalgamate: $(LIB_SRCS) internal.h storage.h tools/amalgamate.sh
+amalgamate: $(LIB_SRCS) internal.h lmdb_internal.h storage.h tools/amalgamate.sh
 	tools/amalgamate.sh $(BUILD)/amalgamation $(LIB_SRCS)
 
 # storage.h alone, as C99 -pedantic and as C++11 -pedantic, every *_INIT macro expanded.
@@ -164,6 +166,19 @@ headertest: tests/headertest.c storage.h
 	$(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. \
 	  -o $(BUILD)/headertest/cxx.o -c $<
 	@echo "headertest: storage.h compiles alone as C99 and C++11"
+
+# <lmdb.h> only in LMDB files (issue 13): every library file but lmdb*.c compiles with an include
+# path whose first lmdb.h is an #error, and only lmdb_internal.h names it.
+.PHONY: layercheck
+layercheck:
+	@mkdir -p $(BUILD)/layercheck/include
+	@echo '#error "<lmdb.h> outside the LMDB backend (include lmdb_internal.h from lmdb*.c only)"' \
+	  > $(BUILD)/layercheck/include/lmdb.h
+	@set -e; for f in $(filter-out lmdb%.c,$(LIB_SRCS)); do \
+	  $(CC) $(BSCFLAGS) -I$(BUILD)/layercheck/include -fsyntax-only $$f; done
+	@bad=$$(grep -l '[<"]lmdb\.h[>"]' $(filter-out lmdb_internal.h,$(wildcard *.c *.h))); \
+	  if [ -n "$$bad" ]; then echo "layercheck: lmdb.h named in $$bad"; exit 1; fi
+	@echo "layercheck: $(words $(filter-out lmdb%.c,$(LIB_SRCS))) library files compile without lmdb.h"
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps
 	@mkdir -p $(dir $@)
@@ -211,7 +226,7 @@ FUZZ_TIME ?= 60
 FUZZ_TARGETS := fuzz_driver fuzz_lookup fuzz_op fuzz_records
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fno-sanitize-recover=all
 fuzz_cli = $(if $(filter fuzz_driver,$(1)),$(2) -ljansson)
-build-fuzz/%: fuzz/%.c $(LIB_SRCS) $(CLI_SRCS) storage.h internal.h cli.h | deps
+build-fuzz/%: fuzz/%.c $(LIB_SRCS) $(CLI_SRCS) storage.h internal.h lmdb_internal.h cli.h | deps
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) \
 	  $(call fuzz_cli,$*,$(CLI_SRCS) -Dmain=bs_cli_main) $(LIBDEPS)
@@ -231,7 +246,7 @@ $(BUILD)/fuzz/cli_main_nomain.o: cli_main.c cli.h storage.h | deps
 	$(CC) $(BSCFLAGS) $(APPWARN) -Dmain=bs_cli_main -c $< -o $@
 
 $(BUILD)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(BUILD)/libbucketstore.a $(CLI_OBJS) \
-		$(BUILD)/fuzz/cli_main_nomain.o storage.h internal.h cli.h | deps
+		$(BUILD)/fuzz/cli_main_nomain.o storage.h internal.h lmdb_internal.h cli.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -I. -o $@ $< fuzz/replay.c $(call fuzz_cli,$*,$(filter-out \
 	  $(BUILD)/cli_main.o,$(CLI_OBJS)) $(BUILD)/fuzz/cli_main_nomain.o) \

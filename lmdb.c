@@ -5,7 +5,7 @@
  * parameter reads in lmdb_params.c, write checkpoints in lmdb_wcp.c, compaction in
  * lmdb_compact.c. The key/value layout is the table in internal.h.
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +36,18 @@ static int64_t now_ms(void) {
 }
 
 /* ---- Errors and transactions ----------------------------------------------------------------- */
+
+int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
+  int code = BS_EIO;
+  if (mdb_rc == ENOMEM)
+    code = BS_ENOMEM;
+  else if (mdb_rc == MDB_CORRUPTED || mdb_rc == MDB_INVALID || mdb_rc == MDB_VERSION_MISMATCH ||
+           mdb_rc == MDB_PAGE_NOTFOUND)
+    code = BS_ECORRUPT;
+  else if (mdb_rc == EAGAIN || mdb_rc == EBUSY || mdb_rc == MDB_READERS_FULL)
+    code = BS_EBUSY;
+  return bs_fail(err, code, "%s: %s", what, mdb_strerror(mdb_rc));
+}
 
 int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
   if (mdb_rc == MDB_MAP_FULL) {

@@ -8,7 +8,7 @@
  * failure. Records are copied as they are stored (the on-disk format of internal.h), so a file
  * loaded from an export equals the original in every record.
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -24,7 +24,7 @@
  * processed; see "Defragmentation" below. Both full and incremental compaction fold superseded
  * ops of the leading run directly into its CLEAR (no MOVE written first, then deleted).
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <stdlib.h>
 #include <time.h>

@@ -15,7 +15,7 @@
  * whole test suite nor in transactions that free what they just allocated, so a file shorter than
  * its meta page says is taken as truncated.)
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

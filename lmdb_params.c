@@ -6,7 +6,7 @@
  * grouped by (table id, hash of the replica id) and ordered by op id inside a group, so the
  * latest entry at or below the checkpoint of each source row is found without an index scan.
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <stdlib.h>
 

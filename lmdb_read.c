@@ -6,7 +6,7 @@
  * consistent snapshot; ops are handed out zero-copy (bs_op fields point into the map) and stay
  * valid only while the callback runs, since the transaction ends when the call returns.
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>

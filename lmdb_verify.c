@@ -18,7 +18,7 @@
  * Beyond reach: a MOVE's or CLEAR's target_op inside its bounds, and a REMOVE's object_type and
  * object_id (its checksum covers the subkey only), which no other record repeats.
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>

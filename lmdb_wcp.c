@@ -14,7 +14,7 @@
  *                         (16 bytes: created from a client request, deleted by cleanup once
  *                         older than its cut-off; 8 bytes: persistent)
  */
-#include "internal.h"
+#include "lmdb_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -67,18 +67,6 @@ int bs_fail(bs_error *err, int code, const char *fmt, ...) {
   return code;
 }
 
-int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
-  int code = BS_EIO;
-  if (mdb_rc == ENOMEM)
-    code = BS_ENOMEM;
-  else if (mdb_rc == MDB_CORRUPTED || mdb_rc == MDB_INVALID || mdb_rc == MDB_VERSION_MISMATCH ||
-           mdb_rc == MDB_PAGE_NOTFOUND)
-    code = BS_ECORRUPT;
-  else if (mdb_rc == EAGAIN || mdb_rc == EBUSY || mdb_rc == MDB_READERS_FULL)
-    code = BS_EBUSY;
-  return bs_fail(err, code, "%s: %s", what, mdb_strerror(mdb_rc));
-}
-
 /* ---- Memory ---------------------------------------------------------------------------------- */
 
 static void *libc_malloc(void *o, size_t n) {

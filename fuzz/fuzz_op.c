@@ -1,13 +1,13 @@
 /*
  * fuzz_op: the LMDB value decoders that read stored bytes without copying: bs_lmdb_op_decode
- * (internal.h) and bs_bucket_state_decode. Input: 1 byte key size selector, then the value.
+ * (lmdb_internal.h) and bs_bucket_state_decode. Input: 1 byte key size selector, then the value.
  * Every decoded field must point inside the value.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "lmdb_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -26,7 +26,7 @@ real=$(ls "$root"/lib/libbucketstore.so.*.*.* 2>/dev/null | head -n 1)
 [ -f "$real" ] && [ ! -L "$real" ] || fail "no versioned real name libbucketstore.so.X.Y.Z"
 soname=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
 [ "$soname" = libbucketstore.so.0 ] || fail "soname is '$soname', want libbucketstore.so.0"
-if find "$stage" -name 'internal.h' | grep -q .; then fail "internal.h was installed"; fi
+if find "$stage" -name '*internal.h' | grep -q .; then fail "a private header was installed"; fi
 [ "$(ls "$root/include")" = bucketstore ] || fail "include/ holds more than bucketstore/: $(ls "$root/include")"
 [ "$(ls "$root/include/bucketstore")" = storage.h ] ||
   fail "extra headers: $(ls "$root/include/bucketstore")"

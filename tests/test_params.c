@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "util_contract.h"
-#include "internal.h"
+#include "lmdb_internal.h"
 
 /* Each test: an LMDB file with stream "s1", snapshot done, writer open (util_contract.c). */
 static unsigned lsn_counter; /* the last LSN committed by commit() */

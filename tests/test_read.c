@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "lmdb_internal.h"
 
 /* ---- Fixture: a temp file with one stream whose snapshot is done ---------------------------- */
 

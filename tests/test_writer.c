@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "lmdb_internal.h"
 
 /* ---- Fixture ------------------------------------------------------------------------------- */
 

@@ -3,9 +3,9 @@
 # unit) and a copy of storage.h beside it, so a host can vendor two files (SQLite's model).
 #
 # How the files become one without clashing:
-#  - internal.h is inlined once at the top; every prototype in it becomes `static` (and so do
-#    the matching definitions in the .c files), so no internal symbol is exported: the only
-#    external symbols left are the storage.h API.
+#  - The private headers (internal.h, then lmdb_internal.h) are inlined once at the top; every
+#    prototype in them becomes `static` (and so do the matching definitions in the .c files), so
+#    no internal symbol is exported: the only external symbols left are the storage.h API.
 #  - xxHash is already private (XXH_INLINE_ALL in each file), so no XXH_* symbol is exported.
 #  - File-scope names that two .c files both define (their own static helpers, typedefs,
 #    struct tags) are renamed per file with a #define before the file and an #undef after it;
@@ -16,12 +16,13 @@ out=$1; shift
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp="$out/bucketstore.c.tmp"
+headers="$here/internal.h $here/lmdb_internal.h"
 
-# Names that internal.h declares with external linkage: prototypes at column 0.
+# Names that the private headers declare with external linkage: prototypes at column 0.
 internal_names() {
   awk '/^(static|typedef|#|extern|[ \t}{\/*])/ { next }
        /^[A-Za-z_]/ { if (match($0, /[A-Za-z_][A-Za-z0-9_]*\(/))
-                        print substr($0, RSTART, RLENGTH - 1) }' "$here/internal.h" | sort -u
+                        print substr($0, RSTART, RLENGTH - 1) }' $headers | sort -u
 }
 
 # File-scope names a .c file defines that could clash with another file's.
@@ -45,7 +46,7 @@ tokens() { tr -c 'A-Za-z0-9_' '\n' < "$1" | grep -E '^[A-Za-z_]' | sort -u; }
 # ...except struct tags the headers mention: those are shared on purpose (a struct internal.h
 # declares and one file completes).
 names=$(internal_names)
-cat "$here/internal.h" "$here/storage.h" | tr -s ' \t' '  ' |
+cat $headers "$here/storage.h" | tr -s ' \t' '  ' |
   grep -oE '(struct|union|enum) [A-Za-z_][A-Za-z0-9_]*' | sed 's/^[a-z]* //' | sort -u > "$out/shared"
 for f in "$@"; do defined_names "$f" > "$out/defs.$(basename "$f" .c)"; done
 clashes=$(for f in "$@"; do
@@ -57,7 +58,7 @@ rm -f "$out"/defs.* "$out/shared"
 # A rename is a macro, so it would also rewrite a member access: a file keeps a name that it
 # uses as a member (x.name, p->name) of a struct the headers declare.
 strip_comments() { sed -e 's|/\*.*\*/||g' -e 's|^ *\*.*||' -e 's|^/\*.*||' "$1"; }
-{ strip_comments "$here/internal.h"; strip_comments "$here/storage.h"; } |
+{ for h in $headers "$here/storage.h"; do strip_comments "$h"; done; } |
   tr -c 'A-Za-z0-9_' '\n' | grep -E '^[A-Za-z_]' | sort -u > "$out/header_tokens"
 renames() { # file: the clashing names it defines and may rename
   defined_names "$1" | grep -xF "$clashes" | while read -r n; do
@@ -85,15 +86,18 @@ renames() { # file: the clashing names it defines and may rename
   echo "#define BS_AMALG_STATIC static"
   echo "#endif"
   echo "#include \"storage.h\""
-  echo "/* ==== internal.h ==== */"
-  # Prototypes (and the one extern object) of internal.h get internal linkage.
-  echo "$names" | awk -v file="$here/internal.h" '
-    FILENAME != file { want[$0] = 1; next }
-    /^extern / { sub(/^extern /, "BS_AMALG_STATIC "); print; next }
-    /^(static|typedef|#|[ \t}{\/*])/ { print; next }
-    /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
-      (substr($0, RSTART, RLENGTH - 1) in want) { print "BS_AMALG_STATIC " $0; next }
-    { print }' - "$here/internal.h"
+  for h in $headers; do
+    echo "/* ==== $(basename "$h") ==== */"
+    # Prototypes (and the one extern object) of the private headers get internal linkage.
+    echo "$names" | awk -v file="$h" '
+      FILENAME != file { want[$0] = 1; next }
+      /^#include "internal.h"/ { print "/* internal.h: above */"; next }
+      /^extern / { sub(/^extern /, "BS_AMALG_STATIC "); print; next }
+      /^(static|typedef|#|[ \t}{\/*])/ { print; next }
+      /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
+        (substr($0, RSTART, RLENGTH - 1) in want) { print "BS_AMALG_STATIC " $0; next }
+      { print }' - "$h"
+  done
   for f in "$@"; do
     base=$(basename "$f" .c)
     echo "/* ==== $f ==== */"
@@ -102,7 +106,7 @@ renames() { # file: the clashing names it defines and may rename
     echo "#line 1 \"$f\""
     echo "$names" | awk -v file="$f" '
       FILENAME != file { want[$0] = 1; next }
-      /^#include "internal.h"/ { print "/* internal.h: above */"; next }
+      /^#include "(lmdb_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
       /^#include "storage.h"/ { print "/* storage.h: above */"; next }
       /^(static|typedef|#|extern|[ \t}{\/*])/ { print; next }
       /^const bs_allocator bs_default_allocator/ { print "static " $0; next }

@@ -1,0 +1,310 @@
+/*
+ * lmdb_internal.h: what the LMDB backend's files (lmdb*.c) share: the key and value layout of
+ * the file, the handles, and the LMDB helpers. The only header that includes <lmdb.h>: the
+ * front, the rules and the other backends compile without it (make layercheck).
+ */
+#ifndef BUCKETSTORE_LMDB_INTERNAL_H
+#define BUCKETSTORE_LMDB_INTERNAL_H
+
+#include "internal.h"
+
+#include <lmdb.h>
+
+/* =================================================================================================
+ * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat;
+ * lmdb_verify.c: verify; lmdb_file.c: the file check before the environment opens)
+ *
+ * One file (MDB_NOSUBDIR), named sub-databases. Integers in keys are big-endian so byte order is
+ * numeric order. A variable part of a key is either the last part (its length is implied) or
+ * length-prefixed, so no name can alias another. Values are little-endian.
+ *
+ *  sub-db      key                                                value
+ *  meta        "format"                                           "bktstore" + u32 format version
+ *              "seq.bucket"                                       u64 last global bucket id
+ *              'S' u32be stream                                   stream record (bs_stream_rec)
+ *  tables      u32be stream | table name (rest)                   u32 table id (1, 2, ... per stream)
+ *  buckets     u32be stream | bucket name (rest)                  u64 bucket id
+ *  bstate      u64be bucket id                                    bucket state (bs_bucket_state)
+ *  ops         u64be bucket id | u64be op id                      op (bs_lmdb_op_encode)
+ *  source      u32be stream | u32be table id | replica id (rest)  source record (lmdb.c private)
+ *  params      u32be stream | u16be klen | lookup key | u32be table id | u64be XXH3_64(replica id)
+ *              | u64be op id                                      u16 rid len, replica id, u32 n,
+ *                                                                 n x (u32 len, JSON bytes);
+ *                                                                 n = 0: tombstone
+ *              (max 4+2+480+4+8+8 = 506 bytes. The replica id is hashed to fit the 511-byte key
+ *              limit; readers group entries by the full replica id kept in the value, so a hash
+ *              collision only interleaves two rows' entries, never merges them.)
+ *  changes     u32be stream | u64be op id | u64be seq             change record (see below)
+ *  wcp         'M' | user id (rest)                               managed record (lmdb_wcp.c)
+ *              'P' | user id (rest)                               (empty) marks a pending 'M'
+ *                                                                 record: commit walks these
+ *              'H' | user id (rest)                               u64 highest managed id of a
+ *                                                                 user whose 'M' record cleanup
+ *                                                                 deleted (ids never go back)
+ *              'C' | u32be stream | u16be event len | event | user id (rest)   u64 value
+ *                                                                 [| i64 requested_at ms: a
+ *                                                                 request-derived checkpoint]
+ *  superseded  u64be bucket id | u64be old op id                  u64 new op id
+ *  cqueue      u32be stream | u64be bucket id                     (empty) incremental work queue
+ *  softdel     u32be stream | u64be op-id mark | u32be table id | replica id (rest)   (empty)
+ *              index of soft-deleted source records (SPEC 4.3); purged by the first checkpoint
+ *              at or above the mark. An entry whose record is no longer soft-deleted with that
+ *              mark is stale and simply dropped.
+ *
+ * Op value: u8 type | u32 checksum | u64 target_op | u16 object_type len | u16 object_id len |
+ *           u8 subkey len | object_type | object_id | subkey | data (rest of the value).
+ *           The 18-byte header is fixed so that a reader decodes without copying (zero-copy:
+ *           bs_op fields point into the map).
+ * Change record (one per flush that persisted something, and one per checkpoint), keyed by the
+ *           highest op id it covers: u64 first op id | u64 time ms | u8 flags (1 = checkpoint,
+ *           2 = too many buckets, 4 = too many lookups) | u32 n buckets, n x (u16 len, name) |
+ *           u32 n lookups, n x (u16 len, key) | u32 n users, n x (u16 len, user id).
+ * ================================================================================================= */
+
+#define BS_OP_HEADER_SIZE 18u
+
+
+/* The ops key of (bucket id, op id). */
+static inline void bs_lmdb_op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
+  bs_put_u64be(k, bucket);
+  bs_put_u64be(k + 8, op);
+}
+
+/* Decodes an op value (borrowed) into op; op_id is taken from the key. BS_ECORRUPT if short. */
+static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
+  const unsigned char *p = (const unsigned char *)val->mv_data;
+  size_t ot, oi, sk;
+  int row;
+  if (key->mv_size != 16 || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
+  op->op_id = bs_get_u64be((const unsigned char *)key->mv_data + 8);
+  op->type = (bs_op_type)p[0];
+  op->checksum = (uint32_t)p[1] | (uint32_t)p[2] << 8 | (uint32_t)p[3] << 16 | (uint32_t)p[4] << 24;
+  op->target_op = 0;
+  for (int i = 7; i >= 0; i--) op->target_op = op->target_op << 8 | p[5 + i];
+  ot = (size_t)p[13] | (size_t)p[14] << 8;
+  oi = (size_t)p[15] | (size_t)p[16] << 8;
+  sk = p[17];
+  if (op->type < BS_OP_PUT || op->type > BS_OP_CLEAR ||
+      BS_OP_HEADER_SIZE + ot + oi + sk > val->mv_size)
+    return BS_ECORRUPT;
+  p += BS_OP_HEADER_SIZE;
+  row = bs_op_carries_row(op->type);
+  op->object_type.data = row ? p : NULL;
+  op->object_type.size = ot;
+  p += ot;
+  op->object_id.data = row ? p : NULL;
+  op->object_id.size = oi;
+  p += oi;
+  op->subkey.data = row ? p : NULL;
+  op->subkey.size = sk;
+  p += sk;
+  op->data.size = val->mv_size - (BS_OP_HEADER_SIZE + ot + oi + sk);
+  op->data.data = (op->type == BS_OP_PUT) ? p : NULL;
+  if (op->type != BS_OP_PUT) op->data.size = 0;
+  return BS_OK;
+}
+
+/* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
+typedef struct bs_stream_rec {
+  uint32_t id;
+  uint8_t state; /* bs_stream_state */
+  uint8_t hash;  /* bs_hash */
+  uint8_t snapshot_done;
+  uint8_t has_checkpoint_lsn, has_resume_lsn, has_no_checkpoint_before;
+  uint64_t op_head;            /* highest allocated = highest persisted op id */
+  uint64_t checkpoint;         /* 0 = none */
+  uint64_t last_checkpoint_op; /* op_head at the last checkpoint (create_empty = 0 rule) */
+  uint64_t change_seq;         /* last seq used in `changes` */
+  uint64_t param_horizon;      /* parameter reads below it: BS_ESTALE */
+  uint64_t param_cursor;       /* parameter compaction progress */
+  uint64_t changes_fence;      /* checkpoint_changes from below it: invalidate */
+  uint64_t compact_horizon;    /* highest horizon any compaction used */
+  uint32_t next_table_id;
+  int64_t created_ms;
+  bs_val name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error;
+} bs_stream_rec;
+
+/* Per-bucket state in bstate (fixed 96 bytes little-endian, then the bucket name). */
+typedef struct bs_bucket_state {
+  uint32_t stream;
+  uint32_t checksum;        /* wrapping sum over every persisted op */
+  uint64_t count;           /* persisted ops */
+  uint64_t bytes;           /* sum of op value sizes */
+  uint64_t last_op;         /* highest op id in the bucket */
+  uint64_t generation;      /* bumped by every compaction that changed the bucket */
+  uint64_t clear_start;     /* span of the leading CLEAR: reads at C in [clear_start, clear_op) */
+  uint64_t clear_op;        /*   fail with BS_EINVALIDATED; 0/0 = none */
+  uint64_t compacted_count; /* count after the last compaction (selection by change) */
+  uint64_t compacted_op;    /* last_op at the last compaction */
+  uint64_t reserved[3];
+  bs_val name;
+} bs_bucket_state;
+#define BS_BUCKET_STATE_FIXED 96u
+
+typedef struct bs_lmdb_db bs_lmdb_db;
+struct bs_lmdb_db {
+  bs_db base;
+  MDB_env *env;
+  MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
+  char *path;
+  pthread_mutex_t grow_mu; /* serialises map growth */
+  /* (a1) every txn of this process holds txn_lock shared; map growth (MDB_MAP_FULL, or
+   * MDB_MAP_RESIZED from another process) takes it exclusive: LMDB forbids resizing while a
+   * txn of this process is live. */
+  pthread_rwlock_t txn_lock;
+  size_t map_size;
+  unsigned env_flags;
+  MDB_dbi softdel;  /* soft-deleted source records, see the layout table */
+  int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
+};
+
+typedef struct bs_lmdb_storage {
+  bs_storage base;
+  bs_lmdb_db *db;
+  bs_write_checkpoint_mode wcp_mode;
+  char wcp_event[256];
+  size_t wcp_event_size;
+} bs_lmdb_storage;
+
+/* lmdb.c */
+/* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */
+int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what);
+/* Internal status (never returned to the host): an LMDB call hit MDB_MAP_FULL. The unit of work
+ * must abort its txn (bs_lmdb_txn_abort), call bs_lmdb_grow() and run again from the start. */
+#define BS_LMDB_MAPFULL (-1000)
+/* bs_fail_mdb, except MDB_MAP_FULL -> BS_LMDB_MAPFULL */
+int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what);
+void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn); /* also ends read txns; NULL ok */
+int bs_lmdb_grow(bs_lmdb_db *db, bs_error *err);      /* doubles the map (no txn may be live) */
+/* Runs fn in a write txn and commits; on BS_LMDB_MAPFULL grows the map and runs fn again. */
+int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
+                  void *payload, bs_error *err);
+/* flags: 0 or MDB_RDONLY. Write txns on a read-only db: BS_ESTATE. End with commit or abort. */
+int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err);
+/* Ends txn either way; MDB_MAP_FULL comes back as BS_LMDB_MAPFULL (the caller grows, retries). */
+int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err);
+int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out, bs_error *err);
+int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs_error *err);
+void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out); /* caller checks size */
+int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
+                        bs_error *err);
+/* bucket name -> id within stream; BS_ENOTFOUND when unknown, quietly (err is not written:
+ * readers treat an unknown bucket as empty) */
+int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, uint64_t *id_out,
+                      bs_error *err);
+
+/* Defragmentation (lmdb_compact.c), through the writer's code in lmdb.c. A live PUT to re-emit:
+ * the bucket, its op id, and the key of the source record whose membership holds that op. */
+typedef struct bs_lmdb_reemit_row {
+  uint64_t bucket, old_op;
+  const unsigned char *src_key; /* u32be stream | u32be table id | replica id */
+  size_t src_key_size;
+} bs_lmdb_reemit_row;
+/* Inside txn: re-emits each row whose source record still has that membership at old_op (a new
+ * PUT with a new op id, the same payload and checksum; the membership moves to it; (old -> new)
+ * is logged to `superseded`; one change record), as the writer would. *emitted_out = how many. */
+int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_reemit_row *rows,
+                   size_t n, uint64_t *emitted_out, bs_error *err);
+/* Calls fn(bucket id, op id) for each membership of a source record value; BS_ECORRUPT when it
+ * does not decode; a non-zero return of fn stops and is returned. */
+int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                         void *payload);
+
+/* lmdb_file.c: checks path before LMDB maps it; *state says what it found. BS_ECORRUPT with the
+ * reason (empty, not LMDB, damaged or truncated meta pages), else BS_OK. */
+enum bs_lmdb_file_state {
+  BS_LMDB_FILE_MISSING, /* BS_OK: no such file */
+  BS_LMDB_FILE_EMPTY,   /* BS_ECORRUPT: zero bytes */
+  BS_LMDB_FILE_NO_DATA, /* BS_OK: LMDB's meta pages, an empty main database */
+  BS_LMDB_FILE_DATA,    /* BS_OK: LMDB with data (whose format record the environment checks) */
+  BS_LMDB_FILE_BAD      /* BS_ECORRUPT: anything else */
+};
+int bs_lmdb_file_check(const char *path, enum bs_lmdb_file_state *state, bs_error *err);
+
+/* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
+int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                        size_t n_req, const bs_batch_options *opts,
+                        int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
+                        bs_error *err);
+int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                      bs_checksum *out, uint64_t *generation_out, bs_error *err);
+int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                            size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                            bs_error *err);
+int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                               bs_error *err);
+int bs_lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err);
+int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
+                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                         bs_error *err);
+int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
+/* For verify: BS_OK when a `changes` record decodes, else BS_ECORRUPT. */
+int bs_lmdb_change_check(const MDB_val *k, const MDB_val *v);
+/* lmdb_verify.c */
+int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                   bs_error *err);
+
+/* lmdb.c: the sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and
+ * handle (dbi may be NULL). */
+int bs_lmdb_subdb(const bs_lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
+
+/* lmdb_backup.c: backup, export and load (storage.h), and stat's reclaimable bytes. */
+int bs_lmdb_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+int bs_lmdb_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
+                   bs_error *err);
+/* Bytes on the pages of LMDB's free list, as of txn. */
+int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err);
+
+/* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
+/* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called
+ * for each user marked (for the checkpoint's change record). */
+int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
+                               int (*fn)(bs_val user, void *payload), void *payload, bs_error *err);
+/* Persists one custom write checkpoint (overwrites); requested_at < 0: persistent. */
+int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
+                           uint64_t value, int64_t requested_at, bs_error *err);
+int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                      bs_error *err);
+int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
+                                             size_t n, uint64_t *ids_out, int *should_advance,
+                                             bs_error *err);
+int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
+                                  size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                              bs_error *err);
+/* For verify: BS_OK when a `wcp` entry decodes ('M' record, 'P' marker with an empty value,
+ * 'H' high-water mark, 'C' custom value), else BS_ECORRUPT with a message in why. stat counts
+ * 'M' and 'C' keys. */
+int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
+
+/* lmdb_params.c */
+/* The params key/value codec, shared by the writer (lmdb.c), the reader and compaction so that
+ * they cannot disagree on the layout above. */
+#define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
+#define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */
+/* Writes the key of one entry into out (BS_PARAM_KEY_MAX bytes); returns its size. The caller
+ * has checked lookup.size <= BS_MAX_LOOKUP_KEY. */
+size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                         bs_val replica_id, uint64_t op_id);
+/* Size of the value of an entry with n rows (n = 0: tombstone), and its encoder (out has
+ * bs_lmdb_param_value_size bytes, e.g. an MDB_RESERVE buffer). */
+size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n);
+void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n);
+/* Checks a value and returns its replica id and row count (borrowed); rows_out (may be NULL)
+ * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
+int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                               const unsigned char **rows_out);
+int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                           bs_error *err);
+
+/* lmdb_compact.c */
+int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                    bs_error *err);
+int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                        uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                        bs_error *err);
+
+#endif /* BUCKETSTORE_LMDB_INTERNAL_H */
