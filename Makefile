@@ -71,6 +71,7 @@ tests: $(TEST_BINS)
 test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; BS_TEST_QUICK=1 $$t; done
 	@tests/driver_smoke.sh $(BUILD)/bucketstore
+	@$(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
 	@echo "== bench smoke (no timing assertions)"
 	$(BUILD)/bench/bsbench --quick >/dev/null
 	@$(MAKE) --no-print-directory headertest examples
@@ -188,18 +189,20 @@ examples: $(EXAMPLE_BINS)
 
 # Soak: `make soak SEEDS=N [SEED=first] [STEPS=n]` runs N seeds of each randomized suite
 # (test_sync, test_property: every backend; test_diff: lmdb against memory) at the quick size per
-# seed. Logs in $(BUILD)/soak-*.log; a failure prints the failing seed and how to reproduce it.
+# seed, then tests/driver_diff.py (the driver's replies, memory against lmdb) over the same seeds. Logs in $(BUILD)/soak-*.log; a failure prints the failing seed and how to reproduce it.
 SEEDS ?= 1000
 SEED ?= 1
 SOAK_TESTS := test_sync test_property test_diff
 .PHONY: soak
-soak: deps $(SOAK_TESTS:%=$(BUILD)/tests/%)
+soak: deps $(SOAK_TESTS:%=$(BUILD)/tests/%) $(BUILD)/bucketstore
 	@for t in $(SOAK_TESTS); do \
 	  echo "== soak $$t: $(SEEDS) seeds from $(SEED) (log: $(BUILD)/soak-$$t.log)"; \
 	  BS_TEST_QUICK=1 BS_SEED=$(SEED) BS_SEEDS=$(SEEDS) $(if $(STEPS),BS_STEPS=$(STEPS)) \
 	    $(BUILD)/tests/$$t >$(BUILD)/soak-$$t.log 2>&1 || \
 	    { grep -a -B2 -A3 'ERROR\|FAILED' $(BUILD)/soak-$$t.log | tail -40; exit 1; }; \
-	done; echo "soak passed: $(SEEDS) seeds"
+	done; echo "== soak driver_diff: $(SEEDS) seeds from $(SEED)"; \
+	$(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seed $(SEED) --seeds $(SEEDS) \
+	  $(if $(STEPS),--steps $(STEPS)) || exit 1; echo "soak passed: $(SEEDS) seeds"
 
 # ==== Reliability (helper r, issue 7): crash test, fuzzing, valgrind ==========================
 # crashtest: SIGKILL a durable writer CRASH_KILLS times at random moments, checking the file

@@ -2274,14 +2274,17 @@ static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
   bs_stream_rec rec;
   int rc, had = w->head || w->wcp_head;
   if ((rc = w_flush(w, err)) != BS_OK) return rc;
-  if (!last_op_out) return BS_OK;
   if (had) { /* the flush's txn just committed this head */
-    *last_op_out = w->f.rec.op_head;
+    if (last_op_out) *last_op_out = w->f.rec.op_head;
     return BS_OK;
   }
+  /* an empty flush writes nothing, but is refused on a terminated stream like any other */
   if ((rc = bs_lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   rc = bs_stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err);
-  if (rc == BS_OK) *last_op_out = rec.op_head;
+  if (rc == BS_OK && rec.state == BS_STREAM_TERMINATED)
+    rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->st->base.stream_id);
+  else if (rc == BS_OK && last_op_out)
+    *last_op_out = rec.op_head;
   bs_lmdb_txn_abort(w->db, txn);
   return rc;
 }
@@ -2475,6 +2478,8 @@ static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
   bs_stream_rec r;
   int rc;
   if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if (r.state == BS_STREAM_TERMINATED)
+    return bs_fail(err, BS_ESTATE, "stream %u is terminated", c->stream);
   if (c->snapshot_done) {
     r.snapshot_done = 1;
     if (!r.has_no_checkpoint_before || bs_val_cmp(c->lsn, r.no_checkpoint_before) > 0) {

@@ -2273,10 +2273,10 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
     mem_bucket *b = s->buckets[i];
     int take;
     /* (the front resolved the options: the thresholds are set) */
-    if (o->buckets)
-      take = val_in(o->buckets, o->n_buckets, b->name);
-    else if (o->incremental_only)
+    if (o->incremental_only) /* the writer's log, as LMDB: buckets is for full compaction */
       take = last_op_of(b) > b->compacted_op;
+    else if (o->buckets)
+      take = val_in(o->buckets, o->n_buckets, b->name);
     else
       take = bucket_due(b, o->min_bucket_changes, o->min_change_ratio);
     if (take && val_dup(a, b->name, &list[n++])) {

@@ -617,7 +617,8 @@ typedef struct bs_compact_stats {
 typedef struct bs_compact_options {
   unsigned version;
   uint64_t max_op_id;    /* horizon; 0 = the current checkpoint */
-  const bs_val *buckets; /* NULL = select by the two thresholds below */
+  const bs_val *buckets; /* full: NULL = select by the two thresholds below; incremental
+                            compaction ignores it (it works the buckets the writers logged) */
   size_t n_buckets;
   uint64_t min_bucket_changes; /* 0 = 10 */
   double min_change_ratio;     /* < 0 = 0.1 */

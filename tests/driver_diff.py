@@ -1,0 +1,467 @@
+#!/usr/bin/python3
+"""Driver differential test: the same seeded random command sequence through
+`bucketstore drive --memory` and `bucketstore drive --nosync --db FILE`, every reply compared.
+
+usage: tests/driver_diff.py BIN [--seed N] [--seeds N] [--steps N] [--messages] [--strict NAME|all]
+                           [--print]
+  --seed N    first seed (default 1); --seeds N: how many seeds (default 5)
+  --steps N   commands per seed (default 300)
+  --messages  compare error messages too (by default only error codes)
+  --strict NAME  compare a known disagreement that is skipped by default (see KNOWN)
+  --print     write the seed's command sequence to stdout and exit (for reproduction)
+
+On a disagreement it prints the seed, the command index (1-based), the command, both replies
+and a one-line reproduction, and exits 1. Python 3 stdlib only.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+# Reply fields that legitimately differ between the backends, with the reason. Nothing else is
+# ignored. Besides these, error.message is compared only with --messages: each backend words its
+# own messages (both name the argument); the code is always compared.
+IGNORED = {
+    "stat": {
+        "file_bytes": "the memory backend has no file",
+        "reclaimable_bytes": "free LMDB pages; the memory backend has none",
+    },
+}
+
+MAX_BUCKET = 480  # SPEC.md section 10
+MAX_LOOKUP = 480
+MAX_REPLICA = 256
+
+# The edge pool: strings every generator draws from.
+EDGE = ["", "a", "\u00e9", "\u65e5\u672c", "\U0001f600", '"', "\\", "a\"b\\c", "1", "1.0",
+        "null", " ", "x" * 64]
+LOOKUP_VALUES = [1, 1.0, -0.0, 0, -1, True, False, None, 2**53, 2**63 - 1, 2**63, 2**64 + 1,
+                 3.14, "", "1", "u1", "\u00e9", '"', "\\"]
+
+
+def edge(rng, extra=()):
+    pool = EDGE + list(extra)
+    return rng.choice(pool)
+
+
+class Gen:
+    """Random command lines. The generator does not read replies: both backends get the same
+    input, so its choices only need to make interesting states likely."""
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+        self.streams = 0
+        self.lsn = 0
+        self.ops = 0  # an upper bound guess of the op ids used so far (for checkpoints)
+        self.tables = ["t", "u", "\u00e9"]
+        self.ids = ["r1", "r2", "r3", "", "\u00e9", "x" * MAX_REPLICA]
+        self.buckets = ["b[]", "c[\"1\"]", "d", "\u65e5[]", "q" * MAX_BUCKET]
+        self.users = ["u1", "u2", "u1/c1", "", "\u00e9"]
+        self.lookups = []
+        self.writers = ["main", "main", "main", "snap", "b"]
+
+    def r(self):
+        return self.rng.random()
+
+    def choice(self, xs):
+        return self.rng.choice(xs)
+
+    def next_lsn(self):
+        self.lsn += self.rng.choice([0, 1, 1, 2])
+        return self.fmt_lsn(self.lsn)
+
+    def fmt_lsn(self, n):
+        return "00000000/%08X" % max(n, 0)
+
+    def some_lsn(self):
+        return self.fmt_lsn(self.lsn + self.rng.randint(-2, 2))
+
+    def cp(self):
+        return str(self.rng.randint(0, self.ops + 2))
+
+    def bucket(self):
+        if self.r() < 0.03:
+            return self.choice(["", "q" * (MAX_BUCKET + 1)])
+        return self.choice(self.buckets)
+
+    def lookup(self):
+        n = self.rng.randint(0, 3)
+        return [self.choice(LOOKUP_VALUES) for _ in range(n)]
+
+    def data(self):
+        x = self.r()
+        if x < 0.1:
+            return ""
+        if x < 0.2:
+            return edge(self.rng)
+        return json.dumps({"v": self.rng.randint(0, 9), "s": edge(self.rng)})
+
+    def writer(self, cmd):
+        w = self.choice(self.writers)
+        if w != "main" or self.r() < 0.2:
+            cmd["writer"] = w
+        return cmd
+
+    def stream(self, cmd):
+        if self.streams and self.r() < 0.1:
+            cmd["stream"] = self.rng.randint(1, self.streams + 1)
+        return cmd
+
+    # ---- commands --------------------------------------------------------------------------
+    def c_stream_create(self):
+        self.streams += 1
+        c = {"cmd": "stream.create", "name": self.choice(["s", "v%d" % self.streams, "\u00e9"])}
+        if self.r() < 0.4:
+            c["checksum"] = self.choice(["xxh3", "sha256", "md5"])
+        return c
+
+    def c_save(self):
+        tag = self.choice(["insert", "update", "update", "delete"])
+        c = {"cmd": "save", "table": self.choice(self.tables), "tag": tag,
+             "id": self.choice(self.ids)}
+        if self.r() < 0.15:
+            c["old_id"] = self.choice(self.ids)
+        if tag != "delete" or self.r() < 0.1:
+            rows = []
+            for _ in range(self.rng.randint(0, 3)):
+                rows.append({"bucket": self.bucket(), "type": self.choice(["t", "", "\u00e9"]),
+                             "id": self.choice(self.ids + ["o1"]), "data": self.data()})
+            c["rows"] = rows
+            self.ops += len(rows) + 2
+            if self.r() < 0.5:
+                c["lookups"] = [{"lookup": self.lookup(),
+                                 "params": [{"p": edge(self.rng)}][:self.rng.randint(0, 1)]}
+                                for _ in range(self.rng.randint(0, 2))]
+                self.ops += 2
+        if self.r() < 0.2:
+            c["store"] = edge(self.rng)
+        return self.writer(c)
+
+    def c_writer_open(self):
+        c = {"cmd": "writer.open"}
+        if self.r() < 0.5:
+            c["snapshot"] = self.r() < 0.5
+        if self.r() < 0.3:
+            c["create_empty"] = self.r() < 0.5
+        return self.writer(c)
+
+    def c_commit(self):
+        c = {"cmd": self.choice(["commit", "commit", "keepalive"]),
+             "lsn": self.next_lsn() if self.r() < 0.8 else self.some_lsn()}
+        if self.r() < 0.2:
+            c["create_empty"] = self.r() < 0.5
+        return self.writer(c)
+
+    def c_lsn_cmd(self):
+        return self.writer({"cmd": self.choice(["snapshot_done", "resume_lsn"]),
+                            "lsn": self.some_lsn() if self.r() < 0.5 else self.next_lsn()})
+
+    def c_misc_writer(self):
+        x = self.r()
+        if x < 0.5:
+            return self.writer({"cmd": "flush"})
+        if x < 0.7:
+            return self.writer({"cmd": "truncate", "table": self.choice(self.tables)})
+        return self.writer({"cmd": "source_row", "table": self.choice(self.tables),
+                            "id": self.choice(self.ids)})
+
+    def c_bucket_data(self):
+        bs = {}
+        for _ in range(self.rng.randint(0, 3)):
+            bs[self.bucket()] = str(self.rng.randint(0, self.ops))
+        c = {"cmd": "bucket_data", "checkpoint": self.cp(), "buckets": bs}
+        if self.r() < 0.5:
+            c["limit"] = self.choice([0, 1, 2, 5, 1000])
+        if self.r() < 0.5:
+            c["chunk_bytes"] = self.choice([0, 1, 40, 100, 1 << 20])
+        return self.stream(c)
+
+    def c_checksums(self):
+        return self.stream({"cmd": "checksums", "checkpoint": self.cp(),
+                            "buckets": [self.bucket() for _ in range(self.rng.randint(0, 3))]})
+
+    def c_parameter_sets(self):
+        c = {"cmd": "parameter_sets", "checkpoint": self.cp(),
+             "lookups": [self.lookup() for _ in range(self.rng.randint(0, 3))]}
+        if self.r() < 0.3:
+            c["limit"] = self.choice([0, 1, 2, 1000])
+        return self.stream(c)
+
+    def c_changes(self):
+        a = self.rng.randint(0, self.ops + 1)
+        return self.stream({"cmd": "checkpoint_changes", "from": str(a),
+                            "to": str(a + self.rng.randint(0, 10))})
+
+    def c_compact(self):
+        if self.r() < 0.25:
+            c = {"cmd": "compact_initial_replication"}
+            if self.r() < 0.3:
+                c["max_op_id"] = self.cp()
+            if self.r() < 0.3:
+                c["min_bucket_changes"] = self.rng.randint(0, 5)
+            return self.stream(c)
+        c = {"cmd": "compact"}
+        opts = {"max_op_id": lambda: self.cp(),
+                "buckets": lambda: [self.bucket() for _ in range(self.rng.randint(0, 2))],
+                "min_bucket_changes": lambda: self.rng.randint(0, 12),
+                "min_change_ratio": lambda: self.choice([0, 0.1, 0.5, 1]),
+                "memory_limit_mb": lambda: self.choice([1, 64]),
+                "incremental_only": lambda: self.r() < 0.5,
+                "compact_parameters": lambda: self.r() < 0.5,
+                "delete_checkpoint_requests_before": lambda: self.rng.randint(0, 2000),
+                "min_age_ms": lambda: self.choice([-1, 0]),
+                "max_ops_per_txn": lambda: self.choice([1, 3, 1000])}
+        for k, f in opts.items():
+            if self.r() < 0.3:
+                c[k] = f()
+        if c.get("incremental_only") and "incremental" not in STRICT:
+            c["incremental_only"] = False
+        if "incremental_only" in c and "min_age_ms" not in c:
+            c["min_age_ms"] = 0  # the default 5 min age would depend on the clock
+        return self.stream(c)
+
+    def heads(self):
+        return {self.choice(["1", "2"]): self.some_lsn() for _ in range(self.rng.randint(1, 2))}
+
+    def c_wcp(self):
+        x = self.r()
+        if x < 0.1:
+            c = {"cmd": "write_checkpoint.mode", "mode": self.choice(["managed", "custom"])}
+            if self.r() < 0.3:
+                c["event"] = edge(self.rng)
+            return self.stream(c)
+        if x < 0.4:
+            items = []
+            for _ in range(self.rng.randint(1, 3)):
+                it = {"user_id": self.choice(self.users), "heads": self.heads()}
+                if self.r() < 0.4:
+                    it["request_id"] = str(self.rng.randint(1, 12))
+                it["requested_at"] = self.rng.randint(1, 2000)  # never 0 = "now" (the clock)
+                items.append(it)
+            return self.stream({"cmd": "write_checkpoint.create_managed", "items": items})
+        if x < 0.6:
+            c = {"cmd": "write_checkpoint.custom", "user_id": self.choice(self.users),
+                 "checkpoint": str(self.rng.randint(0, 20))}
+            if self.r() < 0.3:
+                c["event"] = edge(self.rng)
+            if self.r() < 0.5:
+                c["requested_at"] = self.rng.randint(0, 2000)
+            return self.writer(c)
+        if x < 0.85:
+            c = {"cmd": "write_checkpoint.last", "user_id": self.choice(self.users)}
+            y = self.r()
+            if y < 0.4:
+                c["lsn"] = self.some_lsn()
+            elif y < 0.8:
+                c["heads"] = self.heads()
+            return self.stream(c)
+        return self.stream({"cmd": "write_checkpoint.delete_before",
+                            "before": self.rng.randint(0, 2000)})
+
+    def c_read_misc(self):
+        return self.stream({"cmd": self.choice(["checkpoint", "stream.list", "stream.status",
+                                                "stat", "verify"])})
+
+    def c_lifecycle(self):
+        x = self.r()
+        if x < 0.4:
+            return {"cmd": "reopen"}
+        if x < 0.7:
+            return self.stream({"cmd": "clear"})
+        c = {"cmd": "terminate"}
+        if self.r() < 0.5:
+            c["clear"] = self.r() < 0.5
+        return self.stream(c)
+
+    def c_malformed(self):
+        return self.choice(['garbage {', '[1,2]', '"cmd"', '{"cmd":"nope"}', '{"cmd":7}',
+                            '{"cmd":"save","table":"t","tag":"insert"}',
+                            '{"cmd":"commit","lsn":1}',
+                            '{"cmd":"bucket_data","checkpoint":"-1","buckets":{}}',
+                            '{"cmd":"bucket_data","checkpoint":"9223372036854775808",'
+                            '"buckets":{}}',
+                            '{"cmd":"checksums","checkpoint":"1","buckets":"b"}',
+                            '{"cmd":"flush","echo":{"a":[1,"\\u00e9"]}}'])
+
+    def line(self):
+        if self.streams == 0 or self.r() < 0.01:
+            return json.dumps(self.c_stream_create())
+        table = [(30, self.c_save), (4, self.c_writer_open), (8, self.c_commit),
+                 (5, self.c_lsn_cmd), (6, self.c_misc_writer), (8, self.c_bucket_data),
+                 (6, self.c_checksums), (4, self.c_parameter_sets), (3, self.c_changes),
+                 (3, self.c_compact), (7, self.c_wcp), (4, self.c_read_misc),
+                 (1, self.c_lifecycle), (1, self.c_malformed)]
+        x = self.rng.uniform(0, sum(w for w, _ in table))
+        for w, f in table:
+            x -= w
+            if x <= 0:
+                out = f()
+                break
+        else:
+            out = table[-1][1]()
+        if isinstance(out, str):
+            return out
+        if self.r() < 0.03:
+            out["echo"] = self.choice([1, "e", None, [True]])
+        return json.dumps(out, ensure_ascii=self.r() < 0.5)
+
+
+def sequence(seed, steps):
+    g = Gen(seed)
+    return [g.line() for _ in range(steps)]
+
+
+def run(binary, args, lines):
+    p = subprocess.run([binary, "drive"] + args, input=("\n".join(lines) + "\n").encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    return p.returncode, p.stdout.decode("utf-8", "replace").splitlines(), p.stderr.decode(
+        "utf-8", "replace")
+
+
+COMPARE_MESSAGES = False
+
+# Known disagreements not yet settled, each skipped unless --strict NAME (or --strict all) turns
+# its comparison on. Keep this list short: an entry is a bug to fix, not a rule.
+KNOWN = {
+    "incremental": "compact incremental_only: the backends select different buckets "
+                   "(LMDB works its queue of logged ops, memory every bucket changed since the "
+                   "last pass); the generator draws no incremental compaction",
+    "changes_users": "checkpoint_changes updated_write_checkpoint_users: memory reports users "
+                     "acknowledged by a commit that LMDB's change records leave out",
+}
+STRICT = set()
+
+# checkpoint_changes may report extra entries, never miss one (SPEC.md 5.1). The memory backend
+# is exact; LMDB keeps one change record per flush/commit ([first, last] op ids), so it reports
+# every bucket, lookup and user of a record that meets the range. So the rule compared is:
+# memory's lists are subsets of LMDB's, and memory invalidates only when LMDB does.
+CHANGE_LISTS = [("updated_buckets", "invalidate_data_buckets"),
+                ("updated_lookups", "invalidate_parameter_buckets"),
+                ("updated_write_checkpoint_users", None)]
+
+
+def changes_agree(mem, lmdb):
+    if not (isinstance(mem, dict) and isinstance(lmdb, dict)) or not mem.get("ok") or \
+            not lmdb.get("ok"):
+        return mem == lmdb
+    for lst, flag in CHANGE_LISTS:
+        if lst == "updated_write_checkpoint_users" and "changes_users" not in STRICT:
+            continue
+        if flag and mem.get(flag) and not lmdb.get(flag):
+            return False
+        if flag and lmdb.get(flag):
+            continue
+        have = [json.dumps(x, sort_keys=True) for x in lmdb.get(lst, [])]
+        if any(json.dumps(x, sort_keys=True) not in have for x in mem.get(lst, [])):
+            return False
+    return True
+
+
+def agree(cmd, a, b):
+    name = cmd.get("cmd") if isinstance(cmd, dict) else None
+    a, b = normalise(cmd, a), normalise(cmd, b)
+    if name == "checkpoint_changes":
+        return changes_agree(a, b)
+    return a == b
+
+
+def normalise(cmd, reply):
+    """The reply as a value, with IGNORED fields dropped."""
+    try:
+        v = json.loads(reply)
+    except ValueError:
+        return ("not json", reply)
+    name = cmd.get("cmd") if isinstance(cmd, dict) else None
+    if isinstance(v, dict):
+        for k in IGNORED.get(name, {}):
+            v.pop(k, None)
+        if not COMPARE_MESSAGES and isinstance(v.get("error"), dict):
+            v["error"].pop("message", None)
+    return v
+
+
+def check_seed(binary, seed, steps, tmp):
+    lines = sequence(seed, steps)
+    db = os.path.join(tmp, "db")
+    for f in (db, db + "-lock"):
+        if os.path.exists(f):
+            os.unlink(f)
+    rc_m, out_m, err_m = run(binary, ["--memory"], lines)
+    rc_l, out_l, err_l = run(binary, ["--nosync", "--db", db], lines)
+    strict = "".join(" --strict " + k for k in sorted(STRICT))
+    repro = "%s %s --print --seed %d --steps %d%s | %s drive --memory" % (
+        sys.executable, sys.argv[0], seed, steps, strict, binary)
+    if rc_m != 0 or rc_l != 0:
+        print("seed %d: exit status memory %d, lmdb %d\n  memory stderr: %s\n  lmdb stderr: %s"
+              % (seed, rc_m, rc_l, err_m[-300:], err_l[-300:]))
+        print("  reproduce: " + repro)
+        return False
+    for i, line in enumerate(lines):
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            cmd = None
+        a = out_m[i] if i < len(out_m) else "<no reply>"
+        b = out_l[i] if i < len(out_l) else "<no reply>"
+        if not agree(cmd, a, b):
+            print("seed %d: replies differ at command %d of %d\n  command: %s\n  memory:  %s\n"
+                  "  lmdb:    %s" % (seed, i + 1, len(lines), line, a, b))
+            print("  reproduce: %s | head -%d | %s drive --memory" % (
+                repro.rsplit(" | ", 1)[0], i + 1, binary))
+            return False
+    if len(out_m) != len(lines) or len(out_l) != len(lines):
+        print("seed %d: %d commands, %d memory replies, %d lmdb replies"
+              % (seed, len(lines), len(out_m), len(out_l)))
+        return False
+    return True
+
+
+def main():
+    argv = sys.argv[1:]
+    if not argv or argv[0].startswith("-"):
+        binary = None
+    else:
+        binary = argv.pop(0)
+    opts = {"--seed": 1, "--seeds": 5, "--steps": 300}
+    printing = False
+    while argv:
+        a = argv.pop(0)
+        if a == "--print":
+            printing = True
+        elif a == "--strict" and argv:
+            name = argv.pop(0)
+            if name != "all" and name not in KNOWN:
+                print("--strict: one of %s or all" % ", ".join(KNOWN), file=sys.stderr)
+                return 2
+            STRICT.update(KNOWN if name == "all" else [name])
+        elif a == "--messages":
+            global COMPARE_MESSAGES
+            COMPARE_MESSAGES = True
+        elif a in opts and argv:
+            opts[a] = int(argv.pop(0))
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    if printing:
+        print("\n".join(sequence(opts["--seed"], opts["--steps"])))
+        return 0
+    if not binary:
+        print(__doc__, file=sys.stderr)
+        return 2
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="bs-ddiff-") as tmp:
+        for seed in range(opts["--seed"], opts["--seed"] + opts["--seeds"]):
+            if not check_seed(binary, seed, opts["--steps"], tmp):
+                failed += 1
+                if failed >= 3:
+                    break
+    print("driver diff: seeds %d..%d, %d steps each: %s" % (
+        opts["--seed"], opts["--seed"] + opts["--seeds"] - 1, opts["--steps"],
+        "%d failed" % failed if failed else "all agree"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
