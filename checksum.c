@@ -1,6 +1,6 @@
 /*
- * checksum.c: op checksums (SPEC.md section 3), row subkeys, and the checksum cache that sits
- * above every backend (SPEC.md 5.3). xxHash is used privately (XXH_INLINE_ALL): every XXH_*
+ * checksum.c: op checksums (contract.md section 3), row subkeys, and the checksum cache that sits
+ * above every backend (contract.md 5.3). xxHash is used privately (XXH_INLINE_ALL): every XXH_*
  * symbol is static to this file, so a host that links its own xxHash never clashes with ours.
  */
 #include "internal.h"
@@ -100,7 +100,7 @@ void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id) {
   hex_bytes(out + 9, canon.digest, 16);
 }
 
-/* ---- The checksum cache (SPEC.md 5.3) --------------------------------------------------------
+/* ---- The checksum cache (contract.md 5.3) -------------------------------------------------------
  *
  * An LRU of (stream, bucket, C) -> (checksum, count, generation), shared by every storage of a
  * db and by threads (one mutex; backend calls are made outside it). Entries are grouped per

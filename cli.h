@@ -12,9 +12,9 @@ const char *cli_code_name(int code);
 
 /* The text of an error: err->msg when the library filled it, else bs_strerror's text without
  * its "BS_X: " prefix. */
-/* PROCESSING, ACTIVE, ... as DRIVER.md spells stream states. */
+/* PROCESSING, ACTIVE, ... as driver.md spells stream states. */
 const char *cli_state_name(bs_stream_state s);
-/* PUT, REMOVE, MOVE, CLEAR as DRIVER.md spells op types. */
+/* PUT, REMOVE, MOVE, CLEAR as driver.md spells op types. */
 const char *cli_op_name(bs_op_type t);
 const char *cli_error_text(int code, const bs_error *err);
 /* "" for 1, else "s": "1 bucket", "2 buckets". */

@@ -686,7 +686,7 @@ static int h_source_row(drv *d, json_t *req, json_t *out, bs_error *err) {
       (rc = f_str(req, "id", 1, &id, err)) != BS_OK)
     return rc;
   rc = bs_writer_source_row(d->w, table, id, source_row_one, out, err);
-  /* DRIVER.md: a row without a source record answers data null, like one with nothing stored */
+  /* driver.md: a row without a source record answers data null, like one with nothing stored */
   return rc == BS_ENOTFOUND ? put(out, "data", json_null()) : rc;
 }
 
@@ -770,7 +770,7 @@ static int h_checksums(drv *d, json_t *req, json_t *out, bs_error *err) {
   if (!(sums = tmp_array(d, n, sizeof *sums))) return BS_ENOMEM;
   if ((rc = bs_get_checksums(d->st, cp, names, n, sums, err)) != BS_OK) return rc;
   for (i = 0; i < n; i++) {
-    /* bucket checksums are signed 32-bit in JSON (SPEC.md section 3) */
+    /* bucket checksums are signed 32-bit in JSON (contract.md section 3) */
     json_t *e = json_pack("{s:I,s:I}", "checksum", (json_int_t)(int32_t)sums[i].checksum, "count",
                           (json_int_t)sums[i].count);
     if (!e || json_object_setn_new(o, names[i].data, names[i].size, e) != 0) return BS_ENOMEM;
@@ -1018,7 +1018,7 @@ static int h_wcp_last(drv *d, json_t *req, json_t *out, bs_error *err) {
   } else if (current_stream(d)->wcp_mode == BS_WCP_CUSTOM) {
     n = 0; /* a custom checkpoint has no heads: user_id alone names it */
   } else if (lsn.data) {
-    one.connection.data = "1"; /* the shorthand of DRIVER.md: heads {"1": lsn} */
+    one.connection.data = "1"; /* the shorthand of driver.md: heads {"1": lsn} */
     one.connection.size = 1;
     one.lsn = lsn;
   } else {

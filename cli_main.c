@@ -30,7 +30,7 @@ const char *cli_code_name(int code) {
       {BS_ENOMEM, "BS_ENOMEM"},
       {BS_EIO, "BS_EIO"},
       {BS_EBUSY, "BS_EBUSY"},
-      {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* DRIVER.md's fixed spelling */,
+      {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* driver.md's fixed spelling */,
       {BS_ECANCELED, "BS_ECANCELED"},
   };
   size_t i;

@@ -1,5 +1,5 @@
 /*
- * compact.c: the backend-agnostic half of compaction (SPEC.md section 6). Option defaults,
+ * compact.c: the backend-agnostic half of compaction (contract.md section 6). Option defaults,
  * bucket selection, the bounded set of row identities seen by a reverse scan (which decides
  * MOVE), and the accumulator that folds a leading run into one CLEAR. Backends own the walk
  * over their storage and the transactions (lmdb_compact.c); everything here is pure logic.

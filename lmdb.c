@@ -1579,7 +1579,7 @@ static int mark_dirty(fctx *f, srec *r, bs_error *err) {
 }
 
 /* The flush's copy of a source record; read_db = 0 skips the LMDB read (an INSERT does not read
- * the previous record, SPEC 4.1 step 2), but an earlier save of this flush is still seen. */
+ * the previous record, contract.md 4.1 step 2), but an earlier save of this flush is still seen. */
 static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, bs_error *err) {
   unsigned char kbuf[8 + BS_MAX_REPLICA_ID];
   MDB_val key = {8 + rid.size, kbuf}, val;
@@ -1666,7 +1666,7 @@ static int same_member(const member *m, uint64_t bucket, const bs_row *row) {
          bs_val_eq(m->object_id, row->object_id);
 }
 
-/* SPEC 4.1 step 2 and 3 for the new state of a row. */
+/* contract.md 4.1 step 2 and 3 for the new state of a row. */
 static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error *err) {
   bs_hash hash = (bs_hash)f->rec.hash;
   int use_prev = q->tag == BS_UPDATE && r->exists && !r->softdel;
@@ -1752,10 +1752,10 @@ static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error 
   return mark_dirty(f, r, err);
 }
 
-/* One queued save, SPEC 4.1 steps 1-4. */
+/* One queued save, contract.md 4.1 steps 1-4. */
 static int apply_save(fctx *f, const qsave *q, bs_error *err) {
   int has_after = q->tag != BS_DELETE;
-  /* Deletes leave soft-deleted records while a snapshot may still be inserting (SPEC 4.3). */
+  /* Deletes leave soft-deleted records while a snapshot may still be inserting (contract.md 4.3). */
   int soft = f->snapshot || !f->rec.snapshot_done;
   bs_val before = q->before.data ? q->before : q->after;
   uint32_t tid;
@@ -2353,7 +2353,7 @@ static int stop_others(bs_stream_rec *rec, void *payload, bs_error *err) {
   return bs_stream_rec_put(f->db, f->txn, rec, err);
 }
 
-/* Deletes the soft-deleted records whose mark is at or below checkpoint (SPEC 4.3). */
+/* Deletes the soft-deleted records whose mark is at or below checkpoint (contract.md 4.3). */
 static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
   MDB_cursor *cur;
   unsigned char pk[4];

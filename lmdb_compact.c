@@ -1,5 +1,5 @@
 /*
- * lmdb_compact.c: compaction on the LMDB backend (SPEC.md section 6). The decisions (MOVE,
+ * lmdb_compact.c: compaction on the LMDB backend (contract.md section 6). The decisions (MOVE,
  * CLEAR, selection) come from compact.c; this file walks the sub-databases and owns the
  * transactions.
  *
@@ -292,7 +292,7 @@ static int still_initial(cctx *c, MDB_txn *txn) {
   bs_stream_rec rec;
   int rc = bs_stream_rec_get(c->db, txn, c->stream, &rec, c->err);
   if (rc) return rc;
-  if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (SPEC 6) */
+  if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (contract.md 6) */
     return bs_fail(c->err, BS_ESTATE,
                    "stream %u has a checkpoint (%llu): initial-replication "
                    "compaction only runs before the first one",
@@ -1585,7 +1585,7 @@ int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
   c.max_visits = max_visits(c.o.max_ops_per_txn);
   if (max_op_id >= (1ull << 63)) return bs_fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
   if ((rc = read_rec(&c, &rec))) return rc;
-  if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (SPEC 6) */
+  if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (contract.md 6) */
     return bs_fail(err, BS_ESTATE,
                    "stream %u has a checkpoint (%llu): initial-replication "
                    "compaction only runs before the first one",

@@ -1,5 +1,5 @@
 /*
- * lmdb_params.c: the parameter-lookup index of the LMDB backend (SPEC.md 4.1 step 3, 5.4). The
+ * lmdb_params.c: the parameter-lookup index of the LMDB backend (contract.md 4.1 step 3, 5.4). The
  * writer (lmdb.c) appends one entry per (lookup, source row) per save, and a tombstone (no rows)
  * when a row stops producing a lookup; this file owns the key/value codec of `params` and the
  * read side. A read is one range scan per requested lookup key: the entries of one lookup are

@@ -23,7 +23,7 @@ static inline bool key_in_bucket(const MDB_val *k, const unsigned char prefix[8]
   return k->mv_size == 16 && memcmp(k->mv_data, prefix, 8) == 0;
 }
 
-/* The size SPEC 5.2 counts for chunking: data + object_type + object_id + subkey. */
+/* The size contract.md 5.2 counts for chunking: data + object_type + object_id + subkey. */
 static inline size_t op_size(const bs_op *op) {
   return op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
 }
@@ -175,7 +175,7 @@ static int bucket_get(bucket_finder *f, bs_val name, bucket_ref *ref, bs_error *
   return BS_OK;
 }
 
-/* SPEC 5.5 torn reads: compaction folded ops <= C into a CLEAR above C. */
+/* contract.md 5.5 torn reads: compaction folded ops <= C into a CLEAR above C. */
 static int torn_check(const bs_bucket_state *s, uint64_t c, bs_val name, bs_error *err) {
   if (s->clear_op != 0 && s->clear_start <= c && c < s->clear_op)
     return bs_fail(err, BS_EINVALIDATED,

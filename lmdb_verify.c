@@ -7,7 +7,7 @@
  *  - meta: the format record, the bucket sequence, each stream record (decodes, checkpoint not
  *    above the op head, a known hash mode);
  *  - buckets and bstate: every name maps to an id whose state names it back;
- *  - every op of every bucket against the op layout (internal.h) and SPEC 3: PUT and REMOVE
+ *  - every op of every bucket against the op layout (internal.h) and contract.md 3: PUT and REMOVE
  *    checksums recomputed from the payload (PUT: object_type, object_id, data; REMOVE: the
  *    subkey) with the stream's hash; subkeys of their fixed shape; MOVE and CLEAR header-only;
  *    target_op within its bounds; a CLEAR only as the first op, where the state's CLEAR span
@@ -192,7 +192,7 @@ typedef struct bucket_sum {
   int first_clear;   /* the first op is a CLEAR */
 } bucket_sum;
 
-/* A subkey's shape (SPEC 1): 8 lowercase hex digits, '/', 32 lowercase hex digits. */
+/* A subkey's shape (contract.md 1): 8 lowercase hex digits, '/', 32 lowercase hex digits. */
 static int subkey_ok(bs_val sk) {
   const unsigned char *p = sk.data;
   if (sk.size != BS_SUBKEY_SIZE) return 0;
@@ -202,7 +202,7 @@ static int subkey_ok(bs_val sk) {
   return 1;
 }
 
-/* One decoded op (the index-th of its bucket, raw value v) against the layout and SPEC 3. */
+/* One decoded op (the index-th of its bucket, raw value v) against the layout and contract.md 3. */
 static void check_op(verifier *vf, const bs_bucket_state *s, const stream_head *sh,
                      const MDB_val *v, const bs_op *op, uint64_t index) {
   static const char *const names[] = {"?", "PUT", "REMOVE", "MOVE", "CLEAR"};

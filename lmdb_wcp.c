@@ -1,5 +1,5 @@
 /*
- * lmdb_wcp.c: write checkpoints of the LMDB backend (SPEC.md section 7).
+ * lmdb_wcp.c: write checkpoints of the LMDB backend (contract.md section 7).
  *
  * Managed records are database-wide, one per full user id, in the `wcp` sub-database:
  *   'M' | user id      -> u64 id | u8 flags (1 = has requested_at, 2 = processed)
@@ -8,7 +8,7 @@
  *   'P' | user id      -> (empty) present iff the 'M' record is not processed yet: the commit's
  *                         marking pass walks only these, never every record.
  *   'H' | user id      -> u64 the id of the user's last record that cleanup deleted: a new
- *                         record continues above it, so ids never go backwards (SPEC.md 7).
+ *                         record continues above it, so ids never go backwards (contract.md 7).
  * Custom records (one per stream, event and user; overwritten by each flush):
  *   'C' | u32be stream | u16be event len | event | user id -> u64 value [| i64 requested_at ms]
  *                         (16 bytes: created from a client request, deleted by cleanup once

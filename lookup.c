@@ -1,5 +1,5 @@
 /*
- * lookup.c: the canonical encoding of parameter-lookup keys (SPEC.md 5.4). A key is a list of
+ * lookup.c: the canonical encoding of parameter-lookup keys (contract.md 5.4). A key is a list of
  * JSON scalars; lookups compare keys as bytes, so the encoding must be canonical (equal lists
  * give equal bytes: 314, 314.0 and 3.14e2 are one value, so are -0.0 and 0) and injective
  * (different lists never share bytes).

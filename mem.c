@@ -1,5 +1,5 @@
 /*
- * mem.c: the memory backend. A naive, obviously correct implementation of SPEC.md, used as the
+ * mem.c: the memory backend. A naive, obviously correct implementation of contract.md, used as the
  * reference model for differential tests against the LMDB backend and as a dependency-free test
  * double. Everything is a plain growable array; every derived value (bucket checksums, counts,
  * parameter sets, changes) is recomputed from the stored ops and entries on each read, never kept
@@ -127,7 +127,7 @@ typedef struct mem_index {
   size_t cap, n;
 } mem_index;
 
-/* A soft-deleted record awaiting its purge by a checkpoint at or above mark (SPEC.md 4.3). An entry
+/* A soft-deleted record awaiting its purge by a checkpoint at or above mark (contract.md 4.3). An entry
  * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
 typedef struct mem_soft {
   uint32_t table;
@@ -194,7 +194,7 @@ typedef struct mem_mwcp {
   int processed;
   mem_lsn processed_lsn;
   int gone; /* deleted by cleanup: kept (without heads) only as the user's high-water mark, so a
-               new record's id continues above it (SPEC.md 7); invisible to every read */
+               new record's id continues above it (contract.md 7); invisible to every read */
 } mem_mwcp;
 
 typedef struct mem_db {
@@ -525,7 +525,7 @@ static bs_val subkey_of(char buf[BS_SUBKEY_SIZE], uint32_t table, bs_val rid) {
   return v;
 }
 
-/* Torn read: C inside the span of the bucket's leading CLEAR (SPEC.md 5.5). */
+/* Torn read: C inside the span of the bucket's leading CLEAR (contract.md 5.5). */
 static int torn(const mem_bucket *b, uint64_t c) {
   return b && b->clear_op && b->clear_start <= c && c < b->clear_op;
 }
@@ -817,7 +817,7 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
   return t;
 }
 
-/* ---- Applying the writer's queue (SPEC.md 4.1 - 4.3) ----------------------------------------- */
+/* ---- Applying the writer's queue (contract.md 4.1 - 4.3) ------------------------------------- */
 
 static int has_member(const qrow *rows, size_t n, const mem_member *m) {
   for (size_t i = 0; i < n; i++)
@@ -1264,7 +1264,7 @@ static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *
   q.drop = drop;
   if (val_dup(ALLOC(w->ms->db), table, &q.table)) return enomem(err, "truncate");
   if ((rc = enqueue(w, &q, err))) return rc;
-  /* persisted at once, after what was queued before it (SPEC 4.2; as LMDB) */
+  /* persisted at once, after what was queued before it (contract.md 4.2; as LMDB) */
   lock(w->ms->db);
   rc = flush_locked(w, err);
   unlock(w->ms->db);
@@ -1493,7 +1493,7 @@ typedef struct mem_cplan {
   size_t first, n, bytes;
 } mem_cplan;
 
-/* Plans the call's chunks (SPEC.md 5.2) under the lock: which ops, cut where. */
+/* Plans the call's chunks (contract.md 5.2) under the lock: which ops, cut where. */
 static int plan_chunks(mem_stream *s, uint64_t c, const bs_bucket_request *req, size_t n_req,
                        size_t limit, size_t chunk_bytes, size_t max_bytes, const mem_op ***picks,
                        size_t *npicks, mem_cplan **plans, size_t *nplans, int *call_more,
@@ -1846,7 +1846,7 @@ out:
   return rc;
 }
 
-/* ---- Write checkpoints (SPEC.md 7) ----------------------------------------------------------- */
+/* ---- Write checkpoints (contract.md 7) ------------------------------------------------------- */
 
 static int mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                             bs_error *err) {
@@ -2064,7 +2064,7 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
   return BS_OK;
 }
 
-/* ---- Compaction (SPEC.md 6) ------------------------------------------------------------------ */
+/* ---- Compaction (contract.md 6) -------------------------------------------------------------- */
 
 /* Row identity order: (object_type, object_id, subkey), then op id. */
 static int op_ident_cmp(const void *x, const void *y) {
@@ -2290,7 +2290,7 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
   return BS_OK;
 }
 
-/* Defragmentation (SPEC.md 6; the same rule as lmdb_compact.c): when the rows of b whose latest
+/* Defragmentation (contract.md 6; the same rule as lmdb_compact.c): when the rows of b whose latest
  * op is a PUT at or below h are fewer than ratio of its ops (and the rest could fold), their
  * PUTs are appended again, in op order, with new op ids, inside tx. Caller holds the lock. */
 static int defrag_bucket(mem_tx *tx, mem_bucket *b, uint64_t h, double ratio, uint64_t *emitted) {
@@ -2475,7 +2475,7 @@ static int mem_report_error(bs_storage *st, const char *message, bs_error *err) 
   mem_storage *ms = MS(st);
   lock(ms->db);
   snprintf(ms->s->m.last_error, sizeof ms->s->m.last_error, "%s", message ? message : "");
-  /* as the LMDB backend: an ACTIVE stream is still served but marked as failing (SPEC.md 8) */
+  /* as the LMDB backend: an ACTIVE stream is still served but marked as failing (contract.md 8) */
   if (ms->s->m.state == BS_STREAM_ACTIVE) ms->s->m.state = BS_STREAM_ERRORED;
   unlock(ms->db);
   return BS_OK;

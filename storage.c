@@ -514,7 +514,7 @@ static void queue_flushed(bs_writer *w) {
   w->queued_records = w->queued_bytes = 0;
 }
 
-/* The one auto-flush rule (SPEC.md 4, storage.h bs_writer_options): before a change is queued,
+/* The one auto-flush rule (contract.md 4, storage.h bs_writer_options): before a change is queued,
  * a queue at one of its bounds is flushed; if that fails, the change is not queued. */
 static int queue_change(bs_writer *w, size_t bytes, int rc) {
   if (rc == BS_OK) {
@@ -538,7 +538,8 @@ int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = bs_check_save(change, err))) return rc;
   if (w->opts.snapshot && change->tag != BS_INSERT)
-    return bs_fail(err, BS_ESTATE, "change->tag: a snapshot writer accepts INSERT only (SPEC 4.3)");
+    return bs_fail(err, BS_ESTATE,
+                   "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
   if ((rc = VT_CHECK(w->st, writer_save, err))) return rc;
   if ((rc = auto_flush(w, err))) return rc;
   return queue_change(w, save_bytes(change), w->st->vt->writer_save(w, change, err));
@@ -549,7 +550,7 @@ static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) 
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_truncate, err))) return rc;
-  /* the backend flushes the queue and persists the truncate at once (SPEC 4.2) */
+  /* the backend flushes the queue and persists the truncate at once (contract.md 4.2) */
   if ((rc = w->st->vt->writer_truncate(w, table, drop, err)) == BS_OK) queue_flushed(w);
   return rc;
 }

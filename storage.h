@@ -5,14 +5,24 @@
  * replication streams. Each stream keeps an append-only log of bucket
  * operations (PUT / REMOVE / MOVE / CLEAR, each with a 32-bit checksum), a
  * parameter-lookup index and write-checkpoint rows. The contract every
- * backend keeps is ../shared/SPEC.md; this header is the manual.
+ * backend keeps is docs/contract.md; this header is the manual.
  *
  * CAVEATS (read these first)
- *  - One writer per stream at a time, and a bs_writer belongs to one thread.
- *    LMDB serialises write transactions across threads and processes, so a
- *    second writer (or a compactor) waits for the write lock; it never
- *    corrupts anything.
+ *  - ONE WRITER PER STREAM, and a bs_writer belongs to one thread. Nothing stops a second
+ *    writer of the same stream (in this process or another): LMDB serialises write
+ *    transactions, so the file stays consistent and a compactor beside a writer is fine, but two
+ *    writers' saves interleave in flush order, each diffs rows against the source records the
+ *    other left, and either one's commit makes a checkpoint of what both flushed. That is only
+ *    meaningful for a planned split (a snapshot writer beside a streaming one on other rows,
+ *    see bs_writer_open); the supported shape is one replication process per stream.
  *  - A bs_db and its bs_storage handles may be shared by reader threads.
+ *  - A database at PATH also has a sidecar PATH-lock (LMDB's reader table and write lock),
+ *    created by the first successful open, also a read-only one, and left behind on close: the
+ *    directory must be writable. It holds no data. To DELETE a database, close it in every
+ *    process, then unlink PATH and PATH-lock; there is no call for it. To copy one, use
+ *    bs_backup() (copying PATH under a running writer can copy a torn file).
+ *  - The file grows and never shrinks: compaction and bs_clear() free pages for reuse inside it.
+ *    bs_backup() writes a compacted copy (docs/format.md 6).
  *  - Long-lived read snapshots pin old pages: the file grows while they live.
  *    Every read call here opens and closes its own snapshot.
  *  - Do not use a handle across fork(); do not put the file on a network
@@ -24,6 +34,15 @@
  *    argument (may be NULL) receives a message naming the offending argument
  *    or key. A failed call leaves the database and a writer's queue as they
  *    were.
+ *  - err is written when a call fails: then err->code is the returned status. After a call
+ *    that returned BS_OK, err's contents are UNSPECIFIED: a success does not clear it, and a
+ *    call that recovered from an internal failure (e.g. a full map, grown and retried) may
+ *    leave that failure's code and message in it. Test the returned status, never err->code.
+ *  - Besides the codes a function lists: any call on a database file may return BS_EIO (an
+ *    LMDB or OS error, named in the message), BS_ENOMEM, BS_ECORRUPT (a record that does not
+ *    decode) and BS_EBUSY (e.g. LMDB's reader table is full); a call that dispatches through
+ *    the storage vtable returns BS_EUNSUPPORTED when the backend leaves that slot NULL (the
+ *    two built-in backends implement every slot).
  *  - Outputs come first (one is named out); callbacks take payload last.
  *    A callback that returns non-zero stops the call, which then returns
  *    that value unchanged (so use your own negative codes or BS_ECANCELED).
@@ -44,8 +63,12 @@
  *    values, replica ids, user ids, LSNs, events); where a call needs a value, {NULL, 0} reads
  *    as "", and where a field is optional (before_id, stored_data) {NULL, 0} means absent.
  *    Names keep their own minimum: bucket, table and stream names are 1 byte or more.
- *  - LSNs: opaque byte strings up to BS_MAX_LSN bytes, compared with memcmp,
- *    shorter prefix first.
+ *  - LSNS COMPARE BYTE-WISE, NOT AS NUMBERS: opaque byte strings up to BS_MAX_LSN bytes,
+ *    ordered by memcmp, a shorter prefix first. "0/10" sorts BELOW "0/9", so a commit at
+ *    "0/10" after a checkpoint at "0/9" is blocked (BS_BLOCKED_CHECKPOINT_LSN). Encode them
+ *    fixed-width, e.g. "00000000/0000000A" < "00000000/00000010" (docs/contract.md 1).
+ *  - Times ending in _ms (requested_at_ms, before_ms) are wall-clock milliseconds since the
+ *    Unix epoch (CLOCK_REALTIME); min_age_ms and timeout_ms are durations.
  *  - Threads: a function taking a bs_db or bs_storage may be called from any thread, also
  *    concurrently; bs_writer_* calls of one writer must come from one thread at a time.
  *    bs_*_close() of a handle must not race with any other call on that handle.
@@ -101,7 +124,7 @@ BS_API const char *bs_version(int *major, int *minor, int *patch);
 #define BS_EUNSUPPORTED (-12) /* the backend does not implement this call */
 #define BS_ECANCELED    (-13) /* cancelled by a callback */
 
-/* ---- Limits (SPEC.md section 10), checked by the call that receives the value -------------- */
+/* ---- Limits (contract.md section 10), checked by the call that receives the value ------------ */
 #define BS_MAX_BUCKET_NAME     480u
 #define BS_MAX_LOOKUP_KEY      480u
 #define BS_MAX_REPLICA_ID      256u
@@ -122,7 +145,8 @@ typedef struct bs_val {
   size_t size;
 } bs_val;
 
-/* Optional error detail. code mirrors the returned status. */
+/* Optional error detail of a failed call: code = the returned status, msg = a NUL-terminated
+ * message naming the argument, key or file at fault. Unspecified after a success (CONVENTIONS). */
 typedef struct bs_error {
   int code;
   char msg[256];
@@ -166,9 +190,10 @@ typedef struct bs_open_options {
  * PATH-lock beside it (that appears only beside a bucketstore database). A new file is built
  * under a temporary name beside path (PATH.new-*, which a crash at that moment leaves behind,
  * safe to delete) and then linked into place, so path never holds a half-created database.
- * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and missing),
- * BS_ECORRUPT (the message says which: an empty file, not LMDB, truncated, a foreign LMDB file or
- * one without data, an older or newer format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
+ * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and the file is
+ * missing, or the directory in path does not exist), BS_ECORRUPT (the message says which: an
+ * empty file, not LMDB, truncated, a foreign LMDB file or one without data, an older or newer
+ * format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* Opens a fresh in-memory store (the reference backend: naive and obviously correct).
@@ -176,7 +201,7 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
 BS_API int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err);
 
 /* Closes the database. All storages and writers of it must be closed first, and no other call
- * on db may be running. NULL is a no-op. */
+ * on db may be running. NULL is a no-op. The PATH-lock file stays (see CAVEATS). */
 BS_API void bs_close(bs_db *db);
 
 /* ---- Streams --------------------------------------------------------------------------------- */
@@ -210,17 +235,19 @@ typedef struct bs_stream_info {
 
 /* Creates a PROCESSING stream (ids 1, 2, 3, ...); an older PROCESSING stream becomes STOPPED.
  * id_out and opts may be NULL; name is NUL-terminated, 1..BS_MAX_STREAM_NAME bytes.
- * Errors: BS_EINVAL, BS_ETOOBIG (name over BS_MAX_STREAM_NAME), BS_ESTATE (read-only), BS_EIO. */
+ * Errors: BS_EINVAL (db or name NULL, name empty, bad option or hash), BS_ETOOBIG (name over
+ * BS_MAX_STREAM_NAME), BS_ESTATE (read-only db). */
 BS_API int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name,
                             const bs_stream_options *opts, bs_error *err);
 
 /* Calls fn for every stream in ascending id order; info (and its name) is borrowed, valid until
- * fn returns. Errors: BS_EINVAL (fn NULL), BS_EIO, or fn's non-zero value. */
+ * fn returns. Errors: BS_EINVAL (db or fn NULL), or fn's non-zero value. */
 BS_API int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload),
                           void *payload, bs_error *err);
 
-/* Opens a handle on stream id; id 0 = the active stream, else the newest one.
- * Errors: BS_ENOTFOUND (no such stream / no stream at all). Close with bs_storage_close(). */
+/* Opens a handle on stream id; id 0 = the served stream (ACTIVE or ERRORED), else the newest
+ * one. A handle on a STOPPED or TERMINATED stream still reads. Close with bs_storage_close().
+ * Errors: BS_EINVAL (out or db NULL), BS_ENOTFOUND (no such stream / no stream at all). */
 BS_API int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err);
 /* Releases the handle (NULL is a no-op); close its writers first. */
 BS_API void bs_storage_close(bs_storage *st);
@@ -246,7 +273,7 @@ typedef struct bs_lookup {
   size_t n_params;
 } bs_lookup;
 
-/* One source row change (SPEC.md section 4.1). */
+/* One source row change (contract.md section 4.1). */
 typedef struct bs_save {
   unsigned version;
   bs_val table; /* source table name (registered on first use) */
@@ -271,7 +298,7 @@ typedef struct bs_writer_options {
   unsigned version;
   int snapshot;     /* skip_existing: INSERT only; inserts of known rows are skipped */
   int create_empty; /* commits with nothing new still create a checkpoint (default 1) */
-  /* Auto-flush bounds (SPEC.md 4): a save or truncate that finds max_records changes, or
+  /* Auto-flush bounds (contract.md 4): a save or truncate that finds max_records changes, or
    * max_bytes bytes of change data (the sizes of the bs_save's strings), queued since the
    * last flush flushes them first; a failed auto-flush fails that save and queues nothing. */
   size_t max_records; /* 0 = 2000 */
@@ -289,7 +316,7 @@ typedef struct bs_commit_options {
 #define BS_COMMIT_OPTIONS_INIT                                                                     \
   { BS_COMMIT_OPTIONS_VERSION, -1 }
 
-/* Why a commit made no checkpoint although one was asked for (SPEC.md 4.4). When several hold,
+/* Why a commit made no checkpoint although one was asked for (contract.md 4.4). When several hold,
  * the first in this order is reported. */
 typedef enum bs_block_reason {
   BS_BLOCKED_NONE = 0,                 /* not blocked */
@@ -308,16 +335,25 @@ typedef struct bs_commit_result {
   bs_block_reason blocked_reason;
 } bs_commit_result;
 
-/* Opens the writer of st (opts may be NULL: the defaults). Errors: BS_EINVAL (bad option),
- * BS_ESTATE (read-only db, terminated stream), BS_ENOMEM. The writer is used by one thread at a
- * time and must be closed before st. Close with bs_writer_close(), which discards whatever was
- * not flushed (NULL is a no-op). */
+/* Opens a writer on st's stream (opts may be NULL: the defaults). One writer per stream (see
+ * CAVEATS). The writer is used by one thread at a time and must be closed before st. Close
+ * with bs_writer_close(), which discards whatever was not flushed (NULL is a no-op).
+ * From a snapshot writer to a streaming one: save the snapshot's rows through a writer opened
+ * with opts->snapshot = 1, flush it and close it, call bs_writer_snapshot_done(lsn) with the
+ * source position the snapshot is consistent at (any writer of the stream may; the snapshot
+ * writer before it closes, typically), then open a writer with snapshot = 0 and replicate
+ * from that position, committing as you go (docs/contract.md 4.3, 4.4). A streaming writer may
+ * also run beside a snapshot writer while the snapshot is copied: the snapshot skips rows the
+ * stream already has, and deletes leave soft-deleted records until the first checkpoint.
+ * Errors: BS_EINVAL (out or st NULL, bad option), BS_ESTATE (read-only db, terminated stream). */
 BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
                           bs_error *err);
 BS_API void bs_writer_close(bs_writer *w);
 
-/* Queues one source row change; may auto-flush. Errors: BS_EINVAL, BS_ETOOBIG, BS_ESTATE
- * (snapshot writer given UPDATE/DELETE... see SPEC 4.3; closed writer), BS_EIO from auto-flush. */
+/* Queues one source row change (docs/contract.md 4.1); may auto-flush. Errors: BS_EINVAL (a
+ * field, named), BS_ETOOBIG (a value over its BS_MAX_*), BS_ESTATE (closed writer; a snapshot
+ * writer given UPDATE or DELETE, contract.md 4.3; from an auto-flush: stream terminated), and
+ * an auto-flush's errors (as bs_writer_flush). */
 BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
 /* Truncate flushes the queue, then persists REMOVEs / tombstones for every row of table (in
  * bounded transactions; visible with the next checkpoint); drop also forgets the table.
@@ -327,32 +363,40 @@ BS_API int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
 BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
 /* Persists the queue (one LMDB transaction). last_op_out (may be NULL): the stream's highest
  * persisted op id. Never makes a checkpoint. On failure nothing is persisted and the queue is
- * kept (flush again, or close to discard). Errors: BS_ESTATE (closed writer), BS_EIO. */
+ * kept (flush again, or close to discard). Errors: BS_EINVAL (w NULL), BS_ESTATE (closed
+ * writer, stream terminated). */
 BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
-/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (SPEC.md 4.4): the snapshot is done
+/* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (contract.md 4.4): the snapshot is done
  * and lsn sorts at or above both the snapshot_done LSN and the last checkpoint's LSN. A blocked
  * commit still persists the queue and returns BS_OK with out->checkpoint_blocked = 1 and
- * out->blocked_reason saying why. opts and out may be NULL. Errors: BS_ETOOBIG (lsn over BS_MAX_LSN), BS_EINVAL, BS_ESTATE, BS_EIO. Listeners
+ * out->blocked_reason saying why; LSNs compare byte-wise (CONVENTIONS). opts and out may be
+ * NULL. Errors: BS_EINVAL (w NULL, bad option), BS_ETOOBIG (lsn over BS_MAX_LSN), BS_ESTATE
+ * (closed writer, stream terminated), and a flush's errors. Listeners
  * (bs_set_checkpoint_listener) run in this thread before it returns. */
 BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
                             bs_commit_result *out, bs_error *err);
 /* commit(lsn) with create_empty = 1. */
 BS_API int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
-/* Marks the snapshot done; no checkpoint may be made below lsn. Persisted at once (the queue is
- * not flushed). */
+/* Marks the stream's snapshot done and raises no_checkpoint_before to lsn (never lowers it): no
+ * checkpoint is made at an LSN that sorts below it. Persisted at once, in a write transaction
+ * of its own (the writer's queue is not flushed).
+ * Errors: BS_EINVAL (w NULL), BS_ETOOBIG (lsn over BS_MAX_LSN), BS_ESTATE (closed writer). */
 BS_API int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
-/* Records where replication restarts: persisted at once, visible in bs_get_status (the queue is
- * not flushed). */
+/* Sets where replication restarts (bs_status.resume_lsn) to lsn, persisted at once in a write
+ * transaction of its own; every commit also raises it to the commit's lsn. Errors: as
+ * bs_writer_snapshot_done. */
 BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 /* Reads back the data stored with a source record (seeing this writer's queued saves).
- * fn receives data (borrowed) or NULL when the row has no stored data; BS_ENOTFOUND when the
- * row is unknown. */
+ * fn receives data (borrowed) or NULL when the row has no stored data. Errors: BS_EINVAL (w or
+ * fn NULL, table empty), BS_ETOOBIG (table or replica_id over its limit), BS_ESTATE (closed
+ * writer), BS_ENOTFOUND (the row has no source record, or was deleted). */
 BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                                 int (*fn)(const bs_val *data, void *payload), void *payload,
                                 bs_error *err);
 /* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush,
  * overwriting the previous value of (user, event). This one is persistent (owned by the source):
- * bs_delete_checkpoint_requests_before keeps it. */
+ * bs_delete_checkpoint_requests_before keeps it. Errors: BS_EINVAL (w NULL, checkpoint >= 2^63),
+ * BS_ETOOBIG (user_id over BS_MAX_USER_ID, event over 255 bytes), BS_ESTATE (closed writer). */
 BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
                                              bs_val event, bs_error *err);
 /* The same for a custom checkpoint created from a client's checkpoint request made at
@@ -370,7 +414,8 @@ typedef struct bs_checkpoint {
   unsigned char lsn[BS_MAX_LSN];
 } bs_checkpoint;
 
-/* The stream's current checkpoint (op_id 0 and has_lsn 0 before the first). out is a copy. */
+/* The stream's current checkpoint (op_id 0 and has_lsn 0 before the first). out is a copy.
+ * Errors: BS_EINVAL (st or out NULL). */
 BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
 
 /* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
@@ -440,8 +485,11 @@ typedef struct bs_batch_options {
 /* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
  * call stopped at its limit/byte cap: call again with after = next_after per bucket. opts NULL:
- * BS_BATCH_OPTIONS_INIT. Errors: BS_EINVALIDATED (checkpoint inside a bucket's compacted
- * span), BS_EINVAL (also opts->limit 0). */
+ * BS_BATCH_OPTIONS_INIT. A bucket named twice is served once (its last request). Errors:
+ * BS_EINVALIDATED (checkpoint inside a bucket's compacted span, contract.md 5.5), BS_EINVAL (st
+ * or on_chunk NULL, req NULL with n_req, an empty bucket name, checkpoint or after >= 2^63, bad
+ * option, also opts->limit 0), BS_ETOOBIG (a bucket name over BS_MAX_BUCKET_NAME), or
+ * on_chunk's non-zero value. */
 BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                               size_t n_req, const bs_batch_options *opts,
                               int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
@@ -453,7 +501,9 @@ typedef struct bs_checksum {
 } bs_checksum;
 
 /* One entry per requested bucket, in request order (out has n entries). Unknown bucket: 0/0.
- * Served through the checksum cache. Errors: BS_EINVALIDATED, BS_EINVAL. */
+ * Served through the checksum cache. Errors: BS_EINVALIDATED (contract.md 5.5), BS_EINVAL (st
+ * NULL, buckets or out NULL with n, an empty name, checkpoint >= 2^63), BS_ETOOBIG (a name over
+ * BS_MAX_BUCKET_NAME). */
 BS_API int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                             bs_checksum *out, bs_error *err);
 
@@ -486,8 +536,8 @@ typedef struct bs_bucket_info {
  * it, so keep a call short (LMDB: a long-lived snapshot pins old pages); pages may come from
  * different snapshots. fn may call the library's read functions, not write through it.
  * Each stream lists its own buckets only (equal names in two streams are two buckets).
- * Errors: BS_EINVAL (fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after over
- * BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), BS_EIO. */
+ * Errors: BS_EINVAL (st or fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after
+ * over BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), or fn's value. */
 BS_API int bs_list_buckets(bs_storage *st, bs_val start_after,
                            int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                            bs_error *err);
@@ -504,7 +554,8 @@ typedef struct bs_checkpoint_changes {
 } bs_checkpoint_changes;
 
 /* What changed in (from, to], passed to fn once; changes and every array in it are borrowed,
- * valid until fn returns. Errors: BS_EINVAL (from > to, fn NULL), BS_EIO, or fn's value. */
+ * valid until fn returns. Errors: BS_EINVAL (st or fn NULL, from > to, from or to >= 2^63), or
+ * fn's value. */
 BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                      int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                                      void *payload, bs_error *err);
@@ -515,7 +566,9 @@ BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
 /* Bucket-parameter rows of the lookups at checkpoint, each passed to fn (borrowed JSON text).
  * limit is honoured as given: more rows than limit (with 0: any row) fail the call, fn having
  * seen none of them. Errors: BS_ELIMIT ("too many parameter results (limit was N)"),
- * BS_ESTALE. */
+ * BS_ESTALE (checkpoint below the parameter-compaction horizon, contract.md 5.5), BS_EINVAL (st
+ * or fn NULL, lookups NULL with n_lookups, checkpoint >= 2^63), BS_ETOOBIG (a lookup key over
+ * BS_MAX_LOOKUP_KEY), or fn's value. */
 BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
                                  size_t n_lookups, size_t limit,
                                  int (*fn)(const bs_val *params, void *payload), void *payload,
@@ -558,7 +611,7 @@ BS_API uint32_t bs_checksum_remove(bs_hash hash, bs_val subkey);
 #define BS_SUBKEY_SIZE 41u
 BS_API void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id);
 
-/* ---- Write checkpoints (SPEC.md section 7) -------------------------------------------------- */
+/* ---- Write checkpoints (contract.md section 7) ----------------------------------------------- */
 typedef enum bs_write_checkpoint_mode {
   BS_WCP_MANAGED = 0,
   BS_WCP_CUSTOM = 1
@@ -578,30 +631,35 @@ typedef struct bs_managed_request {
   int64_t requested_at_ms; /* 0 = now */
 } bs_managed_request;
 
-/* Sets how this storage handle serves write checkpoints (default managed). */
+/* Sets how this storage handle serves write checkpoints (default managed); a per-handle
+ * setting, not stored in the file. event (custom mode) may be {NULL, 0}. Errors: BS_EINVAL (st
+ * NULL, unknown mode), BS_ETOOBIG (event over 255 bytes). */
 BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                         bs_error *err);
 /* One write transaction for the batch. ids_out[i] (n entries) = the stored id of request i's
  * user after the batch; *should_advance (may be NULL) = 1 when a record waits for a commit.
- * Errors: BS_ESTATE (custom mode, read-only db), BS_EINVAL / BS_ETOOBIG (a request, named). */
+ * Errors: BS_ESTATE (custom mode, read-only db), BS_EINVAL / BS_ETOOBIG (a request, named; a
+ * request_id >= 2^63, or an id that would pass it). */
 BS_API int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
                                                size_t n, uint64_t *ids_out, int *should_advance,
                                                bs_error *err);
 /* Managed mode: the user's id iff every head of its record is reached by heads (the given
  * list names that connection at an LSN at or above it; connections the record does not have
  * are ignored). Custom mode: the stored value for (user, the mode's event); heads are not
- * used. *found = 0 when there is none; heads may be NULL when n_heads is 0. */
+ * used. *found = 0 when there is none; heads may be NULL when n_heads is 0. Errors: BS_EINVAL
+ * (st, id_out or found NULL, heads NULL with n_heads), BS_ETOOBIG (user_id, a connection or an
+ * LSN over its limit). */
 BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
                                     size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
 /* Deletes the processed managed records (database-wide) and the custom records of st's
  * stream whose requested_at < before_ms. Records without requested_at (generated managed ids,
  * persistent custom checkpoints) are kept. Managed ids never go backwards: a user whose record
- * was deleted gets ids above the deleted one. *deleted_out may be NULL.
- * Errors: BS_ESTATE (read-only db), BS_EIO. */
+ * was deleted gets ids above the deleted one. *deleted_out may be NULL. before_ms: ms since the
+ * Unix epoch. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
 BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
                                                 uint64_t *deleted_out, bs_error *err);
 
-/* ---- Compaction (SPEC.md section 6) ---------------------------------------------------------- */
+/* ---- Compaction (contract.md section 6) ------------------------------------------------------ */
 typedef struct bs_compact_stats {
   uint64_t buckets_compacted;
   uint64_t ops_moved;
@@ -634,7 +692,7 @@ typedef struct bs_compact_options {
   uint64_t op_budget; /* incremental: stop after this many ops; 0 = unbounded */
   int compact_parameters;
   int64_t delete_checkpoint_requests_before_ms; /* 0 = don't */
-  /* > 0: defragmentation (SPEC.md 6), after the MOVE/CLEAR pass, of the buckets it processed
+  /* > 0: defragmentation (contract.md 6), after the MOVE/CLEAR pass, of the buckets it processed
    * whose live rows (membership PUTs at or below the horizon) are fewer than this fraction of
    * their ops: the live PUTs are re-emitted at the end with new op ids (same payload and
    * checksum; existing clients download them again; visible at the next checkpoint; the bucket
@@ -651,17 +709,18 @@ typedef struct bs_compact_options {
 
 /* Compacts the stream (full, or incremental with incremental_only) in short write
  * transactions of at most max_ops_per_txn ops, so a writer of the stream (in this or another
- * process) waits only briefly. What any client ends with never changes (SPEC.md section 9).
+ * process) waits only briefly. What any client ends with never changes (contract.md section 9).
  * opts may be NULL (defaults); stats_out (may be NULL) gets the totals, also on failure or
- * cancel (what was done so far). Errors: BS_EINVAL (bad option, named), BS_ESTATE (read-only
- * db), BS_ECANCELED (progress returned non-zero: the transactions already committed stay,
- * nothing is half-done), BS_EIO. Any thread; a second concurrent compaction of the same stream
+ * cancel (what was done so far). Errors: BS_EINVAL (bad option, named), BS_ETOOBIG (a bucket
+ * name over BS_MAX_BUCKET_NAME), BS_ESTATE (read-only db), BS_ECANCELED (progress returned
+ * non-zero: the transactions already committed stay, nothing is half-done). Any thread; a second concurrent compaction of the same stream
  * is safe (it serialises on the write lock). */
 BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                       bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE; also on a read-only db). max_op_id 0 = last
  * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped;
- * *buckets_out (may be NULL) = buckets compacted. */
+ * *buckets_out (may be NULL) = buckets compacted. Errors: BS_ESTATE (as said), BS_EINVAL (st
+ * NULL, max_op_id >= 2^63). */
 BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
                                           uint64_t min_bucket_changes, uint64_t *buckets_out,
                                           bs_error *err);
@@ -681,17 +740,21 @@ typedef struct bs_status {
   char last_error[256]; /* "" when none */
 } bs_status;
 
-/* Fills out with the stream's lifecycle state (a copy: no borrowed pointers). */
+/* Fills out with the stream's lifecycle state (a copy: no borrowed pointers). Errors:
+ * BS_EINVAL (st or out NULL). */
 BS_API int bs_get_status(bs_storage *st, bs_status *out, bs_error *err);
 /* Records message (copied, cut to 255 bytes) as the stream's last error (bs_status); an
- * ACTIVE stream becomes ERRORED (still served). Errors: BS_ESTATE (read-only db). */
+ * ACTIVE stream becomes ERRORED (still served). Errors: BS_EINVAL (st NULL), BS_ESTATE
+ * (read-only db). */
 BS_API int bs_report_error(bs_storage *st, const char *message, bs_error *err);
 /* Drops every op, bucket, lookup, source record and checkpoint of the stream. Also drops the
  * stream's entries from this process's checksum cache (bs_terminate too); another process that
- * has the file open and served checksums of the stream should reopen it. */
+ * has the file open and served checksums of the stream should reopen it. The stream itself
+ * stays (bs_terminate ends it); the freed pages stay in the file (CAVEATS). Errors: BS_EINVAL
+ * (st NULL), BS_ESTATE (read-only db). */
 BS_API int bs_clear(bs_storage *st, bs_error *err);
 /* Marks the stream TERMINATED (no writer may open on it again), after bs_clear() when clear is
- * non-zero. Errors: BS_ESTATE (read-only db). */
+ * non-zero. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
 BS_API int bs_terminate(bs_storage *st, int clear, bs_error *err);
 
 typedef struct bs_stat {
@@ -709,14 +772,15 @@ typedef struct bs_stat {
 } bs_stat;
 
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
- * so it costs a full scan of the file. */
+ * so it costs a full scan of the file. Errors: BS_EINVAL (db or out NULL). */
 BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
 /* Recomputes every PUT's and REMOVE's checksum from its payload with the stream's hash, every
  * bucket's running checksum and count from its ops (which covers MOVE and CLEAR), and checks key
  * and value encodings and that source records point at their PUTs, in one read snapshot. Each
  * problem, naming the bucket and (where one op is at fault) the op id, is passed to fn (may be
- * NULL; the text is borrowed, valid until fn returns). *problems_out (may be NULL) counts them. Problems found
- * still return BS_OK: a failure code means the check itself could not run (BS_EIO, BS_ENOMEM). */
+ * NULL; the text is borrowed, valid until fn returns). *problems_out (may be NULL) counts them.
+ * Problems found still return BS_OK: a failure code means the check itself could not run
+ * (BS_EINVAL: db NULL; BS_EIO, BS_ENOMEM). */
 BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
                         uint64_t *problems_out, bs_error *err);
 
@@ -826,7 +890,7 @@ typedef struct bs_storage_vtable {
    * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.
    * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is
    * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it
-   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (SPEC.md 5.5). */
+   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (contract.md 5.5). */
   int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
                          size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
                          bs_error *err);
@@ -875,7 +939,7 @@ struct bs_storage {
 /* The base every writer begins with. The fields after `closed` belong to the front: the
  * options as bs_writer_open resolved them, and what was queued since the last flush, by which
  * the front auto-flushes (a backend never flushes on its own) and keeps snapshot writers to
- * INSERT (SPEC.md 4.3). A backend leaves them alone. */
+ * INSERT (contract.md 4.3). A backend leaves them alone. */
 struct bs_writer {
   bs_storage *st;
   int closed;

@@ -17,8 +17,8 @@ int main(int argc, char **argv) {
   TRY(bs_storage_open(&st, db, stream, &err));
   TRY(bs_writer_open(&w, st, NULL, &err));
   TRY(bs_writer_save(w, &s, &err));                      /* queued; nothing visible yet */
-  TRY(bs_writer_snapshot_done(w, V("0/10"), &err));
-  TRY(bs_writer_commit(w, V("0/10"), NULL, NULL, &err)); /* flush + checkpoint at op 1 */
+  TRY(bs_writer_snapshot_done(w, V("00000000/0000000A"), &err)); /* LSNs: fixed width */
+  TRY(bs_writer_commit(w, V("00000000/0000000A"), NULL, NULL, &err)); /* checkpoint at op 1 */
   TRY(bs_get_checksums(st, 1, &row.bucket, 1, &cs, &err));
   printf("checksum %u over %llu op(s)\n", cs.checksum, (unsigned long long)cs.count);
 fail:

@@ -64,7 +64,7 @@ typedef struct fixture {
 
 static int setup(fixture *f, const bs_allocator *alloc) {
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  bs_val lsn0 = {"0", 1};
+  bs_val lsn0 = {"00000000/00000000", 17}; /* LSNs compare byte-wise: keep them fixed-width */
   uint32_t id;
   memset(f, 0, sizeof *f);
   o.allocator = alloc;
@@ -97,7 +97,7 @@ static void test_todo_lands_in_owner_bucket(void) {
   char got[1024] = "";
   int more;
   CHECK(setup(&f, NULL) == 0);
-  CHECK(app_add_todo(f.w, "1", "ann", "milk", "1", NULL) == BS_OK);
+  CHECK(app_add_todo(f.w, "1", "ann", "milk", "00000000/00000001", NULL) == BS_OK);
   CHECK(bs_get_checkpoint(f.st, &cp, NULL) == BS_OK && cp.op_id > 0);
   CHECK(bs_get_bucket_data(f.st, cp.op_id, &req, 1, NULL, collect, got, &more, NULL) == BS_OK);
   CHECK(strcmp(got, "{\"id\":\"1\",\"title\":\"milk\"}") == 0);
@@ -112,7 +112,7 @@ static void test_rejects_oversized_owner(void) {
   owner[sizeof owner - 1] = '\0';
   CHECK(setup(&f, NULL) == 0);
   /* the bucket name is cut at 63 bytes by the app: fine; a 600-byte id is not */
-  CHECK(app_add_todo(f.w, owner, "ann", "t", "1", &err) == BS_ETOOBIG);
+  CHECK(app_add_todo(f.w, owner, "ann", "t", "00000000/00000001", &err) == BS_ETOOBIG);
   CHECK(strstr(err.msg, "replica") != NULL || strstr(err.msg, "id") != NULL);
   teardown(&f);
 }
@@ -147,7 +147,7 @@ static void test_out_of_memory_is_reported(void) {
     a.opaque = &b;
     CHECK(setup(&f, &a) == 0);
     b.left = k;
-    rc = app_add_todo(f.w, "1", "ann", "milk", "1", NULL);
+    rc = app_add_todo(f.w, "1", "ann", "milk", "00000000/00000001", NULL);
     CHECK(rc == BS_OK || rc == BS_ENOMEM);
     saw_enomem |= rc == BS_ENOMEM;
     saw_ok |= rc == BS_OK;

@@ -1,4 +1,4 @@
-/* test_cache: the checksum cache (SPEC.md 5.3) against a fake backend with a counting vtable:
+/* test_cache: the checksum cache (contract.md 5.3) against a fake backend with a counting vtable:
  * misses batched into one call, bases extended by ranges, a CLEAR in the range replacing the
  * base, generation invalidation, LRU eviction at capacity, no caching above the known
  * checkpoint, and a seeded random differential run against the uncached answer (BS_SEED). */
@@ -410,7 +410,7 @@ static void test_random_differential(void **state) {
       if (rand() % 3 == 0) f->checkpoint = f->head;
     } else if (r == 4 && f->checkpoint > 2) {
       /* only fold at or below the checkpoint, like compaction's horizon; bump unless the
-       * fold changed nothing a reader could have cached (always bump: the SPEC's rule) */
+       * fold changed nothing a reader could have cached (always bump: the contract's rule) */
       fold_clear(f, rand() % NB, 1 + (uint64_t)rand() % f->checkpoint, 1);
     } else {
       int idx[6];
@@ -437,7 +437,7 @@ static void test_random_differential(void **state) {
 
 /* The real backends through the front: the cached answer equals the backend's uncached one
  * (st->vt->checksums) on a random workload with updates, deletes, commits and compactions,
- * for C from 0 to checkpoint + 2 (SPEC.md 9, property 1 "with and without the cache"). */
+ * for C from 0 to checkpoint + 2 (contract.md 9, property 1 "with and without the cache"). */
 static void differential_on(bs_db *db, unsigned seed, int rounds) {
   bs_storage *st;
   bs_writer *w;

@@ -18,7 +18,7 @@ static bs_val V(const char *s) {
 
 static void test_sha256_reference_vectors(void **state) {
   (void)state;
-  /* SPEC.md section 3: the reference service's PUT checksums */
+  /* contract.md section 3: the reference service's PUT checksums */
   assert_int_equal(bs_checksum_put(BS_HASH_SHA256, V("test"), V("t1"), V("{\"id\":\"t1\"}")),
                    2634521662u);
   assert_int_equal(bs_checksum_put(BS_HASH_SHA256, V("test"), V("t2"), V("{\"id\":\"t2\"}")),
@@ -43,7 +43,7 @@ static void test_xxh3_vectors(void **state) {
   assert_int_equal(bs_checksum_put(BS_HASH_XXH3, nulls, nulls, nulls), 716115507u);
 }
 
-/* An empty object id is a value: the PUT string is "put.<type>..<data>" (SPEC.md section 3).
+/* An empty object id is a value: the PUT string is "put.<type>..<data>" (contract.md section 3).
  * Expected values: xxhsum -H3 (low 32 bits) and Python hashlib.sha256 (first 4 bytes, LE) of
  * 'put.test..{"id":""}' and 'put.todos..'. */
 static void test_empty_object_id_vectors(void **state) {

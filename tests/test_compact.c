@@ -1,5 +1,5 @@
 /*
- * test_compact.c: compaction through the public API (SPEC.md section 6, properties 1-3 and 6
+ * test_compact.c: compaction through the public API (contract.md section 6, properties 1-3 and 6
  * of section 9) on the LMDB backend. Randomized tests take BS_SEED (default fixed) and print
  * it on failure; BS_TEST_QUICK=1 keeps them to a few seconds.
  */
@@ -330,7 +330,7 @@ static bs_compact_options bucket_opts(const char **buckets, size_t n) {
   return o;
 }
 
-/* ---- SPEC.md section 6 examples ------------------------------------------------------------- */
+/* ---- contract.md section 6 examples ---------------------------------------------------------- */
 
 static void test_spec_move(void **state) {
   env e;

@@ -4,7 +4,7 @@
  *  - Every read is a consistent snapshot: a reader takes the checkpoint C, reads every bucket's
  *    data and checksums at C, and the checksum must equal the sum of the op checksums it read
  *    (ft_fingerprint checks it); the reduced rows must be the same each time C is read again.
- *    BS_EINVALIDATED (compaction tore C, SPEC 5.5) is allowed and then a newer C is read.
+ *    BS_EINVALIDATED (compaction tore C, contract.md 5.5) is allowed and then a newer C is read.
  *  - No deadlock: the whole test runs under alarm().
  *  - Stale readers: a reader process is SIGKILLed inside a read transaction (in a callback); its
  *    LMDB reader slot stays behind; opening the file again (bs_open runs mdb_reader_check)

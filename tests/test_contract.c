@@ -1,5 +1,5 @@
 /*
- * test_contract.c: the conformance suite. Every test states a rule of SPEC.md through the
+ * test_contract.c: the conformance suite. Every test states a rule of contract.md through the
  * public API (storage.h) and is run once per backend: "memory", "lmdb", and "lmdb+passthrough"
  * (the lmdb storage behind a wrapper that forwards every vtable slot, util_passthrough.c).
  *
@@ -137,7 +137,7 @@ static void expect_n(const ct_oplist *l, size_t n) {
   }
 }
 
-/* ==== Checksums and subkeys (SPEC 1, 3) ====================================================== */
+/* ==== Checksums and subkeys (contract.md 1, 3) ================================================ */
 
 static void t_checksum_vectors(void **state) {
   ct_env *e = *state;
@@ -145,7 +145,7 @@ static void t_checksum_vectors(void **state) {
   ct_oplist l;
   bs_checksum c;
   uint64_t cp;
-  /* The reference service's PUT checksums (SPEC 3). */
+  /* The reference service's PUT checksums (contract.md 3). */
   assert_int_equal(put_cs(BS_HASH_SHA256, "test", "t1", "{\"id\":\"t1\"}"), 2634521662u);
   assert_int_equal(put_cs(BS_HASH_SHA256, "test", "t2", "{\"id\":\"t2\"}"), 4243212114u);
   assert_int_equal(put_cs(BS_HASH_XXH3, "test", "t1", "{\"id\":\"t1\"}"),
@@ -212,7 +212,7 @@ static void t_subkeys_distinct_rows(void **state) {
   ct_oplist_free(&l);
 }
 
-/* ==== Saves (SPEC 2, 4.1) ===================================================================== */
+/* ==== Saves (contract.md 2, 4.1) ============================================================== */
 
 static void t_op_order_within_save(void **state) {
   ct_env *e = *state;
@@ -285,7 +285,7 @@ static void t_op_order_with_lookups(void **state) {
   /* Lookup A -> B on the same id: PUT (3), entry B (4), tombstone A (5). */
   CT_OK(ct_save_lk(e->w, BS_UPDATE, "t", NULL, "r1", CT_ROWS({"b", "t", "1", "{}"}), &lb, 1));
   CT_EQ_U64(flush(e), 5);
-  /* Id change r1 -> r2 (SPEC 2: "in the order of 4.1"): REMOVE (6), tombstone B of r1 (7),
+  /* Id change r1 -> r2 (contract.md 2: "in the order of 4.1"): REMOVE (6), tombstone B of r1 (7),
    * PUT (8), entry A of r2 (9). */
   CT_OK(ct_save_lk(e->w, BS_UPDATE, "t", "r1", "r2", CT_ROWS({"b", "t", "1", "{}"}), &la, 1));
   CT_EQ_U64(flush(e), 9);
@@ -393,7 +393,7 @@ static void t_saves_in_batch_see_each_other(void **state) {
   ct_oplist_free(&l);
 }
 
-/* ==== Reads (SPEC 5.2, 5.3) =================================================================== */
+/* ==== Reads (contract.md 5.2, 5.3) ============================================================ */
 
 static void t_reads_at_any_op_id(void **state) {
   ct_env *e = *state;
@@ -449,7 +449,7 @@ static void t_unknown_buckets(void **state) {
   expect_n(&l, 0);
   assert_int_equal(l.n_chunks, 0);
   ct_oplist_free(&l);
-  /* Names are 1..480 bytes (SPEC 1): an empty name is refused. */
+  /* Names are 1..480 bytes (contract.md 1): an empty name is refused. */
   memset(&l, 0, sizeof l);
   CT_RC(BS_EINVAL, ct_read_bucket(e->st, 1, "", 0, &l));
   ct_oplist_free(&l);
@@ -580,7 +580,7 @@ static void t_chunking(void **state) {
   }
 }
 
-/* ==== Checkpoints (SPEC 4.4, 5.1) ============================================================= */
+/* ==== Checkpoints (contract.md 4.4, 5.1) ====================================================== */
 
 static void t_checkpoint_blocked_until_snapshot_done(void **state) {
   ct_env *e = *state;
@@ -767,7 +767,7 @@ static void t_status_resume_lsn(void **state) {
   assert_int_equal(st.state, BS_STREAM_ACTIVE);
 }
 
-/* ==== Snapshots and soft deletes (SPEC 4.3) =================================================== */
+/* ==== Snapshots and soft deletes (contract.md 4.3) ============================================ */
 
 static void t_snapshot_mode(void **state) {
   ct_env *e = *state;
@@ -802,7 +802,7 @@ static void t_snapshot_mode(void **state) {
   bs_writer_close(snap);
 }
 
-/* ==== Truncate, stored data (SPEC 4.1, 4.2) =================================================== */
+/* ==== Truncate, stored data (contract.md 4.1, 4.2) ============================================ */
 
 static void t_truncate(void **state) {
   ct_env *e = *state;
@@ -884,7 +884,7 @@ static void t_stored_row_data(void **state) {
   free(got);
 }
 
-/* ==== Streams (SPEC 1, 9.10) ================================================================== */
+/* ==== Streams (contract.md 1, 9.10) =========================================================== */
 
 static void t_streams_isolated(void **state) {
   ct_env *e = *state;
@@ -981,7 +981,7 @@ static void t_persistence(void **state) {
   ct_oplist_free(&l);
 }
 
-/* ==== Parameter sets (SPEC 5.4) =============================================================== */
+/* ==== Parameter sets (contract.md 5.4) ======================================================== */
 
 static void t_parameter_sets(void **state) {
   ct_env *e = *state;
@@ -1035,7 +1035,7 @@ static void t_parameter_sets(void **state) {
   assert_non_null(strstr(ct_err.msg, "too many parameter results (limit was 4)"));
 }
 
-/* ==== Write checkpoints (SPEC 7) ============================================================== */
+/* ==== Write checkpoints (contract.md 7) ======================================================= */
 
 static uint64_t managed(ct_env *e, const char *user, const char *lsn, int has_id, uint64_t id,
                         int64_t at, int *adv) {
@@ -1164,7 +1164,7 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
 }
 
 /* Managed ids never go backwards for a user, also after cleanup deleted its record; generated
- * records (no requested_at) survive cleanup (SPEC 7). */
+ * records (no requested_at) survive cleanup (contract.md 7). */
 static void t_write_checkpoint_ids_after_cleanup(void **state) {
   ct_env *e = *state;
   uint64_t id, deleted = 99;
@@ -1193,7 +1193,7 @@ static void t_write_checkpoint_ids_after_cleanup(void **state) {
 }
 
 /* last_write_checkpoint in managed mode: every head of the record must be reached by the given
- * heads; given connections the record lacks do not matter (SPEC 7). */
+ * heads; given connections the record lacks do not matter (contract.md 7). */
 static void t_write_checkpoint_heads(void **state) {
   ct_env *e = *state;
   bs_head two[2] = {{ct_v("1"), ct_v(L(6))}, {ct_v("2"), ct_v(L(1))}};
@@ -1211,7 +1211,7 @@ static void t_write_checkpoint_heads(void **state) {
 }
 
 /* Custom checkpoints created from a client request carry requested_at and expire with
- * cleanup; persistent ones (no requested_at) are kept (SPEC 7). */
+ * cleanup; persistent ones (no requested_at) are kept (contract.md 7). */
 static void t_write_checkpoint_custom_requested(void **state) {
   ct_env *e = *state;
   bs_storage *cst = NULL;
@@ -1252,7 +1252,7 @@ static void t_write_checkpoint_custom_requested(void **state) {
   bs_storage_close(cst);
 }
 
-/* ==== Compaction (SPEC 6, 5.5) ================================================================ */
+/* ==== Compaction (contract.md 6, 5.5) ========================================================= */
 
 static void compact_all(ct_env *e, uint64_t max_op) {
   bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
@@ -1601,7 +1601,7 @@ static void t_list_buckets(void **state) {
   bs_storage_close(s1);
 }
 
-/* ==== Empty strings are values (SPEC 10, storage.h CONVENTIONS) ================================ */
+/* ==== Empty strings are values (contract.md 10, storage.h CONVENTIONS) ======================== */
 
 /* A present field: non-NULL, and exactly n bytes. */
 #define CT_PRESENT(buf, len)                                                                       \
@@ -1729,7 +1729,7 @@ static void t_edge_values(void **state) {
   assert_false(last_wcp(e, user, L(1), &id));
 }
 
-/* ==== Explicit limits are honoured (SPEC 5.2, 5.4; storage.h CONVENTIONS) ===================== */
+/* ==== Explicit limits are honoured (contract.md 5.2, 5.4; storage.h CONVENTIONS) ============== */
 
 static void t_explicit_limits(void **state) {
   ct_env *e = *state;

@@ -14,7 +14,7 @@
  * (0 too). Strings come from the shared edge pool (util_edge.h). Focused tests of the rules
  * the differential run found follow it (t_resume_lsn_at_once, ...).
  *
- * Neither side is the reference: a disagreement is decided from SPEC.md, and fixed where it is
+ * Neither side is the reference: a disagreement is decided from contract.md, and fixed where it is
  * wrong. Seeds: BS_SEED (first, default 1), BS_SEEDS (how many: 40 quick / 400 full), BS_STEPS
  * (steps per seed: 300 quick / 1500 full). A failure prints the seed, the step and the last
  * calls; reproduce with BS_SEED=n BS_SEEDS=1 (BS_VERBOSE=1 prints every call).
@@ -38,17 +38,17 @@
 #define SW_COMPACT_THRESHOLDS   1
 /* Defragmentation's live-row count: LMDB counts the PUTs that source-record memberships point
  * at, the memory backend every PUT without a later op of its row. They agree unless a PUT is
- * orphaned by an INSERT over an existing row (SPEC 4.1: an INSERT does not read the previous
+ * orphaned by an INSERT over an existing row (contract.md 4.1: an INSERT does not read the previous
  * record; clients still hold it), which SW_INSERT_OVER_EXISTING leaves out. */
 #define SW_DEFRAG               1
 /* Off: a streaming writer's INSERT becomes an UPDATE (the same on a row without a record).
- * An INSERT over an existing record does not read it (SPEC 4.1), so the PUTs it supersedes are
- * not logged for incremental compaction (LMDB, as SPEC 6 says) and no membership holds them
+ * An INSERT over an existing record does not read it (contract.md 4.1), so the PUTs it supersedes are
+ * not logged for incremental compaction (LMDB, as contract.md 6 says) and no membership holds them
  * (LMDB's defragmentation does not count them live); the memory backend's incremental pass
  * compacts every changed bucket in full and counts them. Reported on issue 11. */
 #define SW_INSERT_OVER_EXISTING 0
 /* Not yet agreed, reported on issue 11: incremental compaction. LMDB converts exactly the ops
- * the writer logged as superseded (SPEC 6) in the buckets it queued; the memory backend runs a
+ * the writer logged as superseded (contract.md 6) in the buckets it queued; the memory backend runs a
  * full compaction of every bucket changed since the last full one at the incremental horizon,
  * so it also compacts supersessions nothing logged (a REMOVE followed by the PUT of a re-inserted
  * row). Off: no incremental compaction. */
@@ -447,7 +447,7 @@ static int checksums_of(bs_storage *st, uint64_t C, const bs_val *b, size_t n, s
   return BS_OK;
 }
 
-/* Parameter rows arrive in an order SPEC does not fix: collect, sort, join. */
+/* Parameter rows arrive in an order contract.md does not fix: collect, sort, join. */
 typedef struct strs {
   char **v;
   size_t n, cap;
@@ -488,7 +488,7 @@ static int params_of(bs_storage *st, uint64_t C, const bs_val *keys, size_t n, s
   return rc;
 }
 
-/* Checkpoint changes: SPEC 5.1 allows extra entries (LMDB reports per flush, the memory backend
+/* Checkpoint changes: contract.md 5.1 allows extra entries (LMDB reports per flush, the memory backend
  * per op), so the two are not compared with each other: each must hold every bucket that a
  * read shows an op of in (from, to] and every lookup whose parameter sets differ between from
  * and to, unless it says "invalidate". */
@@ -1149,7 +1149,7 @@ static void t_resume_lsn_at_once(void **state) {
 }
 
 /* A DELETE the streaming writer sees before the snapshot is done fences the row, also a row
- * the snapshot has not inserted yet: the snapshot writer's later INSERT is skipped (SPEC 4.3). */
+ * the snapshot has not inserted yet: the snapshot writer's later INSERT is skipped (contract.md 4.3). */
 static void t_delete_fences_snapshot(void **state) {
   (void)state;
   for (int i = 0; i < N_SIDES; i++) {
@@ -1203,7 +1203,7 @@ static void t_auto_flush_before_queueing(void **state) {
   }
 }
 
-/* Two generated requests of one user in a batch: the last (newest heads) wins (SPEC 7). */
+/* Two generated requests of one user in a batch: the last (newest heads) wins (contract.md 7). */
 static void t_managed_last_generated_wins(void **state) {
   (void)state;
   for (int i = 0; i < N_SIDES; i++) {

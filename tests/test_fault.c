@@ -14,7 +14,7 @@
  *    must verify and show exactly the state of the last commit that returned BS_OK;
  *  - transient (only call N fails): the failed step is retried once and the run must end in
  *    exactly the reference end state (a failed call leaves the db and the writer's queue as they
- *    were: SPEC.md section 10).
+ *    were: contract.md section 10).
  * Also: the failing vtable wrapper under the checksum cache, and disk full (a small tmpfs when
  * this process may mount one, else ENOSPC injected at commit).
  */
@@ -643,7 +643,7 @@ static void test_wrapper_under_cache(void **state) {
   assert_int_equal(bs_storage_open(&ref, plain, 0, NULL), BS_OK);
   for (int c = 0; c < 6; c++) {
     want_rc[c] = bs_get_checksums(ref, cps[c], names, 4, want[c], NULL);
-    /* a checkpoint below the horizon may be torn by the CLEAR (SPEC 5.5) */
+    /* a checkpoint below the horizon may be torn by the CLEAR (contract.md 5.5) */
     assert_true(want_rc[c] == BS_OK || (want_rc[c] == BS_EINVALIDATED && cps[c] < cps[2]));
   }
   assert_int_equal(want_rc[5], BS_OK);

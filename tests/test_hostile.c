@@ -1,5 +1,5 @@
 /*
- * test_hostile.c: bad input (SPEC.md section 10) and isolation (property 10), on the LMDB
+ * test_hostile.c: bad input (contract.md section 10) and isolation (property 10), on the LMDB
  * backend.
  *  - A table of hostile calls (over-long names and keys, embedded NUL bytes, invalid UTF-8, huge
  *    data, bad versions and tags, NULL handles and pointers, a closed writer, out-of-order LSNs,
@@ -201,7 +201,7 @@ static int h_lsn_256(hx *h) {
 static int h_lsn_older(hx *h) {
   bs_commit_result r;
   int rc = bs_writer_commit(h->w, v("0002"), NULL, &r, &h->err);
-  /* documented: BS_OK, blocked, no checkpoint (SPEC 4.4: lsn >= last checkpoint lsn) */
+  /* documented: BS_OK, blocked, no checkpoint (contract.md 4.4: lsn >= last checkpoint lsn) */
   if (rc == BS_OK && (!r.checkpoint_blocked || r.checkpoint_created)) return -1000;
   return rc;
 }

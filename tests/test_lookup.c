@@ -1,4 +1,4 @@
-/* test_lookup: the canonical lookup-key encoding (SPEC.md 5.4): normalisation of numbers,
+/* test_lookup: the canonical lookup-key encoding (contract.md 5.4): normalisation of numbers,
  * round trips both ways, rejection of malformed keys, limits, and injectivity on random lists
  * (seeded: BS_SEED). */
 #include <setjmp.h>

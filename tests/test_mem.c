@@ -1,6 +1,6 @@
 /*
  * test_mem.c: the memory backend (mem.c) through the public API: golden checksums, the diff
- * rules of SPEC.md 4.1, chunking (5.2), the compaction examples of section 6, torn reads,
+ * rules of contract.md 4.1, chunking (5.2), the compaction examples of section 6, torn reads,
  * write checkpoints, initial-replication compaction, allocation-failure atomicity (with the
  * record and bucket indexes checked by verify after every rollback), and report_error.
  * The conformance suite (all backends) lives elsewhere; this file stays focused.
@@ -151,7 +151,7 @@ static bs_checksum cks(fx *f, const char *b, uint64_t cp) {
   return c;
 }
 
-/* ---- SPEC 3: the golden sha256 vector ------------------------------------------------------ */
+/* ---- contract.md 3: the golden sha256 vector ------------------------------------------------- */
 
 static void test_golden_sha256(void **state) {
   fx f;
@@ -179,7 +179,7 @@ static void test_golden_sha256(void **state) {
   fx_close(&f);
 }
 
-/* ---- SPEC 4.1: diff rules and op id order ---------------------------------------------------- */
+/* ---- contract.md 4.1: diff rules and op id order --------------------------------------------- */
 
 static void test_diff_rules(void **state) {
   fx f;
@@ -287,7 +287,7 @@ static void test_parameters(void **state) {
   fx_close(&f);
 }
 
-/* ---- SPEC 5.2: chunking ------------------------------------------------------------------------ */
+/* ---- contract.md 5.2: chunking --------------------------------------------------------------- */
 
 static void test_chunking(void **state) {
   fx f;
@@ -363,7 +363,7 @@ static void test_chunking(void **state) {
   fx_close(&f);
 }
 
-/* ---- SPEC 6: compaction examples, torn reads --------------------------------------------------- */
+/* ---- contract.md 6: compaction examples, torn reads ------------------------------------------ */
 
 static void test_compact_move(void **state) {
   fx f;
@@ -477,7 +477,7 @@ static void test_initial_replication(void **state) {
   fx_close(&f);
 }
 
-/* ---- SPEC 4.4: commit rules, activation ------------------------------------------------------- */
+/* ---- contract.md 4.4: commit rules, activation ----------------------------------------------- */
 
 static void test_commit_rules(void **state) {
   fx f;
@@ -511,7 +511,7 @@ static void test_commit_rules(void **state) {
   fx_close(&f);
 }
 
-/* ---- SPEC 7: managed write checkpoints --------------------------------------------------------- */
+/* ---- contract.md 7: managed write checkpoints ------------------------------------------------ */
 
 static void test_write_checkpoints(void **state) {
   fx f;
@@ -787,7 +787,7 @@ static void test_index_rollback(void **state) {
   assert_int_equal(fl.live, 0);
 }
 
-/* SPEC.md 8, as the LMDB backend: report_error marks an ACTIVE stream ERRORED (still served);
+/* contract.md 8, as the LMDB backend: report_error marks an ACTIVE stream ERRORED (still served);
  * a stream that is not ACTIVE keeps its state. */
 static void test_report_error(void **state) {
   fx f;

@@ -1,5 +1,5 @@
 /*
- * test_params.c: parameter lookups on the LMDB backend (SPEC.md 4.1 step 3, 5.4), through the
+ * test_params.c: parameter lookups on the LMDB backend (contract.md 4.1 step 3, 5.4), through the
  * public API: reads at older checkpoints, moves between lookups, tombstones, number
  * normalisation of lookup keys, truncate, the result limit, persistence; plus a forged hash
  * collision in the index (through internal.h) to prove rows are grouped by full replica id.

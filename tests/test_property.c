@@ -1,5 +1,5 @@
 /*
- * test_property.c: SPEC.md section 9 on seeded random workloads, against the naive model of
+ * test_property.c: contract.md section 9 on seeded random workloads, against the naive model of
  * util_model.c. Per backend ("memory", "lmdb", "lmdb+passthrough"):
  *  (1) checksum = history at every C at or above the compaction horizon, cached and uncached,
  *      before and after compaction and reopening; (2) reduce equality; (3) resume from any x;

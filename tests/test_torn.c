@@ -1,5 +1,5 @@
 /*
- * test_torn.c: torn reads (SPEC.md 5.5) constructed on purpose, on every backend ("memory",
+ * test_torn.c: torn reads (contract.md 5.5) constructed on purpose, on every backend ("memory",
  * "lmdb", "lmdb+passthrough").
  *
  * Compaction with horizon H can fold ops <= C into a leading CLEAR whose id is > C. Each bucket
@@ -7,23 +7,23 @@
  * with clear_start <= C < clear_op must fail with BS_EINVALIDATED, every other C must give the
  * exact answer (checksum = sum of the original history at C, count = stored ops <= C, data that
  * reduces to the model), and a client told "invalidated" or "target_op > C" must converge by
- * reading a newer checkpoint (SPEC 9, property 3).
+ * reading a newer checkpoint (contract.md 9, property 3).
  *
  * How the expectation is computed: the model (util_model.h) keeps the original history of the
- * bucket; `sim_*` below replays SPEC 6 (MOVE pass, then the leading run of REMOVE/MOVE/CLEAR at
+ * bucket; `sim_*` replays contract.md 6 (MOVE pass, then the leading run of REMOVE/MOVE/CLEAR at
  * or below H folded into one CLEAR when it has 2 or more ops) on that history for every
  * compaction done so far, independently of the library. The expected stored ops, counts, chunk
  * target_op and the torn span at every C follow from it. clear_start is the bucket's first op:
  * a leading run always starts there, and a later CLEAR that folds an earlier one keeps its start.
  *
- * `after` and torn C: SPEC 5.5 defines the error by C alone ("a checksum or data read at C with
+ * `after`, torn C: contract.md 5.5 defines the error by C only ("a checksum or data read at C with
  * clear_start <= C < clear_op returns BS_EINVALIDATED"); it makes no exception for a request
  * whose `after` >= C, although its range (after, C] is empty. So such a read fails too, and a
- * read at an untorn C with after >= C succeeds with no chunk (SPEC 5.2).
+ * read at an untorn C with after >= C succeeds with no chunk (contract.md 5.2).
  *
  * The checksum cache: every check pass first reads checksums at every C through the cached
  * storage, so after the next compaction the cache holds entries from the old generation at
- * every C, torn or not; those must never be served (SPEC 5.3 generation rule). On the file
+ * every C, torn or not; those must never be served (contract.md 5.3 generation rule). On the file
  * backends a second handle with its own cache is checked the same way (a compaction "in another
  * process").
  *
@@ -39,7 +39,7 @@
 #define BUCKET "b"
 #define NOISE  "o"
 
-/* ---- Simulated stored state of bucket BUCKET (SPEC 6 replayed on the model's history) ------- */
+/* ---- Simulated stored state of bucket BUCKET (contract.md 6 replayed on the model's history) - */
 typedef struct sim_op {
   uint64_t id;
   bs_op_type type;
@@ -198,7 +198,7 @@ static int same_row(const ct_op *a, const ct_op *b) {
          buf_same(&a->subkey, &b->subkey);
 }
 
-/* SPEC 6 full compaction of the simulated ops at horizon h. */
+/* contract.md 6 full compaction of the simulated ops at horizon h. */
 static void sim_compact(tt *t, uint64_t h) {
   const md_bucket *b = hist(t);
   size_t k, j, run = 0;
@@ -285,7 +285,7 @@ static void compact(tt *t, uint64_t h) {
   span(t, &s1, &op1);
   if (op1 > op0) t->n_clears++;
   if (op0 && op1 > op0) t->n_extended++;
-  if (op0 && (s1 != s0 || op1 < op0)) /* a bug of this test's simulation (SPEC 6) */
+  if (op0 && (s1 != s0 || op1 < op0)) /* a bug of this test's simulation (contract.md 6) */
     fail_msg("simulation: span [%llu, %llu] became [%llu, %llu]", (unsigned long long)s0,
              (unsigned long long)op0, (unsigned long long)s1, (unsigned long long)op1);
   snprintf(t->where, sizeof t->where, "after compact(H=%llu)", (unsigned long long)h);
@@ -345,7 +345,7 @@ static void expect_sim_range(tt *t, const ct_oplist *l, uint64_t after, uint64_t
     fail_msg("%s: %zu ops, expected %zu", t->where, l->n, i);
   }
   if (l->max_target != tmax)
-    fail_msg("%s: chunk target_op %llu, expected %llu (SPEC 5.5 first bullet)", t->where,
+    fail_msg("%s: chunk target_op %llu, expected %llu (contract.md 5.5 first bullet)", t->where,
              (unsigned long long)l->max_target, (unsigned long long)tmax);
 }
 
@@ -376,7 +376,7 @@ static void check_cks_on(tt *t, bs_storage *st, const char *view, uint64_t C) {
       uint64_t s, o;
       span(t, &s, &o);
       fail_msg("%s: got %s (checksum %u count %llu), expected BS_EINVALIDATED: C is inside the "
-               "compacted span [%llu, %llu] (SPEC 5.5)",
+               "compacted span [%llu, %llu] (contract.md 5.5)",
                t->where, bs_strerror(rc), got.checksum, (unsigned long long)got.count,
                (unsigned long long)s, (unsigned long long)o);
     }
@@ -398,7 +398,7 @@ static void check_cks(tt *t, uint64_t C) {
   if (t->st2) check_cks_on(t, t->st2, "the second handle", C);
 }
 
-/* A client at x (holding reduce(history[..x])) reads (x, C]; SPEC 9 property 3. */
+/* A client at x (holding reduce(history[..x])) reads (x, C]; contract.md 9 property 3. */
 static void check_resume(tt *t, uint64_t x, uint64_t C) {
   ct_oplist l;
   md_reduced full, res;
@@ -413,7 +413,7 @@ static void check_resume(tt *t, uint64_t x, uint64_t C) {
       uint64_t s, o;
       span(t, &s, &o);
       fail_msg("%s: got %s with %zu ops, expected BS_EINVALIDATED (C inside [%llu, %llu], "
-               "SPEC 5.5; `after` makes no difference)",
+               "contract.md 5.5; `after` makes no difference)",
                t->where, bs_strerror(rc), l.n, (unsigned long long)s, (unsigned long long)o);
     }
     t->n_torn_data++;
@@ -447,7 +447,7 @@ static void check_resume(tt *t, uint64_t x, uint64_t C) {
   md_reduce_ops(&res, l.v, l.n);
   if (!md_reduced_eq(&full, &res, why, sizeof why)) {
     ct_dump_ops("read", &l);
-    fail_msg("%s: the client does not converge (SPEC 9 property 3): %s", t->where, why);
+    fail_msg("%s: the client does not converge (contract.md 9 property 3): %s", t->where, why);
   }
   if (x == 0 && md_reduced_total(&res) != expect_cks(t, C).checksum)
     fail_msg("%s: reduced total != bucket checksum", t->where);
@@ -466,7 +466,7 @@ static void check_all(tt *t) {
 
 /* ==== Deterministic cases ==================================================================== */
 
-/* The span, then a second compaction that extends it (SPEC 5.5, 6), with the cache full of
+/* The span, then a second compaction that extends it (contract.md 5.5, 6), with the cache full of
  * entries from before each compaction. */
 static void t_span_and_extension(void **state) {
   tt *t = *state;
@@ -528,7 +528,7 @@ static void t_span_and_extension(void **state) {
   t->done = 1;
 }
 
-/* A read at C below a MOVE's target reports it (SPEC 5.5 first bullet); no CLEAR here. */
+/* A read at C below a MOVE's target reports it (contract.md 5.5 first bullet); no CLEAR here. */
 static void t_move_target_above_C(void **state) {
   tt *t = *state;
   ct_oplist l;
@@ -569,7 +569,7 @@ static void t_move_target_above_C(void **state) {
   t->done = 1;
 }
 
-/* `after` >= C at a torn C fails too (SPEC 5.5 names C only); at an untorn C it is empty. */
+/* `after` >= C at a torn C fails too (contract.md 5.5 names C only); at an untorn C it is empty. */
 static void t_after_at_or_above_C(void **state) {
   tt *t = *state;
   ct_oplist l;
@@ -654,7 +654,7 @@ static void random_step(tt *t, ct_rng *r, rowst *rows, size_t n_rows, rowst *noi
     } else if (p < 80) {
       save(t, BS_DELETE, rid, NULL, NULL);
       rows[i].state = 0;
-    } else { /* the row leaves the bucket: REMOVE by step 2 of SPEC 4.1 */
+    } else { /* the row leaves the bucket: REMOVE by step 2 of contract.md 4.1 */
       save(t, BS_UPDATE, rid, NULL, NULL);
       rows[i].state = 2;
     }

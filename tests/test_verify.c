@@ -10,7 +10,7 @@
  *    and neither verify nor reading the bucket crashes. Bytes no check can reach are left out,
  *    with the reason: a MOVE's or CLEAR's target_op (a hint whose value the file does not
  *    repeat; verify checks its bounds) and a REMOVE's object_type/object_id (its checksum covers
- *    only the subkey, SPEC 3).
+ *    only the subkey, contract.md 3).
  * The op values are found through LMDB's map: a value pointer lies in a page whose header starts
  * with its page number (LMDB's MDB_page), so its file offset is that number times the page size
  * plus its place in the page.

@@ -1,5 +1,5 @@
 /*
- * test_wcp.c: write checkpoints on the LMDB backend (SPEC.md section 7), through the public
+ * test_wcp.c: write checkpoints on the LMDB backend (contract.md section 7), through the public
  * API: managed ids (supplied and generated sharing one counter, monotonic supplied ids, batch
  * de-duplication), last_write_checkpoint against heads, commit marking processed and
  * should_advance, custom mode, cleanup, persistence across reopen.

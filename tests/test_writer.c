@@ -1,5 +1,5 @@
 /*
- * test_writer.c: the LMDB writer (lmdb.c) against SPEC.md section 4, checked by reading the raw
+ * test_writer.c: the LMDB writer (lmdb.c) against contract.md section 4, checked by reading the raw
  * LMDB sub-databases (layout in internal.h), so these tests do not depend on the read module.
  */
 #include <stdarg.h>
@@ -489,7 +489,7 @@ static void test_snapshot_mode(void **state) {
   assert_string_equal(a[0].data, "{new}");
   assert_string_equal(a[1].data, "{old}");
   assert_string_equal(a[1].oi, "3");
-  /* a snapshot writer takes INSERT only (SPEC 4.3) */
+  /* a snapshot writer takes INSERT only (contract.md 4.3) */
   assert_int_equal(save_v(f, BS_DELETE, "t", "r3", NULL, NULL, NULL), BS_ESTATE);
   /* replication delete of a known row before the snapshot is done: REMOVE, soft delete */
   fx_writer(f, 0);

@@ -1,6 +1,6 @@
 /*
  * util_client.h: the sync protocol's lines and a client that applies them the way the reference
- * client does (../shared/seeds/004_..., and the SQLite core it drives): per-bucket state with
+ * client does (its sync-protocol client and the SQLite core it drives): per-bucket state with
  * an `add_checksum` (checksums of ops no longer stored: superseded PUTs, REMOVEs, MOVEs, the
  * CLEAR's sum) and an `op_checksum` (checksums of the stored live PUTs), validated at
  * checkpoint_complete (every bucket) and partial_checkpoint_complete (buckets with priority

@@ -307,7 +307,7 @@ static int on_chunk(const bs_chunk *c, void *payload) {
   if (c->bucket.size != r->blen || memcmp(c->bucket.data, r->bucket, r->blen) != 0)
     fail_msg("chunk of another bucket (%.*s) for a one-bucket request", (int)c->bucket.size,
              (const char *)c->bucket.data);
-  if (c->n_ops == 0) fail_msg("empty chunk (SPEC 5.2: buckets without ops produce no chunk)");
+  if (c->n_ops == 0) fail_msg("empty chunk (contract.md 5.2: a bucket without ops has no chunk)");
   if (c->after != r->pos)
     fail_msg("chunk after=%llu, expected %llu (requested position / previous next_after)",
              (unsigned long long)c->after, (unsigned long long)r->pos);
@@ -331,7 +331,7 @@ static int on_chunk(const bs_chunk *c, void *payload) {
   if (c->target_op != tmax)
     fail_msg("chunk target_op=%llu, expected max target_op of its MOVE/CLEAR ops %llu",
              (unsigned long long)c->target_op, (unsigned long long)tmax);
-  /* A chunk goes past chunk_bytes only when it is a single op (SPEC 5.2). */
+  /* A chunk goes past chunk_bytes only when it is a single op (contract.md 5.2). */
   if (r->chunk_bytes && c->n_ops > 1 && bytes > r->chunk_bytes)
     fail_msg("chunk of %zu ops holds %zu bytes > chunk_bytes %zu", c->n_ops, bytes, r->chunk_bytes);
   if (c->target_op > r->out->max_target) r->out->max_target = c->target_op;

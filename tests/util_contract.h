@@ -1,7 +1,7 @@
 /*
  * util_contract.h: helpers shared by the conformance tests (test_contract.c, test_property.c).
  * Everything here goes through the PUBLIC API (storage.h) only: a backend is judged by what
- * SPEC.md says, never by its internals. No main() here: linked into every test binary.
+ * contract.md says, never by its internals. No main() here: linked into every test binary.
  */
 #ifndef BS_TESTS_UTIL_CONTRACT_H
 #define BS_TESTS_UTIL_CONTRACT_H
@@ -147,7 +147,7 @@ void ct_oplist_free(ct_oplist *l);
 int ct_buf_eq(const ct_buf *b, const char *s);
 
 /* Reads all of bucket in (after, C] with repeated calls (limit, chunk_bytes: 0 = default),
- * asserting the chunk invariants of SPEC 5.2 along the way. Returns the status of the first
+ * asserting the chunk invariants of contract.md 5.2 along the way. Returns the status of the first
  * failing call. */
 int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t blen, uint64_t after,
                         size_t limit, size_t chunk_bytes, ct_oplist *out);

@@ -533,7 +533,7 @@ static int fp_bucket(bs_storage *st, uint64_t C, bs_val name, fp_buf *b, bs_erro
   }
   fp_str(b, "B ");
   fp_bytes(b, name);
-  /* a MOVE/CLEAR pointing above C: compaction to a newer horizon changed what C shows (SPEC
+  /* a MOVE/CLEAR pointing above C: compaction to a newer horizon changed what C shows (contract.md
    * 5.5); marked so that callers comparing two reads of C can tell */
   snprintf(line, sizeof line, " ck=%u rows=%zu%s\n", ck.checksum, r.n,
            r.max_target > C ? " target>C" : "");

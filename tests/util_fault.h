@@ -85,7 +85,7 @@ int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg);
  * for two stores that any client sees alike at C, so also before and after compaction.
  * Also checks, per bucket, that the sum of the op checksums read equals the bucket checksum;
  * on a mismatch returns FT_EMISMATCH with the detail in err. A bucket whose read served a
- * MOVE/CLEAR with target_op > C (compaction above C: SPEC 5.5) is marked " target>C".
+ * MOVE/CLEAR with target_op > C (compaction above C: contract.md 5.5) is marked " target>C".
  * *out: malloc'd; caller frees. */
 #define FT_EMISMATCH (-100)
 int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,

@@ -204,7 +204,7 @@ static void group(md_stream *m, uint64_t lo, uint64_t hi) {
   m->n_g++;
 }
 
-/* Step 1 of SPEC 4.1 and truncate: REMOVE every membership, tombstone every lookup. */
+/* Step 1 of contract.md 4.1 and truncate: REMOVE every membership, tombstone every lookup. */
 static void remove_record(md_stream *m, md_record *r, int tombstones) {
   char sk[BS_SUBKEY_SIZE + 1];
   size_t i;

@@ -1,13 +1,13 @@
 /*
- * util_model.h: a naive reference model of one stream (SPEC.md sections 2-4, 5.4) and the
- * client's reduce algorithm (SPEC.md section 9, property 2: keep the latest PUT per row identity
+ * util_model.h: a naive reference model of one stream (contract.md 2-4, 5.4) and the
+ * client's reduce algorithm (contract.md 9, property 2: keep the latest PUT per row identity
  * plus a remainder checksum).
  *
  * The model predicts, from the writer's calls alone, every op ever written (op id, type,
  * checksum, row identity, data) and every parameter entry. It computes checksums and subkeys
  * with its own code (xxHash / nettle), not the library's.
  *
- * Where SPEC leaves an order open (the REMOVEs of one step of a save, all ops of a truncate),
+ * Where the contract leaves an order open (REMOVEs of one step of a save, all ops of a truncate),
  * the model records a "group": a range of ids whose assignment inside the range is learned from
  * the engine (md_reconcile) after checking that the engine wrote exactly the predicted ops there.
  */
@@ -70,9 +70,9 @@ typedef struct md_stream {
 
 void md_init(md_stream *m, bs_hash hash);
 void md_free(md_stream *m);
-/* Applies one save (SPEC 4.1). */
+/* Applies one save (contract.md 4.1). */
 void md_save(md_stream *m, const bs_save *s);
-/* Applies truncate(table) (SPEC 4.2). */
+/* Applies truncate(table) (contract.md 4.2). */
 void md_truncate(md_stream *m, const char *table);
 /* Checks the engine's ops in every open group with hi <= C and adopts the engine's id
  * assignment. Fails the test (with a dump) on any mismatch. */

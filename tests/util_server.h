@@ -7,7 +7,7 @@
  *    partial_checkpoint_complete after each priority but the last, then checkpoint_complete;
  *  - checkpoint_complete (and partial) WITHHELD when a chunk's target_op exceeds the checkpoint
  *    or a read returns BS_EINVALIDATED; a checkpoint whose checksums are BS_EINVALIDATED gets
- *    no line at all. The connection then moves on to a newer checkpoint (SPEC.md 5.5).
+ *    no line at all. The connection then moves on to a newer checkpoint (contract.md 5.5).
  * One call of sv_next does at most one storage read and returns at most one line, so a test
  * can interleave writes, commits and compactions between any two lines.
  */

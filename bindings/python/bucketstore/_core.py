@@ -11,7 +11,7 @@ Rules this module keeps, so that bad input from Python never reaches C as undefi
     that ran the callback; inside a callback only read calls are allowed.
 Bytes fields take str (UTF-8) or bytes and come back as str, decoded with "surrogateescape",
 so any byte string round-trips. A field a C struct marks absent (data NULL) is None; an empty
-string is "" (SPEC.md: an empty string is a value).
+string is "" (contract.md: an empty string is a value).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _NO_HEADS: Mapping[str, Bytes] = {}
 U32 = (1 << 32) - 1
 U64 = (1 << 64) - 1
 I64 = 1 << 63
-OP_MAX = (1 << 63) - 1  # op ids and checkpoints are < 2^63 (SPEC.md section 2)
+OP_MAX = (1 << 63) - 1  # op ids and checkpoints are < 2^63 (contract.md section 2)
 INT_MAX = (1 << 31) - 1
 SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
 
@@ -503,7 +503,7 @@ def checksum_remove(subkey: Bytes, hash: str = "xxh3") -> int:
 
 
 def subkey(table_id: int, replica_id: Bytes) -> str:
-    """The subkey of a source row (SPEC.md section 1)."""
+    """The subkey of a source row (contract.md section 1)."""
     buf = ctypes.create_string_buffer(F.BS_SUBKEY_SIZE)
     lib.bs_subkey(buf, _int(table_id, "table_id", 0, U32), _val(replica_id, "replica_id"))
     return buf.raw[: F.BS_SUBKEY_SIZE].decode()
@@ -822,7 +822,7 @@ class Storage(_Handle):
         max_records: Optional[int] = None,
         max_bytes: Optional[int] = None,
     ) -> "Writer":
-        """Opens the stream's writer (SPEC.md section 4). snapshot: skip_existing mode."""
+        """Opens the stream's writer (contract.md section 4). snapshot: skip_existing mode."""
         o = F.bs_writer_options(
             F.BS_WRITER_OPTIONS_VERSION, _bool(snapshot, "snapshot"),
             _bool(create_empty, "create_empty"), _size(max_records, "max_records"),
@@ -871,7 +871,7 @@ class Storage(_Handle):
         chunk_bytes: Optional[int] = None,
         max_bytes: Optional[int] = None,
     ) -> Batch:
-        """One call of get_bucket_data_batch (SPEC.md 5.2): ops with after < op_id <=
+        """One call of get_bucket_data_batch (contract.md 5.2): ops with after < op_id <=
         checkpoint of the requested buckets {name: after}, as chunks (copied out). limit: ops
         per call (None = 1000)."""
         cp = _op_id(checkpoint, "checkpoint")
@@ -1041,7 +1041,7 @@ class Storage(_Handle):
     def create_managed_write_checkpoints(
         self, requests: Sequence[ManagedRequest]
     ) -> Tuple[Dict[str, int], bool]:
-        """One batch (SPEC.md 7): ({user_id: stored id}, should_advance)."""
+        """One batch (contract.md 7): ({user_id: stored id}, should_advance)."""
         self._no_write_in_callback()
         reqs = list(requests)
         arr = (F.bs_managed_request * max(len(reqs), 1))()
@@ -1114,7 +1114,7 @@ class Storage(_Handle):
         defragment_ratio: float = 0.0,
         progress: Optional[Callable[[CompactStats], Any]] = None,
     ) -> CompactStats:
-        """Compacts the stream (SPEC.md section 6). None = the library's default. progress:
+        """Compacts the stream (contract.md section 6). None = the library's default. progress:
         called with the totals after each transaction; a truthy return cancels
         (CanceledError), an exception stops it and is re-raised."""
         self._no_write_in_callback()
@@ -1253,7 +1253,7 @@ def _collect_chunk(p: Any, out: List[Chunk]) -> None:
 
 
 class Writer(_Handle):
-    """The replication writer of a stream (SPEC.md section 4); one thread at a time (calls
+    """The replication writer of a stream (contract.md section 4); one thread at a time (calls
     from several threads are serialised). Closing discards what was not flushed."""
 
     _kind = "writer"
@@ -1298,7 +1298,7 @@ class Writer(_Handle):
         old_id: Optional[Bytes] = None,
         store: Optional[Bytes] = None,
     ) -> None:
-        """Queues one source row change (SPEC.md 4.1). tag: 'insert'/'update'/'delete' (or
+        """Queues one source row change (contract.md 4.1). tag: 'insert'/'update'/'delete' (or
         Tag); id: the replica id after the change (for delete: of the deleted row); old_id:
         the replica id before, when the key changed; rows: (bucket, object_type, object_id,
         data); lookups: (values, params); store: row data kept with the source record."""
@@ -1417,7 +1417,7 @@ class Writer(_Handle):
                             res.checkpoint, reason)
 
     def commit(self, lsn: Bytes, *, create_empty: Optional[bool] = None) -> CommitResult:
-        """Flushes, then makes a checkpoint iff the LSN allows it (SPEC.md 4.4)."""
+        """Flushes, then makes a checkpoint iff the LSN allows it (contract.md 4.4)."""
         o = F.bs_commit_options(F.BS_COMMIT_OPTIONS_VERSION,
                                 -1 if create_empty is None else _bool(create_empty,
                                                                       "create_empty"))

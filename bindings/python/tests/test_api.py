@@ -10,7 +10,7 @@ from conftest import commit_all, read_all, row
 
 
 def test_golden_sha256_checksums(db):
-    # SPEC.md section 3: the reference service's PUT checksums
+    # contract.md section 3: the reference service's PUT checksums
     assert bs.checksum_put("test", "t1", '{"id":"t1"}', hash="sha256") == 2634521662
     assert bs.checksum_put("test", "t2", '{"id":"t2"}', hash="sha256") == 4243212114
     with db.storage(db.create_stream("v1", hash="sha256")) as st, st.writer() as w:
@@ -317,7 +317,7 @@ def test_torn_and_stale_reads_raise_their_codes(st):
     assert (cp, cp2) == (3, 6)
     st.compact(min_bucket_changes=1, compact_parameters=True)
     # the leading run (ops 1 and 3, now MOVEs) folded into a CLEAR with id 3: a read at 1 or
-    # 2 is torn (SPEC.md 5.5)
+    # 2 is torn (contract.md 5.5)
     with pytest.raises(bs.InvalidatedError) as e:
         st.checksums(1, ["b"])
     assert e.value.code == bs.EINVALIDATED and "compacted" in e.value.message
