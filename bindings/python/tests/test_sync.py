@@ -4,13 +4,13 @@ compactions, reopening the file), and clients download their buckets, resume fro
 they stopped (also in the middle of a batch), reduce what they got with the client's
 algorithm, and at every checkpoint they complete check:
   - the client's checksum of every bucket = get_checksums = the model's sum of the whole
-    history (SPEC.md section 9, property 1), and the count served is plausible;
+    history (contract.md section 9, property 1), and the count served is plausible;
   - the client's live rows = the model's live rows (property 2/3: reduce equality);
   - every PUT's checksum is checksum_put of its fields, every REMOVE's checksum_remove;
   - ops arrive in ascending op id, above the position asked for, at or below the checkpoint;
   - a client that downloads only the buckets get_checkpoint_changes names since its last
     checkpoint ends up equal too (changes never miss a bucket).
-The model only predicts what SPEC.md 4.1 says a save emits. BS_SEED picks the seed (printed
+The model only predicts what contract.md 4.1 says a save emits. BS_SEED picks the seed (printed
 on failure); BS_TEST_QUICK=1 runs fewer steps."""
 
 import os
