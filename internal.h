@@ -72,7 +72,7 @@ static inline void bs_put_u64le(unsigned char *p, uint64_t v) {
 static inline uint64_t bs_get_u64le(const unsigned char *p) {
   return (uint64_t)bs_get_u32le(p) | (uint64_t)bs_get_u32le(p + 4) << 32;
 }
-/* memcmp order with shorter-prefix-first: the LSN order of SPEC.md section 1. */
+/* memcmp order with shorter-prefix-first: the LSN order of contract.md section 1. */
 static inline int bs_val_cmp(bs_val a, bs_val b) {
   size_t n = a.size < b.size ? a.size : b.size;
   int c = n ? memcmp(a.data, b.data, n) : 0;
@@ -164,7 +164,7 @@ typedef struct bs_cksum_cache_stats {
 } bs_cksum_cache_stats;
 void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out);
 
-/* ---- Write checkpoints (SPEC.md 7): the rule both backends apply ---- */
+/* ---- Write checkpoints (contract.md 7): the rule both backends apply ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name
  * conn at an LSN at or above lsn; given connections the record lacks are ignored. A managed
  * record is acknowledged for the reader iff every one of its heads is reached. */
@@ -174,7 +174,7 @@ static inline bool bs_head_reached(bs_val conn, bs_val lsn, const bs_head *given
   return false;
 }
 
-/* De-duplication of one user's requests in a managed batch (SPEC.md 7): does candidate c replace
+/* De-duplication of one user's requests in a managed batch (contract.md 7): does candidate c replace
  * the chosen request w? A supplied request id beats a generated one; among supplied the greatest
  * wins (the first of equals stays); among generated the last wins: its heads are the newest, so
  * the id is not acknowledged before the user's later writes are replicated. */
@@ -186,7 +186,7 @@ static inline int bs_managed_req_beats(const bs_managed_request *c, const bs_man
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
 int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
-/* can_checkpoint(lsn) of SPEC.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
+/* can_checkpoint(lsn) of contract.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
  * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
 bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
                                     const bs_val *checkpoint_lsn, bs_val lsn);

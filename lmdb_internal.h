@@ -47,7 +47,7 @@
  *  superseded  u64be bucket id | u64be old op id                  u64 new op id
  *  cqueue      u32be stream | u64be bucket id                     (empty) incremental work queue
  *  softdel     u32be stream | u64be op-id mark | u32be table id | replica id (rest)   (empty)
- *              index of soft-deleted source records (SPEC 4.3); purged by the first checkpoint
+ *              index of soft-deleted source records (contract.md 4.3); purged by the first checkpoint
  *              at or above the mark. An entry whose record is no longer soft-deleted with that
  *              mark is stale and simply dropped.
  *
