@@ -30,7 +30,7 @@ IGNORED = {
     },
 }
 
-MAX_BUCKET = 480  # SPEC.md section 10
+MAX_BUCKET = 480  # contract.md section 10
 MAX_LOOKUP = 480
 MAX_REPLICA = 256
 
@@ -333,7 +333,7 @@ KNOWN = {
 }
 STRICT = set()
 
-# checkpoint_changes may report extra entries, never miss one (SPEC.md 5.1). The memory backend
+# checkpoint_changes may report extra entries, never miss one (contract.md 5.1). The memory backend
 # is exact; LMDB keeps one change record per flush/commit ([first, last] op ids), so it reports
 # every bucket, lookup and user of a record that meets the range. So the rule compared is:
 # memory's lists are subsets of LMDB's, and memory invalidates only when LMDB does.
