@@ -2584,6 +2584,8 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   int mrc, rc;
 
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
+  if (f->rec.state == BS_STREAM_TERMINATED)
+    return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
   rc = table_id(f, c->table, 0, &tid, err);
   if (rc == BS_ENOTFOUND) {
     c->done = 1;
