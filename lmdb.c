@@ -1368,9 +1368,17 @@ static int next_op(fctx *f, uint64_t *id, bs_error *err) {
   return BS_OK;
 }
 
+/* The op o stores (the codec's view of it). */
+static bs_op pop_op(const pop *o) {
+  bs_op op = {o->op_id,     (bs_op_type)o->type,         o->checksum, 0, o->object_type,
+              o->object_id, {o->subkey, BS_SUBKEY_SIZE}, o->data};
+  return op;
+}
+
 static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_val oi,
                    const char *sk, bs_val data, uint64_t *id_out, bs_error *err) {
   pop *o = arena_alloc(&f->ar, sizeof *o);
+  bs_op op;
   int rc;
   if (!o) return oom(err);
   if ((rc = next_op(f, &o->op_id, err)) != BS_OK) return rc;
@@ -1389,8 +1397,9 @@ static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_va
   b->touched = 1;
   b->st.checksum = bs_cksum_add(b->st.checksum, ck);
   b->st.count++;
-  b->st.bytes += BS_OP_HEADER_SIZE + ot.size + oi.size + BS_SUBKEY_SIZE + data.size;
   b->st.last_op = o->op_id;
+  op = pop_op(o);
+  b->st.bytes += bs_lmdb_op_size(&op);
   *id_out = o->op_id;
   return BS_OK;
 }
@@ -1855,30 +1864,14 @@ static int put_ops(fctx *f, bs_error *err) {
   /* Keys go out in order: buckets sorted by id, each bucket's ops by rising id. */
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
-      unsigned char k[16], *p;
-      size_t ot = o->object_type.size, oi = o->object_id.size;
-      MDB_val key = {16, k}, val;
-      bs_put_u64be(k, bl[i]->id);
-      bs_put_u64be(k + 8, o->op_id);
-      if (!app && past_end(k, 16, last, nlast)) app = MDB_APPEND;
-      val.mv_size = BS_OP_HEADER_SIZE + ot + oi + BS_SUBKEY_SIZE + o->data.size;
+      unsigned char k[BS_OP_KEY_SIZE];
+      const bs_op op = pop_op(o);
+      MDB_val key = {sizeof k, k}, val = {bs_lmdb_op_size(&op), NULL};
+      bs_lmdb_op_key(k, bl[i]->id, o->op_id);
+      if (!app && past_end(k, sizeof k, last, nlast)) app = MDB_APPEND;
       /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
       if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
-      p = val.mv_data;
-      p[0] = o->type;
-      bs_put_u32le(p + 1, o->checksum);
-      bs_put_u64le(p + 5, 0);
-      bs_put_u16le(p + 13, (uint16_t)ot);
-      bs_put_u16le(p + 15, (uint16_t)oi);
-      p[17] = BS_SUBKEY_SIZE;
-      p += BS_OP_HEADER_SIZE;
-      if (ot) memcpy(p, o->object_type.data, ot);
-      p += ot;
-      if (oi) memcpy(p, o->object_id.data, oi);
-      p += oi;
-      memcpy(p, o->subkey, BS_SUBKEY_SIZE);
-      p += BS_SUBKEY_SIZE;
-      if (o->data.size) memcpy(p, o->data.data, o->data.size);
+      bs_lmdb_op_encode(val.mv_data, &op);
     }
   }
   mdb_cursor_close(cur);
@@ -2166,8 +2159,7 @@ static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_erro
   for (uint32_t i = 0; i < r->nm && !m; i++)
     if (r->m[i].bucket == row->bucket && r->m[i].op == row->old_op) m = &r->m[i];
   if (!m) return BS_OK; /* the row changed since it was planned */
-  bs_put_u64be(kb, row->bucket);
-  bs_put_u64be(kb + 8, row->old_op);
+  bs_lmdb_op_key(kb, row->bucket, row->old_op);
   mrc = mdb_get(f->txn, f->db->ops, &key, &val);
   if (mrc == MDB_NOTFOUND)
     return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu of a source record is missing",

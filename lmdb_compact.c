@@ -639,13 +639,15 @@ static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdel
 /* Rewrites the op under the ops cursor as a MOVE or CLEAR: the fixed header with no payload,
  * same key, in place (a value no larger: the cursor stays on it). */
 static int put_bare(cctx *c, const MDB_val *k, bs_op_type t, uint32_t checksum, uint64_t target) {
-  unsigned char kb[16], vb[BS_OP_HEADER_SIZE];
-  MDB_val ck = {16, kb}, cv = {BS_OP_HEADER_SIZE, vb};
-  memcpy(kb, k->mv_data, 16); /* k points into the map, which the put changes */
-  memset(vb, 0, sizeof vb);
-  vb[0] = (unsigned char)t;
-  bs_put_u32le(vb + 1, checksum);
-  bs_put_u64le(vb + 5, target);
+  unsigned char kb[BS_OP_KEY_SIZE], vb[BS_OP_HEADER_SIZE];
+  MDB_val ck = {sizeof kb, kb}, cv = {sizeof vb, vb};
+  bs_op bare;
+  memset(&bare, 0, sizeof bare);
+  bare.type = t;
+  bare.checksum = checksum;
+  bare.target_op = target;
+  memcpy(kb, k->mv_data, sizeof kb); /* k points into the map, which the put changes */
+  bs_lmdb_op_encode(vb, &bare);
   return mdb_cursor_put(c->oc, &ck, &cv, MDB_CURRENT);
 }
 

@@ -61,46 +61,59 @@
  *           u32 n lookups, n x (u16 len, key) | u32 n users, n x (u16 len, user id).
  * ================================================================================================= */
 
-#define BS_OP_HEADER_SIZE 18u
+/* ---- The codec (lmdb_codec.c; the decoders of hot read loops are inline here) ----------------
+ * Each key and value of the layout table is encoded and decoded by this section and nowhere
+ * else. A decoder checks every length against its buffer: what does not decode is BS_ECORRUPT,
+ * never a read past the end. tests/test_codec.c holds golden bytes and malformed inputs. */
 
-
-/* The ops key of (bucket id, op id). */
-static inline void bs_lmdb_op_key(unsigned char k[16], uint64_t bucket, uint64_t op) {
+/* ops key: u64be bucket id | u64be op id. */
+#define BS_OP_KEY_SIZE 16u
+static inline void bs_lmdb_op_key(unsigned char k[BS_OP_KEY_SIZE], uint64_t bucket, uint64_t op) {
   bs_put_u64be(k, bucket);
   bs_put_u64be(k + 8, op);
 }
 
-/* Decodes an op value (borrowed) into op; op_id is taken from the key. BS_ECORRUPT if short. */
+/* Op value (layout above). Only the fields op's type carries are stored (bs_op_carries_row;
+ * data only for PUT), so a MOVE or CLEAR is the bare header. */
+#define BS_OP_HEADER_SIZE 18u
+static inline size_t bs_lmdb_op_size(const bs_op *op) {
+  size_t n = BS_OP_HEADER_SIZE;
+  if (bs_op_carries_row(op->type)) n += op->object_type.size + op->object_id.size + op->subkey.size;
+  return op->type == BS_OP_PUT ? n + op->data.size : n;
+}
+/* Writes op's value (bs_lmdb_op_size bytes) into out, e.g. an MDB_RESERVE buffer; op->op_id
+ * goes into the key. The caller has checked the limits (BS_MAX_OBJECT_NAME, subkey < 256). */
+void bs_lmdb_op_encode(unsigned char *out, const bs_op *op);
+/* Decodes an op value (borrowed: op's fields point into val) with op_id from the key. */
 static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
   const unsigned char *p = (const unsigned char *)val->mv_data;
-  size_t ot, oi, sk;
+  size_t ot, oi, sk, fixed;
   int row;
-  if (key->mv_size != 16 || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
+  if (key->mv_size != BS_OP_KEY_SIZE || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
+  ot = bs_get_u16le(p + 13);
+  oi = bs_get_u16le(p + 15);
+  sk = p[17];
+  fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
+  if (p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR || fixed > val->mv_size) return BS_ECORRUPT;
   op->op_id = bs_get_u64be((const unsigned char *)key->mv_data + 8);
   op->type = (bs_op_type)p[0];
-  op->checksum = (uint32_t)p[1] | (uint32_t)p[2] << 8 | (uint32_t)p[3] << 16 | (uint32_t)p[4] << 24;
-  op->target_op = 0;
-  for (int i = 7; i >= 0; i--) op->target_op = op->target_op << 8 | p[5 + i];
-  ot = (size_t)p[13] | (size_t)p[14] << 8;
-  oi = (size_t)p[15] | (size_t)p[16] << 8;
-  sk = p[17];
-  if (op->type < BS_OP_PUT || op->type > BS_OP_CLEAR ||
-      BS_OP_HEADER_SIZE + ot + oi + sk > val->mv_size)
-    return BS_ECORRUPT;
+  op->checksum = bs_get_u32le(p + 1);
+  op->target_op = bs_get_u64le(p + 5);
   p += BS_OP_HEADER_SIZE;
   row = bs_op_carries_row(op->type);
   op->object_type.data = row ? p : NULL;
   op->object_type.size = ot;
-  p += ot;
-  op->object_id.data = row ? p : NULL;
+  op->object_id.data = row ? p + ot : NULL;
   op->object_id.size = oi;
-  p += oi;
-  op->subkey.data = row ? p : NULL;
+  op->subkey.data = row ? p + ot + oi : NULL;
   op->subkey.size = sk;
-  p += sk;
-  op->data.size = val->mv_size - (BS_OP_HEADER_SIZE + ot + oi + sk);
-  op->data.data = (op->type == BS_OP_PUT) ? p : NULL;
-  if (op->type != BS_OP_PUT) op->data.size = 0;
+  if (op->type == BS_OP_PUT) {
+    op->data.data = p + fixed - BS_OP_HEADER_SIZE;
+    op->data.size = val->mv_size - fixed;
+  } else {
+    op->data.data = NULL;
+    op->data.size = 0;
+  }
   return BS_OK;
 }
 

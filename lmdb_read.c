@@ -28,52 +28,6 @@ static inline size_t op_size(const bs_op *op) {
   return op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
 }
 
-/* bs_lmdb_op_decode with word loads: the hot loop of bucket_data. Same result, same checks;
- * the byte-at-a-time decoder is the reference (and the fallback on big-endian hosts). */
-static inline int op_decode_fast(const MDB_val *key, const MDB_val *val, bs_op *op) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  const unsigned char *p = (const unsigned char *)val->mv_data;
-  uint64_t id, target;
-  uint32_t ck;
-  uint16_t ot16, oi16;
-  size_t ot, oi, sk, fixed;
-  int row;
-  if (key->mv_size != 16 || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
-  memcpy(&id, (const unsigned char *)key->mv_data + 8, 8);
-  memcpy(&ck, p + 1, 4);
-  memcpy(&target, p + 5, 8);
-  memcpy(&ot16, p + 13, 2);
-  memcpy(&oi16, p + 15, 2);
-  ot = ot16;
-  oi = oi16;
-  sk = p[17];
-  fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
-  if (p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR || fixed > val->mv_size) return BS_ECORRUPT;
-  op->op_id = __builtin_bswap64(id);
-  op->type = (bs_op_type)p[0];
-  op->checksum = ck;
-  op->target_op = target;
-  p += BS_OP_HEADER_SIZE;
-  row = bs_op_carries_row(op->type);
-  op->object_type.data = row ? p : NULL;
-  op->object_type.size = ot;
-  op->object_id.data = row ? p + ot : NULL;
-  op->object_id.size = oi;
-  op->subkey.data = row ? p + ot + oi : NULL;
-  op->subkey.size = sk;
-  if (op->type == BS_OP_PUT) {
-    op->data.data = p + ot + oi + sk;
-    op->data.size = val->mv_size - fixed;
-  } else {
-    op->data.data = NULL;
-    op->data.size = 0;
-  }
-  return BS_OK;
-#else
-  return bs_lmdb_op_decode(key, val, op);
-#endif
-}
-
 /* ---- Bucket lookup -------------------------------------------------------------------------- */
 
 typedef struct bucket_ref {
@@ -304,7 +258,7 @@ static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, b
     size_t sz;
     if (!key_in_bucket(&k, kb)) break;
     if (bs_get_u64be((const unsigned char *)k.mv_data + 8) > r->checkpoint) break;
-    if (op_decode_fast(&k, &v, &op))
+    if (bs_lmdb_op_decode(&k, &v, &op))
       return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
                      bs_name_shown(name), (const char *)name.data,
                      bs_get_u64be((const unsigned char *)k.mv_data + 8));
@@ -383,15 +337,6 @@ done:
 
 /* ---- Checksums ------------------------------------------------------------------------------ */
 
-/* Checksum and type straight from an op value, without a full decode. */
-static int op_value_head(const MDB_val *v, uint32_t *checksum, int *type) {
-  const unsigned char *p = (const unsigned char *)v->mv_data;
-  if (v->mv_size < BS_OP_HEADER_SIZE || p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR) return BS_ECORRUPT;
-  *checksum = bs_get_u32le(p + 1);
-  *type = p[0];
-  return BS_OK;
-}
-
 /* The bucket's (checksum, count) at C: its running value minus the ops above C. Only the tail
  * above C is read, so the cost does not depend on the bucket's size. */
 static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_val name,
@@ -406,14 +351,13 @@ static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_va
     bs_lmdb_op_key(kb, ref->id, c + 1);
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      uint32_t ck;
-      int type;
+      bs_op op;
       if (!key_in_bucket(&k, kb)) break;
-      if (op_value_head(&v, &ck, &type) || count == 0)
+      if (bs_lmdb_op_decode(&k, &v, &op) || count == 0)
         return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " or state is corrupt",
                        bs_name_shown(name), (const char *)name.data,
                        bs_get_u64be((const unsigned char *)k.mv_data + 8));
-      sum = bs_cksum_sub(sum, ck);
+      sum = bs_cksum_sub(sum, op.checksum);
       count--;
     }
     if (mrc != 0 && mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading checksums");
@@ -463,18 +407,17 @@ static int range_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint
   bs_lmdb_op_key(kb, ref->id, from + 1);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    uint32_t ck;
-    int type;
+    bs_op op;
     if (!key_in_bucket(&k, kb) || bs_get_u64be((const unsigned char *)k.mv_data + 8) > to) break;
-    if (op_value_head(&v, &ck, &type))
+    if (bs_lmdb_op_decode(&k, &v, &op))
       return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
                      bs_name_shown(name), (const char *)name.data,
                      bs_get_u64be((const unsigned char *)k.mv_data + 8));
-    if (type == BS_OP_CLEAR) {
+    if (op.type == BS_OP_CLEAR) {
       *cleared = 1;
       return BS_OK;
     }
-    out->checksum = bs_cksum_add(out->checksum, ck);
+    out->checksum = bs_cksum_add(out->checksum, op.checksum);
     out->count++;
   }
   if (mrc != 0 && mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading checksum ranges");

@@ -1,0 +1,186 @@
+/* test_codec: the LMDB codec (lmdb_codec.c, lmdb_internal.h) that the writer, the readers,
+ * compaction and verify use: golden bytes of each encoding, round trips, and malformed input
+ * (truncated, bad type, lengths past the end), which must give BS_ECORRUPT and never a read past
+ * the value: every decoded buffer is a heap copy of exactly its size, so ASan (make check) sees
+ * an over-read. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "lmdb_internal.h"
+
+#define V(s) ((bs_val){s, sizeof(s) - 1})
+
+/* A heap copy of exactly n bytes of p (the decoders must stay inside it). */
+static MDB_val exact(const void *p, size_t n) {
+  MDB_val v;
+  v.mv_size = n;
+  v.mv_data = malloc(n ? n : 1);
+  assert_non_null(v.mv_data);
+  if (n) memcpy(v.mv_data, p, n);
+  return v;
+}
+
+static void val_eq(bs_val got, bs_val want) {
+  assert_int_equal(got.size, want.size);
+  assert_non_null(got.data); /* a carried field is present, also when empty */
+  if (want.size) assert_memory_equal(got.data, want.data, want.size);
+}
+
+static const unsigned char op_key_golden[16] = {0, 0, 0, 0, 0, 0,    0x01, 0x02,
+                                                0, 0, 0, 0, 0, 0x03, 0x04, 0x05};
+
+static void test_op_key(void **state) {
+  unsigned char k[BS_OP_KEY_SIZE];
+  (void)state;
+  bs_lmdb_op_key(k, 0x0102, 0x030405);
+  assert_memory_equal(k, op_key_golden, sizeof k);
+}
+
+/* PUT type "t", id "ab", subkey "xyz", data "{}", checksum 0x11223344 */
+static const unsigned char put_golden[] = {1,   0x44, 0x33, 0x22, 0x11, 0,   0,   0,
+                                           0,   0,    0,    0,    0, /* type, cksum, target */
+                                           1,   0,    2,    0,    3, /* ot, oi, sk lengths */
+                                           't', 'a',  'b',  'x',  'y',  'z', '{', '}'};
+
+static bs_op put_op(void) {
+  bs_op op;
+  memset(&op, 0, sizeof op);
+  op.type = BS_OP_PUT;
+  op.checksum = 0x11223344u;
+  op.object_type = V("t");
+  op.object_id = V("ab");
+  op.subkey = V("xyz");
+  op.data = V("{}");
+  return op;
+}
+
+/* Encodes op into a buffer of exactly bs_lmdb_op_size bytes, decodes it under key op_id. */
+static void round_trip(const bs_op *op, uint64_t op_id, unsigned char *out, size_t out_size,
+                       bs_op *back) {
+  unsigned char k[BS_OP_KEY_SIZE];
+  MDB_val mk = {sizeof k, k}, mv;
+  size_t n = bs_lmdb_op_size(op);
+  unsigned char *buf = malloc(n);
+  assert_non_null(buf);
+  bs_lmdb_op_encode(buf, op);
+  assert_true(n <= out_size);
+  memcpy(out, buf, n);
+  bs_lmdb_op_key(k, 7, op_id);
+  mv.mv_size = n;
+  mv.mv_data = buf;
+  assert_int_equal(bs_lmdb_op_decode(&mk, &mv, back), BS_OK);
+  assert_int_equal(back->op_id, op_id);
+  assert_int_equal(back->type, op->type);
+  assert_int_equal(back->checksum, op->checksum);
+  assert_int_equal(back->target_op, op->target_op);
+  if (bs_op_carries_row(op->type)) {
+    val_eq(back->object_type, op->object_type);
+    val_eq(back->object_id, op->object_id);
+    val_eq(back->subkey, op->subkey);
+  } else {
+    assert_null(back->object_type.data);
+    assert_null(back->object_id.data);
+    assert_null(back->subkey.data);
+  }
+  if (op->type == BS_OP_PUT)
+    val_eq(back->data, op->data);
+  else
+    assert_true(back->data.data == NULL && back->data.size == 0);
+  free(buf);
+}
+
+static void test_op_value(void **state) {
+  unsigned char out[64];
+  bs_op op = put_op(), back;
+  (void)state;
+  assert_int_equal(bs_lmdb_op_size(&op), sizeof put_golden);
+  round_trip(&op, 42, out, sizeof out, &back);
+  assert_memory_equal(out, put_golden, sizeof put_golden);
+
+  /* REMOVE keeps the row, drops the data; MOVE and CLEAR keep only the header. */
+  op.type = BS_OP_REMOVE;
+  assert_int_equal(bs_lmdb_op_size(&op), sizeof put_golden - 2);
+  round_trip(&op, 43, out, sizeof out, &back);
+  op.type = BS_OP_MOVE;
+  op.target_op = 0x0102030405060708ull;
+  assert_int_equal(bs_lmdb_op_size(&op), BS_OP_HEADER_SIZE);
+  round_trip(&op, 44, out, sizeof out, &back);
+  assert_int_equal(out[0], BS_OP_MOVE);
+  assert_int_equal(out[5], 0x08); /* target_op little-endian */
+  assert_int_equal(out[12], 0x01);
+  for (int i = 13; i < 18; i++) assert_int_equal(out[i], 0);
+  op.type = BS_OP_CLEAR;
+  round_trip(&op, 45, out, sizeof out, &back);
+
+  /* Present empty fields stay present. */
+  op = put_op();
+  op.object_type = V("");
+  op.object_id = V("");
+  op.data = V("");
+  round_trip(&op, 46, out, sizeof out, &back);
+}
+
+static void test_op_value_malformed(void **state) {
+  unsigned char k[BS_OP_KEY_SIZE];
+  MDB_val mk = {sizeof k, k}, mv;
+  const size_t fixed = sizeof put_golden - 2; /* header + type + id + subkey */
+  unsigned char bad[sizeof put_golden];
+  bs_op op;
+  (void)state;
+  bs_lmdb_op_key(k, 1, 2);
+  /* Every truncation: short of the fixed part it does not decode; past it, data shrinks. */
+  for (size_t n = 0; n <= sizeof put_golden; n++) {
+    mv = exact(put_golden, n);
+    if (n < fixed) {
+      assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+    } else {
+      assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_OK);
+      assert_int_equal(op.data.size, n - fixed);
+    }
+    free(mv.mv_data);
+  }
+  /* A type outside PUT..CLEAR. */
+  for (int t = 0; t < 256; t++) {
+    memcpy(bad, put_golden, sizeof bad);
+    bad[0] = (unsigned char)t;
+    mv = exact(bad, sizeof bad);
+    assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op),
+                     t >= BS_OP_PUT && t <= BS_OP_CLEAR ? BS_OK : BS_ECORRUPT);
+    free(mv.mv_data);
+  }
+  /* Each length field one past what the value holds. */
+  for (int f = 0; f < 3; f++) {
+    static const int at[3] = {13, 15, 17};
+    memcpy(bad, put_golden, sizeof bad);
+    bad[at[f]] = (unsigned char)(bad[at[f]] + 3);
+    mv = exact(bad, sizeof bad);
+    assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+    free(mv.mv_data);
+    bad[at[f]] = 0xff;
+    if (f < 2) bad[at[f] + 1] = 0xff;
+    mv = exact(bad, sizeof bad);
+    assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+    free(mv.mv_data);
+  }
+  /* A key that is not an ops key. */
+  mv = exact(put_golden, sizeof put_golden);
+  mk.mv_size = 15;
+  assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+  mk.mv_size = 17;
+  assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+  free(mv.mv_data);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_op_key),
+      cmocka_unit_test(test_op_value),
+      cmocka_unit_test(test_op_value_malformed),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
