@@ -364,22 +364,14 @@ int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const 
 
 int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, uint64_t *id_out,
                       bs_error *err) {
-  unsigned char k[4 + BS_MAX_BUCKET_NAME];
+  unsigned char k[BS_BUCKET_KEY_MAX];
   MDB_val key, val;
-  int mrc;
-  if (name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
-  bs_put_u32be(k, stream);
-  if (name.size) memcpy(k + 4, name.data, name.size);
-  key.mv_size = 4 + name.size;
-  key.mv_data = k;
+  int rc, mrc;
+  if ((rc = bs_lmdb_bucket_key(k, stream, name, &key, err))) return rc;
   mrc = mdb_get(txn, db->buckets, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
   if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  if (val.mv_size != 8)
-    return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", val.mv_size);
-  *id_out = bs_get_u64le(val.mv_data);
-  return BS_OK;
+  return bs_lmdb_bucket_id_decode(&val, id_out, err);
 }
 
 /* ---- Opening and closing ---------------------------------------------------------------------- */
@@ -1320,20 +1312,14 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
 
 /* bs_lmdb_bucket_id through the flush's name cursor. */
 static int bucket_id_lookup(fctx *f, bs_val name, uint64_t *id_out, bs_error *err) {
-  unsigned char k[4 + BS_MAX_BUCKET_NAME];
-  MDB_val key = {4 + name.size, k}, val;
-  int mrc;
-  if (name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
-  bs_put_u32be(k, f->stream);
-  if (name.size) memcpy(k + 4, name.data, name.size);
+  unsigned char k[BS_BUCKET_KEY_MAX];
+  MDB_val key, val;
+  int rc, mrc;
+  if ((rc = bs_lmdb_bucket_key(k, f->stream, name, &key, err))) return rc;
   mrc = cur_get(f, &f->bnm, f->db->buckets, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
   if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  if (val.mv_size != 8)
-    return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", val.mv_size);
-  *id_out = bs_get_u64le(val.mv_data);
-  return BS_OK;
+  return bs_lmdb_bucket_id_decode(&val, id_out, err);
 }
 
 /* Resolves a bucket by name, creating it (id from seq.bucket) when unknown. */
@@ -1911,10 +1897,10 @@ static int put_buckets(fctx *f, bs_error *err) {
   for (size_t i = 0; i < f->bents.n; i++) {
     bent *b = bl[i];
     if (b->is_new) {
-      unsigned char k[4 + BS_MAX_BUCKET_NAME], v[8];
-      MDB_val key = {4 + b->st.name.size, k}, val = {8, v};
-      bs_put_u32be(k, f->stream);
-      memcpy(k + 4, b->st.name.data, b->st.name.size);
+      unsigned char k[BS_BUCKET_KEY_MAX], v[8];
+      MDB_val key, val = {8, v};
+      int rc;
+      if ((rc = bs_lmdb_bucket_key(k, f->stream, b->st.name, &key, err))) return rc;
       bs_put_u64le(v, b->id);
       if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
         return bs_lmdb_fail(err, mrc, "registering a bucket");

@@ -25,3 +25,30 @@ void bs_lmdb_op_encode(unsigned char *out, const bs_op *op) {
   out += sk;
   if (op->type == BS_OP_PUT && op->data.size) memcpy(out, op->data.data, op->data.size);
 }
+
+int bs_lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
+                       MDB_val *key, bs_error *err) {
+  if (name.size > BS_MAX_BUCKET_NAME)
+    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
+  bs_put_u32be(buf, stream);
+  if (name.size) memcpy(buf + 4, name.data, name.size);
+  key->mv_size = 4 + name.size;
+  key->mv_data = buf;
+  return BS_OK;
+}
+
+int bs_lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err) {
+  if (v->mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", v->mv_size);
+  *id = bs_get_u64le(v->mv_data);
+  return BS_OK;
+}
+
+int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
+                                uint64_t *id) {
+  if (k->mv_size < 5 || k->mv_size > BS_BUCKET_KEY_MAX || v->mv_size != 8) return BS_ECORRUPT;
+  *stream = bs_get_u32be(k->mv_data);
+  name->data = (const unsigned char *)k->mv_data + 4;
+  name->size = k->mv_size - 4;
+  *id = bs_get_u64le(v->mv_data);
+  return BS_OK;
+}

@@ -1180,7 +1180,7 @@ static int run_jobs(cctx *c, work *w, const uint64_t *ids, size_t n) {
 
 /* Bucket ids of the stream, in name order, a batch at a time (a read snapshot per batch). */
 typedef struct bucket_iter {
-  unsigned char key[4 + BS_MAX_BUCKET_NAME + 1];
+  unsigned char key[BS_BUCKET_KEY_MAX];
   size_t key_size; /* resume after this key; 4 = from the start */
   int done;
 } bucket_iter;
@@ -1206,15 +1206,16 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
   for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bstate b;
     uint64_t id;
+    uint32_t stream;
+    bs_val name;
     if (k.mv_size < 4 || bs_get_u32be(k.mv_data) != c->stream) break;
     if (*n == BUCKET_BATCH) goto out;
-    if (v.mv_size != 8 || k.mv_size > sizeof it->key) {
+    if (bs_lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
       rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad bucket index entry");
       goto out;
     }
     memcpy(it->key, k.mv_data, k.mv_size);
     it->key_size = k.mv_size;
-    id = bs_get_u64le(v.mv_data);
     if ((rc = state_load(c, txn, id, &b))) goto out;
     if (bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op,
                               c->o.min_bucket_changes, initial ? 0.0 : c->o.min_change_ratio))

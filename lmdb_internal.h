@@ -117,6 +117,19 @@ static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_o
   return BS_OK;
 }
 
+/* buckets key: u32be stream | bucket name (1..BS_MAX_BUCKET_NAME bytes); value: u64 bucket id. */
+#define BS_BUCKET_KEY_MAX (4u + BS_MAX_BUCKET_NAME)
+/* Points key at the key of (stream, name), written into buf. BS_ETOOBIG when name is over
+ * BS_MAX_BUCKET_NAME. */
+int bs_lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
+                       MDB_val *key, bs_error *err);
+/* The id a buckets value holds; BS_ECORRUPT (err written) when it is not one. */
+int bs_lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err);
+/* A whole buckets entry (name borrowed from k); BS_ECORRUPT, err untouched, when it does not
+ * decode. */
+int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
+                                uint64_t *id);
+
 /* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
 typedef struct bs_stream_rec {
   uint32_t id;

@@ -69,21 +69,14 @@ static void finder_close(bucket_finder *f) {
 /* The id of bucket `name` (bs_lmdb_bucket_id, through the cursor). Unknown: BS_ENOTFOUND with
  * err untouched. */
 static int finder_id(bucket_finder *f, bs_val name, uint64_t *id_out, bs_error *err) {
-  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
+  unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_val k, v;
-  int mrc;
-  if (name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
-  bs_put_u32be(kb, f->stream);
-  if (name.size) memcpy(kb + 4, name.data, name.size);
-  k.mv_size = 4 + name.size;
-  k.mv_data = kb;
+  int rc, mrc;
+  if ((rc = bs_lmdb_bucket_key(kb, f->stream, name, &k, err))) return rc;
   mrc = mdb_cursor_get(f->names, &k, &v, MDB_SET);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
   if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  if (v.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", v.mv_size);
-  *id_out = bs_get_u64le(v.mv_data);
-  return BS_OK;
+  return bs_lmdb_bucket_id_decode(&v, id_out, err);
 }
 
 /* The bucket state a lookup of id returned (mdb_rc, v), decoded into out. A missing or short
@@ -676,38 +669,36 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
                          int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                          bs_error *err) {
   bs_lmdb_db *db = lmdb_of(st);
-  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
+  unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
-  MDB_val k, v;
+  MDB_val start, k, v;
   int mrc, rc;
 
   if (start_after.size > BS_MAX_BUCKET_NAME) /* the front checks; a direct vtable call too */
     return bs_fail(err, BS_ETOOBIG, "start_after is %zu bytes, over BS_MAX_BUCKET_NAME",
                    start_after.size);
-  bs_put_u32be(kb, st->stream_id);
-  if (start_after.size) memcpy(kb + 4, start_after.data, start_after.size);
+  if ((rc = bs_lmdb_bucket_key(kb, st->stream_id, start_after, &start, err))) return rc;
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
     rc = bs_fail_mdb(err, mrc, "opening a cursor on buckets");
     goto done;
   }
-  k.mv_data = kb;
-  k.mv_size = 4 + start_after.size;
+  k = start;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_bucket_info info;
     bs_bucket_state s;
+    uint32_t stream;
+    uint64_t id;
     if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break; /* past the stream */
-    info.name.data = (const unsigned char *)k.mv_data + 4;
-    info.name.size = k.mv_size - 4;
-    if (bs_val_eq(info.name, start_after)) continue; /* strictly after */
-    if (v.mv_size != 8 || info.name.size == 0) {
+    if (bs_lmdb_bucket_entry_decode(&k, &v, &stream, &info.name, &id)) {
       rc = bs_fail(err, BS_ECORRUPT, "buckets entry of stream %" PRIu32 " does not decode",
                    st->stream_id);
       goto done;
     }
-    if ((rc = state_get(db, txn, bs_get_u64le(v.mv_data), info.name, &s, err))) goto done;
+    if (bs_val_eq(info.name, start_after)) continue; /* strictly after */
+    if ((rc = state_get(db, txn, id, info.name, &s, err))) goto done;
     if (s.count == 0) continue;
     info.checksum = s.checksum;
     info.count = s.count;

@@ -143,20 +143,17 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
   if ((rc = cursor_open(vf, vf->db->buckets, &cur, err)) != 0) return rc;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    const unsigned char *kp = (const unsigned char *)k.mv_data;
-    bs_val name = {kp + 4, k.mv_size >= 4 ? k.mv_size - 4 : 0};
+    bs_val name;
     unsigned char ib[8];
     MDB_val sk = {8, ib}, sv;
     uint64_t id;
     uint32_t stream;
     bs_bucket_state s;
-    if (k.mv_size < 5 || k.mv_size > 4 + BS_MAX_BUCKET_NAME || v.mv_size != 8) {
+    if (bs_lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
       problem(vf, "buckets: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size,
               v.mv_size);
       continue;
     }
-    stream = bs_get_u32be(kp);
-    id = bs_get_u64le((const unsigned char *)v.mv_data);
     if (!find_stream(vf, stream))
       problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, bs_name_shown(name),
               (const char *)name.data, stream);
@@ -345,18 +342,16 @@ static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi
 
 /* The buckets entry of a state's (stream, name) must point back at the state's id. */
 static int check_name_entry(verifier *vf, uint64_t id, const bs_bucket_state *s, bs_error *err) {
-  unsigned char kb[4 + BS_MAX_BUCKET_NAME];
-  MDB_val k = {4 + s->name.size, kb}, v;
+  unsigned char kb[BS_BUCKET_KEY_MAX];
+  MDB_val k, v;
+  uint64_t got = 0;
   int mrc;
-  if (s->name.size == 0 || s->name.size > BS_MAX_BUCKET_NAME) {
+  if (s->name.size == 0 || bs_lmdb_bucket_key(kb, s->stream, s->name, &k, NULL)) {
     problem(vf, "bucket id %" PRIu64 ": state holds a name of %zu bytes", id, s->name.size);
     return BS_OK;
   }
-  bs_put_u32be(kb, s->stream);
-  memcpy(kb + 4, s->name.data, s->name.size);
   mrc = mdb_get(vf->txn, vf->db->buckets, &k, &v);
-  if (mrc == MDB_NOTFOUND ||
-      (mrc == 0 && (v.mv_size != 8 || bs_get_u64le((const unsigned char *)v.mv_data) != id)))
+  if (mrc == MDB_NOTFOUND || (mrc == 0 && (bs_lmdb_bucket_id_decode(&v, &got, NULL) || got != id)))
     problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): the name does not map back to this id",
             bs_name_shown(s->name), (const char *)s->name.data, id);
   else if (mrc)

@@ -176,11 +176,75 @@ static void test_op_value_malformed(void **state) {
   free(mv.mv_data);
 }
 
+static void test_bucket_entry(void **state) {
+  unsigned char kb[BS_BUCKET_KEY_MAX], big[BS_MAX_BUCKET_NAME + 1], over[BS_BUCKET_KEY_MAX + 1];
+  unsigned char vb[8];
+  static const unsigned char golden[] = {0, 0, 1, 2, 'b', '[', '1', ']'};
+  MDB_val k, ek, ev;
+  bs_error err = {0, ""};
+  bs_val name;
+  uint32_t stream;
+  uint64_t id;
+  (void)state;
+  assert_int_equal(bs_lmdb_bucket_key(kb, 0x0102, V("b[1]"), &k, &err), BS_OK);
+  assert_int_equal(k.mv_size, sizeof golden);
+  assert_ptr_equal(k.mv_data, kb);
+  assert_memory_equal(kb, golden, sizeof golden);
+  bs_put_u64le(vb, 0x0a0b0c);
+  ek = exact(golden, sizeof golden);
+  ev = exact(vb, sizeof vb);
+  assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_OK);
+  assert_int_equal(stream, 0x0102);
+  val_eq(name, V("b[1]"));
+  assert_int_equal(id, 0x0a0b0c);
+  id = 0;
+  assert_int_equal(bs_lmdb_bucket_id_decode(&ev, &id, &err), BS_OK);
+  assert_int_equal(id, 0x0a0b0c);
+  free(ek.mv_data);
+  free(ev.mv_data);
+
+  /* The longest name fits; one byte more is BS_ETOOBIG and names the limit. */
+  memset(big, 'x', sizeof big);
+  assert_int_equal(bs_lmdb_bucket_key(kb, 1, (bs_val){big, BS_MAX_BUCKET_NAME}, &k, &err), BS_OK);
+  assert_int_equal(k.mv_size, BS_BUCKET_KEY_MAX);
+  ev = exact(vb, sizeof vb);
+  assert_int_equal(bs_lmdb_bucket_entry_decode(&k, &ev, &stream, &name, &id), BS_OK);
+  assert_int_equal(name.size, BS_MAX_BUCKET_NAME);
+  assert_int_equal(bs_lmdb_bucket_key(kb, 1, (bs_val){big, sizeof big}, &k, &err), BS_ETOOBIG);
+  assert_non_null(strstr(err.msg, "BS_MAX_BUCKET_NAME"));
+  free(ev.mv_data);
+
+  /* Malformed: a key without a name or over the limit, a value that is not 8 bytes. */
+  for (size_t n = 0; n <= 9; n++) {
+    unsigned char raw[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    ek = exact(golden, sizeof golden);
+    ev = exact(raw, n);
+    assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id),
+                     n == 8 ? BS_OK : BS_ECORRUPT);
+    assert_int_equal(bs_lmdb_bucket_id_decode(&ev, &id, &err), n == 8 ? BS_OK : BS_ECORRUPT);
+    free(ek.mv_data);
+    free(ev.mv_data);
+  }
+  ev = exact(vb, sizeof vb);
+  for (size_t n = 0; n <= 4; n++) {
+    ek = exact(golden, n);
+    assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
+    free(ek.mv_data);
+  }
+  memset(over, 'x', sizeof over);
+  memset(over, 0, 4);
+  ek = exact(over, sizeof over); /* stream 0, a name one byte over the limit */
+  assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
+  free(ek.mv_data);
+  free(ev.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
       cmocka_unit_test(test_op_value),
       cmocka_unit_test(test_op_value_malformed),
+      cmocka_unit_test(test_bucket_entry),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
