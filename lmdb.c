@@ -1414,32 +1414,16 @@ static int note_lookup(fctx *f, bs_val key, bs_error *err) {
 /* Appends a parameter entry (n_params = 0 and params NULL: a tombstone). */
 static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_val *params,
                       size_t n_params, bs_error *err) {
-  size_t ks = 4 + 2 + lkey.size + 4 + 8 + 8, vs = 2 + rid.size + 4;
-  unsigned char *k, *v, *p;
+  unsigned char kb[BS_PARAM_KEY_MAX], *k, *v;
+  size_t ks, vs = bs_lmdb_param_value_size(rid, params, n_params);
   uint64_t id = 0;
   ppar *e;
   int rc;
-  for (size_t i = 0; i < n_params; i++) vs += 4 + params[i].size;
-  if (!(k = arena_alloc(&f->ar, ks)) || !(v = arena_alloc(&f->ar, vs))) return oom(err);
   if ((rc = next_op(f, &id, err)) != BS_OK) return rc;
-  bs_put_u32be(k, f->stream);
-  k[4] = (unsigned char)(lkey.size >> 8);
-  k[5] = (unsigned char)lkey.size;
-  if (lkey.size) memcpy(k + 6, lkey.data, lkey.size);
-  p = k + 6 + lkey.size;
-  bs_put_u32be(p, tid);
-  bs_put_u64be(p + 4, XXH3_64bits(rid.data, rid.size));
-  bs_put_u64be(p + 12, id);
-  bs_put_u16le(v, (uint16_t)rid.size);
-  if (rid.size) memcpy(v + 2, rid.data, rid.size);
-  p = v + 2 + rid.size;
-  bs_put_u32le(p, (uint32_t)n_params);
-  p += 4;
-  for (size_t i = 0; i < n_params; i++) {
-    bs_put_u32le(p, (uint32_t)params[i].size);
-    if (params[i].size) memcpy(p + 4, params[i].data, params[i].size);
-    p += 4 + params[i].size;
-  }
+  ks = bs_lmdb_param_key(kb, f->stream, lkey, tid, rid, id);
+  if (!(k = arena_alloc(&f->ar, ks)) || !(v = arena_alloc(&f->ar, vs))) return oom(err);
+  memcpy(k, kb, ks);
+  bs_lmdb_param_value(v, rid, params, n_params);
   if (!(e = vec_push(&f->db->base.alloc, &f->pars))) return oom(err);
   e->key.data = k;
   e->key.size = ks;

@@ -6,6 +6,9 @@
  */
 #include "lmdb_internal.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 void bs_lmdb_op_encode(unsigned char *out, const bs_op *op) {
   int row = bs_op_carries_row(op->type);
   size_t ot = row ? op->object_type.size : 0, oi = row ? op->object_id.size : 0;
@@ -50,5 +53,85 @@ int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *st
   name->data = (const unsigned char *)k->mv_data + 4;
   name->size = k->mv_size - 4;
   *id = bs_get_u64le(v->mv_data);
+  return BS_OK;
+}
+
+/* ---- params ---- */
+
+size_t bs_lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {
+  bs_put_u32be(out, stream);
+  out[4] = (unsigned char)(lookup.size >> 8);
+  out[5] = (unsigned char)lookup.size;
+  if (lookup.size) memcpy(out + 6, lookup.data, lookup.size);
+  return 6 + lookup.size;
+}
+
+size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                         bs_val replica_id, uint64_t op_id) {
+  size_t n = bs_lmdb_param_prefix(out, stream, lookup);
+  uint64_t h = XXH3_64bits(replica_id.size ? replica_id.data : "", replica_id.size);
+  bs_put_u32be(out + n, table_id);
+  bs_put_u64be(out + n + 4, h);
+  bs_put_u64be(out + n + 12, op_id);
+  return n + BS_PARAM_GROUP_SIZE + 8;
+}
+
+int bs_lmdb_param_key_decode(const MDB_val *k, uint32_t *stream, bs_val *lookup, uint64_t *op_id) {
+  const unsigned char *p = (const unsigned char *)k->mv_data;
+  size_t klen = k->mv_size >= 6 ? (size_t)p[4] << 8 | p[5] : 0;
+  if (k->mv_size < 6 || klen > BS_MAX_LOOKUP_KEY ||
+      k->mv_size != 6 + klen + BS_PARAM_GROUP_SIZE + 8)
+    return BS_ECORRUPT;
+  *stream = bs_get_u32be(p);
+  lookup->data = p + 6;
+  lookup->size = klen;
+  *op_id = bs_get_u64be(p + k->mv_size - 8);
+  return BS_OK;
+}
+
+size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n) {
+  size_t size = 2 + replica_id.size + 4;
+  for (size_t i = 0; i < n; i++) size += 4 + rows[i].size;
+  return size;
+}
+
+void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
+  bs_put_u16le(out, (uint32_t)replica_id.size);
+  out += 2;
+  if (replica_id.size) memcpy(out, replica_id.data, replica_id.size);
+  out += replica_id.size;
+  bs_put_u32le(out, (uint32_t)n);
+  out += 4;
+  for (size_t i = 0; i < n; i++) {
+    bs_put_u32le(out, (uint32_t)rows[i].size);
+    if (rows[i].size) memcpy(out + 4, rows[i].data, rows[i].size);
+    out += 4 + rows[i].size;
+  }
+}
+
+int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                               const unsigned char **rows_out) {
+  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *rows;
+  size_t rid;
+  uint32_t n;
+  if (v->mv_size < 6) return BS_ECORRUPT;
+  rid = bs_get_u16le(p);
+  if (rid > BS_MAX_REPLICA_ID || (size_t)(end - p) < 6 + rid) return BS_ECORRUPT;
+  replica_id->data = p + 2; /* non-NULL, also when empty */
+  replica_id->size = rid;
+  n = bs_get_u32le(p + 2 + rid);
+  rows = p + 6 + rid;
+  /* every row length must fit, and the rows must end exactly at the value's end */
+  p = rows;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len;
+    if ((size_t)(end - p) < 4) return BS_ECORRUPT;
+    len = bs_get_u32le(p);
+    if ((size_t)(end - p) - 4 < len) return BS_ECORRUPT;
+    p += 4 + len;
+  }
+  if (p != end) return BS_ECORRUPT;
+  *n_rows = n;
+  if (rows_out) *rows_out = rows;
   return BS_OK;
 }

@@ -1364,11 +1364,9 @@ static int compact_full(cctx *c, uint64_t horizon) {
 
 /* ---- Parameter compaction ------------------------------------------------------------------- */
 
-#define PARAM_KEY_MAX 511u
-
 typedef struct param_arg {
   uint64_t horizon;
-  unsigned char resume[PARAM_KEY_MAX + 8];
+  unsigned char resume[BS_PARAM_KEY_MAX];
   size_t resume_size;
   int done;
 } param_arg;
@@ -1405,7 +1403,7 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
   param_arg *a = arg;
   MDB_cursor *cur;
   MDB_val k, v;
-  unsigned char group[PARAM_KEY_MAX], cur_key[PARAM_KEY_MAX];
+  unsigned char group[BS_PARAM_KEY_MAX], cur_key[BS_PARAM_KEY_MAX];
   size_t group_size = 0, visited = 0;
   uint64_t removed = 0;
   int mrc, rc = BS_OK;
@@ -1413,13 +1411,17 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
   c->rids_size = 0;
   mrc = seek_le(cur, a->resume, a->resume_size, &k, &v);
   while (mrc == 0) {
-    const unsigned char *val = v.mv_data;
-    size_t gsize, rid_len;
+    size_t gsize;
     uint64_t op;
+    uint32_t stream, n_sets;
+    bs_val lookup, rid;
     int del = 0;
-    if (k.mv_size < 4 + 2 + 4 + 8 + 8 || k.mv_size > PARAM_KEY_MAX ||
-        bs_get_u32be(k.mv_data) != c->stream)
-      break;
+    if (k.mv_size < 4 || bs_get_u32be(k.mv_data) != c->stream) break;
+    if (bs_lmdb_param_key_decode(&k, &stream, &lookup, &op) ||
+        bs_lmdb_param_value_decode(&v, &rid, &n_sets, NULL)) {
+      rc = bs_fail(c->err, BS_ECORRUPT, "compact: parameter entry does not decode");
+      goto out;
+    }
     gsize = k.mv_size - 8;
     if (gsize != group_size || memcmp(group, k.mv_data, gsize) != 0) {
       if (visited >= c->o.max_ops_per_txn) {
@@ -1434,18 +1436,11 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
       c->rids_size = 0;
     }
     visited++;
-    op = bs_get_u64be((const unsigned char *)k.mv_data + gsize);
-    if (v.mv_size < 2 || (rid_len = bs_get_u16le(val)) + 6 > v.mv_size) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: parameter entry does not decode");
-      goto out;
-    }
     if (op <= a->horizon) {
-      const unsigned char *np = val + 2 + rid_len;
-      uint32_t n_sets = bs_get_u32le(np);
-      if (rid_seen(c, val + 2, rid_len)) {
+      if (rid_seen(c, rid.data, rid.size)) {
         del = 1; /* an older entry of a row whose newest at the horizon is known */
       } else {
-        if ((rc = rid_add(c, val + 2, rid_len))) goto out;
+        if ((rc = rid_add(c, rid.data, rid.size))) goto out;
         del = n_sets == 0; /* the newest is a tombstone: nothing left to serve */
       }
     }

@@ -130,6 +130,27 @@ int bs_lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err);
 int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
                                 uint64_t *id);
 
+/* params key and value (the layout table above). */
+#define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
+#define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */
+/* Writes stream | klen | lookup key (what every entry of one lookup key starts with) into out;
+ * returns its size. */
+size_t bs_lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup);
+/* Writes the key of one entry into out (BS_PARAM_KEY_MAX bytes); returns its size. The caller
+ * has checked lookup.size <= BS_MAX_LOOKUP_KEY. */
+size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                         bs_val replica_id, uint64_t op_id);
+/* Decodes a key (lookup borrowed from k); BS_ECORRUPT when it does not decode. */
+int bs_lmdb_param_key_decode(const MDB_val *k, uint32_t *stream, bs_val *lookup, uint64_t *op_id);
+/* Size of the value of an entry with n rows (n = 0: tombstone), and its encoder (out has
+ * bs_lmdb_param_value_size bytes, e.g. an MDB_RESERVE buffer). */
+size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n);
+void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n);
+/* Checks a value and returns its replica id and row count (borrowed); rows_out (may be NULL)
+ * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
+int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                               const unsigned char **rows_out);
+
 /* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
 typedef struct bs_stream_rec {
   uint32_t id;
@@ -306,22 +327,6 @@ int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
 int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
 
 /* lmdb_params.c */
-/* The params key/value codec, shared by the writer (lmdb.c), the reader and compaction so that
- * they cannot disagree on the layout above. */
-#define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
-#define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */
-/* Writes the key of one entry into out (BS_PARAM_KEY_MAX bytes); returns its size. The caller
- * has checked lookup.size <= BS_MAX_LOOKUP_KEY. */
-size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
-                         bs_val replica_id, uint64_t op_id);
-/* Size of the value of an entry with n rows (n = 0: tombstone), and its encoder (out has
- * bs_lmdb_param_value_size bytes, e.g. an MDB_RESERVE buffer). */
-size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n);
-void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n);
-/* Checks a value and returns its replica id and row count (borrowed); rows_out (may be NULL)
- * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
-int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
-                               const unsigned char **rows_out);
 int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                            size_t limit, int (*fn)(const bs_val *, void *), void *payload,
                            bs_error *err);

@@ -1,85 +1,14 @@
 /*
  * lmdb_params.c: the parameter-lookup index of the LMDB backend (contract.md 4.1 step 3, 5.4). The
  * writer (lmdb.c) appends one entry per (lookup, source row) per save, and a tombstone (no rows)
- * when a row stops producing a lookup; this file owns the key/value codec of `params` and the
- * read side. A read is one range scan per requested lookup key: the entries of one lookup are
+ * when a row stops producing a lookup; this file is the read side (the key/value codec of
+ * `params` is in lmdb_codec.c). A read is one range scan per requested lookup key: the entries of one lookup are
  * grouped by (table id, hash of the replica id) and ordered by op id inside a group, so the
  * latest entry at or below the checkpoint of each source row is found without an index scan.
  */
 #include "lmdb_internal.h"
 
 #include <stdlib.h>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-/* ---- Codec --------------------------------------------------------------------------------- */
-
-/* stream | klen | key: what every entry of one lookup key starts with. */
-static size_t param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {
-  bs_put_u32be(out, stream);
-  out[4] = (unsigned char)(lookup.size >> 8);
-  out[5] = (unsigned char)lookup.size;
-  if (lookup.size) memcpy(out + 6, lookup.data, lookup.size);
-  return 6 + lookup.size;
-}
-
-size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
-                         bs_val replica_id, uint64_t op_id) {
-  size_t n = param_prefix(out, stream, lookup);
-  uint64_t h = XXH3_64bits(replica_id.size ? replica_id.data : "", replica_id.size);
-  bs_put_u32be(out + n, table_id);
-  bs_put_u64be(out + n + 4, h);
-  bs_put_u64be(out + n + 12, op_id);
-  return n + BS_PARAM_GROUP_SIZE + 8;
-}
-
-size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n) {
-  size_t size = 2 + replica_id.size + 4;
-  for (size_t i = 0; i < n; i++) size += 4 + rows[i].size;
-  return size;
-}
-
-void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
-  bs_put_u16le(out, (uint32_t)replica_id.size);
-  out += 2;
-  if (replica_id.size) memcpy(out, replica_id.data, replica_id.size);
-  out += replica_id.size;
-  bs_put_u32le(out, (uint32_t)n);
-  out += 4;
-  for (size_t i = 0; i < n; i++) {
-    bs_put_u32le(out, (uint32_t)rows[i].size);
-    if (rows[i].size) memcpy(out + 4, rows[i].data, rows[i].size);
-    out += 4 + rows[i].size;
-  }
-}
-
-int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
-                               const unsigned char **rows_out) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *rows;
-  size_t rid;
-  uint32_t n;
-  if (v->mv_size < 6) return BS_ECORRUPT;
-  rid = bs_get_u16le(p);
-  if (rid > BS_MAX_REPLICA_ID || (size_t)(end - p) < 6 + rid) return BS_ECORRUPT;
-  replica_id->data = rid ? p + 2 : NULL;
-  replica_id->size = rid;
-  n = bs_get_u32le(p + 2 + rid);
-  rows = p + 6 + rid;
-  /* every row length must fit, and the rows must end exactly at the value's end */
-  p = rows;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t len;
-    if ((size_t)(end - p) < 4) return BS_ECORRUPT;
-    len = bs_get_u32le(p);
-    if ((size_t)(end - p) - 4 < len) return BS_ECORRUPT;
-    p += 4 + len;
-  }
-  if (p != end) return BS_ECORRUPT;
-  *n_rows = n;
-  if (rows_out) *rows_out = rows;
-  return BS_OK;
-}
 
 /* ---- Reading ------------------------------------------------------------------------------- */
 
@@ -163,7 +92,7 @@ static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
 static int scan_lookup(param_scan *s, MDB_cursor *cur, uint32_t stream, bs_val lookup,
                        bs_error *err) {
   unsigned char seek[BS_PARAM_KEY_MAX], group[BS_PARAM_GROUP_SIZE];
-  size_t plen = param_prefix(seek, stream, lookup), klen = plen + BS_PARAM_GROUP_SIZE + 8;
+  size_t plen = bs_lmdb_param_prefix(seek, stream, lookup), klen = plen + BS_PARAM_GROUP_SIZE + 8;
   int have_group = 0, rc;
   MDB_val k = {plen, seek}, v;
   MDB_cursor_op op = MDB_SET_RANGE;

@@ -471,22 +471,19 @@ static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  const unsigned char *kp = (const unsigned char *)k->mv_data;
-  size_t klen = k->mv_size >= 6 ? (size_t)(kp[4] << 8 | kp[5]) : 0;
   const stream_head *sh;
-  bs_val rid;
-  uint32_t n_rows;
+  bs_val lookup, rid;
+  uint32_t stream, n_rows;
   uint64_t op;
-  if (k->mv_size < 6 || klen > BS_MAX_LOOKUP_KEY || k->mv_size != 6 + klen + 4 + 8 + 8) {
+  if (bs_lmdb_param_key_decode(k, &stream, &lookup, &op)) {
     problem(vf, "params: malformed key of %zu bytes", k->mv_size);
     return;
   }
   if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK)
     problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
-  op = bs_get_u64be(kp + k->mv_size - 8);
-  sh = find_stream(vf, bs_get_u32be(kp));
+  sh = find_stream(vf, stream);
   if (!sh)
-    stream_known(vf, "params", kp);
+    stream_known(vf, "params", (const unsigned char *)k->mv_data);
   else if (op == 0 || op > sh->op_head)
     problem(vf, "params: entry with op id %" PRIu64 " (stream %" PRIu32 " op head %" PRIu64 ")", op,
             sh->id, sh->op_head);

@@ -239,12 +239,108 @@ static void test_bucket_entry(void **state) {
   free(ev.mv_data);
 }
 
+/* stream 0x01020304, lookup "k", table 5, replica id "r", op 9 */
+static const unsigned char param_key_golden[] = {
+    1, 2, 3, 4, 0, 1, 'k', 0, 0, 0, 5, 0xbd, 0x7b, 0x38, 0xf7, 0xb4, 0xaf, 0x0b, 0x35, /* XXH3 */
+    0, 0, 0, 0, 0, 0, 0,   9};
+
+static void test_param_key(void **state) {
+  unsigned char kb[BS_PARAM_KEY_MAX + 1], big[BS_MAX_LOOKUP_KEY];
+  bs_val lookup;
+  uint32_t stream;
+  uint64_t op;
+  MDB_val k;
+  (void)state;
+  assert_int_equal(bs_lmdb_param_key(kb, 0x01020304, V("k"), 5, V("r"), 9),
+                   sizeof param_key_golden);
+  assert_memory_equal(kb, param_key_golden, sizeof param_key_golden);
+  assert_int_equal(bs_lmdb_param_prefix(kb, 0x01020304, V("k")), 7);
+  for (size_t n = 0; n <= sizeof param_key_golden + 1; n++) {
+    unsigned char raw[sizeof param_key_golden + 1] = {0};
+    memcpy(raw, param_key_golden, sizeof param_key_golden);
+    k = exact(raw, n);
+    assert_int_equal(bs_lmdb_param_key_decode(&k, &stream, &lookup, &op),
+                     n == sizeof param_key_golden ? BS_OK : BS_ECORRUPT);
+    if (n == sizeof param_key_golden) {
+      assert_int_equal(stream, 0x01020304);
+      val_eq(lookup, V("k"));
+      assert_int_equal(op, 9);
+    }
+    free(k.mv_data);
+  }
+  /* The longest lookup key makes the longest key; a length field over the limit is refused. */
+  memset(big, 'x', sizeof big);
+  k.mv_size = bs_lmdb_param_key(kb, 1, (bs_val){big, sizeof big}, 2, V(""), 3);
+  assert_int_equal(k.mv_size, BS_PARAM_KEY_MAX);
+  k = exact(kb, k.mv_size);
+  assert_int_equal(bs_lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_OK);
+  assert_int_equal(lookup.size, BS_MAX_LOOKUP_KEY);
+  free(k.mv_data);
+  memset(kb, 0, sizeof kb);
+  kb[4] = (BS_MAX_LOOKUP_KEY + 1) >> 8;
+  kb[5] = (BS_MAX_LOOKUP_KEY + 1) & 0xff;
+  k = exact(kb, BS_PARAM_KEY_MAX + 1);
+  assert_int_equal(bs_lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_ECORRUPT);
+  free(k.mv_data);
+}
+
+static void test_param_value(void **state) {
+  bs_val rows_[2] = {V("{}"), V("{\"a\":1}")}, rid = V("id"), r;
+  static const unsigned char golden[] = {2,   0, 'i', 'd', 2, 0,   0,   0,   2,   0,   0,   0,  '{',
+                                         '}', 7, 0,   0,   0, '{', '"', 'a', '"', ':', '1', '}'};
+  unsigned char buf[64], bad[sizeof golden + 1];
+  const unsigned char *p;
+  uint32_t n;
+  size_t size = bs_lmdb_param_value_size(rid, rows_, 2);
+  MDB_val v;
+  (void)state;
+  assert_int_equal(size, sizeof golden);
+  bs_lmdb_param_value(buf, rid, rows_, 2);
+  assert_memory_equal(buf, golden, sizeof golden);
+  v = exact(buf, size);
+  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_OK);
+  assert_int_equal(n, 2);
+  val_eq(r, rid);
+  assert_ptr_equal(p, (unsigned char *)v.mv_data + 8);
+  free(v.mv_data);
+  /* a tombstone with an empty replica id: the id is present (non-NULL) and empty */
+  assert_int_equal(bs_lmdb_param_value_size(V(""), NULL, 0), 6);
+  bs_lmdb_param_value(buf, V(""), NULL, 0);
+  v = exact(buf, 6);
+  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, NULL), BS_OK);
+  assert_int_equal(n, 0);
+  val_eq(r, V(""));
+  free(v.mv_data);
+  for (size_t cut = 0; cut < sizeof golden; cut++) { /* every truncation is refused */
+    v = exact(golden, cut);
+    assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  /* a trailing byte, one row too many, a replica id over BS_MAX_REPLICA_ID */
+  memcpy(bad, golden, sizeof golden);
+  bad[sizeof golden] = 0;
+  v = exact(bad, sizeof bad);
+  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+  free(v.mv_data);
+  bad[4] = 3;
+  v = exact(bad, sizeof golden);
+  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+  free(v.mv_data);
+  memcpy(bad, golden, sizeof golden);
+  bs_put_u16le(bad, BS_MAX_REPLICA_ID + 1);
+  v = exact(bad, sizeof golden);
+  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+  free(v.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
       cmocka_unit_test(test_op_value),
       cmocka_unit_test(test_op_value_malformed),
       cmocka_unit_test(test_bucket_entry),
+      cmocka_unit_test(test_param_key),
+      cmocka_unit_test(test_param_value),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

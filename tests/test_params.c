@@ -314,27 +314,8 @@ static void test_hash_collision(void **state) {
   assert_string_equal(ps(f, 3, k), "{\"c\":2}");
 }
 
-static void test_value_codec(void **state) {
-  bs_val rows_[2] = {bs_val_str("{}"), bs_val_str("{\"a\":1}")}, rid = bs_val_str("id"), r;
-  unsigned char buf[64];
-  const unsigned char *p;
-  uint32_t n;
-  size_t size = bs_lmdb_param_value_size(rid, rows_, 2);
-  MDB_val v = {size, buf};
-  (void)state;
-  bs_lmdb_param_value(buf, rid, rows_, 2);
-  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_OK);
-  assert_int_equal(n, 2);
-  assert_true(bs_val_eq(r, rid));
-  for (size_t cut = 0; cut < size; cut++) { /* every truncation is refused */
-    MDB_val t = {cut, buf};
-    assert_int_equal(bs_lmdb_param_value_decode(&t, &r, &n, &p), BS_ECORRUPT);
-  }
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_value_codec),
       cmocka_unit_test_setup_teardown(test_older_checkpoint, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_move_between_lookups, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_number_normalisation, setup, ct_env_teardown),
