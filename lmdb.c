@@ -314,38 +314,6 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_e
 
 /* ---- Bucket states ---------------------------------------------------------------------------- */
 
-void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *s) {
-  const unsigned char *p = v->mv_data;
-  s->stream = bs_get_u32le(p);
-  s->checksum = bs_get_u32le(p + 4);
-  s->count = bs_get_u64le(p + 8);
-  s->bytes = bs_get_u64le(p + 16);
-  s->last_op = bs_get_u64le(p + 24);
-  s->generation = bs_get_u64le(p + 32);
-  s->clear_start = bs_get_u64le(p + 40);
-  s->clear_op = bs_get_u64le(p + 48);
-  s->compacted_count = bs_get_u64le(p + 56);
-  s->compacted_op = bs_get_u64le(p + 64);
-  for (int i = 0; i < 3; i++) s->reserved[i] = bs_get_u64le(p + 72 + 8 * i);
-  s->name.data = v->mv_size > BS_BUCKET_STATE_FIXED ? p + BS_BUCKET_STATE_FIXED : lm_empty;
-  s->name.size = v->mv_size - BS_BUCKET_STATE_FIXED;
-}
-
-static void bucket_state_encode(unsigned char *p, const bs_bucket_state *s) {
-  bs_put_u32le(p, s->stream);
-  bs_put_u32le(p + 4, s->checksum);
-  bs_put_u64le(p + 8, s->count);
-  bs_put_u64le(p + 16, s->bytes);
-  bs_put_u64le(p + 24, s->last_op);
-  bs_put_u64le(p + 32, s->generation);
-  bs_put_u64le(p + 40, s->clear_start);
-  bs_put_u64le(p + 48, s->clear_op);
-  bs_put_u64le(p + 56, s->compacted_count);
-  bs_put_u64le(p + 64, s->compacted_op);
-  for (int i = 0; i < 3; i++) bs_put_u64le(p + 72 + 8 * i, s->reserved[i]);
-  if (s->name.size) memcpy(p + BS_BUCKET_STATE_FIXED, s->name.data, s->name.size);
-}
-
 int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
                         bs_error *err) {
   unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
@@ -354,9 +322,9 @@ int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const 
   int mrc;
   if (s->name.size > BS_MAX_BUCKET_NAME)
     return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes", s->name.size);
-  bucket_state_encode(buf, s);
+  bs_bucket_state_encode(buf, s);
   bs_put_u64be(k, bucket_id);
-  val.mv_size = BS_BUCKET_STATE_FIXED + s->name.size;
+  val.mv_size = bs_bucket_state_size(s);
   val.mv_data = buf;
   mrc = mdb_put(txn, db->bstate, &key, &val, 0);
   return mrc ? bs_lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
@@ -1295,12 +1263,11 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
     return bs_fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
                    (unsigned long long)id);
   if (mrc) return bs_lmdb_fail(err, mrc, "reading a bucket state");
-  if (val.mv_size < BS_BUCKET_STATE_FIXED)
-    return bs_fail(err, BS_ECORRUPT, "bucket %llu: state too short", (unsigned long long)id);
   if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
   memset(b, 0, sizeof *b);
   b->id = id;
-  bs_bucket_state_decode(&val, &b->st);
+  if (bs_bucket_state_decode(&val, &b->st))
+    return bs_fail(err, BS_ECORRUPT, "bucket %llu: state does not decode", (unsigned long long)id);
   if (!(b->st.name.data = arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
   if ((hmap_get(&f->by_name, b->st.name.data, b->st.name.size,
                 hkey(b->st.name.data, b->st.name.size))))
@@ -1872,9 +1839,9 @@ static int put_buckets(fctx *f, bs_error *err) {
     }
     bs_put_u64be(k, b->id);
     if (!app && past_end(k, LM_STATE_KEY, last, nlast)) app = MDB_APPEND;
-    val.mv_size = BS_BUCKET_STATE_FIXED + b->st.name.size;
+    val.mv_size = bs_bucket_state_size(&b->st);
     if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) == 0)
-      bucket_state_encode(val.mv_data, &b->st);
+      bs_bucket_state_encode(val.mv_data, &b->st);
   }
   mdb_cursor_close(cur);
   if (mrc) return bs_lmdb_fail(err, mrc, "writing a bucket state");

@@ -56,6 +56,43 @@ int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *st
   return BS_OK;
 }
 
+/* ---- bstate ---- */
+
+int bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *s) {
+  const unsigned char *p = v->mv_data;
+  if (v->mv_size < BS_BUCKET_STATE_FIXED || v->mv_size > BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME)
+    return BS_ECORRUPT;
+  s->stream = bs_get_u32le(p);
+  s->checksum = bs_get_u32le(p + 4);
+  s->count = bs_get_u64le(p + 8);
+  s->bytes = bs_get_u64le(p + 16);
+  s->last_op = bs_get_u64le(p + 24);
+  s->generation = bs_get_u64le(p + 32);
+  s->clear_start = bs_get_u64le(p + 40);
+  s->clear_op = bs_get_u64le(p + 48);
+  s->compacted_count = bs_get_u64le(p + 56);
+  s->compacted_op = bs_get_u64le(p + 64);
+  for (int i = 0; i < 3; i++) s->reserved[i] = bs_get_u64le(p + 72 + 8 * i);
+  s->name.data = p + BS_BUCKET_STATE_FIXED; /* non-NULL, also when empty */
+  s->name.size = v->mv_size - BS_BUCKET_STATE_FIXED;
+  return BS_OK;
+}
+
+void bs_bucket_state_encode(unsigned char *p, const bs_bucket_state *s) {
+  bs_put_u32le(p, s->stream);
+  bs_put_u32le(p + 4, s->checksum);
+  bs_put_u64le(p + 8, s->count);
+  bs_put_u64le(p + 16, s->bytes);
+  bs_put_u64le(p + 24, s->last_op);
+  bs_put_u64le(p + 32, s->generation);
+  bs_put_u64le(p + 40, s->clear_start);
+  bs_put_u64le(p + 48, s->clear_op);
+  bs_put_u64le(p + 56, s->compacted_count);
+  bs_put_u64le(p + 64, s->compacted_op);
+  for (int i = 0; i < 3; i++) bs_put_u64le(p + 72 + 8 * i, s->reserved[i]);
+  if (s->name.size) memcpy(p + BS_BUCKET_STATE_FIXED, s->name.data, s->name.size);
+}
+
 /* ---- params ---- */
 
 size_t bs_lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {

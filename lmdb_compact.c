@@ -118,10 +118,9 @@ static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
   if (mrc == MDB_NOTFOUND)
     return bs_fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state", (unsigned long long)id);
   if (mrc) return mdb_err(c, mrc, "compact: bucket state");
-  if (v.mv_size < BS_BUCKET_STATE_FIXED)
-    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: short bucket state",
+  if (bs_bucket_state_decode(&v, &b->s))
+    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket state does not decode",
                    (unsigned long long)id);
-  bs_bucket_state_decode(&v, &b->s);
   /* copy the name out of the map: writes in this transaction may move it */
   if (b->s.name.size > sizeof b->name)
     return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket name too long",

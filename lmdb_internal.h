@@ -187,6 +187,13 @@ typedef struct bs_bucket_state {
   bs_val name;
 } bs_bucket_state;
 #define BS_BUCKET_STATE_FIXED 96u
+/* The bstate value codec (lmdb_codec.c): the decoder borrows name from v, BS_ECORRUPT when v
+ * is not BS_BUCKET_STATE_FIXED bytes plus a name of at most BS_MAX_BUCKET_NAME. */
+static inline size_t bs_bucket_state_size(const bs_bucket_state *s) {
+  return BS_BUCKET_STATE_FIXED + s->name.size;
+}
+void bs_bucket_state_encode(unsigned char *out, const bs_bucket_state *s);
+int bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out);
 
 typedef struct bs_lmdb_db bs_lmdb_db;
 struct bs_lmdb_db {
@@ -232,7 +239,6 @@ int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *e
 int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err);
 int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out, bs_error *err);
 int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs_error *err);
-void bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out); /* caller checks size */
 int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
                         bs_error *err);
 /* bucket name -> id within stream; BS_ENOTFOUND when unknown, quietly (err is not written:

@@ -83,11 +83,10 @@ static int finder_id(bucket_finder *f, bs_val name, uint64_t *id_out, bs_error *
  * state is BS_ECORRUPT: every buckets entry has one. name is for the message. */
 static int state_found(int mdb_rc, const MDB_val *v, uint64_t id, bs_val name, bs_bucket_state *out,
                        bs_error *err) {
-  if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && v->mv_size < BS_BUCKET_STATE_FIXED))
+  if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && bs_bucket_state_decode(v, out)))
     return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
                    bs_name_shown(name), (const char *)name.data, id);
   if (mdb_rc) return bs_fail_mdb(err, mdb_rc, "reading a bucket state");
-  bs_bucket_state_decode(v, out);
   return BS_OK;
 }
 

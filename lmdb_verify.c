@@ -168,8 +168,7 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
       continue;
     }
     if (mrc) break;
-    if (sv.mv_size < BS_BUCKET_STATE_FIXED) continue; /* reported by verify_states */
-    bs_bucket_state_decode(&sv, &s);
+    if (bs_bucket_state_decode(&sv, &s)) continue; /* reported by verify_states */
     if (s.stream != stream || !bs_val_eq(s.name, name))
       problem(vf,
               "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
@@ -374,13 +373,12 @@ static int verify_states(verifier *vf, bs_error *err) {
     bs_bucket_state s;
     bucket_sum sum;
     uint64_t id;
-    if (k.mv_size != 8 || v.mv_size < BS_BUCKET_STATE_FIXED) {
+    if (k.mv_size != 8 || bs_bucket_state_decode(&v, &s)) {
       problem(vf, "bstate: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size, v.mv_size);
       continue;
     }
     id = bs_get_u64be((const unsigned char *)k.mv_data);
     if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
-    bs_bucket_state_decode(&v, &s);
     if ((rc = sum_bucket_ops(vf, oc, id, &s, &sum, err)) != 0) goto done;
     compare_state(vf, id, &s, &sum);
     if ((rc = check_name_entry(vf, id, &s, err)) != 0) goto done;
@@ -441,7 +439,7 @@ static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
   memset(&s, 0, sizeof s);
   mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
   if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
-  if (!mrc && sv.mv_size >= BS_BUCKET_STATE_FIXED) bs_bucket_state_decode(&sv, &s);
+  if (!mrc && bs_bucket_state_decode(&sv, &s)) memset(&s, 0, sizeof s);
   problem(vf,
           "bucket \"%.*s\" (id %" PRIu64 ") op %" PRIu64
           ": held by a source record of table %" PRIu32 ", but %s",

@@ -42,10 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (op.type < BS_OP_PUT || op.type > BS_OP_CLEAR) abort();
     if (op.object_type.size + op.object_id.size + op.subkey.size + op.data.size + 18 > n) abort();
   }
-  if (n >= BS_BUCKET_STATE_FIXED) {
+  {
     bs_bucket_state s;
-    bs_bucket_state_decode(&v, &s);
-    inside(s.name, val, n);
+    if (bs_bucket_state_decode(&v, &s) == BS_OK) inside(s.name, val, n);
   }
   free(val);
   return 0;

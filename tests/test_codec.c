@@ -333,12 +333,69 @@ static void test_param_value(void **state) {
   free(v.mv_data);
 }
 
+static void test_bucket_state(void **state) {
+  bs_bucket_state st, back;
+  unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME + 1];
+  MDB_val v;
+  (void)state;
+  memset(&st, 0, sizeof st);
+  st.stream = 0x01020304;
+  st.checksum = 0xa0b0c0d0u;
+  st.count = 5;
+  st.bytes = 6;
+  st.last_op = 7;
+  st.generation = 8;
+  st.clear_start = 9;
+  st.clear_op = 10;
+  st.compacted_count = 11;
+  st.compacted_op = 12;
+  st.reserved[2] = 13;
+  st.name = V("b1");
+  assert_int_equal(bs_bucket_state_size(&st), BS_BUCKET_STATE_FIXED + 2);
+  bs_bucket_state_encode(buf, &st);
+  {
+    static const unsigned char head[] = {4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0,
+                                         5, 0, 0, 0, 0,    0,    0,    0};
+    assert_memory_equal(buf, head, sizeof head);
+    assert_int_equal(buf[24], 7);
+    assert_int_equal(buf[64], 12);
+    assert_int_equal(buf[88], 13);
+    assert_memory_equal(buf + BS_BUCKET_STATE_FIXED, "b1", 2);
+  }
+  v = exact(buf, bs_bucket_state_size(&st));
+  assert_int_equal(bs_bucket_state_decode(&v, &back), BS_OK);
+  assert_int_equal(back.stream, st.stream);
+  assert_int_equal(back.checksum, st.checksum);
+  assert_int_equal(back.count, 5);
+  assert_int_equal(back.bytes, 6);
+  assert_int_equal(back.last_op, 7);
+  assert_int_equal(back.generation, 8);
+  assert_int_equal(back.clear_start, 9);
+  assert_int_equal(back.clear_op, 10);
+  assert_int_equal(back.compacted_count, 11);
+  assert_int_equal(back.compacted_op, 12);
+  assert_int_equal(back.reserved[2], 13);
+  val_eq(back.name, V("b1"));
+  free(v.mv_data);
+  /* sizes: shorter than the fixed part, or a name over BS_MAX_BUCKET_NAME, do not decode */
+  memset(buf, 'x', sizeof buf);
+  for (size_t n = 0; n <= sizeof buf;
+       n += (n < BS_BUCKET_STATE_FIXED + 2 || n > sizeof buf - 3) ? 1 : 97) {
+    v = exact(buf, n);
+    assert_int_equal(bs_bucket_state_decode(&v, &back),
+                     n >= BS_BUCKET_STATE_FIXED && n < sizeof buf ? BS_OK : BS_ECORRUPT);
+    if (n == BS_BUCKET_STATE_FIXED) val_eq(back.name, V(""));
+    free(v.mv_data);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
       cmocka_unit_test(test_op_value),
       cmocka_unit_test(test_op_value_malformed),
       cmocka_unit_test(test_bucket_entry),
+      cmocka_unit_test(test_bucket_state),
       cmocka_unit_test(test_param_key),
       cmocka_unit_test(test_param_value),
   };

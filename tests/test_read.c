@@ -288,6 +288,7 @@ static void edit_state(rt_env *e, const char *bucket, void (*edit)(bs_bucket_sta
                        void *arg) {
   MDB_txn *txn;
   unsigned char kb[8], buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
+  unsigned char out[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
   MDB_val k = {8, kb}, v;
   bs_bucket_state s;
   uint64_t id = bucket_id(e, bucket);
@@ -297,15 +298,11 @@ static void edit_state(rt_env *e, const char *bucket, void (*edit)(bs_bucket_sta
   assert_true(v.mv_size <= sizeof buf);
   memcpy(buf, v.mv_data, v.mv_size);
   v.mv_data = buf;
-  bs_bucket_state_decode(&v, &s);
+  RT_OK(bs_bucket_state_decode(&v, &s));
   edit(&s, arg);
-  /* re-encode by hand into the same bytes: only fixed fields are edited */
-  for (int i = 0; i < 4; i++) buf[4 + i] = (unsigned char)(s.checksum >> (8 * i));
-  for (int i = 0; i < 8; i++) {
-    buf[8 + i] = (unsigned char)(s.count >> (8 * i));
-    buf[40 + i] = (unsigned char)(s.clear_start >> (8 * i));
-    buf[48 + i] = (unsigned char)(s.clear_op >> (8 * i));
-  }
+  bs_bucket_state_encode(out, &s);
+  v.mv_size = bs_bucket_state_size(&s);
+  v.mv_data = out;
   assert_int_equal(mdb_put(txn, lm(e)->bstate, &k, &v, 0), 0);
   RT_OK(bs_lmdb_txn_commit(lm(e), txn, &rt_err));
 }

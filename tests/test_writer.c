@@ -220,7 +220,7 @@ static int read_state(fx *f, uint32_t stream, const char *bucket, bs_bucket_stat
   if (rc == BS_OK) {
     bs_put_u64be(k, id);
     assert_int_equal(mdb_get(txn, db->bstate, &key, &val), 0);
-    bs_bucket_state_decode(&val, s);
+    assert_int_equal(bs_bucket_state_decode(&val, s), BS_OK);
   }
   bs_lmdb_txn_abort(db, txn);
   return rc;
@@ -668,7 +668,7 @@ static void test_random_checksums(void **state) {
     uint32_t sum = 0;
     uint64_t count = 0, prev = 0;
     int orc;
-    bs_bucket_state_decode(&val, &s);
+    assert_int_equal(bs_bucket_state_decode(&val, &s), BS_OK);
     assert_int_equal(mdb_cursor_open(txn, db->ops, &oc), 0);
     for (orc = mdb_cursor_get(oc, &ok, &ov, MDB_SET_RANGE); orc == 0;
          orc = mdb_cursor_get(oc, &ok, &ov, MDB_NEXT)) {
