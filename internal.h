@@ -192,7 +192,6 @@ bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoi
                                     const bs_val *checkpoint_lsn, bs_val lsn);
 /* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
  * by the front; lmdb_read.c also applies them because tests call bs_lmdb_bucket_data directly. */
-#define BS_DEFAULT_CHUNK_BYTES (1024u * 1024u)
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
 /* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry

@@ -295,7 +295,7 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   r.checkpoint = checkpoint;
   /* the front has applied these defaults; kept for tests that call this function directly */
   r.limit = opts->limit ? opts->limit : BS_BATCH_LIMIT_DEFAULT;
-  r.chunk_bytes = opts->chunk_bytes ? opts->chunk_bytes : BS_DEFAULT_CHUNK_BYTES;
+  r.chunk_bytes = opts->chunk_bytes; /* 0 is honoured: one op per chunk */
   r.max_bytes = opts->max_bytes ? opts->max_bytes : BS_DEFAULT_BATCH_BYTES;
   r.on_chunk = on_chunk;
   r.payload = payload;

@@ -789,7 +789,6 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
   if (o->limit == 0)
     return bs_fail(err, BS_EINVAL, "opts->limit: 0 ops per call (the default is %u)",
                    BS_BATCH_LIMIT_DEFAULT);
-  if (o->chunk_bytes == 0) o->chunk_bytes = BS_DEFAULT_CHUNK_BYTES;
   if (o->max_bytes == 0) o->max_bytes = BS_DEFAULT_BATCH_BYTES;
   return BS_OK;
 }

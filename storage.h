@@ -470,17 +470,22 @@ typedef struct bs_bucket_request {
 
 /* The default ops per bs_get_bucket_data call (the reference service's). */
 #define BS_BATCH_LIMIT_DEFAULT 1000u
+/* The default chunk size of bs_get_bucket_data, in op bytes. */
+#define BS_CHUNK_BYTES_DEFAULT (1024u * 1024u)
 
 typedef struct bs_batch_options {
   unsigned version;
   size_t limit;       /* ops per call (all buckets), >= 1: 0 is BS_EINVAL. The INIT macro sets
                          BS_BATCH_LIMIT_DEFAULT */
-  size_t chunk_bytes; /* 0 = 1 MiB; op size = data + object_type + object_id + subkey */
+  /* a chunk ends when its next op would take it past chunk_bytes; an op larger than that gets
+   * a chunk of its own (so 0: one op per chunk, save for ops of size 0). op size = data +
+   * object_type + object_id + subkey. The INIT macro sets BS_CHUNK_BYTES_DEFAULT */
+  size_t chunk_bytes;
   size_t max_bytes;   /* bytes per call; 0 = 16 MiB */
 } bs_batch_options;
 #define BS_BATCH_OPTIONS_VERSION 1
 #define BS_BATCH_OPTIONS_INIT                                                                      \
-  { BS_BATCH_OPTIONS_VERSION, BS_BATCH_LIMIT_DEFAULT, 0, 0 }
+  { BS_BATCH_OPTIONS_VERSION, BS_BATCH_LIMIT_DEFAULT, BS_CHUNK_BYTES_DEFAULT, 0 }
 
 /* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the

@@ -1656,7 +1656,9 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
     if (get_prop(env, e, "start", &f) || get_opt_u64(env, f, nm, &req[i].after)) FAIL_WORK(w);
   }
   w->items = req, w->n_items = n_req;
-  w->u2 = BS_BATCH_LIMIT_DEFAULT, w->u3 = 0; /* an absent limit: the default; 0 is BS_EINVAL */
+  /* an absent option takes the default; an explicit one is honoured (limit 0 is BS_EINVAL,
+   * chunkLimitBytes 0 is one op per chunk) */
+  w->u2 = BS_BATCH_LIMIT_DEFAULT, w->u3 = BS_CHUNK_BYTES_DEFAULT;
   if (get_prop(env, argv[3], "limit", &v) || get_opt_u64(env, v, "options.limit", &w->u2) ||
       get_prop(env, argv[3], "chunkLimitBytes", &v) ||
       get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3))

@@ -885,8 +885,10 @@ class Storage(_Handle):
             req[i].bucket = _val(name, f"buckets[{i}] name")
             req[i].after = _op_id(after, f"buckets[{i}] after")
         lim = F.BS_BATCH_LIMIT_DEFAULT if limit is None else _size(limit, "limit")
-        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, lim,
-                               _size(chunk_bytes, "chunk_bytes"), _size(max_bytes, "max_bytes"))
+        chunk = (F.BS_CHUNK_BYTES_DEFAULT if chunk_bytes is None
+                 else _size(chunk_bytes, "chunk_bytes", positive=False))  # 0: one op per chunk
+        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, lim, chunk,
+                               _size(max_bytes, "max_bytes"))
         chunks: List[Chunk] = []
         trap = _Trap()
         fn = F.CHUNK_FN(lambda p, x: trap.call(_collect_chunk, p, chunks))
