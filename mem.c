@@ -2384,7 +2384,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
 
 /* Initial-replication compaction of one bucket: of every row keep only its latest op at or
  * below h, and that only if it is a PUT; MOVE and CLEAR ops at or below h (an earlier full
- * compaction's) go too: no residue (SPEC.md 6, as LMDB). */
+ * compaction's) go too: no residue (contract.md 6, as LMDB). */
 static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h) {
   uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
   mem_op *nw = NULL;
