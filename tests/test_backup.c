@@ -30,14 +30,6 @@ static int setup(void **state) {
   return *state ? 0 : -1;
 }
 
-static const char *L(unsigned n) {
-  static char buf[8][16];
-  static int i;
-  i = (i + 1) % 8;
-  snprintf(buf[i], sizeof buf[i], "%08u", n);
-  return buf[i];
-}
-
 static void path_in(const ct_env *e, char *out, size_t n, const char *name) {
   snprintf(out, n, "%s/%s", e->dir, name);
 }
@@ -71,7 +63,7 @@ static void round_of(bs_writer *w, unsigned r, unsigned n, unsigned lsn) {
     snprintf(bucket, sizeof bucket, "b%u", i % 5);
     CT_OK(ct_save(w, r ? BS_UPDATE : BS_INSERT, "t", NULL, id, CT_ROWS({bucket, "t", id, data})));
   }
-  CT_OK(ct_commit(w, L(lsn), &cr));
+  CT_OK(ct_commit(w, ct_lsn(lsn), &cr));
   assert_true(cr.checkpoint_created);
 }
 
@@ -435,7 +427,7 @@ static void test_export_load_round_trip(void **state) {
     CT_OK(ct_save(e->w, r ? BS_UPDATE : BS_INSERT, "t", NULL, "row2",
                   CT_ROWS({"a", "t", "row2", "1"}, {"b0", "t", "row2", "1.0"})));
     if (r == 3) CT_OK(ct_save(e->w, BS_DELETE, "t", "row2", NULL, CT_NOROWS));
-    CT_OK(ct_commit(e->w, L(r + 1), &cr));
+    CT_OK(ct_commit(e->w, ct_lsn(r + 1), &cr));
     cps[n_cps++] = checkpoint_of(e->st);
   }
   CT_OK(bs_create_managed_write_checkpoints(e->st, &mr, 1, &id, NULL, &ct_err));

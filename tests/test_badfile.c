@@ -31,17 +31,13 @@
 #include <unistd.h>
 
 #include "../storage.h"
+#include "util_contract.h"
 #include "util_fault.h"
 
 static char g_dir[256], g_real[320], g_path[320], g_cli[512];
 static const char *g_argv0;
 static unsigned char *g_orig; /* the real database's bytes */
 static size_t g_orig_size;
-
-static bs_val v(const char *s) {
-  bs_val x = {s, strlen(s)};
-  return x;
-}
 
 /* ---- Files ---------------------------------------------------------------------------------- */
 
@@ -115,27 +111,15 @@ static void expect_refused(const char *want) {
 
 static void save(bs_writer *w, bs_tag tag, int id, int bucket, int round) {
   char rid[32], oid[32], bk[32], data[96];
-  bs_save s = BS_SAVE_INIT;
-  bs_row row;
   snprintf(rid, sizeof rid, "r%d", id);
   snprintf(oid, sizeof oid, "o%d", id);
   snprintf(bk, sizeof bk, "bucket[\"%d\"]", bucket);
   snprintf(data, sizeof data, "{\"id\":\"o%d\",\"round\":%d,\"pad\":\"%0*d\"}", id, round,
            20 + id % 17, id);
-  row.bucket = v(bk);
-  row.object_type = v("todos");
-  row.object_id = v(oid);
-  row.data = v(data);
-  s.table = v("todos");
-  s.tag = tag;
-  if (tag == BS_DELETE) {
-    s.before_id = v(rid);
-  } else {
-    s.after_id = v(rid);
-    s.rows = &row;
-    s.n_rows = 1;
-  }
-  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  if (tag == BS_DELETE)
+    CT_OK(ct_save(w, tag, "todos", rid, NULL, CT_NOROWS));
+  else
+    CT_OK(ct_save(w, tag, "todos", NULL, rid, CT_ROWS({bk, "todos", oid, data})));
 }
 
 /* 1500 rows into 12 buckets, then two rounds of updates and some deletes: ~3300 ops, one commit
@@ -156,8 +140,8 @@ static void make_real(const char *path) {
       save(w, round == 0 ? BS_INSERT : i % 50 == 7 ? BS_DELETE : BS_UPDATE, i, i % 12, round);
     }
     snprintf(lsn, sizeof lsn, "%08d", round + 1);
-    if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, v(lsn), NULL), BS_OK);
-    assert_int_equal(bs_writer_commit(w, v(lsn), NULL, NULL, NULL), BS_OK);
+    if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, ct_v(lsn), NULL), BS_OK);
+    assert_int_equal(bs_writer_commit(w, ct_v(lsn), NULL, NULL, NULL), BS_OK);
   }
   bs_writer_close(w);
   bs_storage_close(st);

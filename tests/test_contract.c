@@ -36,15 +36,6 @@ static int setup(void **state) {
   return 0;
 }
 
-/* Fixed-width LSNs so that byte order is numeric order. Rotating buffers. */
-static const char *L(unsigned n) {
-  static char buf[8][16];
-  static int i;
-  i = (i + 1) % 8;
-  snprintf(buf[i], sizeof buf[i], "%08u", n);
-  return buf[i];
-}
-
 static uint64_t flush(ct_env *e) {
   uint64_t last = 0;
   CT_OK(bs_writer_flush(e->w, &last, &ct_err));
@@ -167,7 +158,7 @@ static void t_checksum_vectors(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t2",
                 CT_ROWS({"b", "test", "t2", "{\"id\":\"t2\"}"})));
   CT_OK(ct_save(e->w, BS_DELETE, "test", "t1", NULL, CT_NOROWS));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   CT_EQ_U64(cp, 3);
   l = read_all(e, cp, "b");
   expect_n(&l, 3);
@@ -193,7 +184,7 @@ static void t_subkeys_distinct_rows(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "users", NULL, "x", CT_ROWS({"b", "obj", "same", "{\"v\":1}"})));
   CT_OK(ct_save(e->w, BS_INSERT, "groups", NULL, "x", CT_ROWS({"b", "obj", "same", "{\"v\":2}"})));
   CT_OK(ct_save(e->w, BS_DELETE, "users", "x", NULL, CT_NOROWS));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   l = read_all(e, cp, "b");
   expect_n(&l, 3);
   subkey_of(sk1, 1, "x");
@@ -233,7 +224,7 @@ static void t_op_order_within_save(void **state) {
                 CT_ROWS({"b4", "test", "o2", "{\"a\":3}"}, {"b3", "test", "o2", "{\"a\":3}"})));
   /* Leaves b3 and b4, enters b1: PUT b1 (8), then REMOVEs b4, b3 (9, 10). */
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r2", CT_ROWS({"b1", "test", "o2", "{\"a\":4}"})));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   CT_EQ_U64(cp, 10);
 
   l = read_all(e, cp, "b2");
@@ -289,7 +280,7 @@ static void t_op_order_with_lookups(void **state) {
    * PUT (8), entry A of r2 (9). */
   CT_OK(ct_save_lk(e->w, BS_UPDATE, "t", "r1", "r2", CT_ROWS({"b", "t", "1", "{}"}), &la, 1));
   CT_EQ_U64(flush(e), 9);
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   CT_EQ_U64(cp, 9);
   l = read_all(e, cp, "b");
   expect_n(&l, 4);
@@ -314,7 +305,7 @@ static void t_put_always_and_remove_diff(void **state) {
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r", CT_ROWS({"b1", "t", "r", "{\"x\":2}"})));
   /* object_id changes inside b1: PUT new identity (7), REMOVE old identity (8). */
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r", CT_ROWS({"b1", "t", "r-new", "{\"x\":3}"})));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   CT_EQ_U64(cp, 8);
   l = read_all(e, cp, "b1");
   expect_n(&l, 5);
@@ -347,7 +338,7 @@ static void t_delete_unknown_and_repeated(void **state) {
   CT_OK(ct_save(e->w, BS_DELETE, "t", "r", NULL, CT_NOROWS));
   CT_OK(ct_save(e->w, BS_DELETE, "t", "nobody", NULL, CT_NOROWS));
   CT_EQ_U64(flush(e), 2);
-  CT_EQ_U64(commit(e, L(1)), 2);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 2);
   l = read_all(e, 2, "b");
   expect_n(&l, 2);
   expect_op(&l, 1, 2, BS_OP_REMOVE, "t", "r", NULL);
@@ -358,13 +349,13 @@ static void t_insert_does_not_read_previous(void **state) {
   ct_env *e = *state;
   ct_oplist l;
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b1", "t", "r", "{}"})));
-  CT_EQ_U64(commit(e, L(1)), 1);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 1);
   /* A second INSERT of the same key emits only its PUT: no REMOVE from b1. */
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b2", "t", "r", "{}"})));
   CT_EQ_U64(flush(e), 2);
   /* The stored record is now the INSERT's: an UPDATE to no rows removes b2 only. */
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r", CT_NOROWS));
-  CT_EQ_U64(commit(e, L(2)), 3);
+  CT_EQ_U64(commit(e, ct_lsn(2)), 3);
   l = read_all(e, 3, "b1");
   expect_n(&l, 1);
   ct_oplist_free(&l);
@@ -381,7 +372,7 @@ static void t_saves_in_batch_see_each_other(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b1", "t", "r", "{}"})));
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r", CT_ROWS({"b2", "t", "r", "{}"})));
   CT_OK(ct_save(e->w, BS_DELETE, "t", "r", NULL, CT_NOROWS));
-  CT_EQ_U64(commit(e, L(1)), 4);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 4);
   l = read_all(e, 4, "b1");
   expect_n(&l, 2);
   expect_op(&l, 1, 3, BS_OP_REMOVE, "t", "r", NULL);
@@ -403,7 +394,7 @@ static void t_reads_at_any_op_id(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "x", CT_ROWS({"other", "t", "x", "x"})));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "2"})));
-  CT_EQ_U64(commit(e, L(1)), 3);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 3);
   c = cks(e, 1, "b");
   assert_int_equal(c.checksum, c1);
   CT_EQ_U64(c.count, 1);
@@ -436,7 +427,7 @@ static void t_unknown_buckets(void **state) {
   bs_checksum out[3];
   ct_oplist l;
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
-  CT_EQ_U64(commit(e, L(1)), 1);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 1);
   memset(out, 0xa5, sizeof out);
   CT_OK(bs_get_checksums(e->st, 1, b, 3, out, &ct_err));
   assert_int_equal(out[0].checksum, put_cs(BS_HASH_XXH3, "t", "a", "1"));
@@ -505,7 +496,7 @@ static void t_chunking(void **state) {
       CT_OK(ct_save(e->w, BS_INSERT, "tt", NULL, rid, CT_ROWS({bk, "tt", rid, data})));
     }
   }
-  CT_EQ_U64(commit(e, L(1)), 15);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 15);
 
   /* limit bounds the ops of the whole call, across buckets, served in name order. */
   memset(&cs, 0, sizeof cs);
@@ -589,55 +580,55 @@ static void t_checkpoint_blocked_until_snapshot_done(void **state) {
   CT_OK(ct_env_stream(e, "fresh", BS_HASH_XXH3, NULL)); /* snapshot not done */
   expect_cp(e, 0, NULL);
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
-  CT_OK(ct_commit(e->w, L(1), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(1), &r));
   assert_true(r.checkpoint_blocked);
   assert_int_equal(r.blocked_reason, BS_BLOCKED_SNAPSHOT);
   assert_false(r.checkpoint_created);
   CT_EQ_U64(r.checkpoint, 0);
   expect_cp(e, 0, NULL);
   /* Snapshot done at 5: a commit below 5 stays blocked, ops persisted meanwhile fold in. */
-  CT_OK(bs_writer_snapshot_done(e->w, ct_v(L(5)), &ct_err));
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(5)), &ct_err));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "2"})));
-  CT_OK(ct_commit(e->w, L(3), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(3), &r));
   assert_true(r.checkpoint_blocked);
   assert_int_equal(r.blocked_reason, BS_BLOCKED_NO_CHECKPOINT_BEFORE);
   assert_false(r.checkpoint_created);
   expect_cp(e, 0, NULL);
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "3"})));
-  CT_OK(ct_commit(e->w, L(5), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(5), &r));
   assert_false(r.checkpoint_blocked);
   assert_int_equal(r.blocked_reason, BS_BLOCKED_NONE);
   assert_true(r.checkpoint_created);
   CT_EQ_U64(r.checkpoint, 3);
-  expect_cp(e, 3, L(5));
+  expect_cp(e, 3, ct_lsn(5));
   l = read_all(e, 3, "b");
   expect_n(&l, 3);
   ct_oplist_free(&l);
   /* An LSN below the last checkpoint's is blocked. */
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "d", CT_ROWS({"b", "t", "d", "4"})));
-  CT_OK(ct_commit(e->w, L(4), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(4), &r));
   assert_true(r.checkpoint_blocked);
   assert_false(r.checkpoint_created);
-  expect_cp(e, 3, L(5));
+  expect_cp(e, 3, ct_lsn(5));
   /* no_checkpoint_before never decreases. */
-  CT_OK(bs_writer_snapshot_done(e->w, ct_v(L(8)), &ct_err));
-  CT_OK(bs_writer_snapshot_done(e->w, ct_v(L(6)), &ct_err));
-  CT_OK(ct_commit(e->w, L(7), &r));
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(8)), &ct_err));
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(6)), &ct_err));
+  CT_OK(ct_commit(e->w, ct_lsn(7), &r));
   assert_true(r.checkpoint_blocked);
-  expect_cp(e, 3, L(5));
-  CT_OK(ct_commit(e->w, L(8), &r));
+  expect_cp(e, 3, ct_lsn(5));
+  CT_OK(ct_commit(e->w, ct_lsn(8), &r));
   assert_true(r.checkpoint_created);
-  expect_cp(e, 4, L(8));
+  expect_cp(e, 4, ct_lsn(8));
   /* At or above no_checkpoint_before (8) but below the last checkpoint's LSN (9): that reason;
    * below both: the first of the order, no_checkpoint_before. */
-  CT_OK(ct_commit(e->w, L(9), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(9), &r));
   assert_true(r.checkpoint_created);
-  CT_OK(ct_commit(e->w, L(8), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(8), &r));
   assert_true(r.checkpoint_blocked);
   assert_int_equal(r.blocked_reason, BS_BLOCKED_CHECKPOINT_LSN);
-  CT_OK(ct_commit(e->w, L(7), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(7), &r));
   assert_int_equal(r.blocked_reason, BS_BLOCKED_NO_CHECKPOINT_BEFORE);
-  expect_cp(e, 4, L(9));
+  expect_cp(e, 4, ct_lsn(9));
 }
 
 static void t_lsn_bytewise_order(void **state) {
@@ -664,36 +655,36 @@ static void t_create_empty(void **state) {
   bs_commit_result r;
   bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
-  CT_EQ_U64(commit(e, L(1)), 1);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 1);
   /* Default create_empty: a commit with nothing new makes a checkpoint, same id, newer LSN. */
-  CT_OK(ct_commit(e->w, L(2), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(2), &r));
   assert_true(r.checkpoint_created);
-  expect_cp(e, 1, L(2));
+  expect_cp(e, 1, ct_lsn(2));
   /* create_empty = 0: nothing new -> nothing changes. */
   wo.create_empty = 0;
   CT_OK(ct_env_writer(e, &wo));
-  CT_OK(ct_commit(e->w, L(3), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(3), &r));
   assert_false(r.checkpoint_created);
-  expect_cp(e, 1, L(2));
+  expect_cp(e, 1, ct_lsn(2));
   /* ... but the per-commit override and keepalive do create one. */
-  CT_OK(ct_commit_ce(e->w, L(4), 1, &r));
+  CT_OK(ct_commit_ce(e->w, ct_lsn(4), 1, &r));
   assert_true(r.checkpoint_created);
-  expect_cp(e, 1, L(4));
+  expect_cp(e, 1, ct_lsn(4));
   memset(&r, 0, sizeof r);
-  CT_OK(bs_writer_keepalive(e->w, ct_v(L(5)), &r, &ct_err));
+  CT_OK(bs_writer_keepalive(e->w, ct_v(ct_lsn(5)), &r, &ct_err));
   assert_true(r.checkpoint_created);
-  expect_cp(e, 1, L(5));
+  expect_cp(e, 1, ct_lsn(5));
   /* something new: created even with create_empty = 0 */
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "1"})));
-  CT_OK(ct_commit(e->w, L(6), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(6), &r));
   assert_true(r.checkpoint_created);
-  expect_cp(e, 2, L(6));
+  expect_cp(e, 2, ct_lsn(6));
   /* The first unblocked commit of a stream always creates one. */
-  CT_OK(ct_env_stream(e, "s2", BS_HASH_XXH3, L(0)));
+  CT_OK(ct_env_stream(e, "s2", BS_HASH_XXH3, ct_lsn(0)));
   CT_OK(ct_env_writer(e, &wo));
-  CT_OK(ct_commit(e->w, L(1), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(1), &r));
   assert_true(r.checkpoint_created);
-  expect_cp(e, 0, L(1));
+  expect_cp(e, 0, ct_lsn(1));
 }
 
 static int find_state(const bs_stream_info *info, void *payload) {
@@ -714,7 +705,7 @@ static void t_activation(void **state) {
   bs_storage *act = NULL;
   stream_states(e, s);
   assert_int_equal(s[a], BS_STREAM_PROCESSING);
-  CT_EQ_U64(commit(e, L(1)), 0);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 0);
   stream_states(e, s);
   assert_int_equal(s[a], BS_STREAM_ACTIVE);
   /* A new stream is PROCESSING; the active one keeps being served. */
@@ -728,8 +719,8 @@ static void t_activation(void **state) {
   assert_int_equal(bs_storage_stream_id(act), a);
   bs_storage_close(act);
   /* Its first checkpoint activates it and stops the old one. */
-  CT_OK(bs_writer_snapshot_done(e->w, ct_v(L(1)), &ct_err));
-  commit(e, L(2));
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
+  commit(e, ct_lsn(2));
   stream_states(e, s);
   assert_int_equal(s[a], BS_STREAM_STOPPED);
   assert_int_equal(s[b], BS_STREAM_ACTIVE);
@@ -750,20 +741,20 @@ static void t_activation(void **state) {
 static void t_status_resume_lsn(void **state) {
   ct_env *e = *state;
   bs_status st;
-  CT_OK(bs_writer_resume_lsn(e->w, ct_v(L(7)), &ct_err));
+  CT_OK(bs_writer_resume_lsn(e->w, ct_v(ct_lsn(7)), &ct_err));
   flush(e);
   CT_OK(bs_get_status(e->st, &st, &ct_err));
   assert_true(st.has_resume_lsn);
-  assert_memory_equal(st.resume_lsn, L(7), 8);
+  assert_memory_equal(st.resume_lsn, ct_lsn(7), 8);
   assert_false(st.snapshot_done); /* no checkpoint yet */
   /* a commit raises it to max(resume, lsn): 5 < 7 keeps 7 */
-  commit(e, L(5));
+  commit(e, ct_lsn(5));
   CT_OK(bs_get_status(e->st, &st, &ct_err));
-  assert_memory_equal(st.resume_lsn, L(7), 8);
+  assert_memory_equal(st.resume_lsn, ct_lsn(7), 8);
   assert_true(st.snapshot_done);
-  commit(e, L(9));
+  commit(e, ct_lsn(9));
   CT_OK(bs_get_status(e->st, &st, &ct_err));
-  assert_memory_equal(st.resume_lsn, L(9), 8);
+  assert_memory_equal(st.resume_lsn, ct_lsn(9), 8);
   assert_int_equal(st.state, BS_STREAM_ACTIVE);
 }
 
@@ -791,8 +782,8 @@ static void t_snapshot_mode(void **state) {
   CT_EQ_U64(flush(e), 3); /* no id for the soft-delete mark */
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "stale"})));
   CT_OK(bs_writer_flush(snap, NULL, &ct_err));
-  CT_OK(bs_writer_snapshot_done(e->w, ct_v(L(1)), &ct_err));
-  CT_EQ_U64(commit(e, L(1)), 3);
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
+  CT_EQ_U64(commit(e, ct_lsn(1)), 3);
   l = read_all(e, 3, "b");
   expect_n(&l, 3);
   expect_op(&l, 0, 1, BS_OP_PUT, "t", "r1", "1");
@@ -815,11 +806,11 @@ static void t_truncate(void **state) {
                    CT_ROWS({"b1", "t", "r1", "1"}, {"b2", "t", "r1", "1"}), &lk, 1));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b1", "t", "r2", "2"})));
   CT_OK(ct_save(e->w, BS_INSERT, "u", NULL, "r1", CT_ROWS({"b1", "u", "r1", "3"})));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   CT_EQ_U64(cp, 5);
   ct_expect_params(e->st, cp, &k, 1, "{\"g\":1}");
   CT_OK(bs_writer_truncate(e->w, ct_v("t"), &ct_err));
-  cp = commit(e, L(2));
+  cp = commit(e, ct_lsn(2));
   CT_EQ_U64(cp, 9); /* 3 REMOVEs + 1 tombstone */
   l = read_all(e, cp, "b1");
   expect_n(&l, 5);
@@ -867,7 +858,7 @@ static void t_stored_row_data(void **state) {
   assert_string_equal(got, "{\"a\":1,\"b\":2}");
   free(got);
   got = NULL;
-  commit(e, L(1));
+  commit(e, ct_lsn(1));
   CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v("r"), got_row, &got, &ct_err));
   assert_string_equal(got, "{\"a\":1,\"b\":2}");
   free(got);
@@ -898,20 +889,20 @@ static void t_streams_isolated(void **state) {
   uint32_t a;
   /* Stream a: active. */
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b", "t", "r", "A"}), &la, 1));
-  CT_EQ_U64(commit(e, L(1)), 2);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 2);
   a = e->stream;
   sa = e->st;
   wa = e->w;
   e->st = NULL;
   e->w = NULL;
   /* Stream b: same table, replica id, bucket and lookup key, other data; ids start at 1. */
-  CT_OK(ct_env_stream(e, "b", BS_HASH_XXH3, L(1)));
+  CT_OK(ct_env_stream(e, "b", BS_HASH_XXH3, ct_lsn(1)));
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b", "t", "r", "B"}), &lb, 1));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "B2"})));
   /* a keeps replicating meanwhile: UPDATE of its r must not see b's record and vice versa */
   CT_OK(ct_save(wa, BS_UPDATE, "t", NULL, "r", CT_NOROWS));
-  CT_OK(ct_commit(wa, L(2), NULL));
-  CT_EQ_U64(commit(e, L(2)), 3);
+  CT_OK(ct_commit(wa, ct_lsn(2), NULL));
+  CT_EQ_U64(commit(e, ct_lsn(2)), 3);
   l = read_all(e, 3, "b");
   expect_n(&l, 2);
   expect_op(&l, 0, 1, BS_OP_PUT, "t", "r", "B");
@@ -947,24 +938,24 @@ static void t_persistence(void **state) {
   bs_commit_result r;
   bs_status st;
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
-  CT_OK(bs_writer_resume_lsn(e->w, ct_v(L(3)), &ct_err));
-  CT_EQ_U64(commit(e, L(2)), 1);
+  CT_OK(bs_writer_resume_lsn(e->w, ct_v(ct_lsn(3)), &ct_err));
+  CT_EQ_U64(commit(e, ct_lsn(2)), 1);
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "2"})));
   CT_EQ_U64(flush(e), 2);
   /* queued, never flushed: lost at close */
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "3"})));
   CT_OK(ct_env_reopen(e));
-  expect_cp(e, 1, L(2));
+  expect_cp(e, 1, ct_lsn(2));
   CT_OK(bs_get_status(e->st, &st, &ct_err));
   assert_true(st.has_resume_lsn);
-  assert_memory_equal(st.resume_lsn, L(3), 8);
+  assert_memory_equal(st.resume_lsn, ct_lsn(3), 8);
   CT_EQ_U64(st.last_persisted_op, 2);
   l = read_all(e, 1, "b");
   expect_n(&l, 1);
   ct_oplist_free(&l);
   /* the flushed op folds into the next checkpoint; ids continue after it */
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "d", CT_ROWS({"b", "t", "d", "4"})));
-  CT_OK(ct_commit(e->w, L(4), &r));
+  CT_OK(ct_commit(e->w, ct_lsn(4), &r));
   CT_EQ_U64(r.checkpoint, 3);
   l = read_all(e, 3, "b");
   expect_n(&l, 3);
@@ -975,7 +966,7 @@ static void t_persistence(void **state) {
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "a", CT_NOROWS));
   CT_OK(ct_env_reopen(e)); /* discarded again */
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "a", CT_NOROWS));
-  CT_EQ_U64(commit(e, L(5)), 4);
+  CT_EQ_U64(commit(e, ct_lsn(5)), 4);
   l = read_all(e, 4, "b");
   expect_op(&l, 3, 4, BS_OP_REMOVE, "t", "a", NULL);
   ct_oplist_free(&l);
@@ -998,12 +989,12 @@ static void t_parameter_sets(void **state) {
   size_t i;
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r1", CT_NOROWS, &l1, 1));
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r2", CT_NOROWS, &l1, 1));
-  c1 = commit(e, L(1));
+  c1 = commit(e, ct_lsn(1));
   CT_EQ_U64(c1, 2);
   /* r1: A -> {x:2}; r2 moves from A to B */
   CT_OK(ct_save_lk(e->w, BS_UPDATE, "t", NULL, "r1", CT_NOROWS, &l2, 1));
   CT_OK(ct_save_lk(e->w, BS_UPDATE, "t", NULL, "r2", CT_NOROWS, &lbk, 1));
-  c2 = commit(e, L(2));
+  c2 = commit(e, ct_lsn(2));
   CT_EQ_U64(c2, 5);
   ct_expect_params(e->st, c1, &a, 1, "{\"x\":1}\n{\"x\":1}");
   ct_expect_params(e->st, c2, &a, 1, "{\"x\":2}");
@@ -1018,7 +1009,7 @@ static void t_parameter_sets(void **state) {
   assert_memory_equal(i314.data, d314.data, i314.size);
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r3", CT_NOROWS, &ln, 1));
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r4", CT_NOROWS, &lf, 1));
-  c3 = commit(e, L(3));
+  c3 = commit(e, ct_lsn(3));
   ct_expect_params(e->st, c3, &d314, 1, "{\"y\":1}\n{\"y\":2}");
   ct_expect_params(e->st, c3, &i3, 1, "");
   /* More rows than limit: BS_ELIMIT naming the limit. */
@@ -1027,7 +1018,7 @@ static void t_parameter_sets(void **state) {
     snprintf(rid, sizeof rid, "m%zu", i);
     CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, rid, CT_NOROWS, &lbk, 1));
   }
-  c3 = commit(e, L(4));
+  c3 = commit(e, ct_lsn(4));
   CT_OK(ct_params(e->st, c3, &b, 1, 5, &ps));
   free(ps);
   CT_RC(BS_ELIMIT, ct_params(e->st, c3, &b, 1, 4, &ps));
@@ -1067,24 +1058,24 @@ static void t_write_checkpoints_managed(void **state) {
   ct_env *e = *state;
   uint64_t id;
   int adv;
-  CT_EQ_U64(managed(e, "u1", L(10), 1, 42, 0, &adv), 42);
+  CT_EQ_U64(managed(e, "u1", ct_lsn(10), 1, 42, 0, &adv), 42);
   assert_true(adv);
-  CT_EQ_U64(managed(e, "u1", L(10), 1, 41, 0, NULL), 42); /* stale: changes nothing */
-  CT_EQ_U64(managed(e, "u1", L(10), 1, 43, 0, NULL), 43);
-  CT_EQ_U64(managed(e, "u1", L(10), 0, 0, 0, NULL), 44); /* generated: stored + 1 */
-  CT_EQ_U64(managed(e, "u2", L(10), 0, 0, 0, NULL), 1);  /* new record: 1 */
+  CT_EQ_U64(managed(e, "u1", ct_lsn(10), 1, 41, 0, NULL), 42); /* stale: changes nothing */
+  CT_EQ_U64(managed(e, "u1", ct_lsn(10), 1, 43, 0, NULL), 43);
+  CT_EQ_U64(managed(e, "u1", ct_lsn(10), 0, 0, 0, NULL), 44); /* generated: stored + 1 */
+  CT_EQ_U64(managed(e, "u2", ct_lsn(10), 0, 0, 0, NULL), 1);  /* new record: 1 */
   /* head 10 above lsn 9: none; at or above: the id */
-  assert_false(last_wcp(e, "u1", L(9), &id));
-  assert_true(last_wcp(e, "u1", L(10), &id));
+  assert_false(last_wcp(e, "u1", ct_lsn(9), &id));
+  assert_true(last_wcp(e, "u1", ct_lsn(10), &id));
   CT_EQ_U64(id, 44);
-  assert_false(last_wcp(e, "nobody", L(10), &id));
+  assert_false(last_wcp(e, "nobody", ct_lsn(10), &id));
   /* a commit at or above the head processes it: a stale request no longer asks to advance */
-  commit(e, L(10));
-  CT_EQ_U64(managed(e, "u1", L(10), 1, 5, 0, &adv), 44);
+  commit(e, ct_lsn(10));
+  CT_EQ_U64(managed(e, "u1", ct_lsn(10), 1, 5, 0, &adv), 44);
   assert_false(adv);
   /* de-duplication within one batch: supplied beats generated, greatest supplied wins */
   {
-    bs_head h = {ct_v("1"), ct_v(L(11))};
+    bs_head h = {ct_v("1"), ct_v(ct_lsn(11))};
     bs_managed_request r[3];
     uint64_t ids[3];
     int a2;
@@ -1111,15 +1102,15 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
   bs_writer *cw = NULL;
   /* managed records with requested_at 1000 (u1: processed), 5000 (u2: processed), and one not
    * processed (u3, head 99) */
-  managed(e, "u1", L(1), 1, 10, 1000, NULL);
-  managed(e, "u2", L(1), 1, 20, 5000, NULL);
-  managed(e, "u3", L(99), 1, 30, 1000, NULL);
-  commit(e, L(2));
+  managed(e, "u1", ct_lsn(1), 1, 10, 1000, NULL);
+  managed(e, "u2", ct_lsn(1), 1, 20, 5000, NULL);
+  managed(e, "u3", ct_lsn(99), 1, 30, 1000, NULL);
+  commit(e, ct_lsn(2));
   /* custom mode on another handle: records without requested_at */
   CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
   CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
   {
-    bs_head h = {ct_v("1"), ct_v(L(1))};
+    bs_head h = {ct_v("1"), ct_v(ct_lsn(1))};
     bs_managed_request r;
     uint64_t out;
     int a;
@@ -1151,10 +1142,10 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
   /* cleanup: processed and requested before 2000 -> only u1 */
   CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
   CT_EQ_U64(deleted, 1);
-  assert_false(last_wcp(e, "u1", L(5), &id));
-  assert_true(last_wcp(e, "u2", L(5), &id));
+  assert_false(last_wcp(e, "u1", ct_lsn(5), &id));
+  assert_true(last_wcp(e, "u2", ct_lsn(5), &id));
   CT_EQ_U64(id, 20);
-  assert_true(last_wcp(e, "u3", L(99), &id));
+  assert_true(last_wcp(e, "u3", ct_lsn(99), &id));
   {
     int found = 0;
     CT_OK(bs_last_write_checkpoint(cst, ct_v("c1"), NULL, 0, &id, &found, &ct_err));
@@ -1168,39 +1159,39 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
 static void t_write_checkpoint_ids_after_cleanup(void **state) {
   ct_env *e = *state;
   uint64_t id, deleted = 99;
-  managed(e, "u1", L(1), 1, 10, 1000, NULL);
-  managed(e, "u2", L(1), 1, 5, 1000, NULL);
-  CT_EQ_U64(managed(e, "gen", L(1), 0, 0, 1000, NULL), 1); /* generated: no requested_at */
-  commit(e, L(2));
+  managed(e, "u1", ct_lsn(1), 1, 10, 1000, NULL);
+  managed(e, "u2", ct_lsn(1), 1, 5, 1000, NULL);
+  CT_EQ_U64(managed(e, "gen", ct_lsn(1), 0, 0, 1000, NULL), 1); /* generated: no requested_at */
+  commit(e, ct_lsn(2));
   CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
   CT_EQ_U64(deleted, 2);
-  assert_false(last_wcp(e, "u1", L(5), &id)); /* deleted: no acknowledged id any more */
-  assert_true(last_wcp(e, "gen", L(5), &id)); /* kept */
+  assert_false(last_wcp(e, "u1", ct_lsn(5), &id)); /* deleted: no acknowledged id any more */
+  assert_true(last_wcp(e, "gen", ct_lsn(5), &id)); /* kept */
   CT_EQ_U64(id, 1);
   CT_OK(bs_delete_checkpoint_requests_before(e->st, INT64_MAX, &deleted, &ct_err));
   CT_EQ_U64(deleted, 0); /* a generated record is never a request: kept at any cut-off */
-  assert_true(last_wcp(e, "gen", L(5), &id));
+  assert_true(last_wcp(e, "gen", ct_lsn(5), &id));
   if (e->be->persistent) CT_OK(ct_env_reopen(e)); /* the high-water mark is stored */
   /* generated: above the deleted 10, not 1 */
-  CT_EQ_U64(managed(e, "u1", L(6), 0, 0, 0, NULL), 11);
+  CT_EQ_U64(managed(e, "u1", ct_lsn(6), 0, 0, 0, NULL), 11);
   /* supplied at or below the deleted 5: the id stays 5 (pending until replication passes) */
-  CT_EQ_U64(managed(e, "u2", L(6), 1, 3, 0, NULL), 5);
-  assert_false(last_wcp(e, "u2", L(5), &id));
-  assert_true(last_wcp(e, "u2", L(6), &id));
+  CT_EQ_U64(managed(e, "u2", ct_lsn(6), 1, 3, 0, NULL), 5);
+  assert_false(last_wcp(e, "u2", ct_lsn(5), &id));
+  assert_true(last_wcp(e, "u2", ct_lsn(6), &id));
   CT_EQ_U64(id, 5);
-  CT_EQ_U64(managed(e, "u2", L(6), 1, 8, 0, NULL), 8); /* above it: as given */
-  CT_EQ_U64(managed(e, "new", L(6), 0, 0, 0, NULL), 1);
+  CT_EQ_U64(managed(e, "u2", ct_lsn(6), 1, 8, 0, NULL), 8); /* above it: as given */
+  CT_EQ_U64(managed(e, "new", ct_lsn(6), 0, 0, 0, NULL), 1);
 }
 
 /* last_write_checkpoint in managed mode: every head of the record must be reached by the given
  * heads; given connections the record lacks do not matter (contract.md 7). */
 static void t_write_checkpoint_heads(void **state) {
   ct_env *e = *state;
-  bs_head two[2] = {{ct_v("1"), ct_v(L(6))}, {ct_v("2"), ct_v(L(1))}};
-  bs_head other = {ct_v("2"), ct_v(L(9))};
+  bs_head two[2] = {{ct_v("1"), ct_v(ct_lsn(6))}, {ct_v("2"), ct_v(ct_lsn(1))}};
+  bs_head other = {ct_v("2"), ct_v(ct_lsn(9))};
   uint64_t id = 0;
   int found = -1;
-  CT_EQ_U64(managed(e, "u", L(5), 1, 3, 0, NULL), 3);
+  CT_EQ_U64(managed(e, "u", ct_lsn(5), 1, 3, 0, NULL), 3);
   CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), two, 2, &id, &found, &ct_err));
   assert_true(found);
   CT_EQ_U64(id, 3);
@@ -1271,7 +1262,7 @@ static void t_compact_move(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "{\"v\":1}"})));
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t2", CT_ROWS({"b", "test", "t2", "{\"v\":1}"})));
   CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t2", CT_ROWS({"b", "test", "t2", "{\"v\":2}"})));
-  CT_EQ_U64(commit(e, L(1)), 3);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 3);
   before = cks(e, 3, "b");
   compact_all(e, 0);
   l = read_all(e, 3, "b");
@@ -1302,7 +1293,7 @@ static void t_compact_clear(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t2", CT_ROWS({"b", "test", "t2", "{\"v\":1}"})));
   CT_OK(ct_save(e->w, BS_DELETE, "test", "t1", NULL, CT_NOROWS));
   CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t2", CT_ROWS({"b", "test", "t2", "{\"v\":2}"})));
-  CT_EQ_U64(commit(e, L(1)), 4);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 4);
   before = cks(e, 4, "b");
   l = read_all(e, 4, "b");
   {
@@ -1340,7 +1331,7 @@ static void t_compact_horizon(void **state) {
    * checkpoint (1), and op 1's successor is above it, so nothing changes. */
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "1"})));
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t0", CT_ROWS({"b", "test", "t0", "0"})));
-  CT_EQ_U64(commit(e, L(1)), 2);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 2);
   CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "2"})));
   CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "3"})));
   CT_EQ_U64(flush(e), 4);
@@ -1360,10 +1351,10 @@ static void t_compact_torn_read(void **state) {
   uint32_t sum;
   /* PUT t1 (1) [cp 1], PUT t1 (2), REMOVE t1 (3) [cp 3] -> CLEAR(3) spanning [1, 3]. */
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "1"})));
-  CT_EQ_U64(commit(e, L(1)), 1);
+  CT_EQ_U64(commit(e, ct_lsn(1)), 1);
   CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "2"})));
   CT_OK(ct_save(e->w, BS_DELETE, "test", "t1", NULL, CT_NOROWS));
-  CT_EQ_U64(commit(e, L(2)), 3);
+  CT_EQ_U64(commit(e, ct_lsn(2)), 3);
   sum = cks(e, 3, "b").checksum;
   compact_all(e, 0);
   l = read_all(e, 3, "b");
@@ -1406,8 +1397,8 @@ static void t_compact_initial_replication(void **state) {
   n = 99;
   CT_OK(bs_compact_initial_replication(e->st, 0, 0, &n, &ct_err));
   CT_EQ_U64(n, 0);
-  CT_OK(bs_writer_snapshot_done(e->w, ct_v(L(1)), &ct_err));
-  CT_EQ_U64(commit(e, L(1)), 5);
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
+  CT_EQ_U64(commit(e, ct_lsn(1)), 5);
   l = read_all(e, 5, "b");
   expect_n(&l, 1);
   expect_op(&l, 0, 2, BS_OP_PUT, "test", "t1", "2");
@@ -1427,7 +1418,7 @@ static void t_passthrough_on_path(void **state) {
   size_t i;
   for (i = 0; i < CT_N_BACKENDS; i++) builtin |= e->be == &ct_backends[i];
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
-  commit(e, L(1));
+  commit(e, ct_lsn(1));
   cks(e, 1, "b");
   /* Checks the harness itself, so only for the built-ins: another program's backend may use the
    * pass-through or not. */
@@ -1529,7 +1520,7 @@ static void t_list_buckets(void **state) {
                 CT_ROWS({"b", "t", "r1", "2"}, {"ab", "t", "r1", "2"}, {"a", "t", "r1", "2"})));
   CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r1",
                 CT_ROWS({"b", "t", "r1", "3"}, {"ab", "t", "r1", "3"}, {"a", "t", "r1", "3"})));
-  commit(e, L(1));
+  commit(e, ct_lsn(1));
   /* Persisted above the checkpoint: counted too. */
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r3", CT_ROWS({"a", "t", "r3", "1"})));
   flush(e);
@@ -1648,7 +1639,7 @@ static void t_empty_values(void **state) {
   assert_string_equal(got, ""); /* "" and not "(null)": before the flush */
   free(got);
   got = NULL;
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v(""), got_row, &got, &ct_err));
   assert_string_equal(got, ""); /* and after it */
   free(got);
@@ -1670,7 +1661,7 @@ static void t_empty_values(void **state) {
   CT_EQ_U64(pr.n_null, 0);
   /* a DELETE: the REMOVE carries the stored (empty) object type and id, and no data */
   CT_OK(ct_save(e->w, BS_DELETE, "t", "", NULL, CT_NOROWS));
-  cp = commit(e, L(2));
+  cp = commit(e, ct_lsn(2));
   l = read_all(e, cp, "b");
   expect_n(&l, 3);
   expect_op(&l, 2, 4, BS_OP_REMOVE, "", "", NULL);
@@ -1679,10 +1670,10 @@ static void t_empty_values(void **state) {
   if (l.v[2].data.p) fail_msg("REMOVE carries data");
   ct_oplist_free(&l);
   /* user id "" is a user */
-  CT_EQ_U64(managed(e, "", L(3), 0, 0, 0, NULL), 1);
-  assert_true(last_wcp(e, "", L(3), &id));
+  CT_EQ_U64(managed(e, "", ct_lsn(3), 0, 0, 0, NULL), 1);
+  assert_true(last_wcp(e, "", ct_lsn(3), &id));
   CT_EQ_U64(id, 1);
-  assert_false(last_wcp(e, "u", L(3), &id));
+  assert_false(last_wcp(e, "u", ct_lsn(3), &id));
 }
 
 /* One byte, maximum lengths, non-ASCII bytes, quotes and backslashes cross unchanged. */
@@ -1711,7 +1702,7 @@ static void t_edge_values(void **state) {
   s.n_rows = 1;
   s.stored_data = ct_v(data);
   CT_OK(bs_writer_save(e->w, &s, &ct_err));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   l = read_all(e, cp, bucket);
   expect_n(&l, 1);
   expect_op(&l, 0, 1, BS_OP_PUT, "t", oid, data);
@@ -1722,11 +1713,11 @@ static void t_edge_values(void **state) {
   CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v(rid), got_row, &got, &ct_err));
   assert_string_equal(got, data);
   free(got);
-  CT_EQ_U64(managed(e, user, L(1), 1, 7, 0, NULL), 7);
-  assert_true(last_wcp(e, user, L(1), &id));
+  CT_EQ_U64(managed(e, user, ct_lsn(1), 1, 7, 0, NULL), 7);
+  assert_true(last_wcp(e, user, ct_lsn(1), &id));
   CT_EQ_U64(id, 7);
   user[BS_MAX_USER_ID - 1] = 'x'; /* another user differs in its last byte only */
-  assert_false(last_wcp(e, user, L(1), &id));
+  assert_false(last_wcp(e, user, ct_lsn(1), &id));
 }
 
 /* ==== Explicit limits are honoured (contract.md 5.2, 5.4; storage.h CONVENTIONS) ============== */
@@ -1745,7 +1736,7 @@ static void t_explicit_limits(void **state) {
   uint64_t cp;
   CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b", "t", "r", "{}"}), &lk, 1));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "{}"})));
-  cp = commit(e, L(1));
+  cp = commit(e, ct_lsn(1));
   /* parameter sets: 0 allows no row */
   CT_RC(BS_ELIMIT, ct_params(e->st, cp, &key, 1, 0, &got));
   assert_string_equal(ct_err.msg, "too many parameter results (limit was 0)");

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../storage.h"
+#include "util_contract.h"
 #include "util_fault.h"
 
 #define OP_HEADER 18 /* internal.h's op layout: u8 type | u32 checksum | u64 target | lengths */
@@ -48,11 +49,6 @@ static op_loc *g_ops;
 static size_t g_n_ops;
 static uint64_t g_checkpoint[3]; /* per stream id (1, 2) */
 
-static bs_val v(const char *s) {
-  bs_val x = {s, strlen(s)};
-  return x;
-}
-
 /* ---- The real database ---------------------------------------------------------------------- */
 
 static void bucket_name(char *out, size_t cap, int b) {
@@ -61,34 +57,23 @@ static void bucket_name(char *out, size_t cap, int b) {
 
 static void save(bs_writer *w, bs_tag tag, int id, int bucket, int round) {
   char rid[32], oid[32], bk[64], data[128];
-  bs_save s = BS_SAVE_INIT;
-  bs_row row;
+  const char *table = id % 2 ? "todos" : "lists";
   snprintf(rid, sizeof rid, "r%d", id);
   snprintf(oid, sizeof oid, "o%d", id);
   bucket_name(bk, sizeof bk, bucket);
   snprintf(data, sizeof data, "{\"id\":\"o%d\",\"round\":%d,\"v\":%d.0}", id, round, id * 7);
-  row.bucket = v(bk);
-  row.object_type = v("todos");
-  row.object_id = v(oid);
-  row.data = v(data);
-  s.table = v(id % 2 ? "todos" : "lists");
-  s.tag = tag;
-  if (tag == BS_DELETE) {
-    s.before_id = v(rid);
-  } else {
-    s.after_id = v(rid);
-    s.rows = &row;
-    s.n_rows = 1;
-  }
-  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  if (tag == BS_DELETE)
+    CT_OK(ct_save(w, tag, table, rid, NULL, CT_NOROWS));
+  else
+    CT_OK(ct_save(w, tag, table, NULL, rid, CT_ROWS({bk, "todos", oid, data})));
 }
 
 static void commit(bs_writer *w, int round, uint64_t *cp) {
   char lsn[16];
   bs_commit_result cr;
   snprintf(lsn, sizeof lsn, "%08d", round + 1);
-  if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, v(lsn), NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(w, v(lsn), NULL, &cr, NULL), BS_OK);
+  if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, ct_v(lsn), NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(w, ct_v(lsn), NULL, &cr, NULL), BS_OK);
   assert_true(cr.checkpoint_created);
   *cp = cr.checkpoint;
 }
@@ -234,7 +219,7 @@ static int verify_and_read(problems *p, const char *bucket, uint32_t stream) {
   bs_error e = {0, ""};
   bs_db *db;
   bs_storage *st;
-  bs_bucket_request rq = {v(bucket), 0};
+  bs_bucket_request rq = {ct_v(bucket), 0};
   bs_checksum ck;
   size_t bytes = 0;
   int more, rc;

@@ -210,6 +210,14 @@ int ct_commit(bs_writer *w, const char *lsn, bs_commit_result *out) {
   return ct_commit_ce(w, lsn, -1, out);
 }
 
+const char *ct_lsn(unsigned n) {
+  static char buf[8][16];
+  static int i;
+  i = (i + 1) % 8;
+  snprintf(buf[i], sizeof buf[i], "%08u", n);
+  return buf[i];
+}
+
 static bs_val key_of(unsigned char *buf, size_t cap, const bs_scalar *sc) {
   size_t n = 0;
   bs_val v = {buf, 0};

@@ -113,6 +113,8 @@ int ct_save(bs_writer *w, bs_tag tag, const char *table, const char *before, con
 int ct_save_lk(bs_writer *w, bs_tag tag, const char *table, const char *before, const char *after,
                const ct_r *rows, size_t n_rows, const bs_lookup *lookups, size_t n_lookups);
 int ct_commit(bs_writer *w, const char *lsn, bs_commit_result *out);
+/* n as a fixed-width LSN ("%08u": byte order is numeric order), from 8 rotating buffers. */
+const char *ct_lsn(unsigned n);
 int ct_commit_ce(bs_writer *w, const char *lsn, int create_empty, bs_commit_result *out);
 /* Encodes a lookup key of one string scalar (or an int / a double) into buf; returns its bs_val. */
 bs_val ct_key_str(unsigned char *buf, size_t cap, const char *s);
