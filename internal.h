@@ -183,6 +183,16 @@ static inline int bs_managed_req_beats(const bs_managed_request *c, const bs_man
   return c->has_request_id ? c->request_id > w->request_id : 1;
 }
 
+/* The id the winning request w of a user leaves (SPEC.md 7). stored: the user's record id when
+ * it has one (exists), else its high-water mark (the id of its last record that cleanup deleted,
+ * 0 when none), so ids never go backwards. *action: BS_WCP_REPLACE (id and heads replaced, not
+ * processed; requested_at iff w supplied its id), BS_WCP_REFRESH (a supplied retry of the stored
+ * id: requested_at only) or BS_WCP_KEEP (a lower supplied id changes nothing). BS_EINVAL when
+ * the id would reach 2^63. */
+enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
+int bs_managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
+                       int *action, bs_error *err);
+
 /* ---- Argument checks shared by the front and backends ---- */
 int bs_check_save(const bs_save *s, bs_error *err);
 int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);

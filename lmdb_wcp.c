@@ -348,16 +348,15 @@ static int hwm_get(bs_lmdb_db *db, MDB_txn *txn, bs_val user, uint64_t *out, bs_
   return BS_OK;
 }
 
-/* Applies the winning request w of one user; *id_out: the stored id after it; *pending_out: the
- * record is not processed. Without a record the id continues above the user's high-water mark
- * (a supplied id at or below it takes the mark's id), so ids never go backwards. */
+/* Applies the winning request w of one user (bs_managed_next_id); *id_out: the stored id after
+ * it; *pending_out: the record is not processed. */
 static int apply_one(bs_lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, int64_t now,
                      uint64_t *id_out, int *pending_out, bs_error *err) {
   unsigned char kb[1 + BS_MAX_USER_ID];
   MDB_val k = user_key(kb, 'M', w->user_id), v;
   wcp_rec r;
   uint64_t hwm = 0;
-  int rc = mdb_get(txn, db->wcp, &k, &v), exists = (rc == 0), replace, refresh;
+  int rc = mdb_get(txn, db->wcp, &k, &v), exists = (rc == 0), action, replace, refresh;
   if (rc && rc != MDB_NOTFOUND) return bs_fail_mdb(err, rc, "write checkpoint: get");
   if (exists && rec_decode(&v, &r))
     return bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
@@ -366,20 +365,13 @@ static int apply_one(bs_lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, 
     memset(&r, 0, sizeof r);
     if ((rc = hwm_get(db, txn, w->user_id, &hwm, err))) return rc;
   }
-  if (!w->has_request_id) { /* generated: next id of the user's counter; no requested_at */
-    replace = 1;
-    refresh = 0;
-    r.id = exists ? r.id + 1 : hwm + 1;
+  if ((rc = bs_managed_next_id(w, exists, exists ? r.id : hwm, &r.id, &action, err))) return rc;
+  replace = action == BS_WCP_REPLACE;
+  refresh = action == BS_WCP_REFRESH || (replace && w->has_request_id);
+  if (replace && !w->has_request_id) { /* generated: no requested_at */
     r.flags &= ~WCP_HAS_REQUESTED;
     r.requested_at = 0;
-  } else { /* supplied: monotonic; an equal retry refreshes retention only */
-    replace = !exists || w->request_id > r.id;
-    refresh = !exists || w->request_id >= r.id;
-    if (replace) r.id = w->request_id > hwm ? w->request_id : hwm;
   }
-  if (r.id >= (UINT64_C(1) << 63))
-    return bs_fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
-                   (int)w->user_id.size, (const char *)w->user_id.data);
   if (refresh) {
     r.flags |= WCP_HAS_REQUESTED;
     r.requested_at = w->requested_at_ms ? w->requested_at_ms : now;

@@ -1936,28 +1936,26 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
   for (size_t k = 0; k < nw; k++) {
     const bs_managed_request *r = win[k];
     mem_mwcp *old = mwcp_find(db, r->user_id, NULL);
-    uint64_t stored = old ? old->id : 0; /* a gone record: the high-water mark */
     int64_t at = r->requested_at_ms ? r->requested_at_ms : now;
-    mem_mwcp *nr = NULL;
-    if (!r->has_request_id || !old || old->gone || r->request_id > stored) {
-      nr = mwcp_build(a, old, r->user_id, r);
-      if (nr) {
-        nr->id = !r->has_request_id ? stored + 1 : r->request_id > stored ? r->request_id : stored;
-        nr->processed = 0;
-        nr->processed_lsn.has = 0;
-        nr->has_req = r->has_request_id; /* a generated id has no requested_at */
-        nr->req_ms = r->has_request_id ? at : 0;
-      }
-    } else if (r->request_id >= stored) {
-      nr = mwcp_build(a, old, r->user_id, NULL);
-      if (nr) {
-        nr->has_req = 1;
-        nr->req_ms = at;
-      }
-    } else {
-      continue; /* a lower request id changes nothing */
-    }
+    uint64_t id;
+    int action;
+    mem_mwcp *nr;
+    /* a gone record's id is the high-water mark */
+    if ((rc = bs_managed_next_id(r, old && !old->gone, old ? old->id : 0, &id, &action, err)))
+      goto fail;
+    if (action == BS_WCP_KEEP) continue;
+    nr = mwcp_build(a, old, r->user_id, action == BS_WCP_REPLACE ? r : NULL);
     if (!nr) goto nomem;
+    if (action == BS_WCP_REPLACE) {
+      nr->id = id;
+      nr->processed = 0;
+      nr->processed_lsn.has = 0;
+      nr->has_req = r->has_request_id; /* a generated id has no requested_at */
+      nr->req_ms = r->has_request_id ? at : 0;
+    } else {
+      nr->has_req = 1;
+      nr->req_ms = at;
+    }
     neu[nnew++] = nr;
   }
   if (GROW(a, db->mw, db->nmw, db->cmw, db->nmw + nnew)) goto nomem;
@@ -1981,8 +1979,9 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
   if (should_advance) *should_advance = adv;
   goto out;
 nomem:
-  unlock(db);
   rc = enomem(err, "write checkpoints");
+fail:
+  unlock(db);
 out:
   for (size_t k = 0; neu && k < nnew; k++) mwcp_free(a, neu[k]);
   bs_free(a, neu);

@@ -935,6 +935,23 @@ int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, 
   return st->vt->set_write_checkpoint_mode(st, mode, event, err);
 }
 
+int bs_managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
+                       int *action, bs_error *err) {
+  *action = BS_WCP_REPLACE;
+  if (!w->has_request_id) {
+    *id = stored + 1; /* stored < 2^63: no wrap */
+  } else if (!exists || w->request_id > stored) {
+    *id = w->request_id > stored ? w->request_id : stored;
+  } else {
+    *id = stored;
+    *action = w->request_id == stored ? BS_WCP_REFRESH : BS_WCP_KEEP;
+  }
+  if (*id >= (UINT64_C(1) << 63))
+    return bs_fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
+                   (int)w->user_id.size, (const char *)w->user_id.data);
+  return BS_OK;
+}
+
 int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
                                         uint64_t *ids_out, int *should_advance, bs_error *err) {
   int advance = 0, rc;

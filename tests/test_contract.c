@@ -1201,6 +1201,24 @@ static void t_write_checkpoint_heads(void **state) {
   assert_false(found);
 }
 
+/* Managed ids stay below 2^63 (op-id range, SPEC 2 and 7): a generated id that would pass it is
+ * BS_EINVAL and the record keeps its id, on every backend. */
+static void t_write_checkpoint_id_limit(void **state) {
+  ct_env *e = *state;
+  const uint64_t top = (UINT64_C(1) << 63) - 1;
+  bs_head h = {ct_v("1"), ct_v(ct_lsn(1))};
+  bs_managed_request r;
+  uint64_t out = 0;
+  CT_EQ_U64(managed(e, "u", ct_lsn(1), 1, top, 0, NULL), top);
+  memset(&r, 0, sizeof r);
+  r.user_id = ct_v("u");
+  r.heads = &h;
+  r.n_heads = 1;
+  CT_RC(BS_EINVAL, bs_create_managed_write_checkpoints(e->st, &r, 1, &out, NULL, &ct_err));
+  assert_non_null(strstr(ct_err.msg, "2^63"));
+  CT_EQ_U64(managed(e, "u", ct_lsn(1), 1, top, 0, NULL), top); /* unchanged */
+}
+
 /* Custom checkpoints created from a client request carry requested_at and expire with
  * cleanup; persistent ones (no requested_at) are kept (contract.md 7). */
 static void t_write_checkpoint_custom_requested(void **state) {
@@ -1797,6 +1815,7 @@ static const ct_test TESTS[] = {
     T(t_write_checkpoints_custom_and_cleanup),
     T(t_write_checkpoint_ids_after_cleanup),
     T(t_write_checkpoint_heads),
+    T(t_write_checkpoint_id_limit),
     T(t_write_checkpoint_custom_requested),
     T(t_compact_move),
     T(t_compact_clear),
