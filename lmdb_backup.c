@@ -257,13 +257,12 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
   size_t i, need = r->key.size + r->value.size;
   int meta;
   entry *e;
-  for (i = 0; bs_lmdb_subdb(db, i, &name, &dbi); i++)
-    if (r->table && strcmp(r->table, name) == 0) break;
+  for (i = 0; r->table && bs_lmdb_subdb(db, i, &name, &dbi); i++)
+    if (strcmp(r->table, name) == 0) break;
   if (!r->table || !bs_lmdb_subdb(db, i, NULL, NULL))
     return bs_fail(err, BS_ECORRUPT, "record %llu: unknown table %s",
                    (unsigned long long)(t->total + t->n + 1), r->table ? r->table : "(NULL)");
-  if (r->key.size == 0 || r->key.size > 511 || (r->key.size && !r->key.data) ||
-      (r->value.size && !r->value.data))
+  if (r->key.size == 0 || r->key.size > 511 || !r->key.data || (r->value.size && !r->value.data))
     return bs_fail(err, BS_ECORRUPT, "record %llu (%s): bad key or value",
                    (unsigned long long)(t->total + t->n + 1), name);
   meta = strcmp(name, "meta") == 0;
@@ -427,6 +426,8 @@ int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *
                         err)) == BS_OK) {
     while ((rc = next(&r, payload)) == 1)
       if ((rc = target_put(&t, &r, err)) != BS_OK) break;
+    if (rc > 0) /* not a status: never returned as one */
+      rc = bs_fail(err, BS_EINVAL, "next: returned %d (1: a record, 0: the end, < 0: failed)", rc);
     if (rc == 0 && !t.saw_format)
       rc = bs_fail(err, BS_ECORRUPT, "the records have no format record (meta \"format\")");
     if (rc == 0) rc = target_finish(&t, path, 0, err);

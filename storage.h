@@ -844,9 +844,10 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * returns 0 after the last one, or a negative code that the call returns. The result is
  * written, verified and renamed into place as bs_backup's copy; the same records give the same
  * database, byte for byte in every record. Options: progress and allocator (BS_BACKUP_REPLACE
- * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_ESTATE (path
- * exists), BS_ECORRUPT (an unknown table, a bad key, no format record or one of another
- * version, or the result did not verify), BS_ECANCELED, BS_EIO, BS_ENOMEM. Any thread. */
+ * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts, or next returned
+ * another positive value), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
+ * no format record or one of another version, or the result did not verify), BS_ECANCELED,
+ * BS_EIO, BS_ENOMEM. Any thread. */
 BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,
                    const bs_backup_options *opts, bs_error *err);
 

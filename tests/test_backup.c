@@ -469,6 +469,12 @@ static int fail_next(bs_record *r, void *payload) {
   return BS_EIO;
 }
 
+static int odd_next(bs_record *r, void *payload) {
+  (void)r;
+  (void)payload;
+  return 2;
+}
+
 static void test_load_refusals(void **state) {
   ct_env *e = *state;
   bs_backup_options o = BS_BACKUP_OPTIONS_INIT;
@@ -512,8 +518,10 @@ static void test_load_refusals(void **state) {
     CT_RC(BS_ECORRUPT, bs_load(out, replay, &without, NULL, &ct_err));
     free(without.v);
   }
-  /* the reader's own failure comes back */
+  /* the reader's own failure comes back; a value that is no status is refused */
   CT_RC(BS_EIO, bs_load(out, fail_next, NULL, NULL, &ct_err));
+  CT_RC(BS_EINVAL, bs_load(out, odd_next, NULL, NULL, &ct_err));
+  assert_non_null(strstr(ct_err.msg, "next: returned 2"));
   o.flags = BS_BACKUP_REPLACE;
   bad = all;
   CT_RC(BS_EINVAL, bs_load(out, replay, &bad, &o, &ct_err));

@@ -292,7 +292,6 @@ static void make_lmdb(const char *copy_of, void (*fn)(MDB_txn *txn, void *), voi
   assert_false(has_lock(g_path));
 }
 
-/* payload: the key to put into the main database */
 /* Opens and closes g_path with LMDB's lock file, as its own program would: PATH-lock exists. */
 static void lmdb_lock_beside(void) {
   MDB_env *env;
@@ -303,6 +302,7 @@ static void lmdb_lock_beside(void) {
   assert_true(has_lock(g_path));
 }
 
+/* payload: the key to put into the main database */
 static void put_main(MDB_txn *txn, void *payload) {
   MDB_dbi dbi;
   MDB_val d = {5, "world"};
