@@ -1201,6 +1201,38 @@ static void t_write_checkpoint_heads(void **state) {
   assert_false(found);
 }
 
+/* The cleanup cut-off is exclusive: a record requested at t survives
+ * delete_checkpoint_requests_before(t), one at t - 1 does not; managed and custom alike (SPEC 7). */
+static void t_write_checkpoint_cleanup_cutoff(void **state) {
+  ct_env *e = *state;
+  bs_storage *cst = NULL;
+  bs_writer *cw = NULL;
+  uint64_t id, deleted = 99;
+  int found = 0;
+  managed(e, "at", ct_lsn(1), 1, 4, 2000, NULL);
+  managed(e, "below", ct_lsn(1), 1, 5, 1999, NULL);
+  commit(e, ct_lsn(2)); /* both processed */
+  CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
+  CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("at"), 6, ct_v(NULL), 2000, &ct_err));
+  CT_OK(
+      bs_writer_custom_write_checkpoint_requested(cw, ct_v("below"), 7, ct_v(NULL), 1999, &ct_err));
+  CT_OK(bs_writer_flush(cw, NULL, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_EQ_U64(deleted, 2); /* the two "below" */
+  assert_true(last_wcp(e, "at", ct_lsn(5), &id));
+  CT_EQ_U64(id, 4);
+  assert_false(last_wcp(e, "below", ct_lsn(5), &id));
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("at"), NULL, 0, &id, &found, &ct_err));
+  assert_true(found);
+  CT_EQ_U64(id, 6);
+  CT_OK(bs_last_write_checkpoint(cst, ct_v("below"), NULL, 0, &id, &found, &ct_err));
+  assert_false(found);
+  bs_writer_close(cw);
+  bs_storage_close(cst);
+}
+
 /* Managed ids stay below 2^63 (op-id range, SPEC 2 and 7): a generated id that would pass it is
  * BS_EINVAL and the record keeps its id, on every backend. */
 static void t_write_checkpoint_id_limit(void **state) {
@@ -1815,6 +1847,7 @@ static const ct_test TESTS[] = {
     T(t_write_checkpoints_custom_and_cleanup),
     T(t_write_checkpoint_ids_after_cleanup),
     T(t_write_checkpoint_heads),
+    T(t_write_checkpoint_cleanup_cutoff),
     T(t_write_checkpoint_id_limit),
     T(t_write_checkpoint_custom_requested),
     T(t_compact_move),
