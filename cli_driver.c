@@ -975,8 +975,12 @@ static int h_wcp_create_managed(drv *d, json_t *req, json_t *out, bs_error *err)
         return rc;
       r[i].has_request_id = 1;
     }
-    if ((rc = f_int(v, "requested_at", 0, 0, INT64_MAX, &at, err)) != BS_OK) return rc;
-    r[i].requested_at_ms = at;
+    /* >= 1: the library reads 0 as "now", so an explicit 0 cannot be honoured as given */
+    snprintf(what, sizeof what, "items[%zu].requested_at", i);
+    if ((rc = f_int(v, "requested_at", 0, 1, INT64_MAX, &at, err)) != BS_OK)
+      return cli_fail(err, rc, "field '%s' must be an integer in [1, %lld]", what,
+                      (long long)INT64_MAX);
+    r[i].requested_at_ms = at; /* absent: 0, now */
   }
   if ((rc = bs_create_managed_write_checkpoints(d->st, r, n, ids, &should_advance, err))) return rc;
   for (i = 0; i < n; i++) {

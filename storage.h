@@ -633,7 +633,9 @@ typedef struct bs_managed_request {
   size_t n_heads;
   int has_request_id;
   uint64_t request_id;
-  int64_t requested_at_ms; /* 0 = now */
+  /* ms since the epoch, >= 1; 0 = now (the time of the call). 0 is the "now" of a zeroed
+   * request, the usual case; no client request is made at the epoch itself */
+  int64_t requested_at_ms;
 } bs_managed_request;
 
 /* Sets how this storage handle serves write checkpoints (default managed); a per-handle

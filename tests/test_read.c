@@ -236,7 +236,7 @@ static int read_call(rt_env *e, uint64_t C, const bs_bucket_request *req, size_t
                      size_t chunk_bytes, size_t max_bytes, rt_read *r, int *has_more) {
   bs_batch_options o = BS_BATCH_OPTIONS_INIT;
   o.limit = limit ? limit : BS_BATCH_LIMIT_DEFAULT; /* this helper's 0: the default */
-  if (chunk_bytes) o.chunk_bytes = chunk_bytes; /* 0 here: the default (0 itself is honoured) */
+  if (chunk_bytes) o.chunk_bytes = chunk_bytes;     /* 0 here: the default (0 itself is honoured) */
   o.max_bytes = max_bytes;
   r->chunk_bytes = chunk_bytes;
   read_reset_call(r);
