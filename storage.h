@@ -475,13 +475,14 @@ typedef struct bs_bucket_request {
 
 typedef struct bs_batch_options {
   unsigned version;
-  size_t limit;       /* ops per call (all buckets), >= 1: 0 is BS_EINVAL. The INIT macro sets
-                         BS_BATCH_LIMIT_DEFAULT */
+  /* ops per call (all buckets), >= 1: 0 is BS_EINVAL. The INIT macro sets
+   * BS_BATCH_LIMIT_DEFAULT */
+  size_t limit;
   /* a chunk ends when its next op would take it past chunk_bytes; an op larger than that gets
    * a chunk of its own (so 0: one op per chunk, save for ops of size 0). op size = data +
    * object_type + object_id + subkey. The INIT macro sets BS_CHUNK_BYTES_DEFAULT */
   size_t chunk_bytes;
-  size_t max_bytes;   /* bytes per call; 0 = 16 MiB */
+  size_t max_bytes; /* bytes per call; 0 = 16 MiB */
 } bs_batch_options;
 #define BS_BATCH_OPTIONS_VERSION 1
 #define BS_BATCH_OPTIONS_INIT                                                                      \
