@@ -952,7 +952,7 @@ static int h_wcp_create_managed(drv *d, json_t *req, json_t *out, bs_error *err)
   json_t *a, *v, *h, *map = json_object();
   size_t i, n;
   int should_advance = 0, rc;
-  char what[40];
+  char what[48]; /* "items[<size_t>].requested_at" */
   if (put(out, "write_checkpoints", map) != BS_OK) return BS_ENOMEM;
   if ((rc = f_arr(req, "items", 1, &a, err)) != BS_OK) return rc;
   n = json_array_size(a);
