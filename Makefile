@@ -78,7 +78,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@set -e; d=$$(mktemp -d); for e in $(EXAMPLE_BINS); do echo "== $$e"; \
 	  (cd $$d && $(CURDIR)/$$e >/dev/null); done; rm -rf $$d
 	@tests/cli_check.sh $(BUILD)/bucketstore
-	@tests/readme_check.sh
+	@tests/readme_check.sh $(BUILD)/bucketstore
 	@$(MAKE) --no-print-directory layercheck
 	@if [ -z "$(SAN)" ]; then tests/install_check.sh && tests/amalgamate_check.sh; fi
 	@$(MAKE) --no-print-directory fuzz-replay crashtest-quick
