@@ -183,7 +183,7 @@ static inline int bs_managed_req_beats(const bs_managed_request *c, const bs_man
   return c->has_request_id ? c->request_id > w->request_id : 1;
 }
 
-/* The id the winning request w of a user leaves (SPEC.md 7). stored: the user's record id when
+/* The id the winning request w of a user leaves (contract.md 7). stored: the user's record id when
  * it has one (exists), else its high-water mark (the id of its last record that cleanup deleted,
  * 0 when none), so ids never go backwards. *action: BS_WCP_REPLACE (id and heads replaced, not
  * processed; requested_at iff w supplied its id), BS_WCP_REFRESH (a supplied retry of the stored

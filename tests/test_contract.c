@@ -1202,7 +1202,7 @@ static void t_write_checkpoint_heads(void **state) {
 }
 
 /* The cleanup cut-off is exclusive: a record requested at t survives
- * delete_checkpoint_requests_before(t), one at t - 1 does not; managed and custom alike (SPEC 7). */
+ * delete_checkpoint_requests_before(t), one at t - 1 does not; managed and custom alike (contract.md 7). */
 static void t_write_checkpoint_cleanup_cutoff(void **state) {
   ct_env *e = *state;
   bs_storage *cst = NULL;
@@ -1233,7 +1233,7 @@ static void t_write_checkpoint_cleanup_cutoff(void **state) {
   bs_storage_close(cst);
 }
 
-/* Managed ids stay below 2^63 (op-id range, SPEC 2 and 7): a generated id that would pass it is
+/* Managed ids stay below 2^63 (op-id range, contract.md 2 and 7): a generated id that would pass it is
  * BS_EINVAL and the record keeps its id, on every backend. */
 static void t_write_checkpoint_id_limit(void **state) {
   ct_env *e = *state;
