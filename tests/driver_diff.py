@@ -335,8 +335,10 @@ KNOWN = {
     "changes_users": "checkpoint_changes updated_write_checkpoint_users with a `from` that "
                      "was never a checkpoint: LMDB files a user under the flush that persisted "
                      "its write checkpoint, memory under the commit that made it visible; for a "
-                     "`from` that was a checkpoint (what sync clients pass) both must agree "
-                     "and are always compared",
+                     "`from` that was a checkpoint (what sync clients pass) and below `to` "
+                     "memory's users must be among LMDB's, always compared; from == to is "
+                     "compared only with --strict (memory then reports the users of every "
+                     "checkpoint at that op id, an allowed extra)",
 }
 STRICT = set()
 
@@ -349,12 +351,12 @@ CHANGE_LISTS = [("updated_buckets", "invalidate_data_buckets"),
                 ("updated_write_checkpoint_users", None)]
 
 
-def changes_agree(mem, lmdb, from_was_checkpoint):
+def changes_agree(mem, lmdb, users_exact):
     if not (isinstance(mem, dict) and isinstance(lmdb, dict)) or not mem.get("ok") or \
             not lmdb.get("ok"):
         return mem == lmdb
     for lst, flag in CHANGE_LISTS:
-        if lst == "updated_write_checkpoint_users" and not from_was_checkpoint and \
+        if lst == "updated_write_checkpoint_users" and not users_exact and \
                 "changes_users" not in STRICT:
             continue
         if flag and mem.get(flag) and not lmdb.get(flag):
@@ -367,22 +369,46 @@ def changes_agree(mem, lmdb, from_was_checkpoint):
     return True
 
 
+def _int(x):
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return -1
+
+
 def agree(cmd, a, b, checkpoints=()):
-    """checkpoints: the checkpoint ids the replies so far have shown."""
+    """checkpoints: a Checkpoints of the replies so far."""
     name = cmd.get("cmd") if isinstance(cmd, dict) else None
     a, b = normalise(cmd, a), normalise(cmd, b)
     if name == "checkpoint_changes":
-        return changes_agree(a, b, cmd.get("from") in checkpoints)
+        # from == to (an empty checkpoint at the same op id): memory reports the users of every
+        # checkpoint at that op id, an allowed extra, so only from < to is compared
+        users_exact = cmd.get("from") in checkpoints and _int(cmd.get("from")) < _int(
+            cmd.get("to"))
+        return changes_agree(a, b, users_exact)
     return a == b
 
 
-def seen_checkpoint(reply, checkpoints):
-    try:
-        v = json.loads(reply)
-    except ValueError:
-        return
-    if isinstance(v, dict) and isinstance(v.get("checkpoint"), str):
-        checkpoints.add(v["checkpoint"])
+class Checkpoints:
+    """The checkpoints a client can have read before a commit acknowledged write checkpoints:
+    every checkpoint that a newer one replaced (and "0"). A `from` among them is what a sync
+    client passes to checkpoint_changes."""
+
+    def __init__(self):
+        self.current, self.older = "0", {"0"}
+
+    def __contains__(self, op_id):
+        return op_id in self.older
+
+    def seen(self, reply):
+        try:
+            v = json.loads(reply)
+        except ValueError:
+            return
+        if isinstance(v, dict) and v.get("checkpoint_created") and \
+                isinstance(v.get("checkpoint"), str):
+            self.older.add(self.current)
+            self.current = v["checkpoint"]
 
 
 def normalise(cmd, reply):
@@ -416,7 +442,7 @@ def check_seed(binary, seed, steps, tmp):
               % (seed, rc_m, rc_l, err_m[-300:], err_l[-300:]))
         print("  reproduce: " + repro)
         return False
-    checkpoints = {"0"}
+    checkpoints = Checkpoints()
     for i, line in enumerate(lines):
         try:
             cmd = json.loads(line)
@@ -430,7 +456,7 @@ def check_seed(binary, seed, steps, tmp):
             print("  reproduce: %s | head -%d | %s drive --memory" % (
                 repro.rsplit(" | ", 1)[0], i + 1, binary))
             return False
-        seen_checkpoint(a, checkpoints)
+        checkpoints.seen(a)
     if len(out_m) != len(lines) or len(out_l) != len(lines):
         print("seed %d: %d commands, %d memory replies, %d lmdb replies"
               % (seed, len(lines), len(out_m), len(out_l)))
