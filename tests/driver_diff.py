@@ -327,7 +327,7 @@ COMPARE_MESSAGES = False
 # its comparison on. Keep this list short: an entry is a bug to fix, not a rule.
 KNOWN = {
     "incremental": "compact incremental_only: LMDB moves exactly the ops its writer logged "
-                   "(SPEC.md 6: an INSERT over an existing record reads no previous record, so "
+                   "(contract.md 6: an INSERT over an existing record reads no previous record, so "
                    "logs nothing), memory compacts every changed bucket whole, so it also "
                    "moves the op such an INSERT superseded (seed 38: 24 ops moved vs 23). "
                    "Both are correct for clients; without --strict the generator draws no "
