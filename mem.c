@@ -2409,6 +2409,7 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
     b->cap = b->n;
     b->n = nn;
     b->generation = ++s->m.gen_seq;
+    if (!b->n || b->ops[0].type != BS_OP_CLEAR) b->clear_start = b->clear_op = 0; /* no torn span */
   }
   bucket_mark(b, h);
   bs_free(a, later);
