@@ -2452,12 +2452,14 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
   if (rid.size > BS_MAX_REPLICA_ID)
     return bs_fail(err, BS_ETOOBIG, "replica_id is %zu bytes, over BS_MAX_REPLICA_ID", rid.size);
   if (!rid.data) rid.data = lm_empty;
-  /* The last queued save that touched the row decides (a snapshot INSERT may be skipped at
-   * flush, so in snapshot mode the stored record wins when there is one). */
+  /* The last queued save that touched the row decides. In snapshot mode an INSERT of a key
+   * that already has a record is skipped at flush, so there the stored record wins when there
+   * is one, and otherwise the first queued INSERT of the row (later ones are skipped). */
   for (const qsave *q = w->head; q; q = q->next) {
     bs_val before = q->before.data ? q->before : q->after;
     if (!bs_val_eq(q->table, table)) continue;
     if (q->tag != BS_DELETE && bs_val_eq(q->after, rid)) {
+      if (w->snapshot && hit && !hit_deleted) continue;
       hit = q;
       hit_deleted = 0;
     } else if (before.data && bs_val_eq(before, rid)) {
