@@ -26,6 +26,14 @@
 /* Fills err (if any) with code and a formatted message; returns code. */
 int bs_fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
 
+/* ---- Clock ---- */
+/* The one clock of stored times: wall-clock milliseconds since the Unix epoch (CLOCK_REALTIME).
+ * Every time the library persists (stream creation, change records, write-checkpoint requests)
+ * or compares with a persisted one (compaction's min_age_ms) must mean the same in another
+ * process and after a reboot, which a monotonic clock's value does not. Timeouts measure elapsed
+ * time on CLOCK_MONOTONIC instead (storage.c, bs_wait_checkpoint). */
+int64_t bs_now_ms(void);
+
 /* ---- Memory: every allocation goes through the db's allocator ---- */
 void *bs_malloc(const bs_allocator *a, size_t n);
 void *bs_calloc(const bs_allocator *a, size_t n, size_t size);

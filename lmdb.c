@@ -29,12 +29,6 @@
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- Errors and transactions ----------------------------------------------------------------- */
 
 int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
@@ -685,7 +679,7 @@ static int create_txn(MDB_txn *txn, void *payload, bs_error *err) {
   rec.state = BS_STREAM_PROCESSING;
   rec.hash = (uint8_t)c->hash;
   rec.next_table_id = 1;
-  rec.created_ms = now_ms();
+  rec.created_ms = bs_now_ms();
   rec.name = c->name;
   c->id = rec.id;
   return bs_stream_rec_put(c->db, txn, &rec, err);
@@ -2000,7 +1994,7 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, con
     return bs_lmdb_fail(err, mrc, "writing a change record");
   p = val.mv_data;
   bs_put_u64le(p, first);
-  bs_put_u64le(p + 8, (uint64_t)now_ms());
+  bs_put_u64le(p + 8, (uint64_t)bs_now_ms());
   p[16] = flags;
   bs_put_u32le(p + 17, (uint32_t)nb);
   p += 21;

@@ -27,7 +27,6 @@
 #include "lmdb_internal.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 typedef struct cctx {
   bs_lmdb_db *db;
@@ -65,12 +64,6 @@ typedef struct bdelta {
 } bdelta;
 
 /* ---- Small encoders ------------------------------------------------------------------------- */
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* MDB_MAP_FULL becomes BS_LMDB_MAPFULL: run_write grows the map and runs the step again */
 static int mdb_err(cctx *c, int mrc, const char *what) {
@@ -1273,7 +1266,7 @@ static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out)
   MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[20];
-  int64_t limit = now_ms() - c->o.min_age_ms;
+  int64_t limit = bs_now_ms() - c->o.min_age_ms;
   int rc, mrc;
   *out = 0;
   if (c->o.min_age_ms == 0) {

@@ -18,7 +18,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define WCP_HAS_REQUESTED 1u
 #define WCP_PROCESSED     2u
@@ -34,12 +33,6 @@ typedef struct wcp_rec {
   size_t heads_size;
   uint32_t n_heads;
 } wcp_rec;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- Records ------------------------------------------------------------------------------- */
 
@@ -434,7 +427,7 @@ int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_re
   qsort(c.refs, n, sizeof *c.refs, req_ref_cmp);
   c.n = n;
   c.ids_out = ids_out;
-  c.now = now_ms();
+  c.now = bs_now_ms();
   c.db = ls->db;
   rc = bs_lmdb_write(ls->db, create_body, &c, err);
   if (rc == BS_OK && should_advance) *should_advance = c.should_advance;

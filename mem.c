@@ -25,7 +25,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -302,12 +301,6 @@ static void lsn_set(mem_lsn *l, bs_val v) {
   l->has = 1;
   l->n = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
   if (l->n) memcpy(l->b, v.data, l->n);
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int enomem(bs_error *err, const char *what) {
@@ -1330,7 +1323,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
     if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
   if (GROW(ALLOC(db), s->cps, s->ncps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
-  s->cps[s->ncps++].ms = now_ms();
+  s->cps[s->ncps++].ms = bs_now_ms();
   /* purge (4.3): every soft-deleted record has a queue entry with its mark */
   for (size_t i = 0; i < s->nsoftq; i++) {
     const mem_soft *e = &s->softq[i];
@@ -1911,7 +1904,7 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
   const bs_managed_request **win = NULL;
   mem_mwcp **neu = NULL;
   size_t nw = 0, nnew = 0;
-  int64_t now = now_ms();
+  int64_t now = bs_now_ms();
   int rc = BS_OK, adv = 0;
   if (ms->mode != BS_WCP_MANAGED)
     return bs_fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
@@ -2202,7 +2195,7 @@ static void bucket_mark(mem_bucket *b, uint64_t h) {
 }
 
 static uint64_t incremental_horizon(const mem_stream *s, int64_t min_age_ms) {
-  int64_t cutoff = now_ms() - (min_age_ms < 0 ? 300000 : min_age_ms);
+  int64_t cutoff = bs_now_ms() - (min_age_ms < 0 ? 300000 : min_age_ms);
   uint64_t h = 0;
   for (size_t i = 0; i < s->ncps; i++)
     if (s->cps[i].ms <= cutoff && s->cps[i].id > h) h = s->cps[i].id;

@@ -67,6 +67,12 @@ int bs_fail(bs_error *err, int code, const char *fmt, ...) {
   return code;
 }
 
+int64_t bs_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* ---- Memory ---------------------------------------------------------------------------------- */
 
 static void *libc_malloc(void *o, size_t n) {
@@ -688,7 +694,9 @@ static int checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
   return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
 }
 
-static uint64_t now_ms(void) {
+/* Elapsed time for timeouts: CLOCK_MONOTONIC, the clock notify_cv waits on (bs_now_ms is the
+ * wall clock of stored times, which may jump). */
+static uint64_t monotonic_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
@@ -731,7 +739,7 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
     memset(&none, 0, sizeof none);
     known = &none;
   }
-  deadline = now_ms() + (uint64_t)timeout_ms;
+  deadline = monotonic_ms() + (uint64_t)timeout_ms;
   for (;;) {
     /* Read the sequence before the checkpoint: a commit between the two then ends the wait
      * at once instead of being missed. */
@@ -743,7 +751,7 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
     memset(&cur, 0, sizeof cur);
     if ((rc = st->vt->get_checkpoint(st, &cur, err)) != BS_OK) return rc;
     note_checkpoint(st, cur.op_id);
-    now = now_ms();
+    now = monotonic_ms();
     if (checkpoint_differs(&cur, known) || now >= deadline) break;
     wait_notify(st->db, seq, deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS);
   }

@@ -779,13 +779,23 @@ static void test_wait_and_listener(void **state) {
   bs_close(db);
 }
 
+/* bs_now_ms is the wall clock (a stored time must mean the same in another process): it lies
+ * within the seconds time() reports around it, which a monotonic clock's value does not. */
+static void test_clock(void **state) {
+  time_t t0 = time(NULL);
+  int64_t ms = bs_now_ms();
+  time_t t1 = time(NULL);
+  (void)state;
+  assert_true(ms >= (int64_t)t0 * 1000 && ms < ((int64_t)t1 + 1) * 1000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_checks),       cmocka_unit_test(test_strerror),
       cmocka_unit_test(test_stream_checks),     cmocka_unit_test(test_writer_checks),
       cmocka_unit_test(test_read_checks),       cmocka_unit_test(test_wcp_and_compact_checks),
       cmocka_unit_test(test_unsupported_slots), cmocka_unit_test(test_wait_and_listener),
-      cmocka_unit_test(test_version),
+      cmocka_unit_test(test_version),           cmocka_unit_test(test_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
