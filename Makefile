@@ -171,7 +171,7 @@ headertest: tests/headertest.c storage.h
 # <lmdb.h> only in LMDB files (issue 13): every library file but lmdb*.c compiles with an include
 # path whose first lmdb.h is an #error, and only lmdb_internal.h names it.
 .PHONY: layercheck
-layercheck:
+layercheck: $(BUILD)/libbucketstore.a
 	@mkdir -p $(BUILD)/layercheck/include
 	@echo '#error "<lmdb.h> outside the LMDB backend (include lmdb_internal.h from lmdb*.c only)"' \
 	  > $(BUILD)/layercheck/include/lmdb.h
@@ -180,6 +180,11 @@ layercheck:
 	@bad=$$(grep -l '[<"]lmdb\.h[>"]' $(filter-out lmdb_internal.h,$(wildcard *.c *.h))); \
 	  if [ -n "$$bad" ]; then echo "layercheck: lmdb.h named in $$bad"; exit 1; fi
 	@echo "layercheck: $(words $(filter-out lmdb%.c,$(LIB_SRCS))) library files compile without lmdb.h"
+	@pub=$$(grep -o '\bbs_[a-z0-9_]*' storage.h | sort -u); \
+	  bad=$$(nm -g --defined-only $(BUILD)/libbucketstore.a | awk '$$2 ~ /[TDBR]/ {print $$3}' | \
+	    grep '^bs_' | grep -v '^bs__' | sort -u | grep -vxF "$$pub" || true); \
+	  if [ -n "$$bad" ]; then echo "layercheck: internal symbols without the bs__ prefix: $$bad"; exit 1; fi
+	@echo "layercheck: every exported bs_ symbol is declared in storage.h; internal ones are bs__"
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps
 	@mkdir -p $(dir $@)

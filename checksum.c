@@ -14,7 +14,7 @@
 
 /* Hash of the concatenation of parts, streamed so nothing is allocated. The xxh3 and sha256
  * states live on the stack. */
-uint32_t bs_hash_parts(bs_hash hash, const bs_val *parts, size_t n) {
+uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n) {
   if (hash == BS_HASH_SHA256) {
     struct sha256_ctx ctx;
     uint8_t digest[SHA256_DIGEST_SIZE];
@@ -47,7 +47,7 @@ uint32_t bs_hash_parts(bs_hash hash, const bs_val *parts, size_t n) {
 }
 
 uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data) {
-  /* The usual PUT (xxh3, a small row): its input laid out directly, without bs_hash_parts'
+  /* The usual PUT (xxh3, a small row): its input laid out directly, without bs__hash_parts'
    * loops over six parts. Sizes are bounded (names <= 64 KiB, data <= 15 MiB): no overflow. */
   size_t n = 6 + object_type.size + object_id.size + data.size;
   if (hash != BS_HASH_SHA256 && n <= 256) {
@@ -64,12 +64,12 @@ uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_
     return (uint32_t)XXH3_64bits(buf, n);
   }
   bs_val parts[6] = {{"put.", 4}, object_type, {".", 1}, object_id, {".", 1}, data};
-  return bs_hash_parts(hash, parts, 6);
+  return bs__hash_parts(hash, parts, 6);
 }
 
 uint32_t bs_checksum_remove(bs_hash hash, bs_val subkey) {
   bs_val parts[2] = {{"delete.", 7}, subkey};
-  return bs_hash_parts(hash, parts, 2);
+  return bs__hash_parts(hash, parts, 2);
 }
 
 /* ---- Subkeys --------------------------------------------------------------------------------- */
@@ -85,7 +85,7 @@ static void hex_bytes(char *out, const unsigned char *p, size_t n) {
                  (uint64_t)p[i + 3] << 48;
     uint64_t nib = ((v >> 4) & lo) | (v & lo) << 8; /* one nibble per byte, in order */
     uint64_t ge10 = ((nib + 6 * ones) >> 4) & ones; /* 1 in each byte whose nibble >= 10 */
-    bs_put_u64le((unsigned char *)out + 2 * i, nib + 0x30 * ones + ge10 * ('a' - '0' - 10));
+    bs__put_u64le((unsigned char *)out + 2 * i, nib + 0x30 * ones + ge10 * ('a' - '0' - 10));
   }
 }
 
@@ -93,7 +93,7 @@ void bs_subkey(char out[BS_SUBKEY_SIZE], uint32_t table_id, bs_val replica_id) {
   unsigned char tid[4];
   XXH128_canonical_t canon;
   XXH128_hash_t h = XXH3_128bits(replica_id.size ? replica_id.data : "", replica_id.size);
-  bs_put_u32be(tid, table_id);
+  bs__put_u32be(tid, table_id);
   hex_bytes(out, tid, 4);
   out[8] = '/';
   XXH128_canonicalFromHash(&canon, h);
@@ -163,7 +163,7 @@ typedef struct known_cp {
   uint64_t checkpoint;
 } known_cp;
 
-struct bs_cksum_cache {
+struct bs__cksum_cache {
   bs_allocator alloc;
   pthread_mutex_t mu;
   size_t capacity, n_entries, n_groups;
@@ -172,32 +172,32 @@ struct bs_cksum_cache {
   size_t table_size; /* power of two */
   known_cp *known;
   size_t n_known, cap_known;
-  bs_cksum_cache_stats stats;
+  bs__cksum_cache_stats stats;
 };
 
-int bs_cksum_cache_new(bs_cksum_cache **out, const bs_allocator *a, size_t capacity) {
-  bs_cksum_cache *c = bs_calloc(a, 1, sizeof *c);
+int bs__cksum_cache_new(bs__cksum_cache **out, const bs_allocator *a, size_t capacity) {
+  bs__cksum_cache *c = bs__calloc(a, 1, sizeof *c);
   if (!c) return BS_ENOMEM;
   c->alloc = *a;
   c->capacity = capacity ? capacity : 1;
   c->table_size = 64;
-  c->table = bs_calloc(a, c->table_size, sizeof *c->table);
+  c->table = bs__calloc(a, c->table_size, sizeof *c->table);
   if (!c->table || pthread_mutex_init(&c->mu, NULL) != 0) {
-    bs_free(a, c->table);
-    bs_free(a, c);
+    bs__free(a, c->table);
+    bs__free(a, c);
     return BS_ENOMEM;
   }
   *out = c;
   return BS_OK;
 }
 
-static void group_free(bs_cksum_cache *c, cache_group *g) {
-  for (size_t i = 0; i < g->n; i++) bs_free(&c->alloc, g->entries[i]);
-  bs_free(&c->alloc, g->entries);
-  bs_free(&c->alloc, g);
+static void group_free(bs__cksum_cache *c, cache_group *g) {
+  for (size_t i = 0; i < g->n; i++) bs__free(&c->alloc, g->entries[i]);
+  bs__free(&c->alloc, g->entries);
+  bs__free(&c->alloc, g);
 }
 
-void bs_cksum_cache_free(bs_cksum_cache *c) {
+void bs__cksum_cache_free(bs__cksum_cache *c) {
   if (!c) return;
   for (size_t i = 0; i < c->table_size; i++) {
     cache_group *g = c->table[i], *next;
@@ -206,17 +206,17 @@ void bs_cksum_cache_free(bs_cksum_cache *c) {
       group_free(c, g);
     }
   }
-  bs_free(&c->alloc, c->table);
-  bs_free(&c->alloc, c->known);
+  bs__free(&c->alloc, c->table);
+  bs__free(&c->alloc, c->known);
   pthread_mutex_destroy(&c->mu);
-  bs_free(&c->alloc, c);
+  bs__free(&c->alloc, c);
 }
 
 static uint64_t group_hash(uint32_t stream, bs_val name) {
   return XXH3_64bits_withSeed(name.size ? name.data : "", name.size, stream);
 }
 
-static cache_group *group_find(bs_cksum_cache *c, uint32_t stream, bs_val name, uint64_t h) {
+static cache_group *group_find(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t h) {
   cache_group *g = c->table[h & (c->table_size - 1)];
   for (; g; g = g->hnext)
     if (g->hash == h && g->stream == stream && g->name_size == name.size &&
@@ -226,11 +226,11 @@ static cache_group *group_find(bs_cksum_cache *c, uint32_t stream, bs_val name, 
 }
 
 /* Doubles the table when groups outnumber heads; failure to grow only lengthens chains. */
-static void table_grow(bs_cksum_cache *c) {
+static void table_grow(bs__cksum_cache *c) {
   size_t size = c->table_size * 2;
   cache_group **t;
   if (c->n_groups <= c->table_size || size > ((size_t)1 << 40)) return;
-  t = bs_calloc(&c->alloc, size, sizeof *t);
+  t = bs__calloc(&c->alloc, size, sizeof *t);
   if (!t) return;
   for (size_t i = 0; i < c->table_size; i++) {
     cache_group *g = c->table[i], *next;
@@ -240,19 +240,19 @@ static void table_grow(bs_cksum_cache *c) {
       t[g->hash & (size - 1)] = g;
     }
   }
-  bs_free(&c->alloc, c->table);
+  bs__free(&c->alloc, c->table);
   c->table = t;
   c->table_size = size;
 }
 
-static void group_unlink(bs_cksum_cache *c, cache_group *g) {
+static void group_unlink(bs__cksum_cache *c, cache_group *g) {
   cache_group **pp = &c->table[g->hash & (c->table_size - 1)];
   while (*pp != g) pp = &(*pp)->hnext;
   *pp = g->hnext;
   c->n_groups--;
 }
 
-static void lru_unlink(bs_cksum_cache *c, cache_entry *e) {
+static void lru_unlink(bs__cksum_cache *c, cache_entry *e) {
   if (e->prev)
     e->prev->next = e->next;
   else
@@ -264,7 +264,7 @@ static void lru_unlink(bs_cksum_cache *c, cache_entry *e) {
   e->prev = e->next = NULL;
 }
 
-static void lru_push(bs_cksum_cache *c, cache_entry *e) {
+static void lru_push(bs__cksum_cache *c, cache_entry *e) {
   e->prev = NULL;
   e->next = c->lru_head;
   if (c->lru_head) c->lru_head->prev = e;
@@ -286,13 +286,13 @@ static size_t group_upper(const cache_group *g, uint64_t cp) {
 }
 
 /* Removes entry e (from its group, the LRU and memory); frees the group when it empties. */
-static void entry_remove(bs_cksum_cache *c, cache_entry *e) {
+static void entry_remove(bs__cksum_cache *c, cache_entry *e) {
   cache_group *g = e->group;
   size_t i = group_upper(g, e->checkpoint) - 1; /* checkpoints are unique within a group */
   memmove(&g->entries[i], &g->entries[i + 1], (g->n - i - 1) * sizeof *g->entries);
   g->n--;
   lru_unlink(c, e);
-  bs_free(&c->alloc, e);
+  bs__free(&c->alloc, e);
   c->n_entries--;
   if (g->n == 0) {
     group_unlink(c, g);
@@ -300,30 +300,30 @@ static void entry_remove(bs_cksum_cache *c, cache_entry *e) {
   }
 }
 
-static void group_drop(bs_cksum_cache *c, cache_group *g) {
+static void group_drop(bs__cksum_cache *c, cache_group *g) {
   while (g->n > 1) entry_remove(c, g->entries[g->n - 1]);
   entry_remove(c, g->entries[0]); /* frees g */
 }
 
-static known_cp *known_find(bs_cksum_cache *c, uint32_t stream) {
+static known_cp *known_find(bs__cksum_cache *c, uint32_t stream) {
   for (size_t i = 0; i < c->n_known; i++)
     if (c->known[i].stream == stream) return &c->known[i];
   return NULL;
 }
 
-static uint64_t known_get(bs_cksum_cache *c, uint32_t stream) {
+static uint64_t known_get(bs__cksum_cache *c, uint32_t stream) {
   known_cp *k = known_find(c, stream);
   return k ? k->checkpoint : 0;
 }
 
-void bs_cksum_cache_note_checkpoint(bs_cksum_cache *c, uint32_t stream, uint64_t checkpoint) {
+void bs__cksum_cache_note_checkpoint(bs__cksum_cache *c, uint32_t stream, uint64_t checkpoint) {
   known_cp *k;
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   k = known_find(c, stream);
   if (!k && c->n_known == c->cap_known) {
     size_t cap = c->cap_known ? 2 * c->cap_known : 8;
-    known_cp *p = bs_realloc(&c->alloc, c->known, cap * sizeof *p);
+    known_cp *p = bs__realloc(&c->alloc, c->known, cap * sizeof *p);
     if (p) { /* on failure the checkpoint is simply not remembered: less caching */
       c->known = p;
       c->cap_known = cap;
@@ -338,7 +338,7 @@ void bs_cksum_cache_note_checkpoint(bs_cksum_cache *c, uint32_t stream, uint64_t
   pthread_mutex_unlock(&c->mu);
 }
 
-void bs_cksum_cache_drop_stream(bs_cksum_cache *c, uint32_t stream) {
+void bs__cksum_cache_drop_stream(bs__cksum_cache *c, uint32_t stream) {
   known_cp *k;
   if (!c) return;
   pthread_mutex_lock(&c->mu);
@@ -354,7 +354,7 @@ void bs_cksum_cache_drop_stream(bs_cksum_cache *c, uint32_t stream) {
 }
 
 /* Inserts or refreshes (stream, name, cp). Allocation failure just skips caching. */
-static void cache_put(bs_cksum_cache *c, uint32_t stream, bs_val name, uint64_t cp,
+static void cache_put(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t cp,
                       const bs_checksum *v, uint64_t generation) {
   uint64_t h = group_hash(stream, name);
   cache_group *g = group_find(c, stream, name, h);
@@ -388,7 +388,7 @@ static void cache_put(bs_cksum_cache *c, uint32_t stream, bs_val name, uint64_t 
     c->stats.evictions++;
   }
   if (!g) {
-    g = bs_malloc(&c->alloc, sizeof *g + name.size);
+    g = bs__malloc(&c->alloc, sizeof *g + name.size);
     if (!g) return;
     memset(g, 0, sizeof *g);
     g->hash = h;
@@ -402,12 +402,12 @@ static void cache_put(bs_cksum_cache *c, uint32_t stream, bs_val name, uint64_t 
   }
   if (g->n == g->cap) {
     size_t cap = g->cap ? 2 * g->cap : 4;
-    cache_entry **p = bs_realloc(&c->alloc, g->entries, cap * sizeof *p);
+    cache_entry **p = bs__realloc(&c->alloc, g->entries, cap * sizeof *p);
     if (!p) goto fail;
     g->entries = p;
     g->cap = cap;
   }
-  e = bs_calloc(&c->alloc, 1, sizeof *e);
+  e = bs__calloc(&c->alloc, 1, sizeof *e);
   if (!e) goto fail;
   e->group = g;
   e->checkpoint = cp;
@@ -455,12 +455,12 @@ typedef struct call_scratch {
   int *cleared;
 } call_scratch;
 
-static int scratch_alloc(bs_cksum_cache *c, size_t n, call_scratch *s, void **block) {
+static int scratch_alloc(bs__cksum_cache *c, size_t n, call_scratch *s, void **block) {
   size_t each =
       sizeof(req_plan) + sizeof(bs_val) + sizeof(bs_checksum) + 2 * sizeof(uint64_t) + sizeof(int);
   unsigned char *p;
   if (n > SIZE_MAX / each) return BS_ENOMEM;
-  p = bs_malloc(&c->alloc, n * each);
+  p = bs__malloc(&c->alloc, n * each);
   if (!p) return BS_ENOMEM;
   *block = p;
   s->plan = (req_plan *)p;
@@ -478,7 +478,7 @@ static int scratch_alloc(bs_cksum_cache *c, size_t n, call_scratch *s, void **bl
 }
 
 /* Looks up the nearest base of every bucket under the lock. */
-static void plan_lookup(bs_cksum_cache *c, uint32_t stream, uint64_t cp, const bs_val *buckets,
+static void plan_lookup(bs__cksum_cache *c, uint32_t stream, uint64_t cp, const bs_val *buckets,
                         size_t n, req_plan *plan) {
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < n; i++) {
@@ -502,7 +502,7 @@ static void plan_lookup(bs_cksum_cache *c, uint32_t stream, uint64_t cp, const b
 
 /* Extends the bases of plan[0..m) (all with base_cp == from) by the range (from, cp]. Buckets
  * whose generation moved stay not done (recomputed by the caller). */
-static int extend_group(bs_cksum_cache *c, bs_storage *st, uint64_t cp, req_plan *plan, size_t m,
+static int extend_group(bs__cksum_cache *c, bs_storage *st, uint64_t cp, req_plan *plan, size_t m,
                         const bs_val *buckets, bs_checksum *out, uint64_t *gens_out,
                         call_scratch *s, bs_error *err) {
   uint64_t from = plan[0].base_cp;
@@ -526,7 +526,7 @@ static int extend_group(bs_cksum_cache *c, bs_storage *st, uint64_t cp, req_plan
     if (s->cleared[j]) {
       *o = s->vals[j];
     } else {
-      o->checksum = bs_cksum_add(p->base.checksum, s->vals[j].checksum);
+      o->checksum = bs__cksum_add(p->base.checksum, s->vals[j].checksum);
       o->count = p->base.count + s->vals[j].count;
     }
     gens_out[p->index] = s->gens[j];
@@ -557,7 +557,7 @@ static int compute_misses(bs_storage *st, uint64_t cp, const bs_val *buckets, re
   return BS_OK;
 }
 
-static int refresh_known(bs_cksum_cache *c, bs_storage *st, uint64_t cp, uint64_t *known,
+static int refresh_known(bs__cksum_cache *c, bs_storage *st, uint64_t cp, uint64_t *known,
                          bs_error *err) {
   bs_checkpoint now;
   int rc;
@@ -568,13 +568,13 @@ static int refresh_known(bs_cksum_cache *c, bs_storage *st, uint64_t cp, uint64_
   rc = st->vt->get_checkpoint(st, &now, err);
   if (rc == BS_EUNSUPPORTED) return BS_OK;
   if (rc != BS_OK) return rc;
-  bs_cksum_cache_note_checkpoint(c, st->stream_id, now.op_id);
+  bs__cksum_cache_note_checkpoint(c, st->stream_id, now.op_id);
   if (now.op_id > *known) *known = now.op_id;
   return BS_OK;
 }
 
-int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
-                       const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err) {
+int bs__cksum_cache_get(bs__cksum_cache *c, bs_storage *st, uint64_t checkpoint,
+                        const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err) {
   call_scratch s;
   void *block = NULL;
   uint64_t *gens_out, known = 0;
@@ -584,7 +584,7 @@ int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
   if (n == 0) return BS_OK;
   if ((rc = refresh_known(c, st, checkpoint, &known, err)) != BS_OK) return rc;
   if ((rc = scratch_alloc(c, n, &s, &block)) != BS_OK)
-    return bs_fail(err, rc, "checksum cache: cannot allocate %zu request slots", n);
+    return bs__fail(err, rc, "checksum cache: cannot allocate %zu request slots", n);
   gens_out = s.gens_out;
 
   plan_lookup(c, st->stream_id, checkpoint, buckets, n, s.plan);
@@ -614,11 +614,11 @@ int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
   pthread_mutex_unlock(&c->mu);
   rc = BS_OK;
 done:
-  bs_free(&c->alloc, block);
+  bs__free(&c->alloc, block);
   return rc;
 }
 
-void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out) {
+void bs__cksum_cache_get_stats(bs__cksum_cache *c, bs__cksum_cache_stats *out) {
   pthread_mutex_lock(&c->mu);
   *out = c->stats;
   out->entries = c->n_entries;

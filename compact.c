@@ -11,36 +11,37 @@
 
 /* ---- Options -------------------------------------------------------------------------------- */
 
-int bs_compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
-                               bs_error *err) {
+int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
+                                bs_error *err) {
   static const bs_compact_options defaults = BS_COMPACT_OPTIONS_INIT;
   *out = in ? *in : defaults;
   if (out->version < 1)
-    return bs_fail(err, BS_EINVAL, "opts->version: %u is not a version", out->version);
+    return bs__fail(err, BS_EINVAL, "opts->version: %u is not a version", out->version);
   if (out->buckets == NULL && out->n_buckets)
-    return bs_fail(err, BS_EINVAL, "opts->buckets: NULL with n_buckets = %zu", out->n_buckets);
+    return bs__fail(err, BS_EINVAL, "opts->buckets: NULL with n_buckets = %zu", out->n_buckets);
   if (out->max_op_id >= (1ull << 63))
-    return bs_fail(err, BS_EINVAL, "opts->max_op_id: must be < 2^63");
+    return bs__fail(err, BS_EINVAL, "opts->max_op_id: must be < 2^63");
   if (!(out->min_change_ratio == out->min_change_ratio)) /* NaN */
-    return bs_fail(err, BS_EINVAL, "opts->min_change_ratio: NaN");
+    return bs__fail(err, BS_EINVAL, "opts->min_change_ratio: NaN");
   if (out->min_bucket_changes == 0) out->min_bucket_changes = BS_COMPACT_MIN_CHANGES;
   if (out->min_change_ratio < 0) out->min_change_ratio = BS_COMPACT_MIN_RATIO;
   if (out->memory_limit_mb == 0) out->memory_limit_mb = BS_COMPACT_MEMORY_MB;
   if (out->memory_limit_mb > SIZE_MAX / (1024u * 1024u))
-    return bs_fail(err, BS_EINVAL, "opts->memory_limit_mb: %zu is too large", out->memory_limit_mb);
+    return bs__fail(err, BS_EINVAL, "opts->memory_limit_mb: %zu is too large",
+                    out->memory_limit_mb);
   if (out->min_age_ms < 0) out->min_age_ms = BS_COMPACT_MIN_AGE_MS;
   if (out->max_ops_per_txn == 0) out->max_ops_per_txn = BS_COMPACT_OPS_PER_TXN;
   /* a fold needs two ops in one transaction */
   if (out->max_ops_per_txn < 2) out->max_ops_per_txn = 2;
   if (out->delete_checkpoint_requests_before_ms < 0)
-    return bs_fail(err, BS_EINVAL, "opts->delete_checkpoint_requests_before_ms: negative");
+    return bs__fail(err, BS_EINVAL, "opts->delete_checkpoint_requests_before_ms: negative");
   return BS_OK;
 }
 
 /* Ops written since the last compaction, and their share of the bucket (the reference
  * service's estimate_since_compact / compacted_state figures). */
-int bs_compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
-                          uint64_t compacted_op, uint64_t min_changes, double min_ratio) {
+int bs__compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
+                           uint64_t compacted_op, uint64_t min_changes, double min_ratio) {
   uint64_t since;
   if (last_op <= compacted_op) return 0; /* nothing new since the last compaction */
   since = count > compacted_count ? count - compacted_count : 0;
@@ -55,39 +56,39 @@ int bs_compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t las
  * capacity) never exceeds the limit: once the next growth would, the set stops accepting new
  * rows (a reverse scan then compacts less, never wrongly). */
 
-typedef struct bs_seen_slot {
+typedef struct bs__seen_slot {
   uint64_t hash; /* 0 = empty (real hashes are forced non-zero) */
   uint64_t op_id;
   size_t off;
-} bs_seen_slot;
+} bs__seen_slot;
 
 #define SEEN_HDR       5u
 #define SEEN_MIN_SLOTS 64u /* first table: 1.5 KiB, so one-op buckets stay cheap */
 
-void bs_seen_init(bs_seen_set *s, const bs_allocator *a, size_t limit_bytes) {
+void bs__seen_init(bs__seen_set *s, const bs_allocator *a, size_t limit_bytes) {
   memset(s, 0, sizeof *s);
   s->alloc = a;
   s->limit = limit_bytes;
 }
 
-void bs_seen_free(bs_seen_set *s) {
-  bs_free(s->alloc, s->slots);
-  bs_free(s->alloc, s->arena);
+void bs__seen_free(bs__seen_set *s) {
+  bs__free(s->alloc, s->slots);
+  bs__free(s->alloc, s->arena);
   s->slots = NULL;
   s->arena = NULL;
   s->cap = s->n = s->arena_size = s->arena_cap = 0;
   s->full = 0;
 }
 
-void bs_seen_clear(bs_seen_set *s) {
+void bs__seen_clear(bs__seen_set *s) {
   /* A table grown for a big bucket is dropped, not wiped again for every small bucket after
    * it: wiping costs its capacity, regrowing costs what the next bucket uses. */
   if (s->slots && s->cap > SEEN_MIN_SLOTS && s->n < s->cap / 8) {
-    bs_free(s->alloc, s->slots);
+    bs__free(s->alloc, s->slots);
     s->slots = NULL;
     s->cap = 0;
   }
-  if (s->slots) memset(s->slots, 0, s->cap * sizeof(bs_seen_slot));
+  if (s->slots) memset(s->slots, 0, s->cap * sizeof(bs__seen_slot));
   s->n = 0;
   s->arena_size = 0;
   s->full = 0;
@@ -101,7 +102,7 @@ static uint64_t seen_hash(const bs_op *op) {
   return h ? h : 1;
 }
 
-static int seen_equal(const bs_seen_set *s, size_t off, const bs_op *op) {
+static int seen_equal(const bs__seen_set *s, size_t off, const bs_op *op) {
   const unsigned char *p = s->arena + off;
   size_t ot = (size_t)p[0] | (size_t)p[1] << 8, oi = (size_t)p[2] | (size_t)p[3] << 8;
   size_t sk = p[4];
@@ -114,8 +115,8 @@ static int seen_equal(const bs_seen_set *s, size_t off, const bs_op *op) {
   return !sk || memcmp(p, op->subkey.data, sk) == 0;
 }
 
-static bs_seen_slot *seen_probe(const bs_seen_set *s, uint64_t h, const bs_op *op) {
-  bs_seen_slot *slots = s->slots;
+static bs__seen_slot *seen_probe(const bs__seen_set *s, uint64_t h, const bs_op *op) {
+  bs__seen_slot *slots = s->slots;
   size_t mask = s->cap - 1, i = (size_t)h & mask;
   for (;;) {
     if (slots[i].hash == 0) return &slots[i];
@@ -125,12 +126,12 @@ static bs_seen_slot *seen_probe(const bs_seen_set *s, uint64_t h, const bs_op *o
 }
 
 /* Doubles the slot table (or creates it) when the load passes 1/2 and memory allows. */
-static int seen_grow_slots(bs_seen_set *s) {
+static int seen_grow_slots(bs__seen_set *s) {
   size_t ncap = s->cap ? s->cap * 2 : SEEN_MIN_SLOTS, i;
-  bs_seen_slot *old = s->slots, *fresh;
-  if (ncap > SIZE_MAX / sizeof(bs_seen_slot)) return 0;
-  if (ncap * sizeof(bs_seen_slot) + s->arena_cap > s->limit) return 0;
-  fresh = bs_calloc(s->alloc, ncap, sizeof(bs_seen_slot));
+  bs__seen_slot *old = s->slots, *fresh;
+  if (ncap > SIZE_MAX / sizeof(bs__seen_slot)) return 0;
+  if (ncap * sizeof(bs__seen_slot) + s->arena_cap > s->limit) return 0;
+  fresh = bs__calloc(s->alloc, ncap, sizeof(bs__seen_slot));
   if (!fresh) return 0;
   s->slots = fresh;
   for (i = 0; i < s->cap; i++) {
@@ -141,11 +142,11 @@ static int seen_grow_slots(bs_seen_set *s) {
     }
   }
   s->cap = ncap;
-  bs_free(s->alloc, old);
+  bs__free(s->alloc, old);
   return 1;
 }
 
-static int seen_reserve_arena(bs_seen_set *s, size_t need) {
+static int seen_reserve_arena(bs__seen_set *s, size_t need) {
   size_t ncap;
   unsigned char *p;
   if (s->arena_cap - s->arena_size >= need) return 1;
@@ -154,21 +155,21 @@ static int seen_reserve_arena(bs_seen_set *s, size_t need) {
     if (ncap > SIZE_MAX / 2) return 0;
     ncap *= 2;
   }
-  if (s->cap * sizeof(bs_seen_slot) + ncap > s->limit) {
+  if (s->cap * sizeof(bs__seen_slot) + ncap > s->limit) {
     /* the last step may use what is left below the limit */
-    size_t room = s->limit - s->cap * sizeof(bs_seen_slot);
-    if (s->limit < s->cap * sizeof(bs_seen_slot) || room < s->arena_size + need) return 0;
+    size_t room = s->limit - s->cap * sizeof(bs__seen_slot);
+    if (s->limit < s->cap * sizeof(bs__seen_slot) || room < s->arena_size + need) return 0;
     ncap = room;
   }
-  p = bs_realloc(s->alloc, s->arena, ncap);
+  p = bs__realloc(s->alloc, s->arena, ncap);
   if (!p) return 0;
   s->arena = p;
   s->arena_cap = ncap;
   return 1;
 }
 
-int bs_seen_find(const bs_seen_set *s, const bs_op *op, uint64_t *latest) {
-  bs_seen_slot *slot;
+int bs__seen_find(const bs__seen_set *s, const bs_op *op, uint64_t *latest) {
+  bs__seen_slot *slot;
   if (!s->cap) return 0;
   slot = seen_probe(s, seen_hash(op), op);
   if (!slot->hash) return 0;
@@ -176,10 +177,10 @@ int bs_seen_find(const bs_seen_set *s, const bs_op *op, uint64_t *latest) {
   return 1;
 }
 
-int bs_seen_visit(bs_seen_set *s, const bs_op *op, uint64_t *latest) {
+int bs__seen_visit(bs__seen_set *s, const bs_op *op, uint64_t *latest) {
   uint64_t h = seen_hash(op);
   size_t need = SEEN_HDR + op->object_type.size + op->object_id.size + op->subkey.size;
-  bs_seen_slot *slot;
+  bs__seen_slot *slot;
   unsigned char *p;
   if (s->cap) {
     slot = seen_probe(s, h, op);
@@ -221,24 +222,24 @@ int bs_seen_visit(bs_seen_set *s, const bs_op *op, uint64_t *latest) {
 
 /* ---- Planning ------------------------------------------------------------------------------- */
 
-int bs_compact_plan_move(bs_seen_set *s, const bs_op *op, uint64_t *target_out) {
+int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out) {
   uint64_t latest;
   if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
   /* latest == op_id: the scan met this op again (a retried transaction); it is the row's
    * latest, not superseded. */
-  if (bs_seen_visit(s, op, &latest) && latest > op->op_id) {
+  if (bs__seen_visit(s, op, &latest) && latest > op->op_id) {
     *target_out = latest;
     return 1;
   }
   return 0;
 }
 
-void bs_clear_acc_add(bs_clear_acc *a, const bs_op *op, uint64_t value_bytes) {
+void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t value_bytes) {
   if (a->n == 0) a->first_op = op->op_id;
   a->last_op = op->op_id;
   a->n++;
   if (op->type != BS_OP_CLEAR) a->n_folded++;
-  a->checksum = bs_cksum_add(a->checksum, op->checksum);
+  a->checksum = bs__cksum_add(a->checksum, op->checksum);
   /* A REMOVE carries no target (0): a reader that reaches the CLEAR at C >= its op id has
    * everything the REMOVE said. MOVE and CLEAR carry theirs over. */
   if (op->target_op > a->target_op) a->target_op = op->target_op;

@@ -2,6 +2,10 @@
  * internal.h: what every module of the library shares and the host never sees: the common layer
  * and the front/backend contract. No backend's types: the LMDB backend's are in lmdb_internal.h,
  * the only other private header. `make install` ships neither.
+ *
+ * Names: the public API is bs_ (storage.h); every symbol that is shared between the library's
+ * files but not public is bs__ (two underscores), so a host's debugger, `nm` or a link error
+ * never shows an internal function under the public prefix. `make layercheck` enforces it.
  */
 #ifndef BUCKETSTORE_INTERNAL_H
 #define BUCKETSTORE_INTERNAL_H
@@ -24,7 +28,7 @@
 
 /* ---- Errors ---- */
 /* Fills err (if any) with code and a formatted message; returns code. */
-int bs_fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
+int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
 
 /* ---- Clock ---- */
 /* The one clock of stored times: wall-clock milliseconds since the Unix epoch (CLOCK_REALTIME).
@@ -32,76 +36,76 @@ int bs_fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
  * or compares with a persisted one (compaction's min_age_ms) must mean the same in another
  * process and after a reboot, which a monotonic clock's value does not. Timeouts measure elapsed
  * time on CLOCK_MONOTONIC instead (storage.c, bs_wait_checkpoint). */
-int64_t bs_now_ms(void);
+int64_t bs__now_ms(void);
 
 /* ---- Memory: every allocation goes through the db's allocator ---- */
-void *bs_malloc(const bs_allocator *a, size_t n);
-void *bs_calloc(const bs_allocator *a, size_t n, size_t size);
-void *bs_realloc(const bs_allocator *a, void *p, size_t n);
-void bs_free(const bs_allocator *a, void *p);
-extern const bs_allocator bs_default_allocator;
+void *bs__malloc(const bs_allocator *a, size_t n);
+void *bs__calloc(const bs_allocator *a, size_t n, size_t size);
+void *bs__realloc(const bs_allocator *a, void *p, size_t n);
+void bs__free(const bs_allocator *a, void *p);
+extern const bs_allocator bs__default_allocator;
 
 /* ---- Byte-order helpers (keys are big-endian so memcmp order is numeric order) ---- */
-static inline void bs_put_u32be(unsigned char *p, uint32_t v) {
+static inline void bs__put_u32be(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24);
   p[1] = (unsigned char)(v >> 16);
   p[2] = (unsigned char)(v >> 8);
   p[3] = (unsigned char)v;
 }
-static inline uint32_t bs_get_u32be(const unsigned char *p) {
+static inline uint32_t bs__get_u32be(const unsigned char *p) {
   return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
-static inline void bs_put_u64be(unsigned char *p, uint64_t v) {
-  bs_put_u32be(p, (uint32_t)(v >> 32));
-  bs_put_u32be(p + 4, (uint32_t)v);
+static inline void bs__put_u64be(unsigned char *p, uint64_t v) {
+  bs__put_u32be(p, (uint32_t)(v >> 32));
+  bs__put_u32be(p + 4, (uint32_t)v);
 }
-static inline uint64_t bs_get_u64be(const unsigned char *p) {
-  return ((uint64_t)bs_get_u32be(p) << 32) | bs_get_u32be(p + 4);
+static inline uint64_t bs__get_u64be(const unsigned char *p) {
+  return ((uint64_t)bs__get_u32be(p) << 32) | bs__get_u32be(p + 4);
 }
 /* Values are little-endian (the layout table below). */
-static inline void bs_put_u16le(unsigned char *p, uint32_t v) {
+static inline void bs__put_u16le(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)v;
   p[1] = (unsigned char)(v >> 8);
 }
-static inline uint32_t bs_get_u16le(const unsigned char *p) {
+static inline uint32_t bs__get_u16le(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
-static inline void bs_put_u32le(unsigned char *p, uint32_t v) {
-  bs_put_u16le(p, v);
-  bs_put_u16le(p + 2, v >> 16);
+static inline void bs__put_u32le(unsigned char *p, uint32_t v) {
+  bs__put_u16le(p, v);
+  bs__put_u16le(p + 2, v >> 16);
 }
-static inline uint32_t bs_get_u32le(const unsigned char *p) {
-  return bs_get_u16le(p) | bs_get_u16le(p + 2) << 16;
+static inline uint32_t bs__get_u32le(const unsigned char *p) {
+  return bs__get_u16le(p) | bs__get_u16le(p + 2) << 16;
 }
-static inline void bs_put_u64le(unsigned char *p, uint64_t v) {
-  bs_put_u32le(p, (uint32_t)v);
-  bs_put_u32le(p + 4, (uint32_t)(v >> 32));
+static inline void bs__put_u64le(unsigned char *p, uint64_t v) {
+  bs__put_u32le(p, (uint32_t)v);
+  bs__put_u32le(p + 4, (uint32_t)(v >> 32));
 }
-static inline uint64_t bs_get_u64le(const unsigned char *p) {
-  return (uint64_t)bs_get_u32le(p) | (uint64_t)bs_get_u32le(p + 4) << 32;
+static inline uint64_t bs__get_u64le(const unsigned char *p) {
+  return (uint64_t)bs__get_u32le(p) | (uint64_t)bs__get_u32le(p + 4) << 32;
 }
 /* memcmp order with shorter-prefix-first: the LSN order of contract.md section 1. */
-static inline int bs_val_cmp(bs_val a, bs_val b) {
+static inline int bs__val_cmp(bs_val a, bs_val b) {
   size_t n = a.size < b.size ? a.size : b.size;
   int c = n ? memcmp(a.data, b.data, n) : 0;
   if (c) return c;
   return a.size < b.size ? -1 : a.size > b.size;
 }
-static inline bool bs_val_eq(bs_val a, bs_val b) {
+static inline bool bs__val_eq(bs_val a, bs_val b) {
   return a.size == b.size && (a.size == 0 || memcmp(a.data, b.data, a.size) == 0);
 }
-static inline bs_val bs_val_str(const char *s) {
+static inline bs_val bs__val_str(const char *s) {
   bs_val v = {s, s ? strlen(s) : 0};
   return v;
 }
 
 /* Bytes of a bucket name quoted in a message ("%.*s"). */
-static inline int bs_name_shown(bs_val name) {
+static inline int bs__name_shown(bs_val name) {
   return (int)(name.size < 100 ? name.size : 100);
 }
 
 /* ---- The database base: every backend's db struct starts with this ---- */
-typedef struct bs_db_ops {
+typedef struct bs__db_ops {
   void (*close)(bs_db *db);
   int (*stream_create)(uint32_t *id_out, bs_db *db, bs_val name, const bs_stream_options *o,
                        bs_error *err);
@@ -116,13 +120,13 @@ typedef struct bs_db_ops {
   int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
   int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
                         void *payload, bs_error *err);
-} bs_db_ops;
+} bs__db_ops;
 
 struct bs_db {
-  const bs_db_ops *ops;
+  const bs__db_ops *ops;
   bs_allocator alloc;
   unsigned flags;
-  struct bs_cksum_cache *cache; /* shared by every storage of this db; NULL = disabled */
+  struct bs__cksum_cache *cache; /* shared by every storage of this db; NULL = disabled */
   /* checkpoint notification: bumped and broadcast after each commit that made a checkpoint */
   pthread_mutex_t notify_mu;
   pthread_cond_t notify_cv;
@@ -132,53 +136,53 @@ struct bs_db {
 };
 
 /* Initialises / tears down the base (allocator, cache, notification). */
-int bs_db_base_init(bs_db *db, const bs_db_ops *ops, const bs_open_options *opts, bs_error *err);
-void bs_db_base_destroy(bs_db *db);
+int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err);
+void bs__db_base_destroy(bs_db *db);
 /* Backends call this after a commit that created a checkpoint (outside their locks). */
-void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint);
+void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint);
 
 /* Backend constructors. */
-int bs_lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
-int bs_mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
+int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
+int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
 
 /* ---- Checksums (checksum.c) ---- */
 /* hash over the concatenation of parts (no allocation) */
-uint32_t bs_hash_parts(bs_hash hash, const bs_val *parts, size_t n);
+uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n);
 /* wrapping 32-bit addition/subtraction of op checksums */
-static inline uint32_t bs_cksum_add(uint32_t a, uint32_t b) {
+static inline uint32_t bs__cksum_add(uint32_t a, uint32_t b) {
   return (uint32_t)(((uint64_t)a + b) & 0xffffffffu);
 }
-static inline uint32_t bs_cksum_sub(uint32_t a, uint32_t b) {
+static inline uint32_t bs__cksum_sub(uint32_t a, uint32_t b) {
   return (uint32_t)(((uint64_t)a + 0x100000000ull - b) & 0xffffffffu);
 }
 
 /* ---- The checksum cache (checksum.c): LRU of (stream, bucket, C) -> (checksum, count, gen) ---- */
-typedef struct bs_cksum_cache bs_cksum_cache;
-int bs_cksum_cache_new(bs_cksum_cache **out, const bs_allocator *a, size_t capacity);
-void bs_cksum_cache_free(bs_cksum_cache *c);
+typedef struct bs__cksum_cache bs__cksum_cache;
+int bs__cksum_cache_new(bs__cksum_cache **out, const bs_allocator *a, size_t capacity);
+void bs__cksum_cache_free(bs__cksum_cache *c);
 /* Front entry point: answers from the cache, batches misses to st->vt. */
-int bs_cksum_cache_get(bs_cksum_cache *c, bs_storage *st, uint64_t checkpoint,
-                       const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err);
+int bs__cksum_cache_get(bs__cksum_cache *c, bs_storage *st, uint64_t checkpoint,
+                        const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err);
 /* The front reports checkpoints it has seen (entries are stored only at C <= one of them), and
  * drops a stream's entries when the stream is cleared. */
-void bs_cksum_cache_note_checkpoint(bs_cksum_cache *c, uint32_t stream, uint64_t checkpoint);
-void bs_cksum_cache_drop_stream(bs_cksum_cache *c, uint32_t stream);
-typedef struct bs_cksum_cache_stats {
+void bs__cksum_cache_note_checkpoint(bs__cksum_cache *c, uint32_t stream, uint64_t checkpoint);
+void bs__cksum_cache_drop_stream(bs__cksum_cache *c, uint32_t stream);
+typedef struct bs__cksum_cache_stats {
   uint64_t hits;      /* answered from a cached base (exact or extended by a range) */
   uint64_t misses;    /* recomputed by vt->checksums */
   uint64_t stale;     /* cached bases discarded because the generation moved */
   uint64_t evictions; /* LRU evictions at capacity */
   uint64_t entries;   /* current entries */
-} bs_cksum_cache_stats;
-void bs_cksum_cache_get_stats(bs_cksum_cache *c, bs_cksum_cache_stats *out);
+} bs__cksum_cache_stats;
+void bs__cksum_cache_get_stats(bs__cksum_cache *c, bs__cksum_cache_stats *out);
 
 /* ---- Write checkpoints (contract.md 7): the rule both backends apply ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name
  * conn at an LSN at or above lsn; given connections the record lacks are ignored. A managed
  * record is acknowledged for the reader iff every one of its heads is reached. */
-static inline bool bs_head_reached(bs_val conn, bs_val lsn, const bs_head *given, size_t n) {
+static inline bool bs__head_reached(bs_val conn, bs_val lsn, const bs_head *given, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if (bs_val_eq(given[i].connection, conn)) return bs_val_cmp(lsn, given[i].lsn) <= 0;
+    if (bs__val_eq(given[i].connection, conn)) return bs__val_cmp(lsn, given[i].lsn) <= 0;
   return false;
 }
 
@@ -186,7 +190,7 @@ static inline bool bs_head_reached(bs_val conn, bs_val lsn, const bs_head *given
  * the chosen request w? A supplied request id beats a generated one; among supplied the greatest
  * wins (the first of equals stays); among generated the last wins: its heads are the newest, so
  * the id is not acknowledged before the user's later writes are replicated. */
-static inline int bs_managed_req_beats(const bs_managed_request *c, const bs_managed_request *w) {
+static inline int bs__managed_req_beats(const bs_managed_request *c, const bs_managed_request *w) {
   if (c->has_request_id != w->has_request_id) return c->has_request_id;
   return c->has_request_id ? c->request_id > w->request_id : 1;
 }
@@ -198,30 +202,31 @@ static inline int bs_managed_req_beats(const bs_managed_request *c, const bs_man
  * id: requested_at only) or BS_WCP_KEEP (a lower supplied id changes nothing). BS_EINVAL when
  * the id would reach 2^63. */
 enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
-int bs_managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
-                       int *action, bs_error *err);
+int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
+                        int *action, bs_error *err);
 
 /* ---- Argument checks shared by the front and backends ---- */
-int bs_check_save(const bs_save *s, bs_error *err);
-int bs_check_lsn(bs_val lsn, const char *what, bs_error *err);
+int bs__check_save(const bs_save *s, bs_error *err);
+int bs__check_lsn(bs_val lsn, const char *what, bs_error *err);
 /* can_checkpoint(lsn) of contract.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
  * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
-bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
-                                    const bs_val *checkpoint_lsn, bs_val lsn);
+bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
+                                     const bs_val *checkpoint_lsn, bs_val lsn);
 /* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
- * by the front; lmdb_read.c also applies them because tests call bs_lmdb_bucket_data directly. */
+ * by the front; lmdb_read.c also applies them because tests call bs__lmdb_bucket_data directly. */
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
 /* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry
  * none. A carried field is present: its data is never NULL, also when it is empty (storage.h
  * CONVENTIONS), so every backend's reader sets it from this one rule. */
-static inline int bs_op_carries_row(bs_op_type type) {
+static inline int bs__op_carries_row(bs_op_type type) {
   return type == BS_OP_PUT || type == BS_OP_REMOVE;
 }
 #define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
 
 /* storage.c: opts (NULL = defaults) checked and copied into out. */
-int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts, bs_error *err);
+int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
+                               bs_error *err);
 
 /* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
 #define BS_COMPACT_MIN_CHANGES 10u
@@ -230,33 +235,33 @@ int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *o
 #define BS_COMPACT_MIN_AGE_MS  (5 * 60 * 1000)
 #define BS_COMPACT_OPS_PER_TXN 10000u
 /* Copies in (NULL = defaults) into out with every default applied; BS_EINVAL names a bad field. */
-int bs_compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
-                               bs_error *err);
+int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
+                                bs_error *err);
 /* 1 when a bucket with these bucket-state figures is due for full compaction. */
-int bs_compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
-                          uint64_t compacted_op, uint64_t min_changes, double min_ratio);
+int bs__compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
+                           uint64_t compacted_op, uint64_t min_changes, double min_ratio);
 /* Row identities (object_type, object_id, subkey) -> op id, bounded by limit bytes. */
-typedef struct bs_seen_set {
+typedef struct bs__seen_set {
   const bs_allocator *alloc;
   size_t limit, cap, n, arena_size, arena_cap;
-  struct bs_seen_slot *slots;
+  struct bs__seen_slot *slots;
   unsigned char *arena;
   int full; /* the limit was reached: new rows are no longer recorded */
-} bs_seen_set;
-void bs_seen_init(bs_seen_set *s, const bs_allocator *a, size_t limit_bytes);
-void bs_seen_clear(bs_seen_set *s); /* forgets every row, keeps the memory */
-void bs_seen_free(bs_seen_set *s);
+} bs__seen_set;
+void bs__seen_init(bs__seen_set *s, const bs_allocator *a, size_t limit_bytes);
+void bs__seen_clear(bs__seen_set *s); /* forgets every row, keeps the memory */
+void bs__seen_free(bs__seen_set *s);
 /* Row of op recorded: returns 1, *latest = its op id. Else records op (if room), returns 0. */
-int bs_seen_visit(bs_seen_set *s, const bs_op *op, uint64_t *latest);
-int bs_seen_find(const bs_seen_set *s, const bs_op *op, uint64_t *latest); /* lookup only */
+int bs__seen_visit(bs__seen_set *s, const bs_op *op, uint64_t *latest);
+int bs__seen_find(const bs__seen_set *s, const bs_op *op, uint64_t *latest); /* lookup only */
 /* For a reverse scan: 1 when op (PUT/REMOVE) is superseded by a later op of its row, which
  * becomes its MOVE target. */
-int bs_compact_plan_move(bs_seen_set *s, const bs_op *op, uint64_t *target_out);
+int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out);
 /* Folding a leading run into one CLEAR. */
-typedef struct bs_clear_acc {
+typedef struct bs__clear_acc {
   uint64_t first_op, last_op, n, n_folded /* non-CLEAR ops */, target_op, bytes;
   uint32_t checksum;
-} bs_clear_acc;
-void bs_clear_acc_add(bs_clear_acc *a, const bs_op *op, uint64_t value_bytes);
+} bs__clear_acc;
+void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t value_bytes);
 
 #endif /* BUCKETSTORE_INTERNAL_H */

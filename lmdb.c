@@ -31,7 +31,7 @@ static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty
 
 /* ---- Errors and transactions ----------------------------------------------------------------- */
 
-int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
+int bs__fail_mdb(bs_error *err, int mdb_rc, const char *what) {
   int code = BS_EIO;
   if (mdb_rc == ENOMEM)
     code = BS_ENOMEM;
@@ -40,15 +40,15 @@ int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what) {
     code = BS_ECORRUPT;
   else if (mdb_rc == EAGAIN || mdb_rc == EBUSY || mdb_rc == MDB_READERS_FULL)
     code = BS_EBUSY;
-  return bs_fail(err, code, "%s: %s", what, mdb_strerror(mdb_rc));
+  return bs__fail(err, code, "%s: %s", what, mdb_strerror(mdb_rc));
 }
 
-int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
+int bs__lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
   if (mdb_rc == MDB_MAP_FULL) {
-    bs_fail(err, BS_EIO, "%s: %s", what, mdb_strerror(mdb_rc));
+    bs__fail(err, BS_EIO, "%s: %s", what, mdb_strerror(mdb_rc));
     return BS_LMDB_MAPFULL;
   }
-  return bs_fail_mdb(err, mdb_rc, what);
+  return bs__fail_mdb(err, mdb_rc, what);
 }
 
 /*
@@ -75,11 +75,11 @@ int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what) {
  */
 #define LM_GROW_HOLDOFF_MS 500
 
-static _Thread_local unsigned lm_depth;            /* txn_lock holds of this thread */
-static _Thread_local const bs_lmdb_db *lm_seen_db; /* db of this thread's last write txn */
-static _Thread_local size_t lm_seen_map;           /* its map size when that txn began */
+static _Thread_local unsigned lm_depth;             /* txn_lock holds of this thread */
+static _Thread_local const bs__lmdb_db *lm_seen_db; /* db of this thread's last write txn */
+static _Thread_local size_t lm_seen_map;            /* its map size when that txn began */
 
-static void grow_holdoff(bs_lmdb_db *db) {
+static void grow_holdoff(bs__lmdb_db *db) {
   struct timespec nap = {0, 200 * 1000}; /* 0.2 ms */
   for (int i = 0; i < LM_GROW_HOLDOFF_MS * 5; i++) {
     if (!__atomic_load_n(&db->grow_pending, __ATOMIC_ACQUIRE)) return;
@@ -91,14 +91,14 @@ static void grow_holdoff(bs_lmdb_db *db) {
  * of (0: unknown): when the map is larger by now (another thread grew it, or adopt), it is left
  * as is and the caller simply retries, so two threads hitting MAP_FULL at once double it once.
  * adopt: take the size another process set (MDB_MAP_RESIZED) instead of doubling. */
-static int resize_map(bs_lmdb_db *db, size_t failed, int adopt, bs_error *err) {
+static int resize_map(bs__lmdb_db *db, size_t failed, int adopt, bs_error *err) {
   MDB_envinfo info;
   size_t cur, next;
   int mrc = 0, rc = BS_OK;
   if (lm_depth)
-    return bs_fail(err, BS_ESTATE,
-                   "the map must be resized while this thread has a "
-                   "transaction open on a database; end it and retry");
+    return bs__fail(err, BS_ESTATE,
+                    "the map must be resized while this thread has a "
+                    "transaction open on a database; end it and retry");
   pthread_mutex_lock(&db->grow_mu);
   __atomic_store_n(&db->grow_pending, 1, __ATOMIC_RELEASE);
   pthread_rwlock_wrlock(&db->txn_lock);
@@ -111,7 +111,7 @@ static int resize_map(bs_lmdb_db *db, size_t failed, int adopt, bs_error *err) {
     if (!failed || cur <= failed) {
       next = cur * 2;
       if (next < cur)
-        rc = bs_fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
+        rc = bs__fail(err, BS_EIO, "map size cannot grow beyond %zu bytes", cur);
       else if ((mrc = mdb_env_set_mapsize(db->env, next)) == 0)
         db->map_size = next;
     }
@@ -119,15 +119,15 @@ static int resize_map(bs_lmdb_db *db, size_t failed, int adopt, bs_error *err) {
   pthread_rwlock_unlock(&db->txn_lock);
   __atomic_store_n(&db->grow_pending, 0, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&db->grow_mu);
-  if (mrc) return bs_fail_mdb(err, mrc, "mdb_env_set_mapsize");
+  if (mrc) return bs__fail_mdb(err, mrc, "mdb_env_set_mapsize");
   return rc;
 }
 
-int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err) {
+int bs__lmdb_txn_begin(bs__lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err) {
   int mrc, rc;
   *out = NULL;
   if (!(flags & MDB_RDONLY) && (db->env_flags & MDB_RDONLY))
-    return bs_fail(err, BS_ESTATE, "database is open read-only");
+    return bs__fail(err, BS_ESTATE, "database is open read-only");
   for (int tries = 0;; tries++) {
     if (!lm_depth) grow_holdoff(db);
     pthread_rwlock_rdlock(&db->txn_lock);
@@ -142,23 +142,23 @@ int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *e
     }
     pthread_rwlock_unlock(&db->txn_lock);
     *out = NULL;
-    if (mrc != MDB_MAP_RESIZED || tries > 8) return bs_fail_mdb(err, mrc, "mdb_txn_begin");
+    if (mrc != MDB_MAP_RESIZED || tries > 8) return bs__fail_mdb(err, mrc, "mdb_txn_begin");
     if ((rc = resize_map(db, 0, 1, err)) != BS_OK) return rc;
   }
 }
 
-static void txn_unlock(bs_lmdb_db *db) {
+static void txn_unlock(bs__lmdb_db *db) {
   pthread_rwlock_unlock(&db->txn_lock);
   if (lm_depth) lm_depth--;
 }
 
-int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err) {
+int bs__lmdb_txn_commit(bs__lmdb_db *db, MDB_txn *txn, bs_error *err) {
   int mrc = mdb_txn_commit(txn);
   txn_unlock(db);
-  return mrc ? bs_lmdb_fail(err, mrc, "mdb_txn_commit") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "mdb_txn_commit") : BS_OK;
 }
 
-void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn) {
+void bs__lmdb_txn_abort(bs__lmdb_db *db, MDB_txn *txn) {
   if (!txn) return;
   mdb_txn_abort(txn);
   txn_unlock(db);
@@ -166,23 +166,23 @@ void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn) {
 
 /* Called after MAP_FULL, with the failed txn ended: grows the map unless another thread has
  * grown it since this thread's last write txn began. */
-int bs_lmdb_grow(bs_lmdb_db *db, bs_error *err) {
+int bs__lmdb_grow(bs__lmdb_db *db, bs_error *err) {
   return resize_map(db, lm_seen_db == db ? lm_seen_map : 0, 0, err);
 }
 
-int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
-                  void *payload, bs_error *err) {
+int bs__lmdb_write(bs__lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
+                   void *payload, bs_error *err) {
   MDB_txn *txn;
   int rc;
   for (;;) {
-    if ((rc = bs_lmdb_txn_begin(db, 0, &txn, err)) != BS_OK) return rc;
+    if ((rc = bs__lmdb_txn_begin(db, 0, &txn, err)) != BS_OK) return rc;
     rc = fn(txn, payload, err);
     if (rc == BS_OK)
-      rc = bs_lmdb_txn_commit(db, txn, err);
+      rc = bs__lmdb_txn_commit(db, txn, err);
     else
-      bs_lmdb_txn_abort(db, txn);
+      bs__lmdb_txn_abort(db, txn);
     if (rc != BS_LMDB_MAPFULL) return rc;
-    if ((rc = bs_lmdb_grow(db, err)) != BS_OK) return rc;
+    if ((rc = bs__lmdb_grow(db, err)) != BS_OK) return rc;
   }
 }
 
@@ -197,13 +197,13 @@ int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_erro
  */
 static void stream_key(unsigned char k[5], uint32_t id) {
   k[0] = 'S';
-  bs_put_u32be(k + 1, id);
+  bs__put_u32be(k + 1, id);
 }
 
 static int get_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
   size_t n;
   if (end - *p < 2) return BS_ECORRUPT;
-  n = bs_get_u16le(*p);
+  n = bs__get_u16le(*p);
   *p += 2;
   if ((size_t)(end - *p) < n) return BS_ECORRUPT;
   out->data = n ? *p : lm_empty;
@@ -212,7 +212,7 @@ static int get_str(const unsigned char **p, const unsigned char *end, bs_val *ou
   return BS_OK;
 }
 
-static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
+static int stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
   const unsigned char *p = v->mv_data, *end = p + v->mv_size;
   const unsigned char *q;
   bs_val *strs[5];
@@ -225,8 +225,8 @@ static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
   r->has_checkpoint_lsn = p[4] & 1;
   r->has_resume_lsn = (p[4] >> 1) & 1;
   r->has_no_checkpoint_before = (p[4] >> 2) & 1;
-  r->id = bs_get_u32le(p + 8);
-  r->next_table_id = bs_get_u32le(p + 12);
+  r->id = bs__get_u32le(p + 8);
+  r->next_table_id = bs__get_u32le(p + 12);
   u64s[0] = &r->op_head;
   u64s[1] = &r->checkpoint;
   u64s[2] = &r->last_checkpoint_op;
@@ -235,8 +235,8 @@ static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
   u64s[5] = &r->param_cursor;
   u64s[6] = &r->changes_fence;
   u64s[7] = &r->compact_horizon;
-  for (int i = 0; i < 8; i++) *u64s[i] = bs_get_u64le(p + 16 + 8 * i);
-  r->created_ms = (int64_t)bs_get_u64le(p + 80);
+  for (int i = 0; i < 8; i++) *u64s[i] = bs__get_u64le(p + 16 + 8 * i);
+  r->created_ms = (int64_t)bs__get_u64le(p + 80);
   strs[0] = &r->name;
   strs[1] = &r->checkpoint_lsn;
   strs[2] = &r->resume_lsn;
@@ -249,18 +249,18 @@ static int stream_rec_decode(const MDB_val *v, bs_stream_rec *r) {
   return BS_OK;
 }
 
-int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out,
-                      bs_error *err) {
+int bs__stream_rec_get(bs__lmdb_db *db, MDB_txn *txn, uint32_t id, bs__stream_rec *out,
+                       bs_error *err) {
   unsigned char k[5];
   MDB_val key = {5, k}, val;
   int mrc;
   memset(out, 0, sizeof *out); /* a failed get leaves *out defined, not stale */
   stream_key(k, id);
   mrc = mdb_get(txn, db->meta, &key, &val);
-  if (mrc == MDB_NOTFOUND) return bs_fail(err, BS_ENOTFOUND, "stream %u does not exist", id);
-  if (mrc) return bs_lmdb_fail(err, mrc, "reading the stream record");
+  if (mrc == MDB_NOTFOUND) return bs__fail(err, BS_ENOTFOUND, "stream %u does not exist", id);
+  if (mrc) return bs__lmdb_fail(err, mrc, "reading the stream record");
   if (stream_rec_decode(&val, out) != BS_OK)
-    return bs_fail(err, BS_ECORRUPT, "stream %u: record does not decode", id);
+    return bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode", id);
   return BS_OK;
 }
 
@@ -268,7 +268,7 @@ static size_t clamp_str(bs_val v, size_t max) {
   return v.size > max ? max : v.size;
 }
 
-int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_error *err) {
+int bs__stream_rec_put(bs__lmdb_db *db, MDB_txn *txn, const bs__stream_rec *r, bs_error *err) {
   /* Encoded into a local buffer first: the strings may point into the old value of this very
    * key, which the put may overwrite in place. */
   unsigned char buf[LM_STREAM_FIXED + 5 * (2 + 256)];
@@ -288,14 +288,14 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_e
   buf[3] = r->snapshot_done;
   buf[4] = (unsigned char)((r->has_checkpoint_lsn ? 1 : 0) | (r->has_resume_lsn ? 2 : 0) |
                            (r->has_no_checkpoint_before ? 4 : 0));
-  bs_put_u32le(buf + 8, r->id);
-  bs_put_u32le(buf + 12, r->next_table_id);
-  for (int i = 0; i < 8; i++) bs_put_u64le(buf + 16 + 8 * i, u64s[i]);
-  bs_put_u64le(buf + 80, (uint64_t)r->created_ms);
+  bs__put_u32le(buf + 8, r->id);
+  bs__put_u32le(buf + 12, r->next_table_id);
+  for (int i = 0; i < 8; i++) bs__put_u64le(buf + 16 + 8 * i, u64s[i]);
+  bs__put_u64le(buf + 80, (uint64_t)r->created_ms);
   p = buf + LM_STREAM_FIXED;
   for (int i = 0; i < 5; i++) {
     size_t n = clamp_str(*strs[i], 256);
-    bs_put_u16le(p, (uint16_t)n);
+    bs__put_u16le(p, (uint16_t)n);
     if (n) memcpy(p + 2, strs[i]->data, n);
     p += 2 + n;
   }
@@ -303,37 +303,37 @@ int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *r, bs_e
   val.mv_size = (size_t)(p - buf);
   val.mv_data = buf;
   mrc = mdb_put(txn, db->meta, &key, &val, 0);
-  return mrc ? bs_lmdb_fail(err, mrc, "writing the stream record") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing the stream record") : BS_OK;
 }
 
 /* ---- Bucket states ---------------------------------------------------------------------------- */
 
-int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
-                        bs_error *err) {
+int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
+                         const bs__bucket_state *s, bs_error *err) {
   unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
   unsigned char k[8];
   MDB_val key = {8, k}, val;
   int mrc;
   if (s->name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes", s->name.size);
-  bs_bucket_state_encode(buf, s);
-  bs_put_u64be(k, bucket_id);
-  val.mv_size = bs_bucket_state_size(s);
+    return bs__fail(err, BS_ETOOBIG, "bucket name of %zu bytes", s->name.size);
+  bs__bucket_state_encode(buf, s);
+  bs__put_u64be(k, bucket_id);
+  val.mv_size = bs__bucket_state_size(s);
   val.mv_data = buf;
   mrc = mdb_put(txn, db->bstate, &key, &val, 0);
-  return mrc ? bs_lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
 }
 
-int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, uint64_t *id_out,
-                      bs_error *err) {
+int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
+                       uint64_t *id_out, bs_error *err) {
   unsigned char k[BS_BUCKET_KEY_MAX];
   MDB_val key, val;
   int rc, mrc;
-  if ((rc = bs_lmdb_bucket_key(k, stream, name, &key, err))) return rc;
+  if ((rc = bs__lmdb_bucket_key(k, stream, name, &key, err))) return rc;
   mrc = mdb_get(txn, db->buckets, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
-  if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  return bs_lmdb_bucket_id_decode(&val, id_out, err);
+  if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
+  return bs__lmdb_bucket_id_decode(&val, id_out, err);
 }
 
 /* ---- Opening and closing ---------------------------------------------------------------------- */
@@ -345,9 +345,9 @@ static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void 
                             bs_error *err);
 static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err);
 
-static const bs_db_ops lmdb_db_ops = {
-    lmdb_close,   lmdb_stream_create, lmdb_stream_list, lmdb_storage_open,
-    bs_lmdb_stat, bs_lmdb_verify,     bs_lmdb_backup,   bs_lmdb_export,
+static const bs__db_ops lmdb_db_ops = {
+    lmdb_close,    lmdb_stream_create, lmdb_stream_list, lmdb_storage_open,
+    bs__lmdb_stat, bs__lmdb_verify,    bs__lmdb_backup,  bs__lmdb_export,
 };
 
 static const char *const lm_db_names[] = {"meta", "tables",     "buckets", "bstate",
@@ -355,7 +355,7 @@ static const char *const lm_db_names[] = {"meta", "tables",     "buckets", "bsta
                                           "wcp",  "superseded", "cqueue",  "softdel"};
 #define LM_NDBS (sizeof lm_db_names / sizeof lm_db_names[0])
 
-static MDB_dbi *dbi_slot(bs_lmdb_db *db, size_t i) {
+static MDB_dbi *dbi_slot(bs__lmdb_db *db, size_t i) {
   MDB_dbi *slots[LM_NDBS] = {&db->meta, &db->tables,     &db->buckets, &db->bstate,
                              &db->ops,  &db->source,     &db->params,  &db->changes,
                              &db->wcp,  &db->superseded, &db->cqueue,  &db->softdel};
@@ -370,48 +370,48 @@ static int check_format(MDB_txn *txn, MDB_dbi meta, const char *path, bs_error *
   int mrc = mdb_get(txn, meta, &key, &val);
   if (mrc == MDB_NOTFOUND ||
       (mrc == 0 && (val.mv_size != 12 || memcmp(val.mv_data, LM_FORMAT_MAGIC, 8) != 0)))
-    return bs_fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
-  if (mrc) return bs_fail_mdb(err, mrc, "reading the format record");
-  version = bs_get_u32le((const unsigned char *)val.mv_data + 8);
+    return bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
+  if (mrc) return bs__fail_mdb(err, mrc, "reading the format record");
+  version = bs__get_u32le((const unsigned char *)val.mv_data + 8);
   if (version < BS_FORMAT_VERSION)
-    return bs_fail(err, BS_ECORRUPT, "%s: format %u is older than this build's %u", path, version,
-                   (unsigned)BS_FORMAT_VERSION);
+    return bs__fail(err, BS_ECORRUPT, "%s: format %u is older than this build's %u", path, version,
+                    (unsigned)BS_FORMAT_VERSION);
   if (version > BS_FORMAT_VERSION)
-    return bs_fail(err, BS_ECORRUPT, "%s: format %u is newer than this build's %u", path, version,
-                   (unsigned)BS_FORMAT_VERSION);
+    return bs__fail(err, BS_ECORRUPT, "%s: format %u is newer than this build's %u", path, version,
+                    (unsigned)BS_FORMAT_VERSION);
   return BS_OK;
 }
 
 /* Opens every sub-db; on a fresh file creates them and writes the format record. */
-static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
+static int open_dbs(bs__lmdb_db *db, const char *path, bs_error *err) {
   int rdonly = (db->env_flags & MDB_RDONLY) != 0;
   MDB_txn *txn;
   MDB_dbi main_dbi;
   MDB_stat st;
   int mrc, rc, fresh = 0;
 
-  if ((rc = bs_lmdb_txn_begin(db, rdonly ? MDB_RDONLY : 0, &txn, err)) != BS_OK) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, rdonly ? MDB_RDONLY : 0, &txn, err)) != BS_OK) return rc;
   mrc = mdb_dbi_open(txn, "meta", 0, &db->meta);
   if (mrc == MDB_NOTFOUND) {
     /* A new file is empty; an LMDB file with other content is someone else's. */
     mrc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
     if (mrc == 0) mrc = mdb_stat(txn, main_dbi, &st);
     if (mrc) {
-      rc = bs_fail_mdb(err, mrc, "opening the main database");
+      rc = bs__fail_mdb(err, mrc, "opening the main database");
       goto fail;
     }
     if (st.ms_entries > 0) {
-      rc = bs_fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
+      rc = bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
       goto fail;
     }
     if (rdonly) {
-      rc =
-          bs_fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database", path);
+      rc = bs__fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database",
+                    path);
       goto fail;
     }
     fresh = 1;
   } else if (mrc) {
-    rc = bs_fail_mdb(err, mrc, "opening sub-database meta");
+    rc = bs__fail_mdb(err, mrc, "opening sub-database meta");
     goto fail;
   } else if ((rc = check_format(txn, db->meta, path, err)) != BS_OK) {
     goto fail;
@@ -420,9 +420,9 @@ static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
     mrc = mdb_dbi_open(txn, lm_db_names[i], rdonly ? 0 : MDB_CREATE, dbi_slot(db, i));
     if (mrc) {
       rc = mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE
-               ? bs_fail(err, BS_ECORRUPT, "%s: sub-database %s missing or foreign", path,
-                         lm_db_names[i])
-               : bs_fail_mdb(err, mrc, "opening a sub-database");
+               ? bs__fail(err, BS_ECORRUPT, "%s: sub-database %s missing or foreign", path,
+                          lm_db_names[i])
+               : bs__fail_mdb(err, mrc, "opening a sub-database");
       goto fail;
     }
   }
@@ -430,28 +430,28 @@ static int open_dbs(bs_lmdb_db *db, const char *path, bs_error *err) {
     unsigned char v[12];
     MDB_val key = {6, "format"}, val = {12, v};
     memcpy(v, LM_FORMAT_MAGIC, 8);
-    bs_put_u32le(v + 8, BS_FORMAT_VERSION);
+    bs__put_u32le(v + 8, BS_FORMAT_VERSION);
     if ((mrc = mdb_put(txn, db->meta, &key, &val, 0)) != 0) {
-      rc = bs_fail_mdb(err, mrc, "writing the format record");
+      rc = bs__fail_mdb(err, mrc, "writing the format record");
       goto fail;
     }
   }
   /* Committed even when read-only: aborting would close the dbi handles opened in it. */
-  rc = bs_lmdb_txn_commit(db, txn, err);
-  if (rc == BS_LMDB_MAPFULL) rc = bs_fail(err, BS_EIO, "map full while creating the file");
+  rc = bs__lmdb_txn_commit(db, txn, err);
+  if (rc == BS_LMDB_MAPFULL) rc = bs__fail(err, BS_EIO, "map full while creating the file");
   return rc;
 fail:
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
 /* The status of a failed mdb_env_open. */
 static int env_open_error(const char *path, int mrc, bs_error *err) {
   if (mrc == MDB_INVALID || mrc == MDB_VERSION_MISMATCH)
-    return bs_fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file (%s)", path,
-                   mdb_strerror(mrc));
-  if (mrc == ENOENT) return bs_fail(err, BS_ENOTFOUND, "%s: no such file", path);
-  return bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", path, mdb_strerror(mrc));
+    return bs__fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file (%s)", path,
+                    mdb_strerror(mrc));
+  if (mrc == ENOENT) return bs__fail(err, BS_ENOTFOUND, "%s: no such file", path);
+  return bs__fail(err, bs__fail_mdb(NULL, mrc, ""), "%s: %s", path, mdb_strerror(mrc));
 }
 
 /* Checks the format record through a lock-less read-only environment, which creates nothing.
@@ -462,7 +462,7 @@ static int preflight_format(const char *path, bs_error *err) {
   MDB_txn *txn = NULL;
   MDB_dbi meta;
   int mrc, rc;
-  if ((mrc = mdb_env_create(&env)) != 0) return bs_fail_mdb(err, mrc, "mdb_env_create");
+  if ((mrc = mdb_env_create(&env)) != 0) return bs__fail_mdb(err, mrc, "mdb_env_create");
   if ((mrc = mdb_env_set_maxdbs(env, LM_MAXDBS)) == 0)
     mrc = mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOTLS | MDB_RDONLY | MDB_NOLOCK, 0644);
   if (mrc) {
@@ -470,11 +470,11 @@ static int preflight_format(const char *path, bs_error *err) {
     return env_open_error(path, mrc, err);
   }
   if ((mrc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) != 0) {
-    rc = bs_fail_mdb(err, mrc, "beginning a read transaction");
+    rc = bs__fail_mdb(err, mrc, "beginning a read transaction");
   } else if ((mrc = mdb_dbi_open(txn, "meta", 0, &meta)) != 0) {
     rc = mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE
-             ? bs_fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path)
-             : bs_fail_mdb(err, mrc, "opening sub-database meta");
+             ? bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path)
+             : bs__fail_mdb(err, mrc, "opening sub-database meta");
   } else {
     rc = check_format(txn, meta, path, err);
   }
@@ -486,23 +486,23 @@ static int preflight_format(const char *path, bs_error *err) {
 /* Checks the file (lmdb_file.c, then the format record when that is safe without a lock file)
  * before the environment is opened, so that a bad file is refused unchanged and without a lock
  * file beside it. *missing: no file at path (BS_ENOTFOUND if read-only). */
-static int check_file(bs_lmdb_db *db, const char *path, int rdonly, int *missing, bs_error *err) {
-  enum bs_lmdb_file_state state;
+static int check_file(bs__lmdb_db *db, const char *path, int rdonly, int *missing, bs_error *err) {
+  enum bs__lmdb_file_state state;
   size_t n = strlen(path) + sizeof "-lock";
   char *lock;
-  int rc = bs_lmdb_file_check(path, &state, err);
+  int rc = bs__lmdb_file_check(path, &state, err);
   *missing = state == BS_LMDB_FILE_MISSING;
-  if (*missing) return rdonly ? bs_fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
+  if (*missing) return rdonly ? bs__fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
   if (rc != BS_OK) return rc;
   if (state == BS_LMDB_FILE_NO_DATA) /* made by mdb_env_open alone: another program's, or an
                                         old build's stopped before its first commit */
-    return bs_fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database",
-                   path);
-  if (!(lock = bs_malloc(&db->base.alloc, n)))
-    return bs_fail(err, BS_ENOMEM, "cannot name the lock file");
+    return bs__fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database",
+                    path);
+  if (!(lock = bs__malloc(&db->base.alloc, n)))
+    return bs__fail(err, BS_ENOMEM, "cannot name the lock file");
   snprintf(lock, n, "%s-lock", path);
   rc = access(lock, F_OK) == 0 ? BS_OK : preflight_format(path, err);
-  bs_free(&db->base.alloc, lock);
+  bs__free(&db->base.alloc, lock);
   return rc;
 }
 
@@ -511,42 +511,42 @@ static int check_file(bs_lmdb_db *db, const char *path, int rdonly, int *missing
  * process stopped at any moment leaves either no file at path or a whole database, never the
  * empty file an interrupted mdb_env_open would (which check_file refuses). Another process that
  * created path first wins: its file is kept. A stray PATH.new-* is what a stopped creation leaves. */
-static int create_file(bs_lmdb_db *db, const char *path, bs_error *err) {
+static int create_file(bs__lmdb_db *db, const char *path, bs_error *err) {
   static _Atomic unsigned counter;
   size_t n = strlen(path) + 64;
-  char *tmp = bs_malloc(&db->base.alloc, n);
+  char *tmp = bs__malloc(&db->base.alloc, n);
   unsigned flags = db->env_flags;
   int fd = -1, mrc, rc;
-  if (!tmp) return bs_fail(err, BS_ENOMEM, "cannot name a temporary file");
+  if (!tmp) return bs__fail(err, BS_ENOMEM, "cannot name a temporary file");
   for (int i = 0; i < 100 && fd < 0; i++) {
     snprintf(tmp, n, "%s.new-%ld-%u", path, (long)getpid(), counter++);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    rc = bs_fail(err, errno == ENOENT ? BS_ENOTFOUND : BS_EIO, "%s: cannot create: %s", path,
-                 strerror(errno));
-    bs_free(&db->base.alloc, tmp);
+    rc = bs__fail(err, errno == ENOENT ? BS_ENOTFOUND : BS_EIO, "%s: cannot create: %s", path,
+                  strerror(errno));
+    bs__free(&db->base.alloc, tmp);
     return rc;
   }
   close(fd); /* empty: LMDB takes it as a new environment */
   db->env_flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NOLOCK | (flags & MDB_NOSYNC);
   if ((mrc = mdb_env_create(&db->env)) != 0 || (mrc = mdb_env_set_maxdbs(db->env, LM_MAXDBS)) ||
       (mrc = mdb_env_open(db->env, tmp, db->env_flags, 0644)) != 0)
-    rc = bs_fail(err, bs_fail_mdb(NULL, mrc, ""), "%s: %s", tmp, mdb_strerror(mrc));
+    rc = bs__fail(err, bs__fail_mdb(NULL, mrc, ""), "%s: %s", tmp, mdb_strerror(mrc));
   else
     rc = open_dbs(db, tmp, err); /* commits (with a sync unless BS_OPEN_NOSYNC) */
   if (db->env) mdb_env_close(db->env);
   db->env = NULL;
   db->env_flags = flags;
   if (rc == BS_OK && link(tmp, path) != 0 && errno != EEXIST && rename(tmp, path) != 0)
-    rc = bs_fail(err, BS_EIO, "%s: cannot create: %s", path, strerror(errno));
+    rc = bs__fail(err, BS_EIO, "%s: cannot create: %s", path, strerror(errno));
   unlink(tmp);
-  bs_free(&db->base.alloc, tmp);
+  bs__free(&db->base.alloc, tmp);
   return rc;
 }
 
-static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opts, bs_error *err) {
+static int open_env(bs__lmdb_db *db, const char *path, const bs_open_options *opts, bs_error *err) {
   size_t map = opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP;
   MDB_envinfo info;
   int mrc, rc, missing, dead = 0;
@@ -557,10 +557,10 @@ static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opt
   if ((rc = check_file(db, path, (db->env_flags & MDB_RDONLY) != 0, &missing, err)) != BS_OK ||
       (missing && (rc = create_file(db, path, err)) != BS_OK))
     return rc;
-  if ((mrc = mdb_env_create(&db->env)) != 0) return bs_fail_mdb(err, mrc, "mdb_env_create");
+  if ((mrc = mdb_env_create(&db->env)) != 0) return bs__fail_mdb(err, mrc, "mdb_env_create");
   if ((mrc = mdb_env_set_maxdbs(db->env, LM_MAXDBS)) != 0 ||
       (mrc = mdb_env_set_mapsize(db->env, map)) != 0)
-    return bs_fail_mdb(err, mrc, "configuring the environment");
+    return bs__fail_mdb(err, mrc, "configuring the environment");
   mrc = mdb_env_open(db->env, path, db->env_flags, 0644);
   if (mrc) return env_open_error(path, mrc, err);
   if (mdb_env_info(db->env, &info) == 0)
@@ -571,30 +571,30 @@ static int open_env(bs_lmdb_db *db, const char *path, const bs_open_options *opt
   return BS_OK;
 }
 
-int bs_lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
+int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   const bs_allocator *a = opts && opts->allocator && opts->allocator->malloc_fn
                               ? opts->allocator
-                              : &bs_default_allocator;
-  bs_lmdb_db *db;
+                              : &bs__default_allocator;
+  bs__lmdb_db *db;
   int rc;
 
   *out = NULL;
-  if (!path) return bs_fail(err, BS_EINVAL, "path: NULL");
-  db = bs_calloc(a, 1, sizeof *db);
-  if (!db) return bs_fail(err, BS_ENOMEM, "cannot allocate the database handle");
-  if ((rc = bs_db_base_init(&db->base, &lmdb_db_ops, opts, err)) != BS_OK) {
-    bs_free(a, db);
+  if (!path) return bs__fail(err, BS_EINVAL, "path: NULL");
+  db = bs__calloc(a, 1, sizeof *db);
+  if (!db) return bs__fail(err, BS_ENOMEM, "cannot allocate the database handle");
+  if ((rc = bs__db_base_init(&db->base, &lmdb_db_ops, opts, err)) != BS_OK) {
+    bs__free(a, db);
     return rc;
   }
   if (pthread_rwlock_init(&db->txn_lock, NULL) != 0) {
-    bs_db_base_destroy(&db->base);
-    bs_free(a, db);
-    return bs_fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
+    bs__db_base_destroy(&db->base);
+    bs__free(a, db);
+    return bs__fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
   }
   pthread_mutex_init(&db->grow_mu, NULL);
-  db->path = bs_malloc(&db->base.alloc, strlen(path) + 1);
+  db->path = bs__malloc(&db->base.alloc, strlen(path) + 1);
   if (!db->path) {
-    rc = bs_fail(err, BS_ENOMEM, "cannot copy the path");
+    rc = bs__fail(err, BS_ENOMEM, "cannot copy the path");
     goto fail;
   }
   strcpy(db->path, path);
@@ -608,81 +608,82 @@ fail:
 }
 
 static void lmdb_close(bs_db *base) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
   bs_allocator a;
   if (!db) return;
   a = db->base.alloc;
   if (db->env) mdb_env_close(db->env);
-  bs_free(&a, db->path);
+  bs__free(&a, db->path);
   pthread_rwlock_destroy(&db->txn_lock);
   pthread_mutex_destroy(&db->grow_mu);
-  bs_db_base_destroy(&db->base);
-  bs_free(&a, db);
+  bs__db_base_destroy(&db->base);
+  bs__free(&a, db);
 }
 
 /* ---- Streams --------------------------------------------------------------------------------- */
 
 /* Calls fn for every stream record, in id order, inside txn. */
-static int each_stream(bs_lmdb_db *db, MDB_txn *txn, int (*fn)(bs_stream_rec *, void *, bs_error *),
-                       void *payload, bs_error *err) {
+static int each_stream(bs__lmdb_db *db, MDB_txn *txn,
+                       int (*fn)(bs__stream_rec *, void *, bs_error *), void *payload,
+                       bs_error *err) {
   MDB_cursor *cur;
   unsigned char k[5];
   MDB_val key = {1, k}, val;
   int mrc, rc = BS_OK;
   k[0] = 'S';
   if ((mrc = mdb_cursor_open(txn, db->meta, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    bs_stream_rec rec;
+    bs__stream_rec rec;
     if (key.mv_size != 5 || ((const unsigned char *)key.mv_data)[0] != 'S') break;
     if (stream_rec_decode(&val, &rec) != BS_OK) {
-      rc = bs_fail(err, BS_ECORRUPT, "stream %u: record does not decode",
-                   bs_get_u32be((const unsigned char *)key.mv_data + 1));
+      rc = bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode",
+                    bs__get_u32be((const unsigned char *)key.mv_data + 1));
       break;
     }
     if ((rc = fn(&rec, payload, err)) != BS_OK) break;
   }
   if (rc == BS_OK && mrc != 0 && mrc != MDB_NOTFOUND)
-    rc = bs_lmdb_fail(err, mrc, "scanning streams");
+    rc = bs__lmdb_fail(err, mrc, "scanning streams");
   mdb_cursor_close(cur);
   return rc;
 }
 
 typedef struct create_ctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   MDB_txn *txn;
   bs_val name;
   bs_hash hash;
   uint32_t max_id, id;
 } create_ctx;
 
-static int create_stop_processing(bs_stream_rec *rec, void *payload, bs_error *err) {
+static int create_stop_processing(bs__stream_rec *rec, void *payload, bs_error *err) {
   create_ctx *c = payload;
   if (rec->id > c->max_id) c->max_id = rec->id;
   if (rec->state != BS_STREAM_PROCESSING) return BS_OK;
   rec->state = BS_STREAM_STOPPED;
-  return bs_stream_rec_put(c->db, c->txn, rec, err);
+  return bs__stream_rec_put(c->db, c->txn, rec, err);
 }
 
 static int create_txn(MDB_txn *txn, void *payload, bs_error *err) {
   create_ctx *c = payload;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   int rc;
   c->txn = txn;
   c->max_id = 0;
   /* Writing the record under a cursor scan is safe: each put replaces a value in place. */
   if ((rc = each_stream(c->db, txn, create_stop_processing, c, err)) != BS_OK) return rc;
-  if (c->max_id == UINT32_MAX) return bs_fail(err, BS_ELIMIT, "stream ids exhausted");
+  if (c->max_id == UINT32_MAX) return bs__fail(err, BS_ELIMIT, "stream ids exhausted");
   memset(&rec, 0, sizeof rec);
   rec.id = c->max_id + 1;
   rec.state = BS_STREAM_PROCESSING;
   rec.hash = (uint8_t)c->hash;
   rec.next_table_id = 1;
-  rec.created_ms = bs_now_ms();
+  rec.created_ms = bs__now_ms();
   rec.name = c->name;
   c->id = rec.id;
-  return bs_stream_rec_put(c->db, txn, &rec, err);
+  return bs__stream_rec_put(c->db, txn, &rec, err);
 }
 
 static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
@@ -690,14 +691,14 @@ static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
   create_ctx c;
   int rc;
   memset(&c, 0, sizeof c);
-  c.db = (bs_lmdb_db *)base;
+  c.db = (bs__lmdb_db *)base;
   c.name = name;
   c.hash = o ? o->hash : BS_HASH_XXH3;
   if (c.hash != BS_HASH_XXH3 && c.hash != BS_HASH_SHA256)
-    return bs_fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)c.hash);
+    return bs__fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)c.hash);
   if (name.size > BS_MAX_STREAM_NAME)
-    return bs_fail(err, BS_ETOOBIG, "name is %zu bytes, over BS_MAX_STREAM_NAME", name.size);
-  if ((rc = bs_lmdb_write(c.db, create_txn, &c, err)) != BS_OK) return rc;
+    return bs__fail(err, BS_ETOOBIG, "name is %zu bytes, over BS_MAX_STREAM_NAME", name.size);
+  if ((rc = bs__lmdb_write(c.db, create_txn, &c, err)) != BS_OK) return rc;
   if (id_out) *id_out = c.id;
   return BS_OK;
 }
@@ -707,7 +708,7 @@ typedef struct list_ctx {
   void *payload;
 } list_ctx;
 
-static int list_one(bs_stream_rec *rec, void *payload, bs_error *err) {
+static int list_one(bs__stream_rec *rec, void *payload, bs_error *err) {
   BS_UNUSED(err);
   list_ctx *c = payload;
   bs_stream_info info;
@@ -720,13 +721,13 @@ static int list_one(bs_stream_rec *rec, void *payload, bs_error *err) {
 
 static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *), void *payload,
                             bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
   list_ctx c = {fn, payload};
   MDB_txn *txn;
   int rc;
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   rc = each_stream(db, txn, list_one, &c, err);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
@@ -734,7 +735,7 @@ typedef struct pick_ctx {
   uint32_t served, newest;
 } pick_ctx;
 
-static int pick_one(bs_stream_rec *rec, void *payload, bs_error *err) {
+static int pick_one(bs__stream_rec *rec, void *payload, bs_error *err) {
   BS_UNUSED(err);
   pick_ctx *c = payload;
   if (rec->state == BS_STREAM_ACTIVE || rec->state == BS_STREAM_ERRORED) c->served = rec->id;
@@ -745,27 +746,27 @@ static int pick_one(bs_stream_rec *rec, void *payload, bs_error *err) {
 static const bs_storage_vtable lmdb_vtable;
 
 static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
-  bs_lmdb_storage *st;
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
+  bs__lmdb_storage *st;
   MDB_txn *txn;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   int rc;
 
   *out = NULL;
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   if (id == 0) {
     /* The served stream (ACTIVE, or ERRORED: still served), else the newest one. */
     pick_ctx c = {0, 0};
     rc = each_stream(db, txn, pick_one, &c, err);
     id = c.served ? c.served : c.newest;
-    if (rc == BS_OK && id == 0) rc = bs_fail(err, BS_ENOTFOUND, "the database has no stream");
+    if (rc == BS_OK && id == 0) rc = bs__fail(err, BS_ENOTFOUND, "the database has no stream");
   } else {
-    rc = bs_stream_rec_get(db, txn, id, &rec, err);
+    rc = bs__stream_rec_get(db, txn, id, &rec, err);
   }
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   if (rc != BS_OK) return rc;
-  st = bs_calloc(&db->base.alloc, 1, sizeof *st);
-  if (!st) return bs_fail(err, BS_ENOMEM, "cannot allocate the storage handle");
+  st = bs__calloc(&db->base.alloc, 1, sizeof *st);
+  if (!st) return bs__fail(err, BS_ENOMEM, "cannot allocate the storage handle");
   st->base.vt = &lmdb_vtable;
   st->base.db = &db->base;
   st->base.cache = db->base.cache;
@@ -777,8 +778,8 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
 }
 
 static void lmdb_storage_destroy(bs_storage *base) {
-  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
-  if (st) bs_free(&st->db->base.alloc, st);
+  bs__lmdb_storage *st = (bs__lmdb_storage *)base;
+  if (st) bs__free(&st->db->base.alloc, st);
 }
 
 /* ---- Arena: the writer's queue and each flush allocate from one; no malloc per op ------------ */
@@ -803,7 +804,7 @@ static void *arena_alloc(arena *ar, size_t n) {
     size_t cap = b ? b->cap * 2 : 64 * 1024;
     if (cap > 4u * 1024 * 1024) cap = 4u * 1024 * 1024;
     if (cap < n) cap = n;
-    b = bs_malloc(ar->a, sizeof *b + cap);
+    b = bs__malloc(ar->a, sizeof *b + cap);
     if (!b) return NULL;
     b->cap = cap;
     b->used = 0;
@@ -831,7 +832,7 @@ static void arena_reset(arena *ar) {
   b->used = 0;
   while (next) {
     arena_blk *n2 = next->next;
-    bs_free(ar->a, next);
+    bs__free(ar->a, next);
     next = n2;
   }
   ar->bytes = 0;
@@ -839,7 +840,7 @@ static void arena_reset(arena *ar) {
 
 static void arena_free(arena *ar) {
   arena_reset(ar);
-  bs_free(ar->a, ar->head);
+  bs__free(ar->a, ar->head);
   ar->head = NULL;
 }
 
@@ -882,11 +883,11 @@ static int hmap_put(hmap *m, const void *k, size_t klen, uint64_t h, void *v) {
   hent e = {h, k ? k : lm_empty, klen, v};
   if ((m->n + 1) * 2 > m->cap) {
     size_t cap = m->cap ? m->cap * 2 : 64;
-    hent *tab = bs_calloc(m->a, cap, sizeof *tab);
+    hent *tab = bs__calloc(m->a, cap, sizeof *tab);
     if (!tab) return BS_ENOMEM;
     for (size_t i = 0; i < m->cap; i++)
       if (m->tab[i].k) hmap_insert_raw(tab, cap, &m->tab[i]);
-    bs_free(m->a, m->tab);
+    bs__free(m->a, m->tab);
     m->tab = tab;
     m->cap = cap;
   }
@@ -901,7 +902,7 @@ static void hmap_clear(hmap *m) {
 }
 
 static void hmap_free(hmap *m) {
-  bs_free(m->a, m->tab);
+  bs__free(m->a, m->tab);
   m->tab = NULL;
   m->cap = m->n = 0;
 }
@@ -915,7 +916,7 @@ typedef struct vec {
 static void *vec_push(const bs_allocator *a, vec *v) {
   if (v->n == v->cap) {
     size_t cap = v->cap ? v->cap * 2 : 256;
-    void *p = bs_realloc(a, v->p, cap * v->size);
+    void *p = bs__realloc(a, v->p, cap * v->size);
     if (!p) return NULL;
     v->p = p;
     v->cap = cap;
@@ -956,7 +957,7 @@ typedef struct pop {
 /* A bucket seen by this flush: its state is loaded once, updated in memory, written once. */
 typedef struct bent {
   uint64_t id;
-  bs_bucket_state st;
+  bs__bucket_state st;
   unsigned char idkey[8]; /* u64be id: key of the by-id map */
   int is_new, touched, queued;
   pop *head, *tail;
@@ -997,13 +998,13 @@ typedef struct psup {
 
 /* Per-flush state; lives in the writer so that maps and arrays keep their capacity. */
 typedef struct fctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   uint32_t stream;
   int snapshot;
   MDB_txn *txn;
   /* Lookup cursors of the apply phase (see cur_get), opened on first use; NULL when closed */
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   arena ar;
   hmap by_name, by_id, recs, tables, lookups;
   vec bents; /* bent * */
@@ -1019,8 +1020,8 @@ typedef struct fctx {
 
 typedef struct lm_writer {
   bs_writer base;
-  bs_lmdb_storage *st;
-  bs_lmdb_db *db;
+  bs__lmdb_storage *st;
+  bs__lmdb_db *db;
   int snapshot, create_empty;
   arena q;
   qsave *head, *tail;
@@ -1173,7 +1174,7 @@ static int cur_get(fctx *f, MDB_cursor **cur, MDB_dbi dbi, const MDB_val *key, M
   return mrc;
 }
 
-static void fctx_init(fctx *f, bs_lmdb_db *db, uint32_t stream, int snapshot) {
+static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
   const bs_allocator *a = &db->base.alloc;
   memset(f, 0, sizeof *f);
   f->db = db;
@@ -1196,21 +1197,21 @@ static void fctx_free(fctx *f) {
   hmap_free(&f->recs);
   hmap_free(&f->tables);
   hmap_free(&f->lookups);
-  bs_free(a, f->bents.p);
-  bs_free(a, f->dirty.p);
-  bs_free(a, f->pars.p);
-  bs_free(a, f->sups.p);
-  bs_free(a, f->lkeys.p);
+  bs__free(a, f->bents.p);
+  bs__free(a, f->dirty.p);
+  bs__free(a, f->pars.p);
+  bs__free(a, f->sups.p);
+  bs__free(a, f->lkeys.p);
 }
 
 static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
   fctx_reset(f);
   f->txn = txn;
-  return bs_stream_rec_get(f->db, txn, f->stream, &f->rec, err);
+  return bs__stream_rec_get(f->db, txn, f->stream, &f->rec, err);
 }
 
 static int oom(bs_error *err) {
-  return bs_fail(err, BS_ENOMEM, "out of memory in the writer");
+  return bs__fail(err, BS_ENOMEM, "out of memory in the writer");
 }
 
 static int seq_load(fctx *f, bs_error *err) {
@@ -1221,18 +1222,18 @@ static int seq_load(fctx *f, bs_error *err) {
   if (mrc == MDB_NOTFOUND)
     f->seq_bucket = 0;
   else if (mrc)
-    return bs_lmdb_fail(err, mrc, "reading seq.bucket");
+    return bs__lmdb_fail(err, mrc, "reading seq.bucket");
   else if (val.mv_size != 8)
-    return bs_fail(err, BS_ECORRUPT, "seq.bucket: bad value");
+    return bs__fail(err, BS_ECORRUPT, "seq.bucket: bad value");
   else
-    f->seq_bucket = bs_get_u64le(val.mv_data);
+    f->seq_bucket = bs__get_u64le(val.mv_data);
   f->seq_loaded = 1;
   return BS_OK;
 }
 
 static int bent_add(fctx *f, bent *b, uint64_t hname, bs_error *err) {
   bent **slot;
-  bs_put_u64be(b->idkey, b->id);
+  bs__put_u64be(b->idkey, b->id);
   if (hmap_put(&f->by_name, b->st.name.data, b->st.name.size, hname, b) ||
       hmap_put(&f->by_id, b->idkey, 8, hkey(b->idkey, 8), b) ||
       !(slot = vec_push(&f->db->base.alloc, &f->bents)))
@@ -1247,40 +1248,40 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   MDB_val key = {8, k}, val;
   bent *b;
   int mrc;
-  bs_put_u64be(k, id);
+  bs__put_u64be(k, id);
   if ((b = hmap_get(&f->by_id, k, 8, hkey(k, 8)))) {
     *out = b;
     return BS_OK;
   }
   mrc = cur_get(f, &f->bst, f->db->bstate, &key, &val);
   if (mrc == MDB_NOTFOUND)
-    return bs_fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
-                   (unsigned long long)id);
-  if (mrc) return bs_lmdb_fail(err, mrc, "reading a bucket state");
+    return bs__fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
+                    (unsigned long long)id);
+  if (mrc) return bs__lmdb_fail(err, mrc, "reading a bucket state");
   if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
   memset(b, 0, sizeof *b);
   b->id = id;
-  if (bs_bucket_state_decode(&val, &b->st))
-    return bs_fail(err, BS_ECORRUPT, "bucket %llu: state does not decode", (unsigned long long)id);
+  if (bs__bucket_state_decode(&val, &b->st))
+    return bs__fail(err, BS_ECORRUPT, "bucket %llu: state does not decode", (unsigned long long)id);
   if (!(b->st.name.data = arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
   if ((hmap_get(&f->by_name, b->st.name.data, b->st.name.size,
                 hkey(b->st.name.data, b->st.name.size))))
-    return bs_fail(err, BS_ECORRUPT, "bucket %llu: name maps to another id",
-                   (unsigned long long)id);
+    return bs__fail(err, BS_ECORRUPT, "bucket %llu: name maps to another id",
+                    (unsigned long long)id);
   *out = b;
   return bent_add(f, b, hkey(b->st.name.data, b->st.name.size), err);
 }
 
-/* bs_lmdb_bucket_id through the flush's name cursor. */
+/* bs__lmdb_bucket_id through the flush's name cursor. */
 static int bucket_id_lookup(fctx *f, bs_val name, uint64_t *id_out, bs_error *err) {
   unsigned char k[BS_BUCKET_KEY_MAX];
   MDB_val key, val;
   int rc, mrc;
-  if ((rc = bs_lmdb_bucket_key(k, f->stream, name, &key, err))) return rc;
+  if ((rc = bs__lmdb_bucket_key(k, f->stream, name, &key, err))) return rc;
   mrc = cur_get(f, &f->bnm, f->db->buckets, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
-  if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  return bs_lmdb_bucket_id_decode(&val, id_out, err);
+  if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
+  return bs__lmdb_bucket_id_decode(&val, id_out, err);
 }
 
 /* Resolves a bucket by name, creating it (id from seq.bucket) when unknown. */
@@ -1308,7 +1309,7 @@ static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
 
 static int next_op(fctx *f, uint64_t *id, bs_error *err) {
   if (f->rec.op_head >= (UINT64_C(1) << 63) - 1)
-    return bs_fail(err, BS_ELIMIT, "op ids of stream %u exhausted", f->stream);
+    return bs__fail(err, BS_ELIMIT, "op ids of stream %u exhausted", f->stream);
   *id = ++f->rec.op_head;
   if (!f->first_op) f->first_op = *id;
   f->emitted = 1;
@@ -1342,11 +1343,11 @@ static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_va
     b->head = o;
   b->tail = o;
   b->touched = 1;
-  b->st.checksum = bs_cksum_add(b->st.checksum, ck);
+  b->st.checksum = bs__cksum_add(b->st.checksum, ck);
   b->st.count++;
   b->st.last_op = o->op_id;
   op = pop_op(o);
-  b->st.bytes += bs_lmdb_op_size(&op);
+  b->st.bytes += bs__lmdb_op_size(&op);
   *id_out = o->op_id;
   return BS_OK;
 }
@@ -1376,15 +1377,15 @@ static int note_lookup(fctx *f, bs_val key, bs_error *err) {
 static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_val *params,
                       size_t n_params, bs_error *err) {
   unsigned char kb[BS_PARAM_KEY_MAX], *k, *v;
-  size_t ks, vs = bs_lmdb_param_value_size(rid, params, n_params);
+  size_t ks, vs = bs__lmdb_param_value_size(rid, params, n_params);
   uint64_t id = 0;
   ppar *e;
   int rc;
   if ((rc = next_op(f, &id, err)) != BS_OK) return rc;
-  ks = bs_lmdb_param_key(kb, f->stream, lkey, tid, rid, id);
+  ks = bs__lmdb_param_key(kb, f->stream, lkey, tid, rid, id);
   if (!(k = arena_alloc(&f->ar, ks)) || !(v = arena_alloc(&f->ar, vs))) return oom(err);
   memcpy(k, kb, ks);
-  bs_lmdb_param_value(v, rid, params, n_params);
+  bs__lmdb_param_value(v, rid, params, n_params);
   if (!(e = vec_push(&f->db->base.alloc, &f->pars))) return oom(err);
   e->key.data = k;
   e->key.size = ks;
@@ -1405,15 +1406,15 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     *out = (uint32_t)(uintptr_t)hit;
     return BS_OK;
   }
-  if (name.size > BS_MAX_TABLE_NAME) return bs_fail(err, BS_ETOOBIG, "table name too long");
-  bs_put_u32be(k, f->stream);
+  if (name.size > BS_MAX_TABLE_NAME) return bs__fail(err, BS_ETOOBIG, "table name too long");
+  bs__put_u32be(k, f->stream);
   if (name.size) memcpy(k + 4, name.data, name.size);
   mrc = mdb_get(f->txn, f->db->tables, &key, &val);
   if (mrc == 0) {
-    if (val.mv_size != 4) return bs_fail(err, BS_ECORRUPT, "table id: bad value");
-    *out = bs_get_u32le(val.mv_data);
+    if (val.mv_size != 4) return bs__fail(err, BS_ECORRUPT, "table id: bad value");
+    *out = bs__get_u32le(val.mv_data);
   } else if (mrc != MDB_NOTFOUND) {
-    return bs_lmdb_fail(err, mrc, "looking up a table");
+    return bs__lmdb_fail(err, mrc, "looking up a table");
   } else if (!create) {
     return BS_ENOTFOUND;
   } else {
@@ -1421,11 +1422,11 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     if (f->rec.next_table_id == 0 || f->rec.next_table_id == UINT32_MAX)
       f->rec.next_table_id = f->rec.next_table_id ? f->rec.next_table_id : 1;
     *out = f->rec.next_table_id++;
-    bs_put_u32le(v, *out);
+    bs__put_u32le(v, *out);
     val.mv_size = 4;
     val.mv_data = v;
     if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
-      return bs_lmdb_fail(err, mrc, "registering a table");
+      return bs__lmdb_fail(err, mrc, "registering a table");
   }
   return hmap_put(&f->tables, name.data, name.size, h, (void *)(uintptr_t)*out) ? oom(err) : BS_OK;
 }
@@ -1439,9 +1440,9 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
   end = copy + val->mv_size;
   if (val->mv_size < LM_SREC_FIXED) goto bad;
   flags = p[0];
-  r->nm = bs_get_u32le(p + 1);
-  r->nl = bs_get_u32le(p + 5);
-  r->mark = bs_get_u64le(p + 9);
+  r->nm = bs__get_u32le(p + 1);
+  r->nl = bs__get_u32le(p + 5);
+  r->mark = bs__get_u64le(p + 9);
   r->softdel = flags & 1;
   r->has_data = (flags >> 1) & 1;
   r->exists = 1;
@@ -1454,10 +1455,10 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
     member *m = &r->m[i];
     size_t ot, oi;
     if (end - p < 20) goto bad;
-    m->bucket = bs_get_u64le(p);
-    m->op = bs_get_u64le(p + 8);
-    ot = bs_get_u16le(p + 16);
-    oi = bs_get_u16le(p + 18);
+    m->bucket = bs__get_u64le(p);
+    m->op = bs__get_u64le(p + 8);
+    ot = bs__get_u16le(p + 16);
+    oi = bs__get_u16le(p + 18);
     p += 20;
     if ((size_t)(end - p) < ot + oi) goto bad;
     m->object_type.data = p;
@@ -1473,7 +1474,7 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
   r->data.size = r->has_data ? (size_t)(end - p) : 0;
   return BS_OK;
 bad:
-  return bs_fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
+  return bs__fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
 }
 
 static size_t srec_size(const srec *r) {
@@ -1485,16 +1486,16 @@ static size_t srec_size(const srec *r) {
 
 static void srec_encode(unsigned char *p, const srec *r) {
   p[0] = (unsigned char)((r->softdel ? 1 : 0) | (r->has_data ? 2 : 0));
-  bs_put_u32le(p + 1, r->nm);
-  bs_put_u32le(p + 5, r->nl);
-  bs_put_u64le(p + 9, r->mark);
+  bs__put_u32le(p + 1, r->nm);
+  bs__put_u32le(p + 5, r->nl);
+  bs__put_u64le(p + 9, r->mark);
   p += LM_SREC_FIXED;
   for (uint32_t i = 0; i < r->nm; i++) {
     const member *m = &r->m[i];
-    bs_put_u64le(p, m->bucket);
-    bs_put_u64le(p + 8, m->op);
-    bs_put_u16le(p + 16, (uint16_t)m->object_type.size);
-    bs_put_u16le(p + 18, (uint16_t)m->object_id.size);
+    bs__put_u64le(p, m->bucket);
+    bs__put_u64le(p + 8, m->op);
+    bs__put_u16le(p + 16, (uint16_t)m->object_type.size);
+    bs__put_u16le(p + 18, (uint16_t)m->object_id.size);
     p += 20;
     if (m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
     p += m->object_type.size;
@@ -1502,7 +1503,7 @@ static void srec_encode(unsigned char *p, const srec *r) {
     p += m->object_id.size;
   }
   for (uint32_t i = 0; i < r->nl; i++) {
-    bs_put_u16le(p, (uint16_t)r->lk[i].size);
+    bs__put_u16le(p, (uint16_t)r->lk[i].size);
     if (r->lk[i].size) memcpy(p + 2, r->lk[i].data, r->lk[i].size);
     p += 2 + r->lk[i].size;
   }
@@ -1526,8 +1527,8 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   uint64_t h;
   srec *r;
   int mrc, rc;
-  bs_put_u32be(kbuf, f->stream);
-  bs_put_u32be(kbuf + 4, tid);
+  bs__put_u32be(kbuf, f->stream);
+  bs__put_u32be(kbuf + 4, tid);
   if (rid.size) memcpy(kbuf + 8, rid.data, rid.size);
   h = hkey(kbuf, key.mv_size);
   if ((r = hmap_get(&f->recs, kbuf, key.mv_size, h))) {
@@ -1544,7 +1545,7 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
     if (mrc == 0) {
       if ((rc = srec_decode(f, r, &val, err)) != BS_OK) return rc;
     } else if (mrc != MDB_NOTFOUND) {
-      return bs_lmdb_fail(err, mrc, "reading a source record");
+      return bs__lmdb_fail(err, mrc, "reading a source record");
     }
   }
   if (hmap_put(&f->recs, r->key.data, r->key.size, h, r)) return oom(err);
@@ -1602,8 +1603,8 @@ static void soft_delete(fctx *f, srec *r) {
 }
 
 static int same_member(const member *m, uint64_t bucket, const bs_row *row) {
-  return m->bucket == bucket && bs_val_eq(m->object_type, row->object_type) &&
-         bs_val_eq(m->object_id, row->object_id);
+  return m->bucket == bucket && bs__val_eq(m->object_type, row->object_type) &&
+         bs__val_eq(m->object_id, row->object_id);
 }
 
 /* contract.md 4.1 step 2 and 3 for the new state of a row. */
@@ -1670,13 +1671,13 @@ static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error 
     if ((rc = emit_param(f, l->key, tid, q->after, l->params, l->n_params, err)) != BS_OK)
       return rc;
     for (j = 0; j < nl; j++)
-      if (bs_val_eq(nlk[j], l->key)) break;
+      if (bs__val_eq(nlk[j], l->key)) break;
     if (j == nl) nlk[nl++] = l->key;
   }
   for (uint32_t j = 0; j < pnl; j++) {
     uint32_t i;
     for (i = 0; i < nl; i++)
-      if (bs_val_eq(nlk[i], r->lk[j])) break;
+      if (bs__val_eq(nlk[i], r->lk[j])) break;
     if (i == nl && (rc = emit_param(f, r->lk[j], tid, q->after, NULL, 0, err)) != BS_OK) return rc;
   }
   r->exists = 1;
@@ -1706,10 +1707,10 @@ static int apply_save(fctx *f, const qsave *q, bs_error *err) {
   if (f->snapshot && q->tag == BS_INSERT) {
     if ((rc = rec_load(f, tid, q->after, 1, &r, err)) != BS_OK) return rc;
     if (r->exists) return BS_OK; /* skip_existing (a soft-deleted record counts) */
-    if (!q->before.data || bs_val_eq(q->before, q->after)) /* nothing to unlink: r is it */
+    if (!q->before.data || bs__val_eq(q->before, q->after)) /* nothing to unlink: r is it */
       return apply_after(f, q, tid, r, err);
   }
-  if (before.data && (!has_after || !bs_val_eq(before, q->after))) {
+  if (before.data && (!has_after || !bs__val_eq(before, q->after))) {
     if ((rc = rec_load(f, tid, before, 1, &r, err)) != BS_OK) return rc;
     if (r->exists && !r->softdel) {
       if ((rc = unlink_rec(f, r, tid, before, err)) != BS_OK) return rc;
@@ -1736,10 +1737,10 @@ static int cmp_bent(const void *a, const void *b) {
 }
 static int cmp_srec(const void *a, const void *b) {
   const srec *x = *(srec *const *)a, *y = *(srec *const *)b;
-  return bs_val_cmp(x->key, y->key);
+  return bs__val_cmp(x->key, y->key);
 }
 static int cmp_ppar(const void *a, const void *b) {
-  return bs_val_cmp(((const ppar *)a)->key, ((const ppar *)b)->key);
+  return bs__val_cmp(((const ppar *)a)->key, ((const ppar *)b)->key);
 }
 static int cmp_psup(const void *a, const void *b) {
   const psup *x = a, *y = b;
@@ -1779,7 +1780,7 @@ static int last_key(MDB_cursor *cur, unsigned char *buf, size_t cap, size_t *len
 static int past_end(const void *k, size_t n, const unsigned char *last, size_t nlast) {
   bs_val a = {k, n}, b = {last, nlast};
   if (nlast == SIZE_MAX) return 0;
-  return !nlast || bs_val_cmp(a, b) > 0;
+  return !nlast || bs__val_cmp(a, b) > 0;
 }
 
 static int put_ops(fctx *f, bs_error *err) {
@@ -1790,23 +1791,23 @@ static int put_ops(fctx *f, bs_error *err) {
   unsigned app = 0; /* MDB_APPEND once past the last op of the database */
   int mrc = 0;
   if ((mrc = mdb_cursor_open(f->txn, f->db->ops, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   mrc = last_key(cur, last, sizeof last, &nlast);
   /* Keys go out in order: buckets sorted by id, each bucket's ops by rising id. */
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
       unsigned char k[BS_OP_KEY_SIZE];
       const bs_op op = pop_op(o);
-      MDB_val key = {sizeof k, k}, val = {bs_lmdb_op_size(&op), NULL};
-      bs_lmdb_op_key(k, bl[i]->id, o->op_id);
+      MDB_val key = {sizeof k, k}, val = {bs__lmdb_op_size(&op), NULL};
+      bs__lmdb_op_key(k, bl[i]->id, o->op_id);
       if (!app && past_end(k, sizeof k, last, nlast)) app = MDB_APPEND;
       /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
       if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
-      bs_lmdb_op_encode(val.mv_data, &op);
+      bs__lmdb_op_encode(val.mv_data, &op);
     }
   }
   mdb_cursor_close(cur);
-  return mrc ? bs_lmdb_fail(err, mrc, "writing an op") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing an op") : BS_OK;
 }
 
 static int put_buckets(fctx *f, bs_error *err) {
@@ -1820,7 +1821,7 @@ static int put_buckets(fctx *f, bs_error *err) {
    * page, so each put is a compare or two instead of a descent from the root; new buckets
    * have the highest ids and append. */
   if ((mrc = mdb_cursor_open(f->txn, f->db->bstate, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   mrc = last_key(cur, last, sizeof last, &nlast);
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     bent *b = bl[i];
@@ -1829,34 +1830,34 @@ static int put_buckets(fctx *f, bs_error *err) {
     if (!b->touched) continue;
     if (b->st.name.size > BS_MAX_BUCKET_NAME) {
       mdb_cursor_close(cur);
-      return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes", b->st.name.size);
+      return bs__fail(err, BS_ETOOBIG, "bucket name of %zu bytes", b->st.name.size);
     }
-    bs_put_u64be(k, b->id);
+    bs__put_u64be(k, b->id);
     if (!app && past_end(k, LM_STATE_KEY, last, nlast)) app = MDB_APPEND;
-    val.mv_size = bs_bucket_state_size(&b->st);
+    val.mv_size = bs__bucket_state_size(&b->st);
     if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) == 0)
-      bs_bucket_state_encode(val.mv_data, &b->st);
+      bs__bucket_state_encode(val.mv_data, &b->st);
   }
   mdb_cursor_close(cur);
-  if (mrc) return bs_lmdb_fail(err, mrc, "writing a bucket state");
+  if (mrc) return bs__lmdb_fail(err, mrc, "writing a bucket state");
   for (size_t i = 0; i < f->bents.n; i++) {
     bent *b = bl[i];
     if (b->is_new) {
       unsigned char k[BS_BUCKET_KEY_MAX], v[8];
       MDB_val key, val = {8, v};
       int rc;
-      if ((rc = bs_lmdb_bucket_key(k, f->stream, b->st.name, &key, err))) return rc;
-      bs_put_u64le(v, b->id);
+      if ((rc = bs__lmdb_bucket_key(k, f->stream, b->st.name, &key, err))) return rc;
+      bs__put_u64le(v, b->id);
       if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
-        return bs_lmdb_fail(err, mrc, "registering a bucket");
+        return bs__lmdb_fail(err, mrc, "registering a bucket");
     }
   }
   if (f->seq_dirty) {
     unsigned char v[8];
     MDB_val key = {10, "seq.bucket"}, val = {8, v};
-    bs_put_u64le(v, f->seq_bucket);
+    bs__put_u64le(v, f->seq_bucket);
     if ((mrc = mdb_put(f->txn, f->db->meta, &key, &val, 0)) != 0)
-      return bs_lmdb_fail(err, mrc, "writing seq.bucket");
+      return bs__lmdb_fail(err, mrc, "writing seq.bucket");
   }
   return BS_OK;
 }
@@ -1869,28 +1870,28 @@ static int put_sups(fctx *f, bs_error *err) {
   if (!f->sups.n) return BS_OK;
   sort_if_needed(s, f->sups.n, sizeof *s, cmp_psup);
   if ((mrc = mdb_cursor_open(f->txn, f->db->superseded, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (size_t i = 0; i < f->sups.n; i++) {
     unsigned char k[16], v[8];
     MDB_val key = {16, k}, val = {8, v};
-    bs_put_u64be(k, s[i].bucket);
-    bs_put_u64be(k + 8, s[i].old_op);
-    bs_put_u64le(v, s[i].new_op);
+    bs__put_u64be(k, s[i].bucket);
+    bs__put_u64be(k + 8, s[i].old_op);
+    bs__put_u64le(v, s[i].new_op);
     if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) != 0) {
       mdb_cursor_close(cur);
-      return bs_lmdb_fail(err, mrc, "writing a superseded entry");
+      return bs__lmdb_fail(err, mrc, "writing a superseded entry");
     }
     if (!last || last->id != s[i].bucket) {
       unsigned char qk[12];
       MDB_val qkey = {12, qk}, qval = {0, (void *)lm_empty};
-      bs_put_u32be(qk, f->stream);
-      bs_put_u64be(qk + 4, s[i].bucket);
+      bs__put_u32be(qk, f->stream);
+      bs__put_u64be(qk + 4, s[i].bucket);
       bucket_by_id(f, s[i].bucket, &last, err); /* in the map: cannot fail */
       if (last && !last->queued) {
         last->queued = 1;
         if ((mrc = mdb_put(f->txn, f->db->cqueue, &qkey, &qval, 0)) != 0) {
           mdb_cursor_close(cur);
-          return bs_lmdb_fail(err, mrc, "queueing a bucket for compaction");
+          return bs__lmdb_fail(err, mrc, "queueing a bucket for compaction");
         }
       }
     }
@@ -1906,25 +1907,25 @@ static int put_pars(fctx *f, bs_error *err) {
   if (!f->pars.n) return BS_OK;
   sort_if_needed(e, f->pars.n, sizeof *e, cmp_ppar);
   if ((mrc = mdb_cursor_open(f->txn, f->db->params, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (size_t i = 0; i < f->pars.n && !mrc; i++) {
     MDB_val key = {e[i].key.size, (void *)e[i].key.data};
     MDB_val val = {e[i].val.size, (void *)e[i].val.data};
     mrc = mdb_cursor_put(cur, &key, &val, 0);
   }
   mdb_cursor_close(cur);
-  return mrc ? bs_lmdb_fail(err, mrc, "writing a parameter entry") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing a parameter entry") : BS_OK;
 }
 
 static int put_softdel_index(fctx *f, const srec *r, bs_error *err) {
   unsigned char k[12 + 4 + BS_MAX_REPLICA_ID];
   MDB_val key = {12 + r->key.size - 4, k}, val = {0, (void *)lm_empty};
   int mrc;
-  bs_put_u32be(k, f->stream);
-  bs_put_u64be(k + 4, r->mark);
+  bs__put_u32be(k, f->stream);
+  bs__put_u64be(k + 4, r->mark);
   memcpy(k + 12, (const unsigned char *)r->key.data + 4, r->key.size - 4);
   mrc = mdb_put(f->txn, f->db->softdel, &key, &val, 0);
-  return mrc ? bs_lmdb_fail(err, mrc, "indexing a soft-deleted record") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "indexing a soft-deleted record") : BS_OK;
 }
 
 static int put_recs(fctx *f, bs_error *err) {
@@ -1936,7 +1937,7 @@ static int put_recs(fctx *f, bs_error *err) {
   int mrc = 0, rc = BS_OK;
   sort_if_needed(d, f->dirty.n, f->dirty.size, cmp_srec); /* srec pointers */
   if ((mrc = mdb_cursor_open(f->txn, f->db->source, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   mrc = last_key(cur, last, sizeof last, &nlast);
   for (size_t i = 0; i < f->dirty.n && !mrc && !rc; i++) {
     srec *r = d[i];
@@ -1959,7 +1960,7 @@ static int put_recs(fctx *f, bs_error *err) {
   }
   mdb_cursor_close(cur);
   if (rc) return rc;
-  return mrc ? bs_lmdb_fail(err, mrc, "writing a source record") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing a source record") : BS_OK;
 }
 
 /* Appends a change record: key stream | last op | seq. */
@@ -1986,35 +1987,35 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, con
       if (bl[i]->head) size += 2 + bl[i]->st.name.size;
   for (size_t i = 0; i < nl; i++) size += 2 + lk[i].size;
   for (size_t i = 0; i < n_users; i++) size += 2 + users[i].size;
-  bs_put_u32be(k, f->stream);
-  bs_put_u64be(k + 4, last);
-  bs_put_u64be(k + 12, ++f->rec.change_seq);
+  bs__put_u32be(k, f->stream);
+  bs__put_u64be(k + 4, last);
+  bs__put_u64be(k + 12, ++f->rec.change_seq);
   val.mv_size = size;
   if ((mrc = mdb_put(f->txn, f->db->changes, &key, &val, MDB_RESERVE)) != 0)
-    return bs_lmdb_fail(err, mrc, "writing a change record");
+    return bs__lmdb_fail(err, mrc, "writing a change record");
   p = val.mv_data;
-  bs_put_u64le(p, first);
-  bs_put_u64le(p + 8, (uint64_t)bs_now_ms());
+  bs__put_u64le(p, first);
+  bs__put_u64le(p + 8, (uint64_t)bs__now_ms());
   p[16] = flags;
-  bs_put_u32le(p + 17, (uint32_t)nb);
+  bs__put_u32le(p + 17, (uint32_t)nb);
   p += 21;
   for (size_t i = 0; nb && i < f->bents.n; i++) {
     if (!bl[i]->head) continue;
-    bs_put_u16le(p, (uint16_t)bl[i]->st.name.size);
+    bs__put_u16le(p, (uint16_t)bl[i]->st.name.size);
     memcpy(p + 2, bl[i]->st.name.data, bl[i]->st.name.size);
     p += 2 + bl[i]->st.name.size;
   }
-  bs_put_u32le(p, (uint32_t)nl);
+  bs__put_u32le(p, (uint32_t)nl);
   p += 4;
   for (size_t i = 0; i < nl; i++) {
-    bs_put_u16le(p, (uint16_t)lk[i].size);
+    bs__put_u16le(p, (uint16_t)lk[i].size);
     if (lk[i].size) memcpy(p + 2, lk[i].data, lk[i].size);
     p += 2 + lk[i].size;
   }
-  bs_put_u32le(p, (uint32_t)n_users);
+  bs__put_u32le(p, (uint32_t)n_users);
   p += 4;
   for (size_t i = 0; i < n_users; i++) {
-    bs_put_u16le(p, (uint16_t)users[i].size);
+    bs__put_u16le(p, (uint16_t)users[i].size);
     if (users[i].size) memcpy(p + 2, users[i].data, users[i].size);
     p += 2 + users[i].size;
   }
@@ -2032,7 +2033,7 @@ static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err)
     uint64_t first = f->first_op ? f->first_op : f->rec.op_head + 1;
     if ((rc = put_change(f, first, f->rec.op_head, 0, users, n_users, err)) != BS_OK) return rc;
   }
-  return bs_stream_rec_put(f->db, f->txn, &f->rec, err);
+  return bs__stream_rec_put(f->db, f->txn, &f->rec, err);
 }
 
 /* ---- Defragmentation (lmdb_compact.c): live PUTs re-emitted through the writer's path ---------
@@ -2046,28 +2047,28 @@ static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err)
  * exists, at any op id), and that membership then takes the new op, so that the writer's next
  * change of the row supersedes the new op, not the old one. */
 
-int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
-                         void *payload) {
+int bs__lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                          void *payload) {
   const unsigned char *p = val->mv_data, *end = p + val->mv_size;
   uint32_t nm;
   int rc;
   if (val->mv_size < LM_SREC_FIXED) return BS_ECORRUPT;
-  nm = bs_get_u32le(p + 1);
+  nm = bs__get_u32le(p + 1);
   p += LM_SREC_FIXED;
   for (uint32_t i = 0; i < nm; i++) {
     size_t ot, oi;
     if (end - p < 20) return BS_ECORRUPT;
-    ot = bs_get_u16le(p + 16);
-    oi = bs_get_u16le(p + 18);
+    ot = bs__get_u16le(p + 16);
+    oi = bs__get_u16le(p + 18);
     if ((size_t)(end - p - 20) < ot + oi) return BS_ECORRUPT;
-    if ((rc = fn(bs_get_u64le(p), bs_get_u64le(p + 8), payload)) != BS_OK) return rc;
+    if ((rc = fn(bs__get_u64le(p), bs__get_u64le(p + 8), payload)) != BS_OK) return rc;
     p += 20 + ot + oi;
   }
   return BS_OK;
 }
 
 /* One row: re-emits it unless its record says it changed since (then *done stays 0). */
-static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_error *err) {
+static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_error *err) {
   unsigned char kb[16];
   MDB_val key = {16, kb}, val;
   bs_val rid, ot, oi, data;
@@ -2080,9 +2081,9 @@ static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_erro
   uint64_t id;
   int mrc, rc;
   *done = 0;
-  if (row->src_key_size < 8 || bs_get_u32be(row->src_key) != f->stream)
-    return bs_fail(err, BS_EINVAL, "defragment: source key of another stream");
-  tid = bs_get_u32be(row->src_key + 4);
+  if (row->src_key_size < 8 || bs__get_u32be(row->src_key) != f->stream)
+    return bs__fail(err, BS_EINVAL, "defragment: source key of another stream");
+  tid = bs__get_u32be(row->src_key + 4);
   rid.data = row->src_key + 8;
   rid.size = row->src_key_size - 8;
   if ((rc = rec_load(f, tid, rid, 1, &r, err)) != BS_OK) return rc;
@@ -2090,21 +2091,21 @@ static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_erro
   for (uint32_t i = 0; i < r->nm && !m; i++)
     if (r->m[i].bucket == row->bucket && r->m[i].op == row->old_op) m = &r->m[i];
   if (!m) return BS_OK; /* the row changed since it was planned */
-  bs_lmdb_op_key(kb, row->bucket, row->old_op);
+  bs__lmdb_op_key(kb, row->bucket, row->old_op);
   mrc = mdb_get(f->txn, f->db->ops, &key, &val);
   if (mrc == MDB_NOTFOUND)
-    return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu of a source record is missing",
-                   (unsigned long long)row->bucket, (unsigned long long)row->old_op);
-  if (mrc) return bs_lmdb_fail(err, mrc, "defragment: reading an op");
-  if (bs_lmdb_op_decode(&key, &val, &op) != BS_OK || op.type != BS_OP_PUT ||
-      op.subkey.size != BS_SUBKEY_SIZE || !bs_val_eq(op.object_type, m->object_type) ||
-      !bs_val_eq(op.object_id, m->object_id))
-    return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
-                   (unsigned long long)row->bucket, (unsigned long long)row->old_op);
+    return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu of a source record is missing",
+                    (unsigned long long)row->bucket, (unsigned long long)row->old_op);
+  if (mrc) return bs__lmdb_fail(err, mrc, "defragment: reading an op");
+  if (bs__lmdb_op_decode(&key, &val, &op) != BS_OK || op.type != BS_OP_PUT ||
+      op.subkey.size != BS_SUBKEY_SIZE || !bs__val_eq(op.object_type, m->object_type) ||
+      !bs__val_eq(op.object_id, m->object_id))
+    return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
+                    (unsigned long long)row->bucket, (unsigned long long)row->old_op);
   if (!(sk = rec_subkey(f, r, tid, rid))) return oom(err);
   if (memcmp(sk, op.subkey.data, BS_SUBKEY_SIZE) != 0)
-    return bs_fail(err, BS_ECORRUPT, "bucket %llu: op %llu has another row's subkey",
-                   (unsigned long long)row->bucket, (unsigned long long)row->old_op);
+    return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu has another row's subkey",
+                    (unsigned long long)row->bucket, (unsigned long long)row->old_op);
   /* copies: the op's value is in the map, and this transaction's writes may move it */
   if (copy_val(&f->ar, &ot, op.object_type) || copy_val(&f->ar, &oi, op.object_id) ||
       copy_val(&f->ar, &data, op.data))
@@ -2117,8 +2118,8 @@ static int reemit_one(fctx *f, const bs_lmdb_reemit_row *row, int *done, bs_erro
   return mark_dirty(f, r, err);
 }
 
-int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_reemit_row *rows,
-                   size_t n, uint64_t *emitted_out, bs_error *err) {
+int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lmdb_reemit_row *rows,
+                    size_t n, uint64_t *emitted_out, bs_error *err) {
   fctx f;
   uint64_t emitted = 0;
   int rc;
@@ -2126,7 +2127,7 @@ int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_
   fctx_init(&f, db, stream, 0);
   if ((rc = f_begin(&f, txn, err)) != BS_OK) goto out;
   if (f.rec.state == BS_STREAM_TERMINATED) {
-    rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", stream);
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", stream);
     goto out;
   }
   for (size_t i = 0; i < n && rc == BS_OK; i++) {
@@ -2153,13 +2154,13 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   int rc;
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   if (f->rec.state == BS_STREAM_TERMINATED)
-    return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
   for (qsave *q = w->head; q && rc == BS_OK; q = q->next) rc = apply_save(f, q, err);
   f_close_src(f);
   if (rc != BS_OK) return rc;
   for (qwcp *c = w->wcp_head; c; c = c->next) {
-    if ((rc = bs_lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value,
-                                     c->requested_at, err)))
+    if ((rc = bs__lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value,
+                                      c->requested_at, err)))
       return rc;
     nu++;
   }
@@ -2185,7 +2186,7 @@ static void queue_reset(lm_writer *w) {
 static int w_flush(lm_writer *w, bs_error *err) {
   int rc;
   if (!w->head && !w->wcp_head) return BS_OK;
-  rc = bs_lmdb_write(w->db, flush_txn, w, err);
+  rc = bs__lmdb_write(w->db, flush_txn, w, err);
   fctx_reset(&w->f);
   if (rc == BS_OK) queue_reset(w);
   return rc;
@@ -2194,7 +2195,7 @@ static int w_flush(lm_writer *w, bs_error *err) {
 static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   MDB_txn *txn;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   int rc, had = w->head || w->wcp_head;
   if ((rc = w_flush(w, err)) != BS_OK) return rc;
   if (had) { /* the flush's txn just committed this head */
@@ -2202,13 +2203,13 @@ static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
     return BS_OK;
   }
   /* an empty flush writes nothing, but is refused on a terminated stream like any other */
-  if ((rc = bs_lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  rc = bs_stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err);
+  if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  rc = bs__stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err);
   if (rc == BS_OK && rec.state == BS_STREAM_TERMINATED)
-    rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->st->base.stream_id);
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->st->base.stream_id);
   else if (rc == BS_OK && last_op_out)
     *last_op_out = rec.op_head;
-  bs_lmdb_txn_abort(w->db, txn);
+  bs__lmdb_txn_abort(w->db, txn);
   return rc;
 }
 
@@ -2268,12 +2269,12 @@ static int collect_user(bs_val user, void *payload) {
   return slot->data ? BS_OK : BS_ENOMEM;
 }
 
-static int stop_others(bs_stream_rec *rec, void *payload, bs_error *err) {
+static int stop_others(bs__stream_rec *rec, void *payload, bs_error *err) {
   fctx *f = payload;
   if (rec->id == f->stream) return BS_OK;
   if (rec->state != BS_STREAM_ACTIVE && rec->state != BS_STREAM_ERRORED) return BS_OK;
   rec->state = BS_STREAM_STOPPED;
-  return bs_stream_rec_put(f->db, f->txn, rec, err);
+  return bs__stream_rec_put(f->db, f->txn, rec, err);
 }
 
 /* Deletes the soft-deleted records whose mark is at or below checkpoint (contract.md 4.3). */
@@ -2282,9 +2283,9 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
   unsigned char pk[4];
   MDB_val key = {4, pk}, val;
   int mrc, rc = BS_OK;
-  bs_put_u32be(pk, f->stream);
+  bs__put_u32be(pk, f->stream);
   if ((mrc = mdb_cursor_open(f->txn, f->db->softdel, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   /* Re-seek after each delete: MDB_GET_CURRENT after deleting the last key is EINVAL. */
   for (;;) {
     const unsigned char *k;
@@ -2295,24 +2296,24 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
     unsigned char sk[8 + BS_MAX_REPLICA_ID];
     MDB_val skey, sval;
     uint64_t mark;
-    if (key.mv_size < 16 || bs_get_u32be(k) != f->stream) break;
-    mark = bs_get_u64be(k + 4);
+    if (key.mv_size < 16 || bs__get_u32be(k) != f->stream) break;
+    mark = bs__get_u64be(k + 4);
     if (mark > checkpoint || key.mv_size - 12 > sizeof sk - 4) break;
-    bs_put_u32be(sk, f->stream);
+    bs__put_u32be(sk, f->stream);
     memcpy(sk + 4, k + 12, key.mv_size - 12);
     skey.mv_size = key.mv_size - 8;
     skey.mv_data = sk;
     mrc = mdb_get(f->txn, f->db->source, &skey, &sval);
     if (mrc == 0 && sval.mv_size >= LM_SREC_FIXED &&
         (((const unsigned char *)sval.mv_data)[0] & 1) &&
-        bs_get_u64le((const unsigned char *)sval.mv_data + 9) == mark)
+        bs__get_u64le((const unsigned char *)sval.mv_data + 9) == mark)
       mrc = mdb_del(f->txn, f->db->source, &skey, NULL);
     else if (mrc == MDB_NOTFOUND || mrc == 0)
       mrc = 0; /* stale entry: the row was re-inserted or deleted since */
     if (mrc) break;
     if ((mrc = mdb_cursor_del(cur, 0)) != 0) break;
   }
-  if (mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "purging soft-deleted records");
+  if (mrc && mrc != MDB_NOTFOUND) rc = bs__lmdb_fail(err, mrc, "purging soft-deleted records");
   mdb_cursor_close(cur);
   return rc;
 }
@@ -2320,7 +2321,7 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
 static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   commit_ctx *c = payload;
   fctx *f = &c->w->f;
-  bs_stream_rec *r = &f->rec;
+  bs__stream_rec *r = &f->rec;
   int rc, first;
   c->users.n = 0;
   c->blocked = BS_BLOCKED_NONE;
@@ -2330,19 +2331,19 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   if ((c->w->head || c->w->wcp_head) && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   if (r->state == BS_STREAM_TERMINATED)
-    return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
-  if (!r->has_resume_lsn || bs_val_cmp(c->lsn, r->resume_lsn) > 0) {
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
+  if (!r->has_resume_lsn || bs__val_cmp(c->lsn, r->resume_lsn) > 0) {
     r->resume_lsn = c->lsn;
     r->has_resume_lsn = 1;
   }
   c->checkpoint = r->checkpoint;
-  c->blocked = bs_checkpoint_block(r->snapshot_done,
-                                   r->has_no_checkpoint_before ? &r->no_checkpoint_before : NULL,
-                                   r->has_checkpoint_lsn ? &r->checkpoint_lsn : NULL, c->lsn);
-  if (c->blocked) return bs_stream_rec_put(f->db, txn, r, err);
+  c->blocked = bs__checkpoint_block(r->snapshot_done,
+                                    r->has_no_checkpoint_before ? &r->no_checkpoint_before : NULL,
+                                    r->has_checkpoint_lsn ? &r->checkpoint_lsn : NULL, c->lsn);
+  if (c->blocked) return bs__stream_rec_put(f->db, txn, r, err);
   first = !r->has_checkpoint_lsn && r->checkpoint == 0;
   if (!c->create_empty && !first && r->op_head == r->last_checkpoint_op)
-    return bs_stream_rec_put(f->db, txn, r, err);
+    return bs__stream_rec_put(f->db, txn, r, err);
   c->created = 1;
   r->checkpoint = r->op_head;
   r->last_checkpoint_op = r->op_head;
@@ -2354,12 +2355,12 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
     if ((rc = each_stream(f->db, txn, stop_others, f, err)) != BS_OK) return rc;
     r->state = BS_STREAM_ACTIVE;
   }
-  rc = bs_lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
+  rc = bs__lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
   if ((rc = purge_softdel(f, r->checkpoint, err)) != BS_OK) return rc;
   if ((rc = put_change(f, r->checkpoint, r->checkpoint, 1, c->users.p, c->users.n, err))) return rc;
-  return bs_stream_rec_put(f->db, txn, r, err);
+  return bs__stream_rec_put(f->db, txn, r, err);
 }
 
 static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_result *out,
@@ -2367,16 +2368,16 @@ static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_re
   lm_writer *w = (lm_writer *)base;
   commit_ctx c;
   int rc;
-  if ((rc = bs_check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
+  if ((rc = bs__check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
   if (!lsn.data) lsn.data = lm_empty;
   memset(&c, 0, sizeof c);
   c.w = w;
   c.lsn = lsn;
   c.create_empty = create_empty < 0 ? w->create_empty : create_empty;
   c.users.size = sizeof(bs_val);
-  rc = bs_lmdb_write(w->db, commit_txn, &c, err);
+  rc = bs__lmdb_write(w->db, commit_txn, &c, err);
   fctx_reset(&w->f);
-  bs_free(w_alloc(w), c.users.p);
+  bs__free(w_alloc(w), c.users.p);
   if (rc != BS_OK) return rc;
   queue_reset(w);
   if (out) {
@@ -2385,12 +2386,12 @@ static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_re
     out->checkpoint = c.checkpoint;
     out->blocked_reason = c.blocked;
   }
-  if (c.created) bs_db_notify_checkpoint(&w->db->base, w->st->base.stream_id, c.checkpoint);
+  if (c.created) bs__db_notify_checkpoint(&w->db->base, w->st->base.stream_id, c.checkpoint);
   return BS_OK;
 }
 
 typedef struct lsn_ctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   uint32_t stream;
   bs_val lsn;
   int snapshot_done; /* 1: snapshot_done(lsn), 0: resume_lsn(lsn) */
@@ -2398,14 +2399,14 @@ typedef struct lsn_ctx {
 
 static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
   lsn_ctx *c = payload;
-  bs_stream_rec r;
+  bs__stream_rec r;
   int rc;
-  if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
   if (r.state == BS_STREAM_TERMINATED)
-    return bs_fail(err, BS_ESTATE, "stream %u is terminated", c->stream);
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", c->stream);
   if (c->snapshot_done) {
     r.snapshot_done = 1;
-    if (!r.has_no_checkpoint_before || bs_val_cmp(c->lsn, r.no_checkpoint_before) > 0) {
+    if (!r.has_no_checkpoint_before || bs__val_cmp(c->lsn, r.no_checkpoint_before) > 0) {
       r.no_checkpoint_before = c->lsn;
       r.has_no_checkpoint_before = 1;
     }
@@ -2413,15 +2414,15 @@ static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
     r.resume_lsn = c->lsn;
     r.has_resume_lsn = 1;
   }
-  return bs_stream_rec_put(c->db, txn, &r, err);
+  return bs__stream_rec_put(c->db, txn, &r, err);
 }
 
 static int lw_lsn(lm_writer *w, bs_val lsn, int snapshot_done, bs_error *err) {
   lsn_ctx c = {w->db, w->st->base.stream_id, lsn, snapshot_done};
   int rc;
-  if ((rc = bs_check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
+  if ((rc = bs__check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
   if (!c.lsn.data) c.lsn.data = lm_empty;
-  return bs_lmdb_write(w->db, lsn_txn, &c, err);
+  return bs__lmdb_write(w->db, lsn_txn, &c, err);
 }
 
 static int lw_snapshot_done(bs_writer *base, bs_val lsn, bs_error *err) {
@@ -2444,24 +2445,24 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
   srec *r;
 
   if (rid.size > BS_MAX_REPLICA_ID)
-    return bs_fail(err, BS_ETOOBIG, "replica_id is %zu bytes, over BS_MAX_REPLICA_ID", rid.size);
+    return bs__fail(err, BS_ETOOBIG, "replica_id is %zu bytes, over BS_MAX_REPLICA_ID", rid.size);
   if (!rid.data) rid.data = lm_empty;
   /* The last queued save that touched the row decides. In snapshot mode an INSERT of a key
    * that already has a record is skipped at flush, so there the stored record wins when there
    * is one, and otherwise the first queued INSERT of the row (later ones are skipped). */
   for (const qsave *q = w->head; q; q = q->next) {
     bs_val before = q->before.data ? q->before : q->after;
-    if (!bs_val_eq(q->table, table)) continue;
-    if (q->tag != BS_DELETE && bs_val_eq(q->after, rid)) {
+    if (!bs__val_eq(q->table, table)) continue;
+    if (q->tag != BS_DELETE && bs__val_eq(q->after, rid)) {
       if (w->snapshot && hit && !hit_deleted) continue;
       hit = q;
       hit_deleted = 0;
-    } else if (before.data && bs_val_eq(before, rid)) {
+    } else if (before.data && bs__val_eq(before, rid)) {
       hit = q;
       hit_deleted = 1;
     }
   }
-  if ((rc = bs_lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   fctx_reset(&w->f);
   w->f.txn = txn;
   w->f.rec.hash = 0;
@@ -2476,16 +2477,16 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
     int stored = r && r->exists && !r->softdel;
     if (hit && !(w->snapshot && stored && hit->tag == BS_INSERT && !hit_deleted)) {
       if (hit_deleted)
-        rc = bs_fail(err, BS_ENOTFOUND, "row was deleted");
+        rc = bs__fail(err, BS_ENOTFOUND, "row was deleted");
       else
         rc = fn(hit->stored.data ? &hit->stored : NULL, payload);
     } else if (stored) {
       rc = fn(r->has_data ? &r->data : NULL, payload);
     } else {
-      rc = bs_fail(err, BS_ENOTFOUND, "no source record for this replica id");
+      rc = bs__fail(err, BS_ENOTFOUND, "no source record for this replica id");
     }
   }
-  bs_lmdb_txn_abort(w->db, txn);
+  bs__lmdb_txn_abort(w->db, txn);
   fctx_reset(&w->f);
   return rc;
 }
@@ -2510,17 +2511,17 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
 
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   if (f->rec.state == BS_STREAM_TERMINATED)
-    return bs_fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
   rc = table_id(f, c->table, 0, &tid, err);
   if (rc == BS_ENOTFOUND) {
     c->done = 1;
     return BS_OK;
   }
   if (rc != BS_OK) return rc;
-  bs_put_u32be(pk, f->stream);
-  bs_put_u32be(pk + 4, tid);
+  bs__put_u32be(pk, f->stream);
+  bs__put_u32be(pk + 4, tid);
   if ((mrc = mdb_cursor_open(txn, f->db->source, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < LM_BATCH_RECORDS;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT), n++) {
     srec *r;
@@ -2541,7 +2542,7 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
     }
   }
   mdb_cursor_close(cur);
-  if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "scanning source records");
+  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "scanning source records");
   if (mrc == MDB_NOTFOUND) c->done = 1;
   for (size_t i = 0; i < f->dirty.n; i++) {
     srec *r = ((srec **)f->dirty.p)[i];
@@ -2552,10 +2553,10 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   if (c->done && c->drop) {
     unsigned char k[4 + BS_MAX_TABLE_NAME];
     MDB_val tkey = {4 + c->table.size, k};
-    bs_put_u32be(k, f->stream);
+    bs__put_u32be(k, f->stream);
     memcpy(k + 4, c->table.data, c->table.size);
     mrc = mdb_del(txn, f->db->tables, &tkey, NULL);
-    if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "forgetting a table");
+    if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "forgetting a table");
   }
   f_close_src(f); /* unlink_rec's bucket lookups */
   return f_finish(f, NULL, 0, err);
@@ -2566,11 +2567,11 @@ static int lw_truncate(bs_writer *base, bs_val table, int drop, bs_error *err) {
   trunc_ctx c = {w, table, drop, 0};
   int rc;
   if (!table.size || table.size > BS_MAX_TABLE_NAME)
-    return bs_fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)", table.size,
-                   BS_MAX_TABLE_NAME);
+    return bs__fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)",
+                    table.size, BS_MAX_TABLE_NAME);
   if ((rc = w_flush(w, err)) != BS_OK) return rc;
   while (!c.done) {
-    rc = bs_lmdb_write(w->db, trunc_txn, &c, err);
+    rc = bs__lmdb_write(w->db, trunc_txn, &c, err);
     fctx_reset(&w->f);
     if (rc != BS_OK) return rc;
   }
@@ -2586,30 +2587,30 @@ static void lw_close(bs_writer *base) {
   a = w->db->base.alloc;
   arena_free(&w->q);
   fctx_free(&w->f);
-  bs_free(&a, w);
+  bs__free(&a, w);
 }
 
 static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_writer **out,
                             bs_error *err) {
-  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
-  bs_lmdb_db *db = st->db;
+  bs__lmdb_storage *st = (bs__lmdb_storage *)base;
+  bs__lmdb_db *db = st->db;
   bs_writer_options def = BS_WRITER_OPTIONS_INIT;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   MDB_txn *txn;
   lm_writer *w;
   int rc;
 
   *out = NULL;
   if (!o) o = &def;
-  if (db->env_flags & MDB_RDONLY) return bs_fail(err, BS_ESTATE, "database is open read-only");
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  rc = bs_stream_rec_get(db, txn, base->stream_id, &rec, err);
-  bs_lmdb_txn_abort(db, txn);
+  if (db->env_flags & MDB_RDONLY) return bs__fail(err, BS_ESTATE, "database is open read-only");
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  rc = bs__stream_rec_get(db, txn, base->stream_id, &rec, err);
+  bs__lmdb_txn_abort(db, txn);
   if (rc != BS_OK) return rc;
   if (rec.state == BS_STREAM_TERMINATED)
-    return bs_fail(err, BS_ESTATE, "stream %u is terminated", base->stream_id);
-  if (!(w = bs_calloc(&db->base.alloc, 1, sizeof *w)))
-    return bs_fail(err, BS_ENOMEM, "cannot allocate the writer");
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", base->stream_id);
+  if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w)))
+    return bs__fail(err, BS_ENOMEM, "cannot allocate the writer");
   w->base.st = base;
   w->st = st;
   w->db = db;
@@ -2624,7 +2625,7 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
 /* ---- Lifecycle: clear, terminate, report_error -------------------------------------------------- */
 
 typedef struct prefix_ctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   MDB_dbi dbi;
   const unsigned char *prefix;
   size_t plen;
@@ -2638,7 +2639,7 @@ static int del_prefix_txn(MDB_txn *txn, void *payload, bs_error *err) {
   int mrc = 0;
   c->deleted = 0;
   if ((mrc = mdb_cursor_open(txn, c->dbi, &cur)) != 0)
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   /* Re-seek after each delete: MDB_GET_CURRENT after deleting the last key is EINVAL. */
   while (c->deleted < LM_BATCH_RECORDS * 10) {
     key.mv_size = c->plen;
@@ -2649,32 +2650,32 @@ static int del_prefix_txn(MDB_txn *txn, void *payload, bs_error *err) {
     c->deleted++;
   }
   mdb_cursor_close(cur);
-  if (mrc && mrc != MDB_NOTFOUND) return bs_lmdb_fail(err, mrc, "deleting a stream's rows");
+  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "deleting a stream's rows");
   return BS_OK;
 }
 
 /* Deletes every key starting with prefix, in bounded transactions. */
-static int del_prefix(bs_lmdb_db *db, MDB_dbi dbi, const unsigned char *prefix, size_t plen,
+static int del_prefix(bs__lmdb_db *db, MDB_dbi dbi, const unsigned char *prefix, size_t plen,
                       bs_error *err) {
   prefix_ctx c = {db, dbi, prefix, plen, 0};
   int rc;
   do {
-    if ((rc = bs_lmdb_write(db, del_prefix_txn, &c, err)) != BS_OK) return rc;
+    if ((rc = bs__lmdb_write(db, del_prefix_txn, &c, err)) != BS_OK) return rc;
   } while (c.deleted >= LM_BATCH_RECORDS * 10);
   return BS_OK;
 }
 
-static int collect_bucket_ids(bs_lmdb_db *db, uint32_t stream, vec *ids, bs_error *err) {
+static int collect_bucket_ids(bs__lmdb_db *db, uint32_t stream, vec *ids, bs_error *err) {
   unsigned char pk[4];
   MDB_val key = {4, pk}, val;
   MDB_cursor *cur;
   MDB_txn *txn;
   int mrc, rc;
-  bs_put_u32be(pk, stream);
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  bs__put_u32be(pk, stream);
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
-    bs_lmdb_txn_abort(db, txn);
-    return bs_lmdb_fail(err, mrc, "mdb_cursor_open");
+    bs__lmdb_txn_abort(db, txn);
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   }
   rc = BS_OK;
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
@@ -2682,23 +2683,23 @@ static int collect_bucket_ids(bs_lmdb_db *db, uint32_t stream, vec *ids, bs_erro
     uint64_t *slot;
     if (key.mv_size < 4 || memcmp(key.mv_data, pk, 4) != 0) break;
     if (val.mv_size != 8) {
-      rc = bs_fail(err, BS_ECORRUPT, "bucket id: bad value");
+      rc = bs__fail(err, BS_ECORRUPT, "bucket id: bad value");
       break;
     }
     if (!(slot = vec_push(&db->base.alloc, ids))) {
       rc = oom(err);
       break;
     }
-    *slot = bs_get_u64le(val.mv_data);
+    *slot = bs__get_u64le(val.mv_data);
   }
-  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs_lmdb_fail(err, mrc, "scanning buckets");
+  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs__lmdb_fail(err, mrc, "scanning buckets");
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
 typedef struct state_ctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   uint32_t stream;
   int reset, terminate;
   const char *error; /* report_error */
@@ -2706,9 +2707,9 @@ typedef struct state_ctx {
 
 static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
   state_ctx *c = payload;
-  bs_stream_rec r;
+  bs__stream_rec r;
   int rc;
-  if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
   if (c->reset) {
     /* op_head is kept: op ids never repeat within a stream, so no cache can confuse them. */
     r.checkpoint = 0;
@@ -2721,59 +2722,59 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
   }
   if (c->terminate) r.state = BS_STREAM_TERMINATED;
   if (c->error) {
-    r.last_error = bs_val_str(c->error);
+    r.last_error = bs__val_str(c->error);
     if (r.last_error.size > 255) r.last_error.size = 255;
     if (r.state == BS_STREAM_ACTIVE) r.state = BS_STREAM_ERRORED;
   }
-  return bs_stream_rec_put(c->db, txn, &r, err);
+  return bs__stream_rec_put(c->db, txn, &r, err);
 }
 
-static int stream_clear(bs_lmdb_db *db, uint32_t stream, bs_error *err) {
+static int stream_clear(bs__lmdb_db *db, uint32_t stream, bs_error *err) {
   MDB_dbi per_stream[7] = {db->source, db->params,  db->changes, db->cqueue,
                            db->tables, db->softdel, db->buckets};
   unsigned char pk[5];
   vec ids = {NULL, 0, 0, sizeof(uint64_t)};
   state_ctx sc = {db, stream, 1, 0, NULL};
   int rc;
-  if (db->env_flags & MDB_RDONLY) return bs_fail(err, BS_ESTATE, "database is open read-only");
+  if (db->env_flags & MDB_RDONLY) return bs__fail(err, BS_ESTATE, "database is open read-only");
   if ((rc = collect_bucket_ids(db, stream, &ids, err)) != BS_OK) goto out;
   for (size_t i = 0; i < ids.n; i++) {
     unsigned char bk[8];
-    bs_put_u64be(bk, ((uint64_t *)ids.p)[i]);
+    bs__put_u64be(bk, ((uint64_t *)ids.p)[i]);
     if ((rc = del_prefix(db, db->ops, bk, 8, err)) ||
         (rc = del_prefix(db, db->superseded, bk, 8, err)) ||
         (rc = del_prefix(db, db->bstate, bk, 8, err)))
       goto out;
   }
-  bs_put_u32be(pk, stream);
+  bs__put_u32be(pk, stream);
   for (size_t i = 0; i < 7; i++)
     if ((rc = del_prefix(db, per_stream[i], pk, 4, err)) != BS_OK) goto out;
   pk[0] = 'C';
-  bs_put_u32be(pk + 1, stream);
+  bs__put_u32be(pk + 1, stream);
   if ((rc = del_prefix(db, db->wcp, pk, 5, err)) != BS_OK) goto out;
-  rc = bs_lmdb_write(db, state_txn, &sc, err);
+  rc = bs__lmdb_write(db, state_txn, &sc, err);
 out:
-  bs_free(&db->base.alloc, ids.p);
+  bs__free(&db->base.alloc, ids.p);
   return rc;
 }
 
 static int lmdb_clear(bs_storage *base, bs_error *err) {
-  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   return stream_clear(st->db, base->stream_id, err);
 }
 
 static int lmdb_terminate(bs_storage *base, int clear, bs_error *err) {
-  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   state_ctx sc = {st->db, base->stream_id, 0, 1, NULL};
   int rc;
   if (clear && (rc = stream_clear(st->db, base->stream_id, err)) != BS_OK) return rc;
-  return bs_lmdb_write(st->db, state_txn, &sc, err);
+  return bs__lmdb_write(st->db, state_txn, &sc, err);
 }
 
 static int lmdb_report_error(bs_storage *base, const char *message, bs_error *err) {
-  bs_lmdb_storage *st = (bs_lmdb_storage *)base;
+  bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   state_ctx sc = {st->db, base->stream_id, 0, 0, message ? message : ""};
-  return bs_lmdb_write(st->db, state_txn, &sc, err);
+  return bs__lmdb_write(st->db, state_txn, &sc, err);
 }
 
 /* ---- The vtable ---------------------------------------------------------------------------------- */
@@ -2791,28 +2792,28 @@ static const bs_storage_vtable lmdb_vtable = {
     lw_resume_lsn,
     lw_source_row,
     lw_custom_wcp,
-    bs_lmdb_get_checkpoint,
-    bs_lmdb_bucket_data,
-    bs_lmdb_checksums,
-    bs_lmdb_checksum_ranges,
-    bs_lmdb_checkpoint_changes,
-    bs_lmdb_parameter_sets,
-    bs_lmdb_set_write_checkpoint_mode,
-    bs_lmdb_create_managed_write_checkpoints,
-    bs_lmdb_last_write_checkpoint,
-    bs_lmdb_delete_checkpoint_requests_before,
-    bs_lmdb_compact,
-    bs_lmdb_compact_initial_replication,
-    bs_lmdb_get_status,
+    bs__lmdb_get_checkpoint,
+    bs__lmdb_bucket_data,
+    bs__lmdb_checksums,
+    bs__lmdb_checksum_ranges,
+    bs__lmdb_checkpoint_changes,
+    bs__lmdb_parameter_sets,
+    bs__lmdb_set_write_checkpoint_mode,
+    bs__lmdb_create_managed_write_checkpoints,
+    bs__lmdb_last_write_checkpoint,
+    bs__lmdb_delete_checkpoint_requests_before,
+    bs__lmdb_compact,
+    bs__lmdb_compact_initial_replication,
+    bs__lmdb_get_status,
     lmdb_report_error,
     lmdb_clear,
     lmdb_terminate,
-    bs_lmdb_list_buckets,
+    bs__lmdb_list_buckets,
 };
 
-int bs_lmdb_subdb(const bs_lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi) {
+int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi) {
   if (i >= LM_NDBS) return 0;
   if (name) *name = lm_db_names[i];
-  if (dbi) *dbi = *dbi_slot((bs_lmdb_db *)db, i);
+  if (dbi) *dbi = *dbi_slot((bs__lmdb_db *)db, i);
   return 1;
 }

@@ -21,7 +21,7 @@
 
 /* LMDB's free list is its sub-database 0: each value is an array of page numbers whose first
  * element is their count (mdb_stat -f reads it the same way). */
-int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err) {
+int bs__lmdb_free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err) {
   MDB_cursor *cur;
   MDB_val k, v;
   MDB_stat ms;
@@ -29,7 +29,7 @@ int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *er
   int mrc;
   *out = 0;
   if ((mrc = mdb_env_stat(db->env, &ms)) != 0 || (mrc = mdb_cursor_open(txn, 0, &cur)) != 0)
-    return bs_fail_mdb(err, mrc, "reading the free list");
+    return bs__fail_mdb(err, mrc, "reading the free list");
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
     if (v.mv_size >= sizeof(size_t)) {
@@ -38,7 +38,7 @@ int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *er
       pages += n;
     }
   mdb_cursor_close(cur);
-  if (mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading the free list");
+  if (mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading the free list");
   *out = pages * ms.ms_psize;
   return BS_OK;
 }
@@ -46,7 +46,7 @@ int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *er
 /* ---- Export: every record, with the stream it belongs to --------------------------------------- */
 
 typedef struct exporter {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   MDB_txn *txn;
   uint64_t bucket; /* one-entry cache of bucket id -> stream (ops come in bucket order) */
   uint32_t bucket_stream;
@@ -58,12 +58,12 @@ static uint32_t bucket_stream(exporter *x, const MDB_val *k) {
   MDB_val key = {8, id}, val;
   if (k->mv_size < 8) return 0;
   memcpy(id, k->mv_data, 8);
-  if (!x->has_bucket || bs_get_u64be(id) != x->bucket) {
-    x->bucket = bs_get_u64be(id);
+  if (!x->has_bucket || bs__get_u64be(id) != x->bucket) {
+    x->bucket = bs__get_u64be(id);
     x->has_bucket = 1;
     x->bucket_stream = 0;
     if (mdb_get(x->txn, x->db->bstate, &key, &val) == 0 && val.mv_size >= 4)
-      x->bucket_stream = bs_get_u32le(val.mv_data);
+      x->bucket_stream = bs__get_u32le(val.mv_data);
   }
   return x->bucket_stream;
 }
@@ -74,25 +74,25 @@ static uint32_t record_stream(exporter *x, const char *table, const MDB_val *k, 
   static const char *const by_prefix[] = {"tables",  "buckets", "source", "params",
                                           "changes", "cqueue",  "softdel"};
   if (strcmp(table, "meta") == 0 || strcmp(table, "wcp") == 0)
-    return k->mv_size >= 5 && (p[0] == 'S' || p[0] == 'C') ? bs_get_u32be(p + 1) : 0;
-  if (strcmp(table, "bstate") == 0) return v->mv_size >= 4 ? bs_get_u32le(v->mv_data) : 0;
+    return k->mv_size >= 5 && (p[0] == 'S' || p[0] == 'C') ? bs__get_u32be(p + 1) : 0;
+  if (strcmp(table, "bstate") == 0) return v->mv_size >= 4 ? bs__get_u32le(v->mv_data) : 0;
   if (strcmp(table, "ops") == 0 || strcmp(table, "superseded") == 0) return bucket_stream(x, k);
   for (size_t i = 0; i < sizeof by_prefix / sizeof by_prefix[0]; i++)
-    if (strcmp(table, by_prefix[i]) == 0) return k->mv_size >= 4 ? bs_get_u32be(p) : 0;
+    if (strcmp(table, by_prefix[i]) == 0) return k->mv_size >= 4 ? bs__get_u32be(p) : 0;
   return 0;
 }
 
-static int export_txn(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream,
+static int export_txn(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
                       int (*fn)(const bs_record *, void *), void *payload, bs_error *err) {
   exporter x = {db, txn, 0, 0, 0};
   const char *name;
   MDB_dbi dbi;
   int rc = BS_OK;
-  for (size_t i = 0; rc == BS_OK && bs_lmdb_subdb(db, i, &name, &dbi); i++) {
+  for (size_t i = 0; rc == BS_OK && bs__lmdb_subdb(db, i, &name, &dbi); i++) {
     MDB_cursor *cur;
     MDB_val k, v;
     int mrc = mdb_cursor_open(txn, dbi, &cur);
-    if (mrc) return bs_fail_mdb(err, mrc, "export: mdb_cursor_open");
+    if (mrc) return bs__fail_mdb(err, mrc, "export: mdb_cursor_open");
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && rc == BS_OK;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       bs_record r;
@@ -105,19 +105,19 @@ static int export_txn(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream,
       if (!stream || !r.stream || r.stream == stream) rc = fn(&r, payload);
     }
     mdb_cursor_close(cur);
-    if (rc == BS_OK && mrc != MDB_NOTFOUND) rc = bs_fail_mdb(err, mrc, "export: reading");
+    if (rc == BS_OK && mrc != MDB_NOTFOUND) rc = bs__fail_mdb(err, mrc, "export: reading");
   }
   return rc;
 }
 
-int bs_lmdb_export(bs_db *base, uint32_t stream, int (*fn)(const bs_record *, void *),
-                   void *payload, bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
+int bs__lmdb_export(bs_db *base, uint32_t stream, int (*fn)(const bs_record *, void *),
+                    void *payload, bs_error *err) {
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
   MDB_txn *txn;
-  int rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err);
+  int rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err);
   if (rc) return rc;
   rc = export_txn(db, txn, stream, fn, payload, err);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
@@ -147,7 +147,7 @@ typedef struct target {
 
 static char *str_cat(const bs_allocator *a, const char *x, const char *y) {
   size_t nx = strlen(x), ny = strlen(y);
-  char *s = bs_malloc(a, nx + ny + 1);
+  char *s = bs__malloc(a, nx + ny + 1);
   if (s) {
     memcpy(s, x, nx);
     memcpy(s + nx, y, ny + 1);
@@ -163,18 +163,18 @@ static void target_free(target *t) {
   if (t->file) unlink(t->file);
   if (t->lock) unlink(t->lock);
   if (t->dir) rmdir(t->dir);
-  bs_free(t->a, t->file);
-  bs_free(t->a, t->lock);
-  bs_free(t->a, t->dir);
-  bs_free(t->a, t->e);
-  bs_free(t->a, t->arena);
+  bs__free(t->a, t->file);
+  bs__free(t->a, t->lock);
+  bs__free(t->a, t->dir);
+  bs__free(t->a, t->e);
+  bs__free(t->a, t->arena);
 }
 
 /* The directory of path ("." when it has none), with a trailing '/'. */
 static char *dir_of(const bs_allocator *a, const char *path) {
   const char *slash = strrchr(path, '/');
   size_t n = slash ? (size_t)(slash - path) + 1 : 0;
-  char *d = bs_malloc(a, n + 3);
+  char *d = bs__malloc(a, n + 3);
   if (!d) return NULL;
   if (n)
     memcpy(d, path, n);
@@ -193,30 +193,30 @@ static int target_open(target *t, const char *path, size_t map_size, int replace
   t->a = a;
   t->o = o;
   if (!replace && access(path, F_OK) == 0)
-    return bs_fail(err, BS_ESTATE, "path: %s exists (not replaced)", path);
-  if (!(d = dir_of(a, path))) return bs_fail(err, BS_ENOMEM, "naming the temporary directory");
+    return bs__fail(err, BS_ESTATE, "path: %s exists (not replaced)", path);
+  if (!(d = dir_of(a, path))) return bs__fail(err, BS_ENOMEM, "naming the temporary directory");
   t->dir = str_cat(a, d, ".bucketstore-tmp-XXXXXX");
-  bs_free(a, d);
-  if (!t->dir) return bs_fail(err, BS_ENOMEM, "naming the temporary directory");
+  bs__free(a, d);
+  if (!t->dir) return bs__fail(err, BS_ENOMEM, "naming the temporary directory");
   if (!mkdtemp(t->dir)) {
     int e = errno;
-    bs_free(a, t->dir);
+    bs__free(a, t->dir);
     t->dir = NULL;
-    return bs_fail(err, BS_EIO, "path: cannot create a temporary directory beside %s: %s", path,
-                   strerror(e));
+    return bs__fail(err, BS_EIO, "path: cannot create a temporary directory beside %s: %s", path,
+                    strerror(e));
   }
   if (!(t->file = str_cat(a, t->dir, "/copy.bsdb")) || !(t->lock = str_cat(a, t->file, "-lock")))
-    return bs_fail(err, BS_ENOMEM, "naming the temporary file");
+    return bs__fail(err, BS_ENOMEM, "naming the temporary file");
   oo.flags = BS_OPEN_NOSYNC; /* synced once at the end */
   oo.map_size = map_size;
   oo.checksum_cache_entries = (size_t)-1;
   oo.allocator = a;
-  return bs_lmdb_open(&t->handle, t->file, &oo, err);
+  return bs__lmdb_open(&t->handle, t->file, &oo, err);
 }
 
 static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
   target *t = payload;
-  bs_lmdb_db *db = (bs_lmdb_db *)t->handle;
+  bs__lmdb_db *db = (bs__lmdb_db *)t->handle;
   for (size_t i = 0; i < t->n; i++) {
     const entry *e = &t->e[i];
     MDB_val k = {e->key_size, t->arena + e->key}, v = {e->value_size, t->arena + e->value}, cur;
@@ -224,17 +224,17 @@ static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
     if (e->meta && k.mv_size == 6 && memcmp(k.mv_data, "format", 6) == 0) {
       /* the new file has its own format record: the records must be of the same format */
       mrc = mdb_get(txn, db->meta, &k, &cur);
-      if (mrc) return bs_lmdb_fail(err, mrc, "reading the format record");
+      if (mrc) return bs__lmdb_fail(err, mrc, "reading the format record");
       if (cur.mv_size != v.mv_size || memcmp(cur.mv_data, v.mv_data, v.mv_size) != 0)
-        return bs_fail(err, BS_ECORRUPT,
-                       "the records are of another format than this build's (format %u)",
-                       (unsigned)BS_FORMAT_VERSION);
+        return bs__fail(err, BS_ECORRUPT,
+                        "the records are of another format than this build's (format %u)",
+                        (unsigned)BS_FORMAT_VERSION);
       continue;
     }
     /* MDB_APPEND fills pages completely (records come in key order); out of order, a plain put */
     mrc = mdb_put(txn, e->dbi, &k, &v, MDB_APPEND);
     if (mrc == MDB_KEYEXIST) mrc = mdb_put(txn, e->dbi, &k, &v, 0);
-    if (mrc) return bs_lmdb_fail(err, mrc, "writing a record");
+    if (mrc) return bs__lmdb_fail(err, mrc, "writing a record");
   }
   return BS_OK;
 }
@@ -242,29 +242,29 @@ static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
 static int target_flush(target *t, bs_error *err) {
   int rc;
   if (!t->n) return BS_OK;
-  if ((rc = bs_lmdb_write((bs_lmdb_db *)t->handle, put_batch, t, err))) return rc;
+  if ((rc = bs__lmdb_write((bs__lmdb_db *)t->handle, put_batch, t, err))) return rc;
   t->total += t->n;
   t->n = t->used = 0;
   if (t->o->progress && t->o->progress(t->total, t->o->progress_payload))
-    return bs_fail(err, BS_ECANCELED, "cancelled by the progress callback");
+    return bs__fail(err, BS_ECANCELED, "cancelled by the progress callback");
   return BS_OK;
 }
 
 static int target_put(target *t, const bs_record *r, bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)t->handle;
+  bs__lmdb_db *db = (bs__lmdb_db *)t->handle;
   const char *name;
   MDB_dbi dbi;
   size_t i, need = r->key.size + r->value.size;
   int meta;
   entry *e;
-  for (i = 0; r->table && bs_lmdb_subdb(db, i, &name, &dbi); i++)
+  for (i = 0; r->table && bs__lmdb_subdb(db, i, &name, &dbi); i++)
     if (strcmp(r->table, name) == 0) break;
-  if (!r->table || !bs_lmdb_subdb(db, i, NULL, NULL))
-    return bs_fail(err, BS_ECORRUPT, "record %llu: unknown table %s",
-                   (unsigned long long)(t->total + t->n + 1), r->table ? r->table : "(NULL)");
+  if (!r->table || !bs__lmdb_subdb(db, i, NULL, NULL))
+    return bs__fail(err, BS_ECORRUPT, "record %llu: unknown table %s",
+                    (unsigned long long)(t->total + t->n + 1), r->table ? r->table : "(NULL)");
   if (r->key.size == 0 || r->key.size > 511 || !r->key.data || (r->value.size && !r->value.data))
-    return bs_fail(err, BS_ECORRUPT, "record %llu (%s): bad key or value",
-                   (unsigned long long)(t->total + t->n + 1), name);
+    return bs__fail(err, BS_ECORRUPT, "record %llu (%s): bad key or value",
+                    (unsigned long long)(t->total + t->n + 1), name);
   meta = strcmp(name, "meta") == 0;
   if (meta && r->key.size == 6 && memcmp(r->key.data, "format", 6) == 0) t->saw_format = 1;
   if ((t->n >= BATCH_RECORDS || t->used + need > BATCH_BYTES) && t->n) {
@@ -273,8 +273,8 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
   }
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 1024;
-    entry *ne = bs_realloc(t->a, t->e, cap * sizeof *ne);
-    if (!ne) return bs_fail(err, BS_ENOMEM, "record batch");
+    entry *ne = bs__realloc(t->a, t->e, cap * sizeof *ne);
+    if (!ne) return bs__fail(err, BS_ENOMEM, "record batch");
     t->e = ne;
     t->cap = cap;
   }
@@ -282,7 +282,7 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
     size_t cap = t->arena_cap ? t->arena_cap : 1u << 20;
     unsigned char *na;
     while (cap < t->used + need) cap *= 2;
-    if (!(na = bs_realloc(t->a, t->arena, cap))) return bs_fail(err, BS_ENOMEM, "record batch");
+    if (!(na = bs__realloc(t->a, t->arena, cap))) return bs__fail(err, BS_ENOMEM, "record batch");
     t->arena = na;
     t->arena_cap = cap;
   }
@@ -319,12 +319,12 @@ static int verify_copy(target *t, bs_error *err) {
   oo.flags = BS_OPEN_RDONLY;
   oo.checksum_cache_entries = (size_t)-1;
   oo.allocator = t->a;
-  if ((rc = bs_lmdb_open(&copy, t->file, &oo, err))) return rc;
+  if ((rc = bs__lmdb_open(&copy, t->file, &oo, err))) return rc;
   rc = bs_db_verify(copy, note_problem, &p, &problems, err);
   bs_close(copy);
   if (rc == BS_OK && problems)
-    rc = bs_fail(err, BS_ECORRUPT, "the copy has %llu problem%s (first: %s); nothing was written",
-                 (unsigned long long)problems, problems == 1 ? "" : "s", p.text);
+    rc = bs__fail(err, BS_ECORRUPT, "the copy has %llu problem%s (first: %s); nothing was written",
+                  (unsigned long long)problems, problems == 1 ? "" : "s", p.text);
   return rc;
 }
 
@@ -341,22 +341,22 @@ static void sync_dir(const char *dir) {
 static int target_finish(target *t, const char *path, int replace, bs_error *err) {
   int rc, mrc;
   if ((rc = target_flush(t, err))) return rc;
-  if ((mrc = mdb_env_sync(((bs_lmdb_db *)t->handle)->env, 1)) != 0)
-    return bs_fail_mdb(err, mrc, "syncing the copy");
+  if ((mrc = mdb_env_sync(((bs__lmdb_db *)t->handle)->env, 1)) != 0)
+    return bs__fail_mdb(err, mrc, "syncing the copy");
   bs_close(t->handle);
   t->handle = NULL;
   if ((rc = verify_copy(t, err))) return rc;
   if (replace) {
     if (rename(t->file, path) != 0)
-      return bs_fail(err, BS_EIO, "path: cannot rename the copy to %s: %s", path, strerror(errno));
+      return bs__fail(err, BS_EIO, "path: cannot rename the copy to %s: %s", path, strerror(errno));
   } else if (link(t->file, path) != 0) {
-    if (errno == EEXIST) return bs_fail(err, BS_ESTATE, "path: %s exists (not replaced)", path);
-    return bs_fail(err, BS_EIO, "path: cannot create %s: %s", path, strerror(errno));
+    if (errno == EEXIST) return bs__fail(err, BS_ESTATE, "path: %s exists (not replaced)", path);
+    return bs__fail(err, BS_EIO, "path: cannot create %s: %s", path, strerror(errno));
   }
   {
     char *d = dir_of(t->a, path); /* the new name is durable once its directory is */
     if (d) sync_dir(d);
-    bs_free(t->a, d);
+    bs__free(t->a, d);
   }
   return BS_OK;
 }
@@ -369,15 +369,15 @@ static int put_record(const bs_record *r, void *payload) {
 }
 
 /* 1 when path names the file db has open. */
-static int same_file(bs_lmdb_db *db, const char *path) {
+static int same_file(bs__lmdb_db *db, const char *path) {
   struct stat a, b;
   int fd;
   return mdb_env_get_fd(db->env, &fd) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
          a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-int bs_lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
+int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, bs_error *err) {
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
   MDB_envinfo info;
   MDB_stat ms;
   MDB_txn *txn = NULL;
@@ -386,22 +386,22 @@ int bs_lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, bs
   size_t map;
   int rc, replace = (o->flags & BS_BACKUP_REPLACE) != 0;
   if (same_file(db, path))
-    return bs_fail(err, BS_EINVAL, "path: %s is the database's own file", path);
+    return bs__fail(err, BS_EINVAL, "path: %s is the database's own file", path);
   if (mdb_env_info(db->env, &info) != 0 || mdb_env_stat(db->env, &ms) != 0)
-    return bs_fail(err, BS_EIO, "cannot read the environment's size");
+    return bs__fail(err, BS_EIO, "cannot read the environment's size");
   /* The copy cannot grow its map while this thread holds the source snapshot (lmdb.c, a1):
    * room for every used page twice over (the copy is never larger than the pages in use). */
   map = (info.me_last_pgno + 1) * (size_t)ms.ms_psize * 2 + (1u << 20);
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
   if ((rc = target_open(&t, path, map, replace, &db->base.alloc, o, err)) == BS_OK) {
     args[0] = &t;
     args[1] = err;
     if (o->progress && o->progress(0, o->progress_payload)) /* the snapshot is taken */
-      rc = bs_fail(err, BS_ECANCELED, "cancelled by the progress callback");
+      rc = bs__fail(err, BS_ECANCELED, "cancelled by the progress callback");
     if (rc == BS_OK) rc = export_txn(db, txn, 0, put_record, args, err);
     if (rc == BS_OK) rc = target_flush(&t, err);
   }
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   if (rc == BS_OK) rc = target_finish(&t, path, replace, err);
   target_free(&t);
   return rc;
@@ -415,21 +415,21 @@ int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *
   bs_record r;
   target t;
   int rc;
-  if (!path || !*path) return bs_fail(err, BS_EINVAL, "path: NULL or empty");
-  if (!next) return bs_fail(err, BS_EINVAL, "next: NULL");
-  if ((rc = bs_backup_options_resolve(&o, opts, err))) return rc;
+  if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
+  if (!next) return bs__fail(err, BS_EINVAL, "next: NULL");
+  if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
   if (o.flags & BS_BACKUP_REPLACE)
-    return bs_fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
+    return bs__fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
   if (o.allocator && !(o.allocator->malloc_fn && o.allocator->realloc_fn && o.allocator->free_fn))
-    return bs_fail(err, BS_EINVAL, "opts->allocator: set all three functions");
-  if ((rc = target_open(&t, path, 0, 0, o.allocator ? o.allocator : &bs_default_allocator, &o,
+    return bs__fail(err, BS_EINVAL, "opts->allocator: set all three functions");
+  if ((rc = target_open(&t, path, 0, 0, o.allocator ? o.allocator : &bs__default_allocator, &o,
                         err)) == BS_OK) {
     while ((rc = next(&r, payload)) == 1)
       if ((rc = target_put(&t, &r, err)) != BS_OK) break;
     if (rc > 0) /* not a status: never returned as one */
-      rc = bs_fail(err, BS_EINVAL, "next: returned %d (1: a record, 0: the end, < 0: failed)", rc);
+      rc = bs__fail(err, BS_EINVAL, "next: returned %d (1: a record, 0: the end, < 0: failed)", rc);
     if (rc == 0 && !t.saw_format)
-      rc = bs_fail(err, BS_ECORRUPT, "the records have no format record (meta \"format\")");
+      rc = bs__fail(err, BS_ECORRUPT, "the records have no format record (meta \"format\")");
     if (rc == 0) rc = target_finish(&t, path, 0, err);
   }
   target_free(&t);

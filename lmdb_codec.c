@@ -9,15 +9,15 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-void bs_lmdb_op_encode(unsigned char *out, const bs_op *op) {
-  int row = bs_op_carries_row(op->type);
+void bs__lmdb_op_encode(unsigned char *out, const bs_op *op) {
+  int row = bs__op_carries_row(op->type);
   size_t ot = row ? op->object_type.size : 0, oi = row ? op->object_id.size : 0;
   size_t sk = row ? op->subkey.size : 0;
   out[0] = (unsigned char)op->type;
-  bs_put_u32le(out + 1, op->checksum);
-  bs_put_u64le(out + 5, op->target_op);
-  bs_put_u16le(out + 13, (uint32_t)ot);
-  bs_put_u16le(out + 15, (uint32_t)oi);
+  bs__put_u32le(out + 1, op->checksum);
+  bs__put_u64le(out + 5, op->target_op);
+  bs__put_u16le(out + 13, (uint32_t)ot);
+  bs__put_u16le(out + 15, (uint32_t)oi);
   out[17] = (unsigned char)sk;
   out += BS_OP_HEADER_SIZE;
   if (ot) memcpy(out, op->object_type.data, ot);
@@ -29,141 +29,143 @@ void bs_lmdb_op_encode(unsigned char *out, const bs_op *op) {
   if (op->type == BS_OP_PUT && op->data.size) memcpy(out, op->data.data, op->data.size);
 }
 
-int bs_lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
-                       MDB_val *key, bs_error *err) {
+int bs__lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
+                        MDB_val *key, bs_error *err) {
   if (name.size > BS_MAX_BUCKET_NAME)
-    return bs_fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME", name.size);
-  bs_put_u32be(buf, stream);
+    return bs__fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME",
+                    name.size);
+  bs__put_u32be(buf, stream);
   if (name.size) memcpy(buf + 4, name.data, name.size);
   key->mv_size = 4 + name.size;
   key->mv_data = buf;
   return BS_OK;
 }
 
-int bs_lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err) {
-  if (v->mv_size != 8) return bs_fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", v->mv_size);
-  *id = bs_get_u64le(v->mv_data);
+int bs__lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err) {
+  if (v->mv_size != 8)
+    return bs__fail(err, BS_ECORRUPT, "bucket id value of %zu bytes", v->mv_size);
+  *id = bs__get_u64le(v->mv_data);
   return BS_OK;
 }
 
-int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
-                                uint64_t *id) {
+int bs__lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
+                                 uint64_t *id) {
   if (k->mv_size < 5 || k->mv_size > BS_BUCKET_KEY_MAX || v->mv_size != 8) return BS_ECORRUPT;
-  *stream = bs_get_u32be(k->mv_data);
+  *stream = bs__get_u32be(k->mv_data);
   name->data = (const unsigned char *)k->mv_data + 4;
   name->size = k->mv_size - 4;
-  *id = bs_get_u64le(v->mv_data);
+  *id = bs__get_u64le(v->mv_data);
   return BS_OK;
 }
 
 /* ---- bstate ---- */
 
-int bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *s) {
+int bs__bucket_state_decode(const MDB_val *v, bs__bucket_state *s) {
   const unsigned char *p = v->mv_data;
   if (v->mv_size < BS_BUCKET_STATE_FIXED || v->mv_size > BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME)
     return BS_ECORRUPT;
-  s->stream = bs_get_u32le(p);
-  s->checksum = bs_get_u32le(p + 4);
-  s->count = bs_get_u64le(p + 8);
-  s->bytes = bs_get_u64le(p + 16);
-  s->last_op = bs_get_u64le(p + 24);
-  s->generation = bs_get_u64le(p + 32);
-  s->clear_start = bs_get_u64le(p + 40);
-  s->clear_op = bs_get_u64le(p + 48);
-  s->compacted_count = bs_get_u64le(p + 56);
-  s->compacted_op = bs_get_u64le(p + 64);
-  for (int i = 0; i < 3; i++) s->reserved[i] = bs_get_u64le(p + 72 + 8 * i);
+  s->stream = bs__get_u32le(p);
+  s->checksum = bs__get_u32le(p + 4);
+  s->count = bs__get_u64le(p + 8);
+  s->bytes = bs__get_u64le(p + 16);
+  s->last_op = bs__get_u64le(p + 24);
+  s->generation = bs__get_u64le(p + 32);
+  s->clear_start = bs__get_u64le(p + 40);
+  s->clear_op = bs__get_u64le(p + 48);
+  s->compacted_count = bs__get_u64le(p + 56);
+  s->compacted_op = bs__get_u64le(p + 64);
+  for (int i = 0; i < 3; i++) s->reserved[i] = bs__get_u64le(p + 72 + 8 * i);
   s->name.data = p + BS_BUCKET_STATE_FIXED; /* non-NULL, also when empty */
   s->name.size = v->mv_size - BS_BUCKET_STATE_FIXED;
   return BS_OK;
 }
 
-void bs_bucket_state_encode(unsigned char *p, const bs_bucket_state *s) {
-  bs_put_u32le(p, s->stream);
-  bs_put_u32le(p + 4, s->checksum);
-  bs_put_u64le(p + 8, s->count);
-  bs_put_u64le(p + 16, s->bytes);
-  bs_put_u64le(p + 24, s->last_op);
-  bs_put_u64le(p + 32, s->generation);
-  bs_put_u64le(p + 40, s->clear_start);
-  bs_put_u64le(p + 48, s->clear_op);
-  bs_put_u64le(p + 56, s->compacted_count);
-  bs_put_u64le(p + 64, s->compacted_op);
-  for (int i = 0; i < 3; i++) bs_put_u64le(p + 72 + 8 * i, s->reserved[i]);
+void bs__bucket_state_encode(unsigned char *p, const bs__bucket_state *s) {
+  bs__put_u32le(p, s->stream);
+  bs__put_u32le(p + 4, s->checksum);
+  bs__put_u64le(p + 8, s->count);
+  bs__put_u64le(p + 16, s->bytes);
+  bs__put_u64le(p + 24, s->last_op);
+  bs__put_u64le(p + 32, s->generation);
+  bs__put_u64le(p + 40, s->clear_start);
+  bs__put_u64le(p + 48, s->clear_op);
+  bs__put_u64le(p + 56, s->compacted_count);
+  bs__put_u64le(p + 64, s->compacted_op);
+  for (int i = 0; i < 3; i++) bs__put_u64le(p + 72 + 8 * i, s->reserved[i]);
   if (s->name.size) memcpy(p + BS_BUCKET_STATE_FIXED, s->name.data, s->name.size);
 }
 
 /* ---- params ---- */
 
-size_t bs_lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {
-  bs_put_u32be(out, stream);
+size_t bs__lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup) {
+  bs__put_u32be(out, stream);
   out[4] = (unsigned char)(lookup.size >> 8);
   out[5] = (unsigned char)lookup.size;
   if (lookup.size) memcpy(out + 6, lookup.data, lookup.size);
   return 6 + lookup.size;
 }
 
-size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
-                         bs_val replica_id, uint64_t op_id) {
-  size_t n = bs_lmdb_param_prefix(out, stream, lookup);
+size_t bs__lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                          bs_val replica_id, uint64_t op_id) {
+  size_t n = bs__lmdb_param_prefix(out, stream, lookup);
   uint64_t h = XXH3_64bits(replica_id.size ? replica_id.data : "", replica_id.size);
-  bs_put_u32be(out + n, table_id);
-  bs_put_u64be(out + n + 4, h);
-  bs_put_u64be(out + n + 12, op_id);
+  bs__put_u32be(out + n, table_id);
+  bs__put_u64be(out + n + 4, h);
+  bs__put_u64be(out + n + 12, op_id);
   return n + BS_PARAM_GROUP_SIZE + 8;
 }
 
-int bs_lmdb_param_key_decode(const MDB_val *k, uint32_t *stream, bs_val *lookup, uint64_t *op_id) {
+int bs__lmdb_param_key_decode(const MDB_val *k, uint32_t *stream, bs_val *lookup, uint64_t *op_id) {
   const unsigned char *p = (const unsigned char *)k->mv_data;
   size_t klen = k->mv_size >= 6 ? (size_t)p[4] << 8 | p[5] : 0;
   if (k->mv_size < 6 || klen > BS_MAX_LOOKUP_KEY ||
       k->mv_size != 6 + klen + BS_PARAM_GROUP_SIZE + 8)
     return BS_ECORRUPT;
-  *stream = bs_get_u32be(p);
+  *stream = bs__get_u32be(p);
   lookup->data = p + 6;
   lookup->size = klen;
-  *op_id = bs_get_u64be(p + k->mv_size - 8);
+  *op_id = bs__get_u64be(p + k->mv_size - 8);
   return BS_OK;
 }
 
-size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n) {
+size_t bs__lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n) {
   size_t size = 2 + replica_id.size + 4;
   for (size_t i = 0; i < n; i++) size += 4 + rows[i].size;
   return size;
 }
 
-void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
-  bs_put_u16le(out, (uint32_t)replica_id.size);
+void bs__lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
+  bs__put_u16le(out, (uint32_t)replica_id.size);
   out += 2;
   if (replica_id.size) memcpy(out, replica_id.data, replica_id.size);
   out += replica_id.size;
-  bs_put_u32le(out, (uint32_t)n);
+  bs__put_u32le(out, (uint32_t)n);
   out += 4;
   for (size_t i = 0; i < n; i++) {
-    bs_put_u32le(out, (uint32_t)rows[i].size);
+    bs__put_u32le(out, (uint32_t)rows[i].size);
     if (rows[i].size) memcpy(out + 4, rows[i].data, rows[i].size);
     out += 4 + rows[i].size;
   }
 }
 
-int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
-                               const unsigned char **rows_out) {
+int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                                const unsigned char **rows_out) {
   const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *rows;
   size_t rid;
   uint32_t n;
   if (v->mv_size < 6) return BS_ECORRUPT;
-  rid = bs_get_u16le(p);
+  rid = bs__get_u16le(p);
   if (rid > BS_MAX_REPLICA_ID || (size_t)(end - p) < 6 + rid) return BS_ECORRUPT;
   replica_id->data = p + 2; /* non-NULL, also when empty */
   replica_id->size = rid;
-  n = bs_get_u32le(p + 2 + rid);
+  n = bs__get_u32le(p + 2 + rid);
   rows = p + 6 + rid;
   /* every row length must fit, and the rows must end exactly at the value's end */
   p = rows;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t len;
     if ((size_t)(end - p) < 4) return BS_ECORRUPT;
-    len = bs_get_u32le(p);
+    len = bs__get_u32le(p);
     if ((size_t)(end - p) - 4 < len) return BS_ECORRUPT;
     p += 4 + len;
   }

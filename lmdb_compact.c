@@ -29,11 +29,11 @@
 #include <stdlib.h>
 
 typedef struct cctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   uint32_t stream;
   bs_compact_options o; /* resolved */
   bs_compact_stats *stats;
-  bs_seen_set seen;
+  bs__seen_set seen;
   bs_error *err;
   /* parameter compaction: replica ids kept in the current group (more than one only on a
    * hash collision of replica ids) */
@@ -57,17 +57,17 @@ typedef struct bdelta {
   uint32_t checksum_sub; /* initial replication only: checksums of deleted ops */
   uint64_t moved, cleared, removed;
   int changed;
-  bs_clear_acc clear; /* a fold made in this transaction (n >= 2) */
-  int clear_dropped;  /* initial replication deleted the leading CLEAR */
-  int deleted;        /* ops were deleted: last_op may have to come down */
-  int mark;           /* record the bucket as compacted (at the job's horizon) */
+  bs__clear_acc clear; /* a fold made in this transaction (n >= 2) */
+  int clear_dropped;   /* initial replication deleted the leading CLEAR */
+  int deleted;         /* ops were deleted: last_op may have to come down */
+  int mark;            /* record the bucket as compacted (at the job's horizon) */
 } bdelta;
 
 /* ---- Small encoders ------------------------------------------------------------------------- */
 
 /* MDB_MAP_FULL becomes BS_LMDB_MAPFULL: run_write grows the map and runs the step again */
 static int mdb_err(cctx *c, int mrc, const char *what) {
-  return bs_lmdb_fail(c->err, mrc, what);
+  return bs__lmdb_fail(c->err, mrc, what);
 }
 
 /* Positions cur on the greatest key <= key (MDB_NOTFOUND when none). */
@@ -90,13 +90,13 @@ static int seek_ge(MDB_cursor *cur, const void *key, size_t n, MDB_val *k, MDB_v
 }
 
 static int in_bucket(const MDB_val *k, uint64_t bucket) {
-  return k->mv_size == 16 && bs_get_u64be((const unsigned char *)k->mv_data) == bucket;
+  return k->mv_size == 16 && bs__get_u64be((const unsigned char *)k->mv_data) == bucket;
 }
 
 /* ---- Bucket state -------------------------------------------------------------------------- */
 
 typedef struct bstate {
-  bs_bucket_state s;
+  bs__bucket_state s;
   unsigned char name[BS_MAX_BUCKET_NAME];
 } bstate;
 
@@ -104,27 +104,28 @@ static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
   unsigned char kb[8];
   MDB_val k = {8, kb}, v;
   int mrc;
-  /* callers read b only on success, but the analyzer cannot see that bs_fail returns nonzero */
+  /* callers read b only on success, but the analyzer cannot see that bs__fail returns nonzero */
   memset(&b->s, 0, sizeof b->s);
-  bs_put_u64be(kb, id);
+  bs__put_u64be(kb, id);
   mrc = mdb_get(txn, c->db->bstate, &k, &v);
   if (mrc == MDB_NOTFOUND)
-    return bs_fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state", (unsigned long long)id);
+    return bs__fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state",
+                    (unsigned long long)id);
   if (mrc) return mdb_err(c, mrc, "compact: bucket state");
-  if (bs_bucket_state_decode(&v, &b->s))
-    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket state does not decode",
-                   (unsigned long long)id);
+  if (bs__bucket_state_decode(&v, &b->s))
+    return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket state does not decode",
+                    (unsigned long long)id);
   /* copy the name out of the map: writes in this transaction may move it */
   if (b->s.name.size > sizeof b->name)
-    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket name too long",
-                   (unsigned long long)id);
+    return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: bucket name too long",
+                    (unsigned long long)id);
   if (b->s.name.size) memcpy(b->name, b->s.name.data, b->s.name.size);
   b->s.name.data = b->name;
   return BS_OK;
 }
 
 static int state_save(cctx *c, MDB_txn *txn, uint64_t id, const bstate *b) {
-  return bs_bucket_state_put(c->db, txn, id, &b->s, c->err);
+  return bs__bucket_state_put(c->db, txn, id, &b->s, c->err);
 }
 
 /* The highest op id stored in the bucket (0 if none), through the job cursor on ops. */
@@ -132,9 +133,9 @@ static int last_op_of(cctx *c, uint64_t id, uint64_t *out) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  bs_lmdb_op_key(kb, id, UINT64_MAX);
+  bs__lmdb_op_key(kb, id, UINT64_MAX);
   mrc = seek_le(c->oc, kb, 16, &k, &v);
-  *out = mrc == 0 && in_bucket(&k, id) ? bs_get_u64be((const unsigned char *)k.mv_data + 8) : 0;
+  *out = mrc == 0 && in_bucket(&k, id) ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0;
   return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: last op") : BS_OK;
 }
 
@@ -146,7 +147,7 @@ static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, uint
   if (d->changed) {
     b.s.count = (uint64_t)((int64_t)b.s.count + d->count);
     b.s.bytes = (uint64_t)((int64_t)b.s.bytes + d->bytes);
-    b.s.checksum = bs_cksum_sub(b.s.checksum, d->checksum_sub);
+    b.s.checksum = bs__cksum_sub(b.s.checksum, d->checksum_sub);
     b.s.generation++;
     if (d->clear.n >= 2) {
       /* the new CLEAR's span starts where the old leading CLEAR's did, if it folded one */
@@ -187,25 +188,25 @@ static int run_write(cctx *c, step_fn fn, void *arg, size_t arg_size) {
   bs_compact_stats stats = *c->stats;
   for (;;) {
     MDB_txn *txn = NULL;
-    int rc = bs_lmdb_txn_begin(c->db, 0, &txn, c->err);
+    int rc = bs__lmdb_txn_begin(c->db, 0, &txn, c->err);
     if (rc) return rc;
     memcpy(saved, arg, arg_size);
     rc = fn(c, txn, arg);
     if (rc)
-      bs_lmdb_txn_abort(c->db, txn);
+      bs__lmdb_txn_abort(c->db, txn);
     else
-      rc = bs_lmdb_txn_commit(c->db, txn, c->err);
+      rc = bs__lmdb_txn_commit(c->db, txn, c->err);
     if (rc != BS_LMDB_MAPFULL) return rc;
     memcpy(arg, saved, arg_size);
     *c->stats = stats;
-    if ((rc = bs_lmdb_grow(c->db, c->err))) return rc;
+    if ((rc = bs__lmdb_grow(c->db, c->err))) return rc;
   }
 }
 #define RUN(c, fn, a) run_write((c), (fn), (a), sizeof *(a))
 
 static int progress(cctx *c) {
   if (c->o.progress && c->o.progress(c->stats, c->o.progress_payload))
-    return bs_fail(c->err, BS_ECANCELED, "compaction cancelled by the progress callback");
+    return bs__fail(c->err, BS_ECANCELED, "compaction cancelled by the progress callback");
   return BS_OK;
 }
 
@@ -219,8 +220,8 @@ static int copy_val(cctx *c, bs_val *v, unsigned char **buf) {
   unsigned char *p;
   *buf = NULL;
   if (!v->size) return BS_OK;
-  p = bs_malloc(&c->db->base.alloc, v->size);
-  if (!p) return bs_fail(c->err, BS_ENOMEM, "compact: stream record copy");
+  p = bs__malloc(&c->db->base.alloc, v->size);
+  if (!p) return bs__fail(c->err, BS_ENOMEM, "compact: stream record copy");
   memcpy(p, v->data, v->size);
   v->data = p;
   *buf = p;
@@ -230,10 +231,10 @@ static int copy_val(cctx *c, bs_val *v, unsigned char **buf) {
 /* Raises the stream record's compaction fields (never lowers them); param_cursor is set. */
 static int rec_raise_step(cctx *c, MDB_txn *txn, void *arg) {
   const rec_raise *r = arg;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   unsigned char *bufs[5] = {0};
   int rc, i;
-  if ((rc = bs_stream_rec_get(c->db, txn, c->stream, &rec, c->err))) return rc;
+  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &rec, c->err))) return rc;
   /* the record's byte strings point into the map; copy them before rewriting it */
   bs_val *vals[5] = {&rec.name, &rec.checkpoint_lsn, &rec.resume_lsn, &rec.no_checkpoint_before,
                      &rec.last_error};
@@ -243,21 +244,21 @@ static int rec_raise_step(cctx *c, MDB_txn *txn, void *arg) {
     if (r->param_horizon > rec.param_horizon) rec.param_horizon = r->param_horizon;
     if (r->param_cursor > rec.param_cursor) rec.param_cursor = r->param_cursor;
     if (r->changes_fence > rec.changes_fence) rec.changes_fence = r->changes_fence;
-    rc = bs_stream_rec_put(c->db, txn, &rec, c->err);
+    rc = bs__stream_rec_put(c->db, txn, &rec, c->err);
   }
-  for (i = 0; i < 5; i++) bs_free(&c->db->base.alloc, bufs[i]);
+  for (i = 0; i < 5; i++) bs__free(&c->db->base.alloc, bufs[i]);
   return rc;
 }
 
-static int read_rec(cctx *c, bs_stream_rec *out) {
+static int read_rec(cctx *c, bs__stream_rec *out) {
   MDB_txn *txn;
-  int rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
+  int rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
   if (rc) return rc;
-  rc = bs_stream_rec_get(c->db, txn, c->stream, out, c->err);
+  rc = bs__stream_rec_get(c->db, txn, c->stream, out, c->err);
   /* only the integers are used after the snapshot closes */
   out->name.data = out->checkpoint_lsn.data = out->resume_lsn.data = NULL;
   out->no_checkpoint_before.data = out->last_error.data = NULL;
-  bs_lmdb_txn_abort(c->db, txn);
+  bs__lmdb_txn_abort(c->db, txn);
   return rc;
 }
 
@@ -267,12 +268,12 @@ static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
   unsigned char kb[16], qk[12];
   MDB_val k, v, q = {12, qk};
   int mrc;
-  bs_lmdb_op_key(kb, bucket, 0);
+  bs__lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(c->ec, kb, 16, &k, &v);
   if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
-  bs_put_u32be(qk, c->stream);
-  bs_put_u64be(qk + 4, bucket);
+  bs__put_u32be(qk, c->stream);
+  bs__put_u64be(qk + 4, bucket);
   mrc = mdb_del(txn, c->db->cqueue, &q, NULL);
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: dequeue bucket");
   return BS_OK;
@@ -281,14 +282,14 @@ static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
 /* Initial replication deletes ops only while no checkpoint exists: checked in every
  * transaction, since a writer may commit the first checkpoint between two of them. */
 static int still_initial(cctx *c, MDB_txn *txn) {
-  bs_stream_rec rec;
-  int rc = bs_stream_rec_get(c->db, txn, c->stream, &rec, c->err);
+  bs__stream_rec rec;
+  int rc = bs__stream_rec_get(c->db, txn, c->stream, &rec, c->err);
   if (rc) return rc;
   if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (contract.md 6) */
-    return bs_fail(c->err, BS_ESTATE,
-                   "stream %u has a checkpoint (%llu): initial-replication "
-                   "compaction only runs before the first one",
-                   c->stream, (unsigned long long)rec.checkpoint);
+    return bs__fail(c->err, BS_ESTATE,
+                    "stream %u has a checkpoint (%llu): initial-replication "
+                    "compaction only runs before the first one",
+                    c->stream, (unsigned long long)rec.checkpoint);
   return BS_OK;
 }
 
@@ -296,7 +297,7 @@ static int still_initial(cctx *c, MDB_txn *txn) {
  *
  * After the MOVE/CLEAR pass, a bucket whose live rows are a small fraction of its ops (a PUT
  * near the start pins a long tail of MOVEs and REMOVEs) gets its live PUTs re-emitted at the end
- * (bs_lmdb_reemit, the writer's own path), so that the next compaction covering the new ops
+ * (bs__lmdb_reemit, the writer's own path), so that the next compaction covering the new ops
  * folds everything before them into one CLEAR. What is live comes from the source records, not
  * from the ops: a record's membership names the row's latest op in the bucket, and the record's
  * key (table id, replica id) is what the re-emission must update, which an op (whose subkey is a
@@ -312,7 +313,7 @@ typedef struct dscan {
   uint64_t horizon;
   uint64_t *live, *bytes;      /* pass 1: per candidate */
   const unsigned char *chosen; /* pass 2: per candidate */
-  bs_lmdb_reemit_row *rows;
+  bs__lmdb_reemit_row *rows;
   size_t n_rows, cap_rows;
   unsigned char *keys;
   size_t keys_used, keys_cap;
@@ -339,7 +340,7 @@ static int dscan_member(uint64_t bucket, uint64_t op, void *payload) {
   if (op > s->horizon || !find_id(s->ids, s->n, bucket, &i)) return BS_OK;
   if (s->pass == 1) {
     s->live[i]++;
-    s->bytes[i] += sizeof(bs_lmdb_reemit_row) + s->key->mv_size;
+    s->bytes[i] += sizeof(bs__lmdb_reemit_row) + s->key->mv_size;
     return BS_OK;
   }
   if (!s->chosen[i]) return BS_OK;
@@ -363,13 +364,13 @@ static int dscan_pass(cctx *c, MDB_txn *txn, dscan *s, int pass) {
   int mrc, rc = BS_OK;
   s->pass = pass;
   if ((mrc = mdb_cursor_open(txn, c->db->source, &cur))) return mdb_err(c, mrc, "compact: cursor");
-  bs_put_u32be(kb, c->stream);
+  bs__put_u32be(kb, c->stream);
   for (mrc = seek_ge(cur, kb, 4, &k, &v); mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (k.mv_size < 8 || bs_get_u32be(k.mv_data) != c->stream) break;
+    if (k.mv_size < 8 || bs__get_u32be(k.mv_data) != c->stream) break;
     /* cppcheck-suppress autoVariables ; reset to NULL before this frame returns */
     s->key = &k;
-    if ((rc = bs_lmdb_srec_members(&v, dscan_member, s))) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "defragment: a source record does not decode");
+    if ((rc = bs__lmdb_srec_members(&v, dscan_member, s))) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "defragment: a source record does not decode");
       break;
     }
   }
@@ -385,7 +386,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 static int cmp_row(const void *a, const void *b) {
-  const bs_lmdb_reemit_row *x = a, *y = b;
+  const bs__lmdb_reemit_row *x = a, *y = b;
   if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
   return x->old_op < y->old_op ? -1 : x->old_op > y->old_op;
 }
@@ -399,13 +400,13 @@ static int defrag_plan(cctx *c, dscan *s) {
   size_t rows = 0;
   MDB_txn *txn = NULL;
   int rc;
-  if (!(s->live = bs_calloc(a, s->n, sizeof *s->live)) ||
-      !(s->bytes = bs_calloc(a, s->n, sizeof *s->bytes)) || !(chosen = bs_calloc(a, s->n, 1))) {
-    rc = bs_fail(c->err, BS_ENOMEM, "defragment: plan");
+  if (!(s->live = bs__calloc(a, s->n, sizeof *s->live)) ||
+      !(s->bytes = bs__calloc(a, s->n, sizeof *s->bytes)) || !(chosen = bs__calloc(a, s->n, 1))) {
+    rc = bs__fail(c->err, BS_ENOMEM, "defragment: plan");
     goto out;
   }
   s->chosen = chosen;
-  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) goto out;
+  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) goto out;
   if ((rc = dscan_pass(c, txn, s, 1))) goto out;
   for (size_t i = 0; i < s->n; i++) {
     bstate b;
@@ -423,9 +424,9 @@ static int defrag_plan(cctx *c, dscan *s) {
   }
   rc = BS_OK;
   if (!rows) goto out;
-  if (!(s->rows = bs_calloc(a, rows, sizeof *s->rows)) ||
-      !(s->keys = bs_malloc(a, used ? used : 1))) {
-    rc = bs_fail(c->err, BS_ENOMEM, "defragment: %zu rows", rows);
+  if (!(s->rows = bs__calloc(a, rows, sizeof *s->rows)) ||
+      !(s->keys = bs__malloc(a, used ? used : 1))) {
+    rc = bs__fail(c->err, BS_ENOMEM, "defragment: %zu rows", rows);
     goto out;
   }
   s->cap_rows = rows;
@@ -433,14 +434,14 @@ static int defrag_plan(cctx *c, dscan *s) {
   if ((rc = dscan_pass(c, txn, s, 2))) goto out;
   qsort(s->rows, s->n_rows, sizeof *s->rows, cmp_row);
 out:
-  bs_lmdb_txn_abort(c->db, txn);
+  bs__lmdb_txn_abort(c->db, txn);
   s->chosen = NULL;
-  bs_free(a, chosen);
+  bs__free(a, chosen);
   return rc;
 }
 
 typedef struct reemit_arg {
-  const bs_lmdb_reemit_row *rows;
+  const bs__lmdb_reemit_row *rows;
   size_t n, i;
 } reemit_arg;
 
@@ -450,7 +451,7 @@ static int reemit_step(cctx *c, MDB_txn *txn, void *arg) {
   uint64_t emitted;
   int rc;
   if (k > c->o.max_ops_per_txn) k = c->o.max_ops_per_txn;
-  if ((rc = bs_lmdb_reemit(c->db, txn, c->stream, r->rows + r->i, k, &emitted, c->err))) return rc;
+  if ((rc = bs__lmdb_reemit(c->db, txn, c->stream, r->rows + r->i, k, &emitted, c->err))) return rc;
   r->i += k;
   c->stats->ops_reemitted += emitted;
   return BS_OK;
@@ -478,10 +479,10 @@ static int defragment(cctx *c, uint64_t horizon) {
       if (!rc) rc = progress(c);
     }
   }
-  bs_free(a, s.live);
-  bs_free(a, s.bytes);
-  bs_free(a, s.rows);
-  bs_free(a, s.keys);
+  bs__free(a, s.live);
+  bs__free(a, s.bytes);
+  bs__free(a, s.rows);
+  bs__free(a, s.keys);
   return rc;
 }
 
@@ -489,8 +490,8 @@ static int defragment(cctx *c, uint64_t horizon) {
 static int defrag_note(cctx *c, uint64_t bucket) {
   if (c->n_dids == c->cap_dids) {
     size_t cap = c->cap_dids ? c->cap_dids * 2 : 64;
-    uint64_t *p = bs_realloc(&c->db->base.alloc, c->dids, cap * sizeof *p);
-    if (!p) return bs_fail(c->err, BS_ENOMEM, "defragment: candidate buckets");
+    uint64_t *p = bs__realloc(&c->db->base.alloc, c->dids, cap * sizeof *p);
+    if (!p) return bs__fail(c->err, BS_ENOMEM, "defragment: candidate buckets");
     c->dids = p;
     c->cap_dids = cap;
   }
@@ -570,19 +571,19 @@ static int txn_full(const cctx *c) {
 static int superseded(const cctx *c, const bs_op *op, uint64_t *target) {
   uint64_t latest;
   if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
-  if (!bs_seen_find(&c->seen, op, &latest) || latest <= op->op_id) return 0;
+  if (!bs__seen_find(&c->seen, op, &latest) || latest <= op->op_id) return 0;
   *target = latest;
   return 1;
 }
 
 static int bad_op(cctx *c, uint64_t bucket) {
-  return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
-                 (unsigned long long)bucket);
+  return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
+                  (unsigned long long)bucket);
 }
 
 static int bad_entry(cctx *c, uint64_t bucket) {
-  return bs_fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
-                 (unsigned long long)bucket);
+  return bs__fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                  (unsigned long long)bucket);
 }
 
 static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
@@ -604,7 +605,7 @@ static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   if (w->mode == W_INC) {
     w->j.phase = J_IFOLD;
   } else {
-    bs_seen_clear(&c->seen);
+    bs__seen_clear(&c->seen);
     c->seen_job = w->j.seq;
     w->j.phase = J_SCAN;
     w->j.pos = w->horizon;
@@ -639,7 +640,7 @@ static int put_bare(cctx *c, const MDB_val *k, bs_op_type t, uint32_t checksum, 
   bare.checksum = checksum;
   bare.target_op = target;
   memcpy(kb, k->mv_data, sizeof kb); /* k points into the map, which the put changes */
-  bs_lmdb_op_encode(vb, &bare);
+  bs__lmdb_op_encode(vb, &bare);
   return mdb_cursor_put(c->oc, &ck, &cv, MDB_CURRENT);
 }
 
@@ -662,12 +663,12 @@ static int scan_full(cctx *c, work *w, uint64_t bucket) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  bs_lmdb_op_key(kb, bucket, j->pos);
+  bs__lmdb_op_key(kb, bucket, j->pos);
   for (mrc = seek_le(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
        mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV)) {
     bs_op op;
     uint64_t target;
-    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
+    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (txn_full(c)) {
       j->pos = op.op_id;
       return BS_OK;
@@ -675,7 +676,7 @@ static int scan_full(cctx *c, work *w, uint64_t bucket) {
     c->visits++;
     j->run++;
     if (op.type == BS_OP_CLEAR) break; /* a CLEAR has nothing before it */
-    if (bs_compact_plan_move(&c->seen, &op, &target)) {
+    if (bs__compact_plan_move(&c->seen, &op, &target)) {
       if (op.op_id > j->max_moved) j->max_moved = op.op_id;
     } else if (op.type == BS_OP_PUT) {
       j->run = 0; /* a surviving PUT: the leading run starts below it */
@@ -695,7 +696,7 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t mo
   unsigned char kb[16];
   size_t i;
   int mrc;
-  bs_lmdb_op_key(kb, bucket, 0);
+  bs__lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(c->oc, kb, 16, &k, &v);
   for (i = 0; i < n && mrc == 0; i++) {
     if (!in_bucket(&k, bucket)) break;
@@ -703,14 +704,14 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t mo
       if ((mrc = mdb_cursor_del(c->oc, 0))) break;
       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT);
     } else {
-      if (bs_get_u64be((const unsigned char *)k.mv_data + 8) != d->clear.last_op) break;
+      if (bs__get_u64be((const unsigned char *)k.mv_data + 8) != d->clear.last_op) break;
       mrc = put_bare(c, &k, BS_OP_CLEAR, d->clear.checksum, d->clear.target_op);
     }
   }
   if (mrc) return mdb_err(c, mrc, "compact: fold");
   if (i < n)
-    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
-                   (unsigned long long)bucket);
+    return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
+                    (unsigned long long)bucket);
   d->changed = 1;
   d->count = -(int64_t)(n - 1);
   d->bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d->clear.bytes;
@@ -735,7 +736,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     return BS_OK;
   }
   /* pass 1: this transaction's share of the run, and what the CLEAR will carry */
-  bs_lmdb_op_key(kb, bucket, 0);
+  bs__lmdb_op_key(kb, bucket, 0);
   for (mrc = seek_ge(c->oc, kb, 16, &k, &v);; mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
@@ -744,7 +745,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       break;
     }
     if (n == room) break;
-    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
+    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (op.op_id > w->horizon) {
       ended = 1;
       break;
@@ -756,7 +757,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       ended = 1;
       break;
     }
-    bs_clear_acc_add(&d->clear, &op, v.mv_size);
+    bs__clear_acc_add(&d->clear, &op, v.mv_size);
     n++;
     c->visits++;
   }
@@ -781,12 +782,12 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
-  bs_lmdb_op_key(kb, bucket, j->pos);
+  bs__lmdb_op_key(kb, bucket, j->pos);
   for (mrc = seek_ge(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
        mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
     uint64_t target;
-    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
+    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (op.op_id > last) break;
     if (txn_full(c)) {
       j->pos = op.op_id;
@@ -809,13 +810,13 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
-  bs_lmdb_op_key(kb, bucket, j->pos);
+  bs__lmdb_op_key(kb, bucket, j->pos);
   mrc = seek_le(c->oc, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     bs_op op;
     uint64_t latest = 0;
     int del, seen;
-    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
+    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (txn_full(c)) {
       j->pos = op.op_id;
       return BS_OK;
@@ -824,7 +825,7 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     if (op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) {
       del = 1; /* pure residue of superseded ops */
     } else {
-      seen = bs_seen_visit(&c->seen, &op, &latest);
+      seen = bs__seen_visit(&c->seen, &op, &latest);
       if (seen && latest > op.op_id)
         del = 1;
       else if (seen ? latest == op.op_id : !c->seen.full)
@@ -838,13 +839,13 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     }
     d->count--;
     d->bytes -= (int64_t)v.mv_size;
-    d->checksum_sub = bs_cksum_add(d->checksum_sub, op.checksum);
+    d->checksum_sub = bs__cksum_add(d->checksum_sub, op.checksum);
     d->removed++;
     d->deleted = d->changed = 1;
     if (op.type == BS_OP_CLEAR) d->clear_dropped = 1;
     c->changes++;
     if ((mrc = mdb_cursor_del(c->oc, 0))) return mdb_err(c, mrc, "compact: delete op");
-    bs_lmdb_op_key(kb, bucket, op.op_id - 1);
+    bs__lmdb_op_key(kb, bucket, op.op_id - 1);
     mrc = seek_le(c->oc, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
@@ -871,9 +872,9 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   unsigned char kb[16], ekb[16];
   int mrc, erc, rc, ended = 0, cut = 0;
   /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
-  bs_lmdb_op_key(kb, bucket, 0);
+  bs__lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(oc, kb, 16, &k, &v);
-  bs_lmdb_op_key(ekb, bucket, j->pos);
+  bs__lmdb_op_key(ekb, bucket, j->pos);
   erc = seek_ge(ec, ekb, 16, &ek, &ev);
   for (;;) {
     bs_op op;
@@ -887,7 +888,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       stop = last + 1;
       break;
     }
-    if (bs_lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
+    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (op.op_id > w->horizon) {
       ended = 1;
       stop = op.op_id;
@@ -896,8 +897,8 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     /* entries of ops no longer stored (folded or deleted earlier), then this op's own */
     for (; has_e; has_e = erc == 0 && in_bucket(&ek, bucket)) {
       if (ev.mv_size != 8) return bad_entry(c, bucket);
-      eold = bs_get_u64be((const unsigned char *)ek.mv_data + 8);
-      enw = bs_get_u64le(ev.mv_data);
+      eold = bs__get_u64be((const unsigned char *)ek.mv_data + 8);
+      enw = bs__get_u64le(ev.mv_data);
       if (eold >= op.op_id) break;
       at = enw <= w->horizon && budget > 0;
       if (n + kn + (size_t)at > room || c->visits >= c->max_visits) {
@@ -933,7 +934,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       op.target_op = enw; /* as the MOVE INC would write */
       moved++;
     }
-    bs_clear_acc_add(&d->clear, &op, v.mv_size);
+    bs__clear_acc_add(&d->clear, &op, v.mv_size);
     n++;
     last = op.op_id;
     if (at) {
@@ -957,10 +958,10 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   /* pass 2: the fold, then the first kn due entries from pos */
   if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
-  bs_lmdb_op_key(ekb, bucket, j->pos);
+  bs__lmdb_op_key(ekb, bucket, j->pos);
   erc = seek_ge(ec, ekb, 16, &ek, &ev);
   for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
-    if (ev.mv_size == 8 && bs_get_u64le(ev.mv_data) <= w->horizon) {
+    if (ev.mv_size == 8 && bs__get_u64le(ev.mv_data) <= w->horizon) {
       if ((erc = mdb_cursor_del(ec, 0))) break;
       del++;
     }
@@ -968,8 +969,9 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: delete superseded entry");
   if (del < kn)
-    return bs_fail(c->err, BS_ECORRUPT, "bucket id %llu: superseded entries changed under the fold",
-                   (unsigned long long)bucket);
+    return bs__fail(c->err, BS_ECORRUPT,
+                    "bucket id %llu: superseded entries changed under the fold",
+                    (unsigned long long)bucket);
   w->budget = budget;
   c->changes += n + kn;
   if (kn) j->consumed = 1;
@@ -989,15 +991,15 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
-  bs_lmdb_op_key(kb, bucket, j->pos);
+  bs__lmdb_op_key(kb, bucket, j->pos);
   mrc = seek_ge(cur, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
-    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8), nw;
+    uint64_t old = bs__get_u64be((const unsigned char *)k.mv_data + 8), nw;
     unsigned char ok[16];
     MDB_val opk = {16, ok}, opv;
     bs_op op;
     if (v.mv_size != 8) return bad_entry(c, bucket);
-    nw = bs_get_u64le(v.mv_data);
+    nw = bs__get_u64le(v.mv_data);
     if (w->budget == 0) { /* out of budget: fold what was consumed, then stop */
       j->pos = old;
       j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
@@ -1013,11 +1015,11 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
       continue;
     }
     if (w->budget != UINT64_MAX) w->budget--;
-    bs_lmdb_op_key(ok, bucket, old);
+    bs__lmdb_op_key(ok, bucket, old);
     mrc = mdb_cursor_get(c->oc, &opk, &opv, MDB_SET_KEY);
     if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: read op");
     if (mrc == 0) {
-      if (bs_lmdb_op_decode(&opk, &opv, &op)) return bad_op(c, bucket);
+      if (bs__lmdb_op_decode(&opk, &opv, &op)) return bad_op(c, bucket);
       /* target = the op that replaced it: a reader at C >= target reads that op too, and
        * if it was replaced in turn, its own MOVE reports the next target */
       if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old &&
@@ -1027,7 +1029,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
     j->consumed = 1;
     c->changes++;
     if ((mrc = mdb_cursor_del(cur, 0))) return mdb_err(c, mrc, "compact: delete superseded entry");
-    bs_lmdb_op_key(kb, bucket, old + 1);
+    bs__lmdb_op_key(kb, bucket, old + 1);
     mrc = seek_ge(cur, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
@@ -1044,22 +1046,22 @@ static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
-  bs_lmdb_op_key(kb, bucket, j->pos);
+  bs__lmdb_op_key(kb, bucket, j->pos);
   mrc = seek_ge(c->ec, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
-    uint64_t old = bs_get_u64be((const unsigned char *)k.mv_data + 8);
+    uint64_t old = bs__get_u64be((const unsigned char *)k.mv_data + 8);
     if (txn_full(c)) {
       j->pos = old;
       return BS_OK;
     }
     c->visits++;
-    if (v.mv_size == 8 && bs_get_u64le(v.mv_data) > w->horizon) {
+    if (v.mv_size == 8 && bs__get_u64le(v.mv_data) > w->horizon) {
       mrc = mdb_cursor_get(c->ec, &k, &v, MDB_NEXT);
       continue;
     }
     c->changes++;
     if ((mrc = mdb_cursor_del(c->ec, 0))) break;
-    bs_lmdb_op_key(kb, bucket, old + 1);
+    bs__lmdb_op_key(kb, bucket, old + 1);
     mrc = seek_ge(c->ec, kb, 16, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
@@ -1102,7 +1104,7 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       d.mark = 1;
       break;
     default:
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
     }
     if (!rc) rc = job_apply(c, txn, w, bucket, &d);
   }
@@ -1186,9 +1188,9 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
   MDB_val k, v;
   int rc, mrc;
   *n = 0;
-  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->buckets, &cur))) {
-    bs_lmdb_txn_abort(c->db, txn);
+    bs__lmdb_txn_abort(c->db, txn);
     return mdb_err(c, mrc, "compact: cursor");
   }
   mrc = seek_ge(cur, it->key, it->key_size, &k, &v);
@@ -1200,29 +1202,29 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
     uint64_t id;
     uint32_t stream;
     bs_val name;
-    if (k.mv_size < 4 || bs_get_u32be(k.mv_data) != c->stream) break;
+    if (k.mv_size < 4 || bs__get_u32be(k.mv_data) != c->stream) break;
     if (*n == BUCKET_BATCH) goto out;
-    if (bs_lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: bad bucket index entry");
+    if (bs__lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: bad bucket index entry");
       goto out;
     }
     memcpy(it->key, k.mv_data, k.mv_size);
     it->key_size = k.mv_size;
     if ((rc = state_load(c, txn, id, &b))) goto out;
-    if (bs_compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op,
-                              c->o.min_bucket_changes, initial ? 0.0 : c->o.min_change_ratio))
+    if (bs__compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op,
+                               c->o.min_bucket_changes, initial ? 0.0 : c->o.min_change_ratio))
       ids[(*n)++] = id;
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
   it->done = 1;
 out:
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(c->db, txn);
+  bs__lmdb_txn_abort(c->db, txn);
   return rc;
 }
 
 static void bucket_iter_init(bucket_iter *it, uint32_t stream) {
-  bs_put_u32be(it->key, stream);
+  bs__put_u32be(it->key, stream);
   it->key_size = 4;
   it->done = 0;
 }
@@ -1236,9 +1238,9 @@ static int compact_buckets(cctx *c, work *w, int initial) {
     for (i = 0; i < c->o.n_buckets; i++) {
       MDB_txn *txn;
       uint64_t id = 0;
-      if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
-      rc = bs_lmdb_bucket_id(c->db, txn, c->stream, c->o.buckets[i], &id, c->err);
-      bs_lmdb_txn_abort(c->db, txn);
+      if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+      rc = bs__lmdb_bucket_id(c->db, txn, c->stream, c->o.buckets[i], &id, c->err);
+      bs__lmdb_txn_abort(c->db, txn);
       if (rc == BS_ENOTFOUND) continue; /* an unknown bucket has nothing to compact */
       if (rc) return rc;
       ids[n++] = id;
@@ -1261,40 +1263,40 @@ static int compact_buckets(cctx *c, work *w, int initial) {
 /* ---- Incremental compaction ----------------------------------------------------------------- */
 
 /* The newest checkpoint at least min_age_ms old, from the `changes` records (flag 1). */
-static int incremental_horizon(cctx *c, const bs_stream_rec *rec, uint64_t *out) {
+static int incremental_horizon(cctx *c, const bs__stream_rec *rec, uint64_t *out) {
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[20];
-  int64_t limit = bs_now_ms() - c->o.min_age_ms;
+  int64_t limit = bs__now_ms() - c->o.min_age_ms;
   int rc, mrc;
   *out = 0;
   if (c->o.min_age_ms == 0) {
     *out = rec->checkpoint;
     return BS_OK;
   }
-  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->changes, &cur))) {
-    bs_lmdb_txn_abort(c->db, txn);
+    bs__lmdb_txn_abort(c->db, txn);
     return mdb_err(c, mrc, "compact: cursor");
   }
-  bs_put_u32be(kb, c->stream);
+  bs__put_u32be(kb, c->stream);
   memset(kb + 4, 0xff, 16);
   for (mrc = seek_le(cur, kb, 20, &k, &v); mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
     const unsigned char *p = v.mv_data;
-    if (k.mv_size != 20 || bs_get_u32be(k.mv_data) != c->stream) break;
+    if (k.mv_size != 20 || bs__get_u32be(k.mv_data) != c->stream) break;
     if (v.mv_size < 17) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: short change record");
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: short change record");
       break;
     }
-    if ((p[16] & 1) && (int64_t)bs_get_u64le(p + 8) <= limit) {
-      *out = bs_get_u64be((const unsigned char *)k.mv_data + 4);
+    if ((p[16] & 1) && (int64_t)bs__get_u64le(p + 8) <= limit) {
+      *out = bs__get_u64be((const unsigned char *)k.mv_data + 4);
       break;
     }
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: change records");
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(c->db, txn);
+  bs__lmdb_txn_abort(c->db, txn);
   return rc;
 }
 
@@ -1306,18 +1308,18 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   unsigned char kb[12];
   int rc, mrc;
   *n = 0;
-  if ((rc = bs_lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
+  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->cqueue, &cur))) {
-    bs_lmdb_txn_abort(c->db, txn);
+    bs__lmdb_txn_abort(c->db, txn);
     return mdb_err(c, mrc, "compact: cursor");
   }
-  bs_put_u32be(kb, c->stream);
-  bs_put_u64be(kb + 4, *after);
+  bs__put_u32be(kb, c->stream);
+  bs__put_u64be(kb + 4, *after);
   for (mrc = seek_ge(cur, kb, 12, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     uint64_t id;
-    if (k.mv_size != 12 || bs_get_u32be(k.mv_data) != c->stream) break;
-    id = bs_get_u64be((const unsigned char *)k.mv_data + 4);
+    if (k.mv_size != 12 || bs__get_u32be(k.mv_data) != c->stream) break;
+    id = bs__get_u64be((const unsigned char *)k.mv_data + 4);
     if (*started && id <= *after) continue;
     ids[(*n)++] = id;
     *after = id;
@@ -1325,7 +1327,7 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(c->db, txn);
+  bs__lmdb_txn_abort(c->db, txn);
   return rc;
 }
 
@@ -1367,7 +1369,7 @@ _Static_assert(sizeof(param_arg) <= ARG_MAX, "run_write saves step arguments in 
 static int rid_seen(const cctx *a, const unsigned char *rid, size_t n) {
   size_t off = 0;
   while (off < a->rids_size) {
-    size_t len = bs_get_u16le(a->rids + off);
+    size_t len = bs__get_u16le(a->rids + off);
     if (len == n && memcmp(a->rids + off + 2, rid, n) == 0) return 1;
     off += 2 + len;
   }
@@ -1377,12 +1379,12 @@ static int rid_seen(const cctx *a, const unsigned char *rid, size_t n) {
 static int rid_add(cctx *a, const unsigned char *rid, size_t n) {
   if (a->rids_cap - a->rids_size < n + 2) {
     size_t ncap = (a->rids_cap ? a->rids_cap * 2 : 1024) + n + 2;
-    unsigned char *p = bs_realloc(&a->db->base.alloc, a->rids, ncap);
-    if (!p) return bs_fail(a->err, BS_ENOMEM, "compact: parameter group");
+    unsigned char *p = bs__realloc(&a->db->base.alloc, a->rids, ncap);
+    if (!p) return bs__fail(a->err, BS_ENOMEM, "compact: parameter group");
     a->rids = p;
     a->rids_cap = ncap;
   }
-  bs_put_u16le(a->rids + a->rids_size, (uint32_t)n);
+  bs__put_u16le(a->rids + a->rids_size, (uint32_t)n);
   memcpy(a->rids + a->rids_size + 2, rid, n);
   a->rids_size += 2 + n;
   return BS_OK;
@@ -1408,10 +1410,10 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
     uint32_t stream, n_sets;
     bs_val lookup, rid;
     int del = 0;
-    if (k.mv_size < 4 || bs_get_u32be(k.mv_data) != c->stream) break;
-    if (bs_lmdb_param_key_decode(&k, &stream, &lookup, &op) ||
-        bs_lmdb_param_value_decode(&v, &rid, &n_sets, NULL)) {
-      rc = bs_fail(c->err, BS_ECORRUPT, "compact: parameter entry does not decode");
+    if (k.mv_size < 4 || bs__get_u32be(k.mv_data) != c->stream) break;
+    if (bs__lmdb_param_key_decode(&k, &stream, &lookup, &op) ||
+        bs__lmdb_param_value_decode(&v, &rid, &n_sets, NULL)) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: parameter entry does not decode");
       goto out;
     }
     gsize = k.mv_size - 8;
@@ -1481,7 +1483,7 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
   /* everything at or below the cursor was reduced by an earlier pass at that horizon; with no
    * newer horizon there is nothing to do */
   if (horizon > cursor) {
-    bs_put_u32be(a.resume, c->stream + 1u);
+    bs__put_u32be(a.resume, c->stream + 1u);
     a.resume_size = 4;
     if (c->stream == UINT32_MAX) {
       memset(a.resume, 0xff, sizeof a.resume);
@@ -1498,20 +1500,20 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
 
 /* ---- Entry points --------------------------------------------------------------------------- */
 
-int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
-                    bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                     bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   bs_compact_stats local;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   cctx c;
   uint64_t horizon;
   int rc;
   memset(&c, 0, sizeof c);
   if (!stats) stats = &local;
   memset(stats, 0, sizeof *stats);
-  if ((rc = bs_compact_options_resolve(&c.o, opts, err))) return rc;
+  if ((rc = bs__compact_options_resolve(&c.o, opts, err))) return rc;
   if (ls->db->base.flags & BS_OPEN_RDONLY)
-    return bs_fail(err, BS_ESTATE, "compact: the database is open read-only");
+    return bs__fail(err, BS_ESTATE, "compact: the database is open read-only");
   c.db = ls->db;
   c.stream = st->stream_id;
   c.stats = stats;
@@ -1519,8 +1521,8 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
   c.max_visits = max_visits(c.o.max_ops_per_txn);
   if (c.o.delete_checkpoint_requests_before_ms > 0) {
     uint64_t deleted = 0;
-    rc = bs_lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
-                                                   &deleted, err);
+    rc = bs__lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
+                                                    &deleted, err);
     if (rc) return rc;
     stats->checkpoint_requests_deleted = deleted;
   }
@@ -1534,7 +1536,7 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
   /* nothing above the last persisted op exists yet; a writer may be about to allocate it */
   if (horizon > rec.op_head) horizon = rec.op_head;
   if (horizon == 0) return BS_OK;
-  bs_seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
+  bs__seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
   {
     /* raised before any op changes, so whoever sees a change also sees the horizon */
     rec_raise r = {horizon, 0, 0, 0};
@@ -1543,20 +1545,20 @@ int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_s
   if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon) : compact_full(&c, horizon);
   if (!rc) rc = defragment(&c, horizon);
   if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
-  bs_seen_free(&c.seen);
-  bs_free(&c.db->base.alloc, c.rids);
-  bs_free(&c.db->base.alloc, c.dids);
+  bs__seen_free(&c.seen);
+  bs__free(&c.db->base.alloc, c.rids);
+  bs__free(&c.db->base.alloc, c.dids);
   return rc;
 }
 
 /* ---- Initial-replication compaction -------------------------------------------------------- */
 
-int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                        uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                        bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+int bs__lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                         bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   bs_compact_stats stats;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   cctx c;
   work w;
   int rc;
@@ -1564,29 +1566,29 @@ int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
   memset(&stats, 0, sizeof stats);
   memset(&w, 0, sizeof w);
   if (buckets_out) *buckets_out = 0;
-  if ((rc = bs_compact_options_resolve(&c.o, NULL, err))) return rc;
+  if ((rc = bs__compact_options_resolve(&c.o, NULL, err))) return rc;
   c.o.min_bucket_changes = min_bucket_changes ? min_bucket_changes : 1;
   if (ls->db->base.flags & BS_OPEN_RDONLY)
-    return bs_fail(err, BS_ESTATE, "compact_initial_replication: the database is read-only");
+    return bs__fail(err, BS_ESTATE, "compact_initial_replication: the database is read-only");
   c.db = ls->db;
   c.stream = st->stream_id;
   c.stats = &stats;
   c.err = err;
   c.max_visits = max_visits(c.o.max_ops_per_txn);
-  if (max_op_id >= (1ull << 63)) return bs_fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
+  if (max_op_id >= (1ull << 63)) return bs__fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
   if ((rc = read_rec(&c, &rec))) return rc;
   if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (contract.md 6) */
-    return bs_fail(err, BS_ESTATE,
-                   "stream %u has a checkpoint (%llu): initial-replication "
-                   "compaction only runs before the first one",
-                   c.stream, (unsigned long long)rec.checkpoint);
+    return bs__fail(err, BS_ESTATE,
+                    "stream %u has a checkpoint (%llu): initial-replication "
+                    "compaction only runs before the first one",
+                    c.stream, (unsigned long long)rec.checkpoint);
   w.mode = W_INITIAL;
   w.horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
   w.budget = UINT64_MAX;
   if (w.horizon == 0) return BS_OK;
-  bs_seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
+  bs__seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
   rc = compact_buckets(&c, &w, 1);
-  bs_seen_free(&c.seen);
+  bs__seen_free(&c.seen);
   if (buckets_out) *buckets_out = w.processed;
   return rc;
 }

@@ -64,33 +64,33 @@ static int read_meta(int fd, const char *path, uint64_t size, unsigned i, uint64
   uint64_t off = i * psize;
   ssize_t got = pread(fd, buf, sizeof buf, (off_t)off);
   if (got < 0)
-    return bs_fail(err, BS_EIO, "%s: reading meta page %u: %s", path, i, strerror(errno));
+    return bs__fail(err, BS_EIO, "%s: reading meta page %u: %s", path, i, strerror(errno));
   if ((size_t)got < sizeof h + 8) {
     if (i == 0)
-      return bs_fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file (%llu bytes)", path,
-                     (unsigned long long)size);
-    return bs_fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta pages need %llu", path,
-                   (unsigned long long)size, (unsigned long long)(2 * psize));
+      return bs__fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file (%llu bytes)", path,
+                      (unsigned long long)size);
+    return bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta pages need %llu", path,
+                    (unsigned long long)size, (unsigned long long)(2 * psize));
   }
   memcpy(&h, buf, sizeof h);
   memcpy(m, buf + sizeof h,
          (size_t)got - sizeof h < sizeof *m ? (size_t)got - sizeof h : sizeof *m);
   if (m->magic != LF_MAGIC || !(h.flags & LF_P_META))
-    return i == 0 ? bs_fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file", path)
-                  : bs_fail(err, BS_ECORRUPT, "%s: damaged: LMDB meta page 1 is not a meta page",
-                            path);
+    return i == 0 ? bs__fail(err, BS_ECORRUPT, "%s: not an LMDB/bucketstore file", path)
+                  : bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB meta page 1 is not a meta page",
+                             path);
   if (m->version != LF_DATA_VERSION)
-    return bs_fail(err, BS_ECORRUPT,
-                   "%s: not an LMDB/bucketstore file (LMDB data version %u, "
-                   "this LMDB reads %u)",
-                   path, m->version, LF_DATA_VERSION);
+    return bs__fail(err, BS_ECORRUPT,
+                    "%s: not an LMDB/bucketstore file (LMDB data version %u, "
+                    "this LMDB reads %u)",
+                    path, m->version, LF_DATA_VERSION);
   if ((size_t)got < sizeof buf)
-    return bs_fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
-                   (unsigned long long)size, (unsigned long long)(off + sizeof buf));
+    return bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
+                    (unsigned long long)size, (unsigned long long)(off + sizeof buf));
   return BS_OK;
 }
 
-int bs_lmdb_file_check(const char *path, enum bs_lmdb_file_state *state, bs_error *err) {
+int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
   struct stat sb;
   lf_meta m[2];
   uint64_t size, psize, need;
@@ -103,44 +103,44 @@ int bs_lmdb_file_check(const char *path, enum bs_lmdb_file_state *state, bs_erro
     *state = BS_LMDB_FILE_MISSING;
     return BS_OK;
   }
-  if (fd < 0) return bs_fail(err, BS_EIO, "%s: %s", path, strerror(errno));
+  if (fd < 0) return bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
   if (fstat(fd, &sb) != 0) {
-    rc = bs_fail(err, BS_EIO, "%s: %s", path, strerror(errno));
+    rc = bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    rc = bs_fail(err, BS_ECORRUPT, "%s: not a regular file", path);
+    rc = bs__fail(err, BS_ECORRUPT, "%s: not a regular file", path);
     goto done;
   }
   size = (uint64_t)sb.st_size;
   if (size == 0) {
     *state = BS_LMDB_FILE_EMPTY;
-    rc = bs_fail(err, BS_ECORRUPT, "%s: empty file: not a bucketstore database", path);
+    rc = bs__fail(err, BS_ECORRUPT, "%s: empty file: not a bucketstore database", path);
     goto done;
   }
   if ((rc = read_meta(fd, path, size, 0, 0, &m[0], err)) != BS_OK) goto done;
   psize = m[0].dbs[0].pad;
   if (psize < LF_MIN_PAGE || psize > LF_MAX_PAGE || (psize & (psize - 1))) {
-    rc = bs_fail(err, BS_ECORRUPT, "%s: damaged: LMDB page size %llu", path,
-                 (unsigned long long)psize);
+    rc = bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB page size %llu", path,
+                  (unsigned long long)psize);
     goto done;
   }
   if (size < 2 * psize) {
-    rc = bs_fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta pages need %llu", path,
-                 (unsigned long long)size, (unsigned long long)(2 * psize));
+    rc = bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta pages need %llu", path,
+                  (unsigned long long)size, (unsigned long long)(2 * psize));
     goto done;
   }
   if ((rc = read_meta(fd, path, size, 1, psize, &m[1], err)) != BS_OK) goto done;
   cur = m[1].txnid > m[0].txnid ? &m[1] : &m[0];
   if (cur->last_pg < 1 || cur->last_pg >= UINT64_MAX / psize) {
-    rc = bs_fail(err, BS_ECORRUPT, "%s: damaged: LMDB meta page claims last page %llu", path,
-                 (unsigned long long)cur->last_pg);
+    rc = bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB meta page claims last page %llu", path,
+                  (unsigned long long)cur->last_pg);
     goto done;
   }
   need = ((uint64_t)cur->last_pg + 1) * psize;
   if (size < need) {
-    rc = bs_fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
-                 (unsigned long long)size, (unsigned long long)need);
+    rc = bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
+                  (unsigned long long)size, (unsigned long long)need);
     goto done;
   }
   *state = cur->dbs[1].entries == 0 ? BS_LMDB_FILE_NO_DATA : BS_LMDB_FILE_DATA;

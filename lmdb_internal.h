@@ -21,11 +21,11 @@
  *  sub-db      key                                                value
  *  meta        "format"                                           "bktstore" + u32 format version
  *              "seq.bucket"                                       u64 last global bucket id
- *              'S' u32be stream                                   stream record (bs_stream_rec)
+ *              'S' u32be stream                                   stream record (bs__stream_rec)
  *  tables      u32be stream | table name (rest)                   u32 table id (1, 2, ... per stream)
  *  buckets     u32be stream | bucket name (rest)                  u64 bucket id
- *  bstate      u64be bucket id                                    bucket state (bs_bucket_state)
- *  ops         u64be bucket id | u64be op id                      op (bs_lmdb_op_encode)
+ *  bstate      u64be bucket id                                    bucket state (bs__bucket_state)
+ *  ops         u64be bucket id | u64be op id                      op (bs__lmdb_op_encode)
  *  source      u32be stream | u32be table id | replica id (rest)  source record (lmdb.c private)
  *  params      u32be stream | u16be klen | lookup key | u32be table id | u64be XXH3_64(replica id)
  *              | u64be op id                                      u16 rid len, replica id, u32 n,
@@ -68,39 +68,40 @@
 
 /* ops key: u64be bucket id | u64be op id. */
 #define BS_OP_KEY_SIZE 16u
-static inline void bs_lmdb_op_key(unsigned char k[BS_OP_KEY_SIZE], uint64_t bucket, uint64_t op) {
-  bs_put_u64be(k, bucket);
-  bs_put_u64be(k + 8, op);
+static inline void bs__lmdb_op_key(unsigned char k[BS_OP_KEY_SIZE], uint64_t bucket, uint64_t op) {
+  bs__put_u64be(k, bucket);
+  bs__put_u64be(k + 8, op);
 }
 
-/* Op value (layout above). Only the fields op's type carries are stored (bs_op_carries_row;
+/* Op value (layout above). Only the fields op's type carries are stored (bs__op_carries_row;
  * data only for PUT), so a MOVE or CLEAR is the bare header. */
 #define BS_OP_HEADER_SIZE 18u
-static inline size_t bs_lmdb_op_size(const bs_op *op) {
+static inline size_t bs__lmdb_op_size(const bs_op *op) {
   size_t n = BS_OP_HEADER_SIZE;
-  if (bs_op_carries_row(op->type)) n += op->object_type.size + op->object_id.size + op->subkey.size;
+  if (bs__op_carries_row(op->type))
+    n += op->object_type.size + op->object_id.size + op->subkey.size;
   return op->type == BS_OP_PUT ? n + op->data.size : n;
 }
-/* Writes op's value (bs_lmdb_op_size bytes) into out, e.g. an MDB_RESERVE buffer; op->op_id
+/* Writes op's value (bs__lmdb_op_size bytes) into out, e.g. an MDB_RESERVE buffer; op->op_id
  * goes into the key. The caller has checked the limits (BS_MAX_OBJECT_NAME, subkey < 256). */
-void bs_lmdb_op_encode(unsigned char *out, const bs_op *op);
+void bs__lmdb_op_encode(unsigned char *out, const bs_op *op);
 /* Decodes an op value (borrowed: op's fields point into val) with op_id from the key. */
-static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
+static inline int bs__lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
   const unsigned char *p = (const unsigned char *)val->mv_data;
   size_t ot, oi, sk, fixed;
   int row;
   if (key->mv_size != BS_OP_KEY_SIZE || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
-  ot = bs_get_u16le(p + 13);
-  oi = bs_get_u16le(p + 15);
+  ot = bs__get_u16le(p + 13);
+  oi = bs__get_u16le(p + 15);
   sk = p[17];
   fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
   if (p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR || fixed > val->mv_size) return BS_ECORRUPT;
-  op->op_id = bs_get_u64be((const unsigned char *)key->mv_data + 8);
+  op->op_id = bs__get_u64be((const unsigned char *)key->mv_data + 8);
   op->type = (bs_op_type)p[0];
-  op->checksum = bs_get_u32le(p + 1);
-  op->target_op = bs_get_u64le(p + 5);
+  op->checksum = bs__get_u32le(p + 1);
+  op->target_op = bs__get_u64le(p + 5);
   p += BS_OP_HEADER_SIZE;
-  row = bs_op_carries_row(op->type);
+  row = bs__op_carries_row(op->type);
   op->object_type.data = row ? p : NULL;
   op->object_type.size = ot;
   op->object_id.data = row ? p + ot : NULL;
@@ -121,38 +122,38 @@ static inline int bs_lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_o
 #define BS_BUCKET_KEY_MAX (4u + BS_MAX_BUCKET_NAME)
 /* Points key at the key of (stream, name), written into buf. BS_ETOOBIG when name is over
  * BS_MAX_BUCKET_NAME. */
-int bs_lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
-                       MDB_val *key, bs_error *err);
+int bs__lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
+                        MDB_val *key, bs_error *err);
 /* The id a buckets value holds; BS_ECORRUPT (err written) when it is not one. */
-int bs_lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err);
+int bs__lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err);
 /* A whole buckets entry (name borrowed from k); BS_ECORRUPT, err untouched, when it does not
  * decode. */
-int bs_lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
-                                uint64_t *id);
+int bs__lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
+                                 uint64_t *id);
 
 /* params key and value (the layout table above). */
 #define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
 #define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */
 /* Writes stream | klen | lookup key (what every entry of one lookup key starts with) into out;
  * returns its size. */
-size_t bs_lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup);
+size_t bs__lmdb_param_prefix(unsigned char *out, uint32_t stream, bs_val lookup);
 /* Writes the key of one entry into out (BS_PARAM_KEY_MAX bytes); returns its size. The caller
  * has checked lookup.size <= BS_MAX_LOOKUP_KEY. */
-size_t bs_lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
-                         bs_val replica_id, uint64_t op_id);
+size_t bs__lmdb_param_key(unsigned char *out, uint32_t stream, bs_val lookup, uint32_t table_id,
+                          bs_val replica_id, uint64_t op_id);
 /* Decodes a key (lookup borrowed from k); BS_ECORRUPT when it does not decode. */
-int bs_lmdb_param_key_decode(const MDB_val *k, uint32_t *stream, bs_val *lookup, uint64_t *op_id);
+int bs__lmdb_param_key_decode(const MDB_val *k, uint32_t *stream, bs_val *lookup, uint64_t *op_id);
 /* Size of the value of an entry with n rows (n = 0: tombstone), and its encoder (out has
- * bs_lmdb_param_value_size bytes, e.g. an MDB_RESERVE buffer). */
-size_t bs_lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n);
-void bs_lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n);
+ * bs__lmdb_param_value_size bytes, e.g. an MDB_RESERVE buffer). */
+size_t bs__lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n);
+void bs__lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n);
 /* Checks a value and returns its replica id and row count (borrowed); rows_out (may be NULL)
  * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
-int bs_lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
-                               const unsigned char **rows_out);
+int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
+                                const unsigned char **rows_out);
 
 /* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
-typedef struct bs_stream_rec {
+typedef struct bs__stream_rec {
   uint32_t id;
   uint8_t state; /* bs_stream_state */
   uint8_t hash;  /* bs_hash */
@@ -169,10 +170,10 @@ typedef struct bs_stream_rec {
   uint32_t next_table_id;
   int64_t created_ms;
   bs_val name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error;
-} bs_stream_rec;
+} bs__stream_rec;
 
 /* Per-bucket state in bstate (fixed 96 bytes little-endian, then the bucket name). */
-typedef struct bs_bucket_state {
+typedef struct bs__bucket_state {
   uint32_t stream;
   uint32_t checksum;        /* wrapping sum over every persisted op */
   uint64_t count;           /* persisted ops */
@@ -185,18 +186,18 @@ typedef struct bs_bucket_state {
   uint64_t compacted_op;    /* last_op at the last compaction */
   uint64_t reserved[3];
   bs_val name;
-} bs_bucket_state;
+} bs__bucket_state;
 #define BS_BUCKET_STATE_FIXED 96u
 /* The bstate value codec (lmdb_codec.c): the decoder borrows name from v, BS_ECORRUPT when v
  * is not BS_BUCKET_STATE_FIXED bytes plus a name of at most BS_MAX_BUCKET_NAME. */
-static inline size_t bs_bucket_state_size(const bs_bucket_state *s) {
+static inline size_t bs__bucket_state_size(const bs__bucket_state *s) {
   return BS_BUCKET_STATE_FIXED + s->name.size;
 }
-void bs_bucket_state_encode(unsigned char *out, const bs_bucket_state *s);
-int bs_bucket_state_decode(const MDB_val *v, bs_bucket_state *out);
+void bs__bucket_state_encode(unsigned char *out, const bs__bucket_state *s);
+int bs__bucket_state_decode(const MDB_val *v, bs__bucket_state *out);
 
-typedef struct bs_lmdb_db bs_lmdb_db;
-struct bs_lmdb_db {
+typedef struct bs__lmdb_db bs__lmdb_db;
+struct bs__lmdb_db {
   bs_db base;
   MDB_env *env;
   MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
@@ -212,136 +213,138 @@ struct bs_lmdb_db {
   int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
 };
 
-typedef struct bs_lmdb_storage {
+typedef struct bs__lmdb_storage {
   bs_storage base;
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   bs_write_checkpoint_mode wcp_mode;
   char wcp_event[256];
   size_t wcp_event_size;
-} bs_lmdb_storage;
+} bs__lmdb_storage;
 
 /* lmdb.c */
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */
-int bs_fail_mdb(bs_error *err, int mdb_rc, const char *what);
+int bs__fail_mdb(bs_error *err, int mdb_rc, const char *what);
 /* Internal status (never returned to the host): an LMDB call hit MDB_MAP_FULL. The unit of work
- * must abort its txn (bs_lmdb_txn_abort), call bs_lmdb_grow() and run again from the start. */
+ * must abort its txn (bs__lmdb_txn_abort), call bs__lmdb_grow() and run again from the start. */
 #define BS_LMDB_MAPFULL (-1000)
-/* bs_fail_mdb, except MDB_MAP_FULL -> BS_LMDB_MAPFULL */
-int bs_lmdb_fail(bs_error *err, int mdb_rc, const char *what);
-void bs_lmdb_txn_abort(bs_lmdb_db *db, MDB_txn *txn); /* also ends read txns; NULL ok */
-int bs_lmdb_grow(bs_lmdb_db *db, bs_error *err);      /* doubles the map (no txn may be live) */
+/* bs__fail_mdb, except MDB_MAP_FULL -> BS_LMDB_MAPFULL */
+int bs__lmdb_fail(bs_error *err, int mdb_rc, const char *what);
+void bs__lmdb_txn_abort(bs__lmdb_db *db, MDB_txn *txn); /* also ends read txns; NULL ok */
+int bs__lmdb_grow(bs__lmdb_db *db, bs_error *err);      /* doubles the map (no txn may be live) */
 /* Runs fn in a write txn and commits; on BS_LMDB_MAPFULL grows the map and runs fn again. */
-int bs_lmdb_write(bs_lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
-                  void *payload, bs_error *err);
+int bs__lmdb_write(bs__lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
+                   void *payload, bs_error *err);
 /* flags: 0 or MDB_RDONLY. Write txns on a read-only db: BS_ESTATE. End with commit or abort. */
-int bs_lmdb_txn_begin(bs_lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err);
+int bs__lmdb_txn_begin(bs__lmdb_db *db, unsigned flags, MDB_txn **out, bs_error *err);
 /* Ends txn either way; MDB_MAP_FULL comes back as BS_LMDB_MAPFULL (the caller grows, retries). */
-int bs_lmdb_txn_commit(bs_lmdb_db *db, MDB_txn *txn, bs_error *err);
-int bs_stream_rec_get(bs_lmdb_db *db, MDB_txn *txn, uint32_t id, bs_stream_rec *out, bs_error *err);
-int bs_stream_rec_put(bs_lmdb_db *db, MDB_txn *txn, const bs_stream_rec *rec, bs_error *err);
-int bs_bucket_state_put(bs_lmdb_db *db, MDB_txn *txn, uint64_t bucket_id, const bs_bucket_state *s,
-                        bs_error *err);
+int bs__lmdb_txn_commit(bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
+int bs__stream_rec_get(bs__lmdb_db *db, MDB_txn *txn, uint32_t id, bs__stream_rec *out,
+                       bs_error *err);
+int bs__stream_rec_put(bs__lmdb_db *db, MDB_txn *txn, const bs__stream_rec *rec, bs_error *err);
+int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
+                         const bs__bucket_state *s, bs_error *err);
 /* bucket name -> id within stream; BS_ENOTFOUND when unknown, quietly (err is not written:
  * readers treat an unknown bucket as empty) */
-int bs_lmdb_bucket_id(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name, uint64_t *id_out,
-                      bs_error *err);
+int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
+                       uint64_t *id_out, bs_error *err);
 
 /* Defragmentation (lmdb_compact.c), through the writer's code in lmdb.c. A live PUT to re-emit:
  * the bucket, its op id, and the key of the source record whose membership holds that op. */
-typedef struct bs_lmdb_reemit_row {
+typedef struct bs__lmdb_reemit_row {
   uint64_t bucket, old_op;
   const unsigned char *src_key; /* u32be stream | u32be table id | replica id */
   size_t src_key_size;
-} bs_lmdb_reemit_row;
+} bs__lmdb_reemit_row;
 /* Inside txn: re-emits each row whose source record still has that membership at old_op (a new
  * PUT with a new op id, the same payload and checksum; the membership moves to it; (old -> new)
  * is logged to `superseded`; one change record), as the writer would. *emitted_out = how many. */
-int bs_lmdb_reemit(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs_lmdb_reemit_row *rows,
-                   size_t n, uint64_t *emitted_out, bs_error *err);
+int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lmdb_reemit_row *rows,
+                    size_t n, uint64_t *emitted_out, bs_error *err);
 /* Calls fn(bucket id, op id) for each membership of a source record value; BS_ECORRUPT when it
  * does not decode; a non-zero return of fn stops and is returned. */
-int bs_lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
-                         void *payload);
+int bs__lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                          void *payload);
 
 /* lmdb_file.c: checks path before LMDB maps it; *state says what it found. BS_ECORRUPT with the
  * reason (empty, not LMDB, damaged or truncated meta pages), else BS_OK. */
-enum bs_lmdb_file_state {
+enum bs__lmdb_file_state {
   BS_LMDB_FILE_MISSING, /* BS_OK: no such file */
   BS_LMDB_FILE_EMPTY,   /* BS_ECORRUPT: zero bytes */
   BS_LMDB_FILE_NO_DATA, /* BS_OK: LMDB's meta pages, an empty main database */
   BS_LMDB_FILE_DATA,    /* BS_OK: LMDB with data (whose format record the environment checks) */
   BS_LMDB_FILE_BAD      /* BS_ECORRUPT: anything else */
 };
-int bs_lmdb_file_check(const char *path, enum bs_lmdb_file_state *state, bs_error *err);
+int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
-int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
-int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                        size_t n_req, const bs_batch_options *opts,
-                        int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
-                        bs_error *err);
-int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                      bs_checksum *out, uint64_t *generation_out, bs_error *err);
-int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                            size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
-                            bs_error *err);
-int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
-                               bs_error *err);
-int bs_lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err);
-int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
-                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                         bs_error *err);
-int bs_lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
+int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                         size_t n_req, const bs_batch_options *opts,
+                         int (*on_chunk)(const bs_chunk *, void *), void *payload,
+                         int *has_more_out, bs_error *err);
+int bs__lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                       bs_checksum *out, uint64_t *generation_out, bs_error *err);
+int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                             size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                             bs_error *err);
+int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                                bs_error *err);
+int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err);
+int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
+                          int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                          bs_error *err);
+int bs__lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
 /* For verify: BS_OK when a `changes` record decodes, else BS_ECORRUPT. */
-int bs_lmdb_change_check(const MDB_val *k, const MDB_val *v);
+int bs__lmdb_change_check(const MDB_val *k, const MDB_val *v);
 /* lmdb_verify.c */
-int bs_lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
-                   bs_error *err);
+int bs__lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                    bs_error *err);
 
 /* lmdb.c: the sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and
  * handle (dbi may be NULL). */
-int bs_lmdb_subdb(const bs_lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
+int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
 
 /* lmdb_backup.c: backup, export and load (storage.h), and stat's reclaimable bytes. */
-int bs_lmdb_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
-int bs_lmdb_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
-                   bs_error *err);
+int bs__lmdb_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+int bs__lmdb_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
+                    bs_error *err);
 /* Bytes on the pages of LMDB's free list, as of txn. */
-int bs_lmdb_free_bytes(bs_lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err);
+int bs__lmdb_free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err);
 
 /* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
 /* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called
  * for each user marked (for the checkpoint's change record). */
-int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
-                               int (*fn)(bs_val user, void *payload), void *payload, bs_error *err);
+int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
+                                int (*fn)(bs_val user, void *payload), void *payload,
+                                bs_error *err);
 /* Persists one custom write checkpoint (overwrites); requested_at < 0: persistent. */
-int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
-                           uint64_t value, int64_t requested_at, bs_error *err);
-int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
-                                      bs_error *err);
-int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
-                                             size_t n, uint64_t *ids_out, int *should_advance,
-                                             bs_error *err);
-int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
-                                  size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
-int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+int bs__lmdb_wcp_put_custom(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event,
+                            bs_val user, uint64_t value, int64_t requested_at, bs_error *err);
+int bs__lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                       bs_error *err);
+int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
+                                              size_t n, uint64_t *ids_out, int *should_advance,
                                               bs_error *err);
+int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
+                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+int bs__lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                               bs_error *err);
 /* For verify: BS_OK when a `wcp` entry decodes ('M' record, 'P' marker with an empty value,
  * 'H' high-water mark, 'C' custom value), else BS_ECORRUPT with a message in why. stat counts
  * 'M' and 'C' keys. */
-int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
+int bs__lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
 
 /* lmdb_params.c */
-int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
-                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
-                           bs_error *err);
+int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                            size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                            bs_error *err);
 
 /* lmdb_compact.c */
-int bs_lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
-                    bs_error *err);
-int bs_lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                        uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                        bs_error *err);
+int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                     bs_error *err);
+int bs__lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                         bs_error *err);
 
 #endif /* BUCKETSTORE_LMDB_INTERNAL_H */

@@ -32,13 +32,13 @@ typedef struct param_scan {
 
 static int scan_push_row(param_scan *s, const unsigned char *data, size_t size, bs_error *err) {
   if (s->n_rows >= s->limit)
-    return bs_fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", s->limit);
+    return bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", s->limit);
   if (s->n_rows == s->cap_rows) {
     size_t cap = s->cap_rows ? s->cap_rows * 2 : 16;
     bs_val *p;
     if (cap > s->limit) cap = s->limit;
-    p = (bs_val *)bs_realloc(s->a, s->rows, cap * sizeof *p);
-    if (!p) return bs_fail(err, BS_ENOMEM, "parameter sets: out of memory");
+    p = (bs_val *)bs__realloc(s->a, s->rows, cap * sizeof *p);
+    if (!p) return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
     s->rows = p;
     s->cap_rows = cap;
   }
@@ -53,7 +53,7 @@ static int scan_flush_group(param_scan *s, bs_error *err) {
   for (size_t i = 0; i < s->n_best; i++) {
     const unsigned char *p = s->best[i].rows; /* checked by scan_take's decode */
     for (uint32_t j = 0; j < s->best[i].n_rows; j++) {
-      uint32_t len = bs_get_u32le(p);
+      uint32_t len = bs__get_u32le(p);
       int rc;
       if ((rc = scan_push_row(s, p + 4, len, err))) return rc;
       p += 4 + len;
@@ -69,15 +69,15 @@ static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
   uint32_t n;
   const unsigned char *rows;
   size_t i;
-  if (bs_lmdb_param_value_decode(val, &rid, &n, &rows))
-    return bs_fail(err, BS_ECORRUPT, "parameter index: entry does not decode");
-  for (i = 0; i < s->n_best && !bs_val_eq(s->best[i].rid, rid); i++) {
+  if (bs__lmdb_param_value_decode(val, &rid, &n, &rows))
+    return bs__fail(err, BS_ECORRUPT, "parameter index: entry does not decode");
+  for (i = 0; i < s->n_best && !bs__val_eq(s->best[i].rid, rid); i++) {
   }
   if (i == s->n_best) {
     if (s->n_best == s->cap_best) {
       size_t cap = s->cap_best ? s->cap_best * 2 : 4;
-      param_best *p = (param_best *)bs_realloc(s->a, s->best, cap * sizeof *p);
-      if (!p) return bs_fail(err, BS_ENOMEM, "parameter sets: out of memory");
+      param_best *p = (param_best *)bs__realloc(s->a, s->best, cap * sizeof *p);
+      if (!p) return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
       s->best = p;
       s->cap_best = cap;
     }
@@ -92,7 +92,7 @@ static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
 static int scan_lookup(param_scan *s, MDB_cursor *cur, uint32_t stream, bs_val lookup,
                        bs_error *err) {
   unsigned char seek[BS_PARAM_KEY_MAX], group[BS_PARAM_GROUP_SIZE];
-  size_t plen = bs_lmdb_param_prefix(seek, stream, lookup), klen = plen + BS_PARAM_GROUP_SIZE + 8;
+  size_t plen = bs__lmdb_param_prefix(seek, stream, lookup), klen = plen + BS_PARAM_GROUP_SIZE + 8;
   int have_group = 0, rc;
   MDB_val k = {plen, seek}, v;
   MDB_cursor_op op = MDB_SET_RANGE;
@@ -103,17 +103,17 @@ static int scan_lookup(param_scan *s, MDB_cursor *cur, uint32_t stream, bs_val l
     rc = mdb_cursor_get(cur, &k, &v, op);
     op = MDB_NEXT;
     if (rc == MDB_NOTFOUND) break;
-    if (rc) return bs_fail_mdb(err, rc, "parameter sets: cursor");
+    if (rc) return bs__fail_mdb(err, rc, "parameter sets: cursor");
     kp = (const unsigned char *)k.mv_data;
     if (k.mv_size < plen || memcmp(kp, seek, plen) != 0) break;
     if (k.mv_size != klen)
-      return bs_fail(err, BS_ECORRUPT, "parameter index: key of %zu bytes", k.mv_size);
+      return bs__fail(err, BS_ECORRUPT, "parameter index: key of %zu bytes", k.mv_size);
     if (!have_group || memcmp(kp + plen, group, BS_PARAM_GROUP_SIZE) != 0) {
       if ((rc = scan_flush_group(s, err))) return rc;
       memcpy(group, kp + plen, BS_PARAM_GROUP_SIZE);
       have_group = 1;
     }
-    if (bs_get_u64be(kp + plen + BS_PARAM_GROUP_SIZE) <= s->checkpoint) {
+    if (bs__get_u64be(kp + plen + BS_PARAM_GROUP_SIZE) <= s->checkpoint) {
       if ((rc = scan_take(s, &v, err))) return rc;
       continue;
     }
@@ -135,7 +135,7 @@ typedef struct lookup_ref {
 
 static int lookup_ref_cmp(const void *a, const void *b) {
   const lookup_ref *x = (const lookup_ref *)a, *y = (const lookup_ref *)b;
-  int c = bs_val_cmp(x->key, y->key);
+  int c = bs__val_cmp(x->key, y->key);
   if (c) return c;
   return x->index < y->index ? -1 : x->index > y->index;
 }
@@ -148,12 +148,12 @@ static int mark_duplicates(const bs_allocator *a, const bs_val *lookups, size_t 
   lookup_ref *refs;
   *skip_out = NULL;
   if (n < 2) return BS_OK;
-  skip = (unsigned char *)bs_calloc(a, n, 1);
-  refs = (lookup_ref *)bs_malloc(a, n * sizeof *refs);
+  skip = (unsigned char *)bs__calloc(a, n, 1);
+  refs = (lookup_ref *)bs__malloc(a, n * sizeof *refs);
   if (!skip || !refs) {
-    bs_free(a, skip);
-    bs_free(a, refs);
-    return bs_fail(err, BS_ENOMEM, "parameter sets: out of memory");
+    bs__free(a, skip);
+    bs__free(a, refs);
+    return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
   }
   for (size_t i = 0; i < n; i++) {
     refs[i].key = lookups[i];
@@ -161,19 +161,19 @@ static int mark_duplicates(const bs_allocator *a, const bs_val *lookups, size_t 
   }
   qsort(refs, n, sizeof *refs, lookup_ref_cmp);
   for (size_t i = 1; i < n; i++)
-    if (bs_val_eq(refs[i].key, refs[i - 1].key)) skip[refs[i].index] = 1;
-  bs_free(a, refs);
+    if (bs__val_eq(refs[i].key, refs[i - 1].key)) skip[refs[i].index] = 1;
+  bs__free(a, refs);
   *skip_out = skip;
   return BS_OK;
 }
 
-int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
-                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
-                           bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
-  bs_lmdb_db *db = ls->db;
+int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                            size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                            bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
+  bs__lmdb_db *db = ls->db;
   param_scan s;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   unsigned char *skip = NULL;
@@ -185,20 +185,20 @@ int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lo
   s.limit = limit; /* 0: the first row is over it */
   for (size_t i = 0; i < n; i++)
     if (lookups[i].size > BS_MAX_LOOKUP_KEY)
-      return bs_fail(err, BS_ETOOBIG, "lookups[%zu]: key of %zu bytes (limit %u)", i,
-                     lookups[i].size, BS_MAX_LOOKUP_KEY);
+      return bs__fail(err, BS_ETOOBIG, "lookups[%zu]: key of %zu bytes (limit %u)", i,
+                      lookups[i].size, BS_MAX_LOOKUP_KEY);
   if ((rc = mark_duplicates(s.a, lookups, n, &skip, err))) return rc;
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) goto fail;
-  if ((rc = bs_stream_rec_get(db, txn, st->stream_id, &rec, err))) goto fail;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) goto fail;
+  if ((rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err))) goto fail;
   if (checkpoint < rec.param_horizon) {
-    rc = bs_fail(err, BS_ESTALE,
-                 "checkpoint %llu is below the parameter-compaction horizon %llu; read a newer "
-                 "checkpoint",
-                 (unsigned long long)checkpoint, (unsigned long long)rec.param_horizon);
+    rc = bs__fail(err, BS_ESTALE,
+                  "checkpoint %llu is below the parameter-compaction horizon %llu; read a newer "
+                  "checkpoint",
+                  (unsigned long long)checkpoint, (unsigned long long)rec.param_horizon);
     goto fail;
   }
   if ((rc = mdb_cursor_open(txn, db->params, &cur))) {
-    rc = bs_fail_mdb(err, rc, "parameter sets: cursor");
+    rc = bs__fail_mdb(err, rc, "parameter sets: cursor");
     goto fail;
   }
   for (size_t i = 0; i < n; i++)
@@ -211,9 +211,9 @@ int bs_lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lo
   rc = BS_OK;
 fail:
   if (cur) mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(db, txn);
-  bs_free(s.a, s.rows);
-  bs_free(s.a, s.best);
-  bs_free(s.a, skip);
+  bs__lmdb_txn_abort(db, txn);
+  bs__free(s.a, s.rows);
+  bs__free(s.a, s.best);
+  bs__free(s.a, skip);
   return rc;
 }

@@ -14,8 +14,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-static bs_lmdb_db *lmdb_of(bs_storage *st) {
-  return ((bs_lmdb_storage *)st)->db;
+static bs__lmdb_db *lmdb_of(bs_storage *st) {
+  return ((bs__lmdb_storage *)st)->db;
 }
 
 /* True when an ops key belongs to the bucket whose big-endian id is prefix. */
@@ -33,7 +33,7 @@ static inline size_t op_size(const bs_op *op) {
 typedef struct bucket_ref {
   int found;
   uint64_t id;
-  bs_bucket_state state;
+  bs__bucket_state state;
 } bucket_ref;
 
 /* Bucket lookups of one read call. Two cursors (buckets: name -> id; bstate: id -> state)
@@ -47,14 +47,14 @@ typedef struct bucket_finder {
   MDB_cursor *ops; /* the ops of the buckets found: every reader of this file walks them */
 } bucket_finder;
 
-static int finder_open(bucket_finder *f, bs_lmdb_db *db, MDB_txn *txn, uint32_t stream,
+static int finder_open(bucket_finder *f, bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
                        bs_error *err) {
   int mrc;
   f->stream = stream;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &f->names)) != 0 ||
       (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0 ||
       (mrc = mdb_cursor_open(txn, db->ops, &f->ops)) != 0)
-    return bs_fail_mdb(err, mrc, "opening the bucket cursors");
+    return bs__fail_mdb(err, mrc, "opening the bucket cursors");
   return BS_OK;
 }
 
@@ -66,45 +66,45 @@ static void finder_close(bucket_finder *f) {
   f->names = f->states = f->ops = NULL;
 }
 
-/* The id of bucket `name` (bs_lmdb_bucket_id, through the cursor). Unknown: BS_ENOTFOUND with
+/* The id of bucket `name` (bs__lmdb_bucket_id, through the cursor). Unknown: BS_ENOTFOUND with
  * err untouched. */
 static int finder_id(bucket_finder *f, bs_val name, uint64_t *id_out, bs_error *err) {
   unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_val k, v;
   int rc, mrc;
-  if ((rc = bs_lmdb_bucket_key(kb, f->stream, name, &k, err))) return rc;
+  if ((rc = bs__lmdb_bucket_key(kb, f->stream, name, &k, err))) return rc;
   mrc = mdb_cursor_get(f->names, &k, &v, MDB_SET);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
-  if (mrc) return bs_lmdb_fail(err, mrc, "looking up a bucket");
-  return bs_lmdb_bucket_id_decode(&v, id_out, err);
+  if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
+  return bs__lmdb_bucket_id_decode(&v, id_out, err);
 }
 
 /* The bucket state a lookup of id returned (mdb_rc, v), decoded into out. A missing or short
  * state is BS_ECORRUPT: every buckets entry has one. name is for the message. */
-static int state_found(int mdb_rc, const MDB_val *v, uint64_t id, bs_val name, bs_bucket_state *out,
-                       bs_error *err) {
-  if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && bs_bucket_state_decode(v, out)))
-    return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
-                   bs_name_shown(name), (const char *)name.data, id);
-  if (mdb_rc) return bs_fail_mdb(err, mdb_rc, "reading a bucket state");
+static int state_found(int mdb_rc, const MDB_val *v, uint64_t id, bs_val name,
+                       bs__bucket_state *out, bs_error *err) {
+  if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && bs__bucket_state_decode(v, out)))
+    return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
+                    bs__name_shown(name), (const char *)name.data, id);
+  if (mdb_rc) return bs__fail_mdb(err, mdb_rc, "reading a bucket state");
   return BS_OK;
 }
 
 /* The state of bucket id (named name, for the message), by a one-off lookup. */
-static int state_get(bs_lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs_bucket_state *out,
+static int state_get(bs__lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs__bucket_state *out,
                      bs_error *err) {
   unsigned char kb[8];
   MDB_val k = {8, kb}, v;
-  bs_put_u64be(kb, id);
+  bs__put_u64be(kb, id);
   return state_found(mdb_get(txn, db->bstate, &k, &v), &v, id, name, out, err);
 }
 
 /* The same through the finder's bstate cursor. */
-static int finder_state(bucket_finder *f, uint64_t id, bs_val name, bs_bucket_state *out,
+static int finder_state(bucket_finder *f, uint64_t id, bs_val name, bs__bucket_state *out,
                         bs_error *err) {
   unsigned char kb[8];
   MDB_val k = {8, kb}, v;
-  bs_put_u64be(kb, id);
+  bs__put_u64be(kb, id);
   return state_found(mdb_cursor_get(f->states, &k, &v, MDB_SET), &v, id, name, out, err);
 }
 
@@ -122,21 +122,22 @@ static int bucket_get(bucket_finder *f, bs_val name, bucket_ref *ref, bs_error *
 }
 
 /* contract.md 5.5 torn reads: compaction folded ops <= C into a CLEAR above C. */
-static int torn_check(const bs_bucket_state *s, uint64_t c, bs_val name, bs_error *err) {
+static int torn_check(const bs__bucket_state *s, uint64_t c, bs_val name, bs_error *err) {
   if (s->clear_op != 0 && s->clear_start <= c && c < s->clear_op)
-    return bs_fail(err, BS_EINVALIDATED,
-                   "bucket \"%.*s\": checkpoint %" PRIu64 " was compacted; read a newer checkpoint",
-                   bs_name_shown(name), (const char *)name.data, c);
+    return bs__fail(err, BS_EINVALIDATED,
+                    "bucket \"%.*s\": checkpoint %" PRIu64
+                    " was compacted; read a newer checkpoint",
+                    bs__name_shown(name), (const char *)name.data, c);
   return BS_OK;
 }
 
-static int txn_read(bs_lmdb_db *db, MDB_txn **txn, bs_error *err) {
-  return bs_lmdb_txn_begin(db, MDB_RDONLY, txn, err);
+static int txn_read(bs__lmdb_db *db, MDB_txn **txn, bs_error *err) {
+  return bs__lmdb_txn_begin(db, MDB_RDONLY, txn, err);
 }
 
-/* Ends a read txn (and releases the txn lock bs_lmdb_txn_begin took); NULL is a no-op. */
-static void txn_end(bs_lmdb_db *db, MDB_txn *txn) {
-  bs_lmdb_txn_abort(db, txn);
+/* Ends a read txn (and releases the txn lock bs__lmdb_txn_begin took); NULL is a no-op. */
+static void txn_end(bs__lmdb_db *db, MDB_txn *txn) {
+  bs__lmdb_txn_abort(db, txn);
 }
 
 /* ---- Checkpoint and status ------------------------------------------------------------------ */
@@ -147,13 +148,13 @@ static void copy_lsn(unsigned char *dst, size_t *dst_size, bs_val src) {
   *dst_size = n;
 }
 
-int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   int rc = txn_read(db, &txn, err);
   if (rc) return rc;
-  rc = bs_stream_rec_get(db, txn, st->stream_id, &rec, err);
+  rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err);
   if (rc == BS_OK) {
     out->op_id = rec.checkpoint;
     out->has_lsn = rec.has_checkpoint_lsn; /* a checkpoint may sit at op 0 */
@@ -164,13 +165,13 @@ int bs_lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   return rc;
 }
 
-int bs_lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   int rc = txn_read(db, &txn, err);
   if (rc) return rc;
-  rc = bs_stream_rec_get(db, txn, st->stream_id, &rec, err);
+  rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err);
   if (rc == BS_OK) {
     size_t n = rec.last_error.size < sizeof out->last_error - 1 ? rec.last_error.size
                                                                 : sizeof out->last_error - 1;
@@ -209,9 +210,9 @@ typedef struct data_read {
 static int ops_grow(data_read *r, bs_error *err) {
   size_t cap = r->cap ? r->cap * 2 : 256;
   bs_op *p;
-  if (cap > SIZE_MAX / sizeof *p) return bs_fail(err, BS_ENOMEM, "bucket data: op array");
-  p = bs_realloc(r->a, r->ops, cap * sizeof *p);
-  if (!p) return bs_fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", cap);
+  if (cap > SIZE_MAX / sizeof *p) return bs__fail(err, BS_ENOMEM, "bucket data: op array");
+  p = bs__realloc(r->a, r->ops, cap * sizeof *p);
+  if (!p) return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", cap);
   r->ops = p;
   r->cap = cap;
   return BS_OK;
@@ -243,17 +244,17 @@ static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, b
   memset(&ch, 0, sizeof ch);
   ch.bucket = name;
   ch.after = after;
-  bs_lmdb_op_key(kb, id, after + 1);
+  bs__lmdb_op_key(kb, id, after + 1);
   for (mrc = mdb_cursor_get(r->cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(r->cur, &k, &v, MDB_NEXT)) {
     bs_op op;
     size_t sz;
     if (!key_in_bucket(&k, kb)) break;
-    if (bs_get_u64be((const unsigned char *)k.mv_data + 8) > r->checkpoint) break;
-    if (bs_lmdb_op_decode(&k, &v, &op))
-      return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                     bs_name_shown(name), (const char *)name.data,
-                     bs_get_u64be((const unsigned char *)k.mv_data + 8));
+    if (bs__get_u64be((const unsigned char *)k.mv_data + 8) > r->checkpoint) break;
+    if (bs__lmdb_op_decode(&k, &v, &op))
+      return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
+                      bs__name_shown(name), (const char *)name.data,
+                      bs__get_u64be((const unsigned char *)k.mv_data + 8));
     sz = op_size(&op);
     if (r->served >= r->limit || (r->served > 0 && !fits(r->bytes, sz, r->max_bytes))) {
       r->stopped = 1;
@@ -273,15 +274,15 @@ static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, b
     if ((op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) && op.target_op > ch.target_op)
       ch.target_op = op.target_op;
   }
-  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading bucket data");
+  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading bucket data");
   return n > 0 ? emit(r, &ch, n, r->stopped) : BS_OK;
 }
 
-int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                        size_t n_req, const bs_batch_options *opts,
-                        int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
-                        bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                         size_t n_req, const bs_batch_options *opts,
+                         int (*on_chunk)(const bs_chunk *, void *), void *payload,
+                         int *has_more_out, bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   const bs_allocator *a = &db->base.alloc;
   MDB_txn *txn = NULL;
   bucket_ref *refs = NULL;
@@ -302,8 +303,8 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
   if (has_more_out) *has_more_out = 0;
   if (n_req == 0) return BS_OK;
 
-  refs = bs_calloc(a, n_req, sizeof *refs);
-  if (!refs) return bs_fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
+  refs = bs__calloc(a, n_req, sizeof *refs);
+  if (!refs) return bs__fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
   if ((rc = txn_read(db, &txn, err)) != 0) goto done;
   if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
   /* Resolve and check every bucket first, so that a torn read fails before any chunk. */
@@ -322,8 +323,8 @@ int bs_lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_req
 done:
   finder_close(&f);
   txn_end(db, txn);
-  bs_free(a, r.ops);
-  bs_free(a, refs);
+  bs__free(a, r.ops);
+  bs__free(a, refs);
   return rc;
 }
 
@@ -340,28 +341,28 @@ static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_va
   int mrc;
 
   if (ref->state.last_op > c) {
-    bs_lmdb_op_key(kb, ref->id, c + 1);
+    bs__lmdb_op_key(kb, ref->id, c + 1);
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       bs_op op;
       if (!key_in_bucket(&k, kb)) break;
-      if (bs_lmdb_op_decode(&k, &v, &op) || count == 0)
-        return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " or state is corrupt",
-                       bs_name_shown(name), (const char *)name.data,
-                       bs_get_u64be((const unsigned char *)k.mv_data + 8));
-      sum = bs_cksum_sub(sum, op.checksum);
+      if (bs__lmdb_op_decode(&k, &v, &op) || count == 0)
+        return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " or state is corrupt",
+                        bs__name_shown(name), (const char *)name.data,
+                        bs__get_u64be((const unsigned char *)k.mv_data + 8));
+      sum = bs__cksum_sub(sum, op.checksum);
       count--;
     }
-    if (mrc != 0 && mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading checksums");
+    if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checksums");
   }
   out->checksum = sum;
   out->count = count;
   return BS_OK;
 }
 
-int bs_lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                      bs_checksum *out, uint64_t *generation_out, bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                       bs_checksum *out, uint64_t *generation_out, bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
   bucket_finder f;
   int rc;
@@ -396,30 +397,30 @@ static int range_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint
   out->count = 0;
   *cleared = 0;
   if (from >= to || ref->state.last_op <= from) return BS_OK;
-  bs_lmdb_op_key(kb, ref->id, from + 1);
+  bs__lmdb_op_key(kb, ref->id, from + 1);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
-    if (!key_in_bucket(&k, kb) || bs_get_u64be((const unsigned char *)k.mv_data + 8) > to) break;
-    if (bs_lmdb_op_decode(&k, &v, &op))
-      return bs_fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                     bs_name_shown(name), (const char *)name.data,
-                     bs_get_u64be((const unsigned char *)k.mv_data + 8));
+    if (!key_in_bucket(&k, kb) || bs__get_u64be((const unsigned char *)k.mv_data + 8) > to) break;
+    if (bs__lmdb_op_decode(&k, &v, &op))
+      return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
+                      bs__name_shown(name), (const char *)name.data,
+                      bs__get_u64be((const unsigned char *)k.mv_data + 8));
     if (op.type == BS_OP_CLEAR) {
       *cleared = 1;
       return BS_OK;
     }
-    out->checksum = bs_cksum_add(out->checksum, op.checksum);
+    out->checksum = bs__cksum_add(out->checksum, op.checksum);
     out->count++;
   }
-  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading checksum ranges");
+  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checksum ranges");
   return BS_OK;
 }
 
-int bs_lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                            size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
-                            bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                             size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                             bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
   bucket_finder f;
   int rc;
@@ -466,14 +467,14 @@ static uint64_t val_hash(bs_val v) {
 
 static int val_set_rehash(val_set *s, const bs_allocator *a) {
   size_t cap = s->slots_cap ? s->slots_cap * 2 : 64;
-  uint32_t *slots = bs_calloc(a, cap, sizeof *slots);
+  uint32_t *slots = bs__calloc(a, cap, sizeof *slots);
   if (!slots) return BS_ENOMEM;
   for (size_t i = 0; i < s->n; i++) {
     size_t j = (size_t)val_hash(s->items[i]) & (cap - 1);
     while (slots[j]) j = (j + 1) & (cap - 1);
     slots[j] = (uint32_t)(i + 1);
   }
-  bs_free(a, s->slots);
+  bs__free(a, s->slots);
   s->slots = slots;
   s->slots_cap = cap;
   return BS_OK;
@@ -485,10 +486,10 @@ static int val_set_add(val_set *s, const bs_allocator *a, bs_val v) {
   if ((s->n + 1) * 2 > s->slots_cap && val_set_rehash(s, a)) return BS_ENOMEM;
   j = (size_t)val_hash(v) & (s->slots_cap - 1);
   for (; s->slots[j]; j = (j + 1) & (s->slots_cap - 1))
-    if (bs_val_eq(s->items[s->slots[j] - 1], v)) return BS_OK;
+    if (bs__val_eq(s->items[s->slots[j] - 1], v)) return BS_OK;
   if (s->n == s->items_cap) {
     size_t cap = s->items_cap ? s->items_cap * 2 : 32;
-    bs_val *p = bs_realloc(a, s->items, cap * sizeof *p);
+    bs_val *p = bs__realloc(a, s->items, cap * sizeof *p);
     if (!p) return BS_ENOMEM;
     s->items = p;
     s->items_cap = cap;
@@ -499,8 +500,8 @@ static int val_set_add(val_set *s, const bs_allocator *a, bs_val v) {
 }
 
 static void val_set_free(val_set *s, const bs_allocator *a) {
-  bs_free(a, s->items);
-  bs_free(a, s->slots);
+  bs__free(a, s->items);
+  bs__free(a, s->slots);
   memset(s, 0, sizeof *s);
 }
 
@@ -514,13 +515,13 @@ typedef struct rec_list {
 static int rec_list_take(const unsigned char **p, const unsigned char *end, rec_list *out) {
   const unsigned char *q = *p;
   if (end - q < 4) return BS_ECORRUPT;
-  out->n = bs_get_u32le(q);
+  out->n = bs__get_u32le(q);
   q += 4;
   out->p = q;
   for (uint32_t i = 0; i < out->n; i++) {
     size_t len;
     if (end - q < 2) return BS_ECORRUPT;
-    len = bs_get_u16le(q);
+    len = bs__get_u16le(q);
     if ((size_t)(end - q - 2) < len) return BS_ECORRUPT;
     q += 2 + len;
   }
@@ -541,7 +542,7 @@ typedef struct change_rec {
 
 static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out);
 
-int bs_lmdb_change_check(const MDB_val *k, const MDB_val *v) {
+int bs__lmdb_change_check(const MDB_val *k, const MDB_val *v) {
   change_rec r;
   return change_decode(k, v, &r);
 }
@@ -549,9 +550,9 @@ int bs_lmdb_change_check(const MDB_val *k, const MDB_val *v) {
 static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out) {
   const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
   if (k->mv_size != 20 || v->mv_size < CHANGE_FIXED) return BS_ECORRUPT;
-  out->last = bs_get_u64be((const unsigned char *)k->mv_data + 4);
-  out->first = bs_get_u64le(p);
-  out->time_ms = bs_get_u64le(p + 8);
+  out->last = bs__get_u64be((const unsigned char *)k->mv_data + 4);
+  out->first = bs__get_u64le(p);
+  out->time_ms = bs__get_u64le(p + 8);
   out->flags = p[16];
   p += CHANGE_FIXED;
   if (rec_list_take(&p, end, &out->buckets) || rec_list_take(&p, end, &out->lookups) ||
@@ -565,7 +566,7 @@ static int add_list(val_set *s, const bs_allocator *a, const rec_list *l, size_t
                     int *overflow) {
   const unsigned char *q = l->p;
   for (uint32_t i = 0; i < l->n && !*overflow; i++) {
-    bs_val v = {q + 2, bs_get_u16le(q)};
+    bs_val v = {q + 2, bs__get_u16le(q)};
     q += 2 + v.size;
     if (val_set_add(s, a, v)) return BS_ENOMEM;
     if (cap && s->n > cap) *overflow = 1;
@@ -585,18 +586,18 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
   int mrc, over_b = ch->invalidate_data_buckets, over_l = ch->invalidate_parameter_buckets;
   int none = 0;
 
-  bs_put_u32be(kb, stream);
-  bs_put_u64be(kb + 4, from);
-  bs_put_u64be(kb + 12, 0);
+  bs__put_u32be(kb, stream);
+  bs__put_u64be(kb + 4, from);
+  bs__put_u64be(kb + 12, 0);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     change_rec r;
     int ops_meet, users_meet;
     if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break;
     if (change_decode(&k, &v, &r))
-      return bs_fail(
+      return bs__fail(
           err, BS_ECORRUPT, "change record of stream %" PRIu32 " at op %" PRIu64 " does not decode",
-          stream, k.mv_size == 20 ? bs_get_u64be((const unsigned char *)k.mv_data + 4) : 0);
+          stream, k.mv_size == 20 ? bs__get_u64be((const unsigned char *)k.mv_data + 4) : 0);
     if (r.last > to && r.first > to) break; /* later records start later still */
     ops_meet = r.first <= r.last && r.first <= to && r.last > from;
     users_meet = ops_meet || (r.last >= from && r.last <= to);
@@ -605,25 +606,25 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
       if (r.flags & CHANGE_TOO_MANY_LOOKUPS) over_l = 1;
       if (add_list(&sets[0], a, &r.buckets, BS_CHANGES_MAX, &over_b) ||
           add_list(&sets[1], a, &r.lookups, BS_CHANGES_MAX, &over_l))
-        return bs_fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
+        return bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
     }
     if (users_meet && add_list(&sets[2], a, &r.users, 0, &none))
-      return bs_fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
+      return bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
   }
-  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs_fail_mdb(err, mrc, "reading checkpoint changes");
+  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checkpoint changes");
   ch->invalidate_data_buckets = over_b;
   ch->invalidate_parameter_buckets = over_l;
   return BS_OK;
 }
 
-int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
-                               bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                                bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   const bs_allocator *a = &db->base.alloc;
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   bs_checkpoint_changes ch;
   val_set sets[3];
   int rc;
@@ -631,11 +632,11 @@ int bs_lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   memset(&ch, 0, sizeof ch);
   memset(sets, 0, sizeof sets);
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
-  if ((rc = bs_stream_rec_get(db, txn, st->stream_id, &rec, err)) != 0) goto done;
+  if ((rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err)) != 0) goto done;
   /* Below the fence the records were pruned: the range is no longer known. */
   if (from < rec.changes_fence) ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = 1;
   if ((rc = mdb_cursor_open(txn, db->changes, &cur)) != 0) {
-    rc = bs_fail_mdb(err, rc, "opening the changes cursor");
+    rc = bs__fail_mdb(err, rc, "opening the changes cursor");
     goto done;
   }
   if (from <= to && (rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0)
@@ -664,10 +665,10 @@ done:
  * the listing is one cursor walk from stream | start_after, with each bucket's figures taken
  * from its state in bstate; all in one read txn. Buckets whose ops compaction removed entirely
  * (count 0) are skipped, like the memory backend's. */
-int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
-                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                         bs_error *err) {
-  bs_lmdb_db *db = lmdb_of(st);
+int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
+                          int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                          bs_error *err) {
+  bs__lmdb_db *db = lmdb_of(st);
   unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
@@ -675,28 +676,28 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
   int mrc, rc;
 
   if (start_after.size > BS_MAX_BUCKET_NAME) /* the front checks; a direct vtable call too */
-    return bs_fail(err, BS_ETOOBIG, "start_after is %zu bytes, over BS_MAX_BUCKET_NAME",
-                   start_after.size);
-  if ((rc = bs_lmdb_bucket_key(kb, st->stream_id, start_after, &start, err))) return rc;
+    return bs__fail(err, BS_ETOOBIG, "start_after is %zu bytes, over BS_MAX_BUCKET_NAME",
+                    start_after.size);
+  if ((rc = bs__lmdb_bucket_key(kb, st->stream_id, start_after, &start, err))) return rc;
   if ((rc = txn_read(db, &txn, err)) != 0) return rc;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
-    rc = bs_fail_mdb(err, mrc, "opening a cursor on buckets");
+    rc = bs__fail_mdb(err, mrc, "opening a cursor on buckets");
     goto done;
   }
   k = start;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_bucket_info info;
-    bs_bucket_state s;
+    bs__bucket_state s;
     uint32_t stream;
     uint64_t id;
     if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break; /* past the stream */
-    if (bs_lmdb_bucket_entry_decode(&k, &v, &stream, &info.name, &id)) {
-      rc = bs_fail(err, BS_ECORRUPT, "buckets entry of stream %" PRIu32 " does not decode",
-                   st->stream_id);
+    if (bs__lmdb_bucket_entry_decode(&k, &v, &stream, &info.name, &id)) {
+      rc = bs__fail(err, BS_ECORRUPT, "buckets entry of stream %" PRIu32 " does not decode",
+                    st->stream_id);
       goto done;
     }
-    if (bs_val_eq(info.name, start_after)) continue; /* strictly after */
+    if (bs__val_eq(info.name, start_after)) continue; /* strictly after */
     if ((rc = state_get(db, txn, id, info.name, &s, err))) goto done;
     if (s.count == 0) continue;
     info.checksum = s.checksum;
@@ -704,13 +705,13 @@ int bs_lmdb_list_buckets(bs_storage *st, bs_val start_after,
     info.last_op = s.last_op;
     info.bytes = s.bytes;
     info.generation = s.generation;
-    /* what bs_compact_bucket_due weighs: growth since the last full compaction */
+    /* what bs__compact_bucket_due weighs: growth since the last full compaction */
     info.changes = s.last_op <= s.compacted_op   ? 0
                    : s.count > s.compacted_count ? s.count - s.compacted_count
                                                  : 0;
     if ((rc = fn(&info, payload)) != 0) goto done; /* the caller's value, unchanged */
   }
-  rc = mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs_fail_mdb(err, mrc, "walking buckets");
+  rc = mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs__fail_mdb(err, mrc, "walking buckets");
 done:
   if (cur) mdb_cursor_close(cur);
   txn_end(db, txn);
@@ -722,13 +723,13 @@ done:
 static int dbi_entries(MDB_txn *txn, MDB_dbi dbi, uint64_t *out, const char *what, bs_error *err) {
   MDB_stat s;
   int rc = mdb_stat(txn, dbi, &s);
-  if (rc) return bs_fail_mdb(err, rc, what);
+  if (rc) return bs__fail_mdb(err, rc, what);
   *out = s.ms_entries;
   return BS_OK;
 }
 
-int bs_lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
+int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   MDB_val k, v;
@@ -787,10 +788,10 @@ int bs_lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   if (mdb_env_get_fd(db->env, &fd) == 0 && fstat(fd, &sb) == 0)
     out->file_bytes = (uint64_t)sb.st_size;
-  rc = bs_lmdb_free_bytes(db, txn, &out->reclaimable_bytes, err);
+  rc = bs__lmdb_free_bytes(db, txn, &out->reclaimable_bytes, err);
   goto done;
 mdb_fail:
-  rc = bs_fail_mdb(err, mrc, "stat");
+  rc = bs__fail_mdb(err, mrc, "stat");
 done:
   if (cur) mdb_cursor_close(cur);
   txn_end(db, txn);

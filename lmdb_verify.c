@@ -33,7 +33,7 @@ typedef struct stream_head {
 } stream_head;
 
 typedef struct verifier {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   MDB_txn *txn;
   const bs_allocator *a;
   void (*fn)(const char *, void *);
@@ -64,11 +64,11 @@ static const stream_head *find_stream(const verifier *vf, uint32_t id) {
 
 static int cursor_open(verifier *vf, MDB_dbi dbi, MDB_cursor **cur, bs_error *err) {
   int rc = mdb_cursor_open(vf->txn, dbi, cur);
-  return rc ? bs_fail_mdb(err, rc, "verify: opening a cursor") : BS_OK;
+  return rc ? bs__fail_mdb(err, rc, "verify: opening a cursor") : BS_OK;
 }
 
 static int walk_end(int mrc, bs_error *err) {
-  return mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs_fail_mdb(err, mrc, "verify");
+  return mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs__fail_mdb(err, mrc, "verify");
 }
 
 /* meta: format tag, bucket sequence, stream records (collected for the later checks). */
@@ -90,16 +90,16 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
       if (v.mv_size != 8)
         problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
       else
-        *seq_bucket = bs_get_u64le((const unsigned char *)v.mv_data);
+        *seq_bucket = bs__get_u64le((const unsigned char *)v.mv_data);
     } else if (k.mv_size == 5 && kp[0] == 'S') {
-      bs_stream_rec rec;
+      bs__stream_rec rec;
       bs_error e;
-      uint32_t id = bs_get_u32be(kp + 1);
-      if ((rc = bs_stream_rec_get(vf->db, vf->txn, id, &rec, &e)) != BS_OK) {
+      uint32_t id = bs__get_u32be(kp + 1);
+      if ((rc = bs__stream_rec_get(vf->db, vf->txn, id, &rec, &e)) != BS_OK) {
         /* an I/O error is the call's failure, not a problem of the file (r: fault tests) */
         if (rc != BS_ECORRUPT) {
           mdb_cursor_close(cur);
-          return bs_fail(err, rc, "verify: %s", e.msg);
+          return bs__fail(err, rc, "verify: %s", e.msg);
         }
         problem(vf, "stream %" PRIu32 ": record does not decode: %s", id, e.msg);
         continue;
@@ -111,10 +111,10 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
                 rec.checkpoint, rec.op_head);
       if (vf->n_streams == vf->cap_streams) {
         size_t cap = vf->cap_streams ? vf->cap_streams * 2 : 16;
-        stream_head *p = bs_realloc(vf->a, vf->streams, cap * sizeof *p);
+        stream_head *p = bs__realloc(vf->a, vf->streams, cap * sizeof *p);
         if (!p) {
           mdb_cursor_close(cur);
-          return bs_fail(err, BS_ENOMEM, "verify: stream list");
+          return bs__fail(err, BS_ENOMEM, "verify: stream list");
         }
         vf->streams = p;
         vf->cap_streams = cap;
@@ -148,32 +148,32 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
     MDB_val sk = {8, ib}, sv;
     uint64_t id;
     uint32_t stream;
-    bs_bucket_state s;
-    if (bs_lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
+    bs__bucket_state s;
+    if (bs__lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
       problem(vf, "buckets: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size,
               v.mv_size);
       continue;
     }
     if (!find_stream(vf, stream))
-      problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, bs_name_shown(name),
+      problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, bs__name_shown(name),
               (const char *)name.data, stream);
     if (id == 0 || id > seq_bucket)
       problem(vf, "bucket \"%.*s\": id %" PRIu64 " outside the bucket sequence",
-              bs_name_shown(name), (const char *)name.data, id);
-    bs_put_u64be(ib, id);
+              bs__name_shown(name), (const char *)name.data, id);
+    bs__put_u64be(ib, id);
     mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
     if (mrc == MDB_NOTFOUND) {
-      problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): no bucket state", bs_name_shown(name),
+      problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): no bucket state", bs__name_shown(name),
               (const char *)name.data, id);
       continue;
     }
     if (mrc) break;
-    if (bs_bucket_state_decode(&sv, &s)) continue; /* reported by verify_states */
-    if (s.stream != stream || !bs_val_eq(s.name, name))
+    if (bs__bucket_state_decode(&sv, &s)) continue; /* reported by verify_states */
+    if (s.stream != stream || !bs__val_eq(s.name, name))
       problem(vf,
               "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
               "\"%.*s\"",
-              bs_name_shown(name), (const char *)name.data, id, s.stream, bs_name_shown(s.name),
+              bs__name_shown(name), (const char *)name.data, id, s.stream, bs__name_shown(s.name),
               (const char *)s.name.data);
   }
   mdb_cursor_close(cur);
@@ -199,11 +199,11 @@ static int subkey_ok(bs_val sk) {
 }
 
 /* One decoded op (the index-th of its bucket, raw value v) against the layout and contract.md 3. */
-static void check_op(verifier *vf, const bs_bucket_state *s, const stream_head *sh,
+static void check_op(verifier *vf, const bs__bucket_state *s, const stream_head *sh,
                      const MDB_val *v, const bs_op *op, uint64_t index) {
   static const char *const names[] = {"?", "PUT", "REMOVE", "MOVE", "CLEAR"};
   const char *nm = (const char *)s->name.data, *tn = names[op->type];
-  int ns = bs_name_shown(s->name);
+  int ns = bs__name_shown(s->name);
   size_t rest = v->mv_size - BS_OP_HEADER_SIZE - op->object_type.size - op->object_id.size -
                 op->subkey.size; /* the data bytes of a PUT, nothing for the others */
   uint32_t want;
@@ -243,7 +243,7 @@ static void check_op(verifier *vf, const bs_bucket_state *s, const stream_head *
 }
 
 /* Consumes the ops of bucket id (state s) from cur (positioned at or before them). */
-static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, const bs_bucket_state *s,
+static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, const bs__bucket_state *s,
                           bucket_sum *sum, bs_error *err) {
   const stream_head *sh = find_stream(vf, s->stream);
   unsigned char kb[16];
@@ -251,18 +251,18 @@ static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, const bs_b
   int mrc;
 
   memset(sum, 0, sizeof *sum);
-  bs_lmdb_op_key(kb, id, 0);
+  bs__lmdb_op_key(kb, id, 0);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
     if (k.mv_size < 8 || memcmp(k.mv_data, kb, 8) != 0) break;
-    if (bs_lmdb_op_decode(&k, &v, &op)) {
+    if (bs__lmdb_op_decode(&k, &v, &op)) {
       sum->bad_ops++;
       problem(vf,
               "bucket \"%.*s\" (id %" PRIu64 "): op %" PRIu64 " does not decode (key %zu bytes, "
               "value %zu bytes)",
-              bs_name_shown(s->name), (const char *)s->name.data, id,
-              k.mv_size == 16 ? bs_get_u64be((const unsigned char *)k.mv_data + 8) : 0, k.mv_size,
+              bs__name_shown(s->name), (const char *)s->name.data, id,
+              k.mv_size == 16 ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0, k.mv_size,
               v.mv_size);
       continue;
     }
@@ -271,7 +271,7 @@ static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, const bs_b
       sum->first_op = op.op_id;
       sum->first_clear = op.type == BS_OP_CLEAR;
     }
-    sum->checksum = bs_cksum_add(sum->checksum, op.checksum);
+    sum->checksum = bs__cksum_add(sum->checksum, op.checksum);
     sum->count++;
     sum->bytes += v.mv_size;
     sum->last_op = op.op_id;
@@ -279,11 +279,11 @@ static int sum_bucket_ops(verifier *vf, MDB_cursor *cur, uint64_t id, const bs_b
   return walk_end(mrc, err);
 }
 
-static void compare_state(verifier *vf, uint64_t id, const bs_bucket_state *s,
+static void compare_state(verifier *vf, uint64_t id, const bs__bucket_state *s,
                           const bucket_sum *sum) {
   const stream_head *sh = find_stream(vf, s->stream);
   const char *nm = (const char *)s->name.data;
-  int ns = bs_name_shown(s->name);
+  int ns = bs__name_shown(s->name);
   if (!sh)
     problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): unknown stream %" PRIu32, ns, nm, id, s->stream);
   else if (s->last_op > sh->op_head)
@@ -321,18 +321,18 @@ static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi
   unsigned char kb[16];
   MDB_val k = {16, kb}, v;
   int mrc;
-  bs_lmdb_op_key(kb, lo, 0);
+  bs__lmdb_op_key(kb, lo, 0);
   while ((mrc = mdb_cursor_get(oc, &k, &v, MDB_SET_RANGE)) == 0) {
     uint64_t id;
     if (k.mv_size < 8) {
       problem(vf, "ops: key of %zu bytes", k.mv_size);
       return BS_OK;
     }
-    id = bs_get_u64be((const unsigned char *)k.mv_data);
+    id = bs__get_u64be((const unsigned char *)k.mv_data);
     if (id >= hi) break;
     problem(vf, "ops of bucket id %" PRIu64 " without a bucket state", id);
     if (id == UINT64_MAX) break;
-    bs_lmdb_op_key(kb, id + 1, 0);
+    bs__lmdb_op_key(kb, id + 1, 0);
     k.mv_size = 16;
     k.mv_data = kb;
   }
@@ -340,21 +340,21 @@ static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi
 }
 
 /* The buckets entry of a state's (stream, name) must point back at the state's id. */
-static int check_name_entry(verifier *vf, uint64_t id, const bs_bucket_state *s, bs_error *err) {
+static int check_name_entry(verifier *vf, uint64_t id, const bs__bucket_state *s, bs_error *err) {
   unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_val k, v;
   uint64_t got = 0;
   int mrc;
-  if (s->name.size == 0 || bs_lmdb_bucket_key(kb, s->stream, s->name, &k, NULL)) {
+  if (s->name.size == 0 || bs__lmdb_bucket_key(kb, s->stream, s->name, &k, NULL)) {
     problem(vf, "bucket id %" PRIu64 ": state holds a name of %zu bytes", id, s->name.size);
     return BS_OK;
   }
   mrc = mdb_get(vf->txn, vf->db->buckets, &k, &v);
-  if (mrc == MDB_NOTFOUND || (mrc == 0 && (bs_lmdb_bucket_id_decode(&v, &got, NULL) || got != id)))
+  if (mrc == MDB_NOTFOUND || (mrc == 0 && (bs__lmdb_bucket_id_decode(&v, &got, NULL) || got != id)))
     problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): the name does not map back to this id",
-            bs_name_shown(s->name), (const char *)s->name.data, id);
+            bs__name_shown(s->name), (const char *)s->name.data, id);
   else if (mrc)
-    return bs_fail_mdb(err, mrc, "verify: bucket names");
+    return bs__fail_mdb(err, mrc, "verify: bucket names");
   return BS_OK;
 }
 
@@ -370,14 +370,14 @@ static int verify_states(verifier *vf, bs_error *err) {
     goto done;
   for (mrc = mdb_cursor_get(sc, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(sc, &k, &v, MDB_NEXT)) {
-    bs_bucket_state s;
+    bs__bucket_state s;
     bucket_sum sum;
     uint64_t id;
-    if (k.mv_size != 8 || bs_bucket_state_decode(&v, &s)) {
+    if (k.mv_size != 8 || bs__bucket_state_decode(&v, &s)) {
       problem(vf, "bstate: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size, v.mv_size);
       continue;
     }
-    id = bs_get_u64be((const unsigned char *)k.mv_data);
+    id = bs__get_u64be((const unsigned char *)k.mv_data);
     if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
     if ((rc = sum_bucket_ops(vf, oc, id, &s, &sum, err)) != 0) goto done;
     compare_state(vf, id, &s, &sum);
@@ -395,12 +395,12 @@ done:
 /* ---- Verify: key and value shapes of the other sub-databases -------------------------------- */
 
 static void stream_known(verifier *vf, const char *dbname, const unsigned char *kp) {
-  uint32_t stream = bs_get_u32be(kp);
+  uint32_t stream = bs__get_u32be(kp);
   if (!find_stream(vf, stream)) problem(vf, "%s: entry of unknown stream %" PRIu32, dbname, stream);
 }
 
 static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 5 || v->mv_size != 4 || bs_get_u32le((const unsigned char *)v->mv_data) == 0) {
+  if (k->mv_size < 5 || v->mv_size != 4 || bs__get_u32le((const unsigned char *)v->mv_data) == 0) {
     problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
     return;
   }
@@ -419,31 +419,31 @@ static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
   verifier *vf = m->vf;
   unsigned char kb[16];
   MDB_val k = {16, kb}, v, sk = {8, kb}, sv;
-  bs_bucket_state s;
+  bs__bucket_state s;
   bs_op op;
   bs_val want = {m->subkey, BS_SUBKEY_SIZE};
   const char *what = NULL;
   int mrc;
-  bs_lmdb_op_key(kb, bucket, op_id);
+  bs__lmdb_op_key(kb, bucket, op_id);
   mrc = mdb_get(vf->txn, vf->db->ops, &k, &v);
   if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
   if (mrc)
     what = "no such op";
-  else if (bs_lmdb_op_decode(&k, &v, &op) != BS_OK)
+  else if (bs__lmdb_op_decode(&k, &v, &op) != BS_OK)
     return 0; /* reported with the bucket's ops */
   else if (op.type != BS_OP_PUT)
     what = "not a PUT";
-  else if (!bs_val_eq(op.subkey, want))
+  else if (!bs__val_eq(op.subkey, want))
     what = "its subkey is not the source row's";
   if (!what) return 0;
   memset(&s, 0, sizeof s);
   mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
   if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
-  if (!mrc && bs_bucket_state_decode(&sv, &s)) memset(&s, 0, sizeof s);
+  if (!mrc && bs__bucket_state_decode(&sv, &s)) memset(&s, 0, sizeof s);
   problem(vf,
           "bucket \"%.*s\" (id %" PRIu64 ") op %" PRIu64
           ": held by a source record of table %" PRIu32 ", but %s",
-          bs_name_shown(s.name), s.name.size ? (const char *)s.name.data : "", bucket, op_id,
+          bs__name_shown(s.name), s.name.size ? (const char *)s.name.data : "", bucket, op_id,
           m->table, what);
   return 0;
 }
@@ -458,12 +458,12 @@ static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
   }
   stream_known(vf, "source", kp);
   m.vf = vf;
-  m.table = bs_get_u32be(kp + 4);
+  m.table = bs__get_u32be(kp + 4);
   if (m.table == 0) problem(vf, "source: record with table id 0");
   rid.data = kp + 8;
   rid.size = k->mv_size - 8;
   bs_subkey(m.subkey, m.table, rid);
-  if (bs_lmdb_srec_members(v, check_member, &m) == BS_ECORRUPT)
+  if (bs__lmdb_srec_members(v, check_member, &m) == BS_ECORRUPT)
     problem(vf, "source: record of table %" PRIu32 " (value of %zu bytes) does not decode", m.table,
             v->mv_size);
 }
@@ -473,11 +473,11 @@ static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
   bs_val lookup, rid;
   uint32_t stream, n_rows;
   uint64_t op;
-  if (bs_lmdb_param_key_decode(k, &stream, &lookup, &op)) {
+  if (bs__lmdb_param_key_decode(k, &stream, &lookup, &op)) {
     problem(vf, "params: malformed key of %zu bytes", k->mv_size);
     return;
   }
-  if (bs_lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK)
+  if (bs__lmdb_param_value_decode(v, &rid, &n_rows, NULL) != BS_OK)
     problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
   sh = find_stream(vf, stream);
   if (!sh)
@@ -488,7 +488,7 @@ static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (bs_lmdb_change_check(k, v)) {
+  if (bs__lmdb_change_check(k, v)) {
     problem(vf, "changes: record does not decode (key %zu bytes, value %zu bytes)", k->mv_size,
             v->mv_size);
     return;
@@ -498,7 +498,7 @@ static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
 
 static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
   char why[160];
-  if (bs_lmdb_wcp_entry_check(k, v, why, sizeof why) != BS_OK) {
+  if (bs__lmdb_wcp_entry_check(k, v, why, sizeof why) != BS_OK) {
     problem(vf, "wcp: %s", why);
     return;
   }
@@ -543,9 +543,9 @@ static int verify_each(verifier *vf, MDB_dbi dbi,
   return walk_end(vf->mdb_error ? vf->mdb_error : mrc, err);
 }
 
-int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
-                   bs_error *err) {
-  bs_lmdb_db *db = (bs_lmdb_db *)base;
+int bs__lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload,
+                    uint64_t *problems, bs_error *err) {
+  bs__lmdb_db *db = (bs__lmdb_db *)base;
   verifier vf;
   uint64_t seq_bucket;
   int rc;
@@ -555,7 +555,7 @@ int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload,
   vf.a = &db->base.alloc;
   vf.fn = fn;
   vf.payload = payload;
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &vf.txn, err)) != 0) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &vf.txn, err)) != 0) return rc;
   if ((rc = verify_meta(&vf, &seq_bucket, err)) != 0 ||
       (rc = verify_bucket_names(&vf, seq_bucket, err)) != 0 ||
       (rc = verify_states(&vf, err)) != 0 ||
@@ -569,8 +569,8 @@ int bs_lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload,
       (rc = verify_each(&vf, db->softdel, check_softdel, err)) != 0)
     goto done;
 done:
-  bs_lmdb_txn_abort(db, vf.txn);
-  bs_free(vf.a, vf.streams);
+  bs__lmdb_txn_abort(db, vf.txn);
+  bs__free(vf.a, vf.streams);
   if (problems) *problems = vf.problems;
   return rc;
 }

@@ -41,7 +41,7 @@ static int heads_check(const unsigned char *p, size_t size, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     size_t c, l;
     if (size < 2) return BS_ECORRUPT;
-    c = (size_t)bs_get_u16le(p);
+    c = (size_t)bs__get_u16le(p);
     if (size < 2 + c + 1) return BS_ECORRUPT;
     l = p[2 + c];
     if (size < 3 + c + l) return BS_ECORRUPT;
@@ -55,14 +55,14 @@ static int rec_decode(const MDB_val *v, wcp_rec *r) {
   const unsigned char *p = (const unsigned char *)v->mv_data;
   size_t size = v->mv_size, l;
   if (size < 18) return BS_ECORRUPT;
-  r->id = bs_get_u64le(p);
+  r->id = bs__get_u64le(p);
   r->flags = p[8];
-  r->requested_at = (int64_t)bs_get_u64le(p + 9);
+  r->requested_at = (int64_t)bs__get_u64le(p + 9);
   l = p[17];
   if (size < 18 + l + 2) return BS_ECORRUPT;
   r->processed_lsn.data = l ? p + 18 : NULL;
   r->processed_lsn.size = l;
-  r->n_heads = (uint32_t)bs_get_u16le(p + 18 + l);
+  r->n_heads = (uint32_t)bs__get_u16le(p + 18 + l);
   r->heads = p + 20 + l;
   r->heads_size = size - 20 - l;
   return heads_check(r->heads, r->heads_size, r->n_heads);
@@ -71,7 +71,7 @@ static int rec_decode(const MDB_val *v, wcp_rec *r) {
 /* Iterates encoded heads: fills conn/lsn from *p and advances it. Input already checked. */
 static void heads_next(const unsigned char **p, bs_val *conn, bs_val *lsn) {
   const unsigned char *q = *p;
-  conn->size = (size_t)bs_get_u16le(q);
+  conn->size = (size_t)bs__get_u16le(q);
   conn->data = q + 2;
   lsn->size = q[2 + conn->size];
   lsn->data = q + 3 + conn->size;
@@ -86,7 +86,7 @@ static size_t heads_encoded_size(const bs_head *heads, size_t n) {
 
 static void heads_encode(unsigned char *p, const bs_head *heads, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    bs_put_u16le(p, (uint32_t)heads[i].connection.size);
+    bs__put_u16le(p, (uint32_t)heads[i].connection.size);
     bs_val c = heads[i].connection;
     if (c.size) memcpy(p + 2, c.data, c.size);
     p += 2 + heads[i].connection.size;
@@ -97,21 +97,21 @@ static void heads_encode(unsigned char *p, const bs_head *heads, size_t n) {
 }
 
 /* Writes record r under key; new_heads (if not NULL) replace r's encoded heads. */
-static int rec_put(bs_lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r,
+static int rec_put(bs__lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r,
                    const bs_head *new_heads, size_t n_new, bs_error *err) {
   size_t hsize = new_heads ? heads_encoded_size(new_heads, n_new) : r->heads_size;
   size_t size = 20 + r->processed_lsn.size + hsize;
   unsigned char stack[1024], *buf = stack;
   MDB_val v;
   int rc;
-  if (size > sizeof stack && !(buf = (unsigned char *)bs_malloc(&db->base.alloc, size)))
-    return bs_fail(err, BS_ENOMEM, "write checkpoint: out of memory");
-  bs_put_u64le(buf, r->id);
+  if (size > sizeof stack && !(buf = (unsigned char *)bs__malloc(&db->base.alloc, size)))
+    return bs__fail(err, BS_ENOMEM, "write checkpoint: out of memory");
+  bs__put_u64le(buf, r->id);
   buf[8] = (unsigned char)r->flags;
-  bs_put_u64le(buf + 9, (uint64_t)r->requested_at);
+  bs__put_u64le(buf + 9, (uint64_t)r->requested_at);
   buf[17] = (unsigned char)r->processed_lsn.size;
   if (r->processed_lsn.size) memcpy(buf + 18, r->processed_lsn.data, r->processed_lsn.size);
-  bs_put_u16le(buf + 18 + r->processed_lsn.size, (uint32_t)(new_heads ? n_new : r->n_heads));
+  bs__put_u16le(buf + 18 + r->processed_lsn.size, (uint32_t)(new_heads ? n_new : r->n_heads));
   if (new_heads)
     heads_encode(buf + 20 + r->processed_lsn.size, new_heads, n_new);
   else if (hsize)
@@ -119,8 +119,8 @@ static int rec_put(bs_lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r,
   v.mv_size = size;
   v.mv_data = buf;
   rc = mdb_put(txn, db->wcp, key, &v, 0);
-  if (buf != stack) bs_free(&db->base.alloc, buf);
-  return rc ? bs_lmdb_fail(err, rc, "write checkpoint: put") : BS_OK;
+  if (buf != stack) bs__free(&db->base.alloc, buf);
+  return rc ? bs__lmdb_fail(err, rc, "write checkpoint: put") : BS_OK;
 }
 
 /* 'M' or 'P' | user id */
@@ -134,21 +134,21 @@ static MDB_val user_key(unsigned char *buf, char tag, bs_val user) {
 }
 
 /* Adds or removes the pending marker of user. */
-static int pending_set(bs_lmdb_db *db, MDB_txn *txn, bs_val user, int pending, bs_error *err) {
+static int pending_set(bs__lmdb_db *db, MDB_txn *txn, bs_val user, int pending, bs_error *err) {
   unsigned char buf[1 + BS_MAX_USER_ID];
   MDB_val k = user_key(buf, 'P', user), v = {0, NULL};
   int rc = pending ? mdb_put(txn, db->wcp, &k, &v, 0) : mdb_del(txn, db->wcp, &k, NULL);
   if (rc == MDB_NOTFOUND) rc = 0;
-  return rc ? bs_lmdb_fail(err, rc, "write checkpoint: pending index") : BS_OK;
+  return rc ? bs__lmdb_fail(err, rc, "write checkpoint: pending index") : BS_OK;
 }
 
-/* Does a head list (lsns per connection) reach every stored head (bs_head_reached)? */
+/* Does a head list (lsns per connection) reach every stored head (bs__head_reached)? */
 static int heads_reached(const wcp_rec *r, const bs_head *heads, size_t n) {
   const unsigned char *p = r->heads;
   for (uint32_t i = 0; i < r->n_heads; i++) {
     bs_val conn, lsn;
     heads_next(&p, &conn, &lsn);
-    if (!bs_head_reached(conn, lsn, heads, n)) return 0;
+    if (!bs__head_reached(conn, lsn, heads, n)) return 0;
   }
   return 1;
 }
@@ -159,14 +159,14 @@ static int heads_below(const wcp_rec *r, bs_val commit_lsn) {
   for (uint32_t i = 0; i < r->n_heads; i++) {
     bs_val conn, lsn;
     heads_next(&p, &conn, &lsn);
-    if (bs_val_cmp(lsn, commit_lsn) > 0) return 0;
+    if (bs__val_cmp(lsn, commit_lsn) > 0) return 0;
   }
   return 1;
 }
 
 /* ---- Verification --------------------------------------------------------------------------- */
 
-int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size) {
+int bs__lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size) {
   const unsigned char *kp = (const unsigned char *)k->mv_data;
   wcp_rec r;
   if (k->mv_size >= 1 && kp[0] == 'M') {
@@ -191,42 +191,42 @@ int bs_lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_
 
 /* ---- Commit hook: marking processed -------------------------------------------------------- */
 
-int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
-                               int (*fn)(bs_val user, void *payload), void *payload,
-                               bs_error *err) {
+int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
+                                int (*fn)(bs_val user, void *payload), void *payload,
+                                bs_error *err) {
   const bs_allocator *a = &db->base.alloc;
   MDB_cursor *cur = NULL;
   MDB_val k = {1, (void *)"P"}, v;
   unsigned char *users = NULL; /* pending user ids copied out: (u16 len, bytes)... */
   size_t used = 0, cap = 0;
   int rc = mdb_cursor_open(txn, db->wcp, &cur);
-  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: cursor");
+  if (rc) return bs__fail_mdb(err, rc, "write checkpoint: cursor");
   /* Collect first, update after: the cursor is not reused across puts and deletes. */
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     if (k.mv_size < 1 || ((const unsigned char *)k.mv_data)[0] != 'P') break;
     if (used + 2 + k.mv_size > cap) {
       size_t ncap = (cap ? cap * 2 : 1024) + k.mv_size;
-      unsigned char *p = (unsigned char *)bs_realloc(a, users, ncap);
+      unsigned char *p = (unsigned char *)bs__realloc(a, users, ncap);
       if (!p) {
-        rc = bs_fail(err, BS_ENOMEM, "write checkpoint: out of memory");
+        rc = bs__fail(err, BS_ENOMEM, "write checkpoint: out of memory");
         goto fail;
       }
       users = p;
       cap = ncap;
     }
-    bs_put_u16le(users + used, (uint32_t)k.mv_size - 1);
+    bs__put_u16le(users + used, (uint32_t)k.mv_size - 1);
     memcpy(users + used + 2, (const unsigned char *)k.mv_data + 1, k.mv_size - 1);
     used += 2 + k.mv_size - 1;
   }
   if (rc && rc != MDB_NOTFOUND) {
-    rc = bs_fail_mdb(err, rc, "write checkpoint: pending scan");
+    rc = bs__fail_mdb(err, rc, "write checkpoint: pending scan");
     goto fail;
   }
   mdb_cursor_close(cur);
   cur = NULL;
   for (size_t off = 0; off < used;) {
-    bs_val user = {users + off + 2, (size_t)bs_get_u16le(users + off)};
+    bs_val user = {users + off + 2, (size_t)bs__get_u16le(users + off)};
     unsigned char kb[1 + BS_MAX_USER_ID];
     MDB_val mk = user_key(kb, 'M', user), mv;
     wcp_rec r;
@@ -237,12 +237,12 @@ int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
       continue;
     }
     if (rc) {
-      rc = bs_fail_mdb(err, rc, "write checkpoint: get");
+      rc = bs__fail_mdb(err, rc, "write checkpoint: get");
       goto fail;
     }
     if (rec_decode(&mv, &r)) {
-      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
-                   (int)user.size, (const char *)user.data);
+      rc = bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                    (int)user.size, (const char *)user.data);
       goto fail;
     }
     if (!heads_below(&r, lsn)) continue;
@@ -256,7 +256,7 @@ int bs_lmdb_wcp_mark_processed(bs_lmdb_db *db, MDB_txn *txn, bs_val lsn,
   rc = BS_OK;
 fail:
   if (cur) mdb_cursor_close(cur);
-  bs_free(a, users);
+  bs__free(a, users);
   return rc;
 }
 
@@ -266,10 +266,10 @@ static int custom_key(unsigned char *buf, MDB_val *k, uint32_t stream, bs_val ev
                       bs_error *err) {
   size_t size = 1 + 4 + 2 + event.size + user.size;
   if (size > WCP_KEY_MAX || event.size > 0xffff)
-    return bs_fail(err, BS_ETOOBIG, "user_id + event: %zu bytes (limit %u together)",
-                   user.size + event.size, WCP_KEY_MAX - 7);
+    return bs__fail(err, BS_ETOOBIG, "user_id + event: %zu bytes (limit %u together)",
+                    user.size + event.size, WCP_KEY_MAX - 7);
   buf[0] = 'C';
-  bs_put_u32be(buf + 1, stream);
+  bs__put_u32be(buf + 1, stream);
   buf[5] = (unsigned char)(event.size >> 8);
   buf[6] = (unsigned char)event.size;
   if (event.size) memcpy(buf + 7, event.data, event.size);
@@ -279,26 +279,26 @@ static int custom_key(unsigned char *buf, MDB_val *k, uint32_t stream, bs_val ev
   return BS_OK;
 }
 
-int bs_lmdb_wcp_put_custom(bs_lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event, bs_val user,
-                           uint64_t value, int64_t requested_at, bs_error *err) {
+int bs__lmdb_wcp_put_custom(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val event,
+                            bs_val user, uint64_t value, int64_t requested_at, bs_error *err) {
   unsigned char kb[WCP_KEY_MAX], vb[16];
   MDB_val k, v = {requested_at < 0 ? 8 : 16, vb};
   int rc = custom_key(kb, &k, stream, event, user, err);
   if (rc) return rc;
-  bs_put_u64le(vb, value);
-  bs_put_u64le(vb + 8, (uint64_t)requested_at);
+  bs__put_u64le(vb, value);
+  bs__put_u64le(vb + 8, (uint64_t)requested_at);
   rc = mdb_put(txn, db->wcp, &k, &v, 0);
-  return rc ? bs_lmdb_fail(err, rc, "custom write checkpoint: put") : BS_OK;
+  return rc ? bs__lmdb_fail(err, rc, "custom write checkpoint: put") : BS_OK;
 }
 
-int bs_lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
-                                      bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+int bs__lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                       bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
-    return bs_fail(err, BS_EINVAL, "mode: %d is not a write checkpoint mode", (int)mode);
+    return bs__fail(err, BS_EINVAL, "mode: %d is not a write checkpoint mode", (int)mode);
   if (event.size > sizeof ls->wcp_event - 1)
-    return bs_fail(err, BS_ETOOBIG, "event: %zu bytes (limit %zu)", event.size,
-                   sizeof ls->wcp_event - 1);
+    return bs__fail(err, BS_ETOOBIG, "event: %zu bytes (limit %zu)", event.size,
+                    sizeof ls->wcp_event - 1);
   ls->wcp_mode = mode;
   if (event.size) memcpy(ls->wcp_event, event.data, event.size);
   ls->wcp_event_size = event.size;
@@ -314,13 +314,13 @@ typedef struct req_ref {
 
 static int req_ref_cmp(const void *a, const void *b) {
   const req_ref *x = (const req_ref *)a, *y = (const req_ref *)b;
-  int c = bs_val_cmp(x->req->user_id, y->req->user_id);
+  int c = bs__val_cmp(x->req->user_id, y->req->user_id);
   if (c) return c;
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
 typedef struct create_ctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   req_ref *refs;
   size_t n;
   uint64_t *ids_out;
@@ -329,36 +329,36 @@ typedef struct create_ctx {
 } create_ctx;
 
 /* The id of the user's last record that cleanup deleted ('H'), 0 when none. */
-static int hwm_get(bs_lmdb_db *db, MDB_txn *txn, bs_val user, uint64_t *out, bs_error *err) {
+static int hwm_get(bs__lmdb_db *db, MDB_txn *txn, bs_val user, uint64_t *out, bs_error *err) {
   unsigned char kb[1 + BS_MAX_USER_ID];
   MDB_val k = user_key(kb, 'H', user), v;
   int rc = mdb_get(txn, db->wcp, &k, &v);
   *out = 0;
   if (rc == MDB_NOTFOUND) return BS_OK;
-  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: high-water mark");
-  if (v.mv_size != 8) return bs_fail(err, BS_ECORRUPT, "write checkpoint: high-water mark");
-  *out = bs_get_u64le((const unsigned char *)v.mv_data);
+  if (rc) return bs__fail_mdb(err, rc, "write checkpoint: high-water mark");
+  if (v.mv_size != 8) return bs__fail(err, BS_ECORRUPT, "write checkpoint: high-water mark");
+  *out = bs__get_u64le((const unsigned char *)v.mv_data);
   return BS_OK;
 }
 
-/* Applies the winning request w of one user (bs_managed_next_id); *id_out: the stored id after
+/* Applies the winning request w of one user (bs__managed_next_id); *id_out: the stored id after
  * it; *pending_out: the record is not processed. */
-static int apply_one(bs_lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, int64_t now,
+static int apply_one(bs__lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, int64_t now,
                      uint64_t *id_out, int *pending_out, bs_error *err) {
   unsigned char kb[1 + BS_MAX_USER_ID];
   MDB_val k = user_key(kb, 'M', w->user_id), v;
   wcp_rec r;
   uint64_t hwm = 0;
   int rc = mdb_get(txn, db->wcp, &k, &v), exists = (rc == 0), action, replace, refresh;
-  if (rc && rc != MDB_NOTFOUND) return bs_fail_mdb(err, rc, "write checkpoint: get");
+  if (rc && rc != MDB_NOTFOUND) return bs__fail_mdb(err, rc, "write checkpoint: get");
   if (exists && rec_decode(&v, &r))
-    return bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
-                   (int)w->user_id.size, (const char *)w->user_id.data);
+    return bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                    (int)w->user_id.size, (const char *)w->user_id.data);
   if (!exists) {
     memset(&r, 0, sizeof r);
     if ((rc = hwm_get(db, txn, w->user_id, &hwm, err))) return rc;
   }
-  if ((rc = bs_managed_next_id(w, exists, exists ? r.id : hwm, &r.id, &action, err))) return rc;
+  if ((rc = bs__managed_next_id(w, exists, exists ? r.id : hwm, &r.id, &action, err))) return rc;
   replace = action == BS_WCP_REPLACE;
   refresh = action == BS_WCP_REFRESH || (replace && w->has_request_id);
   if (replace && !w->has_request_id) { /* generated: no requested_at */
@@ -384,7 +384,7 @@ static int apply_one(bs_lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, 
   return BS_OK;
 }
 
-/* One write transaction; bs_lmdb_write may run it again after growing the map. */
+/* One write transaction; bs__lmdb_write may run it again after growing the map. */
 static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   create_ctx *c = (create_ctx *)ctx_;
   c->should_advance = 0;
@@ -392,8 +392,8 @@ static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
     size_t j = i + 1, w = i;
     uint64_t id = 0;
     int pending = 0, rc;
-    while (j < c->n && bs_val_eq(c->refs[j].req->user_id, c->refs[i].req->user_id)) {
-      if (bs_managed_req_beats(c->refs[j].req, c->refs[w].req)) w = j;
+    while (j < c->n && bs__val_eq(c->refs[j].req->user_id, c->refs[i].req->user_id)) {
+      if (bs__managed_req_beats(c->refs[j].req, c->refs[w].req)) w = j;
       j++;
     }
     if ((rc = apply_one(c->db, txn, c->refs[w].req, c->now, &id, &pending, err))) return rc;
@@ -403,22 +403,22 @@ static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   return BS_OK;
 }
 
-int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
-                                             size_t n, uint64_t *ids_out, int *should_advance,
-                                             bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
+                                              size_t n, uint64_t *ids_out, int *should_advance,
+                                              bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   const bs_allocator *a = &ls->db->base.alloc;
   create_ctx c;
   int rc;
   if (should_advance) *should_advance = 0;
   if (ls->wcp_mode != BS_WCP_MANAGED)
-    return bs_fail(err, BS_ESTATE, "managed write checkpoint on a storage in custom mode");
+    return bs__fail(err, BS_ESTATE, "managed write checkpoint on a storage in custom mode");
   /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within
    * BS_MAX_USER_ID / BS_MAX_CONNECTION_NAME / BS_MAX_LSN, n_heads within the u16 BS_MAX_HEADS */
   if (n == 0) return BS_OK;
   memset(&c, 0, sizeof c);
-  if (!(c.refs = (req_ref *)bs_malloc(a, n * sizeof *c.refs)))
-    return bs_fail(err, BS_ENOMEM, "write checkpoints: out of memory");
+  if (!(c.refs = (req_ref *)bs__malloc(a, n * sizeof *c.refs)))
+    return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
   for (size_t i = 0; i < n; i++) {
     c.refs[i].req = &req[i];
     c.refs[i].index = i;
@@ -427,20 +427,20 @@ int bs_lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_re
   qsort(c.refs, n, sizeof *c.refs, req_ref_cmp);
   c.n = n;
   c.ids_out = ids_out;
-  c.now = bs_now_ms();
+  c.now = bs__now_ms();
   c.db = ls->db;
-  rc = bs_lmdb_write(ls->db, create_body, &c, err);
+  rc = bs__lmdb_write(ls->db, create_body, &c, err);
   if (rc == BS_OK && should_advance) *should_advance = c.should_advance;
-  bs_free(a, c.refs);
+  bs__free(a, c.refs);
   return rc;
 }
 
 /* ---- Reading ------------------------------------------------------------------------------- */
 
-int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
-                                  size_t n_heads, uint64_t *id_out, int *found, bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
-  bs_lmdb_db *db = ls->db;
+int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
+                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
+  bs__lmdb_db *db = ls->db;
   unsigned char kb[WCP_KEY_MAX];
   MDB_txn *txn = NULL;
   MDB_val k, v;
@@ -448,44 +448,44 @@ int bs_lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head 
   *found = 0;
   *id_out = 0;
   if (user_id.size > BS_MAX_USER_ID)
-    return bs_fail(err, BS_ETOOBIG, "user_id: %zu bytes (limit %u)", user_id.size, BS_MAX_USER_ID);
+    return bs__fail(err, BS_ETOOBIG, "user_id: %zu bytes (limit %u)", user_id.size, BS_MAX_USER_ID);
   if (ls->wcp_mode == BS_WCP_CUSTOM) {
     bs_val ev = {ls->wcp_event, ls->wcp_event_size};
     if ((rc = custom_key(kb, &k, st->stream_id, ev, user_id, err))) return rc;
   } else {
     k = user_key(kb, 'M', user_id);
   }
-  if ((rc = bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
   rc = mdb_get(txn, db->wcp, &k, &v);
   if (rc == MDB_NOTFOUND) {
     rc = BS_OK;
   } else if (rc) {
-    rc = bs_fail_mdb(err, rc, "write checkpoint: get");
+    rc = bs__fail_mdb(err, rc, "write checkpoint: get");
   } else if (ls->wcp_mode == BS_WCP_CUSTOM) {
     if (v.mv_size != 8 && v.mv_size != 16) {
-      rc = bs_fail(err, BS_ECORRUPT, "custom write checkpoint: value of %zu bytes", v.mv_size);
+      rc = bs__fail(err, BS_ECORRUPT, "custom write checkpoint: value of %zu bytes", v.mv_size);
     } else {
-      *id_out = bs_get_u64le((const unsigned char *)v.mv_data);
+      *id_out = bs__get_u64le((const unsigned char *)v.mv_data);
       *found = 1;
     }
   } else {
     wcp_rec r;
     if (rec_decode(&v, &r)) {
-      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
-                   (int)user_id.size, (const char *)user_id.data);
+      rc = bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                    (int)user_id.size, (const char *)user_id.data);
     } else if (heads_reached(&r, heads, n_heads)) {
       *id_out = r.id;
       *found = 1;
     }
   }
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
 /* ---- Cleanup ------------------------------------------------------------------------------- */
 
 typedef struct delete_ctx {
-  bs_lmdb_db *db;
+  bs__lmdb_db *db;
   uint32_t stream;
   int64_t before;
   uint64_t deleted;
@@ -502,14 +502,14 @@ typedef struct key_list {
 static int key_list_add(key_list *l, const MDB_val *k, uint64_t id, bs_error *err) {
   if (l->used + 10 + k->mv_size > l->cap) {
     size_t cap = (l->cap ? l->cap * 2 : 1024) + k->mv_size;
-    unsigned char *p = (unsigned char *)bs_realloc(l->a, l->p, cap);
-    if (!p) return bs_fail(err, BS_ENOMEM, "write checkpoint cleanup: out of memory");
+    unsigned char *p = (unsigned char *)bs__realloc(l->a, l->p, cap);
+    if (!p) return bs__fail(err, BS_ENOMEM, "write checkpoint cleanup: out of memory");
     l->p = p;
     l->cap = cap;
   }
-  bs_put_u16le(l->p + l->used, (uint32_t)k->mv_size);
+  bs__put_u16le(l->p + l->used, (uint32_t)k->mv_size);
   memcpy(l->p + l->used + 2, k->mv_data, k->mv_size);
-  bs_put_u64le(l->p + l->used + 2 + k->mv_size, id);
+  bs__put_u64le(l->p + l->used + 2 + k->mv_size, id);
   l->used += 10 + k->mv_size;
   return BS_OK;
 }
@@ -517,29 +517,29 @@ static int key_list_add(key_list *l, const MDB_val *k, uint64_t id, bs_error *er
 /* Collects the expired records under prefix ('M': managed, 'C' | stream: custom): those with
  * requested_at < before, managed ones only once processed (a pending record still has a client
  * waiting for it). Records without requested_at are kept. */
-static int collect_expired(bs_lmdb_db *db, MDB_txn *txn, const unsigned char *prefix, size_t n,
+static int collect_expired(bs__lmdb_db *db, MDB_txn *txn, const unsigned char *prefix, size_t n,
                            int64_t before, key_list *l, bs_error *err) {
   MDB_cursor *cur;
   MDB_val k = {n, (void *)prefix}, v;
   int rc = mdb_cursor_open(txn, db->wcp, &cur), mrc;
-  if (rc) return bs_fail_mdb(err, rc, "write checkpoint: cursor");
+  if (rc) return bs__fail_mdb(err, rc, "write checkpoint: cursor");
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0 && rc == BS_OK;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     const unsigned char *vp = (const unsigned char *)v.mv_data;
     wcp_rec r;
     if (k.mv_size < n || memcmp(k.mv_data, prefix, n) != 0) break;
     if (prefix[0] == 'C') {
-      if (v.mv_size == 16 && (int64_t)bs_get_u64le(vp + 8) < before)
-        rc = key_list_add(l, &k, bs_get_u64le(vp), err);
+      if (v.mv_size == 16 && (int64_t)bs__get_u64le(vp + 8) < before)
+        rc = key_list_add(l, &k, bs__get_u64le(vp), err);
     } else if (rec_decode(&v, &r)) {
-      rc = bs_fail(err, BS_ECORRUPT, "write checkpoint record does not decode");
+      rc = bs__fail(err, BS_ECORRUPT, "write checkpoint record does not decode");
     } else if ((r.flags & WCP_HAS_REQUESTED) && (r.flags & WCP_PROCESSED) &&
                r.requested_at < before) {
       rc = key_list_add(l, &k, r.id, err);
     }
   }
   if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND)
-    rc = bs_lmdb_fail(err, mrc, "write checkpoint: cleanup scan");
+    rc = bs__lmdb_fail(err, mrc, "write checkpoint: cleanup scan");
   mdb_cursor_close(cur);
   return rc;
 }
@@ -547,37 +547,37 @@ static int collect_expired(bs_lmdb_db *db, MDB_txn *txn, const unsigned char *pr
 /* Deletes what collect_expired found; a managed record leaves its id as the user's 'H' mark. */
 static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   delete_ctx *c = (delete_ctx *)ctx_;
-  bs_lmdb_db *db = c->db;
+  bs__lmdb_db *db = c->db;
   key_list l = {&db->base.alloc, NULL, 0, 0};
   unsigned char custom[5] = {'C'}, managed[1] = {'M'};
   int rc;
   c->deleted = 0;
-  bs_put_u32be(custom + 1, c->stream);
+  bs__put_u32be(custom + 1, c->stream);
   if ((rc = collect_expired(db, txn, managed, 1, c->before, &l, err)) ||
       (rc = collect_expired(db, txn, custom, 5, c->before, &l, err)))
     goto out;
   for (size_t off = 0; off < l.used;) {
     unsigned char *key = l.p + off + 2, vb[8];
-    MDB_val k = {bs_get_u16le(l.p + off), key}, v = {8, vb};
+    MDB_val k = {bs__get_u16le(l.p + off), key}, v = {8, vb};
     off += 10 + k.mv_size;
     memcpy(vb, key + k.mv_size, 8);
     if ((rc = mdb_del(txn, db->wcp, &k, NULL)) ||
         (key[0] == 'M' && (key[0] = 'H', rc = mdb_put(txn, db->wcp, &k, &v, 0)))) {
-      rc = bs_lmdb_fail(err, rc, "write checkpoint: cleanup");
+      rc = bs__lmdb_fail(err, rc, "write checkpoint: cleanup");
       goto out;
     }
     c->deleted++;
   }
 out:
-  bs_free(l.a, l.p);
+  bs__free(l.a, l.p);
   return rc;
 }
 
-int bs_lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
-                                              bs_error *err) {
-  bs_lmdb_storage *ls = (bs_lmdb_storage *)st;
+int bs__lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                               bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   delete_ctx c = {ls->db, st->stream_id, before_ms, 0};
-  int rc = bs_lmdb_write(ls->db, delete_body, &c, err);
+  int rc = bs__lmdb_write(ls->db, delete_body, &c, err);
   if (deleted) *deleted = rc == BS_OK ? c.deleted : 0;
   return rc;
 }

@@ -31,7 +31,7 @@ static void emit(unsigned char *buf, size_t cap, size_t *off, const void *p, siz
 static void emit_u64(unsigned char *buf, size_t cap, size_t *off, unsigned char tag, uint64_t v) {
   unsigned char b[9];
   b[0] = tag;
-  bs_put_u64be(b + 1, v);
+  bs__put_u64be(b + 1, v);
   emit(buf, cap, off, b, 9);
 }
 
@@ -70,7 +70,7 @@ static int encode_one(unsigned char *buf, size_t cap, size_t *off, const bs_scal
     emit_u64(buf, cap, off, TAG_INT, (uint64_t)v->i ^ INT64_SIGN);
     return BS_OK;
   case BS_SCALAR_DOUBLE:
-    if (!isfinite(v->d)) return bs_fail(err, BS_EINVAL, "values[%zu]: NaN or infinite number", i);
+    if (!isfinite(v->d)) return bs__fail(err, BS_EINVAL, "values[%zu]: NaN or infinite number", i);
     if (double_as_int(v->d, &iv))
       emit_u64(buf, cap, off, TAG_INT, (uint64_t)iv ^ INT64_SIGN);
     else
@@ -78,7 +78,7 @@ static int encode_one(unsigned char *buf, size_t cap, size_t *off, const bs_scal
     return BS_OK;
   case BS_SCALAR_STRING:
     if (v->s.size && !v->s.data)
-      return bs_fail(err, BS_EINVAL, "values[%zu].s: NULL data with size %zu", i, v->s.size);
+      return bs__fail(err, BS_EINVAL, "values[%zu].s: NULL data with size %zu", i, v->s.size);
     b[k++] = TAG_STRING;
     for (len = v->s.size; len >= 0x80; len >>= 7) b[k++] = (unsigned char)(0x80 | (len & 0x7f));
     b[k++] = (unsigned char)len;
@@ -86,25 +86,25 @@ static int encode_one(unsigned char *buf, size_t cap, size_t *off, const bs_scal
     emit(buf, cap, off, v->s.data, v->s.size);
     return BS_OK;
   }
-  return bs_fail(err, BS_EINVAL, "values[%zu].type: unknown scalar type %d", i, (int)v->type);
+  return bs__fail(err, BS_EINVAL, "values[%zu].type: unknown scalar type %d", i, (int)v->type);
 }
 
 int bs_lookup_encode(void *buf, size_t cap, size_t *size_out, const bs_scalar *values, size_t n,
                      bs_error *err) {
   size_t off = 0;
   int rc;
-  if (!size_out) return bs_fail(err, BS_EINVAL, "size_out: NULL");
+  if (!size_out) return bs__fail(err, BS_EINVAL, "size_out: NULL");
   *size_out = 0;
-  if (cap && !buf) return bs_fail(err, BS_EINVAL, "buf: NULL with cap %zu", cap);
-  if (n && !values) return bs_fail(err, BS_EINVAL, "values: NULL with n %zu", n);
+  if (cap && !buf) return bs__fail(err, BS_EINVAL, "buf: NULL with cap %zu", cap);
+  if (n && !values) return bs__fail(err, BS_EINVAL, "values: NULL with n %zu", n);
   for (size_t i = 0; i < n; i++)
     if ((rc = encode_one(buf, cap, &off, &values[i], i, err)) != BS_OK) return rc;
   *size_out = off;
   if (off > BS_MAX_LOOKUP_KEY)
-    return bs_fail(err, BS_ETOOBIG, "lookup key is %zu bytes encoded, over BS_MAX_LOOKUP_KEY (%u)",
-                   off, BS_MAX_LOOKUP_KEY);
+    return bs__fail(err, BS_ETOOBIG, "lookup key is %zu bytes encoded, over BS_MAX_LOOKUP_KEY (%u)",
+                    off, BS_MAX_LOOKUP_KEY);
   if (off > cap)
-    return bs_fail(err, BS_ETOOBIG, "buf: lookup key needs %zu bytes, cap is %zu", off, cap);
+    return bs__fail(err, BS_ETOOBIG, "buf: lookup key needs %zu bytes, cap is %zu", off, cap);
   return BS_OK;
 }
 
@@ -149,12 +149,12 @@ static int decode_one(const unsigned char *p, size_t avail, size_t *used, bs_sca
   case TAG_INT:
     if (avail < 9) return 0;
     v->type = BS_SCALAR_INT;
-    v->i = (int64_t)(bs_get_u64be(p + 1) ^ INT64_SIGN);
+    v->i = (int64_t)(bs__get_u64be(p + 1) ^ INT64_SIGN);
     *used = 9;
     return 1;
   case TAG_DOUBLE:
     if (avail < 9) return 0;
-    u = bs_get_u64be(p + 1);
+    u = bs__get_u64be(p + 1);
     memcpy(&d, &u, sizeof d);
     if (!isfinite(d) || double_as_int(d, &iv)) return 0; /* the encoder never writes these */
     v->type = BS_SCALAR_DOUBLE;
@@ -177,17 +177,17 @@ int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, b
   const unsigned char *p = key.data;
   size_t off = 0, n = 0, used;
   bs_scalar tmp;
-  if (!n_out) return bs_fail(err, BS_EINVAL, "n_out: NULL");
+  if (!n_out) return bs__fail(err, BS_EINVAL, "n_out: NULL");
   *n_out = 0;
-  if (cap && !values) return bs_fail(err, BS_EINVAL, "values: NULL with cap %zu", cap);
-  if (key.size && !p) return bs_fail(err, BS_EINVAL, "key: NULL data with size %zu", key.size);
+  if (cap && !values) return bs__fail(err, BS_EINVAL, "values: NULL with cap %zu", cap);
+  if (key.size && !p) return bs__fail(err, BS_EINVAL, "key: NULL data with size %zu", key.size);
   while (off < key.size) {
     if (!decode_one(p + off, key.size - off, &used, n < cap ? &values[n] : &tmp))
-      return bs_fail(err, BS_ECORRUPT, "key: malformed lookup key at byte %zu", off);
+      return bs__fail(err, BS_ECORRUPT, "key: malformed lookup key at byte %zu", off);
     off += used;
     n++;
   }
   *n_out = n;
-  if (n > cap) return bs_fail(err, BS_ETOOBIG, "values: key holds %zu values, cap is %zu", n, cap);
+  if (n > cap) return bs__fail(err, BS_ETOOBIG, "values: key holds %zu values, cap is %zu", n, cap);
   return BS_OK;
 }

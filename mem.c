@@ -265,7 +265,7 @@ static int grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, siz
     if (nc > SIZE_MAX / 2 / elem) return BS_ENOMEM;
     nc *= 2;
   }
-  p = bs_realloc(a, *arr, nc * elem);
+  p = bs__realloc(a, *arr, nc * elem);
   if (!p) return BS_ENOMEM;
   *arr = p;
   *cap = nc;
@@ -278,7 +278,7 @@ static int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
   out->data = NULL;
   out->size = 0;
   if (!in.size) return BS_OK;
-  p = bs_malloc(a, in.size);
+  p = bs__malloc(a, in.size);
   if (!p) return BS_ENOMEM;
   memcpy(p, in.data, in.size);
   out->data = p;
@@ -287,7 +287,7 @@ static int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
 }
 
 static void val_free(const bs_allocator *a, bs_val *v) {
-  bs_free(a, (void *)v->data);
+  bs__free(a, (void *)v->data);
   v->data = NULL;
   v->size = 0;
 }
@@ -304,7 +304,7 @@ static void lsn_set(mem_lsn *l, bs_val v) {
 }
 
 static int enomem(bs_error *err, const char *what) {
-  return bs_fail(err, BS_ENOMEM, "out of memory (%s)", what);
+  return bs__fail(err, BS_ENOMEM, "out of memory (%s)", what);
 }
 
 static size_t op_size(const mem_op *o) {
@@ -321,9 +321,9 @@ static void op_free(const bs_allocator *a, mem_op *o) {
 static void bucket_free(const bs_allocator *a, mem_bucket *b) {
   if (!b) return;
   for (size_t i = 0; i < b->n; i++) op_free(a, &b->ops[i]);
-  bs_free(a, b->ops);
+  bs__free(a, b->ops);
   val_free(a, &b->name);
-  bs_free(a, b);
+  bs__free(a, b);
 }
 
 static void rec_free(const bs_allocator *a, mem_rec *r) {
@@ -333,26 +333,26 @@ static void rec_free(const bs_allocator *a, mem_rec *r) {
     val_free(a, &r->m[i].ot);
     val_free(a, &r->m[i].oi);
   }
-  bs_free(a, r->m);
+  bs__free(a, r->m);
   for (size_t i = 0; i < r->nl; i++) val_free(a, &r->lk[i]);
-  bs_free(a, r->lk);
+  bs__free(a, r->lk);
   val_free(a, &r->rid);
   val_free(a, &r->data);
-  bs_free(a, r);
+  bs__free(a, r);
 }
 
 static void param_free(const bs_allocator *a, mem_param *p) {
   val_free(a, &p->key);
   val_free(a, &p->rid);
   for (size_t i = 0; i < p->nrows; i++) val_free(a, &p->rows[i]);
-  bs_free(a, p->rows);
+  bs__free(a, p->rows);
 }
 
 static void cwcp_free(const bs_allocator *a, mem_cwcp *c) {
   if (!c) return;
   val_free(a, &c->event);
   val_free(a, &c->user);
-  bs_free(a, c);
+  bs__free(a, c);
 }
 
 static void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
@@ -362,18 +362,18 @@ static void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
     val_free(a, &w->heads[i].conn);
     val_free(a, &w->heads[i].lsn);
   }
-  bs_free(a, w->heads);
-  bs_free(a, w);
+  bs__free(a, w->heads);
+  bs__free(a, w);
 }
 
 static void table_free(const bs_allocator *a, mem_table *t) {
   if (!t) return;
   val_free(a, &t->name);
-  bs_free(a, t);
+  bs__free(a, t);
 }
 
 static void idx_free(const bs_allocator *a, mem_index *x) {
-  bs_free(a, x->e);
+  bs__free(a, x->e);
   memset(x, 0, sizeof *x);
 }
 
@@ -395,12 +395,12 @@ static int idx_reserve(const bs_allocator *a, mem_index *x, size_t need) {
     if (nx.cap > SIZE_MAX / 4 / sizeof *nx.e) return BS_ENOMEM;
     nx.cap *= 2;
   }
-  nx.e = bs_calloc(a, nx.cap, sizeof *nx.e);
+  nx.e = bs__calloc(a, nx.cap, sizeof *nx.e);
   if (!nx.e) return BS_ENOMEM;
   nx.n = 0;
   for (size_t i = 0; i < x->cap; i++)
     if (x->e[i].slot) idx_put(&nx, x->e[i].h, x->e[i].slot - 1);
-  bs_free(a, x->e);
+  bs__free(a, x->e);
   *x = nx;
   return BS_OK;
 }
@@ -447,23 +447,23 @@ static uint64_t name_hash(bs_val name) {
 /* Drops every piece of data of s (not its meta, name or id). */
 static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   for (size_t i = 0; i < s->ntables; i++) table_free(a, s->tables[i]);
-  bs_free(a, s->tables);
+  bs__free(a, s->tables);
   for (size_t i = 0; i < s->nbuckets; i++) bucket_free(a, s->buckets[i]);
-  bs_free(a, s->buckets);
+  bs__free(a, s->buckets);
   for (size_t i = 0; i < s->nrecs; i++) rec_free(a, s->recs[i]);
-  bs_free(a, s->recs);
+  bs__free(a, s->recs);
   for (size_t i = 0; i < s->nparams; i++) param_free(a, &s->params[i]);
-  bs_free(a, s->params);
-  bs_free(a, s->bch);
+  bs__free(a, s->params);
+  bs__free(a, s->bch);
   for (size_t i = 0; i < s->nuch; i++) val_free(a, &s->uch[i].user);
-  bs_free(a, s->uch);
-  bs_free(a, s->cps);
+  bs__free(a, s->uch);
+  bs__free(a, s->cps);
   for (size_t i = 0; i < s->ncw; i++) cwcp_free(a, s->cw[i]);
-  bs_free(a, s->cw);
+  bs__free(a, s->cw);
   for (size_t i = 0; i < s->npend; i++) val_free(a, &s->pend_users[i]);
-  bs_free(a, s->pend_users);
+  bs__free(a, s->pend_users);
   for (size_t i = 0; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
-  bs_free(a, s->softq);
+  bs__free(a, s->softq);
   idx_free(a, &s->ridx);
   idx_free(a, &s->bidx);
   /* every other field is data: empty arrays and indexes are all zero */
@@ -475,7 +475,7 @@ static void stream_free(const bs_allocator *a, mem_stream *s) {
   if (!s) return;
   stream_data_free(a, s);
   val_free(a, &s->name);
-  bs_free(a, s);
+  bs__free(a, s);
 }
 
 static mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
@@ -484,7 +484,7 @@ static mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
   if (!x->cap) return NULL;
   for (size_t i = (size_t)h & (x->cap - 1); x->e[i].slot; i = (i + 1) & (x->cap - 1)) {
     size_t k = x->e[i].slot - 1;
-    if (x->e[i].h == h && bs_val_eq(s->buckets[k]->name, name)) {
+    if (x->e[i].h == h && bs__val_eq(s->buckets[k]->name, name)) {
       if (idx) *idx = k;
       return s->buckets[k];
     }
@@ -494,7 +494,7 @@ static mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
 
 static mem_table *table_find(mem_stream *s, bs_val name) {
   for (size_t i = 0; i < s->ntables; i++)
-    if (!s->tables[i]->dropped && bs_val_eq(s->tables[i]->name, name)) return s->tables[i];
+    if (!s->tables[i]->dropped && bs__val_eq(s->tables[i]->name, name)) return s->tables[i];
   return NULL;
 }
 
@@ -504,7 +504,7 @@ static long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
   if (!x->cap) return -1;
   for (size_t i = (size_t)h & (x->cap - 1); x->e[i].slot; i = (i + 1) & (x->cap - 1)) {
     const mem_rec *r = s->recs[x->e[i].slot - 1];
-    if (x->e[i].h == h && r->table == table && bs_val_eq(r->rid, rid))
+    if (x->e[i].h == h && r->table == table && bs__val_eq(r->rid, rid))
       return (long)(x->e[i].slot - 1);
   }
   return -1;
@@ -524,10 +524,10 @@ static int torn(const mem_bucket *b, uint64_t c) {
 }
 
 static int torn_fail(bs_error *err, uint64_t c, bs_val name) {
-  return bs_fail(err, BS_EINVALIDATED,
-                 "checkpoint %llu was compacted in bucket '%.*s'; read a newer checkpoint",
-                 (unsigned long long)c, (int)(name.size > 64 ? 64 : name.size),
-                 name.size ? (const char *)name.data : "");
+  return bs__fail(err, BS_EINVALIDATED,
+                  "checkpoint %llu was compacted in bucket '%.*s'; read a newer checkpoint",
+                  (unsigned long long)c, (int)(name.size > 64 ? 64 : name.size),
+                  name.size ? (const char *)name.data : "");
 }
 
 /* ---- Transactions over one stream (see the file comment) ------------------------------------ */
@@ -628,7 +628,7 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t i = tx->nsoftq; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
   s->nsoftq = tx->nsoftq;
   s->m = tx->meta;
-  bs_free(a, tx->j);
+  bs__free(a, tx->j);
 }
 
 static void tx_commit(mem_tx *tx) {
@@ -656,7 +656,7 @@ static void tx_commit(mem_tx *tx) {
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i]) s->cw[k++] = s->cw[i];
   s->ncw = k;
-  bs_free(a, tx->j);
+  bs__free(a, tx->j);
 }
 
 /* Stores r in slot idx: idx == nrecs appends, r == NULL deletes, else r replaces the record of
@@ -708,10 +708,10 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   if (b) return b;
   if (GROW(a, s->buckets, s->nbuckets, s->cbuckets, s->nbuckets + 1)) return NULL;
   if (idx_reserve(a, &s->bidx, s->nbuckets + 1)) return NULL;
-  b = bs_calloc(a, 1, sizeof *b);
+  b = bs__calloc(a, 1, sizeof *b);
   if (!b) return NULL;
   if (val_dup(a, name, &b->name)) {
-    bs_free(a, b);
+    bs__free(a, b);
     return NULL;
   }
   b->generation = ++s->m.gen_seq;
@@ -772,7 +772,7 @@ static int tx_param(mem_tx *tx, bs_val key, uint32_t table, bs_val rid, const bs
   p.table = table;
   if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid)) goto nomem;
   if (nrows) {
-    p.rows = bs_calloc(a, nrows, sizeof *p.rows);
+    p.rows = bs__calloc(a, nrows, sizeof *p.rows);
     if (!p.rows) goto nomem;
     for (size_t i = 0; i < nrows; i++) {
       if (val_dup(a, rows[i], &p.rows[i])) {
@@ -799,10 +799,10 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
   mem_table *t = table_find(s, name);
   if (t) return t;
   if (GROW(a, s->tables, s->ntables, s->ctables, s->ntables + 1)) return NULL;
-  t = bs_calloc(a, 1, sizeof *t);
+  t = bs__calloc(a, 1, sizeof *t);
   if (!t) return NULL;
   if (val_dup(a, name, &t->name)) {
-    bs_free(a, t);
+    bs__free(a, t);
     return NULL;
   }
   t->id = s->m.next_table_id++;
@@ -814,27 +814,27 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
 
 static int has_member(const qrow *rows, size_t n, const mem_member *m) {
   for (size_t i = 0; i < n; i++)
-    if (bs_val_eq(rows[i].bucket, m->bucket) && bs_val_eq(rows[i].ot, m->ot) &&
-        bs_val_eq(rows[i].oi, m->oi))
+    if (bs__val_eq(rows[i].bucket, m->bucket) && bs__val_eq(rows[i].ot, m->ot) &&
+        bs__val_eq(rows[i].oi, m->oi))
       return 1;
   return 0;
 }
 
 static int has_lookup(const qlookup *lks, size_t n, bs_val key) {
   for (size_t i = 0; i < n; i++)
-    if (bs_val_eq(lks[i].key, key)) return 1;
+    if (bs__val_eq(lks[i].key, key)) return 1;
   return 0;
 }
 
 /* Builds the source record of a saved row: memberships (deduplicated, first occurrence order),
  * lookup keys (deduplicated) and the optional data. */
 static mem_rec *rec_build(const bs_allocator *a, uint32_t table, const qitem *q) {
-  mem_rec *r = bs_calloc(a, 1, sizeof *r);
+  mem_rec *r = bs__calloc(a, 1, sizeof *r);
   if (!r) return NULL;
   r->table = table;
   if (val_dup(a, q->after, &r->rid)) goto fail;
   if (q->nrows) {
-    r->m = bs_calloc(a, q->nrows, sizeof *r->m);
+    r->m = bs__calloc(a, q->nrows, sizeof *r->m);
     if (!r->m) goto fail;
   }
   for (size_t i = 0; i < q->nrows; i++) {
@@ -846,7 +846,7 @@ static mem_rec *rec_build(const bs_allocator *a, uint32_t table, const qitem *q)
       goto fail;
   }
   if (q->nlks) {
-    r->lk = bs_calloc(a, q->nlks, sizeof *r->lk);
+    r->lk = bs__calloc(a, q->nlks, sizeof *r->lk);
     if (!r->lk) goto fail;
   }
   for (size_t i = 0; i < q->nlks; i++) {
@@ -864,11 +864,11 @@ fail:
 }
 
 static mem_rec *rec_soft(const bs_allocator *a, uint32_t table, bs_val rid, uint64_t mark) {
-  mem_rec *r = bs_calloc(a, 1, sizeof *r);
+  mem_rec *r = bs__calloc(a, 1, sizeof *r);
   if (!r) return NULL;
   r->table = table;
   if (val_dup(a, rid, &r->rid)) {
-    bs_free(a, r);
+    bs__free(a, r);
     return NULL;
   }
   r->soft = 1;
@@ -897,7 +897,7 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
 
   /* Step 1: the old replica id goes away. */
   old_idx = rec_find(s, t->id, q->before);
-  if (old_idx >= 0 && (q->tag == BS_DELETE || !q->has_after || !bs_val_eq(q->after, q->before))) {
+  if (old_idx >= 0 && (q->tag == BS_DELETE || !q->has_after || !bs__val_eq(q->after, q->before))) {
     old = s->recs[old_idx];
     for (size_t i = 0; i < old->nm; i++)
       if ((rc = tx_emit(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi, skv_before,
@@ -972,7 +972,7 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
 
 static int rec_cmp_rid(const void *x, const void *y) {
   const mem_rec *a = *(mem_rec *const *)x, *b = *(mem_rec *const *)y;
-  return bs_val_cmp(a->rid, b->rid);
+  return bs__val_cmp(a->rid, b->rid);
 }
 
 /* Truncate (4.2): per record in replica-id byte order, REMOVEs of its memberships then
@@ -986,7 +986,7 @@ static int apply_truncate(mem_tx *tx, const qitem *q) {
   bs_val none = {NULL, 0};
   int rc = BS_OK;
   if (!t) return BS_OK;
-  list = bs_calloc(a, s->nrecs ? s->nrecs : 1, sizeof *list);
+  list = bs__calloc(a, s->nrecs ? s->nrecs : 1, sizeof *list);
   if (!list) return BS_ENOMEM;
   for (size_t i = 0; i < s->nrecs; i++)
     if (s->recs[i] && s->recs[i]->table == t->id) list[n++] = s->recs[i];
@@ -1000,7 +1000,7 @@ static int apply_truncate(mem_tx *tx, const qitem *q) {
     for (size_t k = 0; k < list[i]->nl && !rc; k++)
       rc = tx_param(tx, list[i]->lk[k], t->id, list[i]->rid, NULL, 0);
   }
-  bs_free(a, list);
+  bs__free(a, list);
   if (rc) return rc;
   for (size_t i = 0; i < s->nrecs; i++)
     if (s->recs[i] && s->recs[i]->table == t->id && (rc = tx_rec_set(tx, i, NULL))) return rc;
@@ -1020,11 +1020,11 @@ static int apply_cwcp(mem_tx *tx, const qitem *q) {
   long idx = -1;
   int rc;
   for (size_t i = 0; i < s->ncw; i++)
-    if (s->cw[i] && bs_val_eq(s->cw[i]->event, q->event) && bs_val_eq(s->cw[i]->user, q->user))
+    if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user))
       idx = (long)i;
   if (GROW(a, s->pend_users, s->npend, s->cpend, s->npend + 1)) return BS_ENOMEM;
   if (idx < 0 && GROW(a, s->cw, s->ncw, s->ccw, s->ncw + 1)) return BS_ENOMEM;
-  c = bs_calloc(a, 1, sizeof *c);
+  c = bs__calloc(a, 1, sizeof *c);
   if (!c) return BS_ENOMEM;
   c->value = q->value;
   c->req_ms = q->req_ms;
@@ -1066,7 +1066,7 @@ static int apply_queue(mem_tx *tx, const mem_writer *w) {
 }
 
 static int apply_fail(bs_error *err, int rc) {
-  if (rc == BS_ELIMIT) return bs_fail(err, rc, "op id sequence exhausted (2^63)");
+  if (rc == BS_ELIMIT) return bs__fail(err, rc, "op id sequence exhausted (2^63)");
   return enomem(err, "flush");
 }
 
@@ -1094,13 +1094,13 @@ static void qitem_free(const bs_allocator *a, qitem *q) {
     val_free(a, &q->rows[i].oi);
     val_free(a, &q->rows[i].data);
   }
-  bs_free(a, q->rows);
+  bs__free(a, q->rows);
   for (size_t i = 0; i < q->nlks; i++) {
     val_free(a, &q->lks[i].key);
     for (size_t k = 0; k < q->lks[i].n; k++) val_free(a, &q->lks[i].params[k]);
-    bs_free(a, q->lks[i].params);
+    bs__free(a, q->lks[i].params);
   }
-  bs_free(a, q->lks);
+  bs__free(a, q->lks);
   val_free(a, &q->data);
   val_free(a, &q->user);
   val_free(a, &q->event);
@@ -1122,7 +1122,7 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
   if (val_dup(a, c->table, &q->table) || val_dup(a, before, &q->before)) goto nomem;
   if (q->has_after && val_dup(a, c->after_id, &q->after)) goto nomem;
   if (q->has_after && c->n_rows) {
-    q->rows = bs_calloc(a, c->n_rows, sizeof *q->rows);
+    q->rows = bs__calloc(a, c->n_rows, sizeof *q->rows);
     if (!q->rows) goto nomem;
     for (size_t i = 0; i < c->n_rows; i++) {
       const bs_row *r = &c->rows[i];
@@ -1133,14 +1133,14 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
     }
   }
   if (q->has_after && c->n_lookups) {
-    q->lks = bs_calloc(a, c->n_lookups, sizeof *q->lks);
+    q->lks = bs__calloc(a, c->n_lookups, sizeof *q->lks);
     if (!q->lks) goto nomem;
     for (size_t i = 0; i < c->n_lookups; i++) {
       const bs_lookup *l = &c->lookups[i];
       q->nlks = i + 1;
       if (val_dup(a, l->key, &q->lks[i].key)) goto nomem;
       if (l->n_params) {
-        q->lks[i].params = bs_calloc(a, l->n_params, sizeof(bs_val));
+        q->lks[i].params = bs__calloc(a, l->n_params, sizeof(bs_val));
         if (!q->lks[i].params) goto nomem;
       }
       for (size_t k = 0; k < l->n_params; k++) {
@@ -1173,9 +1173,9 @@ static void unlock(mem_db *db) {
 
 static int writable(mem_writer *w, bs_error *err) {
   if (w->ms->db->base.flags & BS_OPEN_RDONLY)
-    return bs_fail(err, BS_ESTATE, "database is read-only");
+    return bs__fail(err, BS_ESTATE, "database is read-only");
   if (w->ms->s->m.state == BS_STREAM_TERMINATED)
-    return bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->ms->s->id);
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->ms->s->id);
   return BS_OK;
 }
 
@@ -1201,12 +1201,12 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   int rc = BS_OK;
   lock(ms->db);
   if (ms->db->base.flags & BS_OPEN_RDONLY)
-    rc = bs_fail(err, BS_ESTATE, "database is read-only");
+    rc = bs__fail(err, BS_ESTATE, "database is read-only");
   else if (ms->s->m.state == BS_STREAM_TERMINATED)
-    rc = bs_fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
   unlock(ms->db);
   if (rc) return rc;
-  w = bs_calloc(ALLOC(ms->db), 1, sizeof *w);
+  w = bs__calloc(ALLOC(ms->db), 1, sizeof *w);
   if (!w) return enomem(err, "writer");
   w->base.st = st;
   w->ms = ms;
@@ -1221,8 +1221,8 @@ static void mem_writer_close(bs_writer *bw) {
   mem_writer *w = MW(bw);
   if (!w) return;
   queue_clear(w);
-  bs_free(ALLOC(w->ms->db), w->q);
-  bs_free(ALLOC(w->ms->db), w);
+  bs__free(ALLOC(w->ms->db), w->q);
+  bs__free(ALLOC(w->ms->db), w);
 }
 
 /* Queues item (taking ownership; on failure it is freed and the queue is as it was). The front
@@ -1240,10 +1240,10 @@ static int enqueue(mem_writer *w, qitem *item, bs_error *err) {
 static int mem_writer_save(bs_writer *bw, const bs_save *c, bs_error *err) {
   mem_writer *w = MW(bw);
   qitem q;
-  if (!c) return bs_fail(err, BS_EINVAL, "change is NULL");
+  if (!c) return bs__fail(err, BS_EINVAL, "change is NULL");
   if (c->tag != BS_INSERT && c->tag != BS_UPDATE && c->tag != BS_DELETE)
-    return bs_fail(err, BS_EINVAL, "change.tag: unknown tag %d", (int)c->tag);
-  if (!c->table.size) return bs_fail(err, BS_EINVAL, "change.table is empty");
+    return bs__fail(err, BS_EINVAL, "change.tag: unknown tag %d", (int)c->tag);
+  if (!c->table.size) return bs__fail(err, BS_EINVAL, "change.table is empty");
   if (qsave_copy(ALLOC(w->ms->db), c, &q)) return enomem(err, "save");
   return enqueue(w, &q, err);
 }
@@ -1292,13 +1292,13 @@ static int mem_writer_flush(bs_writer *bw, uint64_t *last_op, bs_error *err) {
 
 static bs_block_reason can_checkpoint(const mem_meta *m, bs_val lsn) {
   bs_val ncb = lsn_val(&m->ncb), cp = lsn_val(&m->cp_lsn);
-  return bs_checkpoint_block(m->snapshot_done, m->ncb.has ? &ncb : NULL, m->cp_lsn.has ? &cp : NULL,
-                             lsn);
+  return bs__checkpoint_block(m->snapshot_done, m->ncb.has ? &ncb : NULL,
+                              m->cp_lsn.has ? &cp : NULL, lsn);
 }
 
 static int heads_le(const mem_mwcp *r, bs_val lsn) {
   for (size_t i = 0; i < r->nheads; i++)
-    if (bs_val_cmp(r->heads[i].lsn, lsn) > 0) return 0;
+    if (bs__val_cmp(r->heads[i].lsn, lsn) > 0) return 0;
   return 1;
 }
 
@@ -1323,7 +1323,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
     if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
   if (GROW(ALLOC(db), s->cps, s->ncps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
-  s->cps[s->ncps++].ms = bs_now_ms();
+  s->cps[s->ncps++].ms = bs__now_ms();
   /* purge (4.3): every soft-deleted record has a queue entry with its mark */
   for (size_t i = 0; i < s->nsoftq; i++) {
     const mem_soft *e = &s->softq[i];
@@ -1375,7 +1375,7 @@ static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_com
   lock(db);
   if ((rc = writable(w, err))) goto done;
   if ((rc = tx_begin_queue(&tx, w, err))) goto done;
-  if (!s->m.resume.has || bs_val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
+  if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
   blocked = can_checkpoint(&s->m, lsn);
   if (!blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op)) {
     if ((rc = make_checkpoint(&tx, lsn))) {
@@ -1397,7 +1397,7 @@ done:
     out->checkpoint_created = created;
     out->checkpoint = cp;
   }
-  if (created) bs_db_notify_checkpoint(&db->base, s->id, cp);
+  if (created) bs__db_notify_checkpoint(&db->base, s->id, cp);
   return BS_OK;
 }
 
@@ -1409,7 +1409,7 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   lock(w->ms->db);
   if ((rc = writable(w, err)) == BS_OK) {
     s->m.snapshot_done = 1;
-    if (!s->m.ncb.has || bs_val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
+    if (!s->m.ncb.has || bs__val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
   }
   unlock(w->ms->db);
   return rc;
@@ -1452,9 +1452,9 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   unlock(db);
   if (rc) return enomem(err, "source_row");
   if (!found)
-    return bs_fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
-                   (int)(table.size > 64 ? 64 : table.size),
-                   table.size ? (const char *)table.data : "");
+    return bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
+                    (int)(table.size > 64 ? 64 : table.size),
+                    table.size ? (const char *)table.data : "");
   if (fn) {
     bs_val empty = {"", 0};
     if (has_data && !data.data) data = empty; /* stored, but zero bytes */
@@ -1575,8 +1575,8 @@ static int mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *
                   &nplans, &call_more, a))
     goto nomem;
   for (size_t i = 0; i < npicks; i++) arena_n += op_size(picks[i]);
-  ops = bs_calloc(a, npicks ? npicks : 1, sizeof *ops);
-  arena = bs_malloc(a, arena_n ? arena_n : 1);
+  ops = bs__calloc(a, npicks ? npicks : 1, sizeof *ops);
+  arena = bs__malloc(a, arena_n ? arena_n : 1);
   if (!ops || !arena) goto nomem;
   p = arena;
   for (size_t i = 0; i < npicks; i++) {
@@ -1589,7 +1589,7 @@ static int mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *
     ops[i].object_id = arena_put(&p, o->oi);
     ops[i].subkey = arena_put(&p, o->sk);
     ops[i].data = arena_put(&p, o->data);
-    if (bs_op_carries_row(o->type)) { /* carried fields are present: empty, not none */
+    if (bs__op_carries_row(o->type)) { /* carried fields are present: empty, not none */
       if (!ops[i].object_type.data) ops[i].object_type.data = "";
       if (!ops[i].object_id.data) ops[i].object_id.data = "";
       if (!ops[i].subkey.data) ops[i].subkey.data = "";
@@ -1616,10 +1616,10 @@ nomem:
 locked_out:
   unlock(ms->db);
 out:
-  bs_free(a, picks);
-  bs_free(a, plans);
-  bs_free(a, ops);
-  bs_free(a, arena);
+  bs__free(a, picks);
+  bs__free(a, plans);
+  bs__free(a, ops);
+  bs__free(a, arena);
   return rc;
 }
 
@@ -1629,7 +1629,7 @@ static bs_checksum sum_upto(const mem_bucket *b, uint64_t c) {
   if (!b) return r;
   for (size_t i = 0; i < b->n; i++)
     if (b->ops[i].id <= c) {
-      r.checksum = bs_cksum_add(r.checksum, b->ops[i].checksum);
+      r.checksum = bs__cksum_add(r.checksum, b->ops[i].checksum);
       r.count++;
     }
   return r;
@@ -1671,7 +1671,7 @@ static int mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const
       const mem_op *o = &b->ops[k];
       if (o->id <= from || o->id > to) continue;
       if (o->type == BS_OP_CLEAR) cl = 1;
-      r.checksum = bs_cksum_add(r.checksum, o->checksum);
+      r.checksum = bs__cksum_add(r.checksum, o->checksum);
       r.count++;
     }
     if (cl) r = sum_upto(b, to); /* a CLEAR replaces the base: the value from zero */
@@ -1688,7 +1688,7 @@ static int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val *
   size_t bytes = 0;
   unsigned char *p;
   for (size_t i = 0; i < n; i++) bytes += in[i].size;
-  *out = bs_malloc(a, n * sizeof(bs_val) + bytes + 1);
+  *out = bs__malloc(a, n * sizeof(bs_val) + bytes + 1);
   if (!*out) return BS_ENOMEM;
   p = (unsigned char *)(*out + n);
   for (size_t i = 0; i < n; i++) {
@@ -1700,7 +1700,7 @@ static int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val *
 
 static int val_in(const bs_val *list, size_t n, bs_val v) {
   for (size_t i = 0; i < n; i++)
-    if (bs_val_eq(list[i], v)) return 1;
+    if (bs__val_eq(list[i], v)) return 1;
   return 0;
 }
 
@@ -1758,12 +1758,12 @@ nomem:
   unlock(ms->db);
   rc = enomem(err, "checkpoint changes");
 out:
-  bs_free(a, b);
-  bs_free(a, l);
-  bs_free(a, u);
-  bs_free(a, bc);
-  bs_free(a, lc);
-  bs_free(a, uc);
+  bs__free(a, b);
+  bs__free(a, l);
+  bs__free(a, u);
+  bs__free(a, bc);
+  bs__free(a, lc);
+  bs__free(a, uc);
   return rc;
 }
 
@@ -1775,7 +1775,7 @@ static int param_row_cmp(const mem_param *x, const mem_param *y) {
   hx = XXH3_64bits(x->rid.data, x->rid.size);
   hy = XXH3_64bits(y->rid.data, y->rid.size);
   if (hx != hy) return hx < hy ? -1 : 1;
-  return bs_val_cmp(x->rid, y->rid);
+  return bs__val_cmp(x->rid, y->rid);
 }
 
 static int param_ptr_cmp(const void *x, const void *y) {
@@ -1794,11 +1794,11 @@ static int mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups,
   int rc = BS_OK;
   lock(ms->db);
   if (c < s->m.param_horizon) {
-    rc = bs_fail(err, BS_ESTALE, "checkpoint %llu is below the parameter-compaction horizon %llu",
-                 (unsigned long long)c, (unsigned long long)s->m.param_horizon);
+    rc = bs__fail(err, BS_ESTALE, "checkpoint %llu is below the parameter-compaction horizon %llu",
+                  (unsigned long long)c, (unsigned long long)s->m.param_horizon);
     goto locked_out;
   }
-  latest = bs_calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
+  latest = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
   if (!latest) goto nomem;
   for (size_t i = 0; i < n; i++) {
     size_t nl = 0;
@@ -1807,9 +1807,9 @@ static int mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups,
     for (size_t k = 0; k < s->nparams; k++) {
       const mem_param *p = &s->params[k];
       size_t j;
-      if (p->id > c || !bs_val_eq(p->key, lookups[i])) continue;
+      if (p->id > c || !bs__val_eq(p->key, lookups[i])) continue;
       for (j = 0; j < nl; j++)
-        if (latest[j]->table == p->table && bs_val_eq(latest[j]->rid, p->rid)) break;
+        if (latest[j]->table == p->table && bs__val_eq(latest[j]->rid, p->rid)) break;
       latest[j] = p;
       if (j == nl) nl++;
     }
@@ -1821,7 +1821,7 @@ static int mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups,
       }
   }
   if (nrows > limit) {
-    rc = bs_fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
+    rc = bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
     goto locked_out;
   }
   if (vals_copy(a, rows, nrows, &copy)) goto nomem;
@@ -1833,9 +1833,9 @@ nomem:
 locked_out:
   unlock(ms->db);
 out:
-  bs_free(a, latest);
-  bs_free(a, rows);
-  bs_free(a, copy);
+  bs__free(a, latest);
+  bs__free(a, rows);
+  bs__free(a, copy);
   return rc;
 }
 
@@ -1845,9 +1845,9 @@ static int mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_va
                             bs_error *err) {
   mem_storage *ms = MS(st);
   if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
-    return bs_fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
+    return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
   if (event.size > sizeof ms->event)
-    return bs_fail(err, BS_ETOOBIG, "event: longer than %zu bytes", sizeof ms->event);
+    return bs__fail(err, BS_ETOOBIG, "event: longer than %zu bytes", sizeof ms->event);
   lock(ms->db);
   ms->mode = mode;
   ms->event_n = event.size;
@@ -1858,7 +1858,7 @@ static int mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_va
 
 static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
   for (size_t i = 0; i < db->nmw; i++)
-    if (bs_val_eq(db->mw[i]->user, user)) {
+    if (bs__val_eq(db->mw[i]->user, user)) {
       if (idx) *idx = i;
       return db->mw[i];
     }
@@ -1868,7 +1868,7 @@ static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
 /* A new record: old's fields (or empty), with heads replaced when req is given. */
 static mem_mwcp *mwcp_build(const bs_allocator *a, const mem_mwcp *old, bs_val user,
                             const bs_managed_request *heads_from) {
-  mem_mwcp *r = bs_calloc(a, 1, sizeof *r);
+  mem_mwcp *r = bs__calloc(a, 1, sizeof *r);
   const mem_head *oh = old ? old->heads : NULL;
   size_t n = heads_from ? heads_from->n_heads : old ? old->nheads : 0;
   if (!r) return NULL;
@@ -1881,7 +1881,7 @@ static mem_mwcp *mwcp_build(const bs_allocator *a, const mem_mwcp *old, bs_val u
   }
   if (val_dup(a, user, &r->user)) goto fail;
   if (n) {
-    r->heads = bs_calloc(a, n, sizeof *r->heads);
+    r->heads = bs__calloc(a, n, sizeof *r->heads);
     if (!r->heads) goto fail;
   }
   for (size_t i = 0; i < n; i++) {
@@ -1904,13 +1904,13 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
   const bs_managed_request **win = NULL;
   mem_mwcp **neu = NULL;
   size_t nw = 0, nnew = 0;
-  int64_t now = bs_now_ms();
+  int64_t now = bs__now_ms();
   int rc = BS_OK, adv = 0;
   if (ms->mode != BS_WCP_MANAGED)
-    return bs_fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
-  if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
-  win = bs_calloc(a, n ? n : 1, sizeof *win);
-  neu = bs_calloc(a, n ? n : 1, sizeof *neu);
+    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
+  win = bs__calloc(a, n ? n : 1, sizeof *win);
+  neu = bs__calloc(a, n ? n : 1, sizeof *neu);
   if (!win || !neu) {
     rc = enomem(err, "write checkpoints");
     goto out;
@@ -1918,10 +1918,10 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
   for (size_t i = 0; i < n; i++) {
     size_t k;
     for (k = 0; k < nw; k++)
-      if (bs_val_eq(win[k]->user_id, req[i].user_id)) break;
+      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
     if (k == nw)
       win[nw++] = &req[i];
-    else if (bs_managed_req_beats(&req[i], win[k]))
+    else if (bs__managed_req_beats(&req[i], win[k]))
       win[k] = &req[i];
   }
   lock(db);
@@ -1934,7 +1934,7 @@ static int mem_create_managed(bs_storage *st, const bs_managed_request *req, siz
     int action;
     mem_mwcp *nr;
     /* a gone record's id is the high-water mark */
-    if ((rc = bs_managed_next_id(r, old && !old->gone, old ? old->id : 0, &id, &action, err)))
+    if ((rc = bs__managed_next_id(r, old && !old->gone, old ? old->id : 0, &id, &action, err)))
       goto fail;
     if (action == BS_WCP_KEEP) continue;
     nr = mwcp_build(a, old, r->user_id, action == BS_WCP_REPLACE ? r : NULL);
@@ -1977,8 +1977,8 @@ fail:
   unlock(db);
 out:
   for (size_t k = 0; neu && k < nnew; k++) mwcp_free(a, neu[k]);
-  bs_free(a, neu);
-  bs_free(a, win);
+  bs__free(a, neu);
+  bs__free(a, win);
   return rc;
 }
 
@@ -1993,7 +1993,7 @@ static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_
   if (ms->mode == BS_WCP_CUSTOM) {
     bs_val ev = {ms->event, ms->event_n};
     for (size_t i = 0; i < ms->s->ncw; i++)
-      if (bs_val_eq(ms->s->cw[i]->event, ev) && bs_val_eq(ms->s->cw[i]->user, user)) {
+      if (bs__val_eq(ms->s->cw[i]->event, ev) && bs__val_eq(ms->s->cw[i]->user, user)) {
         f = 1;
         id = ms->s->cw[i]->value;
       }
@@ -2002,7 +2002,7 @@ static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_
     if (r && !r->gone) {
       f = 1; /* every head of the record must be reached by the given heads */
       for (size_t k = 0; k < r->nheads && f; k++)
-        f = bs_head_reached(r->heads[k].conn, r->heads[k].lsn, heads, n_heads);
+        f = bs__head_reached(r->heads[k].conn, r->heads[k].lsn, heads, n_heads);
       if (f) id = r->id;
     }
   }
@@ -2025,7 +2025,7 @@ static uint64_t delete_requests_before(mem_db *db, mem_stream *s, int64_t before
       val_free(ALLOC(db), &r->heads[h].conn);
       val_free(ALLOC(db), &r->heads[h].lsn);
     }
-    bs_free(ALLOC(db), r->heads);
+    bs__free(ALLOC(db), r->heads);
     r->heads = NULL;
     r->nheads = 0;
     r->gone = 1;
@@ -2048,7 +2048,7 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
                                bs_error *err) {
   mem_storage *ms = MS(st);
   uint64_t d;
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
   d = delete_requests_before(ms->db, ms->s, before_ms);
   unlock(ms->db);
@@ -2061,21 +2061,21 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
 /* Row identity order: (object_type, object_id, subkey), then op id. */
 static int op_ident_cmp(const void *x, const void *y) {
   const mem_op *a = *(const mem_op *const *)x, *b = *(const mem_op *const *)y;
-  int c = bs_val_cmp(a->ot, b->ot);
-  if (!c) c = bs_val_cmp(a->oi, b->oi);
-  if (!c) c = bs_val_cmp(a->sk, b->sk);
+  int c = bs__val_cmp(a->ot, b->ot);
+  if (!c) c = bs__val_cmp(a->oi, b->oi);
+  if (!c) c = bs__val_cmp(a->sk, b->sk);
   if (!c) c = a->id < b->id ? -1 : a->id > b->id;
   return c;
 }
 
 static int same_ident(const mem_op *a, const mem_op *b) {
-  return bs_val_eq(a->ot, b->ot) && bs_val_eq(a->oi, b->oi) && bs_val_eq(a->sk, b->sk);
+  return bs__val_eq(a->ot, b->ot) && bs__val_eq(a->oi, b->oi) && bs__val_eq(a->sk, b->sk);
 }
 
 /* For the PUT/REMOVE ops of b at or below h: later[k] = the op id of the latest op of the same
  * row at or below h when op k is superseded by it, else 0. later has b->n entries. */
 static int superseded(const bs_allocator *a, const mem_bucket *b, uint64_t h, uint64_t *later) {
-  const mem_op **v = bs_calloc(a, b->n ? b->n : 1, sizeof *v);
+  const mem_op **v = bs__calloc(a, b->n ? b->n : 1, sizeof *v);
   size_t n = 0;
   if (!v) return BS_ENOMEM;
   for (size_t k = 0; k < b->n; k++) {
@@ -2090,7 +2090,7 @@ static int superseded(const bs_allocator *a, const mem_bucket *b, uint64_t h, ui
     for (size_t k = i; k < j; k++) later[v[k] - b->ops] = v[j]->id; /* v[j]: the latest */
     i = j + 1;
   }
-  bs_free(a, v);
+  bs__free(a, v);
   return BS_OK;
 }
 
@@ -2104,7 +2104,7 @@ static uint64_t bucket_bytes(const mem_bucket *b) {
  * array first; the bucket changes only when everything is allocated. */
 static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
                           bs_compact_stats *stats) {
-  uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
+  uint64_t *later = bs__calloc(a, b->n ? b->n : 1, sizeof *later);
   mem_op *nw = NULL;
   size_t run = 0, moved = 0, nn = 0, folded = 0;
   uint64_t before = bucket_bytes(b), clear_start = 0;
@@ -2118,10 +2118,10 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   stats->bytes_before += before;
   if (!moved && !run) {
     stats->bytes_after += before;
-    bs_free(a, later);
+    bs__free(a, later);
     return BS_OK;
   }
-  nw = bs_calloc(a, b->n, sizeof *nw);
+  nw = bs__calloc(a, b->n, sizeof *nw);
   if (!nw) goto nomem;
   memset(&clear, 0, sizeof clear);
   if (run) {
@@ -2129,12 +2129,12 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
     clear.id = b->ops[run - 1].id;
     for (size_t k = 0; k < run; k++) {
       uint64_t t = later[k] ? later[k] : b->ops[k].target;
-      clear.checksum = bs_cksum_add(clear.checksum, b->ops[k].checksum);
+      clear.checksum = bs__cksum_add(clear.checksum, b->ops[k].checksum);
       if (t > clear.target) clear.target = t;
     }
     clear_start = b->ops[0].type == BS_OP_CLEAR ? b->clear_start : b->ops[0].id;
     /* ops_cleared counts the ops folded, not an earlier CLEAR folded again (as LMDB's
-     * bs_clear_acc.n_folded): over repeated compactions each op counts once */
+     * bs__clear_acc.n_folded): over repeated compactions each op counts once */
     folded = run - (b->ops[0].type == BS_OP_CLEAR);
     nw[nn++] = clear;
   }
@@ -2152,7 +2152,7 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   /* swap: free the payloads that no new op points to */
   for (size_t k = 0; k < b->n; k++)
     if (k < run || later[k]) op_free(a, &b->ops[k]);
-  bs_free(a, b->ops);
+  bs__free(a, b->ops);
   b->ops = nw;
   b->cap = b->n;
   b->n = nn;
@@ -2165,11 +2165,11 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   stats->ops_moved += moved;
   stats->ops_cleared += folded;
   stats->bytes_after += bucket_bytes(b);
-  bs_free(a, later);
+  bs__free(a, later);
   return BS_OK;
 nomem:
-  bs_free(a, later);
-  bs_free(a, nw);
+  bs__free(a, later);
+  bs__free(a, nw);
   return BS_ENOMEM;
 }
 
@@ -2177,15 +2177,15 @@ static uint64_t last_op_of(const mem_bucket *b) {
   return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
 }
 
-/* The ops the selection of bs_compact_bucket_due weighs (bs_bucket_info.changes, as LMDB). */
+/* The ops the selection of bs__compact_bucket_due weighs (bs_bucket_info.changes, as LMDB). */
 static uint64_t changes_since(const mem_bucket *b) {
   if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
   return b->n - b->compacted_count;
 }
 
 static int bucket_due(const mem_bucket *b, uint64_t min_changes, double min_ratio) {
-  return bs_compact_bucket_due(b->n, b->compacted_count, last_op_of(b), b->compacted_op,
-                               min_changes, min_ratio);
+  return bs__compact_bucket_due(b->n, b->compacted_count, last_op_of(b), b->compacted_op,
+                                min_changes, min_ratio);
 }
 
 /* Records a full or initial-replication compaction of b at horizon h. */
@@ -2195,7 +2195,7 @@ static void bucket_mark(mem_bucket *b, uint64_t h) {
 }
 
 static uint64_t incremental_horizon(const mem_stream *s, int64_t min_age_ms) {
-  int64_t cutoff = bs_now_ms() - (min_age_ms < 0 ? 300000 : min_age_ms);
+  int64_t cutoff = bs__now_ms() - (min_age_ms < 0 ? 300000 : min_age_ms);
   uint64_t h = 0;
   for (size_t i = 0; i < s->ncps; i++)
     if (s->cps[i].ms <= cutoff && s->cps[i].id > h) h = s->cps[i].id;
@@ -2206,22 +2206,22 @@ static uint64_t incremental_horizon(const mem_stream *s, int64_t min_age_ms) {
  * drop it too when it is a tombstone. Caller holds the lock. */
 static int param_ident_cmp(const void *x, const void *y) {
   const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
-  int c = bs_val_cmp(a->key, b->key);
+  int c = bs__val_cmp(a->key, b->key);
   if (!c) c = a->table < b->table ? -1 : a->table > b->table;
-  if (!c) c = bs_val_cmp(a->rid, b->rid);
+  if (!c) c = bs__val_cmp(a->rid, b->rid);
   if (!c) c = a->id < b->id ? -1 : a->id > b->id;
   return c;
 }
 
 static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
-  const mem_param **v = bs_calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
-  unsigned char *drop = bs_calloc(a, s->nparams ? s->nparams : 1, 1);
-  mem_param *nw = bs_calloc(a, s->nparams ? s->nparams : 1, sizeof *nw);
+  const mem_param **v = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
+  unsigned char *drop = bs__calloc(a, s->nparams ? s->nparams : 1, 1);
+  mem_param *nw = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *nw);
   size_t n = 0, nn = 0;
   if (!v || !drop || !nw) {
-    bs_free(a, v);
-    bs_free(a, drop);
-    bs_free(a, nw);
+    bs__free(a, v);
+    bs__free(a, drop);
+    bs__free(a, nw);
     return BS_ENOMEM;
   }
   for (size_t k = 0; k < s->nparams; k++)
@@ -2229,8 +2229,8 @@ static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint
   qsort(v, n, sizeof *v, param_ident_cmp);
   for (size_t i = 0; i < n;) {
     size_t j = i;
-    while (j + 1 < n && bs_val_eq(v[j + 1]->key, v[i]->key) && v[j + 1]->table == v[i]->table &&
-           bs_val_eq(v[j + 1]->rid, v[i]->rid))
+    while (j + 1 < n && bs__val_eq(v[j + 1]->key, v[i]->key) && v[j + 1]->table == v[i]->table &&
+           bs__val_eq(v[j + 1]->rid, v[i]->rid))
       j++;
     for (size_t k = i; k < j; k++) drop[v[k] - s->params] = 1;
     if (v[j]->nrows == 0) drop[v[j] - s->params] = 1;
@@ -2244,21 +2244,21 @@ static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint
       nw[nn++] = s->params[k];
     }
   }
-  bs_free(a, s->params);
+  bs__free(a, s->params);
   s->params = nw;
   s->cparams = s->nparams ? s->nparams : 1;
   s->nparams = nn;
   if (h > s->m.param_horizon) s->m.param_horizon = h;
   if (h > s->m.param_fence) s->m.param_fence = h;
-  bs_free(a, v);
-  bs_free(a, drop);
+  bs__free(a, v);
+  bs__free(a, drop);
   return BS_OK;
 }
 
 /* Names of the buckets to compact (copied: the lock is released between buckets). */
 static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact_options *o,
                           bs_val **out, size_t *n_out) {
-  bs_val *list = bs_calloc(a, s->nbuckets + o->n_buckets + 1, sizeof *list);
+  bs_val *list = bs__calloc(a, s->nbuckets + o->n_buckets + 1, sizeof *list);
   size_t n = 0;
   if (!list) return BS_ENOMEM;
   for (size_t i = 0; i < s->nbuckets; i++) {
@@ -2273,7 +2273,7 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
       take = bucket_due(b, o->min_bucket_changes, o->min_change_ratio);
     if (take && val_dup(a, b->name, &list[n++])) {
       for (size_t k = 0; k < n; k++) val_free(a, &list[k]);
-      bs_free(a, list);
+      bs__free(a, list);
       return BS_ENOMEM;
     }
   }
@@ -2287,8 +2287,8 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
  * PUTs are appended again, in op order, with new op ids, inside tx. Caller holds the lock. */
 static int defrag_bucket(mem_tx *tx, mem_bucket *b, uint64_t h, double ratio, uint64_t *emitted) {
   const bs_allocator *a = ALLOC(tx->db);
-  uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
-  size_t *live = bs_calloc(a, b->n ? b->n : 1, sizeof *live), nlive = 0, n = b->n;
+  uint64_t *later = bs__calloc(a, b->n ? b->n : 1, sizeof *later);
+  size_t *live = bs__calloc(a, b->n ? b->n : 1, sizeof *live), nlive = 0, n = b->n;
   int rc = BS_OK;
   if (!later || !live || superseded(a, b, UINT64_MAX, later)) {
     rc = BS_ENOMEM;
@@ -2303,8 +2303,8 @@ static int defrag_bucket(mem_tx *tx, mem_bucket *b, uint64_t h, double ratio, ui
   }
   if (!rc) *emitted += nlive;
 out:
-  bs_free(a, later);
-  bs_free(a, live);
+  bs__free(a, later);
+  bs__free(a, live);
   return rc;
 }
 
@@ -2321,7 +2321,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   int rc = BS_OK;
   if (!o) o = &def;
   memset(&stats, 0, sizeof stats);
-  if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(db);
   if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
     stats.checkpoint_requests_deleted =
@@ -2343,7 +2343,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
       bucket_mark(b, h); /* a full compaction's mark, for selection (as LMDB) */
     unlock(db);
     if (!rc && o->progress && o->progress(&stats, o->progress_payload))
-      rc = bs_fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+      rc = bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
   }
   if (!rc && o->defragment_ratio > 0) {
     mem_tx tx;
@@ -2360,7 +2360,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     unlock(db);
     if (rc)
       rc = rc == BS_ENOMEM ? enomem(err, "defragment")
-                           : bs_fail(err, rc, "defragment: op ids exhausted");
+                           : bs__fail(err, rc, "defragment: op ids exhausted");
   }
   if (!rc && h && o->compact_parameters) {
     lock(db);
@@ -2369,7 +2369,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     unlock(db);
   }
   for (size_t i = 0; i < nnames; i++) val_free(a, &names[i]);
-  bs_free(a, names);
+  bs__free(a, names);
   if (out) *out = stats;
   return rc;
 }
@@ -2378,7 +2378,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
  * below h, and that only if it is a PUT; MOVE and CLEAR ops at or below h (an earlier full
  * compaction's) go too: no residue (contract.md 6, as LMDB). */
 static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h) {
-  uint64_t *later = bs_calloc(a, b->n ? b->n : 1, sizeof *later);
+  uint64_t *later = bs__calloc(a, b->n ? b->n : 1, sizeof *later);
   mem_op *nw = NULL;
   size_t nn = 0, del = 0;
   if (!later) return BS_ENOMEM;
@@ -2389,7 +2389,7 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
       del++;
     }
   if (del) {
-    nw = bs_calloc(a, b->n, sizeof *nw);
+    nw = bs__calloc(a, b->n, sizeof *nw);
     if (!nw) goto nomem;
     for (size_t k = 0; k < b->n; k++) {
       if (later[k])
@@ -2397,7 +2397,7 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
       else
         nw[nn++] = b->ops[k];
     }
-    bs_free(a, b->ops);
+    bs__free(a, b->ops);
     b->ops = nw;
     b->cap = b->n;
     b->n = nn;
@@ -2405,10 +2405,10 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
     if (!b->n || b->ops[0].type != BS_OP_CLEAR) b->clear_start = b->clear_op = 0; /* no torn span */
   }
   bucket_mark(b, h);
-  bs_free(a, later);
+  bs__free(a, later);
   return BS_OK;
 nomem:
-  bs_free(a, later);
+  bs__free(a, later);
   return BS_ENOMEM;
 }
 
@@ -2418,11 +2418,11 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
   mem_stream *s = ms->s;
   uint64_t h, done = 0;
   int rc = BS_OK;
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   if (!min_changes) min_changes = 1;
   lock(ms->db);
   if (s->m.cp_lsn.has) {
-    rc = bs_fail(err, BS_ESTATE, "stream %u already has a checkpoint", (unsigned)s->id);
+    rc = bs__fail(err, BS_ESTATE, "stream %u already has a checkpoint", (unsigned)s->id);
     goto out;
   }
   h = max_op_id ? max_op_id : s->m.op_head;
@@ -2491,7 +2491,7 @@ static void clear_locked(mem_db *db, mem_stream *s) {
 
 static int mem_clear(bs_storage *st, bs_error *err) {
   mem_storage *ms = MS(st);
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
   clear_locked(ms->db, ms->s);
   unlock(ms->db);
@@ -2500,7 +2500,7 @@ static int mem_clear(bs_storage *st, bs_error *err) {
 
 static int mem_terminate(bs_storage *st, int clear, bs_error *err) {
   mem_storage *ms = MS(st);
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
   if (clear) clear_locked(ms->db, ms->s);
   ms->s->m.state = BS_STREAM_TERMINATED;
@@ -2509,13 +2509,13 @@ static int mem_terminate(bs_storage *st, int clear, bs_error *err) {
 }
 
 static void mem_storage_destroy(bs_storage *st) {
-  if (st) bs_free(ALLOC(MS(st)->db), st);
+  if (st) bs__free(ALLOC(MS(st)->db), st);
 }
 
 /* ---- Listing buckets ------------------------------------------------------------------------ */
 
 static int info_cmp(const void *x, const void *y) {
-  return bs_val_cmp(((const bs_bucket_info *)x)->name, ((const bs_bucket_info *)y)->name);
+  return bs__val_cmp(((const bs_bucket_info *)x)->name, ((const bs_bucket_info *)y)->name);
 }
 
 /* Naive: under the lock, copy the figures and names of every bucket after start_after; sort;
@@ -2536,13 +2536,13 @@ static int mem_list_buckets(bs_storage *st, bs_val start_after,
   s = ms->s;
   for (size_t i = 0; i < s->nbuckets; i++) {
     const mem_bucket *b = s->buckets[i];
-    if (b->n && bs_val_cmp(b->name, start_after) > 0) {
+    if (b->n && bs__val_cmp(b->name, start_after) > 0) {
       n++;
       bytes += b->name.size;
     }
   }
-  v = bs_malloc(a, (n ? n : 1) * sizeof *v);
-  arena = bs_malloc(a, bytes ? bytes : 1);
+  v = bs__malloc(a, (n ? n : 1) * sizeof *v);
+  arena = bs__malloc(a, bytes ? bytes : 1);
   if (!v || !arena) {
     unlock(ms->db);
     rc = enomem(err, "list buckets");
@@ -2553,7 +2553,7 @@ static int mem_list_buckets(bs_storage *st, bs_val start_after,
     const mem_bucket *b = s->buckets[i];
     bs_bucket_info *in = &v[k];
     bs_checksum sum;
-    if (!b->n || bs_val_cmp(b->name, start_after) <= 0) continue;
+    if (!b->n || bs__val_cmp(b->name, start_after) <= 0) continue;
     memcpy(p, b->name.data, b->name.size);
     in->name.data = p;
     in->name.size = b->name.size;
@@ -2572,8 +2572,8 @@ static int mem_list_buckets(bs_storage *st, bs_val start_after,
   for (size_t i = 0; i < n; i++)
     if ((rc = fn(&v[i], payload)) != 0) break; /* the caller's value, unchanged */
 out:
-  bs_free(a, v);
-  bs_free(a, arena);
+  bs__free(a, v);
+  bs__free(a, arena);
   return rc;
 }
 
@@ -2617,12 +2617,12 @@ static void mem_close(bs_db *bdb) {
   mem_db *db = MDB(bdb);
   bs_allocator a = db->base.alloc;
   for (size_t i = 0; i < db->nstreams; i++) stream_free(&a, db->streams[i]);
-  bs_free(&a, db->streams);
+  bs__free(&a, db->streams);
   for (size_t i = 0; i < db->nmw; i++) mwcp_free(&a, db->mw[i]);
-  bs_free(&a, db->mw);
+  bs__free(&a, db->mw);
   pthread_mutex_destroy(&db->mu);
-  bs_db_base_destroy(&db->base);
-  bs_free(&a, db);
+  bs__db_base_destroy(&db->base);
+  bs__free(&a, db);
 }
 
 static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs_stream_options *o,
@@ -2630,14 +2630,14 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
   mem_db *db = MDB(bdb);
   const bs_allocator *a = ALLOC(db);
   mem_stream *s;
-  if (db->base.flags & BS_OPEN_RDONLY) return bs_fail(err, BS_ESTATE, "database is read-only");
+  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   if (name.size > BS_MAX_STREAM_NAME)
-    return bs_fail(err, BS_ETOOBIG, "name: longer than %u bytes", BS_MAX_STREAM_NAME);
+    return bs__fail(err, BS_ETOOBIG, "name: longer than %u bytes", BS_MAX_STREAM_NAME);
   if (o && o->hash != BS_HASH_XXH3 && o->hash != BS_HASH_SHA256)
-    return bs_fail(err, BS_EINVAL, "opts.hash: unknown hash %d", (int)o->hash);
-  s = bs_calloc(a, 1, sizeof *s);
+    return bs__fail(err, BS_EINVAL, "opts.hash: unknown hash %d", (int)o->hash);
+  s = bs__calloc(a, 1, sizeof *s);
   if (!s || val_dup(a, name, &s->name)) {
-    bs_free(a, s);
+    bs__free(a, s);
     return enomem(err, "stream");
   }
   s->m.state = BS_STREAM_PROCESSING;
@@ -2669,8 +2669,8 @@ static int mem_stream_list(bs_db *bdb, int (*fn)(const bs_stream_info *, void *)
   int rc = BS_OK;
   lock(db);
   n = db->nstreams;
-  infos = bs_calloc(a, n ? n : 1, sizeof *infos);
-  names = bs_calloc(a, n ? n : 1, sizeof *names);
+  infos = bs__calloc(a, n ? n : 1, sizeof *infos);
+  names = bs__calloc(a, n ? n : 1, sizeof *names);
   if (!infos || !names) goto nomem;
   for (size_t i = 0; i < n; i++) names[i] = db->streams[i]->name;
   if (vals_copy(a, names, n, &copy)) goto nomem;
@@ -2687,9 +2687,9 @@ nomem:
   unlock(db);
   rc = enomem(err, "stream list");
 out:
-  bs_free(a, infos);
-  bs_free(a, names);
-  bs_free(a, copy);
+  bs__free(a, infos);
+  bs__free(a, names);
+  bs__free(a, copy);
   return rc;
 }
 
@@ -2709,10 +2709,10 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
   }
   unlock(db);
   if (!s) {
-    if (id) return bs_fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
-    return bs_fail(err, BS_ENOTFOUND, "no stream exists");
+    if (id) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
+    return bs__fail(err, BS_ENOTFOUND, "no stream exists");
   }
-  ms = bs_calloc(ALLOC(db), 1, sizeof *ms);
+  ms = bs__calloc(ALLOC(db), 1, sizeof *ms);
   if (!ms) return enomem(err, "storage");
   ms->base.vt = &mem_vtable;
   ms->base.db = bdb;
@@ -2771,7 +2771,7 @@ static void problem(vlist *v, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  if (GROW(v->a, v->msgs, v->n, v->cap, v->n + 1) || !(p = bs_malloc(v->a, strlen(buf) + 1))) {
+  if (GROW(v->a, v->msgs, v->n, v->cap, v->n + 1) || !(p = bs__malloc(v->a, strlen(buf) + 1))) {
     v->oom = 1;
     return;
   }
@@ -2840,7 +2840,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     nids += s->buckets[i]->n;
   }
   /* op ids are unique across the stream's buckets and parameter entries */
-  ids = bs_calloc(a, nids ? nids : 1, sizeof *ids);
+  ids = bs__calloc(a, nids ? nids : 1, sizeof *ids);
   if (!ids) {
     v->oom = 1;
     return;
@@ -2858,7 +2858,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
   for (size_t i = 1; i < nids; i++)
     if (ids[i] == ids[i - 1])
       problem(v, "stream %u: op id %llu used twice", (unsigned)s->id, (unsigned long long)ids[i]);
-  bs_free(a, ids);
+  bs__free(a, ids);
   if (s->m.checkpoint > s->m.op_head)
     problem(v, "stream %u: checkpoint above the op head", (unsigned)s->id);
   /* the indexes: each bucket and record is found at its own slot (so keys are also unique),
@@ -2888,7 +2888,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
       problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
     for (size_t j = 0; r->soft && j < s->nsoftq && !queued; j++)
       queued = s->softq[j].table == r->table && s->softq[j].mark == r->mark &&
-               bs_val_eq(s->softq[j].rid, r->rid);
+               bs__val_eq(s->softq[j].rid, r->rid);
     if (r->soft && !queued)
       problem(v, "stream %u: soft-deleted record not queued for its purge", (unsigned)s->id);
     for (size_t j = 0; j < r->nm; j++)
@@ -2910,14 +2910,14 @@ static int mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payloa
   if (v.oom) rc = enomem(err, "verify");
   for (size_t i = 0; i < v.n; i++) {
     if (!rc && fn) fn(v.msgs[i], payload);
-    bs_free(v.a, v.msgs[i]);
+    bs__free(v.a, v.msgs[i]);
   }
-  bs_free(v.a, v.msgs);
+  bs__free(v.a, v.msgs);
   if (!rc && problems) *problems = v.n;
   return rc;
 }
 
-static const bs_db_ops mem_db_ops = {
+static const bs__db_ops mem_db_ops = {
     mem_close,
     mem_stream_create,
     mem_stream_list,
@@ -2928,18 +2928,18 @@ static const bs_db_ops mem_db_ops = {
     NULL /* export_records */,
 };
 
-int bs_mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = opts && opts->allocator ? opts->allocator : &bs_default_allocator;
-  mem_db *db = bs_calloc(a, 1, sizeof *db);
+int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {
+  const bs_allocator *a = opts && opts->allocator ? opts->allocator : &bs__default_allocator;
+  mem_db *db = bs__calloc(a, 1, sizeof *db);
   int rc;
   if (!db) return enomem(err, "memory database");
-  if ((rc = bs_db_base_init(&db->base, &mem_db_ops, opts, err))) {
-    bs_free(a, db);
+  if ((rc = bs__db_base_init(&db->base, &mem_db_ops, opts, err))) {
+    bs__free(a, db);
     return rc;
   }
   if (pthread_mutex_init(&db->mu, NULL)) {
-    bs_db_base_destroy(&db->base);
-    bs_free(a, db);
+    bs__db_base_destroy(&db->base);
+    bs__free(a, db);
     return enomem(err, "memory database mutex");
   }
   *out = &db->base;

@@ -56,7 +56,7 @@ const char *bs_strerror(int code) {
   }
 }
 
-int bs_fail(bs_error *err, int code, const char *fmt, ...) {
+int bs__fail(bs_error *err, int code, const char *fmt, ...) {
   if (err) {
     va_list ap;
     err->code = code;
@@ -67,7 +67,7 @@ int bs_fail(bs_error *err, int code, const char *fmt, ...) {
   return code;
 }
 
-int64_t bs_now_ms(void) {
+int64_t bs__now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -87,25 +87,25 @@ static void libc_free(void *o, void *p) {
   (void)o;
   free(p);
 }
-const bs_allocator bs_default_allocator = {libc_malloc, libc_realloc, libc_free, NULL};
+const bs_allocator bs__default_allocator = {libc_malloc, libc_realloc, libc_free, NULL};
 
-void *bs_malloc(const bs_allocator *a, size_t n) {
+void *bs__malloc(const bs_allocator *a, size_t n) {
   return a->malloc_fn(a->opaque, n ? n : 1);
 }
 
-void *bs_calloc(const bs_allocator *a, size_t n, size_t size) {
+void *bs__calloc(const bs_allocator *a, size_t n, size_t size) {
   void *p;
   if (size && n > SIZE_MAX / size) return NULL;
-  p = bs_malloc(a, n * size);
+  p = bs__malloc(a, n * size);
   if (p) memset(p, 0, n * size);
   return p;
 }
 
-void *bs_realloc(const bs_allocator *a, void *p, size_t n) {
+void *bs__realloc(const bs_allocator *a, void *p, size_t n) {
   return a->realloc_fn(a->opaque, p, n ? n : 1);
 }
 
-void bs_free(const bs_allocator *a, void *p) {
+void bs__free(const bs_allocator *a, void *p) {
   if (p) a->free_fn(a->opaque, p);
 }
 
@@ -120,13 +120,13 @@ void bs_free(const bs_allocator *a, void *p) {
 static int check_allocator(const bs_allocator *a, bs_error *err) {
   int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
   if (set != 0 && set != 3)
-    return bs_fail(err, BS_EINVAL, "opts->allocator: set all three functions or none");
+    return bs__fail(err, BS_EINVAL, "opts->allocator: set all three functions or none");
   return BS_OK;
 }
 
 static int check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
   if (v < 1 || v > current)
-    return bs_fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
+    return bs__fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
   return BS_OK;
 }
 
@@ -135,20 +135,20 @@ static int check_open_options(const bs_open_options *opts, bs_error *err) {
   if (!opts) return BS_OK;
   if ((rc = check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err))) return rc;
   if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
-    return bs_fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
-                   opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
+    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
+                    opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
   if (opts->allocator) return check_allocator(opts->allocator, err);
   return BS_OK;
 }
 
-int bs_db_base_init(bs_db *db, const bs_db_ops *ops, const bs_open_options *opts, bs_error *err) {
+int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err) {
   pthread_condattr_t ca;
   size_t entries;
   int rc;
 
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
   db->ops = ops;
-  db->alloc = bs_default_allocator;
+  db->alloc = bs__default_allocator;
   if (opts && opts->allocator && opts->allocator->malloc_fn) db->alloc = *opts->allocator;
   db->flags = opts ? opts->flags : 0;
   db->cache = NULL;
@@ -159,8 +159,8 @@ int bs_db_base_init(bs_db *db, const bs_db_ops *ops, const bs_open_options *opts
   entries = opts ? opts->checksum_cache_entries : 0;
   if (entries == 0) entries = BS_DEFAULT_CACHE_ENTRIES;
   if (entries != (size_t)-1) {
-    rc = bs_cksum_cache_new(&db->cache, &db->alloc, entries);
-    if (rc != BS_OK) return bs_fail(err, rc, "cannot allocate the checksum cache");
+    rc = bs__cksum_cache_new(&db->cache, &db->alloc, entries);
+    if (rc != BS_OK) return bs__fail(err, rc, "cannot allocate the checksum cache");
   }
   /* Waiters use timed waits on the monotonic clock, so a wall-clock jump cannot stall them. */
   if (pthread_mutex_init(&db->notify_mu, NULL) != 0) goto fail_mu;
@@ -174,20 +174,20 @@ int bs_db_base_init(bs_db *db, const bs_db_ops *ops, const bs_open_options *opts
 fail_cv:
   pthread_mutex_destroy(&db->notify_mu);
 fail_mu:
-  bs_cksum_cache_free(db->cache);
+  bs__cksum_cache_free(db->cache);
   db->cache = NULL;
-  return bs_fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
+  return bs__fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
 }
 
-void bs_db_base_destroy(bs_db *db) {
+void bs__db_base_destroy(bs_db *db) {
   if (!db) return;
-  bs_cksum_cache_free(db->cache);
+  bs__cksum_cache_free(db->cache);
   db->cache = NULL;
   pthread_cond_destroy(&db->notify_cv);
   pthread_mutex_destroy(&db->notify_mu);
 }
 
-void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
+void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
   void (*fn)(uint32_t, uint64_t, void *);
   void *payload;
   if (!db) return;
@@ -197,7 +197,7 @@ void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
   payload = db->listener_payload;
   pthread_cond_broadcast(&db->notify_cv);
   pthread_mutex_unlock(&db->notify_mu);
-  bs_cksum_cache_note_checkpoint(db->cache, stream, checkpoint);
+  bs__cksum_cache_note_checkpoint(db->cache, stream, checkpoint);
   /* The listener runs outside the lock so it may call back into the library. */
   if (fn) fn(stream, checkpoint, payload);
 }
@@ -207,7 +207,7 @@ void bs_db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
 /* data may be NULL only when size is 0 */
 static int check_val(bs_val v, const char *what, bs_error *err) {
   if (v.size && !v.data)
-    return bs_fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
+    return bs__fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
   return BS_OK;
 }
 
@@ -216,21 +216,21 @@ static int check_sized(bs_val v, size_t min, size_t max, const char *what, const
   int rc = check_val(v, what, err);
   if (rc != BS_OK) return rc;
   if (v.size > max)
-    return bs_fail(err, BS_ETOOBIG, "%s is %zu bytes, over %s (%zu)", what, v.size, limit, max);
-  if (v.size < min) return bs_fail(err, BS_EINVAL, "%s is empty", what);
+    return bs__fail(err, BS_ETOOBIG, "%s is %zu bytes, over %s (%zu)", what, v.size, limit, max);
+  if (v.size < min) return bs__fail(err, BS_EINVAL, "%s is empty", what);
   return BS_OK;
 }
 
-int bs_check_lsn(bs_val lsn, const char *what, bs_error *err) {
+int bs__check_lsn(bs_val lsn, const char *what, bs_error *err) {
   return check_sized(lsn, 0, BS_MAX_LSN, what ? what : "lsn", "BS_MAX_LSN", err);
 }
 
-bs_block_reason bs_checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
-                                    const bs_val *checkpoint_lsn, bs_val lsn) {
+bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
+                                     const bs_val *checkpoint_lsn, bs_val lsn) {
   if (!snapshot_done) return BS_BLOCKED_SNAPSHOT;
-  if (no_checkpoint_before && bs_val_cmp(lsn, *no_checkpoint_before) < 0)
+  if (no_checkpoint_before && bs__val_cmp(lsn, *no_checkpoint_before) < 0)
     return BS_BLOCKED_NO_CHECKPOINT_BEFORE;
-  if (checkpoint_lsn && bs_val_cmp(lsn, *checkpoint_lsn) < 0) return BS_BLOCKED_CHECKPOINT_LSN;
+  if (checkpoint_lsn && bs__val_cmp(lsn, *checkpoint_lsn) < 0) return BS_BLOCKED_CHECKPOINT_LSN;
   return BS_BLOCKED_NONE;
 }
 
@@ -267,7 +267,7 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
     return check_sized(l->key, 0, BS_MAX_LOOKUP_KEY, what, "BS_MAX_LOOKUP_KEY", err);
   }
   if (l->n_params && !l->params)
-    return bs_fail(err, BS_EINVAL, "lookups[%zu].params: NULL with n_params %zu", i, l->n_params);
+    return bs__fail(err, BS_EINVAL, "lookups[%zu].params: NULL with n_params %zu", i, l->n_params);
   for (size_t j = 0; j < l->n_params; j++) {
     if (sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) continue;
     snprintf(what, sizeof what, "lookups[%zu].params[%zu]", i, j);
@@ -276,16 +276,16 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   return BS_OK;
 }
 
-int bs_check_save(const bs_save *s, bs_error *err) {
+int bs__check_save(const bs_save *s, bs_error *err) {
   int rc;
-  if (!s) return bs_fail(err, BS_EINVAL, "change: NULL");
+  if (!s) return bs__fail(err, BS_EINVAL, "change: NULL");
   if (s->version < 1 || s->version > BS_SAVE_VERSION)
-    return bs_fail(err, BS_EINVAL, "change->version %u is not supported (this build: %u)",
-                   s->version, (unsigned)BS_SAVE_VERSION);
+    return bs__fail(err, BS_EINVAL, "change->version %u is not supported (this build: %u)",
+                    s->version, (unsigned)BS_SAVE_VERSION);
   if ((rc = check_sized(s->table, 1, BS_MAX_TABLE_NAME, "change->table", "BS_MAX_TABLE_NAME", err)))
     return rc;
   if (s->tag != BS_INSERT && s->tag != BS_UPDATE && s->tag != BS_DELETE)
-    return bs_fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
+    return bs__fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
   if ((rc = check_sized(s->before_id, 0, BS_MAX_REPLICA_ID, "change->before_id",
                         "BS_MAX_REPLICA_ID", err)))
     return rc;
@@ -293,13 +293,13 @@ int bs_check_save(const bs_save *s, bs_error *err) {
                         err)))
     return rc;
   if (s->tag != BS_DELETE && !s->after_id.data)
-    return bs_fail(err, BS_EINVAL, "change->after_id: required for INSERT and UPDATE");
+    return bs__fail(err, BS_EINVAL, "change->after_id: required for INSERT and UPDATE");
   if (s->tag == BS_DELETE && !s->before_id.data && !s->after_id.data)
-    return bs_fail(err, BS_EINVAL, "change->before_id: required for DELETE");
+    return bs__fail(err, BS_EINVAL, "change->before_id: required for DELETE");
   if (s->n_rows && !s->rows)
-    return bs_fail(err, BS_EINVAL, "change->rows: NULL with n_rows %zu", s->n_rows);
+    return bs__fail(err, BS_EINVAL, "change->rows: NULL with n_rows %zu", s->n_rows);
   if (s->n_lookups && !s->lookups)
-    return bs_fail(err, BS_EINVAL, "change->lookups: NULL with n_lookups %zu", s->n_lookups);
+    return bs__fail(err, BS_EINVAL, "change->lookups: NULL with n_lookups %zu", s->n_lookups);
   for (size_t i = 0; i < s->n_rows; i++)
     if ((rc = check_row(&s->rows[i], i, err))) return rc;
   for (size_t i = 0; i < s->n_lookups; i++)
@@ -316,9 +316,9 @@ int bs_check_save(const bs_save *s, bs_error *err) {
  * absent in older tables) and the slot is set. */
 static int vt_usable(const bs_storage *st, int present, unsigned min_version, const char *name,
                      bs_error *err) {
-  if (!st->vt) return bs_fail(err, BS_EINVAL, "storage has no vtable");
+  if (!st->vt) return bs__fail(err, BS_EINVAL, "storage has no vtable");
   if (st->vt->version < min_version || !present)
-    return bs_fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
+    return bs__fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
   return BS_OK;
 }
 #define VT_CHECK(st, slot, err) vt_usable((st), (st)->vt && (st)->vt->slot != NULL, 1, #slot, (err))
@@ -329,11 +329,11 @@ static int vt_usable(const bs_storage *st, int present, unsigned min_version, co
 
 /* A database op slot is set (test doubles leave some NULL; both real backends fill all). */
 #define DB_CHECK(db, slot, err)                                                                    \
-  ((db)->ops->slot ? BS_OK : bs_fail((err), BS_EUNSUPPORTED, "backend does not implement " #slot))
+  ((db)->ops->slot ? BS_OK : bs__fail((err), BS_EUNSUPPORTED, "backend does not implement " #slot))
 
 static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
-    return bs_fail(err, BS_EINVAL, "%s: %llu is not below 2^63", what, (unsigned long long)v);
+    return bs__fail(err, BS_EINVAL, "%s: %llu is not below 2^63", what, (unsigned long long)v);
   return BS_OK;
 }
 
@@ -360,20 +360,20 @@ static int check_bucket_name(bs_val v, const char *what, size_t i, bs_error *err
 }
 
 static int check_storage(const bs_storage *st, bs_error *err) {
-  if (!st) return bs_fail(err, BS_EINVAL, "st: NULL");
+  if (!st) return bs__fail(err, BS_EINVAL, "st: NULL");
   return BS_OK;
 }
 
 static int check_writable(const bs_storage *st, const char *call, bs_error *err) {
   if (st->db && (st->db->flags & BS_OPEN_RDONLY))
-    return bs_fail(err, BS_ESTATE, "%s: the database is open read-only", call);
+    return bs__fail(err, BS_ESTATE, "%s: the database is open read-only", call);
   return BS_OK;
 }
 
 static int check_writer(const bs_writer *w, bs_error *err) {
-  if (!w) return bs_fail(err, BS_EINVAL, "w: NULL");
-  if (w->closed) return bs_fail(err, BS_ESTATE, "writer is closed");
-  if (!w->st || !w->st->vt) return bs_fail(err, BS_EINVAL, "writer has no storage");
+  if (!w) return bs__fail(err, BS_EINVAL, "w: NULL");
+  if (w->closed) return bs__fail(err, BS_ESTATE, "writer is closed");
+  if (!w->st || !w->st->vt) return bs__fail(err, BS_EINVAL, "writer has no storage");
   return BS_OK;
 }
 
@@ -382,27 +382,27 @@ static int check_table(bs_val table, bs_error *err) {
 }
 
 static void note_checkpoint(bs_storage *st, uint64_t cp) {
-  if (st->cache) bs_cksum_cache_note_checkpoint((bs_cksum_cache *)st->cache, st->stream_id, cp);
+  if (st->cache) bs__cksum_cache_note_checkpoint((bs__cksum_cache *)st->cache, st->stream_id, cp);
 }
 
 /* ---- Opening --------------------------------------------------------------------------------- */
 
 int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   int rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if (!path) return bs_fail(err, BS_EINVAL, "path: NULL");
-  if (!*path) return bs_fail(err, BS_EINVAL, "path: empty");
+  if (!path) return bs__fail(err, BS_EINVAL, "path: NULL");
+  if (!*path) return bs__fail(err, BS_EINVAL, "path: empty");
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
-  return bs_lmdb_open(out, path, opts, err);
+  return bs__lmdb_open(out, path, opts, err);
 }
 
 int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
   int rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
-  return bs_mem_open(out, opts, err);
+  return bs__mem_open(out, opts, err);
 }
 
 void bs_close(bs_db *db) {
@@ -416,10 +416,10 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
   bs_stream_options o = BS_STREAM_OPTIONS_INIT;
   uint32_t id;
   int rc;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!name) return bs_fail(err, BS_EINVAL, "name: NULL");
-  if ((rc =
-           check_sized(bs_val_str(name), 1, BS_MAX_STREAM_NAME, "name", "BS_MAX_STREAM_NAME", err)))
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (!name) return bs__fail(err, BS_EINVAL, "name: NULL");
+  if ((rc = check_sized(bs__val_str(name), 1, BS_MAX_STREAM_NAME, "name", "BS_MAX_STREAM_NAME",
+                        err)))
     return rc;
   if (opts) {
     if ((rc = check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
@@ -427,11 +427,11 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
     o.hash = opts->hash;
   }
   if (o.hash != BS_HASH_XXH3 && o.hash != BS_HASH_SHA256)
-    return bs_fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)o.hash);
+    return bs__fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)o.hash);
   if (db->flags & BS_OPEN_RDONLY)
-    return bs_fail(err, BS_ESTATE, "stream_create: the database is open read-only");
+    return bs__fail(err, BS_ESTATE, "stream_create: the database is open read-only");
   if ((rc = DB_CHECK(db, stream_create, err))) return rc;
-  rc = db->ops->stream_create(&id, db, bs_val_str(name), &o, err);
+  rc = db->ops->stream_create(&id, db, bs__val_str(name), &o, err);
   if (rc == BS_OK && id_out) *id_out = id;
   return rc;
 }
@@ -439,17 +439,17 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
 int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
                    bs_error *err) {
   int rc;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, stream_list, err))) return rc;
   return db->ops->stream_list(db, fn, payload, err);
 }
 
 int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err) {
   int rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if ((rc = DB_CHECK(db, storage_open, err))) return rc;
   if ((rc = db->ops->storage_open(out, db, stream_id, err)) != BS_OK) {
     *out = NULL;
@@ -474,7 +474,7 @@ uint32_t bs_storage_stream_id(const bs_storage *st) {
 int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err) {
   bs_writer_options o = BS_WRITER_OPTIONS_INIT;
   int rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = check_storage(st, err))) return rc;
   if (opts) {
@@ -542,10 +542,10 @@ static int auto_flush(bs_writer *w, bs_error *err) {
 int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs_check_save(change, err))) return rc;
+  if ((rc = bs__check_save(change, err))) return rc;
   if (w->opts.snapshot && change->tag != BS_INSERT)
-    return bs_fail(err, BS_ESTATE,
-                   "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
+    return bs__fail(err, BS_ESTATE,
+                    "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
   if ((rc = VT_CHECK(w->st, writer_save, err))) return rc;
   if ((rc = auto_flush(w, err))) return rc;
   return queue_change(w, save_bytes(change), w->st->vt->writer_save(w, change, err));
@@ -587,7 +587,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   int rc;
   memset(&r, 0, sizeof r);
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs_check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = bs__check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_commit, err))) return rc;
   rc = w->st->vt->writer_commit(w, lsn, create_empty, &r, err);
   if (rc != BS_OK) return rc;
@@ -605,8 +605,8 @@ int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts, bs
     if ((rc = check_version(opts->version, BS_COMMIT_OPTIONS_VERSION, "opts->version", err)))
       return rc;
     if (opts->create_empty < -1 || opts->create_empty > 1)
-      return bs_fail(err, BS_EINVAL, "opts->create_empty: %d is not -1, 0 or 1",
-                     opts->create_empty);
+      return bs__fail(err, BS_EINVAL, "opts->create_empty: %d is not -1, 0 or 1",
+                      opts->create_empty);
     create_empty = opts->create_empty;
   }
   return writer_commit(w, lsn, create_empty, out, err);
@@ -619,7 +619,7 @@ int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_erro
 int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs_check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = bs__check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_snapshot_done, err))) return rc;
   return w->st->vt->writer_snapshot_done(w, lsn, err);
 }
@@ -627,7 +627,7 @@ int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
 int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs_check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = bs__check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_resume_lsn, err))) return rc;
   return w->st->vt->writer_resume_lsn(w, lsn, err);
 }
@@ -640,7 +640,7 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
   if ((rc = check_table(table, err))) return rc;
   if ((rc = check_sized(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", "BS_MAX_REPLICA_ID", err)))
     return rc;
-  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(w->st, writer_source_row, err))) return rc;
   return w->st->vt->writer_source_row(w, table, replica_id, fn, payload, err);
 }
@@ -670,7 +670,8 @@ int bs_writer_custom_write_checkpoint_requested(bs_writer *w, bs_val user_id, ui
                                                 bs_val event, int64_t requested_at_ms,
                                                 bs_error *err) {
   if (requested_at_ms < 0)
-    return bs_fail(err, BS_EINVAL, "requested_at_ms: %lld is negative", (long long)requested_at_ms);
+    return bs__fail(err, BS_EINVAL, "requested_at_ms: %lld is negative",
+                    (long long)requested_at_ms);
   return custom_write_checkpoint(w, user_id, checkpoint, event, requested_at_ms, err);
 }
 
@@ -680,7 +681,7 @@ int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   bs_checkpoint cp;
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
   memset(&cp, 0, sizeof cp);
   if ((rc = st->vt->get_checkpoint(st, &cp, err)) != BS_OK) return rc;
@@ -694,7 +695,7 @@ static int checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
   return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
 }
 
-/* Elapsed time for timeouts: CLOCK_MONOTONIC, the clock notify_cv waits on (bs_now_ms is the
+/* Elapsed time for timeouts: CLOCK_MONOTONIC, the clock notify_cv waits on (bs__now_ms is the
  * wall clock of stored times, which may jump). */
 static uint64_t monotonic_ms(void) {
   struct timespec ts;
@@ -732,8 +733,8 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
   uint64_t deadline, seq = 0, now;
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
-  if (timeout_ms < 0) return bs_fail(err, BS_EINVAL, "timeout_ms: %d is negative", timeout_ms);
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
+  if (timeout_ms < 0) return bs__fail(err, BS_EINVAL, "timeout_ms: %d is negative", timeout_ms);
   if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
   if (!known) {
     memset(&none, 0, sizeof none);
@@ -779,7 +780,7 @@ typedef struct req_sort {
 
 static int req_sort_cmp(const void *a, const void *b) {
   const req_sort *x = a, *y = b;
-  int c = bs_val_cmp(x->req.bucket, y->req.bucket);
+  int c = bs__val_cmp(x->req.bucket, y->req.bucket);
   if (c) return c;
   return x->index < y->index ? -1 : x->index > y->index;
 }
@@ -795,8 +796,8 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
     o->version = BS_BATCH_OPTIONS_VERSION;
   }
   if (o->limit == 0)
-    return bs_fail(err, BS_EINVAL, "opts->limit: 0 ops per call (the default is %u)",
-                   BS_BATCH_LIMIT_DEFAULT);
+    return bs__fail(err, BS_EINVAL, "opts->limit: 0 ops per call (the default is %u)",
+                    BS_BATCH_LIMIT_DEFAULT);
   if (o->max_bytes == 0) o->max_bytes = BS_DEFAULT_BATCH_BYTES;
   return BS_OK;
 }
@@ -815,8 +816,8 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   if (has_more_out) *has_more_out = 0;
   if ((rc = check_storage(st, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
-  if (n_req && !req) return bs_fail(err, BS_EINVAL, "req: NULL with n_req %zu", n_req);
-  if (!on_chunk) return bs_fail(err, BS_EINVAL, "on_chunk: NULL");
+  if (n_req && !req) return bs__fail(err, BS_EINVAL, "req: NULL with n_req %zu", n_req);
+  if (!on_chunk) return bs__fail(err, BS_EINVAL, "on_chunk: NULL");
   if ((rc = check_batch_options(opts, &o, err))) return rc;
   for (i = 0; i < n_req; i++) {
     if ((rc = check_bucket_name(req[i].bucket, "req.bucket", i, err))) return rc;
@@ -827,11 +828,11 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
 
   /* Backends get the requests sorted by name without duplicates; a repeated bucket keeps its
    * last request (the reference service keys requests by bucket name in a map). */
-  a = st->db ? &st->db->alloc : &bs_default_allocator;
-  tmp = bs_calloc(a, n_req, sizeof *tmp);
-  sorted = bs_calloc(a, n_req, sizeof *sorted);
+  a = st->db ? &st->db->alloc : &bs__default_allocator;
+  tmp = bs__calloc(a, n_req, sizeof *tmp);
+  sorted = bs__calloc(a, n_req, sizeof *sorted);
   if (!tmp || !sorted) {
-    rc = bs_fail(err, BS_ENOMEM, "cannot sort %zu bucket requests", n_req);
+    rc = bs__fail(err, BS_ENOMEM, "cannot sort %zu bucket requests", n_req);
     goto done;
   }
   for (i = 0; i < n_req; i++) {
@@ -840,14 +841,14 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   }
   qsort(tmp, n_req, sizeof *tmp, req_sort_cmp);
   for (i = 0; i < n_req; i++) {
-    if (i + 1 < n_req && bs_val_eq(tmp[i].req.bucket, tmp[i + 1].req.bucket)) continue;
+    if (i + 1 < n_req && bs__val_eq(tmp[i].req.bucket, tmp[i + 1].req.bucket)) continue;
     sorted[m++] = tmp[i].req;
   }
   rc = st->vt->bucket_data(st, checkpoint, sorted, m, &o, on_chunk, payload, &has_more, err);
   if (rc == BS_OK && has_more_out) *has_more_out = has_more;
 done:
-  if (tmp) bs_free(a, tmp);
-  if (sorted) bs_free(a, sorted);
+  if (tmp) bs__free(a, tmp);
+  if (sorted) bs__free(a, sorted);
   return rc;
 }
 
@@ -858,14 +859,14 @@ int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets,
   int rc;
   if ((rc = check_storage(st, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
-  if (n && !buckets) return bs_fail(err, BS_EINVAL, "buckets: NULL with n %zu", n);
-  if (n && !out) return bs_fail(err, BS_EINVAL, "out: NULL with n %zu", n);
+  if (n && !buckets) return bs__fail(err, BS_EINVAL, "buckets: NULL with n %zu", n);
+  if (n && !out) return bs__fail(err, BS_EINVAL, "out: NULL with n %zu", n);
   for (size_t i = 0; i < n; i++)
     if ((rc = check_bucket_name(buckets[i], "buckets", i, err))) return rc;
   if ((rc = VT_CHECK(st, checksums, err))) return rc;
   if (n == 0) return BS_OK;
   if (st->cache)
-    return bs_cksum_cache_get((bs_cksum_cache *)st->cache, st, checkpoint, buckets, n, out, err);
+    return bs__cksum_cache_get((bs__cksum_cache *)st->cache, st, checkpoint, buckets, n, out, err);
   return st->vt->checksums(st, checkpoint, buckets, n, out, NULL, err);
 }
 
@@ -879,7 +880,7 @@ int bs_list_buckets(bs_storage *st, bs_val start_after,
   if ((rc = check_sized(start_after, 0, BS_MAX_BUCKET_NAME, "start_after", "BS_MAX_BUCKET_NAME",
                         err)))
     return rc;
-  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK_V(st, list_buckets, 2, err))) return rc;
   return st->vt->list_buckets(st, start_after, fn, payload, err);
 }
@@ -892,9 +893,9 @@ int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   if ((rc = check_op_id(from, "from", err))) return rc;
   if ((rc = check_op_id(to, "to", err))) return rc;
   if (from > to)
-    return bs_fail(err, BS_EINVAL, "from: %llu is above to (%llu)", (unsigned long long)from,
-                   (unsigned long long)to);
-  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+    return bs__fail(err, BS_EINVAL, "from: %llu is above to (%llu)", (unsigned long long)from,
+                    (unsigned long long)to);
+  if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(st, checkpoint_changes, err))) return rc;
   return st->vt->checkpoint_changes(st, from, to, fn, payload, err);
 }
@@ -907,8 +908,8 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
   if ((rc = check_storage(st, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if (n_lookups && !lookups)
-    return bs_fail(err, BS_EINVAL, "lookups: NULL with n_lookups %zu", n_lookups);
-  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+    return bs__fail(err, BS_EINVAL, "lookups: NULL with n_lookups %zu", n_lookups);
+  if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   for (size_t i = 0; i < n_lookups; i++)
     if ((rc = check_sized_at(lookups[i], 0, BS_MAX_LOOKUP_KEY, "lookups", i, "",
                              "BS_MAX_LOOKUP_KEY", err)))
@@ -921,7 +922,7 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
 
 static int check_heads(const bs_head *heads, size_t n, const char *what, bs_error *err) {
   int rc;
-  if (n && !heads) return bs_fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
+  if (n && !heads) return bs__fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
   for (size_t i = 0; i < n; i++) {
     if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_CONNECTION_NAME, what, i, ".connection",
                              "BS_MAX_CONNECTION_NAME", err)) ||
@@ -936,15 +937,15 @@ int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, 
   int rc;
   if ((rc = check_storage(st, err))) return rc;
   if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
-    return bs_fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
+    return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
     return rc;
   if ((rc = VT_CHECK(st, set_write_checkpoint_mode, err))) return rc;
   return st->vt->set_write_checkpoint_mode(st, mode, event, err);
 }
 
-int bs_managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
-                       int *action, bs_error *err) {
+int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
+                        int *action, bs_error *err) {
   *action = BS_WCP_REPLACE;
   if (!w->has_request_id) {
     *id = stored + 1; /* stored < 2^63: no wrap */
@@ -955,8 +956,8 @@ int bs_managed_next_id(const bs_managed_request *w, int exists, uint64_t stored,
     *action = w->request_id == stored ? BS_WCP_REFRESH : BS_WCP_KEEP;
   }
   if (*id >= (UINT64_C(1) << 63))
-    return bs_fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
-                   (int)w->user_id.size, (const char *)w->user_id.data);
+    return bs__fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
+                    (int)w->user_id.size, (const char *)w->user_id.data);
   return BS_OK;
 }
 
@@ -964,16 +965,16 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
                                         uint64_t *ids_out, int *should_advance, bs_error *err) {
   int advance = 0, rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (n && !req) return bs_fail(err, BS_EINVAL, "req: NULL with n %zu", n);
-  if (n && !ids_out) return bs_fail(err, BS_EINVAL, "ids_out: NULL with n %zu", n);
+  if (n && !req) return bs__fail(err, BS_EINVAL, "req: NULL with n %zu", n);
+  if (n && !ids_out) return bs__fail(err, BS_EINVAL, "ids_out: NULL with n %zu", n);
   for (size_t i = 0; i < n; i++) {
     char what[48];
     if ((rc = check_sized_at(req[i].user_id, 0, BS_MAX_USER_ID, "req", i, ".user_id",
                              "BS_MAX_USER_ID", err)))
       return rc;
     if (req[i].n_heads > BS_MAX_HEADS) /* stored as a u16 count */
-      return bs_fail(err, BS_ETOOBIG, "req[%zu].heads: %zu heads (limit BS_MAX_HEADS, %u)", i,
-                     req[i].n_heads, BS_MAX_HEADS);
+      return bs__fail(err, BS_ETOOBIG, "req[%zu].heads: %zu heads (limit BS_MAX_HEADS, %u)", i,
+                      req[i].n_heads, BS_MAX_HEADS);
     if (req[i].n_heads) { /* the heads' names are only built when there are heads */
       snprintf(what, sizeof what, "req[%zu].heads", i);
       if ((rc = check_heads(req[i].heads, req[i].n_heads, what, err))) return rc;
@@ -995,8 +996,8 @@ int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *head
   if ((rc = check_storage(st, err))) return rc;
   if ((rc = check_sized(user_id, 0, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
   if ((rc = check_heads(heads, n_heads, "heads", err))) return rc;
-  if (!id_out) return bs_fail(err, BS_EINVAL, "id_out: NULL");
-  if (!found) return bs_fail(err, BS_EINVAL, "found: NULL");
+  if (!id_out) return bs__fail(err, BS_EINVAL, "id_out: NULL");
+  if (!found) return bs__fail(err, BS_EINVAL, "found: NULL");
   if ((rc = VT_CHECK(st, last_write_checkpoint, err))) return rc;
   *id_out = 0;
   *found = 0;
@@ -1026,12 +1027,12 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
   if (opts && (rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
     return rc;
   /* One place for the defaults and range checks (compact.c), so every backend gets the same. */
-  if ((rc = bs_compact_options_resolve(&o, opts, err))) return rc;
+  if ((rc = bs__compact_options_resolve(&o, opts, err))) return rc;
   o.version = BS_COMPACT_OPTIONS_VERSION;
   for (size_t i = 0; i < o.n_buckets; i++)
     if ((rc = check_bucket_name(o.buckets[i], "opts->buckets", i, err))) return rc;
   if (o.defragment_ratio != o.defragment_ratio || o.defragment_ratio < 0)
-    return bs_fail(err, BS_EINVAL, "opts->defragment_ratio: not a number >= 0");
+    return bs__fail(err, BS_EINVAL, "opts->defragment_ratio: not a number >= 0");
   if ((rc = check_writable(st, "compact", err))) return rc;
   if ((rc = VT_CHECK(st, compact, err))) return rc;
   memset(&stats, 0, sizeof stats);
@@ -1060,7 +1061,7 @@ int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t 
 int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_status, err))) return rc;
   memset(out, 0, sizeof *out);
   return st->vt->get_status(st, out, err);
@@ -1069,7 +1070,7 @@ int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 int bs_report_error(bs_storage *st, const char *message, bs_error *err) {
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (!message) return bs_fail(err, BS_EINVAL, "message: NULL");
+  if (!message) return bs__fail(err, BS_EINVAL, "message: NULL");
   if ((rc = check_writable(st, "report_error", err))) return rc;
   if ((rc = VT_CHECK(st, report_error, err))) return rc;
   return st->vt->report_error(st, message, err);
@@ -1082,7 +1083,7 @@ int bs_clear(bs_storage *st, bs_error *err) {
   if ((rc = VT_CHECK(st, clear, err))) return rc;
   rc = st->vt->clear(st, err);
   /* Dropped either way: after a failed clear the cache just recomputes. */
-  if (st->cache) bs_cksum_cache_drop_stream((bs_cksum_cache *)st->cache, st->stream_id);
+  if (st->cache) bs__cksum_cache_drop_stream((bs__cksum_cache *)st->cache, st->stream_id);
   return rc;
 }
 
@@ -1092,14 +1093,14 @@ int bs_terminate(bs_storage *st, int clear, bs_error *err) {
   if ((rc = check_writable(st, "terminate", err))) return rc;
   if ((rc = VT_CHECK(st, terminate, err))) return rc;
   rc = st->vt->terminate(st, clear, err);
-  if (st->cache) bs_cksum_cache_drop_stream((bs_cksum_cache *)st->cache, st->stream_id);
+  if (st->cache) bs__cksum_cache_drop_stream((bs__cksum_cache *)st->cache, st->stream_id);
   return rc;
 }
 
 int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err) {
   int rc;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!out) return bs_fail(err, BS_EINVAL, "out: NULL");
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = DB_CHECK(db, stat, err))) return rc;
   memset(out, 0, sizeof *out);
   return db->ops->stat(db, out, err);
@@ -1109,7 +1110,7 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
                  uint64_t *problems_out, bs_error *err) {
   uint64_t problems = 0;
   int rc;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if ((rc = DB_CHECK(db, verify, err))) return rc;
   rc = db->ops->verify(db, fn, payload, &problems, err);
   if (problems_out) *problems_out = problems;
@@ -1117,8 +1118,8 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
 }
 
 /* Copies opts (NULL = defaults) into out, checked. */
-int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
-                              bs_error *err) {
+int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
+                               bs_error *err) {
   static const bs_backup_options defaults = BS_BACKUP_OPTIONS_INIT;
   int rc;
   *out = defaults;
@@ -1126,8 +1127,8 @@ int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *o
   if ((rc = check_version(opts->version, BS_BACKUP_OPTIONS_VERSION, "opts->version", err)))
     return rc;
   if (opts->flags & ~BS_BACKUP_REPLACE)
-    return bs_fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
-                   opts->flags & ~BS_BACKUP_REPLACE);
+    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
+                    opts->flags & ~BS_BACKUP_REPLACE);
   *out = *opts;
   return BS_OK;
 }
@@ -1135,9 +1136,9 @@ int bs_backup_options_resolve(bs_backup_options *out, const bs_backup_options *o
 int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {
   bs_backup_options o;
   int rc;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!path || !*path) return bs_fail(err, BS_EINVAL, "path: NULL or empty");
-  if ((rc = bs_backup_options_resolve(&o, opts, err))) return rc;
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
+  if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
   if ((rc = DB_CHECK(db, backup, err))) return rc;
   return db->ops->backup(db, path, &o, err);
 }
@@ -1145,8 +1146,8 @@ int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_err
 int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
                  void *payload, bs_error *err) {
   int rc;
-  if (!db) return bs_fail(err, BS_EINVAL, "db: NULL");
-  if (!fn) return bs_fail(err, BS_EINVAL, "fn: NULL");
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, export_records, err))) return rc;
   return db->ops->export_records(db, stream, fn, payload, err);
 }

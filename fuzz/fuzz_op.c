@@ -1,6 +1,6 @@
 /*
- * fuzz_op: the LMDB value decoders that read stored bytes without copying: bs_lmdb_op_decode
- * (lmdb_internal.h) and bs_bucket_state_decode. Input: 1 byte key size selector, then the value.
+ * fuzz_op: the LMDB value decoders that read stored bytes without copying: bs__lmdb_op_decode
+ * (lmdb_internal.h) and bs__bucket_state_decode. Input: 1 byte key size selector, then the value.
  * Every decoded field must point inside the value.
  */
 #include <stdint.h>
@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (n) memcpy(val, data + 1, n);
   v.mv_size = n;
   v.mv_data = val;
-  if (bs_lmdb_op_decode(&k, &v, &op) == BS_OK) {
+  if (bs__lmdb_op_decode(&k, &v, &op) == BS_OK) {
     inside(op.object_type, val, n);
     inside(op.object_id, val, n);
     inside(op.subkey, val, n);
@@ -43,8 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (op.object_type.size + op.object_id.size + op.subkey.size + op.data.size + 18 > n) abort();
   }
   {
-    bs_bucket_state s;
-    if (bs_bucket_state_decode(&v, &s) == BS_OK) inside(s.name, val, n);
+    bs__bucket_state s;
+    if (bs__bucket_state_decode(&v, &s) == BS_OK) inside(s.name, val, n);
   }
   free(val);
   return 0;

@@ -50,7 +50,7 @@ static bs_checksum value_in(const fake_bucket *b, uint64_t from, uint64_t to) {
   bs_checksum v = {0, 0};
   for (size_t i = 0; i < b->n; i++)
     if (b->ops[i].id > from && b->ops[i].id <= to) {
-      v.checksum = bs_cksum_add(v.checksum, b->ops[i].cksum);
+      v.checksum = bs__cksum_add(v.checksum, b->ops[i].cksum);
       v.count++;
     }
   return v;
@@ -72,7 +72,7 @@ static int f_checksums(bs_storage *st, uint64_t cp, const bs_val *buckets, size_
 static int f_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
                     bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err) {
   fake *f = (fake *)st;
-  if (f->fail_ranges) return bs_fail(err, f->fail_ranges, "fake ranges failure");
+  if (f->fail_ranges) return bs__fail(err, f->fail_ranges, "fake ranges failure");
   if (f->n_ranges < 16) f->last_from[f->n_ranges] = from;
   f->n_ranges++;
   f->buckets_ranges += n;
@@ -105,7 +105,7 @@ static void fake_reset_counters(fake *f) {
 
 static fake *fake_new(size_t capacity, int with_ranges) {
   fake *f = calloc(1, sizeof *f);
-  bs_cksum_cache *c;
+  bs__cksum_cache *c;
   assert_non_null(f);
   memset(&fake_vt, 0, sizeof fake_vt);
   fake_vt.version = BS_STORAGE_VTABLE_VERSION;
@@ -114,13 +114,13 @@ static fake *fake_new(size_t capacity, int with_ranges) {
   fake_vt.get_checkpoint = f_get_checkpoint;
   f->base.vt = &fake_vt;
   f->base.stream_id = 3;
-  assert_int_equal(bs_cksum_cache_new(&c, &bs_default_allocator, capacity), BS_OK);
+  assert_int_equal(bs__cksum_cache_new(&c, &bs__default_allocator, capacity), BS_OK);
   f->base.cache = c;
   return f;
 }
 
 static void fake_free(fake *f) {
-  bs_cksum_cache_free((bs_cksum_cache *)f->base.cache);
+  bs__cksum_cache_free((bs__cksum_cache *)f->base.cache);
   free(f);
 }
 
@@ -142,7 +142,7 @@ static void fold_clear(fake *f, int i, uint64_t upto, int bump) {
   uint32_t sum = 0;
   uint64_t last = 0;
   while (k < b->n && b->ops[k].id <= upto) {
-    sum = bs_cksum_add(sum, b->ops[k].cksum);
+    sum = bs__cksum_add(sum, b->ops[k].cksum);
     last = b->ops[k].id;
     k++;
   }
@@ -275,7 +275,7 @@ static void test_generation_invalidates(void **state) {
   fake *f = fake_new(1000, 1);
   int idx[] = {0, 1, 2};
   bs_checksum out[3];
-  bs_cksum_cache_stats s;
+  bs__cksum_cache_stats s;
   (void)state;
   fill(f, 6);
   get(f, f->checkpoint, idx, 3, out);
@@ -287,7 +287,7 @@ static void test_generation_invalidates(void **state) {
   assert_int_equal(f->n_ranges, 1);
   assert_int_equal(f->n_checksums, 1); /* only b1 recomputed */
   assert_int_equal(f->buckets_checksums, 1);
-  bs_cksum_cache_get_stats((bs_cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
   assert_true(s.stale == 1);
   /* the fresh entry (new generation) is used again */
   fake_reset_counters(f);
@@ -300,7 +300,7 @@ static void test_generation_invalidates(void **state) {
 static void test_lru_eviction(void **state) {
   fake *f = fake_new(3, 1);
   bs_checksum out[1];
-  bs_cksum_cache_stats s;
+  bs__cksum_cache_stats s;
   int a[] = {0}, b[] = {1}, c[] = {2}, d[] = {3};
   (void)state;
   fill(f, 2);
@@ -309,7 +309,7 @@ static void test_lru_eviction(void **state) {
   get(f, f->checkpoint, c, 1, out);
   get(f, f->checkpoint, a, 1, out); /* a is now the most recent; b the least */
   get(f, f->checkpoint, d, 1, out); /* evicts b */
-  bs_cksum_cache_get_stats((bs_cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
   assert_true(s.entries == 3);
   assert_true(s.evictions == 1);
   fake_reset_counters(f);
@@ -328,7 +328,7 @@ static void test_lru_eviction(void **state) {
     get(f, f->checkpoint, a, 1, out);
     expect_truth(f, f->checkpoint, a, 1, out);
   }
-  bs_cksum_cache_get_stats((bs_cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
   assert_true(s.entries == 3);
   fake_free(f);
 }
@@ -386,7 +386,7 @@ static void test_without_ranges_and_errors(void **state) {
   assert_int_equal(err.code, BS_EINVALIDATED);
   /* drop_stream forgets everything of the stream */
   f->fail_ranges = 0;
-  bs_cksum_cache_drop_stream((bs_cksum_cache *)f->base.cache, f->base.stream_id);
+  bs__cksum_cache_drop_stream((bs__cksum_cache *)f->base.cache, f->base.stream_id);
   fake_reset_counters(f);
   get(f, f->checkpoint, idx, 2, out);
   assert_int_equal(f->n_checksums, 1);
@@ -429,8 +429,8 @@ static void test_random_differential(void **state) {
       }
     }
   }
-  bs_cksum_cache_stats s;
-  bs_cksum_cache_get_stats((bs_cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_stats s;
+  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
   assert_true(s.hits > 0 && s.misses > 0 && s.entries <= 40);
   fake_free(f);
 }
@@ -453,7 +453,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
   assert_non_null(st->cache);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   snprintf(lsn, sizeof lsn, "%08d", lsn_n++);
-  assert_int_equal(bs_writer_snapshot_done(w, bs_val_str(lsn), &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, bs__val_str(lsn), &err), BS_OK);
   for (int r = 0; r < rounds; r++) {
     int nsaves = 1 + rand() % 4;
     for (int k = 0; k < nsaves; k++) {
@@ -463,15 +463,15 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       snprintf(rid, sizeof rid, "r%d", rand() % 6);
       snprintf(data, sizeof data, "{\"v\":%d}", rand() % 100);
       for (int j = 0; j < nr && j < 2; j++) {
-        rows[j].bucket = bs_val_str(bnames[rand() % 4]);
-        rows[j].object_type = bs_val_str("t");
-        rows[j].object_id = bs_val_str(rid);
-        rows[j].data = bs_val_str(data);
+        rows[j].bucket = bs__val_str(bnames[rand() % 4]);
+        rows[j].object_type = bs__val_str("t");
+        rows[j].object_id = bs__val_str(rid);
+        rows[j].data = bs__val_str(data);
       }
-      sv.table = bs_val_str("tbl");
+      sv.table = bs__val_str("tbl");
       sv.tag = rand() % 5 == 0 ? BS_DELETE : BS_UPDATE;
-      sv.after_id = bs_val_str(rid);
-      sv.before_id = bs_val_str(rid);
+      sv.after_id = bs__val_str(rid);
+      sv.before_id = bs__val_str(rid);
       sv.rows = rows;
       sv.n_rows = sv.tag == BS_DELETE ? 0 : (size_t)(nr > 2 ? 2 : nr);
       int rc = bs_writer_save(w, &sv, &err);
@@ -479,7 +479,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       assert_int_equal(rc, BS_OK);
     }
     snprintf(lsn, sizeof lsn, "%08d", lsn_n++);
-    assert_int_equal(bs_writer_commit(w, bs_val_str(lsn), NULL, &cr, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(w, bs__val_str(lsn), NULL, &cr, &err), BS_OK);
     if (rand() % 6 == 0 && cr.checkpoint) {
       bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
       co.min_bucket_changes = 1;
@@ -495,7 +495,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       size_t n = 1 + (size_t)(rand() % 4);
       uint64_t cp = (uint64_t)rand() % (cr.checkpoint + 3);
       int rc1, rc2;
-      for (size_t i = 0; i < n; i++) req[i] = bs_val_str(bnames[rand() % 4]);
+      for (size_t i = 0; i < n; i++) req[i] = bs__val_str(bnames[rand() % 4]);
       rc1 = bs_get_checksums(st, cp, req, n, got, &err);
       rc2 = st->vt->checksums(st, cp, req, n, want, NULL, &err);
       if (rc1 != rc2)
@@ -513,8 +513,8 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       }
     }
   }
-  bs_cksum_cache_stats s;
-  bs_cksum_cache_get_stats((bs_cksum_cache *)st->cache, &s);
+  bs__cksum_cache_stats s;
+  bs__cksum_cache_get_stats((bs__cksum_cache *)st->cache, &s);
   assert_true(s.hits > 0);
   bs_writer_close(w);
   bs_storage_close(st);

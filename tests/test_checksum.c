@@ -1,5 +1,5 @@
 /* test_checksum: golden vectors for op checksums (xxh3 and sha256 modes), subkeys, and the
- * streaming/one-shot equivalence of bs_hash_parts. Vectors computed independently with the
+ * streaming/one-shot equivalence of bs__hash_parts. Vectors computed independently with the
  * xxhash 0.8.1 CLI (xxhsum -H3, xxh128sum) and Python's hashlib. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 #include "internal.h"
 
 static bs_val V(const char *s) {
-  return bs_val_str(s);
+  return bs__val_str(s);
 }
 
 static void test_sha256_reference_vectors(void **state) {
@@ -85,7 +85,7 @@ static void test_parts_split_invariance(void **state) {
       bs_val whole = {buf, len};
       bs_val parts[5];
       size_t cut[4], n = 0, prev = 0;
-      uint32_t a = bs_hash_parts((bs_hash)h, &whole, 1), b;
+      uint32_t a = bs__hash_parts((bs_hash)h, &whole, 1), b;
       for (int k = 0; k < 4; k++) cut[k] = len ? (size_t)rand() % (len + 1) : 0;
       for (int k = 0; k < 4; k++) /* sort the cut points */
         for (int j = k + 1; j < 4; j++)
@@ -101,7 +101,7 @@ static void test_parts_split_invariance(void **state) {
       }
       parts[n].data = buf + prev;
       parts[n++].size = len - prev;
-      b = bs_hash_parts((bs_hash)h, parts, n);
+      b = bs__hash_parts((bs_hash)h, parts, n);
       if (a != b) fprintf(stderr, "BS_SEED=%u iter %d len %zu hash %d\n", seed, iter, len, h);
       assert_int_equal(a, b);
     }
@@ -130,9 +130,9 @@ static void test_subkey_vectors(void **state) {
 
 static void test_checksum_arithmetic(void **state) {
   (void)state;
-  assert_int_equal(bs_cksum_add(0xffffffffu, 2), 1u);
-  assert_int_equal(bs_cksum_sub(1, 2), 0xffffffffu);
-  assert_int_equal(bs_cksum_sub(bs_cksum_add(123456789u, 4000000000u), 4000000000u), 123456789u);
+  assert_int_equal(bs__cksum_add(0xffffffffu, 2), 1u);
+  assert_int_equal(bs__cksum_sub(1, 2), 0xffffffffu);
+  assert_int_equal(bs__cksum_sub(bs__cksum_add(123456789u, 4000000000u), 4000000000u), 123456789u);
 }
 
 int main(void) {

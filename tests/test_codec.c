@@ -37,7 +37,7 @@ static const unsigned char op_key_golden[16] = {0, 0, 0, 0, 0, 0,    0x01, 0x02,
 static void test_op_key(void **state) {
   unsigned char k[BS_OP_KEY_SIZE];
   (void)state;
-  bs_lmdb_op_key(k, 0x0102, 0x030405);
+  bs__lmdb_op_key(k, 0x0102, 0x030405);
   assert_memory_equal(k, op_key_golden, sizeof k);
 }
 
@@ -59,26 +59,26 @@ static bs_op put_op(void) {
   return op;
 }
 
-/* Encodes op into a buffer of exactly bs_lmdb_op_size bytes, decodes it under key op_id. */
+/* Encodes op into a buffer of exactly bs__lmdb_op_size bytes, decodes it under key op_id. */
 static void round_trip(const bs_op *op, uint64_t op_id, unsigned char *out, size_t out_size,
                        bs_op *back) {
   unsigned char k[BS_OP_KEY_SIZE];
   MDB_val mk = {sizeof k, k}, mv;
-  size_t n = bs_lmdb_op_size(op);
+  size_t n = bs__lmdb_op_size(op);
   unsigned char *buf = malloc(n);
   assert_non_null(buf);
-  bs_lmdb_op_encode(buf, op);
+  bs__lmdb_op_encode(buf, op);
   assert_true(n <= out_size);
   memcpy(out, buf, n);
-  bs_lmdb_op_key(k, 7, op_id);
+  bs__lmdb_op_key(k, 7, op_id);
   mv.mv_size = n;
   mv.mv_data = buf;
-  assert_int_equal(bs_lmdb_op_decode(&mk, &mv, back), BS_OK);
+  assert_int_equal(bs__lmdb_op_decode(&mk, &mv, back), BS_OK);
   assert_int_equal(back->op_id, op_id);
   assert_int_equal(back->type, op->type);
   assert_int_equal(back->checksum, op->checksum);
   assert_int_equal(back->target_op, op->target_op);
-  if (bs_op_carries_row(op->type)) {
+  if (bs__op_carries_row(op->type)) {
     val_eq(back->object_type, op->object_type);
     val_eq(back->object_id, op->object_id);
     val_eq(back->subkey, op->subkey);
@@ -98,17 +98,17 @@ static void test_op_value(void **state) {
   unsigned char out[64];
   bs_op op = put_op(), back;
   (void)state;
-  assert_int_equal(bs_lmdb_op_size(&op), sizeof put_golden);
+  assert_int_equal(bs__lmdb_op_size(&op), sizeof put_golden);
   round_trip(&op, 42, out, sizeof out, &back);
   assert_memory_equal(out, put_golden, sizeof put_golden);
 
   /* REMOVE keeps the row, drops the data; MOVE and CLEAR keep only the header. */
   op.type = BS_OP_REMOVE;
-  assert_int_equal(bs_lmdb_op_size(&op), sizeof put_golden - 2);
+  assert_int_equal(bs__lmdb_op_size(&op), sizeof put_golden - 2);
   round_trip(&op, 43, out, sizeof out, &back);
   op.type = BS_OP_MOVE;
   op.target_op = 0x0102030405060708ull;
-  assert_int_equal(bs_lmdb_op_size(&op), BS_OP_HEADER_SIZE);
+  assert_int_equal(bs__lmdb_op_size(&op), BS_OP_HEADER_SIZE);
   round_trip(&op, 44, out, sizeof out, &back);
   assert_int_equal(out[0], BS_OP_MOVE);
   assert_int_equal(out[5], 0x08); /* target_op little-endian */
@@ -132,14 +132,14 @@ static void test_op_value_malformed(void **state) {
   unsigned char bad[sizeof put_golden];
   bs_op op;
   (void)state;
-  bs_lmdb_op_key(k, 1, 2);
+  bs__lmdb_op_key(k, 1, 2);
   /* Every truncation: short of the fixed part it does not decode; past it, data shrinks. */
   for (size_t n = 0; n <= sizeof put_golden; n++) {
     mv = exact(put_golden, n);
     if (n < fixed) {
-      assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+      assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
     } else {
-      assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_OK);
+      assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_OK);
       assert_int_equal(op.data.size, n - fixed);
     }
     free(mv.mv_data);
@@ -149,7 +149,7 @@ static void test_op_value_malformed(void **state) {
     memcpy(bad, put_golden, sizeof bad);
     bad[0] = (unsigned char)t;
     mv = exact(bad, sizeof bad);
-    assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op),
+    assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op),
                      t >= BS_OP_PUT && t <= BS_OP_CLEAR ? BS_OK : BS_ECORRUPT);
     free(mv.mv_data);
   }
@@ -159,20 +159,20 @@ static void test_op_value_malformed(void **state) {
     memcpy(bad, put_golden, sizeof bad);
     bad[at[f]] = (unsigned char)(bad[at[f]] + 3);
     mv = exact(bad, sizeof bad);
-    assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
     free(mv.mv_data);
     bad[at[f]] = 0xff;
     if (f < 2) bad[at[f] + 1] = 0xff;
     mv = exact(bad, sizeof bad);
-    assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
     free(mv.mv_data);
   }
   /* A key that is not an ops key. */
   mv = exact(put_golden, sizeof put_golden);
   mk.mv_size = 15;
-  assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
   mk.mv_size = 17;
-  assert_int_equal(bs_lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
   free(mv.mv_data);
 }
 
@@ -186,31 +186,31 @@ static void test_bucket_entry(void **state) {
   uint32_t stream;
   uint64_t id;
   (void)state;
-  assert_int_equal(bs_lmdb_bucket_key(kb, 0x0102, V("b[1]"), &k, &err), BS_OK);
+  assert_int_equal(bs__lmdb_bucket_key(kb, 0x0102, V("b[1]"), &k, &err), BS_OK);
   assert_int_equal(k.mv_size, sizeof golden);
   assert_ptr_equal(k.mv_data, kb);
   assert_memory_equal(kb, golden, sizeof golden);
-  bs_put_u64le(vb, 0x0a0b0c);
+  bs__put_u64le(vb, 0x0a0b0c);
   ek = exact(golden, sizeof golden);
   ev = exact(vb, sizeof vb);
-  assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_OK);
+  assert_int_equal(bs__lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_OK);
   assert_int_equal(stream, 0x0102);
   val_eq(name, V("b[1]"));
   assert_int_equal(id, 0x0a0b0c);
   id = 0;
-  assert_int_equal(bs_lmdb_bucket_id_decode(&ev, &id, &err), BS_OK);
+  assert_int_equal(bs__lmdb_bucket_id_decode(&ev, &id, &err), BS_OK);
   assert_int_equal(id, 0x0a0b0c);
   free(ek.mv_data);
   free(ev.mv_data);
 
   /* The longest name fits; one byte more is BS_ETOOBIG and names the limit. */
   memset(big, 'x', sizeof big);
-  assert_int_equal(bs_lmdb_bucket_key(kb, 1, (bs_val){big, BS_MAX_BUCKET_NAME}, &k, &err), BS_OK);
+  assert_int_equal(bs__lmdb_bucket_key(kb, 1, (bs_val){big, BS_MAX_BUCKET_NAME}, &k, &err), BS_OK);
   assert_int_equal(k.mv_size, BS_BUCKET_KEY_MAX);
   ev = exact(vb, sizeof vb);
-  assert_int_equal(bs_lmdb_bucket_entry_decode(&k, &ev, &stream, &name, &id), BS_OK);
+  assert_int_equal(bs__lmdb_bucket_entry_decode(&k, &ev, &stream, &name, &id), BS_OK);
   assert_int_equal(name.size, BS_MAX_BUCKET_NAME);
-  assert_int_equal(bs_lmdb_bucket_key(kb, 1, (bs_val){big, sizeof big}, &k, &err), BS_ETOOBIG);
+  assert_int_equal(bs__lmdb_bucket_key(kb, 1, (bs_val){big, sizeof big}, &k, &err), BS_ETOOBIG);
   assert_non_null(strstr(err.msg, "BS_MAX_BUCKET_NAME"));
   free(ev.mv_data);
 
@@ -219,22 +219,22 @@ static void test_bucket_entry(void **state) {
     unsigned char raw[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     ek = exact(golden, sizeof golden);
     ev = exact(raw, n);
-    assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id),
+    assert_int_equal(bs__lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id),
                      n == 8 ? BS_OK : BS_ECORRUPT);
-    assert_int_equal(bs_lmdb_bucket_id_decode(&ev, &id, &err), n == 8 ? BS_OK : BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_bucket_id_decode(&ev, &id, &err), n == 8 ? BS_OK : BS_ECORRUPT);
     free(ek.mv_data);
     free(ev.mv_data);
   }
   ev = exact(vb, sizeof vb);
   for (size_t n = 0; n <= 4; n++) {
     ek = exact(golden, n);
-    assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
     free(ek.mv_data);
   }
   memset(over, 'x', sizeof over);
   memset(over, 0, 4);
   ek = exact(over, sizeof over); /* stream 0, a name one byte over the limit */
-  assert_int_equal(bs_lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
   free(ek.mv_data);
   free(ev.mv_data);
 }
@@ -251,15 +251,15 @@ static void test_param_key(void **state) {
   uint64_t op;
   MDB_val k;
   (void)state;
-  assert_int_equal(bs_lmdb_param_key(kb, 0x01020304, V("k"), 5, V("r"), 9),
+  assert_int_equal(bs__lmdb_param_key(kb, 0x01020304, V("k"), 5, V("r"), 9),
                    sizeof param_key_golden);
   assert_memory_equal(kb, param_key_golden, sizeof param_key_golden);
-  assert_int_equal(bs_lmdb_param_prefix(kb, 0x01020304, V("k")), 7);
+  assert_int_equal(bs__lmdb_param_prefix(kb, 0x01020304, V("k")), 7);
   for (size_t n = 0; n <= sizeof param_key_golden + 1; n++) {
     unsigned char raw[sizeof param_key_golden + 1] = {0};
     memcpy(raw, param_key_golden, sizeof param_key_golden);
     k = exact(raw, n);
-    assert_int_equal(bs_lmdb_param_key_decode(&k, &stream, &lookup, &op),
+    assert_int_equal(bs__lmdb_param_key_decode(&k, &stream, &lookup, &op),
                      n == sizeof param_key_golden ? BS_OK : BS_ECORRUPT);
     if (n == sizeof param_key_golden) {
       assert_int_equal(stream, 0x01020304);
@@ -270,17 +270,17 @@ static void test_param_key(void **state) {
   }
   /* The longest lookup key makes the longest key; a length field over the limit is refused. */
   memset(big, 'x', sizeof big);
-  k.mv_size = bs_lmdb_param_key(kb, 1, (bs_val){big, sizeof big}, 2, V(""), 3);
+  k.mv_size = bs__lmdb_param_key(kb, 1, (bs_val){big, sizeof big}, 2, V(""), 3);
   assert_int_equal(k.mv_size, BS_PARAM_KEY_MAX);
   k = exact(kb, k.mv_size);
-  assert_int_equal(bs_lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_OK);
+  assert_int_equal(bs__lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_OK);
   assert_int_equal(lookup.size, BS_MAX_LOOKUP_KEY);
   free(k.mv_data);
   memset(kb, 0, sizeof kb);
   kb[4] = (BS_MAX_LOOKUP_KEY + 1) >> 8;
   kb[5] = (BS_MAX_LOOKUP_KEY + 1) & 0xff;
   k = exact(kb, BS_PARAM_KEY_MAX + 1);
-  assert_int_equal(bs_lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_ECORRUPT);
   free(k.mv_data);
 }
 
@@ -291,50 +291,50 @@ static void test_param_value(void **state) {
   unsigned char buf[64], bad[sizeof golden + 1];
   const unsigned char *p;
   uint32_t n;
-  size_t size = bs_lmdb_param_value_size(rid, rows_, 2);
+  size_t size = bs__lmdb_param_value_size(rid, rows_, 2);
   MDB_val v;
   (void)state;
   assert_int_equal(size, sizeof golden);
-  bs_lmdb_param_value(buf, rid, rows_, 2);
+  bs__lmdb_param_value(buf, rid, rows_, 2);
   assert_memory_equal(buf, golden, sizeof golden);
   v = exact(buf, size);
-  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_OK);
+  assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_OK);
   assert_int_equal(n, 2);
   val_eq(r, rid);
   assert_ptr_equal(p, (unsigned char *)v.mv_data + 8);
   free(v.mv_data);
   /* a tombstone with an empty replica id: the id is present (non-NULL) and empty */
-  assert_int_equal(bs_lmdb_param_value_size(V(""), NULL, 0), 6);
-  bs_lmdb_param_value(buf, V(""), NULL, 0);
+  assert_int_equal(bs__lmdb_param_value_size(V(""), NULL, 0), 6);
+  bs__lmdb_param_value(buf, V(""), NULL, 0);
   v = exact(buf, 6);
-  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, NULL), BS_OK);
+  assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, NULL), BS_OK);
   assert_int_equal(n, 0);
   val_eq(r, V(""));
   free(v.mv_data);
   for (size_t cut = 0; cut < sizeof golden; cut++) { /* every truncation is refused */
     v = exact(golden, cut);
-    assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
     free(v.mv_data);
   }
   /* a trailing byte, one row too many, a replica id over BS_MAX_REPLICA_ID */
   memcpy(bad, golden, sizeof golden);
   bad[sizeof golden] = 0;
   v = exact(bad, sizeof bad);
-  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
   free(v.mv_data);
   bad[4] = 3;
   v = exact(bad, sizeof golden);
-  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
   free(v.mv_data);
   memcpy(bad, golden, sizeof golden);
-  bs_put_u16le(bad, BS_MAX_REPLICA_ID + 1);
+  bs__put_u16le(bad, BS_MAX_REPLICA_ID + 1);
   v = exact(bad, sizeof golden);
-  assert_int_equal(bs_lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
   free(v.mv_data);
 }
 
 static void test_bucket_state(void **state) {
-  bs_bucket_state st, back;
+  bs__bucket_state st, back;
   unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME + 1];
   MDB_val v;
   (void)state;
@@ -351,8 +351,8 @@ static void test_bucket_state(void **state) {
   st.compacted_op = 12;
   st.reserved[2] = 13;
   st.name = V("b1");
-  assert_int_equal(bs_bucket_state_size(&st), BS_BUCKET_STATE_FIXED + 2);
-  bs_bucket_state_encode(buf, &st);
+  assert_int_equal(bs__bucket_state_size(&st), BS_BUCKET_STATE_FIXED + 2);
+  bs__bucket_state_encode(buf, &st);
   {
     static const unsigned char head[] = {4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0,
                                          5, 0, 0, 0, 0,    0,    0,    0};
@@ -362,8 +362,8 @@ static void test_bucket_state(void **state) {
     assert_int_equal(buf[88], 13);
     assert_memory_equal(buf + BS_BUCKET_STATE_FIXED, "b1", 2);
   }
-  v = exact(buf, bs_bucket_state_size(&st));
-  assert_int_equal(bs_bucket_state_decode(&v, &back), BS_OK);
+  v = exact(buf, bs__bucket_state_size(&st));
+  assert_int_equal(bs__bucket_state_decode(&v, &back), BS_OK);
   assert_int_equal(back.stream, st.stream);
   assert_int_equal(back.checksum, st.checksum);
   assert_int_equal(back.count, 5);
@@ -382,7 +382,7 @@ static void test_bucket_state(void **state) {
   for (size_t n = 0; n <= sizeof buf;
        n += (n < BS_BUCKET_STATE_FIXED + 2 || n > sizeof buf - 3) ? 1 : 97) {
     v = exact(buf, n);
-    assert_int_equal(bs_bucket_state_decode(&v, &back),
+    assert_int_equal(bs__bucket_state_decode(&v, &back),
                      n >= BS_BUCKET_STATE_FIXED && n < sizeof buf ? BS_OK : BS_ECORRUPT);
     if (n == BS_BUCKET_STATE_FIXED) val_eq(back.name, V(""));
     free(v.mv_data);

@@ -34,7 +34,7 @@
 #define SW_LAST_WCP             1 /* last_write_checkpoint replies (item 7) */
 /* Selection by the thresholds (and the initial-replication count, bs_bucket_info.changes): both
  * backends weigh the growth of the count since the last full or initial compaction with
- * bs_compact_bucket_due (the memory backend used the ops above its horizon until this test). */
+ * bs__compact_bucket_due (the memory backend used the ops above its horizon until this test). */
 #define SW_COMPACT_THRESHOLDS   1
 /* Defragmentation's live-row count: LMDB counts the PUTs that source-record memberships point
  * at, the memory backend every PUT without a later op of its row. They agree unless a PUT is

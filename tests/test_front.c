@@ -207,7 +207,7 @@ typedef struct fdb {
 } fdb;
 
 static void d_close(bs_db *db) {
-  bs_db_base_destroy(db);
+  bs__db_base_destroy(db);
   free(db);
 }
 static int d_stream_create(uint32_t *id, bs_db *db, bs_val name, const bs_stream_options *o,
@@ -223,14 +223,14 @@ static int d_storage_open(bs_storage **out, bs_db *db, uint32_t id, bs_error *er
   *out = &s->base;
   return BS_OK;
 }
-static const bs_db_ops fake_ops = {d_close, d_stream_create, NULL, d_storage_open, NULL, NULL, NULL,
-                                   NULL};
+static const bs__db_ops fake_ops = {
+    d_close, d_stream_create, NULL, d_storage_open, NULL, NULL, NULL, NULL};
 
 static bs_db *fake_db(unsigned flags) {
   fdb *d = calloc(1, sizeof *d);
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = flags;
-  assert_int_equal(bs_db_base_init(&d->base, &fake_ops, &o, NULL), BS_OK);
+  assert_int_equal(bs__db_base_init(&d->base, &fake_ops, &o, NULL), BS_OK);
   return &d->base;
 }
 
@@ -388,8 +388,8 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_open(&w, rost, NULL, E), BS_ESTATE, "read-only");
   assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
 
-  s.table = bs_val_str("users");
-  s.after_id = bs_val_str("r1");
+  s.table = bs__val_str("users");
+  s.after_id = bs__val_str("r1");
   s.rows = &row;
   s.n_rows = 1;
   s.lookups = &lk;
@@ -407,7 +407,7 @@ static void test_writer_checks(void **state) {
   s.table.data = big;
   s.table.size = BS_MAX_TABLE_NAME + 1;
   EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_TABLE_NAME");
-  s.table = bs_val_str("users");
+  s.table = bs__val_str("users");
   s.after_id.data = NULL;
   s.after_id.size = 0;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->after_id");
@@ -426,25 +426,25 @@ static void test_writer_checks(void **state) {
   s.after_id.size = 0;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "before_id");
   s.tag = BS_INSERT;
-  s.after_id = bs_val_str("r1");
+  s.after_id = bs__val_str("r1");
   row.bucket.data = big;
   row.bucket.size = BS_MAX_BUCKET_NAME + 1;
   EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "rows[0].bucket");
   row.bucket.size = 0;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].bucket");
-  row.bucket = bs_val_str("b");
+  row.bucket = bs__val_str("b");
   row.data.data = big;
   row.data.size = BS_MAX_OP_DATA + 1;
   EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_OP_DATA");
-  row.data = bs_val_str("{}");
+  row.data = bs__val_str("{}");
   row.object_id.data = NULL;
   row.object_id.size = 3;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].object_id");
-  row.object_id = bs_val_str("i");
+  row.object_id = bs__val_str("i");
   lk.key.data = big;
   lk.key.size = BS_MAX_LOOKUP_KEY + 1;
   EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_LOOKUP_KEY");
-  lk.key = bs_val_str("k");
+  lk.key = bs__val_str("k");
   lk.params = NULL;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "lookups[0].params");
   lk.params = params;
@@ -452,7 +452,7 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->rows");
   s.rows = &row;
 
-  bs_val lsn_big = {big, BS_MAX_LSN + 1}, lsn = bs_val_str("0/1");
+  bs_val lsn_big = {big, BS_MAX_LSN + 1}, lsn = bs__val_str("0/1");
   EXPECT(bs_writer_commit(w, lsn_big, NULL, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
   EXPECT(bs_writer_keepalive(w, lsn_big, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
   EXPECT(bs_writer_snapshot_done(w, lsn_big, E), BS_ETOOBIG, "BS_MAX_LSN");
@@ -472,9 +472,10 @@ static void test_writer_checks(void **state) {
   assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
   EXPECT(bs_writer_truncate(w, (bs_val){NULL, 0}, E), BS_EINVAL, "table");
   EXPECT(bs_writer_drop(w, (bs_val){big, BS_MAX_TABLE_NAME + 1}, E), BS_ETOOBIG, "table");
-  EXPECT(bs_writer_source_row(w, bs_val_str("t"), (bs_val){big, 300}, NULL, NULL, E), BS_ETOOBIG,
+  EXPECT(bs_writer_source_row(w, bs__val_str("t"), (bs_val){big, 300}, NULL, NULL, E), BS_ETOOBIG,
          "replica_id");
-  EXPECT(bs_writer_source_row(w, bs_val_str("t"), bs_val_str("r"), NULL, NULL, E), BS_EINVAL, "fn");
+  EXPECT(bs_writer_source_row(w, bs__val_str("t"), bs__val_str("r"), NULL, NULL, E), BS_EINVAL,
+         "fn");
   EXPECT(bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 2}, 1, lsn, E), BS_EINVAL, "user_id");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, TOO_HIGH, lsn, E), BS_EINVAL, "checkpoint");
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG, "event");
@@ -539,7 +540,7 @@ static void test_read_checks(void **state) {
   req[1].bucket.size = 0;
   EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
          "req.bucket[1]");
-  req[1].bucket = bs_val_str("a");
+  req[1].bucket = bs__val_str("a");
   /* sorted by name, deduplicated (the last request of a name wins), defaults filled in */
   assert_int_equal(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, NULL), BS_OK);
   assert_int_equal(seen_n, 3);
@@ -572,7 +573,7 @@ static void test_read_checks(void **state) {
   buckets[1].data = big;
   buckets[1].size = BS_MAX_BUCKET_NAME + 1;
   EXPECT(bs_get_checksums(st, 5, buckets, 2, out, E), BS_ETOOBIG, "buckets[1]");
-  buckets[1] = bs_val_str("bb");
+  buckets[1] = bs__val_str("bb");
   assert_int_equal(bs_get_checksums(st, 5, buckets, 2, out, NULL), BS_OK);
   assert_int_equal(out[1].checksum, 2);
   assert_true(out[1].count == 5);
@@ -615,10 +616,10 @@ static void test_wcp_and_compact_checks(void **state) {
          BS_EINVAL, "mode");
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_ETOOBIG,
          "req[0].heads[0].lsn");
-  heads[0].lsn = bs_val_str("0/1");
+  heads[0].lsn = bs__val_str("0/1");
   mr[0].user_id.data = NULL; /* "" is a user id; NULL data with a size is not */
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL, "req[0].user_id");
-  mr[0].user_id = bs_val_str("u");
+  mr[0].user_id = bs__val_str("u");
   EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, NULL, &adv, E), BS_EINVAL, "ids_out");
   mr[0].has_request_id = 1;
   mr[0].request_id = TOO_HIGH;
@@ -629,9 +630,9 @@ static void test_wcp_and_compact_checks(void **state) {
   assert_int_equal(adv, 1);
   EXPECT(bs_last_write_checkpoint(st, (bs_val){big, 481}, NULL, 0, &id, &found, E), BS_ETOOBIG,
          "BS_MAX_USER_ID");
-  EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, NULL, &found, E), BS_EINVAL,
+  EXPECT(bs_last_write_checkpoint(st, bs__val_str("u"), NULL, 0, NULL, &found, E), BS_EINVAL,
          "id_out");
-  EXPECT(bs_last_write_checkpoint(st, bs_val_str("u"), NULL, 0, &id, NULL, E), BS_EINVAL, "found");
+  EXPECT(bs_last_write_checkpoint(st, bs__val_str("u"), NULL, 0, &id, NULL, E), BS_EINVAL, "found");
   EXPECT(bs_delete_checkpoint_requests_before(rost, 5, NULL, E), BS_ESTATE, "read-only");
 
   co.max_op_id = TOO_HIGH;
@@ -713,7 +714,7 @@ static void *bump_later(void *p) {
   struct timespec ts = {0, 120 * 1000000L};
   nanosleep(&ts, NULL);
   __atomic_store_n(&fake_cp, fake_cp + 1, __ATOMIC_SEQ_CST);
-  if (a->notify) bs_db_notify_checkpoint(a->db, 1, fake_cp);
+  if (a->notify) bs__db_notify_checkpoint(a->db, 1, fake_cp);
   return NULL;
 }
 
@@ -772,18 +773,18 @@ static void test_wait_and_listener(void **state) {
   assert_true(dt < 1000);
   /* unregistered listener is not called */
   assert_int_equal(bs_set_checkpoint_listener(db, NULL, NULL), BS_OK);
-  bs_db_notify_checkpoint(db, 1, 8);
+  bs__db_notify_checkpoint(db, 1, 8);
   assert_int_equal(heard, 1);
   assert_int_equal(bs_set_checkpoint_listener(NULL, listener, NULL), BS_EINVAL);
   bs_storage_close(st);
   bs_close(db);
 }
 
-/* bs_now_ms is the wall clock (a stored time must mean the same in another process): it lies
+/* bs__now_ms is the wall clock (a stored time must mean the same in another process): it lies
  * within the seconds time() reports around it, which a monotonic clock's value does not. */
 static void test_clock(void **state) {
   time_t t0 = time(NULL);
-  int64_t ms = bs_now_ms();
+  int64_t ms = bs__now_ms();
   time_t t1 = time(NULL);
   (void)state;
   assert_true(ms >= (int64_t)t0 * 1000 && ms < ((int64_t)t1 + 1) * 1000);

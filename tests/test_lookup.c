@@ -239,7 +239,7 @@ static int lists_equal(const bs_scalar *a, size_t na, const bs_scalar *b, size_t
     if (x.type != y.type) return 0;
     if (x.type == BS_SCALAR_INT && x.i != y.i) return 0;
     if (x.type == BS_SCALAR_DOUBLE && x.d != y.d) return 0;
-    if (x.type == BS_SCALAR_STRING && !bs_val_eq(x.s, y.s)) return 0;
+    if (x.type == BS_SCALAR_STRING && !bs__val_eq(x.s, y.s)) return 0;
   }
   return 1;
 }

@@ -41,7 +41,7 @@ static key key_of(const bs_scalar *v, size_t n) {
 }
 static key skey(const char *s) {
   bs_scalar v[2] = {{BS_SCALAR_STRING, 0, 0, {"by_user", 7}}, {BS_SCALAR_STRING, 0, 0, {0, 0}}};
-  v[1].s = bs_val_str(s);
+  v[1].s = bs__val_str(s);
   return key_of(v, 2);
 }
 static key ikey(int64_t i) {
@@ -65,15 +65,15 @@ static void save(ct_env *f, const char *table, bs_tag tag, const char *id, const
   bs_val p[4];
   assert_true(n <= 4);
   for (size_t i = 0; i < n; i++) {
-    p[i] = bs_val_str(params[i]);
+    p[i] = bs__val_str(params[i]);
     l[i].key = kval(&keys[i]);
     l[i].params = &p[i];
     l[i].n_params = 1;
   }
-  s.table = bs_val_str(table);
+  s.table = bs__val_str(table);
   s.tag = tag;
-  s.after_id = bs_val_str(id);
-  s.before_id = bs_val_str(id);
+  s.after_id = bs__val_str(id);
+  s.before_id = bs__val_str(id);
   s.lookups = l;
   s.n_lookups = n;
   CT_OK(bs_writer_save(f->w, &s, &ct_err));
@@ -83,7 +83,7 @@ static uint64_t commit(ct_env *f) {
   char lsn[16];
   bs_commit_result r;
   snprintf(lsn, sizeof lsn, "%08u", ++lsn_counter);
-  CT_OK(bs_writer_commit(f->w, bs_val_str(lsn), NULL, &r, &ct_err));
+  CT_OK(bs_writer_commit(f->w, bs__val_str(lsn), NULL, &r, &ct_err));
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }
@@ -224,7 +224,7 @@ static void test_truncate(void **state) {
   save(f, "t2", BS_INSERT, "r1", &k, p3, 1); /* same replica id, other table: a distinct row */
   c1 = commit(f);
   assert_string_equal(ps(f, c1, k), "{\"x\":1}|{\"x\":2}|{\"x\":3}");
-  CT_OK(bs_writer_truncate(f->w, bs_val_str("t1"), &ct_err));
+  CT_OK(bs_writer_truncate(f->w, bs__val_str("t1"), &ct_err));
   c2 = commit(f);
   assert_string_equal(ps(f, c1, k), "{\"x\":1}|{\"x\":2}|{\"x\":3}");
   assert_string_equal(ps(f, c2, k), "{\"x\":3}");
@@ -288,9 +288,9 @@ static void test_persistence(void **state) {
  * group, and each row keeps its own latest entry (r1's tombstone must not hide r2). */
 static void test_hash_collision(void **state) {
   ct_env *f = *state;
-  bs_lmdb_db *db = ((bs_lmdb_storage *)f->st)->db;
+  bs__lmdb_db *db = ((bs__lmdb_storage *)f->st)->db;
   key k = skey("col");
-  bs_val v1 = bs_val_str("{\"c\":1}"), v2 = bs_val_str("{\"c\":2}");
+  bs_val v1 = bs__val_str("{\"c\":1}"), v2 = bs__val_str("{\"c\":2}");
   struct {
     const char *rid;
     const bs_val *row;
@@ -298,17 +298,17 @@ static void test_hash_collision(void **state) {
     uint64_t op;
   } e[] = {{"r1", &v1, 1, 1}, {"r2", &v2, 1, 2}, {"r1", NULL, 0, 3}};
   MDB_txn *txn;
-  CT_OK(bs_lmdb_txn_begin(db, 0, &txn, &ct_err));
+  CT_OK(bs__lmdb_txn_begin(db, 0, &txn, &ct_err));
   for (size_t i = 0; i < 3; i++) {
     unsigned char kb[BS_PARAM_KEY_MAX], vb[64];
-    bs_val rid = bs_val_str(e[i].rid);
-    size_t kn = bs_lmdb_param_key(kb, f->stream, kval(&k), 1, rid, e[i].op);
-    MDB_val mk = {kn, kb}, mv = {bs_lmdb_param_value_size(rid, e[i].row, e[i].n), vb};
+    bs_val rid = bs__val_str(e[i].rid);
+    size_t kn = bs__lmdb_param_key(kb, f->stream, kval(&k), 1, rid, e[i].op);
+    MDB_val mk = {kn, kb}, mv = {bs__lmdb_param_value_size(rid, e[i].row, e[i].n), vb};
     memset(kb + kn - 16, 0xab, 8); /* same hash for both replica ids */
-    bs_lmdb_param_value(vb, rid, e[i].row, e[i].n);
+    bs__lmdb_param_value(vb, rid, e[i].row, e[i].n);
     assert_int_equal(mdb_put(txn, db->params, &mk, &mv, 0), 0);
   }
-  CT_OK(bs_lmdb_txn_commit(db, txn, &ct_err));
+  CT_OK(bs__lmdb_txn_commit(db, txn, &ct_err));
   assert_string_equal(ps(f, 1, k), "{\"c\":1}");
   assert_string_equal(ps(f, 2, k), "{\"c\":1}|{\"c\":2}");
   assert_string_equal(ps(f, 3, k), "{\"c\":2}");

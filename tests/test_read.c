@@ -47,7 +47,7 @@ static uint64_t rt_seed;
   } while (0)
 
 static bs_val V(const char *s) {
-  return bs_val_str(s);
+  return bs__val_str(s);
 }
 
 static int quick(void) {
@@ -240,7 +240,7 @@ static int read_call(rt_env *e, uint64_t C, const bs_bucket_request *req, size_t
   o.max_bytes = max_bytes;
   r->chunk_bytes = chunk_bytes;
   read_reset_call(r);
-  return bs_lmdb_bucket_data(e->st, C, req, n, &o, collect, r, has_more, &rt_err);
+  return bs__lmdb_bucket_data(e->st, C, req, n, &o, collect, r, has_more, &rt_err);
 }
 
 /* Everything of one bucket in (after, C] in a single unlimited call. */
@@ -255,14 +255,14 @@ static bs_checksum checksum(rt_env *e, uint64_t C, const char *bucket) {
   bs_checksum c;
   bs_val b = V(bucket);
   uint64_t gen = 99;
-  RT_OK(bs_lmdb_checksums(e->st, C, &b, 1, &c, &gen, &rt_err));
+  RT_OK(bs__lmdb_checksums(e->st, C, &b, 1, &c, &gen, &rt_err));
   return c;
 }
 
 static bs_checksum sum_ops(const rt_read *r) {
   bs_checksum c = {0, 0};
   for (size_t i = 0; i < r->n; i++) {
-    c.checksum = bs_cksum_add(c.checksum, r->ops[i].checksum);
+    c.checksum = bs__cksum_add(c.checksum, r->ops[i].checksum);
     c.count++;
   }
   return c;
@@ -270,50 +270,50 @@ static bs_checksum sum_ops(const rt_read *r) {
 
 /* ---- Raw access for corruption tests -------------------------------------------------------- */
 
-static bs_lmdb_db *lm(rt_env *e) {
-  return (bs_lmdb_db *)e->db;
+static bs__lmdb_db *lm(rt_env *e) {
+  return (bs__lmdb_db *)e->db;
 }
 
 static uint64_t bucket_id(rt_env *e, const char *bucket) {
   MDB_txn *txn;
   uint64_t id = 0;
-  RT_OK(bs_lmdb_txn_begin(lm(e), MDB_RDONLY, &txn, &rt_err));
-  RT_OK(bs_lmdb_bucket_id(lm(e), txn, bs_storage_stream_id(e->st), V(bucket), &id, &rt_err));
-  bs_lmdb_txn_abort(lm(e), txn);
+  RT_OK(bs__lmdb_txn_begin(lm(e), MDB_RDONLY, &txn, &rt_err));
+  RT_OK(bs__lmdb_bucket_id(lm(e), txn, bs_storage_stream_id(e->st), V(bucket), &id, &rt_err));
+  bs__lmdb_txn_abort(lm(e), txn);
   return id;
 }
 
 /* Reads a bucket state, lets edit change it, writes it back with a raw mdb_put. */
-static void edit_state(rt_env *e, const char *bucket, void (*edit)(bs_bucket_state *, void *),
+static void edit_state(rt_env *e, const char *bucket, void (*edit)(bs__bucket_state *, void *),
                        void *arg) {
   MDB_txn *txn;
   unsigned char kb[8], buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
   unsigned char out[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
   MDB_val k = {8, kb}, v;
-  bs_bucket_state s;
+  bs__bucket_state s;
   uint64_t id = bucket_id(e, bucket);
-  bs_put_u64be(kb, id);
-  RT_OK(bs_lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
+  bs__put_u64be(kb, id);
+  RT_OK(bs__lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
   assert_int_equal(mdb_get(txn, lm(e)->bstate, &k, &v), 0);
   assert_true(v.mv_size <= sizeof buf);
   memcpy(buf, v.mv_data, v.mv_size);
   v.mv_data = buf;
-  RT_OK(bs_bucket_state_decode(&v, &s));
+  RT_OK(bs__bucket_state_decode(&v, &s));
   edit(&s, arg);
-  bs_bucket_state_encode(out, &s);
-  v.mv_size = bs_bucket_state_size(&s);
+  bs__bucket_state_encode(out, &s);
+  v.mv_size = bs__bucket_state_size(&s);
   v.mv_data = out;
   assert_int_equal(mdb_put(txn, lm(e)->bstate, &k, &v, 0), 0);
-  RT_OK(bs_lmdb_txn_commit(lm(e), txn, &rt_err));
+  RT_OK(bs__lmdb_txn_commit(lm(e), txn, &rt_err));
 }
 
 static void raw_put(rt_env *e, MDB_dbi dbi, const void *key, size_t klen, const void *val,
                     size_t vlen) {
   MDB_txn *txn;
   MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
-  RT_OK(bs_lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
+  RT_OK(bs__lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
   assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
-  RT_OK(bs_lmdb_txn_commit(lm(e), txn, &rt_err));
+  RT_OK(bs__lmdb_txn_commit(lm(e), txn, &rt_err));
 }
 
 /* The ops of bucket in (0, C] decoded by the codec from a raw cursor walk, compared field by
@@ -325,16 +325,16 @@ static void compare_with_reference(rt_env *e, const char *bucket, uint64_t C, co
   MDB_val k = {16, kb}, v;
   size_t i = 0;
   int mrc;
-  bs_put_u64be(kb, bucket_id(e, bucket));
-  bs_put_u64be(kb + 8, 1);
-  RT_OK(bs_lmdb_txn_begin(lm(e), MDB_RDONLY, &txn, &rt_err));
+  bs__put_u64be(kb, bucket_id(e, bucket));
+  bs__put_u64be(kb + 8, 1);
+  RT_OK(bs__lmdb_txn_begin(lm(e), MDB_RDONLY, &txn, &rt_err));
   assert_int_equal(mdb_cursor_open(txn, lm(e)->ops, &cur), 0);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
     const rt_op *o;
-    if (memcmp(k.mv_data, kb, 8) != 0 || bs_get_u64be((unsigned char *)k.mv_data + 8) > C) break;
-    RT_OK(bs_lmdb_op_decode(&k, &v, &op));
+    if (memcmp(k.mv_data, kb, 8) != 0 || bs__get_u64be((unsigned char *)k.mv_data + 8) > C) break;
+    RT_OK(bs__lmdb_op_decode(&k, &v, &op));
     assert_true(i < got->n);
     o = &got->ops[i++];
     RT_EQ(o->op_id, op.op_id);
@@ -350,7 +350,7 @@ static void compare_with_reference(rt_env *e, const char *bucket, uint64_t C, co
   }
   RT_EQ(i, got->n);
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(lm(e), txn);
+  bs__lmdb_txn_abort(lm(e), txn);
 }
 
 /* ---- Tests ---------------------------------------------------------------------------------- */
@@ -367,17 +367,17 @@ static void test_empty_and_unknown(void **state) {
   int more = -1;
   (void)state;
   env_open(&e);
-  RT_OK(bs_lmdb_get_checkpoint(e.st, &cp, &rt_err));
+  RT_OK(bs__lmdb_get_checkpoint(e.st, &cp, &rt_err));
   RT_EQ(cp.op_id, 0);
   RT_EQ(cp.has_lsn, 0);
-  RT_OK(bs_lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
   RT_EQ(stt.checkpoint, 0);
   RT_EQ(stt.snapshot_done, 0); /* snapshot done, but no checkpoint yet */
   RT_EQ(stt.state, BS_STREAM_PROCESSING);
   RT_OK(read_call(&e, 100, &req, 1, 0, 0, 0, &r, &more));
   RT_EQ(r.chunks, 0);
   RT_EQ(more, 0);
-  RT_OK(bs_lmdb_checksums(e.st, 100, &b, 1, &c, &gen, &rt_err));
+  RT_OK(bs__lmdb_checksums(e.st, 100, &b, 1, &c, &gen, &rt_err));
   RT_EQ(c.checksum, 0);
   RT_EQ(c.count, 0);
   RT_EQ(gen, 0);
@@ -392,7 +392,7 @@ static void test_empty_and_unknown(void **state) {
   req.after = 0;
   RT_OK(read_call(&e, 0, &req, 1, 0, 0, 0, &r, &more));
   RT_EQ(r.chunks, 0);
-  RT_OK(bs_lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
   RT_EQ(stt.snapshot_done, 1);
   RT_EQ(stt.checkpoint, 1);
   RT_EQ(stt.last_persisted_op, 1);
@@ -417,7 +417,7 @@ static void test_read_at_any_op_id(void **state) {
   }
   C = commit(&e, "0001");
   RT_EQ(C, 10);
-  RT_OK(bs_lmdb_get_checkpoint(e.st, &cp, &rt_err));
+  RT_OK(bs__lmdb_get_checkpoint(e.st, &cp, &rt_err));
   RT_EQ(cp.op_id, 10);
   assert_true(cp.has_lsn && cp.lsn_size == 4 && memcmp(cp.lsn, "0001", 4) == 0);
 
@@ -632,7 +632,7 @@ static void test_chunking_invariance(void **state) {
   (void)state;
   env_open(&e);
   random_workload(&e, &s, quick() ? 400 : 3000);
-  RT_OK(bs_lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
   head = stt.last_persisted_op;
   for (int round = 0; round < rounds; round++) {
     bs_bucket_request req[6];
@@ -694,16 +694,16 @@ static void test_checksums_match_reads(void **state) {
   (void)state;
   env_open(&e);
   random_workload(&e, &s, quick() ? 300 : 2000);
-  RT_OK(bs_lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
   head = stt.last_persisted_op;
   for (uint64_t C = 0; C <= head + 1; C += 1 + below(&s, 7)) {
     bs_checksum cs[6], rg[6];
     uint64_t gen[6];
     int cleared[6];
     uint64_t from = below(&s, C + 1);
-    RT_OK(bs_lmdb_checksums(e.st, C, vals, 6, cs, gen, &rt_err));
+    RT_OK(bs__lmdb_checksums(e.st, C, vals, 6, cs, gen, &rt_err));
     RT_EQ(cs[5].count, 0);
-    RT_OK(bs_lmdb_checksum_ranges(e.st, from, C, vals, 6, rg, cleared, gen, &rt_err));
+    RT_OK(bs__lmdb_checksum_ranges(e.st, from, C, vals, 6, rg, cleared, gen, &rt_err));
     for (int i = 0; i < 5; i++) {
       rt_read r = {0}, rf = {0};
       bs_checksum want;
@@ -729,7 +729,7 @@ static void test_checksums_match_reads(void **state) {
   env_close(&e);
 }
 
-static void bump_checksum(bs_bucket_state *s, void *arg) {
+static void bump_checksum(bs__bucket_state *s, void *arg) {
   (void)arg;
   s->checksum += 1;
   s->count += 2;
@@ -738,7 +738,7 @@ static void bump_checksum(bs_bucket_state *s, void *arg) {
 typedef struct span {
   uint64_t start, op;
 } span;
-static void set_span(bs_bucket_state *s, void *arg) {
+static void set_span(bs__bucket_state *s, void *arg) {
   const span *sp = arg;
   s->clear_start = sp->start;
   s->clear_op = sp->op;
@@ -763,7 +763,7 @@ static void test_verify_and_stat(void **state) {
   put1(&e, "a", "r2", "{}");                     /* PUT a 3 */
   save(&e, BS_UPDATE, "r1", two, 1, "r1", "{}"); /* PUT a 4, REMOVE b 5 */
   commit(&e, "0001");
-  RT_OK(bs_lmdb_stat(e.db, &stat, &rt_err));
+  RT_OK(bs__lmdb_stat(e.db, &stat, &rt_err));
   RT_EQ(stat.streams, 1);
   RT_EQ(stat.buckets, 2);
   RT_EQ(stat.ops_put, 4);
@@ -772,26 +772,26 @@ static void test_verify_and_stat(void **state) {
   RT_EQ(stat.source_records, 2);
   assert_true(stat.file_bytes > 0);
 
-  RT_OK(bs_lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
   RT_EQ(problems, 0);
   RT_EQ(seen, 0);
   /* a wrong running checksum and count */
   edit_state(&e, "a", bump_checksum, NULL);
-  RT_OK(bs_lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
   RT_EQ(problems, 2);
   RT_EQ(seen, 2);
   /* an op that does not decode, in bucket b */
-  bs_put_u64be(key, bucket_id(&e, "b"));
-  bs_put_u64be(key + 8, 6);
+  bs__put_u64be(key, bucket_id(&e, "b"));
+  bs__put_u64be(key + 8, 6);
   raw_put(&e, lm(&e)->ops, key, 16, bad, sizeof bad);
   seen = 0;
-  RT_OK(bs_lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
   assert_true(problems >= 3);
   RT_EQ((uint64_t)seen, problems);
   /* ops of a bucket id without a state */
-  bs_put_u64be(key, 1000);
+  bs__put_u64be(key, 1000);
   raw_put(&e, lm(&e)->ops, key, 16, bad, sizeof bad);
-  RT_OK(bs_lmdb_verify(e.db, NULL, NULL, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(e.db, NULL, NULL, &problems, &rt_err));
   assert_true(problems >= 4);
   env_close(&e);
 }
@@ -816,8 +816,8 @@ static void test_torn_reads(void **state) {
     RT_EQ(read_call(&e, C, &req, 1, 0, 0, 0, &r, &more), want);
     if (torn) assert_non_null(strstr(rt_err.msg, "was compacted; read a newer checkpoint"));
     if (torn) assert_non_null(strstr(rt_err.msg, "\"b\""));
-    RT_EQ(bs_lmdb_checksums(e.st, C, &b, 1, &c, NULL, &rt_err), want);
-    RT_EQ(bs_lmdb_checksum_ranges(e.st, 0, C, &b, 1, &c, &cleared, NULL, &rt_err), want);
+    RT_EQ(bs__lmdb_checksums(e.st, C, &b, 1, &c, NULL, &rt_err), want);
+    RT_EQ(bs__lmdb_checksum_ranges(e.st, 0, C, &b, 1, &c, &cleared, NULL, &rt_err), want);
   }
   read_free(&r);
   env_close(&e);
@@ -831,18 +831,18 @@ static void rewrite_op(rt_env *e, const char *bucket, uint64_t op_id, int type, 
   MDB_val k = {sizeof kb, kb}, v;
   bs_op op;
   memset(&op, 0, sizeof op);
-  bs_lmdb_op_key(kb, bucket_id(e, bucket), op_id);
-  RT_OK(bs_lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
+  bs__lmdb_op_key(kb, bucket_id(e, bucket), op_id);
+  RT_OK(bs__lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
   assert_int_equal(mdb_get(txn, lm(e)->ops, &k, &v), 0);
-  RT_OK(bs_lmdb_op_decode(&k, &v, &op));
+  RT_OK(bs__lmdb_op_decode(&k, &v, &op));
   op.type = (bs_op_type)type;
   op.target_op = target;
-  assert_int_equal(bs_lmdb_op_size(&op), sizeof vb);
-  bs_lmdb_op_encode(vb, &op);
+  assert_int_equal(bs__lmdb_op_size(&op), sizeof vb);
+  bs__lmdb_op_encode(vb, &op);
   v.mv_size = sizeof vb;
   v.mv_data = vb;
   assert_int_equal(mdb_put(txn, lm(e)->ops, &k, &v, 0), 0);
-  RT_OK(bs_lmdb_txn_commit(lm(e), txn, &rt_err));
+  RT_OK(bs__lmdb_txn_commit(lm(e), txn, &rt_err));
 }
 
 static void test_move_clear(void **state) {
@@ -875,12 +875,12 @@ static void test_move_clear(void **state) {
   /* checksums are unchanged by MOVE/CLEAR; a range holding the CLEAR says so */
   c = checksum(&e, 8, "b");
   RT_EQ(c.checksum, full.checksum);
-  RT_OK(bs_lmdb_checksum_ranges(e.st, 1, 6, &b, 1, &c, &cleared, NULL, &rt_err));
+  RT_OK(bs__lmdb_checksum_ranges(e.st, 1, 6, &b, 1, &c, &cleared, NULL, &rt_err));
   RT_EQ(cleared, 1);
   full = checksum(&e, 6, "b");
   RT_EQ(c.checksum, full.checksum);
   RT_EQ(c.count, 6);
-  RT_OK(bs_lmdb_checksum_ranges(e.st, 3, 6, &b, 1, &c, &cleared, NULL, &rt_err));
+  RT_OK(bs__lmdb_checksum_ranges(e.st, 3, 6, &b, 1, &c, &cleared, NULL, &rt_err));
   RT_EQ(cleared, 0);
   RT_EQ(c.count, 3);
   read_free(&r);
@@ -929,16 +929,16 @@ static void test_checkpoint_changes(void **state) {
   put1(&e, "b3", "r3", "{}");
   put1(&e, "b3", "r4", "{}");
   C2 = commit(&e, "0002");
-  RT_OK(bs_lmdb_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
+  RT_OK(bs__lmdb_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
   RT_EQ(c->inv_b, 0);
   assert_true(has_bucket(c, "b3"));
   RT_EQ(c->nb, 1); /* duplicates removed, nothing from before C1 */
-  RT_OK(bs_lmdb_checkpoint_changes(e.st, 0, C2, grab_changes, c, &rt_err));
+  RT_OK(bs__lmdb_checkpoint_changes(e.st, 0, C2, grab_changes, c, &rt_err));
   assert_true(has_bucket(c, "b1") && has_bucket(c, "b2") && has_bucket(c, "b3"));
   /* a range ending inside a flush */
-  RT_OK(bs_lmdb_checkpoint_changes(e.st, C1, C1 + 1, grab_changes, c, &rt_err));
+  RT_OK(bs__lmdb_checkpoint_changes(e.st, C1, C1 + 1, grab_changes, c, &rt_err));
   assert_true(has_bucket(c, "b3"));
-  RT_OK(bs_lmdb_checkpoint_changes(e.st, C2, C2, grab_changes, c, &rt_err));
+  RT_OK(bs__lmdb_checkpoint_changes(e.st, C2, C2, grab_changes, c, &rt_err));
   RT_EQ(c->nb, 0);
   /* more than 1000 buckets in one range: invalidate */
   for (int i = 0; i < 1100; i++) {
@@ -948,10 +948,10 @@ static void test_checkpoint_changes(void **state) {
     if (i == 600) RT_OK(bs_writer_flush(e.w, NULL, &rt_err));
   }
   C3 = commit(&e, "0003");
-  RT_OK(bs_lmdb_checkpoint_changes(e.st, C2, C3, grab_changes, c, &rt_err));
+  RT_OK(bs__lmdb_checkpoint_changes(e.st, C2, C3, grab_changes, c, &rt_err));
   RT_EQ(c->inv_b, 1);
   RT_EQ(c->nb, 0);
-  RT_OK(bs_lmdb_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
+  RT_OK(bs__lmdb_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
   RT_EQ(c->inv_b, 0);
   env_close(&e);
   free(c);

@@ -82,7 +82,7 @@ static int teardown(void **state) {
 /* ---- Save helpers ---------------------------------------------------------------------------- */
 
 static bs_val V(const char *s) {
-  return bs_val_str(s);
+  return bs__val_str(s);
 }
 
 /* rows: "bucket:type:id:data" strings; NULL-terminated */
@@ -161,8 +161,8 @@ typedef struct rop {
   char ot[64], oi[64], subkey[48], data[128];
 } rop;
 
-static bs_lmdb_db *LDB(fx *f) {
-  return (bs_lmdb_db *)f->db;
+static bs__lmdb_db *LDB(fx *f) {
+  return (bs__lmdb_db *)f->db;
 }
 
 static void cpy(char *dst, size_t cap, bs_val v) {
@@ -173,25 +173,25 @@ static void cpy(char *dst, size_t cap, bs_val v) {
 
 /* Reads all ops of bucket (name) in stream; returns count (-1 = unknown bucket). */
 static int read_ops(fx *f, uint32_t stream, const char *bucket, rop *out, int cap) {
-  bs_lmdb_db *db = LDB(f);
+  bs__lmdb_db *db = LDB(f);
   MDB_txn *txn;
   MDB_cursor *cur;
   unsigned char pk[8];
   MDB_val key = {8, pk}, val;
   uint64_t id;
   int n = 0, mrc;
-  assert_int_equal(bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
-  if (bs_lmdb_bucket_id(db, txn, stream, V(bucket), &id, NULL) != BS_OK) {
-    bs_lmdb_txn_abort(db, txn);
+  assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
+  if (bs__lmdb_bucket_id(db, txn, stream, V(bucket), &id, NULL) != BS_OK) {
+    bs__lmdb_txn_abort(db, txn);
     return -1;
   }
-  bs_put_u64be(pk, id);
+  bs__put_u64be(pk, id);
   assert_int_equal(mdb_cursor_open(txn, db->ops, &cur), 0);
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     bs_op op;
     if (memcmp(key.mv_data, pk, 8) != 0) break;
-    assert_int_equal(bs_lmdb_op_decode(&key, &val, &op), BS_OK);
+    assert_int_equal(bs__lmdb_op_decode(&key, &val, &op), BS_OK);
     assert_true(n < cap);
     out[n].id = op.op_id;
     out[n].type = op.type;
@@ -204,46 +204,46 @@ static int read_ops(fx *f, uint32_t stream, const char *bucket, rop *out, int ca
     n++;
   }
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return n;
 }
 
-static int read_state(fx *f, uint32_t stream, const char *bucket, bs_bucket_state *s) {
-  bs_lmdb_db *db = LDB(f);
+static int read_state(fx *f, uint32_t stream, const char *bucket, bs__bucket_state *s) {
+  bs__lmdb_db *db = LDB(f);
   MDB_txn *txn;
   unsigned char k[8];
   MDB_val key = {8, k}, val;
   uint64_t id;
   int rc;
-  assert_int_equal(bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
-  rc = bs_lmdb_bucket_id(db, txn, stream, V(bucket), &id, NULL);
+  assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
+  rc = bs__lmdb_bucket_id(db, txn, stream, V(bucket), &id, NULL);
   if (rc == BS_OK) {
-    bs_put_u64be(k, id);
+    bs__put_u64be(k, id);
     assert_int_equal(mdb_get(txn, db->bstate, &key, &val), 0);
-    assert_int_equal(bs_bucket_state_decode(&val, s), BS_OK);
+    assert_int_equal(bs__bucket_state_decode(&val, s), BS_OK);
   }
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
-static bs_stream_rec read_rec(fx *f, uint32_t stream, char *lsn_out) {
-  bs_lmdb_db *db = LDB(f);
-  bs_stream_rec r;
+static bs__stream_rec read_rec(fx *f, uint32_t stream, char *lsn_out) {
+  bs__lmdb_db *db = LDB(f);
+  bs__stream_rec r;
   MDB_txn *txn;
-  assert_int_equal(bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
-  assert_int_equal(bs_stream_rec_get(db, txn, stream, &r, NULL), BS_OK);
+  assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
+  assert_int_equal(bs__stream_rec_get(db, txn, stream, &r, NULL), BS_OK);
   if (lsn_out) cpy(lsn_out, 64, r.checkpoint_lsn);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return r;
 }
 
 static size_t count_dbi(fx *f, MDB_dbi dbi) {
-  bs_lmdb_db *db = LDB(f);
+  bs__lmdb_db *db = LDB(f);
   MDB_txn *txn;
   MDB_stat st;
-  assert_int_equal(bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
+  assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
   assert_int_equal(mdb_stat(txn, dbi, &st), 0);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return st.ms_entries;
 }
 
@@ -268,7 +268,7 @@ static void test_put_remove_diff(void **state) {
   fx *f = *state;
   rop a[16], b[16];
   char sk[48];
-  bs_bucket_state s;
+  bs__bucket_state s;
   assert_int_equal(
       save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}", "B:todo:1:{a}"), NULL), 0);
   assert_int_equal(save_v(f, BS_UPDATE, "t", NULL, "r1", ROWS("A:todo:1:{b}"), NULL), 0);
@@ -295,7 +295,7 @@ static void test_put_remove_diff(void **state) {
   assert_int_equal(read_state(f, f->stream, "B", &s), BS_OK);
   assert_int_equal(s.count, 2);
   assert_int_equal(s.last_op, 4);
-  assert_int_equal(s.checksum, bs_cksum_add(b[0].checksum, b[1].checksum));
+  assert_int_equal(s.checksum, bs__cksum_add(b[0].checksum, b[1].checksum));
   assert_int_equal(s.stream, f->stream);
   /* superseded: A 1 -> 3, B 2 -> 4; both buckets queued */
   assert_int_equal(count_dbi(f, LDB(f)->superseded), 2);
@@ -375,7 +375,7 @@ static void test_deletes(void **state) {
 static void test_commit_rules(void **state) {
   fx *f = *state;
   bs_commit_result r;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   char lsn[64];
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}"), NULL), 0);
   r = commit(f, "1", -1);
@@ -575,7 +575,7 @@ static void test_truncate_drop(void **state) {
 static void test_persistence(void **state) {
   fx *f = *state;
   rop a[16];
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}"), NULL), 0);
   assert_int_equal(bs_writer_snapshot_done(f->w, V("1"), NULL), BS_OK);
   commit(f, "1", 1);
@@ -594,7 +594,7 @@ static void test_persistence(void **state) {
 
 static void test_lifecycle(void **state) {
   fx *f = *state;
-  bs_stream_rec rec;
+  bs__stream_rec rec;
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}"), ROWS("k")), 0);
   assert_int_equal(bs_writer_snapshot_done(f->w, V("1"), NULL), BS_OK);
   commit(f, "1", 1);
@@ -628,7 +628,7 @@ static void test_random_checksums(void **state) {
   const char *env = getenv("BS_SEED");
   unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : 12345u;
   int rounds = getenv("BS_TEST_QUICK") ? 3000 : 30000;
-  bs_lmdb_db *db = LDB(f);
+  bs__lmdb_db *db = LDB(f);
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val key, val;
@@ -658,27 +658,27 @@ static void test_random_checksums(void **state) {
   }
   flush(f);
   /* walk every bucket state and sum its ops */
-  assert_int_equal(bs_lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
+  assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
   assert_int_equal(mdb_cursor_open(txn, db->bstate, &cur), 0);
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    bs_bucket_state s;
+    bs__bucket_state s;
     MDB_cursor *oc;
     MDB_val ok = {8, key.mv_data}, ov;
     uint32_t sum = 0;
     uint64_t count = 0, prev = 0;
     int orc;
-    assert_int_equal(bs_bucket_state_decode(&val, &s), BS_OK);
+    assert_int_equal(bs__bucket_state_decode(&val, &s), BS_OK);
     assert_int_equal(mdb_cursor_open(txn, db->ops, &oc), 0);
     for (orc = mdb_cursor_get(oc, &ok, &ov, MDB_SET_RANGE); orc == 0;
          orc = mdb_cursor_get(oc, &ok, &ov, MDB_NEXT)) {
       bs_op op;
       if (memcmp(ok.mv_data, key.mv_data, 8) != 0) break;
-      assert_int_equal(bs_lmdb_op_decode(&ok, &ov, &op), BS_OK);
+      assert_int_equal(bs__lmdb_op_decode(&ok, &ov, &op), BS_OK);
       assert_true(op.op_id > prev);
       prev = op.op_id;
       if (op.op_id > last_op) last_op = op.op_id;
-      sum = bs_cksum_add(sum, op.checksum);
+      sum = bs__cksum_add(sum, op.checksum);
       count++;
     }
     mdb_cursor_close(oc);
@@ -688,7 +688,7 @@ static void test_random_checksums(void **state) {
     }
   }
   mdb_cursor_close(cur);
-  bs_lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   assert_true(last_op > 0);
   return;
 fail:
@@ -824,7 +824,7 @@ static void test_flush_fault_loop(void **state) {
   int done = 0;
   o.allocator = &a;
   for (long k = 1; !done && k < 5000; k++) {
-    bs_stream_rec rec;
+    bs__stream_rec rec;
     bs_error e = {0, ""};
     uint64_t last = 0;
     char path[256];

@@ -109,7 +109,7 @@ renames() { # file: the clashing names it defines and may rename
       /^#include "(lmdb_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
       /^#include "storage.h"/ { print "/* storage.h: above */"; next }
       /^(static|typedef|#|extern|[ \t}{\/*])/ { print; next }
-      /^const bs_allocator bs_default_allocator/ { print "static " $0; next }
+      /^const bs_allocator bs__default_allocator/ { print "static " $0; next }
       /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
         (substr($0, RSTART, RLENGTH - 1) in want) { print "static " $0; next }
       { print }' - "$f"
