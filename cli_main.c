@@ -219,8 +219,12 @@ int cli_open_existing(cli_db *c, const char *cmd, int rdonly) {
   if (rdonly) c->flags |= BS_OPEN_RDONLY;
   rc = cli_db_open(c, &err);
   if (rc != BS_OK) {
-    fprintf(stderr, "bucketstore %s: cannot open %s: %s: %s\n", cmd, c->path, cli_code_name(rc),
-            cli_error_text(rc, &err));
+    /* bs_open's messages about the file begin with its path: name it once. */
+    const char *msg = cli_error_text(rc, &err);
+    size_t n = strlen(c->path);
+    int named = strncmp(msg, c->path, n) == 0 && msg[n] == ':';
+    fprintf(stderr, "bucketstore %s: cannot open%s%s: %s: %s\n", cmd, named ? "" : " ",
+            named ? "" : c->path, cli_code_name(rc), msg);
     return 1;
   }
   return 0;

@@ -44,6 +44,13 @@ expect_rc 2 "$bs" stat
 expect_rc 2 "$bs" dump --db "$db" --bogus
 expect_rc 1 "$bs" stat --db "$tmp/missing.db"
 expect_rc 1 "$bs" dump --db "$db" --stream 9
+# a foreign file: the error names it once (the library's message already begins with the path)
+printf 'garbage' > "$tmp/foreign.db"
+for c in stat verify dump; do
+  expect_rc 1 "$bs" "$c" "$tmp/foreign.db"
+  [ "$(grep -o "$tmp/foreign.db" "$tmp/err" | wc -l)" = 1 ] || { cat "$tmp/err"; fail "$c names the path twice"; }
+  grep -q 'BS_ECORRUPT' "$tmp/err" || fail "$c: no BS_ECORRUPT"
+done
 
 # stat: 5 ops per live row in each of the 4 buckets
 expect_rc 0 "$bs" stat --db "$db"
