@@ -1872,11 +1872,10 @@ static int put_sups(fctx *f, bs_error *err) {
   if ((mrc = mdb_cursor_open(f->txn, f->db->superseded, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (size_t i = 0; i < f->sups.n; i++) {
-    unsigned char k[16], v[8];
-    MDB_val key = {16, k}, val = {8, v};
-    bs__put_u64be(k, s[i].bucket);
-    bs__put_u64be(k + 8, s[i].old_op);
-    bs__put_u64le(v, s[i].new_op);
+    unsigned char k[BS_SUP_KEY_SIZE], v[BS_SUP_VALUE_SIZE];
+    MDB_val key = {sizeof k, k}, val = {sizeof v, v};
+    bs__lmdb_sup_key(k, s[i].bucket, s[i].old_op);
+    bs__lmdb_sup_value(v, s[i].new_op);
     if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) != 0) {
       mdb_cursor_close(cur);
       return bs__lmdb_fail(err, mrc, "writing a superseded entry");

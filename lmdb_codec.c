@@ -174,3 +174,23 @@ int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *
   if (rows_out) *rows_out = rows;
   return BS_OK;
 }
+
+/* ---- superseded ---- */
+
+void bs__lmdb_sup_key(unsigned char k[BS_SUP_KEY_SIZE], uint64_t bucket, uint64_t old_op) {
+  bs__put_u64be(k, bucket);
+  bs__put_u64be(k + 8, old_op);
+}
+
+void bs__lmdb_sup_value(unsigned char v[BS_SUP_VALUE_SIZE], uint64_t new_op) {
+  bs__put_u64le(v, new_op);
+}
+
+int bs__lmdb_sup_decode(const MDB_val *k, const MDB_val *v, uint64_t *bucket, uint64_t *old_op,
+                        uint64_t *new_op) {
+  if (k->mv_size != BS_SUP_KEY_SIZE || v->mv_size != BS_SUP_VALUE_SIZE) return BS_ECORRUPT;
+  *bucket = bs__get_u64be(k->mv_data);
+  *old_op = bs__get_u64be((const unsigned char *)k->mv_data + 8);
+  *new_op = bs__get_u64le(v->mv_data);
+  return BS_OK;
+}

@@ -265,11 +265,11 @@ static int read_rec(cctx *c, bs__stream_rec *out) {
 /* Dequeues the bucket when it has no `superseded` entry left. Checked by key inside the
  * transaction, so an entry a writer added between two of our transactions keeps it queued. */
 static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
-  unsigned char kb[16], qk[12];
+  unsigned char kb[BS_SUP_KEY_SIZE], qk[12];
   MDB_val k, v, q = {12, qk};
   int mrc;
-  bs__lmdb_op_key(kb, bucket, 0);
-  mrc = seek_ge(c->ec, kb, 16, &k, &v);
+  bs__lmdb_sup_key(kb, bucket, 0);
+  mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
   if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
   bs__put_u32be(qk, c->stream);
@@ -586,6 +586,14 @@ static int bad_entry(cctx *c, uint64_t bucket) {
                   (unsigned long long)bucket);
 }
 
+/* The old and new op ids of the bucket's `superseded` entry (k, v). */
+static int sup_entry(cctx *c, uint64_t bucket, const MDB_val *k, const MDB_val *v, uint64_t *old,
+                     uint64_t *nw) {
+  uint64_t b;
+  if (bs__lmdb_sup_decode(k, v, &b, old, nw) || b != bucket) return bad_entry(c, bucket);
+  return BS_OK;
+}
+
 static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   bstate b;
   int rc = state_load(c, txn, bucket, &b);
@@ -869,13 +877,13 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   uint64_t budget = w->budget, moved = 0, stop = j->pos, last = 0;
   MDB_cursor *oc = c->oc, *ec = c->ec;
   MDB_val k, v, ek, ev;
-  unsigned char kb[16], ekb[16];
+  unsigned char kb[16], ekb[BS_SUP_KEY_SIZE];
   int mrc, erc, rc, ended = 0, cut = 0;
   /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
   bs__lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(oc, kb, 16, &k, &v);
-  bs__lmdb_op_key(ekb, bucket, j->pos);
-  erc = seek_ge(ec, ekb, 16, &ek, &ev);
+  bs__lmdb_sup_key(ekb, bucket, j->pos);
+  erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
   for (;;) {
     bs_op op;
     uint64_t eold = 0, enw = 0;
@@ -896,9 +904,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     }
     /* entries of ops no longer stored (folded or deleted earlier), then this op's own */
     for (; has_e; has_e = erc == 0 && in_bucket(&ek, bucket)) {
-      if (ev.mv_size != 8) return bad_entry(c, bucket);
-      eold = bs__get_u64be((const unsigned char *)ek.mv_data + 8);
-      enw = bs__get_u64le(ev.mv_data);
+      if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
       if (eold >= op.op_id) break;
       at = enw <= w->horizon && budget > 0;
       if (n + kn + (size_t)at > room || c->visits >= c->max_visits) {
@@ -958,10 +964,12 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   /* pass 2: the fold, then the first kn due entries from pos */
   if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
-  bs__lmdb_op_key(ekb, bucket, j->pos);
-  erc = seek_ge(ec, ekb, 16, &ek, &ev);
+  bs__lmdb_sup_key(ekb, bucket, j->pos);
+  erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
   for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
-    if (ev.mv_size == 8 && bs__get_u64le(ev.mv_data) <= w->horizon) {
+    uint64_t eold, enw;
+    if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
+    if (enw <= w->horizon) {
       if ((erc = mdb_cursor_del(ec, 0))) break;
       del++;
     }
@@ -989,17 +997,16 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   MDB_cursor *cur = c->ec;
   MDB_val k, v;
-  unsigned char kb[16];
+  unsigned char kb[BS_SUP_KEY_SIZE];
   int mrc, rc;
-  bs__lmdb_op_key(kb, bucket, j->pos);
-  mrc = seek_ge(cur, kb, 16, &k, &v);
+  bs__lmdb_sup_key(kb, bucket, j->pos);
+  mrc = seek_ge(cur, kb, sizeof kb, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
-    uint64_t old = bs__get_u64be((const unsigned char *)k.mv_data + 8), nw;
+    uint64_t old, nw;
     unsigned char ok[16];
     MDB_val opk = {16, ok}, opv;
     bs_op op;
-    if (v.mv_size != 8) return bad_entry(c, bucket);
-    nw = bs__get_u64le(v.mv_data);
+    if ((rc = sup_entry(c, bucket, &k, &v, &old, &nw))) return rc;
     if (w->budget == 0) { /* out of budget: fold what was consumed, then stop */
       j->pos = old;
       j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
@@ -1029,8 +1036,8 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
     j->consumed = 1;
     c->changes++;
     if ((mrc = mdb_cursor_del(cur, 0))) return mdb_err(c, mrc, "compact: delete superseded entry");
-    bs__lmdb_op_key(kb, bucket, old + 1);
-    mrc = seek_ge(cur, kb, 16, &k, &v);
+    bs__lmdb_sup_key(kb, bucket, old + 1);
+    mrc = seek_ge(cur, kb, sizeof kb, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
   if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;
@@ -1044,25 +1051,26 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
 static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   MDB_val k, v;
-  unsigned char kb[16];
+  unsigned char kb[BS_SUP_KEY_SIZE];
   int mrc, rc;
-  bs__lmdb_op_key(kb, bucket, j->pos);
-  mrc = seek_ge(c->ec, kb, 16, &k, &v);
+  bs__lmdb_sup_key(kb, bucket, j->pos);
+  mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
-    uint64_t old = bs__get_u64be((const unsigned char *)k.mv_data + 8);
+    uint64_t old, nw;
+    if ((rc = sup_entry(c, bucket, &k, &v, &old, &nw))) return rc;
     if (txn_full(c)) {
       j->pos = old;
       return BS_OK;
     }
     c->visits++;
-    if (v.mv_size == 8 && bs__get_u64le(v.mv_data) > w->horizon) {
+    if (nw > w->horizon) {
       mrc = mdb_cursor_get(c->ec, &k, &v, MDB_NEXT);
       continue;
     }
     c->changes++;
     if ((mrc = mdb_cursor_del(c->ec, 0))) break;
-    bs__lmdb_op_key(kb, bucket, old + 1);
-    mrc = seek_ge(c->ec, kb, 16, &k, &v);
+    bs__lmdb_sup_key(kb, bucket, old + 1);
+    mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
   if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;

@@ -196,6 +196,17 @@ static inline size_t bs__bucket_state_size(const bs__bucket_state *s) {
 void bs__bucket_state_encode(unsigned char *out, const bs__bucket_state *s);
 int bs__bucket_state_decode(const MDB_val *v, bs__bucket_state *out);
 
+/* The superseded log (lmdb_codec.c): key u64be bucket id | u64be old op id (the ops key layout,
+ * so a bucket's entries sort by old op), value u64le new op id: the writer's op new_op replaced
+ * old_op of the same row in that bucket. The decoder gives BS_ECORRUPT unless the key is
+ * BS_SUP_KEY_SIZE and the value BS_SUP_VALUE_SIZE bytes. */
+#define BS_SUP_KEY_SIZE   16u
+#define BS_SUP_VALUE_SIZE 8u
+void bs__lmdb_sup_key(unsigned char k[BS_SUP_KEY_SIZE], uint64_t bucket, uint64_t old_op);
+void bs__lmdb_sup_value(unsigned char v[BS_SUP_VALUE_SIZE], uint64_t new_op);
+int bs__lmdb_sup_decode(const MDB_val *k, const MDB_val *v, uint64_t *bucket, uint64_t *old_op,
+                        uint64_t *new_op);
+
 typedef struct bs__lmdb_db bs__lmdb_db;
 struct bs__lmdb_db {
   bs_db base;

@@ -507,7 +507,8 @@ static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size != 16 || v->mv_size != 8)
+  uint64_t bucket, old_op, new_op;
+  if (bs__lmdb_sup_decode(k, v, &bucket, &old_op, &new_op))
     problem(vf, "superseded: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
             v->mv_size);
 }

@@ -389,6 +389,58 @@ static void test_bucket_state(void **state) {
   }
 }
 
+/* The superseded log: golden bytes, round trips over edge op ids, every wrong size. */
+static void test_superseded(void **state) {
+  static const unsigned char key_golden[16] = {0, 0, 0, 0, 0, 0,    0x01, 0x02,
+                                               0, 0, 0, 0, 0, 0x03, 0x04, 0x05};
+  static const unsigned char value_golden[8] = {0x08, 0x07, 0x06, 0, 0, 0, 0, 0};
+  static const uint64_t edge[] = {0, 1, 0xff, 0x100, (1ull << 63) - 1, 1ull << 63, UINT64_MAX};
+  unsigned char kb[BS_SUP_KEY_SIZE + 1], vb[BS_SUP_VALUE_SIZE + 1];
+  uint64_t bucket, old_op, new_op;
+  MDB_val k, v;
+  (void)state;
+  bs__lmdb_sup_key(kb, 0x0102, 0x030405);
+  bs__lmdb_sup_value(vb, 0x060708);
+  assert_memory_equal(kb, key_golden, sizeof key_golden);
+  assert_memory_equal(vb, value_golden, sizeof value_golden);
+  for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
+    for (size_t j = 0; j < sizeof edge / sizeof *edge; j++) {
+      uint64_t nw = edge[(i + j) % (sizeof edge / sizeof *edge)];
+      bs__lmdb_sup_key(kb, edge[i], edge[j]);
+      bs__lmdb_sup_value(vb, nw);
+      k = exact(kb, BS_SUP_KEY_SIZE);
+      v = exact(vb, BS_SUP_VALUE_SIZE);
+      assert_int_equal(bs__lmdb_sup_decode(&k, &v, &bucket, &old_op, &new_op), BS_OK);
+      assert_true(bucket == edge[i] && old_op == edge[j] && new_op == nw);
+      free(k.mv_data);
+      free(v.mv_data);
+    }
+  }
+  /* a bucket's entries sort by old op id, after every entry of a lower bucket id */
+  {
+    unsigned char a[BS_SUP_KEY_SIZE], b[BS_SUP_KEY_SIZE];
+    bs__lmdb_sup_key(a, 1, UINT64_MAX);
+    bs__lmdb_sup_key(b, 2, 0);
+    assert_true(memcmp(a, b, sizeof a) < 0);
+    bs__lmdb_sup_key(a, 2, 0xff);
+    bs__lmdb_sup_key(b, 2, 0x100);
+    assert_true(memcmp(a, b, sizeof a) < 0);
+  }
+  /* truncated or overlong keys and values, the empty ones included, do not decode */
+  memset(kb, 0xab, sizeof kb);
+  memset(vb, 0xcd, sizeof vb);
+  for (size_t kn = 0; kn <= sizeof kb; kn++) {
+    for (size_t vn = 0; vn <= sizeof vb; vn++) {
+      k = exact(kb, kn);
+      v = exact(vb, vn);
+      assert_int_equal(bs__lmdb_sup_decode(&k, &v, &bucket, &old_op, &new_op),
+                       kn == BS_SUP_KEY_SIZE && vn == BS_SUP_VALUE_SIZE ? BS_OK : BS_ECORRUPT);
+      free(k.mv_data);
+      free(v.mv_data);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -398,6 +450,7 @@ int main(void) {
       cmocka_unit_test(test_bucket_state),
       cmocka_unit_test(test_param_key),
       cmocka_unit_test(test_param_value),
+      cmocka_unit_test(test_superseded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
