@@ -15,7 +15,9 @@
  *  - transient (only call N fails): the failed step is retried once and the run must end in
  *    exactly the reference end state (a failed call leaves the db and the writer's queue as they
  *    were: contract.md section 10).
- * Also: the failing vtable wrapper under the checksum cache, and disk full (a small tmpfs when
+ * Also: bs_backup, bs_db_export and bs_load with each LMDB call and allocation failing in turn
+ * (a failure leaves nothing at the target, a success a copy that reads as the source), the
+ * failing vtable wrapper under the checksum cache, and disk full (a small tmpfs when
  * this process may mount one, else ENOSPC injected at commit).
  */
 #include <stdarg.h>
@@ -588,6 +590,176 @@ static void run_mdb_loop(int persistent, int flavor) {
   sc_fixture_free(&f);
 }
 
+/* ---- bs_backup, bs_db_export and bs_load under faults ---------------------------------------- */
+
+/* The records of a database, copied out of bs_db_export for bs_load to read back. */
+typedef struct rec_list {
+  bs_record *r;
+  size_t n, cap, next;
+} rec_list;
+
+static int rec_collect(const bs_record *rec, void *payload) {
+  rec_list *l = payload;
+  bs_record *d;
+  char *bytes;
+  if (l->n == l->cap) {
+    bs_record *p = realloc(l->r, (l->cap = l->cap ? 2 * l->cap : 64) * sizeof *p);
+    if (!p) return BS_ENOMEM;
+    l->r = p;
+  }
+  d = &l->r[l->n];
+  if (!(bytes = malloc(strlen(rec->table) + 1 + rec->key.size + rec->value.size + 1)))
+    return BS_ENOMEM;
+  strcpy(bytes, rec->table);
+  d->table = bytes;
+  bytes += strlen(rec->table) + 1;
+  memcpy(bytes, rec->key.data, rec->key.size);
+  if (rec->value.size) memcpy(bytes + rec->key.size, rec->value.data, rec->value.size);
+  d->key.data = bytes;
+  d->key.size = rec->key.size;
+  d->value.data = bytes + rec->key.size;
+  d->value.size = rec->value.size;
+  d->stream = rec->stream;
+  l->n++;
+  return 0;
+}
+
+static int rec_next(bs_record *rec, void *payload) {
+  rec_list *l = payload;
+  if (l->next == l->n) return 0;
+  *rec = l->r[l->next++];
+  return 1;
+}
+
+static void rec_list_free(rec_list *l) {
+  for (size_t i = 0; i < l->n; i++) free((void *)l->r[i].table);
+  free(l->r);
+}
+
+static size_t dir_entries(const char *dir) {
+  char cmd[400];
+  FILE *p;
+  size_t n = 0;
+  int c;
+  snprintf(cmd, sizeof cmd, "ls -A '%s'", dir);
+  assert_non_null(p = popen(cmd, "r"));
+  while ((c = fgetc(p)) != EOF) n += c == '\n';
+  pclose(p);
+  return n;
+}
+
+/* One faulted call (which = 0 backup, 1 export, 2 load) into out. A failure must be a clean code,
+ * leave nothing at out and nothing beside it; a success (a transient fault the call absorbed, or
+ * no fault reached) a file that opens, verifies and reads as the source. */
+static void bl_check(int which, int rc, const bs_error *err, const char *out, const char *dir,
+                     size_t entries, const char *ref_fp, const char *what, unsigned long n) {
+  if (which == 1) { /* export writes nothing */
+    if (rc && !ft_clean_status(rc))
+      fail_msg("export %s N=%lu: unclean status %d (%s)", what, n, rc, err->msg);
+    return;
+  }
+  if (rc) {
+    if (!ft_clean_status(rc))
+      fail_msg("%s %s N=%lu: unclean status %d (%s)", which ? "load" : "backup", what, n, rc,
+               err->msg);
+    if (access(out, F_OK) == 0)
+      fail_msg("%s %s N=%lu failed (%s) but left a file at its path", which ? "load" : "backup",
+               what, n, err->msg);
+  } else {
+    char *fp = sc_reopen_fingerprint(out);
+    if (strcmp(fp, ref_fp) != 0)
+      fail_msg("%s %s N=%lu: the copy reads differently\n--- got:\n%s--- want:\n%s",
+               which ? "load" : "backup", what, n, fp, ref_fp);
+    free(fp);
+    ft_rm_db(NULL, out);
+  }
+  if (dir_entries(dir) != entries)
+    fail_msg("%s %s N=%lu: a temporary file or directory was left beside the copy",
+             which ? "load" : "backup", what, n);
+}
+
+/* Every LMDB call (persistent and transient EIO) and every allocation (of the db for backup and
+ * export, of the options for load) fails in turn; the source file is compared before and after. */
+static void test_backup_load_faults(void **state) {
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_backup_options bo = BS_BACKUP_OPTIONS_INIT;
+  sc_fixture f;
+  sc_run s;
+  rec_list recs = {0};
+  ft_alloc fa;
+  bs_db *db = NULL;
+  char out[400], *ref_fp;
+  unsigned long step = stride(), reached = 0;
+  size_t entries;
+  (void)state;
+
+  sc_fixture_init(&f, "fault_backup");
+  memset(&s, 0, sizeof s);
+  s.path = f.path;
+  sc_scenario(&s); /* the source: the scenario's end state, no fault */
+  assert_int_equal(s.rc, BS_OK);
+  ref_fp = sc_reopen_fingerprint(f.path);
+  snprintf(out, sizeof out, "%s/copy", f.dir);
+  entries = dir_entries(f.dir);
+
+  ft_alloc_init(&fa);
+  oo.flags = BS_OPEN_NOSYNC;
+  oo.allocator = &fa.a;
+  assert_int_equal(bs_open(&db, f.path, &oo, NULL), BS_OK);
+  assert_int_equal(bs_db_export(db, 0, rec_collect, &recs, NULL), BS_OK);
+  assert_true(recs.n > 20);
+
+  for (int which = 0; which < 3; which++) {
+    for (int mode = 0; mode < 3; mode++) { /* 0: LMDB persistent, 1: LMDB transient, 2: malloc */
+      unsigned long n;
+      for (n = first_point(step);; n += step) {
+        bs_error err = {0, ""};
+        long live = fa.live;
+        rec_list sink = {0};
+        int rc;
+        mf.injected = 0;
+        fa.injected = 0;
+        recs.next = 0;
+        if (mode < 2) {
+          mf_arm(n, mode == 0, MF_EIO);
+        } else {
+          ft_alloc_arm(&fa, n, 0);
+        }
+        bo.allocator = which == 2 ? &fa.a : NULL;
+        rc = which == 0   ? bs_backup(db, out, &bo, &err)
+             : which == 1 ? bs_db_export(db, 0, rec_collect, &sink, &err)
+                          : bs_load(out, rec_next, &recs, &bo, &err);
+        mf_arm(0, 0, 0);
+        ft_alloc_arm(&fa, 0, 0);
+        rec_list_free(&sink);
+        if (fa.live != live)
+          fail_msg("call %d mode %d N=%lu: %ld allocations leaked", which, mode, n, fa.live - live);
+        bl_check(which, rc, &err, out, f.dir, entries, ref_fp,
+                 mode == 0   ? "lmdb persistent"
+                 : mode == 1 ? "lmdb transient"
+                             : "malloc",
+                 n);
+        if (!mf.injected && !fa.injected) break;
+        reached++;
+      }
+      /* each call makes many LMDB calls and allocations (export allocates nothing) */
+      if (which != 1 || mode != 2) assert_true(n > 10);
+    }
+  }
+  bs_close(db);
+  assert_int_equal(fa.live, 0);
+  {
+    char *fp = sc_reopen_fingerprint(f.path); /* the source is untouched */
+    assert_string_equal(fp, ref_fp);
+    free(fp);
+  }
+  printf("backup/export/load: %lu failure points injected\n", reached);
+  total_points += reached;
+  rec_list_free(&recs);
+  free(ref_fp);
+  sc_fixture_free(&f);
+}
+
 /* ---- The failing vtable wrapper under the checksum cache ------------------------------------ */
 
 /* Writes commits 1..n_cp into buckets c0..c3 (with updates so ranges are not trivial); cps gets
@@ -809,6 +981,7 @@ int main(void) {
       cmocka_unit_test(test_mdb_transient_natural),
       cmocka_unit_test(test_wrapper_under_cache),
       cmocka_unit_test(test_disk_full),
+      cmocka_unit_test(test_backup_load_faults),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   printf("test_fault: %lu failure points injected in total\n", total_points);
