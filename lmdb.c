@@ -19,13 +19,11 @@
 
 /* The map is address space, not disk: the file grows only as pages are written. A large default
  * makes growth (which must wait until no transaction of this process is open) rare. */
-#define LM_DEFAULT_MAP        (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
-#define LM_MAXDBS             16
-#define LM_FORMAT_MAGIC       "bktstore"
-#define LM_STREAM_REC_VERSION 1u
-#define LM_STREAM_FIXED       88u
-#define LM_BATCH_RECORDS      1000u /* records per txn in truncate/clear/purge loops */
-#define LM_STATE_KEY          8u    /* bstate key: u64be bucket id */
+#define LM_DEFAULT_MAP   (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
+#define LM_MAXDBS        16
+#define LM_FORMAT_MAGIC  "bktstore"
+#define LM_BATCH_RECORDS 1000u /* records per txn in truncate/clear/purge loops */
+#define LM_STATE_KEY     8u    /* bstate key: u64be bucket id */
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
@@ -186,19 +184,7 @@ int bs__lmdb_write(bs__lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_er
   }
 }
 
-/* ---- Stream records ------------------------------------------------------------------------- */
-/*
- * Value of meta 'S' u32be id (little-endian):
- *   u8 encoding version | u8 state | u8 hash | u8 snapshot_done | u8 flags (1 = checkpoint lsn,
- *   2 = resume lsn, 4 = no_checkpoint_before) | 3 zero | u32 id | u32 next_table_id |
- *   u64 op_head, checkpoint, last_checkpoint_op, change_seq, param_horizon, param_cursor,
- *   changes_fence, compact_horizon | i64 created_ms                          (88 bytes)
- *   then u16 len + bytes for: name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error
- */
-static void stream_key(unsigned char k[5], uint32_t id) {
-  k[0] = 'S';
-  bs__put_u32be(k + 1, id);
-}
+/* ---- Stream records (the codec: bs__stream_rec_encode, lmdb_internal.h) ---------------------- */
 
 static int get_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
   size_t n;
@@ -212,96 +198,31 @@ static int get_str(const unsigned char **p, const unsigned char *end, bs_val *ou
   return BS_OK;
 }
 
-static int stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
-  const unsigned char *p = v->mv_data, *end = p + v->mv_size;
-  const unsigned char *q;
-  bs_val *strs[5];
-  uint64_t *u64s[8];
-  memset(r, 0, sizeof *r);
-  if (v->mv_size < LM_STREAM_FIXED || p[0] != LM_STREAM_REC_VERSION) return BS_ECORRUPT;
-  r->state = p[1];
-  r->hash = p[2];
-  r->snapshot_done = p[3];
-  r->has_checkpoint_lsn = p[4] & 1;
-  r->has_resume_lsn = (p[4] >> 1) & 1;
-  r->has_no_checkpoint_before = (p[4] >> 2) & 1;
-  r->id = bs__get_u32le(p + 8);
-  r->next_table_id = bs__get_u32le(p + 12);
-  u64s[0] = &r->op_head;
-  u64s[1] = &r->checkpoint;
-  u64s[2] = &r->last_checkpoint_op;
-  u64s[3] = &r->change_seq;
-  u64s[4] = &r->param_horizon;
-  u64s[5] = &r->param_cursor;
-  u64s[6] = &r->changes_fence;
-  u64s[7] = &r->compact_horizon;
-  for (int i = 0; i < 8; i++) *u64s[i] = bs__get_u64le(p + 16 + 8 * i);
-  r->created_ms = (int64_t)bs__get_u64le(p + 80);
-  strs[0] = &r->name;
-  strs[1] = &r->checkpoint_lsn;
-  strs[2] = &r->resume_lsn;
-  strs[3] = &r->no_checkpoint_before;
-  strs[4] = &r->last_error;
-  q = p + LM_STREAM_FIXED;
-  for (int i = 0; i < 5; i++)
-    if (get_str(&q, end, strs[i]) != BS_OK) return BS_ECORRUPT;
-  if (r->state < BS_STREAM_PROCESSING || r->state > BS_STREAM_TERMINATED) return BS_ECORRUPT;
-  return BS_OK;
-}
-
 int bs__stream_rec_get(bs__lmdb_db *db, MDB_txn *txn, uint32_t id, bs__stream_rec *out,
                        bs_error *err) {
-  unsigned char k[5];
-  MDB_val key = {5, k}, val;
+  unsigned char k[BS_STREAM_KEY_SIZE];
+  MDB_val key = {sizeof k, k}, val;
   int mrc;
   memset(out, 0, sizeof *out); /* a failed get leaves *out defined, not stale */
-  stream_key(k, id);
+  bs__lmdb_stream_key(k, id);
   mrc = mdb_get(txn, db->meta, &key, &val);
   if (mrc == MDB_NOTFOUND) return bs__fail(err, BS_ENOTFOUND, "stream %u does not exist", id);
   if (mrc) return bs__lmdb_fail(err, mrc, "reading the stream record");
-  if (stream_rec_decode(&val, out) != BS_OK)
+  if (bs__stream_rec_decode(&val, out) != BS_OK)
     return bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode", id);
   return BS_OK;
-}
-
-static size_t clamp_str(bs_val v, size_t max) {
-  return v.size > max ? max : v.size;
 }
 
 int bs__stream_rec_put(bs__lmdb_db *db, MDB_txn *txn, const bs__stream_rec *r, bs_error *err) {
   /* Encoded into a local buffer first: the strings may point into the old value of this very
    * key, which the put may overwrite in place. */
-  unsigned char buf[LM_STREAM_FIXED + 5 * (2 + 256)];
-  unsigned char k[5];
-  const bs_val *strs[5] = {&r->name, &r->checkpoint_lsn, &r->resume_lsn, &r->no_checkpoint_before,
-                           &r->last_error};
-  const uint64_t u64s[8] = {r->op_head,       r->checkpoint,     r->last_checkpoint_op,
-                            r->change_seq,    r->param_horizon,  r->param_cursor,
-                            r->changes_fence, r->compact_horizon};
-  unsigned char *p;
-  MDB_val key = {5, k}, val;
+  unsigned char buf[BS_STREAM_REC_MAX], k[BS_STREAM_KEY_SIZE];
+  MDB_val key = {sizeof k, k}, val = {bs__stream_rec_encode(buf, r), buf};
   int mrc;
-  memset(buf, 0, LM_STREAM_FIXED);
-  buf[0] = LM_STREAM_REC_VERSION;
-  buf[1] = r->state;
-  buf[2] = r->hash;
-  buf[3] = r->snapshot_done;
-  buf[4] = (unsigned char)((r->has_checkpoint_lsn ? 1 : 0) | (r->has_resume_lsn ? 2 : 0) |
-                           (r->has_no_checkpoint_before ? 4 : 0));
-  bs__put_u32le(buf + 8, r->id);
-  bs__put_u32le(buf + 12, r->next_table_id);
-  for (int i = 0; i < 8; i++) bs__put_u64le(buf + 16 + 8 * i, u64s[i]);
-  bs__put_u64le(buf + 80, (uint64_t)r->created_ms);
-  p = buf + LM_STREAM_FIXED;
-  for (int i = 0; i < 5; i++) {
-    size_t n = clamp_str(*strs[i], 256);
-    bs__put_u16le(p, (uint16_t)n);
-    if (n) memcpy(p + 2, strs[i]->data, n);
-    p += 2 + n;
-  }
-  stream_key(k, r->id);
-  val.mv_size = (size_t)(p - buf);
-  val.mv_data = buf;
+  if (!val.mv_size)
+    return bs__fail(err, BS_ETOOBIG, "stream %u: a record string over %u bytes", r->id,
+                    BS_STREAM_STR_MAX);
+  bs__lmdb_stream_key(k, r->id);
   mrc = mdb_put(txn, db->meta, &key, &val, 0);
   return mrc ? bs__lmdb_fail(err, mrc, "writing the stream record") : BS_OK;
 }
@@ -627,19 +548,19 @@ static int each_stream(bs__lmdb_db *db, MDB_txn *txn,
                        int (*fn)(bs__stream_rec *, void *, bs_error *), void *payload,
                        bs_error *err) {
   MDB_cursor *cur;
-  unsigned char k[5];
-  MDB_val key = {1, k}, val;
+  unsigned char k[BS_STREAM_KEY_SIZE];
+  MDB_val key = {sizeof k, k}, val;
   int mrc, rc = BS_OK;
-  k[0] = 'S';
+  bs__lmdb_stream_key(k, 0);
   if ((mrc = mdb_cursor_open(txn, db->meta, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     bs__stream_rec rec;
-    if (key.mv_size != 5 || ((const unsigned char *)key.mv_data)[0] != 'S') break;
-    if (stream_rec_decode(&val, &rec) != BS_OK) {
-      rc = bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode",
-                    bs__get_u32be((const unsigned char *)key.mv_data + 1));
+    uint32_t id;
+    if (bs__lmdb_stream_key_decode(&key, &id) != BS_OK) break;
+    if (bs__stream_rec_decode(&val, &rec) != BS_OK) {
+      rc = bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode", id);
       break;
     }
     if ((rc = fn(&rec, payload, err)) != BS_OK) break;

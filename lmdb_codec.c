@@ -194,3 +194,82 @@ int bs__lmdb_sup_decode(const MDB_val *k, const MDB_val *v, uint64_t *bucket, ui
   *new_op = bs__get_u64le(v->mv_data);
   return BS_OK;
 }
+
+/* ---- meta: stream records ---- */
+
+_Static_assert(BS_MAX_STREAM_NAME <= BS_STREAM_STR_MAX && BS_MAX_LSN <= BS_STREAM_STR_MAX,
+               "a stream record string holds a stream name and an LSN");
+
+int bs__lmdb_stream_key_decode(const MDB_val *k, uint32_t *id) {
+  const unsigned char *p = (const unsigned char *)k->mv_data;
+  if (k->mv_size != BS_STREAM_KEY_SIZE || p[0] != 'S') return BS_ECORRUPT;
+  *id = bs__get_u32be(p + 1);
+  return BS_OK;
+}
+
+/* The record's five strings and eight u64 fields, in their order in the value. */
+#define STREAM_STRS(r)                                                                             \
+  {                                                                                                \
+    &(r)->name, &(r)->checkpoint_lsn, &(r)->resume_lsn, &(r)->no_checkpoint_before,                \
+        &(r)->last_error                                                                           \
+  }
+#define STREAM_U64S(r)                                                                             \
+  {                                                                                                \
+    &(r)->op_head, &(r)->checkpoint, &(r)->last_checkpoint_op, &(r)->change_seq,                   \
+        &(r)->param_horizon, &(r)->param_cursor, &(r)->changes_fence, &(r)->compact_horizon        \
+  }
+
+size_t bs__stream_rec_encode(unsigned char out[BS_STREAM_REC_MAX], const bs__stream_rec *r) {
+  const bs_val *strs[5] = STREAM_STRS(r);
+  const uint64_t *u64s[8] = STREAM_U64S(r);
+  unsigned char *p = out + BS_STREAM_REC_FIXED;
+  memset(out, 0, BS_STREAM_REC_FIXED);
+  out[0] = BS_STREAM_REC_VERSION;
+  out[1] = r->state;
+  out[2] = r->hash;
+  out[3] = r->snapshot_done;
+  out[4] = (unsigned char)((r->has_checkpoint_lsn ? 1 : 0) | (r->has_resume_lsn ? 2 : 0) |
+                           (r->has_no_checkpoint_before ? 4 : 0));
+  bs__put_u32le(out + 8, r->id);
+  bs__put_u32le(out + 12, r->next_table_id);
+  for (int i = 0; i < 8; i++) bs__put_u64le(out + 16 + 8 * i, *u64s[i]);
+  bs__put_u64le(out + 80, (uint64_t)r->created_ms);
+  for (int i = 0; i < 5; i++) {
+    size_t n = strs[i]->size;
+    if (n > BS_STREAM_STR_MAX) return 0;
+    bs__put_u16le(p, (uint32_t)n);
+    if (n) memcpy(p + 2, strs[i]->data, n);
+    p += 2 + n;
+  }
+  return (size_t)(p - out);
+}
+
+int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
+  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *q;
+  bs_val *strs[5] = STREAM_STRS(r);
+  uint64_t *u64s[8] = STREAM_U64S(r);
+  memset(r, 0, sizeof *r);
+  if (v->mv_size < BS_STREAM_REC_FIXED || p[0] != BS_STREAM_REC_VERSION ||
+      p[1] < BS_STREAM_PROCESSING || p[1] > BS_STREAM_TERMINATED)
+    return BS_ECORRUPT;
+  r->state = p[1];
+  r->hash = p[2];
+  r->snapshot_done = p[3];
+  r->has_checkpoint_lsn = p[4] & 1;
+  r->has_resume_lsn = (p[4] >> 1) & 1;
+  r->has_no_checkpoint_before = (p[4] >> 2) & 1;
+  r->id = bs__get_u32le(p + 8);
+  r->next_table_id = bs__get_u32le(p + 12);
+  for (int i = 0; i < 8; i++) *u64s[i] = bs__get_u64le(p + 16 + 8 * i);
+  r->created_ms = (int64_t)bs__get_u64le(p + 80);
+  q = p + BS_STREAM_REC_FIXED;
+  for (int i = 0; i < 5; i++) {
+    size_t n;
+    if (end - q < 2 || (n = bs__get_u16le(q)) > BS_STREAM_STR_MAX || (size_t)(end - q) - 2 < n)
+      return BS_ECORRUPT;
+    strs[i]->data = q + 2; /* non-NULL, also when empty */
+    strs[i]->size = n;
+    q += 2 + n;
+  }
+  return q == end ? BS_OK : BS_ECORRUPT;
+}

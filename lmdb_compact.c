@@ -216,38 +216,18 @@ typedef struct rec_raise {
   uint64_t compact_horizon, param_horizon, param_cursor, changes_fence;
 } rec_raise;
 
-static int copy_val(cctx *c, bs_val *v, unsigned char **buf) {
-  unsigned char *p;
-  *buf = NULL;
-  if (!v->size) return BS_OK;
-  p = bs__malloc(&c->db->base.alloc, v->size);
-  if (!p) return bs__fail(c->err, BS_ENOMEM, "compact: stream record copy");
-  memcpy(p, v->data, v->size);
-  v->data = p;
-  *buf = p;
-  return BS_OK;
-}
-
 /* Raises the stream record's compaction fields (never lowers them); param_cursor is set. */
 static int rec_raise_step(cctx *c, MDB_txn *txn, void *arg) {
   const rec_raise *r = arg;
   bs__stream_rec rec;
-  unsigned char *bufs[5] = {0};
-  int rc, i;
+  int rc;
+  /* the record's strings point into the map: bs__stream_rec_put encodes before it writes */
   if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &rec, c->err))) return rc;
-  /* the record's byte strings point into the map; copy them before rewriting it */
-  bs_val *vals[5] = {&rec.name, &rec.checkpoint_lsn, &rec.resume_lsn, &rec.no_checkpoint_before,
-                     &rec.last_error};
-  for (i = 0; i < 5 && !rc; i++) rc = copy_val(c, vals[i], &bufs[i]);
-  if (!rc) {
-    if (r->compact_horizon > rec.compact_horizon) rec.compact_horizon = r->compact_horizon;
-    if (r->param_horizon > rec.param_horizon) rec.param_horizon = r->param_horizon;
-    if (r->param_cursor > rec.param_cursor) rec.param_cursor = r->param_cursor;
-    if (r->changes_fence > rec.changes_fence) rec.changes_fence = r->changes_fence;
-    rc = bs__stream_rec_put(c->db, txn, &rec, c->err);
-  }
-  for (i = 0; i < 5; i++) bs__free(&c->db->base.alloc, bufs[i]);
-  return rc;
+  if (r->compact_horizon > rec.compact_horizon) rec.compact_horizon = r->compact_horizon;
+  if (r->param_horizon > rec.param_horizon) rec.param_horizon = r->param_horizon;
+  if (r->param_cursor > rec.param_cursor) rec.param_cursor = r->param_cursor;
+  if (r->changes_fence > rec.changes_fence) rec.changes_fence = r->changes_fence;
+  return bs__stream_rec_put(c->db, txn, &rec, c->err);
 }
 
 static int read_rec(cctx *c, bs__stream_rec *out) {

@@ -152,7 +152,27 @@ void bs__lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *r
 int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
                                 const unsigned char **rows_out);
 
-/* Per-stream record in meta. Byte strings point into the map (or the writer's copy). */
+/* meta 'S' key: 'S' | u32be stream id. */
+#define BS_STREAM_KEY_SIZE 5u
+static inline void bs__lmdb_stream_key(unsigned char k[BS_STREAM_KEY_SIZE], uint32_t id) {
+  k[0] = 'S';
+  bs__put_u32be(k + 1, id);
+}
+/* The stream id of a meta key; BS_ECORRUPT when k is not a stream key. */
+int bs__lmdb_stream_key_decode(const MDB_val *k, uint32_t *id);
+
+/* Per-stream record in meta 'S' u32be id (little-endian):
+ *   u8 record version (BS_STREAM_REC_VERSION) | u8 state | u8 hash | u8 snapshot_done | u8 flags
+ *   (1 = checkpoint lsn, 2 = resume lsn, 4 = no_checkpoint_before) | 3 zero | u32 id |
+ *   u32 next_table_id | u64 op_head, checkpoint, last_checkpoint_op, change_seq, param_horizon,
+ *   param_cursor, changes_fence, compact_horizon | i64 created_ms       (BS_STREAM_REC_FIXED)
+ *   then u16 len + bytes (at most BS_STREAM_STR_MAX) for: name, checkpoint_lsn, resume_lsn,
+ *   no_checkpoint_before, last_error; nothing after them.
+ * Byte strings point into the map (or the writer's copy). */
+#define BS_STREAM_REC_VERSION 1u
+#define BS_STREAM_REC_FIXED   88u
+#define BS_STREAM_STR_MAX     255u /* BS_MAX_STREAM_NAME, BS_MAX_LSN; last_error is cut to it */
+#define BS_STREAM_REC_MAX     (BS_STREAM_REC_FIXED + 5u * (2u + BS_STREAM_STR_MAX))
 typedef struct bs__stream_rec {
   uint32_t id;
   uint8_t state; /* bs_stream_state */
@@ -171,6 +191,12 @@ typedef struct bs__stream_rec {
   int64_t created_ms;
   bs_val name, checkpoint_lsn, resume_lsn, no_checkpoint_before, last_error;
 } bs__stream_rec;
+/* The stream record codec (lmdb_codec.c). The encoder writes the value into out and returns its
+ * size, 0 when a string is over BS_STREAM_STR_MAX. The decoder borrows the strings from v (never
+ * NULL, also when empty); BS_ECORRUPT when v is not one whole record of this version with a
+ * known state. */
+size_t bs__stream_rec_encode(unsigned char out[BS_STREAM_REC_MAX], const bs__stream_rec *r);
+int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *out);
 
 /* Per-bucket state in bstate (fixed 96 bytes little-endian, then the bucket name). */
 typedef struct bs__bucket_state {

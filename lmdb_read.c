@@ -733,6 +733,7 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   MDB_val k, v;
+  unsigned char sk[BS_STREAM_KEY_SIZE];
   int rc, mrc, fd;
   struct stat sb;
 
@@ -754,12 +755,14 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   cur = NULL;
   /* streams: the 'S' keys of meta */
   if ((mrc = mdb_cursor_open(txn, db->meta, &cur)) != 0) goto mdb_fail;
-  k.mv_size = 1;
-  k.mv_data = "S";
+  bs__lmdb_stream_key(sk, 0);
+  k.mv_size = sizeof sk;
+  k.mv_data = sk;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (k.mv_size < 1 || ((const char *)k.mv_data)[0] != 'S') break;
-    if (k.mv_size == 5) out->streams++;
+    uint32_t id;
+    if (bs__lmdb_stream_key_decode(&k, &id) != BS_OK) break;
+    out->streams++;
   }
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   mdb_cursor_close(cur);

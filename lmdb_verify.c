@@ -82,6 +82,7 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     const unsigned char *kp = (const unsigned char *)k.mv_data;
+    uint32_t id;
     if (k.mv_size == 6 && memcmp(kp, "format", 6) == 0) {
       have_format = 1;
       if (v.mv_size != 12 || memcmp(v.mv_data, "bktstore", 8) != 0)
@@ -91,17 +92,10 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
         problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
       else
         *seq_bucket = bs__get_u64le((const unsigned char *)v.mv_data);
-    } else if (k.mv_size == 5 && kp[0] == 'S') {
+    } else if (bs__lmdb_stream_key_decode(&k, &id) == BS_OK) {
       bs__stream_rec rec;
-      bs_error e;
-      uint32_t id = bs__get_u32be(kp + 1);
-      if ((rc = bs__stream_rec_get(vf->db, vf->txn, id, &rec, &e)) != BS_OK) {
-        /* an I/O error is the call's failure, not a problem of the file (r: fault tests) */
-        if (rc != BS_ECORRUPT) {
-          mdb_cursor_close(cur);
-          return bs__fail(err, rc, "verify: %s", e.msg);
-        }
-        problem(vf, "stream %" PRIu32 ": record does not decode: %s", id, e.msg);
+      if (bs__stream_rec_decode(&v, &rec) != BS_OK) {
+        problem(vf, "stream %" PRIu32 ": record of %zu bytes does not decode", id, v.mv_size);
         continue;
       }
       if (rec.hash != BS_HASH_XXH3 && rec.hash != BS_HASH_SHA256)

@@ -31,6 +31,24 @@ static void val_eq(bs_val got, bs_val want) {
   if (want.size) assert_memory_equal(got.data, want.data, want.size);
 }
 
+/* A decoder under test, reduced to its status for one value (or key). */
+typedef int (*decode_fn)(const MDB_val *v);
+
+/* buf (n bytes) decodes; every truncation of it and buf with one more byte do not. */
+static void whole_only(const unsigned char *buf, size_t n, decode_fn dec) {
+  unsigned char *longer = malloc(n + 1);
+  MDB_val v;
+  assert_non_null(longer);
+  memcpy(longer, buf, n);
+  longer[n] = 0;
+  for (size_t cut = 0; cut <= n + 1; cut++) {
+    v = exact(longer, cut);
+    assert_int_equal(dec(&v), cut == n ? BS_OK : BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  free(longer);
+}
+
 static const unsigned char op_key_golden[16] = {0, 0, 0, 0, 0, 0,    0x01, 0x02,
                                                 0, 0, 0, 0, 0, 0x03, 0x04, 0x05};
 
@@ -441,6 +459,128 @@ static void test_superseded(void **state) {
   }
 }
 
+/* ---- meta: stream records ---- */
+
+static int dec_stream_key(const MDB_val *k) {
+  uint32_t id;
+  return bs__lmdb_stream_key_decode(k, &id);
+}
+
+static int dec_stream_rec(const MDB_val *v) {
+  bs__stream_rec r;
+  return bs__stream_rec_decode(v, &r);
+}
+
+static void test_stream_key(void **state) {
+  static const unsigned char golden[BS_STREAM_KEY_SIZE] = {'S', 0, 0, 1, 2};
+  unsigned char k[BS_STREAM_KEY_SIZE];
+  MDB_val mk;
+  uint32_t id = 0;
+  (void)state;
+  bs__lmdb_stream_key(k, 0x0102);
+  assert_memory_equal(k, golden, sizeof golden);
+  whole_only(golden, sizeof golden, dec_stream_key);
+  mk = exact(golden, sizeof golden);
+  assert_int_equal(bs__lmdb_stream_key_decode(&mk, &id), BS_OK);
+  assert_int_equal(id, 0x0102);
+  ((unsigned char *)mk.mv_data)[0] = 's'; /* "seq.bucket" and the like */
+  assert_int_equal(bs__lmdb_stream_key_decode(&mk, &id), BS_ECORRUPT);
+  free(mk.mv_data);
+}
+
+static bs__stream_rec stream_rec_sample(bs_val lsn_max) {
+  bs__stream_rec r;
+  memset(&r, 0, sizeof r);
+  r.id = 0x01020304;
+  r.state = BS_STREAM_ACTIVE;
+  r.hash = BS_HASH_SHA256;
+  r.snapshot_done = 1;
+  r.has_checkpoint_lsn = r.has_no_checkpoint_before = 1;
+  r.op_head = 0x7fffffffffffffffull; /* the largest op id */
+  r.checkpoint = 9;
+  r.last_checkpoint_op = 8;
+  r.change_seq = 7;
+  r.param_horizon = 6;
+  r.param_cursor = 5;
+  r.changes_fence = 4;
+  r.compact_horizon = 3;
+  r.next_table_id = 2;
+  r.created_ms = -1;          /* before the epoch: the i64 survives */
+  r.name = V("str\xc3\xb6m"); /* non-ASCII */
+  r.checkpoint_lsn = V("");   /* a set LSN can be empty */
+  r.resume_lsn = V("1");      /* one byte */
+  r.no_checkpoint_before = lsn_max;
+  r.last_error = V("");
+  return r;
+}
+
+static void test_stream_record(void **state) {
+  unsigned char big[BS_STREAM_STR_MAX + 1], buf[BS_STREAM_REC_MAX], bad[BS_STREAM_REC_MAX];
+  static const unsigned char head[16] = {1, 2, 1, 1, 5, 0, 0, 0, 4, 3, 2, 1, 2, 0, 0, 0};
+  bs__stream_rec r, back;
+  size_t n;
+  MDB_val v;
+  (void)state;
+  memset(big, 'x', sizeof big);
+  r = stream_rec_sample((bs_val){big, BS_STREAM_STR_MAX});
+  n = bs__stream_rec_encode(buf, &r);
+  assert_int_equal(n, BS_STREAM_REC_FIXED + 5 * 2 + 6 + 0 + 1 + BS_STREAM_STR_MAX + 0);
+  assert_memory_equal(buf, head, sizeof head);
+  assert_int_equal(buf[16 + 7], 0x7f); /* op_head, little-endian */
+  assert_int_equal(buf[80], 0xff);     /* created_ms -1 */
+  assert_memory_equal(buf + BS_STREAM_REC_FIXED,
+                      "\x06\0str\xc3\xb6m\0\0\x01\0"
+                      "1",
+                      13);
+  v = exact(buf, n);
+  assert_int_equal(bs__stream_rec_decode(&v, &back), BS_OK);
+  assert_int_equal(back.id, r.id);
+  assert_int_equal(back.state, r.state);
+  assert_int_equal(back.hash, r.hash);
+  assert_int_equal(back.snapshot_done, 1);
+  assert_true(back.has_checkpoint_lsn && !back.has_resume_lsn && back.has_no_checkpoint_before);
+  assert_int_equal(back.op_head, r.op_head);
+  assert_int_equal(back.checkpoint, 9);
+  assert_int_equal(back.last_checkpoint_op, 8);
+  assert_int_equal(back.change_seq, 7);
+  assert_int_equal(back.param_horizon, 6);
+  assert_int_equal(back.param_cursor, 5);
+  assert_int_equal(back.changes_fence, 4);
+  assert_int_equal(back.compact_horizon, 3);
+  assert_int_equal(back.next_table_id, 2);
+  assert_true(back.created_ms == -1);
+  val_eq(back.name, r.name);
+  val_eq(back.checkpoint_lsn, V(""));
+  val_eq(back.resume_lsn, V("1"));
+  val_eq(back.no_checkpoint_before, r.no_checkpoint_before);
+  val_eq(back.last_error, V(""));
+  free(v.mv_data);
+  whole_only(buf, n, dec_stream_rec);
+
+  /* A string over BS_STREAM_STR_MAX is not encoded, and its length field is refused. */
+  r.last_error = (bs_val){big, sizeof big};
+  assert_int_equal(bs__stream_rec_encode(buf, &r), 0);
+  r = stream_rec_sample(V(""));
+  n = bs__stream_rec_encode(buf, &r);
+  memcpy(bad, buf, n);
+  bs__put_u16le(bad + n - 2, BS_STREAM_STR_MAX + 1); /* last_error's length */
+  memset(bad + n, 'x', BS_STREAM_STR_MAX + 1);
+  v = exact(bad, n + BS_STREAM_STR_MAX + 1);
+  assert_int_equal(bs__stream_rec_decode(&v, &back), BS_ECORRUPT);
+  free(v.mv_data);
+  /* Another record version, a state outside PROCESSING..TERMINATED. */
+  for (int t = 0; t < 2; t++)
+    for (int x = 0; x < 256; x++) {
+      int ok = t == 0 ? x == BS_STREAM_REC_VERSION
+                      : x >= BS_STREAM_PROCESSING && x <= BS_STREAM_TERMINATED;
+      memcpy(bad, buf, n);
+      bad[t] = (unsigned char)x;
+      v = exact(bad, n);
+      assert_int_equal(bs__stream_rec_decode(&v, &back), ok ? BS_OK : BS_ECORRUPT);
+      free(v.mv_data);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -451,6 +591,8 @@ int main(void) {
       cmocka_unit_test(test_param_key),
       cmocka_unit_test(test_param_value),
       cmocka_unit_test(test_superseded),
+      cmocka_unit_test(test_stream_key),
+      cmocka_unit_test(test_stream_record),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
