@@ -15,7 +15,18 @@ BSCFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(WARN) $(OPT) $(SA
 LIBDEPS := -llmdb -lnettle -lpthread
 SONAME  := libbucketstore.so.0
 
-LIB_SRCS := $(sort $(filter-out cli_%.c,$(wildcard *.c)))
+# The PostgreSQL backend (pg*.c, issue 14) is built when libpq is found (`make PG=0` leaves it
+# out: the library then links no libpq and bs_open_postgres answers BS_EUNSUPPORTED).
+PG ?= $(shell pkg-config --exists libpq 2>/dev/null && echo 1 || echo 0)
+ALL_LIB_SRCS := $(sort $(filter-out cli_%.c,$(wildcard *.c)))
+ifeq ($(PG),1)
+LIB_SRCS := $(ALL_LIB_SRCS)
+PG_CFLAGS := -DBS_HAVE_PG $(shell pkg-config --cflags libpq)
+BSCFLAGS += $(PG_CFLAGS)
+LIBDEPS += $(shell pkg-config --libs libpq)
+else
+LIB_SRCS := $(filter-out pg%.c,$(ALL_LIB_SRCS))
+endif
 CLI_SRCS := $(sort $(wildcard cli_*.c))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_UTIL := $(sort $(wildcard tests/util_*.c))
@@ -40,6 +51,7 @@ $(BUILD)/%.o: %.c storage.h internal.h lmdb_internal.h | deps
 	$(CC) $(BSCFLAGS) -c $< -o $@
 
 $(CLI_OBJS): cli.h
+$(filter $(BUILD)/pg%.o,$(LIB_OBJS)): pg_internal.h
 $(CLI_OBJS) $(TEST_UTIL_OBJS): BSCFLAGS += $(APPWARN)
 
 $(BUILD)/libbucketstore.a: $(LIB_OBJS)
@@ -69,7 +81,9 @@ tests: $(TEST_BINS)
 
 # Quick suite: every test binary, then the driver smoke.
 test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
-	@set -e; for t in $(TEST_BINS); do echo "== $$t"; BS_TEST_QUICK=1 $$t; done
+	@set -e; for t in $(filter-out $(PG_TEST_BINS),$(TEST_BINS)); do echo "== $$t"; \
+	  BS_TEST_QUICK=1 $$t; done
+	@$(MAKE) --no-print-directory pg-test
 	@tests/driver_smoke.sh $(BUILD)/bucketstore
 	@$(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
 	@echo "== bench smoke (no timing assertions)"
@@ -87,6 +101,20 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	else echo "py-test skipped (no $(PYTHON))"; fi
 	@$(MAKE) --no-print-directory node-test
 	@echo "all tests passed"
+
+# The PostgreSQL slice (issue 14): its suites against a server of their own (tests/pg_server.sh
+# run: initdb in /tmp, 127.0.0.1 on a free port, removed after), or against the server that
+# BS_TEST_PG_URL names. Skipped, saying so, when no PostgreSQL binaries are installed; in a build
+# without the backend (PG=0) test_pg checks that bs_open_postgres says BS_EUNSUPPORTED.
+PG_TEST_BINS := $(BUILD)/tests/test_pg
+.PHONY: pg-test
+pg-test: deps $(PG_TEST_BINS)
+	@if [ "$(PG)" != 1 ]; then echo "== pg-test: built without the PostgreSQL backend"; \
+	  $(BUILD)/tests/test_pg; \
+	else rc=0; tests/pg_server.sh run sh -c 'set -e; for t in $(PG_TEST_BINS); do \
+	    echo "== $$t (PostgreSQL)"; BS_TEST_QUICK=1 $$t; done' || rc=$$?; \
+	  if [ $$rc = 77 ]; then echo "== pg-test: skipped (no PostgreSQL server binaries; apt-get \
+	    install postgresql-15, or set BS_TEST_PG_URL)"; elif [ $$rc != 0 ]; then exit $$rc; fi; fi
 
 check:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT="-O1 -g" test
@@ -128,7 +156,8 @@ EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 $(BUILD)/bucketstore.pc: bucketstore.pc.in storage.h
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@PG_LIBS@|$(if $(filter 1,$(PG)), -lpq)|g' $< > $@
 
 # Only storage.h is public: internal.h never leaves the tree. It goes into a directory of its
 # own (bucketstore/storage.h cannot clash with another project's storage.h); the .pc file's
@@ -157,8 +186,8 @@ uninstall:
 
 # One bucketstore.c (every library .c with internal.h inlined, internals static) beside a copy
 # of storage.h: vendor those two files and link -llmdb -lnettle -lpthread.
-amalgamate: $(LIB_SRCS) internal.h lmdb_internal.h storage.h tools/amalgamate.sh
-	tools/amalgamate.sh $(BUILD)/amalgamation $(LIB_SRCS)
+amalgamate: $(filter-out pg%.c,$(LIB_SRCS)) internal.h lmdb_internal.h storage.h tools/amalgamate.sh
+	tools/amalgamate.sh $(BUILD)/amalgamation $(filter-out pg%.c,$(LIB_SRCS))
 
 # storage.h alone, as C99 -pedantic and as C++11 -pedantic, every *_INIT macro expanded.
 headertest: tests/headertest.c storage.h
@@ -179,6 +208,8 @@ layercheck: $(BUILD)/libbucketstore.a
 	  $(CC) $(BSCFLAGS) -I$(BUILD)/layercheck/include -fsyntax-only $$f; done
 	@bad=$$(grep -l '[<"]lmdb\.h[>"]' $(filter-out lmdb_internal.h,$(wildcard *.c *.h))); \
 	  if [ -n "$$bad" ]; then echo "layercheck: lmdb.h named in $$bad"; exit 1; fi
+	@bad=$$(grep -l '[<"]libpq-fe\.h[>"]' $(filter-out pg_internal.h,$(wildcard *.c *.h))); \
+	  if [ -n "$$bad" ]; then echo "layercheck: libpq-fe.h named in $$bad"; exit 1; fi
 	@echo "layercheck: $(words $(filter-out lmdb%.c,$(LIB_SRCS))) library files compile without lmdb.h"
 	@pub=$$(grep -o '\bbs_[a-z0-9_]*' storage.h | sort -u); \
 	  bad=$$(nm -g --defined-only $(BUILD)/libbucketstore.a | awk '$$2 ~ /[TDBR]/ {print $$3}' | \
@@ -300,7 +331,7 @@ lint: format-check
 	  --std=c11 --inline-suppr -D_GNU_SOURCE -I. -Itests $(LIB_SRCS) $(CLI_SRCS) $(TEST_SRCS) \
 	  $(TEST_UTIL)
 	$(CLANG_TIDY) --quiet --warnings-as-errors='*' -checks='$(LINT_TIDY_CHECKS)' \
-	  $(LIB_SRCS) $(CLI_SRCS) -- -std=c11 -D_GNU_SOURCE -I.
+	  $(LIB_SRCS) $(CLI_SRCS) -- -std=c11 -D_GNU_SOURCE -I. $(PG_CFLAGS)
 	@echo "lint: clean"
 
 # ==== Python binding (issue 15): bindings/python over $(BUILD)/libbucketstore.so ================

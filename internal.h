@@ -144,6 +144,11 @@ void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint);
 /* Backend constructors. */
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
+#ifdef BS_HAVE_PG
+/* pg.c, built with BS_HAVE_PG (make PG=1; never in the amalgamation): url is a libpq
+ * connection string or URI. */
+int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err);
+#endif
 
 /* ---- Checksums (checksum.c) ---- */
 /* hash over the concatenation of parts (no allocation) */

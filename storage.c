@@ -394,7 +394,23 @@ int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error
   if (!path) return bs__fail(err, BS_EINVAL, "path: NULL");
   if (!*path) return bs__fail(err, BS_EINVAL, "path: empty");
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  if (!strncmp(path, "postgresql://", 13) || !strncmp(path, "postgres://", 11))
+    return bs_open_postgres(out, path, opts, err);
   return bs__lmdb_open(out, path, opts, err);
+}
+
+int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
+  int rc;
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
+  *out = NULL;
+  if (!url) return bs__fail(err, BS_EINVAL, "url: NULL");
+  if (!*url) return bs__fail(err, BS_EINVAL, "url: empty");
+  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+#ifdef BS_HAVE_PG
+  return bs__pg_open(out, url, opts, err);
+#else
+  return bs__fail(err, BS_EUNSUPPORTED, "url: this build has no PostgreSQL backend (make PG=1)");
+#endif
 }
 
 int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {

@@ -196,6 +196,22 @@ typedef struct bs_open_options {
  * format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
+/* Opens the PostgreSQL backend on the database that url names (a libpq connection string or
+ * URI, copied; bs_open hands a path starting with postgresql:// or postgres:// here). Its
+ * tables live in the connection's current schema (search_path; e.g. append
+ * ?options=-csearch_path%3Dmyschema to keep several databases in one), created at the first
+ * open and migrated to this build's schema version by a read-write open; BS_OPEN_NOSYNC sets
+ * synchronous_commit off, map_size is ignored. Several processes, also on several hosts, may
+ * open one database. The handle keeps a pool of connections (one per concurrent call).
+ * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or
+ * refused the connection: libpq's message), BS_ECORRUPT (the schema is newer than this
+ * build's, or older and the open read-only), BS_ENOTFOUND (read-only and no schema yet),
+ * BS_EUNSUPPORTED (a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
+ * What the backend implements is listed in README.md ("PostgreSQL backend"); a call it does not
+ * implement yet answers BS_EUNSUPPORTED. */
+BS_API int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts,
+                            bs_error *err);
+
 /* Opens a fresh in-memory store (the reference backend: naive and obviously correct).
  * Nothing is persisted; bs_close() discards it. Errors: BS_EINVAL (bad option), BS_ENOMEM. */
 BS_API int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err);

@@ -1,0 +1,566 @@
+/*
+ * pg.c: the PostgreSQL backend (issue 14): the connection pool, the libpq helpers, the schema
+ * and its migrations, streams, storage handles and the lifecycle slots. Reads are in pg_read.c.
+ * A bs_db is a connection string and a pool of connections: any call takes an idle connection
+ * (or opens one), runs its statements and gives it back, so reader threads never share one.
+ */
+#include "pg_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- Statements ------------------------------------------------------------------------------ */
+
+static void arg_int(bs__pg_args *a, uint64_t v, int size, Oid type) {
+  int i = a->n++;
+  for (int k = 0; k < size; k++) a->ints[i][k] = (unsigned char)(v >> (8 * (size - 1 - k)));
+  a->values[i] = (const char *)a->ints[i];
+  a->lengths[i] = size;
+  a->formats[i] = 1;
+  a->types[i] = type;
+}
+
+void bs__pg_arg_i64(bs__pg_args *a, int64_t v) {
+  arg_int(a, (uint64_t)v, 8, 20 /* int8 */);
+}
+void bs__pg_arg_i32(bs__pg_args *a, int32_t v) {
+  arg_int(a, (uint64_t)(uint32_t)v, 4, 23 /* int4 */);
+}
+void bs__pg_arg_bool(bs__pg_args *a, int v) {
+  arg_int(a, v ? 1u : 0u, 1, 16 /* bool */);
+}
+void bs__pg_arg_bytes(bs__pg_args *a, bs_val v) {
+  int i = a->n++;
+  a->values[i] = v.data ? (v.size ? (const char *)v.data : "") : NULL;
+  a->lengths[i] = (int)v.size;
+  a->formats[i] = 1;
+  a->types[i] = 17 /* bytea */;
+}
+
+int bs__pg_fail(PGconn *c, const PGresult *res, const char *what, bs_error *err) {
+  const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+  const char *msg = res ? PQresultErrorMessage(res) : NULL;
+  int code = BS_EIO, n;
+  if (!msg || !*msg) msg = c ? PQerrorMessage(c) : "no connection";
+  n = (int)strlen(msg);
+  while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) n--; /* libpq ends with "\n" */
+  /* 55P03 lock_not_available, 40001 serialization_failure, 40P01 deadlock_detected */
+  if (state && (!strcmp(state, "55P03") || !strcmp(state, "40001") || !strcmp(state, "40P01")))
+    code = BS_EBUSY;
+  return bs__fail(err, code, "%s: PostgreSQL%s%s: %.*s", what, state ? " " : "", state ? state : "",
+                  n, msg);
+}
+
+int bs__pg_exec(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **res,
+                const char *what, bs_error *err) {
+  PGresult *r;
+  ExecStatusType s;
+  int rc;
+  if (args)
+    r = PQexecParams(c, sql, args->n, args->types, args->values, args->lengths, args->formats, 1);
+  else
+    r = PQexecParams(c, sql, 0, NULL, NULL, NULL, NULL, 1);
+  s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+  if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) {
+    *res = r;
+    return BS_OK;
+  }
+  *res = NULL;
+  rc = r ? bs__pg_fail(c, r, what, err)
+         : (PQstatus(c) == CONNECTION_OK ? bs__fail(err, BS_ENOMEM, "%s: out of memory", what)
+                                         : bs__pg_fail(c, NULL, what, err));
+  PQclear(r);
+  return rc;
+}
+
+int bs__pg_run(PGconn *c, const char *sql, const bs__pg_args *args, const char *what,
+               bs_error *err) {
+  PGresult *r;
+  int rc;
+  if (!args) { /* the simple protocol: sql may be several statements (the migrations) */
+    ExecStatusType s;
+    r = PQexec(c, sql);
+    s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? BS_OK : bs__pg_fail(c, r, what, err);
+  } else {
+    rc = bs__pg_exec(c, sql, args, &r, what, err);
+  }
+  PQclear(r);
+  return rc;
+}
+
+static uint64_t col_be(const PGresult *r, int row, int col, int size) {
+  const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+  uint64_t v = 0;
+  if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != size) return 0;
+  for (int k = 0; k < size; k++) v = v << 8 | p[k];
+  return v;
+}
+int64_t bs__pg_i64(const PGresult *r, int row, int col) {
+  return (int64_t)col_be(r, row, col, 8);
+}
+int32_t bs__pg_i32(const PGresult *r, int row, int col) {
+  return (int32_t)(uint32_t)col_be(r, row, col, 4);
+}
+int bs__pg_i16(const PGresult *r, int row, int col) {
+  return (int16_t)(uint16_t)col_be(r, row, col, 2);
+}
+int bs__pg_bool(const PGresult *r, int row, int col) {
+  return col_be(r, row, col, 1) != 0;
+}
+bs_val bs__pg_bytes(const PGresult *r, int row, int col) {
+  bs_val v = {NULL, 0};
+  if (PQgetisnull(r, row, col)) return v;
+  v.data = PQgetvalue(r, row, col); /* never NULL, also for an empty value */
+  v.size = (size_t)PQgetlength(r, row, col);
+  return v;
+}
+
+int bs__pg_begin(PGconn *c, int read_only, bs_error *err) {
+  return bs__pg_run(c, read_only ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN",
+                    NULL, "begin", err);
+}
+int bs__pg_commit(PGconn *c, bs_error *err) {
+  return bs__pg_run(c, "COMMIT", NULL, "commit", err);
+}
+void bs__pg_rollback(PGconn *c) {
+  PQclear(PQexec(c, "ROLLBACK"));
+}
+
+/* ---- Connections ----------------------------------------------------------------------------- */
+
+/* Notices (e.g. "relation already exists, skipping") would go to stderr: a library prints
+ * nothing. */
+static void quiet_notice(void *arg, const PGresult *res) {
+  BS_UNUSED(arg);
+  BS_UNUSED(res);
+}
+
+static int conn_open(bs__pg_db *db, PGconn **out, bs_error *err) {
+  PGconn *c = PQconnectdb(db->url);
+  int rc;
+  *out = NULL;
+  if (!c) return bs__fail(err, BS_ENOMEM, "connecting to PostgreSQL: out of memory");
+  if (PQstatus(c) != CONNECTION_OK) {
+    rc = bs__pg_fail(c, NULL, "connecting to PostgreSQL", err);
+    PQfinish(c);
+    return rc;
+  }
+  PQsetNoticeReceiver(c, quiet_notice, NULL);
+  /* BS_OPEN_NOSYNC: a crash (of the server) may lose recent commits, never half of one */
+  if ((db->base.flags & BS_OPEN_NOSYNC) &&
+      (rc = bs__pg_run(c, "SET synchronous_commit = off", NULL, "nosync", err)) != BS_OK) {
+    PQfinish(c);
+    return rc;
+  }
+  *out = c;
+  return BS_OK;
+}
+
+int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err) {
+  PGconn *c = NULL;
+  pthread_mutex_lock(&db->pool_mu);
+  if (db->n_idle) c = db->idle[--db->n_idle];
+  pthread_mutex_unlock(&db->pool_mu);
+  if (c && PQstatus(c) == CONNECTION_OK) {
+    *out = c;
+    return BS_OK;
+  }
+  PQfinish(c); /* a connection the server dropped while it was idle: open a new one */
+  return conn_open(db, out, err);
+}
+
+#define BS_PG_POOL_MAX 16u /* idle connections kept */
+
+void bs__pg_conn_put(bs__pg_db *db, PGconn *c) {
+  if (!c) return;
+  if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE) {
+    pthread_mutex_lock(&db->pool_mu);
+    if (db->n_idle == db->cap_idle && db->cap_idle < BS_PG_POOL_MAX) {
+      size_t cap = db->cap_idle ? db->cap_idle * 2 : 4;
+      PGconn **p = bs__realloc(&db->base.alloc, db->idle, cap * sizeof *p);
+      if (p) db->idle = p, db->cap_idle = cap;
+    }
+    if (db->n_idle < db->cap_idle) {
+      db->idle[db->n_idle++] = c;
+      c = NULL;
+    }
+    pthread_mutex_unlock(&db->pool_mu);
+  }
+  PQfinish(c);
+}
+
+/* ---- Schema ---------------------------------------------------------------------------------- */
+
+/* Migration i (1-based) takes the schema from version i - 1 to i. Appended only: a released
+ * step never changes, so every database reaches the same schema. */
+static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
+    /* 1: streams, buckets, ops, parameter entries, change records */
+    "CREATE TABLE bs_streams ("
+    " id integer PRIMARY KEY, name bytea NOT NULL, state smallint NOT NULL,"
+    " hash smallint NOT NULL, created_ms bigint NOT NULL,"
+    " snapshot_done boolean NOT NULL DEFAULT false, op_head bigint NOT NULL DEFAULT 0,"
+    " checkpoint bigint NOT NULL DEFAULT 0, last_checkpoint_op bigint NOT NULL DEFAULT 0,"
+    " checkpoint_lsn bytea, resume_lsn bytea, no_checkpoint_before bytea,"
+    " param_horizon bigint NOT NULL DEFAULT 0, changes_fence bigint NOT NULL DEFAULT 0,"
+    " last_error bytea NOT NULL DEFAULT '');"
+    "CREATE TABLE bs_buckets ("
+    " stream integer NOT NULL REFERENCES bs_streams (id), name bytea NOT NULL,"
+    " id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,"
+    " checksum bigint NOT NULL DEFAULT 0, count bigint NOT NULL DEFAULT 0,"
+    " bytes bigint NOT NULL DEFAULT 0, last_op bigint NOT NULL DEFAULT 0,"
+    " generation bigint NOT NULL DEFAULT 0, clear_start bigint NOT NULL DEFAULT 0,"
+    " clear_op bigint NOT NULL DEFAULT 0, compacted_count bigint NOT NULL DEFAULT 0,"
+    " compacted_op bigint NOT NULL DEFAULT 0, PRIMARY KEY (stream, name));"
+    "CREATE TABLE bs_ops ("
+    " bucket bigint NOT NULL, op_id bigint NOT NULL, type smallint NOT NULL,"
+    " checksum bigint NOT NULL, target_op bigint NOT NULL DEFAULT 0,"
+    " object_type bytea, object_id bytea, subkey bytea, data bytea,"
+    " PRIMARY KEY (bucket, op_id) INCLUDE (type, checksum));"
+    "CREATE TABLE bs_params ("
+    " stream integer NOT NULL, lookup bytea NOT NULL, op_id bigint NOT NULL,"
+    " table_id integer NOT NULL, replica_id bytea NOT NULL, rows bytea[] NOT NULL,"
+    " PRIMARY KEY (stream, lookup, op_id));"
+    "CREATE TABLE bs_changes ("
+    " stream integer NOT NULL, op_id bigint NOT NULL, seq bigint NOT NULL,"
+    " first_op bigint NOT NULL, flags smallint NOT NULL DEFAULT 0,"
+    " buckets bytea[] NOT NULL DEFAULT '{}', lookups bytea[] NOT NULL DEFAULT '{}',"
+    " users bytea[] NOT NULL DEFAULT '{}', PRIMARY KEY (stream, op_id, seq));",
+};
+
+/* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */
+static int schema_version(PGconn *c, int64_t *out, bs_error *err) {
+  PGresult *r;
+  int rc = bs__pg_exec(c, "SELECT to_regclass('bs_meta') IS NOT NULL", NULL, &r,
+                       "reading the schema version", err);
+  if (rc) return rc;
+  *out = 0;
+  if (bs__pg_bool(r, 0, 0)) {
+    PQclear(r);
+    rc = bs__pg_exec(c, "SELECT value FROM bs_meta WHERE key = 'schema_version'", NULL, &r,
+                     "reading the schema version", err);
+    if (rc) return rc;
+    if (PQntuples(r) == 1) *out = bs__pg_i64(r, 0, 0);
+  }
+  PQclear(r);
+  return BS_OK;
+}
+
+static int newer_fail(int64_t v, bs_error *err) {
+  return bs__fail(err, BS_ECORRUPT,
+                  "the PostgreSQL schema has version %lld, newer than this build's %d: "
+                  "upgrade bucketstore",
+                  (long long)v, BS_PG_SCHEMA_VERSION);
+}
+
+/* Brings the schema to BS_PG_SCHEMA_VERSION in one transaction. Two processes opening a new
+ * database at once serialise on an advisory lock named after the schema. */
+static int migrate(PGconn *c, bs_error *err) {
+  int64_t v;
+  int rc;
+  if ((rc = bs__pg_begin(c, 0, err))) return rc;
+  rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.bs_meta'))", NULL,
+                  "locking the schema", err);
+  if (!rc) rc = schema_version(c, &v, err);
+  if (!rc && v > BS_PG_SCHEMA_VERSION) rc = newer_fail(v, err);
+  if (!rc && v == 0)
+    rc = bs__pg_run(c,
+                    "CREATE TABLE IF NOT EXISTS bs_meta (key text PRIMARY KEY,"
+                    " value bigint NOT NULL);"
+                    "INSERT INTO bs_meta VALUES ('schema_version', 0) ON CONFLICT DO NOTHING",
+                    NULL, "creating the schema", err);
+  for (; !rc && v < BS_PG_SCHEMA_VERSION; v++) {
+    bs__pg_args a = {0};
+    bs__pg_arg_i64(&a, v + 1);
+    rc = bs__pg_run(c, migrations[v], NULL, "migrating the schema", err);
+    if (!rc)
+      rc = bs__pg_run(c, "UPDATE bs_meta SET value = $1 WHERE key = 'schema_version'", &a,
+                      "migrating the schema", err);
+  }
+  if (!rc) return bs__pg_commit(c, err);
+  bs__pg_rollback(c);
+  return rc;
+}
+
+/* A read-only open migrates nothing: it needs the schema at this build's version. */
+static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
+  int64_t v;
+  int rc;
+  if (!(db->base.flags & BS_OPEN_RDONLY)) return migrate(c, err);
+  if ((rc = schema_version(c, &v, err))) return rc;
+  if (v > BS_PG_SCHEMA_VERSION) return newer_fail(v, err);
+  if (v == 0) return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database");
+  if (v < BS_PG_SCHEMA_VERSION)
+    return bs__fail(err, BS_ECORRUPT,
+                    "the PostgreSQL schema has version %lld, older than this build's %d: open "
+                    "it once read-write to migrate it",
+                    (long long)v, BS_PG_SCHEMA_VERSION);
+  return BS_OK;
+}
+
+/* ---- Streams --------------------------------------------------------------------------------- */
+
+static bs__pg_db *pg_of(bs_db *db) {
+  return (bs__pg_db *)db;
+}
+
+static int read_only_fail(bs_error *err) {
+  return bs__fail(err, BS_ESTATE, "database is open read-only");
+}
+
+static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs_stream_options *o,
+                            bs_error *err) {
+  bs__pg_db *db = pg_of(base);
+  bs__pg_args a = {0};
+  PGconn *c;
+  PGresult *r = NULL;
+  int rc;
+  if (base->flags & BS_OPEN_RDONLY) return read_only_fail(err);
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  bs__pg_arg_bytes(&a, name);
+  bs__pg_arg_i32(&a, (int32_t)o->hash);
+  bs__pg_arg_i64(&a, bs__now_ms());
+  /* The table lock makes id = max + 1 and "only the newest deploy stays PROCESSING" atomic
+   * against another process creating a stream (contract.md 4.4). */
+  rc = bs__pg_begin(c, 0, err);
+  if (!rc)
+    rc = bs__pg_run(c, "LOCK TABLE bs_streams IN EXCLUSIVE MODE", NULL, "stream_create", err);
+  if (!rc)
+    rc = bs__pg_run(c, "UPDATE bs_streams SET state = 4 WHERE state = 1", NULL, "stream_create",
+                    err);
+  if (!rc)
+    rc = bs__pg_exec(c,
+                     "INSERT INTO bs_streams (id, name, state, hash, created_ms)"
+                     " SELECT coalesce(max(id), 0) + 1, $1, 1, $2, $3 FROM bs_streams"
+                     " RETURNING id",
+                     &a, &r, "stream_create", err);
+  if (!rc) rc = bs__pg_commit(c, err);
+  if (rc)
+    bs__pg_rollback(c);
+  else if (id_out)
+    *id_out = (uint32_t)bs__pg_i32(r, 0, 0);
+  PQclear(r);
+  bs__pg_conn_put(db, c);
+  return rc;
+}
+
+static int pg_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *), void *payload,
+                          bs_error *err) {
+  bs__pg_db *db = pg_of(base);
+  PGconn *c;
+  PGresult *r;
+  int rc;
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  rc = bs__pg_exec(c, "SELECT id, name, state, hash FROM bs_streams ORDER BY id", NULL, &r,
+                   "stream_list", err);
+  bs__pg_conn_put(db, c); /* before fn, which may call back into the library */
+  if (rc) return rc;
+  for (int i = 0; i < PQntuples(r) && !rc; i++) {
+    bs_stream_info info;
+    info.id = (uint32_t)bs__pg_i32(r, i, 0);
+    info.name = bs__pg_bytes(r, i, 1);
+    info.state = (bs_stream_state)bs__pg_i16(r, i, 2);
+    info.hash = (bs_hash)bs__pg_i16(r, i, 3);
+    rc = fn(&info, payload);
+  }
+  PQclear(r);
+  return rc;
+}
+
+static const bs_storage_vtable pg_vtable;
+
+static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err) {
+  bs__pg_db *db = pg_of(base);
+  bs__pg_args a = {0};
+  bs__pg_storage *st;
+  PGconn *c;
+  PGresult *r;
+  int rc, found;
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)id);
+  /* id 0: the newest served stream (ACTIVE or ERRORED), else the newest one */
+  rc = bs__pg_exec(c,
+                   id ? "SELECT id FROM bs_streams WHERE id = $1"
+                      : "SELECT id FROM bs_streams WHERE $1 = 0"
+                        " ORDER BY state IN (2, 3) DESC, id DESC LIMIT 1",
+                   &a, &r, "storage_open", err);
+  bs__pg_conn_put(db, c);
+  if (rc) return rc;
+  found = PQntuples(r) == 1;
+  if (found) id = (uint32_t)bs__pg_i32(r, 0, 0);
+  PQclear(r);
+  if (!found) {
+    if (id) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
+    return bs__fail(err, BS_ENOTFOUND, "no stream exists");
+  }
+  if (!(st = bs__calloc(&base->alloc, 1, sizeof *st)))
+    return bs__fail(err, BS_ENOMEM, "storage: out of memory");
+  st->base.vt = &pg_vtable;
+  st->base.db = base;
+  st->base.cache = base->cache;
+  st->base.stream_id = id;
+  st->db = db;
+  *out = &st->base;
+  return BS_OK;
+}
+
+/* ---- Stream state ---------------------------------------------------------------------------- */
+
+static bs__pg_db *spg(bs_storage *st) {
+  return ((bs__pg_storage *)st)->db;
+}
+
+static void copy_lsn(unsigned char *dst, size_t *size, int *has, bs_val v) {
+  *has = v.data != NULL;
+  *size = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
+  if (*size) memcpy(dst, v.data, *size);
+}
+
+/* One statement on a pooled connection, outside any transaction. */
+static int query(bs_storage *st, const char *sql, const bs__pg_args *a, PGresult **r,
+                 const char *what, bs_error *err) {
+  PGconn *c;
+  int rc;
+  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
+  rc = bs__pg_exec(c, sql, a, r, what, err);
+  bs__pg_conn_put(spg(st), c);
+  return rc;
+}
+
+static int run(bs_storage *st, const char *sql, const bs__pg_args *a, const char *what,
+               bs_error *err) {
+  PGresult *r;
+  int rc = query(st, sql, a, &r, what, err);
+  PQclear(r);
+  return rc;
+}
+
+static int stream_gone(const bs_storage *st, bs_error *err) {
+  return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)st->stream_id);
+}
+
+static int pg_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  rc = query(st, "SELECT checkpoint, checkpoint_lsn FROM bs_streams WHERE id = $1", &a, &r,
+             "get_checkpoint", err);
+  if (rc) return rc;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return stream_gone(st, err);
+  }
+  out->op_id = (uint64_t)bs__pg_i64(r, 0, 0);
+  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, bs__pg_bytes(r, 0, 1));
+  PQclear(r);
+  return BS_OK;
+}
+
+static int pg_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  bs_val e;
+  int rc;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  rc = query(st,
+             "SELECT state, snapshot_done AND checkpoint_lsn IS NOT NULL, checkpoint, op_head,"
+             " checkpoint_lsn, resume_lsn, last_error FROM bs_streams WHERE id = $1",
+             &a, &r, "get_status", err);
+  if (rc) return rc;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return stream_gone(st, err);
+  }
+  memset(out, 0, sizeof *out);
+  out->state = (bs_stream_state)bs__pg_i16(r, 0, 0);
+  out->snapshot_done = bs__pg_bool(r, 0, 1);
+  out->checkpoint = (uint64_t)bs__pg_i64(r, 0, 2);
+  out->last_persisted_op = (uint64_t)bs__pg_i64(r, 0, 3);
+  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, bs__pg_bytes(r, 0, 4));
+  copy_lsn(out->resume_lsn, &out->resume_lsn_size, &out->has_resume_lsn, bs__pg_bytes(r, 0, 5));
+  e = bs__pg_bytes(r, 0, 6);
+  if (e.size > sizeof out->last_error - 1) e.size = sizeof out->last_error - 1;
+  if (e.size) memcpy(out->last_error, e.data, e.size);
+  PQclear(r);
+  return BS_OK;
+}
+
+static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
+  bs__pg_args a = {0};
+  bs_val m = bs__val_str(message ? message : "");
+  if (st->db->flags & BS_OPEN_RDONLY) return read_only_fail(err);
+  if (m.size > 255) m.size = 255;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  bs__pg_arg_bytes(&a, m);
+  /* an ACTIVE stream is still served but marked as failing (contract.md 8) */
+  return run(st,
+             "UPDATE bs_streams SET last_error = $2,"
+             " state = CASE WHEN state = 2 THEN 3 ELSE state END WHERE id = $1",
+             &a, "report_error", err);
+}
+
+static void pg_storage_destroy(bs_storage *st) {
+  if (st) bs__free(&spg(st)->base.alloc, st);
+}
+
+static const bs_storage_vtable pg_vtable = {
+    .version = BS_STORAGE_VTABLE_VERSION,
+    .destroy = pg_storage_destroy,
+    .get_checkpoint = pg_get_checkpoint,
+    .get_status = pg_get_status,
+    .report_error = pg_report_error,
+};
+
+/* ---- Database -------------------------------------------------------------------------------- */
+
+static void pg_close(bs_db *base) {
+  bs__pg_db *db = pg_of(base);
+  bs_allocator a = base->alloc;
+  for (size_t i = 0; i < db->n_idle; i++) PQfinish(db->idle[i]);
+  bs__free(&a, db->idle);
+  bs__free(&a, db->url);
+  pthread_mutex_destroy(&db->pool_mu);
+  bs__db_base_destroy(base);
+  bs__free(&a, db);
+}
+
+static const bs__db_ops pg_db_ops = {
+    .close = pg_close,
+    .stream_create = pg_stream_create,
+    .stream_list = pg_stream_list,
+    .storage_open = pg_storage_open,
+};
+
+int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
+  const bs_allocator *a = opts && opts->allocator ? opts->allocator : &bs__default_allocator;
+  bs__pg_db *db = bs__calloc(a, 1, sizeof *db);
+  size_t n = strlen(url);
+  PGconn *c;
+  int rc;
+  if (!db) return bs__fail(err, BS_ENOMEM, "database: out of memory");
+  if ((rc = bs__db_base_init(&db->base, &pg_db_ops, opts, err))) {
+    bs__free(a, db);
+    return rc;
+  }
+  if (pthread_mutex_init(&db->pool_mu, NULL)) {
+    bs__db_base_destroy(&db->base);
+    bs__free(a, db);
+    return bs__fail(err, BS_ENOMEM, "database: cannot initialise a mutex");
+  }
+  if (!(db->url = bs__malloc(a, n + 1))) {
+    pg_close(&db->base);
+    return bs__fail(err, BS_ENOMEM, "database: out of memory");
+  }
+  memcpy(db->url, url, n + 1);
+  if ((rc = conn_open(db, &c, err)) == BS_OK) {
+    rc = check_schema(db, c, err);
+    bs__pg_conn_put(db, c);
+  }
+  if (rc) {
+    pg_close(&db->base);
+    return rc;
+  }
+  *out = &db->base;
+  return BS_OK;
+}

@@ -1,0 +1,114 @@
+/*
+ * pg_internal.h: what the PostgreSQL backend's files (pg*.c, issue 14) share: the schema, the
+ * handles, the connection pool and the libpq helpers. The only header that includes
+ * <libpq-fe.h>: the front, the rules and the other backends compile without it (make
+ * layercheck), and a build without PG=1 has no pg*.c at all.
+ */
+#ifndef BUCKETSTORE_PG_INTERNAL_H
+#define BUCKETSTORE_PG_INTERNAL_H
+
+#include "internal.h"
+
+#include <libpq-fe.h>
+
+/* =================================================================================================
+ * Schema (pg.c creates it and migrates it; bs_meta 'schema_version' is the number of migration
+ * steps applied, BS_PG_SCHEMA_VERSION this build's; a newer one is refused with BS_ECORRUPT).
+ * Tables live in the connection's current schema (the first of search_path that exists), so
+ * one PostgreSQL database can hold several bucketstore databases (the tests give each its own
+ * schema with ?options=-csearch_path%3Dname).
+ *
+ *  table       key                               columns
+ *  bs_meta     key text                          value bigint ('schema_version')
+ *  bs_streams  id int (1, 2, ...)                the stream record: name, state, hash, created_ms,
+ *                                                snapshot_done, op_head, checkpoint,
+ *                                                last_checkpoint_op, checkpoint_lsn, resume_lsn,
+ *                                                no_checkpoint_before (NULL = not set),
+ *                                                param_horizon, changes_fence, last_error
+ *  bs_buckets  (stream, name)                    id bigint (identity, database-wide) and the
+ *                                                bucket state: running checksum (0..2^32-1) and
+ *                                                count over every persisted op, bytes, last_op,
+ *                                                generation, clear_start/clear_op (the torn span
+ *                                                of contract.md 5.5), compacted_count/_op
+ *  bs_ops      (bucket id, op_id)                type, checksum, target_op, object_type,
+ *                                                object_id, subkey (NULL unless PUT/REMOVE),
+ *                                                data (NULL unless PUT). The primary key is the
+ *                                                read order: a bucket's ops are one index range,
+ *                                                walked forward by bucket_data (keyset: op_id >
+ *                                                after) and backward by checksums (the ops above
+ *                                                C only: never a SUM over history)
+ *  bs_params   (stream, lookup, op_id)           table_id, replica_id, n (rows; 0 = tombstone),
+ *                                                rows bytea[]
+ *  bs_changes  (stream, op_id, seq)              one per flush or checkpoint, keyed by the highest
+ *                                                op id it covers: first_op, flags (1 checkpoint,
+ *                                                2 too many buckets, 4 too many lookups),
+ *                                                buckets/lookups/users bytea[]
+ * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
+ * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
+ * ================================================================================================= */
+#define BS_PG_SCHEMA_VERSION 1
+
+typedef struct bs__pg_db {
+  bs_db base;
+  char *url;
+  pthread_mutex_t pool_mu;
+  PGconn **idle; /* connections not in use (the pool); a call takes one and gives it back */
+  size_t n_idle, cap_idle;
+} bs__pg_db;
+
+typedef struct bs__pg_storage {
+  bs_storage base;
+  bs__pg_db *db;
+} bs__pg_storage;
+
+/* ---- Connections ---- */
+/* A connection of the pool (or a new one), idle (no transaction open). */
+int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err);
+/* Gives c back: kept when it is healthy and idle, else closed. NULL is a no-op. */
+void bs__pg_conn_put(bs__pg_db *db, PGconn *c);
+
+/* ---- Statements ---- */
+/* Parameters of one statement, sent in binary (integers big-endian, bytea raw). */
+#define BS_PG_MAX_ARGS 16
+typedef struct bs__pg_args {
+  int n;
+  const char *values[BS_PG_MAX_ARGS];
+  int lengths[BS_PG_MAX_ARGS];
+  int formats[BS_PG_MAX_ARGS];
+  Oid types[BS_PG_MAX_ARGS];
+  unsigned char ints[BS_PG_MAX_ARGS][8];
+} bs__pg_args;
+void bs__pg_arg_i64(bs__pg_args *a, int64_t v);
+void bs__pg_arg_i32(bs__pg_args *a, int32_t v);
+void bs__pg_arg_bool(bs__pg_args *a, int v);
+/* bytea: v.data NULL is SQL NULL (an absent value), {"" , 0} the empty string */
+void bs__pg_arg_bytes(bs__pg_args *a, bs_val v);
+
+/* Runs sql with args (may be NULL) and binary results. BS_OK with *res (PQclear it) when the
+ * server answered PGRES_COMMAND_OK or PGRES_TUPLES_OK; else the error mapped (bs__pg_fail),
+ * *res NULL. what names the statement in the message. */
+int bs__pg_exec(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **res,
+                const char *what, bs_error *err);
+/* bs__pg_exec without a result; without args, sql may be several statements. */
+int bs__pg_run(PGconn *c, const char *sql, const bs__pg_args *args, const char *what,
+               bs_error *err);
+/* Maps a failed result (res may be NULL: the connection's error) to a status: BS_EBUSY for a
+ * lock that was not available or a serialization failure, BS_EIO otherwise, with libpq's
+ * message and the SQLSTATE. */
+int bs__pg_fail(PGconn *c, const PGresult *res, const char *what, bs_error *err);
+
+/* Binary result columns. */
+int64_t bs__pg_i64(const PGresult *r, int row, int col);
+int32_t bs__pg_i32(const PGresult *r, int row, int col);
+int bs__pg_i16(const PGresult *r, int row, int col);
+int bs__pg_bool(const PGresult *r, int row, int col);
+/* bytea: SQL NULL gives {NULL, 0}; an empty value a non-NULL data with size 0 */
+bs_val bs__pg_bytes(const PGresult *r, int row, int col);
+
+/* Transactions: BEGIN (read-only ones REPEATABLE READ, so a read call sees one snapshot),
+ * COMMIT, and ROLLBACK (which never fails: a broken connection is closed by conn_put). */
+int bs__pg_begin(PGconn *c, int read_only, bs_error *err);
+int bs__pg_commit(PGconn *c, bs_error *err);
+void bs__pg_rollback(PGconn *c);
+
+#endif /* BUCKETSTORE_PG_INTERNAL_H */

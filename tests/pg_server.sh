@@ -1,0 +1,72 @@
+#!/bin/sh
+# pg_server.sh start DIR | stop DIR | run CMD...: a throwaway PostgreSQL server for the tests.
+#   start DIR  initdb into DIR/data, listen on 127.0.0.1 on a free port (no Unix socket outside
+#              DIR), print the server's URL (postgresql://bs@127.0.0.1:PORT/bs) on stdout
+#   stop DIR   stop the server and remove DIR
+#   run CMD    start a server in a new temporary directory, run CMD with BS_TEST_PG_URL set,
+#              stop and remove it, exit with CMD's status; with BS_TEST_PG_URL already set, just
+#              run CMD against that server (README.md, "PostgreSQL backend")
+# PostgreSQL refuses to run as root: as root the server runs as the `postgres` user (runuser).
+# Exit 77 when no PostgreSQL binaries are installed (PG_BIN, default the newest under
+# /usr/lib/postgresql).
+set -eu
+
+pg_bin() {
+  if [ -n "${PG_BIN:-}" ]; then echo "$PG_BIN"; return; fi
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && { echo "$d"; return; }
+  done
+  return 1
+}
+
+as_owner() { # run "$@" as the owner of the data directory
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+start() {
+  dir=$1
+  bin=$(pg_bin) || { echo "pg_server.sh: no PostgreSQL binaries (apt-get install postgresql-15)" >&2; exit 77; }
+  mkdir -p "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres "$dir"
+  as_owner "$bin/initdb" -D "$dir/data" -U bs --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
+    { cat "$dir/initdb.log" >&2; exit 1; }
+  port=$(free_port)
+  # fsync off: a test server holds nothing worth a crash-safe disk; small shared buffers
+  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off \
+        -c shared_buffers=64MB -c max_connections=100" start >/dev/null ||
+    { cat "$dir/server.log" >&2; exit 1; }
+  echo "$port" >"$dir/port"
+  as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U bs bs
+  echo "postgresql://bs@127.0.0.1:$port/bs"
+}
+
+stop() {
+  dir=$1
+  bin=$(pg_bin) || exit 0
+  if [ -d "$dir/data" ]; then as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true; fi
+  rm -rf "$dir"
+}
+
+case "${1:-}" in
+start) start "$2" ;;
+stop) stop "$2" ;;
+run)
+  shift
+  if [ -n "${BS_TEST_PG_URL:-}" ]; then exec "$@"; fi
+  dir=$(mktemp -d /tmp/bs-pg.XXXXXX)
+  trap 'stop "$dir"' EXIT INT TERM
+  url=$(start "$dir") || exit $?
+  rc=0
+  BS_TEST_PG_URL=$url "$@" || rc=$?
+  exit $rc
+  ;;
+*)
+  echo "usage: pg_server.sh start DIR | stop DIR | run CMD..." >&2
+  exit 2
+  ;;
+esac
