@@ -199,6 +199,8 @@ headertest: tests/headertest.c storage.h
 
 # <lmdb.h> only in LMDB files (issue 13): every library file but lmdb*.c compiles with an include
 # path whose first lmdb.h is an #error, and only lmdb_internal.h names it.
+# tools/layercheck.sh: the layers of internal.h on the object files (nm): the common layer uses
+# nothing, the rules only it, a backend never the front (storage.o) nor another backend.
 .PHONY: layercheck
 layercheck: $(BUILD)/libbucketstore.a
 	@mkdir -p $(BUILD)/layercheck/include
@@ -216,6 +218,7 @@ layercheck: $(BUILD)/libbucketstore.a
 	    grep '^bs_' | grep -v '^bs__' | sort -u | grep -vxF "$$pub" || true); \
 	  if [ -n "$$bad" ]; then echo "layercheck: internal symbols without the bs__ prefix: $$bad"; exit 1; fi
 	@echo "layercheck: every exported bs_ symbol is declared in storage.h; internal ones are bs__"
+	@tools/layercheck.sh $(LIB_OBJS)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps
 	@mkdir -p $(dir $@)

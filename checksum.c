@@ -149,8 +149,7 @@ typedef struct cache_entry {
 } cache_entry;
 
 struct cache_group {
-  cache_group *hnext; /* hash chain */
-  uint64_t hash;
+  uint64_t hash; /* its key in the table of groups */
   uint32_t stream;
   size_t n, cap; /* entries, sorted by checkpoint */
   cache_entry **entries;
@@ -166,10 +165,9 @@ typedef struct known_cp {
 struct bs__cksum_cache {
   bs_allocator alloc;
   pthread_mutex_t mu;
-  size_t capacity, n_entries, n_groups;
+  size_t capacity, n_entries;
   cache_entry *lru_head, *lru_tail;
-  cache_group **table;
-  size_t table_size; /* power of two */
+  bs__htab groups; /* value: the cache_group */
   known_cp *known;
   size_t n_known, cap_known;
   bs__cksum_cache_stats stats;
@@ -180,10 +178,7 @@ int bs__cksum_cache_new(bs__cksum_cache **out, const bs_allocator *a, size_t cap
   if (!c) return BS_ENOMEM;
   c->alloc = *a;
   c->capacity = capacity ? capacity : 1;
-  c->table_size = 64;
-  c->table = bs__calloc(a, c->table_size, sizeof *c->table);
-  if (!c->table || pthread_mutex_init(&c->mu, NULL) != 0) {
-    bs__free(a, c->table);
+  if (pthread_mutex_init(&c->mu, NULL) != 0) {
     bs__free(a, c);
     return BS_ENOMEM;
   }
@@ -199,14 +194,9 @@ static void group_free(bs__cksum_cache *c, cache_group *g) {
 
 void bs__cksum_cache_free(bs__cksum_cache *c) {
   if (!c) return;
-  for (size_t i = 0; i < c->table_size; i++) {
-    cache_group *g = c->table[i], *next;
-    for (; g; g = next) {
-      next = g->hnext;
-      group_free(c, g);
-    }
-  }
-  bs__free(&c->alloc, c->table);
+  for (size_t i = 0; i < c->groups.cap; i++)
+    if (c->groups.e[i].value) group_free(c, (cache_group *)c->groups.e[i].value);
+  bs__htab_free(&c->groups, &c->alloc);
   bs__free(&c->alloc, c->known);
   pthread_mutex_destroy(&c->mu);
   bs__free(&c->alloc, c);
@@ -217,39 +207,18 @@ static uint64_t group_hash(uint32_t stream, bs_val name) {
 }
 
 static cache_group *group_find(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t h) {
-  cache_group *g = c->table[h & (c->table_size - 1)];
-  for (; g; g = g->hnext)
-    if (g->hash == h && g->stream == stream && g->name_size == name.size &&
+  bs__hprobe p = bs__htab_probe(&c->groups, h);
+  for (uintptr_t v; (v = bs__htab_next(&p));) {
+    cache_group *g = (cache_group *)v;
+    if (g->stream == stream && g->name_size == name.size &&
         (name.size == 0 || memcmp(g->name, name.data, name.size) == 0))
       return g;
+  }
   return NULL;
 }
 
-/* Doubles the table when groups outnumber heads; failure to grow only lengthens chains. */
-static void table_grow(bs__cksum_cache *c) {
-  size_t size = c->table_size * 2;
-  cache_group **t;
-  if (c->n_groups <= c->table_size || size > ((size_t)1 << 40)) return;
-  t = bs__calloc(&c->alloc, size, sizeof *t);
-  if (!t) return;
-  for (size_t i = 0; i < c->table_size; i++) {
-    cache_group *g = c->table[i], *next;
-    for (; g; g = next) {
-      next = g->hnext;
-      g->hnext = t[g->hash & (size - 1)];
-      t[g->hash & (size - 1)] = g;
-    }
-  }
-  bs__free(&c->alloc, c->table);
-  c->table = t;
-  c->table_size = size;
-}
-
 static void group_unlink(bs__cksum_cache *c, cache_group *g) {
-  cache_group **pp = &c->table[g->hash & (c->table_size - 1)];
-  while (*pp != g) pp = &(*pp)->hnext;
-  *pp = g->hnext;
-  c->n_groups--;
+  bs__htab_remove(&c->groups, g->hash, (uintptr_t)g);
 }
 
 static void lru_unlink(bs__cksum_cache *c, cache_entry *e) {
@@ -342,12 +311,12 @@ void bs__cksum_cache_drop_stream(bs__cksum_cache *c, uint32_t stream) {
   known_cp *k;
   if (!c) return;
   pthread_mutex_lock(&c->mu);
-  for (size_t i = 0; i < c->table_size; i++) {
-    cache_group *g = c->table[i], *next;
-    for (; g; g = next) {
-      next = g->hnext;
-      if (g->stream == stream) group_drop(c, g);
-    }
+  for (size_t i = 0; i < c->groups.cap;) {
+    cache_group *g = (cache_group *)c->groups.e[i].value;
+    if (g && g->stream == stream)
+      group_drop(c, g); /* a later entry may shift into i: look at i again */
+    else
+      i++;
   }
   if ((k = known_find(c, stream)) != NULL) *k = c->known[--c->n_known];
   pthread_mutex_unlock(&c->mu);
@@ -395,10 +364,10 @@ static void cache_put(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t
     g->stream = stream;
     g->name_size = name.size;
     if (name.size) memcpy(g->name, name.data, name.size);
-    g->hnext = c->table[h & (c->table_size - 1)];
-    c->table[h & (c->table_size - 1)] = g;
-    c->n_groups++;
-    table_grow(c);
+    if (bs__htab_add(&c->groups, &c->alloc, h, (uintptr_t)g)) {
+      bs__free(&c->alloc, g);
+      return;
+    }
   }
   if (g->n == g->cap) {
     size_t cap = g->cap ? 2 * g->cap : 4;

@@ -1,7 +1,13 @@
 /*
- * internal.h: what every module of the library shares and the host never sees: the common layer
- * and the front/backend contract. No backend's types: the LMDB backend's are in lmdb_internal.h,
- * the only other private header. `make install` ships neither.
+ * internal.h: what every module of the library shares and the host never sees, in three layers:
+ *  1. the common layer (common.c): errors, allocator, clock, byte order, the one hash table;
+ *     it uses nothing else of the library;
+ *  2. the front/backend contract: the database base and the backends' constructors;
+ *  3. the rules (rules.c, checksum.c, compact.c, lookup.c) that the front and every backend
+ *     apply, each written once; they use only the common layer.
+ * The front (storage.c) uses all three; a backend uses the common layer and the rules, never the
+ * front (`make layercheck` checks the object files with nm). No backend's types: the LMDB
+ * backend's are in lmdb_internal.h, the only other private header. `make install` ships neither.
  *
  * Names: the public API is bs_ (storage.h); every symbol that is shared between the library's
  * files but not public is bs__ (two underscores), so a host's debugger, `nm` or a link error
@@ -26,6 +32,8 @@
 /* A parameter that a callback or vtable signature imposes but this implementation does not need. */
 #define BS_UNUSED(x) ((void)(x))
 
+/* ================ 1. The common layer (common.c) ================ */
+
 /* ---- Errors ---- */
 /* Fills err (if any) with code and a formatted message; returns code. */
 int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
@@ -44,6 +52,9 @@ void *bs__calloc(const bs_allocator *a, size_t n, size_t size);
 void *bs__realloc(const bs_allocator *a, void *p, size_t n);
 void bs__free(const bs_allocator *a, void *p);
 extern const bs_allocator bs__default_allocator;
+/* The allocator of a db opened with opts: opts->allocator when set, else the default (the
+ * constructors' one rule; the front has checked that all three functions or none are set). */
+const bs_allocator *bs__open_allocator(const bs_open_options *opts);
 
 /* ---- Byte-order helpers (keys are big-endian so memcmp order is numeric order) ---- */
 static inline void bs__put_u32be(unsigned char *p, uint32_t v) {
@@ -104,6 +115,55 @@ static inline int bs__name_shown(bs_val name) {
   return (int)(name.size < 100 ? name.size : 100);
 }
 
+/* ---- The hash table: the one open-addressing table of the library ---- */
+/* Linear probing over (hash, value) entries, at most half full, the capacity a power of two. It
+ * maps a 64-bit hash to values the caller chooses (an array index + 1, an offset + 1, a pointer):
+ * it narrows a search, the caller compares its own key, so the table neither owns nor hashes
+ * keys. value 0 marks a free entry. A zeroed bs__htab is an empty table. */
+typedef struct bs__hent {
+  uint64_t hash;
+  uintptr_t value;
+} bs__hent;
+typedef struct bs__htab {
+  bs__hent *e;
+  size_t cap, n;
+} bs__htab;
+/* Makes room for need entries in all: the only call that can fail (BS_ENOMEM, table unchanged). */
+int bs__htab_reserve(bs__htab *t, const bs_allocator *a, size_t need);
+/* Adds (hash, value != 0); put needs room reserved, add reserves it (BS_ENOMEM). */
+void bs__htab_put(bs__htab *t, uint64_t hash, uintptr_t value);
+int bs__htab_add(bs__htab *t, const bs_allocator *a, uint64_t hash, uintptr_t value);
+/* Removes the entry (hash, value) / changes its value to `to`; absent: nothing happens. */
+void bs__htab_remove(bs__htab *t, uint64_t hash, uintptr_t value);
+void bs__htab_replace(bs__htab *t, uint64_t hash, uintptr_t from, uintptr_t to);
+void bs__htab_clear(bs__htab *t); /* forgets every entry, keeps the memory */
+void bs__htab_free(bs__htab *t, const bs_allocator *a);
+/* A lookup: the values stored under hash, one per bs__htab_next, 0 after the last:
+ *   bs__hprobe p = bs__htab_probe(t, h);
+ *   for (uintptr_t v; (v = bs__htab_next(&p));) if (key_of(v) equals the key) ...
+ * The table must not change while a probe is in use. */
+typedef struct bs__hprobe {
+  const bs__htab *t;
+  uint64_t hash;
+  size_t i;
+} bs__hprobe;
+static inline bs__hprobe bs__htab_probe(const bs__htab *t, uint64_t hash) {
+  bs__hprobe p = {t, hash, t->cap ? (size_t)hash & (t->cap - 1) : 0};
+  return p;
+}
+static inline uintptr_t bs__htab_next(bs__hprobe *p) {
+  const bs__htab *t = p->t;
+  if (!t->cap) return 0;
+  for (;;) { /* ends: at most half of the entries are used */
+    const bs__hent *e = &t->e[p->i];
+    if (!e->value) return 0;
+    p->i = (p->i + 1) & (t->cap - 1);
+    if (e->hash == p->hash) return e->value;
+  }
+}
+
+/* ================ 2. The front/backend contract ================ */
+
 /* ---- The database base: every backend's db struct starts with this ---- */
 typedef struct bs__db_ops {
   void (*close)(bs_db *db);
@@ -126,7 +186,7 @@ struct bs_db {
   const bs__db_ops *ops;
   bs_allocator alloc;
   unsigned flags;
-  struct bs__cksum_cache *cache; /* shared by every storage of this db; NULL = disabled */
+  struct bs__cksum_cache *cache; /* the front's (storage.c); NULL = disabled */
   /* checkpoint notification: bumped and broadcast after each commit that made a checkpoint */
   pthread_mutex_t notify_mu;
   pthread_cond_t notify_cv;
@@ -135,7 +195,8 @@ struct bs_db {
   void *listener_payload;
 };
 
-/* Initialises / tears down the base (allocator, cache, notification). */
+/* common.c: initialises / tears down the base (allocator, notification; cache = NULL: the front
+ * attaches the checksum cache after the constructor returns). */
 int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err);
 void bs__db_base_destroy(bs_db *db);
 /* Backends call this after a commit that created a checkpoint (outside their locks). */
@@ -150,36 +211,30 @@ int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err);
 #endif
 
-/* ---- Checksums (checksum.c) ---- */
-/* hash over the concatenation of parts (no allocation) */
-uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n);
-/* wrapping 32-bit addition/subtraction of op checksums */
-static inline uint32_t bs__cksum_add(uint32_t a, uint32_t b) {
-  return (uint32_t)(((uint64_t)a + b) & 0xffffffffu);
-}
-static inline uint32_t bs__cksum_sub(uint32_t a, uint32_t b) {
-  return (uint32_t)(((uint64_t)a + 0x100000000ull - b) & 0xffffffffu);
-}
+/* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
+ * by the front; lmdb_read.c also applies them because tests call bs__lmdb_bucket_data directly. */
+#define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
-/* ---- The checksum cache (checksum.c): LRU of (stream, bucket, C) -> (checksum, count, gen) ---- */
-typedef struct bs__cksum_cache bs__cksum_cache;
-int bs__cksum_cache_new(bs__cksum_cache **out, const bs_allocator *a, size_t capacity);
-void bs__cksum_cache_free(bs__cksum_cache *c);
-/* Front entry point: answers from the cache, batches misses to st->vt. */
-int bs__cksum_cache_get(bs__cksum_cache *c, bs_storage *st, uint64_t checkpoint,
-                        const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err);
-/* The front reports checkpoints it has seen (entries are stored only at C <= one of them), and
- * drops a stream's entries when the stream is cleared. */
-void bs__cksum_cache_note_checkpoint(bs__cksum_cache *c, uint32_t stream, uint64_t checkpoint);
-void bs__cksum_cache_drop_stream(bs__cksum_cache *c, uint32_t stream);
-typedef struct bs__cksum_cache_stats {
-  uint64_t hits;      /* answered from a cached base (exact or extended by a range) */
-  uint64_t misses;    /* recomputed by vt->checksums */
-  uint64_t stale;     /* cached bases discarded because the generation moved */
-  uint64_t evictions; /* LRU evictions at capacity */
-  uint64_t entries;   /* current entries */
-} bs__cksum_cache_stats;
-void bs__cksum_cache_get_stats(bs__cksum_cache *c, bs__cksum_cache_stats *out);
+/* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry
+ * none. A carried field is present: its data is never NULL, also when it is empty (storage.h
+ * CONVENTIONS), so every backend's reader sets it from this one rule. */
+static inline int bs__op_carries_row(bs_op_type type) {
+  return type == BS_OP_PUT || type == BS_OP_REMOVE;
+}
+#define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
+
+/* ================ 3. Rules (rules.c, checksum.c, compact.c, lookup.c) ================ */
+
+/* ---- Options and checkpoints (rules.c) ---- */
+/* opts->version in 1..current, else BS_EINVAL naming what. */
+int bs__check_version(unsigned v, unsigned current, const char *what, bs_error *err);
+/* opts (NULL = defaults) checked and copied into out (bs_backup and bs_load). */
+int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
+                               bs_error *err);
+/* can_checkpoint(lsn) of contract.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
+ * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
+bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
+                                     const bs_val *checkpoint_lsn, bs_val lsn);
 
 /* ---- Write checkpoints (contract.md 7): the rule both backends apply ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name
@@ -210,28 +265,16 @@ enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
                         int *action, bs_error *err);
 
-/* ---- Argument checks shared by the front and backends ---- */
-int bs__check_save(const bs_save *s, bs_error *err);
-int bs__check_lsn(bs_val lsn, const char *what, bs_error *err);
-/* can_checkpoint(lsn) of contract.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
- * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
-bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
-                                     const bs_val *checkpoint_lsn, bs_val lsn);
-/* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
- * by the front; lmdb_read.c also applies them because tests call bs__lmdb_bucket_data directly. */
-#define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
-
-/* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry
- * none. A carried field is present: its data is never NULL, also when it is empty (storage.h
- * CONVENTIONS), so every backend's reader sets it from this one rule. */
-static inline int bs__op_carries_row(bs_op_type type) {
-  return type == BS_OP_PUT || type == BS_OP_REMOVE;
+/* ---- Checksums (checksum.c) ---- */
+/* hash over the concatenation of parts (no allocation) */
+uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n);
+/* wrapping 32-bit addition/subtraction of op checksums */
+static inline uint32_t bs__cksum_add(uint32_t a, uint32_t b) {
+  return (uint32_t)(((uint64_t)a + b) & 0xffffffffu);
 }
-#define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
-
-/* storage.c: opts (NULL = defaults) checked and copied into out. */
-int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
-                               bs_error *err);
+static inline uint32_t bs__cksum_sub(uint32_t a, uint32_t b) {
+  return (uint32_t)(((uint64_t)a + 0x100000000ull - b) & 0xffffffffu);
+}
 
 /* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
 #define BS_COMPACT_MIN_CHANGES 10u
@@ -268,5 +311,25 @@ typedef struct bs__clear_acc {
   uint32_t checksum;
 } bs__clear_acc;
 void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t value_bytes);
+
+/* ---- The front's checksum cache (checksum.c; only storage.c calls it) ---- */
+typedef struct bs__cksum_cache bs__cksum_cache;
+int bs__cksum_cache_new(bs__cksum_cache **out, const bs_allocator *a, size_t capacity);
+void bs__cksum_cache_free(bs__cksum_cache *c);
+/* Front entry point: answers from the cache, batches misses to st->vt. */
+int bs__cksum_cache_get(bs__cksum_cache *c, bs_storage *st, uint64_t checkpoint,
+                        const bs_val *buckets, size_t n, bs_checksum *out, bs_error *err);
+/* The front reports checkpoints it has seen (entries are stored only at C <= one of them), and
+ * drops a stream's entries when the stream is cleared. */
+void bs__cksum_cache_note_checkpoint(bs__cksum_cache *c, uint32_t stream, uint64_t checkpoint);
+void bs__cksum_cache_drop_stream(bs__cksum_cache *c, uint32_t stream);
+typedef struct bs__cksum_cache_stats {
+  uint64_t hits;      /* answered from a cached base (exact or extended by a range) */
+  uint64_t misses;    /* recomputed by vt->checksums */
+  uint64_t stale;     /* cached bases discarded because the generation moved */
+  uint64_t evictions; /* LRU evictions at capacity */
+  uint64_t entries;   /* current entries */
+} bs__cksum_cache_stats;
+void bs__cksum_cache_get_stats(bs__cksum_cache *c, bs__cksum_cache_stats *out);
 
 #endif /* BUCKETSTORE_INTERNAL_H */

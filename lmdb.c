@@ -493,9 +493,7 @@ static int open_env(bs__lmdb_db *db, const char *path, const bs_open_options *op
 }
 
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = opts && opts->allocator && opts->allocator->malloc_fn
-                              ? opts->allocator
-                              : &bs__default_allocator;
+  const bs_allocator *a = bs__open_allocator(opts);
   bs__lmdb_db *db;
   int rc;
 
@@ -2288,7 +2286,6 @@ static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_re
   lm_writer *w = (lm_writer *)base;
   commit_ctx c;
   int rc;
-  if ((rc = bs__check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
   if (!lsn.data) lsn.data = lm_empty;
   memset(&c, 0, sizeof c);
   c.w = w;
@@ -2339,8 +2336,6 @@ static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
 
 static int lw_lsn(lm_writer *w, bs_val lsn, int snapshot_done, bs_error *err) {
   lsn_ctx c = {w->db, w->st->base.stream_id, lsn, snapshot_done};
-  int rc;
-  if ((rc = bs__check_lsn(lsn, "lsn", err)) != BS_OK) return rc;
   if (!c.lsn.data) c.lsn.data = lm_empty;
   return bs__lmdb_write(w->db, lsn_txn, &c, err);
 }

@@ -451,57 +451,35 @@ done:
 
 /* ---- Checkpoint changes --------------------------------------------------------------------- */
 
-/* A set of borrowed byte strings: insertion-ordered list plus an open-addressing index. */
+/* A set of borrowed byte strings: insertion-ordered list plus the hash table (value: index + 1).
+ * XXH3 rather than a byte-at-a-time hash: a catch-up hashes every bucket name of every change
+ * record in its range. */
 typedef struct val_set {
   bs_val *items;
   size_t n, items_cap;
-  uint32_t *slots;  /* 0 = empty, else index + 1 */
-  size_t slots_cap; /* power of two */
+  bs__htab idx;
 } val_set;
 
-/* XXH3 rather than a byte-at-a-time hash: a catch-up hashes every bucket name of every change
- * record in its range. */
-static uint64_t val_hash(bs_val v) {
-  return XXH3_64bits(v.data, v.size);
-}
-
-static int val_set_rehash(val_set *s, const bs_allocator *a) {
-  size_t cap = s->slots_cap ? s->slots_cap * 2 : 64;
-  uint32_t *slots = bs__calloc(a, cap, sizeof *slots);
-  if (!slots) return BS_ENOMEM;
-  for (size_t i = 0; i < s->n; i++) {
-    size_t j = (size_t)val_hash(s->items[i]) & (cap - 1);
-    while (slots[j]) j = (j + 1) & (cap - 1);
-    slots[j] = (uint32_t)(i + 1);
-  }
-  bs__free(a, s->slots);
-  s->slots = slots;
-  s->slots_cap = cap;
-  return BS_OK;
-}
-
 static int val_set_add(val_set *s, const bs_allocator *a, bs_val v) {
-  size_t j;
-  if (s->n >= UINT32_MAX - 1) return BS_ENOMEM;
-  if ((s->n + 1) * 2 > s->slots_cap && val_set_rehash(s, a)) return BS_ENOMEM;
-  j = (size_t)val_hash(v) & (s->slots_cap - 1);
-  for (; s->slots[j]; j = (j + 1) & (s->slots_cap - 1))
-    if (bs__val_eq(s->items[s->slots[j] - 1], v)) return BS_OK;
+  uint64_t h = XXH3_64bits(v.data, v.size);
+  bs__hprobe p = bs__htab_probe(&s->idx, h);
+  for (uintptr_t i; (i = bs__htab_next(&p));)
+    if (bs__val_eq(s->items[i - 1], v)) return BS_OK;
   if (s->n == s->items_cap) {
     size_t cap = s->items_cap ? s->items_cap * 2 : 32;
-    bs_val *p = bs__realloc(a, s->items, cap * sizeof *p);
-    if (!p) return BS_ENOMEM;
-    s->items = p;
+    bs_val *q = bs__realloc(a, s->items, cap * sizeof *q);
+    if (!q) return BS_ENOMEM;
+    s->items = q;
     s->items_cap = cap;
   }
-  s->items[s->n] = v;
-  s->slots[j] = (uint32_t)(++s->n);
+  if (bs__htab_add(&s->idx, a, h, s->n + 1)) return BS_ENOMEM;
+  s->items[s->n++] = v;
   return BS_OK;
 }
 
 static void val_set_free(val_set *s, const bs_allocator *a) {
   bs__free(a, s->items);
-  bs__free(a, s->slots);
+  bs__htab_free(&s->idx, a);
   memset(s, 0, sizeof *s);
 }
 

@@ -4,7 +4,7 @@
  * double. Everything is a plain growable array; every derived value (bucket checksums, counts,
  * parameter sets, changes) is recomputed from the stored ops and entries on each read, never kept
  * as a running total. The only acceleration: hash indexes that find a source record by (table,
- * replica id) and a bucket by name (mem_index; without them every save scanned every record), and
+ * replica id) and a bucket by name (the hash table of common.c; without them every save scanned every record), and
  * a queue of soft-deleted records so a checkpoint need not scan every record for purges. They
  * only ever locate an array slot: the caller compares the real key, and verify() checks that
  * every record and bucket is found where it is. One mutex (mem_db.mu) guards the whole store;
@@ -114,18 +114,6 @@ typedef struct mem_cwcp {
   int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
 } mem_cwcp;
 
-/* A hash index over an array of pointers: entries (hash of the key, slot + 1; 0 = empty), open
- * addressing with linear probing, at most half full so that probes stay short and inserting
- * into a reserved index cannot fail. It narrows a search; the caller compares the real key. */
-typedef struct mem_ient {
-  uint64_t h;
-  size_t slot;
-} mem_ient;
-typedef struct mem_index {
-  mem_ient *e;
-  size_t cap, n;
-} mem_index;
-
 /* A soft-deleted record awaiting its purge by a checkpoint at or above mark (contract.md 4.3). An entry
  * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
 typedef struct mem_soft {
@@ -172,8 +160,8 @@ typedef struct mem_stream {
   size_t ncw, ccw;
   bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
   size_t npend, cpend;
-  mem_index ridx;  /* recs by (table, rid): every non-NULL slot */
-  mem_index bidx;  /* buckets by name */
+  bs__htab ridx;   /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
+  bs__htab bidx;   /* buckets by name (value: index + 1) */
   mem_soft *softq; /* soft-deleted records not yet purged (and stale entries) */
   size_t nsoftq, csoftq;
 } mem_stream;
@@ -372,70 +360,6 @@ static void table_free(const bs_allocator *a, mem_table *t) {
   bs__free(a, t);
 }
 
-static void idx_free(const bs_allocator *a, mem_index *x) {
-  bs__free(a, x->e);
-  memset(x, 0, sizeof *x);
-}
-
-/* Inserts (h, slot); the index must have a free entry (idx_reserve). */
-static void idx_put(mem_index *x, uint64_t h, size_t slot) {
-  size_t m = x->cap - 1, i = (size_t)h & m;
-  while (x->e[i].slot) i = (i + 1) & m;
-  x->e[i].h = h;
-  x->e[i].slot = slot + 1;
-  x->n++;
-}
-
-/* Makes room for `need` entries. The only index call that can fail. */
-static int idx_reserve(const bs_allocator *a, mem_index *x, size_t need) {
-  mem_index nx;
-  if (need <= x->cap / 2) return BS_OK;
-  nx.cap = x->cap ? x->cap : 16;
-  while (need > nx.cap / 2) {
-    if (nx.cap > SIZE_MAX / 4 / sizeof *nx.e) return BS_ENOMEM;
-    nx.cap *= 2;
-  }
-  nx.e = bs__calloc(a, nx.cap, sizeof *nx.e);
-  if (!nx.e) return BS_ENOMEM;
-  nx.n = 0;
-  for (size_t i = 0; i < x->cap; i++)
-    if (x->e[i].slot) idx_put(&nx, x->e[i].h, x->e[i].slot - 1);
-  bs__free(a, x->e);
-  *x = nx;
-  return BS_OK;
-}
-
-/* Position of the entry (h, slot), or cap when there is none. */
-static size_t idx_pos(const mem_index *x, uint64_t h, size_t slot) {
-  size_t m = x->cap - 1, i;
-  if (!x->cap) return 0;
-  for (i = (size_t)h & m; x->e[i].slot; i = (i + 1) & m)
-    if (x->e[i].slot == slot + 1) return i;
-  return x->cap;
-}
-
-/* Removes (h, slot), shifting later entries of its probe run back so no lookup misses them. */
-static void idx_remove(mem_index *x, uint64_t h, size_t slot) {
-  size_t m = x->cap - 1, i = idx_pos(x, h, slot);
-  if (i >= x->cap) return;
-  x->n--;
-  for (size_t j = (i + 1) & m; x->e[j].slot; j = (j + 1) & m) {
-    size_t home = (size_t)x->e[j].h & m;
-    /* entry j may fill the hole at i unless its home lies cyclically in (i, j] */
-    if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
-      x->e[i] = x->e[j];
-      i = j;
-    }
-  }
-  x->e[i].slot = 0;
-}
-
-/* The key hashed at `from` now lives at slot `to`. */
-static void idx_move(mem_index *x, uint64_t h, size_t from, size_t to) {
-  size_t i = idx_pos(x, h, from);
-  if (i < x->cap) x->e[i].slot = to + 1;
-}
-
 static uint64_t rec_hash(uint32_t table, bs_val rid) {
   return XXH3_64bits_withSeed(rid.data, rid.size, table);
 }
@@ -464,8 +388,8 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs__free(a, s->pend_users);
   for (size_t i = 0; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
   bs__free(a, s->softq);
-  idx_free(a, &s->ridx);
-  idx_free(a, &s->bidx);
+  bs__htab_free(&s->ridx, a);
+  bs__htab_free(&s->bidx, a);
   /* every other field is data: empty arrays and indexes are all zero */
   mem_stream kept = {.id = s->id, .name = s->name, .m = s->m};
   *s = kept;
@@ -479,16 +403,12 @@ static void stream_free(const bs_allocator *a, mem_stream *s) {
 }
 
 static mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
-  const mem_index *x = &s->bidx;
-  uint64_t h = name_hash(name);
-  if (!x->cap) return NULL;
-  for (size_t i = (size_t)h & (x->cap - 1); x->e[i].slot; i = (i + 1) & (x->cap - 1)) {
-    size_t k = x->e[i].slot - 1;
-    if (x->e[i].h == h && bs__val_eq(s->buckets[k]->name, name)) {
-      if (idx) *idx = k;
-      return s->buckets[k];
+  bs__hprobe p = bs__htab_probe(&s->bidx, name_hash(name));
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (bs__val_eq(s->buckets[v - 1]->name, name)) {
+      if (idx) *idx = v - 1;
+      return s->buckets[v - 1];
     }
-  }
   return NULL;
 }
 
@@ -499,13 +419,10 @@ static mem_table *table_find(mem_stream *s, bs_val name) {
 }
 
 static long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
-  const mem_index *x = &s->ridx;
-  uint64_t h = rec_hash(table, rid);
-  if (!x->cap) return -1;
-  for (size_t i = (size_t)h & (x->cap - 1); x->e[i].slot; i = (i + 1) & (x->cap - 1)) {
-    const mem_rec *r = s->recs[x->e[i].slot - 1];
-    if (x->e[i].h == h && r->table == table && bs__val_eq(r->rid, rid))
-      return (long)(x->e[i].slot - 1);
+  bs__hprobe p = bs__htab_probe(&s->ridx, rec_hash(table, rid));
+  for (uintptr_t v; (v = bs__htab_next(&p));) {
+    const mem_rec *r = s->recs[v - 1];
+    if (r->table == table && bs__val_eq(r->rid, rid)) return (long)(v - 1);
   }
   return -1;
 }
@@ -588,11 +505,11 @@ static void tx_rollback(mem_tx *tx) {
       mem_rec *cur = s->recs[e->idx], *old = e->old;
       if (cur != old) {
         if (cur) {
-          idx_remove(&s->ridx, rec_hash(cur->table, cur->rid), e->idx);
+          bs__htab_remove(&s->ridx, rec_hash(cur->table, cur->rid), e->idx + 1);
           rec_free(a, cur);
         }
         /* cannot fail: the index held this many entries at that point of the transaction */
-        if (old) idx_put(&s->ridx, rec_hash(old->table, old->rid), e->idx);
+        if (old) bs__htab_put(&s->ridx, rec_hash(old->table, old->rid), e->idx + 1);
       }
       s->recs[e->idx] = old;
     } else if (e->kind == J_CWCP) {
@@ -611,7 +528,7 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t i = tx->ntables; i < s->ntables; i++) table_free(a, s->tables[i]);
   s->ntables = tx->ntables;
   for (size_t i = tx->nbuckets; i < s->nbuckets; i++) {
-    idx_remove(&s->bidx, name_hash(s->buckets[i]->name), i);
+    bs__htab_remove(&s->bidx, name_hash(s->buckets[i]->name), i + 1);
     bucket_free(a, s->buckets[i]);
   }
   s->nbuckets = tx->nbuckets;
@@ -649,7 +566,7 @@ static void tx_commit(mem_tx *tx) {
     while (s->nrecs > at && !s->recs[s->nrecs - 1]) s->nrecs--;
     if (at < s->nrecs) {
       mem_rec *r = s->recs[--s->nrecs];
-      idx_move(&s->ridx, rec_hash(r->table, r->rid), s->nrecs, at);
+      bs__htab_replace(&s->ridx, rec_hash(r->table, r->rid), s->nrecs + 1, at + 1);
       s->recs[at] = r;
     }
   }
@@ -667,17 +584,17 @@ static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
   mem_rec *old;
   if (idx == s->nrecs) {
     if (GROW(a, s->recs, s->nrecs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
-    if (idx_reserve(a, &s->ridx, s->ridx.n + 1)) return BS_ENOMEM;
+    if (bs__htab_reserve(&s->ridx, a, s->ridx.n + 1)) return BS_ENOMEM;
     if (tx_journal(tx, J_REC, idx, NULL)) return BS_ENOMEM;
     s->recs[s->nrecs++] = r;
-    if (r) idx_put(&s->ridx, rec_hash(r->table, r->rid), idx);
+    if (r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
     return BS_OK;
   }
   old = s->recs[idx];
-  if (!old && r && idx_reserve(a, &s->ridx, s->ridx.n + 1)) return BS_ENOMEM;
+  if (!old && r && bs__htab_reserve(&s->ridx, a, s->ridx.n + 1)) return BS_ENOMEM;
   if (tx_journal(tx, J_REC, idx, old)) return BS_ENOMEM;
-  if (old && !r) idx_remove(&s->ridx, rec_hash(old->table, old->rid), idx);
-  if (!old && r) idx_put(&s->ridx, rec_hash(r->table, r->rid), idx);
+  if (old && !r) bs__htab_remove(&s->ridx, rec_hash(old->table, old->rid), idx + 1);
+  if (!old && r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
   s->recs[idx] = r;
   return BS_OK;
 }
@@ -707,7 +624,7 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   mem_bucket *b = bucket_find(s, name, idx);
   if (b) return b;
   if (GROW(a, s->buckets, s->nbuckets, s->cbuckets, s->nbuckets + 1)) return NULL;
-  if (idx_reserve(a, &s->bidx, s->nbuckets + 1)) return NULL;
+  if (bs__htab_reserve(&s->bidx, a, s->nbuckets + 1)) return NULL;
   b = bs__calloc(a, 1, sizeof *b);
   if (!b) return NULL;
   if (val_dup(a, name, &b->name)) {
@@ -716,7 +633,7 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   }
   b->generation = ++s->m.gen_seq;
   *idx = s->nbuckets;
-  idx_put(&s->bidx, name_hash(b->name), s->nbuckets);
+  bs__htab_put(&s->bidx, name_hash(b->name), s->nbuckets + 1);
   s->buckets[s->nbuckets++] = b;
   return b;
 }
@@ -2929,7 +2846,7 @@ static const bs__db_ops mem_db_ops = {
 };
 
 int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = opts && opts->allocator ? opts->allocator : &bs__default_allocator;
+  const bs_allocator *a = bs__open_allocator(opts);
   mem_db *db = bs__calloc(a, 1, sizeof *db);
   int rc;
   if (!db) return enomem(err, "memory database");

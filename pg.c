@@ -533,7 +533,7 @@ static const bs__db_ops pg_db_ops = {
 };
 
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = opts && opts->allocator ? opts->allocator : &bs__default_allocator;
+  const bs_allocator *a = bs__open_allocator(opts);
   bs__pg_db *db = bs__calloc(a, 1, sizeof *db);
   size_t n = strlen(url);
   PGconn *c;

@@ -1,7 +1,8 @@
 /*
- * storage.c: the front of the library. Argument checks, error strings, the allocator, the
- * database base (checkpoint notification), and dispatch of every stream-level call through
- * the storage vtable. The checksum cache (checksum.c) is consulted here, above any backend.
+ * storage.c: the front of the library: the argument checks of the public API, dispatch of every
+ * call to the backend's tables, the checksum cache (checksum.c) above any backend, and the waits
+ * for a checkpoint. It uses the common layer (common.c) and the rules (rules.c); no backend uses
+ * anything of it (`make layercheck`).
  */
 #include "internal.h"
 
@@ -19,97 +20,7 @@ const char *bs_version(int *major, int *minor, int *patch) {
   return BS_VERSION_STRING;
 }
 
-/* ---- Errors ---------------------------------------------------------------------------------- */
-
-const char *bs_strerror(int code) {
-  switch (code) {
-  case BS_OK:
-    return "BS_OK: success";
-  case BS_EINVAL:
-    return "BS_EINVAL: invalid argument";
-  case BS_ENOTFOUND:
-    return "BS_ENOTFOUND: not found";
-  case BS_ETOOBIG:
-    return "BS_ETOOBIG: key or value over a limit";
-  case BS_ELIMIT:
-    return "BS_ELIMIT: result limit exceeded";
-  case BS_ESTATE:
-    return "BS_ESTATE: call not valid in this state";
-  case BS_EINVALIDATED:
-    return "BS_EINVALIDATED: checkpoint was compacted; read a newer checkpoint";
-  case BS_ESTALE:
-    return "BS_ESTALE: read below the parameter-compaction horizon";
-  case BS_ECORRUPT:
-    return "BS_ECORRUPT: file does not decode";
-  case BS_ENOMEM:
-    return "BS_ENOMEM: out of memory";
-  case BS_EIO:
-    return "BS_EIO: I/O or LMDB error";
-  case BS_EBUSY:
-    return "BS_EBUSY: resource busy";
-  case BS_EUNSUPPORTED:
-    return "BS_EUNSUPPORTED: not supported by this backend";
-  case BS_ECANCELED:
-    return "BS_ECANCELED: cancelled";
-  default:
-    return "BS_EUNKNOWN: unknown status code";
-  }
-}
-
-int bs__fail(bs_error *err, int code, const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    err->code = code;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
-int64_t bs__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- Memory ---------------------------------------------------------------------------------- */
-
-static void *libc_malloc(void *o, size_t n) {
-  (void)o;
-  return malloc(n);
-}
-static void *libc_realloc(void *o, void *p, size_t n) {
-  (void)o;
-  return realloc(p, n);
-}
-static void libc_free(void *o, void *p) {
-  (void)o;
-  free(p);
-}
-const bs_allocator bs__default_allocator = {libc_malloc, libc_realloc, libc_free, NULL};
-
-void *bs__malloc(const bs_allocator *a, size_t n) {
-  return a->malloc_fn(a->opaque, n ? n : 1);
-}
-
-void *bs__calloc(const bs_allocator *a, size_t n, size_t size) {
-  void *p;
-  if (size && n > SIZE_MAX / size) return NULL;
-  p = bs__malloc(a, n * size);
-  if (p) memset(p, 0, n * size);
-  return p;
-}
-
-void *bs__realloc(const bs_allocator *a, void *p, size_t n) {
-  return a->realloc_fn(a->opaque, p, n ? n : 1);
-}
-
-void bs__free(const bs_allocator *a, void *p) {
-  if (p) a->free_fn(a->opaque, p);
-}
-
-/* ---- The database base ----------------------------------------------------------------------- */
+/* ---- The database base: the front's part ------------------------------------------------------ */
 
 #define BS_DEFAULT_CACHE_ENTRIES 100000u
 /* Defaults of zero option fields (storage.h). The front resolves them before every vtable call,
@@ -124,16 +35,11 @@ static int check_allocator(const bs_allocator *a, bs_error *err) {
   return BS_OK;
 }
 
-static int check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
-  if (v < 1 || v > current)
-    return bs__fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
-  return BS_OK;
-}
-
 static int check_open_options(const bs_open_options *opts, bs_error *err) {
   int rc;
   if (!opts) return BS_OK;
-  if ((rc = check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err))) return rc;
+  if ((rc = bs__check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err)))
+    return rc;
   if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
     return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
                     opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
@@ -141,65 +47,17 @@ static int check_open_options(const bs_open_options *opts, bs_error *err) {
   return BS_OK;
 }
 
-int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err) {
-  pthread_condattr_t ca;
-  size_t entries;
-  int rc;
-
-  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
-  db->ops = ops;
-  db->alloc = bs__default_allocator;
-  if (opts && opts->allocator && opts->allocator->malloc_fn) db->alloc = *opts->allocator;
-  db->flags = opts ? opts->flags : 0;
-  db->cache = NULL;
-  db->notify_seq = 0;
-  db->listener = NULL;
-  db->listener_payload = NULL;
-
-  entries = opts ? opts->checksum_cache_entries : 0;
-  if (entries == 0) entries = BS_DEFAULT_CACHE_ENTRIES;
-  if (entries != (size_t)-1) {
-    rc = bs__cksum_cache_new(&db->cache, &db->alloc, entries);
-    if (rc != BS_OK) return bs__fail(err, rc, "cannot allocate the checksum cache");
-  }
-  /* Waiters use timed waits on the monotonic clock, so a wall-clock jump cannot stall them. */
-  if (pthread_mutex_init(&db->notify_mu, NULL) != 0) goto fail_mu;
-  if (pthread_condattr_init(&ca) != 0) goto fail_cv;
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  rc = pthread_cond_init(&db->notify_cv, &ca);
-  pthread_condattr_destroy(&ca);
-  if (rc != 0) goto fail_cv;
-  return BS_OK;
-
-fail_cv:
-  pthread_mutex_destroy(&db->notify_mu);
-fail_mu:
-  bs__cksum_cache_free(db->cache);
-  db->cache = NULL;
-  return bs__fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
-}
-
-void bs__db_base_destroy(bs_db *db) {
-  if (!db) return;
-  bs__cksum_cache_free(db->cache);
-  db->cache = NULL;
-  pthread_cond_destroy(&db->notify_cv);
-  pthread_mutex_destroy(&db->notify_mu);
-}
-
-void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
-  void (*fn)(uint32_t, uint64_t, void *);
-  void *payload;
-  if (!db) return;
-  pthread_mutex_lock(&db->notify_mu);
-  db->notify_seq++;
-  fn = db->listener;
-  payload = db->listener_payload;
-  pthread_cond_broadcast(&db->notify_cv);
-  pthread_mutex_unlock(&db->notify_mu);
-  bs__cksum_cache_note_checkpoint(db->cache, stream, checkpoint);
-  /* The listener runs outside the lock so it may call back into the library. */
-  if (fn) fn(stream, checkpoint, payload);
+/* The checksum cache (checksum.c) is the front's: a backend's constructor returns the db with
+ * none, the front adds it (rc: the constructor's status) and bs_close frees it. */
+static int attach_cache(bs_db **out, const bs_open_options *opts, int rc, bs_error *err) {
+  size_t entries = opts ? opts->checksum_cache_entries : 0;
+  if (rc != BS_OK || entries == (size_t)-1) return rc;
+  if ((rc = bs__cksum_cache_new(&(*out)->cache, &(*out)->alloc,
+                                entries ? entries : BS_DEFAULT_CACHE_ENTRIES)) == BS_OK)
+    return BS_OK;
+  bs_close(*out);
+  *out = NULL;
+  return bs__fail(err, rc, "cannot allocate the checksum cache");
 }
 
 /* ---- Argument checks shared by the front and backends ---------------------------------------- */
@@ -221,17 +79,8 @@ static int check_sized(bs_val v, size_t min, size_t max, const char *what, const
   return BS_OK;
 }
 
-int bs__check_lsn(bs_val lsn, const char *what, bs_error *err) {
+static int check_lsn(bs_val lsn, const char *what, bs_error *err) {
   return check_sized(lsn, 0, BS_MAX_LSN, what ? what : "lsn", "BS_MAX_LSN", err);
-}
-
-bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
-                                     const bs_val *checkpoint_lsn, bs_val lsn) {
-  if (!snapshot_done) return BS_BLOCKED_SNAPSHOT;
-  if (no_checkpoint_before && bs__val_cmp(lsn, *no_checkpoint_before) < 0)
-    return BS_BLOCKED_NO_CHECKPOINT_BEFORE;
-  if (checkpoint_lsn && bs__val_cmp(lsn, *checkpoint_lsn) < 0) return BS_BLOCKED_CHECKPOINT_LSN;
-  return BS_BLOCKED_NONE;
 }
 
 /* The common case, checked without formatting a message (the writer's hot path). */
@@ -276,7 +125,7 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   return BS_OK;
 }
 
-int bs__check_save(const bs_save *s, bs_error *err) {
+static int check_save(const bs_save *s, bs_error *err) {
   int rc;
   if (!s) return bs__fail(err, BS_EINVAL, "change: NULL");
   if (s->version < 1 || s->version > BS_SAVE_VERSION)
@@ -396,7 +245,7 @@ int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
   if (!strncmp(path, "postgresql://", 13) || !strncmp(path, "postgres://", 11))
     return bs_open_postgres(out, path, opts, err);
-  return bs__lmdb_open(out, path, opts, err);
+  return attach_cache(out, opts, bs__lmdb_open(out, path, opts, err), err);
 }
 
 int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
@@ -407,7 +256,7 @@ int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, 
   if (!*url) return bs__fail(err, BS_EINVAL, "url: empty");
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
 #ifdef BS_HAVE_PG
-  return bs__pg_open(out, url, opts, err);
+  return attach_cache(out, opts, bs__pg_open(out, url, opts, err), err);
 #else
   return bs__fail(err, BS_EUNSUPPORTED, "url: this build has no PostgreSQL backend (make PG=1)");
 #endif
@@ -418,11 +267,15 @@ int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
-  return bs__mem_open(out, opts, err);
+  return attach_cache(out, opts, bs__mem_open(out, opts, err), err);
 }
 
 void bs_close(bs_db *db) {
-  if (db) db->ops->close(db);
+  bs__cksum_cache *cache;
+  if (!db) return;
+  cache = db->cache;
+  db->ops->close(db);
+  bs__cksum_cache_free(cache);
 }
 
 /* ---- Streams --------------------------------------------------------------------------------- */
@@ -438,7 +291,7 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
                         err)))
     return rc;
   if (opts) {
-    if ((rc = check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
+    if ((rc = bs__check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
       return rc;
     o.hash = opts->hash;
   }
@@ -494,7 +347,7 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   *out = NULL;
   if ((rc = check_storage(st, err))) return rc;
   if (opts) {
-    if ((rc = check_version(opts->version, BS_WRITER_OPTIONS_VERSION, "opts->version", err)))
+    if ((rc = bs__check_version(opts->version, BS_WRITER_OPTIONS_VERSION, "opts->version", err)))
       return rc;
     o = *opts;
     o.version = BS_WRITER_OPTIONS_VERSION;
@@ -558,7 +411,7 @@ static int auto_flush(bs_writer *w, bs_error *err) {
 int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs__check_save(change, err))) return rc;
+  if ((rc = check_save(change, err))) return rc;
   if (w->opts.snapshot && change->tag != BS_INSERT)
     return bs__fail(err, BS_ESTATE,
                     "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
@@ -603,7 +456,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   int rc;
   memset(&r, 0, sizeof r);
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs__check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_commit, err))) return rc;
   rc = w->st->vt->writer_commit(w, lsn, create_empty, &r, err);
   if (rc != BS_OK) return rc;
@@ -618,7 +471,7 @@ int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts, bs
                      bs_error *err) {
   int create_empty = -1, rc;
   if (opts) {
-    if ((rc = check_version(opts->version, BS_COMMIT_OPTIONS_VERSION, "opts->version", err)))
+    if ((rc = bs__check_version(opts->version, BS_COMMIT_OPTIONS_VERSION, "opts->version", err)))
       return rc;
     if (opts->create_empty < -1 || opts->create_empty > 1)
       return bs__fail(err, BS_EINVAL, "opts->create_empty: %d is not -1, 0 or 1",
@@ -635,7 +488,7 @@ int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_erro
 int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs__check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_snapshot_done, err))) return rc;
   return w->st->vt->writer_snapshot_done(w, lsn, err);
 }
@@ -643,7 +496,7 @@ int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
 int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = bs__check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = VT_CHECK(w->st, writer_resume_lsn, err))) return rc;
   return w->st->vt->writer_resume_lsn(w, lsn, err);
 }
@@ -806,7 +659,7 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
   int rc;
   *o = def;
   if (opts) {
-    if ((rc = check_version(opts->version, BS_BATCH_OPTIONS_VERSION, "opts->version", err)))
+    if ((rc = bs__check_version(opts->version, BS_BATCH_OPTIONS_VERSION, "opts->version", err)))
       return rc;
     *o = *opts;
     o->version = BS_BATCH_OPTIONS_VERSION;
@@ -960,23 +813,6 @@ int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, 
   return st->vt->set_write_checkpoint_mode(st, mode, event, err);
 }
 
-int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
-                        int *action, bs_error *err) {
-  *action = BS_WCP_REPLACE;
-  if (!w->has_request_id) {
-    *id = stored + 1; /* stored < 2^63: no wrap */
-  } else if (!exists || w->request_id > stored) {
-    *id = w->request_id > stored ? w->request_id : stored;
-  } else {
-    *id = stored;
-    *action = w->request_id == stored ? BS_WCP_REFRESH : BS_WCP_KEEP;
-  }
-  if (*id >= (UINT64_C(1) << 63))
-    return bs__fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
-                    (int)w->user_id.size, (const char *)w->user_id.data);
-  return BS_OK;
-}
-
 int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
                                         uint64_t *ids_out, int *should_advance, bs_error *err) {
   int advance = 0, rc;
@@ -1040,7 +876,8 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
   bs_compact_stats stats;
   int rc;
   if ((rc = check_storage(st, err))) return rc;
-  if (opts && (rc = check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
+  if (opts &&
+      (rc = bs__check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
     return rc;
   /* One place for the defaults and range checks (compact.c), so every backend gets the same. */
   if ((rc = bs__compact_options_resolve(&o, opts, err))) return rc;
@@ -1131,22 +968,6 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
   rc = db->ops->verify(db, fn, payload, &problems, err);
   if (problems_out) *problems_out = problems;
   return rc;
-}
-
-/* Copies opts (NULL = defaults) into out, checked. */
-int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
-                               bs_error *err) {
-  static const bs_backup_options defaults = BS_BACKUP_OPTIONS_INIT;
-  int rc;
-  *out = defaults;
-  if (!opts) return BS_OK;
-  if ((rc = check_version(opts->version, BS_BACKUP_OPTIONS_VERSION, "opts->version", err)))
-    return rc;
-  if (opts->flags & ~BS_BACKUP_REPLACE)
-    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
-                    opts->flags & ~BS_BACKUP_REPLACE);
-  *out = *opts;
-  return BS_OK;
 }
 
 int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {

@@ -231,6 +231,8 @@ static bs_db *fake_db(unsigned flags) {
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = flags;
   assert_int_equal(bs__db_base_init(&d->base, &fake_ops, &o, NULL), BS_OK);
+  /* bs_open's part: the front attaches the checksum cache (and bs_close frees it) */
+  assert_int_equal(bs__cksum_cache_new(&d->base.cache, &d->base.alloc, 16), BS_OK);
   return &d->base;
 }
 

@@ -1,0 +1,236 @@
+/*
+ * common.c: the common layer, below the front (storage.c) and every backend, which all use it
+ * and which uses none of them: status strings and bs__fail, the allocator, the one wall clock,
+ * the database base every backend's db starts with (allocator, checkpoint notification) and the
+ * one hash table. `make layercheck` fails when a backend's object uses a symbol of storage.o, so
+ * the front and the backends cannot import each other again.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* ---- Errors ---------------------------------------------------------------------------------- */
+
+const char *bs_strerror(int code) {
+  switch (code) {
+  case BS_OK:
+    return "BS_OK: success";
+  case BS_EINVAL:
+    return "BS_EINVAL: invalid argument";
+  case BS_ENOTFOUND:
+    return "BS_ENOTFOUND: not found";
+  case BS_ETOOBIG:
+    return "BS_ETOOBIG: key or value over a limit";
+  case BS_ELIMIT:
+    return "BS_ELIMIT: result limit exceeded";
+  case BS_ESTATE:
+    return "BS_ESTATE: call not valid in this state";
+  case BS_EINVALIDATED:
+    return "BS_EINVALIDATED: checkpoint was compacted; read a newer checkpoint";
+  case BS_ESTALE:
+    return "BS_ESTALE: read below the parameter-compaction horizon";
+  case BS_ECORRUPT:
+    return "BS_ECORRUPT: file does not decode";
+  case BS_ENOMEM:
+    return "BS_ENOMEM: out of memory";
+  case BS_EIO:
+    return "BS_EIO: I/O or LMDB error";
+  case BS_EBUSY:
+    return "BS_EBUSY: resource busy";
+  case BS_EUNSUPPORTED:
+    return "BS_EUNSUPPORTED: not supported by this backend";
+  case BS_ECANCELED:
+    return "BS_ECANCELED: cancelled";
+  default:
+    return "BS_EUNKNOWN: unknown status code";
+  }
+}
+
+int bs__fail(bs_error *err, int code, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    err->code = code;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+/* ---- Clock ----------------------------------------------------------------------------------- */
+
+int64_t bs__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- Memory ---------------------------------------------------------------------------------- */
+
+static void *libc_malloc(void *o, size_t n) {
+  (void)o;
+  return malloc(n);
+}
+static void *libc_realloc(void *o, void *p, size_t n) {
+  (void)o;
+  return realloc(p, n);
+}
+static void libc_free(void *o, void *p) {
+  (void)o;
+  free(p);
+}
+const bs_allocator bs__default_allocator = {libc_malloc, libc_realloc, libc_free, NULL};
+
+const bs_allocator *bs__open_allocator(const bs_open_options *opts) {
+  if (opts && opts->allocator && opts->allocator->malloc_fn) return opts->allocator;
+  return &bs__default_allocator;
+}
+
+void *bs__malloc(const bs_allocator *a, size_t n) {
+  return a->malloc_fn(a->opaque, n ? n : 1);
+}
+
+void *bs__calloc(const bs_allocator *a, size_t n, size_t size) {
+  void *p;
+  if (size && n > SIZE_MAX / size) return NULL;
+  p = bs__malloc(a, n * size);
+  if (p) memset(p, 0, n * size);
+  return p;
+}
+
+void *bs__realloc(const bs_allocator *a, void *p, size_t n) {
+  return a->realloc_fn(a->opaque, p, n ? n : 1);
+}
+
+void bs__free(const bs_allocator *a, void *p) {
+  if (p) a->free_fn(a->opaque, p);
+}
+
+/* ---- The database base ----------------------------------------------------------------------- */
+
+int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err) {
+  pthread_condattr_t ca;
+  int rc;
+
+  db->ops = ops;
+  db->alloc = *bs__open_allocator(opts);
+  db->flags = opts ? opts->flags : 0;
+  db->cache = NULL;
+  db->notify_seq = 0;
+  db->listener = NULL;
+  db->listener_payload = NULL;
+  /* Waiters use timed waits on the monotonic clock, so a wall-clock jump cannot stall them. */
+  if (pthread_mutex_init(&db->notify_mu, NULL) != 0) goto fail_mu;
+  if (pthread_condattr_init(&ca) != 0) goto fail_cv;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(&db->notify_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0) goto fail_cv;
+  return BS_OK;
+
+fail_cv:
+  pthread_mutex_destroy(&db->notify_mu);
+fail_mu:
+  return bs__fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
+}
+
+void bs__db_base_destroy(bs_db *db) {
+  if (!db) return;
+  pthread_cond_destroy(&db->notify_cv);
+  pthread_mutex_destroy(&db->notify_mu);
+}
+
+void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
+  void (*fn)(uint32_t, uint64_t, void *);
+  void *payload;
+  if (!db) return;
+  pthread_mutex_lock(&db->notify_mu);
+  db->notify_seq++;
+  fn = db->listener;
+  payload = db->listener_payload;
+  pthread_cond_broadcast(&db->notify_cv);
+  pthread_mutex_unlock(&db->notify_mu);
+  /* The listener runs outside the lock so it may call back into the library. */
+  if (fn) fn(stream, checkpoint, payload);
+}
+
+/* ---- The hash table -------------------------------------------------------------------------- */
+
+#define HTAB_MIN_CAP 16u
+
+/* Inserts without a check for room: the table is at most half full, so a free entry exists. */
+static void htab_insert(bs__htab *t, uint64_t hash, uintptr_t value) {
+  size_t m = t->cap - 1, i = (size_t)hash & m;
+  while (t->e[i].value) i = (i + 1) & m;
+  t->e[i].hash = hash;
+  t->e[i].value = value;
+  t->n++;
+}
+
+int bs__htab_reserve(bs__htab *t, const bs_allocator *a, size_t need) {
+  bs__htab nt = {NULL, t->cap ? t->cap : HTAB_MIN_CAP, 0};
+  if (need <= t->cap / 2) return BS_OK;
+  while (need > nt.cap / 2) {
+    if (nt.cap > SIZE_MAX / 4 / sizeof *nt.e) return BS_ENOMEM;
+    nt.cap *= 2;
+  }
+  if (!(nt.e = bs__calloc(a, nt.cap, sizeof *nt.e))) return BS_ENOMEM;
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->e[i].value) htab_insert(&nt, t->e[i].hash, t->e[i].value);
+  bs__free(a, t->e);
+  *t = nt;
+  return BS_OK;
+}
+
+void bs__htab_put(bs__htab *t, uint64_t hash, uintptr_t value) {
+  htab_insert(t, hash, value);
+}
+
+int bs__htab_add(bs__htab *t, const bs_allocator *a, uint64_t hash, uintptr_t value) {
+  if (bs__htab_reserve(t, a, t->n + 1)) return BS_ENOMEM;
+  htab_insert(t, hash, value);
+  return BS_OK;
+}
+
+/* Position of the entry (hash, value), or cap when there is none. */
+static size_t htab_pos(const bs__htab *t, uint64_t hash, uintptr_t value) {
+  size_t m = t->cap - 1;
+  if (!t->cap) return 0;
+  for (size_t i = (size_t)hash & m; t->e[i].value; i = (i + 1) & m)
+    if (t->e[i].value == value && t->e[i].hash == hash) return i;
+  return t->cap;
+}
+
+void bs__htab_remove(bs__htab *t, uint64_t hash, uintptr_t value) {
+  size_t m = t->cap - 1, i = htab_pos(t, hash, value);
+  if (i >= t->cap) return;
+  t->n--;
+  /* Backward shift: entry j may fill the hole at i unless its home lies cyclically in (i, j]; a
+   * lookup then never meets an empty entry before the one it looks for. */
+  for (size_t j = (i + 1) & m; t->e[j].value; j = (j + 1) & m) {
+    size_t home = (size_t)t->e[j].hash & m;
+    if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+      t->e[i] = t->e[j];
+      i = j;
+    }
+  }
+  t->e[i].value = 0;
+}
+
+void bs__htab_replace(bs__htab *t, uint64_t hash, uintptr_t from, uintptr_t to) {
+  size_t i = htab_pos(t, hash, from);
+  if (i < t->cap) t->e[i].value = to;
+}
+
+void bs__htab_clear(bs__htab *t) {
+  if (t->n) memset(t->e, 0, t->cap * sizeof *t->e);
+  t->n = 0;
+}
+
+void bs__htab_free(bs__htab *t, const bs_allocator *a) {
+  bs__free(a, t->e);
+  t->e = NULL;
+  t->cap = t->n = 0;
+}

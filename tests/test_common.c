@@ -1,0 +1,174 @@
+/* test_common: the common layer (common.c). The one hash table (bs__htab): lookups through
+ * colliding hashes and probe runs that wrap around the end of the table, the backward-shift
+ * removal, a randomized run against a plain-array model (BS_SEED, printed on failure), growth
+ * that fails cleanly under a failing allocator; and the constructors' allocator rule
+ * (bs__open_allocator): an allocator with all three functions NULL means the default. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "internal.h"
+#include "util_fault.h"
+
+/* How many times value v is stored under hash h. */
+static size_t count(const bs__htab *t, uint64_t h, uintptr_t v) {
+  bs__hprobe p = bs__htab_probe(t, h);
+  size_t n = 0;
+  for (uintptr_t x; (x = bs__htab_next(&p));) n += x == v;
+  return n;
+}
+
+static void test_empty(void **state) {
+  bs__htab t = {0};
+  bs__hprobe p = bs__htab_probe(&t, 42);
+  (void)state;
+  assert_int_equal(bs__htab_next(&p), 0);
+  bs__htab_remove(&t, 42, 1); /* absent: nothing happens */
+  bs__htab_replace(&t, 42, 1, 2);
+  bs__htab_clear(&t);
+  assert_int_equal(t.n, 0);
+  bs__htab_free(&t, &bs__default_allocator);
+}
+
+/* Every value under one hash: a probe returns each once, and only values of that hash. */
+static void test_collisions(void **state) {
+  const bs_allocator *a = &bs__default_allocator;
+  bs__htab t = {0};
+  (void)state;
+  for (uintptr_t v = 1; v <= 100; v++) assert_int_equal(bs__htab_add(&t, a, 7, v), BS_OK);
+  /* same low bits as 7, another hash: never returned for 7 */
+  assert_int_equal(bs__htab_add(&t, a, 7 + ((uint64_t)1 << 40), 1000), BS_OK);
+  assert_int_equal(t.n, 101);
+  assert_true(t.n * 2 <= t.cap);
+  for (uintptr_t v = 1; v <= 100; v++) assert_int_equal(count(&t, 7, v), 1);
+  assert_int_equal(count(&t, 7, 1000), 0);
+  assert_int_equal(count(&t, 7 + ((uint64_t)1 << 40), 1000), 1);
+  /* removal from the middle of the run keeps everything after it reachable */
+  for (uintptr_t v = 2; v <= 100; v += 2) bs__htab_remove(&t, 7, v);
+  for (uintptr_t v = 1; v <= 100; v++) assert_int_equal(count(&t, 7, v), v % 2);
+  assert_int_equal(count(&t, 7 + ((uint64_t)1 << 40), 1000), 1);
+  bs__htab_replace(&t, 7, 3, 3000);
+  assert_int_equal(count(&t, 7, 3), 0);
+  assert_int_equal(count(&t, 7, 3000), 1);
+  bs__htab_free(&t, a);
+}
+
+/* Runs that wrap: homes at the last entries of the table, removals of each position. */
+static void test_wraparound(void **state) {
+  const bs_allocator *a = &bs__default_allocator;
+  (void)state;
+  for (size_t gone = 0; gone < 6; gone++) {
+    bs__htab t = {0};
+    uint64_t h[6];
+    assert_int_equal(bs__htab_reserve(&t, a, 6), BS_OK);
+    assert_int_equal(t.cap, 16);
+    /* homes 15, 15, 14, 0, 15, 1: the run wraps from 14 over 15 into 0.. */
+    h[0] = 15, h[1] = 31, h[2] = 14, h[3] = 0, h[4] = 47, h[5] = 1;
+    for (size_t i = 0; i < 6; i++) bs__htab_put(&t, h[i], i + 1);
+    assert_int_equal(t.cap, 16); /* room was reserved: put never grows */
+    bs__htab_remove(&t, h[gone], gone + 1);
+    assert_int_equal(t.n, 5);
+    for (size_t i = 0; i < 6; i++) assert_int_equal(count(&t, h[i], i + 1), i != gone);
+    bs__htab_free(&t, a);
+  }
+}
+
+/* Random adds/removes/replaces over few hashes (long runs) against an array model. */
+static void test_random_model(void **state) {
+  const bs_allocator *a = &bs__default_allocator;
+  enum { N = 4000 };
+  uint64_t seed = ft_env_seed(), x = seed | 1;
+  static uint64_t mh[N];
+  static uintptr_t mv[N];
+  size_t n = 0;
+  uintptr_t next = 1;
+  bs__htab t = {0};
+  (void)state;
+  for (int step = 0; step < 20000; step++) {
+    unsigned r;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    r = (unsigned)(x % 100);
+    if (r < 55 && n < N) {
+      mh[n] = (x >> 8) % 13 * 0x9e3779b97f4a7c15ull; /* 13 hashes */
+      mv[n] = next++;
+      if (bs__htab_add(&t, a, mh[n], mv[n]) != BS_OK)
+        fail_msg("seed %llu", (unsigned long long)seed);
+      n++;
+    } else if (r < 90 && n) {
+      size_t k = (size_t)(x >> 16) % n;
+      bs__htab_remove(&t, mh[k], mv[k]);
+      mh[k] = mh[n - 1], mv[k] = mv[--n];
+    } else if (n) {
+      size_t k = (size_t)(x >> 16) % n;
+      bs__htab_replace(&t, mh[k], mv[k], next);
+      mv[k] = next++;
+    }
+    if (t.n != n)
+      fail_msg("seed %llu step %d: n %zu, model %zu", (unsigned long long)seed, step, t.n, n);
+    if (step % 97 == 0)
+      for (size_t k = 0; k < n; k++)
+        if (count(&t, mh[k], mv[k]) != 1)
+          fail_msg("seed %llu step %d: value %zu not found once", (unsigned long long)seed, step,
+                   (size_t)mv[k]);
+  }
+  bs__htab_clear(&t);
+  assert_int_equal(t.n, 0);
+  assert_true(t.cap > 0); /* clear keeps the memory */
+  assert_int_equal(count(&t, mh[0], mv[0]), 0);
+  bs__htab_free(&t, a);
+}
+
+/* Growth is the only failure, and it leaves the table as it was. */
+static void test_grow_fails_cleanly(void **state) {
+  ft_alloc f;
+  bs__htab t = {0};
+  size_t cap;
+  (void)state;
+  ft_alloc_init(&f);
+  for (uintptr_t v = 1; v <= 8; v++) assert_int_equal(bs__htab_add(&t, &f.a, v, v), BS_OK);
+  cap = t.cap;
+  ft_alloc_arm(&f, 1, 1);
+  assert_int_equal(bs__htab_add(&t, &f.a, 9, 9), BS_ENOMEM);
+  assert_int_equal(bs__htab_reserve(&t, &f.a, 1000), BS_ENOMEM);
+  assert_int_equal(t.cap, cap);
+  assert_int_equal(t.n, 8);
+  for (uintptr_t v = 1; v <= 8; v++) assert_int_equal(count(&t, v, v), 1);
+  assert_int_equal(bs__htab_reserve(&t, &f.a, cap / 2), BS_OK); /* room already: no allocation */
+  ft_alloc_arm(&f, 0, 0);
+  assert_int_equal(bs__htab_add(&t, &f.a, 9, 9), BS_OK);
+  assert_true(t.cap > cap);
+  bs__htab_free(&t, &f.a);
+  assert_int_equal(f.live, 0);
+}
+
+/* "Set all three functions or none": none is the default allocator, for every backend. */
+static void test_open_allocator_none(void **state) {
+  bs_allocator none = {NULL, NULL, NULL, NULL};
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db = NULL;
+  uint32_t id;
+  (void)state;
+  o.allocator = &none;
+  assert_ptr_equal(bs__open_allocator(&o), &bs__default_allocator);
+  assert_ptr_equal(bs__open_allocator(NULL), &bs__default_allocator);
+  assert_int_equal(bs_open_memory(&db, &o, NULL), BS_OK);
+  assert_int_equal(bs_stream_create(&id, db, "s", NULL, NULL), BS_OK);
+  bs_close(db);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_empty),
+      cmocka_unit_test(test_collisions),
+      cmocka_unit_test(test_wraparound),
+      cmocka_unit_test(test_random_model),
+      cmocka_unit_test(test_grow_fails_cleanly),
+      cmocka_unit_test(test_open_allocator_none),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
