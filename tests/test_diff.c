@@ -21,6 +21,7 @@
  */
 #include "util_contract.h"
 #include "util_edge.h"
+#include "util_fault.h"
 #include "util_model.h"
 
 #include <inttypes.h>
@@ -448,38 +449,16 @@ static int checksums_of(bs_storage *st, uint64_t C, const bs_val *b, size_t n, s
 }
 
 /* Parameter rows arrive in an order contract.md does not fix: collect, sort, join. */
-typedef struct strs {
-  char **v;
-  size_t n, cap;
-} strs;
-
-static int collect_param(const bs_val *p, void *payload) {
-  strs *s = payload;
-  sb t = {0};
-  sb_val(&t, *p);
-  s->v = ct_grow(s->v, &s->cap, s->n + 1, sizeof *s->v);
-  s->v[s->n++] = t.p ? t.p : ct_strdup("");
-  return 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void strs_out(strs *s, sb *o) {
-  if (s->n) qsort(s->v, s->n, sizeof *s->v, cmp_str); /* qsort(NULL, 0) is UB (UBSan) */
-  for (size_t i = 0; i < s->n; i++) {
-    sb_printf(o, "%s,", s->v[i]);
-    free(s->v[i]);
-  }
-  free(s->v);
-  memset(s, 0, sizeof *s);
+static void strs_out(ft_strs *s, sb *o) {
+  ft_strs_sort(s);
+  for (size_t i = 0; i < s->n; i++) sb_printf(o, "%s,", s->v[i]);
+  ft_strs_free(s);
 }
 
 static int params_of(bs_storage *st, uint64_t C, const bs_val *keys, size_t n, size_t limit, sb *o,
                      bs_error *err) {
-  strs s = {0};
-  int rc = bs_get_parameter_sets(st, C, keys, n, limit, collect_param, &s, err);
+  ft_strs s = {0};
+  int rc = bs_get_parameter_sets(st, C, keys, n, limit, ft_strs_add, &s, err);
   strs_out(&s, o); /* on BS_ELIMIT how many came before it is not part of the contract */
   if (rc) {
     free(o->p);
@@ -494,31 +473,18 @@ static int params_of(bs_storage *st, uint64_t C, const bs_val *keys, size_t n, s
  * and to, unless it says "invalidate". */
 typedef struct changes {
   int inv_b, inv_p;
-  strs b, l;
+  ft_strs b, l;
 } changes;
 
 static int on_changes(const bs_checkpoint_changes *c, void *payload) {
   changes *ch = payload;
   ch->inv_b = c->invalidate_data_buckets;
   ch->inv_p = c->invalidate_parameter_buckets;
-  for (size_t i = 0; i < c->n_updated_buckets; i++) collect_param(&c->updated_buckets[i], &ch->b);
-  for (size_t i = 0; i < c->n_updated_lookups; i++) collect_param(&c->updated_lookups[i], &ch->l);
+  for (size_t i = 0; i < c->n_updated_buckets; i++)
+    if (ft_strs_add(&c->updated_buckets[i], &ch->b)) return BS_ENOMEM;
+  for (size_t i = 0; i < c->n_updated_lookups; i++)
+    if (ft_strs_add(&c->updated_lookups[i], &ch->l)) return BS_ENOMEM;
   return 0;
-}
-
-static int strs_has(const strs *s, bs_val v) {
-  sb t = {0};
-  int hit = 0;
-  sb_val(&t, v);
-  for (size_t i = 0; i < s->n && !hit; i++) hit = strcmp(s->v[i], t.p) == 0;
-  free(t.p);
-  return hit;
-}
-
-static void strs_free(strs *s) {
-  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
-  free(s->v);
-  memset(s, 0, sizeof *s);
 }
 
 static int has_ops_in(bs_storage *st, bs_val bucket, uint64_t from, uint64_t to) {
@@ -550,18 +516,18 @@ static int changes_of(run *r, int side_i, size_t x, uint64_t from, uint64_t to, 
   if (rc == BS_OK) {
     for (size_t i = 0; i < r->buckets.n && !ch.inv_b; i++) {
       bs_val b = r->buckets.v[i];
-      if (b.size && b.size <= BS_MAX_BUCKET_NAME && !strs_has(&ch.b, b) &&
+      if (b.size && b.size <= BS_MAX_BUCKET_NAME && !ft_strs_has(&ch.b, b) &&
           has_ops_in(st, b, from, to)) {
         sb_printf(o, "misses bucket #%zu ", i);
         sb_val(o, b);
       }
     }
     for (size_t i = 0; i < r->keys.n && !ch.inv_p; i++)
-      if (!strs_has(&ch.l, r->keys.v[i]) && params_differ(st, r->keys.v[i], from, to))
+      if (!ft_strs_has(&ch.l, r->keys.v[i]) && params_differ(st, r->keys.v[i], from, to))
         sb_printf(o, "misses lookup #%zu ", i);
   }
-  strs_free(&ch.b);
-  strs_free(&ch.l);
+  ft_strs_free(&ch.b);
+  ft_strs_free(&ch.l);
   if (o->n)
     DIFF_FAIL("checkpoint_changes (%" PRIu64 ", %" PRIu64 "] of %s: %s (seed %llu step %zu)", from,
               to, SIDE_NAME[side_i], o->p, (unsigned long long)r->seed, r->step);

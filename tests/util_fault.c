@@ -483,29 +483,44 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-typedef struct fp_params {
-  char **v;
-  size_t n, cap;
-} fp_params;
-
-static int fp_on_params(const bs_val *p, void *payload) {
-  fp_params *ps = payload;
+int ft_strs_add(const bs_val *v, void *payload) {
+  ft_strs *s = payload;
   fp_buf b = {0};
-  if (ps->n == ps->cap) {
-    size_t cap = ps->cap ? ps->cap * 2 : 16;
-    char **v = realloc(ps->v, cap * sizeof *v);
-    if (!v) return BS_ENOMEM;
-    ps->v = v;
-    ps->cap = cap;
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    char **p = realloc(s->v, cap * sizeof *p);
+    if (!p) return BS_ENOMEM;
+    s->v = p;
+    s->cap = cap;
   }
-  fp_bytes(&b, *p);
+  fp_bytes(&b, *v);
   fp_str(&b, "");
   if (b.oom) {
     free(b.p);
     return BS_ENOMEM;
   }
-  ps->v[ps->n++] = b.p;
+  s->v[s->n++] = b.p;
   return 0;
+}
+
+void ft_strs_sort(ft_strs *s) {
+  if (s->n) qsort(s->v, s->n, sizeof *s->v, cmp_str); /* qsort(NULL, 0) is UB (UBSan) */
+}
+
+int ft_strs_has(const ft_strs *s, bs_val v) {
+  fp_buf b = {0};
+  int hit = 0;
+  fp_bytes(&b, v);
+  fp_str(&b, "");
+  for (size_t i = 0; i < s->n && b.p && !hit; i++) hit = strcmp(s->v[i], b.p) == 0;
+  free(b.p);
+  return hit;
+}
+
+void ft_strs_free(ft_strs *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+  free(s->v);
+  memset(s, 0, sizeof *s);
 }
 
 static int fp_bucket(bs_storage *st, uint64_t C, bs_val name, fp_buf *b, bs_error *err) {
@@ -563,10 +578,10 @@ int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
   fp_str(&b, line);
   for (size_t i = 0; i < nb && rc == BS_OK; i++) rc = fp_bucket(st, C, buckets[i], &b, err);
   for (size_t i = 0; i < nl && rc == BS_OK; i++) {
-    fp_params ps = {0};
-    rc = bs_get_parameter_sets(st, C, &lookups[i], 1, (size_t)1 << 30, fp_on_params, &ps, err);
+    ft_strs ps = {0};
+    rc = bs_get_parameter_sets(st, C, &lookups[i], 1, (size_t)1 << 30, ft_strs_add, &ps, err);
     if (rc == BS_OK) {
-      if (ps.n) qsort(ps.v, ps.n, sizeof *ps.v, cmp_str);
+      ft_strs_sort(&ps);
       fp_str(&b, "L ");
       fp_bytes(&b, lookups[i]);
       fp_str(&b, ":");
@@ -576,8 +591,7 @@ int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
       }
       fp_str(&b, "\n");
     }
-    for (size_t j = 0; j < ps.n; j++) free(ps.v[j]);
-    free(ps.v);
+    ft_strs_free(&ps);
   }
   if (rc == BS_OK && b.oom) rc = BS_ENOMEM;
   if (rc != BS_OK) {

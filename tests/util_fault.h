@@ -91,6 +91,20 @@ int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg);
 int ft_fingerprint(bs_storage *st, uint64_t C, const bs_val *buckets, size_t nb,
                    const bs_val *lookups, size_t nl, char **out, bs_error *err);
 
+/* ---- Byte strings collected as text (parameter sets, change lists) ------------------------ */
+/* Each value becomes printable text, unambiguous for any bytes (ASCII kept, the rest %xx, as
+ * ft_fingerprint shows names). Parameter rows arrive in an order the contract does not fix:
+ * collect, then ft_strs_sort. */
+typedef struct ft_strs {
+  char **v;
+  size_t n, cap;
+} ft_strs;
+/* Adds *v; also the callback of bs_get_parameter_sets (payload: ft_strs *). BS_ENOMEM on failure. */
+int ft_strs_add(const bs_val *v, void *payload);
+void ft_strs_sort(ft_strs *s);
+int ft_strs_has(const ft_strs *s, bs_val v); /* 1 when v was added */
+void ft_strs_free(ft_strs *s);
+
 /* ---- Small helpers -------------------------------------------------------------------------- */
 /* A fresh temporary directory under $TMPDIR (or /tmp) into buf; 0 on success. */
 int ft_tmpdir(char *buf, size_t cap, const char *tag);
