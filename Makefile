@@ -5,7 +5,7 @@ OPT     ?= -O2 -g
 BUILD   ?= build
 SAN     ?=
 PKGS    := liblmdb-dev libxxhash-dev libcmocka-dev nettle-dev libjansson-dev g++ pkg-config \
-           python3-pytest
+           python3-pytest python3-mypy node-typescript
 
 # The library is built with every -Wextra warning; the CLI and test objects keep unused parameters
 # quiet (cmocka's and the driver's handler signatures would make that warning noise there).
