@@ -1,6 +1,7 @@
 /*
  * pg.c: the PostgreSQL backend (issue 14): the connection pool, the libpq helpers, the schema
- * and its migrations, streams, storage handles and the lifecycle slots. Reads are in pg_read.c.
+ * and its migrations, streams, storage handles and the lifecycle slots. Reads are in
+ * pg_read.c.
  * A bs_db is a connection string and a pool of connections: any call takes an idle connection
  * (or opens one), runs its statements and gives it back, so reader threads never share one.
  */
@@ -35,6 +36,73 @@ void bs__pg_arg_bytes(bs__pg_args *a, bs_val v) {
   a->lengths[i] = (int)v.size;
   a->formats[i] = 1;
   a->types[i] = 17 /* bytea */;
+}
+
+int bs__pg_arg_bytes_array(bs__pg_args *a, const bs_val *v, size_t n, const bs_allocator *al,
+                           unsigned char **buf, bs_error *err) {
+  size_t size = n ? 20 : 12, at;
+  unsigned char *p;
+  for (size_t i = 0; i < n; i++) size += 4 + v[i].size;
+  if (size > (1u << 30)) return bs__fail(err, BS_ETOOBIG, "an array of %zu bytes", size);
+  if (!(p = bs__malloc(al, size))) return bs__fail(err, BS_ENOMEM, "an array of %zu bytes", size);
+  bs__put_u32be(p, n ? 1 : 0); /* dimensions */
+  bs__put_u32be(p + 4, 0);     /* flags (ignored by the server) */
+  bs__put_u32be(p + 8, 17);    /* element type: bytea */
+  at = 12;
+  if (n) {
+    bs__put_u32be(p + 12, (uint32_t)n);
+    bs__put_u32be(p + 16, 1); /* lower bound */
+    at = 20;
+  }
+  for (size_t i = 0; i < n; i++) {
+    bs__put_u32be(p + at, v[i].data ? (uint32_t)v[i].size : 0xffffffffu); /* -1: NULL */
+    if (v[i].size) memcpy(p + at + 4, v[i].data, v[i].size);
+    at += 4 + v[i].size;
+  }
+  *buf = p;
+  a->values[a->n] = (const char *)p;
+  a->lengths[a->n] = (int)size;
+  a->formats[a->n] = 1;
+  a->types[a->n++] = 1001 /* bytea[] */;
+  return BS_OK;
+}
+
+int bs__pg_array_open(bs_val v, bs__pg_array *it, bs_error *err) {
+  const unsigned char *p = v.data;
+  uint32_t dims;
+  memset(it, 0, sizeof *it);
+  if (!p || v.size < 12) goto bad;
+  dims = bs__get_u32be(p);
+  it->end = p + v.size;
+  if (dims == 0) {
+    it->p = p + 12;
+    return BS_OK;
+  }
+  if (dims != 1 || v.size < 20) goto bad;
+  it->n = bs__get_u32be(p + 12);
+  it->p = p + 20;
+  return BS_OK;
+bad:
+  return bs__fail(err, BS_ECORRUPT, "an array value of %zu bytes does not decode", v.size);
+}
+
+int bs__pg_array_next(bs__pg_array *it, bs_val *out) {
+  uint32_t len;
+  if (it->i == it->n) return 0;
+  if (it->end - it->p < 4) return BS_ECORRUPT;
+  len = bs__get_u32be(it->p);
+  it->p += 4;
+  it->i++;
+  if (len == 0xffffffffu) {
+    out->data = NULL;
+    out->size = 0;
+    return 1;
+  }
+  if ((size_t)(it->end - it->p) < len) return BS_ECORRUPT;
+  out->data = it->p;
+  out->size = len;
+  it->p += len;
+  return 1;
 }
 
 int bs__pg_fail(PGconn *c, const PGresult *res, const char *what, bs_error *err) {
@@ -508,8 +576,14 @@ static const bs_storage_vtable pg_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = pg_storage_destroy,
     .get_checkpoint = pg_get_checkpoint,
+    .bucket_data = bs__pg_bucket_data,
+    .checksums = bs__pg_checksums,
+    .checksum_ranges = bs__pg_checksum_ranges,
+    .checkpoint_changes = bs__pg_checkpoint_changes,
+    .parameter_sets = bs__pg_parameter_sets,
     .get_status = pg_get_status,
     .report_error = pg_report_error,
+    .list_buckets = bs__pg_list_buckets,
 };
 
 /* ---- Database -------------------------------------------------------------------------------- */

@@ -84,6 +84,22 @@ void bs__pg_arg_bool(bs__pg_args *a, int v);
 /* bytea: v.data NULL is SQL NULL (an absent value), {"" , 0} the empty string */
 void bs__pg_arg_bytes(bs__pg_args *a, bs_val v);
 
+/* bytea[] of the n values (one-dimensional; {NULL, 0} elements are SQL NULL), encoded into
+ * *buf (allocated from a; the caller frees it after the statement). BS_ENOMEM, BS_ETOOBIG
+ * (over 1 GiB). */
+int bs__pg_arg_bytes_array(bs__pg_args *a, const bs_val *v, size_t n, const bs_allocator *al,
+                           unsigned char **buf, bs_error *err);
+
+/* A binary bytea[] result value, walked element by element (borrowed from the result). */
+typedef struct bs__pg_array {
+  const unsigned char *p, *end;
+  uint32_t n, i;
+} bs__pg_array;
+/* BS_ECORRUPT (err may be NULL) when v is not a one-dimensional (or empty) array. */
+int bs__pg_array_open(bs_val v, bs__pg_array *it, bs_error *err);
+/* 1 and the next element (a NULL element: {NULL, 0}), 0 after the last, BS_ECORRUPT. */
+int bs__pg_array_next(bs__pg_array *it, bs_val *out);
+
 /* Runs sql with args (may be NULL) and binary results. BS_OK with *res (PQclear it) when the
  * server answered PGRES_COMMAND_OK or PGRES_TUPLES_OK; else the error mapped (bs__pg_fail),
  * *res NULL. what names the statement in the message. */
@@ -110,5 +126,25 @@ bs_val bs__pg_bytes(const PGresult *r, int row, int col);
 int bs__pg_begin(PGconn *c, int read_only, bs_error *err);
 int bs__pg_commit(PGconn *c, bs_error *err);
 void bs__pg_rollback(PGconn *c);
+
+/* pg_read.c: the read slots */
+int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                       size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
+                       bs_error *err);
+int bs__pg_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                     bs_checksum *out, uint64_t *generation_out, bs_error *err);
+int bs__pg_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                           size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                           bs_error *err);
+int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                          size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                          bs_error *err);
+int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                              int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                              bs_error *err);
+int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
+                        int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                        bs_error *err);
 
 #endif /* BUCKETSTORE_PG_INTERNAL_H */

@@ -19,6 +19,8 @@
 
 #ifdef BS_HAVE_PG
 #include <libpq-fe.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 static const char *base_url;
 static int schema_seq;
@@ -353,6 +355,677 @@ static void t_unsupported_slots(void **state) {
   bs_close(db);
 }
 
+/* ---- reads (step 2), on data a writer would leave: mirrored from the memory backend ---- */
+
+/* A stream's data, written through the memory backend's writer (saves, commits, a full
+ * compaction: PUT, REMOVE, MOVE and CLEAR ops, a torn span), then copied into the PostgreSQL
+ * tables as the PostgreSQL writer will keep them. Reads of both must then agree at every C. */
+static uint64_t rnd_state;
+static uint64_t rnd(void) {
+  rnd_state = rnd_state * 6364136223846793005ull + 1442695040888963407ull;
+  return rnd_state >> 33;
+}
+
+static const char *const bucket_names[] = {"b", "by_user[\"u1\"]", "\xc3\xa9t\xc3\xa9", "z"};
+#define N_BUCKETS 4
+
+static void mem_workload(bs_db **out, uint64_t *head, uint64_t seed) {
+  bs_error err = {0};
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  char lsn[32];
+  int n_lsn = 0;
+  rnd_state = seed;
+  assert_int_equal(bs_open_memory(&db, NULL, &err), BS_OK);
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, &wo, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"0", 1}, &err), BS_OK);
+  for (int step = 0; step < 120; step++) {
+    char id[16], data[64];
+    bs_row rows[2];
+    bs_save sv = BS_SAVE_INIT;
+    int k = (int)(rnd() % 3);
+    snprintf(id, sizeof id, "r%d", (int)(rnd() % 12));
+    /* data of every size class the chunking cares about: "", one byte, a few KiB */
+    size_t len = rnd() % 4 == 0 ? 0 : rnd() % 4 == 0 ? 1 : 20;
+    memset(data, 'a' + (int)(rnd() % 26), sizeof data);
+    sv.table = (bs_val){"t", 1};
+    sv.tag = rnd() % 7 == 0 ? BS_DELETE : BS_UPDATE;
+    sv.after_id = (bs_val){id, strlen(id)};
+    sv.before_id = sv.after_id;
+    for (int i = 0; i < k; i++) {
+      const char *b = bucket_names[rnd() % N_BUCKETS];
+      rows[i].bucket = (bs_val){b, strlen(b)};
+      rows[i].object_type = (bs_val){"todos", 5};
+      rows[i].object_id = (bs_val){id, strlen(id)};
+      rows[i].data = (bs_val){data, len};
+    }
+    sv.rows = rows;
+    sv.n_rows = (size_t)k;
+    assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+    if (rnd() % 5 == 0) {
+      snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
+      assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+    }
+    if (step == 80) {
+      bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+      co.min_bucket_changes = 1;
+      co.min_change_ratio = 0;
+      assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+    }
+  }
+  snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
+  assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+  bs_status status;
+  assert_int_equal(bs_get_status(st, &status, &err), BS_OK);
+  *head = status.last_persisted_op;
+  bs_writer_close(w);
+  bs_storage_close(st);
+  *out = db;
+}
+
+/* text parameter of a number */
+#define NUM(buf, v) (snprintf(buf, sizeof buf, "%llu", (unsigned long long)(v)), buf)
+
+static int mirror_chunk(const bs_chunk *ch, void *payload) {
+  pgt *t = payload;
+  for (size_t i = 0; i < ch->n_ops; i++) {
+    const bs_op *o = &ch->ops[i];
+    char id[24], type[24], ck[24], tgt[24];
+    const char *v[9] = {ch->bucket.data,      NUM(id, o->op_id),      NUM(type, o->type),
+                        NUM(ck, o->checksum), NUM(tgt, o->target_op), o->object_type.data,
+                        o->object_id.data,    o->subkey.data,         o->data.data};
+    int len[9] = {(int)ch->bucket.size,
+                  0,
+                  0,
+                  0,
+                  0,
+                  (int)o->object_type.size,
+                  (int)o->object_id.size,
+                  (int)o->subkey.size,
+                  (int)o->data.size};
+    /* binary bytea, text numbers: $2..$5 are sent as text below */
+    int fmt[9] = {1, 0, 0, 0, 0, 1, 1, 1, 1};
+    for (int k = 5; k < 9; k++)
+      if (!v[k] && len[k] == 0 && (o->type == BS_OP_PUT || (o->type == BS_OP_REMOVE && k < 8)))
+        v[k] = ""; /* a carried field is present, also when empty */
+    PGresult *r = PQexecParams(
+        t->admin,
+        "INSERT INTO bs_ops SELECT b.id, $2::bigint, $3::smallint, $4::bigint, $5::bigint,"
+        " $6, $7, $8, $9 FROM bs_buckets b WHERE b.stream = 1 AND b.name = $1",
+        9, NULL, v, len, fmt, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) fail_msg("mirror: %s", PQresultErrorMessage(r));
+    PQclear(r);
+  }
+  return 0;
+}
+
+/* the first C of a torn span: the memory backend answers BS_EINVALIDATED from there */
+static uint64_t torn_start(bs_storage *mst, bs_val b, uint64_t clear_op) {
+  bs_checksum cs;
+  bs_error err;
+  uint64_t c = clear_op;
+  while (c > 0 && bs_get_checksums(mst, c - 1, &b, 1, &cs, &err) == BS_EINVALIDATED) c--;
+  return c;
+}
+
+static int first_op_cb(const bs_chunk *ch, void *payload) {
+  bs_op *first = payload;
+  if (first->op_id == 0 && ch->n_ops) *first = ch->ops[0];
+  return 0;
+}
+
+static int mirror_bucket(const bs_bucket_info *info, void *payload) {
+  void **ctx = payload;
+  pgt *t = ctx[0];
+  bs_storage *mst = ctx[1];
+  uint64_t head = *(uint64_t *)ctx[2];
+  bs_error err = {0};
+  bs_bucket_request req = {info->name, 0};
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_op first = {0};
+  char ck[24], n[24], last[24], cs[24], co[24];
+  int more = 1;
+  uint64_t clear_start = 0, clear_op = 0;
+  bo.limit = 1;
+  bs_get_bucket_data(mst, head, &req, 1, &bo, first_op_cb, &first, &more, &err);
+  if (first.type == BS_OP_CLEAR) {
+    clear_op = first.op_id;
+    clear_start = torn_start(mst, info->name, clear_op);
+    if (clear_start == clear_op) clear_op = clear_start = 0; /* no span left */
+  }
+  const char *v[6] = {info->name.data,          NUM(ck, info->checksum), NUM(n, info->count),
+                      NUM(last, info->last_op), NUM(cs, clear_start),    NUM(co, clear_op)};
+  int len[6] = {(int)info->name.size, 0, 0, 0, 0, 0};
+  int fmt[6] = {1, 0, 0, 0, 0, 0};
+  PGresult *r = PQexecParams(t->admin,
+                             "INSERT INTO bs_buckets (stream, name, checksum, count, last_op,"
+                             " clear_start, clear_op) VALUES (1, $1, $2::bigint, $3::bigint,"
+                             " $4::bigint, $5::bigint, $6::bigint)",
+                             6, NULL, v, len, fmt, 0);
+  if (PQresultStatus(r) != PGRES_COMMAND_OK) fail_msg("mirror: %s", PQresultErrorMessage(r));
+  PQclear(r);
+  bo.limit = 1000000;
+  do {
+    assert_int_equal(bs_get_bucket_data(mst, head, &req, 1, &bo, mirror_chunk, t, &more, &err),
+                     BS_OK);
+  } while (more);
+  return 0;
+}
+
+/* Every chunk of a read as text, for comparing two backends. */
+typedef struct dump {
+  char *s;
+  size_t n, cap;
+} dump;
+
+static void dump_add(dump *d, const char *fmt, ...) {
+  va_list ap;
+  char buf[512];
+  int k;
+  va_start(ap, fmt);
+  k = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (d->n + (size_t)k + 1 > d->cap) {
+    d->cap = (d->n + (size_t)k + 1) * 2;
+    d->s = realloc(d->s, d->cap);
+    assert_non_null(d->s);
+  }
+  memcpy(d->s + d->n, buf, (size_t)k + 1);
+  d->n += (size_t)k;
+}
+
+static void dump_val(dump *d, bs_val v) {
+  if (!v.data) {
+    dump_add(d, " -");
+    return;
+  }
+  dump_add(d, " '");
+  for (size_t i = 0; i < v.size; i++) dump_add(d, "%02x", ((const unsigned char *)v.data)[i]);
+  dump_add(d, "'");
+}
+
+static int dump_chunk(const bs_chunk *ch, void *payload) {
+  dump *d = payload;
+  dump_add(d, "chunk");
+  dump_val(d, ch->bucket);
+  dump_add(d, " %llu %llu %d %llu\n", (unsigned long long)ch->after,
+           (unsigned long long)ch->next_after, ch->has_more, (unsigned long long)ch->target_op);
+  for (size_t i = 0; i < ch->n_ops; i++) {
+    const bs_op *o = &ch->ops[i];
+    dump_add(d, "  %llu %d %u %llu", (unsigned long long)o->op_id, (int)o->type, o->checksum,
+             (unsigned long long)o->target_op);
+    dump_val(d, o->object_type);
+    dump_val(d, o->object_id);
+    dump_val(d, o->subkey);
+    dump_val(d, o->data);
+    dump_add(d, "\n");
+  }
+  return 0;
+}
+
+/* Reads every bucket from after with (limit, chunk_bytes), calling again while has_more. */
+static int read_all(bs_storage *st, uint64_t c, const uint64_t *after, size_t limit,
+                    size_t chunk_bytes, size_t max_bytes, dump *d) {
+  bs_bucket_request req[N_BUCKETS + 1];
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_error err = {0};
+  int more = 0, rc, calls = 0;
+  uint64_t pos[N_BUCKETS + 1];
+  bo.limit = limit;
+  bo.chunk_bytes = chunk_bytes;
+  bo.max_bytes = max_bytes;
+  for (int i = 0; i <= N_BUCKETS; i++) {
+    const char *b = i < N_BUCKETS ? bucket_names[i] : "unknown";
+    req[i].bucket = (bs_val){b, strlen(b)};
+    pos[i] = after[i];
+  }
+  do {
+    size_t mark;
+    for (int i = 0; i <= N_BUCKETS; i++) req[i].after = pos[i];
+    mark = d->n;
+    rc = bs_get_bucket_data(st, c, req, N_BUCKETS + 1, &bo, dump_chunk, d, &more, &err);
+    dump_add(d, "call %d rc %d more %d\n", calls++, rc, more);
+    if (rc) return rc;
+    /* the next call resumes each bucket after its last op served */
+    for (const char *p = d->s + mark; (p = strstr(p, "chunk ")) != NULL; p++) {
+      char hex[2 * 600 + 1] = {0};
+      unsigned long long a, na;
+      int hm;
+      unsigned long long tg;
+      if (sscanf(p, "chunk '%1200[0-9a-f]' %llu %llu %d %llu", hex, &a, &na, &hm, &tg) != 5)
+        continue;
+      for (int i = 0; i <= N_BUCKETS; i++) {
+        char want[2 * 600 + 1] = {0};
+        for (size_t k = 0; k < req[i].bucket.size; k++)
+          sprintf(want + 2 * k, "%02x", ((const unsigned char *)req[i].bucket.data)[k]);
+        if (!strcmp(want, hex)) pos[i] = na;
+      }
+    }
+  } while (more);
+  return BS_OK;
+}
+
+static void t_reads_mirror(void **state) {
+  pgt *t = *state;
+  bs_open_options nocache = BS_OPEN_OPTIONS_INIT;
+  bs_error err = {0};
+  bs_db *mdb, *pdb, *pdb_cached;
+  bs_storage *mst, *pst, *pcst;
+  uint64_t head;
+  int torn_seen = 0, checked = 0;
+  nocache.checksum_cache_entries = (size_t)-1;
+  mem_workload(&mdb, &head, 7);
+  assert_int_equal(bs_storage_open(&mst, mdb, 1, &err), BS_OK);
+  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
+  assert_int_equal(bs_stream_create(NULL, pdb, "s", NULL, &err), BS_OK);
+  void *ctx[3] = {t, mst, &head};
+  assert_int_equal(bs_list_buckets(mst, (bs_val){NULL, 0}, mirror_bucket, ctx, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);
+  pdb_cached = open_ok(t, 0);
+  assert_int_equal(bs_storage_open(&pcst, pdb_cached, 1, &err), BS_OK);
+  /* checksums at every C, uncached and through the cache (which extends cached bases with
+   * checksum_ranges); equal results, equal torn-read refusals */
+  for (uint64_t c = 0; c <= head + 1; c++) {
+    bs_val names[N_BUCKETS + 1];
+    bs_checksum m[N_BUCKETS + 1], p[N_BUCKETS + 1], pc[N_BUCKETS + 1];
+    for (int i = 0; i < N_BUCKETS; i++)
+      names[i] = (bs_val){bucket_names[i], strlen(bucket_names[i])};
+    names[N_BUCKETS] = (bs_val){"unknown", 7};
+    for (int i = 0; i <= N_BUCKETS; i++) {
+      int rm = bs_get_checksums(mst, c, &names[i], 1, &m[i], &err);
+      int rp = bs_get_checksums(pst, c, &names[i], 1, &p[i], &err);
+      int rpc = bs_get_checksums(pcst, c, &names[i], 1, &pc[i], &err);
+      assert_int_equal(rp, rm);
+      assert_int_equal(rpc, rm);
+      torn_seen += rm == BS_EINVALIDATED;
+      if (rm) continue;
+      assert_int_equal(p[i].checksum, m[i].checksum);
+      assert_int_equal(p[i].count, m[i].count);
+      assert_int_equal(pc[i].checksum, m[i].checksum);
+      assert_int_equal(pc[i].count, m[i].count);
+      checked++;
+    }
+  }
+  assert_true(torn_seen > 0); /* the compaction left a torn span: the check was exercised */
+  assert_true(checked > 100);
+  /* bucket data: every C, several positions, limits and chunk sizes; also one op per chunk
+   * (chunk_bytes 0) and a byte cap per call */
+  static const size_t limits[] = {1, 3, 1000};
+  static const size_t chunks[] = {0, 30, 1024 * 1024};
+  for (uint64_t c = 0; c <= head + 1; c += 1 + c / 8) {
+    for (int li = 0; li < 3; li++)
+      for (int ci = 0; ci < 3; ci++) {
+        uint64_t after[N_BUCKETS + 1] = {0, c / 2, 0, c / 3, 0};
+        dump dm = {0}, dp = {0};
+        int rm = read_all(mst, c, after, limits[li], chunks[ci], li == 2 ? 50 : 0, &dm);
+        int rp = read_all(pst, c, after, limits[li], chunks[ci], li == 2 ? 50 : 0, &dp);
+        assert_int_equal(rp, rm);
+        if (strcmp(dm.s, dp.s)) {
+          fprintf(stderr, "C=%llu limit %zu chunk %zu\nmemory:\n%s\npostgres:\n%s\n",
+                  (unsigned long long)c, limits[li], chunks[ci], dm.s, dp.s);
+          fail();
+        }
+        free(dm.s);
+        free(dp.s);
+      }
+  }
+  bs_storage_close(pcst);
+  bs_close(pdb_cached);
+  bs_storage_close(pst);
+  bs_close(pdb);
+  bs_storage_close(mst);
+  bs_close(mdb);
+}
+
+/* ---- parameter sets, checkpoint changes, the bucket list: entries as a writer keeps them ---- */
+
+static void hex(char *out, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
+  out[2 * n] = '\0';
+}
+
+/* One parameter entry of stream 1; rows NULL = a tombstone. */
+static void param(pgt *t, bs_val key, uint64_t op, int table, const char *rid,
+                  const char *const *rows, int n) {
+  char sql[4096], k[2 * 481], r[2 * 64], *p;
+  hex(k, key.data, key.size);
+  hex(r, rid, strlen(rid));
+  p = sql + sprintf(sql, "INSERT INTO bs_params VALUES (1, '\\x%s', %llu, %d, '\\x%s', ", k,
+                    (unsigned long long)op, table, r);
+  if (!n) p += sprintf(p, "'{}'");
+  for (int i = 0; i < n; i++) {
+    char h[2 * 64 + 1];
+    hex(h, rows[i], strlen(rows[i]));
+    p += sprintf(p, "%s'\\x%s'::bytea%s", i ? ", " : "ARRAY[", h, i == n - 1 ? "]" : "");
+  }
+  sprintf(p, ")");
+  admin_exec(t, sql);
+}
+
+typedef struct rowlist {
+  int n;
+  char row[32][64];
+  size_t size[32];
+  int null_seen;
+} rowlist;
+
+static int collect_row(const bs_val *v, void *payload) {
+  rowlist *l = payload;
+  assert_true(l->n < 32);
+  if (!v->data) l->null_seen = 1;
+  memcpy(l->row[l->n], v->data, v->size);
+  l->size[l->n++] = v->size;
+  return 0;
+}
+
+static int stop_row(const bs_val *v, void *payload) {
+  (*(int *)payload)++;
+  return 9;
+}
+
+static void t_parameter_sets(void **state) {
+  pgt *t = *state;
+  bs_db *db = open_ok(t, 0);
+  bs_error err = {0};
+  bs_storage *st;
+  unsigned char big[BS_MAX_LOOKUP_KEY];
+  bs_val k_empty = {"", 0}, k1 = {"k", 1}, k_big = {big, sizeof big}, k_utf = {"\xc3\xa9", 2},
+         none = {"none", 4};
+  const char *r1[] = {"{\"a\":1}"}, *r2[] = {"{\"b\":2}", ""}, *r3[] = {"{\"c\":3}"};
+  rowlist l;
+  int calls = 0;
+  memset(big, 0xfe, sizeof big);
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  /* k1: row (1,"a") put at 2, replaced at 6, tombstoned at 9; row (1,"b") at 3; row (2,"a") at 4 */
+  param(t, k1, 2, 1, "a", r1, 1);
+  param(t, k1, 3, 1, "b", r2, 2);
+  param(t, k1, 4, 2, "a", r3, 1);
+  param(t, k1, 6, 1, "a", r3, 1);
+  param(t, k1, 9, 1, "a", NULL, 0);
+  param(t, k_empty, 5, 1, "x", r1, 1);
+  param(t, k_big, 7, 3, "", r2, 2); /* an empty replica id is a value */
+  param(t, k_utf, 8, 1, "y", r3, 1);
+  /* at C = 1 nothing; at 2 one row */
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_get_parameter_sets(st, 1, &k1, 1, 100, collect_row, &l, &err), BS_OK);
+  assert_int_equal(l.n, 0);
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_get_parameter_sets(st, 2, &k1, 1, 100, collect_row, &l, &err), BS_OK);
+  assert_int_equal(l.n, 1);
+  assert_memory_equal(l.row[0], "{\"a\":1}", 7);
+  /* at 8: (1,"a") is its entry of 6; the rows come in (table, XXH3 of the replica id) order:
+   * table 1's two rows first, in the order of their hashes, then table 2's */
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 100, collect_row, &l, &err), BS_OK);
+  assert_int_equal(l.n, 4);
+  {
+    uint64_t ha = XXH3_64bits("a", 1), hb = XXH3_64bits("b", 1);
+    int a_first = ha < hb, ia = a_first ? 0 : 2, ib = a_first ? 1 : 0;
+    assert_memory_equal(l.row[ia], "{\"c\":3}", 7);
+    assert_int_equal(l.size[ib], 7);
+    assert_memory_equal(l.row[ib], "{\"b\":2}", 7);
+    assert_int_equal(l.size[ib + 1], 0); /* "" stays a present, empty row */
+    assert_memory_equal(l.row[3], "{\"c\":3}", 7);
+  }
+  assert_int_equal(l.null_seen, 0);
+  /* at 9 the tombstone drops (1,"a") */
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_get_parameter_sets(st, 9, &k1, 1, 100, collect_row, &l, &err), BS_OK);
+  assert_int_equal(l.n, 3);
+  /* several lookups: request order, a repeated key once, unknown keys nothing; edge keys */
+  {
+    bs_val ks[5] = {k_utf, k_empty, none, k_big, k_utf};
+    memset(&l, 0, sizeof l);
+    assert_int_equal(bs_get_parameter_sets(st, 100, ks, 5, 100, collect_row, &l, &err), BS_OK);
+    assert_int_equal(l.n, 4);
+    assert_memory_equal(l.row[0], "{\"c\":3}", 7);
+    assert_memory_equal(l.row[1], "{\"a\":1}", 7);
+    assert_memory_equal(l.row[2], "{\"b\":2}", 7);
+    assert_int_equal(l.size[3], 0);
+  }
+  /* the limit: exactly reached is fine; one over fails before fn sees a row */
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 4, collect_row, &l, &err), BS_OK);
+  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 3, stop_row, &calls, &err), BS_ELIMIT);
+  assert_string_equal(err.msg, "too many parameter results (limit was 3)");
+  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 0, stop_row, &calls, &err), BS_ELIMIT);
+  assert_int_equal(calls, 0);
+  /* fn's value stops the call and comes back */
+  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 100, stop_row, &calls, &err), 9);
+  assert_int_equal(calls, 1);
+  /* below the parameter-compaction horizon: BS_ESTALE */
+  admin_exec(t, "UPDATE bs_streams SET param_horizon = 5 WHERE id = 1");
+  assert_int_equal(bs_get_parameter_sets(st, 4, &k1, 1, 100, collect_row, &l, &err), BS_ESTALE);
+  assert_int_equal(bs_get_parameter_sets(st, 5, &k1, 1, 100, stop_row, &calls, &err), 9);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+/* A change record of stream 1: ops [first, last], flags, lists as SQL array literals. */
+static void change(pgt *t, uint64_t first, uint64_t last, int seq, int flags, const char *buckets,
+                   const char *lookups, const char *users) {
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO bs_changes VALUES (1, %llu, %d, %llu, %d, %s::bytea[], %s::bytea[],"
+           " %s::bytea[])",
+           (unsigned long long)last, seq, (unsigned long long)first, flags, buckets, lookups,
+           users);
+  admin_exec(t, sql);
+}
+
+typedef struct changes_seen {
+  int inv_data, inv_params;
+  size_t n_buckets;
+  char got[3][512];
+} changes_seen;
+
+static void join_sorted(char *out, const bs_val *v, size_t n) {
+  char items[64][64];
+  size_t k = 0;
+  assert_true(n <= 64);
+  for (size_t i = 0; i < n; i++) {
+    snprintf(items[i], sizeof items[i], "%.*s", (int)v[i].size, (const char *)v[i].data);
+  }
+  for (size_t i = 0; i < n; i++) /* insertion sort: a set compares in any order */
+    for (size_t j = i; j > 0 && strcmp(items[j - 1], items[j]) > 0; j--) {
+      char tmp[64];
+      strcpy(tmp, items[j]);
+      strcpy(items[j], items[j - 1]);
+      strcpy(items[j - 1], tmp);
+    }
+  out[0] = '\0';
+  for (size_t i = 0; i < n; i++) k += (size_t)sprintf(out + k, "%s%s", i ? "," : "", items[i]);
+}
+
+static int collect_changes(const bs_checkpoint_changes *c, void *payload) {
+  changes_seen *s = payload;
+  s->inv_data = c->invalidate_data_buckets;
+  s->inv_params = c->invalidate_parameter_buckets;
+  s->n_buckets = c->n_updated_buckets;
+  if (c->n_updated_buckets <= 64) join_sorted(s->got[0], c->updated_buckets, c->n_updated_buckets);
+  join_sorted(s->got[1], c->updated_lookups, c->n_updated_lookups);
+  join_sorted(s->got[2], c->updated_write_checkpoint_users, c->n_updated_write_checkpoint_users);
+  return 0;
+}
+
+#define BS_CHANGES_MAX_TEST 1000 /* internal.h's BS_CHANGES_MAX, the reference service's */
+
+static changes_seen changes_of(bs_storage *st, uint64_t from, uint64_t to) {
+  changes_seen s;
+  bs_error err = {0};
+  memset(&s, 0, sizeof s);
+  int rc = bs_get_checkpoint_changes(st, from, to, collect_changes, &s, &err);
+  if (rc) fail_msg("checkpoint_changes: %s", err.msg);
+  return s;
+}
+
+static void t_checkpoint_changes(void **state) {
+  pgt *t = *state;
+  bs_db *db = open_ok(t, 0);
+  bs_error err = {0};
+  bs_storage *st;
+  changes_seen s;
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  change(t, 1, 4, 1, 0, "'{a,b}'", "'{k1}'", "'{}'");
+  change(t, 5, 4, 2, 1, "'{}'", "'{}'", "'{u1}'"); /* a checkpoint record without ops at 4 */
+  change(t, 5, 7, 3, 0, "'{b,c}'", "'{}'", "'{}'");
+  change(t, 8, 9, 4, 0, "'{\"\"}'", "'{k2}'", "'{u2,u1}'"); /* an empty name is a value */
+  s = changes_of(st, 0, 4);
+  assert_string_equal(s.got[0], "a,b");
+  assert_string_equal(s.got[1], "k1");
+  assert_string_equal(s.got[2], "u1");
+  assert_int_equal(s.inv_data + s.inv_params, 0);
+  /* (4, 7]: only the second flush; users of the record at exactly `from` count (extras are
+   * allowed, misses are not) */
+  s = changes_of(st, 4, 7);
+  assert_string_equal(s.got[0], "b,c");
+  assert_string_equal(s.got[1], "");
+  assert_string_equal(s.got[2], "u1");
+  s = changes_of(st, 6, 9); /* a record that only partly meets the range counts */
+  assert_string_equal(s.got[0], ",b,c");
+  assert_string_equal(s.got[1], "k2");
+  assert_string_equal(s.got[2], "u1,u2");
+  s = changes_of(st, 9, 9);
+  assert_string_equal(s.got[0], "");
+  assert_string_equal(s.got[2], "u1,u2");
+  s = changes_of(st, 10, 20);
+  assert_string_equal(s.got[0], "");
+  assert_string_equal(s.got[2], "");
+  /* a too-many flag invalidates its kind only */
+  change(t, 10, 12, 5, 2, "'{}'", "'{k3}'", "'{}'");
+  s = changes_of(st, 9, 12);
+  assert_int_equal(s.inv_data, 1);
+  assert_int_equal(s.inv_params, 0);
+  assert_string_equal(s.got[0], "");
+  assert_string_equal(s.got[1], "k3");
+  change(t, 13, 13, 6, 4, "'{d}'", "'{}'", "'{}'");
+  s = changes_of(st, 12, 13);
+  assert_int_equal(s.inv_data, 0);
+  assert_int_equal(s.inv_params, 1);
+  assert_string_equal(s.got[0], "d");
+  /* more than BS_CHANGES_MAX distinct buckets: invalidate; exactly that many: listed */
+  admin_exec(t, "INSERT INTO bs_changes SELECT 1, 20, 7, 14, 0,"
+                " (SELECT array_agg(convert_to('x' || g, 'UTF8')) FROM generate_series(1, 1000) g),"
+                " '{}', '{}'");
+  admin_exec(t, "INSERT INTO bs_changes SELECT 1, 21, 8, 21, 0, '{x1, x2, y}', '{}', '{}'");
+  s = changes_of(st, 13, 20);
+  assert_int_equal(s.inv_data, 0);
+  assert_int_equal(s.n_buckets, BS_CHANGES_MAX_TEST);
+  s = changes_of(st, 13, 21);
+  assert_int_equal(s.inv_data, 1);
+  /* below the fence (a clear dropped the records): everything invalidated */
+  admin_exec(t, "UPDATE bs_streams SET changes_fence = 5 WHERE id = 1");
+  s = changes_of(st, 4, 7);
+  assert_int_equal(s.inv_data, 1);
+  assert_int_equal(s.inv_params, 1);
+  assert_string_equal(s.got[2], "u1");
+  s = changes_of(st, 5, 7);
+  assert_int_equal(s.inv_data + s.inv_params, 0);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+typedef struct listed {
+  int n, stop_after;
+  char names[8][64];
+  bs_bucket_info info[8];
+} listed;
+
+static int collect_bucket(const bs_bucket_info *info, void *payload) {
+  listed *l = payload;
+  assert_true(l->n < 8);
+  snprintf(l->names[l->n], sizeof l->names[0], "%.*s", (int)info->name.size,
+           (const char *)info->name.data);
+  l->info[l->n++] = *info;
+  return l->n == l->stop_after ? 5 : 0;
+}
+
+static void t_list_buckets(void **state) {
+  pgt *t = *state;
+  bs_db *db = open_ok(t, 0);
+  bs_error err = {0};
+  bs_storage *st;
+  listed l;
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_stream_create(NULL, db, "other", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  /* byte order, shorter prefix first; an emptied bucket (count 0) is not listed; another
+   * stream's bucket of the same name is its own */
+  admin_exec(t, "INSERT INTO bs_buckets (stream, name, checksum, count, last_op, bytes,"
+                " generation, compacted_count, compacted_op) VALUES"
+                " (1, 'b', 4294967295, 3, 9, 100, 2, 1, 5), (1, 'a', 1, 1, 1, 10, 0, 0, 0),"
+                " (1, 'ab', 2, 2, 4, 20, 0, 0, 0), (1, '\\xc3a9'::bytea, 3, 1, 6, 30, 0, 0, 0),"
+                " (1, 'gone', 0, 0, 8, 0, 1, 0, 8), (2, 'a', 7, 7, 7, 7, 7, 7, 7),"
+                " (1, 'c', 5, 4, 8, 40, 1, 4, 8)");
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, collect_bucket, &l, &err), BS_OK);
+  assert_int_equal(l.n, 5);
+  assert_string_equal(l.names[0], "a");
+  assert_string_equal(l.names[1], "ab");
+  assert_string_equal(l.names[2], "b");
+  assert_string_equal(l.names[3], "c");
+  assert_string_equal(l.names[4], "\xc3\xa9");
+  assert_int_equal(l.info[2].checksum, 4294967295u);
+  assert_int_equal(l.info[2].count, 3);
+  assert_int_equal(l.info[2].last_op, 9);
+  assert_int_equal(l.info[2].bytes, 100);
+  assert_int_equal(l.info[2].generation, 2);
+  assert_int_equal(l.info[2].changes, 2); /* 3 ops now, 1 after its compaction at 5 */
+  assert_int_equal(l.info[3].changes, 0); /* nothing since its compaction */
+  assert_int_equal(l.info[0].changes, 1); /* never compacted: all of them */
+  /* strictly after start_after, which need not exist; "" lists everything */
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_list_buckets(st, (bs_val){"a", 1}, collect_bucket, &l, &err), BS_OK);
+  assert_int_equal(l.n, 4);
+  assert_string_equal(l.names[0], "ab");
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_list_buckets(st, (bs_val){"b0", 2}, collect_bucket, &l, &err), BS_OK);
+  assert_int_equal(l.n, 2);
+  assert_string_equal(l.names[0], "c");
+  memset(&l, 0, sizeof l);
+  assert_int_equal(bs_list_buckets(st, (bs_val){"", 0}, collect_bucket, &l, &err), BS_OK);
+  assert_int_equal(l.n, 5);
+  /* fn's value stops the listing */
+  memset(&l, 0, sizeof l);
+  l.stop_after = 2;
+  assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, collect_bucket, &l, &err), 5);
+  assert_int_equal(l.n, 2);
+  bs_storage_close(st);
+  /* more than a page (1000 per statement): every bucket once, in order */
+  admin_exec(t, "INSERT INTO bs_buckets (stream, name, checksum, count, last_op)"
+                " SELECT 2, convert_to(lpad(g::text, 5, '0'), 'UTF8'), g, 1, g"
+                " FROM generate_series(1, 2500) g");
+  assert_int_equal(bs_storage_open(&st, db, 2, &err), BS_OK);
+  {
+    long long n = admin_int(t, "SELECT count(*) FROM bs_buckets WHERE stream = 2");
+    int total = 0, rc;
+    bs_val after = {NULL, 0};
+    char last[64] = "";
+    /* page through with start_after, 8 at a time, as storage.h suggests */
+    do {
+      memset(&l, 0, sizeof l);
+      l.stop_after = 8;
+      rc = bs_list_buckets(st, after, collect_bucket, &l, &err);
+      assert_true(rc == 5 || rc == BS_OK);
+      for (int i = 0; i < l.n; i++) {
+        assert_true(strcmp(l.names[i], last) > 0);
+        strcpy(last, l.names[i]);
+      }
+      total += l.n;
+      after = (bs_val){last, strlen(last)};
+    } while (rc == 5);
+    assert_int_equal(total, n);
+  }
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_schema_created_once, setup, teardown),
@@ -363,6 +1036,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_storage_open, setup, teardown),
       cmocka_unit_test_setup_teardown(t_status, setup, teardown),
       cmocka_unit_test_setup_teardown(t_unsupported_slots, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_reads_mirror, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_parameter_sets, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_checkpoint_changes, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_list_buckets, setup, teardown),
   };
   base_url = getenv("BS_TEST_PG_URL");
   if (!base_url || !*base_url) {

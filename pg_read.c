@@ -1,0 +1,564 @@
+/*
+ * pg_read.c: the PostgreSQL backend's reads (contract.md 5): bucket data by keyset pages of the
+ * (bucket, op_id) index, checksums as the bucket's running value minus the ops above C (only
+ * that tail is read), checksum ranges for the cache above, parameter sets, checkpoint changes
+ * and the bucket list. A call that runs several statements runs them in one REPEATABLE READ
+ * transaction, so it reads one snapshot; a single statement is one snapshot by itself.
+ */
+#include "pg_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+static bs__pg_db *db_of(bs_storage *st) {
+  return ((bs__pg_storage *)st)->db;
+}
+
+/* A read transaction on a connection of the pool. */
+static int read_begin(bs_storage *st, PGconn **c, bs_error *err) {
+  int rc = bs__pg_conn_get(db_of(st), c, err);
+  if (rc) return rc;
+  if ((rc = bs__pg_begin(*c, 1, err))) {
+    bs__pg_conn_put(db_of(st), *c);
+    *c = NULL;
+  }
+  return rc;
+}
+
+static void read_end(bs_storage *st, PGconn *c) {
+  if (!c) return;
+  bs__pg_rollback(c); /* read-only: nothing to keep */
+  bs__pg_conn_put(db_of(st), c);
+}
+
+/* contract.md 5.5 torn reads: compaction folded ops <= C into a CLEAR above C. */
+static int torn_check(uint64_t clear_start, uint64_t clear_op, uint64_t c, bs_val name,
+                      bs_error *err) {
+  if (clear_op != 0 && clear_start <= c && c < clear_op)
+    return bs__fail(err, BS_EINVALIDATED,
+                    "bucket \"%.*s\": checkpoint %" PRIu64
+                    " was compacted; read a newer checkpoint",
+                    bs__name_shown(name), (const char *)name.data, c);
+  return BS_OK;
+}
+
+/* The bucket states of names (in order), with the sum and count of each bucket's ops above
+ * `above` (a tail: the (bucket, op_id) index range above it) and, when range_from < above, of its
+ * ops in (range_from, above] and whether those hold a CLEAR. Columns: 0 ord (1-based index into
+ * names), 1 id, 2 checksum, 3 count, 4 last_op, 5 generation, 6 clear_start, 7 clear_op,
+ * 8 tail sum, 9 tail count, 10 range sum, 11 range count, 12 range has a CLEAR. Unknown buckets
+ * have no row. */
+static int bucket_states(PGconn *c, bs_storage *st, const bs_val *names, size_t n, uint64_t above,
+                         uint64_t range_from, PGresult **r, bs_error *err) {
+  bs__pg_args a = {0};
+  unsigned char *buf = NULL;
+  int rc;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  if ((rc = bs__pg_arg_bytes_array(&a, names, n, &db_of(st)->base.alloc, &buf, err))) return rc;
+  bs__pg_arg_i64(&a, (int64_t)above);
+  bs__pg_arg_i64(&a, (int64_t)range_from);
+  rc = bs__pg_exec(c,
+                   "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
+                   " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared"
+                   " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
+                   " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
+                   " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
+                   "  count(*) AS n FROM bs_ops o"
+                   "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.op_id > $3) t"
+                   " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
+                   "  count(*) AS n, coalesce(bool_or(o.type = 4), false) AS cleared"
+                   "  FROM bs_ops o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
+                   "  AND o.op_id > $4 AND o.op_id <= $3) g"
+                   " ORDER BY r.ord",
+                   &a, r, "reading bucket states", err);
+  bs__free(&db_of(st)->base.alloc, buf);
+  return rc;
+}
+
+/* Row i's (checksum, count) at `above`: the running value minus the tail. */
+static bs_checksum value_at(const PGresult *r, int i) {
+  bs_checksum v;
+  v.checksum = bs__cksum_sub((uint32_t)bs__pg_i64(r, i, 2), (uint32_t)bs__pg_i64(r, i, 8));
+  v.count = (uint64_t)(bs__pg_i64(r, i, 3) - bs__pg_i64(r, i, 9));
+  return v;
+}
+
+/* ---- Checksums ------------------------------------------------------------------------------ */
+
+static int sums(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
+                bs_checksum *out, int *cleared, uint64_t *generation_out, bs_error *err) {
+  PGconn *c;
+  PGresult *r = NULL;
+  int rc, row = 0, rows;
+  for (size_t i = 0; i < n; i++) {
+    out[i].checksum = 0;
+    out[i].count = 0;
+    if (cleared) cleared[i] = 0;
+    if (generation_out) generation_out[i] = 0;
+  }
+  if (n == 0) return BS_OK;
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
+  rc = bucket_states(c, st, buckets, n, to, cleared ? from : to, &r, err);
+  bs__pg_conn_put(db_of(st), c);
+  if (rc) return rc;
+  rows = PQntuples(r);
+  for (size_t i = 0; i < n && !rc; i++) {
+    if (row >= rows || bs__pg_i64(r, row, 0) != (int64_t)i + 1) continue; /* unknown bucket */
+    rc = torn_check((uint64_t)bs__pg_i64(r, row, 6), (uint64_t)bs__pg_i64(r, row, 7), to,
+                    buckets[i], err);
+    if (generation_out) generation_out[i] = (uint64_t)bs__pg_i64(r, row, 5);
+    if (!cleared) {
+      out[i] = value_at(r, row);
+    } else if (bs__pg_bool(r, row, 12)) {
+      out[i] = value_at(r, row); /* a CLEAR replaces what came before it: the value at `to` */
+      cleared[i] = 1;
+    } else {
+      out[i].checksum = (uint32_t)bs__pg_i64(r, row, 10);
+      out[i].count = (uint64_t)bs__pg_i64(r, row, 11);
+    }
+    row++;
+  }
+  PQclear(r);
+  return rc;
+}
+
+int bs__pg_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                     bs_checksum *out, uint64_t *generation_out, bs_error *err) {
+  return sums(st, checkpoint, checkpoint, buckets, n, out, NULL, generation_out, err);
+}
+
+int bs__pg_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                           size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                           bs_error *err) {
+  return sums(st, from, to, buckets, n, out, cleared, generation_out, err);
+}
+
+/* ---- Bucket data ---------------------------------------------------------------------------- */
+
+/* One call's progress across its buckets. The ops of the chunk being built point into page
+ * results; `held` keeps those alive until the chunk is handed out. */
+typedef struct data_read {
+  const bs_allocator *a;
+  PGconn *c;
+  uint64_t checkpoint;
+  size_t limit, chunk_bytes, max_bytes;
+  size_t served, bytes;
+  bs_op *ops;
+  size_t cap;
+  PGresult **held;
+  size_t n_held, cap_held;
+  int (*on_chunk)(const bs_chunk *, void *);
+  void *payload;
+  int stopped;
+} data_read;
+
+#define BS_PG_PAGE_OPS   1000    /* ops per keyset page */
+#define BS_PG_PAGE_BYTES 4194304 /* op bytes per page (plus the op that crosses it) */
+
+static int grow_ops(data_read *r, bs_error *err) {
+  size_t cap = r->cap ? r->cap * 2 : 256;
+  bs_op *p = bs__realloc(r->a, r->ops, cap * sizeof *p);
+  if (!p) return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", cap);
+  r->ops = p;
+  r->cap = cap;
+  return BS_OK;
+}
+
+static int hold(data_read *r, PGresult *res, bs_error *err) {
+  if (r->n_held == r->cap_held) {
+    size_t cap = r->cap_held ? r->cap_held * 2 : 8;
+    PGresult **p = bs__realloc(r->a, r->held, cap * sizeof *p);
+    if (!p) {
+      PQclear(res);
+      return bs__fail(err, BS_ENOMEM, "bucket data: out of memory");
+    }
+    r->held = p;
+    r->cap_held = cap;
+  }
+  r->held[r->n_held++] = res;
+  return BS_OK;
+}
+
+/* Releases every held page but the last (the one being read). */
+static void release(data_read *r) {
+  if (r->n_held < 2) return;
+  for (size_t i = 0; i + 1 < r->n_held; i++) PQclear(r->held[i]);
+  r->held[0] = r->held[r->n_held - 1];
+  r->n_held = 1;
+}
+
+static inline int fits(size_t used, size_t sz, size_t cap) {
+  return sz <= cap && used <= cap - sz;
+}
+
+static int emit(data_read *r, bs_chunk *ch, size_t n, int has_more) {
+  int rc;
+  ch->ops = r->ops;
+  ch->n_ops = n;
+  ch->next_after = r->ops[n - 1].op_id;
+  ch->has_more = has_more;
+  rc = r->on_chunk(ch, r->payload);
+  release(r);
+  return rc;
+}
+
+static void row_op(const PGresult *res, int i, bs_op *op) {
+  op->op_id = (uint64_t)bs__pg_i64(res, i, 0);
+  op->type = (bs_op_type)bs__pg_i16(res, i, 1);
+  op->checksum = (uint32_t)bs__pg_i64(res, i, 2);
+  op->target_op = (uint64_t)bs__pg_i64(res, i, 3);
+  op->object_type = bs__pg_bytes(res, i, 4);
+  op->object_id = bs__pg_bytes(res, i, 5);
+  op->subkey = bs__pg_bytes(res, i, 6);
+  op->data = bs__pg_bytes(res, i, 7);
+}
+
+/* One keyset page of the bucket's ops in (after, C]: at most `rows` ops, and ops while their
+ * running size stays below `bytes` (the op that crosses it included). Column 8: how many ops the
+ * row limit alone let through (more than were returned: the byte bound cut the page). */
+static int page(data_read *r, uint64_t bucket, uint64_t after, size_t rows, size_t bytes,
+                PGresult **res, bs_error *err) {
+  bs__pg_args a = {0};
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, (int64_t)after);
+  bs__pg_arg_i64(&a, (int64_t)r->checkpoint);
+  bs__pg_arg_i64(&a, (int64_t)rows);
+  bs__pg_arg_i64(&a, (int64_t)bytes);
+  return bs__pg_exec(r->c,
+                     "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
+                     " data, total FROM (SELECT *, sum(sz) OVER (ORDER BY op_id) - sz AS before,"
+                     "  count(*) OVER () AS total"
+                     "  FROM (SELECT *, coalesce(octet_length(data), 0)"
+                     "   + coalesce(octet_length(object_type), 0)"
+                     "   + coalesce(octet_length(object_id), 0)"
+                     "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
+                     "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
+                     "   ORDER BY op_id LIMIT $4) o) w"
+                     " WHERE before < $5 ORDER BY op_id",
+                     &a, res, "reading bucket data", err);
+}
+
+/* Serves one bucket's ops in (after, C] as chunks; stops the call (r->stopped) when the next
+ * op would pass the call's limit or byte cap (that op exists: has_more is exact). */
+static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t after, bs_error *err) {
+  bs_chunk ch;
+  size_t n = 0, csize = 0;
+  int rc, done = 0;
+  memset(&ch, 0, sizeof ch);
+  ch.bucket = name;
+  ch.after = after;
+  while (!done && !r->stopped) {
+    PGresult *res;
+    size_t left = r->limit - r->served, rows, want;
+    int got;
+    /* one op past the limit tells whether the bucket was cut */
+    rows = left < BS_PG_PAGE_OPS ? left + 1 : BS_PG_PAGE_OPS;
+    want = r->max_bytes - (r->bytes < r->max_bytes ? r->bytes : r->max_bytes);
+    if (want > BS_PG_PAGE_BYTES) want = BS_PG_PAGE_BYTES;
+    if ((rc = page(r, bucket, after, rows, want + 1, &res, err))) return rc;
+    if ((rc = hold(r, res, err))) return rc;
+    got = PQntuples(res);
+    /* the range is exhausted when the row limit was not reached and no byte cut happened */
+    done = got == 0 || (bs__pg_i64(res, 0, 8) < (int64_t)rows && bs__pg_i64(res, 0, 8) == got);
+    for (int i = 0; i < got; i++) {
+      bs_op op;
+      size_t sz;
+      row_op(res, i, &op);
+      sz = op.data.size + op.object_type.size + op.object_id.size + op.subkey.size;
+      if (r->served >= r->limit || (r->served > 0 && !fits(r->bytes, sz, r->max_bytes))) {
+        r->stopped = 1;
+        break;
+      }
+      if (n > 0 && !fits(csize, sz, r->chunk_bytes)) {
+        if ((rc = emit(r, &ch, n, 1)) != 0) return rc;
+        ch.after = ch.next_after;
+        ch.target_op = 0;
+        n = csize = 0;
+      }
+      if (n == r->cap && (rc = grow_ops(r, err))) return rc;
+      r->ops[n++] = op;
+      csize += sz;
+      r->served++;
+      r->bytes += sz;
+      if ((op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) && op.target_op > ch.target_op)
+        ch.target_op = op.target_op;
+      after = op.op_id;
+    }
+  }
+  return n > 0 ? emit(r, &ch, n, r->stopped) : BS_OK;
+}
+
+int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                       size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
+                       bs_error *err) {
+  const bs_allocator *a = &db_of(st)->base.alloc;
+  bs_val *names;
+  PGresult *states = NULL;
+  data_read r;
+  int rc, row = 0, rows;
+  memset(&r, 0, sizeof r);
+  r.a = a;
+  r.checkpoint = checkpoint;
+  r.limit = opts->limit;
+  r.chunk_bytes = opts->chunk_bytes;
+  r.max_bytes = opts->max_bytes ? opts->max_bytes : BS_DEFAULT_BATCH_BYTES;
+  r.on_chunk = on_chunk;
+  r.payload = payload;
+  if (has_more_out) *has_more_out = 0;
+  if (n_req == 0) return BS_OK;
+  if (!(names = bs__calloc(a, n_req, sizeof *names)))
+    return bs__fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
+  for (size_t i = 0; i < n_req; i++) names[i] = req[i].bucket;
+  if ((rc = read_begin(st, &r.c, err))) goto out;
+  if ((rc = bucket_states(r.c, st, names, n_req, checkpoint, checkpoint, &states, err))) goto out;
+  rows = PQntuples(states);
+  /* every bucket checked first, so that a torn read fails before any chunk */
+  for (int i = 0; i < rows && !rc; i++) {
+    int64_t ord = bs__pg_i64(states, i, 0);
+    rc = torn_check((uint64_t)bs__pg_i64(states, i, 6), (uint64_t)bs__pg_i64(states, i, 7),
+                    checkpoint, names[ord - 1], err);
+  }
+  for (size_t i = 0; i < n_req && !rc && !r.stopped; i++) {
+    uint64_t after = req[i].after;
+    if (row >= rows || bs__pg_i64(states, row, 0) != (int64_t)i + 1) continue;
+    row++;
+    if (after >= checkpoint || (uint64_t)bs__pg_i64(states, row - 1, 4) <= after) continue;
+    rc = read_bucket(&r, req[i].bucket, (uint64_t)bs__pg_i64(states, row - 1, 1), after, err);
+  }
+  if (!rc && has_more_out) *has_more_out = r.stopped;
+out:
+  for (size_t i = 0; i < r.n_held; i++) PQclear(r.held[i]);
+  bs__free(a, r.held);
+  bs__free(a, r.ops);
+  PQclear(states);
+  read_end(st, r.c);
+  bs__free(a, names);
+  return rc;
+}
+
+/* ---- Parameter sets ------------------------------------------------------------------------- */
+
+typedef struct param_row {
+  int32_t table;
+  uint64_t hash;
+  bs_val rid, rows;
+} param_row;
+
+/* The order of a lookup's rows: table id, XXH3_64 of the replica id, replica id (the LMDB
+ * backend's key order, the memory backend's sort). */
+static int param_row_cmp(const void *x, const void *y) {
+  const param_row *a = x, *b = y;
+  if (a->table != b->table) return a->table < b->table ? -1 : 1;
+  if (a->hash != b->hash) return a->hash < b->hash ? -1 : 1;
+  return bs__val_cmp(a->rid, b->rid);
+}
+
+int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                          size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                          bs_error *err) {
+  const bs_allocator *a = &db_of(st)->base.alloc;
+  bs__pg_args args = {0};
+  unsigned char *buf = NULL;
+  PGconn *c = NULL;
+  PGresult *r = NULL;
+  param_row *v = NULL;
+  size_t total = 0;
+  int rc, nr;
+  bs__pg_arg_i32(&args, (int32_t)st->stream_id);
+  if ((rc = bs__pg_arg_bytes_array(&args, lookups, n, a, &buf, err))) return rc;
+  bs__pg_arg_i64(&args, (int64_t)checkpoint);
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) goto out;
+  /* per (lookup, source row) the latest entry at or below C; the horizon row comes first */
+  rc = bs__pg_exec(c,
+                   "SELECT 0::bigint, 0, NULL::bytea, param_horizon::bigint, NULL::bytea[]"
+                   " FROM bs_streams WHERE id = $1 UNION ALL"
+                   " SELECT * FROM (SELECT DISTINCT ON (l.ord, p.table_id, p.replica_id)"
+                   "  l.ord, p.table_id, p.replica_id, p.op_id, p.rows"
+                   "  FROM (SELECT min(ord) AS ord, lookup FROM unnest($2::bytea[])"
+                   "   WITH ORDINALITY AS u(lookup, ord) GROUP BY lookup) l"
+                   "  JOIN bs_params p ON p.stream = $1 AND p.lookup = l.lookup"
+                   "  AND p.op_id <= $3"
+                   "  ORDER BY l.ord, p.table_id, p.replica_id, p.op_id DESC) e"
+                   " WHERE cardinality(e.rows) > 0",
+                   &args, &r, "reading parameter sets", err);
+  bs__pg_conn_put(db_of(st), c);
+  if (rc) goto out;
+  nr = PQntuples(r);
+  if (nr == 0) {
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)st->stream_id);
+    goto out;
+  }
+  if (checkpoint < (uint64_t)bs__pg_i64(r, 0, 3)) {
+    rc = bs__fail(err, BS_ESTALE,
+                  "checkpoint %" PRIu64 " is below the parameter-compaction horizon %" PRIu64,
+                  checkpoint, (uint64_t)bs__pg_i64(r, 0, 3));
+    goto out;
+  }
+  if (!(v = bs__calloc(a, (size_t)nr, sizeof *v))) {
+    rc = bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
+    goto out;
+  }
+  for (int i = 1; i < nr; i++) {
+    bs__pg_array it;
+    param_row *p = &v[i - 1];
+    p->table = bs__pg_i32(r, i, 1);
+    p->rid = bs__pg_bytes(r, i, 2);
+    p->hash = XXH3_64bits(p->rid.data, p->rid.size);
+    p->rows = bs__pg_bytes(r, i, 4);
+    if ((rc = bs__pg_array_open(p->rows, &it, err))) goto out;
+    total += it.n;
+  }
+  if (total > limit) {
+    rc = bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
+    goto out;
+  }
+  /* rows of one lookup in their order; lookups in request order (the query's ord) */
+  for (int i = 1, j; i < nr; i = j) {
+    for (j = i + 1; j < nr && bs__pg_i64(r, j, 0) == bs__pg_i64(r, i, 0); j++) continue;
+    qsort(&v[i - 1], (size_t)(j - i), sizeof *v, param_row_cmp);
+  }
+  for (int i = 0; i + 1 < nr && !rc; i++) {
+    bs__pg_array it;
+    bs_val row;
+    bs__pg_array_open(v[i].rows, &it, NULL);
+    while (!rc && bs__pg_array_next(&it, &row) == 1) rc = fn(&row, payload);
+  }
+out:
+  bs__free(a, v);
+  bs__free(a, buf);
+  PQclear(r);
+  return rc;
+}
+
+/* ---- Checkpoint changes --------------------------------------------------------------------- */
+
+/* Records are keyed by the highest op id they cover (op_id) and keep the first (first_op). A
+ * record's buckets and lookups count when its ops [first_op, op_id] meet (from, to]; its users
+ * also when it sits in [from, to] (a checkpoint at the same op id as the one before can
+ * acknowledge write checkpoints): extras are allowed, misses are not (contract.md 5.1). */
+#define MEET "c.first_op <= c.op_id AND c.first_op <= $3 AND c.op_id > $2"
+
+int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                              int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                              bs_error *err) {
+  const bs_allocator *a = &db_of(st)->base.alloc;
+  bs__pg_args args = {0};
+  bs_checkpoint_changes ch;
+  bs_val *lists[3] = {NULL, NULL, NULL};
+  size_t counts[3] = {0, 0, 0};
+  PGconn *c = NULL;
+  PGresult *r = NULL;
+  int rc, nr;
+  memset(&ch, 0, sizeof ch);
+  bs__pg_arg_i32(&args, (int32_t)st->stream_id);
+  bs__pg_arg_i64(&args, (int64_t)from);
+  bs__pg_arg_i64(&args, (int64_t)to);
+  bs__pg_arg_i64(&args, (int64_t)BS_CHANGES_MAX + 1);
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
+  /* kind 3: the fence (changes below it were dropped) and the records' too-many flags */
+  rc = bs__pg_exec(
+      c,
+      "(SELECT 3::smallint AS kind, NULL::bytea AS v, (s.changes_fence > $2)"
+      "  OR coalesce((SELECT bool_or(c.flags & 2 <> 0) FROM bs_changes c WHERE c.stream = $1"
+      "   AND " MEET "), false),"
+      " (s.changes_fence > $2) OR coalesce((SELECT bool_or(c.flags & 4 <> 0) FROM bs_changes c"
+      "   WHERE c.stream = $1 AND " MEET "), false)"
+      " FROM bs_streams s WHERE s.id = $1)"
+      " UNION ALL (SELECT DISTINCT 0::smallint, b, false, false FROM bs_changes c,"
+      "  unnest(c.buckets) AS b WHERE c.stream = $1 AND " MEET " LIMIT $4)"
+      " UNION ALL (SELECT DISTINCT 1::smallint, l, false, false FROM bs_changes c,"
+      "  unnest(c.lookups) AS l WHERE c.stream = $1 AND " MEET " LIMIT $4)"
+      " UNION ALL (SELECT DISTINCT 2::smallint, u, false, false FROM bs_changes c,"
+      "  unnest(c.users) AS u WHERE c.stream = $1"
+      "  AND ((" MEET ") OR (c.op_id >= $2 AND c.op_id <= $3)))",
+      &args, &r, "reading checkpoint changes", err);
+  bs__pg_conn_put(db_of(st), c);
+  if (rc) return rc;
+  nr = PQntuples(r);
+  for (int k = 0; k < 3; k++)
+    if (nr && !(lists[k] = bs__calloc(a, (size_t)nr, sizeof *lists[k]))) {
+      rc = bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
+      goto out;
+    }
+  for (int i = 0; i < nr; i++) {
+    int kind = bs__pg_i16(r, i, 0);
+    if (kind == 3) {
+      ch.invalidate_data_buckets = bs__pg_bool(r, i, 2);
+      ch.invalidate_parameter_buckets = bs__pg_bool(r, i, 3);
+    } else {
+      lists[kind][counts[kind]++] = bs__pg_bytes(r, i, 1);
+    }
+  }
+  if (counts[0] > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
+  if (counts[1] > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
+  if (!ch.invalidate_data_buckets) {
+    ch.updated_buckets = lists[0];
+    ch.n_updated_buckets = counts[0];
+  }
+  if (!ch.invalidate_parameter_buckets) {
+    ch.updated_lookups = lists[1];
+    ch.n_updated_lookups = counts[1];
+  }
+  ch.updated_write_checkpoint_users = lists[2];
+  ch.n_updated_write_checkpoint_users = counts[2];
+  rc = fn(&ch, payload);
+out:
+  for (int k = 0; k < 3; k++) bs__free(a, lists[k]);
+  PQclear(r);
+  return rc;
+}
+
+/* ---- Listing buckets ------------------------------------------------------------------------ */
+
+#define BS_PG_LIST_PAGE 1000
+
+/* Keyset pages of the (stream, name) key in one REPEATABLE READ transaction: one snapshot for
+ * the whole call, as storage.h promises. Buckets whose ops compaction removed (count 0) are
+ * skipped, as in the other backends. */
+int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
+                        int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                        bs_error *err) {
+  PGconn *c;
+  PGresult *r = NULL;
+  bs_val after = start_after;
+  int rc, got = BS_PG_LIST_PAGE;
+  if ((rc = read_begin(st, &c, err))) return rc;
+  if (!after.data) after.data = "";
+  while (!rc && got == BS_PG_LIST_PAGE) {
+    bs__pg_args a = {0};
+    PGresult *next;
+    bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+    bs__pg_arg_bytes(&a, after);
+    bs__pg_arg_i32(&a, BS_PG_LIST_PAGE);
+    rc = bs__pg_exec(c,
+                     "SELECT name, checksum, count, last_op, bytes, generation,"
+                     " CASE WHEN last_op <= compacted_op THEN 0"
+                     "  ELSE greatest(count - compacted_count, 0) END"
+                     " FROM bs_buckets WHERE stream = $1 AND name > $2 AND count > 0"
+                     " ORDER BY name LIMIT $3",
+                     &a, &next, "listing buckets", err);
+    PQclear(r); /* `after` pointed into the previous page */
+    r = next;
+    if (rc) break;
+    got = PQntuples(r);
+    for (int i = 0; i < got && !rc; i++) {
+      bs_bucket_info info;
+      info.name = bs__pg_bytes(r, i, 0);
+      info.checksum = (uint32_t)bs__pg_i64(r, i, 1);
+      info.count = (uint64_t)bs__pg_i64(r, i, 2);
+      info.last_op = (uint64_t)bs__pg_i64(r, i, 3);
+      info.bytes = (uint64_t)bs__pg_i64(r, i, 4);
+      info.generation = (uint64_t)bs__pg_i64(r, i, 5);
+      info.changes = (uint64_t)bs__pg_i64(r, i, 6);
+      rc = fn(&info, payload); /* the caller's value, unchanged */
+      after = info.name;
+    }
+  }
+  PQclear(r);
+  read_end(st, c);
+  return rc;
+}
