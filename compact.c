@@ -1,8 +1,10 @@
 /*
- * compact.c: the backend-agnostic half of compaction (contract.md section 6). Option defaults,
- * bucket selection, the bounded set of row identities seen by a reverse scan (which decides
- * MOVE), and the accumulator that folds a leading run into one CLEAR. Backends own the walk
- * over their storage and the transactions (lmdb_compact.c); everything here is pure logic.
+ * compact.c: the compaction planner (contract.md section 6), one for every backend. Option
+ * defaults, the horizon, bucket selection, the bounded set of row identities seen by a reverse
+ * scan, and every decision about an op: which PUT/REMOVE becomes a MOVE and its target, what
+ * folds into a CLEAR and what the CLEAR carries, what initial replication deletes, when
+ * defragmentation re-emits, which parameter entries go. Backends (lmdb_compact.c, mem.c) walk
+ * their storage in their own order and transactions and apply; everything here is pure logic.
  */
 #include "internal.h"
 
@@ -222,6 +224,18 @@ int bs__seen_visit(bs__seen_set *s, const bs_op *op, uint64_t *latest) {
 
 /* ---- Planning ------------------------------------------------------------------------------- */
 
+uint64_t bs__compact_horizon(const bs_compact_options *o, uint64_t checkpoint, uint64_t aged,
+                             uint64_t op_head) {
+  uint64_t h;
+  if (o->incremental_only) {
+    h = o->min_age_ms == 0 ? checkpoint : aged;
+    if (o->max_op_id && o->max_op_id < h) h = o->max_op_id;
+  } else {
+    h = o->max_op_id ? o->max_op_id : checkpoint;
+  }
+  return h < op_head ? h : op_head;
+}
+
 int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out) {
   uint64_t latest;
   if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
@@ -234,14 +248,60 @@ int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out
   return 0;
 }
 
-void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t value_bytes) {
+int bs__compact_superseded(const bs__seen_set *s, const bs_op *op, uint64_t *target_out) {
+  uint64_t latest;
+  if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
+  if (!bs__seen_find(s, op, &latest) || latest <= op->op_id) return 0;
+  *target_out = latest;
+  return 1;
+}
+
+int bs__compact_scan_op(bs__compact_scan *p, bs__seen_set *s, const bs_op *op) {
+  uint64_t target;
+  p->run++;
+  if (op->type == BS_OP_CLEAR) return 0; /* a CLEAR has nothing before it */
+  if (bs__compact_plan_move(s, op, &target)) {
+    if (op->op_id > p->max_moved) p->max_moved = op->op_id;
+  } else if (op->type == BS_OP_PUT) {
+    p->run = 0; /* a surviving PUT: the leading run starts below it */
+  }
+  return 1;
+}
+
+void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t move_target,
+                       uint64_t value_bytes) {
+  uint64_t target = move_target ? move_target : op->target_op;
   if (a->n == 0) a->first_op = op->op_id;
   a->last_op = op->op_id;
   a->n++;
   if (op->type != BS_OP_CLEAR) a->n_folded++;
+  if (move_target) a->n_moved++; /* counted as the MOVE it would otherwise have become */
   a->checksum = bs__cksum_add(a->checksum, op->checksum);
   /* A REMOVE carries no target (0): a reader that reaches the CLEAR at C >= its op id has
    * everything the REMOVE said. MOVE and CLEAR carry theirs over. */
-  if (op->target_op > a->target_op) a->target_op = op->target_op;
+  if (target > a->target_op) a->target_op = target;
   a->bytes += value_bytes;
+}
+
+uint64_t bs__clear_span_start(const bs__clear_acc *a, uint64_t clear_start, uint64_t clear_op) {
+  if (clear_op && clear_start && clear_start < a->first_op) return clear_start;
+  return a->first_op;
+}
+
+int bs__compact_initial_drop(bs__seen_set *s, const bs_op *op) {
+  uint64_t latest = 0;
+  int seen;
+  if (op->type == BS_OP_MOVE || op->type == BS_OP_CLEAR) return 1; /* residue of superseded ops */
+  seen = bs__seen_visit(s, op, &latest);
+  if (seen && latest > op->op_id) return 1;
+  /* the row's latest (recorded now, or met again by a retried scan): a REMOVE says nothing to
+   * anyone, every earlier op of its row goes too */
+  if (seen ? latest == op->op_id : !s->full) return op->type == BS_OP_REMOVE;
+  return 0; /* an untracked row (the set is full): keep everything of it */
+}
+
+int bs__compact_defrag_due(uint64_t live, uint64_t count, double ratio) {
+  /* re-emitting pays only when the rest of the bucket can fold: ops beyond the live rows and
+   * the CLEAR they would leave */
+  return live > 0 && count > live + 1 && (double)live / (double)count < ratio;
 }

@@ -302,15 +302,65 @@ void bs__seen_free(bs__seen_set *s);
 /* Row of op recorded: returns 1, *latest = its op id. Else records op (if room), returns 0. */
 int bs__seen_visit(bs__seen_set *s, const bs_op *op, uint64_t *latest);
 int bs__seen_find(const bs__seen_set *s, const bs_op *op, uint64_t *latest); /* lookup only */
-/* For a reverse scan: 1 when op (PUT/REMOVE) is superseded by a later op of its row, which
- * becomes its MOVE target. */
+/* The plan (contract.md 6), one for every backend: a backend walks a bucket in its own order and
+ * transactions and asks these what each op becomes; it re-decides nothing.
+ * The horizon: full, max_op_id if set, else the checkpoint; incremental, the newest checkpoint at
+ * least min_age_ms old (aged; the checkpoint itself when min_age_ms is 0), lowered to max_op_id;
+ * never above op_head (nothing above the last persisted op exists yet). 0: nothing to do. */
+uint64_t bs__compact_horizon(const bs_compact_options *o, uint64_t checkpoint, uint64_t aged,
+                             uint64_t op_head);
+/* Full compaction, reverse scan (op ids descending from the horizon) with the seen-set: 1 when op
+ * (PUT/REMOVE) is superseded by a later op of its row, which becomes its MOVE target. */
 int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out);
+/* The same decision for a pass after the scan (the seen-set is only read). */
+int bs__compact_superseded(const bs__seen_set *s, const bs_op *op, uint64_t *target_out);
+/* What the reverse scan learns: run = ops below the lowest surviving PUT (the leading run),
+ * max_moved = the highest op id found superseded (0: none). */
+typedef struct bs__compact_scan {
+  uint64_t run, max_moved;
+} bs__compact_scan;
+/* Feeds op to the scan; 0 when the scan is complete (a CLEAR has nothing before it). */
+int bs__compact_scan_op(bs__compact_scan *p, bs__seen_set *s, const bs_op *op);
+#define BS_CLEAR_MIN_RUN 2u /* a leading run folds into a CLEAR only from 2 ops */
+/* Incremental: a logged entry (old op -> nw) is due once nw is at or below the horizon; then the
+ * old op, while still a PUT or REMOVE below nw, becomes a MOVE to nw (its target: a reader at
+ * C >= nw reads nw too, and a MOVE of nw reports the next target). */
+static inline int bs__compact_entry_due(uint64_t nw, uint64_t horizon) {
+  return nw <= horizon;
+}
+static inline int bs__compact_entry_moves(const bs_op *op, uint64_t nw) {
+  return (op->type == BS_OP_PUT || op->type == BS_OP_REMOVE) && nw > op->op_id;
+}
 /* Folding a leading run into one CLEAR. */
 typedef struct bs__clear_acc {
-  uint64_t first_op, last_op, n, n_folded /* non-CLEAR ops */, target_op, bytes;
+  uint64_t first_op, last_op, n, n_folded /* non-CLEAR ops */, n_moved, target_op, bytes;
   uint32_t checksum;
 } bs__clear_acc;
-void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t value_bytes);
+/* The leading run, forward from the bucket's first op (at or below the horizon): op is in the
+ * run unless it is a PUT that survives (move_target 0). */
+static inline int bs__compact_in_run(const bs_op *op, uint64_t move_target) {
+  return move_target != 0 || op->type != BS_OP_PUT;
+}
+/* Adds op (in the run) to the CLEAR: a superseded op (move_target != 0) as the MOVE it would
+ * have become. value_bytes: op's stored size. */
+void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t move_target,
+                       uint64_t value_bytes);
+/* The CLEAR's torn span starts at the run's first op, or where the folded leading CLEAR's
+ * span started (clear_start/clear_op: the bucket's span before the fold, 0/0 = none). */
+uint64_t bs__clear_span_start(const bs__clear_acc *a, uint64_t clear_start, uint64_t clear_op);
+/* Initial replication, reverse scan (op ids descending from the horizon) with the seen-set: 1 when
+ * op is deleted: MOVE/CLEAR residue, an op a later op of its row supersedes, and a REMOVE whose row
+ * has nothing before it that survives. A row the full set does not track keeps everything. */
+int bs__compact_initial_drop(bs__seen_set *s, const bs_op *op);
+/* Defragmentation: re-emit a bucket's live PUTs (live of its count ops) when they are under ratio
+ * of its ops and the rest could fold (more than one op beyond them). */
+int bs__compact_defrag_due(uint64_t live, uint64_t count, double ratio);
+/* Parameter compaction, a (lookup, table, replica id) group newest first: an entry at or below the
+ * horizon goes when a newer one at the horizon exists (newer_seen), or, the newest, when it is a
+ * tombstone (n_sets 0). */
+static inline int bs__compact_param_drop(int newer_seen, uint32_t n_sets) {
+  return newer_seen || n_sets == 0;
+}
 
 /* ---- The front's checksum cache (checksum.c; only storage.c calls it) ---- */
 typedef struct bs__cksum_cache bs__cksum_cache;

@@ -57,7 +57,7 @@ typedef struct bdelta {
   uint32_t checksum_sub; /* initial replication only: checksums of deleted ops */
   uint64_t moved, cleared, removed;
   int changed;
-  bs__clear_acc clear; /* a fold made in this transaction (n >= 2) */
+  bs__clear_acc clear; /* a fold made in this transaction (n >= BS_CLEAR_MIN_RUN) */
   int clear_dropped;   /* initial replication deleted the leading CLEAR */
   int deleted;         /* ops were deleted: last_op may have to come down */
   int mark;            /* record the bucket as compacted (at the job's horizon) */
@@ -149,11 +149,8 @@ static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, uint
     b.s.bytes = (uint64_t)((int64_t)b.s.bytes + d->bytes);
     b.s.checksum = bs__cksum_sub(b.s.checksum, d->checksum_sub);
     b.s.generation++;
-    if (d->clear.n >= 2) {
-      /* the new CLEAR's span starts where the old leading CLEAR's did, if it folded one */
-      uint64_t start = d->clear.first_op;
-      if (b.s.clear_op && b.s.clear_start && b.s.clear_start < start) start = b.s.clear_start;
-      b.s.clear_start = start;
+    if (d->clear.n >= BS_CLEAR_MIN_RUN) {
+      b.s.clear_start = bs__clear_span_start(&d->clear, b.s.clear_start, b.s.clear_op);
       b.s.clear_op = d->clear.last_op;
     }
     if (d->clear_dropped) b.s.clear_start = b.s.clear_op = 0;
@@ -392,11 +389,7 @@ static int defrag_plan(cctx *c, dscan *s) {
     bstate b;
     if ((rc = state_load(c, txn, s->ids[i], &b)) == BS_ENOTFOUND) continue;
     if (rc) goto out;
-    /* re-emitting pays only when the rest of the bucket can fold: ops beyond the live rows
-     * and the CLEAR they would leave */
-    if (s->live[i] == 0 || b.s.count <= s->live[i] + 1 ||
-        (double)s->live[i] / (double)b.s.count >= c->o.defragment_ratio)
-      continue;
+    if (!bs__compact_defrag_due(s->live[i], b.s.count, c->o.defragment_ratio)) continue;
     if (used + s->bytes[i] > budget) continue;
     used += s->bytes[i];
     chosen[i] = 1;
@@ -522,14 +515,13 @@ enum { W_FULL, W_INC, W_INITIAL };
 
 typedef struct job {
   int phase;
-  int changed;        /* the bucket changed (stats: buckets_compacted) */
-  int consumed;       /* incremental: entries were consumed (a fold may follow) */
-  int ifold_done;     /* incremental: IFOLD left the leading run final (no FOLD after INC) */
-  uint64_t pos;       /* resume key: SCAN the next op id (descending), MOVE the next op id, IFOLD,
+  int changed;    /* the bucket changed (stats: buckets_compacted) */
+  int consumed;   /* incremental: entries were consumed (a fold may follow) */
+  int ifold_done; /* incremental: IFOLD left the leading run final (no FOLD after INC) */
+  uint64_t pos;   /* resume key: SCAN the next op id (descending), MOVE the next op id, IFOLD,
                  * INC and FORGET the next `superseded` old op id */
-  uint64_t run;       /* SCAN: ops below the lowest surviving PUT seen so far */
-  uint64_t max_moved; /* SCAN: highest op id found superseded */
-  uint64_t seq;       /* the job's number (cctx.job_seq) */
+  bs__compact_scan scan; /* SCAN: the leading run and the highest superseded op so far */
+  uint64_t seq;          /* the job's number (cctx.job_seq) */
 } job;
 
 typedef struct work {
@@ -545,15 +537,6 @@ typedef struct work {
 
 static int txn_full(const cctx *c) {
   return c->changes >= c->o.max_ops_per_txn || c->visits >= c->max_visits;
-}
-
-/* Full compaction: a PUT/REMOVE the seen-set knows to be superseded; *target its MOVE target */
-static int superseded(const cctx *c, const bs_op *op, uint64_t *target) {
-  uint64_t latest;
-  if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
-  if (!bs__seen_find(&c->seen, op, &latest) || latest <= op->op_id) return 0;
-  *target = latest;
-  return 1;
 }
 
 static int bad_op(cctx *c, uint64_t bucket) {
@@ -655,31 +638,23 @@ static int scan_full(cctx *c, work *w, uint64_t bucket) {
   for (mrc = seek_le(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
        mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV)) {
     bs_op op;
-    uint64_t target;
     if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (txn_full(c)) {
       j->pos = op.op_id;
       return BS_OK;
     }
     c->visits++;
-    j->run++;
-    if (op.type == BS_OP_CLEAR) break; /* a CLEAR has nothing before it */
-    if (bs__compact_plan_move(&c->seen, &op, &target)) {
-      if (op.op_id > j->max_moved) j->max_moved = op.op_id;
-    } else if (op.type == BS_OP_PUT) {
-      j->run = 0; /* a surviving PUT: the leading run starts below it */
-    }
+    if (!bs__compact_scan_op(&j->scan, &c->seen, &op)) break;
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   j->pos = 0;
-  j->phase = j->run >= 2 ? J_FOLD : j->max_moved ? J_MOVE : J_MARK;
+  j->phase = j->scan.run >= BS_CLEAR_MIN_RUN ? J_FOLD : j->scan.max_moved ? J_MOVE : J_MARK;
   return BS_OK;
 }
 
 /* A fold's pass 2: deletes the bucket's first n ops and writes the CLEAR d->clear describes
- * over the n-th; fills d (moved: how many of the n were superseded PUT/REMOVEs, counted as
- * the MOVEs they would otherwise have become). */
-static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t moved) {
+ * over the n-th; fills d. */
+static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d) {
   MDB_val k, v;
   unsigned char kb[16];
   size_t i;
@@ -704,7 +679,7 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d, uint64_t mo
   d->count = -(int64_t)(n - 1);
   d->bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d->clear.bytes;
   d->cleared = d->clear.n_folded;
-  d->moved = moved;
+  d->moved = d->clear.n_moved;
   return BS_OK;
 }
 
@@ -717,9 +692,8 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0;
   MDB_val k, v;
   unsigned char kb[16];
-  uint64_t moved = 0;
   int mrc, rc, ended = 0;
-  if (c->changes + 2 > c->o.max_ops_per_txn) {
+  if (c->changes + BS_CLEAR_MIN_RUN > c->o.max_ops_per_txn) {
     c->changes = c->o.max_ops_per_txn; /* no room for a fold of two: the next transaction */
     return BS_OK;
   }
@@ -727,7 +701,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   bs__lmdb_op_key(kb, bucket, 0);
   for (mrc = seek_ge(c->oc, kb, 16, &k, &v);; mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
     bs_op op;
-    uint64_t target;
+    uint64_t target = 0;
     if (mrc || !in_bucket(&k, bucket)) {
       ended = 1;
       break;
@@ -738,27 +712,25 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       ended = 1;
       break;
     }
-    if (full && superseded(c, &op, &target)) {
-      op.target_op = target; /* as the MOVE it would have become */
-      moved++;
-    } else if (op.type == BS_OP_PUT) {
+    if (full) bs__compact_superseded(&c->seen, &op, &target);
+    if (!bs__compact_in_run(&op, target)) {
       ended = 1;
       break;
     }
-    bs__clear_acc_add(&d->clear, &op, v.mv_size);
+    bs__clear_acc_add(&d->clear, &op, target, v.mv_size);
     n++;
     c->visits++;
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
-  if (n >= 2) {
-    if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
+  if (n >= BS_CLEAR_MIN_RUN) {
+    if ((rc = fold_write(c, bucket, n, d))) return rc;
     c->changes += n;
   } else {
     ended = 1; /* d->changed is 0: d is not applied */
   }
   if (ended) {
     j->pos = 0;
-    j->phase = full ? (j->max_moved ? J_MOVE : J_MARK) : J_DONE;
+    j->phase = full ? (j->scan.max_moved ? J_MOVE : J_MARK) : J_DONE;
   }
   return BS_OK;
 }
@@ -766,7 +738,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
 /* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
 static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
-  uint64_t last = j->max_moved < w->horizon ? j->max_moved : w->horizon;
+  uint64_t last = j->scan.max_moved < w->horizon ? j->scan.max_moved : w->horizon;
   MDB_val k, v;
   unsigned char kb[16];
   int mrc, rc;
@@ -782,7 +754,8 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       return BS_OK;
     }
     c->visits++;
-    if (superseded(c, &op, &target) && (rc = write_move(c, d, &k, v.mv_size, op.checksum, target)))
+    if (bs__compact_superseded(&c->seen, &op, &target) &&
+        (rc = write_move(c, d, &k, v.mv_size, op.checksum, target)))
       return rc;
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
@@ -790,9 +763,8 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   return BS_OK;
 }
 
-/* SCAN, initial replication: deletes as it goes (every decision depends only on the ops above
- * it). A REMOVE is deleted when its row is tracked: every earlier op of the row is superseded,
- * so deleted too, and the REMOVE says nothing to anyone. */
+/* SCAN, initial replication: deletes as it goes what bs__compact_initial_drop says (every
+ * decision depends only on the ops above it). */
 static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   MDB_val k, v;
@@ -802,26 +774,13 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   mrc = seek_le(c->oc, kb, 16, &k, &v);
   while (mrc == 0 && in_bucket(&k, bucket)) {
     bs_op op;
-    uint64_t latest = 0;
-    int del, seen;
     if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
     if (txn_full(c)) {
       j->pos = op.op_id;
       return BS_OK;
     }
     c->visits++;
-    if (op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) {
-      del = 1; /* pure residue of superseded ops */
-    } else {
-      seen = bs__seen_visit(&c->seen, &op, &latest);
-      if (seen && latest > op.op_id)
-        del = 1;
-      else if (seen ? latest == op.op_id : !c->seen.full)
-        del = op.type == BS_OP_REMOVE;
-      else
-        del = 0; /* an untracked row (the set is full): keep everything of it */
-    }
-    if (!del) {
+    if (!bs__compact_initial_drop(&c->seen, &op)) {
       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV);
       continue;
     }
@@ -854,7 +813,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0, kn = 0, del;
   int fresh = c->changes == 0 && c->visits == 0;
-  uint64_t budget = w->budget, moved = 0, stop = j->pos, last = 0;
+  uint64_t budget = w->budget, stop = j->pos, last = 0;
   MDB_cursor *oc = c->oc, *ec = c->ec;
   MDB_val k, v, ek, ev;
   unsigned char kb[16], ekb[BS_SUP_KEY_SIZE];
@@ -866,8 +825,8 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
   for (;;) {
     bs_op op;
-    uint64_t eold = 0, enw = 0;
-    int has_e, at, sup;
+    uint64_t eold = 0, enw = 0, target;
+    int has_e, at;
     if (erc && erc != MDB_NOTFOUND) break;
     has_e = erc == 0 && in_bucket(&ek, bucket);
     if (!has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
@@ -886,7 +845,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     for (; has_e; has_e = erc == 0 && in_bucket(&ek, bucket)) {
       if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
       if (eold >= op.op_id) break;
-      at = enw <= w->horizon && budget > 0;
+      at = bs__compact_entry_due(enw, w->horizon) && budget > 0;
       if (n + kn + (size_t)at > room || c->visits >= c->max_visits) {
         cut = 1;
         stop = eold;
@@ -901,11 +860,11 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     }
     if (cut || (erc && erc != MDB_NOTFOUND)) break;
     has_e = has_e && eold == op.op_id;
-    at = has_e && enw <= w->horizon && budget > 0;
-    /* superseded: INC would write it as a MOVE; a REMOVE/MOVE/CLEAR is in the run as it is
-     * (its entry consumed if due); any other PUT survives and ends the run */
-    sup = at && (op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && enw > op.op_id;
-    if (!sup && op.type == BS_OP_PUT) {
+    at = has_e && bs__compact_entry_due(enw, w->horizon) && budget > 0;
+    /* superseded: INC would write it as a MOVE to enw; a REMOVE/MOVE/CLEAR is in the run as it
+     * is (its entry consumed if due); any other PUT survives and ends the run */
+    target = at && bs__compact_entry_moves(&op, enw) ? enw : 0;
+    if (!bs__compact_in_run(&op, target)) {
       ended = 1;
       stop = op.op_id;
       break;
@@ -916,11 +875,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       break;
     }
     c->visits += 1 + (size_t)has_e;
-    if (sup) {
-      op.target_op = enw; /* as the MOVE INC would write */
-      moved++;
-    }
-    bs__clear_acc_add(&d->clear, &op, v.mv_size);
+    bs__clear_acc_add(&d->clear, &op, target, v.mv_size);
     n++;
     last = op.op_id;
     if (at) {
@@ -932,24 +887,24 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: superseded entries");
-  if (n < 2 || (!j->consumed && kn == 0)) { /* d->changed is 0: d is not applied */
-    if (cut && n < 2 && !fresh) {           /* no room left in this transaction: the next one */
+  if (n < BS_CLEAR_MIN_RUN || (!j->consumed && kn == 0)) { /* d->changed 0: not applied */
+    if (cut && n < BS_CLEAR_MIN_RUN && !fresh) { /* no room left in this transaction: the next */
       c->changes = c->o.max_ops_per_txn;
       return BS_OK;
     }
     /* nothing folded here: INC, then FOLD unless the run is known final and too short */
-    j->ifold_done = ended && n < 2;
+    j->ifold_done = ended && n < BS_CLEAR_MIN_RUN;
     j->phase = J_INC;
     return BS_OK;
   }
   /* pass 2: the fold, then the first kn due entries from pos */
-  if ((rc = fold_write(c, bucket, n, d, moved))) return rc;
+  if ((rc = fold_write(c, bucket, n, d))) return rc;
   bs__lmdb_sup_key(ekb, bucket, j->pos);
   erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
   for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
     uint64_t eold, enw;
     if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
-    if (enw <= w->horizon) {
+    if (bs__compact_entry_due(enw, w->horizon)) {
       if ((erc = mdb_cursor_del(ec, 0))) break;
       del++;
     }
@@ -997,7 +952,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
       return BS_OK;
     }
     c->visits++;
-    if (nw > w->horizon) { /* not yet at the horizon: a later pass takes it */
+    if (!bs__compact_entry_due(nw, w->horizon)) { /* a later pass takes it */
       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       continue;
     }
@@ -1007,9 +962,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
     if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: read op");
     if (mrc == 0) {
       if (bs__lmdb_op_decode(&opk, &opv, &op)) return bad_op(c, bucket);
-      /* target = the op that replaced it: a reader at C >= target reads that op too, and
-       * if it was replaced in turn, its own MOVE reports the next target */
-      if ((op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) && nw > old &&
+      if (bs__compact_entry_moves(&op, nw) &&
           (rc = write_move(c, d, &opk, opv.mv_size, op.checksum, nw)))
         return rc;
     }
@@ -1043,7 +996,7 @@ static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d
       return BS_OK;
     }
     c->visits++;
-    if (nw > w->horizon) {
+    if (!bs__compact_entry_due(nw, w->horizon)) {
       mrc = mdb_cursor_get(c->ec, &k, &v, MDB_NEXT);
       continue;
     }
@@ -1251,7 +1204,7 @@ static int compact_buckets(cctx *c, work *w, int initial) {
 /* ---- Incremental compaction ----------------------------------------------------------------- */
 
 /* The newest checkpoint at least min_age_ms old, from the `changes` records (flag 1). */
-static int incremental_horizon(cctx *c, const bs__stream_rec *rec, uint64_t *out) {
+static int aged_checkpoint(cctx *c, uint64_t *out) {
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
@@ -1259,10 +1212,6 @@ static int incremental_horizon(cctx *c, const bs__stream_rec *rec, uint64_t *out
   int64_t limit = bs__now_ms() - c->o.min_age_ms;
   int rc, mrc;
   *out = 0;
-  if (c->o.min_age_ms == 0) {
-    *out = rec->checkpoint;
-    return BS_OK;
-  }
   if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->changes, &cur))) {
     bs__lmdb_txn_abort(c->db, txn);
@@ -1419,12 +1368,9 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
     }
     visited++;
     if (op <= a->horizon) {
-      if (rid_seen(c, rid.data, rid.size)) {
-        del = 1; /* an older entry of a row whose newest at the horizon is known */
-      } else {
-        if ((rc = rid_add(c, rid.data, rid.size))) goto out;
-        del = n_sets == 0; /* the newest is a tombstone: nothing left to serve */
-      }
+      int newer = rid_seen(c, rid.data, rid.size);
+      if (!newer && (rc = rid_add(c, rid.data, rid.size))) goto out;
+      del = bs__compact_param_drop(newer, n_sets);
     }
     if (del) {
       size_t ks = k.mv_size;
@@ -1494,7 +1440,7 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
   bs_compact_stats local;
   bs__stream_rec rec;
   cctx c;
-  uint64_t horizon;
+  uint64_t horizon, aged = 0;
   int rc;
   memset(&c, 0, sizeof c);
   if (!stats) stats = &local;
@@ -1515,15 +1461,8 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
     stats->checkpoint_requests_deleted = deleted;
   }
   if ((rc = read_rec(&c, &rec))) return rc;
-  if (c.o.incremental_only) {
-    if ((rc = incremental_horizon(&c, &rec, &horizon))) return rc;
-    if (c.o.max_op_id && c.o.max_op_id < horizon) horizon = c.o.max_op_id;
-  } else {
-    horizon = c.o.max_op_id ? c.o.max_op_id : rec.checkpoint;
-  }
-  /* nothing above the last persisted op exists yet; a writer may be about to allocate it */
-  if (horizon > rec.op_head) horizon = rec.op_head;
-  if (horizon == 0) return BS_OK;
+  if (c.o.incremental_only && c.o.min_age_ms && (rc = aged_checkpoint(&c, &aged))) return rc;
+  if (!(horizon = bs__compact_horizon(&c.o, rec.checkpoint, aged, rec.op_head))) return BS_OK;
   bs__seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
   {
     /* raised before any op changes, so whoever sees a change also sees the horizon */

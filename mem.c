@@ -100,6 +100,12 @@ typedef struct mem_bchange {
   uint64_t id;
   size_t bucket;
 } mem_bchange; /* an op in a bucket */
+/* Incremental compaction's log (LMDB's `superseded`): op new_op replaced op old_op of the same row
+ * in bucket (a stream index), as the source record said; at most one entry per (bucket, old_op). */
+typedef struct mem_sup {
+  size_t bucket;
+  uint64_t old_op, new_op;
+} mem_sup;
 typedef struct mem_uchange {
   uint64_t id;
   bs_val user;
@@ -152,6 +158,8 @@ typedef struct mem_stream {
   size_t nparams, cparams;
   mem_bchange *bch;
   size_t nbch, cbch;
+  mem_sup *sups; /* appended by the writer, consumed by compaction */
+  size_t nsups, csups;
   mem_uchange *uch;
   size_t nuch, cuch;
   mem_cp *cps;
@@ -274,6 +282,17 @@ static int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
   return BS_OK;
 }
 
+static int u64_cmp(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static int sup_cmp(const void *x, const void *y) {
+  const mem_sup *a = x, *b = y;
+  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
+  return u64_cmp(&a->old_op, &b->old_op);
+}
+
 static void val_free(const bs_allocator *a, bs_val *v) {
   bs__free(a, (void *)v->data);
   v->data = NULL;
@@ -379,6 +398,7 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   for (size_t i = 0; i < s->nparams; i++) param_free(a, &s->params[i]);
   bs__free(a, s->params);
   bs__free(a, s->bch);
+  bs__free(a, s->sups);
   for (size_t i = 0; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   bs__free(a, s->uch);
   bs__free(a, s->cps);
@@ -461,7 +481,7 @@ typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend, nsoftq;
+  size_t ntables, nbuckets, nrecs, nparams, nbch, nsups, nuch, ncps, ncw, npend, nsoftq;
   uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
@@ -477,6 +497,7 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
   tx->nrecs = s->nrecs;
   tx->nparams = s->nparams;
   tx->nbch = s->nbch;
+  tx->nsups = s->nsups;
   tx->nuch = s->nuch;
   tx->ncps = s->ncps;
   tx->ncw = s->ncw;
@@ -535,6 +556,7 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t i = tx->nparams; i < s->nparams; i++) param_free(a, &s->params[i]);
   s->nparams = tx->nparams;
   s->nbch = tx->nbch;
+  s->nsups = tx->nsups;
   for (size_t i = tx->nuch; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   s->nuch = tx->nuch;
   s->ncps = tx->ncps;
@@ -677,6 +699,41 @@ static int tx_emit(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val
   return BS_OK;
 }
 
+/* Logs that the last op of bucket bi replaced old_op (0: the row had none, nothing to log). */
+static int tx_sup(mem_tx *tx, size_t bi, uint64_t old_op, uint64_t new_op) {
+  mem_stream *s = tx->s;
+  if (!old_op) return BS_OK;
+  if (GROW(ALLOC(tx->db), s->sups, s->nsups, s->csups, s->nsups + 1)) return BS_ENOMEM;
+  s->sups[s->nsups].bucket = bi;
+  s->sups[s->nsups].old_op = old_op;
+  s->sups[s->nsups++].new_op = new_op;
+  return BS_OK;
+}
+
+/* The latest op of row (ot, oi, sk) in the bucket named name (0: none); *bi the bucket's index. */
+static uint64_t row_latest(const mem_stream *s, bs_val name, bs_val ot, bs_val oi, bs_val sk,
+                           size_t *bi) {
+  const mem_bucket *b = bucket_find(s, name, bi);
+  for (size_t k = b ? b->n : 0; k-- > 0;) {
+    const mem_op *o = &b->ops[k];
+    if ((o->type == BS_OP_PUT || o->type == BS_OP_REMOVE) && bs__val_eq(o->sk, sk) &&
+        bs__val_eq(o->oi, oi) && bs__val_eq(o->ot, ot))
+      return o->id;
+  }
+  return 0;
+}
+
+/* tx_emit; with log, the op replaces the row's previous op in the bucket (the membership of its
+ * source record that the save read), which goes to the log. */
+static int tx_emit_log(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val oi, bs_val sk,
+                       bs_val data, int log) {
+  size_t bi = 0;
+  uint64_t old = log ? row_latest(tx->s, bucket, ot, oi, sk, &bi) : 0;
+  int rc = tx_emit(tx, bucket, type, ot, oi, sk, data);
+  if (rc || !old) return rc;
+  return tx_sup(tx, bi, old, tx->s->buckets[bi]->ops[tx->s->buckets[bi]->n - 1].id);
+}
+
 /* Appends a parameter entry (rows NULL/0 = tombstone). */
 static int tx_param(mem_tx *tx, bs_val key, uint32_t table, bs_val rid, const bs_val *rows,
                     size_t nrows) {
@@ -733,6 +790,22 @@ static int has_member(const qrow *rows, size_t n, const mem_member *m) {
   for (size_t i = 0; i < n; i++)
     if (bs__val_eq(rows[i].bucket, m->bucket) && bs__val_eq(rows[i].ot, m->ot) &&
         bs__val_eq(rows[i].oi, m->oi))
+      return 1;
+  return 0;
+}
+
+static int has_row(const qrow *rows, size_t n, const qrow *r) {
+  for (size_t i = 0; i < n; i++)
+    if (bs__val_eq(rows[i].bucket, r->bucket) && bs__val_eq(rows[i].ot, r->ot) &&
+        bs__val_eq(rows[i].oi, r->oi))
+      return 1;
+  return 0;
+}
+
+static int prev_has_row(const mem_rec *prev, const qrow *r) {
+  for (size_t i = 0; i < prev->nm; i++)
+    if (bs__val_eq(prev->m[i].bucket, r->bucket) && bs__val_eq(prev->m[i].ot, r->ot) &&
+        bs__val_eq(prev->m[i].oi, r->oi))
       return 1;
   return 0;
 }
@@ -817,8 +890,8 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
   if (old_idx >= 0 && (q->tag == BS_DELETE || !q->has_after || !bs__val_eq(q->after, q->before))) {
     old = s->recs[old_idx];
     for (size_t i = 0; i < old->nm; i++)
-      if ((rc = tx_emit(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi, skv_before,
-                        none)))
+      if ((rc = tx_emit_log(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi,
+                            skv_before, none, 1)))
         return rc;
     for (size_t i = 0; i < old->nl; i++) /* step 1 also tombstones the old lookups */
       if ((rc = tx_param(tx, old->lk[i], t->id, q->before, NULL, 0))) return rc;
@@ -833,15 +906,18 @@ static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
       if (prev_idx == old_idx) prev_idx = -1; /* cannot happen (after != before); defensive */
       if (prev_idx >= 0) prev = s->recs[prev_idx];
     }
-    for (size_t i = 0; i < q->nrows; i++)
-      if ((rc = tx_emit(tx, q->rows[i].bucket, BS_OP_PUT, q->rows[i].ot, q->rows[i].oi, skv_after,
-                        q->rows[i].data)))
+    for (size_t i = 0; i < q->nrows; i++) {
+      /* a PUT replaces a membership of the previous record, or the same row earlier in it */
+      int log = has_row(q->rows, i, &q->rows[i]) || (prev && prev_has_row(prev, &q->rows[i]));
+      if ((rc = tx_emit_log(tx, q->rows[i].bucket, BS_OP_PUT, q->rows[i].ot, q->rows[i].oi,
+                            skv_after, q->rows[i].data, log)))
         return rc;
+    }
     if (prev)
       for (size_t i = 0; i < prev->nm; i++)
         if (!has_member(q->rows, q->nrows, &prev->m[i]) &&
-            (rc = tx_emit(tx, prev->m[i].bucket, BS_OP_REMOVE, prev->m[i].ot, prev->m[i].oi,
-                          skv_after, none)))
+            (rc = tx_emit_log(tx, prev->m[i].bucket, BS_OP_REMOVE, prev->m[i].ot, prev->m[i].oi,
+                              skv_after, none, 1)))
           return rc;
   }
 
@@ -912,8 +988,8 @@ static int apply_truncate(mem_tx *tx, const qitem *q) {
     char sk[BS_SUBKEY_SIZE];
     bs_val skv = subkey_of(sk, t->id, list[i]->rid);
     for (size_t k = 0; k < list[i]->nm && !rc; k++)
-      rc = tx_emit(tx, list[i]->m[k].bucket, BS_OP_REMOVE, list[i]->m[k].ot, list[i]->m[k].oi, skv,
-                   none);
+      rc = tx_emit_log(tx, list[i]->m[k].bucket, BS_OP_REMOVE, list[i]->m[k].ot, list[i]->m[k].oi,
+                       skv, none, 1);
     for (size_t k = 0; k < list[i]->nl && !rc; k++)
       rc = tx_param(tx, list[i]->lk[k], t->id, list[i]->rid, NULL, 0);
   }
@@ -1973,42 +2049,15 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
   return BS_OK;
 }
 
-/* ---- Compaction (contract.md 6) -------------------------------------------------------------- */
+/* ---- Compaction (contract.md 6) --------------------------------------------------------------
+ * compact.c plans, as for LMDB: this walks the bucket arrays (reverse scans with the planner's
+ * seen-set, in the same order and with the same memory bound) and applies. Each bucket's new op
+ * array is built first; the bucket changes only when everything is allocated. */
 
-/* Row identity order: (object_type, object_id, subkey), then op id. */
-static int op_ident_cmp(const void *x, const void *y) {
-  const mem_op *a = *(const mem_op *const *)x, *b = *(const mem_op *const *)y;
-  int c = bs__val_cmp(a->ot, b->ot);
-  if (!c) c = bs__val_cmp(a->oi, b->oi);
-  if (!c) c = bs__val_cmp(a->sk, b->sk);
-  if (!c) c = a->id < b->id ? -1 : a->id > b->id;
-  return c;
-}
-
-static int same_ident(const mem_op *a, const mem_op *b) {
-  return bs__val_eq(a->ot, b->ot) && bs__val_eq(a->oi, b->oi) && bs__val_eq(a->sk, b->sk);
-}
-
-/* For the PUT/REMOVE ops of b at or below h: later[k] = the op id of the latest op of the same
- * row at or below h when op k is superseded by it, else 0. later has b->n entries. */
-static int superseded(const bs_allocator *a, const mem_bucket *b, uint64_t h, uint64_t *later) {
-  const mem_op **v = bs__calloc(a, b->n ? b->n : 1, sizeof *v);
-  size_t n = 0;
-  if (!v) return BS_ENOMEM;
-  for (size_t k = 0; k < b->n; k++) {
-    later[k] = 0;
-    if (b->ops[k].id <= h && (b->ops[k].type == BS_OP_PUT || b->ops[k].type == BS_OP_REMOVE))
-      v[n++] = &b->ops[k];
-  }
-  qsort(v, n, sizeof *v, op_ident_cmp);
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j + 1 < n && same_ident(v[j + 1], v[i])) j++;
-    for (size_t k = i; k < j; k++) later[v[k] - b->ops] = v[j]->id; /* v[j]: the latest */
-    i = j + 1;
-  }
-  bs__free(a, v);
-  return BS_OK;
+/* A stored op as the planner sees it (borrowed). */
+static bs_op op_view(const mem_op *o) {
+  bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
+  return op;
 }
 
 static uint64_t bucket_bytes(const mem_bucket *b) {
@@ -2017,92 +2066,162 @@ static uint64_t bucket_bytes(const mem_bucket *b) {
   return n;
 }
 
-/* Full compaction of one bucket at horizon h: MOVE, then the leading CLEAR. Builds the new op
- * array first; the bucket changes only when everything is allocated. */
-static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
-                          bs_compact_stats *stats) {
-  uint64_t *later = bs__calloc(a, b->n ? b->n : 1, sizeof *later);
-  mem_op *nw = NULL;
-  size_t run = 0, moved = 0, nn = 0, folded = 0;
-  uint64_t before = bucket_bytes(b), clear_start = 0;
-  mem_op clear;
-  if (!later) return BS_ENOMEM;
-  if (superseded(a, b, h, later)) goto nomem;
-  for (size_t k = 0; k < b->n; k++) moved += later[k] != 0;
-  /* the leading run of REMOVE/MOVE/CLEAR (after the MOVE pass) at or below h */
-  while (run < b->n && b->ops[run].id <= h && (later[run] || b->ops[run].type != BS_OP_PUT)) run++;
-  if (run < 2) run = 0;
-  stats->bytes_before += before;
-  if (!moved && !run) {
-    stats->bytes_after += before;
-    bs__free(a, later);
-    return BS_OK;
+static uint64_t last_op_of(const mem_bucket *b) {
+  return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
+}
+
+/* The number of ops of b at or below h (ops ascend by id). */
+static size_t ops_upto(const mem_bucket *b, uint64_t h) {
+  size_t top = b->n;
+  while (top > 0 && b->ops[top - 1].id > h) top--;
+  return top;
+}
+
+/* Index of op id in b, or b->n. */
+static size_t op_index(const mem_bucket *b, uint64_t id) {
+  size_t lo = 0, hi = b->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (b->ops[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  nw = bs__calloc(a, b->n, sizeof *nw);
-  if (!nw) goto nomem;
+  return lo < b->n && b->ops[lo].id == id ? lo : b->n;
+}
+
+#define DROP UINT64_MAX /* a plan's target: the op is deleted (initial replication) */
+
+/* Applies a plan to b (target: b->n entries, each op's MOVE target, DROP or 0 = kept): with fold,
+ * the leading run at or below h becomes one CLEAR first. Counts into stats. */
+static int apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
+                      const uint64_t *target, uint64_t moved, int fold, bs_compact_stats *stats) {
+  bs__clear_acc clear;
+  size_t run = 0, nn = 0, drop = 0;
+  mem_op *nw;
   memset(&clear, 0, sizeof clear);
+  for (; fold && run < b->n && b->ops[run].id <= h; run++) {
+    bs_op op = op_view(&b->ops[run]);
+    if (!bs__compact_in_run(&op, target[run])) break;
+    bs__clear_acc_add(&clear, &op, target[run], op_size(&b->ops[run]));
+  }
+  if (run < BS_CLEAR_MIN_RUN) run = 0;
+  for (size_t k = 0; k < b->n; k++) drop += target[k] == DROP;
+  if (!moved && !run && !drop) return BS_OK;
+  if (!(nw = bs__calloc(a, b->n, sizeof *nw))) return BS_ENOMEM;
   if (run) {
-    clear.type = BS_OP_CLEAR;
-    clear.id = b->ops[run - 1].id;
-    for (size_t k = 0; k < run; k++) {
-      uint64_t t = later[k] ? later[k] : b->ops[k].target;
-      clear.checksum = bs__cksum_add(clear.checksum, b->ops[k].checksum);
-      if (t > clear.target) clear.target = t;
-    }
-    clear_start = b->ops[0].type == BS_OP_CLEAR ? b->clear_start : b->ops[0].id;
-    /* ops_cleared counts the ops folded, not an earlier CLEAR folded again (as LMDB's
-     * bs__clear_acc.n_folded): over repeated compactions each op counts once */
-    folded = run - (b->ops[0].type == BS_OP_CLEAR);
-    nw[nn++] = clear;
+    mem_op c = {.id = clear.last_op,
+                .type = BS_OP_CLEAR,
+                .checksum = clear.checksum,
+                .target = clear.target_op};
+    nw[nn++] = c;
+    b->clear_start = bs__clear_span_start(&clear, b->clear_start, b->clear_op);
+    b->clear_op = clear.last_op;
   }
-  for (size_t k = run; k < b->n; k++) {
-    mem_op o = b->ops[k];
-    if (later[k]) {
-      memset(&o, 0, sizeof o);
-      o.id = b->ops[k].id;
-      o.type = BS_OP_MOVE;
-      o.checksum = b->ops[k].checksum;
-      o.target = later[k];
+  for (size_t k = 0; k < b->n; k++) {
+    mem_op m = {.id = b->ops[k].id,
+                .type = BS_OP_MOVE,
+                .checksum = b->ops[k].checksum,
+                .target = target[k]};
+    if (k >= run && !target[k]) {
+      nw[nn++] = b->ops[k];
+      continue;
     }
-    nw[nn++] = o;
+    if (k >= run && target[k] != DROP) nw[nn++] = m;
+    op_free(a, &b->ops[k]);
   }
-  /* swap: free the payloads that no new op points to */
-  for (size_t k = 0; k < b->n; k++)
-    if (k < run || later[k]) op_free(a, &b->ops[k]);
   bs__free(a, b->ops);
   b->ops = nw;
   b->cap = b->n;
   b->n = nn;
   b->generation = ++s->m.gen_seq;
-  if (run) {
-    b->clear_start = clear_start;
-    b->clear_op = clear.id;
-  }
   stats->buckets_compacted++;
   stats->ops_moved += moved;
-  stats->ops_cleared += folded;
-  stats->bytes_after += bucket_bytes(b);
-  bs__free(a, later);
+  stats->ops_cleared += clear.n_folded;
+  stats->ops_removed += drop;
   return BS_OK;
-nomem:
-  bs__free(a, later);
-  bs__free(a, nw);
-  return BS_ENOMEM;
 }
 
-static uint64_t last_op_of(const mem_bucket *b) {
-  return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
+/* Full compaction of one bucket at horizon h: the reverse scan, then the fold and the MOVEs. */
+static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
+                          bs__seen_set *seen, bs_compact_stats *stats) {
+  bs__compact_scan scan = {0, 0};
+  size_t top = ops_upto(b, h);
+  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), moved = 0;
+  int rc;
+  if (!target) return BS_ENOMEM;
+  bs__seen_clear(seen);
+  for (size_t k = top; k-- > 0;) {
+    bs_op op = op_view(&b->ops[k]);
+    if (!bs__compact_scan_op(&scan, seen, &op)) break;
+  }
+  for (size_t k = 0; scan.max_moved && k < top; k++) {
+    bs_op op = op_view(&b->ops[k]);
+    moved += (uint64_t)bs__compact_superseded(seen, &op, &target[k]);
+  }
+  rc = apply_plan(a, s, b, h, target, moved, scan.run >= BS_CLEAR_MIN_RUN, stats);
+  bs__free(a, target);
+  return rc;
 }
 
-/* The ops the selection of bs__compact_bucket_due weighs (bs_bucket_info.changes, as LMDB). */
-static uint64_t changes_since(const mem_bucket *b) {
-  if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
-  return b->n - b->compacted_count;
+/* Sorts the log by (bucket, old op) and finds bucket bi's entries, [*lo, *hi). (The log's order
+ * means nothing; a transaction only appends to it, under the lock.) */
+static void log_range(mem_stream *s, size_t bi, size_t *lo, size_t *hi) {
+  qsort(s->sups, s->nsups, sizeof *s->sups, sup_cmp);
+  for (*lo = 0; *lo < s->nsups && s->sups[*lo].bucket < bi;) ++*lo;
+  for (*hi = *lo; *hi < s->nsups && s->sups[*hi].bucket == bi;) ++*hi;
 }
 
+/* Removes the log entries of bucket bi in [lo, hi) that are due at h. */
+static void log_consume(mem_stream *s, size_t lo, size_t hi, uint64_t h) {
+  size_t k = lo;
+  for (size_t i = lo; i < s->nsups; i++)
+    if (i >= hi || !bs__compact_entry_due(s->sups[i].new_op, h)) s->sups[k++] = s->sups[i];
+  s->nsups = k;
+}
+
+/* Incremental compaction of bucket bi at h: its logged entries due at h (in old op order,
+ * within *budget) turn their ops into MOVEs and are consumed; then the leading run folds. */
+static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint64_t h,
+                              uint64_t *budget, bs_compact_stats *stats) {
+  mem_bucket *b = s->buckets[bi];
+  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), moved = 0, left = *budget;
+  size_t lo, hi, end, nc = 0;
+  int rc;
+  if (!target) return BS_ENOMEM;
+  log_range(s, bi, &lo, &hi);
+  for (end = lo; end < hi && left; end++) {
+    const mem_sup *e = &s->sups[end];
+    size_t k = op_index(b, e->old_op);
+    bs_op op;
+    if (!bs__compact_entry_due(e->new_op, h)) continue;
+    if (left != UINT64_MAX) left--;
+    nc++;
+    if (k == b->n) continue; /* folded or deleted since: the entry just goes */
+    op = op_view(&b->ops[k]);
+    if (bs__compact_entry_moves(&op, e->new_op)) {
+      target[k] = e->new_op;
+      moved++;
+    }
+  }
+  if (!(rc = apply_plan(a, s, b, h, target, moved, nc > 0, stats))) {
+    log_consume(s, lo, end, h);
+    *budget = left;
+  }
+  bs__free(a, target);
+  return rc;
+}
+
+/* Selection by the bucket-state figures of bs__compact_bucket_due (as LMDB's bucket state). */
 static int bucket_due(const mem_bucket *b, uint64_t min_changes, double min_ratio) {
   return bs__compact_bucket_due(b->n, b->compacted_count, last_op_of(b), b->compacted_op,
                                 min_changes, min_ratio);
+}
+
+/* The ops the selection weighs (bs_bucket_info.changes, as LMDB). */
+static uint64_t changes_since(const mem_bucket *b) {
+  if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
+  return b->n - b->compacted_count;
 }
 
 /* Records a full or initial-replication compaction of b at horizon h. */
@@ -2111,23 +2230,27 @@ static void bucket_mark(mem_bucket *b, uint64_t h) {
   b->compacted_op = h < last_op_of(b) ? h : last_op_of(b);
 }
 
-static uint64_t incremental_horizon(const mem_stream *s, int64_t min_age_ms) {
-  int64_t cutoff = bs__now_ms() - (min_age_ms < 0 ? 300000 : min_age_ms);
+/* The newest checkpoint made at or before cutoff_ms. */
+static uint64_t aged_checkpoint(const mem_stream *s, int64_t cutoff_ms) {
   uint64_t h = 0;
   for (size_t i = 0; i < s->ncps; i++)
-    if (s->cps[i].ms <= cutoff && s->cps[i].id > h) h = s->cps[i].id;
+    if (s->cps[i].ms <= cutoff_ms && s->cps[i].id > h) h = s->cps[i].id;
   return h;
 }
 
-/* Parameter compaction at h: keep the newest entry per (source row, lookup) at or below h, and
- * drop it too when it is a tombstone. Caller holds the lock. */
+/* Parameter compaction at h: per (lookup, table, replica id) group, newest first, the planner's
+ * bs__compact_param_drop. Caller holds the lock. */
 static int param_ident_cmp(const void *x, const void *y) {
   const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
   int c = bs__val_cmp(a->key, b->key);
   if (!c) c = a->table < b->table ? -1 : a->table > b->table;
   if (!c) c = bs__val_cmp(a->rid, b->rid);
-  if (!c) c = a->id < b->id ? -1 : a->id > b->id;
+  if (!c) c = a->id < b->id ? 1 : a->id > b->id ? -1 : 0; /* newest first */
   return c;
+}
+
+static int same_param_row(const mem_param *a, const mem_param *b) {
+  return bs__val_eq(a->key, b->key) && a->table == b->table && bs__val_eq(a->rid, b->rid);
 }
 
 static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
@@ -2144,15 +2267,9 @@ static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint
   for (size_t k = 0; k < s->nparams; k++)
     if (s->params[k].id <= h) v[n++] = &s->params[k];
   qsort(v, n, sizeof *v, param_ident_cmp);
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j + 1 < n && bs__val_eq(v[j + 1]->key, v[i]->key) && v[j + 1]->table == v[i]->table &&
-           bs__val_eq(v[j + 1]->rid, v[i]->rid))
-      j++;
-    for (size_t k = i; k < j; k++) drop[v[k] - s->params] = 1;
-    if (v[j]->nrows == 0) drop[v[j] - s->params] = 1;
-    i = j + 1;
-  }
+  for (size_t i = 0; i < n; i++)
+    drop[v[i] - s->params] = (unsigned char)bs__compact_param_drop(
+        i > 0 && same_param_row(v[i - 1], v[i]), (uint32_t)v[i]->nrows);
   for (size_t k = 0; k < s->nparams; k++) {
     if (drop[k]) {
       param_free(a, &s->params[k]);
@@ -2172,55 +2289,71 @@ static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint
   return BS_OK;
 }
 
-/* Names of the buckets to compact (copied: the lock is released between buckets). */
+/* Stream indexes of the buckets to compact, in bucket order (LMDB's bucket-id order). */
 static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact_options *o,
-                          bs_val **out, size_t *n_out) {
-  bs_val *list = bs__calloc(a, s->nbuckets + o->n_buckets + 1, sizeof *list);
-  size_t n = 0;
+                          size_t **out, size_t *n_out) {
+  size_t *list = bs__calloc(a, s->nbuckets + 1, sizeof *list), n = 0;
   if (!list) return BS_ENOMEM;
   for (size_t i = 0; i < s->nbuckets; i++) {
     mem_bucket *b = s->buckets[i];
-    int take;
+    int take = 0;
     /* (the front resolved the options: the thresholds are set) */
-    if (o->incremental_only) /* the writer's log, as LMDB: buckets is for full compaction */
-      take = last_op_of(b) > b->compacted_op;
-    else if (o->buckets)
+    if (o->incremental_only) { /* the queue: buckets with logged entries */
+      for (size_t k = 0; k < s->nsups && !take; k++) take = s->sups[k].bucket == i;
+    } else if (o->buckets) {
       take = val_in(o->buckets, o->n_buckets, b->name);
-    else
+    } else {
       take = bucket_due(b, o->min_bucket_changes, o->min_change_ratio);
-    if (take && val_dup(a, b->name, &list[n++])) {
-      for (size_t k = 0; k < n; k++) val_free(a, &list[k]);
-      bs__free(a, list);
-      return BS_ENOMEM;
     }
+    if (take) list[n++] = i;
   }
   *out = list;
   *n_out = n;
   return BS_OK;
 }
 
-/* Defragmentation (contract.md 6; the same rule as lmdb_compact.c): when the rows of b whose latest
- * op is a PUT at or below h are fewer than ratio of its ops (and the rest could fold), their
- * PUTs are appended again, in op order, with new op ids, inside tx. Caller holds the lock. */
-static int defrag_bucket(mem_tx *tx, mem_bucket *b, uint64_t h, double ratio, uint64_t *emitted) {
+/* Defragmentation (the planner's bs__compact_defrag_due, as LMDB): the live rows of b are the
+ * memberships of the source records in it, each at the row's latest op there, at or below h;
+ * their PUTs are appended again in op order with new op ids inside tx, each logged as
+ * superseding the old one. Caller holds the lock. */
+static int defrag_bucket(mem_tx *tx, size_t bi, uint64_t h, double ratio, uint64_t *emitted) {
   const bs_allocator *a = ALLOC(tx->db);
-  uint64_t *later = bs__calloc(a, b->n ? b->n : 1, sizeof *later);
-  size_t *live = bs__calloc(a, b->n ? b->n : 1, sizeof *live), nlive = 0, n = b->n;
-  int rc = BS_OK;
-  if (!later || !live || superseded(a, b, UINT64_MAX, later)) {
-    rc = BS_ENOMEM;
-    goto out;
+  mem_stream *s = tx->s;
+  mem_bucket *b = s->buckets[bi];
+  bs__seen_set seen;
+  uint64_t *live = NULL;
+  size_t nlive = 0, n = b->n;
+  int rc = BS_ENOMEM;
+  bs__seen_init(&seen, a, SIZE_MAX); /* every row: the memory backend holds them all anyway */
+  for (size_t k = n; k-- > 0;) {
+    bs_op op = op_view(&b->ops[k]);
+    uint64_t latest;
+    if (op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) bs__seen_visit(&seen, &op, &latest);
   }
-  for (size_t k = 0; k < n; k++)
-    if (b->ops[k].type == BS_OP_PUT && !later[k] && b->ops[k].id <= h) live[nlive++] = k;
-  if (!nlive || n <= nlive + 1 || (double)nlive / (double)n >= ratio) goto out;
+  if (seen.full || !(live = bs__calloc(a, n ? n : 1, sizeof *live))) goto out;
+  for (size_t i = 0; i < s->nrecs; i++) {
+    const mem_rec *r = s->recs[i];
+    char sk[BS_SUBKEY_SIZE];
+    for (size_t j = 0; r && j < r->nm; j++) {
+      bs_op row = {
+          0, BS_OP_PUT, 0, 0, r->m[j].ot, r->m[j].oi, subkey_of(sk, r->table, r->rid), {NULL, 0}};
+      uint64_t latest;
+      if (bs__val_eq(r->m[j].bucket, b->name) && bs__seen_find(&seen, &row, &latest) &&
+          latest <= h && nlive < n)
+        live[nlive++] = latest;
+    }
+  }
+  rc = BS_OK;
+  if (!bs__compact_defrag_due(nlive, n, ratio)) goto out;
+  qsort(live, nlive, sizeof *live, u64_cmp);
   for (size_t i = 0; i < nlive && !rc; i++) {
-    mem_op o = b->ops[live[i]]; /* by value: tx_emit may move b->ops, not the payloads */
+    mem_op o = b->ops[op_index(b, live[i])]; /* by value: tx_emit may move b->ops */
     rc = tx_emit(tx, b->name, BS_OP_PUT, o.ot, o.oi, o.sk, o.data);
+    if (!rc) rc = tx_sup(tx, bi, o.id, b->ops[b->n - 1].id);
   }
   if (!rc) *emitted += nlive;
 out:
-  bs__free(a, later);
+  bs__seen_free(&seen);
   bs__free(a, live);
   return rc;
 }
@@ -2229,47 +2362,52 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
                        bs_error *err) {
   mem_storage *ms = MS(st);
   mem_db *db = ms->db;
+  mem_stream *s = ms->s;
   const bs_allocator *a = ALLOC(db);
-  bs_compact_options def = BS_COMPACT_OPTIONS_INIT;
   bs_compact_stats stats;
-  bs_val *names = NULL;
-  size_t nnames = 0;
-  uint64_t h;
+  bs__seen_set seen;
+  size_t *ids = NULL, nids = 0, done = 0;
+  uint64_t h, budget = o->incremental_only && o->op_budget ? o->op_budget : UINT64_MAX;
   int rc = BS_OK;
-  if (!o) o = &def;
   memset(&stats, 0, sizeof stats);
   if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
+  bs__seen_init(&seen, a, o->memory_limit_mb * 1024u * 1024u);
   lock(db);
   if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
     stats.checkpoint_requests_deleted =
-        delete_requests_before(db, ms->s, o->delete_checkpoint_requests_before_ms);
-  h = o->incremental_only ? incremental_horizon(ms->s, o->min_age_ms) : ms->s->m.checkpoint;
-  if (o->max_op_id && (!o->incremental_only || o->max_op_id < h)) h = o->max_op_id;
-  if (h > ms->s->m.op_head) h = ms->s->m.op_head; /* nothing above the last op exists yet */
+        delete_requests_before(db, s, o->delete_checkpoint_requests_before_ms);
+  h = bs__compact_horizon(o, s->m.checkpoint, aged_checkpoint(s, bs__now_ms() - o->min_age_ms),
+                          s->m.op_head);
   /* horizon 0 (no checkpoint): nothing to compact, no bucket marked (as LMDB) */
-  rc = h ? select_buckets(a, ms->s, o, &names, &nnames) : BS_OK;
+  rc = h ? select_buckets(a, s, o, &ids, &nids) : BS_OK;
   unlock(db);
   if (rc) return enomem(err, "compact");
-  for (size_t i = 0; i < nnames && !rc; i++) {
-    mem_bucket *b;
+  /* bucket indexes stay valid: buckets are only appended, a clear takes the lock per bucket */
+  for (; done < nids && !rc && budget; done++) {
     lock(db);
-    b = bucket_find(ms->s, names[i], NULL);
-    if (b && compact_bucket(a, ms->s, b, h, &stats))
-      rc = enomem(err, "compact");
-    else if (b && !o->incremental_only)
-      bucket_mark(b, h); /* a full compaction's mark, for selection (as LMDB) */
+    if (ids[done] < s->nbuckets) { /* else the stream was cleared meanwhile */
+      mem_bucket *b = s->buckets[ids[done]];
+      stats.bytes_before += bucket_bytes(b);
+      if (o->incremental_only)
+        rc = incremental_bucket(a, s, ids[done], h, &budget, &stats);
+      else if (!(rc = compact_bucket(a, s, b, h, &seen, &stats)))
+        bucket_mark(b, h); /* a full compaction's mark, for selection */
+      stats.bytes_after += bucket_bytes(b);
+    }
     unlock(db);
-    if (!rc && o->progress && o->progress(&stats, o->progress_payload))
+    if (rc)
+      rc = enomem(err, "compact");
+    else if (o->progress && o->progress(&stats, o->progress_payload))
       rc = bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
   }
+  bs__seen_free(&seen);
   if (!rc && o->defragment_ratio > 0) {
     mem_tx tx;
     lock(db);
-    tx_begin(&tx, db, ms->s);
-    for (size_t i = 0; i < nnames && !rc; i++) {
-      mem_bucket *b = bucket_find(ms->s, names[i], NULL);
-      if (b) rc = defrag_bucket(&tx, b, h, o->defragment_ratio, &stats.ops_reemitted);
-    }
+    tx_begin(&tx, db, s);
+    for (size_t i = 0; i < done && !rc; i++)
+      if (ids[i] < s->nbuckets)
+        rc = defrag_bucket(&tx, ids[i], h, o->defragment_ratio, &stats.ops_reemitted);
     if (rc)
       tx_rollback(&tx);
     else
@@ -2281,72 +2419,63 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   }
   if (!rc && h && o->compact_parameters) {
     lock(db);
-    if (compact_params(a, ms->s, h, &stats.parameter_entries_removed))
+    if (compact_params(a, s, h, &stats.parameter_entries_removed))
       rc = enomem(err, "compact parameters");
     unlock(db);
   }
-  for (size_t i = 0; i < nnames; i++) val_free(a, &names[i]);
-  bs__free(a, names);
+  bs__free(a, ids);
   if (out) *out = stats;
   return rc;
 }
 
-/* Initial-replication compaction of one bucket: of every row keep only its latest op at or
- * below h, and that only if it is a PUT; MOVE and CLEAR ops at or below h (an earlier full
- * compaction's) go too: no residue (contract.md 6, as LMDB). */
-static int initial_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h) {
-  uint64_t *later = bs__calloc(a, b->n ? b->n : 1, sizeof *later);
-  mem_op *nw = NULL;
-  size_t nn = 0, del = 0;
-  if (!later) return BS_ENOMEM;
-  if (superseded(a, b, h, later)) goto nomem;
-  for (size_t k = 0; k < b->n; k++)
-    if (later[k] || (b->ops[k].id <= h && b->ops[k].type != BS_OP_PUT)) {
-      later[k] = 1; /* reused as "delete" */
-      del++;
+/* Initial-replication compaction of bucket bi: the reverse scan deletes what
+ * bs__compact_initial_drop says (no residue, contract.md 6, as LMDB); its log entries at h go. */
+static int initial_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint64_t h,
+                          bs__seen_set *seen) {
+  mem_bucket *b = s->buckets[bi];
+  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
+  bs_compact_stats stats;
+  size_t lo, hi;
+  int cleared = 0, rc;
+  if (!target) return BS_ENOMEM;
+  bs__seen_clear(seen);
+  for (size_t k = ops_upto(b, h); k-- > 0;) {
+    bs_op op = op_view(&b->ops[k]);
+    if (bs__compact_initial_drop(seen, &op)) {
+      target[k] = DROP;
+      cleared |= op.type == BS_OP_CLEAR;
     }
-  if (del) {
-    nw = bs__calloc(a, b->n, sizeof *nw);
-    if (!nw) goto nomem;
-    for (size_t k = 0; k < b->n; k++) {
-      if (later[k])
-        op_free(a, &b->ops[k]);
-      else
-        nw[nn++] = b->ops[k];
-    }
-    bs__free(a, b->ops);
-    b->ops = nw;
-    b->cap = b->n;
-    b->n = nn;
-    b->generation = ++s->m.gen_seq;
-    if (!b->n || b->ops[0].type != BS_OP_CLEAR) b->clear_start = b->clear_op = 0; /* no torn span */
   }
-  bucket_mark(b, h);
-  bs__free(a, later);
-  return BS_OK;
-nomem:
-  bs__free(a, later);
-  return BS_ENOMEM;
+  if (!(rc = apply_plan(a, s, b, h, target, 0, 0, &stats))) {
+    if (cleared) b->clear_start = b->clear_op = 0; /* the leading CLEAR went: no torn span */
+    log_range(s, bi, &lo, &hi);
+    log_consume(s, lo, hi, h); /* FORGET: their old ops are gone */
+    bucket_mark(b, h);
+  }
+  bs__free(a, target);
+  return rc;
 }
 
 static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_changes,
                                uint64_t *buckets_out, bs_error *err) {
   mem_storage *ms = MS(st);
   mem_stream *s = ms->s;
+  const bs_allocator *a = ALLOC(ms->db);
+  bs__seen_set seen;
   uint64_t h, done = 0;
   int rc = BS_OK;
   if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   if (!min_changes) min_changes = 1;
+  bs__seen_init(&seen, a, (size_t)BS_COMPACT_MEMORY_MB * 1024u * 1024u);
   lock(ms->db);
   if (s->m.cp_lsn.has) {
     rc = bs__fail(err, BS_ESTATE, "stream %u already has a checkpoint", (unsigned)s->id);
     goto out;
   }
-  h = max_op_id ? max_op_id : s->m.op_head;
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    mem_bucket *b = s->buckets[i];
-    if (!bucket_due(b, min_changes, 0.0)) continue; /* as LMDB: ratio 0 */
-    if (initial_bucket(ALLOC(ms->db), s, b, h)) {
+  h = max_op_id && max_op_id < s->m.op_head ? max_op_id : s->m.op_head;
+  for (size_t i = 0; h && i < s->nbuckets; i++) {
+    if (!bucket_due(s->buckets[i], min_changes, 0.0)) continue; /* as LMDB: ratio 0 */
+    if (initial_bucket(a, s, i, h, &seen)) {
       rc = enomem(err, "compact_initial_replication");
       break;
     }
@@ -2354,6 +2483,7 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
   }
 out:
   unlock(ms->db);
+  bs__seen_free(&seen);
   if (!rc && buckets_out) *buckets_out = done;
   return rc;
 }
@@ -2694,11 +2824,6 @@ static void problem(vlist *v, const char *fmt, ...) {
   }
   memcpy(p, buf, strlen(buf) + 1);
   v->msgs[v->n++] = p;
-}
-
-static int u64_cmp(const void *x, const void *y) {
-  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-  return a < b ? -1 : a > b;
 }
 
 static int has_payload(const mem_op *o) {

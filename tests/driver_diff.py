@@ -216,8 +216,6 @@ class Gen:
         for k, f in opts.items():
             if self.r() < 0.3:
                 c[k] = f()
-        if c.get("incremental_only") and "incremental" not in STRICT:
-            c["incremental_only"] = False
         if "incremental_only" in c and "min_age_ms" not in c:
             c["min_age_ms"] = 0  # the default 5 min age would depend on the clock
         return self.stream(c)
@@ -326,12 +324,6 @@ COMPARE_MESSAGES = False
 # Known disagreements not yet settled, each skipped unless --strict NAME (or --strict all) turns
 # its comparison on. Keep this list short: an entry is a bug to fix, not a rule.
 KNOWN = {
-    "incremental": "compact incremental_only: LMDB moves exactly the ops its writer logged "
-                   "(contract.md 6: an INSERT over an existing record reads no previous record, so "
-                   "logs nothing), memory compacts every changed bucket whole, so it also "
-                   "moves the op such an INSERT superseded (seed 38: 24 ops moved vs 23). "
-                   "Both are correct for clients; without --strict the generator draws no "
-                   "incremental compaction",
     "changes_users": "checkpoint_changes updated_write_checkpoint_users with a `from` that "
                      "was never a checkpoint: LMDB files a user under the flush that persisted "
                      "its write checkpoint, memory under the commit that made it visible; for a "

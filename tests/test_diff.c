@@ -9,8 +9,7 @@
  * streaming one), small auto-flush bounds, truncate and drop, blocked and empty commits,
  * keepalive, snapshot_done, resume_lsn, source rows, write checkpoints in both modes with
  * cleanup, compaction (full on named buckets, parameters, defragmentation, initial replication,
- * horizons below the checkpoint; selection by thresholds and incremental behind the SW_
- * switches below), reopen, several streams, clear, terminate, report_error, explicit limits
+ * horizons below the checkpoint, selection by thresholds, incremental), reopen, several streams, clear, terminate, report_error, explicit limits
  * (0 too). Strings come from the shared edge pool (util_edge.h). Focused tests of the rules
  * the differential run found follow it (t_resume_lsn_at_once, ...).
  *
@@ -30,30 +29,20 @@
 
 /* Switches per area: off = the generator stays clear of it (or compares it leniently). The first
  * three were fixed by another change at the same time and are on since it landed. */
-#define SW_EMPTY_DISTINCT       1 /* "" served as "", distinct from absent (issue 11 item 1) */
-#define SW_WCP_CLEANUP          1 /* delete_checkpoint_requests_before (items 2, 6, 7) */
-#define SW_LAST_WCP             1 /* last_write_checkpoint replies (item 7) */
+#define SW_EMPTY_DISTINCT     1 /* "" served as "", distinct from absent (issue 11 item 1) */
+#define SW_WCP_CLEANUP        1 /* delete_checkpoint_requests_before (items 2, 6, 7) */
+#define SW_LAST_WCP           1 /* last_write_checkpoint replies (item 7) */
 /* Selection by the thresholds (and the initial-replication count, bs_bucket_info.changes): both
  * backends weigh the growth of the count since the last full or initial compaction with
  * bs__compact_bucket_due (the memory backend used the ops above its horizon until this test). */
-#define SW_COMPACT_THRESHOLDS   1
-/* Defragmentation's live-row count: LMDB counts the PUTs that source-record memberships point
- * at, the memory backend every PUT without a later op of its row. They agree unless a PUT is
- * orphaned by an INSERT over an existing row (contract.md 4.1: an INSERT does not read the previous
- * record; clients still hold it), which SW_INSERT_OVER_EXISTING leaves out. */
-#define SW_DEFRAG               1
-/* Off: a streaming writer's INSERT becomes an UPDATE (the same on a row without a record).
- * An INSERT over an existing record does not read it (contract.md 4.1), so the PUTs it supersedes are
- * not logged for incremental compaction (LMDB, as contract.md 6 says) and no membership holds them
- * (LMDB's defragmentation does not count them live); the memory backend's incremental pass
- * compacts every changed bucket in full and counts them. Reported on issue 11. */
-#define SW_INSERT_OVER_EXISTING 0
-/* Not yet agreed, reported on issue 11: incremental compaction. LMDB converts exactly the ops
- * the writer logged as superseded (contract.md 6) in the buckets it queued; the memory backend runs a
- * full compaction of every bucket changed since the last full one at the incremental horizon,
- * so it also compacts supersessions nothing logged (a REMOVE followed by the PUT of a re-inserted
- * row). Off: no incremental compaction. */
-#define SW_INCREMENTAL          0
+#define SW_COMPACT_THRESHOLDS 1
+/* Defragmentation: both backends count a bucket's live rows from the source records'
+ * memberships (a PUT orphaned by an INSERT over an existing record is not live: contract.md 4.1,
+ * an INSERT does not read the previous record) and decide with bs__compact_defrag_due. */
+#define SW_DEFRAG             1
+/* Incremental compaction and INSERTs over existing records are always drawn: both backends log
+ * the supersessions the source records name (an INSERT over a record reads none, so logs none)
+ * and convert exactly those (compact.c's plan, contract.md 6). */
 
 #define N_SIDES    2
 #define MAX_STREAM 3
@@ -693,10 +682,6 @@ static void do_save(run *r, size_t x, int k) {
   if (sv.tag == BS_DELETE || (sv.tag == BS_UPDATE && ct_below(&r->rng, 6) == 0))
     sv.before_id = pick(r, &r->rids);
   if (sv.tag == BS_DELETE && ct_below(&r->rng, 2)) sv.after_id = (bs_val){NULL, 0};
-  /* (an INSERT queued in one writer can land over the record another writer's flush made
-   * first: off, a streaming writer never INSERTs; on a row without a record an UPDATE does the
-   * same) */
-  if (!SW_INSERT_OVER_EXISTING && k != 1 && sv.tag == BS_INSERT) sv.tag = BS_UPDATE;
   for (i = 0; i < nrows; i++) {
     rows[i].bucket = pick(r, &r->buckets);
     rows[i].object_type = pick(r, &r->otypes);
@@ -843,14 +828,7 @@ static void do_compact(run *r, size_t x) {
     co.buckets = names, co.n_buckets = n;
     break;
   default:
-    if (SW_INCREMENTAL) {
-      co.incremental_only = 1, co.min_age_ms = 0;
-    } else {
-      for (size_t i = 0; i < r->buckets.n; i++)
-        if (r->buckets.v[i].size && r->buckets.v[i].size <= BS_MAX_BUCKET_NAME)
-          names[n++] = r->buckets.v[i];
-      co.buckets = names, co.n_buckets = n;
-    }
+    co.incremental_only = 1, co.min_age_ms = 0;
   }
   if (ct_below(&r->rng, 3) == 0 && cp) co.max_op_id = 1 + ct_below(&r->rng, cp);
   if (ct_below(&r->rng, 2)) co.max_ops_per_txn = 2 + ct_below(&r->rng, 20);
