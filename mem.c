@@ -2105,7 +2105,10 @@ static int apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint6
     if (!bs__compact_in_run(&op, target[run])) break;
     bs__clear_acc_add(&clear, &op, target[run], op_size(&b->ops[run]));
   }
-  if (run < BS_CLEAR_MIN_RUN) run = 0;
+  if (run < BS_CLEAR_MIN_RUN) {
+    run = 0;
+    clear.n_folded = 0;
+  }
   for (size_t k = 0; k < b->n; k++) drop += target[k] == DROP;
   if (!moved && !run && !drop) return BS_OK;
   if (!(nw = bs__calloc(a, b->n, sizeof *nw))) return BS_ENOMEM;
