@@ -1316,22 +1316,19 @@ static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_v
 /* ---- Tables and source records ---------------------------------------------------------------- */
 
 static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *err) {
-  unsigned char k[4 + BS_MAX_TABLE_NAME];
-  MDB_val key = {4 + name.size, k}, val;
+  unsigned char k[BS_TABLE_KEY_MAX];
+  MDB_val key, val;
   uint64_t h = hkey(name.data, name.size);
   void *hit;
-  int mrc;
+  int mrc, rc;
   if ((hit = hmap_get(&f->tables, name.data, name.size, h))) {
     *out = (uint32_t)(uintptr_t)hit;
     return BS_OK;
   }
-  if (name.size > BS_MAX_TABLE_NAME) return bs__fail(err, BS_ETOOBIG, "table name too long");
-  bs__put_u32be(k, f->stream);
-  if (name.size) memcpy(k + 4, name.data, name.size);
+  if ((rc = bs__lmdb_table_key(k, f->stream, name, &key, err))) return rc;
   mrc = mdb_get(f->txn, f->db->tables, &key, &val);
   if (mrc == 0) {
-    if (val.mv_size != 4) return bs__fail(err, BS_ECORRUPT, "table id: bad value");
-    *out = bs__get_u32le(val.mv_data);
+    if ((rc = bs__lmdb_table_id_decode(&val, out, err))) return rc;
   } else if (mrc != MDB_NOTFOUND) {
     return bs__lmdb_fail(err, mrc, "looking up a table");
   } else if (!create) {
@@ -1341,7 +1338,7 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     if (f->rec.next_table_id == 0 || f->rec.next_table_id == UINT32_MAX)
       f->rec.next_table_id = f->rec.next_table_id ? f->rec.next_table_id : 1;
     *out = f->rec.next_table_id++;
-    bs__put_u32le(v, *out);
+    bs__lmdb_table_value(v, *out);
     val.mv_size = 4;
     val.mv_data = v;
     if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
@@ -2466,10 +2463,9 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
     r->exists = 0;
   }
   if (c->done && c->drop) {
-    unsigned char k[4 + BS_MAX_TABLE_NAME];
-    MDB_val tkey = {4 + c->table.size, k};
-    bs__put_u32be(k, f->stream);
-    memcpy(k + 4, c->table.data, c->table.size);
+    unsigned char k[BS_TABLE_KEY_MAX];
+    MDB_val tkey;
+    if ((rc = bs__lmdb_table_key(k, f->stream, c->table, &tkey, err))) return rc;
     mrc = mdb_del(txn, f->db->tables, &tkey, NULL);
     if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "forgetting a table");
   }

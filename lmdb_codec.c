@@ -58,6 +58,36 @@ int bs__lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *s
   return BS_OK;
 }
 
+/* ---- tables ---- */
+
+int bs__lmdb_table_key(unsigned char buf[BS_TABLE_KEY_MAX], uint32_t stream, bs_val name,
+                       MDB_val *key, bs_error *err) {
+  if (name.size > BS_MAX_TABLE_NAME)
+    return bs__fail(err, BS_ETOOBIG, "table name of %zu bytes, over BS_MAX_TABLE_NAME", name.size);
+  bs__put_u32be(buf, stream);
+  if (name.size) memcpy(buf + 4, name.data, name.size);
+  key->mv_size = 4 + name.size;
+  key->mv_data = buf;
+  return BS_OK;
+}
+
+int bs__lmdb_table_id_decode(const MDB_val *v, uint32_t *id, bs_error *err) {
+  if (v->mv_size != 4 || bs__get_u32le(v->mv_data) == 0)
+    return bs__fail(err, BS_ECORRUPT, "table id value of %zu bytes is not an id", v->mv_size);
+  *id = bs__get_u32le(v->mv_data);
+  return BS_OK;
+}
+
+int bs__lmdb_table_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
+                                uint32_t *id) {
+  if (k->mv_size < 5 || k->mv_size > BS_TABLE_KEY_MAX || bs__lmdb_table_id_decode(v, id, NULL))
+    return BS_ECORRUPT;
+  *stream = bs__get_u32be(k->mv_data);
+  name->data = (const unsigned char *)k->mv_data + 4;
+  name->size = k->mv_size - 4;
+  return BS_OK;
+}
+
 /* ---- bstate ---- */
 
 int bs__bucket_state_decode(const MDB_val *v, bs__bucket_state *s) {

@@ -131,6 +131,23 @@ int bs__lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err);
 int bs__lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
                                  uint64_t *id);
 
+/* tables key: u32be stream | table name (1..BS_MAX_TABLE_NAME bytes); value: u32 table id, from 1
+ * (the stream record's next_table_id). */
+#define BS_TABLE_KEY_MAX (4u + BS_MAX_TABLE_NAME)
+/* Points key at the key of (stream, name), written into buf. BS_ETOOBIG when name is over
+ * BS_MAX_TABLE_NAME. */
+int bs__lmdb_table_key(unsigned char buf[BS_TABLE_KEY_MAX], uint32_t stream, bs_val name,
+                       MDB_val *key, bs_error *err);
+static inline void bs__lmdb_table_value(unsigned char v[4], uint32_t id) {
+  bs__put_u32le(v, id);
+}
+/* The id a tables value holds; BS_ECORRUPT (err written) when it is not one. */
+int bs__lmdb_table_id_decode(const MDB_val *v, uint32_t *id, bs_error *err);
+/* A whole tables entry (name borrowed from k); BS_ECORRUPT, err untouched, when it does not
+ * decode. */
+int bs__lmdb_table_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
+                                uint32_t *id);
+
 /* params key and value (the layout table above). */
 #define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
 #define BS_PARAM_GROUP_SIZE 12u /* u32be table id | u64be XXH3_64(replica id) */

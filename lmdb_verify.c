@@ -394,7 +394,9 @@ static void stream_known(verifier *vf, const char *dbname, const unsigned char *
 }
 
 static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 5 || v->mv_size != 4 || bs__get_u32le((const unsigned char *)v->mv_data) == 0) {
+  uint32_t stream, id;
+  bs_val name;
+  if (bs__lmdb_table_entry_decode(k, v, &stream, &name, &id)) {
     problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
     return;
   }

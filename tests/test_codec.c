@@ -581,6 +581,69 @@ static void test_stream_record(void **state) {
     }
 }
 
+/* ---- tables ---- */
+
+static int dec_table_entry(const MDB_val *k) {
+  static const unsigned char id[4] = {7, 0, 0, 0};
+  MDB_val v = exact(id, sizeof id);
+  uint32_t stream, tid;
+  bs_val name;
+  int rc = bs__lmdb_table_entry_decode(k, &v, &stream, &name, &tid);
+  free(v.mv_data);
+  return rc;
+}
+
+static void test_table_entry(void **state) {
+  unsigned char kb[BS_TABLE_KEY_MAX + 1], big[BS_MAX_TABLE_NAME + 1], vb[4];
+  static const unsigned char golden[] = {0, 0, 1, 2, 0xc3, 0xa9, 't'}; /* "\xc3\xa9t" */
+  static const unsigned char one[] = {0, 0, 0, 9, 't'};
+  bs_error err = {0, ""};
+  MDB_val k, v;
+  bs_val name;
+  uint32_t stream, id;
+  (void)state;
+  assert_int_equal(bs__lmdb_table_key(kb, 0x0102, V("\xc3\xa9t"), &k, &err), BS_OK);
+  assert_int_equal(k.mv_size, sizeof golden);
+  assert_memory_equal(kb, golden, sizeof golden);
+  bs__lmdb_table_value(vb, 0x01020304);
+  assert_memory_equal(vb, "\x04\x03\x02\x01", 4);
+  /* one byte, the longest name (one more does not decode); the key of an empty name does not
+   * decode (table names are 1.. bytes) */
+  for (size_t cut = 0; cut <= sizeof one; cut++) {
+    k = exact(one, cut);
+    assert_int_equal(dec_table_entry(&k), cut == sizeof one ? BS_OK : BS_ECORRUPT);
+    free(k.mv_data);
+  }
+  memset(big, 'x', sizeof big);
+  assert_int_equal(bs__lmdb_table_key(kb, 1, (bs_val){big, BS_MAX_TABLE_NAME}, &k, &err), BS_OK);
+  assert_int_equal(k.mv_size, BS_TABLE_KEY_MAX);
+  k = exact(kb, BS_TABLE_KEY_MAX + 1);
+  assert_int_equal(dec_table_entry(&k), BS_ECORRUPT);
+  free(k.mv_data);
+  k = exact(kb, BS_TABLE_KEY_MAX);
+  v = exact(vb, sizeof vb);
+  assert_int_equal(bs__lmdb_table_entry_decode(&k, &v, &stream, &name, &id), BS_OK);
+  assert_int_equal(stream, 1);
+  assert_int_equal(id, 0x01020304);
+  val_eq(name, (bs_val){big, BS_MAX_TABLE_NAME});
+  free(k.mv_data);
+  free(v.mv_data);
+  assert_int_equal(bs__lmdb_table_key(kb, 1, (bs_val){big, sizeof big}, &k, &err), BS_ETOOBIG);
+  assert_non_null(strstr(err.msg, "BS_MAX_TABLE_NAME"));
+  /* values: only 4 bytes holding an id from 1 */
+  for (size_t n = 0; n <= 5; n++) {
+    unsigned char raw[5] = {1, 0, 0, 0, 0};
+    v = exact(raw, n);
+    id = 0;
+    assert_int_equal(bs__lmdb_table_id_decode(&v, &id, &err), n == 4 ? BS_OK : BS_ECORRUPT);
+    assert_int_equal(id, n == 4 ? 1 : 0);
+    free(v.mv_data);
+  }
+  v = exact("\0\0\0\0", 4);
+  assert_int_equal(bs__lmdb_table_id_decode(&v, &id, &err), BS_ECORRUPT);
+  free(v.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -593,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_superseded),
       cmocka_unit_test(test_stream_key),
       cmocka_unit_test(test_stream_record),
+      cmocka_unit_test(test_table_entry),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
