@@ -1878,62 +1878,43 @@ static int put_recs(fctx *f, bs_error *err) {
   return mrc ? bs__lmdb_fail(err, mrc, "writing a source record") : BS_OK;
 }
 
-/* Appends a change record: key stream | last op | seq. */
-static int put_change(fctx *f, uint64_t first, uint64_t last, uint8_t flags, const bs_val *users,
+/* Appends a change record (the codec: bs__lmdb_change_head, lmdb_internal.h). */
+static int put_change(fctx *f, uint64_t first, uint64_t last, unsigned flags, const bs_val *users,
                       size_t n_users, bs_error *err) {
   bent **bl = f->bents.p;
   const bs_val *lk = f->lkeys.p;
-  size_t nb = 0, nl = f->lkeys.n, size = 8 + 8 + 1 + 4 + 4 + 4;
-  unsigned char k[20], *p;
-  MDB_val key = {20, k}, val;
+  size_t nb = 0, nl = f->lkeys.n, bb = 0, lb = 0, ub = 0;
+  unsigned char k[BS_CHANGE_KEY_SIZE], *p;
+  MDB_val key = {sizeof k, k}, val;
   int mrc;
   for (size_t i = 0; i < f->bents.n; i++)
-    if (bl[i]->head) nb++;
+    if (bl[i]->head) {
+      nb++;
+      bb += bl[i]->st.name.size;
+    }
   if (nb > BS_CHANGES_MAX) {
-    flags |= 2;
-    nb = 0;
+    flags |= BS_CHANGE_TOO_MANY_BUCKETS;
+    nb = bb = 0;
   }
   if (nl > BS_CHANGES_MAX) {
-    flags |= 4;
+    flags |= BS_CHANGE_TOO_MANY_LOOKUPS;
     nl = 0;
   }
-  if (nb)
-    for (size_t i = 0; i < f->bents.n; i++)
-      if (bl[i]->head) size += 2 + bl[i]->st.name.size;
-  for (size_t i = 0; i < nl; i++) size += 2 + lk[i].size;
-  for (size_t i = 0; i < n_users; i++) size += 2 + users[i].size;
-  bs__put_u32be(k, f->stream);
-  bs__put_u64be(k + 4, last);
-  bs__put_u64be(k + 12, ++f->rec.change_seq);
-  val.mv_size = size;
+  for (size_t i = 0; i < nl; i++) lb += lk[i].size;
+  for (size_t i = 0; i < n_users; i++) ub += users[i].size;
+  bs__lmdb_change_key(k, f->stream, last, ++f->rec.change_seq);
+  val.mv_size = BS_CHANGE_FIXED + bs__lmdb_change_list_size(nb, bb) +
+                bs__lmdb_change_list_size(nl, lb) + bs__lmdb_change_list_size(n_users, ub);
   if ((mrc = mdb_put(f->txn, f->db->changes, &key, &val, MDB_RESERVE)) != 0)
     return bs__lmdb_fail(err, mrc, "writing a change record");
-  p = val.mv_data;
-  bs__put_u64le(p, first);
-  bs__put_u64le(p + 8, (uint64_t)bs__now_ms());
-  p[16] = flags;
-  bs__put_u32le(p + 17, (uint32_t)nb);
-  p += 21;
-  for (size_t i = 0; nb && i < f->bents.n; i++) {
-    if (!bl[i]->head) continue;
-    bs__put_u16le(p, (uint16_t)bl[i]->st.name.size);
-    memcpy(p + 2, bl[i]->st.name.data, bl[i]->st.name.size);
-    p += 2 + bl[i]->st.name.size;
-  }
-  bs__put_u32le(p, (uint32_t)nl);
-  p += 4;
-  for (size_t i = 0; i < nl; i++) {
-    bs__put_u16le(p, (uint16_t)lk[i].size);
-    if (lk[i].size) memcpy(p + 2, lk[i].data, lk[i].size);
-    p += 2 + lk[i].size;
-  }
-  bs__put_u32le(p, (uint32_t)n_users);
-  p += 4;
-  for (size_t i = 0; i < n_users; i++) {
-    bs__put_u16le(p, (uint16_t)users[i].size);
-    if (users[i].size) memcpy(p + 2, users[i].data, users[i].size);
-    p += 2 + users[i].size;
-  }
+  p = bs__lmdb_change_head(val.mv_data, first, bs__now_ms(), flags);
+  p = bs__lmdb_change_count(p, (uint32_t)nb);
+  for (size_t i = 0; nb && i < f->bents.n; i++)
+    if (bl[i]->head) p = bs__lmdb_change_item(p, bl[i]->st.name);
+  p = bs__lmdb_change_count(p, (uint32_t)nl);
+  for (size_t i = 0; i < nl; i++) p = bs__lmdb_change_item(p, lk[i]);
+  p = bs__lmdb_change_count(p, (uint32_t)n_users);
+  for (size_t i = 0; i < n_users; i++) p = bs__lmdb_change_item(p, users[i]);
   return BS_OK;
 }
 
@@ -2274,7 +2255,9 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
   if ((rc = purge_softdel(f, r->checkpoint, err)) != BS_OK) return rc;
-  if ((rc = put_change(f, r->checkpoint, r->checkpoint, 1, c->users.p, c->users.n, err))) return rc;
+  if ((rc = put_change(f, r->checkpoint, r->checkpoint, BS_CHANGE_CHECKPOINT, c->users.p,
+                       c->users.n, err)))
+    return rc;
   return bs__stream_rec_put(f->db, txn, r, err);
 }
 

@@ -303,3 +303,63 @@ int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
   }
   return q == end ? BS_OK : BS_ECORRUPT;
 }
+
+/* ---- changes ---- */
+
+unsigned char *bs__lmdb_change_head(unsigned char *out, uint64_t first, int64_t time_ms,
+                                    unsigned flags) {
+  bs__put_u64le(out, first);
+  bs__put_u64le(out + 8, (uint64_t)time_ms);
+  out[16] = (unsigned char)flags;
+  return out + BS_CHANGE_FIXED;
+}
+
+unsigned char *bs__lmdb_change_count(unsigned char *p, uint32_t n) {
+  bs__put_u32le(p, n);
+  return p + 4;
+}
+
+unsigned char *bs__lmdb_change_item(unsigned char *p, bs_val item) {
+  bs__put_u16le(p, (uint32_t)item.size);
+  if (item.size) memcpy(p + 2, item.data, item.size);
+  return p + 2 + item.size;
+}
+
+/* Checks one list at *p (items of at most max bytes, at most max_n of them) and moves past it. */
+static int change_list(const unsigned char **p, const unsigned char *end, size_t max,
+                       uint32_t max_n, bs__change_list *out) {
+  const unsigned char *q = *p;
+  if (end - q < 4) return BS_ECORRUPT;
+  out->n = bs__get_u32le(q);
+  out->p = q += 4;
+  if (out->n > max_n) return BS_ECORRUPT;
+  for (uint32_t i = 0; i < out->n; i++) {
+    size_t len;
+    if (end - q < 2 || (len = bs__get_u16le(q)) > max || (size_t)(end - q) - 2 < len)
+      return BS_ECORRUPT;
+    q += 2 + len;
+  }
+  *p = q;
+  return BS_OK;
+}
+
+int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *out) {
+  const unsigned char *kp = (const unsigned char *)k->mv_data;
+  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
+  const unsigned known =
+      BS_CHANGE_CHECKPOINT | BS_CHANGE_TOO_MANY_BUCKETS | BS_CHANGE_TOO_MANY_LOOKUPS;
+  if (k->mv_size != BS_CHANGE_KEY_SIZE || v->mv_size < BS_CHANGE_FIXED || (p[16] & ~known))
+    return BS_ECORRUPT;
+  out->stream = bs__get_u32be(kp);
+  out->last = bs__get_u64be(kp + 4);
+  out->seq = bs__get_u64be(kp + 12);
+  out->first = bs__get_u64le(p);
+  out->time_ms = (int64_t)bs__get_u64le(p + 8);
+  out->flags = p[16];
+  p += BS_CHANGE_FIXED;
+  if (change_list(&p, end, BS_MAX_BUCKET_NAME, BS_CHANGES_MAX, &out->buckets) ||
+      change_list(&p, end, BS_MAX_LOOKUP_KEY, BS_CHANGES_MAX, &out->lookups) ||
+      change_list(&p, end, BS_MAX_USER_ID, UINT32_MAX, &out->users))
+    return BS_ECORRUPT;
+  return p == end ? BS_OK : BS_ECORRUPT;
+}

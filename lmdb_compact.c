@@ -1208,7 +1208,7 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
-  unsigned char kb[20];
+  unsigned char kb[BS_CHANGE_KEY_SIZE];
   int64_t limit = bs__now_ms() - c->o.min_age_ms;
   int rc, mrc;
   *out = 0;
@@ -1217,17 +1217,17 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
     bs__lmdb_txn_abort(c->db, txn);
     return mdb_err(c, mrc, "compact: cursor");
   }
-  bs__put_u32be(kb, c->stream);
-  memset(kb + 4, 0xff, 16);
-  for (mrc = seek_le(cur, kb, 20, &k, &v); mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
-    const unsigned char *p = v.mv_data;
-    if (k.mv_size != 20 || bs__get_u32be(k.mv_data) != c->stream) break;
-    if (v.mv_size < 17) {
-      rc = bs__fail(c->err, BS_ECORRUPT, "compact: short change record");
+  bs__lmdb_change_key(kb, c->stream, UINT64_MAX, UINT64_MAX);
+  for (mrc = seek_le(cur, kb, sizeof kb, &k, &v); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+    bs__change_rec r;
+    if (!bs__lmdb_in_stream(&k, c->stream)) break;
+    if (bs__lmdb_change_decode(&k, &v, &r)) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: a change record does not decode");
       break;
     }
-    if ((p[16] & 1) && (int64_t)bs__get_u64le(p + 8) <= limit) {
-      *out = bs__get_u64be((const unsigned char *)k.mv_data + 4);
+    if ((r.flags & BS_CHANGE_CHECKPOINT) && r.time_ms <= limit) {
+      *out = r.last;
       break;
     }
   }

@@ -66,6 +66,14 @@
  * else. A decoder checks every length against its buffer: what does not decode is BS_ECORRUPT,
  * never a read past the end. tests/test_codec.c holds golden bytes and malformed inputs. */
 
+/* Every per-stream key starts with u32be stream (the layout table): a stream's entries of a
+ * sub-database are the keys with that prefix. */
+#define BS_STREAM_PREFIX_SIZE 4u
+/* 1 when per-stream key k belongs to stream. */
+static inline int bs__lmdb_in_stream(const MDB_val *k, uint32_t stream) {
+  return k->mv_size >= BS_STREAM_PREFIX_SIZE && bs__get_u32be(k->mv_data) == stream;
+}
+
 /* ops key: u64be bucket id | u64be op id. */
 #define BS_OP_KEY_SIZE 16u
 static inline void bs__lmdb_op_key(unsigned char k[BS_OP_KEY_SIZE], uint64_t bucket, uint64_t op) {
@@ -168,6 +176,53 @@ void bs__lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *r
  * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
 int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
                                 const unsigned char **rows_out);
+
+/* changes key: u32be stream | u64be highest op id covered (last) | u64be sequence. */
+#define BS_CHANGE_KEY_SIZE 20u
+static inline void bs__lmdb_change_key(unsigned char k[BS_CHANGE_KEY_SIZE], uint32_t stream,
+                                       uint64_t last, uint64_t seq) {
+  bs__put_u32be(k, stream);
+  bs__put_u64be(k + 4, last);
+  bs__put_u64be(k + 12, seq);
+}
+/* Change record value (the layout table above): a fixed head, then three lists (bucket names,
+ * lookup keys, user ids), each u32 n and n x (u16 len, bytes). The writer encodes one in place
+ * (an MDB_RESERVE buffer of the summed sizes): bs__lmdb_change_head, then per list
+ * bs__lmdb_change_count and its items, each bs__lmdb_change_item. */
+#define BS_CHANGE_CHECKPOINT       1u
+#define BS_CHANGE_TOO_MANY_BUCKETS 2u  /* the bucket list was over BS_CHANGES_MAX: left empty */
+#define BS_CHANGE_TOO_MANY_LOOKUPS 4u  /* the same for lookups */
+#define BS_CHANGE_FIXED            17u /* u64 first op id | u64 time ms | u8 flags */
+static inline size_t bs__lmdb_change_list_size(size_t n, size_t item_bytes) {
+  return 4 + 2 * n + item_bytes;
+}
+unsigned char *bs__lmdb_change_head(unsigned char *out, uint64_t first, int64_t time_ms,
+                                    unsigned flags);
+unsigned char *bs__lmdb_change_count(unsigned char *p, uint32_t n);
+unsigned char *bs__lmdb_change_item(unsigned char *p, bs_val item); /* item.size <= 0xffff */
+/* A decoded record; each list's items are read with bs__lmdb_change_next (already checked). */
+typedef struct bs__change_list {
+  const unsigned char *p;
+  uint32_t n;
+} bs__change_list;
+typedef struct bs__change_rec {
+  uint32_t stream;
+  uint64_t first, last, seq;
+  int64_t time_ms;
+  unsigned flags;
+  bs__change_list buckets, lookups, users;
+} bs__change_rec;
+/* BS_ECORRUPT when k and v are not one change record: a key of another size, unknown flags, a
+ * list past the value's end or followed by bytes, more than BS_CHANGES_MAX buckets or lookups,
+ * or an item over its limit (BS_MAX_BUCKET_NAME, BS_MAX_LOOKUP_KEY, BS_MAX_USER_ID). */
+int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *out);
+static inline bs_val bs__lmdb_change_next(const unsigned char **p) {
+  bs_val v;
+  v.size = bs__get_u16le(*p);
+  v.data = *p + 2;
+  *p += 2 + v.size;
+  return v;
+}
 
 /* meta 'S' key: 'S' | u32be stream id. */
 #define BS_STREAM_KEY_SIZE 5u
@@ -349,8 +404,6 @@ int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
                           int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                           bs_error *err);
 int bs__lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
-/* For verify: BS_OK when a `changes` record decodes, else BS_ECORRUPT. */
-int bs__lmdb_change_check(const MDB_val *k, const MDB_val *v);
 /* lmdb_verify.c */
 int bs__lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
                     bs_error *err);

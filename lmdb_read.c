@@ -483,70 +483,12 @@ static void val_set_free(val_set *s, const bs_allocator *a) {
   memset(s, 0, sizeof *s);
 }
 
-/* One decoded list of a change record: n x (u16 len, bytes) after a u32 n. */
-typedef struct rec_list {
-  const unsigned char *p;
-  uint32_t n;
-} rec_list;
-
-/* Walks past one list, checking it fits in [*p, end). */
-static int rec_list_take(const unsigned char **p, const unsigned char *end, rec_list *out) {
-  const unsigned char *q = *p;
-  if (end - q < 4) return BS_ECORRUPT;
-  out->n = bs__get_u32le(q);
-  q += 4;
-  out->p = q;
-  for (uint32_t i = 0; i < out->n; i++) {
-    size_t len;
-    if (end - q < 2) return BS_ECORRUPT;
-    len = bs__get_u16le(q);
-    if ((size_t)(end - q - 2) < len) return BS_ECORRUPT;
-    q += 2 + len;
-  }
-  *p = q;
-  return BS_OK;
-}
-
-typedef struct change_rec {
-  uint64_t first, last, time_ms;
-  uint8_t flags;
-  rec_list buckets, lookups, users;
-} change_rec;
-
-#define CHANGE_CHECKPOINT       1u
-#define CHANGE_TOO_MANY_BUCKETS 2u
-#define CHANGE_TOO_MANY_LOOKUPS 4u
-#define CHANGE_FIXED            17u /* u64 first | u64 time | u8 flags */
-
-static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out);
-
-int bs__lmdb_change_check(const MDB_val *k, const MDB_val *v) {
-  change_rec r;
-  return change_decode(k, v, &r);
-}
-
-static int change_decode(const MDB_val *k, const MDB_val *v, change_rec *out) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
-  if (k->mv_size != 20 || v->mv_size < CHANGE_FIXED) return BS_ECORRUPT;
-  out->last = bs__get_u64be((const unsigned char *)k->mv_data + 4);
-  out->first = bs__get_u64le(p);
-  out->time_ms = bs__get_u64le(p + 8);
-  out->flags = p[16];
-  p += CHANGE_FIXED;
-  if (rec_list_take(&p, end, &out->buckets) || rec_list_take(&p, end, &out->lookups) ||
-      rec_list_take(&p, end, &out->users))
-    return BS_ECORRUPT;
-  return p == end ? BS_OK : BS_ECORRUPT;
-}
-
 /* Adds a record's list to set; over `cap` entries (0 = no cap) sets *overflow and stops. */
-static int add_list(val_set *s, const bs_allocator *a, const rec_list *l, size_t cap,
+static int add_list(val_set *s, const bs_allocator *a, const bs__change_list *l, size_t cap,
                     int *overflow) {
   const unsigned char *q = l->p;
   for (uint32_t i = 0; i < l->n && !*overflow; i++) {
-    bs_val v = {q + 2, bs__get_u16le(q)};
-    q += 2 + v.size;
-    if (val_set_add(s, a, v)) return BS_ENOMEM;
+    if (val_set_add(s, a, bs__lmdb_change_next(&q))) return BS_ENOMEM;
     if (cap && s->n > cap) *overflow = 1;
   }
   return BS_OK;
@@ -559,29 +501,28 @@ static int add_list(val_set *s, const bs_allocator *a, const rec_list *l, size_t
 static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint64_t to,
                            const bs_allocator *a, val_set sets[3], bs_checkpoint_changes *ch,
                            bs_error *err) {
-  unsigned char kb[20];
-  MDB_val k = {20, kb}, v;
+  unsigned char kb[BS_CHANGE_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v;
   int mrc, over_b = ch->invalidate_data_buckets, over_l = ch->invalidate_parameter_buckets;
   int none = 0;
 
-  bs__put_u32be(kb, stream);
-  bs__put_u64be(kb + 4, from);
-  bs__put_u64be(kb + 12, 0);
+  bs__lmdb_change_key(kb, stream, from, 0);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    change_rec r;
+    bs__change_rec r;
     int ops_meet, users_meet;
-    if (k.mv_size < 4 || memcmp(k.mv_data, kb, 4) != 0) break;
-    if (change_decode(&k, &v, &r))
-      return bs__fail(
-          err, BS_ECORRUPT, "change record of stream %" PRIu32 " at op %" PRIu64 " does not decode",
-          stream, k.mv_size == 20 ? bs__get_u64be((const unsigned char *)k.mv_data + 4) : 0);
+    if (!bs__lmdb_in_stream(&k, stream)) break;
+    if (bs__lmdb_change_decode(&k, &v, &r))
+      return bs__fail(err, BS_ECORRUPT,
+                      "change record of stream %" PRIu32 " (key %zu bytes, value %zu bytes) does "
+                      "not decode",
+                      stream, k.mv_size, v.mv_size);
     if (r.last > to && r.first > to) break; /* later records start later still */
     ops_meet = r.first <= r.last && r.first <= to && r.last > from;
     users_meet = ops_meet || (r.last >= from && r.last <= to);
     if (ops_meet) {
-      if (r.flags & CHANGE_TOO_MANY_BUCKETS) over_b = 1;
-      if (r.flags & CHANGE_TOO_MANY_LOOKUPS) over_l = 1;
+      if (r.flags & BS_CHANGE_TOO_MANY_BUCKETS) over_b = 1;
+      if (r.flags & BS_CHANGE_TOO_MANY_LOOKUPS) over_l = 1;
       if (add_list(&sets[0], a, &r.buckets, BS_CHANGES_MAX, &over_b) ||
           add_list(&sets[1], a, &r.lookups, BS_CHANGES_MAX, &over_l))
         return bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");

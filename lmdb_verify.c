@@ -388,8 +388,7 @@ done:
 
 /* ---- Verify: key and value shapes of the other sub-databases -------------------------------- */
 
-static void stream_known(verifier *vf, const char *dbname, const unsigned char *kp) {
-  uint32_t stream = bs__get_u32be(kp);
+static void stream_known(verifier *vf, const char *dbname, uint32_t stream) {
   if (!find_stream(vf, stream)) problem(vf, "%s: entry of unknown stream %" PRIu32, dbname, stream);
 }
 
@@ -400,7 +399,7 @@ static void check_table(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "tables: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
     return;
   }
-  stream_known(vf, "tables", (const unsigned char *)k->mv_data);
+  stream_known(vf, "tables", stream);
 }
 
 /* One membership of a source record: a PUT of that bucket with the record's subkey. */
@@ -452,7 +451,7 @@ static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "source: malformed key of %zu bytes", k->mv_size);
     return;
   }
-  stream_known(vf, "source", kp);
+  stream_known(vf, "source", bs__get_u32be(kp));
   m.vf = vf;
   m.table = bs__get_u32be(kp + 4);
   if (m.table == 0) problem(vf, "source: record with table id 0");
@@ -477,19 +476,20 @@ static void check_param(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "params: value of %zu bytes does not decode", v->mv_size);
   sh = find_stream(vf, stream);
   if (!sh)
-    stream_known(vf, "params", (const unsigned char *)k->mv_data);
+    stream_known(vf, "params", stream);
   else if (op == 0 || op > sh->op_head)
     problem(vf, "params: entry with op id %" PRIu64 " (stream %" PRIu32 " op head %" PRIu64 ")", op,
             sh->id, sh->op_head);
 }
 
 static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (bs__lmdb_change_check(k, v)) {
+  bs__change_rec r;
+  if (bs__lmdb_change_decode(k, v, &r)) {
     problem(vf, "changes: record does not decode (key %zu bytes, value %zu bytes)", k->mv_size,
             v->mv_size);
     return;
   }
-  stream_known(vf, "changes", (const unsigned char *)k->mv_data);
+  stream_known(vf, "changes", r.stream);
 }
 
 static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
@@ -499,7 +499,7 @@ static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
     return;
   }
   if (((const unsigned char *)k->mv_data)[0] == 'C') /* custom entries belong to a stream */
-    stream_known(vf, "wcp", (const unsigned char *)k->mv_data + 1);
+    stream_known(vf, "wcp", bs__get_u32be((const unsigned char *)k->mv_data + 1));
 }
 
 static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {
@@ -515,7 +515,7 @@ static void check_softdel(verifier *vf, const MDB_val *k, const MDB_val *v) {
             v->mv_size);
     return;
   }
-  stream_known(vf, "softdel", (const unsigned char *)k->mv_data);
+  stream_known(vf, "softdel", bs__get_u32be(k->mv_data));
 }
 
 static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
@@ -524,7 +524,7 @@ static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
     problem(vf, "cqueue: malformed key of %zu bytes", k->mv_size);
     return;
   }
-  stream_known(vf, "cqueue", (const unsigned char *)k->mv_data);
+  stream_known(vf, "cqueue", bs__get_u32be(k->mv_data));
 }
 
 static int verify_each(verifier *vf, MDB_dbi dbi,

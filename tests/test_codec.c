@@ -644,6 +644,122 @@ static void test_table_entry(void **state) {
   free(v.mv_data);
 }
 
+/* ---- changes ---- */
+
+static int dec_change_value(const MDB_val *v) {
+  unsigned char kb[BS_CHANGE_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb};
+  bs__change_rec r;
+  bs__lmdb_change_key(kb, 1, 2, 3);
+  return bs__lmdb_change_decode(&k, v, &r);
+}
+
+/* Encodes a record of flags and the three lists the way the writer does; returns its size. */
+static size_t change_encode(unsigned char *out, unsigned flags, const bs_val *l[3],
+                            const size_t n[3]) {
+  unsigned char *p = bs__lmdb_change_head(out, 5, -7, flags);
+  size_t size = BS_CHANGE_FIXED;
+  for (int i = 0; i < 3; i++) {
+    size_t bytes = 0;
+    p = bs__lmdb_change_count(p, (uint32_t)n[i]);
+    for (size_t j = 0; j < n[i]; j++) {
+      p = bs__lmdb_change_item(p, l[i][j]);
+      bytes += l[i][j].size;
+    }
+    size += bs__lmdb_change_list_size(n[i], bytes);
+  }
+  assert_int_equal((size_t)(p - out), size);
+  return size;
+}
+
+static void test_change_record(void **state) {
+  static const unsigned char key_golden[BS_CHANGE_KEY_SIZE] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0,
+                                                               0, 2, 0, 0, 0, 0, 0, 0, 0, 3};
+  static const unsigned char golden[] = {
+      5,    0,    0,    0,    0,    0,    0,    0, 0xf9,
+      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, /* first 5, time -7, checkpoint */
+      1,    0,    0,    0,    1,    0,    'b',     /* buckets: "b" */
+      0,    0,    0,    0,                         /* no lookups */
+      1,    0,    0,    0,    0,    0};            /* users: "" */
+  static unsigned char big[BS_MAX_BUCKET_NAME + 1], buf[4096];
+  bs_val buckets[2] = {V("b"), V("\xe2\x82\xac")}, users[1] = {V("")};
+  const bs_val *l[3] = {buckets, NULL, users};
+  size_t n[3] = {1, 0, 1}, size;
+  unsigned char kb[BS_CHANGE_KEY_SIZE];
+  const unsigned char *q;
+  bs__change_rec r;
+  MDB_val k, v;
+  (void)state;
+  bs__lmdb_change_key(kb, 1, 2, 3);
+  assert_memory_equal(kb, key_golden, sizeof kb);
+  size = change_encode(buf, BS_CHANGE_CHECKPOINT, l, n);
+  assert_int_equal(size, sizeof golden);
+  assert_memory_equal(buf, golden, sizeof golden);
+  whole_only(golden, sizeof golden, dec_change_value);
+  k = exact(kb, sizeof kb);
+  v = exact(golden, sizeof golden);
+  assert_int_equal(bs__lmdb_change_decode(&k, &v, &r), BS_OK);
+  assert_int_equal(r.stream, 1);
+  assert_int_equal(r.last, 2);
+  assert_int_equal(r.seq, 3);
+  assert_int_equal(r.first, 5);
+  assert_true(r.time_ms == -7);
+  assert_int_equal(r.flags, BS_CHANGE_CHECKPOINT);
+  assert_int_equal(r.buckets.n, 1);
+  assert_int_equal(r.lookups.n, 0);
+  assert_int_equal(r.users.n, 1);
+  q = r.buckets.p;
+  val_eq(bs__lmdb_change_next(&q), V("b"));
+  q = r.users.p;
+  val_eq(bs__lmdb_change_next(&q), V(""));
+  free(v.mv_data);
+  /* a key of another size; flags other than the three known */
+  for (size_t kn = BS_CHANGE_KEY_SIZE - 1; kn <= BS_CHANGE_KEY_SIZE + 1; kn += 2) {
+    unsigned char longer[BS_CHANGE_KEY_SIZE + 1] = {0};
+    MDB_val bk = exact(longer, kn);
+    v = exact(golden, sizeof golden);
+    assert_int_equal(bs__lmdb_change_decode(&bk, &v, &r), BS_ECORRUPT);
+    free(bk.mv_data);
+    free(v.mv_data);
+  }
+  for (unsigned f = 0; f < 256; f++) {
+    memcpy(buf, golden, sizeof golden);
+    buf[16] = (unsigned char)f;
+    v = exact(buf, sizeof golden);
+    assert_int_equal(bs__lmdb_change_decode(&k, &v, &r), f < 8 ? BS_OK : BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  /* the longest item of each list decodes, one byte more does not (non-ASCII items too) */
+  memset(big, 'x', sizeof big);
+  for (int list = 0; list < 3; list++) {
+    static const size_t max[3] = {BS_MAX_BUCKET_NAME, BS_MAX_LOOKUP_KEY, BS_MAX_USER_ID};
+    bs_val items[2] = {V("\xe2\x82\xac"), {big, max[list]}};
+    const bs_val *ll[3] = {items, items, items};
+    size_t nn[3] = {0, 0, 0};
+    nn[list] = 2;
+    v.mv_size = change_encode(buf, 0, ll, nn);
+    v.mv_data = buf;
+    assert_int_equal(bs__lmdb_change_decode(&k, &v, &r), BS_OK);
+    items[1].size++;
+    v = exact(buf, change_encode(buf, 0, ll, nn));
+    assert_int_equal(bs__lmdb_change_decode(&k, &v, &r), BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  /* more than BS_CHANGES_MAX buckets or lookups is refused: the writer sets the flag instead */
+  for (int list = 0; list < 3; list++) {
+    static bs_val many[BS_CHANGES_MAX + 1];
+    const bs_val *ll[3] = {many, many, many};
+    size_t nn[3] = {0, 0, 0};
+    static unsigned char mbuf[BS_CHANGE_FIXED + 12 + 2 * (BS_CHANGES_MAX + 1)];
+    for (size_t i = 0; i < BS_CHANGES_MAX + 1; i++) many[i] = V("");
+    nn[list] = BS_CHANGES_MAX + 1;
+    v = exact(mbuf, change_encode(mbuf, 0, ll, nn));
+    assert_int_equal(bs__lmdb_change_decode(&k, &v, &r), list == 2 ? BS_OK : BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  free(k.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -657,6 +773,7 @@ int main(void) {
       cmocka_unit_test(test_stream_key),
       cmocka_unit_test(test_stream_record),
       cmocka_unit_test(test_table_entry),
+      cmocka_unit_test(test_change_record),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
