@@ -46,7 +46,7 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install -y$$missing"; exit 1; fi; fi
 
-$(BUILD)/%.o: %.c storage.h internal.h lmdb_internal.h | deps
+$(BUILD)/%.o: %.c storage.h storage_backend.h internal.h lmdb_internal.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -c $< -o $@
 
@@ -159,13 +159,15 @@ $(BUILD)/bucketstore.pc: bucketstore.pc.in storage.h
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    -e 's|@PG_LIBS@|$(if $(filter 1,$(PG)), -lpq)|g' $< > $@
 
-# Only storage.h is public: internal.h never leaves the tree. It goes into a directory of its
-# own (bucketstore/storage.h cannot clash with another project's storage.h); the .pc file's
+# storage.h is the user's header, storage_backend.h the implementer's (a host that supplies a
+# backend); internal.h never leaves the tree. They go into a directory of their own
+# (bucketstore/storage.h cannot clash with another project's storage.h); the .pc file's
 # Cflags point into it, so hosts keep writing #include "storage.h" or <storage.h>.
 install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so $(BUILD)/bucketstore $(BUILD)/bucketstore.pc
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/bucketstore \
 	  $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1
 	$(INSTALL) -m 644 storage.h $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage.h
+	$(INSTALL) -m 644 storage_backend.h $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage_backend.h
 	$(INSTALL) -m 644 bucketstore.1 $(DESTDIR)$(MANDIR)/man1/bucketstore.1
 	$(INSTALL) -m 644 $(BUILD)/libbucketstore.a $(DESTDIR)$(LIBDIR)/libbucketstore.a
 	$(INSTALL) -m 755 $(BUILD)/libbucketstore.so $(DESTDIR)$(LIBDIR)/libbucketstore.so.$(VERSION)
@@ -177,25 +179,29 @@ install: $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so $(BUILD)/bucketsto
 	  ldconfig; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage.h $(DESTDIR)$(MANDIR)/man1/bucketstore.1 \
+	rm -f $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage.h \
+	  $(DESTDIR)$(INCLUDEDIR)/bucketstore/storage_backend.h $(DESTDIR)$(MANDIR)/man1/bucketstore.1 \
 	  $(DESTDIR)$(LIBDIR)/libbucketstore.a \
 	  $(DESTDIR)$(LIBDIR)/libbucketstore.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	  $(DESTDIR)$(LIBDIR)/libbucketstore.so $(DESTDIR)$(BINDIR)/bucketstore \
 	  $(DESTDIR)$(PKGCONFIGDIR)/bucketstore.pc
 	rmdir $(DESTDIR)$(INCLUDEDIR)/bucketstore 2>/dev/null || true
 
-# One bucketstore.c (every library .c with internal.h inlined, internals static) beside a copy
-# of storage.h: vendor those two files and link -llmdb -lnettle -lpthread.
-amalgamate: $(filter-out pg%.c,$(LIB_SRCS)) internal.h lmdb_internal.h storage.h tools/amalgamate.sh
+# One bucketstore.c (every library .c with internal.h inlined, internals static) beside copies
+# of storage.h and storage_backend.h: vendor them and link -llmdb -lnettle -lpthread.
+amalgamate: $(filter-out pg%.c,$(LIB_SRCS)) internal.h lmdb_internal.h storage.h storage_backend.h \
+		tools/amalgamate.sh
 	tools/amalgamate.sh $(BUILD)/amalgamation $(filter-out pg%.c,$(LIB_SRCS))
 
 # storage.h alone, as C99 -pedantic and as C++11 -pedantic, every *_INIT macro expanded.
-headertest: tests/headertest.c storage.h
+headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_backend.h
 	@mkdir -p $(BUILD)/headertest
-	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -I. -o $(BUILD)/headertest/c99.o -c $<
-	$(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. \
-	  -o $(BUILD)/headertest/cxx.o -c $<
-	@echo "headertest: storage.h compiles alone as C99 and C++11"
+	@set -e; for t in headertest headertest_backend; do \
+	  $(CC) -std=c99 -pedantic -Wall -Wextra -Werror -I. -o $(BUILD)/headertest/$$t.c99.o \
+	    -c tests/$$t.c; \
+	  $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. \
+	    -o $(BUILD)/headertest/$$t.cxx.o -c tests/$$t.c; done
+	@echo "headertest: storage.h and storage_backend.h compile alone as C99 and C++11"
 
 # <lmdb.h> only in LMDB files (issue 13): every library file but lmdb*.c compiles with an include
 # path whose first lmdb.h is an #error, and only lmdb_internal.h names it.
@@ -213,11 +219,12 @@ layercheck: $(BUILD)/libbucketstore.a
 	@bad=$$(grep -l '[<"]libpq-fe\.h[>"]' $(filter-out pg_internal.h,$(wildcard *.c *.h))); \
 	  if [ -n "$$bad" ]; then echo "layercheck: libpq-fe.h named in $$bad"; exit 1; fi
 	@echo "layercheck: $(words $(filter-out lmdb%.c,$(LIB_SRCS))) library files compile without lmdb.h"
-	@pub=$$(grep -o '\bbs_[a-z0-9_]*' storage.h | sort -u); \
+	@pub=$$(grep -ho '\bbs_[a-z0-9_]*' storage.h storage_backend.h | sort -u); \
 	  bad=$$(nm -g --defined-only $(BUILD)/libbucketstore.a | awk '$$2 ~ /[TDBR]/ {print $$3}' | \
 	    grep '^bs_' | grep -v '^bs__' | sort -u | grep -vxF "$$pub" || true); \
 	  if [ -n "$$bad" ]; then echo "layercheck: internal symbols without the bs__ prefix: $$bad"; exit 1; fi
-	@echo "layercheck: every exported bs_ symbol is declared in storage.h; internal ones are bs__"
+	@echo "layercheck: every exported bs_ symbol is declared in storage.h or storage_backend.h;" \
+	  "internal ones are bs__"
 	@tools/layercheck.sh $(LIB_OBJS)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps

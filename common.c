@@ -1,8 +1,8 @@
 /*
  * common.c: the common layer, below the front (storage.c) and every backend, which all use it
- * and which uses none of them: status strings and bs__fail, the allocator, the one wall clock,
- * the database base every backend's db starts with (allocator, checkpoint notification) and the
- * one hash table. `make layercheck` fails when a backend's object uses a symbol of storage.o, so
+ * and which uses none of them: status strings and bs__fail, the allocator, the one wall clock
+ * and the one hash table. (The database base is storage_backend.h's struct bs_db; its front
+ * state, the checksum cache and checkpoint notification, is storage.c's.) `make layercheck` fails when a backend's object uses a symbol of storage.o, so
  * the front and the backends cannot import each other again.
  */
 #include "internal.h"
@@ -106,54 +106,6 @@ void *bs__realloc(const bs_allocator *a, void *p, size_t n) {
 
 void bs__free(const bs_allocator *a, void *p) {
   if (p) a->free_fn(a->opaque, p);
-}
-
-/* ---- The database base ----------------------------------------------------------------------- */
-
-int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err) {
-  pthread_condattr_t ca;
-  int rc;
-
-  db->ops = ops;
-  db->alloc = *bs__open_allocator(opts);
-  db->flags = opts ? opts->flags : 0;
-  db->cache = NULL;
-  db->notify_seq = 0;
-  db->listener = NULL;
-  db->listener_payload = NULL;
-  /* Waiters use timed waits on the monotonic clock, so a wall-clock jump cannot stall them. */
-  if (pthread_mutex_init(&db->notify_mu, NULL) != 0) goto fail_mu;
-  if (pthread_condattr_init(&ca) != 0) goto fail_cv;
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  rc = pthread_cond_init(&db->notify_cv, &ca);
-  pthread_condattr_destroy(&ca);
-  if (rc != 0) goto fail_cv;
-  return BS_OK;
-
-fail_cv:
-  pthread_mutex_destroy(&db->notify_mu);
-fail_mu:
-  return bs__fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
-}
-
-void bs__db_base_destroy(bs_db *db) {
-  if (!db) return;
-  pthread_cond_destroy(&db->notify_cv);
-  pthread_mutex_destroy(&db->notify_mu);
-}
-
-void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
-  void (*fn)(uint32_t, uint64_t, void *);
-  void *payload;
-  if (!db) return;
-  pthread_mutex_lock(&db->notify_mu);
-  db->notify_seq++;
-  fn = db->listener;
-  payload = db->listener_payload;
-  pthread_cond_broadcast(&db->notify_cv);
-  pthread_mutex_unlock(&db->notify_mu);
-  /* The listener runs outside the lock so it may call back into the library. */
-  if (fn) fn(stream, checkpoint, payload);
 }
 
 /* ---- The hash table -------------------------------------------------------------------------- */

@@ -2,7 +2,8 @@
  * internal.h: what every module of the library shares and the host never sees, in three layers:
  *  1. the common layer (common.c): errors, allocator, clock, byte order, the one hash table;
  *     it uses nothing else of the library;
- *  2. the front/backend contract: the database base and the backends' constructors;
+ *  2. the front/backend contract: the front's state beside the bases of storage_backend.h, the
+ *     backends' constructors;
  *  3. the rules (rules.c, checksum.c, compact.c, lookup.c) that the front and every backend
  *     apply, each written once; they use only the common layer.
  * The front (storage.c) uses all three; a backend uses the common layer and the rules, never the
@@ -16,7 +17,7 @@
 #ifndef BUCKETSTORE_INTERNAL_H
 #define BUCKETSTORE_INTERNAL_H
 
-#include "storage.h"
+#include "storage_backend.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -164,29 +165,10 @@ static inline uintptr_t bs__htab_next(bs__hprobe *p) {
 
 /* ================ 2. The front/backend contract ================ */
 
-/* ---- The database base: every backend's db struct starts with this ---- */
-typedef struct bs__db_ops {
-  void (*close)(bs_db *db);
-  int (*stream_create)(uint32_t *id_out, bs_db *db, bs_val name, const bs_stream_options *o,
-                       bs_error *err);
-  int (*stream_list)(bs_db *db, int (*fn)(const bs_stream_info *, void *), void *payload,
-                     bs_error *err);
-  /* id 0 = active stream, else newest */
-  int (*storage_open)(bs_storage **out, bs_db *db, uint32_t id, bs_error *err);
-  int (*stat)(bs_db *db, bs_stat *out, bs_error *err);
-  int (*verify)(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
-                bs_error *err);
-  /* NULL: BS_EUNSUPPORTED. opts resolved (never NULL). */
-  int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
-  int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
-                        void *payload, bs_error *err);
-} bs__db_ops;
-
-struct bs_db {
-  const bs__db_ops *ops;
-  bs_allocator alloc;
-  unsigned flags;
-  struct bs__cksum_cache *cache; /* the front's (storage.c); NULL = disabled */
+/* ---- The front's state of a database and a writer (storage_backend.h: bs_db.front,
+ * bs_writer.front): allocated and freed by the front (storage.c), never touched by a backend ---- */
+struct bs__db_front {
+  struct bs__cksum_cache *cache; /* shared by every storage of this db; NULL = disabled */
   /* checkpoint notification: bumped and broadcast after each commit that made a checkpoint */
   pthread_mutex_t notify_mu;
   pthread_cond_t notify_cv;
@@ -195,12 +177,21 @@ struct bs_db {
   void *listener_payload;
 };
 
-/* common.c: initialises / tears down the base (allocator, notification; cache = NULL: the front
- * attaches the checksum cache after the constructor returns). */
-int bs__db_base_init(bs_db *db, const bs__db_ops *ops, const bs_open_options *opts, bs_error *err);
-void bs__db_base_destroy(bs_db *db);
-/* Backends call this after a commit that created a checkpoint (outside their locks). */
-void bs__db_notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint);
+struct bs__writer_front {
+  bs_writer_options opts; /* as bs_writer_open resolved them */
+  /* what was queued since the last flush: the front auto-flushes by it (a backend never
+   * flushes on its own) */
+  size_t queued_records, queued_bytes;
+  int closed;
+};
+
+/* A built-in backend's constructor fills its db base from opts (checked by the front). */
+static inline void bs__db_base_set(bs_db *db, const bs_db_vtable *vt, const bs_open_options *opts) {
+  db->vt = vt;
+  db->alloc = *bs__open_allocator(opts);
+  db->flags = opts ? opts->flags : 0;
+  db->front = NULL;
+}
 
 /* Backend constructors. */
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);

@@ -266,9 +266,16 @@ static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void 
                             bs_error *err);
 static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err);
 
-static const bs__db_ops lmdb_db_ops = {
-    lmdb_close,    lmdb_stream_create, lmdb_stream_list, lmdb_storage_open,
-    bs__lmdb_stat, bs__lmdb_verify,    bs__lmdb_backup,  bs__lmdb_export,
+static const bs_db_vtable lmdb_db_vt = {
+    .version = BS_DB_VTABLE_VERSION,
+    .destroy = lmdb_close,
+    .stream_create = lmdb_stream_create,
+    .stream_list = lmdb_stream_list,
+    .storage_open = lmdb_storage_open,
+    .stat = bs__lmdb_stat,
+    .verify = bs__lmdb_verify,
+    .backup = bs__lmdb_backup,
+    .export_records = bs__lmdb_export,
 };
 
 static const char *const lm_db_names[] = {"meta", "tables",     "buckets", "bstate",
@@ -493,21 +500,18 @@ static int open_env(bs__lmdb_db *db, const char *path, const bs_open_options *op
 }
 
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = bs__open_allocator(opts);
   bs__lmdb_db *db;
+  bs_db base;
   int rc;
 
   *out = NULL;
   if (!path) return bs__fail(err, BS_EINVAL, "path: NULL");
-  db = bs__calloc(a, 1, sizeof *db);
+  bs__db_base_set(&base, &lmdb_db_vt, opts);
+  db = bs__calloc(&base.alloc, 1, sizeof *db);
   if (!db) return bs__fail(err, BS_ENOMEM, "cannot allocate the database handle");
-  if ((rc = bs__db_base_init(&db->base, &lmdb_db_ops, opts, err)) != BS_OK) {
-    bs__free(a, db);
-    return rc;
-  }
+  db->base = base;
   if (pthread_rwlock_init(&db->txn_lock, NULL) != 0) {
-    bs__db_base_destroy(&db->base);
-    bs__free(a, db);
+    bs__free(&base.alloc, db);
     return bs__fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
   }
   pthread_mutex_init(&db->grow_mu, NULL);
@@ -535,7 +539,6 @@ static void lmdb_close(bs_db *base) {
   bs__free(&a, db->path);
   pthread_rwlock_destroy(&db->txn_lock);
   pthread_mutex_destroy(&db->grow_mu);
-  bs__db_base_destroy(&db->base);
   bs__free(&a, db);
 }
 
@@ -688,7 +691,6 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
   if (!st) return bs__fail(err, BS_ENOMEM, "cannot allocate the storage handle");
   st->base.vt = &lmdb_vtable;
   st->base.db = &db->base;
-  st->base.cache = db->base.cache;
   st->base.stream_id = id;
   st->db = db;
   st->wcp_mode = BS_WCP_MANAGED;
@@ -2283,7 +2285,6 @@ static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_re
     out->checkpoint = c.checkpoint;
     out->blocked_reason = c.blocked;
   }
-  if (c.created) bs__db_notify_checkpoint(&w->db->base, w->st->base.stream_id, c.checkpoint);
   return BS_OK;
 }
 
@@ -2484,6 +2485,19 @@ static void lw_close(bs_writer *base) {
   bs__free(&a, w);
 }
 
+static const bs_writer_vtable lmdb_writer_vt = {
+    .version = BS_WRITER_VTABLE_VERSION,
+    .destroy = lw_close,
+    .save = lw_save,
+    .truncate = lw_truncate,
+    .flush = lw_flush,
+    .commit = lw_commit,
+    .snapshot_done = lw_snapshot_done,
+    .resume_lsn = lw_resume_lsn,
+    .source_row = lw_source_row,
+    .custom_write_checkpoint = lw_custom_wcp,
+};
+
 static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_writer **out,
                             bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
@@ -2505,6 +2519,7 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
     return bs__fail(err, BS_ESTATE, "stream %u is terminated", base->stream_id);
   if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w)))
     return bs__fail(err, BS_ENOMEM, "cannot allocate the writer");
+  w->base.vt = &lmdb_writer_vt;
   w->base.st = base;
   w->st = st;
   w->db = db;
@@ -2674,35 +2689,26 @@ static int lmdb_report_error(bs_storage *base, const char *message, bs_error *er
 /* ---- The vtable ---------------------------------------------------------------------------------- */
 
 static const bs_storage_vtable lmdb_vtable = {
-    BS_STORAGE_VTABLE_VERSION,
-    lmdb_storage_destroy,
-    lmdb_writer_open,
-    lw_close,
-    lw_save,
-    lw_truncate,
-    lw_flush,
-    lw_commit,
-    lw_snapshot_done,
-    lw_resume_lsn,
-    lw_source_row,
-    lw_custom_wcp,
-    bs__lmdb_get_checkpoint,
-    bs__lmdb_bucket_data,
-    bs__lmdb_checksums,
-    bs__lmdb_checksum_ranges,
-    bs__lmdb_checkpoint_changes,
-    bs__lmdb_parameter_sets,
-    bs__lmdb_set_write_checkpoint_mode,
-    bs__lmdb_create_managed_write_checkpoints,
-    bs__lmdb_last_write_checkpoint,
-    bs__lmdb_delete_checkpoint_requests_before,
-    bs__lmdb_compact,
-    bs__lmdb_compact_initial_replication,
-    bs__lmdb_get_status,
-    lmdb_report_error,
-    lmdb_clear,
-    lmdb_terminate,
-    bs__lmdb_list_buckets,
+    .version = BS_STORAGE_VTABLE_VERSION,
+    .destroy = lmdb_storage_destroy,
+    .writer_open = lmdb_writer_open,
+    .get_checkpoint = bs__lmdb_get_checkpoint,
+    .bucket_data = bs__lmdb_bucket_data,
+    .checksums = bs__lmdb_checksums,
+    .checksum_ranges = bs__lmdb_checksum_ranges,
+    .checkpoint_changes = bs__lmdb_checkpoint_changes,
+    .parameter_sets = bs__lmdb_parameter_sets,
+    .set_write_checkpoint_mode = bs__lmdb_set_write_checkpoint_mode,
+    .create_managed_write_checkpoints = bs__lmdb_create_managed_write_checkpoints,
+    .last_write_checkpoint = bs__lmdb_last_write_checkpoint,
+    .delete_checkpoint_requests_before = bs__lmdb_delete_checkpoint_requests_before,
+    .compact = bs__lmdb_compact,
+    .compact_initial_replication = bs__lmdb_compact_initial_replication,
+    .get_status = bs__lmdb_get_status,
+    .report_error = lmdb_report_error,
+    .clear = lmdb_clear,
+    .terminate = lmdb_terminate,
+    .list_buckets = bs__lmdb_list_buckets,
 };
 
 int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi) {

@@ -158,7 +158,7 @@ static char *str_cat(const bs_allocator *a, const char *x, const char *y) {
 /* A backend file does not call the front (make layercheck): the copy's handle, opened with
  * bs__lmdb_open, is closed through its own table. */
 static void db_close(bs_db *db) {
-  if (db) db->ops->close(db);
+  if (db) db->vt->destroy(db);
 }
 
 /* Removes whatever is left of the temporary directory (it allocates nothing: it also runs

@@ -1185,7 +1185,7 @@ static int flush_locked(mem_writer *w, bs_error *err) {
 
 /* ---- Writer vtable slots --------------------------------------------------------------------- */
 
-static const bs_storage_vtable mem_vtable;
+static const bs_writer_vtable mem_writer_vt;
 
 static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
                            bs_error *err) {
@@ -1201,6 +1201,7 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   if (rc) return rc;
   w = bs__calloc(ALLOC(ms->db), 1, sizeof *w);
   if (!w) return enomem(err, "writer");
+  w->base.vt = &mem_writer_vt;
   w->base.st = st;
   w->ms = ms;
   /* the front (bs_writer_open) passes resolved options: never NULL, no zero bound */
@@ -1390,7 +1391,6 @@ done:
     out->checkpoint_created = created;
     out->checkpoint = cp;
   }
-  if (created) bs__db_notify_checkpoint(&db->base, s->id, cp);
   return BS_OK;
 }
 
@@ -1456,6 +1456,19 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   if (data.size) val_free(ALLOC(db), &data);
   return rc;
 }
+
+static const bs_writer_vtable mem_writer_vt = {
+    .version = BS_WRITER_VTABLE_VERSION,
+    .destroy = mem_writer_close,
+    .save = mem_writer_save,
+    .truncate = mem_writer_truncate,
+    .flush = mem_writer_flush,
+    .commit = mem_writer_commit,
+    .snapshot_done = mem_writer_snapshot_done,
+    .resume_lsn = mem_writer_resume_lsn,
+    .source_row = mem_writer_source_row,
+    .custom_write_checkpoint = mem_writer_custom,
+};
 
 /* ---- Reads ----------------------------------------------------------------------------------- */
 
@@ -2628,35 +2641,26 @@ out:
 }
 
 static const bs_storage_vtable mem_vtable = {
-    BS_STORAGE_VTABLE_VERSION,
-    mem_storage_destroy,
-    mem_writer_open,
-    mem_writer_close,
-    mem_writer_save,
-    mem_writer_truncate,
-    mem_writer_flush,
-    mem_writer_commit,
-    mem_writer_snapshot_done,
-    mem_writer_resume_lsn,
-    mem_writer_source_row,
-    mem_writer_custom,
-    mem_get_checkpoint,
-    mem_bucket_data,
-    mem_checksums,
-    mem_checksum_ranges,
-    mem_checkpoint_changes,
-    mem_parameter_sets,
-    mem_set_wcp_mode,
-    mem_create_managed,
-    mem_last_wcp,
-    mem_delete_requests,
-    mem_compact,
-    mem_compact_initial,
-    mem_get_status,
-    mem_report_error,
-    mem_clear,
-    mem_terminate,
-    mem_list_buckets,
+    .version = BS_STORAGE_VTABLE_VERSION,
+    .destroy = mem_storage_destroy,
+    .writer_open = mem_writer_open,
+    .get_checkpoint = mem_get_checkpoint,
+    .bucket_data = mem_bucket_data,
+    .checksums = mem_checksums,
+    .checksum_ranges = mem_checksum_ranges,
+    .checkpoint_changes = mem_checkpoint_changes,
+    .parameter_sets = mem_parameter_sets,
+    .set_write_checkpoint_mode = mem_set_wcp_mode,
+    .create_managed_write_checkpoints = mem_create_managed,
+    .last_write_checkpoint = mem_last_wcp,
+    .delete_checkpoint_requests_before = mem_delete_requests,
+    .compact = mem_compact,
+    .compact_initial_replication = mem_compact_initial,
+    .get_status = mem_get_status,
+    .report_error = mem_report_error,
+    .clear = mem_clear,
+    .terminate = mem_terminate,
+    .list_buckets = mem_list_buckets,
 };
 
 /* ---- Database -------------------------------------------------------------------------------- */
@@ -2671,7 +2675,6 @@ static void mem_close(bs_db *bdb) {
   for (size_t i = 0; i < db->nmw; i++) mwcp_free(&a, db->mw[i]);
   bs__free(&a, db->mw);
   pthread_mutex_destroy(&db->mu);
-  bs__db_base_destroy(&db->base);
   bs__free(&a, db);
 }
 
@@ -2766,7 +2769,6 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
   if (!ms) return enomem(err, "storage");
   ms->base.vt = &mem_vtable;
   ms->base.db = bdb;
-  ms->base.cache = db->base.cache;
   ms->base.stream_id = s->id;
   ms->db = db;
   ms->s = s;
@@ -2962,29 +2964,25 @@ static int mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payloa
   return rc;
 }
 
-static const bs__db_ops mem_db_ops = {
-    mem_close,
-    mem_stream_create,
-    mem_stream_list,
-    mem_storage_open,
-    mem_stat,
-    mem_verify,
-    NULL /* backup: nothing on disk to copy (BS_EUNSUPPORTED) */,
-    NULL /* export_records */,
+/* backup and export_records: NULL, nothing on disk to copy (BS_EUNSUPPORTED) */
+static const bs_db_vtable mem_db_vt = {
+    .version = BS_DB_VTABLE_VERSION,
+    .destroy = mem_close,
+    .stream_create = mem_stream_create,
+    .stream_list = mem_stream_list,
+    .storage_open = mem_storage_open,
+    .stat = mem_stat,
+    .verify = mem_verify,
 };
 
 int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = bs__open_allocator(opts);
-  mem_db *db = bs__calloc(a, 1, sizeof *db);
-  int rc;
-  if (!db) return enomem(err, "memory database");
-  if ((rc = bs__db_base_init(&db->base, &mem_db_ops, opts, err))) {
-    bs__free(a, db);
-    return rc;
-  }
+  bs_db base;
+  mem_db *db;
+  bs__db_base_set(&base, &mem_db_vt, opts);
+  if (!(db = bs__calloc(&base.alloc, 1, sizeof *db))) return enomem(err, "memory database");
+  db->base = base;
   if (pthread_mutex_init(&db->mu, NULL)) {
-    bs__db_base_destroy(&db->base);
-    bs__free(a, db);
+    bs__free(&base.alloc, db);
     return enomem(err, "memory database mutex");
   }
   *out = &db->base;

@@ -465,7 +465,6 @@ static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error 
     return bs__fail(err, BS_ENOMEM, "storage: out of memory");
   st->base.vt = &pg_vtable;
   st->base.db = base;
-  st->base.cache = base->cache;
   st->base.stream_id = id;
   st->db = db;
   *out = &st->base;
@@ -595,30 +594,30 @@ static void pg_close(bs_db *base) {
   bs__free(&a, db->idle);
   bs__free(&a, db->url);
   pthread_mutex_destroy(&db->pool_mu);
-  bs__db_base_destroy(base);
   bs__free(&a, db);
 }
 
-static const bs__db_ops pg_db_ops = {
-    .close = pg_close,
+static const bs_db_vtable pg_db_vt = {
+    .version = BS_DB_VTABLE_VERSION,
+    .destroy = pg_close,
     .stream_create = pg_stream_create,
     .stream_list = pg_stream_list,
     .storage_open = pg_storage_open,
 };
 
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
-  const bs_allocator *a = bs__open_allocator(opts);
-  bs__pg_db *db = bs__calloc(a, 1, sizeof *db);
   size_t n = strlen(url);
+  bs__pg_db *db;
+  const bs_allocator *a;
+  bs_db base;
   PGconn *c;
   int rc;
-  if (!db) return bs__fail(err, BS_ENOMEM, "database: out of memory");
-  if ((rc = bs__db_base_init(&db->base, &pg_db_ops, opts, err))) {
-    bs__free(a, db);
-    return rc;
-  }
+  bs__db_base_set(&base, &pg_db_vt, opts);
+  if (!(db = bs__calloc(&base.alloc, 1, sizeof *db)))
+    return bs__fail(err, BS_ENOMEM, "database: out of memory");
+  db->base = base;
+  a = &db->base.alloc;
   if (pthread_mutex_init(&db->pool_mu, NULL)) {
-    bs__db_base_destroy(&db->base);
     bs__free(a, db);
     return bs__fail(err, BS_ENOMEM, "database: cannot initialise a mutex");
   }

@@ -47,17 +47,80 @@ static int check_open_options(const bs_open_options *opts, bs_error *err) {
   return BS_OK;
 }
 
-/* The checksum cache (checksum.c) is the front's: a backend's constructor returns the db with
- * none, the front adds it (rc: the constructor's status) and bs_close frees it. */
-static int attach_cache(bs_db **out, const bs_open_options *opts, int rc, bs_error *err) {
+static void db_front_free(bs_db *db) {
+  struct bs__db_front *f = db->front;
+  if (!f) return;
+  bs__cksum_cache_free(f->cache);
+  pthread_cond_destroy(&f->notify_cv);
+  pthread_mutex_destroy(&f->notify_mu);
+  bs__free(&db->alloc, f);
+  db->front = NULL;
+}
+
+static int db_front_new(bs_db *db, const bs_open_options *opts, bs_error *err) {
+  struct bs__db_front *f = bs__calloc(&db->alloc, 1, sizeof *f);
+  pthread_condattr_t ca;
   size_t entries = opts ? opts->checksum_cache_entries : 0;
-  if (rc != BS_OK || entries == (size_t)-1) return rc;
-  if ((rc = bs__cksum_cache_new(&(*out)->cache, &(*out)->alloc,
-                                entries ? entries : BS_DEFAULT_CACHE_ENTRIES)) == BS_OK)
-    return BS_OK;
-  bs_close(*out);
+  int rc;
+  if (!f) return bs__fail(err, BS_ENOMEM, "cannot allocate the database's front state");
+  if (entries == 0) entries = BS_DEFAULT_CACHE_ENTRIES;
+  if (entries != (size_t)-1 && bs__cksum_cache_new(&f->cache, &db->alloc, entries) != BS_OK) {
+    bs__free(&db->alloc, f);
+    return bs__fail(err, BS_ENOMEM, "cannot allocate the checksum cache");
+  }
+  /* Waiters use timed waits on the monotonic clock, so a wall-clock jump cannot stall them. */
+  if (pthread_mutex_init(&f->notify_mu, NULL) != 0) goto fail_mu;
+  if (pthread_condattr_init(&ca) != 0) goto fail_cv;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(&f->notify_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0) goto fail_cv;
+  db->front = f;
+  return BS_OK;
+
+fail_cv:
+  pthread_mutex_destroy(&f->notify_mu);
+fail_mu:
+  bs__cksum_cache_free(f->cache);
+  bs__free(&db->alloc, f);
+  return bs__fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
+}
+
+int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err) {
+  int rc;
+  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  return bs__fail(err, rc, "cannot allocate the checksum cache");
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (!db->vt || db->vt->version < 1 || !db->vt->destroy)
+    return bs__fail(err, BS_EINVAL, "db->vt: no table of version 1..%u with a destroy",
+                    BS_DB_VTABLE_VERSION);
+  db->front = NULL;
+  if ((rc = check_open_options(opts, err)) == BS_OK) rc = check_allocator(&db->alloc, err);
+  if (rc == BS_OK && !db->alloc.malloc_fn) db->alloc = bs__default_allocator;
+  if (rc == BS_OK) rc = db_front_new(db, opts, err);
+  if (rc != BS_OK) {
+    db->vt->destroy(db);
+    return rc;
+  }
+  *out = db;
+  return BS_OK;
+}
+
+/* After a commit that created a checkpoint: wakes waiters and calls the listener. */
+static void notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
+  struct bs__db_front *f = db ? db->front : NULL;
+  void (*fn)(uint32_t, uint64_t, void *);
+  void *payload;
+  if (!f) return;
+  pthread_mutex_lock(&f->notify_mu);
+  f->notify_seq++;
+  fn = f->listener;
+  payload = f->listener_payload;
+  pthread_cond_broadcast(&f->notify_cv);
+  pthread_mutex_unlock(&f->notify_mu);
+  bs__cksum_cache_note_checkpoint(f->cache, stream, checkpoint);
+  /* The listener runs outside the lock so it may call back into the library. */
+  if (fn) fn(stream, checkpoint, payload);
 }
 
 /* ---- Argument checks shared by the front and backends ---------------------------------------- */
@@ -161,24 +224,18 @@ static int check_save(const bs_save *s, bs_error *err) {
 
 #define BS_OP_ID_LIMIT 0x8000000000000000ull /* op ids and checkpoints are < 2^63 */
 
-/* A vtable slot is usable when the table is at least min_version (slots appended later are
- * absent in older tables) and the slot is set. */
-static int vt_usable(const bs_storage *st, int present, unsigned min_version, const char *name,
-                     bs_error *err) {
-  if (!st->vt) return bs__fail(err, BS_EINVAL, "storage has no vtable");
-  if (st->vt->version < min_version || !present)
-    return bs__fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
-  return BS_OK;
+/* The one slot rule of the three tables (storage_backend.h): a slot is usable when the table
+ * is at least the version that added it (an older, shorter table does not have it: the version
+ * is checked before the slot is read) and the slot is set; else BS_EUNSUPPORTED. Every slot of
+ * the current tables came with version 1; a slot appended later passes its version here. */
+#define SLOT_OK(t, slot, v) ((t) && (t)->version >= (v) && (t)->slot != NULL)
+static int slot_fail(const char *name, bs_error *err) {
+  return bs__fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
 }
-#define VT_CHECK(st, slot, err) vt_usable((st), (st)->vt && (st)->vt->slot != NULL, 1, #slot, (err))
-/* A slot appended in vtable version v: the version is checked before the slot is read (an
- * older, shorter table does not have it). */
-#define VT_CHECK_V(st, slot, v, err)                                                               \
-  vt_usable((st), (st)->vt && (st)->vt->version >= (v) && (st)->vt->slot != NULL, (v), #slot, (err))
-
-/* A database op slot is set (test doubles leave some NULL; both real backends fill all). */
-#define DB_CHECK(db, slot, err)                                                                    \
-  ((db)->ops->slot ? BS_OK : bs__fail((err), BS_EUNSUPPORTED, "backend does not implement " #slot))
+#define SLOT_CHECK(t, slot, v, err) (SLOT_OK(t, slot, v) ? BS_OK : slot_fail(#slot, (err)))
+#define VT_CHECK(st, slot, err)     SLOT_CHECK((st)->vt, slot, 1, err)
+#define WT_CHECK(w, slot, err)      SLOT_CHECK((w)->vt, slot, 1, err)
+#define DB_CHECK(db, slot, err)     SLOT_CHECK((db)->vt, slot, 1, err)
 
 static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
@@ -213,6 +270,11 @@ static int check_storage(const bs_storage *st, bs_error *err) {
   return BS_OK;
 }
 
+/* The allocator of what the front allocates for st (its database's). */
+static const bs_allocator *front_alloc(const bs_storage *st) {
+  return st && st->db ? &st->db->alloc : &bs__default_allocator;
+}
+
 static int check_writable(const bs_storage *st, const char *call, bs_error *err) {
   if (st->db && (st->db->flags & BS_OPEN_RDONLY))
     return bs__fail(err, BS_ESTATE, "%s: the database is open read-only", call);
@@ -221,8 +283,7 @@ static int check_writable(const bs_storage *st, const char *call, bs_error *err)
 
 static int check_writer(const bs_writer *w, bs_error *err) {
   if (!w) return bs__fail(err, BS_EINVAL, "w: NULL");
-  if (w->closed) return bs__fail(err, BS_ESTATE, "writer is closed");
-  if (!w->st || !w->st->vt) return bs__fail(err, BS_EINVAL, "writer has no storage");
+  if (w->front->closed) return bs__fail(err, BS_ESTATE, "writer is closed");
   return BS_OK;
 }
 
@@ -230,8 +291,14 @@ static int check_table(bs_val table, bs_error *err) {
   return check_sized(table, 1, BS_MAX_TABLE_NAME, "table", "BS_MAX_TABLE_NAME", err);
 }
 
+/* The checksum cache of st: its database's (a free-standing storage has none). */
+static bs__cksum_cache *cache_of(const bs_storage *st) {
+  return st->db && st->db->front ? st->db->front->cache : NULL;
+}
+
 static void note_checkpoint(bs_storage *st, uint64_t cp) {
-  if (st->cache) bs__cksum_cache_note_checkpoint((bs__cksum_cache *)st->cache, st->stream_id, cp);
+  bs__cksum_cache *c = cache_of(st);
+  if (c) bs__cksum_cache_note_checkpoint(c, st->stream_id, cp);
 }
 
 /* ---- Opening --------------------------------------------------------------------------------- */
@@ -245,7 +312,8 @@ int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
   if (!strncmp(path, "postgresql://", 13) || !strncmp(path, "postgres://", 11))
     return bs_open_postgres(out, path, opts, err);
-  return attach_cache(out, opts, bs__lmdb_open(out, path, opts, err), err);
+  if ((rc = bs__lmdb_open(out, path, opts, err)) != BS_OK) return rc;
+  return bs_open_backend(out, *out, opts, err);
 }
 
 int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
@@ -256,7 +324,8 @@ int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, 
   if (!*url) return bs__fail(err, BS_EINVAL, "url: empty");
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
 #ifdef BS_HAVE_PG
-  return attach_cache(out, opts, bs__pg_open(out, url, opts, err), err);
+  if ((rc = bs__pg_open(out, url, opts, err)) != BS_OK) return rc;
+  return bs_open_backend(out, *out, opts, err);
 #else
   return bs__fail(err, BS_EUNSUPPORTED, "url: this build has no PostgreSQL backend (make PG=1)");
 #endif
@@ -267,15 +336,14 @@ int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
-  return attach_cache(out, opts, bs__mem_open(out, opts, err), err);
+  if ((rc = bs__mem_open(out, opts, err)) != BS_OK) return rc;
+  return bs_open_backend(out, *out, opts, err);
 }
 
 void bs_close(bs_db *db) {
-  bs__cksum_cache *cache;
   if (!db) return;
-  cache = db->cache;
-  db->ops->close(db);
-  bs__cksum_cache_free(cache);
+  db_front_free(db);
+  db->vt->destroy(db);
 }
 
 /* ---- Streams --------------------------------------------------------------------------------- */
@@ -300,7 +368,7 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
   if (db->flags & BS_OPEN_RDONLY)
     return bs__fail(err, BS_ESTATE, "stream_create: the database is open read-only");
   if ((rc = DB_CHECK(db, stream_create, err))) return rc;
-  rc = db->ops->stream_create(&id, db, bs__val_str(name), &o, err);
+  rc = db->vt->stream_create(&id, db, bs__val_str(name), &o, err);
   if (rc == BS_OK && id_out) *id_out = id;
   return rc;
 }
@@ -311,7 +379,7 @@ int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payloa
   if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, stream_list, err))) return rc;
-  return db->ops->stream_list(db, fn, payload, err);
+  return db->vt->stream_list(db, fn, payload, err);
 }
 
 int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err) {
@@ -320,18 +388,21 @@ int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *e
   *out = NULL;
   if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if ((rc = DB_CHECK(db, storage_open, err))) return rc;
-  if ((rc = db->ops->storage_open(out, db, stream_id, err)) != BS_OK) {
+  if ((rc = db->vt->storage_open(out, db, stream_id, err)) != BS_OK) {
     *out = NULL;
     return rc;
   }
-  /* The front owns the cache wiring, so backends need not know about it. */
-  if (!(*out)->db) (*out)->db = db;
-  if (!(*out)->cache) (*out)->cache = db->cache;
+  /* destroy is mandatory: without it the handle could never be released (a backend's bug,
+   * refused here rather than leaked later) */
+  if (!(*out)->vt || (*out)->vt->version < 1 || !(*out)->vt->destroy) {
+    *out = NULL;
+    return bs__fail(err, BS_EINVAL, "storage_open: the backend's storage has no destroy");
+  }
   return BS_OK;
 }
 
 void bs_storage_close(bs_storage *st) {
-  if (st && st->vt && st->vt->destroy) st->vt->destroy(st);
+  if (st) st->vt->destroy(st);
 }
 
 uint32_t bs_storage_stream_id(const bs_storage *st) {
@@ -342,6 +413,8 @@ uint32_t bs_storage_stream_id(const bs_storage *st) {
 
 int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err) {
   bs_writer_options o = BS_WRITER_OPTIONS_INIT;
+  struct bs__writer_front *f;
+  bs_writer *w = NULL;
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
@@ -356,19 +429,31 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   if (o.max_bytes == 0) o.max_bytes = BS_DEFAULT_FLUSH_BYTES;
   if ((rc = check_writable(st, "writer_open", err))) return rc;
   if ((rc = VT_CHECK(st, writer_open, err))) return rc;
-  if ((rc = st->vt->writer_open(st, &o, out, err)) != BS_OK) {
-    *out = NULL;
+  if (!(f = bs__calloc(front_alloc(st), 1, sizeof *f)))
+    return bs__fail(err, BS_ENOMEM, "cannot allocate the writer's front state");
+  if ((rc = st->vt->writer_open(st, &o, &w, err)) != BS_OK) {
+    bs__free(front_alloc(st), f);
     return rc;
   }
-  if (!(*out)->st) (*out)->st = st;
-  (*out)->opts = o;
-  (*out)->queued_records = (*out)->queued_bytes = 0;
+  if (!w->vt || w->vt->version < 1 || !w->vt->destroy) {
+    bs__free(front_alloc(st), f);
+    return bs__fail(err, BS_EINVAL, "writer_open: the backend's writer has no destroy");
+  }
+  if (!w->st) w->st = st;
+  f->opts = o;
+  w->front = f;
+  *out = w;
   return BS_OK;
 }
 
 void bs_writer_close(bs_writer *w) {
+  struct bs__writer_front *f;
+  const bs_allocator *a;
   if (!w) return;
-  if (w->st && w->st->vt && w->st->vt->writer_close) w->st->vt->writer_close(w);
+  f = w->front;
+  a = front_alloc(w->st);
+  w->vt->destroy(w);
+  bs__free(a, f);
 }
 
 /* The bytes a change adds to the queue, for the max_bytes bound: the same measure for every
@@ -386,15 +471,15 @@ static size_t save_bytes(const bs_save *s) {
 }
 
 static void queue_flushed(bs_writer *w) {
-  w->queued_records = w->queued_bytes = 0;
+  w->front->queued_records = w->front->queued_bytes = 0;
 }
 
 /* The one auto-flush rule (contract.md 4, storage.h bs_writer_options): before a change is queued,
  * a queue at one of its bounds is flushed; if that fails, the change is not queued. */
 static int queue_change(bs_writer *w, size_t bytes, int rc) {
   if (rc == BS_OK) {
-    w->queued_records++;
-    w->queued_bytes += bytes;
+    w->front->queued_records++;
+    w->front->queued_bytes += bytes;
   }
   return rc;
 }
@@ -402,9 +487,10 @@ static int queue_change(bs_writer *w, size_t bytes, int rc) {
 static int auto_flush(bs_writer *w, bs_error *err) {
   uint64_t last;
   int rc;
-  if (w->queued_records < w->opts.max_records && w->queued_bytes < w->opts.max_bytes) return BS_OK;
-  if ((rc = VT_CHECK(w->st, writer_flush, err))) return rc;
-  if ((rc = w->st->vt->writer_flush(w, &last, err)) == BS_OK) queue_flushed(w);
+  const struct bs__writer_front *f = w->front;
+  if (f->queued_records < f->opts.max_records && f->queued_bytes < f->opts.max_bytes) return BS_OK;
+  if ((rc = WT_CHECK(w, flush, err))) return rc;
+  if ((rc = w->vt->flush(w, &last, err)) == BS_OK) queue_flushed(w);
   return rc;
 }
 
@@ -412,21 +498,21 @@ int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_save(change, err))) return rc;
-  if (w->opts.snapshot && change->tag != BS_INSERT)
+  if (w->front->opts.snapshot && change->tag != BS_INSERT)
     return bs__fail(err, BS_ESTATE,
                     "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
-  if ((rc = VT_CHECK(w->st, writer_save, err))) return rc;
+  if ((rc = WT_CHECK(w, save, err))) return rc;
   if ((rc = auto_flush(w, err))) return rc;
-  return queue_change(w, save_bytes(change), w->st->vt->writer_save(w, change, err));
+  return queue_change(w, save_bytes(change), w->vt->save(w, change, err));
 }
 
 static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
-  if ((rc = VT_CHECK(w->st, writer_truncate, err))) return rc;
+  if ((rc = WT_CHECK(w, truncate, err))) return rc;
   /* the backend flushes the queue and persists the truncate at once (contract.md 4.2) */
-  if ((rc = w->st->vt->writer_truncate(w, table, drop, err)) == BS_OK) queue_flushed(w);
+  if ((rc = w->vt->truncate(w, table, drop, err)) == BS_OK) queue_flushed(w);
   return rc;
 }
 
@@ -442,8 +528,8 @@ int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
   uint64_t last = 0;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = VT_CHECK(w->st, writer_flush, err))) return rc;
-  rc = w->st->vt->writer_flush(w, &last, err);
+  if ((rc = WT_CHECK(w, flush, err))) return rc;
+  rc = w->vt->flush(w, &last, err);
   if (rc == BS_OK) queue_flushed(w);
   if (rc == BS_OK && last_op_out) *last_op_out = last;
   return rc;
@@ -457,11 +543,12 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   memset(&r, 0, sizeof r);
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_lsn(lsn, "lsn", err))) return rc;
-  if ((rc = VT_CHECK(w->st, writer_commit, err))) return rc;
-  rc = w->st->vt->writer_commit(w, lsn, create_empty, &r, err);
+  if ((rc = WT_CHECK(w, commit, err))) return rc;
+  rc = w->vt->commit(w, lsn, create_empty, &r, err);
   if (rc != BS_OK) return rc;
   queue_flushed(w);
   if (r.checkpoint) note_checkpoint(w->st, r.checkpoint);
+  if (r.checkpoint_created) notify_checkpoint(w->st->db, w->st->stream_id, r.checkpoint);
   if (!r.checkpoint_blocked) r.blocked_reason = BS_BLOCKED_NONE;
   if (out) *out = r;
   return BS_OK;
@@ -489,16 +576,16 @@ int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_lsn(lsn, "lsn", err))) return rc;
-  if ((rc = VT_CHECK(w->st, writer_snapshot_done, err))) return rc;
-  return w->st->vt->writer_snapshot_done(w, lsn, err);
+  if ((rc = WT_CHECK(w, snapshot_done, err))) return rc;
+  return w->vt->snapshot_done(w, lsn, err);
 }
 
 int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_lsn(lsn, "lsn", err))) return rc;
-  if ((rc = VT_CHECK(w->st, writer_resume_lsn, err))) return rc;
-  return w->st->vt->writer_resume_lsn(w, lsn, err);
+  if ((rc = WT_CHECK(w, resume_lsn, err))) return rc;
+  return w->vt->resume_lsn(w, lsn, err);
 }
 
 int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
@@ -510,8 +597,8 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
   if ((rc = check_sized(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", "BS_MAX_REPLICA_ID", err)))
     return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
-  if ((rc = VT_CHECK(w->st, writer_source_row, err))) return rc;
-  return w->st->vt->writer_source_row(w, table, replica_id, fn, payload, err);
+  if ((rc = WT_CHECK(w, source_row, err))) return rc;
+  return w->vt->source_row(w, table, replica_id, fn, payload, err);
 }
 
 #define BS_MAX_EVENT_NAME 255u
@@ -525,9 +612,8 @@ static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkp
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
     return rc;
-  if ((rc = VT_CHECK_V(w->st, writer_custom_write_checkpoint, 3, err))) return rc;
-  return w->st->vt->writer_custom_write_checkpoint(w, user_id, checkpoint, event, requested_at_ms,
-                                                   err);
+  if ((rc = WT_CHECK(w, custom_write_checkpoint, err))) return rc;
+  return w->vt->custom_write_checkpoint(w, user_id, checkpoint, event, requested_at_ms, err);
 }
 
 int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
@@ -576,8 +662,9 @@ static uint64_t monotonic_ms(void) {
 
 /* Sleeps up to ms, or until a commit in this process bumps db->notify_seq past seq. */
 static void wait_notify(bs_db *db, uint64_t seq, uint64_t ms) {
+  struct bs__db_front *f = db ? db->front : NULL;
   struct timespec ts;
-  if (!db) {
+  if (!f) {
     ts.tv_sec = (time_t)(ms / 1000u);
     ts.tv_nsec = (long)(ms % 1000u) * 1000000L;
     nanosleep(&ts, NULL);
@@ -590,10 +677,10 @@ static void wait_notify(bs_db *db, uint64_t seq, uint64_t ms) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
-  pthread_mutex_lock(&db->notify_mu);
-  while (db->notify_seq == seq)
-    if (pthread_cond_timedwait(&db->notify_cv, &db->notify_mu, &ts) != 0) break;
-  pthread_mutex_unlock(&db->notify_mu);
+  pthread_mutex_lock(&f->notify_mu);
+  while (f->notify_seq == seq)
+    if (pthread_cond_timedwait(&f->notify_cv, &f->notify_mu, &ts) != 0) break;
+  pthread_mutex_unlock(&f->notify_mu);
 }
 
 int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
@@ -613,10 +700,10 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
   for (;;) {
     /* Read the sequence before the checkpoint: a commit between the two then ends the wait
      * at once instead of being missed. */
-    if (st->db) {
-      pthread_mutex_lock(&st->db->notify_mu);
-      seq = st->db->notify_seq;
-      pthread_mutex_unlock(&st->db->notify_mu);
+    if (st->db && st->db->front) {
+      pthread_mutex_lock(&st->db->front->notify_mu);
+      seq = st->db->front->notify_seq;
+      pthread_mutex_unlock(&st->db->front->notify_mu);
     }
     memset(&cur, 0, sizeof cur);
     if ((rc = st->vt->get_checkpoint(st, &cur, err)) != BS_OK) return rc;
@@ -632,11 +719,12 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
 int bs_set_checkpoint_listener(bs_db *db,
                                void (*fn)(uint32_t stream, uint64_t checkpoint, void *payload),
                                void *payload) {
-  if (!db) return BS_EINVAL;
-  pthread_mutex_lock(&db->notify_mu);
-  db->listener = fn;
-  db->listener_payload = fn ? payload : NULL;
-  pthread_mutex_unlock(&db->notify_mu);
+  struct bs__db_front *f = db ? db->front : NULL;
+  if (!f) return BS_EINVAL;
+  pthread_mutex_lock(&f->notify_mu);
+  f->listener = fn;
+  f->listener_payload = fn ? payload : NULL;
+  pthread_mutex_unlock(&f->notify_mu);
   return BS_OK;
 }
 
@@ -734,8 +822,7 @@ int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets,
     if ((rc = check_bucket_name(buckets[i], "buckets", i, err))) return rc;
   if ((rc = VT_CHECK(st, checksums, err))) return rc;
   if (n == 0) return BS_OK;
-  if (st->cache)
-    return bs__cksum_cache_get((bs__cksum_cache *)st->cache, st, checkpoint, buckets, n, out, err);
+  if (cache_of(st)) return bs__cksum_cache_get(cache_of(st), st, checkpoint, buckets, n, out, err);
   return st->vt->checksums(st, checkpoint, buckets, n, out, NULL, err);
 }
 
@@ -750,7 +837,7 @@ int bs_list_buckets(bs_storage *st, bs_val start_after,
                         err)))
     return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
-  if ((rc = VT_CHECK_V(st, list_buckets, 2, err))) return rc;
+  if ((rc = VT_CHECK(st, list_buckets, err))) return rc;
   return st->vt->list_buckets(st, start_after, fn, payload, err);
 }
 
@@ -936,7 +1023,7 @@ int bs_clear(bs_storage *st, bs_error *err) {
   if ((rc = VT_CHECK(st, clear, err))) return rc;
   rc = st->vt->clear(st, err);
   /* Dropped either way: after a failed clear the cache just recomputes. */
-  if (st->cache) bs__cksum_cache_drop_stream((bs__cksum_cache *)st->cache, st->stream_id);
+  if (cache_of(st)) bs__cksum_cache_drop_stream(cache_of(st), st->stream_id);
   return rc;
 }
 
@@ -946,7 +1033,7 @@ int bs_terminate(bs_storage *st, int clear, bs_error *err) {
   if ((rc = check_writable(st, "terminate", err))) return rc;
   if ((rc = VT_CHECK(st, terminate, err))) return rc;
   rc = st->vt->terminate(st, clear, err);
-  if (st->cache) bs__cksum_cache_drop_stream((bs__cksum_cache *)st->cache, st->stream_id);
+  if (cache_of(st)) bs__cksum_cache_drop_stream(cache_of(st), st->stream_id);
   return rc;
 }
 
@@ -956,7 +1043,7 @@ int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err) {
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = DB_CHECK(db, stat, err))) return rc;
   memset(out, 0, sizeof *out);
-  return db->ops->stat(db, out, err);
+  return db->vt->stat(db, out, err);
 }
 
 int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
@@ -965,7 +1052,7 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
   int rc;
   if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if ((rc = DB_CHECK(db, verify, err))) return rc;
-  rc = db->ops->verify(db, fn, payload, &problems, err);
+  rc = db->vt->verify(db, fn, payload, &problems, err);
   if (problems_out) *problems_out = problems;
   return rc;
 }
@@ -977,7 +1064,7 @@ int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_err
   if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
   if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
   if ((rc = DB_CHECK(db, backup, err))) return rc;
-  return db->ops->backup(db, path, &o, err);
+  return db->vt->backup(db, path, &o, err);
 }
 
 int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
@@ -986,5 +1073,5 @@ int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, voi
   if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, export_records, err))) return rc;
-  return db->ops->export_records(db, stream, fn, payload, err);
+  return db->vt->export_records(db, stream, fn, payload, err);
 }

@@ -41,8 +41,9 @@
  *  - Besides the codes a function lists: any call on a database file may return BS_EIO (an
  *    LMDB or OS error, named in the message), BS_ENOMEM, BS_ECORRUPT (a record that does not
  *    decode) and BS_EBUSY (e.g. LMDB's reader table is full); a call that dispatches through
- *    the storage vtable returns BS_EUNSUPPORTED when the backend leaves that slot NULL (the
- *    two built-in backends implement every slot).
+ *    a backend's method table returns BS_EUNSUPPORTED when the backend leaves that slot NULL
+ *    (storage_backend.h; the LMDB backend implements every slot, the memory backend all but
+ *    backup and export).
  *  - Outputs come first (one is named out); callbacks take payload last.
  *    A callback that returns non-zero stops the call, which then returns
  *    that value unchanged (so use your own negative codes or BS_ECANCELED).
@@ -871,106 +872,9 @@ BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload),
                    const bs_backup_options *opts, bs_error *err);
 
 /* ==== Backend authors ============================================================================
- * A backend (or a wrapper: tracing, fault injection) is a struct whose first member is a
- * bs_storage, with vt pointing at its vtable; writers likewise start with a bs_writer. The bs_*
- * functions above check arguments and dispatch through vt; the checksum cache sits above it.
- * Slots are appended only; bs_* checks vt->version before using a newer slot. A NULL slot
- * answers BS_EUNSUPPORTED. Version 2 appended list_buckets; version 3 gave
- * writer_custom_write_checkpoint its requested_at_ms (a table below 3 is not called for it). Options reach the slots resolved:
- * writer_open/bucket_data opts are never NULL and have no zero bound; a parameter_sets limit of 0
- * allows no row. */
-#define BS_STORAGE_VTABLE_VERSION 3
-
-typedef struct bs_storage_vtable {
-  unsigned version;
-  void (*destroy)(bs_storage *st);
-
-  int (*writer_open)(bs_storage *st, const bs_writer_options *opts, bs_writer **out, bs_error *err);
-  void (*writer_close)(bs_writer *w);
-  int (*writer_save)(bs_writer *w, const bs_save *change, bs_error *err);
-  int (*writer_truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
-  int (*writer_flush)(bs_writer *w, uint64_t *last_op_out, bs_error *err);
-  int (*writer_commit)(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out,
-                       bs_error *err);
-  int (*writer_snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);
-  int (*writer_resume_lsn)(bs_writer *w, bs_val lsn, bs_error *err);
-  int (*writer_source_row)(bs_writer *w, bs_val table, bs_val replica_id,
-                           int (*fn)(const bs_val *data, void *payload), void *payload,
-                           bs_error *err);
-  /* version 3: requested_at_ms < 0 = persistent (no requested_at) */
-  int (*writer_custom_write_checkpoint)(bs_writer *w, bs_val user_id, uint64_t checkpoint,
-                                        bs_val event, int64_t requested_at_ms, bs_error *err);
-
-  int (*get_checkpoint)(bs_storage *st, bs_checkpoint *out, bs_error *err);
-  /* buckets arrive sorted by name, deduplicated */
-  int (*bucket_data)(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                     size_t n_req, const bs_batch_options *opts,
-                     int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
-                     int *has_more_out, bs_error *err);
-  /* uncached; the front batches cache misses into one call. generation_out (n entries, may be
-   * NULL): the bucket's compaction generation, for the cache. */
-  int (*checksums)(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                   bs_checksum *out, uint64_t *generation_out, bs_error *err);
-  /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is
-   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.
-   * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is
-   * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it
-   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (contract.md 5.5). */
-  int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                         size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
-                         bs_error *err);
-  int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
-                            int (*fn)(const bs_checkpoint_changes *changes, void *payload),
-                            void *payload, bs_error *err);
-  int (*parameter_sets)(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
-                        size_t limit, int (*fn)(const bs_val *params, void *payload), void *payload,
-                        bs_error *err);
-
-  int (*set_write_checkpoint_mode)(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
-                                   bs_error *err);
-  int (*create_managed_write_checkpoints)(bs_storage *st, const bs_managed_request *req, size_t n,
-                                          uint64_t *ids_out, int *should_advance, bs_error *err);
-  int (*last_write_checkpoint)(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
-                               uint64_t *id_out, int *found, bs_error *err);
-  int (*delete_checkpoint_requests_before)(bs_storage *st, int64_t before_ms, uint64_t *deleted,
-                                           bs_error *err);
-
-  int (*compact)(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
-                 bs_error *err);
-  int (*compact_initial_replication)(bs_storage *st, uint64_t max_op_id,
-                                     uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                     bs_error *err);
-
-  int (*get_status)(bs_storage *st, bs_status *out, bs_error *err);
-  int (*report_error)(bs_storage *st, const char *message, bs_error *err);
-  int (*clear)(bs_storage *st, bs_error *err);
-  int (*terminate)(bs_storage *st, int clear, bs_error *err);
-
-  /* version 2 */
-  int (*list_buckets)(bs_storage *st, bs_val start_after,
-                      int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                      bs_error *err);
-} bs_storage_vtable;
-
-/* The base every storage begins with. cache: the checksum cache the front consults (NULL =
- * none); db: the owning database (NULL for a free-standing backend). */
-struct bs_storage {
-  const bs_storage_vtable *vt;
-  bs_db *db;
-  void *cache;
-  uint32_t stream_id;
-};
-
-/* The base every writer begins with. The fields after `closed` belong to the front: the
- * options as bs_writer_open resolved them, and what was queued since the last flush, by which
- * the front auto-flushes (a backend never flushes on its own) and keeps snapshot writers to
- * INSERT (contract.md 4.3). A backend leaves them alone. */
-struct bs_writer {
-  bs_storage *st;
-  int closed;
-  bs_writer_options opts;
-  size_t queued_records, queued_bytes;
-};
+ * The handles above are opaque here. A program that supplies its own backend (or wraps one:
+ * tracing, fault injection) includes storage_backend.h, which defines their base structs and
+ * the three method tables (database, storage, writer); docs/backends.md is the walk-through. */
 
 #ifdef __cplusplus
 }

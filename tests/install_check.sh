@@ -2,7 +2,8 @@
 # install_check.sh: `make install` into a temporary DESTDIR + PREFIX, then build a tiny program
 # against the installed copy with `pkg-config --cflags --libs bucketstore` (shared, and static
 # with --static; including the header both as <storage.h> and as "storage.h"), run both, and
-# check what was (not) installed: the header only as include/bucketstore/storage.h, the man
+# check what was (not) installed: the headers only as include/bucketstore/storage.h and
+# storage_backend.h (a host-supplied backend builds against the latter and runs), the man
 # page with a section for every command the CLI lists, the .pc with Requires.private: lmdb; then
 # `make uninstall` leaves nothing behind. Run from the project root (make test does).
 set -eu
@@ -16,7 +17,7 @@ fail() { echo "install_check: FAIL: $*" >&2; exit 1; }
 
 $MAKE --no-print-directory -s install DESTDIR="$stage" PREFIX="$prefix" >/dev/null
 
-for f in include/bucketstore/storage.h share/man/man1/bucketstore.1 lib/libbucketstore.a lib/libbucketstore.so lib/libbucketstore.so.0 \
+for f in include/bucketstore/storage.h include/bucketstore/storage_backend.h share/man/man1/bucketstore.1 lib/libbucketstore.a lib/libbucketstore.so lib/libbucketstore.so.0 \
          bin/bucketstore lib/pkgconfig/bucketstore.pc; do
   [ -e "$root/$f" ] || fail "$f not installed"
 done
@@ -28,7 +29,7 @@ soname=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
 [ "$soname" = libbucketstore.so.0 ] || fail "soname is '$soname', want libbucketstore.so.0"
 if find "$stage" -name '*internal.h' | grep -q .; then fail "a private header was installed"; fi
 [ "$(ls "$root/include")" = bucketstore ] || fail "include/ holds more than bucketstore/: $(ls "$root/include")"
-[ "$(ls "$root/include/bucketstore")" = storage.h ] ||
+[ "$(ls "$root/include/bucketstore" | tr '\n' ' ')" = "storage.h storage_backend.h " ] ||
   fail "extra headers: $(ls "$root/include/bucketstore")"
 grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/bucketstore.pc" || fail "pc prefix"
 grep -q '^Requires.private: lmdb' "$root/lib/pkgconfig/bucketstore.pc" ||
@@ -119,6 +120,51 @@ grep -q '#include "storage.h"' "$tmp/hello_quoted.c" || fail "quoted include not
   fail "#include \"storage.h\" does not build with pkg-config --cflags"
 LD_LIBRARY_PATH="$root/lib" "$tmp/hello_quoted" >/dev/null || fail "quoted-include build does not run"
 "$root/bin/bucketstore" version >/dev/null || fail "installed CLI does not run"
+
+# A host supplies a whole backend through the installed implementer header: one stream whose
+# checkpoint is 42; the front (argument checks, dispatch, NULL slots) sits above it.
+cat > "$tmp/host_backend.c" <<'C'
+#include <storage_backend.h>
+#include <stdlib.h>
+#include <string.h>
+typedef struct { bs_db base; int storages; } h_db;
+static void h_destroy(bs_db *db) { free(db); }
+static void h_st_destroy(bs_storage *st) { ((h_db *)st->db)->storages--; free(st); }
+static int h_cp(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  (void)st; (void)err; out->op_id = 42; return BS_OK;
+}
+static const bs_storage_vtable h_st_vt = {
+  .version = BS_STORAGE_VTABLE_VERSION, .destroy = h_st_destroy, .get_checkpoint = h_cp};
+static int h_open_st(bs_storage **out, bs_db *db, uint32_t id, bs_error *err) {
+  bs_storage *st = calloc(1, sizeof *st);
+  (void)err;
+  if (!st) return BS_ENOMEM;
+  st->vt = &h_st_vt; st->db = db; st->stream_id = id ? id : 1;
+  ((h_db *)db)->storages++;
+  *out = st;
+  return BS_OK;
+}
+static const bs_db_vtable h_db_vt = {
+  .version = BS_DB_VTABLE_VERSION, .destroy = h_destroy, .storage_open = h_open_st};
+int main(void) {
+  h_db *d = calloc(1, sizeof *d);
+  bs_db *db; bs_storage *st; bs_writer *w; bs_checkpoint cp; bs_stat stat;
+  if (!d) return 1;
+  d->base.vt = &h_db_vt;
+  if (bs_open_backend(&db, &d->base, NULL, NULL) || bs_storage_open(&st, db, 0, NULL)) return 1;
+  if (bs_get_checkpoint(st, &cp, NULL) || cp.op_id != 42) return 2;
+  if (bs_writer_open(&w, st, NULL, NULL) != BS_EUNSUPPORTED) return 3;
+  if (bs_db_stat(db, &stat, NULL) != BS_EUNSUPPORTED) return 4;
+  if (bs_get_checkpoint(NULL, &cp, NULL) != BS_EINVAL) return 5;
+  bs_storage_close(st);
+  if (d->storages != 0) return 6;
+  bs_close(db);
+  return 0;
+}
+C
+# shellcheck disable=SC2046
+$cc -std=c99 -Wall -Werror $(pc --cflags) -o "$tmp/host_backend" "$tmp/host_backend.c" $(pc --libs)
+LD_LIBRARY_PATH="$root/lib" "$tmp/host_backend" || fail "a host-supplied backend does not run ($?)"
 
 $MAKE --no-print-directory -s uninstall DESTDIR="$stage" PREFIX="$prefix" >/dev/null
 left=$(find "$stage" -type f -o -type l)

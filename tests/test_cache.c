@@ -31,6 +31,8 @@ typedef struct fake_bucket {
 
 typedef struct fake {
   bs_storage base;
+  bs_db db; /* the front finds the cache through base.db->front */
+  struct bs__db_front front;
   fake_bucket b[NB];
   uint64_t head, checkpoint;
   /* counters */
@@ -115,12 +117,14 @@ static fake *fake_new(size_t capacity, int with_ranges) {
   f->base.vt = &fake_vt;
   f->base.stream_id = 3;
   assert_int_equal(bs__cksum_cache_new(&c, &bs__default_allocator, capacity), BS_OK);
-  f->base.cache = c;
+  f->front.cache = c;
+  f->db.front = &f->front;
+  f->base.db = &f->db;
   return f;
 }
 
 static void fake_free(fake *f) {
-  bs__cksum_cache_free((bs__cksum_cache *)f->base.cache);
+  bs__cksum_cache_free(f->front.cache);
   free(f);
 }
 
@@ -287,7 +291,7 @@ static void test_generation_invalidates(void **state) {
   assert_int_equal(f->n_ranges, 1);
   assert_int_equal(f->n_checksums, 1); /* only b1 recomputed */
   assert_int_equal(f->buckets_checksums, 1);
-  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats(f->front.cache, &s);
   assert_true(s.stale == 1);
   /* the fresh entry (new generation) is used again */
   fake_reset_counters(f);
@@ -309,7 +313,7 @@ static void test_lru_eviction(void **state) {
   get(f, f->checkpoint, c, 1, out);
   get(f, f->checkpoint, a, 1, out); /* a is now the most recent; b the least */
   get(f, f->checkpoint, d, 1, out); /* evicts b */
-  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats(f->front.cache, &s);
   assert_true(s.entries == 3);
   assert_true(s.evictions == 1);
   fake_reset_counters(f);
@@ -328,7 +332,7 @@ static void test_lru_eviction(void **state) {
     get(f, f->checkpoint, a, 1, out);
     expect_truth(f, f->checkpoint, a, 1, out);
   }
-  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats(f->front.cache, &s);
   assert_true(s.entries == 3);
   fake_free(f);
 }
@@ -386,7 +390,7 @@ static void test_without_ranges_and_errors(void **state) {
   assert_int_equal(err.code, BS_EINVALIDATED);
   /* drop_stream forgets everything of the stream */
   f->fail_ranges = 0;
-  bs__cksum_cache_drop_stream((bs__cksum_cache *)f->base.cache, f->base.stream_id);
+  bs__cksum_cache_drop_stream(f->front.cache, f->base.stream_id);
   fake_reset_counters(f);
   get(f, f->checkpoint, idx, 2, out);
   assert_int_equal(f->n_checksums, 1);
@@ -430,7 +434,7 @@ static void test_random_differential(void **state) {
     }
   }
   bs__cksum_cache_stats s;
-  bs__cksum_cache_get_stats((bs__cksum_cache *)f->base.cache, &s);
+  bs__cksum_cache_get_stats(f->front.cache, &s);
   assert_true(s.hits > 0 && s.misses > 0 && s.entries <= 40);
   fake_free(f);
 }
@@ -450,7 +454,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
   srand(seed);
   assert_int_equal(bs_stream_create(&id, db, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, id, &err), BS_OK);
-  assert_non_null(st->cache);
+  assert_non_null(st->db->front->cache);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   snprintf(lsn, sizeof lsn, "%08d", lsn_n++);
   assert_int_equal(bs_writer_snapshot_done(w, bs__val_str(lsn), &err), BS_OK);
@@ -514,7 +518,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
     }
   }
   bs__cksum_cache_stats s;
-  bs__cksum_cache_get_stats((bs__cksum_cache *)st->cache, &s);
+  bs__cksum_cache_get_stats(st->db->front->cache, &s);
   assert_true(s.hits > 0);
   bs_writer_close(w);
   bs_storage_close(st);

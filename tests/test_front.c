@@ -35,10 +35,15 @@ typedef struct fw {
 static void s_destroy(bs_storage *st) {
   free(st);
 }
+static const bs_writer_vtable full_wt;
+static const bs_writer_vtable *open_wt = &full_wt;
+static fw *last_writer; /* a writer the front refused (no destroy) is freed by the test */
 static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
                          bs_error *err) {
   fw *w = calloc(1, sizeof *w);
   calls++;
+  last_writer = w;
+  w->base.vt = open_wt;
   w->base.st = st;
   *out = &w->base;
   return BS_OK;
@@ -63,7 +68,7 @@ static int s_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out, bs_
   calls++;
   seen_create_empty = ce;
   out->checkpoint_created = 1;
-  out->checkpoint = 7;
+  out->checkpoint = fake_cp ? __atomic_load_n(&fake_cp, __ATOMIC_SEQ_CST) : 7;
   return BS_OK;
 }
 static int s_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
@@ -169,35 +174,39 @@ static int list_cb(const bs_bucket_info *info, void *payload) {
   return 0;
 }
 
-static bs_storage_vtable full_vt = {BS_STORAGE_VTABLE_VERSION,
-                                    s_destroy,
-                                    s_writer_open,
-                                    s_writer_close,
-                                    s_save,
-                                    s_trunc,
-                                    s_flush,
-                                    s_commit,
-                                    s_lsn,
-                                    s_lsn,
-                                    s_source_row,
-                                    s_custom,
-                                    s_get_checkpoint,
-                                    s_bucket_data,
-                                    s_checksums,
-                                    NULL,
-                                    s_changes,
-                                    s_params,
-                                    s_wcp_mode,
-                                    s_managed,
-                                    s_last_wcp,
-                                    s_delete_before,
-                                    s_compact,
-                                    s_compact_initial,
-                                    s_status,
-                                    s_report,
-                                    s_clear,
-                                    s_terminate,
-                                    s_list};
+static const bs_writer_vtable full_wt = {
+    .version = BS_WRITER_VTABLE_VERSION,
+    .destroy = s_writer_close,
+    .save = s_save,
+    .truncate = s_trunc,
+    .flush = s_flush,
+    .commit = s_commit,
+    .snapshot_done = s_lsn,
+    .resume_lsn = s_lsn,
+    .source_row = s_source_row,
+    .custom_write_checkpoint = s_custom,
+};
+static bs_storage_vtable full_vt = {
+    .version = BS_STORAGE_VTABLE_VERSION,
+    .destroy = s_destroy,
+    .writer_open = s_writer_open,
+    .get_checkpoint = s_get_checkpoint,
+    .bucket_data = s_bucket_data,
+    .checksums = s_checksums,
+    .checkpoint_changes = s_changes,
+    .parameter_sets = s_params,
+    .set_write_checkpoint_mode = s_wcp_mode,
+    .create_managed_write_checkpoints = s_managed,
+    .last_write_checkpoint = s_last_wcp,
+    .delete_checkpoint_requests_before = s_delete_before,
+    .compact = s_compact,
+    .compact_initial_replication = s_compact_initial,
+    .get_status = s_status,
+    .report_error = s_report,
+    .clear = s_clear,
+    .terminate = s_terminate,
+    .list_buckets = s_list,
+};
 static bs_storage_vtable empty_vt = {.version = BS_STORAGE_VTABLE_VERSION, .destroy = s_destroy};
 static bs_storage_vtable old_vt; /* version 0: every slot too new */
 static const bs_storage_vtable *open_vt = &full_vt;
@@ -207,7 +216,6 @@ typedef struct fdb {
 } fdb;
 
 static void d_close(bs_db *db) {
-  bs__db_base_destroy(db);
   free(db);
 }
 static int d_stream_create(uint32_t *id, bs_db *db, bs_val name, const bs_stream_options *o,
@@ -216,24 +224,30 @@ static int d_stream_create(uint32_t *id, bs_db *db, bs_val name, const bs_stream
   *id = 1;
   return BS_OK;
 }
+static fst *last_opened; /* a storage the front refused (no destroy) is freed by the test */
 static int d_storage_open(bs_storage **out, bs_db *db, uint32_t id, bs_error *err) {
   fst *s = calloc(1, sizeof *s);
+  last_opened = s;
   s->base.vt = open_vt;
+  s->base.db = db;
   s->base.stream_id = 1;
   *out = &s->base;
   return BS_OK;
 }
-static const bs__db_ops fake_ops = {
-    d_close, d_stream_create, NULL, d_storage_open, NULL, NULL, NULL, NULL};
+static const bs_db_vtable fake_ops = {.version = BS_DB_VTABLE_VERSION,
+                                      .destroy = d_close,
+                                      .stream_create = d_stream_create,
+                                      .storage_open = d_storage_open};
 
 static bs_db *fake_db(unsigned flags) {
   fdb *d = calloc(1, sizeof *d);
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db;
   o.flags = flags;
-  assert_int_equal(bs__db_base_init(&d->base, &fake_ops, &o, NULL), BS_OK);
-  /* bs_open's part: the front attaches the checksum cache (and bs_close frees it) */
-  assert_int_equal(bs__cksum_cache_new(&d->base.cache, &d->base.alloc, 16), BS_OK);
-  return &d->base;
+  d->base.vt = &fake_ops;
+  d->base.flags = flags;
+  assert_int_equal(bs_open_backend(&db, &d->base, &o, NULL), BS_OK);
+  return db;
 }
 
 static bs_storage *fake_storage(bs_db *db) {
@@ -361,8 +375,7 @@ static void test_stream_checks(void **state) {
   EXPECT(bs_storage_open(NULL, db, 0, E), BS_EINVAL, "out");
   bs_storage *st = fake_storage(db);
   assert_ptr_equal(st->db, db);
-  assert_ptr_equal(st->cache, db->cache); /* the front wires the cache */
-  assert_non_null(db->cache);
+  assert_non_null(db->front->cache); /* the front's, beside the backend's base */
   assert_int_equal(bs_storage_stream_id(st), 1);
   assert_int_equal(bs_storage_stream_id(NULL), 0);
   bs_storage_close(st);
@@ -487,7 +500,7 @@ static void test_writer_checks(void **state) {
   assert_true(seen_requested_at == 0); /* 0 is a time (the epoch), not "none" */
   assert_int_equal(bs_writer_custom_write_checkpoint(w, lsn, 1, lsn, NULL), BS_OK);
   assert_true(seen_requested_at < 0); /* persistent */
-  w->closed = 1;
+  w->front->closed = 1;
   EXPECT(bs_writer_flush(w, NULL, E), BS_ESTATE, "closed");
   EXPECT(bs_writer_save(w, &s, E), BS_ESTATE, "closed");
   EXPECT(bs_writer_commit(w, lsn, NULL, NULL, E), BS_ESTATE, "closed");
@@ -664,38 +677,82 @@ static void test_wcp_and_compact_checks(void **state) {
   bs_close(ro);
 }
 
+static void free_only(void *o, void *p) {
+  (void)o;
+  free(p);
+}
+static int destroyed; /* d_count_close calls */
+static void d_count_close(bs_db *db) {
+  destroyed++;
+  free(db);
+}
+
 static void test_unsupported_slots(void **state) {
-  static bs_storage_vtable v1_vt;
+  static bs_storage_vtable nodestroy_vt;
+  static bs_writer_vtable nodestroy_wt;
+  static const bs_db_vtable nodestroy_db = {.version = BS_DB_VTABLE_VERSION};
+  static const bs_db_vtable v0_db = {.version = 0, .destroy = d_count_close};
+  static const bs_db_vtable counted_db = {.version = BS_DB_VTABLE_VERSION,
+                                          .destroy = d_count_close};
   const bs_val none = {NULL, 0};
-  bs_db *db = fake_db(0);
-  bs_storage *st, *old, *v1;
+  bs_db *db = fake_db(0), *out;
+  bs_storage *st;
   bs_checkpoint cp;
   bs_writer *w;
+  fdb *d;
   (void)state;
   open_vt = &empty_vt;
   st = fake_storage(db);
-  open_vt = &old_vt;
-  old = fake_storage(db);
   open_vt = &full_vt;
   EXPECT(bs_get_checkpoint(st, &cp, E), BS_EUNSUPPORTED, "get_checkpoint");
   EXPECT(bs_writer_open(&w, st, NULL, E), BS_EUNSUPPORTED, "writer_open");
   EXPECT(bs_clear(st, E), BS_EUNSUPPORTED, "clear");
   EXPECT(bs_compact(st, NULL, NULL, E), BS_EUNSUPPORTED, "compact");
-  EXPECT(bs_get_checkpoint(old, &cp, E), BS_EUNSUPPORTED, "get_checkpoint");
-  /* list_buckets is a version-2 slot: a version-1 table is never read past its end, even
-   * when the memory there happens to hold a pointer */
-  v1_vt = full_vt;
-  v1_vt.version = 1;
-  open_vt = &v1_vt;
-  v1 = fake_storage(db);
-  open_vt = &full_vt;
   EXPECT(bs_list_buckets(st, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
-  EXPECT(bs_list_buckets(old, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
-  EXPECT(bs_list_buckets(v1, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
-  bs_storage_close(v1);
   bs_storage_close(st);
-  /* old_vt has no destroy either: free it directly */
-  free(old);
+  /* destroy is mandatory in every table: a handle without one is refused where it appears (it
+   * could never be released), and so is a table of version 0 */
+  open_vt = &old_vt;
+  EXPECT(bs_storage_open(&st, db, 0, E), BS_EINVAL, "destroy");
+  assert_null(st);
+  free(last_opened);
+  nodestroy_vt = full_vt;
+  nodestroy_vt.destroy = NULL;
+  open_vt = &nodestroy_vt;
+  EXPECT(bs_storage_open(&st, db, 0, E), BS_EINVAL, "destroy");
+  free(last_opened);
+  open_vt = &full_vt;
+  st = fake_storage(db);
+  nodestroy_wt = full_wt;
+  nodestroy_wt.destroy = NULL;
+  open_wt = &nodestroy_wt;
+  {
+    bs_error e2;
+    assert_int_equal(bs_writer_open(&w, st, NULL, &e2), BS_EINVAL); /* the backend was called */
+    assert_non_null(strstr(e2.msg, "destroy"));
+  }
+  assert_null(w);
+  free(last_writer);
+  open_wt = &full_wt;
+  bs_storage_close(st);
+  d = calloc(1, sizeof *d);
+  d->base.vt = &nodestroy_db;
+  EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "destroy");
+  free(d);
+  /* refused after a valid table: the front destroys the db through it */
+  destroyed = 0;
+  d = calloc(1, sizeof *d);
+  d->base.vt = &v0_db;
+  EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "version");
+  assert_int_equal(destroyed, 0); /* a version-0 table's slots are not read */
+  free(d);
+  d = calloc(1, sizeof *d);
+  d->base.vt = &counted_db;
+  d->base.alloc.malloc_fn = NULL;
+  d->base.alloc.free_fn = free_only;
+  EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "allocator");
+  assert_null(out);
+  assert_int_equal(destroyed, 1);
   bs_close(db);
 }
 
@@ -707,7 +764,7 @@ static uint64_t ms_now(void) {
 }
 
 typedef struct bump_arg {
-  bs_db *db;
+  bs_writer *w;
   int notify;
 } bump_arg;
 
@@ -716,7 +773,8 @@ static void *bump_later(void *p) {
   struct timespec ts = {0, 120 * 1000000L};
   nanosleep(&ts, NULL);
   __atomic_store_n(&fake_cp, fake_cp + 1, __ATOMIC_SEQ_CST);
-  if (a->notify) bs__db_notify_checkpoint(a->db, 1, fake_cp);
+  /* a commit through the front that made a checkpoint notifies (the backend does not) */
+  if (a->notify) assert_int_equal(bs_writer_commit(a->w, bs__val_str("1"), NULL, NULL, NULL), 0);
   return NULL;
 }
 
@@ -732,11 +790,12 @@ static void test_wait_and_listener(void **state) {
   bs_storage *st = fake_storage(db);
   bs_checkpoint known, out;
   pthread_t th;
-  bump_arg a = {db, 1};
+  bump_arg a = {NULL, 1};
   uint64_t t0, dt;
   int one = 1;
   (void)state;
   fake_cp = 5;
+  assert_int_equal(bs_writer_open(&a.w, st, NULL, NULL), BS_OK);
   EXPECT(bs_wait_checkpoint(st, NULL, -1, &out, E), BS_EINVAL, "timeout_ms");
   EXPECT(bs_wait_checkpoint(st, NULL, 10, NULL, E), BS_EINVAL, "out");
   assert_int_equal(bs_get_checkpoint(st, &known, NULL), BS_OK);
@@ -775,9 +834,10 @@ static void test_wait_and_listener(void **state) {
   assert_true(dt < 1000);
   /* unregistered listener is not called */
   assert_int_equal(bs_set_checkpoint_listener(db, NULL, NULL), BS_OK);
-  bs__db_notify_checkpoint(db, 1, 8);
+  assert_int_equal(bs_writer_commit(a.w, bs__val_str("2"), NULL, NULL, NULL), BS_OK);
   assert_int_equal(heard, 1);
   assert_int_equal(bs_set_checkpoint_listener(NULL, listener, NULL), BS_EINVAL);
+  bs_writer_close(a.w);
   bs_storage_close(st);
   bs_close(db);
 }

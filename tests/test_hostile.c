@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../storage.h"
+#include "../internal.h" /* the front's writer state (h_closed_writer) */
 #include "util_fault.h"
 
 typedef struct hx {
@@ -233,9 +233,9 @@ static int h_null_compact(hx *h) {
 }
 static int h_closed_writer(hx *h) {
   int rc;
-  h->w->closed = 1; /* what a backend sets when a writer can no longer be used */
+  h->w->front->closed = 1; /* the front's mark of a writer that can no longer be used */
   rc = bs_writer_commit(h->w, v("0009"), NULL, NULL, &h->err);
-  h->w->closed = 0;
+  h->w->front->closed = 0;
   return rc;
 }
 static int h_checkpoint_2_63(hx *h) {

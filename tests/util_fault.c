@@ -3,6 +3,8 @@
  */
 #include "util_fault.h"
 
+#include "../storage_backend.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +134,9 @@ static int fw_fail(ft_vt_config *c, int slot, bs_error *err) {
 #define SFWD(st, slotno, slot, ...)                                                                \
   FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, FS(st)->inner, __VA_ARGS__)
 #define WFWD(w, slotno, slot, ...)                                                                 \
-  FWD(FW(w)->cfg, slotno, FW(w)->inner->st, slot, FW(w)->inner, __VA_ARGS__)
+  FWD(FW(w)->cfg, slotno, FW(w)->inner, slot, FW(w)->inner, __VA_ARGS__)
+
+static const bs_writer_vtable fw_writer_vt;
 
 static void fw_destroy(bs_storage *st) {
   fw_storage *p = FS(st);
@@ -155,6 +159,7 @@ static int fw_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writ
     return rc;
   }
   if (!iw->st) iw->st = in;
+  w->base.vt = &fw_writer_vt;
   w->base.st = st;
   w->inner = iw;
   w->cfg = FS(st)->cfg;
@@ -165,36 +170,36 @@ static int fw_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writ
 static void fw_writer_close(bs_writer *w) {
   bs_writer *iw = FW(w)->inner;
   FW(w)->cfg->calls[FT_WRITER_CLOSE]++;
-  if (iw && iw->st->vt->writer_close) iw->st->vt->writer_close(iw);
+  if (iw) iw->vt->destroy(iw);
   free(w);
 }
 
 static int fw_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
-  WFWD(w, FT_WRITER_SAVE, writer_save, c, err);
+  WFWD(w, FT_WRITER_SAVE, save, c, err);
 }
 static int fw_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
-  WFWD(w, FT_WRITER_TRUNCATE, writer_truncate, table, drop, err);
+  WFWD(w, FT_WRITER_TRUNCATE, truncate, table, drop, err);
 }
 static int fw_writer_flush(bs_writer *w, uint64_t *last, bs_error *err) {
-  WFWD(w, FT_WRITER_FLUSH, writer_flush, last, err);
+  WFWD(w, FT_WRITER_FLUSH, flush, last, err);
 }
 static int fw_writer_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out,
                             bs_error *err) {
-  WFWD(w, FT_WRITER_COMMIT, writer_commit, lsn, ce, out, err);
+  WFWD(w, FT_WRITER_COMMIT, commit, lsn, ce, out, err);
 }
 static int fw_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
-  WFWD(w, FT_WRITER_SNAPSHOT_DONE, writer_snapshot_done, lsn, err);
+  WFWD(w, FT_WRITER_SNAPSHOT_DONE, snapshot_done, lsn, err);
 }
 static int fw_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
-  WFWD(w, FT_WRITER_RESUME_LSN, writer_resume_lsn, lsn, err);
+  WFWD(w, FT_WRITER_RESUME_LSN, resume_lsn, lsn, err);
 }
 static int fw_writer_source_row(bs_writer *w, bs_val table, bs_val id,
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  WFWD(w, FT_WRITER_SOURCE_ROW, writer_source_row, table, id, fn, payload, err);
+  WFWD(w, FT_WRITER_SOURCE_ROW, source_row, table, id, fn, payload, err);
 }
 static int fw_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event, int64_t at,
                                 bs_error *err) {
-  WFWD(w, FT_WRITER_CUSTOM_WCP, writer_custom_write_checkpoint, user, cp, event, at, err);
+  WFWD(w, FT_WRITER_CUSTOM_WCP, custom_write_checkpoint, user, cp, event, at, err);
 }
 static int fw_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   SFWD(st, FT_GET_CHECKPOINT, get_checkpoint, out, err);
@@ -261,40 +266,44 @@ static int fw_list_buckets(bs_storage *st, bs_val after, int (*fn)(const bs_buck
   bs_storage *in = FS(st)->inner;
   int rc = fw_fail(FS(st)->cfg, FT_LIST_BUCKETS, err);
   if (rc) return rc;
-  if (in->vt->version < 2 || !in->vt->list_buckets) return BS_EUNSUPPORTED;
+  if (!in->vt->list_buckets) return BS_EUNSUPPORTED;
   return in->vt->list_buckets(in, after, fn, payload, err);
 }
 
+static const bs_writer_vtable fw_writer_vt = {
+    .version = BS_WRITER_VTABLE_VERSION,
+    .destroy = fw_writer_close,
+    .save = fw_writer_save,
+    .truncate = fw_writer_truncate,
+    .flush = fw_writer_flush,
+    .commit = fw_writer_commit,
+    .snapshot_done = fw_writer_snapshot_done,
+    .resume_lsn = fw_writer_resume_lsn,
+    .source_row = fw_writer_source_row,
+    .custom_write_checkpoint = fw_writer_custom_wcp,
+};
+
 static const bs_storage_vtable fw_vtable = {
-    BS_STORAGE_VTABLE_VERSION,
-    fw_destroy,
-    fw_writer_open,
-    fw_writer_close,
-    fw_writer_save,
-    fw_writer_truncate,
-    fw_writer_flush,
-    fw_writer_commit,
-    fw_writer_snapshot_done,
-    fw_writer_resume_lsn,
-    fw_writer_source_row,
-    fw_writer_custom_wcp,
-    fw_get_checkpoint,
-    fw_bucket_data,
-    fw_checksums,
-    fw_checksum_ranges,
-    fw_checkpoint_changes,
-    fw_parameter_sets,
-    fw_set_wcp_mode,
-    fw_create_managed,
-    fw_last_wcp,
-    fw_delete_wcp,
-    fw_compact,
-    fw_compact_initial,
-    fw_get_status,
-    fw_report_error,
-    fw_clear,
-    fw_terminate,
-    fw_list_buckets,
+    .version = BS_STORAGE_VTABLE_VERSION,
+    .destroy = fw_destroy,
+    .writer_open = fw_writer_open,
+    .get_checkpoint = fw_get_checkpoint,
+    .bucket_data = fw_bucket_data,
+    .checksums = fw_checksums,
+    .checksum_ranges = fw_checksum_ranges,
+    .checkpoint_changes = fw_checkpoint_changes,
+    .parameter_sets = fw_parameter_sets,
+    .set_write_checkpoint_mode = fw_set_wcp_mode,
+    .create_managed_write_checkpoints = fw_create_managed,
+    .last_write_checkpoint = fw_last_wcp,
+    .delete_checkpoint_requests_before = fw_delete_wcp,
+    .compact = fw_compact,
+    .compact_initial_replication = fw_compact_initial,
+    .get_status = fw_get_status,
+    .report_error = fw_report_error,
+    .clear = fw_clear,
+    .terminate = fw_terminate,
+    .list_buckets = fw_list_buckets,
 };
 
 int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {
@@ -302,7 +311,6 @@ int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {
   if (!p) return BS_ENOMEM;
   p->base.vt = &fw_vtable;
   p->base.db = inner->db;
-  p->base.cache = inner->cache;
   p->base.stream_id = inner->stream_id;
   p->inner = inner;
   p->cfg = cfg;

@@ -34,7 +34,7 @@ void ft_alloc_init(ft_alloc *f);
 void ft_alloc_arm(ft_alloc *f, unsigned long n, int persistent);
 
 /* ---- Failing vtable wrapper ----------------------------------------------------------------- */
-/* Slot numbers (the order of bs_storage_vtable after `version`). */
+/* Slot numbers: the storage table's and the writer table's slots (storage_backend.h). */
 enum ft_slot {
   FT_DESTROY,
   FT_WRITER_OPEN,

@@ -4,9 +4,11 @@
  * fault injection) without changing any answer: the front (argument checks, the checksum cache)
  * sits above the wrapper exactly as above a real backend.
  *
- * Writers are wrapped too, so that every writer call also goes through this vtable.
+ * Writers are wrapped too (a writer table of their own), so every writer call goes through it.
  */
 #include "util_contract.h"
+
+#include "../storage_backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@ typedef struct pt_writer {
 
 #define IN(st) (((pt_storage *)(st))->inner)
 #define WIN(w) (((pt_writer *)(w))->inner)
+static const bs_writer_vtable pt_writer_vt;
 /* The inner slot, or BS_EUNSUPPORTED like the front does for a NULL slot. */
 #define FWD(inner, slot, ...)                                                                      \
   do {                                                                                             \
@@ -56,8 +59,8 @@ static int pt_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writ
     return rc;
   }
   if (!iw->st) iw->st = in;
+  w->base.vt = &pt_writer_vt;
   w->base.st = st;
-  w->base.closed = 0;
   w->inner = iw;
   *out = &w->base;
   return BS_OK;
@@ -66,36 +69,36 @@ static int pt_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writ
 static void pt_writer_close(bs_writer *w) {
   bs_writer *iw = WIN(w);
   ct_passthrough_calls++;
-  if (iw && iw->st->vt->writer_close) iw->st->vt->writer_close(iw);
+  if (iw) iw->vt->destroy(iw);
   free(w);
 }
 
 static int pt_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
-  FWD(WIN(w)->st, writer_save, WIN(w), c, err);
+  FWD(WIN(w), save, WIN(w), c, err);
 }
 static int pt_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
-  FWD(WIN(w)->st, writer_truncate, WIN(w), table, drop, err);
+  FWD(WIN(w), truncate, WIN(w), table, drop, err);
 }
 static int pt_writer_flush(bs_writer *w, uint64_t *last, bs_error *err) {
-  FWD(WIN(w)->st, writer_flush, WIN(w), last, err);
+  FWD(WIN(w), flush, WIN(w), last, err);
 }
 static int pt_writer_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out,
                             bs_error *err) {
-  FWD(WIN(w)->st, writer_commit, WIN(w), lsn, ce, out, err);
+  FWD(WIN(w), commit, WIN(w), lsn, ce, out, err);
 }
 static int pt_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
-  FWD(WIN(w)->st, writer_snapshot_done, WIN(w), lsn, err);
+  FWD(WIN(w), snapshot_done, WIN(w), lsn, err);
 }
 static int pt_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
-  FWD(WIN(w)->st, writer_resume_lsn, WIN(w), lsn, err);
+  FWD(WIN(w), resume_lsn, WIN(w), lsn, err);
 }
 static int pt_writer_source_row(bs_writer *w, bs_val table, bs_val id,
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  FWD(WIN(w)->st, writer_source_row, WIN(w), table, id, fn, payload, err);
+  FWD(WIN(w), source_row, WIN(w), table, id, fn, payload, err);
 }
 static int pt_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event, int64_t at,
                                 bs_error *err) {
-  FWD(WIN(w)->st, writer_custom_write_checkpoint, WIN(w), user, cp, event, at, err);
+  FWD(WIN(w), custom_write_checkpoint, WIN(w), user, cp, event, at, err);
 }
 
 static int pt_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
@@ -158,58 +161,55 @@ static int pt_terminate(bs_storage *st, int clear, bs_error *err) {
   FWD(IN(st), terminate, IN(st), clear, err);
 }
 
-/* A slot of vtable version 2: an older inner table does not have it (reading it would run off
- * the end of the inner table), so check the version first, as the front does. */
 static int pt_list_buckets(bs_storage *st, bs_val after,
                            int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                            bs_error *err) {
-  bs_storage *in = IN(st);
-  if (in->vt->version < 2) {
-    ct_passthrough_calls++;
-    return BS_EUNSUPPORTED;
-  }
-  FWD(in, list_buckets, in, after, fn, payload, err);
+  FWD(IN(st), list_buckets, IN(st), after, fn, payload, err);
 }
 
+static const bs_writer_vtable pt_writer_vt = {
+    .version = BS_WRITER_VTABLE_VERSION,
+    .destroy = pt_writer_close,
+    .save = pt_writer_save,
+    .truncate = pt_writer_truncate,
+    .flush = pt_writer_flush,
+    .commit = pt_writer_commit,
+    .snapshot_done = pt_writer_snapshot_done,
+    .resume_lsn = pt_writer_resume_lsn,
+    .source_row = pt_writer_source_row,
+    .custom_write_checkpoint = pt_writer_custom_wcp,
+};
+
 static const bs_storage_vtable pt_vtable = {
-    BS_STORAGE_VTABLE_VERSION,
-    pt_destroy,
-    pt_writer_open,
-    pt_writer_close,
-    pt_writer_save,
-    pt_writer_truncate,
-    pt_writer_flush,
-    pt_writer_commit,
-    pt_writer_snapshot_done,
-    pt_writer_resume_lsn,
-    pt_writer_source_row,
-    pt_writer_custom_wcp,
-    pt_get_checkpoint,
-    pt_bucket_data,
-    pt_checksums,
-    pt_checksum_ranges,
-    pt_checkpoint_changes,
-    pt_parameter_sets,
-    pt_set_wcp_mode,
-    pt_create_managed,
-    pt_last_wcp,
-    pt_delete_wcp,
-    pt_compact,
-    pt_compact_initial,
-    pt_get_status,
-    pt_report_error,
-    pt_clear,
-    pt_terminate,
-    pt_list_buckets,
+    .version = BS_STORAGE_VTABLE_VERSION,
+    .destroy = pt_destroy,
+    .writer_open = pt_writer_open,
+    .get_checkpoint = pt_get_checkpoint,
+    .bucket_data = pt_bucket_data,
+    .checksums = pt_checksums,
+    .checksum_ranges = pt_checksum_ranges,
+    .checkpoint_changes = pt_checkpoint_changes,
+    .parameter_sets = pt_parameter_sets,
+    .set_write_checkpoint_mode = pt_set_wcp_mode,
+    .create_managed_write_checkpoints = pt_create_managed,
+    .last_write_checkpoint = pt_last_wcp,
+    .delete_checkpoint_requests_before = pt_delete_wcp,
+    .compact = pt_compact,
+    .compact_initial_replication = pt_compact_initial,
+    .get_status = pt_get_status,
+    .report_error = pt_report_error,
+    .clear = pt_clear,
+    .terminate = pt_terminate,
+    .list_buckets = pt_list_buckets,
 };
 
 int ct_passthrough_wrap(bs_storage **out, bs_storage *inner) {
   pt_storage *p = calloc(1, sizeof *p);
   if (!p) return BS_ENOMEM;
   p->base.vt = &pt_vtable;
+  /* The same database, so the front finds its checksum cache (and read-only flag) above this
+   * table as above the inner one. */
   p->base.db = inner->db;
-  /* Share the inner handle's checksum cache: the front consults st->cache above the vtable. */
-  p->base.cache = inner->cache;
   p->base.stream_id = inner->stream_id;
   p->inner = inner;
   *out = &p->base;
@@ -218,7 +218,8 @@ int ct_passthrough_wrap(bs_storage **out, bs_storage *inner) {
 
 int ct_passthrough_wrap_uncached(bs_storage **out, bs_storage *inner) {
   int rc = ct_passthrough_wrap(out, inner);
-  /* NULL cache: the front asks the backend for every checksum (storage.h: "NULL = none"). */
-  if (rc == BS_OK) (*out)->cache = NULL;
+  /* Free-standing (no db): the front has no cache for it and asks the backend for every
+   * checksum (storage_backend.h, struct bs_storage). */
+  if (rc == BS_OK) (*out)->db = NULL;
   return rc;
 }

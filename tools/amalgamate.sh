@@ -1,6 +1,7 @@
 #!/bin/sh
 # amalgamate.sh OUTDIR file.c...: writes OUTDIR/bucketstore.c (the library as one translation
-# unit) and a copy of storage.h beside it, so a host can vendor two files (SQLite's model).
+# unit) and copies of storage.h and storage_backend.h beside it, so a host vendors two files
+# (SQLite's model), three when it supplies a backend of its own.
 #
 # How the files become one without clashing:
 #  - The private headers (internal.h, then lmdb_internal.h) are inlined once at the top; every
@@ -46,7 +47,7 @@ tokens() { tr -c 'A-Za-z0-9_' '\n' < "$1" | grep -E '^[A-Za-z_]' | sort -u; }
 # ...except struct tags the headers mention: those are shared on purpose (a struct internal.h
 # declares and one file completes).
 names=$(internal_names)
-cat $headers "$here/storage.h" | tr -s ' \t' '  ' |
+cat $headers "$here/storage.h" "$here/storage_backend.h" | tr -s ' \t' '  ' |
   grep -oE '(struct|union|enum) [A-Za-z_][A-Za-z0-9_]*' | sed 's/^[a-z]* //' | sort -u > "$out/shared"
 for f in "$@"; do defined_names "$f" > "$out/defs.$(basename "$f" .c)"; done
 clashes=$(for f in "$@"; do
@@ -58,7 +59,7 @@ rm -f "$out"/defs.* "$out/shared"
 # A rename is a macro, so it would also rewrite a member access: a file keeps a name that it
 # uses as a member (x.name, p->name) of a struct the headers declare.
 strip_comments() { sed -e 's|/\*.*\*/||g' -e 's|^ *\*.*||' -e 's|^/\*.*||' "$1"; }
-{ for h in $headers "$here/storage.h"; do strip_comments "$h"; done; } |
+{ for h in $headers "$here/storage.h" "$here/storage_backend.h"; do strip_comments "$h"; done; } |
   tr -c 'A-Za-z0-9_' '\n' | grep -E '^[A-Za-z_]' | sort -u > "$out/header_tokens"
 renames() { # file: the clashing names it defines and may rename
   defined_names "$1" | grep -xF "$clashes" | while read -r n; do
@@ -86,12 +87,14 @@ renames() { # file: the clashing names it defines and may rename
   echo "#define BS_AMALG_STATIC static"
   echo "#endif"
   echo "#include \"storage.h\""
+  echo "#include \"storage_backend.h\""
   for h in $headers; do
     echo "/* ==== $(basename "$h") ==== */"
     # Prototypes (and the one extern object) of the private headers get internal linkage.
     echo "$names" | awk -v file="$h" '
       FILENAME != file { want[$0] = 1; next }
       /^#include "internal.h"/ { print "/* internal.h: above */"; next }
+      /^#include "storage_backend.h"/ { print "/* storage_backend.h: above */"; next }
       /^extern / { sub(/^extern /, "BS_AMALG_STATIC "); print; next }
       /^(static|typedef|#|[ \t}{\/*])/ { print; next }
       /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
@@ -121,5 +124,6 @@ renames() { # file: the clashing names it defines and may rename
 } > "$tmp"
 mv "$tmp" "$out/bucketstore.c"
 rm -f "$out/header_tokens"
-cp "$here/storage.h" "$out/storage.h"
-echo "amalgamate: $out/bucketstore.c ($(wc -l < "$out/bucketstore.c") lines) + storage.h"
+cp "$here/storage.h" "$here/storage_backend.h" "$out/"
+echo "amalgamate: $out/bucketstore.c ($(wc -l < "$out/bucketstore.c") lines) + storage.h" \
+  "+ storage_backend.h"

@@ -1,0 +1,187 @@
+/*
+ * storage_backend.h: the implementer's API of bucketstore (like libgit2's include/git2/sys/):
+ * what a backend, or a wrapper around one (tracing, fault injection), is made of. A program that
+ * only USES the library includes storage.h and never sees these types; one that SUPPLIES a
+ * backend includes this header too. docs/backends.md walks through adding a backend or a call.
+ *
+ * THREE TABLES, one per handle: bs_db_vtable (the database: streams, stat, verify, backup),
+ * bs_storage_vtable (one stream: reads, write checkpoints, compaction, lifecycle) and
+ * bs_writer_vtable (one writer of a stream). A backend's handle is a struct whose FIRST member
+ * is the base (struct bs_db / bs_storage / bs_writer below), with vt pointing at its table:
+ *
+ *     typedef struct my_db { bs_db base; ... } my_db;
+ *     static const bs_db_vtable my_db_vt = {.version = BS_DB_VTABLE_VERSION,
+ *                                           .destroy = my_destroy, .storage_open = my_open_st};
+ *
+ * RULES the front (the bs_* functions of storage.h) keeps, so a backend need not:
+ *  - Every argument is checked before a slot is called (NULL handles, sizes against BS_MAX_*,
+ *    option versions, LSNs, op ids below 2^63); options reach the slots resolved (never NULL,
+ *    every zero field replaced by its default). A backend does not re-check them.
+ *  - A read-only database (BS_OPEN_RDONLY in bs_db.flags) gets no writing call: the front
+ *    answers BS_ESTATE before the slot is reached.
+ *  - A NULL slot answers BS_EUNSUPPORTED; `destroy` is the one mandatory slot of every table
+ *    (bs_open_backend, bs_storage_open and bs_writer_open refuse a handle without it).
+ *  - Tables only grow at the end. Each carries the version its author compiled against
+ *    (BS_*_VTABLE_VERSION); the front reads a slot only when the table's version is at least
+ *    the version that added it, so a backend built against an older header keeps working.
+ *  - The checksum cache, checkpoint notification (bs_wait_checkpoint, the listener) and the
+ *    writer's options live in the front, not in the bases: a backend never touches them.
+ *  - Ownership: the caller of a slot owns its inputs (borrowed for the call); what a slot hands
+ *    to a callback is borrowed until the callback returns; a handle returned through **out is
+ *    released by the front through its table's destroy, exactly once.
+ *  - Status codes are the BS_E* of storage.h, with a message in err naming what failed.
+ */
+#ifndef BUCKETSTORE_STORAGE_BACKEND_H
+#define BUCKETSTORE_STORAGE_BACKEND_H
+
+#include "storage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BS_DB_VTABLE_VERSION      1
+#define BS_STORAGE_VTABLE_VERSION 1
+#define BS_WRITER_VTABLE_VERSION  1
+
+/* ---- The database ---------------------------------------------------------------------------- */
+
+typedef struct bs_db_vtable {
+  unsigned version;
+  /* Mandatory. Releases the db (the front has released its own state first). */
+  void (*destroy)(bs_db *db);
+  /* name: 1..BS_MAX_STREAM_NAME bytes; o: resolved (never NULL, hash valid). */
+  int (*stream_create)(uint32_t *id_out, bs_db *db, bs_val name, const bs_stream_options *o,
+                       bs_error *err);
+  int (*stream_list)(bs_db *db, int (*fn)(const bs_stream_info *, void *), void *payload,
+                     bs_error *err);
+  /* id 0 = the served stream (ACTIVE or ERRORED), else the newest; BS_ENOTFOUND when none. The
+   * storage returned has vt (with destroy), db = this db and stream_id set. */
+  int (*storage_open)(bs_storage **out, bs_db *db, uint32_t id, bs_error *err);
+  int (*stat)(bs_db *db, bs_stat *out, bs_error *err);
+  int (*verify)(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                bs_error *err);
+  int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+  int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
+                        void *payload, bs_error *err);
+} bs_db_vtable;
+
+/* The base every database begins with. The backend's constructor sets vt, alloc and flags
+ * (from the bs_open_options it was given) and allocates everything it keeps through alloc;
+ * front is the front's own state, attached by bs_open_backend: opaque, never touched. */
+struct bs_db {
+  const bs_db_vtable *vt;
+  bs_allocator alloc; /* all three functions set (libc's when the host gave none) */
+  unsigned flags;     /* BS_OPEN_NOSYNC, BS_OPEN_RDONLY */
+  struct bs__db_front *front;
+};
+
+/* Hands a backend's freshly constructed database to the front: checks db (vt of version
+ * 1..BS_DB_VTABLE_VERSION with destroy; alloc all set or all NULL for libc), attaches the
+ * front's state (the checksum cache sized by opts->checksum_cache_entries, checkpoint waits;
+ * opts may be NULL) and sets *out = db, released by bs_close() (the front's state, then
+ * vt->destroy). On failure *out = NULL and db has been destroyed through vt->destroy (when vt
+ * has no destroy, nothing can release it: the backend's bug). Errors: BS_EINVAL, BS_ENOMEM.
+ * A host's open function ends with `return bs_open_backend(out, &mine->base, opts, err);`. */
+BS_API int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err);
+
+/* ---- One stream ------------------------------------------------------------------------------ */
+
+typedef struct bs_storage_vtable {
+  unsigned version;
+  void (*destroy)(bs_storage *st); /* mandatory */
+
+  /* opts resolved: never NULL, no zero bound. The writer returned has vt (with destroy) and
+   * st = this storage set. */
+  int (*writer_open)(bs_storage *st, const bs_writer_options *opts, bs_writer **out, bs_error *err);
+
+  int (*get_checkpoint)(bs_storage *st, bs_checkpoint *out, bs_error *err);
+  /* buckets arrive sorted by name, deduplicated; opts resolved */
+  int (*bucket_data)(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
+                     size_t n_req, const bs_batch_options *opts,
+                     int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                     int *has_more_out, bs_error *err);
+  /* uncached; the front batches cache misses into one call. generation_out (n entries, may be
+   * NULL): the bucket's compaction generation, for the cache. */
+  int (*checksums)(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                   bs_checksum *out, uint64_t *generation_out, bs_error *err);
+  /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is
+   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.
+   * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is
+   * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it
+   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (contract.md 5.5). */
+  int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                         size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                         bs_error *err);
+  int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
+                            int (*fn)(const bs_checkpoint_changes *changes, void *payload),
+                            void *payload, bs_error *err);
+  /* a limit of 0 allows no row */
+  int (*parameter_sets)(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
+                        size_t limit, int (*fn)(const bs_val *params, void *payload), void *payload,
+                        bs_error *err);
+
+  int (*set_write_checkpoint_mode)(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                   bs_error *err);
+  int (*create_managed_write_checkpoints)(bs_storage *st, const bs_managed_request *req, size_t n,
+                                          uint64_t *ids_out, int *should_advance, bs_error *err);
+  int (*last_write_checkpoint)(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
+                               uint64_t *id_out, int *found, bs_error *err);
+  int (*delete_checkpoint_requests_before)(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                           bs_error *err);
+
+  int (*compact)(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                 bs_error *err);
+  int (*compact_initial_replication)(bs_storage *st, uint64_t max_op_id,
+                                     uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                     bs_error *err);
+
+  int (*get_status)(bs_storage *st, bs_status *out, bs_error *err);
+  int (*report_error)(bs_storage *st, const char *message, bs_error *err);
+  int (*clear)(bs_storage *st, bs_error *err);
+  int (*terminate)(bs_storage *st, int clear, bs_error *err);
+  int (*list_buckets)(bs_storage *st, bs_val start_after,
+                      int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                      bs_error *err);
+} bs_storage_vtable;
+
+/* The base every storage begins with. db: the owning database (NULL for a free-standing
+ * storage: the front then has no checksum cache and no read-only flag for it). */
+struct bs_storage {
+  const bs_storage_vtable *vt;
+  bs_db *db;
+  uint32_t stream_id;
+};
+
+/* ---- One writer ------------------------------------------------------------------------------ */
+
+typedef struct bs_writer_vtable {
+  unsigned version;
+  void (*destroy)(bs_writer *w); /* mandatory; what is still queued is dropped */
+
+  int (*save)(bs_writer *w, const bs_save *change, bs_error *err);
+  int (*truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
+  int (*flush)(bs_writer *w, uint64_t *last_op_out, bs_error *err);
+  /* create_empty: -1 = the writer's own setting (bs_writer_options), 0 or 1 */
+  int (*commit)(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out, bs_error *err);
+  int (*snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);
+  int (*resume_lsn)(bs_writer *w, bs_val lsn, bs_error *err);
+  int (*source_row)(bs_writer *w, bs_val table, bs_val replica_id,
+                    int (*fn)(const bs_val *data, void *payload), void *payload, bs_error *err);
+  /* requested_at_ms < 0 = persistent (no requested_at) */
+  int (*custom_write_checkpoint)(bs_writer *w, bs_val user_id, uint64_t checkpoint, bs_val event,
+                                 int64_t requested_at_ms, bs_error *err);
+} bs_writer_vtable;
+
+/* The base every writer begins with. st: the storage it writes (set by the backend's
+ * writer_open). front: the front's state (options, what is queued): opaque. */
+struct bs_writer {
+  const bs_writer_vtable *vt;
+  bs_storage *st;
+  struct bs__writer_front *front;
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BUCKETSTORE_STORAGE_BACKEND_H */
