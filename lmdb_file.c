@@ -90,6 +90,10 @@ static int read_meta(int fd, const char *path, uint64_t size, unsigned i, uint64
   return BS_OK;
 }
 
+static int stat_fd(int fd, const char *path, struct stat *sb, bs_error *err) {
+  return fstat(fd, sb) == 0 ? BS_OK : bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
+}
+
 int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
   struct stat sb;
   lf_meta m[2];
@@ -104,10 +108,7 @@ int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_er
     return BS_OK;
   }
   if (fd < 0) return bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
-  if (fstat(fd, &sb) != 0) {
-    rc = bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
-    goto done;
-  }
+  if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) goto done;
   if (!S_ISREG(sb.st_mode)) {
     rc = bs__fail(err, BS_ECORRUPT, "%s: not a regular file", path);
     goto done;
@@ -138,6 +139,12 @@ int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_er
     goto done;
   }
   need = ((uint64_t)cur->last_pg + 1) * psize;
+  /* The size that counts is taken after the meta pages were read: another process may commit
+   * meanwhile, growing the file, and LMDB writes a commit's pages before its meta page, so a
+   * whole file is at least as long as any meta page read before this stat says. (The size from
+   * before the reads made bs_open fail as "truncated" beside a writer in another process.) */
+  if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) goto done;
+  size = (uint64_t)sb.st_size;
   if (size < need) {
     rc = bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
                   (unsigned long long)size, (unsigned long long)need);

@@ -9,6 +9,8 @@
  *  - Stale readers: a reader process is SIGKILLed inside a read transaction (in a callback); its
  *    LMDB reader slot stays behind; opening the file again (bs_open runs mdb_reader_check)
  *    clears it, which a raw LMDB check in a third process confirms.
+ *  - Opening beside a writer in another process: that writer's commit lands between bs_open's
+ *    look at the file size and its read of the meta pages (this binary's pread arranges it).
  * The binary re-executes itself for the child processes (argv[1] = role).
  */
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <lmdb.h>
 #include <pthread.h>
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,41 +90,46 @@ static void set_failure(shared *s, const char *what, const bs_error *err) {
   s->stop = 1;
 }
 
+/* Saves commit c's 20 random updates and deletes (r: the generator's state). */
+static int save_batch(bs_writer *w, unsigned long c, uint64_t *r, bs_error *err) {
+  char id[16], data[64];
+  for (int i = 0; i < 20; i++) {
+    bs_save sv = BS_SAVE_INIT;
+    bs_row row;
+    int rc;
+    *r = *r * 6364136223846793005ull + 1442695040888963407ull;
+    snprintf(id, sizeof id, "r%llu", (unsigned long long)((*r >> 33) % 60));
+    snprintf(data, sizeof data, "{\"c\":%lu,\"i\":%d}", c, i);
+    sv.table = v("t");
+    sv.tag = (*r >> 20) % 9 == 0 ? BS_DELETE : BS_UPDATE;
+    if (sv.tag == BS_DELETE) {
+      sv.before_id = v(id);
+    } else {
+      sv.after_id = v(id);
+      row.bucket = buckets[(*r >> 40) % NB];
+      row.object_type = v("t");
+      row.object_id = v(id);
+      row.data = v(data);
+      sv.rows = &row;
+      sv.n_rows = 1;
+    }
+    if ((rc = bs_writer_save(w, &sv, err)) != BS_OK) return rc;
+  }
+  return BS_OK;
+}
+
 static void *writer_thread(void *arg) {
   shared *s = arg;
   bs_writer *w = NULL;
   bs_error err = {0, ""};
   uint64_t r = s->seed;
-  char id[16], data[64], lsn[16];
+  char lsn[16];
   if (bs_writer_open(&w, s->st, NULL, &err)) {
     set_failure(s, "writer_open", &err);
     return NULL;
   }
   for (unsigned long c = 1; !s->stop; c++) {
-    for (int i = 0; i < 20; i++) {
-      bs_save sv = BS_SAVE_INIT;
-      bs_row row;
-      r = r * 6364136223846793005ull + 1442695040888963407ull;
-      snprintf(id, sizeof id, "r%llu", (unsigned long long)((r >> 33) % 60));
-      snprintf(data, sizeof data, "{\"c\":%lu,\"i\":%d}", c, i);
-      sv.table = v("t");
-      sv.tag = (r >> 20) % 9 == 0 ? BS_DELETE : BS_UPDATE;
-      if (sv.tag == BS_DELETE) {
-        sv.before_id = v(id);
-      } else {
-        sv.after_id = v(id);
-        row.bucket = buckets[(r >> 40) % NB];
-        row.object_type = v("t");
-        row.object_id = v(id);
-        row.data = v(data);
-        sv.rows = &row;
-        sv.n_rows = 1;
-      }
-      if (bs_writer_save(w, &sv, &err)) {
-        set_failure(s, "save", &err);
-        break;
-      }
-    }
+    if (save_batch(w, c, &r, &err)) set_failure(s, "save", &err);
     snprintf(lsn, sizeof lsn, "%08lu", c);
     if (!s->stop && bs_writer_commit(w, v(lsn), NULL, NULL, &err))
       set_failure(s, "commit", &err);
@@ -267,6 +276,39 @@ static int child_rawcheck(const char *path) {
   return dead;
 }
 
+static long long file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+/* role "grow": commits batches until the file is longer than min bytes; exit 0, or 1 */
+static int child_grow(const char *path, long long min) {
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_error err = {0, ""};
+  uint64_t r = 1;
+  char lsn[16];
+  int rc = 1;
+  init_names();
+  oo.flags = BS_OPEN_NOSYNC;
+  if (bs_open(&db, path, &oo, &err) || bs_storage_open(&st, db, 0, &err) ||
+      bs_writer_open(&w, st, NULL, &err))
+    goto done;
+  for (unsigned long c = 1; c <= 10000 && rc; c++) {
+    snprintf(lsn, sizeof lsn, "%08lu", c);
+    if (save_batch(w, c, &r, &err) || bs_writer_commit(w, v(lsn), NULL, NULL, &err)) goto done;
+    if (file_size(path) > min) rc = 0;
+  }
+done:
+  if (rc) fprintf(stderr, "child grow: %s\n", err.msg[0] ? err.msg : "the file did not grow");
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  return rc;
+}
+
 static pid_t spawn(const char *role, const char *path, const char *arg, int keep_fd) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -281,6 +323,31 @@ static int wait_status(pid_t pid) {
   int st;
   if (waitpid(pid, &st, 0) != pid) return -1;
   return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* The interleaving test_open_while_growing asserts, arranged: this binary's pread comes before
+ * libc's (the static library binds to it; it reaches the real one through dlsym(RTLD_NEXT)).
+ * Once armed, the first read at offset 0 of the armed file, which is bs_open's read of meta page
+ * 0 after it took the file's size, first waits for a "grow" child that commits in another process
+ * until the file is longer than that size. */
+static struct {
+  const char *path;
+  int armed, fired, status;
+} grow;
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+  static __typeof__(pread) *real;
+  struct stat a, b;
+  char size[32];
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "pread");
+  if (grow.armed && off == 0 && fstat(fd, &a) == 0 && stat(grow.path, &b) == 0 &&
+      a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    grow.armed = 0;
+    snprintf(size, sizeof size, "%lld", (long long)a.st_size);
+    grow.status = wait_status(spawn("grow", grow.path, size, -1));
+    grow.fired++;
+  }
+  return real(fd, buf, n, off);
 }
 
 /* ---- Tests ---------------------------------------------------------------------------------- */
@@ -387,16 +454,46 @@ static void test_stale_reader(void **state) {
   close_shared(&x, &s);
 }
 
+/* bs_open beside a writer in another process: a commit of that writer grows the file after the
+ * open took the file's size and before it read the meta pages, so the newest meta page describes
+ * a file longer than that size. The open succeeds and sees the commit. */
+static void test_open_while_growing(void **state) {
+  cx x;
+  shared s;
+  bs_checkpoint before, after;
+  uint64_t problems = 1;
+  bs_error err = {0, ""};
+  (void)state;
+  open_shared(&x, &s);
+  assert_int_equal(bs_get_checkpoint(s.st, &before, NULL), BS_OK);
+  bs_storage_close(s.st);
+  bs_close(s.db);
+  grow.path = x.path;
+  grow.armed = 1;
+  if (bs_open(&s.db, x.path, NULL, &err) != BS_OK) fail_msg("open beside a writer: %s", err.msg);
+  assert_int_equal(grow.armed, 0);
+  assert_int_equal(grow.fired, 1);
+  assert_int_equal(grow.status, 0); /* the file grew between the open's stat and its read */
+  assert_int_equal(bs_storage_open(&s.st, s.db, 0, NULL), BS_OK);
+  assert_int_equal(bs_get_checkpoint(s.st, &after, NULL), BS_OK);
+  assert_true(after.op_id > before.op_id);
+  assert_int_equal(bs_db_verify(s.db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(problems, 0);
+  close_shared(&x, &s);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_readers_writer_compactor),
       cmocka_unit_test(test_stale_reader),
+      cmocka_unit_test(test_open_while_growing),
   };
   self_path = argv[0];
   if (argc >= 3 && !strcmp(argv[1], "reader")) return child_reader(argv[2], atoll(argv[3]));
   if (argc >= 4 && !strcmp(argv[1], "stuck")) return child_stuck(argv[2], atoi(argv[3]));
   if (argc >= 3 && !strcmp(argv[1], "open")) return child_open(argv[2]);
   if (argc >= 3 && !strcmp(argv[1], "rawcheck")) return child_rawcheck(argv[2]);
+  if (argc >= 4 && !strcmp(argv[1], "grow")) return child_grow(argv[2], atoll(argv[3]));
   init_names();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
