@@ -214,7 +214,7 @@ static inline int bs__op_carries_row(bs_op_type type) {
 }
 #define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
 
-/* ================ 3. Rules (rules.c, checksum.c, compact.c, lookup.c) ================ */
+/* ================ 3. Rules (rules.c, checksum.c, effects.c, compact.c, lookup.c) ============= */
 
 /* ---- Options and checkpoints (rules.c) ---- */
 /* opts->version in 1..current, else BS_EINVAL naming what. */
@@ -266,6 +266,77 @@ static inline uint32_t bs__cksum_add(uint32_t a, uint32_t b) {
 static inline uint32_t bs__cksum_sub(uint32_t a, uint32_t b) {
   return (uint32_t)(((uint64_t)a + 0x100000000ull - b) & 0xffffffffu);
 }
+
+/* ---- A save's effects (effects.c): contract.md 4.1-4.3, decided once for every backend ----
+ * The backend resolves the table, then hands each save (or each record a truncate drops) to
+ * effects.c, which decides what happens and calls the backend's bs__effects_ops in contract
+ * order: the op-id order of 4.1 is the order of the op and param calls. A backend only loads
+ * records, allocates op ids, indexes and stores. */
+
+/* A membership of a source record: the row is in bucket (the backend's handle for it, as its
+ * bucket() slot returns) as (object_type, object_id); op = the id of the row's last op there. */
+typedef struct bs__member {
+  uint64_t bucket, op;
+  bs_val object_type, object_id;
+} bs__member;
+
+/* A source record, as backends hand it to effects.c and store it. */
+typedef struct bs__srec {
+  int exists;    /* 0: there is no record (everything else empty) */
+  int soft;      /* soft-deleted (4.3): no memberships, lookups or data */
+  uint64_t mark; /* soft: the stream's op-id head at the delete; purged by a checkpoint >= it */
+  bs__member *m; /* memberships, deduplicated, in order of first output */
+  uint32_t nm;
+  bs_val *lk; /* lookup keys, deduplicated */
+  uint32_t nl;
+  int has_data; /* the host's stored row data (data may be empty) */
+  bs_val data;
+} bs__srec;
+
+/* The backend's side. ctx is bs__effects.ctx; err gets the backend's message. */
+typedef struct bs__effects_ops {
+  /* The current record of (table, rid), including the effects of earlier saves of this batch;
+   * *out (exists 0 when there is none) stays valid until the next store of rid. */
+  int (*load)(void *ctx, bs_val rid, const bs__srec **out, bs_error *err);
+  /* The handle of the bucket named name, creating the bucket when it is new. */
+  int (*bucket)(void *ctx, bs_val name, uint64_t *bucket, bs_error *err);
+  /* Appends op (PUT or REMOVE; op_id unset) to bucket with the next op id, set into *op_id. */
+  int (*op)(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, bs_error *err);
+  /* The row's op old_op in bucket was superseded by new_op (the log of incremental compaction,
+   * contract.md 6). NULL: the backend keeps no such log. */
+  int (*superseded)(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op, bs_error *err);
+  /* Appends a parameter entry of (table, rid) for key with the next op id; n_params 0 (params
+   * NULL): a tombstone. */
+  int (*param)(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n_params,
+               bs_error *err);
+  /* Makes rec the record of rid (rec->exists 0: deletes it). rec's arrays are valid during the
+   * call only; its strings are the save's or the previous record's. */
+  int (*store)(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err);
+  /* The stream's op-id head (the last id allocated), the mark of a soft delete. */
+  uint64_t (*op_head)(void *ctx);
+} bs__effects_ops;
+
+typedef struct bs__effects {
+  const bs__effects_ops *ops;
+  void *ctx;
+  const bs_allocator *alloc; /* for the scratch below */
+  bs_hash hash;              /* the stream's op checksum */
+  int snapshot;              /* a snapshot writer (skip_existing, 4.3) */
+  int snapshot_done;         /* the stream's snapshot is done */
+  /* scratch of the new record, kept across saves; bs__effects_free releases it */
+  bs__member *m;
+  bs_val *lk;
+  unsigned char *kept;
+  size_t cap_m, cap_lk, cap_kept;
+} bs__effects;
+
+/* Applies contract.md 4.1 steps 1-4 (and 4.3) of save s of table table_id through e->ops. */
+int bs__effects_save(bs__effects *e, uint32_t table_id, const bs_save *s, bs_error *err);
+/* REMOVEs for every membership of r (rid's record) and tombstones for its lookups: step 1 of
+ * 4.1 and truncate (4.2); the record itself is left to the caller. */
+int bs__effects_unlink(bs__effects *e, uint32_t table_id, bs_val rid, const bs__srec *r,
+                       bs_error *err);
+void bs__effects_free(bs__effects *e);
 
 /* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
 #define BS_COMPACT_MIN_CHANGES 10u

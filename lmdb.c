@@ -186,18 +186,6 @@ int bs__lmdb_write(bs__lmdb_db *db, int (*fn)(MDB_txn *txn, void *payload, bs_er
 
 /* ---- Stream records (the codec: bs__stream_rec_encode, lmdb_internal.h) ---------------------- */
 
-static int get_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
-  size_t n;
-  if (end - *p < 2) return BS_ECORRUPT;
-  n = bs__get_u16le(*p);
-  *p += 2;
-  if ((size_t)(end - *p) < n) return BS_ECORRUPT;
-  out->data = n ? *p : lm_empty;
-  out->size = n;
-  *p += n;
-  return BS_OK;
-}
-
 int bs__stream_rec_get(bs__lmdb_db *db, MDB_txn *txn, uint32_t id, bs__stream_rec *out,
                        bs_error *err) {
   unsigned char k[BS_STREAM_KEY_SIZE];
@@ -884,29 +872,11 @@ typedef struct bent {
   pop *head, *tail;
 } bent;
 
-typedef struct member {
-  uint64_t bucket, op;
-  bs_val object_type, object_id;
-} member;
-
-/*
- * Source record value (little-endian): u8 flags (1 = soft-deleted, 2 = has data) | u32 n members |
- * u32 n lookups | u64 soft-delete mark | n x (u64 bucket id | u64 last op id | u16 object_type len |
- * u16 object_id len | object_type | object_id) | n x (u16 len | lookup key) | data (rest, flag 2).
- * The subkey is not stored: it is a function of (table id, replica id), both in the key.
- */
-#define LM_SREC_FIXED 17u
+/* The flush's copy of a source record (its value: the codec's, lmdb_internal.h). */
 typedef struct srec {
   bs_val key; /* u32be stream | u32be table | replica id */
-  int exists, softdel, dirty, new_mark;
-  uint64_t mark;
-  member *m;
-  uint32_t nm;
-  bs_val *lk;
-  uint32_t nl;
-  int has_data;
-  bs_val data;
-  const char *sk; /* its subkey, computed on first use (rec_subkey); NULL until then */
+  int dirty, new_mark;
+  bs__srec r; /* arrays in the flush arena, strings in the arena, the queue or the map copy */
 } srec;
 
 typedef struct ppar {
@@ -928,11 +898,15 @@ typedef struct fctx {
   bs__stream_rec rec;
   arena ar;
   hmap by_name, by_id, recs, tables, lookups;
-  vec bents; /* bent * */
-  vec dirty; /* srec * */
-  vec pars;  /* ppar */
-  vec sups;  /* psup */
-  vec lkeys; /* bs_val: lookup keys changed */
+  vec bents;           /* bent * */
+  vec dirty;           /* srec * */
+  vec pars;            /* ppar */
+  vec sups;            /* psup */
+  vec lkeys;           /* bs_val: lookup keys changed */
+  bs__effects fx;      /* effects.c, calling back into this flush (fx_ops) */
+  uint32_t tid;        /* table of the save being applied */
+  bent *last_b;        /* the bucket of the last op, a one-entry cache of by_id */
+  const char *last_sk; /* the arena copy of the last op's subkey */
   uint64_t first_op;
   uint64_t seq_bucket;
   int seq_loaded, seq_dirty;
@@ -1065,6 +1039,8 @@ static void fctx_reset(fctx *f) {
   f->first_op = 0;
   f->seq_loaded = f->seq_dirty = 0;
   f->emitted = 0;
+  f->last_b = NULL;
+  f->last_sk = NULL;
   f->txn = NULL;
   /* Not closed here: a write txn's cursors are freed by LMDB when it ends, and the read-only
    * user (lw_source_row) closes it itself. Every path that keeps the txn closes it. */
@@ -1095,12 +1071,18 @@ static int cur_get(fctx *f, MDB_cursor **cur, MDB_dbi dbi, const MDB_val *key, M
   return mrc;
 }
 
+static const bs__effects_ops fx_ops;
+
 static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
   const bs_allocator *a = &db->base.alloc;
   memset(f, 0, sizeof *f);
   f->db = db;
   f->stream = stream;
   f->snapshot = snapshot;
+  f->fx.ops = &fx_ops;
+  f->fx.ctx = f;
+  f->fx.alloc = a;
+  f->fx.snapshot = snapshot;
   f->ar.a = a;
   f->by_name.a = f->by_id.a = f->recs.a = f->tables.a = f->lookups.a = a;
   f->bents.size = sizeof(bent *);
@@ -1123,12 +1105,17 @@ static void fctx_free(fctx *f) {
   bs__free(a, f->pars.p);
   bs__free(a, f->sups.p);
   bs__free(a, f->lkeys.p);
+  bs__effects_free(&f->fx);
 }
 
 static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
+  int rc;
   fctx_reset(f);
   f->txn = txn;
-  return bs__stream_rec_get(f->db, txn, f->stream, &f->rec, err);
+  rc = bs__stream_rec_get(f->db, txn, f->stream, &f->rec, err);
+  f->fx.hash = (bs_hash)f->rec.hash;
+  f->fx.snapshot_done = f->rec.snapshot_done;
+  return rc;
 }
 
 static int oom(bs_error *err) {
@@ -1273,10 +1260,10 @@ static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_va
   return BS_OK;
 }
 
-static int note_sup(fctx *f, bent *b, uint64_t old_op, uint64_t new_op, bs_error *err) {
+static int note_sup(fctx *f, uint64_t bucket, uint64_t old_op, uint64_t new_op, bs_error *err) {
   psup *s = vec_push(&f->db->base.alloc, &f->sups);
   if (!s) return oom(err);
-  s->bucket = b->id;
+  s->bucket = bucket;
   s->old_op = old_op;
   s->new_op = new_op;
   return BS_OK;
@@ -1349,83 +1336,19 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
   return hmap_put(&f->tables, name.data, name.size, h, (void *)(uintptr_t)*out) ? oom(err) : BS_OK;
 }
 
+/* Decodes a source value into r, on an arena copy (this txn's writes may move the map's). */
 static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
-  const unsigned char *p, *end;
-  unsigned char *copy = arena_dup(&f->ar, val->mv_data, val->mv_size);
-  uint8_t flags;
-  if (!copy) return oom(err);
-  p = copy;
-  end = copy + val->mv_size;
-  if (val->mv_size < LM_SREC_FIXED) goto bad;
-  flags = p[0];
-  r->nm = bs__get_u32le(p + 1);
-  r->nl = bs__get_u32le(p + 5);
-  r->mark = bs__get_u64le(p + 9);
-  r->softdel = flags & 1;
-  r->has_data = (flags >> 1) & 1;
-  r->exists = 1;
-  p += LM_SREC_FIXED;
-  if (r->nm > val->mv_size / 20 || r->nl > val->mv_size / 2) goto bad;
-  if ((r->nm && !(r->m = arena_alloc(&f->ar, r->nm * sizeof *r->m))) ||
-      (r->nl && !(r->lk = arena_alloc(&f->ar, r->nl * sizeof *r->lk))))
+  MDB_val copy = {val->mv_size, arena_dup(&f->ar, val->mv_data, val->mv_size)};
+  bs__member *m = NULL;
+  bs_val *lk = NULL;
+  if (!copy.mv_data) return oom(err);
+  if (bs__lmdb_srec_head(&copy, &r->r) != BS_OK) goto bad;
+  if ((r->r.nm && !(m = arena_alloc(&f->ar, r->r.nm * sizeof *m))) ||
+      (r->r.nl && !(lk = arena_alloc(&f->ar, r->r.nl * sizeof *lk))))
     return oom(err);
-  for (uint32_t i = 0; i < r->nm; i++) {
-    member *m = &r->m[i];
-    size_t ot, oi;
-    if (end - p < 20) goto bad;
-    m->bucket = bs__get_u64le(p);
-    m->op = bs__get_u64le(p + 8);
-    ot = bs__get_u16le(p + 16);
-    oi = bs__get_u16le(p + 18);
-    p += 20;
-    if ((size_t)(end - p) < ot + oi) goto bad;
-    m->object_type.data = p;
-    m->object_type.size = ot;
-    p += ot;
-    m->object_id.data = p;
-    m->object_id.size = oi;
-    p += oi;
-  }
-  for (uint32_t i = 0; i < r->nl; i++)
-    if (get_str(&p, end, &r->lk[i]) != BS_OK) goto bad;
-  r->data.data = r->has_data ? (p < end ? p : lm_empty) : NULL;
-  r->data.size = r->has_data ? (size_t)(end - p) : 0;
-  return BS_OK;
+  if (bs__lmdb_srec_decode(&copy, &r->r, m, lk) == BS_OK) return BS_OK;
 bad:
   return bs__fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
-}
-
-static size_t srec_size(const srec *r) {
-  size_t n = LM_SREC_FIXED + (r->has_data ? r->data.size : 0);
-  for (uint32_t i = 0; i < r->nm; i++) n += 20 + r->m[i].object_type.size + r->m[i].object_id.size;
-  for (uint32_t i = 0; i < r->nl; i++) n += 2 + r->lk[i].size;
-  return n;
-}
-
-static void srec_encode(unsigned char *p, const srec *r) {
-  p[0] = (unsigned char)((r->softdel ? 1 : 0) | (r->has_data ? 2 : 0));
-  bs__put_u32le(p + 1, r->nm);
-  bs__put_u32le(p + 5, r->nl);
-  bs__put_u64le(p + 9, r->mark);
-  p += LM_SREC_FIXED;
-  for (uint32_t i = 0; i < r->nm; i++) {
-    const member *m = &r->m[i];
-    bs__put_u64le(p, m->bucket);
-    bs__put_u64le(p + 8, m->op);
-    bs__put_u16le(p + 16, (uint16_t)m->object_type.size);
-    bs__put_u16le(p + 18, (uint16_t)m->object_id.size);
-    p += 20;
-    if (m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
-    p += m->object_type.size;
-    if (m->object_id.size) memcpy(p, m->object_id.data, m->object_id.size);
-    p += m->object_id.size;
-  }
-  for (uint32_t i = 0; i < r->nl; i++) {
-    bs__put_u16le(p, (uint16_t)r->lk[i].size);
-    if (r->lk[i].size) memcpy(p + 2, r->lk[i].data, r->lk[i].size);
-    p += 2 + r->lk[i].size;
-  }
-  if (r->has_data && r->data.size) memcpy(p, r->data.data, r->data.size);
 }
 
 static int mark_dirty(fctx *f, srec *r, bs_error *err) {
@@ -1437,8 +1360,8 @@ static int mark_dirty(fctx *f, srec *r, bs_error *err) {
   return BS_OK;
 }
 
-/* The flush's copy of a source record; read_db = 0 skips the LMDB read (an INSERT does not read
- * the previous record, contract.md 4.1 step 2), but an earlier save of this flush is still seen. */
+/* The flush's copy of a source record; read_db = 0 skips the LMDB read (a record about to be
+ * overwritten), but an earlier save of this flush is still seen. */
 static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, bs_error *err) {
   unsigned char kbuf[8 + BS_MAX_REPLICA_ID];
   MDB_val key = {8 + rid.size, kbuf}, val;
@@ -1471,180 +1394,89 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   return BS_OK;
 }
 
-/* The subkey of r (table tid, replica id rid: r's key), once per record per flush however many
- * saves of the flush touch it. */
-static const char *rec_subkey(fctx *f, srec *r, uint32_t tid, bs_val rid) {
-  char *sk;
-  if (r->sk) return r->sk;
-  if ((sk = arena_alloc(&f->ar, BS_SUBKEY_SIZE))) bs_subkey(sk, tid, rid);
-  return r->sk = sk;
+/* ---- The flush's side of effects.c (internal.h, bs__effects_ops): a bucket's handle is its id */
+
+static int fx_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
+  fctx *f = ctx;
+  srec *r;
+  int rc = rec_load(f, f->tid, rid, 1, &r, err);
+  if (rc == BS_OK) *out = &r->r;
+  return rc;
 }
 
-static bs_val sk_val(const char *sk) {
-  bs_val v = {sk, BS_SUBKEY_SIZE};
-  return v;
+static int fx_bucket(void *ctx, bs_val name, uint64_t *id, bs_error *err) {
+  fctx *f = ctx;
+  int rc = bucket_by_name(f, name, &f->last_b, err);
+  if (rc == BS_OK) *id = f->last_b->id;
+  return rc;
 }
 
-/* REMOVEs for every membership of r and tombstones for its lookups; empties r. */
-static int unlink_rec(fctx *f, srec *r, uint32_t tid, bs_val rid, bs_error *err) {
-  bs_hash hash = (bs_hash)f->rec.hash;
+/* The subkey of a save's ops, copied into the arena once (pops keep a pointer to it). */
+static const char *keep_subkey(fctx *f, bs_val sk) {
+  char *p;
+  if (f->last_sk && memcmp(f->last_sk, sk.data, BS_SUBKEY_SIZE) == 0) return f->last_sk;
+  if ((p = arena_dup(&f->ar, sk.data, BS_SUBKEY_SIZE))) f->last_sk = p;
+  return p;
+}
+
+static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *id, bs_error *err) {
+  fctx *f = ctx;
   const char *sk;
   int rc;
-  if (!r->nm && !r->nl) return BS_OK;
-  if (!(sk = rec_subkey(f, r, tid, rid))) return oom(err);
-  for (uint32_t i = 0; i < r->nm; i++) {
-    member *m = &r->m[i];
-    bs_val none = {NULL, 0};
-    bent *b;
-    uint64_t id;
-    if ((rc = bucket_by_id(f, m->bucket, &b, err)) != BS_OK) return rc;
-    if ((rc = emit_op(f, b, BS_OP_REMOVE, bs_checksum_remove(hash, sk_val(sk)), m->object_type,
-                      m->object_id, sk, none, &id, err)) != BS_OK)
-      return rc;
-    if ((rc = note_sup(f, b, m->op, id, err)) != BS_OK) return rc;
-  }
-  for (uint32_t i = 0; i < r->nl; i++)
-    if ((rc = emit_param(f, r->lk[i], tid, rid, NULL, 0, err)) != BS_OK) return rc;
-  r->nm = r->nl = 0;
-  return BS_OK;
+  if ((!f->last_b || f->last_b->id != bucket) &&
+      (rc = bucket_by_id(f, bucket, &f->last_b, err)) != BS_OK)
+    return rc;
+  if (!(sk = keep_subkey(f, op->subkey))) return oom(err);
+  return emit_op(f, f->last_b, (uint8_t)op->type, op->checksum, op->object_type, op->object_id, sk,
+                 op->data, id, err);
 }
 
-static void soft_delete(fctx *f, srec *r) {
-  r->exists = 1;
-  r->softdel = 1;
-  r->new_mark = 1;
-  r->mark = f->rec.op_head;
-  r->nm = r->nl = 0;
-  r->has_data = 0;
-  r->data.data = NULL;
-  r->data.size = 0;
+static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
+                         bs_error *err) {
+  return note_sup(ctx, bucket, old_op, new_op, err);
 }
 
-static int same_member(const member *m, uint64_t bucket, const bs_row *row) {
-  return m->bucket == bucket && bs__val_eq(m->object_type, row->object_type) &&
-         bs__val_eq(m->object_id, row->object_id);
+static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
+                    bs_error *err) {
+  fctx *f = ctx;
+  return emit_param(f, key, f->tid, rid, params, n, err);
 }
 
-/* contract.md 4.1 step 2 and 3 for the new state of a row. */
-static int apply_after(fctx *f, const qsave *q, uint32_t tid, srec *r, bs_error *err) {
-  bs_hash hash = (bs_hash)f->rec.hash;
-  int use_prev = q->tag == BS_UPDATE && r->exists && !r->softdel;
-  uint32_t pnm = use_prev ? r->nm : 0, pnl = use_prev ? r->nl : 0, nm = 0, nl = 0;
-  unsigned char *kept = NULL;
-  member *nmem = NULL;
-  bs_val *nlk = NULL;
-  const char *sk;
+static int fx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
+  fctx *f = ctx;
+  srec *r;
   int rc;
-
-  if (!(sk = rec_subkey(f, r, tid, q->after))) return oom(err);
-  if ((pnm && !(kept = arena_alloc(&f->ar, pnm))) ||
-      (q->n_rows && !(nmem = arena_alloc(&f->ar, q->n_rows * sizeof *nmem))) ||
-      (q->n_lookups && !(nlk = arena_alloc(&f->ar, q->n_lookups * sizeof *nlk))))
-    return oom(err);
-  if (pnm) memset(kept, 0, pnm);
-  for (size_t i = 0; i < q->n_rows; i++) {
-    const bs_row *row = &q->rows[i];
-    uint32_t ck = bs_checksum_put(hash, row->object_type, row->object_id, row->data);
-    uint32_t j;
-    uint64_t id;
-    bent *b;
-    if ((rc = bucket_by_name(f, row->bucket, &b, err)) != BS_OK) return rc;
-    if ((rc = emit_op(f, b, BS_OP_PUT, ck, row->object_type, row->object_id, sk, row->data, &id,
-                      err)) != BS_OK)
-      return rc;
-    for (j = 0; j < pnm; j++)
-      if (!kept[j] && same_member(&r->m[j], b->id, row)) break;
-    if (j < pnm) {
-      kept[j] = 1;
-      if ((rc = note_sup(f, b, r->m[j].op, id, err)) != BS_OK) return rc;
-    }
-    for (j = 0; j < nm; j++)
-      if (same_member(&nmem[j], b->id, row)) break;
-    if (j < nm) { /* the same row twice in one save: the later PUT supersedes the earlier */
-      if ((rc = note_sup(f, b, nmem[j].op, id, err)) != BS_OK) return rc;
-      nmem[j].op = id;
-    } else {
-      nmem[nm].bucket = b->id;
-      nmem[nm].op = id;
-      nmem[nm].object_type = row->object_type;
-      nmem[nm].object_id = row->object_id;
-      nm++;
-    }
-  }
-  for (uint32_t j = 0; j < pnm; j++) {
-    bs_val none = {NULL, 0};
-    member *m = &r->m[j];
-    uint64_t id;
-    bent *b;
-    if (kept[j]) continue;
-    if ((rc = bucket_by_id(f, m->bucket, &b, err)) != BS_OK) return rc;
-    if ((rc = emit_op(f, b, BS_OP_REMOVE, bs_checksum_remove(hash, sk_val(sk)), m->object_type,
-                      m->object_id, sk, none, &id, err)) != BS_OK)
-      return rc;
-    if ((rc = note_sup(f, b, m->op, id, err)) != BS_OK) return rc;
-  }
-  for (size_t i = 0; i < q->n_lookups; i++) {
-    const bs_lookup *l = &q->lookups[i];
-    uint32_t j;
-    if ((rc = emit_param(f, l->key, tid, q->after, l->params, l->n_params, err)) != BS_OK)
-      return rc;
-    for (j = 0; j < nl; j++)
-      if (bs__val_eq(nlk[j], l->key)) break;
-    if (j == nl) nlk[nl++] = l->key;
-  }
-  for (uint32_t j = 0; j < pnl; j++) {
-    uint32_t i;
-    for (i = 0; i < nl; i++)
-      if (bs__val_eq(nlk[i], r->lk[j])) break;
-    if (i == nl && (rc = emit_param(f, r->lk[j], tid, q->after, NULL, 0, err)) != BS_OK) return rc;
-  }
-  r->exists = 1;
-  r->softdel = 0;
-  r->new_mark = 0;
-  r->mark = 0;
-  r->m = nmem;
-  r->nm = nm;
-  r->lk = nlk;
-  r->nl = nl;
-  r->has_data = q->stored.data != NULL;
-  r->data = q->stored;
+  if ((rc = rec_load(f, f->tid, rid, 0, &r, err)) != BS_OK) return rc;
+  r->r = *rec;
+  r->r.m = rec->nm ? arena_dup(&f->ar, rec->m, rec->nm * sizeof *rec->m) : NULL;
+  r->r.lk = rec->nl ? arena_dup(&f->ar, rec->lk, rec->nl * sizeof *rec->lk) : NULL;
+  if ((rec->nm && !r->r.m) || (rec->nl && !r->r.lk)) return oom(err);
+  r->new_mark = rec->soft; /* effects.c stores a soft-deleted record only when it is new */
   return mark_dirty(f, r, err);
 }
 
-/* One queued save, contract.md 4.1 steps 1-4. */
-static int apply_save(fctx *f, const qsave *q, bs_error *err) {
-  int has_after = q->tag != BS_DELETE;
-  /* Deletes leave soft-deleted records while a snapshot may still be inserting (contract.md 4.3). */
-  int soft = f->snapshot || !f->rec.snapshot_done;
-  bs_val before = q->before.data ? q->before : q->after;
-  uint32_t tid;
-  srec *r;
-  int rc;
+static uint64_t fx_op_head(void *ctx) {
+  return ((fctx *)ctx)->rec.op_head;
+}
 
-  if ((rc = table_id(f, q->table, 1, &tid, err)) != BS_OK) return rc;
-  if (f->snapshot && q->tag == BS_INSERT) {
-    if ((rc = rec_load(f, tid, q->after, 1, &r, err)) != BS_OK) return rc;
-    if (r->exists) return BS_OK; /* skip_existing (a soft-deleted record counts) */
-    if (!q->before.data || bs__val_eq(q->before, q->after)) /* nothing to unlink: r is it */
-      return apply_after(f, q, tid, r, err);
-  }
-  if (before.data && (!has_after || !bs__val_eq(before, q->after))) {
-    if ((rc = rec_load(f, tid, before, 1, &r, err)) != BS_OK) return rc;
-    if (r->exists && !r->softdel) {
-      if ((rc = unlink_rec(f, r, tid, before, err)) != BS_OK) return rc;
-      if (soft && !has_after)
-        soft_delete(f, r);
-      else
-        r->exists = 0;
-      if ((rc = mark_dirty(f, r, err)) != BS_OK) return rc;
-    } else if (!r->exists && soft && !has_after) {
-      soft_delete(f, r); /* unknown row: still fence it against a concurrent snapshot */
-      if ((rc = mark_dirty(f, r, err)) != BS_OK) return rc;
-    }
-  }
-  if (!has_after) return BS_OK;
-  if ((rc = rec_load(f, tid, q->after, q->tag == BS_UPDATE, &r, err)) != BS_OK) return rc;
-  return apply_after(f, q, tid, r, err);
+static const bs__effects_ops fx_ops = {fx_load,  fx_bucket, fx_op,     fx_superseded,
+                                       fx_param, fx_store,  fx_op_head};
+
+/* One queued save (contract.md 4.1 - 4.3: effects.c). */
+static int apply_save(fctx *f, const qsave *q, bs_error *err) {
+  bs_save s = BS_SAVE_INIT;
+  int rc;
+  if ((rc = table_id(f, q->table, 1, &f->tid, err)) != BS_OK) return rc;
+  s.table = q->table;
+  s.tag = q->tag;
+  s.before_id = q->before;
+  s.after_id = q->after;
+  s.rows = q->rows;
+  s.n_rows = q->n_rows;
+  s.lookups = q->lookups;
+  s.n_lookups = q->n_lookups;
+  s.stored_data = q->stored;
+  return bs__effects_save(&f->fx, f->tid, &s, err);
 }
 
 /* ---- Flush write-out: everything in key order, each bucket state once ------------------------- */
@@ -1839,7 +1671,7 @@ static int put_softdel_index(fctx *f, const srec *r, bs_error *err) {
   MDB_val key = {12 + r->key.size - 4, k}, val = {0, (void *)lm_empty};
   int mrc;
   bs__put_u32be(k, f->stream);
-  bs__put_u64be(k + 4, r->mark);
+  bs__put_u64be(k + 4, r->r.mark);
   memcpy(k + 12, (const unsigned char *)r->key.data + 4, r->key.size - 4);
   mrc = mdb_put(f->txn, f->db->softdel, &key, &val, 0);
   return mrc ? bs__lmdb_fail(err, mrc, "indexing a soft-deleted record") : BS_OK;
@@ -1860,8 +1692,8 @@ static int put_recs(fctx *f, bs_error *err) {
     srec *r = d[i];
     MDB_val key = {r->key.size, (void *)r->key.data}, val;
     if (!app && past_end(key.mv_data, key.mv_size, last, nlast)) app = MDB_APPEND;
-    if (!r->exists && app) continue; /* past the end: not stored, nothing to delete */
-    if (!r->exists) {
+    if (!r->r.exists && app) continue; /* past the end: not stored, nothing to delete */
+    if (!r->r.exists) {
       mrc = mdb_cursor_get(cur, &key, &val, MDB_SET);
       if (mrc == 0)
         mrc = mdb_cursor_del(cur, 0);
@@ -1869,11 +1701,11 @@ static int put_recs(fctx *f, bs_error *err) {
         mrc = 0;
       continue;
     }
-    val.mv_size = srec_size(r);
+    val.mv_size = bs__lmdb_srec_size(&r->r);
     /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
     if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
-    srec_encode(val.mv_data, r);
-    if (r->softdel && r->new_mark) rc = put_softdel_index(f, r, err);
+    bs__lmdb_srec_encode(val.mv_data, &r->r);
+    if (r->r.soft && r->new_mark) rc = put_softdel_index(f, r, err);
   }
   mdb_cursor_close(cur);
   if (rc) return rc;
@@ -1945,34 +1777,14 @@ static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err)
  * exists, at any op id), and that membership then takes the new op, so that the writer's next
  * change of the row supersedes the new op, not the old one. */
 
-int bs__lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
-                          void *payload) {
-  const unsigned char *p = val->mv_data, *end = p + val->mv_size;
-  uint32_t nm;
-  int rc;
-  if (val->mv_size < LM_SREC_FIXED) return BS_ECORRUPT;
-  nm = bs__get_u32le(p + 1);
-  p += LM_SREC_FIXED;
-  for (uint32_t i = 0; i < nm; i++) {
-    size_t ot, oi;
-    if (end - p < 20) return BS_ECORRUPT;
-    ot = bs__get_u16le(p + 16);
-    oi = bs__get_u16le(p + 18);
-    if ((size_t)(end - p - 20) < ot + oi) return BS_ECORRUPT;
-    if ((rc = fn(bs__get_u64le(p), bs__get_u64le(p + 8), payload)) != BS_OK) return rc;
-    p += 20 + ot + oi;
-  }
-  return BS_OK;
-}
-
 /* One row: re-emits it unless its record says it changed since (then *done stays 0). */
 static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_error *err) {
   unsigned char kb[16];
   MDB_val key = {16, kb}, val;
   bs_val rid, ot, oi, data;
   uint32_t tid;
-  const char *sk;
-  member *m = NULL;
+  char *sk;
+  bs__member *m = NULL;
   bent *b;
   srec *r;
   bs_op op;
@@ -1985,9 +1797,9 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
   rid.data = row->src_key + 8;
   rid.size = row->src_key_size - 8;
   if ((rc = rec_load(f, tid, rid, 1, &r, err)) != BS_OK) return rc;
-  if (!r->exists || r->softdel) return BS_OK;
-  for (uint32_t i = 0; i < r->nm && !m; i++)
-    if (r->m[i].bucket == row->bucket && r->m[i].op == row->old_op) m = &r->m[i];
+  if (!r->r.exists || r->r.soft) return BS_OK;
+  for (uint32_t i = 0; i < r->r.nm && !m; i++)
+    if (r->r.m[i].bucket == row->bucket && r->r.m[i].op == row->old_op) m = &r->r.m[i];
   if (!m) return BS_OK; /* the row changed since it was planned */
   bs__lmdb_op_key(kb, row->bucket, row->old_op);
   mrc = mdb_get(f->txn, f->db->ops, &key, &val);
@@ -2000,7 +1812,8 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
       !bs__val_eq(op.object_id, m->object_id))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
                     (unsigned long long)row->bucket, (unsigned long long)row->old_op);
-  if (!(sk = rec_subkey(f, r, tid, rid))) return oom(err);
+  if (!(sk = arena_alloc(&f->ar, BS_SUBKEY_SIZE))) return oom(err);
+  bs_subkey(sk, tid, rid);
   if (memcmp(sk, op.subkey.data, BS_SUBKEY_SIZE) != 0)
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu has another row's subkey",
                     (unsigned long long)row->bucket, (unsigned long long)row->old_op);
@@ -2010,7 +1823,7 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
     return oom(err);
   if ((rc = bucket_by_id(f, row->bucket, &b, err)) != BS_OK) return rc;
   if ((rc = emit_op(f, b, BS_OP_PUT, op.checksum, ot, oi, sk, data, &id, err)) != BS_OK) return rc;
-  if ((rc = note_sup(f, b, row->old_op, id, err)) != BS_OK) return rc;
+  if ((rc = note_sup(f, b->id, row->old_op, id, err)) != BS_OK) return rc;
   m->op = id;
   *done = 1;
   return mark_dirty(f, r, err);
@@ -2193,6 +2006,7 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
     k = key.mv_data;
     unsigned char sk[8 + BS_MAX_REPLICA_ID];
     MDB_val skey, sval;
+    bs__srec head;
     uint64_t mark;
     if (key.mv_size < 16 || bs__get_u32be(k) != f->stream) break;
     mark = bs__get_u64be(k + 4);
@@ -2202,9 +2016,7 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
     skey.mv_size = key.mv_size - 8;
     skey.mv_data = sk;
     mrc = mdb_get(f->txn, f->db->source, &skey, &sval);
-    if (mrc == 0 && sval.mv_size >= LM_SREC_FIXED &&
-        (((const unsigned char *)sval.mv_data)[0] & 1) &&
-        bs__get_u64le((const unsigned char *)sval.mv_data + 9) == mark)
+    if (mrc == 0 && bs__lmdb_srec_head(&sval, &head) == BS_OK && head.soft && head.mark == mark)
       mrc = mdb_del(f->txn, f->db->source, &skey, NULL);
     else if (mrc == MDB_NOTFOUND || mrc == 0)
       mrc = 0; /* stale entry: the row was re-inserted or deleted since */
@@ -2370,14 +2182,14 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
     rc = BS_OK;
   f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
   if (rc == BS_OK) {
-    int stored = r && r->exists && !r->softdel;
+    int stored = r && r->r.exists && !r->r.soft;
     if (hit && !(w->snapshot && stored && hit->tag == BS_INSERT && !hit_deleted)) {
       if (hit_deleted)
         rc = bs__fail(err, BS_ENOTFOUND, "row was deleted");
       else
         rc = fn(hit->stored.data ? &hit->stored : NULL, payload);
     } else if (stored) {
-      rc = fn(r->has_data ? &r->data : NULL, payload);
+      rc = fn(r->r.has_data ? &r->r.data : NULL, payload);
     } else {
       rc = bs__fail(err, BS_ENOTFOUND, "no source record for this replica id");
     }
@@ -2414,6 +2226,7 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
     return BS_OK;
   }
   if (rc != BS_OK) return rc;
+  f->tid = tid; /* for effects.c's callbacks */
   bs__put_u32be(pk, f->stream);
   bs__put_u32be(pk + 4, tid);
   if ((mrc = mdb_cursor_open(txn, f->db->source, &cur)) != 0)
@@ -2443,8 +2256,8 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   for (size_t i = 0; i < f->dirty.n; i++) {
     srec *r = ((srec **)f->dirty.p)[i];
     bs_val rid = {(const unsigned char *)r->key.data + 8, r->key.size - 8};
-    if (!r->softdel && (rc = unlink_rec(f, r, tid, rid, err)) != BS_OK) return rc;
-    r->exists = 0;
+    if (!r->r.soft && (rc = bs__effects_unlink(&f->fx, tid, rid, &r->r, err)) != BS_OK) return rc;
+    r->r.exists = 0;
   }
   if (c->done && c->drop) {
     unsigned char k[BS_TABLE_KEY_MAX];
@@ -2453,7 +2266,7 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
     mrc = mdb_del(txn, f->db->tables, &tkey, NULL);
     if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "forgetting a table");
   }
-  f_close_src(f); /* unlink_rec's bucket lookups */
+  f_close_src(f); /* the REMOVEs' bucket lookups */
   return f_finish(f, NULL, 0, err);
 }
 

@@ -363,3 +363,111 @@ int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *o
     return BS_ECORRUPT;
   return p == end ? BS_OK : BS_ECORRUPT;
 }
+
+/* ---- source ---- */
+
+static const unsigned char srec_empty[1] = {0}; /* data of present empty fields */
+
+static bs_val srec_str(const unsigned char *p, size_t n) {
+  bs_val v = {n ? p : srec_empty, n};
+  return v;
+}
+
+size_t bs__lmdb_srec_size(const bs__srec *r) {
+  size_t n = BS_SREC_FIXED + (r->has_data ? r->data.size : 0);
+  for (uint32_t i = 0; i < r->nm; i++)
+    n += BS_SREC_MEMBER + r->m[i].object_type.size + r->m[i].object_id.size;
+  for (uint32_t i = 0; i < r->nl; i++) n += 2 + r->lk[i].size;
+  return n;
+}
+
+void bs__lmdb_srec_encode(unsigned char *p, const bs__srec *r) {
+  p[0] = (unsigned char)((r->soft ? 1 : 0) | (r->has_data ? 2 : 0));
+  bs__put_u32le(p + 1, r->nm);
+  bs__put_u32le(p + 5, r->nl);
+  bs__put_u64le(p + 9, r->mark);
+  p += BS_SREC_FIXED;
+  for (uint32_t i = 0; i < r->nm; i++) {
+    const bs__member *m = &r->m[i];
+    bs__put_u64le(p, m->bucket);
+    bs__put_u64le(p + 8, m->op);
+    bs__put_u16le(p + 16, (uint32_t)m->object_type.size);
+    bs__put_u16le(p + 18, (uint32_t)m->object_id.size);
+    p += BS_SREC_MEMBER;
+    if (m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
+    p += m->object_type.size;
+    if (m->object_id.size) memcpy(p, m->object_id.data, m->object_id.size);
+    p += m->object_id.size;
+  }
+  for (uint32_t i = 0; i < r->nl; i++) {
+    bs__put_u16le(p, (uint32_t)r->lk[i].size);
+    if (r->lk[i].size) memcpy(p + 2, r->lk[i].data, r->lk[i].size);
+    p += 2 + r->lk[i].size;
+  }
+  if (r->has_data && r->data.size) memcpy(p, r->data.data, r->data.size);
+}
+
+int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r) {
+  const unsigned char *p = (const unsigned char *)v->mv_data;
+  memset(r, 0, sizeof *r);
+  if (v->mv_size < BS_SREC_FIXED || (p[0] & ~3u)) return BS_ECORRUPT;
+  r->exists = 1;
+  r->soft = p[0] & 1;
+  r->has_data = (p[0] >> 1) & 1;
+  r->nm = bs__get_u32le(p + 1);
+  r->nl = bs__get_u32le(p + 5);
+  r->mark = bs__get_u64le(p + 9);
+  /* every membership and key takes its fixed part at least */
+  if ((uint64_t)r->nm * BS_SREC_MEMBER + (uint64_t)r->nl * 2 > v->mv_size - BS_SREC_FIXED)
+    return BS_ECORRUPT;
+  return BS_OK;
+}
+
+/* The part after the fixed one: fills m and lk (when given) and the data, calls fn (when given)
+ * per membership, and checks that the value ends where r's flags say. */
+static int srec_walk(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk,
+                     int (*fn)(uint64_t, uint64_t, void *), void *payload) {
+  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
+  int rc;
+  p += BS_SREC_FIXED;
+  for (uint32_t i = 0; i < r->nm; i++) {
+    size_t ot, oi;
+    if ((size_t)(end - p) < BS_SREC_MEMBER) return BS_ECORRUPT;
+    ot = bs__get_u16le(p + 16);
+    oi = bs__get_u16le(p + 18);
+    if ((size_t)(end - p) - BS_SREC_MEMBER < ot + oi) return BS_ECORRUPT;
+    if (m) {
+      m[i].bucket = bs__get_u64le(p);
+      m[i].op = bs__get_u64le(p + 8);
+      m[i].object_type = srec_str(p + BS_SREC_MEMBER, ot);
+      m[i].object_id = srec_str(p + BS_SREC_MEMBER + ot, oi);
+    }
+    if (fn && (rc = fn(bs__get_u64le(p), bs__get_u64le(p + 8), payload)) != BS_OK) return rc;
+    p += BS_SREC_MEMBER + ot + oi;
+  }
+  for (uint32_t i = 0; i < r->nl; i++) {
+    size_t n;
+    if ((size_t)(end - p) < 2) return BS_ECORRUPT;
+    n = bs__get_u16le(p);
+    if ((size_t)(end - p) - 2 < n) return BS_ECORRUPT;
+    if (lk) lk[i] = srec_str(p + 2, n);
+    p += 2 + n;
+  }
+  if (!r->has_data) return p == end ? BS_OK : BS_ECORRUPT;
+  r->data = srec_str(p, (size_t)(end - p));
+  return BS_OK;
+}
+
+int bs__lmdb_srec_decode(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk) {
+  int rc = srec_walk(v, r, m, lk, NULL, NULL);
+  r->m = r->nm ? m : NULL;
+  r->lk = r->nl ? lk : NULL;
+  return rc;
+}
+
+int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                          void *payload) {
+  bs__srec r;
+  int rc = bs__lmdb_srec_head(v, &r);
+  return rc ? rc : srec_walk(v, &r, NULL, NULL, fn, payload);
+}

@@ -26,7 +26,7 @@
  *  buckets     u32be stream | bucket name (rest)                  u64 bucket id
  *  bstate      u64be bucket id                                    bucket state (bs__bucket_state)
  *  ops         u64be bucket id | u64be op id                      op (bs__lmdb_op_encode)
- *  source      u32be stream | u32be table id | replica id (rest)  source record (lmdb.c private)
+ *  source      u32be stream | u32be table id | replica id (rest)  source record (see below)
  *  params      u32be stream | u16be klen | lookup key | u32be table id | u64be XXH3_64(replica id)
  *              | u64be op id                                      u16 rid len, replica id, u32 n,
  *                                                                 n x (u32 len, JSON bytes);
@@ -224,6 +224,28 @@ static inline bs_val bs__lmdb_change_next(const unsigned char **p) {
   return v;
 }
 
+/* source value (little-endian): u8 flags (1 = soft-deleted, 2 = has data) | u32 n members |
+ * u32 n lookups | u64 soft-delete mark | n x (u64 bucket id | u64 last op id | u16 object_type
+ * len | u16 object_id len | object_type | object_id) | n x (u16 len | lookup key) | data (the
+ * rest, flag 2; without it the value ends after the lookups). The subkey is not stored: it is a
+ * function of (table id, replica id), both in the key. A member's bucket is the bucket id. */
+#define BS_SREC_FIXED  17u
+#define BS_SREC_MEMBER 20u /* fixed part of a membership */
+size_t bs__lmdb_srec_size(const bs__srec *r);
+/* Writes r (bs__lmdb_srec_size bytes) into out; r->exists is implied, the caller has checked
+ * the u16 limits (BS_MAX_OBJECT_NAME, BS_MAX_LOOKUP_KEY). */
+void bs__lmdb_srec_encode(unsigned char *out, const bs__srec *r);
+/* Decodes v's fixed part into r (flags, counts, mark; r->m and r->lk NULL, exists 1). Then,
+ * with arrays of r->nm members and r->nl keys, bs__lmdb_srec_decode fills them and the data
+ * (all borrowed from v; present fields non-NULL, also when empty). BS_ECORRUPT when v is not
+ * exactly one record: truncated, overlong, unknown flags or counts that cannot fit. */
+int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r);
+int bs__lmdb_srec_decode(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk);
+/* Checks a whole value and calls fn(bucket id, op id) for each membership; BS_ECORRUPT when it
+ * does not decode; a non-zero return of fn stops and is returned. No allocation. */
+int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t op, void *),
+                          void *payload);
+
 /* meta 'S' key: 'S' | u32be stream id. */
 #define BS_STREAM_KEY_SIZE 5u
 static inline void bs__lmdb_stream_key(unsigned char k[BS_STREAM_KEY_SIZE], uint32_t id) {
@@ -369,10 +391,6 @@ typedef struct bs__lmdb_reemit_row {
  * is logged to `superseded`; one change record), as the writer would. *emitted_out = how many. */
 int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lmdb_reemit_row *rows,
                     size_t n, uint64_t *emitted_out, bs_error *err);
-/* Calls fn(bucket id, op id) for each membership of a source record value; BS_ECORRUPT when it
- * does not decode; a non-zero return of fn stops and is returned. */
-int bs__lmdb_srec_members(const MDB_val *val, int (*fn)(uint64_t bucket, uint64_t op, void *),
-                          void *payload);
 
 /* lmdb_file.c: checks path before LMDB maps it; *state says what it found. BS_ECORRUPT with the
  * reason (empty, not LMDB, damaged or truncated meta pages), else BS_OK. */

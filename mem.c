@@ -61,23 +61,12 @@ typedef struct mem_bucket {
   uint64_t tx_stamp; /* serial of the last transaction that journaled n */
 } mem_bucket;
 
-/* A membership of a source record: the row is present in `bucket` as (ot, oi). */
-typedef struct mem_member {
-  bs_val bucket, ot, oi;
-} mem_member;
-
-/* A source record; immutable once stored (a change stores a new object). */
+/* A source record; immutable once stored (a change stores a new object). r's strings and arrays
+ * are owned; a membership's bucket is the bucket's index in mem_stream.buckets. */
 typedef struct mem_rec {
   uint32_t table;
   bs_val rid;
-  mem_member *m;
-  size_t nm;
-  bs_val *lk; /* lookup keys */
-  size_t nl;
-  int has_data;
-  bs_val data;
-  int soft; /* soft-deleted: no memberships, purged by a checkpoint at or above mark */
-  uint64_t mark;
+  bs__srec r;
 } mem_rec;
 
 /* A parameter-index entry; nrows == 0 is a tombstone. */
@@ -212,14 +201,6 @@ typedef struct mem_storage {
 } mem_storage;
 
 /* The writer's queue: deep copies of what the calls passed. */
-typedef struct qrow {
-  bs_val bucket, ot, oi, data;
-} qrow;
-typedef struct qlookup {
-  bs_val key;
-  bs_val *params;
-  size_t n;
-} qlookup;
 typedef enum qkind { Q_SAVE, Q_TRUNCATE, Q_CWCP } qkind;
 typedef struct qitem {
   qkind kind;
@@ -228,9 +209,9 @@ typedef struct qitem {
   bs_val before; /* effective replica id before (defaults to after) */
   bs_val after;
   int has_after; /* not for DELETE */
-  qrow *rows;
+  bs_row *rows;
   size_t nrows;
-  qlookup *lks;
+  bs_lookup *lks;
   size_t nlks;
   int has_data;
   bs_val data;
@@ -335,16 +316,15 @@ static void bucket_free(const bs_allocator *a, mem_bucket *b) {
 
 static void rec_free(const bs_allocator *a, mem_rec *r) {
   if (!r) return;
-  for (size_t i = 0; i < r->nm; i++) {
-    val_free(a, &r->m[i].bucket);
-    val_free(a, &r->m[i].ot);
-    val_free(a, &r->m[i].oi);
+  for (size_t i = 0; i < r->r.nm; i++) {
+    val_free(a, &r->r.m[i].object_type);
+    val_free(a, &r->r.m[i].object_id);
   }
-  bs__free(a, r->m);
-  for (size_t i = 0; i < r->nl; i++) val_free(a, &r->lk[i]);
-  bs__free(a, r->lk);
+  bs__free(a, r->r.m);
+  for (size_t i = 0; i < r->r.nl; i++) val_free(a, &r->r.lk[i]);
+  bs__free(a, r->r.lk);
   val_free(a, &r->rid);
-  val_free(a, &r->data);
+  val_free(a, &r->r.data);
   bs__free(a, r);
 }
 
@@ -660,16 +640,14 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   return b;
 }
 
-/* Appends one op (PUT or REMOVE) to bucket, with the next op id, and logs the change. */
-static int tx_emit(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val oi, bs_val sk,
-                   bs_val data) {
+/* Appends op (PUT or REMOVE, with its checksum) to bucket bi, with the next op id (*id), and logs
+ * the change. */
+static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
-  size_t bi = 0;
-  mem_bucket *b = tx_bucket(tx, bucket, &bi);
+  mem_bucket *b = s->buckets[bi];
   mem_op o;
   int rc;
-  if (!b) return BS_ENOMEM;
   if (GROW(a, b->ops, b->n, b->cap, b->n + 1)) return BS_ENOMEM;
   if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal b->n */
     if (tx_journal(tx, J_OPS, bi, NULL)) return BS_ENOMEM;
@@ -678,13 +656,10 @@ static int tx_emit(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val
   }
   if (GROW(a, s->bch, s->nbch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
   memset(&o, 0, sizeof o);
-  o.type = type;
-  if (type == BS_OP_PUT)
-    o.checksum = bs_checksum_put(s->m.hash, ot, oi, data);
-  else
-    o.checksum = bs_checksum_remove(s->m.hash, sk);
-  if (val_dup(a, ot, &o.ot) || val_dup(a, oi, &o.oi) || val_dup(a, sk, &o.sk) ||
-      (type == BS_OP_PUT && val_dup(a, data, &o.data))) {
+  o.type = op->type;
+  o.checksum = op->checksum;
+  if (val_dup(a, op->object_type, &o.ot) || val_dup(a, op->object_id, &o.oi) ||
+      val_dup(a, op->subkey, &o.sk) || (op->type == BS_OP_PUT && val_dup(a, op->data, &o.data))) {
     op_free(a, &o);
     return BS_ENOMEM;
   }
@@ -696,6 +671,7 @@ static int tx_emit(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val
   s->bch[s->nbch].id = o.id;
   s->bch[s->nbch].bucket = bi;
   s->nbch++;
+  *id = o.id;
   return BS_OK;
 }
 
@@ -708,30 +684,6 @@ static int tx_sup(mem_tx *tx, size_t bi, uint64_t old_op, uint64_t new_op) {
   s->sups[s->nsups].old_op = old_op;
   s->sups[s->nsups++].new_op = new_op;
   return BS_OK;
-}
-
-/* The latest op of row (ot, oi, sk) in the bucket named name (0: none); *bi the bucket's index. */
-static uint64_t row_latest(const mem_stream *s, bs_val name, bs_val ot, bs_val oi, bs_val sk,
-                           size_t *bi) {
-  const mem_bucket *b = bucket_find(s, name, bi);
-  for (size_t k = b ? b->n : 0; k-- > 0;) {
-    const mem_op *o = &b->ops[k];
-    if ((o->type == BS_OP_PUT || o->type == BS_OP_REMOVE) && bs__val_eq(o->sk, sk) &&
-        bs__val_eq(o->oi, oi) && bs__val_eq(o->ot, ot))
-      return o->id;
-  }
-  return 0;
-}
-
-/* tx_emit; with log, the op replaces the row's previous op in the bucket (the membership of its
- * source record that the save read), which goes to the log. */
-static int tx_emit_log(mem_tx *tx, bs_val bucket, bs_op_type type, bs_val ot, bs_val oi, bs_val sk,
-                       bs_val data, int log) {
-  size_t bi = 0;
-  uint64_t old = log ? row_latest(tx->s, bucket, ot, oi, sk, &bi) : 0;
-  int rc = tx_emit(tx, bucket, type, ot, oi, sk, data);
-  if (rc || !old) return rc;
-  return tx_sup(tx, bi, old, tx->s->buckets[bi]->ops[tx->s->buckets[bi]->n - 1].id);
 }
 
 /* Appends a parameter entry (rows NULL/0 = tombstone). */
@@ -786,181 +738,140 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
 
 /* ---- Applying the writer's queue (contract.md 4.1 - 4.3) ------------------------------------- */
 
-static int has_member(const qrow *rows, size_t n, const mem_member *m) {
-  for (size_t i = 0; i < n; i++)
-    if (bs__val_eq(rows[i].bucket, m->bucket) && bs__val_eq(rows[i].ot, m->ot) &&
-        bs__val_eq(rows[i].oi, m->oi))
-      return 1;
-  return 0;
+/* The queue's side of effects.c (internal.h, bs__effects_ops): a bucket's handle is its index
+ * in s->buckets, and every call applies at once inside the transaction. */
+typedef struct mem_fx {
+  mem_tx *tx;
+  uint32_t table;
+} mem_fx;
+
+static const bs__srec mem_no_rec; /* exists 0 */
+
+static int mfx_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
+  mem_fx *c = ctx;
+  long at = rec_find(c->tx->s, c->table, rid);
+  BS_UNUSED(err);
+  *out = at >= 0 ? &c->tx->s->recs[at]->r : &mem_no_rec;
+  return BS_OK;
 }
 
-static int has_row(const qrow *rows, size_t n, const qrow *r) {
-  for (size_t i = 0; i < n; i++)
-    if (bs__val_eq(rows[i].bucket, r->bucket) && bs__val_eq(rows[i].ot, r->ot) &&
-        bs__val_eq(rows[i].oi, r->oi))
-      return 1;
-  return 0;
+static int mfx_bucket(void *ctx, bs_val name, uint64_t *bucket, bs_error *err) {
+  size_t bi = 0;
+  BS_UNUSED(err);
+  if (!tx_bucket(((mem_fx *)ctx)->tx, name, &bi)) return BS_ENOMEM;
+  *bucket = bi;
+  return BS_OK;
 }
 
-static int prev_has_row(const mem_rec *prev, const qrow *r) {
-  for (size_t i = 0; i < prev->nm; i++)
-    if (bs__val_eq(prev->m[i].bucket, r->bucket) && bs__val_eq(prev->m[i].ot, r->ot) &&
-        bs__val_eq(prev->m[i].oi, r->oi))
-      return 1;
-  return 0;
+static int mfx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *id, bs_error *err) {
+  BS_UNUSED(err);
+  return tx_append(((mem_fx *)ctx)->tx, (size_t)bucket, op, id);
 }
 
-static int has_lookup(const qlookup *lks, size_t n, bs_val key) {
-  for (size_t i = 0; i < n; i++)
-    if (bs__val_eq(lks[i].key, key)) return 1;
-  return 0;
+static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
+                     bs_error *err) {
+  mem_fx *c = ctx;
+  BS_UNUSED(err);
+  return tx_param(c->tx, key, c->table, rid, params, n);
 }
 
-/* Builds the source record of a saved row: memberships (deduplicated, first occurrence order),
- * lookup keys (deduplicated) and the optional data. */
-static mem_rec *rec_build(const bs_allocator *a, uint32_t table, const qitem *q) {
+/* new_op, the last op of bucket bi, replaced the row's latest earlier op there, which goes to the
+ * log. (Found in the bucket, not taken from the record: defragmentation re-emits PUTs without
+ * rewriting records.) */
+static int mfx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
+                          bs_error *err) {
+  mem_tx *tx = ((mem_fx *)ctx)->tx;
+  const mem_bucket *b = tx->s->buckets[bucket];
+  const mem_op *last = &b->ops[b->n - 1];
+  BS_UNUSED(old_op);
+  BS_UNUSED(err);
+  for (size_t k = b->n - 1; k-- > 0;) {
+    const mem_op *o = &b->ops[k];
+    if ((o->type == BS_OP_PUT || o->type == BS_OP_REMOVE) && bs__val_eq(o->sk, last->sk) &&
+        bs__val_eq(o->oi, last->oi) && bs__val_eq(o->ot, last->ot))
+      return tx_sup(tx, (size_t)bucket, o->id, new_op);
+  }
+  return BS_OK;
+}
+
+/* A stored copy of record in (owning every byte). */
+static mem_rec *rec_copy(const bs_allocator *a, uint32_t table, bs_val rid, const bs__srec *in) {
   mem_rec *r = bs__calloc(a, 1, sizeof *r);
   if (!r) return NULL;
   r->table = table;
-  if (val_dup(a, q->after, &r->rid)) goto fail;
-  if (q->nrows) {
-    r->m = bs__calloc(a, q->nrows, sizeof *r->m);
-    if (!r->m) goto fail;
-  }
-  for (size_t i = 0; i < q->nrows; i++) {
-    mem_member mm = {q->rows[i].bucket, q->rows[i].ot, q->rows[i].oi};
-    if (has_member(q->rows, i, &mm)) continue;
-    mem_member *m = &r->m[r->nm];
-    r->nm++;
-    if (val_dup(a, mm.bucket, &m->bucket) || val_dup(a, mm.ot, &m->ot) || val_dup(a, mm.oi, &m->oi))
+  r->r.exists = 1;
+  r->r.soft = in->soft;
+  r->r.mark = in->mark;
+  r->r.has_data = in->has_data;
+  if (val_dup(a, rid, &r->rid) || (in->nm && !(r->r.m = bs__calloc(a, in->nm, sizeof *r->r.m))) ||
+      (in->nl && !(r->r.lk = bs__calloc(a, in->nl, sizeof *r->r.lk))))
+    goto fail;
+  for (uint32_t i = 0; i < in->nm; i++) {
+    r->r.nm = i + 1;
+    r->r.m[i].bucket = in->m[i].bucket;
+    r->r.m[i].op = in->m[i].op;
+    if (val_dup(a, in->m[i].object_type, &r->r.m[i].object_type) ||
+        val_dup(a, in->m[i].object_id, &r->r.m[i].object_id))
       goto fail;
   }
-  if (q->nlks) {
-    r->lk = bs__calloc(a, q->nlks, sizeof *r->lk);
-    if (!r->lk) goto fail;
+  for (uint32_t i = 0; i < in->nl; i++) {
+    r->r.nl = i + 1;
+    if (val_dup(a, in->lk[i], &r->r.lk[i])) goto fail;
   }
-  for (size_t i = 0; i < q->nlks; i++) {
-    if (has_lookup(q->lks, i, q->lks[i].key)) continue;
-    if (val_dup(a, q->lks[i].key, &r->lk[r->nl++])) goto fail;
-  }
-  if (q->has_data) {
-    r->has_data = 1;
-    if (val_dup(a, q->data, &r->data)) goto fail;
-  }
+  if (in->has_data && val_dup(a, in->data, &r->r.data)) goto fail;
   return r;
 fail:
   rec_free(a, r);
   return NULL;
 }
 
-static mem_rec *rec_soft(const bs_allocator *a, uint32_t table, bs_val rid, uint64_t mark) {
-  mem_rec *r = bs__calloc(a, 1, sizeof *r);
-  if (!r) return NULL;
-  r->table = table;
-  if (val_dup(a, rid, &r->rid)) {
-    bs__free(a, r);
-    return NULL;
-  }
-  r->soft = 1;
-  r->mark = mark;
-  return r;
-}
-
-static int apply_save(mem_tx *tx, const mem_writer *w, const qitem *q) {
-  const bs_allocator *a = ALLOC(tx->db);
-  mem_stream *s = tx->s;
-  mem_table *t;
-  const mem_rec *old = NULL; /* step 1: the record of before_id, deleted */
-  const mem_rec *prev = NULL;
-  long old_idx = -1, prev_idx = -1;
-  char skb[BS_SUBKEY_SIZE], ska[BS_SUBKEY_SIZE];
-  bs_val skv_before, skv_after = {NULL, 0};
-  bs_val none = {NULL, 0};
+static int mfx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
+  mem_fx *c = ctx;
+  const bs_allocator *a = ALLOC(c->tx->db);
+  mem_stream *s = c->tx->s;
+  long at = rec_find(s, c->table, rid);
+  mem_rec *r = NULL;
   int rc;
-
-  if (!(t = tx_table(tx, q->table))) return BS_ENOMEM;
-  if (w->snapshot && q->tag == BS_INSERT && rec_find(s, t->id, q->after) >= 0)
-    return BS_OK; /* skip_existing (4.3), soft-deleted records included */
-
-  skv_before = subkey_of(skb, t->id, q->before);
-  if (q->has_after) skv_after = subkey_of(ska, t->id, q->after);
-
-  /* Step 1: the old replica id goes away. */
-  old_idx = rec_find(s, t->id, q->before);
-  if (old_idx >= 0 && (q->tag == BS_DELETE || !q->has_after || !bs__val_eq(q->after, q->before))) {
-    old = s->recs[old_idx];
-    for (size_t i = 0; i < old->nm; i++)
-      if ((rc = tx_emit_log(tx, old->m[i].bucket, BS_OP_REMOVE, old->m[i].ot, old->m[i].oi,
-                            skv_before, none, 1)))
-        return rc;
-    for (size_t i = 0; i < old->nl; i++) /* step 1 also tombstones the old lookups */
-      if ((rc = tx_param(tx, old->lk[i], t->id, q->before, NULL, 0))) return rc;
-  } else {
-    old_idx = -1;
-  }
-
-  /* Step 2: PUTs, then REMOVEs of left memberships (UPDATE reads the previous record). */
-  if (q->has_after) {
-    if (q->tag == BS_UPDATE) {
-      prev_idx = rec_find(s, t->id, q->after);
-      if (prev_idx == old_idx) prev_idx = -1; /* cannot happen (after != before); defensive */
-      if (prev_idx >= 0) prev = s->recs[prev_idx];
-    }
-    for (size_t i = 0; i < q->nrows; i++) {
-      /* a PUT replaces a membership of the previous record, or the same row earlier in it */
-      int log = has_row(q->rows, i, &q->rows[i]) || (prev && prev_has_row(prev, &q->rows[i]));
-      if ((rc = tx_emit_log(tx, q->rows[i].bucket, BS_OP_PUT, q->rows[i].ot, q->rows[i].oi,
-                            skv_after, q->rows[i].data, log)))
-        return rc;
-    }
-    if (prev)
-      for (size_t i = 0; i < prev->nm; i++)
-        if (!has_member(q->rows, q->nrows, &prev->m[i]) &&
-            (rc = tx_emit_log(tx, prev->m[i].bucket, BS_OP_REMOVE, prev->m[i].ot, prev->m[i].oi,
-                              skv_after, none, 1)))
-          return rc;
-  }
-
-  /* Step 3: parameter entries, then tombstones of lookups the row no longer gives. */
-  if (q->has_after) {
-    for (size_t i = 0; i < q->nlks; i++)
-      if ((rc = tx_param(tx, q->lks[i].key, t->id, q->after, q->lks[i].params, q->lks[i].n)))
-        return rc;
-    if (prev)
-      for (size_t i = 0; i < prev->nl; i++)
-        if (!has_lookup(q->lks, q->nlks, prev->lk[i]) &&
-            (rc = tx_param(tx, prev->lk[i], t->id, q->after, NULL, 0)))
-          return rc;
-  }
-
-  /* Records: the old one is deleted (step 1); a DELETE while a snapshot may still be inserting
-   * (a snapshot writer's, or before the stream's snapshot is done) leaves a soft-deleted record
-   * marked with the op head instead, also for a row not known yet, so that the snapshot cannot
-   * resurrect it (4.3; as LMDB). Then the new record is stored (step 4). */
-  if (!q->has_after && (w->snapshot || !s->m.snapshot_done)) {
-    long at = rec_find(s, t->id, q->before);
-    if (at < 0 || !s->recs[at]->soft) {
-      mem_rec *r = rec_soft(a, t->id, q->before, s->m.op_head);
-      if (!r) return BS_ENOMEM;
-      if ((rc = tx_soft_push(tx, t->id, q->before, s->m.op_head)) ||
-          (rc = tx_rec_set(tx, at < 0 ? s->nrecs : (size_t)at, r))) {
-        rec_free(a, r);
-        return rc;
-      }
-    }
-  } else if (old && !old->soft && (rc = tx_rec_set(tx, (size_t)old_idx, NULL))) {
+  BS_UNUSED(err);
+  if (rec->exists && !(r = rec_copy(a, c->table, rid, rec))) return BS_ENOMEM;
+  if (!r && at < 0) return BS_OK;
+  if ((rec->soft && (rc = tx_soft_push(c->tx, c->table, rid, rec->mark))) ||
+      (rc = tx_rec_set(c->tx, at < 0 ? s->nrecs : (size_t)at, r))) {
+    rec_free(a, r);
     return rc;
   }
-  if (q->has_after) {
-    mem_rec *r = rec_build(a, t->id, q);
-    long at = rec_find(s, t->id, q->after);
-    if (!r) return BS_ENOMEM;
-    if ((rc = tx_rec_set(tx, at < 0 ? s->nrecs : (size_t)at, r))) {
-      rec_free(a, r);
-      return rc;
-    }
-  }
   return BS_OK;
+}
+
+static uint64_t mfx_op_head(void *ctx) {
+  return ((mem_fx *)ctx)->tx->s->m.op_head;
+}
+
+static const bs__effects_ops mem_fx_ops = {mfx_load,  mfx_bucket, mfx_op,     mfx_superseded,
+                                           mfx_param, mfx_store,  mfx_op_head};
+
+/* A value the queue holds as present (val_dup keeps no pointer for zero bytes). */
+static bs_val present(bs_val v) {
+  if (!v.data) v.data = "";
+  return v;
+}
+
+/* One save (contract.md 4.1 - 4.3: effects.c). */
+static int apply_save(mem_tx *tx, bs__effects *e, const qitem *q) {
+  mem_table *t = tx_table(tx, q->table);
+  bs_save s = BS_SAVE_INIT;
+  if (!t) return BS_ENOMEM;
+  ((mem_fx *)e->ctx)->table = t->id;
+  s.table = q->table;
+  s.tag = q->tag;
+  s.before_id = present(q->before); /* qsave_copy: before_id, else after_id */
+  if (q->has_after) s.after_id = present(q->after);
+  s.rows = q->rows;
+  s.n_rows = q->nrows;
+  s.lookups = q->lks;
+  s.n_lookups = q->nlks;
+  if (q->has_data) s.stored_data = present(q->data);
+  return bs__effects_save(e, t->id, &s, NULL);
 }
 
 static int rec_cmp_rid(const void *x, const void *y) {
@@ -970,29 +881,22 @@ static int rec_cmp_rid(const void *x, const void *y) {
 
 /* Truncate (4.2): per record in replica-id byte order, REMOVEs of its memberships then
  * tombstones of its lookups; then the records go (hard delete). Drop forgets the table. */
-static int apply_truncate(mem_tx *tx, const qitem *q) {
+static int apply_truncate(mem_tx *tx, bs__effects *e, const qitem *q) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_table *t = table_find(s, q->table);
   mem_rec **list = NULL;
   size_t n = 0;
-  bs_val none = {NULL, 0};
   int rc = BS_OK;
   if (!t) return BS_OK;
+  ((mem_fx *)e->ctx)->table = t->id;
   list = bs__calloc(a, s->nrecs ? s->nrecs : 1, sizeof *list);
   if (!list) return BS_ENOMEM;
   for (size_t i = 0; i < s->nrecs; i++)
     if (s->recs[i] && s->recs[i]->table == t->id) list[n++] = s->recs[i];
   qsort(list, n, sizeof *list, rec_cmp_rid);
-  for (size_t i = 0; i < n && !rc; i++) {
-    char sk[BS_SUBKEY_SIZE];
-    bs_val skv = subkey_of(sk, t->id, list[i]->rid);
-    for (size_t k = 0; k < list[i]->nm && !rc; k++)
-      rc = tx_emit_log(tx, list[i]->m[k].bucket, BS_OP_REMOVE, list[i]->m[k].ot, list[i]->m[k].oi,
-                       skv, none, 1);
-    for (size_t k = 0; k < list[i]->nl && !rc; k++)
-      rc = tx_param(tx, list[i]->lk[k], t->id, list[i]->rid, NULL, 0);
-  }
+  for (size_t i = 0; i < n && !rc; i++)
+    rc = bs__effects_unlink(e, t->id, list[i]->rid, &list[i]->r, NULL);
   bs__free(a, list);
   if (rc) return rc;
   for (size_t i = 0; i < s->nrecs; i++)
@@ -1045,16 +949,30 @@ static int apply_cwcp(mem_tx *tx, const qitem *q) {
 
 /* Applies the whole queue inside tx. */
 static int apply_queue(mem_tx *tx, const mem_writer *w) {
+  mem_fx c = {tx, 0};
+  bs__effects e = {&mem_fx_ops,
+                   &c,
+                   ALLOC(tx->db),
+                   tx->s->m.hash,
+                   w->snapshot,
+                   tx->s->m.snapshot_done,
+                   NULL,
+                   NULL,
+                   NULL,
+                   0,
+                   0,
+                   0};
   int rc = BS_OK;
   for (size_t i = 0; i < w->nq && !rc; i++) {
     const qitem *q = &w->q[i];
     if (q->kind == Q_SAVE)
-      rc = apply_save(tx, w, q);
+      rc = apply_save(tx, &e, q);
     else if (q->kind == Q_TRUNCATE)
-      rc = apply_truncate(tx, q);
+      rc = apply_truncate(tx, &e, q);
     else
       rc = apply_cwcp(tx, q);
   }
+  bs__effects_free(&e);
   return rc;
 }
 
@@ -1083,15 +1001,16 @@ static void qitem_free(const bs_allocator *a, qitem *q) {
   val_free(a, &q->after);
   for (size_t i = 0; i < q->nrows; i++) {
     val_free(a, &q->rows[i].bucket);
-    val_free(a, &q->rows[i].ot);
-    val_free(a, &q->rows[i].oi);
+    val_free(a, &q->rows[i].object_type);
+    val_free(a, &q->rows[i].object_id);
     val_free(a, &q->rows[i].data);
   }
   bs__free(a, q->rows);
   for (size_t i = 0; i < q->nlks; i++) {
+    bs_val *ps = (bs_val *)q->lks[i].params; /* qsave_copy's */
     val_free(a, &q->lks[i].key);
-    for (size_t k = 0; k < q->lks[i].n; k++) val_free(a, &q->lks[i].params[k]);
-    bs__free(a, q->lks[i].params);
+    for (size_t k = 0; k < q->lks[i].n_params; k++) val_free(a, &ps[k]);
+    bs__free(a, ps);
   }
   bs__free(a, q->lks);
   val_free(a, &q->data);
@@ -1120,8 +1039,9 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
     for (size_t i = 0; i < c->n_rows; i++) {
       const bs_row *r = &c->rows[i];
       q->nrows = i + 1;
-      if (val_dup(a, r->bucket, &q->rows[i].bucket) || val_dup(a, r->object_type, &q->rows[i].ot) ||
-          val_dup(a, r->object_id, &q->rows[i].oi) || val_dup(a, r->data, &q->rows[i].data))
+      if (val_dup(a, r->bucket, &q->rows[i].bucket) ||
+          val_dup(a, r->object_type, &q->rows[i].object_type) ||
+          val_dup(a, r->object_id, &q->rows[i].object_id) || val_dup(a, r->data, &q->rows[i].data))
         goto nomem;
     }
   }
@@ -1130,15 +1050,14 @@ static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
     if (!q->lks) goto nomem;
     for (size_t i = 0; i < c->n_lookups; i++) {
       const bs_lookup *l = &c->lookups[i];
+      bs_val *ps = NULL;
       q->nlks = i + 1;
       if (val_dup(a, l->key, &q->lks[i].key)) goto nomem;
-      if (l->n_params) {
-        q->lks[i].params = bs__calloc(a, l->n_params, sizeof(bs_val));
-        if (!q->lks[i].params) goto nomem;
-      }
+      if (l->n_params && !(ps = bs__calloc(a, l->n_params, sizeof(bs_val)))) goto nomem;
+      q->lks[i].params = ps;
       for (size_t k = 0; k < l->n_params; k++) {
-        q->lks[i].n = k + 1;
-        if (val_dup(a, l->params[k], &q->lks[i].params[k])) goto nomem;
+        q->lks[i].n_params = k + 1;
+        if (val_dup(a, l->params[k], &ps[k])) goto nomem;
       }
     }
   }
@@ -1322,7 +1241,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   for (size_t i = 0; i < s->nsoftq; i++) {
     const mem_soft *e = &s->softq[i];
     long at = e->mark <= c ? rec_find(s, e->table, e->rid) : -1;
-    if (at >= 0 && s->recs[at]->soft && s->recs[at]->mark <= c &&
+    if (at >= 0 && s->recs[at]->r.soft && s->recs[at]->r.mark <= c &&
         (rc = tx_rec_set(tx, (size_t)at, NULL)))
       return rc;
   }
@@ -1436,10 +1355,10 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   }
   t = table_find(s, table);
   idx = t ? rec_find(s, t->id, rid) : -1;
-  if (idx >= 0 && !s->recs[idx]->soft) {
+  if (idx >= 0 && !s->recs[idx]->r.soft) {
     found = 1;
-    has_data = s->recs[idx]->has_data;
-    if (has_data && val_dup(ALLOC(db), s->recs[idx]->data, &data)) rc = BS_ENOMEM;
+    has_data = s->recs[idx]->r.has_data;
+    if (has_data && val_dup(ALLOC(db), s->recs[idx]->r.data, &data)) rc = BS_ENOMEM;
   }
   tx_rollback(&tx);
   unlock(db);
@@ -2350,12 +2269,17 @@ static int defrag_bucket(mem_tx *tx, size_t bi, uint64_t h, double ratio, uint64
   for (size_t i = 0; i < s->nrecs; i++) {
     const mem_rec *r = s->recs[i];
     char sk[BS_SUBKEY_SIZE];
-    for (size_t j = 0; r && j < r->nm; j++) {
-      bs_op row = {
-          0, BS_OP_PUT, 0, 0, r->m[j].ot, r->m[j].oi, subkey_of(sk, r->table, r->rid), {NULL, 0}};
+    for (size_t j = 0; r && j < r->r.nm; j++) {
+      bs_op row = {0,
+                   BS_OP_PUT,
+                   0,
+                   0,
+                   r->r.m[j].object_type,
+                   r->r.m[j].object_id,
+                   subkey_of(sk, r->table, r->rid),
+                   {NULL, 0}};
       uint64_t latest;
-      if (bs__val_eq(r->m[j].bucket, b->name) && bs__seen_find(&seen, &row, &latest) &&
-          latest <= h && nlive < n)
+      if (r->r.m[j].bucket == bi && bs__seen_find(&seen, &row, &latest) && latest <= h && nlive < n)
         live[nlive++] = latest;
     }
   }
@@ -2363,9 +2287,11 @@ static int defrag_bucket(mem_tx *tx, size_t bi, uint64_t h, double ratio, uint64
   if (!bs__compact_defrag_due(nlive, n, ratio)) goto out;
   qsort(live, nlive, sizeof *live, u64_cmp);
   for (size_t i = 0; i < nlive && !rc; i++) {
-    mem_op o = b->ops[op_index(b, live[i])]; /* by value: tx_emit may move b->ops */
-    rc = tx_emit(tx, b->name, BS_OP_PUT, o.ot, o.oi, o.sk, o.data);
-    if (!rc) rc = tx_sup(tx, bi, o.id, b->ops[b->n - 1].id);
+    mem_op o = b->ops[op_index(b, live[i])]; /* by value: tx_append may move b->ops */
+    bs_op op = {0, BS_OP_PUT, o.checksum, 0, o.ot, o.oi, o.sk, o.data};
+    uint64_t id;
+    rc = tx_append(tx, bi, &op, &id);
+    if (!rc) rc = tx_sup(tx, bi, o.id, id);
   }
   if (!rc) *emitted += nlive;
 out:
@@ -2931,15 +2857,15 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     if (rec_find(s, r->table, r->rid) != (long)i)
       problem(v, "stream %u: source record in table %u duplicate or not indexed", (unsigned)s->id,
               (unsigned)r->table);
-    if (r->soft && (r->nm || r->nl || r->has_data))
+    if (r->r.soft && (r->r.nm || r->r.nl || r->r.has_data))
       problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
-    for (size_t j = 0; r->soft && j < s->nsoftq && !queued; j++)
-      queued = s->softq[j].table == r->table && s->softq[j].mark == r->mark &&
+    for (size_t j = 0; r->r.soft && j < s->nsoftq && !queued; j++)
+      queued = s->softq[j].table == r->table && s->softq[j].mark == r->r.mark &&
                bs__val_eq(s->softq[j].rid, r->rid);
-    if (r->soft && !queued)
+    if (r->r.soft && !queued)
       problem(v, "stream %u: soft-deleted record not queued for its purge", (unsigned)s->id);
-    for (size_t j = 0; j < r->nm; j++)
-      if (!bucket_find(s, r->m[j].bucket, NULL))
+    for (size_t j = 0; j < r->r.nm; j++)
+      if (r->r.m[j].bucket >= s->nbuckets)
         problem(v, "stream %u: source record names a missing bucket", (unsigned)s->id);
   }
 }

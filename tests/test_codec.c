@@ -760,6 +760,170 @@ static void test_change_record(void **state) {
   free(k.mv_data);
 }
 
+/* ---- source records ---- */
+
+/* flags 2 (data) | 1 member | 1 lookup | mark 0 | bucket 0x0102, op 0x0304, "t", "" | "" | "{}" */
+static const unsigned char srec_golden[] = {
+    2,    1,    0,   0,  0,   1, 0, 0, 0,    0,    0, 0, 0, 0, 0, 0,
+    0, /* flags, n members, n keys, mark */
+    0x02, 0x01, 0,   0,  0,   0, 0, 0, 0x04, 0x03, 0, 0, 0, 0, 0, 0, /* bucket id, op id */
+    1,    0,    0,   0,  't',                                        /* ot len, oi len, "t", "" */
+    0,    0,    '{', '}'};                                           /* lookup "", data */
+
+/* Encodes r, checks the size, decodes an exact copy and compares every field. */
+static MDB_val srec_round_trip(const bs__srec *r) {
+  size_t n = bs__lmdb_srec_size(r);
+  unsigned char *buf = malloc(n);
+  bs__member m[300];
+  bs_val lk[8];
+  bs__srec back;
+  MDB_val v;
+  assert_non_null(buf);
+  bs__lmdb_srec_encode(buf, r);
+  v = exact(buf, n);
+  free(buf);
+  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_OK);
+  assert_true(back.exists);
+  assert_int_equal(back.soft, r->soft);
+  assert_int_equal(back.mark, r->mark);
+  assert_int_equal(back.has_data, r->has_data);
+  assert_int_equal(back.nm, r->nm);
+  assert_int_equal(back.nl, r->nl);
+  assert_true(back.nm <= 300 && back.nl <= 8);
+  assert_int_equal(bs__lmdb_srec_decode(&v, &back, m, lk), BS_OK);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    assert_int_equal(back.m[i].bucket, r->m[i].bucket);
+    assert_int_equal(back.m[i].op, r->m[i].op);
+    val_eq(back.m[i].object_type, r->m[i].object_type);
+    val_eq(back.m[i].object_id, r->m[i].object_id);
+  }
+  for (uint32_t i = 0; i < r->nl; i++) val_eq(back.lk[i], r->lk[i]);
+  if (r->has_data) val_eq(back.data, r->data);
+  return v;
+}
+
+static int count_member(uint64_t bucket, uint64_t op, void *payload) {
+  uint64_t *seen = payload;
+  seen[0]++;
+  seen[1] += bucket;
+  seen[2] += op;
+  return seen[0] == seen[3] ? BS_ENOMEM : BS_OK; /* seen[3]: stop at that member */
+}
+
+static void test_srec_golden(void **state) {
+  bs__member m = {0x0102, 0x0304, V("t"), V("")};
+  bs_val lk = V("");
+  bs__srec r = {1, 0, 0, &m, 1, &lk, 1, 1, V("{}")};
+  uint64_t seen[4] = {0, 0, 0, 0};
+  unsigned char buf[sizeof srec_golden];
+  MDB_val v;
+  (void)state;
+  assert_int_equal(bs__lmdb_srec_size(&r), sizeof srec_golden);
+  bs__lmdb_srec_encode(buf, &r);
+  assert_memory_equal(buf, srec_golden, sizeof srec_golden);
+  v = srec_round_trip(&r);
+  assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_OK);
+  assert_int_equal(seen[0], 1);
+  assert_int_equal(seen[1], 0x0102);
+  assert_int_equal(seen[2], 0x0304);
+  free(v.mv_data);
+}
+
+static void test_srec_edges(void **state) {
+  static bs__member m[300];
+  static char big[BS_MAX_OBJECT_NAME], key[BS_MAX_LOOKUP_KEY];
+  bs_val lk[4] = {V(""), V("\xc3\xa9"), V("1"), V("1.0")};
+  bs__srec none = {0}, soft = {0}, empty_data = {0}, r = {0};
+  uint64_t seen[4] = {0, 0, 0, 2};
+  MDB_val v;
+  (void)state;
+  memset(big, 0xff, sizeof big);
+  memset(key, 'k', sizeof key);
+  /* nothing at all; a soft-deleted record's mark; data present but empty */
+  none.exists = 1;
+  v = srec_round_trip(&none);
+  assert_int_equal(v.mv_size, BS_SREC_FIXED);
+  free(v.mv_data);
+  soft.exists = soft.soft = 1;
+  soft.mark = UINT64_C(0x7fffffffffffffff);
+  free(srec_round_trip(&soft).mv_data);
+  empty_data.exists = empty_data.has_data = 1;
+  empty_data.data = V("");
+  v = srec_round_trip(&empty_data);
+  assert_int_equal(v.mv_size, BS_SREC_FIXED);
+  free(v.mv_data);
+  /* maximum lengths, non-ASCII bytes, empty ids, many members */
+  for (uint32_t i = 0; i < 300; i++) {
+    m[i].bucket = UINT64_MAX - i;
+    m[i].op = i;
+    m[i].object_type = i % 3 ? V("t\xc3\xa9") : (bs_val){big, sizeof big};
+    m[i].object_id = i % 2 ? V("") : (bs_val){big, i};
+  }
+  r.exists = r.has_data = 1;
+  r.m = m;
+  r.nm = 300;
+  lk[3] = (bs_val){key, sizeof key};
+  r.lk = lk;
+  r.nl = 4;
+  r.data = V("\x00\xff");
+  v = srec_round_trip(&r);
+  /* the iterator stops at fn's non-zero return and returns it */
+  assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ENOMEM);
+  assert_int_equal(seen[0], 2);
+  assert_int_equal(seen[1], UINT64_MAX + (UINT64_MAX - 1));
+  free(v.mv_data);
+}
+
+/* Every prefix of a record without data, the record plus one byte, unknown flags and counts
+ * that cannot fit: BS_ECORRUPT from the decoder and the iterator alike. */
+static void test_srec_malformed(void **state) {
+  bs__member m[2] = {{1, 2, V("type"), V("id")}, {3, 4, V(""), V("x")}}, mm[2];
+  bs_val lk[2] = {V("k"), V("")}, lkb[2];
+  bs__srec r = {1, 0, 0, m, 2, lk, 2, 0, {NULL, 0}}, back;
+  unsigned char buf[128];
+  size_t n = bs__lmdb_srec_size(&r);
+  uint64_t seen[4] = {0, 0, 0, 99};
+  MDB_val v;
+  (void)state;
+  assert_true(n + 1 <= sizeof buf);
+  bs__lmdb_srec_encode(buf, &r);
+  buf[n] = 0;
+  for (size_t len = 0; len <= n + 1; len++) {
+    int want = len == n ? BS_OK : BS_ECORRUPT, rc;
+    v = exact(buf, len);
+    rc = bs__lmdb_srec_head(&v, &back);
+    if (rc == BS_OK) rc = bs__lmdb_srec_decode(&v, &back, mm, lkb);
+    assert_int_equal(rc, want);
+    assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), want);
+    free(v.mv_data);
+  }
+  /* with the data flag the rest is data: only a cut into the lookups is refused */
+  buf[0] = 2;
+  v = exact(buf, n - 1);
+  assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
+  free(v.mv_data);
+  v = exact(buf, n + 1);
+  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_OK);
+  assert_int_equal(bs__lmdb_srec_decode(&v, &back, mm, lkb), BS_OK);
+  val_eq(back.data, (bs_val){"", 1});
+  free(v.mv_data);
+  buf[0] = 4; /* no such flag */
+  v = exact(buf, n);
+  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
+  free(v.mv_data);
+  buf[0] = 0;
+  bs__put_u32le(buf + 1, UINT32_MAX); /* members that cannot fit */
+  v = exact(buf, n);
+  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
+  free(v.mv_data);
+  bs__put_u32le(buf + 1, 2);
+  bs__put_u32le(buf + 5, 3); /* one lookup more than there is */
+  v = exact(buf, n);
+  assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
+  free(v.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -774,6 +938,9 @@ int main(void) {
       cmocka_unit_test(test_stream_record),
       cmocka_unit_test(test_table_entry),
       cmocka_unit_test(test_change_record),
+      cmocka_unit_test(test_srec_golden),
+      cmocka_unit_test(test_srec_edges),
+      cmocka_unit_test(test_srec_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
