@@ -476,6 +476,17 @@ class ManagedRequest(NamedTuple):
     requested_at_ms: int = 0  # 0 = now
 
 
+class Record(NamedTuple):
+    """One stored record of a database file, as bs_db_export hands it out and load takes it:
+    table (the backend's table, e.g. "ops"), stream (0: a record of the whole database), and
+    the key and value bytes exactly as stored (the on-disk format, docs/format.md)."""
+
+    table: str
+    stream: int
+    key: bytes
+    value: bytes
+
+
 def _stats(s: F.bs_compact_stats) -> CompactStats:
     return CompactStats(*(getattr(s, n) for n, _ in F.bs_compact_stats._fields_))
 
@@ -657,6 +668,31 @@ class _Guard:
                 o._cv.notify_all()
 
 
+Path = Union[str, bytes, "os.PathLike[str]"]
+
+
+def _path(path: Any, name: str) -> bytes:
+    """A file path (str, bytes or os.PathLike) as the C string the library takes."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    return _cstr(path, name)
+
+
+def _backup_options(trap: _Trap, progress: Optional[Callable[[int], Any]],
+                    replace: bool = False) -> F.bs_backup_options:
+    """bs_backup_options for backup and load: progress(records) runs through trap, and a
+    truthy return cancels (CanceledError). The allocator stays NULL: load allocates with libc,
+    backup with the database's."""
+    o = F.bs_backup_options(F.BS_BACKUP_OPTIONS_VERSION,
+                            F.BS_BACKUP_REPLACE if _bool(replace, "replace") else 0)
+    if progress is not None:
+        if not callable(progress):
+            raise TypeError("progress: expected a callable")
+        pf = progress
+        o.progress = F.BACKUP_PROGRESS_FN(lambda n, x: trap.call(lambda: 1 if pf(n) else 0))
+    return o
+
+
 def _open_options(
     nosync: bool, readonly: bool, map_size: Optional[int], cache_entries: Optional[int]
 ) -> F.bs_open_options:
@@ -672,7 +708,7 @@ def _open_options(
 
 
 def open(
-    path: Union[str, bytes, "os.PathLike[str]"],
+    path: Path,
     *,
     nosync: bool = False,
     readonly: bool = False,
@@ -681,10 +717,8 @@ def open(
 ) -> "Database":
     """Opens (creating if missing) the database file at path. nosync: no fsync at commit;
     cache_entries: checksum-cache size (None = the library's default, 0 = no cache)."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
     o = _open_options(nosync, readonly, map_size, cache_entries)
-    return Database(_cstr(path, "path"), o)
+    return Database(_path(path, "path"), o)
 
 
 def open_memory(*, cache_entries: Optional[int] = None) -> "Database":
@@ -708,6 +742,7 @@ class Database(_Handle):
         _check(rc, err)
         self._h = h.value
         self._listener: Any = None
+        self._exports: "set[_Export]" = set()
 
     def _c_close(self, h: int) -> None:
         lib.bs_close(h)
@@ -773,6 +808,64 @@ class Database(_Handle):
         _check(rc, err)
         return problems
 
+    def backup(self, path: Path, *, replace: bool = False,
+               progress: Optional[Callable[[int], Any]] = None) -> None:
+        """Writes a consistent, compacted, verified copy of every stream (one read snapshot) to
+        a new file at path; writers and readers keep running. replace: replace a file at path
+        (else StateError). progress(records) runs with 0 once the snapshot is taken, then after
+        each batch written; a truthy return cancels (CanceledError), an exception stops the
+        call and is re-raised, only read calls are allowed in it. On any failure nothing is
+        left at path. The memory backend raises UnsupportedError."""
+        if _in_callback():
+            raise StateError(F.BS_ESTATE, "cannot back up inside a callback")
+        trap = _Trap(user=True)
+        o = _backup_options(trap, progress, replace)
+        b = _path(path, "path")
+        err = F.bs_error()
+        with self._guard() as h:
+            rc = lib.bs_backup(h, b, byref(o), byref(err))
+        trap.raise_pending()
+        _check(rc, err)
+
+    def export(self, stream: int = 0) -> Iterator[Record]:
+        """Every record of the database (stream 0) or of one stream and the database-wide
+        ones, table by table in key order, from one read snapshot: what load() builds a file
+        from. The records are read in a thread of the binding and handed over in bounded
+        batches, so the database is never held in memory; the snapshot lives until the
+        iterator is exhausted or closed (closing the database closes it; an abandoned one
+        pins old pages until it is collected). While it is open, do not write to this
+        database from the thread that consumes it: a write that must grow the map waits
+        until the snapshot ends. The memory backend raises UnsupportedError."""
+        return self._export(_int(stream, "stream", 0, U32))
+
+    def _export(self, stream: int) -> Iterator[Record]:
+        x = _Export()
+        t = threading.Thread(target=x.run, args=(self, stream), name="bucketstore-export",
+                             daemon=True)
+        with self._cv:
+            self._exports.add(x)
+        t.start()
+        try:
+            while True:
+                batch = x.take()
+                if batch is None:
+                    break
+                yield from batch
+            x.finish()
+        finally:
+            x.stop()
+            t.join()
+            with self._cv:
+                self._exports.discard(x)
+
+    def close(self) -> None:
+        if not _in_callback():  # (else _Handle.close refuses)
+            with self._cv:
+                exports = list(self._exports)
+            for x in exports:  # their threads stop at their next record (_Export.run)
+                x.stop(closed=True)
+        super().close()
+
     def set_checkpoint_listener(self, fn: Optional[Callable[[int, int], None]]) -> None:
         """fn(stream_id, checkpoint) runs after every checkpoint this process commits on the
         database, in the committing thread; None unregisters. It may call read functions only;
@@ -789,6 +882,138 @@ class Database(_Handle):
         if rc != 0:
             raise _error(rc)
         self._listener = cfn  # kept alive while registered
+
+
+class _Export:
+    """One export: run() calls bs_db_export in its own thread and hands the records over in
+    batches (bounded by _EXPORT_RECORDS and _EXPORT_BYTES) through one slot; take() returns
+    the next batch, None at the end. At most three batches exist at a time: the consumer's,
+    the slot's and the one being filled."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition(threading.Lock())
+        self.slot: Optional[List[Record]] = None
+        self.done = False
+        self.stopped = False  # the consumer went away (or the database is closing)
+        self.closed = False  # stopped by Database.close
+        self.rc = 0
+        self.err = F.bs_error()
+        self.trap = _Trap()
+
+    def run(self, db: "Database", stream: int) -> None:
+        batch: List[Record] = []
+        size = 0
+
+        def one(p: Any, _: Any) -> int:
+            nonlocal batch, size
+            if self.stopped:
+                return F.BS_ECANCELED
+            r = p[0]
+            k, v = r.key, r.value
+            rec = Record(r.table.decode("utf-8", "surrogateescape"), r.stream,
+                         string_at(k.data, k.size), string_at(v.data, v.size) if v.size else b"")
+            batch.append(rec)
+            size += k.size + v.size
+            if len(batch) >= _EXPORT_RECORDS or size >= _EXPORT_BYTES:
+                if not self.hand(batch):
+                    return F.BS_ECANCELED
+                batch, size = [], 0
+            return 0
+
+        rc = F.BS_ECANCELED
+        try:
+            fn = F.EXPORT_FN(lambda p, x: self.trap.call(one, p, x))
+            with db._guard() as h:
+                rc = lib.bs_db_export(h, stream, fn, None, byref(self.err))
+            if rc == 0 and batch:
+                self.hand(batch)
+        except BaseException as e:  # noqa: B902 - StateError (closed), MemoryError: the consumer's
+            self.trap.exc = self.trap.exc or e
+        finally:
+            with self.cv:
+                self.rc, self.done = rc, True
+                self.cv.notify_all()
+
+    def hand(self, batch: List[Record]) -> bool:
+        with self.cv:
+            while self.slot is not None and not self.stopped:
+                self.cv.wait()
+            if self.stopped:
+                return False
+            self.slot = batch
+            self.cv.notify_all()
+            return True
+
+    def take(self) -> Optional[List[Record]]:
+        with self.cv:
+            while self.slot is None and not self.done:
+                self.cv.wait()
+            batch, self.slot = self.slot, None
+            self.cv.notify_all()
+            return batch
+
+    def finish(self) -> None:
+        """After the last batch: the producer's failure, if any, as an exception."""
+        if self.closed:
+            raise StateError(F.BS_ESTATE, "the database was closed during the export")
+        self.trap.raise_pending()
+        _check(self.rc, self.err)
+
+    def stop(self, closed: bool = False) -> None:
+        with self.cv:
+            self.closed = self.closed or (closed and not self.done)
+            self.stopped = True
+            self.cv.notify_all()
+
+
+_EXPORT_RECORDS = 1000
+_EXPORT_BYTES = 1 << 20
+
+
+def load(path: Path, records: Iterable[Union[Record, Tuple[Bytes, int, Bytes, Bytes]]], *,
+         progress: Optional[Callable[[int], Any]] = None) -> None:
+    """Creates a new database file at path from records (those of Database.export, or
+    (table, stream, key, value) tuples), read one at a time from any iterable. The file is
+    written beside path, verified and only then moved into place: the same records give the
+    same database, record for record. A file at path is refused (StateError: load never
+    replaces); records without the format record, of an unknown table or another format
+    raise CorruptError. progress(records) runs after each batch written; a truthy return
+    cancels (CanceledError); an exception from it or from the iterable stops the call and is
+    re-raised. On any failure nothing is left at path."""
+    b = _path(path, "path")
+    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+        raise TypeError(f"records: expected an iterable of records, got {type(records).__name__}")
+    it = iter(records)
+    trap = _Trap()
+    o = _backup_options(trap, progress)
+    held: List[Any] = []  # the current record's buffers: borrowed by C until the next call
+    n = 0
+
+    def one(p: Any) -> int:
+        nonlocal n
+        held.clear()
+        try:
+            r = next(it)
+        except StopIteration:
+            return 0
+        where = f"records[{n}]"
+        n += 1
+        try:
+            table, stream, key, value = r
+        except (TypeError, ValueError):
+            raise TypeError(f"{where}: expected (table, stream, key, value)") from None
+        rec = F.record_in(_cstr(table, f"{where}.table"), _int(stream, f"{where}.stream", 0, U32),
+                          _val(key, f"{where}.key"), _val(value, f"{where}.value"))
+        held.append(rec)
+        ctypes.memmove(ctypes.addressof(p.contents), ctypes.addressof(rec), ctypes.sizeof(rec))
+        return 1
+
+    fn = F.LOAD_FN(lambda p, x: trap.call(one, p))
+    err = F.bs_error()
+    rc = lib.bs_load(b, fn, None, byref(o), byref(err))
+    held.clear()
+    trap.raise_pending()
+    _check(rc, err)
 
 
 class Storage(_Handle):

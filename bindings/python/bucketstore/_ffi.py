@@ -129,6 +129,8 @@ BS_BLOCKED_NONE = 0
 BS_BLOCKED_SNAPSHOT = 1
 BS_BLOCKED_NO_CHECKPOINT_BEFORE = 2
 BS_BLOCKED_CHECKPOINT_LSN = 3
+BS_BACKUP_REPLACE = 1
+BS_BACKUP_OPTIONS_VERSION = 1
 BS_VERSION_MAJOR = 0
 CONSTANTS = {k: v for k, v in globals().items() if k.startswith("BS_")}
 MAX_LSN = BS_MAX_LSN
@@ -394,6 +396,27 @@ class bs_stat(Structure):
     ]
 
 
+class bs_record(Structure):  # output of bs_db_export (borrowed)
+    _fields_ = [("table", c_char_p), ("stream", c_uint32), ("key", bs_val), ("value", bs_val)]
+
+
+class record_in(Structure):  # bs_record filled in by Python for bs_load
+    _fields_ = [("table", c_char_p), ("stream", c_uint32), ("key", val_in), ("value", val_in)]
+
+
+BACKUP_PROGRESS_FN = CFUNCTYPE(c_int, c_uint64, c_void_p)
+
+
+class bs_backup_options(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("flags", c_uint),
+        ("progress", BACKUP_PROGRESS_FN),
+        ("progress_payload", c_void_p),
+        ("allocator", c_void_p),
+    ]
+
+
 # (C type name, mirror): what tests/test_layout.py compares with the compiled header.
 STRUCTS = [
     ("bs_val", bs_val),
@@ -424,6 +447,9 @@ STRUCTS = [
     ("bs_compact_options", bs_compact_options),
     ("bs_status", bs_status),
     ("bs_stat", bs_stat),
+    ("bs_record", bs_record),
+    ("bs_record", record_in),
+    ("bs_backup_options", bs_backup_options),
 ]
 
 # ---- Callbacks and prototypes -------------------------------------------------------------
@@ -436,6 +462,8 @@ BUCKET_FN = CFUNCTYPE(c_int, POINTER(bs_bucket_info), c_void_p)
 CHANGES_FN = CFUNCTYPE(c_int, POINTER(bs_checkpoint_changes), c_void_p)
 PARAMS_FN = CFUNCTYPE(c_int, POINTER(bs_val), c_void_p)
 VERIFY_FN = CFUNCTYPE(None, c_char_p, c_void_p)
+EXPORT_FN = CFUNCTYPE(c_int, POINTER(bs_record), c_void_p)
+LOAD_FN = CFUNCTYPE(c_int, POINTER(record_in), c_void_p)
 
 H = c_void_p  # an opaque handle
 E = POINTER(bs_error)
@@ -499,6 +527,9 @@ _PROTOS = {
     "bs_terminate": (c_int, [H, c_int, E]),
     "bs_db_stat": (c_int, [H, P(bs_stat), E]),
     "bs_db_verify": (c_int, [H, VERIFY_FN, c_void_p, P(u64), E]),
+    "bs_backup": (c_int, [H, c_char_p, P(bs_backup_options), E]),
+    "bs_db_export": (c_int, [H, c_uint32, EXPORT_FN, c_void_p, E]),
+    "bs_load": (c_int, [c_char_p, LOAD_FN, c_void_p, P(bs_backup_options), E]),
 }
 
 for _name, (_res, _args) in _PROTOS.items():

@@ -43,3 +43,20 @@ def test_misuse_is_reported(cache, tmp_path):
     assert r.returncode == 1
     assert "bad.py:3: error: Incompatible return value" in r.stdout
     assert "bad.py:5: error: Argument 1" in r.stdout
+
+
+def test_backup_export_load_hints(cache, tmp_path):
+    use = tmp_path / "use.py"
+    use.write_text("import bucketstore as bs\n"
+                   "def f(db: bs.Database) -> int:\n"
+                   "    db.backup('copy.bsdb', replace=True, progress=lambda n: n > 10)\n"
+                   "    bs.load(b'new.bsdb', db.export(1), progress=print)\n"
+                   "    bs.load('one.bsdb', [('meta', 0, b'format', b'1'),\n"
+                   "                         bs.Record('ops', 1, b'k', b'')])\n"
+                   "    return sum(len(r.key) + len(r.value) + r.stream for r in db.export())\n"
+                   "def g(db: bs.Database) -> str:\n"
+                   "    return next(db.export()).key\n")
+    r = mypy(cache, use)
+    assert r.returncode == 1
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "use.py:9: error: Incompatible return value" in errors[0], r.stdout
