@@ -290,15 +290,8 @@ void bs__cksum_cache_note_checkpoint(bs__cksum_cache *c, uint32_t stream, uint64
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   k = known_find(c, stream);
-  if (!k && c->n_known == c->cap_known) {
-    size_t cap = c->cap_known ? 2 * c->cap_known : 8;
-    known_cp *p = bs__realloc(&c->alloc, c->known, cap * sizeof *p);
-    if (p) { /* on failure the checkpoint is simply not remembered: less caching */
-      c->known = p;
-      c->cap_known = cap;
-    }
-  }
-  if (!k && c->n_known < c->cap_known) {
+  /* on failure the checkpoint is simply not remembered: less caching */
+  if (!k && BS_GROW(&c->alloc, c->known, c->cap_known, c->n_known + 1) == BS_OK) {
     k = &c->known[c->n_known++];
     k->stream = stream;
     k->checkpoint = 0;
@@ -369,13 +362,7 @@ static void cache_put(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t
       return;
     }
   }
-  if (g->n == g->cap) {
-    size_t cap = g->cap ? 2 * g->cap : 4;
-    cache_entry **p = bs__realloc(&c->alloc, g->entries, cap * sizeof *p);
-    if (!p) goto fail;
-    g->entries = p;
-    g->cap = cap;
-  }
+  if (BS_GROW(&c->alloc, g->entries, g->cap, g->n + 1)) goto fail;
   e = bs__calloc(&c->alloc, 1, sizeof *e);
   if (!e) goto fail;
   e->group = g;

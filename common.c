@@ -1,9 +1,10 @@
 /*
  * common.c: the common layer, below the front (storage.c) and every backend, which all use it
- * and which uses none of them: status strings and bs__fail, the allocator, the one wall clock
- * and the one hash table. (The database base is storage_backend.h's struct bs_db; its front
- * state, the checksum cache and checkpoint notification, is storage.c's.) `make layercheck` fails when a backend's object uses a symbol of storage.o, so
- * the front and the backends cannot import each other again.
+ * and which uses none of them: status strings and bs__fail, the allocator and the growth rule of
+ * arrays, the one wall clock and the one hash table. (The database base is storage_backend.h's
+ * struct bs_db; its front state, the checksum cache and checkpoint notification, is storage.c's.)
+ * `make layercheck` fails when a backend's object uses a symbol of storage.o, so the front and
+ * the backends cannot import each other again.
  */
 #include "internal.h"
 
@@ -106,6 +107,21 @@ void *bs__realloc(const bs_allocator *a, void *p, size_t n) {
 
 void bs__free(const bs_allocator *a, void *p) {
   if (p) a->free_fn(a->opaque, p);
+}
+
+int bs__grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t elem) {
+  size_t nc;
+  void *p;
+  if (need <= *cap) return BS_OK;
+  nc = *cap ? *cap : 8;
+  while (nc < need) {
+    if (nc > SIZE_MAX / 2 / elem) return BS_ENOMEM;
+    nc *= 2;
+  }
+  if (!(p = bs__realloc(a, *arr, nc * elem))) return BS_ENOMEM;
+  *arr = p;
+  *cap = nc;
+  return BS_OK;
 }
 
 /* ---- The hash table -------------------------------------------------------------------------- */

@@ -56,6 +56,11 @@ extern const bs_allocator bs__default_allocator;
 /* The allocator of a db opened with opts: opts->allocator when set, else the default (the
  * constructors' one rule; the front has checked that all three functions or none are set). */
 const bs_allocator *bs__open_allocator(const bs_open_options *opts);
+/* The one growth rule of arrays: *arr (of *cap elements of elem bytes) gets room for need
+ * elements, the capacity doubling from at least 8; BS_ENOMEM (nothing changed) on overflow or
+ * failure. BS_GROW(a, arr, cap, need) for a typed array arr. */
+int bs__grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t elem);
+#define BS_GROW(a, arr, cap, need) bs__grow((a), (void **)&(arr), &(cap), (need), sizeof *(arr))
 
 /* ---- Byte-order helpers (keys are big-endian so memcmp order is numeric order) ---- */
 static inline void bs__put_u32be(unsigned char *p, uint32_t v) {

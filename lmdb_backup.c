@@ -277,13 +277,7 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
     int rc = target_flush(t, err);
     if (rc) return rc;
   }
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 1024;
-    entry *ne = bs__realloc(t->a, t->e, cap * sizeof *ne);
-    if (!ne) return bs__fail(err, BS_ENOMEM, "record batch");
-    t->e = ne;
-    t->cap = cap;
-  }
+  if (BS_GROW(t->a, t->e, t->cap, t->n + 1)) return bs__fail(err, BS_ENOMEM, "record batch");
   if (t->used + need > t->arena_cap) {
     size_t cap = t->arena_cap ? t->arena_cap : 1u << 20;
     unsigned char *na;

@@ -208,13 +208,8 @@ typedef struct data_read {
 } data_read;
 
 static int ops_grow(data_read *r, bs_error *err) {
-  size_t cap = r->cap ? r->cap * 2 : 256;
-  bs_op *p;
-  if (cap > SIZE_MAX / sizeof *p) return bs__fail(err, BS_ENOMEM, "bucket data: op array");
-  p = bs__realloc(r->a, r->ops, cap * sizeof *p);
-  if (!p) return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", cap);
-  r->ops = p;
-  r->cap = cap;
+  if (BS_GROW(r->a, r->ops, r->cap, r->cap + 1))
+    return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", r->cap + 1);
   return BS_OK;
 }
 
@@ -465,14 +460,8 @@ static int val_set_add(val_set *s, const bs_allocator *a, bs_val v) {
   bs__hprobe p = bs__htab_probe(&s->idx, h);
   for (uintptr_t i; (i = bs__htab_next(&p));)
     if (bs__val_eq(s->items[i - 1], v)) return BS_OK;
-  if (s->n == s->items_cap) {
-    size_t cap = s->items_cap ? s->items_cap * 2 : 32;
-    bs_val *q = bs__realloc(a, s->items, cap * sizeof *q);
-    if (!q) return BS_ENOMEM;
-    s->items = q;
-    s->items_cap = cap;
-  }
-  if (bs__htab_add(&s->idx, a, h, s->n + 1)) return BS_ENOMEM;
+  if (BS_GROW(a, s->items, s->items_cap, s->n + 1) || bs__htab_add(&s->idx, a, h, s->n + 1))
+    return BS_ENOMEM;
   s->items[s->n++] = v;
   return BS_OK;
 }

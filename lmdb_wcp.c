@@ -205,15 +205,9 @@ int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     if (k.mv_size < 1 || ((const unsigned char *)k.mv_data)[0] != 'P') break;
-    if (used + 2 + k.mv_size > cap) {
-      size_t ncap = (cap ? cap * 2 : 1024) + k.mv_size;
-      unsigned char *p = (unsigned char *)bs__realloc(a, users, ncap);
-      if (!p) {
-        rc = bs__fail(err, BS_ENOMEM, "write checkpoint: out of memory");
-        goto fail;
-      }
-      users = p;
-      cap = ncap;
+    if (BS_GROW(a, users, cap, used + 2 + k.mv_size)) {
+      rc = bs__fail(err, BS_ENOMEM, "write checkpoint: out of memory");
+      goto fail;
     }
     bs__put_u16le(users + used, (uint32_t)k.mv_size - 1);
     memcpy(users + used + 2, (const unsigned char *)k.mv_data + 1, k.mv_size - 1);
@@ -500,13 +494,8 @@ typedef struct key_list {
 } key_list;
 
 static int key_list_add(key_list *l, const MDB_val *k, uint64_t id, bs_error *err) {
-  if (l->used + 10 + k->mv_size > l->cap) {
-    size_t cap = (l->cap ? l->cap * 2 : 1024) + k->mv_size;
-    unsigned char *p = (unsigned char *)bs__realloc(l->a, l->p, cap);
-    if (!p) return bs__fail(err, BS_ENOMEM, "write checkpoint cleanup: out of memory");
-    l->p = p;
-    l->cap = cap;
-  }
+  if (BS_GROW(l->a, l->p, l->cap, l->used + 10 + k->mv_size))
+    return bs__fail(err, BS_ENOMEM, "write checkpoint cleanup: out of memory");
   bs__put_u16le(l->p + l->used, (uint32_t)k->mv_size);
   memcpy(l->p + l->used + 2, k->mv_data, k->mv_size);
   bs__put_u64le(l->p + l->used + 2 + k->mv_size, id);

@@ -233,22 +233,7 @@ typedef struct mem_writer {
 
 /* ---- Small helpers -------------------------------------------------------------------------- */
 
-static int grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t elem) {
-  size_t nc;
-  void *p;
-  if (need <= *cap) return BS_OK;
-  nc = *cap ? *cap : 8;
-  while (nc < need) {
-    if (nc > SIZE_MAX / 2 / elem) return BS_ENOMEM;
-    nc *= 2;
-  }
-  p = bs__realloc(a, *arr, nc * elem);
-  if (!p) return BS_ENOMEM;
-  *arr = p;
-  *cap = nc;
-  return BS_OK;
-}
-#define GROW(a, arr, n, cap, need) grow((a), (void **)&(arr), &(cap), (need), sizeof *(arr))
+#define GROW(a, arr, n, cap, need) BS_GROW((a), (arr), (cap), (need))
 
 static int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
   void *p;

@@ -1,8 +1,8 @@
 /* test_common: the common layer (common.c). The one hash table (bs__htab): lookups through
  * colliding hashes and probe runs that wrap around the end of the table, the backward-shift
  * removal, a randomized run against a plain-array model (BS_SEED, printed on failure), growth
- * that fails cleanly under a failing allocator; and the constructors' allocator rule
- * (bs__open_allocator): an allocator with all three functions NULL means the default. */
+ * that fails cleanly under a failing allocator; the one growth rule of arrays (BS_GROW); and the
+ * constructors' allocator rule (bs__open_allocator): three NULL functions mean the default. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,6 +146,34 @@ static void test_grow_fails_cleanly(void **state) {
   assert_int_equal(f.live, 0);
 }
 
+/* The one growth rule: room for need, doubling from 8; a failure or an overflow changes nothing. */
+static void test_grow(void **state) {
+  ft_alloc f;
+  uint64_t *v = NULL;
+  size_t cap = 0;
+  (void)state;
+  ft_alloc_init(&f);
+  assert_int_equal(BS_GROW(&f.a, v, cap, 0), BS_OK); /* no room needed: no allocation */
+  assert_null(v);
+  assert_int_equal(BS_GROW(&f.a, v, cap, 1), BS_OK);
+  assert_int_equal(cap, 8);
+  v[7] = 7;
+  assert_int_equal(BS_GROW(&f.a, v, cap, 8), BS_OK);
+  assert_int_equal(cap, 8);
+  assert_int_equal(BS_GROW(&f.a, v, cap, 9), BS_OK);
+  assert_int_equal(cap, 16);
+  assert_int_equal(BS_GROW(&f.a, v, cap, 100), BS_OK);
+  assert_int_equal(cap, 128);
+  assert_int_equal(v[7], 7);                                        /* the contents move along */
+  assert_int_equal(BS_GROW(&f.a, v, cap, SIZE_MAX / 4), BS_ENOMEM); /* would overflow */
+  ft_alloc_arm(&f, 1, 0);
+  assert_int_equal(BS_GROW(&f.a, v, cap, 129), BS_ENOMEM);
+  assert_int_equal(cap, 128);
+  assert_int_equal(v[7], 7);
+  f.a.free_fn(f.a.opaque, v);
+  assert_int_equal(f.live, 0);
+}
+
 /* "Set all three functions or none": none is the default allocator, for every backend. */
 static void test_open_allocator_none(void **state) {
   bs_allocator none = {NULL, NULL, NULL, NULL};
@@ -168,6 +196,7 @@ int main(void) {
       cmocka_unit_test(test_wraparound),
       cmocka_unit_test(test_random_model),
       cmocka_unit_test(test_grow_fails_cleanly),
+      cmocka_unit_test(test_grow),
       cmocka_unit_test(test_open_allocator_none),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
