@@ -1,0 +1,243 @@
+/* test_planner: the compaction planner (compact.c) that both backends follow, on hand-made op
+ * sequences: the horizon, the reverse scan's MOVE and leading-run decisions with the contract's
+ * examples (contract.md 6), what a CLEAR carries, initial replication's deletions (also with a
+ * full seen-set), incremental log entries, defragmentation's threshold, parameter entries, and
+ * row identities made of edge values (empty, one byte, maximum lengths, non-ASCII, the same bytes
+ * split differently) that must never be taken for one another. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "internal.h"
+
+static bs_val str(const char *s) {
+  bs_val v = {s, strlen(s)};
+  return v;
+}
+
+static bs_op mk(uint64_t id, bs_op_type t, const char *row, uint32_t checksum, uint64_t target) {
+  bs_op op;
+  memset(&op, 0, sizeof op);
+  op.op_id = id;
+  op.type = t;
+  op.checksum = checksum;
+  op.target_op = target;
+  if (t == BS_OP_PUT || t == BS_OP_REMOVE) {
+    op.object_type = str("t");
+    op.object_id = str(row);
+    op.subkey = str("sk");
+  }
+  return op;
+}
+
+static void test_horizon(void **state) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  (void)state;
+  /* full: the checkpoint, or max_op_id (also above it), never above op_head */
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 20), 10);
+  o.max_op_id = 15;
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 20), 15);
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 12), 12);
+  o.max_op_id = 0;
+  assert_int_equal(bs__compact_horizon(&o, 0, 0, 20), 0);
+  /* incremental: the aged checkpoint, the checkpoint itself at min_age 0, max_op_id only lowers */
+  o.incremental_only = 1;
+  o.min_age_ms = 1000;
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 20), 7);
+  o.max_op_id = 15;
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 20), 7);
+  o.max_op_id = 5;
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 20), 5);
+  o.max_op_id = 0;
+  o.min_age_ms = 0;
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 20), 10);
+  assert_int_equal(bs__compact_horizon(&o, 10, 7, 3), 3);
+}
+
+/* Runs the reverse scan over ops[0..n) (ascending) and the forward fold; fills target[] (0 = kept)
+ * and returns the run length folded (0: none). */
+static size_t plan(bs__seen_set *s, const bs_op *ops, size_t n, uint64_t *target,
+                   bs__compact_scan *scan, bs__clear_acc *clear) {
+  size_t run = 0;
+  memset(scan, 0, sizeof *scan);
+  memset(clear, 0, sizeof *clear);
+  bs__seen_clear(s);
+  for (size_t k = n; k-- > 0;)
+    if (!bs__compact_scan_op(scan, s, &ops[k])) break;
+  for (size_t k = 0; k < n; k++) {
+    target[k] = 0;
+    bs__compact_superseded(s, &ops[k], &target[k]);
+  }
+  if (scan->run < BS_CLEAR_MIN_RUN) return 0;
+  while (run < n && bs__compact_in_run(&ops[run], target[run])) {
+    bs__clear_acc_add(clear, &ops[run], target[run], 10);
+    run++;
+  }
+  return run >= BS_CLEAR_MIN_RUN ? run : 0;
+}
+
+/* contract.md 6: PUT r1, PUT r2, PUT r1, REMOVE r2, PUT r3 -> ops 1 and 2 become MOVEs to 3 and 4,
+ * then fold into a CLEAR at 2 (targets 3 and 4: the CLEAR carries 4); 3, 4, 5 stay. */
+static void test_move_and_clear(void **state) {
+  bs_op ops[5] = {mk(1, BS_OP_PUT, "r1", 1, 0), mk(2, BS_OP_PUT, "r2", 2, 0),
+                  mk(3, BS_OP_PUT, "r1", 4, 0), mk(4, BS_OP_REMOVE, "r2", 8, 0),
+                  mk(5, BS_OP_PUT, "r3", 16, 0)};
+  uint64_t target[5];
+  bs__compact_scan scan;
+  bs__clear_acc clear;
+  bs__seen_set s;
+  (void)state;
+  bs__seen_init(&s, &bs__default_allocator, 1u << 20);
+  assert_int_equal(plan(&s, ops, 5, target, &scan, &clear), 2);
+  assert_int_equal(scan.max_moved, 2);
+  assert_int_equal(target[0], 3);
+  assert_int_equal(target[1], 4);
+  assert_int_equal(target[2] + target[3] + target[4], 0);
+  assert_int_equal(clear.first_op, 1);
+  assert_int_equal(clear.last_op, 2);
+  assert_int_equal(clear.checksum, 3);
+  assert_int_equal(clear.target_op, 4);
+  assert_int_equal(clear.n_folded, 2);
+  assert_int_equal(clear.n_moved, 2);
+  assert_int_equal(clear.bytes, 20);
+  /* the compacted bucket: CLEAR(2, target 4), PUT r1 3, REMOVE r2 4, PUT r3 5. A second pass
+   * folds the CLEAR with nothing (a run of one): no change */
+  ops[1] = mk(2, BS_OP_CLEAR, NULL, 3, 4);
+  assert_int_equal(plan(&s, ops + 1, 4, target, &scan, &clear), 0);
+  assert_int_equal(scan.run, 1);
+  assert_int_equal(scan.max_moved, 0);
+  /* a REMOVE above the CLEAR, then a PUT: CLEAR + REMOVE fold again; n_folded counts the REMOVE
+   * only, the span starts where the old CLEAR's did */
+  ops[2] = mk(3, BS_OP_REMOVE, "r9", 4, 0);
+  assert_int_equal(plan(&s, ops + 1, 4, target, &scan, &clear), 3);
+  assert_int_equal(clear.last_op, 4);
+  assert_int_equal(clear.n_folded, 2);
+  assert_int_equal(clear.checksum, 3 + 4 + 8);
+  assert_int_equal(clear.target_op, 4);
+  assert_int_equal(bs__clear_span_start(&clear, 1, 2), 1);
+  assert_int_equal(bs__clear_span_start(&clear, 0, 0), 2);
+  bs__seen_free(&s);
+}
+
+/* A retried transaction meets an op again: the row's latest is not superseded by itself. */
+static void test_rescan(void **state) {
+  bs_op a = mk(7, BS_OP_PUT, "r", 0, 0), b = mk(3, BS_OP_PUT, "r", 0, 0);
+  bs_op mv = mk(5, BS_OP_MOVE, NULL, 0, 7);
+  uint64_t t = 0;
+  bs__seen_set s;
+  (void)state;
+  bs__seen_init(&s, &bs__default_allocator, 1u << 20);
+  assert_false(bs__compact_plan_move(&s, &a, &t));
+  assert_false(bs__compact_plan_move(&s, &a, &t));
+  assert_true(bs__compact_plan_move(&s, &b, &t));
+  assert_int_equal(t, 7);
+  assert_false(bs__compact_plan_move(&s, &mv, &t)); /* only PUT/REMOVE move */
+  assert_false(bs__compact_superseded(&s, &a, &t));
+  bs__seen_free(&s);
+}
+
+/* Initial replication: MOVE/CLEAR residue, superseded ops and a row's latest REMOVE go; with a
+ * seen-set that can record nothing (limit 0), every PUT/REMOVE stays. */
+static void test_initial(void **state) {
+  const bs_op ops[6] = {mk(1, BS_OP_CLEAR, NULL, 0, 1), mk(2, BS_OP_PUT, "a", 0, 0),
+                        mk(3, BS_OP_PUT, "b", 0, 0),    mk(4, BS_OP_REMOVE, "a", 0, 0),
+                        mk(5, BS_OP_MOVE, NULL, 0, 6),  mk(6, BS_OP_PUT, "b", 0, 0)};
+  const int want[6] = {1, 1, 1, 1, 1, 0}, want_full[6] = {1, 0, 0, 0, 1, 0};
+  bs__seen_set s;
+  (void)state;
+  bs__seen_init(&s, &bs__default_allocator, 1u << 20);
+  for (size_t k = 6; k-- > 0;) assert_int_equal(bs__compact_initial_drop(&s, &ops[k]), want[k]);
+  /* a retried scan: the latest REMOVE is met again and still goes */
+  assert_int_equal(bs__compact_initial_drop(&s, &ops[3]), 1);
+  bs__seen_free(&s);
+  bs__seen_init(&s, &bs__default_allocator, 0);
+  for (size_t k = 6; k-- > 0;)
+    assert_int_equal(bs__compact_initial_drop(&s, &ops[k]), want_full[k]);
+  assert_true(s.full);
+  bs__seen_free(&s);
+}
+
+static void test_incremental_entries(void **state) {
+  bs_op put = mk(3, BS_OP_PUT, "r", 0, 0), rm = mk(3, BS_OP_REMOVE, "r", 0, 0);
+  bs_op mv = mk(3, BS_OP_MOVE, NULL, 0, 4), cl = mk(3, BS_OP_CLEAR, NULL, 0, 4);
+  (void)state;
+  assert_true(bs__compact_entry_due(5, 5));
+  assert_false(bs__compact_entry_due(6, 5));
+  assert_true(bs__compact_entry_moves(&put, 4));
+  assert_true(bs__compact_entry_moves(&rm, 4));
+  assert_false(bs__compact_entry_moves(&put, 3)); /* not below its new op */
+  assert_false(bs__compact_entry_moves(&put, 2));
+  assert_false(bs__compact_entry_moves(&mv, 9)); /* already moved or folded */
+  assert_false(bs__compact_entry_moves(&cl, 9));
+  /* a PUT due to move is in the run (as its MOVE), one that is not ends it */
+  assert_true(bs__compact_in_run(&put, 4));
+  assert_false(bs__compact_in_run(&put, 0));
+  assert_true(bs__compact_in_run(&rm, 0));
+}
+
+static void test_defrag_and_params(void **state) {
+  (void)state;
+  assert_false(bs__compact_defrag_due(0, 10, 0.5)); /* nothing live: nothing to re-emit */
+  assert_false(bs__compact_defrag_due(1, 2, 1.0));  /* nothing would fold beyond the CLEAR */
+  assert_true(bs__compact_defrag_due(1, 3, 0.5));
+  assert_false(bs__compact_defrag_due(5, 10, 0.5)); /* the ratio is exclusive */
+  assert_true(bs__compact_defrag_due(4, 10, 0.5));
+  assert_false(bs__compact_defrag_due(1, 100, 0.0));
+  assert_true(bs__compact_param_drop(1, 3));
+  assert_true(bs__compact_param_drop(0, 0)); /* the newest is a tombstone */
+  assert_false(bs__compact_param_drop(0, 1));
+}
+
+/* Row identities from edge values: every pair of distinct identities stays distinct, also when
+ * the bytes are the same split differently across the three fields. */
+static void test_identities(void **state) {
+  static char big[BS_MAX_OBJECT_NAME], big2[BS_MAX_OBJECT_NAME];
+  static char sk[255];
+  const bs_val vals[] = {{"", 0},        {"a", 1},   {"ab", 2}, {"b", 1},
+                         {"caf\xc3\xa9", 5}, {"1", 1},   {"1.0", 3}, {big, sizeof big},
+                         {big2, sizeof big2}};
+  const size_t nv = sizeof vals / sizeof *vals;
+  bs__seen_set s;
+  uint64_t id = 0, latest;
+  (void)state;
+  memset(big, 'x', sizeof big);
+  memcpy(big2, big, sizeof big2);
+  big2[sizeof big2 - 1] = 'y';
+  memset(sk, 0xff, sizeof sk);
+  bs__seen_init(&s, &bs__default_allocator, 64u << 20);
+  /* every (object_type, object_id) pair, with a 0- and a 255-byte subkey: each is new once */
+  for (int pass = 0; pass < 2; pass++) {
+    id = 0;
+    for (size_t i = 0; i < nv; i++)
+      for (size_t j = 0; j < nv; j++)
+        for (size_t k = 0; k < 2; k++) {
+          bs_op op = mk(++id, BS_OP_PUT, "", 0, 0);
+          op.object_type = vals[i];
+          op.object_id = vals[j];
+          op.subkey.data = k ? sk : NULL;
+          op.subkey.size = k ? sizeof sk : 0;
+          assert_int_equal(bs__seen_visit(&s, &op, &latest), pass);
+          if (pass) assert_int_equal(latest, id);
+        }
+  }
+  assert_false(s.full);
+  assert_int_equal(s.n, nv * nv * 2);
+  bs__seen_free(&s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_horizon),
+      cmocka_unit_test(test_move_and_clear),
+      cmocka_unit_test(test_rescan),
+      cmocka_unit_test(test_initial),
+      cmocka_unit_test(test_incremental_entries),
+      cmocka_unit_test(test_defrag_and_params),
+      cmocka_unit_test(test_identities),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
