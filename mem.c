@@ -760,6 +760,17 @@ static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, si
   return tx_param(c->tx, key, c->table, rid, params, n);
 }
 
+/* The latest of the first n ops of b with row identity (ot, oi, sk); 0: none. */
+static uint64_t row_latest(const mem_bucket *b, size_t n, bs_val ot, bs_val oi, bs_val sk) {
+  for (size_t k = n; k-- > 0;) {
+    const mem_op *o = &b->ops[k];
+    if ((o->type == BS_OP_PUT || o->type == BS_OP_REMOVE) && bs__val_eq(o->sk, sk) &&
+        bs__val_eq(o->oi, oi) && bs__val_eq(o->ot, ot))
+      return o->id;
+  }
+  return 0;
+}
+
 /* new_op, the last op of bucket bi, replaced the row's latest earlier op there, which goes to the
  * log. (Found in the bucket, not taken from the record: defragmentation re-emits PUTs without
  * rewriting records.) */
@@ -770,13 +781,7 @@ static int mfx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t 
   const mem_op *last = &b->ops[b->n - 1];
   BS_UNUSED(old_op);
   BS_UNUSED(err);
-  for (size_t k = b->n - 1; k-- > 0;) {
-    const mem_op *o = &b->ops[k];
-    if ((o->type == BS_OP_PUT || o->type == BS_OP_REMOVE) && bs__val_eq(o->sk, last->sk) &&
-        bs__val_eq(o->oi, last->oi) && bs__val_eq(o->ot, last->ot))
-      return tx_sup(tx, (size_t)bucket, o->id, new_op);
-  }
-  return BS_OK;
+  return tx_sup(tx, (size_t)bucket, row_latest(b, b->n - 1, last->ot, last->oi, last->sk), new_op);
 }
 
 /* A stored copy of record in (owning every byte). */
@@ -2087,7 +2092,7 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
 /* Sorts the log by (bucket, old op) and finds bucket bi's entries, [*lo, *hi). (The log's order
  * means nothing; a transaction only appends to it, under the lock.) */
 static void log_range(mem_stream *s, size_t bi, size_t *lo, size_t *hi) {
-  qsort(s->sups, s->nsups, sizeof *s->sups, sup_cmp);
+  if (s->nsups) qsort(s->sups, s->nsups, sizeof *s->sups, sup_cmp);
   for (*lo = 0; *lo < s->nsups && s->sups[*lo].bucket < bi;) ++*lo;
   for (*hi = *lo; *hi < s->nsups && s->sups[*hi].bucket == bi;) ++*hi;
 }
@@ -2233,54 +2238,39 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
 }
 
 /* Defragmentation (the planner's bs__compact_defrag_due, as LMDB): the live rows of b are the
- * memberships of the source records in it, each at the row's latest op there, at or below h;
- * their PUTs are appended again in op order with new op ids inside tx, each logged as
+ * memberships of the source records in it, each at the row's latest op there (a PUT), at or below
+ * h; their PUTs are appended again in op order with new op ids inside tx, each logged as
  * superseding the old one. Caller holds the lock. */
 static int defrag_bucket(mem_tx *tx, size_t bi, uint64_t h, double ratio, uint64_t *emitted) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_bucket *b = s->buckets[bi];
-  bs__seen_set seen;
-  uint64_t *live = NULL;
-  size_t nlive = 0, n = b->n;
-  int rc = BS_ENOMEM;
-  bs__seen_init(&seen, a, SIZE_MAX); /* every row: the memory backend holds them all anyway */
-  for (size_t k = n; k-- > 0;) {
-    bs_op op = op_view(&b->ops[k]);
-    uint64_t latest;
-    if (op.type == BS_OP_PUT || op.type == BS_OP_REMOVE) bs__seen_visit(&seen, &op, &latest);
-  }
-  if (seen.full || !(live = bs__calloc(a, n ? n : 1, sizeof *live))) goto out;
+  uint64_t *live = bs__calloc(a, b->n ? b->n : 1, sizeof *live);
+  size_t nlive = 0;
+  int rc = BS_OK;
+  if (!live) return BS_ENOMEM;
   for (size_t i = 0; i < s->nrecs; i++) {
     const mem_rec *r = s->recs[i];
     char sk[BS_SUBKEY_SIZE];
-    for (size_t j = 0; r && j < r->r.nm; j++) {
-      bs_op row = {0,
-                   BS_OP_PUT,
-                   0,
-                   0,
-                   r->r.m[j].object_type,
-                   r->r.m[j].object_id,
-                   subkey_of(sk, r->table, r->rid),
-                   {NULL, 0}};
-      uint64_t latest;
-      if (r->r.m[j].bucket == bi && bs__seen_find(&seen, &row, &latest) && latest <= h && nlive < n)
-        live[nlive++] = latest;
+    for (size_t j = 0; r && j < r->r.nm && nlive < b->n; j++) {
+      const bs__member *m = &r->r.m[j];
+      uint64_t id = m->bucket != bi ? 0
+                                    : row_latest(b, b->n, m->object_type, m->object_id,
+                                                 subkey_of(sk, r->table, r->rid));
+      if (id && id <= h && b->ops[op_index(b, id)].type == BS_OP_PUT) live[nlive++] = id;
     }
   }
-  rc = BS_OK;
-  if (!bs__compact_defrag_due(nlive, n, ratio)) goto out;
-  qsort(live, nlive, sizeof *live, u64_cmp);
-  for (size_t i = 0; i < nlive && !rc; i++) {
-    mem_op o = b->ops[op_index(b, live[i])]; /* by value: tx_append may move b->ops */
-    bs_op op = {0, BS_OP_PUT, o.checksum, 0, o.ot, o.oi, o.sk, o.data};
-    uint64_t id;
-    rc = tx_append(tx, bi, &op, &id);
-    if (!rc) rc = tx_sup(tx, bi, o.id, id);
+  if (bs__compact_defrag_due(nlive, b->n, ratio)) {
+    qsort(live, nlive, sizeof *live, u64_cmp);
+    for (size_t i = 0; i < nlive && !rc; i++) {
+      mem_op o = b->ops[op_index(b, live[i])]; /* by value: tx_append may move b->ops */
+      bs_op op = {0, BS_OP_PUT, o.checksum, 0, o.ot, o.oi, o.sk, o.data};
+      uint64_t id;
+      rc = tx_append(tx, bi, &op, &id);
+      if (!rc) rc = tx_sup(tx, bi, o.id, id);
+    }
+    if (!rc) *emitted += nlive;
   }
-  if (!rc) *emitted += nlive;
-out:
-  bs__seen_free(&seen);
   bs__free(a, live);
   return rc;
 }

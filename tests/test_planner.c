@@ -197,9 +197,9 @@ static void test_defrag_and_params(void **state) {
 static void test_identities(void **state) {
   static char big[BS_MAX_OBJECT_NAME], big2[BS_MAX_OBJECT_NAME];
   static char sk[255];
-  const bs_val vals[] = {{"", 0},        {"a", 1},   {"ab", 2}, {"b", 1},
-                         {"caf\xc3\xa9", 5}, {"1", 1},   {"1.0", 3}, {big, sizeof big},
-                         {big2, sizeof big2}};
+  const bs_val vals[] = {{"", 0},    {"a", 1},           {"ab", 2},
+                         {"b", 1},   {"caf\xc3\xa9", 5}, {"1", 1},
+                         {"1.0", 3}, {big, sizeof big},  {big2, sizeof big2}};
   const size_t nv = sizeof vals / sizeof *vals;
   bs__seen_set s;
   uint64_t id = 0, latest;
