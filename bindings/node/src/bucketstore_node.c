@@ -237,7 +237,9 @@ static int get_bytes(napi_env env, arena *a, napi_value v, const char *name, bs_
     if (room >= 64) { /* one pass when it fits in the arena's current block */
       p = (char *)a->head->data + a->head->used;
       NAPI(napi_get_value_string_utf8(env, v, p, room, &len));
-      if (len + 1 < room) {
+      /* a cut copy ends before the first character that did not fit, which may take up to 4
+       * bytes: only a copy with more than 4 bytes to spare is surely the whole string */
+      if (len + 4 < room) {
         char *q = ar_alloc(a, len + 1); /* = p: the same block has room */
         if (q != p) memmove(q, p, len + 1);
         out->data = q, out->size = len;

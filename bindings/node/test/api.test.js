@@ -54,6 +54,28 @@ for (const [name, open] of backends) {
     cleanup();
   });
 
+  test(`${name}: multi-byte strings of every length cross whole`, async () => {
+    // a string copied in one pass into the rest of an arena block was cut short when the cut
+    // fell inside a character of 2 to 4 bytes (get_bytes)
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    const want = [];
+    for (const ch of ['é', '€', '😀'])
+      for (let n = 1; n <= 300; n++) {
+        const data = 'a'.repeat(n % 5) + ch.repeat(n);
+        want.push(data);
+        await w.save({ tag: 'insert', sourceTable: 't', afterReplicaId: `${ch}${n}`,
+          evaluated: [row('b', `${ch}${n}`, data)] });
+      }
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    assert.deepEqual((await readAll(st, checkpoint, ['b'])).get('b').map((o) => o.data), want);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
   test(`${name}: edge values cross unchanged (empty, non-ASCII, bytes, maximum lengths)`, async () => {
     const { db, cleanup } = await open();
     const { st, w } = await stream(db);
