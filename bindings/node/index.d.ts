@@ -54,8 +54,51 @@ export declare class Database {
   onCheckpoint(fn: ((event: { stream: number; checkpoint: OpId }) => void) | null): void;
   /** A handle on stream streamId; 0 (default) = the active stream, else the newest. */
   storage(streamId?: number): Promise<BucketStorage>;
-  /** Rejects with BS_ESTATE while storages are open; resolves once calls in flight are done. */
+  /** A consistent, compacted copy of every stream (one read snapshot; writers keep running)
+   * written beside path, verified, then moved to path; on any failure (a cancel too) nothing
+   * is left at path. A file at path rejects with BS_ESTATE unless replace; the memory backend
+   * rejects with BS_EUNSUPPORTED. */
+  backup(path: Bytes, options?: BackupOptions): Promise<void>;
+  /** Every stored record of the database (stream 0, the default) or of one stream and the
+   * database-wide ones (stream 0 records), table by table in key order, from one read snapshot
+   * held until the iteration ends (break, return or the last record): what load() takes. A
+   * thread of the addon reads them in batches (at most three in memory). While it is open the
+   * database cannot be closed (BS_ESTATE). The memory backend rejects with BS_EUNSUPPORTED. */
+  export(stream?: number): AsyncGenerator<StoredRecord, void, undefined>;
+  /** Rejects with BS_ESTATE while storages or exports are open; resolves once calls in flight
+   * are done. */
   close(): Promise<void>;
+}
+
+/** One stored record (the on-disk format: docs/format.md). stream 0: a record of the whole
+ * database. */
+export interface StoredRecord {
+  table: string;
+  stream: number;
+  key: Uint8Array;
+  value: Uint8Array;
+}
+
+/** A record for load(): a StoredRecord, or the same with strings for bytes. */
+export interface LoadRecord {
+  table: Bytes;
+  stream?: number;
+  key: Bytes;
+  value: Bytes;
+}
+
+export interface LoadOptions {
+  /** cancels at the next batch (rejects with code BS_ECANCELED; nothing is left at path) */
+  signal?: AbortSignal;
+  /** called with the records written so far after each batch (a backup also with 0 once its
+   * snapshot is taken), before the next one; returning true cancels (BS_ECANCELED; a Promise,
+   * e.g. of an async function, does not), a throw cancels and rejects with what was thrown */
+  onProgress?: (records: number) => unknown;
+}
+
+export interface BackupOptions extends LoadOptions {
+  /** replace a file at path (default: reject with BS_ESTATE) */
+  replace?: boolean;
 }
 
 export interface CreateWriterOptions {
@@ -317,6 +360,13 @@ export declare const openMemory: typeof Database.openMemory;
 /** The PUT op checksum (the storage contract, section 3) as the storage computes it: unsigned 32-bit. */
 export declare function checksumPut(hash: 'xxh3' | 'sha256', objectType: Bytes, objectId: Bytes,
   data: Bytes | object): number;
+/** A new database file at path from records (those of Database.export()), taken from any
+ * iterable or async iterable as the loader needs them; written beside path, verified, then
+ * moved to path (the same records give the same database). A file at path rejects with
+ * BS_ESTATE (load never replaces); records without the format record, of an unknown table or
+ * of another format reject with BS_ECORRUPT; on any failure nothing is left at path. */
+export declare function load(path: Bytes,
+  records: Iterable<LoadRecord> | AsyncIterable<LoadRecord>, options?: LoadOptions): Promise<void>;
 /** Database, storage and writer handles whose C objects are not yet released. */
 export declare function liveHandles(): number;
 export declare const version: string;

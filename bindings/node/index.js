@@ -17,6 +17,23 @@ function call(fn, ...args) {
   }
 }
 
+/**
+ * Runs run(flag): flag is undefined without a signal, else an Int32Array over a
+ * SharedArrayBuffer that the signal's abort sets (the addon's worker reads it between steps).
+ */
+async function withSignal(signal, run) {
+  if (!signal) return run(undefined);
+  signal.throwIfAborted();
+  const flag = new Int32Array(new SharedArrayBuffer(4));
+  const onAbort = () => Atomics.store(flag, 0, 1);
+  signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    return await run(flag);
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
 /** A checkpoint argument: a bigint, a number or a ReplicationCheckpoint-like {checkpoint}. */
 function opId(cp) {
   return cp !== null && typeof cp === 'object' ? cp.checkpoint : cp;
@@ -66,6 +83,23 @@ class Database {
   }
   async storage(streamId = 0) {
     return new BucketStorage(await call(native.storageOpen, this.#h, streamId));
+  }
+  /** A consistent, compacted, verified copy at path (bs_backup); see index.d.ts. */
+  backup(path, options) {
+    const { signal, ...o } = options ?? {};
+    return withSignal(signal, (flag) => call(native.backup, this.#h, path, o, flag));
+  }
+  /**
+   * Every stored record (bs_db_export), from one snapshot held until the iteration ends: a
+   * thread of the addon reads them and hands them over in batches, at most three at a time.
+   */
+  async *export(stream = 0) {
+    const x = native.exportOpen(this.#h, stream);
+    try {
+      for (let batch; (batch = await native.exportNext(x)) !== null;) yield* batch;
+    } finally {
+      await native.exportClose(x);
+    }
   }
   close() {
     return call(native.close, this.#h);
@@ -148,20 +182,9 @@ class BucketStorage {
       updatedWriteCheckpointUsers: new Set(r.updatedWriteCheckpointUsers),
     };
   }
-  async compact(options) {
-    const o = { ...options };
-    const signal = o.signal;
-    delete o.signal;
-    if (!signal) return call(native.compact, this.#h, o);
-    signal.throwIfAborted();
-    const flag = new Int32Array(new SharedArrayBuffer(4));
-    const onAbort = () => Atomics.store(flag, 0, 1);
-    signal.addEventListener('abort', onAbort, { once: true });
-    try {
-      return await call(native.compact, this.#h, o, flag);
-    } finally {
-      signal.removeEventListener('abort', onAbort);
-    }
+  compact(options) {
+    const { signal, ...o } = options ?? {};
+    return withSignal(signal, (flag) => call(native.compact, this.#h, o, flag));
   }
   compactInitialReplication(options) {
     return call(native.compactInitialReplication, this.#h, options);
@@ -271,6 +294,47 @@ function typeError(message) {
   return e;
 }
 
+const LOAD_RECORDS = 1000;
+const LOAD_BYTES = 1 << 20;
+
+/**
+ * A new database file at path from records (bs_load): any iterable or async iterable of
+ * {table, stream, key, value}, read as the addon's loader thread takes them (batches of up to
+ * LOAD_RECORDS records or LOAD_BYTES bytes, one waiting at a time).
+ */
+function load(path, records, options) {
+  const { signal, onProgress } = options ?? {};
+  if (records === null || typeof records !== 'object' ||
+      !(Symbol.iterator in records || Symbol.asyncIterator in records))
+    return Promise.reject(typeError('records: expected an iterable or async iterable of records'));
+  return withSignal(signal, async (flag) => {
+    const x = native.loadOpen(path, onProgress, flag);
+    let batch = [];
+    let bytes = 0;
+    let base = 0;
+    const push = async () => {
+      const taken = await native.loadPush(x, batch, base);
+      base += batch.length;
+      batch = [];
+      bytes = 0;
+      return taken;
+    };
+    try {
+      let open = true;
+      for await (const r of records) {
+        batch.push(r);
+        bytes += (r?.key?.length ?? 0) + (r?.value?.length ?? 0);
+        if ((batch.length >= LOAD_RECORDS || bytes >= LOAD_BYTES) && !(open = await push())) break;
+      }
+      if (open && batch.length) await push(); // false: the loader ended early (loadEnd says why)
+    } catch (e) {
+      await native.loadEnd(x, true).catch(() => {});
+      throw e;
+    }
+    return native.loadEnd(x, false);
+  });
+}
+
 /** Op checksum of a PUT (the storage contract, section 3), as the storage computes it: an unsigned 32-bit number. */
 function checksumPut(hash, objectType, objectId, data) {
   return native.checksumPut(hash, objectType, objectId, data);
@@ -284,6 +348,7 @@ module.exports = {
   open: Database.open,
   openMemory: Database.openMemory,
   checksumPut,
+  load,
   /** Handles (database, storage, writer) whose C objects are not yet released: a leak check. */
   liveHandles: native.liveHandles,
   version: native.version,

@@ -595,7 +595,9 @@ struct work {
   bs_open_options oo;
   bs_writer_options wo;
   bs_compact_options co;
-  napi_ref keep; /* a JS value the worker reads (compaction's cancel flag) */
+  bs_backup_options bo;
+  struct chan *ch; /* a transfer (export/load) the call works on (ref held), or NULL */
+  napi_ref keep;   /* a JS value the worker reads (compaction's cancel flag) */
   _Atomic int *cancel;
   struct progress_ctx *pc; /* compaction's onProgress, NULL when none */
   void *list, **list_tail; /* results copied out in the worker */
@@ -609,14 +611,18 @@ static void work_exec(napi_env env, void *data) {
 
 /* Compaction's onProgress: the worker queues a call after each transaction and waits until the
  * main thread ran it (so the callback sees every step in order and a throw cancels the next
- * transaction, deterministically). */
+ * transaction, deterministically). Backup and load use it too (records_mode: the callback gets
+ * the records so far, and returning true also cancels; a Promise, e.g. of an async callback,
+ * does not). */
 typedef struct progress_ctx {
   napi_threadsafe_function tsfn;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int pending, threw;
+  int pending, threw, records_mode, abandoned; /* abandoned: stop waiting for the main thread */
   bs_compact_stats stats;
-  napi_ref error; /* {error: what the callback threw} (main thread only) */
+  uint64_t records;
+  _Atomic int *cancel; /* backup/load: the AbortSignal's flag, or NULL */
+  napi_ref error;      /* {error: what the callback threw} (main thread only) */
 } progress_ctx;
 
 static void progress_free(napi_env env, progress_ctx *pc) {
@@ -634,7 +640,10 @@ static int progress_thrown(napi_env env, progress_ctx *pc, napi_value *out) {
          napi_get_named_property(env, box, "error", out) == napi_ok;
 }
 
+static void chan_unref(napi_env env, struct chan *ch);
+
 static void work_free(napi_env env, work *w) {
+  if (w->ch) chan_unref(env, w->ch);
   if (w->keep) napi_delete_reference(env, w->keep);
   if (w->pc) progress_free(env, w->pc);
   ar_free(&w->ar);
@@ -778,7 +787,7 @@ static napi_value handle_close(napi_env env, napi_callback_info info) {
   }
   if (n->children) {
     throw_rc(env, BS_ESTATE, "%s: close its %d open %s first", kind_names[n->kind], n->children,
-             n->kind == K_DB ? "storage(s)" : "writer(s)");
+             n->kind == K_DB ? "storage(s) and export(s)" : "writer(s)");
     return NULL;
   }
   if (n->closed) { /* closing twice is a no-op */
@@ -1905,9 +1914,17 @@ static int compact_progress(const bs_compact_stats *so_far, void *payload) {
 static void progress_call_js(napi_env env, napi_value fn, void *context, void *data) {
   progress_ctx *pc = data;
   if (env && fn) {
-    napi_value arg = js_stats(env, &pc->stats), u, r, e, box;
+    napi_value arg =
+                   pc->records_mode ? js_num(env, (double)pc->records) : js_stats(env, &pc->stats),
+               u, r, e, box;
     napi_get_undefined(env, &u);
-    if (napi_call_function(env, u, fn, 1, &arg, &r) != napi_ok) {
+    if (napi_call_function(env, u, fn, 1, &arg, &r) == napi_ok) {
+      napi_valuetype t;
+      bool yes = false;
+      if (pc->records_mode && napi_typeof(env, r, &t) == napi_ok && t == napi_boolean &&
+          napi_get_value_bool(env, r, &yes) == napi_ok && yes)
+        pc->threw = 1; /* returning true cancels (BS_ECANCELED, nothing thrown) */
+    } else {
       bool pending = false;
       napi_is_exception_pending(env, &pending);
       if (pending && napi_get_and_clear_last_exception(env, &e) == napi_ok && !pc->error &&
@@ -2302,6 +2319,597 @@ static napi_value js_live_handles(napi_env env, napi_callback_info info) {
 
 /* ---- Module ---------------------------------------------------------------------------------- */
 
+/* ---- Backup, export, load -------------------------------------------------------------------- */
+
+/* backup/load's onProgress and AbortSignal flag (bs_backup_options.progress; payload: the
+ * progress_ctx). As for compaction, the library's thread waits until the main thread ran the
+ * callback, so a cancel (a truthy return, a throw, the signal) takes effect at that batch. */
+static int records_progress(uint64_t records, void *payload) {
+  progress_ctx *pc = payload;
+  int cancel;
+  if (pc->cancel && atomic_load(pc->cancel)) return 1;
+  if (!pc->tsfn) return 0;
+  pthread_mutex_lock(&pc->mu);
+  pc->records = records, pc->pending = 1;
+  pthread_mutex_unlock(&pc->mu);
+  if (napi_call_threadsafe_function(pc->tsfn, pc, napi_tsfn_blocking) != napi_ok) return 1;
+  pthread_mutex_lock(&pc->mu);
+  while (pc->pending && !pc->abandoned) pthread_cond_wait(&pc->cv, &pc->mu);
+  cancel = pc->threw || pc->abandoned;
+  pthread_mutex_unlock(&pc->mu);
+  return cancel || (pc->cancel && atomic_load(pc->cancel));
+}
+
+/* The progress context of backup/load: onProgress (a function or undefined) and the cancel flag
+ * (an Int32Array over a SharedArrayBuffer, kept alive by *keep, or undefined). *out stays NULL
+ * when neither is given. */
+static int records_progress_new(napi_env env, napi_value fn, napi_value flag, napi_ref *keep,
+                                progress_ctx **out) {
+  napi_valuetype t = napi_undefined;
+  progress_ctx *pc;
+  napi_value name;
+  *out = NULL;
+  if (fn && type_of(env, fn, &t)) return -1;
+  if (fn && t != napi_function)
+    return throw_rc(env, BS_EINVAL, "options.onProgress: expected a function");
+  if (!fn && !flag) return 0;
+  if (!(pc = calloc(1, sizeof *pc))) return NOMEM();
+  pthread_mutex_init(&pc->mu, NULL);
+  pthread_cond_init(&pc->cv, NULL);
+  pc->records_mode = 1;
+  *out = pc;
+  if (flag) {
+    napi_typedarray_type tt;
+    size_t len, off;
+    void *data;
+    napi_value ab;
+    if (napi_get_typedarray_info(env, flag, &tt, &len, &data, &ab, &off) != napi_ok ||
+        tt != napi_int32_array || len < 1 || napi_create_reference(env, flag, 1, keep) != napi_ok)
+      return throw_rc(env, BS_EINVAL, "cancel: expected an Int32Array");
+    pc->cancel = data;
+  }
+  if (fn &&
+      (napi_create_string_utf8(env, "bucketstore.progress", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+       napi_create_threadsafe_function(env, fn, NULL, name, 0, 1, NULL, NULL, NULL,
+                                       progress_call_js, &pc->tsfn) != napi_ok))
+    return throw_rc(env, BS_EIO, "options.onProgress: could not create a threadsafe function");
+  return 0;
+}
+
+/* A C string copy of a path argument (string or Uint8Array, no NUL byte) in a. */
+static int get_path(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
+  bs_val p;
+  if (get_bytes(env, a, v, name, &p) || ar_dup(a, out, p.data, p.size + 1)) return -1;
+  ((char *)out->data)[p.size] = 0;
+  out->size = p.size;
+  if (memchr(p.data, 0, p.size)) return throw_rc(env, BS_EINVAL, "%s: contains a NUL byte", name);
+  return 0;
+}
+
+static void exec_backup(work *w) {
+  w->rc = bs_backup(w->n->u.db, w->a.data, &w->bo, &w->err);
+}
+
+/* backup(db, path, {replace, onProgress}, cancelFlag | undefined) */
+static napi_value db_backup(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  napi_value v, fn;
+  work *w;
+  node *n = get_node(env, argv[0], K_DB);
+  int replace = 0;
+  if (!n || !(w = work_new(env))) return NULL;
+  w->bo = (bs_backup_options)BS_BACKUP_OPTIONS_INIT;
+  if (get_path(env, &w->ar, argv[1], "path", &w->a) || get_prop(env, argv[2], "replace", &v) ||
+      get_bool(env, v, "options.replace", &replace) || get_prop(env, argv[2], "onProgress", &fn) ||
+      records_progress_new(env, fn, argv[3], &w->keep, &w->pc))
+    FAIL_WORK(w);
+  if (replace) w->bo.flags |= BS_BACKUP_REPLACE;
+  if (w->pc) w->bo.progress = records_progress, w->bo.progress_payload = w->pc;
+  return work_start(env, w, n, exec_backup, done_undefined);
+}
+
+/* A batch of records between a library thread and JS: the records, their table names, keys and
+ * values (in the arena), and their key and value bytes (for the batch bound). */
+#define XFER_RECORDS 1000u
+#define XFER_BYTES   (1u << 20)
+
+typedef struct rbatch {
+  arena ar;
+  bs_record *r;
+  size_t n, cap, bytes;
+} rbatch;
+
+static void rbatch_free(rbatch *b) {
+  if (!b) return;
+  ar_free(&b->ar);
+  free(b->r);
+  free(b);
+}
+
+/* A new record at the end of b (NULL: out of memory). */
+static bs_record *rbatch_push(rbatch *b) {
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 64;
+    bs_record *r = realloc(b->r, cap * sizeof *r);
+    if (!r) return NULL;
+    b->r = r, b->cap = cap;
+  }
+  return &b->r[b->n++];
+}
+
+/* The hand-over between a producer and a consumer thread, one batch at a time through one slot
+ * (export: the export thread -> exportNext; load: loadPush -> the loader thread), so at most
+ * three batches exist: the producer's, the slot's and the consumer's. Freed when its external
+ * and every call using it are done (refs, main thread only). */
+typedef struct chan {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  rbatch *slot;     /* handed over, not yet taken */
+  int eof;          /* load: JS pushed its last batch */
+  _Atomic int stop; /* the consumer went away / the load is aborted */
+  int finished, rc; /* the library call returned rc */
+  bs_error err;
+  int joined, joining, started; /* the thread (under mu) */
+  pthread_t thread;
+  int refs, ended, is_load; /* main thread */
+  node *db;                 /* export: its database (a ref and a child held until ended) */
+  uint32_t stream;
+  rbatch *cur; /* the export's filling batch / the batch the loader serves */
+  size_t pos;
+  bs_val path; /* load: in ar */
+  arena ar;
+  bs_backup_options bo;
+  progress_ctx *pc;
+  napi_ref keep;
+} chan;
+
+static const napi_type_tag chan_tag = {0x6275636b65747374ull, 0x6f72652d78660004ull};
+
+static void chan_unref(napi_env env, chan *ch) {
+  if (--ch->refs) return;
+  rbatch_free(ch->slot);
+  rbatch_free(ch->cur);
+  if (ch->pc) progress_free(env, ch->pc);
+  if (ch->keep) napi_delete_reference(env, ch->keep);
+  ar_free(&ch->ar);
+  pthread_mutex_destroy(&ch->mu);
+  pthread_cond_destroy(&ch->cv);
+  free(ch);
+}
+
+static int chan_finished(chan *ch) {
+  int f;
+  pthread_mutex_lock(&ch->mu);
+  f = ch->finished;
+  pthread_mutex_unlock(&ch->mu);
+  return f;
+}
+
+/* Stops the producer or the loader at its next record (and a progress wait). */
+static void chan_stop(chan *ch) {
+  pthread_mutex_lock(&ch->mu);
+  ch->stop = 1;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+  if (ch->pc) {
+    pthread_mutex_lock(&ch->pc->mu);
+    ch->pc->abandoned = 1;
+    pthread_cond_broadcast(&ch->pc->cv);
+    pthread_mutex_unlock(&ch->pc->mu);
+  }
+}
+
+/* Waits for the thread to end (once, from whichever thread asks first). */
+static void chan_join(chan *ch) {
+  pthread_mutex_lock(&ch->mu);
+  if (!ch->started || ch->joined) {
+    pthread_mutex_unlock(&ch->mu);
+    return;
+  }
+  if (ch->joining) {
+    while (!ch->joined) pthread_cond_wait(&ch->cv, &ch->mu);
+    pthread_mutex_unlock(&ch->mu);
+    return;
+  }
+  ch->joining = 1;
+  pthread_mutex_unlock(&ch->mu);
+  pthread_join(ch->thread, NULL);
+  pthread_mutex_lock(&ch->mu);
+  ch->joined = 1;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+}
+
+/* Main thread, after the thread ended: gives back the database and the progress function (a
+ * threadsafe function keeps the event loop alive). */
+static void chan_end(napi_env env, chan *ch) {
+  if (ch->ended) return;
+  ch->ended = 1;
+  if (ch->db) {
+    ch->db->children--;
+    node_unref(ch->db);
+    ch->db = NULL;
+  }
+  if (ch->pc) {
+    progress_free(env, ch->pc);
+    ch->pc = NULL;
+  }
+}
+
+static void chan_finalize(napi_env env, void *data, void *hint) {
+  chan *ch = data;
+  if (!ch->ended) {
+    chan_stop(ch);
+    /* a load is always ended by index.js; an unended one is an environment going away while
+     * its loader may wait for the main thread: left to the process's exit */
+    if (ch->is_load && !chan_finished(ch)) return;
+    chan_join(ch);
+    chan_end(env, ch);
+  }
+  chan_unref(env, ch);
+}
+
+static chan *chan_new(void) {
+  chan *ch = calloc(1, sizeof *ch);
+  if (!ch) return NULL;
+  pthread_mutex_init(&ch->mu, NULL);
+  pthread_cond_init(&ch->cv, NULL);
+  ch->refs = 1; /* the external's */
+  return ch;
+}
+
+/* The external of ch with its thread running main; NULL (JS error pending, ch freed) on failure. */
+static napi_value chan_start(napi_env env, chan *ch, void *(*main_fn)(void *)) {
+  napi_value ext;
+  if (napi_create_external(env, ch, chan_finalize, NULL, &ext) != napi_ok ||
+      napi_type_tag_object(env, ext, &chan_tag) != napi_ok) {
+    chan_unref(env, ch); /* (a created external without its tag is never used) */
+    throw_rc(env, BS_EIO, "could not create a handle");
+    return NULL;
+  }
+  if (ch->db) ch->db->refs++, ch->db->children++;
+  if (pthread_create(&ch->thread, NULL, main_fn, ch) != 0) {
+    ch->finished = 1, ch->rc = BS_EIO;
+    snprintf(ch->err.msg, sizeof ch->err.msg, "could not start a thread");
+  } else {
+    ch->started = 1;
+  }
+  return ext;
+}
+
+/* The open transfer handle in v; else a JS error and NULL. */
+static chan *chan_arg(napi_env env, napi_value v) {
+  napi_valuetype t;
+  bool ok = false;
+  void *p = NULL;
+  if (v && napi_typeof(env, v, &t) == napi_ok && t == napi_external)
+    napi_check_object_type_tag(env, v, &chan_tag, &ok);
+  if (!ok || napi_get_value_external(env, v, &p) != napi_ok) {
+    throw_rc(env, BS_EINVAL, "handle: not a bucketstore export or load");
+    return NULL;
+  }
+  if (((chan *)p)->ended) {
+    throw_rc(env, BS_ESTATE, "the export or load is closed");
+    return NULL;
+  }
+  return p;
+}
+
+/* A call on ch: its work holds a ref on ch (released by work_free). */
+static work *chan_work(napi_env env, chan *ch) {
+  work *w = work_new(env);
+  if (w) w->ch = ch, ch->refs++;
+  return w;
+}
+
+static void chan_finish(chan *ch, int rc) {
+  pthread_mutex_lock(&ch->mu);
+  ch->rc = rc, ch->finished = 1;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+}
+
+/* ---- export: a thread runs bs_db_export, exportNext takes its batches --------------------- */
+
+/* Producer: waits until the slot is free; -1 when the consumer went away. */
+static int chan_hand(chan *ch, rbatch *b) {
+  int ok;
+  pthread_mutex_lock(&ch->mu);
+  while (ch->slot && !ch->stop) pthread_cond_wait(&ch->cv, &ch->mu);
+  if ((ok = !ch->stop)) ch->slot = b;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+  return ok ? 0 : -1;
+}
+
+static int export_record(const bs_record *rec, void *payload) {
+  chan *ch = payload;
+  rbatch *b = ch->cur;
+  bs_record *x;
+  bs_val t;
+  if (ch->stop) return BS_ECANCELED;
+  if (!b && !(b = ch->cur = calloc(1, sizeof *b))) return BS_ENOMEM;
+  if (!(x = rbatch_push(b)) || ar_dup(&b->ar, &t, rec->table, strlen(rec->table) + 1) ||
+      ar_dup(&b->ar, &x->key, rec->key.size ? rec->key.data : empty_bytes, rec->key.size) ||
+      ar_dup(&b->ar, &x->value, rec->value.size ? rec->value.data : empty_bytes, rec->value.size)) {
+    if (x) b->n--;
+    return BS_ENOMEM;
+  }
+  x->table = t.data, x->stream = rec->stream;
+  b->bytes += rec->key.size + rec->value.size;
+  if (b->n < XFER_RECORDS && b->bytes < XFER_BYTES) return 0;
+  if (chan_hand(ch, b)) return BS_ECANCELED;
+  ch->cur = NULL;
+  return 0;
+}
+
+static void *export_main(void *arg) {
+  chan *ch = arg;
+  int rc = bs_db_export(ch->db->u.db, ch->stream, export_record, ch, &ch->err);
+  if (rc == BS_OK && ch->cur) {
+    if (chan_hand(ch, ch->cur) == 0)
+      ch->cur = NULL;
+    else
+      rc = BS_ECANCELED;
+  }
+  chan_finish(ch, rc);
+  return NULL;
+}
+
+/* exportOpen(db, stream = 0) -> an export handle whose thread reads one snapshot */
+static napi_value export_open(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  uint64_t stream = 0;
+  node *n = get_node(env, argv[0], K_DB);
+  chan *ch;
+  if (!n || get_opt_u64(env, argv[1], "stream", &stream)) return NULL;
+  if (stream > UINT32_MAX) {
+    throw_range(env, "stream", "above 2^32-1");
+    return NULL;
+  }
+  if (!(ch = chan_new())) {
+    NOMEM();
+    return NULL;
+  }
+  ch->db = n, ch->stream = (uint32_t)stream;
+  return chan_start(env, ch, export_main);
+}
+
+static void exec_export_next(work *w) {
+  chan *ch = w->ch;
+  pthread_mutex_lock(&ch->mu);
+  while (!ch->slot && !ch->finished) pthread_cond_wait(&ch->cv, &ch->mu);
+  w->obj = ch->slot, ch->slot = NULL;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+}
+
+/* [{table, stream, key: Buffer, value: Buffer}] of a batch, null at the end, or the export's
+ * error thrown. */
+static napi_value done_export_next(napi_env env, work *w) {
+  rbatch *b = w->obj;
+  napi_value arr = NULL;
+  if (!b) {
+    if (w->ch->rc == BS_OK) return js_null(env);
+    napi_throw(env, make_error(env, w->ch->rc, &w->ch->err));
+    return NULL;
+  }
+  w->obj = NULL;
+  if (napi_create_array_with_length(env, b->n, &arr) == napi_ok)
+    for (size_t i = 0; i < b->n && arr; i++) {
+      const bs_record *r = &b->r[i];
+      napi_value o = js_obj(env), k, v;
+      if (napi_create_buffer_copy(env, r->key.size, r->key.data, NULL, &k) != napi_ok ||
+          napi_create_buffer_copy(env, r->value.size, r->value.data, NULL, &v) != napi_ok) {
+        arr = NULL;
+        break;
+      }
+      set(env, o, "table", js_str(env, (bs_val){r->table, strlen(r->table)}));
+      set(env, o, "stream", js_num(env, r->stream));
+      set(env, o, "key", k);
+      set(env, o, "value", v);
+      if (napi_set_element(env, arr, (uint32_t)i, o) != napi_ok) arr = NULL;
+    }
+  rbatch_free(b);
+  return arr;
+}
+
+/* exportNext(export) -> the next batch of records, or null after the last */
+static napi_value export_next(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  chan *ch = chan_arg(env, argv[0]);
+  work *w;
+  if (!ch) return NULL;
+  if (ch->is_load) {
+    throw_rc(env, BS_EINVAL, "handle: not a bucketstore export");
+    return NULL;
+  }
+  w = chan_work(env, ch);
+  return w ? work_start(env, w, NULL, exec_export_next, done_export_next) : NULL;
+}
+
+static void exec_chan_close(work *w) {
+  chan_stop(w->ch);
+  chan_join(w->ch);
+}
+
+static napi_value done_chan_close(napi_env env, work *w) {
+  chan_end(env, w->ch);
+  return done_undefined(env, w);
+}
+
+/* exportClose(export): stops its thread; resolves when the snapshot is released. Closing twice
+ * is a no-op. */
+static napi_value export_close(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  napi_valuetype t;
+  bool ok = false;
+  chan *ch = NULL;
+  work *w;
+  if (argv[0] && napi_typeof(env, argv[0], &t) == napi_ok && t == napi_external)
+    napi_check_object_type_tag(env, argv[0], &chan_tag, &ok);
+  if (!ok || napi_get_value_external(env, argv[0], (void **)&ch) != napi_ok || ch->is_load) {
+    throw_rc(env, BS_EINVAL, "handle: not a bucketstore export");
+    return NULL;
+  }
+  if (!(w = chan_work(env, ch))) return NULL;
+  return work_start(env, w, NULL, exec_chan_close, done_chan_close);
+}
+
+/* ---- load: loadPush hands batches to a thread running bs_load ------------------------------ */
+
+static int load_next(bs_record *rec, void *payload) {
+  chan *ch = payload;
+  while (!ch->cur || ch->pos == ch->cur->n) {
+    rbatch *b;
+    rbatch_free(ch->cur);
+    ch->cur = NULL, ch->pos = 0;
+    pthread_mutex_lock(&ch->mu);
+    while (!ch->slot && !ch->eof && !ch->stop) pthread_cond_wait(&ch->cv, &ch->mu);
+    b = ch->stop ? NULL : ch->slot;
+    if (b) ch->slot = NULL;
+    pthread_cond_broadcast(&ch->cv);
+    pthread_mutex_unlock(&ch->mu);
+    if (!b) return ch->stop ? BS_ECANCELED : 0;
+    ch->cur = b;
+  }
+  *rec = ch->cur->r[ch->pos++];
+  return 1;
+}
+
+static void *load_main(void *arg) {
+  chan *ch = arg;
+  chan_finish(ch, bs_load(ch->path.data, load_next, ch, &ch->bo, &ch->err));
+  return NULL;
+}
+
+/* loadOpen(path, onProgress | undefined, cancelFlag | undefined) -> a load handle whose thread
+ * builds the file from the batches loadPush hands it */
+static napi_value load_open(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  chan *ch = chan_new();
+  if (!ch) {
+    NOMEM();
+    return NULL;
+  }
+  ch->is_load = 1;
+  ch->bo = (bs_backup_options)BS_BACKUP_OPTIONS_INIT;
+  if (get_path(env, &ch->ar, argv[0], "path", &ch->path) ||
+      records_progress_new(env, argv[1], argv[2], &ch->keep, &ch->pc)) {
+    chan_unref(env, ch);
+    return NULL;
+  }
+  if (ch->pc) ch->bo.progress = records_progress, ch->bo.progress_payload = ch->pc;
+  return chan_start(env, ch, load_main);
+}
+
+/* records[i] of JS (base: the index of records[0] in the caller's input) into b. */
+static int get_record(napi_env env, rbatch *b, napi_value r, uint32_t i, uint32_t base) {
+  char name[64];
+  napi_value v;
+  uint64_t stream = 0;
+  bs_val t;
+  bs_record *x = rbatch_push(b);
+  if (!x) return NOMEM();
+  snprintf(name, sizeof name, "records[%u].table", base + i);
+  if (get_prop(env, r, "table", &v) || get_path(env, &b->ar, v, name, &t)) return -1;
+  snprintf(name, sizeof name, "records[%u].stream", base + i);
+  if (get_prop(env, r, "stream", &v) || get_opt_u64(env, v, name, &stream)) return -1;
+  if (stream > UINT32_MAX) return throw_range(env, name, "above 2^32-1");
+  snprintf(name, sizeof name, "records[%u].key", base + i);
+  if (get_prop(env, r, "key", &v) || get_bytes(env, &b->ar, v, name, &x->key)) return -1;
+  snprintf(name, sizeof name, "records[%u].value", base + i);
+  if (get_prop(env, r, "value", &v) || get_bytes(env, &b->ar, v, name, &x->value)) return -1;
+  x->table = t.data, x->stream = (uint32_t)stream;
+  return 0;
+}
+
+static int is_load_arg(napi_env env, const chan *ch) {
+  return ch->is_load || throw_rc(env, BS_EINVAL, "handle: not a bucketstore load") == 0;
+}
+
+static void exec_load_push(work *w) {
+  chan *ch = w->ch;
+  pthread_mutex_lock(&ch->mu);
+  while (ch->slot && !ch->finished) pthread_cond_wait(&ch->cv, &ch->mu);
+  if (!ch->finished) ch->slot = w->obj, w->obj = NULL;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+}
+
+static napi_value done_load_push(napi_env env, work *w) {
+  int taken = w->obj == NULL;
+  rbatch_free(w->obj); /* the loader ended early: loadEnd says why */
+  w->obj = NULL;
+  return js_bool(env, taken);
+}
+
+/* loadPush(load, records, base) -> true when the loader took them, false when it has ended */
+static napi_value load_push(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  chan *ch = chan_arg(env, argv[0]);
+  uint32_t n, base = 0;
+  rbatch *b;
+  work *w;
+  if (!ch || !is_load_arg(env, ch) || get_array(env, argv[1], "records", &n) ||
+      (argv[2] && napi_get_value_uint32(env, argv[2], &base) != napi_ok))
+    return NULL;
+  if (!(b = calloc(1, sizeof *b))) {
+    NOMEM();
+    return NULL;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value r;
+    if (napi_get_element(env, argv[1], i, &r) != napi_ok || get_record(env, b, r, i, base)) {
+      rbatch_free(b);
+      return NULL;
+    }
+  }
+  if (!(w = chan_work(env, ch))) {
+    rbatch_free(b);
+    return NULL;
+  }
+  w->obj = b;
+  return work_start(env, w, NULL, exec_load_push, done_load_push);
+}
+
+static void exec_load_end(work *w) {
+  chan *ch = w->ch;
+  pthread_mutex_lock(&ch->mu);
+  if (w->i1)
+    ch->stop = 1;
+  else
+    ch->eof = 1;
+  pthread_cond_broadcast(&ch->cv);
+  pthread_mutex_unlock(&ch->mu);
+  chan_join(ch);
+}
+
+static napi_value done_load_end(napi_env env, work *w) {
+  chan *ch = w->ch;
+  napi_value e = NULL;
+  if (ch->rc != BS_OK && !progress_thrown(env, ch->pc, &e)) e = make_error(env, ch->rc, &ch->err);
+  chan_end(env, ch);
+  if (!e) return done_undefined(env, w);
+  napi_throw(env, e);
+  return NULL;
+}
+
+/* loadEnd(load, abort): after the last loadPush (or, abort, instead of it): resolves when the
+ * file is in place, else rejects with why not (what onProgress threw, or the library's error) */
+static napi_value load_end(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  chan *ch = chan_arg(env, argv[0]);
+  work *w;
+  bool abort = false;
+  if (!ch || !is_load_arg(env, ch) ||
+      (argv[1] && napi_get_value_bool(env, argv[1], &abort) != napi_ok))
+    return NULL;
+  if (!(w = chan_work(env, ch))) return NULL;
+  w->i1 = abort;
+  return work_start(env, w, NULL, exec_load_end, done_load_end);
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   keycache *kc = calloc(1, sizeof *kc);
   napi_value holder;
@@ -2350,6 +2958,13 @@ static napi_value init(napi_env env, napi_value exports) {
       {"reportError", storage_report_error},
       {"checksumPut", checksum_put},
       {"liveHandles", js_live_handles},
+      {"backup", db_backup},
+      {"exportOpen", export_open},
+      {"exportNext", export_next},
+      {"exportClose", export_close},
+      {"loadOpen", load_open},
+      {"loadPush", load_push},
+      {"loadEnd", load_end},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

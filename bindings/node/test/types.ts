@@ -34,6 +34,10 @@ async function main(): Promise<void> {
   const n: number = await st.deleteCheckpointRequestsBefore(new Date());
   const s: bs.StorageStatus = await st.getStatus();
   console.log(sums, rows, ch.updatedDataBuckets.size, stats.opsMoved, init.buckets, m.shouldAdvance, last, n, s.state);
+  await db.backup('copy.bsdb', { replace: true, onProgress: (n) => n > 10, signal: new AbortController().signal });
+  for await (const rec of db.export(id)) console.log(rec.table, rec.stream, rec.key.length, rec.value[0]);
+  await bs.load('new.bsdb', db.export(), { onProgress: (n: number) => console.log(n) });
+  await bs.load(new Uint8Array([120]), [{ table: 'meta', key: 'format', value: new Uint8Array(4) }]);
   const row: string | null | undefined = await w.getSourceRow('todos', 't1');
   console.log(row, bs.checksumPut('xxh3', 'todos', 't1', '{}'), bs.version, bs.liveHandles());
   await w.close();
