@@ -1631,10 +1631,9 @@ static int put_sups(fctx *f, bs_error *err) {
       return bs__lmdb_fail(err, mrc, "writing a superseded entry");
     }
     if (!last || last->id != s[i].bucket) {
-      unsigned char qk[12];
-      MDB_val qkey = {12, qk}, qval = {0, (void *)lm_empty};
-      bs__put_u32be(qk, f->stream);
-      bs__put_u64be(qk + 4, s[i].bucket);
+      unsigned char qk[BS_CQUEUE_KEY_SIZE];
+      MDB_val qkey = {sizeof qk, qk}, qval = {0, (void *)lm_empty};
+      bs__lmdb_cqueue_key(qk, f->stream, s[i].bucket);
       bucket_by_id(f, s[i].bucket, &last, err); /* in the map: cannot fail */
       if (last && !last->queued) {
         last->queued = 1;
@@ -1667,12 +1666,9 @@ static int put_pars(fctx *f, bs_error *err) {
 }
 
 static int put_softdel_index(fctx *f, const srec *r, bs_error *err) {
-  unsigned char k[12 + 4 + BS_MAX_REPLICA_ID];
-  MDB_val key = {12 + r->key.size - 4, k}, val = {0, (void *)lm_empty};
+  unsigned char k[BS_SOFTDEL_KEY_MAX];
+  MDB_val key = {bs__lmdb_softdel_key(k, r->r.mark, r->key), k}, val = {0, (void *)lm_empty};
   int mrc;
-  bs__put_u32be(k, f->stream);
-  bs__put_u64be(k + 4, r->r.mark);
-  memcpy(k + 12, (const unsigned char *)r->key.data + 4, r->key.size - 4);
   mrc = mdb_put(f->txn, f->db->softdel, &key, &val, 0);
   return mrc ? bs__lmdb_fail(err, mrc, "indexing a soft-deleted record") : BS_OK;
 }
@@ -1991,30 +1987,29 @@ static int stop_others(bs__stream_rec *rec, void *payload, bs_error *err) {
 /* Deletes the soft-deleted records whose mark is at or below checkpoint (contract.md 4.3). */
 static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
   MDB_cursor *cur;
-  unsigned char pk[4];
-  MDB_val key = {4, pk}, val;
+  unsigned char pk[BS_STREAM_PREFIX_SIZE];
+  MDB_val key, val;
   int mrc, rc = BS_OK;
-  bs__put_u32be(pk, f->stream);
+  bs__lmdb_stream_prefix(pk, f->stream);
   if ((mrc = mdb_cursor_open(f->txn, f->db->softdel, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   /* Re-seek after each delete: MDB_GET_CURRENT after deleting the last key is EINVAL. */
   for (;;) {
-    const unsigned char *k;
-    key.mv_size = 4;
+    unsigned char sk[BS_SOFTDEL_KEY_MAX - 8];
+    MDB_val skey, sval;
+    uint32_t stream;
+    uint64_t mark;
+    key.mv_size = sizeof pk;
     key.mv_data = pk;
     if ((mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != 0) break;
-    k = key.mv_data;
-    unsigned char sk[8 + BS_MAX_REPLICA_ID];
-    MDB_val skey, sval;
     bs__srec head;
-    uint64_t mark;
-    if (key.mv_size < 16 || bs__get_u32be(k) != f->stream) break;
-    mark = bs__get_u64be(k + 4);
-    if (mark > checkpoint || key.mv_size - 12 > sizeof sk - 4) break;
-    bs__put_u32be(sk, f->stream);
-    memcpy(sk + 4, k + 12, key.mv_size - 12);
-    skey.mv_size = key.mv_size - 8;
-    skey.mv_data = sk;
+    if (!bs__lmdb_in_stream(&key, f->stream)) break;
+    if (bs__lmdb_softdel_decode(&key, &val, &stream, &mark, sk, &skey)) {
+      rc = bs__fail(err, BS_ECORRUPT, "stream %u: a softdel entry of %zu bytes does not decode",
+                    f->stream, key.mv_size);
+      break;
+    }
+    if (mark > checkpoint) break;
     mrc = mdb_get(f->txn, f->db->source, &skey, &sval);
     if (mrc == 0 && bs__lmdb_srec_head(&sval, &head) == BS_OK && head.soft && head.mark == mark)
       mrc = mdb_del(f->txn, f->db->source, &skey, NULL);
@@ -2023,7 +2018,8 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
     if (mrc) break;
     if ((mrc = mdb_cursor_del(cur, 0)) != 0) break;
   }
-  if (mrc && mrc != MDB_NOTFOUND) rc = bs__lmdb_fail(err, mrc, "purging soft-deleted records");
+  if (!rc && mrc && mrc != MDB_NOTFOUND)
+    rc = bs__lmdb_fail(err, mrc, "purging soft-deleted records");
   mdb_cursor_close(cur);
   return rc;
 }
@@ -2468,7 +2464,7 @@ static int stream_clear(bs__lmdb_db *db, uint32_t stream, bs_error *err) {
         (rc = del_prefix(db, db->bstate, bk, 8, err)))
       goto out;
   }
-  bs__put_u32be(pk, stream);
+  bs__lmdb_stream_prefix(pk, stream);
   for (size_t i = 0; i < 7; i++)
     if ((rc = del_prefix(db, per_stream[i], pk, 4, err)) != BS_OK) goto out;
   pk[0] = 'C';

@@ -471,3 +471,34 @@ int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t 
   int rc = bs__lmdb_srec_head(v, &r);
   return rc ? rc : srec_walk(v, &r, NULL, NULL, fn, payload);
 }
+
+/* ---- cqueue and softdel ---- */
+
+int bs__lmdb_cqueue_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, uint64_t *bucket) {
+  if (k->mv_size != BS_CQUEUE_KEY_SIZE || v->mv_size != 0) return BS_ECORRUPT;
+  *stream = bs__get_u32be(k->mv_data);
+  *bucket = bs__get_u64be((const unsigned char *)k->mv_data + 4);
+  return BS_OK;
+}
+
+size_t bs__lmdb_softdel_key(unsigned char out[BS_SOFTDEL_KEY_MAX], uint64_t mark, bs_val src) {
+  memcpy(out, src.data, 4);
+  bs__put_u64be(out + 4, mark);
+  memcpy(out + 12, (const unsigned char *)src.data + 4, src.size - 4);
+  return src.size + 8;
+}
+
+int bs__lmdb_softdel_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, uint64_t *mark,
+                            unsigned char src_buf[BS_SOFTDEL_KEY_MAX - 8], MDB_val *src) {
+  const unsigned char *p = (const unsigned char *)k->mv_data;
+  if (k->mv_size < 16 || k->mv_size > BS_SOFTDEL_KEY_MAX || v->mv_size != 0 ||
+      bs__get_u32be(p + 12) == 0)
+    return BS_ECORRUPT;
+  *stream = bs__get_u32be(p);
+  *mark = bs__get_u64be(p + 4);
+  memcpy(src_buf, p, 4);
+  memcpy(src_buf + 4, p + 12, k->mv_size - 12);
+  src->mv_size = k->mv_size - 8;
+  src->mv_data = src_buf;
+  return BS_OK;
+}

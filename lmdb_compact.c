@@ -242,15 +242,14 @@ static int read_rec(cctx *c, bs__stream_rec *out) {
 /* Dequeues the bucket when it has no `superseded` entry left. Checked by key inside the
  * transaction, so an entry a writer added between two of our transactions keeps it queued. */
 static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
-  unsigned char kb[BS_SUP_KEY_SIZE], qk[12];
-  MDB_val k, v, q = {12, qk};
+  unsigned char kb[BS_SUP_KEY_SIZE], qk[BS_CQUEUE_KEY_SIZE];
+  MDB_val k, v, q = {sizeof qk, qk};
   int mrc;
   bs__lmdb_sup_key(kb, bucket, 0);
   mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
   if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
-  bs__put_u32be(qk, c->stream);
-  bs__put_u64be(qk + 4, bucket);
+  bs__lmdb_cqueue_key(qk, c->stream, bucket);
   mrc = mdb_del(txn, c->db->cqueue, &q, NULL);
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: dequeue bucket");
   return BS_OK;
@@ -1242,7 +1241,7 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
-  unsigned char kb[12];
+  unsigned char kb[BS_CQUEUE_KEY_SIZE];
   int rc, mrc;
   *n = 0;
   if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
@@ -1250,19 +1249,22 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
     bs__lmdb_txn_abort(c->db, txn);
     return mdb_err(c, mrc, "compact: cursor");
   }
-  bs__put_u32be(kb, c->stream);
-  bs__put_u64be(kb + 4, *after);
-  for (mrc = seek_ge(cur, kb, 12, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
+  bs__lmdb_cqueue_key(kb, c->stream, *after);
+  for (mrc = seek_ge(cur, kb, sizeof kb, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint32_t stream;
     uint64_t id;
-    if (k.mv_size != 12 || bs__get_u32be(k.mv_data) != c->stream) break;
-    id = bs__get_u64be((const unsigned char *)k.mv_data + 4);
+    if (!bs__lmdb_in_stream(&k, c->stream)) break;
+    if (bs__lmdb_cqueue_decode(&k, &v, &stream, &id)) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: a cqueue entry does not decode");
+      break;
+    }
     if (*started && id <= *after) continue;
     ids[(*n)++] = id;
     *after = id;
     *started = 1;
   }
-  if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
+  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
   mdb_cursor_close(cur);
   bs__lmdb_txn_abort(c->db, txn);
   return rc;

@@ -69,6 +69,9 @@
 /* Every per-stream key starts with u32be stream (the layout table): a stream's entries of a
  * sub-database are the keys with that prefix. */
 #define BS_STREAM_PREFIX_SIZE 4u
+static inline void bs__lmdb_stream_prefix(unsigned char k[BS_STREAM_PREFIX_SIZE], uint32_t stream) {
+  bs__put_u32be(k, stream);
+}
 /* 1 when per-stream key k belongs to stream. */
 static inline int bs__lmdb_in_stream(const MDB_val *k, uint32_t stream) {
   return k->mv_size >= BS_STREAM_PREFIX_SIZE && bs__get_u32be(k->mv_data) == stream;
@@ -176,6 +179,28 @@ void bs__lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *r
  * points at the first (u32 len, bytes) row. BS_ECORRUPT when it does not decode. */
 int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
                                 const unsigned char **rows_out);
+
+/* cqueue key: u32be stream | u64be bucket id (a bucket with superseded entries to compact);
+ * value empty. */
+#define BS_CQUEUE_KEY_SIZE 12u
+static inline void bs__lmdb_cqueue_key(unsigned char k[BS_CQUEUE_KEY_SIZE], uint32_t stream,
+                                       uint64_t bucket) {
+  bs__put_u32be(k, stream);
+  bs__put_u64be(k + 4, bucket);
+}
+/* BS_ECORRUPT when k and v are not a cqueue entry. */
+int bs__lmdb_cqueue_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, uint64_t *bucket);
+
+/* softdel key: u32be stream | u64be op-id mark | u32be table id | replica id (rest): the key of
+ * the soft-deleted source record (u32be stream | u32be table id | replica id) with the mark
+ * after its stream, so that a stream's entries come in mark order; value empty. */
+#define BS_SOFTDEL_KEY_MAX (16u + BS_MAX_REPLICA_ID)
+/* Writes the entry's key for the source record key src (a valid one) into out; returns its size. */
+size_t bs__lmdb_softdel_key(unsigned char out[BS_SOFTDEL_KEY_MAX], uint64_t mark, bs_val src);
+/* The stream, the mark and the source record's key (written into src_buf, src points at it) of an entry;
+ * BS_ECORRUPT when k and v are not one (table id 0, a replica id over BS_MAX_REPLICA_ID, a value). */
+int bs__lmdb_softdel_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, uint64_t *mark,
+                            unsigned char src_buf[BS_SOFTDEL_KEY_MAX - 8], MDB_val *src);
 
 /* changes key: u32be stream | u64be highest op id covered (last) | u64be sequence. */
 #define BS_CHANGE_KEY_SIZE 20u

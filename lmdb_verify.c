@@ -510,21 +510,26 @@ static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_softdel(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size < 4 + 8 + 4 || k->mv_size > 16 + BS_MAX_REPLICA_ID || v->mv_size != 0) {
+  unsigned char sk[BS_SOFTDEL_KEY_MAX - 8];
+  MDB_val src;
+  uint32_t stream;
+  uint64_t mark;
+  if (bs__lmdb_softdel_decode(k, v, &stream, &mark, sk, &src)) {
     problem(vf, "softdel: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size,
             v->mv_size);
     return;
   }
-  stream_known(vf, "softdel", bs__get_u32be(k->mv_data));
+  stream_known(vf, "softdel", stream);
 }
 
 static void check_cqueue(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  BS_UNUSED(v);
-  if (k->mv_size != 12) {
-    problem(vf, "cqueue: malformed key of %zu bytes", k->mv_size);
+  uint32_t stream;
+  uint64_t bucket;
+  if (bs__lmdb_cqueue_decode(k, v, &stream, &bucket)) {
+    problem(vf, "cqueue: malformed entry (key %zu bytes, value %zu bytes)", k->mv_size, v->mv_size);
     return;
   }
-  stream_known(vf, "cqueue", bs__get_u32be(k->mv_data));
+  stream_known(vf, "cqueue", stream);
 }
 
 static int verify_each(verifier *vf, MDB_dbi dbi,

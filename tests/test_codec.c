@@ -924,6 +924,91 @@ static void test_srec_malformed(void **state) {
   free(v.mv_data);
 }
 
+/* ---- cqueue and softdel ---- */
+
+static void test_cqueue_entry(void **state) {
+  static const unsigned char golden[BS_CQUEUE_KEY_SIZE] = {0,    0,    0,    7,    0xff, 0xff,
+                                                           0xff, 0xff, 0xff, 0xff, 0xff, 0xfe};
+  unsigned char k[BS_CQUEUE_KEY_SIZE + 1];
+  uint32_t stream;
+  uint64_t bucket;
+  MDB_val mk, mv;
+  (void)state;
+  bs__lmdb_cqueue_key(k, 7, UINT64_MAX - 1);
+  assert_memory_equal(k, golden, sizeof golden);
+  for (size_t n = 0; n <= sizeof k; n++) { /* only the exact key size, only an empty value */
+    for (size_t vn = 0; vn <= 1; vn++) {
+      k[BS_CQUEUE_KEY_SIZE] = 0;
+      mk = exact(k, n);
+      mv = exact("x", vn);
+      assert_int_equal(bs__lmdb_cqueue_decode(&mk, &mv, &stream, &bucket),
+                       n == BS_CQUEUE_KEY_SIZE && vn == 0 ? BS_OK : BS_ECORRUPT);
+      if (n == BS_CQUEUE_KEY_SIZE && vn == 0) {
+        assert_int_equal(stream, 7);
+        assert_true(bucket == UINT64_MAX - 1);
+      }
+      free(mk.mv_data);
+      free(mv.mv_data);
+    }
+  }
+}
+
+static void test_softdel_entry(void **state) {
+  static const unsigned char src_golden[] = {0, 0, 0, 3,    0,
+                                             0, 0, 2, 0xc3, 0xbc}; /* rid "\xc3\xbc" */
+  static const unsigned char golden[] = {0, 0, 0, 3, 0, 0, 0, 0,    0,
+                                         0, 1, 0, 0, 0, 0, 2, 0xc3, 0xbc};
+  unsigned char k[BS_SOFTDEL_KEY_MAX + 1], src[BS_MAX_REPLICA_ID + 8], sk[BS_SOFTDEL_KEY_MAX - 8];
+  uint32_t stream;
+  uint64_t mark;
+  MDB_val mk, mv = {0, src}, back;
+  size_t n;
+  (void)state;
+  n = bs__lmdb_softdel_key(k, 0x100, (bs_val){src_golden, sizeof src_golden});
+  assert_int_equal(n, sizeof golden);
+  assert_memory_equal(k, golden, sizeof golden);
+  mk = exact(golden, sizeof golden);
+  assert_int_equal(bs__lmdb_softdel_decode(&mk, &mv, &stream, &mark, sk, &back), BS_OK);
+  assert_int_equal(stream, 3);
+  assert_int_equal(mark, 0x100);
+  assert_int_equal(back.mv_size, sizeof src_golden);
+  assert_memory_equal(back.mv_data, src_golden, sizeof src_golden);
+  free(mk.mv_data);
+  /* an empty replica id (the shortest key) and the longest one; one byte more is refused */
+  for (size_t rid = 0; rid <= BS_MAX_REPLICA_ID + 1; rid += rid == 1 ? BS_MAX_REPLICA_ID - 1 : 1) {
+    memset(src, 'r', sizeof src);
+    bs__put_u32be(src, 9);
+    bs__put_u32be(src + 4, 1);
+    n = bs__lmdb_softdel_key(k, UINT64_MAX, (bs_val){src, 8 + rid});
+    assert_int_equal(n, 16 + rid);
+    mk = exact(k, n);
+    assert_int_equal(bs__lmdb_softdel_decode(&mk, &mv, &stream, &mark, sk, &back),
+                     rid <= BS_MAX_REPLICA_ID ? BS_OK : BS_ECORRUPT);
+    if (rid <= BS_MAX_REPLICA_ID) {
+      assert_true(mark == UINT64_MAX);
+      assert_int_equal(back.mv_size, 8 + rid);
+      assert_memory_equal(back.mv_data, src, 8 + rid);
+    }
+    free(mk.mv_data);
+  }
+  /* shorter than a key with an empty replica id, table id 0, a value */
+  for (size_t cut = 0; cut < 16; cut++) {
+    mk = exact(golden, cut);
+    assert_int_equal(bs__lmdb_softdel_decode(&mk, &mv, &stream, &mark, sk, &back), BS_ECORRUPT);
+    free(mk.mv_data);
+  }
+  memcpy(k, golden, sizeof golden);
+  bs__put_u32be(k + 12, 0);
+  mk = exact(k, sizeof golden);
+  assert_int_equal(bs__lmdb_softdel_decode(&mk, &mv, &stream, &mark, sk, &back), BS_ECORRUPT);
+  free(mk.mv_data);
+  mk = exact(golden, sizeof golden);
+  mv = exact("x", 1);
+  assert_int_equal(bs__lmdb_softdel_decode(&mk, &mv, &stream, &mark, sk, &back), BS_ECORRUPT);
+  free(mk.mv_data);
+  free(mv.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -941,6 +1026,8 @@ int main(void) {
       cmocka_unit_test(test_srec_golden),
       cmocka_unit_test(test_srec_edges),
       cmocka_unit_test(test_srec_malformed),
+      cmocka_unit_test(test_cqueue_entry),
+      cmocka_unit_test(test_softdel_entry),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
