@@ -906,6 +906,7 @@ typedef struct fctx {
   bs__effects fx;      /* effects.c, calling back into this flush (fx_ops) */
   uint32_t tid;        /* table of the save being applied */
   bent *last_b;        /* the bucket of the last op, a one-entry cache of by_id */
+  srec *last_rec;      /* the record fx_load gave last: what fx_store mostly stores again */
   const char *last_sk; /* the arena copy of the last op's subkey */
   uint64_t first_op;
   uint64_t seq_bucket;
@@ -1040,6 +1041,7 @@ static void fctx_reset(fctx *f) {
   f->seq_loaded = f->seq_dirty = 0;
   f->emitted = 0;
   f->last_b = NULL;
+  f->last_rec = NULL;
   f->last_sk = NULL;
   f->txn = NULL;
   /* Not closed here: a write txn's cursors are freed by LMDB when it ends, and the read-only
@@ -1400,7 +1402,7 @@ static int fx_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
   fctx *f = ctx;
   srec *r;
   int rc = rec_load(f, f->tid, rid, 1, &r, err);
-  if (rc == BS_OK) *out = &r->r;
+  if (rc == BS_OK) *out = &(f->last_rec = r)->r;
   return rc;
 }
 
@@ -1446,7 +1448,12 @@ static int fx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   fctx *f = ctx;
   srec *r;
   int rc;
-  if ((rc = rec_load(f, f->tid, rid, 0, &r, err)) != BS_OK) return rc;
+  r = f->last_rec; /* key: u32be stream | u32be table | replica id */
+  if ((!r || r->key.size != 8 + rid.size ||
+       bs__get_u32be((const unsigned char *)r->key.data + 4) != f->tid ||
+       (rid.size && memcmp((const unsigned char *)r->key.data + 8, rid.data, rid.size))) &&
+      (rc = rec_load(f, f->tid, rid, 0, &r, err)) != BS_OK)
+    return rc;
   r->r = *rec;
   r->r.m = rec->nm ? arena_dup(&f->ar, rec->m, rec->nm * sizeof *rec->m) : NULL;
   r->r.lk = rec->nl ? arena_dup(&f->ar, rec->lk, rec->nl * sizeof *rec->lk) : NULL;
