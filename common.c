@@ -124,6 +124,55 @@ int bs__grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t
   return BS_OK;
 }
 
+/* ---- Arena ----------------------------------------------------------------------------------- */
+
+void *bs__arena_alloc(bs__arena *ar, size_t n) {
+  bs__arena_blk *b = ar->head;
+  if (n > SIZE_MAX / 2) return NULL; /* a saturated size: no such block */
+  n = (n + 15) & ~(size_t)15;
+  if (!b || b->cap - b->used < n) {
+    size_t cap = b ? b->cap * 2 : 64 * 1024;
+    if (cap > 4u * 1024 * 1024) cap = 4u * 1024 * 1024;
+    if (cap < n) cap = n;
+    b = bs__malloc(ar->a, sizeof *b + cap);
+    if (!b) return NULL;
+    b->cap = cap;
+    b->used = 0;
+    b->next = ar->head;
+    ar->head = b;
+  }
+  void *p = (unsigned char *)b->data + b->used;
+  b->used += n;
+  ar->bytes += n;
+  return p;
+}
+
+void *bs__arena_dup(bs__arena *ar, const void *src, size_t n) {
+  void *p = bs__arena_alloc(ar, n ? n : 1);
+  if (p && n) memcpy(p, src, n);
+  return p;
+}
+
+void bs__arena_reset(bs__arena *ar) {
+  bs__arena_blk *b = ar->head, *next;
+  if (!b) return;
+  next = b->next;
+  b->next = NULL;
+  b->used = 0;
+  while (next) {
+    bs__arena_blk *n2 = next->next;
+    bs__free(ar->a, next);
+    next = n2;
+  }
+  ar->bytes = 0;
+}
+
+void bs__arena_free(bs__arena *ar) {
+  bs__arena_reset(ar);
+  bs__free(ar->a, ar->head);
+  ar->head = NULL;
+}
+
 /* ---- The hash table -------------------------------------------------------------------------- */
 
 #define HTAB_MIN_CAP 16u

@@ -62,6 +62,24 @@ const bs_allocator *bs__open_allocator(const bs_open_options *opts);
 int bs__grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t elem);
 #define BS_GROW(a, arr, cap, need) bs__grow((a), (void **)&(arr), &(cap), (need), sizeof *(arr))
 
+/* ---- Arena: many small allocations, freed together ---- */
+/* Blocks of 64 KiB doubling to 4 MiB (or one of the size asked); 16-byte aligned pieces. a must
+ * be set before the first allocation; a zeroed arena is empty. */
+typedef struct bs__arena_blk {
+  struct bs__arena_blk *next;
+  size_t cap, used;
+  max_align_t data[];
+} bs__arena_blk;
+typedef struct bs__arena {
+  const bs_allocator *a;
+  bs__arena_blk *head;
+  size_t bytes; /* handed out since the last reset */
+} bs__arena;
+void *bs__arena_alloc(bs__arena *ar, size_t n); /* NULL: out of memory (or n absurd) */
+void *bs__arena_dup(bs__arena *ar, const void *src, size_t n);
+void bs__arena_reset(bs__arena *ar); /* keeps the newest (largest) block for reuse */
+void bs__arena_free(bs__arena *ar);
+
 /* ---- Byte-order helpers (keys are big-endian so memcmp order is numeric order) ---- */
 static inline void bs__put_u32be(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24);
@@ -182,11 +200,25 @@ struct bs__db_front {
   void *listener_payload;
 };
 
+/* The writer's queue (writer.c): one arena copy per save, the items in call order. records and
+ * bytes measure the saves against the auto-flush bounds (bs_writer_options). */
+typedef struct bs__queue {
+  bs__arena ar;
+  bs_write_item *items;
+  size_t n, cap;
+  size_t records, bytes;
+} bs__queue;
+/* Copies s (checked) / a custom write checkpoint into the queue; BS_ENOMEM leaves it as it was. */
+int bs__queue_save(bs__queue *q, const bs_allocator *a, const bs_save *s);
+int bs__queue_wcp(bs__queue *q, const bs_allocator *a, bs_val user_id, uint64_t checkpoint,
+                  bs_val event, int64_t requested_at_ms);
+bs_write_batch bs__queue_batch(const bs__queue *q); /* borrowed until the next queue call */
+void bs__queue_reset(bs__queue *q);                 /* after the batch was applied */
+void bs__queue_free(bs__queue *q, const bs_allocator *a);
+
 struct bs__writer_front {
   bs_writer_options opts; /* as bs_writer_open resolved them */
-  /* what was queued since the last flush: the front auto-flushes by it (a backend never
-   * flushes on its own) */
-  size_t queued_records, queued_bytes;
+  bs__queue q; /* what was queued since the last flush; a backend never flushes on its own */
   int closed;
 };
 

@@ -691,67 +691,13 @@ static void lmdb_storage_destroy(bs_storage *base) {
   if (st) bs__free(&st->db->base.alloc, st);
 }
 
-/* ---- Arena: the writer's queue and each flush allocate from one; no malloc per op ------------ */
+/* ---- Arena: each flush allocates from one (the common layer's); no malloc per op ------------- */
 
-typedef struct arena_blk {
-  struct arena_blk *next;
-  size_t cap, used;
-  max_align_t data[];
-} arena_blk;
-
-typedef struct arena {
-  const bs_allocator *a;
-  arena_blk *head;
-  size_t bytes; /* handed out since the last reset */
-} arena;
-
-static void *arena_alloc(arena *ar, size_t n) {
-  arena_blk *b = ar->head;
-  if (n > SIZE_MAX / 2) return NULL; /* a saturated size (sz_add): no such block */
-  n = (n + 15) & ~(size_t)15;
-  if (!b || b->cap - b->used < n) {
-    size_t cap = b ? b->cap * 2 : 64 * 1024;
-    if (cap > 4u * 1024 * 1024) cap = 4u * 1024 * 1024;
-    if (cap < n) cap = n;
-    b = bs__malloc(ar->a, sizeof *b + cap);
-    if (!b) return NULL;
-    b->cap = cap;
-    b->used = 0;
-    b->next = ar->head;
-    ar->head = b;
-  }
-  void *p = (unsigned char *)b->data + b->used;
-  b->used += n;
-  ar->bytes += n;
-  return p;
-}
-
-static void *arena_dup(arena *ar, const void *src, size_t n) {
-  void *p = arena_alloc(ar, n ? n : 1);
-  if (p && n) memcpy(p, src, n);
-  return p;
-}
-
-/* Keeps the newest (largest) block for reuse, frees the rest. */
-static void arena_reset(arena *ar) {
-  arena_blk *b = ar->head, *next;
-  if (!b) return;
-  next = b->next;
-  b->next = NULL;
-  b->used = 0;
-  while (next) {
-    arena_blk *n2 = next->next;
-    bs__free(ar->a, next);
-    next = n2;
-  }
-  ar->bytes = 0;
-}
-
-static void arena_free(arena *ar) {
-  arena_reset(ar);
-  bs__free(ar->a, ar->head);
-  ar->head = NULL;
-}
+typedef bs__arena arena;
+#define arena_alloc bs__arena_alloc
+#define arena_dup   bs__arena_dup
+#define arena_reset bs__arena_reset
+#define arena_free  bs__arena_free
 
 /* ---- Hash map: byte-string keys (borrowed) -> pointer; open addressing ----------------------- */
 
@@ -835,24 +781,6 @@ static void *vec_push(const bs_allocator *a, vec *v) {
 
 /* ---- The writer: queue ------------------------------------------------------------------------ */
 
-/* One queued save, deep-copied into the queue arena (the caller's buffers are not kept). */
-typedef struct qsave {
-  struct qsave *next;
-  bs_tag tag;
-  bs_val table, before, after, stored; /* data NULL = absent */
-  bs_row *rows;
-  size_t n_rows;
-  bs_lookup *lookups;
-  size_t n_lookups;
-} qsave;
-
-typedef struct qwcp {
-  struct qwcp *next;
-  bs_val user, event;
-  uint64_t value;
-  int64_t requested_at; /* < 0: persistent */
-} qwcp;
-
 /* A pending op of one flush; written in key order (bucket id, op id) at the end. */
 typedef struct pop {
   struct pop *next;
@@ -919,10 +847,7 @@ typedef struct lm_writer {
   bs__lmdb_storage *st;
   bs__lmdb_db *db;
   int snapshot, create_empty;
-  arena q;
-  qsave *head, *tail;
-  size_t n;
-  qwcp *wcp_head, *wcp_tail;
+  const bs_write_batch *batch; /* the front's queue, during a flush, commit or source_row */
   fctx f;
 } lm_writer;
 
@@ -938,93 +863,6 @@ static int copy_val(arena *ar, bs_val *dst, bs_val src) {
   }
   dst->data = src.size ? arena_dup(ar, src.data, src.size) : lm_empty;
   return dst->data ? BS_OK : BS_ENOMEM;
-}
-
-/* Saturating size arithmetic: an absurd total becomes SIZE_MAX, which arena_alloc refuses. */
-static size_t sz_add(size_t a, size_t b) {
-  return a > SIZE_MAX - b ? SIZE_MAX : a + b;
-}
-static size_t sz_mul(size_t n, size_t size) {
-  return size && n > SIZE_MAX / size ? SIZE_MAX : n * size;
-}
-static size_t qv_bytes(bs_val v) {
-  return v.data ? v.size : 0;
-}
-
-/* Copies v to *p and advances it; absent stays absent, present-empty points at lm_empty. */
-static bs_val qv_copy(unsigned char **p, bs_val v) {
-  bs_val d = {v.data, v.size};
-  if (v.data && v.size) {
-    memcpy(*p, v.data, v.size);
-    d.data = *p;
-    *p += v.size;
-  } else if (v.data) {
-    d.data = lm_empty;
-  }
-  return d;
-}
-
-/* Deep-copies a save into ONE arena block: the qsave, its row/lookup/param arrays, then every
- * byte string. Sizing first and copying second costs two passes over a few fields, where an
- * allocation per field cost ~8 arena calls per save. */
-static int queue_copy(arena *ar, const bs_save *s, qsave **out) {
-  /* A DELETE keeps only the old id: before_id, or after_id when before_id is absent. */
-  bs_val before = s->tag == BS_DELETE && !s->before_id.data ? s->after_id : s->before_id;
-  bs_val after = s->tag == BS_DELETE ? (bs_val){NULL, 0} : s->after_id;
-  size_t n_params = 0, bytes, arrays;
-  unsigned char *p;
-  bs_val *ps;
-  qsave *q;
-
-  bytes = qv_bytes(s->table) + qv_bytes(before) + qv_bytes(after); /* each is bounded */
-  bytes = sz_add(bytes, qv_bytes(s->stored_data));
-  for (size_t i = 0; i < s->n_rows; i++) {
-    const bs_row *r = &s->rows[i];
-    bytes = sz_add(bytes, qv_bytes(r->bucket) + qv_bytes(r->object_type));
-    bytes = sz_add(bytes, qv_bytes(r->object_id));
-    bytes = sz_add(bytes, qv_bytes(r->data));
-  }
-  for (size_t i = 0; i < s->n_lookups; i++) {
-    const bs_lookup *l = &s->lookups[i];
-    bytes = sz_add(bytes, qv_bytes(l->key));
-    n_params = sz_add(n_params, l->n_params);
-    for (size_t j = 0; j < l->n_params; j++) bytes = sz_add(bytes, qv_bytes(l->params[j]));
-  }
-  /* The arrays hold pointers and size_t only: placed right after the qsave they stay aligned. */
-  arrays = sz_add(sz_mul(s->n_rows, sizeof(bs_row)), sz_mul(s->n_lookups, sizeof(bs_lookup)));
-  arrays = sz_add(arrays, sz_mul(n_params, sizeof(bs_val)));
-  if (!(q = arena_alloc(ar, sz_add(sz_add(sizeof *q, arrays), bytes)))) return BS_ENOMEM;
-  memset(q, 0, sizeof *q);
-  q->rows = s->n_rows ? (bs_row *)(q + 1) : NULL;
-  q->lookups = s->n_lookups ? (bs_lookup *)((bs_row *)(q + 1) + s->n_rows) : NULL;
-  ps = (bs_val *)((bs_lookup *)((bs_row *)(q + 1) + s->n_rows) + s->n_lookups);
-  p = (unsigned char *)(ps + n_params);
-
-  q->tag = s->tag;
-  q->table = qv_copy(&p, s->table);
-  q->before = qv_copy(&p, before);
-  q->after = qv_copy(&p, after);
-  q->stored = qv_copy(&p, s->stored_data);
-  for (size_t i = 0; i < s->n_rows; i++) {
-    const bs_row *r = &s->rows[i];
-    bs_row *d = &q->rows[i];
-    d->bucket = qv_copy(&p, r->bucket);
-    d->object_type = qv_copy(&p, r->object_type);
-    d->object_id = qv_copy(&p, r->object_id);
-    d->data = qv_copy(&p, r->data);
-  }
-  q->n_rows = s->n_rows;
-  for (size_t i = 0; i < s->n_lookups; i++) {
-    const bs_lookup *l = &s->lookups[i];
-    bs_lookup *d = &q->lookups[i];
-    d->key = qv_copy(&p, l->key);
-    d->params = l->n_params ? ps : NULL;
-    d->n_params = l->n_params;
-    for (size_t j = 0; j < l->n_params; j++) *ps++ = qv_copy(&p, l->params[j]);
-  }
-  q->n_lookups = s->n_lookups;
-  *out = q;
-  return BS_OK;
 }
 
 /* ---- The writer: flush context ---------------------------------------------------------------- */
@@ -1469,21 +1307,11 @@ static uint64_t fx_op_head(void *ctx) {
 static const bs__effects_ops fx_ops = {fx_load,  fx_bucket, fx_op,     fx_superseded,
                                        fx_param, fx_store,  fx_op_head};
 
-/* One queued save (contract.md 4.1 - 4.3: effects.c). */
-static int apply_save(fctx *f, const qsave *q, bs_error *err) {
-  bs_save s = BS_SAVE_INIT;
+/* One save of the front's batch, as the caller gave it (contract.md 4.1 - 4.3: effects.c). */
+static int apply_save(fctx *f, const bs_save *s, bs_error *err) {
   int rc;
-  if ((rc = table_id(f, q->table, 1, &f->tid, err)) != BS_OK) return rc;
-  s.table = q->table;
-  s.tag = q->tag;
-  s.before_id = q->before;
-  s.after_id = q->after;
-  s.rows = q->rows;
-  s.n_rows = q->n_rows;
-  s.lookups = q->lookups;
-  s.n_lookups = q->n_lookups;
-  s.stored_data = q->stored;
-  return bs__effects_save(&f->fx, f->tid, &s, err);
+  if ((rc = table_id(f, s->table, 1, &f->tid, err)) != BS_OK) return rc;
+  return bs__effects_save(&f->fx, f->tid, s, err);
 }
 
 /* ---- Flush write-out: everything in key order, each bucket state once ------------------------- */
@@ -1869,19 +1697,25 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   if (f->rec.state == BS_STREAM_TERMINATED)
     return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
-  for (qsave *q = w->head; q && rc == BS_OK; q = q->next) rc = apply_save(f, q, err);
+  for (size_t i = 0; i < w->batch->n && rc == BS_OK; i++) {
+    if (w->batch->items[i].save) rc = apply_save(f, w->batch->items[i].save, err);
+  }
   f_close_src(f);
   if (rc != BS_OK) return rc;
-  for (qwcp *c = w->wcp_head; c; c = c->next) {
-    if ((rc = bs__lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user, c->value,
-                                      c->requested_at, err)))
+  /* the saves' ops first, then the write checkpoints (what they acknowledge is flushed) */
+  for (size_t i = 0; i < w->batch->n; i++) {
+    const bs_queued_wcp *c = w->batch->items[i].wcp;
+    if (!c) continue;
+    if ((rc = bs__lmdb_wcp_put_custom(f->db, txn, f->stream, c->event, c->user_id, c->checkpoint,
+                                      c->requested_at_ms, err)))
       return rc;
     nu++;
   }
   if (nu) {
-    size_t i = 0;
+    size_t k = 0;
     if (!(users = arena_alloc(&f->ar, nu * sizeof *users))) return oom(err);
-    for (qwcp *c = w->wcp_head; c; c = c->next) users[i++] = c->user;
+    for (size_t i = 0; i < w->batch->n; i++)
+      if (w->batch->items[i].wcp) users[k++] = w->batch->items[i].wcp->user_id;
   }
   return f_finish(f, users, nu, err);
 }
@@ -1890,29 +1724,25 @@ static int flush_txn(MDB_txn *txn, void *payload, bs_error *err) {
   return flush_work(payload, txn, err);
 }
 
-static void queue_reset(lm_writer *w) {
-  arena_reset(&w->q);
-  w->head = w->tail = NULL;
-  w->n = 0;
-  w->wcp_head = w->wcp_tail = NULL;
-}
-
-static int w_flush(lm_writer *w, bs_error *err) {
+/* Applies batch in one write transaction (nothing when it is empty). */
+static int w_flush(lm_writer *w, const bs_write_batch *batch, bs_error *err) {
   int rc;
-  if (!w->head && !w->wcp_head) return BS_OK;
+  if (!batch->n) return BS_OK;
+  w->batch = batch;
   rc = bs__lmdb_write(w->db, flush_txn, w, err);
+  w->batch = NULL;
   fctx_reset(&w->f);
-  if (rc == BS_OK) queue_reset(w);
   return rc;
 }
 
-static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
+static int lw_flush(bs_writer *base, const bs_write_batch *batch, uint64_t *last_op_out,
+                    bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   MDB_txn *txn;
   bs__stream_rec rec;
-  int rc, had = w->head || w->wcp_head;
-  if ((rc = w_flush(w, err)) != BS_OK) return rc;
-  if (had) { /* the flush's txn just committed this head */
+  int rc;
+  if ((rc = w_flush(w, batch, err)) != BS_OK) return rc;
+  if (batch->n) { /* the flush's txn just committed this head */
     if (last_op_out) *last_op_out = w->f.rec.op_head;
     return BS_OK;
   }
@@ -1925,40 +1755,6 @@ static int lw_flush(bs_writer *base, uint64_t *last_op_out, bs_error *err) {
     *last_op_out = rec.op_head;
   bs__lmdb_txn_abort(w->db, txn);
   return rc;
-}
-
-static int lw_save(bs_writer *base, const bs_save *s, bs_error *err) {
-  lm_writer *w = (lm_writer *)base;
-  qsave *q;
-  /* The front (bs_writer_save) has validated the change, kept a snapshot writer to INSERT and
-   * auto-flushed. */
-  /* On failure a partial copy stays in the arena until the next reset: harmless. */
-  if (queue_copy(&w->q, s, &q) != BS_OK) return oom(err);
-  if (w->tail)
-    w->tail->next = q;
-  else
-    w->head = q;
-  w->tail = q;
-  w->n++;
-  return BS_OK;
-}
-
-static int lw_custom_wcp(bs_writer *base, bs_val user, uint64_t value, bs_val event,
-                         int64_t requested_at, bs_error *err) {
-  lm_writer *w = (lm_writer *)base;
-  qwcp *c = arena_alloc(&w->q, sizeof *c);
-  if (!c || copy_val(&w->q, &c->user, user) || copy_val(&w->q, &c->event, event)) return oom(err);
-  if (!c->user.data) c->user.data = lm_empty;
-  if (!c->event.data) c->event.data = lm_empty;
-  c->value = value;
-  c->requested_at = requested_at;
-  c->next = NULL;
-  if (w->wcp_tail)
-    w->wcp_tail->next = c;
-  else
-    w->wcp_head = c;
-  w->wcp_tail = c;
-  return BS_OK;
 }
 
 /* ---- Commit ------------------------------------------------------------------------------------ */
@@ -2041,7 +1837,7 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   c->created = 0;
   /* The queue is flushed in the commit's own txn: one commit (one fsync pair) instead of two,
    * with the same result as flush-then-commit. */
-  if ((c->w->head || c->w->wcp_head) && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
+  if (c->w->batch->n && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   if (r->state == BS_STREAM_TERMINATED)
     return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
@@ -2078,8 +1874,8 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   return bs__stream_rec_put(f->db, txn, r, err);
 }
 
-static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_result *out,
-                     bs_error *err) {
+static int lw_commit(bs_writer *base, const bs_write_batch *batch, bs_val lsn, int create_empty,
+                     bs_commit_result *out, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   commit_ctx c;
   int rc;
@@ -2089,11 +1885,12 @@ static int lw_commit(bs_writer *base, bs_val lsn, int create_empty, bs_commit_re
   c.lsn = lsn;
   c.create_empty = create_empty < 0 ? w->create_empty : create_empty;
   c.users.size = sizeof(bs_val);
+  w->batch = batch;
   rc = bs__lmdb_write(w->db, commit_txn, &c, err);
+  w->batch = NULL;
   fctx_reset(&w->f);
   bs__free(w_alloc(w), c.users.p);
   if (rc != BS_OK) return rc;
-  queue_reset(w);
   if (out) {
     out->checkpoint_blocked = c.blocked != BS_BLOCKED_NONE;
     out->checkpoint_created = c.created;
@@ -2146,10 +1943,10 @@ static int lw_resume_lsn(bs_writer *base, bs_val lsn, bs_error *err) {
 
 /* ---- source_row: stored data, seeing the queue ------------------------------------------------- */
 
-static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
+static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val table, bs_val rid,
                          int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
-  const qsave *hit = NULL;
+  const bs_save *hit = NULL;
   int hit_deleted = 0, rc;
   MDB_txn *txn;
   uint32_t tid;
@@ -2161,10 +1958,12 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
   /* The last queued save that touched the row decides. In snapshot mode an INSERT of a key
    * that already has a record is skipped at flush, so there the stored record wins when there
    * is one, and otherwise the first queued INSERT of the row (later ones are skipped). */
-  for (const qsave *q = w->head; q; q = q->next) {
-    bs_val before = q->before.data ? q->before : q->after;
-    if (!bs__val_eq(q->table, table)) continue;
-    if (q->tag != BS_DELETE && bs__val_eq(q->after, rid)) {
+  for (size_t i = 0; i < batch->n; i++) {
+    const bs_save *q = batch->items[i].save;
+    bs_val before;
+    if (!q || !bs__val_eq(q->table, table)) continue;
+    before = q->before_id.data ? q->before_id : q->after_id;
+    if (q->tag != BS_DELETE && bs__val_eq(q->after_id, rid)) {
       if (w->snapshot && hit && !hit_deleted) continue;
       hit = q;
       hit_deleted = 0;
@@ -2190,7 +1989,7 @@ static int lw_source_row(bs_writer *base, bs_val table, bs_val rid,
       if (hit_deleted)
         rc = bs__fail(err, BS_ENOTFOUND, "row was deleted");
       else
-        rc = fn(hit->stored.data ? &hit->stored : NULL, payload);
+        rc = fn(hit->stored_data.data ? &hit->stored_data : NULL, payload);
     } else if (stored) {
       rc = fn(r->r.has_data ? &r->r.data : NULL, payload);
     } else {
@@ -2280,7 +2079,7 @@ static int lw_truncate(bs_writer *base, bs_val table, int drop, bs_error *err) {
   if (!table.size || table.size > BS_MAX_TABLE_NAME)
     return bs__fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)",
                     table.size, BS_MAX_TABLE_NAME);
-  if ((rc = w_flush(w, err)) != BS_OK) return rc;
+  /* the front has flushed what was queued before the truncate (contract.md 4.2) */
   while (!c.done) {
     rc = bs__lmdb_write(w->db, trunc_txn, &c, err);
     fctx_reset(&w->f);
@@ -2296,7 +2095,6 @@ static void lw_close(bs_writer *base) {
   bs_allocator a;
   if (!w) return;
   a = w->db->base.alloc;
-  arena_free(&w->q);
   fctx_free(&w->f);
   bs__free(&a, w);
 }
@@ -2304,14 +2102,12 @@ static void lw_close(bs_writer *base) {
 static const bs_writer_vtable lmdb_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = lw_close,
-    .save = lw_save,
     .truncate = lw_truncate,
     .flush = lw_flush,
     .commit = lw_commit,
     .snapshot_done = lw_snapshot_done,
     .resume_lsn = lw_resume_lsn,
     .source_row = lw_source_row,
-    .custom_write_checkpoint = lw_custom_wcp,
 };
 
 static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_writer **out,
@@ -2341,7 +2137,6 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
   w->db = db;
   w->snapshot = o->snapshot != 0;
   w->create_empty = o->create_empty != 0;
-  w->q.a = &db->base.alloc;
   fctx_init(&w->f, db, base->stream_id, w->snapshot);
   *out = &w->base;
   return BS_OK;

@@ -200,33 +200,10 @@ typedef struct mem_storage {
   unsigned char event[BS_MAX_USER_ID];
 } mem_storage;
 
-/* The writer's queue: deep copies of what the calls passed. */
-typedef enum qkind { Q_SAVE, Q_TRUNCATE, Q_CWCP } qkind;
-typedef struct qitem {
-  qkind kind;
-  bs_val table; /* SAVE, TRUNCATE */
-  bs_tag tag;
-  bs_val before; /* effective replica id before (defaults to after) */
-  bs_val after;
-  int has_after; /* not for DELETE */
-  bs_row *rows;
-  size_t nrows;
-  bs_lookup *lks;
-  size_t nlks;
-  int has_data;
-  bs_val data;
-  int drop;           /* TRUNCATE */
-  bs_val user, event; /* CWCP */
-  uint64_t value;
-  int64_t req_ms;
-} qitem;
-
 typedef struct mem_writer {
   bs_writer base;
   mem_storage *ms;
   int snapshot, create_empty;
-  qitem *q;
-  size_t nq, cq;
 } mem_writer;
 
 #define ALLOC(db) (&(db)->base.alloc)
@@ -841,27 +818,12 @@ static const bs__effects_ops mem_fx_ops = {mfx_load,  mfx_bucket, mfx_op,     mf
                                            mfx_param, mfx_store,  mfx_op_head};
 
 /* A value the queue holds as present (val_dup keeps no pointer for zero bytes). */
-static bs_val present(bs_val v) {
-  if (!v.data) v.data = "";
-  return v;
-}
-
-/* One save (contract.md 4.1 - 4.3: effects.c). */
-static int apply_save(mem_tx *tx, bs__effects *e, const qitem *q) {
-  mem_table *t = tx_table(tx, q->table);
-  bs_save s = BS_SAVE_INIT;
+/* One save of the front's batch, as the caller gave it (contract.md 4.1 - 4.3: effects.c). */
+static int apply_save(mem_tx *tx, bs__effects *e, const bs_save *s) {
+  mem_table *t = tx_table(tx, s->table);
   if (!t) return BS_ENOMEM;
   ((mem_fx *)e->ctx)->table = t->id;
-  s.table = q->table;
-  s.tag = q->tag;
-  s.before_id = present(q->before); /* qsave_copy: before_id, else after_id */
-  if (q->has_after) s.after_id = present(q->after);
-  s.rows = q->rows;
-  s.n_rows = q->nrows;
-  s.lookups = q->lks;
-  s.n_lookups = q->nlks;
-  if (q->has_data) s.stored_data = present(q->data);
-  return bs__effects_save(e, t->id, &s, NULL);
+  return bs__effects_save(e, t->id, s, NULL);
 }
 
 static int rec_cmp_rid(const void *x, const void *y) {
@@ -871,10 +833,10 @@ static int rec_cmp_rid(const void *x, const void *y) {
 
 /* Truncate (4.2): per record in replica-id byte order, REMOVEs of its memberships then
  * tombstones of its lookups; then the records go (hard delete). Drop forgets the table. */
-static int apply_truncate(mem_tx *tx, bs__effects *e, const qitem *q) {
+static int apply_truncate(mem_tx *tx, bs__effects *e, bs_val table, int drop) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
-  mem_table *t = table_find(s, q->table);
+  mem_table *t = table_find(s, table);
   mem_rec **list = NULL;
   size_t n = 0;
   int rc = BS_OK;
@@ -891,7 +853,7 @@ static int apply_truncate(mem_tx *tx, bs__effects *e, const qitem *q) {
   if (rc) return rc;
   for (size_t i = 0; i < s->nrecs; i++)
     if (s->recs[i] && s->recs[i]->table == t->id && (rc = tx_rec_set(tx, i, NULL))) return rc;
-  if (q->drop) {
+  if (drop) {
     size_t ti = 0;
     while (s->tables[ti] != t) ti++;
     if ((rc = tx_journal(tx, J_DROP, ti, NULL))) return rc;
@@ -900,22 +862,22 @@ static int apply_truncate(mem_tx *tx, bs__effects *e, const qitem *q) {
   return BS_OK;
 }
 
-static int apply_cwcp(mem_tx *tx, const qitem *q) {
+static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_cwcp *c;
   long idx = -1;
   int rc;
   for (size_t i = 0; i < s->ncw; i++)
-    if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user))
+    if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id))
       idx = (long)i;
   if (GROW(a, s->pend_users, s->npend, s->cpend, s->npend + 1)) return BS_ENOMEM;
   if (idx < 0 && GROW(a, s->cw, s->ncw, s->ccw, s->ncw + 1)) return BS_ENOMEM;
   c = bs__calloc(a, 1, sizeof *c);
   if (!c) return BS_ENOMEM;
-  c->value = q->value;
-  c->req_ms = q->req_ms;
-  if (val_dup(a, q->event, &c->event) || val_dup(a, q->user, &c->user)) {
+  c->value = q->checkpoint;
+  c->req_ms = q->requested_at_ms;
+  if (val_dup(a, q->event, &c->event) || val_dup(a, q->user_id, &c->user)) {
     cwcp_free(a, c);
     return BS_ENOMEM;
   }
@@ -932,16 +894,15 @@ static int apply_cwcp(mem_tx *tx, const qitem *q) {
     }
     s->cw[idx] = c;
   }
-  if (val_dup(a, q->user, &s->pend_users[s->npend])) return BS_ENOMEM;
+  if (val_dup(a, q->user_id, &s->pend_users[s->npend])) return BS_ENOMEM;
   s->npend++;
   return BS_OK;
 }
 
-/* Applies the whole queue inside tx. */
-static int apply_queue(mem_tx *tx, const mem_writer *w) {
-  mem_fx c = {tx, 0};
+/* The effects context of one transaction of writer w (bs__effects_free after it). */
+static bs__effects mem_effects(mem_tx *tx, mem_fx *c, const mem_writer *w) {
   bs__effects e = {&mem_fx_ops,
-                   &c,
+                   c,
                    ALLOC(tx->db),
                    tx->s->m.hash,
                    w->snapshot,
@@ -952,16 +913,19 @@ static int apply_queue(mem_tx *tx, const mem_writer *w) {
                    0,
                    0,
                    0};
+  c->tx = tx;
+  c->table = 0;
+  return e;
+}
+
+/* Applies the front's batch inside tx, in queue order. */
+static int apply_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *batch) {
+  mem_fx c;
+  bs__effects e = mem_effects(tx, &c, w);
   int rc = BS_OK;
-  for (size_t i = 0; i < w->nq && !rc; i++) {
-    const qitem *q = &w->q[i];
-    if (q->kind == Q_SAVE)
-      rc = apply_save(tx, &e, q);
-    else if (q->kind == Q_TRUNCATE)
-      rc = apply_truncate(tx, &e, q);
-    else
-      rc = apply_cwcp(tx, q);
-  }
+  for (size_t i = 0; i < batch->n && !rc; i++)
+    rc = batch->items[i].save ? apply_save(tx, &e, batch->items[i].save)
+                              : apply_cwcp(tx, batch->items[i].wcp);
   bs__effects_free(&e);
   return rc;
 }
@@ -971,94 +935,17 @@ static int apply_fail(bs_error *err, int rc) {
   return enomem(err, "flush");
 }
 
-/* Begins a transaction on w's stream and applies w's queue in it; on failure nothing is left
+/* Begins a transaction on w's stream and applies batch in it; on failure nothing is left
  * applied (and no transaction is open). Caller holds the lock. */
-static int tx_begin_queue(mem_tx *tx, const mem_writer *w, bs_error *err) {
+static int tx_begin_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *batch,
+                          bs_error *err) {
   int rc;
   tx_begin(tx, w->ms->db, w->ms->s);
-  if ((rc = apply_queue(tx, w))) {
+  if ((rc = apply_batch(tx, w, batch))) {
     tx_rollback(tx);
     return apply_fail(err, rc);
   }
   return BS_OK;
-}
-
-/* ---- Writer queue ---------------------------------------------------------------------------- */
-
-static void qitem_free(const bs_allocator *a, qitem *q) {
-  val_free(a, &q->table);
-  val_free(a, &q->before);
-  val_free(a, &q->after);
-  for (size_t i = 0; i < q->nrows; i++) {
-    val_free(a, &q->rows[i].bucket);
-    val_free(a, &q->rows[i].object_type);
-    val_free(a, &q->rows[i].object_id);
-    val_free(a, &q->rows[i].data);
-  }
-  bs__free(a, q->rows);
-  for (size_t i = 0; i < q->nlks; i++) {
-    bs_val *ps = (bs_val *)q->lks[i].params; /* qsave_copy's */
-    val_free(a, &q->lks[i].key);
-    for (size_t k = 0; k < q->lks[i].n_params; k++) val_free(a, &ps[k]);
-    bs__free(a, ps);
-  }
-  bs__free(a, q->lks);
-  val_free(a, &q->data);
-  val_free(a, &q->user);
-  val_free(a, &q->event);
-  memset(q, 0, sizeof *q);
-}
-
-static void queue_clear(mem_writer *w) {
-  const bs_allocator *a = ALLOC(w->ms->db);
-  for (size_t i = 0; i < w->nq; i++) qitem_free(a, &w->q[i]);
-  w->nq = 0;
-}
-
-static int qsave_copy(const bs_allocator *a, const bs_save *c, qitem *q) {
-  bs_val before = c->before_id.data ? c->before_id : c->after_id;
-  memset(q, 0, sizeof *q);
-  q->kind = Q_SAVE;
-  q->tag = c->tag;
-  q->has_after = c->tag != BS_DELETE;
-  if (val_dup(a, c->table, &q->table) || val_dup(a, before, &q->before)) goto nomem;
-  if (q->has_after && val_dup(a, c->after_id, &q->after)) goto nomem;
-  if (q->has_after && c->n_rows) {
-    q->rows = bs__calloc(a, c->n_rows, sizeof *q->rows);
-    if (!q->rows) goto nomem;
-    for (size_t i = 0; i < c->n_rows; i++) {
-      const bs_row *r = &c->rows[i];
-      q->nrows = i + 1;
-      if (val_dup(a, r->bucket, &q->rows[i].bucket) ||
-          val_dup(a, r->object_type, &q->rows[i].object_type) ||
-          val_dup(a, r->object_id, &q->rows[i].object_id) || val_dup(a, r->data, &q->rows[i].data))
-        goto nomem;
-    }
-  }
-  if (q->has_after && c->n_lookups) {
-    q->lks = bs__calloc(a, c->n_lookups, sizeof *q->lks);
-    if (!q->lks) goto nomem;
-    for (size_t i = 0; i < c->n_lookups; i++) {
-      const bs_lookup *l = &c->lookups[i];
-      bs_val *ps = NULL;
-      q->nlks = i + 1;
-      if (val_dup(a, l->key, &q->lks[i].key)) goto nomem;
-      if (l->n_params && !(ps = bs__calloc(a, l->n_params, sizeof(bs_val)))) goto nomem;
-      q->lks[i].params = ps;
-      for (size_t k = 0; k < l->n_params; k++) {
-        q->lks[i].n_params = k + 1;
-        if (val_dup(a, l->params[k], &ps[k])) goto nomem;
-      }
-    }
-  }
-  if (q->has_after && c->stored_data.data) {
-    q->has_data = 1;
-    if (val_dup(a, c->stored_data, &q->data)) goto nomem;
-  }
-  return BS_OK;
-nomem:
-  qitem_free(a, q);
-  return BS_ENOMEM;
 }
 
 /* ---- Locking ------------------------------------------------------------------------------- */
@@ -1081,14 +968,13 @@ static int writable(mem_writer *w, bs_error *err) {
   return BS_OK;
 }
 
-/* Flush: apply queue in one transaction. Caller holds the lock. */
-static int flush_locked(mem_writer *w, bs_error *err) {
+/* Flush: apply batch in one transaction. Caller holds the lock. */
+static int flush_locked(mem_writer *w, const bs_write_batch *batch, bs_error *err) {
   mem_tx tx;
   int rc;
   if ((rc = writable(w, err))) return rc;
-  if ((rc = tx_begin_queue(&tx, w, err))) return rc;
+  if ((rc = tx_begin_batch(&tx, w, batch, err))) return rc;
   tx_commit(&tx);
-  queue_clear(w);
   return BS_OK;
 }
 
@@ -1123,71 +1009,39 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
 static void mem_writer_close(bs_writer *bw) {
   mem_writer *w = MW(bw);
   if (!w) return;
-  queue_clear(w);
-  bs__free(ALLOC(w->ms->db), w->q);
   bs__free(ALLOC(w->ms->db), w);
-}
-
-/* Queues item (taking ownership; on failure it is freed and the queue is as it was). The front
- * auto-flushes (storage.c). */
-static int enqueue(mem_writer *w, qitem *item, bs_error *err) {
-  const bs_allocator *a = ALLOC(w->ms->db);
-  if (GROW(a, w->q, w->nq, w->cq, w->nq + 1)) {
-    qitem_free(a, item);
-    return enomem(err, "writer queue");
-  }
-  w->q[w->nq++] = *item;
-  return BS_OK;
-}
-
-static int mem_writer_save(bs_writer *bw, const bs_save *c, bs_error *err) {
-  mem_writer *w = MW(bw);
-  qitem q;
-  if (!c) return bs__fail(err, BS_EINVAL, "change is NULL");
-  if (c->tag != BS_INSERT && c->tag != BS_UPDATE && c->tag != BS_DELETE)
-    return bs__fail(err, BS_EINVAL, "change.tag: unknown tag %d", (int)c->tag);
-  if (!c->table.size) return bs__fail(err, BS_EINVAL, "change.table is empty");
-  if (qsave_copy(ALLOC(w->ms->db), c, &q)) return enomem(err, "save");
-  return enqueue(w, &q, err);
 }
 
 static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
   mem_writer *w = MW(bw);
-  qitem q;
+  mem_tx tx;
+  mem_fx c;
+  bs__effects e;
   int rc;
-  memset(&q, 0, sizeof q);
-  q.kind = Q_TRUNCATE;
-  q.drop = drop;
-  if (val_dup(ALLOC(w->ms->db), table, &q.table)) return enomem(err, "truncate");
-  if ((rc = enqueue(w, &q, err))) return rc;
-  /* persisted at once, after what was queued before it (contract.md 4.2; as LMDB) */
+  /* persisted at once; the front has flushed what was queued before it (contract.md 4.2) */
   lock(w->ms->db);
-  rc = flush_locked(w, err);
+  if ((rc = writable(w, err)) == BS_OK) {
+    tx_begin(&tx, w->ms->db, w->ms->s);
+    e = mem_effects(&tx, &c, w);
+    rc = apply_truncate(&tx, &e, table, drop);
+    bs__effects_free(&e);
+    if (rc) {
+      tx_rollback(&tx);
+      rc = apply_fail(err, rc);
+    } else {
+      tx_commit(&tx);
+    }
+  }
   unlock(w->ms->db);
-  if (rc) qitem_free(ALLOC(w->ms->db), &w->q[--w->nq]);
   return rc;
 }
 
-static int mem_writer_custom(bs_writer *bw, bs_val user, uint64_t value, bs_val event,
-                             int64_t req_ms, bs_error *err) {
-  mem_writer *w = MW(bw);
-  qitem q;
-  memset(&q, 0, sizeof q);
-  q.kind = Q_CWCP;
-  q.value = value;
-  q.req_ms = req_ms;
-  if (val_dup(ALLOC(w->ms->db), user, &q.user) || val_dup(ALLOC(w->ms->db), event, &q.event)) {
-    qitem_free(ALLOC(w->ms->db), &q);
-    return enomem(err, "custom write checkpoint");
-  }
-  return enqueue(w, &q, err);
-}
-
-static int mem_writer_flush(bs_writer *bw, uint64_t *last_op, bs_error *err) {
+static int mem_writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op,
+                            bs_error *err) {
   mem_writer *w = MW(bw);
   int rc;
   lock(w->ms->db);
-  rc = flush_locked(w, err);
+  rc = flush_locked(w, batch, err);
   if (!rc && last_op) *last_op = w->ms->s->m.op_head;
   unlock(w->ms->db);
   return rc;
@@ -1265,8 +1119,8 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   return BS_OK;
 }
 
-static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_result *out,
-                             bs_error *err) {
+static int mem_writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
+                             int create_empty, bs_commit_result *out, bs_error *err) {
   mem_writer *w = MW(bw);
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
@@ -1277,7 +1131,7 @@ static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_com
   if (create_empty < 0) create_empty = w->create_empty;
   lock(db);
   if ((rc = writable(w, err))) goto done;
-  if ((rc = tx_begin_queue(&tx, w, err))) goto done;
+  if ((rc = tx_begin_batch(&tx, w, batch, err))) goto done;
   if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
   blocked = can_checkpoint(&s->m, lsn);
   if (!blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op)) {
@@ -1289,7 +1143,6 @@ static int mem_writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_com
     created = 1;
   }
   tx_commit(&tx);
-  queue_clear(w);
 done:
   cp = s->m.checkpoint;
   unlock(db);
@@ -1327,8 +1180,9 @@ static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
   return rc;
 }
 
-static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
-                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_val table,
+                                 bs_val rid, int (*fn)(const bs_val *, void *), void *payload,
+                                 bs_error *err) {
   mem_writer *w = MW(bw);
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
@@ -1339,7 +1193,7 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
   bs_val data = {NULL, 0};
   lock(db);
   /* Apply the queue to see this writer's own saves, read, and always roll back. */
-  if ((rc = tx_begin_queue(&tx, w, err))) {
+  if ((rc = tx_begin_batch(&tx, w, batch, err))) {
     unlock(db);
     return rc;
   }
@@ -1369,14 +1223,12 @@ static int mem_writer_source_row(bs_writer *bw, bs_val table, bs_val rid,
 static const bs_writer_vtable mem_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = mem_writer_close,
-    .save = mem_writer_save,
     .truncate = mem_writer_truncate,
     .flush = mem_writer_flush,
     .commit = mem_writer_commit,
     .snapshot_done = mem_writer_snapshot_done,
     .resume_lsn = mem_writer_resume_lsn,
     .source_row = mem_writer_source_row,
-    .custom_write_checkpoint = mem_writer_custom,
 };
 
 /* ---- Reads ----------------------------------------------------------------------------------- */

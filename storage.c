@@ -441,6 +441,7 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   }
   if (!w->st) w->st = st;
   f->opts = o;
+  f->q.ar.a = front_alloc(st);
   w->front = f;
   *out = w;
   return BS_OK;
@@ -452,46 +453,28 @@ void bs_writer_close(bs_writer *w) {
   if (!w) return;
   f = w->front;
   a = front_alloc(w->st);
-  w->vt->destroy(w);
+  w->vt->destroy(w); /* what is still queued is dropped (storage.h) */
+  bs__queue_free(&f->q, a);
   bs__free(a, f);
 }
 
-/* The bytes a change adds to the queue, for the max_bytes bound: the same measure for every
- * backend. */
-static size_t save_bytes(const bs_save *s) {
-  size_t n = s->table.size + s->before_id.size + s->after_id.size + s->stored_data.size;
-  for (size_t i = 0; i < s->n_rows; i++)
-    n += s->rows[i].bucket.size + s->rows[i].object_type.size + s->rows[i].object_id.size +
-         s->rows[i].data.size;
-  for (size_t i = 0; i < s->n_lookups; i++) {
-    n += s->lookups[i].key.size;
-    for (size_t j = 0; j < s->lookups[i].n_params; j++) n += s->lookups[i].params[j].size;
-  }
-  return n;
-}
-
-static void queue_flushed(bs_writer *w) {
-  w->front->queued_records = w->front->queued_bytes = 0;
+/* Hands the queue to the backend in one call (its flush or commit): on success it is applied
+ * and the queue empty; on failure it stays as it was (storage.h CONVENTIONS). */
+static int flush_queue(bs_writer *w, uint64_t *last, bs_error *err) {
+  bs_write_batch b = bs__queue_batch(&w->front->q);
+  int rc;
+  if ((rc = WT_CHECK(w, flush, err))) return rc;
+  if ((rc = w->vt->flush(w, &b, last, err)) == BS_OK) bs__queue_reset(&w->front->q);
+  return rc;
 }
 
 /* The one auto-flush rule (contract.md 4, storage.h bs_writer_options): before a change is queued,
  * a queue at one of its bounds is flushed; if that fails, the change is not queued. */
-static int queue_change(bs_writer *w, size_t bytes, int rc) {
-  if (rc == BS_OK) {
-    w->front->queued_records++;
-    w->front->queued_bytes += bytes;
-  }
-  return rc;
-}
-
 static int auto_flush(bs_writer *w, bs_error *err) {
-  uint64_t last;
-  int rc;
   const struct bs__writer_front *f = w->front;
-  if (f->queued_records < f->opts.max_records && f->queued_bytes < f->opts.max_bytes) return BS_OK;
-  if ((rc = WT_CHECK(w, flush, err))) return rc;
-  if ((rc = w->vt->flush(w, &last, err)) == BS_OK) queue_flushed(w);
-  return rc;
+  uint64_t last;
+  if (f->q.records < f->opts.max_records && f->q.bytes < f->opts.max_bytes) return BS_OK;
+  return flush_queue(w, &last, err);
 }
 
 int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
@@ -501,9 +484,10 @@ int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   if (w->front->opts.snapshot && change->tag != BS_INSERT)
     return bs__fail(err, BS_ESTATE,
                     "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
-  if ((rc = WT_CHECK(w, save, err))) return rc;
   if ((rc = auto_flush(w, err))) return rc;
-  return queue_change(w, save_bytes(change), w->vt->save(w, change, err));
+  if (bs__queue_save(&w->front->q, front_alloc(w->st), change) != BS_OK)
+    return bs__fail(err, BS_ENOMEM, "cannot queue the change");
+  return BS_OK;
 }
 
 static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
@@ -511,9 +495,13 @@ static int writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) 
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
   if ((rc = WT_CHECK(w, truncate, err))) return rc;
-  /* the backend flushes the queue and persists the truncate at once (contract.md 4.2) */
-  if ((rc = w->vt->truncate(w, table, drop, err)) == BS_OK) queue_flushed(w);
-  return rc;
+  /* what was queued before goes first, then the truncate is persisted at once (contract.md
+   * 4.2): two transactions, so a failed truncate leaves the queue flushed */
+  if (w->front->q.n) {
+    uint64_t last;
+    if ((rc = flush_queue(w, &last, err))) return rc;
+  }
+  return w->vt->truncate(w, table, drop, err);
 }
 
 int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err) {
@@ -528,10 +516,7 @@ int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
   uint64_t last = 0;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = WT_CHECK(w, flush, err))) return rc;
-  rc = w->vt->flush(w, &last, err);
-  if (rc == BS_OK) queue_flushed(w);
-  if (rc == BS_OK && last_op_out) *last_op_out = last;
+  if ((rc = flush_queue(w, &last, err)) == BS_OK && last_op_out) *last_op_out = last;
   return rc;
 }
 
@@ -539,14 +524,15 @@ int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
 static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out,
                          bs_error *err) {
   bs_commit_result r;
+  bs_write_batch b;
   int rc;
   memset(&r, 0, sizeof r);
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_lsn(lsn, "lsn", err))) return rc;
   if ((rc = WT_CHECK(w, commit, err))) return rc;
-  rc = w->vt->commit(w, lsn, create_empty, &r, err);
-  if (rc != BS_OK) return rc;
-  queue_flushed(w);
+  b = bs__queue_batch(&w->front->q);
+  if ((rc = w->vt->commit(w, &b, lsn, create_empty, &r, err)) != BS_OK) return rc;
+  bs__queue_reset(&w->front->q);
   if (r.checkpoint) note_checkpoint(w->st, r.checkpoint);
   if (r.checkpoint_created) notify_checkpoint(w->st->db, w->st->stream_id, r.checkpoint);
   if (!r.checkpoint_blocked) r.blocked_reason = BS_BLOCKED_NONE;
@@ -591,6 +577,7 @@ int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
 int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                          int (*fn)(const bs_val *data, void *payload), void *payload,
                          bs_error *err) {
+  bs_write_batch b;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
@@ -598,7 +585,8 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
     return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = WT_CHECK(w, source_row, err))) return rc;
-  return w->vt->source_row(w, table, replica_id, fn, payload, err);
+  b = bs__queue_batch(&w->front->q);
+  return w->vt->source_row(w, &b, table, replica_id, fn, payload, err);
 }
 
 #define BS_MAX_EVENT_NAME 255u
@@ -612,8 +600,11 @@ static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkp
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
     return rc;
-  if ((rc = WT_CHECK(w, custom_write_checkpoint, err))) return rc;
-  return w->vt->custom_write_checkpoint(w, user_id, checkpoint, event, requested_at_ms, err);
+  /* queued with the saves, flushed in the same transaction after them */
+  if (bs__queue_wcp(&w->front->q, front_alloc(w->st), user_id, checkpoint, event,
+                    requested_at_ms) != BS_OK)
+    return bs__fail(err, BS_ENOMEM, "cannot queue the write checkpoint");
+  return BS_OK;
 }
 
 int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,

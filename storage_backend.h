@@ -155,26 +155,53 @@ struct bs_storage {
 
 /* ---- One writer ------------------------------------------------------------------------------ */
 
+/* What the front queued since the last flush (bs_writer_save, bs_writer_custom_write_checkpoint*):
+ * the front copies and queues; a backend never does. A batch is borrowed for the slot's call. */
+
+/* A queued custom write checkpoint. user_id and event are present (data never NULL). */
+typedef struct bs_queued_wcp {
+  bs_val user_id, event;
+  uint64_t checkpoint;
+  int64_t requested_at_ms; /* < 0: persistent (no requested_at) */
+} bs_queued_wcp;
+
+/* One queued call: exactly one of save and wcp is set. A save is the front's verbatim copy of
+ * the caller's, checked against storage.h's limits; a DELETE's after_id is kept as given. */
+typedef struct bs_write_item {
+  const bs_save *save;
+  const bs_queued_wcp *wcp;
+} bs_write_item;
+
+/* The queue in call order; n may be 0. */
+typedef struct bs_write_batch {
+  const bs_write_item *items;
+  size_t n;
+} bs_write_batch;
+
 typedef struct bs_writer_vtable {
   unsigned version;
-  void (*destroy)(bs_writer *w); /* mandatory; what is still queued is dropped */
+  void (*destroy)(bs_writer *w); /* mandatory */
 
-  int (*save)(bs_writer *w, const bs_save *change, bs_error *err);
+  /* Applies batch in ONE transaction, all of it or (on failure) nothing; an empty batch writes
+   * nothing but is refused on a terminated stream like any other. *last_op_out: the stream's op
+   * head afterwards. The auto-flush bounds are the front's: a backend never flushes on its own. */
+  int (*flush)(bs_writer *w, const bs_write_batch *batch, uint64_t *last_op_out, bs_error *err);
+  /* Persists a truncate (drop: and forgets the table) at once; the front has flushed what was
+   * queued before it (contract.md 4.2). */
   int (*truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
-  int (*flush)(bs_writer *w, uint64_t *last_op_out, bs_error *err);
-  /* create_empty: -1 = the writer's own setting (bs_writer_options), 0 or 1 */
-  int (*commit)(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out, bs_error *err);
+  /* Applies batch and then commits at lsn, in one transaction. create_empty: -1 = the writer's
+   * own setting (bs_writer_options), 0 or 1. */
+  int (*commit)(bs_writer *w, const bs_write_batch *batch, bs_val lsn, int create_empty,
+                bs_commit_result *out, bs_error *err);
   int (*snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);
   int (*resume_lsn)(bs_writer *w, bs_val lsn, bs_error *err);
-  int (*source_row)(bs_writer *w, bs_val table, bs_val replica_id,
+  /* The row's stored data as if batch (not flushed yet) were applied. */
+  int (*source_row)(bs_writer *w, const bs_write_batch *batch, bs_val table, bs_val replica_id,
                     int (*fn)(const bs_val *data, void *payload), void *payload, bs_error *err);
-  /* requested_at_ms < 0 = persistent (no requested_at) */
-  int (*custom_write_checkpoint)(bs_writer *w, bs_val user_id, uint64_t checkpoint, bs_val event,
-                                 int64_t requested_at_ms, bs_error *err);
 } bs_writer_vtable;
 
 /* The base every writer begins with. st: the storage it writes (set by the backend's
- * writer_open). front: the front's state (options, what is queued): opaque. */
+ * writer_open). front: the front's state (options, the queue): opaque. */
 struct bs_writer {
   const bs_writer_vtable *vt;
   bs_storage *st;

@@ -1472,8 +1472,8 @@ static void t_passthrough_on_path(void **state) {
   cks(e, 1, "b");
   /* Checks the harness itself, so only for the built-ins: another program's backend may use the
    * pass-through or not. */
-  if (e->be == &ct_backends[CT_LMDB_PT])
-    assert_true(ct_passthrough_calls > before + 2);
+  if (e->be == &ct_backends[CT_LMDB_PT]) /* the commit (with the queued save) and the checksums */
+    assert_true(ct_passthrough_calls >= before + 2);
   else if (builtin)
     CT_EQ_U64(ct_passthrough_calls, before);
 }

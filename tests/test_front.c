@@ -51,21 +51,29 @@ static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer *
 static void s_writer_close(bs_writer *w) {
   free(w);
 }
-static int s_save(bs_writer *w, const bs_save *c, bs_error *err) {
-  calls++;
-  return BS_OK;
+static size_t trunc_saw; /* seen_items when the last truncate reached the backend */
+static int s_trunc(bs_writer *w, bs_val t, int drop, bs_error *err);
+/* What the front handed to the last flush or commit, and what the next flush answers. */
+static void (*on_batch)(const bs_write_batch *b);
+static size_t seen_items;
+static int64_t seen_requested_at;
+static int flush_rc;
+static void note_batch(const bs_write_batch *b) {
+  seen_items = b->n;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->items[i].wcp) seen_requested_at = b->items[i].wcp->requested_at_ms;
+  if (on_batch) on_batch(b);
 }
-static int s_trunc(bs_writer *w, bs_val t, int drop, bs_error *err) {
+static int s_flush(bs_writer *w, const bs_write_batch *b, uint64_t *last, bs_error *err) {
   calls++;
-  return BS_OK;
-}
-static int s_flush(bs_writer *w, uint64_t *last, bs_error *err) {
-  calls++;
+  note_batch(b);
   *last = 7;
-  return 0;
+  return flush_rc;
 }
-static int s_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out, bs_error *err) {
+static int s_commit(bs_writer *w, const bs_write_batch *b, bs_val lsn, int ce,
+                    bs_commit_result *out, bs_error *err) {
   calls++;
+  note_batch(b);
   seen_create_empty = ce;
   out->checkpoint_created = 1;
   out->checkpoint = fake_cp ? __atomic_load_n(&fake_cp, __ATOMIC_SEQ_CST) : 7;
@@ -75,15 +83,9 @@ static int s_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   calls++;
   return BS_OK;
 }
-static int s_source_row(bs_writer *w, bs_val t, bs_val r, int (*fn)(const bs_val *, void *),
-                        void *p, bs_error *err) {
+static int s_source_row(bs_writer *w, const bs_write_batch *b, bs_val t, bs_val r,
+                        int (*fn)(const bs_val *, void *), void *p, bs_error *err) {
   calls++;
-  return BS_OK;
-}
-static int64_t seen_requested_at;
-static int s_custom(bs_writer *w, bs_val u, uint64_t c, bs_val e, int64_t at, bs_error *err) {
-  calls++;
-  seen_requested_at = at;
   return BS_OK;
 }
 static int s_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
@@ -177,14 +179,12 @@ static int list_cb(const bs_bucket_info *info, void *payload) {
 static const bs_writer_vtable full_wt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = s_writer_close,
-    .save = s_save,
     .truncate = s_trunc,
     .flush = s_flush,
     .commit = s_commit,
     .snapshot_done = s_lsn,
     .resume_lsn = s_lsn,
     .source_row = s_source_row,
-    .custom_write_checkpoint = s_custom,
 };
 static bs_storage_vtable full_vt = {
     .version = BS_STORAGE_VTABLE_VERSION,
@@ -496,9 +496,12 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_custom_write_checkpoint(w, lsn, 1, (bs_val){big, 256}, E), BS_ETOOBIG, "event");
   EXPECT(bs_writer_custom_write_checkpoint_requested(w, lsn, 1, lsn, -1, E), BS_EINVAL,
          "requested_at_ms");
+  seen_requested_at = 5;
   assert_int_equal(bs_writer_custom_write_checkpoint_requested(w, lsn, 1, lsn, 0, NULL), BS_OK);
-  assert_true(seen_requested_at == 0); /* 0 is a time (the epoch), not "none" */
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK); /* queued: the flush hands it over */
+  assert_true(seen_requested_at == 0);                     /* 0 is a time (the epoch), not "none" */
   assert_int_equal(bs_writer_custom_write_checkpoint(w, lsn, 1, lsn, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
   assert_true(seen_requested_at < 0); /* persistent */
   w->front->closed = 1;
   EXPECT(bs_writer_flush(w, NULL, E), BS_ESTATE, "closed");
@@ -756,6 +759,131 @@ static void test_unsupported_slots(void **state) {
   bs_close(db);
 }
 
+/* ---- the writer's queue (writer.c): the front copies and queues, a backend gets one batch ---- */
+static unsigned char q_rid[BS_MAX_REPLICA_ID]; /* the caller's buffer, overwritten after save */
+static int q_checked;
+
+static int val_is(bs_val v, const char *want, size_t n) {
+  return v.data && v.size == n && (n == 0 || memcmp(v.data, want, n) == 0);
+}
+
+static void check_copies(const bs_write_batch *b) {
+  static unsigned char want[BS_MAX_REPLICA_ID];
+  const bs_save *c, *d;
+  const bs_queued_wcp *cw;
+  for (size_t i = 0; i < sizeof want; i++) want[i] = (unsigned char)(i % 2 ? 0xa9 : 0xc3);
+  assert_int_equal(b->n, 3);
+  c = b->items[0].save;
+  assert_non_null(c);
+  assert_null(b->items[0].wcp);
+  assert_true(val_is(c->table, "t", 1));
+  assert_true(val_is(c->after_id, (const char *)want, sizeof want)); /* the copy, not q_rid */
+  assert_true(c->after_id.data != q_rid);
+  assert_null(c->before_id.data); /* absent stays absent */
+  assert_null(c->stored_data.data);
+  assert_int_equal(c->n_rows, 2);
+  assert_true(val_is(c->rows[0].object_type, "", 0)); /* present empty stays present */
+  assert_true(val_is(c->rows[0].object_id, "x", 1));
+  assert_true(val_is(c->rows[0].data, "1.0", 3));
+  assert_true(val_is(c->rows[1].data, "1", 1));
+  assert_int_equal(c->n_lookups, 1);
+  assert_true(val_is(c->lookups[0].key, "", 0));
+  assert_int_equal(c->lookups[0].n_params, 2);
+  assert_true(val_is(c->lookups[0].params[0], "", 0));
+  assert_null(c->lookups[0].params[1].data);
+  d = b->items[1].save;
+  assert_non_null(d);
+  assert_int_equal(d->tag, BS_DELETE);
+  assert_true(val_is(d->after_id, "r9", 2)); /* a DELETE's after_id is kept as given */
+  assert_null(d->before_id.data);
+  assert_int_equal(d->n_rows, 0);
+  cw = b->items[2].wcp;
+  assert_non_null(cw);
+  assert_null(b->items[2].save);
+  assert_true(val_is(cw->user_id, "", 0)); /* {NULL, 0} reads as "" */
+  assert_true(val_is(cw->event, "e", 1));
+  assert_true(cw->checkpoint == 3 && cw->requested_at_ms < 0);
+  q_checked = 1;
+}
+
+static int s_trunc(bs_writer *w, bs_val t, int drop, bs_error *err) {
+  calls++;
+  trunc_saw = seen_items;
+  return BS_OK;
+}
+
+static void test_writer_queue(void **state) {
+  bs_db *db = fake_db(0);
+  bs_storage *st = fake_storage(db);
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  bs_row rows[2] = {{{"b", 1}, {"", 0}, {"x", 1}, {"1.0", 3}},
+                    {{"b", 1}, {"t", 1}, {"y", 1}, {"1", 1}}};
+  bs_val params[2] = {{"", 0}, {NULL, 0}};
+  bs_lookup lk = {{"", 0}, params, 2};
+  bs_save s = BS_SAVE_INIT, del = BS_SAVE_INIT;
+  bs_writer *w;
+  int before;
+  (void)state;
+  wo.max_records = 3;
+  assert_int_equal(bs_writer_open(&w, st, &wo, NULL), BS_OK);
+  for (size_t i = 0; i < sizeof q_rid; i++) q_rid[i] = (unsigned char)(i % 2 ? 0xa9 : 0xc3);
+  s.table = bs__val_str("t");
+  s.after_id = (bs_val){q_rid, sizeof q_rid}; /* BS_MAX_REPLICA_ID bytes, not ASCII */
+  s.rows = rows;
+  s.n_rows = 2;
+  s.lookups = &lk;
+  s.n_lookups = 1;
+  del.table = bs__val_str("t");
+  del.tag = BS_DELETE;
+  del.after_id = bs__val_str("r9");
+  before = calls;
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  memset(q_rid, 'z', sizeof q_rid); /* the queue holds a copy: the caller's buffer is free */
+  assert_int_equal(bs_writer_save(w, &del, NULL), BS_OK);
+  assert_int_equal(
+      bs_writer_custom_write_checkpoint(w, (bs_val){NULL, 0}, 3, bs__val_str("e"), NULL), BS_OK);
+  assert_int_equal(calls, before); /* queueing never reaches the backend */
+  /* a failed flush leaves the queue as it was; the next one hands over the same items */
+  flush_rc = BS_EIO;
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_EIO);
+  flush_rc = BS_OK;
+  on_batch = check_copies;
+  q_checked = 0;
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  on_batch = NULL;
+  assert_true(q_checked);
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(seen_items, 0); /* the successful flush emptied it */
+  /* auto-flush (max_records 3): the fourth save first flushes the three queued */
+  s.after_id = bs__val_str("r1");
+  for (int i = 0; i < 3; i++) assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  before = calls;
+  seen_items = 0;
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  assert_int_equal(calls, before + 1);
+  assert_int_equal(seen_items, 3);
+  /* a failed auto-flush does not queue the change */
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  flush_rc = BS_EIO;
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_EIO);
+  flush_rc = BS_OK;
+  /* truncate: what was queued before goes first */
+  trunc_saw = 99;
+  assert_int_equal(bs_writer_truncate(w, bs__val_str("t"), NULL), BS_OK);
+  assert_int_equal(trunc_saw, 3);
+  /* commit hands over the queue in its own call */
+  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  seen_items = 0;
+  assert_int_equal(bs_writer_commit(w, bs__val_str("1"), NULL, NULL, NULL), BS_OK);
+  assert_int_equal(seen_items, 1);
+  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(seen_items, 0);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 /* ---- waiting and notification ---- */
 static uint64_t ms_now(void) {
   struct timespec ts;
@@ -854,11 +982,17 @@ static void test_clock(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_open_checks),       cmocka_unit_test(test_strerror),
-      cmocka_unit_test(test_stream_checks),     cmocka_unit_test(test_writer_checks),
-      cmocka_unit_test(test_read_checks),       cmocka_unit_test(test_wcp_and_compact_checks),
-      cmocka_unit_test(test_unsupported_slots), cmocka_unit_test(test_wait_and_listener),
-      cmocka_unit_test(test_version),           cmocka_unit_test(test_clock),
+      cmocka_unit_test(test_open_checks),
+      cmocka_unit_test(test_writer_queue),
+      cmocka_unit_test(test_strerror),
+      cmocka_unit_test(test_stream_checks),
+      cmocka_unit_test(test_writer_checks),
+      cmocka_unit_test(test_read_checks),
+      cmocka_unit_test(test_wcp_and_compact_checks),
+      cmocka_unit_test(test_unsupported_slots),
+      cmocka_unit_test(test_wait_and_listener),
+      cmocka_unit_test(test_version),
+      cmocka_unit_test(test_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,18 +174,15 @@ static void fw_writer_close(bs_writer *w) {
   free(w);
 }
 
-static int fw_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
-  WFWD(w, FT_WRITER_SAVE, save, c, err);
-}
 static int fw_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
   WFWD(w, FT_WRITER_TRUNCATE, truncate, table, drop, err);
 }
-static int fw_writer_flush(bs_writer *w, uint64_t *last, bs_error *err) {
-  WFWD(w, FT_WRITER_FLUSH, flush, last, err);
+static int fw_writer_flush(bs_writer *w, const bs_write_batch *b, uint64_t *last, bs_error *err) {
+  WFWD(w, FT_WRITER_FLUSH, flush, b, last, err);
 }
-static int fw_writer_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out,
-                            bs_error *err) {
-  WFWD(w, FT_WRITER_COMMIT, commit, lsn, ce, out, err);
+static int fw_writer_commit(bs_writer *w, const bs_write_batch *b, bs_val lsn, int ce,
+                            bs_commit_result *out, bs_error *err) {
+  WFWD(w, FT_WRITER_COMMIT, commit, b, lsn, ce, out, err);
 }
 static int fw_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   WFWD(w, FT_WRITER_SNAPSHOT_DONE, snapshot_done, lsn, err);
@@ -193,13 +190,9 @@ static int fw_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
 static int fw_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   WFWD(w, FT_WRITER_RESUME_LSN, resume_lsn, lsn, err);
 }
-static int fw_writer_source_row(bs_writer *w, bs_val table, bs_val id,
+static int fw_writer_source_row(bs_writer *w, const bs_write_batch *b, bs_val table, bs_val id,
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  WFWD(w, FT_WRITER_SOURCE_ROW, source_row, table, id, fn, payload, err);
-}
-static int fw_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event, int64_t at,
-                                bs_error *err) {
-  WFWD(w, FT_WRITER_CUSTOM_WCP, custom_write_checkpoint, user, cp, event, at, err);
+  WFWD(w, FT_WRITER_SOURCE_ROW, source_row, b, table, id, fn, payload, err);
 }
 static int fw_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   SFWD(st, FT_GET_CHECKPOINT, get_checkpoint, out, err);
@@ -273,14 +266,12 @@ static int fw_list_buckets(bs_storage *st, bs_val after, int (*fn)(const bs_buck
 static const bs_writer_vtable fw_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = fw_writer_close,
-    .save = fw_writer_save,
     .truncate = fw_writer_truncate,
     .flush = fw_writer_flush,
     .commit = fw_writer_commit,
     .snapshot_done = fw_writer_snapshot_done,
     .resume_lsn = fw_writer_resume_lsn,
     .source_row = fw_writer_source_row,
-    .custom_write_checkpoint = fw_writer_custom_wcp,
 };
 
 static const bs_storage_vtable fw_vtable = {

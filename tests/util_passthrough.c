@@ -73,18 +73,15 @@ static void pt_writer_close(bs_writer *w) {
   free(w);
 }
 
-static int pt_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
-  FWD(WIN(w), save, WIN(w), c, err);
-}
 static int pt_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
   FWD(WIN(w), truncate, WIN(w), table, drop, err);
 }
-static int pt_writer_flush(bs_writer *w, uint64_t *last, bs_error *err) {
-  FWD(WIN(w), flush, WIN(w), last, err);
+static int pt_writer_flush(bs_writer *w, const bs_write_batch *b, uint64_t *last, bs_error *err) {
+  FWD(WIN(w), flush, WIN(w), b, last, err);
 }
-static int pt_writer_commit(bs_writer *w, bs_val lsn, int ce, bs_commit_result *out,
-                            bs_error *err) {
-  FWD(WIN(w), commit, WIN(w), lsn, ce, out, err);
+static int pt_writer_commit(bs_writer *w, const bs_write_batch *b, bs_val lsn, int ce,
+                            bs_commit_result *out, bs_error *err) {
+  FWD(WIN(w), commit, WIN(w), b, lsn, ce, out, err);
 }
 static int pt_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   FWD(WIN(w), snapshot_done, WIN(w), lsn, err);
@@ -92,13 +89,9 @@ static int pt_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
 static int pt_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   FWD(WIN(w), resume_lsn, WIN(w), lsn, err);
 }
-static int pt_writer_source_row(bs_writer *w, bs_val table, bs_val id,
+static int pt_writer_source_row(bs_writer *w, const bs_write_batch *b, bs_val table, bs_val id,
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  FWD(WIN(w), source_row, WIN(w), table, id, fn, payload, err);
-}
-static int pt_writer_custom_wcp(bs_writer *w, bs_val user, uint64_t cp, bs_val event, int64_t at,
-                                bs_error *err) {
-  FWD(WIN(w), custom_write_checkpoint, WIN(w), user, cp, event, at, err);
+  FWD(WIN(w), source_row, WIN(w), b, table, id, fn, payload, err);
 }
 
 static int pt_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
@@ -170,14 +163,12 @@ static int pt_list_buckets(bs_storage *st, bs_val after,
 static const bs_writer_vtable pt_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = pt_writer_close,
-    .save = pt_writer_save,
     .truncate = pt_writer_truncate,
     .flush = pt_writer_flush,
     .commit = pt_writer_commit,
     .snapshot_done = pt_writer_snapshot_done,
     .resume_lsn = pt_writer_resume_lsn,
     .source_row = pt_writer_source_row,
-    .custom_write_checkpoint = pt_writer_custom_wcp,
 };
 
 static const bs_storage_vtable pt_vtable = {

@@ -4,8 +4,9 @@
 #   common.o                  the common layer: uses no other library object;
 #   lmdb*.o, mem*.o, pg*.o    backends: use the common layer, the rules and their own backend's
 #                             objects, never the front and never another backend;
-#   storage.o                 the front: may use everything, and no other object uses it, so the
-#                             front and the backends cannot import each other again;
+#   storage.o, writer.o       the front (writer.o: the writer's queue): may use everything, and
+#                             no other object uses it, so the front and the backends cannot
+#                             import each other again;
 #   any other object          a rule module (rules.o, checksum.o, compact.o, lookup.o, ...): uses
 #                             the common layer and other rules only.
 # Plain POSIX sh (nm, comm); prints every offending pair and exits 1, or one summary line.
@@ -21,7 +22,7 @@ done
 layer() {
   case $1 in
   common) echo common ;;
-  storage) echo front ;;
+  storage | writer) echo front ;;
   lmdb*) echo lmdb ;;
   mem*) echo mem ;;
   pg*) echo pg ;;
