@@ -206,7 +206,7 @@ void bs__htab_put(bs__htab *t, uint64_t hash, uintptr_t value) {
 }
 
 int bs__htab_add(bs__htab *t, const bs_allocator *a, uint64_t hash, uintptr_t value) {
-  if (bs__htab_reserve(t, a, t->n + 1)) return BS_ENOMEM;
+  if ((t->n + 1) * 2 > t->cap && bs__htab_reserve(t, a, t->n + 1)) return BS_ENOMEM;
   htab_insert(t, hash, value);
   return BS_OK;
 }

@@ -52,20 +52,14 @@ int bs__compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t la
 }
 
 /* ---- The seen-set ----------------------------------------------------------------------------
- * Open addressing over (hash, op id, arena offset). The arena holds each row identity as
- * u16 object_type len | u16 object_id len | u8 subkey len | bytes. Identities are compared in
- * full, so a hash collision can never turn the wrong op into a MOVE. Memory (slots + arena
- * capacity) never exceeds the limit: once the next growth would, the set stops accepting new
- * rows (a reverse scan then compacts less, never wrongly). */
+ * The hash table (common.c) maps a row's hash to its arena offset + 1. The arena holds each row
+ * as u64le op id | u16 object_type len | u16 object_id len | u8 subkey len | bytes. Identities
+ * are compared in full, so a hash collision can never turn the wrong op into a MOVE. Memory
+ * (table + arena capacity) never exceeds the limit: once the next growth would, the set stops
+ * accepting new rows (a reverse scan then compacts less, never wrongly). */
 
-typedef struct bs__seen_slot {
-  uint64_t hash; /* 0 = empty (real hashes are forced non-zero) */
-  uint64_t op_id;
-  size_t off;
-} bs__seen_slot;
-
-#define SEEN_HDR       5u
-#define SEEN_MIN_SLOTS 64u /* first table: 1.5 KiB, so one-op buckets stay cheap */
+#define SEEN_HDR       13u
+#define SEEN_MIN_SLOTS 64u /* first table: 1 KiB, so one-op buckets stay cheap */
 
 void bs__seen_init(bs__seen_set *s, const bs_allocator *a, size_t limit_bytes) {
   memset(s, 0, sizeof *s);
@@ -74,24 +68,19 @@ void bs__seen_init(bs__seen_set *s, const bs_allocator *a, size_t limit_bytes) {
 }
 
 void bs__seen_free(bs__seen_set *s) {
-  bs__free(s->alloc, s->slots);
+  bs__htab_free(&s->rows, s->alloc);
   bs__free(s->alloc, s->arena);
-  s->slots = NULL;
   s->arena = NULL;
-  s->cap = s->n = s->arena_size = s->arena_cap = 0;
+  s->arena_size = s->arena_cap = 0;
   s->full = 0;
 }
 
 void bs__seen_clear(bs__seen_set *s) {
   /* A table grown for a big bucket is dropped, not wiped again for every small bucket after
    * it: wiping costs its capacity, regrowing costs what the next bucket uses. */
-  if (s->slots && s->cap > SEEN_MIN_SLOTS && s->n < s->cap / 8) {
-    bs__free(s->alloc, s->slots);
-    s->slots = NULL;
-    s->cap = 0;
-  }
-  if (s->slots) memset(s->slots, 0, s->cap * sizeof(bs__seen_slot));
-  s->n = 0;
+  if (s->rows.cap > SEEN_MIN_SLOTS && s->rows.n < s->rows.cap / 8)
+    bs__htab_free(&s->rows, s->alloc);
+  bs__htab_clear(&s->rows);
   s->arena_size = 0;
   s->full = 0;
 }
@@ -100,14 +89,11 @@ static uint64_t seen_hash(const bs_op *op) {
   uint64_t h =
       XXH3_64bits_withSeed(op->object_type.data, op->object_type.size, op->object_type.size);
   h = XXH3_64bits_withSeed(op->object_id.data, op->object_id.size, h ^ op->object_id.size);
-  h = XXH3_64bits_withSeed(op->subkey.data, op->subkey.size, h + op->subkey.size);
-  return h ? h : 1;
+  return XXH3_64bits_withSeed(op->subkey.data, op->subkey.size, h + op->subkey.size);
 }
 
-static int seen_equal(const bs__seen_set *s, size_t off, const bs_op *op) {
-  const unsigned char *p = s->arena + off;
-  size_t ot = (size_t)p[0] | (size_t)p[1] << 8, oi = (size_t)p[2] | (size_t)p[3] << 8;
-  size_t sk = p[4];
+static int seen_equal(const unsigned char *p, const bs_op *op) {
+  size_t ot = bs__get_u16le(p + 8), oi = bs__get_u16le(p + 10), sk = p[12];
   if (ot != op->object_type.size || oi != op->object_id.size || sk != op->subkey.size) return 0;
   p += SEEN_HDR;
   if (ot && memcmp(p, op->object_type.data, ot)) return 0;
@@ -117,108 +103,74 @@ static int seen_equal(const bs__seen_set *s, size_t off, const bs_op *op) {
   return !sk || memcmp(p, op->subkey.data, sk) == 0;
 }
 
-static bs__seen_slot *seen_probe(const bs__seen_set *s, uint64_t h, const bs_op *op) {
-  bs__seen_slot *slots = s->slots;
-  size_t mask = s->cap - 1, i = (size_t)h & mask;
-  for (;;) {
-    if (slots[i].hash == 0) return &slots[i];
-    if (slots[i].hash == h && seen_equal(s, slots[i].off, op)) return &slots[i];
-    i = (i + 1) & mask;
-  }
+/* The arena record of op's row, or NULL. */
+static const unsigned char *seen_lookup(const bs__seen_set *s, uint64_t h, const bs_op *op) {
+  bs__hprobe p = bs__htab_probe(&s->rows, h);
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (seen_equal(s->arena + v - 1, op)) return s->arena + v - 1;
+  return NULL;
 }
 
-/* Doubles the slot table (or creates it) when the load passes 1/2 and memory allows. */
-static int seen_grow_slots(bs__seen_set *s) {
-  size_t ncap = s->cap ? s->cap * 2 : SEEN_MIN_SLOTS, i;
-  bs__seen_slot *old = s->slots, *fresh;
-  if (ncap > SIZE_MAX / sizeof(bs__seen_slot)) return 0;
-  if (ncap * sizeof(bs__seen_slot) + s->arena_cap > s->limit) return 0;
-  fresh = bs__calloc(s->alloc, ncap, sizeof(bs__seen_slot));
-  if (!fresh) return 0;
-  s->slots = fresh;
-  for (i = 0; i < s->cap; i++) {
-    if (old[i].hash) {
-      size_t j = (size_t)old[i].hash & (ncap - 1);
-      while (fresh[j].hash) j = (j + 1) & (ncap - 1);
-      fresh[j] = old[i];
-    }
-  }
-  s->cap = ncap;
-  bs__free(s->alloc, old);
-  return 1;
-}
-
-static int seen_reserve_arena(bs__seen_set *s, size_t need) {
-  size_t ncap;
+/* Room for one more row (table and arena) within the limit; 0 when there is none. */
+static int seen_reserve(bs__seen_set *s, size_t need) {
+  size_t tcap = s->rows.cap, ncap;
   unsigned char *p;
-  if (s->arena_cap - s->arena_size >= need) return 1;
-  ncap = s->arena_cap ? s->arena_cap : 4096;
-  while (ncap - s->arena_size < need) {
-    if (ncap > SIZE_MAX / 2) return 0;
-    ncap *= 2;
+  if ((s->rows.n + 1) * 2 > tcap) tcap = tcap ? tcap * 2 : SEEN_MIN_SLOTS;
+  if (tcap > SIZE_MAX / sizeof(bs__hent) || tcap * sizeof(bs__hent) > s->limit) return 0;
+  if (s->arena_cap - s->arena_size < need) {
+    ncap = s->arena_cap ? s->arena_cap : 4096;
+    while (ncap - s->arena_size < need) {
+      if (ncap > SIZE_MAX / 2) return 0;
+      ncap *= 2;
+    }
+    if (tcap * sizeof(bs__hent) + ncap > s->limit) {
+      /* the last step may use what is left below the limit */
+      ncap = s->limit - tcap * sizeof(bs__hent);
+      if (ncap < s->arena_size + need) return 0;
+    }
+    if (!(p = bs__realloc(s->alloc, s->arena, ncap))) return 0;
+    s->arena = p;
+    s->arena_cap = ncap;
   }
-  if (s->cap * sizeof(bs__seen_slot) + ncap > s->limit) {
-    /* the last step may use what is left below the limit */
-    size_t room = s->limit - s->cap * sizeof(bs__seen_slot);
-    if (s->limit < s->cap * sizeof(bs__seen_slot) || room < s->arena_size + need) return 0;
-    ncap = room;
-  }
-  p = bs__realloc(s->alloc, s->arena, ncap);
-  if (!p) return 0;
-  s->arena = p;
-  s->arena_cap = ncap;
-  return 1;
+  if (tcap * sizeof(bs__hent) + s->arena_cap > s->limit) return 0;
+  return bs__htab_reserve(&s->rows, s->alloc, tcap / 2) == BS_OK;
 }
 
 int bs__seen_find(const bs__seen_set *s, const bs_op *op, uint64_t *latest) {
-  bs__seen_slot *slot;
-  if (!s->cap) return 0;
-  slot = seen_probe(s, seen_hash(op), op);
-  if (!slot->hash) return 0;
-  *latest = slot->op_id;
+  const unsigned char *p = seen_lookup(s, seen_hash(op), op);
+  if (!p) return 0;
+  *latest = bs__get_u64le(p);
   return 1;
 }
 
 int bs__seen_visit(bs__seen_set *s, const bs_op *op, uint64_t *latest) {
   uint64_t h = seen_hash(op);
   size_t need = SEEN_HDR + op->object_type.size + op->object_id.size + op->subkey.size;
-  bs__seen_slot *slot;
+  const unsigned char *hit = seen_lookup(s, h, op);
   unsigned char *p;
-  if (s->cap) {
-    slot = seen_probe(s, h, op);
-    if (slot->hash) {
-      *latest = slot->op_id;
-      return 1;
-    }
+  if (hit) {
+    *latest = bs__get_u64le(hit);
+    return 1;
   }
   if (s->full) return 0;
-  if ((s->n + 1) * 2 > s->cap && !seen_grow_slots(s)) {
+  if (!seen_reserve(s, need)) {
     s->full = 1;
     return 0;
   }
   /* lengths fit the header: ops decode with u16/u16/u8 lengths */
-  if (!seen_reserve_arena(s, need)) {
-    s->full = 1;
-    return 0;
-  }
   p = s->arena + s->arena_size;
-  p[0] = (unsigned char)op->object_type.size;
-  p[1] = (unsigned char)(op->object_type.size >> 8);
-  p[2] = (unsigned char)op->object_id.size;
-  p[3] = (unsigned char)(op->object_id.size >> 8);
-  p[4] = (unsigned char)op->subkey.size;
+  bs__put_u64le(p, op->op_id);
+  bs__put_u16le(p + 8, (uint32_t)op->object_type.size);
+  bs__put_u16le(p + 10, (uint32_t)op->object_id.size);
+  p[12] = (unsigned char)op->subkey.size;
   p += SEEN_HDR;
   if (op->object_type.size) memcpy(p, op->object_type.data, op->object_type.size);
   p += op->object_type.size;
   if (op->object_id.size) memcpy(p, op->object_id.data, op->object_id.size);
   p += op->object_id.size;
   if (op->subkey.size) memcpy(p, op->subkey.data, op->subkey.size);
-  slot = seen_probe(s, h, op); /* the table may have been rebuilt */
-  slot->hash = h;
-  slot->op_id = op->op_id;
-  slot->off = s->arena_size;
+  bs__htab_put(&s->rows, h, s->arena_size + 1);
   s->arena_size += need;
-  s->n++;
   return 0;
 }
 

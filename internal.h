@@ -60,7 +60,8 @@ const bs_allocator *bs__open_allocator(const bs_open_options *opts);
  * elements, the capacity doubling from at least 8; BS_ENOMEM (nothing changed) on overflow or
  * failure. BS_GROW(a, arr, cap, need) for a typed array arr. */
 int bs__grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t elem);
-#define BS_GROW(a, arr, cap, need) bs__grow((a), (void **)&(arr), &(cap), (need), sizeof *(arr))
+#define BS_GROW(a, arr, cap, need)                                                                 \
+  ((need) <= (cap) ? BS_OK : bs__grow((a), (void **)&(arr), &(cap), (need), sizeof *(arr)))
 
 /* ---- Arena: many small allocations, freed together ---- */
 /* Blocks of 64 KiB doubling to 4 MiB (or one of the size asked); 16-byte aligned pieces. a must
@@ -390,8 +391,8 @@ int bs__compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t la
 /* Row identities (object_type, object_id, subkey) -> op id, bounded by limit bytes. */
 typedef struct bs__seen_set {
   const bs_allocator *alloc;
-  size_t limit, cap, n, arena_size, arena_cap;
-  struct bs__seen_slot *slots;
+  size_t limit, arena_size, arena_cap;
+  bs__htab rows; /* row hash -> arena offset + 1 */
   unsigned char *arena;
   int full; /* the limit was reached: new rows are no longer recorded */
 } bs__seen_set;

@@ -699,67 +699,10 @@ typedef bs__arena arena;
 #define arena_reset bs__arena_reset
 #define arena_free  bs__arena_free
 
-/* ---- Hash map: byte-string keys (borrowed) -> pointer; open addressing ----------------------- */
-
-typedef struct hent {
-  uint64_t h;
-  const void *k;
-  size_t klen;
-  void *v;
-} hent;
-
-typedef struct hmap {
-  const bs_allocator *a;
-  hent *tab;
-  size_t cap, n; /* cap: power of two */
-} hmap;
-
+/* The flush's maps are bs__htab (common.c): hkey hashes a key, the value points at the object
+ * that holds it (an index + 1 for lookups), and the caller compares the key. */
 static uint64_t hkey(const void *k, size_t n) {
   return XXH3_64bits(k, n);
-}
-
-static void *hmap_get(const hmap *m, const void *k, size_t klen, uint64_t h) {
-  if (!m->n) return NULL;
-  for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    const hent *e = &m->tab[i];
-    if (!e->k) return NULL;
-    if (e->h == h && e->klen == klen && memcmp(e->k, k, klen) == 0) return e->v;
-  }
-}
-
-static void hmap_insert_raw(hent *tab, size_t cap, const hent *e) {
-  size_t i = e->h & (cap - 1);
-  while (tab[i].k) i = (i + 1) & (cap - 1);
-  tab[i] = *e;
-}
-
-/* Key must not be present; k must stay valid while the map holds it. */
-static int hmap_put(hmap *m, const void *k, size_t klen, uint64_t h, void *v) {
-  hent e = {h, k ? k : lm_empty, klen, v};
-  if ((m->n + 1) * 2 > m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
-    hent *tab = bs__calloc(m->a, cap, sizeof *tab);
-    if (!tab) return BS_ENOMEM;
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->tab[i].k) hmap_insert_raw(tab, cap, &m->tab[i]);
-    bs__free(m->a, m->tab);
-    m->tab = tab;
-    m->cap = cap;
-  }
-  hmap_insert_raw(m->tab, m->cap, &e);
-  m->n++;
-  return BS_OK;
-}
-
-static void hmap_clear(hmap *m) {
-  if (m->n) memset(m->tab, 0, m->cap * sizeof *m->tab);
-  m->n = 0;
-}
-
-static void hmap_free(hmap *m) {
-  bs__free(m->a, m->tab);
-  m->tab = NULL;
-  m->cap = m->n = 0;
 }
 
 /* Growable array of fixed-size items, capacity kept across flushes. */
@@ -769,13 +712,7 @@ typedef struct vec {
 } vec;
 
 static void *vec_push(const bs_allocator *a, vec *v) {
-  if (v->n == v->cap) {
-    size_t cap = v->cap ? v->cap * 2 : 256;
-    void *p = bs__realloc(a, v->p, cap * v->size);
-    if (!p) return NULL;
-    v->p = p;
-    v->cap = cap;
-  }
+  if (v->n == v->cap && bs__grow(a, &v->p, &v->cap, v->n + 1, v->size)) return NULL;
   return (unsigned char *)v->p + v->size * v->n++;
 }
 
@@ -825,7 +762,8 @@ typedef struct fctx {
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
   bs__stream_rec rec;
   arena ar;
-  hmap by_name, by_id, recs, tables, lookups;
+  /* values: bent * by name and by id, srec * by key, ptable * by name, lkeys index + 1 */
+  bs__htab by_name, by_id, recs, tables, lookups;
   vec bents;           /* bent * */
   vec dirty;           /* srec * */
   vec pars;            /* ppar */
@@ -869,11 +807,11 @@ static int copy_val(arena *ar, bs_val *dst, bs_val src) {
 
 static void fctx_reset(fctx *f) {
   arena_reset(&f->ar);
-  hmap_clear(&f->by_name);
-  hmap_clear(&f->by_id);
-  hmap_clear(&f->recs);
-  hmap_clear(&f->tables);
-  hmap_clear(&f->lookups);
+  bs__htab_clear(&f->by_name);
+  bs__htab_clear(&f->by_id);
+  bs__htab_clear(&f->recs);
+  bs__htab_clear(&f->tables);
+  bs__htab_clear(&f->lookups);
   f->bents.n = f->dirty.n = f->pars.n = f->sups.n = f->lkeys.n = 0;
   f->first_op = 0;
   f->seq_loaded = f->seq_dirty = 0;
@@ -924,7 +862,6 @@ static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
   f->fx.alloc = a;
   f->fx.snapshot = snapshot;
   f->ar.a = a;
-  f->by_name.a = f->by_id.a = f->recs.a = f->tables.a = f->lookups.a = a;
   f->bents.size = sizeof(bent *);
   f->dirty.size = sizeof(srec *);
   f->pars.size = sizeof(ppar);
@@ -935,11 +872,11 @@ static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
 static void fctx_free(fctx *f) {
   const bs_allocator *a = &f->db->base.alloc;
   arena_free(&f->ar);
-  hmap_free(&f->by_name);
-  hmap_free(&f->by_id);
-  hmap_free(&f->recs);
-  hmap_free(&f->tables);
-  hmap_free(&f->lookups);
+  bs__htab_free(&f->by_name, a);
+  bs__htab_free(&f->by_id, a);
+  bs__htab_free(&f->recs, a);
+  bs__htab_free(&f->tables, a);
+  bs__htab_free(&f->lookups, a);
   bs__free(a, f->bents.p);
   bs__free(a, f->dirty.p);
   bs__free(a, f->pars.p);
@@ -980,14 +917,22 @@ static int seq_load(fctx *f, bs_error *err) {
 }
 
 static int bent_add(fctx *f, bent *b, uint64_t hname, bs_error *err) {
+  const bs_allocator *a = &f->db->base.alloc;
   bent **slot;
   bs__put_u64be(b->idkey, b->id);
-  if (hmap_put(&f->by_name, b->st.name.data, b->st.name.size, hname, b) ||
-      hmap_put(&f->by_id, b->idkey, 8, hkey(b->idkey, 8), b) ||
-      !(slot = vec_push(&f->db->base.alloc, &f->bents)))
+  if (bs__htab_add(&f->by_name, a, hname, (uintptr_t)b) ||
+      bs__htab_add(&f->by_id, a, hkey(b->idkey, 8), (uintptr_t)b) ||
+      !(slot = vec_push(a, &f->bents)))
     return oom(err);
   *slot = b;
   return BS_OK;
+}
+
+static bent *bent_by_name(const fctx *f, bs_val name, uint64_t h) {
+  bs__hprobe p = bs__htab_probe(&f->by_name, h);
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (bs__val_eq(((bent *)v)->st.name, name)) return (bent *)v;
+  return NULL;
 }
 
 /* Loads a bucket's state by id into the flush (the bucket must exist). */
@@ -997,10 +942,11 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   bent *b;
   int mrc;
   bs__put_u64be(k, id);
-  if ((b = hmap_get(&f->by_id, k, 8, hkey(k, 8)))) {
-    *out = b;
-    return BS_OK;
-  }
+  for (bs__hprobe p = bs__htab_probe(&f->by_id, hkey(k, 8)); (b = (bent *)bs__htab_next(&p));)
+    if (b->id == id) {
+      *out = b;
+      return BS_OK;
+    }
   mrc = cur_get(f, &f->bst, f->db->bstate, &key, &val);
   if (mrc == MDB_NOTFOUND)
     return bs__fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
@@ -1012,8 +958,7 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   if (bs__bucket_state_decode(&val, &b->st))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: state does not decode", (unsigned long long)id);
   if (!(b->st.name.data = arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
-  if ((hmap_get(&f->by_name, b->st.name.data, b->st.name.size,
-                hkey(b->st.name.data, b->st.name.size))))
+  if (bent_by_name(f, b->st.name, hkey(b->st.name.data, b->st.name.size)))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: name maps to another id",
                     (unsigned long long)id);
   *out = b;
@@ -1037,7 +982,7 @@ static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
   uint64_t h = hkey(name.data, name.size), id;
   bent *b;
   int rc;
-  if ((b = hmap_get(&f->by_name, name.data, name.size, h))) {
+  if ((b = bent_by_name(f, name, h))) {
     *out = b;
     return BS_OK;
   }
@@ -1112,9 +1057,11 @@ static int note_sup(fctx *f, uint64_t bucket, uint64_t old_op, uint64_t new_op, 
 /* Remembers a changed lookup key for the flush's change record (deduplicated). */
 static int note_lookup(fctx *f, bs_val key, bs_error *err) {
   uint64_t h = hkey(key.data, key.size);
+  bs__hprobe p = bs__htab_probe(&f->lookups, h);
   bs_val *slot;
-  if (hmap_get(&f->lookups, key.data, key.size, h)) return BS_OK;
-  if (hmap_put(&f->lookups, key.data, key.size, h, (void *)1) ||
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (bs__val_eq(((const bs_val *)f->lkeys.p)[v - 1], key)) return BS_OK;
+  if (bs__htab_add(&f->lookups, &f->db->base.alloc, h, f->lkeys.n + 1) ||
       !(slot = vec_push(&f->db->base.alloc, &f->lkeys)))
     return oom(err);
   *slot = key;
@@ -1144,16 +1091,24 @@ static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_v
 
 /* ---- Tables and source records ---------------------------------------------------------------- */
 
+/* A table the flush has resolved: its name (borrowed from the queue) and id. */
+typedef struct ptable {
+  bs_val name;
+  uint32_t id;
+} ptable;
+
 static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *err) {
   unsigned char k[BS_TABLE_KEY_MAX];
   MDB_val key, val;
   uint64_t h = hkey(name.data, name.size);
-  void *hit;
+  bs__hprobe p = bs__htab_probe(&f->tables, h);
+  ptable *t;
   int mrc, rc;
-  if ((hit = hmap_get(&f->tables, name.data, name.size, h))) {
-    *out = (uint32_t)(uintptr_t)hit;
-    return BS_OK;
-  }
+  while ((t = (ptable *)bs__htab_next(&p)))
+    if (bs__val_eq(t->name, name)) {
+      *out = t->id;
+      return BS_OK;
+    }
   if ((rc = bs__lmdb_table_key(k, f->stream, name, &key, err))) return rc;
   mrc = mdb_get(f->txn, f->db->tables, &key, &val);
   if (mrc == 0) {
@@ -1173,7 +1128,10 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
       return bs__lmdb_fail(err, mrc, "registering a table");
   }
-  return hmap_put(&f->tables, name.data, name.size, h, (void *)(uintptr_t)*out) ? oom(err) : BS_OK;
+  if (!(t = arena_alloc(&f->ar, sizeof *t))) return oom(err);
+  t->name = name;
+  t->id = *out;
+  return bs__htab_add(&f->tables, &f->db->base.alloc, h, (uintptr_t)t) ? oom(err) : BS_OK;
 }
 
 /* Decodes a source value into r, on an arena copy (this txn's writes may move the map's). */
@@ -1212,10 +1170,11 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   bs__put_u32be(kbuf + 4, tid);
   if (rid.size) memcpy(kbuf + 8, rid.data, rid.size);
   h = hkey(kbuf, key.mv_size);
-  if ((r = hmap_get(&f->recs, kbuf, key.mv_size, h))) {
-    *out = r;
-    return BS_OK;
-  }
+  for (bs__hprobe p = bs__htab_probe(&f->recs, h); (r = (srec *)bs__htab_next(&p));)
+    if (r->key.size == key.mv_size && memcmp(r->key.data, kbuf, key.mv_size) == 0) {
+      *out = r;
+      return BS_OK;
+    }
   if (!(r = arena_alloc(&f->ar, sizeof *r + key.mv_size))) return oom(err); /* key follows r */
   memset(r, 0, sizeof *r);
   memcpy(r + 1, kbuf, key.mv_size);
@@ -1229,7 +1188,7 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
       return bs__lmdb_fail(err, mrc, "reading a source record");
     }
   }
-  if (hmap_put(&f->recs, r->key.data, r->key.size, h, r)) return oom(err);
+  if (bs__htab_add(&f->recs, &f->db->base.alloc, h, (uintptr_t)r)) return oom(err);
   *out = r;
   return BS_OK;
 }

@@ -1,7 +1,8 @@
 /* test_common: the common layer (common.c). The one hash table (bs__htab): lookups through
  * colliding hashes and probe runs that wrap around the end of the table, the backward-shift
  * removal, a randomized run against a plain-array model (BS_SEED, printed on failure), growth
- * that fails cleanly under a failing allocator; the one growth rule of arrays (BS_GROW); and the
+ * that fails cleanly under a failing allocator, the compaction seen-set built on it (rows compared
+ * in full, the memory bound); the one growth rule of arrays (BS_GROW); and the
  * constructors' allocator rule (bs__open_allocator): three NULL functions mean the default. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,7 +154,7 @@ static void test_grow(void **state) {
   size_t cap = 0;
   (void)state;
   ft_alloc_init(&f);
-  assert_int_equal(BS_GROW(&f.a, v, cap, 0), BS_OK); /* no room needed: no allocation */
+  assert_int_equal(bs__grow(&f.a, (void **)&v, &cap, 0, sizeof *v), BS_OK); /* no allocation */
   assert_null(v);
   assert_int_equal(BS_GROW(&f.a, v, cap, 1), BS_OK);
   assert_int_equal(cap, 8);
@@ -172,6 +173,82 @@ static void test_grow(void **state) {
   assert_int_equal(v[7], 7);
   f.a.free_fn(f.a.opaque, v);
   assert_int_equal(f.live, 0);
+}
+
+static bs_op row_op(const char *type, const char *id, const char *subkey, uint64_t op_id) {
+  bs_op o;
+  memset(&o, 0, sizeof o);
+  o.op_id = op_id;
+  o.type = BS_OP_PUT;
+  o.object_type = bs__val_str(type);
+  o.object_id = bs__val_str(id);
+  o.subkey = bs__val_str(subkey);
+  return o;
+}
+
+/* The compaction seen-set over the table: a row is its three fields compared in full (bytes
+ * cannot move between fields), the first visit's op id is kept, and the memory bound holds. */
+static void test_seen_set(void **state) {
+  const bs_allocator *a = &bs__default_allocator;
+  bs__seen_set s;
+  bs_op o;
+  uint64_t latest = 0;
+  char id[16];
+  (void)state;
+  bs__seen_init(&s, a, SIZE_MAX);
+  o = row_op("ab", "", "", 9);
+  assert_int_equal(bs__seen_visit(&s, &o, &latest), 0);
+  o = row_op("a", "b", "", 8);
+  assert_int_equal(bs__seen_visit(&s, &o, &latest), 0); /* not the row ("ab", "") */
+  o = row_op("", "", "ab", 7);
+  assert_int_equal(bs__seen_visit(&s, &o, &latest), 0);
+  o = row_op("ab", "", "", 5);
+  assert_int_equal(bs__seen_visit(&s, &o, &latest), 1);
+  assert_int_equal(latest, 9);
+  o = row_op("a", "b", "", 1);
+  assert_int_equal(bs__seen_find(&s, &o, &latest), 1);
+  assert_int_equal(latest, 8);
+  o = row_op("", "", "", 1);
+  assert_int_equal(bs__seen_find(&s, &o, &latest), 0);
+  o = row_op("t\xc3\xa9", "\xff", "", 4); /* non-ASCII */
+  assert_int_equal(bs__seen_visit(&s, &o, &latest), 0);
+  assert_int_equal(bs__seen_find(&s, &o, &latest), 1);
+  assert_int_equal(latest, 4);
+  for (int i = 0; i < 5000; i++) { /* growth keeps every row */
+    snprintf(id, sizeof id, "r%d", i);
+    o = row_op("t", id, "", 100 + (uint64_t)i);
+    assert_int_equal(bs__seen_visit(&s, &o, &latest), 0);
+  }
+  for (int i = 0; i < 5000; i += 7) {
+    snprintf(id, sizeof id, "r%d", i);
+    o = row_op("t", id, "", 1);
+    assert_int_equal(bs__seen_find(&s, &o, &latest), 1);
+    assert_int_equal(latest, 100 + (uint64_t)i);
+  }
+  bs__seen_clear(&s);
+  o = row_op("ab", "", "", 1);
+  assert_int_equal(bs__seen_find(&s, &o, &latest), 0);
+  bs__seen_free(&s);
+
+  /* a bound of 8 KiB: table and arena stay within it; once full, new rows are not recorded
+   * but the recorded ones are still found */
+  bs__seen_init(&s, a, 8192);
+  int recorded = 0;
+  for (int i = 0; i < 2000; i++) {
+    snprintf(id, sizeof id, "row-%d", i);
+    o = row_op("type", id, "00000001/0123456789abcdef", (uint64_t)i + 1);
+    bs__seen_visit(&s, &o, &latest);
+    assert_true(s.rows.cap * sizeof(bs__hent) + s.arena_cap <= 8192);
+    if (!s.full) recorded = i + 1;
+  }
+  assert_true(s.full);
+  assert_true(recorded > 10 && recorded < 2000);
+  for (int i = 0; i < 2000; i++) {
+    snprintf(id, sizeof id, "row-%d", i);
+    o = row_op("type", id, "00000001/0123456789abcdef", 1);
+    assert_int_equal(bs__seen_find(&s, &o, &latest), i < recorded);
+  }
+  bs__seen_free(&s);
 }
 
 /* "Set all three functions or none": none is the default allocator, for every backend. */
@@ -197,6 +274,7 @@ int main(void) {
       cmocka_unit_test(test_random_model),
       cmocka_unit_test(test_grow_fails_cleanly),
       cmocka_unit_test(test_grow),
+      cmocka_unit_test(test_seen_set),
       cmocka_unit_test(test_open_allocator_none),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

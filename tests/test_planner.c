@@ -225,7 +225,7 @@ static void test_identities(void **state) {
         }
   }
   assert_false(s.full);
-  assert_int_equal(s.n, nv * nv * 2);
+  assert_int_equal(s.rows.n, nv * nv * 2);
   bs__seen_free(&s);
 }
 
