@@ -958,7 +958,7 @@ static void test_softdel_entry(void **state) {
                                              0, 0, 2, 0xc3, 0xbc}; /* rid "\xc3\xbc" */
   static const unsigned char golden[] = {0, 0, 0, 3, 0, 0, 0, 0,    0,
                                          0, 1, 0, 0, 0, 0, 2, 0xc3, 0xbc};
-  unsigned char k[BS_SOFTDEL_KEY_MAX + 1], src[BS_MAX_REPLICA_ID + 8], sk[BS_SOFTDEL_KEY_MAX - 8];
+  unsigned char k[BS_SOFTDEL_KEY_MAX + 1], src[BS_MAX_REPLICA_ID + 9], sk[BS_SOFTDEL_KEY_MAX - 8];
   uint32_t stream;
   uint64_t mark;
   MDB_val mk, mv = {0, src}, back;
