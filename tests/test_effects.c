@@ -113,8 +113,8 @@ static int f_store(void *ctx, bs_val rid, const bs__srec *r, bs_error *err) {
   say("\n");
   assert_true(r->nm <= 8 && r->nl <= 8);
   recs[k] = *r;
-  memcpy(rec_m[k], r->m, r->nm * sizeof *r->m); /* r's arrays are valid during the call only */
-  memcpy(rec_lk[k], r->lk, r->nl * sizeof *r->lk);
+  if (r->nm) memcpy(rec_m[k], r->m, r->nm * sizeof *r->m); /* valid during the call only */
+  if (r->nl) memcpy(rec_lk[k], r->lk, r->nl * sizeof *r->lk);
   recs[k].m = rec_m[k];
   recs[k].lk = rec_lk[k];
   return BS_OK;
