@@ -14,6 +14,13 @@ APPWARN := -Wno-unused-parameter
 BSCFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(WARN) $(OPT) $(SAN) $(CFLAGS)
 LIBDEPS := -llmdb -lnettle -lpthread
 SONAME  := libbucketstore.so.0
+# DEBUG=1 (the default of the tree's builds: make, make test, make check) compiles BS_ASSERT in,
+# the front/backend contract (docs/backends.md); DEBUG=0 compiles it out: build a release or a
+# package with `make DEBUG=0` (and `make install DEBUG=0`). The amalgamation never has it.
+DEBUG   ?= 1
+ifeq ($(DEBUG),1)
+BSCFLAGS += -DBS_DEBUG
+endif
 
 # The PostgreSQL backend (pg*.c, issue 14) is built when libpq is found (`make PG=0` leaves it
 # out: the library then links no libpq and bs_open_postgres answers BS_EUNSUPPORTED).
@@ -33,6 +40,12 @@ TEST_UTIL := $(sort $(wildcard tests/util_*.c))
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+# Every object depends on the flags it was built with: $(BUILD)/cflags changes, and the objects
+# rebuild, when they do (e.g. `make DEBUG=0` after `make`).
+FLAGS_ID := $(CC) $(BSCFLAGS)
+.PHONY: FORCE
+$(BUILD)/cflags: FORCE
+	@mkdir -p $(BUILD); echo '$(FLAGS_ID)' | cmp -s - $@ || echo '$(FLAGS_ID)' > $@
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJS := $(TEST_UTIL:%.c=$(BUILD)/%.o)
@@ -46,7 +59,7 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install -y$$missing"; exit 1; fi; fi
 
-$(BUILD)/%.o: %.c storage.h storage_backend.h internal.h lmdb_internal.h | deps
+$(BUILD)/%.o: %.c storage.h storage_backend.h internal.h lmdb_internal.h $(BUILD)/cflags | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -c $< -o $@
 

@@ -124,6 +124,16 @@ int bs__grow(const bs_allocator *a, void **arr, size_t *cap, size_t need, size_t
   return BS_OK;
 }
 
+/* ---- The contract's asserts (BS_ASSERT, test builds only) ------------------------------------ */
+
+#ifdef BS_DEBUG
+void bs__assert_fail(const char *cond, const char *file, int line) {
+  fprintf(stderr, "bucketstore: BS_ASSERT(%s) failed at %s:%d (a front/backend contract bug)\n",
+          cond, file, line);
+  abort();
+}
+#endif
+
 /* ---- Arena ----------------------------------------------------------------------------------- */
 
 void *bs__arena_alloc(bs__arena *ar, size_t n) {

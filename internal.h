@@ -30,6 +30,18 @@
 #define BS_PRINTF(a, b)
 #endif
 
+/* BS_ASSERT(cond): the front/backend contract, a condition the front guarantees a backend
+ * (docs/backends.md), so a failure is a bug in the library and never bad input (which gets a
+ * status code). Compiled in when BS_DEBUG is defined (the tree's builds, `make DEBUG=1`, the
+ * default of make, make test and make check): it reports the condition on stderr and aborts.
+ * Otherwise (`make DEBUG=0`, the amalgamation) it compiles to nothing: a release never aborts. */
+#ifdef BS_DEBUG
+void bs__assert_fail(const char *cond, const char *file, int line);
+#define BS_ASSERT(cond) ((cond) ? (void)0 : bs__assert_fail(#cond, __FILE__, __LINE__))
+#else
+#define BS_ASSERT(cond) ((void)0)
+#endif
+
 /* A parameter that a callback or vtable signature imposes but this implementation does not need. */
 #define BS_UNUSED(x) ((void)(x))
 

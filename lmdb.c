@@ -603,11 +603,9 @@ static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
   memset(&c, 0, sizeof c);
   c.db = (bs__lmdb_db *)base;
   c.name = name;
-  c.hash = o ? o->hash : BS_HASH_XXH3;
-  if (c.hash != BS_HASH_XXH3 && c.hash != BS_HASH_SHA256)
-    return bs__fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)c.hash);
-  if (name.size > BS_MAX_STREAM_NAME)
-    return bs__fail(err, BS_ETOOBIG, "name is %zu bytes, over BS_MAX_STREAM_NAME", name.size);
+  BS_ASSERT(o && (o->hash == BS_HASH_XXH3 || o->hash == BS_HASH_SHA256));
+  BS_ASSERT(name.size >= 1 && name.size <= BS_MAX_STREAM_NAME);
+  c.hash = o->hash;
   if ((rc = bs__lmdb_write(c.db, create_txn, &c, err)) != BS_OK) return rc;
   if (id_out) *id_out = c.id;
   return BS_OK;
@@ -1911,8 +1909,7 @@ static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val ta
   uint32_t tid;
   srec *r;
 
-  if (rid.size > BS_MAX_REPLICA_ID)
-    return bs__fail(err, BS_ETOOBIG, "replica_id is %zu bytes, over BS_MAX_REPLICA_ID", rid.size);
+  BS_ASSERT(rid.size <= BS_MAX_REPLICA_ID && (rid.data || !rid.size));
   if (!rid.data) rid.data = lm_empty;
   /* The last queued save that touched the row decides. In snapshot mode an INSERT of a key
    * that already has a record is skipped at flush, so there the stored record wins when there
@@ -2035,9 +2032,7 @@ static int lw_truncate(bs_writer *base, bs_val table, int drop, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   trunc_ctx c = {w, table, drop, 0};
   int rc;
-  if (!table.size || table.size > BS_MAX_TABLE_NAME)
-    return bs__fail(err, table.size ? BS_ETOOBIG : BS_EINVAL, "table: %zu bytes (1..%u)",
-                    table.size, BS_MAX_TABLE_NAME);
+  BS_ASSERT(table.size >= 1 && table.size <= BS_MAX_TABLE_NAME);
   /* the front has flushed what was queued before the truncate (contract.md 4.2) */
   while (!c.done) {
     rc = bs__lmdb_write(w->db, trunc_txn, &c, err);
@@ -2073,15 +2068,14 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
                             bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   bs__lmdb_db *db = st->db;
-  bs_writer_options def = BS_WRITER_OPTIONS_INIT;
   bs__stream_rec rec;
   MDB_txn *txn;
   lm_writer *w;
   int rc;
 
   *out = NULL;
-  if (!o) o = &def;
-  if (db->env_flags & MDB_RDONLY) return bs__fail(err, BS_ESTATE, "database is open read-only");
+  BS_ASSERT(o && o->max_records && o->max_bytes); /* resolved by the front */
+  BS_ASSERT(!(db->env_flags & MDB_RDONLY));       /* refused by the front */
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   rc = bs__stream_rec_get(db, txn, base->stream_id, &rec, err);
   bs__lmdb_txn_abort(db, txn);

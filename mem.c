@@ -961,8 +961,7 @@ static void unlock(mem_db *db) {
 #define MW(w)  ((mem_writer *)(w))
 
 static int writable(mem_writer *w, bs_error *err) {
-  if (w->ms->db->base.flags & BS_OPEN_RDONLY)
-    return bs__fail(err, BS_ESTATE, "database is read-only");
+  BS_ASSERT(!(w->ms->db->base.flags & BS_OPEN_RDONLY)); /* no writer on a read-only db */
   if (w->ms->s->m.state == BS_STREAM_TERMINATED)
     return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->ms->s->id);
   return BS_OK;
@@ -987,10 +986,10 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   mem_storage *ms = MS(st);
   mem_writer *w;
   int rc = BS_OK;
+  BS_ASSERT(o && o->max_records && o->max_bytes);    /* resolved by the front */
+  BS_ASSERT(!(ms->db->base.flags & BS_OPEN_RDONLY)); /* refused by the front */
   lock(ms->db);
-  if (ms->db->base.flags & BS_OPEN_RDONLY)
-    rc = bs__fail(err, BS_ESTATE, "database is read-only");
-  else if (ms->s->m.state == BS_STREAM_TERMINATED)
+  if (ms->s->m.state == BS_STREAM_TERMINATED)
     rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
   unlock(ms->db);
   if (rc) return rc;
@@ -2436,11 +2435,9 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
   mem_db *db = MDB(bdb);
   const bs_allocator *a = ALLOC(db);
   mem_stream *s;
-  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
-  if (name.size > BS_MAX_STREAM_NAME)
-    return bs__fail(err, BS_ETOOBIG, "name: longer than %u bytes", BS_MAX_STREAM_NAME);
-  if (o && o->hash != BS_HASH_XXH3 && o->hash != BS_HASH_SHA256)
-    return bs__fail(err, BS_EINVAL, "opts.hash: unknown hash %d", (int)o->hash);
+  BS_ASSERT(!(db->base.flags & BS_OPEN_RDONLY));
+  BS_ASSERT(name.size >= 1 && name.size <= BS_MAX_STREAM_NAME);
+  BS_ASSERT(o && (o->hash == BS_HASH_XXH3 || o->hash == BS_HASH_SHA256));
   s = bs__calloc(a, 1, sizeof *s);
   if (!s || val_dup(a, name, &s->name)) {
     bs__free(a, s);

@@ -367,18 +367,21 @@ BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_optio
                           bs_error *err);
 BS_API void bs_writer_close(bs_writer *w);
 
-/* Queues one source row change (docs/contract.md 4.1); may auto-flush. Errors: BS_EINVAL (a
+/* Queues one source row change (docs/contract.md 4.1): the library copies it (every buffer of
+ * change may be reused when the call returns); may auto-flush first. Errors: BS_EINVAL (a
  * field, named), BS_ETOOBIG (a value over its BS_MAX_*), BS_ESTATE (closed writer; a snapshot
- * writer given UPDATE or DELETE, contract.md 4.3; from an auto-flush: stream terminated), and
- * an auto-flush's errors (as bs_writer_flush). */
+ * writer given UPDATE or DELETE, contract.md 4.3; from an auto-flush: stream terminated),
+ * BS_ENOMEM (the copy: nothing queued), and an auto-flush's errors (as bs_writer_flush). */
 BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
-/* Truncate flushes the queue, then persists REMOVEs / tombstones for every row of table (in
- * bounded transactions; visible with the next checkpoint); drop also forgets the table.
+/* Truncate flushes the queue (its own transaction: a failed truncate leaves it flushed), then
+ * persists REMOVEs / tombstones for every row of table (in bounded transactions; visible with
+ * the next checkpoint); drop also forgets the table.
  * Errors: BS_EINVAL / BS_ETOOBIG (table empty or over BS_MAX_TABLE_NAME), BS_ESTATE (closed
  * writer), BS_EIO. */
 BS_API int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
 BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
-/* Persists the queue (one LMDB transaction). last_op_out (may be NULL): the stream's highest
+/* Persists the queue (the saves and custom write checkpoints queued since the last flush, in one
+ * transaction). last_op_out (may be NULL): the stream's highest
  * persisted op id. Never makes a checkpoint. On failure nothing is persisted and the queue is
  * kept (flush again, or close to discard). Errors: BS_EINVAL (w NULL), BS_ESTATE (closed
  * writer, stream terminated). */
@@ -410,7 +413,8 @@ BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                                 int (*fn)(const bs_val *data, void *payload), void *payload,
                                 bs_error *err);
-/* Custom write-checkpoint mode: queue (user, value[, event]), persisted by the next flush,
+/* Custom write-checkpoint mode: queue (user, value[, event]; copied), persisted by the next flush
+ * (after the saves queued with it),
  * overwriting the previous value of (user, event). This one is persistent (owned by the source):
  * bs_delete_checkpoint_requests_before keeps it. Errors: BS_EINVAL (w NULL, checkpoint >= 2^63),
  * BS_ETOOBIG (user_id over BS_MAX_USER_ID, event over 255 bytes), BS_ESTATE (closed writer). */
