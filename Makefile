@@ -64,6 +64,7 @@ $(BUILD)/%.o: %.c storage.h storage_backend.h internal.h lmdb_internal.h $(BUILD
 	$(CC) $(BSCFLAGS) -c $< -o $@
 
 $(CLI_OBJS): cli.h
+$(filter $(BUILD)/mem%.o,$(LIB_OBJS)): mem_internal.h
 $(filter $(BUILD)/pg%.o,$(LIB_OBJS)): pg_internal.h
 $(CLI_OBJS) $(TEST_UTIL_OBJS): BSCFLAGS += $(APPWARN)
 
@@ -202,7 +203,7 @@ uninstall:
 
 # One bucketstore.c (every library .c with internal.h inlined, internals static) beside copies
 # of storage.h and storage_backend.h: vendor them and link -llmdb -lnettle -lpthread.
-amalgamate: $(filter-out pg%.c,$(LIB_SRCS)) internal.h lmdb_internal.h storage.h storage_backend.h \
+amalgamate: $(filter-out pg%.c,$(LIB_SRCS)) internal.h lmdb_internal.h mem_internal.h storage.h storage_backend.h \
 		tools/amalgamate.sh
 	tools/amalgamate.sh $(BUILD)/amalgamation $(filter-out pg%.c,$(LIB_SRCS))
 

@@ -21,225 +21,14 @@
  * it applies the writer's queue, reads the record, and always rolls back.
  * Compaction and the other maintenance calls build the new state first and swap it in.
  */
-#include "internal.h"
-
-#include <stdio.h>
-#include <stdlib.h>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-#define MEM_MAX_OP_ID ((uint64_t)INT64_MAX)
-
-/* ---- Data structures ------------------------------------------------------------------------ */
-
-typedef struct mem_lsn {
-  int has;
-  size_t n;
-  unsigned char b[BS_MAX_LSN];
-} mem_lsn;
-
-/* One stored op. MOVE and CLEAR carry no object_type/object_id/subkey/data. */
-typedef struct mem_op {
-  uint64_t id;
-  bs_op_type type;
-  uint32_t checksum;
-  uint64_t target;         /* MOVE/CLEAR only */
-  bs_val ot, oi, sk, data; /* owned */
-} mem_op;
-
-typedef struct mem_bucket {
-  bs_val name;
-  mem_op *ops; /* ascending op id */
-  size_t n, cap;
-  uint64_t generation;  /* changes whenever a compaction changed the bucket */
-  uint64_t clear_start; /* torn span of the leading CLEAR: reads at C with */
-  uint64_t clear_op;    /*   clear_start <= C < clear_op fail (0/0 = none) */
-  /* the last full or initial-replication compaction: its horizon (capped at the bucket's last
-   * op) and the bucket's op count after it; selection weighs the growth since (as LMDB) */
-  uint64_t compacted_op, compacted_count;
-  uint64_t tx_stamp; /* serial of the last transaction that journaled n */
-} mem_bucket;
-
-/* A source record; immutable once stored (a change stores a new object). r's strings and arrays
- * are owned; a membership's bucket is the bucket's index in mem_stream.buckets. */
-typedef struct mem_rec {
-  uint32_t table;
-  bs_val rid;
-  bs__srec r;
-} mem_rec;
-
-/* A parameter-index entry; nrows == 0 is a tombstone. */
-typedef struct mem_param {
-  bs_val key;
-  uint32_t table;
-  bs_val rid;
-  uint64_t id;
-  bs_val *rows;
-  size_t nrows;
-} mem_param;
-
-typedef struct mem_table {
-  bs_val name;
-  uint32_t id;
-  int dropped;
-} mem_table;
-
-typedef struct mem_bchange {
-  uint64_t id;
-  size_t bucket;
-} mem_bchange; /* an op in a bucket */
-/* Incremental compaction's log (LMDB's `superseded`): op new_op replaced op old_op of the same row
- * in bucket (a stream index), as the source record said; at most one entry per (bucket, old_op). */
-typedef struct mem_sup {
-  size_t bucket;
-  uint64_t old_op, new_op;
-} mem_sup;
-typedef struct mem_uchange {
-  uint64_t id;
-  bs_val user;
-} mem_uchange; /* user acked at cp id */
-typedef struct mem_cp {
-  uint64_t id;
-  int64_t ms;
-} mem_cp; /* checkpoint history */
-typedef struct mem_cwcp {
-  bs_val event, user;
-  uint64_t value;
-  int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
-} mem_cwcp;
-
-/* A soft-deleted record awaiting its purge by a checkpoint at or above mark (contract.md 4.3). An entry
- * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
-typedef struct mem_soft {
-  uint32_t table;
-  bs_val rid;
-  uint64_t mark;
-} mem_soft;
-
-/* Scalar stream state: saved and restored as a whole by a transaction. */
-typedef struct mem_meta {
-  bs_stream_state state;
-  bs_hash hash;
-  int snapshot_done;
-  uint64_t op_head; /* highest allocated = persisted op id */
-  uint64_t checkpoint;
-  uint64_t last_checkpoint_op;      /* op_head when the last checkpoint was made */
-  mem_lsn cp_lsn, resume, ncb;      /* cp_lsn.has <=> a checkpoint exists */
-  uint64_t param_horizon;           /* parameter reads below: BS_ESTALE */
-  uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */
-  uint64_t gen_seq;                 /* source of bucket generations (survives clear) */
-  uint32_t next_table_id;
-  char last_error[256];
-} mem_meta;
-
-typedef struct mem_stream {
-  uint32_t id;
-  bs_val name;
-  mem_meta m;
-  mem_table **tables;
-  size_t ntables, ctables;
-  mem_bucket **buckets;
-  size_t nbuckets, cbuckets;
-  mem_rec **recs; /* NULL slots only inside a transaction */
-  size_t nrecs, crecs;
-  mem_param *params; /* ascending op id */
-  size_t nparams, cparams;
-  mem_bchange *bch;
-  size_t nbch, cbch;
-  mem_sup *sups; /* appended by the writer, consumed by compaction */
-  size_t nsups, csups;
-  mem_uchange *uch;
-  size_t nuch, cuch;
-  mem_cp *cps;
-  size_t ncps, ccps;
-  mem_cwcp **cw;
-  size_t ncw, ccw;
-  bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
-  size_t npend, cpend;
-  bs__htab ridx;   /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
-  bs__htab bidx;   /* buckets by name (value: index + 1) */
-  mem_soft *softq; /* soft-deleted records not yet purged (and stale entries) */
-  size_t nsoftq, csoftq;
-} mem_stream;
-
-typedef struct mem_head {
-  bs_val conn, lsn;
-} mem_head;
-
-/* A managed write checkpoint (database-wide); immutable once stored. */
-typedef struct mem_mwcp {
-  bs_val user;
-  uint64_t id;
-  mem_head *heads;
-  size_t nheads;
-  int has_req;
-  int64_t req_ms;
-  int processed;
-  mem_lsn processed_lsn;
-  int gone; /* deleted by cleanup: kept (without heads) only as the user's high-water mark, so a
-               new record's id continues above it (contract.md 7); invisible to every read */
-} mem_mwcp;
-
-typedef struct mem_db {
-  bs_db base;
-  pthread_mutex_t mu;
-  mem_stream **streams; /* index = id - 1 */
-  size_t nstreams, cstreams;
-  mem_mwcp **mw;
-  size_t nmw, cmw;
-  uint64_t tx_serial; /* numbers the transactions (mem_bucket.tx_stamp) */
-} mem_db;
-
-typedef struct mem_storage {
-  bs_storage base;
-  mem_db *db;
-  mem_stream *s;
-  bs_write_checkpoint_mode mode;
-  size_t event_n;
-  unsigned char event[BS_MAX_USER_ID];
-} mem_storage;
-
-typedef struct mem_writer {
-  bs_writer base;
-  mem_storage *ms;
-  int snapshot, create_empty;
-} mem_writer;
-
-#define ALLOC(db) (&(db)->base.alloc)
+#include "mem_internal.h"
 
 /* ---- Small helpers -------------------------------------------------------------------------- */
-
-#define GROW(a, arr, n, cap, need) BS_GROW((a), (arr), (cap), (need))
-
-static int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
-  void *p;
-  out->data = NULL;
-  out->size = 0;
-  if (!in.size) return BS_OK;
-  p = bs__malloc(a, in.size);
-  if (!p) return BS_ENOMEM;
-  memcpy(p, in.data, in.size);
-  out->data = p;
-  out->size = in.size;
-  return BS_OK;
-}
-
-static int u64_cmp(const void *x, const void *y) {
-  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-  return a < b ? -1 : a > b;
-}
 
 static int sup_cmp(const void *x, const void *y) {
   const mem_sup *a = x, *b = y;
   if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
   return u64_cmp(&a->old_op, &b->old_op);
-}
-
-static void val_free(const bs_allocator *a, bs_val *v) {
-  bs__free(a, (void *)v->data);
-  v->data = NULL;
-  v->size = 0;
 }
 
 static bs_val lsn_val(const mem_lsn *l) {
@@ -251,14 +40,6 @@ static void lsn_set(mem_lsn *l, bs_val v) {
   l->has = 1;
   l->n = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
   if (l->n) memcpy(l->b, v.data, l->n);
-}
-
-static int enomem(bs_error *err, const char *what) {
-  return bs__fail(err, BS_ENOMEM, "out of memory (%s)", what);
-}
-
-static size_t op_size(const mem_op *o) {
-  return o->data.size + o->ot.size + o->oi.size + o->sk.size;
 }
 
 static void op_free(const bs_allocator *a, mem_op *o) {
@@ -297,36 +78,10 @@ static void param_free(const bs_allocator *a, mem_param *p) {
   bs__free(a, p->rows);
 }
 
-static void cwcp_free(const bs_allocator *a, mem_cwcp *c) {
-  if (!c) return;
-  val_free(a, &c->event);
-  val_free(a, &c->user);
-  bs__free(a, c);
-}
-
-static void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
-  if (!w) return;
-  val_free(a, &w->user);
-  for (size_t i = 0; i < w->nheads; i++) {
-    val_free(a, &w->heads[i].conn);
-    val_free(a, &w->heads[i].lsn);
-  }
-  bs__free(a, w->heads);
-  bs__free(a, w);
-}
-
 static void table_free(const bs_allocator *a, mem_table *t) {
   if (!t) return;
   val_free(a, &t->name);
   bs__free(a, t);
-}
-
-static uint64_t rec_hash(uint32_t table, bs_val rid) {
-  return XXH3_64bits_withSeed(rid.data, rid.size, table);
-}
-
-static uint64_t name_hash(bs_val name) {
-  return XXH3_64bits(name.data, name.size);
 }
 
 /* Drops every piece of data of s (not its meta, name or id). */
@@ -364,29 +119,10 @@ static void stream_free(const bs_allocator *a, mem_stream *s) {
   bs__free(a, s);
 }
 
-static mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
-  bs__hprobe p = bs__htab_probe(&s->bidx, name_hash(name));
-  for (uintptr_t v; (v = bs__htab_next(&p));)
-    if (bs__val_eq(s->buckets[v - 1]->name, name)) {
-      if (idx) *idx = v - 1;
-      return s->buckets[v - 1];
-    }
-  return NULL;
-}
-
 static mem_table *table_find(mem_stream *s, bs_val name) {
   for (size_t i = 0; i < s->ntables; i++)
     if (!s->tables[i]->dropped && bs__val_eq(s->tables[i]->name, name)) return s->tables[i];
   return NULL;
-}
-
-static long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
-  bs__hprobe p = bs__htab_probe(&s->ridx, rec_hash(table, rid));
-  for (uintptr_t v; (v = bs__htab_next(&p));) {
-    const mem_rec *r = s->recs[v - 1];
-    if (r->table == table && bs__val_eq(r->rid, rid)) return (long)(v - 1);
-  }
-  return -1;
 }
 
 static bs_val subkey_of(char buf[BS_SUBKEY_SIZE], uint32_t table, bs_val rid) {
@@ -395,18 +131,6 @@ static bs_val subkey_of(char buf[BS_SUBKEY_SIZE], uint32_t table, bs_val rid) {
   v.data = buf;
   v.size = BS_SUBKEY_SIZE;
   return v;
-}
-
-/* Torn read: C inside the span of the bucket's leading CLEAR (contract.md 5.5). */
-static int torn(const mem_bucket *b, uint64_t c) {
-  return b && b->clear_op && b->clear_start <= c && c < b->clear_op;
-}
-
-static int torn_fail(bs_error *err, uint64_t c, bs_val name) {
-  return bs__fail(err, BS_EINVALIDATED,
-                  "checkpoint %llu was compacted in bucket '%.*s'; read a newer checkpoint",
-                  (unsigned long long)c, (int)(name.size > 64 ? 64 : name.size),
-                  name.size ? (const char *)name.data : "");
 }
 
 /* ---- Transactions over one stream (see the file comment) ------------------------------------ */
@@ -950,16 +674,6 @@ static int tx_begin_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch 
 
 /* ---- Locking ------------------------------------------------------------------------------- */
 
-static void lock(mem_db *db) {
-  pthread_mutex_lock(&db->mu);
-}
-static void unlock(mem_db *db) {
-  pthread_mutex_unlock(&db->mu);
-}
-
-#define MS(st) ((mem_storage *)(st))
-#define MW(w)  ((mem_writer *)(w))
-
 static int writable(mem_writer *w, bs_error *err) {
   BS_ASSERT(!(w->ms->db->base.flags & BS_OPEN_RDONLY)); /* no writer on a read-only db */
   if (w->ms->s->m.state == BS_STREAM_TERMINATED)
@@ -1230,598 +944,6 @@ static const bs_writer_vtable mem_writer_vt = {
     .source_row = mem_writer_source_row,
 };
 
-/* ---- Reads ----------------------------------------------------------------------------------- */
-
-static int mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
-  BS_UNUSED(err);
-  mem_storage *ms = MS(st);
-  lock(ms->db);
-  memset(out, 0, sizeof *out);
-  out->op_id = ms->s->m.checkpoint;
-  out->has_lsn = ms->s->m.cp_lsn.has;
-  out->lsn_size = ms->s->m.cp_lsn.n;
-  memcpy(out->lsn, ms->s->m.cp_lsn.b, ms->s->m.cp_lsn.n);
-  unlock(ms->db);
-  return BS_OK;
-}
-
-typedef struct mem_cplan {
-  size_t req;
-  uint64_t after, next_after, target;
-  int has_more;
-  size_t first, n, bytes;
-} mem_cplan;
-
-/* Plans the call's chunks (contract.md 5.2) under the lock: which ops, cut where. */
-static int plan_chunks(mem_stream *s, uint64_t c, const bs_bucket_request *req, size_t n_req,
-                       size_t limit, size_t chunk_bytes, size_t max_bytes, const mem_op ***picks,
-                       size_t *npicks, mem_cplan **plans, size_t *nplans, int *call_more,
-                       const bs_allocator *a) {
-  size_t cpick = 0, cplan = 0, total = 0, bytes = 0;
-  int stop = 0;
-  *call_more = 0;
-  for (size_t i = 0; i < n_req && !stop; i++) {
-    mem_bucket *b = bucket_find(s, req[i].bucket, NULL);
-    mem_cplan *cur = NULL;
-    if (!b) continue;
-    for (size_t k = 0; k < b->n; k++) {
-      const mem_op *o = &b->ops[k];
-      size_t sz = op_size(o);
-      if (o->id <= req[i].after || o->id > c) continue;
-      /* the call's first op is always served, however large (and however small the ops
-       * before it: zero-size MOVEs count as served too, as in LMDB) */
-      if (total >= limit || (total > 0 && bytes + sz > max_bytes)) {
-        *call_more = 1;
-        stop = 1;
-        if (cur) cur->has_more = 1;
-        break;
-      }
-      if (cur && cur->bytes + sz > chunk_bytes) {
-        cur->has_more = 1;
-        cur = NULL;
-      }
-      if (!cur) {
-        uint64_t after = *nplans && (*plans)[*nplans - 1].req == i
-                             ? (*plans)[*nplans - 1].next_after
-                             : req[i].after;
-        if (GROW(a, *plans, *nplans, cplan, *nplans + 1)) return BS_ENOMEM;
-        cur = &(*plans)[(*nplans)++];
-        memset(cur, 0, sizeof *cur);
-        cur->req = i;
-        cur->after = after;
-        cur->first = *npicks;
-      }
-      if (GROW(a, *picks, *npicks, cpick, *npicks + 1)) return BS_ENOMEM;
-      (*picks)[(*npicks)++] = o;
-      cur->n++;
-      cur->bytes += sz;
-      cur->next_after = o->id;
-      if ((o->type == BS_OP_MOVE || o->type == BS_OP_CLEAR) && o->target > cur->target)
-        cur->target = o->target;
-      total++;
-      bytes += sz;
-    }
-  }
-  return BS_OK;
-}
-
-static bs_val arena_put(unsigned char **p, bs_val v) {
-  bs_val r = {NULL, 0};
-  if (!v.size) return r;
-  memcpy(*p, v.data, v.size);
-  r.data = *p;
-  r.size = v.size;
-  *p += v.size;
-  return r;
-}
-
-static int mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
-                           const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
-                           void *payload, int *has_more_out, bs_error *err) {
-  mem_storage *ms = MS(st);
-  const bs_allocator *a = ALLOC(ms->db);
-  /* the front (bs_get_bucket_data) has applied the defaults: no field is zero */
-  size_t limit = opts->limit, chunk_bytes = opts->chunk_bytes, max_bytes = opts->max_bytes;
-  const mem_op **picks = NULL;
-  mem_cplan *plans = NULL;
-  size_t npicks = 0, nplans = 0, arena_n = 0;
-  bs_op *ops = NULL;
-  unsigned char *arena = NULL, *p;
-  int call_more = 0, rc = BS_OK;
-
-  lock(ms->db);
-  for (size_t i = 0; i < n_req; i++) {
-    mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
-    if (torn(b, c)) {
-      rc = torn_fail(err, c, req[i].bucket);
-      goto locked_out;
-    }
-  }
-  if (plan_chunks(ms->s, c, req, n_req, limit, chunk_bytes, max_bytes, &picks, &npicks, &plans,
-                  &nplans, &call_more, a))
-    goto nomem;
-  for (size_t i = 0; i < npicks; i++) arena_n += op_size(picks[i]);
-  ops = bs__calloc(a, npicks ? npicks : 1, sizeof *ops);
-  arena = bs__malloc(a, arena_n ? arena_n : 1);
-  if (!ops || !arena) goto nomem;
-  p = arena;
-  for (size_t i = 0; i < npicks; i++) {
-    const mem_op *o = picks[i];
-    ops[i].op_id = o->id;
-    ops[i].type = o->type;
-    ops[i].checksum = o->checksum;
-    ops[i].target_op = o->target;
-    ops[i].object_type = arena_put(&p, o->ot);
-    ops[i].object_id = arena_put(&p, o->oi);
-    ops[i].subkey = arena_put(&p, o->sk);
-    ops[i].data = arena_put(&p, o->data);
-    if (bs__op_carries_row(o->type)) { /* carried fields are present: empty, not none */
-      if (!ops[i].object_type.data) ops[i].object_type.data = "";
-      if (!ops[i].object_id.data) ops[i].object_id.data = "";
-      if (!ops[i].subkey.data) ops[i].subkey.data = "";
-    }
-    if (o->type == BS_OP_PUT && !ops[i].data.data) ops[i].data.data = "";
-  }
-  unlock(ms->db);
-  /* Callbacks outside the lock, on the copies. */
-  for (size_t i = 0; i < nplans && !rc; i++) {
-    bs_chunk ch;
-    ch.bucket = req[plans[i].req].bucket;
-    ch.after = plans[i].after;
-    ch.next_after = plans[i].next_after;
-    ch.has_more = plans[i].has_more;
-    ch.target_op = plans[i].target;
-    ch.ops = ops + plans[i].first;
-    ch.n_ops = plans[i].n;
-    rc = on_chunk(&ch, payload);
-  }
-  if (!rc && has_more_out) *has_more_out = call_more;
-  goto out;
-nomem:
-  rc = enomem(err, "bucket data");
-locked_out:
-  unlock(ms->db);
-out:
-  bs__free(a, picks);
-  bs__free(a, plans);
-  bs__free(a, ops);
-  bs__free(a, arena);
-  return rc;
-}
-
-/* The value at C: sum and count of the stored ops with op_id <= C. */
-static bs_checksum sum_upto(const mem_bucket *b, uint64_t c) {
-  bs_checksum r = {0, 0};
-  if (!b) return r;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->ops[i].id <= c) {
-      r.checksum = bs__cksum_add(r.checksum, b->ops[i].checksum);
-      r.count++;
-    }
-  return r;
-}
-
-static int mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n,
-                         bs_checksum *out, uint64_t *gen, bs_error *err) {
-  mem_storage *ms = MS(st);
-  int rc = BS_OK;
-  lock(ms->db);
-  for (size_t i = 0; i < n; i++) {
-    mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
-    if (torn(b, c)) {
-      rc = torn_fail(err, c, buckets[i]);
-      break;
-    }
-    out[i] = sum_upto(b, c);
-    if (gen) gen[i] = b ? b->generation : 0;
-  }
-  unlock(ms->db);
-  return rc;
-}
-
-static int mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                               size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
-                               bs_error *err) {
-  mem_storage *ms = MS(st);
-  int rc = BS_OK;
-  lock(ms->db);
-  for (size_t i = 0; i < n; i++) {
-    mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
-    bs_checksum r = {0, 0};
-    int cl = 0;
-    if (torn(b, to)) {
-      rc = torn_fail(err, to, buckets[i]);
-      break;
-    }
-    for (size_t k = 0; b && k < b->n; k++) {
-      const mem_op *o = &b->ops[k];
-      if (o->id <= from || o->id > to) continue;
-      if (o->type == BS_OP_CLEAR) cl = 1;
-      r.checksum = bs__cksum_add(r.checksum, o->checksum);
-      r.count++;
-    }
-    if (cl) r = sum_upto(b, to); /* a CLEAR replaces the base: the value from zero */
-    out[i] = r;
-    if (cleared) cleared[i] = cl;
-    if (gen) gen[i] = b ? b->generation : 0;
-  }
-  unlock(ms->db);
-  return rc;
-}
-
-/* Copies a list of byte strings into one allocation (vals + bytes) for a callback. */
-static int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out) {
-  size_t bytes = 0;
-  unsigned char *p;
-  for (size_t i = 0; i < n; i++) bytes += in[i].size;
-  *out = bs__malloc(a, n * sizeof(bs_val) + bytes + 1);
-  if (!*out) return BS_ENOMEM;
-  p = (unsigned char *)(*out + n);
-  for (size_t i = 0; i < n; i++) {
-    (*out)[i] = arena_put(&p, in[i]);
-    if (!(*out)[i].data) (*out)[i].data = p; /* empty string: non-NULL */
-  }
-  return BS_OK;
-}
-
-static int val_in(const bs_val *list, size_t n, bs_val v) {
-  for (size_t i = 0; i < n; i++)
-    if (bs__val_eq(list[i], v)) return 1;
-  return 0;
-}
-
-static int push_val(const bs_allocator *a, bs_val **list, size_t *n, size_t *cap, bs_val v) {
-  if (val_in(*list, *n, v)) return BS_OK;
-  if (GROW(a, *list, *n, *cap, *n + 1)) return BS_ENOMEM;
-  (*list)[(*n)++] = v;
-  return BS_OK;
-}
-
-static int mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                                  int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
-                                  bs_error *err) {
-  mem_storage *ms = MS(st);
-  mem_stream *s = ms->s;
-  const bs_allocator *a = ALLOC(ms->db);
-  bs_val *b = NULL, *l = NULL, *u = NULL, *bc = NULL, *lc = NULL, *uc = NULL;
-  size_t nb = 0, cb = 0, nl = 0, cl = 0, nu = 0, cu = 0;
-  bs_checkpoint_changes ch;
-  int rc = BS_OK;
-  memset(&ch, 0, sizeof ch);
-  lock(ms->db);
-  if (from < s->m.data_fence) ch.invalidate_data_buckets = 1;
-  for (size_t i = 0; i < s->nbch && !ch.invalidate_data_buckets; i++)
-    if (s->bch[i].id > from && s->bch[i].id <= to) {
-      if (push_val(a, &b, &nb, &cb, s->buckets[s->bch[i].bucket]->name)) goto nomem;
-      if (nb > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
-    }
-  if (ch.invalidate_data_buckets) nb = 0;
-  if (from < s->m.param_fence) ch.invalidate_parameter_buckets = 1;
-  for (size_t i = 0; i < s->nparams && !ch.invalidate_parameter_buckets; i++)
-    if (s->params[i].id > from && s->params[i].id <= to) {
-      if (push_val(a, &l, &nl, &cl, s->params[i].key)) goto nomem;
-      if (nl > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
-    }
-  if (ch.invalidate_parameter_buckets) nl = 0;
-  /* users are keyed by the id of the checkpoint that acknowledged them; an empty checkpoint
-   * keeps its op id, so a range from == to still reports that checkpoint's users */
-  for (size_t i = 0; i < s->nuch; i++) {
-    uint64_t id = s->uch[i].id;
-    if ((id > from && id <= to) || (from == to && id == to))
-      if (push_val(a, &u, &nu, &cu, s->uch[i].user)) goto nomem;
-  }
-  if (vals_copy(a, b, nb, &bc) || vals_copy(a, l, nl, &lc) || vals_copy(a, u, nu, &uc)) goto nomem;
-  unlock(ms->db);
-  ch.updated_buckets = bc;
-  ch.n_updated_buckets = nb;
-  ch.updated_lookups = lc;
-  ch.n_updated_lookups = nl;
-  ch.updated_write_checkpoint_users = uc;
-  ch.n_updated_write_checkpoint_users = nu;
-  rc = fn ? fn(&ch, payload) : BS_OK;
-  goto out;
-nomem:
-  unlock(ms->db);
-  rc = enomem(err, "checkpoint changes");
-out:
-  bs__free(a, b);
-  bs__free(a, l);
-  bs__free(a, u);
-  bs__free(a, bc);
-  bs__free(a, lc);
-  bs__free(a, uc);
-  return rc;
-}
-
-/* Source-row order of parameter results: (table id, XXH3_64 of replica id, replica id), the
- * key order of the LMDB backend's params sub-db. */
-static int param_row_cmp(const mem_param *x, const mem_param *y) {
-  uint64_t hx, hy;
-  if (x->table != y->table) return x->table < y->table ? -1 : 1;
-  hx = XXH3_64bits(x->rid.data, x->rid.size);
-  hy = XXH3_64bits(y->rid.data, y->rid.size);
-  if (hx != hy) return hx < hy ? -1 : 1;
-  return bs__val_cmp(x->rid, y->rid);
-}
-
-static int param_ptr_cmp(const void *x, const void *y) {
-  return param_row_cmp(*(const mem_param *const *)x, *(const mem_param *const *)y);
-}
-
-static int mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
-                              size_t limit, int (*fn)(const bs_val *, void *), void *payload,
-                              bs_error *err) {
-  mem_storage *ms = MS(st);
-  mem_stream *s = ms->s;
-  const bs_allocator *a = ALLOC(ms->db);
-  const mem_param **latest = NULL;
-  bs_val *rows = NULL, *copy = NULL;
-  size_t nrows = 0, crows = 0;
-  int rc = BS_OK;
-  lock(ms->db);
-  if (c < s->m.param_horizon) {
-    rc = bs__fail(err, BS_ESTALE, "checkpoint %llu is below the parameter-compaction horizon %llu",
-                  (unsigned long long)c, (unsigned long long)s->m.param_horizon);
-    goto locked_out;
-  }
-  latest = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
-  if (!latest) goto nomem;
-  for (size_t i = 0; i < n; i++) {
-    size_t nl = 0;
-    if (val_in(lookups, i, lookups[i])) continue; /* a repeated key is served once */
-    /* latest entry per source row with op_id <= C (params are in op id order) */
-    for (size_t k = 0; k < s->nparams; k++) {
-      const mem_param *p = &s->params[k];
-      size_t j;
-      if (p->id > c || !bs__val_eq(p->key, lookups[i])) continue;
-      for (j = 0; j < nl; j++)
-        if (latest[j]->table == p->table && bs__val_eq(latest[j]->rid, p->rid)) break;
-      latest[j] = p;
-      if (j == nl) nl++;
-    }
-    qsort(latest, nl, sizeof *latest, param_ptr_cmp);
-    for (size_t j = 0; j < nl; j++)
-      for (size_t r = 0; r < latest[j]->nrows; r++) {
-        if (GROW(a, rows, nrows, crows, nrows + 1)) goto nomem;
-        rows[nrows++] = latest[j]->rows[r];
-      }
-  }
-  if (nrows > limit) {
-    rc = bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
-    goto locked_out;
-  }
-  if (vals_copy(a, rows, nrows, &copy)) goto nomem;
-  unlock(ms->db);
-  for (size_t i = 0; i < nrows && !rc; i++) rc = fn ? fn(&copy[i], payload) : BS_OK;
-  goto out;
-nomem:
-  rc = enomem(err, "parameter sets");
-locked_out:
-  unlock(ms->db);
-out:
-  bs__free(a, latest);
-  bs__free(a, rows);
-  bs__free(a, copy);
-  return rc;
-}
-
-/* ---- Write checkpoints (contract.md 7) ------------------------------------------------------- */
-
-static int mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
-                            bs_error *err) {
-  mem_storage *ms = MS(st);
-  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
-    return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
-  if (event.size > sizeof ms->event)
-    return bs__fail(err, BS_ETOOBIG, "event: longer than %zu bytes", sizeof ms->event);
-  lock(ms->db);
-  ms->mode = mode;
-  ms->event_n = event.size;
-  if (event.size) memcpy(ms->event, event.data, event.size);
-  unlock(ms->db);
-  return BS_OK;
-}
-
-static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
-  for (size_t i = 0; i < db->nmw; i++)
-    if (bs__val_eq(db->mw[i]->user, user)) {
-      if (idx) *idx = i;
-      return db->mw[i];
-    }
-  return NULL;
-}
-
-/* A new record: old's fields (or empty), with heads replaced when req is given. */
-static mem_mwcp *mwcp_build(const bs_allocator *a, const mem_mwcp *old, bs_val user,
-                            const bs_managed_request *heads_from) {
-  mem_mwcp *r = bs__calloc(a, 1, sizeof *r);
-  const mem_head *oh = old ? old->heads : NULL;
-  size_t n = heads_from ? heads_from->n_heads : old ? old->nheads : 0;
-  if (!r) return NULL;
-  if (old) {
-    r->id = old->id;
-    r->has_req = old->has_req;
-    r->req_ms = old->req_ms;
-    r->processed = old->processed;
-    r->processed_lsn = old->processed_lsn;
-  }
-  if (val_dup(a, user, &r->user)) goto fail;
-  if (n) {
-    r->heads = bs__calloc(a, n, sizeof *r->heads);
-    if (!r->heads) goto fail;
-  }
-  for (size_t i = 0; i < n; i++) {
-    bs_val c = heads_from ? heads_from->heads[i].connection : oh[i].conn;
-    bs_val l = heads_from ? heads_from->heads[i].lsn : oh[i].lsn;
-    r->nheads = i + 1;
-    if (val_dup(a, c, &r->heads[i].conn) || val_dup(a, l, &r->heads[i].lsn)) goto fail;
-  }
-  return r;
-fail:
-  mwcp_free(a, r);
-  return NULL;
-}
-
-static int mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
-                              uint64_t *ids_out, int *should_advance, bs_error *err) {
-  mem_storage *ms = MS(st);
-  mem_db *db = ms->db;
-  const bs_allocator *a = ALLOC(db);
-  const bs_managed_request **win = NULL;
-  mem_mwcp **neu = NULL;
-  size_t nw = 0, nnew = 0;
-  int64_t now = bs__now_ms();
-  int rc = BS_OK, adv = 0;
-  if (ms->mode != BS_WCP_MANAGED)
-    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
-  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
-  win = bs__calloc(a, n ? n : 1, sizeof *win);
-  neu = bs__calloc(a, n ? n : 1, sizeof *neu);
-  if (!win || !neu) {
-    rc = enomem(err, "write checkpoints");
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) {
-    size_t k;
-    for (k = 0; k < nw; k++)
-      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
-    if (k == nw)
-      win[nw++] = &req[i];
-    else if (bs__managed_req_beats(&req[i], win[k]))
-      win[k] = &req[i];
-  }
-  lock(db);
-  /* Build every changed record first; swap them in only when all exist. */
-  for (size_t k = 0; k < nw; k++) {
-    const bs_managed_request *r = win[k];
-    mem_mwcp *old = mwcp_find(db, r->user_id, NULL);
-    int64_t at = r->requested_at_ms ? r->requested_at_ms : now;
-    uint64_t id;
-    int action;
-    mem_mwcp *nr;
-    /* a gone record's id is the high-water mark */
-    if ((rc = bs__managed_next_id(r, old && !old->gone, old ? old->id : 0, &id, &action, err)))
-      goto fail;
-    if (action == BS_WCP_KEEP) continue;
-    nr = mwcp_build(a, old, r->user_id, action == BS_WCP_REPLACE ? r : NULL);
-    if (!nr) goto nomem;
-    if (action == BS_WCP_REPLACE) {
-      nr->id = id;
-      nr->processed = 0;
-      nr->processed_lsn.has = 0;
-      nr->has_req = r->has_request_id; /* a generated id has no requested_at */
-      nr->req_ms = r->has_request_id ? at : 0;
-    } else {
-      nr->has_req = 1;
-      nr->req_ms = at;
-    }
-    neu[nnew++] = nr;
-  }
-  if (GROW(a, db->mw, db->nmw, db->cmw, db->nmw + nnew)) goto nomem;
-  for (size_t k = 0; k < nnew; k++) {
-    size_t idx;
-    mem_mwcp *old = mwcp_find(db, neu[k]->user, &idx);
-    if (old) {
-      mwcp_free(a, old);
-      db->mw[idx] = neu[k];
-    } else {
-      db->mw[db->nmw++] = neu[k];
-    }
-    neu[k] = NULL;
-  }
-  for (size_t i = 0; i < n; i++) {
-    mem_mwcp *r = mwcp_find(db, req[i].user_id, NULL);
-    if (ids_out) ids_out[i] = r ? r->id : 0;
-    if (r && !r->processed) adv = 1;
-  }
-  unlock(db);
-  if (should_advance) *should_advance = adv;
-  goto out;
-nomem:
-  rc = enomem(err, "write checkpoints");
-fail:
-  unlock(db);
-out:
-  for (size_t k = 0; neu && k < nnew; k++) mwcp_free(a, neu[k]);
-  bs__free(a, neu);
-  bs__free(a, win);
-  return rc;
-}
-
-static int mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
-                        uint64_t *id_out, int *found, bs_error *err) {
-  BS_UNUSED(err);
-  mem_storage *ms = MS(st);
-  mem_db *db = ms->db;
-  int f = 0;
-  uint64_t id = 0;
-  lock(db);
-  if (ms->mode == BS_WCP_CUSTOM) {
-    bs_val ev = {ms->event, ms->event_n};
-    for (size_t i = 0; i < ms->s->ncw; i++)
-      if (bs__val_eq(ms->s->cw[i]->event, ev) && bs__val_eq(ms->s->cw[i]->user, user)) {
-        f = 1;
-        id = ms->s->cw[i]->value;
-      }
-  } else {
-    mem_mwcp *r = mwcp_find(db, user, NULL);
-    if (r && !r->gone) {
-      f = 1; /* every head of the record must be reached by the given heads */
-      for (size_t k = 0; k < r->nheads && f; k++)
-        f = bs__head_reached(r->heads[k].conn, r->heads[k].lsn, heads, n_heads);
-      if (f) id = r->id;
-    }
-  }
-  unlock(db);
-  if (found) *found = f;
-  if (id_out) *id_out = f ? id : 0;
-  return BS_OK;
-}
-
-/* Deletes the processed managed records (database-wide) and the custom records of stream s
- * whose requested_at < before_ms; records without requested_at stay. A managed record stays as
- * its user's high-water mark (gone). Caller holds the lock. Nothing allocates. */
-static uint64_t delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms) {
-  size_t k = 0;
-  uint64_t deleted = 0;
-  for (size_t i = 0; i < db->nmw; i++) {
-    mem_mwcp *r = db->mw[i];
-    if (r->gone || !r->processed || !r->has_req || r->req_ms >= before_ms) continue;
-    for (size_t h = 0; h < r->nheads; h++) {
-      val_free(ALLOC(db), &r->heads[h].conn);
-      val_free(ALLOC(db), &r->heads[h].lsn);
-    }
-    bs__free(ALLOC(db), r->heads);
-    r->heads = NULL;
-    r->nheads = 0;
-    r->gone = 1;
-    deleted++;
-  }
-  for (size_t i = 0; i < s->ncw; i++) {
-    mem_cwcp *c = s->cw[i];
-    if (c->req_ms >= 0 && c->req_ms < before_ms) {
-      cwcp_free(ALLOC(db), c);
-      deleted++;
-    } else {
-      s->cw[k++] = c;
-    }
-  }
-  s->ncw = k;
-  return deleted;
-}
-
-static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *deleted,
-                               bs_error *err) {
-  mem_storage *ms = MS(st);
-  uint64_t d;
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
-  lock(ms->db);
-  d = delete_requests_before(ms->db, ms->s, before_ms);
-  unlock(ms->db);
-  if (deleted) *deleted = d;
-  return BS_OK;
-}
-
 /* ---- Compaction (contract.md 6) --------------------------------------------------------------
  * compact.c plans, as for LMDB: this walks the bucket arrays (reverse scans with the planner's
  * seen-set, in the same order and with the same memory bound) and applies. Each bucket's new op
@@ -1831,16 +953,6 @@ static int mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *dele
 static bs_op op_view(const mem_op *o) {
   bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
   return op;
-}
-
-static uint64_t bucket_bytes(const mem_bucket *b) {
-  uint64_t n = 0;
-  for (size_t k = 0; k < b->n; k++) n += op_size(&b->ops[k]);
-  return n;
-}
-
-static uint64_t last_op_of(const mem_bucket *b) {
-  return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
 }
 
 /* The number of ops of b at or below h (ops ascend by id). */
@@ -1994,12 +1106,6 @@ static int bucket_due(const mem_bucket *b, uint64_t min_changes, double min_rati
                                 min_changes, min_ratio);
 }
 
-/* The ops the selection weighs (bs_bucket_info.changes, as LMDB). */
-static uint64_t changes_since(const mem_bucket *b) {
-  if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
-  return b->n - b->compacted_count;
-}
-
 /* Records a full or initial-replication compaction of b at horizon h. */
 static void bucket_mark(mem_bucket *b, uint64_t h) {
   b->compacted_count = b->n;
@@ -2143,7 +1249,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   lock(db);
   if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
     stats.checkpoint_requests_deleted =
-        delete_requests_before(db, s, o->delete_checkpoint_requests_before_ms);
+        bs__mem_delete_requests_before(db, s, o->delete_checkpoint_requests_before_ms);
   h = bs__compact_horizon(o, s->m.checkpoint, aged_checkpoint(s, bs__now_ms() - o->min_age_ms),
                           s->m.op_head);
   /* horizon 0 (no checkpoint): nothing to compact, no bucket marked (as LMDB) */
@@ -2327,97 +1433,30 @@ static void mem_storage_destroy(bs_storage *st) {
   if (st) bs__free(ALLOC(MS(st)->db), st);
 }
 
-/* ---- Listing buckets ------------------------------------------------------------------------ */
-
-static int info_cmp(const void *x, const void *y) {
-  return bs__val_cmp(((const bs_bucket_info *)x)->name, ((const bs_bucket_info *)y)->name);
-}
-
-/* Naive: under the lock, copy the figures and names of every bucket after start_after; sort;
- * then call fn without the lock (so that fn may call back into the library). Buckets left
- * empty (a rolled-back transaction created them; compaction emptied them) are skipped. */
-static int mem_list_buckets(bs_storage *st, bs_val start_after,
-                            int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                            bs_error *err) {
-  mem_storage *ms = MS(st);
-  const bs_allocator *a = ALLOC(ms->db);
-  mem_stream *s;
-  bs_bucket_info *v = NULL;
-  unsigned char *arena = NULL, *p;
-  size_t n = 0, k = 0, bytes = 0;
-  int rc = BS_OK;
-
-  lock(ms->db);
-  s = ms->s;
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    const mem_bucket *b = s->buckets[i];
-    if (b->n && bs__val_cmp(b->name, start_after) > 0) {
-      n++;
-      bytes += b->name.size;
-    }
-  }
-  v = bs__malloc(a, (n ? n : 1) * sizeof *v);
-  arena = bs__malloc(a, bytes ? bytes : 1);
-  if (!v || !arena) {
-    unlock(ms->db);
-    rc = enomem(err, "list buckets");
-    goto out;
-  }
-  p = arena;
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    const mem_bucket *b = s->buckets[i];
-    bs_bucket_info *in = &v[k];
-    bs_checksum sum;
-    if (!b->n || bs__val_cmp(b->name, start_after) <= 0) continue;
-    memcpy(p, b->name.data, b->name.size);
-    in->name.data = p;
-    in->name.size = b->name.size;
-    p += b->name.size;
-    sum = sum_upto(b, UINT64_MAX);
-    in->checksum = sum.checksum;
-    in->count = sum.count;
-    in->last_op = last_op_of(b);
-    in->bytes = bucket_bytes(b);
-    in->generation = b->generation;
-    in->changes = changes_since(b);
-    k++;
-  }
-  unlock(ms->db);
-  qsort(v, n, sizeof *v, info_cmp);
-  for (size_t i = 0; i < n; i++)
-    if ((rc = fn(&v[i], payload)) != 0) break; /* the caller's value, unchanged */
-out:
-  bs__free(a, v);
-  bs__free(a, arena);
-  return rc;
-}
-
 static const bs_storage_vtable mem_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = mem_storage_destroy,
     .writer_open = mem_writer_open,
-    .get_checkpoint = mem_get_checkpoint,
-    .bucket_data = mem_bucket_data,
-    .checksums = mem_checksums,
-    .checksum_ranges = mem_checksum_ranges,
-    .checkpoint_changes = mem_checkpoint_changes,
-    .parameter_sets = mem_parameter_sets,
-    .set_write_checkpoint_mode = mem_set_wcp_mode,
-    .create_managed_write_checkpoints = mem_create_managed,
-    .last_write_checkpoint = mem_last_wcp,
-    .delete_checkpoint_requests_before = mem_delete_requests,
+    .get_checkpoint = bs__mem_get_checkpoint,
+    .bucket_data = bs__mem_bucket_data,
+    .checksums = bs__mem_checksums,
+    .checksum_ranges = bs__mem_checksum_ranges,
+    .checkpoint_changes = bs__mem_checkpoint_changes,
+    .parameter_sets = bs__mem_parameter_sets,
+    .set_write_checkpoint_mode = bs__mem_set_wcp_mode,
+    .create_managed_write_checkpoints = bs__mem_create_managed,
+    .last_write_checkpoint = bs__mem_last_wcp,
+    .delete_checkpoint_requests_before = bs__mem_delete_requests,
     .compact = mem_compact,
     .compact_initial_replication = mem_compact_initial,
     .get_status = mem_get_status,
     .report_error = mem_report_error,
     .clear = mem_clear,
     .terminate = mem_terminate,
-    .list_buckets = mem_list_buckets,
+    .list_buckets = bs__mem_list_buckets,
 };
 
 /* ---- Database -------------------------------------------------------------------------------- */
-
-#define MDB(db) ((mem_db *)(db))
 
 static void mem_close(bs_db *bdb) {
   mem_db *db = MDB(bdb);
@@ -2557,163 +1596,6 @@ static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
   return BS_OK;
 }
 
-/* ---- verify: real checks on the naive store -------------------------------------------------- */
-
-typedef struct vlist {
-  const bs_allocator *a;
-  char **msgs;
-  size_t n, cap;
-  int oom;
-} vlist;
-
-static void problem(vlist *v, const char *fmt, ...) BS_PRINTF(2, 3);
-static void problem(vlist *v, const char *fmt, ...) {
-  char buf[256], *p;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (GROW(v->a, v->msgs, v->n, v->cap, v->n + 1) || !(p = bs__malloc(v->a, strlen(buf) + 1))) {
-    v->oom = 1;
-    return;
-  }
-  memcpy(p, buf, strlen(buf) + 1);
-  v->msgs[v->n++] = p;
-}
-
-static int has_payload(const mem_op *o) {
-  return o->ot.size || o->oi.size || o->sk.size || o->data.size;
-}
-
-static void verify_bucket(vlist *v, const mem_stream *s, const mem_bucket *b) {
-  unsigned sid = (unsigned)s->id;
-  int bn = (int)(b->name.size > 64 ? 64 : b->name.size);
-  const char *bp = b->name.size ? (const char *)b->name.data : "";
-  for (size_t k = 0; k < b->n; k++) {
-    const mem_op *o = &b->ops[k];
-    unsigned long long id = (unsigned long long)o->id;
-    if (o->id == 0 || o->id > s->m.op_head)
-      problem(v, "stream %u bucket '%.*s': op %llu outside 1..%llu", sid, bn, bp, id,
-              (unsigned long long)s->m.op_head);
-    if (k && o->id <= b->ops[k - 1].id)
-      problem(v, "stream %u bucket '%.*s': op %llu not above op %llu", sid, bn, bp, id,
-              (unsigned long long)b->ops[k - 1].id);
-    switch (o->type) {
-    case BS_OP_PUT:
-      if (o->sk.size != BS_SUBKEY_SIZE || o->target)
-        problem(v, "stream %u bucket '%.*s': PUT %llu malformed", sid, bn, bp, id);
-      if (o->checksum != bs_checksum_put(s->m.hash, o->ot, o->oi, o->data))
-        problem(v, "stream %u bucket '%.*s': PUT %llu checksum mismatch", sid, bn, bp, id);
-      break;
-    case BS_OP_REMOVE:
-      if (o->sk.size != BS_SUBKEY_SIZE || o->data.size || o->target)
-        problem(v, "stream %u bucket '%.*s': REMOVE %llu malformed", sid, bn, bp, id);
-      if (o->checksum != bs_checksum_remove(s->m.hash, o->sk))
-        problem(v, "stream %u bucket '%.*s': REMOVE %llu checksum mismatch", sid, bn, bp, id);
-      break;
-    case BS_OP_MOVE:
-      if (has_payload(o) || o->target <= o->id)
-        problem(v, "stream %u bucket '%.*s': MOVE %llu malformed (target %llu)", sid, bn, bp, id,
-                (unsigned long long)o->target);
-      break;
-    case BS_OP_CLEAR:
-      if (k != 0 || has_payload(o) || b->clear_op != o->id || b->clear_start > o->id)
-        problem(v, "stream %u bucket '%.*s': CLEAR %llu malformed or misplaced", sid, bn, bp, id);
-      break;
-    default:
-      problem(v, "stream %u bucket '%.*s': op %llu has type %d", sid, bn, bp, id, (int)o->type);
-    }
-  }
-  if (b->clear_op && (!b->n || b->ops[0].type != BS_OP_CLEAR))
-    problem(v, "stream %u bucket '%.*s': torn span without a leading CLEAR", sid, bn, bp);
-}
-
-static void verify_stream(vlist *v, const mem_stream *s) {
-  const bs_allocator *a = v->a;
-  size_t nids = s->nparams, k = 0;
-  uint64_t *ids;
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    verify_bucket(v, s, s->buckets[i]);
-    nids += s->buckets[i]->n;
-  }
-  /* op ids are unique across the stream's buckets and parameter entries */
-  ids = bs__calloc(a, nids ? nids : 1, sizeof *ids);
-  if (!ids) {
-    v->oom = 1;
-    return;
-  }
-  for (size_t i = 0; i < s->nbuckets; i++)
-    for (size_t j = 0; j < s->buckets[i]->n; j++) ids[k++] = s->buckets[i]->ops[j].id;
-  for (size_t i = 0; i < s->nparams; i++) {
-    ids[k++] = s->params[i].id;
-    if (i && s->params[i].id <= s->params[i - 1].id)
-      problem(v, "stream %u: parameter entries out of op id order", (unsigned)s->id);
-    if (s->params[i].id > s->m.op_head)
-      problem(v, "stream %u: parameter entry above the op head", (unsigned)s->id);
-  }
-  qsort(ids, nids, sizeof *ids, u64_cmp);
-  for (size_t i = 1; i < nids; i++)
-    if (ids[i] == ids[i - 1])
-      problem(v, "stream %u: op id %llu used twice", (unsigned)s->id, (unsigned long long)ids[i]);
-  bs__free(a, ids);
-  if (s->m.checkpoint > s->m.op_head)
-    problem(v, "stream %u: checkpoint above the op head", (unsigned)s->id);
-  /* the indexes: each bucket and record is found at its own slot (so keys are also unique),
-   * and they index nothing else */
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    size_t at = SIZE_MAX;
-    if (!bucket_find(s, s->buckets[i]->name, &at) || at != i)
-      problem(v, "stream %u: bucket %zu duplicate or not indexed", (unsigned)s->id, i);
-  }
-  if (s->bidx.n != s->nbuckets)
-    problem(v, "stream %u: bucket index holds %zu of %zu", (unsigned)s->id, s->bidx.n, s->nbuckets);
-  if (s->ridx.n != s->nrecs)
-    problem(v, "stream %u: record index holds %zu of %zu", (unsigned)s->id, s->ridx.n, s->nrecs);
-  /* source records: unique keys, known tables, memberships in existing buckets */
-  for (size_t i = 0; i < s->nrecs; i++) {
-    const mem_rec *r = s->recs[i];
-    int known = 0, queued = 0;
-    for (size_t t = 0; t < s->ntables; t++)
-      known |= !s->tables[t]->dropped && s->tables[t]->id == r->table;
-    if (!known)
-      problem(v, "stream %u: source record of unknown table %u", (unsigned)s->id,
-              (unsigned)r->table);
-    if (rec_find(s, r->table, r->rid) != (long)i)
-      problem(v, "stream %u: source record in table %u duplicate or not indexed", (unsigned)s->id,
-              (unsigned)r->table);
-    if (r->r.soft && (r->r.nm || r->r.nl || r->r.has_data))
-      problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
-    for (size_t j = 0; r->r.soft && j < s->nsoftq && !queued; j++)
-      queued = s->softq[j].table == r->table && s->softq[j].mark == r->r.mark &&
-               bs__val_eq(s->softq[j].rid, r->rid);
-    if (r->r.soft && !queued)
-      problem(v, "stream %u: soft-deleted record not queued for its purge", (unsigned)s->id);
-    for (size_t j = 0; j < r->r.nm; j++)
-      if (r->r.m[j].bucket >= s->nbuckets)
-        problem(v, "stream %u: source record names a missing bucket", (unsigned)s->id);
-  }
-}
-
-static int mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload,
-                      uint64_t *problems, bs_error *err) {
-  mem_db *db = MDB(bdb);
-  vlist v;
-  int rc = BS_OK;
-  memset(&v, 0, sizeof v);
-  v.a = ALLOC(db);
-  lock(db);
-  for (size_t i = 0; i < db->nstreams; i++) verify_stream(&v, db->streams[i]);
-  unlock(db);
-  if (v.oom) rc = enomem(err, "verify");
-  for (size_t i = 0; i < v.n; i++) {
-    if (!rc && fn) fn(v.msgs[i], payload);
-    bs__free(v.a, v.msgs[i]);
-  }
-  bs__free(v.a, v.msgs);
-  if (!rc && problems) *problems = v.n;
-  return rc;
-}
-
 /* backup and export_records: NULL, nothing on disk to copy (BS_EUNSUPPORTED) */
 static const bs_db_vtable mem_db_vt = {
     .version = BS_DB_VTABLE_VERSION,
@@ -2722,7 +1604,7 @@ static const bs_db_vtable mem_db_vt = {
     .stream_list = mem_stream_list,
     .storage_open = mem_storage_open,
     .stat = mem_stat,
-    .verify = mem_verify,
+    .verify = bs__mem_verify,
 };
 
 int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err) {

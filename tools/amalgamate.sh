@@ -4,9 +4,10 @@
 # (SQLite's model), three when it supplies a backend of its own.
 #
 # How the files become one without clashing:
-#  - The private headers (internal.h, then lmdb_internal.h) are inlined once at the top; every
-#    prototype in them becomes `static` (and so do the matching definitions in the .c files), so
-#    no internal symbol is exported: the only external symbols left are the storage.h API.
+#  - The private headers (internal.h, lmdb_internal.h, mem_internal.h) are inlined once at the
+#    top; every prototype in them becomes `static` (and so do the matching definitions in the .c
+#    files), so no internal symbol is exported: the only external symbols left are the storage.h
+#    API.
 #  - xxHash is already private (XXH_INLINE_ALL in each file), so no XXH_* symbol is exported.
 #  - File-scope names that two .c files both define (their own static helpers, typedefs,
 #    struct tags) are renamed per file with a #define before the file and an #undef after it;
@@ -17,7 +18,7 @@ out=$1; shift
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp="$out/bucketstore.c.tmp"
-headers="$here/internal.h $here/lmdb_internal.h"
+headers="$here/internal.h $here/lmdb_internal.h $here/mem_internal.h"
 
 # Names that the private headers declare with external linkage: prototypes at column 0.
 internal_names() {
@@ -109,7 +110,7 @@ renames() { # file: the clashing names it defines and may rename
     echo "#line 1 \"$f\""
     echo "$names" | awk -v file="$f" '
       FILENAME != file { want[$0] = 1; next }
-      /^#include "(lmdb_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
+      /^#include "(lmdb_|mem_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
       /^#include "storage.h"/ { print "/* storage.h: above */"; next }
       /^(static|typedef|#|extern|[ \t}{\/*])/ { print; next }
       /^const bs_allocator bs__default_allocator/ { print "static " $0; next }

@@ -1,0 +1,380 @@
+/*
+ * mem_internal.h: what the memory backend's files share (mem.c: the store, its transactions, the
+ * writer, compaction, lifecycle; mem_read.c: reads; mem_wcp.c: write checkpoints; mem_verify.c:
+ * verify): the data structures and the helpers more than one of them uses. mem.c's comment says
+ * how the store works.
+ */
+#ifndef BUCKETSTORE_MEM_INTERNAL_H
+#define BUCKETSTORE_MEM_INTERNAL_H
+
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define MEM_MAX_OP_ID ((uint64_t)INT64_MAX)
+
+/* ---- Data structures ------------------------------------------------------------------------ */
+
+typedef struct mem_lsn {
+  int has;
+  size_t n;
+  unsigned char b[BS_MAX_LSN];
+} mem_lsn;
+
+/* One stored op. MOVE and CLEAR carry no object_type/object_id/subkey/data. */
+typedef struct mem_op {
+  uint64_t id;
+  bs_op_type type;
+  uint32_t checksum;
+  uint64_t target;         /* MOVE/CLEAR only */
+  bs_val ot, oi, sk, data; /* owned */
+} mem_op;
+
+typedef struct mem_bucket {
+  bs_val name;
+  mem_op *ops; /* ascending op id */
+  size_t n, cap;
+  uint64_t generation;  /* changes whenever a compaction changed the bucket */
+  uint64_t clear_start; /* torn span of the leading CLEAR: reads at C with */
+  uint64_t clear_op;    /*   clear_start <= C < clear_op fail (0/0 = none) */
+  /* the last full or initial-replication compaction: its horizon (capped at the bucket's last
+   * op) and the bucket's op count after it; selection weighs the growth since (as LMDB) */
+  uint64_t compacted_op, compacted_count;
+  uint64_t tx_stamp; /* serial of the last transaction that journaled n */
+} mem_bucket;
+
+/* A source record; immutable once stored (a change stores a new object). r's strings and arrays
+ * are owned; a membership's bucket is the bucket's index in mem_stream.buckets. */
+typedef struct mem_rec {
+  uint32_t table;
+  bs_val rid;
+  bs__srec r;
+} mem_rec;
+
+/* A parameter-index entry; nrows == 0 is a tombstone. */
+typedef struct mem_param {
+  bs_val key;
+  uint32_t table;
+  bs_val rid;
+  uint64_t id;
+  bs_val *rows;
+  size_t nrows;
+} mem_param;
+
+typedef struct mem_table {
+  bs_val name;
+  uint32_t id;
+  int dropped;
+} mem_table;
+
+typedef struct mem_bchange {
+  uint64_t id;
+  size_t bucket;
+} mem_bchange; /* an op in a bucket */
+/* Incremental compaction's log (LMDB's `superseded`): op new_op replaced op old_op of the same row
+ * in bucket (a stream index), as the source record said; at most one entry per (bucket, old_op). */
+typedef struct mem_sup {
+  size_t bucket;
+  uint64_t old_op, new_op;
+} mem_sup;
+typedef struct mem_uchange {
+  uint64_t id;
+  bs_val user;
+} mem_uchange; /* user acked at cp id */
+typedef struct mem_cp {
+  uint64_t id;
+  int64_t ms;
+} mem_cp; /* checkpoint history */
+typedef struct mem_cwcp {
+  bs_val event, user;
+  uint64_t value;
+  int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
+} mem_cwcp;
+
+/* A soft-deleted record awaiting its purge by a checkpoint at or above mark (contract.md 4.3). An entry
+ * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
+typedef struct mem_soft {
+  uint32_t table;
+  bs_val rid;
+  uint64_t mark;
+} mem_soft;
+
+/* Scalar stream state: saved and restored as a whole by a transaction. */
+typedef struct mem_meta {
+  bs_stream_state state;
+  bs_hash hash;
+  int snapshot_done;
+  uint64_t op_head; /* highest allocated = persisted op id */
+  uint64_t checkpoint;
+  uint64_t last_checkpoint_op;      /* op_head when the last checkpoint was made */
+  mem_lsn cp_lsn, resume, ncb;      /* cp_lsn.has <=> a checkpoint exists */
+  uint64_t param_horizon;           /* parameter reads below: BS_ESTALE */
+  uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */
+  uint64_t gen_seq;                 /* source of bucket generations (survives clear) */
+  uint32_t next_table_id;
+  char last_error[256];
+} mem_meta;
+
+typedef struct mem_stream {
+  uint32_t id;
+  bs_val name;
+  mem_meta m;
+  mem_table **tables;
+  size_t ntables, ctables;
+  mem_bucket **buckets;
+  size_t nbuckets, cbuckets;
+  mem_rec **recs; /* NULL slots only inside a transaction */
+  size_t nrecs, crecs;
+  mem_param *params; /* ascending op id */
+  size_t nparams, cparams;
+  mem_bchange *bch;
+  size_t nbch, cbch;
+  mem_sup *sups; /* appended by the writer, consumed by compaction */
+  size_t nsups, csups;
+  mem_uchange *uch;
+  size_t nuch, cuch;
+  mem_cp *cps;
+  size_t ncps, ccps;
+  mem_cwcp **cw;
+  size_t ncw, ccw;
+  bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
+  size_t npend, cpend;
+  bs__htab ridx;   /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
+  bs__htab bidx;   /* buckets by name (value: index + 1) */
+  mem_soft *softq; /* soft-deleted records not yet purged (and stale entries) */
+  size_t nsoftq, csoftq;
+} mem_stream;
+
+typedef struct mem_head {
+  bs_val conn, lsn;
+} mem_head;
+
+/* A managed write checkpoint (database-wide); immutable once stored. */
+typedef struct mem_mwcp {
+  bs_val user;
+  uint64_t id;
+  mem_head *heads;
+  size_t nheads;
+  int has_req;
+  int64_t req_ms;
+  int processed;
+  mem_lsn processed_lsn;
+  int gone; /* deleted by cleanup: kept (without heads) only as the user's high-water mark, so a
+               new record's id continues above it (contract.md 7); invisible to every read */
+} mem_mwcp;
+
+typedef struct mem_db {
+  bs_db base;
+  pthread_mutex_t mu;
+  mem_stream **streams; /* index = id - 1 */
+  size_t nstreams, cstreams;
+  mem_mwcp **mw;
+  size_t nmw, cmw;
+  uint64_t tx_serial; /* numbers the transactions (mem_bucket.tx_stamp) */
+} mem_db;
+
+typedef struct mem_storage {
+  bs_storage base;
+  mem_db *db;
+  mem_stream *s;
+  bs_write_checkpoint_mode mode;
+  size_t event_n;
+  unsigned char event[BS_MAX_USER_ID];
+} mem_storage;
+
+typedef struct mem_writer {
+  bs_writer base;
+  mem_storage *ms;
+  int snapshot, create_empty;
+} mem_writer;
+
+#define ALLOC(db) (&(db)->base.alloc)
+
+#define MS(st)  ((mem_storage *)(st))
+#define MW(w)   ((mem_writer *)(w))
+#define MDB(db) ((mem_db *)(db))
+
+/* ---- Helpers (static inline: every file that needs one compiles its own) ---- */
+
+#define GROW(a, arr, n, cap, need) BS_GROW((a), (arr), (cap), (need))
+
+static inline int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
+  void *p;
+  out->data = NULL;
+  out->size = 0;
+  if (!in.size) return BS_OK;
+  p = bs__malloc(a, in.size);
+  if (!p) return BS_ENOMEM;
+  memcpy(p, in.data, in.size);
+  out->data = p;
+  out->size = in.size;
+  return BS_OK;
+}
+
+static inline void val_free(const bs_allocator *a, bs_val *v) {
+  bs__free(a, (void *)v->data);
+  v->data = NULL;
+  v->size = 0;
+}
+
+static inline int u64_cmp(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static inline int enomem(bs_error *err, const char *what) {
+  return bs__fail(err, BS_ENOMEM, "out of memory (%s)", what);
+}
+
+static inline size_t op_size(const mem_op *o) {
+  return o->data.size + o->ot.size + o->oi.size + o->sk.size;
+}
+
+static inline void cwcp_free(const bs_allocator *a, mem_cwcp *c) {
+  if (!c) return;
+  val_free(a, &c->event);
+  val_free(a, &c->user);
+  bs__free(a, c);
+}
+
+static inline void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
+  if (!w) return;
+  val_free(a, &w->user);
+  for (size_t i = 0; i < w->nheads; i++) {
+    val_free(a, &w->heads[i].conn);
+    val_free(a, &w->heads[i].lsn);
+  }
+  bs__free(a, w->heads);
+  bs__free(a, w);
+}
+
+static inline uint64_t rec_hash(uint32_t table, bs_val rid) {
+  return XXH3_64bits_withSeed(rid.data, rid.size, table);
+}
+
+static inline uint64_t name_hash(bs_val name) {
+  return XXH3_64bits(name.data, name.size);
+}
+
+static inline mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *idx) {
+  bs__hprobe p = bs__htab_probe(&s->bidx, name_hash(name));
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (bs__val_eq(s->buckets[v - 1]->name, name)) {
+      if (idx) *idx = v - 1;
+      return s->buckets[v - 1];
+    }
+  return NULL;
+}
+
+static inline long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
+  bs__hprobe p = bs__htab_probe(&s->ridx, rec_hash(table, rid));
+  for (uintptr_t v; (v = bs__htab_next(&p));) {
+    const mem_rec *r = s->recs[v - 1];
+    if (r->table == table && bs__val_eq(r->rid, rid)) return (long)(v - 1);
+  }
+  return -1;
+}
+
+/* Torn read: C inside the span of the bucket's leading CLEAR (contract.md 5.5). */
+static inline int torn(const mem_bucket *b, uint64_t c) {
+  return b && b->clear_op && b->clear_start <= c && c < b->clear_op;
+}
+
+static inline int torn_fail(bs_error *err, uint64_t c, bs_val name) {
+  return bs__fail(err, BS_EINVALIDATED,
+                  "checkpoint %llu was compacted in bucket '%.*s'; read a newer checkpoint",
+                  (unsigned long long)c, (int)(name.size > 64 ? 64 : name.size),
+                  name.size ? (const char *)name.data : "");
+}
+
+static inline void lock(mem_db *db) {
+  pthread_mutex_lock(&db->mu);
+}
+
+static inline void unlock(mem_db *db) {
+  pthread_mutex_unlock(&db->mu);
+}
+
+static inline uint64_t bucket_bytes(const mem_bucket *b) {
+  uint64_t n = 0;
+  for (size_t k = 0; k < b->n; k++) n += op_size(&b->ops[k]);
+  return n;
+}
+
+static inline uint64_t last_op_of(const mem_bucket *b) {
+  return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
+}
+
+/* The ops the selection weighs (bs_bucket_info.changes, as LMDB). */
+static inline uint64_t changes_since(const mem_bucket *b) {
+  if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
+  return b->n - b->compacted_count;
+}
+
+static inline bs_val arena_put(unsigned char **p, bs_val v) {
+  bs_val r = {NULL, 0};
+  if (!v.size) return r;
+  memcpy(*p, v.data, v.size);
+  r.data = *p;
+  r.size = v.size;
+  *p += v.size;
+  return r;
+}
+
+/* Copies a list of byte strings into one allocation (vals + bytes) for a callback. */
+static inline int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out) {
+  size_t bytes = 0;
+  unsigned char *p;
+  for (size_t i = 0; i < n; i++) bytes += in[i].size;
+  *out = bs__malloc(a, n * sizeof(bs_val) + bytes + 1);
+  if (!*out) return BS_ENOMEM;
+  p = (unsigned char *)(*out + n);
+  for (size_t i = 0; i < n; i++) {
+    (*out)[i] = arena_put(&p, in[i]);
+    if (!(*out)[i].data) (*out)[i].data = p; /* empty string: non-NULL */
+  }
+  return BS_OK;
+}
+
+static inline int val_in(const bs_val *list, size_t n, bs_val v) {
+  for (size_t i = 0; i < n; i++)
+    if (bs__val_eq(list[i], v)) return 1;
+  return 0;
+}
+
+/* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c */
+int bs__mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
+                        const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
+                        void *payload, int *has_more_out, bs_error *err);
+int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n, bs_checksum *out,
+                      uint64_t *gen, bs_error *err);
+int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                            size_t n, bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err);
+int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                               bs_error *err);
+int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
+                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                           bs_error *err);
+int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
+                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
+                         bs_error *err);
+/* mem_wcp.c: write checkpoints (contract.md 7); compaction runs the cleanup too */
+int bs__mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                         bs_error *err);
+int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
+                           uint64_t *ids_out, int *should_advance, bs_error *err);
+int bs__mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
+                     uint64_t *id_out, int *found, bs_error *err);
+uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms);
+int bs__mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *deleted, bs_error *err);
+/* mem_verify.c */
+int bs__mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                   bs_error *err);
+
+#endif /* BUCKETSTORE_MEM_INTERNAL_H */
