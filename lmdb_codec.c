@@ -502,3 +502,147 @@ int bs__lmdb_softdel_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream
   src->mv_data = src_buf;
   return BS_OK;
 }
+
+/* ---- wcp ---- */
+
+MDB_val bs__lmdb_wcp_user_key(unsigned char buf[BS_WCP_USER_KEY_MAX], int tag, bs_val user) {
+  MDB_val k;
+  buf[0] = (unsigned char)tag;
+  if (user.size) memcpy(buf + 1, user.data, user.size);
+  k.mv_size = 1 + user.size;
+  k.mv_data = buf;
+  return k;
+}
+
+int bs__lmdb_wcp_custom_key(unsigned char buf[BS_WCP_KEY_MAX], MDB_val *k, uint32_t stream,
+                            bs_val event, bs_val user, bs_error *err) {
+  size_t size = 1 + 4 + 2 + event.size + user.size;
+  if (size > BS_WCP_KEY_MAX)
+    return bs__fail(err, BS_ETOOBIG, "user_id + event: %zu bytes (limit %u together)",
+                    user.size + event.size, BS_WCP_KEY_MAX - 7);
+  buf[0] = BS_WCP_CUSTOM_TAG;
+  bs__put_u32be(buf + 1, stream);
+  buf[5] = (unsigned char)(event.size >> 8);
+  buf[6] = (unsigned char)event.size;
+  if (event.size) memcpy(buf + 7, event.data, event.size);
+  if (user.size) memcpy(buf + 7 + event.size, user.data, user.size);
+  k->mv_size = size;
+  k->mv_data = buf;
+  return BS_OK;
+}
+
+int bs__lmdb_wcp_key_decode(const MDB_val *k, bs__wcp_key *out) {
+  const unsigned char *p = (const unsigned char *)k->mv_data;
+  size_t n = k->mv_size, head = 1;
+  memset(out, 0, sizeof *out);
+  if (n < 1 || n > BS_WCP_KEY_MAX) return BS_ECORRUPT;
+  out->tag = p[0];
+  if (p[0] == BS_WCP_CUSTOM_TAG) {
+    if (n < 7 || n - 7 < ((size_t)p[5] << 8 | p[6])) return BS_ECORRUPT;
+    out->stream = bs__get_u32be(p + 1);
+    out->event.data = p + 7;
+    out->event.size = (size_t)p[5] << 8 | p[6];
+    head = 7 + out->event.size;
+  } else if (p[0] != BS_WCP_MANAGED_TAG && p[0] != BS_WCP_PENDING_TAG && p[0] != BS_WCP_HWM_TAG) {
+    return BS_ECORRUPT;
+  }
+  if (n - head > BS_MAX_USER_ID) return BS_ECORRUPT;
+  out->user.data = p + head;
+  out->user.size = n - head;
+  return BS_OK;
+}
+
+static size_t wcp_heads_size(const bs_head *heads, size_t n) {
+  size_t size = 0;
+  for (size_t i = 0; i < n; i++) size += 3 + heads[i].connection.size + heads[i].lsn.size;
+  return size;
+}
+
+size_t bs__lmdb_wcp_rec_size(const bs__wcp_rec *r, const bs_head *new_heads, size_t n_new) {
+  return 20 + r->processed_lsn.size +
+         (new_heads ? wcp_heads_size(new_heads, n_new) : r->heads_size);
+}
+
+void bs__lmdb_wcp_rec_encode(unsigned char *out, const bs__wcp_rec *r, const bs_head *new_heads,
+                             size_t n_new) {
+  unsigned char *p = out + 20 + r->processed_lsn.size;
+  bs__put_u64le(out, r->id);
+  out[8] = (unsigned char)r->flags;
+  bs__put_u64le(out + 9, (uint64_t)r->requested_at);
+  out[17] = (unsigned char)r->processed_lsn.size;
+  if (r->processed_lsn.size) memcpy(out + 18, r->processed_lsn.data, r->processed_lsn.size);
+  bs__put_u16le(out + 18 + r->processed_lsn.size, (uint32_t)(new_heads ? n_new : r->n_heads));
+  if (!new_heads) {
+    if (r->heads_size) memcpy(p, r->heads, r->heads_size);
+    return;
+  }
+  for (size_t i = 0; i < n_new; i++) {
+    bs_val c = new_heads[i].connection, l = new_heads[i].lsn;
+    bs__put_u16le(p, (uint32_t)c.size);
+    if (c.size) memcpy(p + 2, c.data, c.size);
+    p += 2 + c.size;
+    *p++ = (unsigned char)l.size;
+    if (l.size) memcpy(p, l.data, l.size);
+    p += l.size;
+  }
+}
+
+int bs__lmdb_wcp_rec_decode(const MDB_val *v, bs__wcp_rec *r) {
+  const unsigned char *p = (const unsigned char *)v->mv_data, *q;
+  size_t size = v->mv_size, l, rest;
+  if (size < 20 || (p[8] & ~(BS_WCP_HAS_REQUESTED | BS_WCP_PROCESSED))) return BS_ECORRUPT;
+  r->id = bs__get_u64le(p);
+  r->flags = p[8];
+  r->requested_at = (int64_t)bs__get_u64le(p + 9);
+  l = p[17];
+  if (size < 20 + l) return BS_ECORRUPT;
+  r->processed_lsn.data = p + 18; /* non-NULL, also when empty */
+  r->processed_lsn.size = l;
+  r->n_heads = (uint32_t)bs__get_u16le(p + 18 + l);
+  r->heads = q = p + 20 + l;
+  r->heads_size = rest = size - 20 - l;
+  for (uint32_t i = 0; i < r->n_heads; i++) {
+    size_t c;
+    if (rest < 3 || (c = bs__get_u16le(q)) > BS_MAX_CONNECTION_NAME || rest < 3 + c ||
+        rest - 3 - c < q[2 + c])
+      return BS_ECORRUPT;
+    rest -= 3 + c + q[2 + c];
+    q += 3 + c + q[2 + c];
+  }
+  return rest == 0 ? BS_OK : BS_ECORRUPT;
+}
+
+void bs__lmdb_wcp_head_next(const unsigned char **p, bs_val *conn, bs_val *lsn) {
+  const unsigned char *q = *p;
+  conn->size = bs__get_u16le(q);
+  conn->data = q + 2;
+  lsn->size = q[2 + conn->size];
+  lsn->data = q + 3 + conn->size;
+  *p = q + 3 + conn->size + lsn->size;
+}
+
+size_t bs__lmdb_wcp_hwm_value(unsigned char out[8], uint64_t id) {
+  bs__put_u64le(out, id);
+  return 8;
+}
+
+int bs__lmdb_wcp_hwm_decode(const MDB_val *v, uint64_t *id) {
+  if (v->mv_size != 8) return BS_ECORRUPT;
+  *id = bs__get_u64le(v->mv_data);
+  return BS_OK;
+}
+
+size_t bs__lmdb_wcp_custom_value(unsigned char out[16], uint64_t value, int64_t requested_at) {
+  bs__put_u64le(out, value);
+  if (requested_at < 0) return 8;
+  bs__put_u64le(out + 8, (uint64_t)requested_at);
+  return 16;
+}
+
+int bs__lmdb_wcp_custom_decode(const MDB_val *v, uint64_t *value, int64_t *requested_at) {
+  if (v->mv_size != 8 && v->mv_size != 16) return BS_ECORRUPT;
+  *value = bs__get_u64le(v->mv_data);
+  *requested_at =
+      v->mv_size == 16 ? (int64_t)bs__get_u64le((const unsigned char *)v->mv_data + 8) : -1;
+  return v->mv_size == 16 && *requested_at < 0 ? BS_ECORRUPT : BS_OK; /* only 8 bytes mean none */
+}

@@ -35,7 +35,7 @@
  *              limit; readers group entries by the full replica id kept in the value, so a hash
  *              collision only interleaves two rows' entries, never merges them.)
  *  changes     u32be stream | u64be op id | u64be seq             change record (see below)
- *  wcp         'M' | user id (rest)                               managed record (lmdb_wcp.c)
+ *  wcp         'M' | user id (rest)                               managed record (bs__wcp_rec)
  *              'P' | user id (rest)                               (empty) marks a pending 'M'
  *                                                                 record: commit walks these
  *              'H' | user id (rest)                               u64 highest managed id of a
@@ -317,6 +317,61 @@ typedef struct bs__stream_rec {
 size_t bs__stream_rec_encode(unsigned char out[BS_STREAM_REC_MAX], const bs__stream_rec *r);
 int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *out);
 
+/* wcp keys: a tag byte, then 'M' (managed record), 'P' (its pending marker, empty value) or 'H'
+ * (high-water mark, u64 id) | user id (rest, at most BS_MAX_USER_ID); or 'C' (custom value) |
+ * u32be stream | u16be event len | event | user id (rest), the whole key within LMDB's 511. */
+enum {
+  BS_WCP_MANAGED_TAG = 'M',
+  BS_WCP_PENDING_TAG = 'P',
+  BS_WCP_HWM_TAG = 'H',
+  BS_WCP_CUSTOM_TAG = 'C'
+};
+#define BS_WCP_USER_KEY_MAX (1u + BS_MAX_USER_ID)
+#define BS_WCP_KEY_MAX      511u
+/* The 'M', 'P' or 'H' key of user (at most BS_MAX_USER_ID bytes: the caller checked). */
+MDB_val bs__lmdb_wcp_user_key(unsigned char buf[BS_WCP_USER_KEY_MAX], int tag, bs_val user);
+/* The 'C' key of (stream, event, user); BS_ETOOBIG when it would be over BS_WCP_KEY_MAX. */
+int bs__lmdb_wcp_custom_key(unsigned char buf[BS_WCP_KEY_MAX], MDB_val *k, uint32_t stream,
+                            bs_val event, bs_val user, bs_error *err);
+typedef struct bs__wcp_key {
+  int tag;
+  uint32_t stream; /* 'C' only */
+  bs_val event;    /* 'C' only */
+  bs_val user;
+} bs__wcp_key;
+/* Any wcp key (strings borrowed from k); BS_ECORRUPT when it is none of the four. */
+int bs__lmdb_wcp_key_decode(const MDB_val *k, bs__wcp_key *out);
+
+/* Managed record ('M'): u64 id | u8 flags | i64 requested_at ms | u8 len, processed-at lsn |
+ * u16 n heads, n x (u16 len, connection | u8 len, lsn). */
+#define BS_WCP_HAS_REQUESTED 1u
+#define BS_WCP_PROCESSED     2u
+typedef struct bs__wcp_rec {
+  uint64_t id;
+  unsigned flags;
+  int64_t requested_at;
+  bs_val processed_lsn;
+  const unsigned char *heads; /* encoded heads (decoded record): bs__lmdb_wcp_head_next */
+  size_t heads_size;
+  uint32_t n_heads;
+} bs__wcp_rec;
+/* Size and encoding of r; new_heads (if not NULL) replace r's encoded heads. */
+size_t bs__lmdb_wcp_rec_size(const bs__wcp_rec *r, const bs_head *new_heads, size_t n_new);
+void bs__lmdb_wcp_rec_encode(unsigned char *out, const bs__wcp_rec *r, const bs_head *new_heads,
+                             size_t n_new);
+/* Borrows from v; BS_ECORRUPT when v is not one whole record (unknown flags, an LSN or
+ * connection over its limit, heads past the end or followed by bytes). */
+int bs__lmdb_wcp_rec_decode(const MDB_val *v, bs__wcp_rec *out);
+/* The next head of a decoded record (advances *p). */
+void bs__lmdb_wcp_head_next(const unsigned char **p, bs_val *conn, bs_val *lsn);
+/* 'H' value: u64 id. 'C' value: u64 value [| i64 requested_at ms: a request-derived checkpoint].
+ * The encoders return the value's size; a custom requested_at < 0 is none (persistent) and
+ * decodes as -1. BS_ECORRUPT when a value has another size. */
+size_t bs__lmdb_wcp_hwm_value(unsigned char out[8], uint64_t id);
+int bs__lmdb_wcp_hwm_decode(const MDB_val *v, uint64_t *id);
+size_t bs__lmdb_wcp_custom_value(unsigned char out[16], uint64_t value, int64_t requested_at);
+int bs__lmdb_wcp_custom_decode(const MDB_val *v, uint64_t *value, int64_t *requested_at);
+
 /* Per-bucket state in bstate (fixed 96 bytes little-endian, then the bucket name). */
 typedef struct bs__bucket_state {
   uint32_t stream;
@@ -480,10 +535,6 @@ int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head
                                    size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
 int bs__lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
                                                bs_error *err);
-/* For verify: BS_OK when a `wcp` entry decodes ('M' record, 'P' marker with an empty value,
- * 'H' high-water mark, 'C' custom value), else BS_ECORRUPT with a message in why. stat counts
- * 'M' and 'C' keys. */
-int bs__lmdb_wcp_entry_check(const MDB_val *k, const MDB_val *v, char *why, size_t why_size);
 
 /* lmdb_params.c */
 int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,

@@ -655,8 +655,10 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   if ((mrc = mdb_cursor_open(txn, db->wcp, &cur)) != 0) goto mdb_fail;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    unsigned char tag = k.mv_size ? ((const unsigned char *)k.mv_data)[0] : 0;
-    if (tag == 'M' || tag == 'C') out->write_checkpoints++;
+    bs__wcp_key wk;
+    if (bs__lmdb_wcp_key_decode(&k, &wk) == BS_OK &&
+        (wk.tag == BS_WCP_MANAGED_TAG || wk.tag == BS_WCP_CUSTOM_TAG))
+      out->write_checkpoints++;
   }
   if (mrc != MDB_NOTFOUND) goto mdb_fail;
   mdb_cursor_close(cur);

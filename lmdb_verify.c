@@ -493,13 +493,21 @@ static void check_change(verifier *vf, const MDB_val *k, const MDB_val *v) {
 }
 
 static void check_wcp(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  char why[160];
-  if (bs__lmdb_wcp_entry_check(k, v, why, sizeof why) != BS_OK) {
-    problem(vf, "wcp: %s", why);
-    return;
+  bs__wcp_key wk;
+  bs__wcp_rec r;
+  uint64_t id;
+  int64_t at;
+  if (bs__lmdb_wcp_key_decode(k, &wk)) {
+    problem(vf, "wcp: malformed key of %zu bytes", k->mv_size);
+  } else if (wk.tag == BS_WCP_MANAGED_TAG   ? bs__lmdb_wcp_rec_decode(v, &r)
+             : wk.tag == BS_WCP_PENDING_TAG ? v->mv_size != 0
+             : wk.tag == BS_WCP_HWM_TAG     ? bs__lmdb_wcp_hwm_decode(v, &id)
+                                            : bs__lmdb_wcp_custom_decode(v, &id, &at)) {
+    problem(vf, "wcp: the '%c' entry of user \"%.*s\" has a malformed value of %zu bytes", wk.tag,
+            bs__name_shown(wk.user), (const char *)wk.user.data, v->mv_size);
+  } else if (wk.tag == BS_WCP_CUSTOM_TAG) { /* custom entries belong to a stream */
+    stream_known(vf, "wcp", wk.stream);
   }
-  if (((const unsigned char *)k->mv_data)[0] == 'C') /* custom entries belong to a stream */
-    stream_known(vf, "wcp", bs__get_u32be((const unsigned char *)k->mv_data + 1));
 }
 
 static void check_superseded(verifier *vf, const MDB_val *k, const MDB_val *v) {

@@ -1009,6 +1009,166 @@ static void test_softdel_entry(void **state) {
   free(mv.mv_data);
 }
 
+/* ---- wcp ---- */
+
+static int dec_wcp_rec(const MDB_val *v) {
+  bs__wcp_rec r;
+  return bs__lmdb_wcp_rec_decode(v, &r);
+}
+
+static void test_wcp_keys(void **state) {
+  static const unsigned char custom_golden[] = {'C', 0, 0, 0, 2, 0, 1, 'e', 'u', 0xc3, 0xa4};
+  unsigned char kb[BS_WCP_KEY_MAX + 1], big[BS_WCP_KEY_MAX + 1];
+  static const int tags[3] = {BS_WCP_MANAGED_TAG, BS_WCP_PENDING_TAG, BS_WCP_HWM_TAG};
+  bs_error err = {0, ""};
+  bs__wcp_key wk;
+  MDB_val k;
+  (void)state;
+  memset(big, 'u', sizeof big);
+  for (int t = 0; t < 3; t++) {
+    k = bs__lmdb_wcp_user_key(kb, tags[t], V("u\xc3\xa4"));
+    assert_int_equal(k.mv_size, 4);
+    assert_memory_equal(kb + 1, "u\xc3\xa4", 3);
+    assert_int_equal(kb[0], tags[t]);
+    k = exact(kb, k.mv_size);
+    assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_OK);
+    assert_int_equal(wk.tag, tags[t]);
+    val_eq(wk.user, V("u\xc3\xa4"));
+    free(k.mv_data);
+    /* "" and the longest user id decode; one byte more does not */
+    for (size_t n = 0; n <= BS_MAX_USER_ID + 1; n += n == 0 ? BS_MAX_USER_ID : 1) {
+      k = bs__lmdb_wcp_user_key(kb, tags[t], (bs_val){big, n});
+      k = exact(kb, k.mv_size);
+      assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), n <= BS_MAX_USER_ID ? BS_OK : BS_ECORRUPT);
+      if (n <= BS_MAX_USER_ID) assert_int_equal(wk.user.size, n);
+      free(k.mv_data);
+    }
+  }
+  /* no key, an unknown tag */
+  k = exact("", 0);
+  assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_ECORRUPT);
+  free(k.mv_data);
+  k = exact("Xu", 2);
+  assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_ECORRUPT);
+  free(k.mv_data);
+  /* custom: golden bytes, every truncation of the fixed part, an event length past the end */
+  assert_int_equal(bs__lmdb_wcp_custom_key(kb, &k, 2, V("e"), V("u\xc3\xa4"), &err), BS_OK);
+  assert_int_equal(k.mv_size, sizeof custom_golden);
+  assert_memory_equal(kb, custom_golden, sizeof custom_golden);
+  for (size_t n = 0; n <= sizeof custom_golden; n++) {
+    k = exact(custom_golden, n);
+    assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), n >= 8 ? BS_OK : BS_ECORRUPT);
+    if (n == sizeof custom_golden) {
+      assert_int_equal(wk.tag, BS_WCP_CUSTOM_TAG);
+      assert_int_equal(wk.stream, 2);
+      val_eq(wk.event, V("e"));
+      val_eq(wk.user, V("u\xc3\xa4"));
+    }
+    free(k.mv_data);
+  }
+  assert_int_equal(bs__lmdb_wcp_custom_key(kb, &k, 2, V(""), V(""), &err), BS_OK);
+  k = exact(kb, k.mv_size);
+  assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_OK);
+  val_eq(wk.event, V(""));
+  val_eq(wk.user, V(""));
+  free(k.mv_data);
+  /* the longest key fits, one byte more is BS_ETOOBIG (encoder) and BS_ECORRUPT (decoder) */
+  assert_int_equal(bs__lmdb_wcp_custom_key(kb, &k, 2, (bs_val){big, 255},
+                                           (bs_val){big, BS_WCP_KEY_MAX - 7 - 255}, &err),
+                   BS_OK);
+  assert_int_equal(k.mv_size, BS_WCP_KEY_MAX);
+  assert_int_equal(bs__lmdb_wcp_custom_key(kb, &k, 2, (bs_val){big, 255},
+                                           (bs_val){big, BS_WCP_KEY_MAX - 7 - 254}, &err),
+                   BS_ETOOBIG);
+  memcpy(big, custom_golden, 7);
+  k = exact(big, BS_WCP_KEY_MAX + 1);
+  assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_ECORRUPT);
+  free(k.mv_data);
+}
+
+static void test_wcp_values(void **state) {
+  static const unsigned char golden[] = {
+      9, 0,   0,   0,   0, 0,   0,   0, 3, 123, 0, 0, 0, 0, 0, 0, 0, /* id, flags, requested_at */
+      1, 'x',                                                        /* processed at "x" */
+      2, 0,                                                          /* two heads */
+      2, 0,   'c', '1', 2, 'L', '1', 0, 0, 0};                       /* c1 at L1, "" at "" */
+  bs_head heads[2] = {{V("c1"), V("L1")}, {V(""), V("")}};
+  unsigned char buf[64], big[23 + BS_MAX_CONNECTION_NAME + 1 + 1];
+  bs__wcp_rec r, back;
+  const unsigned char *q;
+  bs_val conn, lsn;
+  uint64_t id;
+  int64_t at;
+  MDB_val v;
+  (void)state;
+  memset(&r, 0, sizeof r);
+  r.id = 9;
+  r.flags = BS_WCP_HAS_REQUESTED | BS_WCP_PROCESSED;
+  r.requested_at = 123;
+  r.processed_lsn = V("x");
+  assert_int_equal(bs__lmdb_wcp_rec_size(&r, heads, 2), sizeof golden);
+  bs__lmdb_wcp_rec_encode(buf, &r, heads, 2);
+  assert_memory_equal(buf, golden, sizeof golden);
+  whole_only(golden, sizeof golden, dec_wcp_rec);
+  v = exact(golden, sizeof golden);
+  assert_int_equal(bs__lmdb_wcp_rec_decode(&v, &back), BS_OK);
+  assert_int_equal(back.id, 9);
+  assert_int_equal(back.flags, r.flags);
+  assert_true(back.requested_at == 123);
+  val_eq(back.processed_lsn, V("x"));
+  assert_int_equal(back.n_heads, 2);
+  q = back.heads;
+  bs__lmdb_wcp_head_next(&q, &conn, &lsn);
+  val_eq(conn, V("c1"));
+  val_eq(lsn, V("L1"));
+  bs__lmdb_wcp_head_next(&q, &conn, &lsn);
+  val_eq(conn, V(""));
+  val_eq(lsn, V(""));
+  /* re-encoded with its own heads, a decoded record is the same bytes */
+  assert_int_equal(bs__lmdb_wcp_rec_size(&back, NULL, 0), sizeof golden);
+  bs__lmdb_wcp_rec_encode(buf, &back, NULL, 0);
+  assert_memory_equal(buf, golden, sizeof golden);
+  free(v.mv_data);
+  /* unknown flags; a connection over BS_MAX_CONNECTION_NAME (the bytes are there) */
+  memcpy(buf, golden, sizeof golden);
+  buf[8] = 4;
+  v = exact(buf, sizeof golden);
+  assert_int_equal(bs__lmdb_wcp_rec_decode(&v, &back), BS_ECORRUPT);
+  free(v.mv_data);
+  memset(big, 'c', sizeof big);
+  memcpy(big, golden, 19);
+  bs__put_u16le(big + 19, 1);
+  bs__put_u16le(big + 21, BS_MAX_CONNECTION_NAME + 1);
+  big[sizeof big - 1] = 0; /* lsn length 0 */
+  v = exact(big, 23 + BS_MAX_CONNECTION_NAME + 1 + 1);
+  assert_int_equal(bs__lmdb_wcp_rec_decode(&v, &back), BS_ECORRUPT);
+  free(v.mv_data);
+  /* 'H': 8 bytes; 'C': 8 bytes (persistent) or 16 with a requested_at >= 0 */
+  assert_int_equal(bs__lmdb_wcp_hwm_value(buf, UINT64_MAX), 8);
+  for (size_t n = 0; n <= 17; n++) {
+    v = exact(buf, n);
+    assert_int_equal(bs__lmdb_wcp_hwm_decode(&v, &id), n == 8 ? BS_OK : BS_ECORRUPT);
+    if (n == 8) assert_true(id == UINT64_MAX);
+    free(v.mv_data);
+  }
+  assert_int_equal(bs__lmdb_wcp_custom_value(buf, 5, -1), 8);
+  assert_int_equal(bs__lmdb_wcp_custom_value(buf, 5, 0), 16);
+  for (size_t n = 0; n <= 17; n++) {
+    v = exact(buf, n);
+    assert_int_equal(bs__lmdb_wcp_custom_decode(&v, &id, &at),
+                     n == 8 || n == 16 ? BS_OK : BS_ECORRUPT);
+    if (n == 8 || n == 16) {
+      assert_int_equal(id, 5);
+      assert_true(at == (n == 8 ? -1 : 0));
+    }
+    free(v.mv_data);
+  }
+  bs__put_u64le(buf + 8, (uint64_t)-2);
+  v = exact(buf, 16);
+  assert_int_equal(bs__lmdb_wcp_custom_decode(&v, &id, &at), BS_ECORRUPT);
+  free(v.mv_data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_op_key),
@@ -1028,6 +1188,8 @@ int main(void) {
       cmocka_unit_test(test_srec_malformed),
       cmocka_unit_test(test_cqueue_entry),
       cmocka_unit_test(test_softdel_entry),
+      cmocka_unit_test(test_wcp_keys),
+      cmocka_unit_test(test_wcp_values),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
