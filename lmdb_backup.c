@@ -56,29 +56,34 @@ typedef struct exporter {
 static uint32_t bucket_stream(exporter *x, const MDB_val *k) {
   unsigned char id[8];
   MDB_val key = {8, id}, val;
-  if (k->mv_size < 8) return 0;
-  memcpy(id, k->mv_data, 8);
-  if (!x->has_bucket || bs__get_u64be(id) != x->bucket) {
-    x->bucket = bs__get_u64be(id);
+  bs__bucket_state s;
+  uint64_t bucket;
+  if (bs__lmdb_key_bucket(k, &bucket)) return 0;
+  if (!x->has_bucket || bucket != x->bucket) {
+    x->bucket = bucket;
     x->has_bucket = 1;
     x->bucket_stream = 0;
-    if (mdb_get(x->txn, x->db->bstate, &key, &val) == 0 && val.mv_size >= 4)
-      x->bucket_stream = bs__get_u32le(val.mv_data);
+    memcpy(id, k->mv_data, 8); /* the bstate key is the bucket id */
+    if (mdb_get(x->txn, x->db->bstate, &key, &val) == 0 && bs__bucket_state_decode(&val, &s) == 0)
+      x->bucket_stream = s.stream;
   }
   return x->bucket_stream;
 }
 
-/* The stream of a record, from the key layout of internal.h; 0 = the whole database. */
+/* The stream of a record, from the codec's decoders; 0 = the whole database (also a record that
+ * does not decode: verify reports it). */
 static uint32_t record_stream(exporter *x, const char *table, const MDB_val *k, const MDB_val *v) {
-  const unsigned char *p = k->mv_data;
   static const char *const by_prefix[] = {"tables",  "buckets", "source", "params",
                                           "changes", "cqueue",  "softdel"};
-  if (strcmp(table, "meta") == 0 || strcmp(table, "wcp") == 0)
-    return k->mv_size >= 5 && (p[0] == 'S' || p[0] == 'C') ? bs__get_u32be(p + 1) : 0;
-  if (strcmp(table, "bstate") == 0) return v->mv_size >= 4 ? bs__get_u32le(v->mv_data) : 0;
+  bs__bucket_state s;
+  bs__wcp_key wk;
+  uint32_t id;
+  if (strcmp(table, "meta") == 0) return bs__lmdb_stream_key_decode(k, &id) ? 0 : id;
+  if (strcmp(table, "wcp") == 0) return bs__lmdb_wcp_key_decode(k, &wk) ? 0 : wk.stream;
+  if (strcmp(table, "bstate") == 0) return bs__bucket_state_decode(v, &s) ? 0 : s.stream;
   if (strcmp(table, "ops") == 0 || strcmp(table, "superseded") == 0) return bucket_stream(x, k);
   for (size_t i = 0; i < sizeof by_prefix / sizeof by_prefix[0]; i++)
-    if (strcmp(table, by_prefix[i]) == 0) return k->mv_size >= 4 ? bs__get_u32be(p) : 0;
+    if (strcmp(table, by_prefix[i]) == 0) return bs__lmdb_key_stream(k, &id) ? 0 : id;
   return 0;
 }
 

@@ -72,9 +72,23 @@
 static inline void bs__lmdb_stream_prefix(unsigned char k[BS_STREAM_PREFIX_SIZE], uint32_t stream) {
   bs__put_u32be(k, stream);
 }
+/* The stream of a per-stream key; BS_ECORRUPT when k is too short to name one. */
+static inline int bs__lmdb_key_stream(const MDB_val *k, uint32_t *stream) {
+  if (k->mv_size < BS_STREAM_PREFIX_SIZE) return BS_ECORRUPT;
+  *stream = bs__get_u32be(k->mv_data);
+  return BS_OK;
+}
 /* 1 when per-stream key k belongs to stream. */
 static inline int bs__lmdb_in_stream(const MDB_val *k, uint32_t stream) {
-  return k->mv_size >= BS_STREAM_PREFIX_SIZE && bs__get_u32be(k->mv_data) == stream;
+  uint32_t s;
+  return bs__lmdb_key_stream(k, &s) == BS_OK && s == stream;
+}
+/* The bucket of a bucket-keyed key (bstate, ops, superseded: they start with u64be bucket id);
+ * BS_ECORRUPT when k is too short to name one. */
+static inline int bs__lmdb_key_bucket(const MDB_val *k, uint64_t *bucket) {
+  if (k->mv_size < 8) return BS_ECORRUPT;
+  *bucket = bs__get_u64be(k->mv_data);
+  return BS_OK;
 }
 
 /* ops key: u64be bucket id | u64be op id. */

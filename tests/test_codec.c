@@ -951,6 +951,19 @@ static void test_cqueue_entry(void **state) {
       free(mv.mv_data);
     }
   }
+  /* the stream every per-stream key starts with, the bucket every bucket-keyed key starts with */
+  for (size_t n = 0; n <= 9; n++) {
+    mk = exact(golden, n);
+    stream = 0;
+    bucket = 0;
+    assert_int_equal(bs__lmdb_key_stream(&mk, &stream), n >= 4 ? BS_OK : BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_in_stream(&mk, 7), n >= 4);
+    assert_int_equal(bs__lmdb_in_stream(&mk, 8), 0);
+    assert_int_equal(bs__lmdb_key_bucket(&mk, &bucket), n >= 8 ? BS_OK : BS_ECORRUPT);
+    assert_int_equal(stream, n >= 4 ? 7 : 0);
+    assert_true(bucket == (n >= 8 ? 0x00000007ffffffffull : 0));
+    free(mk.mv_data);
+  }
 }
 
 static void test_softdel_entry(void **state) {
