@@ -1,9 +1,9 @@
 /*
  * lmdb.c: the LMDB backend core. Opening the environment (format check, map growth, the
  * transaction lock), stream records and streams, bucket states, the storage vtable, and the
- * replication writer (queue, flush, commit, truncate, lifecycle). Reads live in lmdb_read.c,
- * parameter reads in lmdb_params.c, write checkpoints in lmdb_wcp.c, compaction in
- * lmdb_compact.c. The key/value layout is the table in internal.h.
+ * replication writer (flush and commit of the front's batch, truncate, lifecycle). Reads live
+ * in lmdb_read.c, parameter reads in lmdb_params.c, write checkpoints in lmdb_wcp.c, compaction
+ * in lmdb_compact.c. The key/value layout is the table in lmdb_internal.h.
  */
 #include "lmdb_internal.h"
 

@@ -5,7 +5,7 @@
  * `bucketstore dump`), and bs_load builds a fresh file from such records. A new file is always
  * written in a temporary directory beside its final path, synced, reopened, verified
  * (bs_db_verify, 0 problems) and only then moved to the path; nothing is left behind on
- * failure. Records are copied as they are stored (the on-disk format of internal.h), so a file
+ * failure. Records are copied as they are stored (the on-disk format of lmdb_internal.h), so a file
  * loaded from an export equals the original in every record.
  */
 #include "lmdb_internal.h"

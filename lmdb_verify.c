@@ -7,7 +7,7 @@
  *  - meta: the format record, the bucket sequence, each stream record (decodes, checkpoint not
  *    above the op head, a known hash mode);
  *  - buckets and bstate: every name maps to an id whose state names it back;
- *  - every op of every bucket against the op layout (internal.h) and contract.md 3: PUT and REMOVE
+ *  - every op of every bucket against the op layout (lmdb_internal.h) and contract.md 3: PUT and REMOVE
  *    checksums recomputed from the payload (PUT: object_type, object_id, data; REMOVE: the
  *    subkey) with the stream's hash; subkeys of their fixed shape; MOVE and CLEAR header-only;
  *    target_op within its bounds; a CLEAR only as the first op, where the state's CLEAR span
