@@ -43,6 +43,8 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # Every object depends on the flags it was built with: $(BUILD)/cflags changes, and the objects
 # rebuild, when they do (e.g. `make DEBUG=0` after `make`).
 FLAGS_ID := $(CC) $(BSCFLAGS)
+# `make` with no target builds `all` (the rule below would otherwise be the first one).
+.DEFAULT_GOAL := all
 .PHONY: FORCE
 $(BUILD)/cflags: FORCE
 	@mkdir -p $(BUILD); echo '$(FLAGS_ID)' | cmp -s - $@ || echo '$(FLAGS_ID)' > $@
