@@ -76,12 +76,13 @@ struct bs_db {
   struct bs__db_front *front;
 };
 
-/* Hands a backend's freshly constructed database to the front: checks db (vt of version
- * 1..BS_DB_VTABLE_VERSION with destroy; alloc all set or all NULL for libc), attaches the
- * front's state (the checksum cache sized by opts->checksum_cache_entries, checkpoint waits;
- * opts may be NULL) and sets *out = db, released by bs_close() (the front's state, then
- * vt->destroy). On failure *out = NULL and db has been destroyed through vt->destroy (when vt
- * has no destroy, nothing can release it: the backend's bug). Errors: BS_EINVAL, BS_ENOMEM.
+/* Hands a backend's freshly constructed database to the front: checks db (vt of version 1 or
+ * later, with destroy; alloc all set or all NULL for libc), attaches the front's state (the
+ * checksum cache sized by opts->checksum_cache_entries, checkpoint waits; opts may be NULL,
+ * else checked as bs_open checks it) and sets *out = db, released by bs_close() (the front's
+ * state, then vt->destroy). On failure *out = NULL and db has been destroyed through vt->destroy
+ * (when vt has no destroy, nothing can release it: the backend's bug). Errors: BS_EINVAL,
+ * BS_ENOMEM.
  * A host's open function ends with `return bs_open_backend(out, &mine->base, opts, err);`. */
 BS_API int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err);
 
