@@ -43,7 +43,7 @@
  *    decode) and BS_EBUSY (e.g. LMDB's reader table is full); a call that dispatches through
  *    a backend's method table returns BS_EUNSUPPORTED when the backend leaves that slot NULL
  *    (storage_backend.h; the LMDB backend implements every slot, the memory backend all but
- *    backup and export).
+ *    backup and export, the PostgreSQL backend what README.md's "PostgreSQL backend" lists).
  *  - Outputs come first (one is named out); callbacks take payload last.
  *    A callback that returns non-zero stops the call, which then returns
  *    that value unchanged (so use your own negative codes or BS_ECANCELED).
