@@ -1,14 +1,15 @@
 /*
  * internal.h: what every module of the library shares and the host never sees, in three layers:
- *  1. the common layer (common.c): errors, allocator, clock, byte order, the one hash table;
- *     it uses nothing else of the library;
+ *  1. the common layer (common.c): errors, allocator, array growth, the arena, BS_ASSERT, clock,
+ *     byte order, the one hash table; it uses nothing else of the library;
  *  2. the front/backend contract: the front's state beside the bases of storage_backend.h, the
  *     backends' constructors;
- *  3. the rules (rules.c, checksum.c, compact.c, lookup.c) that the front and every backend
- *     apply, each written once; they use only the common layer.
- * The front (storage.c) uses all three; a backend uses the common layer and the rules, never the
- * front (`make layercheck` checks the object files with nm). No backend's types: the LMDB
- * backend's are in lmdb_internal.h, the only other private header. `make install` ships neither.
+ *  3. the rules (rules.c, checksum.c, effects.c, compact.c, lookup.c) that the front and every
+ *     backend apply, each written once; they use only the common layer.
+ * The front (storage.c, writer.c) uses all three; a backend uses the common layer and the rules,
+ * never the front (`make layercheck` checks the object files with nm). No backend's types: each
+ * backend's are in its own private header (lmdb_internal.h, mem_internal.h, pg_internal.h).
+ * `make install` ships none of them.
  *
  * Names: the public API is bs_ (storage.h); every symbol that is shared between the library's
  * files but not public is bs__ (two underscores), so a host's debugger, `nm` or a link error
