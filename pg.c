@@ -294,6 +294,15 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     " first_op bigint NOT NULL, flags smallint NOT NULL DEFAULT 0,"
     " buckets bytea[] NOT NULL DEFAULT '{}', lookups bytea[] NOT NULL DEFAULT '{}',"
     " users bytea[] NOT NULL DEFAULT '{}', PRIMARY KEY (stream, op_id, seq));",
+    /* 2: write checkpoints */
+    "CREATE TABLE bs_wcp_managed ("
+    " user_id bytea PRIMARY KEY, id bigint NOT NULL, head_conns bytea[] NOT NULL,"
+    " head_lsns bytea[] NOT NULL, requested_at bigint, processed boolean NOT NULL DEFAULT false,"
+    " processed_lsn bytea, gone boolean NOT NULL DEFAULT false);"
+    "CREATE INDEX bs_wcp_pending ON bs_wcp_managed (user_id) WHERE NOT processed AND NOT gone;"
+    "CREATE TABLE bs_wcp_custom ("
+    " stream integer NOT NULL, event bytea NOT NULL, user_id bytea NOT NULL,"
+    " value bigint NOT NULL, requested_at bigint, PRIMARY KEY (stream, event, user_id));",
 };
 
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */
@@ -372,10 +381,6 @@ static bs__pg_db *pg_of(bs_db *db) {
   return (bs__pg_db *)db;
 }
 
-static int read_only_fail(bs_error *err) {
-  return bs__fail(err, BS_ESTATE, "database is open read-only");
-}
-
 static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs_stream_options *o,
                             bs_error *err) {
   bs__pg_db *db = pg_of(base);
@@ -383,7 +388,6 @@ static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs
   PGconn *c;
   PGresult *r = NULL;
   int rc;
-  if (base->flags & BS_OPEN_RDONLY) return read_only_fail(err);
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
   bs__pg_arg_bytes(&a, name);
   bs__pg_arg_i32(&a, (int32_t)o->hash);
@@ -467,6 +471,11 @@ static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error 
   st->base.db = base;
   st->base.stream_id = id;
   st->db = db;
+  st->mode = BS_WCP_MANAGED;
+  if (pthread_mutex_init(&st->mu, NULL)) {
+    bs__free(&base->alloc, st);
+    return bs__fail(err, BS_ENOMEM, "storage: cannot initialise a mutex");
+  }
   *out = &st->base;
   return BS_OK;
 }
@@ -556,7 +565,6 @@ static int pg_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
   bs__pg_args a = {0};
   bs_val m = bs__val_str(message ? message : "");
-  if (st->db->flags & BS_OPEN_RDONLY) return read_only_fail(err);
   if (m.size > 255) m.size = 255;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
   bs__pg_arg_bytes(&a, m);
@@ -567,21 +575,75 @@ static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
              &a, "report_error", err);
 }
 
+/* Drops the stream's data and resets its checkpoint state (as the LMDB backend: op ids and
+ * table ids keep growing, changes below the op head are no longer known), in one transaction;
+ * terminate also ends the stream. */
+static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error *err) {
+  bs__pg_args a = {0};
+  PGconn *c;
+  int rc;
+  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  bs__pg_arg_bool(&a, terminate);
+  rc = bs__pg_begin(c, 0, err);
+  if (!rc && clear)
+    rc = bs__pg_run(c,
+                    "WITH s AS (SELECT id FROM bs_streams WHERE id = $1 FOR UPDATE),"
+                    " o AS (DELETE FROM bs_ops WHERE bucket IN (SELECT id FROM bs_buckets"
+                    "  WHERE stream = $1)),"
+                    " p AS (DELETE FROM bs_params WHERE stream = $1),"
+                    " ch AS (DELETE FROM bs_changes WHERE stream = $1),"
+                    " cw AS (DELETE FROM bs_wcp_custom WHERE stream = $1)"
+                    " DELETE FROM bs_buckets WHERE stream = $1 AND $2 IS NOT NULL",
+                    &a, "clear", err);
+  if (!rc && clear)
+    rc = bs__pg_run(c,
+                    "UPDATE bs_streams SET checkpoint = 0, last_checkpoint_op = op_head,"
+                    " checkpoint_lsn = NULL, resume_lsn = NULL, no_checkpoint_before = NULL,"
+                    " snapshot_done = false, param_horizon = 0, changes_fence = op_head"
+                    " WHERE id = $1 AND $2 IS NOT NULL",
+                    &a, "clear", err);
+  if (!rc && terminate)
+    rc =
+        bs__pg_run(c, "UPDATE bs_streams SET state = 5 WHERE id = $1 AND $2", &a, "terminate", err);
+  if (!rc) rc = bs__pg_commit(c, err);
+  if (rc) bs__pg_rollback(c);
+  bs__pg_conn_put(spg(st), c);
+  return rc;
+}
+
+static int pg_clear(bs_storage *st, bs_error *err) {
+  return clear_or_terminate(st, 1, 0, err);
+}
+
+static int pg_terminate(bs_storage *st, int clear, bs_error *err) {
+  return clear_or_terminate(st, clear, 1, err);
+}
+
 static void pg_storage_destroy(bs_storage *st) {
-  if (st) bs__free(&spg(st)->base.alloc, st);
+  if (!st) return;
+  pthread_mutex_destroy(&((bs__pg_storage *)st)->mu);
+  bs__free(&spg(st)->base.alloc, st);
 }
 
 static const bs_storage_vtable pg_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = pg_storage_destroy,
+    .writer_open = bs__pg_writer_open,
     .get_checkpoint = pg_get_checkpoint,
     .bucket_data = bs__pg_bucket_data,
     .checksums = bs__pg_checksums,
     .checksum_ranges = bs__pg_checksum_ranges,
     .checkpoint_changes = bs__pg_checkpoint_changes,
     .parameter_sets = bs__pg_parameter_sets,
+    .set_write_checkpoint_mode = bs__pg_set_write_checkpoint_mode,
+    .create_managed_write_checkpoints = bs__pg_create_managed_write_checkpoints,
+    .last_write_checkpoint = bs__pg_last_write_checkpoint,
+    .delete_checkpoint_requests_before = bs__pg_delete_checkpoint_requests_before,
     .get_status = pg_get_status,
     .report_error = pg_report_error,
+    .clear = pg_clear,
+    .terminate = pg_terminate,
     .list_buckets = bs__pg_list_buckets,
 };
 
@@ -597,9 +659,47 @@ static void pg_close(bs_db *base) {
   bs__free(&a, db);
 }
 
+/* Counts over every stream in one statement (one snapshot); file_bytes: the bs_ tables' size on
+ * the server, indexes and TOAST included. */
+static int pg_stat(bs_db *base, bs_stat *out, bs_error *err) {
+  bs__pg_db *db = pg_of(base);
+  PGconn *c;
+  PGresult *r;
+  int rc;
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  rc = bs__pg_exec(c,
+                   "SELECT (SELECT count(*) FROM bs_streams), (SELECT count(*) FROM bs_buckets),"
+                   " (SELECT count(*) FILTER (WHERE type = 1) FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = 2) FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = 3) FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = 4) FROM bs_ops),"
+                   " (SELECT count(*) FROM bs_params),"
+                   " (SELECT count(*) FROM bs_wcp_managed WHERE NOT gone)"
+                   "  + (SELECT count(*) FROM bs_wcp_custom),"
+                   " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint"
+                   "  FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'bs\\_%'"
+                   "  AND c.relnamespace = current_schema()::regnamespace)",
+                   NULL, &r, "stat", err);
+  bs__pg_conn_put(db, c);
+  if (rc) return rc;
+  memset(out, 0, sizeof *out);
+  out->streams = (uint64_t)bs__pg_i64(r, 0, 0);
+  out->buckets = (uint64_t)bs__pg_i64(r, 0, 1);
+  out->ops_put = (uint64_t)bs__pg_i64(r, 0, 2);
+  out->ops_remove = (uint64_t)bs__pg_i64(r, 0, 3);
+  out->ops_move = (uint64_t)bs__pg_i64(r, 0, 4);
+  out->ops_clear = (uint64_t)bs__pg_i64(r, 0, 5);
+  out->parameter_entries = (uint64_t)bs__pg_i64(r, 0, 6);
+  out->write_checkpoints = (uint64_t)bs__pg_i64(r, 0, 7);
+  out->file_bytes = (uint64_t)bs__pg_i64(r, 0, 8);
+  PQclear(r);
+  return BS_OK;
+}
+
 static const bs_db_vtable pg_db_vt = {
     .version = BS_DB_VTABLE_VERSION,
     .destroy = pg_close,
+    .stat = pg_stat,
     .stream_create = pg_stream_create,
     .stream_list = pg_stream_list,
     .storage_open = pg_storage_open,

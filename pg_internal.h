@@ -43,10 +43,17 @@
  *                                                op id it covers: first_op, flags (1 checkpoint,
  *                                                2 too many buckets, 4 too many lookups),
  *                                                buckets/lookups/users bytea[]
+ *  bs_wcp_managed (user_id)                      database-wide managed write checkpoints: id,
+ *                                                head_conns/head_lsns bytea[] (one head each),
+ *                                                requested_at (NULL: a generated id), processed,
+ *                                                processed_lsn, gone (deleted by cleanup: kept as
+ *                                                the user's high-water mark, invisible to reads)
+ *  bs_wcp_custom (stream, event, user_id)        custom write checkpoints: value, requested_at
+ *                                                (NULL: persistent, owned by the source)
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 1
+#define BS_PG_SCHEMA_VERSION 2
 
 typedef struct bs__pg_db {
   bs_db base;
@@ -59,7 +66,19 @@ typedef struct bs__pg_db {
 typedef struct bs__pg_storage {
   bs_storage base;
   bs__pg_db *db;
+  pthread_mutex_t mu; /* guards the write-checkpoint mode, a per-handle setting */
+  bs_write_checkpoint_mode mode;
+  size_t event_size;
+  unsigned char event[255];
 } bs__pg_storage;
+
+/* A writer holds a connection of its own for its whole life: its session holds the stream's
+ * writer lock (pg_write.c). */
+typedef struct bs__pg_writer {
+  bs_writer base;
+  PGconn *c;
+  int create_empty, snapshot;
+} bs__pg_writer;
 
 /* ---- Connections ---- */
 /* A connection of the pool (or a new one), idle (no transaction open). */
@@ -126,6 +145,17 @@ bs_val bs__pg_bytes(const PGresult *r, int row, int col);
 int bs__pg_begin(PGconn *c, int read_only, bs_error *err);
 int bs__pg_commit(PGconn *c, bs_error *err);
 void bs__pg_rollback(PGconn *c);
+
+/* pg_write.c: the writer and write-checkpoint slots */
+int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err);
+int bs__pg_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                     bs_error *err);
+int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
+                                            uint64_t *ids_out, int *should_advance, bs_error *err);
+int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
+                                 uint64_t *id_out, int *found, bs_error *err);
+int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                             bs_error *err);
 
 /* pg_read.c: the read slots */
 int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,

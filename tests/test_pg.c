@@ -90,7 +90,7 @@ static bs_db *open_ok(pgt *t, unsigned flags) {
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = open_ok(t, 0), *db2;
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 1);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
   bs_close(db);
   db2 = open_ok(t, 0); /* a second open finds it and changes nothing */
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_meta"), 1);
@@ -103,16 +103,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = open_ok(t, 0);
   bs_close(db);
-  admin_exec(t, "UPDATE bs_meta SET value = 2 WHERE key = 'schema_version'");
+  admin_exec(t, "UPDATE bs_meta SET value = 3 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 2, newer than this build's 1"));
+  assert_non_null(strstr(err.msg, "version 3, newer than this build's 2"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
 }
 
 static void t_schema_read_only(void **state) {
@@ -137,13 +137,24 @@ static void t_schema_read_only(void **state) {
   assert_int_equal(bs_report_error(st, "x", &err), BS_ESTATE);
   bs_storage_close(st);
   bs_close(db);
-  /* a schema at version 0 (before migration 1): read-only finds none, read-write migrates it */
+  /* a schema of version 1 (before the write-checkpoint tables): read-only refuses it, a
+   * read-write open migrates it and keeps its data */
+  admin_exec(t, "UPDATE bs_meta SET value = 1 WHERE key = 'schema_version';"
+                " DROP TABLE bs_wcp_managed, bs_wcp_custom");
+  assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 2"));
+  db = open_ok(t, 0);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
+  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_streams"), 1);
+  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_wcp_managed"), 0);
+  bs_close(db);
+  /* version 0 (bs_meta without migration 1): read-only finds no schema */
   admin_exec(t, "UPDATE bs_meta SET value = 0 WHERE key = 'schema_version';"
-                " DROP TABLE bs_changes, bs_params, bs_ops, bs_buckets, bs_streams");
+                " DROP TABLE bs_changes, bs_params, bs_ops, bs_buckets, bs_streams, bs_wcp_managed,"
+                " bs_wcp_custom");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 1);
-  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_streams"), 0);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
   bs_close(db);
 }
 
@@ -347,9 +358,19 @@ static void t_unsupported_slots(void **state) {
   bs_writer *w = NULL;
   assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
-  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_EUNSUPPORTED);
-  assert_null(w);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  bs_save sv = BS_SAVE_INIT;
+  sv.table = (bs_val){"t", 1};
+  sv.after_id = (bs_val){"r", 1};
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_EUNSUPPORTED);
+  assert_int_equal(bs_writer_truncate(w, (bs_val){"t", 1}, &err), BS_EUNSUPPORTED);
+  assert_int_equal(
+      bs_writer_custom_write_checkpoint(w, (bs_val){"u", 1}, 1, (bs_val){NULL, 0}, &err),
+      BS_EUNSUPPORTED);
+  bs_writer_close(w);
   assert_int_equal(bs_compact(st, NULL, NULL, &err), BS_EUNSUPPORTED);
+  assert_int_equal(bs_compact_initial_replication(st, 0, 0, NULL, &err), BS_EUNSUPPORTED);
+  assert_int_equal(bs_db_verify(db, NULL, NULL, NULL, &err), BS_EUNSUPPORTED);
   bs_storage_close(st);
   assert_int_equal(bs_backup(db, "/tmp/x", NULL, &err), BS_EUNSUPPORTED);
   bs_close(db);
@@ -1026,6 +1047,366 @@ static void t_list_buckets(void **state) {
   bs_close(db);
 }
 
+/* ---- the writer without saves, write checkpoints, clear: against the memory backend ---- */
+
+typedef struct pair {
+  bs_db *db[2]; /* 0: memory, 1: PostgreSQL */
+  bs_storage *st[2];
+  bs_writer *w[2];
+} pair;
+
+static int same_conn(const bs_head *a, const bs_head *b) {
+  return a->connection.size == b->connection.size &&
+         !memcmp(a->connection.data, b->connection.data, a->connection.size);
+}
+
+static void pair_open(pair *p, pgt *t) {
+  bs_error err = {0};
+  assert_int_equal(bs_open_memory(&p->db[0], NULL, &err), BS_OK);
+  p->db[1] = open_ok(t, 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(bs_stream_create(NULL, p->db[i], "s", NULL, &err), BS_OK);
+    assert_int_equal(bs_storage_open(&p->st[i], p->db[i], 1, &err), BS_OK);
+    assert_int_equal(bs_writer_open(&p->w[i], p->st[i], NULL, &err), BS_OK);
+  }
+}
+
+static void pair_close(pair *p) {
+  for (int i = 0; i < 2; i++) {
+    bs_writer_close(p->w[i]);
+    bs_storage_close(p->st[i]);
+    bs_close(p->db[i]);
+  }
+}
+
+static void same_status(pair *p) {
+  bs_status s[2];
+  bs_checkpoint cp[2];
+  bs_error err = {0};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(bs_get_status(p->st[i], &s[i], &err), BS_OK);
+    assert_int_equal(bs_get_checkpoint(p->st[i], &cp[i], &err), BS_OK);
+  }
+  assert_int_equal(s[1].state, s[0].state);
+  assert_int_equal(s[1].snapshot_done, s[0].snapshot_done);
+  assert_int_equal(s[1].checkpoint, s[0].checkpoint);
+  assert_int_equal(s[1].has_lsn, s[0].has_lsn);
+  assert_int_equal(s[1].lsn_size, s[0].lsn_size);
+  assert_memory_equal(s[1].lsn, s[0].lsn, s[0].lsn_size);
+  assert_int_equal(s[1].has_resume_lsn, s[0].has_resume_lsn);
+  assert_int_equal(s[1].resume_lsn_size, s[0].resume_lsn_size);
+  assert_memory_equal(s[1].resume_lsn, s[0].resume_lsn, s[0].resume_lsn_size);
+  assert_int_equal(cp[1].op_id, cp[0].op_id);
+  assert_int_equal(cp[1].has_lsn, cp[0].has_lsn);
+}
+
+static void t_writer_commits(void **state) {
+  pgt *t = *state;
+  pair p;
+  bs_error err = {0};
+  /* LSNs with edge values: "", one byte, a shorter prefix, 255 bytes, non-ASCII */
+  char longest[BS_MAX_LSN];
+  memset(longest, 'z', sizeof longest);
+  const bs_val lsns[] = {{"", 0},         {"5", 1}, {"50", 2},
+                         {"4", 1},        {"9", 1}, {longest, sizeof longest},
+                         {"\xc3\xa9", 2}, {"5", 1}};
+  pair_open(&p, t);
+  rnd_state = 3;
+  int created = 0, skipped_empty = 0, blocked = 0;
+  for (int step = 0; step < 200; step++) {
+    bs_val lsn = lsns[rnd() % 8];
+    int what = (int)(rnd() % 12), rc[2];
+    if (what == 0 && step > 20) lsn = lsns[rnd() % 3]; /* keep later snapshots low */
+    if (what > 5) what = 4 + what % 2;
+    bs_commit_result r[2];
+    uint64_t last[2] = {0, 0};
+    memset(r, 0x55, sizeof r);
+    for (int i = 0; i < 2; i++) {
+      bs_commit_options co = BS_COMMIT_OPTIONS_INIT;
+      co.create_empty = (int)(rnd_state % 3) - 1;
+      switch (what) {
+      case 0:
+        rc[i] = bs_writer_snapshot_done(p.w[i], lsn, &err);
+        break;
+      case 1:
+        rc[i] = bs_writer_resume_lsn(p.w[i], lsn, &err);
+        break;
+      case 2:
+        rc[i] = bs_writer_keepalive(p.w[i], lsn, &r[i], &err);
+        break;
+      case 3:
+        rc[i] = bs_writer_flush(p.w[i], &last[i], &err);
+        break;
+      default:
+        rc[i] = bs_writer_commit(p.w[i], lsn, &co, &r[i], &err);
+        break;
+      }
+    }
+    assert_int_equal(rc[1], rc[0]);
+    if (what >= 2 && what != 3) {
+      assert_int_equal(r[1].checkpoint_blocked, r[0].checkpoint_blocked);
+      assert_int_equal(r[1].checkpoint_created, r[0].checkpoint_created);
+      assert_int_equal(r[1].checkpoint, r[0].checkpoint);
+      assert_int_equal(r[1].blocked_reason, r[0].blocked_reason);
+      created += r[0].checkpoint_created;
+      blocked += r[0].checkpoint_blocked;
+      skipped_empty += !r[0].checkpoint_created && !r[0].checkpoint_blocked;
+    }
+    assert_int_equal(last[1], last[0]);
+    same_status(&p);
+  }
+  /* every outcome was seen: created, blocked, and an empty commit that made none */
+  assert_true(created > 0 && blocked > 0 && skipped_empty > 0);
+  /* the first checkpoint activated the stream; a newer stream's first checkpoint stops it */
+  {
+    bs_status s;
+    bs_storage *st2;
+    bs_writer *w2;
+    assert_int_equal(bs_get_status(p.st[1], &s, &err), BS_OK);
+    assert_int_equal(s.state, BS_STREAM_ACTIVE);
+    assert_int_equal(bs_stream_create(NULL, p.db[1], "s2", NULL, &err), BS_OK);
+    assert_int_equal(bs_storage_open(&st2, p.db[1], 2, &err), BS_OK);
+    assert_int_equal(bs_writer_open(&w2, st2, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_snapshot_done(w2, (bs_val){"1", 1}, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(w2, (bs_val){"1", 1}, NULL, NULL, &err), BS_OK);
+    assert_int_equal(bs_get_status(st2, &s, &err), BS_OK);
+    assert_int_equal(s.state, BS_STREAM_ACTIVE);
+    assert_int_equal(bs_get_status(p.st[1], &s, &err), BS_OK);
+    assert_int_equal(s.state, BS_STREAM_STOPPED);
+    bs_writer_close(w2);
+    bs_storage_close(st2);
+  }
+  pair_close(&p);
+}
+
+/* One streaming and one snapshot writer per stream, across processes and hosts: a second one
+ * is BS_EBUSY until the first closes. */
+static void t_writer_lock(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *a = open_ok(t, 0), *b = open_ok(t, 0);
+  bs_storage *sa, *sb, *sb2;
+  bs_writer *wa, *wb = NULL, *snap_a, *snap_b = NULL;
+  bs_writer_options snap = BS_WRITER_OPTIONS_INIT;
+  snap.snapshot = 1;
+  assert_int_equal(bs_stream_create(NULL, a, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_stream_create(NULL, a, "t", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sa, a, 1, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sb2, b, 2, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wa, sa, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY);
+  assert_null(wb);
+  assert_non_null(strstr(err.msg, "already has a streaming writer"));
+  /* the same handle too: one writer per stream */
+  assert_int_equal(bs_writer_open(&wb, sa, NULL, &err), BS_EBUSY);
+  /* a snapshot writer beside the streaming one (storage.h, bs_writer_open), one only */
+  assert_int_equal(bs_writer_open(&snap_a, sa, &snap, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&snap_b, sb, &snap, &err), BS_EBUSY);
+  /* another stream is free */
+  assert_int_equal(bs_writer_open(&wb, sb2, NULL, &err), BS_OK);
+  bs_writer_close(wb);
+  bs_writer_close(wa);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
+  bs_writer_close(wb);
+  bs_writer_close(snap_a);
+  assert_int_equal(bs_writer_open(&snap_b, sb, &snap, &err), BS_OK);
+  bs_writer_close(snap_b);
+  /* a terminated stream takes no writer */
+  assert_int_equal(bs_terminate(sb2, 0, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wb, sb2, NULL, &err), BS_ESTATE);
+  bs_storage_close(sb2);
+  bs_storage_close(sb);
+  bs_storage_close(sa);
+  bs_close(b);
+  bs_close(a);
+}
+
+static void t_write_checkpoints(void **state) {
+  pgt *t = *state;
+  pair p;
+  bs_error err = {0};
+  static const char *const users[] = {"u1", "u1/c1", "", "\xc3\xa9"};
+  static const char *const conns[] = {"main", "", "other"};
+  pair_open(&p, t);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(bs_writer_snapshot_done(p.w[i], (bs_val){"0", 1}, &err), BS_OK);
+  int stored = 0, deleted = 0, hits = 0;
+  rnd_state = 11;
+  for (int step = 0; step < 500; step++) {
+    int what = (int)(rnd() % 5);
+    if (what == 0) { /* a batch of managed requests, with duplicates per user */
+      bs_managed_request req[4];
+      bs_head heads[4][2];
+      uint64_t ids[2][4];
+      int adv[2], rc[2];
+      size_t n = 1 + rnd() % 4;
+      for (size_t k = 0; k < n; k++) {
+        const char *u = users[rnd() % 4];
+        memset(&req[k], 0, sizeof req[k]);
+        req[k].user_id = (bs_val){u, strlen(u)};
+        req[k].n_heads = rnd() % 3;
+        for (size_t h = 0; h < req[k].n_heads; h++) {
+          static const char *const l[] = {"1", "3", "5", "7"};
+          const char *c = conns[(h + rnd()) % 3], *x = l[rnd() % 4];
+          heads[k][h].connection = (bs_val){c, strlen(c)};
+          heads[k][h].lsn = (bs_val){x, 1};
+        }
+        if (req[k].n_heads == 2 && same_conn(&heads[k][0], &heads[k][1])) req[k].n_heads = 1;
+        req[k].heads = heads[k];
+        req[k].has_request_id = rnd() % 4 != 0;
+        req[k].request_id = rnd() % 6;
+        req[k].requested_at_ms = 1000 + (int64_t)step * 10 + (int64_t)(rnd() % 3);
+      }
+      for (int i = 0; i < 2; i++)
+        rc[i] = bs_create_managed_write_checkpoints(p.st[i], req, n, ids[i], &adv[i], &err);
+      assert_int_equal(rc[1], rc[0]);
+      stored += rc[0] == BS_OK;
+      if (!rc[0]) {
+        assert_memory_equal(ids[1], ids[0], n * sizeof ids[0][0]);
+        assert_int_equal(adv[1], adv[0]);
+      }
+    } else if (what <= 2) { /* a commit processes the records whose heads it reached */
+      static const char *const l[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
+      bs_val lsn = {l[rnd() % 8], 1};
+      for (int i = 0; i < 2; i++)
+        assert_int_equal(bs_writer_keepalive(p.w[i], lsn, NULL, &err), BS_OK);
+    } else if (what == 3) {
+      uint64_t d[2];
+      int64_t before = 1000 + (int64_t)step * 10 + 3 - (int64_t)(rnd() % 60);
+      for (int i = 0; i < 2; i++)
+        assert_int_equal(bs_delete_checkpoint_requests_before(p.st[i], before, &d[i], &err), BS_OK);
+      assert_int_equal(d[1], d[0]);
+      deleted += d[0];
+    }
+    /* every user's last write checkpoint, for some heads */
+    for (int u = 0; u < 4; u++) {
+      bs_head given[2] = {{{"main", 4}, {"4", 1}}, {{"other", 5}, {"9", 1}}};
+      size_t ng = rnd() % 3;
+      uint64_t id[2];
+      int found[2];
+      bs_val user = {users[u], strlen(users[u])};
+      for (int i = 0; i < 2; i++)
+        assert_int_equal(
+            bs_last_write_checkpoint(p.st[i], user, given, ng, &id[i], &found[i], &err), BS_OK);
+      assert_int_equal(found[1], found[0]);
+      assert_int_equal(id[1], id[0]);
+      hits += found[0];
+    }
+  }
+  /* each kind of outcome happened often enough for a wrong rule to show */
+  assert_true(stored > 30 && deleted > 5 && hits > 100);
+  /* the edges, exactly: a head at the commit's LSN is reached; a request made at t is deleted
+   * by a cleanup before t + 1, not before t */
+  for (int i = 0; i < 2; i++) {
+    bs_head h = {{"main", 4}, {"5", 1}};
+    bs_managed_request r = {{"edge", 4}, &h, 1, 1, 50, 100}, keep = r;
+    uint64_t id, d;
+    int adv;
+    bs_storage *est;
+    bs_writer *ew;
+    uint32_t sid;
+    /* a stream of its own, whose commits are not blocked by the LSNs above */
+    assert_int_equal(bs_stream_create(&sid, p.db[i], "edge", NULL, &err), BS_OK);
+    assert_int_equal(bs_storage_open(&est, p.db[i], sid, &err), BS_OK);
+    assert_int_equal(bs_writer_open(&ew, est, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_snapshot_done(ew, (bs_val){"0", 1}, &err), BS_OK);
+    keep.request_id = 1; /* lower than the stored id: changes nothing */
+    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &r, 1, &id, &adv, &err), BS_OK);
+    assert_int_equal(id, 50);
+    assert_int_equal(adv, 1);
+    assert_int_equal(bs_writer_keepalive(ew, (bs_val){"5", 1}, NULL, &err), BS_OK);
+    bs_writer_close(ew);
+    bs_storage_close(est);
+    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &keep, 1, &id, &adv, &err),
+                     BS_OK);
+    assert_int_equal(id, 50);
+    assert_int_equal(adv, 0); /* processed by the commit at "5" */
+    assert_int_equal(bs_delete_checkpoint_requests_before(p.st[i], 100, &d, &err), BS_OK);
+    assert_int_equal(d, 0);
+    assert_int_equal(bs_delete_checkpoint_requests_before(p.st[i], 101, &d, &err), BS_OK);
+    assert_int_equal(d, 1);
+    /* ids never go backwards after cleanup: a generated id continues above 50 */
+    r.has_request_id = 0;
+    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &r, 1, &id, &adv, &err), BS_OK);
+    assert_int_equal(id, 51);
+  }
+  /* custom mode: no managed batches; reads the (empty) custom table */
+  for (int i = 0; i < 2; i++) {
+    bs_managed_request one = {{"u", 1}, NULL, 0, 0, 0, 0};
+    uint64_t id;
+    int found;
+    assert_int_equal(bs_set_write_checkpoint_mode(p.st[i], BS_WCP_CUSTOM, (bs_val){"ev", 2}, &err),
+                     BS_OK);
+    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &one, 1, &id, NULL, &err),
+                     BS_ESTATE);
+    assert_int_equal(
+        bs_last_write_checkpoint(p.st[i], (bs_val){"u1", 2}, NULL, 0, &id, &found, &err), BS_OK);
+    assert_int_equal(found, 0);
+  }
+  {
+    bs_stat s;
+    assert_int_equal(bs_db_stat(p.db[1], &s, &err), BS_OK);
+    assert_int_equal(s.streams, 2);
+    assert_true(s.file_bytes > 0);
+  }
+  pair_close(&p);
+}
+
+static void t_clear(void **state) {
+  pgt *t = *state;
+  bs_db *db = open_ok(t, 0);
+  bs_error err = {0};
+  bs_storage *st;
+  bs_writer *w;
+  bs_status s;
+  bs_checksum cs;
+  bs_val b = {"b", 1};
+  bs_stat stat;
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"1", 1}, &err), BS_OK);
+  admin_exec(
+      t,
+      "UPDATE bs_streams SET op_head = 3 WHERE id = 1;"
+      " INSERT INTO bs_buckets (stream, name, checksum, count, last_op) VALUES (1, 'b', 6, 3, 3);"
+      " INSERT INTO bs_ops SELECT b.id, g, 1, g, 0, '', '', '', '' FROM bs_buckets b,"
+      " generate_series(1, 3) g;"
+      " INSERT INTO bs_params VALUES (1, 'k', 2, 1, 'r', '{x}');");
+  assert_int_equal(bs_writer_commit(w, (bs_val){"2", 1}, NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(st, 3, &b, 1, &cs, &err), BS_OK);
+  assert_int_equal(cs.count, 3);
+  assert_int_equal(bs_db_stat(db, &stat, &err), BS_OK);
+  assert_int_equal(stat.ops_put, 3);
+  assert_int_equal(stat.buckets, 1);
+  assert_int_equal(stat.parameter_entries, 1);
+  assert_int_equal(bs_clear(st, &err), BS_OK);
+  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(s.checkpoint, 0);
+  assert_int_equal(s.has_lsn, 0);
+  assert_int_equal(s.snapshot_done, 0);
+  assert_int_equal(s.last_persisted_op, 3); /* op ids are never reused */
+  assert_int_equal(bs_get_checksums(st, 3, &b, 1, &cs, &err), BS_OK);
+  assert_int_equal(cs.count, 0);
+  assert_int_equal(bs_db_stat(db, &stat, &err), BS_OK);
+  assert_int_equal(stat.ops_put + stat.buckets + stat.parameter_entries, 0);
+  /* changes below the clear are unknown */
+  {
+    changes_seen c = changes_of(st, 0, 3);
+    assert_int_equal(c.inv_data, 1);
+  }
+  assert_int_equal(bs_terminate(st, 0, &err), BS_OK);
+  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_commit(w, (bs_val){"3", 1}, NULL, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"3", 1}, &err), BS_ESTATE);
+  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(s.state, BS_STREAM_TERMINATED);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_schema_created_once, setup, teardown),
@@ -1040,6 +1421,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_parameter_sets, setup, teardown),
       cmocka_unit_test_setup_teardown(t_checkpoint_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(t_list_buckets, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_writer_commits, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_writer_lock, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_write_checkpoints, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_clear, setup, teardown),
   };
   base_url = getenv("BS_TEST_PG_URL");
   if (!base_url || !*base_url) {

@@ -1,0 +1,496 @@
+/*
+ * pg_write.c: the PostgreSQL backend's writer and write checkpoints: the writer's session
+ * (advisory locks: one streaming and one snapshot writer per stream across every process and
+ * host, else BS_EBUSY), commit (contract.md 4.4: the checkpoint, the stream's activation, the
+ * processing of managed write checkpoints, the change record, all in one transaction),
+ * snapshot_done, resume_lsn, and the write checkpoints of contract.md 7.
+ */
+#include "pg_internal.h"
+
+#include <inttypes.h>
+
+static bs__pg_db *db_of(bs_storage *st) {
+  return ((bs__pg_storage *)st)->db;
+}
+
+/* ---- The writer's session --------------------------------------------------------------------- */
+
+/* The advisory lock keys of a stream's writers: two int4 keys, the first naming the schema (so
+ * that two bucketstore databases in one PostgreSQL database do not share locks), the second the
+ * stream and the kind of writer (streaming: 2 id, snapshot: 2 id + 1). */
+#define WRITER_LOCK_SQL                                                                            \
+  "SELECT pg_try_advisory_lock(hashtext(current_schema() || '.bs_writer'), $1)"
+
+static int stream_state(PGconn *c, uint32_t stream, int for_update, int *state, bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  *state = 0;
+  bs__pg_arg_i32(&a, (int32_t)stream);
+  rc = bs__pg_exec(c,
+                   for_update ? "SELECT state FROM bs_streams WHERE id = $1 FOR UPDATE"
+                              : "SELECT state FROM bs_streams WHERE id = $1",
+                   &a, &r, "reading the stream", err);
+  if (rc) return rc;
+  if (PQntuples(r) != 1)
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", stream);
+  else
+    *state = bs__pg_i16(r, 0, 0);
+  PQclear(r);
+  if (!rc && *state == BS_STREAM_TERMINATED)
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", stream);
+  return rc;
+}
+
+static const bs_writer_vtable pg_writer_vt;
+
+int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err) {
+  bs__pg_db *db = db_of(st);
+  bs__pg_writer *w;
+  bs__pg_args a = {0};
+  PGresult *r;
+  PGconn *c;
+  int rc, state, got;
+  /* a connection of its own: the advisory lock lives as long as the session */
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  if ((rc = stream_state(c, st->stream_id, 0, &state, err))) {
+    bs__pg_conn_put(db, c);
+    return rc;
+  }
+  bs__pg_arg_i32(&a, (int32_t)(2 * st->stream_id + (o->snapshot ? 1 : 0)));
+  if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
+    bs__pg_conn_put(db, c);
+    return rc;
+  }
+  got = bs__pg_bool(r, 0, 0);
+  PQclear(r);
+  if (!got) {
+    bs__pg_conn_put(db, c);
+    return bs__fail(err, BS_EBUSY,
+                    "stream %u already has a %s writer (in this or another process or host)",
+                    (unsigned)st->stream_id, o->snapshot ? "snapshot" : "streaming");
+  }
+  if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w))) {
+    PQfinish(c); /* ends the session, and with it the lock */
+    return bs__fail(err, BS_ENOMEM, "writer: out of memory");
+  }
+  w->base.vt = &pg_writer_vt;
+  w->base.st = st;
+  w->c = c;
+  w->create_empty = o->create_empty;
+  w->snapshot = o->snapshot;
+  *out = &w->base;
+  return BS_OK;
+}
+
+static void writer_close(bs_writer *bw) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  if (!w) return;
+  PQfinish(w->c); /* the session's end releases its advisory lock, also if the server is gone */
+  bs__free(&db_of(bw->st)->base.alloc, w);
+}
+
+/* The writer's connection, reconnected when the server dropped it. The advisory lock went with
+ * the old session: it is taken again (BS_EBUSY if another writer took it meanwhile). */
+static int writer_conn(bs__pg_writer *w, bs_error *err) {
+  bs_storage *st = w->base.st;
+  bs__pg_args a = {0};
+  PGresult *r;
+  PGconn *c;
+  int rc, got;
+  if (PQstatus(w->c) == CONNECTION_OK) return BS_OK;
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)(2 * st->stream_id + (w->snapshot ? 1 : 0)));
+  if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
+    PQfinish(c);
+    return rc;
+  }
+  got = bs__pg_bool(r, 0, 0);
+  PQclear(r);
+  if (!got) {
+    PQfinish(c);
+    return bs__fail(err, BS_EBUSY, "stream %u: another writer took over after a reconnect",
+                    (unsigned)st->stream_id);
+  }
+  PQfinish(w->c);
+  w->c = c;
+  return BS_OK;
+}
+
+/* ---- Flush, commit ------------------------------------------------------------------------------ */
+
+static int writer_flush(bs_writer *bw, uint64_t *last_op_out, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  if ((rc = writer_conn(w, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
+  rc = bs__pg_exec(w->c, "SELECT op_head, state FROM bs_streams WHERE id = $1", &a, &r, "flush",
+                   err);
+  if (rc) return rc;
+  if (PQntuples(r) != 1)
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)bw->st->stream_id);
+  else if (bs__pg_i16(r, 0, 1) == BS_STREAM_TERMINATED)
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
+  else if (last_op_out)
+    *last_op_out = (uint64_t)bs__pg_i64(r, 0, 0);
+  PQclear(r);
+  return rc;
+}
+
+/* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
+ * stream row locked: managed write checkpoints whose heads the lsn reached become processed,
+ * their users go into the checkpoint's change record, and the first checkpoint of a PROCESSING
+ * stream makes it ACTIVE and every other served stream STOPPED. */
+static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, bs_error *err) {
+  bs__pg_args a = {0};
+  bs__pg_arg_i32(&a, (int32_t)stream);
+  bs__pg_arg_i64(&a, (int64_t)cp);
+  bs__pg_arg_bytes(&a, lsn);
+  return bs__pg_run(
+      c,
+      "WITH done AS (UPDATE bs_wcp_managed SET processed = true, processed_lsn = $3"
+      "  WHERE NOT processed AND NOT gone"
+      "  AND (SELECT bool_and(h <= $3) FROM unnest(head_lsns) AS h) IS NOT FALSE"
+      "  RETURNING user_id),"
+      " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users)"
+      "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
+      "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}') FROM done),"
+      " stop AS (UPDATE bs_streams SET state = 4 WHERE id <> $1 AND state IN (2, 3)"
+      "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"
+      " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
+      "  state = CASE WHEN state = 1 THEN 2 ELSE state END WHERE id = $1",
+      &a, "commit", err);
+}
+
+static int writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_result *out,
+                         bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  uint32_t stream = bw->st->stream_id;
+  bs__pg_args a = {0};
+  PGresult *r = NULL;
+  bs_val ncb, cpl;
+  uint64_t head, cp;
+  int rc, created = 0;
+  bs_block_reason blocked;
+  if (create_empty < 0) create_empty = w->create_empty;
+  if ((rc = writer_conn(w, err))) return rc;
+  if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)stream);
+  rc = bs__pg_exec(w->c,
+                   "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, op_head,"
+                   " last_checkpoint_op, checkpoint FROM bs_streams WHERE id = $1 FOR UPDATE",
+                   &a, &r, "commit", err);
+  if (rc) goto fail;
+  if (PQntuples(r) != 1) {
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
+    goto fail;
+  }
+  if (bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED) {
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)stream);
+    goto fail;
+  }
+  ncb = bs__pg_bytes(r, 0, 2);
+  cpl = bs__pg_bytes(r, 0, 3);
+  head = (uint64_t)bs__pg_i64(r, 0, 4);
+  cp = (uint64_t)bs__pg_i64(r, 0, 6);
+  blocked = bs__checkpoint_block(bs__pg_bool(r, 0, 1), ncb.data ? &ncb : NULL,
+                                 cpl.data ? &cpl : NULL, lsn);
+  if (!blocked && (create_empty || !cpl.data || head != (uint64_t)bs__pg_i64(r, 0, 5))) {
+    if ((rc = make_checkpoint(w->c, stream, head, lsn, err))) goto fail;
+    created = 1;
+    cp = head;
+  }
+  PQclear(r);
+  r = NULL;
+  {
+    bs__pg_args b = {0};
+    bs__pg_arg_i32(&b, (int32_t)stream);
+    bs__pg_arg_bytes(&b, lsn);
+    /* every commit raises the resume LSN (contract.md 4.4) */
+    rc = bs__pg_run(w->c,
+                    "UPDATE bs_streams SET resume_lsn = CASE WHEN resume_lsn IS NULL"
+                    " OR resume_lsn < $2 THEN $2 ELSE resume_lsn END WHERE id = $1",
+                    &b, "commit", err);
+  }
+  if (rc || (rc = bs__pg_commit(w->c, err))) goto fail;
+  if (out) {
+    out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
+    out->blocked_reason = blocked;
+    out->checkpoint_created = created;
+    out->checkpoint = cp;
+  }
+  return BS_OK;
+fail:
+  PQclear(r);
+  bs__pg_rollback(w->c);
+  return rc;
+}
+
+/* snapshot_done and resume_lsn take effect at once, in a statement of their own, and leave the
+ * queue alone (as the other backends). */
+static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char *what,
+                         bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  if ((rc = writer_conn(w, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
+  bs__pg_arg_bytes(&a, lsn);
+  if ((rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) return rc;
+  if (PQntuples(r) != 1)
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated or gone", (unsigned)bw->st->stream_id);
+  PQclear(r);
+  return rc;
+}
+
+static int writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
+  /* no_checkpoint_before never decreases */
+  return stream_update(bw,
+                       "UPDATE bs_streams SET snapshot_done = true, no_checkpoint_before = CASE"
+                       " WHEN no_checkpoint_before IS NULL OR no_checkpoint_before < $2 THEN $2"
+                       " ELSE no_checkpoint_before END WHERE id = $1 AND state <> 5 RETURNING id",
+                       lsn, "snapshot_done", err);
+}
+
+static int writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
+  return stream_update(bw,
+                       "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1 AND state <> 5"
+                       " RETURNING id",
+                       lsn, "resume_lsn", err);
+}
+
+static const bs_writer_vtable pg_writer_vt = {
+    .version = BS_WRITER_VTABLE_VERSION,
+    .destroy = writer_close,
+    .flush = writer_flush,
+    .commit = writer_commit,
+    .snapshot_done = writer_snapshot_done,
+    .resume_lsn = writer_resume_lsn,
+};
+
+/* ---- Write checkpoints (contract.md 7) --------------------------------------------------------- */
+
+int bs__pg_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
+                                     bs_error *err) {
+  bs__pg_storage *s = (bs__pg_storage *)st;
+  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
+    return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
+  if (event.size > sizeof s->event)
+    return bs__fail(err, BS_ETOOBIG, "event: longer than %zu bytes", sizeof s->event);
+  pthread_mutex_lock(&s->mu);
+  s->mode = mode;
+  s->event_size = event.size;
+  if (event.size) memcpy(s->event, event.data, event.size);
+  pthread_mutex_unlock(&s->mu);
+  return BS_OK;
+}
+
+static bs_write_checkpoint_mode mode_of(bs__pg_storage *s, unsigned char *event, size_t *size) {
+  bs_write_checkpoint_mode m;
+  pthread_mutex_lock(&s->mu);
+  m = s->mode;
+  *size = s->event_size;
+  if (s->event_size) memcpy(event, s->event, s->event_size);
+  pthread_mutex_unlock(&s->mu);
+  return m;
+}
+
+/* One user's record, locked: exists/gone/id/processed. */
+static int managed_get(PGconn *c, bs_val user, int *exists, int *gone, uint64_t *id,
+                       bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  bs__pg_arg_bytes(&a, user);
+  rc = bs__pg_exec(c, "SELECT id, gone FROM bs_wcp_managed WHERE user_id = $1 FOR UPDATE", &a, &r,
+                   "reading a write checkpoint", err);
+  if (rc) return rc;
+  *exists = PQntuples(r) == 1;
+  *id = *exists ? (uint64_t)bs__pg_i64(r, 0, 0) : 0;
+  *gone = *exists && bs__pg_bool(r, 0, 1);
+  PQclear(r);
+  return BS_OK;
+}
+
+static int managed_apply(PGconn *c, const bs_managed_request *w, uint64_t id, int action,
+                         int64_t at, const bs_allocator *al, bs_error *err) {
+  bs__pg_args a = {0};
+  bs_val *conns = NULL, *lsns = NULL;
+  unsigned char *b1 = NULL, *b2 = NULL;
+  int rc;
+  if (action == BS_WCP_REFRESH) { /* a supplied retry of the stored id: requested_at only */
+    bs__pg_arg_bytes(&a, w->user_id);
+    bs__pg_arg_i64(&a, at);
+    return bs__pg_run(c, "UPDATE bs_wcp_managed SET requested_at = $2 WHERE user_id = $1", &a,
+                      "storing a write checkpoint", err);
+  }
+  if (w->n_heads && (!(conns = bs__calloc(al, w->n_heads, sizeof *conns)) ||
+                     !(lsns = bs__calloc(al, w->n_heads, sizeof *lsns)))) {
+    rc = bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < w->n_heads; i++) {
+    conns[i] = w->heads[i].connection;
+    lsns[i] = w->heads[i].lsn;
+    if (!conns[i].data) conns[i].data = ""; /* an absent value reads as "" */
+    if (!lsns[i].data) lsns[i].data = "";
+  }
+  bs__pg_arg_bytes(&a, w->user_id);
+  bs__pg_arg_i64(&a, (int64_t)id);
+  if ((rc = bs__pg_arg_bytes_array(&a, conns, w->n_heads, al, &b1, err)) ||
+      (rc = bs__pg_arg_bytes_array(&a, lsns, w->n_heads, al, &b2, err)))
+    goto out;
+  bs__pg_arg_i64(&a, at);
+  bs__pg_arg_bool(&a, w->has_request_id); /* a generated id has no requested_at */
+  rc = bs__pg_run(c,
+                  "INSERT INTO bs_wcp_managed (user_id, id, head_conns, head_lsns, requested_at)"
+                  " VALUES ($1, $2, $3, $4, CASE WHEN $6 THEN $5 END) ON CONFLICT (user_id) DO"
+                  " UPDATE SET id = $2, head_conns = $3, head_lsns = $4, requested_at = CASE"
+                  " WHEN $6 THEN $5 END, processed = false, processed_lsn = NULL, gone = false",
+                  &a, "storing a write checkpoint", err);
+out:
+  bs__free(al, conns);
+  bs__free(al, lsns);
+  bs__free(al, b1);
+  bs__free(al, b2);
+  return rc;
+}
+
+int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
+                                            uint64_t *ids_out, int *should_advance, bs_error *err) {
+  bs__pg_storage *s = (bs__pg_storage *)st;
+  const bs_allocator *al = &db_of(st)->base.alloc;
+  const bs_managed_request **win = NULL;
+  unsigned char ev[256];
+  size_t evn, nw = 0;
+  int64_t now = bs__now_ms();
+  PGconn *c = NULL;
+  int rc, adv = 0;
+  if (mode_of(s, ev, &evn) != BS_WCP_MANAGED)
+    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+  if (!(win = bs__calloc(al, n ? n : 1, sizeof *win)))
+    return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
+  /* the batch's winner per user (contract.md 7) */
+  for (size_t i = 0; i < n; i++) {
+    size_t k;
+    for (k = 0; k < nw; k++)
+      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
+    if (k == nw)
+      win[nw++] = &req[i];
+    else if (bs__managed_req_beats(&req[i], win[k]))
+      win[k] = &req[i];
+  }
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) goto out;
+  if ((rc = bs__pg_begin(c, 0, err))) goto out;
+  /* one batch at a time database-wide: a new user's record cannot be created twice */
+  rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.bs_wcp'))", NULL,
+                  "locking write checkpoints", err);
+  for (size_t k = 0; k < nw && !rc; k++) {
+    uint64_t stored, id;
+    int exists, gone, action;
+    if ((rc = managed_get(c, win[k]->user_id, &exists, &gone, &stored, err))) break;
+    /* a gone record's id is the user's high-water mark */
+    if ((rc = bs__managed_next_id(win[k], exists && !gone, stored, &id, &action, err))) break;
+    if (action != BS_WCP_KEEP)
+      rc = managed_apply(c, win[k], id, action,
+                         win[k]->requested_at_ms ? win[k]->requested_at_ms : now, al, err);
+  }
+  for (size_t i = 0; i < n && !rc; i++) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    bs__pg_arg_bytes(&a, req[i].user_id);
+    rc = bs__pg_exec(c, "SELECT id, processed FROM bs_wcp_managed WHERE user_id = $1 AND NOT gone",
+                     &a, &r, "reading a write checkpoint", err);
+    if (rc) break;
+    if (ids_out) ids_out[i] = PQntuples(r) ? (uint64_t)bs__pg_i64(r, 0, 0) : 0;
+    if (PQntuples(r) && !bs__pg_bool(r, 0, 1)) adv = 1;
+    PQclear(r);
+  }
+  if (!rc) rc = bs__pg_commit(c, err);
+  if (rc)
+    bs__pg_rollback(c);
+  else if (should_advance)
+    *should_advance = adv;
+out:
+  bs__pg_conn_put(db_of(st), c);
+  bs__free(al, win);
+  return rc;
+}
+
+int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
+                                 uint64_t *id_out, int *found, bs_error *err) {
+  bs__pg_storage *s = (bs__pg_storage *)st;
+  unsigned char ev[256];
+  size_t evn;
+  bs__pg_args a = {0};
+  PGconn *c;
+  PGresult *r;
+  int rc, f = 0;
+  uint64_t id = 0;
+  bs_write_checkpoint_mode mode = mode_of(s, ev, &evn);
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
+  if (!user.data) user.data = "";
+  bs__pg_arg_bytes(&a, user);
+  if (mode == BS_WCP_CUSTOM) {
+    bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+    bs__pg_arg_bytes(&a, (bs_val){evn ? ev : (const void *)"", evn});
+    rc = bs__pg_exec(c,
+                     "SELECT value FROM bs_wcp_custom WHERE stream = $2 AND event = $3"
+                     " AND user_id = $1",
+                     &a, &r, "reading a write checkpoint", err);
+  } else {
+    rc = bs__pg_exec(c,
+                     "SELECT id, head_conns, head_lsns FROM bs_wcp_managed WHERE user_id = $1"
+                     " AND NOT gone",
+                     &a, &r, "reading a write checkpoint", err);
+  }
+  bs__pg_conn_put(db_of(st), c);
+  if (rc) return rc;
+  if (PQntuples(r) == 1) {
+    f = 1;
+    id = (uint64_t)bs__pg_i64(r, 0, 0);
+    if (mode != BS_WCP_CUSTOM) { /* every head of the record must be reached by the given heads */
+      bs__pg_array cs, ls;
+      bs_val conn, lsn;
+      if ((rc = bs__pg_array_open(bs__pg_bytes(r, 0, 1), &cs, err)) ||
+          (rc = bs__pg_array_open(bs__pg_bytes(r, 0, 2), &ls, err))) {
+        PQclear(r);
+        return rc;
+      }
+      while (f && bs__pg_array_next(&cs, &conn) == 1 && bs__pg_array_next(&ls, &lsn) == 1)
+        f = bs__head_reached(conn, lsn, heads, n_heads);
+    }
+  }
+  PQclear(r);
+  *found = f;
+  *id_out = f ? id : 0;
+  return BS_OK;
+}
+
+int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+                                             bs_error *err) {
+  bs__pg_args a = {0};
+  PGconn *c;
+  PGresult *r;
+  int rc;
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  bs__pg_arg_i64(&a, before_ms);
+  /* a managed record stays as its user's high-water mark (gone), so ids never go backwards */
+  rc = bs__pg_exec(c,
+                   "WITH m AS (UPDATE bs_wcp_managed SET gone = true, head_conns = '{}',"
+                   "  head_lsns = '{}' WHERE NOT gone AND processed AND requested_at < $2"
+                   "  RETURNING 1),"
+                   " cu AS (DELETE FROM bs_wcp_custom WHERE stream = $1 AND requested_at < $2"
+                   "  RETURNING 1)"
+                   " SELECT (SELECT count(*) FROM m) + (SELECT count(*) FROM cu)",
+                   &a, &r, "deleting checkpoint requests", err);
+  bs__pg_conn_put(db_of(st), c);
+  if (rc) return rc;
+  if (deleted) *deleted = (uint64_t)bs__pg_i64(r, 0, 0);
+  PQclear(r);
+  return BS_OK;
+}
