@@ -67,6 +67,30 @@ int bs__pg_arg_bytes_array(bs__pg_args *a, const bs_val *v, size_t n, const bs_a
   return BS_OK;
 }
 
+int bs__pg_arg_i64_array(bs__pg_args *a, const uint64_t *v, size_t n, const bs_allocator *al,
+                         unsigned char **buf, bs_error *err) {
+  size_t size = n ? 20 + 12 * n : 12;
+  unsigned char *p;
+  if (!(p = bs__malloc(al, size))) return bs__fail(err, BS_ENOMEM, "an array of %zu bytes", size);
+  bs__put_u32be(p, n ? 1 : 0);
+  bs__put_u32be(p + 4, 0);
+  bs__put_u32be(p + 8, 20); /* int8 */
+  if (n) {
+    bs__put_u32be(p + 12, (uint32_t)n);
+    bs__put_u32be(p + 16, 1);
+  }
+  for (size_t i = 0; i < n; i++) {
+    bs__put_u32be(p + 20 + 12 * i, 8);
+    bs__put_u64be(p + 24 + 12 * i, v[i]);
+  }
+  *buf = p;
+  a->values[a->n] = (const char *)p;
+  a->lengths[a->n] = (int)size;
+  a->formats[a->n] = 1;
+  a->types[a->n++] = 1016 /* int8[] */;
+  return BS_OK;
+}
+
 int bs__pg_array_open(bs_val v, bs__pg_array *it, bs_error *err) {
   const unsigned char *p = v.data;
   uint32_t dims;
@@ -303,6 +327,16 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "CREATE TABLE bs_wcp_custom ("
     " stream integer NOT NULL, event bytea NOT NULL, user_id bytea NOT NULL,"
     " value bigint NOT NULL, requested_at bigint, PRIMARY KEY (stream, event, user_id));",
+    /* 3: source tables and records (the writer) */
+    "ALTER TABLE bs_streams ADD next_table_id integer NOT NULL DEFAULT 1;"
+    "CREATE TABLE bs_tables ("
+    " stream integer NOT NULL, name bytea NOT NULL, id integer NOT NULL,"
+    " PRIMARY KEY (stream, name));"
+    "CREATE TABLE bs_source ("
+    " stream integer NOT NULL, table_id integer NOT NULL, replica_id bytea NOT NULL,"
+    " soft boolean NOT NULL, mark bigint NOT NULL, members bytea NOT NULL,"
+    " has_data boolean NOT NULL, data bytea, PRIMARY KEY (stream, table_id, replica_id));"
+    "CREATE INDEX bs_source_soft ON bs_source (stream, mark) WHERE soft;",
 };
 
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */
@@ -593,7 +627,9 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
                     "  WHERE stream = $1)),"
                     " p AS (DELETE FROM bs_params WHERE stream = $1),"
                     " ch AS (DELETE FROM bs_changes WHERE stream = $1),"
-                    " cw AS (DELETE FROM bs_wcp_custom WHERE stream = $1)"
+                    " cw AS (DELETE FROM bs_wcp_custom WHERE stream = $1),"
+                    " sr AS (DELETE FROM bs_source WHERE stream = $1),"
+                    " tb AS (DELETE FROM bs_tables WHERE stream = $1)"
                     " DELETE FROM bs_buckets WHERE stream = $1 AND $2 IS NOT NULL",
                     &a, "clear", err);
   if (!rc && clear)
@@ -673,7 +709,7 @@ static int pg_stat(bs_db *base, bs_stat *out, bs_error *err) {
                    " (SELECT count(*) FILTER (WHERE type = 2) FROM bs_ops),"
                    " (SELECT count(*) FILTER (WHERE type = 3) FROM bs_ops),"
                    " (SELECT count(*) FILTER (WHERE type = 4) FROM bs_ops),"
-                   " (SELECT count(*) FROM bs_params),"
+                   " (SELECT count(*) FROM bs_params), (SELECT count(*) FROM bs_source),"
                    " (SELECT count(*) FROM bs_wcp_managed WHERE NOT gone)"
                    "  + (SELECT count(*) FROM bs_wcp_custom),"
                    " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint"
@@ -690,8 +726,9 @@ static int pg_stat(bs_db *base, bs_stat *out, bs_error *err) {
   out->ops_move = (uint64_t)bs__pg_i64(r, 0, 4);
   out->ops_clear = (uint64_t)bs__pg_i64(r, 0, 5);
   out->parameter_entries = (uint64_t)bs__pg_i64(r, 0, 6);
-  out->write_checkpoints = (uint64_t)bs__pg_i64(r, 0, 7);
-  out->file_bytes = (uint64_t)bs__pg_i64(r, 0, 8);
+  out->source_records = (uint64_t)bs__pg_i64(r, 0, 7);
+  out->write_checkpoints = (uint64_t)bs__pg_i64(r, 0, 8);
+  out->file_bytes = (uint64_t)bs__pg_i64(r, 0, 9);
   PQclear(r);
   return BS_OK;
 }

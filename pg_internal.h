@@ -50,10 +50,14 @@
  *                                                the user's high-water mark, invisible to reads)
  *  bs_wcp_custom (stream, event, user_id)        custom write checkpoints: value, requested_at
  *                                                (NULL: persistent, owned by the source)
+ *  bs_tables   (stream, name)                    id: 1, 2, ... per stream (bs_streams.next_table_id)
+ *  bs_source   (stream, table_id, replica_id)    the source record: soft, mark (contract.md 4.3),
+ *                                                members (pg_save.c's encoding of the memberships
+ *                                                and lookup keys), has_data, data
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 2
+#define BS_PG_SCHEMA_VERSION 3
 
 typedef struct bs__pg_db {
   bs_db base;
@@ -74,10 +78,14 @@ typedef struct bs__pg_storage {
 
 /* A writer holds a connection of its own for its whole life: its session holds the stream's
  * writer lock (pg_write.c). */
+typedef struct bs__pg_qitem bs__pg_qitem; /* a queued save or custom write checkpoint */
 typedef struct bs__pg_writer {
   bs_writer base;
+  bs__pg_db *db;
   PGconn *c;
   int create_empty, snapshot;
+  bs__pg_qitem **q; /* the queue, applied by the next flush (pg_save.c) */
+  size_t nq, cq;
 } bs__pg_writer;
 
 /* ---- Connections ---- */
@@ -108,6 +116,10 @@ void bs__pg_arg_bytes(bs__pg_args *a, bs_val v);
  * (over 1 GiB). */
 int bs__pg_arg_bytes_array(bs__pg_args *a, const bs_val *v, size_t n, const bs_allocator *al,
                            unsigned char **buf, bs_error *err);
+
+/* int8[] of the n values, likewise. */
+int bs__pg_arg_i64_array(bs__pg_args *a, const uint64_t *v, size_t n, const bs_allocator *al,
+                         unsigned char **buf, bs_error *err);
 
 /* A binary bytea[] result value, walked element by element (borrowed from the result). */
 typedef struct bs__pg_array {
@@ -156,6 +168,20 @@ int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *hea
                                  uint64_t *id_out, int *found, bs_error *err);
 int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
                                              bs_error *err);
+
+/* The writer's connection, reconnected (and its lock taken again) when the server dropped it. */
+int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err);
+
+/* pg_save.c: the writer's queue and flush */
+int bs__pg_writer_save(bs_writer *w, const bs_save *c, bs_error *err);
+int bs__pg_writer_custom(bs_writer *w, bs_val user, uint64_t value, bs_val event,
+                         int64_t requested_at, bs_error *err);
+int bs__pg_writer_source_row(bs_writer *w, bs_val table, bs_val rid,
+                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
+/* Applies the queue inside the writer's open transaction; *head = the op-id head after it.
+ * The queue stays (the caller clears it once the transaction committed). */
+int bs__pg_flush_in_txn(bs__pg_writer *w, uint64_t *head, bs_error *err);
+void bs__pg_queue_clear(bs__pg_writer *w);
 
 /* pg_read.c: the read slots */
 int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,

@@ -76,6 +76,7 @@ int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **o
   }
   w->base.vt = &pg_writer_vt;
   w->base.st = st;
+  w->db = db;
   w->c = c;
   w->create_empty = o->create_empty;
   w->snapshot = o->snapshot;
@@ -87,12 +88,14 @@ static void writer_close(bs_writer *bw) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   if (!w) return;
   PQfinish(w->c); /* the session's end releases its advisory lock, also if the server is gone */
-  bs__free(&db_of(bw->st)->base.alloc, w);
+  bs__pg_queue_clear(w);
+  bs__free(&w->db->base.alloc, w->q);
+  bs__free(&w->db->base.alloc, w);
 }
 
 /* The writer's connection, reconnected when the server dropped it. The advisory lock went with
  * the old session: it is taken again (BS_EBUSY if another writer took it meanwhile). */
-static int writer_conn(bs__pg_writer *w, bs_error *err) {
+int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err) {
   bs_storage *st = w->base.st;
   bs__pg_args a = {0};
   PGresult *r;
@@ -121,22 +124,16 @@ static int writer_conn(bs__pg_writer *w, bs_error *err) {
 
 static int writer_flush(bs_writer *bw, uint64_t *last_op_out, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
-  bs__pg_args a = {0};
-  PGresult *r;
+  uint64_t head = 0;
   int rc;
-  if ((rc = writer_conn(w, err))) return rc;
-  bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
-  rc = bs__pg_exec(w->c, "SELECT op_head, state FROM bs_streams WHERE id = $1", &a, &r, "flush",
-                   err);
-  if (rc) return rc;
-  if (PQntuples(r) != 1)
-    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)bw->st->stream_id);
-  else if (bs__pg_i16(r, 0, 1) == BS_STREAM_TERMINATED)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
-  else if (last_op_out)
-    *last_op_out = (uint64_t)bs__pg_i64(r, 0, 0);
-  PQclear(r);
-  return rc;
+  if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
+  if ((rc = bs__pg_flush_in_txn(w, &head, err)) || (rc = bs__pg_commit(w->c, err))) {
+    bs__pg_rollback(w->c); /* nothing half-applied; the queue stays */
+    return rc;
+  }
+  bs__pg_queue_clear(w);
+  if (last_op_out) *last_op_out = head;
+  return BS_OK;
 }
 
 /* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
@@ -157,6 +154,7 @@ static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, 
       " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users)"
       "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
       "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}') FROM done),"
+      " purge AS (DELETE FROM bs_source WHERE stream = $1 AND soft AND mark <= $2),"
       " stop AS (UPDATE bs_streams SET state = 4 WHERE id <> $1 AND state IN (2, 3)"
       "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"
       " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
@@ -175,8 +173,10 @@ static int writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_
   int rc, created = 0;
   bs_block_reason blocked;
   if (create_empty < 0) create_empty = w->create_empty;
-  if ((rc = writer_conn(w, err))) return rc;
+  if ((rc = bs__pg_writer_conn(w, err))) return rc;
   if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
+  /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
+  if ((rc = bs__pg_flush_in_txn(w, &head, err))) goto fail;
   bs__pg_arg_i32(&a, (int32_t)stream);
   rc = bs__pg_exec(w->c,
                    "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, op_head,"
@@ -215,6 +215,7 @@ static int writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_
                     &b, "commit", err);
   }
   if (rc || (rc = bs__pg_commit(w->c, err))) goto fail;
+  bs__pg_queue_clear(w);
   if (out) {
     out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
     out->blocked_reason = blocked;
@@ -236,7 +237,7 @@ static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char 
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
-  if ((rc = writer_conn(w, err))) return rc;
+  if ((rc = bs__pg_writer_conn(w, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
   bs__pg_arg_bytes(&a, lsn);
   if ((rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) return rc;
@@ -265,7 +266,10 @@ static int writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
 static const bs_writer_vtable pg_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = writer_close,
+    .save = bs__pg_writer_save,
     .flush = writer_flush,
+    .source_row = bs__pg_writer_source_row,
+    .custom_write_checkpoint = bs__pg_writer_custom,
     .commit = writer_commit,
     .snapshot_done = writer_snapshot_done,
     .resume_lsn = writer_resume_lsn,

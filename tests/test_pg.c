@@ -90,7 +90,7 @@ static bs_db *open_ok(pgt *t, unsigned flags) {
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = open_ok(t, 0), *db2;
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
   bs_close(db);
   db2 = open_ok(t, 0); /* a second open finds it and changes nothing */
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_meta"), 1);
@@ -103,16 +103,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = open_ok(t, 0);
   bs_close(db);
-  admin_exec(t, "UPDATE bs_meta SET value = 3 WHERE key = 'schema_version'");
+  admin_exec(t, "UPDATE bs_meta SET value = 4 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 3, newer than this build's 2"));
+  assert_non_null(strstr(err.msg, "version 4, newer than this build's 3"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
 }
 
 static void t_schema_read_only(void **state) {
@@ -137,24 +137,26 @@ static void t_schema_read_only(void **state) {
   assert_int_equal(bs_report_error(st, "x", &err), BS_ESTATE);
   bs_storage_close(st);
   bs_close(db);
-  /* a schema of version 1 (before the write-checkpoint tables): read-only refuses it, a
-   * read-write open migrates it and keeps its data */
+  /* a schema of version 1 (before the write-checkpoint and source tables): read-only refuses
+   * it, a read-write open migrates it and keeps its data */
   admin_exec(t, "UPDATE bs_meta SET value = 1 WHERE key = 'schema_version';"
-                " DROP TABLE bs_wcp_managed, bs_wcp_custom");
+                " DROP TABLE bs_wcp_managed, bs_wcp_custom, bs_tables, bs_source;"
+                " ALTER TABLE bs_streams DROP COLUMN next_table_id");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 1, older than this build's 2"));
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 3"));
   db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_wcp_managed"), 0);
+  assert_int_equal(admin_int(t, "SELECT next_table_id FROM bs_streams"), 1);
   bs_close(db);
   /* version 0 (bs_meta without migration 1): read-only finds no schema */
   admin_exec(t, "UPDATE bs_meta SET value = 0 WHERE key = 'schema_version';"
                 " DROP TABLE bs_changes, bs_params, bs_ops, bs_buckets, bs_streams, bs_wcp_managed,"
-                " bs_wcp_custom");
+                " bs_wcp_custom, bs_tables, bs_source");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 2);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
   bs_close(db);
 }
 
@@ -359,14 +361,8 @@ static void t_unsupported_slots(void **state) {
   assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
-  bs_save sv = BS_SAVE_INIT;
-  sv.table = (bs_val){"t", 1};
-  sv.after_id = (bs_val){"r", 1};
-  assert_int_equal(bs_writer_save(w, &sv, &err), BS_EUNSUPPORTED);
   assert_int_equal(bs_writer_truncate(w, (bs_val){"t", 1}, &err), BS_EUNSUPPORTED);
-  assert_int_equal(
-      bs_writer_custom_write_checkpoint(w, (bs_val){"u", 1}, 1, (bs_val){NULL, 0}, &err),
-      BS_EUNSUPPORTED);
+  assert_int_equal(bs_writer_drop(w, (bs_val){"t", 1}, &err), BS_EUNSUPPORTED);
   bs_writer_close(w);
   assert_int_equal(bs_compact(st, NULL, NULL, &err), BS_EUNSUPPORTED);
   assert_int_equal(bs_compact_initial_replication(st, 0, 0, NULL, &err), BS_EUNSUPPORTED);
@@ -1407,6 +1403,190 @@ static void t_clear(void **state) {
   bs_close(db);
 }
 
+/* ---- the writer's saves: the same workload through both backends, every read equal ---- */
+
+static void workload(bs_db *db, uint64_t seed, int flush_often) {
+  bs_error err = {0};
+  bs_storage *st;
+  bs_writer *w;
+  bs_writer_options so = BS_WRITER_OPTIONS_INIT;
+  char lsn[32];
+  int n_lsn = 0;
+  rnd_state = seed;
+  so.snapshot = 1;
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  /* a snapshot phase: INSERTs, repeated ones skipped */
+  assert_int_equal(bs_writer_open(&w, st, &so, &err), BS_OK);
+  for (int i = 0; i < 30; i++) {
+    char id[16];
+    bs_row row;
+    bs_save sv = BS_SAVE_INIT;
+    const char *b = bucket_names[rnd() % N_BUCKETS];
+    snprintf(id, sizeof id, "r%d", (int)(rnd() % 12));
+    row.bucket = (bs_val){b, strlen(b)};
+    row.object_type = (bs_val){"todos", 5};
+    row.object_id = (bs_val){id, strlen(id)};
+    row.data = (bs_val){"{\"snap\":1}", 10};
+    sv.table = (bs_val){"t", 1};
+    sv.after_id = (bs_val){id, strlen(id)};
+    sv.rows = &row;
+    sv.n_rows = 1;
+    sv.stored_data = (bs_val){"snap", 4};
+    assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  }
+  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+  bs_writer_close(w);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"0", 1}, &err), BS_OK);
+  for (int step = 0; step < 150; step++) {
+    char id[16], id2[16], data[64], lk[16];
+    bs_row rows[3];
+    bs_val params[2] = {{"{\"p\":1}", 7}, {"", 0}};
+    bs_lookup lks[2];
+    bs_save sv = BS_SAVE_INIT;
+    int k = (int)(rnd() % 4), tag = (int)(rnd() % 8);
+    snprintf(id, sizeof id, "r%d", (int)(rnd() % 12));
+    snprintf(id2, sizeof id2, "r%d", (int)(rnd() % 12));
+    size_t len = rnd() % 4 == 0 ? 0 : rnd() % 4 == 0 ? 1 : 20;
+    memset(data, 'a' + (int)(rnd() % 26), sizeof data);
+    sv.table = rnd() % 5 == 0 ? (bs_val){"other", 5} : (bs_val){"t", 1};
+    sv.tag = tag == 0 ? BS_DELETE : tag == 1 ? BS_INSERT : BS_UPDATE;
+    sv.after_id = (bs_val){id, strlen(id)};
+    sv.before_id = tag == 2 ? (bs_val){id2, strlen(id2)} : (bs_val){NULL, 0}; /* a key change */
+    for (int i = 0; i < k; i++) {
+      const char *b = bucket_names[rnd() % N_BUCKETS];
+      rows[i].bucket = (bs_val){b, strlen(b)};
+      rows[i].object_type = rnd() % 3 ? (bs_val){"todos", 5} : (bs_val){"", 0};
+      rows[i].object_id = (bs_val){id, strlen(id)};
+      rows[i].data = (bs_val){data, len};
+    }
+    sv.rows = rows;
+    sv.n_rows = (size_t)k;
+    for (int i = 0; i < 2; i++) {
+      snprintf(lk, sizeof lk, "k%d", (int)(rnd() % 4));
+      lks[i].key = (bs_val){strdup(lk), strlen(lk)};
+      lks[i].params = params;
+      lks[i].n_params = rnd() % 3;
+    }
+    sv.lookups = lks;
+    sv.n_lookups = rnd() % 3;
+    if (rnd() % 2) sv.stored_data = (bs_val){data, len};
+    assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+    for (int i = 0; i < 2; i++) free((void *)lks[i].key.data);
+    if (rnd() % 4 == 0 && flush_often) assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+    if (rnd() % 5 == 0) {
+      snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
+      assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+    }
+    if (rnd() % 17 == 0)
+      assert_int_equal(bs_writer_custom_write_checkpoint(w, (bs_val){"u", 1}, (uint64_t)step,
+                                                         (bs_val){"e", 1}, &err),
+                       BS_OK);
+  }
+  snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
+  assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+  bs_writer_close(w);
+  bs_storage_close(st);
+}
+
+typedef struct src_seen {
+  int found;
+  char data[64];
+  size_t size;
+  int null;
+} src_seen;
+
+static int src_cb(const bs_val *d, void *payload) {
+  src_seen *s = payload;
+  s->found = 1;
+  s->null = d == NULL;
+  if (d) {
+    memcpy(s->data, d->data, d->size);
+    s->size = d->size;
+  }
+  return 0;
+}
+
+static void t_writer_saves(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *db[2];
+  bs_storage *st[2];
+  bs_status status[2];
+  assert_int_equal(bs_open_memory(&db[0], NULL, &err), BS_OK);
+  db[1] = open_ok(t, 0);
+  for (int i = 0; i < 2; i++) {
+    workload(db[i], 5, i); /* the PostgreSQL side flushes more often: same result */
+    assert_int_equal(bs_storage_open(&st[i], db[i], 1, &err), BS_OK);
+    assert_int_equal(bs_get_status(st[i], &status[i], &err), BS_OK);
+  }
+  assert_int_equal(status[1].last_persisted_op, status[0].last_persisted_op);
+  assert_int_equal(status[1].checkpoint, status[0].checkpoint);
+  assert_true(status[0].last_persisted_op > 200);
+  for (uint64_t c = 0; c <= status[0].last_persisted_op + 1; c++) {
+    uint64_t after[N_BUCKETS + 1] = {0, c / 2, 0, c / 3, 0};
+    dump dm = {0}, dp = {0};
+    bs_val names[N_BUCKETS];
+    bs_checksum cs[2][N_BUCKETS];
+    for (int i = 0; i < N_BUCKETS; i++)
+      names[i] = (bs_val){bucket_names[i], strlen(bucket_names[i])};
+    assert_int_equal(read_all(st[0], c, after, 7, 100, 0, &dm), BS_OK);
+    assert_int_equal(read_all(st[1], c, after, 7, 100, 0, &dp), BS_OK);
+    if (strcmp(dm.s, dp.s)) {
+      fprintf(stderr, "C=%llu\nmemory:\n%s\npostgres:\n%s\n", (unsigned long long)c, dm.s, dp.s);
+      fail();
+    }
+    free(dm.s);
+    free(dp.s);
+    for (int i = 0; i < 2; i++)
+      assert_int_equal(bs_get_checksums(st[i], c, names, N_BUCKETS, cs[i], &err), BS_OK);
+    assert_memory_equal(cs[1], cs[0], sizeof cs[0]);
+    for (int k = 0; k < 4; k++) {
+      char key[16];
+      rowlist l[2];
+      snprintf(key, sizeof key, "k%d", k);
+      bs_val kv = {key, 2};
+      for (int i = 0; i < 2; i++) {
+        memset(&l[i], 0, sizeof l[i]);
+        assert_int_equal(bs_get_parameter_sets(st[i], c, &kv, 1, 100, collect_row, &l[i], &err),
+                         BS_OK);
+      }
+      assert_int_equal(l[1].n, l[0].n);
+      for (int r = 0; r < l[0].n; r++) {
+        assert_int_equal(l[1].size[r], l[0].size[r]);
+        assert_memory_equal(l[1].row[r], l[0].row[r], l[0].size[r]);
+      }
+    }
+  }
+  /* the source records each backend ends with */
+  for (int r = 0; r < 12; r++) {
+    char id[16];
+    src_seen s[2];
+    int rc[2];
+    snprintf(id, sizeof id, "r%d", r);
+    for (int tb = 0; tb < 2; tb++) {
+      bs_writer *w;
+      for (int i = 0; i < 2; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        assert_int_equal(bs_writer_open(&w, st[i], NULL, &err), BS_OK);
+        rc[i] = bs_writer_source_row(w, tb ? (bs_val){"other", 5} : (bs_val){"t", 1},
+                                     (bs_val){id, strlen(id)}, src_cb, &s[i], &err);
+        bs_writer_close(w);
+      }
+      assert_int_equal(rc[1], rc[0]);
+      assert_int_equal(s[1].found, s[0].found);
+      assert_int_equal(s[1].null, s[0].null);
+      assert_int_equal(s[1].size, s[0].size);
+      assert_memory_equal(s[1].data, s[0].data, s[0].size);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    bs_storage_close(st[i]);
+    bs_close(db[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_schema_created_once, setup, teardown),
@@ -1425,6 +1605,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_writer_lock, setup, teardown),
       cmocka_unit_test_setup_teardown(t_write_checkpoints, setup, teardown),
       cmocka_unit_test_setup_teardown(t_clear, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_writer_saves, setup, teardown),
   };
   base_url = getenv("BS_TEST_PG_URL");
   if (!base_url || !*base_url) {

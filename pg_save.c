@@ -1,0 +1,1022 @@
+/*
+ * pg_save.c: the PostgreSQL writer's queue and its flush (contract.md 4). A save is copied into
+ * the writer's queue; a flush applies the whole queue in one transaction: the source records the
+ * batch needs and its buckets are loaded in a few statements, effects.c decides every save's
+ * effects (contract.md 4.1-4.3) against them in memory, and the result goes to the server as
+ * binary COPY streams (ops, parameter entries, source records) plus one statement each for the
+ * bucket states, the stream's op-id head and the change record. A failed flush rolls back and
+ * keeps the queue; the next flush starts from it again.
+ */
+#include "pg_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* ---- The queue: deep copies in one allocation each ---------------------------------------------- */
+
+struct bs__pg_qitem {
+  int kind; /* 0 save, 1 custom write checkpoint */
+  bs_save s;
+  /* custom write checkpoint */
+  bs_val user, event;
+  uint64_t value;
+  int64_t requested_at;
+};
+
+static size_t val_room(bs_val v) {
+  return v.size;
+}
+
+static bs_val val_put(unsigned char **p, bs_val v) {
+  bs_val out = {NULL, 0};
+  if (!v.data) return out;
+  out.data = *p;
+  out.size = v.size;
+  if (v.size) memcpy(*p, v.data, v.size);
+  *p += v.size;
+  return out;
+}
+
+static int queue_push(bs__pg_writer *w, bs__pg_qitem *q, bs_error *err) {
+  const bs_allocator *a = &w->db->base.alloc;
+  if (w->nq == w->cq) {
+    size_t cap = w->cq ? w->cq * 2 : 64;
+    bs__pg_qitem **p = bs__realloc(a, w->q, cap * sizeof *p);
+    if (!p) return bs__fail(err, BS_ENOMEM, "writer queue: out of memory");
+    w->q = p;
+    w->cq = cap;
+  }
+  w->q[w->nq++] = q;
+  return BS_OK;
+}
+
+static int save_queue(bs_writer *bw, const bs_save *c, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  const bs_allocator *a = &w->db->base.alloc;
+  size_t n = sizeof(bs__pg_qitem) + c->n_rows * sizeof(bs_row) + c->n_lookups * sizeof(bs_lookup);
+  size_t np = 0;
+  unsigned char *p;
+  bs__pg_qitem *q;
+  bs_row *rows;
+  bs_lookup *lks;
+  bs_val *params;
+  int rc;
+  for (size_t i = 0; i < c->n_lookups; i++) np += c->lookups[i].n_params;
+  n += np * sizeof(bs_val);
+  n += val_room(c->table) + val_room(c->before_id) + val_room(c->after_id) +
+       val_room(c->stored_data);
+  for (size_t i = 0; i < c->n_rows; i++)
+    n += c->rows[i].bucket.size + c->rows[i].object_type.size + c->rows[i].object_id.size +
+         c->rows[i].data.size;
+  for (size_t i = 0; i < c->n_lookups; i++) {
+    n += c->lookups[i].key.size;
+    for (size_t j = 0; j < c->lookups[i].n_params; j++) n += c->lookups[i].params[j].size;
+  }
+  if (!(q = bs__malloc(a, n)))
+    return bs__fail(err, BS_ENOMEM, "writer queue: a save of %zu bytes", n);
+  memset(q, 0, sizeof *q);
+  rows = (bs_row *)(q + 1);
+  lks = (bs_lookup *)(rows + c->n_rows);
+  params = (bs_val *)(lks + c->n_lookups);
+  p = (unsigned char *)(params + np);
+  q->s = *c;
+  q->s.table = val_put(&p, c->table);
+  q->s.before_id = val_put(&p, c->before_id);
+  q->s.after_id = val_put(&p, c->after_id);
+  q->s.stored_data = val_put(&p, c->stored_data);
+  /* a field a call needs reads {NULL, 0} as "" (storage.h CONVENTIONS) */
+  for (size_t i = 0; i < c->n_rows; i++) {
+    rows[i].bucket = val_put(&p, c->rows[i].bucket);
+    rows[i].object_type = val_put(&p, c->rows[i].object_type);
+    rows[i].object_id = val_put(&p, c->rows[i].object_id);
+    rows[i].data = val_put(&p, c->rows[i].data);
+    if (!rows[i].object_type.data) rows[i].object_type = bs__val_str("");
+    if (!rows[i].object_id.data) rows[i].object_id = bs__val_str("");
+    if (!rows[i].data.data) rows[i].data = bs__val_str("");
+  }
+  for (size_t i = 0; i < c->n_lookups; i++) {
+    lks[i].key = val_put(&p, c->lookups[i].key);
+    if (!lks[i].key.data) lks[i].key = bs__val_str("");
+    lks[i].params = params;
+    lks[i].n_params = c->lookups[i].n_params;
+    for (size_t j = 0; j < c->lookups[i].n_params; j++) {
+      *params = val_put(&p, c->lookups[i].params[j]);
+      if (!params->data) *params = bs__val_str("");
+      params++;
+    }
+  }
+  q->s.rows = rows;
+  q->s.lookups = lks;
+  if ((rc = queue_push(w, q, err))) bs__free(a, q);
+  return rc;
+}
+
+static int custom_queue(bs_writer *bw, bs_val user, uint64_t value, bs_val event,
+                        int64_t requested_at, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  const bs_allocator *a = &w->db->base.alloc;
+  bs__pg_qitem *q = bs__malloc(a, sizeof *q + user.size + event.size);
+  unsigned char *p;
+  int rc;
+  if (!q) return bs__fail(err, BS_ENOMEM, "writer queue: out of memory");
+  memset(q, 0, sizeof *q);
+  p = (unsigned char *)(q + 1);
+  q->kind = 1;
+  q->user = val_put(&p, user.data ? user : bs__val_str(""));
+  q->event = val_put(&p, event.data ? event : bs__val_str(""));
+  q->value = value;
+  q->requested_at = requested_at;
+  if ((rc = queue_push(w, q, err))) bs__free(a, q);
+  return rc;
+}
+
+void bs__pg_queue_clear(bs__pg_writer *w) {
+  for (size_t i = 0; i < w->nq; i++) bs__free(&w->db->base.alloc, w->q[i]);
+  w->nq = 0;
+}
+
+/* ---- A growing byte buffer: the COPY streams ----------------------------------------------------- */
+
+typedef struct buf {
+  unsigned char *p;
+  size_t n, cap;
+  int oom;
+} buf;
+
+static unsigned char *buf_room(buf *b, const bs_allocator *a, size_t n) {
+  if (b->oom) return NULL;
+  if (b->n + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    unsigned char *p;
+    while (cap < b->n + n) cap *= 2;
+    if (!(p = bs__realloc(a, b->p, cap))) {
+      b->oom = 1;
+      return NULL;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  b->n += n;
+  return b->p + b->n - n;
+}
+
+/* COPY binary fields */
+static void f_int(buf *b, const bs_allocator *a, uint64_t v, int size) {
+  unsigned char *p = buf_room(b, a, 4 + (size_t)size);
+  if (!p) return;
+  bs__put_u32be(p, (uint32_t)size);
+  for (int k = 0; k < size; k++) p[4 + k] = (unsigned char)(v >> (8 * (size - 1 - k)));
+}
+static void f_bytes(buf *b, const bs_allocator *a, bs_val v) {
+  unsigned char *p = buf_room(b, a, 4 + (v.data ? v.size : 0));
+  if (!p) return;
+  bs__put_u32be(p, v.data ? (uint32_t)v.size : 0xffffffffu);
+  if (v.size) memcpy(p + 4, v.data, v.size);
+}
+static void f_tuple(buf *b, const bs_allocator *a, int fields) {
+  unsigned char *p = buf_room(b, a, 2);
+  if (p) p[0] = (unsigned char)(fields >> 8), p[1] = (unsigned char)fields;
+}
+
+/* ---- One flush: the batch in memory ------------------------------------------------------------ */
+
+typedef struct rec_ent {
+  uint32_t table;
+  bs_val rid; /* owned */
+  bs__srec r; /* arrays and strings in blob */
+  void *blob;
+  int dirty;
+} rec_ent;
+
+typedef struct bucket_ent {
+  uint64_t id;
+  bs_val name; /* owned */
+  uint32_t d_checksum;
+  uint64_t d_count, d_bytes, last_op;
+  int touched;
+} bucket_ent;
+
+typedef struct batch {
+  bs__pg_writer *w;
+  const bs_allocator *a;
+  PGconn *c;
+  uint32_t stream, table;
+  uint64_t head, first;
+  rec_ent **recs; /* each entry allocated on its own: load's pointers must survive growth */
+  size_t nrecs, crecs;
+  bs__htab rmap;
+  bucket_ent *bk;
+  size_t nbk, cbk;
+  bs__htab bname, bid;
+  buf ops, params;
+  bs_val *lookups; /* changed lookup keys, distinct (owned copies: a tombstone's key may live
+                    * in a record that a later store of the batch replaces) */
+  size_t nlk, clk;
+  bs__htab lmap;
+  int too_many_lookups;
+} batch;
+
+static uint64_t rec_hash(uint32_t table, bs_val rid) {
+  return XXH3_64bits_withSeed(rid.data, rid.size, table);
+}
+
+static rec_ent *rec_find(batch *b, uint32_t table, bs_val rid) {
+  bs__hprobe p = bs__htab_probe(&b->rmap, rec_hash(table, rid));
+  for (uintptr_t v; (v = bs__htab_next(&p));) {
+    rec_ent *e = b->recs[v - 1];
+    if (e->table == table && bs__val_eq(e->rid, rid)) return e;
+  }
+  return NULL;
+}
+
+/* Sets e's record to a copy of r (one blob for its arrays and strings). */
+static int rec_set(batch *b, rec_ent *e, const bs__srec *r) {
+  size_t n = r->nm * sizeof(bs__member) + r->nl * sizeof(bs_val) + r->data.size;
+  unsigned char *p, *blob;
+  bs__srec c = *r;
+  for (uint32_t i = 0; i < r->nm; i++) n += r->m[i].object_type.size + r->m[i].object_id.size;
+  for (uint32_t i = 0; i < r->nl; i++) n += r->lk[i].size;
+  if (!(blob = bs__malloc(b->a, n))) return BS_ENOMEM;
+  c.m = (bs__member *)blob;
+  c.lk = (bs_val *)(c.m + r->nm);
+  p = (unsigned char *)(c.lk + r->nl);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    c.m[i] = r->m[i];
+    c.m[i].object_type = val_put(&p, r->m[i].object_type);
+    c.m[i].object_id = val_put(&p, r->m[i].object_id);
+  }
+  for (uint32_t i = 0; i < r->nl; i++) c.lk[i] = val_put(&p, r->lk[i]);
+  c.data = val_put(&p, r->data);
+  if (r->has_data && !c.data.data) c.data.data = p; /* present, empty */
+  if (!r->nm) c.m = NULL;
+  if (!r->nl) c.lk = NULL;
+  bs__free(b->a, e->blob);
+  e->blob = blob;
+  e->r = c;
+  return BS_OK;
+}
+
+static rec_ent *rec_add(batch *b, uint32_t table, bs_val rid) {
+  rec_ent *e;
+  unsigned char *copy;
+  if (b->nrecs == b->crecs) {
+    size_t cap = b->crecs ? b->crecs * 2 : 64;
+    rec_ent **p = bs__realloc(b->a, b->recs, cap * sizeof *p);
+    if (!p) return NULL;
+    b->recs = p;
+    b->crecs = cap;
+  }
+  if (bs__htab_reserve(&b->rmap, b->a, b->nrecs + 1)) return NULL;
+  if (!(e = bs__calloc(b->a, 1, sizeof *e))) return NULL;
+  if (!(copy = bs__malloc(b->a, rid.size))) {
+    bs__free(b->a, e);
+    return NULL;
+  }
+  if (rid.size) memcpy(copy, rid.data, rid.size);
+  b->recs[b->nrecs++] = e;
+  e->table = table;
+  e->rid.data = copy;
+  e->rid.size = rid.size;
+  bs__htab_put(&b->rmap, rec_hash(table, rid), b->nrecs);
+  return e;
+}
+
+/* The source-record value (members and lookups; soft, mark and data are columns):
+ * u32be nm, nm x (u64be bucket, u64be op, u32be len, object_type, u32be len, object_id),
+ * u32be nl, nl x (u32be len, key). */
+static size_t srec_size(const bs__srec *r) {
+  size_t n = 8;
+  for (uint32_t i = 0; i < r->nm; i++) n += 24 + r->m[i].object_type.size + r->m[i].object_id.size;
+  for (uint32_t i = 0; i < r->nl; i++) n += 4 + r->lk[i].size;
+  return n;
+}
+
+static void srec_encode(unsigned char *p, const bs__srec *r) {
+  bs__put_u32be(p, r->nm);
+  p += 4;
+  for (uint32_t i = 0; i < r->nm; i++) {
+    bs__put_u64be(p, r->m[i].bucket);
+    bs__put_u64be(p + 8, r->m[i].op);
+    bs__put_u32be(p + 16, (uint32_t)r->m[i].object_type.size);
+    memcpy(p + 20, r->m[i].object_type.data, r->m[i].object_type.size);
+    p += 20 + r->m[i].object_type.size;
+    bs__put_u32be(p, (uint32_t)r->m[i].object_id.size);
+    memcpy(p + 4, r->m[i].object_id.data, r->m[i].object_id.size);
+    p += 4 + r->m[i].object_id.size;
+  }
+  bs__put_u32be(p, r->nl);
+  p += 4;
+  for (uint32_t i = 0; i < r->nl; i++) {
+    bs__put_u32be(p, (uint32_t)r->lk[i].size);
+    if (r->lk[i].size) memcpy(p + 4, r->lk[i].data, r->lk[i].size);
+    p += 4 + r->lk[i].size;
+  }
+}
+
+/* Decodes v into r: arrays allocated in *scratch (the caller frees), strings borrowed from v. */
+static int srec_decode(const bs_allocator *a, bs_val v, bs__srec *r, void **scratch) {
+  const unsigned char *p = v.data, *end = p + v.size;
+  uint32_t nm, nl;
+  *scratch = NULL;
+  if (v.size < 8) return BS_ECORRUPT;
+  nm = bs__get_u32be(p);
+  p += 4;
+  if (nm > v.size / 24) return BS_ECORRUPT;
+  if (!(r->m = bs__calloc(a, nm + 1, sizeof *r->m))) return BS_ENOMEM;
+  *scratch = r->m;
+  for (uint32_t i = 0; i < nm; i++) {
+    size_t n;
+    if (end - p < 20) return BS_ECORRUPT;
+    r->m[i].bucket = bs__get_u64be(p);
+    r->m[i].op = bs__get_u64be(p + 8);
+    n = bs__get_u32be(p + 16);
+    p += 20;
+    if ((size_t)(end - p) < n + 4) return BS_ECORRUPT;
+    r->m[i].object_type.data = p;
+    r->m[i].object_type.size = n;
+    p += n;
+    n = bs__get_u32be(p);
+    p += 4;
+    if ((size_t)(end - p) < n) return BS_ECORRUPT;
+    r->m[i].object_id.data = p;
+    r->m[i].object_id.size = n;
+    p += n;
+  }
+  r->nm = nm;
+  if (end - p < 4) return BS_ECORRUPT;
+  nl = bs__get_u32be(p);
+  p += 4;
+  if (nl > v.size / 4) return BS_ECORRUPT;
+  r->lk = (bs_val *)bs__calloc(a, nl + 1, sizeof *r->lk);
+  if (!r->lk) return BS_ENOMEM;
+  /* both arrays in one scratch: m is freed by the caller, lk is appended to its list */
+  for (uint32_t i = 0; i < nl; i++) {
+    size_t n;
+    if (end - p < 4) {
+      bs__free(a, r->lk);
+      return BS_ECORRUPT;
+    }
+    n = bs__get_u32be(p);
+    p += 4;
+    if ((size_t)(end - p) < n) {
+      bs__free(a, r->lk);
+      return BS_ECORRUPT;
+    }
+    r->lk[i].data = p;
+    r->lk[i].size = n;
+    p += n;
+  }
+  r->nl = nl;
+  return p == end ? BS_OK : BS_ECORRUPT;
+}
+
+static bucket_ent *bucket_by_name(batch *b, bs_val name) {
+  bs__hprobe p = bs__htab_probe(&b->bname, XXH3_64bits(name.data, name.size));
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (bs__val_eq(b->bk[v - 1].name, name)) return &b->bk[v - 1];
+  return NULL;
+}
+
+static bucket_ent *bucket_by_id(batch *b, uint64_t id) {
+  bs__hprobe p = bs__htab_probe(&b->bid, id * 0x9e3779b97f4a7c15ull);
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (b->bk[v - 1].id == id) return &b->bk[v - 1];
+  return NULL;
+}
+
+static int bucket_add(batch *b, uint64_t id, bs_val name) {
+  bucket_ent *e;
+  unsigned char *copy;
+  if (bucket_by_id(b, id)) return BS_OK;
+  if (b->nbk == b->cbk) {
+    size_t cap = b->cbk ? b->cbk * 2 : 64;
+    bucket_ent *p = bs__realloc(b->a, b->bk, cap * sizeof *p);
+    if (!p) return BS_ENOMEM;
+    b->bk = p;
+    b->cbk = cap;
+  }
+  if (bs__htab_reserve(&b->bname, b->a, b->nbk + 1) || bs__htab_reserve(&b->bid, b->a, b->nbk + 1))
+    return BS_ENOMEM;
+  if (!(copy = bs__malloc(b->a, name.size))) return BS_ENOMEM;
+  memcpy(copy, name.data, name.size);
+  e = &b->bk[b->nbk++];
+  memset(e, 0, sizeof *e);
+  e->id = id;
+  e->name.data = copy;
+  e->name.size = name.size;
+  bs__htab_put(&b->bname, XXH3_64bits(name.data, name.size), b->nbk);
+  bs__htab_put(&b->bid, id * 0x9e3779b97f4a7c15ull, b->nbk);
+  return BS_OK;
+}
+
+static void batch_free(batch *b) {
+  for (size_t i = 0; i < b->nrecs; i++) {
+    bs__free(b->a, (void *)b->recs[i]->rid.data);
+    bs__free(b->a, b->recs[i]->blob);
+    bs__free(b->a, b->recs[i]);
+  }
+  for (size_t i = 0; i < b->nbk; i++) bs__free(b->a, (void *)b->bk[i].name.data);
+  for (size_t i = 0; i < b->nlk; i++) bs__free(b->a, (void *)b->lookups[i].data);
+  bs__free(b->a, b->recs);
+  bs__free(b->a, b->bk);
+  bs__free(b->a, b->lookups);
+  bs__free(b->a, b->ops.p);
+  bs__free(b->a, b->params.p);
+  bs__htab_free(&b->rmap, b->a);
+  bs__htab_free(&b->bname, b->a);
+  bs__htab_free(&b->bid, b->a);
+  bs__htab_free(&b->lmap, b->a);
+}
+
+static int oom(bs_error *err) {
+  return bs__fail(err, BS_ENOMEM, "flush: out of memory");
+}
+
+/* ---- effects.c's side -------------------------------------------------------------------------- */
+
+static int fx_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
+  batch *b = ctx;
+  rec_ent *e = rec_find(b, b->table, rid);
+  if (!e) /* every record the batch names was loaded up front */
+    return bs__fail(err, BS_ECORRUPT, "flush: a source record was not loaded");
+  *out = &e->r;
+  return BS_OK;
+}
+
+static int fx_bucket(void *ctx, bs_val name, uint64_t *id, bs_error *err) {
+  batch *b = ctx;
+  bucket_ent *e = bucket_by_name(b, name);
+  if (!e) return bs__fail(err, BS_ECORRUPT, "flush: a bucket was not resolved");
+  *id = e->id;
+  return BS_OK;
+}
+
+static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, bs_error *err) {
+  batch *b = ctx;
+  bucket_ent *e = bucket_by_id(b, bucket);
+  size_t sz = op->object_type.size + op->object_id.size + op->subkey.size + op->data.size;
+  if (!e) return bs__fail(err, BS_ECORRUPT, "flush: bucket %" PRIu64 " is not known", bucket);
+  *op_id = ++b->head;
+  f_tuple(&b->ops, b->a, 9);
+  f_int(&b->ops, b->a, bucket, 8);
+  f_int(&b->ops, b->a, *op_id, 8);
+  f_int(&b->ops, b->a, (uint64_t)op->type, 2);
+  f_int(&b->ops, b->a, op->checksum, 8);
+  f_int(&b->ops, b->a, 0, 8);
+  f_bytes(&b->ops, b->a, op->object_type);
+  f_bytes(&b->ops, b->a, op->object_id);
+  f_bytes(&b->ops, b->a, op->subkey);
+  f_bytes(&b->ops, b->a, op->type == BS_OP_PUT ? op->data : (bs_val){NULL, 0});
+  if (b->ops.oom) return oom(err);
+  e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
+  e->d_count++;
+  e->d_bytes += sz;
+  e->last_op = *op_id;
+  e->touched = 1;
+  return BS_OK;
+}
+
+static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
+                    bs_error *err) {
+  batch *b = ctx;
+  size_t arr = n ? 20 : 12;
+  unsigned char *p;
+  uint64_t h = XXH3_64bits(key.data, key.size);
+  bs__hprobe pr = bs__htab_probe(&b->lmap, h);
+  int known = 0;
+  for (size_t i = 0; i < n; i++) arr += 4 + params[i].size;
+  f_tuple(&b->params, b->a, 6);
+  f_int(&b->params, b->a, b->stream, 4);
+  f_bytes(&b->params, b->a, key);
+  f_int(&b->params, b->a, ++b->head, 8);
+  f_int(&b->params, b->a, b->table, 4);
+  f_bytes(&b->params, b->a, rid.data ? rid : bs__val_str(""));
+  if ((p = buf_room(&b->params, b->a, 4 + arr))) { /* rows bytea[] in the array binary form */
+    bs__put_u32be(p, (uint32_t)arr);
+    bs__put_u32be(p + 4, n ? 1 : 0);
+    bs__put_u32be(p + 8, 0);
+    bs__put_u32be(p + 12, 17);
+    p += 16;
+    if (n) {
+      bs__put_u32be(p, (uint32_t)n);
+      bs__put_u32be(p + 4, 1);
+      p += 8;
+    }
+    for (size_t i = 0; i < n; i++) {
+      bs__put_u32be(p, (uint32_t)params[i].size);
+      if (params[i].size) memcpy(p + 4, params[i].data, params[i].size);
+      p += 4 + params[i].size;
+    }
+  }
+  if (b->params.oom) return oom(err);
+  /* the change record's lookups: distinct, at most BS_CHANGES_MAX */
+  for (uintptr_t v; !known && (v = bs__htab_next(&pr));) known = bs__val_eq(b->lookups[v - 1], key);
+  if (known || b->too_many_lookups) return BS_OK;
+  if (b->nlk == BS_CHANGES_MAX) {
+    b->too_many_lookups = 1;
+    return BS_OK;
+  }
+  if (b->nlk == b->clk) {
+    size_t cap = b->clk ? b->clk * 2 : 16;
+    bs_val *q = bs__realloc(b->a, b->lookups, cap * sizeof *q);
+    if (!q) return oom(err);
+    b->lookups = q;
+    b->clk = cap;
+  }
+  if (bs__htab_reserve(&b->lmap, b->a, b->nlk + 1) || !(p = bs__malloc(b->a, key.size)))
+    return oom(err);
+  if (key.size) memcpy(p, key.data, key.size);
+  bs__htab_put(&b->lmap, h, b->nlk + 1);
+  b->lookups[b->nlk].data = p;
+  b->lookups[b->nlk++].size = key.size;
+  return BS_OK;
+}
+
+static int fx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
+  batch *b = ctx;
+  rec_ent *e = rec_find(b, b->table, rid);
+  if (!e && !(e = rec_add(b, b->table, rid))) return oom(err);
+  if (rec_set(b, e, rec)) return oom(err);
+  e->dirty = 1;
+  return BS_OK;
+}
+
+static uint64_t fx_op_head(void *ctx) {
+  return ((batch *)ctx)->head;
+}
+
+static const bs__effects_ops pg_effects_ops = {
+    .load = fx_load,
+    .bucket = fx_bucket,
+    .op = fx_op,
+    .param = fx_param,
+    .store = fx_store,
+    .op_head = fx_op_head,
+};
+
+/* ---- Loading what the batch needs ------------------------------------------------------------- */
+
+/* The table ids of every table the queue names, registering new ones (1, 2, ... per stream). */
+static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
+  bs__pg_writer *w = b->w;
+  for (size_t i = 0; i < w->nq; i++) {
+    const bs_save *s = &w->q[i]->s;
+    bs__pg_args a = {0};
+    PGresult *r;
+    int rc;
+    if (w->q[i]->kind) continue;
+    if (i > 0 && !w->q[i - 1]->kind && bs__val_eq(w->q[i - 1]->s.table, s->table)) {
+      ids[i] = ids[i - 1];
+      continue;
+    }
+    bs__pg_arg_i32(&a, (int32_t)b->stream);
+    bs__pg_arg_bytes(&a, s->table);
+    rc = bs__pg_exec(b->c,
+                     "WITH t AS (SELECT id FROM bs_tables WHERE stream = $1 AND name = $2),"
+                     " n AS (UPDATE bs_streams SET next_table_id = next_table_id + 1"
+                     "  WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM t)"
+                     "  RETURNING next_table_id - 1 AS id),"
+                     " i AS (INSERT INTO bs_tables (stream, name, id) SELECT $1, $2, id FROM n)"
+                     " SELECT id FROM t UNION ALL SELECT id FROM n",
+                     &a, &r, "registering a source table", err);
+    if (rc) return rc;
+    ids[i] = (uint32_t)bs__pg_i32(r, 0, 0);
+    PQclear(r);
+  }
+  return BS_OK;
+}
+
+/* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
+ * entry with exists 0. */
+static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, bs_error *err) {
+  bs__pg_args a = {0};
+  unsigned char *arr = NULL;
+  PGresult *r;
+  int rc;
+  if (!n) return BS_OK;
+  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  bs__pg_arg_i32(&a, (int32_t)table);
+  if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &arr, err))) return rc;
+  rc = bs__pg_exec(b->c,
+                   "SELECT replica_id, soft, mark, members, has_data, data FROM bs_source"
+                   " WHERE stream = $1 AND table_id = $2 AND replica_id = ANY($3)",
+                   &a, &r, "loading source records", err);
+  bs__free(b->a, arr);
+  if (rc) return rc;
+  for (int i = 0; i < PQntuples(r) && !rc; i++) {
+    bs_val rid = bs__pg_bytes(r, i, 0);
+    rec_ent *e = rec_find(b, table, rid);
+    bs__srec s = {0};
+    void *scratch = NULL;
+    if (e) continue;
+    if (!(e = rec_add(b, table, rid))) {
+      rc = oom(err);
+      break;
+    }
+    s.exists = 1;
+    s.soft = bs__pg_bool(r, i, 1);
+    s.mark = (uint64_t)bs__pg_i64(r, i, 2);
+    s.has_data = bs__pg_bool(r, i, 4);
+    s.data = bs__pg_bytes(r, i, 5);
+    rc = srec_decode(b->a, bs__pg_bytes(r, i, 3), &s, &scratch);
+    if (rc == BS_OK && rec_set(b, e, &s)) rc = BS_ENOMEM;
+    if (s.lk && rc != BS_ECORRUPT) bs__free(b->a, s.lk);
+    bs__free(b->a, scratch);
+    if (rc == BS_ECORRUPT)
+      rc = bs__fail(err, rc, "a source record of table %u does not decode", table);
+    else if (rc)
+      rc = oom(err);
+  }
+  PQclear(r);
+  for (size_t i = 0; i < n && !rc; i++)
+    if (!rec_find(b, table, rids[i]) && !rec_add(b, table, rids[i])) rc = oom(err);
+  return rc;
+}
+
+/* Every record the queue's saves can load, per table; then the buckets their memberships and
+ * the saves' rows name (new buckets are created). */
+static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
+  bs__pg_writer *w = b->w;
+  bs_val *rids = NULL, *names = NULL;
+  size_t nr = 0, nn = 0, cn = 0;
+  uint64_t *ids = NULL;
+  size_t nid = 0, cid = 0;
+  unsigned char *arr = NULL;
+  int rc = BS_OK;
+  if (!(rids = bs__calloc(b->a, 2 * w->nq + 1, sizeof *rids))) return oom(err);
+  for (size_t i = 0; i < w->nq && !rc; i++) {
+    const bs_save *s = &w->q[i]->s;
+    if (w->q[i]->kind) continue;
+    if (s->before_id.data) rids[nr++] = s->before_id;
+    if (s->after_id.data) rids[nr++] = s->after_id;
+    /* one statement per run of saves of one table */
+    if (i + 1 == w->nq || w->q[i + 1]->kind || tables[i + 1] != tables[i]) {
+      rc = load_records(b, tables[i], rids, nr, err);
+      nr = 0;
+    }
+  }
+  bs__free(b->a, rids);
+  if (rc) return rc;
+  /* bucket names of the rows, ids of the memberships */
+  for (size_t i = 0; i < w->nq; i++) {
+    const bs_save *s = &w->q[i]->s;
+    if (w->q[i]->kind) continue;
+    for (size_t k = 0; k < s->n_rows; k++) {
+      if (nn == cn) {
+        size_t cap = cn ? cn * 2 : 64;
+        bs_val *p = bs__realloc(b->a, names, cap * sizeof *p);
+        if (!p) goto nomem;
+        names = p;
+        cn = cap;
+      }
+      names[nn++] = s->rows[k].bucket;
+    }
+  }
+  for (size_t i = 0; i < b->nrecs; i++)
+    for (uint32_t k = 0; k < b->recs[i]->r.nm; k++) {
+      if (nid == cid) {
+        size_t cap = cid ? cid * 2 : 64;
+        uint64_t *p = bs__realloc(b->a, ids, cap * sizeof *p);
+        if (!p) goto nomem;
+        ids = p;
+        cid = cap;
+      }
+      ids[nid++] = b->recs[i]->r.m[k].bucket;
+    }
+  {
+    bs__pg_args a = {0};
+    unsigned char *arr2 = NULL;
+    PGresult *r;
+    bs__pg_arg_i32(&a, (int32_t)b->stream);
+    if ((rc = bs__pg_arg_bytes_array(&a, names, nn, b->a, &arr, err)) ||
+        (rc = bs__pg_arg_i64_array(&a, ids, nid, b->a, &arr2, err)))
+      goto out;
+    rc = bs__pg_exec(b->c,
+                     "WITH n AS (INSERT INTO bs_buckets (stream, name)"
+                     "  SELECT DISTINCT $1, x FROM unnest($2::bytea[]) AS x"
+                     "  ON CONFLICT DO NOTHING RETURNING id, name)"
+                     " SELECT id, name FROM n UNION ALL"
+                     " SELECT id, name FROM bs_buckets WHERE stream = $1"
+                     "  AND (name = ANY($2) OR id = ANY($3))",
+                     &a, &r, "resolving buckets", err);
+    bs__free(b->a, arr2);
+    if (rc) goto out;
+    for (int i = 0; i < PQntuples(r) && !rc; i++)
+      if (bucket_add(b, (uint64_t)bs__pg_i64(r, i, 0), bs__pg_bytes(r, i, 1))) rc = oom(err);
+    PQclear(r);
+  }
+  goto out;
+nomem:
+  rc = oom(err);
+out:
+  bs__free(b->a, arr);
+  bs__free(b->a, names);
+  bs__free(b->a, ids);
+  return rc;
+}
+
+/* ---- Writing the batch -------------------------------------------------------------------------- */
+
+static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a, bs_error *err) {
+  static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
+  static const unsigned char trailer[2] = {0xff, 0xff};
+  PGresult *r;
+  int rc;
+  BS_UNUSED(a);
+  if (!data->n) return BS_OK;
+  r = PQexec(c, sql);
+  if (PQresultStatus(r) != PGRES_COPY_IN) {
+    rc = bs__pg_fail(c, r, "flush: COPY", err);
+    PQclear(r);
+    return rc;
+  }
+  PQclear(r);
+  if (PQputCopyData(c, (const char *)header, 19) != 1 ||
+      PQputCopyData(c, (const char *)data->p, (int)data->n) != 1 ||
+      PQputCopyData(c, (const char *)trailer, 2) != 1 || PQputCopyEnd(c, NULL) != 1)
+    return bs__pg_fail(c, NULL, "flush: COPY", err);
+  r = PQgetResult(c);
+  rc = PQresultStatus(r) == PGRES_COMMAND_OK ? BS_OK : bs__pg_fail(c, r, "flush: COPY", err);
+  PQclear(r);
+  while ((r = PQgetResult(c))) PQclear(r);
+  return rc;
+}
+
+static int write_records(batch *b, bs_error *err) {
+  buf out = {0};
+  int rc = BS_OK;
+  for (size_t i = 0; i < b->nrecs && !rc; i++) {
+    rec_ent *e = b->recs[i];
+    bs__pg_args a = {0};
+    if (!e->dirty) continue;
+    bs__pg_arg_i32(&a, (int32_t)b->stream);
+    bs__pg_arg_i32(&a, (int32_t)e->table);
+    bs__pg_arg_bytes(&a, e->rid);
+    rc = bs__pg_run(b->c,
+                    "DELETE FROM bs_source WHERE stream = $1 AND table_id = $2 AND replica_id = $3",
+                    &a, "flush: source records", err);
+    if (rc || !e->r.exists) continue;
+    {
+      size_t n = srec_size(&e->r);
+      unsigned char *p;
+      f_tuple(&out, b->a, 8);
+      f_int(&out, b->a, b->stream, 4);
+      f_int(&out, b->a, e->table, 4);
+      f_bytes(&out, b->a, e->rid);
+      f_int(&out, b->a, (uint64_t)(e->r.soft != 0), 1);
+      f_int(&out, b->a, e->r.mark, 8);
+      if ((p = buf_room(&out, b->a, 4 + n))) {
+        bs__put_u32be(p, (uint32_t)n);
+        srec_encode(p + 4, &e->r);
+      }
+      f_int(&out, b->a, (uint64_t)(e->r.has_data != 0), 1);
+      f_bytes(&out, b->a, e->r.has_data ? e->r.data : (bs_val){NULL, 0});
+    }
+  }
+  if (!rc && out.oom) rc = oom(err);
+  if (!rc)
+    rc = copy_in(b->c,
+                 "COPY bs_source (stream, table_id, replica_id, soft, mark, members, has_data,"
+                 " data) FROM STDIN (FORMAT binary)",
+                 &out, b->a, err);
+  bs__free(b->a, out.p);
+  return rc;
+}
+
+static int write_buckets(batch *b, bs_error *err) {
+  uint64_t *v = NULL;
+  unsigned char *arr[5] = {NULL, NULL, NULL, NULL, NULL};
+  bs_val *names = NULL;
+  unsigned char *narr = NULL;
+  size_t n = 0, nb = 0;
+  bs__pg_args a = {0};
+  int rc = BS_OK, too_many = 0;
+  for (size_t i = 0; i < b->nbk; i++) n += b->bk[i].touched;
+  if (!n) return BS_OK;
+  if (!(v = bs__calloc(b->a, 5 * n, sizeof *v)) || !(names = bs__calloc(b->a, n, sizeof *names))) {
+    rc = oom(err);
+    goto out;
+  }
+  for (size_t i = 0, k = 0; i < b->nbk; i++) {
+    const bucket_ent *e = &b->bk[i];
+    if (!e->touched) continue;
+    v[k] = e->id;
+    v[n + k] = e->d_checksum;
+    v[2 * n + k] = e->d_count;
+    v[3 * n + k] = e->d_bytes;
+    v[4 * n + k] = e->last_op;
+    k++;
+    if (nb < BS_CHANGES_MAX)
+      names[nb++] = e->name;
+    else
+      too_many = 1;
+  }
+  for (int c = 0; c < 5 && !rc; c++)
+    rc = bs__pg_arg_i64_array(&a, v + c * n, n, b->a, &arr[c], err);
+  if (rc) goto out;
+  rc = bs__pg_run(b->c,
+                  "UPDATE bs_buckets b SET checksum = (b.checksum + d.ck) % 4294967296,"
+                  " count = b.count + d.n, bytes = b.bytes + d.sz,"
+                  " last_op = greatest(b.last_op, d.last)"
+                  " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])"
+                  " AS d(id, ck, n, sz, last) WHERE b.id = d.id",
+                  &a, "flush: bucket states", err);
+  if (rc) goto out;
+  {
+    bs__pg_args c = {0};
+    unsigned char *larr = NULL;
+    bs__pg_arg_i32(&c, (int32_t)b->stream);
+    bs__pg_arg_i64(&c, (int64_t)b->head);
+    bs__pg_arg_i64(&c, (int64_t)b->first);
+    bs__pg_arg_i32(&c, (too_many ? 2 : 0) | (b->too_many_lookups ? 4 : 0));
+    if ((rc = bs__pg_arg_bytes_array(&c, too_many ? NULL : names, too_many ? 0 : nb, b->a, &narr,
+                                     err)) ||
+        (rc = bs__pg_arg_bytes_array(&c, b->too_many_lookups ? NULL : b->lookups,
+                                     b->too_many_lookups ? 0 : b->nlk, b->a, &larr, err)))
+      goto out;
+    rc = bs__pg_run(b->c,
+                    "INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, buckets, lookups)"
+                    " SELECT $1, $2, coalesce(max(seq), 0) + 1, $3, $4, $5, $6 FROM bs_changes"
+                    " WHERE stream = $1 AND op_id = $2",
+                    &c, "flush: change record", err);
+    bs__free(b->a, larr);
+  }
+out:
+  for (int c = 0; c < 5; c++) bs__free(b->a, arr[c]);
+  bs__free(b->a, narr);
+  bs__free(b->a, names);
+  bs__free(b->a, v);
+  return rc;
+}
+
+static int write_custom(batch *b, bs_error *err) {
+  bs__pg_writer *w = b->w;
+  for (size_t i = 0; i < w->nq; i++) {
+    const bs__pg_qitem *q = w->q[i];
+    bs__pg_args a = {0};
+    int rc;
+    if (q->kind != 1) continue;
+    bs__pg_arg_i32(&a, (int32_t)b->stream);
+    bs__pg_arg_bytes(&a, q->event);
+    bs__pg_arg_bytes(&a, q->user);
+    bs__pg_arg_i64(&a, (int64_t)q->value);
+    bs__pg_arg_i64(&a, q->requested_at);
+    rc = bs__pg_run(b->c,
+                    "INSERT INTO bs_wcp_custom VALUES ($1, $2, $3, $4,"
+                    " CASE WHEN $5 >= 0 THEN $5 END) ON CONFLICT (stream, event, user_id) DO"
+                    " UPDATE SET value = $4, requested_at = CASE WHEN $5 >= 0 THEN $5 END",
+                    &a, "flush: custom write checkpoint", err);
+    if (rc) return rc;
+    /* the user's checkpoint changed: the next checkpoint's change record names it */
+    rc = bs__pg_run(b->c,
+                    "INSERT INTO bs_changes (stream, op_id, seq, first_op, users)"
+                    " SELECT $1, op_head, coalesce((SELECT max(seq) FROM bs_changes WHERE"
+                    " stream = $1 AND op_id = s.op_head), 0) + 1, op_head + 1, ARRAY[$3::bytea]"
+                    " FROM bs_streams s WHERE id = $1 AND $2::bytea IS NOT NULL"
+                    " AND $4::int8 IS NOT NULL AND $5::int8 IS NOT NULL",
+                    &a, "flush: custom write checkpoint", err);
+    if (rc) return rc;
+  }
+  return BS_OK;
+}
+
+/* Applies the queue inside the caller's open transaction (the stream row is locked by it).
+ * keep_batch: the batch's records stay for the caller (source_row), freed by batch_free. */
+static int apply(bs__pg_writer *w, batch *b, bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  uint32_t *tables = NULL;
+  bs__effects fx;
+  int rc, saves = 0;
+  memset(b, 0, sizeof *b);
+  memset(&fx, 0, sizeof fx);
+  b->w = w;
+  b->a = &w->db->base.alloc;
+  b->c = w->c;
+  b->stream = w->base.st->stream_id;
+  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  rc = bs__pg_exec(w->c,
+                   "SELECT state, op_head, hash, snapshot_done FROM bs_streams WHERE id = $1"
+                   " FOR UPDATE",
+                   &a, &r, "flush", err);
+  if (rc) return rc;
+  if (PQntuples(r) != 1)
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", b->stream);
+  else if (bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED)
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", b->stream);
+  if (!rc) {
+    b->head = (uint64_t)bs__pg_i64(r, 0, 1);
+    b->first = b->head + 1;
+    fx.hash = (bs_hash)bs__pg_i16(r, 0, 2);
+    fx.snapshot_done = bs__pg_bool(r, 0, 3);
+  }
+  PQclear(r);
+  if (rc) return rc;
+  for (size_t i = 0; i < w->nq; i++) saves += !w->q[i]->kind;
+  if (saves) {
+    if (!(tables = bs__calloc(b->a, w->nq, sizeof *tables))) return oom(err);
+    fx.ops = &pg_effects_ops;
+    fx.ctx = b;
+    fx.alloc = b->a;
+    fx.snapshot = w->snapshot;
+    if (!(rc = resolve_tables(b, tables, err)) && !(rc = load_batch(b, tables, err))) {
+      for (size_t i = 0; i < w->nq && !rc; i++) {
+        if (w->q[i]->kind) continue;
+        b->table = tables[i];
+        rc = bs__effects_save(&fx, tables[i], &w->q[i]->s, err);
+      }
+    }
+    bs__effects_free(&fx);
+    bs__free(b->a, tables);
+    if (rc) return rc;
+  }
+  if (b->ops.oom || b->params.oom) return oom(err);
+  if ((rc = copy_in(w->c,
+                    "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
+                    " object_id, subkey, data) FROM STDIN (FORMAT binary)",
+                    &b->ops, b->a, err)) ||
+      (rc = copy_in(w->c,
+                    "COPY bs_params (stream, lookup, op_id, table_id, replica_id, rows)"
+                    " FROM STDIN (FORMAT binary)",
+                    &b->params, b->a, err)) ||
+      (rc = write_records(b, err)))
+    return rc;
+  if (b->head >= b->first) { /* something was persisted */
+    bs__pg_args h = {0};
+    bs__pg_arg_i32(&h, (int32_t)b->stream);
+    bs__pg_arg_i64(&h, (int64_t)b->head);
+    if ((rc = write_buckets(b, err)) ||
+        (rc = bs__pg_run(w->c, "UPDATE bs_streams SET op_head = $2 WHERE id = $1", &h,
+                         "flush: op head", err)))
+      return rc;
+  }
+  return write_custom(b, err);
+}
+
+int bs__pg_flush_in_txn(bs__pg_writer *w, uint64_t *head, bs_error *err) {
+  batch b;
+  int rc = apply(w, &b, err);
+  if (!rc && head) *head = b.head;
+  batch_free(&b);
+  return rc;
+}
+
+/* Reads back a source record, seeing the queue: applies it in a transaction, reads the
+ * record the batch ends with, and rolls back. */
+static int source_row(bs_writer *bw, bs_val table, bs_val rid, int (*fn)(const bs_val *, void *),
+                      void *payload, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  batch b;
+  rec_ent *e = NULL;
+  void *copy = NULL;
+  bs_val data = {NULL, 0};
+  int rc, has_data = 0;
+  if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
+  rc = apply(w, &b, err);
+  if (!rc) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    uint32_t t = 0;
+    bs__pg_arg_i32(&a, (int32_t)b.stream);
+    bs__pg_arg_bytes(&a, table);
+    rc = bs__pg_exec(w->c, "SELECT id FROM bs_tables WHERE stream = $1 AND name = $2", &a, &r,
+                     "source_row", err);
+    if (!rc && PQntuples(r) == 1) t = (uint32_t)bs__pg_i32(r, 0, 0);
+    PQclear(r);
+    if (!rc && t && !(e = rec_find(&b, t, rid)) && !(rc = load_records(&b, t, &rid, 1, err)))
+      e = rec_find(&b, t, rid);
+    if (!rc && e && e->r.exists && !e->r.soft) {
+      has_data = e->r.has_data;
+      if (has_data && e->r.data.size && !(copy = bs__malloc(b.a, e->r.data.size))) rc = oom(err);
+      if (copy) memcpy(copy, e->r.data.data, e->r.data.size);
+      data.data = copy ? copy : "";
+      data.size = e->r.data.size;
+    } else if (!rc) {
+      e = NULL;
+    }
+  }
+  bs__pg_rollback(w->c);
+  batch_free(&b);
+  if (!rc && !e)
+    rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
+                  (int)(table.size > 64 ? 64 : table.size),
+                  table.size ? (const char *)table.data : "");
+  if (!rc) rc = fn(has_data ? &data : NULL, payload);
+  bs__free(&w->db->base.alloc, copy);
+  return rc;
+}
+
+int bs__pg_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
+  return save_queue(w, c, err);
+}
+int bs__pg_writer_custom(bs_writer *w, bs_val user, uint64_t value, bs_val event,
+                         int64_t requested_at, bs_error *err) {
+  return custom_queue(w, user, value, event, requested_at, err);
+}
+int bs__pg_writer_source_row(bs_writer *w, bs_val table, bs_val rid,
+                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  return source_row(w, table, rid, fn, payload, err);
+}
