@@ -98,10 +98,13 @@ int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
     c->memory = 1;
   } else if (strcmp(a, "--nosync") == 0) {
     c->flags |= BS_OPEN_NOSYNC;
-  } else if (strcmp(a, "--db") == 0 || strncmp(a, "--db=", 5) == 0) {
-    const char *p = a[4] == '=' ? a + 5 : (*i + 1 < argc ? argv[++*i] : NULL);
+  } else if (strcmp(a, "--db") == 0 || strncmp(a, "--db=", 5) == 0 ||
+             strcmp(a, "--postgres") == 0 || strncmp(a, "--postgres=", 11) == 0) {
+    /* --postgres URL: the PostgreSQL backend (bs_open takes its postgresql:// URL as a path) */
+    size_t n = a[2] == 'd' ? 4 : 10;
+    const char *p = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
     if (!p || !*p) {
-      fprintf(stderr, "bucketstore: --db needs a path\n");
+      fprintf(stderr, "bucketstore: %.*s needs a %s\n", (int)n, a, n == 4 ? "path" : "URL");
       return -1;
     }
     free(c->path);
@@ -111,7 +114,7 @@ int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
     return 0;
   }
   if (c->memory && c->path) {
-    fprintf(stderr, "bucketstore: --db and --memory exclude each other\n");
+    fprintf(stderr, "bucketstore: --db/--postgres and --memory exclude each other\n");
     return -1;
   }
   return 1;
@@ -273,7 +276,7 @@ static const struct command {
   const char *usage;
   const char *help;
 } commands[] = {
-    {"drive", cli_drive, "drive [--db PATH | --memory] [--nosync]",
+    {"drive", cli_drive, "drive [--db PATH | --memory | --postgres URL] [--nosync]",
      "Speaks the JSON-lines driver protocol (docs/driver.md) on stdin/stdout: one command\n"
      "object per input line, one reply object per output line, flushed after each. Without\n"
      "--db or --memory it uses a temporary file, deleted at exit. Exits 0 at end of input,\n"

@@ -689,7 +689,9 @@ static void pg_close(bs_db *base) {
   bs__pg_db *db = pg_of(base);
   bs_allocator a = base->alloc;
   for (size_t i = 0; i < db->n_idle; i++) PQfinish(db->idle[i]);
+  for (size_t i = 0; i < db->n_locks; i++) PQfinish(db->locks[i].c);
   bs__free(&a, db->idle);
+  bs__free(&a, db->locks);
   bs__free(&a, db->url);
   pthread_mutex_destroy(&db->pool_mu);
   bs__free(&a, db);

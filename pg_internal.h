@@ -65,6 +65,14 @@ typedef struct bs__pg_db {
   pthread_mutex_t pool_mu;
   PGconn **idle; /* connections not in use (the pool); a call takes one and gives it back */
   size_t n_idle, cap_idle;
+  /* The writer locks this handle holds (pg_write.c): one session per (stream, kind) holds the
+   * advisory lock for every writer of this handle; guarded by pool_mu. */
+  struct bs__pg_lock {
+    int32_t key;
+    PGconn *c;
+    unsigned refs;
+  } * locks;
+  size_t n_locks, cap_locks;
 } bs__pg_db;
 
 typedef struct bs__pg_storage {

@@ -795,8 +795,8 @@ static int write_buckets(batch *b, bs_error *err) {
   bs__pg_args a = {0};
   int rc = BS_OK, too_many = 0;
   for (size_t i = 0; i < b->nbk; i++) n += b->bk[i].touched;
-  if (!n) return BS_OK;
-  if (!(v = bs__calloc(b->a, 5 * n, sizeof *v)) || !(names = bs__calloc(b->a, n, sizeof *names))) {
+  if (!(v = bs__calloc(b->a, 5 * n + 1, sizeof *v)) ||
+      !(names = bs__calloc(b->a, n + 1, sizeof *names))) {
     rc = oom(err);
     goto out;
   }

@@ -17,20 +17,83 @@ static bs__pg_db *db_of(bs_storage *st) {
 
 /* The advisory lock keys of a stream's writers: two int4 keys, the first naming the schema (so
  * that two bucketstore databases in one PostgreSQL database do not share locks), the second the
- * stream and the kind of writer (streaming: 2 id, snapshot: 2 id + 1). */
+ * stream and the kind of writer (streaming: 2 id, snapshot: 2 id + 1). A session of the handle
+ * holds it for all of the handle's writers of that kind (as LMDB, a second writer in the same
+ * process is the host's choice, storage.h CAVEATS); another process or host gets BS_EBUSY. */
 #define WRITER_LOCK_SQL                                                                            \
   "SELECT pg_try_advisory_lock(hashtext(current_schema() || '.bs_writer'), $1)"
 
-static int stream_state(PGconn *c, uint32_t stream, int for_update, int *state, bs_error *err) {
+static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
+  for (size_t i = 0; i < db->n_locks; i++)
+    if (db->locks[i].key == key) return &db->locks[i];
+  return NULL;
+}
+
+static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, bs_error *err) {
+  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
+  struct bs__pg_lock *l;
+  bs__pg_args a = {0};
+  PGresult *r;
+  PGconn *c;
+  int rc, got;
+  pthread_mutex_lock(&db->pool_mu);
+  if ((l = lock_find(db, key))) l->refs++;
+  pthread_mutex_unlock(&db->pool_mu);
+  if (l) return BS_OK;
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  bs__pg_arg_i32(&a, key);
+  if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
+    PQfinish(c);
+    return rc;
+  }
+  got = bs__pg_bool(r, 0, 0);
+  PQclear(r);
+  if (!got) {
+    bs__pg_conn_put(db, c);
+    return bs__fail(err, BS_EBUSY, "stream %u already has a %s writer in another process or host",
+                    (unsigned)stream, snapshot ? "snapshot" : "streaming");
+  }
+  pthread_mutex_lock(&db->pool_mu);
+  if (db->n_locks == db->cap_locks) {
+    size_t cap = db->cap_locks ? db->cap_locks * 2 : 4;
+    struct bs__pg_lock *p = bs__realloc(&db->base.alloc, db->locks, cap * sizeof *p);
+    if (p) db->locks = p, db->cap_locks = cap;
+  }
+  rc = db->n_locks < db->cap_locks ? BS_OK : BS_ENOMEM;
+  if (!rc) {
+    db->locks[db->n_locks].key = key;
+    db->locks[db->n_locks].c = c;
+    db->locks[db->n_locks++].refs = 1;
+  }
+  pthread_mutex_unlock(&db->pool_mu);
+  if (rc) {
+    PQfinish(c); /* ends the session, and with it the lock */
+    return bs__fail(err, rc, "writer: out of memory");
+  }
+  return BS_OK;
+}
+
+static void lock_release(bs__pg_db *db, uint32_t stream, int snapshot) {
+  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
+  struct bs__pg_lock *l;
+  PGconn *c = NULL;
+  pthread_mutex_lock(&db->pool_mu);
+  if ((l = lock_find(db, key)) && --l->refs == 0) {
+    c = l->c;
+    *l = db->locks[--db->n_locks];
+  }
+  pthread_mutex_unlock(&db->pool_mu);
+  PQfinish(c); /* the session's end releases the lock, also when the server is gone */
+}
+
+static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
   *state = 0;
   bs__pg_arg_i32(&a, (int32_t)stream);
-  rc = bs__pg_exec(c,
-                   for_update ? "SELECT state FROM bs_streams WHERE id = $1 FOR UPDATE"
-                              : "SELECT state FROM bs_streams WHERE id = $1",
-                   &a, &r, "reading the stream", err);
+  rc = bs__pg_exec(c, "SELECT state FROM bs_streams WHERE id = $1", &a, &r, "reading the stream",
+                   err);
   if (rc) return rc;
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", stream);
@@ -47,31 +110,17 @@ static const bs_writer_vtable pg_writer_vt;
 int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err) {
   bs__pg_db *db = db_of(st);
   bs__pg_writer *w;
-  bs__pg_args a = {0};
-  PGresult *r;
   PGconn *c;
-  int rc, state, got;
-  /* a connection of its own: the advisory lock lives as long as the session */
+  int rc, state;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
-  if ((rc = stream_state(c, st->stream_id, 0, &state, err))) {
+  if ((rc = stream_state(c, st->stream_id, &state, err)) ||
+      (rc = lock_take(db, st->stream_id, o->snapshot, err))) {
     bs__pg_conn_put(db, c);
     return rc;
-  }
-  bs__pg_arg_i32(&a, (int32_t)(2 * st->stream_id + (o->snapshot ? 1 : 0)));
-  if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
-    bs__pg_conn_put(db, c);
-    return rc;
-  }
-  got = bs__pg_bool(r, 0, 0);
-  PQclear(r);
-  if (!got) {
-    bs__pg_conn_put(db, c);
-    return bs__fail(err, BS_EBUSY,
-                    "stream %u already has a %s writer (in this or another process or host)",
-                    (unsigned)st->stream_id, o->snapshot ? "snapshot" : "streaming");
   }
   if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w))) {
-    PQfinish(c); /* ends the session, and with it the lock */
+    bs__pg_conn_put(db, c);
+    lock_release(db, st->stream_id, o->snapshot);
     return bs__fail(err, BS_ENOMEM, "writer: out of memory");
   }
   w->base.vt = &pg_writer_vt;
@@ -87,34 +136,20 @@ int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **o
 static void writer_close(bs_writer *bw) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   if (!w) return;
-  PQfinish(w->c); /* the session's end releases its advisory lock, also if the server is gone */
+  bs__pg_conn_put(w->db, w->c);
+  lock_release(w->db, bw->st->stream_id, w->snapshot);
   bs__pg_queue_clear(w);
   bs__free(&w->db->base.alloc, w->q);
   bs__free(&w->db->base.alloc, w);
 }
 
-/* The writer's connection, reconnected when the server dropped it. The advisory lock went with
- * the old session: it is taken again (BS_EBUSY if another writer took it meanwhile). */
+/* The writer's connection, replaced by a new one when the server dropped it (the queue is in
+ * this process: nothing of it was lost). */
 int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err) {
-  bs_storage *st = w->base.st;
-  bs__pg_args a = {0};
-  PGresult *r;
   PGconn *c;
-  int rc, got;
+  int rc;
   if (PQstatus(w->c) == CONNECTION_OK) return BS_OK;
-  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
-  bs__pg_arg_i32(&a, (int32_t)(2 * st->stream_id + (w->snapshot ? 1 : 0)));
-  if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
-    PQfinish(c);
-    return rc;
-  }
-  got = bs__pg_bool(r, 0, 0);
-  PQclear(r);
-  if (!got) {
-    PQfinish(c);
-    return bs__fail(err, BS_EBUSY, "stream %u: another writer took over after a reconnect",
-                    (unsigned)st->stream_id);
-  }
+  if ((rc = bs__pg_conn_get(w->db, &c, err))) return rc;
   PQfinish(w->c);
   w->c = c;
   return BS_OK;
@@ -242,7 +277,7 @@ static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char 
   bs__pg_arg_bytes(&a, lsn);
   if ((rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) return rc;
   if (PQntuples(r) != 1)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated or gone", (unsigned)bw->st->stream_id);
+    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
   PQclear(r);
   return rc;
 }
