@@ -86,14 +86,11 @@ typedef struct bs__pg_storage {
 
 /* A writer holds a connection of its own for its whole life: its session holds the stream's
  * writer lock (pg_write.c). */
-typedef struct bs__pg_qitem bs__pg_qitem; /* a queued save or custom write checkpoint */
 typedef struct bs__pg_writer {
   bs_writer base;
   bs__pg_db *db;
   PGconn *c;
   int create_empty, snapshot;
-  bs__pg_qitem **q; /* the queue, applied by the next flush (pg_save.c) */
-  size_t nq, cq;
 } bs__pg_writer;
 
 /* ---- Connections ---- */
@@ -180,16 +177,12 @@ int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, 
 /* The writer's connection, reconnected (and its lock taken again) when the server dropped it. */
 int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err);
 
-/* pg_save.c: the writer's queue and flush */
-int bs__pg_writer_save(bs_writer *w, const bs_save *c, bs_error *err);
-int bs__pg_writer_custom(bs_writer *w, bs_val user, uint64_t value, bs_val event,
-                         int64_t requested_at, bs_error *err);
-int bs__pg_writer_source_row(bs_writer *w, bs_val table, bs_val rid,
+/* pg_save.c: the flush of the front's queue */
+int bs__pg_writer_source_row(bs_writer *w, const bs_write_batch *in, bs_val table, bs_val rid,
                              int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
-/* Applies the queue inside the writer's open transaction; *head = the op-id head after it.
- * The queue stays (the caller clears it once the transaction committed). */
-int bs__pg_flush_in_txn(bs__pg_writer *w, uint64_t *head, bs_error *err);
-void bs__pg_queue_clear(bs__pg_writer *w);
+/* Applies batch inside the writer's open transaction; *head = the op-id head after it. */
+int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *head,
+                        bs_error *err);
 
 /* pg_read.c: the read slots */
 int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,

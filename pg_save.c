@@ -1,11 +1,11 @@
 /*
- * pg_save.c: the PostgreSQL writer's queue and its flush (contract.md 4). A save is copied into
- * the writer's queue; a flush applies the whole queue in one transaction: the source records the
+ * pg_save.c: the PostgreSQL writer's flush (contract.md 4). The front hands over its queue as a
+ * bs_write_batch; a flush applies the whole batch in one transaction: the source records the
  * batch needs and its buckets are loaded in a few statements, effects.c decides every save's
  * effects (contract.md 4.1-4.3) against them in memory, and the result goes to the server as
  * binary COPY streams (ops, parameter entries, source records) plus one statement each for the
- * bucket states, the stream's op-id head and the change record. A failed flush rolls back and
- * keeps the queue; the next flush starts from it again.
+ * bucket states, the stream's op-id head and the change record. A failed flush rolls back; the
+ * queue is the front's (writer.c), which keeps it.
  */
 #include "pg_internal.h"
 
@@ -14,21 +14,6 @@
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
-
-/* ---- The queue: deep copies in one allocation each ---------------------------------------------- */
-
-struct bs__pg_qitem {
-  int kind; /* 0 save, 1 custom write checkpoint */
-  bs_save s;
-  /* custom write checkpoint */
-  bs_val user, event;
-  uint64_t value;
-  int64_t requested_at;
-};
-
-static size_t val_room(bs_val v) {
-  return v.size;
-}
 
 static bs_val val_put(unsigned char **p, bs_val v) {
   bs_val out = {NULL, 0};
@@ -40,102 +25,10 @@ static bs_val val_put(unsigned char **p, bs_val v) {
   return out;
 }
 
-static int queue_push(bs__pg_writer *w, bs__pg_qitem *q, bs_error *err) {
-  const bs_allocator *a = &w->db->base.alloc;
-  if (w->nq == w->cq) {
-    size_t cap = w->cq ? w->cq * 2 : 64;
-    bs__pg_qitem **p = bs__realloc(a, w->q, cap * sizeof *p);
-    if (!p) return bs__fail(err, BS_ENOMEM, "writer queue: out of memory");
-    w->q = p;
-    w->cq = cap;
-  }
-  w->q[w->nq++] = q;
-  return BS_OK;
-}
-
-static int save_queue(bs_writer *bw, const bs_save *c, bs_error *err) {
-  bs__pg_writer *w = (bs__pg_writer *)bw;
-  const bs_allocator *a = &w->db->base.alloc;
-  size_t n = sizeof(bs__pg_qitem) + c->n_rows * sizeof(bs_row) + c->n_lookups * sizeof(bs_lookup);
-  size_t np = 0;
-  unsigned char *p;
-  bs__pg_qitem *q;
-  bs_row *rows;
-  bs_lookup *lks;
-  bs_val *params;
-  int rc;
-  for (size_t i = 0; i < c->n_lookups; i++) np += c->lookups[i].n_params;
-  n += np * sizeof(bs_val);
-  n += val_room(c->table) + val_room(c->before_id) + val_room(c->after_id) +
-       val_room(c->stored_data);
-  for (size_t i = 0; i < c->n_rows; i++)
-    n += c->rows[i].bucket.size + c->rows[i].object_type.size + c->rows[i].object_id.size +
-         c->rows[i].data.size;
-  for (size_t i = 0; i < c->n_lookups; i++) {
-    n += c->lookups[i].key.size;
-    for (size_t j = 0; j < c->lookups[i].n_params; j++) n += c->lookups[i].params[j].size;
-  }
-  if (!(q = bs__malloc(a, n)))
-    return bs__fail(err, BS_ENOMEM, "writer queue: a save of %zu bytes", n);
-  memset(q, 0, sizeof *q);
-  rows = (bs_row *)(q + 1);
-  lks = (bs_lookup *)(rows + c->n_rows);
-  params = (bs_val *)(lks + c->n_lookups);
-  p = (unsigned char *)(params + np);
-  q->s = *c;
-  q->s.table = val_put(&p, c->table);
-  q->s.before_id = val_put(&p, c->before_id);
-  q->s.after_id = val_put(&p, c->after_id);
-  q->s.stored_data = val_put(&p, c->stored_data);
-  /* a field a call needs reads {NULL, 0} as "" (storage.h CONVENTIONS) */
-  for (size_t i = 0; i < c->n_rows; i++) {
-    rows[i].bucket = val_put(&p, c->rows[i].bucket);
-    rows[i].object_type = val_put(&p, c->rows[i].object_type);
-    rows[i].object_id = val_put(&p, c->rows[i].object_id);
-    rows[i].data = val_put(&p, c->rows[i].data);
-    if (!rows[i].object_type.data) rows[i].object_type = bs__val_str("");
-    if (!rows[i].object_id.data) rows[i].object_id = bs__val_str("");
-    if (!rows[i].data.data) rows[i].data = bs__val_str("");
-  }
-  for (size_t i = 0; i < c->n_lookups; i++) {
-    lks[i].key = val_put(&p, c->lookups[i].key);
-    if (!lks[i].key.data) lks[i].key = bs__val_str("");
-    lks[i].params = params;
-    lks[i].n_params = c->lookups[i].n_params;
-    for (size_t j = 0; j < c->lookups[i].n_params; j++) {
-      *params = val_put(&p, c->lookups[i].params[j]);
-      if (!params->data) *params = bs__val_str("");
-      params++;
-    }
-  }
-  q->s.rows = rows;
-  q->s.lookups = lks;
-  if ((rc = queue_push(w, q, err))) bs__free(a, q);
-  return rc;
-}
-
-static int custom_queue(bs_writer *bw, bs_val user, uint64_t value, bs_val event,
-                        int64_t requested_at, bs_error *err) {
-  bs__pg_writer *w = (bs__pg_writer *)bw;
-  const bs_allocator *a = &w->db->base.alloc;
-  bs__pg_qitem *q = bs__malloc(a, sizeof *q + user.size + event.size);
-  unsigned char *p;
-  int rc;
-  if (!q) return bs__fail(err, BS_ENOMEM, "writer queue: out of memory");
-  memset(q, 0, sizeof *q);
-  p = (unsigned char *)(q + 1);
-  q->kind = 1;
-  q->user = val_put(&p, user.data ? user : bs__val_str(""));
-  q->event = val_put(&p, event.data ? event : bs__val_str(""));
-  q->value = value;
-  q->requested_at = requested_at;
-  if ((rc = queue_push(w, q, err))) bs__free(a, q);
-  return rc;
-}
-
-void bs__pg_queue_clear(bs__pg_writer *w) {
-  for (size_t i = 0; i < w->nq; i++) bs__free(&w->db->base.alloc, w->q[i]);
-  w->nq = 0;
+/* A field a call needs reads {NULL, 0} as "" (storage.h CONVENTIONS): the front's copy of a
+ * save is verbatim. */
+static bs_val present(bs_val v) {
+  return v.data ? v : bs__val_str("");
 }
 
 /* ---- A growing byte buffer: the COPY streams ----------------------------------------------------- */
@@ -201,6 +94,7 @@ typedef struct bucket_ent {
 
 typedef struct batch {
   bs__pg_writer *w;
+  const bs_write_batch *in;
   const bs_allocator *a;
   PGconn *c;
   uint32_t stream, table;
@@ -466,10 +360,10 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   f_int(&b->ops, b->a, (uint64_t)op->type, 2);
   f_int(&b->ops, b->a, op->checksum, 8);
   f_int(&b->ops, b->a, 0, 8);
-  f_bytes(&b->ops, b->a, op->object_type);
-  f_bytes(&b->ops, b->a, op->object_id);
-  f_bytes(&b->ops, b->a, op->subkey);
-  f_bytes(&b->ops, b->a, op->type == BS_OP_PUT ? op->data : (bs_val){NULL, 0});
+  f_bytes(&b->ops, b->a, present(op->object_type));
+  f_bytes(&b->ops, b->a, present(op->object_id));
+  f_bytes(&b->ops, b->a, present(op->subkey));
+  f_bytes(&b->ops, b->a, op->type == BS_OP_PUT ? present(op->data) : (bs_val){NULL, 0});
   if (b->ops.oom) return oom(err);
   e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
   e->d_count++;
@@ -483,6 +377,7 @@ static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
                     bs_error *err) {
   batch *b = ctx;
   size_t arr = n ? 20 : 12;
+  key = present(key);
   unsigned char *p;
   uint64_t h = XXH3_64bits(key.data, key.size);
   bs__hprobe pr = bs__htab_probe(&b->lmap, h);
@@ -561,14 +456,14 @@ static const bs__effects_ops pg_effects_ops = {
 
 /* The table ids of every table the queue names, registering new ones (1, 2, ... per stream). */
 static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
-  bs__pg_writer *w = b->w;
-  for (size_t i = 0; i < w->nq; i++) {
-    const bs_save *s = &w->q[i]->s;
+  const bs_write_item *q = b->in->items;
+  for (size_t i = 0; i < b->in->n; i++) {
+    const bs_save *s = q[i].save;
     bs__pg_args a = {0};
     PGresult *r;
     int rc;
-    if (w->q[i]->kind) continue;
-    if (i > 0 && !w->q[i - 1]->kind && bs__val_eq(w->q[i - 1]->s.table, s->table)) {
+    if (!s) continue;
+    if (i > 0 && q[i - 1].save && bs__val_eq(q[i - 1].save->table, s->table)) {
       ids[i] = ids[i - 1];
       continue;
     }
@@ -639,21 +534,22 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
 /* Every record the queue's saves can load, per table; then the buckets their memberships and
  * the saves' rows name (new buckets are created). */
 static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
-  bs__pg_writer *w = b->w;
+  const bs_write_item *q = b->in->items;
+  size_t nq = b->in->n;
   bs_val *rids = NULL, *names = NULL;
   size_t nr = 0, nn = 0, cn = 0;
   uint64_t *ids = NULL;
   size_t nid = 0, cid = 0;
   unsigned char *arr = NULL;
   int rc = BS_OK;
-  if (!(rids = bs__calloc(b->a, 2 * w->nq + 1, sizeof *rids))) return oom(err);
-  for (size_t i = 0; i < w->nq && !rc; i++) {
-    const bs_save *s = &w->q[i]->s;
-    if (w->q[i]->kind) continue;
+  if (!(rids = bs__calloc(b->a, 2 * nq + 1, sizeof *rids))) return oom(err);
+  for (size_t i = 0; i < nq && !rc; i++) {
+    const bs_save *s = q[i].save;
+    if (!s) continue;
     if (s->before_id.data) rids[nr++] = s->before_id;
     if (s->after_id.data) rids[nr++] = s->after_id;
     /* one statement per run of saves of one table */
-    if (i + 1 == w->nq || w->q[i + 1]->kind || tables[i + 1] != tables[i]) {
+    if (i + 1 == nq || !q[i + 1].save || tables[i + 1] != tables[i]) {
       rc = load_records(b, tables[i], rids, nr, err);
       nr = 0;
     }
@@ -661,9 +557,9 @@ static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
   bs__free(b->a, rids);
   if (rc) return rc;
   /* bucket names of the rows, ids of the memberships */
-  for (size_t i = 0; i < w->nq; i++) {
-    const bs_save *s = &w->q[i]->s;
-    if (w->q[i]->kind) continue;
+  for (size_t i = 0; i < nq; i++) {
+    const bs_save *s = q[i].save;
+    if (!s) continue;
     for (size_t k = 0; k < s->n_rows; k++) {
       if (nn == cn) {
         size_t cap = cn ? cn * 2 : 64;
@@ -853,17 +749,16 @@ out:
 }
 
 static int write_custom(batch *b, bs_error *err) {
-  bs__pg_writer *w = b->w;
-  for (size_t i = 0; i < w->nq; i++) {
-    const bs__pg_qitem *q = w->q[i];
+  for (size_t i = 0; i < b->in->n; i++) {
+    const bs_queued_wcp *q = b->in->items[i].wcp;
     bs__pg_args a = {0};
     int rc;
-    if (q->kind != 1) continue;
+    if (!q) continue;
     bs__pg_arg_i32(&a, (int32_t)b->stream);
     bs__pg_arg_bytes(&a, q->event);
-    bs__pg_arg_bytes(&a, q->user);
-    bs__pg_arg_i64(&a, (int64_t)q->value);
-    bs__pg_arg_i64(&a, q->requested_at);
+    bs__pg_arg_bytes(&a, q->user_id);
+    bs__pg_arg_i64(&a, (int64_t)q->checkpoint);
+    bs__pg_arg_i64(&a, q->requested_at_ms);
     rc = bs__pg_run(b->c,
                     "INSERT INTO bs_wcp_custom VALUES ($1, $2, $3, $4,"
                     " CASE WHEN $5 >= 0 THEN $5 END) ON CONFLICT (stream, event, user_id) DO"
@@ -885,7 +780,7 @@ static int write_custom(batch *b, bs_error *err) {
 
 /* Applies the queue inside the caller's open transaction (the stream row is locked by it).
  * keep_batch: the batch's records stay for the caller (source_row), freed by batch_free. */
-static int apply(bs__pg_writer *w, batch *b, bs_error *err) {
+static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
   uint32_t *tables = NULL;
@@ -894,6 +789,7 @@ static int apply(bs__pg_writer *w, batch *b, bs_error *err) {
   memset(b, 0, sizeof *b);
   memset(&fx, 0, sizeof fx);
   b->w = w;
+  b->in = in;
   b->a = &w->db->base.alloc;
   b->c = w->c;
   b->stream = w->base.st->stream_id;
@@ -915,18 +811,18 @@ static int apply(bs__pg_writer *w, batch *b, bs_error *err) {
   }
   PQclear(r);
   if (rc) return rc;
-  for (size_t i = 0; i < w->nq; i++) saves += !w->q[i]->kind;
+  for (size_t i = 0; i < in->n; i++) saves += in->items[i].save != NULL;
   if (saves) {
-    if (!(tables = bs__calloc(b->a, w->nq, sizeof *tables))) return oom(err);
+    if (!(tables = bs__calloc(b->a, in->n, sizeof *tables))) return oom(err);
     fx.ops = &pg_effects_ops;
     fx.ctx = b;
     fx.alloc = b->a;
     fx.snapshot = w->snapshot;
     if (!(rc = resolve_tables(b, tables, err)) && !(rc = load_batch(b, tables, err))) {
-      for (size_t i = 0; i < w->nq && !rc; i++) {
-        if (w->q[i]->kind) continue;
+      for (size_t i = 0; i < in->n && !rc; i++) {
+        if (!in->items[i].save) continue;
         b->table = tables[i];
-        rc = bs__effects_save(&fx, tables[i], &w->q[i]->s, err);
+        rc = bs__effects_save(&fx, tables[i], in->items[i].save, err);
       }
     }
     bs__effects_free(&fx);
@@ -956,9 +852,9 @@ static int apply(bs__pg_writer *w, batch *b, bs_error *err) {
   return write_custom(b, err);
 }
 
-int bs__pg_flush_in_txn(bs__pg_writer *w, uint64_t *head, bs_error *err) {
+int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *in, uint64_t *head, bs_error *err) {
   batch b;
-  int rc = apply(w, &b, err);
+  int rc = apply(w, in, &b, err);
   if (!rc && head) *head = b.head;
   batch_free(&b);
   return rc;
@@ -966,8 +862,8 @@ int bs__pg_flush_in_txn(bs__pg_writer *w, uint64_t *head, bs_error *err) {
 
 /* Reads back a source record, seeing the queue: applies it in a transaction, reads the
  * record the batch ends with, and rolls back. */
-static int source_row(bs_writer *bw, bs_val table, bs_val rid, int (*fn)(const bs_val *, void *),
-                      void *payload, bs_error *err) {
+int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val table, bs_val rid,
+                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   batch b;
   rec_ent *e = NULL;
@@ -975,7 +871,7 @@ static int source_row(bs_writer *bw, bs_val table, bs_val rid, int (*fn)(const b
   bs_val data = {NULL, 0};
   int rc, has_data = 0;
   if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
-  rc = apply(w, &b, err);
+  rc = apply(w, in, &b, err);
   if (!rc) {
     bs__pg_args a = {0};
     PGresult *r;
@@ -1007,16 +903,4 @@ static int source_row(bs_writer *bw, bs_val table, bs_val rid, int (*fn)(const b
   if (!rc) rc = fn(has_data ? &data : NULL, payload);
   bs__free(&w->db->base.alloc, copy);
   return rc;
-}
-
-int bs__pg_writer_save(bs_writer *w, const bs_save *c, bs_error *err) {
-  return save_queue(w, c, err);
-}
-int bs__pg_writer_custom(bs_writer *w, bs_val user, uint64_t value, bs_val event,
-                         int64_t requested_at, bs_error *err) {
-  return custom_queue(w, user, value, event, requested_at, err);
-}
-int bs__pg_writer_source_row(bs_writer *w, bs_val table, bs_val rid,
-                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  return source_row(w, table, rid, fn, payload, err);
 }

@@ -83,7 +83,22 @@ static void lock_release(bs__pg_db *db, uint32_t stream, int snapshot) {
     *l = db->locks[--db->n_locks];
   }
   pthread_mutex_unlock(&db->pool_mu);
-  PQfinish(c); /* the session's end releases the lock, also when the server is gone */
+  if (!c) return;
+  /* Unlocked explicitly: a closed session's locks go only when its server process has exited,
+   * a moment after the close, so a writer opened right after would find the lock still held.
+   * A session whose unlock failed (the server is gone) is closed, which releases it too. */
+  {
+    bs__pg_args a = {0};
+    PGresult *r;
+    bs__pg_arg_i32(&a, key);
+    if (bs__pg_exec(c, "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_writer'), $1)",
+                    &a, &r, "unlocking the stream's writer", NULL) == BS_OK) {
+      PQclear(r);
+      bs__pg_conn_put(db, c);
+      return;
+    }
+  }
+  PQfinish(c);
 }
 
 static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
@@ -138,8 +153,6 @@ static void writer_close(bs_writer *bw) {
   if (!w) return;
   bs__pg_conn_put(w->db, w->c);
   lock_release(w->db, bw->st->stream_id, w->snapshot);
-  bs__pg_queue_clear(w);
-  bs__free(&w->db->base.alloc, w->q);
   bs__free(&w->db->base.alloc, w);
 }
 
@@ -157,16 +170,16 @@ int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err) {
 
 /* ---- Flush, commit ------------------------------------------------------------------------------ */
 
-static int writer_flush(bs_writer *bw, uint64_t *last_op_out, bs_error *err) {
+static int writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op_out,
+                        bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   uint64_t head = 0;
   int rc;
   if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
-  if ((rc = bs__pg_flush_in_txn(w, &head, err)) || (rc = bs__pg_commit(w->c, err))) {
-    bs__pg_rollback(w->c); /* nothing half-applied; the queue stays */
+  if ((rc = bs__pg_flush_in_txn(w, batch, &head, err)) || (rc = bs__pg_commit(w->c, err))) {
+    bs__pg_rollback(w->c); /* nothing half-applied; the front keeps the queue */
     return rc;
   }
-  bs__pg_queue_clear(w);
   if (last_op_out) *last_op_out = head;
   return BS_OK;
 }
@@ -197,8 +210,8 @@ static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, 
       &a, "commit", err);
 }
 
-static int writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_result *out,
-                         bs_error *err) {
+static int writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
+                         bs_commit_result *out, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   uint32_t stream = bw->st->stream_id;
   bs__pg_args a = {0};
@@ -211,7 +224,7 @@ static int writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_
   if ((rc = bs__pg_writer_conn(w, err))) return rc;
   if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
-  if ((rc = bs__pg_flush_in_txn(w, &head, err))) goto fail;
+  if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
   bs__pg_arg_i32(&a, (int32_t)stream);
   rc = bs__pg_exec(w->c,
                    "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, op_head,"
@@ -250,7 +263,6 @@ static int writer_commit(bs_writer *bw, bs_val lsn, int create_empty, bs_commit_
                     &b, "commit", err);
   }
   if (rc || (rc = bs__pg_commit(w->c, err))) goto fail;
-  bs__pg_queue_clear(w);
   if (out) {
     out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
     out->blocked_reason = blocked;
@@ -301,10 +313,8 @@ static int writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
 static const bs_writer_vtable pg_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = writer_close,
-    .save = bs__pg_writer_save,
     .flush = writer_flush,
     .source_row = bs__pg_writer_source_row,
-    .custom_write_checkpoint = bs__pg_writer_custom,
     .commit = writer_commit,
     .snapshot_done = writer_snapshot_done,
     .resume_lsn = writer_resume_lsn,
