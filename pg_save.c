@@ -641,36 +641,52 @@ static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a,
   return rc;
 }
 
+/* The records the batch changed: the old rows deleted in one statement, the new ones COPYed. */
 static int write_records(batch *b, bs_error *err) {
   buf out = {0};
+  uint64_t *tables = NULL;
+  bs_val *rids = NULL;
+  unsigned char *ta = NULL, *ra = NULL;
+  size_t n = 0;
+  bs__pg_args a = {0};
   int rc = BS_OK;
+  if (!(tables = bs__calloc(b->a, b->nrecs + 1, sizeof *tables)) ||
+      !(rids = bs__calloc(b->a, b->nrecs + 1, sizeof *rids)))
+    rc = oom(err);
+  for (size_t i = 0; i < b->nrecs && !rc; i++)
+    if (b->recs[i]->dirty) {
+      tables[n] = b->recs[i]->table;
+      rids[n++] = b->recs[i]->rid;
+    }
+  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  if (!rc && n && !(rc = bs__pg_arg_i64_array(&a, tables, n, b->a, &ta, err)) &&
+      !(rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &ra, err)))
+    rc = bs__pg_run(b->c,
+                    "DELETE FROM bs_source s USING unnest($2::int8[], $3::bytea[]) AS d(t, r)"
+                    " WHERE s.stream = $1 AND s.table_id = d.t AND s.replica_id = d.r",
+                    &a, "flush: source records", err);
+  bs__free(b->a, ta);
+  bs__free(b->a, ra);
+  bs__free(b->a, tables);
+  bs__free(b->a, rids);
   for (size_t i = 0; i < b->nrecs && !rc; i++) {
     rec_ent *e = b->recs[i];
-    bs__pg_args a = {0};
-    if (!e->dirty) continue;
-    bs__pg_arg_i32(&a, (int32_t)b->stream);
-    bs__pg_arg_i32(&a, (int32_t)e->table);
-    bs__pg_arg_bytes(&a, e->rid);
-    rc = bs__pg_run(b->c,
-                    "DELETE FROM bs_source WHERE stream = $1 AND table_id = $2 AND replica_id = $3",
-                    &a, "flush: source records", err);
-    if (rc || !e->r.exists) continue;
-    {
-      size_t n = srec_size(&e->r);
-      unsigned char *p;
-      f_tuple(&out, b->a, 8);
-      f_int(&out, b->a, b->stream, 4);
-      f_int(&out, b->a, e->table, 4);
-      f_bytes(&out, b->a, e->rid);
-      f_int(&out, b->a, (uint64_t)(e->r.soft != 0), 1);
-      f_int(&out, b->a, e->r.mark, 8);
-      if ((p = buf_room(&out, b->a, 4 + n))) {
-        bs__put_u32be(p, (uint32_t)n);
-        srec_encode(p + 4, &e->r);
-      }
-      f_int(&out, b->a, (uint64_t)(e->r.has_data != 0), 1);
-      f_bytes(&out, b->a, e->r.has_data ? e->r.data : (bs_val){NULL, 0});
+    size_t sz;
+    unsigned char *p;
+    if (!e->dirty || !e->r.exists) continue;
+    sz = srec_size(&e->r);
+    f_tuple(&out, b->a, 8);
+    f_int(&out, b->a, b->stream, 4);
+    f_int(&out, b->a, e->table, 4);
+    f_bytes(&out, b->a, e->rid);
+    f_int(&out, b->a, (uint64_t)(e->r.soft != 0), 1);
+    f_int(&out, b->a, e->r.mark, 8);
+    if ((p = buf_room(&out, b->a, 4 + sz))) {
+      bs__put_u32be(p, (uint32_t)sz);
+      srec_encode(p + 4, &e->r);
     }
+    f_int(&out, b->a, (uint64_t)(e->r.has_data != 0), 1);
+    f_bytes(&out, b->a, e->r.has_data ? e->r.data : (bs_val){NULL, 0});
   }
   if (!rc && out.oom) rc = oom(err);
   if (!rc)
