@@ -179,3 +179,136 @@ void bs__effects_free(bs__effects *e) {
   e->kept = NULL;
   e->cap_m = e->cap_lk = e->cap_kept = 0;
 }
+
+/* ---- source_row: the row as the flush would leave it ------------------------------------------
+ * The answer runs the batch's saves of the table through bs__effects_save itself, on a shadow
+ * backend that keeps the records of the rows those saves touch (read once from the backend's
+ * stored ones, then as the saves leave them; a save's fate can depend on another row: a snapshot
+ * INSERT is skipped when its new key exists, and then does not unlink its old one), so it cannot
+ * disagree with what the flush will store. */
+typedef struct shadow_row {
+  bs_val rid;
+  bs__srec cur;
+} shadow_row;
+
+typedef struct shadow {
+  int (*stored)(void *ctx, bs_val rid, const bs__srec **out, bs_error *err);
+  void *ctx;
+  const bs_allocator *alloc;
+  shadow_row *rows;
+  size_t n, cap;
+  uint64_t head;
+} shadow;
+
+static shadow_row *sh_find(shadow *s, bs_val rid) {
+  for (size_t i = 0; i < s->n; i++)
+    if (bs__val_eq(s->rows[i].rid, rid)) return &s->rows[i];
+  return NULL;
+}
+
+static int sh_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
+  static const bs__srec none;
+  shadow *s = ctx;
+  shadow_row *r = sh_find(s, rid);
+  const bs__srec *st = NULL;
+  int rc;
+  if (!r) {
+    if ((rc = s->stored(s->ctx, rid, &st, err)) != BS_OK) return rc;
+    /* rows was sized for every row the batch can touch: it never moves under a returned record */
+    BS_ASSERT(s->n < s->cap);
+    if (s->n == s->cap) return nomem(err);
+    r = &s->rows[s->n++];
+    r->rid = rid;
+    r->cur = st ? *st : none;
+    /* memberships and lookups decide ops, never whether or with what data a record exists */
+    r->cur.m = NULL;
+    r->cur.nm = 0;
+    r->cur.lk = NULL;
+    r->cur.nl = 0;
+  }
+  *out = &r->cur;
+  return BS_OK;
+}
+static int sh_bucket(void *ctx, bs_val name, uint64_t *bucket, bs_error *err) {
+  BS_UNUSED(ctx);
+  BS_UNUSED(name);
+  BS_UNUSED(err);
+  *bucket = 0;
+  return BS_OK;
+}
+static int sh_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, bs_error *err) {
+  BS_UNUSED(bucket);
+  BS_UNUSED(op);
+  BS_UNUSED(err);
+  *op_id = ++((shadow *)ctx)->head;
+  return BS_OK;
+}
+static int sh_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n_params,
+                    bs_error *err) {
+  BS_UNUSED(ctx);
+  BS_UNUSED(key);
+  BS_UNUSED(rid);
+  BS_UNUSED(params);
+  BS_UNUSED(n_params);
+  BS_UNUSED(err);
+  return BS_OK;
+}
+static int sh_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
+  const bs__srec *cur;
+  shadow_row *r;
+  int rc;
+  if ((rc = sh_load(ctx, rid, &cur, err)) != BS_OK) return rc;
+  r = sh_find(ctx, rid);
+  r->cur = *rec;
+  r->cur.m = NULL; /* rec's arrays live only during this call */
+  r->cur.nm = 0;
+  r->cur.lk = NULL;
+  r->cur.nl = 0;
+  return BS_OK;
+}
+static uint64_t sh_head(void *ctx) {
+  return ((shadow *)ctx)->head;
+}
+
+int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_batch *batch,
+                           bs_val table, bs_val rid,
+                           int (*stored)(void *ctx, bs_val rid, const bs__srec **out,
+                                         bs_error *err),
+                           void *ctx, bs__srec *out, bs_error *err) {
+  static const bs__effects_ops ops = {.load = sh_load,
+                                      .bucket = sh_bucket,
+                                      .op = sh_op,
+                                      .param = sh_param,
+                                      .store = sh_store,
+                                      .op_head = sh_head};
+  const bs__srec *r = NULL;
+  shadow s;
+  bs__effects e;
+  int rc = BS_OK;
+  memset(&s, 0, sizeof s);
+  s.stored = stored;
+  s.ctx = ctx;
+  s.alloc = a;
+  for (size_t i = 0; i < batch->n; i++) /* a save touches at most two rows: before and after */
+    if (batch->items[i].save && bs__val_eq(batch->items[i].save->table, table)) s.cap += 2;
+  s.cap++; /* and rid */
+  if (reserve(a, (void **)&s.rows, &(size_t){0}, s.cap, sizeof *s.rows)) return nomem(err);
+  memset(&e, 0, sizeof e);
+  e.ops = &ops;
+  e.ctx = &s;
+  e.alloc = a;
+  e.hash = BS_HASH_XXH3;
+  e.snapshot = snapshot;
+  /* snapshot_done only chooses between a soft and a hard delete, both "no row"; a snapshot
+   * writer (the one that treats a soft record differently: skip_existing) deletes softly anyway */
+  e.snapshot_done = !snapshot;
+  for (size_t i = 0; i < batch->n && rc == BS_OK; i++) {
+    const bs_save *q = batch->items[i].save;
+    if (q && bs__val_eq(q->table, table)) rc = bs__effects_save(&e, 0, q, err);
+  }
+  if (rc == BS_OK) rc = sh_load(&s, rid, &r, err);
+  if (rc == BS_OK) *out = *r;
+  bs__effects_free(&e);
+  bs__free(a, s.rows);
+  return rc;
+}

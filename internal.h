@@ -388,6 +388,15 @@ int bs__effects_save(bs__effects *e, uint32_t table_id, const bs_save *s, bs_err
 int bs__effects_unlink(bs__effects *e, uint32_t table_id, bs_val rid, const bs__srec *r,
                        bs_error *err);
 void bs__effects_free(bs__effects *e);
+/* source_row: rid's record of table as the flush of batch would leave it; *out is found when
+ * out->exists && !out->soft, its data then points into a stored record or into the batch.
+ * stored(ctx, rid, out, err) gives a row's stored record (*out NULL = none), valid until the call
+ * returns; snapshot: the writer's mode. */
+int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_batch *batch,
+                           bs_val table, bs_val rid,
+                           int (*stored)(void *ctx, bs_val rid, const bs__srec **out,
+                                         bs_error *err),
+                           void *ctx, bs__srec *out, bs_error *err);
 
 /* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
 #define BS_COMPACT_MIN_CHANGES 10u

@@ -1900,58 +1900,50 @@ static int lw_resume_lsn(bs_writer *base, bs_val lsn, bs_error *err) {
 
 /* ---- source_row: stored data, seeing the queue ------------------------------------------------- */
 
+typedef struct stored_ctx {
+  fctx *f;
+  uint32_t tid;
+  int has_table;
+} stored_ctx;
+
+/* A row's stored record for effects.c's source_row (in the flush context's read txn). */
+static int lw_stored(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
+  stored_ctx *c = ctx;
+  srec *r;
+  int rc;
+  *out = NULL;
+  if (!c->has_table) return BS_OK;
+  if ((rc = rec_load(c->f, c->tid, rid.data ? rid : (bs_val){lm_empty, 0}, 1, &r, err)) != BS_OK)
+    return rc;
+  *out = &r->r;
+  return BS_OK;
+}
+
 static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val table, bs_val rid,
                          int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
-  const bs_save *hit = NULL;
-  int hit_deleted = 0, rc;
+  stored_ctx c = {&w->f, 0, 0};
+  bs__srec now;
   MDB_txn *txn;
-  uint32_t tid;
-  srec *r;
+  int rc;
 
   BS_ASSERT(rid.size <= BS_MAX_REPLICA_ID && (rid.data || !rid.size));
-  if (!rid.data) rid.data = lm_empty;
-  /* The last queued save that touched the row decides. In snapshot mode an INSERT of a key
-   * that already has a record is skipped at flush, so there the stored record wins when there
-   * is one, and otherwise the first queued INSERT of the row (later ones are skipped). */
-  for (size_t i = 0; i < batch->n; i++) {
-    const bs_save *q = batch->items[i].save;
-    bs_val before;
-    if (!q || !bs__val_eq(q->table, table)) continue;
-    before = q->before_id.data ? q->before_id : q->after_id;
-    if (q->tag != BS_DELETE && bs__val_eq(q->after_id, rid)) {
-      if (w->snapshot && hit && !hit_deleted) continue;
-      hit = q;
-      hit_deleted = 0;
-    } else if (before.data && bs__val_eq(before, rid)) {
-      hit = q;
-      hit_deleted = 1;
-    }
-  }
   if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   fctx_reset(&w->f);
   w->f.txn = txn;
   w->f.rec.hash = 0;
-  rc = table_id(&w->f, table, 0, &tid, err);
-  r = NULL;
+  rc = table_id(&w->f, table, 0, &c.tid, err);
+  c.has_table = rc == BS_OK;
+  if (rc == BS_ENOTFOUND) rc = BS_OK;
+  /* the queue as the flush would apply it (effects.c), over the stored records */
   if (rc == BS_OK)
-    rc = rec_load(&w->f, tid, rid, 1, &r, err);
-  else if (rc == BS_ENOTFOUND)
-    rc = BS_OK;
+    rc = bs__effects_source_row(&w->db->base.alloc, w->snapshot, batch, table, rid, lw_stored, &c,
+                                &now, err);
   f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
-  if (rc == BS_OK) {
-    int stored = r && r->r.exists && !r->r.soft;
-    if (hit && !(w->snapshot && stored && hit->tag == BS_INSERT && !hit_deleted)) {
-      if (hit_deleted)
-        rc = bs__fail(err, BS_ENOTFOUND, "row was deleted");
-      else
-        rc = fn(hit->stored_data.data ? &hit->stored_data : NULL, payload);
-    } else if (stored) {
-      rc = fn(r->r.has_data ? &r->r.data : NULL, payload);
-    } else {
-      rc = bs__fail(err, BS_ENOTFOUND, "no source record for this replica id");
-    }
-  }
+  if (rc == BS_OK)
+    rc = now.exists && !now.soft
+             ? fn(now.has_data ? &now.data : NULL, payload)
+             : bs__fail(err, BS_ENOTFOUND, "no source record for this replica id");
   bs__lmdb_txn_abort(w->db, txn);
   fctx_reset(&w->f);
   return rc;

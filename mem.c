@@ -893,37 +893,43 @@ static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
   return rc;
 }
 
+typedef struct stored_ctx {
+  mem_stream *s;
+  mem_table *t;
+} stored_ctx;
+
+/* A row's stored record for effects.c's source_row (under the db lock). */
+static int mem_stored(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
+  stored_ctx *c = ctx;
+  long idx = c->t ? rec_find(c->s, c->t->id, rid) : -1;
+  BS_UNUSED(err);
+  *out = idx >= 0 ? &c->s->recs[idx]->r : NULL;
+  return BS_OK;
+}
+
 static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_val table,
                                  bs_val rid, int (*fn)(const bs_val *, void *), void *payload,
                                  bs_error *err) {
   mem_writer *w = MW(bw);
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
-  mem_tx tx;
-  mem_table *t;
-  long idx;
-  int rc = BS_OK, found = 0, has_data = 0;
+  int rc, has_data = 0;
+  bs__srec now;
   bs_val data = {NULL, 0};
+  stored_ctx c;
   lock(db);
-  /* Apply the queue to see this writer's own saves, read, and always roll back. */
-  if ((rc = tx_begin_batch(&tx, w, batch, err))) {
-    unlock(db);
-    return rc;
-  }
-  t = table_find(s, table);
-  idx = t ? rec_find(s, t->id, rid) : -1;
-  if (idx >= 0 && !s->recs[idx]->r.soft) {
-    found = 1;
-    has_data = s->recs[idx]->r.has_data;
-    if (has_data && val_dup(ALLOC(db), s->recs[idx]->r.data, &data)) rc = BS_ENOMEM;
-  }
-  tx_rollback(&tx);
-  unlock(db);
-  if (rc) return enomem(err, "source_row");
-  if (!found)
-    return bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
-                    (int)(table.size > 64 ? 64 : table.size),
-                    table.size ? (const char *)table.data : "");
+  c.s = s;
+  c.t = table_find(s, table);
+  /* the queue as the flush would apply it (effects.c), over the stored records */
+  rc = bs__effects_source_row(ALLOC(db), w->snapshot, batch, table, rid, mem_stored, &c, &now, err);
+  if (rc == BS_OK && !(now.exists && !now.soft))
+    rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
+                  (int)(table.size > 64 ? 64 : table.size),
+                  table.size ? (const char *)table.data : "");
+  if (rc == BS_OK && (has_data = now.has_data) && val_dup(ALLOC(db), now.data, &data))
+    rc = enomem(err, "source_row");
+  unlock(db); /* fn runs unlocked: it may call into this db */
+  if (rc) return rc;
   if (fn) {
     bs_val empty = {"", 0};
     if (has_data && !data.data) data = empty; /* stored, but zero bytes */

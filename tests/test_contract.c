@@ -875,6 +875,78 @@ static void t_stored_row_data(void **state) {
   free(got);
 }
 
+/* source_row's answer for rid on writer w as text: the data, "(null)" (no stored data) or
+ * "ENOTFOUND"; malloc'd. */
+static char *row_answer(bs_writer *w, const char *rid) {
+  char *got = NULL;
+  int rc = bs_writer_source_row(w, ct_v("t"), ct_v(rid), got_row, &got, &ct_err);
+  if (rc == BS_ENOTFOUND) return strdup("ENOTFOUND");
+  CT_OK(rc);
+  return got;
+}
+
+/* source_row sees the writer's queue exactly as its flush will apply it: for random queues of
+ * INSERT/UPDATE/DELETE (key changes, soft deletes before the snapshot is done, a snapshot
+ * writer's INSERTs over existing and soft-deleted records, stored data absent, empty or
+ * non-ASCII, replica id ""), every row answers the same before and after the flush, and the
+ * other writer (its queue empty) answers the same. */
+static void t_source_row_sees_queue(void **state) {
+  static const char *rids[] = {"", "r1", "r2", "\xc3\xa9"};
+  static const char *datas[] = {NULL, "", "1", "1.0", "\xc3\xa9t\xc3\xa9"};
+  ct_env *e = *state;
+  bs_writer_options so = BS_WRITER_OPTIONS_INIT;
+  bs_writer *snap = NULL;
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  CT_OK(ct_env_stream(e, "srcq", BS_HASH_XXH3, NULL)); /* snapshot not done: soft deletes */
+  so.snapshot = 1;
+  CT_OK(bs_writer_open(&snap, e->st, &so, &ct_err));
+  for (int round = 0; round < 60; round++) {
+    bs_writer *w = (round % 3 == 1) ? snap : e->w, *other = w == snap ? e->w : snap;
+    char *before[4], *after;
+    int n;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    n = 1 + (int)(x % 6);
+    for (int i = 0; i < n; i++) {
+      bs_save sv = BS_SAVE_INIT;
+      bs_row row;
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      sv.table = ct_v("t");
+      sv.tag = w == snap ? BS_INSERT
+                         : (bs_tag)(x % 3 == 0   ? BS_INSERT
+                                    : x % 3 == 1 ? BS_UPDATE
+                                                 : BS_DELETE);
+      sv.after_id = ct_v(rids[(x >> 8) % 4]);
+      if ((x >> 12) % 4 == 0) sv.before_id = ct_v(rids[(x >> 16) % 4]); /* a key change */
+      sv.stored_data = ct_v(datas[(x >> 20) % 5]);
+      row.bucket = ct_v("b");
+      row.object_type = ct_v("t");
+      row.object_id = sv.after_id;
+      row.data = ct_v("{}");
+      if (sv.tag != BS_DELETE) {
+        sv.rows = &row;
+        sv.n_rows = 1;
+      }
+      CT_OK(bs_writer_save(w, &sv, &ct_err));
+    }
+    for (int r = 0; r < 4; r++) before[r] = row_answer(w, rids[r]);
+    CT_OK(bs_writer_flush(w, NULL, &ct_err));
+    for (int r = 0; r < 4; r++) {
+      after = row_answer(w, rids[r]);
+      if (strcmp(before[r], after) != 0)
+        fail_msg("round %d, row '%s': source_row before the flush %s, after it %s", round, rids[r],
+                 before[r], after);
+      free(after);
+      after = row_answer(other, rids[r]);
+      if (strcmp(before[r], after) != 0)
+        fail_msg("round %d, row '%s': the other writer answers %s, want %s", round, rids[r], after,
+                 before[r]);
+      free(after);
+      free(before[r]);
+    }
+  }
+  bs_writer_close(snap);
+}
+
 /* ==== Streams (contract.md 1, 9.10) =========================================================== */
 
 static void t_streams_isolated(void **state) {
@@ -1840,6 +1912,7 @@ static const ct_test TESTS[] = {
     T(t_snapshot_mode),
     T(t_truncate),
     T(t_stored_row_data),
+    T(t_source_row_sees_queue),
     T(t_streams_isolated),
     {"t_persistence", t_persistence, 1},
     T(t_parameter_sets),
