@@ -292,7 +292,7 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
   for (size_t i = 0; i < batch->n; i++) /* a save touches at most two rows: before and after */
     if (batch->items[i].save && bs__val_eq(batch->items[i].save->table, table)) s.cap += 2;
   s.cap++; /* and rid */
-  if (reserve(a, (void **)&s.rows, &(size_t){0}, s.cap, sizeof *s.rows)) return nomem(err);
+  if (!(s.rows = bs__calloc(a, s.cap, sizeof *s.rows))) return nomem(err);
   memset(&e, 0, sizeof e);
   e.ops = &ops;
   e.ctx = &s;
