@@ -80,15 +80,7 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
     rc = enomem(err, "write checkpoints");
     goto out;
   }
-  for (size_t i = 0; i < n; i++) {
-    size_t k;
-    for (k = 0; k < nw; k++)
-      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
-    if (k == nw)
-      win[nw++] = &req[i];
-    else if (bs__managed_req_beats(&req[i], win[k]))
-      win[k] = &req[i];
-  }
+  nw = bs__managed_winners(req, n, win);
   lock(db);
   /* Build every changed record first; swap them in only when all exist. */
   for (size_t k = 0; k < nw; k++) {

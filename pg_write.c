@@ -423,15 +423,7 @@ int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_req
   if (!(win = bs__calloc(al, n ? n : 1, sizeof *win)))
     return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
   /* the batch's winner per user (contract.md 7) */
-  for (size_t i = 0; i < n; i++) {
-    size_t k;
-    for (k = 0; k < nw; k++)
-      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
-    if (k == nw)
-      win[nw++] = &req[i];
-    else if (bs__managed_req_beats(&req[i], win[k]))
-      win[k] = &req[i];
-  }
+  nw = bs__managed_winners(req, n, win);
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) goto out;
   if ((rc = bs__pg_begin(c, 0, err))) goto out;
   /* one batch at a time database-wide: a new user's record cannot be created twice */

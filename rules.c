@@ -53,3 +53,18 @@ int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *
   *out = *opts;
   return BS_OK;
 }
+
+size_t bs__managed_winners(const bs_managed_request *req, size_t n,
+                           const bs_managed_request **win) {
+  size_t nw = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k;
+    for (k = 0; k < nw; k++)
+      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
+    if (k == nw)
+      win[nw++] = &req[i];
+    else if (bs__managed_req_beats(&req[i], win[k]))
+      win[k] = &req[i];
+  }
+  return nw;
+}
