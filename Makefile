@@ -124,13 +124,14 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 # without the backend (PG=0) test_pg checks that bs_open_postgres says BS_EUNSUPPORTED.
 PG_TEST_BINS := $(BUILD)/tests/test_pg
 .PHONY: pg-test
-pg-test: deps $(PG_TEST_BINS) $(BUILD)/bucketstore
+pg-test: deps $(PG_TEST_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@if [ "$(PG)" != 1 ]; then echo "== pg-test: built without the PostgreSQL backend"; \
 	  $(BUILD)/tests/test_pg; \
 	else rc=0; tests/pg_server.sh run sh -c 'set -e; for t in $(PG_TEST_BINS); do \
 	    echo "== $$t (PostgreSQL)"; BS_TEST_QUICK=1 $$t; done; \
 	    if command -v psql >/dev/null; then BS_DRIVER_PG=1 tests/driver_smoke.sh \
-	      $(BUILD)/bucketstore; else echo "== driver scenarios on PostgreSQL: no psql"; fi' \
+	      $(BUILD)/bucketstore; else echo "== driver scenarios on PostgreSQL: no psql"; fi; \
+	    echo "== bench smoke on PostgreSQL"; $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" >/dev/null' \
 	  || rc=$$?; \
 	  if [ $$rc = 77 ]; then echo "== pg-test: skipped (no PostgreSQL server binaries; apt-get \
 	    install postgresql-15, or set BS_TEST_PG_URL)"; elif [ $$rc != 0 ]; then exit $$rc; fi; fi

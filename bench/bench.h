@@ -35,7 +35,9 @@ typedef struct bench_cfg {
   uint64_t map_mb; /* initial map size of bucketstore files (0 = library default) */
   int quick, nofork, keep;
   const char *only, *json, *dir;
-  char tmp[512]; /* the run's temporary directory */
+  char tmp[512];      /* the run's temporary directory */
+  const char *pg_url; /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */
+  long pg_tag;        /* names the run's schemas (the parent's pid) */
 } bench_cfg;
 
 /* ---- Results (in shared memory: children append, the parent prints) ---- */
@@ -72,6 +74,9 @@ typedef struct bench_shared {
   uint64_t ck_cp[2][2][2];  /* [raw][big][0 = latest, 1 = older] checkpoints of W4 stores */
   uint64_t ck_sum[2][2][2]; /* [raw][big][cp]: sum of checksums and counts read (cross-check) */
   uint64_t param_rows[2];   /* [raw]: parameter rows returned (cross-check) */
+  uint64_t pg_read_sum[2];  /* [raw]: --pg reads, sum of op checksums + ops (cross-check) */
+  uint64_t pg_ck_sum[2][2]; /* [raw][big]: --pg checksum + count (cross-check) */
+  double lmdb_bytes_per_op; /* --pg: the same ingest on the LMDB backend */
 } bench_shared;
 extern bench_shared *g_sh;
 extern int32_t *g_state_bs, *g_state_raw; /* per row: bucket index, -1 = deleted */
@@ -132,5 +137,16 @@ int raw_checksums(int big);
 int raw_params(void);
 int raw_compact_build(void);
 int raw_compaction(int incremental);
+
+/* bench_pg.c (--pg): bucketstore on PostgreSQL ("bs") and the raw libpq baseline ("libpq") */
+int pg_prepare(void); /* creates the run's schemas (in the parent) */
+void pg_cleanup(void);
+int pg_bs_ingest(int lmdb); /* lmdb = 1: the same ingest on the LMDB backend (a note row) */
+int pg_raw_ingest(int unused);
+int pg_bs_reads(int unused);
+int pg_raw_reads(int unused);
+int pg_bs_checksums(int unused);
+int pg_raw_checksums(int sum_history);
+int pg_bs_compact(int unused);
 
 #endif

@@ -39,6 +39,8 @@ const bench_cfg *g_cfg;
 bench_shared *g_sh;
 int32_t *g_state_bs, *g_state_raw;
 static int *g_quiet; /* shared: results of setup runs are discarded */
+/* the baseline's engine name: raw LMDB, or raw libpq with --pg */
+#define RAW_ENGINE (g_cfg->pg_url ? "libpq" : "lmdb")
 static bres g_scratch;
 
 void die(const char *fmt, ...) {
@@ -381,6 +383,25 @@ static void run_all(void) {
   }
 }
 
+/* --pg: the PostgreSQL workloads (bench_pg.c), each beside its raw libpq baseline */
+static void run_pg(void) {
+  if (pg_prepare()) die("--pg: cannot prepare the run's schemas on %s", g_cfg->pg_url);
+  PHASE(pg_bs_ingest, 0);
+  PHASE(pg_raw_ingest, 0);
+  if (selected("ingest")) PHASE(pg_bs_ingest, 1);
+  if (selected("reads")) {
+    PHASE(pg_bs_reads, 0);
+    PHASE(pg_raw_reads, 0);
+  }
+  if (selected("checksums")) {
+    PHASE(pg_bs_checksums, 0);
+    PHASE(pg_raw_checksums, 0);
+    PHASE(pg_raw_checksums, 1);
+  }
+  if (selected("compact")) PHASE(pg_bs_compact, 0);
+  if (!g_cfg->keep) pg_cleanup();
+}
+
 /* ---- Output ---- */
 static void fmt_value(char *out, size_t cap, const bres *r) {
   double v = r->value;
@@ -416,7 +437,7 @@ static void fmt_lat(char *out, size_t cap, const bres *r) {
 static const bres *find_raw(const bres *b) {
   for (int i = 0; i < *g_nres; i++) {
     const bres *r = &g_res[i];
-    if (!strcmp(r->engine, "lmdb") && !strcmp(r->workload, b->workload) &&
+    if (!strcmp(r->engine, RAW_ENGINE) && !strcmp(r->workload, b->workload) &&
         !strcmp(r->name, b->name))
       return r;
   }
@@ -477,6 +498,17 @@ static void derive(void) {
         note_add(r, "CROSS-CHECK MISMATCH (%s buckets, %s): bucketstore and raw checksums differ",
                  big ? "big" : "small", cp ? "older" : "latest");
     }
+  if (g_sh->pg_read_sum[0] != g_sh->pg_read_sum[1]) {
+    bres *r = find("reads", "", "bs");
+    if (r) note_add(r, "CROSS-CHECK MISMATCH: bucketstore and raw libpq read different ops");
+  }
+  for (int big = 0; big <= 1; big++)
+    if (g_sh->pg_ck_sum[0][big] != g_sh->pg_ck_sum[1][big]) {
+      bres *r = find("checksums", "", "bs");
+      if (r)
+        note_add(r, "CROSS-CHECK MISMATCH (%s bucket): bucketstore and raw checksums differ",
+                 big ? "big" : "small");
+    }
   if (g_sh->param_rows[0] != g_sh->param_rows[1]) {
     bres *r = find("params", "lookup", "bs");
     if (r)
@@ -493,6 +525,56 @@ static void target(const char *what, int ok, const char *fmt, ...) {
   vprintf(fmt, ap);
   va_end(ap);
   printf("\n");
+}
+
+/* Issue 14's goals against its orientation (the sync service's own PostgreSQL storage). */
+static void print_pg_targets(void) {
+  bres *b = find("ingest", "  all ops", "bs"), *r = find("ingest", "  all ops", "libpq"), *s;
+  printf("\ntargets (issue 14, vs the sync service's PostgreSQL storage; figures, not "
+         "assertions):\n");
+  if (b)
+    target("ingest >= 10x 9.6k ops/s (96k)", b->value >= 96e3,
+           "%.1fk ops/s = %.1fx the orientation; raw libpq %.1fk ops/s, ratio %.2fx",
+           b->value / 1e3, b->value / 9.6e3, r ? r->value / 1e3 : 0, ratio(b, r));
+  else
+    target("ingest >= 10x 9.6k ops/s (96k)", -1, "not measured");
+  b = find("reads", "whole bucket from 0, second", "bs");
+  r = find("reads", "whole bucket from 0, second", "libpq");
+  if (b)
+    target("whole-bucket reads >= 10x 41k ops/s (410k)", b->value >= 410e3,
+           "%.0fk ops/s = %.1fx the orientation; raw libpq %.0fk ops/s, ratio %.2fx",
+           b->value / 1e3, b->value / 41e3, r ? r->value / 1e3 : 0, ratio(b, r));
+  else
+    target("whole-bucket reads >= 10x 41k ops/s (410k)", -1, "not measured");
+  b = s = NULL;
+  for (int i = 0; i < *g_nres; i++)
+    if (!strcmp(g_res[i].workload, "checksums") && !strcmp(g_res[i].engine, "bs") &&
+        g_res[i].status == BR_OK) {
+      if (b)
+        s = &g_res[i];
+      else
+        b = &g_res[i];
+    }
+  if (b && s)
+    target("cold checksums flat in bucket size (88 ms)", b->value <= 2 * s->value,
+           "%.0f us (%s) vs %.0f us (%s): %.2fx", b->value, b->name + 6, s->value, s->name + 6,
+           b->value / s->value);
+  else
+    target("cold checksums flat in bucket size (88 ms)", -1, "not measured");
+  b = find("ingest", "  all ops", "bs");
+  if (b && b->bytes_per_op > 0 && g_sh->lmdb_bytes_per_op > 0)
+    target("bytes per op <= the LMDB backend's (676)", b->bytes_per_op <= g_sh->lmdb_bytes_per_op,
+           "%.0f B/op, LMDB backend %.0f B/op, raw libpq %.0f B/op", b->bytes_per_op,
+           g_sh->lmdb_bytes_per_op,
+           (r = find("ingest", "  all ops", "libpq")) ? r->bytes_per_op : 0);
+  else
+    target("bytes per op <= the LMDB backend's (676)", -1, "not measured");
+  b = find("compact", "full", "bs");
+  if (b)
+    target("compaction (5.4 s), bounded memory", b->secs < 5.4, "%.2f s, anon peak %.1f MB",
+           b->secs, b->anon_peak_mb);
+  else
+    target("compaction (5.4 s), bounded memory", -1, "not measured / unsupported");
 }
 
 /* The issue's targets, measured (never asserted). */
@@ -558,12 +640,13 @@ static void print_targets(void) {
 
 static void print_table(void) {
   printf("\n%-9s %-42s %15s %15s %6s %17s %17s %11s %11s\n", "workload", "case", "bucketstore",
-         "raw LMDB", "ratio", "p50/p99 bs", "p50/p99 raw", "RSS MB b/r", "B/op b/r");
+         g_cfg->pg_url ? "raw libpq" : "raw LMDB", "ratio", "p50/p99 bs", "p50/p99 raw",
+         "RSS MB b/r", "B/op b/r");
   for (int i = 0; i < *g_nres; i++) {
     const bres *b = &g_res[i], *r;
     char vb[32], vr[32], lb[32], lr[32], rs[32], bo[32], ra[16];
     double x;
-    if (!strcmp(b->engine, "lmdb")) {
+    if (!strcmp(b->engine, RAW_ENGINE)) {
       /* a raw row without a bucketstore partner still gets printed */
       int paired = 0;
       for (int j = 0; j < *g_nres; j++)
@@ -573,11 +656,11 @@ static void print_table(void) {
       if (paired) continue;
     }
     r = strcmp(b->engine, "bs") ? NULL : find_raw(b);
-    if (strcmp(b->engine, "bs") && strcmp(b->engine, "lmdb")) {
+    if (strcmp(b->engine, "bs") && strcmp(b->engine, RAW_ENGINE)) {
       printf("%-9s %-42s %s\n", b->workload, b->name, b->note);
       continue;
     }
-    if (!strcmp(b->engine, "lmdb")) {
+    if (!strcmp(b->engine, RAW_ENGINE)) {
       r = b;
       b = NULL;
     }
@@ -605,8 +688,9 @@ static void print_table(void) {
     printf("%-9s %-42s %15s %15s %6s %17s %17s %11s %11s\n", (b ? b : r)->workload,
            (b ? b : r)->name, vb, vr, ra, lb, lr, rs, bo);
   }
-  printf("\nratio = bucketstore cost / raw LMDB cost (1.00x = as fast as the bytes alone).\n"
-         "RSS = peak RSS of the phase's process (getrusage; includes mapped file pages).\n");
+  printf("\nratio = bucketstore cost / raw %s cost (1.00x = as fast as the bytes alone).\n",
+         g_cfg->pg_url ? "libpq" : "LMDB");
+  printf("RSS = peak RSS of the phase's process (getrusage; includes mapped file pages).\n");
   printf("notes:\n");
   for (int i = 0; i < *g_nres; i++) {
     const bres *b = &g_res[i];
@@ -734,36 +818,30 @@ static void usage(void) {
          "  --params N          parameter index entries (1000000)\n"
          "  --param-queries N   lookups (100000)\n"
          "  --compact-rows N    compaction rows, each updated once (250000)\n"
-         "  --map-mb N          initial map size of the bucketstore files (library default)\n");
+         "  --map-mb N          initial map size of the bucketstore files (library default)\n"
+         "  --pg URL|start      the PostgreSQL workloads (issue 14) on the server at URL, or on\n"
+         "                      one started with tests/pg_server.sh (from the repository root;\n"
+         "                      BS_PG_SERVER names the script); --only ingest|reads|checksums|\n"
+         "                      compact selects among them\n");
 }
+
+static char pg_dir[600], pg_sh[512]; /* --pg start: the server's directory and script */
 
 int main(int argc, char **argv) {
   static bench_cfg cfg;
-  static const struct option lo[] = {{"quick", 0, 0, 'q'},
-                                     {"only", 1, 0, 'o'},
-                                     {"json", 1, 0, 'j'},
-                                     {"dir", 1, 0, 'd'},
-                                     {"keep", 0, 0, 'k'},
-                                     {"no-fork", 0, 0, 'F'},
-                                     {"seed", 1, 0, 's'},
-                                     {"help", 0, 0, 'h'},
-                                     {"rows", 1, 0, 1},
-                                     {"buckets", 1, 0, 2},
-                                     {"large-buckets", 1, 0, 3},
-                                     {"commit-rows", 1, 0, 4},
-                                     {"updates", 1, 0, 5},
-                                     {"commit-changes", 1, 0, 6},
-                                     {"data-size", 1, 0, 7},
-                                     {"read-limit", 1, 0, 8},
-                                     {"read-secs", 1, 0, 9},
-                                     {"ck-requests", 1, 0, 10},
-                                     {"ck-big-ops", 1, 0, 11},
-                                     {"ck-big-buckets", 1, 0, 12},
-                                     {"params", 1, 0, 13},
-                                     {"param-queries", 1, 0, 14},
-                                     {"compact-rows", 1, 0, 15},
-                                     {"map-mb", 1, 0, 16},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {{"quick", 0, 0, 'q'},       {"only", 1, 0, 'o'},
+                                     {"json", 1, 0, 'j'},        {"dir", 1, 0, 'd'},
+                                     {"keep", 0, 0, 'k'},        {"no-fork", 0, 0, 'F'},
+                                     {"seed", 1, 0, 's'},        {"help", 0, 0, 'h'},
+                                     {"rows", 1, 0, 1},          {"buckets", 1, 0, 2},
+                                     {"large-buckets", 1, 0, 3}, {"commit-rows", 1, 0, 4},
+                                     {"updates", 1, 0, 5},       {"commit-changes", 1, 0, 6},
+                                     {"data-size", 1, 0, 7},     {"read-limit", 1, 0, 8},
+                                     {"read-secs", 1, 0, 9},     {"ck-requests", 1, 0, 10},
+                                     {"ck-big-ops", 1, 0, 11},   {"ck-big-buckets", 1, 0, 12},
+                                     {"params", 1, 0, 13},       {"param-queries", 1, 0, 14},
+                                     {"compact-rows", 1, 0, 15}, {"map-mb", 1, 0, 16},
+                                     {"pg", 1, 0, 'P'},          {0, 0, 0, 0}};
   uint64_t sizes[17] = {0};
   double read_secs = 0, t0;
   const char *parent;
@@ -794,6 +872,9 @@ int main(int argc, char **argv) {
       break;
     case 's':
       cfg.seed = strtoull(optarg, NULL, 0);
+      break;
+    case 'P':
+      cfg.pg_url = optarg;
       break;
     case 'h':
       usage();
@@ -877,10 +958,37 @@ int main(int argc, char **argv) {
          cfg.quick ? "quick" : "default sizes", cfg.only ? " (one workload)" : "",
          (unsigned long long)cfg.rows, cfg.data_size, cfg.tmp);
   t0 = now_s();
-  run_all();
+  if (cfg.pg_url) {
+    static char url[1024];
+    const char *sh = getenv("BS_PG_SERVER");
+    cfg.pg_tag = (long)getpid();
+    if (!strcmp(cfg.pg_url, "start")) {
+      char cmd[1200];
+      FILE *p;
+      snprintf(pg_dir, sizeof pg_dir, "%s/pg", cfg.tmp);
+      snprintf(pg_sh, sizeof pg_sh, "%s", sh && *sh ? sh : "tests/pg_server.sh");
+      snprintf(cmd, sizeof cmd, "%s start %s", pg_sh, pg_dir);
+      if (!(p = popen(cmd, "r")) || !fgets(url, sizeof url, p) || pclose(p) != 0)
+        die("--pg start: '%s' failed (run from the repository root, or set BS_PG_SERVER)", cmd);
+      url[strcspn(url, "\n")] = 0;
+      cfg.pg_url = url;
+      printf("PostgreSQL server started: %s\n", url);
+    }
+    run_pg();
+    if (pg_dir[0]) {
+      char cmd[1200];
+      snprintf(cmd, sizeof cmd, "%s stop %s", pg_sh, pg_dir);
+      if (system(cmd) != 0) fprintf(stderr, "bsbench: '%s' failed\n", cmd);
+    }
+  } else {
+    run_all();
+  }
   derive();
   print_table();
-  print_targets();
+  if (cfg.pg_url)
+    print_pg_targets();
+  else
+    print_targets();
   printf("total %.1f s\n", now_s() - t0);
   if (cfg.json) write_json(cfg.json, now_s() - t0);
   if (!cfg.keep)
