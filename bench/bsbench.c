@@ -965,7 +965,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cfg.pg_url, "start")) {
       char cmd[1200];
       FILE *p;
-      snprintf(pg_dir, sizeof pg_dir, "%s/pg", cfg.tmp);
+      /* not inside cfg.tmp: as root the server runs as postgres, which cannot enter a 0700
+       * directory of root's; pg_server.sh gives this one to its server's user */
+      snprintf(pg_dir, sizeof pg_dir, "%s/bsbench-pg.XXXXXX", parent);
+      if (!mkdtemp(pg_dir)) die("mkdtemp %s: %s", pg_dir, strerror(errno));
       snprintf(pg_sh, sizeof pg_sh, "%s", sh && *sh ? sh : "tests/pg_server.sh");
       snprintf(cmd, sizeof cmd, "%s start %s", pg_sh, pg_dir);
       if (!(p = popen(cmd, "r")) || !fgets(url, sizeof url, p) || pclose(p) != 0)
