@@ -180,6 +180,8 @@ int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err);
 /* pg_save.c: the flush of the front's queue */
 int bs__pg_writer_source_row(bs_writer *w, const bs_write_batch *in, bs_val table, bs_val rid,
                              int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
+/* The writer's truncate slot: truncate/drop in bounded transactions (contract.md 4.2). */
+int bs__pg_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err);
 /* Applies batch inside the writer's open transaction; *head = the op-id head after it. */
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *head,
                         bs_error *err);

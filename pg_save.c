@@ -794,21 +794,24 @@ static int write_custom(batch *b, bs_error *err) {
   return BS_OK;
 }
 
-/* Applies the queue inside the caller's open transaction (the stream row is locked by it).
- * keep_batch: the batch's records stay for the caller (source_row), freed by batch_free. */
-static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error *err) {
+/* Starts a batch inside the caller's open transaction: locks the stream row (refused when the
+ * stream is terminated), reads its op head and hash into b and fx. */
+static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__effects *fx,
+                      bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
-  uint32_t *tables = NULL;
-  bs__effects fx;
-  int rc, saves = 0;
+  int rc;
   memset(b, 0, sizeof *b);
-  memset(&fx, 0, sizeof fx);
+  memset(fx, 0, sizeof *fx);
   b->w = w;
   b->in = in;
   b->a = &w->db->base.alloc;
   b->c = w->c;
   b->stream = w->base.st->stream_id;
+  fx->ops = &pg_effects_ops;
+  fx->ctx = b;
+  fx->alloc = b->a;
+  fx->snapshot = w->snapshot;
   bs__pg_arg_i32(&a, (int32_t)b->stream);
   rc = bs__pg_exec(w->c,
                    "SELECT state, op_head, hash, snapshot_done FROM bs_streams WHERE id = $1"
@@ -822,18 +825,50 @@ static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error 
   if (!rc) {
     b->head = (uint64_t)bs__pg_i64(r, 0, 1);
     b->first = b->head + 1;
-    fx.hash = (bs_hash)bs__pg_i16(r, 0, 2);
-    fx.snapshot_done = bs__pg_bool(r, 0, 3);
+    fx->hash = (bs_hash)bs__pg_i16(r, 0, 2);
+    fx->snapshot_done = bs__pg_bool(r, 0, 3);
   }
   PQclear(r);
-  if (rc) return rc;
+  return rc;
+}
+
+/* Writes what the batch's effects produced: ops, parameter entries, records, bucket states, the
+ * op head and the change record, the custom write checkpoints. */
+static int batch_write(batch *b, bs_error *err) {
+  int rc;
+  if (b->ops.oom || b->params.oom) return oom(err);
+  if ((rc = copy_in(b->c,
+                    "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
+                    " object_id, subkey, data) FROM STDIN (FORMAT binary)",
+                    &b->ops, b->a, err)) ||
+      (rc = copy_in(b->c,
+                    "COPY bs_params (stream, lookup, op_id, table_id, replica_id, rows)"
+                    " FROM STDIN (FORMAT binary)",
+                    &b->params, b->a, err)) ||
+      (rc = write_records(b, err)))
+    return rc;
+  if (b->head >= b->first) { /* something was persisted */
+    bs__pg_args h = {0};
+    bs__pg_arg_i32(&h, (int32_t)b->stream);
+    bs__pg_arg_i64(&h, (int64_t)b->head);
+    if ((rc = write_buckets(b, err)) ||
+        (rc = bs__pg_run(b->c, "UPDATE bs_streams SET op_head = $2 WHERE id = $1", &h,
+                         "flush: op head", err)))
+      return rc;
+  }
+  return write_custom(b, err);
+}
+
+/* Applies the queue inside the caller's open transaction (the stream row is locked by it).
+ * The batch's records stay for the caller (source_row), freed by batch_free. */
+static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error *err) {
+  uint32_t *tables = NULL;
+  bs__effects fx;
+  int rc, saves = 0;
+  if ((rc = batch_open(w, in, b, &fx, err))) return rc;
   for (size_t i = 0; i < in->n; i++) saves += in->items[i].save != NULL;
   if (saves) {
     if (!(tables = bs__calloc(b->a, in->n, sizeof *tables))) return oom(err);
-    fx.ops = &pg_effects_ops;
-    fx.ctx = b;
-    fx.alloc = b->a;
-    fx.snapshot = w->snapshot;
     if (!(rc = resolve_tables(b, tables, err)) && !(rc = load_batch(b, tables, err))) {
       for (size_t i = 0; i < in->n && !rc; i++) {
         if (!in->items[i].save) continue;
@@ -845,27 +880,7 @@ static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error 
     bs__free(b->a, tables);
     if (rc) return rc;
   }
-  if (b->ops.oom || b->params.oom) return oom(err);
-  if ((rc = copy_in(w->c,
-                    "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
-                    " object_id, subkey, data) FROM STDIN (FORMAT binary)",
-                    &b->ops, b->a, err)) ||
-      (rc = copy_in(w->c,
-                    "COPY bs_params (stream, lookup, op_id, table_id, replica_id, rows)"
-                    " FROM STDIN (FORMAT binary)",
-                    &b->params, b->a, err)) ||
-      (rc = write_records(b, err)))
-    return rc;
-  if (b->head >= b->first) { /* something was persisted */
-    bs__pg_args h = {0};
-    bs__pg_arg_i32(&h, (int32_t)b->stream);
-    bs__pg_arg_i64(&h, (int64_t)b->head);
-    if ((rc = write_buckets(b, err)) ||
-        (rc = bs__pg_run(w->c, "UPDATE bs_streams SET op_head = $2 WHERE id = $1", &h,
-                         "flush: op head", err)))
-      return rc;
-  }
-  return write_custom(b, err);
+  return batch_write(b, err);
 }
 
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *in, uint64_t *head, bs_error *err) {
@@ -919,4 +934,81 @@ int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
   if (!rc) rc = fn(has_data ? &data : NULL, payload);
   bs__free(&w->db->base.alloc, copy);
   return rc;
+}
+
+/* ---- Truncate and drop (contract.md 4.2) -------------------------------------------------------
+ * In bounded transactions of TRUNCATE_RECORDS source records, in replica-id byte order (the
+ * LMDB backend's key order, so both allocate the same op ids): effects.c's bs__effects_unlink
+ * emits each record's REMOVEs and lookup tombstones, then the record goes (a soft-deleted one
+ * just goes). The last transaction of a drop forgets the table. */
+
+#define TRUNCATE_RECORDS 1000
+
+static int truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, bs_error *err) {
+  static const bs_write_batch none = {NULL, 0};
+  static const bs__srec gone = {0};
+  batch b;
+  bs__effects fx;
+  bs__pg_args a = {0};
+  PGresult *r = NULL;
+  bs_val *rids = NULL;
+  int rc, n = 0;
+  if ((rc = batch_open(w, &none, &b, &fx, err))) goto out;
+  bs__pg_arg_i32(&a, (int32_t)b.stream);
+  bs__pg_arg_bytes(&a, table);
+  bs__pg_arg_i32(&a, TRUNCATE_RECORDS);
+  rc = bs__pg_exec(w->c,
+                   "SELECT t.id, s.replica_id FROM bs_tables t LEFT JOIN LATERAL"
+                   " (SELECT replica_id FROM bs_source WHERE stream = t.stream AND table_id = t.id"
+                   "  ORDER BY replica_id LIMIT $3) s ON true WHERE t.stream = $1 AND t.name = $2"
+                   " ORDER BY s.replica_id",
+                   &a, &r, "truncate: source records", err);
+  if (rc) goto out;
+  if (PQntuples(r) == 0) { /* an unknown table: nothing to truncate */
+    *done = 1;
+    goto out;
+  }
+  b.table = (uint32_t)bs__pg_i32(r, 0, 0);
+  if (!(rids = bs__calloc(b.a, (size_t)PQntuples(r), sizeof *rids))) {
+    rc = oom(err);
+    goto out;
+  }
+  for (int i = 0; i < PQntuples(r); i++)
+    if (!PQgetisnull(r, i, 1)) rids[n++] = bs__pg_bytes(r, i, 1);
+  *done = n < TRUNCATE_RECORDS;
+  if ((rc = load_records(&b, b.table, rids, (size_t)n, err)) || (rc = load_batch(&b, NULL, err)))
+    goto out;
+  for (int i = 0; i < n && !rc; i++) {
+    rec_ent *e = rec_find(&b, b.table, rids[i]);
+    if (!e) {
+      rc = bs__fail(err, BS_ECORRUPT, "truncate: a source record was not loaded");
+      break;
+    }
+    if (e->r.exists && !e->r.soft) rc = bs__effects_unlink(&fx, b.table, rids[i], &e->r, err);
+    if (!rc) rc = fx_store(&b, rids[i], &gone, err);
+  }
+  if (!rc && *done && drop)
+    rc = bs__pg_run(w->c, "DELETE FROM bs_tables WHERE stream = $1 AND name = $2 AND $3 > 0", &a,
+                    "drop: forgetting the table", err);
+  if (!rc) rc = batch_write(&b, err);
+out:
+  bs__free(b.a, rids);
+  PQclear(r);
+  bs__effects_free(&fx);
+  batch_free(&b);
+  return rc;
+}
+
+int bs__pg_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  int rc, done = 0;
+  /* the front has flushed what was queued before the truncate (contract.md 4.2) */
+  while (!done) {
+    if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
+    if ((rc = truncate_share(w, table, drop, &done, err)) || (rc = bs__pg_commit(w->c, err))) {
+      bs__pg_rollback(w->c);
+      return rc;
+    }
+  }
+  return BS_OK;
 }

@@ -314,6 +314,7 @@ static const bs_writer_vtable pg_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = writer_close,
     .flush = writer_flush,
+    .truncate = bs__pg_writer_truncate,
     .source_row = bs__pg_writer_source_row,
     .commit = writer_commit,
     .snapshot_done = writer_snapshot_done,

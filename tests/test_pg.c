@@ -361,8 +361,6 @@ static void t_unsupported_slots(void **state) {
   assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
-  assert_int_equal(bs_writer_truncate(w, (bs_val){"t", 1}, &err), BS_EUNSUPPORTED);
-  assert_int_equal(bs_writer_drop(w, (bs_val){"t", 1}, &err), BS_EUNSUPPORTED);
   bs_writer_close(w);
   assert_int_equal(bs_compact(st, NULL, NULL, &err), BS_EUNSUPPORTED);
   assert_int_equal(bs_compact_initial_replication(st, 0, 0, NULL, &err), BS_EUNSUPPORTED);
