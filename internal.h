@@ -254,7 +254,7 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
 #endif
 
 /* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
- * by the front; lmdb_read.c also applies them because tests call bs__lmdb_bucket_data directly. */
+ * by the front. */
 #define BS_DEFAULT_BATCH_BYTES (16u * 1024u * 1024u)
 
 /* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry
@@ -277,6 +277,31 @@ int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *
  * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
 bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
                                      const bs_val *checkpoint_lsn, bs_val lsn);
+
+/* ---- Bucket data chunks (contract.md 5.2, rules.c): the chunking rule of every backend ----
+ * A bucket_data call starts each bucket it serves (bs__chunker_bucket), adds the bucket's ops in
+ * (after, C] in op id order (bs__chunker_add) while the call is not stopped, and ends it
+ * (bs__chunker_end). A chunk is cut before the op that would take it past chunk_bytes (one
+ * larger op gets a chunk of its own); the call stops before the op that would pass limit ops or
+ * max_bytes (stopped: that op exists, so has_more is exact). Ops are kept as given (their
+ * strings borrowed) until their chunk is handed to on_chunk, whose non-zero return is passed on. */
+typedef struct bs__chunker {
+  const bs_allocator *a;
+  size_t limit, chunk_bytes, max_bytes; /* the call's bs_batch_options, resolved */
+  size_t served, bytes;                 /* ops and bytes handed out so far in this call */
+  int stopped;                          /* the call hit limit or max_bytes */
+  int (*on_chunk)(const bs_chunk *, void *);
+  void *payload;
+  bs_chunk ch; /* the chunk being filled */
+  bs_op *ops;  /* its ops (reused from chunk to chunk) */
+  size_t n, cap, csize;
+} bs__chunker;
+void bs__chunker_init(bs__chunker *k, const bs_allocator *a, const bs_batch_options *o,
+                      int (*on_chunk)(const bs_chunk *, void *), void *payload);
+void bs__chunker_bucket(bs__chunker *k, bs_val name, uint64_t after);
+int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err); /* BS_ENOMEM, on_chunk's */
+int bs__chunker_end(bs__chunker *k);                                 /* on_chunk's return */
+void bs__chunker_free(bs__chunker *k);
 
 /* ---- Write checkpoints (contract.md 7): the rule both backends apply ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name

@@ -233,13 +233,25 @@ int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
   return mrc ? bs__lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
 }
 
-int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_val name,
-                       uint64_t *id_out, bs_error *err) {
+int bs__lmdb_get(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur, const MDB_val *key, MDB_val *val) {
+  MDB_val found = *key;
+  int mrc;
+  if (!cur) return mdb_get(txn, dbi, (MDB_val *)key, val);
+  if (!*cur && (mrc = mdb_cursor_open(txn, dbi, cur)) != 0) return mrc;
+  mrc = mdb_cursor_get(*cur, &found, val, MDB_SET_RANGE);
+  if (mrc == 0 &&
+      !bs__val_eq((bs_val){found.mv_data, found.mv_size}, (bs_val){key->mv_data, key->mv_size}))
+    mrc = MDB_NOTFOUND;
+  return mrc;
+}
+
+int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, MDB_cursor **cur, uint32_t stream,
+                       bs_val name, uint64_t *id_out, bs_error *err) {
   unsigned char k[BS_BUCKET_KEY_MAX];
   MDB_val key, val;
   int rc, mrc;
   if ((rc = bs__lmdb_bucket_key(k, stream, name, &key, err))) return rc;
-  mrc = mdb_get(txn, db->buckets, &key, &val);
+  mrc = bs__lmdb_get(txn, db->buckets, cur, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
   if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
   return bs__lmdb_bucket_id_decode(&val, id_out, err);
@@ -756,7 +768,7 @@ typedef struct fctx {
   uint32_t stream;
   int snapshot;
   MDB_txn *txn;
-  /* Lookup cursors of the apply phase (see cur_get), opened on first use; NULL when closed */
+  /* Lookup cursors of the apply phase (bs__lmdb_get), opened on first use; NULL when closed */
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
   bs__stream_rec rec;
   arena ar;
@@ -831,22 +843,6 @@ static void f_close_src(fctx *f) {
   f->src = f->bst = f->bnm = NULL;
 }
 
-/* mdb_get through a cursor kept for the whole apply phase (*cur, opened on dbi on first use).
- * MDB_SET_RANGE starting from the cursor's page costs a compare or two when the keys come in
- * order (a snapshot by primary key; fresh keys past the end; buckets met in id or name order)
- * where mdb_get descends from the root every time; out of order it costs what mdb_get does.
- * MDB_SET would drop the position on a miss, hence SET_RANGE plus an equality test. */
-static int cur_get(fctx *f, MDB_cursor **cur, MDB_dbi dbi, const MDB_val *key, MDB_val *val) {
-  MDB_val found = *key;
-  int mrc;
-  if (!*cur && (mrc = mdb_cursor_open(f->txn, dbi, cur)) != 0) return mrc;
-  mrc = mdb_cursor_get(*cur, &found, val, MDB_SET_RANGE);
-  if (mrc == 0 &&
-      (found.mv_size != key->mv_size || memcmp(found.mv_data, key->mv_data, key->mv_size) != 0))
-    mrc = MDB_NOTFOUND;
-  return mrc;
-}
-
 static const bs__effects_ops fx_ops;
 
 static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
@@ -883,6 +879,14 @@ static void fctx_free(fctx *f) {
   bs__effects_free(&f->fx);
 }
 
+/* BS_ESTATE for a terminated stream: no writer call changes it any more. */
+static int check_live(const bs__stream_rec *r, bs_error *err) {
+  if (r->state == BS_STREAM_TERMINATED)
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", r->id);
+  return BS_OK;
+}
+
+/* Starts a unit of work of the writer on its (live) stream in txn. */
 static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
   int rc;
   fctx_reset(f);
@@ -890,7 +894,7 @@ static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
   rc = bs__stream_rec_get(f->db, txn, f->stream, &f->rec, err);
   f->fx.hash = (bs_hash)f->rec.hash;
   f->fx.snapshot_done = f->rec.snapshot_done;
-  return rc;
+  return rc ? rc : check_live(&f->rec, err);
 }
 
 static int oom(bs_error *err) {
@@ -945,7 +949,7 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
       *out = b;
       return BS_OK;
     }
-  mrc = cur_get(f, &f->bst, f->db->bstate, &key, &val);
+  mrc = bs__lmdb_get(f->txn, f->db->bstate, &f->bst, &key, &val);
   if (mrc == MDB_NOTFOUND)
     return bs__fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
                     (unsigned long long)id);
@@ -963,18 +967,6 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   return bent_add(f, b, hkey(b->st.name.data, b->st.name.size), err);
 }
 
-/* bs__lmdb_bucket_id through the flush's name cursor. */
-static int bucket_id_lookup(fctx *f, bs_val name, uint64_t *id_out, bs_error *err) {
-  unsigned char k[BS_BUCKET_KEY_MAX];
-  MDB_val key, val;
-  int rc, mrc;
-  if ((rc = bs__lmdb_bucket_key(k, f->stream, name, &key, err))) return rc;
-  mrc = cur_get(f, &f->bnm, f->db->buckets, &key, &val);
-  if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
-  if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
-  return bs__lmdb_bucket_id_decode(&val, id_out, err);
-}
-
 /* Resolves a bucket by name, creating it (id from seq.bucket) when unknown. */
 static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
   uint64_t h = hkey(name.data, name.size), id;
@@ -984,7 +976,8 @@ static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
     *out = b;
     return BS_OK;
   }
-  if ((rc = bucket_id_lookup(f, name, &id, err)) == BS_OK) return bucket_by_id(f, id, out, err);
+  rc = bs__lmdb_bucket_id(f->db, f->txn, &f->bnm, f->stream, name, &id, err);
+  if (rc == BS_OK) return bucket_by_id(f, id, out, err);
   if (rc != BS_ENOTFOUND) return rc;
   if ((rc = seq_load(f, err)) != BS_OK) return rc;
   if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
@@ -1179,7 +1172,7 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
   r->key.data = r + 1;
   r->key.size = key.mv_size;
   if (read_db) {
-    mrc = cur_get(f, &f->src, f->db->source, &key, &val);
+    mrc = bs__lmdb_get(f->txn, f->db->source, &f->src, &key, &val);
     if (mrc == 0) {
       if ((rc = srec_decode(f, r, &val, err)) != BS_OK) return rc;
     } else if (mrc != MDB_NOTFOUND) {
@@ -1625,10 +1618,6 @@ int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lm
   *emitted_out = 0;
   fctx_init(&f, db, stream, 0);
   if ((rc = f_begin(&f, txn, err)) != BS_OK) goto out;
-  if (f.rec.state == BS_STREAM_TERMINATED) {
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", stream);
-    goto out;
-  }
   for (size_t i = 0; i < n && rc == BS_OK; i++) {
     int done;
     rc = reemit_one(&f, &rows[i], &done, err);
@@ -1652,8 +1641,6 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   size_t nu = 0;
   int rc;
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
-  if (f->rec.state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
   for (size_t i = 0; i < w->batch->n && rc == BS_OK; i++) {
     if (w->batch->items[i].save) rc = apply_save(f, w->batch->items[i].save, err);
   }
@@ -1705,10 +1692,8 @@ static int lw_flush(bs_writer *base, const bs_write_batch *batch, uint64_t *last
   }
   /* an empty flush writes nothing, but is refused on a terminated stream like any other */
   if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  rc = bs__stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err);
-  if (rc == BS_OK && rec.state == BS_STREAM_TERMINATED)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->st->base.stream_id);
-  else if (rc == BS_OK && last_op_out)
+  if ((rc = bs__stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err)) == BS_OK &&
+      (rc = check_live(&rec, err)) == BS_OK && last_op_out)
     *last_op_out = rec.op_head;
   bs__lmdb_txn_abort(w->db, txn);
   return rc;
@@ -1796,8 +1781,6 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
    * with the same result as flush-then-commit. */
   if (c->w->batch->n && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
-  if (r->state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
   if (!r->has_resume_lsn || bs__val_cmp(c->lsn, r->resume_lsn) > 0) {
     r->resume_lsn = c->lsn;
     r->has_resume_lsn = 1;
@@ -1868,9 +1851,9 @@ static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
   lsn_ctx *c = payload;
   bs__stream_rec r;
   int rc;
-  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
-  if (r.state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", c->stream);
+  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK ||
+      (rc = check_live(&r, err)) != BS_OK)
+    return rc;
   if (c->snapshot_done) {
     r.snapshot_done = 1;
     if (!r.has_no_checkpoint_before || bs__val_cmp(c->lsn, r.no_checkpoint_before) > 0) {
@@ -1968,8 +1951,6 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   int mrc, rc;
 
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
-  if (f->rec.state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", f->stream);
   rc = table_id(f, c->table, 0, &tid, err);
   if (rc == BS_ENOTFOUND) {
     c->done = 1;
@@ -2071,9 +2052,7 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   rc = bs__stream_rec_get(db, txn, base->stream_id, &rec, err);
   bs__lmdb_txn_abort(db, txn);
-  if (rc != BS_OK) return rc;
-  if (rec.state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", base->stream_id);
+  if (rc != BS_OK || (rc = check_live(&rec, err)) != BS_OK) return rc;
   if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w)))
     return bs__fail(err, BS_ENOMEM, "cannot allocate the writer");
   w->base.vt = &lmdb_writer_vt;

@@ -33,12 +33,8 @@ typedef struct cctx {
   uint32_t stream;
   bs_compact_options o; /* resolved */
   bs_compact_stats *stats;
-  bs__seen_set seen;
+  bs__seen_set seen; /* a job's row identities; in parameter compaction, a group's replica ids */
   bs_error *err;
-  /* parameter compaction: replica ids kept in the current group (more than one only on a
-   * hash collision of replica ids) */
-  unsigned char *rids;
-  size_t rids_size, rids_cap;
   /* the current transaction: ops changed and visited (bounded by max_ops_per_txn and
    * max_visits) */
   size_t changes, visits, max_visits;
@@ -87,6 +83,23 @@ static int seek_ge(MDB_cursor *cur, const void *key, size_t n, MDB_val *k, MDB_v
   MDB_val want = {n, (void *)key};
   *k = want;
   return mdb_cursor_get(cur, k, v, MDB_SET_RANGE);
+}
+
+/* A read snapshot with a cursor on dbi; read_end ends both. */
+static int read_begin(cctx *c, MDB_dbi dbi, MDB_txn **txn, MDB_cursor **cur) {
+  int mrc, rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, txn, c->err);
+  if (rc) return rc;
+  if ((mrc = mdb_cursor_open(*txn, dbi, cur))) {
+    bs__lmdb_txn_abort(c->db, *txn);
+    return mdb_err(c, mrc, "compact: cursor");
+  }
+  return BS_OK;
+}
+
+static int read_end(cctx *c, MDB_txn *txn, MDB_cursor *cur, int rc) {
+  mdb_cursor_close(cur);
+  bs__lmdb_txn_abort(c->db, txn);
+  return rc;
 }
 
 static int in_bucket(const MDB_val *k, uint64_t bucket) {
@@ -227,15 +240,25 @@ static int rec_raise_step(cctx *c, MDB_txn *txn, void *arg) {
   return bs__stream_rec_put(c->db, txn, &rec, c->err);
 }
 
-static int read_rec(cctx *c, bs__stream_rec *out) {
-  MDB_txn *txn;
-  int rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
+/* The stream record in txn, or (txn NULL) in a snapshot of its own, after which only its integers
+ * are valid. initial: BS_ESTATE once the stream has a checkpoint, also one at op 0 (contract.md
+ * 6): initial replication deletes ops only while none exists, checked in every transaction, since
+ * a writer may commit the first checkpoint between two of them. */
+static int read_rec(cctx *c, MDB_txn *txn, int initial, bs__stream_rec *out) {
+  MDB_txn *own = NULL;
+  int rc = txn ? BS_OK : bs__lmdb_txn_begin(c->db, MDB_RDONLY, &own, c->err);
   if (rc) return rc;
-  rc = bs__stream_rec_get(c->db, txn, c->stream, out, c->err);
-  /* only the integers are used after the snapshot closes */
-  out->name.data = out->checkpoint_lsn.data = out->resume_lsn.data = NULL;
-  out->no_checkpoint_before.data = out->last_error.data = NULL;
-  bs__lmdb_txn_abort(c->db, txn);
+  rc = bs__stream_rec_get(c->db, txn ? txn : own, c->stream, out, c->err);
+  if (own) {
+    out->name.data = out->checkpoint_lsn.data = out->resume_lsn.data = NULL;
+    out->no_checkpoint_before.data = out->last_error.data = NULL;
+    bs__lmdb_txn_abort(c->db, own);
+  }
+  if (rc == BS_OK && initial && out->has_checkpoint_lsn)
+    rc = bs__fail(c->err, BS_ESTATE,
+                  "stream %u has a checkpoint (%llu): initial-replication compaction only runs "
+                  "before the first one",
+                  c->stream, (unsigned long long)out->checkpoint);
   return rc;
 }
 
@@ -252,20 +275,6 @@ static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
   bs__lmdb_cqueue_key(qk, c->stream, bucket);
   mrc = mdb_del(txn, c->db->cqueue, &q, NULL);
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: dequeue bucket");
-  return BS_OK;
-}
-
-/* Initial replication deletes ops only while no checkpoint exists: checked in every
- * transaction, since a writer may commit the first checkpoint between two of them. */
-static int still_initial(cctx *c, MDB_txn *txn) {
-  bs__stream_rec rec;
-  int rc = bs__stream_rec_get(c->db, txn, c->stream, &rec, c->err);
-  if (rc) return rc;
-  if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (contract.md 6) */
-    return bs__fail(c->err, BS_ESTATE,
-                    "stream %u has a checkpoint (%llu): initial-replication "
-                    "compaction only runs before the first one",
-                    c->stream, (unsigned long long)rec.checkpoint);
   return BS_OK;
 }
 
@@ -297,23 +306,16 @@ typedef struct dscan {
   int pass;
 } dscan;
 
-static int find_id(const uint64_t *ids, size_t n, uint64_t id, size_t *at) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (ids[mid] < id)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  *at = lo;
-  return lo < n && ids[lo] == id;
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
 static int dscan_member(uint64_t bucket, uint64_t op, void *payload) {
   dscan *s = payload;
-  size_t i;
-  if (op > s->horizon || !find_id(s->ids, s->n, bucket, &i)) return BS_OK;
+  const uint64_t *at = op > s->horizon ? NULL : bsearch(&bucket, s->ids, s->n, sizeof *at, cmp_u64);
+  size_t i = at ? (size_t)(at - s->ids) : 0;
+  if (!at) return BS_OK;
   if (s->pass == 1) {
     s->live[i]++;
     s->bytes[i] += sizeof(bs__lmdb_reemit_row) + s->key->mv_size;
@@ -354,11 +356,6 @@ static int dscan_pass(cctx *c, MDB_txn *txn, dscan *s, int pass) {
   s->key = NULL; /* pointed at this frame's k */
   mdb_cursor_close(cur);
   return rc;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 static int cmp_row(const void *a, const void *b) {
@@ -460,13 +457,8 @@ static int defragment(cctx *c, uint64_t horizon) {
 
 /* Records a bucket the MOVE/CLEAR pass processed, as a defragmentation candidate. */
 static int defrag_note(cctx *c, uint64_t bucket) {
-  if (c->n_dids == c->cap_dids) {
-    size_t cap = c->cap_dids ? c->cap_dids * 2 : 64;
-    uint64_t *p = bs__realloc(&c->db->base.alloc, c->dids, cap * sizeof *p);
-    if (!p) return bs__fail(c->err, BS_ENOMEM, "defragment: candidate buckets");
-    c->dids = p;
-    c->cap_dids = cap;
-  }
+  if (BS_GROW(&c->db->base.alloc, c->dids, c->cap_dids, c->n_dids + 1))
+    return bs__fail(c->err, BS_ENOMEM, "defragment: candidate buckets");
   c->dids[c->n_dids++] = bucket;
   return BS_OK;
 }
@@ -488,8 +480,8 @@ static int defrag_note(cctx *c, uint64_t bucket) {
  *                    remaining entries at the horizon -> MOVE) -> FOLD (the leading run of
  *                    REMOVE/MOVE/CLEAR, only when IFOLD handed over without finishing the run).
  * Initial replication: START -> SCAN (reverse, deleting superseded ops, MOVE/CLEAR residue and
- *                    REMOVEs whose row has nothing earlier) -> FORGET (the `superseded` entries
- *                    at the horizon) and MARK.
+ *                    REMOVEs whose row has nothing earlier) -> FORGET (INC's walk, dropping the
+ *                    `superseded` entries at the horizon) and MARK.
  *
  * The seen-set belongs to the current job and is cleared only when a job starts. A map-full retry
  * restores the work as it was when the transaction began; its job's seen-set must then hold at
@@ -509,7 +501,7 @@ static size_t max_visits(size_t max_ops) {
   return max_ops > SIZE_MAX / VISIT_FACTOR ? SIZE_MAX : max_ops * VISIT_FACTOR;
 }
 
-enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_IFOLD, J_INC, J_FORGET, J_MARK, J_DONE };
+enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_IFOLD, J_INC, J_MARK, J_DONE };
 enum { W_FULL, W_INC, W_INITIAL };
 
 typedef struct job {
@@ -796,7 +788,7 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   j->pos = 0;
-  j->phase = J_FORGET;
+  j->phase = J_INC; /* FORGET */
   return BS_OK;
 }
 
@@ -926,7 +918,9 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
 }
 
 /* INC: converts the bucket's logged superseded ops at the horizon to MOVE and consumes their
- * entries (an op already gone or moved just consumes its entry). */
+ * entries (an op already gone or moved just consumes its entry). FORGET, initial replication:
+ * only drops the entries at the horizon (their old ops are gone), then records the bucket as
+ * compacted. Either dequeues the bucket when no entry remains. */
 static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   MDB_cursor *cur = c->ec;
@@ -957,7 +951,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
     }
     if (w->budget != UINT64_MAX) w->budget--;
     bs__lmdb_op_key(ok, bucket, old);
-    mrc = mdb_cursor_get(c->oc, &opk, &opv, MDB_SET_KEY);
+    mrc = w->mode == W_INITIAL ? MDB_NOTFOUND : mdb_cursor_get(c->oc, &opk, &opv, MDB_SET_KEY);
     if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: read op");
     if (mrc == 0) {
       if (bs__lmdb_op_decode(&opk, &opv, &op)) return bad_op(c, bucket);
@@ -974,40 +968,8 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
   if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;
   j->pos = 0;
-  j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
-  return BS_OK;
-}
-
-/* FORGET, initial replication: drops the entries whose new op is at or below the horizon
- * (their old ops are gone), dequeues the bucket if none remain, records it as compacted. */
-static int forget_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  MDB_val k, v;
-  unsigned char kb[BS_SUP_KEY_SIZE];
-  int mrc, rc;
-  bs__lmdb_sup_key(kb, bucket, j->pos);
-  mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
-  while (mrc == 0 && in_bucket(&k, bucket)) {
-    uint64_t old, nw;
-    if ((rc = sup_entry(c, bucket, &k, &v, &old, &nw))) return rc;
-    if (txn_full(c)) {
-      j->pos = old;
-      return BS_OK;
-    }
-    c->visits++;
-    if (!bs__compact_entry_due(nw, w->horizon)) {
-      mrc = mdb_cursor_get(c->ec, &k, &v, MDB_NEXT);
-      continue;
-    }
-    c->changes++;
-    if ((mrc = mdb_cursor_del(c->ec, 0))) break;
-    bs__lmdb_sup_key(kb, bucket, old + 1);
-    mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
-  }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
-  if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;
-  j->phase = J_DONE;
-  d->mark = 1;
+  j->phase = j->consumed && !j->ifold_done && w->mode != W_INITIAL ? J_FOLD : J_DONE;
+  d->mark = w->mode == W_INITIAL;
   return BS_OK;
 }
 
@@ -1035,9 +997,6 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       break;
     case J_INC:
       rc = inc_run(c, txn, w, bucket, &d);
-      break;
-    case J_FORGET:
-      rc = forget_run(c, txn, w, bucket, &d);
       break;
     case J_MARK:
       w->j.phase = J_DONE;
@@ -1073,6 +1032,7 @@ static int work_jobs(cctx *c, MDB_txn *txn, work *w) {
 
 static int work_step(cctx *c, MDB_txn *txn, void *arg) {
   work *w = arg;
+  bs__stream_rec rec;
   int rc, mrc;
   c->changes = c->visits = 0;
   /* a map-full retry of a transaction in which a later job cleared the seen-set: the full job
@@ -1082,7 +1042,7 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
     w->rerun_changed = w->j.changed;
     memset(&w->j, 0, sizeof w->j);
   }
-  if (w->mode == W_INITIAL && (rc = still_initial(c, txn))) return rc;
+  if (w->mode == W_INITIAL && (rc = read_rec(c, txn, 1, &rec))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->ops, &c->oc))) return mdb_err(c, mrc, "compact: cursor");
   if ((mrc = mdb_cursor_open(txn, c->db->superseded, &c->ec))) {
     rc = mdb_err(c, mrc, "compact: cursor");
@@ -1128,11 +1088,7 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
   MDB_val k, v;
   int rc, mrc;
   *n = 0;
-  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
-  if ((mrc = mdb_cursor_open(txn, c->db->buckets, &cur))) {
-    bs__lmdb_txn_abort(c->db, txn);
-    return mdb_err(c, mrc, "compact: cursor");
-  }
+  if ((rc = read_begin(c, c->db->buckets, &txn, &cur))) return rc;
   mrc = seek_ge(cur, it->key, it->key_size, &k, &v);
   if (mrc == 0 && it->key_size > 4 && k.mv_size == it->key_size &&
       memcmp(k.mv_data, it->key, k.mv_size) == 0)
@@ -1158,9 +1114,7 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
   it->done = 1;
 out:
-  mdb_cursor_close(cur);
-  bs__lmdb_txn_abort(c->db, txn);
-  return rc;
+  return read_end(c, txn, cur, rc);
 }
 
 static void bucket_iter_init(bucket_iter *it, uint32_t stream) {
@@ -1179,7 +1133,7 @@ static int compact_buckets(cctx *c, work *w, int initial) {
       MDB_txn *txn;
       uint64_t id = 0;
       if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
-      rc = bs__lmdb_bucket_id(c->db, txn, c->stream, c->o.buckets[i], &id, c->err);
+      rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, c->o.buckets[i], &id, c->err);
       bs__lmdb_txn_abort(c->db, txn);
       if (rc == BS_ENOTFOUND) continue; /* an unknown bucket has nothing to compact */
       if (rc) return rc;
@@ -1211,11 +1165,7 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
   int64_t limit = bs__now_ms() - c->o.min_age_ms;
   int rc, mrc;
   *out = 0;
-  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
-  if ((mrc = mdb_cursor_open(txn, c->db->changes, &cur))) {
-    bs__lmdb_txn_abort(c->db, txn);
-    return mdb_err(c, mrc, "compact: cursor");
-  }
+  if ((rc = read_begin(c, c->db->changes, &txn, &cur))) return rc;
   bs__lmdb_change_key(kb, c->stream, UINT64_MAX, UINT64_MAX);
   for (mrc = seek_le(cur, kb, sizeof kb, &k, &v); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
@@ -1231,9 +1181,7 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
     }
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: change records");
-  mdb_cursor_close(cur);
-  bs__lmdb_txn_abort(c->db, txn);
-  return rc;
+  return read_end(c, txn, cur, rc);
 }
 
 /* Up to BUCKET_BATCH queued bucket ids after *after (exclusive; 0 = from the start). */
@@ -1244,11 +1192,7 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   unsigned char kb[BS_CQUEUE_KEY_SIZE];
   int rc, mrc;
   *n = 0;
-  if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
-  if ((mrc = mdb_cursor_open(txn, c->db->cqueue, &cur))) {
-    bs__lmdb_txn_abort(c->db, txn);
-    return mdb_err(c, mrc, "compact: cursor");
-  }
+  if ((rc = read_begin(c, c->db->cqueue, &txn, &cur))) return rc;
   bs__lmdb_cqueue_key(kb, c->stream, *after);
   for (mrc = seek_ge(cur, kb, sizeof kb, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -1265,9 +1209,7 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
     *started = 1;
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
-  mdb_cursor_close(cur);
-  bs__lmdb_txn_abort(c->db, txn);
-  return rc;
+  return read_end(c, txn, cur, rc);
 }
 
 static int compact_incremental(cctx *c, uint64_t horizon) {
@@ -1305,33 +1247,11 @@ typedef struct param_arg {
 } param_arg;
 _Static_assert(sizeof(param_arg) <= ARG_MAX, "run_write saves step arguments in ARG_MAX");
 
-static int rid_seen(const cctx *a, const unsigned char *rid, size_t n) {
-  size_t off = 0;
-  while (off < a->rids_size) {
-    size_t len = bs__get_u16le(a->rids + off);
-    if (len == n && memcmp(a->rids + off + 2, rid, n) == 0) return 1;
-    off += 2 + len;
-  }
-  return 0;
-}
-
-static int rid_add(cctx *a, const unsigned char *rid, size_t n) {
-  if (a->rids_cap - a->rids_size < n + 2) {
-    size_t ncap = (a->rids_cap ? a->rids_cap * 2 : 1024) + n + 2;
-    unsigned char *p = bs__realloc(&a->db->base.alloc, a->rids, ncap);
-    if (!p) return bs__fail(a->err, BS_ENOMEM, "compact: parameter group");
-    a->rids = p;
-    a->rids_cap = ncap;
-  }
-  bs__put_u16le(a->rids + a->rids_size, (uint32_t)n);
-  memcpy(a->rids + a->rids_size + 2, rid, n);
-  a->rids_size += 2 + n;
-  return BS_OK;
-}
-
 /* Walks the stream's entries downwards from the resume key, one (lookup, table, row hash)
  * group at a time: per replica id the newest entry at or below the horizon is kept (dropped
- * too if a tombstone), older ones are deleted. Stops at a group boundary. */
+ * too if a tombstone), older ones are deleted. Stops at a group boundary. A group holds more
+ * than one replica id only on a hash collision: the seen-set tells them apart (a replica id is
+ * the row identity of an entry; a full set keeps more, never less). */
 static int param_step(cctx *c, MDB_txn *txn, void *arg) {
   param_arg *a = arg;
   MDB_cursor *cur;
@@ -1341,7 +1261,7 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
   uint64_t removed = 0;
   int mrc, rc = BS_OK;
   if ((mrc = mdb_cursor_open(txn, c->db->params, &cur))) return mdb_err(c, mrc, "compact: cursor");
-  c->rids_size = 0;
+  bs__seen_clear(&c->seen);
   mrc = seek_le(cur, a->resume, a->resume_size, &k, &v);
   while (mrc == 0) {
     size_t gsize;
@@ -1366,13 +1286,15 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
       }
       memcpy(group, k.mv_data, gsize);
       group_size = gsize;
-      c->rids_size = 0;
+      bs__seen_clear(&c->seen);
     }
     visited++;
     if (op <= a->horizon) {
-      int newer = rid_seen(c, rid.data, rid.size);
-      if (!newer && (rc = rid_add(c, rid.data, rid.size))) goto out;
-      del = bs__compact_param_drop(newer, n_sets);
+      bs_op row = {.op_id = op, .object_id = rid};
+      uint64_t latest;
+      int newer = bs__seen_visit(&c->seen, &row, &latest);
+      /* a replica id the full set could not record keeps its entries, tombstones too */
+      del = (newer || !c->seen.full) && bs__compact_param_drop(newer, n_sets);
     }
     if (del) {
       size_t ks = k.mv_size;
@@ -1382,15 +1304,7 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
         goto out;
       }
       removed++;
-      /* the greatest key below the deleted one */
-      {
-        MDB_val want = {ks, cur_key};
-        k = want;
-        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST)
-              : mrc               ? mrc
-                                  : mdb_cursor_get(cur, &k, &v, MDB_PREV);
-      }
+      mrc = seek_le(cur, cur_key, ks, &k, &v); /* the greatest key below the deleted one */
       continue;
     }
     mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
@@ -1436,36 +1350,46 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
 
 /* ---- Entry points --------------------------------------------------------------------------- */
 
+/* A call's context. The front has resolved the options (o, every default applied), checked every
+ * argument and refused a read-only database (docs/backends.md). */
+static void cctx_init(cctx *c, bs_storage *st, const bs_compact_options *o, bs_compact_stats *stats,
+                      bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
+  BS_ASSERT(o && o->version && o->max_ops_per_txn >= 2 && o->memory_limit_mb && stats);
+  BS_ASSERT(!(ls->db->base.flags & BS_OPEN_RDONLY));
+  memset(c, 0, sizeof *c);
+  memset(stats, 0, sizeof *stats);
+  c->db = ls->db;
+  c->stream = st->stream_id;
+  c->o = *o;
+  c->stats = stats;
+  c->err = err;
+  c->max_visits = max_visits(o->max_ops_per_txn);
+  bs__seen_init(&c->seen, &c->db->base.alloc, o->memory_limit_mb * 1024u * 1024u);
+}
+
+static int cctx_free(cctx *c, int rc) {
+  bs__seen_free(&c->seen);
+  bs__free(&c->db->base.alloc, c->dids);
+  return rc;
+}
+
 int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
                      bs_error *err) {
-  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
-  bs_compact_stats local;
   bs__stream_rec rec;
   cctx c;
   uint64_t horizon, aged = 0;
   int rc;
-  memset(&c, 0, sizeof c);
-  if (!stats) stats = &local;
-  memset(stats, 0, sizeof *stats);
-  if ((rc = bs__compact_options_resolve(&c.o, opts, err))) return rc;
-  if (ls->db->base.flags & BS_OPEN_RDONLY)
-    return bs__fail(err, BS_ESTATE, "compact: the database is open read-only");
-  c.db = ls->db;
-  c.stream = st->stream_id;
-  c.stats = stats;
-  c.err = err;
-  c.max_visits = max_visits(c.o.max_ops_per_txn);
-  if (c.o.delete_checkpoint_requests_before_ms > 0) {
-    uint64_t deleted = 0;
-    rc = bs__lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
-                                                    &deleted, err);
-    if (rc) return rc;
-    stats->checkpoint_requests_deleted = deleted;
-  }
-  if ((rc = read_rec(&c, &rec))) return rc;
-  if (c.o.incremental_only && c.o.min_age_ms && (rc = aged_checkpoint(&c, &aged))) return rc;
-  if (!(horizon = bs__compact_horizon(&c.o, rec.checkpoint, aged, rec.op_head))) return BS_OK;
-  bs__seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
+  cctx_init(&c, st, opts, stats, err);
+  if (c.o.delete_checkpoint_requests_before_ms > 0 &&
+      (rc = bs__lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
+                                                       &stats->checkpoint_requests_deleted, err)))
+    return cctx_free(&c, rc);
+  if ((rc = read_rec(&c, NULL, 0, &rec))) return cctx_free(&c, rc);
+  if (c.o.incremental_only && c.o.min_age_ms && (rc = aged_checkpoint(&c, &aged)))
+    return cctx_free(&c, rc);
+  if (!(horizon = bs__compact_horizon(&c.o, rec.checkpoint, aged, rec.op_head)))
+    return cctx_free(&c, BS_OK);
   {
     /* raised before any op changes, so whoever sees a change also sees the horizon */
     rec_raise r = {horizon, 0, 0, 0};
@@ -1474,10 +1398,7 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
   if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon) : compact_full(&c, horizon);
   if (!rc) rc = defragment(&c, horizon);
   if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
-  bs__seen_free(&c.seen);
-  bs__free(&c.db->base.alloc, c.rids);
-  bs__free(&c.db->base.alloc, c.dids);
-  return rc;
+  return cctx_free(&c, rc);
 }
 
 /* ---- Initial-replication compaction -------------------------------------------------------- */
@@ -1485,39 +1406,22 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
 int bs__lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
                                          uint64_t min_bucket_changes, uint64_t *buckets_out,
                                          bs_error *err) {
-  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
+  bs_compact_options o;
   bs_compact_stats stats;
   bs__stream_rec rec;
   cctx c;
   work w;
   int rc;
-  memset(&c, 0, sizeof c);
-  memset(&stats, 0, sizeof stats);
+  BS_ASSERT(max_op_id < (1ull << 63) && min_bucket_changes > 0); /* checked by the front */
+  bs__compact_options_resolve(&o, NULL, NULL);                   /* the defaults: cannot fail */
+  o.min_bucket_changes = min_bucket_changes;
+  cctx_init(&c, st, &o, &stats, err);
   memset(&w, 0, sizeof w);
-  if (buckets_out) *buckets_out = 0;
-  if ((rc = bs__compact_options_resolve(&c.o, NULL, err))) return rc;
-  c.o.min_bucket_changes = min_bucket_changes ? min_bucket_changes : 1;
-  if (ls->db->base.flags & BS_OPEN_RDONLY)
-    return bs__fail(err, BS_ESTATE, "compact_initial_replication: the database is read-only");
-  c.db = ls->db;
-  c.stream = st->stream_id;
-  c.stats = &stats;
-  c.err = err;
-  c.max_visits = max_visits(c.o.max_ops_per_txn);
-  if (max_op_id >= (1ull << 63)) return bs__fail(err, BS_EINVAL, "max_op_id: must be < 2^63");
-  if ((rc = read_rec(&c, &rec))) return rc;
-  if (rec.has_checkpoint_lsn) /* a checkpoint exists, also one at op 0 (contract.md 6) */
-    return bs__fail(err, BS_ESTATE,
-                    "stream %u has a checkpoint (%llu): initial-replication "
-                    "compaction only runs before the first one",
-                    c.stream, (unsigned long long)rec.checkpoint);
+  if ((rc = read_rec(&c, NULL, 1, &rec))) return cctx_free(&c, rc);
   w.mode = W_INITIAL;
   w.horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
   w.budget = UINT64_MAX;
-  if (w.horizon == 0) return BS_OK;
-  bs__seen_init(&c.seen, &c.db->base.alloc, c.o.memory_limit_mb * 1024u * 1024u);
-  rc = compact_buckets(&c, &w, 1);
-  bs__seen_free(&c.seen);
+  if (w.horizon) rc = compact_buckets(&c, &w, 1);
   if (buckets_out) *buckets_out = w.processed;
-  return rc;
+  return cctx_free(&c, rc);
 }

@@ -23,11 +23,6 @@ static inline bool key_in_bucket(const MDB_val *k, const unsigned char prefix[8]
   return k->mv_size == 16 && memcmp(k->mv_data, prefix, 8) == 0;
 }
 
-/* The size contract.md 5.2 counts for chunking: data + object_type + object_id + subkey. */
-static inline size_t op_size(const bs_op *op) {
-  return op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
-}
-
 /* ---- Bucket lookup -------------------------------------------------------------------------- */
 
 typedef struct bucket_ref {
@@ -42,6 +37,8 @@ typedef struct bucket_ref {
  * setup per lookup. The front hands bucket_data its requests sorted by name, so consecutive
  * names mostly sit on the same leaf page. */
 typedef struct bucket_finder {
+  bs__lmdb_db *db;
+  MDB_txn *txn;
   uint32_t stream;
   MDB_cursor *names, *states;
   MDB_cursor *ops; /* the ops of the buckets found: every reader of this file walks them */
@@ -50,6 +47,8 @@ typedef struct bucket_finder {
 static int finder_open(bucket_finder *f, bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
                        bs_error *err) {
   int mrc;
+  f->db = db;
+  f->txn = txn;
   f->stream = stream;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &f->names)) != 0 ||
       (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0 ||
@@ -66,46 +65,20 @@ static void finder_close(bucket_finder *f) {
   f->names = f->states = f->ops = NULL;
 }
 
-/* The id of bucket `name` (bs__lmdb_bucket_id, through the cursor). Unknown: BS_ENOTFOUND with
- * err untouched. */
-static int finder_id(bucket_finder *f, bs_val name, uint64_t *id_out, bs_error *err) {
-  unsigned char kb[BS_BUCKET_KEY_MAX];
-  MDB_val k, v;
-  int rc, mrc;
-  if ((rc = bs__lmdb_bucket_key(kb, f->stream, name, &k, err))) return rc;
-  mrc = mdb_cursor_get(f->names, &k, &v, MDB_SET);
-  if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
-  if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
-  return bs__lmdb_bucket_id_decode(&v, id_out, err);
-}
-
-/* The bucket state a lookup of id returned (mdb_rc, v), decoded into out. A missing or short
- * state is BS_ECORRUPT: every buckets entry has one. name is for the message. */
-static int state_found(int mdb_rc, const MDB_val *v, uint64_t id, bs_val name,
-                       bs__bucket_state *out, bs_error *err) {
-  if (mdb_rc == MDB_NOTFOUND || (mdb_rc == 0 && bs__bucket_state_decode(v, out)))
-    return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
-                    bs__name_shown(name), (const char *)name.data, id);
-  if (mdb_rc) return bs__fail_mdb(err, mdb_rc, "reading a bucket state");
-  return BS_OK;
-}
-
-/* The state of bucket id (named name, for the message), by a one-off lookup. */
-static int state_get(bs__lmdb_db *db, MDB_txn *txn, uint64_t id, bs_val name, bs__bucket_state *out,
-                     bs_error *err) {
-  unsigned char kb[8];
-  MDB_val k = {8, kb}, v;
-  bs__put_u64be(kb, id);
-  return state_found(mdb_get(txn, db->bstate, &k, &v), &v, id, name, out, err);
-}
-
-/* The same through the finder's bstate cursor. */
+/* The state of bucket id (named name, for the message), through the finder's bstate cursor. A
+ * missing or short state is BS_ECORRUPT: every buckets entry has one. */
 static int finder_state(bucket_finder *f, uint64_t id, bs_val name, bs__bucket_state *out,
                         bs_error *err) {
   unsigned char kb[8];
   MDB_val k = {8, kb}, v;
+  int mrc;
   bs__put_u64be(kb, id);
-  return state_found(mdb_cursor_get(f->states, &k, &v, MDB_SET), &v, id, name, out, err);
+  mrc = mdb_cursor_get(f->states, &k, &v, MDB_SET);
+  if (mrc == MDB_NOTFOUND || (mrc == 0 && bs__bucket_state_decode(&v, out)))
+    return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",
+                    bs__name_shown(name), (const char *)name.data, id);
+  if (mrc) return bs__fail_mdb(err, mrc, "reading a bucket state");
+  return BS_OK;
 }
 
 /* Looks up a bucket of the stream and its state. Unknown bucket: ref->found = 0, BS_OK. */
@@ -113,7 +86,7 @@ static int bucket_get(bucket_finder *f, bs_val name, bucket_ref *ref, bs_error *
   int rc;
 
   ref->found = 0;
-  rc = finder_id(f, name, &ref->id, err);
+  rc = bs__lmdb_bucket_id(f->db, f->txn, &f->names, f->stream, name, &ref->id, err);
   if (rc == BS_ENOTFOUND) return BS_OK; /* quiet: err was not written */
   if (rc) return rc;
   if ((rc = finder_state(f, ref->id, name, &ref->state, err))) return rc;
@@ -131,15 +104,6 @@ static int torn_check(const bs__bucket_state *s, uint64_t c, bs_val name, bs_err
   return BS_OK;
 }
 
-static int txn_read(bs__lmdb_db *db, MDB_txn **txn, bs_error *err) {
-  return bs__lmdb_txn_begin(db, MDB_RDONLY, txn, err);
-}
-
-/* Ends a read txn (and releases the txn lock bs__lmdb_txn_begin took); NULL is a no-op. */
-static void txn_end(bs__lmdb_db *db, MDB_txn *txn) {
-  bs__lmdb_txn_abort(db, txn);
-}
-
 /* ---- Checkpoint and status ------------------------------------------------------------------ */
 
 static void copy_lsn(unsigned char *dst, size_t *dst_size, bs_val src) {
@@ -152,7 +116,7 @@ int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn;
   bs__stream_rec rec;
-  int rc = txn_read(db, &txn, err);
+  int rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err);
   if (rc) return rc;
   rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err);
   if (rc == BS_OK) {
@@ -161,7 +125,7 @@ int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
     out->lsn_size = 0;
     if (out->has_lsn) copy_lsn(out->lsn, &out->lsn_size, rec.checkpoint_lsn);
   }
-  txn_end(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
@@ -169,7 +133,7 @@ int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn;
   bs__stream_rec rec;
-  int rc = txn_read(db, &txn, err);
+  int rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err);
   if (rc) return rc;
   rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err);
   if (rc == BS_OK) {
@@ -187,90 +151,34 @@ int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
     if (n) memcpy(out->last_error, rec.last_error.data, n);
     out->last_error[n] = '\0';
   }
-  txn_end(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
 /* ---- Bucket data ---------------------------------------------------------------------------- */
 
-/* State of one bucket_data call, shared across its buckets. */
-typedef struct data_read {
-  const bs_allocator *a;
-  MDB_cursor *cur;
-  uint64_t checkpoint;
-  size_t limit, chunk_bytes, max_bytes;
-  size_t served, bytes; /* ops and bytes handed out so far in this call */
-  bs_op *ops;           /* the current chunk's ops (reused from chunk to chunk) */
-  size_t cap;
-  int (*on_chunk)(const bs_chunk *, void *);
-  void *payload;
-  int stopped; /* the call hit limit/max_bytes with an op left to serve */
-} data_read;
-
-static int ops_grow(data_read *r, bs_error *err) {
-  if (BS_GROW(r->a, r->ops, r->cap, r->cap + 1))
-    return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", r->cap + 1);
-  return BS_OK;
-}
-
-/* used + sz <= cap, without wrapping (used may already exceed cap after one large op). */
-static inline bool fits(size_t used, size_t sz, size_t cap) {
-  return sz <= cap && used <= cap - sz;
-}
-
-static int emit(data_read *r, bs_chunk *ch, size_t n, int has_more) {
-  ch->ops = r->ops;
-  ch->n_ops = n;
-  ch->next_after = r->ops[n - 1].op_id;
-  ch->has_more = has_more;
-  return r->on_chunk(ch, r->payload);
-}
-
-/* Serves the ops of one bucket in (after, C] as chunks. Stops the call (r->stopped) when the
- * next op would pass the call's limit or byte cap: that op exists, so the bucket's last chunk
- * and the call both report has_more exactly. */
-static int read_bucket(data_read *r, bs_val name, uint64_t id, uint64_t after, bs_error *err) {
+/* Serves the ops of one bucket in (after, C] to the call's chunker (rules.c), until it stops. */
+static int read_bucket(bs__chunker *r, MDB_cursor *cur, uint64_t checkpoint, bs_val name,
+                       uint64_t id, uint64_t after, bs_error *err) {
   unsigned char kb[16];
   MDB_val k = {16, kb}, v;
-  bs_chunk ch;
-  size_t n = 0, csize = 0;
   int rc, mrc;
 
-  memset(&ch, 0, sizeof ch);
-  ch.bucket = name;
-  ch.after = after;
+  bs__chunker_bucket(r, name, after);
   bs__lmdb_op_key(kb, id, after + 1);
-  for (mrc = mdb_cursor_get(r->cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(r->cur, &k, &v, MDB_NEXT)) {
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0 && !r->stopped;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
-    size_t sz;
     if (!key_in_bucket(&k, kb)) break;
-    if (bs__get_u64be((const unsigned char *)k.mv_data + 8) > r->checkpoint) break;
+    if (bs__get_u64be((const unsigned char *)k.mv_data + 8) > checkpoint) break;
     if (bs__lmdb_op_decode(&k, &v, &op))
       return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
                       bs__name_shown(name), (const char *)name.data,
                       bs__get_u64be((const unsigned char *)k.mv_data + 8));
-    sz = op_size(&op);
-    if (r->served >= r->limit || (r->served > 0 && !fits(r->bytes, sz, r->max_bytes))) {
-      r->stopped = 1;
-      break;
-    }
-    if (n > 0 && !fits(csize, sz, r->chunk_bytes)) {
-      if ((rc = emit(r, &ch, n, 1)) != 0) return rc;
-      ch.after = ch.next_after;
-      ch.target_op = 0;
-      n = csize = 0;
-    }
-    if (n == r->cap && (rc = ops_grow(r, err)) != 0) return rc;
-    r->ops[n++] = op;
-    csize += sz;
-    r->served++;
-    r->bytes += sz;
-    if ((op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) && op.target_op > ch.target_op)
-      ch.target_op = op.target_op;
+    if ((rc = bs__chunker_add(r, &op, err)) != 0) return rc;
   }
   if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading bucket data");
-  return n > 0 ? emit(r, &ch, n, r->stopped) : BS_OK;
+  return bs__chunker_end(r);
 }
 
 int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
@@ -282,25 +190,18 @@ int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_re
   MDB_txn *txn = NULL;
   bucket_ref *refs = NULL;
   bucket_finder f;
-  data_read r;
+  bs__chunker r;
   int rc;
 
-  memset(&r, 0, sizeof r);
+  BS_ASSERT(opts && opts->limit && opts->max_bytes); /* resolved by the front */
   memset(&f, 0, sizeof f);
-  r.a = a;
-  r.checkpoint = checkpoint;
-  /* the front has applied these defaults; kept for tests that call this function directly */
-  r.limit = opts->limit ? opts->limit : BS_BATCH_LIMIT_DEFAULT;
-  r.chunk_bytes = opts->chunk_bytes; /* 0 is honoured: one op per chunk */
-  r.max_bytes = opts->max_bytes ? opts->max_bytes : BS_DEFAULT_BATCH_BYTES;
-  r.on_chunk = on_chunk;
-  r.payload = payload;
+  bs__chunker_init(&r, a, opts, on_chunk, payload);
   if (has_more_out) *has_more_out = 0;
   if (n_req == 0) return BS_OK;
 
   refs = bs__calloc(a, n_req, sizeof *refs);
   if (!refs) return bs__fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
-  if ((rc = txn_read(db, &txn, err)) != 0) goto done;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) goto done;
   if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
   /* Resolve and check every bucket first, so that a torn read fails before any chunk. */
   for (size_t i = 0; i < n_req; i++) {
@@ -308,82 +209,27 @@ int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_re
     if (refs[i].found && (rc = torn_check(&refs[i].state, checkpoint, req[i].bucket, err)) != 0)
       goto done;
   }
-  r.cur = f.ops;
   for (size_t i = 0; i < n_req && !r.stopped; i++) {
     uint64_t after = req[i].after;
     if (!refs[i].found || after >= checkpoint || refs[i].state.last_op <= after) continue;
-    if ((rc = read_bucket(&r, req[i].bucket, refs[i].id, after, err)) != 0) goto done;
+    if ((rc = read_bucket(&r, f.ops, checkpoint, req[i].bucket, refs[i].id, after, err)) != 0)
+      goto done;
   }
   if (has_more_out) *has_more_out = r.stopped;
 done:
   finder_close(&f);
-  txn_end(db, txn);
-  bs__free(a, r.ops);
+  bs__lmdb_txn_abort(db, txn);
+  bs__chunker_free(&r);
   bs__free(a, refs);
   return rc;
 }
 
 /* ---- Checksums ------------------------------------------------------------------------------ */
 
-/* The bucket's (checksum, count) at C: its running value minus the ops above C. Only the tail
- * above C is read, so the cost does not depend on the bucket's size. */
-static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_val name,
-                       bs_checksum *out, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  uint32_t sum = ref->state.checksum;
-  uint64_t count = ref->state.count;
-  int mrc;
-
-  if (ref->state.last_op > c) {
-    bs__lmdb_op_key(kb, ref->id, c + 1);
-    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      bs_op op;
-      if (!key_in_bucket(&k, kb)) break;
-      if (bs__lmdb_op_decode(&k, &v, &op) || count == 0)
-        return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " or state is corrupt",
-                        bs__name_shown(name), (const char *)name.data,
-                        bs__get_u64be((const unsigned char *)k.mv_data + 8));
-      sum = bs__cksum_sub(sum, op.checksum);
-      count--;
-    }
-    if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checksums");
-  }
-  out->checksum = sum;
-  out->count = count;
-  return BS_OK;
-}
-
-int bs__lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                       bs_checksum *out, uint64_t *generation_out, bs_error *err) {
-  bs__lmdb_db *db = lmdb_of(st);
-  MDB_txn *txn = NULL;
-  bucket_finder f;
-  int rc;
-
-  memset(&f, 0, sizeof f);
-  if ((rc = txn_read(db, &txn, err)) != 0) return rc;
-  if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
-  for (size_t i = 0; i < n; i++) {
-    bucket_ref ref;
-    if ((rc = bucket_get(&f, buckets[i], &ref, err)) != 0) goto done;
-    out[i].checksum = 0;
-    out[i].count = 0;
-    if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
-    if (!ref.found) continue;
-    if ((rc = torn_check(&ref.state, checkpoint, buckets[i], err)) != 0) goto done;
-    if ((rc = checksum_at(f.ops, &ref, checkpoint, buckets[i], &out[i], err)) != 0) goto done;
-  }
-done:
-  finder_close(&f);
-  txn_end(db, txn);
-  return rc;
-}
-
-/* Sum and count of the bucket's ops in (from, to]; *cleared = 1 (and no sum) at a CLEAR. */
-static int range_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint64_t to,
-                     bs_val name, bs_checksum *out, int *cleared, bs_error *err) {
+/* Sum and count of the bucket's ops in (from, to]; stop_at_clear: *cleared = 1 (and no sum) at
+ * a CLEAR. */
+static int ops_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint64_t to,
+                   int stop_at_clear, bs_val name, bs_checksum *out, int *cleared, bs_error *err) {
   unsigned char kb[16];
   MDB_val k = {16, kb}, v;
   int mrc;
@@ -401,27 +247,47 @@ static int range_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint
       return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
                       bs__name_shown(name), (const char *)name.data,
                       bs__get_u64be((const unsigned char *)k.mv_data + 8));
-    if (op.type == BS_OP_CLEAR) {
+    if (stop_at_clear && op.type == BS_OP_CLEAR) {
       *cleared = 1;
       return BS_OK;
     }
     out->checksum = bs__cksum_add(out->checksum, op.checksum);
     out->count++;
   }
-  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checksum ranges");
+  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checksums");
   return BS_OK;
 }
 
-int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                             size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
-                             bs_error *err) {
+/* The bucket's (checksum, count) at C: its running value minus the ops above C. Only the tail
+ * above C is read, so the cost does not depend on the bucket's size. */
+static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_val name,
+                       bs_checksum *out, bs_error *err) {
+  bs_checksum above;
+  int rc, cleared;
+  if ((rc = ops_sum(cur, ref, c, UINT64_MAX, 0, name, &above, &cleared, err))) return rc;
+  if (above.count > ref->state.count)
+    return bs__fail(
+        err, BS_ECORRUPT,
+        "bucket \"%.*s\": its state counts %" PRIu64 " ops, %" PRIu64 " are above %" PRIu64,
+        bs__name_shown(name), (const char *)name.data, ref->state.count, above.count, c);
+  out->checksum = bs__cksum_sub(ref->state.checksum, above.checksum);
+  out->count = ref->state.count - above.count;
+  return BS_OK;
+}
+
+/* checksums (range 0: each bucket's value at `to`) and checksum_ranges (range 1: the sum over
+ * (from, to], or at a CLEAR, which replaces what came before it, the whole value at `to` with
+ * cleared[i] set), in one snapshot. */
+static int checksum_call(bs_storage *st, uint64_t from, uint64_t to, int range,
+                         const bs_val *buckets, size_t n, bs_checksum *out, int *cleared,
+                         uint64_t *generation_out, bs_error *err) {
   bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn = NULL;
   bucket_finder f;
   int rc;
 
   memset(&f, 0, sizeof f);
-  if ((rc = txn_read(db, &txn, err)) != 0) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
   if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
   for (size_t i = 0; i < n; i++) {
     bucket_ref ref;
@@ -430,18 +296,28 @@ int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const b
     out[i].checksum = 0;
     out[i].count = 0;
     if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
-    if (ref.found) {
-      if ((rc = torn_check(&ref.state, to, buckets[i], err)) != 0) goto done;
-      if ((rc = range_sum(f.ops, &ref, from, to, buckets[i], &out[i], &cl, err)) != 0) goto done;
-      /* A CLEAR replaces what came before it: hand back the whole value at `to`. */
-      if (cl && (rc = checksum_at(f.ops, &ref, to, buckets[i], &out[i], err)) != 0) goto done;
-    }
+    if (ref.found &&
+        ((rc = torn_check(&ref.state, to, buckets[i], err)) != 0 ||
+         (range && (rc = ops_sum(f.ops, &ref, from, to, 1, buckets[i], &out[i], &cl, err)) != 0) ||
+         ((!range || cl) && (rc = checksum_at(f.ops, &ref, to, buckets[i], &out[i], err)) != 0)))
+      goto done;
     if (cleared) cleared[i] = cl;
   }
 done:
   finder_close(&f);
-  txn_end(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
+}
+
+int bs__lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
+                       bs_checksum *out, uint64_t *generation_out, bs_error *err) {
+  return checksum_call(st, 0, checkpoint, 0, buckets, n, out, NULL, generation_out, err);
+}
+
+int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                             size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+                             bs_error *err) {
+  return checksum_call(st, from, to, 1, buckets, n, out, cleared, generation_out, err);
 }
 
 /* ---- Checkpoint changes --------------------------------------------------------------------- */
@@ -539,7 +415,7 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
 
   memset(&ch, 0, sizeof ch);
   memset(sets, 0, sizeof sets);
-  if ((rc = txn_read(db, &txn, err)) != 0) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
   if ((rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err)) != 0) goto done;
   /* Below the fence the records were pruned: the range is no longer known. */
   if (from < rec.changes_fence) ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = 1;
@@ -562,7 +438,7 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   rc = fn(&ch, payload);
 done:
   if (cur) mdb_cursor_close(cur);
-  txn_end(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   for (int i = 0; i < 3; i++) val_set_free(&sets[i], a);
   return rc;
 }
@@ -579,22 +455,17 @@ int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
   bs__lmdb_db *db = lmdb_of(st);
   unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_txn *txn = NULL;
-  MDB_cursor *cur = NULL;
-  MDB_val start, k, v;
+  bucket_finder f;
+  MDB_val k, v;
   int mrc, rc;
 
-  if (start_after.size > BS_MAX_BUCKET_NAME) /* the front checks; a direct vtable call too */
-    return bs__fail(err, BS_ETOOBIG, "start_after is %zu bytes, over BS_MAX_BUCKET_NAME",
-                    start_after.size);
-  if ((rc = bs__lmdb_bucket_key(kb, st->stream_id, start_after, &start, err))) return rc;
-  if ((rc = txn_read(db, &txn, err)) != 0) return rc;
-  if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
-    rc = bs__fail_mdb(err, mrc, "opening a cursor on buckets");
-    goto done;
-  }
-  k = start;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  memset(&f, 0, sizeof f);
+  BS_ASSERT(start_after.size <= BS_MAX_BUCKET_NAME); /* checked by the front */
+  if ((rc = bs__lmdb_bucket_key(kb, st->stream_id, start_after, &k, err))) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
+  if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
+  for (mrc = mdb_cursor_get(f.names, &k, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(f.names, &k, &v, MDB_NEXT)) {
     bs_bucket_info info;
     bs__bucket_state s;
     uint32_t stream;
@@ -606,7 +477,7 @@ int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
       goto done;
     }
     if (bs__val_eq(info.name, start_after)) continue; /* strictly after */
-    if ((rc = state_get(db, txn, id, info.name, &s, err))) goto done;
+    if ((rc = finder_state(&f, id, info.name, &s, err))) goto done;
     if (s.count == 0) continue;
     info.checksum = s.checksum;
     info.count = s.count;
@@ -621,8 +492,8 @@ int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
   }
   rc = mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs__fail_mdb(err, mrc, "walking buckets");
 done:
-  if (cur) mdb_cursor_close(cur);
-  txn_end(db, txn);
+  finder_close(&f);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
@@ -646,7 +517,7 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   struct stat sb;
 
   memset(out, 0, sizeof *out);
-  if ((rc = txn_read(db, &txn, err)) != 0) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
   if ((rc = dbi_entries(txn, db->buckets, &out->buckets, "stat of buckets", err)) ||
       (rc = dbi_entries(txn, db->params, &out->parameter_entries, "stat of params", err)) ||
       (rc = dbi_entries(txn, db->source, &out->source_records, "stat of source", err)))
@@ -707,6 +578,6 @@ mdb_fail:
   rc = bs__fail_mdb(err, mrc, "stat");
 done:
   if (cur) mdb_cursor_close(cur);
-  txn_end(db, txn);
+  bs__lmdb_txn_abort(db, txn);
   return rc;
 }

@@ -2,8 +2,9 @@
  * rules.c: the small rules of the storage contract that the front and every backend apply, each
  * written once: when a commit may make a checkpoint (contract.md 4.4), which id a managed write
  * checkpoint takes (contract.md 7), and the options checks that a backend's own public entry
- * point (bs_load) shares with the front. The larger rule modules are checksum.c, compact.c and
- * lookup.c. Nothing here calls the front or a backend.
+ * point (bs_load) shares with the front, and where bucket data is cut into chunks (contract.md
+ * 5.2). The larger rule modules are checksum.c, compact.c and lookup.c. Nothing here calls the
+ * front or a backend.
  */
 #include "internal.h"
 
@@ -67,4 +68,76 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n,
       win[k] = &req[i];
   }
   return nw;
+}
+
+/* ---- Bucket data chunks ---------------------------------------------------------------------- */
+
+/* The size contract.md 5.2 counts for chunking: data + object_type + object_id + subkey. */
+static size_t chunk_op_size(const bs_op *op) {
+  return op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
+}
+
+/* used + sz <= cap, without wrapping (used may already exceed cap after one large op). */
+static int fits(size_t used, size_t sz, size_t cap) {
+  return sz <= cap && used <= cap - sz;
+}
+
+void bs__chunker_init(bs__chunker *k, const bs_allocator *a, const bs_batch_options *o,
+                      int (*on_chunk)(const bs_chunk *, void *), void *payload) {
+  memset(k, 0, sizeof *k);
+  k->a = a;
+  k->limit = o->limit;
+  k->chunk_bytes = o->chunk_bytes; /* 0 is honoured: one op per chunk */
+  k->max_bytes = o->max_bytes;
+  k->on_chunk = on_chunk;
+  k->payload = payload;
+}
+
+void bs__chunker_bucket(bs__chunker *k, bs_val name, uint64_t after) {
+  memset(&k->ch, 0, sizeof k->ch);
+  k->ch.bucket = name;
+  k->ch.after = after;
+  k->n = k->csize = 0;
+}
+
+static int chunk_emit(bs__chunker *k, int has_more) {
+  k->ch.ops = k->ops;
+  k->ch.n_ops = k->n;
+  k->ch.next_after = k->ops[k->n - 1].op_id;
+  k->ch.has_more = has_more;
+  return k->on_chunk(&k->ch, k->payload);
+}
+
+int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err) {
+  size_t sz = chunk_op_size(op);
+  int rc;
+  if (k->served >= k->limit || (k->served > 0 && !fits(k->bytes, sz, k->max_bytes))) {
+    k->stopped = 1;
+    return BS_OK;
+  }
+  if (k->n > 0 && !fits(k->csize, sz, k->chunk_bytes)) {
+    if ((rc = chunk_emit(k, 1)) != 0) return rc;
+    k->ch.after = k->ch.next_after;
+    k->ch.target_op = 0;
+    k->n = k->csize = 0;
+  }
+  if (BS_GROW(k->a, k->ops, k->cap, k->n + 1))
+    return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", k->n + 1);
+  k->ops[k->n++] = *op;
+  k->csize += sz;
+  k->served++;
+  k->bytes += sz;
+  if ((op->type == BS_OP_MOVE || op->type == BS_OP_CLEAR) && op->target_op > k->ch.target_op)
+    k->ch.target_op = op->target_op;
+  return BS_OK;
+}
+
+int bs__chunker_end(bs__chunker *k) {
+  return k->n > 0 ? chunk_emit(k, k->stopped) : BS_OK;
+}
+
+void bs__chunker_free(bs__chunker *k) {
+  bs__free(k->a, k->ops);
+  k->ops = NULL;
+  k->cap = 0;
 }

@@ -237,7 +237,7 @@ static int read_call(rt_env *e, uint64_t C, const bs_bucket_request *req, size_t
   bs_batch_options o = BS_BATCH_OPTIONS_INIT;
   o.limit = limit ? limit : BS_BATCH_LIMIT_DEFAULT; /* this helper's 0: the default */
   if (chunk_bytes) o.chunk_bytes = chunk_bytes;     /* 0 here: the default (0 itself is honoured) */
-  o.max_bytes = max_bytes;
+  o.max_bytes = max_bytes ? max_bytes : BS_DEFAULT_BATCH_BYTES; /* the front's default */
   r->chunk_bytes = chunk_bytes;
   read_reset_call(r);
   return bs__lmdb_bucket_data(e->st, C, req, n, &o, collect, r, has_more, &rt_err);
@@ -278,7 +278,7 @@ static uint64_t bucket_id(rt_env *e, const char *bucket) {
   MDB_txn *txn;
   uint64_t id = 0;
   RT_OK(bs__lmdb_txn_begin(lm(e), MDB_RDONLY, &txn, &rt_err));
-  RT_OK(bs__lmdb_bucket_id(lm(e), txn, bs_storage_stream_id(e->st), V(bucket), &id, &rt_err));
+  RT_OK(bs__lmdb_bucket_id(lm(e), txn, NULL, bs_storage_stream_id(e->st), V(bucket), &id, &rt_err));
   bs__lmdb_txn_abort(lm(e), txn);
   return id;
 }

@@ -181,7 +181,7 @@ static int read_ops(fx *f, uint32_t stream, const char *bucket, rop *out, int ca
   uint64_t id;
   int n = 0, mrc;
   assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
-  if (bs__lmdb_bucket_id(db, txn, stream, V(bucket), &id, NULL) != BS_OK) {
+  if (bs__lmdb_bucket_id(db, txn, NULL, stream, V(bucket), &id, NULL) != BS_OK) {
     bs__lmdb_txn_abort(db, txn);
     return -1;
   }
@@ -216,7 +216,7 @@ static int read_state(fx *f, uint32_t stream, const char *bucket, bs__bucket_sta
   uint64_t id;
   int rc;
   assert_int_equal(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, NULL), BS_OK);
-  rc = bs__lmdb_bucket_id(db, txn, stream, V(bucket), &id, NULL);
+  rc = bs__lmdb_bucket_id(db, txn, NULL, stream, V(bucket), &id, NULL);
   if (rc == BS_OK) {
     bs__put_u64be(k, id);
     assert_int_equal(mdb_get(txn, db->bstate, &key, &val), 0);
