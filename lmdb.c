@@ -21,9 +21,7 @@
  * makes growth (which must wait until no transaction of this process is open) rare. */
 #define LM_DEFAULT_MAP   (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
 #define LM_MAXDBS        16
-#define LM_FORMAT_MAGIC  "bktstore"
 #define LM_BATCH_RECORDS 1000u /* records per txn in truncate/clear/purge loops */
-#define LM_STATE_KEY     8u    /* bstate key: u64be bucket id */
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
@@ -220,13 +218,12 @@ int bs__stream_rec_put(bs__lmdb_db *db, MDB_txn *txn, const bs__stream_rec *r, b
 int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
                          const bs__bucket_state *s, bs_error *err) {
   unsigned char buf[BS_BUCKET_STATE_FIXED + BS_MAX_BUCKET_NAME];
-  unsigned char k[8];
-  MDB_val key = {8, k}, val;
+  unsigned char k[BS_STATE_KEY_SIZE];
+  MDB_val key = {sizeof k, k}, val;
   int mrc;
-  if (s->name.size > BS_MAX_BUCKET_NAME)
-    return bs__fail(err, BS_ETOOBIG, "bucket name of %zu bytes", s->name.size);
+  BS_ASSERT(s->name.size <= BS_MAX_BUCKET_NAME); /* a checked or a stored name */
   bs__bucket_state_encode(buf, s);
-  bs__put_u64be(k, bucket_id);
+  bs__lmdb_state_key(k, bucket_id);
   val.mv_size = bs__bucket_state_size(s);
   val.mv_data = buf;
   mrc = mdb_put(txn, db->bstate, &key, &val, 0);
@@ -293,14 +290,12 @@ static MDB_dbi *dbi_slot(bs__lmdb_db *db, size_t i) {
 /* Checks the "format" record of an existing meta sub-db (open in txn). Format 1 is the first
  * one, so there is nothing to migrate from: an older or newer file is refused. */
 static int check_format(MDB_txn *txn, MDB_dbi meta, const char *path, bs_error *err) {
-  MDB_val key = {6, "format"}, val;
-  uint32_t version;
+  MDB_val key = bs__lmdb_format_key(), val;
+  uint32_t version = 0;
   int mrc = mdb_get(txn, meta, &key, &val);
-  if (mrc == MDB_NOTFOUND ||
-      (mrc == 0 && (val.mv_size != 12 || memcmp(val.mv_data, LM_FORMAT_MAGIC, 8) != 0)))
+  if (mrc == MDB_NOTFOUND || (mrc == 0 && bs__lmdb_format_decode(&val, &version)))
     return bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
   if (mrc) return bs__fail_mdb(err, mrc, "reading the format record");
-  version = bs__get_u32le((const unsigned char *)val.mv_data + 8);
   if (version < BS_FORMAT_VERSION)
     return bs__fail(err, BS_ECORRUPT, "%s: format %u is older than this build's %u", path, version,
                     (unsigned)BS_FORMAT_VERSION);
@@ -355,10 +350,9 @@ static int open_dbs(bs__lmdb_db *db, const char *path, bs_error *err) {
     }
   }
   if (fresh) {
-    unsigned char v[12];
-    MDB_val key = {6, "format"}, val = {12, v};
-    memcpy(v, LM_FORMAT_MAGIC, 8);
-    bs__put_u32le(v + 8, BS_FORMAT_VERSION);
+    unsigned char v[BS_FORMAT_VALUE_SIZE];
+    MDB_val key = bs__lmdb_format_key(), val = {sizeof v, v};
+    bs__lmdb_format_value(v);
     if ((mrc = mdb_put(txn, db->meta, &key, &val, 0)) != 0) {
       rc = bs__fail_mdb(err, mrc, "writing the format record");
       goto fail;
@@ -505,7 +499,7 @@ int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs
   int rc;
 
   *out = NULL;
-  if (!path) return bs__fail(err, BS_EINVAL, "path: NULL");
+  BS_ASSERT(path); /* checked by the front, and by lmdb_backup.c */
   bs__db_base_set(&base, &lmdb_db_vt, opts);
   db = bs__calloc(&base.alloc, 1, sizeof *db);
   if (!db) return bs__fail(err, BS_ENOMEM, "cannot allocate the database handle");
@@ -902,18 +896,13 @@ static int oom(bs_error *err) {
 }
 
 static int seq_load(fctx *f, bs_error *err) {
-  MDB_val key = {10, "seq.bucket"}, val;
-  int mrc;
+  MDB_val key = bs__lmdb_seq_key(), val;
+  int mrc, rc;
   if (f->seq_loaded) return BS_OK;
+  f->seq_bucket = 0;
   mrc = mdb_get(f->txn, f->db->meta, &key, &val);
-  if (mrc == MDB_NOTFOUND)
-    f->seq_bucket = 0;
-  else if (mrc)
-    return bs__lmdb_fail(err, mrc, "reading seq.bucket");
-  else if (val.mv_size != 8)
-    return bs__fail(err, BS_ECORRUPT, "seq.bucket: bad value");
-  else
-    f->seq_bucket = bs__get_u64le(val.mv_data);
+  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "reading seq.bucket");
+  if (!mrc && (rc = bs__lmdb_bucket_id_decode(&val, &f->seq_bucket, err))) return rc;
   f->seq_loaded = 1;
   return BS_OK;
 }
@@ -939,11 +928,11 @@ static bent *bent_by_name(const fctx *f, bs_val name, uint64_t h) {
 
 /* Loads a bucket's state by id into the flush (the bucket must exist). */
 static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
-  unsigned char k[8];
-  MDB_val key = {8, k}, val;
+  unsigned char k[BS_STATE_KEY_SIZE];
+  MDB_val key = {sizeof k, k}, val;
   bent *b;
   int mrc;
-  bs__put_u64be(k, id);
+  bs__lmdb_state_key(k, id);
   for (bs__hprobe p = bs__htab_probe(&f->by_id, hkey(k, 8)); (b = (bent *)bs__htab_next(&p));)
     if (b->id == id) {
       *out = b;
@@ -1110,8 +1099,7 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     return BS_ENOTFOUND;
   } else {
     unsigned char v[4];
-    if (f->rec.next_table_id == 0 || f->rec.next_table_id == UINT32_MAX)
-      f->rec.next_table_id = f->rec.next_table_id ? f->rec.next_table_id : 1;
+    if (f->rec.next_table_id == 0) f->rec.next_table_id = 1;
     *out = f->rec.next_table_id++;
     bs__lmdb_table_value(v, *out);
     val.mv_size = 4;
@@ -1152,15 +1140,11 @@ static int mark_dirty(fctx *f, srec *r, bs_error *err) {
 /* The flush's copy of a source record; read_db = 0 skips the LMDB read (a record about to be
  * overwritten), but an earlier save of this flush is still seen. */
 static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, bs_error *err) {
-  unsigned char kbuf[8 + BS_MAX_REPLICA_ID];
-  MDB_val key = {8 + rid.size, kbuf}, val;
-  uint64_t h;
+  unsigned char kbuf[BS_SOURCE_KEY_MAX];
+  MDB_val key = {bs__lmdb_source_key(kbuf, f->stream, tid, rid), kbuf}, val;
+  uint64_t h = hkey(kbuf, key.mv_size);
   srec *r;
   int mrc, rc;
-  bs__put_u32be(kbuf, f->stream);
-  bs__put_u32be(kbuf + 4, tid);
-  if (rid.size) memcpy(kbuf + 8, rid.data, rid.size);
-  h = hkey(kbuf, key.mv_size);
   for (bs__hprobe p = bs__htab_probe(&f->recs, h); (r = (srec *)bs__htab_next(&p));)
     if (r->key.size == key.mv_size && memcmp(r->key.data, kbuf, key.mv_size) == 0) {
       *out = r;
@@ -1234,13 +1218,11 @@ static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
 
 static int fx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   fctx *f = ctx;
-  srec *r;
+  unsigned char kb[BS_SOURCE_KEY_MAX];
+  bs_val key = {kb, bs__lmdb_source_key(kb, f->stream, f->tid, rid)};
+  srec *r = f->last_rec;
   int rc;
-  r = f->last_rec; /* key: u32be stream | u32be table | replica id */
-  if ((!r || r->key.size != 8 + rid.size ||
-       bs__get_u32be((const unsigned char *)r->key.data + 4) != f->tid ||
-       (rid.size && memcmp((const unsigned char *)r->key.data + 8, rid.data, rid.size))) &&
-      (rc = rec_load(f, f->tid, rid, 0, &r, err)) != BS_OK)
+  if ((!r || !bs__val_eq(r->key, key)) && (rc = rec_load(f, f->tid, rid, 0, &r, err)) != BS_OK)
     return rc;
   r->r = *rec;
   r->r.m = rec->nm ? arena_dup(&f->ar, rec->m, rec->nm * sizeof *rec->m) : NULL;
@@ -1347,7 +1329,7 @@ static int put_ops(fctx *f, bs_error *err) {
 
 static int put_buckets(fctx *f, bs_error *err) {
   bent **bl = f->bents.p;
-  unsigned char last[LM_STATE_KEY];
+  unsigned char last[BS_STATE_KEY_SIZE];
   size_t nlast;
   MDB_cursor *cur;
   unsigned app = 0;
@@ -1360,15 +1342,12 @@ static int put_buckets(fctx *f, bs_error *err) {
   mrc = last_key(cur, last, sizeof last, &nlast);
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     bent *b = bl[i];
-    unsigned char k[LM_STATE_KEY];
-    MDB_val key = {LM_STATE_KEY, k}, val;
+    unsigned char k[BS_STATE_KEY_SIZE];
+    MDB_val key = {sizeof k, k}, val;
     if (!b->touched) continue;
-    if (b->st.name.size > BS_MAX_BUCKET_NAME) {
-      mdb_cursor_close(cur);
-      return bs__fail(err, BS_ETOOBIG, "bucket name of %zu bytes", b->st.name.size);
-    }
-    bs__put_u64be(k, b->id);
-    if (!app && past_end(k, LM_STATE_KEY, last, nlast)) app = MDB_APPEND;
+    BS_ASSERT(b->st.name.size <= BS_MAX_BUCKET_NAME); /* a checked or a stored name */
+    bs__lmdb_state_key(k, b->id);
+    if (!app && past_end(k, sizeof k, last, nlast)) app = MDB_APPEND;
     val.mv_size = bs__bucket_state_size(&b->st);
     if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) == 0)
       bs__bucket_state_encode(val.mv_data, &b->st);
@@ -1382,15 +1361,15 @@ static int put_buckets(fctx *f, bs_error *err) {
       MDB_val key, val = {8, v};
       int rc;
       if ((rc = bs__lmdb_bucket_key(k, f->stream, b->st.name, &key, err))) return rc;
-      bs__put_u64le(v, b->id);
+      bs__lmdb_bucket_value(v, b->id);
       if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
         return bs__lmdb_fail(err, mrc, "registering a bucket");
     }
   }
   if (f->seq_dirty) {
     unsigned char v[8];
-    MDB_val key = {10, "seq.bucket"}, val = {8, v};
-    bs__put_u64le(v, f->seq_bucket);
+    MDB_val key = bs__lmdb_seq_key(), val = {8, v};
+    bs__lmdb_bucket_value(v, f->seq_bucket);
     if ((mrc = mdb_put(f->txn, f->db->meta, &key, &val, 0)) != 0)
       return bs__lmdb_fail(err, mrc, "writing seq.bucket");
   }
@@ -1572,11 +1551,10 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
   uint64_t id;
   int mrc, rc;
   *done = 0;
-  if (row->src_key_size < 8 || bs__get_u32be(row->src_key) != f->stream)
-    return bs__fail(err, BS_EINVAL, "defragment: source key of another stream");
-  tid = bs__get_u32be(row->src_key + 4);
-  rid.data = row->src_key + 8;
-  rid.size = row->src_key_size - 8;
+  MDB_val src = {row->src_key_size, (void *)row->src_key};
+  uint32_t stream;
+  if (bs__lmdb_source_key_decode(&src, &stream, &tid, &rid) || stream != f->stream)
+    return bs__fail(err, BS_EINVAL, "defragment: not a source key of stream %u", f->stream);
   if ((rc = rec_load(f, tid, rid, 1, &r, err)) != BS_OK) return rc;
   if (!r->r.exists || r->r.soft) return BS_OK;
   for (uint32_t i = 0; i < r->r.nm && !m; i++)
@@ -1715,10 +1693,7 @@ static int collect_user(bs_val user, void *payload) {
   commit_ctx *c = payload;
   fctx *f = &c->w->f;
   bs_val *slot = vec_push(&f->db->base.alloc, &c->users);
-  if (!slot) return BS_ENOMEM;
-  slot->size = user.size;
-  slot->data = user.size ? arena_dup(&f->ar, user.data, user.size) : lm_empty;
-  return slot->data ? BS_OK : BS_ENOMEM;
+  return slot ? copy_val(&f->ar, slot, user) : BS_ENOMEM;
 }
 
 static int stop_others(bs__stream_rec *rec, void *payload, bs_error *err) {
@@ -1943,8 +1918,8 @@ typedef struct trunc_ctx {
 static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   trunc_ctx *c = payload;
   fctx *f = &c->w->f;
-  unsigned char pk[8];
-  MDB_val key = {8, pk}, val;
+  unsigned char pk[BS_SOURCE_KEY_MAX];
+  MDB_val key, val;
   MDB_cursor *cur;
   size_t n = 0;
   uint32_t tid;
@@ -1958,8 +1933,8 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   }
   if (rc != BS_OK) return rc;
   f->tid = tid; /* for effects.c's callbacks */
-  bs__put_u32be(pk, f->stream);
-  bs__put_u32be(pk + 4, tid);
+  key.mv_size = bs__lmdb_source_key(pk, f->stream, tid, (bs_val){NULL, 0}); /* the table's */
+  key.mv_data = pk;
   if ((mrc = mdb_cursor_open(txn, f->db->source, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < LM_BATCH_RECORDS;
@@ -1986,7 +1961,7 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
   if (mrc == MDB_NOTFOUND) c->done = 1;
   for (size_t i = 0; i < f->dirty.n; i++) {
     srec *r = ((srec **)f->dirty.p)[i];
-    bs_val rid = {(const unsigned char *)r->key.data + 8, r->key.size - 8};
+    bs_val rid = {(const unsigned char *)r->key.data + 8, r->key.size - 8}; /* the key's rest */
     if (!r->r.soft && (rc = bs__effects_unlink(&f->fx, tid, rid, &r->r, err)) != BS_OK) return rc;
     r->r.exists = 0;
   }
@@ -2125,16 +2100,12 @@ static int collect_bucket_ids(bs__lmdb_db *db, uint32_t stream, vec *ids, bs_err
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     uint64_t *slot;
-    if (key.mv_size < 4 || memcmp(key.mv_data, pk, 4) != 0) break;
-    if (val.mv_size != 8) {
-      rc = bs__fail(err, BS_ECORRUPT, "bucket id: bad value");
-      break;
-    }
+    if (!bs__lmdb_in_stream(&key, stream)) break;
     if (!(slot = vec_push(&db->base.alloc, ids))) {
       rc = oom(err);
       break;
     }
-    *slot = bs__get_u64le(val.mv_data);
+    if ((rc = bs__lmdb_bucket_id_decode(&val, slot, err))) break;
   }
   if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs__lmdb_fail(err, mrc, "scanning buckets");
   mdb_cursor_close(cur);
@@ -2180,7 +2151,7 @@ static int stream_clear(bs__lmdb_db *db, uint32_t stream, bs_error *err) {
   vec ids = {NULL, 0, 0, sizeof(uint64_t)};
   state_ctx sc = {db, stream, 1, 0, NULL};
   int rc;
-  if (db->env_flags & MDB_RDONLY) return bs__fail(err, BS_ESTATE, "database is open read-only");
+  BS_ASSERT(!(db->env_flags & MDB_RDONLY)); /* refused by the front */
   if ((rc = collect_bucket_ids(db, stream, &ids, err)) != BS_OK) goto out;
   for (size_t i = 0; i < ids.n; i++) {
     unsigned char bk[8];

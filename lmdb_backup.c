@@ -133,7 +133,7 @@ int bs__lmdb_export(bs_db *base, uint32_t stream, int (*fn)(const bs_record *, v
 
 typedef struct entry {
   MDB_dbi dbi;
-  int meta;
+  int format;                              /* meta "format" */
   size_t key, key_size, value, value_size; /* offsets into the arena */
 } entry;
 
@@ -232,7 +232,7 @@ static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
     const entry *e = &t->e[i];
     MDB_val k = {e->key_size, t->arena + e->key}, v = {e->value_size, t->arena + e->value}, cur;
     int mrc;
-    if (e->meta && k.mv_size == 6 && memcmp(k.mv_data, "format", 6) == 0) {
+    if (e->format) {
       /* the new file has its own format record: the records must be of the same format */
       mrc = mdb_get(txn, db->meta, &k, &cur);
       if (mrc) return bs__lmdb_fail(err, mrc, "reading the format record");
@@ -265,8 +265,9 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)t->handle;
   const char *name;
   MDB_dbi dbi;
+  MDB_val fk = bs__lmdb_format_key();
   size_t i, need = r->key.size + r->value.size;
-  int meta;
+  int format;
   entry *e;
   for (i = 0; r->table && bs__lmdb_subdb(db, i, &name, &dbi); i++)
     if (strcmp(r->table, name) == 0) break;
@@ -276,24 +277,18 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
   if (r->key.size == 0 || r->key.size > 511 || !r->key.data || (r->value.size && !r->value.data))
     return bs__fail(err, BS_ECORRUPT, "record %llu (%s): bad key or value",
                     (unsigned long long)(t->total + t->n + 1), name);
-  meta = strcmp(name, "meta") == 0;
-  if (meta && r->key.size == 6 && memcmp(r->key.data, "format", 6) == 0) t->saw_format = 1;
+  format = strcmp(name, "meta") == 0 && bs__val_eq(r->key, (bs_val){fk.mv_data, fk.mv_size});
+  t->saw_format |= format;
   if ((t->n >= BATCH_RECORDS || t->used + need > BATCH_BYTES) && t->n) {
     int rc = target_flush(t, err);
     if (rc) return rc;
   }
   if (BS_GROW(t->a, t->e, t->cap, t->n + 1)) return bs__fail(err, BS_ENOMEM, "record batch");
-  if (t->used + need > t->arena_cap) {
-    size_t cap = t->arena_cap ? t->arena_cap : 1u << 20;
-    unsigned char *na;
-    while (cap < t->used + need) cap *= 2;
-    if (!(na = bs__realloc(t->a, t->arena, cap))) return bs__fail(err, BS_ENOMEM, "record batch");
-    t->arena = na;
-    t->arena_cap = cap;
-  }
+  if (BS_GROW(t->a, t->arena, t->arena_cap, t->used + need))
+    return bs__fail(err, BS_ENOMEM, "record batch");
   e = &t->e[t->n++];
   e->dbi = dbi;
-  e->meta = meta;
+  e->format = format;
   e->key = t->used;
   e->key_size = r->key.size;
   memcpy(t->arena + t->used, r->key.data, r->key.size);

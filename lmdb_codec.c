@@ -29,16 +29,32 @@ void bs__lmdb_op_encode(unsigned char *out, const bs_op *op) {
   if (op->type == BS_OP_PUT && op->data.size) memcpy(out, op->data.data, op->data.size);
 }
 
-int bs__lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
-                        MDB_val *key, bs_error *err) {
-  if (name.size > BS_MAX_BUCKET_NAME)
-    return bs__fail(err, BS_ETOOBIG, "bucket name of %zu bytes, over BS_MAX_BUCKET_NAME",
-                    name.size);
+/* ---- buckets and tables: u32be stream | name (the rest) ---- */
+
+static int named_key(unsigned char *buf, uint32_t stream, bs_val name, size_t max, const char *what,
+                     MDB_val *key, bs_error *err) {
+  if (name.size > max)
+    return bs__fail(err, BS_ETOOBIG, "%s name of %zu bytes, over BS_MAX_%s_NAME", what, name.size,
+                    what[0] == 'b' ? "BUCKET" : "TABLE");
   bs__put_u32be(buf, stream);
   if (name.size) memcpy(buf + 4, name.data, name.size);
   key->mv_size = 4 + name.size;
   key->mv_data = buf;
   return BS_OK;
+}
+
+/* A whole key of max bytes at most, with a name of at least one byte. */
+static int named_entry(const MDB_val *k, size_t max, uint32_t *stream, bs_val *name) {
+  if (k->mv_size < 5 || k->mv_size > max) return BS_ECORRUPT;
+  *stream = bs__get_u32be(k->mv_data);
+  name->data = (const unsigned char *)k->mv_data + 4;
+  name->size = k->mv_size - 4;
+  return BS_OK;
+}
+
+int bs__lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
+                        MDB_val *key, bs_error *err) {
+  return named_key(buf, stream, name, BS_MAX_BUCKET_NAME, "bucket", key, err);
 }
 
 int bs__lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err) {
@@ -50,25 +66,14 @@ int bs__lmdb_bucket_id_decode(const MDB_val *v, uint64_t *id, bs_error *err) {
 
 int bs__lmdb_bucket_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
                                  uint64_t *id) {
-  if (k->mv_size < 5 || k->mv_size > BS_BUCKET_KEY_MAX || v->mv_size != 8) return BS_ECORRUPT;
-  *stream = bs__get_u32be(k->mv_data);
-  name->data = (const unsigned char *)k->mv_data + 4;
-  name->size = k->mv_size - 4;
+  if (named_entry(k, BS_BUCKET_KEY_MAX, stream, name) || v->mv_size != 8) return BS_ECORRUPT;
   *id = bs__get_u64le(v->mv_data);
   return BS_OK;
 }
 
-/* ---- tables ---- */
-
 int bs__lmdb_table_key(unsigned char buf[BS_TABLE_KEY_MAX], uint32_t stream, bs_val name,
                        MDB_val *key, bs_error *err) {
-  if (name.size > BS_MAX_TABLE_NAME)
-    return bs__fail(err, BS_ETOOBIG, "table name of %zu bytes, over BS_MAX_TABLE_NAME", name.size);
-  bs__put_u32be(buf, stream);
-  if (name.size) memcpy(buf + 4, name.data, name.size);
-  key->mv_size = 4 + name.size;
-  key->mv_data = buf;
-  return BS_OK;
+  return named_key(buf, stream, name, BS_MAX_TABLE_NAME, "table", key, err);
 }
 
 int bs__lmdb_table_id_decode(const MDB_val *v, uint32_t *id, bs_error *err) {
@@ -80,11 +85,8 @@ int bs__lmdb_table_id_decode(const MDB_val *v, uint32_t *id, bs_error *err) {
 
 int bs__lmdb_table_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
                                 uint32_t *id) {
-  if (k->mv_size < 5 || k->mv_size > BS_TABLE_KEY_MAX || bs__lmdb_table_id_decode(v, id, NULL))
+  if (named_entry(k, BS_TABLE_KEY_MAX, stream, name) || bs__lmdb_table_id_decode(v, id, NULL))
     return BS_ECORRUPT;
-  *stream = bs__get_u32be(k->mv_data);
-  name->data = (const unsigned char *)k->mv_data + 4;
-  name->size = k->mv_size - 4;
   return BS_OK;
 }
 
@@ -500,6 +502,22 @@ int bs__lmdb_softdel_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream
   memcpy(src_buf + 4, p + 12, k->mv_size - 12);
   src->mv_size = k->mv_size - 8;
   src->mv_data = src_buf;
+  return BS_OK;
+}
+
+/* ---- meta "format" ---- */
+
+#define FORMAT_TAG "bktstore"
+
+void bs__lmdb_format_value(unsigned char v[BS_FORMAT_VALUE_SIZE]) {
+  memcpy(v, FORMAT_TAG, 8);
+  bs__put_u32le(v + 8, BS_FORMAT_VERSION);
+}
+
+int bs__lmdb_format_decode(const MDB_val *v, uint32_t *version) {
+  if (v->mv_size != BS_FORMAT_VALUE_SIZE || memcmp(v->mv_data, FORMAT_TAG, 8) != 0)
+    return BS_ECORRUPT;
+  *version = bs__get_u32le((const unsigned char *)v->mv_data + 8);
   return BS_OK;
 }
 

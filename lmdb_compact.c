@@ -114,12 +114,12 @@ typedef struct bstate {
 } bstate;
 
 static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
-  unsigned char kb[8];
-  MDB_val k = {8, kb}, v;
+  unsigned char kb[BS_STATE_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v;
   int mrc;
   /* callers read b only on success, but the analyzer cannot see that bs__fail returns nonzero */
   memset(&b->s, 0, sizeof b->s);
-  bs__put_u64be(kb, id);
+  bs__lmdb_state_key(kb, id);
   mrc = mdb_get(txn, c->db->bstate, &k, &v);
   if (mrc == MDB_NOTFOUND)
     return bs__fail(c->err, BS_ENOTFOUND, "bucket id %llu: no bucket state",

@@ -145,6 +145,9 @@ static inline int bs__lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_
 
 /* buckets key: u32be stream | bucket name (1..BS_MAX_BUCKET_NAME bytes); value: u64 bucket id. */
 #define BS_BUCKET_KEY_MAX (4u + BS_MAX_BUCKET_NAME)
+static inline void bs__lmdb_bucket_value(unsigned char v[8], uint64_t id) {
+  bs__put_u64le(v, id);
+}
 /* Points key at the key of (stream, name), written into buf. BS_ETOOBIG when name is over
  * BS_MAX_BUCKET_NAME. */
 int bs__lmdb_bucket_key(unsigned char buf[BS_BUCKET_KEY_MAX], uint32_t stream, bs_val name,
@@ -172,6 +175,36 @@ int bs__lmdb_table_id_decode(const MDB_val *v, uint32_t *id, bs_error *err);
  * decode. */
 int bs__lmdb_table_entry_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream, bs_val *name,
                                 uint32_t *id);
+
+/* bstate key: u64be bucket id (so a bucket's state and its ops sort alike). */
+#define BS_STATE_KEY_SIZE 8u
+static inline void bs__lmdb_state_key(unsigned char k[BS_STATE_KEY_SIZE], uint64_t bucket) {
+  bs__put_u64be(k, bucket);
+}
+
+/* source key: u32be stream | u32be table id (from 1) | replica id (the rest, at most
+ * BS_MAX_REPLICA_ID bytes, "" included). Writes the key into k and returns its size. */
+#define BS_SOURCE_KEY_MAX (8u + BS_MAX_REPLICA_ID)
+static inline size_t bs__lmdb_source_key(unsigned char k[BS_SOURCE_KEY_MAX], uint32_t stream,
+                                         uint32_t table, bs_val rid) {
+  bs__put_u32be(k, stream);
+  bs__put_u32be(k + 4, table);
+  if (rid.size) memcpy(k + 8, rid.data, rid.size);
+  return 8 + rid.size;
+}
+/* The parts of a source key (rid borrowed from k, non-NULL); BS_ECORRUPT when k is not one
+ * (shorter than 8 bytes, table id 0, a replica id over BS_MAX_REPLICA_ID). */
+static inline int bs__lmdb_source_key_decode(const MDB_val *k, uint32_t *stream, uint32_t *table,
+                                             bs_val *rid) {
+  const unsigned char *p = (const unsigned char *)k->mv_data;
+  if (k->mv_size < 8 || k->mv_size > BS_SOURCE_KEY_MAX || bs__get_u32be(p + 4) == 0)
+    return BS_ECORRUPT;
+  *stream = bs__get_u32be(p);
+  *table = bs__get_u32be(p + 4);
+  rid->data = p + 8;
+  rid->size = k->mv_size - 8;
+  return BS_OK;
+}
 
 /* params key and value (the layout table above). */
 #define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
@@ -293,6 +326,23 @@ static inline void bs__lmdb_stream_key(unsigned char k[BS_STREAM_KEY_SIZE], uint
 }
 /* The stream id of a meta key; BS_ECORRUPT when k is not a stream key. */
 int bs__lmdb_stream_key_decode(const MDB_val *k, uint32_t *id);
+
+/* meta "format": "bktstore" | u32 format version, checked at open; meta "seq.bucket": the last
+ * bucket id given out (every stream's buckets take their ids from it), valued like a buckets
+ * entry (bs__lmdb_bucket_value, bs__lmdb_bucket_id_decode). */
+#define BS_FORMAT_VALUE_SIZE 12u
+static inline MDB_val bs__lmdb_format_key(void) {
+  MDB_val k = {6, (void *)"format"};
+  return k;
+}
+static inline MDB_val bs__lmdb_seq_key(void) {
+  MDB_val k = {10, (void *)"seq.bucket"};
+  return k;
+}
+/* The value of this build's format (BS_FORMAT_VERSION) / the version of a format value:
+ * BS_ECORRUPT when v is not one (another size or tag). */
+void bs__lmdb_format_value(unsigned char v[BS_FORMAT_VALUE_SIZE]);
+int bs__lmdb_format_decode(const MDB_val *v, uint32_t *version);
 
 /* Per-stream record in meta 'S' u32be id (little-endian):
  *   u8 record version (BS_STREAM_REC_VERSION) | u8 state | u8 hash | u8 snapshot_done | u8 flags

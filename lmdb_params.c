@@ -33,15 +33,8 @@ typedef struct param_scan {
 static int scan_push_row(param_scan *s, const unsigned char *data, size_t size, bs_error *err) {
   if (s->n_rows >= s->limit)
     return bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", s->limit);
-  if (s->n_rows == s->cap_rows) {
-    size_t cap = s->cap_rows ? s->cap_rows * 2 : 16;
-    bs_val *p;
-    if (cap > s->limit) cap = s->limit;
-    p = (bs_val *)bs__realloc(s->a, s->rows, cap * sizeof *p);
-    if (!p) return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
-    s->rows = p;
-    s->cap_rows = cap;
-  }
+  if (BS_GROW(s->a, s->rows, s->cap_rows, s->n_rows + 1))
+    return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
   s->rows[s->n_rows].data = data; /* into the value: non-NULL, also for an empty row */
   s->rows[s->n_rows].size = size;
   s->n_rows++;
@@ -74,13 +67,8 @@ static int scan_take(param_scan *s, const MDB_val *val, bs_error *err) {
   for (i = 0; i < s->n_best && !bs__val_eq(s->best[i].rid, rid); i++) {
   }
   if (i == s->n_best) {
-    if (s->n_best == s->cap_best) {
-      size_t cap = s->cap_best ? s->cap_best * 2 : 4;
-      param_best *p = (param_best *)bs__realloc(s->a, s->best, cap * sizeof *p);
-      if (!p) return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
-      s->best = p;
-      s->cap_best = cap;
-    }
+    if (BS_GROW(s->a, s->best, s->cap_best, s->n_best + 1))
+      return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
     s->best[s->n_best++].rid = rid;
   }
   s->best[i].n_rows = n;
@@ -183,10 +171,7 @@ int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *l
   s.a = &db->base.alloc;
   s.checkpoint = checkpoint;
   s.limit = limit; /* 0: the first row is over it */
-  for (size_t i = 0; i < n; i++)
-    if (lookups[i].size > BS_MAX_LOOKUP_KEY)
-      return bs__fail(err, BS_ETOOBIG, "lookups[%zu]: key of %zu bytes (limit %u)", i,
-                      lookups[i].size, BS_MAX_LOOKUP_KEY);
+  for (size_t i = 0; i < n; i++) BS_ASSERT(lookups[i].size <= BS_MAX_LOOKUP_KEY); /* the front's */
   if ((rc = mark_duplicates(s.a, lookups, n, &skip, err))) return rc;
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) goto fail;
   if ((rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err))) goto fail;

@@ -69,10 +69,10 @@ static void finder_close(bucket_finder *f) {
  * missing or short state is BS_ECORRUPT: every buckets entry has one. */
 static int finder_state(bucket_finder *f, uint64_t id, bs_val name, bs__bucket_state *out,
                         bs_error *err) {
-  unsigned char kb[8];
-  MDB_val k = {8, kb}, v;
+  unsigned char kb[BS_STATE_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v;
   int mrc;
-  bs__put_u64be(kb, id);
+  bs__lmdb_state_key(kb, id);
   mrc = mdb_cursor_get(f->states, &k, &v, MDB_SET);
   if (mrc == MDB_NOTFOUND || (mrc == 0 && bs__bucket_state_decode(&v, out)))
     return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\" (id %" PRIu64 ") has no valid state",

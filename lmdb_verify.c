@@ -74,24 +74,24 @@ static int walk_end(int mrc, bs_error *err) {
 /* meta: format tag, bucket sequence, stream records (collected for the later checks). */
 static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
   MDB_cursor *cur;
-  MDB_val k, v;
+  MDB_val k, v, fk = bs__lmdb_format_key(), sk = bs__lmdb_seq_key();
+  bs_val format = {fk.mv_data, fk.mv_size}, seq = {sk.mv_data, sk.mv_size};
   int rc, mrc, have_format = 0;
 
   *seq_bucket = UINT64_MAX; /* unknown: no check */
   if ((rc = cursor_open(vf, vf->db->meta, &cur, err)) != 0) return rc;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    const unsigned char *kp = (const unsigned char *)k.mv_data;
+    bs_val key = {k.mv_data, k.mv_size};
     uint32_t id;
-    if (k.mv_size == 6 && memcmp(kp, "format", 6) == 0) {
+    uint32_t version;
+    if (bs__val_eq(key, format)) {
       have_format = 1;
-      if (v.mv_size != 12 || memcmp(v.mv_data, "bktstore", 8) != 0)
+      if (bs__lmdb_format_decode(&v, &version))
         problem(vf, "meta \"format\": bad value (%zu bytes)", v.mv_size);
-    } else if (k.mv_size == 10 && memcmp(kp, "seq.bucket", 10) == 0) {
-      if (v.mv_size != 8)
+    } else if (bs__val_eq(key, seq)) {
+      if (bs__lmdb_bucket_id_decode(&v, seq_bucket, NULL))
         problem(vf, "meta \"seq.bucket\": value of %zu bytes", v.mv_size);
-      else
-        *seq_bucket = bs__get_u64le((const unsigned char *)v.mv_data);
     } else if (bs__lmdb_stream_key_decode(&k, &id) == BS_OK) {
       bs__stream_rec rec;
       if (bs__stream_rec_decode(&v, &rec) != BS_OK) {
@@ -103,15 +103,9 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
       if (rec.checkpoint > rec.op_head)
         problem(vf, "stream %" PRIu32 ": checkpoint %" PRIu64 " above op head %" PRIu64, id,
                 rec.checkpoint, rec.op_head);
-      if (vf->n_streams == vf->cap_streams) {
-        size_t cap = vf->cap_streams ? vf->cap_streams * 2 : 16;
-        stream_head *p = bs__realloc(vf->a, vf->streams, cap * sizeof *p);
-        if (!p) {
-          mdb_cursor_close(cur);
-          return bs__fail(err, BS_ENOMEM, "verify: stream list");
-        }
-        vf->streams = p;
-        vf->cap_streams = cap;
+      if (BS_GROW(vf->a, vf->streams, vf->cap_streams, vf->n_streams + 1)) {
+        mdb_cursor_close(cur);
+        return bs__fail(err, BS_ENOMEM, "verify: stream list");
       }
       vf->streams[vf->n_streams].id = id;
       vf->streams[vf->n_streams].op_head = rec.op_head;
@@ -128,6 +122,20 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
   return BS_OK;
 }
 
+/* The state of bucket id (*found 0: none; a state that does not decode: zeroed); an LMDB
+ * status. */
+static int state_of(verifier *vf, uint64_t id, bs__bucket_state *s, int *found) {
+  unsigned char kb[BS_STATE_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v;
+  int mrc;
+  memset(s, 0, sizeof *s);
+  bs__lmdb_state_key(kb, id);
+  mrc = mdb_get(vf->txn, vf->db->bstate, &k, &v);
+  *found = mrc == 0;
+  if (mrc == 0 && bs__bucket_state_decode(&v, s)) memset(s, 0, sizeof *s);
+  return mrc == MDB_NOTFOUND ? 0 : mrc;
+}
+
 /* buckets: name -> id must match the state's stream and name. */
 static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err) {
   MDB_cursor *cur;
@@ -138,11 +146,10 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_val name;
-    unsigned char ib[8];
-    MDB_val sk = {8, ib}, sv;
     uint64_t id;
     uint32_t stream;
     bs__bucket_state s;
+    int found;
     if (bs__lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
       problem(vf, "buckets: malformed entry (key %zu bytes, value %zu bytes)", k.mv_size,
               v.mv_size);
@@ -154,15 +161,13 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
     if (id == 0 || id > seq_bucket)
       problem(vf, "bucket \"%.*s\": id %" PRIu64 " outside the bucket sequence",
               bs__name_shown(name), (const char *)name.data, id);
-    bs__put_u64be(ib, id);
-    mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
-    if (mrc == MDB_NOTFOUND) {
+    if ((mrc = state_of(vf, id, &s, &found))) break;
+    if (!found) {
       problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): no bucket state", bs__name_shown(name),
               (const char *)name.data, id);
       continue;
     }
-    if (mrc) break;
-    if (bs__bucket_state_decode(&sv, &s)) continue; /* reported by verify_states */
+    if (!s.name.data) continue; /* does not decode: reported by verify_states */
     if (s.stream != stream || !bs__val_eq(s.name, name))
       problem(vf,
               "bucket \"%.*s\" (id %" PRIu64 "): state names stream %" PRIu32 " bucket "
@@ -413,9 +418,10 @@ static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
   member_ctx *m = payload;
   verifier *vf = m->vf;
   unsigned char kb[16];
-  MDB_val k = {16, kb}, v, sk = {8, kb}, sv;
+  MDB_val k = {16, kb}, v;
   bs__bucket_state s;
   bs_op op;
+  int found;
   bs_val want = {m->subkey, BS_SUBKEY_SIZE};
   const char *what = NULL;
   int mrc;
@@ -431,10 +437,7 @@ static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
   else if (!bs__val_eq(op.subkey, want))
     what = "its subkey is not the source row's";
   if (!what) return 0;
-  memset(&s, 0, sizeof s);
-  mrc = mdb_get(vf->txn, vf->db->bstate, &sk, &sv);
-  if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
-  if (!mrc && bs__bucket_state_decode(&sv, &s)) memset(&s, 0, sizeof s);
+  if ((mrc = state_of(vf, bucket, &s, &found))) return vf->mdb_error = mrc;
   problem(vf,
           "bucket \"%.*s\" (id %" PRIu64 ") op %" PRIu64
           ": held by a source record of table %" PRIu32 ", but %s",
@@ -444,19 +447,15 @@ static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
 }
 
 static void check_source(verifier *vf, const MDB_val *k, const MDB_val *v) {
-  const unsigned char *kp = (const unsigned char *)k->mv_data;
   member_ctx m;
+  uint32_t stream;
   bs_val rid;
-  if (k->mv_size < 8 || k->mv_size > 8 + BS_MAX_REPLICA_ID) { /* "" is a replica id */
+  if (bs__lmdb_source_key_decode(k, &stream, &m.table, &rid)) {
     problem(vf, "source: malformed key of %zu bytes", k->mv_size);
     return;
   }
-  stream_known(vf, "source", bs__get_u32be(kp));
+  stream_known(vf, "source", stream);
   m.vf = vf;
-  m.table = bs__get_u32be(kp + 4);
-  if (m.table == 0) problem(vf, "source: record with table id 0");
-  rid.data = kp + 8;
-  rid.size = k->mv_size - 8;
   bs_subkey(m.subkey, m.table, rid);
   if (bs__lmdb_srec_members(v, check_member, &m) == BS_ECORRUPT)
     problem(vf, "source: record of table %" PRIu32 " (value of %zu bytes) does not decode", m.table,

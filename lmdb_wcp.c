@@ -142,11 +142,8 @@ int bs__lmdb_wcp_put_custom(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_v
 int bs__lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                        bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
-  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
-    return bs__fail(err, BS_EINVAL, "mode: %d is not a write checkpoint mode", (int)mode);
-  if (event.size > sizeof ls->wcp_event - 1)
-    return bs__fail(err, BS_ETOOBIG, "event: %zu bytes (limit %zu)", event.size,
-                    sizeof ls->wcp_event - 1);
+  BS_UNUSED(err);
+  BS_ASSERT((mode == BS_WCP_MANAGED || mode == BS_WCP_CUSTOM) && event.size < sizeof ls->wcp_event);
   ls->wcp_mode = mode;
   if (event.size) memcpy(ls->wcp_event, event.data, event.size);
   ls->wcp_event_size = event.size;
@@ -295,8 +292,7 @@ int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head
   int rc;
   *found = 0;
   *id_out = 0;
-  if (user_id.size > BS_MAX_USER_ID)
-    return bs__fail(err, BS_ETOOBIG, "user_id: %zu bytes (limit %u)", user_id.size, BS_MAX_USER_ID);
+  BS_ASSERT(user_id.size <= BS_MAX_USER_ID); /* checked by the front */
   if (ls->wcp_mode == BS_WCP_CUSTOM) {
     bs_val ev = {ls->wcp_event, ls->wcp_event_size};
     if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err))) return rc;
@@ -402,13 +398,14 @@ static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
     goto out;
   for (size_t off = 0; off < l.used;) {
     unsigned char hk[BS_WCP_USER_KEY_MAX], vb[8];
-    MDB_val k = {bs__get_u16le(l.p + off), l.p + off + 2}, h, v = {8, vb};
+    MDB_val k = {bs__get_u16le(l.p + off), l.p + off + 2}, h, v = {0, vb};
+    uint64_t id = bs__get_u64le(l.p + off + 2 + k.mv_size); /* custom: unused */
     bs__wcp_key wk;
     off += 10 + k.mv_size;
-    memcpy(vb, (unsigned char *)k.mv_data + k.mv_size, 8); /* the id (custom: unused) */
     if ((rc = mdb_del(txn, db->wcp, &k, NULL)) != 0) goto mdb_fail;
     if (bs__lmdb_wcp_key_decode(&k, &wk) == BS_OK && wk.tag == BS_WCP_MANAGED_TAG) {
       h = bs__lmdb_wcp_user_key(hk, BS_WCP_HWM_TAG, wk.user);
+      v.mv_size = bs__lmdb_wcp_hwm_value(vb, id);
       if ((rc = mdb_put(txn, db->wcp, &h, &v, 0)) != 0) goto mdb_fail;
     }
     c->deleted++;

@@ -257,6 +257,87 @@ static void test_bucket_entry(void **state) {
   free(ev.mv_data);
 }
 
+/* meta "format" and "seq.bucket", the bstate key and the buckets value: golden bytes; a format
+ * value decodes only whole and with its tag. */
+static int format_status(const MDB_val *v) {
+  uint32_t version;
+  return bs__lmdb_format_decode(v, &version);
+}
+
+static void test_meta_records(void **state) {
+  static const unsigned char golden[BS_FORMAT_VALUE_SIZE] = {
+      'b', 'k', 't', 's', 't', 'o', 'r', 'e', BS_FORMAT_VERSION, 0, 0, 0};
+  static const unsigned char state_golden[BS_STATE_KEY_SIZE] = {0, 0, 0, 0, 0, 0x0a, 0x0b, 0x0c};
+  unsigned char v[BS_FORMAT_VALUE_SIZE], kb[BS_STATE_KEY_SIZE], vb[8];
+  MDB_val fk = bs__lmdb_format_key(), sk = bs__lmdb_seq_key(), ev;
+  uint32_t version = 0;
+  uint64_t id = 0;
+  (void)state;
+  assert_int_equal(fk.mv_size, 6);
+  assert_memory_equal(fk.mv_data, "format", 6);
+  assert_int_equal(sk.mv_size, 10);
+  assert_memory_equal(sk.mv_data, "seq.bucket", 10);
+  bs__lmdb_format_value(v);
+  assert_memory_equal(v, golden, sizeof golden);
+  ev = exact(v, sizeof v);
+  assert_int_equal(bs__lmdb_format_decode(&ev, &version), BS_OK);
+  assert_int_equal(version, BS_FORMAT_VERSION);
+  ((unsigned char *)ev.mv_data)[8] = 0xff; /* another version decodes: the caller refuses it */
+  assert_int_equal(bs__lmdb_format_decode(&ev, &version), BS_OK);
+  assert_int_equal(version, 0xff);
+  ((unsigned char *)ev.mv_data)[0] = 'B'; /* another tag: a foreign record */
+  assert_int_equal(bs__lmdb_format_decode(&ev, &version), BS_ECORRUPT);
+  free(ev.mv_data);
+  whole_only(golden, sizeof golden, format_status);
+  bs__lmdb_state_key(kb, 0x0a0b0c);
+  assert_memory_equal(kb, state_golden, sizeof kb);
+  bs__lmdb_bucket_value(vb, UINT64_MAX - 1); /* seq.bucket and buckets values */
+  ev = exact(vb, sizeof vb);
+  assert_int_equal(bs__lmdb_bucket_id_decode(&ev, &id, NULL), BS_OK);
+  assert_int_equal(id, UINT64_MAX - 1);
+  assert_int_equal(vb[0], 0xfe); /* little-endian */
+  free(ev.mv_data);
+}
+
+/* source key: stream | table | replica id (the rest): golden bytes, "" and the longest replica
+ * id, non-ASCII bytes; shorter than 8 bytes, table 0 and one byte over do not decode. */
+static void test_source_key(void **state) {
+  static const unsigned char golden[] = {0, 0, 1, 2, 0, 0, 0, 3, 'r', 0xc3, 0xa9};
+  unsigned char kb[BS_SOURCE_KEY_MAX + 1], big[BS_MAX_REPLICA_ID + 1];
+  MDB_val k;
+  uint32_t stream, table;
+  bs_val rid;
+  (void)state;
+  assert_int_equal(bs__lmdb_source_key(kb, 0x0102, 3, (bs_val){"r\xc3\xa9", 3}), sizeof golden);
+  assert_memory_equal(kb, golden, sizeof golden);
+  for (size_t n = 0; n <= sizeof golden; n++) {
+    k = exact(golden, n);
+    assert_int_equal(bs__lmdb_source_key_decode(&k, &stream, &table, &rid),
+                     n >= 8 ? BS_OK : BS_ECORRUPT);
+    if (n >= 8) {
+      assert_int_equal(stream, 0x0102);
+      assert_int_equal(table, 3);
+      val_eq(rid, (bs_val){golden + 8, n - 8}); /* "" (n = 8) is a replica id */
+    }
+    free(k.mv_data);
+  }
+  memset(big, 'x', sizeof big);
+  assert_int_equal(bs__lmdb_source_key(kb, 1, 1, (bs_val){big, BS_MAX_REPLICA_ID}),
+                   BS_SOURCE_KEY_MAX);
+  k = exact(kb, BS_SOURCE_KEY_MAX);
+  assert_int_equal(bs__lmdb_source_key_decode(&k, &stream, &table, &rid), BS_OK);
+  assert_int_equal(rid.size, BS_MAX_REPLICA_ID);
+  free(k.mv_data);
+  kb[BS_SOURCE_KEY_MAX] = 'x';
+  k = exact(kb, BS_SOURCE_KEY_MAX + 1);
+  assert_int_equal(bs__lmdb_source_key_decode(&k, &stream, &table, &rid), BS_ECORRUPT);
+  free(k.mv_data);
+  bs__lmdb_source_key(kb, 1, 0, (bs_val){"r", 1});
+  k = exact(kb, 9);
+  assert_int_equal(bs__lmdb_source_key_decode(&k, &stream, &table, &rid), BS_ECORRUPT);
+  free(k.mv_data);
+}
+
 /* stream 0x01020304, lookup "k", table 5, replica id "r", op 9 */
 static const unsigned char param_key_golden[] = {
     1, 2, 3, 4, 0, 1, 'k', 0, 0, 0, 5, 0xbd, 0x7b, 0x38, 0xf7, 0xb4, 0xaf, 0x0b, 0x35, /* XXH3 */
@@ -1188,6 +1269,8 @@ int main(void) {
       cmocka_unit_test(test_op_value),
       cmocka_unit_test(test_op_value_malformed),
       cmocka_unit_test(test_bucket_entry),
+      cmocka_unit_test(test_meta_records),
+      cmocka_unit_test(test_source_key),
       cmocka_unit_test(test_bucket_state),
       cmocka_unit_test(test_param_key),
       cmocka_unit_test(test_param_value),

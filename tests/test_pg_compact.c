@@ -172,7 +172,8 @@ static void pair_close(pair *p) {
 
 /* Both replies must be the same: status and text. */
 static void same(pair *p, const char *what, const int rc[N_SIDES], const sb out[N_SIDES]) {
-  if (rc[LM] == rc[PG] && (!out || strcmp(out[LM].p ? out[LM].p : "", out[PG].p ? out[PG].p : "") == 0))
+  if (rc[LM] == rc[PG] &&
+      (!out || strcmp(out[LM].p ? out[LM].p : "", out[PG].p ? out[PG].p : "") == 0))
     return;
   fail_msg("seed %llu step %d, %s: lmdb %d (%s) '%.300s' / postgresql %d (%s) '%.300s'",
            (unsigned long long)p->seed, p->step, what, rc[LM], p->last[LM],
@@ -472,8 +473,7 @@ static void stats_out(sb *o, const bs_compact_stats *s) {
   sb_printf(o, "buckets %llu moved %llu cleared %llu removed %llu params %llu reemitted %llu",
             (unsigned long long)s->buckets_compacted, (unsigned long long)s->ops_moved,
             (unsigned long long)s->ops_cleared, (unsigned long long)s->ops_removed,
-            (unsigned long long)s->parameter_entries_removed,
-            (unsigned long long)s->ops_reemitted);
+            (unsigned long long)s->parameter_entries_removed, (unsigned long long)s->ops_reemitted);
 }
 
 /* A compaction of a random kind, with small transactions. */
@@ -586,9 +586,8 @@ static void t_diff(void **state) {
   for (unsigned s = first; s < first + n; s++) {
     char sql[512];
     run_seed(t, s, steps);
-    snprintf(sql, sizeof sql,
-             "DROP SCHEMA %s CASCADE; CREATE SCHEMA %s; SET search_path = %s", t->schema,
-             t->schema, t->schema);
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE; CREATE SCHEMA %s; SET search_path = %s",
+             t->schema, t->schema, t->schema);
     admin_exec(t, sql);
     snprintf(sql, sizeof sql, "rm -rf '%s'/*", t->dir);
     if (system(sql) != 0) fail_msg("%s failed", sql);
