@@ -82,6 +82,7 @@ typedef struct rec_ent {
   bs__srec r; /* arrays and strings in blob */
   void *blob;
   int dirty;
+  int stored; /* a row of bs_source when the batch began: the flush replaces it */
 } rec_ent;
 
 typedef struct bucket_ent {
@@ -496,8 +497,9 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
   bs__pg_arg_i32(&a, (int32_t)table);
   if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &arr, err))) return rc;
   rc = bs__pg_exec(b->c,
-                   "SELECT replica_id, soft, mark, members, has_data, data FROM bs_source"
-                   " WHERE stream = $1 AND table_id = $2 AND replica_id = ANY($3)",
+                   "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
+                   " (SELECT replica_id, soft, mark, members, has_data, data FROM bs_source"
+                   "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s",
                    &a, &r, "loading source records", err);
   bs__free(b->a, arr);
   if (rc) return rc;
@@ -511,6 +513,7 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
       rc = oom(err);
       break;
     }
+    e->stored = 1;
     s.exists = 1;
     s.soft = bs__pg_bool(r, i, 1);
     s.mark = (uint64_t)bs__pg_i64(r, i, 2);
@@ -641,39 +644,116 @@ static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a,
   return rc;
 }
 
-/* The records the batch changed: the old rows deleted in one statement, the new ones COPYed. */
-static int write_records(batch *b, bs_error *err) {
-  buf out = {0};
-  uint64_t *tables = NULL;
-  bs_val *rids = NULL;
-  unsigned char *ta = NULL, *ra = NULL;
+/* The stored rows of the records of `table` the batch deleted, in one statement. Here and in
+ * load_records every key is one probe of the primary key, whatever the table's statistics say: a
+ * LATERAL subquery with LIMIT is never flattened into a join. Planned freely, `replica_id =
+ * ANY($3)` was a filter over the whole (stream, table_id) range while the table had no
+ * statistics (a table filling up: the first minutes of a snapshot), and a join with an unnest of
+ * the keys a hash join over a sequential scan: O(table) per flush instead of O(batch). */
+static int delete_records(batch *b, uint32_t table, bs_val *rids, bs_error *err) {
+  bs__pg_args a = {0};
+  unsigned char *ra = NULL;
   size_t n = 0;
+  int rc;
+  for (size_t i = 0; i < b->nrecs; i++) {
+    const rec_ent *e = b->recs[i];
+    if (e->dirty && e->stored && !e->r.exists && e->table == table) rids[n++] = e->rid;
+  }
+  if (!n) return BS_OK;
+  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  bs__pg_arg_i32(&a, (int32_t)table);
+  if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &ra, err))) return rc;
+  rc = bs__pg_run(b->c,
+                  "DELETE FROM bs_source WHERE ctid = ANY(ARRAY(SELECT s.ctid"
+                  " FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL (SELECT ctid FROM bs_source"
+                  "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s))",
+                  &a, "flush: source records", err);
+  bs__free(b->a, ra);
+  return rc;
+}
+
+/* The stored records the batch changed and kept, replaced in one statement (INSERT ... ON
+ * CONFLICT: an index probe per record, an update in place instead of a delete and an insert). */
+static int update_records(batch *b, bs_error *err) {
+  enum { TABLE, SOFT, MARK, HAS_DATA, NCOL };
+  uint64_t *v = NULL;
+  bs_val *rids = NULL, *members = NULL, *data = NULL;
+  unsigned char *arr[NCOL + 3] = {NULL}, *enc = NULL;
+  size_t n = 0, bytes = 0, at = 0;
   bs__pg_args a = {0};
   int rc = BS_OK;
-  if (!(tables = bs__calloc(b->a, b->nrecs + 1, sizeof *tables)) ||
-      !(rids = bs__calloc(b->a, b->nrecs + 1, sizeof *rids)))
+  for (size_t i = 0; i < b->nrecs; i++) {
+    const rec_ent *e = b->recs[i];
+    if (e->dirty && e->stored && e->r.exists) n++, bytes += srec_size(&e->r);
+  }
+  if (!n) return BS_OK;
+  if (!(v = bs__calloc(b->a, NCOL * n, sizeof *v)) || !(rids = bs__calloc(b->a, n, sizeof *rids)) ||
+      !(members = bs__calloc(b->a, n, sizeof *members)) ||
+      !(data = bs__calloc(b->a, n, sizeof *data)) || !(enc = bs__malloc(b->a, bytes))) {
     rc = oom(err);
-  for (size_t i = 0; i < b->nrecs && !rc; i++)
-    if (b->recs[i]->dirty) {
-      tables[n] = b->recs[i]->table;
-      rids[n++] = b->recs[i]->rid;
-    }
+    goto out;
+  }
+  for (size_t i = 0, k = 0; i < b->nrecs; i++) {
+    const rec_ent *e = b->recs[i];
+    if (!e->dirty || !e->stored || !e->r.exists) continue;
+    v[TABLE * n + k] = e->table;
+    v[SOFT * n + k] = e->r.soft != 0;
+    v[MARK * n + k] = e->r.mark;
+    v[HAS_DATA * n + k] = e->r.has_data != 0;
+    rids[k] = e->rid;
+    members[k].data = enc + at;
+    members[k].size = srec_size(&e->r);
+    srec_encode(enc + at, &e->r);
+    at += members[k].size;
+    data[k] = e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0};
+    k++;
+  }
   bs__pg_arg_i32(&a, (int32_t)b->stream);
-  if (!rc && n && !(rc = bs__pg_arg_i64_array(&a, tables, n, b->a, &ta, err)) &&
-      !(rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &ra, err)))
-    rc = bs__pg_run(b->c,
-                    "DELETE FROM bs_source s USING unnest($2::int8[], $3::bytea[]) AS d(t, r)"
-                    " WHERE s.stream = $1 AND s.table_id = d.t AND s.replica_id = d.r",
-                    &a, "flush: source records", err);
-  bs__free(b->a, ta);
-  bs__free(b->a, ra);
-  bs__free(b->a, tables);
+  for (int c = 0; c < NCOL && !rc; c++)
+    rc = bs__pg_arg_i64_array(&a, v + (size_t)c * n, n, b->a, &arr[c], err);
+  if (rc || (rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &arr[NCOL], err)) ||
+      (rc = bs__pg_arg_bytes_array(&a, members, n, b->a, &arr[NCOL + 1], err)) ||
+      (rc = bs__pg_arg_bytes_array(&a, data, n, b->a, &arr[NCOL + 2], err)))
+    goto out;
+  rc = bs__pg_run(b->c,
+                  "INSERT INTO bs_source (stream, table_id, replica_id, soft, mark, members,"
+                  " has_data, data) SELECT $1, t, r, s <> 0, m, mb, h <> 0, d"
+                  " FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::bytea[],"
+                  " $7::bytea[], $8::bytea[]) AS u(t, s, m, h, r, mb, d)"
+                  " ON CONFLICT (stream, table_id, replica_id) DO UPDATE SET soft = excluded.soft,"
+                  " mark = excluded.mark, members = excluded.members,"
+                  " has_data = excluded.has_data, data = excluded.data",
+                  &a, "flush: source records", err);
+out:
+  for (int c = 0; c < NCOL + 3; c++) bs__free(b->a, arr[c]);
+  bs__free(b->a, enc);
+  bs__free(b->a, data);
+  bs__free(b->a, members);
   bs__free(b->a, rids);
+  bs__free(b->a, v);
+  return rc;
+}
+
+/* The records the batch changed: stored ones deleted (a statement per table) or updated (one
+ * statement), new ones COPYed. */
+static int write_records(batch *b, bs_error *err) {
+  buf out = {0};
+  bs_val *rids = NULL;
+  int rc = BS_OK;
+  if (!(rids = bs__calloc(b->a, b->nrecs + 1, sizeof *rids))) rc = oom(err);
+  /* each table once: the first record of it names it (records are loaded by runs of a table) */
+  for (size_t i = 0; i < b->nrecs && !rc; i++) {
+    int first = 1;
+    for (size_t k = 0; k < i && first; k++) first = b->recs[k]->table != b->recs[i]->table;
+    if (first) rc = delete_records(b, b->recs[i]->table, rids, err);
+  }
+  bs__free(b->a, rids);
+  if (!rc) rc = update_records(b, err);
   for (size_t i = 0; i < b->nrecs && !rc; i++) {
     rec_ent *e = b->recs[i];
     size_t sz;
     unsigned char *p;
-    if (!e->dirty || !e->r.exists) continue;
+    if (!e->dirty || e->stored || !e->r.exists) continue;
     sz = srec_size(&e->r);
     f_tuple(&out, b->a, 8);
     f_int(&out, b->a, b->stream, 4);

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #ifndef BS_HAVE_PG
@@ -125,6 +126,14 @@ static double schema_bytes(PGconn *c) {
     v = strtod(PQgetvalue(res, 0, 0), NULL);
   PQclear(res);
   return v;
+}
+
+/* CPU seconds (user + system) of this process so far */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
 static void set_lat(bres *r, double *lat, size_t n) {
@@ -312,7 +321,7 @@ static int h_writer(bsh *h, bres *r) {
  * bucket the checksum workload compares with (not timed). */
 int pg_bs_ingest(int lmdb) {
   uint64_t n = ingest_rows(), m = ingest_updates();
-  double *lat = calloc((n + m) / g_cfg->commit_changes + 4, sizeof *lat), t0, t1, t2;
+  double *lat = calloc((n + m) / g_cfg->commit_changes + 4, sizeof *lat), t0, t1, t2, c0;
   size_t nl = 0;
   char name[72];
   bres *ri, *ru, *rt, loc[3];
@@ -336,6 +345,7 @@ int pg_bs_ingest(int lmdb) {
   snprintf(rt->unit, sizeof rt->unit, "ops/s");
   if (h_open(&h, lmdb, 1, 0, rt) || h_writer(&h, rt)) goto out;
   mem_sampler_start();
+  c0 = cpu_s();
   t0 = now_s();
   if (bs_steps(&h, 0, n, BIG_BUCKET, 0, lat, &nl, rt)) goto out;
   t1 = now_s();
@@ -346,8 +356,9 @@ int pg_bs_ingest(int lmdb) {
   ru->count = (double)m, ru->secs = t2 - t1, ru->value = ru->count / ru->secs;
   rt->count = (double)(n + m), rt->secs = t2 - t0, rt->value = rt->count / rt->secs;
   set_lat(rt, lat, nl);
-  snprintf(rt->note, sizeof rt->note, "latency = one commit of %llu rows (flush + checkpoint)",
-           (unsigned long long)g_cfg->commit_changes);
+  snprintf(rt->note, sizeof rt->note,
+           "latency = one commit of %llu rows (flush + checkpoint); client CPU %.1f us/op",
+           (unsigned long long)g_cfg->commit_changes, (cpu_s() - c0) / rt->count * 1e6);
   res_mem(rt);
   if (bs_db_stat(h.db, &s, &err) == BS_OK) {
     double ops = (double)(s.ops_put + s.ops_remove + s.ops_move + s.ops_clear), bytes = -1;
@@ -791,7 +802,7 @@ static int raw_steps(rawst *s, uint64_t from, uint64_t to, unsigned b, uint64_t 
 
 int pg_raw_ingest(int a) {
   uint64_t n = ingest_rows(), m = ingest_updates();
-  double *lat = calloc((n + m) / g_cfg->commit_changes + 4, sizeof *lat), t0, t1, t2;
+  double *lat = calloc((n + m) / g_cfg->commit_changes + 4, sizeof *lat), t0, t1, t2, c0;
   size_t nl = 0;
   char name[72];
   bres *ri, *ru, *rt;
@@ -810,6 +821,7 @@ int pg_raw_ingest(int a) {
   snprintf(rt->unit, sizeof rt->unit, "ops/s");
   if (!(s.c = pq_connect(rt, url_raw)) || pq_run(rt, s.c, RAW_SCHEMA)) goto out;
   mem_sampler_start();
+  c0 = cpu_s();
   t0 = now_s();
   if (raw_steps(&s, 0, n, BIG_BUCKET, 0, lat, &nl, rt)) goto out;
   t1 = now_s();
@@ -821,6 +833,7 @@ int pg_raw_ingest(int a) {
   rt->count = (double)(n + m), rt->secs = t2 - t0, rt->value = rt->count / rt->secs;
   set_lat(rt, lat, nl);
   res_mem(rt);
+  snprintf(rt->note, sizeof rt->note, "client CPU %.1f us/op", (cpu_s() - c0) / rt->count * 1e6);
   if (!pq_run(rt, s.c, "VACUUM")) rt->bytes_per_op = schema_bytes(s.c) / rt->count;
   /* the small bucket */
   raw_steps(&s, 0, small_rows() * 2 / 3, SMALL, n, NULL, NULL, rt);
