@@ -91,6 +91,7 @@ typedef struct bs__pg_writer {
   bs__pg_db *db;
   PGconn *c;
   int create_empty, snapshot;
+  uint64_t written, analyze_at; /* ops and records this writer wrote; the next ANALYZE at */
 } bs__pg_writer;
 
 /* ---- Connections ---- */

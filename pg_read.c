@@ -155,7 +155,7 @@ typedef struct data_read {
   int stopped;
 } data_read;
 
-#define BS_PG_PAGE_OPS   1000    /* ops per keyset page */
+#define BS_PG_PAGE_OPS   10000   /* ops per keyset page (a call's default limit: one page) */
 #define BS_PG_PAGE_BYTES 4194304 /* op bytes per page (plus the op that crosses it) */
 
 static int grow_ops(data_read *r, bs_error *err) {
@@ -217,8 +217,8 @@ static void row_op(const PGresult *res, int i, bs_op *op) {
 }
 
 /* One keyset page of the bucket's ops in (after, C]: at most `rows` ops, and ops while their
- * running size stays below `bytes` (the op that crosses it included). Column 8: how many ops the
- * row limit alone let through (more than were returned: the byte bound cut the page). */
+ * running size stays below `bytes` (the op that crosses it included). Column 8: the running size
+ * up to and including the op (a page whose last op stays below `bytes` was not cut by it). */
 static int page(data_read *r, uint64_t bucket, uint64_t after, size_t rows, size_t bytes,
                 PGresult **res, bs_error *err) {
   bs__pg_args a = {0};
@@ -229,15 +229,15 @@ static int page(data_read *r, uint64_t bucket, uint64_t after, size_t rows, size
   bs__pg_arg_i64(&a, (int64_t)bytes);
   return bs__pg_exec(r->c,
                      "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
-                     " data, total FROM (SELECT *, sum(sz) OVER (ORDER BY op_id) - sz AS before,"
-                     "  count(*) OVER () AS total"
+                     " data, running FROM (SELECT *,"
+                     "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
                      "  FROM (SELECT *, coalesce(octet_length(data), 0)"
                      "   + coalesce(octet_length(object_type), 0)"
                      "   + coalesce(octet_length(object_id), 0)"
                      "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
                      "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
                      "   ORDER BY op_id LIMIT $4) o) w"
-                     " WHERE before < $5 ORDER BY op_id",
+                     " WHERE running - sz < $5 ORDER BY op_id",
                      &a, res, "reading bucket data", err);
 }
 
@@ -261,8 +261,9 @@ static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t afte
     if ((rc = page(r, bucket, after, rows, want + 1, &res, err))) return rc;
     if ((rc = hold(r, res, err))) return rc;
     got = PQntuples(res);
-    /* the range is exhausted when the row limit was not reached and no byte cut happened */
-    done = got == 0 || (bs__pg_i64(res, 0, 8) < (int64_t)rows && bs__pg_i64(res, 0, 8) == got);
+    /* the range is exhausted when the row limit was not reached and the byte bound cannot
+     * have cut the page (a page that ends exactly at the bound takes one more, empty, page) */
+    done = got == 0 || ((size_t)got < rows && bs__pg_i64(res, got - 1, 8) <= (int64_t)want);
     for (int i = 0; i < got; i++) {
       bs_op op;
       size_t sz;

@@ -963,9 +963,25 @@ static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error 
   return batch_write(b, err);
 }
 
+/* The planner's statistics of the tables a writer fills: autovacuum analyzes a table a minute or
+ * more after it grew, and until then a table that filled up is planned as nearly empty (a page of
+ * bucket data by a bitmap scan of the rest of the bucket and a sort of it on disk, O(bucket) per
+ * page). So the writer analyzes them itself when what it wrote since doubled (the first flush
+ * included): O(log n) ANALYZEs of at most 30k sampled rows each, in the flush's transaction. */
+static int analyze(bs__pg_writer *w, const batch *b, bs_error *err) {
+  uint64_t n = b->head >= b->first ? b->head - b->first + 1 : 0;
+  for (size_t i = 0; i < b->nrecs; i++) n += b->recs[i]->dirty != 0;
+  w->written += n;
+  if (!n || w->written < w->analyze_at) return BS_OK;
+  w->analyze_at = 2 * w->written;
+  return bs__pg_run(w->c, "ANALYZE bs_ops, bs_source, bs_params, bs_buckets", NULL,
+                    "flush: ANALYZE", err);
+}
+
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *in, uint64_t *head, bs_error *err) {
   batch b;
   int rc = apply(w, in, &b, err);
+  if (!rc) rc = analyze(w, &b, err);
   if (!rc && head) *head = b.head;
   batch_free(&b);
   return rc;
