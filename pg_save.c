@@ -974,7 +974,8 @@ static int analyze(bs__pg_writer *w, const batch *b, bs_error *err) {
   w->written += n;
   if (!n || w->written < w->analyze_at) return BS_OK;
   w->analyze_at = 2 * w->written;
-  return bs__pg_run(w->c, "ANALYZE bs_ops, bs_source, bs_params, bs_buckets", NULL,
+  /* SKIP_LOCKED: a table a VACUUM holds is not waited for (that vacuum analyzes it) */
+  return bs__pg_run(w->c, "ANALYZE (SKIP_LOCKED) bs_ops, bs_source, bs_params, bs_buckets", NULL,
                     "flush: ANALYZE", err);
 }
 
