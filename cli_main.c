@@ -215,7 +215,9 @@ int cli_parse_args(cli_db *c, int argc, char **argv,
 int cli_open_existing(cli_db *c, const char *cmd, int rdonly) {
   bs_error err = {0, ""};
   int rc;
-  if (access(c->path, F_OK) != 0) {
+  /* a postgresql:// URL (bs_open's other prefix too) names a server's database, not a file */
+  int url = !strncmp(c->path, "postgresql://", 13) || !strncmp(c->path, "postgres://", 11);
+  if (!url && access(c->path, F_OK) != 0) {
     fprintf(stderr, "bucketstore %s: %s does not exist\n", cmd, c->path);
     return 1;
   }

@@ -742,6 +742,9 @@ static const bs_db_vtable pg_db_vt = {
     .stream_create = pg_stream_create,
     .stream_list = pg_stream_list,
     .storage_open = pg_storage_open,
+    .verify = bs__pg_verify,
+    .backup = bs__pg_backup,
+    .export_records = bs__pg_export,
 };
 
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {

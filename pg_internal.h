@@ -94,6 +94,11 @@ typedef struct bs__pg_writer {
   uint64_t written, analyze_at; /* ops and records this writer wrote; the next ANALYZE at */
 } bs__pg_writer;
 
+/* The bytes an op adds to its bucket's running bytes (bs_buckets.bytes): its payload fields. */
+static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
+  return (uint64_t)op->object_type.size + op->object_id.size + op->subkey.size + op->data.size;
+}
+
 /* ---- Connections ---- */
 /* A connection of the pool (or a new one), idle (no transaction open). */
 int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err);
@@ -183,6 +188,10 @@ int bs__pg_writer_source_row(bs_writer *w, const bs_write_batch *in, bs_val tabl
                              int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
 /* The writer's truncate slot: truncate/drop in bounded transactions (contract.md 4.2). */
 int bs__pg_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err);
+/* Decodes a bs_source.members value (pg_save.c's encoding) into r's m, nm, lk and nl: strings
+ * borrowed from v, the two arrays allocated from a (the caller frees r->m and r->lk; after a
+ * failure both are NULL). BS_ECORRUPT (not one whole value), BS_ENOMEM. */
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r);
 /* Applies batch inside the writer's open transaction; *head = the op-id head after it. */
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *head,
                         bs_error *err);
@@ -206,5 +215,12 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
 int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                         bs_error *err);
+
+/* pg_verify.c: verify, and what backup and export answer (the db slots) */
+int bs__pg_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                  bs_error *err);
+int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
+int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
+                  bs_error *err);
 
 #endif /* BUCKETSTORE_PG_INTERNAL_H */

@@ -211,61 +211,66 @@ static void srec_encode(unsigned char *p, const bs__srec *r) {
   }
 }
 
-/* Decodes v into r: arrays allocated in *scratch (the caller frees), strings borrowed from v. */
-static int srec_decode(const bs_allocator *a, bs_val v, bs__srec *r, void **scratch) {
-  const unsigned char *p = v.data, *end = p + v.size;
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r) {
+  const unsigned char *p = v.data, *end;
   uint32_t nm, nl;
-  *scratch = NULL;
-  if (v.size < 8) return BS_ECORRUPT;
+  int rc = BS_ECORRUPT;
+  r->m = NULL;
+  r->lk = NULL;
+  r->nm = r->nl = 0;
+  if (!p || v.size < 8) return BS_ECORRUPT;
+  end = p + v.size;
   nm = bs__get_u32be(p);
   p += 4;
   if (nm > v.size / 24) return BS_ECORRUPT;
   if (!(r->m = bs__calloc(a, nm + 1, sizeof *r->m))) return BS_ENOMEM;
-  *scratch = r->m;
   for (uint32_t i = 0; i < nm; i++) {
     size_t n;
-    if (end - p < 20) return BS_ECORRUPT;
+    if (end - p < 20) goto fail;
     r->m[i].bucket = bs__get_u64be(p);
     r->m[i].op = bs__get_u64be(p + 8);
     n = bs__get_u32be(p + 16);
     p += 20;
-    if ((size_t)(end - p) < n + 4) return BS_ECORRUPT;
+    if ((size_t)(end - p) < n + 4) goto fail;
     r->m[i].object_type.data = p;
     r->m[i].object_type.size = n;
     p += n;
     n = bs__get_u32be(p);
     p += 4;
-    if ((size_t)(end - p) < n) return BS_ECORRUPT;
+    if ((size_t)(end - p) < n) goto fail;
     r->m[i].object_id.data = p;
     r->m[i].object_id.size = n;
     p += n;
   }
-  r->nm = nm;
-  if (end - p < 4) return BS_ECORRUPT;
+  if (end - p < 4) goto fail;
   nl = bs__get_u32be(p);
   p += 4;
-  if (nl > v.size / 4) return BS_ECORRUPT;
-  r->lk = (bs_val *)bs__calloc(a, nl + 1, sizeof *r->lk);
-  if (!r->lk) return BS_ENOMEM;
-  /* both arrays in one scratch: m is freed by the caller, lk is appended to its list */
+  if (nl > v.size / 4) goto fail;
+  if (!(r->lk = bs__calloc(a, nl + 1, sizeof *r->lk))) {
+    rc = BS_ENOMEM;
+    goto fail;
+  }
   for (uint32_t i = 0; i < nl; i++) {
     size_t n;
-    if (end - p < 4) {
-      bs__free(a, r->lk);
-      return BS_ECORRUPT;
-    }
+    if (end - p < 4) goto fail;
     n = bs__get_u32be(p);
     p += 4;
-    if ((size_t)(end - p) < n) {
-      bs__free(a, r->lk);
-      return BS_ECORRUPT;
-    }
+    if ((size_t)(end - p) < n) goto fail;
     r->lk[i].data = p;
     r->lk[i].size = n;
     p += n;
   }
-  r->nl = nl;
-  return p == end ? BS_OK : BS_ECORRUPT;
+  if (p == end) {
+    r->nm = nm;
+    r->nl = nl;
+    return BS_OK;
+  }
+fail:
+  bs__free(a, r->m);
+  bs__free(a, r->lk);
+  r->m = NULL;
+  r->lk = NULL;
+  return rc;
 }
 
 static bucket_ent *bucket_by_name(batch *b, bs_val name) {
@@ -352,7 +357,6 @@ static int fx_bucket(void *ctx, bs_val name, uint64_t *id, bs_error *err) {
 static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, bs_error *err) {
   batch *b = ctx;
   bucket_ent *e = bucket_by_id(b, bucket);
-  size_t sz = op->object_type.size + op->object_id.size + op->subkey.size + op->data.size;
   if (!e) return bs__fail(err, BS_ECORRUPT, "flush: bucket %" PRIu64 " is not known", bucket);
   *op_id = ++b->head;
   f_tuple(&b->ops, b->a, 9);
@@ -368,7 +372,7 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   if (b->ops.oom) return oom(err);
   e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
   e->d_count++;
-  e->d_bytes += sz;
+  e->d_bytes += bs__pg_op_bytes(op);
   e->last_op = *op_id;
   e->touched = 1;
   return BS_OK;
@@ -507,7 +511,6 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
     bs_val rid = bs__pg_bytes(r, i, 0);
     rec_ent *e = rec_find(b, table, rid);
     bs__srec s = {0};
-    void *scratch = NULL;
     if (e) continue;
     if (!(e = rec_add(b, table, rid))) {
       rc = oom(err);
@@ -519,10 +522,10 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
     s.mark = (uint64_t)bs__pg_i64(r, i, 2);
     s.has_data = bs__pg_bool(r, i, 4);
     s.data = bs__pg_bytes(r, i, 5);
-    rc = srec_decode(b->a, bs__pg_bytes(r, i, 3), &s, &scratch);
+    rc = bs__pg_srec_decode(b->a, bs__pg_bytes(r, i, 3), &s);
     if (rc == BS_OK && rec_set(b, e, &s)) rc = BS_ENOMEM;
-    if (s.lk && rc != BS_ECORRUPT) bs__free(b->a, s.lk);
-    bs__free(b->a, scratch);
+    bs__free(b->a, s.m);
+    bs__free(b->a, s.lk);
     if (rc == BS_ECORRUPT)
       rc = bs__fail(err, rc, "a source record of table %u does not decode", table);
     else if (rc)

@@ -793,15 +793,19 @@ typedef struct bs_stat {
   uint64_t parameter_entries;
   uint64_t source_records;
   uint64_t write_checkpoints;
+  /* The file's size. PostgreSQL: the bs_ tables' pg_total_relation_size (indexes and TOAST
+   * included) in the connection's schema. */
   uint64_t file_bytes;
   /* Bytes of the file on free pages (LMDB's free list: pages that compaction, deletes and
    * old versions released). Later writes reuse them, but the file never shrinks; bs_backup()
-   * writes a copy without them. 0 for the memory backend. */
+   * writes a copy without them. 0 for the memory backend, and for the PostgreSQL backend
+   * (the server reclaims space itself: VACUUM). */
   uint64_t reclaimable_bytes;
 } bs_stat;
 
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
- * so it costs a full scan of the file. Errors: BS_EINVAL (db or out NULL). */
+ * so it costs a full scan of the file (PostgreSQL: a count of every table, one statement). Errors:
+ * BS_EINVAL (db or out NULL). */
 BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
 /* Recomputes every PUT's and REMOVE's checksum from its payload with the stream's hash, every
  * bucket's running checksum and count from its ops (which covers MOVE and CLEAR), and checks key
@@ -809,7 +813,9 @@ BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
  * problem, naming the bucket and (where one op is at fault) the op id, is passed to fn (may be
  * NULL; the text is borrowed, valid until fn returns). *problems_out (may be NULL) counts them.
  * Problems found still return BS_OK: a failure code means the check itself could not run
- * (BS_EINVAL: db NULL; BS_EIO, BS_ENOMEM). */
+ * (BS_EINVAL: db NULL; BS_EIO, BS_ENOMEM). PostgreSQL: the same checks on its tables (and their
+ * columns' bounds), in one READ ONLY REPEATABLE READ transaction (it writes nothing, also on a
+ * read-write handle), read a page of rows at a time; fn runs inside that transaction. */
 BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
                         uint64_t *problems_out, bs_error *err);
 
@@ -842,7 +848,9 @@ typedef struct bs_backup_options {
  * must grow the map waits until the call ends). opts may be NULL. Errors: BS_EINVAL (path NULL
  * or empty, or naming db's own file), BS_ESTATE (path exists and BS_BACKUP_REPLACE is not set),
  * BS_ECORRUPT (the copy did not verify; the message has the first problem), BS_ECANCELED,
- * BS_EUNSUPPORTED (the memory backend: it has no file to copy), BS_EIO, BS_ENOMEM. Any thread.
+ * BS_EUNSUPPORTED (the memory backend: it has no file to copy; the PostgreSQL backend: it is no
+ * file either, and its tables are not the LMDB format: copy it with pg_dump), BS_EIO,
+ * BS_ENOMEM. Any thread.
  */
 BS_API int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 
@@ -858,8 +866,10 @@ typedef struct bs_record {
 
 /* Calls fn for every record of the database (stream 0) or of one stream and the database-wide
  * ones, table by table, in key order, from one read snapshot (held for the whole call). rec
- * and its bytes are borrowed, valid until fn returns. Errors: BS_EINVAL (fn NULL),
- * BS_EUNSUPPORTED (memory backend), BS_EIO, or fn's non-zero value. */
+ * and its bytes are borrowed, valid until fn returns. The records are the LMDB format's, so
+ * only an LMDB database has them: an export is not a way between backends. Errors: BS_EINVAL (fn
+ * NULL), BS_EUNSUPPORTED (the memory and PostgreSQL backends, fn never called), BS_EIO, or fn's
+ * non-zero value. */
 BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
                         void *payload, bs_error *err);
 

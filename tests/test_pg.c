@@ -364,7 +364,6 @@ static void t_unsupported_slots(void **state) {
   bs_writer_close(w);
   assert_int_equal(bs_compact(st, NULL, NULL, &err), BS_EUNSUPPORTED);
   assert_int_equal(bs_compact_initial_replication(st, 0, 0, NULL, &err), BS_EUNSUPPORTED);
-  assert_int_equal(bs_db_verify(db, NULL, NULL, NULL, &err), BS_EUNSUPPORTED);
   bs_storage_close(st);
   assert_int_equal(bs_backup(db, "/tmp/x", NULL, &err), BS_EUNSUPPORTED);
   bs_close(db);

@@ -1,0 +1,716 @@
+/*
+ * pg_verify.c: bs_db_verify on the PostgreSQL backend (the LMDB backend's checks, lmdb_verify.c,
+ * on the schema of pg_internal.h), and what backup and export answer. Verify runs in one READ ONLY
+ * REPEATABLE READ transaction (one snapshot; it writes nothing) and reads the tables through
+ * cursors fetched a page at a time, so its memory is a page, whatever the database's size. Every
+ * inconsistency is a problem passed to the caller (naming the table, stream, bucket and op id
+ * at fault) and counted; only a server error or a failed allocation ends the call. Checked:
+ *  - bs_meta: the schema version is this build's, no other key;
+ *  - streams: name, state and hash known, no op id at or above 2^63, the checkpoint, the last
+ *    checkpoint, the parameter horizon and the changes fence within the op head, a checkpoint
+ *    with an LSN, LSNs of at most BS_MAX_LSN bytes, next_table_id above the stream's table ids;
+ *    at most one PROCESSING and one served (ACTIVE or ERRORED) stream (contract.md 4.4);
+ *  - source tables: a known stream, a name of 1..BS_MAX_TABLE_NAME bytes, a positive id of one
+ *    table only;
+ *  - buckets and ops, in one merged walk by bucket id: a bucket's name and stream; every op
+ *    against contract.md 3 (PUT and REMOVE checksums recomputed from their payload with the
+ *    stream's hash, subkeys of their fixed shape, MOVE and CLEAR without payload, target_op in
+ *    its bounds, a CLEAR only as the first op, where the state's CLEAR span ends, op ids in
+ *    1..op head); the state's running checksum, count, bytes and last op equal to its ops';
+ *    ops of no bucket;
+ *  - op ids unique in a stream, across its ops and parameter entries (contract.md 2);
+ *  - source records: a known stream and table, the replica id's size, data iff has_data, a
+ *    soft-deleted record without content and with its mark within the op head, members that
+ *    decode, and every membership a PUT of a bucket of the same stream with the record's
+ *    subkey, object_type and object_id;
+ *  - parameter entries, change records, managed and custom write checkpoints: their shapes,
+ *    their stream, their op ids within its op head (one statement each, returning only the rows
+ *    at fault).
+ * Beyond reach, as on LMDB: a MOVE's or CLEAR's checksum (its payload is gone; the bucket's
+ * running checksum covers it) and a REMOVE's object_type and object_id.
+ */
+#include "pg_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define PAGE    500  /* rows per FETCH */
+#define MEMBERS 2000 /* memberships checked per statement */
+
+/* the limits the statements below spell out (storage.h's carry a u suffix) */
+_Static_assert(BS_MAX_STREAM_NAME == 255 && BS_MAX_LSN == 255 && BS_MAX_CONNECTION_NAME == 255 &&
+                   BS_MAX_TABLE_NAME == 256 && BS_MAX_REPLICA_ID == 256 &&
+                   BS_MAX_LOOKUP_KEY == 480 && BS_MAX_USER_ID == 480,
+               "pg_verify.c's statements name these limits");
+
+typedef struct vstream {
+  uint32_t id;
+  uint64_t op_head;
+  bs_hash hash;
+  int hash_known; /* 0: the row names no hash this build knows: checksums not recomputed */
+} vstream;
+
+/* One membership of a source record, checked in batches (members_check). Strings are borrowed
+ * from the page of source records they came from. */
+typedef struct member {
+  uint64_t bucket, op, stream;
+  uint32_t table;
+  bs_val ot, oi, rid;
+  char sk[BS_SUBKEY_SIZE]; /* the record's subkey */
+} member;
+
+typedef struct verifier {
+  PGconn *c;
+  const bs_allocator *a;
+  void (*fn)(const char *, void *);
+  void *payload;
+  uint64_t problems;
+  vstream *streams;
+  size_t n_streams, cap_streams;
+  member *m; /* the memberships not checked yet */
+  size_t n_m, cap_m;
+} verifier;
+
+static void problem(verifier *vf, const char *fmt, ...) BS_PRINTF(2, 3);
+static void problem(verifier *vf, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  vf->problems++;
+  if (!vf->fn) return;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  vf->fn(buf, vf->payload);
+}
+
+static const vstream *find_stream(const verifier *vf, int64_t id) {
+  for (size_t i = 0; i < vf->n_streams; i++)
+    if ((int64_t)vf->streams[i].id == id) return &vf->streams[i];
+  return NULL;
+}
+
+static int oom(bs_error *err) {
+  return bs__fail(err, BS_ENOMEM, "verify: out of memory");
+}
+
+/* ---- Cursors: one page of rows at a time ------------------------------------------------------ */
+
+typedef struct scan {
+  PGconn *c;
+  const char *name;
+  PGresult *r; /* the current page */
+  int row, n, done;
+} scan;
+
+static int scan_open(verifier *vf, scan *s, const char *name, const char *sql, bs_error *err) {
+  size_t n = strlen(sql) + 64;
+  char *q = bs__malloc(vf->a, n);
+  int rc;
+  memset(s, 0, sizeof *s);
+  s->c = vf->c;
+  s->name = name;
+  if (!q) return oom(err);
+  snprintf(q, n, "DECLARE %s NO SCROLL CURSOR FOR %s", name, sql);
+  rc = bs__pg_run(vf->c, q, NULL, "verify: opening a cursor", err);
+  bs__free(vf->a, q);
+  return rc;
+}
+
+/* 1 when a row is current (s->r, s->row), 0 after the last one, or a failure. The current row
+ * stays until scan_next; a page's strings stay valid until its last row is passed. */
+static int scan_get(scan *s, bs_error *err) {
+  char q[96];
+  int rc;
+  if (s->r && s->row < s->n) return 1;
+  PQclear(s->r);
+  s->r = NULL;
+  if (s->done) return 0;
+  snprintf(q, sizeof q, "FETCH %d FROM %s", PAGE, s->name);
+  if ((rc = bs__pg_exec(s->c, q, NULL, &s->r, "verify: reading", err))) return rc;
+  s->row = 0;
+  s->n = PQntuples(s->r);
+  s->done = s->n < PAGE;
+  return s->n > 0;
+}
+
+static void scan_next(scan *s) {
+  s->row++;
+}
+
+/* the current row is its page's last: its strings go with the next scan_get */
+static int scan_page_end(const scan *s) {
+  return s->row + 1 == s->n;
+}
+
+static void scan_close(scan *s) {
+  PQclear(s->r);
+  s->r = NULL;
+}
+
+/* ---- Checks that one statement makes ---------------------------------------------------------- */
+
+/* sql's rows: column 0 names the row (text), columns f1..fN are booleans, one per fault (NULL
+ * counts as false); each true one is a problem. Only rows with a fault come back. */
+typedef struct row_check {
+  const char *cursor;
+  const char *sql;
+  const char *faults[14]; /* NULL-terminated */
+} row_check;
+
+static int run_row_check(verifier *vf, const row_check *ck, bs_error *err) {
+  char where[512], *sql;
+  size_t n = 0, at = 0;
+  scan s;
+  int rc;
+  while (ck->faults[n]) n++;
+  at = (size_t)snprintf(where, sizeof where, "SELECT * FROM (%%s) x WHERE false");
+  for (size_t i = 1; i <= n; i++)
+    at += (size_t)snprintf(where + at, sizeof where - at, " OR coalesce(f%zu, false)", i);
+  if (!(sql = bs__malloc(vf->a, strlen(ck->sql) + at + 1))) return oom(err);
+  snprintf(sql, strlen(ck->sql) + at + 1, where, ck->sql);
+  rc = scan_open(vf, &s, ck->cursor, sql, err);
+  bs__free(vf->a, sql);
+  if (rc) return rc;
+  while ((rc = scan_get(&s, err)) == 1) {
+    bs_val w = bs__pg_bytes(s.r, s.row, 0);
+    for (size_t i = 0; i < n; i++)
+      if (!PQgetisnull(s.r, s.row, (int)i + 1) && bs__pg_bool(s.r, s.row, (int)i + 1))
+        problem(vf, "%.*s: %s", (int)w.size, w.size ? (const char *)w.data : "", ck->faults[i]);
+    scan_next(&s);
+  }
+  scan_close(&s);
+  return rc;
+}
+
+/* In the statements: a name or key is shown as encode(substr(x, 1, 100), 'escape') (text, at
+ * most 100 bytes); a bytea[] list is bad when it has more than one dimension or a NULL. */
+static const row_check checks[] = {
+    {"v_streams",
+     "SELECT format('stream %s', s.id), octet_length(name) NOT BETWEEN 1 AND 255 AS f1,"
+     " state NOT BETWEEN 1 AND 5 AS f2, hash NOT IN (0, 1) AS f3, op_head < 0 AS f4,"
+     " checkpoint < 0 OR checkpoint > op_head AS f5,"
+     " last_checkpoint_op < checkpoint OR last_checkpoint_op > op_head AS f6,"
+     " checkpoint > 0 AND checkpoint_lsn IS NULL AS f7,"
+     " octet_length(checkpoint_lsn) > 255 OR octet_length(resume_lsn) > 255"
+     "  OR octet_length(no_checkpoint_before) > 255 AS f8,"
+     " param_horizon < 0 OR param_horizon > op_head AS f9,"
+     " changes_fence < 0 OR changes_fence > op_head AS f10,"
+     " next_table_id <= coalesce((SELECT max(t.id) FROM bs_tables t WHERE t.stream = s.id), 0)"
+     "  AS f11, octet_length(last_error) > 255 AS f12 FROM bs_streams s",
+     {"name not of 1..255 bytes", "unknown state", "unknown hash mode", "op head at or above 2^63",
+      "checkpoint outside 0..op head", "last checkpoint op outside checkpoint..op head",
+      "a checkpoint without an LSN", "an LSN over 255 bytes",
+      "parameter horizon outside 0..op head", "changes fence outside 0..op head",
+      "next_table_id not above the stream's table ids", "last error over 255 bytes", NULL}},
+    {"v_states",
+     "SELECT 'streams', count(*) FILTER (WHERE state = 1) > 1 AS f1,"
+     " count(*) FILTER (WHERE state IN (2, 3)) > 1 AS f2 FROM bs_streams",
+     {"more than one PROCESSING stream", "more than one ACTIVE or ERRORED stream", NULL}},
+    {"v_tables",
+     "SELECT format('table \"%s\" of stream %s', encode(substr(t.name, 1, 100), 'escape'),"
+     "  t.stream),"
+     " s.id IS NULL AS f1, octet_length(t.name) NOT BETWEEN 1 AND 256 AS f2, t.id < 1 AS f3,"
+     " EXISTS (SELECT 1 FROM bs_tables u WHERE u.stream = t.stream AND u.id = t.id"
+     "  AND u.name <> t.name) AS f4"
+     " FROM bs_tables t LEFT JOIN bs_streams s ON s.id = t.stream",
+     {"unknown stream", "name not of 1..256 bytes", "id below 1", "id of another table too", NULL}},
+    {"v_opids",
+     "SELECT format('stream %s op id %s', stream, op_id), true AS f1"
+     " FROM (SELECT b.stream, o.op_id FROM bs_ops o JOIN bs_buckets b ON b.id = o.bucket"
+     "  UNION ALL SELECT stream, op_id FROM bs_params) u"
+     " GROUP BY stream, op_id HAVING count(*) > 1",
+     {"used by more than one op or parameter entry", NULL}},
+    {"v_params",
+     "SELECT format('parameter entry (stream %s, lookup \"%s\", op %s)', p.stream,"
+     "  encode(substr(p.lookup, 1, 100), 'escape'), p.op_id),"
+     " s.id IS NULL AS f1, p.op_id < 1 OR p.op_id > s.op_head AS f2,"
+     " octet_length(p.lookup) > 480 AS f3, octet_length(p.replica_id) > 256 AS f4,"
+     " CASE WHEN array_ndims(p.rows) > 1 THEN true"
+     "  ELSE array_position(p.rows, NULL) IS NOT NULL END AS f5,"
+     " NOT EXISTS (SELECT 1 FROM bs_tables t WHERE t.stream = p.stream AND t.id = p.table_id)"
+     "  AS f6 FROM bs_params p LEFT JOIN bs_streams s ON s.id = p.stream",
+     {"unknown stream", "op id outside 1..op head", "lookup key over 480 bytes",
+      "replica id over 256 bytes", "rows with a NULL or of more than one dimension",
+      "unknown table", NULL}},
+    {"v_changes",
+     "SELECT format('change record (stream %s, op %s, seq %s)', c.stream, c.op_id, c.seq),"
+     " s.id IS NULL AS f1, c.op_id < 0 OR c.op_id > s.op_head AS f2,"
+     " c.first_op < 0 OR c.first_op > c.op_id + 1 AS f3, c.flags < 0 OR c.flags > 7 AS f4,"
+     " CASE WHEN greatest(array_ndims(c.buckets), array_ndims(c.lookups),"
+     "  array_ndims(c.users)) > 1 THEN true"
+     "  ELSE array_position(c.buckets, NULL) IS NOT NULL"
+     "  OR array_position(c.lookups, NULL) IS NOT NULL"
+     "  OR array_position(c.users, NULL) IS NOT NULL END AS f5"
+     " FROM bs_changes c LEFT JOIN bs_streams s ON s.id = c.stream",
+     {"unknown stream", "op id outside 0..op head", "first op above its op id", "unknown flags",
+      "a list with a NULL or of more than one dimension", NULL}},
+    {"v_managed",
+     "SELECT format('managed write checkpoint of user \"%s\"',"
+     "  encode(substr(user_id, 1, 100), 'escape')),"
+     " octet_length(user_id) > 480 AS f1, id < 1 AS f2,"
+     " coalesce(array_ndims(head_conns), 1) <> 1 OR coalesce(array_ndims(head_lsns), 1) <> 1"
+     "  OR cardinality(head_conns) <> cardinality(head_lsns) AS f3,"
+     " EXISTS (SELECT 1 FROM unnest(head_conns) h WHERE h IS NULL OR octet_length(h) > 255)"
+     "  OR EXISTS (SELECT 1 FROM unnest(head_lsns) h WHERE h IS NULL OR octet_length(h) > 255)"
+     "  AS f4, processed <> (processed_lsn IS NOT NULL) AS f5, requested_at < 1 AS f6"
+     " FROM bs_wcp_managed",
+     {"user id over 480 bytes", "id outside 1..2^63-1",
+      "heads' connections and LSNs do not pair up", "a head with a NULL or over 255 bytes",
+      "processed and processed_lsn disagree", "requested_at before the epoch", NULL}},
+    {"v_custom",
+     "SELECT format('custom write checkpoint (stream %s, event \"%s\", user \"%s\")', c.stream,"
+     "  encode(substr(c.event, 1, 100), 'escape'), encode(substr(c.user_id, 1, 100), 'escape')),"
+     " s.id IS NULL AS f1, octet_length(c.user_id) > 480 AS f2,"
+     " octet_length(c.event) > 255 AS f3, c.value < 0 AS f4, c.requested_at < 0 AS f5"
+     " FROM bs_wcp_custom c LEFT JOIN bs_streams s ON s.id = c.stream",
+     {"unknown stream", "user id over 480 bytes", "event over 255 bytes", "value at or above 2^63",
+      "requested_at before the epoch", NULL}},
+};
+
+/* bs_meta holds the schema version, this build's (a newer one was refused at open), only. */
+static int verify_meta(verifier *vf, bs_error *err) {
+  PGresult *r;
+  int found = 0;
+  int rc = bs__pg_exec(vf->c, "SELECT key, value FROM bs_meta ORDER BY key", NULL, &r,
+                       "verify: bs_meta", err);
+  if (rc) return rc;
+  for (int i = 0; i < PQntuples(r); i++) {
+    bs_val k = bs__pg_bytes(r, i, 0);
+    int64_t v = bs__pg_i64(r, i, 1);
+    if (!bs__val_eq(k, bs__val_str("schema_version"))) {
+      problem(vf, "bs_meta \"%.*s\": unknown key", bs__name_shown(k), (const char *)k.data);
+      continue;
+    }
+    found = 1;
+    if (v != BS_PG_SCHEMA_VERSION)
+      problem(vf, "bs_meta: schema version %" PRId64 ", this build's is %d", v,
+              BS_PG_SCHEMA_VERSION);
+  }
+  PQclear(r);
+  if (!found) problem(vf, "bs_meta: no schema_version");
+  return BS_OK;
+}
+
+/* ---- Streams: the op heads and hashes the other checks need ------------------------------------ */
+
+static int load_streams(verifier *vf, bs_error *err) {
+  PGresult *r;
+  int rc = bs__pg_exec(vf->c, "SELECT id, op_head, hash FROM bs_streams ORDER BY id", NULL, &r,
+                       "verify: streams", err);
+  if (rc) return rc;
+  for (int i = 0; i < PQntuples(r); i++) {
+    vstream *s;
+    int hash = bs__pg_i16(r, i, 2);
+    if (BS_GROW(vf->a, vf->streams, vf->cap_streams, vf->n_streams + 1)) {
+      PQclear(r);
+      return oom(err);
+    }
+    s = &vf->streams[vf->n_streams++];
+    s->id = (uint32_t)bs__pg_i32(r, i, 0);
+    s->op_head = (uint64_t)bs__pg_i64(r, i, 1);
+    s->hash_known = hash == BS_HASH_XXH3 || hash == BS_HASH_SHA256;
+    s->hash = (bs_hash)hash;
+  }
+  PQclear(r);
+  return BS_OK;
+}
+
+/* ---- Buckets and their ops --------------------------------------------------------------------- */
+
+typedef struct bstate {
+  int64_t id, stream, checksum, count, bytes, last_op, clear_start, clear_op;
+  bs_val name;
+} bstate;
+
+/* Running values recomputed from one bucket's ops. */
+typedef struct bucket_sum {
+  uint32_t checksum;
+  uint64_t count, bytes;
+  int64_t last_op, first_op; /* 0: none */
+  int first_clear;
+} bucket_sum;
+
+/* A subkey's shape (contract.md 1): 8 lowercase hex digits, '/', 32 lowercase hex digits. */
+static int subkey_ok(bs_val sk) {
+  const unsigned char *p = sk.data;
+  if (!p || sk.size != BS_SUBKEY_SIZE) return 0;
+  for (size_t i = 0; i < sk.size; i++)
+    if (i == 8 ? p[i] != '/' : !((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+      return 0;
+  return 1;
+}
+
+/* ops columns: 0 bucket, 1 op_id, 2 type, 3 checksum, 4 target_op, 5 object_type, 6 object_id,
+ * 7 subkey, 8 data */
+static void check_op(verifier *vf, const bstate *b, const vstream *sh, const PGresult *r, int row,
+                     uint64_t index) {
+  static const char *const names[] = {"?", "PUT", "REMOVE", "MOVE", "CLEAR"};
+  const char *nm = b->name.size ? (const char *)b->name.data : "";
+  int ns = bs__name_shown(b->name), type = bs__pg_i16(r, row, 2);
+  int64_t id = bs__pg_i64(r, row, 1), ck = bs__pg_i64(r, row, 3), target = bs__pg_i64(r, row, 4);
+  bs_op op;
+  const char *tn;
+  memset(&op, 0, sizeof op);
+  op.object_type = bs__pg_bytes(r, row, 5);
+  op.object_id = bs__pg_bytes(r, row, 6);
+  op.subkey = bs__pg_bytes(r, row, 7);
+  op.data = bs__pg_bytes(r, row, 8);
+  if (id < 1 || (sh && (uint64_t)id > sh->op_head))
+    problem(vf, "bucket \"%.*s\" op %" PRId64 ": op id outside 1..the stream's op head %" PRIu64,
+            ns, nm, id, sh ? sh->op_head : 0);
+  if (ck < 0 || ck > (int64_t)UINT32_MAX)
+    problem(vf, "bucket \"%.*s\" op %" PRId64 ": checksum %" PRId64 " is not 32 bits", ns, nm, id,
+            ck);
+  if (type < BS_OP_PUT || type > BS_OP_CLEAR) {
+    problem(vf, "bucket \"%.*s\" op %" PRId64 ": unknown type %d", ns, nm, id, type);
+    return;
+  }
+  tn = names[type];
+  if (type == BS_OP_MOVE || type == BS_OP_CLEAR) {
+    if (bs__pg_op_bytes(&op))
+      problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s with a payload (%" PRIu64 " bytes)", ns, nm,
+              id, tn, bs__pg_op_bytes(&op));
+    if (type == BS_OP_MOVE ? target <= id || target > b->last_op
+                           : target < 0 || target > b->last_op)
+      problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s has a bad target_op %" PRId64, ns, nm, id, tn,
+              target);
+    if (type == BS_OP_CLEAR && (index != 0 || id != b->clear_op))
+      problem(vf,
+              "bucket \"%.*s\" op %" PRId64 ": a CLEAR that is not the bucket's leading CLEAR "
+              "(the state's CLEAR span ends at %" PRId64 ")",
+              ns, nm, id, b->clear_op);
+    return;
+  }
+  if (target != 0)
+    problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s has a bad target_op %" PRId64, ns, nm, id, tn,
+            target);
+  if (!subkey_ok(op.subkey))
+    problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s with a malformed subkey (%zu bytes)", ns, nm,
+            id, tn, op.subkey.size);
+  if (!op.object_type.data || !op.object_id.data || (type == BS_OP_PUT) != (op.data.data != NULL))
+    problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s with%s data or without its object", ns, nm, id,
+            tn, type == BS_OP_PUT ? "out" : "");
+  if (!sh || !sh->hash_known || ck < 0 || ck > (int64_t)UINT32_MAX) return;
+  {
+    bs_val ot = op.object_type.data ? op.object_type : bs__val_str("");
+    bs_val oi = op.object_id.data ? op.object_id : bs__val_str("");
+    bs_val data = op.data.data ? op.data : bs__val_str("");
+    uint32_t want = type == BS_OP_PUT ? bs_checksum_put(sh->hash, ot, oi, data)
+                                      : bs_checksum_remove(sh->hash, op.subkey);
+    if (want != (uint32_t)ck)
+      problem(vf,
+              "bucket \"%.*s\" op %" PRId64 ": %s checksum %" PRId64 " stored, its payload "
+              "hashes to %" PRIu32,
+              ns, nm, id, tn, ck, want);
+  }
+}
+
+static void compare_state(verifier *vf, const bstate *b, const vstream *sh, const bucket_sum *s) {
+  const char *nm = b->name.size ? (const char *)b->name.data : "";
+  int ns = bs__name_shown(b->name);
+  int64_t id = b->id;
+  if (b->name.size < 1 || b->name.size > BS_MAX_BUCKET_NAME)
+    problem(vf, "bucket id %" PRId64 ": a name of %zu bytes", id, b->name.size);
+  if (!sh)
+    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): unknown stream %" PRId64, ns, nm, id, b->stream);
+  else if (b->last_op < 0 || (uint64_t)b->last_op > sh->op_head)
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRId64 "): last op %" PRId64 " outside the stream's op "
+            "head %" PRIu64,
+            ns, nm, id, b->last_op, sh->op_head);
+  if (b->checksum != (int64_t)s->checksum)
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRId64 "): running checksum %" PRId64 ", ops sum to %" PRIu32,
+            ns, nm, id, b->checksum, s->checksum);
+  if (b->count != (int64_t)s->count)
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRId64 "): running count %" PRId64 ", %" PRIu64 " ops stored",
+            ns, nm, id, b->count, s->count);
+  if (b->bytes != (int64_t)s->bytes)
+    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): running bytes %" PRId64 ", ops hold %" PRIu64,
+            ns, nm, id, b->bytes, s->bytes);
+  if (b->last_op != s->last_op)
+    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): last op %" PRId64 ", highest stored op %" PRId64,
+            ns, nm, id, b->last_op, s->last_op);
+  if (b->clear_op > b->last_op || b->clear_start < 0 || b->clear_start > b->clear_op)
+    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): bad CLEAR span [%" PRId64 ", %" PRId64 "]", ns,
+            nm, id, b->clear_start, b->clear_op);
+  else if (b->clear_op && !(s->first_clear && s->first_op == b->clear_op))
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRId64 "): the state's CLEAR span ends at %" PRId64 ", but "
+            "op %" PRId64 " is the bucket's first op%s",
+            ns, nm, id, b->clear_op, s->first_op, s->first_clear ? "" : " and no CLEAR");
+}
+
+/* Passes the ops of buckets below hi (every bucket when all), one problem per bucket id: they
+ * have no bucket state. */
+static int skip_orphans(verifier *vf, scan *os, int64_t hi, int all, bs_error *err) {
+  int64_t last = 0;
+  int rc, any = 0;
+  while ((rc = scan_get(os, err)) == 1) {
+    int64_t bucket = bs__pg_i64(os->r, os->row, 0);
+    if (!all && bucket >= hi) break;
+    if (!any || bucket != last)
+      problem(vf, "ops of bucket id %" PRId64 " without a bucket state", bucket);
+    any = 1;
+    last = bucket;
+    scan_next(os);
+  }
+  return rc < 0 ? rc : BS_OK;
+}
+
+static int verify_buckets(verifier *vf, bs_error *err) {
+  scan bs, os;
+  int rc;
+  if ((rc = scan_open(vf, &bs, "v_buckets",
+                      "SELECT id, stream, name, checksum, count, bytes, last_op, clear_start,"
+                      " clear_op FROM bs_buckets ORDER BY id",
+                      err)) ||
+      (rc = scan_open(vf, &os, "v_ops",
+                      "SELECT bucket, op_id, type, checksum, target_op, object_type, object_id,"
+                      " subkey, data FROM bs_ops ORDER BY bucket, op_id",
+                      err)))
+    return rc;
+  while ((rc = scan_get(&bs, err)) == 1) {
+    bstate b;
+    bucket_sum sum;
+    const vstream *sh;
+    b.id = bs__pg_i64(bs.r, bs.row, 0);
+    b.stream = bs__pg_i32(bs.r, bs.row, 1);
+    b.name = bs__pg_bytes(bs.r, bs.row, 2);
+    b.checksum = bs__pg_i64(bs.r, bs.row, 3);
+    b.count = bs__pg_i64(bs.r, bs.row, 4);
+    b.bytes = bs__pg_i64(bs.r, bs.row, 5);
+    b.last_op = bs__pg_i64(bs.r, bs.row, 6);
+    b.clear_start = bs__pg_i64(bs.r, bs.row, 7);
+    b.clear_op = bs__pg_i64(bs.r, bs.row, 8);
+    sh = find_stream(vf, b.stream);
+    memset(&sum, 0, sizeof sum);
+    if ((rc = skip_orphans(vf, &os, b.id, 0, err))) break;
+    while ((rc = scan_get(&os, err)) == 1 && bs__pg_i64(os.r, os.row, 0) == b.id) {
+      int64_t op_id = bs__pg_i64(os.r, os.row, 1);
+      bs_op op;
+      memset(&op, 0, sizeof op);
+      check_op(vf, &b, sh, os.r, os.row, sum.count);
+      op.object_type = bs__pg_bytes(os.r, os.row, 5);
+      op.object_id = bs__pg_bytes(os.r, os.row, 6);
+      op.subkey = bs__pg_bytes(os.r, os.row, 7);
+      op.data = bs__pg_bytes(os.r, os.row, 8);
+      if (sum.count == 0) {
+        sum.first_op = op_id;
+        sum.first_clear = bs__pg_i16(os.r, os.row, 2) == BS_OP_CLEAR;
+      }
+      sum.checksum = bs__cksum_add(sum.checksum, (uint32_t)bs__pg_i64(os.r, os.row, 3));
+      sum.count++;
+      sum.bytes += bs__pg_op_bytes(&op);
+      sum.last_op = op_id;
+      scan_next(&os);
+    }
+    if (rc < 0) break;
+    compare_state(vf, &b, sh, &sum);
+    scan_next(&bs);
+  }
+  if (rc == 0) rc = skip_orphans(vf, &os, 0, 1, err);
+  scan_close(&bs);
+  scan_close(&os);
+  return rc < 0 ? rc : BS_OK;
+}
+
+/* ---- Source records ------------------------------------------------------------------------------ */
+
+static int members_add(verifier *vf, uint32_t stream, uint32_t table, bs_val rid,
+                       const char *subkey, const bs__member *mb) {
+  member *e;
+  if (BS_GROW(vf->a, vf->m, vf->cap_m, vf->n_m + 1)) return BS_ENOMEM;
+  e = &vf->m[vf->n_m++];
+  e->bucket = mb->bucket;
+  e->op = mb->op;
+  e->stream = stream;
+  e->table = table;
+  e->ot = mb->object_type;
+  e->oi = mb->object_id;
+  e->rid = rid;
+  memcpy(e->sk, subkey, BS_SUBKEY_SIZE);
+  return BS_OK;
+}
+
+/* The memberships gathered so far, in one statement: each must be a PUT of a bucket of the
+ * record's stream, with the record's subkey and the membership's object. */
+static int members_check(verifier *vf, bs_error *err) {
+  static const char *const why[] = {"",
+                                    "no such bucket",
+                                    "the bucket is another stream's",
+                                    "no such op",
+                                    "not a PUT",
+                                    "its subkey is not the source row's",
+                                    "its object_type or object_id is not the membership's"};
+  const member *m = vf->m;
+  size_t n = vf->n_m;
+  unsigned char *arr[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  uint64_t *u = NULL;
+  bs_val *v = NULL;
+  bs__pg_args a = {0};
+  PGresult *r = NULL;
+  int rc = BS_OK;
+  if (!n) return BS_OK;
+  if (!(u = bs__calloc(vf->a, 3 * n, sizeof *u)) || !(v = bs__calloc(vf->a, 3 * n, sizeof *v)))
+    rc = oom(err);
+  for (size_t i = 0; !rc && i < n; i++) {
+    u[i] = m[i].bucket;
+    u[n + i] = m[i].op;
+    u[2 * n + i] = m[i].stream;
+    v[i].data = m[i].sk;
+    v[i].size = BS_SUBKEY_SIZE;
+    v[n + i] = m[i].ot;
+    v[2 * n + i] = m[i].oi;
+  }
+  for (int k = 0; !rc && k < 3; k++)
+    rc = bs__pg_arg_i64_array(&a, u + k * n, n, vf->a, &arr[k], err);
+  for (int k = 0; !rc && k < 3; k++)
+    rc = bs__pg_arg_bytes_array(&a, v + k * n, n, vf->a, &arr[3 + k], err);
+  if (!rc)
+    rc = bs__pg_exec(
+        vf->c,
+        "SELECT i, why, name FROM (SELECT m.i, b.name, CASE WHEN b.id IS NULL THEN 1"
+        "  WHEN b.stream <> m.st THEN 2 WHEN o.op_id IS NULL THEN 3 WHEN o.type <> 1 THEN 4"
+        "  WHEN o.subkey IS DISTINCT FROM m.sk THEN 5 WHEN o.object_type IS DISTINCT FROM m.ot"
+        "  OR o.object_id IS DISTINCT FROM m.oi THEN 6 ELSE 0 END AS why"
+        " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[], $5::bytea[], $6::bytea[])"
+        "  WITH ORDINALITY AS m(bucket, op, st, sk, ot, oi, i)"
+        " LEFT JOIN bs_buckets b ON b.id = m.bucket"
+        " LEFT JOIN bs_ops o ON o.bucket = m.bucket AND o.op_id = m.op) x"
+        " WHERE why <> 0 ORDER BY i",
+        &a, &r, "verify: source records' memberships", err);
+  for (int i = 0; !rc && i < PQntuples(r); i++) {
+    size_t k = (size_t)bs__pg_i64(r, i, 0) - 1;
+    int w = bs__pg_i32(r, i, 1);
+    bs_val name = bs__pg_bytes(r, i, 2);
+    if (k >= n || w < 1 || w > 6) continue;
+    problem(vf,
+            "bucket \"%.*s\" (id %" PRIu64 ") op %" PRIu64 ": held by the source record of table"
+            " %" PRIu32 " replica id \"%.*s\" (stream %" PRIu64 "), but %s",
+            bs__name_shown(name), name.size ? (const char *)name.data : "", m[k].bucket, m[k].op,
+            m[k].table, bs__name_shown(m[k].rid), m[k].rid.size ? (const char *)m[k].rid.data : "",
+            m[k].stream, why[w]);
+  }
+  PQclear(r);
+  for (int k = 0; k < 6; k++) bs__free(vf->a, arr[k]);
+  bs__free(vf->a, u);
+  bs__free(vf->a, v);
+  vf->n_m = 0;
+  return rc;
+}
+
+/* source columns: 0 stream, 1 table_id, 2 replica_id, 3 soft, 4 mark, 5 members, 6 has_data,
+ * 7 data, 8 the table exists */
+static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err) {
+  int64_t stream = bs__pg_i32(r, row, 0), table = bs__pg_i32(r, row, 1);
+  int64_t mark = bs__pg_i64(r, row, 4);
+  bs_val rid = bs__pg_bytes(r, row, 2), data = bs__pg_bytes(r, row, 7);
+  int soft = bs__pg_bool(r, row, 3), has_data = bs__pg_bool(r, row, 6), rc;
+  const vstream *sh = find_stream(vf, stream);
+  const char *rp = rid.size ? (const char *)rid.data : "";
+  int rn = bs__name_shown(rid);
+  char subkey[BS_SUBKEY_SIZE];
+  bs__srec rec;
+#define WHO "source record (stream %" PRId64 ", table %" PRId64 ", replica id \"%.*s\"): "
+  if (!sh) problem(vf, WHO "unknown stream", stream, table, rn, rp);
+  if (!bs__pg_bool(r, row, 8)) problem(vf, WHO "unknown table", stream, table, rn, rp);
+  if (rid.size > BS_MAX_REPLICA_ID)
+    problem(vf, WHO "replica id of %zu bytes", stream, table, rn, rp, rid.size);
+  if (has_data != (data.data != NULL))
+    problem(vf, WHO "has_data %s, but data is %s", stream, table, rn, rp,
+            has_data ? "true" : "false", data.data ? "there" : "NULL");
+  if (mark < 0 || (sh && (uint64_t)mark > sh->op_head))
+    problem(vf, WHO "mark %" PRId64 " outside 0..op head", stream, table, rn, rp, mark);
+  memset(&rec, 0, sizeof rec);
+  rc = bs__pg_srec_decode(vf->a, bs__pg_bytes(r, row, 5), &rec);
+  if (rc == BS_ECORRUPT) {
+    problem(vf, WHO "members of %d bytes do not decode", stream, table, rn, rp,
+            PQgetlength(r, row, 5));
+    return BS_OK;
+  }
+  if (rc) return oom(err);
+  if (soft && (rec.nm || rec.nl || has_data))
+    problem(vf, WHO "soft-deleted with content", stream, table, rn, rp);
+  bs_subkey(subkey, (uint32_t)table, rid);
+  for (uint32_t i = 0; i < rec.nm && !rc; i++)
+    if (members_add(vf, (uint32_t)stream, (uint32_t)table, rid, subkey, &rec.m[i])) rc = oom(err);
+#undef WHO
+  bs__free(vf->a, rec.m);
+  bs__free(vf->a, rec.lk);
+  return rc;
+}
+
+static int verify_sources(verifier *vf, bs_error *err) {
+  scan s;
+  int rc = scan_open(vf, &s, "v_source",
+                     "SELECT s.stream, s.table_id, s.replica_id, s.soft, s.mark, s.members,"
+                     " s.has_data, s.data, EXISTS (SELECT 1 FROM bs_tables t"
+                     "  WHERE t.stream = s.stream AND t.id = s.table_id)"
+                     " FROM bs_source s ORDER BY s.stream, s.table_id, s.replica_id",
+                     err);
+  if (rc) return rc;
+  while ((rc = scan_get(&s, err)) == 1) {
+    if ((rc = check_source(vf, s.r, s.row, err))) break;
+    /* the memberships borrow the page: checked before it goes, or when there are enough */
+    if ((scan_page_end(&s) || vf->n_m >= MEMBERS) && (rc = members_check(vf, err))) break;
+    scan_next(&s);
+  }
+  if (rc == 0) rc = members_check(vf, err);
+  scan_close(&s);
+  return rc < 0 ? rc : BS_OK;
+}
+
+/* ---- The slots ----------------------------------------------------------------------------------- */
+
+int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+                  bs_error *err) {
+  bs__pg_db *db = (bs__pg_db *)base;
+  verifier vf;
+  int rc;
+  memset(&vf, 0, sizeof vf);
+  vf.a = &base->alloc;
+  vf.fn = fn;
+  vf.payload = payload;
+  if ((rc = bs__pg_conn_get(db, &vf.c, err))) return rc;
+  if (!(rc = bs__pg_begin(vf.c, 1, err))) {
+    rc = verify_meta(&vf, err);
+    if (!rc) rc = load_streams(&vf, err);
+    for (size_t i = 0; !rc && i < sizeof checks / sizeof checks[0]; i++)
+      rc = run_row_check(&vf, &checks[i], err);
+    if (!rc) rc = verify_buckets(&vf, err);
+    if (!rc) rc = verify_sources(&vf, err);
+    bs__pg_rollback(vf.c); /* read-only: nothing to keep */
+  }
+  bs__pg_conn_put(db, vf.c);
+  bs__free(vf.a, vf.m);
+  bs__free(vf.a, vf.streams);
+  if (problems) *problems = vf.problems;
+  return rc;
+}
+
+/* bs_record is a record of the LMDB file format (docs/format.md): its tables, keys and values are
+ * the LMDB backend's sub-databases, which bs_load writes into a new file. This backend stores
+ * other tables, and no other backend may use the LMDB codec (make layercheck), so it has no such
+ * records to give and no file to copy. */
+int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {
+  BS_UNUSED(db);
+  BS_UNUSED(path);
+  BS_UNUSED(opts);
+  return bs__fail(err, BS_EUNSUPPORTED,
+                  "backup: a PostgreSQL database is not a file; copy it with pg_dump (or the "
+                  "server's own backups)");
+}
+
+int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
+                  bs_error *err) {
+  BS_UNUSED(db);
+  BS_UNUSED(stream);
+  BS_UNUSED(fn);
+  BS_UNUSED(payload);
+  return bs__fail(err, BS_EUNSUPPORTED,
+                  "export: records are the LMDB file format's (docs/format.md), which the "
+                  "PostgreSQL backend does not store; copy it with pg_dump");
+}
