@@ -1,8 +1,9 @@
 /*
  * pg_verify.c: bs_db_verify on the PostgreSQL backend (the LMDB backend's checks, lmdb_verify.c,
  * on the schema of pg_internal.h), and what backup and export answer. Verify runs in one READ ONLY
- * REPEATABLE READ transaction (one snapshot; it writes nothing) and reads the tables through
- * cursors fetched a page at a time, so its memory is a page, whatever the database's size. Every
+ * REPEATABLE READ transaction (one snapshot; it writes nothing) and reads the tables a page at a
+ * time (cursors of PAGE rows; the ops, whose data can be large, in keyset pages of the primary
+ * key also cut at PAGE_BYTES), so its memory is a page, whatever the database's size. Every
  * inconsistency is a problem passed to the caller (naming the table, stream, bucket and op id
  * at fault) and counted; only a server error or a failed allocation ends the call. Checked:
  *  - bs_meta: the schema version is this build's, no other key;
@@ -35,8 +36,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define PAGE    500  /* rows per FETCH */
-#define MEMBERS 2000 /* memberships checked per statement */
+#define PAGE       500      /* rows per FETCH, ops per keyset page */
+#define PAGE_BYTES 16777216 /* about the payload bytes of a page of ops (16 MiB) */
+#define STR_(x)    #x
+#define STR(x)     STR_(x)
+#define MEMBERS    2000 /* memberships checked per statement */
 
 /* the limits the statements below spell out (storage.h's carry a u suffix) */
 _Static_assert(BS_MAX_STREAM_NAME == 255 && BS_MAX_LSN == 255 && BS_MAX_CONNECTION_NAME == 255 &&
@@ -98,8 +102,9 @@ static int oom(bs_error *err) {
 
 typedef struct scan {
   PGconn *c;
-  const char *name;
-  PGresult *r; /* the current page */
+  const char *name;         /* a cursor's: FETCH PAGE rows at a time */
+  const char *first, *next; /* or keyset pages: next continues after the last (bucket, op_id) */
+  PGresult *r;              /* the current page */
   int row, n, done;
 } scan;
 
@@ -117,20 +122,45 @@ static int scan_open(verifier *vf, scan *s, const char *name, const char *sql, b
   return rc;
 }
 
+static void scan_keyset(verifier *vf, scan *s, const char *first, const char *next) {
+  memset(s, 0, sizeof *s);
+  s->c = vf->c;
+  s->first = first;
+  s->next = next;
+}
+
 /* 1 when a row is current (s->r, s->row), 0 after the last one, or a failure. The current row
  * stays until scan_next; a page's strings stay valid until its last row is passed. */
 static int scan_get(scan *s, bs_error *err) {
   char q[96];
   int rc;
   if (s->r && s->row < s->n) return 1;
-  PQclear(s->r);
-  s->r = NULL;
-  if (s->done) return 0;
-  snprintf(q, sizeof q, "FETCH %d FROM %s", PAGE, s->name);
-  if ((rc = bs__pg_exec(s->c, q, NULL, &s->r, "verify: reading", err))) return rc;
+  if (s->done) {
+    PQclear(s->r);
+    s->r = NULL;
+    return 0;
+  }
+  if (s->first) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    if (s->r) { /* after the last row of this page */
+      bs__pg_arg_i64(&a, bs__pg_i64(s->r, s->n - 1, 0));
+      bs__pg_arg_i64(&a, bs__pg_i64(s->r, s->n - 1, 1));
+    }
+    rc = bs__pg_exec(s->c, s->r ? s->next : s->first, s->r ? &a : NULL, &r, "verify: reading", err);
+    PQclear(s->r);
+    s->r = rc ? NULL : r;
+    if (rc) return rc;
+    s->n = PQntuples(s->r);
+    s->done = s->n == 0; /* a page may end early: at its byte budget */
+  } else {
+    PQclear(s->r);
+    snprintf(q, sizeof q, "FETCH %d FROM %s", PAGE, s->name);
+    if ((rc = bs__pg_exec(s->c, q, NULL, &s->r, "verify: reading", err))) return rc;
+    s->n = PQntuples(s->r);
+    s->done = s->n < PAGE;
+  }
   s->row = 0;
-  s->n = PQntuples(s->r);
-  s->done = s->n < PAGE;
   return s->n > 0;
 }
 
@@ -460,18 +490,26 @@ static int skip_orphans(verifier *vf, scan *os, int64_t hi, int all, bs_error *e
   return rc < 0 ? rc : BS_OK;
 }
 
+/* A page of ops in (bucket, op_id) order (the primary key's range after where): at most PAGE
+ * rows, cut after the row that reaches PAGE_BYTES of payload (so an op of any size fits). The
+ * first 9 columns are check_op's. */
+#define OPS_PAGE(where)                                                                            \
+  "SELECT bucket, op_id, type, checksum, target_op, object_type, object_id, subkey, data FROM"     \
+  " (SELECT *, sum(n) OVER (ORDER BY bucket, op_id) - n AS before FROM"                            \
+  "  (SELECT *, coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"     \
+  "   + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0) AS n FROM "            \
+  "bs_ops " where " ORDER BY bucket, op_id LIMIT " STR(PAGE) ") p) q WHERE before < " STR(         \
+      PAGE_BYTES) " ORDER BY bucket, op_id"
+
 static int verify_buckets(verifier *vf, bs_error *err) {
   scan bs, os;
   int rc;
   if ((rc = scan_open(vf, &bs, "v_buckets",
                       "SELECT id, stream, name, checksum, count, bytes, last_op, clear_start,"
                       " clear_op FROM bs_buckets ORDER BY id",
-                      err)) ||
-      (rc = scan_open(vf, &os, "v_ops",
-                      "SELECT bucket, op_id, type, checksum, target_op, object_type, object_id,"
-                      " subkey, data FROM bs_ops ORDER BY bucket, op_id",
                       err)))
     return rc;
+  scan_keyset(vf, &os, OPS_PAGE(""), OPS_PAGE("WHERE (bucket, op_id) > ($1, $2)"));
   while ((rc = scan_get(&bs, err)) == 1) {
     bstate b;
     bucket_sum sum;
@@ -603,12 +641,13 @@ static int members_check(verifier *vf, bs_error *err) {
 }
 
 /* source columns: 0 stream, 1 table_id, 2 replica_id, 3 soft, 4 mark, 5 members, 6 has_data,
- * 7 data, 8 the table exists */
+ * 7 data is not NULL (the data itself is not read), 8 the table exists */
 static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err) {
   int64_t stream = bs__pg_i32(r, row, 0), table = bs__pg_i32(r, row, 1);
   int64_t mark = bs__pg_i64(r, row, 4);
-  bs_val rid = bs__pg_bytes(r, row, 2), data = bs__pg_bytes(r, row, 7);
+  bs_val rid = bs__pg_bytes(r, row, 2);
   int soft = bs__pg_bool(r, row, 3), has_data = bs__pg_bool(r, row, 6), rc;
+  int data = bs__pg_bool(r, row, 7);
   const vstream *sh = find_stream(vf, stream);
   const char *rp = rid.size ? (const char *)rid.data : "";
   int rn = bs__name_shown(rid);
@@ -619,9 +658,9 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
   if (!bs__pg_bool(r, row, 8)) problem(vf, WHO "unknown table", stream, table, rn, rp);
   if (rid.size > BS_MAX_REPLICA_ID)
     problem(vf, WHO "replica id of %zu bytes", stream, table, rn, rp, rid.size);
-  if (has_data != (data.data != NULL))
+  if (has_data != data)
     problem(vf, WHO "has_data %s, but data is %s", stream, table, rn, rp,
-            has_data ? "true" : "false", data.data ? "there" : "NULL");
+            has_data ? "true" : "false", data ? "there" : "NULL");
   if (mark < 0 || (sh && (uint64_t)mark > sh->op_head))
     problem(vf, WHO "mark %" PRId64 " outside 0..op head", stream, table, rn, rp, mark);
   memset(&rec, 0, sizeof rec);
@@ -647,7 +686,7 @@ static int verify_sources(verifier *vf, bs_error *err) {
   scan s;
   int rc = scan_open(vf, &s, "v_source",
                      "SELECT s.stream, s.table_id, s.replica_id, s.soft, s.mark, s.members,"
-                     " s.has_data, s.data, EXISTS (SELECT 1 FROM bs_tables t"
+                     " s.has_data, s.data IS NOT NULL, EXISTS (SELECT 1 FROM bs_tables t"
                      "  WHERE t.stream = s.stream AND t.id = s.table_id)"
                      " FROM bs_source s ORDER BY s.stream, s.table_id, s.replica_id",
                      err);
