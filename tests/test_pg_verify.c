@@ -446,6 +446,55 @@ static void t_one_snapshot(void **state) {
   bs_close(db);
 }
 
+/* ---- Pages: verify walks past every page boundary ---- */
+
+/* 1200 rows in one bucket (ops and source records over three pages of 500) and three ops of
+ * 7 MiB (two keyset pages of ops cut at 16 MiB of payload): clean; then a damage on the last
+ * page of each walk is found. */
+static void t_pages(void **state) {
+  pgt *t = *state;
+  bs_db *db = open_url(t->url, 0);
+  bs_error err = {0};
+  bs_storage *st;
+  bs_writer *w;
+  found f = {0};
+  size_t big = 7u << 20;
+  char *data = malloc(big);
+  assert_non_null(data);
+  memset(data, 'd', big);
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  for (int i = 0; i < 1203; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "r%04d", i);
+    bs_row row = {V("b"),
+                  V("todos"),
+                  {id, strlen(id)},
+                  i < 1200 ? (bs_val){id, strlen(id)} : (bs_val){data, big}};
+    save(w, BS_INSERT, V("t"), NONE, (bs_val){id, strlen(id)}, &row, 1, NULL, 0, NONE);
+    if (i >= 1200) assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK); /* one at a time */
+  }
+  commit(w, "1");
+  bs_writer_close(w);
+  bs_storage_close(st);
+  free(data);
+  assert_int_equal(verify(db, &f), 0);
+  /* the last op (past two pages of 500 ops and one cut at 16 MiB): its checksum; the last
+   * source record's membership (past two pages of records) */
+  admin_exec(t->admin, "UPDATE bs_ops SET checksum = (checksum + 1) %% 4294967296"
+                       " WHERE op_id = (SELECT max(op_id) FROM bs_ops);"
+                       " UPDATE bs_ops SET subkey = set_byte(subkey, 40, CASE get_byte(subkey, 40)"
+                       " WHEN 48 THEN 49 ELSE 48 END) WHERE op_id = 1200");
+  assert_int_equal(verify(db, &f), 3);
+  assert_non_null(strstr(f.msg[0], "op 1203: PUT checksum"));
+  assert_non_null(strstr(f.msg[1], "running checksum"));
+  assert_non_null(strstr(f.msg[2], "op 1200: held by the source record of table 1 replica id"
+                                   " \"r1199\" (stream 1), but its subkey is not the source"
+                                   " row's"));
+  bs_close(db);
+}
+
 /* ---- stat ---- */
 
 static void t_stat(void **state) {
@@ -557,6 +606,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(t_clean, setup, teardown),
       cmocka_unit_test_setup_teardown(t_damage, setup, teardown),
       cmocka_unit_test_setup_teardown(t_one_snapshot, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_pages, setup, teardown),
       cmocka_unit_test_setup_teardown(t_stat, setup, teardown),
       cmocka_unit_test_setup_teardown(t_backup_export, setup, teardown),
       cmocka_unit_test_setup_teardown(t_cli, setup, teardown),
