@@ -122,7 +122,8 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 # run: initdb in /tmp, 127.0.0.1 on a free port, removed after), or against the server that
 # BS_TEST_PG_URL names. Skipped, saying so, when no PostgreSQL binaries are installed; in a build
 # without the backend (PG=0) test_pg checks that bs_open_postgres says BS_EUNSUPPORTED.
-PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/tests/test_pg_verify
+PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/tests/test_pg_verify \
+	$(BUILD)/tests/test_pg_fault
 .PHONY: pg-test
 pg-test: deps $(PG_TEST_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@if [ "$(PG)" != 1 ]; then echo "== pg-test: built without the PostgreSQL backend"; \

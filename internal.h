@@ -59,6 +59,8 @@ int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
  * process and after a reboot, which a monotonic clock's value does not. Timeouts measure elapsed
  * time on CLOCK_MONOTONIC instead (storage.c, bs_wait_checkpoint). */
 int64_t bs__now_ms(void);
+/* Milliseconds on CLOCK_MONOTONIC: elapsed time for timeouts only, never stored. */
+uint64_t bs__monotonic_ms(void);
 
 /* ---- Memory: every allocation goes through the db's allocator ---- */
 void *bs__malloc(const bs_allocator *a, size_t n);
@@ -277,6 +279,12 @@ int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *
  * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
 bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
                                      const bs_val *checkpoint_lsn, bs_val lsn);
+/* Does checkpoint a differ from b (op id, or the LSN's presence or bytes)? What ends a
+ * bs_wait_checkpoint, in the front or in a backend's wait_checkpoint. */
+static inline int bs__checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
+  if (a->op_id != b->op_id || !a->has_lsn != !b->has_lsn) return 1;
+  return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
+}
 
 /* ---- Bucket data chunks (contract.md 5.2, rules.c): the chunking rule of every backend ----
  * A bucket_data call starts each bucket it serves (bs__chunker_bucket), adds the bucket's ops in

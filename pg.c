@@ -7,6 +7,9 @@
  */
 #include "pg_internal.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -415,6 +418,16 @@ static bs__pg_db *pg_of(bs_db *db) {
   return (bs__pg_db *)db;
 }
 
+void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c) {
+  if (db->hook) db->hook(point, c, db->hook_payload);
+}
+
+void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
+                     void *payload) {
+  pg_of(db)->hook = fn;
+  pg_of(db)->hook_payload = fn ? payload : NULL;
+}
+
 static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs_stream_options *o,
                             bs_error *err) {
   bs__pg_db *db = pg_of(base);
@@ -549,13 +562,13 @@ static int stream_gone(const bs_storage *st, bs_error *err) {
   return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)st->stream_id);
 }
 
-static int pg_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+static int read_checkpoint(PGconn *c, bs_storage *st, bs_checkpoint *out, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
-  rc = query(st, "SELECT checkpoint, checkpoint_lsn FROM bs_streams WHERE id = $1", &a, &r,
-             "get_checkpoint", err);
+  rc = bs__pg_exec(c, "SELECT checkpoint, checkpoint_lsn FROM bs_streams WHERE id = $1", &a, &r,
+                   "get_checkpoint", err);
   if (rc) return rc;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -565,6 +578,83 @@ static int pg_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) 
   copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, bs__pg_bytes(r, 0, 1));
   PQclear(r);
   return BS_OK;
+}
+
+static int pg_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  PGconn *c;
+  int rc;
+  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
+  rc = read_checkpoint(c, st, out, err);
+  bs__pg_conn_put(spg(st), c);
+  return rc;
+}
+
+/* ---- Waiting for a checkpoint (BS_PG_CHANNEL) ------------------------------------------------ */
+
+/* Frees the notifications c has received; 1 when one of them named stream. */
+static int drain_notifies(PGconn *c, uint32_t stream) {
+  char id[16];
+  PGnotify *n;
+  int hit = 0;
+  snprintf(id, sizeof id, "%u", (unsigned)stream);
+  while ((n = PQnotifies(c)) != NULL) {
+    if (n->extra && !strcmp(n->extra, id)) hit = 1;
+    PQfreemem(n);
+  }
+  return hit;
+}
+
+/* Blocks until a notification for stream reaches c or the monotonic deadline passes. */
+static int await_notify(bs__pg_db *db, PGconn *c, uint32_t stream, uint64_t deadline,
+                        bs_error *err) {
+  for (;;) {
+    uint64_t now = bs__monotonic_ms();
+    struct pollfd p;
+    if (!PQconsumeInput(c)) return bs__pg_fail(c, NULL, "waiting for a checkpoint", err);
+    if (drain_notifies(c, stream) || now >= deadline) return BS_OK;
+    p.fd = PQsocket(c);
+    p.events = POLLIN;
+    p.revents = 0;
+    if (p.fd < 0) return bs__pg_fail(c, NULL, "waiting for a checkpoint", err);
+    bs__pg_hook(db, "wait", c);
+    if (poll(&p, 1, deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now)) < 0 &&
+        errno != EINTR)
+      return bs__fail(err, BS_EIO, "waiting for a checkpoint: poll: %s", strerror(errno));
+  }
+}
+
+/* LISTEN first, then read: a commit before the read is in it, one after wakes the wait. The
+ * notifications received before each read are dropped (the read covers them). */
+static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
+                              bs_checkpoint *out, bs_error *err) {
+  uint64_t deadline = bs__monotonic_ms() + timeout_ms;
+  PGconn *c;
+  PGresult *r;
+  char listen[128];
+  bs_val v;
+  int rc;
+  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
+  rc = bs__pg_exec(c, "SELECT 'LISTEN ' || " BS_PG_CHANNEL, NULL, &r, "wait_checkpoint", err);
+  if (!rc) {
+    v = bs__pg_bytes(r, 0, 0);
+    snprintf(listen, sizeof listen, "%.*s", (int)(v.size < 100 ? v.size : 100),
+             v.size ? (const char *)v.data : "");
+    PQclear(r);
+    rc = bs__pg_run(c, listen, NULL, "wait_checkpoint: listen", err);
+  }
+  while (!rc) {
+    drain_notifies(c, st->stream_id);
+    if ((rc = read_checkpoint(c, st, out, err)) ||
+        bs__checkpoint_differs(out, known) || bs__monotonic_ms() >= deadline)
+      break;
+    rc = await_notify(spg(st), c, st->stream_id, deadline, err);
+  }
+  if (PQstatus(c) == CONNECTION_OK) { /* back to the pool listening to nothing */
+    PQclear(PQexec(c, "UNLISTEN *"));
+    drain_notifies(c, st->stream_id);
+  }
+  bs__pg_conn_put(spg(st), c);
+  return rc;
 }
 
 static int pg_get_status(bs_storage *st, bs_status *out, bs_error *err) {
@@ -681,6 +771,7 @@ static const bs_storage_vtable pg_vtable = {
     .clear = pg_clear,
     .terminate = pg_terminate,
     .list_buckets = bs__pg_list_buckets,
+    .wait_checkpoint = pg_wait_checkpoint,
 };
 
 /* ---- Database -------------------------------------------------------------------------------- */

@@ -73,6 +73,10 @@ typedef struct bs__pg_db {
     unsigned refs;
   } * locks;
   size_t n_locks, cap_locks;
+  /* A test seam (tests/test_pg_fault.c): called at the backend's named points (bs__pg_hook
+   * below) in the calling thread; NULL outside the tests. */
+  void (*hook)(const char *point, PGconn *c, void *payload);
+  void *hook_payload;
 } bs__pg_db;
 
 typedef struct bs__pg_storage {
@@ -98,6 +102,20 @@ typedef struct bs__pg_writer {
 static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
   return (uint64_t)op->object_type.size + op->object_id.size + op->subkey.size + op->data.size;
 }
+
+/* ---- Checkpoint notification ----
+ * A commit that makes a checkpoint sends pg_notify(BS_PG_CHANNEL, stream id) in its transaction;
+ * bs_wait_checkpoint LISTENs on that channel on a connection of its own (pg.c), so a commit on
+ * any host wakes it. One channel per schema (a hash of its name: a channel name is at most 63
+ * bytes); a collision only wakes a waiter that then finds its checkpoint unchanged. */
+#define BS_PG_CHANNEL "('bs_cp_' || (hashtext(current_schema()) & 2147483647))"
+
+/* The test seam: calls db->hook (when set) with point and the connection in use. Points:
+ * "wait" (a checkpoint waiter is about to block on its socket). */
+void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
+/* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
+void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
+                     void *payload);
 
 /* ---- Connections ---- */
 /* A connection of the pool (or a new one), idle (no transaction open). */

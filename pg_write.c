@@ -186,8 +186,9 @@ static int writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *la
 
 /* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
  * stream row locked: managed write checkpoints whose heads the lsn reached become processed,
- * their users go into the checkpoint's change record, and the first checkpoint of a PROCESSING
- * stream makes it ACTIVE and every other served stream STOPPED. */
+ * their users go into the checkpoint's change record, the first checkpoint of a PROCESSING
+ * stream makes it ACTIVE and every other served stream STOPPED, and the stream's waiters on
+ * every host are notified (BS_PG_CHANNEL). */
 static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, bs_error *err) {
   bs__pg_args a = {0};
   bs__pg_arg_i32(&a, (int32_t)stream);
@@ -206,7 +207,8 @@ static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, 
       " stop AS (UPDATE bs_streams SET state = 4 WHERE id <> $1 AND state IN (2, 3)"
       "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"
       " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
-      "  state = CASE WHEN state = 1 THEN 2 ELSE state END WHERE id = $1",
+      "  state = CASE WHEN state = 1 THEN 2 ELSE state END WHERE id = $1"
+      " RETURNING pg_notify(" BS_PG_CHANNEL ", $1::text)", /* delivered at COMMIT */
       &a, "commit", err);
 }
 

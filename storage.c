@@ -227,7 +227,8 @@ static int check_save(const bs_save *s, bs_error *err) {
 /* The one slot rule of the three tables (storage_backend.h): a slot is usable when the table
  * is at least the version that added it (an older, shorter table does not have it: the version
  * is checked before the slot is read) and the slot is set; else BS_EUNSUPPORTED. Every slot of
- * the current tables came with version 1; a slot appended later passes its version here. */
+ * the current tables came with version 1 but the storage table's wait_checkpoint (version 2);
+ * a slot appended later passes its version here. */
 #define SLOT_OK(t, slot, v) ((t) && (t)->version >= (v) && (t)->slot != NULL)
 static int slot_fail(const char *name, bs_error *err) {
   return bs__fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
@@ -636,19 +637,6 @@ int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   return BS_OK;
 }
 
-static int checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
-  if (a->op_id != b->op_id || !a->has_lsn != !b->has_lsn) return 1;
-  return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
-}
-
-/* Elapsed time for timeouts: CLOCK_MONOTONIC, the clock notify_cv waits on (bs__now_ms is the
- * wall clock of stored times, which may jump). */
-static uint64_t monotonic_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 #define BS_WAIT_POLL_MS 50u
 
 /* Sleeps up to ms, or until a commit in this process bumps db->notify_seq past seq. */
@@ -687,7 +675,15 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
     memset(&none, 0, sizeof none);
     known = &none;
   }
-  deadline = monotonic_ms() + (uint64_t)timeout_ms;
+  if (SLOT_OK(st->vt, wait_checkpoint, 2)) { /* the backend is woken from other processes */
+    memset(&cur, 0, sizeof cur);
+    if ((rc = st->vt->wait_checkpoint(st, known, (uint64_t)timeout_ms, &cur, err)) != BS_OK)
+      return rc;
+    note_checkpoint(st, cur.op_id);
+    *out = cur;
+    return BS_OK;
+  }
+  deadline = bs__monotonic_ms() + (uint64_t)timeout_ms;
   for (;;) {
     /* Read the sequence before the checkpoint: a commit between the two then ends the wait
      * at once instead of being missed. */
@@ -699,8 +695,8 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
     memset(&cur, 0, sizeof cur);
     if ((rc = st->vt->get_checkpoint(st, &cur, err)) != BS_OK) return rc;
     note_checkpoint(st, cur.op_id);
-    now = monotonic_ms();
-    if (checkpoint_differs(&cur, known) || now >= deadline) break;
+    now = bs__monotonic_ms();
+    if (bs__checkpoint_differs(&cur, known) || now >= deadline) break;
     wait_notify(st->db, seq, deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS);
   }
   *out = cur;

@@ -441,7 +441,9 @@ BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
 
 /* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
  * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
- * once; commits from other processes are seen by polling (every 50 ms). known NULL = no
+ * once; commits from other processes are seen by polling (every 50 ms). On a PostgreSQL
+ * database a commit on any host wakes it at once (LISTEN on a connection of the wait's own);
+ * BS_EIO with libpq's message when the server drops that connection. known NULL = no
  * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */
 BS_API int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
                               bs_checkpoint *out, bs_error *err);

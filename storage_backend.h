@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define BS_DB_VTABLE_VERSION      1
-#define BS_STORAGE_VTABLE_VERSION 1
+#define BS_STORAGE_VTABLE_VERSION 2
 #define BS_WRITER_VTABLE_VERSION  1
 
 /* ---- The database ---------------------------------------------------------------------------- */
@@ -144,6 +144,13 @@ typedef struct bs_storage_vtable {
   int (*list_buckets)(bs_storage *st, bs_val start_after,
                       int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                       bs_error *err);
+
+  /* Version 2. bs_wait_checkpoint for a backend whose commits from other processes or hosts can
+   * wake a waiter (PostgreSQL: LISTEN/NOTIFY): blocks until the stream's checkpoint differs from
+   * known (bs__checkpoint_differs: op id or LSN) or timeout_ms passes, and sets *out to the
+   * current one. known is never NULL. NULL slot: the front polls get_checkpoint. */
+  int (*wait_checkpoint)(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
+                         bs_checkpoint *out, bs_error *err);
 } bs_storage_vtable;
 
 /* The base every storage begins with. db: the owning database (NULL for a free-standing
