@@ -252,17 +252,31 @@ static int conn_open(bs__pg_db *db, PGconn **out, bs_error *err) {
   return BS_OK;
 }
 
+int bs__pg_conn_alive(PGconn *c) {
+  for (int i = 0; i < 8 && PQstatus(c) == CONNECTION_OK; i++) {
+    struct pollfd p;
+    p.fd = PQsocket(c);
+    p.events = POLLIN;
+    p.revents = 0;
+    if (p.fd < 0) return 0;
+    if (poll(&p, 1, 0) <= 0) break; /* nothing waiting */
+    if (!PQconsumeInput(c)) return 0;
+  }
+  return PQstatus(c) == CONNECTION_OK;
+}
+
 int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err) {
   PGconn *c = NULL;
-  pthread_mutex_lock(&db->pool_mu);
-  if (db->n_idle) c = db->idle[--db->n_idle];
-  pthread_mutex_unlock(&db->pool_mu);
-  if (c && PQstatus(c) == CONNECTION_OK) {
-    *out = c;
-    return BS_OK;
+  for (;;) {
+    pthread_mutex_lock(&db->pool_mu);
+    c = db->n_idle ? db->idle[--db->n_idle] : NULL;
+    pthread_mutex_unlock(&db->pool_mu);
+    if (!c) return conn_open(db, out, err);
+    if (bs__pg_conn_alive(c)) break;
+    PQfinish(c); /* the server dropped it while it was idle (a restart drops them all) */
   }
-  PQfinish(c); /* a connection the server dropped while it was idle: open a new one */
-  return conn_open(db, out, err);
+  *out = c;
+  return BS_OK;
 }
 
 #define BS_PG_POOL_MAX 16u /* idle connections kept */
@@ -780,7 +794,11 @@ static void pg_close(bs_db *base) {
   bs__pg_db *db = pg_of(base);
   bs_allocator a = base->alloc;
   for (size_t i = 0; i < db->n_idle; i++) PQfinish(db->idle[i]);
-  for (size_t i = 0; i < db->n_locks; i++) PQfinish(db->locks[i].c);
+  for (size_t i = 0; i < db->n_locks; i++) { /* writers left open by the host */
+    PQfinish(db->locks[i]->c);
+    pthread_mutex_destroy(&db->locks[i]->mu);
+    bs__free(&a, db->locks[i]);
+  }
   bs__free(&a, db->idle);
   bs__free(&a, db->locks);
   bs__free(&a, db->url);

@@ -65,13 +65,18 @@ typedef struct bs__pg_db {
   pthread_mutex_t pool_mu;
   PGconn **idle; /* connections not in use (the pool); a call takes one and gives it back */
   size_t n_idle, cap_idle;
-  /* The writer locks this handle holds (pg_write.c): one session per (stream, kind) holds the
-   * advisory lock for every writer of this handle; guarded by pool_mu. */
+  /* The writer sessions of this handle (pg_write.c), guarded by pool_mu: one per (stream,
+   * kind) holds the stream's advisory writer lock and runs every statement of this handle's
+   * writers of that kind, so a commit runs in the session that holds the lock (a session the
+   * server drops takes its lock and its open transaction with it). */
   struct bs__pg_lock {
     int32_t key;
-    PGconn *c;
+    uint32_t stream;
+    int snapshot;
+    PGconn *c; /* NULL after a loss, until the next call reconnects and locks again */
     unsigned refs;
-  } * locks;
+    pthread_mutex_t mu; /* held by a writer's call for its whole use of c */
+  } **locks;
   size_t n_locks, cap_locks;
   /* A test seam (tests/test_pg_fault.c): called at the backend's named points (bs__pg_hook
    * below) in the calling thread; NULL outside the tests. */
@@ -88,11 +93,12 @@ typedef struct bs__pg_storage {
   unsigned char event[255];
 } bs__pg_storage;
 
-/* A writer holds a connection of its own for its whole life: its session holds the stream's
- * writer lock (pg_write.c). */
+/* A writer runs its statements in its lock's session (pg_write.c): c is lock->c during a call
+ * (set by bs__pg_writer_conn, lock->mu held). */
 typedef struct bs__pg_writer {
   bs_writer base;
   bs__pg_db *db;
+  struct bs__pg_lock *lock;
   PGconn *c;
   int create_empty, snapshot;
   uint64_t written, analyze_at; /* ops and records this writer wrote; the next ANALYZE at */
@@ -111,14 +117,19 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
 #define BS_PG_CHANNEL "('bs_cp_' || (hashtext(current_schema()) & 2147483647))"
 
 /* The test seam: calls db->hook (when set) with point and the connection in use. Points:
- * "wait" (a checkpoint waiter is about to block on its socket). */
+ * "wait" (a checkpoint waiter is about to block on its socket), "flush" (a flush's statements
+ * ran, its COMMIT not sent yet), "commit" (a commit's queue applied in its transaction, the
+ * checkpoint not made yet). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
                      void *payload);
 
 /* ---- Connections ---- */
-/* A connection of the pool (or a new one), idle (no transaction open). */
+/* Is idle connection c still there? One the server ended (pg_terminate_backend, a restart) has
+ * its last message and the end of the stream waiting on the socket: read without blocking. */
+int bs__pg_conn_alive(PGconn *c);
+/* A live connection of the pool (or a new one), idle (no transaction open). */
 int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err);
 /* Gives c back: kept when it is healthy and idle, else closed. NULL is a no-op. */
 void bs__pg_conn_put(bs__pg_db *db, PGconn *c);
@@ -198,7 +209,10 @@ int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *hea
 int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
                                              bs_error *err);
 
-/* The writer's connection, reconnected (and its lock taken again) when the server dropped it. */
+/* Sets w->c to the session of the writer's lock (the caller holds lock->mu). A session the
+ * server ended while idle is found here, before anything is sent: BS_EIO with libpq's message
+ * (another host may have taken the lock meanwhile); the next call opens a new session and
+ * takes the lock again, BS_EBUSY when another process or host holds it. */
 int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err);
 
 /* pg_save.c: the flush of the front's queue */

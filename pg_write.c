@@ -25,23 +25,18 @@ static bs__pg_db *db_of(bs_storage *st) {
 
 static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
   for (size_t i = 0; i < db->n_locks; i++)
-    if (db->locks[i].key == key) return &db->locks[i];
+    if (db->locks[i]->key == key) return db->locks[i];
   return NULL;
 }
 
-static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, bs_error *err) {
-  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
-  struct bs__pg_lock *l;
+/* A new session holding l's advisory lock: BS_EBUSY when another session has it. */
+static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
   PGconn *c;
   int rc, got;
-  pthread_mutex_lock(&db->pool_mu);
-  if ((l = lock_find(db, key))) l->refs++;
-  pthread_mutex_unlock(&db->pool_mu);
-  if (l) return BS_OK;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
-  bs__pg_arg_i32(&a, key);
+  bs__pg_arg_i32(&a, l->key);
   if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
     PQfinish(c);
     return rc;
@@ -51,54 +46,95 @@ static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, bs_error *err
   if (!got) {
     bs__pg_conn_put(db, c);
     return bs__fail(err, BS_EBUSY, "stream %u already has a %s writer in another process or host",
-                    (unsigned)stream, snapshot ? "snapshot" : "streaming");
+                    (unsigned)l->stream, l->snapshot ? "snapshot" : "streaming");
+  }
+  l->c = c;
+  return BS_OK;
+}
+
+/* Ends l's session: unlocked explicitly, as a closed session's locks go only when its server
+ * process has exited, a moment after the close, so a writer opened right after would find the
+ * lock still held. A session whose unlock failed (the server is gone) is closed, which releases
+ * it too. */
+static void session_close(bs__pg_db *db, struct bs__pg_lock *l) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  if (!l->c) return;
+  bs__pg_arg_i32(&a, l->key);
+  if (PQstatus(l->c) == CONNECTION_OK &&
+      bs__pg_exec(l->c, "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_writer'), $1)",
+                  &a, &r, "unlocking the stream's writer", NULL) == BS_OK) {
+    PQclear(r);
+    bs__pg_conn_put(db, l->c);
+  } else {
+    PQfinish(l->c);
+  }
+  l->c = NULL;
+}
+
+static void lock_free(bs__pg_db *db, struct bs__pg_lock *l) {
+  session_close(db, l);
+  pthread_mutex_destroy(&l->mu);
+  bs__free(&db->base.alloc, l);
+}
+
+/* The handle's session for (stream, kind), shared by its writers (refs), opened and locked by
+ * the first. */
+static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, struct bs__pg_lock **out,
+                     bs_error *err) {
+  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
+  struct bs__pg_lock *l;
+  int rc = BS_OK;
+  pthread_mutex_lock(&db->pool_mu);
+  if ((l = lock_find(db, key))) l->refs++;
+  pthread_mutex_unlock(&db->pool_mu);
+  if ((*out = l)) return BS_OK;
+  if (!(l = bs__calloc(&db->base.alloc, 1, sizeof *l)))
+    return bs__fail(err, BS_ENOMEM, "writer: out of memory");
+  if (pthread_mutex_init(&l->mu, NULL)) {
+    bs__free(&db->base.alloc, l);
+    return bs__fail(err, BS_ENOMEM, "writer: cannot initialise a mutex");
+  }
+  l->key = key;
+  l->stream = stream;
+  l->snapshot = snapshot;
+  l->refs = 1;
+  if ((rc = session_open(db, l, err))) {
+    lock_free(db, l);
+    return rc;
   }
   pthread_mutex_lock(&db->pool_mu);
   if (db->n_locks == db->cap_locks) {
     size_t cap = db->cap_locks ? db->cap_locks * 2 : 4;
-    struct bs__pg_lock *p = bs__realloc(&db->base.alloc, db->locks, cap * sizeof *p);
+    struct bs__pg_lock **p = bs__realloc(&db->base.alloc, db->locks, cap * sizeof *p);
     if (p) db->locks = p, db->cap_locks = cap;
   }
-  rc = db->n_locks < db->cap_locks ? BS_OK : BS_ENOMEM;
-  if (!rc) {
-    db->locks[db->n_locks].key = key;
-    db->locks[db->n_locks].c = c;
-    db->locks[db->n_locks++].refs = 1;
-  }
+  if (db->n_locks < db->cap_locks)
+    db->locks[db->n_locks++] = l;
+  else
+    rc = BS_ENOMEM;
   pthread_mutex_unlock(&db->pool_mu);
   if (rc) {
-    PQfinish(c); /* ends the session, and with it the lock */
+    lock_free(db, l); /* ends the session, and with it the lock */
     return bs__fail(err, rc, "writer: out of memory");
   }
+  *out = l;
   return BS_OK;
 }
 
-static void lock_release(bs__pg_db *db, uint32_t stream, int snapshot) {
-  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
-  struct bs__pg_lock *l;
-  PGconn *c = NULL;
+static void lock_release(bs__pg_db *db, struct bs__pg_lock *l) {
+  int last = 0;
   pthread_mutex_lock(&db->pool_mu);
-  if ((l = lock_find(db, key)) && --l->refs == 0) {
-    c = l->c;
-    *l = db->locks[--db->n_locks];
+  if (--l->refs == 0) {
+    last = 1;
+    for (size_t i = 0; i < db->n_locks; i++)
+      if (db->locks[i] == l) {
+        db->locks[i] = db->locks[--db->n_locks];
+        break;
+      }
   }
   pthread_mutex_unlock(&db->pool_mu);
-  if (!c) return;
-  /* Unlocked explicitly: a closed session's locks go only when its server process has exited,
-   * a moment after the close, so a writer opened right after would find the lock still held.
-   * A session whose unlock failed (the server is gone) is closed, which releases it too. */
-  {
-    bs__pg_args a = {0};
-    PGresult *r;
-    bs__pg_arg_i32(&a, key);
-    if (bs__pg_exec(c, "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_writer'), $1)",
-                    &a, &r, "unlocking the stream's writer", NULL) == BS_OK) {
-      PQclear(r);
-      bs__pg_conn_put(db, c);
-      return;
-    }
-  }
-  PQfinish(c);
+  if (last) lock_free(db, l);
 }
 
 static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
@@ -124,24 +160,22 @@ static const bs_writer_vtable pg_writer_vt;
 
 int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err) {
   bs__pg_db *db = db_of(st);
+  struct bs__pg_lock *l = NULL;
   bs__pg_writer *w;
   PGconn *c;
   int rc, state;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
-  if ((rc = stream_state(c, st->stream_id, &state, err)) ||
-      (rc = lock_take(db, st->stream_id, o->snapshot, err))) {
-    bs__pg_conn_put(db, c);
-    return rc;
-  }
+  rc = stream_state(c, st->stream_id, &state, err);
+  bs__pg_conn_put(db, c);
+  if (rc || (rc = lock_take(db, st->stream_id, o->snapshot, &l, err))) return rc;
   if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w))) {
-    bs__pg_conn_put(db, c);
-    lock_release(db, st->stream_id, o->snapshot);
+    lock_release(db, l);
     return bs__fail(err, BS_ENOMEM, "writer: out of memory");
   }
   w->base.vt = &pg_writer_vt;
   w->base.st = st;
   w->db = db;
-  w->c = c;
+  w->lock = l;
   w->create_empty = o->create_empty;
   w->snapshot = o->snapshot;
   *out = &w->base;
@@ -151,37 +185,83 @@ int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **o
 static void writer_close(bs_writer *bw) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   if (!w) return;
-  bs__pg_conn_put(w->db, w->c);
-  lock_release(w->db, bw->st->stream_id, w->snapshot);
+  lock_release(w->db, w->lock);
   bs__free(&w->db->base.alloc, w);
 }
 
-/* The writer's connection, replaced by a new one when the server dropped it (the queue is in
- * this process: nothing of it was lost). */
 int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err) {
-  PGconn *c;
+  struct bs__pg_lock *l = w->lock;
   int rc;
-  if (PQstatus(w->c) == CONNECTION_OK) return BS_OK;
-  if ((rc = bs__pg_conn_get(w->db, &c, err))) return rc;
-  PQfinish(w->c);
-  w->c = c;
+  w->c = NULL;
+  if (l->c && PQstatus(l->c) == CONNECTION_OK && PQtransactionStatus(l->c) == PQTRANS_IDLE &&
+      !bs__pg_conn_alive(l->c)) {
+    rc = bs__pg_fail(l->c, NULL, "writer: the session holding the stream's writer lock was lost",
+                     err);
+    PQfinish(l->c);
+    l->c = NULL;
+    return rc;
+  }
+  /* a loss an earlier call reported (its statement failed): a new session, locked again */
+  if (l->c && PQstatus(l->c) != CONNECTION_OK) {
+    PQfinish(l->c);
+    l->c = NULL;
+  }
+  if (!l->c && (rc = session_open(w->db, l, err))) return rc;
+  w->c = l->c;
   return BS_OK;
+}
+
+/* Every writer call holds its session's mutex (writers of one handle share the session) and
+ * starts with a live, locked session (bs__pg_writer_conn). */
+static int call_begin(bs__pg_writer *w, bs_error *err) {
+  int rc;
+  pthread_mutex_lock(&w->lock->mu);
+  if ((rc = bs__pg_writer_conn(w, err))) pthread_mutex_unlock(&w->lock->mu);
+  return rc;
+}
+
+static int call_end(bs__pg_writer *w, int rc) {
+  pthread_mutex_unlock(&w->lock->mu);
+  return rc;
+}
+
+static int writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  int rc;
+  if ((rc = call_begin(w, err))) return rc;
+  return call_end(w, bs__pg_writer_truncate(bw, table, drop, err));
+}
+
+static int writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val table, bs_val rid,
+                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  int rc;
+  if ((rc = call_begin(w, err))) return rc;
+  return call_end(w, bs__pg_writer_source_row(bw, in, table, rid, fn, payload, err));
 }
 
 /* ---- Flush, commit ------------------------------------------------------------------------------ */
 
-static int writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op_out,
+static int flush_locked(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *last_op_out,
                         bs_error *err) {
-  bs__pg_writer *w = (bs__pg_writer *)bw;
   uint64_t head = 0;
   int rc;
-  if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
-  if ((rc = bs__pg_flush_in_txn(w, batch, &head, err)) || (rc = bs__pg_commit(w->c, err))) {
+  if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
+  if (!(rc = bs__pg_flush_in_txn(w, batch, &head, err))) bs__pg_hook(w->db, "flush", w->c);
+  if (rc || (rc = bs__pg_commit(w->c, err))) {
     bs__pg_rollback(w->c); /* nothing half-applied; the front keeps the queue */
     return rc;
   }
   if (last_op_out) *last_op_out = head;
   return BS_OK;
+}
+
+static int writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op_out,
+                        bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  int rc;
+  if ((rc = call_begin(w, err))) return rc;
+  return call_end(w, flush_locked(w, batch, last_op_out, err));
 }
 
 /* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
@@ -212,7 +292,7 @@ static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, 
       &a, "commit", err);
 }
 
-static int writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
+static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
                          bs_commit_result *out, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   uint32_t stream = bw->st->stream_id;
@@ -223,10 +303,10 @@ static int writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   int rc, created = 0;
   bs_block_reason blocked;
   if (create_empty < 0) create_empty = w->create_empty;
-  if ((rc = bs__pg_writer_conn(w, err))) return rc;
   if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
+  bs__pg_hook(w->db, "commit", w->c);
   bs__pg_arg_i32(&a, (int32_t)stream);
   rc = bs__pg_exec(w->c,
                    "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, op_head,"
@@ -278,6 +358,14 @@ fail:
   return rc;
 }
 
+static int writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
+                         bs_commit_result *out, bs_error *err) {
+  bs__pg_writer *w = (bs__pg_writer *)bw;
+  int rc;
+  if ((rc = call_begin(w, err))) return rc;
+  return call_end(w, commit_locked(bw, batch, lsn, create_empty, out, err));
+}
+
 /* snapshot_done and resume_lsn take effect at once, in a statement of their own, and leave the
  * queue alone (as the other backends). */
 static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char *what,
@@ -286,14 +374,14 @@ static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char 
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
-  if ((rc = bs__pg_writer_conn(w, err))) return rc;
+  if ((rc = call_begin(w, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
   bs__pg_arg_bytes(&a, lsn);
-  if ((rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) return rc;
+  if ((rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) return call_end(w, rc);
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
   PQclear(r);
-  return rc;
+  return call_end(w, rc);
 }
 
 static int writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
@@ -316,8 +404,8 @@ static const bs_writer_vtable pg_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = writer_close,
     .flush = writer_flush,
-    .truncate = bs__pg_writer_truncate,
-    .source_row = bs__pg_writer_source_row,
+    .truncate = writer_truncate,
+    .source_row = writer_source_row,
     .commit = writer_commit,
     .snapshot_done = writer_snapshot_done,
     .resume_lsn = writer_resume_lsn,

@@ -1,11 +1,15 @@
 #!/bin/sh
-# pg_server.sh start DIR | stop DIR | run CMD...: a throwaway PostgreSQL server for the tests.
-#   start DIR  initdb into DIR/data, listen on 127.0.0.1 on a free port (no Unix socket outside
-#              DIR), print the server's URL (postgresql://bs@127.0.0.1:PORT/bs) on stdout
-#   stop DIR   stop the server and remove DIR
-#   run CMD    start a server in a new temporary directory, run CMD with BS_TEST_PG_URL set,
-#              stop and remove it, exit with CMD's status; with BS_TEST_PG_URL already set, just
-#              run CMD against that server (README.md, "PostgreSQL backend")
+# pg_server.sh start DIR | stop DIR | restart DIR | run CMD...: a throwaway PostgreSQL server
+# for the tests.
+#   start DIR    initdb into DIR/data, listen on 127.0.0.1 on a free port (no Unix socket outside
+#                DIR), print the server's URL (postgresql://bs@127.0.0.1:PORT/bs) on stdout
+#   stop DIR     stop the server and remove DIR
+#   restart DIR  stop the server as a crash does (pg_ctl stop -m immediate: every session is cut,
+#                nothing is checkpointed) and start it again on the same port (tests/test_pg_fault)
+#   run CMD      start a server in a new temporary directory, run CMD with BS_TEST_PG_URL and
+#                BS_TEST_PG_RESTART (the restart command) set, stop and remove it, exit with
+#                CMD's status; with BS_TEST_PG_URL already set, just run CMD against that server
+#                (README.md, "PostgreSQL backend")
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user (runuser).
 # Exit 77 when no PostgreSQL binaries are installed (PG_BIN, default the newest under
 # /usr/lib/postgresql).
@@ -35,14 +39,25 @@ start() {
   as_owner "$bin/initdb" -D "$dir/data" -U bs --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; exit 1; }
   port=$(free_port)
-  # fsync off: a test server holds nothing worth a crash-safe disk; small shared buffers
-  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off \
-        -c shared_buffers=64MB -c max_connections=100" start >/dev/null ||
-    { cat "$dir/server.log" >&2; exit 1; }
+  serve "$bin" "$dir" "$port"
   echo "$port" >"$dir/port"
   as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U bs bs
   echo "postgresql://bs@127.0.0.1:$port/bs"
+}
+
+serve() { # BIN DIR PORT: start the server of DIR on PORT
+  # fsync off: a test server holds nothing worth a crash-safe disk; small shared buffers
+  as_owner "$1/pg_ctl" -D "$2/data" -l "$2/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $3 -k $2 -c fsync=off -c full_page_writes=off \
+        -c shared_buffers=64MB -c max_connections=100" start >/dev/null ||
+    { cat "$2/server.log" >&2; exit 1; }
+}
+
+restart() {
+  dir=$1
+  bin=$(pg_bin) || exit 77
+  as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+  serve "$bin" "$dir" "$(cat "$dir/port")"
 }
 
 stop() {
@@ -55,6 +70,7 @@ stop() {
 case "${1:-}" in
 start) start "$2" ;;
 stop) stop "$2" ;;
+restart) restart "$2" ;;
 run)
   shift
   if [ -n "${BS_TEST_PG_URL:-}" ]; then exec "$@"; fi
@@ -62,11 +78,12 @@ run)
   trap 'stop "$dir"' EXIT INT TERM
   url=$(start "$dir") || exit $?
   rc=0
-  BS_TEST_PG_URL=$url "$@" || rc=$?
+  BS_TEST_PG_URL=$url BS_TEST_PG_RESTART="$(cd "$(dirname "$0")" && pwd)/$(basename "$0") restart $dir" \
+    "$@" || rc=$?
   exit $rc
   ;;
 *)
-  echo "usage: pg_server.sh start DIR | stop DIR | run CMD..." >&2
+  echo "usage: pg_server.sh start DIR | stop DIR | restart DIR | run CMD..." >&2
   exit 2
   ;;
 esac

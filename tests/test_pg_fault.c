@@ -18,8 +18,12 @@
 #include "storage.h"
 
 #ifdef BS_HAVE_PG
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <pthread.h>
+#include <sys/wait.h>
 
 #include "pg_internal.h"
 
@@ -38,6 +42,23 @@ static void admin_exec(PGconn *c, const char *sql) {
   if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
     fail_msg("%s: %s", sql, PQresultErrorMessage(r));
   PQclear(r);
+}
+
+static long long admin_int(PGconn *c, const char *sql) {
+  PGresult *r = PQexec(c, sql);
+  long long v;
+  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+  v = atoll(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return v;
+}
+
+static void admin_schema(pgt *t) {
+  char sql[256];
+  PQclear(PQexec(t->admin, "SET client_min_messages = warning"));
+  snprintf(sql, sizeof sql, "SET search_path = %s", t->schema);
+  admin_exec(t->admin, sql);
 }
 
 static int setup(void **state) {
@@ -113,9 +134,11 @@ typedef struct seam {
   pthread_cond_t cv;
   const char *point;
   int calls;
-  /* at the act_at-th call: terminate the connection's server process (pg_terminate_backend) */
+  /* at the act_at-th call: terminate the connection's server process (pg_terminate_backend),
+   * or with restart set, restart the server (the command of BS_TEST_PG_RESTART) */
   int act_at;
   PGconn *admin;
+  const char *restart;
 } seam;
 
 static void seam_init(seam *s, const char *point) {
@@ -145,7 +168,11 @@ static void seam_fn(const char *point, PGconn *c, void *payload) {
   n = ++s->calls;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
-  if (n == s->act_at) terminate_backend(s->admin, PQbackendPID(c));
+  if (n != s->act_at) return;
+  if (s->restart)
+    assert_int_equal(system(s->restart), 0);
+  else
+    terminate_backend(s->admin, PQbackendPID(c));
 }
 
 static void seam_wait(seam *s, int calls) {
@@ -313,10 +340,452 @@ static void t_wait_first_and_lost(void **state) {
   seam_free(&s);
 }
 
+/* ---- 2. the writer lock across hosts ---- */
+
+/* The server process of the session holding stream 1's streaming writer lock (pg_write.c: the
+ * keys hashtext(schema.bs_writer) and 2 * stream), 0 when none holds it. */
+static int lock_pid(pgt *t) {
+  return (int)admin_int(t->admin,
+                        "SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'"
+                        " AND granted AND objsubid = 2 AND objid = 2 AND classid::bigint ="
+                        " (hashtext(current_schema() || '.bs_writer')::bigint & 4294967295)");
+}
+
+static void save_put(bs_writer *w, const char *b, const char *id) {
+  bs_error err = {0};
+  bs_row row;
+  bs_save sv = BS_SAVE_INIT;
+  row.bucket = bs__val_str(b);
+  row.object_type = bs__val_str("t");
+  row.object_id = bs__val_str(id);
+  row.data = bs__val_str("{}");
+  sv.table = bs__val_str("t");
+  sv.after_id = bs__val_str(id);
+  sv.rows = &row;
+  sv.n_rows = 1;
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+}
+
+/* The stream's persisted op head and the checksum count of bucket b at it. */
+static void head_and_count(bs_storage *st, const char *b, uint64_t *head, uint32_t *count) {
+  bs_error err = {0};
+  bs_status s;
+  bs_checksum c;
+  bs_val name = bs__val_str(b);
+  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(st, s.last_persisted_op, &name, 1, &c, &err), BS_OK);
+  *head = s.last_persisted_op;
+  *count = (uint32_t)c.count;
+}
+
+/* Host A's writer has saves queued when the server ends the session holding its lock; host B
+ * takes the lock and commits. A's commit fails before sending anything (BS_EIO, libpq's
+ * message), A's next one finds the lock taken (BS_EBUSY); once B's writer closed, A's commit
+ * applies its whole queue, once. */
+static void t_writer_lock_lost(void **state) {
+  pgt *t = *state;
+  bs_db *a = open_ok(t), *b = open_ok(t);
+  bs_storage *sa, *sb;
+  bs_writer *wa, *wb = NULL;
+  bs_error err = {0};
+  bs_commit_result r;
+  uint64_t head, head0;
+  uint32_t count, count0;
+  int pid;
+  stream_ready(a, "s", 1, &sa, &wa);
+  put_commit(wa, "b", "r0", "00000001");
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY);
+  save_put(wa, "b", "r1");
+  save_put(wa, "b", "r2");
+  assert_true((pid = lock_pid(t)) > 0);
+  terminate_backend(t->admin, pid);
+  assert_int_equal(lock_pid(t), 0);
+  /* host B takes the lock meanwhile and commits */
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
+  assert_int_equal(lock_pid(t) > 0 && lock_pid(t) != pid, 1);
+  put_commit(wb, "b", "x", "00000002");
+  head_and_count(sa, "b", &head0, &count0);
+  assert_int_equal(count0, 2);
+  /* A's commit: the lost session is found before anything is sent */
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EIO);
+  assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"
+                                  ": PostgreSQL"));
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(head, head0);
+  assert_int_equal(count, count0);
+  /* the next call reconnects and finds B holding the lock: the queue is still A's */
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EBUSY);
+  assert_non_null(strstr(err.msg, "already has a streaming writer in another process or host"));
+  bs_writer_close(wb);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(head, head0 + 2); /* r1 and r2, once */
+  assert_int_equal(count, count0 + 2);
+  assert_int_equal(r.checkpoint, head);
+  assert_true(lock_pid(t) > 0); /* A holds it again */
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY);
+  bs_writer_close(wa);
+  bs_storage_close(sa);
+  bs_storage_close(sb);
+  bs_close(a);
+  bs_close(b);
+}
+
+/* ---- 3. faults ---- */
+
+/* The server ends the writer's session between a flush's statements and its COMMIT, or between
+ * a commit's saves and its checkpoint: BS_EIO with libpq's message, nothing persisted, the queue
+ * intact; the next call opens a new session (the lock is free) and persists it once. */
+static void t_session_lost_in_flight(void **state) {
+  pgt *t = *state;
+  bs_db *a = open_ok(t);
+  bs_storage *sa;
+  bs_writer *wa;
+  bs_error err = {0};
+  bs_commit_result r;
+  uint64_t head, head0, last = 0;
+  uint32_t count, count0;
+  seam s;
+  stream_ready(a, "s", 1, &sa, &wa);
+  put_commit(wa, "b", "r0", "00000001");
+  head_and_count(sa, "b", &head0, &count0);
+  for (int round = 0; round < 2; round++) {
+    const char *point = round ? "commit" : "flush";
+    seam_init(&s, point);
+    s.admin = t->admin;
+    s.act_at = 1;
+    bs__pg_set_hook(a, seam_fn, &s);
+    save_put(wa, "b", round ? "c1" : "f1");
+    save_put(wa, "b", round ? "c2" : "f2");
+    if (round)
+      assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_EIO);
+    else
+      assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO);
+    assert_int_equal(seam_calls(&s), 1);
+    assert_non_null(strstr(err.msg, "commit: PostgreSQL")); /* the next statement failed */
+    head_and_count(sa, "b", &head, &count);
+    assert_int_equal(head, head0);
+    assert_int_equal(count, count0);
+    /* the retry: a new session, the queue persisted once */
+    if (round) {
+      memset(&r, 0, sizeof r);
+      assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+      assert_true(r.checkpoint_created);
+      assert_int_equal(r.checkpoint, head0 + 2);
+    } else {
+      assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK);
+      assert_int_equal(last, head0 + 2);
+    }
+    assert_int_equal(seam_calls(&s), 2);
+    head_and_count(sa, "b", &head, &count);
+    assert_int_equal(head, head0 + 2);
+    assert_int_equal(count, count0 + 2);
+    head0 = head;
+    count0 = count;
+    bs__pg_set_hook(a, NULL, NULL);
+    seam_free(&s);
+  }
+  bs_writer_close(wa);
+  bs_storage_close(sa);
+  bs_close(a);
+}
+
+/* The server restarts (as after a crash: pg_ctl stop -m immediate, then start) between a
+ * flush's statements and its COMMIT: the flush fails with BS_EIO, nothing of it persisted, the
+ * queue intact; reads on another host's handle work at once (its pooled connections were cut:
+ * new ones are opened); the next flush opens a new session (the restart freed the lock) and
+ * persists the queue once. A restart while the writer is idle: its next call fails before
+ * sending anything (the lock may have been taken meanwhile), the one after reconnects. */
+static void t_server_restart(void **state) {
+  pgt *t = *state;
+  const char *restart = getenv("BS_TEST_PG_RESTART");
+  bs_db *a, *b;
+  bs_storage *sa, *sb;
+  bs_writer *wa;
+  bs_error err = {0};
+  bs_commit_result r;
+  uint64_t head, head0, last = 0;
+  uint32_t count;
+  seam s;
+  if (!restart || !*restart) {
+    printf("t_server_restart: skipped (BS_TEST_PG_RESTART is not set: pg_server.sh run sets it)\n");
+    skip();
+  }
+  a = open_ok(t);
+  b = open_ok(t);
+  stream_ready(a, "s", 1, &sa, &wa);
+  put_commit(wa, "b", "r0", "00000001");
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  head_and_count(sb, "b", &head0, &count);
+  assert_int_equal(count, 1);
+  seam_init(&s, "flush");
+  s.act_at = 1;
+  s.restart = restart;
+  bs__pg_set_hook(a, seam_fn, &s);
+  save_put(wa, "b", "r1");
+  save_put(wa, "b", "r2");
+  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO);
+  assert_non_null(strstr(err.msg, "commit: PostgreSQL"));
+  assert_int_equal(seam_calls(&s), 1);
+  PQreset(t->admin);
+  admin_schema(t);
+  head_and_count(sb, "b", &head, &count); /* host B reads on new connections */
+  assert_int_equal(head, head0);
+  assert_int_equal(count, 1);
+  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK);
+  assert_int_equal(last, head0 + 2);
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+  head_and_count(sb, "b", &head, &count);
+  assert_int_equal(count, 3);
+  /* a restart while the writer is idle, with a save queued */
+  save_put(wa, "b", "r3");
+  assert_int_equal(system(restart), 0);
+  PQreset(t->admin);
+  admin_schema(t);
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EIO);
+  assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"));
+  head_and_count(sb, "b", &head, &count);
+  assert_int_equal(count, 3);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  head_and_count(sb, "b", &head, &count);
+  assert_int_equal(count, 4);
+  assert_int_equal(r.checkpoint, head);
+  bs__pg_set_hook(a, NULL, NULL);
+  seam_free(&s);
+  bs_writer_close(wa);
+  bs_storage_close(sa);
+  bs_storage_close(sb);
+  bs_close(a);
+  bs_close(b);
+}
+
+/* A statement that runs into statement_timeout (set through the URL's options): a trigger the
+ * test installs blocks the flush's bs_streams update on an advisory lock the test holds, so the
+ * timeout fires whatever the machine's speed. BS_EIO with the SQLSTATE (57014) and libpq's
+ * message, nothing persisted, the writer's session still usable: once the test lets go, the
+ * retry persists the queue once. */
+static void t_statement_timeout(void **state) {
+  pgt *t = *state;
+  bs_db *a = open_ok(t), *c = NULL;
+  bs_storage *sa, *sc;
+  bs_writer *wa, *wc;
+  bs_error err = {0};
+  uint64_t head, head0, last = 0;
+  uint32_t count;
+  char url[1100];
+  stream_ready(a, "s", 1, &sa, &wa);
+  put_commit(wa, "b", "r0", "00000001");
+  bs_writer_close(wa);
+  head_and_count(sa, "b", &head0, &count);
+  snprintf(url, sizeof url, "%s%%20-cstatement_timeout%%3D2000", t->url);
+  assert_int_equal(bs_open(&c, url, NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sc, c, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wc, sc, NULL, &err), BS_OK);
+  admin_exec(t->admin,
+             "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
+             " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
+             " RETURN NEW; END$$;"
+             "CREATE TRIGGER bs_test_block BEFORE UPDATE ON bs_streams FOR EACH ROW"
+             " EXECUTE FUNCTION bs_test_block();"
+             "SELECT pg_advisory_lock(4242)");
+  save_put(wc, "b", "r1");
+  assert_int_equal(bs_writer_flush(wc, &last, &err), BS_EIO);
+  assert_non_null(strstr(err.msg, "PostgreSQL 57014"));
+  assert_non_null(strstr(err.msg, "statement timeout"));
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(head, head0);
+  assert_int_equal(count, 1);
+  admin_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
+  assert_int_equal(bs_writer_flush(wc, &last, &err), BS_OK);
+  assert_int_equal(last, head0 + 1);
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(count, 2);
+  bs_writer_close(wc);
+  bs_storage_close(sc);
+  bs_storage_close(sa);
+  bs_close(c);
+  bs_close(a);
+}
+
+/* ---- 4. two processes (two hosts): a writer streaming commits, a reader waiting and reading ---- */
+
+#define N_TWO_BUCKETS 3
+static const char *const two_buckets[N_TWO_BUCKETS] = {"b0", "by_user[\"\xc3\xa9\"]", "b2"};
+
+/* The writer process: seeded saves (inserts, updates that move rows between buckets, deletes;
+ * data "", "1", "1.0", non-ASCII), a commit after each 1..4, until it made `commits` commits and
+ * the reader has reported `reads` distinct checkpoints on the pipe; then a last commit at LSN
+ * "99999999". Exits 0, or 1 + the step that failed (no cmocka in a child). */
+static int writer_process(const char *url, int commits, int reads, int pipe_rd) {
+  static const char *const data[] = {"", "1", "1.0", "{\"t\":\"\xc3\xa9\"}"};
+  bs_error err = {0};
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  uint64_t rnd = 77;
+  int seen = 0, n = 0;
+  char lsn[16];
+  if (bs_open(&db, url, NULL, &err) || bs_storage_open(&st, db, 1, &err) ||
+      bs_writer_open(&w, st, NULL, &err))
+    return 2;
+  while (n < commits || seen < reads) {
+    int k = 1 + (int)((rnd = rnd * 6364136223846793005ull + 1442695040888963407ull) >> 33) % 4;
+    char c;
+    for (int i = 0; i < k; i++) {
+      char id[8];
+      bs_row row;
+      bs_save sv = BS_SAVE_INIT;
+      rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+      snprintf(id, sizeof id, "r%d", (int)(rnd >> 40) % 10);
+      row.bucket = bs__val_str(two_buckets[(rnd >> 20) % N_TWO_BUCKETS]);
+      row.object_type = bs__val_str("t");
+      row.object_id = bs__val_str(id);
+      row.data = bs__val_str(data[(rnd >> 24) % 4]);
+      sv.table = bs__val_str("t");
+      sv.tag = (rnd >> 28) % 5 == 0 ? BS_DELETE : BS_UPDATE;
+      sv.after_id = bs__val_str(id);
+      sv.rows = &row;
+      sv.n_rows = 1;
+      if (bs_writer_save(w, &sv, &err)) return 3;
+    }
+    snprintf(lsn, sizeof lsn, "%08d", ++n);
+    if (bs_writer_commit(w, bs__val_str(lsn), NULL, NULL, &err)) return 4;
+    while (read(pipe_rd, &c, 1) == 1) seen++; /* non-blocking: what the reader has reported */
+  }
+  if (bs_writer_commit(w, bs__val_str("99999999"), NULL, NULL, &err)) return 5;
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  return 0;
+}
+
+typedef struct sums {
+  uint64_t checkpoint;
+  uint32_t sum[N_TWO_BUCKETS];
+  uint64_t count[N_TWO_BUCKETS], after[N_TWO_BUCKETS], last_op;
+  int bad;
+} sums;
+
+static int sum_chunk(const bs_chunk *ch, void *payload) {
+  sums *s = payload;
+  int b = 0;
+  while (b < N_TWO_BUCKETS && (strlen(two_buckets[b]) != ch->bucket.size ||
+                               memcmp(two_buckets[b], ch->bucket.data, ch->bucket.size)))
+    b++;
+  if (b == N_TWO_BUCKETS || ch->after != s->after[b]) return s->bad = 1;
+  for (size_t i = 0; i < ch->n_ops; i++) {
+    const bs_op *op = &ch->ops[i];
+    if (op->op_id <= s->after[b] || op->op_id > s->checkpoint) return s->bad = 1;
+    s->after[b] = op->op_id;
+    s->sum[b] = (uint32_t)(((uint64_t)s->sum[b] + op->checksum) & 0xffffffffu);
+    s->count[b]++;
+  }
+  return 0;
+}
+
+/* Reads every bucket at cp in pages of 50 ops and checks the checksums at cp against the ops. */
+static void read_consistent(bs_storage *st, uint64_t cp) {
+  bs_error err = {0};
+  bs_batch_options o = BS_BATCH_OPTIONS_INIT;
+  bs_checksum cs[N_TWO_BUCKETS];
+  bs_val names[N_TWO_BUCKETS];
+  sums s;
+  int more = 1;
+  memset(&s, 0, sizeof s);
+  s.checkpoint = cp;
+  o.limit = 50;
+  while (more) {
+    bs_bucket_request req[N_TWO_BUCKETS];
+    for (int b = 0; b < N_TWO_BUCKETS; b++) {
+      req[b].bucket = bs__val_str(two_buckets[b]);
+      req[b].after = s.after[b];
+    }
+    assert_int_equal(bs_get_bucket_data(st, cp, req, N_TWO_BUCKETS, &o, sum_chunk, &s, &more, &err),
+                     BS_OK);
+    assert_false(s.bad);
+  }
+  for (int b = 0; b < N_TWO_BUCKETS; b++) names[b] = bs__val_str(two_buckets[b]);
+  assert_int_equal(bs_get_checksums(st, cp, names, N_TWO_BUCKETS, cs, &err), BS_OK);
+  for (int b = 0; b < N_TWO_BUCKETS; b++) {
+    assert_int_equal(cs[b].checksum, s.sum[b]);
+    assert_int_equal(cs[b].count, s.count[b]);
+  }
+}
+
+/* The reader (this process) waits for each new checkpoint with bs_wait_checkpoint (woken by
+ * the writer process's NOTIFY), reads it whole and checks it, and reports each distinct one on
+ * a pipe; the writer commits until it made its commits and the reader read its checkpoints
+ * (counted: however slow either side is, both counts are reached). */
+static void t_two_processes(void **state) {
+  pgt *t = *state;
+  int quick = getenv("BS_TEST_QUICK") != NULL;
+  int commits = quick ? 40 : 200, reads = quick ? 15 : 60, fds[2], status, n_reads = 0;
+  bs_db *db = open_ok(t);
+  bs_storage *st;
+  bs_writer *w;
+  bs_error err = {0};
+  bs_checkpoint known, cp;
+  pid_t pid;
+  stream_ready(db, "s", 1, &st, &w);
+  bs_writer_close(w);
+  assert_int_equal(pipe(fds), 0);
+  signal(SIGPIPE, SIG_IGN);
+  fflush(NULL);
+  if ((pid = fork()) == 0) {
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    _exit(writer_process(t->url, commits, reads, fds[0])); /* _exit: the parent's sessions stay */
+  }
+  assert_true(pid > 0);
+  close(fds[0]);
+  memset(&known, 0, sizeof known);
+  for (;;) {
+    char one = 1;
+    assert_int_equal(bs_wait_checkpoint(st, &known, 1000, &cp, &err), BS_OK);
+    if (cp.op_id == known.op_id && cp.lsn_size == known.lsn_size &&
+        !memcmp(cp.lsn, known.lsn, cp.lsn_size)) {
+      /* no news for a while: a writer that failed would leave this loop waiting forever */
+      pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) fail_msg("the writer process exited early: status %d", status);
+      continue;
+    }
+    read_consistent(st, cp.op_id);
+    n_reads++;
+    if (cp.has_lsn && cp.lsn_size == 8 && !memcmp(cp.lsn, "99999999", 8)) break;
+    /* EPIPE once the writer has exited (it may have read enough before this one) */
+    assert_true(write(fds[1], &one, 1) == 1 || errno == EPIPE);
+    known = cp;
+  }
+  close(fds[1]);
+  signal(SIGPIPE, SIG_DFL);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_true(n_reads > reads);
+  {
+    bs_status s;
+    assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+    assert_int_equal(s.checkpoint, cp.op_id); /* the last read was the final state */
+    assert_true(s.checkpoint > (uint64_t)commits);
+  }
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_wait_across_hosts, setup, teardown),
       cmocka_unit_test_setup_teardown(t_wait_first_and_lost, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_writer_lock_lost, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_session_lost_in_flight, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_server_restart, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_statement_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
   };
   base_url = getenv("BS_TEST_PG_URL");
   if (!base_url || !*base_url) {
