@@ -658,8 +658,8 @@ static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64
   }
   while (!rc) {
     drain_notifies(c, st->stream_id);
-    if ((rc = read_checkpoint(c, st, out, err)) ||
-        bs__checkpoint_differs(out, known) || bs__monotonic_ms() >= deadline)
+    if ((rc = read_checkpoint(c, st, out, err)) || bs__checkpoint_differs(out, known) ||
+        bs__monotonic_ms() >= deadline)
       break;
     rc = await_notify(spg(st), c, st->stream_id, deadline, err);
   }

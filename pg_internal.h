@@ -76,7 +76,7 @@ typedef struct bs__pg_db {
     PGconn *c; /* NULL after a loss, until the next call reconnects and locks again */
     unsigned refs;
     pthread_mutex_t mu; /* held by a writer's call for its whole use of c */
-  } **locks;
+  } * *locks;
   size_t n_locks, cap_locks;
   /* A test seam (tests/test_pg_fault.c): called at the backend's named points (bs__pg_hook
    * below) in the calling thread; NULL outside the tests. */
@@ -102,6 +102,9 @@ typedef struct bs__pg_writer {
   PGconn *c;
   int create_empty, snapshot;
   uint64_t written, analyze_at; /* ops and records this writer wrote; the next ANALYZE at */
+  /* a COMMIT whose reply was lost and whose outcome the server could not tell yet: its
+   * transaction id (pg_write.c, commit_outcome); 0 when none */
+  int64_t doubt;
 } bs__pg_writer;
 
 /* The bytes an op adds to its bucket's running bytes (bs_buckets.bytes): its payload fields. */
@@ -119,7 +122,8 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
 /* The test seam: calls db->hook (when set) with point and the connection in use. Points:
  * "wait" (a checkpoint waiter is about to block on its socket), "flush" (a flush's statements
  * ran, its COMMIT not sent yet), "commit" (a commit's queue applied in its transaction, the
- * checkpoint not made yet). */
+ * checkpoint not made yet), "commit.sent" (a flush's or commit's COMMIT sent, its reply not
+ * read yet). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),

@@ -211,12 +211,116 @@ int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err) {
   return BS_OK;
 }
 
+/* ---- A COMMIT whose reply was lost -------------------------------------------------------------
+ * When the session drops after COMMIT was sent, the transaction may or may not have committed.
+ * Its id (txid_current, taken with BEGIN) tells: txid_status on another session. Committed: the
+ * call succeeded (the front empties its queue). Aborted: the call failed, the queue stays. Not
+ * known (the server cannot be asked, or has not finished with it): the call fails and the writer
+ * keeps asking at each call; once the answer is "committed" it refuses every call (BS_ESTATE),
+ * since its queue, which the front still holds, was persisted: applying it again would persist
+ * it twice. */
+
+static int begin_xid(PGconn *c, int64_t *xid, bs_error *err) {
+  PGresult *r;
+  int rc;
+  if ((rc = bs__pg_begin(c, 0, err))) return rc;
+  if ((rc = bs__pg_exec(c, "SELECT txid_current()", NULL, &r, "begin", err))) {
+    bs__pg_rollback(c);
+    return rc;
+  }
+  *xid = bs__pg_i64(r, 0, 0);
+  PQclear(r);
+  return BS_OK;
+}
+
+/* txid_status of xid on a pooled session: 1 committed, 0 aborted, -1 not known (yet). An id
+ * "in the future" (22023) is one a crash forgot: nothing of it was logged, so it did not commit. */
+static int xid_status(bs__pg_db *db, int64_t xid, bs_error *err) {
+  bs__pg_args a = {0};
+  const char *state;
+  PGresult *r;
+  PGconn *c;
+  int st = -1;
+  if (bs__pg_conn_get(db, &c, err)) return -1;
+  bs__pg_arg_i64(&a, xid);
+  r = PQexecParams(c, "SELECT txid_status($1)::text", a.n, a.types, a.values, a.lengths, a.formats,
+                   0);
+  if (r && PQresultStatus(r) == PGRES_TUPLES_OK) {
+    if (!PQgetisnull(r, 0, 0))
+      st = !strcmp(PQgetvalue(r, 0, 0), "committed") ? 1
+           : !strcmp(PQgetvalue(r, 0, 0), "aborted") ? 0
+                                                     : -1;
+  } else if (r && (state = PQresultErrorField(r, PG_DIAG_SQLSTATE)) && !strcmp(state, "22023")) {
+    st = 0;
+  } else {
+    bs__pg_fail(c, r, "commit: asking the outcome", err);
+  }
+  PQclear(r);
+  bs__pg_conn_put(db, c);
+  return st;
+}
+
+/* rc/err: the failure of the COMMIT whose reply was lost. */
+static int commit_outcome(bs__pg_writer *w, int64_t xid, int rc, bs_error *err) {
+  bs_error ask = {0};
+  int st = xid_status(w->db, xid, &ask);
+  if (st == 1) return BS_OK;
+  if (st == 0) return rc;
+  w->doubt = xid;
+  return bs__fail(err, BS_EIO,
+                  "commit: the session was lost after COMMIT was sent, and whether transaction "
+                  "%lld committed is not known yet (%s); the writer asks again at its next call",
+                  (long long)xid, ask.msg[0] ? ask.msg : "in progress");
+}
+
+/* Before a call of a writer with a COMMIT in doubt. */
+static int doubt_resolve(bs__pg_writer *w, bs_error *err) {
+  bs_error ask = {0};
+  int st = xid_status(w->db, w->doubt, &ask);
+  if (st == 0) {
+    w->doubt = 0; /* it did not commit: the queue is still to be applied */
+    return BS_OK;
+  }
+  if (st == 1)
+    return bs__fail(err, BS_ESTATE,
+                    "writer: its last COMMIT (transaction %lld) did commit although its reply was "
+                    "lost, so its queue is persisted: close the writer and open a new one",
+                    (long long)w->doubt);
+  return bs__fail(err, BS_EIO, "writer: whether transaction %lld committed is not known yet (%s)",
+                  (long long)w->doubt, ask.msg[0] ? ask.msg : "in progress");
+}
+
+/* COMMIT of the transaction xid: BS_OK when it committed, also when the reply was lost. */
+static int commit_txn(bs__pg_writer *w, int64_t xid, bs_error *err) {
+  PGconn *c = w->c;
+  PGresult *r;
+  int ok = 0, answered = 0, rc = BS_OK;
+  if (PQsendQuery(c, "COMMIT")) {
+    bs__pg_hook(w->db, "commit.sent", c);
+    while ((r = PQgetResult(c)) != NULL) {
+      if (PQresultStatus(r) == PGRES_COMMAND_OK) {
+        ok = 1;
+      } else if (!rc) {
+        /* an error of the server's carries a SQLSTATE; libpq's own (the connection) none */
+        answered = PQresultErrorField(r, PG_DIAG_SQLSTATE) != NULL;
+        rc = bs__pg_fail(c, r, "commit", err);
+      }
+      PQclear(r);
+    }
+  }
+  if (ok && !rc) return BS_OK;
+  if (!rc) rc = bs__pg_fail(c, NULL, "commit", err);
+  if (answered) return rc; /* the server refused it: not committed */
+  return commit_outcome(w, xid, rc, err);
+}
+
 /* Every writer call holds its session's mutex (writers of one handle share the session) and
  * starts with a live, locked session (bs__pg_writer_conn). */
 static int call_begin(bs__pg_writer *w, bs_error *err) {
   int rc;
   pthread_mutex_lock(&w->lock->mu);
-  if ((rc = bs__pg_writer_conn(w, err))) pthread_mutex_unlock(&w->lock->mu);
+  if ((w->doubt && (rc = doubt_resolve(w, err))) || (rc = bs__pg_writer_conn(w, err)))
+    pthread_mutex_unlock(&w->lock->mu);
   return rc;
 }
 
@@ -245,10 +349,11 @@ static int writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
 static int flush_locked(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *last_op_out,
                         bs_error *err) {
   uint64_t head = 0;
+  int64_t xid = 0;
   int rc;
-  if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
+  if ((rc = begin_xid(w->c, &xid, err))) return rc;
   if (!(rc = bs__pg_flush_in_txn(w, batch, &head, err))) bs__pg_hook(w->db, "flush", w->c);
-  if (rc || (rc = bs__pg_commit(w->c, err))) {
+  if (rc || (rc = commit_txn(w, xid, err))) {
     bs__pg_rollback(w->c); /* nothing half-applied; the front keeps the queue */
     return rc;
   }
@@ -300,10 +405,11 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   PGresult *r = NULL;
   bs_val ncb, cpl;
   uint64_t head, cp;
+  int64_t xid = 0;
   int rc, created = 0;
   bs_block_reason blocked;
   if (create_empty < 0) create_empty = w->create_empty;
-  if ((rc = bs__pg_begin(w->c, 0, err))) return rc;
+  if ((rc = begin_xid(w->c, &xid, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
   bs__pg_hook(w->db, "commit", w->c);
@@ -344,7 +450,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
                     " OR resume_lsn < $2 THEN $2 ELSE resume_lsn END WHERE id = $1",
                     &b, "commit", err);
   }
-  if (rc || (rc = bs__pg_commit(w->c, err))) goto fail;
+  if (rc || (rc = commit_txn(w, xid, err))) goto fail;
   if (out) {
     out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
     out->blocked_reason = blocked;

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "pg_internal.h"
@@ -82,7 +83,8 @@ static int teardown(void **state) {
   pgt *t = *state;
   char sql[256];
   alarm(0);
-  if (PQstatus(t->admin) != CONNECTION_OK) PQreset(t->admin); /* after a server restart */
+  PQclear(PQexec(t->admin, "SELECT 1")); /* finds out whether a restart cut it */
+  if (PQstatus(t->admin) != CONNECTION_OK) PQreset(t->admin);
   snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", t->schema);
   admin_exec(t->admin, sql);
   PQfinish(t->admin);
@@ -586,13 +588,12 @@ static void t_statement_timeout(void **state) {
   assert_int_equal(bs_open(&c, url, NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&sc, c, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&wc, sc, NULL, &err), BS_OK);
-  admin_exec(t->admin,
-             "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
-             " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
-             " RETURN NEW; END$$;"
-             "CREATE TRIGGER bs_test_block BEFORE UPDATE ON bs_streams FOR EACH ROW"
-             " EXECUTE FUNCTION bs_test_block();"
-             "SELECT pg_advisory_lock(4242)");
+  admin_exec(t->admin, "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
+                       " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
+                       " RETURN NEW; END$$;"
+                       "CREATE TRIGGER bs_test_block BEFORE UPDATE ON bs_streams FOR EACH ROW"
+                       " EXECUTE FUNCTION bs_test_block();"
+                       "SELECT pg_advisory_lock(4242)");
   save_put(wc, "b", "r1");
   assert_int_equal(bs_writer_flush(wc, &last, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "PostgreSQL 57014"));
@@ -609,6 +610,93 @@ static void t_statement_timeout(void **state) {
   bs_storage_close(sc);
   bs_storage_close(sa);
   bs_close(c);
+  bs_close(a);
+}
+
+/* A COMMIT whose reply is lost. Committed: the hook waits until the server has finished the
+ * COMMIT (the session is idle again), then swaps the client's socket for a closed one; the flush finds
+ * out with txid_status that it committed and succeeds, once. Aborted: a deferred trigger blocks
+ * the COMMIT on an advisory lock the test holds and the test terminates the session there; the
+ * flush fails (BS_EIO) with nothing persisted, and the retry persists the queue once. */
+typedef struct lost_reply {
+  PGconn *admin;
+  int blocked; /* 0: cut the socket once the COMMIT is done; 1: terminate while it is blocked */
+  int calls;
+} lost_reply;
+
+static void lost_reply_fn(const char *point, PGconn *c, void *payload) {
+  lost_reply *l = payload;
+  char sql[200];
+  if (strcmp(point, "commit.sent") || l->calls++) return;
+  snprintf(sql, sizeof sql,
+           l->blocked ? "SELECT count(*) FROM pg_stat_activity WHERE pid = %d"
+                        " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                      : "SELECT count(*) FROM pg_stat_activity WHERE pid = %d"
+                        " AND state = 'idle' AND query = 'COMMIT'",
+           PQbackendPID(c));
+  while (admin_int(l->admin, sql) != 1) usleep(1000); /* until the server is there */
+  if (l->blocked)
+    terminate_backend(l->admin, PQbackendPID(c));
+  else { /* the reply waits in the socket's buffer: lose it with the socket (a closed pair) */
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(dup2(sv[0], PQsocket(c)), PQsocket(c));
+    close(sv[0]);
+    close(sv[1]);
+  }
+}
+
+static void t_commit_reply_lost(void **state) {
+  pgt *t = *state;
+  bs_db *a = open_ok(t);
+  bs_storage *sa;
+  bs_writer *wa;
+  bs_error err = {0};
+  uint64_t head, head0, last = 0;
+  uint32_t count, count0;
+  lost_reply l = {t->admin, 0, 0};
+  stream_ready(a, "s", 1, &sa, &wa);
+  put_commit(wa, "b", "r0", "00000001");
+  head_and_count(sa, "b", &head0, &count0);
+  bs__pg_set_hook(a, lost_reply_fn, &l);
+  save_put(wa, "b", "r1");
+  save_put(wa, "b", "r2");
+  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK); /* it did commit */
+  assert_int_equal(l.calls, 1);
+  assert_int_equal(last, head0 + 2);
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(head, head0 + 2);
+  assert_int_equal(count, count0 + 2);
+  /* the queue was emptied: the next commit adds nothing */
+  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK); /* a new session */
+  assert_int_equal(last, head0 + 2);
+  head0 = head;
+  count0 = count;
+
+  admin_exec(t->admin,
+             "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
+             " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
+             " RETURN NEW; END$$;"
+             "CREATE CONSTRAINT TRIGGER bs_test_block AFTER UPDATE ON bs_streams"
+             " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION bs_test_block();"
+             "SELECT pg_advisory_lock(4242)");
+  l.blocked = 1;
+  l.calls = 0;
+  save_put(wa, "b", "r3");
+  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO); /* it did not */
+  assert_int_equal(l.calls, 1);
+  assert_non_null(strstr(err.msg, "commit: PostgreSQL"));
+  admin_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(head, head0);
+  assert_int_equal(count, count0);
+  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK);
+  assert_int_equal(last, head0 + 1);
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(count, count0 + 1);
+  bs__pg_set_hook(a, NULL, NULL);
+  bs_writer_close(wa);
+  bs_storage_close(sa);
   bs_close(a);
 }
 
@@ -785,6 +873,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_session_lost_in_flight, setup, teardown),
       cmocka_unit_test_setup_teardown(t_server_restart, setup, teardown),
       cmocka_unit_test_setup_teardown(t_statement_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_commit_reply_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
   };
   base_url = getenv("BS_TEST_PG_URL");
