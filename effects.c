@@ -32,8 +32,9 @@ static int reserve(const bs_allocator *a, void **arr, size_t *cap, size_t n, siz
 static int emit(bs__effects *e, uint64_t bucket, bs_op_type type, bs_val ot, bs_val oi,
                 const char *sk, bs_val data, uint64_t *id, bs_error *err) {
   bs_op op = {0, type, 0, 0, ot, oi, {sk, BS_SUBKEY_SIZE}, data};
-  op.checksum = type == BS_OP_PUT ? bs_checksum_put(e->hash, ot, oi, data)
-                                  : bs_checksum_remove(e->hash, op.subkey);
+  if (e->hash != BS__HASH_NONE)
+    op.checksum = type == BS_OP_PUT ? bs_checksum_put(e->hash, ot, oi, data)
+                                    : bs_checksum_remove(e->hash, op.subkey);
   return e->ops->op(e->ctx, bucket, &op, id, err);
 }
 
@@ -73,7 +74,7 @@ static int put_after(bs__effects *e, uint32_t table_id, const bs_save *s, bs_val
                      const bs__srec *prev, bs_error *err) {
   uint32_t pnm = prev ? prev->nm : 0, pnl = prev ? prev->nl : 0, nm = 0, nl = 0;
   const bs_allocator *a = e->alloc;
-  char sk[BS_SUBKEY_SIZE];
+  char sk[BS_SUBKEY_SIZE] = {0};
   bs__srec rec = {0};
   int rc;
 
@@ -82,7 +83,7 @@ static int put_after(bs__effects *e, uint32_t table_id, const bs_save *s, bs_val
       reserve(a, (void **)&e->kept, &e->cap_kept, pnm, 1))
     return nomem(err);
   if (pnm) memset(e->kept, 0, pnm);
-  bs_subkey(sk, table_id, after);
+  if (e->hash != BS__HASH_NONE) bs_subkey(sk, table_id, after);
   for (size_t i = 0; i < s->n_rows; i++) {
     const bs_row *row = &s->rows[i];
     uint64_t b, id;
@@ -297,7 +298,7 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
   e.ops = &ops;
   e.ctx = &s;
   e.alloc = a;
-  e.hash = BS_HASH_XXH3;
+  e.hash = BS__HASH_NONE;
   e.snapshot = snapshot;
   /* snapshot_done only chooses between a soft and a hard delete, both "no row"; a snapshot
    * writer (the one that treats a soft record differently: skip_existing) deletes softly anyway */

@@ -338,7 +338,7 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n, const bs_man
  * 0 when none), so ids never go backwards. *action: BS_WCP_REPLACE (id and heads replaced, not
  * processed; requested_at iff w supplied its id), BS_WCP_REFRESH (a supplied retry of the stored
  * id: requested_at only) or BS_WCP_KEEP (a lower supplied id changes nothing). BS_EINVAL when
- * the id would reach 2^63. */
+ * the id would reach 2^63; *id and *action are then left as they were. */
 enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
                         int *action, bs_error *err);
@@ -403,11 +403,14 @@ typedef struct bs__effects_ops {
   uint64_t (*op_head)(void *ctx);
 } bs__effects_ops;
 
+/* The hash of an effects context whose ops are discarded (source_row's shadow below): the op
+ * calls then get neither a checksum nor a subkey (both unset), which it would not read. */
+#define BS__HASH_NONE ((bs_hash)2)
 typedef struct bs__effects {
   const bs__effects_ops *ops;
   void *ctx;
   const bs_allocator *alloc; /* for the scratch below */
-  bs_hash hash;              /* the stream's op checksum */
+  bs_hash hash;              /* the stream's op checksum (or BS__HASH_NONE, above) */
   int snapshot;              /* a snapshot writer (skip_existing, 4.3) */
   int snapshot_done;         /* the stream's snapshot is done */
   /* scratch of the new record, kept across saves; bs__effects_free releases it */

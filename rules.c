@@ -25,18 +25,21 @@ bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpo
 
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
                         int *action, bs_error *err) {
-  *action = BS_WCP_REPLACE;
+  int act = BS_WCP_REPLACE;
+  uint64_t next;
   if (!w->has_request_id) {
-    *id = stored + 1; /* stored < 2^63: no wrap */
+    next = stored + 1; /* stored < 2^63: no wrap */
   } else if (!exists || w->request_id > stored) {
-    *id = w->request_id > stored ? w->request_id : stored;
+    next = w->request_id > stored ? w->request_id : stored;
   } else {
-    *id = stored;
-    *action = w->request_id == stored ? BS_WCP_REFRESH : BS_WCP_KEEP;
+    next = stored;
+    act = w->request_id == stored ? BS_WCP_REFRESH : BS_WCP_KEEP;
   }
-  if (*id >= (UINT64_C(1) << 63))
+  if (next >= (UINT64_C(1) << 63))
     return bs__fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
                     (int)w->user_id.size, (const char *)w->user_id.data);
+  *id = next;
+  *action = act;
   return BS_OK;
 }
 

@@ -86,14 +86,24 @@ fail_mu:
   return bs__fail(err, BS_ENOMEM, "cannot initialise the checkpoint notification");
 }
 
+/* The one rule of a handle a backend hands the front (storage_backend.h): h is set and its table
+ * has version 1 or later and a destroy; else BS_EINVAL, and a refused handle is released through
+ * its table's destroy when it has one (the first slot of every version, so a version-0 table's
+ * too). A handle without a destroy cannot be released: the backend's bug. */
+#define HANDLE_CHECK(h, what, err)                                                                 \
+  (!(h)                                                  ? handle_fail(what, "no handle", err)     \
+   : (h)->vt && (h)->vt->version >= 1 && (h)->vt->destroy ? BS_OK                                  \
+   : ((h)->vt && (h)->vt->destroy ? (h)->vt->destroy(h) : (void)0,                                 \
+      handle_fail(what, "a handle without a table of version 1 or later with a destroy", err)))
+static int handle_fail(const char *what, const char *got, bs_error *err) {
+  return bs__fail(err, BS_EINVAL, "%s: the backend returned %s", what, got);
+}
+
 int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err) {
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
-  if (!db->vt || db->vt->version < 1 || !db->vt->destroy)
-    return bs__fail(err, BS_EINVAL, "db->vt: no table of version 1..%u with a destroy",
-                    BS_DB_VTABLE_VERSION);
+  if ((rc = HANDLE_CHECK(db, "db", err))) return rc;
   db->front = NULL;
   if ((rc = check_open_options(opts, err)) == BS_OK) rc = check_allocator(&db->alloc, err);
   if (rc == BS_OK && !db->alloc.malloc_fn) db->alloc = bs__default_allocator;
@@ -389,17 +399,10 @@ int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *e
   *out = NULL;
   if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
   if ((rc = DB_CHECK(db, storage_open, err))) return rc;
-  if ((rc = db->vt->storage_open(out, db, stream_id, err)) != BS_OK) {
-    *out = NULL;
-    return rc;
-  }
-  /* destroy is mandatory: without it the handle could never be released (a backend's bug,
-   * refused here rather than leaked later) */
-  if (!(*out)->vt || (*out)->vt->version < 1 || !(*out)->vt->destroy) {
-    *out = NULL;
-    return bs__fail(err, BS_EINVAL, "storage_open: the backend's storage has no destroy");
-  }
-  return BS_OK;
+  if ((rc = db->vt->storage_open(out, db, stream_id, err)) == BS_OK)
+    rc = HANDLE_CHECK(*out, "storage_open", err);
+  if (rc != BS_OK) *out = NULL;
+  return rc;
 }
 
 void bs_storage_close(bs_storage *st) {
@@ -432,13 +435,11 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   if ((rc = VT_CHECK(st, writer_open, err))) return rc;
   if (!(f = bs__calloc(front_alloc(st), 1, sizeof *f)))
     return bs__fail(err, BS_ENOMEM, "cannot allocate the writer's front state");
-  if ((rc = st->vt->writer_open(st, &o, &w, err)) != BS_OK) {
+  if ((rc = st->vt->writer_open(st, &o, &w, err)) == BS_OK)
+    rc = HANDLE_CHECK(w, "writer_open", err);
+  if (rc != BS_OK) {
     bs__free(front_alloc(st), f);
     return rc;
-  }
-  if (!w->vt || w->vt->version < 1 || !w->vt->destroy) {
-    bs__free(front_alloc(st), f);
-    return bs__fail(err, BS_EINVAL, "writer_open: the backend's writer has no destroy");
   }
   if (!w->st) w->st = st;
   f->opts = o;

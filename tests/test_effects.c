@@ -264,6 +264,53 @@ static void test_unlink(void **state) {
          "103 tombstone k1 of A\n104 tombstone k2 of A\n");
 }
 
+/* bs__managed_next_id (rules.c), contract.md 7: the id and action per case; a failure (the id
+ * would reach 2^63) leaves both outputs as they were. */
+static void test_managed_next_id(void **state) {
+  static const uint64_t top = (UINT64_C(1) << 63) - 1;
+  static const struct {
+    int has_id;
+    uint64_t req;
+    int exists;
+    uint64_t stored, id;
+    int action, rc;
+  } cases[] = {
+      {0, 0, 0, 0, 1, BS_WCP_REPLACE, BS_OK},         /* generated, new user: 1 */
+      {0, 0, 1, 7, 8, BS_WCP_REPLACE, BS_OK},         /* generated: stored + 1 */
+      {0, 0, 0, 7, 8, BS_WCP_REPLACE, BS_OK},         /* generated over a high-water mark */
+      {1, 5, 1, 3, 5, BS_WCP_REPLACE, BS_OK},         /* supplied above the stored id */
+      {1, 3, 1, 3, 3, BS_WCP_REFRESH, BS_OK},         /* a supplied retry */
+      {1, 2, 1, 3, 3, BS_WCP_KEEP, BS_OK},            /* a lower supplied id */
+      {1, 2, 0, 3, 3, BS_WCP_REPLACE, BS_OK},         /* lower than the high-water mark */
+      {1, 1, 0, 0, 1, BS_WCP_REPLACE, BS_OK},         /* the smallest supplied id */
+      {1, top, 1, 3, top, BS_WCP_REPLACE, BS_OK},     /* the largest id */
+      {0, 0, 1, top - 1, top, BS_WCP_REPLACE, BS_OK}, /* generated up to the largest */
+      {0, 0, 1, top, 0, 0, BS_EINVAL},                /* generated past it */
+      {0, 0, 0, top, 0, 0, BS_EINVAL},                /* past it from a high-water mark */
+      {1, top + 1, 0, 0, 0, 0, BS_EINVAL},            /* a supplied id of 2^63 */
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bs_managed_request w = {0};
+    bs_error err = {0};
+    uint64_t id = 0xdeadbeef;
+    int action = -7, rc;
+    w.user_id = (bs_val){"\xc3\xbc/c", 4}; /* non-ASCII user id */
+    w.has_request_id = cases[i].has_id;
+    w.request_id = cases[i].req;
+    rc = bs__managed_next_id(&w, cases[i].exists, cases[i].stored, &id, &action, &err);
+    if (rc != cases[i].rc) fail_msg("case %zu: rc %d, want %d", i, rc, cases[i].rc);
+    if (rc != BS_OK) {
+      assert_true(id == 0xdeadbeef && action == -7); /* untouched */
+      assert_non_null(strstr(err.msg, "\xc3\xbc/c"));
+      continue;
+    }
+    if (id != cases[i].id || action != cases[i].action)
+      fail_msg("case %zu: id %llu action %d, want %llu %d", i, (unsigned long long)id, action,
+               (unsigned long long)cases[i].id, cases[i].action);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_update, setup, teardown),
@@ -272,6 +319,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
       cmocka_unit_test_setup_teardown(test_soft, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unlink, setup, teardown),
+      cmocka_unit_test(test_managed_next_id),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,14 +41,16 @@ static void s_destroy(bs_storage *st) {
 static const bs_writer_vtable full_wt;
 static const bs_writer_vtable *open_wt = &full_wt;
 static fw *last_writer; /* a writer the front refused (no destroy) is freed by the test */
+static int open_null; /* writer_open and storage_open answer BS_OK without a handle */
 static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
                          bs_error *err) {
-  fw *w = calloc(1, sizeof *w);
+  fw *w = open_null ? NULL : calloc(1, sizeof *w);
   calls++;
   last_writer = w;
+  *out = w ? &w->base : NULL;
+  if (!w) return BS_OK;
   w->base.vt = open_wt;
   w->base.st = st;
-  *out = &w->base;
   return BS_OK;
 }
 static void s_writer_close(bs_writer *w) {
@@ -231,6 +233,11 @@ static fst *last_opened; /* a storage the front refused (no destroy) is freed by
 static int d_storage_open(bs_storage **out, bs_db *db, uint32_t id, bs_error *err) {
   fst *s = calloc(1, sizeof *s);
   last_opened = s;
+  if (open_null) {
+    free(s);
+    *out = NULL;
+    return BS_OK;
+  }
   s->base.vt = open_vt;
   s->base.db = db;
   s->base.stream_id = 1;
@@ -687,10 +694,27 @@ static void free_only(void *o, void *p) {
   (void)o;
   free(p);
 }
-static int destroyed; /* d_count_close calls */
+static int destroyed; /* d_count_close, s_count_close and w_count_close calls */
 static void d_count_close(bs_db *db) {
   destroyed++;
   free(db);
+}
+static void s_count_close(bs_storage *st) {
+  destroyed++;
+  free(st);
+}
+static void w_count_close(bs_writer *w) {
+  destroyed++;
+  free(w);
+}
+
+/* bs_writer_open on st must refuse what writer_open returns (BS_EINVAL naming what) */
+static void writer_refused(bs_storage *st, const char *what) {
+  bs_writer *w = (bs_writer *)1;
+  bs_error e2;
+  assert_int_equal(bs_writer_open(&w, st, NULL, &e2), BS_EINVAL); /* the backend was called */
+  assert_non_null(strstr(e2.msg, what));
+  assert_null(w);
 }
 
 static void test_unsupported_slots(void **state) {
@@ -698,11 +722,13 @@ static void test_unsupported_slots(void **state) {
   static bs_writer_vtable nodestroy_wt;
   static const bs_db_vtable nodestroy_db = {.version = BS_DB_VTABLE_VERSION};
   static const bs_db_vtable v0_db = {.version = 0, .destroy = d_count_close};
+  static const bs_storage_vtable v0_vt = {.version = 0, .destroy = s_count_close};
+  static const bs_writer_vtable v0_wt = {.version = 0, .destroy = w_count_close};
   static const bs_db_vtable counted_db = {.version = BS_DB_VTABLE_VERSION,
                                           .destroy = d_count_close};
   const bs_val none = {NULL, 0};
   bs_db *db = fake_db(0), *out;
-  bs_storage *st;
+  bs_storage *st, *st2 = (bs_storage *)1;
   bs_checkpoint cp;
   bs_writer *w;
   fdb *d;
@@ -732,33 +758,46 @@ static void test_unsupported_slots(void **state) {
   nodestroy_wt = full_wt;
   nodestroy_wt.destroy = NULL;
   open_wt = &nodestroy_wt;
-  {
-    bs_error e2;
-    assert_int_equal(bs_writer_open(&w, st, NULL, &e2), BS_EINVAL); /* the backend was called */
-    assert_non_null(strstr(e2.msg, "destroy"));
-  }
-  assert_null(w);
+  writer_refused(st, "destroy");
   free(last_writer);
+  /* a refused handle whose table has a destroy is released through it, also a version-0
+   * table's (destroy is the first slot of every version): nothing else could release it */
+  destroyed = 0;
+  open_wt = &v0_wt;
+  writer_refused(st, "version");
+  assert_int_equal(destroyed, 1);
   open_wt = &full_wt;
+  open_vt = &v0_vt;
+  EXPECT(bs_storage_open(&st2, db, 0, E), BS_EINVAL, "version");
+  assert_null(st2);
+  assert_int_equal(destroyed, 2);
+  open_vt = &full_vt;
+  /* BS_OK without a handle is the backend's bug, refused with a code (a host supplies it) */
+  open_null = 1;
+  writer_refused(st, "no handle");
+  EXPECT(bs_storage_open(&st2, db, 0, E), BS_EINVAL, "no handle");
+  assert_null(st2);
+  open_null = 0;
   bs_storage_close(st);
   d = calloc(1, sizeof *d);
   d->base.vt = &nodestroy_db;
   EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "destroy");
   free(d);
-  /* refused after a valid table: the front destroys the db through it */
+  EXPECT(bs_open_backend(&out, NULL, NULL, E), BS_EINVAL, "no handle");
+  /* refused, its table has a destroy: the front destroys the db through it */
   destroyed = 0;
   d = calloc(1, sizeof *d);
   d->base.vt = &v0_db;
   EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "version");
-  assert_int_equal(destroyed, 0); /* a version-0 table's slots are not read */
-  free(d);
+  assert_null(out);
+  assert_int_equal(destroyed, 1);
   d = calloc(1, sizeof *d);
   d->base.vt = &counted_db;
   d->base.alloc.malloc_fn = NULL;
   d->base.alloc.free_fn = free_only;
   EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "allocator");
   assert_null(out);
-  assert_int_equal(destroyed, 1);
+  assert_int_equal(destroyed, 2);
   bs_close(db);
 }
 
