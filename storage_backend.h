@@ -20,7 +20,9 @@
  *  - A read-only database (BS_OPEN_RDONLY in bs_db.flags) gets no writing call: the front
  *    answers BS_ESTATE before the slot is reached.
  *  - A NULL slot answers BS_EUNSUPPORTED; `destroy` is the one mandatory slot of every table
- *    (bs_open_backend, bs_storage_open and bs_writer_open refuse a handle without it).
+ *    (bs_open_backend, bs_storage_open and bs_writer_open refuse with BS_EINVAL a handle
+ *    without it or of version 0, releasing it through its destroy when it has one, and a slot
+ *    that returned BS_OK without a handle).
  *  - Tables only grow at the end. Each carries the version its author compiled against
  *    (BS_*_VTABLE_VERSION); the front reads a slot only when the table's version is at least
  *    the version that added it, so a backend built against an older header keeps working.
