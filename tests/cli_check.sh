@@ -170,14 +170,25 @@ grep -q '^{"stream":2,"state":"PROCESSING"' "$tmp/out" || fail "load --stream 2:
 expect_rc 0 "$bs" load "$tmp/both.db" < "$tmp/all.dump"
 "$bs" dump "$tmp/both.db" --all | cmp -s - "$tmp/all.dump" || fail "dump --all after load"
 
-# checkpoint --watch in one process sees two commits made by another
-"$bs" checkpoint --db "$db" --watch --count 2 --timeout-ms 10000 > "$tmp/watch" &
+# checkpoint --watch in one process sees two commits made by another. Polling from another
+# process coalesces commits closer together than its 50 ms period, so each commit is made only
+# once the watcher has printed the line before it: the interleaving is arranged (a FIFO feeds
+# the driver), and the bounds (10 minutes) only catch a hang.
+"$bs" checkpoint --db "$db" --watch --count 2 --timeout-ms 600000 > "$tmp/watch" &
 watcher=$!
-n=0; while [ ! -s "$tmp/watch" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-# (polling from another process coalesces commits closer together than its 50 ms period)
-{ echo '{"cmd":"keepalive","lsn":"00000100"}'; sleep 0.3
-  echo '{"cmd":"save","table":"t","tag":"update","id":"r1","rows":[{"bucket":"b1","type":"t","id":"r1","data":"{}"}]}'
-  echo '{"cmd":"commit","lsn":"00000101"}'; } | "$bs" drive --db "$db" > /dev/null
+watched() { n=0; while [ "$(wc -l < "$tmp/watch")" -lt "$1" ]; do
+  n=$((n + 1)); [ $n -lt 6000 ] || fail "checkpoint --watch: no line $1"; sleep 0.1; done; }
+mkfifo "$tmp/cmds"
+"$bs" drive --db "$db" < "$tmp/cmds" > /dev/null &
+driver=$!
+exec 3> "$tmp/cmds"
+watched 1
+echo '{"cmd":"keepalive","lsn":"00000100"}' >&3
+watched 2
+echo '{"cmd":"save","table":"t","tag":"update","id":"r1","rows":[{"bucket":"b1","type":"t","id":"r1","data":"{}"}]}' >&3
+echo '{"cmd":"commit","lsn":"00000101"}' >&3
+exec 3>&-
+wait "$driver" || fail "drive exited non-zero"
 wait "$watcher" || fail "checkpoint --watch exited non-zero"
 [ "$(wc -l < "$tmp/watch")" = 3 ] || { cat "$tmp/watch"; fail "watch lines"; }
 tail -n 1 "$tmp/watch" | grep -q '"checkpoint":"2001","lsn":"00000101"' || fail "watch last line"

@@ -47,7 +47,7 @@ start() {
 
 serve() { # BIN DIR PORT: start the server of DIR on PORT
   # fsync off: a test server holds nothing worth a crash-safe disk; small shared buffers
-  as_owner "$1/pg_ctl" -D "$2/data" -l "$2/server.log" -w -t 60 \
+  as_owner "$1/pg_ctl" -D "$2/data" -l "$2/server.log" -w -t 600 \
     -o "-c listen_addresses=127.0.0.1 -p $3 -k $2 -c fsync=off -c full_page_writes=off \
         -c shared_buffers=64MB -c max_connections=100" start >/dev/null ||
     { cat "$2/server.log" >&2; exit 1; }

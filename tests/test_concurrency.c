@@ -441,7 +441,7 @@ static void test_stale_reader(void **state) {
   pid_t stuck;
   (void)state;
   open_shared(&x, &s);
-  alarm(60);
+  alarm(900); /* a deadlock guard only, as above */
   /* some data, so that the stuck reader's callback runs */
   assert_int_equal(pthread_create(&tw, NULL, writer_thread, &s), 0);
   while (__atomic_load_n(&s.commits, __ATOMIC_RELAXED) < 3) usleep(1000);
@@ -454,7 +454,10 @@ static void test_stale_reader(void **state) {
     close(fds[0]);
     kill(stuck, SIGKILL);
     assert_int_equal(wait_status(stuck), 200 + SIGKILL);
-    usleep(20000);  /* the writer keeps committing beside the stale slot */
+    /* the writer keeps committing beside the stale slot: two more commits, counted */
+    for (unsigned long c0 = __atomic_load_n(&s.commits, __ATOMIC_RELAXED);
+         __atomic_load_n(&s.commits, __ATOMIC_RELAXED) < c0 + 2 && !s.failures;)
+      usleep(1000);
     if (round == 1) /* the library's open clears it */
       assert_int_equal(wait_status(spawn("open", x.path, "", -1)), 0);
     dead = wait_status(spawn("rawcheck", x.path, "", -1));

@@ -3,6 +3,7 @@
  * code with a message naming the argument, and must not reach the backend. Also: request
  * sorting/deduplication, option defaults, BS_EUNSUPPORTED for missing slots, read-only
  * refusals, checkpoint waiting (in-process wakeup and polling) and the listener. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -93,8 +94,10 @@ static int s_source_row(bs_writer *w, const bs_write_batch *b, bs_val t, bs_val 
   calls++;
   return BS_OK;
 }
+static int cp_reads; /* s_get_checkpoint calls, atomic: test_wait_and_listener's threads */
 static int s_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   calls++;
+  __atomic_add_fetch(&cp_reads, 1, __ATOMIC_SEQ_CST);
   memset(out, 0, sizeof *out);
   out->op_id = __atomic_load_n(&fake_cp, __ATOMIC_SEQ_CST);
   return BS_OK;
@@ -969,12 +972,16 @@ static uint64_t ms_now(void) {
 typedef struct bump_arg {
   bs_writer *w;
   int notify;
+  int reads; /* cp_reads before the wait started */
 } bump_arg;
 
+/* Bumps the checkpoint once the waiter has read it in its wait (so the bump always lands
+ * while it waits, however the threads are scheduled): through a commit that notifies, or
+ * (notify 0) as another process's commit would, seen only by the wait's polling. */
 static void *bump_later(void *p) {
   bump_arg *a = p;
-  struct timespec ts = {0, 120 * 1000000L};
-  nanosleep(&ts, NULL);
+  struct timespec ts = {0, 1000000L};
+  while (__atomic_load_n(&cp_reads, __ATOMIC_SEQ_CST) <= a->reads) nanosleep(&ts, NULL);
   __atomic_store_n(&fake_cp, fake_cp + 1, __ATOMIC_SEQ_CST);
   /* a commit through the front that made a checkpoint notifies (the backend does not) */
   if (a->notify) assert_int_equal(bs_writer_commit(a->w, bs__val_str("1"), NULL, NULL, NULL), 0);
@@ -988,58 +995,58 @@ static void listener(uint32_t stream, uint64_t cp, void *payload) {
   heard_cp = cp;
 }
 
+/* Every wait below that must end by a change has no timeout to speak of (INT_MAX ms): the
+ * interleaving is arranged (bump_later), and alarm() only catches a wait that never ends. */
 static void test_wait_and_listener(void **state) {
   bs_db *db = fake_db(0);
   bs_storage *st = fake_storage(db);
   bs_checkpoint known, out;
   pthread_t th;
-  bump_arg a = {NULL, 1};
-  uint64_t t0, dt;
-  int one = 1;
+  bump_arg a = {NULL, 1, 0};
+  uint64_t t0;
+  int one = 1, before;
   (void)state;
+  alarm(300);
   fake_cp = 5;
   assert_int_equal(bs_writer_open(&a.w, st, NULL, NULL), BS_OK);
   EXPECT(bs_wait_checkpoint(st, NULL, -1, &out, E), BS_EINVAL, "timeout_ms");
   EXPECT(bs_wait_checkpoint(st, NULL, 10, NULL, E), BS_EINVAL, "out");
   assert_int_equal(bs_get_checkpoint(st, &known, NULL), BS_OK);
-  /* nothing changes: returns after the timeout with the current checkpoint */
+  /* nothing changes: returns after the timeout (not before) with the current checkpoint */
   t0 = ms_now();
   assert_int_equal(bs_wait_checkpoint(st, &known, 150, &out, NULL), BS_OK);
-  dt = ms_now() - t0;
-  assert_true(dt >= 140 && dt < 1000);
+  assert_true(ms_now() - t0 >= 150);
   assert_true(out.op_id == 5);
-  /* different from `known` already: returns at once */
+  /* different from `known` already: returns after one read, without waiting */
   known.op_id = 4;
-  t0 = ms_now();
-  assert_int_equal(bs_wait_checkpoint(st, &known, 5000, &out, NULL), BS_OK);
-  assert_true(ms_now() - t0 < 40);
+  before = cp_reads;
+  assert_int_equal(bs_wait_checkpoint(st, &known, INT_MAX, &out, NULL), BS_OK);
+  assert_int_equal(cp_reads, before + 1);
+  assert_true(out.op_id == 5);
   known.op_id = 5;
   /* in-process commit: woken by the notification */
   assert_int_equal(bs_set_checkpoint_listener(db, listener, &one), BS_OK);
+  a.reads = cp_reads;
   pthread_create(&th, NULL, bump_later, &a);
-  t0 = ms_now();
-  assert_int_equal(bs_wait_checkpoint(st, &known, 5000, &out, NULL), BS_OK);
-  dt = ms_now() - t0;
+  assert_int_equal(bs_wait_checkpoint(st, &known, INT_MAX, &out, NULL), BS_OK);
   pthread_join(th, NULL);
   assert_true(out.op_id == 6);
-  assert_true(dt >= 100 && dt < 1000);
   assert_int_equal(heard, 1);
   assert_true(heard_cp == 6);
-  /* another process's commit (no notification): seen by polling within ~50 ms */
+  /* another process's commit (no notification): seen by polling */
   known = out;
   a.notify = 0;
+  a.reads = cp_reads;
   pthread_create(&th, NULL, bump_later, &a);
-  t0 = ms_now();
-  assert_int_equal(bs_wait_checkpoint(st, &known, 5000, &out, NULL), BS_OK);
-  dt = ms_now() - t0;
+  assert_int_equal(bs_wait_checkpoint(st, &known, INT_MAX, &out, NULL), BS_OK);
   pthread_join(th, NULL);
   assert_true(out.op_id == 7);
-  assert_true(dt < 1000);
   /* unregistered listener is not called */
   assert_int_equal(bs_set_checkpoint_listener(db, NULL, NULL), BS_OK);
   assert_int_equal(bs_writer_commit(a.w, bs__val_str("2"), NULL, NULL, NULL), BS_OK);
   assert_int_equal(heard, 1);
   assert_int_equal(bs_set_checkpoint_listener(NULL, listener, NULL), BS_EINVAL);
+  alarm(0);
   bs_writer_close(a.w);
   bs_storage_close(st);
   bs_close(db);
