@@ -91,10 +91,12 @@ fail_mu:
  * its table's destroy when it has one (the first slot of every version, so a version-0 table's
  * too). A handle without a destroy cannot be released: the backend's bug. */
 #define HANDLE_CHECK(h, what, err)                                                                 \
-  (!(h)                                                  ? handle_fail(what, "no handle", err)     \
-   : (h)->vt && (h)->vt->version >= 1 && (h)->vt->destroy ? BS_OK                                  \
-   : ((h)->vt && (h)->vt->destroy ? (h)->vt->destroy(h) : (void)0,                                 \
-      handle_fail(what, "a handle without a table of version 1 or later with a destroy", err)))
+  (!(h) ? handle_fail(what, "no handle", err)                                                      \
+   : (h)->vt && (h)->vt->version >= 1 && (h)->vt->destroy                                          \
+       ? BS_OK                                                                                     \
+       : ((h)->vt && (h)->vt->destroy ? (h)->vt->destroy(h) : (void)0,                             \
+          handle_fail(what, "a handle without a table of version 1 or later with a destroy",       \
+                      err)))
 static int handle_fail(const char *what, const char *got, bs_error *err) {
   return bs__fail(err, BS_EINVAL, "%s: the backend returned %s", what, got);
 }
@@ -152,8 +154,13 @@ static int check_sized(bs_val v, size_t min, size_t max, const char *what, const
   return BS_OK;
 }
 
+/* The two checks with the limit named by its macro (BS_MAX_*), written once. */
+#define CHECK_SIZED(v, min, max, what, err) check_sized(v, min, max, what, #max, err)
+#define CHECK_SIZED_AT(v, min, max, array, i, field, err)                                          \
+  check_sized_at(v, min, max, array, i, field, #max, err)
+
 static int check_lsn(bs_val lsn, const char *what, bs_error *err) {
-  return check_sized(lsn, 0, BS_MAX_LSN, what ? what : "lsn", "BS_MAX_LSN", err);
+  return CHECK_SIZED(lsn, 0, BS_MAX_LSN, what ? what : "lsn", err);
 }
 
 /* The common case, checked without formatting a message (the writer's hot path). */
@@ -169,16 +176,13 @@ static int check_row(const bs_row *r, size_t i, bs_error *err) {
       sized_ok(r->object_id, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->data, 0, BS_MAX_OP_DATA))
     return BS_OK;
   snprintf(what, sizeof what, "rows[%zu].bucket", i);
-  if ((rc = check_sized(r->bucket, 1, BS_MAX_BUCKET_NAME, what, "BS_MAX_BUCKET_NAME", err)))
-    return rc;
+  if ((rc = CHECK_SIZED(r->bucket, 1, BS_MAX_BUCKET_NAME, what, err))) return rc;
   snprintf(what, sizeof what, "rows[%zu].object_type", i);
-  if ((rc = check_sized(r->object_type, 0, BS_MAX_OBJECT_NAME, what, "BS_MAX_OBJECT_NAME", err)))
-    return rc;
+  if ((rc = CHECK_SIZED(r->object_type, 0, BS_MAX_OBJECT_NAME, what, err))) return rc;
   snprintf(what, sizeof what, "rows[%zu].object_id", i);
-  if ((rc = check_sized(r->object_id, 0, BS_MAX_OBJECT_NAME, what, "BS_MAX_OBJECT_NAME", err)))
-    return rc;
+  if ((rc = CHECK_SIZED(r->object_id, 0, BS_MAX_OBJECT_NAME, what, err))) return rc;
   snprintf(what, sizeof what, "rows[%zu].data", i);
-  return check_sized(r->data, 0, BS_MAX_OP_DATA, what, "BS_MAX_OP_DATA", err);
+  return CHECK_SIZED(r->data, 0, BS_MAX_OP_DATA, what, err);
 }
 
 static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
@@ -186,14 +190,14 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   int rc;
   if (!sized_ok(l->key, 0, BS_MAX_LOOKUP_KEY)) {
     snprintf(what, sizeof what, "lookups[%zu].key", i);
-    return check_sized(l->key, 0, BS_MAX_LOOKUP_KEY, what, "BS_MAX_LOOKUP_KEY", err);
+    return CHECK_SIZED(l->key, 0, BS_MAX_LOOKUP_KEY, what, err);
   }
   if (l->n_params && !l->params)
     return bs__fail(err, BS_EINVAL, "lookups[%zu].params: NULL with n_params %zu", i, l->n_params);
   for (size_t j = 0; j < l->n_params; j++) {
     if (sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) continue;
     snprintf(what, sizeof what, "lookups[%zu].params[%zu]", i, j);
-    if ((rc = check_sized(l->params[j], 0, BS_MAX_OP_DATA, what, "BS_MAX_OP_DATA", err))) return rc;
+    if ((rc = CHECK_SIZED(l->params[j], 0, BS_MAX_OP_DATA, what, err))) return rc;
   }
   return BS_OK;
 }
@@ -204,16 +208,11 @@ static int check_save(const bs_save *s, bs_error *err) {
   if (s->version < 1 || s->version > BS_SAVE_VERSION)
     return bs__fail(err, BS_EINVAL, "change->version %u is not supported (this build: %u)",
                     s->version, (unsigned)BS_SAVE_VERSION);
-  if ((rc = check_sized(s->table, 1, BS_MAX_TABLE_NAME, "change->table", "BS_MAX_TABLE_NAME", err)))
-    return rc;
+  if ((rc = CHECK_SIZED(s->table, 1, BS_MAX_TABLE_NAME, "change->table", err))) return rc;
   if (s->tag != BS_INSERT && s->tag != BS_UPDATE && s->tag != BS_DELETE)
     return bs__fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
-  if ((rc = check_sized(s->before_id, 0, BS_MAX_REPLICA_ID, "change->before_id",
-                        "BS_MAX_REPLICA_ID", err)))
-    return rc;
-  if ((rc = check_sized(s->after_id, 0, BS_MAX_REPLICA_ID, "change->after_id", "BS_MAX_REPLICA_ID",
-                        err)))
-    return rc;
+  if ((rc = CHECK_SIZED(s->before_id, 0, BS_MAX_REPLICA_ID, "change->before_id", err))) return rc;
+  if ((rc = CHECK_SIZED(s->after_id, 0, BS_MAX_REPLICA_ID, "change->after_id", err))) return rc;
   if (s->tag != BS_DELETE && !s->after_id.data)
     return bs__fail(err, BS_EINVAL, "change->after_id: required for INSERT and UPDATE");
   if (s->tag == BS_DELETE && !s->before_id.data && !s->after_id.data)
@@ -226,8 +225,7 @@ static int check_save(const bs_save *s, bs_error *err) {
     if ((rc = check_row(&s->rows[i], i, err))) return rc;
   for (size_t i = 0; i < s->n_lookups; i++)
     if ((rc = check_lookup(&s->lookups[i], i, err))) return rc;
-  return check_sized(s->stored_data, 0, BS_MAX_OP_DATA, "change->stored_data", "BS_MAX_OP_DATA",
-                     err);
+  return CHECK_SIZED(s->stored_data, 0, BS_MAX_OP_DATA, "change->stored_data", err);
 }
 
 /* ---- Front: shared checks -------------------------------------------------------------------- */
@@ -273,12 +271,7 @@ static int check_op_id_at(uint64_t v, const char *array, size_t i, const char *f
 }
 
 static int check_bucket_name(bs_val v, const char *what, size_t i, bs_error *err) {
-  return check_sized_at(v, 1, BS_MAX_BUCKET_NAME, what, i, "", "BS_MAX_BUCKET_NAME", err);
-}
-
-static int check_storage(const bs_storage *st, bs_error *err) {
-  if (!st) return bs__fail(err, BS_EINVAL, "st: NULL");
-  return BS_OK;
+  return CHECK_SIZED_AT(v, 1, BS_MAX_BUCKET_NAME, what, i, "", err);
 }
 
 /* The allocator of what the front allocates for st (its database's). */
@@ -286,10 +279,19 @@ static const bs_allocator *front_alloc(const bs_storage *st) {
   return st && st->db ? &st->db->alloc : &bs__default_allocator;
 }
 
-static int check_writable(const bs_storage *st, const char *call, bs_error *err) {
-  if (st->db && (st->db->flags & BS_OPEN_RDONLY))
+/* The first check of a call on a handle: it is set; a writing call (call names it; NULL: a
+ * reading one) is refused on a read-only database (BS_ESTATE). Then the call checks its
+ * arguments, and last that its slot is usable (BS_EUNSUPPORTED), so a bad argument is named
+ * whatever the backend. */
+static int check_db(const bs_db *db, const char *call, bs_error *err) {
+  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (call && (db->flags & BS_OPEN_RDONLY))
     return bs__fail(err, BS_ESTATE, "%s: the database is open read-only", call);
   return BS_OK;
+}
+static int check_storage(const bs_storage *st, const char *call, bs_error *err) {
+  if (!st) return bs__fail(err, BS_EINVAL, "st: NULL");
+  return st->db ? check_db(st->db, call, err) : BS_OK;
 }
 
 static int check_writer(const bs_writer *w, bs_error *err) {
@@ -299,7 +301,7 @@ static int check_writer(const bs_writer *w, bs_error *err) {
 }
 
 static int check_table(bs_val table, bs_error *err) {
-  return check_sized(table, 1, BS_MAX_TABLE_NAME, "table", "BS_MAX_TABLE_NAME", err);
+  return CHECK_SIZED(table, 1, BS_MAX_TABLE_NAME, "table", err);
 }
 
 /* The checksum cache of st: its database's (a free-standing storage has none). */
@@ -314,13 +316,20 @@ static void note_checkpoint(bs_storage *st, uint64_t cp) {
 
 /* ---- Opening --------------------------------------------------------------------------------- */
 
-int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
-  int rc;
+/* The checks every bs_open* makes first: out is set (*out NULL until the open succeeds), the
+ * name (what: "path", "url"; NULL: none) is neither NULL nor empty, and the options. */
+static int check_open(bs_db **out, const char *what, const char *name, const bs_open_options *opts,
+                      bs_error *err) {
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if (!path) return bs__fail(err, BS_EINVAL, "path: NULL");
-  if (!*path) return bs__fail(err, BS_EINVAL, "path: empty");
-  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  if (what && (!name || !*name))
+    return bs__fail(err, BS_EINVAL, "%s: %s", what, name ? "empty" : "NULL");
+  return check_open_options(opts, err);
+}
+
+int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
+  int rc;
+  if ((rc = check_open(out, "path", path, opts, err)) != BS_OK) return rc;
   if (!strncmp(path, "postgresql://", 13) || !strncmp(path, "postgres://", 11))
     return bs_open_postgres(out, path, opts, err);
   if ((rc = bs__lmdb_open(out, path, opts, err)) != BS_OK) return rc;
@@ -329,11 +338,7 @@ int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error
 
 int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
   int rc;
-  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
-  *out = NULL;
-  if (!url) return bs__fail(err, BS_EINVAL, "url: NULL");
-  if (!*url) return bs__fail(err, BS_EINVAL, "url: empty");
-  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  if ((rc = check_open(out, "url", url, opts, err)) != BS_OK) return rc;
 #ifdef BS_HAVE_PG
   if ((rc = bs__pg_open(out, url, opts, err)) != BS_OK) return rc;
   return bs_open_backend(out, *out, opts, err);
@@ -344,9 +349,7 @@ int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, 
 
 int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
   int rc;
-  if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
-  *out = NULL;
-  if ((rc = check_open_options(opts, err)) != BS_OK) return rc;
+  if ((rc = check_open(out, NULL, NULL, opts, err)) != BS_OK) return rc;
   if ((rc = bs__mem_open(out, opts, err)) != BS_OK) return rc;
   return bs_open_backend(out, *out, opts, err);
 }
@@ -364,11 +367,9 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
   bs_stream_options o = BS_STREAM_OPTIONS_INIT;
   uint32_t id;
   int rc;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, "stream_create", err))) return rc;
   if (!name) return bs__fail(err, BS_EINVAL, "name: NULL");
-  if ((rc = check_sized(bs__val_str(name), 1, BS_MAX_STREAM_NAME, "name", "BS_MAX_STREAM_NAME",
-                        err)))
-    return rc;
+  if ((rc = CHECK_SIZED(bs__val_str(name), 1, BS_MAX_STREAM_NAME, "name", err))) return rc;
   if (opts) {
     if ((rc = bs__check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
       return rc;
@@ -376,8 +377,6 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
   }
   if (o.hash != BS_HASH_XXH3 && o.hash != BS_HASH_SHA256)
     return bs__fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)o.hash);
-  if (db->flags & BS_OPEN_RDONLY)
-    return bs__fail(err, BS_ESTATE, "stream_create: the database is open read-only");
   if ((rc = DB_CHECK(db, stream_create, err))) return rc;
   rc = db->vt->stream_create(&id, db, bs__val_str(name), &o, err);
   if (rc == BS_OK && id_out) *id_out = id;
@@ -422,7 +421,7 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, "writer_open", err))) return rc;
   if (opts) {
     if ((rc = bs__check_version(opts->version, BS_WRITER_OPTIONS_VERSION, "opts->version", err)))
       return rc;
@@ -431,7 +430,6 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   }
   if (o.max_records == 0) o.max_records = BS_DEFAULT_FLUSH_RECORDS;
   if (o.max_bytes == 0) o.max_bytes = BS_DEFAULT_FLUSH_BYTES;
-  if ((rc = check_writable(st, "writer_open", err))) return rc;
   if ((rc = VT_CHECK(st, writer_open, err))) return rc;
   if (!(f = bs__calloc(front_alloc(st), 1, sizeof *f)))
     return bs__fail(err, BS_ENOMEM, "cannot allocate the writer's front state");
@@ -583,8 +581,7 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
   int rc;
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = check_table(table, err))) return rc;
-  if ((rc = check_sized(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", "BS_MAX_REPLICA_ID", err)))
-    return rc;
+  if ((rc = CHECK_SIZED(replica_id, 0, BS_MAX_REPLICA_ID, "replica_id", err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = WT_CHECK(w, source_row, err))) return rc;
   b = bs__queue_batch(&w->front->q);
@@ -598,7 +595,7 @@ static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkp
                                    int64_t requested_at_ms, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_sized(user_id, 0, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
+  if ((rc = CHECK_SIZED(user_id, 0, BS_MAX_USER_ID, "user_id", err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
     return rc;
@@ -628,7 +625,7 @@ int bs_writer_custom_write_checkpoint_requested(bs_writer *w, bs_val user_id, ui
 int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   bs_checkpoint cp;
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
   memset(&cp, 0, sizeof cp);
@@ -668,7 +665,7 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
   bs_checkpoint none, cur;
   uint64_t deadline, seq = 0, now;
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if (timeout_ms < 0) return bs__fail(err, BS_EINVAL, "timeout_ms: %d is negative", timeout_ms);
   if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
@@ -759,7 +756,7 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   const bs_allocator *a;
 
   if (has_more_out) *has_more_out = 0;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if (n_req && !req) return bs__fail(err, BS_EINVAL, "req: NULL with n_req %zu", n_req);
   if (!on_chunk) return bs__fail(err, BS_EINVAL, "on_chunk: NULL");
@@ -802,7 +799,7 @@ done:
 int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
                      bs_checksum *out, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if (n && !buckets) return bs__fail(err, BS_EINVAL, "buckets: NULL with n %zu", n);
   if (n && !out) return bs__fail(err, BS_EINVAL, "out: NULL with n %zu", n);
@@ -820,10 +817,8 @@ int bs_list_buckets(bs_storage *st, bs_val start_after,
                     int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                     bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
-  if ((rc = check_sized(start_after, 0, BS_MAX_BUCKET_NAME, "start_after", "BS_MAX_BUCKET_NAME",
-                        err)))
-    return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
+  if ((rc = CHECK_SIZED(start_after, 0, BS_MAX_BUCKET_NAME, "start_after", err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(st, list_buckets, err))) return rc;
   return st->vt->list_buckets(st, start_after, fn, payload, err);
@@ -833,7 +828,7 @@ int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                               int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                               void *payload, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(from, "from", err))) return rc;
   if ((rc = check_op_id(to, "to", err))) return rc;
   if (from > to)
@@ -849,15 +844,13 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
                           int (*fn)(const bs_val *params, void *payload), void *payload,
                           bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if (n_lookups && !lookups)
     return bs__fail(err, BS_EINVAL, "lookups: NULL with n_lookups %zu", n_lookups);
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   for (size_t i = 0; i < n_lookups; i++)
-    if ((rc = check_sized_at(lookups[i], 0, BS_MAX_LOOKUP_KEY, "lookups", i, "",
-                             "BS_MAX_LOOKUP_KEY", err)))
-      return rc;
+    if ((rc = CHECK_SIZED_AT(lookups[i], 0, BS_MAX_LOOKUP_KEY, "lookups", i, "", err))) return rc;
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
   return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
 }
@@ -868,9 +861,9 @@ static int check_heads(const bs_head *heads, size_t n, const char *what, bs_erro
   int rc;
   if (n && !heads) return bs__fail(err, BS_EINVAL, "%s: NULL with %zu heads", what, n);
   for (size_t i = 0; i < n; i++) {
-    if ((rc = check_sized_at(heads[i].connection, 0, BS_MAX_CONNECTION_NAME, what, i, ".connection",
-                             "BS_MAX_CONNECTION_NAME", err)) ||
-        (rc = check_sized_at(heads[i].lsn, 0, BS_MAX_LSN, what, i, ".lsn", "BS_MAX_LSN", err)))
+    if ((rc = CHECK_SIZED_AT(heads[i].connection, 0, BS_MAX_CONNECTION_NAME, what, i, ".connection",
+                             err)) ||
+        (rc = CHECK_SIZED_AT(heads[i].lsn, 0, BS_MAX_LSN, what, i, ".lsn", err)))
       return rc;
   }
   return BS_OK;
@@ -879,7 +872,7 @@ static int check_heads(const bs_head *heads, size_t n, const char *what, bs_erro
 int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                  bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
     return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
   if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
@@ -891,13 +884,12 @@ int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, 
 int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
                                         uint64_t *ids_out, int *should_advance, bs_error *err) {
   int advance = 0, rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, "create_managed_write_checkpoints", err))) return rc;
   if (n && !req) return bs__fail(err, BS_EINVAL, "req: NULL with n %zu", n);
   if (n && !ids_out) return bs__fail(err, BS_EINVAL, "ids_out: NULL with n %zu", n);
   for (size_t i = 0; i < n; i++) {
     char what[48];
-    if ((rc = check_sized_at(req[i].user_id, 0, BS_MAX_USER_ID, "req", i, ".user_id",
-                             "BS_MAX_USER_ID", err)))
+    if ((rc = CHECK_SIZED_AT(req[i].user_id, 0, BS_MAX_USER_ID, "req", i, ".user_id", err)))
       return rc;
     if (req[i].n_heads > BS_MAX_HEADS) /* stored as a u16 count */
       return bs__fail(err, BS_ETOOBIG, "req[%zu].heads: %zu heads (limit BS_MAX_HEADS, %u)", i,
@@ -910,7 +902,6 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
         (rc = check_op_id_at(req[i].request_id, "req", i, ".request_id", err)))
       return rc;
   }
-  if ((rc = check_writable(st, "create_managed_write_checkpoints", err))) return rc;
   if ((rc = VT_CHECK(st, create_managed_write_checkpoints, err))) return rc;
   rc = st->vt->create_managed_write_checkpoints(st, req, n, ids_out, &advance, err);
   if (rc == BS_OK && should_advance) *should_advance = advance;
@@ -920,8 +911,8 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
 int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
                              uint64_t *id_out, int *found, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
-  if ((rc = check_sized(user_id, 0, BS_MAX_USER_ID, "user_id", "BS_MAX_USER_ID", err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
+  if ((rc = CHECK_SIZED(user_id, 0, BS_MAX_USER_ID, "user_id", err))) return rc;
   if ((rc = check_heads(heads, n_heads, "heads", err))) return rc;
   if (!id_out) return bs__fail(err, BS_EINVAL, "id_out: NULL");
   if (!found) return bs__fail(err, BS_EINVAL, "found: NULL");
@@ -935,8 +926,7 @@ int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint
                                          bs_error *err) {
   uint64_t deleted = 0;
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
-  if ((rc = check_writable(st, "delete_checkpoint_requests_before", err))) return rc;
+  if ((rc = check_storage(st, "delete_checkpoint_requests_before", err))) return rc;
   if ((rc = VT_CHECK(st, delete_checkpoint_requests_before, err))) return rc;
   rc = st->vt->delete_checkpoint_requests_before(st, before_ms, &deleted, err);
   if (rc == BS_OK && deleted_out) *deleted_out = deleted;
@@ -950,7 +940,7 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
   bs_compact_options o;
   bs_compact_stats stats;
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, "compact", err))) return rc;
   if (opts &&
       (rc = bs__check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
     return rc;
@@ -961,7 +951,6 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
     if ((rc = check_bucket_name(o.buckets[i], "opts->buckets", i, err))) return rc;
   if (o.defragment_ratio != o.defragment_ratio || o.defragment_ratio < 0)
     return bs__fail(err, BS_EINVAL, "opts->defragment_ratio: not a number >= 0");
-  if ((rc = check_writable(st, "compact", err))) return rc;
   if ((rc = VT_CHECK(st, compact, err))) return rc;
   memset(&stats, 0, sizeof stats);
   rc = st->vt->compact(st, &o, &stats, err);
@@ -974,9 +963,8 @@ int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t 
                                    uint64_t *buckets_out, bs_error *err) {
   uint64_t buckets = 0;
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, "compact_initial_replication", err))) return rc;
   if ((rc = check_op_id(max_op_id, "max_op_id", err))) return rc;
-  if ((rc = check_writable(st, "compact_initial_replication", err))) return rc;
   if ((rc = VT_CHECK(st, compact_initial_replication, err))) return rc;
   rc = st->vt->compact_initial_replication(
       st, max_op_id, min_bucket_changes ? min_bucket_changes : 1, &buckets, err);
@@ -988,7 +976,7 @@ int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t 
 
 int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_status, err))) return rc;
   memset(out, 0, sizeof *out);
@@ -997,17 +985,15 @@ int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 
 int bs_report_error(bs_storage *st, const char *message, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
+  if ((rc = check_storage(st, "report_error", err))) return rc;
   if (!message) return bs__fail(err, BS_EINVAL, "message: NULL");
-  if ((rc = check_writable(st, "report_error", err))) return rc;
   if ((rc = VT_CHECK(st, report_error, err))) return rc;
   return st->vt->report_error(st, message, err);
 }
 
 int bs_clear(bs_storage *st, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
-  if ((rc = check_writable(st, "clear", err))) return rc;
+  if ((rc = check_storage(st, "clear", err))) return rc;
   if ((rc = VT_CHECK(st, clear, err))) return rc;
   rc = st->vt->clear(st, err);
   /* Dropped either way: after a failed clear the cache just recomputes. */
@@ -1017,8 +1003,7 @@ int bs_clear(bs_storage *st, bs_error *err) {
 
 int bs_terminate(bs_storage *st, int clear, bs_error *err) {
   int rc;
-  if ((rc = check_storage(st, err))) return rc;
-  if ((rc = check_writable(st, "terminate", err))) return rc;
+  if ((rc = check_storage(st, "terminate", err))) return rc;
   if ((rc = VT_CHECK(st, terminate, err))) return rc;
   rc = st->vt->terminate(st, clear, err);
   if (cache_of(st)) bs__cksum_cache_drop_stream(cache_of(st), st->stream_id);
