@@ -34,19 +34,75 @@ static void val_eq(bs_val got, bs_val want) {
 /* A decoder under test, reduced to its status for one value (or key). */
 typedef int (*decode_fn)(const MDB_val *v);
 
+/* The one truncation loop of every family: the prefixes of buf (0..len bytes, each a heap copy
+ * of its exact size) decode exactly when their size is in lo..hi. */
+static void decodes_iff(const void *buf, size_t len, decode_fn dec, size_t lo, size_t hi) {
+  for (size_t n = 0; n <= len; n++) {
+    MDB_val v = exact(buf, n);
+    int rc = dec(&v);
+    free(v.mv_data);
+    if (rc != (n >= lo && n <= hi ? BS_OK : BS_ECORRUPT))
+      fail_msg("%zu of %zu bytes (decodes iff %zu..%zu): rc %d", n, len, lo, hi, rc);
+  }
+}
+
 /* buf (n bytes) decodes; every truncation of it and buf with one more byte do not. */
 static void whole_only(const unsigned char *buf, size_t n, decode_fn dec) {
   unsigned char *longer = malloc(n + 1);
-  MDB_val v;
   assert_non_null(longer);
   memcpy(longer, buf, n);
   longer[n] = 0;
-  for (size_t cut = 0; cut <= n + 1; cut++) {
-    v = exact(longer, cut);
-    assert_int_equal(dec(&v), cut == n ? BS_OK : BS_ECORRUPT);
-    free(v.mv_data);
-  }
+  decodes_iff(longer, n + 1, dec, n, n);
   free(longer);
+}
+
+/* Decoders of the families below as decode_fn: the other half of an entry (dec_key, dec_value)
+ * and what a decoded value must hold (dec_fixed) are set by the test. */
+static MDB_val dec_key, dec_value;
+static size_t dec_fixed;
+static int dec_op_value(const MDB_val *v) {
+  bs_op op;
+  int rc = bs__lmdb_op_decode(&dec_key, v, &op);
+  if (rc == BS_OK) assert_int_equal(op.data.size, v->mv_size - dec_fixed); /* data shrinks */
+  return rc;
+}
+static int dec_bucket_key(const MDB_val *k) {
+  bs_val name;
+  uint32_t stream;
+  uint64_t id;
+  return bs__lmdb_bucket_entry_decode(k, &dec_value, &stream, &name, &id);
+}
+static int dec_bucket_value(const MDB_val *v) {
+  bs_val name;
+  uint32_t stream;
+  uint64_t id;
+  bs_error err = {0, ""};
+  int rc = bs__lmdb_bucket_entry_decode(&dec_key, v, &stream, &name, &id);
+  assert_int_equal(bs__lmdb_bucket_id_decode(v, &id, &err), rc); /* the same rule */
+  return rc;
+}
+static int dec_param_key(const MDB_val *k) {
+  bs_val lookup;
+  uint32_t stream;
+  uint64_t op;
+  return bs__lmdb_param_key_decode(k, &stream, &lookup, &op);
+}
+static int dec_param_value(const MDB_val *v) {
+  const unsigned char *p;
+  uint32_t n;
+  bs_val r;
+  return bs__lmdb_param_value_decode(v, &r, &n, &p);
+}
+static int dec_table_id(const MDB_val *v) {
+  bs_error err = {0, ""};
+  uint32_t id = 0;
+  int rc = bs__lmdb_table_id_decode(v, &id, &err);
+  assert_int_equal(id, rc == BS_OK ? 1 : 0); /* the output only on success */
+  return rc;
+}
+static int dec_wcp_key(const MDB_val *k) {
+  bs__wcp_key wk;
+  return bs__lmdb_wcp_key_decode(k, &wk);
 }
 
 static const unsigned char op_key_golden[16] = {0, 0, 0, 0, 0, 0,    0x01, 0x02,
@@ -152,16 +208,9 @@ static void test_op_value_malformed(void **state) {
   (void)state;
   bs__lmdb_op_key(k, 1, 2);
   /* Every truncation: short of the fixed part it does not decode; past it, data shrinks. */
-  for (size_t n = 0; n <= sizeof put_golden; n++) {
-    mv = exact(put_golden, n);
-    if (n < fixed) {
-      assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
-    } else {
-      assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_OK);
-      assert_int_equal(op.data.size, n - fixed);
-    }
-    free(mv.mv_data);
-  }
+  dec_key = mk;
+  dec_fixed = fixed;
+  decodes_iff(put_golden, sizeof put_golden, dec_op_value, fixed, sizeof put_golden);
   /* A type outside PUT..CLEAR. */
   for (int t = 0; t < 256; t++) {
     memcpy(bad, put_golden, sizeof bad);
@@ -233,22 +282,15 @@ static void test_bucket_entry(void **state) {
   free(ev.mv_data);
 
   /* Malformed: a key without a name or over the limit, a value that is not 8 bytes. */
-  for (size_t n = 0; n <= 9; n++) {
-    unsigned char raw[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    ek = exact(golden, sizeof golden);
-    ev = exact(raw, n);
-    assert_int_equal(bs__lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id),
-                     n == 8 ? BS_OK : BS_ECORRUPT);
-    assert_int_equal(bs__lmdb_bucket_id_decode(&ev, &id, &err), n == 8 ? BS_OK : BS_ECORRUPT);
-    free(ek.mv_data);
-    free(ev.mv_data);
+  {
+    static const unsigned char raw[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    dec_key = exact(golden, sizeof golden);
+    decodes_iff(raw, sizeof raw, dec_bucket_value, 8, 8);
+    free(dec_key.mv_data);
   }
   ev = exact(vb, sizeof vb);
-  for (size_t n = 0; n <= 4; n++) {
-    ek = exact(golden, n);
-    assert_int_equal(bs__lmdb_bucket_entry_decode(&ek, &ev, &stream, &name, &id), BS_ECORRUPT);
-    free(ek.mv_data);
-  }
+  dec_value = ev;
+  decodes_iff(golden, 4, dec_bucket_key, sizeof golden, sizeof golden);
   memset(over, 'x', sizeof over);
   memset(over, 0, 4);
   ek = exact(over, sizeof over); /* stream 0, a name one byte over the limit */
@@ -354,19 +396,13 @@ static void test_param_key(void **state) {
                    sizeof param_key_golden);
   assert_memory_equal(kb, param_key_golden, sizeof param_key_golden);
   assert_int_equal(bs__lmdb_param_prefix(kb, 0x01020304, V("k")), 7);
-  for (size_t n = 0; n <= sizeof param_key_golden + 1; n++) {
-    unsigned char raw[sizeof param_key_golden + 1] = {0};
-    memcpy(raw, param_key_golden, sizeof param_key_golden);
-    k = exact(raw, n);
-    assert_int_equal(bs__lmdb_param_key_decode(&k, &stream, &lookup, &op),
-                     n == sizeof param_key_golden ? BS_OK : BS_ECORRUPT);
-    if (n == sizeof param_key_golden) {
-      assert_int_equal(stream, 0x01020304);
-      val_eq(lookup, V("k"));
-      assert_int_equal(op, 9);
-    }
-    free(k.mv_data);
-  }
+  whole_only(param_key_golden, sizeof param_key_golden, dec_param_key);
+  k = exact(param_key_golden, sizeof param_key_golden);
+  assert_int_equal(bs__lmdb_param_key_decode(&k, &stream, &lookup, &op), BS_OK);
+  assert_int_equal(stream, 0x01020304);
+  val_eq(lookup, V("k"));
+  assert_int_equal(op, 9);
+  free(k.mv_data);
   /* The longest lookup key makes the longest key; a length field over the limit is refused. */
   memset(big, 'x', sizeof big);
   k.mv_size = bs__lmdb_param_key(kb, 1, (bs_val){big, sizeof big}, 2, V(""), 3);
@@ -410,17 +446,9 @@ static void test_param_value(void **state) {
   assert_int_equal(n, 0);
   val_eq(r, V(""));
   free(v.mv_data);
-  for (size_t cut = 0; cut < sizeof golden; cut++) { /* every truncation is refused */
-    v = exact(golden, cut);
-    assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
-    free(v.mv_data);
-  }
-  /* a trailing byte, one row too many, a replica id over BS_MAX_REPLICA_ID */
+  whole_only(golden, sizeof golden, dec_param_value); /* truncations, a trailing byte */
+  /* one row too many, a replica id over BS_MAX_REPLICA_ID */
   memcpy(bad, golden, sizeof golden);
-  bad[sizeof golden] = 0;
-  v = exact(bad, sizeof bad);
-  assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
-  free(v.mv_data);
   bad[4] = 3;
   v = exact(bad, sizeof golden);
   assert_int_equal(bs__lmdb_param_value_decode(&v, &r, &n, &p), BS_ECORRUPT);
@@ -690,11 +718,7 @@ static void test_table_entry(void **state) {
   assert_memory_equal(vb, "\x04\x03\x02\x01", 4);
   /* one byte, the longest name (one more does not decode); the key of an empty name does not
    * decode (table names are 1.. bytes) */
-  for (size_t cut = 0; cut <= sizeof one; cut++) {
-    k = exact(one, cut);
-    assert_int_equal(dec_table_entry(&k), cut == sizeof one ? BS_OK : BS_ECORRUPT);
-    free(k.mv_data);
-  }
+  decodes_iff(one, sizeof one, dec_table_entry, sizeof one, sizeof one);
   memset(big, 'x', sizeof big);
   assert_int_equal(bs__lmdb_table_key(kb, 1, (bs_val){big, BS_MAX_TABLE_NAME}, &k, &err), BS_OK);
   assert_int_equal(k.mv_size, BS_TABLE_KEY_MAX);
@@ -712,14 +736,7 @@ static void test_table_entry(void **state) {
   assert_int_equal(bs__lmdb_table_key(kb, 1, (bs_val){big, sizeof big}, &k, &err), BS_ETOOBIG);
   assert_non_null(strstr(err.msg, "BS_MAX_TABLE_NAME"));
   /* values: only 4 bytes holding an id from 1 */
-  for (size_t n = 0; n <= 5; n++) {
-    unsigned char raw[5] = {1, 0, 0, 0, 0};
-    v = exact(raw, n);
-    id = 0;
-    assert_int_equal(bs__lmdb_table_id_decode(&v, &id, &err), n == 4 ? BS_OK : BS_ECORRUPT);
-    assert_int_equal(id, n == 4 ? 1 : 0);
-    free(v.mv_data);
-  }
+  decodes_iff("\1\0\0\0\0", 5, dec_table_id, 4, 4);
   v = exact("\0\0\0\0", 4);
   assert_int_equal(bs__lmdb_table_id_decode(&v, &id, &err), BS_ECORRUPT);
   free(v.mv_data);
@@ -1149,17 +1166,14 @@ static void test_wcp_keys(void **state) {
   assert_int_equal(bs__lmdb_wcp_custom_key(kb, &k, 2, V("e"), V("u\xc3\xa4"), &err), BS_OK);
   assert_int_equal(k.mv_size, sizeof custom_golden);
   assert_memory_equal(kb, custom_golden, sizeof custom_golden);
-  for (size_t n = 0; n <= sizeof custom_golden; n++) {
-    k = exact(custom_golden, n);
-    assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), n >= 8 ? BS_OK : BS_ECORRUPT);
-    if (n == sizeof custom_golden) {
-      assert_int_equal(wk.tag, BS_WCP_CUSTOM_TAG);
-      assert_int_equal(wk.stream, 2);
-      val_eq(wk.event, V("e"));
-      val_eq(wk.user, V("u\xc3\xa4"));
-    }
-    free(k.mv_data);
-  }
+  decodes_iff(custom_golden, sizeof custom_golden, dec_wcp_key, 8, sizeof custom_golden);
+  k = exact(custom_golden, sizeof custom_golden);
+  assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_OK);
+  assert_int_equal(wk.tag, BS_WCP_CUSTOM_TAG);
+  assert_int_equal(wk.stream, 2);
+  val_eq(wk.event, V("e"));
+  val_eq(wk.user, V("u\xc3\xa4"));
+  free(k.mv_data);
   assert_int_equal(bs__lmdb_wcp_custom_key(kb, &k, 2, V(""), V(""), &err), BS_OK);
   k = exact(kb, k.mv_size);
   assert_int_equal(bs__lmdb_wcp_key_decode(&k, &wk), BS_OK);
