@@ -37,8 +37,8 @@ int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored
   }
   if (next >= (UINT64_C(1) << 63)) {
     /* a constant status, so that a caller inlining this sees the outputs are not used then */
-    bs__fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63",
-             (int)w->user_id.size, (const char *)w->user_id.data);
+    bs__fail(err, BS_EINVAL, "user %.*s: write checkpoint id would pass 2^63", (int)w->user_id.size,
+             (const char *)w->user_id.data);
     return BS_EINVAL;
   }
   *id = next;

@@ -42,7 +42,7 @@ static void s_destroy(bs_storage *st) {
 static const bs_writer_vtable full_wt;
 static const bs_writer_vtable *open_wt = &full_wt;
 static fw *last_writer; /* a writer the front refused (no destroy) is freed by the test */
-static int open_null; /* writer_open and storage_open answer BS_OK without a handle */
+static int open_null;   /* writer_open and storage_open answer BS_OK without a handle */
 static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
                          bs_error *err) {
   fw *w = open_null ? NULL : calloc(1, sizeof *w);
