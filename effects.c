@@ -14,21 +14,6 @@ static int nomem(bs_error *err) {
   return bs__fail(err, BS_ENOMEM, "out of memory computing a save's effects");
 }
 
-/* Grows *arr to hold at least n elements of size (kept across saves). */
-static int reserve(const bs_allocator *a, void **arr, size_t *cap, size_t n, size_t size) {
-  size_t nc = *cap ? *cap : 8;
-  void *p;
-  if (n <= *cap) return BS_OK;
-  while (nc < n) {
-    if (nc > SIZE_MAX / 2 / size) return BS_ENOMEM;
-    nc *= 2;
-  }
-  if (!(p = bs__realloc(a, *arr, nc * size))) return BS_ENOMEM;
-  *arr = p;
-  *cap = nc;
-  return BS_OK;
-}
-
 static int emit(bs__effects *e, uint64_t bucket, bs_op_type type, bs_val ot, bs_val oi,
                 const char *sk, bs_val data, uint64_t *id, bs_error *err) {
   bs_op op = {0, type, 0, 0, ot, oi, {sk, BS_SUBKEY_SIZE}, data};
@@ -78,9 +63,9 @@ static int put_after(bs__effects *e, uint32_t table_id, const bs_save *s, bs_val
   bs__srec rec = {0};
   int rc;
 
-  if (reserve(a, (void **)&e->m, &e->cap_m, s->n_rows, sizeof *e->m) ||
-      reserve(a, (void **)&e->lk, &e->cap_lk, s->n_lookups, sizeof *e->lk) ||
-      reserve(a, (void **)&e->kept, &e->cap_kept, pnm, 1))
+  /* the scratch is kept across saves */
+  if (BS_GROW(a, e->m, e->cap_m, s->n_rows) || BS_GROW(a, e->lk, e->cap_lk, s->n_lookups) ||
+      BS_GROW(a, e->kept, e->cap_kept, pnm))
     return nomem(err);
   if (pnm) memset(e->kept, 0, pnm);
   if (e->hash != BS__HASH_NONE) bs_subkey(sk, table_id, after);

@@ -159,8 +159,8 @@ static int check_sized(bs_val v, size_t min, size_t max, const char *what, const
 #define CHECK_SIZED_AT(v, min, max, array, i, field, err)                                          \
   check_sized_at(v, min, max, array, i, field, #max, err)
 
-static int check_lsn(bs_val lsn, const char *what, bs_error *err) {
-  return CHECK_SIZED(lsn, 0, BS_MAX_LSN, what ? what : "lsn", err);
+static int check_lsn(bs_val lsn, bs_error *err) {
+  return CHECK_SIZED(lsn, 0, BS_MAX_LSN, "lsn", err);
 }
 
 /* The common case, checked without formatting a message (the writer's hot path). */
@@ -528,7 +528,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   int rc;
   memset(&r, 0, sizeof r);
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = check_lsn(lsn, err))) return rc;
   if ((rc = WT_CHECK(w, commit, err))) return rc;
   b = bs__queue_batch(&w->front->q);
   if ((rc = w->vt->commit(w, &b, lsn, create_empty, &r, err)) != BS_OK) return rc;
@@ -561,7 +561,7 @@ int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_erro
 int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = check_lsn(lsn, err))) return rc;
   if ((rc = WT_CHECK(w, snapshot_done, err))) return rc;
   return w->vt->snapshot_done(w, lsn, err);
 }
@@ -569,7 +569,7 @@ int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
 int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_lsn(lsn, "lsn", err))) return rc;
+  if ((rc = check_lsn(lsn, err))) return rc;
   if ((rc = WT_CHECK(w, resume_lsn, err))) return rc;
   return w->vt->resume_lsn(w, lsn, err);
 }
@@ -753,7 +753,7 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   req_sort *tmp = NULL;
   int has_more = 0, rc;
   size_t i, m = 0;
-  const bs_allocator *a;
+  const bs_allocator *a = front_alloc(st);
 
   if (has_more_out) *has_more_out = 0;
   if ((rc = check_storage(st, NULL, err))) return rc;
@@ -770,7 +770,6 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
 
   /* Backends get the requests sorted by name without duplicates; a repeated bucket keeps its
    * last request (the reference service keys requests by bucket name in a map). */
-  a = st->db ? &st->db->alloc : &bs__default_allocator;
   tmp = bs__calloc(a, n_req, sizeof *tmp);
   sorted = bs__calloc(a, n_req, sizeof *sorted);
   if (!tmp || !sorted) {
