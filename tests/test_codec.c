@@ -104,6 +104,30 @@ static int dec_wcp_key(const MDB_val *k) {
   bs__wcp_key wk;
   return bs__lmdb_wcp_key_decode(k, &wk);
 }
+static int dec_source_key(const MDB_val *k) { /* a prefix of test_source_key's golden */
+  uint32_t stream, table;
+  bs_val rid;
+  int rc = bs__lmdb_source_key_decode(k, &stream, &table, &rid);
+  if (rc == BS_OK) {
+    assert_int_equal(stream, 0x0102);
+    assert_int_equal(table, 3);
+    val_eq(rid, (bs_val){(const char *)k->mv_data + 8, k->mv_size - 8}); /* "" at 8 bytes */
+  }
+  return rc;
+}
+static int dec_softdel_key(const MDB_val *k) {
+  unsigned char sk[BS_SOFTDEL_KEY_MAX - 8];
+  uint32_t stream;
+  uint64_t mark;
+  MDB_val src;
+  return bs__lmdb_softdel_decode(k, &dec_value, &stream, &mark, sk, &src);
+}
+static int dec_wcp_hwm(const MDB_val *v) {
+  uint64_t id = 0;
+  int rc = bs__lmdb_wcp_hwm_decode(v, &id);
+  if (rc == BS_OK) assert_true(id == UINT64_MAX);
+  return rc;
+}
 
 static const unsigned char op_key_golden[16] = {0, 0, 0, 0, 0, 0,    0x01, 0x02,
                                                 0, 0, 0, 0, 0, 0x03, 0x04, 0x05};
@@ -352,17 +376,7 @@ static void test_source_key(void **state) {
   (void)state;
   assert_int_equal(bs__lmdb_source_key(kb, 0x0102, 3, (bs_val){"r\xc3\xa9", 3}), sizeof golden);
   assert_memory_equal(kb, golden, sizeof golden);
-  for (size_t n = 0; n <= sizeof golden; n++) {
-    k = exact(golden, n);
-    assert_int_equal(bs__lmdb_source_key_decode(&k, &stream, &table, &rid),
-                     n >= 8 ? BS_OK : BS_ECORRUPT);
-    if (n >= 8) {
-      assert_int_equal(stream, 0x0102);
-      assert_int_equal(table, 3);
-      val_eq(rid, (bs_val){golden + 8, n - 8}); /* "" (n = 8) is a replica id */
-    }
-    free(k.mv_data);
-  }
+  decodes_iff(golden, sizeof golden, dec_source_key, 8, sizeof golden);
   memset(big, 'x', sizeof big);
   assert_int_equal(bs__lmdb_source_key(kb, 1, 1, (bs_val){big, BS_MAX_REPLICA_ID}),
                    BS_SOURCE_KEY_MAX);
@@ -1103,11 +1117,8 @@ static void test_softdel_entry(void **state) {
     free(mk.mv_data);
   }
   /* shorter than a key with an empty replica id, table id 0, a value */
-  for (size_t cut = 0; cut < 16; cut++) {
-    mk = exact(golden, cut);
-    assert_int_equal(bs__lmdb_softdel_decode(&mk, &mv, &stream, &mark, sk, &back), BS_ECORRUPT);
-    free(mk.mv_data);
-  }
+  dec_value = mv;
+  decodes_iff(golden, 15, dec_softdel_key, 16, 16);
   memcpy(k, golden, sizeof golden);
   bs__put_u32be(k + 12, 0);
   mk = exact(k, sizeof golden);
@@ -1253,12 +1264,7 @@ static void test_wcp_values(void **state) {
   free(v.mv_data);
   /* 'H': 8 bytes; 'C': 8 bytes (persistent) or 16 with a requested_at >= 0 */
   assert_int_equal(bs__lmdb_wcp_hwm_value(buf, UINT64_MAX), 8);
-  for (size_t n = 0; n <= 17; n++) {
-    v = exact(buf, n);
-    assert_int_equal(bs__lmdb_wcp_hwm_decode(&v, &id), n == 8 ? BS_OK : BS_ECORRUPT);
-    if (n == 8) assert_true(id == UINT64_MAX);
-    free(v.mv_data);
-  }
+  decodes_iff(buf, 17, dec_wcp_hwm, 8, 8);
   assert_int_equal(bs__lmdb_wcp_custom_value(buf, 5, -1), 8);
   assert_int_equal(bs__lmdb_wcp_custom_value(buf, 5, 0), 16);
   for (size_t n = 0; n <= 17; n++) {
