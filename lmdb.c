@@ -793,10 +793,6 @@ typedef struct lm_writer {
   fctx f;
 } lm_writer;
 
-static const bs_allocator *w_alloc(lm_writer *w) {
-  return &w->db->base.alloc;
-}
-
 static int copy_val(arena *ar, bs_val *dst, bs_val src) {
   dst->size = src.size;
   if (!src.data) {
@@ -1804,7 +1800,7 @@ static int lw_commit(bs_writer *base, const bs_write_batch *batch, bs_val lsn, i
   rc = bs__lmdb_write(w->db, commit_txn, &c, err);
   w->batch = NULL;
   fctx_reset(&w->f);
-  bs__free(w_alloc(w), c.users.p);
+  bs__free(&w->db->base.alloc, c.users.p);
   if (rc != BS_OK) return rc;
   if (out) {
     out->checkpoint_blocked = c.blocked != BS_BLOCKED_NONE;

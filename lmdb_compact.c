@@ -137,10 +137,6 @@ static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
   return BS_OK;
 }
 
-static int state_save(cctx *c, MDB_txn *txn, uint64_t id, const bstate *b) {
-  return bs__bucket_state_put(c->db, txn, id, &b->s, c->err);
-}
-
 /* The highest op id stored in the bucket (0 if none), through the job cursor on ops. */
 static int last_op_of(cctx *c, uint64_t id, uint64_t *out) {
   MDB_val k, v;
@@ -173,7 +169,7 @@ static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, uint
     b.s.compacted_count = b.s.count;
     b.s.compacted_op = compacted_op < b.s.last_op ? compacted_op : b.s.last_op;
   }
-  return state_save(c, txn, id, &b);
+  return bs__bucket_state_put(c->db, txn, id, &b.s, c->err);
 }
 
 static void stats_merge(cctx *c, const bdelta *d) {
@@ -535,16 +531,13 @@ static int bad_op(cctx *c, uint64_t bucket) {
                   (unsigned long long)bucket);
 }
 
-static int bad_entry(cctx *c, uint64_t bucket) {
-  return bs__fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
-                  (unsigned long long)bucket);
-}
-
 /* The old and new op ids of the bucket's `superseded` entry (k, v). */
 static int sup_entry(cctx *c, uint64_t bucket, const MDB_val *k, const MDB_val *v, uint64_t *old,
                      uint64_t *nw) {
   uint64_t b;
-  if (bs__lmdb_sup_decode(k, v, &b, old, nw) || b != bucket) return bad_entry(c, bucket);
+  if (bs__lmdb_sup_decode(k, v, &b, old, nw) || b != bucket)
+    return bs__fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                    (unsigned long long)bucket);
   return BS_OK;
 }
 

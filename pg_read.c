@@ -138,34 +138,21 @@ int bs__pg_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_
 
 /* ---- Bucket data ---------------------------------------------------------------------------- */
 
-/* One call's progress across its buckets. The ops of the chunk being built point into page
- * results; `held` keeps those alive until the chunk is handed out. */
+/* One call's progress across its buckets: the chunker (rules.c) cuts the chunks. The ops of the
+ * chunk being built point into page results; `held` keeps those alive until it is handed out. */
 typedef struct data_read {
   const bs_allocator *a;
   PGconn *c;
   uint64_t checkpoint;
-  size_t limit, chunk_bytes, max_bytes;
-  size_t served, bytes;
-  bs_op *ops;
-  size_t cap;
+  bs__chunker k;
   PGresult **held;
   size_t n_held, cap_held;
   int (*on_chunk)(const bs_chunk *, void *);
   void *payload;
-  int stopped;
 } data_read;
 
 #define BS_PG_PAGE_OPS   10000   /* ops per keyset page (a call's default limit: one page) */
 #define BS_PG_PAGE_BYTES 4194304 /* op bytes per page (plus the op that crosses it) */
-
-static int grow_ops(data_read *r, bs_error *err) {
-  size_t cap = r->cap ? r->cap * 2 : 256;
-  bs_op *p = bs__realloc(r->a, r->ops, cap * sizeof *p);
-  if (!p) return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", cap);
-  r->ops = p;
-  r->cap = cap;
-  return BS_OK;
-}
 
 static int hold(data_read *r, PGresult *res, bs_error *err) {
   if (r->n_held == r->cap_held) {
@@ -190,17 +177,10 @@ static void release(data_read *r) {
   r->n_held = 1;
 }
 
-static inline int fits(size_t used, size_t sz, size_t cap) {
-  return sz <= cap && used <= cap - sz;
-}
-
-static int emit(data_read *r, bs_chunk *ch, size_t n, int has_more) {
-  int rc;
-  ch->ops = r->ops;
-  ch->n_ops = n;
-  ch->next_after = r->ops[n - 1].op_id;
-  ch->has_more = has_more;
-  rc = r->on_chunk(ch, r->payload);
+/* The chunker's on_chunk: the caller's, then the pages before the current one go. */
+static int handed(const bs_chunk *ch, void *payload) {
+  data_read *r = payload;
+  int rc = r->on_chunk(ch, r->payload);
   release(r);
   return rc;
 }
@@ -241,22 +221,18 @@ static int page(data_read *r, uint64_t bucket, uint64_t after, size_t rows, size
                      &a, res, "reading bucket data", err);
 }
 
-/* Serves one bucket's ops in (after, C] as chunks; stops the call (r->stopped) when the next
- * op would pass the call's limit or byte cap (that op exists: has_more is exact). */
+/* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. */
 static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t after, bs_error *err) {
-  bs_chunk ch;
-  size_t n = 0, csize = 0;
+  bs__chunker *k = &r->k;
   int rc, done = 0;
-  memset(&ch, 0, sizeof ch);
-  ch.bucket = name;
-  ch.after = after;
-  while (!done && !r->stopped) {
+  bs__chunker_bucket(k, name, after);
+  while (!done && !k->stopped) {
     PGresult *res;
-    size_t left = r->limit - r->served, rows, want;
+    size_t left = k->limit - k->served, rows, want;
     int got;
     /* one op past the limit tells whether the bucket was cut */
     rows = left < BS_PG_PAGE_OPS ? left + 1 : BS_PG_PAGE_OPS;
-    want = r->max_bytes - (r->bytes < r->max_bytes ? r->bytes : r->max_bytes);
+    want = k->max_bytes - (k->bytes < k->max_bytes ? k->bytes : k->max_bytes);
     if (want > BS_PG_PAGE_BYTES) want = BS_PG_PAGE_BYTES;
     if ((rc = page(r, bucket, after, rows, want + 1, &res, err))) return rc;
     if ((rc = hold(r, res, err))) return rc;
@@ -264,32 +240,14 @@ static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t afte
     /* the range is exhausted when the row limit was not reached and the byte bound cannot
      * have cut the page (a page that ends exactly at the bound takes one more, empty, page) */
     done = got == 0 || ((size_t)got < rows && bs__pg_i64(res, got - 1, 8) <= (int64_t)want);
-    for (int i = 0; i < got; i++) {
+    for (int i = 0; i < got && !k->stopped; i++) {
       bs_op op;
-      size_t sz;
       row_op(res, i, &op);
-      sz = op.data.size + op.object_type.size + op.object_id.size + op.subkey.size;
-      if (r->served >= r->limit || (r->served > 0 && !fits(r->bytes, sz, r->max_bytes))) {
-        r->stopped = 1;
-        break;
-      }
-      if (n > 0 && !fits(csize, sz, r->chunk_bytes)) {
-        if ((rc = emit(r, &ch, n, 1)) != 0) return rc;
-        ch.after = ch.next_after;
-        ch.target_op = 0;
-        n = csize = 0;
-      }
-      if (n == r->cap && (rc = grow_ops(r, err))) return rc;
-      r->ops[n++] = op;
-      csize += sz;
-      r->served++;
-      r->bytes += sz;
-      if ((op.type == BS_OP_MOVE || op.type == BS_OP_CLEAR) && op.target_op > ch.target_op)
-        ch.target_op = op.target_op;
+      if ((rc = bs__chunker_add(k, &op, err)) != 0) return rc;
       after = op.op_id;
     }
   }
-  return n > 0 ? emit(r, &ch, n, r->stopped) : BS_OK;
+  return bs__chunker_end(k);
 }
 
 int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
@@ -304,9 +262,7 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   memset(&r, 0, sizeof r);
   r.a = a;
   r.checkpoint = checkpoint;
-  r.limit = opts->limit;
-  r.chunk_bytes = opts->chunk_bytes;
-  r.max_bytes = opts->max_bytes ? opts->max_bytes : BS_DEFAULT_BATCH_BYTES;
+  bs__chunker_init(&r.k, a, opts, handed, &r); /* opts resolved by the front */
   r.on_chunk = on_chunk;
   r.payload = payload;
   if (has_more_out) *has_more_out = 0;
@@ -323,18 +279,18 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
     rc = torn_check((uint64_t)bs__pg_i64(states, i, 6), (uint64_t)bs__pg_i64(states, i, 7),
                     checkpoint, names[ord - 1], err);
   }
-  for (size_t i = 0; i < n_req && !rc && !r.stopped; i++) {
+  for (size_t i = 0; i < n_req && !rc && !r.k.stopped; i++) {
     uint64_t after = req[i].after;
     if (row >= rows || bs__pg_i64(states, row, 0) != (int64_t)i + 1) continue;
     row++;
     if (after >= checkpoint || (uint64_t)bs__pg_i64(states, row - 1, 4) <= after) continue;
     rc = read_bucket(&r, req[i].bucket, (uint64_t)bs__pg_i64(states, row - 1, 1), after, err);
   }
-  if (!rc && has_more_out) *has_more_out = r.stopped;
+  if (!rc && has_more_out) *has_more_out = r.k.stopped;
 out:
   for (size_t i = 0; i < r.n_held; i++) PQclear(r.held[i]);
   bs__free(a, r.held);
-  bs__free(a, r.ops);
+  bs__chunker_free(&r.k);
   PQclear(states);
   read_end(st, r.c);
   bs__free(a, names);
