@@ -307,9 +307,36 @@ typedef struct bs__chunker {
 void bs__chunker_init(bs__chunker *k, const bs_allocator *a, const bs_batch_options *o,
                       int (*on_chunk)(const bs_chunk *, void *), void *payload);
 void bs__chunker_bucket(bs__chunker *k, bs_val name, uint64_t after);
-int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err); /* BS_ENOMEM, on_chunk's */
-int bs__chunker_end(bs__chunker *k);                                 /* on_chunk's return */
+int bs__chunker_end(bs__chunker *k); /* on_chunk's return */
 void bs__chunker_free(bs__chunker *k);
+/* The parts of bs__chunker_add (inline: it runs once per op served) in rules.c: hand the full
+ * chunk on and start the next one; grow the op array (BS_ENOMEM). */
+int bs__chunker_cut(bs__chunker *k);
+int bs__chunker_grow(bs__chunker *k, bs_error *err);
+/* used + sz <= cap, without wrapping (used may already exceed cap after one large op). */
+static inline int bs__chunker_fits(size_t used, size_t sz, size_t cap) {
+  return sz <= cap && used <= cap - sz;
+}
+/* Adds op; BS_ENOMEM or on_chunk's non-zero return. The size contract.md 5.2 counts: data +
+ * object_type + object_id + subkey. */
+static inline int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err) {
+  size_t sz = op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
+  int rc;
+  if (k->served >= k->limit || (k->served > 0 && !bs__chunker_fits(k->bytes, sz, k->max_bytes))) {
+    k->stopped = 1;
+    return BS_OK;
+  }
+  if (k->n > 0 && !bs__chunker_fits(k->csize, sz, k->chunk_bytes) && (rc = bs__chunker_cut(k)))
+    return rc;
+  if (k->n == k->cap && (rc = bs__chunker_grow(k, err))) return rc;
+  k->ops[k->n++] = *op;
+  k->csize += sz;
+  k->served++;
+  k->bytes += sz;
+  if ((op->type == BS_OP_MOVE || op->type == BS_OP_CLEAR) && op->target_op > k->ch.target_op)
+    k->ch.target_op = op->target_op;
+  return BS_OK;
+}
 
 /* ---- Write checkpoints (contract.md 7): the rule both backends apply ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name

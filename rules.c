@@ -78,16 +78,6 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n,
 
 /* ---- Bucket data chunks ---------------------------------------------------------------------- */
 
-/* The size contract.md 5.2 counts for chunking: data + object_type + object_id + subkey. */
-static size_t chunk_op_size(const bs_op *op) {
-  return op->data.size + op->object_type.size + op->object_id.size + op->subkey.size;
-}
-
-/* used + sz <= cap, without wrapping (used may already exceed cap after one large op). */
-static int fits(size_t used, size_t sz, size_t cap) {
-  return sz <= cap && used <= cap - sz;
-}
-
 void bs__chunker_init(bs__chunker *k, const bs_allocator *a, const bs_batch_options *o,
                       int (*on_chunk)(const bs_chunk *, void *), void *payload) {
   memset(k, 0, sizeof *k);
@@ -114,27 +104,17 @@ static int chunk_emit(bs__chunker *k, int has_more) {
   return k->on_chunk(&k->ch, k->payload);
 }
 
-int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err) {
-  size_t sz = chunk_op_size(op);
-  int rc;
-  if (k->served >= k->limit || (k->served > 0 && !fits(k->bytes, sz, k->max_bytes))) {
-    k->stopped = 1;
-    return BS_OK;
-  }
-  if (k->n > 0 && !fits(k->csize, sz, k->chunk_bytes)) {
-    if ((rc = chunk_emit(k, 1)) != 0) return rc;
-    k->ch.after = k->ch.next_after;
-    k->ch.target_op = 0;
-    k->n = k->csize = 0;
-  }
+int bs__chunker_cut(bs__chunker *k) {
+  int rc = chunk_emit(k, 1);
+  k->ch.after = k->ch.next_after;
+  k->ch.target_op = 0;
+  k->n = k->csize = 0;
+  return rc;
+}
+
+int bs__chunker_grow(bs__chunker *k, bs_error *err) {
   if (BS_GROW(k->a, k->ops, k->cap, k->n + 1))
     return bs__fail(err, BS_ENOMEM, "bucket data: op array of %zu ops", k->n + 1);
-  k->ops[k->n++] = *op;
-  k->csize += sz;
-  k->served++;
-  k->bytes += sz;
-  if ((op->type == BS_OP_MOVE || op->type == BS_OP_CLEAR) && op->target_op > k->ch.target_op)
-    k->ch.target_op = op->target_op;
   return BS_OK;
 }
 
