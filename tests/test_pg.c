@@ -1540,7 +1540,10 @@ static void t_writer_saves(void **state) {
     free(dp.s);
     for (int i = 0; i < 2; i++)
       assert_int_equal(bs_get_checksums(st[i], c, names, N_BUCKETS, cs[i], &err), BS_OK);
-    assert_memory_equal(cs[1], cs[0], sizeof cs[0]);
+    for (int i = 0; i < N_BUCKETS; i++) { /* by field: the padding is not part of the answer */
+      assert_int_equal(cs[1][i].checksum, cs[0][i].checksum);
+      assert_int_equal(cs[1][i].count, cs[0][i].count);
+    }
     for (int k = 0; k < 4; k++) {
       char key[16];
       rowlist l[2];
