@@ -122,16 +122,22 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 # run: initdb in /tmp, 127.0.0.1 on a free port, removed after), or against the server that
 # BS_TEST_PG_URL names. Skipped, saying so, when no PostgreSQL binaries are installed; in a build
 # without the backend (PG=0) test_pg checks that bs_open_postgres says BS_EUNSUPPORTED.
+# The shared suites (contract, property, sync-client, differential) run there again on the
+# "postgres" backend alone (BS_BACKEND=postgres, tests/util_contract.h).
 PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/tests/test_pg_verify \
 	$(BUILD)/tests/test_pg_fault
+PG_SUITE_BINS := $(addprefix $(BUILD)/tests/,test_contract test_property test_sync test_diff)
 .PHONY: pg-test
-pg-test: deps $(PG_TEST_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
+pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@if [ "$(PG)" != 1 ]; then echo "== pg-test: built without the PostgreSQL backend"; \
 	  $(BUILD)/tests/test_pg; \
 	else rc=0; tests/pg_server.sh run sh -c 'set -e; for t in $(PG_TEST_BINS); do \
 	    echo "== $$t (PostgreSQL)"; BS_TEST_QUICK=1 $$t; done; \
+	    for t in $(PG_SUITE_BINS); do echo "== $$t (postgres backend)"; \
+	      BS_BACKEND=postgres BS_TEST_QUICK=1 $$t; done; \
 	    if command -v psql >/dev/null; then BS_DRIVER_PG=1 tests/driver_smoke.sh \
-	      $(BUILD)/bucketstore; else echo "== driver scenarios on PostgreSQL: no psql"; fi; \
+	      $(BUILD)/bucketstore; $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8 \
+	      --postgres "$$BS_TEST_PG_URL"; else echo "== driver scenarios on PostgreSQL: no psql"; fi; \
 	    echo "== bench smoke on PostgreSQL"; $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" >/dev/null' \
 	  || rc=$$?; \
 	  if [ $$rc = 77 ]; then echo "== pg-test: skipped (no PostgreSQL server binaries; apt-get \

@@ -91,6 +91,7 @@ typedef struct bucket_ent {
   uint32_t d_checksum;
   uint64_t d_count, d_bytes, last_op;
   int touched;
+  int created; /* inserted by this flush's load: deleted again unless an op lands in it */
 } bucket_ent;
 
 typedef struct batch {
@@ -287,7 +288,7 @@ static bucket_ent *bucket_by_id(batch *b, uint64_t id) {
   return NULL;
 }
 
-static int bucket_add(batch *b, uint64_t id, bs_val name) {
+static int bucket_add(batch *b, uint64_t id, bs_val name, int created) {
   bucket_ent *e;
   unsigned char *copy;
   if (bucket_by_id(b, id)) return BS_OK;
@@ -307,6 +308,7 @@ static int bucket_add(batch *b, uint64_t id, bs_val name) {
   e->id = id;
   e->name.data = copy;
   e->name.size = name.size;
+  e->created = created;
   bs__htab_put(&b->bname, XXH3_64bits(name.data, name.size), b->nbk);
   bs__htab_put(&b->bid, id * 0x9e3779b97f4a7c15ull, b->nbk);
   return BS_OK;
@@ -600,14 +602,15 @@ static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
                      "WITH n AS (INSERT INTO bs_buckets (stream, name)"
                      "  SELECT DISTINCT $1, x FROM unnest($2::bytea[]) AS x"
                      "  ON CONFLICT DO NOTHING RETURNING id, name)"
-                     " SELECT id, name FROM n UNION ALL"
-                     " SELECT id, name FROM bs_buckets WHERE stream = $1"
+                     " SELECT id, name, true FROM n UNION ALL"
+                     " SELECT id, name, false FROM bs_buckets WHERE stream = $1"
                      "  AND (name = ANY($2) OR id = ANY($3))",
                      &a, &r, "resolving buckets", err);
     bs__free(b->a, arr2);
     if (rc) goto out;
     for (int i = 0; i < PQntuples(r) && !rc; i++)
-      if (bucket_add(b, (uint64_t)bs__pg_i64(r, i, 0), bs__pg_bytes(r, i, 1))) rc = oom(err);
+      if (bucket_add(b, (uint64_t)bs__pg_i64(r, i, 0), bs__pg_bytes(r, i, 1), bs__pg_bool(r, i, 2)))
+        rc = oom(err);
     PQclear(r);
   }
   goto out;
@@ -621,6 +624,28 @@ out:
 }
 
 /* ---- Writing the batch -------------------------------------------------------------------------- */
+
+/* The buckets load_batch created that no op of the batch reached (a skipped snapshot INSERT's
+ * rows): deleted, so that a bucket exists once it has an op, as on every backend. */
+static int drop_untouched(batch *b, bs_error *err) {
+  uint64_t *ids;
+  unsigned char *arr = NULL;
+  size_t n = 0;
+  bs__pg_args a = {0};
+  int rc;
+  for (size_t i = 0; i < b->nbk; i++) n += b->bk[i].created && !b->bk[i].touched;
+  if (!n) return BS_OK;
+  if (!(ids = bs__calloc(b->a, n, sizeof *ids))) return oom(err);
+  for (size_t i = 0, k = 0; i < b->nbk; i++)
+    if (b->bk[i].created && !b->bk[i].touched) ids[k++] = b->bk[i].id;
+  rc = bs__pg_arg_i64_array(&a, ids, n, b->a, &arr, err);
+  if (!rc)
+    rc = bs__pg_run(b->c, "DELETE FROM bs_buckets WHERE id = ANY($1::int8[])", &a,
+                    "flush: unused buckets", err);
+  bs__free(b->a, arr);
+  bs__free(b->a, ids);
+  return rc;
+}
 
 static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a, bs_error *err) {
   static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
@@ -878,9 +903,10 @@ static int write_custom(batch *b, bs_error *err) {
 }
 
 /* Starts a batch inside the caller's open transaction: locks the stream row (refused when the
- * stream is terminated), reads its op head and hash into b and fx. */
+ * stream is terminated, unless reading: source_row, which rolls back, answers on a terminated
+ * stream too, storage.h), reads its op head and hash into b and fx. */
 static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__effects *fx,
-                      bs_error *err) {
+                      int reading, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
@@ -903,7 +929,7 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
   if (rc) return rc;
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", b->stream);
-  else if (bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED)
+  else if (!reading && bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED)
     rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", b->stream);
   if (!rc) {
     b->head = (uint64_t)bs__pg_i64(r, 0, 1);
@@ -920,7 +946,8 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
 static int batch_write(batch *b, bs_error *err) {
   int rc;
   if (b->ops.oom || b->params.oom) return oom(err);
-  if ((rc = copy_in(b->c,
+  if ((rc = drop_untouched(b, err)) ||
+      (rc = copy_in(b->c,
                     "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
                     " object_id, subkey, data) FROM STDIN (FORMAT binary)",
                     &b->ops, b->a, err)) ||
@@ -944,11 +971,11 @@ static int batch_write(batch *b, bs_error *err) {
 
 /* Applies the queue inside the caller's open transaction (the stream row is locked by it).
  * The batch's records stay for the caller (source_row), freed by batch_free. */
-static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs_error *err) {
+static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, int reading, bs_error *err) {
   uint32_t *tables = NULL;
   bs__effects fx;
   int rc, saves = 0;
-  if ((rc = batch_open(w, in, b, &fx, err))) return rc;
+  if ((rc = batch_open(w, in, b, &fx, reading, err))) return rc;
   for (size_t i = 0; i < in->n; i++) saves += in->items[i].save != NULL;
   if (saves) {
     if (!(tables = bs__calloc(b->a, in->n, sizeof *tables))) return oom(err);
@@ -984,7 +1011,7 @@ static int analyze(bs__pg_writer *w, const batch *b, bs_error *err) {
 
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *in, uint64_t *head, bs_error *err) {
   batch b;
-  int rc = apply(w, in, &b, err);
+  int rc = apply(w, in, &b, 0, err);
   if (!rc) rc = analyze(w, &b, err);
   if (!rc && head) *head = b.head;
   batch_free(&b);
@@ -1002,7 +1029,7 @@ int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
   bs_val data = {NULL, 0};
   int rc, has_data = 0;
   if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
-  rc = apply(w, in, &b, err);
+  rc = apply(w, in, &b, 1, err);
   if (!rc) {
     bs__pg_args a = {0};
     PGresult *r;
@@ -1053,7 +1080,7 @@ static int truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, b
   PGresult *r = NULL;
   bs_val *rids = NULL;
   int rc, n = 0;
-  if ((rc = batch_open(w, &none, &b, &fx, err))) goto out;
+  if ((rc = batch_open(w, &none, &b, &fx, 0, err))) goto out;
   bs__pg_arg_i32(&a, (int32_t)b.stream);
   bs__pg_arg_bytes(&a, table);
   bs__pg_arg_i32(&a, TRUNCATE_RECORDS);

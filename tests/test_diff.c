@@ -55,7 +55,8 @@
 #define N_KEYS     6
 #define N_TRACE    24
 
-static const char *const SIDE_NAME[N_SIDES] = {"lmdb", "memory"};
+/* Side 0 is LMDB; side 1 the backend under comparison (memory; postgres with BS_TEST_PG_URL). */
+#define SIDE_NAME(i) (g_run->s[i].be->name)
 
 /* ---- A string builder for replies ------------------------------------------------------------ */
 typedef struct sb {
@@ -108,7 +109,7 @@ static void sb_val(sb *b, bs_val v) {
 
 /* ---- The two sides --------------------------------------------------------------------------- */
 typedef struct side {
-  int lmdb;
+  const ct_backend *be;
   char dir[64], path[96];
   bs_db *db;
   bs_storage *st[MAX_STREAM];
@@ -141,6 +142,7 @@ typedef struct run {
   size_t n_trace;
   int verbose;
   unsigned long calls, reads;
+  unsigned lacks; /* CT_LACKS_* of either side: the generator stays clear of those calls */
 } run;
 
 static run *g_run; /* for failure messages */
@@ -174,16 +176,17 @@ static void same(run *r, const char *what, const int rc[N_SIDES], sb out[N_SIDES
   if (r->verbose > 2)
     fprintf(stderr, "    %s -> %s %.300s\n", what, bs_strerror(rc[0]), out[0].p ? out[0].p : "");
   if (rc[0] != rc[1])
-    DIFF_FAIL("%s: lmdb %s, memory %s (seed %llu step %zu; reproduce: BS_SEED=%llu BS_SEEDS=1)",
-              what, bs_strerror(rc[0]), bs_strerror(rc[1]), (unsigned long long)r->seed, r->step,
-              (unsigned long long)r->seed);
+    DIFF_FAIL("%s: %s %s, %s %s (seed %llu step %zu; reproduce: BS_SEED=%llu BS_SEEDS=1)", what,
+              SIDE_NAME(0), bs_strerror(rc[0]), SIDE_NAME(1), bs_strerror(rc[1]),
+              (unsigned long long)r->seed, r->step, (unsigned long long)r->seed);
   const char *a = out[0].p ? out[0].p : "", *b = out[1].p ? out[1].p : "";
   if (strcmp(a, b) != 0) {
     size_t d = 0, from;
     while (a[d] && a[d] == b[d]) d++;
     from = d > 300 ? d - 300 : 0; /* from a little before the first difference */
-    fprintf(stderr, "  lmdb:   ...%.900s\n  memory: ...%.900s\n",
-            a + (from < strlen(a) ? from : strlen(a)), b + (from < strlen(b) ? from : strlen(b)));
+    fprintf(stderr, "  %s: ...%.900s\n  %s: ...%.900s\n", SIDE_NAME(0),
+            a + (from < strlen(a) ? from : strlen(a)), SIDE_NAME(1),
+            b + (from < strlen(b) ? from : strlen(b)));
     DIFF_FAIL("%s: replies differ at byte %zu (seed %llu step %zu; reproduce: BS_SEED=%llu "
               "BS_SEEDS=1)",
               what, d, (unsigned long long)r->seed, r->step, (unsigned long long)r->seed);
@@ -218,10 +221,17 @@ static void same(run *r, const char *what, const int rc[N_SIDES], sb out[N_SIDES
 
 static int side_open_db(side *s) {
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
-  bs_error err;
+  bs_error err = {0, ""};
+  int rc;
   oo.flags = BS_OPEN_NOSYNC;
-  if (s->lmdb) return bs_open(&s->db, s->path, &oo, &err);
-  return bs_open_memory(&s->db, &oo, &err);
+  if (s->be->open_db)
+    rc = s->be->open_db(s->be, s->path, &oo, &s->db, &err);
+  else if (s->be->persistent)
+    rc = bs_open(&s->db, s->path, &oo, &err);
+  else
+    rc = bs_open_memory(&s->db, &oo, &err);
+  if (rc) fprintf(stderr, "open %s: %s (%s)\n", s->be->name, bs_strerror(rc), err.msg);
+  return rc;
 }
 
 static void close_writer(run *r, size_t x, int k) {
@@ -268,7 +278,7 @@ static void close_all(run *r, int keep_db) {
     }
     memset(s->w, 0, sizeof s->w);
     memset(s->st, 0, sizeof s->st);
-    if (!keep_db || s->lmdb) {
+    if (!keep_db || s->be->persistent) {
       bs_close(s->db);
       s->db = NULL;
     }
@@ -281,7 +291,7 @@ static void do_reopen(run *r) {
   note(r, "reopen");
   close_all(r, 1);
   for (int i = 0; i < N_SIDES; i++)
-    if (!r->s[i].db && side_open_db(&r->s[i]) != BS_OK) DIFF_FAIL("reopen of %s", SIDE_NAME[i]);
+    if (!r->s[i].db && side_open_db(&r->s[i]) != BS_OK) DIFF_FAIL("reopen of %s", SIDE_NAME(i));
   open_storages(r);
 }
 
@@ -519,7 +529,7 @@ static int changes_of(run *r, int side_i, size_t x, uint64_t from, uint64_t to, 
   ft_strs_free(&ch.l);
   if (o->n)
     DIFF_FAIL("checkpoint_changes (%" PRIu64 ", %" PRIu64 "] of %s: %s (seed %llu step %zu)", from,
-              to, SIDE_NAME[side_i], o->p, (unsigned long long)r->seed, r->step);
+              to, SIDE_NAME(side_i), o->p, (unsigned long long)r->seed, r->step);
   return rc; /* the flags are not compared: invalidating more is allowed too */
 }
 
@@ -628,6 +638,7 @@ static void check_db(run *r) {
   uint64_t problems[N_SIDES] = {0, 0};
   BOTH(r, "stream_list", bs_stream_list(s->db, on_stream, o, E));
   BOTH(r, "db_stat", stat_of(s->db, o, E));
+  if (r->lacks & CT_LACKS_VERIFY) return;
   BOTH(r, "db_verify", bs_db_verify(s->db, on_problem, o, &problems[s - r->s], E));
   if (problems[0] || problems[1])
     DIFF_FAIL("verify: %llu / %llu problems (seed %llu)", (unsigned long long)problems[0],
@@ -880,7 +891,7 @@ static void step(run *r) {
   if (a < 500) {
     if ((k = pick_writer(r, x)) >= 0) do_save(r, x, k);
   } else if (a < 520) {
-    if ((k = pick_writer(r, x)) >= 0) {
+    if (!(r->lacks & CT_LACKS_TRUNCATE) && (k = pick_writer(r, x)) >= 0) {
       bs_val t = ct_below(&r->rng, 8) ? pick(r, &r->tables) : ue_str_pick(&r->rng, 0, 0, NULL);
       int drop = ct_below(&r->rng, 4) == 0;
       note(r, "%s s%zu w%d", drop ? "drop" : "truncate", x, k);
@@ -957,9 +968,9 @@ static void step(run *r) {
       BOTH(r, "last_write_checkpoint", last_wcp_of(s->st[x], u, &h, nh, o, E));
     }
   } else if (a < 810) {
-    do_compact(r, x);
+    if (!(r->lacks & CT_LACKS_COMPACT)) do_compact(r, x);
     check_stream(r, x, 1);
-  } else if (a < 815) {
+  } else if (a < 815 && !(r->lacks & CT_LACKS_COMPACT)) {
     /* (a horizon below the head leaves ops that LMDB's selection no longer counts as changes:
      * SW_COMPACT_THRESHOLDS) */
     uint64_t max = ct_below(&r->rng, 2) || !SW_COMPACT_THRESHOLDS
@@ -998,20 +1009,36 @@ static void step(run *r) {
   }
 }
 
-static void run_seed(uint64_t seed, size_t steps) {
+static void side_dir(side *s) {
+  strcpy(s->dir, "/tmp/bs_diff_XXXXXX");
+  assert_non_null(mkdtemp(s->dir));
+  snprintf(s->path, sizeof s->path, "%s/db", s->dir);
+}
+
+static void side_remove(side *s) {
+  char cmd[128];
+  if (!s->dir[0]) return;
+  if (s->be->remove_db) s->be->remove_db(s->be, s->path);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
+}
+
+/* One seed: LMDB beside `other`. */
+static void run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
   run *r = calloc(1, sizeof *r);
   assert_non_null(r);
   g_run = r;
+  r->s[0].be = &ct_backends[CT_LMDB];
+  r->s[1].be = other;
+  r->lacks = r->s[0].be->lacks | other->lacks;
   r->seed = seed;
   r->rng.s = seed * 0x9e3779b97f4a7c15ull + 7;
   r->verbose = (int)ct_env_u64("BS_VERBOSE", 0);
   r->now_ms = 1700000000000;
-  r->s[0].lmdb = 1;
-  strcpy(r->s[0].dir, "/tmp/bs_diff_XXXXXX");
-  assert_non_null(mkdtemp(r->s[0].dir));
-  snprintf(r->s[0].path, sizeof r->s[0].path, "%s/db", r->s[0].dir);
-  for (int i = 0; i < N_SIDES; i++)
-    if (side_open_db(&r->s[i]) != BS_OK) fail_msg("open %s", SIDE_NAME[i]);
+  for (int i = 0; i < N_SIDES; i++) {
+    if (r->s[i].be->persistent) side_dir(&r->s[i]);
+    if (side_open_db(&r->s[i]) != BS_OK) fail_msg("open %s", SIDE_NAME(i));
+  }
   pools_init(r);
   new_stream(r);
   {
@@ -1039,32 +1066,35 @@ static void run_seed(uint64_t seed, size_t steps) {
             r->calls, r->reads);
   close_all(r, 0);
   pools_free(r);
-  {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->s[0].dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", r->s[0].dir);
-  }
+  for (int i = 0; i < N_SIDES; i++) side_remove(&r->s[i]);
   g_run = NULL;
   free(r);
 }
 
+/* state: the backend beside LMDB. Its seeds: BS_SEEDS, else 40 quick / 400 full against memory
+ * and an eighth of that against a server backend (every call is a round trip there). */
 static void t_diff(void **state) {
-  uint64_t first = ct_env_u64("BS_SEED", 1), n = ct_env_u64("BS_SEEDS", ct_quick() ? 40 : 400);
+  const ct_backend *other = *state;
+  uint64_t dflt = ct_quick() ? 40 : 400, first = ct_env_u64("BS_SEED", 1), n;
   size_t steps = (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 300 : 1500);
-  (void)state;
+  n = ct_env_u64("BS_SEEDS", other == ct_postgres() ? dflt / 8 : dflt);
   for (uint64_t i = 0; i < n; i++) {
     if (n <= 50 || i % 100 == 0)
-      fprintf(stderr, "diff lmdb/memory: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n",
+      fprintf(stderr, "diff lmdb/%s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n", other->name,
               (unsigned long long)(first + i), (unsigned long long)(first + i));
-    run_seed(first + i, steps);
+    run_seed(other, first + i, steps);
   }
 }
 
 /* ---- The rules the differential run found, each stated once on both backends ----------------- */
 
-/* An env on backend i (0 lmdb, 1 memory) with stream "s1" whose snapshot is not done yet. */
-static void env_of(ct_env *e, int i) {
-  CT_OK(ct_env_open(e, &ct_backends[i ? CT_MEMORY : CT_LMDB], 0));
+/* The backends the focused tests run on: lmdb, memory and postgres, those selected (main). */
+static const ct_backend *g_focus[CT_MAX_BACKENDS];
+static size_t g_n_focus;
+
+/* An env on backend be with stream "s1" whose snapshot is not done yet. */
+static void env_of(ct_env *e, const ct_backend *be) {
+  CT_OK(ct_env_open(e, be, 0));
   CT_OK(ct_env_stream(e, "s1", BS_HASH_XXH3, NULL));
 }
 
@@ -1077,15 +1107,16 @@ static uint64_t persisted(ct_env *e) {
 /* resume_lsn and snapshot_done take effect at once and leave the queue alone. */
 static void t_resume_lsn_at_once(void **state) {
   (void)state;
-  for (int i = 0; i < N_SIDES; i++) {
+  for (size_t i = 0; i < g_n_focus; i++) {
+    const ct_backend *be = g_focus[i];
     ct_env e;
     bs_status st;
-    env_of(&e, i);
+    env_of(&e, be);
     CT_OK(ct_save(e.w, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "{}"})));
     CT_OK(bs_writer_resume_lsn(e.w, ct_v("0/5"), &ct_err));
     CT_OK(bs_get_status(e.st, &st, &ct_err));
     if (!st.has_resume_lsn || st.resume_lsn_size != 3 || memcmp(st.resume_lsn, "0/5", 3) != 0)
-      fail_msg("%s: resume_lsn not visible at once", SIDE_NAME[i]);
+      fail_msg("%s: resume_lsn not visible at once", be->name);
     CT_OK(bs_writer_snapshot_done(e.w, ct_v("0/5"), &ct_err));
     CT_EQ_U64(persisted(&e), 0); /* the save is still queued */
     ct_env_close(&e);
@@ -1096,13 +1127,14 @@ static void t_resume_lsn_at_once(void **state) {
  * the snapshot has not inserted yet: the snapshot writer's later INSERT is skipped (contract.md 4.3). */
 static void t_delete_fences_snapshot(void **state) {
   (void)state;
-  for (int i = 0; i < N_SIDES; i++) {
+  for (size_t i = 0; i < g_n_focus; i++) {
+    const ct_backend *be = g_focus[i];
     ct_env e;
     bs_writer *snap = NULL;
     bs_writer_options so = BS_WRITER_OPTIONS_INIT;
     bs_commit_result cr;
     ct_oplist l;
-    env_of(&e, i);
+    env_of(&e, be);
     so.snapshot = 1;
     CT_OK(bs_writer_open(&snap, e.st, &so, &ct_err));
     CT_OK(ct_save(e.w, BS_DELETE, "t", "r1", NULL, CT_NOROWS)); /* unknown yet */
@@ -1114,7 +1146,7 @@ static void t_delete_fences_snapshot(void **state) {
     memset(&l, 0, sizeof l);
     CT_OK(ct_read_bucket(e.st, cr.checkpoint, "b", 0, &l));
     if (l.n != 1 || !ct_buf_eq(&l.v[0].object_id, "r2"))
-      fail_msg("%s: the deleted row came back (%zu ops)", SIDE_NAME[i], l.n);
+      fail_msg("%s: the deleted row came back (%zu ops)", be->name, l.n);
     ct_oplist_free(&l);
     bs_writer_close(snap);
     ct_env_close(&e);
@@ -1125,10 +1157,11 @@ static void t_delete_fences_snapshot(void **state) {
  * flushes them first, the same on every backend. */
 static void t_auto_flush_before_queueing(void **state) {
   (void)state;
-  for (int i = 0; i < N_SIDES; i++) {
+  for (size_t i = 0; i < g_n_focus; i++) {
+    const ct_backend *be = g_focus[i];
     ct_env e;
     bs_writer_options o = BS_WRITER_OPTIONS_INIT;
-    env_of(&e, i);
+    env_of(&e, be);
     o.max_records = 2;
     CT_OK(ct_env_writer(&e, &o));
     CT_OK(ct_save(e.w, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "{}"})));
@@ -1150,14 +1183,15 @@ static void t_auto_flush_before_queueing(void **state) {
 /* Two generated requests of one user in a batch: the last (newest heads) wins (contract.md 7). */
 static void t_managed_last_generated_wins(void **state) {
   (void)state;
-  for (int i = 0; i < N_SIDES; i++) {
+  for (size_t i = 0; i < g_n_focus; i++) {
+    const ct_backend *be = g_focus[i];
     ct_env e;
     bs_head h1 = {ct_v("1"), ct_v("0/1")},
             h2[2] = {{ct_v("1"), ct_v("0/2")}, {ct_v("2"), ct_v("0/9")}};
     bs_managed_request req[2];
     uint64_t ids[2], id = 0;
     int found = 1;
-    env_of(&e, i);
+    env_of(&e, be);
     memset(req, 0, sizeof req);
     req[0].user_id = req[1].user_id = ct_v("u1");
     req[0].heads = &h1, req[0].n_heads = 1;
@@ -1167,9 +1201,9 @@ static void t_managed_last_generated_wins(void **state) {
     CT_EQ_U64(ids[1], 1);
     /* connection 1 alone does not reach the winner's heads */
     CT_OK(bs_last_write_checkpoint(e.st, ct_v("u1"), &h2[0], 1, &id, &found, &ct_err));
-    if (found) fail_msg("%s: the first request's heads were kept", SIDE_NAME[i]);
+    if (found) fail_msg("%s: the first request's heads were kept", be->name);
     CT_OK(bs_last_write_checkpoint(e.st, ct_v("u1"), h2, 2, &id, &found, &ct_err));
-    if (!found || id != 1) fail_msg("%s: the last request's heads were not kept", SIDE_NAME[i]);
+    if (!found || id != 1) fail_msg("%s: the last request's heads were not kept", be->name);
     ct_env_close(&e);
   }
 }
@@ -1180,13 +1214,15 @@ static void t_managed_last_generated_wins(void **state) {
  * default 64 MB it becomes a MOVE. */
 static void t_bounded_seen_set(void **state) {
   (void)state;
-  for (int i = 0; i < N_SIDES; i++) {
+  for (size_t i = 0; i < g_n_focus; i++) {
+    const ct_backend *be = g_focus[i];
     bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
     bs_compact_stats cs;
     bs_commit_result cr;
     bs_val b = ct_v("b");
     ct_env e;
-    env_of(&e, i);
+    if (ct_lacks(be, CT_LACKS_COMPACT)) continue;
+    env_of(&e, be);
     CT_OK(bs_writer_snapshot_done(e.w, ct_v("0/1"), &ct_err));
     CT_OK(ct_save(e.w, BS_UPDATE, "t", NULL, "x", CT_ROWS({"b", "t", "x", "1"})));
     CT_OK(ct_save(e.w, BS_UPDATE, "t", NULL, "x", CT_ROWS({"b", "t", "x", "2"})));
@@ -1198,24 +1234,39 @@ static void t_bounded_seen_set(void **state) {
     CT_OK(ct_commit(e.w, "0/1", &cr));
     co.buckets = &b, co.n_buckets = 1, co.memory_limit_mb = 1;
     CT_OK(bs_compact(e.st, &co, &cs, &ct_err));
-    if (cs.ops_moved != 0) fail_msg("%s: an untracked row moved", SIDE_NAME[i]);
+    if (cs.ops_moved != 0) fail_msg("%s: an untracked row moved", be->name);
     co.memory_limit_mb = 0;
     CT_OK(bs_compact(e.st, &co, &cs, &ct_err));
     if (cs.ops_moved != 1 || cs.ops_cleared != 0)
-      fail_msg("%s: %llu moved, %llu cleared with 64 MB", SIDE_NAME[i],
+      fail_msg("%s: %llu moved, %llu cleared with 64 MB", be->name,
                (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared);
     ct_env_close(&e);
   }
 }
 
+/* The focused tests on each selected backend of lmdb, memory and postgres (BS_BACKEND=name: that
+ * one), then the differential run of LMDB beside memory and beside postgres, where selected. */
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_resume_lsn_at_once),
-      cmocka_unit_test(t_delete_fences_snapshot),
-      cmocka_unit_test(t_auto_flush_before_queueing),
-      cmocka_unit_test(t_managed_last_generated_wins),
-      cmocka_unit_test(t_bounded_seen_set),
-      cmocka_unit_test(t_diff),
+  static const CMUnitTestFunction focused[] = {
+      t_resume_lsn_at_once,          t_delete_fences_snapshot, t_auto_flush_before_queueing,
+      t_managed_last_generated_wins, t_bounded_seen_set,
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  static const char *const names[] = {
+      "t_resume_lsn_at_once",          "t_delete_fences_snapshot", "t_auto_flush_before_queueing",
+      "t_managed_last_generated_wins", "t_bounded_seen_set",
+  };
+  const ct_backend *be[CT_MAX_BACKENDS];
+  struct CMUnitTest t[5 + CT_MAX_BACKENDS];
+  size_t i, n = 0, nb = ct_backends_selected(be);
+  memset(t, 0, sizeof t);
+  for (i = 0; i < nb; i++)
+    if (be[i] != &ct_backends[CT_LMDB_PT]) g_focus[g_n_focus++] = be[i];
+  for (i = 0; g_n_focus && i < 5; i++, n++) t[n].name = names[i], t[n].test_func = focused[i];
+  for (i = 0; i < nb; i++)
+    if (be[i] == &ct_backends[CT_MEMORY] || be[i] == ct_postgres()) {
+      t[n].name = be[i] == ct_postgres() ? "t_diff/postgres" : "t_diff";
+      t[n].test_func = t_diff;
+      t[n++].initial_state = (void *)be[i];
+    }
+  return _cmocka_run_group_tests("diff", t, n, NULL, NULL) ? 1 : 0;
 }

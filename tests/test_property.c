@@ -50,6 +50,7 @@ typedef struct run {
   wl s[2];
   int n_streams;
   int allow_compact, allow_reopen;
+  unsigned lacks; /* CT_LACKS_*: the capabilities the workload stays clear of */
   unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
 } run;
@@ -565,14 +566,17 @@ static void do_reopen(run *r) {
   for (i = 0; i < r->n_streams; i++) open_handles(r, &r->s[i]);
 }
 
+/* lacks: the CT_LACKS_* capabilities left out (a differential run passes the union of its two
+ * backends', so that both get the same workload). */
 static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int allow_compact,
-                         int allow_reopen, ct_oplist dump[2][N_BUCKETS]) {
+                         int allow_reopen, unsigned lacks, ct_oplist dump[2][N_BUCKETS]) {
   run *r = calloc(1, sizeof *r);
   size_t step, i, k;
   assert_non_null(r);
   r->seed = seed;
   r->rng.s = seed * 0x9e3779b97f4a7c15ull + 1;
-  r->allow_compact = allow_compact;
+  r->lacks = lacks | be->lacks;
+  r->allow_compact = allow_compact && !(r->lacks & CT_LACKS_COMPACT);
   r->allow_reopen = allow_reopen && be->persistent;
   for (k = 0; k < N_KEYS; k++) {
     char s[8];
@@ -600,7 +604,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     }
     if (a < 700)
       do_save(r, s);
-    else if (a < 720) {
+    else if (a < 720 && !(r->lacks & CT_LACKS_TRUNCATE)) {
       char t[8];
       snprintf(t, sizeof t, "t%llu", (unsigned long long)ct_below(&r->rng, N_TABLES));
       for (i = 0; i < s->m.n_tables && strcmp(s->m.tables[i], t) != 0; i++) {
@@ -652,41 +656,45 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
 static size_t n_steps(void) {
   return (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 400 : 3000);
 }
-static uint64_t n_seeds(void) {
-  return ct_env_u64("BS_SEEDS", ct_quick() ? 2 : 12);
+/* be: the backend (of a differential run: the one beside memory); on a server backend, where
+ * every read is a round trip, the quick run has one seed. */
+static uint64_t n_seeds(const ct_backend *be) {
+  return ct_env_u64("BS_SEEDS", ct_quick() ? (be == ct_postgres() ? 1 : 2) : 12);
 }
 
 static void t_property(void **state) {
   const ct_backend *be = *state;
   uint64_t first = ct_env_u64("BS_SEED", 1), i;
-  for (i = 0; i < n_seeds(); i++) {
+  for (i = 0; i < n_seeds(be); i++) {
     fprintf(stderr, "property %s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n", be->name,
             (unsigned long long)(first + i), (unsigned long long)(first + i));
-    run_workload(be, first + i, n_steps(), 1, 1, NULL);
+    run_workload(be, first + i, n_steps(), 1, 1, 0, NULL);
   }
 }
 
+/* The two backends of a differential run: memory and state's (lmdb, postgres). */
 static void t_differential(void **state) {
+  const ct_backend *mem = &ct_backends[CT_MEMORY], *other = *state;
+  unsigned lacks = mem->lacks | other->lacks;
   uint64_t first = ct_env_u64("BS_SEED", 1), i;
   size_t k, j, x;
-  (void)state;
-  for (i = 0; i < n_seeds(); i++) {
+  for (i = 0; i < n_seeds(other); i++) {
     static ct_oplist dm[2][N_BUCKETS], dl[2][N_BUCKETS];
-    fprintf(stderr, "differential memory/lmdb: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n",
-            (unsigned long long)(first + i), (unsigned long long)(first + i));
+    fprintf(stderr, "differential memory/%s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n",
+            other->name, (unsigned long long)(first + i), (unsigned long long)(first + i));
     memset(dm, 0, sizeof dm);
     memset(dl, 0, sizeof dl);
-    run_workload(&ct_backends[0], first + i, n_steps(), 0, 0, dm);
-    run_workload(&ct_backends[1], first + i, n_steps(), 0, 0, dl);
+    run_workload(mem, first + i, n_steps(), 0, 0, lacks, dm);
+    run_workload(other, first + i, n_steps(), 0, 0, lacks, dl);
     for (x = 0; x < 2; x++)
       for (k = 0; k < N_BUCKETS; k++) {
         if (dm[x][k].n != dl[x][k].n)
-          fail_msg("stream %zu bucket %s: memory %zu ops, lmdb %zu", x, BUCKETS[k], dm[x][k].n,
-                   dl[x][k].n);
+          fail_msg("stream %zu bucket %s: memory %zu ops, %s %zu", x, BUCKETS[k], dm[x][k].n,
+                   other->name, dl[x][k].n);
         for (j = 0; j < dm[x][k].n; j++)
           if (!op_eq(&dm[x][k].v[j], &dl[x][k].v[j])) {
             ct_dump_ops("memory", &dm[x][k]);
-            ct_dump_ops("lmdb", &dl[x][k]);
+            ct_dump_ops(other->name, &dl[x][k]);
             fail_msg("stream %zu bucket %s: op #%zu differs", x, BUCKETS[k], j);
           }
         ct_oplist_free(&dm[x][k]);
@@ -708,25 +716,35 @@ static int known(const char *name) {
   return 0;
 }
 
-int main(void) {
+/* One group: t_property on be, or (diff) t_differential of memory and be. */
+static int run_group(const ct_backend *be, int diff, int strict) {
   struct CMUnitTest t;
-  int strict = ct_env_u64("BS_CONTRACT_STRICT", 0) != 0, failed = 0, pass;
-  size_t i;
-  for (i = 0; i <= CT_N_BACKENDS; i++) {
-    const char *name = i < CT_N_BACKENDS ? ct_backends[i].name : "differential";
-    char label[64];
-    int xf = known(name) && !strict;
-    memset(&t, 0, sizeof t);
-    t.name = i < CT_N_BACKENDS ? "t_property" : "t_differential";
-    t.test_func = i < CT_N_BACKENDS ? t_property : t_differential;
-    t.initial_state = i < CT_N_BACKENDS ? (void *)&ct_backends[i] : NULL;
-    snprintf(label, sizeof label, "%sproperty/%s", xf ? "known-failing/" : "", name);
-    pass = _cmocka_run_group_tests(label, &t, 1, NULL, NULL) == 0;
-    if (xf)
-      printf("%s %s%s\n", pass ? "XPASS" : "XFAIL", name,
-             pass ? ": passes now, remove it from KNOWN_FAILING" : " (known failing)");
-    else if (!pass)
-      failed++;
-  }
+  char name[64], label[96];
+  int xf, pass;
+  snprintf(name, sizeof name, "%s%s", diff ? "differential" : be->name,
+           diff && strcmp(be->name, "lmdb") != 0 ? "/postgres" : "");
+  xf = known(name) && !strict;
+  memset(&t, 0, sizeof t);
+  t.name = diff ? "t_differential" : "t_property";
+  t.test_func = diff ? t_differential : t_property;
+  t.initial_state = (void *)be;
+  snprintf(label, sizeof label, "%sproperty/%s", xf ? "known-failing/" : "", name);
+  pass = _cmocka_run_group_tests(label, &t, 1, NULL, NULL) == 0;
+  if (xf)
+    printf("%s %s%s\n", pass ? "XPASS" : "XFAIL", name,
+           pass ? ": passes now, remove it from KNOWN_FAILING" : " (known failing)");
+  return !pass && !xf;
+}
+
+/* Each selected backend (ct_backends_selected: BS_BACKEND=name runs one), then the differential
+ * runs: memory beside lmdb and beside postgres, when those are selected. */
+int main(void) {
+  const ct_backend *be[CT_MAX_BACKENDS];
+  int strict = ct_env_u64("BS_CONTRACT_STRICT", 0) != 0, failed = 0;
+  size_t i, n = ct_backends_selected(be);
+  for (i = 0; i < n; i++) failed += run_group(be[i], 0, strict);
+  for (i = 0; i < n; i++)
+    if (be[i] == &ct_backends[CT_LMDB] || be[i] == ct_postgres())
+      failed += run_group(be[i], 1, strict);
   return failed ? 1 : 0;
 }

@@ -39,11 +39,36 @@ struct ct_backend {
   int (*open_storage)(const ct_backend *be, bs_db *db, uint32_t id, bs_storage **out,
                       bs_error *err);
   void *ctx; /* the backend's own, for its hooks; unused by the suite */
+  /* The capabilities it does not have yet (CT_LACKS_*, 0: none): the tests and steps that need
+   * one are left out on it, by this flag only (a BS_EUNSUPPORTED reply is never skipped: it
+   * fails). Clearing a bit turns its cases on. */
+  unsigned lacks;
+  /* Removes what open_db created for path beyond the files in its directory (ct_env_close calls
+   * it after closing the db; a server backend drops the test's schema). NULL: nothing. */
+  void (*remove_db)(const ct_backend *be, const char *path);
 };
+
+/* Capabilities of ct_backend.lacks, one bit each. */
+#define CT_LACKS_TRUNCATE 0x1u /* bs_writer_truncate, bs_writer_drop */
+#define CT_LACKS_COMPACT  0x2u /* bs_compact, bs_compact_initial_replication */
+#define CT_LACKS_VERIFY   0x4u /* bs_verify */
+#define CT_LACKS_EXPORT   0x8u /* bs_backup, bs_db_export, bs_load */
+/* Whether be lacks capability cap (a CT_LACKS_* bit). */
+int ct_lacks(const ct_backend *be, unsigned cap);
 
 /* The built-ins; the enum names their index in ct_backends[]. */
 enum { CT_MEMORY = 0, CT_LMDB = 1, CT_LMDB_PT = 2, CT_N_BACKENDS = 3 };
 extern const ct_backend ct_backends[CT_N_BACKENDS];
+/* "postgres": the PostgreSQL backend on the server BS_TEST_PG_URL names (a database where the
+ * user may create schemas), persistent, each test env in a schema of its own (created by its
+ * open_db, selected by the URL's search_path, dropped by remove_db; a reopen or a second handle
+ * uses the same URL), with the CT_LACKS_* bits of what the backend does not implement yet. NULL
+ * without BS_TEST_PG_URL or in a build without the backend. */
+const ct_backend *ct_postgres(void);
+/* The backends a suite runs on: the built-ins, then "postgres" when ct_postgres() has it; with
+ * BS_BACKEND=name only the one of that name (none when no backend has it). Returns how many. */
+#define CT_MAX_BACKENDS (CT_N_BACKENDS + 1)
+size_t ct_backends_selected(const ct_backend *out[CT_MAX_BACKENDS]);
 
 /* Runs the conformance suite (test_contract.c) on each of the n backends, in order; returns
  * non-zero when a test failed. test_contract.c's own main() calls it with the three built-ins;
