@@ -1010,9 +1010,10 @@ static void step(run *r) {
 }
 
 static void side_dir(side *s) {
-  strcpy(s->dir, "/tmp/bs_diff_XXXXXX");
-  assert_non_null(mkdtemp(s->dir));
-  snprintf(s->path, sizeof s->path, "%s/db", s->dir);
+  char dir[sizeof s->dir] = "/tmp/bs_diff_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  memcpy(s->dir, dir, sizeof dir);
+  snprintf(s->path, sizeof s->path, "%s/db", dir);
 }
 
 static void side_remove(side *s) {

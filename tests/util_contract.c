@@ -89,9 +89,12 @@ static void pg_remove_db(const ct_backend *be, const char *path) {
 
 /* What the PostgreSQL backend does not implement yet (its NULL vtable slots, README.md). */
 static const ct_backend ct_pg = {
-    "postgres",  1,    pg_open_db,
-    NULL,        NULL, CT_LACKS_COMPACT | CT_LACKS_VERIFY | CT_LACKS_EXPORT,
-    pg_remove_db};
+    .name = "postgres",
+    .persistent = 1,
+    .open_db = pg_open_db,
+    .lacks = CT_LACKS_COMPACT | CT_LACKS_VERIFY | CT_LACKS_EXPORT,
+    .remove_db = pg_remove_db,
+};
 #endif
 
 const ct_backend *ct_postgres(void) {
