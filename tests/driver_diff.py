@@ -35,7 +35,7 @@ IGNORED = {
 
 # The commands the PostgreSQL backend does not implement yet (it answers BS_UNSUPPORTED): with
 # --postgres the generator draws none of them. Removing a name turns its commands on.
-PG_LACKS = {"compact", "verify"}
+PG_LACKS = {"compact"}
 
 MAX_BUCKET = 480  # contract.md section 10
 MAX_LOOKUP = 480
