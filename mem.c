@@ -26,9 +26,7 @@
 /* ---- Small helpers -------------------------------------------------------------------------- */
 
 static int sup_cmp(const void *x, const void *y) {
-  const mem_sup *a = x, *b = y;
-  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
-  return u64_cmp(&a->old_op, &b->old_op);
+  return u64_cmp(&((const mem_sup *)x)->old_op, &((const mem_sup *)y)->old_op);
 }
 
 static bs_val lsn_val(const mem_lsn *l) {
@@ -53,6 +51,7 @@ static void bucket_free(const bs_allocator *a, mem_bucket *b) {
   if (!b) return;
   for (size_t i = 0; i < b->n; i++) op_free(a, &b->ops[i]);
   bs__free(a, b->ops);
+  bs__free(a, b->sups);
   val_free(a, &b->name);
   bs__free(a, b);
 }
@@ -95,7 +94,6 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   for (size_t i = 0; i < s->nparams; i++) param_free(a, &s->params[i]);
   bs__free(a, s->params);
   bs__free(a, s->bch);
-  bs__free(a, s->sups);
   for (size_t i = 0; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   bs__free(a, s->uch);
   bs__free(a, s->cps);
@@ -125,14 +123,6 @@ static mem_table *table_find(mem_stream *s, bs_val name) {
   return NULL;
 }
 
-static bs_val subkey_of(char buf[BS_SUBKEY_SIZE], uint32_t table, bs_val rid) {
-  bs_val v;
-  bs_subkey(buf, table, rid);
-  v.data = buf;
-  v.size = BS_SUBKEY_SIZE;
-  return v;
-}
-
 /* ---- Transactions over one stream (see the file comment) ------------------------------------ */
 
 enum { J_REC, J_CWCP, J_DROP, J_OPS };
@@ -140,14 +130,14 @@ typedef struct mem_jent {
   int kind;
   size_t idx;
   void *old;
-  size_t n; /* J_OPS: the op count of bucket idx before the transaction appended to it */
+  size_t n, nsups; /* J_OPS: the counts of bucket idx before the transaction appended to it */
 } mem_jent;
 
 typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nparams, nbch, nsups, nuch, ncps, ncw, npend, nsoftq;
+  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend, nsoftq;
   uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
@@ -163,7 +153,6 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
   tx->nrecs = s->nrecs;
   tx->nparams = s->nparams;
   tx->nbch = s->nbch;
-  tx->nsups = s->nsups;
   tx->nuch = s->nuch;
   tx->ncps = s->ncps;
   tx->ncw = s->ncw;
@@ -178,7 +167,7 @@ static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
   tx->j[tx->nj].kind = kind;
   tx->j[tx->nj].idx = idx;
   tx->j[tx->nj].old = old;
-  tx->j[tx->nj].n = 0;
+  tx->j[tx->nj].n = tx->j[tx->nj].nsups = 0;
   tx->nj++;
   return BS_OK;
 }
@@ -206,6 +195,7 @@ static void tx_rollback(mem_tx *tx) {
       mem_bucket *b = s->buckets[e->idx];
       for (size_t o = e->n; o < b->n; o++) op_free(a, &b->ops[o]);
       b->n = e->n;
+      b->nsups = e->nsups;
     } else {
       s->tables[e->idx]->dropped = 0;
     }
@@ -222,7 +212,6 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t i = tx->nparams; i < s->nparams; i++) param_free(a, &s->params[i]);
   s->nparams = tx->nparams;
   s->nbch = tx->nbch;
-  s->nsups = tx->nsups;
   for (size_t i = tx->nuch; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   s->nuch = tx->nuch;
   s->ncps = tx->ncps;
@@ -335,9 +324,10 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
   mem_op o;
   int rc;
   if (GROW(a, b->ops, b->n, b->cap, b->n + 1)) return BS_ENOMEM;
-  if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal b->n */
+  if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal the counts */
     if (tx_journal(tx, J_OPS, bi, NULL)) return BS_ENOMEM;
     tx->j[tx->nj - 1].n = b->n;
+    tx->j[tx->nj - 1].nsups = b->nsups;
     b->tx_stamp = tx->serial;
   }
   if (GROW(a, s->bch, s->nbch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
@@ -363,12 +353,12 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
 
 /* Logs that the last op of bucket bi replaced old_op (0: the row had none, nothing to log). */
 static int tx_sup(mem_tx *tx, size_t bi, uint64_t old_op, uint64_t new_op) {
-  mem_stream *s = tx->s;
+  mem_bucket *b = tx->s->buckets[bi];
   if (!old_op) return BS_OK;
-  if (GROW(ALLOC(tx->db), s->sups, s->nsups, s->csups, s->nsups + 1)) return BS_ENOMEM;
-  s->sups[s->nsups].bucket = bi;
-  s->sups[s->nsups].old_op = old_op;
-  s->sups[s->nsups++].new_op = new_op;
+  BS_ASSERT(b->tx_stamp == tx->serial); /* new_op was appended: nsups is journaled */
+  if (GROW(ALLOC(tx->db), b->sups, b->nsups, b->csups, b->nsups + 1)) return BS_ENOMEM;
+  b->sups[b->nsups].old_op = old_op;
+  b->sups[b->nsups++].new_op = new_op;
   return BS_OK;
 }
 
@@ -461,28 +451,12 @@ static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, si
   return tx_param(c->tx, key, c->table, rid, params, n);
 }
 
-/* The latest of the first n ops of b with row identity (ot, oi, sk); 0: none. */
-static uint64_t row_latest(const mem_bucket *b, size_t n, bs_val ot, bs_val oi, bs_val sk) {
-  for (size_t k = n; k-- > 0;) {
-    const mem_op *o = &b->ops[k];
-    if ((o->type == BS_OP_PUT || o->type == BS_OP_REMOVE) && bs__val_eq(o->sk, sk) &&
-        bs__val_eq(o->oi, oi) && bs__val_eq(o->ot, ot))
-      return o->id;
-  }
-  return 0;
-}
-
-/* new_op, the last op of bucket bi, replaced the row's latest earlier op there, which goes to the
- * log. (Found in the bucket, not taken from the record: defragmentation re-emits PUTs without
- * rewriting records.) */
+/* new_op replaced old_op, the op of the row's membership in the record (the row's latest there:
+ * defragmentation moves the membership to the op it re-emits, as LMDB). */
 static int mfx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
                           bs_error *err) {
-  mem_tx *tx = ((mem_fx *)ctx)->tx;
-  const mem_bucket *b = tx->s->buckets[bucket];
-  const mem_op *last = &b->ops[b->n - 1];
-  BS_UNUSED(old_op);
   BS_UNUSED(err);
-  return tx_sup(tx, (size_t)bucket, row_latest(b, b->n - 1, last->ot, last->oi, last->sk), new_op);
+  return tx_sup(((mem_fx *)ctx)->tx, (size_t)bucket, old_op, new_op);
 }
 
 /* A stored copy of record in (owning every byte). */
@@ -1058,20 +1032,12 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   return rc;
 }
 
-/* Sorts the log by (bucket, old op) and finds bucket bi's entries, [*lo, *hi). (The log's order
- * means nothing; a transaction only appends to it, under the lock.) */
-static void log_range(mem_stream *s, size_t bi, size_t *lo, size_t *hi) {
-  if (s->nsups) qsort(s->sups, s->nsups, sizeof *s->sups, sup_cmp);
-  for (*lo = 0; *lo < s->nsups && s->sups[*lo].bucket < bi;) ++*lo;
-  for (*hi = *lo; *hi < s->nsups && s->sups[*hi].bucket == bi;) ++*hi;
-}
-
-/* Removes the log entries of bucket bi in [lo, hi) that are due at h. */
-static void log_consume(mem_stream *s, size_t lo, size_t hi, uint64_t h) {
-  size_t k = lo;
-  for (size_t i = lo; i < s->nsups; i++)
-    if (i >= hi || !bs__compact_entry_due(s->sups[i].new_op, h)) s->sups[k++] = s->sups[i];
-  s->nsups = k;
+/* Removes the log entries of b before end that are due at h. */
+static void log_consume(mem_bucket *b, size_t end, uint64_t h) {
+  size_t k = 0;
+  for (size_t i = 0; i < b->nsups; i++)
+    if (i >= end || !bs__compact_entry_due(b->sups[i].new_op, h)) b->sups[k++] = b->sups[i];
+  b->nsups = k;
 }
 
 /* Incremental compaction of bucket bi at h: its logged entries due at h (in old op order,
@@ -1080,12 +1046,13 @@ static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, u
                               uint64_t *budget, bs_compact_stats *stats) {
   mem_bucket *b = s->buckets[bi];
   uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), moved = 0, left = *budget;
-  size_t lo, hi, end, nc = 0;
+  size_t end, nc = 0;
   int rc;
   if (!target) return BS_ENOMEM;
-  log_range(s, bi, &lo, &hi);
-  for (end = lo; end < hi && left; end++) {
-    const mem_sup *e = &s->sups[end];
+  /* the log's order means nothing (a transaction only appends to it, under the lock) */
+  if (b->nsups) qsort(b->sups, b->nsups, sizeof *b->sups, sup_cmp);
+  for (end = 0; end < b->nsups && left; end++) {
+    const mem_sup *e = &b->sups[end];
     size_t k = op_index(b, e->old_op);
     bs_op op;
     if (!bs__compact_entry_due(e->new_op, h)) continue;
@@ -1099,7 +1066,7 @@ static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, u
     }
   }
   if (!(rc = apply_plan(a, s, b, h, target, moved, nc > 0, stats))) {
-    log_consume(s, lo, end, h);
+    log_consume(b, end, h);
     *budget = left;
   }
   bs__free(a, target);
@@ -1187,7 +1154,7 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
     int take = 0;
     /* (the front resolved the options: the thresholds are set) */
     if (o->incremental_only) { /* the queue: buckets with logged entries */
-      for (size_t k = 0; k < s->nsups && !take; k++) take = s->sups[k].bucket == i;
+      take = b->nsups > 0;
     } else if (o->buckets) {
       take = val_in(o->buckets, o->n_buckets, b->name);
     } else {
@@ -1200,39 +1167,73 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
   return BS_OK;
 }
 
-/* Defragmentation (the planner's bs__compact_defrag_due, as LMDB): the live rows of b are the
- * memberships of the source records in it, each at the row's latest op there (a PUT), at or below
- * h; their PUTs are appended again in op order with new op ids inside tx, each logged as
- * superseding the old one. Caller holds the lock. */
-static int defrag_bucket(mem_tx *tx, size_t bi, uint64_t h, double ratio, uint64_t *emitted) {
+/* Defragmentation (the planner's bs__compact_defrag_due, as LMDB): a bucket's live rows are the
+ * memberships of the source records in it whose op (the row's latest, a PUT) is at or below h;
+ * their PUTs are appended again in op order with new op ids inside tx, each logged as superseding
+ * the old one, and the membership takes the new op (as LMDB), so that the writer's next change of
+ * the row supersedes that one. Caller holds the lock. */
+typedef struct mem_live {
+  size_t bucket, rec; /* stream indexes */
+  uint32_t m;         /* the membership in the record */
+  uint64_t op;
+} mem_live;
+
+static int size_cmp(const void *x, const void *y) {
+  size_t a = *(const size_t *)x, b = *(const size_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static int live_cmp(const void *x, const void *y) {
+  const mem_live *a = x, *b = y;
+  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
+  return u64_cmp(&a->op, &b->op);
+}
+
+/* Re-emits the PUT of live row l in tx and moves its membership to the new op. */
+static int reemit(mem_tx *tx, const mem_live *l) {
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_bucket *b = tx->s->buckets[l->bucket];
+  const mem_rec *r = tx->s->recs[l->rec];
+  size_t k = op_index(b, l->op);
+  mem_op o;
+  mem_rec *nr;
+  uint64_t id;
+  int rc;
+  BS_ASSERT(k < b->n && b->ops[k].type == BS_OP_PUT); /* a membership's op is its row's PUT */
+  o = b->ops[k];                                      /* by value: tx_append may move b->ops */
+  bs_op op = {0, BS_OP_PUT, o.checksum, 0, o.ot, o.oi, o.sk, o.data};
+  if ((rc = tx_append(tx, l->bucket, &op, &id)) || (rc = tx_sup(tx, l->bucket, o.id, id)))
+    return rc;
+  if (!(nr = rec_copy(a, r->table, r->rid, &r->r))) return BS_ENOMEM;
+  nr->r.m[l->m].op = id;
+  if ((rc = tx_rec_set(tx, l->rec, nr))) rec_free(a, nr);
+  return rc;
+}
+
+/* Defragments the buckets of ids (ascending stream indexes) that are due. */
+static int defragment(mem_tx *tx, const size_t *ids, size_t n, uint64_t h, double ratio,
+                      uint64_t *emitted) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
-  mem_bucket *b = s->buckets[bi];
-  uint64_t *live = bs__calloc(a, b->n ? b->n : 1, sizeof *live);
-  size_t nlive = 0;
+  mem_live *live = NULL;
+  size_t nlive = 0, cap = 0;
   int rc = BS_OK;
-  if (!live) return BS_ENOMEM;
-  for (size_t i = 0; i < s->nrecs; i++) {
-    const mem_rec *r = s->recs[i];
-    char sk[BS_SUBKEY_SIZE];
-    for (size_t j = 0; r && j < r->r.nm && nlive < b->n; j++) {
-      const bs__member *m = &r->r.m[j];
-      uint64_t id = m->bucket != bi ? 0
-                                    : row_latest(b, b->n, m->object_type, m->object_id,
-                                                 subkey_of(sk, r->table, r->rid));
-      if (id && id <= h && b->ops[op_index(b, id)].type == BS_OP_PUT) live[nlive++] = id;
+  for (size_t i = 0; i < s->nrecs && !rc; i++)
+    for (uint32_t j = 0; s->recs[i] && j < s->recs[i]->r.nm && !rc; j++) {
+      const bs__member *m = &s->recs[i]->r.m[j];
+      mem_live l = {(size_t)m->bucket, i, j, m->op};
+      if (m->op > h || !bsearch(&l.bucket, ids, n, sizeof *ids, size_cmp)) continue;
+      if (GROW(a, live, nlive, cap, nlive + 1))
+        rc = BS_ENOMEM;
+      else
+        live[nlive++] = l;
     }
-  }
-  if (bs__compact_defrag_due(nlive, b->n, ratio)) {
-    qsort(live, nlive, sizeof *live, u64_cmp);
-    for (size_t i = 0; i < nlive && !rc; i++) {
-      mem_op o = b->ops[op_index(b, live[i])]; /* by value: tx_append may move b->ops */
-      bs_op op = {0, BS_OP_PUT, o.checksum, 0, o.ot, o.oi, o.sk, o.data};
-      uint64_t id;
-      rc = tx_append(tx, bi, &op, &id);
-      if (!rc) rc = tx_sup(tx, bi, o.id, id);
-    }
-    if (!rc) *emitted += nlive;
+  if (nlive) qsort(live, nlive, sizeof *live, live_cmp);
+  for (size_t i = 0, j; i < nlive && !rc; i = j) {
+    for (j = i + 1; j < nlive && live[j].bucket == live[i].bucket;) j++;
+    if (!bs__compact_defrag_due(j - i, s->buckets[live[i].bucket]->n, ratio)) continue;
+    for (size_t k = i; k < j && !rc; k++) rc = reemit(tx, &live[k]);
+    if (!rc) *emitted += j - i;
   }
   bs__free(a, live);
   return rc;
@@ -1285,9 +1286,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     mem_tx tx;
     lock(db);
     tx_begin(&tx, db, s);
-    for (size_t i = 0; i < done && !rc; i++)
-      if (ids[i] < s->nbuckets)
-        rc = defrag_bucket(&tx, ids[i], h, o->defragment_ratio, &stats.ops_reemitted);
+    rc = defragment(&tx, ids, done, h, o->defragment_ratio, &stats.ops_reemitted);
     if (rc)
       tx_rollback(&tx);
     else
@@ -1315,7 +1314,6 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint6
   mem_bucket *b = s->buckets[bi];
   uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
   bs_compact_stats stats;
-  size_t lo, hi;
   int cleared = 0, rc;
   if (!target) return BS_ENOMEM;
   bs__seen_clear(seen);
@@ -1328,8 +1326,7 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint6
   }
   if (!(rc = apply_plan(a, s, b, h, target, 0, 0, &stats))) {
     if (cleared) b->clear_start = b->clear_op = 0; /* the leading CLEAR went: no torn span */
-    log_range(s, bi, &lo, &hi);
-    log_consume(s, lo, hi, h); /* FORGET: their old ops are gone */
+    log_consume(b, b->nsups, h);                   /* FORGET: their old ops are gone */
     bucket_mark(b, h);
   }
   bs__free(a, target);

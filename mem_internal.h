@@ -34,6 +34,12 @@ typedef struct mem_op {
   bs_val ot, oi, sk, data; /* owned */
 } mem_op;
 
+/* Incremental compaction's log (LMDB's `superseded`), one per bucket: op new_op replaced op old_op
+ * of the same row there, as the source record said; at most one entry per old_op. */
+typedef struct mem_sup {
+  uint64_t old_op, new_op;
+} mem_sup;
+
 typedef struct mem_bucket {
   bs_val name;
   mem_op *ops; /* ascending op id */
@@ -44,7 +50,9 @@ typedef struct mem_bucket {
   /* the last full or initial-replication compaction: its horizon (capped at the bucket's last
    * op) and the bucket's op count after it; selection weighs the growth since (as LMDB) */
   uint64_t compacted_op, compacted_count;
-  uint64_t tx_stamp; /* serial of the last transaction that journaled n */
+  uint64_t tx_stamp; /* serial of the last transaction that journaled n and nsups */
+  mem_sup *sups;     /* appended by the writer, consumed by compaction */
+  size_t nsups, csups;
 } mem_bucket;
 
 /* A source record; immutable once stored (a change stores a new object). r's strings and arrays
@@ -75,12 +83,6 @@ typedef struct mem_bchange {
   uint64_t id;
   size_t bucket;
 } mem_bchange; /* an op in a bucket */
-/* Incremental compaction's log (LMDB's `superseded`): op new_op replaced op old_op of the same row
- * in bucket (a stream index), as the source record said; at most one entry per (bucket, old_op). */
-typedef struct mem_sup {
-  size_t bucket;
-  uint64_t old_op, new_op;
-} mem_sup;
 typedef struct mem_uchange {
   uint64_t id;
   bs_val user;
@@ -133,8 +135,6 @@ typedef struct mem_stream {
   size_t nparams, cparams;
   mem_bchange *bch;
   size_t nbch, cbch;
-  mem_sup *sups; /* appended by the writer, consumed by compaction */
-  size_t nsups, csups;
   mem_uchange *uch;
   size_t nuch, cuch;
   mem_cp *cps;
