@@ -370,6 +370,12 @@ enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
                         int *action, bs_error *err);
 
+/* ---- Parameter sets (lookup.c) ---- */
+/* The order of one lookup's source rows in a parameter-set answer (contract.md 5.4): table id,
+ * XXH3_64 of the replica id, replica id: the LMDB backend's params key order, which every
+ * backend follows. */
+int bs__param_row_cmp(uint32_t table_a, bs_val rid_a, uint32_t table_b, bs_val rid_b);
+
 /* ---- Checksums (checksum.c) ---- */
 /* hash over the concatenation of parts (no allocation) */
 uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n);

@@ -18,6 +18,9 @@
 
 #include <math.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 enum { TAG_NULL = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_DOUBLE = 4, TAG_STRING = 5 };
 
 #define INT64_SIGN 0x8000000000000000ull
@@ -190,4 +193,13 @@ int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, b
   *n_out = n;
   if (n > cap) return bs__fail(err, BS_ETOOBIG, "values: key holds %zu values, cap is %zu", n, cap);
   return BS_OK;
+}
+
+int bs__param_row_cmp(uint32_t table_a, bs_val rid_a, uint32_t table_b, bs_val rid_b) {
+  uint64_t ha, hb;
+  if (table_a != table_b) return table_a < table_b ? -1 : 1;
+  ha = XXH3_64bits(rid_a.data, rid_a.size);
+  hb = XXH3_64bits(rid_b.data, rid_b.size);
+  if (ha != hb) return ha < hb ? -1 : 1;
+  return bs__val_cmp(rid_a, rid_b);
 }

@@ -63,8 +63,7 @@ static void rec_free(const bs_allocator *a, mem_rec *r) {
     val_free(a, &r->r.m[i].object_id);
   }
   bs__free(a, r->r.m);
-  for (size_t i = 0; i < r->r.nl; i++) val_free(a, &r->r.lk[i]);
-  bs__free(a, r->r.lk);
+  bs__free(a, r->r.lk); /* one allocation (vals_copy) */
   val_free(a, &r->rid);
   val_free(a, &r->r.data);
   bs__free(a, r);
@@ -73,8 +72,7 @@ static void rec_free(const bs_allocator *a, mem_rec *r) {
 static void param_free(const bs_allocator *a, mem_param *p) {
   val_free(a, &p->key);
   val_free(a, &p->rid);
-  for (size_t i = 0; i < p->nrows; i++) val_free(a, &p->rows[i]);
-  bs__free(a, p->rows);
+  bs__free(a, p->rows); /* one allocation (vals_copy) */
 }
 
 static void table_free(const bs_allocator *a, mem_table *t) {
@@ -372,27 +370,18 @@ static int tx_param(mem_tx *tx, bs_val key, uint32_t table, bs_val rid, const bs
   if (GROW(a, s->params, s->nparams, s->cparams, s->nparams + 1)) return BS_ENOMEM;
   memset(&p, 0, sizeof p);
   p.table = table;
-  if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid)) goto nomem;
-  if (nrows) {
-    p.rows = bs__calloc(a, nrows, sizeof *p.rows);
-    if (!p.rows) goto nomem;
-    for (size_t i = 0; i < nrows; i++) {
-      if (val_dup(a, rows[i], &p.rows[i])) {
-        p.nrows = i;
-        goto nomem;
-      }
-    }
-    p.nrows = nrows;
-  }
-  if ((rc = next_op_id(tx, &p.id))) {
+  p.nrows = nrows;
+  if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid) ||
+      (nrows && vals_copy(a, rows, nrows, &p.rows)))
+    rc = BS_ENOMEM;
+  else
+    rc = next_op_id(tx, &p.id);
+  if (rc) {
     param_free(a, &p);
     return rc;
   }
   s->params[s->nparams++] = p;
   return BS_OK;
-nomem:
-  param_free(a, &p);
-  return BS_ENOMEM;
 }
 
 static mem_table *tx_table(mem_tx *tx, bs_val name) {
@@ -469,8 +458,9 @@ static mem_rec *rec_copy(const bs_allocator *a, uint32_t table, bs_val rid, cons
   r->r.mark = in->mark;
   r->r.has_data = in->has_data;
   if (val_dup(a, rid, &r->rid) || (in->nm && !(r->r.m = bs__calloc(a, in->nm, sizeof *r->r.m))) ||
-      (in->nl && !(r->r.lk = bs__calloc(a, in->nl, sizeof *r->r.lk))))
+      (in->nl && vals_copy(a, in->lk, in->nl, &r->r.lk)))
     goto fail;
+  r->r.nl = in->nl;
   for (uint32_t i = 0; i < in->nm; i++) {
     r->r.nm = i + 1;
     r->r.m[i].bucket = in->m[i].bucket;
@@ -478,10 +468,6 @@ static mem_rec *rec_copy(const bs_allocator *a, uint32_t table, bs_val rid, cons
     if (val_dup(a, in->m[i].object_type, &r->r.m[i].object_type) ||
         val_dup(a, in->m[i].object_id, &r->r.m[i].object_id))
       goto fail;
-  }
-  for (uint32_t i = 0; i < in->nl; i++) {
-    r->r.nl = i + 1;
-    if (val_dup(a, in->lk[i], &r->r.lk[i])) goto fail;
   }
   if (in->has_data && val_dup(a, in->data, &r->r.data)) goto fail;
   return r;
@@ -564,34 +550,22 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_cwcp *c;
-  long idx = -1;
-  int rc;
+  size_t idx = s->ncw; /* the (event, user) record's slot, else a new one */
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id))
-      idx = (long)i;
-  if (GROW(a, s->pend_users, s->npend, s->cpend, s->npend + 1)) return BS_ENOMEM;
-  if (idx < 0 && GROW(a, s->cw, s->ncw, s->ccw, s->ncw + 1)) return BS_ENOMEM;
-  c = bs__calloc(a, 1, sizeof *c);
-  if (!c) return BS_ENOMEM;
+      idx = i;
+  if (GROW(a, s->pend_users, s->npend, s->cpend, s->npend + 1) ||
+      GROW(a, s->cw, s->ncw, s->ccw, s->ncw + 1) || !(c = bs__calloc(a, 1, sizeof *c)))
+    return BS_ENOMEM;
   c->value = q->checkpoint;
   c->req_ms = q->requested_at_ms;
-  if (val_dup(a, q->event, &c->event) || val_dup(a, q->user_id, &c->user)) {
+  if (val_dup(a, q->event, &c->event) || val_dup(a, q->user_id, &c->user) ||
+      tx_journal(tx, J_CWCP, idx, idx < s->ncw ? s->cw[idx] : NULL)) {
     cwcp_free(a, c);
     return BS_ENOMEM;
   }
-  if (idx < 0) {
-    if ((rc = tx_journal(tx, J_CWCP, s->ncw, NULL))) {
-      cwcp_free(a, c);
-      return rc;
-    }
-    s->cw[s->ncw++] = c;
-  } else {
-    if ((rc = tx_journal(tx, J_CWCP, (size_t)idx, s->cw[idx]))) {
-      cwcp_free(a, c);
-      return rc;
-    }
-    s->cw[idx] = c;
-  }
+  if (idx == s->ncw) s->ncw++;
+  s->cw[idx] = c;
   if (val_dup(a, q->user_id, &s->pend_users[s->npend])) return BS_ENOMEM;
   s->npend++;
   return BS_OK;
@@ -599,18 +573,12 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
 
 /* The effects context of one transaction of writer w (bs__effects_free after it). */
 static bs__effects mem_effects(mem_tx *tx, mem_fx *c, const mem_writer *w) {
-  bs__effects e = {&mem_fx_ops,
-                   c,
-                   ALLOC(tx->db),
-                   tx->s->m.hash,
-                   w->snapshot,
-                   tx->s->m.snapshot_done,
-                   NULL,
-                   NULL,
-                   NULL,
-                   0,
-                   0,
-                   0};
+  bs__effects e = {.ops = &mem_fx_ops,
+                   .ctx = c,
+                   .alloc = ALLOC(tx->db),
+                   .hash = tx->s->m.hash,
+                   .snapshot = w->snapshot,
+                   .snapshot_done = tx->s->m.snapshot_done};
   c->tx = tx;
   c->table = 0;
   return e;
@@ -648,20 +616,10 @@ static int tx_begin_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch 
 
 /* ---- Locking ------------------------------------------------------------------------------- */
 
-static int writable(mem_writer *w, bs_error *err) {
-  BS_ASSERT(!(w->ms->db->base.flags & BS_OPEN_RDONLY)); /* no writer on a read-only db */
-  if (w->ms->s->m.state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)w->ms->s->id);
-  return BS_OK;
-}
-
-/* Flush: apply batch in one transaction. Caller holds the lock. */
-static int flush_locked(mem_writer *w, const bs_write_batch *batch, bs_error *err) {
-  mem_tx tx;
-  int rc;
-  if ((rc = writable(w, err))) return rc;
-  if ((rc = tx_begin_batch(&tx, w, batch, err))) return rc;
-  tx_commit(&tx);
+/* A writer of ms may write (the writing slots and writer_open). Caller holds the lock. */
+static int writable(const mem_storage *ms, bs_error *err) {
+  if (ms->s->m.state == BS_STREAM_TERMINATED)
+    return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
   return BS_OK;
 }
 
@@ -673,12 +631,11 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
                            bs_error *err) {
   mem_storage *ms = MS(st);
   mem_writer *w;
-  int rc = BS_OK;
+  int rc;
   BS_ASSERT(o && o->max_records && o->max_bytes);    /* resolved by the front */
   BS_ASSERT(!(ms->db->base.flags & BS_OPEN_RDONLY)); /* refused by the front */
   lock(ms->db);
-  if (ms->s->m.state == BS_STREAM_TERMINATED)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
+  rc = writable(ms, err);
   unlock(ms->db);
   if (rc) return rc;
   w = bs__calloc(ALLOC(ms->db), 1, sizeof *w);
@@ -707,7 +664,7 @@ static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *
   int rc;
   /* persisted at once; the front has flushed what was queued before it (contract.md 4.2) */
   lock(w->ms->db);
-  if ((rc = writable(w, err)) == BS_OK) {
+  if ((rc = writable(w->ms, err)) == BS_OK) {
     tx_begin(&tx, w->ms->db, w->ms->s);
     e = mem_effects(&tx, &c, w);
     rc = apply_truncate(&tx, &e, table, drop);
@@ -726,10 +683,13 @@ static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *
 static int mem_writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op,
                             bs_error *err) {
   mem_writer *w = MW(bw);
+  mem_tx tx;
   int rc;
   lock(w->ms->db);
-  rc = flush_locked(w, batch, err);
-  if (!rc && last_op) *last_op = w->ms->s->m.op_head;
+  if (!(rc = writable(w->ms, err)) && !(rc = tx_begin_batch(&tx, w, batch, err))) {
+    tx_commit(&tx);
+    *last_op = w->ms->s->m.op_head;
+  }
   unlock(w->ms->db);
   return rc;
 }
@@ -817,7 +777,7 @@ static int mem_writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val 
   uint64_t cp;
   if (create_empty < 0) create_empty = w->create_empty;
   lock(db);
-  if ((rc = writable(w, err))) goto done;
+  if ((rc = writable(w->ms, err))) goto done;
   if ((rc = tx_begin_batch(&tx, w, batch, err))) goto done;
   if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
   blocked = can_checkpoint(&s->m, lsn);
@@ -834,12 +794,10 @@ done:
   cp = s->m.checkpoint;
   unlock(db);
   if (rc) return rc;
-  if (out) {
-    out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
-    out->blocked_reason = blocked;
-    out->checkpoint_created = created;
-    out->checkpoint = cp;
-  }
+  out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
+  out->blocked_reason = blocked;
+  out->checkpoint_created = created;
+  out->checkpoint = cp;
   return BS_OK;
 }
 
@@ -849,7 +807,7 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_stream *s = w->ms->s;
   int rc;
   lock(w->ms->db);
-  if ((rc = writable(w, err)) == BS_OK) {
+  if ((rc = writable(w->ms, err)) == BS_OK) {
     s->m.snapshot_done = 1;
     if (!s->m.ncb.has || bs__val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
   }
@@ -858,11 +816,10 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
 }
 
 static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
-  BS_UNUSED(err);
   mem_writer *w = MW(bw);
   int rc;
   lock(w->ms->db);
-  if ((rc = writable(w, err)) == BS_OK) lsn_set(&w->ms->s->m.resume, lsn);
+  if ((rc = writable(w->ms, err)) == BS_OK) lsn_set(&w->ms->s->m.resume, lsn);
   unlock(w->ms->db);
   return rc;
 }
@@ -904,11 +861,8 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
     rc = enomem(err, "source_row");
   unlock(db); /* fn runs unlocked: it may call into this db */
   if (rc) return rc;
-  if (fn) {
-    bs_val empty = {"", 0};
-    if (has_data && !data.data) data = empty; /* stored, but zero bytes */
-    rc = fn(has_data ? &data : NULL, payload);
-  }
+  if (has_data && !data.data) data.data = ""; /* stored, but zero bytes */
+  rc = fn(has_data ? &data : NULL, payload);
   if (data.size) val_free(ALLOC(db), &data);
   return rc;
 }
@@ -928,12 +882,6 @@ static const bs_writer_vtable mem_writer_vt = {
  * compact.c plans, as for LMDB: this walks the bucket arrays (reverse scans with the planner's
  * seen-set, in the same order and with the same memory bound) and applies. Each bucket's new op
  * array is built first; the bucket changes only when everything is allocated. */
-
-/* A stored op as the planner sees it (borrowed). */
-static bs_op op_view(const mem_op *o) {
-  bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
-  return op;
-}
 
 /* The number of ops of b at or below h (ops ascend by id). */
 static size_t ops_upto(const mem_bucket *b, uint64_t h) {
@@ -958,12 +906,12 @@ static size_t op_index(const mem_bucket *b, uint64_t id) {
 #define DROP UINT64_MAX /* a plan's target: the op is deleted (initial replication) */
 
 /* Applies a plan to b (target: b->n entries, each op's MOVE target, DROP or 0 = kept): with fold,
- * the leading run at or below h becomes one CLEAR first. Counts into stats. */
-static int apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
-                      const uint64_t *target, uint64_t moved, int fold, bs_compact_stats *stats) {
+ * the leading run at or below h becomes one CLEAR first. Counts into stats. In place (the CLEAR
+ * replaces two ops or more), so nothing can fail. */
+static void apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
+                       const uint64_t *target, int fold, bs_compact_stats *stats) {
   bs__clear_acc clear;
-  size_t run = 0, nn = 0, drop = 0;
-  mem_op *nw;
+  size_t run = 0, nn = 0, drop = 0, moved = 0;
   memset(&clear, 0, sizeof clear);
   for (; fold && run < b->n && b->ops[run].id <= h; run++) {
     bs_op op = op_view(&b->ops[run]);
@@ -974,40 +922,48 @@ static int apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint6
     run = 0;
     clear.n_folded = 0;
   }
-  for (size_t k = 0; k < b->n; k++) drop += target[k] == DROP;
-  if (!moved && !run && !drop) return BS_OK;
-  if (!(nw = bs__calloc(a, b->n, sizeof *nw))) return BS_ENOMEM;
-  if (run) {
-    mem_op c = {.id = clear.last_op,
-                .type = BS_OP_CLEAR,
-                .checksum = clear.checksum,
-                .target = clear.target_op};
-    nw[nn++] = c;
-    b->clear_start = bs__clear_span_start(&clear, b->clear_start, b->clear_op);
-    b->clear_op = clear.last_op;
-  }
   for (size_t k = 0; k < b->n; k++) {
+    drop += target[k] == DROP;
+    moved += target[k] && target[k] != DROP; /* counted also when folded (as LMDB) */
+  }
+  if (!moved && !run && !drop) return;
+  for (size_t k = 0; k < b->n; k++) { /* nn <= k: ops[k] is read before ops[nn] is written */
     mem_op m = {.id = b->ops[k].id,
                 .type = BS_OP_MOVE,
                 .checksum = b->ops[k].checksum,
                 .target = target[k]};
     if (k >= run && !target[k]) {
-      nw[nn++] = b->ops[k];
+      b->ops[nn++] = b->ops[k];
       continue;
     }
-    if (k >= run && target[k] != DROP) nw[nn++] = m;
     op_free(a, &b->ops[k]);
+    if (k + 1 == run) { /* the run's last op: the CLEAR takes its place and id */
+      mem_op c = {.id = clear.last_op,
+                  .type = BS_OP_CLEAR,
+                  .checksum = clear.checksum,
+                  .target = clear.target_op};
+      b->ops[nn++] = c;
+    } else if (k >= run && target[k] != DROP) {
+      b->ops[nn++] = m;
+    }
   }
-  bs__free(a, b->ops);
-  b->ops = nw;
-  b->cap = b->n;
+  if (run) {
+    b->clear_start = bs__clear_span_start(&clear, b->clear_start, b->clear_op);
+    b->clear_op = clear.last_op;
+  }
   b->n = nn;
+  if (nn < b->cap / 4) { /* give the space back; on failure the array just stays larger */
+    mem_op *p = bs__realloc(a, b->ops, (nn ? nn : 1) * sizeof *p);
+    if (p) {
+      b->ops = p;
+      b->cap = nn ? nn : 1;
+    }
+  }
   b->generation = ++s->m.gen_seq;
   stats->buckets_compacted++;
   stats->ops_moved += moved;
   stats->ops_cleared += clear.n_folded;
   stats->ops_removed += drop;
-  return BS_OK;
 }
 
 /* Full compaction of one bucket at horizon h: the reverse scan, then the fold and the MOVEs. */
@@ -1015,8 +971,7 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
                           bs__seen_set *seen, bs_compact_stats *stats) {
   bs__compact_scan scan = {0, 0};
   size_t top = ops_upto(b, h);
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), moved = 0;
-  int rc;
+  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
   if (!target) return BS_ENOMEM;
   bs__seen_clear(seen);
   for (size_t k = top; k-- > 0;) {
@@ -1025,11 +980,11 @@ static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, u
   }
   for (size_t k = 0; scan.max_moved && k < top; k++) {
     bs_op op = op_view(&b->ops[k]);
-    moved += (uint64_t)bs__compact_superseded(seen, &op, &target[k]);
+    bs__compact_superseded(seen, &op, &target[k]);
   }
-  rc = apply_plan(a, s, b, h, target, moved, scan.run >= BS_CLEAR_MIN_RUN, stats);
+  apply_plan(a, s, b, h, target, scan.run >= BS_CLEAR_MIN_RUN, stats);
   bs__free(a, target);
-  return rc;
+  return BS_OK;
 }
 
 /* Removes the log entries of b before end that are due at h. */
@@ -1045,9 +1000,8 @@ static void log_consume(mem_bucket *b, size_t end, uint64_t h) {
 static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint64_t h,
                               uint64_t *budget, bs_compact_stats *stats) {
   mem_bucket *b = s->buckets[bi];
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), moved = 0, left = *budget;
+  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), left = *budget;
   size_t end, nc = 0;
-  int rc;
   if (!target) return BS_ENOMEM;
   /* the log's order means nothing (a transaction only appends to it, under the lock) */
   if (b->nsups) qsort(b->sups, b->nsups, sizeof *b->sups, sup_cmp);
@@ -1060,17 +1014,13 @@ static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, u
     nc++;
     if (k == b->n) continue; /* folded or deleted since: the entry just goes */
     op = op_view(&b->ops[k]);
-    if (bs__compact_entry_moves(&op, e->new_op)) {
-      target[k] = e->new_op;
-      moved++;
-    }
+    if (bs__compact_entry_moves(&op, e->new_op)) target[k] = e->new_op;
   }
-  if (!(rc = apply_plan(a, s, b, h, target, moved, nc > 0, stats))) {
-    log_consume(b, end, h);
-    *budget = left;
-  }
+  apply_plan(a, s, b, h, target, nc > 0, stats);
+  log_consume(b, end, h);
+  *budget = left;
   bs__free(a, target);
-  return rc;
+  return BS_OK;
 }
 
 /* Selection by the bucket-state figures of bs__compact_bucket_due (as LMDB's bucket state). */
@@ -1251,7 +1201,6 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   uint64_t h, budget = o->incremental_only && o->op_budget ? o->op_budget : UINT64_MAX;
   int rc = BS_OK;
   memset(&stats, 0, sizeof stats);
-  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   bs__seen_init(&seen, a, o->memory_limit_mb * 1024u * 1024u);
   lock(db);
   if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
@@ -1303,7 +1252,7 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     unlock(db);
   }
   bs__free(a, ids);
-  if (out) *out = stats;
+  *out = stats;
   return rc;
 }
 
@@ -1313,8 +1262,8 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint6
                           bs__seen_set *seen) {
   mem_bucket *b = s->buckets[bi];
   uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
-  bs_compact_stats stats;
-  int cleared = 0, rc;
+  bs_compact_stats stats = {0}; /* not reported */
+  int cleared = 0;
   if (!target) return BS_ENOMEM;
   bs__seen_clear(seen);
   for (size_t k = ops_upto(b, h); k-- > 0;) {
@@ -1324,13 +1273,12 @@ static int initial_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint6
       cleared |= op.type == BS_OP_CLEAR;
     }
   }
-  if (!(rc = apply_plan(a, s, b, h, target, 0, 0, &stats))) {
-    if (cleared) b->clear_start = b->clear_op = 0; /* the leading CLEAR went: no torn span */
-    log_consume(b, b->nsups, h);                   /* FORGET: their old ops are gone */
-    bucket_mark(b, h);
-  }
+  apply_plan(a, s, b, h, target, 0, &stats);
+  if (cleared) b->clear_start = b->clear_op = 0; /* the leading CLEAR went: no torn span */
+  log_consume(b, b->nsups, h);                   /* FORGET: their old ops are gone */
+  bucket_mark(b, h);
   bs__free(a, target);
-  return rc;
+  return BS_OK;
 }
 
 static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_changes,
@@ -1341,8 +1289,6 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
   bs__seen_set seen;
   uint64_t h, done = 0;
   int rc = BS_OK;
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
-  if (!min_changes) min_changes = 1;
   bs__seen_init(&seen, a, (size_t)BS_COMPACT_MEMORY_MB * 1024u * 1024u);
   lock(ms->db);
   if (s->m.cp_lsn.has) {
@@ -1361,7 +1307,7 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
 out:
   unlock(ms->db);
   bs__seen_free(&seen);
-  if (!rc && buckets_out) *buckets_out = done;
+  if (!rc) *buckets_out = done;
   return rc;
 }
 
@@ -1371,8 +1317,7 @@ static int mem_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
   const mem_meta *m = &ms->s->m;
-  lock(ms->db);
-  memset(out, 0, sizeof *out);
+  lock(ms->db); /* out: zeroed by the front */
   out->state = m->state;
   out->snapshot_done = m->snapshot_done && m->cp_lsn.has;
   out->checkpoint = m->checkpoint;
@@ -1414,8 +1359,8 @@ static void clear_locked(mem_db *db, mem_stream *s) {
 }
 
 static int mem_clear(bs_storage *st, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
   clear_locked(ms->db, ms->s);
   unlock(ms->db);
@@ -1423,8 +1368,8 @@ static int mem_clear(bs_storage *st, bs_error *err) {
 }
 
 static int mem_terminate(bs_storage *st, int clear, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
   if (clear) clear_locked(ms->db, ms->s);
   ms->s->m.state = BS_STREAM_TERMINATED;
@@ -1486,7 +1431,7 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
     return enomem(err, "stream");
   }
   s->m.state = BS_STREAM_PROCESSING;
-  s->m.hash = o ? o->hash : BS_HASH_XXH3;
+  s->m.hash = o->hash;
   s->m.next_table_id = 1;
   lock(db);
   if (GROW(a, db->streams, db->nstreams, db->cstreams, db->nstreams + 1)) {
@@ -1500,7 +1445,7 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
   s->id = (uint32_t)db->nstreams + 1;
   db->streams[db->nstreams++] = s;
   unlock(db);
-  if (id_out) *id_out = s->id;
+  *id_out = s->id;
   return BS_OK;
 }
 
@@ -1526,7 +1471,7 @@ static int mem_stream_list(bs_db *bdb, int (*fn)(const bs_stream_info *, void *)
     infos[i].hash = db->streams[i]->m.hash;
   }
   unlock(db);
-  for (size_t i = 0; i < n && !rc; i++) rc = fn ? fn(&infos[i], payload) : BS_OK;
+  for (size_t i = 0; i < n && !rc; i++) rc = fn(&infos[i], payload);
   goto out;
 nomem:
   unlock(db);
@@ -1572,8 +1517,7 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
 static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
   BS_UNUSED(err);
   mem_db *db = MDB(bdb);
-  memset(out, 0, sizeof *out);
-  lock(db);
+  lock(db); /* out: zeroed by the front */
   out->streams = db->nstreams;
   for (size_t i = 0; i < db->nmw; i++) out->write_checkpoints += !db->mw[i]->gone;
   for (size_t i = 0; i < db->nstreams; i++) {

@@ -234,6 +234,12 @@ static inline size_t op_size(const mem_op *o) {
   return o->data.size + o->ot.size + o->oi.size + o->sk.size;
 }
 
+/* A stored op as the planner and the chunker see it (borrowed). */
+static inline bs_op op_view(const mem_op *o) {
+  bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
+  return op;
+}
+
 static inline void cwcp_free(const bs_allocator *a, mem_cwcp *c) {
   if (!c) return;
   val_free(a, &c->event);

@@ -10,8 +10,7 @@
 int bs__mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
-  lock(ms->db);
-  memset(out, 0, sizeof *out);
+  lock(ms->db); /* out: zeroed by the front */
   out->op_id = ms->s->m.checkpoint;
   out->has_lsn = ms->s->m.cp_lsn.has;
   out->lsn_size = ms->s->m.cp_lsn.n;
@@ -20,105 +19,36 @@ int bs__mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   return BS_OK;
 }
 
-typedef struct mem_cplan {
-  size_t req;
-  uint64_t after, next_after, target;
-  int has_more;
-  size_t first, n, bytes;
-} mem_cplan;
+/* The chunks of one call, kept (copied) while the lock is held and handed out after it. */
+typedef struct mem_kept {
+  const bs_allocator *a;
+  bs_chunk *v; /* each chunk's ops and their bytes are one allocation */
+  size_t n, cap;
+  int oom;
+} mem_kept;
 
-/* Plans the call's chunks (contract.md 5.2) under the lock: which ops, cut where. */
-static int plan_chunks(mem_stream *s, uint64_t c, const bs_bucket_request *req, size_t n_req,
-                       size_t limit, size_t chunk_bytes, size_t max_bytes, const mem_op ***picks,
-                       size_t *npicks, mem_cplan **plans, size_t *nplans, int *call_more,
-                       const bs_allocator *a) {
-  size_t cpick = 0, cplan = 0, total = 0, bytes = 0;
-  int stop = 0;
-  *call_more = 0;
-  for (size_t i = 0; i < n_req && !stop; i++) {
-    mem_bucket *b = bucket_find(s, req[i].bucket, NULL);
-    mem_cplan *cur = NULL;
-    if (!b) continue;
-    for (size_t k = 0; k < b->n; k++) {
-      const mem_op *o = &b->ops[k];
-      size_t sz = op_size(o);
-      if (o->id <= req[i].after || o->id > c) continue;
-      /* the call's first op is always served, however large (and however small the ops
-       * before it: zero-size MOVEs count as served too, as in LMDB) */
-      if (total >= limit || (total > 0 && bytes + sz > max_bytes)) {
-        *call_more = 1;
-        stop = 1;
-        if (cur) cur->has_more = 1;
-        break;
-      }
-      if (cur && cur->bytes + sz > chunk_bytes) {
-        cur->has_more = 1;
-        cur = NULL;
-      }
-      if (!cur) {
-        uint64_t after = *nplans && (*plans)[*nplans - 1].req == i
-                             ? (*plans)[*nplans - 1].next_after
-                             : req[i].after;
-        if (GROW(a, *plans, *nplans, cplan, *nplans + 1)) return BS_ENOMEM;
-        cur = &(*plans)[(*nplans)++];
-        memset(cur, 0, sizeof *cur);
-        cur->req = i;
-        cur->after = after;
-        cur->first = *npicks;
-      }
-      if (GROW(a, *picks, *npicks, cpick, *npicks + 1)) return BS_ENOMEM;
-      (*picks)[(*npicks)++] = o;
-      cur->n++;
-      cur->bytes += sz;
-      cur->next_after = o->id;
-      if ((o->type == BS_OP_MOVE || o->type == BS_OP_CLEAR) && o->target > cur->target)
-        cur->target = o->target;
-      total++;
-      bytes += sz;
-    }
+/* The chunker's on_chunk (rules.c): copies the chunk, its ops and their strings. */
+static int keep_chunk(const bs_chunk *ch, void *payload) {
+  mem_kept *k = payload;
+  size_t bytes = 0;
+  bs_op *ops;
+  unsigned char *p;
+  for (size_t i = 0; i < ch->n_ops; i++) {
+    const bs_op *o = &ch->ops[i];
+    bytes += o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
   }
-  return BS_OK;
-}
-
-int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
-                        const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
-                        void *payload, int *has_more_out, bs_error *err) {
-  mem_storage *ms = MS(st);
-  const bs_allocator *a = ALLOC(ms->db);
-  /* the front (bs_get_bucket_data) has applied the defaults: no field is zero */
-  size_t limit = opts->limit, chunk_bytes = opts->chunk_bytes, max_bytes = opts->max_bytes;
-  const mem_op **picks = NULL;
-  mem_cplan *plans = NULL;
-  size_t npicks = 0, nplans = 0, arena_n = 0;
-  bs_op *ops = NULL;
-  unsigned char *arena = NULL, *p;
-  int call_more = 0, rc = BS_OK;
-
-  lock(ms->db);
-  for (size_t i = 0; i < n_req; i++) {
-    mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
-    if (torn(b, c)) {
-      rc = torn_fail(err, c, req[i].bucket);
-      goto locked_out;
-    }
+  if (GROW(k->a, k->v, k->n, k->cap, k->n + 1) ||
+      !(ops = bs__malloc(k->a, ch->n_ops * sizeof *ops + bytes + 1))) {
+    k->oom = 1;
+    return BS_ENOMEM;
   }
-  if (plan_chunks(ms->s, c, req, n_req, limit, chunk_bytes, max_bytes, &picks, &npicks, &plans,
-                  &nplans, &call_more, a))
-    goto nomem;
-  for (size_t i = 0; i < npicks; i++) arena_n += op_size(picks[i]);
-  ops = bs__calloc(a, npicks ? npicks : 1, sizeof *ops);
-  arena = bs__malloc(a, arena_n ? arena_n : 1);
-  if (!ops || !arena) goto nomem;
-  p = arena;
-  for (size_t i = 0; i < npicks; i++) {
-    const mem_op *o = picks[i];
-    ops[i].op_id = o->id;
-    ops[i].type = o->type;
-    ops[i].checksum = o->checksum;
-    ops[i].target_op = o->target;
-    ops[i].object_type = arena_put(&p, o->ot);
-    ops[i].object_id = arena_put(&p, o->oi);
-    ops[i].subkey = arena_put(&p, o->sk);
+  p = (unsigned char *)(ops + ch->n_ops);
+  for (size_t i = 0; i < ch->n_ops; i++) {
+    const bs_op *o = &ch->ops[i];
+    ops[i] = *o;
+    ops[i].object_type = arena_put(&p, o->object_type);
+    ops[i].object_id = arena_put(&p, o->object_id);
+    ops[i].subkey = arena_put(&p, o->subkey);
     ops[i].data = arena_put(&p, o->data);
     if (bs__op_carries_row(o->type)) { /* carried fields are present: empty, not none */
       if (!ops[i].object_type.data) ops[i].object_type.data = "";
@@ -127,61 +57,60 @@ int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req
     }
     if (o->type == BS_OP_PUT && !ops[i].data.data) ops[i].data.data = "";
   }
-  unlock(ms->db);
-  /* Callbacks outside the lock, on the copies. */
-  for (size_t i = 0; i < nplans && !rc; i++) {
-    bs_chunk ch;
-    ch.bucket = req[plans[i].req].bucket;
-    ch.after = plans[i].after;
-    ch.next_after = plans[i].next_after;
-    ch.has_more = plans[i].has_more;
-    ch.target_op = plans[i].target;
-    ch.ops = ops + plans[i].first;
-    ch.n_ops = plans[i].n;
-    rc = on_chunk(&ch, payload);
-  }
-  if (!rc && has_more_out) *has_more_out = call_more;
-  goto out;
-nomem:
-  rc = enomem(err, "bucket data");
-locked_out:
-  unlock(ms->db);
-out:
-  bs__free(a, picks);
-  bs__free(a, plans);
-  bs__free(a, ops);
-  bs__free(a, arena);
-  return rc;
+  k->v[k->n] = *ch;
+  k->v[k->n++].ops = ops;
+  return BS_OK;
 }
 
-/* The value at C: sum and count of the stored ops with op_id <= C. */
-static bs_checksum sum_upto(const mem_bucket *b, uint64_t c) {
-  bs_checksum r = {0, 0};
-  if (!b) return r;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->ops[i].id <= c) {
-      r.checksum = bs__cksum_add(r.checksum, b->ops[i].checksum);
-      r.count++;
-    }
-  return r;
-}
-
-int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n, bs_checksum *out,
-                      uint64_t *gen, bs_error *err) {
+int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
+                        const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
+                        void *payload, int *has_more_out, bs_error *err) {
   mem_storage *ms = MS(st);
+  mem_kept kept = {ALLOC(ms->db), NULL, 0, 0, 0};
+  bs__chunker k;
   int rc = BS_OK;
+  bs__chunker_init(&k, kept.a, opts, keep_chunk, &kept); /* the chunking rule of every backend */
   lock(ms->db);
-  for (size_t i = 0; i < n; i++) {
-    mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
-    if (torn(b, c)) {
-      rc = torn_fail(err, c, buckets[i]);
-      break;
+  for (size_t i = 0; i < n_req && !rc; i++) { /* a torn read fails before any chunk */
+    mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
+    if (torn(b, c)) rc = torn_fail(err, c, req[i].bucket);
+  }
+  for (size_t i = 0; i < n_req && !rc && !k.stopped; i++) {
+    mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
+    if (!b) continue;
+    bs__chunker_bucket(&k, req[i].bucket, req[i].after);
+    for (size_t j = 0; j < b->n && b->ops[j].id <= c && !rc && !k.stopped; j++) {
+      bs_op op = op_view(&b->ops[j]);
+      if (op.op_id > req[i].after) rc = bs__chunker_add(&k, &op, err);
     }
-    out[i] = sum_upto(b, c);
-    if (gen) gen[i] = b ? b->generation : 0;
+    if (!rc) rc = bs__chunker_end(&k);
   }
   unlock(ms->db);
+  if (kept.oom) rc = enomem(err, "bucket data");
+  /* Callbacks outside the lock, on the copies. */
+  for (size_t i = 0; i < kept.n && !rc; i++) rc = on_chunk(&kept.v[i], payload);
+  if (!rc) *has_more_out = k.stopped;
+  for (size_t i = 0; i < kept.n; i++) bs__free(kept.a, (void *)kept.v[i].ops);
+  bs__free(kept.a, kept.v);
+  bs__chunker_free(&k);
   return rc;
+}
+
+/* Sum and count of b's ops in (from, to]; *cleared: the range holds a CLEAR, and the value is
+ * then the one at `to` from zero (the cache's base is replaced, contract.md 5.3). */
+static bs_checksum sum_range(const mem_bucket *b, uint64_t from, uint64_t to, int *cleared) {
+  bs_checksum r = {0, 0}, all = {0, 0};
+  *cleared = 0;
+  for (size_t k = 0; b && k < b->n && b->ops[k].id <= to; k++) { /* ops ascend by id */
+    const mem_op *o = &b->ops[k];
+    all.checksum = bs__cksum_add(all.checksum, o->checksum);
+    all.count++;
+    if (o->id <= from) continue;
+    *cleared |= o->type == BS_OP_CLEAR;
+    r.checksum = bs__cksum_add(r.checksum, o->checksum);
+    r.count++;
+  }
+  return *cleared ? all : r;
 }
 
 int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
@@ -192,26 +121,23 @@ int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
   lock(ms->db);
   for (size_t i = 0; i < n; i++) {
     mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
-    bs_checksum r = {0, 0};
-    int cl = 0;
+    int cl;
     if (torn(b, to)) {
       rc = torn_fail(err, to, buckets[i]);
       break;
     }
-    for (size_t k = 0; b && k < b->n; k++) {
-      const mem_op *o = &b->ops[k];
-      if (o->id <= from || o->id > to) continue;
-      if (o->type == BS_OP_CLEAR) cl = 1;
-      r.checksum = bs__cksum_add(r.checksum, o->checksum);
-      r.count++;
-    }
-    if (cl) r = sum_upto(b, to); /* a CLEAR replaces the base: the value from zero */
-    out[i] = r;
+    out[i] = sum_range(b, from, to, &cl);
     if (cleared) cleared[i] = cl;
     if (gen) gen[i] = b ? b->generation : 0;
   }
   unlock(ms->db);
   return rc;
+}
+
+/* The value at C is the range (0, C]. */
+int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n, bs_checksum *out,
+                      uint64_t *gen, bs_error *err) {
+  return bs__mem_checksum_ranges(st, 0, c, buckets, n, out, NULL, gen, err);
 }
 
 static int push_val(const bs_allocator *a, bs_val **list, size_t *n, size_t *cap, bs_val v) {
@@ -262,7 +188,7 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   ch.n_updated_lookups = nl;
   ch.updated_write_checkpoint_users = uc;
   ch.n_updated_write_checkpoint_users = nu;
-  rc = fn ? fn(&ch, payload) : BS_OK;
+  rc = fn(&ch, payload);
   goto out;
 nomem:
   unlock(ms->db);
@@ -277,19 +203,9 @@ out:
   return rc;
 }
 
-/* Source-row order of parameter results: (table id, XXH3_64 of replica id, replica id), the
- * key order of the LMDB backend's params sub-db. */
-static int param_row_cmp(const mem_param *x, const mem_param *y) {
-  uint64_t hx, hy;
-  if (x->table != y->table) return x->table < y->table ? -1 : 1;
-  hx = XXH3_64bits(x->rid.data, x->rid.size);
-  hy = XXH3_64bits(y->rid.data, y->rid.size);
-  if (hx != hy) return hx < hy ? -1 : 1;
-  return bs__val_cmp(x->rid, y->rid);
-}
-
 static int param_ptr_cmp(const void *x, const void *y) {
-  return param_row_cmp(*(const mem_param *const *)x, *(const mem_param *const *)y);
+  const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
+  return bs__param_row_cmp(a->table, a->rid, b->table, b->rid);
 }
 
 int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
@@ -336,7 +252,7 @@ int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, si
   }
   if (vals_copy(a, rows, nrows, &copy)) goto nomem;
   unlock(ms->db);
-  for (size_t i = 0; i < nrows && !rc; i++) rc = fn ? fn(&copy[i], payload) : BS_OK;
+  for (size_t i = 0; i < nrows && !rc; i++) rc = fn(&copy[i], payload);
   goto out;
 nomem:
   rc = enomem(err, "parameter sets");
@@ -390,12 +306,13 @@ int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
     const mem_bucket *b = s->buckets[i];
     bs_bucket_info *in = &v[k];
     bs_checksum sum;
+    int cl;
     if (!b->n || bs__val_cmp(b->name, start_after) <= 0) continue;
     memcpy(p, b->name.data, b->name.size);
     in->name.data = p;
     in->name.size = b->name.size;
     p += b->name.size;
-    sum = sum_upto(b, UINT64_MAX);
+    sum = sum_range(b, 0, UINT64_MAX, &cl);
     in->checksum = sum.checksum;
     in->count = sum.count;
     in->last_op = last_op_of(b);

@@ -157,6 +157,6 @@ int bs__mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload, 
     bs__free(v.a, v.msgs[i]);
   }
   bs__free(v.a, v.msgs);
-  if (!rc && problems) *problems = v.n;
+  if (!rc) *problems = v.n;
   return rc;
 }

@@ -8,11 +8,9 @@
 
 int bs__mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                          bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
-  if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
-    return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
-  if (event.size > sizeof ms->event)
-    return bs__fail(err, BS_ETOOBIG, "event: longer than %zu bytes", sizeof ms->event);
+  BS_ASSERT(event.size <= sizeof ms->event); /* the front checks mode and event */
   lock(ms->db);
   ms->mode = mode;
   ms->event_n = event.size;
@@ -73,7 +71,6 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
   int rc = BS_OK, adv = 0;
   if (ms->mode != BS_WCP_MANAGED)
     return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
-  if (db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   win = bs__calloc(a, n ? n : 1, sizeof *win);
   neu = bs__calloc(a, n ? n : 1, sizeof *neu);
   if (!win || !neu) {
@@ -122,11 +119,11 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
   }
   for (size_t i = 0; i < n; i++) {
     mem_mwcp *r = mwcp_find(db, req[i].user_id, NULL);
-    if (ids_out) ids_out[i] = r ? r->id : 0;
+    ids_out[i] = r ? r->id : 0;
     if (r && !r->processed) adv = 1;
   }
   unlock(db);
-  if (should_advance) *should_advance = adv;
+  *should_advance = adv;
   goto out;
 nomem:
   rc = enomem(err, "write checkpoints");
@@ -164,8 +161,8 @@ int bs__mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n
     }
   }
   unlock(db);
-  if (found) *found = f;
-  if (id_out) *id_out = f ? id : 0;
+  *found = f;
+  *id_out = f ? id : 0;
   return BS_OK;
 }
 
@@ -202,12 +199,10 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
 }
 
 int bs__mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *deleted, bs_error *err) {
+  BS_UNUSED(err);
   mem_storage *ms = MS(st);
-  uint64_t d;
-  if (ms->db->base.flags & BS_OPEN_RDONLY) return bs__fail(err, BS_ESTATE, "database is read-only");
   lock(ms->db);
-  d = bs__mem_delete_requests_before(ms->db, ms->s, before_ms);
+  *deleted = bs__mem_delete_requests_before(ms->db, ms->s, before_ms);
   unlock(ms->db);
-  if (deleted) *deleted = d;
   return BS_OK;
 }

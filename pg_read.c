@@ -10,9 +10,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 static bs__pg_db *db_of(bs_storage *st) {
   return ((bs__pg_storage *)st)->db;
 }
@@ -301,17 +298,13 @@ out:
 
 typedef struct param_row {
   int32_t table;
-  uint64_t hash;
   bs_val rid, rows;
 } param_row;
 
-/* The order of a lookup's rows: table id, XXH3_64 of the replica id, replica id (the LMDB
- * backend's key order, the memory backend's sort). */
+/* The order of a lookup's rows (bs__param_row_cmp: as every backend). */
 static int param_row_cmp(const void *x, const void *y) {
   const param_row *a = x, *b = y;
-  if (a->table != b->table) return a->table < b->table ? -1 : 1;
-  if (a->hash != b->hash) return a->hash < b->hash ? -1 : 1;
-  return bs__val_cmp(a->rid, b->rid);
+  return bs__param_row_cmp((uint32_t)a->table, a->rid, (uint32_t)b->table, b->rid);
 }
 
 int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
@@ -364,7 +357,6 @@ int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
     param_row *p = &v[i - 1];
     p->table = bs__pg_i32(r, i, 1);
     p->rid = bs__pg_bytes(r, i, 2);
-    p->hash = XXH3_64bits(p->rid.data, p->rid.size);
     p->rows = bs__pg_bytes(r, i, 4);
     if ((rc = bs__pg_array_open(p->rows, &it, err))) goto out;
     total += it.n;

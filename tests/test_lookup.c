@@ -11,7 +11,7 @@
 #include <math.h> /* NAN, INFINITY (macros only: no libm) */
 #include <cmocka.h>
 
-#include "internal.h"
+#include "lmdb_internal.h" /* internal.h, and the params key of test_param_row_order */
 
 static bs_scalar I(int64_t i) {
   bs_scalar s = {BS_SCALAR_INT, i, 0, {NULL, 0}};
@@ -279,6 +279,38 @@ static void test_random_injectivity(void **state) {
   }
 }
 
+/* bs__param_row_cmp, the order of a lookup's source rows in every backend's answer, is the LMDB
+ * backend's params key order: over tables 1 and 2 and edge replica ids ("", one byte, non-ASCII,
+ * "1" vs "1.0", the maximum length) its sign is memcmp's over the encoded keys. */
+static void test_param_row_order(void **state) {
+  static unsigned char big[BS_MAX_REPLICA_ID];
+  bs_val rids[] = {{"", 0},  {"a", 1},   {"b", 1},  {"\xc3\xa9", 2},
+                   {"1", 1}, {"1.0", 3}, {"ab", 2}, {big, sizeof big}};
+  const size_t n = sizeof rids / sizeof rids[0];
+  bs_val lookup = {"k", 1};
+  int below = 0, above = 0;
+  (void)state;
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)(i * 7 + 3);
+  for (uint32_t ta = 1; ta <= 2; ta++)
+    for (uint32_t tb = 1; tb <= 2; tb++)
+      for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+          unsigned char ka[BS_MAX_LOOKUP_KEY + 64], kb[BS_MAX_LOOKUP_KEY + 64];
+          size_t na = bs__lmdb_param_key(ka, 1, lookup, ta, rids[i], 7);
+          size_t nb = bs__lmdb_param_key(kb, 1, lookup, tb, rids[j], 7);
+          int c = bs__param_row_cmp(ta, rids[i], tb, rids[j]), m;
+          assert_int_equal(na, nb);
+          m = memcmp(ka, kb, na);
+          assert_int_equal(c < 0, m < 0);
+          assert_int_equal(c > 0, m > 0);
+          assert_int_equal(c == 0, ta == tb && i == j);
+          below += c < 0;
+          above += c > 0;
+        }
+  assert_int_equal(below, above); /* antisymmetric, and both occur */
+  assert_true(below > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_integral_numbers_normalise),
@@ -288,6 +320,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_malformed_rejected),
       cmocka_unit_test(test_random_injectivity),
+      cmocka_unit_test(test_param_row_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
