@@ -4,10 +4,10 @@
  * double. Everything is a plain growable array; every derived value (bucket checksums, counts,
  * parameter sets, changes) is recomputed from the stored ops and entries on each read, never kept
  * as a running total. The only acceleration: hash indexes that find a source record by (table,
- * replica id) and a bucket by name (the hash table of common.c; without them every save scanned every record), and
- * a queue of soft-deleted records so a checkpoint need not scan every record for purges. They
- * only ever locate an array slot: the caller compares the real key, and verify() checks that
- * every record and bucket is found where it is. One mutex (mem_db.mu) guards the whole store;
+ * replica id) and a bucket by name (the hash table of common.c; without them every save scanned
+ * every record), and a count of soft-deleted records so a checkpoint scans the records for purges
+ * only while there are any. The indexes only ever locate an array slot: the caller compares the
+ * real key, and verify() checks that every record and bucket is found where it is, and the count. One mutex (mem_db.mu) guards the whole store;
  * callbacks are always called after it is released, on copies of the data.
  *
  * Atomicity: a writer's flush/commit runs as a "transaction" (mem_tx) over one stream. Everything
@@ -99,8 +99,6 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs__free(a, s->cw);
   for (size_t i = 0; i < s->npend; i++) val_free(a, &s->pend_users[i]);
   bs__free(a, s->pend_users);
-  for (size_t i = 0; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
-  bs__free(a, s->softq);
   bs__htab_free(&s->ridx, a);
   bs__htab_free(&s->bidx, a);
   /* every other field is data: empty arrays and indexes are all zero */
@@ -135,7 +133,7 @@ typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend, nsoftq;
+  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend;
   uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
@@ -155,7 +153,6 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
   tx->ncps = s->ncps;
   tx->ncw = s->ncw;
   tx->npend = s->npend;
-  tx->nsoftq = s->nsoftq;
   tx->serial = ++db->tx_serial;
 }
 
@@ -217,8 +214,6 @@ static void tx_rollback(mem_tx *tx) {
    * above) but never frees them before the point of no return; only appends are undone */
   for (size_t i = tx->npend; i < s->npend; i++) val_free(a, &s->pend_users[i]);
   s->npend = tx->npend;
-  for (size_t i = tx->nsoftq; i < s->nsoftq; i++) val_free(a, &s->softq[i].rid);
-  s->nsoftq = tx->nsoftq;
   s->m = tx->meta;
   bs__free(a, tx->j);
 }
@@ -252,7 +247,7 @@ static void tx_commit(mem_tx *tx) {
 }
 
 /* Stores r in slot idx: idx == nrecs appends, r == NULL deletes, else r replaces the record of
- * the same key. Journals the old pointer and keeps the index in step. */
+ * the same key. Journals the old pointer and keeps the index and the soft-deleted count in step. */
 static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
@@ -263,6 +258,7 @@ static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
     if (tx_journal(tx, J_REC, idx, NULL)) return BS_ENOMEM;
     s->recs[s->nrecs++] = r;
     if (r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
+    s->m.nsoft += r && r->r.soft;
     return BS_OK;
   }
   old = s->recs[idx];
@@ -270,20 +266,9 @@ static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
   if (tx_journal(tx, J_REC, idx, old)) return BS_ENOMEM;
   if (old && !r) bs__htab_remove(&s->ridx, rec_hash(old->table, old->rid), idx + 1);
   if (!old && r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
+  s->m.nsoft -= old && old->r.soft;
+  s->m.nsoft += r && r->r.soft;
   s->recs[idx] = r;
-  return BS_OK;
-}
-
-/* Queues the soft-deleted record (table, rid, mark) for its purge. */
-static int tx_soft_push(mem_tx *tx, uint32_t table, bs_val rid, uint64_t mark) {
-  mem_stream *s = tx->s;
-  mem_soft *e;
-  if (GROW(ALLOC(tx->db), s->softq, s->nsoftq, s->csoftq, s->nsoftq + 1)) return BS_ENOMEM;
-  e = &s->softq[s->nsoftq];
-  e->table = table;
-  e->mark = mark;
-  if (val_dup(ALLOC(tx->db), rid, &e->rid)) return BS_ENOMEM;
-  s->nsoftq++;
   return BS_OK;
 }
 
@@ -486,8 +471,7 @@ static int mfx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) 
   BS_UNUSED(err);
   if (rec->exists && !(r = rec_copy(a, c->table, rid, rec))) return BS_ENOMEM;
   if (!r && at < 0) return BS_OK;
-  if ((rec->soft && (rc = tx_soft_push(c->tx, c->table, rid, rec->mark))) ||
-      (rc = tx_rec_set(c->tx, at < 0 ? s->nrecs : (size_t)at, r))) {
+  if ((rc = tx_rec_set(c->tx, at < 0 ? s->nrecs : (size_t)at, r))) {
     rec_free(a, r);
     return rc;
   }
@@ -728,28 +712,15 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   if (GROW(ALLOC(db), s->cps, s->ncps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
   s->cps[s->ncps++].ms = bs__now_ms();
-  /* purge (4.3): every soft-deleted record has a queue entry with its mark */
-  for (size_t i = 0; i < s->nsoftq; i++) {
-    const mem_soft *e = &s->softq[i];
-    long at = e->mark <= c ? rec_find(s, e->table, e->rid) : -1;
-    if (at >= 0 && s->recs[at]->r.soft && s->recs[at]->r.mark <= c &&
-        (rc = tx_rec_set(tx, (size_t)at, NULL)))
-      return rc;
+  /* purge (4.3): the soft-deleted records whose mark the checkpoint reached (a scan only while
+   * there are any: they exist before the snapshot is done, and its first checkpoint purges them) */
+  for (size_t i = 0; s->m.nsoft && i < s->nrecs; i++) {
+    const mem_rec *r = s->recs[i];
+    if (r && r->r.soft && r->r.mark <= c && (rc = tx_rec_set(tx, i, NULL))) return rc;
   }
   /* point of no return: nothing below fails */
-  for (size_t i = 0, k = 0, n = s->nsoftq; i < n; i++) {
-    if (s->softq[i].mark <= c) {
-      val_free(ALLOC(db), &s->softq[i].rid);
-      s->nsoftq--;
-    } else {
-      s->softq[k++] = s->softq[i];
-    }
-  }
   for (size_t i = 0; i < db->nmw; i++)
-    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn)) {
-      db->mw[i]->processed = 1;
-      lsn_set(&db->mw[i]->processed_lsn, lsn);
-    }
+    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn)) db->mw[i]->processed = 1;
   for (size_t i = 0; i < s->npend; i++) val_free(ALLOC(db), &s->pend_users[i]);
   s->npend = 0;
   s->m.checkpoint = c;
@@ -824,20 +795,6 @@ static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
   return rc;
 }
 
-typedef struct stored_ctx {
-  mem_stream *s;
-  mem_table *t;
-} stored_ctx;
-
-/* A row's stored record for effects.c's source_row (under the db lock). */
-static int mem_stored(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
-  stored_ctx *c = ctx;
-  long idx = c->t ? rec_find(c->s, c->t->id, rid) : -1;
-  BS_UNUSED(err);
-  *out = idx >= 0 ? &c->s->recs[idx]->r : NULL;
-  return BS_OK;
-}
-
 static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_val table,
                                  bs_val rid, int (*fn)(const bs_val *, void *), void *payload,
                                  bs_error *err) {
@@ -847,12 +804,13 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
   int rc, has_data = 0;
   bs__srec now;
   bs_val data = {NULL, 0};
-  stored_ctx c;
+  mem_tx tx = {.s = s}; /* only read: the stored records, by mfx_load */
+  mem_fx c = {&tx, 0};  /* table 0 names no table: no record */
+  const mem_table *t;
   lock(db);
-  c.s = s;
-  c.t = table_find(s, table);
+  if ((t = table_find(s, table))) c.table = t->id;
   /* the queue as the flush would apply it (effects.c), over the stored records */
-  rc = bs__effects_source_row(ALLOC(db), w->snapshot, batch, table, rid, mem_stored, &c, &now, err);
+  rc = bs__effects_source_row(ALLOC(db), w->snapshot, batch, table, rid, mfx_load, &c, &now, err);
   if (rc == BS_OK && !(now.exists && !now.soft))
     rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
                   (int)(table.size > 64 ? 64 : table.size),
@@ -888,19 +846,6 @@ static size_t ops_upto(const mem_bucket *b, uint64_t h) {
   size_t top = b->n;
   while (top > 0 && b->ops[top - 1].id > h) top--;
   return top;
-}
-
-/* Index of op id in b, or b->n. */
-static size_t op_index(const mem_bucket *b, uint64_t id) {
-  size_t lo = 0, hi = b->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (b->ops[mid].id < id)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo < b->n && b->ops[lo].id == id ? lo : b->n;
 }
 
 #define DROP UINT64_MAX /* a plan's target: the op is deleted (initial replication) */
@@ -1353,6 +1298,7 @@ static void clear_locked(mem_db *db, mem_stream *s) {
   m->cp_lsn.has = m->resume.has = m->ncb.has = 0;
   m->cp_lsn.n = m->resume.n = m->ncb.n = 0;
   m->param_horizon = 0;
+  m->nsoft = 0;
   /* op ids and table ids keep growing (never reused, as LMDB: no subkey of a row of before the
    * clear can name another row); changes below the clear are no longer known */
   m->data_fence = m->param_fence = m->op_head;

@@ -97,14 +97,6 @@ typedef struct mem_cwcp {
   int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
 } mem_cwcp;
 
-/* A soft-deleted record awaiting its purge by a checkpoint at or above mark (contract.md 4.3). An entry
- * may be stale (the record was reinserted or truncated since): the purge rechecks the record. */
-typedef struct mem_soft {
-  uint32_t table;
-  bs_val rid;
-  uint64_t mark;
-} mem_soft;
-
 /* Scalar stream state: saved and restored as a whole by a transaction. */
 typedef struct mem_meta {
   bs_stream_state state;
@@ -117,6 +109,7 @@ typedef struct mem_meta {
   uint64_t param_horizon;           /* parameter reads below: BS_ESTALE */
   uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */
   uint64_t gen_seq;                 /* source of bucket generations (survives clear) */
+  uint64_t nsoft;                   /* soft-deleted records (4.3), awaiting their purge */
   uint32_t next_table_id;
   char last_error[256];
 } mem_meta;
@@ -143,10 +136,8 @@ typedef struct mem_stream {
   size_t ncw, ccw;
   bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
   size_t npend, cpend;
-  bs__htab ridx;   /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
-  bs__htab bidx;   /* buckets by name (value: index + 1) */
-  mem_soft *softq; /* soft-deleted records not yet purged (and stale entries) */
-  size_t nsoftq, csoftq;
+  bs__htab ridx; /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
+  bs__htab bidx; /* buckets by name (value: index + 1) */
 } mem_stream;
 
 typedef struct mem_head {
@@ -162,7 +153,6 @@ typedef struct mem_mwcp {
   int has_req;
   int64_t req_ms;
   int processed;
-  mem_lsn processed_lsn;
   int gone; /* deleted by cleanup: kept (without heads) only as the user's high-water mark, so a
                new record's id continues above it (contract.md 7); invisible to every read */
 } mem_mwcp;
@@ -232,6 +222,19 @@ static inline int enomem(bs_error *err, const char *what) {
 
 static inline size_t op_size(const mem_op *o) {
   return o->data.size + o->ot.size + o->oi.size + o->sk.size;
+}
+
+/* Index of op id in b, or b->n. */
+static inline size_t op_index(const mem_bucket *b, uint64_t id) {
+  size_t lo = 0, hi = b->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (b->ops[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < b->n && b->ops[lo].id == id ? lo : b->n;
 }
 
 /* A stored op as the planner and the chunker see it (borrowed). */

@@ -78,7 +78,7 @@ static void verify_bucket(vlist *v, const mem_stream *s, const mem_bucket *b) {
 static void verify_stream(vlist *v, const mem_stream *s) {
   const bs_allocator *a = v->a;
   size_t nids = s->nparams, k = 0;
-  uint64_t *ids;
+  uint64_t *ids, nsoft = 0;
   for (size_t i = 0; i < s->nbuckets; i++) {
     verify_bucket(v, s, s->buckets[i]);
     nids += s->buckets[i]->n;
@@ -119,7 +119,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
   /* source records: unique keys, known tables, memberships in existing buckets */
   for (size_t i = 0; i < s->nrecs; i++) {
     const mem_rec *r = s->recs[i];
-    int known = 0, queued = 0;
+    int known = 0;
     for (size_t t = 0; t < s->ntables; t++)
       known |= !s->tables[t]->dropped && s->tables[t]->id == r->table;
     if (!known)
@@ -130,15 +130,17 @@ static void verify_stream(vlist *v, const mem_stream *s) {
               (unsigned)r->table);
     if (r->r.soft && (r->r.nm || r->r.nl || r->r.has_data))
       problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);
-    for (size_t j = 0; r->r.soft && j < s->nsoftq && !queued; j++)
-      queued = s->softq[j].table == r->table && s->softq[j].mark == r->r.mark &&
-               bs__val_eq(s->softq[j].rid, r->rid);
-    if (r->r.soft && !queued)
-      problem(v, "stream %u: soft-deleted record not queued for its purge", (unsigned)s->id);
-    for (size_t j = 0; j < r->r.nm; j++)
-      if (r->r.m[j].bucket >= s->nbuckets)
-        problem(v, "stream %u: source record names a missing bucket", (unsigned)s->id);
+    nsoft += (uint64_t)r->r.soft;
+    for (size_t j = 0; j < r->r.nm; j++) {
+      const mem_bucket *b = r->r.m[j].bucket < s->nbuckets ? s->buckets[r->r.m[j].bucket] : NULL;
+      size_t at = b ? op_index(b, r->r.m[j].op) : 0;
+      if (!b || at == b->n || b->ops[at].type != BS_OP_PUT)
+        problem(v, "stream %u: source record names a missing bucket or op", (unsigned)s->id);
+    }
   }
+  if (nsoft != s->m.nsoft)
+    problem(v, "stream %u: %llu soft-deleted records, counted %llu", (unsigned)s->id,
+            (unsigned long long)nsoft, (unsigned long long)s->m.nsoft);
 }
 
 int bs__mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload, uint64_t *problems,

@@ -40,7 +40,6 @@ static mem_mwcp *mwcp_build(const bs_allocator *a, const mem_mwcp *old, bs_val u
     r->has_req = old->has_req;
     r->req_ms = old->req_ms;
     r->processed = old->processed;
-    r->processed_lsn = old->processed_lsn;
   }
   if (val_dup(a, user, &r->user)) goto fail;
   if (n) {
@@ -96,7 +95,6 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
     if (action == BS_WCP_REPLACE) {
       nr->id = id;
       nr->processed = 0;
-      nr->processed_lsn.has = 0;
       nr->has_req = r->has_request_id; /* a generated id has no requested_at */
       nr->req_ms = r->has_request_id ? at : 0;
     } else {
