@@ -51,6 +51,10 @@ void bs__assert_fail(const char *cond, const char *file, int line);
 /* ---- Errors ---- */
 /* Fills err (if any) with code and a formatted message; returns code. */
 int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
+/* One problem found by a backend's bs_db_verify: counted in *problems and, when fn is not NULL,
+ * formatted (up to 511 bytes) and handed to fn. */
+void bs__verify_problem(uint64_t *problems, void (*fn)(const char *, void *), void *payload,
+                        const char *fmt, va_list ap);
 
 /* ---- Clock ---- */
 /* The one clock of stored times: wall-clock milliseconds since the Unix epoch (CLOCK_REALTIME).

@@ -46,14 +46,10 @@ typedef struct verifier {
 
 static void problem(verifier *vf, const char *fmt, ...) BS_PRINTF(2, 3);
 static void problem(verifier *vf, const char *fmt, ...) {
-  char buf[512];
   va_list ap;
-  vf->problems++;
-  if (!vf->fn) return;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  bs__verify_problem(&vf->problems, vf->fn, vf->payload, fmt, ap);
   va_end(ap);
-  vf->fn(buf, vf->payload);
 }
 
 static const stream_head *find_stream(const verifier *vf, uint32_t id) {
