@@ -354,6 +354,13 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     " soft boolean NOT NULL, mark bigint NOT NULL, members bytea NOT NULL,"
     " has_data boolean NOT NULL, data bytea, PRIMARY KEY (stream, table_id, replica_id));"
     "CREATE INDEX bs_source_soft ON bs_source (stream, mark) WHERE soft;",
+    /* 4: compaction (pg_compact.c): the writer's log of superseded ops (incremental compaction),
+     * checkpoint times (its min_age_ms horizon), the parameter-compaction cursor */
+    "CREATE TABLE bs_superseded ("
+    " stream integer NOT NULL, bucket bigint NOT NULL, old_op bigint NOT NULL,"
+    " new_op bigint NOT NULL, PRIMARY KEY (stream, bucket, old_op));"
+    "ALTER TABLE bs_changes ADD time_ms bigint NOT NULL DEFAULT 0;"
+    "ALTER TABLE bs_streams ADD param_cursor bigint NOT NULL DEFAULT 0;",
 };
 
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */
@@ -733,6 +740,7 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
                     " ch AS (DELETE FROM bs_changes WHERE stream = $1),"
                     " cw AS (DELETE FROM bs_wcp_custom WHERE stream = $1),"
                     " sr AS (DELETE FROM bs_source WHERE stream = $1),"
+                    " su AS (DELETE FROM bs_superseded WHERE stream = $1),"
                     " tb AS (DELETE FROM bs_tables WHERE stream = $1)"
                     " DELETE FROM bs_buckets WHERE stream = $1 AND $2 IS NOT NULL",
                     &a, "clear", err);
@@ -740,7 +748,8 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
     rc = bs__pg_run(c,
                     "UPDATE bs_streams SET checkpoint = 0, last_checkpoint_op = op_head,"
                     " checkpoint_lsn = NULL, resume_lsn = NULL, no_checkpoint_before = NULL,"
-                    " snapshot_done = false, param_horizon = 0, changes_fence = op_head"
+                    " snapshot_done = false, param_horizon = 0, param_cursor = 0,"
+                    " changes_fence = op_head"
                     " WHERE id = $1 AND $2 IS NOT NULL",
                     &a, "clear", err);
   if (!rc && terminate)
@@ -780,6 +789,8 @@ static const bs_storage_vtable pg_vtable = {
     .create_managed_write_checkpoints = bs__pg_create_managed_write_checkpoints,
     .last_write_checkpoint = bs__pg_last_write_checkpoint,
     .delete_checkpoint_requests_before = bs__pg_delete_checkpoint_requests_before,
+    .compact = bs__pg_compact,
+    .compact_initial_replication = bs__pg_compact_initial_replication,
     .get_status = pg_get_status,
     .report_error = pg_report_error,
     .clear = pg_clear,

@@ -54,10 +54,16 @@
  *  bs_source   (stream, table_id, replica_id)    the source record: soft, mark (contract.md 4.3),
  *                                                members (pg_save.c's encoding of the memberships
  *                                                and lookup keys), has_data, data
+ *  bs_superseded (stream, bucket, old_op)        new_op: the op of the same row that replaced
+ *                                                old_op (the writer's log; incremental compaction
+ *                                                consumes it); bs_changes.time_ms: a
+ *                                                checkpoint's time (ms since the epoch);
+ *                                                bs_streams.param_cursor: parameter compaction
+ *                                                is complete at or below it
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 3
+#define BS_PG_SCHEMA_VERSION 4
 
 typedef struct bs__pg_db {
   bs_db base;
@@ -258,5 +264,16 @@ int bs__pg_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, ui
 int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
                   bs_error *err);
+/* pg_compact.c: compaction (contract.md 6) */
+int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                   bs_error *err);
+int bs__pg_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                       uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                       bs_error *err);
+/* pg_save.c: defragmentation (contract.md 6), on compaction's connection c (no transaction
+ * open): the live PUTs of the fragmented buckets among ids (n, the buckets just compacted)
+ * re-emitted through the writer's path, max_ops_per_txn per transaction. */
+int bs__pg_defragment(const bs_compact_options *o, PGconn *c, bs_storage *st, uint64_t *ids,
+                      size_t n, uint64_t horizon, bs_compact_stats *stats, bs_error *err);
 
 #endif /* BUCKETSTORE_PG_INTERNAL_H */

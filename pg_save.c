@@ -91,7 +91,7 @@ typedef struct bucket_ent {
   uint32_t d_checksum;
   uint64_t d_count, d_bytes, last_op;
   int touched;
-  int created; /* inserted by this flush's load: deleted again unless an op lands in it */
+  int fresh; /* created by this batch: id 0 until its first use takes a reserved id */
 } bucket_ent;
 
 typedef struct batch {
@@ -106,9 +106,14 @@ typedef struct batch {
   bs__htab rmap;
   bucket_ent *bk;
   size_t nbk, cbk;
+  /* ids reserved for the batch's new buckets (ascending), taken in order of first use, as the
+   * LMDB backend numbers its buckets: so both order a stream's buckets alike by id (the order of
+   * defragmentation and incremental compaction) */
+  uint64_t *reserved;
+  size_t n_reserved, used_reserved;
   bs__htab bname, bid;
-  buf ops, params;
-  bs_val *lookups; /* changed lookup keys, distinct (owned copies: a tombstone's key may live
+  buf ops, params, sups; /* COPY streams: bs_ops, bs_params, bs_superseded */
+  bs_val *lookups;       /* changed lookup keys, distinct (owned copies: a tombstone's key may live
                     * in a record that a later store of the batch replaces) */
   size_t nlk, clk;
   bs__htab lmap;
@@ -288,10 +293,10 @@ static bucket_ent *bucket_by_id(batch *b, uint64_t id) {
   return NULL;
 }
 
-static int bucket_add(batch *b, uint64_t id, bs_val name, int created) {
+static int bucket_add(batch *b, uint64_t id, bs_val name) {
   bucket_ent *e;
   unsigned char *copy;
-  if (bucket_by_id(b, id)) return BS_OK;
+  if (id ? bucket_by_id(b, id) != NULL : bucket_by_name(b, name) != NULL) return BS_OK;
   if (b->nbk == b->cbk) {
     size_t cap = b->cbk ? b->cbk * 2 : 64;
     bucket_ent *p = bs__realloc(b->a, b->bk, cap * sizeof *p);
@@ -308,9 +313,11 @@ static int bucket_add(batch *b, uint64_t id, bs_val name, int created) {
   e->id = id;
   e->name.data = copy;
   e->name.size = name.size;
-  e->created = created;
   bs__htab_put(&b->bname, XXH3_64bits(name.data, name.size), b->nbk);
-  bs__htab_put(&b->bid, id * 0x9e3779b97f4a7c15ull, b->nbk);
+  if (id)
+    bs__htab_put(&b->bid, id * 0x9e3779b97f4a7c15ull, b->nbk);
+  else
+    e->fresh = 1;
   return BS_OK;
 }
 
@@ -324,9 +331,11 @@ static void batch_free(batch *b) {
   for (size_t i = 0; i < b->nlk; i++) bs__free(b->a, (void *)b->lookups[i].data);
   bs__free(b->a, b->recs);
   bs__free(b->a, b->bk);
+  bs__free(b->a, b->reserved);
   bs__free(b->a, b->lookups);
   bs__free(b->a, b->ops.p);
   bs__free(b->a, b->params.p);
+  bs__free(b->a, b->sups.p);
   bs__htab_free(&b->rmap, b->a);
   bs__htab_free(&b->bname, b->a);
   bs__htab_free(&b->bid, b->a);
@@ -352,6 +361,12 @@ static int fx_bucket(void *ctx, bs_val name, uint64_t *id, bs_error *err) {
   batch *b = ctx;
   bucket_ent *e = bucket_by_name(b, name);
   if (!e) return bs__fail(err, BS_ECORRUPT, "flush: a bucket was not resolved");
+  if (!e->id) { /* a new bucket's first use */
+    if (b->used_reserved == b->n_reserved)
+      return bs__fail(err, BS_ECORRUPT, "flush: no bucket id reserved");
+    e->id = b->reserved[b->used_reserved++];
+    bs__htab_put(&b->bid, e->id * 0x9e3779b97f4a7c15ull, (uintptr_t)(e - b->bk) + 1);
+  }
   *id = e->id;
   return BS_OK;
 }
@@ -378,6 +393,18 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   e->last_op = *op_id;
   e->touched = 1;
   return BS_OK;
+}
+
+/* The log of incremental compaction (contract.md 6): old_op of the row was superseded by new_op. */
+static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
+                         bs_error *err) {
+  batch *b = ctx;
+  f_tuple(&b->sups, b->a, 4);
+  f_int(&b->sups, b->a, b->stream, 4);
+  f_int(&b->sups, b->a, bucket, 8);
+  f_int(&b->sups, b->a, old_op, 8);
+  f_int(&b->sups, b->a, new_op, 8);
+  return b->sups.oom ? oom(err) : BS_OK;
 }
 
 static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
@@ -454,6 +481,7 @@ static const bs__effects_ops pg_effects_ops = {
     .load = fx_load,
     .bucket = fx_bucket,
     .op = fx_op,
+    .superseded = fx_superseded,
     .param = fx_param,
     .store = fx_store,
     .op_head = fx_op_head,
@@ -539,8 +567,29 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
   return rc;
 }
 
+/* Reserves an id (the identity sequence of bs_buckets) for every new bucket of the batch. */
+static int reserve_ids(batch *b, bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  size_t k = 0;
+  int rc;
+  for (size_t i = 0; i < b->nbk; i++) k += b->bk[i].fresh;
+  if (!k) return BS_OK;
+  if (!(b->reserved = bs__calloc(b->a, k, sizeof *b->reserved))) return oom(err);
+  bs__pg_arg_i64(&a, (int64_t)k);
+  rc = bs__pg_exec(b->c,
+                   "SELECT nextval(pg_get_serial_sequence('bs_buckets', 'id'))"
+                   " FROM generate_series(1, $1) ORDER BY 1",
+                   &a, &r, "reserving bucket ids", err);
+  if (rc) return rc;
+  for (int i = 0; i < PQntuples(r) && (size_t)i < k; i++)
+    b->reserved[b->n_reserved++] = (uint64_t)bs__pg_i64(r, i, 0);
+  PQclear(r);
+  return BS_OK;
+}
+
 /* Every record the queue's saves can load, per table; then the buckets their memberships and
- * the saves' rows name (new buckets are created). */
+ * the saves' rows name (new ones get an id at their first use). */
 static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
   const bs_write_item *q = b->in->items;
   size_t nq = b->in->n;
@@ -599,19 +648,18 @@ static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
         (rc = bs__pg_arg_i64_array(&a, ids, nid, b->a, &arr2, err)))
       goto out;
     rc = bs__pg_exec(b->c,
-                     "WITH n AS (INSERT INTO bs_buckets (stream, name)"
-                     "  SELECT DISTINCT $1, x FROM unnest($2::bytea[]) AS x"
-                     "  ON CONFLICT DO NOTHING RETURNING id, name)"
-                     " SELECT id, name, true FROM n UNION ALL"
-                     " SELECT id, name, false FROM bs_buckets WHERE stream = $1"
-                     "  AND (name = ANY($2) OR id = ANY($3))",
+                     "SELECT id, name FROM bs_buckets WHERE stream = $1"
+                     " AND (name = ANY($2) OR id = ANY($3))",
                      &a, &r, "resolving buckets", err);
     bs__free(b->a, arr2);
     if (rc) goto out;
     for (int i = 0; i < PQntuples(r) && !rc; i++)
-      if (bucket_add(b, (uint64_t)bs__pg_i64(r, i, 0), bs__pg_bytes(r, i, 1), bs__pg_bool(r, i, 2)))
-        rc = oom(err);
+      if (bucket_add(b, (uint64_t)bs__pg_i64(r, i, 0), bs__pg_bytes(r, i, 1))) rc = oom(err);
     PQclear(r);
+    /* the names not stored yet: new buckets, created by batch_write if an op uses them */
+    for (size_t i = 0; i < nn && !rc; i++)
+      if (!bucket_by_name(b, names[i]) && bucket_add(b, 0, names[i])) rc = oom(err);
+    if (!rc) rc = reserve_ids(b, err);
   }
   goto out;
 nomem:
@@ -624,28 +672,6 @@ out:
 }
 
 /* ---- Writing the batch -------------------------------------------------------------------------- */
-
-/* The buckets load_batch created that no op of the batch reached (a skipped snapshot INSERT's
- * rows): deleted, so that a bucket exists once it has an op, as on every backend. */
-static int drop_untouched(batch *b, bs_error *err) {
-  uint64_t *ids;
-  unsigned char *arr = NULL;
-  size_t n = 0;
-  bs__pg_args a = {0};
-  int rc;
-  for (size_t i = 0; i < b->nbk; i++) n += b->bk[i].created && !b->bk[i].touched;
-  if (!n) return BS_OK;
-  if (!(ids = bs__calloc(b->a, n, sizeof *ids))) return oom(err);
-  for (size_t i = 0, k = 0; i < b->nbk; i++)
-    if (b->bk[i].created && !b->bk[i].touched) ids[k++] = b->bk[i].id;
-  rc = bs__pg_arg_i64_array(&a, ids, n, b->a, &arr, err);
-  if (!rc)
-    rc = bs__pg_run(b->c, "DELETE FROM bs_buckets WHERE id = ANY($1::int8[])", &a,
-                    "flush: unused buckets", err);
-  bs__free(b->a, arr);
-  bs__free(b->a, ids);
-  return rc;
-}
 
 static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a, bs_error *err) {
   static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
@@ -806,6 +832,37 @@ static int write_records(batch *b, bs_error *err) {
   return rc;
 }
 
+/* The new buckets the batch used, with the ids their first use took. */
+static int create_buckets(batch *b, bs_error *err) {
+  bs_val *names = NULL;
+  uint64_t *ids = NULL;
+  unsigned char *na = NULL, *ia = NULL;
+  bs__pg_args a = {0};
+  size_t n = 0;
+  int rc = BS_OK;
+  if (!b->used_reserved) return BS_OK;
+  if (!(names = bs__calloc(b->a, b->used_reserved, sizeof *names)) ||
+      !(ids = bs__calloc(b->a, b->used_reserved, sizeof *ids)))
+    rc = oom(err);
+  for (size_t i = 0; i < b->nbk && !rc; i++)
+    if (b->bk[i].fresh && b->bk[i].id && n < b->used_reserved) {
+      names[n] = b->bk[i].name;
+      ids[n++] = b->bk[i].id;
+    }
+  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  if (!rc && !(rc = bs__pg_arg_bytes_array(&a, names, n, b->a, &na, err)) &&
+      !(rc = bs__pg_arg_i64_array(&a, ids, n, b->a, &ia, err)))
+    rc = bs__pg_run(b->c,
+                    "INSERT INTO bs_buckets (stream, name, id) OVERRIDING SYSTEM VALUE"
+                    " SELECT $1, x, i FROM unnest($2::bytea[], $3::int8[]) AS d(x, i)",
+                    &a, "flush: new buckets", err);
+  bs__free(b->a, na);
+  bs__free(b->a, ia);
+  bs__free(b->a, names);
+  bs__free(b->a, ids);
+  return rc;
+}
+
 static int write_buckets(batch *b, bs_error *err) {
   uint64_t *v = NULL;
   unsigned char *arr[5] = {NULL, NULL, NULL, NULL, NULL};
@@ -945,8 +1002,11 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
  * op head and the change record, the custom write checkpoints. */
 static int batch_write(batch *b, bs_error *err) {
   int rc;
-  if (b->ops.oom || b->params.oom) return oom(err);
-  if ((rc = drop_untouched(b, err)) ||
+  if (b->ops.oom || b->params.oom || b->sups.oom) return oom(err);
+  if ((rc = copy_in(b->c,
+                    "COPY bs_superseded (stream, bucket, old_op, new_op) FROM STDIN"
+                    " (FORMAT binary)",
+                    &b->sups, b->a, err)) ||
       (rc = copy_in(b->c,
                     "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
                     " object_id, subkey, data) FROM STDIN (FORMAT binary)",
@@ -961,7 +1021,7 @@ static int batch_write(batch *b, bs_error *err) {
     bs__pg_args h = {0};
     bs__pg_arg_i32(&h, (int32_t)b->stream);
     bs__pg_arg_i64(&h, (int64_t)b->head);
-    if ((rc = write_buckets(b, err)) ||
+    if ((rc = create_buckets(b, err)) || (rc = write_buckets(b, err)) ||
         (rc = bs__pg_run(b->c, "UPDATE bs_streams SET op_head = $2 WHERE id = $1", &h,
                          "flush: op head", err)))
       return rc;
@@ -1138,4 +1198,308 @@ int bs__pg_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err)
     }
   }
   return BS_OK;
+}
+
+/* ---- Defragmentation (contract.md 6; pg_compact.c calls it) -------------------------------------
+ * As the LMDB backend's (lmdb_compact.c, lmdb.c's bs__lmdb_reemit): what is live comes from the
+ * source records (a membership names the row's latest op in the bucket, and the record's key is
+ * what the re-emission must update), so the stream's records are scanned twice in one read
+ * snapshot, counting the live rows of each candidate bucket, then collecting the rows of the
+ * buckets bs__compact_defrag_due chooses (within memory_limit_mb). The rows are re-emitted in
+ * (bucket, old op) order through the writer's path (batch_open / batch_write: new op ids from the
+ * op head, the bucket state, the change record, the superseded log), max_ops_per_txn per
+ * transaction; a row is re-emitted only when its record still has the membership at the old op,
+ * which then takes the new op. */
+
+typedef struct drow {
+  uint64_t bucket, old_op;
+  uint32_t table;
+  bs_val rid; /* in dscan.keys */
+} drow;
+
+typedef struct dscan {
+  const uint64_t *ids; /* candidate buckets, sorted */
+  size_t n;
+  uint64_t horizon;
+  uint64_t *live, *bytes;
+  unsigned char *chosen;
+  drow *rows;
+  size_t n_rows, cap_rows;
+  unsigned char *keys;
+  size_t keys_used, keys_cap;
+} dscan;
+
+static int find_id(const uint64_t *ids, size_t n, uint64_t id, size_t *at) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ids[mid] < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  *at = lo;
+  return lo < n && ids[lo] == id;
+}
+
+/* One pass over the stream's (not soft-deleted) records, a page at a time. */
+static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan *s, int pass,
+                      bs_error *err) {
+  unsigned char last[BS_MAX_REPLICA_ID];
+  bs_val after = {"", 0};
+  int32_t table = -1;
+  int rc = BS_OK, more = 1;
+  while (more && !rc) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    int rows;
+    bs__pg_arg_i32(&a, (int32_t)stream);
+    bs__pg_arg_i32(&a, table);
+    bs__pg_arg_bytes(&a, after);
+    if ((rc = bs__pg_exec(c,
+                          "SELECT table_id, replica_id, members FROM bs_source WHERE stream = $1"
+                          " AND NOT soft AND (table_id, replica_id) > ($2, $3)"
+                          " ORDER BY table_id, replica_id LIMIT 1000",
+                          &a, &r, "defragment: source records", err)))
+      break;
+    rows = PQntuples(r);
+    more = rows == 1000;
+    for (int i = 0; i < rows && !rc; i++) {
+      bs__srec rec = {0};
+      void *scratch = NULL;
+      bs_val rid = bs__pg_bytes(r, i, 1);
+      uint32_t t = (uint32_t)bs__pg_i32(r, i, 0);
+      rc = srec_decode(al, bs__pg_bytes(r, i, 2), &rec, &scratch);
+      for (uint32_t k = 0; !rc && k < rec.nm; k++) {
+        size_t at;
+        if (rec.m[k].op > s->horizon || !find_id(s->ids, s->n, rec.m[k].bucket, &at)) continue;
+        if (pass == 1) {
+          s->live[at]++;
+          s->bytes[at] += sizeof(drow) + rid.size;
+        } else if (s->chosen[at] && s->n_rows < s->cap_rows &&
+                   s->keys_cap - s->keys_used >= rid.size) {
+          drow *d = &s->rows[s->n_rows++];
+          d->bucket = rec.m[k].bucket;
+          d->old_op = rec.m[k].op;
+          d->table = t;
+          if (rid.size) memcpy(s->keys + s->keys_used, rid.data, rid.size);
+          d->rid.data = s->keys + s->keys_used;
+          d->rid.size = rid.size;
+          s->keys_used += rid.size;
+        }
+      }
+      if (rec.lk && rc != BS_ECORRUPT) bs__free(al, rec.lk);
+      bs__free(al, scratch);
+      if (rc == BS_ECORRUPT)
+        rc = bs__fail(err, rc, "defragment: a source record of table %u does not decode", t);
+      else if (rc)
+        rc = bs__fail(err, rc, "defragment: out of memory");
+      if (i + 1 == rows && rid.size <= sizeof last) {
+        table = (int32_t)t;
+        if (rid.size) memcpy(last, rid.data, rid.size);
+        after.data = last;
+        after.size = rid.size;
+      }
+    }
+    PQclear(r);
+  }
+  return rc;
+}
+
+static int cmp_drow(const void *x, const void *y) {
+  const drow *a = x, *b = y;
+  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
+  return a->old_op < b->old_op ? -1 : a->old_op > b->old_op;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Chooses the buckets (in id order, while their rows fit the memory limit) and collects their
+ * rows, sorted by (bucket, old op), in one read snapshot. */
+static int defrag_plan(const bs_compact_options *o, PGconn *c, const bs_allocator *al,
+                       uint32_t stream, dscan *s, bs_error *err) {
+  uint64_t budget = (uint64_t)o->memory_limit_mb * 1024u * 1024u, used = 0;
+  size_t rows = 0;
+  int rc;
+  if (!(s->live = bs__calloc(al, s->n, sizeof *s->live)) ||
+      !(s->bytes = bs__calloc(al, s->n, sizeof *s->bytes)) ||
+      !(s->chosen = bs__calloc(al, s->n, 1)))
+    return bs__fail(err, BS_ENOMEM, "defragment: plan");
+  if ((rc = bs__pg_begin(c, 1, err))) return rc;
+  rc = dscan_pass(c, al, stream, s, 1, err);
+  for (size_t i = 0; i < s->n && !rc; i++) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    bs__pg_arg_i64(&a, (int64_t)s->ids[i]);
+    if ((rc = bs__pg_exec(c, "SELECT count FROM bs_buckets WHERE id = $1", &a, &r,
+                          "defragment: bucket state", err)))
+      break;
+    if (PQntuples(r) == 1 &&
+        bs__compact_defrag_due(s->live[i], (uint64_t)bs__pg_i64(r, 0, 0), o->defragment_ratio) &&
+        used + s->bytes[i] <= budget) {
+      used += s->bytes[i];
+      s->chosen[i] = 1;
+      rows += s->live[i];
+    }
+    PQclear(r);
+  }
+  if (!rc && rows) {
+    if (!(s->rows = bs__calloc(al, rows, sizeof *s->rows)) ||
+        !(s->keys = bs__malloc(al, used ? used : 1)))
+      rc = bs__fail(err, BS_ENOMEM, "defragment: %zu rows", rows);
+    s->cap_rows = rows;
+    s->keys_cap = used;
+    if (!rc) rc = dscan_pass(c, al, stream, s, 2, err);
+    if (!rc) qsort(s->rows, s->n_rows, sizeof *s->rows, cmp_drow);
+  }
+  bs__pg_rollback(c);
+  return rc;
+}
+
+/* Re-emits rows[0..n) in one transaction of the writer's path; *emitted: how many. */
+static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *emitted,
+                      bs_error *err) {
+  static const bs_write_batch none = {NULL, 0};
+  batch b;
+  bs__effects fx;
+  bs__pg_args a = {0};
+  PGresult *r = NULL;
+  bs_val *rids = NULL;
+  uint64_t *bk = NULL, *op = NULL;
+  unsigned char *b1 = NULL, *b2 = NULL;
+  bs__member *m = NULL;
+  int rc;
+  *emitted = 0;
+  if ((rc = batch_open(w, &none, &b, &fx, err))) goto out;
+  if (!(rids = bs__calloc(b.a, n, sizeof *rids)) || !(bk = bs__calloc(b.a, n, sizeof *bk)) ||
+      !(op = bs__calloc(b.a, n, sizeof *op))) {
+    rc = oom(err);
+    goto out;
+  }
+  for (size_t i = 0; i < n && !rc; i++) { /* the records, one statement per table */
+    size_t k = 0;
+    if (rec_find(&b, rows[i].table, rows[i].rid)) continue;
+    for (size_t j = i; j < n; j++)
+      if (rows[j].table == rows[i].table) rids[k++] = rows[j].rid;
+    rc = load_records(&b, rows[i].table, rids, k, err);
+  }
+  if (rc || (rc = load_batch(&b, NULL, err))) goto out;
+  for (size_t i = 0; i < n; i++) {
+    bk[i] = rows[i].bucket;
+    op[i] = rows[i].old_op;
+  }
+  if ((rc = bs__pg_arg_i64_array(&a, bk, n, b.a, &b1, err)) ||
+      (rc = bs__pg_arg_i64_array(&a, op, n, b.a, &b2, err)))
+    goto out;
+  rc = bs__pg_exec(w->c,
+                   "SELECT o.bucket, o.op_id, o.type, o.checksum, o.object_type, o.object_id,"
+                   " o.subkey, o.data FROM bs_ops o JOIN unnest($1::int8[], $2::int8[]) AS d(b, i)"
+                   " ON o.bucket = d.b AND o.op_id = d.i ORDER BY o.bucket, o.op_id",
+                   &a, &r, "defragment: reading ops", err);
+  for (size_t i = 0, k = 0; !rc && i < n; i++) { /* both in (bucket, op) order */
+    const drow *d = &rows[i];
+    rec_ent *e = rec_find(&b, d->table, d->rid);
+    bs__srec nr;
+    bs_op put;
+    uint64_t id;
+    uint32_t mi;
+    while (k < (size_t)PQntuples(r) && ((uint64_t)bs__pg_i64(r, (int)k, 0) < d->bucket ||
+                                        ((uint64_t)bs__pg_i64(r, (int)k, 0) == d->bucket &&
+                                         (uint64_t)bs__pg_i64(r, (int)k, 1) < d->old_op)))
+      k++;
+    if (!e || !e->r.exists || e->r.soft) continue;
+    for (mi = 0; mi < e->r.nm; mi++)
+      if (e->r.m[mi].bucket == d->bucket && e->r.m[mi].op == d->old_op) break;
+    if (mi == e->r.nm) continue; /* the row changed since it was planned */
+    if (k == (size_t)PQntuples(r) || (uint64_t)bs__pg_i64(r, (int)k, 1) != d->old_op ||
+        bs__pg_i16(r, (int)k, 2) != BS_OP_PUT ||
+        !bs__val_eq(bs__pg_bytes(r, (int)k, 4), e->r.m[mi].object_type) ||
+        !bs__val_eq(bs__pg_bytes(r, (int)k, 5), e->r.m[mi].object_id)) {
+      rc = bs__fail(err, BS_ECORRUPT,
+                    "defragment: bucket %" PRIu64 ": op %" PRIu64
+                    " of a source record is not its PUT",
+                    d->bucket, d->old_op);
+      break;
+    }
+    memset(&put, 0, sizeof put);
+    put.type = BS_OP_PUT;
+    put.checksum = (uint32_t)bs__pg_i64(r, (int)k, 3);
+    put.object_type = bs__pg_bytes(r, (int)k, 4);
+    put.object_id = bs__pg_bytes(r, (int)k, 5);
+    put.subkey = bs__pg_bytes(r, (int)k, 6);
+    put.data = bs__pg_bytes(r, (int)k, 7);
+    b.table = d->table;
+    if ((rc = fx_op(&b, d->bucket, &put, &id, err)) ||
+        (rc = fx_superseded(&b, d->bucket, d->old_op, id, err)))
+      break;
+    /* the membership takes the new op: the writer's next change supersedes it */
+    if (!(m = bs__calloc(b.a, e->r.nm, sizeof *m))) {
+      rc = oom(err);
+      break;
+    }
+    memcpy(m, e->r.m, e->r.nm * sizeof *m);
+    m[mi].op = id;
+    nr = e->r;
+    nr.m = m;
+    rc = fx_store(&b, d->rid, &nr, err);
+    bs__free(b.a, m);
+    m = NULL;
+    if (!rc) ++*emitted;
+  }
+  if (!rc) rc = batch_write(&b, err);
+out:
+  PQclear(r);
+  bs__free(b.a, rids);
+  bs__free(b.a, bk);
+  bs__free(b.a, op);
+  bs__free(b.a, b1);
+  bs__free(b.a, b2);
+  bs__effects_free(&fx);
+  batch_free(&b);
+  return rc;
+}
+
+int bs__pg_defragment(const bs_compact_options *o, PGconn *c, bs_storage *st, uint64_t *ids,
+                      size_t n, uint64_t horizon, bs_compact_stats *stats, bs_error *err) {
+  bs__pg_writer w;
+  const bs_allocator *al;
+  dscan s;
+  size_t k = 0;
+  int rc;
+  memset(&w, 0, sizeof w);
+  w.base.st = st;
+  w.db = ((bs__pg_storage *)st)->db;
+  w.c = c;
+  al = &w.db->base.alloc;
+  qsort(ids, n, sizeof *ids, cmp_u64);
+  for (size_t i = 0; i < n; i++) /* a bucket named twice is processed once */
+    if (!k || ids[k - 1] != ids[i]) ids[k++] = ids[i];
+  memset(&s, 0, sizeof s);
+  s.ids = ids;
+  s.n = k;
+  s.horizon = horizon;
+  rc = defrag_plan(o, c, al, st->stream_id, &s, err);
+  for (size_t i = 0; !rc && i < s.n_rows; i += o->max_ops_per_txn) {
+    size_t m = s.n_rows - i < o->max_ops_per_txn ? s.n_rows - i : o->max_ops_per_txn;
+    uint64_t emitted = 0;
+    if ((rc = bs__pg_begin(c, 0, err))) break;
+    rc = reemit_txn(&w, s.rows + i, m, &emitted, err);
+    if (!rc) rc = bs__pg_commit(c, err);
+    if (rc) {
+      bs__pg_rollback(c);
+      break;
+    }
+    stats->ops_reemitted += emitted;
+    if (o->progress && o->progress(stats, o->progress_payload))
+      rc = bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+  }
+  bs__free(al, s.live);
+  bs__free(al, s.bytes);
+  bs__free(al, s.chosen);
+  bs__free(al, s.rows);
+  bs__free(al, s.keys);
+  return rc;
 }

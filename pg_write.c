@@ -379,15 +379,16 @@ static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, 
   bs__pg_arg_i32(&a, (int32_t)stream);
   bs__pg_arg_i64(&a, (int64_t)cp);
   bs__pg_arg_bytes(&a, lsn);
+  bs__pg_arg_i64(&a, bs__now_ms()); /* the checkpoint's time: incremental compaction's min_age */
   return bs__pg_run(
       c,
       "WITH done AS (UPDATE bs_wcp_managed SET processed = true, processed_lsn = $3"
       "  WHERE NOT processed AND NOT gone"
       "  AND (SELECT bool_and(h <= $3) FROM unnest(head_lsns) AS h) IS NOT FALSE"
       "  RETURNING user_id),"
-      " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users)"
+      " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users, time_ms)"
       "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
-      "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}') FROM done),"
+      "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}'), $4 FROM done),"
       " purge AS (DELETE FROM bs_source WHERE stream = $1 AND soft AND mark <= $2),"
       " stop AS (UPDATE bs_streams SET state = 4 WHERE id <> $1 AND state IN (2, 3)"
       "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"

@@ -90,7 +90,7 @@ static bs_db *open_ok(pgt *t, unsigned flags) {
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = open_ok(t, 0), *db2;
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   bs_close(db);
   db2 = open_ok(t, 0); /* a second open finds it and changes nothing */
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_meta"), 1);
@@ -103,16 +103,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = open_ok(t, 0);
   bs_close(db);
-  admin_exec(t, "UPDATE bs_meta SET value = 4 WHERE key = 'schema_version'");
+  admin_exec(t, "UPDATE bs_meta SET value = 5 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 4, newer than this build's 3"));
+  assert_non_null(strstr(err.msg, "version 5, newer than this build's 4"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
 }
 
 static void t_schema_read_only(void **state) {
@@ -140,12 +140,13 @@ static void t_schema_read_only(void **state) {
   /* a schema of version 1 (before the write-checkpoint and source tables): read-only refuses
    * it, a read-write open migrates it and keeps its data */
   admin_exec(t, "UPDATE bs_meta SET value = 1 WHERE key = 'schema_version';"
-                " DROP TABLE bs_wcp_managed, bs_wcp_custom, bs_tables, bs_source;"
-                " ALTER TABLE bs_streams DROP COLUMN next_table_id");
+                " DROP TABLE bs_wcp_managed, bs_wcp_custom, bs_tables, bs_source, bs_superseded;"
+                " ALTER TABLE bs_streams DROP COLUMN next_table_id, DROP COLUMN param_cursor;"
+                " ALTER TABLE bs_changes DROP COLUMN time_ms");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 1, older than this build's 3"));
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 4"));
   db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_wcp_managed"), 0);
   assert_int_equal(admin_int(t, "SELECT next_table_id FROM bs_streams"), 1);
@@ -153,10 +154,10 @@ static void t_schema_read_only(void **state) {
   /* version 0 (bs_meta without migration 1): read-only finds no schema */
   admin_exec(t, "UPDATE bs_meta SET value = 0 WHERE key = 'schema_version';"
                 " DROP TABLE bs_changes, bs_params, bs_ops, bs_buckets, bs_streams, bs_wcp_managed,"
-                " bs_wcp_custom, bs_tables, bs_source");
+                " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   bs_close(db);
 }
 
@@ -362,8 +363,6 @@ static void t_unsupported_slots(void **state) {
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   bs_writer_close(w);
-  assert_int_equal(bs_compact(st, NULL, NULL, &err), BS_EUNSUPPORTED);
-  assert_int_equal(bs_compact_initial_replication(st, 0, 0, NULL, &err), BS_EUNSUPPORTED);
   bs_storage_close(st);
   assert_int_equal(bs_backup(db, "/tmp/x", NULL, &err), BS_EUNSUPPORTED);
   bs_close(db);

@@ -339,8 +339,8 @@ static int params_of(bs_storage *st, uint64_t C, sb *o, bs_error *err) {
 
 static int on_info(const bs_bucket_info *i, void *payload) {
   sb_val(payload, i->name);
-  sb_printf(payload, " %u %llu %llu\n", (unsigned)i->checksum, (unsigned long long)i->count,
-            (unsigned long long)i->last_op);
+  sb_printf(payload, " %u %llu %llu %llu\n", (unsigned)i->checksum, (unsigned long long)i->count,
+            (unsigned long long)i->last_op, (unsigned long long)i->changes);
   return 0;
 }
 
@@ -509,10 +509,10 @@ static void do_compact(pair *p) {
     if (pick(2)) co.op_budget = 1 + pick(6);
     break;
   case 4: /* initial replication: refused once a checkpoint exists */
+    uint64_t max_op = pick(3) ? 0 : co.max_op_id, min_changes = pick(3);
     for (int i = 0; i < N_SIDES; i++) {
       n[i] = 0;
-      rc[i] = bs_compact_initial_replication(p->st[i], pick(3) ? 0 : co.max_op_id, pick(3), &n[i],
-                                             &err[i]);
+      rc[i] = bs_compact_initial_replication(p->st[i], max_op, min_changes, &n[i], &err[i]);
       sb_printf(&o[i], "%llu", (unsigned long long)n[i]);
       snprintf(p->last[i], sizeof p->last[i], "%s", err[i].msg);
     }
@@ -534,7 +534,7 @@ static void do_compact(pair *p) {
 
 /* DIFF_COMPACT 0: the workload stays clear of compaction (until pg_compact.c has every kind) */
 #ifndef DIFF_COMPACT
-#define DIFF_COMPACT 0
+#define DIFF_COMPACT 1
 #endif
 
 static unsigned env_u(const char *name, unsigned dflt) {
@@ -645,9 +645,130 @@ static void t_truncate_many(void **state) {
   pair_close(&p);
 }
 
+/* ---- Focused tests ---- */
+
+/* A bucket of n ops on both sides: rows r0..r(rows-1) inserted, then updates of random rows
+ * (every fourth a delete and re-insert), committed every 50 saves. */
+static void fill(pair *p, int n, int rows_n) {
+  bs_error err = {0};
+  for (int i = 0; i < N_SIDES; i++)
+    assert_int_equal(bs_writer_snapshot_done(p->w[i], V("0000000000000000"), &err), BS_OK);
+  rnd_state = 11;
+  for (int k = 0; k < n; k++) {
+    char rid[16], data[32];
+    int row = k < rows_n ? k : (int)pick((size_t)rows_n);
+    bs_row r = {buckets[k % 3 == 0 ? 1 : 0], V("t"), {rid, 0}, {data, 0}};
+    bs_save s = BS_SAVE_INIT;
+    r.object_id.size = (size_t)snprintf(rid, sizeof rid, "r%d", row);
+    r.data.size = (size_t)snprintf(data, sizeof data, "{\"v\":%d}", k);
+    s.table = V("t");
+    s.tag = k < rows_n ? BS_INSERT : k % 4 == 0 ? BS_DELETE : BS_UPDATE;
+    s.after_id = s.before_id = r.object_id;
+    s.rows = &r;
+    s.n_rows = 1;
+    for (int i = 0; i < N_SIDES; i++) assert_int_equal(bs_writer_save(p->w[i], &s, &err), BS_OK);
+    if (k % 50 == 49) do_commit(p);
+  }
+  do_commit(p);
+}
+
+typedef struct prog {
+  int calls, cancel_at;
+  uint64_t last_moved, last_cleared;
+  int monotonic;
+} prog;
+
+static int on_progress(const bs_compact_stats *s, void *payload) {
+  prog *g = payload;
+  g->calls++;
+  if (s->ops_moved < g->last_moved || s->ops_cleared < g->last_cleared) g->monotonic = 0;
+  g->last_moved = s->ops_moved;
+  g->last_cleared = s->ops_cleared;
+  return g->cancel_at && g->calls == g->cancel_at;
+}
+
+/* Bounded transactions: with max_ops_per_txn 3, progress comes after every transaction (at least
+ * one per 3 ops changed, figures never going back), and a compaction cancelled by it at every
+ * possible point leaves a valid store that a second compaction takes to the end LMDB reaches in
+ * one go; reads agree with LMDB's after each (checksums at the checkpoint never change). */
+static void t_bounded_and_cancel(void **state) {
+  pgt *t = *state;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats lm, pg;
+  bs_error err = {0};
+  prog g = {0, 0, 0, 0, 1};
+  pair p;
+  int total;
+  pair_open(&p, t);
+  fill(&p, 300, 60);
+  check(&p);
+  co.max_ops_per_txn = 3;
+  co.progress = on_progress;
+  co.progress_payload = &g;
+  assert_int_equal(bs_compact(p.st[PG], &co, &pg, &err), BS_OK);
+  total = g.calls;
+  assert_true(g.monotonic);
+  assert_true((uint64_t)total * 3 >= pg.ops_moved && (uint64_t)total * 3 >= pg.ops_cleared);
+  assert_true(pg.ops_moved > 0 && pg.ops_cleared > 0);
+  co.progress = NULL;
+  assert_int_equal(bs_compact(p.st[LM], &co, &lm, &err), BS_OK);
+  assert_int_equal(lm.ops_moved, pg.ops_moved);
+  assert_int_equal(lm.ops_cleared, pg.ops_cleared);
+  check(&p);
+  pair_close(&p);
+  /* cancelled at the k-th transaction, then completed */
+  for (int k = 1; k <= total; k += 1 + total / 6) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE; CREATE SCHEMA %s; SET search_path = %s",
+             t->schema, t->schema, t->schema);
+    admin_exec(t, sql);
+    snprintf(sql, sizeof sql, "rm -rf '%s'/*", t->dir);
+    assert_int_equal(system(sql), 0);
+    pair_open(&p, t);
+    p.seed = (uint64_t)k;
+    fill(&p, 300, 60);
+    memset(&g, 0, sizeof g);
+    g.cancel_at = k;
+    co.progress = on_progress;
+    assert_int_equal(bs_compact(p.st[PG], &co, &pg, &err), BS_ECANCELED);
+    assert_int_equal(g.calls, k);
+    co.progress = NULL;
+    assert_int_equal(bs_compact(p.st[PG], &co, &pg, &err), BS_OK);
+    assert_int_equal(bs_compact(p.st[LM], &co, &lm, &err), BS_OK);
+    check(&p);
+    pair_close(&p);
+  }
+}
+
+/* Initial replication deletes superseded ops outright and recomputes the running checksum and
+ * count as LMDB does; a second run does nothing; a checkpoint ends it (BS_ESTATE). */
+static void t_initial_replication(void **state) {
+  pair p;
+  bs_error err = {0};
+  uint64_t n[N_SIDES];
+  pair_open(&p, *state);
+  p.seed = 3;
+  rnd_state = 3;
+  for (int k = 0; k < 200; k++) do_save(&p);
+  do_flush(&p);
+  for (int i = 0; i < N_SIDES; i++)
+    assert_int_equal(bs_compact_initial_replication(p.st[i], 0, 0, &n[i], &err), BS_OK);
+  assert_int_equal(n[LM], n[PG]);
+  assert_true(n[PG] > 0);
+  for (int i = 0; i < N_SIDES; i++)
+    assert_int_equal(bs_writer_snapshot_done(p.w[i], V("0000000000000000"), &err), BS_OK);
+  do_commit(&p);
+  check(&p);
+  for (int i = 0; i < N_SIDES; i++)
+    assert_int_equal(bs_compact_initial_replication(p.st[i], 0, 0, &n[i], &err), BS_ESTATE);
+  pair_close(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_truncate_many, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_bounded_and_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_initial_replication, setup, teardown),
       cmocka_unit_test_setup_teardown(t_diff, setup, teardown),
   };
   base_url = getenv("BS_TEST_PG_URL");

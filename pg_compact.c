@@ -1,0 +1,963 @@
+/*
+ * pg_compact.c: compaction on the PostgreSQL backend (contract.md section 6, issue 14). Every
+ * decision (MOVE, CLEAR, what initial replication deletes, which parameter entries go, which
+ * buckets are due, the horizon) comes from compact.c, exactly as lmdb_compact.c and mem.c use it;
+ * this file walks the tables by keyset and owns the transactions.
+ *
+ * One compaction of a stream at a time: a call holds the session advisory lock (schema, stream)
+ * of bs_compact on its connection for its whole run, so a second one (in this or another process
+ * or host) waits for it. Ops at or below the horizon then change only through this call (a
+ * writer appends above the op head; a clear deletes the bucket's rows, and the updates below then
+ * find nothing), so the read-only scans between write transactions see what the writes will
+ * change. Every write transaction changes at most max_ops_per_txn ops and leaves each bucket
+ * consistent on its own:
+ *  - a MOVE is an UPDATE of its row (same key, same checksum, the payload columns NULL);
+ *  - a fold deletes the first k - 1 ops of the leading run and turns the k-th into the CLEAR, so
+ *    an interrupted fold leaves a shorter run starting with a CLEAR (the next share folds it);
+ *  - the bucket state (count, bytes, generation, the CLEAR's torn span) is updated by deltas in
+ *    the same transaction as its ops, so a writer's concurrent appends are never overwritten.
+ * Memory: one page of ops (without their data) and the seen-set bounded by memory_limit_mb; a
+ * bucket is never read whole.
+ */
+#include "pg_internal.h"
+
+#include <inttypes.h>
+
+#define PAGE         10000 /* ops or entries read per statement */
+#define VISIT_FACTOR 8u    /* ops visited per changed op in one transaction, as LMDB */
+#define BUCKET_BATCH 256
+
+typedef struct cctx {
+  bs__pg_db *db;
+  PGconn *c;
+  uint32_t stream;
+  bs_compact_options o; /* resolved */
+  bs_compact_stats *stats;
+  bs__seen_set seen;
+  bs_error *err;
+  const bs_allocator *a;
+  uint64_t *dids; /* defragmentation candidates: the buckets the MOVE/CLEAR pass processed */
+  size_t n_dids, cap_dids;
+} cctx;
+
+enum { W_FULL, W_INC, W_INITIAL };
+
+/* What one transaction did to one bucket: applied to its state in the same transaction. */
+typedef struct bdelta {
+  int64_t count, bytes;
+  uint32_t checksum_sub; /* initial replication: the checksums of deleted ops */
+  uint64_t moved, cleared, removed;
+  bs__clear_acc clear; /* a fold (n >= BS_CLEAR_MIN_RUN) */
+  int clear_dropped;   /* initial replication deleted the leading CLEAR */
+  int deleted;         /* ops were deleted: last_op may come down */
+} bdelta;
+
+/* ---- Statements ------------------------------------------------------------------------------ */
+
+static int nomem(cctx *c) {
+  return bs__fail(c->err, BS_ENOMEM, "compact: out of memory");
+}
+
+static int exec(cctx *c, const char *sql, const bs__pg_args *a, PGresult **r, const char *what) {
+  return bs__pg_exec(c->c, sql, a, r, what, c->err);
+}
+
+static int run(cctx *c, const char *sql, const bs__pg_args *a, const char *what) {
+  return bs__pg_run(c->c, sql, a, what, c->err);
+}
+
+static int progress(cctx *c) {
+  if (c->o.progress && c->o.progress(c->stats, c->o.progress_payload))
+    return bs__fail(c->err, BS_ECANCELED, "compaction cancelled by the progress callback");
+  return BS_OK;
+}
+
+static int begin(cctx *c) {
+  return bs__pg_begin(c->c, 0, c->err);
+}
+
+/* Commits the transaction (rolled back on failure) and reports progress. */
+static int commit(cctx *c, int rc) {
+  if (!rc) rc = bs__pg_commit(c->c, c->err);
+  if (rc) {
+    bs__pg_rollback(c->c);
+    return rc;
+  }
+  return progress(c);
+}
+
+/* An op as the planner sees it, from a result row of OP_COLS (borrowed from r). */
+#define OP_COLS                                                                                    \
+  "op_id, type, checksum, target_op, object_type, object_id, subkey,"                              \
+  " coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"                 \
+  " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0)"
+
+static bs_op op_of(const PGresult *r, int i, uint64_t *bytes) {
+  bs_op op;
+  memset(&op, 0, sizeof op);
+  op.op_id = (uint64_t)bs__pg_i64(r, i, 0);
+  op.type = (bs_op_type)bs__pg_i16(r, i, 1);
+  op.checksum = (uint32_t)bs__pg_i64(r, i, 2);
+  op.target_op = (uint64_t)bs__pg_i64(r, i, 3);
+  op.object_type = bs__pg_bytes(r, i, 4);
+  op.object_id = bs__pg_bytes(r, i, 5);
+  op.subkey = bs__pg_bytes(r, i, 6);
+  if (bytes) *bytes = (uint64_t)bs__pg_i64(r, i, 7);
+  return op;
+}
+
+/* Ops of bucket with from < op_id <= to (desc: to > op_id >= from... see the callers), at most
+ * limit, ascending or descending. */
+static int ops_page(cctx *c, uint64_t bucket, uint64_t lo, uint64_t hi, int desc, size_t limit,
+                    PGresult **r) {
+  bs__pg_args a = {0};
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, (int64_t)lo);
+  bs__pg_arg_i64(&a, (int64_t)hi);
+  bs__pg_arg_i64(&a, (int64_t)limit);
+  return exec(c,
+              desc ? "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id >= $2"
+                     " AND op_id <= $3 ORDER BY op_id DESC LIMIT $4"
+                   : "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id >= $2"
+                     " AND op_id <= $3 ORDER BY op_id LIMIT $4",
+              &a, r, "compact: reading ops");
+}
+
+/* ---- Bucket state ---------------------------------------------------------------------------- */
+
+/* Applies d to the bucket's state (by deltas: a writer may have appended meanwhile). *gone = 1
+ * when the bucket no longer exists (the stream was cleared). */
+static int state_apply(cctx *c, uint64_t bucket, const bdelta *d, int *gone) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  uint64_t cs = 0, co = 0;
+  int rc;
+  *gone = 0;
+  if (d->clear.n >= BS_CLEAR_MIN_RUN) { /* the torn span: compact.c's rule on the stored span */
+    bs__pg_arg_i64(&a, (int64_t)bucket);
+    rc = exec(c, "SELECT clear_start, clear_op FROM bs_buckets WHERE id = $1 FOR UPDATE", &a, &r,
+              "compact: bucket state");
+    if (rc) return rc;
+    if (PQntuples(r) == 1) {
+      cs = bs__clear_span_start(&d->clear, (uint64_t)bs__pg_i64(r, 0, 0),
+                                (uint64_t)bs__pg_i64(r, 0, 1));
+      co = d->clear.last_op;
+    }
+    PQclear(r);
+    memset(&a, 0, sizeof a);
+  }
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, d->count);
+  bs__pg_arg_i64(&a, d->bytes);
+  bs__pg_arg_i64(&a, (int64_t)d->checksum_sub);
+  bs__pg_arg_i64(&a, (int64_t)cs);
+  bs__pg_arg_i64(&a, (int64_t)co);
+  bs__pg_arg_bool(&a, d->clear_dropped);
+  bs__pg_arg_bool(&a, d->deleted);
+  rc = exec(c,
+            "UPDATE bs_buckets SET count = count + $2, bytes = bytes + $3,"
+            " checksum = (checksum - $4 + 4294967296) % 4294967296, generation = generation + 1,"
+            " clear_start = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_start ELSE $5 END,"
+            " clear_op = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_op ELSE $6 END,"
+            " last_op = CASE WHEN $8 THEN coalesce((SELECT max(op_id) FROM bs_ops"
+            "  WHERE bucket = $1), 0) ELSE last_op END"
+            " WHERE id = $1 RETURNING id",
+            &a, &r, "compact: bucket state");
+  if (rc) return rc;
+  *gone = PQntuples(r) != 1;
+  PQclear(r);
+  c->stats->ops_moved += d->moved;
+  c->stats->ops_cleared += d->cleared;
+  c->stats->ops_removed += d->removed;
+  c->stats->bytes_after = (uint64_t)((int64_t)c->stats->bytes_after + d->bytes);
+  return BS_OK;
+}
+
+typedef struct bstate {
+  int exists;
+  uint64_t count, bytes, last_op, compacted_count, compacted_op;
+} bstate;
+
+static int state_load(cctx *c, uint64_t bucket, bstate *b) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  memset(b, 0, sizeof *b);
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  rc = exec(c,
+            "SELECT count, bytes, last_op, compacted_count, compacted_op FROM bs_buckets"
+            " WHERE id = $1",
+            &a, &r, "compact: bucket state");
+  if (rc) return rc;
+  if ((b->exists = PQntuples(r) == 1)) {
+    b->count = (uint64_t)bs__pg_i64(r, 0, 0);
+    b->bytes = (uint64_t)bs__pg_i64(r, 0, 1);
+    b->last_op = (uint64_t)bs__pg_i64(r, 0, 2);
+    b->compacted_count = (uint64_t)bs__pg_i64(r, 0, 3);
+    b->compacted_op = (uint64_t)bs__pg_i64(r, 0, 4);
+  }
+  PQclear(r);
+  return BS_OK;
+}
+
+/* Records a full or initial-replication compaction of the bucket at the horizon. */
+static int state_mark(cctx *c, uint64_t bucket, uint64_t horizon) {
+  bs__pg_args a = {0};
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, (int64_t)horizon);
+  return run(c,
+             "UPDATE bs_buckets SET compacted_count = count,"
+             " compacted_op = least($2, last_op) WHERE id = $1",
+             &a, "compact: marking a bucket");
+}
+
+/* ---- Writes ---------------------------------------------------------------------------------- */
+
+/* MOVEs: ids[i] becomes a MOVE to targets[i] (a PUT or REMOVE still: the checksum stays). */
+static int write_moves(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64_t *targets,
+                       size_t n) {
+  bs__pg_args a = {0};
+  unsigned char *b1 = NULL, *b2 = NULL;
+  int rc;
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  if (!(rc = bs__pg_arg_i64_array(&a, ids, n, c->a, &b1, c->err)) &&
+      !(rc = bs__pg_arg_i64_array(&a, targets, n, c->a, &b2, c->err)))
+    rc = run(c,
+             "UPDATE bs_ops o SET type = 3, target_op = d.t, object_type = NULL,"
+             " object_id = NULL, subkey = NULL, data = NULL"
+             " FROM unnest($2::int8[], $3::int8[]) AS d(id, t)"
+             " WHERE o.bucket = $1 AND o.op_id = d.id AND o.type IN (1, 2)",
+             &a, "compact: writing MOVEs");
+  bs__free(c->a, b1);
+  bs__free(c->a, b2);
+  return rc;
+}
+
+/* The fold of d->clear (n ops, the first of the bucket, ending at last_op): deletes all but the
+ * last, which becomes the CLEAR. BS_ECORRUPT when the run changed under it. */
+static int write_fold(cctx *c, uint64_t bucket, bdelta *d) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, (int64_t)d->clear.first_op);
+  bs__pg_arg_i64(&a, (int64_t)d->clear.last_op);
+  bs__pg_arg_i64(&a, (int64_t)d->clear.checksum);
+  bs__pg_arg_i64(&a, (int64_t)d->clear.target_op);
+  rc = exec(c,
+            "WITH del AS (DELETE FROM bs_ops WHERE bucket = $1 AND op_id >= $2 AND op_id < $3"
+            "  RETURNING 1),"
+            " cl AS (UPDATE bs_ops SET type = 4, checksum = $4, target_op = $5,"
+            "  object_type = NULL, object_id = NULL, subkey = NULL, data = NULL"
+            "  WHERE bucket = $1 AND op_id = $3 RETURNING 1)"
+            " SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cl)",
+            &a, &r, "compact: fold");
+  if (rc) return rc;
+  if ((uint64_t)bs__pg_i64(r, 0, 0) + 1 != d->clear.n || bs__pg_i64(r, 0, 1) != 1)
+    rc = bs__fail(c->err, BS_ECORRUPT, "bucket id %" PRIu64 ": leading run changed under the fold",
+                  bucket);
+  PQclear(r);
+  d->count = -(int64_t)(d->clear.n - 1);
+  d->bytes = -(int64_t)d->clear.bytes;
+  d->cleared = d->clear.n_folded;
+  d->moved = d->clear.n_moved;
+  return rc;
+}
+
+/* Deletes ops ids[0..n) (initial replication). */
+static int write_deletes(cctx *c, uint64_t bucket, const uint64_t *ids, size_t n) {
+  bs__pg_args a = {0};
+  unsigned char *b1 = NULL;
+  int rc;
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  if (!(rc = bs__pg_arg_i64_array(&a, ids, n, c->a, &b1, c->err)))
+    rc = run(c, "DELETE FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)", &a,
+             "compact: deleting ops");
+  bs__free(c->a, b1);
+  return rc;
+}
+
+/* ---- One bucket ------------------------------------------------------------------------------ */
+
+/* FOLD: the leading run (at or below the horizon; in full compaction superseded PUT/REMOVEs too,
+ * by the seen-set) becomes one CLEAR, a transaction's share at a time. *changed: it did. */
+static int fold_run(cctx *c, uint64_t bucket, uint64_t horizon, int full, int *changed) {
+  for (;;) {
+    PGresult *r;
+    bdelta d;
+    int rc, ended = 0, gone, n;
+    memset(&d, 0, sizeof d);
+    if ((rc = ops_page(c, bucket, 0, horizon, 0, c->o.max_ops_per_txn + 1, &r))) return rc;
+    n = PQntuples(r);
+    for (int i = 0; i < n; i++) {
+      uint64_t bytes, target = 0;
+      bs_op op = op_of(r, i, &bytes);
+      if ((size_t)i == c->o.max_ops_per_txn) break;
+      if (full) bs__compact_superseded(&c->seen, &op, &target);
+      if (!bs__compact_in_run(&op, target)) {
+        ended = 1;
+        break;
+      }
+      bs__clear_acc_add(&d.clear, &op, target, bytes);
+    }
+    if ((size_t)n <= c->o.max_ops_per_txn) ended = 1;
+    PQclear(r);
+    if (d.clear.n < BS_CLEAR_MIN_RUN) return BS_OK;
+    if ((rc = begin(c))) return rc;
+    rc = write_fold(c, bucket, &d);
+    if (!rc) rc = state_apply(c, bucket, &d, &gone);
+    if ((rc = commit(c, rc))) return rc;
+    *changed = 1;
+    if (gone || ended) return BS_OK;
+  }
+}
+
+/* Writes one transaction's MOVEs (ids/tg, n of them, freeing freed bytes). */
+static int moves_txn(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64_t *tg, size_t n,
+                     int64_t freed, int *gone) {
+  bdelta d;
+  int rc;
+  memset(&d, 0, sizeof d);
+  d.moved = n;
+  d.bytes = -freed;
+  if ((rc = begin(c))) return rc;
+  rc = write_moves(c, bucket, ids, tg, n);
+  if (!rc) rc = state_apply(c, bucket, &d, gone);
+  return commit(c, rc);
+}
+
+/* MOVE (full): the superseded ops above the run up to last, in op order, max_ops_per_txn per
+ * transaction (VISIT_FACTOR times as many visited). */
+static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
+  size_t max = c->o.max_ops_per_txn, n = 0, page = max * VISIT_FACTOR;
+  uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
+  uint64_t pos = 0;
+  int64_t freed = 0;
+  int rc = BS_OK, done = 0, gone = 0;
+  if (!ids || !tg) rc = nomem(c);
+  while (!rc && !done) {
+    PGresult *r;
+    int rows;
+    if ((rc = ops_page(c, bucket, pos + 1, last, 0, page, &r))) break;
+    rows = PQntuples(r);
+    done = (size_t)rows < page;
+    for (int i = 0; i < rows; i++) {
+      uint64_t bytes, target;
+      bs_op op = op_of(r, i, &bytes);
+      pos = op.op_id;
+      if (!bs__compact_superseded(&c->seen, &op, &target)) continue;
+      ids[n] = op.op_id;
+      tg[n++] = target;
+      freed += (int64_t)bytes;
+      if (n == max) {
+        if (i + 1 < rows) done = 0;
+        break;
+      }
+    }
+    PQclear(r);
+    if (n) {
+      rc = moves_txn(c, bucket, ids, tg, n, freed, &gone);
+      *changed = 1;
+      done = done || gone;
+      n = 0;
+      freed = 0;
+    }
+  }
+  bs__free(c->a, ids);
+  bs__free(c->a, tg);
+  return rc;
+}
+
+/* Full compaction of one bucket at the horizon: the reverse scan (read only: the seen-set, the
+ * leading run, the highest superseded op), the fold, the MOVEs, the mark. */
+static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed) {
+  bs__compact_scan scan = {0, 0};
+  uint64_t pos = horizon;
+  int rc, more = 1;
+  bs__seen_clear(&c->seen);
+  while (more && pos > 0) {
+    PGresult *r;
+    int n;
+    if ((rc = ops_page(c, bucket, 0, pos, 1, PAGE, &r))) return rc;
+    n = PQntuples(r);
+    more = n == PAGE;
+    for (int i = 0; i < n; i++) {
+      bs_op op = op_of(r, i, NULL);
+      pos = op.op_id - 1;
+      if (!bs__compact_scan_op(&scan, &c->seen, &op)) {
+        more = 0;
+        break;
+      }
+    }
+    PQclear(r);
+  }
+  if (scan.run >= BS_CLEAR_MIN_RUN && (rc = fold_run(c, bucket, horizon, 1, changed))) return rc;
+  if (scan.max_moved &&
+      (rc = move_rest(c, bucket, scan.max_moved < horizon ? scan.max_moved : horizon, changed)))
+    return rc;
+  return state_mark(c, bucket, horizon);
+}
+
+/* Incremental compaction of one queued bucket (mem.c's incremental_bucket, LMDB's INC then FOLD):
+ * its logged entries in old-op order, those due at the horizon within *budget, turn their ops
+ * into MOVEs (when still a PUT/REMOVE below the new op) and are consumed; when any was consumed,
+ * the leading run of REMOVE/MOVE/CLEAR folds. */
+static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budget,
+                      int *changed) {
+  size_t max = c->o.max_ops_per_txn;
+  uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
+  uint64_t *eold = bs__calloc(c->a, max, sizeof *eold), pos = 0;
+  int rc = BS_OK, done = 0, consumed = 0, gone = 0;
+  if (!ids || !tg || !eold) rc = nomem(c);
+  while (!rc && !done && *budget) {
+    bs__pg_args a = {0};
+    unsigned char *arr = NULL;
+    PGresult *r = NULL, *o = NULL;
+    size_t ne = 0, n = 0;
+    int64_t freed = 0;
+    int rows;
+    bs__pg_arg_i32(&a, (int32_t)c->stream);
+    bs__pg_arg_i64(&a, (int64_t)bucket);
+    bs__pg_arg_i64(&a, (int64_t)pos);
+    bs__pg_arg_i64(&a, (int64_t)max);
+    bs__pg_arg_i64(&a, (int64_t)horizon);
+    /* the next due entries (a later pass takes the others) */
+    if ((rc = exec(c,
+                   "SELECT old_op, new_op FROM bs_superseded WHERE stream = $1 AND bucket = $2"
+                   " AND old_op > $3 AND new_op <= $5 ORDER BY old_op LIMIT $4",
+                   &a, &r, "compact: superseded entries")))
+      break;
+    rows = PQntuples(r);
+    done = (size_t)rows < max;
+    for (int i = 0; i < rows && *budget; i++) {
+      uint64_t nw = (uint64_t)bs__pg_i64(r, i, 1);
+      eold[ne] = (uint64_t)bs__pg_i64(r, i, 0);
+      tg[ne++] = nw;
+      pos = eold[ne - 1];
+      if (*budget != UINT64_MAX) --*budget;
+    }
+    if (!*budget) done = 1;
+    PQclear(r);
+    if (!ne) break;
+    /* the entries' ops as they are now */
+    memset(&a, 0, sizeof a);
+    bs__pg_arg_i64(&a, (int64_t)bucket);
+    if ((rc = bs__pg_arg_i64_array(&a, eold, ne, c->a, &arr, c->err))) break;
+    rc = exec(c, "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)"
+                 " ORDER BY op_id", &a, &o, "compact: reading ops");
+    bs__free(c->a, arr);
+    if (rc) break;
+    for (size_t i = 0, k = 0; i < ne; i++) { /* both ascend by op id */
+      uint64_t bytes = 0;
+      bs_op op;
+      while (k < (size_t)PQntuples(o) && (uint64_t)bs__pg_i64(o, (int)k, 0) < eold[i]) k++;
+      if (k == (size_t)PQntuples(o) || (uint64_t)bs__pg_i64(o, (int)k, 0) != eold[i]) continue;
+      op = op_of(o, (int)k, &bytes);
+      if (!bs__compact_entry_moves(&op, tg[i])) continue;
+      ids[n] = op.op_id;
+      tg[n++] = tg[i]; /* n <= i: tg[i] is read before it can be overwritten */
+      freed += (int64_t)bytes;
+    }
+    PQclear(o);
+    /* one transaction: the MOVEs and the consumed entries */
+    {
+      bdelta d;
+      memset(&d, 0, sizeof d);
+      d.moved = n;
+      d.bytes = -freed;
+      if ((rc = begin(c))) break;
+      if (n) rc = write_moves(c, bucket, ids, tg, n);
+      if (!rc) {
+        bs__pg_args e = {0};
+        bs__pg_arg_i32(&e, (int32_t)c->stream);
+        bs__pg_arg_i64(&e, (int64_t)bucket);
+        if (!(rc = bs__pg_arg_i64_array(&e, eold, ne, c->a, &arr, c->err)))
+          rc = run(c,
+                   "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2"
+                   " AND old_op = ANY($3)",
+                   &e, "compact: consuming superseded entries");
+        bs__free(c->a, arr);
+      }
+      if (!rc && n) rc = state_apply(c, bucket, &d, &gone);
+      if ((rc = commit(c, rc))) break;
+      if (n) *changed = 1;
+      consumed = 1;
+      if (gone) done = 1;
+    }
+  }
+  bs__free(c->a, ids);
+  bs__free(c->a, tg);
+  bs__free(c->a, eold);
+  if (!rc && consumed && !gone) rc = fold_run(c, bucket, horizon, 0, changed);
+  return rc;
+}
+
+/* Initial replication of one bucket: the reverse scan deletes what bs__compact_initial_drop says
+ * (every decision depends only on the ops above it), in transactions of max_ops_per_txn deletes,
+ * each checking that the stream still has no checkpoint; then its superseded entries at the
+ * horizon go (their old ops are gone) and the bucket is marked. */
+static int still_initial(cctx *c) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc, cp;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  /* FOR SHARE: a commit (FOR UPDATE of the row) waits for this transaction */
+  rc = exec(c, "SELECT checkpoint_lsn IS NOT NULL, checkpoint FROM bs_streams WHERE id = $1"
+               " FOR SHARE", &a, &r, "compact: stream");
+  if (rc) return rc;
+  cp = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
+  if (cp)
+    rc = bs__fail(c->err, BS_ESTATE,
+                  "stream %u has a checkpoint (%" PRIu64 "): initial-replication compaction only"
+                  " runs before the first one",
+                  c->stream, (uint64_t)bs__pg_i64(r, 0, 1));
+  PQclear(r);
+  return rc;
+}
+
+static int deletes_txn(cctx *c, uint64_t bucket, const uint64_t *ids, bdelta *d, int *gone) {
+  int rc;
+  if ((rc = begin(c))) return rc;
+  rc = still_initial(c);
+  if (!rc) rc = write_deletes(c, bucket, ids, (size_t)d->removed);
+  if (!rc) rc = state_apply(c, bucket, d, gone);
+  return commit(c, rc);
+}
+
+static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
+  size_t max = c->o.max_ops_per_txn;
+  uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), pos = horizon;
+  bdelta d;
+  int rc = BS_OK, more = 1, gone = 0;
+  if (!ids) return nomem(c);
+  memset(&d, 0, sizeof d);
+  bs__seen_clear(&c->seen);
+  while (!rc && more && pos > 0 && !gone) {
+    PGresult *r;
+    int n;
+    if ((rc = ops_page(c, bucket, 0, pos, 1, PAGE, &r))) break;
+    n = PQntuples(r);
+    more = n == PAGE;
+    for (int i = 0; i < n && !rc && !gone; i++) {
+      uint64_t bytes;
+      bs_op op = op_of(r, i, &bytes);
+      pos = op.op_id - 1;
+      if (!bs__compact_initial_drop(&c->seen, &op)) continue;
+      ids[d.removed++] = op.op_id;
+      d.count--;
+      d.bytes -= (int64_t)bytes;
+      d.checksum_sub = bs__cksum_add(d.checksum_sub, op.checksum);
+      d.deleted = 1;
+      if (op.type == BS_OP_CLEAR) d.clear_dropped = 1;
+      if (d.removed == max) {
+        rc = deletes_txn(c, bucket, ids, &d, &gone);
+        memset(&d, 0, sizeof d);
+      }
+    }
+    PQclear(r);
+  }
+  if (!rc && d.removed && !gone) rc = deletes_txn(c, bucket, ids, &d, &gone);
+  bs__free(c->a, ids);
+  if (!rc && !gone) {
+    bs__pg_args a = {0};
+    bs__pg_arg_i32(&a, (int32_t)c->stream);
+    bs__pg_arg_i64(&a, (int64_t)bucket);
+    bs__pg_arg_i64(&a, (int64_t)horizon);
+    if (!(rc = begin(c))) {
+      rc = still_initial(c);
+      if (!rc)
+        rc = run(c,
+                 "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2 AND new_op <= $3",
+                 &a, "compact: forgetting superseded entries");
+      if (!rc) rc = state_mark(c, bucket, horizon);
+      rc = commit(c, rc);
+    }
+  }
+  return rc;
+}
+
+/* ---- Buckets --------------------------------------------------------------------------------- */
+
+static int defrag_note(cctx *c, uint64_t bucket) {
+  if (c->n_dids == c->cap_dids) {
+    size_t cap = c->cap_dids ? c->cap_dids * 2 : 64;
+    uint64_t *p = bs__realloc(c->a, c->dids, cap * sizeof *p);
+    if (!p) return nomem(c);
+    c->dids = p;
+    c->cap_dids = cap;
+  }
+  c->dids[c->n_dids++] = bucket;
+  return BS_OK;
+}
+
+/* Runs mode on bucket at the horizon; *processed counts it when it exists. */
+static int bucket_job(cctx *c, int mode, uint64_t bucket, uint64_t horizon, uint64_t *budget,
+                      uint64_t *processed) {
+  bstate b;
+  int rc, changed = 0;
+  if ((rc = state_load(c, bucket, &b))) return rc;
+  if (!b.exists) return BS_OK; /* cleared meanwhile: nothing to do */
+  c->stats->bytes_before += b.bytes;
+  c->stats->bytes_after += b.bytes;
+  if (mode == W_FULL)
+    rc = full_bucket(c, bucket, horizon, &changed);
+  else if (mode == W_INC)
+    rc = inc_bucket(c, bucket, horizon, budget, &changed);
+  else
+    rc = initial_bucket(c, bucket, horizon);
+  if (rc) return rc;
+  if (changed) c->stats->buckets_compacted++;
+  if (c->o.defragment_ratio > 0 && mode != W_INITIAL && (rc = defrag_note(c, bucket))) return rc;
+  ++*processed;
+  return BS_OK;
+}
+
+/* Full or initial replication over the selected buckets: opts->buckets (full), else those due by
+ * bs__compact_bucket_due, in name order, a batch at a time. */
+static int compact_buckets(cctx *c, int mode, uint64_t horizon, uint64_t *processed) {
+  unsigned char last[BS_MAX_BUCKET_NAME];
+  bs_val after = {"", 0};
+  uint64_t budget = UINT64_MAX;
+  int rc = BS_OK, more = 1;
+  if (mode == W_FULL && c->o.buckets) {
+    for (size_t i = 0; i < c->o.n_buckets && !rc; i++) {
+      bs__pg_args a = {0};
+      PGresult *r;
+      uint64_t id = 0;
+      bs__pg_arg_i32(&a, (int32_t)c->stream);
+      bs__pg_arg_bytes(&a, c->o.buckets[i]);
+      if ((rc = exec(c, "SELECT id FROM bs_buckets WHERE stream = $1 AND name = $2", &a, &r,
+                     "compact: buckets")))
+        break;
+      if (PQntuples(r) == 1) id = (uint64_t)bs__pg_i64(r, 0, 0);
+      PQclear(r);
+      if (id) rc = bucket_job(c, mode, id, horizon, &budget, processed);
+    }
+    return rc;
+  }
+  while (more && !rc) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    uint64_t ids[BUCKET_BATCH];
+    size_t n = 0;
+    int rows;
+    bs__pg_arg_i32(&a, (int32_t)c->stream);
+    bs__pg_arg_bytes(&a, after);
+    bs__pg_arg_i32(&a, BUCKET_BATCH);
+    if ((rc = exec(c,
+                   "SELECT id, count, compacted_count, last_op, compacted_op, name FROM bs_buckets"
+                   " WHERE stream = $1 AND name > $2 ORDER BY name LIMIT $3",
+                   &a, &r, "compact: buckets")))
+      break;
+    rows = PQntuples(r);
+    more = rows == BUCKET_BATCH;
+    for (int i = 0; i < rows; i++) {
+      bs_val name = bs__pg_bytes(r, i, 5);
+      if (bs__compact_bucket_due((uint64_t)bs__pg_i64(r, i, 1), (uint64_t)bs__pg_i64(r, i, 2),
+                                 (uint64_t)bs__pg_i64(r, i, 3), (uint64_t)bs__pg_i64(r, i, 4),
+                                 c->o.min_bucket_changes,
+                                 mode == W_INITIAL ? 0.0 : c->o.min_change_ratio))
+        ids[n++] = (uint64_t)bs__pg_i64(r, i, 0);
+      if (i + 1 == rows && name.size <= sizeof last) {
+        memcpy(last, name.data, name.size);
+        after.data = last;
+        after.size = name.size;
+      }
+    }
+    PQclear(r);
+    for (size_t i = 0; i < n && !rc; i++) rc = bucket_job(c, mode, ids[i], horizon, &budget,
+                                                          processed);
+  }
+  return rc;
+}
+
+/* Incremental: the buckets with logged entries, in id order (a loose index scan of
+ * bs_superseded), a batch at a time, while the op budget lasts. */
+static int compact_incremental(cctx *c, uint64_t horizon) {
+  uint64_t after = 0, budget = c->o.op_budget ? c->o.op_budget : UINT64_MAX, processed = 0;
+  int rc = BS_OK, more = 1;
+  while (more && !rc && budget) {
+    bs__pg_args a = {0};
+    PGresult *r;
+    uint64_t ids[BUCKET_BATCH];
+    int n;
+    bs__pg_arg_i32(&a, (int32_t)c->stream);
+    bs__pg_arg_i64(&a, (int64_t)after);
+    bs__pg_arg_i32(&a, BUCKET_BATCH);
+    if ((rc = exec(c,
+                   "WITH RECURSIVE q(b) AS ("
+                   " SELECT (SELECT min(bucket) FROM bs_superseded WHERE stream = $1"
+                   "  AND bucket > $2)"
+                   " UNION ALL SELECT (SELECT min(bucket) FROM bs_superseded WHERE stream = $1"
+                   "  AND bucket > q.b) FROM q WHERE q.b IS NOT NULL)"
+                   " SELECT b FROM q WHERE b IS NOT NULL LIMIT $3",
+                   &a, &r, "compact: queued buckets")))
+      break;
+    n = PQntuples(r);
+    more = n == BUCKET_BATCH;
+    for (int i = 0; i < n; i++) ids[i] = (uint64_t)bs__pg_i64(r, i, 0);
+    PQclear(r);
+    for (int i = 0; i < n && !rc && budget; i++) {
+      after = ids[i];
+      rc = bucket_job(c, W_INC, ids[i], horizon, &budget, &processed);
+    }
+  }
+  return rc;
+}
+
+/* ---- Parameter compaction ---------------------------------------------------------------------
+ * The stream's entries at or below the horizon by (lookup, table, replica id), newest first, a
+ * page at a time (keyset); compact.c's bs__compact_param_drop decides, a transaction deletes. The
+ * parameter horizon and the change fence are raised first (a reader below them gets BS_ESTALE
+ * rather than a half-compacted answer); the cursor, after the pass, says the pass is complete. */
+
+typedef struct pgroup {
+  unsigned char lookup[BS_MAX_LOOKUP_KEY], rid[BS_MAX_REPLICA_ID];
+  size_t lookup_size, rid_size;
+  int32_t table;
+  int64_t op;
+  int any;
+} pgroup;
+
+static int same_group(const pgroup *g, bs_val lookup, int32_t table, bs_val rid) {
+  return g->any && g->table == table && g->lookup_size == lookup.size &&
+         g->rid_size == rid.size && (!lookup.size || !memcmp(g->lookup, lookup.data, lookup.size)) &&
+         (!rid.size || !memcmp(g->rid, rid.data, rid.size));
+}
+
+static int params_page(cctx *c, uint64_t horizon, pgroup *g, int *done) {
+  size_t max = c->o.max_ops_per_txn;
+  bs__pg_args a = {0};
+  PGresult *r;
+  bs_val *lk = NULL;
+  uint64_t *ops = NULL;
+  unsigned char *b1 = NULL, *b2 = NULL;
+  size_t n = 0;
+  int rc, rows;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_i64(&a, (int64_t)horizon);
+  bs__pg_arg_bytes(&a, (bs_val){g->lookup, g->lookup_size});
+  bs__pg_arg_i32(&a, g->table);
+  bs__pg_arg_bytes(&a, (bs_val){g->rid, g->rid_size});
+  bs__pg_arg_i64(&a, g->op);
+  bs__pg_arg_bool(&a, g->any);
+  bs__pg_arg_i64(&a, (int64_t)max * VISIT_FACTOR);
+  rc = exec(c,
+            "SELECT lookup, table_id, replica_id, op_id, cardinality(rows) FROM bs_params"
+            " WHERE stream = $1 AND op_id <= $2"
+            " AND (NOT $7 OR (lookup, table_id, replica_id, -op_id) > ($3, $4, $5, -$6))"
+            " ORDER BY lookup, table_id, replica_id, op_id DESC LIMIT $8",
+            &a, &r, "compact: parameter entries");
+  if (rc) return rc;
+  rows = PQntuples(r);
+  *done = (size_t)rows < max * VISIT_FACTOR;
+  if (!(lk = bs__calloc(c->a, max, sizeof *lk)) || !(ops = bs__calloc(c->a, max, sizeof *ops)))
+    rc = nomem(c);
+  for (int i = 0; i < rows && !rc; i++) {
+    bs_val lookup = bs__pg_bytes(r, i, 0), rid = bs__pg_bytes(r, i, 2);
+    int32_t table = bs__pg_i32(r, i, 1);
+    int newer = same_group(g, lookup, table, rid);
+    if (lookup.size > sizeof g->lookup || rid.size > sizeof g->rid) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: a parameter entry's key is too long");
+      break;
+    }
+    if (!newer) {
+      memcpy(g->lookup, lookup.data, lookup.size);
+      memcpy(g->rid, rid.data, rid.size);
+      g->lookup_size = lookup.size;
+      g->rid_size = rid.size;
+      g->table = table;
+      g->any = 1;
+    }
+    g->op = bs__pg_i64(r, i, 3);
+    if (bs__compact_param_drop(newer, (uint32_t)bs__pg_i32(r, i, 4))) {
+      lk[n] = lookup;
+      ops[n++] = (uint64_t)g->op;
+    }
+    if (n == max) {
+      if (i + 1 < rows) *done = 0;
+      break;
+    }
+  }
+  if (!rc && n) {
+    bs__pg_args d = {0};
+    bs__pg_arg_i32(&d, (int32_t)c->stream);
+    if (!(rc = bs__pg_arg_bytes_array(&d, lk, n, c->a, &b1, c->err)) &&
+        !(rc = bs__pg_arg_i64_array(&d, ops, n, c->a, &b2, c->err)) && !(rc = begin(c))) {
+      rc = run(c,
+               "DELETE FROM bs_params p USING unnest($2::bytea[], $3::int8[]) AS d(l, o)"
+               " WHERE p.stream = $1 AND p.lookup = d.l AND p.op_id = d.o",
+               &d, "compact: deleting parameter entries");
+      if (!rc) c->stats->parameter_entries_removed += n;
+      rc = commit(c, rc);
+    }
+  }
+  PQclear(r);
+  bs__free(c->a, b1);
+  bs__free(c->a, b2);
+  bs__free(c->a, lk);
+  bs__free(c->a, ops);
+  return rc;
+}
+
+static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
+  bs__pg_args a = {0};
+  pgroup g;
+  int rc = BS_OK, done = 0;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_i64(&a, (int64_t)horizon);
+  if ((rc = run(c,
+                "UPDATE bs_streams SET param_horizon = greatest(param_horizon, $2),"
+                " changes_fence = greatest(changes_fence, $2) WHERE id = $1",
+                &a, "compact: parameter horizon")))
+    return rc;
+  /* everything at or below the cursor was reduced by an earlier pass at that horizon */
+  if (horizon <= cursor) return BS_OK;
+  memset(&g, 0, sizeof g);
+  while (!done && !rc) rc = params_page(c, horizon, &g, &done);
+  if (!rc)
+    rc = run(c, "UPDATE bs_streams SET param_cursor = greatest(param_cursor, $2) WHERE id = $1",
+             &a, "compact: parameter cursor");
+  return rc;
+}
+
+/* ---- Entry points ---------------------------------------------------------------------------- */
+
+#define LOCK_SQL "SELECT pg_advisory_lock(hashtext(current_schema() || '.bs_compact'), $1)"
+#define UNLOCK_SQL "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_compact'), $1)"
+
+typedef struct srec {
+  uint64_t checkpoint, op_head, param_cursor;
+  int has_checkpoint;
+} srec;
+
+/* Takes the stream's compaction lock on a connection of the pool and reads its record. */
+static int cctx_open(cctx *c, bs_storage *st, bs_error *err, srec *s) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  c->db = ((bs__pg_storage *)st)->db;
+  c->a = &c->db->base.alloc;
+  c->stream = st->stream_id;
+  c->err = err;
+  if ((rc = bs__pg_conn_get(c->db, &c->c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  if ((rc = run(c, LOCK_SQL, &a, "compact: locking the stream's compaction"))) {
+    PQfinish(c->c); /* whatever its state, no lock is left behind */
+    c->c = NULL;
+    return rc;
+  }
+  rc = exec(c,
+            "SELECT checkpoint, op_head, param_cursor, checkpoint_lsn IS NOT NULL FROM bs_streams"
+            " WHERE id = $1",
+            &a, &r, "compact: stream");
+  if (rc) return rc;
+  if (PQntuples(r) != 1) {
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)c->stream);
+  } else {
+    s->checkpoint = (uint64_t)bs__pg_i64(r, 0, 0);
+    s->op_head = (uint64_t)bs__pg_i64(r, 0, 1);
+    s->param_cursor = (uint64_t)bs__pg_i64(r, 0, 2);
+    s->has_checkpoint = bs__pg_bool(r, 0, 3);
+  }
+  PQclear(r);
+  return rc;
+}
+
+static void cctx_close(cctx *c) {
+  bs__seen_free(&c->seen);
+  bs__free(c->a, c->dids);
+  if (!c->c) return;
+  {
+    bs__pg_args a = {0};
+    PGresult *r;
+    bs__pg_arg_i32(&a, (int32_t)c->stream);
+    if (PQtransactionStatus(c->c) != PQTRANS_IDLE) bs__pg_rollback(c->c);
+    if (bs__pg_exec(c->c, UNLOCK_SQL, &a, &r, "compact: unlocking", NULL) == BS_OK) {
+      PQclear(r);
+      bs__pg_conn_put(c->db, c->c);
+      return;
+    }
+  }
+  PQfinish(c->c); /* closing the session releases its lock */
+}
+
+/* The newest checkpoint made at or before now - min_age_ms (change records of flag 1). */
+static int aged_checkpoint(cctx *c, uint64_t *out) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_i64(&a, bs__now_ms() - c->o.min_age_ms);
+  rc = exec(c,
+            "SELECT coalesce(max(op_id), 0) FROM bs_changes WHERE stream = $1"
+            " AND flags & 1 <> 0 AND time_ms <= $2",
+            &a, &r, "compact: aged checkpoint");
+  if (rc) return rc;
+  *out = (uint64_t)bs__pg_i64(r, 0, 0);
+  PQclear(r);
+  return BS_OK;
+}
+
+int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+                   bs_error *err) {
+  bs_compact_stats local;
+  cctx c;
+  srec s;
+  uint64_t horizon, aged = 0, processed = 0;
+  int rc;
+  memset(&c, 0, sizeof c);
+  memset(&s, 0, sizeof s);
+  if (!stats) stats = &local;
+  memset(stats, 0, sizeof *stats);
+  c.stats = stats;
+  if ((rc = bs__compact_options_resolve(&c.o, opts, err))) return rc;
+  if (c.o.delete_checkpoint_requests_before_ms > 0 &&
+      (rc = bs__pg_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
+                                                     &stats->checkpoint_requests_deleted, err)))
+    return rc;
+  rc = cctx_open(&c, st, err, &s);
+  if (!rc && c.o.incremental_only && c.o.min_age_ms) rc = aged_checkpoint(&c, &aged);
+  horizon = rc ? 0 : bs__compact_horizon(&c.o, s.checkpoint, aged, s.op_head);
+  if (!rc && horizon) {
+    bs__seen_init(&c.seen, c.a, c.o.memory_limit_mb * 1024u * 1024u);
+    rc = c.o.incremental_only ? compact_incremental(&c, horizon)
+                              : compact_buckets(&c, W_FULL, horizon, &processed);
+    if (!rc && c.n_dids) rc = bs__pg_defragment(&c.o, c.c, st, c.dids, c.n_dids, horizon, stats,
+                                                err);
+    if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, s.param_cursor);
+  }
+  cctx_close(&c);
+  return rc;
+}
+
+int bs__pg_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
+                                       uint64_t min_bucket_changes, uint64_t *buckets_out,
+                                       bs_error *err) {
+  bs_compact_stats stats;
+  cctx c;
+  srec s;
+  uint64_t horizon, processed = 0;
+  int rc;
+  memset(&c, 0, sizeof c);
+  memset(&stats, 0, sizeof stats);
+  memset(&s, 0, sizeof s);
+  c.stats = &stats;
+  if (buckets_out) *buckets_out = 0;
+  if ((rc = bs__compact_options_resolve(&c.o, NULL, err))) return rc;
+  c.o.min_bucket_changes = min_bucket_changes ? min_bucket_changes : 1;
+  rc = cctx_open(&c, st, err, &s);
+  if (!rc && s.has_checkpoint) /* a checkpoint exists, also one at op 0 (contract.md 6) */
+    rc = bs__fail(err, BS_ESTATE,
+                  "stream %u has a checkpoint (%" PRIu64 "): initial-replication compaction only"
+                  " runs before the first one",
+                  c.stream, s.checkpoint);
+  horizon = max_op_id && max_op_id < s.op_head ? max_op_id : s.op_head;
+  if (!rc && horizon) {
+    bs__seen_init(&c.seen, c.a, c.o.memory_limit_mb * 1024u * 1024u);
+    rc = compact_buckets(&c, W_INITIAL, horizon, &processed);
+  }
+  cctx_close(&c);
+  if (buckets_out) *buckets_out = processed;
+  return rc;
+}
