@@ -89,8 +89,8 @@ static int commit(cctx *c, int rc) {
 /* An op as the planner sees it, from a result row of OP_COLS (borrowed from r). */
 #define OP_COLS                                                                                    \
   "op_id, type, checksum, target_op, object_type, object_id, subkey,"                              \
-  " coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"                 \
-  " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0)"
+  " (coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"                \
+  " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0))::bigint"
 
 static bs_op op_of(const PGresult *r, int i, uint64_t *bytes) {
   bs_op op;
@@ -402,8 +402,7 @@ static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed)
  * its logged entries in old-op order, those due at the horizon within *budget, turn their ops
  * into MOVEs (when still a PUT/REMOVE below the new op) and are consumed; when any was consumed,
  * the leading run of REMOVE/MOVE/CLEAR folds. */
-static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budget,
-                      int *changed) {
+static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budget, int *changed) {
   size_t max = c->o.max_ops_per_txn;
   uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
   uint64_t *eold = bs__calloc(c->a, max, sizeof *eold), pos = 0;
@@ -443,8 +442,10 @@ static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budg
     memset(&a, 0, sizeof a);
     bs__pg_arg_i64(&a, (int64_t)bucket);
     if ((rc = bs__pg_arg_i64_array(&a, eold, ne, c->a, &arr, c->err))) break;
-    rc = exec(c, "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)"
-                 " ORDER BY op_id", &a, &o, "compact: reading ops");
+    rc = exec(c,
+              "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)"
+              " ORDER BY op_id",
+              &a, &o, "compact: reading ops");
     bs__free(c->a, arr);
     if (rc) break;
     for (size_t i = 0, k = 0; i < ne; i++) { /* both ascend by op id */
@@ -502,8 +503,10 @@ static int still_initial(cctx *c) {
   int rc, cp;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
   /* FOR SHARE: a commit (FOR UPDATE of the row) waits for this transaction */
-  rc = exec(c, "SELECT checkpoint_lsn IS NOT NULL, checkpoint FROM bs_streams WHERE id = $1"
-               " FOR SHARE", &a, &r, "compact: stream");
+  rc = exec(c,
+            "SELECT checkpoint_lsn IS NOT NULL, checkpoint FROM bs_streams WHERE id = $1"
+            " FOR SHARE",
+            &a, &r, "compact: stream");
   if (rc) return rc;
   cp = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
   if (cp)
@@ -566,8 +569,7 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
     if (!(rc = begin(c))) {
       rc = still_initial(c);
       if (!rc)
-        rc = run(c,
-                 "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2 AND new_op <= $3",
+        rc = run(c, "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2 AND new_op <= $3",
                  &a, "compact: forgetting superseded entries");
       if (!rc) rc = state_mark(c, bucket, horizon);
       rc = commit(c, rc);
@@ -665,8 +667,8 @@ static int compact_buckets(cctx *c, int mode, uint64_t horizon, uint64_t *proces
       }
     }
     PQclear(r);
-    for (size_t i = 0; i < n && !rc; i++) rc = bucket_job(c, mode, ids[i], horizon, &budget,
-                                                          processed);
+    for (size_t i = 0; i < n && !rc; i++)
+      rc = bucket_job(c, mode, ids[i], horizon, &budget, processed);
   }
   return rc;
 }
@@ -720,8 +722,8 @@ typedef struct pgroup {
 } pgroup;
 
 static int same_group(const pgroup *g, bs_val lookup, int32_t table, bs_val rid) {
-  return g->any && g->table == table && g->lookup_size == lookup.size &&
-         g->rid_size == rid.size && (!lookup.size || !memcmp(g->lookup, lookup.data, lookup.size)) &&
+  return g->any && g->table == table && g->lookup_size == lookup.size && g->rid_size == rid.size &&
+         (!lookup.size || !memcmp(g->lookup, lookup.data, lookup.size)) &&
          (!rid.size || !memcmp(g->rid, rid.data, rid.size));
 }
 
@@ -816,14 +818,14 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
   memset(&g, 0, sizeof g);
   while (!done && !rc) rc = params_page(c, horizon, &g, &done);
   if (!rc)
-    rc = run(c, "UPDATE bs_streams SET param_cursor = greatest(param_cursor, $2) WHERE id = $1",
-             &a, "compact: parameter cursor");
+    rc = run(c, "UPDATE bs_streams SET param_cursor = greatest(param_cursor, $2) WHERE id = $1", &a,
+             "compact: parameter cursor");
   return rc;
 }
 
 /* ---- Entry points ---------------------------------------------------------------------------- */
 
-#define LOCK_SQL "SELECT pg_advisory_lock(hashtext(current_schema() || '.bs_compact'), $1)"
+#define LOCK_SQL   "SELECT pg_advisory_lock(hashtext(current_schema() || '.bs_compact'), $1)"
 #define UNLOCK_SQL "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_compact'), $1)"
 
 typedef struct srec {
@@ -923,8 +925,8 @@ int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_st
     bs__seen_init(&c.seen, c.a, c.o.memory_limit_mb * 1024u * 1024u);
     rc = c.o.incremental_only ? compact_incremental(&c, horizon)
                               : compact_buckets(&c, W_FULL, horizon, &processed);
-    if (!rc && c.n_dids) rc = bs__pg_defragment(&c.o, c.c, st, c.dids, c.n_dids, horizon, stats,
-                                                err);
+    if (!rc && c.n_dids)
+      rc = bs__pg_defragment(&c.o, c.c, st, c.dids, c.n_dids, horizon, stats, err);
     if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, s.param_cursor);
   }
   cctx_close(&c);

@@ -1266,10 +1266,9 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
     more = rows == 1000;
     for (int i = 0; i < rows && !rc; i++) {
       bs__srec rec = {0};
-      void *scratch = NULL;
       bs_val rid = bs__pg_bytes(r, i, 1);
       uint32_t t = (uint32_t)bs__pg_i32(r, i, 0);
-      rc = srec_decode(al, bs__pg_bytes(r, i, 2), &rec, &scratch);
+      rc = bs__pg_srec_decode(al, bs__pg_bytes(r, i, 2), &rec);
       for (uint32_t k = 0; !rc && k < rec.nm; k++) {
         size_t at;
         if (rec.m[k].op > s->horizon || !find_id(s->ids, s->n, rec.m[k].bucket, &at)) continue;
@@ -1288,8 +1287,8 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
           s->keys_used += rid.size;
         }
       }
-      if (rec.lk && rc != BS_ECORRUPT) bs__free(al, rec.lk);
-      bs__free(al, scratch);
+      bs__free(al, rec.m);
+      bs__free(al, rec.lk);
       if (rc == BS_ECORRUPT)
         rc = bs__fail(err, rc, "defragment: a source record of table %u does not decode", t);
       else if (rc)

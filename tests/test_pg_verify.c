@@ -338,7 +338,7 @@ static const damage damages[] = {
      "next_table_id not above the stream's table ids", 1},
     {"UPDATE bs_streams SET param_horizon = op_head + 1 WHERE id = 1",
      "parameter horizon outside 0..op head", 1},
-    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 3", 1},
+    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 4", 1},
     {"INSERT INTO bs_meta VALUES ('x', 1)", "bs_meta \"x\": unknown key", 1},
     /* source tables */
     {"INSERT INTO bs_tables VALUES (1, 'other', 1)", "id of another table too", 2},
