@@ -1372,7 +1372,7 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
   bs__member *m = NULL;
   int rc;
   *emitted = 0;
-  if ((rc = batch_open(w, &none, &b, &fx, err))) goto out;
+  if ((rc = batch_open(w, &none, &b, &fx, 0, err))) goto out;
   if (!(rids = bs__calloc(b.a, n, sizeof *rids)) || !(bk = bs__calloc(b.a, n, sizeof *bk)) ||
       !(op = bs__calloc(b.a, n, sizeof *op))) {
     rc = oom(err);
