@@ -335,7 +335,7 @@ static const damage damages[] = {
     {"UPDATE bs_streams SET state = 1 WHERE id = 1", "more than one PROCESSING stream", 1},
     {"UPDATE bs_streams SET checkpoint_lsn = NULL WHERE id = 1", "a checkpoint without an LSN", 1},
     {"UPDATE bs_streams SET next_table_id = 2 WHERE id = 1",
-     "next_table_id not above the stream's table ids", 1},
+     "next_table_id not above the stream's table ids", 4}, /* and table 2's 3 parameter entries */
     {"UPDATE bs_streams SET param_horizon = op_head + 1 WHERE id = 1",
      "parameter horizon outside 0..op head", 1},
     {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 4", 1},
@@ -368,6 +368,8 @@ static const damage damages[] = {
     {"UPDATE bs_params SET op_id = 1000000 WHERE op_id = (SELECT max(op_id) FROM bs_params"
      " WHERE stream = 1)",
      "op id outside 1..op head", 1},
+    {"UPDATE bs_params SET table_id = 99 WHERE op_id = (SELECT min(op_id) FROM bs_params)",
+     "a table id the stream never gave out", 1},
     /* change records */
     {"UPDATE bs_changes SET flags = 9 WHERE op_id = (SELECT min(op_id) FROM bs_changes)",
      "unknown flags", 1},
