@@ -16,94 +16,31 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_pg.h"
 
 #ifdef BS_HAVE_PG
-#include <libpq-fe.h>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
-
-static const char *base_url;
-static int schema_seq;
-
-typedef struct pgt {
-  char schema[64];
-  char url[1024];
-  PGconn *admin; /* on base_url, with search_path set to the test's schema */
-} pgt;
-
-static void admin_exec(pgt *t, const char *sql) {
-  PGresult *r = PQexec(t->admin, sql);
-  ExecStatusType s = PQresultStatus(r);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  PQclear(r);
-}
-
-static long long admin_int(pgt *t, const char *sql) {
-  PGresult *r = PQexec(t->admin, sql);
-  long long v;
-  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  v = atoll(PQgetvalue(r, 0, 0));
-  PQclear(r);
-  return v;
-}
-
-static int setup(void **state) {
-  pgt *t = calloc(1, sizeof *t);
-  char sql[256];
-  assert_non_null(t);
-  snprintf(t->schema, sizeof t->schema, "bs_t%ld_%d", (long)getpid(), ++schema_seq);
-  snprintf(t->url, sizeof t->url, "%s%coptions=-csearch_path%%3D%s", base_url,
-           strchr(base_url, '?') ? '&' : '?', t->schema);
-  t->admin = PQconnectdb(base_url);
-  assert_int_equal(PQstatus(t->admin), CONNECTION_OK);
-  PQclear(PQexec(t->admin, "SET client_min_messages = warning"));
-  snprintf(sql, sizeof sql, "CREATE SCHEMA %s; SET search_path = %s", t->schema, t->schema);
-  admin_exec(t, sql);
-  *state = t;
-  return 0;
-}
-
-static int teardown(void **state) {
-  pgt *t = *state;
-  char sql[256];
-  snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", t->schema);
-  admin_exec(t, sql);
-  PQfinish(t->admin);
-  free(t);
-  return 0;
-}
-
-static bs_db *open_ok(pgt *t, unsigned flags) {
-  bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  bs_error err = {0};
-  bs_db *db = NULL;
-  o.flags = flags;
-  int rc = bs_open(&db, t->url, &o, &err);
-  if (rc != BS_OK) fail_msg("bs_open: %s (%s)", bs_strerror(rc), err.msg);
-  return db;
-}
 
 /* ---- schema ---- */
 
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0), *db2;
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  bs_db *db = pgt_open(t->url, 0), *db2;
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   bs_close(db);
-  db2 = open_ok(t, 0); /* a second open finds it and changes nothing */
-  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_meta"), 1);
-  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_streams"), 0);
+  db2 = pgt_open(t->url, 0); /* a second open finds it and changes nothing */
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_meta"), 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 0);
   bs_close(db2);
 }
 
 static void t_schema_newer_refused(void **state) {
   pgt *t = *state;
   bs_error err = {0};
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_close(db);
-  admin_exec(t, "UPDATE bs_meta SET value = 5 WHERE key = 'schema_version'");
+  pgt_exec(t->admin, "UPDATE bs_meta SET value = 5 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
@@ -112,7 +49,7 @@ static void t_schema_newer_refused(void **state) {
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
 }
 
 static void t_schema_read_only(void **state) {
@@ -124,13 +61,13 @@ static void t_schema_read_only(void **state) {
   o.flags = BS_OPEN_RDONLY;
   /* no schema yet: read-only creates nothing */
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
-  assert_int_equal(admin_int(t, "SELECT count(*) FROM pg_tables WHERE tablename = 'bs_meta'"
-                                " AND schemaname = current_schema()"),
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM pg_tables WHERE tablename = 'bs_meta'"
+                                     " AND schemaname = current_schema()"),
                    0);
-  db = open_ok(t, 0);
+  db = pgt_open(t->url, 0);
   assert_int_equal(bs_stream_create(&id, db, "s", NULL, &err), BS_OK);
   bs_close(db);
-  db = open_ok(t, BS_OPEN_RDONLY);
+  db = pgt_open(t->url, BS_OPEN_RDONLY);
   assert_int_equal(bs_stream_create(&id, db, "s2", NULL, &err), BS_ESTATE);
   bs_storage *st = NULL;
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
@@ -139,25 +76,27 @@ static void t_schema_read_only(void **state) {
   bs_close(db);
   /* a schema of version 1 (before the write-checkpoint and source tables): read-only refuses
    * it, a read-write open migrates it and keeps its data */
-  admin_exec(t, "UPDATE bs_meta SET value = 1 WHERE key = 'schema_version';"
-                " DROP TABLE bs_wcp_managed, bs_wcp_custom, bs_tables, bs_source, bs_superseded;"
-                " ALTER TABLE bs_streams DROP COLUMN next_table_id, DROP COLUMN param_cursor;"
-                " ALTER TABLE bs_changes DROP COLUMN time_ms");
+  pgt_exec(t->admin,
+           "UPDATE bs_meta SET value = 1 WHERE key = 'schema_version';"
+           " DROP TABLE bs_wcp_managed, bs_wcp_custom, bs_tables, bs_source, bs_superseded;"
+           " ALTER TABLE bs_streams DROP COLUMN next_table_id, DROP COLUMN param_cursor;"
+           " ALTER TABLE bs_changes DROP COLUMN time_ms");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, "version 1, older than this build's 4"));
-  db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
-  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_streams"), 1);
-  assert_int_equal(admin_int(t, "SELECT count(*) FROM bs_wcp_managed"), 0);
-  assert_int_equal(admin_int(t, "SELECT next_table_id FROM bs_streams"), 1);
+  db = pgt_open(t->url, 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_wcp_managed"), 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT next_table_id FROM bs_streams"), 1);
   bs_close(db);
   /* version 0 (bs_meta without migration 1): read-only finds no schema */
-  admin_exec(t, "UPDATE bs_meta SET value = 0 WHERE key = 'schema_version';"
-                " DROP TABLE bs_changes, bs_params, bs_ops, bs_buckets, bs_streams, bs_wcp_managed,"
-                " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
+  pgt_exec(t->admin,
+           "UPDATE bs_meta SET value = 0 WHERE key = 'schema_version';"
+           " DROP TABLE bs_changes, bs_params, bs_ops, bs_buckets, bs_streams, bs_wcp_managed,"
+           " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
-  db = open_ok(t, 0);
-  assert_int_equal(admin_int(t, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  db = pgt_open(t->url, 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   bs_close(db);
 }
 
@@ -179,7 +118,7 @@ static void t_open_errors(void **state) {
   assert_non_null(strstr(err.msg, "connecting to PostgreSQL"));
   /* a database that does not exist */
   char url[1100];
-  const char *slash = strrchr(base_url, '/');
+  const char *base_url = pgt_base_url(), *slash = strrchr(base_url, '/');
   snprintf(url, sizeof url, "%.*s/bs_no_such_db", (int)(slash - base_url), base_url);
   assert_int_equal(bs_open(&db, url, NULL, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "bs_no_such_db"));
@@ -222,7 +161,7 @@ static int stop_at_first(const bs_stream_info *info, void *payload) {
 
 static void t_streams(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0), *other;
+  bs_db *db = pgt_open(t->url, 0), *other;
   bs_error err = {0};
   bs_stream_options sha = BS_STREAM_OPTIONS_INIT;
   char longest[BS_MAX_STREAM_NAME + 2];
@@ -243,7 +182,7 @@ static void t_streams(void **state) {
   assert_int_equal(bs_stream_create(&id, db, longest, NULL, &err), BS_ETOOBIG);
   assert_int_equal(bs_stream_create(&id, db, "", NULL, &err), BS_EINVAL);
   /* a second handle (another host) sees them, and its streams continue the ids */
-  other = open_ok(t, 0);
+  other = pgt_open(t->url, 0);
   assert_int_equal(bs_stream_create(NULL, other, "b", NULL, &err), BS_OK);
   assert_int_equal(bs_stream_list(db, collect, &s, &err), BS_OK);
   assert_int_equal(s.n, 4);
@@ -268,7 +207,7 @@ static void t_streams(void **state) {
 
 static void t_storage_open(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st = (bs_storage *)&err;
   assert_int_equal(bs_storage_open(&st, db, 0, &err), BS_ENOTFOUND);
@@ -283,7 +222,7 @@ static void t_storage_open(void **state) {
   assert_int_equal(bs_storage_stream_id(st), 2);
   bs_storage_close(st);
   /* a served stream wins over a newer unserved one: ACTIVE, and ERRORED too */
-  admin_exec(t, "UPDATE bs_streams SET state = 2 WHERE id = 1");
+  pgt_exec(t->admin, "UPDATE bs_streams SET state = 2 WHERE id = 1");
   assert_int_equal(bs_storage_open(&st, db, 0, &err), BS_OK);
   assert_int_equal(bs_storage_stream_id(st), 1);
   assert_int_equal(bs_report_error(st, "source gone", &err), BS_OK);
@@ -299,7 +238,7 @@ static void t_storage_open(void **state) {
 
 static void t_status(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   bs_status s;
@@ -321,8 +260,8 @@ static void t_status(void **state) {
   assert_int_equal(s.has_resume_lsn, 0);
   assert_string_equal(s.last_error, "");
   /* a checkpoint stored by a writer (here: by hand) reads back, an empty LSN is a value */
-  admin_exec(t, "UPDATE bs_streams SET checkpoint = 7, op_head = 9, checkpoint_lsn = '',"
-                " resume_lsn = '\\x00ff'::bytea, snapshot_done = true WHERE id = 1");
+  pgt_exec(t->admin, "UPDATE bs_streams SET checkpoint = 7, op_head = 9, checkpoint_lsn = '',"
+                     " resume_lsn = '\\x00ff'::bytea, snapshot_done = true WHERE id = 1");
   assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
   assert_int_equal(cp.op_id, 7);
   assert_int_equal(cp.has_lsn, 1);
@@ -345,7 +284,7 @@ static void t_status(void **state) {
   assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
   assert_string_equal(s.last_error, "\xc3\xa9");
   /* a stream deleted under the handle */
-  admin_exec(t, "DELETE FROM bs_streams");
+  pgt_exec(t->admin, "DELETE FROM bs_streams");
   assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_ENOTFOUND);
   assert_int_equal(bs_get_status(st, &s, &err), BS_ENOTFOUND);
   bs_storage_close(st);
@@ -355,7 +294,7 @@ static void t_status(void **state) {
 /* Slots this build does not implement answer BS_EUNSUPPORTED (a NULL slot), never a fake. */
 static void t_unsupported_slots(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   bs_writer *w = NULL;
@@ -638,7 +577,7 @@ static void t_reads_mirror(void **state) {
   void *ctx[3] = {t, mst, &head};
   assert_int_equal(bs_list_buckets(mst, (bs_val){NULL, 0}, mirror_bucket, ctx, &err), BS_OK);
   assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);
-  pdb_cached = open_ok(t, 0);
+  pdb_cached = pgt_open(t->url, 0);
   assert_int_equal(bs_storage_open(&pcst, pdb_cached, 1, &err), BS_OK);
   /* checksums at every C, uncached and through the cache (which extends cached bases with
    * checksum_ranges); equal results, equal torn-read refusals */
@@ -716,7 +655,7 @@ static void param(pgt *t, bs_val key, uint64_t op, int table, const char *rid,
     p += sprintf(p, "%s'\\x%s'::bytea%s", i ? ", " : "ARRAY[", h, i == n - 1 ? "]" : "");
   }
   sprintf(p, ")");
-  admin_exec(t, sql);
+  pgt_exec(t->admin, "%s", sql);
 }
 
 typedef struct rowlist {
@@ -742,7 +681,7 @@ static int stop_row(const bs_val *v, void *payload) {
 
 static void t_parameter_sets(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   unsigned char big[BS_MAX_LOOKUP_KEY];
@@ -812,7 +751,7 @@ static void t_parameter_sets(void **state) {
   assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 100, stop_row, &calls, &err), 9);
   assert_int_equal(calls, 1);
   /* below the parameter-compaction horizon: BS_ESTALE */
-  admin_exec(t, "UPDATE bs_streams SET param_horizon = 5 WHERE id = 1");
+  pgt_exec(t->admin, "UPDATE bs_streams SET param_horizon = 5 WHERE id = 1");
   assert_int_equal(bs_get_parameter_sets(st, 4, &k1, 1, 100, collect_row, &l, &err), BS_ESTALE);
   assert_int_equal(bs_get_parameter_sets(st, 5, &k1, 1, 100, stop_row, &calls, &err), 9);
   bs_storage_close(st);
@@ -828,7 +767,7 @@ static void change(pgt *t, uint64_t first, uint64_t last, int seq, int flags, co
            " %s::bytea[])",
            (unsigned long long)last, seq, (unsigned long long)first, flags, buckets, lookups,
            users);
-  admin_exec(t, sql);
+  pgt_exec(t->admin, "%s", sql);
 }
 
 typedef struct changes_seen {
@@ -879,7 +818,7 @@ static changes_seen changes_of(bs_storage *st, uint64_t from, uint64_t to) {
 
 static void t_checkpoint_changes(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   changes_seen s;
@@ -923,17 +862,18 @@ static void t_checkpoint_changes(void **state) {
   assert_int_equal(s.inv_params, 1);
   assert_string_equal(s.got[0], "d");
   /* more than BS_CHANGES_MAX distinct buckets: invalidate; exactly that many: listed */
-  admin_exec(t, "INSERT INTO bs_changes SELECT 1, 20, 7, 14, 0,"
-                " (SELECT array_agg(convert_to('x' || g, 'UTF8')) FROM generate_series(1, 1000) g),"
-                " '{}', '{}'");
-  admin_exec(t, "INSERT INTO bs_changes SELECT 1, 21, 8, 21, 0, '{x1, x2, y}', '{}', '{}'");
+  pgt_exec(t->admin,
+           "INSERT INTO bs_changes SELECT 1, 20, 7, 14, 0,"
+           " (SELECT array_agg(convert_to('x' || g, 'UTF8')) FROM generate_series(1, 1000) g),"
+           " '{}', '{}'");
+  pgt_exec(t->admin, "INSERT INTO bs_changes SELECT 1, 21, 8, 21, 0, '{x1, x2, y}', '{}', '{}'");
   s = changes_of(st, 13, 20);
   assert_int_equal(s.inv_data, 0);
   assert_int_equal(s.n_buckets, BS_CHANGES_MAX_TEST);
   s = changes_of(st, 13, 21);
   assert_int_equal(s.inv_data, 1);
   /* below the fence (a clear dropped the records): everything invalidated */
-  admin_exec(t, "UPDATE bs_streams SET changes_fence = 5 WHERE id = 1");
+  pgt_exec(t->admin, "UPDATE bs_streams SET changes_fence = 5 WHERE id = 1");
   s = changes_of(st, 4, 7);
   assert_int_equal(s.inv_data, 1);
   assert_int_equal(s.inv_params, 1);
@@ -961,7 +901,7 @@ static int collect_bucket(const bs_bucket_info *info, void *payload) {
 
 static void t_list_buckets(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   listed l;
@@ -970,12 +910,13 @@ static void t_list_buckets(void **state) {
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
   /* byte order, shorter prefix first; an emptied bucket (count 0) is not listed; another
    * stream's bucket of the same name is its own */
-  admin_exec(t, "INSERT INTO bs_buckets (stream, name, checksum, count, last_op, bytes,"
-                " generation, compacted_count, compacted_op) VALUES"
-                " (1, 'b', 4294967295, 3, 9, 100, 2, 1, 5), (1, 'a', 1, 1, 1, 10, 0, 0, 0),"
-                " (1, 'ab', 2, 2, 4, 20, 0, 0, 0), (1, '\\xc3a9'::bytea, 3, 1, 6, 30, 0, 0, 0),"
-                " (1, 'gone', 0, 0, 8, 0, 1, 0, 8), (2, 'a', 7, 7, 7, 7, 7, 7, 7),"
-                " (1, 'c', 5, 4, 8, 40, 1, 4, 8)");
+  pgt_exec(t->admin,
+           "INSERT INTO bs_buckets (stream, name, checksum, count, last_op, bytes,"
+           " generation, compacted_count, compacted_op) VALUES"
+           " (1, 'b', 4294967295, 3, 9, 100, 2, 1, 5), (1, 'a', 1, 1, 1, 10, 0, 0, 0),"
+           " (1, 'ab', 2, 2, 4, 20, 0, 0, 0), (1, '\\xc3a9'::bytea, 3, 1, 6, 30, 0, 0, 0),"
+           " (1, 'gone', 0, 0, 8, 0, 1, 0, 8), (2, 'a', 7, 7, 7, 7, 7, 7, 7),"
+           " (1, 'c', 5, 4, 8, 40, 1, 4, 8)");
   memset(&l, 0, sizeof l);
   assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, collect_bucket, &l, &err), BS_OK);
   assert_int_equal(l.n, 5);
@@ -1011,12 +952,12 @@ static void t_list_buckets(void **state) {
   assert_int_equal(l.n, 2);
   bs_storage_close(st);
   /* more than a page (1000 per statement): every bucket once, in order */
-  admin_exec(t, "INSERT INTO bs_buckets (stream, name, checksum, count, last_op)"
-                " SELECT 2, convert_to(lpad(g::text, 5, '0'), 'UTF8'), g, 1, g"
-                " FROM generate_series(1, 2500) g");
+  pgt_exec(t->admin, "INSERT INTO bs_buckets (stream, name, checksum, count, last_op)"
+                     " SELECT 2, convert_to(lpad(g::text, 5, '0'), 'UTF8'), g, 1, g"
+                     " FROM generate_series(1, 2500) g");
   assert_int_equal(bs_storage_open(&st, db, 2, &err), BS_OK);
   {
-    long long n = admin_int(t, "SELECT count(*) FROM bs_buckets WHERE stream = 2");
+    long long n = pgt_int(t->admin, "SELECT count(*) FROM bs_buckets WHERE stream = 2");
     int total = 0, rc;
     bs_val after = {NULL, 0};
     char last[64] = "";
@@ -1055,7 +996,7 @@ static int same_conn(const bs_head *a, const bs_head *b) {
 static void pair_open(pair *p, pgt *t) {
   bs_error err = {0};
   assert_int_equal(bs_open_memory(&p->db[0], NULL, &err), BS_OK);
-  p->db[1] = open_ok(t, 0);
+  p->db[1] = pgt_open(t->url, 0);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(bs_stream_create(NULL, p->db[i], "s", NULL, &err), BS_OK);
     assert_int_equal(bs_storage_open(&p->st[i], p->db[i], 1, &err), BS_OK);
@@ -1177,7 +1118,7 @@ static void t_writer_commits(void **state) {
 static void t_writer_lock(void **state) {
   pgt *t = *state;
   bs_error err = {0};
-  bs_db *a = open_ok(t, 0), *b = open_ok(t, 0);
+  bs_db *a = pgt_open(t->url, 0), *b = pgt_open(t->url, 0);
   bs_storage *sa, *sb, *sb2;
   bs_writer *wa, *wa2, *wb = NULL, *snap_a, *snap_b = NULL;
   bs_writer_options snap = BS_WRITER_OPTIONS_INIT;
@@ -1349,7 +1290,7 @@ static void t_write_checkpoints(void **state) {
 
 static void t_clear(void **state) {
   pgt *t = *state;
-  bs_db *db = open_ok(t, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   bs_writer *w;
@@ -1361,8 +1302,8 @@ static void t_clear(void **state) {
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"1", 1}, &err), BS_OK);
-  admin_exec(
-      t,
+  pgt_exec(
+      t->admin,
       "UPDATE bs_streams SET op_head = 3 WHERE id = 1;"
       " INSERT INTO bs_buckets (stream, name, checksum, count, last_op) VALUES (1, 'b', 6, 3, 3);"
       " INSERT INTO bs_ops SELECT b.id, g, 1, g, 0, '', '', '', '' FROM bs_buckets b,"
@@ -1513,7 +1454,7 @@ static void t_writer_saves(void **state) {
   bs_storage *st[2];
   bs_status status[2];
   assert_int_equal(bs_open_memory(&db[0], NULL, &err), BS_OK);
-  db[1] = open_ok(t, 0);
+  db[1] = pgt_open(t->url, 0);
   for (int i = 0; i < 2; i++) {
     workload(db[i], 5, i); /* the PostgreSQL side flushes more often: same result */
     assert_int_equal(bs_storage_open(&st[i], db[i], 1, &err), BS_OK);
@@ -1590,30 +1531,25 @@ static void t_writer_saves(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(t_schema_created_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_schema_newer_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_schema_read_only, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_open_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_streams, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_storage_open, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_status, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_unsupported_slots, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_reads_mirror, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_parameter_sets, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_checkpoint_changes, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_list_buckets, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_writer_commits, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_writer_lock, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_write_checkpoints, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_clear, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_writer_saves, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_schema_created_once, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_schema_newer_refused, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_schema_read_only, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_open_errors, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_streams, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_storage_open, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_status, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_unsupported_slots, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_reads_mirror, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_parameter_sets, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_checkpoint_changes, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_list_buckets, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_writer_commits, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_writer_lock, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_write_checkpoints, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_clear, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_writer_saves, pgt_setup, pgt_teardown),
   };
-  base_url = getenv("BS_TEST_PG_URL");
-  if (!base_url || !*base_url) {
-    printf("test_pg: skipped (BS_TEST_PG_URL is not set; tests/pg_server.sh run starts a "
-           "server)\n");
-    return 0;
-  }
+  if (pgt_skipped("test_pg")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else

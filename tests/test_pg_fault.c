@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_pg.h"
 
 #ifdef BS_HAVE_PG
 #include <errno.h>
@@ -28,76 +29,15 @@
 
 #include "pg_internal.h"
 
-static const char *base_url;
-static int schema_seq;
-
-typedef struct pgt {
-  char schema[64];
-  char url[1024];
-  PGconn *admin; /* on base_url, with search_path set to the test's schema */
-} pgt;
-
-static void admin_exec(PGconn *c, const char *sql) {
-  PGresult *r = PQexec(c, sql);
-  ExecStatusType s = PQresultStatus(r);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  PQclear(r);
-}
-
-static long long admin_int(PGconn *c, const char *sql) {
-  PGresult *r = PQexec(c, sql);
-  long long v;
-  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  v = atoll(PQgetvalue(r, 0, 0));
-  PQclear(r);
-  return v;
-}
-
-static void admin_schema(pgt *t) {
-  char sql[256];
-  PQclear(PQexec(t->admin, "SET client_min_messages = warning"));
-  snprintf(sql, sizeof sql, "SET search_path = %s", t->schema);
-  admin_exec(t->admin, sql);
-}
-
+/* every test under alarm(): a deadlock fails it instead of hanging it */
 static int setup(void **state) {
-  pgt *t = calloc(1, sizeof *t);
-  char sql[256];
-  assert_non_null(t);
-  snprintf(t->schema, sizeof t->schema, "bs_f%ld_%d", (long)getpid(), ++schema_seq);
-  snprintf(t->url, sizeof t->url, "%s%coptions=-csearch_path%%3D%s", base_url,
-           strchr(base_url, '?') ? '&' : '?', t->schema);
-  t->admin = PQconnectdb(base_url);
-  assert_int_equal(PQstatus(t->admin), CONNECTION_OK);
-  PQclear(PQexec(t->admin, "SET client_min_messages = warning"));
-  snprintf(sql, sizeof sql, "CREATE SCHEMA %s; SET search_path = %s", t->schema, t->schema);
-  admin_exec(t->admin, sql);
-  alarm(300); /* a deadlock fails the test instead of hanging it */
-  *state = t;
-  return 0;
+  alarm(300);
+  return pgt_setup(state);
 }
 
 static int teardown(void **state) {
-  pgt *t = *state;
-  char sql[256];
   alarm(0);
-  PQclear(PQexec(t->admin, "SELECT 1")); /* finds out whether a restart cut it */
-  if (PQstatus(t->admin) != CONNECTION_OK) PQreset(t->admin);
-  snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", t->schema);
-  admin_exec(t->admin, sql);
-  PQfinish(t->admin);
-  free(t);
-  return 0;
-}
-
-static bs_db *open_ok(pgt *t) {
-  bs_error err = {0};
-  bs_db *db = NULL;
-  int rc = bs_open(&db, t->url, NULL, &err);
-  if (rc != BS_OK) fail_msg("bs_open: %s (%s)", bs_strerror(rc), err.msg);
-  return db;
+  return pgt_teardown(state);
 }
 
 /* A stream with a writer whose commits make checkpoints. */
@@ -155,13 +95,6 @@ static void seam_free(seam *s) {
   pthread_cond_destroy(&s->cv);
 }
 
-static void terminate_backend(PGconn *admin, int pid) {
-  char sql[96];
-  /* waits (up to 10 s) until the process is gone, so the client sees a closed connection */
-  snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d, 10000)", pid);
-  admin_exec(admin, sql);
-}
-
 static void seam_fn(const char *point, PGconn *c, void *payload) {
   seam *s = payload;
   int n;
@@ -174,7 +107,7 @@ static void seam_fn(const char *point, PGconn *c, void *payload) {
   if (s->restart)
     assert_int_equal(system(s->restart), 0);
   else
-    terminate_backend(s->admin, PQbackendPID(c));
+    pgt_terminate(s->admin, PQbackendPID(c));
 }
 
 static void seam_wait(seam *s, int calls) {
@@ -228,7 +161,7 @@ static void assert_checkpoint(const bs_checkpoint *cp, uint64_t op, const char *
  * never polls: with an unbounded timeout, only the notification can end it. */
 static void t_wait_across_hosts(void **state) {
   pgt *t = *state;
-  bs_db *a = open_ok(t), *b = open_ok(t);
+  bs_db *a = pgt_open(t->url, 0), *b = pgt_open(t->url, 0);
   bs_storage *sa, *sa2, *sb;
   bs_writer *wa, *wa2;
   bs_error err = {0};
@@ -295,7 +228,7 @@ static void t_wait_across_hosts(void **state) {
  * wait opens a new connection. */
 static void t_wait_first_and_lost(void **state) {
   pgt *t = *state;
-  bs_db *a = open_ok(t), *b = open_ok(t);
+  bs_db *a = pgt_open(t->url, 0), *b = pgt_open(t->url, 0);
   bs_storage *sa, *sb;
   bs_writer *wa;
   bs_error err = {0};
@@ -347,10 +280,10 @@ static void t_wait_first_and_lost(void **state) {
 /* The server process of the session holding stream 1's streaming writer lock (pg_write.c: the
  * keys hashtext(schema.bs_writer) and 2 * stream), 0 when none holds it. */
 static int lock_pid(pgt *t) {
-  return (int)admin_int(t->admin,
-                        "SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'"
-                        " AND granted AND objsubid = 2 AND objid = 2 AND classid::bigint ="
-                        " (hashtext(current_schema() || '.bs_writer')::bigint & 4294967295)");
+  return (int)pgt_int(t->admin,
+                      "SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'"
+                      " AND granted AND objsubid = 2 AND objid = 2 AND classid::bigint ="
+                      " (hashtext(current_schema() || '.bs_writer')::bigint & 4294967295)");
 }
 
 static void save_put(bs_writer *w, const char *b, const char *id) {
@@ -386,7 +319,7 @@ static void head_and_count(bs_storage *st, const char *b, uint64_t *head, uint32
  * applies its whole queue, once. */
 static void t_writer_lock_lost(void **state) {
   pgt *t = *state;
-  bs_db *a = open_ok(t), *b = open_ok(t);
+  bs_db *a = pgt_open(t->url, 0), *b = pgt_open(t->url, 0);
   bs_storage *sa, *sb;
   bs_writer *wa, *wb = NULL;
   bs_error err = {0};
@@ -401,7 +334,7 @@ static void t_writer_lock_lost(void **state) {
   save_put(wa, "b", "r1");
   save_put(wa, "b", "r2");
   assert_true((pid = lock_pid(t)) > 0);
-  terminate_backend(t->admin, pid);
+  pgt_terminate(t->admin, pid);
   assert_int_equal(lock_pid(t), 0);
   /* host B takes the lock meanwhile and commits */
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
@@ -443,7 +376,7 @@ static void t_writer_lock_lost(void **state) {
  * intact; the next call opens a new session (the lock is free) and persists it once. */
 static void t_session_lost_in_flight(void **state) {
   pgt *t = *state;
-  bs_db *a = open_ok(t);
+  bs_db *a = pgt_open(t->url, 0);
   bs_storage *sa;
   bs_writer *wa;
   bs_error err = {0};
@@ -516,8 +449,8 @@ static void t_server_restart(void **state) {
     printf("t_server_restart: skipped (BS_TEST_PG_RESTART is not set: pg_server.sh run sets it)\n");
     skip();
   }
-  a = open_ok(t);
-  b = open_ok(t);
+  a = pgt_open(t->url, 0);
+  b = pgt_open(t->url, 0);
   stream_ready(a, "s", 1, &sa, &wa);
   put_commit(wa, "b", "r0", "00000001");
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
@@ -532,8 +465,7 @@ static void t_server_restart(void **state) {
   assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "commit: PostgreSQL"));
   assert_int_equal(seam_calls(&s), 1);
-  PQreset(t->admin);
-  admin_schema(t);
+  pgt_reset(t);
   head_and_count(sb, "b", &head, &count); /* host B reads on new connections */
   assert_int_equal(head, head0);
   assert_int_equal(count, 1);
@@ -545,8 +477,7 @@ static void t_server_restart(void **state) {
   /* a restart while the writer is idle, with a save queued */
   save_put(wa, "b", "r3");
   assert_int_equal(system(restart), 0);
-  PQreset(t->admin);
-  admin_schema(t);
+  pgt_reset(t);
   assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"));
   head_and_count(sb, "b", &head, &count);
@@ -573,7 +504,7 @@ static void t_server_restart(void **state) {
  * retry persists the queue once. */
 static void t_statement_timeout(void **state) {
   pgt *t = *state;
-  bs_db *a = open_ok(t), *c = NULL;
+  bs_db *a = pgt_open(t->url, 0), *c = NULL;
   bs_storage *sa, *sc;
   bs_writer *wa, *wc;
   bs_error err = {0};
@@ -588,12 +519,12 @@ static void t_statement_timeout(void **state) {
   assert_int_equal(bs_open(&c, url, NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&sc, c, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&wc, sc, NULL, &err), BS_OK);
-  admin_exec(t->admin, "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
-                       " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
-                       " RETURN NEW; END$$;"
-                       "CREATE TRIGGER bs_test_block BEFORE UPDATE ON bs_streams FOR EACH ROW"
-                       " EXECUTE FUNCTION bs_test_block();"
-                       "SELECT pg_advisory_lock(4242)");
+  pgt_exec(t->admin, "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
+                     " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
+                     " RETURN NEW; END$$;"
+                     "CREATE TRIGGER bs_test_block BEFORE UPDATE ON bs_streams FOR EACH ROW"
+                     " EXECUTE FUNCTION bs_test_block();"
+                     "SELECT pg_advisory_lock(4242)");
   save_put(wc, "b", "r1");
   assert_int_equal(bs_writer_flush(wc, &last, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "PostgreSQL 57014"));
@@ -601,7 +532,7 @@ static void t_statement_timeout(void **state) {
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0);
   assert_int_equal(count, 1);
-  admin_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
+  pgt_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
   assert_int_equal(bs_writer_flush(wc, &last, &err), BS_OK);
   assert_int_equal(last, head0 + 1);
   head_and_count(sa, "b", &head, &count);
@@ -634,9 +565,9 @@ static void lost_reply_fn(const char *point, PGconn *c, void *payload) {
                       : "SELECT count(*) FROM pg_stat_activity WHERE pid = %d"
                         " AND state = 'idle' AND query = 'COMMIT'",
            PQbackendPID(c));
-  while (admin_int(l->admin, sql) != 1) usleep(1000); /* until the server is there */
+  while (pgt_int(l->admin, "%s", sql) != 1) usleep(1000); /* until the server is there */
   if (l->blocked)
-    terminate_backend(l->admin, PQbackendPID(c));
+    pgt_terminate(l->admin, PQbackendPID(c));
   else { /* the reply waits in the socket's buffer: lose it with the socket (a closed pair) */
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -648,7 +579,7 @@ static void lost_reply_fn(const char *point, PGconn *c, void *payload) {
 
 static void t_commit_reply_lost(void **state) {
   pgt *t = *state;
-  bs_db *a = open_ok(t);
+  bs_db *a = pgt_open(t->url, 0);
   bs_storage *sa;
   bs_writer *wa;
   bs_error err = {0};
@@ -673,20 +604,19 @@ static void t_commit_reply_lost(void **state) {
   head0 = head;
   count0 = count;
 
-  admin_exec(t->admin,
-             "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
-             " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
-             " RETURN NEW; END$$;"
-             "CREATE CONSTRAINT TRIGGER bs_test_block AFTER UPDATE ON bs_streams"
-             " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION bs_test_block();"
-             "SELECT pg_advisory_lock(4242)");
+  pgt_exec(t->admin, "CREATE FUNCTION bs_test_block() RETURNS trigger LANGUAGE plpgsql AS"
+                     " $$BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242);"
+                     " RETURN NEW; END$$;"
+                     "CREATE CONSTRAINT TRIGGER bs_test_block AFTER UPDATE ON bs_streams"
+                     " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION bs_test_block();"
+                     "SELECT pg_advisory_lock(4242)");
   l.blocked = 1;
   l.calls = 0;
   save_put(wa, "b", "r3");
   assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO); /* it did not */
   assert_int_equal(l.calls, 1);
   assert_non_null(strstr(err.msg, "commit: PostgreSQL"));
-  admin_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
+  pgt_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0);
   assert_int_equal(count, count0);
@@ -813,7 +743,7 @@ static void t_two_processes(void **state) {
   pgt *t = *state;
   int quick = getenv("BS_TEST_QUICK") != NULL;
   int commits = quick ? 40 : 200, reads = quick ? 15 : 60, fds[2], status, n_reads = 0;
-  bs_db *db = open_ok(t);
+  bs_db *db = pgt_open(t->url, 0);
   bs_storage *st;
   bs_writer *w;
   bs_error err = {0};
@@ -876,17 +806,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_commit_reply_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
   };
-  base_url = getenv("BS_TEST_PG_URL");
-  if (!base_url || !*base_url) {
-    printf("test_pg_fault: skipped (BS_TEST_PG_URL is not set; tests/pg_server.sh run starts a "
-           "server)\n");
-    return 0;
-  }
+  if (pgt_skipped("test_pg_fault")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
 int main(void) {
-  printf("test_pg_fault: this build has no PostgreSQL backend\n");
-  return 0;
+  return !pgt_skipped("test_pg_fault");
 }
 #endif

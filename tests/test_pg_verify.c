@@ -17,84 +17,17 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_pg.h"
 
 #ifdef BS_HAVE_PG
-#include <libpq-fe.h>
 
-static const char *base_url;
 static char cli_path[1024];
-static int schema_seq;
 
 /* the tables of a bucketstore database (pg_internal.h), in the order a copy creates them */
 static const char *const tables[] = {"bs_meta",   "bs_streams", "bs_buckets",     "bs_ops",
                                      "bs_params", "bs_changes", "bs_wcp_managed", "bs_wcp_custom",
                                      "bs_tables", "bs_source"};
 #define N_TABLES (sizeof tables / sizeof tables[0])
-
-typedef struct pgt {
-  char schema[64];
-  char url[1024];
-  PGconn *admin; /* on base_url, search_path = the test's schema */
-} pgt;
-
-static void admin_exec(PGconn *c, const char *fmt, ...) {
-  char sql[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(sql, sizeof sql, fmt, ap);
-  va_end(ap);
-  PGresult *r = PQexec(c, sql);
-  ExecStatusType s = PQresultStatus(r);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  PQclear(r);
-}
-
-static long long admin_int(PGconn *c, const char *sql) {
-  PGresult *r = PQexec(c, sql);
-  long long v;
-  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  v = atoll(PQgetvalue(r, 0, 0));
-  PQclear(r);
-  return v;
-}
-
-static void schema_url(char *out, size_t n, const char *schema) {
-  snprintf(out, n, "%s%coptions=-csearch_path%%3D%s", base_url, strchr(base_url, '?') ? '&' : '?',
-           schema);
-}
-
-static int setup(void **state) {
-  pgt *t = calloc(1, sizeof *t);
-  assert_non_null(t);
-  snprintf(t->schema, sizeof t->schema, "bs_v%ld_%d", (long)getpid(), ++schema_seq);
-  schema_url(t->url, sizeof t->url, t->schema);
-  t->admin = PQconnectdb(base_url);
-  assert_int_equal(PQstatus(t->admin), CONNECTION_OK);
-  PQclear(PQexec(t->admin, "SET client_min_messages = warning"));
-  admin_exec(t->admin, "CREATE SCHEMA %s; SET search_path = %s", t->schema, t->schema);
-  *state = t;
-  return 0;
-}
-
-static int teardown(void **state) {
-  pgt *t = *state;
-  admin_exec(t->admin, "DROP SCHEMA %s CASCADE", t->schema);
-  PQfinish(t->admin);
-  free(t);
-  return 0;
-}
-
-static bs_db *open_url(const char *url, unsigned flags) {
-  bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  bs_error err = {0};
-  bs_db *db = NULL;
-  o.flags = flags;
-  int rc = bs_open(&db, url, &o, &err);
-  if (rc != BS_OK) fail_msg("bs_open: %s (%s)", bs_strerror(rc), err.msg);
-  return db;
-}
 
 /* ---- The workload: every kind of row the tables hold, with edge values ---- */
 
@@ -209,7 +142,7 @@ static void on_problem(const char *problem, void *payload) {
   found *f = payload;
   if (f->n < 64) snprintf(f->msg[f->n], sizeof f->msg[0], "%s", problem);
   f->n++;
-  if (f->repair && f->n == 1) admin_exec(f->repair, "%s", f->repair_sql);
+  if (f->repair && f->n == 1) pgt_exec(f->repair, "%s", f->repair_sql);
 }
 
 static uint64_t verify(bs_db *db, found *f) {
@@ -245,13 +178,13 @@ static char *fingerprint(PGconn *c) {
 
 static void t_clean(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0), *ro;
+  bs_db *db = pgt_open(t->url, 0), *ro;
   found f = {0};
   workload(db);
   char *before = fingerprint(t->admin);
   assert_int_equal(verify(db, &f), 0);
   /* a read-only handle verifies too (verify's transaction is READ ONLY) */
-  ro = open_url(t->url, BS_OPEN_RDONLY);
+  ro = pgt_open(t->url, BS_OPEN_RDONLY);
   assert_int_equal(verify(ro, &f), 0);
   bs_close(ro);
   /* fn and problems_out may be NULL */
@@ -388,18 +321,18 @@ static const damage damages[] = {
 
 /* A copy of the test schema's tables in a new schema; returns its URL in url. */
 static void copy_schema(pgt *t, const char *copy, char *url, size_t n) {
-  admin_exec(t->admin, "CREATE SCHEMA %s", copy);
+  pgt_exec(t->admin, "CREATE SCHEMA %s", copy);
   for (size_t i = 0; i < N_TABLES; i++)
-    admin_exec(t->admin,
-               "CREATE TABLE %s.%s (LIKE %s.%s INCLUDING ALL);"
-               " INSERT INTO %s.%s OVERRIDING SYSTEM VALUE SELECT * FROM %s.%s",
-               copy, tables[i], t->schema, tables[i], copy, tables[i], t->schema, tables[i]);
-  schema_url(url, n, copy);
+    pgt_exec(t->admin,
+             "CREATE TABLE %s.%s (LIKE %s.%s INCLUDING ALL);"
+             " INSERT INTO %s.%s OVERRIDING SYSTEM VALUE SELECT * FROM %s.%s",
+             copy, tables[i], t->schema, tables[i], copy, tables[i], t->schema, tables[i]);
+  pgt_schema_url(url, n, copy);
 }
 
 static void t_damage(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0);
+  bs_db *db = pgt_open(t->url, 0);
   int failed = 0;
   workload(db);
   bs_close(db);
@@ -412,8 +345,8 @@ static void t_damage(void **state) {
     copy_schema(t, copy, url, sizeof url);
     snprintf(sql, sizeof sql, "SET search_path = %s; %s; SET search_path = %s", copy, d->sql,
              t->schema);
-    db = open_url(url, BS_OPEN_RDONLY); /* before the damage: bs_meta's would refuse the open */
-    admin_exec(t->admin, "%s", sql);
+    db = pgt_open(url, BS_OPEN_RDONLY); /* before the damage: bs_meta's would refuse the open */
+    pgt_exec(t->admin, "%s", sql);
     uint64_t n = verify(db, &f);
     bs_close(db);
     for (int k = 0; k < f.n && k < 64; k++) named |= strstr(f.msg[k], d->named) != NULL;
@@ -423,7 +356,7 @@ static void t_damage(void **state) {
       print_found(&f);
       failed++;
     }
-    admin_exec(t->admin, "DROP SCHEMA %s CASCADE", copy);
+    pgt_exec(t->admin, "DROP SCHEMA %s CASCADE", copy);
   }
   assert_int_equal(failed, 0);
 }
@@ -432,11 +365,11 @@ static void t_damage(void **state) {
  * stream checks) is not seen by its later statements (the bucket walk). */
 static void t_one_snapshot(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0);
+  bs_db *db = pgt_open(t->url, 0);
   found f = {0};
   workload(db);
-  admin_exec(t->admin, "UPDATE bs_streams SET checkpoint_lsn = NULL WHERE id = 1;"
-                       " UPDATE bs_buckets SET count = count + 1 WHERE id = " BUCKET_B);
+  pgt_exec(t->admin, "UPDATE bs_streams SET checkpoint_lsn = NULL WHERE id = 1;"
+                     " UPDATE bs_buckets SET count = count + 1 WHERE id = " BUCKET_B);
   f.repair = t->admin;
   f.repair_sql = "UPDATE bs_buckets SET count = count - 1 WHERE id = " BUCKET_B;
   assert_int_equal(verify(db, &f), 2);
@@ -455,7 +388,7 @@ static void t_one_snapshot(void **state) {
  * page of each walk is found. */
 static void t_pages(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   bs_storage *st;
   bs_writer *w;
@@ -484,10 +417,10 @@ static void t_pages(void **state) {
   assert_int_equal(verify(db, &f), 0);
   /* the last op (past two pages of 500 ops and one cut at 16 MiB): its checksum; the last
    * source record's membership (past two pages of records) */
-  admin_exec(t->admin, "UPDATE bs_ops SET checksum = (checksum + 1) %% 4294967296"
-                       " WHERE op_id = (SELECT max(op_id) FROM bs_ops);"
-                       " UPDATE bs_ops SET subkey = set_byte(subkey, 40, CASE get_byte(subkey, 40)"
-                       " WHEN 48 THEN 49 ELSE 48 END) WHERE op_id = 1200");
+  pgt_exec(t->admin, "UPDATE bs_ops SET checksum = (checksum + 1) %% 4294967296"
+                     " WHERE op_id = (SELECT max(op_id) FROM bs_ops);"
+                     " UPDATE bs_ops SET subkey = set_byte(subkey, 40, CASE get_byte(subkey, 40)"
+                     " WHEN 48 THEN 49 ELSE 48 END) WHERE op_id = 1200");
   assert_int_equal(verify(db, &f), 3);
   assert_non_null(strstr(f.msg[0], "op 1203: PUT checksum"));
   assert_non_null(strstr(f.msg[1], "running checksum"));
@@ -501,7 +434,7 @@ static void t_pages(void **state) {
 
 static void t_stat(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0), *mem;
+  bs_db *db = pgt_open(t->url, 0), *mem;
   bs_error err = {0};
   bs_stat s, m;
   assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
@@ -526,14 +459,14 @@ static void t_stat(void **state) {
   /* bytes: the schema's tables with their indexes and TOAST; nothing is "free pages" here */
   assert_true(s.file_bytes > 0);
   assert_int_equal((long long)s.file_bytes,
-                   admin_int(t->admin, "SELECT sum(pg_total_relation_size(c.oid))::bigint"
-                                       " FROM pg_class c WHERE c.relkind = 'r'"
-                                       " AND c.relnamespace = current_schema()::regnamespace"));
+                   pgt_int(t->admin, "SELECT sum(pg_total_relation_size(c.oid))::bigint"
+                                     " FROM pg_class c WHERE c.relkind = 'r'"
+                                     " AND c.relnamespace = current_schema()::regnamespace"));
   assert_int_equal(s.reclaimable_bytes, 0);
   bs_close(mem);
   bs_close(db);
   /* a read-only handle */
-  db = open_url(t->url, BS_OPEN_RDONLY);
+  db = pgt_open(t->url, BS_OPEN_RDONLY);
   assert_int_equal(bs_db_stat(db, &m, &err), BS_OK);
   assert_int_equal(m.ops_put, s.ops_put);
   bs_close(db);
@@ -549,7 +482,7 @@ static int no_record(const bs_record *r, void *payload) {
 
 static void t_backup_export(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0);
+  bs_db *db = pgt_open(t->url, 0);
   bs_error err = {0};
   int calls = 0;
   char path[64];
@@ -581,7 +514,7 @@ static int run_cli(const char *args, char *out, size_t n) {
 
 static void t_cli(void **state) {
   pgt *t = *state;
-  bs_db *db = open_url(t->url, 0);
+  bs_db *db = pgt_open(t->url, 0);
   char args[1200], out[8192];
   workload(db);
   bs_close(db);
@@ -596,7 +529,7 @@ static void t_cli(void **state) {
   assert_int_equal(run_cli(args, out, sizeof out), 0);
   assert_non_null(strstr(out, "streams            2\n"));
   assert_non_null(strstr(out, "write checkpoints  3\n"));
-  admin_exec(t->admin, "UPDATE bs_buckets SET count = count + 1 WHERE id = " BUCKET_B);
+  pgt_exec(t->admin, "UPDATE bs_buckets SET count = count + 1 WHERE id = " BUCKET_B);
   snprintf(args, sizeof args, "verify '%s'", t->url);
   assert_int_equal(run_cli(args, out, sizeof out), 1);
   assert_non_null(strstr(out, "problem: bucket \"b\""));
@@ -605,29 +538,23 @@ static void t_cli(void **state) {
 
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(t_clean, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_damage, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_one_snapshot, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_pages, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_stat, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_backup_export, setup, teardown),
-      cmocka_unit_test_setup_teardown(t_cli, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_clean, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_damage, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_one_snapshot, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_pages, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_stat, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_backup_export, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_cli, pgt_setup, pgt_teardown),
   };
   /* the CLI of this build: BUILD/bucketstore beside BUILD/tests/ */
   const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
   snprintf(cli_path, sizeof cli_path, "%.*s/../bucketstore", slash ? (int)(slash - argv[0]) : 1,
            slash ? argv[0] : ".");
-  base_url = getenv("BS_TEST_PG_URL");
-  if (!base_url || !*base_url) {
-    printf("test_pg_verify: skipped (BS_TEST_PG_URL is not set; tests/pg_server.sh run starts a "
-           "server)\n");
-    return 0;
-  }
+  if (pgt_skipped("test_pg_verify")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
 int main(void) {
-  printf("test_pg_verify: this build has no PostgreSQL backend\n");
-  return 0;
+  return !pgt_skipped("test_pg_verify");
 }
 #endif

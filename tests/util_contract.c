@@ -8,9 +8,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
-#ifdef BS_HAVE_PG
-#include <libpq-fe.h>
-#endif
+#include "util_pg.h"
 
 /* ---- Backends --------------------------------------------------------------------------------- */
 
@@ -46,45 +44,23 @@ static void pg_schema_of(const char *path, char *out, size_t cap) {
     n += (size_t)snprintf(out + n, cap - n, "%02x", (unsigned char)*p);
 }
 
-static int pg_admin(const char *sql, bs_error *err) {
-  PGconn *c = PQconnectdb(getenv("BS_TEST_PG_URL"));
-  PGresult *r = NULL;
-  int rc = BS_OK;
-  if (PQstatus(c) == CONNECTION_OK) {
-    PQclear(PQexec(c, "SET client_min_messages = warning"));
-    r = PQexec(c, sql);
-  }
-  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
-    snprintf(err->msg, sizeof err->msg, "%s: %s", sql,
-             r ? PQresultErrorMessage(r) : PQerrorMessage(c));
-    rc = BS_EIO;
-  }
-  PQclear(r);
-  PQfinish(c);
-  return rc;
-}
-
 static int pg_open_db(const ct_backend *be, const char *path, const bs_open_options *opts,
                       bs_db **out, bs_error *err) {
-  const char *base = getenv("BS_TEST_PG_URL");
   char schema[96], sql[160], url[1024];
-  int rc;
   (void)be;
   pg_schema_of(path, schema, sizeof schema);
   snprintf(sql, sizeof sql, "CREATE SCHEMA IF NOT EXISTS %s", schema);
-  if ((rc = pg_admin(sql, err))) return rc;
-  snprintf(url, sizeof url, "%s%coptions=-csearch_path%%3D%s", base, strchr(base, '?') ? '&' : '?',
-           schema);
+  if (pgt_admin_try(sql, err->msg, sizeof err->msg)) return err->code = BS_EIO;
+  pgt_schema_url(url, sizeof url, schema);
   return bs_open(out, url, opts, err);
 }
 
 static void pg_remove_db(const ct_backend *be, const char *path) {
-  char schema[96], sql[160];
-  bs_error err = {0};
+  char schema[96], sql[160], msg[512];
   (void)be;
   pg_schema_of(path, schema, sizeof schema);
   snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", schema);
-  if (pg_admin(sql, &err)) fprintf(stderr, "postgres: %s\n", err.msg);
+  if (pgt_admin_try(sql, msg, sizeof msg)) fprintf(stderr, "postgres: %s\n", msg);
 }
 
 /* What the PostgreSQL backend does not implement yet (its NULL vtable slots, README.md). */
@@ -99,8 +75,7 @@ static const ct_backend ct_pg = {
 
 const ct_backend *ct_postgres(void) {
 #ifdef BS_HAVE_PG
-  const char *url = getenv("BS_TEST_PG_URL");
-  if (url && *url) return &ct_pg;
+  if (pgt_base_url()) return &ct_pg;
 #endif
   return NULL;
 }
