@@ -19,68 +19,37 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_pg.h"
 
 #ifdef BS_HAVE_PG
-#include <libpq-fe.h>
 
-static const char *base_url;
-static int schema_seq;
+/* ---- A schema of the test's own (util_pg), an LMDB directory beside it ---- */
 
-/* ---- A schema of the test's own, an LMDB directory beside it ---- */
-
-typedef struct pgt {
-  char schema[64];
-  char url[1024];
-  char dir[64];
-  PGconn *admin;
-} pgt;
-
-static void admin_exec(pgt *t, const char *sql) {
-  PGresult *r = PQexec(t->admin, sql);
-  ExecStatusType s = PQresultStatus(r);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  PQclear(r);
-}
-
-static long long admin_int(pgt *t, const char *sql) {
-  PGresult *r = PQexec(t->admin, sql);
-  long long v;
-  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-  v = atoll(PQgetvalue(r, 0, 0));
-  PQclear(r);
-  return v;
-}
+static char lmdb_dir[64];
 
 static int setup(void **state) {
-  pgt *t = calloc(1, sizeof *t);
-  char sql[256];
-  assert_non_null(t);
-  snprintf(t->schema, sizeof t->schema, "bs_c%ld_%d", (long)getpid(), ++schema_seq);
-  snprintf(t->url, sizeof t->url, "%s%coptions=-csearch_path%%3D%s", base_url,
-           strchr(base_url, '?') ? '&' : '?', t->schema);
-  snprintf(t->dir, sizeof t->dir, "/tmp/bs-pgc.XXXXXX");
-  assert_non_null(mkdtemp(t->dir));
-  t->admin = PQconnectdb(base_url);
-  assert_int_equal(PQstatus(t->admin), CONNECTION_OK);
-  PQclear(PQexec(t->admin, "SET client_min_messages = warning"));
-  snprintf(sql, sizeof sql, "CREATE SCHEMA %s; SET search_path = %s", t->schema, t->schema);
-  admin_exec(t, sql);
-  *state = t;
-  return 0;
+  snprintf(lmdb_dir, sizeof lmdb_dir, "/tmp/bs-pgc.XXXXXX");
+  assert_non_null(mkdtemp(lmdb_dir));
+  return pgt_setup(state);
+}
+
+/* rm -rf of the LMDB directory with what appended: "" the directory, "/\*" its files */
+static void lmdb_dir_clear(const char *what) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'%s", lmdb_dir, what);
+  if (system(cmd) != 0) fail_msg("%s failed", cmd);
 }
 
 static int teardown(void **state) {
-  pgt *t = *state;
-  char sql[256];
-  snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", t->schema);
-  admin_exec(t, sql);
-  PQfinish(t->admin);
-  snprintf(sql, sizeof sql, "rm -rf '%s'", t->dir);
-  if (system(sql) != 0) fail_msg("%s failed", sql);
-  free(t);
-  return 0;
+  lmdb_dir_clear("");
+  return pgt_teardown(state);
+}
+
+/* Both sides empty again: a new schema, an empty LMDB directory. */
+static void fresh(pgt *t) {
+  pgt_exec(t->admin, "DROP SCHEMA %s CASCADE; CREATE SCHEMA %s; SET search_path = %s", t->schema,
+           t->schema, t->schema);
+  lmdb_dir_clear("/*");
 }
 
 /* ---- Replies as text ---- */
@@ -151,7 +120,7 @@ static void pair_open(pair *p, pgt *t) {
   uint32_t id[N_SIDES];
   memset(p, 0, sizeof *p);
   p->t = t;
-  snprintf(path, sizeof path, "%s/db", t->dir);
+  snprintf(path, sizeof path, "%s/db", lmdb_dir);
   if (bs_open(&p->db[LM], path, NULL, &err)) fail_msg("lmdb open: %s", err.msg);
   if (bs_open(&p->db[PG], t->url, NULL, &err)) fail_msg("pg open: %s", err.msg);
   for (int i = 0; i < N_SIDES; i++) {
@@ -602,13 +571,8 @@ static void t_diff(void **state) {
   unsigned first = env_u("BS_SEED", 1), n = env_u("BS_SEEDS", quick() ? 6 : 40);
   unsigned steps = env_u("BS_STEPS", quick() ? 150 : 600);
   for (unsigned s = first; s < first + n; s++) {
-    char sql[512];
     run_seed(t, s, steps);
-    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE; CREATE SCHEMA %s; SET search_path = %s",
-             t->schema, t->schema, t->schema);
-    admin_exec(t, sql);
-    snprintf(sql, sizeof sql, "rm -rf '%s'/*", t->dir);
-    if (system(sql) != 0) fail_msg("%s failed", sql);
+    fresh(t);
   }
 }
 
@@ -658,8 +622,8 @@ static void t_truncate_many(void **state) {
     if (bs_writer_drop(p.w[i], V("t"), &err)) fail_msg("%s: %s", side_name[i], err.msg);
   do_commit(&p);
   check(&p);
-  assert_int_equal(admin_int(p.t, "SELECT count(*) FROM bs_tables"), 0);
-  assert_int_equal(admin_int(p.t, "SELECT count(*) FROM bs_source"), 0);
+  assert_int_equal(pgt_int(p.t->admin, "SELECT count(*) FROM bs_tables"), 0);
+  assert_int_equal(pgt_int(p.t->admin, "SELECT count(*) FROM bs_source"), 0);
   pair_close(&p);
 }
 
@@ -736,12 +700,7 @@ static void t_bounded_and_cancel(void **state) {
   pair_close(&p);
   /* cancelled at the k-th transaction, then completed */
   for (int k = 1; k <= total; k += 1 + total / 6) {
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE; CREATE SCHEMA %s; SET search_path = %s",
-             t->schema, t->schema, t->schema);
-    admin_exec(t, sql);
-    snprintf(sql, sizeof sql, "rm -rf '%s'/*", t->dir);
-    assert_int_equal(system(sql), 0);
+    fresh(t);
     pair_open(&p, t);
     p.seed = (uint64_t)k;
     fill(&p, 300, 60);
@@ -789,19 +748,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_initial_replication, setup, teardown),
       cmocka_unit_test_setup_teardown(t_diff, setup, teardown),
   };
-  base_url = getenv("BS_TEST_PG_URL");
-  if (!base_url || !*base_url) {
-    printf("test_pg_compact: skipped (BS_TEST_PG_URL is not set; tests/pg_server.sh run starts "
-           "a server)\n");
-    return 0;
-  }
+  if (pgt_skipped("test_pg_compact")) return 0;
   pools_init();
   keys_init();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
 int main(void) {
-  printf("test_pg_compact: this build has no PostgreSQL backend\n");
-  return 0;
+  return !pgt_skipped("test_pg_compact");
 }
 #endif
