@@ -695,13 +695,7 @@ static void lmdb_storage_destroy(bs_storage *base) {
   if (st) bs__free(&st->db->base.alloc, st);
 }
 
-/* ---- Arena: each flush allocates from one (the common layer's); no malloc per op ------------- */
-
-typedef bs__arena arena;
-#define arena_alloc bs__arena_alloc
-#define arena_dup   bs__arena_dup
-#define arena_reset bs__arena_reset
-#define arena_free  bs__arena_free
+/* ---- Arena: each flush allocates from one (bs__arena); no malloc per op --------------------- */
 
 /* The flush's maps are bs__htab (common.c): hkey hashes a key, the value points at the object
  * that holds it (an index + 1 for lookups), and the caller compares the key. */
@@ -722,14 +716,11 @@ static void *vec_push(const bs_allocator *a, vec *v) {
 
 /* ---- The writer: queue ------------------------------------------------------------------------ */
 
-/* A pending op of one flush; written in key order (bucket id, op id) at the end. */
+/* A pending op of one flush (its strings borrowed from the queue or the arena); written in key
+ * order (bucket id, op id) at the end. */
 typedef struct pop {
   struct pop *next;
-  uint64_t op_id;
-  uint8_t type;
-  uint32_t checksum;
-  bs_val object_type, object_id, data;
-  const char *subkey; /* BS_SUBKEY_SIZE bytes */
+  bs_op op;
 } pop;
 
 /* A bucket seen by this flush: its state is loaded once, updated in memory, written once. */
@@ -737,7 +728,7 @@ typedef struct bent {
   uint64_t id;
   bs__bucket_state st;
   unsigned char idkey[8]; /* u64be id: key of the by-id map */
-  int is_new, touched, queued;
+  int is_new, touched;
   pop *head, *tail;
 } bent;
 
@@ -765,7 +756,7 @@ typedef struct fctx {
   /* Lookup cursors of the apply phase (bs__lmdb_get), opened on first use; NULL when closed */
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
   bs__stream_rec rec;
-  arena ar;
+  bs__arena ar;
   /* values: bent * by name and by id, srec * by key, ptable * by name, lkeys index + 1 */
   bs__htab by_name, by_id, recs, tables, lookups;
   vec bents;           /* bent * */
@@ -793,20 +784,20 @@ typedef struct lm_writer {
   fctx f;
 } lm_writer;
 
-static int copy_val(arena *ar, bs_val *dst, bs_val src) {
+static int copy_val(bs__arena *ar, bs_val *dst, bs_val src) {
   dst->size = src.size;
   if (!src.data) {
     dst->data = NULL;
     return BS_OK;
   }
-  dst->data = src.size ? arena_dup(ar, src.data, src.size) : lm_empty;
+  dst->data = src.size ? bs__arena_dup(ar, src.data, src.size) : lm_empty;
   return dst->data ? BS_OK : BS_ENOMEM;
 }
 
 /* ---- The writer: flush context ---------------------------------------------------------------- */
 
 static void fctx_reset(fctx *f) {
-  arena_reset(&f->ar);
+  bs__arena_reset(&f->ar);
   bs__htab_clear(&f->by_name);
   bs__htab_clear(&f->by_id);
   bs__htab_clear(&f->recs);
@@ -855,7 +846,7 @@ static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
 
 static void fctx_free(fctx *f) {
   const bs_allocator *a = &f->db->base.alloc;
-  arena_free(&f->ar);
+  bs__arena_free(&f->ar);
   bs__htab_free(&f->by_name, a);
   bs__htab_free(&f->by_id, a);
   bs__htab_free(&f->recs, a);
@@ -939,12 +930,12 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
     return bs__fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
                     (unsigned long long)id);
   if (mrc) return bs__lmdb_fail(err, mrc, "reading a bucket state");
-  if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
+  if (!(b = bs__arena_alloc(&f->ar, sizeof *b))) return oom(err);
   memset(b, 0, sizeof *b);
   b->id = id;
   if (bs__bucket_state_decode(&val, &b->st))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: state does not decode", (unsigned long long)id);
-  if (!(b->st.name.data = arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
+  if (!(b->st.name.data = bs__arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
   if (bent_by_name(f, b->st.name, hkey(b->st.name.data, b->st.name.size)))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: name maps to another id",
                     (unsigned long long)id);
@@ -965,7 +956,7 @@ static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
   if (rc == BS_OK) return bucket_by_id(f, id, out, err);
   if (rc != BS_ENOTFOUND) return rc;
   if ((rc = seq_load(f, err)) != BS_OK) return rc;
-  if (!(b = arena_alloc(&f->ar, sizeof *b))) return oom(err);
+  if (!(b = bs__arena_alloc(&f->ar, sizeof *b))) return oom(err);
   memset(b, 0, sizeof *b);
   b->id = ++f->seq_bucket;
   f->seq_dirty = 1;
@@ -985,39 +976,26 @@ static int next_op(fctx *f, uint64_t *id, bs_error *err) {
   return BS_OK;
 }
 
-/* The op o stores (the codec's view of it). */
-static bs_op pop_op(const pop *o) {
-  bs_op op = {o->op_id,     (bs_op_type)o->type,         o->checksum, 0, o->object_type,
-              o->object_id, {o->subkey, BS_SUBKEY_SIZE}, o->data};
-  return op;
-}
-
-static int emit_op(fctx *f, bent *b, uint8_t type, uint32_t ck, bs_val ot, bs_val oi,
-                   const char *sk, bs_val data, uint64_t *id_out, bs_error *err) {
-  pop *o = arena_alloc(&f->ar, sizeof *o);
-  bs_op op;
+/* Appends op (a PUT or REMOVE; its strings outlive the flush) to b with the next op id. */
+static int emit_op(fctx *f, bent *b, const bs_op *op, uint64_t *id_out, bs_error *err) {
+  pop *o = bs__arena_alloc(&f->ar, sizeof *o);
   int rc;
   if (!o) return oom(err);
-  if ((rc = next_op(f, &o->op_id, err)) != BS_OK) return rc;
   o->next = NULL;
-  o->type = type;
-  o->checksum = ck;
-  o->object_type = ot;
-  o->object_id = oi;
-  o->data = data;
-  o->subkey = sk;
+  o->op = *op;
+  o->op.target_op = 0;
+  if ((rc = next_op(f, &o->op.op_id, err)) != BS_OK) return rc;
   if (b->tail)
     b->tail->next = o;
   else
     b->head = o;
   b->tail = o;
   b->touched = 1;
-  b->st.checksum = bs__cksum_add(b->st.checksum, ck);
+  b->st.checksum = bs__cksum_add(b->st.checksum, op->checksum);
   b->st.count++;
-  b->st.last_op = o->op_id;
-  op = pop_op(o);
-  b->st.bytes += bs__lmdb_op_size(&op);
-  *id_out = o->op_id;
+  b->st.last_op = o->op.op_id;
+  b->st.bytes += bs__lmdb_op_size(&o->op);
+  *id_out = o->op.op_id;
   return BS_OK;
 }
 
@@ -1054,7 +1032,7 @@ static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_v
   int rc;
   if ((rc = next_op(f, &id, err)) != BS_OK) return rc;
   ks = bs__lmdb_param_key(kb, f->stream, lkey, tid, rid, id);
-  if (!(k = arena_alloc(&f->ar, ks)) || !(v = arena_alloc(&f->ar, vs))) return oom(err);
+  if (!(k = bs__arena_alloc(&f->ar, ks)) || !(v = bs__arena_alloc(&f->ar, vs))) return oom(err);
   memcpy(k, kb, ks);
   bs__lmdb_param_value(v, rid, params, n_params);
   if (!(e = vec_push(&f->db->base.alloc, &f->pars))) return oom(err);
@@ -1103,7 +1081,7 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
     if ((mrc = mdb_put(f->txn, f->db->tables, &key, &val, 0)) != 0)
       return bs__lmdb_fail(err, mrc, "registering a table");
   }
-  if (!(t = arena_alloc(&f->ar, sizeof *t))) return oom(err);
+  if (!(t = bs__arena_alloc(&f->ar, sizeof *t))) return oom(err);
   t->name = name;
   t->id = *out;
   return bs__htab_add(&f->tables, &f->db->base.alloc, h, (uintptr_t)t) ? oom(err) : BS_OK;
@@ -1111,17 +1089,27 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
 
 /* Decodes a source value into r, on an arena copy (this txn's writes may move the map's). */
 static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
-  MDB_val copy = {val->mv_size, arena_dup(&f->ar, val->mv_data, val->mv_size)};
+  MDB_val copy = {val->mv_size, bs__arena_dup(&f->ar, val->mv_data, val->mv_size)};
   bs__member *m = NULL;
   bs_val *lk = NULL;
   if (!copy.mv_data) return oom(err);
   if (bs__lmdb_srec_head(&copy, &r->r) != BS_OK) goto bad;
-  if ((r->r.nm && !(m = arena_alloc(&f->ar, r->r.nm * sizeof *m))) ||
-      (r->r.nl && !(lk = arena_alloc(&f->ar, r->r.nl * sizeof *lk))))
+  if ((r->r.nm && !(m = bs__arena_alloc(&f->ar, r->r.nm * sizeof *m))) ||
+      (r->r.nl && !(lk = bs__arena_alloc(&f->ar, r->r.nl * sizeof *lk))))
     return oom(err);
   if (bs__lmdb_srec_decode(&copy, &r->r, m, lk) == BS_OK) return BS_OK;
 bad:
   return bs__fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
+}
+
+/* A record of the flush for key (copied behind it), not in the map and not read yet. */
+static srec *srec_new(fctx *f, const void *key, size_t n) {
+  srec *r = bs__arena_alloc(&f->ar, sizeof *r + n);
+  if (!r) return NULL;
+  memset(r, 0, sizeof *r);
+  r->key.data = memcpy(r + 1, key, n);
+  r->key.size = n;
+  return r;
 }
 
 static int mark_dirty(fctx *f, srec *r, bs_error *err) {
@@ -1146,11 +1134,7 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
       *out = r;
       return BS_OK;
     }
-  if (!(r = arena_alloc(&f->ar, sizeof *r + key.mv_size))) return oom(err); /* key follows r */
-  memset(r, 0, sizeof *r);
-  memcpy(r + 1, kbuf, key.mv_size);
-  r->key.data = r + 1;
-  r->key.size = key.mv_size;
+  if (!(r = srec_new(f, kbuf, key.mv_size))) return oom(err);
   if (read_db) {
     mrc = bs__lmdb_get(f->txn, f->db->source, &f->src, &key, &val);
     if (mrc == 0) {
@@ -1185,20 +1169,19 @@ static int fx_bucket(void *ctx, bs_val name, uint64_t *id, bs_error *err) {
 static const char *keep_subkey(fctx *f, bs_val sk) {
   char *p;
   if (f->last_sk && memcmp(f->last_sk, sk.data, BS_SUBKEY_SIZE) == 0) return f->last_sk;
-  if ((p = arena_dup(&f->ar, sk.data, BS_SUBKEY_SIZE))) f->last_sk = p;
+  if ((p = bs__arena_dup(&f->ar, sk.data, BS_SUBKEY_SIZE))) f->last_sk = p;
   return p;
 }
 
 static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *id, bs_error *err) {
   fctx *f = ctx;
-  const char *sk;
+  bs_op kept = *op;
   int rc;
   if ((!f->last_b || f->last_b->id != bucket) &&
       (rc = bucket_by_id(f, bucket, &f->last_b, err)) != BS_OK)
     return rc;
-  if (!(sk = keep_subkey(f, op->subkey))) return oom(err);
-  return emit_op(f, f->last_b, (uint8_t)op->type, op->checksum, op->object_type, op->object_id, sk,
-                 op->data, id, err);
+  if (!(kept.subkey.data = keep_subkey(f, op->subkey))) return oom(err);
+  return emit_op(f, f->last_b, &kept, id, err);
 }
 
 static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
@@ -1221,8 +1204,8 @@ static int fx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   if ((!r || !bs__val_eq(r->key, key)) && (rc = rec_load(f, f->tid, rid, 0, &r, err)) != BS_OK)
     return rc;
   r->r = *rec;
-  r->r.m = rec->nm ? arena_dup(&f->ar, rec->m, rec->nm * sizeof *rec->m) : NULL;
-  r->r.lk = rec->nl ? arena_dup(&f->ar, rec->lk, rec->nl * sizeof *rec->lk) : NULL;
+  r->r.m = rec->nm ? bs__arena_dup(&f->ar, rec->m, rec->nm * sizeof *rec->m) : NULL;
+  r->r.lk = rec->nl ? bs__arena_dup(&f->ar, rec->lk, rec->nl * sizeof *rec->lk) : NULL;
   if ((rec->nm && !r->r.m) || (rec->nl && !r->r.lk)) return oom(err);
   r->new_mark = rec->soft; /* effects.c stores a soft-deleted record only when it is new */
   return mark_dirty(f, r, err);
@@ -1310,13 +1293,12 @@ static int put_ops(fctx *f, bs_error *err) {
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
       unsigned char k[BS_OP_KEY_SIZE];
-      const bs_op op = pop_op(o);
-      MDB_val key = {sizeof k, k}, val = {bs__lmdb_op_size(&op), NULL};
-      bs__lmdb_op_key(k, bl[i]->id, o->op_id);
+      MDB_val key = {sizeof k, k}, val = {bs__lmdb_op_size(&o->op), NULL};
+      bs__lmdb_op_key(k, bl[i]->id, o->op.op_id);
       if (!app && past_end(k, sizeof k, last, nlast)) app = MDB_APPEND;
       /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
       if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
-      bs__lmdb_op_encode(val.mv_data, &op);
+      bs__lmdb_op_encode(val.mv_data, &o->op);
     }
   }
   mdb_cursor_close(cur);
@@ -1372,40 +1354,28 @@ static int put_buckets(fctx *f, bs_error *err) {
   return BS_OK;
 }
 
+/* The superseded entries, and each of their buckets queued for compaction once (sorted: a
+ * bucket's entries are one run). */
 static int put_sups(fctx *f, bs_error *err) {
   psup *s = f->sups.p;
-  bent *last = NULL;
   MDB_cursor *cur;
-  int mrc;
+  int mrc = 0;
   if (!f->sups.n) return BS_OK;
   sort_if_needed(s, f->sups.n, sizeof *s, cmp_psup);
   if ((mrc = mdb_cursor_open(f->txn, f->db->superseded, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  for (size_t i = 0; i < f->sups.n; i++) {
-    unsigned char k[BS_SUP_KEY_SIZE], v[BS_SUP_VALUE_SIZE];
-    MDB_val key = {sizeof k, k}, val = {sizeof v, v};
+  for (size_t i = 0; i < f->sups.n && !mrc; i++) {
+    unsigned char k[BS_SUP_KEY_SIZE], v[BS_SUP_VALUE_SIZE], qk[BS_CQUEUE_KEY_SIZE];
+    MDB_val key = {sizeof k, k}, val = {sizeof v, v}, qkey = {sizeof qk, qk};
+    MDB_val qval = {0, (void *)lm_empty};
     bs__lmdb_sup_key(k, s[i].bucket, s[i].old_op);
     bs__lmdb_sup_value(v, s[i].new_op);
-    if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) != 0) {
-      mdb_cursor_close(cur);
-      return bs__lmdb_fail(err, mrc, "writing a superseded entry");
-    }
-    if (!last || last->id != s[i].bucket) {
-      unsigned char qk[BS_CQUEUE_KEY_SIZE];
-      MDB_val qkey = {sizeof qk, qk}, qval = {0, (void *)lm_empty};
-      bs__lmdb_cqueue_key(qk, f->stream, s[i].bucket);
-      bucket_by_id(f, s[i].bucket, &last, err); /* in the map: cannot fail */
-      if (last && !last->queued) {
-        last->queued = 1;
-        if ((mrc = mdb_put(f->txn, f->db->cqueue, &qkey, &qval, 0)) != 0) {
-          mdb_cursor_close(cur);
-          return bs__lmdb_fail(err, mrc, "queueing a bucket for compaction");
-        }
-      }
-    }
+    bs__lmdb_cqueue_key(qk, f->stream, s[i].bucket);
+    if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) == 0 && (!i || s[i - 1].bucket != s[i].bucket))
+      mrc = mdb_put(f->txn, f->db->cqueue, &qkey, &qval, 0);
   }
   mdb_cursor_close(cur);
-  return BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing a superseded entry or its cqueue entry") : BS_OK;
 }
 
 static int put_pars(fctx *f, bs_error *err) {
@@ -1537,7 +1507,7 @@ static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err)
 static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_error *err) {
   unsigned char kb[16];
   MDB_val key = {16, kb}, val;
-  bs_val rid, ot, oi, data;
+  bs_val rid;
   uint32_t tid;
   char *sk;
   bs__member *m = NULL;
@@ -1567,17 +1537,18 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
       !bs__val_eq(op.object_id, m->object_id))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
                     (unsigned long long)row->bucket, (unsigned long long)row->old_op);
-  if (!(sk = arena_alloc(&f->ar, BS_SUBKEY_SIZE))) return oom(err);
+  if (!(sk = bs__arena_alloc(&f->ar, BS_SUBKEY_SIZE))) return oom(err);
   bs_subkey(sk, tid, rid);
   if (memcmp(sk, op.subkey.data, BS_SUBKEY_SIZE) != 0)
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu has another row's subkey",
                     (unsigned long long)row->bucket, (unsigned long long)row->old_op);
   /* copies: the op's value is in the map, and this transaction's writes may move it */
-  if (copy_val(&f->ar, &ot, op.object_type) || copy_val(&f->ar, &oi, op.object_id) ||
-      copy_val(&f->ar, &data, op.data))
+  op.subkey.data = sk;
+  if (copy_val(&f->ar, &op.object_type, op.object_type) ||
+      copy_val(&f->ar, &op.object_id, op.object_id) || copy_val(&f->ar, &op.data, op.data))
     return oom(err);
   if ((rc = bucket_by_id(f, row->bucket, &b, err)) != BS_OK) return rc;
-  if ((rc = emit_op(f, b, BS_OP_PUT, op.checksum, ot, oi, sk, data, &id, err)) != BS_OK) return rc;
+  if ((rc = emit_op(f, b, &op, &id, err)) != BS_OK) return rc;
   if ((rc = note_sup(f, b->id, row->old_op, id, err)) != BS_OK) return rc;
   m->op = id;
   *done = 1;
@@ -1591,7 +1562,7 @@ int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lm
   int rc;
   *emitted_out = 0;
   fctx_init(&f, db, stream, 0);
-  if ((rc = f_begin(&f, txn, err)) != BS_OK) goto out;
+  rc = f_begin(&f, txn, err);
   for (size_t i = 0; i < n && rc == BS_OK; i++) {
     int done;
     rc = reemit_one(&f, &rows[i], &done, err);
@@ -1600,8 +1571,6 @@ int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lm
   f_close_src(&f);
   if (rc == BS_OK && emitted) rc = f_finish(&f, NULL, 0, err);
   if (rc == BS_OK) *emitted_out = emitted;
-out:
-  f_close_src(&f);
   fctx_free(&f);
   return rc;
 }
@@ -1631,7 +1600,7 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   }
   if (nu) {
     size_t k = 0;
-    if (!(users = arena_alloc(&f->ar, nu * sizeof *users))) return oom(err);
+    if (!(users = bs__arena_alloc(&f->ar, nu * sizeof *users))) return oom(err);
     for (size_t i = 0; i < w->batch->n; i++)
       if (w->batch->items[i].wcp) users[k++] = w->batch->items[i].wcp->user_id;
   }
@@ -1811,19 +1780,23 @@ static int lw_commit(bs_writer *base, const bs_write_batch *batch, bs_val lsn, i
   return BS_OK;
 }
 
-typedef struct lsn_ctx {
+/* One change of a stream record in its own txn: the writer's LSN calls (on a live stream) and
+ * the lifecycle calls below. */
+typedef struct state_ctx {
   bs__lmdb_db *db;
   uint32_t stream;
+  int reset, terminate;
+  const char *error;         /* report_error */
+  int snapshot_done, resume; /* snapshot_done(lsn), resume_lsn(lsn) */
   bs_val lsn;
-  int snapshot_done; /* 1: snapshot_done(lsn), 0: resume_lsn(lsn) */
-} lsn_ctx;
+} state_ctx;
 
-static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
-  lsn_ctx *c = payload;
+static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  state_ctx *c = payload;
   bs__stream_rec r;
   int rc;
   if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK ||
-      (rc = check_live(&r, err)) != BS_OK)
+      ((c->snapshot_done || c->resume) && (rc = check_live(&r, err)) != BS_OK))
     return rc;
   if (c->snapshot_done) {
     r.snapshot_done = 1;
@@ -1831,17 +1804,36 @@ static int lsn_txn(MDB_txn *txn, void *payload, bs_error *err) {
       r.no_checkpoint_before = c->lsn;
       r.has_no_checkpoint_before = 1;
     }
-  } else {
+  }
+  if (c->resume) {
     r.resume_lsn = c->lsn;
     r.has_resume_lsn = 1;
+  }
+  if (c->reset) {
+    /* op_head is kept: op ids never repeat within a stream, so no cache can confuse them. */
+    r.checkpoint = 0;
+    r.last_checkpoint_op = r.op_head;
+    r.has_checkpoint_lsn = r.has_resume_lsn = r.has_no_checkpoint_before = 0;
+    r.snapshot_done = 0;
+    r.param_horizon = r.param_cursor = r.compact_horizon = 0;
+    r.changes_fence = r.op_head; /* changes below it are gone: readers must invalidate */
+    r.checkpoint_lsn.size = r.resume_lsn.size = r.no_checkpoint_before.size = 0;
+  }
+  if (c->terminate) r.state = BS_STREAM_TERMINATED;
+  if (c->error) {
+    r.last_error = bs__val_str(c->error);
+    if (r.last_error.size > 255) r.last_error.size = 255;
+    if (r.state == BS_STREAM_ACTIVE) r.state = BS_STREAM_ERRORED;
   }
   return bs__stream_rec_put(c->db, txn, &r, err);
 }
 
 static int lw_lsn(lm_writer *w, bs_val lsn, int snapshot_done, bs_error *err) {
-  lsn_ctx c = {w->db, w->st->base.stream_id, lsn, snapshot_done};
+  state_ctx c = {.db = w->db, .stream = w->st->base.stream_id, .lsn = lsn};
+  c.snapshot_done = snapshot_done;
+  c.resume = !snapshot_done;
   if (!c.lsn.data) c.lsn.data = lm_empty;
-  return bs__lmdb_write(w->db, lsn_txn, &c, err);
+  return bs__lmdb_write(w->db, state_txn, &c, err);
 }
 
 static int lw_snapshot_done(bs_writer *base, bs_val lsn, bs_error *err) {
@@ -1940,19 +1932,11 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
       mrc = MDB_NOTFOUND;
       break;
     }
-    if (!(r = arena_alloc(&f->ar, sizeof *r))) {
-      mdb_cursor_close(cur);
-      return oom(err);
-    }
-    memset(r, 0, sizeof *r);
-    r->key.size = key.mv_size;
-    if (!(r->key.data = arena_dup(&f->ar, key.mv_data, key.mv_size)) ||
-        (rc = srec_decode(f, r, &val, err)) != BS_OK || (rc = mark_dirty(f, r, err)) != BS_OK) {
-      mdb_cursor_close(cur);
-      return rc ? rc : oom(err);
-    }
+    if (!(r = srec_new(f, key.mv_data, key.mv_size))) rc = oom(err);
+    if (rc || (rc = srec_decode(f, r, &val, err)) || (rc = mark_dirty(f, r, err))) break;
   }
   mdb_cursor_close(cur);
+  if (rc) return rc;
   if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "scanning source records");
   if (mrc == MDB_NOTFOUND) c->done = 1;
   for (size_t i = 0; i < f->dirty.n; i++) {
@@ -2109,43 +2093,12 @@ static int collect_bucket_ids(bs__lmdb_db *db, uint32_t stream, vec *ids, bs_err
   return rc;
 }
 
-typedef struct state_ctx {
-  bs__lmdb_db *db;
-  uint32_t stream;
-  int reset, terminate;
-  const char *error; /* report_error */
-} state_ctx;
-
-static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
-  state_ctx *c = payload;
-  bs__stream_rec r;
-  int rc;
-  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
-  if (c->reset) {
-    /* op_head is kept: op ids never repeat within a stream, so no cache can confuse them. */
-    r.checkpoint = 0;
-    r.last_checkpoint_op = r.op_head;
-    r.has_checkpoint_lsn = r.has_resume_lsn = r.has_no_checkpoint_before = 0;
-    r.snapshot_done = 0;
-    r.param_horizon = r.param_cursor = r.compact_horizon = 0;
-    r.changes_fence = r.op_head; /* changes below it are gone: readers must invalidate */
-    r.checkpoint_lsn.size = r.resume_lsn.size = r.no_checkpoint_before.size = 0;
-  }
-  if (c->terminate) r.state = BS_STREAM_TERMINATED;
-  if (c->error) {
-    r.last_error = bs__val_str(c->error);
-    if (r.last_error.size > 255) r.last_error.size = 255;
-    if (r.state == BS_STREAM_ACTIVE) r.state = BS_STREAM_ERRORED;
-  }
-  return bs__stream_rec_put(c->db, txn, &r, err);
-}
-
 static int stream_clear(bs__lmdb_db *db, uint32_t stream, bs_error *err) {
   MDB_dbi per_stream[7] = {db->source, db->params,  db->changes, db->cqueue,
                            db->tables, db->softdel, db->buckets};
   unsigned char pk[5];
   vec ids = {NULL, 0, 0, sizeof(uint64_t)};
-  state_ctx sc = {db, stream, 1, 0, NULL};
+  state_ctx sc = {.db = db, .stream = stream, .reset = 1};
   int rc;
   BS_ASSERT(!(db->env_flags & MDB_RDONLY)); /* refused by the front */
   if ((rc = collect_bucket_ids(db, stream, &ids, err)) != BS_OK) goto out;
@@ -2176,7 +2129,7 @@ static int lmdb_clear(bs_storage *base, bs_error *err) {
 
 static int lmdb_terminate(bs_storage *base, int clear, bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
-  state_ctx sc = {st->db, base->stream_id, 0, 1, NULL};
+  state_ctx sc = {.db = st->db, .stream = base->stream_id, .terminate = 1};
   int rc;
   if (clear && (rc = stream_clear(st->db, base->stream_id, err)) != BS_OK) return rc;
   return bs__lmdb_write(st->db, state_txn, &sc, err);
@@ -2184,7 +2137,7 @@ static int lmdb_terminate(bs_storage *base, int clear, bs_error *err) {
 
 static int lmdb_report_error(bs_storage *base, const char *message, bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
-  state_ctx sc = {st->db, base->stream_id, 0, 0, message ? message : ""};
+  state_ctx sc = {.db = st->db, .stream = base->stream_id, .error = message ? message : ""};
   return bs__lmdb_write(st->db, state_txn, &sc, err);
 }
 
