@@ -60,15 +60,6 @@ int bs__fail(bs_error *err, int code, const char *fmt, ...) {
   return code;
 }
 
-void bs__verify_problem(uint64_t *problems, void (*fn)(const char *, void *), void *payload,
-                        const char *fmt, va_list ap) {
-  char buf[512];
-  ++*problems;
-  if (!fn) return;
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  fn(buf, payload);
-}
-
 /* ---- Clock ----------------------------------------------------------------------------------- */
 
 int64_t bs__now_ms(void) {

@@ -4,7 +4,7 @@
  *     byte order, the one hash table; it uses nothing else of the library;
  *  2. the front/backend contract: the front's state beside the bases of storage_backend.h, the
  *     backends' constructors;
- *  3. the rules (rules.c, checksum.c, effects.c, compact.c, lookup.c) that the front and every
+ *  3. the rules (rules.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) that the front and every
  *     backend apply, each written once; they use only the common layer.
  * The front (storage.c, writer.c) uses all three; a backend uses the common layer and the rules,
  * never the front (`make layercheck` checks the object files with nm). No backend's types: each
@@ -51,10 +51,6 @@ void bs__assert_fail(const char *cond, const char *file, int line);
 /* ---- Errors ---- */
 /* Fills err (if any) with code and a formatted message; returns code. */
 int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
-/* One problem found by a backend's bs_db_verify: counted in *problems and, when fn is not NULL,
- * formatted (up to 511 bytes) and handed to fn. */
-void bs__verify_problem(uint64_t *problems, void (*fn)(const char *, void *), void *payload,
-                        const char *fmt, va_list ap);
 
 /* ---- Clock ---- */
 /* The one clock of stored times: wall-clock milliseconds since the Unix epoch (CLOCK_REALTIME).
@@ -271,7 +267,7 @@ static inline int bs__op_carries_row(bs_op_type type) {
 }
 #define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
 
-/* ================ 3. Rules (rules.c, checksum.c, effects.c, compact.c, lookup.c) ============= */
+/* ========= 3. Rules (rules.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) ========= */
 
 /* ---- Options and checkpoints (rules.c) ---- */
 /* opts->version in 1..current, else BS_EINVAL naming what. */
@@ -559,6 +555,46 @@ int bs__compact_defrag_due(uint64_t live, uint64_t count, double ratio);
 static inline int bs__compact_param_drop(int newer_seen, uint32_t n_sets) {
   return newer_seen || n_sets == 0;
 }
+
+/* ---- Verify (verify.c): the rules of every backend's bs_db_verify ----
+ * A backend walks its own storage and reports what it finds; these decide what is a problem. */
+typedef struct bs__vstream {
+  uint32_t id;
+  uint64_t op_head;
+  bs_hash hash;
+  int hash_known; /* 0: a hash mode this build does not know: checksums are not recomputed */
+} bs__vstream;
+typedef struct bs__verify {
+  void (*fn)(const char *problem, void *payload); /* NULL: problems are only counted */
+  void *payload;
+  uint64_t problems;
+  const bs_allocator *a; /* of streams, which the backend frees */
+  bs__vstream *streams;
+  size_t n_streams, cap_streams;
+} bs__verify;
+/* One problem: counted, and formatted (up to 511 bytes) for fn. */
+void bs__verify_problem(bs__verify *v, const char *fmt, ...) BS_PRINTF(2, 3);
+/* Records a stream (its stored hash mode and checkpoint checked); BS_ENOMEM. */
+int bs__verify_stream_add(bs__verify *v, uint32_t id, uint64_t op_head, uint64_t checkpoint,
+                          unsigned hash);
+const bs__vstream *bs__verify_stream(const bs__verify *v, uint32_t id); /* NULL: unknown */
+/* A bucket: its stored state, set by the backend, then what bs__verify_op saw of its ops (zeroed
+ * before the first), compared by bs__verify_bucket_end. */
+typedef struct bs__vbucket {
+  bs_val name;
+  uint64_t id; /* shown in problems */
+  uint32_t stream_id;
+  const bs__vstream *stream; /* NULL: unknown */
+  int has_state;             /* running checksum, count and bytes are stored */
+  uint64_t checksum, count, bytes, last_op, clear_start, clear_op;
+  uint64_t header; /* what an op adds to bytes beyond its payload */
+  uint32_t sum;
+  uint64_t n, n_bad /* ops the backend could not decode */, sum_bytes, last_seen, first_op;
+  int first_clear;
+} bs__vbucket;
+/* The next op of b in op id order; payload: the bytes stored beyond its fixed fields. */
+void bs__verify_op(bs__verify *v, bs__vbucket *b, const bs_op *op, uint64_t payload);
+void bs__verify_bucket_end(bs__verify *v, const bs__vbucket *b);
 
 /* ---- The front's checksum cache (checksum.c; only storage.c calls it) ---- */
 typedef struct bs__cksum_cache bs__cksum_cache;

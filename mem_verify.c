@@ -1,86 +1,57 @@
 /*
- * bs__mem_verify.c: the memory backend's verify: real checks on the naive store (every derived value
- * recomputed, every index entry found where it points).
+ * mem_verify.c: the memory backend's verify: its buckets' ops through verify.c's rules, and real
+ * checks on the rest of the naive store (every derived value recomputed, every index entry found
+ * where it points).
  */
 #include "mem_internal.h"
 
-/* ---- verify: real checks on the naive store -------------------------------------------------- */
-
+/* The problems found under the lock, handed to the caller's fn after it (fn may call db). */
 typedef struct vlist {
-  const bs_allocator *a;
+  bs__verify v; /* its fn: collect */
   char **msgs;
   size_t n, cap;
   int oom;
 } vlist;
 
-static void problem(vlist *v, const char *fmt, ...) BS_PRINTF(2, 3);
-static void problem(vlist *v, const char *fmt, ...) {
-  char buf[256], *p;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (GROW(v->a, v->msgs, v->n, v->cap, v->n + 1) || !(p = bs__malloc(v->a, strlen(buf) + 1))) {
-    v->oom = 1;
+#define problem(l, ...) bs__verify_problem(&(l)->v, __VA_ARGS__)
+
+static void collect(const char *msg, void *payload) {
+  vlist *l = payload;
+  size_t n = strlen(msg) + 1;
+  char *p;
+  if (GROW(l->v.a, l->msgs, l->n, l->cap, l->n + 1) || !(p = bs__malloc(l->v.a, n))) {
+    l->oom = 1;
     return;
   }
-  memcpy(p, buf, strlen(buf) + 1);
-  v->msgs[v->n++] = p;
+  l->msgs[l->n++] = memcpy(p, msg, n);
 }
 
-static int has_payload(const mem_op *o) {
-  return o->ot.size || o->oi.size || o->sk.size || o->data.size;
-}
-
-static void verify_bucket(vlist *v, const mem_stream *s, const mem_bucket *b) {
-  unsigned sid = (unsigned)s->id;
-  int bn = (int)(b->name.size > 64 ? 64 : b->name.size);
-  const char *bp = b->name.size ? (const char *)b->name.data : "";
+static void verify_bucket(bs__verify *v, const bs__vstream *sh, const mem_bucket *b, size_t i) {
+  bs__vbucket vb = {.name = b->name,
+                    .id = i,
+                    .stream_id = sh->id,
+                    .stream = sh,
+                    .last_op = b->n ? b->ops[b->n - 1].id : 0,
+                    .clear_start = b->clear_start,
+                    .clear_op = b->clear_op};
   for (size_t k = 0; k < b->n; k++) {
     const mem_op *o = &b->ops[k];
-    unsigned long long id = (unsigned long long)o->id;
-    if (o->id == 0 || o->id > s->m.op_head)
-      problem(v, "stream %u bucket '%.*s': op %llu outside 1..%llu", sid, bn, bp, id,
-              (unsigned long long)s->m.op_head);
-    if (k && o->id <= b->ops[k - 1].id)
-      problem(v, "stream %u bucket '%.*s': op %llu not above op %llu", sid, bn, bp, id,
-              (unsigned long long)b->ops[k - 1].id);
-    switch (o->type) {
-    case BS_OP_PUT:
-      if (o->sk.size != BS_SUBKEY_SIZE || o->target)
-        problem(v, "stream %u bucket '%.*s': PUT %llu malformed", sid, bn, bp, id);
-      if (o->checksum != bs_checksum_put(s->m.hash, o->ot, o->oi, o->data))
-        problem(v, "stream %u bucket '%.*s': PUT %llu checksum mismatch", sid, bn, bp, id);
-      break;
-    case BS_OP_REMOVE:
-      if (o->sk.size != BS_SUBKEY_SIZE || o->data.size || o->target)
-        problem(v, "stream %u bucket '%.*s': REMOVE %llu malformed", sid, bn, bp, id);
-      if (o->checksum != bs_checksum_remove(s->m.hash, o->sk))
-        problem(v, "stream %u bucket '%.*s': REMOVE %llu checksum mismatch", sid, bn, bp, id);
-      break;
-    case BS_OP_MOVE:
-      if (has_payload(o) || o->target <= o->id)
-        problem(v, "stream %u bucket '%.*s': MOVE %llu malformed (target %llu)", sid, bn, bp, id,
-                (unsigned long long)o->target);
-      break;
-    case BS_OP_CLEAR:
-      if (k != 0 || has_payload(o) || b->clear_op != o->id || b->clear_start > o->id)
-        problem(v, "stream %u bucket '%.*s': CLEAR %llu malformed or misplaced", sid, bn, bp, id);
-      break;
-    default:
-      problem(v, "stream %u bucket '%.*s': op %llu has type %d", sid, bn, bp, id, (int)o->type);
-    }
+    bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
+    bs__verify_op(v, &vb, &op, o->ot.size + o->oi.size + o->sk.size + o->data.size);
   }
-  if (b->clear_op && (!b->n || b->ops[0].type != BS_OP_CLEAR))
-    problem(v, "stream %u bucket '%.*s': torn span without a leading CLEAR", sid, bn, bp);
+  bs__verify_bucket_end(v, &vb);
 }
 
 static void verify_stream(vlist *v, const mem_stream *s) {
-  const bs_allocator *a = v->a;
+  const bs_allocator *a = v->v.a;
   size_t nids = s->nparams, k = 0;
   uint64_t *ids, nsoft = 0;
+  if (bs__verify_stream_add(&v->v, s->id, s->m.op_head, s->m.checkpoint, s->m.hash)) {
+    v->oom = 1;
+    return;
+  }
   for (size_t i = 0; i < s->nbuckets; i++) {
-    verify_bucket(v, s, s->buckets[i]);
+    verify_bucket(&v->v, &v->v.streams[v->v.n_streams - 1], s->buckets[i], i);
     nids += s->buckets[i]->n;
   }
   /* op ids are unique across the stream's buckets and parameter entries */
@@ -103,8 +74,6 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     if (ids[i] == ids[i - 1])
       problem(v, "stream %u: op id %llu used twice", (unsigned)s->id, (unsigned long long)ids[i]);
   bs__free(a, ids);
-  if (s->m.checkpoint > s->m.op_head)
-    problem(v, "stream %u: checkpoint above the op head", (unsigned)s->id);
   /* the indexes: each bucket and record is found at its own slot (so keys are also unique),
    * and they index nothing else */
   for (size_t i = 0; i < s->nbuckets; i++) {
@@ -149,16 +118,19 @@ int bs__mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload, 
   vlist v;
   int rc = BS_OK;
   memset(&v, 0, sizeof v);
-  v.a = ALLOC(db);
+  v.v.a = ALLOC(db);
+  v.v.fn = collect;
+  v.v.payload = &v;
   lock(db);
   for (size_t i = 0; i < db->nstreams; i++) verify_stream(&v, db->streams[i]);
   unlock(db);
   if (v.oom) rc = enomem(err, "verify");
   for (size_t i = 0; i < v.n; i++) {
     if (!rc && fn) fn(v.msgs[i], payload);
-    bs__free(v.a, v.msgs[i]);
+    bs__free(v.v.a, v.msgs[i]);
   }
-  bs__free(v.a, v.msgs);
+  bs__free(v.v.a, v.msgs);
+  bs__free(v.v.a, v.v.streams);
   if (!rc) *problems = v.n;
   return rc;
 }

@@ -7,18 +7,15 @@
  * inconsistency is a problem passed to the caller (naming the table, stream, bucket and op id
  * at fault) and counted; only a server error or a failed allocation ends the call. Checked:
  *  - bs_meta: the schema version is this build's, no other key;
- *  - streams: name, state and hash known, no op id at or above 2^63, the checkpoint, the last
+ *  - streams: name and state known (the hash mode and the checkpoint: verify.c), no op id at or above 2^63, the last
  *    checkpoint, the parameter horizon and the changes fence within the op head, a checkpoint
  *    with an LSN, LSNs of at most BS_MAX_LSN bytes, next_table_id above the stream's table ids;
  *    at most one PROCESSING and one served (ACTIVE or ERRORED) stream (contract.md 4.4);
  *  - source tables: a known stream, a name of 1..BS_MAX_TABLE_NAME bytes, a positive id of one
  *    table only;
- *  - buckets and ops, in one merged walk by bucket id: a bucket's name and stream; every op
- *    against contract.md 3 (PUT and REMOVE checksums recomputed from their payload with the
- *    stream's hash, subkeys of their fixed shape, MOVE and CLEAR without payload, target_op in
- *    its bounds, a CLEAR only as the first op, where the state's CLEAR span ends, op ids in
- *    1..op head); the state's running checksum, count, bytes and last op equal to its ops';
- *    ops of no bucket;
+ *  - buckets and ops, in one merged walk by bucket id: each bucket's state and ops against the
+ *    rules of verify.c (as on LMDB and memory), a checksum column of 32 bits, a PUT's and
+ *    REMOVE's columns present as their type carries them; ops of no bucket;
  *  - op ids unique in a stream, across its ops and parameter entries (contract.md 2);
  *  - source records: a known stream and table, the replica id's size, data iff has_data, a
  *    soft-deleted record without content and with its mark within the op head, members that
@@ -50,13 +47,6 @@ _Static_assert(BS_MAX_STREAM_NAME == 255 && BS_MAX_LSN == 255 && BS_MAX_CONNECTI
                    BS_MAX_LOOKUP_KEY == 480 && BS_MAX_USER_ID == 480,
                "pg_verify.c's statements name these limits");
 
-typedef struct vstream {
-  uint32_t id;
-  uint64_t op_head;
-  bs_hash hash;
-  int hash_known; /* 0: the row names no hash this build knows: checksums not recomputed */
-} vstream;
-
 /* One membership of a source record, checked in batches (members_check). Strings are borrowed
  * from the page of source records they came from. */
 typedef struct member {
@@ -67,30 +57,14 @@ typedef struct member {
 } member;
 
 typedef struct verifier {
+  bs__verify v;
   PGconn *c;
   const bs_allocator *a;
-  void (*fn)(const char *, void *);
-  void *payload;
-  uint64_t problems;
-  vstream *streams;
-  size_t n_streams, cap_streams;
   member *m; /* the memberships not checked yet */
   size_t n_m, cap_m;
 } verifier;
 
-static void problem(verifier *vf, const char *fmt, ...) BS_PRINTF(2, 3);
-static void problem(verifier *vf, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  bs__verify_problem(&vf->problems, vf->fn, vf->payload, fmt, ap);
-  va_end(ap);
-}
-
-static const vstream *find_stream(const verifier *vf, int64_t id) {
-  for (size_t i = 0; i < vf->n_streams; i++)
-    if ((int64_t)vf->streams[i].id == id) return &vf->streams[i];
-  return NULL;
-}
+#define problem(vf, ...) bs__verify_problem(&(vf)->v, __VA_ARGS__)
 
 static int oom(bs_error *err) {
   return bs__fail(err, BS_ENOMEM, "verify: out of memory");
@@ -216,21 +190,20 @@ static int run_row_check(verifier *vf, const row_check *ck, bs_error *err) {
 static const row_check checks[] = {
     {"v_streams",
      "SELECT format('stream %s', s.id), octet_length(name) NOT BETWEEN 1 AND 255 AS f1,"
-     " state NOT BETWEEN 1 AND 5 AS f2, hash NOT IN (0, 1) AS f3, op_head < 0 AS f4,"
-     " checkpoint < 0 OR checkpoint > op_head AS f5,"
-     " last_checkpoint_op < checkpoint OR last_checkpoint_op > op_head AS f6,"
-     " checkpoint > 0 AND checkpoint_lsn IS NULL AS f7,"
+     " state NOT BETWEEN 1 AND 5 AS f2, op_head < 0 AS f3,"
+     " last_checkpoint_op < checkpoint OR last_checkpoint_op > op_head AS f4,"
+     " checkpoint > 0 AND checkpoint_lsn IS NULL AS f5,"
      " octet_length(checkpoint_lsn) > 255 OR octet_length(resume_lsn) > 255"
-     "  OR octet_length(no_checkpoint_before) > 255 AS f8,"
-     " param_horizon < 0 OR param_horizon > op_head AS f9,"
-     " changes_fence < 0 OR changes_fence > op_head AS f10,"
+     "  OR octet_length(no_checkpoint_before) > 255 AS f6,"
+     " param_horizon < 0 OR param_horizon > op_head AS f7,"
+     " changes_fence < 0 OR changes_fence > op_head AS f8,"
      " next_table_id <= coalesce((SELECT max(t.id) FROM bs_tables t WHERE t.stream = s.id), 0)"
-     "  AS f11, octet_length(last_error) > 255 AS f12 FROM bs_streams s",
-     {"name not of 1..255 bytes", "unknown state", "unknown hash mode", "op head at or above 2^63",
-      "checkpoint outside 0..op head", "last checkpoint op outside checkpoint..op head",
-      "a checkpoint without an LSN", "an LSN over 255 bytes",
-      "parameter horizon outside 0..op head", "changes fence outside 0..op head",
-      "next_table_id not above the stream's table ids", "last error over 255 bytes", NULL}},
+     "  AS f9, octet_length(last_error) > 255 AS f10 FROM bs_streams s",
+     {"name not of 1..255 bytes", "unknown state", "op head at or above 2^63",
+      "last checkpoint op outside checkpoint..op head", "a checkpoint without an LSN",
+      "an LSN over 255 bytes", "parameter horizon outside 0..op head",
+      "changes fence outside 0..op head", "next_table_id not above the stream's table ids",
+      "last error over 255 bytes", NULL}},
     {"v_states",
      "SELECT 'streams', count(*) FILTER (WHERE state = 1) > 1 AS f1,"
      " count(*) FILTER (WHERE state IN (2, 3)) > 1 AS f2 FROM bs_streams",
@@ -324,151 +297,41 @@ static int verify_meta(verifier *vf, bs_error *err) {
 
 static int load_streams(verifier *vf, bs_error *err) {
   PGresult *r;
-  int rc = bs__pg_exec(vf->c, "SELECT id, op_head, hash FROM bs_streams ORDER BY id", NULL, &r,
-                       "verify: streams", err);
-  if (rc) return rc;
-  for (int i = 0; i < PQntuples(r); i++) {
-    vstream *s;
-    int hash = bs__pg_i16(r, i, 2);
-    if (BS_GROW(vf->a, vf->streams, vf->cap_streams, vf->n_streams + 1)) {
-      PQclear(r);
-      return oom(err);
-    }
-    s = &vf->streams[vf->n_streams++];
-    s->id = (uint32_t)bs__pg_i32(r, i, 0);
-    s->op_head = (uint64_t)bs__pg_i64(r, i, 1);
-    s->hash_known = hash == BS_HASH_XXH3 || hash == BS_HASH_SHA256;
-    s->hash = (bs_hash)hash;
-  }
+  int rc = bs__pg_exec(vf->c, "SELECT id, op_head, checkpoint, hash FROM bs_streams ORDER BY id",
+                       NULL, &r, "verify: streams", err);
+  for (int i = 0; !rc && i < PQntuples(r); i++)
+    if (bs__verify_stream_add(&vf->v, (uint32_t)bs__pg_i32(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1),
+                              (uint64_t)bs__pg_i64(r, i, 2), (unsigned)bs__pg_i16(r, i, 3)))
+      rc = oom(err);
   PQclear(r);
-  return BS_OK;
+  return rc;
 }
 
 /* ---- Buckets and their ops --------------------------------------------------------------------- */
 
-typedef struct bstate {
-  int64_t id, stream, checksum, count, bytes, last_op, clear_start, clear_op;
-  bs_val name;
-} bstate;
-
-/* Running values recomputed from one bucket's ops. */
-typedef struct bucket_sum {
-  uint32_t checksum;
-  uint64_t count, bytes;
-  int64_t last_op, first_op; /* 0: none */
-  int first_clear;
-} bucket_sum;
-
-/* A subkey's shape (contract.md 1): 8 lowercase hex digits, '/', 32 lowercase hex digits. */
-static int subkey_ok(bs_val sk) {
-  const unsigned char *p = sk.data;
-  if (!p || sk.size != BS_SUBKEY_SIZE) return 0;
-  for (size_t i = 0; i < sk.size; i++)
-    if (i == 8 ? p[i] != '/' : !((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
-      return 0;
-  return 1;
-}
-
-/* ops columns: 0 bucket, 1 op_id, 2 type, 3 checksum, 4 target_op, 5 object_type, 6 object_id,
- * 7 subkey, 8 data */
-static void check_op(verifier *vf, const bstate *b, const vstream *sh, const PGresult *r, int row,
-                     uint64_t index) {
-  static const char *const names[] = {"?", "PUT", "REMOVE", "MOVE", "CLEAR"};
-  const char *nm = b->name.size ? (const char *)b->name.data : "";
-  int ns = bs__name_shown(b->name), type = bs__pg_i16(r, row, 2);
-  int64_t id = bs__pg_i64(r, row, 1), ck = bs__pg_i64(r, row, 3), target = bs__pg_i64(r, row, 4);
-  bs_op op;
-  const char *tn;
-  memset(&op, 0, sizeof op);
-  op.object_type = bs__pg_bytes(r, row, 5);
-  op.object_id = bs__pg_bytes(r, row, 6);
-  op.subkey = bs__pg_bytes(r, row, 7);
-  op.data = bs__pg_bytes(r, row, 8);
-  if (id < 1 || (sh && (uint64_t)id > sh->op_head))
-    problem(vf, "bucket \"%.*s\" op %" PRId64 ": op id outside 1..the stream's op head %" PRIu64,
-            ns, nm, id, sh ? sh->op_head : 0);
-  if (ck < 0 || ck > (int64_t)UINT32_MAX)
-    problem(vf, "bucket \"%.*s\" op %" PRId64 ": checksum %" PRId64 " is not 32 bits", ns, nm, id,
-            ck);
-  if (type < BS_OP_PUT || type > BS_OP_CLEAR) {
-    problem(vf, "bucket \"%.*s\" op %" PRId64 ": unknown type %d", ns, nm, id, type);
-    return;
-  }
-  tn = names[type];
-  if (type == BS_OP_MOVE || type == BS_OP_CLEAR) {
-    if (bs__pg_op_bytes(&op))
-      problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s with a payload (%" PRIu64 " bytes)", ns, nm,
-              id, tn, bs__pg_op_bytes(&op));
-    if (type == BS_OP_MOVE ? target <= id || target > b->last_op
-                           : target < 0 || target > b->last_op)
-      problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s has a bad target_op %" PRId64, ns, nm, id, tn,
-              target);
-    if (type == BS_OP_CLEAR && (index != 0 || id != b->clear_op))
-      problem(vf,
-              "bucket \"%.*s\" op %" PRId64 ": a CLEAR that is not the bucket's leading CLEAR "
-              "(the state's CLEAR span ends at %" PRId64 ")",
-              ns, nm, id, b->clear_op);
-    return;
-  }
-  if (target != 0)
-    problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s has a bad target_op %" PRId64, ns, nm, id, tn,
-            target);
-  if (!subkey_ok(op.subkey))
-    problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s with a malformed subkey (%zu bytes)", ns, nm,
-            id, tn, op.subkey.size);
-  if (!op.object_type.data || !op.object_id.data || (type == BS_OP_PUT) != (op.data.data != NULL))
-    problem(vf, "bucket \"%.*s\" op %" PRId64 ": %s with%s data or without its object", ns, nm, id,
-            tn, type == BS_OP_PUT ? "out" : "");
-  if (!sh || !sh->hash_known || ck < 0 || ck > (int64_t)UINT32_MAX) return;
-  {
-    bs_val ot = op.object_type.data ? op.object_type : bs__val_str("");
-    bs_val oi = op.object_id.data ? op.object_id : bs__val_str("");
-    bs_val data = op.data.data ? op.data : bs__val_str("");
-    uint32_t want = type == BS_OP_PUT ? bs_checksum_put(sh->hash, ot, oi, data)
-                                      : bs_checksum_remove(sh->hash, op.subkey);
-    if (want != (uint32_t)ck)
-      problem(vf,
-              "bucket \"%.*s\" op %" PRId64 ": %s checksum %" PRId64 " stored, its payload "
-              "hashes to %" PRIu32,
-              ns, nm, id, tn, ck, want);
-  }
-}
-
-static void compare_state(verifier *vf, const bstate *b, const vstream *sh, const bucket_sum *s) {
+/* The next op of b, its row of ops (columns 0 bucket, 1 op_id, 2 type, 3 checksum, 4 target_op,
+ * 5 object_type, 6 object_id, 7 subkey, 8 data): what only a column can get wrong, then
+ * verify.c's rules. */
+static void check_op(verifier *vf, bs__vbucket *b, const PGresult *r, int row) {
+  int64_t ck = bs__pg_i64(r, row, 3);
+  bs_op op = {(uint64_t)bs__pg_i64(r, row, 1),
+              (bs_op_type)bs__pg_i16(r, row, 2),
+              (uint32_t)ck,
+              (uint64_t)bs__pg_i64(r, row, 4),
+              bs__pg_bytes(r, row, 5),
+              bs__pg_bytes(r, row, 6),
+              bs__pg_bytes(r, row, 7),
+              bs__pg_bytes(r, row, 8)};
   const char *nm = b->name.size ? (const char *)b->name.data : "";
   int ns = bs__name_shown(b->name);
-  int64_t id = b->id;
-  if (b->name.size < 1 || b->name.size > BS_MAX_BUCKET_NAME)
-    problem(vf, "bucket id %" PRId64 ": a name of %zu bytes", id, b->name.size);
-  if (!sh)
-    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): unknown stream %" PRId64, ns, nm, id, b->stream);
-  else if (b->last_op < 0 || (uint64_t)b->last_op > sh->op_head)
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRId64 "): last op %" PRId64 " outside the stream's op "
-            "head %" PRIu64,
-            ns, nm, id, b->last_op, sh->op_head);
-  if (b->checksum != (int64_t)s->checksum)
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRId64 "): running checksum %" PRId64 ", ops sum to %" PRIu32,
-            ns, nm, id, b->checksum, s->checksum);
-  if (b->count != (int64_t)s->count)
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRId64 "): running count %" PRId64 ", %" PRIu64 " ops stored",
-            ns, nm, id, b->count, s->count);
-  if (b->bytes != (int64_t)s->bytes)
-    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): running bytes %" PRId64 ", ops hold %" PRIu64,
-            ns, nm, id, b->bytes, s->bytes);
-  if (b->last_op != s->last_op)
-    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): last op %" PRId64 ", highest stored op %" PRId64,
-            ns, nm, id, b->last_op, s->last_op);
-  if (b->clear_op > b->last_op || b->clear_start < 0 || b->clear_start > b->clear_op)
-    problem(vf, "bucket \"%.*s\" (id %" PRId64 "): bad CLEAR span [%" PRId64 ", %" PRId64 "]", ns,
-            nm, id, b->clear_start, b->clear_op);
-  else if (b->clear_op && !(s->first_clear && s->first_op == b->clear_op))
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRId64 "): the state's CLEAR span ends at %" PRId64 ", but "
-            "op %" PRId64 " is the bucket's first op%s",
-            ns, nm, id, b->clear_op, s->first_op, s->first_clear ? "" : " and no CLEAR");
+  if (ck < 0 || ck > (int64_t)UINT32_MAX) /* its low 32 bits are summed and compared */
+    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": checksum %" PRId64 " is not 32 bits", ns, nm,
+            op.op_id, ck);
+  if (bs__op_carries_row(op.type) &&
+      (!op.object_type.data || !op.object_id.data || (op.type == BS_OP_PUT) != !!op.data.data))
+    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s with%s data or without its object", ns, nm,
+            op.op_id, op.type == BS_OP_PUT ? "PUT" : "REMOVE", op.type == BS_OP_PUT ? "out" : "");
+  bs__verify_op(&vf->v, b, &op, bs__pg_op_bytes(&op));
 }
 
 /* Passes the ops of buckets below hi (every bucket when all), one problem per bucket id: they
@@ -509,42 +372,24 @@ static int verify_buckets(verifier *vf, bs_error *err) {
     return rc;
   scan_keyset(vf, &os, OPS_PAGE(""), OPS_PAGE("WHERE (bucket, op_id) > ($1, $2)"));
   while ((rc = scan_get(&bs, err)) == 1) {
-    bstate b;
-    bucket_sum sum;
-    const vstream *sh;
-    b.id = bs__pg_i64(bs.r, bs.row, 0);
-    b.stream = bs__pg_i32(bs.r, bs.row, 1);
-    b.name = bs__pg_bytes(bs.r, bs.row, 2);
-    b.checksum = bs__pg_i64(bs.r, bs.row, 3);
-    b.count = bs__pg_i64(bs.r, bs.row, 4);
-    b.bytes = bs__pg_i64(bs.r, bs.row, 5);
-    b.last_op = bs__pg_i64(bs.r, bs.row, 6);
-    b.clear_start = bs__pg_i64(bs.r, bs.row, 7);
-    b.clear_op = bs__pg_i64(bs.r, bs.row, 8);
-    sh = find_stream(vf, b.stream);
-    memset(&sum, 0, sizeof sum);
-    if ((rc = skip_orphans(vf, &os, b.id, 0, err))) break;
-    while ((rc = scan_get(&os, err)) == 1 && bs__pg_i64(os.r, os.row, 0) == b.id) {
-      int64_t op_id = bs__pg_i64(os.r, os.row, 1);
-      bs_op op;
-      memset(&op, 0, sizeof op);
-      check_op(vf, &b, sh, os.r, os.row, sum.count);
-      op.object_type = bs__pg_bytes(os.r, os.row, 5);
-      op.object_id = bs__pg_bytes(os.r, os.row, 6);
-      op.subkey = bs__pg_bytes(os.r, os.row, 7);
-      op.data = bs__pg_bytes(os.r, os.row, 8);
-      if (sum.count == 0) {
-        sum.first_op = op_id;
-        sum.first_clear = bs__pg_i16(os.r, os.row, 2) == BS_OP_CLEAR;
-      }
-      sum.checksum = bs__cksum_add(sum.checksum, (uint32_t)bs__pg_i64(os.r, os.row, 3));
-      sum.count++;
-      sum.bytes += bs__pg_op_bytes(&op);
-      sum.last_op = op_id;
-      scan_next(&os);
-    }
+    /* the columns are bigint: a negative value is a huge one here, outside every bound */
+    bs__vbucket b = {.id = (uint64_t)bs__pg_i64(bs.r, bs.row, 0),
+                     .stream_id = (uint32_t)bs__pg_i32(bs.r, bs.row, 1),
+                     .name = bs__pg_bytes(bs.r, bs.row, 2),
+                     .has_state = 1,
+                     .checksum = (uint64_t)bs__pg_i64(bs.r, bs.row, 3),
+                     .count = (uint64_t)bs__pg_i64(bs.r, bs.row, 4),
+                     .bytes = (uint64_t)bs__pg_i64(bs.r, bs.row, 5),
+                     .last_op = (uint64_t)bs__pg_i64(bs.r, bs.row, 6),
+                     .clear_start = (uint64_t)bs__pg_i64(bs.r, bs.row, 7),
+                     .clear_op = (uint64_t)bs__pg_i64(bs.r, bs.row, 8)};
+    b.stream = bs__verify_stream(&vf->v, b.stream_id);
+    if ((rc = skip_orphans(vf, &os, (int64_t)b.id, 0, err))) break;
+    for (; (rc = scan_get(&os, err)) == 1 && bs__pg_i64(os.r, os.row, 0) == (int64_t)b.id;
+         scan_next(&os))
+      check_op(vf, &b, os.r, os.row);
     if (rc < 0) break;
-    compare_state(vf, &b, sh, &sum);
+    bs__verify_bucket_end(&vf->v, &b);
     scan_next(&bs);
   }
   if (rc == 0) rc = skip_orphans(vf, &os, 0, 1, err);
@@ -646,7 +491,7 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
   bs_val rid = bs__pg_bytes(r, row, 2);
   int soft = bs__pg_bool(r, row, 3), has_data = bs__pg_bool(r, row, 6), rc;
   int data = bs__pg_bool(r, row, 7);
-  const vstream *sh = find_stream(vf, stream);
+  const bs__vstream *sh = bs__verify_stream(&vf->v, (uint32_t)stream);
   const char *rp = rid.size ? (const char *)rid.data : "";
   int rn = bs__name_shown(rid);
   char subkey[BS_SUBKEY_SIZE];
@@ -708,9 +553,9 @@ int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, 
   verifier vf;
   int rc;
   memset(&vf, 0, sizeof vf);
-  vf.a = &base->alloc;
-  vf.fn = fn;
-  vf.payload = payload;
+  vf.a = vf.v.a = &base->alloc;
+  vf.v.fn = fn;
+  vf.v.payload = payload;
   if ((rc = bs__pg_conn_get(db, &vf.c, err))) return rc;
   if (!(rc = bs__pg_begin(vf.c, 1, err))) {
     rc = verify_meta(&vf, err);
@@ -723,8 +568,8 @@ int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, 
   }
   bs__pg_conn_put(db, vf.c);
   bs__free(vf.a, vf.m);
-  bs__free(vf.a, vf.streams);
-  if (problems) *problems = vf.problems;
+  bs__free(vf.a, vf.v.streams);
+  if (problems) *problems = vf.v.problems;
   return rc;
 }
 
