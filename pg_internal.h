@@ -71,10 +71,11 @@ typedef struct bs__pg_db {
   pthread_mutex_t pool_mu;
   PGconn **idle; /* connections not in use (the pool); a call takes one and gives it back */
   size_t n_idle, cap_idle;
-  /* The writer sessions of this handle (pg_write.c), guarded by pool_mu: one per (stream,
-   * kind) holds the stream's advisory writer lock and runs every statement of this handle's
-   * writers of that kind, so a commit runs in the session that holds the lock (a session the
-   * server drops takes its lock and its open transaction with it). */
+  /* The writer sessions of this handle (pg_write.c): one per (stream, kind) holds the stream's
+   * advisory writer lock and runs every statement of this handle's writers of that kind, so a
+   * commit runs in the session that holds the lock (a session the server drops takes its lock
+   * and its open transaction with it). The list and refs are guarded by pool_mu, c by mu (taken
+   * before pool_mu); a lock is listed from before its session opens until after it ended. */
   struct bs__pg_lock {
     int32_t key;
     uint32_t stream;
@@ -129,7 +130,9 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
  * "wait" (a checkpoint waiter is about to block on its socket), "flush" (a flush's statements
  * ran, its COMMIT not sent yet), "commit" (a commit's queue applied in its transaction, the
  * checkpoint not made yet), "commit.sent" (a flush's or commit's COMMIT sent, its reply not
- * read yet). */
+ * read yet), "writer.lock" (a writer session got its advisory lock), "writer.unlock" (the last
+ * writer of a lock closes: its session is about to unlock), "writer.share" (a writer open found
+ * the handle's lock of its stream listed and is about to wait for its session; c NULL). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),

@@ -29,7 +29,7 @@ static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
   return NULL;
 }
 
-/* A new session holding l's advisory lock: BS_EBUSY when another session has it. */
+/* A new session holding l's advisory lock (l->mu held): BS_EBUSY when another session has it. */
 static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
@@ -49,17 +49,19 @@ static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
                     (unsigned)l->stream, l->snapshot ? "snapshot" : "streaming");
   }
   l->c = c;
+  bs__pg_hook(db, "writer.lock", c);
   return BS_OK;
 }
 
-/* Ends l's session: unlocked explicitly, as a closed session's locks go only when its server
- * process has exited, a moment after the close, so a writer opened right after would find the
- * lock still held. A session whose unlock failed (the server is gone) is closed, which releases
- * it too. */
+/* Ends l's session (l->mu held): unlocked explicitly, as a closed session's locks go only when
+ * its server process has exited, a moment after the close, so a writer opened right after would
+ * find the lock still held. A session whose unlock failed (the server is gone) is closed, which
+ * releases it too. */
 static void session_close(bs__pg_db *db, struct bs__pg_lock *l) {
   bs__pg_args a = {0};
   PGresult *r;
   if (!l->c) return;
+  bs__pg_hook(db, "writer.unlock", l->c);
   bs__pg_arg_i32(&a, l->key);
   if (PQstatus(l->c) == CONNECTION_OK &&
       bs__pg_exec(l->c, "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_writer'), $1)",
@@ -72,61 +74,40 @@ static void session_close(bs__pg_db *db, struct bs__pg_lock *l) {
   l->c = NULL;
 }
 
-static void lock_free(bs__pg_db *db, struct bs__pg_lock *l) {
-  session_close(db, l);
-  pthread_mutex_destroy(&l->mu);
-  bs__free(&db->base.alloc, l);
-}
-
-/* The handle's session for (stream, kind), shared by its writers (refs), opened and locked by
- * the first. */
-static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, struct bs__pg_lock **out,
-                     bs_error *err) {
-  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
+/* A new lock of the handle, listed (pool_mu held), no session yet; NULL when out of memory. */
+static struct bs__pg_lock *lock_new(bs__pg_db *db, int32_t key, uint32_t stream, int snapshot) {
   struct bs__pg_lock *l;
-  int rc = BS_OK;
-  pthread_mutex_lock(&db->pool_mu);
-  if ((l = lock_find(db, key))) l->refs++;
-  pthread_mutex_unlock(&db->pool_mu);
-  if ((*out = l)) return BS_OK;
-  if (!(l = bs__calloc(&db->base.alloc, 1, sizeof *l)))
-    return bs__fail(err, BS_ENOMEM, "writer: out of memory");
+  if (db->n_locks == db->cap_locks) {
+    size_t cap = db->cap_locks ? db->cap_locks * 2 : 4;
+    struct bs__pg_lock **p = bs__realloc(&db->base.alloc, db->locks, cap * sizeof *p);
+    if (!p) return NULL;
+    db->locks = p;
+    db->cap_locks = cap;
+  }
+  if (!(l = bs__calloc(&db->base.alloc, 1, sizeof *l))) return NULL;
   if (pthread_mutex_init(&l->mu, NULL)) {
     bs__free(&db->base.alloc, l);
-    return bs__fail(err, BS_ENOMEM, "writer: cannot initialise a mutex");
+    return NULL;
   }
   l->key = key;
   l->stream = stream;
   l->snapshot = snapshot;
-  l->refs = 1;
-  if ((rc = session_open(db, l, err))) {
-    lock_free(db, l);
-    return rc;
-  }
-  pthread_mutex_lock(&db->pool_mu);
-  if (db->n_locks == db->cap_locks) {
-    size_t cap = db->cap_locks ? db->cap_locks * 2 : 4;
-    struct bs__pg_lock **p = bs__realloc(&db->base.alloc, db->locks, cap * sizeof *p);
-    if (p) db->locks = p, db->cap_locks = cap;
-  }
-  if (db->n_locks < db->cap_locks)
-    db->locks[db->n_locks++] = l;
-  else
-    rc = BS_ENOMEM;
-  pthread_mutex_unlock(&db->pool_mu);
-  if (rc) {
-    lock_free(db, l); /* ends the session, and with it the lock */
-    return bs__fail(err, rc, "writer: out of memory");
-  }
-  *out = l;
-  return BS_OK;
+  db->locks[db->n_locks++] = l;
+  return l;
 }
 
+/* Drops a writer's reference to l; the last one ends the session and unlists l, unless a writer
+ * of the handle took l again while the session ended (it then opens a new one). */
 static void lock_release(bs__pg_db *db, struct bs__pg_lock *l) {
-  int last = 0;
+  int last, gone = 0;
+  pthread_mutex_lock(&l->mu);
   pthread_mutex_lock(&db->pool_mu);
-  if (--l->refs == 0) {
-    last = 1;
+  last = --l->refs == 0;
+  pthread_mutex_unlock(&db->pool_mu);
+  if (last) session_close(db, l);
+  pthread_mutex_lock(&db->pool_mu);
+  if (last && l->refs == 0) {
+    gone = 1;
     for (size_t i = 0; i < db->n_locks; i++)
       if (db->locks[i] == l) {
         db->locks[i] = db->locks[--db->n_locks];
@@ -134,7 +115,37 @@ static void lock_release(bs__pg_db *db, struct bs__pg_lock *l) {
       }
   }
   pthread_mutex_unlock(&db->pool_mu);
-  if (last) lock_free(db, l);
+  pthread_mutex_unlock(&l->mu);
+  if (gone) {
+    pthread_mutex_destroy(&l->mu);
+    bs__free(&db->base.alloc, l);
+  }
+}
+
+/* The handle's session for (stream, kind), shared by its writers (refs). A lock is listed from
+ * before its session opens until after it ended, both under l->mu: a writer of the handle opened
+ * meanwhile (another thread) takes the same lock and waits for the session on l->mu, instead of
+ * finding the advisory lock held by its own handle (BS_EBUSY). */
+static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, struct bs__pg_lock **out,
+                     bs_error *err) {
+  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
+  struct bs__pg_lock *l;
+  int rc = BS_OK, shared;
+  pthread_mutex_lock(&db->pool_mu);
+  if (!(shared = (l = lock_find(db, key)) != NULL)) l = lock_new(db, key, stream, snapshot);
+  if (l) l->refs++;
+  pthread_mutex_unlock(&db->pool_mu);
+  if (!l) return bs__fail(err, BS_ENOMEM, "writer: out of memory");
+  if (shared) bs__pg_hook(db, "writer.share", NULL);
+  pthread_mutex_lock(&l->mu);
+  if (!l->c) rc = session_open(db, l, err);
+  pthread_mutex_unlock(&l->mu);
+  if (rc) {
+    lock_release(db, l);
+    return rc;
+  }
+  *out = l;
+  return BS_OK;
 }
 
 static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {

@@ -204,6 +204,10 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * open and migrated to this build's schema version by a read-write open; BS_OPEN_NOSYNC sets
  * synchronous_commit off, map_size is ignored. Several processes, also on several hosts, may
  * open one database. The handle keeps a pool of connections (one per concurrent call).
+ * Writers: one streaming and one snapshot writer per stream across every handle, process and
+ * host (an advisory lock): bs_writer_open on another handle gets BS_EBUSY while one is open, and
+ * succeeds once bs_writer_close returned (the lock is released before it returns); the writers
+ * of one handle share its lock, also when threads open and close them at the same time.
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or
  * refused the connection: libpq's message), BS_ECORRUPT (the schema is newer than this
  * build's, or older and the open read-only), BS_ENOTFOUND (read-only and no schema yet),
@@ -362,7 +366,9 @@ typedef struct bs_commit_result {
  * from that position, committing as you go (docs/contract.md 4.3, 4.4). A streaming writer may
  * also run beside a snapshot writer while the snapshot is copied: the snapshot skips rows the
  * stream already has, and deletes leave soft-deleted records until the first checkpoint.
- * Errors: BS_EINVAL (out or st NULL, bad option), BS_ESTATE (read-only db, terminated stream). */
+ * Errors: BS_EINVAL (out or st NULL, bad option), BS_ESTATE (read-only db, terminated stream),
+ * BS_EBUSY (PostgreSQL: another handle, process or host has the stream's writer, see
+ * bs_open_postgres). */
 BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
                           bs_error *err);
 BS_API void bs_writer_close(bs_writer *w);
