@@ -9,6 +9,7 @@
 
 #include "internal.h"
 
+#include <libpq-events.h>
 #include <libpq-fe.h>
 
 /* =================================================================================================
@@ -109,6 +110,7 @@ typedef struct bs__pg_writer {
   PGconn *c;
   int create_empty, snapshot;
   uint64_t written, analyze_at; /* ops and records this writer wrote; the next ANALYZE at */
+  PGconn *analyzing; /* a pool session running the writer's last ANALYZE (pg_write.c), or NULL */
   /* a COMMIT whose reply was lost and whose outcome the server could not tell yet: its
    * transaction id (pg_write.c, commit_outcome); 0 when none */
   int64_t doubt;
@@ -132,7 +134,8 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
  * checkpoint not made yet), "commit.sent" (a flush's or commit's COMMIT sent, its reply not
  * read yet), "writer.lock" (a writer session got its advisory lock), "writer.unlock" (the last
  * writer of a lock closes: its session is about to unlock), "writer.share" (a writer open found
- * the handle's lock of its stream listed and is about to wait for its session; c NULL). */
+ * the handle's lock of its stream listed and is about to wait for its session; c NULL),
+ * "analyze" (a writer's ANALYZE sent on a session of its own, not waited for). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
@@ -189,6 +192,45 @@ int bs__pg_array_next(bs__pg_array *it, bs_val *out);
  * *res NULL. what names the statement in the message. */
 int bs__pg_exec(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **res,
                 const char *what, bs_error *err);
+/* A hot statement, prepared once per session (at its first use there: PQprepare with the
+ * parameter types of that use, the same at every use) and then executed by name, so that it is
+ * planned once per session instead of at every call (about 0.2 ms, as much as a checksum's
+ * execution). id: its bit in the session's set of prepared statements (pg.c keeps the set with
+ * the connection: a new session, also after a loss, prepares again), unique per statement. */
+typedef struct bs__pg_stmt {
+  int id;
+  const char *sql;
+} bs__pg_stmt;
+enum {
+  BS_PG_STMT_STATES,          /* pg_read.c bucket_states */
+  BS_PG_STMT_PAGE,            /* pg_read.c page */
+  BS_PG_STMT_PARAMS,          /* pg_read.c parameter sets */
+  BS_PG_STMT_CHANGES,         /* pg_read.c checkpoint changes */
+  BS_PG_STMT_CHECKPOINT,      /* pg.c read_checkpoint */
+  BS_PG_STMT_BATCH_OPEN,      /* pg_save.c batch_open */
+  BS_PG_STMT_TABLE,           /* pg_save.c resolve_tables */
+  BS_PG_STMT_RECORDS,         /* pg_save.c load_records */
+  BS_PG_STMT_BUCKETS,         /* pg_save.c load_batch */
+  BS_PG_STMT_RESERVE,         /* pg_save.c reserve_ids */
+  BS_PG_STMT_BK_CREATE,       /* pg_save.c create_buckets */
+  BS_PG_STMT_REC_DELETE,      /* pg_save.c delete_records */
+  BS_PG_STMT_REC_UPDATE,      /* pg_save.c update_records */
+  BS_PG_STMT_BK_UPDATE,       /* pg_save.c write_buckets */
+  BS_PG_STMT_BK_CHANGES,      /* pg_save.c write_buckets */
+  BS_PG_STMT_OP_HEAD,         /* pg_save.c batch_write */
+  BS_PG_STMT_COMMIT_READ,     /* pg_write.c commit_locked */
+  BS_PG_STMT_CHECKPOINT_MAKE, /* pg_write.c make_checkpoint */
+  BS_PG_STMT_RESUME,          /* pg_write.c commit_locked */
+  BS_PG_STMT_N
+};
+/* bs__pg_exec of a hot statement (args may be NULL). On a connection that no pool opened, it
+ * runs unprepared. */
+int bs__pg_execp(PGconn *c, const bs__pg_stmt *s, const bs__pg_args *args, PGresult **res,
+                 const char *what, bs_error *err);
+/* bs__pg_execp without a result. */
+int bs__pg_runp(PGconn *c, const bs__pg_stmt *s, const bs__pg_args *args, const char *what,
+                bs_error *err);
+
 /* bs__pg_exec without a result; without args, sql may be several statements. */
 int bs__pg_run(PGconn *c, const char *sql, const bs__pg_args *args, const char *what,
                bs_error *err);

@@ -41,6 +41,19 @@ static int torn_check(uint64_t clear_start, uint64_t clear_op, uint64_t c, bs_va
                     bs__name_shown(name), (const char *)name.data, c);
   return BS_OK;
 }
+static const bs__pg_stmt states_stmt = {
+    BS_PG_STMT_STATES, "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
+                       " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared"
+                       " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
+                       " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
+                       " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
+                       "  count(*) AS n FROM bs_ops o"
+                       "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.op_id > $3) t"
+                       " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
+                       "  count(*) AS n, coalesce(bool_or(o.type = 4), false) AS cleared"
+                       "  FROM bs_ops o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
+                       "  AND o.op_id > $4 AND o.op_id <= $3) g"
+                       " ORDER BY r.ord"};
 
 /* The bucket states of names (in order), with the sum and count of each bucket's ops above
  * `above` (a tail: the (bucket, op_id) index range above it) and, when range_from < above, of its
@@ -57,20 +70,7 @@ static int bucket_states(PGconn *c, bs_storage *st, const bs_val *names, size_t 
   if ((rc = bs__pg_arg_bytes_array(&a, names, n, &db_of(st)->base.alloc, &buf, err))) return rc;
   bs__pg_arg_i64(&a, (int64_t)above);
   bs__pg_arg_i64(&a, (int64_t)range_from);
-  rc = bs__pg_exec(c,
-                   "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
-                   " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared"
-                   " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
-                   " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
-                   " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
-                   "  count(*) AS n FROM bs_ops o"
-                   "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.op_id > $3) t"
-                   " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
-                   "  count(*) AS n, coalesce(bool_or(o.type = 4), false) AS cleared"
-                   "  FROM bs_ops o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
-                   "  AND o.op_id > $4 AND o.op_id <= $3) g"
-                   " ORDER BY r.ord",
-                   &a, r, "reading bucket states", err);
+  rc = bs__pg_execp(c, &states_stmt, &a, r, "reading bucket states", err);
   bs__free(&db_of(st)->base.alloc, buf);
   return rc;
 }
@@ -192,6 +192,17 @@ static void row_op(const PGresult *res, int i, bs_op *op) {
   op->subkey = bs__pg_bytes(res, i, 6);
   op->data = bs__pg_bytes(res, i, 7);
 }
+static const bs__pg_stmt page_stmt = {
+    BS_PG_STMT_PAGE, "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
+                     " data, running FROM (SELECT *,"
+                     "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
+                     "  FROM (SELECT *, coalesce(octet_length(data), 0)"
+                     "   + coalesce(octet_length(object_type), 0)"
+                     "   + coalesce(octet_length(object_id), 0)"
+                     "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
+                     "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
+                     "   ORDER BY op_id LIMIT $4) o) w"
+                     " WHERE running - sz < $5 ORDER BY op_id"};
 
 /* One keyset page of the bucket's ops in (after, C]: at most `rows` ops, and ops while their
  * running size stays below `bytes` (the op that crosses it included). Column 8: the running size
@@ -204,18 +215,7 @@ static int page(data_read *r, uint64_t bucket, uint64_t after, size_t rows, size
   bs__pg_arg_i64(&a, (int64_t)r->checkpoint);
   bs__pg_arg_i64(&a, (int64_t)rows);
   bs__pg_arg_i64(&a, (int64_t)bytes);
-  return bs__pg_exec(r->c,
-                     "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
-                     " data, running FROM (SELECT *,"
-                     "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
-                     "  FROM (SELECT *, coalesce(octet_length(data), 0)"
-                     "   + coalesce(octet_length(object_type), 0)"
-                     "   + coalesce(octet_length(object_id), 0)"
-                     "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
-                     "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
-                     "   ORDER BY op_id LIMIT $4) o) w"
-                     " WHERE running - sz < $5 ORDER BY op_id",
-                     &a, res, "reading bucket data", err);
+  return bs__pg_execp(r->c, &page_stmt, &a, res, "reading bucket data", err);
 }
 
 /* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. */
@@ -306,6 +306,17 @@ static int param_row_cmp(const void *x, const void *y) {
   const param_row *a = x, *b = y;
   return bs__param_row_cmp((uint32_t)a->table, a->rid, (uint32_t)b->table, b->rid);
 }
+static const bs__pg_stmt params_stmt = {
+    BS_PG_STMT_PARAMS, "SELECT 0::bigint, 0, NULL::bytea, param_horizon::bigint, NULL::bytea[]"
+                       " FROM bs_streams WHERE id = $1 UNION ALL"
+                       " SELECT * FROM (SELECT DISTINCT ON (l.ord, p.table_id, p.replica_id)"
+                       "  l.ord, p.table_id, p.replica_id, p.op_id, p.rows"
+                       "  FROM (SELECT min(ord) AS ord, lookup FROM unnest($2::bytea[])"
+                       "   WITH ORDINALITY AS u(lookup, ord) GROUP BY lookup) l"
+                       "  JOIN bs_params p ON p.stream = $1 AND p.lookup = l.lookup"
+                       "  AND p.op_id <= $3"
+                       "  ORDER BY l.ord, p.table_id, p.replica_id, p.op_id DESC) e"
+                       " WHERE cardinality(e.rows) > 0"};
 
 int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
@@ -323,18 +334,7 @@ int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
   bs__pg_arg_i64(&args, (int64_t)checkpoint);
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) goto out;
   /* per (lookup, source row) the latest entry at or below C; the horizon row comes first */
-  rc = bs__pg_exec(c,
-                   "SELECT 0::bigint, 0, NULL::bytea, param_horizon::bigint, NULL::bytea[]"
-                   " FROM bs_streams WHERE id = $1 UNION ALL"
-                   " SELECT * FROM (SELECT DISTINCT ON (l.ord, p.table_id, p.replica_id)"
-                   "  l.ord, p.table_id, p.replica_id, p.op_id, p.rows"
-                   "  FROM (SELECT min(ord) AS ord, lookup FROM unnest($2::bytea[])"
-                   "   WITH ORDINALITY AS u(lookup, ord) GROUP BY lookup) l"
-                   "  JOIN bs_params p ON p.stream = $1 AND p.lookup = l.lookup"
-                   "  AND p.op_id <= $3"
-                   "  ORDER BY l.ord, p.table_id, p.replica_id, p.op_id DESC) e"
-                   " WHERE cardinality(e.rows) > 0",
-                   &args, &r, "reading parameter sets", err);
+  rc = bs__pg_execp(c, &params_stmt, &args, &r, "reading parameter sets", err);
   bs__pg_conn_put(db_of(st), c);
   if (rc) goto out;
   nr = PQntuples(r);
@@ -391,6 +391,22 @@ out:
  * acknowledge write checkpoints): extras are allowed, misses are not (contract.md 5.1). */
 #define MEET "c.first_op <= c.op_id AND c.first_op <= $3 AND c.op_id > $2"
 
+static const bs__pg_stmt changes_stmt = {
+    BS_PG_STMT_CHANGES,
+    "(SELECT 3::smallint AS kind, NULL::bytea AS v, (s.changes_fence > $2)"
+    "  OR coalesce((SELECT bool_or(c.flags & 2 <> 0) FROM bs_changes c WHERE c.stream = $1"
+    "   AND " MEET "), false),"
+    " (s.changes_fence > $2) OR coalesce((SELECT bool_or(c.flags & 4 <> 0) FROM bs_changes c"
+    "   WHERE c.stream = $1 AND " MEET "), false)"
+    " FROM bs_streams s WHERE s.id = $1)"
+    " UNION ALL (SELECT DISTINCT 0::smallint, b, false, false FROM bs_changes c,"
+    "  unnest(c.buckets) AS b WHERE c.stream = $1 AND " MEET " LIMIT $4)"
+    " UNION ALL (SELECT DISTINCT 1::smallint, l, false, false FROM bs_changes c,"
+    "  unnest(c.lookups) AS l WHERE c.stream = $1 AND " MEET " LIMIT $4)"
+    " UNION ALL (SELECT DISTINCT 2::smallint, u, false, false FROM bs_changes c,"
+    "  unnest(c.users) AS u WHERE c.stream = $1"
+    "  AND ((" MEET ") OR (c.op_id >= $2 AND c.op_id <= $3)))"};
+
 int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
                               bs_error *err) {
@@ -409,22 +425,7 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   bs__pg_arg_i64(&args, (int64_t)BS_CHANGES_MAX + 1);
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
   /* kind 3: the fence (changes below it were dropped) and the records' too-many flags */
-  rc = bs__pg_exec(
-      c,
-      "(SELECT 3::smallint AS kind, NULL::bytea AS v, (s.changes_fence > $2)"
-      "  OR coalesce((SELECT bool_or(c.flags & 2 <> 0) FROM bs_changes c WHERE c.stream = $1"
-      "   AND " MEET "), false),"
-      " (s.changes_fence > $2) OR coalesce((SELECT bool_or(c.flags & 4 <> 0) FROM bs_changes c"
-      "   WHERE c.stream = $1 AND " MEET "), false)"
-      " FROM bs_streams s WHERE s.id = $1)"
-      " UNION ALL (SELECT DISTINCT 0::smallint, b, false, false FROM bs_changes c,"
-      "  unnest(c.buckets) AS b WHERE c.stream = $1 AND " MEET " LIMIT $4)"
-      " UNION ALL (SELECT DISTINCT 1::smallint, l, false, false FROM bs_changes c,"
-      "  unnest(c.lookups) AS l WHERE c.stream = $1 AND " MEET " LIMIT $4)"
-      " UNION ALL (SELECT DISTINCT 2::smallint, u, false, false FROM bs_changes c,"
-      "  unnest(c.users) AS u WHERE c.stream = $1"
-      "  AND ((" MEET ") OR (c.op_id >= $2 AND c.op_id <= $3)))",
-      &args, &r, "reading checkpoint changes", err);
+  rc = bs__pg_execp(c, &changes_stmt, &args, &r, "reading checkpoint changes", err);
   bs__pg_conn_put(db_of(st), c);
   if (rc) return rc;
   nr = PQntuples(r);

@@ -477,6 +477,14 @@ static uint64_t fx_op_head(void *ctx) {
   return ((batch *)ctx)->head;
 }
 
+static const bs__pg_stmt table_stmt = {
+    BS_PG_STMT_TABLE, "WITH t AS (SELECT id FROM bs_tables WHERE stream = $1 AND name = $2),"
+                      " n AS (UPDATE bs_streams SET next_table_id = next_table_id + 1"
+                      "  WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM t)"
+                      "  RETURNING next_table_id - 1 AS id),"
+                      " i AS (INSERT INTO bs_tables (stream, name, id) SELECT $1, $2, id FROM n)"
+                      " SELECT id FROM t UNION ALL SELECT id FROM n"};
+
 static const bs__effects_ops pg_effects_ops = {
     .load = fx_load,
     .bucket = fx_bucket,
@@ -504,20 +512,18 @@ static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
     }
     bs__pg_arg_i32(&a, (int32_t)b->stream);
     bs__pg_arg_bytes(&a, s->table);
-    rc = bs__pg_exec(b->c,
-                     "WITH t AS (SELECT id FROM bs_tables WHERE stream = $1 AND name = $2),"
-                     " n AS (UPDATE bs_streams SET next_table_id = next_table_id + 1"
-                     "  WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM t)"
-                     "  RETURNING next_table_id - 1 AS id),"
-                     " i AS (INSERT INTO bs_tables (stream, name, id) SELECT $1, $2, id FROM n)"
-                     " SELECT id FROM t UNION ALL SELECT id FROM n",
-                     &a, &r, "registering a source table", err);
+    rc = bs__pg_execp(b->c, &table_stmt, &a, &r, "registering a source table", err);
     if (rc) return rc;
     ids[i] = (uint32_t)bs__pg_i32(r, 0, 0);
     PQclear(r);
   }
   return BS_OK;
 }
+
+static const bs__pg_stmt records_stmt = {
+    BS_PG_STMT_RECORDS, "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
+                        " (SELECT replica_id, soft, mark, members, has_data, data FROM bs_source"
+                        "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s"};
 
 /* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
  * entry with exists 0. */
@@ -530,11 +536,7 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
   bs__pg_arg_i32(&a, (int32_t)b->stream);
   bs__pg_arg_i32(&a, (int32_t)table);
   if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &arr, err))) return rc;
-  rc = bs__pg_exec(b->c,
-                   "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
-                   " (SELECT replica_id, soft, mark, members, has_data, data FROM bs_source"
-                   "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s",
-                   &a, &r, "loading source records", err);
+  rc = bs__pg_execp(b->c, &records_stmt, &a, &r, "loading source records", err);
   bs__free(b->a, arr);
   if (rc) return rc;
   for (int i = 0; i < PQntuples(r) && !rc; i++) {
@@ -567,6 +569,10 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
   return rc;
 }
 
+static const bs__pg_stmt reserve_stmt = {
+    BS_PG_STMT_RESERVE, "SELECT nextval(pg_get_serial_sequence('bs_buckets', 'id'))"
+                        " FROM generate_series(1, $1) ORDER BY 1"};
+
 /* Reserves an id (the identity sequence of bs_buckets) for every new bucket of the batch. */
 static int reserve_ids(batch *b, bs_error *err) {
   bs__pg_args a = {0};
@@ -577,16 +583,17 @@ static int reserve_ids(batch *b, bs_error *err) {
   if (!k) return BS_OK;
   if (!(b->reserved = bs__calloc(b->a, k, sizeof *b->reserved))) return oom(err);
   bs__pg_arg_i64(&a, (int64_t)k);
-  rc = bs__pg_exec(b->c,
-                   "SELECT nextval(pg_get_serial_sequence('bs_buckets', 'id'))"
-                   " FROM generate_series(1, $1) ORDER BY 1",
-                   &a, &r, "reserving bucket ids", err);
+  rc = bs__pg_execp(b->c, &reserve_stmt, &a, &r, "reserving bucket ids", err);
   if (rc) return rc;
   for (int i = 0; i < PQntuples(r) && (size_t)i < k; i++)
     b->reserved[b->n_reserved++] = (uint64_t)bs__pg_i64(r, i, 0);
   PQclear(r);
   return BS_OK;
 }
+
+static const bs__pg_stmt buckets_stmt = {BS_PG_STMT_BUCKETS,
+                                         "SELECT id, name FROM bs_buckets WHERE stream = $1"
+                                         " AND (name = ANY($2) OR id = ANY($3))"};
 
 /* Every record the queue's saves can load, per table; then the buckets their memberships and
  * the saves' rows name (new ones get an id at their first use). */
@@ -647,10 +654,7 @@ static int load_batch(batch *b, const uint32_t *tables, bs_error *err) {
     if ((rc = bs__pg_arg_bytes_array(&a, names, nn, b->a, &arr, err)) ||
         (rc = bs__pg_arg_i64_array(&a, ids, nid, b->a, &arr2, err)))
       goto out;
-    rc = bs__pg_exec(b->c,
-                     "SELECT id, name FROM bs_buckets WHERE stream = $1"
-                     " AND (name = ANY($2) OR id = ANY($3))",
-                     &a, &r, "resolving buckets", err);
+    rc = bs__pg_execp(b->c, &buckets_stmt, &a, &r, "resolving buckets", err);
     bs__free(b->a, arr2);
     if (rc) goto out;
     for (int i = 0; i < PQntuples(r) && !rc; i++)
@@ -698,6 +702,12 @@ static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a,
   return rc;
 }
 
+static const bs__pg_stmt rec_delete_stmt = {
+    BS_PG_STMT_REC_DELETE,
+    "DELETE FROM bs_source WHERE ctid = ANY(ARRAY(SELECT s.ctid"
+    " FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL (SELECT ctid FROM bs_source"
+    "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s))"};
+
 /* The stored rows of the records of `table` the batch deleted, in one statement. Here and in
  * load_records every key is one probe of the primary key, whatever the table's statistics say: a
  * LATERAL subquery with LIMIT is never flattened into a join. Planned freely, `replica_id =
@@ -717,14 +727,20 @@ static int delete_records(batch *b, uint32_t table, bs_val *rids, bs_error *err)
   bs__pg_arg_i32(&a, (int32_t)b->stream);
   bs__pg_arg_i32(&a, (int32_t)table);
   if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &ra, err))) return rc;
-  rc = bs__pg_run(b->c,
-                  "DELETE FROM bs_source WHERE ctid = ANY(ARRAY(SELECT s.ctid"
-                  " FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL (SELECT ctid FROM bs_source"
-                  "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s))",
-                  &a, "flush: source records", err);
+  rc = bs__pg_runp(b->c, &rec_delete_stmt, &a, "flush: source records", err);
   bs__free(b->a, ra);
   return rc;
 }
+
+static const bs__pg_stmt rec_update_stmt = {
+    BS_PG_STMT_REC_UPDATE,
+    "INSERT INTO bs_source (stream, table_id, replica_id, soft, mark, members,"
+    " has_data, data) SELECT $1, t, r, s <> 0, m, mb, h <> 0, d"
+    " FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::bytea[],"
+    " $7::bytea[], $8::bytea[]) AS u(t, s, m, h, r, mb, d)"
+    " ON CONFLICT (stream, table_id, replica_id) DO UPDATE SET soft = excluded.soft,"
+    " mark = excluded.mark, members = excluded.members,"
+    " has_data = excluded.has_data, data = excluded.data"};
 
 /* The stored records the batch changed and kept, replaced in one statement (INSERT ... ON
  * CONFLICT: an index probe per record, an update in place instead of a delete and an insert). */
@@ -769,15 +785,7 @@ static int update_records(batch *b, bs_error *err) {
       (rc = bs__pg_arg_bytes_array(&a, members, n, b->a, &arr[NCOL + 1], err)) ||
       (rc = bs__pg_arg_bytes_array(&a, data, n, b->a, &arr[NCOL + 2], err)))
     goto out;
-  rc = bs__pg_run(b->c,
-                  "INSERT INTO bs_source (stream, table_id, replica_id, soft, mark, members,"
-                  " has_data, data) SELECT $1, t, r, s <> 0, m, mb, h <> 0, d"
-                  " FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::bytea[],"
-                  " $7::bytea[], $8::bytea[]) AS u(t, s, m, h, r, mb, d)"
-                  " ON CONFLICT (stream, table_id, replica_id) DO UPDATE SET soft = excluded.soft,"
-                  " mark = excluded.mark, members = excluded.members,"
-                  " has_data = excluded.has_data, data = excluded.data",
-                  &a, "flush: source records", err);
+  rc = bs__pg_runp(b->c, &rec_update_stmt, &a, "flush: source records", err);
 out:
   for (int c = 0; c < NCOL + 3; c++) bs__free(b->a, arr[c]);
   bs__free(b->a, enc);
@@ -832,6 +840,10 @@ static int write_records(batch *b, bs_error *err) {
   return rc;
 }
 
+static const bs__pg_stmt bk_create_stmt = {
+    BS_PG_STMT_BK_CREATE, "INSERT INTO bs_buckets (stream, name, id) OVERRIDING SYSTEM VALUE"
+                          " SELECT $1, x, i FROM unnest($2::bytea[], $3::int8[]) AS d(x, i)"};
+
 /* The new buckets the batch used, with the ids their first use took. */
 static int create_buckets(batch *b, bs_error *err) {
   bs_val *names = NULL;
@@ -852,16 +864,26 @@ static int create_buckets(batch *b, bs_error *err) {
   bs__pg_arg_i32(&a, (int32_t)b->stream);
   if (!rc && !(rc = bs__pg_arg_bytes_array(&a, names, n, b->a, &na, err)) &&
       !(rc = bs__pg_arg_i64_array(&a, ids, n, b->a, &ia, err)))
-    rc = bs__pg_run(b->c,
-                    "INSERT INTO bs_buckets (stream, name, id) OVERRIDING SYSTEM VALUE"
-                    " SELECT $1, x, i FROM unnest($2::bytea[], $3::int8[]) AS d(x, i)",
-                    &a, "flush: new buckets", err);
+    rc = bs__pg_runp(b->c, &bk_create_stmt, &a, "flush: new buckets", err);
   bs__free(b->a, na);
   bs__free(b->a, ia);
   bs__free(b->a, names);
   bs__free(b->a, ids);
   return rc;
 }
+
+static const bs__pg_stmt bk_update_stmt = {
+    BS_PG_STMT_BK_UPDATE, "UPDATE bs_buckets b SET checksum = (b.checksum + d.ck) % 4294967296,"
+                          " count = b.count + d.n, bytes = b.bytes + d.sz,"
+                          " last_op = greatest(b.last_op, d.last)"
+                          " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])"
+                          " AS d(id, ck, n, sz, last) WHERE b.id = d.id"};
+
+static const bs__pg_stmt bk_changes_stmt = {
+    BS_PG_STMT_BK_CHANGES,
+    "INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, buckets, lookups)"
+    " SELECT $1, $2, coalesce(max(seq), 0) + 1, $3, $4, $5, $6 FROM bs_changes"
+    " WHERE stream = $1 AND op_id = $2"};
 
 static int write_buckets(batch *b, bs_error *err) {
   uint64_t *v = NULL;
@@ -894,13 +916,7 @@ static int write_buckets(batch *b, bs_error *err) {
   for (int c = 0; c < 5 && !rc; c++)
     rc = bs__pg_arg_i64_array(&a, v + c * n, n, b->a, &arr[c], err);
   if (rc) goto out;
-  rc = bs__pg_run(b->c,
-                  "UPDATE bs_buckets b SET checksum = (b.checksum + d.ck) % 4294967296,"
-                  " count = b.count + d.n, bytes = b.bytes + d.sz,"
-                  " last_op = greatest(b.last_op, d.last)"
-                  " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])"
-                  " AS d(id, ck, n, sz, last) WHERE b.id = d.id",
-                  &a, "flush: bucket states", err);
+  rc = bs__pg_runp(b->c, &bk_update_stmt, &a, "flush: bucket states", err);
   if (rc) goto out;
   {
     bs__pg_args c = {0};
@@ -914,11 +930,7 @@ static int write_buckets(batch *b, bs_error *err) {
         (rc = bs__pg_arg_bytes_array(&c, b->too_many_lookups ? NULL : b->lookups,
                                      b->too_many_lookups ? 0 : b->nlk, b->a, &larr, err)))
       goto out;
-    rc = bs__pg_run(b->c,
-                    "INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, buckets, lookups)"
-                    " SELECT $1, $2, coalesce(max(seq), 0) + 1, $3, $4, $5, $6 FROM bs_changes"
-                    " WHERE stream = $1 AND op_id = $2",
-                    &c, "flush: change record", err);
+    rc = bs__pg_runp(b->c, &bk_changes_stmt, &c, "flush: change record", err);
     bs__free(b->a, larr);
   }
 out:
@@ -959,6 +971,11 @@ static int write_custom(batch *b, bs_error *err) {
   return BS_OK;
 }
 
+static const bs__pg_stmt batch_open_stmt = {
+    BS_PG_STMT_BATCH_OPEN,
+    "SELECT state, op_head, hash, snapshot_done FROM bs_streams WHERE id = $1"
+    " FOR UPDATE"};
+
 /* Starts a batch inside the caller's open transaction: locks the stream row (refused when the
  * stream is terminated, unless reading: source_row, which rolls back, answers on a terminated
  * stream too, storage.h), reads its op head and hash into b and fx. */
@@ -979,10 +996,7 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
   fx->alloc = b->a;
   fx->snapshot = w->snapshot;
   bs__pg_arg_i32(&a, (int32_t)b->stream);
-  rc = bs__pg_exec(w->c,
-                   "SELECT state, op_head, hash, snapshot_done FROM bs_streams WHERE id = $1"
-                   " FOR UPDATE",
-                   &a, &r, "flush", err);
+  rc = bs__pg_execp(w->c, &batch_open_stmt, &a, &r, "flush", err);
   if (rc) return rc;
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", b->stream);
@@ -997,6 +1011,9 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
   PQclear(r);
   return rc;
 }
+
+static const bs__pg_stmt op_head_stmt = {BS_PG_STMT_OP_HEAD,
+                                         "UPDATE bs_streams SET op_head = $2 WHERE id = $1"};
 
 /* Writes what the batch's effects produced: ops, parameter entries, records, bucket states, the
  * op head and the change record, the custom write checkpoints. */
@@ -1022,8 +1039,7 @@ static int batch_write(batch *b, bs_error *err) {
     bs__pg_arg_i32(&h, (int32_t)b->stream);
     bs__pg_arg_i64(&h, (int64_t)b->head);
     if ((rc = create_buckets(b, err)) || (rc = write_buckets(b, err)) ||
-        (rc = bs__pg_run(b->c, "UPDATE bs_streams SET op_head = $2 WHERE id = $1", &h,
-                         "flush: op head", err)))
+        (rc = bs__pg_runp(b->c, &op_head_stmt, &h, "flush: op head", err)))
       return rc;
   }
   return write_custom(b, err);
@@ -1053,26 +1069,13 @@ static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, int readi
   return batch_write(b, err);
 }
 
-/* The planner's statistics of the tables a writer fills: autovacuum analyzes a table a minute or
- * more after it grew, and until then a table that filled up is planned as nearly empty (a page of
- * bucket data by a bitmap scan of the rest of the bucket and a sort of it on disk, O(bucket) per
- * page). So the writer analyzes them itself when what it wrote since doubled (the first flush
- * included): O(log n) ANALYZEs of at most 30k sampled rows each, in the flush's transaction. */
-static int analyze(bs__pg_writer *w, const batch *b, bs_error *err) {
-  uint64_t n = b->head >= b->first ? b->head - b->first + 1 : 0;
-  for (size_t i = 0; i < b->nrecs; i++) n += b->recs[i]->dirty != 0;
-  w->written += n;
-  if (!n || w->written < w->analyze_at) return BS_OK;
-  w->analyze_at = 2 * w->written;
-  /* SKIP_LOCKED: a table a VACUUM holds is not waited for (that vacuum analyzes it) */
-  return bs__pg_run(w->c, "ANALYZE (SKIP_LOCKED) bs_ops, bs_source, bs_params, bs_buckets", NULL,
-                    "flush: ANALYZE", err);
-}
-
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *in, uint64_t *head, bs_error *err) {
   batch b;
   int rc = apply(w, in, &b, 0, err);
-  if (!rc) rc = analyze(w, &b, err);
+  if (!rc) { /* what the writer wrote, for its ANALYZE (pg_write.c) */
+    w->written += b.head >= b.first ? b.head - b.first + 1 : 0;
+    for (size_t i = 0; i < b.nrecs; i++) w->written += b.recs[i]->dirty != 0;
+  }
   if (!rc && head) *head = b.head;
   batch_free(&b);
   return rc;

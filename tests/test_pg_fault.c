@@ -903,6 +903,114 @@ static void t_two_processes(void **state) {
   bs_close(db);
 }
 
+/* ---- 9. prepared statements and the writer's ANALYZE (pgspeed) ---- */
+
+/* At a commit's "commit" point, in the writer's session: its server process and what
+ * pg_prepared_statements says of the backend's statements ("bs<id>"). */
+typedef struct plans {
+  int pid, statements;
+  long long generic, custom;
+} plans;
+
+static void plans_fn(const char *point, PGconn *c, void *payload) {
+  plans *p = payload;
+  PGresult *r;
+  if (strcmp(point, "commit")) return;
+  r = PQexec(c, "SELECT count(*), coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)"
+                " FROM pg_prepared_statements WHERE name LIKE 'bs%'");
+  assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+  p->pid = PQbackendPID(c);
+  p->statements = atoi(PQgetvalue(r, 0, 0));
+  p->generic = atoll(PQgetvalue(r, 0, 1));
+  p->custom = atoll(PQgetvalue(r, 0, 2));
+  PQclear(r);
+}
+
+/* The hot statements are prepared once per session and run on generic plans (never planned
+ * again per call); a session the server ended is replaced by one that prepares them again. */
+static void t_prepared_per_session(void **state) {
+  pgt *t = *state;
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  bs_error err = {0};
+  bs_commit_result r;
+  plans p = {0};
+  int first_pid;
+  stream_ready(db, "s", 1, &st, &w);
+  bs__pg_set_hook(db, plans_fn, &p);
+  put_commit(w, "b", "r1", "1");
+  /* the first commit prepared them; at the second they are there already and run generic */
+  put_commit(w, "b", "r2", "2");
+  assert_true(p.statements >= 5); /* batch_open, table, records, buckets, commit_read at least */
+  assert_true(p.generic >= p.statements);
+  assert_int_equal(p.custom, 0);
+  first_pid = p.pid;
+  pgt_terminate(t->admin, first_pid);
+  /* the next call finds the session gone (BS_EIO), the one after opens a new one */
+  assert_int_equal(bs_writer_commit(w, bs__val_str("3"), NULL, &r, &err), BS_EIO);
+  memset(&p, 0, sizeof p);
+  put_commit(w, "b", "r3", "4");
+  assert_true(p.pid != 0 && p.pid != first_pid);
+  assert_true(p.statements >= 5);
+  assert_int_equal(p.custom, 0);
+  {
+    bs_val name = bs__val_str("b");
+    bs_checksum cs;
+    assert_int_equal(bs_get_checksums(st, 1000, &name, 1, &cs, &err), BS_OK);
+    assert_int_equal(cs.count, 3);
+  }
+  bs__pg_set_hook(db, NULL, NULL);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+/* The ANALYZE a writer has run when what it wrote doubled is not waited for by its commit: with
+ * bs_ops locked against it (SHARE UPDATE EXCLUSIVE, as a VACUUM holds it), the ANALYZE sent after
+ * the first commit waits for the lock on a session of its own while the writer commits on; it
+ * completes once the lock goes. A synchronous one would block the commit until alarm() fails the
+ * test. */
+static void t_analyze_not_waited_for(void **state) {
+  pgt *t = *state;
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  seam s;
+  char sql[256];
+  PGconn *locker = PQconnectdb(t->url);
+  assert_int_equal(PQstatus(locker), CONNECTION_OK);
+  stream_ready(db, "s", 1, &st, &w);
+  /* a failed assertion leaves it in its transaction: the server ends it, so the teardown's DROP
+   * does not wait for it forever */
+  pgt_exec(locker, "SET idle_in_transaction_session_timeout = '60s'");
+  pgt_exec(locker, "BEGIN; LOCK TABLE bs_ops IN SHARE UPDATE EXCLUSIVE MODE");
+  seam_init(&s, "analyze");
+  bs__pg_set_hook(db, seam_fn, &s);
+  put_commit(w, "b", "r1", "1"); /* the first write: an ANALYZE is due */
+  assert_int_equal(seam_calls(&s), 1);
+  /* until the ANALYZE waits for the lock (it was sent before the commit returned) */
+  while (pgt_int(t->admin, "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                           " AND relation = 'bs_ops'::regclass") == 0)
+    usleep(1000);
+  assert_int_equal(pgt_int(t->admin, "SELECT (reltuples < 0)::int FROM pg_class"
+                                     " WHERE oid = 'bs_ops'::regclass"),
+                   1);
+  put_commit(w, "b", "r2", "2"); /* commits on; one ANALYZE at a time */
+  put_commit(w, "b", "r3", "3");
+  assert_int_equal(seam_calls(&s), 1);
+  pgt_exec(locker, "COMMIT");
+  snprintf(sql, sizeof sql,
+           "SELECT (reltuples >= 1)::int FROM pg_class WHERE oid = 'bs_ops'::regclass");
+  while (pgt_int(t->admin, sql) == 0) usleep(1000); /* it completes (alarm() guards) */
+  bs__pg_set_hook(db, NULL, NULL);
+  seam_free(&s);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  PQfinish(locker);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_wait_across_hosts, setup, teardown),
@@ -914,6 +1022,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_statement_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(t_commit_reply_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_prepared_per_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_analyze_not_waited_for, setup, teardown),
   };
   if (pgt_skipped("test_pg_fault")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
