@@ -11,6 +11,11 @@
  *    with the reason: a MOVE's or CLEAR's target_op (a hint whose value the file does not
  *    repeat; verify checks its bounds) and a REMOVE's object_type/object_id (its checksum covers
  *    only the subkey, contract.md 3).
+ * Then verify.c's rules (every backend's verify applies them to its walk) on ops and bucket states
+ * built in the test, each fault alone: checksums (data "" and one byte, 1 vs 1.0), op ids, target_op
+ * bounds, subkey form (one byte short, uppercase hex), a REMOVE's data, MOVE/CLEAR payloads and
+ * placement, unknown types; bucket names of 0, 1, 480 and 481 bytes (non-ASCII), running values,
+ * CLEAR spans; unknown hash modes and a checkpoint above the op head.
  * The op values are found through LMDB's map: a value pointer lies in a page whose header starts
  * with its page number (LMDB's MDB_page), so its file offset is that number times the page size
  * plus its place in the page.
@@ -29,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../storage.h"
+#include "../internal.h"
 #include "util_contract.h"
 #include "util_fault.h"
 
@@ -326,11 +331,200 @@ static void test_random_corruption(void **state) {
   assert_true(verify_and_read(&p, g_ops[0].bucket, g_ops[0].stream) == BS_OK && p.n == 0);
 }
 
+/* ---- verify.c's rules on ops built here: what every backend's verify applies to its walk ---- */
+
+/* A bucket "b\xc3\xbc" (non-ASCII) of stream 1 (xxh3, op head 100) whose stored state says: last
+ * op 9, no CLEAR span; the running values are those of the ops walked. */
+static bs__vbucket rule_bucket(const bs__vstream *sh) {
+  bs__vbucket b = {.name = {"b\xc3\xbc", 3},
+                   .id = 7,
+                   .stream_id = 1,
+                   .stream = sh,
+                   .last_op = 9,
+                   .has_state = 1,
+                   .header = 18};
+  return b;
+}
+
+static bs_op put_op(uint64_t id, const char *data, char *sk) {
+  bs_op op = {id, BS_OP_PUT, 0, 0, ct_v("t"), ct_v("o"), {sk, BS_SUBKEY_SIZE}, ct_v(data)};
+  bs_subkey(sk, 1, ct_v("r"));
+  op.checksum = bs_checksum_put(BS_HASH_XXH3, op.object_type, op.object_id, op.data);
+  return op;
+}
+
+/* The problems op yields as the bucket's index-th op, after sound PUTs at ids 1..index. */
+static size_t op_problems(problems *p, const bs_op *op, uint64_t index, uint64_t clear_op) {
+  bs__vstream sh = {1, 100, BS_HASH_XXH3, 1};
+  bs__vbucket b = rule_bucket(&sh);
+  bs__verify v = {collect, p, 0, NULL, NULL, 0, 0};
+  char sk[BS_SUBKEY_SIZE];
+  memset(p, 0, sizeof *p);
+  b.clear_op = clear_op;
+  for (uint64_t i = 1; i <= index; i++) {
+    bs_op ok = put_op(i, "", sk);
+    bs__verify_op(&v, &b, &ok, ok.object_type.size + ok.object_id.size + BS_SUBKEY_SIZE);
+  }
+  bs__verify_op(&v, &b, op,
+                op->object_type.size + op->object_id.size + op->subkey.size + op->data.size);
+  assert_int_equal(v.problems, p->n);
+  return p->n;
+}
+
+static void expect_one(problems *p, const char *want) {
+  if (p->n != 1 || !strstr(p->text, want))
+    fail_msg("want one problem naming \"%s\", got %zu:\n%s", want, p->n, p->text);
+}
+
+static void test_rules_ops(void **state) {
+  char sk[BS_SUBKEY_SIZE], bad_sk[BS_SUBKEY_SIZE];
+  problems p;
+  bs_op op;
+  (void)state;
+  /* sound: a PUT of data "" and of one byte, a REMOVE, a MOVE to the last op, a leading CLEAR */
+  op = put_op(1, "", sk);
+  assert_int_equal(op_problems(&p, &op, 0, 0), 0);
+  op = put_op(2, "x", sk);
+  assert_int_equal(op_problems(&p, &op, 1, 0), 0);
+  op.type = BS_OP_REMOVE;
+  op.data = (bs_val){NULL, 0};
+  op.checksum = bs_checksum_remove(BS_HASH_XXH3, op.subkey);
+  assert_int_equal(op_problems(&p, &op, 1, 0), 0);
+  bs_op mv = {3, BS_OP_MOVE, 5, 9, {0}, {0}, {0}, {0}};
+  assert_int_equal(op_problems(&p, &mv, 2, 0), 0);
+  bs_op cl = {4, BS_OP_CLEAR, 5, 9, {0}, {0}, {0}, {0}};
+  assert_int_equal(op_problems(&p, &cl, 0, 4), 0);
+  /* each fault alone */
+  op = put_op(2, "{\"v\":1}", sk);
+  op.checksum++;
+  assert_int_equal(op_problems(&p, &op, 1, 0), 1);
+  expect_one(&p, "bucket \"b\xc3\xbc\" op 2: PUT checksum");
+  op = put_op(2, "1", sk);
+  op.data = ct_v("1.0"); /* 1 and 1.0 are other bytes: another checksum */
+  op_problems(&p, &op, 1, 0);
+  expect_one(&p, "its payload hashes to");
+  op = put_op(1, "", sk);
+  op.op_id = 101;
+  op_problems(&p, &op, 0, 0);
+  expect_one(&p, "op id outside 1..the stream's op head 100");
+  op = put_op(1, "", sk);
+  op_problems(&p, &op, 1, 0); /* after op 1 */
+  expect_one(&p, "not above op 1");
+  op = put_op(2, "", sk);
+  op.target_op = 9;
+  op_problems(&p, &op, 1, 0);
+  expect_one(&p, "PUT has a bad target_op 9");
+  memcpy(bad_sk, sk, sizeof bad_sk);
+  bad_sk[9] = 'A'; /* uppercase hex */
+  op = put_op(2, "", sk);
+  op.subkey.data = bad_sk;
+  op.checksum = bs_checksum_remove(BS_HASH_XXH3, op.subkey);
+  op.type = BS_OP_REMOVE;
+  op.data = (bs_val){NULL, 0};
+  op_problems(&p, &op, 1, 0);
+  expect_one(&p, "REMOVE with a malformed subkey (41 bytes)");
+  op.subkey = (bs_val){sk, BS_SUBKEY_SIZE - 1}; /* one byte short */
+  op.checksum = bs_checksum_remove(BS_HASH_XXH3, op.subkey);
+  op_problems(&p, &op, 1, 0);
+  expect_one(&p, "malformed subkey (40 bytes)");
+  op = put_op(2, "", sk);
+  op.type = BS_OP_REMOVE;
+  op.data = ct_v("d"); /* a REMOVE carries no data */
+  op.checksum = bs_checksum_remove(BS_HASH_XXH3, op.subkey);
+  op_problems(&p, &op, 1, 0);
+  expect_one(&p, "REMOVE with 1 bytes of data");
+  mv.target_op = 3; /* not above its own id */
+  op_problems(&p, &mv, 2, 0);
+  expect_one(&p, "MOVE has a bad target_op 3");
+  mv.target_op = 10; /* above the bucket's last op */
+  op_problems(&p, &mv, 2, 0);
+  expect_one(&p, "MOVE has a bad target_op 10");
+  mv.target_op = 9;
+  mv.object_id = ct_v("o");
+  op_problems(&p, &mv, 2, 0);
+  expect_one(&p, "MOVE with a payload (1 bytes)");
+  op_problems(&p, &cl, 1, 4); /* a CLEAR after an op */
+  expect_one(&p, "a CLEAR that is not the bucket's leading CLEAR");
+  op_problems(&p, &cl, 0, 5); /* the span ends elsewhere */
+  expect_one(&p, "the state's CLEAR span ends at 5");
+  bs_op odd = {2, (bs_op_type)7, 0, 0, {0}, {0}, {0}, {0}};
+  op_problems(&p, &odd, 1, 0);
+  expect_one(&p, "unknown type 7");
+}
+
+static void test_rules_buckets(void **state) {
+  bs__vstream sh = {1, 100, BS_HASH_XXH3, 1};
+  char name[BS_MAX_BUCKET_NAME + 1], sk[BS_SUBKEY_SIZE];
+  problems p;
+  bs__verify v = {collect, &p, 0, NULL, NULL, 0, 0};
+  bs_op op = put_op(9, "", sk);
+  struct {
+    const char *what;
+    size_t name_size;
+    int unknown_stream;
+    uint64_t d_checksum, d_count, d_bytes, last_op, clear_start, clear_op;
+    const char *want; /* NULL: sound */
+  } cases[] = {
+      {"sound, a name of one byte", 1, 0, 0, 0, 0, 9, 0, 0, NULL},
+      {"the longest name", BS_MAX_BUCKET_NAME, 0, 0, 0, 0, 9, 0, 0, NULL},
+      {"a name too long", BS_MAX_BUCKET_NAME + 1, 0, 0, 0, 0, 9, 0, 0, "a name of 481 bytes"},
+      {"an empty name", 0, 0, 0, 0, 0, 9, 0, 0, "a name of 0 bytes"},
+      {"unknown stream", 1, 1, 0, 0, 0, 9, 0, 0, "unknown stream 1"},
+      {"checksum", 1, 0, 1, 0, 0, 9, 0, 0, "running checksum"},
+      {"count", 1, 0, 0, 1, 0, 9, 0, 0, "running count 2, 1 ops stored"},
+      {"bytes", 1, 0, 0, 0, 1, 9, 0, 0, "running bytes"},
+      {"last op", 1, 0, 0, 0, 0, 8, 0, 0, "last op 8, highest stored op 9"},
+      {"above the op head", 1, 0, 0, 0, 0, 101, 0, 0, "above the stream's op head 100"},
+      {"span", 1, 0, 0, 0, 0, 9, 3, 2, "bad CLEAR span [3, 2]"},
+      {"span without a CLEAR", 1, 0, 0, 0, 0, 9, 0, 9, "and no CLEAR"},
+  };
+  (void)state;
+  memset(name, 'n', sizeof name);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bs__vbucket b = rule_bucket(cases[i].unknown_stream ? NULL : &sh);
+    memset(&p, 0, sizeof p);
+    v.problems = 0;
+    b.name = (bs_val){name, cases[i].name_size};
+    bs__verify_op(&v, &b, &op, 1 + 1 + BS_SUBKEY_SIZE);
+    b.checksum = b.sum + cases[i].d_checksum;
+    b.count = b.n + cases[i].d_count;
+    b.bytes = b.sum_bytes + cases[i].d_bytes;
+    b.last_op = cases[i].last_op;
+    b.clear_start = cases[i].clear_start;
+    b.clear_op = cases[i].clear_op;
+    bs__verify_bucket_end(&v, &b);
+    if (cases[i].want ? v.problems < 1 || !strstr(p.text, cases[i].want) : v.problems != 0)
+      fail_msg("%s: want %s, got %llu:\n%s", cases[i].what, cases[i].want ? cases[i].want : "none",
+               (unsigned long long)v.problems, p.text);
+  }
+}
+
+static void test_rules_streams(void **state) {
+  problems p;
+  bs__verify v = {collect, &p, 0, &bs__default_allocator, NULL, 0, 0};
+  (void)state;
+  memset(&p, 0, sizeof p);
+  assert_int_equal(bs__verify_stream_add(&v, 1, 5, 5, BS_HASH_XXH3), BS_OK);
+  assert_int_equal(bs__verify_stream_add(&v, 2, 5, 0, BS_HASH_SHA256), BS_OK);
+  assert_int_equal(v.problems, 0);
+  assert_int_equal(bs__verify_stream_add(&v, 3, 5, 6, 9), BS_OK);
+  assert_int_equal(v.problems, 2);
+  assert_non_null(strstr(p.text, "stream 3: unknown hash mode 9"));
+  assert_non_null(strstr(p.text, "stream 3: checkpoint 6 above op head 5"));
+  assert_false(bs__verify_stream(&v, 3)->hash_known);
+  assert_int_equal(bs__verify_stream(&v, 2)->hash, BS_HASH_SHA256);
+  assert_null(bs__verify_stream(&v, 4));
+  bs__free(v.a, v.streams);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_clean),
       cmocka_unit_test(test_edited_put_data),
       cmocka_unit_test(test_random_corruption),
+      cmocka_unit_test(test_rules_ops),
+      cmocka_unit_test(test_rules_buckets),
+      cmocka_unit_test(test_rules_streams),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
