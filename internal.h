@@ -61,6 +61,9 @@ int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
 int64_t bs__now_ms(void);
 /* Milliseconds on CLOCK_MONOTONIC: elapsed time for timeouts only, never stored. */
 uint64_t bs__monotonic_ms(void);
+/* bs_wait_checkpoint's polling period where no notification reaches it: commits of other
+ * processes on LMDB (storage.c), a PostgreSQL hot standby (pg.c). */
+#define BS_WAIT_POLL_MS 50u
 
 /* ---- Memory: every allocation goes through the db's allocator ---- */
 void *bs__malloc(const bs_allocator *a, size_t n);

@@ -725,7 +725,9 @@ static int await_notify(bs__pg_db *db, PGconn *c, uint32_t stream, uint64_t dead
 }
 
 /* LISTEN first, then read: a commit before the read is in it, one after wakes the wait. The
- * notifications received before each read are dropped (the read covers them). */
+ * notifications received before each read are dropped (the read covers them). A hot standby
+ * cannot LISTEN (PostgreSQL: "cannot execute LISTEN during recovery"): there the wait reads
+ * the checkpoint every BS_WAIT_POLL_MS instead (the "wait" point before each sleep). */
 static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
                               bs_checkpoint *out, bs_error *err) {
   uint64_t deadline = bs__monotonic_ms() + timeout_ms;
@@ -733,22 +735,30 @@ static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64
   PGresult *r;
   char listen[128];
   bs_val v;
-  int rc;
+  int rc, standby = 0;
   if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
-  rc = bs__pg_exec(c, "SELECT 'LISTEN ' || " BS_PG_CHANNEL, NULL, &r, "wait_checkpoint", err);
+  rc = bs__pg_exec(c, "SELECT 'LISTEN ' || " BS_PG_CHANNEL ", pg_is_in_recovery()", NULL, &r,
+                   "wait_checkpoint", err);
   if (!rc) {
     v = bs__pg_bytes(r, 0, 0);
     snprintf(listen, sizeof listen, "%.*s", (int)(v.size < 100 ? v.size : 100),
              v.size ? (const char *)v.data : "");
+    standby = bs__pg_bool(r, 0, 1);
     PQclear(r);
-    rc = bs__pg_run(c, listen, NULL, "wait_checkpoint: listen", err);
+    if (!standby) rc = bs__pg_run(c, listen, NULL, "wait_checkpoint: listen", err);
   }
   while (!rc) {
+    uint64_t now = 0;
     drain_notifies(c, st->stream_id);
     if ((rc = read_checkpoint(c, st, out, err)) || bs__checkpoint_differs(out, known) ||
-        bs__monotonic_ms() >= deadline)
+        (now = bs__monotonic_ms()) >= deadline)
       break;
-    rc = await_notify(spg(st), c, st->stream_id, deadline, err);
+    if (!standby) {
+      rc = await_notify(spg(st), c, st->stream_id, deadline, err);
+    } else {
+      bs__pg_hook(spg(st), "wait", c);
+      poll(NULL, 0, (int)(deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS));
+    }
   }
   if (PQstatus(c) == CONNECTION_OK) { /* back to the pool listening to nothing */
     PQclear(PQexec(c, "UNLISTEN *"));

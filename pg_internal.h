@@ -129,8 +129,8 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
 #define BS_PG_CHANNEL "('bs_cp_' || (hashtext(current_schema()) & 2147483647))"
 
 /* The test seam: calls db->hook (when set) with point and the connection in use. Points:
- * "wait" (a checkpoint waiter is about to block on its socket), "flush" (a flush's statements
- * ran, its COMMIT not sent yet), "commit" (a commit's queue applied in its transaction, the
+ * "wait" (a checkpoint waiter is about to block on its socket, or to sleep on a hot standby),
+ * "flush" (a flush's statements ran, its COMMIT not sent yet), "commit" (a commit's queue applied in its transaction, the
  * checkpoint not made yet), "commit.sent" (a flush's or commit's COMMIT sent, its reply not
  * read yet), "writer.lock" (a writer session got its advisory lock), "writer.unlock" (the last
  * writer of a lock closes: its session is about to unlock), "writer.share" (a writer open found

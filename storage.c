@@ -635,8 +635,6 @@ int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
   return BS_OK;
 }
 
-#define BS_WAIT_POLL_MS 50u
-
 /* Sleeps up to ms, or until a commit in this process bumps db->notify_seq past seq. */
 static void wait_notify(bs_db *db, uint64_t seq, uint64_t ms) {
   struct bs__db_front *f = db ? db->front : NULL;

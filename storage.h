@@ -208,6 +208,8 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * host (an advisory lock): bs_writer_open on another handle gets BS_EBUSY while one is open, and
  * succeeds once bs_writer_close returned (the lock is released before it returns); the writers
  * of one handle share its lock, also when threads open and close them at the same time.
+ * A hot standby (a read-only replica) opens with BS_OPEN_RDONLY: reads and bs_wait_checkpoint
+ * work there, at the position the standby has replayed.
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or
  * refused the connection: libpq's message), BS_ECORRUPT (the schema is newer than this
  * build's, or older and the open read-only), BS_ENOTFOUND (read-only and no schema yet),
@@ -449,7 +451,9 @@ BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
  * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
  * once; commits from other processes are seen by polling (every 50 ms). On a PostgreSQL
  * database a commit on any host wakes it at once (LISTEN on a connection of the wait's own);
- * BS_EIO with libpq's message when the server drops that connection. known NULL = no
+ * BS_EIO with libpq's message when the server drops that connection. On a hot standby (a
+ * read-only replica, opened with BS_OPEN_RDONLY: PostgreSQL cannot LISTEN during recovery) it
+ * polls every 50 ms instead and sees a commit once the standby has replayed it. known NULL = no
  * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */
 BS_API int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
                               bs_checkpoint *out, bs_error *err);

@@ -738,6 +738,173 @@ static void t_commit_reply_lost(void **state) {
   bs_close(a);
 }
 
+/* A full disk, on a server of the test's own whose files cannot grow past 8 MiB (pg_server.sh
+ * start DIR full). bs_ops is filled up to that with rows of a bucket no stream has (80 bytes
+ * each: no page keeps room for the writer's 1.5 kB op), so the commit must extend it and cannot:
+ * BS_EIO with the server's message, nothing persisted (the head and the bucket's count as
+ * before), the writer's queue intact (a second try fails alike). Once space returns (the filler
+ * deleted, VACUUM) verify is clean and the same writer's commit persists the queue once. */
+static void save_big(bs_writer *w, const char *id) {
+  static char data[1500];
+  bs_error err = {0};
+  bs_row row;
+  bs_save sv = BS_SAVE_INIT;
+  memset(data, 'd', sizeof data);
+  row.bucket = bs__val_str("b");
+  row.object_type = bs__val_str("t");
+  row.object_id = bs__val_str(id);
+  row.data = (bs_val){data, sizeof data};
+  sv.table = bs__val_str("t");
+  sv.after_id = bs__val_str(id);
+  sv.rows = &row;
+  sv.n_rows = 1;
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+}
+
+static void verify_clean(bs_db *db) {
+  bs_error err = {0};
+  uint64_t problems = 1;
+  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, &err), BS_OK);
+  assert_int_equal(problems, 0);
+}
+
+/* A server of the test's own (pg_server.sh, which BS_TEST_PG_SERVER names), in own_dir: stopped
+ * and removed by own_teardown. */
+static char own_dir[64];
+
+/* Runs `pg_server.sh cmd DIR arg` in a new directory; url = the URL it prints. Without
+ * BS_TEST_PG_SERVER the test is skipped. */
+static void own_server(const char *cmd, const char *arg, char *url, int cap) {
+  const char *server = getenv("BS_TEST_PG_SERVER");
+  char line[1400];
+  FILE *f;
+  if (!server || !*server) {
+    printf("skipped: BS_TEST_PG_SERVER is not set (pg_server.sh run sets it)\n");
+    skip();
+  }
+  snprintf(own_dir, sizeof own_dir, "/tmp/bs-pgown.XXXXXX");
+  assert_non_null(mkdtemp(own_dir));
+  snprintf(line, sizeof line, "%s %s %s '%s' >%s/url", server, cmd, own_dir, arg, own_dir);
+  assert_int_equal(system(line), 0);
+  snprintf(line, sizeof line, "%s/url", own_dir);
+  assert_non_null(f = fopen(line, "r"));
+  url[0] = '\0';
+  assert_non_null(fgets(url, cap, f));
+  fclose(f);
+  url[strcspn(url, "\n")] = '\0';
+}
+
+static int own_teardown(void **state) {
+  char cmd[1200];
+  if (own_dir[0]) {
+    snprintf(cmd, sizeof cmd, "%s stop %s", getenv("BS_TEST_PG_SERVER"), own_dir);
+    own_dir[0] = '\0';
+    assert_int_equal(system(cmd), 0);
+  }
+  return teardown(state);
+}
+
+static void t_disk_full(void **state) {
+  char cmd[1200], url[256];
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  bs_error err = {0};
+  bs_commit_result r;
+  uint64_t head, head0;
+  uint32_t count, count0;
+  PGconn *admin;
+  int filled = 0;
+  own_server("start", "full", url, sizeof url);
+  admin = PQconnectdb(url);
+  assert_int_equal(PQstatus(admin), CONNECTION_OK);
+  db = pgt_open(url, 0);
+  stream_ready(db, "s", 1, &st, &w);
+  put_commit(w, "b", "r0", "00000001");
+  head_and_count(st, "b", &head0, &count0);
+  /* fill bs_ops, 5000 rows a statement, until the server cannot extend it */
+  for (int i = 0; !filled; i++) {
+    PGresult *res;
+    assert_true(i < 100); /* 8 MiB are about 100,000 rows */
+    snprintf(cmd, sizeof cmd,
+             "INSERT INTO bs_ops SELECT -1, g, 1, 0, 0, NULL, NULL, NULL, '\\x00'"
+             " FROM generate_series(%d, %d) g",
+             i * 5000 + 1, (i + 1) * 5000);
+    res = PQexec(admin, cmd);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+      assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "53100");
+      filled = 1;
+    }
+    PQclear(res);
+  }
+  save_big(w, "r1");
+  save_big(w, "r2");
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(bs_writer_commit(w, bs__val_str("00000002"), NULL, &r, &err), BS_EIO);
+    assert_non_null(strstr(err.msg, "PostgreSQL 53100"));
+    assert_non_null(strstr(err.msg, "could not extend file"));
+    head_and_count(st, "b", &head, &count);
+    assert_int_equal(head, head0);
+    assert_int_equal(count, count0);
+  }
+  /* space returns */
+  pgt_exec(admin, "DELETE FROM bs_ops WHERE bucket = -1");
+  pgt_exec(admin, "VACUUM bs_ops");
+  verify_clean(db);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(bs_writer_commit(w, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  assert_int_equal(r.checkpoint, head0 + 2); /* r1 and r2, once */
+  head_and_count(st, "b", &head, &count);
+  assert_int_equal(count, count0 + 2);
+  verify_clean(db);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  PQfinish(admin);
+}
+
+/* A hot standby of the test's server (pg_server.sh standby: pg_basebackup, streaming its WAL)
+ * cannot LISTEN ("cannot execute LISTEN during recovery"): bs_wait_checkpoint on a read-only
+ * handle there reads the checkpoint every BS_WAIT_POLL_MS instead (the seam's "wait" point
+ * before each sleep). A wait with an unbounded timeout has polled at least once when the
+ * primary commits; the commit, once replayed, ends it with that checkpoint. */
+static void t_standby_wait(void **state) {
+  pgt *t = *state;
+  bs_db *a = pgt_open(t->url, 0), *b;
+  bs_storage *sa, *sb;
+  bs_writer *wa;
+  bs_error err = {0};
+  bs_checkpoint out;
+  char url[256], schema_url[1024];
+  uint64_t cp;
+  waiter w;
+  seam s;
+  stream_ready(a, "s", 1, &sa, &wa);
+  cp = put_commit(wa, "b", "r0", "00000001");
+  own_server("standby", pgt_base_url(), url, sizeof url);
+  snprintf(schema_url, sizeof schema_url, "%s?options=-csearch_path%%3D%s", url, t->schema);
+  b = pgt_open(schema_url, BS_OPEN_RDONLY);
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(sb, NULL, 0, &out, &err), BS_OK); /* the backup's */
+  assert_checkpoint(&out, cp, "00000001");
+  seam_init(&s, "wait");
+  bs__pg_set_hook(b, seam_fn, &s);
+  wait_start(&w, sb);
+  seam_wait(&s, 1);
+  cp = put_commit(wa, "b", "r1", "00000002");
+  assert_int_equal(pthread_join(w.th, NULL), 0);
+  if (w.rc != BS_OK) fail_msg("wait on the standby: %s (%s)", bs_strerror(w.rc), w.err.msg);
+  assert_checkpoint(&w.out, cp, "00000002");
+  bs__pg_set_hook(b, NULL, NULL);
+  seam_free(&s);
+  bs_writer_close(wa);
+  bs_storage_close(sa);
+  bs_storage_close(sb);
+  bs_close(a);
+  bs_close(b);
+}
+
 /* ---- 4. two processes (two hosts): a writer streaming commits, a reader waiting and reading ---- */
 
 #define N_TWO_BUCKETS 3
@@ -1021,6 +1188,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_server_restart, setup, teardown),
       cmocka_unit_test_setup_teardown(t_statement_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(t_commit_reply_lost, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_disk_full, setup, own_teardown),
+      cmocka_unit_test_setup_teardown(t_standby_wait, setup, own_teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
       cmocka_unit_test_setup_teardown(t_prepared_per_session, setup, teardown),
       cmocka_unit_test_setup_teardown(t_analyze_not_waited_for, setup, teardown),
