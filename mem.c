@@ -140,30 +140,26 @@ typedef struct mem_tx {
 } mem_tx;
 
 static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
-  memset(tx, 0, sizeof *tx);
-  tx->db = db;
-  tx->s = s;
-  tx->meta = s->m;
-  tx->ntables = s->ntables;
-  tx->nbuckets = s->nbuckets;
-  tx->nrecs = s->nrecs;
-  tx->nparams = s->nparams;
-  tx->nbch = s->nbch;
-  tx->nuch = s->nuch;
-  tx->ncps = s->ncps;
-  tx->ncw = s->ncw;
-  tx->npend = s->npend;
-  tx->serial = ++db->tx_serial;
+  *tx = (mem_tx){.db = db,
+                 .s = s,
+                 .meta = s->m,
+                 .ntables = s->ntables,
+                 .nbuckets = s->nbuckets,
+                 .nrecs = s->nrecs,
+                 .nparams = s->nparams,
+                 .nbch = s->nbch,
+                 .nuch = s->nuch,
+                 .ncps = s->ncps,
+                 .ncw = s->ncw,
+                 .npend = s->npend,
+                 .serial = ++db->tx_serial};
 }
 
 /* Journals slot idx of kind (the caller then stores the new pointer there). */
 static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
-  if (GROW(ALLOC(tx->db), tx->j, tx->nj, tx->cj, tx->nj + 1)) return BS_ENOMEM;
-  tx->j[tx->nj].kind = kind;
-  tx->j[tx->nj].idx = idx;
-  tx->j[tx->nj].old = old;
-  tx->j[tx->nj].n = tx->j[tx->nj].nsups = 0;
-  tx->nj++;
+  mem_jent e = {kind, idx, old, 0, 0};
+  if (BS_GROW(ALLOC(tx->db), tx->j, tx->cj, tx->nj + 1)) return BS_ENOMEM;
+  tx->j[tx->nj++] = e;
   return BS_OK;
 }
 
@@ -246,6 +242,18 @@ static void tx_commit(mem_tx *tx) {
   bs__free(a, tx->j);
 }
 
+/* Ends tx: commits it when rc is BS_OK, else rolls all of it back and fails with rc (ENOMEM, or
+ * ELIMIT: the op ids ran out) for what. */
+static int tx_end(mem_tx *tx, int rc, const char *what, bs_error *err) {
+  if (rc == BS_OK) {
+    tx_commit(tx);
+    return BS_OK;
+  }
+  tx_rollback(tx);
+  if (rc == BS_ELIMIT) return bs__fail(err, rc, "%s: op id sequence exhausted (2^63)", what);
+  return enomem(err, what);
+}
+
 /* Stores r in slot idx: idx == nrecs appends, r == NULL deletes, else r replaces the record of
  * the same key. Journals the old pointer and keeps the index and the soft-deleted count in step. */
 static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
@@ -253,7 +261,7 @@ static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
   mem_stream *s = tx->s;
   mem_rec *old;
   if (idx == s->nrecs) {
-    if (GROW(a, s->recs, s->nrecs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
+    if (BS_GROW(a, s->recs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
     if (bs__htab_reserve(&s->ridx, a, s->ridx.n + 1)) return BS_ENOMEM;
     if (tx_journal(tx, J_REC, idx, NULL)) return BS_ENOMEM;
     s->recs[s->nrecs++] = r;
@@ -283,7 +291,7 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   mem_stream *s = tx->s;
   mem_bucket *b = bucket_find(s, name, idx);
   if (b) return b;
-  if (GROW(a, s->buckets, s->nbuckets, s->cbuckets, s->nbuckets + 1)) return NULL;
+  if (BS_GROW(a, s->buckets, s->cbuckets, s->nbuckets + 1)) return NULL;
   if (bs__htab_reserve(&s->bidx, a, s->nbuckets + 1)) return NULL;
   b = bs__calloc(a, 1, sizeof *b);
   if (!b) return NULL;
@@ -306,14 +314,14 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
   mem_bucket *b = s->buckets[bi];
   mem_op o;
   int rc;
-  if (GROW(a, b->ops, b->n, b->cap, b->n + 1)) return BS_ENOMEM;
+  if (BS_GROW(a, b->ops, b->cap, b->n + 1)) return BS_ENOMEM;
   if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal the counts */
     if (tx_journal(tx, J_OPS, bi, NULL)) return BS_ENOMEM;
     tx->j[tx->nj - 1].n = b->n;
     tx->j[tx->nj - 1].nsups = b->nsups;
     b->tx_stamp = tx->serial;
   }
-  if (GROW(a, s->bch, s->nbch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
+  if (BS_GROW(a, s->bch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
   memset(&o, 0, sizeof o);
   o.type = op->type;
   o.checksum = op->checksum;
@@ -339,7 +347,7 @@ static int tx_sup(mem_tx *tx, size_t bi, uint64_t old_op, uint64_t new_op) {
   mem_bucket *b = tx->s->buckets[bi];
   if (!old_op) return BS_OK;
   BS_ASSERT(b->tx_stamp == tx->serial); /* new_op was appended: nsups is journaled */
-  if (GROW(ALLOC(tx->db), b->sups, b->nsups, b->csups, b->nsups + 1)) return BS_ENOMEM;
+  if (BS_GROW(ALLOC(tx->db), b->sups, b->csups, b->nsups + 1)) return BS_ENOMEM;
   b->sups[b->nsups].old_op = old_op;
   b->sups[b->nsups++].new_op = new_op;
   return BS_OK;
@@ -352,7 +360,7 @@ static int tx_param(mem_tx *tx, bs_val key, uint32_t table, bs_val rid, const bs
   mem_stream *s = tx->s;
   mem_param p;
   int rc;
-  if (GROW(a, s->params, s->nparams, s->cparams, s->nparams + 1)) return BS_ENOMEM;
+  if (BS_GROW(a, s->params, s->cparams, s->nparams + 1)) return BS_ENOMEM;
   memset(&p, 0, sizeof p);
   p.table = table;
   p.nrows = nrows;
@@ -374,7 +382,7 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
   mem_stream *s = tx->s;
   mem_table *t = table_find(s, name);
   if (t) return t;
-  if (GROW(a, s->tables, s->ntables, s->ctables, s->ntables + 1)) return NULL;
+  if (BS_GROW(a, s->tables, s->ctables, s->ntables + 1)) return NULL;
   t = bs__calloc(a, 1, sizeof *t);
   if (!t) return NULL;
   if (val_dup(a, name, &t->name)) {
@@ -485,7 +493,6 @@ static uint64_t mfx_op_head(void *ctx) {
 static const bs__effects_ops mem_fx_ops = {mfx_load,  mfx_bucket, mfx_op,     mfx_superseded,
                                            mfx_param, mfx_store,  mfx_op_head};
 
-/* A value the queue holds as present (val_dup keeps no pointer for zero bytes). */
 /* One save of the front's batch, as the caller gave it (contract.md 4.1 - 4.3: effects.c). */
 static int apply_save(mem_tx *tx, bs__effects *e, const bs_save *s) {
   mem_table *t = tx_table(tx, s->table);
@@ -538,8 +545,8 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id))
       idx = i;
-  if (GROW(a, s->pend_users, s->npend, s->cpend, s->npend + 1) ||
-      GROW(a, s->cw, s->ncw, s->ccw, s->ncw + 1) || !(c = bs__calloc(a, 1, sizeof *c)))
+  if (BS_GROW(a, s->pend_users, s->cpend, s->npend + 1) || BS_GROW(a, s->cw, s->ccw, s->ncw + 1) ||
+      !(c = bs__calloc(a, 1, sizeof *c)))
     return BS_ENOMEM;
   c->value = q->checkpoint;
   c->req_ms = q->requested_at_ms;
@@ -580,31 +587,15 @@ static int apply_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *ba
   return rc;
 }
 
-static int apply_fail(bs_error *err, int rc) {
-  if (rc == BS_ELIMIT) return bs__fail(err, rc, "op id sequence exhausted (2^63)");
-  return enomem(err, "flush");
-}
-
-/* Begins a transaction on w's stream and applies batch in it; on failure nothing is left
- * applied (and no transaction is open). Caller holds the lock. */
-static int tx_begin_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *batch,
-                          bs_error *err) {
-  int rc;
-  tx_begin(tx, w->ms->db, w->ms->s);
-  if ((rc = apply_batch(tx, w, batch))) {
-    tx_rollback(tx);
-    return apply_fail(err, rc);
-  }
-  return BS_OK;
-}
-
 /* ---- Locking ------------------------------------------------------------------------------- */
 
-/* A writer of ms may write (the writing slots and writer_open). Caller holds the lock. */
-static int writable(const mem_storage *ms, bs_error *err) {
-  if (ms->s->m.state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
-  return BS_OK;
+/* Takes the lock for a call of a writer of ms (or writer_open): BS_ESTATE, and not locked, when
+ * the stream is terminated (no writer call changes it any more). */
+static int wlock(const mem_storage *ms, bs_error *err) {
+  lock(ms->db);
+  if (ms->s->m.state != BS_STREAM_TERMINATED) return BS_OK;
+  unlock(ms->db);
+  return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
 }
 
 /* ---- Writer vtable slots --------------------------------------------------------------------- */
@@ -618,26 +609,20 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   int rc;
   BS_ASSERT(o && o->max_records && o->max_bytes);    /* resolved by the front */
   BS_ASSERT(!(ms->db->base.flags & BS_OPEN_RDONLY)); /* refused by the front */
-  lock(ms->db);
-  rc = writable(ms, err);
+  if ((rc = wlock(ms, err))) return rc;
   unlock(ms->db);
-  if (rc) return rc;
   w = bs__calloc(ALLOC(ms->db), 1, sizeof *w);
   if (!w) return enomem(err, "writer");
   w->base.vt = &mem_writer_vt;
   w->base.st = st;
   w->ms = ms;
-  /* the front (bs_writer_open) passes resolved options: never NULL, no zero bound */
   w->snapshot = o->snapshot;
-  w->create_empty = o->create_empty;
   *out = &w->base;
   return BS_OK;
 }
 
 static void mem_writer_close(bs_writer *bw) {
-  mem_writer *w = MW(bw);
-  if (!w) return;
-  bs__free(ALLOC(w->ms->db), w);
+  bs__free(ALLOC(MW(bw)->ms->db), bw); /* never NULL: the front calls it for an open writer */
 }
 
 static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
@@ -647,19 +632,12 @@ static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *
   bs__effects e;
   int rc;
   /* persisted at once; the front has flushed what was queued before it (contract.md 4.2) */
-  lock(w->ms->db);
-  if ((rc = writable(w->ms, err)) == BS_OK) {
-    tx_begin(&tx, w->ms->db, w->ms->s);
-    e = mem_effects(&tx, &c, w);
-    rc = apply_truncate(&tx, &e, table, drop);
-    bs__effects_free(&e);
-    if (rc) {
-      tx_rollback(&tx);
-      rc = apply_fail(err, rc);
-    } else {
-      tx_commit(&tx);
-    }
-  }
+  if ((rc = wlock(w->ms, err))) return rc;
+  tx_begin(&tx, w->ms->db, w->ms->s);
+  e = mem_effects(&tx, &c, w);
+  rc = apply_truncate(&tx, &e, table, drop);
+  bs__effects_free(&e);
+  rc = tx_end(&tx, rc, "truncate", err);
   unlock(w->ms->db);
   return rc;
 }
@@ -669,11 +647,9 @@ static int mem_writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t
   mem_writer *w = MW(bw);
   mem_tx tx;
   int rc;
-  lock(w->ms->db);
-  if (!(rc = writable(w->ms, err)) && !(rc = tx_begin_batch(&tx, w, batch, err))) {
-    tx_commit(&tx);
-    *last_op = w->ms->s->m.op_head;
-  }
+  if ((rc = wlock(w->ms, err))) return rc;
+  tx_begin(&tx, w->ms->db, w->ms->s);
+  if (!(rc = tx_end(&tx, apply_batch(&tx, w, batch), "flush", err))) *last_op = w->ms->s->m.op_head;
   unlock(w->ms->db);
   return rc;
 }
@@ -692,7 +668,7 @@ static int heads_le(const mem_mwcp *r, bs_val lsn) {
 
 static int uch_add(mem_tx *tx, uint64_t id, bs_val user) {
   mem_stream *s = tx->s;
-  if (GROW(ALLOC(tx->db), s->uch, s->nuch, s->cuch, s->nuch + 1)) return BS_ENOMEM;
+  if (BS_GROW(ALLOC(tx->db), s->uch, s->cuch, s->nuch + 1)) return BS_ENOMEM;
   if (val_dup(ALLOC(tx->db), user, &s->uch[s->nuch].user)) return BS_ENOMEM;
   s->uch[s->nuch++].id = id;
   return BS_OK;
@@ -709,7 +685,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
       return rc;
   for (size_t i = 0; i < s->npend; i++)
     if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
-  if (GROW(ALLOC(db), s->cps, s->ncps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
+  if (BS_GROW(ALLOC(db), s->cps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
   s->cps[s->ncps++].ms = bs__now_ms();
   /* purge (4.3): the soft-deleted records whose mark the checkpoint reached (a scan only while
@@ -746,22 +722,17 @@ static int mem_writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val 
   int rc, created = 0;
   bs_block_reason blocked = BS_BLOCKED_NONE;
   uint64_t cp;
-  if (create_empty < 0) create_empty = w->create_empty;
-  lock(db);
-  if ((rc = writable(w->ms, err))) goto done;
-  if ((rc = tx_begin_batch(&tx, w, batch, err))) goto done;
-  if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
-  blocked = can_checkpoint(&s->m, lsn);
-  if (!blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op)) {
-    if ((rc = make_checkpoint(&tx, lsn))) {
-      tx_rollback(&tx);
-      rc = apply_fail(err, rc);
-      goto done;
-    }
-    created = 1;
+  BS_ASSERT(create_empty == 0 || create_empty == 1); /* resolved by the front */
+  if ((rc = wlock(w->ms, err))) return rc;
+  tx_begin(&tx, db, s);
+  if (!(rc = apply_batch(&tx, w, batch))) {
+    if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
+    blocked = can_checkpoint(&s->m, lsn);
+    created =
+        !blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op);
+    if (created) rc = make_checkpoint(&tx, lsn);
   }
-  tx_commit(&tx);
-done:
+  rc = tx_end(&tx, rc, "commit", err);
   cp = s->m.checkpoint;
   unlock(db);
   if (rc) return rc;
@@ -777,22 +748,20 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_writer *w = MW(bw);
   mem_stream *s = w->ms->s;
   int rc;
-  lock(w->ms->db);
-  if ((rc = writable(w->ms, err)) == BS_OK) {
-    s->m.snapshot_done = 1;
-    if (!s->m.ncb.has || bs__val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
-  }
+  if ((rc = wlock(w->ms, err))) return rc;
+  s->m.snapshot_done = 1;
+  if (!s->m.ncb.has || bs__val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
   unlock(w->ms->db);
-  return rc;
+  return BS_OK;
 }
 
 static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_writer *w = MW(bw);
   int rc;
-  lock(w->ms->db);
-  if ((rc = writable(w->ms, err)) == BS_OK) lsn_set(&w->ms->s->m.resume, lsn);
+  if ((rc = wlock(w->ms, err))) return rc;
+  lsn_set(&w->ms->s->m.resume, lsn);
   unlock(w->ms->db);
-  return rc;
+  return BS_OK;
 }
 
 static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_val table,
@@ -1004,38 +973,26 @@ static int same_param_row(const mem_param *a, const mem_param *b) {
 }
 
 static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
-  const mem_param **v = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
-  unsigned char *drop = bs__calloc(a, s->nparams ? s->nparams : 1, 1);
-  mem_param *nw = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *nw);
+  mem_param **v = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
   size_t n = 0, nn = 0;
-  if (!v || !drop || !nw) {
-    bs__free(a, v);
-    bs__free(a, drop);
-    bs__free(a, nw);
-    return BS_ENOMEM;
-  }
+  if (!v) return BS_ENOMEM;
   for (size_t k = 0; k < s->nparams; k++)
     if (s->params[k].id <= h) v[n++] = &s->params[k];
   qsort(v, n, sizeof *v, param_ident_cmp);
-  for (size_t i = 0; i < n; i++)
-    drop[v[i] - s->params] = (unsigned char)bs__compact_param_drop(
-        i > 0 && same_param_row(v[i - 1], v[i]), (uint32_t)v[i]->nrows);
-  for (size_t k = 0; k < s->nparams; k++) {
-    if (drop[k]) {
+  for (size_t i = 0; i < n; i++) /* id 0 (op ids start at 1) marks a dropped entry */
+    if (bs__compact_param_drop(i > 0 && same_param_row(v[i - 1], v[i]), (uint32_t)v[i]->nrows))
+      v[i]->id = 0;
+  for (size_t k = 0; k < s->nparams; k++) { /* closes up in place, in op id order */
+    if (s->params[k].id)
+      s->params[nn++] = s->params[k];
+    else
       param_free(a, &s->params[k]);
-      (*removed)++;
-    } else {
-      nw[nn++] = s->params[k];
-    }
   }
-  bs__free(a, s->params);
-  s->params = nw;
-  s->cparams = s->nparams ? s->nparams : 1;
+  *removed += s->nparams - nn;
   s->nparams = nn;
   if (h > s->m.param_horizon) s->m.param_horizon = h;
   if (h > s->m.param_fence) s->m.param_fence = h;
   bs__free(a, v);
-  bs__free(a, drop);
   return BS_OK;
 }
 
@@ -1118,7 +1075,7 @@ static int defragment(mem_tx *tx, const size_t *ids, size_t n, uint64_t h, doubl
       const bs__member *m = &s->recs[i]->r.m[j];
       mem_live l = {(size_t)m->bucket, i, j, m->op};
       if (m->op > h || !bsearch(&l.bucket, ids, n, sizeof *ids, size_cmp)) continue;
-      if (GROW(a, live, nlive, cap, nlive + 1))
+      if (BS_GROW(a, live, cap, nlive + 1))
         rc = BS_ENOMEM;
       else
         live[nlive++] = l;
@@ -1181,14 +1138,8 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
     lock(db);
     tx_begin(&tx, db, s);
     rc = defragment(&tx, ids, done, h, o->defragment_ratio, &stats.ops_reemitted);
-    if (rc)
-      tx_rollback(&tx);
-    else
-      tx_commit(&tx);
+    rc = tx_end(&tx, rc, "defragment", err);
     unlock(db);
-    if (rc)
-      rc = rc == BS_ENOMEM ? enomem(err, "defragment")
-                           : bs__fail(err, rc, "defragment: op ids exhausted");
   }
   if (!rc && h && o->compact_parameters) {
     lock(db);
@@ -1236,20 +1187,16 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
   int rc = BS_OK;
   bs__seen_init(&seen, a, (size_t)BS_COMPACT_MEMORY_MB * 1024u * 1024u);
   lock(ms->db);
-  if (s->m.cp_lsn.has) {
+  if (s->m.cp_lsn.has)
     rc = bs__fail(err, BS_ESTATE, "stream %u already has a checkpoint", (unsigned)s->id);
-    goto out;
-  }
   h = max_op_id && max_op_id < s->m.op_head ? max_op_id : s->m.op_head;
-  for (size_t i = 0; h && i < s->nbuckets; i++) {
+  for (size_t i = 0; !rc && h && i < s->nbuckets; i++) {
     if (!bucket_due(s->buckets[i], min_changes, 0.0)) continue; /* as LMDB: ratio 0 */
-    if (initial_bucket(a, s, i, h, &seen)) {
+    if (initial_bucket(a, s, i, h, &seen))
       rc = enomem(err, "compact_initial_replication");
-      break;
-    }
-    done++;
+    else
+      done++;
   }
-out:
   unlock(ms->db);
   bs__seen_free(&seen);
   if (!rc) *buckets_out = done;
@@ -1380,7 +1327,7 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
   s->m.hash = o->hash;
   s->m.next_table_id = 1;
   lock(db);
-  if (GROW(a, db->streams, db->nstreams, db->cstreams, db->nstreams + 1)) {
+  if (BS_GROW(a, db->streams, db->cstreams, db->nstreams + 1)) {
     unlock(db);
     stream_free(a, s);
     return enomem(err, "stream");
@@ -1400,32 +1347,25 @@ static int mem_stream_list(bs_db *bdb, int (*fn)(const bs_stream_info *, void *)
   mem_db *db = MDB(bdb);
   const bs_allocator *a = ALLOC(db);
   bs_stream_info *infos;
-  bs_val *names = NULL, *copy = NULL;
-  size_t n;
+  unsigned char *p;
+  size_t n, bytes = 0;
   int rc = BS_OK;
-  lock(db);
+  lock(db); /* copies (infos, then the names: one allocation), for fn to run unlocked */
   n = db->nstreams;
-  infos = bs__calloc(a, n ? n : 1, sizeof *infos);
-  names = bs__calloc(a, n ? n : 1, sizeof *names);
-  if (!infos || !names) goto nomem;
-  for (size_t i = 0; i < n; i++) names[i] = db->streams[i]->name;
-  if (vals_copy(a, names, n, &copy)) goto nomem;
+  for (size_t i = 0; i < n; i++) bytes += db->streams[i]->name.size;
+  if (!(infos = bs__malloc(a, n * sizeof *infos + bytes + 1))) {
+    unlock(db);
+    return enomem(err, "stream list");
+  }
+  p = (unsigned char *)(infos + n);
   for (size_t i = 0; i < n; i++) {
-    infos[i].id = db->streams[i]->id;
-    infos[i].name = copy[i];
-    infos[i].state = db->streams[i]->m.state;
-    infos[i].hash = db->streams[i]->m.hash;
+    const mem_stream *s = db->streams[i];
+    bs_stream_info in = {s->id, arena_put(&p, s->name), s->m.state, s->m.hash};
+    infos[i] = in; /* a name has 1 byte or more: never NULL */
   }
   unlock(db);
   for (size_t i = 0; i < n && !rc; i++) rc = fn(&infos[i], payload);
-  goto out;
-nomem:
-  unlock(db);
-  rc = enomem(err, "stream list");
-out:
   bs__free(a, infos);
-  bs__free(a, names);
-  bs__free(a, copy);
   return rc;
 }
 
@@ -1463,6 +1403,8 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
 static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
   BS_UNUSED(err);
   mem_db *db = MDB(bdb);
+  uint64_t *count[] = {NULL, /* by bs_op_type */
+                       &out->ops_put, &out->ops_remove, &out->ops_move, &out->ops_clear};
   lock(db); /* out: zeroed by the front */
   out->streams = db->nstreams;
   for (size_t i = 0; i < db->nmw; i++) out->write_checkpoints += !db->mw[i]->gone;
@@ -1473,17 +1415,7 @@ static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
     out->source_records += s->nrecs;
     out->write_checkpoints += s->ncw;
     for (size_t k = 0; k < s->nbuckets; k++)
-      for (size_t j = 0; j < s->buckets[k]->n; j++) {
-        bs_op_type t = s->buckets[k]->ops[j].type;
-        if (t == BS_OP_PUT)
-          out->ops_put++;
-        else if (t == BS_OP_REMOVE)
-          out->ops_remove++;
-        else if (t == BS_OP_MOVE)
-          out->ops_move++;
-        else
-          out->ops_clear++;
-      }
+      for (size_t j = 0; j < s->buckets[k]->n; j++) (*count[s->buckets[k]->ops[j].type])++;
   }
   unlock(db);
   return BS_OK;

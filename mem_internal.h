@@ -179,7 +179,7 @@ typedef struct mem_storage {
 typedef struct mem_writer {
   bs_writer base;
   mem_storage *ms;
-  int snapshot, create_empty;
+  int snapshot;
 } mem_writer;
 
 #define ALLOC(db) (&(db)->base.alloc)
@@ -189,8 +189,6 @@ typedef struct mem_writer {
 #define MDB(db) ((mem_db *)(db))
 
 /* ---- Helpers (static inline: every file that needs one compiles its own) ---- */
-
-#define GROW(a, arr, n, cap, need) BS_GROW((a), (arr), (cap), (need))
 
 static inline int val_dup(const bs_allocator *a, bs_val in, bs_val *out) {
   void *p;

@@ -37,7 +37,7 @@ static int keep_chunk(const bs_chunk *ch, void *payload) {
     const bs_op *o = &ch->ops[i];
     bytes += o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
   }
-  if (GROW(k->a, k->v, k->n, k->cap, k->n + 1) ||
+  if (BS_GROW(k->a, k->v, k->cap, k->n + 1) ||
       !(ops = bs__malloc(k->a, ch->n_ops * sizeof *ops + bytes + 1))) {
     k->oom = 1;
     return BS_ENOMEM;
@@ -142,7 +142,7 @@ int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t 
 
 static int push_val(const bs_allocator *a, bs_val **list, size_t *n, size_t *cap, bs_val v) {
   if (val_in(*list, *n, v)) return BS_OK;
-  if (GROW(a, *list, *n, *cap, *n + 1)) return BS_ENOMEM;
+  if (BS_GROW(a, *list, *cap, *n + 1)) return BS_ENOMEM;
   (*list)[(*n)++] = v;
   return BS_OK;
 }
@@ -242,7 +242,7 @@ int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, si
     qsort(latest, nl, sizeof *latest, param_ptr_cmp);
     for (size_t j = 0; j < nl; j++)
       for (size_t r = 0; r < latest[j]->nrows; r++) {
-        if (GROW(a, rows, nrows, crows, nrows + 1)) goto nomem;
+        if (BS_GROW(a, rows, crows, nrows + 1)) goto nomem;
         rows[nrows++] = latest[j]->rows[r];
       }
   }

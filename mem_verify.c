@@ -19,7 +19,7 @@ static void collect(const char *msg, void *payload) {
   vlist *l = payload;
   size_t n = strlen(msg) + 1;
   char *p;
-  if (GROW(l->v.a, l->msgs, l->n, l->cap, l->n + 1) || !(p = bs__malloc(l->v.a, n))) {
+  if (BS_GROW(l->v.a, l->msgs, l->cap, l->n + 1) || !(p = bs__malloc(l->v.a, n))) {
     l->oom = 1;
     return;
   }

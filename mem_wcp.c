@@ -103,7 +103,7 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
     }
     neu[nnew++] = nr;
   }
-  if (GROW(a, db->mw, db->nmw, db->cmw, db->nmw + nnew)) goto nomem;
+  if (BS_GROW(a, db->mw, db->cmw, db->nmw + nnew)) goto nomem;
   for (size_t k = 0; k < nnew; k++) {
     size_t idx;
     mem_mwcp *old = mwcp_find(db, neu[k]->user, &idx);

@@ -520,7 +520,7 @@ int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
   return rc;
 }
 
-/* create_empty: -1 = the writer's own setting (resolved by the backend), 0 or 1. */
+/* create_empty: -1 = the writer's own setting (resolved here, for the backend), 0 or 1. */
 static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_result *out,
                          bs_error *err) {
   bs_commit_result r;
@@ -528,6 +528,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   int rc;
   memset(&r, 0, sizeof r);
   if ((rc = check_writer(w, err))) return rc;
+  if (create_empty < 0) create_empty = w->front->opts.create_empty != 0;
   if ((rc = check_lsn(lsn, err))) return rc;
   if ((rc = WT_CHECK(w, commit, err))) return rc;
   b = bs__queue_batch(&w->front->q);

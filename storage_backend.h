@@ -199,8 +199,8 @@ typedef struct bs_writer_vtable {
   /* Persists a truncate (drop: and forgets the table) at once; the front has flushed what was
    * queued before it (contract.md 4.2). */
   int (*truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
-  /* Applies batch and then commits at lsn, in one transaction. create_empty: -1 = the writer's
-   * own setting (bs_writer_options), 0 or 1. */
+  /* Applies batch and then commits at lsn, in one transaction. create_empty: 0 or 1 (the front
+   * resolved -1, the writer's own setting in bs_writer_options). */
   int (*commit)(bs_writer *w, const bs_write_batch *batch, bs_val lsn, int create_empty,
                 bs_commit_result *out, bs_error *err);
   int (*snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);

@@ -490,7 +490,7 @@ static void test_writer_checks(void **state) {
   co.create_empty = -1;
   bs_commit_result cr;
   assert_int_equal(bs_writer_commit(w, lsn, &co, &cr, NULL), BS_OK);
-  assert_int_equal(seen_create_empty, -1); /* the writer's own setting: resolved by backend */
+  assert_int_equal(seen_create_empty, 1); /* the writer's own setting (default 1): the front's */
   assert_true(cr.checkpoint == 7);
   assert_int_equal(bs_writer_keepalive(w, lsn, NULL, NULL), BS_OK);
   assert_int_equal(seen_create_empty, 1);
@@ -523,6 +523,15 @@ static void test_writer_checks(void **state) {
   EXPECT(bs_writer_save(NULL, &s, E), BS_EINVAL, "w");
   bs_writer_close(w);
   bs_writer_close(NULL);
+  wo.version = BS_WRITER_OPTIONS_VERSION;
+  wo.create_empty = 0;
+  assert_int_equal(bs_writer_open(&w, st, &wo, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(w, lsn, NULL, NULL, NULL), BS_OK);
+  assert_int_equal(seen_create_empty, 0); /* -1 (no options) resolved to this writer's 0 */
+  co.create_empty = 1;
+  assert_int_equal(bs_writer_commit(w, lsn, &co, NULL, NULL), BS_OK);
+  assert_int_equal(seen_create_empty, 1); /* an explicit value overrides it */
+  bs_writer_close(w);
   bs_storage_close(st);
   bs_storage_close(rost);
   bs_close(db);
