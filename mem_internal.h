@@ -144,7 +144,8 @@ typedef struct mem_head {
   bs_val conn, lsn;
 } mem_head;
 
-/* A managed write checkpoint (database-wide); immutable once stored. */
+/* A managed write checkpoint (database-wide). A new id or new heads store a new record; the
+ * flags (processed, gone) and requested_at change in place, where nothing can fail. */
 typedef struct mem_mwcp {
   bs_val user;
   uint64_t id;

@@ -28,34 +28,32 @@ static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
   return NULL;
 }
 
-/* A new record: old's fields (or empty), with heads replaced when req is given. */
-static mem_mwcp *mwcp_build(const bs_allocator *a, const mem_mwcp *old, bs_val user,
-                            const bs_managed_request *heads_from) {
-  mem_mwcp *r = bs__calloc(a, 1, sizeof *r);
-  const mem_head *oh = old ? old->heads : NULL;
-  size_t n = heads_from ? heads_from->n_heads : old ? old->nheads : 0;
-  if (!r) return NULL;
-  if (old) {
-    r->id = old->id;
-    r->has_req = old->has_req;
-    r->req_ms = old->req_ms;
-    r->processed = old->processed;
+/* The record request r leaves for its user (BS_WCP_REPLACE): its heads, the id, not processed,
+ * requested_at (at) iff r supplied its id (a generated id has none). */
+static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, uint64_t id,
+                          int64_t at) {
+  mem_mwcp *w = bs__calloc(a, 1, sizeof *w);
+  if (!w) return NULL;
+  w->id = id;
+  w->has_req = r->has_request_id;
+  w->req_ms = r->has_request_id ? at : 0;
+  if (val_dup(a, r->user_id, &w->user) ||
+      (r->n_heads && !(w->heads = bs__calloc(a, r->n_heads, sizeof *w->heads))))
+    goto fail;
+  for (size_t i = 0; i < r->n_heads; i++) {
+    w->nheads = i + 1;
+    if (val_dup(a, r->heads[i].connection, &w->heads[i].conn) ||
+        val_dup(a, r->heads[i].lsn, &w->heads[i].lsn))
+      goto fail;
   }
-  if (val_dup(a, user, &r->user)) goto fail;
-  if (n) {
-    r->heads = bs__calloc(a, n, sizeof *r->heads);
-    if (!r->heads) goto fail;
-  }
-  for (size_t i = 0; i < n; i++) {
-    bs_val c = heads_from ? heads_from->heads[i].connection : oh[i].conn;
-    bs_val l = heads_from ? heads_from->heads[i].lsn : oh[i].lsn;
-    r->nheads = i + 1;
-    if (val_dup(a, c, &r->heads[i].conn) || val_dup(a, l, &r->heads[i].lsn)) goto fail;
-  }
-  return r;
+  return w;
 fail:
-  mwcp_free(a, r);
+  mwcp_free(a, w);
   return NULL;
+}
+
+static int64_t requested_at(const bs_managed_request *r, int64_t now) {
+  return r->requested_at_ms ? r->requested_at_ms : now;
 }
 
 int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
@@ -65,7 +63,7 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
   const bs_allocator *a = ALLOC(db);
   const bs_managed_request **win = NULL;
   mem_mwcp **neu = NULL;
-  size_t nw = 0, nnew = 0;
+  size_t nw = 0;
   int64_t now = bs__now_ms();
   int rc = BS_OK, adv = 0;
   if (ms->mode != BS_WCP_MANAGED)
@@ -78,36 +76,31 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
   }
   nw = bs__managed_winners(req, n, win);
   lock(db);
-  /* Build every changed record first; swap them in only when all exist. */
-  for (size_t k = 0; k < nw; k++) {
-    const bs_managed_request *r = win[k];
-    mem_mwcp *old = mwcp_find(db, r->user_id, NULL);
-    int64_t at = r->requested_at_ms ? r->requested_at_ms : now;
-    uint64_t id;
-    int action;
-    mem_mwcp *nr;
+  /* Everything that can fail first: the new record of each replaced user (neu[k]); win[k] stays
+   * only for a refresh (NULL: kept as it is). */
+  for (size_t k = 0; k < nw && !rc; k++) {
+    mem_mwcp *old = mwcp_find(db, win[k]->user_id, NULL);
+    uint64_t id = 0;
+    int action = BS_WCP_KEEP;
     /* a gone record's id is the high-water mark */
-    if ((rc = bs__managed_next_id(r, old && !old->gone, old ? old->id : 0, &id, &action, err)))
-      goto fail;
-    if (action == BS_WCP_KEEP) continue;
-    nr = mwcp_build(a, old, r->user_id, action == BS_WCP_REPLACE ? r : NULL);
-    if (!nr) goto nomem;
-    if (action == BS_WCP_REPLACE) {
-      nr->id = id;
-      nr->processed = 0;
-      nr->has_req = r->has_request_id; /* a generated id has no requested_at */
-      nr->req_ms = r->has_request_id ? at : 0;
-    } else {
-      nr->has_req = 1;
-      nr->req_ms = at;
-    }
-    neu[nnew++] = nr;
+    rc = bs__managed_next_id(win[k], old && !old->gone, old ? old->id : 0, &id, &action, err);
+    if (rc || action == BS_WCP_REFRESH) continue;
+    if (action == BS_WCP_KEEP)
+      win[k] = NULL;
+    else if (!(neu[k] = mwcp_new(a, win[k], id, requested_at(win[k], now))))
+      rc = enomem(err, "write checkpoints");
   }
-  if (BS_GROW(a, db->mw, db->cmw, db->nmw + nnew)) goto nomem;
-  for (size_t k = 0; k < nnew; k++) {
-    size_t idx;
-    mem_mwcp *old = mwcp_find(db, neu[k]->user, &idx);
-    if (old) {
+  if (!rc && BS_GROW(a, db->mw, db->cmw, db->nmw + nw)) rc = enomem(err, "write checkpoints");
+  for (size_t k = 0; k < nw && !rc; k++) { /* nothing below fails */
+    size_t idx = 0;
+    mem_mwcp *old;
+    if (!win[k]) continue; /* BS_WCP_KEEP */
+    old = mwcp_find(db, win[k]->user_id, &idx);
+    if (!neu[k]) { /* BS_WCP_REFRESH: a supplied retry of the stored (live) record's id */
+      BS_ASSERT(old && !old->gone);
+      old->has_req = 1;
+      old->req_ms = requested_at(win[k], now);
+    } else if (old) {
       mwcp_free(a, old);
       db->mw[idx] = neu[k];
     } else {
@@ -115,20 +108,15 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
     }
     neu[k] = NULL;
   }
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && !rc; i++) {
     mem_mwcp *r = mwcp_find(db, req[i].user_id, NULL);
     ids_out[i] = r ? r->id : 0;
     if (r && !r->processed) adv = 1;
   }
   unlock(db);
-  *should_advance = adv;
-  goto out;
-nomem:
-  rc = enomem(err, "write checkpoints");
-fail:
-  unlock(db);
+  if (!rc) *should_advance = adv;
 out:
-  for (size_t k = 0; neu && k < nnew; k++) mwcp_free(a, neu[k]);
+  for (size_t k = 0; neu && k < nw; k++) mwcp_free(a, neu[k]);
   bs__free(a, neu);
   bs__free(a, win);
   return rc;

@@ -633,6 +633,69 @@ static void test_alloc_failure(void **state) {
   assert_int_equal(fl.live, 0);
 }
 
+/* A managed batch that replaces (u2: a generated id), creates (u3), refreshes (u1: its stored id
+ * again, a later requested_at) and keeps (u5: a lower id) fails its k-th allocation: all of it or
+ * nothing, no leak. The cleanup at 2000 shows the requested_at each record was left with. */
+static void test_wcp_alloc_failure(void **state) {
+  failer fl = {-1, 0};
+  bs_allocator al = {f_malloc, f_realloc, f_free, &fl};
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_head h5 = {V("c"), V("0005")}, h9 = {V("c"), V("0009")};
+  bs_managed_request base[3], rq[4];
+  long k;
+  (void)state;
+  oo.allocator = &al;
+  memset(base, 0, sizeof base);
+  for (int i = 0; i < 3; i++) {
+    base[i].user_id = V(i == 0 ? "u1" : i == 1 ? "u2" : "u5");
+    base[i].heads = &h5;
+    base[i].n_heads = 1;
+    base[i].has_request_id = i != 1;
+    base[i].request_id = i == 0 ? 5 : 8;
+    base[i].requested_at_ms = 1000;
+  }
+  memcpy(rq, base, sizeof base);
+  rq[0].requested_at_ms = 5000; /* u1 5 again */
+  rq[1].heads = &h9;            /* u2 generated: 2 */
+  rq[2].request_id = 4;         /* u5 4 < 8 */
+  rq[3] = rq[1];
+  rq[3].user_id = V("u3");
+  rq[3].has_request_id = 1;
+  rq[3].request_id = 9;
+  for (k = 0;; k++) {
+    fx f;
+    uint64_t ids[4], id, deleted;
+    int adv = -1, found, rc;
+    fx_open(&f, BS_HASH_XXH3, &oo);
+    start(&f);
+    assert_int_equal(bs_create_managed_write_checkpoints(f.st, base, 3, ids, &adv, NULL), BS_OK);
+    commit(&f, "0005"); /* processes all three */
+    fl.countdown = k;
+    rc = bs_create_managed_write_checkpoints(f.st, rq, 4, ids, &adv, NULL);
+    fl.countdown = -1;
+    assert_int_equal(bs_last_write_checkpoint(f.st, V("u2"), &h9, 1, &id, &found, NULL), BS_OK);
+    assert_true(found);
+    if (rc == BS_OK) {
+      assert_true(ids[0] == 5 && ids[1] == 2 && ids[2] == 8 && ids[3] == 9);
+      assert_int_equal(adv, 1); /* u2 and u3 are new */
+      assert_int_equal(id, 2);
+    } else {
+      assert_int_equal(rc, BS_ENOMEM);
+      assert_int_equal(id, 1); /* u2 as it was */
+      assert_int_equal(bs_last_write_checkpoint(f.st, V("u3"), &h9, 1, &id, &found, NULL), BS_OK);
+      assert_false(found);
+    }
+    /* processed with requested_at 1000: u5, and u1 unless it was refreshed to 5000 */
+    assert_int_equal(bs_delete_checkpoint_requests_before(f.st, 2000, &deleted, NULL), BS_OK);
+    assert_int_equal(deleted, rc == BS_OK ? 1 : 2);
+    fx_close(&f);
+    assert_int_equal(fl.live, 0);
+    if (rc == BS_OK) break;
+    assert_true(k < 1000);
+  }
+  assert_true(k > 3); /* the loop really failed allocations inside the batch */
+}
+
 /* ---- Snapshot mode, soft deletes, source rows ------------------------------------------------- */
 
 static int got_data(const bs_val *d, void *p) {
@@ -827,19 +890,13 @@ static void test_report_error(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_golden_sha256),
-      cmocka_unit_test(test_diff_rules),
-      cmocka_unit_test(test_parameters),
-      cmocka_unit_test(test_chunking),
-      cmocka_unit_test(test_compact_move),
-      cmocka_unit_test(test_compact_clear),
-      cmocka_unit_test(test_initial_replication),
-      cmocka_unit_test(test_commit_rules),
-      cmocka_unit_test(test_write_checkpoints),
-      cmocka_unit_test(test_alloc_failure),
-      cmocka_unit_test(test_snapshot_and_source_rows),
-      cmocka_unit_test(test_index_rollback),
-      cmocka_unit_test(test_report_error),
+      cmocka_unit_test(test_golden_sha256),       cmocka_unit_test(test_diff_rules),
+      cmocka_unit_test(test_parameters),          cmocka_unit_test(test_chunking),
+      cmocka_unit_test(test_compact_move),        cmocka_unit_test(test_compact_clear),
+      cmocka_unit_test(test_initial_replication), cmocka_unit_test(test_commit_rules),
+      cmocka_unit_test(test_write_checkpoints),   cmocka_unit_test(test_alloc_failure),
+      cmocka_unit_test(test_wcp_alloc_failure),   cmocka_unit_test(test_snapshot_and_source_rows),
+      cmocka_unit_test(test_index_rollback),      cmocka_unit_test(test_report_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
