@@ -52,21 +52,7 @@ static void bucket_free(const bs_allocator *a, mem_bucket *b) {
   for (size_t i = 0; i < b->n; i++) op_free(a, &b->ops[i]);
   bs__free(a, b->ops);
   bs__free(a, b->sups);
-  val_free(a, &b->name);
-  bs__free(a, b);
-}
-
-static void rec_free(const bs_allocator *a, mem_rec *r) {
-  if (!r) return;
-  for (size_t i = 0; i < r->r.nm; i++) {
-    val_free(a, &r->r.m[i].object_type);
-    val_free(a, &r->r.m[i].object_id);
-  }
-  bs__free(a, r->r.m);
-  bs__free(a, r->r.lk); /* one allocation (vals_copy) */
-  val_free(a, &r->rid);
-  val_free(a, &r->r.data);
-  bs__free(a, r);
+  bs__free(a, b); /* and the name */
 }
 
 static void param_free(const bs_allocator *a, mem_param *p) {
@@ -75,19 +61,13 @@ static void param_free(const bs_allocator *a, mem_param *p) {
   bs__free(a, p->rows); /* one allocation (vals_copy) */
 }
 
-static void table_free(const bs_allocator *a, mem_table *t) {
-  if (!t) return;
-  val_free(a, &t->name);
-  bs__free(a, t);
-}
-
 /* Drops every piece of data of s (not its meta, name or id). */
 static void stream_data_free(const bs_allocator *a, mem_stream *s) {
-  for (size_t i = 0; i < s->ntables; i++) table_free(a, s->tables[i]);
+  for (size_t i = 0; i < s->ntables; i++) bs__free(a, s->tables[i]);
   bs__free(a, s->tables);
   for (size_t i = 0; i < s->nbuckets; i++) bucket_free(a, s->buckets[i]);
   bs__free(a, s->buckets);
-  for (size_t i = 0; i < s->nrecs; i++) rec_free(a, s->recs[i]);
+  for (size_t i = 0; i < s->nrecs; i++) bs__free(a, s->recs[i]);
   bs__free(a, s->recs);
   for (size_t i = 0; i < s->nparams; i++) param_free(a, &s->params[i]);
   bs__free(a, s->params);
@@ -95,7 +75,7 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   for (size_t i = 0; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   bs__free(a, s->uch);
   bs__free(a, s->cps);
-  for (size_t i = 0; i < s->ncw; i++) cwcp_free(a, s->cw[i]);
+  for (size_t i = 0; i < s->ncw; i++) bs__free(a, s->cw[i]);
   bs__free(a, s->cw);
   for (size_t i = 0; i < s->npend; i++) val_free(a, &s->pend_users[i]);
   bs__free(a, s->pend_users);
@@ -173,14 +153,14 @@ static void tx_rollback(mem_tx *tx) {
       if (cur != old) {
         if (cur) {
           bs__htab_remove(&s->ridx, rec_hash(cur->table, cur->rid), e->idx + 1);
-          rec_free(a, cur);
+          bs__free(a, cur);
         }
         /* cannot fail: the index held this many entries at that point of the transaction */
         if (old) bs__htab_put(&s->ridx, rec_hash(old->table, old->rid), e->idx + 1);
       }
       s->recs[e->idx] = old;
     } else if (e->kind == J_CWCP) {
-      if (s->cw[e->idx] != e->old) cwcp_free(a, s->cw[e->idx]);
+      if (s->cw[e->idx] != e->old) bs__free(a, s->cw[e->idx]);
       s->cw[e->idx] = e->old;
     } else if (e->kind == J_OPS) {
       mem_bucket *b = s->buckets[e->idx];
@@ -193,7 +173,7 @@ static void tx_rollback(mem_tx *tx) {
   }
   s->nrecs = tx->nrecs; /* appended slots were all journaled, hence freed above */
   s->ncw = tx->ncw;
-  for (size_t i = tx->ntables; i < s->ntables; i++) table_free(a, s->tables[i]);
+  for (size_t i = tx->ntables; i < s->ntables; i++) bs__free(a, s->tables[i]);
   s->ntables = tx->ntables;
   for (size_t i = tx->nbuckets; i < s->nbuckets; i++) {
     bs__htab_remove(&s->bidx, name_hash(s->buckets[i]->name), i + 1);
@@ -218,12 +198,8 @@ static void tx_commit(mem_tx *tx) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   size_t k = 0;
-  for (size_t i = 0; i < tx->nj; i++) {
-    if (tx->j[i].kind == J_REC)
-      rec_free(a, tx->j[i].old);
-    else if (tx->j[i].kind == J_CWCP)
-      cwcp_free(a, tx->j[i].old);
-  }
+  for (size_t i = 0; i < tx->nj; i++) /* the replaced records and custom checkpoints */
+    if (tx->j[i].kind == J_REC || tx->j[i].kind == J_CWCP) bs__free(a, tx->j[i].old);
   /* Close the holes of deleted records (every one is a journaled slot) with the last records:
    * the order of recs carries no meaning, and this costs O(deleted), not O(records). */
   for (size_t i = 0; i < tx->nj; i++) {
@@ -260,18 +236,11 @@ static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_rec *old;
-  if (idx == s->nrecs) {
-    if (BS_GROW(a, s->recs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
-    if (bs__htab_reserve(&s->ridx, a, s->ridx.n + 1)) return BS_ENOMEM;
-    if (tx_journal(tx, J_REC, idx, NULL)) return BS_ENOMEM;
-    s->recs[s->nrecs++] = r;
-    if (r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
-    s->m.nsoft += r && r->r.soft;
-    return BS_OK;
-  }
-  old = s->recs[idx];
+  if (idx == s->nrecs && BS_GROW(a, s->recs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
+  old = idx < s->nrecs ? s->recs[idx] : NULL;
   if (!old && r && bs__htab_reserve(&s->ridx, a, s->ridx.n + 1)) return BS_ENOMEM;
   if (tx_journal(tx, J_REC, idx, old)) return BS_ENOMEM;
+  s->nrecs += idx == s->nrecs;
   if (old && !r) bs__htab_remove(&s->ridx, rec_hash(old->table, old->rid), idx + 1);
   if (!old && r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
   s->m.nsoft -= old && old->r.soft;
@@ -290,15 +259,13 @@ static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_bucket *b = bucket_find(s, name, idx);
+  unsigned char *p;
   if (b) return b;
   if (BS_GROW(a, s->buckets, s->cbuckets, s->nbuckets + 1)) return NULL;
   if (bs__htab_reserve(&s->bidx, a, s->nbuckets + 1)) return NULL;
-  b = bs__calloc(a, 1, sizeof *b);
-  if (!b) return NULL;
-  if (val_dup(a, name, &b->name)) {
-    bs__free(a, b);
-    return NULL;
-  }
+  if (!(b = bs__calloc(a, 1, sizeof *b + name.size))) return NULL;
+  p = (unsigned char *)(b + 1);
+  b->name = arena_put(&p, name);
   b->generation = ++s->m.gen_seq;
   *idx = s->nbuckets;
   bs__htab_put(&s->bidx, name_hash(b->name), s->nbuckets + 1);
@@ -381,14 +348,12 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_table *t = table_find(s, name);
+  unsigned char *p;
   if (t) return t;
   if (BS_GROW(a, s->tables, s->ctables, s->ntables + 1)) return NULL;
-  t = bs__calloc(a, 1, sizeof *t);
-  if (!t) return NULL;
-  if (val_dup(a, name, &t->name)) {
-    bs__free(a, t);
-    return NULL;
-  }
+  if (!(t = bs__calloc(a, 1, sizeof *t + name.size))) return NULL;
+  p = (unsigned char *)(t + 1);
+  t->name = arena_put(&p, name);
   t->id = s->m.next_table_id++;
   s->tables[s->ntables++] = t;
   return t;
@@ -441,32 +406,34 @@ static int mfx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t 
   return tx_sup(((mem_fx *)ctx)->tx, (size_t)bucket, old_op, new_op);
 }
 
-/* A stored copy of record in (owning every byte). */
+/* A stored copy of record in: one allocation (mem_rec), the record, its arrays, then the bytes. */
 static mem_rec *rec_copy(const bs_allocator *a, uint32_t table, bs_val rid, const bs__srec *in) {
-  mem_rec *r = bs__calloc(a, 1, sizeof *r);
+  size_t bytes = rid.size + (in->has_data ? in->data.size : 0);
+  mem_rec *r;
+  unsigned char *p;
+  for (uint32_t i = 0; i < in->nm; i++)
+    bytes += in->m[i].object_type.size + in->m[i].object_id.size;
+  for (uint32_t i = 0; i < in->nl; i++) bytes += in->lk[i].size;
+  r = bs__malloc(a, sizeof *r + in->nm * sizeof *in->m + in->nl * sizeof *in->lk + bytes + 1);
   if (!r) return NULL;
   r->table = table;
+  r->r = *in; /* the scalars; every pointer is replaced */
   r->r.exists = 1;
-  r->r.soft = in->soft;
-  r->r.mark = in->mark;
-  r->r.has_data = in->has_data;
-  if (val_dup(a, rid, &r->rid) || (in->nm && !(r->r.m = bs__calloc(a, in->nm, sizeof *r->r.m))) ||
-      (in->nl && vals_copy(a, in->lk, in->nl, &r->r.lk)))
-    goto fail;
-  r->r.nl = in->nl;
+  r->r.m = (bs__member *)(r + 1);
+  r->r.lk = (bs_val *)(r->r.m + in->nm);
+  p = (unsigned char *)(r->r.lk + in->nl);
+  r->rid = arena_put(&p, rid);
   for (uint32_t i = 0; i < in->nm; i++) {
-    r->r.nm = i + 1;
-    r->r.m[i].bucket = in->m[i].bucket;
-    r->r.m[i].op = in->m[i].op;
-    if (val_dup(a, in->m[i].object_type, &r->r.m[i].object_type) ||
-        val_dup(a, in->m[i].object_id, &r->r.m[i].object_id))
-      goto fail;
+    r->r.m[i] = in->m[i];
+    r->r.m[i].object_type = arena_put(&p, in->m[i].object_type);
+    r->r.m[i].object_id = arena_put(&p, in->m[i].object_id);
   }
-  if (in->has_data && val_dup(a, in->data, &r->r.data)) goto fail;
+  for (uint32_t i = 0; i < in->nl; i++) {
+    r->r.lk[i] = arena_put(&p, in->lk[i]);
+    if (!r->r.lk[i].data) r->r.lk[i].data = p; /* an empty key: non-NULL (as vals_copy) */
+  }
+  r->r.data = in->has_data ? arena_put(&p, in->data) : (bs_val){NULL, 0};
   return r;
-fail:
-  rec_free(a, r);
-  return NULL;
 }
 
 static int mfx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
@@ -480,7 +447,7 @@ static int mfx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) 
   if (rec->exists && !(r = rec_copy(a, c->table, rid, rec))) return BS_ENOMEM;
   if (!r && at < 0) return BS_OK;
   if ((rc = tx_rec_set(c->tx, at < 0 ? s->nrecs : (size_t)at, r))) {
-    rec_free(a, r);
+    bs__free(a, r);
     return rc;
   }
   return BS_OK;
@@ -541,18 +508,21 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_cwcp *c;
+  unsigned char *p;
   size_t idx = s->ncw; /* the (event, user) record's slot, else a new one */
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id))
       idx = i;
   if (BS_GROW(a, s->pend_users, s->cpend, s->npend + 1) || BS_GROW(a, s->cw, s->ccw, s->ncw + 1) ||
-      !(c = bs__calloc(a, 1, sizeof *c)))
+      !(c = bs__malloc(a, sizeof *c + q->event.size + q->user_id.size)))
     return BS_ENOMEM;
+  p = (unsigned char *)(c + 1);
+  c->event = arena_put(&p, q->event);
+  c->user = arena_put(&p, q->user_id);
   c->value = q->checkpoint;
   c->req_ms = q->requested_at_ms;
-  if (val_dup(a, q->event, &c->event) || val_dup(a, q->user_id, &c->user) ||
-      tx_journal(tx, J_CWCP, idx, idx < s->ncw ? s->cw[idx] : NULL)) {
-    cwcp_free(a, c);
+  if (tx_journal(tx, J_CWCP, idx, idx < s->ncw ? s->cw[idx] : NULL)) {
+    bs__free(a, c);
     return BS_ENOMEM;
   }
   if (idx == s->ncw) s->ncw++;
@@ -770,9 +740,9 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
   mem_writer *w = MW(bw);
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
-  int rc, has_data = 0;
+  int rc;
   bs__srec now;
-  bs_val data = {NULL, 0};
+  bs_val *data = NULL;  /* one allocation (vals_copy): zero bytes stored are non-NULL */
   mem_tx tx = {.s = s}; /* only read: the stored records, by mfx_load */
   mem_fx c = {&tx, 0};  /* table 0 names no table: no record */
   const mem_table *t;
@@ -781,16 +751,13 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
   /* the queue as the flush would apply it (effects.c), over the stored records */
   rc = bs__effects_source_row(ALLOC(db), w->snapshot, batch, table, rid, mfx_load, &c, &now, err);
   if (rc == BS_OK && !(now.exists && !now.soft))
-    rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
-                  (int)(table.size > 64 ? 64 : table.size),
-                  table.size ? (const char *)table.data : "");
-  if (rc == BS_OK && (has_data = now.has_data) && val_dup(ALLOC(db), now.data, &data))
+    rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'", bs__name_shown(table),
+                  (const char *)table.data); /* a table is named */
+  if (rc == BS_OK && now.has_data && vals_copy(ALLOC(db), &now.data, 1, &data))
     rc = enomem(err, "source_row");
   unlock(db); /* fn runs unlocked: it may call into this db */
-  if (rc) return rc;
-  if (has_data && !data.data) data.data = ""; /* stored, but zero bytes */
-  rc = fn(has_data ? &data : NULL, payload);
-  if (data.size) val_free(ALLOC(db), &data);
+  if (rc == BS_OK) rc = fn(data, payload);
+  bs__free(ALLOC(db), data);
   return rc;
 }
 
@@ -1047,18 +1014,16 @@ static int reemit(mem_tx *tx, const mem_live *l) {
   mem_bucket *b = tx->s->buckets[l->bucket];
   const mem_rec *r = tx->s->recs[l->rec];
   size_t k = op_index(b, l->op);
-  mem_op o;
   mem_rec *nr;
   uint64_t id;
   int rc;
   BS_ASSERT(k < b->n && b->ops[k].type == BS_OP_PUT); /* a membership's op is its row's PUT */
-  o = b->ops[k];                                      /* by value: tx_append may move b->ops */
-  bs_op op = {0, BS_OP_PUT, o.checksum, 0, o.ot, o.oi, o.sk, o.data};
-  if ((rc = tx_append(tx, l->bucket, &op, &id)) || (rc = tx_sup(tx, l->bucket, o.id, id)))
+  bs_op op = op_view(&b->ops[k]); /* by value: tx_append may move b->ops (not the bytes) */
+  if ((rc = tx_append(tx, l->bucket, &op, &id)) || (rc = tx_sup(tx, l->bucket, op.op_id, id)))
     return rc;
   if (!(nr = rec_copy(a, r->table, r->rid, &r->r))) return BS_ENOMEM;
   nr->r.m[l->m].op = id;
-  if ((rc = tx_rec_set(tx, l->rec, nr))) rec_free(a, nr);
+  if ((rc = tx_rec_set(tx, l->rec, nr))) bs__free(a, nr);
   return rc;
 }
 

@@ -41,7 +41,7 @@ typedef struct mem_sup {
 } mem_sup;
 
 typedef struct mem_bucket {
-  bs_val name;
+  bs_val name; /* its bytes follow the struct (one allocation) */
   mem_op *ops; /* ascending op id */
   size_t n, cap;
   uint64_t generation;  /* changes whenever a compaction changed the bucket */
@@ -55,8 +55,9 @@ typedef struct mem_bucket {
   size_t nsups, csups;
 } mem_bucket;
 
-/* A source record; immutable once stored (a change stores a new object). r's strings and arrays
- * are owned; a membership's bucket is the bucket's index in mem_stream.buckets. */
+/* A source record; immutable once stored (a change stores a new object). One allocation holds it
+ * with r's arrays and every byte (rec_copy in mem.c; bs__free frees it whole); a membership's
+ * bucket is the bucket's index in mem_stream.buckets. */
 typedef struct mem_rec {
   uint32_t table;
   bs_val rid;
@@ -73,7 +74,7 @@ typedef struct mem_param {
   size_t nrows;
 } mem_param;
 
-typedef struct mem_table {
+typedef struct mem_table { /* one allocation with the name's bytes */
   bs_val name;
   uint32_t id;
   int dropped;
@@ -90,8 +91,8 @@ typedef struct mem_uchange {
 typedef struct mem_cp {
   uint64_t id;
   int64_t ms;
-} mem_cp; /* checkpoint history */
-typedef struct mem_cwcp {
+} mem_cp;                 /* checkpoint history */
+typedef struct mem_cwcp { /* one allocation with the event's and the user's bytes */
   bs_val event, user;
   uint64_t value;
   int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
@@ -242,22 +243,10 @@ static inline bs_op op_view(const mem_op *o) {
   return op;
 }
 
-static inline void cwcp_free(const bs_allocator *a, mem_cwcp *c) {
-  if (!c) return;
-  val_free(a, &c->event);
-  val_free(a, &c->user);
-  bs__free(a, c);
-}
-
 static inline void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
   if (!w) return;
-  val_free(a, &w->user);
-  for (size_t i = 0; i < w->nheads; i++) {
-    val_free(a, &w->heads[i].conn);
-    val_free(a, &w->heads[i].lsn);
-  }
-  bs__free(a, w->heads);
-  bs__free(a, w);
+  bs__free(a, w->heads); /* one allocation: the heads with their bytes (mem_wcp.c mwcp_new) */
+  bs__free(a, w);        /* one allocation: the record with its user id */
 }
 
 static inline uint64_t rec_hash(uint32_t table, bs_val rid) {

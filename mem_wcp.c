@@ -32,24 +32,27 @@ static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
  * requested_at (at) iff r supplied its id (a generated id has none). */
 static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, uint64_t id,
                           int64_t at) {
-  mem_mwcp *w = bs__calloc(a, 1, sizeof *w);
-  if (!w) return NULL;
+  size_t bytes = 0;
+  unsigned char *p;
+  mem_mwcp *w = bs__calloc(a, 1, sizeof *w + r->user_id.size);
+  for (size_t i = 0; i < r->n_heads; i++)
+    bytes += r->heads[i].connection.size + r->heads[i].lsn.size;
+  if (!w || !(w->heads = bs__malloc(a, r->n_heads * sizeof *w->heads + bytes + 1))) {
+    bs__free(a, w);
+    return NULL;
+  }
+  p = (unsigned char *)(w + 1);
+  w->user = arena_put(&p, r->user_id);
+  p = (unsigned char *)(w->heads + r->n_heads);
+  for (size_t i = 0; i < r->n_heads; i++) {
+    w->heads[i].conn = arena_put(&p, r->heads[i].connection);
+    w->heads[i].lsn = arena_put(&p, r->heads[i].lsn);
+  }
+  w->nheads = r->n_heads;
   w->id = id;
   w->has_req = r->has_request_id;
   w->req_ms = r->has_request_id ? at : 0;
-  if (val_dup(a, r->user_id, &w->user) ||
-      (r->n_heads && !(w->heads = bs__calloc(a, r->n_heads, sizeof *w->heads))))
-    goto fail;
-  for (size_t i = 0; i < r->n_heads; i++) {
-    w->nheads = i + 1;
-    if (val_dup(a, r->heads[i].connection, &w->heads[i].conn) ||
-        val_dup(a, r->heads[i].lsn, &w->heads[i].lsn))
-      goto fail;
-  }
   return w;
-fail:
-  mwcp_free(a, w);
-  return NULL;
 }
 
 static int64_t requested_at(const bs_managed_request *r, int64_t now) {
@@ -161,10 +164,6 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
   for (size_t i = 0; i < db->nmw; i++) {
     mem_mwcp *r = db->mw[i];
     if (r->gone || !r->processed || !r->has_req || r->req_ms >= before_ms) continue;
-    for (size_t h = 0; h < r->nheads; h++) {
-      val_free(ALLOC(db), &r->heads[h].conn);
-      val_free(ALLOC(db), &r->heads[h].lsn);
-    }
     bs__free(ALLOC(db), r->heads);
     r->heads = NULL;
     r->nheads = 0;
@@ -174,7 +173,7 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
   for (size_t i = 0; i < s->ncw; i++) {
     mem_cwcp *c = s->cw[i];
     if (c->req_ms >= 0 && c->req_ms < before_ms) {
-      cwcp_free(ALLOC(db), c);
+      bs__free(ALLOC(db), c);
       deleted++;
     } else {
       s->cw[k++] = c;
