@@ -10,8 +10,7 @@ usage: tests/driver_diff.py BIN [--seed N] [--seeds N] [--steps N] [--messages] 
   --strict NAME  compare a known disagreement that is skipped by default (see KNOWN)
   --print     write the seed's command sequence to stdout and exit (for reproduction)
   --postgres URL  the second side is `drive --nosync --postgres URL` instead of the LMDB file,
-              each seed in a schema of its own on that server (psql creates and drops it); the
-              generator leaves out the commands of PG_LACKS (calls the backend lacks yet)
+              each seed in a schema of its own on that server (psql creates and drops it)
 
 On a disagreement it prints the seed, the command index (1-based), the command, both replies
 and a one-line reproduction, and exits 1. Python 3 stdlib only.
@@ -33,10 +32,6 @@ IGNORED = {
     },
 }
 
-# The commands the PostgreSQL backend does not implement yet (it answers BS_UNSUPPORTED): with
-# --postgres the generator draws none of them. Removing a name turns its commands on.
-PG_LACKS = {"compact"}
-
 MAX_BUCKET = 480  # contract.md section 10
 MAX_LOOKUP = 480
 MAX_REPLICA = 256
@@ -57,9 +52,8 @@ class Gen:
     """Random command lines. The generator does not read replies: both backends get the same
     input, so its choices only need to make interesting states likely."""
 
-    def __init__(self, seed, lacks=()):
+    def __init__(self, seed):
         self.rng = random.Random(seed)
-        self.lacks = set(lacks)  # commands not to draw (PG_LACKS)
         self.streams = 0
         self.lsn = 0
         self.ops = 0  # an upper bound guess of the op ids used so far (for checkpoints)
@@ -170,7 +164,7 @@ class Gen:
         x = self.r()
         if x < 0.5:
             return self.writer({"cmd": "flush"})
-        if x < 0.7 and "truncate" not in self.lacks:
+        if x < 0.7:
             return self.writer({"cmd": "truncate", "table": self.choice(self.tables)})
         return self.writer({"cmd": "source_row", "table": self.choice(self.tables),
                             "id": self.choice(self.ids)})
@@ -203,8 +197,6 @@ class Gen:
                             "to": str(a + self.rng.randint(0, 10))})
 
     def c_compact(self):
-        if "compact" in self.lacks:
-            return self.c_checksums()
         if self.r() < 0.25:
             c = {"cmd": "compact_initial_replication"}
             if self.r() < 0.3:
@@ -270,8 +262,8 @@ class Gen:
                             "before": self.rng.randint(0, 2000)})
 
     def c_read_misc(self):
-        cmds = ["checkpoint", "stream.list", "stream.status", "stat", "verify"]
-        return self.stream({"cmd": self.choice([c for c in cmds if c not in self.lacks])})
+        return self.stream({"cmd": self.choice(["checkpoint", "stream.list", "stream.status",
+                                                "stat", "verify"])})
 
     def c_lifecycle(self):
         x = self.r()
@@ -317,8 +309,8 @@ class Gen:
         return json.dumps(out, ensure_ascii=self.r() < 0.5)
 
 
-def sequence(seed, steps, lacks=()):
-    g = Gen(seed, lacks)
+def sequence(seed, steps):
+    g = Gen(seed)
     return [g.line() for _ in range(steps)]
 
 
@@ -448,8 +440,7 @@ def run_postgres(binary, seed, lines):
 
 
 def check_seed(binary, seed, steps, tmp):
-    lacks = PG_LACKS if POSTGRES else ()
-    lines = sequence(seed, steps, lacks)
+    lines = sequence(seed, steps)
     other = "postgres" if POSTGRES else "lmdb"
     db = os.path.join(tmp, "db")
     for f in (db, db + "-lock"):
@@ -521,7 +512,7 @@ def main():
             print(__doc__, file=sys.stderr)
             return 2
     if printing:
-        print("\n".join(sequence(opts["--seed"], opts["--steps"], PG_LACKS if POSTGRES else ())))
+        print("\n".join(sequence(opts["--seed"], opts["--steps"])))
         return 0
     if not binary:
         print(__doc__, file=sys.stderr)

@@ -68,7 +68,7 @@ static const ct_backend ct_pg = {
     .name = "postgres",
     .persistent = 1,
     .open_db = pg_open_db,
-    .lacks = CT_LACKS_COMPACT | CT_LACKS_EXPORT,
+    .lacks = CT_LACKS_EXPORT,
     .remove_db = pg_remove_db,
 };
 #endif
