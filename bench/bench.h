@@ -147,6 +147,6 @@ int pg_bs_reads(int unused);
 int pg_raw_reads(int unused);
 int pg_bs_checksums(int unused);
 int pg_raw_checksums(int sum_history);
-int pg_bs_compact(int unused);
+int pg_bs_compact(int lmdb);
 
 #endif

@@ -388,7 +388,7 @@ static void run_pg(void) {
   if (pg_prepare()) die("--pg: cannot prepare the run's schemas on %s", g_cfg->pg_url);
   PHASE(pg_bs_ingest, 0);
   PHASE(pg_raw_ingest, 0);
-  if (selected("ingest")) PHASE(pg_bs_ingest, 1);
+  if (selected("ingest") || selected("compact")) PHASE(pg_bs_ingest, 1);
   if (selected("reads")) {
     PHASE(pg_bs_reads, 0);
     PHASE(pg_raw_reads, 0);
@@ -398,7 +398,10 @@ static void run_pg(void) {
     PHASE(pg_raw_checksums, 0);
     PHASE(pg_raw_checksums, 1);
   }
-  if (selected("compact")) PHASE(pg_bs_compact, 0);
+  if (selected("compact")) {
+    PHASE(pg_bs_compact, 0);
+    PHASE(pg_bs_compact, 1);
+  }
   if (!g_cfg->keep) pg_cleanup();
 }
 
