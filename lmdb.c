@@ -256,25 +256,6 @@ int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, MDB_cursor **cur, uint32_t
 
 /* ---- Opening and closing ---------------------------------------------------------------------- */
 
-static void lmdb_close(bs_db *base);
-static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
-                              const bs_stream_options *o, bs_error *err);
-static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *), void *payload,
-                            bs_error *err);
-static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error *err);
-
-static const bs_db_vtable lmdb_db_vt = {
-    .version = BS_DB_VTABLE_VERSION,
-    .destroy = lmdb_close,
-    .stream_create = lmdb_stream_create,
-    .stream_list = lmdb_stream_list,
-    .storage_open = lmdb_storage_open,
-    .stat = bs__lmdb_stat,
-    .verify = bs__lmdb_verify,
-    .backup = bs__lmdb_backup,
-    .export_records = bs__lmdb_export,
-};
-
 static const char *const lm_db_names[] = {"meta", "tables",     "buckets", "bstate",
                                           "ops",  "source",     "params",  "changes",
                                           "wcp",  "superseded", "cqueue",  "softdel"};
@@ -296,74 +277,63 @@ static int check_format(MDB_txn *txn, MDB_dbi meta, const char *path, bs_error *
   if (mrc == MDB_NOTFOUND || (mrc == 0 && bs__lmdb_format_decode(&val, &version)))
     return bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
   if (mrc) return bs__fail_mdb(err, mrc, "reading the format record");
-  if (version < BS_FORMAT_VERSION)
-    return bs__fail(err, BS_ECORRUPT, "%s: format %u is older than this build's %u", path, version,
-                    (unsigned)BS_FORMAT_VERSION);
-  if (version > BS_FORMAT_VERSION)
-    return bs__fail(err, BS_ECORRUPT, "%s: format %u is newer than this build's %u", path, version,
-                    (unsigned)BS_FORMAT_VERSION);
+  if (version != BS_FORMAT_VERSION)
+    return bs__fail(err, BS_ECORRUPT, "%s: format %u is %s than this build's %u", path, version,
+                    version < BS_FORMAT_VERSION ? "older" : "newer", (unsigned)BS_FORMAT_VERSION);
   return BS_OK;
 }
 
-/* Opens every sub-db; on a fresh file creates them and writes the format record. */
-static int open_dbs(bs__lmdb_db *db, const char *path, bs_error *err) {
+/* Opens every sub-db in txn; on a fresh file creates them and writes the format record. */
+static int open_dbs_txn(bs__lmdb_db *db, MDB_txn *txn, const char *path, bs_error *err) {
   int rdonly = (db->env_flags & MDB_RDONLY) != 0;
-  MDB_txn *txn;
   MDB_dbi main_dbi;
   MDB_stat st;
   int mrc, rc, fresh = 0;
-
-  if ((rc = bs__lmdb_txn_begin(db, rdonly ? MDB_RDONLY : 0, &txn, err)) != BS_OK) return rc;
   mrc = mdb_dbi_open(txn, "meta", 0, &db->meta);
   if (mrc == MDB_NOTFOUND) {
     /* A new file is empty; an LMDB file with other content is someone else's. */
     mrc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
     if (mrc == 0) mrc = mdb_stat(txn, main_dbi, &st);
-    if (mrc) {
-      rc = bs__fail_mdb(err, mrc, "opening the main database");
-      goto fail;
-    }
-    if (st.ms_entries > 0) {
-      rc = bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
-      goto fail;
-    }
-    if (rdonly) {
-      rc = bs__fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database",
-                    path);
-      goto fail;
-    }
+    if (mrc) return bs__fail_mdb(err, mrc, "opening the main database");
+    if (st.ms_entries > 0)
+      return bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
+    if (rdonly)
+      return bs__fail(err, BS_ECORRUPT, "%s: LMDB file without data: not a bucketstore database",
+                      path);
     fresh = 1;
   } else if (mrc) {
-    rc = bs__fail_mdb(err, mrc, "opening sub-database meta");
-    goto fail;
+    return bs__fail_mdb(err, mrc, "opening sub-database meta");
   } else if ((rc = check_format(txn, db->meta, path, err)) != BS_OK) {
-    goto fail;
+    return rc;
   }
   for (size_t i = 0; i < LM_NDBS; i++) {
     mrc = mdb_dbi_open(txn, lm_db_names[i], rdonly ? 0 : MDB_CREATE, dbi_slot(db, i));
-    if (mrc) {
-      rc = mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE
-               ? bs__fail(err, BS_ECORRUPT, "%s: sub-database %s missing or foreign", path,
-                          lm_db_names[i])
-               : bs__fail_mdb(err, mrc, "opening a sub-database");
-      goto fail;
-    }
+    if (mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE)
+      return bs__fail(err, BS_ECORRUPT, "%s: sub-database %s missing or foreign", path,
+                      lm_db_names[i]);
+    if (mrc) return bs__fail_mdb(err, mrc, "opening a sub-database");
   }
   if (fresh) {
     unsigned char v[BS_FORMAT_VALUE_SIZE];
     MDB_val key = bs__lmdb_format_key(), val = {sizeof v, v};
     bs__lmdb_format_value(v);
-    if ((mrc = mdb_put(txn, db->meta, &key, &val, 0)) != 0) {
-      rc = bs__fail_mdb(err, mrc, "writing the format record");
-      goto fail;
-    }
+    if ((mrc = mdb_put(txn, db->meta, &key, &val, 0)) != 0)
+      return bs__fail_mdb(err, mrc, "writing the format record");
+  }
+  return BS_OK;
+}
+
+static int open_dbs(bs__lmdb_db *db, const char *path, bs_error *err) {
+  MDB_txn *txn;
+  int rc = bs__lmdb_txn_begin(db, db->env_flags & MDB_RDONLY, &txn, err);
+  if (rc != BS_OK) return rc;
+  if ((rc = open_dbs_txn(db, txn, path, err)) != BS_OK) {
+    bs__lmdb_txn_abort(db, txn);
+    return rc;
   }
   /* Committed even when read-only: aborting would close the dbi handles opened in it. */
   rc = bs__lmdb_txn_commit(db, txn, err);
   if (rc == BS_LMDB_MAPFULL) rc = bs__fail(err, BS_EIO, "map full while creating the file");
-  return rc;
-fail:
-  bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
@@ -493,37 +463,6 @@ static int open_env(bs__lmdb_db *db, const char *path, const bs_open_options *op
   return BS_OK;
 }
 
-int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
-  bs__lmdb_db *db;
-  bs_db base;
-  int rc;
-
-  *out = NULL;
-  BS_ASSERT(path); /* checked by the front, and by lmdb_backup.c */
-  bs__db_base_set(&base, &lmdb_db_vt, opts);
-  db = bs__calloc(&base.alloc, 1, sizeof *db);
-  if (!db) return bs__fail(err, BS_ENOMEM, "cannot allocate the database handle");
-  db->base = base;
-  if (pthread_rwlock_init(&db->txn_lock, NULL) != 0) {
-    bs__free(&base.alloc, db);
-    return bs__fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
-  }
-  pthread_mutex_init(&db->grow_mu, NULL);
-  db->path = bs__malloc(&db->base.alloc, strlen(path) + 1);
-  if (!db->path) {
-    rc = bs__fail(err, BS_ENOMEM, "cannot copy the path");
-    goto fail;
-  }
-  strcpy(db->path, path);
-  if ((rc = open_env(db, path, opts, err)) != BS_OK) goto fail;
-  if ((rc = open_dbs(db, path, err)) != BS_OK) goto fail;
-  *out = &db->base;
-  return BS_OK;
-fail:
-  lmdb_close(&db->base);
-  return rc;
-}
-
 static void lmdb_close(bs_db *base) {
   bs__lmdb_db *db = (bs__lmdb_db *)base;
   bs_allocator a;
@@ -604,14 +543,10 @@ static int create_txn(MDB_txn *txn, void *payload, bs_error *err) {
 
 static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
                               const bs_stream_options *o, bs_error *err) {
-  create_ctx c;
-  int rc;
-  memset(&c, 0, sizeof c);
-  c.db = (bs__lmdb_db *)base;
-  c.name = name;
   BS_ASSERT(o && (o->hash == BS_HASH_XXH3 || o->hash == BS_HASH_SHA256));
   BS_ASSERT(name.size >= 1 && name.size <= BS_MAX_STREAM_NAME);
-  c.hash = o->hash;
+  create_ctx c = {.db = (bs__lmdb_db *)base, .name = name, .hash = o->hash};
+  int rc;
   if ((rc = bs__lmdb_write(c.db, create_txn, &c, err)) != BS_OK) return rc;
   if (id_out) *id_out = c.id;
   return BS_OK;
@@ -693,6 +628,51 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
 static void lmdb_storage_destroy(bs_storage *base) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   if (st) bs__free(&st->db->base.alloc, st);
+}
+
+/* ---- The database handle --------------------------------------------------------------------- */
+
+static const bs_db_vtable lmdb_db_vt = {
+    .version = BS_DB_VTABLE_VERSION,
+    .destroy = lmdb_close,
+    .stream_create = lmdb_stream_create,
+    .stream_list = lmdb_stream_list,
+    .storage_open = lmdb_storage_open,
+    .stat = bs__lmdb_stat,
+    .verify = bs__lmdb_verify,
+    .backup = bs__lmdb_backup,
+    .export_records = bs__lmdb_export,
+};
+
+int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
+  bs__lmdb_db *db;
+  bs_db base;
+  int rc;
+
+  *out = NULL;
+  BS_ASSERT(path); /* checked by the front, and by lmdb_backup.c */
+  bs__db_base_set(&base, &lmdb_db_vt, opts);
+  db = bs__calloc(&base.alloc, 1, sizeof *db);
+  if (!db) return bs__fail(err, BS_ENOMEM, "cannot allocate the database handle");
+  db->base = base;
+  if (pthread_rwlock_init(&db->txn_lock, NULL) != 0) {
+    bs__free(&base.alloc, db);
+    return bs__fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
+  }
+  pthread_mutex_init(&db->grow_mu, NULL);
+  db->path = bs__malloc(&db->base.alloc, strlen(path) + 1);
+  if (!db->path) {
+    rc = bs__fail(err, BS_ENOMEM, "cannot copy the path");
+    goto fail;
+  }
+  strcpy(db->path, path);
+  if ((rc = open_env(db, path, opts, err)) != BS_OK) goto fail;
+  if ((rc = open_dbs(db, path, err)) != BS_OK) goto fail;
+  *out = &db->base;
+  return BS_OK;
+fail:
+  lmdb_close(&db->base);
+  return rc;
 }
 
 /* ---- Arena: each flush allocates from one (bs__arena); no malloc per op --------------------- */
@@ -999,7 +979,10 @@ static int emit_op(fctx *f, bent *b, const bs_op *op, uint64_t *id_out, bs_error
   return BS_OK;
 }
 
-static int note_sup(fctx *f, uint64_t bucket, uint64_t old_op, uint64_t new_op, bs_error *err) {
+/* effects.c's superseded slot (bs__effects_ops), and defragmentation's. */
+static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
+                         bs_error *err) {
+  fctx *f = ctx;
   psup *s = vec_push(&f->db->base.alloc, &f->sups);
   if (!s) return oom(err);
   s->bucket = bucket;
@@ -1022,16 +1005,18 @@ static int note_lookup(fctx *f, bs_val key, bs_error *err) {
   return BS_OK;
 }
 
-/* Appends a parameter entry (n_params = 0 and params NULL: a tombstone). */
-static int emit_param(fctx *f, bs_val lkey, uint32_t tid, bs_val rid, const bs_val *params,
-                      size_t n_params, bs_error *err) {
+/* effects.c's param slot: appends an entry of table f->tid (n_params = 0 and params NULL: a
+ * tombstone). */
+static int fx_param(void *ctx, bs_val lkey, bs_val rid, const bs_val *params, size_t n_params,
+                    bs_error *err) {
+  fctx *f = ctx;
   unsigned char kb[BS_PARAM_KEY_MAX], *k, *v;
   size_t ks, vs = bs__lmdb_param_value_size(rid, params, n_params);
   uint64_t id = 0;
   ppar *e;
   int rc;
   if ((rc = next_op(f, &id, err)) != BS_OK) return rc;
-  ks = bs__lmdb_param_key(kb, f->stream, lkey, tid, rid, id);
+  ks = bs__lmdb_param_key(kb, f->stream, lkey, f->tid, rid, id);
   if (!(k = bs__arena_alloc(&f->ar, ks)) || !(v = bs__arena_alloc(&f->ar, vs))) return oom(err);
   memcpy(k, kb, ks);
   bs__lmdb_param_value(v, rid, params, n_params);
@@ -1184,17 +1169,6 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *id, bs_e
   return emit_op(f, f->last_b, &kept, id, err);
 }
 
-static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
-                         bs_error *err) {
-  return note_sup(ctx, bucket, old_op, new_op, err);
-}
-
-static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
-                    bs_error *err) {
-  fctx *f = ctx;
-  return emit_param(f, key, f->tid, rid, params, n, err);
-}
-
 static int fx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   fctx *f = ctx;
   unsigned char kb[BS_SOURCE_KEY_MAX];
@@ -1217,13 +1191,6 @@ static uint64_t fx_op_head(void *ctx) {
 
 static const bs__effects_ops fx_ops = {fx_load,  fx_bucket, fx_op,     fx_superseded,
                                        fx_param, fx_store,  fx_op_head};
-
-/* One save of the front's batch, as the caller gave it (contract.md 4.1 - 4.3: effects.c). */
-static int apply_save(fctx *f, const bs_save *s, bs_error *err) {
-  int rc;
-  if ((rc = table_id(f, s->table, 1, &f->tid, err)) != BS_OK) return rc;
-  return bs__effects_save(&f->fx, f->tid, s, err);
-}
 
 /* ---- Flush write-out: everything in key order, each bucket state once ------------------------- */
 
@@ -1333,16 +1300,14 @@ static int put_buckets(fctx *f, bs_error *err) {
   mdb_cursor_close(cur);
   if (mrc) return bs__lmdb_fail(err, mrc, "writing a bucket state");
   for (size_t i = 0; i < f->bents.n; i++) {
-    bent *b = bl[i];
-    if (b->is_new) {
-      unsigned char k[BS_BUCKET_KEY_MAX], v[8];
-      MDB_val key, val = {8, v};
-      int rc;
-      if ((rc = bs__lmdb_bucket_key(k, f->stream, b->st.name, &key, err))) return rc;
-      bs__lmdb_bucket_value(v, b->id);
-      if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
-        return bs__lmdb_fail(err, mrc, "registering a bucket");
-    }
+    unsigned char k[BS_BUCKET_KEY_MAX], v[8];
+    MDB_val key, val = {8, v};
+    int rc;
+    if (!bl[i]->is_new) continue;
+    if ((rc = bs__lmdb_bucket_key(k, f->stream, bl[i]->st.name, &key, err))) return rc;
+    bs__lmdb_bucket_value(v, bl[i]->id);
+    if ((mrc = mdb_put(f->txn, f->db->buckets, &key, &val, 0)) != 0)
+      return bs__lmdb_fail(err, mrc, "registering a bucket");
   }
   if (f->seq_dirty) {
     unsigned char v[8];
@@ -1549,7 +1514,7 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
     return oom(err);
   if ((rc = bucket_by_id(f, row->bucket, &b, err)) != BS_OK) return rc;
   if ((rc = emit_op(f, b, &op, &id, err)) != BS_OK) return rc;
-  if ((rc = note_sup(f, b->id, row->old_op, id, err)) != BS_OK) return rc;
+  if ((rc = fx_superseded(f, b->id, row->old_op, id, err)) != BS_OK) return rc;
   m->op = id;
   *done = 1;
   return mark_dirty(f, r, err);
@@ -1585,7 +1550,9 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   int rc;
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   for (size_t i = 0; i < w->batch->n && rc == BS_OK; i++) {
-    if (w->batch->items[i].save) rc = apply_save(f, w->batch->items[i].save, err);
+    const bs_save *s = w->batch->items[i].save; /* contract.md 4.1 - 4.3: effects.c */
+    if (s && (rc = table_id(f, s->table, 1, &f->tid, err)) == BS_OK)
+      rc = bs__effects_save(&f->fx, f->tid, s, err);
   }
   f_close_src(f);
   if (rc != BS_OK) return rc;

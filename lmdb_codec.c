@@ -9,24 +9,82 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-void bs__lmdb_op_encode(unsigned char *out, const bs_op *op) {
+/* ---- The one field writer and reader the values below are written and read with ----
+ * A value is a sequence of little-endian integers (1, 2, 4 or 8 bytes wide) and byte strings,
+ * most of them length-prefixed. The writer appends a field and returns where the next one goes;
+ * the reader takes the fields in the same order and never reads past the value: a field that
+ * does not fit (or a length over its limit) makes the reader bad, after which every field reads
+ * as 0 or empty, so that a decoder checks once, at its end (rd_end), that the value was exactly
+ * one whole record. */
+typedef struct rd {
+  const unsigned char *p, *end;
+  int bad;
+} rd;
+
+static rd rd_of(const MDB_val *v) {
+  rd r = {v->mv_data, (const unsigned char *)v->mv_data + v->mv_size, 0};
+  return r;
+}
+
+/* The next n bytes; NULL (r bad) when fewer are left. */
+static const unsigned char *rd_take(rd *r, size_t n) {
+  const unsigned char *p = r->p;
+  if (r->bad || (size_t)(r->end - p) < n) {
+    r->bad = 1;
+    return NULL;
+  }
+  r->p += n;
+  return p;
+}
+
+static uint64_t rd_uint(rd *r, size_t width) {
+  const unsigned char *p = rd_take(r, width);
+  uint64_t v = 0;
+  for (size_t i = width; p && i-- > 0;) v = v << 8 | p[i];
+  return v;
+}
+
+/* A string with a width-byte length of at most max (borrowed, non-NULL also when empty). */
+static bs_val rd_str(rd *r, size_t width, size_t max) {
+  size_t n = (size_t)rd_uint(r, width);
+  bs_val v = {NULL, 0};
+  if (n > max) r->bad = 1;
+  if ((v.data = rd_take(r, n))) v.size = n;
+  return v;
+}
+
+/* BS_OK when every field fitted and they took the whole value. */
+static int rd_end(const rd *r) {
+  return !r->bad && r->p == r->end ? BS_OK : BS_ECORRUPT;
+}
+
+static unsigned char *wr_uint(unsigned char *p, uint64_t v, size_t width) {
+  for (size_t i = 0; i < width; i++) p[i] = (unsigned char)(v >> 8 * i);
+  return p + width;
+}
+
+static unsigned char *wr_bytes(unsigned char *p, bs_val v) {
+  if (v.size) memcpy(p, v.data, v.size);
+  return p + v.size;
+}
+
+static unsigned char *wr_str(unsigned char *p, size_t width, bs_val v) {
+  return wr_bytes(wr_uint(p, v.size, width), v);
+}
+
+void bs__lmdb_op_encode(unsigned char *p, const bs_op *op) {
+  const bs_val none = {NULL, 0};
   int row = bs__op_carries_row(op->type);
-  size_t ot = row ? op->object_type.size : 0, oi = row ? op->object_id.size : 0;
-  size_t sk = row ? op->subkey.size : 0;
-  out[0] = (unsigned char)op->type;
-  bs__put_u32le(out + 1, op->checksum);
-  bs__put_u64le(out + 5, op->target_op);
-  bs__put_u16le(out + 13, (uint32_t)ot);
-  bs__put_u16le(out + 15, (uint32_t)oi);
-  out[17] = (unsigned char)sk;
-  out += BS_OP_HEADER_SIZE;
-  if (ot) memcpy(out, op->object_type.data, ot);
-  out += ot;
-  if (oi) memcpy(out, op->object_id.data, oi);
-  out += oi;
-  if (sk) memcpy(out, op->subkey.data, sk);
-  out += sk;
-  if (op->type == BS_OP_PUT && op->data.size) memcpy(out, op->data.data, op->data.size);
+  bs_val ot = row ? op->object_type : none, oi = row ? op->object_id : none;
+  bs_val sk = row ? op->subkey : none;
+  p = wr_uint(p, (uint64_t)op->type, 1);
+  p = wr_uint(p, op->checksum, 4);
+  p = wr_uint(p, op->target_op, 8);
+  p = wr_uint(p, ot.size, 2);
+  p = wr_uint(p, oi.size, 2);
+  p = wr_uint(p, sk.size, 1);
+  p = wr_bytes(wr_bytes(wr_bytes(p, ot), oi), sk);
+  if (op->type == BS_OP_PUT) wr_bytes(p, op->data);
 }
 
 /* ---- buckets and tables: u32be stream | name (the rest) ---- */
@@ -166,42 +224,22 @@ size_t bs__lmdb_param_value_size(bs_val replica_id, const bs_val *rows, size_t n
   return size;
 }
 
-void bs__lmdb_param_value(unsigned char *out, bs_val replica_id, const bs_val *rows, size_t n) {
-  bs__put_u16le(out, (uint32_t)replica_id.size);
-  out += 2;
-  if (replica_id.size) memcpy(out, replica_id.data, replica_id.size);
-  out += replica_id.size;
-  bs__put_u32le(out, (uint32_t)n);
-  out += 4;
-  for (size_t i = 0; i < n; i++) {
-    bs__put_u32le(out, (uint32_t)rows[i].size);
-    if (rows[i].size) memcpy(out + 4, rows[i].data, rows[i].size);
-    out += 4 + rows[i].size;
-  }
+void bs__lmdb_param_value(unsigned char *p, bs_val replica_id, const bs_val *rows, size_t n) {
+  p = wr_str(p, 2, replica_id);
+  p = wr_uint(p, n, 4);
+  for (size_t i = 0; i < n; i++) p = wr_str(p, 4, rows[i]);
 }
 
 int bs__lmdb_param_value_decode(const MDB_val *v, bs_val *replica_id, uint32_t *n_rows,
                                 const unsigned char **rows_out) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *rows;
-  size_t rid;
-  uint32_t n;
-  if (v->mv_size < 6) return BS_ECORRUPT;
-  rid = bs__get_u16le(p);
-  if (rid > BS_MAX_REPLICA_ID || (size_t)(end - p) < 6 + rid) return BS_ECORRUPT;
-  replica_id->data = p + 2; /* non-NULL, also when empty */
-  replica_id->size = rid;
-  n = bs__get_u32le(p + 2 + rid);
-  rows = p + 6 + rid;
+  rd r = rd_of(v);
+  bs_val rid = rd_str(&r, 2, BS_MAX_REPLICA_ID);
+  uint32_t n = (uint32_t)rd_uint(&r, 4);
+  const unsigned char *rows = r.p;
   /* every row length must fit, and the rows must end exactly at the value's end */
-  p = rows;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t len;
-    if ((size_t)(end - p) < 4) return BS_ECORRUPT;
-    len = bs__get_u32le(p);
-    if ((size_t)(end - p) - 4 < len) return BS_ECORRUPT;
-    p += 4 + len;
-  }
-  if (p != end) return BS_ECORRUPT;
+  for (uint32_t i = 0; i < n && !r.bad; i++) rd_str(&r, 4, UINT32_MAX);
+  if (rd_end(&r)) return BS_ECORRUPT;
+  *replica_id = rid;
   *n_rows = n;
   if (rows_out) *rows_out = rows;
   return BS_OK;
@@ -267,17 +305,15 @@ size_t bs__stream_rec_encode(unsigned char out[BS_STREAM_REC_MAX], const bs__str
   for (int i = 0; i < 8; i++) bs__put_u64le(out + 16 + 8 * i, *u64s[i]);
   bs__put_u64le(out + 80, (uint64_t)r->created_ms);
   for (int i = 0; i < 5; i++) {
-    size_t n = strs[i]->size;
-    if (n > BS_STREAM_STR_MAX) return 0;
-    bs__put_u16le(p, (uint32_t)n);
-    if (n) memcpy(p + 2, strs[i]->data, n);
-    p += 2 + n;
+    if (strs[i]->size > BS_STREAM_STR_MAX) return 0;
+    p = wr_str(p, 2, *strs[i]);
   }
   return (size_t)(p - out);
 }
 
 int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size, *q;
+  const unsigned char *p = (const unsigned char *)v->mv_data;
+  rd q = rd_of(v);
   bs_val *strs[5] = STREAM_STRS(r);
   uint64_t *u64s[8] = STREAM_U64S(r);
   memset(r, 0, sizeof *r);
@@ -294,76 +330,55 @@ int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
   r->next_table_id = bs__get_u32le(p + 12);
   for (int i = 0; i < 8; i++) *u64s[i] = bs__get_u64le(p + 16 + 8 * i);
   r->created_ms = (int64_t)bs__get_u64le(p + 80);
-  q = p + BS_STREAM_REC_FIXED;
-  for (int i = 0; i < 5; i++) {
-    size_t n;
-    if (end - q < 2 || (n = bs__get_u16le(q)) > BS_STREAM_STR_MAX || (size_t)(end - q) - 2 < n)
-      return BS_ECORRUPT;
-    strs[i]->data = q + 2; /* non-NULL, also when empty */
-    strs[i]->size = n;
-    q += 2 + n;
-  }
-  return q == end ? BS_OK : BS_ECORRUPT;
+  rd_take(&q, BS_STREAM_REC_FIXED);
+  for (int i = 0; i < 5; i++) *strs[i] = rd_str(&q, 2, BS_STREAM_STR_MAX);
+  return rd_end(&q);
 }
 
 /* ---- changes ---- */
 
-unsigned char *bs__lmdb_change_head(unsigned char *out, uint64_t first, int64_t time_ms,
+unsigned char *bs__lmdb_change_head(unsigned char *p, uint64_t first, int64_t time_ms,
                                     unsigned flags) {
-  bs__put_u64le(out, first);
-  bs__put_u64le(out + 8, (uint64_t)time_ms);
-  out[16] = (unsigned char)flags;
-  return out + BS_CHANGE_FIXED;
+  p = wr_uint(p, first, 8);
+  p = wr_uint(p, (uint64_t)time_ms, 8);
+  return wr_uint(p, flags, 1);
 }
 
 unsigned char *bs__lmdb_change_count(unsigned char *p, uint32_t n) {
-  bs__put_u32le(p, n);
-  return p + 4;
+  return wr_uint(p, n, 4);
 }
 
 unsigned char *bs__lmdb_change_item(unsigned char *p, bs_val item) {
-  bs__put_u16le(p, (uint32_t)item.size);
-  if (item.size) memcpy(p + 2, item.data, item.size);
-  return p + 2 + item.size;
+  return wr_str(p, 2, item);
 }
 
-/* Checks one list at *p (items of at most max bytes, at most max_n of them) and moves past it. */
-static int change_list(const unsigned char **p, const unsigned char *end, size_t max,
-                       uint32_t max_n, bs__change_list *out) {
-  const unsigned char *q = *p;
-  if (end - q < 4) return BS_ECORRUPT;
-  out->n = bs__get_u32le(q);
-  out->p = q += 4;
-  if (out->n > max_n) return BS_ECORRUPT;
-  for (uint32_t i = 0; i < out->n; i++) {
-    size_t len;
-    if (end - q < 2 || (len = bs__get_u16le(q)) > max || (size_t)(end - q) - 2 < len)
-      return BS_ECORRUPT;
-    q += 2 + len;
-  }
-  *p = q;
-  return BS_OK;
+/* One list (at most max_n items of at most max bytes each), checked. */
+static bs__change_list change_list(rd *r, size_t max, uint32_t max_n) {
+  bs__change_list l;
+  l.n = (uint32_t)rd_uint(r, 4);
+  l.p = r->p;
+  if (l.n > max_n) r->bad = 1;
+  for (uint32_t i = 0; i < l.n && !r->bad; i++) rd_str(r, 2, max);
+  return l;
 }
 
 int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *out) {
   const unsigned char *kp = (const unsigned char *)k->mv_data;
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
   const unsigned known =
       BS_CHANGE_CHECKPOINT | BS_CHANGE_TOO_MANY_BUCKETS | BS_CHANGE_TOO_MANY_LOOKUPS;
-  if (k->mv_size != BS_CHANGE_KEY_SIZE || v->mv_size < BS_CHANGE_FIXED || (p[16] & ~known))
-    return BS_ECORRUPT;
+  rd r = rd_of(v);
+  if (k->mv_size != BS_CHANGE_KEY_SIZE) return BS_ECORRUPT;
   out->stream = bs__get_u32be(kp);
   out->last = bs__get_u64be(kp + 4);
   out->seq = bs__get_u64be(kp + 12);
-  out->first = bs__get_u64le(p);
-  out->time_ms = (int64_t)bs__get_u64le(p + 8);
-  out->flags = p[16];
-  p += BS_CHANGE_FIXED;
-  if (change_list(&p, end, BS_MAX_BUCKET_NAME, BS_CHANGES_MAX, &out->buckets) ||
-      change_list(&p, end, BS_MAX_LOOKUP_KEY, BS_CHANGES_MAX, &out->lookups) ||
-      change_list(&p, end, BS_MAX_USER_ID, UINT32_MAX, &out->users))
-    return BS_ECORRUPT;
-  return p == end ? BS_OK : BS_ECORRUPT;
+  out->first = rd_uint(&r, 8);
+  out->time_ms = (int64_t)rd_uint(&r, 8);
+  out->flags = (unsigned)rd_uint(&r, 1);
+  if (out->flags & ~known) return BS_ECORRUPT;
+  out->buckets = change_list(&r, BS_MAX_BUCKET_NAME, BS_CHANGES_MAX);
+  out->lookups = change_list(&r, BS_MAX_LOOKUP_KEY, BS_CHANGES_MAX);
+  out->users = change_list(&r, BS_MAX_USER_ID, UINT32_MAX);
+  return rd_end(&r);
 }
 
 /* ---- source ---- */
@@ -384,29 +399,20 @@ size_t bs__lmdb_srec_size(const bs__srec *r) {
 }
 
 void bs__lmdb_srec_encode(unsigned char *p, const bs__srec *r) {
-  p[0] = (unsigned char)((r->soft ? 1 : 0) | (r->has_data ? 2 : 0));
-  bs__put_u32le(p + 1, r->nm);
-  bs__put_u32le(p + 5, r->nl);
-  bs__put_u64le(p + 9, r->mark);
-  p += BS_SREC_FIXED;
+  p = wr_uint(p, (r->soft ? 1u : 0u) | (r->has_data ? 2u : 0u), 1);
+  p = wr_uint(p, r->nm, 4);
+  p = wr_uint(p, r->nl, 4);
+  p = wr_uint(p, r->mark, 8);
   for (uint32_t i = 0; i < r->nm; i++) {
     const bs__member *m = &r->m[i];
-    bs__put_u64le(p, m->bucket);
-    bs__put_u64le(p + 8, m->op);
-    bs__put_u16le(p + 16, (uint32_t)m->object_type.size);
-    bs__put_u16le(p + 18, (uint32_t)m->object_id.size);
-    p += BS_SREC_MEMBER;
-    if (m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
-    p += m->object_type.size;
-    if (m->object_id.size) memcpy(p, m->object_id.data, m->object_id.size);
-    p += m->object_id.size;
+    p = wr_uint(p, m->bucket, 8);
+    p = wr_uint(p, m->op, 8);
+    p = wr_uint(p, m->object_type.size, 2);
+    p = wr_uint(p, m->object_id.size, 2);
+    p = wr_bytes(wr_bytes(p, m->object_type), m->object_id);
   }
-  for (uint32_t i = 0; i < r->nl; i++) {
-    bs__put_u16le(p, (uint32_t)r->lk[i].size);
-    if (r->lk[i].size) memcpy(p + 2, r->lk[i].data, r->lk[i].size);
-    p += 2 + r->lk[i].size;
-  }
-  if (r->has_data && r->data.size) memcpy(p, r->data.data, r->data.size);
+  for (uint32_t i = 0; i < r->nl; i++) p = wr_str(p, 2, r->lk[i]);
+  if (r->has_data) wr_bytes(p, r->data);
 }
 
 int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r) {
@@ -429,34 +435,29 @@ int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r) {
  * per membership, and checks that the value ends where r's flags say. */
 static int srec_walk(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk,
                      int (*fn)(uint64_t, uint64_t, void *), void *payload) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *end = p + v->mv_size;
+  rd q = rd_of(v);
   int rc;
-  p += BS_SREC_FIXED;
+  rd_take(&q, BS_SREC_FIXED);
   for (uint32_t i = 0; i < r->nm; i++) {
-    size_t ot, oi;
-    if ((size_t)(end - p) < BS_SREC_MEMBER) return BS_ECORRUPT;
-    ot = bs__get_u16le(p + 16);
-    oi = bs__get_u16le(p + 18);
-    if ((size_t)(end - p) - BS_SREC_MEMBER < ot + oi) return BS_ECORRUPT;
+    uint64_t bucket = rd_uint(&q, 8), op = rd_uint(&q, 8);
+    size_t ot = (size_t)rd_uint(&q, 2), oi = (size_t)rd_uint(&q, 2);
+    const unsigned char *s = rd_take(&q, ot + oi);
+    if (!s) return BS_ECORRUPT;
     if (m) {
-      m[i].bucket = bs__get_u64le(p);
-      m[i].op = bs__get_u64le(p + 8);
-      m[i].object_type = srec_str(p + BS_SREC_MEMBER, ot);
-      m[i].object_id = srec_str(p + BS_SREC_MEMBER + ot, oi);
+      m[i].bucket = bucket;
+      m[i].op = op;
+      m[i].object_type = srec_str(s, ot);
+      m[i].object_id = srec_str(s + ot, oi);
     }
-    if (fn && (rc = fn(bs__get_u64le(p), bs__get_u64le(p + 8), payload)) != BS_OK) return rc;
-    p += BS_SREC_MEMBER + ot + oi;
+    if (fn && (rc = fn(bucket, op, payload)) != BS_OK) return rc;
   }
   for (uint32_t i = 0; i < r->nl; i++) {
-    size_t n;
-    if ((size_t)(end - p) < 2) return BS_ECORRUPT;
-    n = bs__get_u16le(p);
-    if ((size_t)(end - p) - 2 < n) return BS_ECORRUPT;
-    if (lk) lk[i] = srec_str(p + 2, n);
-    p += 2 + n;
+    bs_val k = rd_str(&q, 2, SIZE_MAX);
+    if (q.bad) return BS_ECORRUPT;
+    if (lk) lk[i] = srec_str(k.data, k.size);
   }
-  if (!r->has_data) return p == end ? BS_OK : BS_ECORRUPT;
-  r->data = srec_str(p, (size_t)(end - p));
+  if (!r->has_data) return rd_end(&q);
+  r->data = srec_str(q.p, (size_t)(q.end - q.p));
   return BS_OK;
 }
 
@@ -581,53 +582,33 @@ size_t bs__lmdb_wcp_rec_size(const bs__wcp_rec *r, const bs_head *new_heads, siz
          (new_heads ? wcp_heads_size(new_heads, n_new) : r->heads_size);
 }
 
-void bs__lmdb_wcp_rec_encode(unsigned char *out, const bs__wcp_rec *r, const bs_head *new_heads,
+void bs__lmdb_wcp_rec_encode(unsigned char *p, const bs__wcp_rec *r, const bs_head *new_heads,
                              size_t n_new) {
-  unsigned char *p = out + 20 + r->processed_lsn.size;
-  bs__put_u64le(out, r->id);
-  out[8] = (unsigned char)r->flags;
-  bs__put_u64le(out + 9, (uint64_t)r->requested_at);
-  out[17] = (unsigned char)r->processed_lsn.size;
-  if (r->processed_lsn.size) memcpy(out + 18, r->processed_lsn.data, r->processed_lsn.size);
-  bs__put_u16le(out + 18 + r->processed_lsn.size, (uint32_t)(new_heads ? n_new : r->n_heads));
-  if (!new_heads) {
-    if (r->heads_size) memcpy(p, r->heads, r->heads_size);
-    return;
-  }
-  for (size_t i = 0; i < n_new; i++) {
-    bs_val c = new_heads[i].connection, l = new_heads[i].lsn;
-    bs__put_u16le(p, (uint32_t)c.size);
-    if (c.size) memcpy(p + 2, c.data, c.size);
-    p += 2 + c.size;
-    *p++ = (unsigned char)l.size;
-    if (l.size) memcpy(p, l.data, l.size);
-    p += l.size;
-  }
+  p = wr_uint(p, r->id, 8);
+  p = wr_uint(p, r->flags, 1);
+  p = wr_uint(p, (uint64_t)r->requested_at, 8);
+  p = wr_str(p, 1, r->processed_lsn);
+  p = wr_uint(p, new_heads ? n_new : r->n_heads, 2);
+  if (!new_heads) wr_bytes(p, (bs_val){r->heads, r->heads_size});
+  for (size_t i = 0; new_heads && i < n_new; i++)
+    p = wr_str(wr_str(p, 2, new_heads[i].connection), 1, new_heads[i].lsn);
 }
 
 int bs__lmdb_wcp_rec_decode(const MDB_val *v, bs__wcp_rec *r) {
-  const unsigned char *p = (const unsigned char *)v->mv_data, *q;
-  size_t size = v->mv_size, l, rest;
-  if (size < 20 || (p[8] & ~(BS_WCP_HAS_REQUESTED | BS_WCP_PROCESSED))) return BS_ECORRUPT;
-  r->id = bs__get_u64le(p);
-  r->flags = p[8];
-  r->requested_at = (int64_t)bs__get_u64le(p + 9);
-  l = p[17];
-  if (size < 20 + l) return BS_ECORRUPT;
-  r->processed_lsn.data = p + 18; /* non-NULL, also when empty */
-  r->processed_lsn.size = l;
-  r->n_heads = (uint32_t)bs__get_u16le(p + 18 + l);
-  r->heads = q = p + 20 + l;
-  r->heads_size = rest = size - 20 - l;
-  for (uint32_t i = 0; i < r->n_heads; i++) {
-    size_t c;
-    if (rest < 3 || (c = bs__get_u16le(q)) > BS_MAX_CONNECTION_NAME || rest < 3 + c ||
-        rest - 3 - c < q[2 + c])
-      return BS_ECORRUPT;
-    rest -= 3 + c + q[2 + c];
-    q += 3 + c + q[2 + c];
+  rd q = rd_of(v);
+  r->id = rd_uint(&q, 8);
+  r->flags = (unsigned)rd_uint(&q, 1);
+  r->requested_at = (int64_t)rd_uint(&q, 8);
+  r->processed_lsn = rd_str(&q, 1, 255);
+  r->n_heads = (uint32_t)rd_uint(&q, 2);
+  r->heads = q.p;
+  for (uint32_t i = 0; i < r->n_heads && !q.bad; i++) {
+    rd_str(&q, 2, BS_MAX_CONNECTION_NAME);
+    rd_str(&q, 1, 255);
   }
-  return rest == 0 ? BS_OK : BS_ECORRUPT;
+  r->heads_size = (size_t)(q.p - r->heads);
+  if (r->flags & ~(BS_WCP_HAS_REQUESTED | BS_WCP_PROCESSED)) return BS_ECORRUPT;
+  return rd_end(&q);
 }
 
 void bs__lmdb_wcp_head_next(const unsigned char **p, bs_val *conn, bs_val *lsn) {
