@@ -731,7 +731,6 @@ typedef struct psup {
 typedef struct fctx {
   bs__lmdb_db *db;
   uint32_t stream;
-  int snapshot;
   MDB_txn *txn;
   /* Lookup cursors of the apply phase (bs__lmdb_get), opened on first use; NULL when closed */
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
@@ -759,7 +758,7 @@ typedef struct lm_writer {
   bs_writer base;
   bs__lmdb_storage *st;
   bs__lmdb_db *db;
-  int snapshot, create_empty;
+  int create_empty;
   const bs_write_batch *batch; /* the front's queue, during a flush, commit or source_row */
   fctx f;
 } lm_writer;
@@ -811,7 +810,6 @@ static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
   memset(f, 0, sizeof *f);
   f->db = db;
   f->stream = stream;
-  f->snapshot = snapshot;
   f->fx.ops = &fx_ops;
   f->fx.ctx = f;
   f->fx.alloc = a;
@@ -1696,9 +1694,8 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   c->blocked = bs__checkpoint_block(r->snapshot_done,
                                     r->has_no_checkpoint_before ? &r->no_checkpoint_before : NULL,
                                     r->has_checkpoint_lsn ? &r->checkpoint_lsn : NULL, c->lsn);
-  if (c->blocked) return bs__stream_rec_put(f->db, txn, r, err);
   first = !r->has_checkpoint_lsn && r->checkpoint == 0;
-  if (!c->create_empty && !first && r->op_head == r->last_checkpoint_op)
+  if (c->blocked || (!c->create_empty && !first && r->op_head == r->last_checkpoint_op))
     return bs__stream_rec_put(f->db, txn, r, err);
   c->created = 1;
   r->checkpoint = r->op_head;
@@ -1850,8 +1847,8 @@ static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val ta
   if (rc == BS_ENOTFOUND) rc = BS_OK;
   /* the queue as the flush would apply it (effects.c), over the stored records */
   if (rc == BS_OK)
-    rc = bs__effects_source_row(&w->db->base.alloc, w->snapshot, batch, table, rid, lw_stored, &c,
-                                &now, err);
+    rc = bs__effects_source_row(&w->db->base.alloc, w->f.fx.snapshot, batch, table, rid, lw_stored,
+                                &c, &now, err);
   f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
   if (rc == BS_OK)
     rc = now.exists && !now.soft
@@ -1981,9 +1978,8 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
   w->base.st = base;
   w->st = st;
   w->db = db;
-  w->snapshot = o->snapshot != 0;
   w->create_empty = o->create_empty != 0;
-  fctx_init(&w->f, db, base->stream_id, w->snapshot);
+  fctx_init(&w->f, db, base->stream_id, o->snapshot != 0);
   *out = &w->base;
   return BS_OK;
 }
