@@ -21,13 +21,13 @@ typedef struct rd {
   int bad;
 } rd;
 
-static rd rd_of(const MDB_val *v) {
+static inline rd rd_of(const MDB_val *v) {
   rd r = {v->mv_data, (const unsigned char *)v->mv_data + v->mv_size, 0};
   return r;
 }
 
 /* The next n bytes; NULL (r bad) when fewer are left. */
-static const unsigned char *rd_take(rd *r, size_t n) {
+static inline const unsigned char *rd_take(rd *r, size_t n) {
   const unsigned char *p = r->p;
   if (r->bad || (size_t)(r->end - p) < n) {
     r->bad = 1;
@@ -37,15 +37,17 @@ static const unsigned char *rd_take(rd *r, size_t n) {
   return p;
 }
 
-static uint64_t rd_uint(rd *r, size_t width) {
+static inline uint64_t rd_uint(rd *r, size_t width) {
   const unsigned char *p = rd_take(r, width);
-  uint64_t v = 0;
-  for (size_t i = width; p && i-- > 0;) v = v << 8 | p[i];
-  return v;
+  if (!p) return 0;
+  return width == 8   ? bs__get_u64le(p)
+         : width == 4 ? bs__get_u32le(p)
+         : width == 2 ? bs__get_u16le(p)
+                      : p[0];
 }
 
 /* A string with a width-byte length of at most max (borrowed, non-NULL also when empty). */
-static bs_val rd_str(rd *r, size_t width, size_t max) {
+static inline bs_val rd_str(rd *r, size_t width, size_t max) {
   size_t n = (size_t)rd_uint(r, width);
   bs_val v = {NULL, 0};
   if (n > max) r->bad = 1;
@@ -54,21 +56,28 @@ static bs_val rd_str(rd *r, size_t width, size_t max) {
 }
 
 /* BS_OK when every field fitted and they took the whole value. */
-static int rd_end(const rd *r) {
+static inline int rd_end(const rd *r) {
   return !r->bad && r->p == r->end ? BS_OK : BS_ECORRUPT;
 }
 
-static unsigned char *wr_uint(unsigned char *p, uint64_t v, size_t width) {
-  for (size_t i = 0; i < width; i++) p[i] = (unsigned char)(v >> 8 * i);
+static inline unsigned char *wr_uint(unsigned char *p, uint64_t v, size_t width) {
+  if (width == 8)
+    bs__put_u64le(p, v);
+  else if (width == 4)
+    bs__put_u32le(p, (uint32_t)v);
+  else if (width == 2)
+    bs__put_u16le(p, (uint32_t)v);
+  else
+    *p = (unsigned char)v;
   return p + width;
 }
 
-static unsigned char *wr_bytes(unsigned char *p, bs_val v) {
+static inline unsigned char *wr_bytes(unsigned char *p, bs_val v) {
   if (v.size) memcpy(p, v.data, v.size);
   return p + v.size;
 }
 
-static unsigned char *wr_str(unsigned char *p, size_t width, bs_val v) {
+static inline unsigned char *wr_str(unsigned char *p, size_t width, bs_val v) {
   return wr_bytes(wr_uint(p, v.size, width), v);
 }
 
