@@ -1358,47 +1358,40 @@ static int put_pars(fctx *f, bs_error *err) {
   return mrc ? bs__lmdb_fail(err, mrc, "writing a parameter entry") : BS_OK;
 }
 
-static int put_softdel_index(fctx *f, const srec *r, bs_error *err) {
-  unsigned char k[BS_SOFTDEL_KEY_MAX];
-  MDB_val key = {bs__lmdb_softdel_key(k, r->r.mark, r->key), k}, val = {0, (void *)lm_empty};
-  int mrc;
-  mrc = mdb_put(f->txn, f->db->softdel, &key, &val, 0);
-  return mrc ? bs__lmdb_fail(err, mrc, "indexing a soft-deleted record") : BS_OK;
-}
-
 static int put_recs(fctx *f, bs_error *err) {
   srec **d = f->dirty.p;
   unsigned char last[8 + BS_MAX_REPLICA_ID];
   size_t nlast;
   MDB_cursor *cur;
   unsigned app = 0; /* MDB_APPEND once past the last record of the database */
-  int mrc = 0, rc = BS_OK;
+  int mrc = 0;
   sort_if_needed(d, f->dirty.n, f->dirty.size, cmp_srec); /* srec pointers */
   if ((mrc = mdb_cursor_open(f->txn, f->db->source, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   mrc = last_key(cur, last, sizeof last, &nlast);
-  for (size_t i = 0; i < f->dirty.n && !mrc && !rc; i++) {
+  for (size_t i = 0; i < f->dirty.n && !mrc; i++) {
     srec *r = d[i];
     MDB_val key = {r->key.size, (void *)r->key.data}, val;
     if (!app && past_end(key.mv_data, key.mv_size, last, nlast)) app = MDB_APPEND;
-    if (!r->r.exists && app) continue; /* past the end: not stored, nothing to delete */
-    if (!r->r.exists) {
-      mrc = mdb_cursor_get(cur, &key, &val, MDB_SET);
-      if (mrc == 0)
+    if (!r->r.exists) { /* deleted (past the end: not stored, nothing to delete) */
+      if (!app && (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET)) == 0)
         mrc = mdb_cursor_del(cur, 0);
-      else if (mrc == MDB_NOTFOUND)
-        mrc = 0;
+      if (mrc == MDB_NOTFOUND) mrc = 0;
       continue;
     }
     val.mv_size = bs__lmdb_srec_size(&r->r);
     /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
     if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
     bs__lmdb_srec_encode(val.mv_data, &r->r);
-    if (r->r.soft && r->new_mark) rc = put_softdel_index(f, r, err);
+    if (r->r.soft && r->new_mark) { /* a new soft delete: indexed for its purge */
+      unsigned char k[BS_SOFTDEL_KEY_MAX];
+      MDB_val skey = {bs__lmdb_softdel_key(k, r->r.mark, r->key), k};
+      MDB_val sval = {0, (void *)lm_empty};
+      mrc = mdb_put(f->txn, f->db->softdel, &skey, &sval, 0);
+    }
   }
   mdb_cursor_close(cur);
-  if (rc) return rc;
-  return mrc ? bs__lmdb_fail(err, mrc, "writing a source record") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing a source record or its softdel entry") : BS_OK;
 }
 
 /* Appends a change record (the codec: bs__lmdb_change_head, lmdb_internal.h). */

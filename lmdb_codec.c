@@ -61,14 +61,10 @@ static inline int rd_end(const rd *r) {
 }
 
 static inline unsigned char *wr_uint(unsigned char *p, uint64_t v, size_t width) {
-  if (width == 8)
-    bs__put_u64le(p, v);
-  else if (width == 4)
-    bs__put_u32le(p, (uint32_t)v);
-  else if (width == 2)
-    bs__put_u16le(p, (uint32_t)v);
-  else
-    *p = (unsigned char)v;
+  if (width == 8) bs__put_u64le(p, v);
+  if (width == 4) bs__put_u32le(p, (uint32_t)v);
+  if (width == 2) bs__put_u16le(p, (uint32_t)v);
+  if (width == 1) *p = (unsigned char)v;
   return p + width;
 }
 
