@@ -46,6 +46,10 @@ uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n) {
   }
 }
 
+uint64_t bs__val_hash(bs_val v) {
+  return XXH3_64bits(v.size ? v.data : "", v.size);
+}
+
 uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data) {
   /* The usual PUT (xxh3, a small row): its input laid out directly, without bs__hash_parts'
    * loops over six parts. Sizes are bounded (names <= 64 KiB, data <= 15 MiB): no overflow. */

@@ -183,37 +183,45 @@ typedef struct shadow {
   const bs_allocator *alloc;
   shadow_row *rows;
   size_t n, cap;
+  bs__htab idx; /* rows by bs__val_hash(rid): index + 1 (room reserved for cap) */
   uint64_t head;
 } shadow;
 
-static shadow_row *sh_find(shadow *s, bs_val rid) {
-  for (size_t i = 0; i < s->n; i++)
-    if (bs__val_eq(s->rows[i].rid, rid)) return &s->rows[i];
-  return NULL;
+/* The shadow row of rid, read from the stored record the first time. */
+static int sh_row(shadow *s, bs_val rid, shadow_row **out, bs_error *err) {
+  static const bs__srec none;
+  uint64_t h = bs__val_hash(rid);
+  bs__hprobe p = bs__htab_probe(&s->idx, h);
+  const bs__srec *st = NULL;
+  shadow_row *r;
+  int rc;
+  for (uintptr_t v; (v = bs__htab_next(&p));)
+    if (bs__val_eq(s->rows[v - 1].rid, rid)) {
+      *out = &s->rows[v - 1];
+      return BS_OK;
+    }
+  if ((rc = s->stored(s->ctx, rid, &st, err)) != BS_OK) return rc;
+  /* rows was sized for every row the batch can touch: it never moves under a returned record */
+  BS_ASSERT(s->n < s->cap);
+  if (s->n == s->cap) return nomem(err);
+  r = &s->rows[s->n++];
+  bs__htab_put(&s->idx, h, s->n);
+  r->rid = rid;
+  r->cur = st ? *st : none;
+  /* memberships and lookups decide ops, never whether or with what data a record exists */
+  r->cur.m = NULL;
+  r->cur.nm = 0;
+  r->cur.lk = NULL;
+  r->cur.nl = 0;
+  *out = r;
+  return BS_OK;
 }
 
 static int sh_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
-  static const bs__srec none;
-  shadow *s = ctx;
-  shadow_row *r = sh_find(s, rid);
-  const bs__srec *st = NULL;
-  int rc;
-  if (!r) {
-    if ((rc = s->stored(s->ctx, rid, &st, err)) != BS_OK) return rc;
-    /* rows was sized for every row the batch can touch: it never moves under a returned record */
-    BS_ASSERT(s->n < s->cap);
-    if (s->n == s->cap) return nomem(err);
-    r = &s->rows[s->n++];
-    r->rid = rid;
-    r->cur = st ? *st : none;
-    /* memberships and lookups decide ops, never whether or with what data a record exists */
-    r->cur.m = NULL;
-    r->cur.nm = 0;
-    r->cur.lk = NULL;
-    r->cur.nl = 0;
-  }
-  *out = &r->cur;
-  return BS_OK;
+  shadow_row *r;
+  int rc = sh_row(ctx, rid, &r, err);
+  if (rc == BS_OK) *out = &r->cur;
+  return rc;
 }
 static int sh_bucket(void *ctx, bs_val name, uint64_t *bucket, bs_error *err) {
   BS_UNUSED(ctx);
@@ -240,11 +248,9 @@ static int sh_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
   return BS_OK;
 }
 static int sh_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
-  const bs__srec *cur;
   shadow_row *r;
   int rc;
-  if ((rc = sh_load(ctx, rid, &cur, err)) != BS_OK) return rc;
-  r = sh_find(ctx, rid);
+  if ((rc = sh_row(ctx, rid, &r, err)) != BS_OK) return rc;
   r->cur = *rec;
   r->cur.m = NULL; /* rec's arrays live only during this call */
   r->cur.nm = 0;
@@ -278,7 +284,10 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
   for (size_t i = 0; i < batch->n; i++) /* a save touches at most two rows: before and after */
     if (batch->items[i].save && bs__val_eq(batch->items[i].save->table, table)) s.cap += 2;
   s.cap++; /* and rid */
-  if (!(s.rows = bs__calloc(a, s.cap, sizeof *s.rows))) return nomem(err);
+  if (!(s.rows = bs__calloc(a, s.cap, sizeof *s.rows)) || bs__htab_reserve(&s.idx, a, s.cap)) {
+    bs__free(a, s.rows);
+    return nomem(err);
+  }
   memset(&e, 0, sizeof e);
   e.ops = &ops;
   e.ctx = &s;
@@ -296,5 +305,6 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
   if (rc == BS_OK) *out = *r;
   bs__effects_free(&e);
   bs__free(a, s.rows);
+  bs__htab_free(&s.idx, a);
   return rc;
 }

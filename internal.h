@@ -289,6 +289,20 @@ static inline int bs__checkpoint_differs(const bs_checkpoint *a, const bs_checkp
   return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
 }
 
+/* ---- Read checks (contract.md 5.5, 5.4; rules.c): every backend applies them to the values it
+ * read in the call's one snapshot ---- */
+/* A torn read: compaction folded bucket name's ops <= c into its leading CLEAR, whose span
+ * [clear_start, clear_op) holds c (clear_op 0: none); BS_EINVALIDATED, else BS_OK. */
+int bs__torn_fail(uint64_t c, bs_val name, bs_error *err);
+static inline int bs__torn_check(uint64_t clear_start, uint64_t clear_op, uint64_t c, bs_val name,
+                                 bs_error *err) {
+  return clear_op && clear_start <= c && c < clear_op ? bs__torn_fail(c, name, err) : BS_OK;
+}
+/* A parameter read at c below the stream's parameter-compaction horizon: BS_ESTALE. */
+int bs__param_horizon_check(uint64_t c, uint64_t horizon, bs_error *err);
+/* A parameter read that would hand out n rows: more than limit is BS_ELIMIT. */
+int bs__param_limit_check(size_t n, size_t limit, bs_error *err);
+
 /* ---- Bucket data chunks (contract.md 5.2, rules.c): the chunking rule of every backend ----
  * A bucket_data call starts each bucket it serves (bs__chunker_bucket), adds the bucket's ops in
  * (after, C] in op id order (bs__chunker_add) while the call is not stopped, and ends it
@@ -380,6 +394,8 @@ int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored
 int bs__param_row_cmp(uint32_t table_a, bs_val rid_a, uint32_t table_b, bs_val rid_b);
 
 /* ---- Checksums (checksum.c) ---- */
+/* XXH3_64 of v's bytes: the hash a bs__htab user keys a byte string by */
+uint64_t bs__val_hash(bs_val v);
 /* hash over the concatenation of parts (no allocation) */
 uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n);
 /* wrapping 32-bit addition/subtraction of op checksums */

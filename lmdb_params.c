@@ -8,8 +8,6 @@
  */
 #include "lmdb_internal.h"
 
-#include <stdlib.h>
-
 /* ---- Reading ------------------------------------------------------------------------------- */
 
 /* The latest entry at or below the checkpoint of one source row of the current group. A group
@@ -31,8 +29,8 @@ typedef struct param_scan {
 } param_scan;
 
 static int scan_push_row(param_scan *s, const unsigned char *data, size_t size, bs_error *err) {
-  if (s->n_rows >= s->limit)
-    return bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", s->limit);
+  int rc;
+  if ((rc = bs__param_limit_check(s->n_rows + 1, s->limit, err))) return rc;
   if (BS_GROW(s->a, s->rows, s->cap_rows, s->n_rows + 1))
     return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
   s->rows[s->n_rows].data = data; /* into the value: non-NULL, also for an empty row */
@@ -116,45 +114,6 @@ static int scan_lookup(param_scan *s, MDB_cursor *cur, uint32_t stream, bs_val l
   return scan_flush_group(s, err);
 }
 
-typedef struct lookup_ref {
-  bs_val key;
-  size_t index;
-} lookup_ref;
-
-static int lookup_ref_cmp(const void *a, const void *b) {
-  const lookup_ref *x = (const lookup_ref *)a, *y = (const lookup_ref *)b;
-  int c = bs__val_cmp(x->key, y->key);
-  if (c) return c;
-  return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* Marks in skip[] every lookup that repeats an earlier one: a key asked twice is served once
- * (sorting keeps this O(n log n) for long lists). */
-static int mark_duplicates(const bs_allocator *a, const bs_val *lookups, size_t n,
-                           unsigned char **skip_out, bs_error *err) {
-  unsigned char *skip;
-  lookup_ref *refs;
-  *skip_out = NULL;
-  if (n < 2) return BS_OK;
-  skip = (unsigned char *)bs__calloc(a, n, 1);
-  refs = (lookup_ref *)bs__malloc(a, n * sizeof *refs);
-  if (!skip || !refs) {
-    bs__free(a, skip);
-    bs__free(a, refs);
-    return bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
-  }
-  for (size_t i = 0; i < n; i++) {
-    refs[i].key = lookups[i];
-    refs[i].index = i;
-  }
-  qsort(refs, n, sizeof *refs, lookup_ref_cmp);
-  for (size_t i = 1; i < n; i++)
-    if (bs__val_eq(refs[i].key, refs[i - 1].key)) skip[refs[i].index] = 1;
-  bs__free(a, refs);
-  *skip_out = skip;
-  return BS_OK;
-}
-
 int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                             size_t limit, int (*fn)(const bs_val *, void *), void *payload,
                             bs_error *err) {
@@ -164,7 +123,6 @@ int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *l
   bs__stream_rec rec;
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
-  unsigned char *skip = NULL;
   int rc;
 
   memset(&s, 0, sizeof s);
@@ -172,23 +130,15 @@ int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *l
   s.checkpoint = checkpoint;
   s.limit = limit; /* 0: the first row is over it */
   for (size_t i = 0; i < n; i++) BS_ASSERT(lookups[i].size <= BS_MAX_LOOKUP_KEY); /* the front's */
-  if ((rc = mark_duplicates(s.a, lookups, n, &skip, err))) return rc;
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) goto fail;
   if ((rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err))) goto fail;
-  if (checkpoint < rec.param_horizon) {
-    rc = bs__fail(err, BS_ESTALE,
-                  "checkpoint %llu is below the parameter-compaction horizon %llu; read a newer "
-                  "checkpoint",
-                  (unsigned long long)checkpoint, (unsigned long long)rec.param_horizon);
-    goto fail;
-  }
+  if ((rc = bs__param_horizon_check(checkpoint, rec.param_horizon, err))) goto fail;
   if ((rc = mdb_cursor_open(txn, db->params, &cur))) {
     rc = bs__fail_mdb(err, rc, "parameter sets: cursor");
     goto fail;
   }
   for (size_t i = 0; i < n; i++)
-    if (!(skip && skip[i]) && (rc = scan_lookup(&s, cur, st->stream_id, lookups[i], err)))
-      goto fail;
+    if ((rc = scan_lookup(&s, cur, st->stream_id, lookups[i], err))) goto fail;
   /* Rows are handed out only once the limit is known to hold, so a BS_ELIMIT call has not
    * called fn at all. They point into the map: the transaction stays open until the end. */
   for (size_t i = 0; i < s.n_rows; i++)
@@ -199,6 +149,5 @@ fail:
   bs__lmdb_txn_abort(db, txn);
   bs__free(s.a, s.rows);
   bs__free(s.a, s.best);
-  bs__free(s.a, skip);
   return rc;
 }

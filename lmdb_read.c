@@ -94,16 +94,6 @@ static int bucket_get(bucket_finder *f, bs_val name, bucket_ref *ref, bs_error *
   return BS_OK;
 }
 
-/* contract.md 5.5 torn reads: compaction folded ops <= C into a CLEAR above C. */
-static int torn_check(const bs__bucket_state *s, uint64_t c, bs_val name, bs_error *err) {
-  if (s->clear_op != 0 && s->clear_start <= c && c < s->clear_op)
-    return bs__fail(err, BS_EINVALIDATED,
-                    "bucket \"%.*s\": checkpoint %" PRIu64
-                    " was compacted; read a newer checkpoint",
-                    bs__name_shown(name), (const char *)name.data, c);
-  return BS_OK;
-}
-
 /* ---- Checkpoint and status ------------------------------------------------------------------ */
 
 static void copy_lsn(unsigned char *dst, size_t *dst_size, bs_val src) {
@@ -206,7 +196,8 @@ int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_re
   /* Resolve and check every bucket first, so that a torn read fails before any chunk. */
   for (size_t i = 0; i < n_req; i++) {
     if ((rc = bucket_get(&f, req[i].bucket, &refs[i], err)) != 0) goto done;
-    if (refs[i].found && (rc = torn_check(&refs[i].state, checkpoint, req[i].bucket, err)) != 0)
+    if (refs[i].found && (rc = bs__torn_check(refs[i].state.clear_start, refs[i].state.clear_op,
+                                              checkpoint, req[i].bucket, err)) != 0)
       goto done;
   }
   for (size_t i = 0; i < n_req && !r.stopped; i++) {
@@ -297,7 +288,8 @@ static int checksum_call(bs_storage *st, uint64_t from, uint64_t to, int range,
     out[i].count = 0;
     if (generation_out) generation_out[i] = ref.found ? ref.state.generation : 0;
     if (ref.found &&
-        ((rc = torn_check(&ref.state, to, buckets[i], err)) != 0 ||
+        ((rc = bs__torn_check(ref.state.clear_start, ref.state.clear_op, to, buckets[i], err)) !=
+             0 ||
          (range && (rc = ops_sum(f.ops, &ref, from, to, 1, buckets[i], &out[i], &cl, err)) != 0) ||
          ((!range || cl) && (rc = checksum_at(f.ops, &ref, to, buckets[i], &out[i], err)) != 0)))
       goto done;

@@ -276,18 +276,6 @@ static inline long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
   return -1;
 }
 
-/* Torn read: C inside the span of the bucket's leading CLEAR (contract.md 5.5). */
-static inline int torn(const mem_bucket *b, uint64_t c) {
-  return b && b->clear_op && b->clear_start <= c && c < b->clear_op;
-}
-
-static inline int torn_fail(bs_error *err, uint64_t c, bs_val name) {
-  return bs__fail(err, BS_EINVALIDATED,
-                  "checkpoint %llu was compacted in bucket '%.*s'; read a newer checkpoint",
-                  (unsigned long long)c, (int)(name.size > 64 ? 64 : name.size),
-                  name.size ? (const char *)name.data : "");
-}
-
 static inline void lock(mem_db *db) {
   pthread_mutex_lock(&db->mu);
 }

@@ -73,7 +73,7 @@ int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req
   lock(ms->db);
   for (size_t i = 0; i < n_req && !rc; i++) { /* a torn read fails before any chunk */
     mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
-    if (torn(b, c)) rc = torn_fail(err, c, req[i].bucket);
+    if (b) rc = bs__torn_check(b->clear_start, b->clear_op, c, req[i].bucket, err);
   }
   for (size_t i = 0; i < n_req && !rc && !k.stopped; i++) {
     mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
@@ -122,10 +122,7 @@ int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
   for (size_t i = 0; i < n; i++) {
     mem_bucket *b = bucket_find(ms->s, buckets[i], NULL);
     int cl;
-    if (torn(b, to)) {
-      rc = torn_fail(err, to, buckets[i]);
-      break;
-    }
+    if (b && (rc = bs__torn_check(b->clear_start, b->clear_op, to, buckets[i], err))) break;
     out[i] = sum_range(b, from, to, &cl);
     if (cleared) cleared[i] = cl;
     if (gen) gen[i] = b ? b->generation : 0;
@@ -219,16 +216,11 @@ int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, si
   size_t nrows = 0, crows = 0;
   int rc = BS_OK;
   lock(ms->db);
-  if (c < s->m.param_horizon) {
-    rc = bs__fail(err, BS_ESTALE, "checkpoint %llu is below the parameter-compaction horizon %llu",
-                  (unsigned long long)c, (unsigned long long)s->m.param_horizon);
-    goto locked_out;
-  }
+  if ((rc = bs__param_horizon_check(c, s->m.param_horizon, err))) goto locked_out;
   latest = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
   if (!latest) goto nomem;
   for (size_t i = 0; i < n; i++) {
     size_t nl = 0;
-    if (val_in(lookups, i, lookups[i])) continue; /* a repeated key is served once */
     /* latest entry per source row with op_id <= C (params are in op id order) */
     for (size_t k = 0; k < s->nparams; k++) {
       const mem_param *p = &s->params[k];
@@ -246,10 +238,7 @@ int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, si
         rows[nrows++] = latest[j]->rows[r];
       }
   }
-  if (nrows > limit) {
-    rc = bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
-    goto locked_out;
-  }
+  if ((rc = bs__param_limit_check(nrows, limit, err))) goto locked_out;
   if (vals_copy(a, rows, nrows, &copy)) goto nomem;
   unlock(ms->db);
   for (size_t i = 0; i < nrows && !rc; i++) rc = fn(&copy[i], payload);

@@ -31,16 +31,6 @@ static void read_end(bs_storage *st, PGconn *c) {
   bs__pg_conn_put(db_of(st), c);
 }
 
-/* contract.md 5.5 torn reads: compaction folded ops <= C into a CLEAR above C. */
-static int torn_check(uint64_t clear_start, uint64_t clear_op, uint64_t c, bs_val name,
-                      bs_error *err) {
-  if (clear_op != 0 && clear_start <= c && c < clear_op)
-    return bs__fail(err, BS_EINVALIDATED,
-                    "bucket \"%.*s\": checkpoint %" PRIu64
-                    " was compacted; read a newer checkpoint",
-                    bs__name_shown(name), (const char *)name.data, c);
-  return BS_OK;
-}
 static const bs__pg_stmt states_stmt = {
     BS_PG_STMT_STATES, "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
                        " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared"
@@ -104,8 +94,8 @@ static int sums(bs_storage *st, uint64_t from, uint64_t to, const bs_val *bucket
   rows = PQntuples(r);
   for (size_t i = 0; i < n && !rc; i++) {
     if (row >= rows || bs__pg_i64(r, row, 0) != (int64_t)i + 1) continue; /* unknown bucket */
-    rc = torn_check((uint64_t)bs__pg_i64(r, row, 6), (uint64_t)bs__pg_i64(r, row, 7), to,
-                    buckets[i], err);
+    rc = bs__torn_check((uint64_t)bs__pg_i64(r, row, 6), (uint64_t)bs__pg_i64(r, row, 7), to,
+                        buckets[i], err);
     if (generation_out) generation_out[i] = (uint64_t)bs__pg_i64(r, row, 5);
     if (!cleared) {
       out[i] = value_at(r, row);
@@ -273,8 +263,8 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   /* every bucket checked first, so that a torn read fails before any chunk */
   for (int i = 0; i < rows && !rc; i++) {
     int64_t ord = bs__pg_i64(states, i, 0);
-    rc = torn_check((uint64_t)bs__pg_i64(states, i, 6), (uint64_t)bs__pg_i64(states, i, 7),
-                    checkpoint, names[ord - 1], err);
+    rc = bs__torn_check((uint64_t)bs__pg_i64(states, i, 6), (uint64_t)bs__pg_i64(states, i, 7),
+                        checkpoint, names[ord - 1], err);
   }
   for (size_t i = 0; i < n_req && !rc && !r.k.stopped; i++) {
     uint64_t after = req[i].after;
@@ -342,12 +332,7 @@ int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)st->stream_id);
     goto out;
   }
-  if (checkpoint < (uint64_t)bs__pg_i64(r, 0, 3)) {
-    rc = bs__fail(err, BS_ESTALE,
-                  "checkpoint %" PRIu64 " is below the parameter-compaction horizon %" PRIu64,
-                  checkpoint, (uint64_t)bs__pg_i64(r, 0, 3));
-    goto out;
-  }
+  if ((rc = bs__param_horizon_check(checkpoint, (uint64_t)bs__pg_i64(r, 0, 3), err))) goto out;
   if (!(v = bs__calloc(a, (size_t)nr, sizeof *v))) {
     rc = bs__fail(err, BS_ENOMEM, "parameter sets: out of memory");
     goto out;
@@ -361,10 +346,7 @@ int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
     if ((rc = bs__pg_array_open(p->rows, &it, err))) goto out;
     total += it.n;
   }
-  if (total > limit) {
-    rc = bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
-    goto out;
-  }
+  if ((rc = bs__param_limit_check(total, limit, err))) goto out;
   /* rows of one lookup in their order; lookups in request order (the query's ord) */
   for (int i = 1, j; i < nr; i = j) {
     for (j = i + 1; j < nr && bs__pg_i64(r, j, 0) == bs__pg_i64(r, i, 0); j++) continue;

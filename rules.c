@@ -2,11 +2,14 @@
  * rules.c: the small rules of the storage contract that the front and every backend apply, each
  * written once: when a commit may make a checkpoint (contract.md 4.4), which id a managed write
  * checkpoint takes (contract.md 7), and the options checks that a backend's own public entry
- * point (bs_load) shares with the front, and where bucket data is cut into chunks (contract.md
- * 5.2). The larger rule modules are checksum.c, compact.c and lookup.c. Nothing here calls the
+ * point (bs_load) shares with the front, the checks of a read (torn, below the parameter
+ * horizon, over the parameter limit: contract.md 5.4, 5.5), and where bucket data is cut into
+ * chunks (contract.md 5.2). The larger rule modules are checksum.c, compact.c and lookup.c. Nothing here calls the
  * front or a backend.
  */
 #include "internal.h"
+
+#include <inttypes.h>
 
 int bs__check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
   if (v < 1 || v > current)
@@ -74,6 +77,27 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n,
       win[k] = &req[i];
   }
   return nw;
+}
+
+/* ---- Read checks ------------------------------------------------------------------------------ */
+
+int bs__torn_fail(uint64_t c, bs_val name, bs_error *err) {
+  return bs__fail(err, BS_EINVALIDATED,
+                  "bucket \"%.*s\": checkpoint %" PRIu64 " was compacted; read a newer checkpoint",
+                  bs__name_shown(name), name.size ? (const char *)name.data : "", c);
+}
+
+int bs__param_horizon_check(uint64_t c, uint64_t horizon, bs_error *err) {
+  if (c >= horizon) return BS_OK;
+  return bs__fail(err, BS_ESTALE,
+                  "checkpoint %" PRIu64 " is below the parameter-compaction horizon %" PRIu64
+                  "; read a newer checkpoint",
+                  c, horizon);
+}
+
+int bs__param_limit_check(size_t n, size_t limit, bs_error *err) {
+  if (n <= limit) return BS_OK;
+  return bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
 }
 
 /* ---- Bucket data chunks ---------------------------------------------------------------------- */

@@ -714,16 +714,29 @@ int bs_set_checkpoint_listener(bs_db *db,
 
 /* ---- Reading: bucket data -------------------------------------------------------------------- */
 
-typedef struct req_sort {
-  bs_bucket_request req;
+/* A name (the first field of an array element) and its element's index. */
+typedef struct name_ref {
+  bs_val name;
   size_t index;
-} req_sort;
+} name_ref;
 
-static int req_sort_cmp(const void *a, const void *b) {
-  const req_sort *x = a, *y = b;
-  int c = bs__val_cmp(x->req.bucket, y->req.bucket);
+static int name_ref_cmp(const void *a, const void *b) {
+  const name_ref *x = a, *y = b;
+  int c = bs__val_cmp(x->name, y->name);
   if (c) return c;
   return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The names of the n elements (each `stride` bytes, a bs_val first) at base, sorted by name,
+ * equal names in element order; NULL when out of memory. Freed with bs__free. */
+static name_ref *sort_names(const bs_allocator *a, const void *base, size_t stride, size_t n) {
+  name_ref *r = bs__calloc(a, n, sizeof *r);
+  for (size_t i = 0; r && i < n; i++) {
+    memcpy(&r[i].name, (const char *)base + i * stride, sizeof r[i].name);
+    r[i].index = i;
+  }
+  if (r) qsort(r, n, sizeof *r, name_ref_cmp);
+  return r;
 }
 
 static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o, bs_error *err) {
@@ -749,7 +762,7 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
                        int *has_more_out, bs_error *err) {
   bs_batch_options o;
   bs_bucket_request *sorted = NULL;
-  req_sort *tmp = NULL;
+  name_ref *refs = NULL;
   int has_more = 0, rc;
   size_t i, m = 0;
   const bs_allocator *a = front_alloc(st);
@@ -769,26 +782,20 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
 
   /* Backends get the requests sorted by name without duplicates; a repeated bucket keeps its
    * last request (the reference service keys requests by bucket name in a map). */
-  tmp = bs__calloc(a, n_req, sizeof *tmp);
+  refs = sort_names(a, req, sizeof *req, n_req);
   sorted = bs__calloc(a, n_req, sizeof *sorted);
-  if (!tmp || !sorted) {
+  if (!refs || !sorted) {
     rc = bs__fail(err, BS_ENOMEM, "cannot sort %zu bucket requests", n_req);
     goto done;
   }
-  for (i = 0; i < n_req; i++) {
-    tmp[i].req = req[i];
-    tmp[i].index = i;
-  }
-  qsort(tmp, n_req, sizeof *tmp, req_sort_cmp);
-  for (i = 0; i < n_req; i++) {
-    if (i + 1 < n_req && bs__val_eq(tmp[i].req.bucket, tmp[i + 1].req.bucket)) continue;
-    sorted[m++] = tmp[i].req;
-  }
+  for (i = 0; i < n_req; i++)
+    if (i + 1 == n_req || !bs__val_eq(refs[i].name, refs[i + 1].name))
+      sorted[m++] = req[refs[i].index];
   rc = st->vt->bucket_data(st, checkpoint, sorted, m, &o, on_chunk, payload, &has_more, err);
   if (rc == BS_OK && has_more_out) *has_more_out = has_more;
 done:
-  if (tmp) bs__free(a, tmp);
-  if (sorted) bs__free(a, sorted);
+  bs__free(a, refs);
+  bs__free(a, sorted);
   return rc;
 }
 
@@ -841,6 +848,10 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
                           size_t n_lookups, size_t limit,
                           int (*fn)(const bs_val *params, void *payload), void *payload,
                           bs_error *err) {
+  const bs_allocator *a = front_alloc(st);
+  name_ref *refs = NULL;
+  bs_val *unique = NULL;
+  size_t m = 0;
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
@@ -850,7 +861,26 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
   for (size_t i = 0; i < n_lookups; i++)
     if ((rc = CHECK_SIZED_AT(lookups[i], 0, BS_MAX_LOOKUP_KEY, "lookups", i, "", err))) return rc;
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
-  return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
+  if (n_lookups < 2)
+    return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
+  /* Backends get each key once, in the order of its first request: a key asked twice is
+   * served once. A repeat's copy is marked by an impossible size (sorting keeps this O(n log n)). */
+  refs = sort_names(a, lookups, sizeof *lookups, n_lookups);
+  unique = bs__malloc(a, n_lookups * sizeof *unique);
+  if (!refs || !unique) {
+    rc = bs__fail(err, BS_ENOMEM, "cannot deduplicate %zu lookups", n_lookups);
+    goto done;
+  }
+  memcpy(unique, lookups, n_lookups * sizeof *unique);
+  for (size_t i = 1; i < n_lookups; i++)
+    if (bs__val_eq(refs[i].name, refs[i - 1].name)) unique[refs[i].index].size = SIZE_MAX;
+  for (size_t i = 0; i < n_lookups; i++)
+    if (unique[i].size != SIZE_MAX) unique[m++] = unique[i];
+  rc = st->vt->parameter_sets(st, checkpoint, unique, m, limit, fn, payload, err);
+done:
+  bs__free(a, refs);
+  bs__free(a, unique);
+  return rc;
 }
 
 /* ---- Write checkpoints ----------------------------------------------------------------------- */

@@ -119,7 +119,8 @@ typedef struct bs_storage_vtable {
   int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
                             int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                             void *payload, bs_error *err);
-  /* a limit of 0 allows no row */
+  /* lookups arrive deduplicated, each in the place of its first request; a limit of 0 allows
+   * no row */
   int (*parameter_sets)(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                         size_t limit, int (*fn)(const bs_val *params, void *payload), void *payload,
                         bs_error *err);

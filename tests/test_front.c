@@ -25,6 +25,8 @@ static bs_bucket_request seen_req[16];
 static size_t seen_n;
 static bs_batch_options seen_batch;
 static size_t seen_limit;
+static bs_val seen_lk[16]; /* the lookups of the last parameter_sets call */
+static size_t seen_nlk;
 static bs_compact_options seen_compact;
 static int seen_create_empty;
 static uint64_t fake_cp;
@@ -127,6 +129,8 @@ static int s_params(bs_storage *st, uint64_t cp, const bs_val *l, size_t n, size
                     int (*fn)(const bs_val *, void *), void *p, bs_error *err) {
   calls++;
   seen_limit = limit;
+  seen_nlk = n;
+  memcpy(seen_lk, l, n * sizeof *l);
   return BS_OK;
 }
 static int s_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val e, bs_error *err) {
@@ -634,6 +638,20 @@ static void test_read_checks(void **state) {
   assert_int_equal(seen_limit, 1000);
   assert_int_equal(bs_get_parameter_sets(st, 5, lk, 1, 0, on_params, NULL, NULL), BS_OK);
   assert_int_equal(seen_limit, 0); /* 0 is a limit (no row allowed), not "the default" */
+  {
+    /* each key once, in the place of its first request: an absent and a present empty key are
+     * one key, as are equal bytes at different addresses; a one-byte key is not the empty one */
+    char b2[] = "b", e[] = "\xc3\xa9";
+    bs_val ks[8] = {{"b", 1}, {NULL, 0}, {e, 2},          {"", 0},
+                    {b2, 1},  {"a", 1},  {"\xc3\xa9", 2}, {"b", 1}};
+    assert_int_equal(bs_get_parameter_sets(st, 5, ks, 8, 1, on_params, NULL, NULL), BS_OK);
+    assert_int_equal(seen_nlk, 4);
+    assert_true(bs__val_eq(seen_lk[0], ks[0]) && seen_lk[1].size == 0);
+    assert_true(bs__val_eq(seen_lk[2], ks[2]) && bs__val_eq(seen_lk[3], ks[5]));
+    assert_int_equal(bs_get_parameter_sets(st, 5, ks + 1, 1, 1, on_params, NULL, NULL), BS_OK);
+    assert_int_equal(seen_nlk, 1);
+    assert_true(seen_lk[0].size == 0);
+  }
   EXPECT(bs_get_checkpoint(st, NULL, E), BS_EINVAL, "out");
   EXPECT(bs_get_checkpoint(NULL, NULL, E), BS_EINVAL, "st");
   EXPECT(bs_get_status(st, NULL, E), BS_EINVAL, "out");
