@@ -137,21 +137,30 @@ static void notify_checkpoint(bs_db *db, uint32_t stream, uint64_t checkpoint) {
 
 /* ---- Argument checks shared by the front and backends ---------------------------------------- */
 
-/* data may be NULL only when size is 0 */
-static int check_val(bs_val v, const char *what, bs_error *err) {
-  if (v.size && !v.data)
-    return bs__fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
-  return BS_OK;
+/* The common case, checked without formatting a message (the writer's and readers' hot paths). */
+static int sized_ok(bs_val v, size_t min, size_t max) {
+  return (v.data || !v.size) && v.size >= min && v.size <= max;
 }
 
+/* v holds min..max bytes (limit: how the message names max), its data NULL only when empty. */
 static int check_sized(bs_val v, size_t min, size_t max, const char *what, const char *limit,
                        bs_error *err) {
-  int rc = check_val(v, what, err);
-  if (rc != BS_OK) return rc;
+  if (v.size && !v.data)
+    return bs__fail(err, BS_EINVAL, "%s: NULL data with size %zu", what, v.size);
   if (v.size > max)
     return bs__fail(err, BS_ETOOBIG, "%s is %zu bytes, over %s (%zu)", what, v.size, limit, max);
   if (v.size < min) return bs__fail(err, BS_EINVAL, "%s is empty", what);
   return BS_OK;
+}
+
+/* The check of element i of an argument array. The name in the message ("rows[3].bucket") is
+ * formatted only on failure: these run once per element of every save and read request. */
+static int check_sized_at(bs_val v, size_t min, size_t max, const char *array, size_t i,
+                          const char *field, const char *limit, bs_error *err) {
+  char what[96];
+  if (sized_ok(v, min, max)) return BS_OK;
+  snprintf(what, sizeof what, "%s[%zu]%s", array, i, field);
+  return check_sized(v, min, max, what, limit, err);
 }
 
 /* The two checks with the limit named by its macro (BS_MAX_*), written once. */
@@ -163,51 +172,34 @@ static int check_lsn(bs_val lsn, bs_error *err) {
   return CHECK_SIZED(lsn, 0, BS_MAX_LSN, "lsn", err);
 }
 
-/* The common case, checked without formatting a message (the writer's hot path). */
-static int sized_ok(bs_val v, size_t min, size_t max) {
-  return (v.data || !v.size) && v.size >= min && v.size <= max;
-}
-
 static int check_row(const bs_row *r, size_t i, bs_error *err) {
-  char what[64];
   int rc;
-  if (sized_ok(r->bucket, 1, BS_MAX_BUCKET_NAME) &&
-      sized_ok(r->object_type, 0, BS_MAX_OBJECT_NAME) &&
-      sized_ok(r->object_id, 0, BS_MAX_OBJECT_NAME) && sized_ok(r->data, 0, BS_MAX_OP_DATA))
-    return BS_OK;
-  snprintf(what, sizeof what, "rows[%zu].bucket", i);
-  if ((rc = CHECK_SIZED(r->bucket, 1, BS_MAX_BUCKET_NAME, what, err))) return rc;
-  snprintf(what, sizeof what, "rows[%zu].object_type", i);
-  if ((rc = CHECK_SIZED(r->object_type, 0, BS_MAX_OBJECT_NAME, what, err))) return rc;
-  snprintf(what, sizeof what, "rows[%zu].object_id", i);
-  if ((rc = CHECK_SIZED(r->object_id, 0, BS_MAX_OBJECT_NAME, what, err))) return rc;
-  snprintf(what, sizeof what, "rows[%zu].data", i);
-  return CHECK_SIZED(r->data, 0, BS_MAX_OP_DATA, what, err);
+  if ((rc = CHECK_SIZED_AT(r->bucket, 1, BS_MAX_BUCKET_NAME, "rows", i, ".bucket", err)) ||
+      (rc =
+           CHECK_SIZED_AT(r->object_type, 0, BS_MAX_OBJECT_NAME, "rows", i, ".object_type", err)) ||
+      (rc = CHECK_SIZED_AT(r->object_id, 0, BS_MAX_OBJECT_NAME, "rows", i, ".object_id", err)))
+    return rc;
+  return CHECK_SIZED_AT(r->data, 0, BS_MAX_OP_DATA, "rows", i, ".data", err);
 }
 
 static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   char what[64];
   int rc;
-  if (!sized_ok(l->key, 0, BS_MAX_LOOKUP_KEY)) {
-    snprintf(what, sizeof what, "lookups[%zu].key", i);
-    return CHECK_SIZED(l->key, 0, BS_MAX_LOOKUP_KEY, what, err);
-  }
+  if ((rc = CHECK_SIZED_AT(l->key, 0, BS_MAX_LOOKUP_KEY, "lookups", i, ".key", err))) return rc;
   if (l->n_params && !l->params)
     return bs__fail(err, BS_EINVAL, "lookups[%zu].params: NULL with n_params %zu", i, l->n_params);
-  for (size_t j = 0; j < l->n_params; j++) {
-    if (sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) continue;
-    snprintf(what, sizeof what, "lookups[%zu].params[%zu]", i, j);
-    if ((rc = CHECK_SIZED(l->params[j], 0, BS_MAX_OP_DATA, what, err))) return rc;
-  }
+  for (size_t j = 0; j < l->n_params; j++)
+    if (!sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) {
+      snprintf(what, sizeof what, "lookups[%zu].params", i);
+      return CHECK_SIZED_AT(l->params[j], 0, BS_MAX_OP_DATA, what, j, "", err);
+    }
   return BS_OK;
 }
 
 static int check_save(const bs_save *s, bs_error *err) {
   int rc;
   if (!s) return bs__fail(err, BS_EINVAL, "change: NULL");
-  if (s->version < 1 || s->version > BS_SAVE_VERSION)
-    return bs__fail(err, BS_EINVAL, "change->version %u is not supported (this build: %u)",
-                    s->version, (unsigned)BS_SAVE_VERSION);
+  if ((rc = bs__check_version(s->version, BS_SAVE_VERSION, "change->version", err))) return rc;
   if ((rc = CHECK_SIZED(s->table, 1, BS_MAX_TABLE_NAME, "change->table", err))) return rc;
   if (s->tag != BS_INSERT && s->tag != BS_UPDATE && s->tag != BS_DELETE)
     return bs__fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
@@ -250,16 +242,6 @@ static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
     return bs__fail(err, BS_EINVAL, "%s: %llu is not below 2^63", what, (unsigned long long)v);
   return BS_OK;
-}
-
-/* Checks of element i of an argument array. The name in the message ("req[3].after") is
- * formatted only on failure: these run once per element of every read request. */
-static int check_sized_at(bs_val v, size_t min, size_t max, const char *array, size_t i,
-                          const char *field, const char *limit, bs_error *err) {
-  char what[96];
-  if (sized_ok(v, min, max)) return BS_OK;
-  snprintf(what, sizeof what, "%s[%zu]%s", array, i, field);
-  return check_sized(v, min, max, what, limit, err);
 }
 
 static int check_op_id_at(uint64_t v, const char *array, size_t i, const char *field,

@@ -476,10 +476,29 @@ static void test_writer_checks(void **state) {
   lk.key.data = big;
   lk.key.size = BS_MAX_LOOKUP_KEY + 1;
   EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_LOOKUP_KEY");
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "lookups[0].key");
   lk.key = bs__val_str("k");
   lk.params = NULL;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "lookups[0].params");
+  {
+    /* the element named by both indices; the limit itself is allowed */
+    bs_val ps3[3] = {{"", 0}, {big, BS_MAX_OP_DATA}, {NULL, 1}};
+    lk.params = ps3;
+    lk.n_params = 3;
+    EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "lookups[0].params[2]: NULL data with size 1");
+    ps3[2] = (bs_val){big, BS_MAX_OP_DATA + 1};
+    EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "lookups[0].params[2] is");
+    lk.n_params = 1;
+  }
   lk.params = params;
+  row.object_type.data = big;
+  row.object_type.size = BS_MAX_OBJECT_NAME + 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "rows[0].object_type is");
+  row.object_type = bs__val_str("t");
+  row.data.data = NULL;
+  row.data.size = 1;
+  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].data: NULL data with size 1");
+  row.data = bs__val_str("{}");
   s.rows = NULL;
   EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->rows");
   s.rows = &row;
