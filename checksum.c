@@ -46,10 +46,6 @@ uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n) {
   }
 }
 
-uint64_t bs__val_hash(bs_val v) {
-  return XXH3_64bits(v.size ? v.data : "", v.size);
-}
-
 uint32_t bs_checksum_put(bs_hash hash, bs_val object_type, bs_val object_id, bs_val data) {
   /* The usual PUT (xxh3, a small row): its input laid out directly, without bs__hash_parts'
    * loops over six parts. Sizes are bounded (names <= 64 KiB, data <= 15 MiB): no overflow. */
@@ -221,10 +217,6 @@ static cache_group *group_find(bs__cksum_cache *c, uint32_t stream, bs_val name,
   return NULL;
 }
 
-static void group_unlink(bs__cksum_cache *c, cache_group *g) {
-  bs__htab_remove(&c->groups, g->hash, (uintptr_t)g);
-}
-
 static void lru_unlink(bs__cksum_cache *c, cache_entry *e) {
   if (e->prev)
     e->prev->next = e->next;
@@ -268,7 +260,7 @@ static void entry_remove(bs__cksum_cache *c, cache_entry *e) {
   bs__free(&c->alloc, e);
   c->n_entries--;
   if (g->n == 0) {
-    group_unlink(c, g);
+    bs__htab_remove(&c->groups, g->hash, (uintptr_t)g);
     group_free(c, g);
   }
 }
@@ -282,11 +274,6 @@ static known_cp *known_find(bs__cksum_cache *c, uint32_t stream) {
   for (size_t i = 0; i < c->n_known; i++)
     if (c->known[i].stream == stream) return &c->known[i];
   return NULL;
-}
-
-static uint64_t known_get(bs__cksum_cache *c, uint32_t stream) {
-  known_cp *k = known_find(c, stream);
-  return k ? k->checkpoint : 0;
 }
 
 void bs__cksum_cache_note_checkpoint(bs__cksum_cache *c, uint32_t stream, uint64_t checkpoint) {
@@ -327,14 +314,11 @@ static void cache_put(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t
   cache_entry *e;
   size_t at;
 
-  /* Entries of an older generation can never be reused: drop them now. */
-  if (g) {
-    for (size_t i = g->n; i-- > 0 && g->n > 1;)
-      if (g->entries[i]->generation != generation) entry_remove(c, g->entries[i]);
-    if (g->entries[0]->generation != generation) {
-      group_drop(c, g);
-      g = NULL;
-    }
+  /* Entries of an older generation can never be reused: drop them now (so the entries of a
+   * group share one generation). */
+  if (g && g->entries[0]->generation != generation) {
+    group_drop(c, g);
+    g = NULL;
   }
   if (g) {
     at = group_upper(g, cp);
@@ -383,7 +367,7 @@ static void cache_put(bs__cksum_cache *c, uint32_t stream, bs_val name, uint64_t
   return;
 fail:
   if (g->n == 0) {
-    group_unlink(c, g);
+    bs__htab_remove(&c->groups, g->hash, (uintptr_t)g);
     group_free(c, g);
   }
 }
@@ -418,22 +402,13 @@ typedef struct call_scratch {
 static int scratch_alloc(bs__cksum_cache *c, size_t n, call_scratch *s, void **block) {
   size_t each =
       sizeof(req_plan) + sizeof(bs_val) + sizeof(bs_checksum) + 2 * sizeof(uint64_t) + sizeof(int);
-  unsigned char *p;
-  if (n > SIZE_MAX / each) return BS_ENOMEM;
-  p = bs__malloc(&c->alloc, n * each);
-  if (!p) return BS_ENOMEM;
-  *block = p;
-  s->plan = (req_plan *)p;
-  p += n * sizeof(req_plan);
-  s->vals = (bs_checksum *)p;
-  p += n * sizeof(bs_checksum);
-  s->gens = (uint64_t *)p;
-  p += n * sizeof(uint64_t);
-  s->gens_out = (uint64_t *)p;
-  p += n * sizeof(uint64_t);
-  s->names = (bs_val *)p;
-  p += n * sizeof(bs_val);
-  s->cleared = (int *)p;
+  if (n > SIZE_MAX / each || !(*block = bs__malloc(&c->alloc, n * each))) return BS_ENOMEM;
+  s->plan = *block; /* each array's elements are a multiple of the next one's alignment */
+  s->vals = (bs_checksum *)(s->plan + n);
+  s->gens = (uint64_t *)(s->vals + n);
+  s->gens_out = s->gens + n;
+  s->names = (bs_val *)(s->gens_out + n);
+  s->cleared = (int *)(s->names + n);
   return BS_OK;
 }
 
@@ -521,8 +496,9 @@ static int refresh_known(bs__cksum_cache *c, bs_storage *st, uint64_t cp, uint64
                          bs_error *err) {
   bs_checkpoint now;
   int rc;
+  known_cp *k;
   pthread_mutex_lock(&c->mu);
-  *known = known_get(c, st->stream_id);
+  *known = (k = known_find(c, st->stream_id)) ? k->checkpoint : 0;
   pthread_mutex_unlock(&c->mu);
   if (cp <= *known || !st->vt->get_checkpoint) return BS_OK;
   rc = st->vt->get_checkpoint(st, &now, err);

@@ -11,42 +11,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 /* ---- Errors ---------------------------------------------------------------------------------- */
 
 const char *bs_strerror(int code) {
-  switch (code) {
-  case BS_OK:
-    return "BS_OK: success";
-  case BS_EINVAL:
-    return "BS_EINVAL: invalid argument";
-  case BS_ENOTFOUND:
-    return "BS_ENOTFOUND: not found";
-  case BS_ETOOBIG:
-    return "BS_ETOOBIG: key or value over a limit";
-  case BS_ELIMIT:
-    return "BS_ELIMIT: result limit exceeded";
-  case BS_ESTATE:
-    return "BS_ESTATE: call not valid in this state";
-  case BS_EINVALIDATED:
-    return "BS_EINVALIDATED: checkpoint was compacted; read a newer checkpoint";
-  case BS_ESTALE:
-    return "BS_ESTALE: read below the parameter-compaction horizon";
-  case BS_ECORRUPT:
-    return "BS_ECORRUPT: file does not decode";
-  case BS_ENOMEM:
-    return "BS_ENOMEM: out of memory";
-  case BS_EIO:
-    return "BS_EIO: I/O or LMDB error";
-  case BS_EBUSY:
-    return "BS_EBUSY: resource busy";
-  case BS_EUNSUPPORTED:
-    return "BS_EUNSUPPORTED: not supported by this backend";
-  case BS_ECANCELED:
-    return "BS_ECANCELED: cancelled";
-  default:
+  /* indexed by -code: the codes are 0, -1, -2, ... (storage.h) */
+  static const char *const text[] = {
+      [-BS_OK] = "BS_OK: success",
+      [-BS_EINVAL] = "BS_EINVAL: invalid argument",
+      [-BS_ENOTFOUND] = "BS_ENOTFOUND: not found",
+      [-BS_ETOOBIG] = "BS_ETOOBIG: key or value over a limit",
+      [-BS_ELIMIT] = "BS_ELIMIT: result limit exceeded",
+      [-BS_ESTATE] = "BS_ESTATE: call not valid in this state",
+      [-BS_EINVALIDATED] = "BS_EINVALIDATED: checkpoint was compacted; read a newer checkpoint",
+      [-BS_ESTALE] = "BS_ESTALE: read below the parameter-compaction horizon",
+      [-BS_ECORRUPT] = "BS_ECORRUPT: file does not decode",
+      [-BS_ENOMEM] = "BS_ENOMEM: out of memory",
+      [-BS_EIO] = "BS_EIO: I/O or LMDB error",
+      [-BS_EBUSY] = "BS_EBUSY: resource busy",
+      [-BS_EUNSUPPORTED] = "BS_EUNSUPPORTED: not supported by this backend",
+      [-BS_ECANCELED] = "BS_ECANCELED: cancelled",
+  };
+  if (code > 0 || code <= -(int)(sizeof text / sizeof *text) || !text[-code])
     return "BS_EUNKNOWN: unknown status code";
-  }
+  return text[-code];
 }
 
 int bs__fail(bs_error *err, int code, const char *fmt, ...) {
@@ -266,4 +256,24 @@ void bs__htab_free(bs__htab *t, const bs_allocator *a) {
   bs__free(a, t->e);
   t->e = NULL;
   t->cap = t->n = 0;
+}
+
+uint64_t bs__val_hash(bs_val v) {
+  return XXH3_64bits(v.size ? v.data : "", v.size);
+}
+
+int bs__vset_add(bs__vset *s, const bs_allocator *a, bs_val v) {
+  uint64_t h = bs__val_hash(v);
+  bs__hprobe p = bs__htab_probe(&s->idx, h);
+  for (uintptr_t i; (i = bs__htab_next(&p));)
+    if (bs__val_eq(s->v[i - 1], v)) return BS_OK;
+  if (BS_GROW(a, s->v, s->cap, s->n + 1) || bs__htab_add(&s->idx, a, h, s->n + 1)) return BS_ENOMEM;
+  s->v[s->n++] = v;
+  return BS_OK;
+}
+
+void bs__vset_free(bs__vset *s, const bs_allocator *a) {
+  bs__free(a, s->v);
+  bs__htab_free(&s->idx, a);
+  memset(s, 0, sizeof *s);
 }

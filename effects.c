@@ -187,6 +187,16 @@ typedef struct shadow {
   uint64_t head;
 } shadow;
 
+/* Makes rec the shadow's record of r: memberships and lookups decide ops, never whether or with
+ * what data a record exists, and rec's arrays may not outlive the call. */
+static void sh_set(shadow_row *r, const bs__srec *rec) {
+  r->cur = *rec;
+  r->cur.m = NULL;
+  r->cur.nm = 0;
+  r->cur.lk = NULL;
+  r->cur.nl = 0;
+}
+
 /* The shadow row of rid, read from the stored record the first time. */
 static int sh_row(shadow *s, bs_val rid, shadow_row **out, bs_error *err) {
   static const bs__srec none;
@@ -207,12 +217,7 @@ static int sh_row(shadow *s, bs_val rid, shadow_row **out, bs_error *err) {
   r = &s->rows[s->n++];
   bs__htab_put(&s->idx, h, s->n);
   r->rid = rid;
-  r->cur = st ? *st : none;
-  /* memberships and lookups decide ops, never whether or with what data a record exists */
-  r->cur.m = NULL;
-  r->cur.nm = 0;
-  r->cur.lk = NULL;
-  r->cur.nl = 0;
+  sh_set(r, st ? st : &none);
   *out = r;
   return BS_OK;
 }
@@ -250,13 +255,8 @@ static int sh_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
 static int sh_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   shadow_row *r;
   int rc;
-  if ((rc = sh_row(ctx, rid, &r, err)) != BS_OK) return rc;
-  r->cur = *rec;
-  r->cur.m = NULL; /* rec's arrays live only during this call */
-  r->cur.nm = 0;
-  r->cur.lk = NULL;
-  r->cur.nl = 0;
-  return BS_OK;
+  if ((rc = sh_row(ctx, rid, &r, err)) == BS_OK) sh_set(r, rec);
+  return rc;
 }
 static uint64_t sh_head(void *ctx) {
   return ((shadow *)ctx)->head;

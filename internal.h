@@ -181,6 +181,8 @@ void bs__htab_remove(bs__htab *t, uint64_t hash, uintptr_t value);
 void bs__htab_replace(bs__htab *t, uint64_t hash, uintptr_t from, uintptr_t to);
 void bs__htab_clear(bs__htab *t); /* forgets every entry, keeps the memory */
 void bs__htab_free(bs__htab *t, const bs_allocator *a);
+/* XXH3_64 of v's bytes: the hash a table user keys a byte string by. */
+uint64_t bs__val_hash(bs_val v);
 /* A lookup: the values stored under hash, one per bs__htab_next, 0 after the last:
  *   bs__hprobe p = bs__htab_probe(t, h);
  *   for (uintptr_t v; (v = bs__htab_next(&p));) if (key_of(v) equals the key) ...
@@ -204,6 +206,16 @@ static inline uintptr_t bs__htab_next(bs__hprobe *p) {
     if (e->hash == p->hash) return e->value;
   }
 }
+
+/* A set of borrowed byte strings: v holds each once, in the order first added (idx: index + 1).
+ * A zeroed bs__vset is empty. add: BS_ENOMEM leaves the set as it was. */
+typedef struct bs__vset {
+  bs_val *v;
+  size_t n, cap;
+  bs__htab idx;
+} bs__vset;
+int bs__vset_add(bs__vset *s, const bs_allocator *a, bs_val v);
+void bs__vset_free(bs__vset *s, const bs_allocator *a);
 
 /* ================ 2. The front/backend contract ================ */
 
@@ -394,8 +406,6 @@ int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored
 int bs__param_row_cmp(uint32_t table_a, bs_val rid_a, uint32_t table_b, bs_val rid_b);
 
 /* ---- Checksums (checksum.c) ---- */
-/* XXH3_64 of v's bytes: the hash a bs__htab user keys a byte string by */
-uint64_t bs__val_hash(bs_val v);
 /* hash over the concatenation of parts (no allocation) */
 uint32_t bs__hash_parts(bs_hash hash, const bs_val *parts, size_t n);
 /* wrapping 32-bit addition/subtraction of op checksums */

@@ -11,8 +11,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <sys/stat.h>
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 static bs__lmdb_db *lmdb_of(bs_storage *st) {
   return ((bs__lmdb_storage *)st)->db;
@@ -314,38 +312,12 @@ int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const b
 
 /* ---- Checkpoint changes --------------------------------------------------------------------- */
 
-/* A set of borrowed byte strings: insertion-ordered list plus the hash table (value: index + 1).
- * XXH3 rather than a byte-at-a-time hash: a catch-up hashes every bucket name of every change
- * record in its range. */
-typedef struct val_set {
-  bs_val *items;
-  size_t n, items_cap;
-  bs__htab idx;
-} val_set;
-
-static int val_set_add(val_set *s, const bs_allocator *a, bs_val v) {
-  uint64_t h = XXH3_64bits(v.data, v.size);
-  bs__hprobe p = bs__htab_probe(&s->idx, h);
-  for (uintptr_t i; (i = bs__htab_next(&p));)
-    if (bs__val_eq(s->items[i - 1], v)) return BS_OK;
-  if (BS_GROW(a, s->items, s->items_cap, s->n + 1) || bs__htab_add(&s->idx, a, h, s->n + 1))
-    return BS_ENOMEM;
-  s->items[s->n++] = v;
-  return BS_OK;
-}
-
-static void val_set_free(val_set *s, const bs_allocator *a) {
-  bs__free(a, s->items);
-  bs__htab_free(&s->idx, a);
-  memset(s, 0, sizeof *s);
-}
-
 /* Adds a record's list to set; over `cap` entries (0 = no cap) sets *overflow and stops. */
-static int add_list(val_set *s, const bs_allocator *a, const bs__change_list *l, size_t cap,
+static int add_list(bs__vset *s, const bs_allocator *a, const bs__change_list *l, size_t cap,
                     int *overflow) {
   const unsigned char *q = l->p;
   for (uint32_t i = 0; i < l->n && !*overflow; i++) {
-    if (val_set_add(s, a, bs__lmdb_change_next(&q))) return BS_ENOMEM;
+    if (bs__vset_add(s, a, bs__lmdb_change_next(&q))) return BS_ENOMEM;
     if (cap && s->n > cap) *overflow = 1;
   }
   return BS_OK;
@@ -356,7 +328,7 @@ static int add_list(val_set *s, const bs_allocator *a, const bs__change_list *l,
  * or without ops (a checkpoint at the same op id as the one before, with a newer LSN, can
  * acknowledge write checkpoints): extras are allowed, misses are not. */
 static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint64_t to,
-                           const bs_allocator *a, val_set sets[3], bs_checkpoint_changes *ch,
+                           const bs_allocator *a, bs__vset sets[3], bs_checkpoint_changes *ch,
                            bs_error *err) {
   unsigned char kb[BS_CHANGE_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
@@ -402,7 +374,7 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   MDB_cursor *cur = NULL;
   bs__stream_rec rec;
   bs_checkpoint_changes ch;
-  val_set sets[3];
+  bs__vset sets[3];
   int rc;
 
   memset(&ch, 0, sizeof ch);
@@ -418,20 +390,20 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   if (from <= to && (rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0)
     goto done;
   if (!ch.invalidate_data_buckets) {
-    ch.updated_buckets = sets[0].items;
+    ch.updated_buckets = sets[0].v;
     ch.n_updated_buckets = sets[0].n;
   }
   if (!ch.invalidate_parameter_buckets) {
-    ch.updated_lookups = sets[1].items;
+    ch.updated_lookups = sets[1].v;
     ch.n_updated_lookups = sets[1].n;
   }
-  ch.updated_write_checkpoint_users = sets[2].items;
+  ch.updated_write_checkpoint_users = sets[2].v;
   ch.n_updated_write_checkpoint_users = sets[2].n;
   rc = fn(&ch, payload);
 done:
   if (cur) mdb_cursor_close(cur);
   bs__lmdb_txn_abort(db, txn);
-  for (int i = 0; i < 3; i++) val_set_free(&sets[i], a);
+  for (int i = 0; i < 3; i++) bs__vset_free(&sets[i], a);
   return rc;
 }
 

@@ -137,63 +137,58 @@ int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t 
   return bs__mem_checksum_ranges(st, 0, c, buckets, n, out, NULL, gen, err);
 }
 
-static int push_val(const bs_allocator *a, bs_val **list, size_t *n, size_t *cap, bs_val v) {
-  if (val_in(*list, *n, v)) return BS_OK;
-  if (BS_GROW(a, *list, *cap, *n + 1)) return BS_ENOMEM;
-  (*list)[(*n)++] = v;
-  return BS_OK;
-}
-
 int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
                                bs_error *err) {
   mem_storage *ms = MS(st);
   mem_stream *s = ms->s;
   const bs_allocator *a = ALLOC(ms->db);
-  bs_val *b = NULL, *l = NULL, *u = NULL, *bc = NULL, *lc = NULL, *uc = NULL;
-  size_t nb = 0, cb = 0, nl = 0, cl = 0, nu = 0, cu = 0;
+  bs__vset sets[3]; /* buckets, lookups, users, in this snapshot's memory */
+  bs_val *bc = NULL, *lc = NULL, *uc = NULL;
+  size_t nb, nl;
   bs_checkpoint_changes ch;
   int rc = BS_OK;
   memset(&ch, 0, sizeof ch);
+  memset(sets, 0, sizeof sets);
   lock(ms->db);
   if (from < s->m.data_fence) ch.invalidate_data_buckets = 1;
   for (size_t i = 0; i < s->nbch && !ch.invalidate_data_buckets; i++)
     if (s->bch[i].id > from && s->bch[i].id <= to) {
-      if (push_val(a, &b, &nb, &cb, s->buckets[s->bch[i].bucket]->name)) goto nomem;
-      if (nb > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
+      if (bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name)) goto nomem;
+      if (sets[0].n > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
     }
-  if (ch.invalidate_data_buckets) nb = 0;
+  nb = ch.invalidate_data_buckets ? 0 : sets[0].n;
   if (from < s->m.param_fence) ch.invalidate_parameter_buckets = 1;
   for (size_t i = 0; i < s->nparams && !ch.invalidate_parameter_buckets; i++)
     if (s->params[i].id > from && s->params[i].id <= to) {
-      if (push_val(a, &l, &nl, &cl, s->params[i].key)) goto nomem;
-      if (nl > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
+      if (bs__vset_add(&sets[1], a, s->params[i].key)) goto nomem;
+      if (sets[1].n > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
     }
-  if (ch.invalidate_parameter_buckets) nl = 0;
+  nl = ch.invalidate_parameter_buckets ? 0 : sets[1].n;
   /* users are keyed by the id of the checkpoint that acknowledged them; an empty checkpoint
    * keeps its op id, so a range from == to still reports that checkpoint's users */
   for (size_t i = 0; i < s->nuch; i++) {
     uint64_t id = s->uch[i].id;
     if ((id > from && id <= to) || (from == to && id == to))
-      if (push_val(a, &u, &nu, &cu, s->uch[i].user)) goto nomem;
+      if (bs__vset_add(&sets[2], a, s->uch[i].user)) goto nomem;
   }
-  if (vals_copy(a, b, nb, &bc) || vals_copy(a, l, nl, &lc) || vals_copy(a, u, nu, &uc)) goto nomem;
+  if (vals_copy(a, sets[0].v, nb, &bc) || vals_copy(a, sets[1].v, nl, &lc) ||
+      vals_copy(a, sets[2].v, sets[2].n, &uc))
+    goto nomem;
   unlock(ms->db);
   ch.updated_buckets = bc;
   ch.n_updated_buckets = nb;
   ch.updated_lookups = lc;
   ch.n_updated_lookups = nl;
   ch.updated_write_checkpoint_users = uc;
-  ch.n_updated_write_checkpoint_users = nu;
+  ch.n_updated_write_checkpoint_users = sets[2].n;
   rc = fn(&ch, payload);
   goto out;
 nomem:
   unlock(ms->db);
   rc = enomem(err, "checkpoint changes");
 out:
-  bs__free(a, b);
-  bs__free(a, l);
-  bs__free(a, u);
+  for (int i = 0; i < 3; i++) bs__vset_free(&sets[i], a);
   bs__free(a, bc);
   bs__free(a, lc);
   bs__free(a, uc);

@@ -153,20 +153,21 @@ static int check_sized(bs_val v, size_t min, size_t max, const char *what, const
   return BS_OK;
 }
 
-/* The check of element i of an argument array. The name in the message ("rows[3].bucket") is
- * formatted only on failure: these run once per element of every save and read request. */
+/* The check of element i of an argument array ("rows[3].bucket"). */
 static int check_sized_at(bs_val v, size_t min, size_t max, const char *array, size_t i,
                           const char *field, const char *limit, bs_error *err) {
   char what[96];
-  if (sized_ok(v, min, max)) return BS_OK;
   snprintf(what, sizeof what, "%s[%zu]%s", array, i, field);
   return check_sized(v, min, max, what, limit, err);
 }
 
-/* The two checks with the limit named by its macro (BS_MAX_*), written once. */
-#define CHECK_SIZED(v, min, max, what, err) check_sized(v, min, max, what, #max, err)
+/* The two checks with the limit named by its macro (BS_MAX_*), written once. The common case
+ * is decided inline, without a call or a formatted name: these run once per field of every
+ * save and per element of every read request. */
+#define CHECK_SIZED(v, min, max, what, err)                                                        \
+  (sized_ok(v, min, max) ? BS_OK : check_sized(v, min, max, what, #max, err))
 #define CHECK_SIZED_AT(v, min, max, array, i, field, err)                                          \
-  check_sized_at(v, min, max, array, i, field, #max, err)
+  (sized_ok(v, min, max) ? BS_OK : check_sized_at(v, min, max, array, i, field, #max, err))
 
 static int check_lsn(bs_val lsn, bs_error *err) {
   return CHECK_SIZED(lsn, 0, BS_MAX_LSN, "lsn", err);
@@ -189,7 +190,7 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   if (l->n_params && !l->params)
     return bs__fail(err, BS_EINVAL, "lookups[%zu].params: NULL with n_params %zu", i, l->n_params);
   for (size_t j = 0; j < l->n_params; j++)
-    if (!sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) {
+    if (!sized_ok(l->params[j], 0, BS_MAX_OP_DATA)) { /* the name only then */
       snprintf(what, sizeof what, "lookups[%zu].params", i);
       return CHECK_SIZED_AT(l->params[j], 0, BS_MAX_OP_DATA, what, j, "", err);
     }
