@@ -2,7 +2,7 @@
  * colliding hashes and probe runs that wrap around the end of the table, the backward-shift
  * removal, a randomized run against a plain-array model (BS_SEED, printed on failure), growth
  * that fails cleanly under a failing allocator, the compaction seen-set built on it (rows compared
- * in full, the memory bound); the one growth rule of arrays (BS_GROW); and the
+ * in full, the memory bound), the set of borrowed strings (bs__vset); the one growth rule of arrays (BS_GROW); and the
  * constructors' allocator rule (bs__open_allocator): three NULL functions mean the default. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +147,46 @@ static void test_grow_fails_cleanly(void **state) {
   assert_int_equal(f.live, 0);
 }
 
+/* The set of borrowed strings (bs__vset): each string once, in the order first added, equal
+ * bytes at other addresses and an absent and a present empty string being one; under the k-th
+ * allocation failing, for every k, an add either succeeds or leaves the set as it was. */
+static void test_vset(void **state) {
+  static const char *const words[] = {"b", "", "\xc3\xa9t\xc3\xa9", "a", "b", "1", "1.0", "a"};
+  char big[300], copy[] = "\xc3\xa9t\xc3\xa9";
+  bs_val in[64];
+  size_t n = 0, want = 0;
+  (void)state;
+  memset(big, 'x', sizeof big);
+  for (size_t i = 0; i < 8; i++) in[n++] = bs__val_str(words[i]);
+  in[n++] = (bs_val){NULL, 0};
+  in[n++] = (bs_val){copy, sizeof copy - 1};
+  for (size_t i = 0; n < 64; i++) in[n++] = (bs_val){big, i % 27}; /* prefixes, repeated */
+  for (unsigned long k = 1;; k++) {
+    ft_alloc f;
+    bs__vset vs = {0};
+    int failed = 0;
+    ft_alloc_init(&f);
+    ft_alloc_arm(&f, k, 0);
+    want = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t before = vs.n;
+      int seen = 0;
+      for (size_t j = 0; j < i && !seen; j++) seen = bs__val_eq(in[j], in[i]);
+      if (bs__vset_add(&vs, &f.a, in[i]) != BS_OK) {
+        failed = 1;
+        assert_int_equal(vs.n, before);                          /* nothing added */
+        assert_int_equal(bs__vset_add(&vs, &f.a, in[i]), BS_OK); /* a transient failure */
+      }
+      if (!seen) assert_true(bs__val_eq(vs.v[want++], in[i]));
+      assert_int_equal(vs.n, want);
+    }
+    bs__vset_free(&vs, &f.a);
+    assert_int_equal(f.live, 0);
+    if (!failed) break; /* the run no longer reaches k */
+  }
+  assert_int_equal(want, 6 + 26); /* b, "", été, a, 1, 1.0 and the 26 non-empty prefixes */
+}
+
 /* The one growth rule: room for need, doubling from 8; a failure or an overflow changes nothing. */
 static void test_grow(void **state) {
   ft_alloc f;
@@ -275,6 +315,7 @@ int main(void) {
       cmocka_unit_test(test_grow_fails_cleanly),
       cmocka_unit_test(test_grow),
       cmocka_unit_test(test_seen_set),
+      cmocka_unit_test(test_vset),
       cmocka_unit_test(test_open_allocator_none),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
