@@ -18,9 +18,6 @@
 
 #include <math.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 enum { TAG_NULL = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_DOUBLE = 4, TAG_STRING = 5 };
 
 #define INT64_SIGN 0x8000000000000000ull
@@ -58,15 +55,9 @@ static int encode_one(unsigned char *buf, size_t cap, size_t *off, const bs_scal
   int64_t iv;
   switch (v->type) {
   case BS_SCALAR_NULL:
-    b[0] = TAG_NULL;
-    emit(buf, cap, off, b, 1);
-    return BS_OK;
   case BS_SCALAR_FALSE:
-    b[0] = TAG_FALSE;
-    emit(buf, cap, off, b, 1);
-    return BS_OK;
-  case BS_SCALAR_TRUE:
-    b[0] = TAG_TRUE;
+  case BS_SCALAR_TRUE: /* the tag alone */
+    b[0] = v->type == BS_SCALAR_NULL ? TAG_NULL : v->type == BS_SCALAR_FALSE ? TAG_FALSE : TAG_TRUE;
     emit(buf, cap, off, b, 1);
     return BS_OK;
   case BS_SCALAR_INT:
@@ -138,15 +129,11 @@ static int decode_one(const unsigned char *p, size_t avail, size_t *used, bs_sca
   memset(v, 0, sizeof *v);
   switch (p[0]) {
   case TAG_NULL:
-    v->type = BS_SCALAR_NULL;
-    *used = 1;
-    return 1;
   case TAG_FALSE:
-    v->type = BS_SCALAR_FALSE;
-    *used = 1;
-    return 1;
   case TAG_TRUE:
-    v->type = BS_SCALAR_TRUE;
+    v->type = p[0] == TAG_NULL    ? BS_SCALAR_NULL
+              : p[0] == TAG_FALSE ? BS_SCALAR_FALSE
+                                  : BS_SCALAR_TRUE;
     *used = 1;
     return 1;
   case TAG_INT:
@@ -198,8 +185,8 @@ int bs_lookup_decode(bs_scalar *values, size_t cap, size_t *n_out, bs_val key, b
 int bs__param_row_cmp(uint32_t table_a, bs_val rid_a, uint32_t table_b, bs_val rid_b) {
   uint64_t ha, hb;
   if (table_a != table_b) return table_a < table_b ? -1 : 1;
-  ha = XXH3_64bits(rid_a.data, rid_a.size);
-  hb = XXH3_64bits(rid_b.data, rid_b.size);
+  ha = bs__val_hash(rid_a);
+  hb = bs__val_hash(rid_b);
   if (ha != hb) return ha < hb ? -1 : 1;
   return bs__val_cmp(rid_a, rid_b);
 }
