@@ -385,8 +385,8 @@ static inline int bs__managed_req_beats(const bs_managed_request *c, const bs_ma
   if (c->has_request_id != w->has_request_id) return c->has_request_id;
   return c->has_request_id ? c->request_id > w->request_id : 1;
 }
-/* The winning request of each user of a batch (bs__managed_req_beats), in order of each user's
- * first request: win (n entries) gets them; returns how many. */
+/* The winning request of each user of a batch (bs__managed_req_beats), in user id order
+ * (bs__val_cmp): win (n entries) gets them; returns how many. */
 size_t bs__managed_winners(const bs_managed_request *req, size_t n, const bs_managed_request **win);
 
 /* The id the winning request w of a user leaves (contract.md 7). stored: the user's record id when

@@ -399,9 +399,8 @@ int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, b
     if (o->progress && o->progress(0, o->progress_payload)) /* the snapshot is taken */
       rc = bs__fail(err, BS_ECANCELED, "cancelled by the progress callback");
     if (rc == BS_OK) rc = export_txn(db, txn, 0, put_record, args, err);
-    if (rc == BS_OK) rc = target_flush(&t, err);
   }
-  bs__lmdb_txn_abort(db, txn);
+  bs__lmdb_txn_abort(db, txn); /* the last batch is written by target_finish, after the snapshot */
   if (rc == BS_OK) rc = target_finish(&t, path, replace, err);
   target_free(&t);
   return rc;

@@ -102,7 +102,7 @@ static int read_end(cctx *c, MDB_txn *txn, MDB_cursor *cur, int rc) {
   return rc;
 }
 
-static int in_bucket(const MDB_val *k, uint64_t bucket) {
+static inline int in_bucket(const MDB_val *k, uint64_t bucket) {
   return k->mv_size == 16 && bs__get_u64be((const unsigned char *)k->mv_data) == bucket;
 }
 
@@ -612,30 +612,6 @@ static int write_move(cctx *c, bdelta *d, const MDB_val *k, size_t size, uint32_
   return BS_OK;
 }
 
-/* SCAN, full compaction: records rows (newest first), no writes. */
-static int scan_full(cctx *c, work *w, uint64_t bucket) {
-  job *j = &w->j;
-  MDB_val k, v;
-  unsigned char kb[16];
-  int mrc;
-  bs__lmdb_op_key(kb, bucket, j->pos);
-  for (mrc = seek_le(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
-       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV)) {
-    bs_op op;
-    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
-    if (txn_full(c)) {
-      j->pos = op.op_id;
-      return BS_OK;
-    }
-    c->visits++;
-    if (!bs__compact_scan_op(&j->scan, &c->seen, &op)) break;
-  }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
-  j->pos = 0;
-  j->phase = j->scan.run >= BS_CLEAR_MIN_RUN ? J_FOLD : j->scan.max_moved ? J_MOVE : J_MARK;
-  return BS_OK;
-}
-
 /* A fold's pass 2: deletes the bucket's first n ops and writes the CLEAR d->clear describes
  * over the n-th; fills d. */
 static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d) {
@@ -667,58 +643,6 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d) {
   return BS_OK;
 }
 
-/* FOLD: the first ops of the bucket, while they are REMOVE/MOVE/CLEAR (or, in full compaction,
- * superseded), become one CLEAR at the last one's id; at most the transaction's room at a
- * time (a CLEAR left by an earlier share is folded again by the next). */
-static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  int full = w->mode == W_FULL;
-  size_t room = c->o.max_ops_per_txn - c->changes, n = 0;
-  MDB_val k, v;
-  unsigned char kb[16];
-  int mrc, rc, ended = 0;
-  if (c->changes + BS_CLEAR_MIN_RUN > c->o.max_ops_per_txn) {
-    c->changes = c->o.max_ops_per_txn; /* no room for a fold of two: the next transaction */
-    return BS_OK;
-  }
-  /* pass 1: this transaction's share of the run, and what the CLEAR will carry */
-  bs__lmdb_op_key(kb, bucket, 0);
-  for (mrc = seek_ge(c->oc, kb, 16, &k, &v);; mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
-    bs_op op;
-    uint64_t target = 0;
-    if (mrc || !in_bucket(&k, bucket)) {
-      ended = 1;
-      break;
-    }
-    if (n == room) break;
-    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
-    if (op.op_id > w->horizon) {
-      ended = 1;
-      break;
-    }
-    if (full) bs__compact_superseded(&c->seen, &op, &target);
-    if (!bs__compact_in_run(&op, target)) {
-      ended = 1;
-      break;
-    }
-    bs__clear_acc_add(&d->clear, &op, target, v.mv_size);
-    n++;
-    c->visits++;
-  }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
-  if (n >= BS_CLEAR_MIN_RUN) {
-    if ((rc = fold_write(c, bucket, n, d))) return rc;
-    c->changes += n;
-  } else {
-    ended = 1; /* d->changed is 0: d is not applied */
-  }
-  if (ended) {
-    j->pos = 0;
-    j->phase = full ? (j->scan.max_moved ? J_MOVE : J_MARK) : J_DONE;
-  }
-  return BS_OK;
-}
-
 /* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
 static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
@@ -747,10 +671,12 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   return BS_OK;
 }
 
-/* SCAN, initial replication: deletes as it goes what bs__compact_initial_drop says (every
- * decision depends only on the ops above it). */
-static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
+/* SCAN, reverse from pos: full compaction records rows (newest first) and writes nothing;
+ * initial replication deletes as it goes what bs__compact_initial_drop says (every decision
+ * depends only on the ops above it). */
+static int scan_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
+  int initial = w->mode == W_INITIAL;
   MDB_val k, v;
   unsigned char kb[16];
   int mrc;
@@ -764,7 +690,8 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       return BS_OK;
     }
     c->visits++;
-    if (!bs__compact_initial_drop(&c->seen, &op)) {
+    if (!initial && !bs__compact_scan_op(&j->scan, &c->seen, &op)) break;
+    if (!initial || !bs__compact_initial_drop(&c->seen, &op)) {
       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV);
       continue;
     }
@@ -781,40 +708,60 @@ static int scan_initial(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   j->pos = 0;
-  j->phase = J_INC; /* FORGET */
+  if (initial)
+    j->phase = J_INC; /* FORGET */
+  else
+    j->phase = j->scan.run >= BS_CLEAR_MIN_RUN ? J_FOLD : j->scan.max_moved ? J_MOVE : J_MARK;
   return BS_OK;
 }
 
-/* IFOLD, incremental (before INC): folds the bucket's leading run straight into one CLEAR,
- * counting as run ops the PUT/REMOVEs whose `superseded` entry INC would consume and turn into
- * a MOVE (target = the entry's new op), and consuming those entries; so each of them costs a
- * delete instead of a MOVE write and then a delete. Entries are consumed in key order exactly
- * as INC would (entries of ops no longer stored included, within the op budget), so the result
- * is the one INC then FOLD would give. When the share is not worth it or does not fit (nothing
- * for this job to consume, a run shorter than 2, no room in a fresh transaction), it changes
- * nothing and hands over to INC then FOLD. pos: the first entry not yet consumed. */
-static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
+/* The phase after a fold: IFOLD hands over to INC (final: the run is final and INC only changes
+ * ops above it, so no FOLD follows), FOLD goes on to MOVE or MARK (full) or ends the job. */
+static void fold_next(work *w, int final) {
   job *j = &w->j;
+  if (j->phase == J_IFOLD) {
+    j->ifold_done = final;
+    j->phase = J_INC;
+    return;
+  }
+  j->pos = 0;
+  j->phase = w->mode != W_FULL ? J_DONE : j->scan.max_moved ? J_MOVE : J_MARK;
+}
+
+/* FOLD and IFOLD: the bucket's first ops, while they are in the leading run, become one CLEAR at
+ * the last one's id, at most the transaction's room at a time (a CLEAR left by an earlier share
+ * is folded again by the next). In the run: REMOVE/MOVE/CLEAR, and the PUT/REMOVEs that are
+ * superseded: in full compaction by the seen-set; in IFOLD (incremental, before INC) by a
+ * `superseded` entry that INC would consume and turn into a MOVE (target = the entry's new op).
+ * IFOLD consumes those entries, so each of them costs a delete instead of a MOVE write and then
+ * a delete. Entries are consumed in key order exactly as INC would (entries of ops no longer
+ * stored included, within the op budget), so the result is the one INC then FOLD would give.
+ * When IFOLD's share is not worth it (nothing for this job to consume, a run shorter than 2) it
+ * changes nothing and hands over to INC then FOLD. A share shorter than 2 that does not fit
+ * waits for a fresh transaction. pos (IFOLD): the first entry not yet consumed. */
+static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
+  job *j = &w->j;
+  int inc = j->phase == J_IFOLD, full = w->mode == W_FULL;
   size_t room = c->o.max_ops_per_txn - c->changes, n = 0, kn = 0, del;
   int fresh = c->changes == 0 && c->visits == 0;
   uint64_t budget = w->budget, stop = j->pos, last = 0;
   MDB_cursor *oc = c->oc, *ec = c->ec;
   MDB_val k, v, ek, ev;
   unsigned char kb[16], ekb[BS_SUP_KEY_SIZE];
-  int mrc, erc, rc, ended = 0, cut = 0;
+  int mrc, erc = MDB_NOTFOUND, rc, ended = 0, cut = 0;
   /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
   bs__lmdb_op_key(kb, bucket, 0);
   mrc = seek_ge(oc, kb, 16, &k, &v);
   bs__lmdb_sup_key(ekb, bucket, j->pos);
-  erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
+  if (inc) erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
   for (;;) {
     bs_op op;
-    uint64_t eold = 0, enw = 0, target;
+    uint64_t eold = 0, enw = 0, target = 0;
     int has_e, at;
     if (erc && erc != MDB_NOTFOUND) break;
     has_e = erc == 0 && in_bucket(&ek, bucket);
-    if (!has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
-    if (mrc || !in_bucket(&k, bucket)) {          /* the whole bucket is one run */
+    if (inc && !has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
+    if (mrc || !in_bucket(&k, bucket)) {                 /* the whole bucket is one run */
       ended = 1;
       stop = last + 1;
       break;
@@ -845,9 +792,13 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
     if (cut || (erc && erc != MDB_NOTFOUND)) break;
     has_e = has_e && eold == op.op_id;
     at = has_e && bs__compact_entry_due(enw, w->horizon) && budget > 0;
-    /* superseded: INC would write it as a MOVE to enw; a REMOVE/MOVE/CLEAR is in the run as it
-     * is (its entry consumed if due); any other PUT survives and ends the run */
-    target = at && bs__compact_entry_moves(&op, enw) ? enw : 0;
+    /* superseded: INC would write it as a MOVE to enw (full: the seen-set's target); a
+     * REMOVE/MOVE/CLEAR is in the run as it is (its entry consumed if due); any other PUT
+     * survives and ends the run */
+    if (full)
+      bs__compact_superseded(&c->seen, &op, &target);
+    else if (at && bs__compact_entry_moves(&op, enw))
+      target = enw;
     if (!bs__compact_in_run(&op, target)) {
       ended = 1;
       stop = op.op_id;
@@ -871,20 +822,18 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   }
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
   if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: superseded entries");
-  if (n < BS_CLEAR_MIN_RUN || (!j->consumed && kn == 0)) { /* d->changed 0: not applied */
+  if (n < BS_CLEAR_MIN_RUN || (inc && !j->consumed && kn == 0)) { /* d->changed 0: not applied */
     if (cut && n < BS_CLEAR_MIN_RUN && !fresh) { /* no room left in this transaction: the next */
       c->changes = c->o.max_ops_per_txn;
       return BS_OK;
     }
-    /* nothing folded here: INC, then FOLD unless the run is known final and too short */
-    j->ifold_done = ended && n < BS_CLEAR_MIN_RUN;
-    j->phase = J_INC;
+    /* nothing folded here: IFOLD goes on to INC, then FOLD unless the run is final and short */
+    fold_next(w, ended && n < BS_CLEAR_MIN_RUN);
     return BS_OK;
   }
   /* pass 2: the fold, then the first kn due entries from pos */
   if ((rc = fold_write(c, bucket, n, d))) return rc;
-  bs__lmdb_sup_key(ekb, bucket, j->pos);
-  erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
+  erc = kn ? seek_ge(ec, ekb, sizeof ekb, &ek, &ev) : MDB_NOTFOUND;
   for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
     uint64_t eold, enw;
     if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
@@ -903,10 +852,7 @@ static int ifold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   c->changes += n + kn;
   if (kn) j->consumed = 1;
   j->pos = stop;
-  if (ended) { /* the run is final: INC only changes ops above it */
-    j->ifold_done = 1;
-    j->phase = J_INC;
-  }
+  if (ended) fold_next(w, 1);
   return BS_OK;
 }
 
@@ -977,16 +923,14 @@ static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
       rc = job_start(c, txn, w, bucket);
       break;
     case J_SCAN:
-      rc = w->mode == W_INITIAL ? scan_initial(c, w, bucket, &d) : scan_full(c, w, bucket);
+      rc = scan_run(c, w, bucket, &d);
       break;
     case J_FOLD:
+    case J_IFOLD:
       rc = fold_run(c, w, bucket, &d);
       break;
     case J_MOVE:
       rc = move_rest(c, w, bucket, &d);
-      break;
-    case J_IFOLD:
-      rc = ifold_run(c, w, bucket, &d);
       break;
     case J_INC:
       rc = inc_run(c, txn, w, bucket, &d);
@@ -1110,12 +1054,6 @@ out:
   return read_end(c, txn, cur, rc);
 }
 
-static void bucket_iter_init(bucket_iter *it, uint32_t stream) {
-  bs__put_u32be(it->key, stream);
-  it->key_size = 4;
-  it->done = 0;
-}
-
 /* Runs mode over the selected buckets (opts->buckets, else those due), a batch at a time. */
 static int compact_buckets(cctx *c, work *w, int initial) {
   uint64_t ids[BUCKET_BATCH];
@@ -1138,8 +1076,8 @@ static int compact_buckets(cctx *c, work *w, int initial) {
     }
     return n ? run_jobs(c, w, ids, n) : BS_OK;
   }
-  bucket_iter it;
-  bucket_iter_init(&it, c->stream);
+  bucket_iter it = {.key_size = 4};
+  bs__put_u32be(it.key, c->stream);
   while (!it.done) {
     if ((rc = bucket_batch(c, &it, initial, ids, &n))) return rc;
     if (n && (rc = run_jobs(c, w, ids, n))) return rc;
@@ -1177,8 +1115,8 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
   return read_end(c, txn, cur, rc);
 }
 
-/* Up to BUCKET_BATCH queued bucket ids after *after (exclusive; 0 = from the start). */
-static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, size_t *n) {
+/* Up to BUCKET_BATCH queued bucket ids from *from on; *from becomes the id after the last. */
+static int queue_batch(cctx *c, uint64_t *from, uint64_t *ids, size_t *n) {
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
@@ -1186,7 +1124,7 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
   int rc, mrc;
   *n = 0;
   if ((rc = read_begin(c, c->db->cqueue, &txn, &cur))) return rc;
-  bs__lmdb_cqueue_key(kb, c->stream, *after);
+  bs__lmdb_cqueue_key(kb, c->stream, *from);
   for (mrc = seek_ge(cur, kb, sizeof kb, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     uint32_t stream;
@@ -1196,38 +1134,22 @@ static int queue_batch(cctx *c, uint64_t *after, int *started, uint64_t *ids, si
       rc = bs__fail(c->err, BS_ECORRUPT, "compact: a cqueue entry does not decode");
       break;
     }
-    if (*started && id <= *after) continue;
     ids[(*n)++] = id;
-    *after = id;
-    *started = 1;
+    *from = id + 1; /* bucket ids come from a sequence: never UINT64_MAX */
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
   return read_end(c, txn, cur, rc);
 }
 
-static int compact_incremental(cctx *c, uint64_t horizon) {
-  uint64_t ids[BUCKET_BATCH], after = 0;
+static int compact_incremental(cctx *c, work *w) {
+  uint64_t ids[BUCKET_BATCH], from = 0;
   size_t n;
-  int rc, started = 0;
-  work w;
-  memset(&w, 0, sizeof w);
-  w.mode = W_INC;
-  w.horizon = horizon;
-  w.budget = c->o.op_budget ? c->o.op_budget : UINT64_MAX;
+  int rc;
   do {
-    if ((rc = queue_batch(c, &after, &started, ids, &n))) return rc;
-    if (n && (rc = run_jobs(c, &w, ids, n))) return rc;
-  } while (n == BUCKET_BATCH && w.budget);
+    if ((rc = queue_batch(c, &from, ids, &n))) return rc;
+    if (n && (rc = run_jobs(c, w, ids, n))) return rc;
+  } while (n == BUCKET_BATCH && w->budget);
   return BS_OK;
-}
-
-static int compact_full(cctx *c, uint64_t horizon) {
-  work w;
-  memset(&w, 0, sizeof w);
-  w.mode = W_FULL;
-  w.horizon = horizon;
-  w.budget = UINT64_MAX;
-  return compact_buckets(c, &w, 0);
 }
 
 /* ---- Parameter compaction ------------------------------------------------------------------- */
@@ -1372,6 +1294,7 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
   bs__stream_rec rec;
   cctx c;
   uint64_t horizon, aged = 0;
+  work w;
   int rc;
   cctx_init(&c, st, opts, stats, err);
   if (c.o.delete_checkpoint_requests_before_ms > 0 &&
@@ -1388,7 +1311,11 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
     rec_raise r = {horizon, 0, 0, 0};
     rc = RUN(&c, rec_raise_step, &r);
   }
-  if (!rc) rc = c.o.incremental_only ? compact_incremental(&c, horizon) : compact_full(&c, horizon);
+  memset(&w, 0, sizeof w);
+  w.mode = c.o.incremental_only ? W_INC : W_FULL;
+  w.horizon = horizon;
+  w.budget = c.o.incremental_only && c.o.op_budget ? c.o.op_budget : UINT64_MAX;
+  if (!rc) rc = w.mode == W_INC ? compact_incremental(&c, &w) : compact_buckets(&c, &w, 0);
   if (!rc) rc = defragment(&c, horizon);
   if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
   return cctx_free(&c, rc);

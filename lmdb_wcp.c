@@ -8,8 +8,6 @@
  */
 #include "lmdb_internal.h"
 
-#include <stdlib.h>
-
 typedef bs__wcp_rec wcp_rec;
 
 /* Writes record r under key; new_heads (if not NULL) replace r's encoded heads. */
@@ -29,6 +27,23 @@ static int rec_put(bs__lmdb_db *db, MDB_txn *txn, MDB_val *key, const wcp_rec *r
   return rc ? bs__lmdb_fail(err, rc, "write checkpoint: put") : BS_OK;
 }
 
+/* The managed record of user into r (borrowed from the map), its key into kb and *k; *exists 0
+ * when there is none. */
+static int rec_get(bs__lmdb_db *db, MDB_txn *txn, bs_val user, unsigned char *kb, MDB_val *k,
+                   wcp_rec *r, int *exists, bs_error *err) {
+  MDB_val v;
+  int rc;
+  *k = bs__lmdb_wcp_user_key(kb, BS_WCP_MANAGED_TAG, user);
+  rc = mdb_get(txn, db->wcp, k, &v);
+  *exists = rc == 0;
+  if (rc == MDB_NOTFOUND) return BS_OK;
+  if (rc) return bs__fail_mdb(err, rc, "write checkpoint: get");
+  if (bs__lmdb_wcp_rec_decode(&v, r))
+    return bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
+                    (int)user.size, (const char *)user.data);
+  return BS_OK;
+}
+
 /* Adds or removes the pending marker of user. */
 static int pending_set(bs__lmdb_db *db, MDB_txn *txn, bs_val user, int pending, bs_error *err) {
   unsigned char buf[BS_WCP_USER_KEY_MAX];
@@ -38,26 +53,44 @@ static int pending_set(bs__lmdb_db *db, MDB_txn *txn, bs_val user, int pending, 
   return rc ? bs__lmdb_fail(err, rc, "write checkpoint: pending index") : BS_OK;
 }
 
-/* Does a head list (lsns per connection) reach every stored head (bs__head_reached)? */
-static int heads_reached(const wcp_rec *r, const bs_head *heads, size_t n) {
+/* Is every stored head of r passed: by a commit at *commit_lsn (not NULL), else by a reader's
+ * head list (lsns per connection, bs__head_reached)? */
+static int heads_passed(const wcp_rec *r, const bs_val *commit_lsn, const bs_head *heads,
+                        size_t n) {
   const unsigned char *p = r->heads;
   for (uint32_t i = 0; i < r->n_heads; i++) {
     bs_val conn, lsn;
     bs__lmdb_wcp_head_next(&p, &conn, &lsn);
-    if (!bs__head_reached(conn, lsn, heads, n)) return 0;
+    if (commit_lsn ? bs__val_cmp(lsn, *commit_lsn) > 0 : !bs__head_reached(conn, lsn, heads, n))
+      return 0;
   }
   return 1;
 }
 
-/* Has the commit at lsn passed every stored head of r? */
-static int heads_below(const wcp_rec *r, bs_val commit_lsn) {
-  const unsigned char *p = r->heads;
-  for (uint32_t i = 0; i < r->n_heads; i++) {
-    bs_val conn, lsn;
-    bs__lmdb_wcp_head_next(&p, &conn, &lsn);
-    if (bs__val_cmp(lsn, commit_lsn) > 0) return 0;
-  }
-  return 1;
+/* Keys found by a scan, written after it (the cursor is not reused across writes): entries of
+ * u16 key length, key, u64 an id (the record's, for cleanup). */
+typedef struct key_list {
+  const bs_allocator *a;
+  unsigned char *p;
+  size_t used, cap;
+} key_list;
+
+static int key_list_add(key_list *l, const MDB_val *k, uint64_t id, bs_error *err) {
+  if (BS_GROW(l->a, l->p, l->cap, l->used + 10 + k->mv_size))
+    return bs__fail(err, BS_ENOMEM, "write checkpoint: out of memory");
+  bs__put_u16le(l->p + l->used, (uint32_t)k->mv_size);
+  memcpy(l->p + l->used + 2, k->mv_data, k->mv_size);
+  bs__put_u64le(l->p + l->used + 2 + k->mv_size, id);
+  l->used += 10 + k->mv_size;
+  return BS_OK;
+}
+
+/* The entry at *off (advanced past it): its key, and its id into *id. */
+static MDB_val key_list_next(const key_list *l, size_t *off, uint64_t *id) {
+  MDB_val k = {bs__get_u16le(l->p + *off), l->p + *off + 2};
+  *id = bs__get_u64le(l->p + *off + 2 + k.mv_size);
+  *off += 10 + k.mv_size;
+  return k;
 }
 
 /* ---- Commit hook: marking processed -------------------------------------------------------- */
@@ -65,12 +98,10 @@ static int heads_below(const wcp_rec *r, bs_val commit_lsn) {
 int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
                                 int (*fn)(bs_val user, void *payload), void *payload,
                                 bs_error *err) {
-  const bs_allocator *a = &db->base.alloc;
+  key_list l = {&db->base.alloc, NULL, 0, 0}; /* the pending markers' keys */
   MDB_cursor *cur = NULL;
   unsigned char pk[1] = {BS_WCP_PENDING_TAG};
   MDB_val k = {sizeof pk, pk}, v;
-  unsigned char *users = NULL; /* pending user ids copied out: (u16 len, bytes)... */
-  size_t used = 0, cap = 0;
   int rc = mdb_cursor_open(txn, db->wcp, &cur);
   if (rc) return bs__fail_mdb(err, rc, "write checkpoint: cursor");
   /* Collect first, update after: the cursor is not reused across puts and deletes. */
@@ -78,13 +109,7 @@ int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs__wcp_key wk;
     if (bs__lmdb_wcp_key_decode(&k, &wk) || wk.tag != BS_WCP_PENDING_TAG) break;
-    if (BS_GROW(a, users, cap, used + 2 + wk.user.size)) {
-      rc = bs__fail(err, BS_ENOMEM, "write checkpoint: out of memory");
-      goto fail;
-    }
-    bs__put_u16le(users + used, (uint32_t)wk.user.size);
-    if (wk.user.size) memcpy(users + used + 2, wk.user.data, wk.user.size);
-    used += 2 + wk.user.size;
+    if ((rc = key_list_add(&l, &k, 0, err))) goto fail;
   }
   if (rc && rc != MDB_NOTFOUND) {
     rc = bs__fail_mdb(err, rc, "write checkpoint: pending scan");
@@ -92,27 +117,21 @@ int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
   }
   mdb_cursor_close(cur);
   cur = NULL;
-  for (size_t off = 0; off < used;) {
-    bs_val user = {users + off + 2, (size_t)bs__get_u16le(users + off)};
+  for (size_t off = 0; off < l.used;) {
+    uint64_t unused;
+    MDB_val mk, pending = key_list_next(&l, &off, &unused);
     unsigned char kb[BS_WCP_USER_KEY_MAX];
-    MDB_val mk = bs__lmdb_wcp_user_key(kb, BS_WCP_MANAGED_TAG, user), mv;
+    bs__wcp_key wk;
     wcp_rec r;
-    off += 2 + user.size;
-    rc = mdb_get(txn, db->wcp, &mk, &mv);
-    if (rc == MDB_NOTFOUND) { /* record gone: drop the stale marker */
+    int exists;
+    bs__lmdb_wcp_key_decode(&pending, &wk); /* decoded by the scan */
+    bs_val user = wk.user;
+    if ((rc = rec_get(db, txn, user, kb, &mk, &r, &exists, err))) goto fail;
+    if (!exists) { /* record gone: drop the stale marker */
       if ((rc = pending_set(db, txn, user, 0, err))) goto fail;
       continue;
     }
-    if (rc) {
-      rc = bs__fail_mdb(err, rc, "write checkpoint: get");
-      goto fail;
-    }
-    if (bs__lmdb_wcp_rec_decode(&mv, &r)) {
-      rc = bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
-                    (int)user.size, (const char *)user.data);
-      goto fail;
-    }
-    if (!heads_below(&r, lsn)) continue;
+    if (!heads_passed(&r, &lsn, NULL, 0)) continue;
     r.flags |= BS_WCP_PROCESSED;
     r.processed_lsn = lsn;
     /* r.heads points into the map: rec_put copies them into its own buffer before mdb_put */
@@ -123,7 +142,7 @@ int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
   rc = BS_OK;
 fail:
   if (cur) mdb_cursor_close(cur);
-  bs__free(a, users);
+  bs__free(l.a, l.p);
   return rc;
 }
 
@@ -152,22 +171,10 @@ int bs__lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode 
 
 /* ---- Managed mode: creating ---------------------------------------------------------------- */
 
-typedef struct req_ref {
-  const bs_managed_request *req;
-  size_t index;
-} req_ref;
-
-static int req_ref_cmp(const void *a, const void *b) {
-  const req_ref *x = (const req_ref *)a, *y = (const req_ref *)b;
-  int c = bs__val_cmp(x->req->user_id, y->req->user_id);
-  if (c) return c;
-  return x->index < y->index ? -1 : x->index > y->index;
-}
-
 typedef struct create_ctx {
   bs__lmdb_db *db;
-  req_ref *refs;
-  size_t n;
+  const bs_managed_request *req, **win; /* the batch and its winner per user */
+  size_t n, nw;
   uint64_t *ids_out;
   int should_advance;
   int64_t now;
@@ -186,19 +193,16 @@ static int hwm_get(bs__lmdb_db *db, MDB_txn *txn, bs_val user, uint64_t *out, bs
   return BS_OK;
 }
 
-/* Applies the winning request w of one user (bs__managed_next_id); *id_out: the stored id after
- * it; *pending_out: the record is not processed. */
+/* Applies the winning request w of one user (bs__managed_next_id). */
 static int apply_one(bs__lmdb_db *db, MDB_txn *txn, const bs_managed_request *w, int64_t now,
-                     uint64_t *id_out, int *pending_out, bs_error *err) {
+                     bs_error *err) {
   unsigned char kb[BS_WCP_USER_KEY_MAX];
-  MDB_val k = bs__lmdb_wcp_user_key(kb, BS_WCP_MANAGED_TAG, w->user_id), v;
+  MDB_val k;
   wcp_rec r;
   uint64_t hwm = 0;
-  int rc = mdb_get(txn, db->wcp, &k, &v), exists = (rc == 0), action, replace, refresh;
-  if (rc && rc != MDB_NOTFOUND) return bs__fail_mdb(err, rc, "write checkpoint: get");
-  if (exists && bs__lmdb_wcp_rec_decode(&v, &r))
-    return bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
-                    (int)w->user_id.size, (const char *)w->user_id.data);
+  int exists, action, replace, refresh;
+  int rc = rec_get(db, txn, w->user_id, kb, &k, &r, &exists, err);
+  if (rc) return rc;
   if (!exists) {
     memset(&r, 0, sizeof r);
     if ((rc = hwm_get(db, txn, w->user_id, &hwm, err))) return rc;
@@ -224,26 +228,24 @@ static int apply_one(bs__lmdb_db *db, MDB_txn *txn, const bs_managed_request *w,
       return rc;
     if (replace && (rc = pending_set(db, txn, w->user_id, 1, err))) return rc;
   }
-  *id_out = r.id;
-  *pending_out = !(r.flags & BS_WCP_PROCESSED);
   return BS_OK;
 }
 
 /* One write transaction; bs__lmdb_write may run it again after growing the map. */
 static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   create_ctx *c = (create_ctx *)ctx_;
+  int rc;
   c->should_advance = 0;
-  for (size_t i = 0; i < c->n;) {
-    size_t j = i + 1, w = i;
-    uint64_t id = 0;
-    int pending = 0, rc;
-    while (j < c->n && bs__val_eq(c->refs[j].req->user_id, c->refs[i].req->user_id)) {
-      if (bs__managed_req_beats(c->refs[j].req, c->refs[w].req)) w = j;
-      j++;
-    }
-    if ((rc = apply_one(c->db, txn, c->refs[w].req, c->now, &id, &pending, err))) return rc;
-    if (pending) c->should_advance = 1;
-    for (; i < j; i++) c->ids_out[c->refs[i].index] = id;
+  for (size_t k = 0; k < c->nw; k++)
+    if ((rc = apply_one(c->db, txn, c->win[k], c->now, err))) return rc;
+  for (size_t i = 0; i < c->n; i++) { /* each request's user has a record now */
+    unsigned char kb[BS_WCP_USER_KEY_MAX];
+    MDB_val k;
+    wcp_rec r;
+    int exists;
+    if ((rc = rec_get(c->db, txn, c->req[i].user_id, kb, &k, &r, &exists, err))) return rc;
+    c->ids_out[i] = exists ? r.id : 0;
+    if (exists && !(r.flags & BS_WCP_PROCESSED)) c->should_advance = 1;
   }
   return BS_OK;
 }
@@ -253,30 +255,19 @@ int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_r
                                               bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   const bs_allocator *a = &ls->db->base.alloc;
-  create_ctx c;
+  create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms()};
   int rc;
-  if (should_advance) *should_advance = 0;
   if (ls->wcp_mode != BS_WCP_MANAGED)
     return bs__fail(err, BS_ESTATE, "managed write checkpoint on a storage in custom mode");
   /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within
    * BS_MAX_USER_ID / BS_MAX_CONNECTION_NAME / BS_MAX_LSN, n_heads within the u16 BS_MAX_HEADS */
   if (n == 0) return BS_OK;
-  memset(&c, 0, sizeof c);
-  if (!(c.refs = (req_ref *)bs__malloc(a, n * sizeof *c.refs)))
+  if (!(c.win = bs__malloc(a, n * sizeof *c.win)))
     return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
-  for (size_t i = 0; i < n; i++) {
-    c.refs[i].req = &req[i];
-    c.refs[i].index = i;
-  }
-  /* group the batch by user (stable: equal users keep request order) */
-  qsort(c.refs, n, sizeof *c.refs, req_ref_cmp);
-  c.n = n;
-  c.ids_out = ids_out;
-  c.now = bs__now_ms();
-  c.db = ls->db;
+  c.nw = bs__managed_winners(req, n, c.win);
   rc = bs__lmdb_write(ls->db, create_body, &c, err);
   if (rc == BS_OK && should_advance) *should_advance = c.should_advance;
-  bs__free(a, c.refs);
+  bs__free(a, c.win);
   return rc;
 }
 
@@ -286,40 +277,30 @@ int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head
                                    size_t n_heads, uint64_t *id_out, int *found, bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   bs__lmdb_db *db = ls->db;
+  bs_val ev = {ls->wcp_event, ls->wcp_event_size};
   unsigned char kb[BS_WCP_KEY_MAX];
   MDB_txn *txn = NULL;
   MDB_val k, v;
+  wcp_rec r;
+  int64_t requested_at;
   int rc;
   *found = 0;
   *id_out = 0;
   BS_ASSERT(user_id.size <= BS_MAX_USER_ID); /* checked by the front */
-  if (ls->wcp_mode == BS_WCP_CUSTOM) {
-    bs_val ev = {ls->wcp_event, ls->wcp_event_size};
-    if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err))) return rc;
-  } else {
-    k = bs__lmdb_wcp_user_key(kb, BS_WCP_MANAGED_TAG, user_id);
-  }
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
-  rc = mdb_get(txn, db->wcp, &k, &v);
-  if (rc == MDB_NOTFOUND) {
-    rc = BS_OK;
-  } else if (rc) {
-    rc = bs__fail_mdb(err, rc, "write checkpoint: get");
-  } else if (ls->wcp_mode == BS_WCP_CUSTOM) {
-    int64_t requested_at;
-    if (bs__lmdb_wcp_custom_decode(&v, id_out, &requested_at))
+  if (ls->wcp_mode == BS_WCP_MANAGED) {
+    rc = rec_get(db, txn, user_id, kb, &k, &r, found, err);
+    if (rc == BS_OK && *found && (*found = heads_passed(&r, NULL, heads, n_heads))) *id_out = r.id;
+  } else if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err)) == BS_OK) {
+    rc = mdb_get(txn, db->wcp, &k, &v);
+    if (rc == MDB_NOTFOUND)
+      rc = BS_OK;
+    else if (rc)
+      rc = bs__fail_mdb(err, rc, "write checkpoint: get");
+    else if (bs__lmdb_wcp_custom_decode(&v, id_out, &requested_at))
       rc = bs__fail(err, BS_ECORRUPT, "custom write checkpoint: value of %zu bytes", v.mv_size);
     else
       *found = 1;
-  } else {
-    wcp_rec r;
-    if (bs__lmdb_wcp_rec_decode(&v, &r)) {
-      rc = bs__fail(err, BS_ECORRUPT, "write checkpoint of user %.*s does not decode",
-                    (int)user_id.size, (const char *)user_id.data);
-    } else if (heads_reached(&r, heads, n_heads)) {
-      *id_out = r.id;
-      *found = 1;
-    }
   }
   bs__lmdb_txn_abort(db, txn);
   return rc;
@@ -333,24 +314,6 @@ typedef struct delete_ctx {
   int64_t before;
   uint64_t deleted;
 } delete_ctx;
-
-/* Keys found by a scan, deleted after it (the cursor is not reused across writes): entries of
- * u16 key length, key, u64 the record's id. */
-typedef struct key_list {
-  const bs_allocator *a;
-  unsigned char *p;
-  size_t used, cap;
-} key_list;
-
-static int key_list_add(key_list *l, const MDB_val *k, uint64_t id, bs_error *err) {
-  if (BS_GROW(l->a, l->p, l->cap, l->used + 10 + k->mv_size))
-    return bs__fail(err, BS_ENOMEM, "write checkpoint cleanup: out of memory");
-  bs__put_u16le(l->p + l->used, (uint32_t)k->mv_size);
-  memcpy(l->p + l->used + 2, k->mv_data, k->mv_size);
-  bs__put_u64le(l->p + l->used + 2 + k->mv_size, id);
-  l->used += 10 + k->mv_size;
-  return BS_OK;
-}
 
 /* Collects the expired records from first (the smallest 'M' key: managed; the smallest 'C' key
  * of stream: custom) on: those with requested_at < before, managed ones only once processed (a
@@ -398,10 +361,9 @@ static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
     goto out;
   for (size_t off = 0; off < l.used;) {
     unsigned char hk[BS_WCP_USER_KEY_MAX], vb[8];
-    MDB_val k = {bs__get_u16le(l.p + off), l.p + off + 2}, h, v = {0, vb};
-    uint64_t id = bs__get_u64le(l.p + off + 2 + k.mv_size); /* custom: unused */
+    uint64_t id; /* custom: unused */
+    MDB_val k = key_list_next(&l, &off, &id), h, v = {0, vb};
     bs__wcp_key wk;
-    off += 10 + k.mv_size;
     if ((rc = mdb_del(txn, db->wcp, &k, NULL)) != 0) goto mdb_fail;
     if (bs__lmdb_wcp_key_decode(&k, &wk) == BS_OK && wk.tag == BS_WCP_MANAGED_TAG) {
       h = bs__lmdb_wcp_user_key(hk, BS_WCP_HWM_TAG, wk.user);

@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 int bs__check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
   if (v < 1 || v > current)
@@ -64,18 +65,24 @@ int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *
   return BS_OK;
 }
 
+/* By user id, then in request order (one array: pointer order is request order). */
+static int winner_cmp(const void *a, const void *b) {
+  const bs_managed_request *x = *(const bs_managed_request *const *)a;
+  const bs_managed_request *y = *(const bs_managed_request *const *)b;
+  int c = bs__val_cmp(x->user_id, y->user_id);
+  return c ? c : x < y ? -1 : x > y;
+}
+
 size_t bs__managed_winners(const bs_managed_request *req, size_t n,
                            const bs_managed_request **win) {
   size_t nw = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t k;
-    for (k = 0; k < nw; k++)
-      if (bs__val_eq(win[k]->user_id, req[i].user_id)) break;
-    if (k == nw)
-      win[nw++] = &req[i];
-    else if (bs__managed_req_beats(&req[i], win[k]))
-      win[k] = &req[i];
-  }
+  for (size_t i = 0; i < n; i++) win[i] = &req[i];
+  qsort(win, n, sizeof *win, winner_cmp); /* a user's requests side by side, O(n log n) */
+  for (size_t i = 0; i < n; i++)
+    if (nw == 0 || !bs__val_eq(win[nw - 1]->user_id, win[i]->user_id))
+      win[nw++] = win[i];
+    else if (bs__managed_req_beats(win[i], win[nw - 1]))
+      win[nw - 1] = win[i];
   return nw;
 }
 

@@ -1191,6 +1191,53 @@ static void t_write_checkpoints_managed(void **state) {
   }
 }
 
+/* One batch, every user's requests interleaved with the others' (users in reverse order, edge
+ * ids: "", one byte, a prefix of another, non-ASCII, case, BS_MAX_USER_ID bytes): each user's
+ * winner decides alone. Round 1: supplied 10+u at lsn 20, generated, supplied 10+u again at lsn
+ * 30: the first of equal supplied ids stays (its head, 20). Round 2: two generated requests, the
+ * last wins (id stored + 1, its head 25 although the first's is 40). */
+static void t_write_checkpoint_batch_winners(void **state) {
+  static char longest[BS_MAX_USER_ID + 1];
+  const char *users[] = {"", "a", "a/c", "A", "\xc3\xa9", longest};
+  enum { NU = sizeof users / sizeof users[0] };
+  ct_env *e = *state;
+  bs_head h[4] = {{ct_v("1"), ct_v("00000020")},
+                  {ct_v("1"), ct_v("00000030")},
+                  {ct_v("1"), ct_v("00000040")},
+                  {ct_v("1"), ct_v("00000025")}};
+  bs_managed_request r[3 * NU];
+  uint64_t ids[3 * NU], id;
+  int adv = 0;
+  memset(longest, 'z', BS_MAX_USER_ID);
+  memset(r, 0, sizeof r);
+  for (size_t k = 0; k < 3 * NU; k++) { /* request k: round k / NU, user NU - 1 - k % NU */
+    size_t u = NU - 1 - k % NU, round = k / NU;
+    r[k].user_id = ct_v(users[u]);
+    r[k].heads = &h[round == 2 ? 1 : 0];
+    r[k].n_heads = 1;
+    r[k].has_request_id = round != 1;
+    r[k].request_id = 10 + u;
+  }
+  CT_OK(bs_create_managed_write_checkpoints(e->st, r, 3 * NU, ids, &adv, &ct_err));
+  assert_true(adv);
+  for (size_t k = 0; k < 3 * NU; k++) CT_EQ_U64(ids[k], 10 + (NU - 1 - k % NU));
+  for (size_t u = 0; u < NU; u++) {
+    assert_true(last_wcp(e, users[u], ct_lsn(20), &id));
+    CT_EQ_U64(id, 10 + u);
+  }
+  for (size_t k = 0; k < 2 * NU; k++) {
+    r[k].heads = &h[k < NU ? 2 : 3];
+    r[k].has_request_id = 0;
+  }
+  CT_OK(bs_create_managed_write_checkpoints(e->st, r, 2 * NU, ids, &adv, &ct_err));
+  for (size_t k = 0; k < 2 * NU; k++) CT_EQ_U64(ids[k], 11 + (NU - 1 - k % NU));
+  for (size_t u = 0; u < NU; u++) {
+    assert_false(last_wcp(e, users[u], ct_lsn(24), &id));
+    assert_true(last_wcp(e, users[u], ct_lsn(25), &id));
+    CT_EQ_U64(id, 11 + u);
+  }
+}
+
 static void t_write_checkpoints_custom_and_cleanup(void **state) {
   ct_env *e = *state;
   uint64_t id, deleted = 99;
@@ -1978,6 +2025,7 @@ static const ct_test TESTS[] = {
     {"t_persistence", t_persistence, 1, 0},
     T(t_parameter_sets),
     T(t_write_checkpoints_managed),
+    T(t_write_checkpoint_batch_winners),
     T(t_write_checkpoints_custom_and_cleanup),
     T(t_write_checkpoint_ids_after_cleanup),
     T(t_write_checkpoint_heads),
