@@ -82,6 +82,7 @@ typedef struct bs__pg_db {
     uint32_t stream;
     int snapshot;
     PGconn *c; /* NULL after a loss, until the next call reconnects and locks again */
+    int pid;   /* the server process of the last session (c's), 0 before the first */
     unsigned refs;
     pthread_mutex_t mu; /* held by a writer's call for its whole use of c */
   } * *locks;

@@ -30,6 +30,34 @@ static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
   return NULL;
 }
 
+/* Whether l's lock, which c could not take, is held by l's own last session, which was lost (its
+ * server process has not noticed yet: a closed socket is found at its next read, a cut network
+ * only by keepalives): then that process is ended, waiting up to 10 s for it to exit, and c tries
+ * again. The holder must be that very process holding this very lock, so another host's writer
+ * is never ended. Any failure here is just "not taken". */
+static int lock_retaken(PGconn *c, struct bs__pg_lock *l) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int ended = 0;
+  if (!l->pid) return 0;
+  bs__pg_arg_i32(&a, l->key);
+  bs__pg_arg_i32(&a, l->pid);
+  if (bs__pg_exec(c,
+                  "SELECT pg_terminate_backend(pid, 10000) FROM pg_locks WHERE locktype = "
+                  "'advisory' AND granted AND pid = $2 AND objsubid = 2 AND classid = "
+                  "hashtext(current_schema() || '.bs_writer')::oid AND objid = $1::oid",
+                  &a, &r, "ending the lost writer session", NULL))
+    return 0;
+  ended = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
+  PQclear(r);
+  if (!ended) return 0;
+  a.n = 1;
+  if (bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", NULL)) return 0;
+  ended = bs__pg_bool(r, 0, 0);
+  PQclear(r);
+  return ended;
+}
+
 /* A new session holding l's advisory lock (l->mu held): BS_EBUSY when another session has it. */
 static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
   bs__pg_args a = {0};
@@ -44,12 +72,14 @@ static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
   }
   got = bs__pg_bool(r, 0, 0);
   PQclear(r);
+  if (!got) got = lock_retaken(c, l);
   if (!got) {
     bs__pg_conn_put(db, c);
     return bs__fail(err, BS_EBUSY, "stream %u already has a %s writer in another process or host",
                     (unsigned)l->stream, l->snapshot ? "snapshot" : "streaming");
   }
   l->c = c;
+  l->pid = PQbackendPID(c);
   bs__pg_hook(db, "writer.lock", c);
   return BS_OK;
 }

@@ -207,7 +207,10 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * Writers: one streaming and one snapshot writer per stream across every handle, process and
  * host (an advisory lock): bs_writer_open on another handle gets BS_EBUSY while one is open, and
  * succeeds once bs_writer_close returned (the lock is released before it returns); the writers
- * of one handle share its lock, also when threads open and close them at the same time.
+ * of one handle share its lock, also when threads open and close them at the same time. A
+ * writer whose session was lost (BS_EIO) takes the lock again in a new session at its next call;
+ * if its old session's server process still holds it (it has not noticed the loss), that
+ * process is ended first (pg_terminate_backend, waiting up to 10 s), never another writer's.
  * A hot standby (a read-only replica) opens with BS_OPEN_RDONLY: reads and bs_wait_checkpoint
  * work there, at the position the standby has replayed.
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or

@@ -738,6 +738,59 @@ static void t_commit_reply_lost(void **state) {
   bs_close(a);
 }
 
+/* A writer session lost while its server process lives on and keeps the writer lock (a cut
+ * network the server is not told of: here the client's socket is swapped for a closed one while
+ * the test keeps the real one open, so the server process waits on it, idle). The next call finds
+ * the loss (BS_EIO, nothing sent); the one after finds the lock held by that orphan, ends it and
+ * takes the lock again, instead of answering BS_EBUSY until keepalives end it. (Another host's
+ * holder is never ended: t_writer_lock_lost.) */
+static void record_conn(const char *point, PGconn *c, void *payload) {
+  if (!strcmp(point, "commit")) *(PGconn **)payload = c;
+}
+
+static void t_lost_session_orphan(void **state) {
+  pgt *t = *state;
+  bs_db *a = pgt_open(t->url, 0);
+  bs_storage *sa;
+  bs_writer *wa;
+  bs_error err = {0};
+  bs_commit_result r;
+  PGconn *c = NULL;
+  uint64_t head, head0;
+  uint32_t count, count0;
+  int pid, keep, sv[2];
+  stream_ready(a, "s", 1, &sa, &wa);
+  bs__pg_set_hook(a, record_conn, &c);
+  put_commit(wa, "b", "r0", "00000001");
+  bs__pg_set_hook(a, NULL, NULL);
+  assert_non_null(c);
+  assert_true((pid = lock_pid(t)) > 0);
+  assert_int_equal(pid, PQbackendPID(c));
+  head_and_count(sa, "b", &head0, &count0);
+  assert_true((keep = dup(PQsocket(c))) >= 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(dup2(sv[0], PQsocket(c)), PQsocket(c));
+  close(sv[0]);
+  close(sv[1]);
+  save_put(wa, "b", "r1");
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_EIO);
+  assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"));
+  assert_int_equal(lock_pid(t), pid); /* the orphan lives on, locked */
+  memset(&r, 0, sizeof r);
+  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid),
+                   0);
+  assert_true(lock_pid(t) > 0 && lock_pid(t) != pid);
+  head_and_count(sa, "b", &head, &count);
+  assert_int_equal(head, head0 + 1);
+  assert_int_equal(count, count0 + 1);
+  close(keep);
+  bs_writer_close(wa);
+  bs_storage_close(sa);
+  bs_close(a);
+}
+
 /* A full disk, on a server of the test's own whose files cannot grow past 8 MiB (pg_server.sh
  * start DIR full). bs_ops is filled up to that with rows of a bucket no stream has (80 bytes
  * each: no page keeps room for the writer's 1.5 kB op), so the commit must extend it and cannot:
@@ -1188,6 +1241,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_server_restart, setup, teardown),
       cmocka_unit_test_setup_teardown(t_statement_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(t_commit_reply_lost, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_lost_session_orphan, setup, teardown),
       cmocka_unit_test_setup_teardown(t_disk_full, setup, own_teardown),
       cmocka_unit_test_setup_teardown(t_standby_wait, setup, own_teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
