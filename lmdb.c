@@ -758,7 +758,6 @@ typedef struct lm_writer {
   bs_writer base;
   bs__lmdb_storage *st;
   bs__lmdb_db *db;
-  int create_empty;
   const bs_write_batch *batch; /* the front's queue, during a flush, commit or source_row */
   fctx f;
 } lm_writer;
@@ -1720,7 +1719,7 @@ static int lw_commit(bs_writer *base, const bs_write_batch *batch, bs_val lsn, i
   memset(&c, 0, sizeof c);
   c.w = w;
   c.lsn = lsn;
-  c.create_empty = create_empty < 0 ? w->create_empty : create_empty;
+  c.create_empty = create_empty;
   c.users.size = sizeof(bs_val);
   w->batch = batch;
   rc = bs__lmdb_write(w->db, commit_txn, &c, err);
@@ -1971,7 +1970,6 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
   w->base.st = base;
   w->st = st;
   w->db = db;
-  w->create_empty = o->create_empty != 0;
   fctx_init(&w->f, db, base->stream_id, o->snapshot != 0);
   *out = &w->base;
   return BS_OK;

@@ -109,7 +109,7 @@ typedef struct bs__pg_writer {
   bs__pg_db *db;
   struct bs__pg_lock *lock;
   PGconn *c;
-  int create_empty, snapshot;
+  int snapshot;
   uint64_t written, analyze_at; /* ops and records this writer wrote; the next ANALYZE at */
   PGconn *analyzing; /* a pool session running the writer's last ANALYZE (pg_write.c), or NULL */
   /* a COMMIT whose reply was lost and whose outcome the server could not tell yet: its

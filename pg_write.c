@@ -265,7 +265,6 @@ int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **o
   w->base.st = st;
   w->db = db;
   w->lock = l;
-  w->create_empty = o->create_empty;
   w->snapshot = o->snapshot;
   *out = &w->base;
   return BS_OK;
@@ -512,7 +511,6 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   int64_t xid = 0;
   int rc, created = 0;
   bs_block_reason blocked;
-  if (create_empty < 0) create_empty = w->create_empty;
   if ((rc = begin_xid(w->c, &xid, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
