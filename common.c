@@ -80,6 +80,14 @@ static void libc_free(void *o, void *p) {
 }
 const bs_allocator bs__default_allocator = {libc_malloc, libc_realloc, libc_free, NULL};
 
+int bs__allocator_resolve(const bs_allocator *a, const bs_allocator **out, bs_error *err) {
+  int set = a ? (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL) : 0;
+  if (set != 0 && set != 3)
+    return bs__fail(err, BS_EINVAL, "opts->allocator: set all three functions or none");
+  *out = set ? a : &bs__default_allocator;
+  return BS_OK;
+}
+
 const bs_allocator *bs__open_allocator(const bs_open_options *opts) {
   if (opts && opts->allocator && opts->allocator->malloc_fn) return opts->allocator;
   return &bs__default_allocator;

@@ -71,6 +71,9 @@ void *bs__calloc(const bs_allocator *a, size_t n, size_t size);
 void *bs__realloc(const bs_allocator *a, void *p, size_t n);
 void bs__free(const bs_allocator *a, void *p);
 extern const bs_allocator bs__default_allocator;
+/* The one allocator rule of every call that takes one (bs_open, bs_load): a (NULL, or all three
+ * functions NULL: libc's) in *out; BS_EINVAL when only some functions are set. */
+int bs__allocator_resolve(const bs_allocator *a, const bs_allocator **out, bs_error *err);
 /* The allocator of a db opened with opts: opts->allocator when set, else the default (the
  * constructors' one rule; the front has checked that all three functions or none are set). */
 const bs_allocator *bs__open_allocator(const bs_open_options *opts);

@@ -411,6 +411,7 @@ int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, b
 int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,
             const bs_backup_options *opts, bs_error *err) {
   bs_backup_options o;
+  const bs_allocator *a;
   bs_record r;
   target t;
   int rc;
@@ -419,10 +420,8 @@ int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *
   if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
   if (o.flags & BS_BACKUP_REPLACE)
     return bs__fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
-  if (o.allocator && !(o.allocator->malloc_fn && o.allocator->realloc_fn && o.allocator->free_fn))
-    return bs__fail(err, BS_EINVAL, "opts->allocator: set all three functions");
-  if ((rc = target_open(&t, path, 0, 0, o.allocator ? o.allocator : &bs__default_allocator, &o,
-                        err)) == BS_OK) {
+  if ((rc = bs__allocator_resolve(o.allocator, &a, err))) return rc;
+  if ((rc = target_open(&t, path, 0, 0, a, &o, err)) == BS_OK) {
     while ((rc = next(&r, payload)) == 1)
       if ((rc = target_put(&t, &r, err)) != BS_OK) break;
     if (rc > 0) /* not a status: never returned as one */

@@ -28,14 +28,8 @@ const char *bs_version(int *major, int *minor, int *patch) {
 #define BS_DEFAULT_FLUSH_RECORDS 2000u
 #define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
 
-static int check_allocator(const bs_allocator *a, bs_error *err) {
-  int set = (a->malloc_fn != NULL) + (a->realloc_fn != NULL) + (a->free_fn != NULL);
-  if (set != 0 && set != 3)
-    return bs__fail(err, BS_EINVAL, "opts->allocator: set all three functions or none");
-  return BS_OK;
-}
-
 static int check_open_options(const bs_open_options *opts, bs_error *err) {
+  const bs_allocator *a;
   int rc;
   if (!opts) return BS_OK;
   if ((rc = bs__check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err)))
@@ -43,8 +37,7 @@ static int check_open_options(const bs_open_options *opts, bs_error *err) {
   if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
     return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
                     opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
-  if (opts->allocator) return check_allocator(opts->allocator, err);
-  return BS_OK;
+  return bs__allocator_resolve(opts->allocator, &a, err);
 }
 
 static void db_front_free(bs_db *db) {
@@ -102,13 +95,15 @@ static int handle_fail(const char *what, const char *got, bs_error *err) {
 }
 
 int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err) {
+  const bs_allocator *a;
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = HANDLE_CHECK(db, "db", err))) return rc;
   db->front = NULL;
-  if ((rc = check_open_options(opts, err)) == BS_OK) rc = check_allocator(&db->alloc, err);
-  if (rc == BS_OK && !db->alloc.malloc_fn) db->alloc = bs__default_allocator;
+  if ((rc = check_open_options(opts, err)) == BS_OK &&
+      (rc = bs__allocator_resolve(&db->alloc, &a, err)) == BS_OK)
+    db->alloc = *a;
   if (rc == BS_OK) rc = db_front_new(db, opts, err);
   if (rc != BS_OK) {
     db->vt->destroy(db);

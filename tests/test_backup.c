@@ -475,9 +475,15 @@ static int odd_next(bs_record *r, void *payload) {
   return 2;
 }
 
+static void *only_malloc(void *opaque, size_t size) {
+  (void)opaque;
+  return malloc(size);
+}
+
 static void test_load_refusals(void **state) {
   ct_env *e = *state;
   bs_backup_options o = BS_BACKUP_OPTIONS_INIT;
+  bs_allocator partial = {only_malloc, NULL, NULL, NULL}, none = {NULL, NULL, NULL, NULL};
   recs all = {0}, bad;
   char out[256], saved[16];
   size_t entries = dir_entries(e->dir), fmt = 0;
@@ -527,10 +533,17 @@ static void test_load_refusals(void **state) {
   CT_RC(BS_EINVAL, bs_load(out, replay, &bad, &o, &ct_err));
   CT_RC(BS_EINVAL, bs_load("", replay, &bad, NULL, &ct_err));
   CT_RC(BS_EINVAL, bs_load(out, NULL, &bad, NULL, &ct_err));
-  assert_int_equal(dir_entries(e->dir), entries);
-  /* loaded once; then the file exists and is refused */
+  /* the allocator rule is bs_open's: all three functions or none (none: libc's) */
+  o.flags = 0;
+  o.allocator = &partial;
   bad = all;
-  CT_OK(bs_load(out, replay, &bad, NULL, &ct_err));
+  CT_RC(BS_EINVAL, bs_load(out, replay, &bad, &o, &ct_err));
+  assert_non_null(strstr(ct_err.msg, "opts->allocator: set all three functions or none"));
+  assert_int_equal(dir_entries(e->dir), entries);
+  /* loaded once (with an allocator of no functions); then the file exists and is refused */
+  o.allocator = &none;
+  bad = all;
+  CT_OK(bs_load(out, replay, &bad, &o, &ct_err));
   bad = all;
   CT_RC(BS_ESTATE, bs_load(out, replay, &bad, NULL, &ct_err));
   recs_free(&all);
