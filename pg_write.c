@@ -51,7 +51,7 @@ static int lock_retaken(PGconn *c, struct bs__pg_lock *l) {
   ended = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
   PQclear(r);
   if (!ended) return 0;
-  a.n = 1;
+  a.n = 1; /* the lock key alone: WRITER_LOCK_SQL's one argument */
   if (bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", NULL)) return 0;
   ended = bs__pg_bool(r, 0, 0);
   PQclear(r);
