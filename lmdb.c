@@ -14,9 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 /* The map is address space, not disk: the file grows only as pages are written. A large default
  * makes growth (which must wait until no transaction of this process is open) rare. */
 #define LM_DEFAULT_MAP   (SIZE_MAX > 0xffffffffu ? (size_t)4 << 30 : (size_t)256 << 20)
@@ -469,7 +466,6 @@ static void lmdb_close(bs_db *base) {
   if (!db) return;
   a = db->base.alloc;
   if (db->env) mdb_env_close(db->env);
-  bs__free(&a, db->path);
   pthread_rwlock_destroy(&db->txn_lock);
   pthread_mutex_destroy(&db->grow_mu);
   bs__free(&a, db);
@@ -660,28 +656,15 @@ int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs
     return bs__fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
   }
   pthread_mutex_init(&db->grow_mu, NULL);
-  db->path = bs__malloc(&db->base.alloc, strlen(path) + 1);
-  if (!db->path) {
-    rc = bs__fail(err, BS_ENOMEM, "cannot copy the path");
-    goto fail;
+  if ((rc = open_env(db, path, opts, err)) != BS_OK || (rc = open_dbs(db, path, err)) != BS_OK) {
+    lmdb_close(&db->base);
+    return rc;
   }
-  strcpy(db->path, path);
-  if ((rc = open_env(db, path, opts, err)) != BS_OK) goto fail;
-  if ((rc = open_dbs(db, path, err)) != BS_OK) goto fail;
   *out = &db->base;
   return BS_OK;
-fail:
-  lmdb_close(&db->base);
-  return rc;
 }
 
 /* ---- Arena: each flush allocates from one (bs__arena); no malloc per op --------------------- */
-
-/* The flush's maps are bs__htab (common.c): hkey hashes a key, the value points at the object
- * that holds it (an index + 1 for lookups), and the caller compares the key. */
-static uint64_t hkey(const void *k, size_t n) {
-  return XXH3_64bits(k, n);
-}
 
 /* Growable array of fixed-size items, capacity kept across flushes. */
 typedef struct vec {
@@ -719,13 +702,10 @@ typedef struct srec {
   bs__srec r; /* arrays in the flush arena, strings in the arena, the queue or the map copy */
 } srec;
 
-typedef struct ppar {
+/* A parameter or superseded entry, encoded in the arena; written in key order at the end. */
+typedef struct kv {
   bs_val key, val;
-} ppar;
-
-typedef struct psup {
-  uint64_t bucket, old_op, new_op;
-} psup;
+} kv;
 
 /* Per-flush state; lives in the writer so that maps and arrays keep their capacity. */
 typedef struct fctx {
@@ -736,12 +716,13 @@ typedef struct fctx {
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
   bs__stream_rec rec;
   bs__arena ar;
-  /* values: bent * by name and by id, srec * by key, ptable * by name, lkeys index + 1 */
+  /* bs__val_hash of a key -> bent * by name and by id, srec * by key, ptable * by name, lkeys
+   * index + 1; the caller compares the key */
   bs__htab by_name, by_id, recs, tables, lookups;
   vec bents;           /* bent * */
   vec dirty;           /* srec * */
-  vec pars;            /* ppar */
-  vec sups;            /* psup */
+  vec pars;            /* kv */
+  vec sups;            /* kv */
   vec lkeys;           /* bs_val: lookup keys changed */
   bs__effects fx;      /* effects.c, calling back into this flush (fx_ops) */
   uint32_t tid;        /* table of the save being applied */
@@ -816,8 +797,7 @@ static void fctx_init(fctx *f, bs__lmdb_db *db, uint32_t stream, int snapshot) {
   f->ar.a = a;
   f->bents.size = sizeof(bent *);
   f->dirty.size = sizeof(srec *);
-  f->pars.size = sizeof(ppar);
-  f->sups.size = sizeof(psup);
+  f->pars.size = f->sups.size = sizeof(kv);
   f->lkeys.size = sizeof(bs_val);
 }
 
@@ -876,7 +856,7 @@ static int bent_add(fctx *f, bent *b, uint64_t hname, bs_error *err) {
   bent **slot;
   bs__put_u64be(b->idkey, b->id);
   if (bs__htab_add(&f->by_name, a, hname, (uintptr_t)b) ||
-      bs__htab_add(&f->by_id, a, hkey(b->idkey, 8), (uintptr_t)b) ||
+      bs__htab_add(&f->by_id, a, bs__val_hash((bs_val){b->idkey, 8}), (uintptr_t)b) ||
       !(slot = vec_push(a, &f->bents)))
     return oom(err);
   *slot = b;
@@ -897,7 +877,8 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   bent *b;
   int mrc;
   bs__lmdb_state_key(k, id);
-  for (bs__hprobe p = bs__htab_probe(&f->by_id, hkey(k, 8)); (b = (bent *)bs__htab_next(&p));)
+  for (bs__hprobe p = bs__htab_probe(&f->by_id, bs__val_hash((bs_val){k, 8}));
+       (b = (bent *)bs__htab_next(&p));)
     if (b->id == id) {
       *out = b;
       return BS_OK;
@@ -913,16 +894,16 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
   if (bs__bucket_state_decode(&val, &b->st))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: state does not decode", (unsigned long long)id);
   if (!(b->st.name.data = bs__arena_dup(&f->ar, b->st.name.data, b->st.name.size))) return oom(err);
-  if (bent_by_name(f, b->st.name, hkey(b->st.name.data, b->st.name.size)))
+  if (bent_by_name(f, b->st.name, bs__val_hash(b->st.name)))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: name maps to another id",
                     (unsigned long long)id);
   *out = b;
-  return bent_add(f, b, hkey(b->st.name.data, b->st.name.size), err);
+  return bent_add(f, b, bs__val_hash(b->st.name), err);
 }
 
 /* Resolves a bucket by name, creating it (id from seq.bucket) when unknown. */
 static int bucket_by_name(fctx *f, bs_val name, bent **out, bs_error *err) {
-  uint64_t h = hkey(name.data, name.size), id;
+  uint64_t h = bs__val_hash(name), id;
   bent *b;
   int rc;
   if ((b = bent_by_name(f, name, h))) {
@@ -980,17 +961,19 @@ static int emit_op(fctx *f, bent *b, const bs_op *op, uint64_t *id_out, bs_error
 static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
                          bs_error *err) {
   fctx *f = ctx;
-  psup *s = vec_push(&f->db->base.alloc, &f->sups);
-  if (!s) return oom(err);
-  s->bucket = bucket;
-  s->old_op = old_op;
-  s->new_op = new_op;
+  unsigned char *p = bs__arena_alloc(&f->ar, BS_SUP_KEY_SIZE + BS_SUP_VALUE_SIZE);
+  kv *e = p ? vec_push(&f->db->base.alloc, &f->sups) : NULL;
+  if (!e) return oom(err);
+  bs__lmdb_sup_key(p, bucket, old_op);
+  bs__lmdb_sup_value(p + BS_SUP_KEY_SIZE, new_op);
+  e->key = (bs_val){p, BS_SUP_KEY_SIZE};
+  e->val = (bs_val){p + BS_SUP_KEY_SIZE, BS_SUP_VALUE_SIZE};
   return BS_OK;
 }
 
 /* Remembers a changed lookup key for the flush's change record (deduplicated). */
 static int note_lookup(fctx *f, bs_val key, bs_error *err) {
-  uint64_t h = hkey(key.data, key.size);
+  uint64_t h = bs__val_hash(key);
   bs__hprobe p = bs__htab_probe(&f->lookups, h);
   bs_val *slot;
   for (uintptr_t v; (v = bs__htab_next(&p));)
@@ -1010,7 +993,7 @@ static int fx_param(void *ctx, bs_val lkey, bs_val rid, const bs_val *params, si
   unsigned char kb[BS_PARAM_KEY_MAX], *k, *v;
   size_t ks, vs = bs__lmdb_param_value_size(rid, params, n_params);
   uint64_t id = 0;
-  ppar *e;
+  kv *e;
   int rc;
   if ((rc = next_op(f, &id, err)) != BS_OK) return rc;
   ks = bs__lmdb_param_key(kb, f->stream, lkey, f->tid, rid, id);
@@ -1018,10 +1001,8 @@ static int fx_param(void *ctx, bs_val lkey, bs_val rid, const bs_val *params, si
   memcpy(k, kb, ks);
   bs__lmdb_param_value(v, rid, params, n_params);
   if (!(e = vec_push(&f->db->base.alloc, &f->pars))) return oom(err);
-  e->key.data = k;
-  e->key.size = ks;
-  e->val.data = v;
-  e->val.size = vs;
+  e->key = (bs_val){k, ks};
+  e->val = (bs_val){v, vs};
   return note_lookup(f, lkey, err);
 }
 
@@ -1036,7 +1017,7 @@ typedef struct ptable {
 static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *err) {
   unsigned char k[BS_TABLE_KEY_MAX];
   MDB_val key, val;
-  uint64_t h = hkey(name.data, name.size);
+  uint64_t h = bs__val_hash(name);
   bs__hprobe p = bs__htab_probe(&f->tables, h);
   ptable *t;
   int mrc, rc;
@@ -1108,7 +1089,7 @@ static int mark_dirty(fctx *f, srec *r, bs_error *err) {
 static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, bs_error *err) {
   unsigned char kbuf[BS_SOURCE_KEY_MAX];
   MDB_val key = {bs__lmdb_source_key(kbuf, f->stream, tid, rid), kbuf}, val;
-  uint64_t h = hkey(kbuf, key.mv_size);
+  uint64_t h = bs__val_hash((bs_val){kbuf, key.mv_size});
   srec *r;
   int mrc, rc;
   for (bs__hprobe p = bs__htab_probe(&f->recs, h); (r = (srec *)bs__htab_next(&p));)
@@ -1199,13 +1180,8 @@ static int cmp_srec(const void *a, const void *b) {
   const srec *x = *(srec *const *)a, *y = *(srec *const *)b;
   return bs__val_cmp(x->key, y->key);
 }
-static int cmp_ppar(const void *a, const void *b) {
-  return bs__val_cmp(((const ppar *)a)->key, ((const ppar *)b)->key);
-}
-static int cmp_psup(const void *a, const void *b) {
-  const psup *x = a, *y = b;
-  if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
-  return x->old_op < y->old_op ? -1 : x->old_op > y->old_op;
+static int cmp_kv(const void *a, const void *b) {
+  return bs__val_cmp(((const kv *)a)->key, ((const kv *)b)->key);
 }
 
 /* Sorts unless already sorted: flushes often arrive in key order (snapshots by primary key). */
@@ -1218,70 +1194,69 @@ static void sort_if_needed(void *base, size_t n, size_t size,
   if (i < n) qsort(base, n, size, cmp);
 }
 
-/* Copies the last key of cur's database into buf (cap bytes); *len = 0 when it is empty,
- * SIZE_MAX when it does not fit (then nothing appends). Keys written in order past it can use
- * MDB_APPEND, which skips the search for the slot and splits a full page by starting a new one
- * instead of moving half of it. */
-static int last_key(MDB_cursor *cur, unsigned char *buf, size_t cap, size_t *len) {
+/* A cursor for keys written in rising order: once they are past the last key the database had
+ * (copied into last; nlast 0 when it was empty, SIZE_MAX when too long to keep: nothing
+ * appends) they go in with MDB_APPEND, which skips the search for the slot and splits a full
+ * page by starting a new one instead of moving half of it. */
+typedef struct appender {
+  MDB_cursor *cur;
+  unsigned char last[BS_SOURCE_KEY_MAX];
+  size_t nlast;
+  unsigned app;
+} appender;
+
+static int app_open(fctx *f, MDB_dbi dbi, appender *ap, bs_error *err) {
   MDB_val key, val;
-  int mrc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
-  *len = 0;
-  if (mrc == MDB_NOTFOUND) return 0;
-  if (mrc) return mrc;
-  if (key.mv_size > cap) {
-    *len = SIZE_MAX;
-    return 0;
+  int mrc;
+  ap->nlast = ap->app = 0;
+  if ((mrc = mdb_cursor_open(f->txn, dbi, &ap->cur)) != 0)
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
+  if ((mrc = mdb_cursor_get(ap->cur, &key, &val, MDB_LAST)) == 0) {
+    ap->nlast = key.mv_size > sizeof ap->last ? SIZE_MAX : key.mv_size;
+    if (ap->nlast != SIZE_MAX) memcpy(ap->last, key.mv_data, key.mv_size);
+  } else if (mrc != MDB_NOTFOUND) {
+    mdb_cursor_close(ap->cur);
+    return bs__lmdb_fail(err, mrc, "reading the last key");
   }
-  memcpy(buf, key.mv_data, key.mv_size);
-  *len = key.mv_size;
-  return 0;
+  return BS_OK;
 }
 
-static int past_end(const void *k, size_t n, const unsigned char *last, size_t nlast) {
-  bs_val a = {k, n}, b = {last, nlast};
-  if (nlast == SIZE_MAX) return 0;
-  return !nlast || bs__val_cmp(a, b) > 0;
+/* MDB_APPEND once key is past the last key, else 0. */
+static unsigned app_flag(appender *ap, const MDB_val *key) {
+  bs_val k = {key->mv_data, key->mv_size}, last = {ap->last, ap->nlast};
+  if (!ap->app && ap->nlast != SIZE_MAX && (!ap->nlast || bs__val_cmp(k, last) > 0))
+    ap->app = MDB_APPEND;
+  return ap->app;
 }
 
 static int put_ops(fctx *f, bs_error *err) {
   bent **bl = f->bents.p;
-  unsigned char last[16];
-  size_t nlast;
-  MDB_cursor *cur;
-  unsigned app = 0; /* MDB_APPEND once past the last op of the database */
-  int mrc = 0;
-  if ((mrc = mdb_cursor_open(f->txn, f->db->ops, &cur)) != 0)
-    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  mrc = last_key(cur, last, sizeof last, &nlast);
+  appender ap;
+  int mrc = app_open(f, f->db->ops, &ap, err);
+  if (mrc) return mrc;
   /* Keys go out in order: buckets sorted by id, each bucket's ops by rising id. */
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
       unsigned char k[BS_OP_KEY_SIZE];
       MDB_val key = {sizeof k, k}, val = {bs__lmdb_op_size(&o->op), NULL};
       bs__lmdb_op_key(k, bl[i]->id, o->op.op_id);
-      if (!app && past_end(k, sizeof k, last, nlast)) app = MDB_APPEND;
       /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
-      if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
+      if ((mrc = mdb_cursor_put(ap.cur, &key, &val, MDB_RESERVE | app_flag(&ap, &key))) != 0) break;
       bs__lmdb_op_encode(val.mv_data, &o->op);
     }
   }
-  mdb_cursor_close(cur);
+  mdb_cursor_close(ap.cur);
   return mrc ? bs__lmdb_fail(err, mrc, "writing an op") : BS_OK;
 }
 
 static int put_buckets(fctx *f, bs_error *err) {
   bent **bl = f->bents.p;
-  unsigned char last[BS_STATE_KEY_SIZE];
-  size_t nlast;
-  MDB_cursor *cur;
-  unsigned app = 0;
-  int mrc;
+  appender ap;
   /* States in id order through one cursor (the bents are sorted): neighbouring ids share a
    * page, so each put is a compare or two instead of a descent from the root; new buckets
    * have the highest ids and append. */
-  if ((mrc = mdb_cursor_open(f->txn, f->db->bstate, &cur)) != 0)
-    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  mrc = last_key(cur, last, sizeof last, &nlast);
+  int mrc = app_open(f, f->db->bstate, &ap, err);
+  if (mrc) return mrc;
   for (size_t i = 0; i < f->bents.n && !mrc; i++) {
     bent *b = bl[i];
     unsigned char k[BS_STATE_KEY_SIZE];
@@ -1289,12 +1264,11 @@ static int put_buckets(fctx *f, bs_error *err) {
     if (!b->touched) continue;
     BS_ASSERT(b->st.name.size <= BS_MAX_BUCKET_NAME); /* a checked or a stored name */
     bs__lmdb_state_key(k, b->id);
-    if (!app && past_end(k, sizeof k, last, nlast)) app = MDB_APPEND;
     val.mv_size = bs__bucket_state_size(&b->st);
-    if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) == 0)
+    if ((mrc = mdb_cursor_put(ap.cur, &key, &val, MDB_RESERVE | app_flag(&ap, &key))) == 0)
       bs__bucket_state_encode(val.mv_data, &b->st);
   }
-  mdb_cursor_close(cur);
+  mdb_cursor_close(ap.cur);
   if (mrc) return bs__lmdb_fail(err, mrc, "writing a bucket state");
   for (size_t i = 0; i < f->bents.n; i++) {
     unsigned char k[BS_BUCKET_KEY_MAX], v[8];
@@ -1316,71 +1290,50 @@ static int put_buckets(fctx *f, bs_error *err) {
   return BS_OK;
 }
 
-/* The superseded entries, and each of their buckets queued for compaction once (sorted: a
- * bucket's entries are one run). */
-static int put_sups(fctx *f, bs_error *err) {
-  psup *s = f->sups.p;
+/* The parameter or (sup) superseded entries v, each bucket of the latter queued for compaction
+ * once (sorted: a bucket's entries are one run, and the key starts with its id). */
+static int put_kvs(fctx *f, vec *v, int sup, bs_error *err) {
+  kv *e = v->p;
   MDB_cursor *cur;
   int mrc = 0;
-  if (!f->sups.n) return BS_OK;
-  sort_if_needed(s, f->sups.n, sizeof *s, cmp_psup);
-  if ((mrc = mdb_cursor_open(f->txn, f->db->superseded, &cur)) != 0)
+  if (!v->n) return BS_OK;
+  sort_if_needed(e, v->n, sizeof *e, cmp_kv);
+  if ((mrc = mdb_cursor_open(f->txn, sup ? f->db->superseded : f->db->params, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  for (size_t i = 0; i < f->sups.n && !mrc; i++) {
-    unsigned char k[BS_SUP_KEY_SIZE], v[BS_SUP_VALUE_SIZE], qk[BS_CQUEUE_KEY_SIZE];
-    MDB_val key = {sizeof k, k}, val = {sizeof v, v}, qkey = {sizeof qk, qk};
-    MDB_val qval = {0, (void *)lm_empty};
-    bs__lmdb_sup_key(k, s[i].bucket, s[i].old_op);
-    bs__lmdb_sup_value(v, s[i].new_op);
-    bs__lmdb_cqueue_key(qk, f->stream, s[i].bucket);
-    if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) == 0 && (!i || s[i - 1].bucket != s[i].bucket))
-      mrc = mdb_put(f->txn, f->db->cqueue, &qkey, &qval, 0);
-  }
-  mdb_cursor_close(cur);
-  return mrc ? bs__lmdb_fail(err, mrc, "writing a superseded entry or its cqueue entry") : BS_OK;
-}
-
-static int put_pars(fctx *f, bs_error *err) {
-  ppar *e = f->pars.p;
-  MDB_cursor *cur;
-  int mrc = 0;
-  if (!f->pars.n) return BS_OK;
-  sort_if_needed(e, f->pars.n, sizeof *e, cmp_ppar);
-  if ((mrc = mdb_cursor_open(f->txn, f->db->params, &cur)) != 0)
-    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  for (size_t i = 0; i < f->pars.n && !mrc; i++) {
+  for (size_t i = 0; i < v->n && !mrc; i++) {
     MDB_val key = {e[i].key.size, (void *)e[i].key.data};
     MDB_val val = {e[i].val.size, (void *)e[i].val.data};
-    mrc = mdb_cursor_put(cur, &key, &val, 0);
+    if ((mrc = mdb_cursor_put(cur, &key, &val, 0)) == 0 && sup &&
+        (!i || memcmp(e[i - 1].key.data, key.mv_data, 8) != 0)) {
+      unsigned char qk[BS_CQUEUE_KEY_SIZE];
+      MDB_val qkey = {sizeof qk, qk}, qval = {0, (void *)lm_empty};
+      bs__lmdb_cqueue_key(qk, f->stream, bs__get_u64be(key.mv_data));
+      mrc = mdb_put(f->txn, f->db->cqueue, &qkey, &qval, 0);
+    }
   }
   mdb_cursor_close(cur);
-  return mrc ? bs__lmdb_fail(err, mrc, "writing a parameter entry") : BS_OK;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing a parameter, superseded or cqueue entry") : BS_OK;
 }
 
 static int put_recs(fctx *f, bs_error *err) {
   srec **d = f->dirty.p;
-  unsigned char last[8 + BS_MAX_REPLICA_ID];
-  size_t nlast;
-  MDB_cursor *cur;
-  unsigned app = 0; /* MDB_APPEND once past the last record of the database */
-  int mrc = 0;
+  appender ap;
+  int mrc;
   sort_if_needed(d, f->dirty.n, f->dirty.size, cmp_srec); /* srec pointers */
-  if ((mrc = mdb_cursor_open(f->txn, f->db->source, &cur)) != 0)
-    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  mrc = last_key(cur, last, sizeof last, &nlast);
+  if ((mrc = app_open(f, f->db->source, &ap, err))) return mrc;
   for (size_t i = 0; i < f->dirty.n && !mrc; i++) {
     srec *r = d[i];
     MDB_val key = {r->key.size, (void *)r->key.data}, val;
-    if (!app && past_end(key.mv_data, key.mv_size, last, nlast)) app = MDB_APPEND;
+    unsigned app = app_flag(&ap, &key);
     if (!r->r.exists) { /* deleted (past the end: not stored, nothing to delete) */
-      if (!app && (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET)) == 0)
-        mrc = mdb_cursor_del(cur, 0);
+      if (!app && (mrc = mdb_cursor_get(ap.cur, &key, &val, MDB_SET)) == 0)
+        mrc = mdb_cursor_del(ap.cur, 0);
       if (mrc == MDB_NOTFOUND) mrc = 0;
       continue;
     }
     val.mv_size = bs__lmdb_srec_size(&r->r);
     /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
-    if ((mrc = mdb_cursor_put(cur, &key, &val, MDB_RESERVE | app)) != 0) break;
+    if ((mrc = mdb_cursor_put(ap.cur, &key, &val, MDB_RESERVE | app)) != 0) break;
     bs__lmdb_srec_encode(val.mv_data, &r->r);
     if (r->r.soft && r->new_mark) { /* a new soft delete: indexed for its purge */
       unsigned char k[BS_SOFTDEL_KEY_MAX];
@@ -1389,7 +1342,7 @@ static int put_recs(fctx *f, bs_error *err) {
       mrc = mdb_put(f->txn, f->db->softdel, &skey, &sval, 0);
     }
   }
-  mdb_cursor_close(cur);
+  mdb_cursor_close(ap.cur);
   return mrc ? bs__lmdb_fail(err, mrc, "writing a source record or its softdel entry") : BS_OK;
 }
 
@@ -1437,8 +1390,8 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, unsigned flags, co
 static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err) {
   int rc;
   sort_if_needed(f->bents.p, f->bents.n, sizeof(bent *), cmp_bent);
-  if ((rc = put_ops(f, err)) || (rc = put_buckets(f, err)) || (rc = put_sups(f, err)) ||
-      (rc = put_pars(f, err)) || (rc = put_recs(f, err)))
+  if ((rc = put_ops(f, err)) || (rc = put_buckets(f, err)) || (rc = put_kvs(f, &f->sups, 1, err)) ||
+      (rc = put_kvs(f, &f->pars, 0, err)) || (rc = put_recs(f, err)))
     return rc;
   if (f->emitted || n_users) {
     uint64_t first = f->first_op ? f->first_op : f->rec.op_head + 1;
@@ -1833,7 +1786,6 @@ static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val ta
   if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   fctx_reset(&w->f);
   w->f.txn = txn;
-  w->f.rec.hash = 0;
   rc = table_id(&w->f, table, 0, &c.tid, err);
   c.has_table = rc == BS_OK;
   if (rc == BS_ENOTFOUND) rc = BS_OK;

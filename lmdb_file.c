@@ -94,64 +94,52 @@ static int stat_fd(int fd, const char *path, struct stat *sb, bs_error *err) {
   return fstat(fd, sb) == 0 ? BS_OK : bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
 }
 
-int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
+/* The checks of the open file fd (bs__lmdb_file_check closes it). */
+static int check_fd(int fd, const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
   struct stat sb;
   lf_meta m[2];
   uint64_t size, psize, need;
   const lf_meta *cur;
-  int fd, rc;
+  int rc;
 
-  *state = BS_LMDB_FILE_BAD;
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) {
-    *state = BS_LMDB_FILE_MISSING;
-    return BS_OK;
-  }
-  if (fd < 0) return bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
-  if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) goto done;
-  if (!S_ISREG(sb.st_mode)) {
-    rc = bs__fail(err, BS_ECORRUPT, "%s: not a regular file", path);
-    goto done;
-  }
+  if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) return rc;
+  if (!S_ISREG(sb.st_mode)) return bs__fail(err, BS_ECORRUPT, "%s: not a regular file", path);
   size = (uint64_t)sb.st_size;
-  if (size == 0) {
-    *state = BS_LMDB_FILE_EMPTY;
-    rc = bs__fail(err, BS_ECORRUPT, "%s: empty file: not a bucketstore database", path);
-    goto done;
-  }
-  if ((rc = read_meta(fd, path, size, 0, 0, &m[0], err)) != BS_OK) goto done;
+  if (size == 0)
+    return bs__fail(err, BS_ECORRUPT, "%s: empty file: not a bucketstore database", path);
+  if ((rc = read_meta(fd, path, size, 0, 0, &m[0], err)) != BS_OK) return rc;
   psize = m[0].dbs[0].pad;
-  if (psize < LF_MIN_PAGE || psize > LF_MAX_PAGE || (psize & (psize - 1))) {
-    rc = bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB page size %llu", path,
-                  (unsigned long long)psize);
-    goto done;
-  }
-  if (size < 2 * psize) {
-    rc = bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta pages need %llu", path,
-                  (unsigned long long)size, (unsigned long long)(2 * psize));
-    goto done;
-  }
-  if ((rc = read_meta(fd, path, size, 1, psize, &m[1], err)) != BS_OK) goto done;
+  if (psize < LF_MIN_PAGE || psize > LF_MAX_PAGE || (psize & (psize - 1)))
+    return bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB page size %llu", path,
+                    (unsigned long long)psize);
+  if (size < 2 * psize)
+    return bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta pages need %llu", path,
+                    (unsigned long long)size, (unsigned long long)(2 * psize));
+  if ((rc = read_meta(fd, path, size, 1, psize, &m[1], err)) != BS_OK) return rc;
   cur = m[1].txnid > m[0].txnid ? &m[1] : &m[0];
-  if (cur->last_pg < 1 || cur->last_pg >= UINT64_MAX / psize) {
-    rc = bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB meta page claims last page %llu", path,
-                  (unsigned long long)cur->last_pg);
-    goto done;
-  }
+  if (cur->last_pg < 1 || cur->last_pg >= UINT64_MAX / psize)
+    return bs__fail(err, BS_ECORRUPT, "%s: damaged: LMDB meta page claims last page %llu", path,
+                    (unsigned long long)cur->last_pg);
   need = ((uint64_t)cur->last_pg + 1) * psize;
   /* The size that counts is taken after the meta pages were read: another process may commit
    * meanwhile, growing the file, and LMDB writes a commit's pages before its meta page, so a
    * whole file is at least as long as any meta page read before this stat says. (The size from
    * before the reads made bs_open fail as "truncated" beside a writer in another process.) */
-  if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) goto done;
+  if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) return rc;
   size = (uint64_t)sb.st_size;
-  if (size < need) {
-    rc = bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
-                  (unsigned long long)size, (unsigned long long)need);
-    goto done;
-  }
+  if (size < need)
+    return bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
+                    (unsigned long long)size, (unsigned long long)need);
   *state = cur->dbs[1].entries == 0 ? BS_LMDB_FILE_NO_DATA : BS_LMDB_FILE_DATA;
-done:
+  return BS_OK;
+}
+
+int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+  *state = fd < 0 && errno == ENOENT ? BS_LMDB_FILE_MISSING : BS_LMDB_FILE_DATA;
+  if (fd < 0)
+    return errno == ENOENT ? BS_OK : bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
+  rc = check_fd(fd, path, state, err);
   close(fd);
   return rc;
 }

@@ -476,7 +476,6 @@ struct bs__lmdb_db {
   bs_db base;
   MDB_env *env;
   MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
-  char *path;
   pthread_mutex_t grow_mu; /* serialises map growth */
   /* (a1) every txn of this process holds txn_lock shared; map growth (MDB_MAP_FULL, or
    * MDB_MAP_RESIZED from another process) takes it exclusive: LMDB forbids resizing while a
@@ -542,14 +541,12 @@ typedef struct bs__lmdb_reemit_row {
 int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lmdb_reemit_row *rows,
                     size_t n, uint64_t *emitted_out, bs_error *err);
 
-/* lmdb_file.c: checks path before LMDB maps it; *state says what it found. BS_ECORRUPT with the
- * reason (empty, not LMDB, damaged or truncated meta pages), else BS_OK. */
+/* lmdb_file.c: checks path before LMDB maps it; with BS_OK *state says what it found.
+ * BS_ECORRUPT with the reason (empty, not LMDB, damaged or truncated meta pages). */
 enum bs__lmdb_file_state {
-  BS_LMDB_FILE_MISSING, /* BS_OK: no such file */
-  BS_LMDB_FILE_EMPTY,   /* BS_ECORRUPT: zero bytes */
-  BS_LMDB_FILE_NO_DATA, /* BS_OK: LMDB's meta pages, an empty main database */
-  BS_LMDB_FILE_DATA,    /* BS_OK: LMDB with data (whose format record the environment checks) */
-  BS_LMDB_FILE_BAD      /* BS_ECORRUPT: anything else */
+  BS_LMDB_FILE_MISSING, /* no such file */
+  BS_LMDB_FILE_NO_DATA, /* LMDB's meta pages, an empty main database */
+  BS_LMDB_FILE_DATA     /* LMDB with data (whose format record the environment checks) */
 };
 int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err);
 
