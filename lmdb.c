@@ -227,7 +227,12 @@ int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
   return mrc ? bs__lmdb_fail(err, mrc, "writing a bucket state") : BS_OK;
 }
 
-int bs__lmdb_get(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur, const MDB_val *key, MDB_val *val) {
+/* mdb_get in dbi, or (cur not NULL) through *cur, opened on first use and kept by the caller for
+ * a whole unit of work: on a positioned cursor a key near the last one costs a compare or two
+ * where mdb_get descends from the root every time (keys met in order: a snapshot by primary key,
+ * fresh keys past the end, buckets in name order). MDB_SET_RANGE plus an equality test: MDB_SET
+ * would drop the position on a miss. Returns the LMDB status. */
+static int lm_get(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur, const MDB_val *key, MDB_val *val) {
   MDB_val found = *key;
   int mrc;
   if (!cur) return mdb_get(txn, dbi, (MDB_val *)key, val);
@@ -245,7 +250,7 @@ int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, MDB_cursor **cur, uint32_t
   MDB_val key, val;
   int rc, mrc;
   if ((rc = bs__lmdb_bucket_key(k, stream, name, &key, err))) return rc;
-  mrc = bs__lmdb_get(txn, db->buckets, cur, &key, &val);
+  mrc = lm_get(txn, db->buckets, cur, &key, &val);
   if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
   if (mrc) return bs__lmdb_fail(err, mrc, "looking up a bucket");
   return bs__lmdb_bucket_id_decode(&val, id_out, err);
@@ -452,10 +457,7 @@ static int open_env(bs__lmdb_db *db, const char *path, const bs_open_options *op
     return bs__fail_mdb(err, mrc, "configuring the environment");
   mrc = mdb_env_open(db->env, path, db->env_flags, 0644);
   if (mrc) return env_open_error(path, mrc, err);
-  if (mdb_env_info(db->env, &info) == 0)
-    db->map_size = info.me_mapsize;
-  else
-    db->map_size = map;
+  db->map_size = mdb_env_info(db->env, &info) == 0 ? info.me_mapsize : map;
   mdb_reader_check(db->env, &dead); /* clears slots of crashed readers */
   return BS_OK;
 }
@@ -473,61 +475,61 @@ static void lmdb_close(bs_db *base) {
 
 /* ---- Streams --------------------------------------------------------------------------------- */
 
-/* Calls fn for every stream record, in id order, inside txn. */
-static int each_stream(bs__lmdb_db *db, MDB_txn *txn,
-                       int (*fn)(bs__stream_rec *, void *, bs_error *), void *payload,
+/* The record of the stream after *id (0: the first) in txn, in id order, and its id in *id:
+ * 1, or 0 after the last. Each call seeks afresh, so the caller may write records between. */
+static int stream_next(bs__lmdb_db *db, MDB_txn *txn, uint32_t *id, bs__stream_rec *rec,
                        bs_error *err) {
-  MDB_cursor *cur;
   unsigned char k[BS_STREAM_KEY_SIZE];
   MDB_val key = {sizeof k, k}, val;
-  int mrc, rc = BS_OK;
-  bs__lmdb_stream_key(k, 0);
+  MDB_cursor *cur;
+  int mrc;
+  if (*id == UINT32_MAX) return 0;
+  bs__lmdb_stream_key(k, *id + 1);
   if ((mrc = mdb_cursor_open(txn, db->meta, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    bs__stream_rec rec;
-    uint32_t id;
-    if (bs__lmdb_stream_key_decode(&key, &id) != BS_OK) break;
-    if (bs__stream_rec_decode(&val, &rec) != BS_OK) {
-      rc = bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode", id);
-      break;
+  mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+  mdb_cursor_close(cur); /* key and val stay valid: they point into the txn's pages */
+  if (mrc == MDB_NOTFOUND || (mrc == 0 && bs__lmdb_stream_key_decode(&key, id) != BS_OK)) return 0;
+  if (mrc) return bs__lmdb_fail(err, mrc, "scanning streams");
+  if (bs__stream_rec_decode(&val, rec) != BS_OK)
+    return bs__fail(err, BS_ECORRUPT, "stream %u: record does not decode", *id);
+  return 1;
+}
+
+/* Stops every stream but except whose state is in states (a mask of 1 << state); *last (if
+ * not NULL) = the highest stream id, 0 when there is none. */
+static int stop_streams(bs__lmdb_db *db, MDB_txn *txn, uint32_t except, unsigned states,
+                        uint32_t *last, bs_error *err) {
+  bs__stream_rec r;
+  uint32_t id = 0;
+  int rc;
+  while ((rc = stream_next(db, txn, &id, &r, err)) == 1)
+    if (id != except && (states >> r.state & 1)) {
+      r.state = BS_STREAM_STOPPED;
+      if ((rc = bs__stream_rec_put(db, txn, &r, err)) != BS_OK) return rc;
     }
-    if ((rc = fn(&rec, payload, err)) != BS_OK) break;
-  }
-  if (rc == BS_OK && mrc != 0 && mrc != MDB_NOTFOUND)
-    rc = bs__lmdb_fail(err, mrc, "scanning streams");
-  mdb_cursor_close(cur);
+  if (last) *last = id;
   return rc;
 }
 
 typedef struct create_ctx {
   bs__lmdb_db *db;
-  MDB_txn *txn;
   bs_val name;
   bs_hash hash;
-  uint32_t max_id, id;
+  uint32_t id;
 } create_ctx;
-
-static int create_stop_processing(bs__stream_rec *rec, void *payload, bs_error *err) {
-  create_ctx *c = payload;
-  if (rec->id > c->max_id) c->max_id = rec->id;
-  if (rec->state != BS_STREAM_PROCESSING) return BS_OK;
-  rec->state = BS_STREAM_STOPPED;
-  return bs__stream_rec_put(c->db, c->txn, rec, err);
-}
 
 static int create_txn(MDB_txn *txn, void *payload, bs_error *err) {
   create_ctx *c = payload;
   bs__stream_rec rec;
+  uint32_t last;
   int rc;
-  c->txn = txn;
-  c->max_id = 0;
-  /* Writing the record under a cursor scan is safe: each put replaces a value in place. */
-  if ((rc = each_stream(c->db, txn, create_stop_processing, c, err)) != BS_OK) return rc;
-  if (c->max_id == UINT32_MAX) return bs__fail(err, BS_ELIMIT, "stream ids exhausted");
+  /* a stream still being set up stops: the new one replaces it */
+  if ((rc = stop_streams(c->db, txn, 0, 1u << BS_STREAM_PROCESSING, &last, err)) != BS_OK)
+    return rc;
+  if (last == UINT32_MAX) return bs__fail(err, BS_ELIMIT, "stream ids exhausted");
   memset(&rec, 0, sizeof rec);
-  rec.id = c->max_id + 1;
+  rec.id = last + 1;
   rec.state = BS_STREAM_PROCESSING;
   rec.hash = (uint8_t)c->hash;
   rec.next_table_id = 1;
@@ -548,44 +550,20 @@ static int lmdb_stream_create(uint32_t *id_out, bs_db *base, bs_val name,
   return BS_OK;
 }
 
-typedef struct list_ctx {
-  int (*fn)(const bs_stream_info *, void *);
-  void *payload;
-} list_ctx;
-
-static int list_one(bs__stream_rec *rec, void *payload, bs_error *err) {
-  BS_UNUSED(err);
-  list_ctx *c = payload;
-  bs_stream_info info;
-  info.id = rec->id;
-  info.name = rec->name;
-  info.state = (bs_stream_state)rec->state;
-  info.hash = (bs_hash)rec->hash;
-  return c->fn(&info, c->payload);
-}
-
 static int lmdb_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *), void *payload,
                             bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)base;
-  list_ctx c = {fn, payload};
+  bs__stream_rec r;
+  uint32_t id = 0;
   MDB_txn *txn;
   int rc;
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  rc = each_stream(db, txn, list_one, &c, err);
+  while ((rc = stream_next(db, txn, &id, &r, err)) == 1) {
+    bs_stream_info info = {r.id, r.name, (bs_stream_state)r.state, (bs_hash)r.hash};
+    if ((rc = fn(&info, payload)) != BS_OK) break;
+  }
   bs__lmdb_txn_abort(db, txn);
   return rc;
-}
-
-typedef struct pick_ctx {
-  uint32_t served, newest;
-} pick_ctx;
-
-static int pick_one(bs__stream_rec *rec, void *payload, bs_error *err) {
-  BS_UNUSED(err);
-  pick_ctx *c = payload;
-  if (rec->state == BS_STREAM_ACTIVE || rec->state == BS_STREAM_ERRORED) c->served = rec->id;
-  c->newest = rec->id;
-  return BS_OK;
 }
 
 static const bs_storage_vtable lmdb_vtable;
@@ -601,9 +579,10 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   if (id == 0) {
     /* The served stream (ACTIVE, or ERRORED: still served), else the newest one. */
-    pick_ctx c = {0, 0};
-    rc = each_stream(db, txn, pick_one, &c, err);
-    id = c.served ? c.served : c.newest;
+    uint32_t served = 0, newest = 0;
+    while ((rc = stream_next(db, txn, &newest, &rec, err)) == 1)
+      if (rec.state == BS_STREAM_ACTIVE || rec.state == BS_STREAM_ERRORED) served = rec.id;
+    id = served ? served : newest;
     if (rc == BS_OK && id == 0) rc = bs__fail(err, BS_ENOTFOUND, "the database has no stream");
   } else {
     rc = bs__stream_rec_get(db, txn, id, &rec, err);
@@ -712,7 +691,7 @@ typedef struct fctx {
   bs__lmdb_db *db;
   uint32_t stream;
   MDB_txn *txn;
-  /* Lookup cursors of the apply phase (bs__lmdb_get), opened on first use; NULL when closed */
+  /* Lookup cursors of the apply phase (lm_get), opened on first use; NULL when closed */
   MDB_cursor *src, *bst, *bnm; /* source records, bucket states, bucket names */
   bs__stream_rec rec;
   bs__arena ar;
@@ -883,7 +862,7 @@ static int bucket_by_id(fctx *f, uint64_t id, bent **out, bs_error *err) {
       *out = b;
       return BS_OK;
     }
-  mrc = bs__lmdb_get(f->txn, f->db->bstate, &f->bst, &key, &val);
+  mrc = lm_get(f->txn, f->db->bstate, &f->bst, &key, &val);
   if (mrc == MDB_NOTFOUND)
     return bs__fail(err, BS_ECORRUPT, "source record names bucket %llu, which has no state",
                     (unsigned long long)id);
@@ -1099,7 +1078,7 @@ static int rec_load(fctx *f, uint32_t tid, bs_val rid, int read_db, srec **out, 
     }
   if (!(r = srec_new(f, kbuf, key.mv_size))) return oom(err);
   if (read_db) {
-    mrc = bs__lmdb_get(f->txn, f->db->source, &f->src, &key, &val);
+    mrc = lm_get(f->txn, f->db->source, &f->src, &key, &val);
     if (mrc == 0) {
       if ((rc = srec_decode(f, r, &val, err)) != BS_OK) return rc;
     } else if (mrc != MDB_NOTFOUND) {
@@ -1222,7 +1201,7 @@ static int app_open(fctx *f, MDB_dbi dbi, appender *ap, bs_error *err) {
 }
 
 /* MDB_APPEND once key is past the last key, else 0. */
-static unsigned app_flag(appender *ap, const MDB_val *key) {
+static inline unsigned app_flag(appender *ap, const MDB_val *key) {
   bs_val k = {key->mv_data, key->mv_size}, last = {ap->last, ap->nlast};
   if (!ap->app && ap->nlast != SIZE_MAX && (!ap->nlast || bs__val_cmp(k, last) > 0))
     ap->app = MDB_APPEND;
@@ -1540,13 +1519,13 @@ static int lw_flush(bs_writer *base, const bs_write_batch *batch, uint64_t *last
   int rc;
   if ((rc = w_flush(w, batch, err)) != BS_OK) return rc;
   if (batch->n) { /* the flush's txn just committed this head */
-    if (last_op_out) *last_op_out = w->f.rec.op_head;
+    *last_op_out = w->f.rec.op_head;
     return BS_OK;
   }
   /* an empty flush writes nothing, but is refused on a terminated stream like any other */
   if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   if ((rc = bs__stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err)) == BS_OK &&
-      (rc = check_live(&rec, err)) == BS_OK && last_op_out)
+      (rc = check_live(&rec, err)) == BS_OK)
     *last_op_out = rec.op_head;
   bs__lmdb_txn_abort(w->db, txn);
   return rc;
@@ -1569,14 +1548,6 @@ static int collect_user(bs_val user, void *payload) {
   fctx *f = &c->w->f;
   bs_val *slot = vec_push(&f->db->base.alloc, &c->users);
   return slot ? copy_val(&f->ar, slot, user) : BS_ENOMEM;
-}
-
-static int stop_others(bs__stream_rec *rec, void *payload, bs_error *err) {
-  fctx *f = payload;
-  if (rec->id == f->stream) return BS_OK;
-  if (rec->state != BS_STREAM_ACTIVE && rec->state != BS_STREAM_ERRORED) return BS_OK;
-  rec->state = BS_STREAM_STOPPED;
-  return bs__stream_rec_put(f->db, f->txn, rec, err);
 }
 
 /* Deletes the soft-deleted records whose mark is at or below checkpoint (contract.md 4.3). */
@@ -1650,7 +1621,8 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   c->checkpoint = r->checkpoint;
   if (r->state == BS_STREAM_PROCESSING) {
     /* Activation: this stream becomes the served one, atomically with its first checkpoint. */
-    if ((rc = each_stream(f->db, txn, stop_others, f, err)) != BS_OK) return rc;
+    unsigned served = 1u << BS_STREAM_ACTIVE | 1u << BS_STREAM_ERRORED;
+    if ((rc = stop_streams(f->db, txn, f->stream, served, NULL, err)) != BS_OK) return rc;
     r->state = BS_STREAM_ACTIVE;
   }
   rc = bs__lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
@@ -1666,26 +1638,21 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
 static int lw_commit(bs_writer *base, const bs_write_batch *batch, bs_val lsn, int create_empty,
                      bs_commit_result *out, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
-  commit_ctx c;
+  commit_ctx c = {.w = w,
+                  .lsn = lsn.data ? lsn : (bs_val){lm_empty, 0},
+                  .create_empty = create_empty,
+                  .users = {.size = sizeof(bs_val)}};
   int rc;
-  if (!lsn.data) lsn.data = lm_empty;
-  memset(&c, 0, sizeof c);
-  c.w = w;
-  c.lsn = lsn;
-  c.create_empty = create_empty;
-  c.users.size = sizeof(bs_val);
   w->batch = batch;
   rc = bs__lmdb_write(w->db, commit_txn, &c, err);
   w->batch = NULL;
   fctx_reset(&w->f);
   bs__free(&w->db->base.alloc, c.users.p);
   if (rc != BS_OK) return rc;
-  if (out) {
-    out->checkpoint_blocked = c.blocked != BS_BLOCKED_NONE;
-    out->checkpoint_created = c.created;
-    out->checkpoint = c.checkpoint;
-    out->blocked_reason = c.blocked;
-  }
+  out->checkpoint_blocked = c.blocked != BS_BLOCKED_NONE;
+  out->checkpoint_created = c.created;
+  out->checkpoint = c.checkpoint;
+  out->blocked_reason = c.blocked;
   return BS_OK;
 }
 
@@ -1738,10 +1705,11 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
 }
 
 static int lw_lsn(lm_writer *w, bs_val lsn, int snapshot_done, bs_error *err) {
-  state_ctx c = {.db = w->db, .stream = w->st->base.stream_id, .lsn = lsn};
-  c.snapshot_done = snapshot_done;
-  c.resume = !snapshot_done;
-  if (!c.lsn.data) c.lsn.data = lm_empty;
+  state_ctx c = {.db = w->db,
+                 .stream = w->st->base.stream_id,
+                 .snapshot_done = snapshot_done,
+                 .resume = !snapshot_done,
+                 .lsn = lsn.data ? lsn : (bs_val){lm_empty, 0}};
   return bs__lmdb_write(w->db, state_txn, &c, err);
 }
 

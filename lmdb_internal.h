@@ -517,13 +517,8 @@ int bs__stream_rec_get(bs__lmdb_db *db, MDB_txn *txn, uint32_t id, bs__stream_re
 int bs__stream_rec_put(bs__lmdb_db *db, MDB_txn *txn, const bs__stream_rec *rec, bs_error *err);
 int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
                          const bs__bucket_state *s, bs_error *err);
-/* mdb_get in dbi, or (cur not NULL) through *cur, opened on first use and kept by the caller for
- * a whole unit of work: on a positioned cursor a key near the last one costs a compare or two
- * where mdb_get descends from the root every time (keys met in order: a snapshot by primary key,
- * fresh keys past the end, buckets in name order). MDB_SET_RANGE plus an equality test: MDB_SET
- * would drop the position on a miss. Returns the LMDB status. */
-int bs__lmdb_get(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur, const MDB_val *key, MDB_val *val);
-/* bucket name -> id within stream (bs__lmdb_get: cur may be NULL); BS_ENOTFOUND when unknown,
+/* bucket name -> id within stream; cur (may be NULL) a cursor on buckets the caller keeps for a
+ * whole unit of work (lmdb.c lm_get); BS_ENOTFOUND when unknown,
  * quietly (err is not written: readers treat an unknown bucket as empty) */
 int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, MDB_cursor **cur, uint32_t stream,
                        bs_val name, uint64_t *id_out, bs_error *err);
