@@ -28,6 +28,11 @@ static int sup_note(bs__effects *e, uint64_t bucket, uint64_t old_op, uint64_t n
   return e->ops->superseded ? e->ops->superseded(e->ctx, bucket, old_op, new_op, err) : BS_OK;
 }
 
+static int param_note(bs__effects *e, bs_val key, bs_val rid, const bs_val *params, size_t n,
+                      bs_error *err) {
+  return e->ops->param ? e->ops->param(e->ctx, key, rid, params, n, err) : BS_OK;
+}
+
 /* A REMOVE of membership m of the row whose subkey is sk; m's last op is superseded by it. */
 static int remove_member(bs__effects *e, const bs__member *m, const char *sk, bs_error *err) {
   uint64_t id;
@@ -44,7 +49,7 @@ int bs__effects_unlink(bs__effects *e, uint32_t table_id, bs_val rid, const bs__
   for (uint32_t i = 0; i < r->nm; i++)
     if ((rc = remove_member(e, &r->m[i], sk, err)) != BS_OK) return rc;
   for (uint32_t i = 0; i < r->nl; i++)
-    if ((rc = e->ops->param(e->ctx, r->lk[i], rid, NULL, 0, err)) != BS_OK) return rc;
+    if ((rc = param_note(e, r->lk[i], rid, NULL, 0, err)) != BS_OK) return rc;
   return BS_OK;
 }
 
@@ -97,8 +102,7 @@ static int put_after(bs__effects *e, uint32_t table_id, const bs_save *s, bs_val
   for (size_t i = 0; i < s->n_lookups; i++) { /* step 3 */
     const bs_lookup *l = &s->lookups[i];
     uint32_t j;
-    if ((rc = e->ops->param(e->ctx, l->key, after, l->params, l->n_params, err)) != BS_OK)
-      return rc;
+    if ((rc = param_note(e, l->key, after, l->params, l->n_params, err)) != BS_OK) return rc;
     for (j = 0; j < nl; j++)
       if (bs__val_eq(e->lk[j], l->key)) break;
     if (j == nl) e->lk[nl++] = l->key;
@@ -107,8 +111,7 @@ static int put_after(bs__effects *e, uint32_t table_id, const bs_save *s, bs_val
     uint32_t i;
     for (i = 0; i < nl; i++)
       if (bs__val_eq(e->lk[i], prev->lk[j])) break;
-    if (i == nl && (rc = e->ops->param(e->ctx, prev->lk[j], after, NULL, 0, err)) != BS_OK)
-      return rc;
+    if (i == nl && (rc = param_note(e, prev->lk[j], after, NULL, 0, err)) != BS_OK) return rc;
   }
   rec.exists = 1; /* step 4 */
   rec.m = e->m;
@@ -242,16 +245,6 @@ static int sh_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   *op_id = ++((shadow *)ctx)->head;
   return BS_OK;
 }
-static int sh_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n_params,
-                    bs_error *err) {
-  BS_UNUSED(ctx);
-  BS_UNUSED(key);
-  BS_UNUSED(rid);
-  BS_UNUSED(params);
-  BS_UNUSED(n_params);
-  BS_UNUSED(err);
-  return BS_OK;
-}
 static int sh_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   shadow_row *r;
   int rc;
@@ -267,12 +260,8 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
                            int (*stored)(void *ctx, bs_val rid, const bs__srec **out,
                                          bs_error *err),
                            void *ctx, bs__srec *out, bs_error *err) {
-  static const bs__effects_ops ops = {.load = sh_load,
-                                      .bucket = sh_bucket,
-                                      .op = sh_op,
-                                      .param = sh_param,
-                                      .store = sh_store,
-                                      .op_head = sh_head};
+  static const bs__effects_ops ops = {
+      .load = sh_load, .bucket = sh_bucket, .op = sh_op, .store = sh_store, .op_head = sh_head};
   const bs__srec *r = NULL;
   shadow s;
   bs__effects e;

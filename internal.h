@@ -458,7 +458,7 @@ typedef struct bs__effects_ops {
    * contract.md 6). NULL: the backend keeps no such log. */
   int (*superseded)(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op, bs_error *err);
   /* Appends a parameter entry of (table, rid) for key with the next op id; n_params 0 (params
-   * NULL): a tombstone. */
+   * NULL): a tombstone. NULL: the backend keeps no parameter entries (source_row's shadow). */
   int (*param)(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n_params,
                bs_error *err);
   /* Makes rec the record of rid (rec->exists 0: deletes it). rec's arrays are valid during the

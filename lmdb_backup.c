@@ -133,8 +133,8 @@ int bs__lmdb_export(bs_db *base, uint32_t stream, int (*fn)(const bs_record *, v
 
 typedef struct entry {
   MDB_dbi dbi;
-  int format;                              /* meta "format" */
-  size_t key, key_size, value, value_size; /* offsets into the arena */
+  int format;                       /* meta "format" */
+  size_t key, key_size, value_size; /* the key at offset key of the arena, the value after it */
 } entry;
 
 typedef struct target {
@@ -230,7 +230,8 @@ static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)t->handle;
   for (size_t i = 0; i < t->n; i++) {
     const entry *e = &t->e[i];
-    MDB_val k = {e->key_size, t->arena + e->key}, v = {e->value_size, t->arena + e->value}, cur;
+    MDB_val k = {e->key_size, t->arena + e->key}, cur;
+    MDB_val v = {e->value_size, t->arena + e->key + e->key_size};
     int mrc;
     if (e->format) {
       /* the new file has its own format record: the records must be of the same format */
@@ -291,28 +292,23 @@ static int target_put(target *t, const bs_record *r, bs_error *err) {
   e->format = format;
   e->key = t->used;
   e->key_size = r->key.size;
-  memcpy(t->arena + t->used, r->key.data, r->key.size);
-  t->used += r->key.size;
-  e->value = t->used;
   e->value_size = r->value.size;
-  if (r->value.size) memcpy(t->arena + t->used, r->value.data, r->value.size);
-  t->used += r->value.size;
+  memcpy(t->arena + t->used, r->key.data, r->key.size);
+  if (r->value.size) memcpy(t->arena + t->used + r->key.size, r->value.data, r->value.size);
+  t->used += need;
   return BS_OK;
 }
 
-typedef struct first_problem {
-  char text[200];
-} first_problem;
-
+#define FIRST_PROBLEM 200 /* bytes of the first problem a failed copy quotes */
 static void note_problem(const char *problem, void *payload) {
-  first_problem *p = payload;
-  if (!p->text[0]) snprintf(p->text, sizeof p->text, "%s", problem);
+  char *first = payload;
+  if (!first[0]) snprintf(first, FIRST_PROBLEM, "%s", problem);
 }
 
 /* Opens the finished copy read-only and verifies it: 0 problems or BS_ECORRUPT. */
 static int verify_copy(target *t, bs_error *err) {
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
-  first_problem p = {""};
+  char first[FIRST_PROBLEM] = "";
   uint64_t problems = 0;
   bs_db *copy;
   int rc;
@@ -320,11 +316,11 @@ static int verify_copy(target *t, bs_error *err) {
   oo.checksum_cache_entries = (size_t)-1;
   oo.allocator = t->a;
   if ((rc = bs__lmdb_open(&copy, t->file, &oo, err))) return rc;
-  rc = bs__lmdb_verify(copy, note_problem, &p, &problems, err);
+  rc = bs__lmdb_verify(copy, note_problem, first, &problems, err);
   db_close(copy);
   if (rc == BS_OK && problems)
     rc = bs__fail(err, BS_ECORRUPT, "the copy has %llu problem%s (first: %s); nothing was written",
-                  (unsigned long long)problems, problems == 1 ? "" : "s", p.text);
+                  (unsigned long long)problems, problems == 1 ? "" : "s", first);
   return rc;
 }
 

@@ -29,14 +29,13 @@ const char *bs_version(int *major, int *minor, int *patch) {
 #define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
 
 static int check_open_options(const bs_open_options *opts, bs_error *err) {
+  unsigned unknown = opts ? opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY) : 0;
   const bs_allocator *a;
   int rc;
   if (!opts) return BS_OK;
   if ((rc = bs__check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err)))
     return rc;
-  if (opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY))
-    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
-                    opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY));
+  if (unknown) return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x", unknown);
   return bs__allocator_resolve(opts->allocator, &a, err);
 }
 
@@ -166,6 +165,11 @@ static int check_sized_at(bs_val v, size_t min, size_t max, const char *array, s
 
 static int check_lsn(bs_val lsn, bs_error *err) {
   return CHECK_SIZED(lsn, 0, BS_MAX_LSN, "lsn", err);
+}
+
+#define BS_MAX_EVENT_NAME 255u /* a custom write checkpoint's event (storage.h) */
+static int check_event(bs_val event, bs_error *err) {
+  return check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit", err);
 }
 
 static int check_row(const bs_row *r, size_t i, bs_error *err) {
@@ -567,8 +571,6 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
   return w->vt->source_row(w, &b, table, replica_id, fn, payload, err);
 }
 
-#define BS_MAX_EVENT_NAME 255u
-
 /* requested_at_ms < 0: persistent (no requested_at) */
 static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint, bs_val event,
                                    int64_t requested_at_ms, bs_error *err) {
@@ -576,8 +578,7 @@ static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkp
   if ((rc = check_writer(w, err))) return rc;
   if ((rc = CHECK_SIZED(user_id, 0, BS_MAX_USER_ID, "user_id", err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
-  if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
-    return rc;
+  if ((rc = check_event(event, err))) return rc;
   /* queued with the saves, flushed in the same transaction after them */
   if (bs__queue_wcp(&w->front->q, front_alloc(w->st), user_id, checkpoint, event,
                     requested_at_ms) != BS_OK)
@@ -881,8 +882,7 @@ int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, 
   if ((rc = check_storage(st, NULL, err))) return rc;
   if (mode != BS_WCP_MANAGED && mode != BS_WCP_CUSTOM)
     return bs__fail(err, BS_EINVAL, "mode: unknown write checkpoint mode %d", (int)mode);
-  if ((rc = check_sized(event, 0, BS_MAX_EVENT_NAME, "event", "the event name limit (255)", err)))
-    return rc;
+  if ((rc = check_event(event, err))) return rc;
   if ((rc = VT_CHECK(st, set_write_checkpoint_mode, err))) return rc;
   return st->vt->set_write_checkpoint_mode(st, mode, event, err);
 }
