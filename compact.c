@@ -1,10 +1,12 @@
 /*
  * compact.c: the compaction planner (contract.md section 6), one for every backend. Option
- * defaults, the horizon, bucket selection, the bounded set of row identities seen by a reverse
+ * defaults (initial replication's too), the horizon, the op budget, bucket selection, initial
+ * replication's refusal, the progress cancel, the bounded set of row identities seen by a reverse
  * scan, and every decision about an op: which PUT/REMOVE becomes a MOVE and its target, what
  * folds into a CLEAR and what the CLEAR carries, what initial replication deletes, when
- * defragmentation re-emits, which parameter entries go. Backends (lmdb_compact.c, mem.c) walk
- * their storage in their own order and transactions and apply; everything here is pure logic.
+ * defragmentation re-emits, which parameter entries go. Backends (lmdb_compact.c, mem.c,
+ * pg_compact.c) walk their storage in their own order and transactions and apply; everything here
+ * is pure logic.
  */
 #include "internal.h"
 
@@ -40,15 +42,43 @@ int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_option
   return BS_OK;
 }
 
-/* Ops written since the last compaction, and their share of the bucket (the reference
- * service's estimate_since_compact / compacted_state figures). */
-int bs__compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
-                           uint64_t compacted_op, uint64_t min_changes, double min_ratio) {
-  uint64_t since;
-  if (last_op <= compacted_op) return 0; /* nothing new since the last compaction */
-  since = count > compacted_count ? count - compacted_count : 0;
-  if (since < min_changes || count == 0) return 0;
-  return (double)since / (double)count >= min_ratio;
+void bs__compact_initial_options(bs_compact_options *o, uint64_t max_op_id,
+                                 uint64_t min_bucket_changes) {
+  bs__compact_options_resolve(o, NULL, NULL); /* the defaults: cannot fail */
+  o->max_op_id = max_op_id;
+  o->min_bucket_changes = min_bucket_changes;
+  o->min_change_ratio = 0.0; /* the snapshot's buckets: any share of new ops */
+}
+
+int bs__compact_initial_check(uint32_t stream, int has_checkpoint, uint64_t checkpoint,
+                              bs_error *err) {
+  if (!has_checkpoint) return BS_OK;
+  return bs__fail(err, BS_ESTATE,
+                  "stream %u has a checkpoint (%llu): initial-replication compaction only runs "
+                  "before the first one",
+                  stream, (unsigned long long)checkpoint);
+}
+
+int bs__compact_progress(const bs_compact_options *o, const bs_compact_stats *so_far,
+                         bs_error *err) {
+  if (o->progress && o->progress(so_far, o->progress_payload))
+    return bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+  return BS_OK;
+}
+
+/* The growth of the count since the last full or initial compaction (the reference service's
+ * estimate_since_compact / compacted_state figures); nothing when no op came since. */
+uint64_t bs__compact_changes(uint64_t count, uint64_t compacted_count, uint64_t last_op,
+                             uint64_t compacted_op) {
+  if (last_op <= compacted_op || count <= compacted_count) return 0;
+  return count - compacted_count;
+}
+
+int bs__compact_bucket_due(const bs_compact_options *o, uint64_t count, uint64_t compacted_count,
+                           uint64_t last_op, uint64_t compacted_op) {
+  uint64_t since = bs__compact_changes(count, compacted_count, last_op, compacted_op);
+  if (since < o->min_bucket_changes || since == 0) return 0;
+  return (double)since / (double)count >= o->min_change_ratio;
 }
 
 /* ---- The seen-set ----------------------------------------------------------------------------
@@ -188,18 +218,6 @@ uint64_t bs__compact_horizon(const bs_compact_options *o, uint64_t checkpoint, u
   return h < op_head ? h : op_head;
 }
 
-int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out) {
-  uint64_t latest;
-  if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
-  /* latest == op_id: the scan met this op again (a retried transaction); it is the row's
-   * latest, not superseded. */
-  if (bs__seen_visit(s, op, &latest) && latest > op->op_id) {
-    *target_out = latest;
-    return 1;
-  }
-  return 0;
-}
-
 int bs__compact_superseded(const bs__seen_set *s, const bs_op *op, uint64_t *target_out) {
   uint64_t latest;
   if (op->type != BS_OP_PUT && op->type != BS_OP_REMOVE) return 0;
@@ -209,10 +227,13 @@ int bs__compact_superseded(const bs__seen_set *s, const bs_op *op, uint64_t *tar
 }
 
 int bs__compact_scan_op(bs__compact_scan *p, bs__seen_set *s, const bs_op *op) {
-  uint64_t target;
+  uint64_t latest;
   p->run++;
   if (op->type == BS_OP_CLEAR) return 0; /* a CLEAR has nothing before it */
-  if (bs__compact_plan_move(s, op, &target)) {
+  if (op->type == BS_OP_MOVE) return 1;  /* residue: in the run, nothing to record */
+  /* latest == op_id: the scan met this op again (a retried transaction); it is the row's
+   * latest, not superseded. */
+  if (bs__seen_visit(s, op, &latest) && latest > op->op_id) {
     if (op->op_id > p->max_moved) p->max_moved = op->op_id;
   } else if (op->type == BS_OP_PUT) {
     p->run = 0; /* a surviving PUT: the leading run starts below it */

@@ -511,9 +511,29 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
 /* Copies in (NULL = defaults) into out with every default applied; BS_EINVAL names a bad field. */
 int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
                                 bs_error *err);
-/* 1 when a bucket with these bucket-state figures is due for full compaction. */
-int bs__compact_bucket_due(uint64_t count, uint64_t compacted_count, uint64_t last_op,
-                           uint64_t compacted_op, uint64_t min_changes, double min_ratio);
+/* Initial-replication compaction's options: the defaults, max_op_id, and every bucket with
+ * min_bucket_changes (> 0) ops since its last compaction due, whatever their share (ratio 0). */
+void bs__compact_initial_options(bs_compact_options *o, uint64_t max_op_id,
+                                 uint64_t min_bucket_changes);
+/* Initial replication deletes ops only while the stream has no checkpoint, also none at op 0
+ * (contract.md 6): BS_ESTATE once has_checkpoint. Checked in every transaction that deletes, since
+ * a writer may commit the first checkpoint between two of them. */
+int bs__compact_initial_check(uint32_t stream, int has_checkpoint, uint64_t checkpoint,
+                              bs_error *err);
+/* After each committed transaction: BS_ECANCELED when o's progress callback asks to stop. */
+int bs__compact_progress(const bs_compact_options *o, const bs_compact_stats *so_far,
+                         bs_error *err);
+/* The incremental op budget of a call (UINT64_MAX: unbounded, also in full compaction). */
+static inline uint64_t bs__compact_budget(const bs_compact_options *o) {
+  return o->incremental_only && o->op_budget ? o->op_budget : UINT64_MAX;
+}
+/* Ops a bucket gained since its last full or initial compaction (bs_bucket_info.changes), from
+ * its bucket-state figures; and 1 when they make it due for o (min_bucket_changes of them, at
+ * least min_change_ratio of its count). */
+uint64_t bs__compact_changes(uint64_t count, uint64_t compacted_count, uint64_t last_op,
+                             uint64_t compacted_op);
+int bs__compact_bucket_due(const bs_compact_options *o, uint64_t count, uint64_t compacted_count,
+                           uint64_t last_op, uint64_t compacted_op);
 /* Row identities (object_type, object_id, subkey) -> op id, bounded by limit bytes. */
 typedef struct bs__seen_set {
   const bs_allocator *alloc;
@@ -532,21 +552,22 @@ int bs__seen_find(const bs__seen_set *s, const bs_op *op, uint64_t *latest); /* 
  * transactions and asks these what each op becomes; it re-decides nothing.
  * The horizon: full, max_op_id if set, else the checkpoint; incremental, the newest checkpoint at
  * least min_age_ms old (aged; the checkpoint itself when min_age_ms is 0), lowered to max_op_id;
- * never above op_head (nothing above the last persisted op exists yet). 0: nothing to do. */
+ * never above op_head (nothing above the last persisted op exists yet). 0: nothing to do.
+ * Initial replication (the whole stream is the snapshot, before any checkpoint): checkpoint =
+ * op_head, so max_op_id if set, else the last op. */
 uint64_t bs__compact_horizon(const bs_compact_options *o, uint64_t checkpoint, uint64_t aged,
                              uint64_t op_head);
-/* Full compaction, reverse scan (op ids descending from the horizon) with the seen-set: 1 when op
- * (PUT/REMOVE) is superseded by a later op of its row, which becomes its MOVE target. */
-int bs__compact_plan_move(bs__seen_set *s, const bs_op *op, uint64_t *target_out);
-/* The same decision for a pass after the scan (the seen-set is only read). */
-int bs__compact_superseded(const bs__seen_set *s, const bs_op *op, uint64_t *target_out);
-/* What the reverse scan learns: run = ops below the lowest surviving PUT (the leading run),
- * max_moved = the highest op id found superseded (0: none). */
+/* Full compaction, reverse scan (op ids descending from the horizon) with the seen-set: what it
+ * learns is run = ops below the lowest surviving PUT (the leading run), max_moved = the highest op
+ * id found superseded (0: none). */
 typedef struct bs__compact_scan {
   uint64_t run, max_moved;
 } bs__compact_scan;
 /* Feeds op to the scan; 0 when the scan is complete (a CLEAR has nothing before it). */
 int bs__compact_scan_op(bs__compact_scan *p, bs__seen_set *s, const bs_op *op);
+/* After the scan (the seen-set is only read): 1 when op (PUT/REMOVE) is superseded by a later op
+ * of its row, which becomes its MOVE target. */
+int bs__compact_superseded(const bs__seen_set *s, const bs_op *op, uint64_t *target_out);
 #define BS_CLEAR_MIN_RUN 2u /* a leading run folds into a CLEAR only from 2 ops */
 /* Incremental: a logged entry (old op -> nw) is due once nw is at or below the horizon; then the
  * old op, while still a PUT or REMOVE below nw, becomes a MOVE to nw (its target: a reader at

@@ -172,13 +172,6 @@ static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, uint
   return bs__bucket_state_put(c->db, txn, id, &b.s, c->err);
 }
 
-static void stats_merge(cctx *c, const bdelta *d) {
-  c->stats->ops_moved += d->moved;
-  c->stats->ops_cleared += d->cleared;
-  c->stats->ops_removed += d->removed;
-  c->stats->bytes_after = (uint64_t)((int64_t)c->stats->bytes_after + d->bytes);
-}
-
 /* ---- Transactions --------------------------------------------------------------------------- */
 
 typedef int (*step_fn)(cctx *c, MDB_txn *txn, void *arg);
@@ -210,12 +203,6 @@ static int run_write(cctx *c, step_fn fn, void *arg, size_t arg_size) {
 }
 #define RUN(c, fn, a) run_write((c), (fn), (a), sizeof *(a))
 
-static int progress(cctx *c) {
-  if (c->o.progress && c->o.progress(c->stats, c->o.progress_payload))
-    return bs__fail(c->err, BS_ECANCELED, "compaction cancelled by the progress callback");
-  return BS_OK;
-}
-
 /* ---- Stream record -------------------------------------------------------------------------- */
 
 typedef struct rec_raise {
@@ -237,9 +224,7 @@ static int rec_raise_step(cctx *c, MDB_txn *txn, void *arg) {
 }
 
 /* The stream record in txn, or (txn NULL) in a snapshot of its own, after which only its integers
- * are valid. initial: BS_ESTATE once the stream has a checkpoint, also one at op 0 (contract.md
- * 6): initial replication deletes ops only while none exists, checked in every transaction, since
- * a writer may commit the first checkpoint between two of them. */
+ * are valid. initial: bs__compact_initial_check on it. */
 static int read_rec(cctx *c, MDB_txn *txn, int initial, bs__stream_rec *out) {
   MDB_txn *own = NULL;
   int rc = txn ? BS_OK : bs__lmdb_txn_begin(c->db, MDB_RDONLY, &own, c->err);
@@ -250,11 +235,8 @@ static int read_rec(cctx *c, MDB_txn *txn, int initial, bs__stream_rec *out) {
     out->no_checkpoint_before.data = out->last_error.data = NULL;
     bs__lmdb_txn_abort(c->db, own);
   }
-  if (rc == BS_OK && initial && out->has_checkpoint_lsn)
-    rc = bs__fail(c->err, BS_ESTATE,
-                  "stream %u has a checkpoint (%llu): initial-replication compaction only runs "
-                  "before the first one",
-                  c->stream, (unsigned long long)out->checkpoint);
+  if (rc == BS_OK && initial)
+    rc = bs__compact_initial_check(c->stream, out->has_checkpoint_lsn, out->checkpoint, c->err);
   return rc;
 }
 
@@ -441,7 +423,7 @@ static int defragment(cctx *c, uint64_t horizon) {
     reemit_arg r = {s.rows, s.n_rows, 0};
     while (!rc && r.i < r.n) {
       rc = RUN(c, reemit_step, &r);
-      if (!rc) rc = progress(c);
+      if (!rc) rc = bs__compact_progress(&c->o, c->stats, c->err);
     }
   }
   bs__free(a, s.live);
@@ -573,7 +555,10 @@ static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdel
   int rc;
   if (!d->changed && !d->mark) return BS_OK;
   if ((rc = state_apply(c, txn, bucket, d, w->horizon))) return rc;
-  stats_merge(c, d);
+  c->stats->ops_moved += d->moved;
+  c->stats->ops_cleared += d->cleared;
+  c->stats->ops_removed += d->removed;
+  c->stats->bytes_after = (uint64_t)((int64_t)c->stats->bytes_after + d->bytes);
   if (d->changed) w->j.changed = 1;
   c->changes++; /* the bucket state */
   return BS_OK;
@@ -1001,7 +986,7 @@ static int run_jobs(cctx *c, work *w, const uint64_t *ids, size_t n) {
   memset(&w->j, 0, sizeof w->j);
   while (!rc && w->i < w->n) {
     rc = run_write(c, work_step, w, sizeof *w);
-    if (!rc) rc = progress(c);
+    if (!rc) rc = bs__compact_progress(&c->o, c->stats, c->err);
   }
   w->ids = NULL; /* the caller's array (often on its stack): not kept past this call */
   return rc;
@@ -1013,19 +998,31 @@ static int run_jobs(cctx *c, work *w, const uint64_t *ids, size_t n) {
 typedef struct bucket_iter {
   unsigned char key[BS_BUCKET_KEY_MAX];
   size_t key_size; /* resume after this key; 4 = from the start */
+  size_t named;    /* opts->buckets: the next one to look up */
+  uint64_t from;   /* incremental: the next queued bucket id */
   int done;
 } bucket_iter;
 
 #define BUCKET_BATCH 256
 
-/* Collects up to BUCKET_BATCH ids of buckets due for compaction. */
-static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, size_t *n) {
+/* Collects up to BUCKET_BATCH ids of the buckets named (opts->buckets), else of those due. */
+static int bucket_batch(cctx *c, bucket_iter *it, uint64_t *ids, size_t *n) {
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
   int rc, mrc;
   *n = 0;
   if ((rc = read_begin(c, c->db->buckets, &txn, &cur))) return rc;
+  while (c->o.buckets && it->named < c->o.n_buckets && *n < BUCKET_BATCH && !rc) {
+    rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, c->o.buckets[it->named++], &ids[*n],
+                            c->err);
+    if (rc == BS_OK) ++*n;
+    if (rc == BS_ENOTFOUND) rc = BS_OK; /* an unknown bucket has nothing to compact */
+  }
+  if (c->o.buckets) {
+    it->done = it->named == c->o.n_buckets;
+    return read_end(c, txn, cur, rc);
+  }
   mrc = seek_ge(cur, it->key, it->key_size, &k, &v);
   if (mrc == 0 && it->key_size > 4 && k.mv_size == it->key_size &&
       memcmp(k.mv_data, it->key, k.mv_size) == 0)
@@ -1044,45 +1041,14 @@ static int bucket_batch(cctx *c, bucket_iter *it, int initial, uint64_t *ids, si
     memcpy(it->key, k.mv_data, k.mv_size);
     it->key_size = k.mv_size;
     if ((rc = state_load(c, txn, id, &b))) goto out;
-    if (bs__compact_bucket_due(b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op,
-                               c->o.min_bucket_changes, initial ? 0.0 : c->o.min_change_ratio))
+    if (bs__compact_bucket_due(&c->o, b.s.count, b.s.compacted_count, b.s.last_op,
+                               b.s.compacted_op))
       ids[(*n)++] = id;
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
   it->done = 1;
 out:
   return read_end(c, txn, cur, rc);
-}
-
-/* Runs mode over the selected buckets (opts->buckets, else those due), a batch at a time. */
-static int compact_buckets(cctx *c, work *w, int initial) {
-  uint64_t ids[BUCKET_BATCH];
-  size_t n = 0, i;
-  int rc;
-  if (c->o.buckets && !initial) {
-    for (i = 0; i < c->o.n_buckets; i++) {
-      MDB_txn *txn;
-      uint64_t id = 0;
-      if ((rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err))) return rc;
-      rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, c->o.buckets[i], &id, c->err);
-      bs__lmdb_txn_abort(c->db, txn);
-      if (rc == BS_ENOTFOUND) continue; /* an unknown bucket has nothing to compact */
-      if (rc) return rc;
-      ids[n++] = id;
-      if (n == BUCKET_BATCH || i + 1 == c->o.n_buckets) {
-        if ((rc = run_jobs(c, w, ids, n))) return rc;
-        n = 0;
-      }
-    }
-    return n ? run_jobs(c, w, ids, n) : BS_OK;
-  }
-  bucket_iter it = {.key_size = 4};
-  bs__put_u32be(it.key, c->stream);
-  while (!it.done) {
-    if ((rc = bucket_batch(c, &it, initial, ids, &n))) return rc;
-    if (n && (rc = run_jobs(c, w, ids, n))) return rc;
-  }
-  return BS_OK;
 }
 
 /* ---- Incremental compaction ----------------------------------------------------------------- */
@@ -1115,8 +1081,8 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
   return read_end(c, txn, cur, rc);
 }
 
-/* Up to BUCKET_BATCH queued bucket ids from *from on; *from becomes the id after the last. */
-static int queue_batch(cctx *c, uint64_t *from, uint64_t *ids, size_t *n) {
+/* Up to BUCKET_BATCH queued bucket ids from it->from on, which becomes the id after the last. */
+static int queue_batch(cctx *c, bucket_iter *it, uint64_t *ids, size_t *n) {
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
@@ -1124,7 +1090,7 @@ static int queue_batch(cctx *c, uint64_t *from, uint64_t *ids, size_t *n) {
   int rc, mrc;
   *n = 0;
   if ((rc = read_begin(c, c->db->cqueue, &txn, &cur))) return rc;
-  bs__lmdb_cqueue_key(kb, c->stream, *from);
+  bs__lmdb_cqueue_key(kb, c->stream, it->from);
   for (mrc = seek_ge(cur, kb, sizeof kb, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     uint32_t stream;
@@ -1135,20 +1101,26 @@ static int queue_batch(cctx *c, uint64_t *from, uint64_t *ids, size_t *n) {
       break;
     }
     ids[(*n)++] = id;
-    *from = id + 1; /* bucket ids come from a sequence: never UINT64_MAX */
+    it->from = id + 1; /* bucket ids come from a sequence: never UINT64_MAX */
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
+  it->done = *n < BUCKET_BATCH;
   return read_end(c, txn, cur, rc);
 }
 
-static int compact_incremental(cctx *c, work *w) {
-  uint64_t ids[BUCKET_BATCH], from = 0;
-  size_t n;
+/* Runs the work's mode over its buckets (incremental: the queue, else bucket_batch's), a batch at
+ * a time, while the op budget lasts. */
+static int compact_buckets(cctx *c, work *w) {
+  uint64_t ids[BUCKET_BATCH];
+  size_t n = 0;
   int rc;
-  do {
-    if ((rc = queue_batch(c, &from, ids, &n))) return rc;
+  bucket_iter it = {.key_size = 4};
+  bs__put_u32be(it.key, c->stream);
+  while (!it.done && w->budget) {
+    if ((rc = w->mode == W_INC ? queue_batch(c, &it, ids, &n) : bucket_batch(c, &it, ids, &n)))
+      return rc;
     if (n && (rc = run_jobs(c, w, ids, n))) return rc;
-  } while (n == BUCKET_BATCH && w->budget);
+  }
   return BS_OK;
 }
 
@@ -1256,7 +1228,7 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
     }
     while (!a.done && !rc) {
       rc = RUN(c, param_step, &a);
-      if (!rc) rc = progress(c);
+      if (!rc) rc = bs__compact_progress(&c->o, c->stats, c->err);
     }
     if (rc) return rc;
   }
@@ -1314,8 +1286,8 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
   memset(&w, 0, sizeof w);
   w.mode = c.o.incremental_only ? W_INC : W_FULL;
   w.horizon = horizon;
-  w.budget = c.o.incremental_only && c.o.op_budget ? c.o.op_budget : UINT64_MAX;
-  if (!rc) rc = w.mode == W_INC ? compact_incremental(&c, &w) : compact_buckets(&c, &w, 0);
+  w.budget = bs__compact_budget(&c.o);
+  if (!rc) rc = compact_buckets(&c, &w);
   if (!rc) rc = defragment(&c, horizon);
   if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
   return cctx_free(&c, rc);
@@ -1333,15 +1305,14 @@ int bs__lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
   work w;
   int rc;
   BS_ASSERT(max_op_id < (1ull << 63) && min_bucket_changes > 0); /* checked by the front */
-  bs__compact_options_resolve(&o, NULL, NULL);                   /* the defaults: cannot fail */
-  o.min_bucket_changes = min_bucket_changes;
+  bs__compact_initial_options(&o, max_op_id, min_bucket_changes);
   cctx_init(&c, st, &o, &stats, err);
   memset(&w, 0, sizeof w);
   if ((rc = read_rec(&c, NULL, 1, &rec))) return cctx_free(&c, rc);
   w.mode = W_INITIAL;
-  w.horizon = max_op_id && max_op_id < rec.op_head ? max_op_id : rec.op_head;
-  w.budget = UINT64_MAX;
-  if (w.horizon) rc = compact_buckets(&c, &w, 1);
+  w.horizon = bs__compact_horizon(&o, rec.op_head, 0, rec.op_head);
+  w.budget = bs__compact_budget(&o);
+  if (w.horizon) rc = compact_buckets(&c, &w);
   if (buckets_out) *buckets_out = w.processed;
   return cctx_free(&c, rc);
 }

@@ -448,10 +448,7 @@ int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
     info.last_op = s.last_op;
     info.bytes = s.bytes;
     info.generation = s.generation;
-    /* what bs__compact_bucket_due weighs: growth since the last full compaction */
-    info.changes = s.last_op <= s.compacted_op   ? 0
-                   : s.count > s.compacted_count ? s.count - s.compacted_count
-                                                 : 0;
+    info.changes = bs__compact_changes(s.count, s.compacted_count, s.last_op, s.compacted_op);
     if ((rc = fn(&info, payload)) != 0) goto done; /* the caller's value, unchanged */
   }
   rc = mrc == MDB_NOTFOUND || mrc == 0 ? BS_OK : bs__fail_mdb(err, mrc, "walking buckets");

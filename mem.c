@@ -777,18 +777,11 @@ static const bs_writer_vtable mem_writer_vt = {
  * seen-set, in the same order and with the same memory bound) and applies. Each bucket's new op
  * array is built first; the bucket changes only when everything is allocated. */
 
-/* The number of ops of b at or below h (ops ascend by id). */
-static size_t ops_upto(const mem_bucket *b, uint64_t h) {
-  size_t top = b->n;
-  while (top > 0 && b->ops[top - 1].id > h) top--;
-  return top;
-}
-
 #define DROP UINT64_MAX /* a plan's target: the op is deleted (initial replication) */
 
 /* Applies a plan to b (target: b->n entries, each op's MOVE target, DROP or 0 = kept): with fold,
  * the leading run at or below h becomes one CLEAR first. Counts into stats. In place (the CLEAR
- * replaces two ops or more), so nothing can fail. */
+ * replaces two ops or more), so nothing can fail. A dropped CLEAR takes the torn span with it. */
 static void apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
                        const uint64_t *target, int fold, bs_compact_stats *stats) {
   bs__clear_acc clear;
@@ -817,6 +810,7 @@ static void apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint
       b->ops[nn++] = b->ops[k];
       continue;
     }
+    if (target[k] == DROP && b->ops[k].type == BS_OP_CLEAR) b->clear_start = b->clear_op = 0;
     op_free(a, &b->ops[k]);
     if (k + 1 == run) { /* the run's last op: the CLEAR takes its place and id */
       mem_op c = {.id = clear.last_op,
@@ -847,33 +841,40 @@ static void apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint
   stats->ops_removed += drop;
 }
 
-/* Full compaction of one bucket at horizon h: the reverse scan, then the fold and the MOVEs. */
-static int compact_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
-                          bs__seen_set *seen, bs_compact_stats *stats) {
-  bs__compact_scan scan = {0, 0};
-  size_t top = ops_upto(b, h);
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
-  if (!target) return BS_ENOMEM;
-  bs__seen_clear(seen);
-  for (size_t k = top; k-- > 0;) {
-    bs_op op = op_view(&b->ops[k]);
-    if (!bs__compact_scan_op(&scan, seen, &op)) break;
-  }
-  for (size_t k = 0; scan.max_moved && k < top; k++) {
-    bs_op op = op_view(&b->ops[k]);
-    bs__compact_superseded(seen, &op, &target[k]);
-  }
-  apply_plan(a, s, b, h, target, scan.run >= BS_CLEAR_MIN_RUN, stats);
-  bs__free(a, target);
-  return BS_OK;
-}
-
 /* Removes the log entries of b before end that are due at h. */
 static void log_consume(mem_bucket *b, size_t end, uint64_t h) {
   size_t k = 0;
   for (size_t i = 0; i < b->nsups; i++)
     if (i >= end || !bs__compact_entry_due(b->sups[i].new_op, h)) b->sups[k++] = b->sups[i];
   b->nsups = k;
+}
+
+/* Full or initial-replication compaction of one bucket at horizon h: the reverse scan, then (full)
+ * the fold and the MOVEs, or (initial) the deletions bs__compact_initial_drop says (no residue,
+ * contract.md 6, as LMDB) and the log entries at h go with the old ops they name (FORGET). */
+static int scan_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h, int initial,
+                       bs__seen_set *seen, bs_compact_stats *stats) {
+  bs__compact_scan scan = {0, 0};
+  size_t top = b->n;
+  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
+  if (!target) return BS_ENOMEM;
+  while (top > 0 && b->ops[top - 1].id > h) top--; /* the ops at or below h (they ascend by id) */
+  bs__seen_clear(seen);
+  for (size_t k = top; k-- > 0;) {
+    bs_op op = op_view(&b->ops[k]);
+    if (initial)
+      target[k] = bs__compact_initial_drop(seen, &op) ? DROP : 0;
+    else if (!bs__compact_scan_op(&scan, seen, &op))
+      break;
+  }
+  for (size_t k = 0; scan.max_moved && k < top; k++) {
+    bs_op op = op_view(&b->ops[k]);
+    bs__compact_superseded(seen, &op, &target[k]);
+  }
+  apply_plan(a, s, b, h, target, scan.run >= BS_CLEAR_MIN_RUN, stats);
+  if (initial) log_consume(b, b->nsups, h);
+  bs__free(a, target);
+  return BS_OK;
 }
 
 /* Incremental compaction of bucket bi at h: its logged entries due at h (in old op order,
@@ -902,18 +903,6 @@ static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, u
   *budget = left;
   bs__free(a, target);
   return BS_OK;
-}
-
-/* Selection by the bucket-state figures of bs__compact_bucket_due (as LMDB's bucket state). */
-static int bucket_due(const mem_bucket *b, uint64_t min_changes, double min_ratio) {
-  return bs__compact_bucket_due(b->n, b->compacted_count, last_op_of(b), b->compacted_op,
-                                min_changes, min_ratio);
-}
-
-/* Records a full or initial-replication compaction of b at horizon h. */
-static void bucket_mark(mem_bucket *b, uint64_t h) {
-  b->compacted_count = b->n;
-  b->compacted_op = h < last_op_of(b) ? h : last_op_of(b);
 }
 
 /* The newest checkpoint made at or before cutoff_ms. */
@@ -970,16 +959,12 @@ static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact
   if (!list) return BS_ENOMEM;
   for (size_t i = 0; i < s->nbuckets; i++) {
     mem_bucket *b = s->buckets[i];
-    int take = 0;
-    /* (the front resolved the options: the thresholds are set) */
-    if (o->incremental_only) { /* the queue: buckets with logged entries */
-      take = b->nsups > 0;
-    } else if (o->buckets) {
-      take = val_in(o->buckets, o->n_buckets, b->name);
-    } else {
-      take = bucket_due(b, o->min_bucket_changes, o->min_change_ratio);
-    }
-    if (take) list[n++] = i;
+    /* incremental: the queue (buckets with logged entries); else the named, or those due */
+    if (o->incremental_only ? b->nsups > 0
+        : o->buckets
+            ? val_in(o->buckets, o->n_buckets, b->name)
+            : bs__compact_bucket_due(o, b->n, b->compacted_count, last_op_of(b), b->compacted_op))
+      list[n++] = i;
   }
   *out = list;
   *n_out = n;
@@ -1056,46 +1041,53 @@ static int defragment(mem_tx *tx, const size_t *ids, size_t n, uint64_t h, doubl
   return rc;
 }
 
-static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *out,
-                       bs_error *err) {
+/* Every kind of compaction (initial: initial replication, with bs__compact_initial_options), a
+ * bucket per lock; *processed: the buckets compacted. */
+static int compact_run(bs_storage *st, const bs_compact_options *o, int initial,
+                       bs_compact_stats *out, uint64_t *processed, bs_error *err) {
   mem_storage *ms = MS(st);
   mem_db *db = ms->db;
   mem_stream *s = ms->s;
   const bs_allocator *a = ALLOC(db);
+  const char *what = initial ? "compact_initial_replication" : "compact";
   bs_compact_stats stats;
   bs__seen_set seen;
   size_t *ids = NULL, nids = 0, done = 0;
-  uint64_t h, budget = o->incremental_only && o->op_budget ? o->op_budget : UINT64_MAX;
+  uint64_t h, budget = bs__compact_budget(o);
   int rc = BS_OK;
   memset(&stats, 0, sizeof stats);
+  *processed = 0;
   bs__seen_init(&seen, a, o->memory_limit_mb * 1024u * 1024u);
   lock(db);
   if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
     stats.checkpoint_requests_deleted =
         bs__mem_delete_requests_before(db, s, o->delete_checkpoint_requests_before_ms);
-  h = bs__compact_horizon(o, s->m.checkpoint, aged_checkpoint(s, bs__now_ms() - o->min_age_ms),
-                          s->m.op_head);
+  h = bs__compact_horizon(o, initial ? s->m.op_head : s->m.checkpoint,
+                          aged_checkpoint(s, bs__now_ms() - o->min_age_ms), s->m.op_head);
+  if (initial) rc = bs__compact_initial_check(s->id, s->m.cp_lsn.has, s->m.checkpoint, err);
   /* horizon 0 (no checkpoint): nothing to compact, no bucket marked (as LMDB) */
-  rc = h ? select_buckets(a, s, o, &ids, &nids) : BS_OK;
+  if (!rc && h && select_buckets(a, s, o, &ids, &nids)) rc = enomem(err, what);
   unlock(db);
-  if (rc) return enomem(err, "compact");
   /* bucket indexes stay valid: buckets are only appended, a clear takes the lock per bucket */
   for (; done < nids && !rc && budget; done++) {
     lock(db);
-    if (ids[done] < s->nbuckets) { /* else the stream was cleared meanwhile */
+    /* initial replication: a writer may have committed the first checkpoint meanwhile */
+    if (initial) rc = bs__compact_initial_check(s->id, s->m.cp_lsn.has, s->m.checkpoint, err);
+    if (!rc && ids[done] < s->nbuckets) { /* else the stream was cleared meanwhile */
       mem_bucket *b = s->buckets[ids[done]];
       stats.bytes_before += bucket_bytes(b);
-      if (o->incremental_only)
+      if (o->incremental_only) {
         rc = incremental_bucket(a, s, ids[done], h, &budget, &stats);
-      else if (!(rc = compact_bucket(a, s, b, h, &seen, &stats)))
-        bucket_mark(b, h); /* a full compaction's mark, for selection */
+      } else if (!(rc = scan_bucket(a, s, b, h, initial, &seen, &stats))) {
+        b->compacted_count = b->n; /* the mark, for selection */
+        b->compacted_op = h < last_op_of(b) ? h : last_op_of(b);
+      }
       stats.bytes_after += bucket_bytes(b);
+      if (rc) rc = enomem(err, what);
+      ++*processed;
     }
     unlock(db);
-    if (rc)
-      rc = enomem(err, "compact");
-    else if (o->progress && o->progress(&stats, o->progress_payload))
-      rc = bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+    if (!rc) rc = bs__compact_progress(o, &stats, err);
   }
   bs__seen_free(&seen);
   if (!rc && o->defragment_ratio > 0) {
@@ -1117,55 +1109,18 @@ static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_s
   return rc;
 }
 
-/* Initial-replication compaction of bucket bi: the reverse scan deletes what
- * bs__compact_initial_drop says (no residue, contract.md 6, as LMDB); its log entries at h go. */
-static int initial_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint64_t h,
-                          bs__seen_set *seen) {
-  mem_bucket *b = s->buckets[bi];
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
-  bs_compact_stats stats = {0}; /* not reported */
-  int cleared = 0;
-  if (!target) return BS_ENOMEM;
-  bs__seen_clear(seen);
-  for (size_t k = ops_upto(b, h); k-- > 0;) {
-    bs_op op = op_view(&b->ops[k]);
-    if (bs__compact_initial_drop(seen, &op)) {
-      target[k] = DROP;
-      cleared |= op.type == BS_OP_CLEAR;
-    }
-  }
-  apply_plan(a, s, b, h, target, 0, &stats);
-  if (cleared) b->clear_start = b->clear_op = 0; /* the leading CLEAR went: no torn span */
-  log_consume(b, b->nsups, h);                   /* FORGET: their old ops are gone */
-  bucket_mark(b, h);
-  bs__free(a, target);
-  return BS_OK;
+static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *out,
+                       bs_error *err) {
+  uint64_t processed = 0;
+  return compact_run(st, o, 0, out, &processed, err);
 }
 
 static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_changes,
                                uint64_t *buckets_out, bs_error *err) {
-  mem_storage *ms = MS(st);
-  mem_stream *s = ms->s;
-  const bs_allocator *a = ALLOC(ms->db);
-  bs__seen_set seen;
-  uint64_t h, done = 0;
-  int rc = BS_OK;
-  bs__seen_init(&seen, a, (size_t)BS_COMPACT_MEMORY_MB * 1024u * 1024u);
-  lock(ms->db);
-  if (s->m.cp_lsn.has)
-    rc = bs__fail(err, BS_ESTATE, "stream %u already has a checkpoint", (unsigned)s->id);
-  h = max_op_id && max_op_id < s->m.op_head ? max_op_id : s->m.op_head;
-  for (size_t i = 0; !rc && h && i < s->nbuckets; i++) {
-    if (!bucket_due(s->buckets[i], min_changes, 0.0)) continue; /* as LMDB: ratio 0 */
-    if (initial_bucket(a, s, i, h, &seen))
-      rc = enomem(err, "compact_initial_replication");
-    else
-      done++;
-  }
-  unlock(ms->db);
-  bs__seen_free(&seen);
-  if (!rc) *buckets_out = done;
-  return rc;
+  bs_compact_options o;
+  bs_compact_stats stats;
+  bs__compact_initial_options(&o, max_op_id, min_changes);
+  return compact_run(st, &o, 1, &stats, buckets_out, err);
 }
 
 /* ---- Lifecycle ------------------------------------------------------------------------------- */

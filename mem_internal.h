@@ -294,12 +294,6 @@ static inline uint64_t last_op_of(const mem_bucket *b) {
   return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
 }
 
-/* The ops the selection weighs (bs_bucket_info.changes, as LMDB). */
-static inline uint64_t changes_since(const mem_bucket *b) {
-  if (last_op_of(b) <= b->compacted_op || b->n <= b->compacted_count) return 0;
-  return b->n - b->compacted_count;
-}
-
 static inline bs_val arena_put(unsigned char **p, bs_val v) {
   bs_val r = {NULL, 0};
   if (!v.size) return r;

@@ -302,7 +302,7 @@ int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
     in->last_op = last_op_of(b);
     in->bytes = bucket_bytes(b);
     in->generation = b->generation;
-    in->changes = changes_since(b);
+    in->changes = bs__compact_changes(b->n, b->compacted_count, last_op_of(b), b->compacted_op);
     k++;
   }
   unlock(ms->db);

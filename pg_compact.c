@@ -66,12 +66,6 @@ static int run(cctx *c, const char *sql, const bs__pg_args *a, const char *what)
   return bs__pg_run(c->c, sql, a, what, c->err);
 }
 
-static int progress(cctx *c) {
-  if (c->o.progress && c->o.progress(c->stats, c->o.progress_payload))
-    return bs__fail(c->err, BS_ECANCELED, "compaction cancelled by the progress callback");
-  return BS_OK;
-}
-
 static int begin(cctx *c) {
   return bs__pg_begin(c->c, 0, c->err);
 }
@@ -83,7 +77,7 @@ static int commit(cctx *c, int rc) {
     bs__pg_rollback(c->c);
     return rc;
   }
-  return progress(c);
+  return bs__compact_progress(&c->o, c->stats, c->err);
 }
 
 /* An op as the planner sees it, from a result row of OP_COLS (borrowed from r). */
@@ -500,7 +494,7 @@ static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budg
 static int still_initial(cctx *c) {
   bs__pg_args a = {0};
   PGresult *r;
-  int rc, cp;
+  int rc;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
   /* FOR SHARE: a commit (FOR UPDATE of the row) waits for this transaction */
   rc = exec(c,
@@ -508,12 +502,8 @@ static int still_initial(cctx *c) {
             " FOR SHARE",
             &a, &r, "compact: stream");
   if (rc) return rc;
-  cp = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
-  if (cp)
-    rc = bs__fail(c->err, BS_ESTATE,
-                  "stream %u has a checkpoint (%" PRIu64 "): initial-replication compaction only"
-                  " runs before the first one",
-                  c->stream, (uint64_t)bs__pg_i64(r, 0, 1));
+  rc = bs__compact_initial_check(c->stream, PQntuples(r) == 1 && bs__pg_bool(r, 0, 0),
+                                 PQntuples(r) == 1 ? (uint64_t)bs__pg_i64(r, 0, 1) : 0, c->err);
   PQclear(r);
   return rc;
 }
@@ -581,13 +571,7 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
 /* ---- Buckets --------------------------------------------------------------------------------- */
 
 static int defrag_note(cctx *c, uint64_t bucket) {
-  if (c->n_dids == c->cap_dids) {
-    size_t cap = c->cap_dids ? c->cap_dids * 2 : 64;
-    uint64_t *p = bs__realloc(c->a, c->dids, cap * sizeof *p);
-    if (!p) return nomem(c);
-    c->dids = p;
-    c->cap_dids = cap;
-  }
+  if (BS_GROW(c->a, c->dids, c->cap_dids, c->n_dids + 1)) return nomem(c);
   c->dids[c->n_dids++] = bucket;
   return BS_OK;
 }
@@ -621,7 +605,7 @@ static int compact_buckets(cctx *c, int mode, uint64_t horizon, uint64_t *proces
   bs_val after = {"", 0};
   uint64_t budget = UINT64_MAX;
   int rc = BS_OK, more = 1;
-  if (mode == W_FULL && c->o.buckets) {
+  if (c->o.buckets) {
     for (size_t i = 0; i < c->o.n_buckets && !rc; i++) {
       bs__pg_args a = {0};
       PGresult *r;
@@ -655,10 +639,9 @@ static int compact_buckets(cctx *c, int mode, uint64_t horizon, uint64_t *proces
     more = rows == BUCKET_BATCH;
     for (int i = 0; i < rows; i++) {
       bs_val name = bs__pg_bytes(r, i, 5);
-      if (bs__compact_bucket_due((uint64_t)bs__pg_i64(r, i, 1), (uint64_t)bs__pg_i64(r, i, 2),
-                                 (uint64_t)bs__pg_i64(r, i, 3), (uint64_t)bs__pg_i64(r, i, 4),
-                                 c->o.min_bucket_changes,
-                                 mode == W_INITIAL ? 0.0 : c->o.min_change_ratio))
+      if (bs__compact_bucket_due(&c->o, (uint64_t)bs__pg_i64(r, i, 1),
+                                 (uint64_t)bs__pg_i64(r, i, 2), (uint64_t)bs__pg_i64(r, i, 3),
+                                 (uint64_t)bs__pg_i64(r, i, 4)))
         ids[n++] = (uint64_t)bs__pg_i64(r, i, 0);
       if (i + 1 == rows && name.size <= sizeof last) {
         memcpy(last, name.data, name.size);
@@ -676,7 +659,7 @@ static int compact_buckets(cctx *c, int mode, uint64_t horizon, uint64_t *proces
 /* Incremental: the buckets with logged entries, in id order (a loose index scan of
  * bs_superseded), a batch at a time, while the op budget lasts. */
 static int compact_incremental(cctx *c, uint64_t horizon) {
-  uint64_t after = 0, budget = c->o.op_budget ? c->o.op_budget : UINT64_MAX, processed = 0;
+  uint64_t after = 0, budget = bs__compact_budget(&c->o), processed = 0;
   int rc = BS_OK, more = 1;
   while (more && !rc && budget) {
     bs__pg_args a = {0};
@@ -903,17 +886,16 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
 
 int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
                    bs_error *err) {
-  bs_compact_stats local;
   cctx c;
   srec s;
   uint64_t horizon, aged = 0, processed = 0;
   int rc;
+  /* the front resolved opts (every default applied) and zeroed stats (docs/backends.md) */
+  BS_ASSERT(opts && opts->version && opts->max_ops_per_txn >= 2 && opts->memory_limit_mb && stats);
   memset(&c, 0, sizeof c);
   memset(&s, 0, sizeof s);
-  if (!stats) stats = &local;
-  memset(stats, 0, sizeof *stats);
   c.stats = stats;
-  if ((rc = bs__compact_options_resolve(&c.o, opts, err))) return rc;
+  c.o = *opts;
   if (c.o.delete_checkpoint_requests_before_ms > 0 &&
       (rc = bs__pg_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
                                                      &stats->checkpoint_requests_deleted, err)))
@@ -945,16 +927,11 @@ int bs__pg_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
   memset(&stats, 0, sizeof stats);
   memset(&s, 0, sizeof s);
   c.stats = &stats;
-  if (buckets_out) *buckets_out = 0;
-  if ((rc = bs__compact_options_resolve(&c.o, NULL, err))) return rc;
-  c.o.min_bucket_changes = min_bucket_changes ? min_bucket_changes : 1;
+  BS_ASSERT(min_bucket_changes > 0); /* the front's default */
+  bs__compact_initial_options(&c.o, max_op_id, min_bucket_changes);
   rc = cctx_open(&c, st, err, &s);
-  if (!rc && s.has_checkpoint) /* a checkpoint exists, also one at op 0 (contract.md 6) */
-    rc = bs__fail(err, BS_ESTATE,
-                  "stream %u has a checkpoint (%" PRIu64 "): initial-replication compaction only"
-                  " runs before the first one",
-                  c.stream, s.checkpoint);
-  horizon = max_op_id && max_op_id < s.op_head ? max_op_id : s.op_head;
+  if (!rc) rc = bs__compact_initial_check(c.stream, s.has_checkpoint, s.checkpoint, err);
+  horizon = bs__compact_horizon(&c.o, s.op_head, 0, s.op_head);
   if (!rc && horizon) {
     bs__seen_init(&c.seen, c.a, c.o.memory_limit_mb * 1024u * 1024u);
     rc = compact_buckets(&c, W_INITIAL, horizon, &processed);

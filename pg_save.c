@@ -1495,8 +1495,7 @@ int bs__pg_defragment(const bs_compact_options *o, PGconn *c, bs_storage *st, ui
       break;
     }
     stats->ops_reemitted += emitted;
-    if (o->progress && o->progress(stats, o->progress_payload))
-      rc = bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
+    rc = bs__compact_progress(o, stats, err);
   }
   bs__free(al, s.live);
   bs__free(al, s.bytes);

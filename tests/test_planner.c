@@ -58,6 +58,101 @@ static void test_horizon(void **state) {
   assert_int_equal(bs__compact_horizon(&o, 10, 7, 3), 3);
 }
 
+/* Initial replication's options and horizon: the defaults, ratio 0, max_op_id above and below
+ * the last op, 0 = the last op, and the largest max_op_id the front lets through. */
+static void test_initial_plan(void **state) {
+  bs_compact_options o, d;
+  const uint64_t top = (1ull << 63) - 1;
+  bs_error err = {0};
+  (void)state;
+  bs__compact_options_resolve(&d, NULL, NULL);
+  bs__compact_initial_options(&o, 0, 1);
+  assert_int_equal(o.min_bucket_changes, 1);
+  assert_true(o.min_change_ratio == 0.0);
+  assert_false(o.incremental_only);
+  assert_null(o.buckets);
+  assert_int_equal(o.memory_limit_mb, d.memory_limit_mb);
+  assert_int_equal(o.max_ops_per_txn, d.max_ops_per_txn);
+  assert_int_equal(bs__compact_horizon(&o, 20, 0, 20), 20); /* 0: the last op */
+  assert_int_equal(bs__compact_horizon(&o, 0, 0, 0), 0);    /* nothing written */
+  bs__compact_initial_options(&o, 1, 5);
+  assert_int_equal(o.min_bucket_changes, 5);
+  assert_int_equal(bs__compact_horizon(&o, 20, 0, 20), 1);
+  bs__compact_initial_options(&o, 15, 1);
+  assert_int_equal(bs__compact_horizon(&o, 20, 0, 20), 15); /* below the last op */
+  bs__compact_initial_options(&o, 25, 1);
+  assert_int_equal(bs__compact_horizon(&o, 20, 0, 20), 20); /* above it: capped */
+  bs__compact_initial_options(&o, top, 1);
+  assert_int_equal(bs__compact_horizon(&o, top, 0, top), top);
+  assert_int_equal(bs__compact_horizon(&o, 3, 0, 3), 3);
+  /* refused once a checkpoint exists, one at op 0 too; the message names stream and checkpoint */
+  assert_int_equal(bs__compact_initial_check(7, 0, 0, &err), BS_OK);
+  assert_int_equal(bs__compact_initial_check(7, 1, 0, &err), BS_ESTATE);
+  assert_string_equal(err.msg, "stream 7 has a checkpoint (0): initial-replication compaction "
+                               "only runs before the first one");
+  assert_int_equal(bs__compact_initial_check(UINT32_MAX, 1, top, &err), BS_ESTATE);
+  assert_non_null(strstr(err.msg, "stream 4294967295 has a checkpoint (9223372036854775807)"));
+}
+
+/* Selection: the growth of the count since the last compaction, nothing when no op came since;
+ * due from min_bucket_changes of it and min_change_ratio of the count (0 and 1.0 included). */
+static void test_selection(void **state) {
+  const uint64_t top = (1ull << 63) - 1;
+  bs_compact_options o;
+  (void)state;
+  assert_int_equal(bs__compact_changes(0, 0, 0, 0), 0);
+  assert_int_equal(bs__compact_changes(1, 0, 1, 0), 1);
+  assert_int_equal(bs__compact_changes(10, 4, 12, 8), 6);
+  assert_int_equal(bs__compact_changes(10, 4, 8, 8), 0); /* no op since the last compaction */
+  assert_int_equal(bs__compact_changes(3, 4, 12, 8), 0); /* the count fell (a fold) */
+  assert_int_equal(bs__compact_changes(top, 0, top, top - 1), top);
+  assert_int_equal(bs__compact_changes(top, top, top, 0), 0);
+  bs__compact_options_resolve(&o, NULL, NULL);
+  o.min_bucket_changes = 1;
+  o.min_change_ratio = 0.0;
+  assert_false(bs__compact_bucket_due(&o, 0, 0, 0, 0)); /* an empty bucket */
+  assert_true(bs__compact_bucket_due(&o, 1, 0, 1, 0));
+  assert_true(bs__compact_bucket_due(&o, top, top - 1, top, 0)); /* 1 of 2^63-1, ratio 0 */
+  assert_false(bs__compact_bucket_due(&o, top, top, top, 0));
+  o.min_bucket_changes = 2;
+  assert_false(bs__compact_bucket_due(&o, 1, 0, 1, 0));
+  assert_true(bs__compact_bucket_due(&o, 2, 0, 2, 0));
+  o.min_change_ratio = 1.0; /* every op of the bucket new */
+  assert_true(bs__compact_bucket_due(&o, 2, 0, 2, 0));
+  assert_false(bs__compact_bucket_due(&o, 3, 1, 3, 0));
+  o.min_change_ratio = 0.5; /* inclusive */
+  assert_true(bs__compact_bucket_due(&o, 4, 2, 5, 1));
+  assert_false(bs__compact_bucket_due(&o, 5, 3, 5, 1));
+  assert_false(bs__compact_bucket_due(&o, 4, 0, 5, 5)); /* marked at its last op */
+}
+
+static int stop_at(const bs_compact_stats *so_far, void *payload) {
+  return so_far->ops_moved >= *(const uint64_t *)payload;
+}
+
+/* The op budget (incremental only, 0 = unbounded) and the progress callback's cancel. */
+static void test_budget_progress(void **state) {
+  bs_compact_options o;
+  bs_compact_stats st = {0};
+  bs_error err = {0};
+  uint64_t limit = 1;
+  (void)state;
+  bs__compact_options_resolve(&o, NULL, NULL);
+  o.op_budget = 5;
+  assert_true(bs__compact_budget(&o) == UINT64_MAX); /* full compaction has no budget */
+  o.incremental_only = 1;
+  assert_int_equal(bs__compact_budget(&o), 5);
+  o.op_budget = 0;
+  assert_true(bs__compact_budget(&o) == UINT64_MAX);
+  assert_int_equal(bs__compact_progress(&o, &st, &err), BS_OK); /* no callback */
+  o.progress = stop_at;
+  o.progress_payload = &limit;
+  assert_int_equal(bs__compact_progress(&o, &st, &err), BS_OK);
+  st.ops_moved = 1;
+  assert_int_equal(bs__compact_progress(&o, &st, &err), BS_ECANCELED);
+  assert_string_equal(err.msg, "compaction cancelled by the progress callback");
+}
+
 /* Runs the reverse scan over ops[0..n) (ascending) and the forward fold; fills target[] (0 = kept)
  * and returns the run length folded (0: none). */
 static size_t plan(bs__seen_set *s, const bs_op *ops, size_t n, uint64_t *target,
@@ -127,15 +222,22 @@ static void test_move_and_clear(void **state) {
 static void test_rescan(void **state) {
   bs_op a = mk(7, BS_OP_PUT, "r", 0, 0), b = mk(3, BS_OP_PUT, "r", 0, 0);
   bs_op mv = mk(5, BS_OP_MOVE, NULL, 0, 7);
+  bs__compact_scan scan = {0, 0};
   uint64_t t = 0;
   bs__seen_set s;
   (void)state;
   bs__seen_init(&s, &bs__default_allocator, 1u << 20);
-  assert_false(bs__compact_plan_move(&s, &a, &t));
-  assert_false(bs__compact_plan_move(&s, &a, &t));
-  assert_true(bs__compact_plan_move(&s, &b, &t));
+  assert_true(bs__compact_scan_op(&scan, &s, &a));
+  assert_true(bs__compact_scan_op(&scan, &s, &a));
+  assert_int_equal(scan.max_moved, 0); /* met again: still the row's latest */
+  assert_int_equal(scan.run, 0);       /* a surviving PUT */
+  assert_true(bs__compact_scan_op(&scan, &s, &mv));
+  assert_true(bs__compact_scan_op(&scan, &s, &b));
+  assert_int_equal(scan.max_moved, 3);
+  assert_int_equal(scan.run, 2); /* the MOVE and the superseded PUT */
+  assert_true(bs__compact_superseded(&s, &b, &t));
   assert_int_equal(t, 7);
-  assert_false(bs__compact_plan_move(&s, &mv, &t)); /* only PUT/REMOVE move */
+  assert_false(bs__compact_superseded(&s, &mv, &t)); /* only PUT/REMOVE move */
   assert_false(bs__compact_superseded(&s, &a, &t));
   bs__seen_free(&s);
 }
@@ -231,13 +333,11 @@ static void test_identities(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_horizon),
-      cmocka_unit_test(test_move_and_clear),
-      cmocka_unit_test(test_rescan),
-      cmocka_unit_test(test_initial),
-      cmocka_unit_test(test_incremental_entries),
-      cmocka_unit_test(test_defrag_and_params),
-      cmocka_unit_test(test_identities),
+      cmocka_unit_test(test_horizon),           cmocka_unit_test(test_initial_plan),
+      cmocka_unit_test(test_selection),         cmocka_unit_test(test_budget_progress),
+      cmocka_unit_test(test_move_and_clear),    cmocka_unit_test(test_rescan),
+      cmocka_unit_test(test_initial),           cmocka_unit_test(test_incremental_entries),
+      cmocka_unit_test(test_defrag_and_params), cmocka_unit_test(test_identities),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
