@@ -716,9 +716,8 @@ typedef struct fctx {
 
 typedef struct lm_writer {
   bs_writer base;
-  bs__lmdb_storage *st;
   bs__lmdb_db *db;
-  const bs_write_batch *batch; /* the front's queue, during a flush, commit or source_row */
+  const bs_write_batch *batch; /* the front's queue, during a flush or commit */
   fctx f;
 } lm_writer;
 
@@ -743,8 +742,7 @@ static void fctx_reset(fctx *f) {
   bs__htab_clear(&f->lookups);
   f->bents.n = f->dirty.n = f->pars.n = f->sups.n = f->lkeys.n = 0;
   f->first_op = 0;
-  f->seq_loaded = f->seq_dirty = 0;
-  f->emitted = 0;
+  f->seq_loaded = f->seq_dirty = f->emitted = 0;
   f->last_b = NULL;
   f->last_rec = NULL;
   f->last_sk = NULL;
@@ -1524,7 +1522,7 @@ static int lw_flush(bs_writer *base, const bs_write_batch *batch, uint64_t *last
   }
   /* an empty flush writes nothing, but is refused on a terminated stream like any other */
   if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  if ((rc = bs__stream_rec_get(w->db, txn, w->st->base.stream_id, &rec, err)) == BS_OK &&
+  if ((rc = bs__stream_rec_get(w->db, txn, w->f.stream, &rec, err)) == BS_OK &&
       (rc = check_live(&rec, err)) == BS_OK)
     *last_op_out = rec.op_head;
   bs__lmdb_txn_abort(w->db, txn);
@@ -1706,7 +1704,7 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
 
 static int lw_lsn(lm_writer *w, bs_val lsn, int snapshot_done, bs_error *err) {
   state_ctx c = {.db = w->db,
-                 .stream = w->st->base.stream_id,
+                 .stream = w->f.stream,
                  .snapshot_done = snapshot_done,
                  .resume = !snapshot_done,
                  .lsn = lsn.data ? lsn : (bs_val){lm_empty, 0}};
@@ -1723,29 +1721,17 @@ static int lw_resume_lsn(bs_writer *base, bs_val lsn, bs_error *err) {
 
 /* ---- source_row: stored data, seeing the queue ------------------------------------------------- */
 
-typedef struct stored_ctx {
-  fctx *f;
-  uint32_t tid;
-  int has_table;
-} stored_ctx;
-
-/* A row's stored record for effects.c's source_row (in the flush context's read txn). */
+/* A row's stored record for effects.c's source_row (in the flush context's read txn, of table
+ * f->tid; 0: the table is unknown, so is the row). */
 static int lw_stored(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
-  stored_ctx *c = ctx;
-  srec *r;
-  int rc;
+  fctx *f = ctx;
   *out = NULL;
-  if (!c->has_table) return BS_OK;
-  if ((rc = rec_load(c->f, c->tid, rid.data ? rid : (bs_val){lm_empty, 0}, 1, &r, err)) != BS_OK)
-    return rc;
-  *out = &r->r;
-  return BS_OK;
+  return f->tid ? fx_load(f, rid.data ? rid : (bs_val){lm_empty, 0}, out, err) : BS_OK;
 }
 
 static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val table, bs_val rid,
                          int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
-  stored_ctx c = {&w->f, 0, 0};
   bs__srec now;
   MDB_txn *txn;
   int rc;
@@ -1754,13 +1740,12 @@ static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val ta
   if ((rc = bs__lmdb_txn_begin(w->db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
   fctx_reset(&w->f);
   w->f.txn = txn;
-  rc = table_id(&w->f, table, 0, &c.tid, err);
-  c.has_table = rc == BS_OK;
-  if (rc == BS_ENOTFOUND) rc = BS_OK;
+  w->f.tid = 0;
+  if ((rc = table_id(&w->f, table, 0, &w->f.tid, err)) == BS_ENOTFOUND) rc = BS_OK;
   /* the queue as the flush would apply it (effects.c), over the stored records */
   if (rc == BS_OK)
     rc = bs__effects_source_row(&w->db->base.alloc, w->f.fx.snapshot, batch, table, rid, lw_stored,
-                                &c, &now, err);
+                                &w->f, &now, err);
   f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
   if (rc == BS_OK)
     rc = now.exists && !now.soft
@@ -1888,7 +1873,6 @@ static int lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_wri
     return bs__fail(err, BS_ENOMEM, "cannot allocate the writer");
   w->base.vt = &lmdb_writer_vt;
   w->base.st = base;
-  w->st = st;
   w->db = db;
   fctx_init(&w->f, db, base->stream_id, o->snapshot != 0);
   *out = &w->base;
