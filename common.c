@@ -88,11 +88,6 @@ int bs__allocator_resolve(const bs_allocator *a, const bs_allocator **out, bs_er
   return BS_OK;
 }
 
-const bs_allocator *bs__open_allocator(const bs_open_options *opts) {
-  if (opts && opts->allocator && opts->allocator->malloc_fn) return opts->allocator;
-  return &bs__default_allocator;
-}
-
 void *bs__malloc(const bs_allocator *a, size_t n) {
   return a->malloc_fn(a->opaque, n ? n : 1);
 }
@@ -192,7 +187,7 @@ void bs__arena_free(bs__arena *ar) {
 #define HTAB_MIN_CAP 16u
 
 /* Inserts without a check for room: the table is at most half full, so a free entry exists. */
-static void htab_insert(bs__htab *t, uint64_t hash, uintptr_t value) {
+void bs__htab_put(bs__htab *t, uint64_t hash, uintptr_t value) {
   size_t m = t->cap - 1, i = (size_t)hash & m;
   while (t->e[i].value) i = (i + 1) & m;
   t->e[i].hash = hash;
@@ -209,19 +204,15 @@ int bs__htab_reserve(bs__htab *t, const bs_allocator *a, size_t need) {
   }
   if (!(nt.e = bs__calloc(a, nt.cap, sizeof *nt.e))) return BS_ENOMEM;
   for (size_t i = 0; i < t->cap; i++)
-    if (t->e[i].value) htab_insert(&nt, t->e[i].hash, t->e[i].value);
+    if (t->e[i].value) bs__htab_put(&nt, t->e[i].hash, t->e[i].value);
   bs__free(a, t->e);
   *t = nt;
   return BS_OK;
 }
 
-void bs__htab_put(bs__htab *t, uint64_t hash, uintptr_t value) {
-  htab_insert(t, hash, value);
-}
-
 int bs__htab_add(bs__htab *t, const bs_allocator *a, uint64_t hash, uintptr_t value) {
   if ((t->n + 1) * 2 > t->cap && bs__htab_reserve(t, a, t->n + 1)) return BS_ENOMEM;
-  htab_insert(t, hash, value);
+  bs__htab_put(t, hash, value);
   return BS_OK;
 }
 

@@ -291,6 +291,7 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
     if (q && bs__val_eq(q->table, table)) rc = bs__effects_save(&e, 0, q, err);
   }
   if (rc == BS_OK) rc = sh_load(&s, rid, &r, err);
+  if (rc == BS_OK) rc = r->exists && !r->soft ? BS_OK : bs__source_row_missing(table, err);
   if (rc == BS_OK) *out = *r;
   bs__effects_free(&e);
   bs__free(a, s.rows);

@@ -74,9 +74,6 @@ extern const bs_allocator bs__default_allocator;
 /* The one allocator rule of every call that takes one (bs_open, bs_load): a (NULL, or all three
  * functions NULL: libc's) in *out; BS_EINVAL when only some functions are set. */
 int bs__allocator_resolve(const bs_allocator *a, const bs_allocator **out, bs_error *err);
-/* The allocator of a db opened with opts: opts->allocator when set, else the default (the
- * constructors' one rule; the front has checked that all three functions or none are set). */
-const bs_allocator *bs__open_allocator(const bs_open_options *opts);
 /* The one growth rule of arrays: *arr (of *cap elements of elem bytes) gets room for need
  * elements, the capacity doubling from at least 8; BS_ENOMEM (nothing changed) on overflow or
  * failure. BS_GROW(a, arr, cap, need) for a typed array arr. */
@@ -256,10 +253,13 @@ struct bs__writer_front {
   int closed;
 };
 
-/* A built-in backend's constructor fills its db base from opts (checked by the front). */
+/* A built-in backend's constructor fills its db base from opts (checked by the front: the
+ * allocator rule cannot fail here). */
 static inline void bs__db_base_set(bs_db *db, const bs_db_vtable *vt, const bs_open_options *opts) {
+  const bs_allocator *a = &bs__default_allocator;
+  bs__allocator_resolve(opts ? opts->allocator : NULL, &a, NULL);
   db->vt = vt;
-  db->alloc = *bs__open_allocator(opts);
+  db->alloc = *a;
   db->flags = opts ? opts->flags : 0;
   db->front = NULL;
 }
@@ -317,6 +317,11 @@ static inline int bs__torn_check(uint64_t clear_start, uint64_t clear_op, uint64
 int bs__param_horizon_check(uint64_t c, uint64_t horizon, bs_error *err);
 /* A parameter read that would hand out n rows: more than limit is BS_ELIMIT. */
 int bs__param_limit_check(size_t n, size_t limit, bs_error *err);
+/* bs_writer_source_row of a row without a live source record: BS_ENOTFOUND naming table. */
+int bs__source_row_missing(bs_val table, bs_error *err);
+/* bs_stat's ops by type: counts one op of type (a bs_op_type) in out; another value is not
+ * counted (verify reports it). */
+void bs__stat_op(bs_stat *out, unsigned type);
 
 /* ---- Bucket data chunks (contract.md 5.2, rules.c): the chunking rule of every backend ----
  * A bucket_data call starts each bucket it serves (bs__chunker_bucket), adds the bucket's ops in
@@ -401,6 +406,12 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n, const bs_man
 enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
                         int *action, bs_error *err);
+/* The requested_at (ms) of the record that w replaces or refreshes (contract.md 7): a supplied id
+ * takes w->requested_at_ms, or now (the batch's time) when that is 0; a generated id has none
+ * (-1), so cleanup keeps it. */
+static inline int64_t bs__managed_requested_at(const bs_managed_request *w, int64_t now) {
+  return !w->has_request_id ? -1 : w->requested_at_ms ? w->requested_at_ms : now;
+}
 
 /* ---- Parameter sets (lookup.c) ---- */
 /* The order of one lookup's source rows in a parameter-set answer (contract.md 5.4): table id,
@@ -492,8 +503,8 @@ int bs__effects_save(bs__effects *e, uint32_t table_id, const bs_save *s, bs_err
 int bs__effects_unlink(bs__effects *e, uint32_t table_id, bs_val rid, const bs__srec *r,
                        bs_error *err);
 void bs__effects_free(bs__effects *e);
-/* source_row: rid's record of table as the flush of batch would leave it; *out is found when
- * out->exists && !out->soft, its data then points into a stored record or into the batch.
+/* source_row: rid's record of table as the flush of batch would leave it, its data pointing into
+ * a stored record or into the batch; BS_ENOTFOUND (bs__source_row_missing) when it is not live.
  * stored(ctx, rid, out, err) gives a row's stored record (*out NULL = none), valid until the call
  * returns; snapshot: the writer's mode. */
 int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_batch *batch,

@@ -1747,10 +1747,7 @@ static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val ta
     rc = bs__effects_source_row(&w->db->base.alloc, w->f.fx.snapshot, batch, table, rid, lw_stored,
                                 &w->f, &now, err);
   f_close_src(&w->f); /* a read-only txn's cursor is not freed by LMDB */
-  if (rc == BS_OK)
-    rc = now.exists && !now.soft
-             ? fn(now.has_data ? &now.data : NULL, payload)
-             : bs__fail(err, BS_ENOTFOUND, "no source record for this replica id");
+  if (rc == BS_OK) rc = fn(now.has_data ? &now.data : NULL, payload);
   bs__lmdb_txn_abort(w->db, txn);
   fctx_reset(&w->f);
   return rc;

@@ -100,23 +100,7 @@ static void copy_lsn(unsigned char *dst, size_t *dst_size, bs_val src) {
   *dst_size = n;
 }
 
-int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
-  bs__lmdb_db *db = lmdb_of(st);
-  MDB_txn *txn;
-  bs__stream_rec rec;
-  int rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err);
-  if (rc) return rc;
-  rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err);
-  if (rc == BS_OK) {
-    out->op_id = rec.checkpoint;
-    out->has_lsn = rec.has_checkpoint_lsn; /* a checkpoint may sit at op 0 */
-    out->lsn_size = 0;
-    if (out->has_lsn) copy_lsn(out->lsn, &out->lsn_size, rec.checkpoint_lsn);
-  }
-  bs__lmdb_txn_abort(db, txn);
-  return rc;
-}
-
+/* out: zeroed by the front */
 int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn;
@@ -127,7 +111,6 @@ int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
   if (rc == BS_OK) {
     size_t n = rec.last_error.size < sizeof out->last_error - 1 ? rec.last_error.size
                                                                 : sizeof out->last_error - 1;
-    memset(out, 0, sizeof *out);
     out->state = (bs_stream_state)rec.state;
     out->snapshot_done = rec.snapshot_done && rec.has_checkpoint_lsn;
     out->checkpoint = rec.checkpoint;
@@ -136,14 +119,33 @@ int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
     if (out->has_lsn) copy_lsn(out->lsn, &out->lsn_size, rec.checkpoint_lsn);
     out->has_resume_lsn = rec.has_resume_lsn;
     if (rec.has_resume_lsn) copy_lsn(out->resume_lsn, &out->resume_lsn_size, rec.resume_lsn);
-    if (n) memcpy(out->last_error, rec.last_error.data, n);
-    out->last_error[n] = '\0';
+    if (n) memcpy(out->last_error, rec.last_error.data, n); /* zeroed: terminated */
   }
   bs__lmdb_txn_abort(db, txn);
   return rc;
 }
 
+/* The checkpoint is the status's: one reader of the stream record. out: zeroed by the front. */
+int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  bs_status s;
+  int rc;
+  memset(&s, 0, sizeof s);
+  if ((rc = bs__lmdb_get_status(st, &s, err))) return rc;
+  out->op_id = s.checkpoint;
+  out->has_lsn = s.has_lsn;
+  out->lsn_size = s.lsn_size;
+  memcpy(out->lsn, s.lsn, s.lsn_size);
+  return BS_OK;
+}
+
 /* ---- Bucket data ---------------------------------------------------------------------------- */
+
+/* The op of bucket name at key k does not decode. */
+static int op_corrupt(const MDB_val *k, bs_val name, bs_error *err) {
+  return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
+                  bs__name_shown(name), (const char *)name.data,
+                  bs__get_u64be((const unsigned char *)k->mv_data + 8));
+}
 
 /* Serves the ops of one bucket in (after, C] to the call's chunker (rules.c), until it stops. */
 static int read_bucket(bs__chunker *r, MDB_cursor *cur, uint64_t checkpoint, bs_val name,
@@ -159,10 +161,7 @@ static int read_bucket(bs__chunker *r, MDB_cursor *cur, uint64_t checkpoint, bs_
     bs_op op;
     if (!key_in_bucket(&k, kb)) break;
     if (bs__get_u64be((const unsigned char *)k.mv_data + 8) > checkpoint) break;
-    if (bs__lmdb_op_decode(&k, &v, &op))
-      return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                      bs__name_shown(name), (const char *)name.data,
-                      bs__get_u64be((const unsigned char *)k.mv_data + 8));
+    if (bs__lmdb_op_decode(&k, &v, &op)) return op_corrupt(&k, name, err);
     if ((rc = bs__chunker_add(r, &op, err)) != 0) return rc;
   }
   if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading bucket data");
@@ -181,12 +180,9 @@ int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_re
   bs__chunker r;
   int rc;
 
-  BS_ASSERT(opts && opts->limit && opts->max_bytes); /* resolved by the front */
+  BS_ASSERT(opts && opts->limit && opts->max_bytes && n_req && has_more_out); /* the front's */
   memset(&f, 0, sizeof f);
   bs__chunker_init(&r, a, opts, on_chunk, payload);
-  if (has_more_out) *has_more_out = 0;
-  if (n_req == 0) return BS_OK;
-
   refs = bs__calloc(a, n_req, sizeof *refs);
   if (!refs) return bs__fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) goto done;
@@ -204,7 +200,7 @@ int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_re
     if ((rc = read_bucket(&r, f.ops, checkpoint, req[i].bucket, refs[i].id, after, err)) != 0)
       goto done;
   }
-  if (has_more_out) *has_more_out = r.stopped;
+  *has_more_out = r.stopped;
 done:
   finder_close(&f);
   bs__lmdb_txn_abort(db, txn);
@@ -232,10 +228,7 @@ static int ops_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint64
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_op op;
     if (!key_in_bucket(&k, kb) || bs__get_u64be((const unsigned char *)k.mv_data + 8) > to) break;
-    if (bs__lmdb_op_decode(&k, &v, &op))
-      return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                      bs__name_shown(name), (const char *)name.data,
-                      bs__get_u64be((const unsigned char *)k.mv_data + 8));
+    if (bs__lmdb_op_decode(&k, &v, &op)) return op_corrupt(&k, name, err);
     if (stop_at_clear && op.type == BS_OP_CLEAR) {
       *cleared = 1;
       return BS_OK;
@@ -312,14 +305,12 @@ int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const b
 
 /* ---- Checkpoint changes --------------------------------------------------------------------- */
 
-/* Adds a record's list to set; over `cap` entries (0 = no cap) sets *overflow and stops. */
-static int add_list(bs__vset *s, const bs_allocator *a, const bs__change_list *l, size_t cap,
-                    int *overflow) {
+/* Adds a record's list to set, until it holds more than `cap` entries (0 = no cap): past that
+ * the front reports invalidate-all (storage.c changes_capped). */
+static int add_list(bs__vset *s, const bs_allocator *a, const bs__change_list *l, size_t cap) {
   const unsigned char *q = l->p;
-  for (uint32_t i = 0; i < l->n && !*overflow; i++) {
+  for (uint32_t i = 0; i < l->n && (!cap || s->n <= cap); i++)
     if (bs__vset_add(s, a, bs__lmdb_change_next(&q))) return BS_ENOMEM;
-    if (cap && s->n > cap) *overflow = 1;
-  }
   return BS_OK;
 }
 
@@ -332,8 +323,7 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
                            bs_error *err) {
   unsigned char kb[BS_CHANGE_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
-  int mrc, over_b = ch->invalidate_data_buckets, over_l = ch->invalidate_parameter_buckets;
-  int none = 0;
+  int mrc;
 
   bs__lmdb_change_key(kb, stream, from, 0);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
@@ -350,18 +340,16 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
     ops_meet = r.first <= r.last && r.first <= to && r.last > from;
     users_meet = ops_meet || (r.last >= from && r.last <= to);
     if (ops_meet) {
-      if (r.flags & BS_CHANGE_TOO_MANY_BUCKETS) over_b = 1;
-      if (r.flags & BS_CHANGE_TOO_MANY_LOOKUPS) over_l = 1;
-      if (add_list(&sets[0], a, &r.buckets, BS_CHANGES_MAX, &over_b) ||
-          add_list(&sets[1], a, &r.lookups, BS_CHANGES_MAX, &over_l))
+      if (r.flags & BS_CHANGE_TOO_MANY_BUCKETS) ch->invalidate_data_buckets = 1;
+      if (r.flags & BS_CHANGE_TOO_MANY_LOOKUPS) ch->invalidate_parameter_buckets = 1;
+      if (add_list(&sets[0], a, &r.buckets, BS_CHANGES_MAX) ||
+          add_list(&sets[1], a, &r.lookups, BS_CHANGES_MAX))
         return bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
     }
-    if (users_meet && add_list(&sets[2], a, &r.users, 0, &none))
+    if (users_meet && add_list(&sets[2], a, &r.users, 0))
       return bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
   }
   if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checkpoint changes");
-  ch->invalidate_data_buckets = over_b;
-  ch->invalidate_parameter_buckets = over_l;
   return BS_OK;
 }
 
@@ -387,16 +375,11 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
     rc = bs__fail_mdb(err, rc, "opening the changes cursor");
     goto done;
   }
-  if (from <= to && (rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0)
-    goto done;
-  if (!ch.invalidate_data_buckets) {
-    ch.updated_buckets = sets[0].v;
-    ch.n_updated_buckets = sets[0].n;
-  }
-  if (!ch.invalidate_parameter_buckets) {
-    ch.updated_lookups = sets[1].v;
-    ch.n_updated_lookups = sets[1].n;
-  }
+  if ((rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0) goto done;
+  ch.updated_buckets = sets[0].v;
+  ch.n_updated_buckets = sets[0].n;
+  ch.updated_lookups = sets[1].v;
+  ch.n_updated_lookups = sets[1].n;
   ch.updated_write_checkpoint_users = sets[2].v;
   ch.n_updated_write_checkpoint_users = sets[2].n;
   rc = fn(&ch, payload);
@@ -477,8 +460,7 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   int rc, mrc, fd;
   struct stat sb;
 
-  memset(out, 0, sizeof *out);
-  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc; /* out: zeroed */
   if ((rc = dbi_entries(txn, db->buckets, &out->buckets, "stat of buckets", err)) ||
       (rc = dbi_entries(txn, db->params, &out->parameter_entries, "stat of params", err)) ||
       (rc = dbi_entries(txn, db->source, &out->source_records, "stat of source", err)))
@@ -512,24 +494,8 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   /* ops by type: one pass reading only each value's first byte */
   if ((mrc = mdb_cursor_open(txn, db->ops, &cur)) != 0) goto mdb_fail;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    switch (v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0) {
-    case BS_OP_PUT:
-      out->ops_put++;
-      break;
-    case BS_OP_REMOVE:
-      out->ops_remove++;
-      break;
-    case BS_OP_MOVE:
-      out->ops_move++;
-      break;
-    case BS_OP_CLEAR:
-      out->ops_clear++;
-      break;
-    default:
-      break; /* verify reports it */
-    }
-  }
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    bs__stat_op(out, v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0);
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   if (mdb_env_get_fd(db->env, &fd) == 0 && fstat(fd, &sb) == 0)
     out->file_bytes = (uint64_t)sb.st_size;

@@ -200,7 +200,8 @@ static int apply_one(bs__lmdb_db *db, MDB_txn *txn, const bs_managed_request *w,
   MDB_val k;
   wcp_rec r;
   uint64_t hwm = 0;
-  int exists, action, replace, refresh;
+  int64_t at = bs__managed_requested_at(w, now);
+  int exists, action;
   int rc = rec_get(db, txn, w->user_id, kb, &k, &r, &exists, err);
   if (rc) return rc;
   if (!exists) {
@@ -208,27 +209,15 @@ static int apply_one(bs__lmdb_db *db, MDB_txn *txn, const bs_managed_request *w,
     if ((rc = hwm_get(db, txn, w->user_id, &hwm, err))) return rc;
   }
   if ((rc = bs__managed_next_id(w, exists, exists ? r.id : hwm, &r.id, &action, err))) return rc;
-  replace = action == BS_WCP_REPLACE;
-  refresh = action == BS_WCP_REFRESH || (replace && w->has_request_id);
-  if (replace && !w->has_request_id) { /* generated: no requested_at */
-    r.flags &= ~BS_WCP_HAS_REQUESTED;
-    r.requested_at = 0;
-  }
-  if (refresh) {
-    r.flags |= BS_WCP_HAS_REQUESTED;
-    r.requested_at = w->requested_at_ms ? w->requested_at_ms : now;
-  }
-  if (replace) { /* a new head: not processed until a commit passes it */
-    r.flags &= ~BS_WCP_PROCESSED;
-    r.processed_lsn.data = NULL;
-    r.processed_lsn.size = 0;
-  }
-  if (replace || refresh) {
-    if ((rc = rec_put(db, txn, &k, &r, replace ? w->heads : NULL, replace ? w->n_heads : 0, err)))
-      return rc;
-    if (replace && (rc = pending_set(db, txn, w->user_id, 1, err))) return rc;
-  }
-  return BS_OK;
+  if (action == BS_WCP_KEEP) return BS_OK;
+  r.flags = at < 0 ? r.flags & ~BS_WCP_HAS_REQUESTED : r.flags | BS_WCP_HAS_REQUESTED;
+  r.requested_at = at < 0 ? 0 : at;
+  if (action == BS_WCP_REFRESH) return rec_put(db, txn, &k, &r, NULL, 0, err);
+  r.flags &= ~BS_WCP_PROCESSED; /* a new head: not processed until a commit passes it */
+  r.processed_lsn.data = NULL;
+  r.processed_lsn.size = 0;
+  if ((rc = rec_put(db, txn, &k, &r, w->heads, w->n_heads, err))) return rc;
+  return pending_set(db, txn, w->user_id, 1, err);
 }
 
 /* One write transaction; bs__lmdb_write may run it again after growing the map. */
@@ -258,7 +247,7 @@ int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_r
   create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms()};
   int rc;
   if (ls->wcp_mode != BS_WCP_MANAGED)
-    return bs__fail(err, BS_ESTATE, "managed write checkpoint on a storage in custom mode");
+    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
   /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within
    * BS_MAX_USER_ID / BS_MAX_CONNECTION_NAME / BS_MAX_LSN, n_heads within the u16 BS_MAX_HEADS */
   if (n == 0) return BS_OK;
@@ -266,7 +255,7 @@ int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_r
     return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
   c.nw = bs__managed_winners(req, n, c.win);
   rc = bs__lmdb_write(ls->db, create_body, &c, err);
-  if (rc == BS_OK && should_advance) *should_advance = c.should_advance;
+  if (rc == BS_OK) *should_advance = c.should_advance;
   bs__free(a, c.win);
   return rc;
 }
@@ -284,9 +273,7 @@ int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head
   wcp_rec r;
   int64_t requested_at;
   int rc;
-  *found = 0;
-  *id_out = 0;
-  BS_ASSERT(user_id.size <= BS_MAX_USER_ID); /* checked by the front */
+  BS_ASSERT(user_id.size <= BS_MAX_USER_ID && !*found && !*id_out); /* the front's */
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
   if (ls->wcp_mode == BS_WCP_MANAGED) {
     rc = rec_get(db, txn, user_id, kb, &k, &r, found, err);

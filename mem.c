@@ -255,24 +255,6 @@ static int next_op_id(mem_tx *tx, uint64_t *id) {
   return BS_OK;
 }
 
-static mem_bucket *tx_bucket(mem_tx *tx, bs_val name, size_t *idx) {
-  const bs_allocator *a = ALLOC(tx->db);
-  mem_stream *s = tx->s;
-  mem_bucket *b = bucket_find(s, name, idx);
-  unsigned char *p;
-  if (b) return b;
-  if (BS_GROW(a, s->buckets, s->cbuckets, s->nbuckets + 1)) return NULL;
-  if (bs__htab_reserve(&s->bidx, a, s->nbuckets + 1)) return NULL;
-  if (!(b = bs__calloc(a, 1, sizeof *b + name.size))) return NULL;
-  p = (unsigned char *)(b + 1);
-  b->name = arena_put(&p, name);
-  b->generation = ++s->m.gen_seq;
-  *idx = s->nbuckets;
-  bs__htab_put(&s->bidx, name_hash(b->name), s->nbuckets + 1);
-  s->buckets[s->nbuckets++] = b;
-  return b;
-}
-
 /* Appends op (PUT or REMOVE, with its checksum) to bucket bi, with the next op id (*id), and logs
  * the change. */
 static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
@@ -320,30 +302,6 @@ static int tx_sup(mem_tx *tx, size_t bi, uint64_t old_op, uint64_t new_op) {
   return BS_OK;
 }
 
-/* Appends a parameter entry (rows NULL/0 = tombstone). */
-static int tx_param(mem_tx *tx, bs_val key, uint32_t table, bs_val rid, const bs_val *rows,
-                    size_t nrows) {
-  const bs_allocator *a = ALLOC(tx->db);
-  mem_stream *s = tx->s;
-  mem_param p;
-  int rc;
-  if (BS_GROW(a, s->params, s->cparams, s->nparams + 1)) return BS_ENOMEM;
-  memset(&p, 0, sizeof p);
-  p.table = table;
-  p.nrows = nrows;
-  if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid) ||
-      (nrows && vals_copy(a, rows, nrows, &p.rows)))
-    rc = BS_ENOMEM;
-  else
-    rc = next_op_id(tx, &p.id);
-  if (rc) {
-    param_free(a, &p);
-    return rc;
-  }
-  s->params[s->nparams++] = p;
-  return BS_OK;
-}
-
 static mem_table *tx_table(mem_tx *tx, bs_val name) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
@@ -378,10 +336,26 @@ static int mfx_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) 
   return BS_OK;
 }
 
+/* The bucket's index, the bucket created when it is new. */
 static int mfx_bucket(void *ctx, bs_val name, uint64_t *bucket, bs_error *err) {
-  size_t bi = 0;
+  mem_tx *tx = ((mem_fx *)ctx)->tx;
+  const bs_allocator *a = ALLOC(tx->db);
+  mem_stream *s = tx->s;
+  size_t bi = s->nbuckets;
+  mem_bucket *b;
+  unsigned char *p;
   BS_UNUSED(err);
-  if (!tx_bucket(((mem_fx *)ctx)->tx, name, &bi)) return BS_ENOMEM;
+  if (!bucket_find(s, name, &bi)) {
+    if (BS_GROW(a, s->buckets, s->cbuckets, s->nbuckets + 1) ||
+        bs__htab_reserve(&s->bidx, a, s->nbuckets + 1) ||
+        !(b = bs__calloc(a, 1, sizeof *b + name.size)))
+      return BS_ENOMEM;
+    p = (unsigned char *)(b + 1);
+    b->name = arena_put(&p, name);
+    b->generation = ++s->m.gen_seq;
+    bs__htab_put(&s->bidx, name_hash(b->name), s->nbuckets + 1);
+    s->buckets[s->nbuckets++] = b;
+  }
   *bucket = bi;
   return BS_OK;
 }
@@ -391,11 +365,30 @@ static int mfx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *id, bs_
   return tx_append(((mem_fx *)ctx)->tx, (size_t)bucket, op, id);
 }
 
-static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
+/* Appends a parameter entry of the current table (rows NULL/0 = tombstone). */
+static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *rows, size_t nrows,
                      bs_error *err) {
   mem_fx *c = ctx;
+  const bs_allocator *a = ALLOC(c->tx->db);
+  mem_stream *s = c->tx->s;
+  mem_param p;
+  int rc;
   BS_UNUSED(err);
-  return tx_param(c->tx, key, c->table, rid, params, n);
+  if (BS_GROW(a, s->params, s->cparams, s->nparams + 1)) return BS_ENOMEM;
+  memset(&p, 0, sizeof p);
+  p.table = c->table;
+  p.nrows = nrows;
+  if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid) ||
+      (nrows && vals_copy(a, rows, nrows, &p.rows)))
+    rc = BS_ENOMEM;
+  else
+    rc = next_op_id(c->tx, &p.id);
+  if (rc) {
+    param_free(a, &p);
+    return rc;
+  }
+  s->params[s->nparams++] = p;
+  return BS_OK;
 }
 
 /* new_op replaced old_op, the op of the row's membership in the record (the row's latest there:
@@ -750,9 +743,6 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
   if ((t = table_find(s, table))) c.table = t->id;
   /* the queue as the flush would apply it (effects.c), over the stored records */
   rc = bs__effects_source_row(ALLOC(db), w->snapshot, batch, table, rid, mfx_load, &c, &now, err);
-  if (rc == BS_OK && !(now.exists && !now.soft))
-    rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'", bs__name_shown(table),
-                  (const char *)table.data); /* a table is named */
   if (rc == BS_OK && now.has_data && vals_copy(ALLOC(db), &now.data, 1, &data))
     rc = enomem(err, "source_row");
   unlock(db); /* fn runs unlocked: it may call into this db */
@@ -1323,8 +1313,6 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
 static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
   BS_UNUSED(err);
   mem_db *db = MDB(bdb);
-  uint64_t *count[] = {NULL, /* by bs_op_type */
-                       &out->ops_put, &out->ops_remove, &out->ops_move, &out->ops_clear};
   lock(db); /* out: zeroed by the front */
   out->streams = db->nstreams;
   for (size_t i = 0; i < db->nmw; i++) out->write_checkpoints += !db->mw[i]->gone;
@@ -1335,7 +1323,7 @@ static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
     out->source_records += s->nrecs;
     out->write_checkpoints += s->ncw;
     for (size_t k = 0; k < s->nbuckets; k++)
-      for (size_t j = 0; j < s->buckets[k]->n; j++) (*count[s->buckets[k]->ops[j].type])++;
+      for (size_t j = 0; j < s->buckets[k]->n; j++) bs__stat_op(out, s->buckets[k]->ops[j].type);
   }
   unlock(db);
   return BS_OK;

@@ -152,8 +152,7 @@ typedef struct mem_mwcp {
   uint64_t id;
   mem_head *heads;
   size_t nheads;
-  int has_req;
-  int64_t req_ms;
+  int64_t req_ms; /* < 0: none (a generated id) */
   int processed;
   int gone; /* deleted by cleanup: kept (without heads) only as the user's high-water mark, so a
                new record's id continues above it (contract.md 7); invisible to every read */

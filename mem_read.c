@@ -143,28 +143,25 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   mem_storage *ms = MS(st);
   mem_stream *s = ms->s;
   const bs_allocator *a = ALLOC(ms->db);
-  bs__vset sets[3]; /* buckets, lookups, users, in this snapshot's memory */
-  bs_val *bc = NULL, *lc = NULL, *uc = NULL;
-  size_t nb, nl;
+  bs__vset sets[3];                     /* buckets, lookups, users, in this snapshot's memory */
+  bs_val *copy[3] = {NULL, NULL, NULL}; /* of the sets, handed out after the lock */
   bs_checkpoint_changes ch;
   int rc = BS_OK;
   memset(&ch, 0, sizeof ch);
   memset(sets, 0, sizeof sets);
   lock(ms->db);
-  if (from < s->m.data_fence) ch.invalidate_data_buckets = 1;
-  for (size_t i = 0; i < s->nbch && !ch.invalidate_data_buckets; i++)
-    if (s->bch[i].id > from && s->bch[i].id <= to) {
-      if (bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name)) goto nomem;
-      if (sets[0].n > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
-    }
-  nb = ch.invalidate_data_buckets ? 0 : sets[0].n;
-  if (from < s->m.param_fence) ch.invalidate_parameter_buckets = 1;
-  for (size_t i = 0; i < s->nparams && !ch.invalidate_parameter_buckets; i++)
-    if (s->params[i].id > from && s->params[i].id <= to) {
-      if (bs__vset_add(&sets[1], a, s->params[i].key)) goto nomem;
-      if (sets[1].n > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
-    }
-  nl = ch.invalidate_parameter_buckets ? 0 : sets[1].n;
+  /* below a fence the range is not known; past BS_CHANGES_MAX names the front reports
+   * invalidate-all (storage.c changes_capped), so collecting stops there */
+  ch.invalidate_data_buckets = from < s->m.data_fence;
+  for (size_t i = 0; i < s->nbch && sets[0].n <= BS_CHANGES_MAX; i++)
+    if (s->bch[i].id > from && s->bch[i].id <= to &&
+        bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name))
+      goto nomem;
+  ch.invalidate_parameter_buckets = from < s->m.param_fence;
+  for (size_t i = 0; i < s->nparams && sets[1].n <= BS_CHANGES_MAX; i++)
+    if (s->params[i].id > from && s->params[i].id <= to &&
+        bs__vset_add(&sets[1], a, s->params[i].key))
+      goto nomem;
   /* users are keyed by the id of the checkpoint that acknowledged them; an empty checkpoint
    * keeps its op id, so a range from == to still reports that checkpoint's users */
   for (size_t i = 0; i < s->nuch; i++) {
@@ -172,15 +169,14 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
     if ((id > from && id <= to) || (from == to && id == to))
       if (bs__vset_add(&sets[2], a, s->uch[i].user)) goto nomem;
   }
-  if (vals_copy(a, sets[0].v, nb, &bc) || vals_copy(a, sets[1].v, nl, &lc) ||
-      vals_copy(a, sets[2].v, sets[2].n, &uc))
-    goto nomem;
+  for (int i = 0; i < 3; i++)
+    if (vals_copy(a, sets[i].v, sets[i].n, &copy[i])) goto nomem;
   unlock(ms->db);
-  ch.updated_buckets = bc;
-  ch.n_updated_buckets = nb;
-  ch.updated_lookups = lc;
-  ch.n_updated_lookups = nl;
-  ch.updated_write_checkpoint_users = uc;
+  ch.updated_buckets = copy[0];
+  ch.n_updated_buckets = sets[0].n;
+  ch.updated_lookups = copy[1];
+  ch.n_updated_lookups = sets[1].n;
+  ch.updated_write_checkpoint_users = copy[2];
   ch.n_updated_write_checkpoint_users = sets[2].n;
   rc = fn(&ch, payload);
   goto out;
@@ -188,10 +184,10 @@ nomem:
   unlock(ms->db);
   rc = enomem(err, "checkpoint changes");
 out:
-  for (int i = 0; i < 3; i++) bs__vset_free(&sets[i], a);
-  bs__free(a, bc);
-  bs__free(a, lc);
-  bs__free(a, uc);
+  for (int i = 0; i < 3; i++) {
+    bs__vset_free(&sets[i], a);
+    bs__free(a, copy[i]);
+  }
   return rc;
 }
 
@@ -264,52 +260,37 @@ int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
   mem_storage *ms = MS(st);
   const bs_allocator *a = ALLOC(ms->db);
   mem_stream *s;
-  bs_bucket_info *v = NULL;
+  bs_bucket_info *v;
   unsigned char *arena = NULL, *p;
-  size_t n = 0, k = 0, bytes = 0;
+  size_t n = 0, bytes = 0;
   int rc = BS_OK;
 
   lock(ms->db);
   s = ms->s;
-  for (size_t i = 0; i < s->nbuckets; i++) {
+  v = bs__malloc(a, (s->nbuckets ? s->nbuckets : 1) * sizeof *v); /* room for every bucket */
+  for (size_t i = 0; v && i < s->nbuckets; i++) {
     const mem_bucket *b = s->buckets[i];
-    if (b->n && bs__val_cmp(b->name, start_after) > 0) {
-      n++;
-      bytes += b->name.size;
-    }
-  }
-  v = bs__malloc(a, (n ? n : 1) * sizeof *v);
-  arena = bs__malloc(a, bytes ? bytes : 1);
-  if (!v || !arena) {
-    unlock(ms->db);
-    rc = enomem(err, "list buckets");
-    goto out;
-  }
-  p = arena;
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    const mem_bucket *b = s->buckets[i];
-    bs_bucket_info *in = &v[k];
+    bs_bucket_info *in = &v[n];
     bs_checksum sum;
     int cl;
     if (!b->n || bs__val_cmp(b->name, start_after) <= 0) continue;
-    memcpy(p, b->name.data, b->name.size);
-    in->name.data = p;
-    in->name.size = b->name.size;
-    p += b->name.size;
     sum = sum_range(b, 0, UINT64_MAX, &cl);
+    in->name = b->name; /* the store's: copied into the arena below */
     in->checksum = sum.checksum;
     in->count = sum.count;
     in->last_op = last_op_of(b);
     in->bytes = bucket_bytes(b);
     in->generation = b->generation;
-    in->changes = bs__compact_changes(b->n, b->compacted_count, last_op_of(b), b->compacted_op);
-    k++;
+    in->changes = bs__compact_changes(b->n, b->compacted_count, in->last_op, b->compacted_op);
+    bytes += b->name.size;
+    n++;
   }
+  if (v && (p = arena = bs__malloc(a, bytes)))
+    for (size_t i = 0; i < n; i++) v[i].name = arena_put(&p, v[i].name);
   unlock(ms->db);
-  qsort(v, n, sizeof *v, info_cmp);
-  for (size_t i = 0; i < n; i++)
-    if ((rc = fn(&v[i], payload)) != 0) break; /* the caller's value, unchanged */
-out:
+  if (!arena) rc = enomem(err, "list buckets");
+  if (!rc) qsort(v, n, sizeof *v, info_cmp);
+  for (size_t i = 0; i < n && !rc; i++) rc = fn(&v[i], payload); /* the caller's value, unchanged */
   bs__free(a, v);
   bs__free(a, arena);
   return rc;

@@ -29,7 +29,7 @@ static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
 }
 
 /* The record request r leaves for its user (BS_WCP_REPLACE): its heads, the id, not processed,
- * requested_at (at) iff r supplied its id (a generated id has none). */
+ * requested_at at (bs__managed_requested_at). */
 static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, uint64_t id,
                           int64_t at) {
   size_t bytes = 0;
@@ -50,13 +50,8 @@ static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, ui
   }
   w->nheads = r->n_heads;
   w->id = id;
-  w->has_req = r->has_request_id;
-  w->req_ms = r->has_request_id ? at : 0;
+  w->req_ms = at;
   return w;
-}
-
-static int64_t requested_at(const bs_managed_request *r, int64_t now) {
-  return r->requested_at_ms ? r->requested_at_ms : now;
 }
 
 int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
@@ -90,7 +85,7 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
     if (rc || action == BS_WCP_REFRESH) continue;
     if (action == BS_WCP_KEEP)
       win[k] = NULL;
-    else if (!(neu[k] = mwcp_new(a, win[k], id, requested_at(win[k], now))))
+    else if (!(neu[k] = mwcp_new(a, win[k], id, bs__managed_requested_at(win[k], now))))
       rc = enomem(err, "write checkpoints");
   }
   if (!rc && BS_GROW(a, db->mw, db->cmw, db->nmw + nw)) rc = enomem(err, "write checkpoints");
@@ -101,8 +96,7 @@ int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t
     old = mwcp_find(db, win[k]->user_id, &idx);
     if (!neu[k]) { /* BS_WCP_REFRESH: a supplied retry of the stored (live) record's id */
       BS_ASSERT(old && !old->gone);
-      old->has_req = 1;
-      old->req_ms = requested_at(win[k], now);
+      old->req_ms = bs__managed_requested_at(win[k], now);
     } else if (old) {
       mwcp_free(a, old);
       db->mw[idx] = neu[k];
@@ -163,7 +157,7 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
   uint64_t deleted = 0;
   for (size_t i = 0; i < db->nmw; i++) {
     mem_mwcp *r = db->mw[i];
-    if (r->gone || !r->processed || !r->has_req || r->req_ms >= before_ms) continue;
+    if (r->gone || !r->processed || r->req_ms < 0 || r->req_ms >= before_ms) continue;
     bs__free(ALLOC(db), r->heads);
     r->heads = NULL;
     r->nheads = 0;

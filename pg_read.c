@@ -249,11 +249,10 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   memset(&r, 0, sizeof r);
   r.a = a;
   r.checkpoint = checkpoint;
-  bs__chunker_init(&r.k, a, opts, handed, &r); /* opts resolved by the front */
+  BS_ASSERT(n_req && has_more_out); /* the front's, as the resolved opts */
+  bs__chunker_init(&r.k, a, opts, handed, &r);
   r.on_chunk = on_chunk;
   r.payload = payload;
-  if (has_more_out) *has_more_out = 0;
-  if (n_req == 0) return BS_OK;
   if (!(names = bs__calloc(a, n_req, sizeof *names)))
     return bs__fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
   for (size_t i = 0; i < n_req; i++) names[i] = req[i].bucket;
@@ -273,7 +272,7 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
     if (after >= checkpoint || (uint64_t)bs__pg_i64(states, row - 1, 4) <= after) continue;
     rc = read_bucket(&r, req[i].bucket, (uint64_t)bs__pg_i64(states, row - 1, 1), after, err);
   }
-  if (!rc && has_more_out) *has_more_out = r.k.stopped;
+  if (!rc) *has_more_out = r.k.stopped;
 out:
   for (size_t i = 0; i < r.n_held; i++) PQclear(r.held[i]);
   bs__free(a, r.held);
@@ -425,16 +424,10 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
       lists[kind][counts[kind]++] = bs__pg_bytes(r, i, 1);
     }
   }
-  if (counts[0] > BS_CHANGES_MAX) ch.invalidate_data_buckets = 1;
-  if (counts[1] > BS_CHANGES_MAX) ch.invalidate_parameter_buckets = 1;
-  if (!ch.invalidate_data_buckets) {
-    ch.updated_buckets = lists[0];
-    ch.n_updated_buckets = counts[0];
-  }
-  if (!ch.invalidate_parameter_buckets) {
-    ch.updated_lookups = lists[1];
-    ch.n_updated_lookups = counts[1];
-  }
+  ch.updated_buckets = lists[0]; /* over BS_CHANGES_MAX: invalidate-all (the front's rule) */
+  ch.n_updated_buckets = counts[0];
+  ch.updated_lookups = lists[1];
+  ch.n_updated_lookups = counts[1];
   ch.updated_write_checkpoint_users = lists[2];
   ch.n_updated_write_checkpoint_users = counts[2];
   rc = fn(&ch, payload);

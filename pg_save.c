@@ -1117,10 +1117,7 @@ int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
   }
   bs__pg_rollback(w->c);
   batch_free(&b);
-  if (!rc && !e)
-    rc = bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'",
-                  (int)(table.size > 64 ? 64 : table.size),
-                  table.size ? (const char *)table.data : "");
+  if (!rc && !e) rc = bs__source_row_missing(table, err);
   if (!rc) rc = fn(has_data ? &data : NULL, payload);
   bs__free(&w->db->base.alloc, copy);
   return rc;

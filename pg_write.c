@@ -686,13 +686,13 @@ static int managed_apply(PGconn *c, const bs_managed_request *w, uint64_t id, in
   if ((rc = bs__pg_arg_bytes_array(&a, conns, w->n_heads, al, &b1, err)) ||
       (rc = bs__pg_arg_bytes_array(&a, lsns, w->n_heads, al, &b2, err)))
     goto out;
-  bs__pg_arg_i64(&a, at);
-  bs__pg_arg_bool(&a, w->has_request_id); /* a generated id has no requested_at */
+  bs__pg_arg_i64(&a, at); /* < 0: none (a generated id) */
   rc = bs__pg_run(c,
                   "INSERT INTO bs_wcp_managed (user_id, id, head_conns, head_lsns, requested_at)"
-                  " VALUES ($1, $2, $3, $4, CASE WHEN $6 THEN $5 END) ON CONFLICT (user_id) DO"
-                  " UPDATE SET id = $2, head_conns = $3, head_lsns = $4, requested_at = CASE"
-                  " WHEN $6 THEN $5 END, processed = false, processed_lsn = NULL, gone = false",
+                  " VALUES ($1, $2, $3, $4, CASE WHEN $5 >= 0 THEN $5 END) ON CONFLICT (user_id)"
+                  " DO UPDATE SET id = $2, head_conns = $3, head_lsns = $4, requested_at = CASE"
+                  " WHEN $5 >= 0 THEN $5 END, processed = false, processed_lsn = NULL,"
+                  " gone = false",
                   &a, "storing a write checkpoint", err);
 out:
   bs__free(al, conns);
@@ -730,8 +730,7 @@ int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_req
     /* a gone record's id is the user's high-water mark */
     if ((rc = bs__managed_next_id(win[k], exists && !gone, stored, &id, &action, err))) break;
     if (action != BS_WCP_KEEP)
-      rc = managed_apply(c, win[k], id, action,
-                         win[k]->requested_at_ms ? win[k]->requested_at_ms : now, al, err);
+      rc = managed_apply(c, win[k], id, action, bs__managed_requested_at(win[k], now), al, err);
   }
   for (size_t i = 0; i < n && !rc; i++) {
     bs__pg_args a = {0};

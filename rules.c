@@ -107,6 +107,16 @@ int bs__param_limit_check(size_t n, size_t limit, bs_error *err) {
   return bs__fail(err, BS_ELIMIT, "too many parameter results (limit was %zu)", limit);
 }
 
+int bs__source_row_missing(bs_val table, bs_error *err) {
+  return bs__fail(err, BS_ENOTFOUND, "source row not found in table '%.*s'", bs__name_shown(table),
+                  table.size ? (const char *)table.data : "");
+}
+
+void bs__stat_op(bs_stat *out, unsigned type) {
+  uint64_t *count[] = {NULL, &out->ops_put, &out->ops_remove, &out->ops_move, &out->ops_clear};
+  if (type >= BS_OP_PUT && type <= BS_OP_CLEAR) (*count[type])++;
+}
+
 /* ---- Bucket data chunks ---------------------------------------------------------------------- */
 
 void bs__chunker_init(bs__chunker *k, const bs_allocator *a, const bs_batch_options *o,

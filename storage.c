@@ -808,9 +808,34 @@ int bs_list_buckets(bs_storage *st, bs_val start_after,
   return st->vt->list_buckets(st, start_after, fn, payload, err);
 }
 
+typedef struct changes_call {
+  int (*fn)(const bs_checkpoint_changes *, void *);
+  void *payload;
+} changes_call;
+
+/* The one "too many" rule (contract.md 5.1), for every backend: a kind with more than
+ * BS_CHANGES_MAX names, or one the backend invalidated (range unknown, a record's own too-many
+ * flag), is reported as invalidate-all without a list. So a backend reports what it collected
+ * and may stop collecting a kind at BS_CHANGES_MAX + 1 names. */
+static void list_capped(int *invalidate, const bs_val **list, size_t *n) {
+  if (!*invalidate && *n <= BS_CHANGES_MAX) return;
+  *invalidate = 1;
+  *list = NULL;
+  *n = 0;
+}
+
+static int changes_capped(const bs_checkpoint_changes *in, void *payload) {
+  const changes_call *c = payload;
+  bs_checkpoint_changes ch = *in;
+  list_capped(&ch.invalidate_data_buckets, &ch.updated_buckets, &ch.n_updated_buckets);
+  list_capped(&ch.invalidate_parameter_buckets, &ch.updated_lookups, &ch.n_updated_lookups);
+  return c->fn(&ch, c->payload);
+}
+
 int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                               int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                               void *payload, bs_error *err) {
+  changes_call c = {fn, payload};
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(from, "from", err))) return rc;
@@ -820,7 +845,7 @@ int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                     (unsigned long long)to);
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(st, checkpoint_changes, err))) return rc;
-  return st->vt->checkpoint_changes(st, from, to, fn, payload, err);
+  return st->vt->checkpoint_changes(st, from, to, changes_capped, &c, err);
 }
 
 int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,

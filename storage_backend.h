@@ -116,6 +116,8 @@ typedef struct bs_storage_vtable {
   int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
                          size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
                          bs_error *err);
+  /* from <= to; the front reports a list over BS_CHANGES_MAX (1000) names, or one the backend
+   * invalidated, as invalidate-all: collecting a kind may stop at 1001 names */
   int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
                             int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                             void *payload, bs_error *err);

@@ -3,7 +3,8 @@
  * removal, a randomized run against a plain-array model (BS_SEED, printed on failure), growth
  * that fails cleanly under a failing allocator, the compaction seen-set built on it (rows compared
  * in full, the memory bound), the set of borrowed strings (bs__vset); the one growth rule of arrays (BS_GROW); and the
- * constructors' allocator rule (bs__open_allocator): three NULL functions mean the default. */
+ * constructors' allocator rule (bs__db_base_set, by bs__allocator_resolve): three NULL functions
+ * mean the default. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -295,12 +296,14 @@ static void test_seen_set(void **state) {
 static void test_open_allocator_none(void **state) {
   bs_allocator none = {NULL, NULL, NULL, NULL};
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
-  bs_db *db = NULL;
+  bs_db *db = NULL, base;
   uint32_t id;
   (void)state;
   o.allocator = &none;
-  assert_ptr_equal(bs__open_allocator(&o), &bs__default_allocator);
-  assert_ptr_equal(bs__open_allocator(NULL), &bs__default_allocator);
+  bs__db_base_set(&base, NULL, &o);
+  assert_memory_equal(&base.alloc, &bs__default_allocator, sizeof base.alloc);
+  bs__db_base_set(&base, NULL, NULL);
+  assert_memory_equal(&base.alloc, &bs__default_allocator, sizeof base.alloc);
   assert_int_equal(bs_open_memory(&db, &o, NULL), BS_OK);
   assert_int_equal(bs_stream_create(&id, db, "s", NULL, NULL), BS_OK);
   bs_close(db);

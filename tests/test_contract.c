@@ -878,9 +878,15 @@ static void t_stored_row_data(void **state) {
   assert_string_equal(got, "(null)");
   free(got);
   got = NULL;
+  /* one message on every backend (rules.c bs__source_row_missing): unknown row, unknown
+   * table, a row deleted in the queue */
   CT_RC(BS_ENOTFOUND, bs_writer_source_row(e->w, ct_v("t"), ct_v("zz"), got_row, &got, &ct_err));
+  assert_string_equal(ct_err.msg, "source row not found in table 't'");
+  CT_RC(BS_ENOTFOUND, bs_writer_source_row(e->w, ct_v("u"), ct_v("r"), got_row, &got, &ct_err));
+  assert_string_equal(ct_err.msg, "source row not found in table 'u'");
   CT_OK(ct_save(e->w, BS_DELETE, "t", "r", NULL, CT_NOROWS));
   CT_RC(BS_ENOTFOUND, bs_writer_source_row(e->w, ct_v("t"), ct_v("r"), got_row, &got, &ct_err));
+  assert_string_equal(ct_err.msg, "source row not found in table 't'");
   free(got);
 }
 
@@ -1120,6 +1126,78 @@ static void t_parameter_sets(void **state) {
   CT_RC(BS_ELIMIT, ct_params(e->st, c3, &b, 1, 4, &ps));
   free(ps);
   assert_non_null(strstr(ct_err.msg, "too many parameter results (limit was 4)"));
+}
+
+/* ==== Checkpoint changes (contract.md 5.1) =================================================== */
+
+typedef struct changes_seen {
+  int inv_b, inv_l;
+  size_t nb, nl;
+} changes_seen;
+
+static int see_changes(const bs_checkpoint_changes *c, void *payload) {
+  changes_seen *s = payload;
+  s->inv_b = c->invalidate_data_buckets;
+  s->inv_l = c->invalidate_parameter_buckets;
+  s->nb = c->n_updated_buckets;
+  s->nl = c->n_updated_lookups;
+  return 0;
+}
+
+static changes_seen changes_in(ct_env *e, uint64_t from, uint64_t to) {
+  changes_seen s = {-1, -1, 0, 0};
+  CT_OK(bs_get_checkpoint_changes(e->st, from, to, see_changes, &s, &ct_err));
+  return s;
+}
+
+static void expect_changes(ct_env *e, uint64_t from, uint64_t to, int inv_b, size_t nb, int inv_l,
+                           size_t nl) {
+  changes_seen s = changes_in(e, from, to);
+  if (s.inv_b != inv_b || s.nb != nb || s.inv_l != inv_l || s.nl != nl)
+    fail_msg("changes (%llu, %llu]: buckets invalidate %d n %zu, lookups invalidate %d n %zu; "
+             "expected %d %zu, %d %zu",
+             (unsigned long long)from, (unsigned long long)to, s.inv_b, s.nb, s.inv_l, s.nl, inv_b,
+             nb, inv_l, nl);
+}
+
+/* Saves rows i in [from, to) in one flush, row i in bucket <prefix>i; rows below n_lookups with a
+ * lookup key k<prefix>i. */
+static void save_spread(ct_env *e, const char *prefix, int from, int to, int n_lookups) {
+  for (int i = from; i < to; i++) {
+    unsigned char kb[32];
+    char b[24], r[24], k[24];
+    bs_val p = ct_v("{}");
+    bs_lookup l;
+    snprintf(b, sizeof b, "%s%d", prefix, i);
+    snprintf(r, sizeof r, "r%s%d", prefix, i);
+    snprintf(k, sizeof k, "k%s%d", prefix, i);
+    l.key = ct_key_str(kb, sizeof kb, k);
+    l.params = &p;
+    l.n_params = 1;
+    CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, r, CT_ROWS({b, "t", r, "1"}), &l,
+                     i < n_lookups ? 1 : 0));
+  }
+  flush(e);
+}
+
+/* Each list is replaced by its kind's invalidate flag when it would hold more than 1000 names
+ * (BS_CHANGES_MAX, the front's one rule for every backend): across records of the range, or in
+ * one record (the writers' too-many flag); exactly 1000 are listed; each kind on its own. */
+static void t_checkpoint_changes_too_many(void **state) {
+  ct_env *e = *state;
+  uint64_t c1, c2, c3;
+  save_spread(e, "a", 0, 600, 600);
+  save_spread(e, "a", 600, 1000, 1000); /* two records: 1000 names of each kind */
+  c1 = commit(e, ct_lsn(1));
+  save_spread(e, "b", 0, 1, 1);
+  c2 = commit(e, ct_lsn(2));
+  save_spread(e, "c", 0, 1001, 1); /* one record of 1001 buckets, 1 lookup */
+  c3 = commit(e, ct_lsn(3));
+  expect_changes(e, 0, c1, 0, 1000, 0, 1000);
+  expect_changes(e, 0, c2, 1, 0, 1, 0);
+  expect_changes(e, c1, c2, 0, 1, 0, 1);
+  expect_changes(e, c2, c3, 1, 0, 0, 1);
+  expect_changes(e, c1, c3, 1, 0, 0, 2);
 }
 
 /* ==== Write checkpoints (contract.md 7) ======================================================= */
@@ -1447,6 +1525,17 @@ static void compact_all(ct_env *e, uint64_t max_op) {
   CT_OK(bs_compact(e->st, &o, &s, &ct_err));
 }
 
+/* bs_db_stat's ops by type (rules.c bs__stat_op on LMDB and memory, SQL on PostgreSQL). */
+static void expect_op_counts(ct_env *e, uint64_t put, uint64_t remove, uint64_t move,
+                             uint64_t clear) {
+  bs_stat s;
+  CT_OK(bs_db_stat(e->db, &s, &ct_err));
+  CT_EQ_U64(s.ops_put, put);
+  CT_EQ_U64(s.ops_remove, remove);
+  CT_EQ_U64(s.ops_move, move);
+  CT_EQ_U64(s.ops_clear, clear);
+}
+
 static void t_compact_move(void **state) {
   ct_env *e = *state;
   ct_oplist l;
@@ -1458,6 +1547,7 @@ static void t_compact_move(void **state) {
   CT_EQ_U64(commit(e, ct_lsn(1)), 3);
   before = cks(e, 3, "b");
   compact_all(e, 0);
+  expect_op_counts(e, 2, 0, 1, 0);
   l = read_all(e, 3, "b");
   expect_n(&l, 3);
   expect_op(&l, 0, 1, BS_OP_PUT, "test", "t1", "{\"v\":1}");
@@ -1488,11 +1578,13 @@ static void t_compact_clear(void **state) {
   CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t2", CT_ROWS({"b", "test", "t2", "{\"v\":2}"})));
   CT_EQ_U64(commit(e, ct_lsn(1)), 4);
   before = cks(e, 4, "b");
+  expect_op_counts(e, 3, 1, 0, 0);
   l = read_all(e, 4, "b");
   {
     uint32_t sum3 = l.v[0].checksum + l.v[1].checksum + l.v[2].checksum;
     ct_oplist_free(&l);
     compact_all(e, 0);
+    expect_op_counts(e, 1, 0, 0, 1);
     l = read_all(e, 4, "b");
     expect_n(&l, 2);
     expect_op(&l, 0, 3, BS_OP_CLEAR, NULL, NULL, NULL);
@@ -2024,6 +2116,7 @@ static const ct_test TESTS[] = {
     T(t_streams_isolated),
     {"t_persistence", t_persistence, 1, 0},
     T(t_parameter_sets),
+    T(t_checkpoint_changes_too_many),
     T(t_write_checkpoints_managed),
     T(t_write_checkpoint_batch_winners),
     T(t_write_checkpoints_custom_and_cleanup),

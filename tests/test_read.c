@@ -370,7 +370,7 @@ static void test_empty_and_unknown(void **state) {
   RT_OK(bs__lmdb_get_checkpoint(e.st, &cp, &rt_err));
   RT_EQ(cp.op_id, 0);
   RT_EQ(cp.has_lsn, 0);
-  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(e.st, &stt, &rt_err)); /* out zeroed by the front */
   RT_EQ(stt.checkpoint, 0);
   RT_EQ(stt.snapshot_done, 0); /* snapshot done, but no checkpoint yet */
   RT_EQ(stt.state, BS_STREAM_PROCESSING);
@@ -392,7 +392,7 @@ static void test_empty_and_unknown(void **state) {
   req.after = 0;
   RT_OK(read_call(&e, 0, &req, 1, 0, 0, 0, &r, &more));
   RT_EQ(r.chunks, 0);
-  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(e.st, &stt, &rt_err));
   RT_EQ(stt.snapshot_done, 1);
   RT_EQ(stt.checkpoint, 1);
   RT_EQ(stt.last_persisted_op, 1);
@@ -632,7 +632,7 @@ static void test_chunking_invariance(void **state) {
   (void)state;
   env_open(&e);
   random_workload(&e, &s, quick() ? 400 : 3000);
-  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(e.st, &stt, &rt_err));
   head = stt.last_persisted_op;
   for (int round = 0; round < rounds; round++) {
     bs_bucket_request req[6];
@@ -694,7 +694,7 @@ static void test_checksums_match_reads(void **state) {
   (void)state;
   env_open(&e);
   random_workload(&e, &s, quick() ? 300 : 2000);
-  RT_OK(bs__lmdb_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(e.st, &stt, &rt_err));
   head = stt.last_persisted_op;
   for (uint64_t C = 0; C <= head + 1; C += 1 + below(&s, 7)) {
     bs_checksum cs[6], rg[6];
@@ -763,7 +763,7 @@ static void test_verify_and_stat(void **state) {
   put1(&e, "a", "r2", "{}");                     /* PUT a 3 */
   save(&e, BS_UPDATE, "r1", two, 1, "r1", "{}"); /* PUT a 4, REMOVE b 5 */
   commit(&e, "0001");
-  RT_OK(bs__lmdb_stat(e.db, &stat, &rt_err));
+  RT_OK(bs_db_stat(e.db, &stat, &rt_err)); /* out zeroed by the front */
   RT_EQ(stat.streams, 1);
   RT_EQ(stat.buckets, 2);
   RT_EQ(stat.ops_put, 4);
@@ -887,7 +887,8 @@ static void test_move_clear(void **state) {
   env_close(&e);
 }
 
-/* Change records are written by the writer; these only check what the reads make of them. */
+/* Change records are written by the writer; these only check what the reads make of them
+ * (through the front, which owns the "too many" rule). */
 typedef struct changes_seen {
   int inv_b, inv_l;
   size_t nb, nl, nu;
@@ -929,16 +930,16 @@ static void test_checkpoint_changes(void **state) {
   put1(&e, "b3", "r3", "{}");
   put1(&e, "b3", "r4", "{}");
   C2 = commit(&e, "0002");
-  RT_OK(bs__lmdb_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
+  RT_OK(bs_get_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
   RT_EQ(c->inv_b, 0);
   assert_true(has_bucket(c, "b3"));
   RT_EQ(c->nb, 1); /* duplicates removed, nothing from before C1 */
-  RT_OK(bs__lmdb_checkpoint_changes(e.st, 0, C2, grab_changes, c, &rt_err));
+  RT_OK(bs_get_checkpoint_changes(e.st, 0, C2, grab_changes, c, &rt_err));
   assert_true(has_bucket(c, "b1") && has_bucket(c, "b2") && has_bucket(c, "b3"));
   /* a range ending inside a flush */
-  RT_OK(bs__lmdb_checkpoint_changes(e.st, C1, C1 + 1, grab_changes, c, &rt_err));
+  RT_OK(bs_get_checkpoint_changes(e.st, C1, C1 + 1, grab_changes, c, &rt_err));
   assert_true(has_bucket(c, "b3"));
-  RT_OK(bs__lmdb_checkpoint_changes(e.st, C2, C2, grab_changes, c, &rt_err));
+  RT_OK(bs_get_checkpoint_changes(e.st, C2, C2, grab_changes, c, &rt_err));
   RT_EQ(c->nb, 0);
   /* more than 1000 buckets in one range: invalidate */
   for (int i = 0; i < 1100; i++) {
@@ -948,10 +949,10 @@ static void test_checkpoint_changes(void **state) {
     if (i == 600) RT_OK(bs_writer_flush(e.w, NULL, &rt_err));
   }
   C3 = commit(&e, "0003");
-  RT_OK(bs__lmdb_checkpoint_changes(e.st, C2, C3, grab_changes, c, &rt_err));
+  RT_OK(bs_get_checkpoint_changes(e.st, C2, C3, grab_changes, c, &rt_err));
   RT_EQ(c->inv_b, 1);
   RT_EQ(c->nb, 0);
-  RT_OK(bs__lmdb_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
+  RT_OK(bs_get_checkpoint_changes(e.st, C1, C2, grab_changes, c, &rt_err));
   RT_EQ(c->inv_b, 0);
   env_close(&e);
   free(c);
