@@ -440,6 +440,51 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     " new_op bigint NOT NULL, PRIMARY KEY (stream, bucket, old_op));"
     "ALTER TABLE bs_changes ADD time_ms bigint NOT NULL DEFAULT 0;"
     "ALTER TABLE bs_streams ADD param_cursor bigint NOT NULL DEFAULT 0;",
+    /* 5: fewer bytes per op (issue 14; sizes measured after bsbench --pg's ingest): an op's
+     * checksum as integer (the 32-bit value stored signed: its bigint and the alignment padding
+     * before it were 8 of a row's bytes) and a primary key without INCLUDE (type, checksum) (40
+     * of its 50 bytes per op; the checksums read only the ops above C, from the heap); the
+     * source records' members in varints (47 -> 22 bytes for a row in one bucket: u32 and u64
+     * fields held small numbers); bs_buckets.max_op_bytes, which sizes bucket_data's pages
+     * (pg_read.c). Each table is rewritten once (ALTER ... USING); the old members are decoded
+     * here only, by the functions this step drops again. */
+    "ALTER TABLE bs_ops DROP CONSTRAINT bs_ops_pkey, ALTER checksum TYPE integer USING"
+    " (checksum - CASE WHEN checksum >= 2147483648 THEN 4294967296 ELSE 0 END)::integer,"
+    " ADD PRIMARY KEY (bucket, op_id);"
+    "ALTER TABLE bs_buckets ADD max_op_bytes bigint NOT NULL DEFAULT 0;"
+    "UPDATE bs_buckets b SET max_op_bytes = m.n FROM (SELECT bucket, max("
+    " coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"
+    " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0)) AS n"
+    " FROM bs_ops GROUP BY bucket) m WHERE m.bucket = b.id;"
+    "CREATE FUNCTION pg_temp.bs_varint(x bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$"
+    " DECLARE r bytea := ''::bytea; BEGIN"
+    "  WHILE x >= 128 LOOP"
+    "   r := r || set_byte('\\x00'::bytea, 0, ((x & 127) | 128)::integer); x := x >> 7;"
+    "  END LOOP;"
+    "  RETURN r || set_byte('\\x00'::bytea, 0, x::integer); END $$;"
+    "CREATE FUNCTION pg_temp.bs_members5(m bytea) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$"
+    " DECLARE p integer := 5; n integer; l integer; r bytea; BEGIN"
+    "  n := ('x' || encode(substring(m FROM 1 FOR 4), 'hex'))::bit(32)::integer;"
+    "  r := pg_temp.bs_varint(n);"
+    "  FOR i IN 1..n LOOP"
+    "   FOR k IN 1..2 LOOP" /* bucket id, op id */
+    "    r := r || pg_temp.bs_varint(('x' || encode(substring(m FROM p FOR 8), 'hex'))::bit(64)"
+    "     ::bigint); p := p + 8;"
+    "   END LOOP;"
+    "   FOR k IN 1..2 LOOP" /* object_type, object_id */
+    "    l := ('x' || encode(substring(m FROM p FOR 4), 'hex'))::bit(32)::integer;"
+    "    r := r || pg_temp.bs_varint(l) || substring(m FROM p + 4 FOR l); p := p + 4 + l;"
+    "   END LOOP;"
+    "  END LOOP;"
+    "  n := ('x' || encode(substring(m FROM p FOR 4), 'hex'))::bit(32)::integer; p := p + 4;"
+    "  r := r || pg_temp.bs_varint(n);"
+    "  FOR i IN 1..n LOOP" /* lookup keys */
+    "   l := ('x' || encode(substring(m FROM p FOR 4), 'hex'))::bit(32)::integer;"
+    "   r := r || pg_temp.bs_varint(l) || substring(m FROM p + 4 FOR l); p := p + 4 + l;"
+    "  END LOOP;"
+    "  RETURN r; END $$;"
+    "ALTER TABLE bs_source ALTER members TYPE bytea USING pg_temp.bs_members5(members);"
+    "DROP FUNCTION pg_temp.bs_members5(bytea), pg_temp.bs_varint(bigint);",
 };
 
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */
@@ -467,9 +512,9 @@ static int newer_fail(int64_t v, bs_error *err) {
                   (long long)v, BS_PG_SCHEMA_VERSION);
 }
 
-/* Brings the schema to BS_PG_SCHEMA_VERSION in one transaction. Two processes opening a new
- * database at once serialise on an advisory lock named after the schema. */
-static int migrate(PGconn *c, bs_error *err) {
+/* Brings the schema to version `to` in one transaction (pg_internal.h). Two processes opening
+ * a new database at once serialise on an advisory lock named after the schema. */
+int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err) {
   int64_t v;
   int rc;
   if ((rc = bs__pg_begin(c, 0, err))) return rc;
@@ -483,7 +528,7 @@ static int migrate(PGconn *c, bs_error *err) {
                     " value bigint NOT NULL);"
                     "INSERT INTO bs_meta VALUES ('schema_version', 0) ON CONFLICT DO NOTHING",
                     NULL, "creating the schema", err);
-  for (; !rc && v < BS_PG_SCHEMA_VERSION; v++) {
+  for (; !rc && v < to && v < BS_PG_SCHEMA_VERSION; v++) {
     bs__pg_args a = {0};
     bs__pg_arg_i64(&a, v + 1);
     rc = bs__pg_run(c, migrations[v], NULL, "migrating the schema", err);
@@ -500,7 +545,7 @@ static int migrate(PGconn *c, bs_error *err) {
 static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
   int64_t v;
   int rc;
-  if (!(db->base.flags & BS_OPEN_RDONLY)) return migrate(c, err);
+  if (!(db->base.flags & BS_OPEN_RDONLY)) return bs__pg_migrate(c, BS_PG_SCHEMA_VERSION, err);
   if ((rc = schema_version(c, &v, err))) return rc;
   if (v > BS_PG_SCHEMA_VERSION) return newer_fail(v, err);
   if (v == 0) return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database");

@@ -91,7 +91,7 @@ static bs_op op_of(const PGresult *r, int i, uint64_t *bytes) {
   memset(&op, 0, sizeof op);
   op.op_id = (uint64_t)bs__pg_i64(r, i, 0);
   op.type = (bs_op_type)bs__pg_i16(r, i, 1);
-  op.checksum = (uint32_t)bs__pg_i64(r, i, 2);
+  op.checksum = (uint32_t)bs__pg_i32(r, i, 2);
   op.target_op = (uint64_t)bs__pg_i64(r, i, 3);
   op.object_type = bs__pg_bytes(r, i, 4);
   op.object_id = bs__pg_bytes(r, i, 5);
@@ -236,7 +236,7 @@ static int write_fold(cctx *c, uint64_t bucket, bdelta *d) {
   bs__pg_arg_i64(&a, (int64_t)bucket);
   bs__pg_arg_i64(&a, (int64_t)d->clear.first_op);
   bs__pg_arg_i64(&a, (int64_t)d->clear.last_op);
-  bs__pg_arg_i64(&a, (int64_t)d->clear.checksum);
+  bs__pg_arg_i32(&a, (int32_t)d->clear.checksum); /* bs_ops.checksum is an integer */
   bs__pg_arg_i64(&a, (int64_t)d->clear.target_op);
   rc = exec(c,
             "WITH del AS (DELETE FROM bs_ops WHERE bucket = $1 AND op_id >= $2 AND op_id < $3"

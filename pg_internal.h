@@ -30,8 +30,14 @@
  *                                                bucket state: running checksum (0..2^32-1) and
  *                                                count over every persisted op, bytes, last_op,
  *                                                generation, clear_start/clear_op (the torn span
- *                                                of contract.md 5.5), compacted_count/_op
- *  bs_ops      (bucket id, op_id)                type, checksum, target_op, object_type,
+ *                                                of contract.md 5.5), compacted_count/_op,
+ *                                                max_op_bytes (no op of the bucket has more
+ *                                                payload bytes, bs__pg_op_bytes: the writer
+ *                                                raises it, compaction leaves it an upper bound;
+ *                                                it sizes bucket_data's pages)
+ *  bs_ops      (bucket id, op_id)                type, checksum (integer: the 32-bit value
+ *                                                stored signed, cast back by the readers; sums
+ *                                                keep their low 32 bits), target_op, object_type,
  *                                                object_id, subkey (NULL unless PUT/REMOVE),
  *                                                data (NULL unless PUT). The primary key is the
  *                                                read order: a bucket's ops are one index range,
@@ -54,7 +60,8 @@
  *  bs_tables   (stream, name)                    id: 1, 2, ... per stream (bs_streams.next_table_id)
  *  bs_source   (stream, table_id, replica_id)    the source record: soft, mark (contract.md 4.3),
  *                                                members (pg_save.c's encoding of the memberships
- *                                                and lookup keys), has_data, data
+ *                                                and lookup keys, in varints since schema 5),
+ *                                                has_data, data
  *  bs_superseded (stream, bucket, old_op)        new_op: the op of the same row that replaced
  *                                                old_op (the writer's log; incremental compaction
  *                                                consumes it); bs_changes.time_ms: a
@@ -64,7 +71,7 @@
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 4
+#define BS_PG_SCHEMA_VERSION 5
 
 typedef struct bs__pg_db {
   bs_db base;
@@ -141,6 +148,9 @@ void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
                      void *payload);
+/* Brings c's schema to version `to` (at most BS_PG_SCHEMA_VERSION; open takes this build's),
+ * in one transaction. Tests build an older schema with it, to migrate it afterwards. */
+int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err);
 
 /* ---- Connections ---- */
 /* Is idle connection c still there? One the server ended (pg_terminate_backend, a restart) has

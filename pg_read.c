@@ -175,7 +175,7 @@ static int handed(const bs_chunk *ch, void *payload) {
 static void row_op(const PGresult *res, int i, bs_op *op) {
   op->op_id = (uint64_t)bs__pg_i64(res, i, 0);
   op->type = (bs_op_type)bs__pg_i16(res, i, 1);
-  op->checksum = (uint32_t)bs__pg_i64(res, i, 2);
+  op->checksum = (uint32_t)bs__pg_i32(res, i, 2);
   op->target_op = (uint64_t)bs__pg_i64(res, i, 3);
   op->object_type = bs__pg_bytes(res, i, 4);
   op->object_id = bs__pg_bytes(res, i, 5);

@@ -89,7 +89,7 @@ typedef struct bucket_ent {
   uint64_t id;
   bs_val name; /* owned */
   uint32_t d_checksum;
-  uint64_t d_count, d_bytes, last_op;
+  uint64_t d_count, d_bytes, last_op, max_bytes; /* max_bytes: of the batch's ops */
   int touched;
   int fresh; /* created by this batch: id 0 until its first use takes a reserved id */
 } bucket_ent;
@@ -185,90 +185,100 @@ static rec_ent *rec_add(batch *b, uint32_t table, bs_val rid) {
   return e;
 }
 
-/* The source-record value (members and lookups; soft, mark and data are columns):
- * u32be nm, nm x (u64be bucket, u64be op, u32be len, object_type, u32be len, object_id),
- * u32be nl, nl x (u32be len, key). */
-static size_t srec_size(const bs__srec *r) {
-  size_t n = 8;
-  for (uint32_t i = 0; i < r->nm; i++) n += 24 + r->m[i].object_type.size + r->m[i].object_id.size;
-  for (uint32_t i = 0; i < r->nl; i++) n += 4 + r->lk[i].size;
+/* The source-record value (members and lookups; soft, mark and data are columns), in unsigned
+ * LEB128 varints (schema 5; pg.c's migration 5 converts the u32be/u64be fields of before):
+ * nm, nm x (bucket, op, len, object_type, len, object_id), nl, nl x (len, key). */
+static size_t vsize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 128) v >>= 7, n++;
   return n;
 }
 
-static void srec_encode(unsigned char *p, const bs__srec *r) {
-  bs__put_u32be(p, r->nm);
-  p += 4;
+static unsigned char *vput(unsigned char *p, uint64_t v) {
+  for (; v >= 128; v >>= 7) *p++ = (unsigned char)(v | 128);
+  *p++ = (unsigned char)v;
+  return p;
+}
+
+/* Reads a varint of at most 64 bits at *p (< end): 0 when it is truncated or overlong. */
+static int vget(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  uint64_t x = 0;
+  for (int s = 0; s < 64 && *p < end; s += 7) {
+    unsigned b = *(*p)++;
+    if (s == 63 && b > 1) return 0;
+    x |= (uint64_t)(b & 127) << s;
+    if (!(b & 128)) {
+      *v = x;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A varint length and the string after it (borrowed), within end. */
+static int vget_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
+  uint64_t n;
+  if (!vget(p, end, &n) || n > (uint64_t)(end - *p)) return 0;
+  out->data = *p;
+  out->size = (size_t)n;
+  *p += n;
+  return 1;
+}
+
+static size_t srec_size(const bs__srec *r) {
+  size_t n = vsize(r->nm) + vsize(r->nl);
   for (uint32_t i = 0; i < r->nm; i++) {
-    bs__put_u64be(p, r->m[i].bucket);
-    bs__put_u64be(p + 8, r->m[i].op);
-    bs__put_u32be(p + 16, (uint32_t)r->m[i].object_type.size);
-    memcpy(p + 20, r->m[i].object_type.data, r->m[i].object_type.size);
-    p += 20 + r->m[i].object_type.size;
-    bs__put_u32be(p, (uint32_t)r->m[i].object_id.size);
-    memcpy(p + 4, r->m[i].object_id.data, r->m[i].object_id.size);
-    p += 4 + r->m[i].object_id.size;
+    const bs__member *m = &r->m[i];
+    n += vsize(m->bucket) + vsize(m->op) + vsize(m->object_type.size) + m->object_type.size +
+         vsize(m->object_id.size) + m->object_id.size;
   }
-  bs__put_u32be(p, r->nl);
-  p += 4;
-  for (uint32_t i = 0; i < r->nl; i++) {
-    bs__put_u32be(p, (uint32_t)r->lk[i].size);
-    if (r->lk[i].size) memcpy(p + 4, r->lk[i].data, r->lk[i].size);
-    p += 4 + r->lk[i].size;
+  for (uint32_t i = 0; i < r->nl; i++) n += vsize(r->lk[i].size) + r->lk[i].size;
+  return n;
+}
+
+static unsigned char *vput_str(unsigned char *p, bs_val v) {
+  p = vput(p, v.size);
+  if (v.size) memcpy(p, v.data, v.size);
+  return p + v.size;
+}
+
+static void srec_encode(unsigned char *p, const bs__srec *r) {
+  p = vput(p, r->nm);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    p = vput(vput(p, r->m[i].bucket), r->m[i].op);
+    p = vput_str(vput_str(p, r->m[i].object_type), r->m[i].object_id);
   }
+  p = vput(p, r->nl);
+  for (uint32_t i = 0; i < r->nl; i++) p = vput_str(p, r->lk[i]);
 }
 
 int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r) {
   const unsigned char *p = v.data, *end;
-  uint32_t nm, nl;
+  uint64_t nm, nl;
   int rc = BS_ECORRUPT;
   r->m = NULL;
   r->lk = NULL;
   r->nm = r->nl = 0;
-  if (!p || v.size < 8) return BS_ECORRUPT;
+  if (!p) return BS_ECORRUPT;
   end = p + v.size;
-  nm = bs__get_u32be(p);
-  p += 4;
-  if (nm > v.size / 24) return BS_ECORRUPT;
-  if (!(r->m = bs__calloc(a, nm + 1, sizeof *r->m))) return BS_ENOMEM;
-  for (uint32_t i = 0; i < nm; i++) {
-    size_t n;
-    if (end - p < 20) goto fail;
-    r->m[i].bucket = bs__get_u64be(p);
-    r->m[i].op = bs__get_u64be(p + 8);
-    n = bs__get_u32be(p + 16);
-    p += 20;
-    if ((size_t)(end - p) < n + 4) goto fail;
-    r->m[i].object_type.data = p;
-    r->m[i].object_type.size = n;
-    p += n;
-    n = bs__get_u32be(p);
-    p += 4;
-    if ((size_t)(end - p) < n) goto fail;
-    r->m[i].object_id.data = p;
-    r->m[i].object_id.size = n;
-    p += n;
-  }
-  if (end - p < 4) goto fail;
-  nl = bs__get_u32be(p);
-  p += 4;
-  if (nl > v.size / 4) goto fail;
-  if (!(r->lk = bs__calloc(a, nl + 1, sizeof *r->lk))) {
+  /* a membership takes at least 4 bytes, a key 1: counts that cannot fit are refused before
+   * they size an allocation */
+  if (!vget(&p, end, &nm) || nm > v.size / 4) return BS_ECORRUPT;
+  if (!(r->m = bs__calloc(a, (size_t)nm + 1, sizeof *r->m))) return BS_ENOMEM;
+  for (uint64_t i = 0; i < nm; i++)
+    if (!vget(&p, end, &r->m[i].bucket) || !vget(&p, end, &r->m[i].op) ||
+        !vget_str(&p, end, &r->m[i].object_type) || !vget_str(&p, end, &r->m[i].object_id))
+      goto fail;
+  if (!vget(&p, end, &nl) || nl > v.size) goto fail;
+  if (!(r->lk = bs__calloc(a, (size_t)nl + 1, sizeof *r->lk))) {
     rc = BS_ENOMEM;
     goto fail;
   }
-  for (uint32_t i = 0; i < nl; i++) {
-    size_t n;
-    if (end - p < 4) goto fail;
-    n = bs__get_u32be(p);
-    p += 4;
-    if ((size_t)(end - p) < n) goto fail;
-    r->lk[i].data = p;
-    r->lk[i].size = n;
-    p += n;
-  }
+  for (uint64_t i = 0; i < nl; i++)
+    if (!vget_str(&p, end, &r->lk[i])) goto fail;
   if (p == end) {
-    r->nm = nm;
-    r->nl = nl;
+    r->nm = (uint32_t)nm;
+    r->nl = (uint32_t)nl;
     return BS_OK;
   }
 fail:
@@ -380,7 +390,7 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   f_int(&b->ops, b->a, bucket, 8);
   f_int(&b->ops, b->a, *op_id, 8);
   f_int(&b->ops, b->a, (uint64_t)op->type, 2);
-  f_int(&b->ops, b->a, op->checksum, 8);
+  f_int(&b->ops, b->a, op->checksum, 4); /* integer: the same 32 bits, signed */
   f_int(&b->ops, b->a, 0, 8);
   f_bytes(&b->ops, b->a, present(op->object_type));
   f_bytes(&b->ops, b->a, present(op->object_id));
@@ -390,6 +400,7 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
   e->d_count++;
   e->d_bytes += bs__pg_op_bytes(op);
+  if (bs__pg_op_bytes(op) > e->max_bytes) e->max_bytes = bs__pg_op_bytes(op);
   e->last_op = *op_id;
   e->touched = 1;
   return BS_OK;
@@ -875,9 +886,10 @@ static int create_buckets(batch *b, bs_error *err) {
 static const bs__pg_stmt bk_update_stmt = {
     BS_PG_STMT_BK_UPDATE, "UPDATE bs_buckets b SET checksum = (b.checksum + d.ck) % 4294967296,"
                           " count = b.count + d.n, bytes = b.bytes + d.sz,"
-                          " last_op = greatest(b.last_op, d.last)"
-                          " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])"
-                          " AS d(id, ck, n, sz, last) WHERE b.id = d.id"};
+                          " last_op = greatest(b.last_op, d.last),"
+                          " max_op_bytes = greatest(b.max_op_bytes, d.mx)"
+                          " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[],"
+                          " $6::int8[]) AS d(id, ck, n, sz, last, mx) WHERE b.id = d.id"};
 
 static const bs__pg_stmt bk_changes_stmt = {
     BS_PG_STMT_BK_CHANGES,
@@ -887,14 +899,14 @@ static const bs__pg_stmt bk_changes_stmt = {
 
 static int write_buckets(batch *b, bs_error *err) {
   uint64_t *v = NULL;
-  unsigned char *arr[5] = {NULL, NULL, NULL, NULL, NULL};
+  unsigned char *arr[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
   bs_val *names = NULL;
   unsigned char *narr = NULL;
   size_t n = 0, nb = 0;
   bs__pg_args a = {0};
   int rc = BS_OK, too_many = 0;
   for (size_t i = 0; i < b->nbk; i++) n += b->bk[i].touched;
-  if (!(v = bs__calloc(b->a, 5 * n + 1, sizeof *v)) ||
+  if (!(v = bs__calloc(b->a, 6 * n + 1, sizeof *v)) ||
       !(names = bs__calloc(b->a, n + 1, sizeof *names))) {
     rc = oom(err);
     goto out;
@@ -907,13 +919,14 @@ static int write_buckets(batch *b, bs_error *err) {
     v[2 * n + k] = e->d_count;
     v[3 * n + k] = e->d_bytes;
     v[4 * n + k] = e->last_op;
+    v[5 * n + k] = e->max_bytes;
     k++;
     if (nb < BS_CHANGES_MAX)
       names[nb++] = e->name;
     else
       too_many = 1;
   }
-  for (int c = 0; c < 5 && !rc; c++)
+  for (int c = 0; c < 6 && !rc; c++)
     rc = bs__pg_arg_i64_array(&a, v + c * n, n, b->a, &arr[c], err);
   if (rc) goto out;
   rc = bs__pg_runp(b->c, &bk_update_stmt, &a, "flush: bucket states", err);
@@ -934,7 +947,7 @@ static int write_buckets(batch *b, bs_error *err) {
     bs__free(b->a, larr);
   }
 out:
-  for (int c = 0; c < 5; c++) bs__free(b->a, arr[c]);
+  for (int c = 0; c < 6; c++) bs__free(b->a, arr[c]);
   bs__free(b->a, narr);
   bs__free(b->a, names);
   bs__free(b->a, v);
@@ -1425,7 +1438,7 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
     }
     memset(&put, 0, sizeof put);
     put.type = BS_OP_PUT;
-    put.checksum = (uint32_t)bs__pg_i64(r, (int)k, 3);
+    put.checksum = (uint32_t)bs__pg_i32(r, (int)k, 3);
     put.object_type = bs__pg_bytes(r, (int)k, 4);
     put.object_id = bs__pg_bytes(r, (int)k, 5);
     put.subkey = bs__pg_bytes(r, (int)k, 6);

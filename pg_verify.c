@@ -311,27 +311,20 @@ static int load_streams(verifier *vf, bs_error *err) {
 
 /* The next op of b, its row of ops (columns 0 bucket, 1 op_id, 2 type, 3 checksum, 4 target_op,
  * 5 object_type, 6 object_id, 7 subkey, 8 data): what only a column can get wrong, then
- * verify.c's rules. */
-static void check_op(verifier *vf, bs__vbucket *b, const PGresult *r, int row) {
-  int64_t ck = bs__pg_i64(r, row, 3);
-  bs_op op = {(uint64_t)bs__pg_i64(r, row, 1),
-              (bs_op_type)bs__pg_i16(r, row, 2),
-              (uint32_t)ck,
-              (uint64_t)bs__pg_i64(r, row, 4),
-              bs__pg_bytes(r, row, 5),
-              bs__pg_bytes(r, row, 6),
-              bs__pg_bytes(r, row, 7),
-              bs__pg_bytes(r, row, 8)};
+ * verify.c's rules. Returns the op's payload bytes. */
+static uint64_t check_op(verifier *vf, bs__vbucket *b, const PGresult *r, int row) {
+  bs_op op = {(uint64_t)bs__pg_i64(r, row, 1), (bs_op_type)bs__pg_i16(r, row, 2),
+              (uint32_t)bs__pg_i32(r, row, 3), (uint64_t)bs__pg_i64(r, row, 4),
+              bs__pg_bytes(r, row, 5),         bs__pg_bytes(r, row, 6),
+              bs__pg_bytes(r, row, 7),         bs__pg_bytes(r, row, 8)};
   const char *nm = b->name.size ? (const char *)b->name.data : "";
   int ns = bs__name_shown(b->name);
-  if (ck < 0 || ck > (int64_t)UINT32_MAX) /* its low 32 bits are summed and compared */
-    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": checksum %" PRId64 " is not 32 bits", ns, nm,
-            op.op_id, ck);
   if (bs__op_carries_row(op.type) &&
       (!op.object_type.data || !op.object_id.data || (op.type == BS_OP_PUT) != !!op.data.data))
     problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s with%s data or without its object", ns, nm,
             op.op_id, op.type == BS_OP_PUT ? "PUT" : "REMOVE", op.type == BS_OP_PUT ? "out" : "");
   bs__verify_op(&vf->v, b, &op, bs__pg_op_bytes(&op));
+  return bs__pg_op_bytes(&op);
 }
 
 /* Passes the ops of buckets below hi (every bucket when all), one problem per bucket id: they
@@ -367,7 +360,7 @@ static int verify_buckets(verifier *vf, bs_error *err) {
   int rc;
   if ((rc = scan_open(vf, &bs, "v_buckets",
                       "SELECT id, stream, name, checksum, count, bytes, last_op, clear_start,"
-                      " clear_op FROM bs_buckets ORDER BY id",
+                      " clear_op, max_op_bytes FROM bs_buckets ORDER BY id",
                       err)))
     return rc;
   scan_keyset(vf, &os, OPS_PAGE(""), OPS_PAGE("WHERE (bucket, op_id) > ($1, $2)"));
@@ -383,12 +376,20 @@ static int verify_buckets(verifier *vf, bs_error *err) {
                      .last_op = (uint64_t)bs__pg_i64(bs.r, bs.row, 6),
                      .clear_start = (uint64_t)bs__pg_i64(bs.r, bs.row, 7),
                      .clear_op = (uint64_t)bs__pg_i64(bs.r, bs.row, 8)};
+    uint64_t max = (uint64_t)bs__pg_i64(bs.r, bs.row, 9), seen = 0;
     b.stream = bs__verify_stream(&vf->v, b.stream_id);
     if ((rc = skip_orphans(vf, &os, (int64_t)b.id, 0, err))) break;
     for (; (rc = scan_get(&os, err)) == 1 && bs__pg_i64(os.r, os.row, 0) == (int64_t)b.id;
-         scan_next(&os))
-      check_op(vf, &b, os.r, os.row);
+         scan_next(&os)) {
+      uint64_t n = check_op(vf, &b, os.r, os.row);
+      if (n > seen) seen = n;
+    }
     if (rc < 0) break;
+    if (seen > max) /* bucket_data sizes its pages by it (pg_read.c) */
+      problem(vf,
+              "bucket \"%.*s\": an op of %" PRIu64
+              " payload bytes, above its max_op_bytes %" PRIu64,
+              bs__name_shown(b.name), b.name.size ? (const char *)b.name.data : "", seen, max);
     bs__verify_bucket_end(&vf->v, &b);
     scan_next(&bs);
   }

@@ -22,12 +22,14 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "pg_internal.h" /* bs__pg_migrate: a schema-4 database for t_reads_mirror */
+
 /* ---- schema ---- */
 
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = pgt_open(t->url, 0), *db2;
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
   bs_close(db);
   db2 = pgt_open(t->url, 0); /* a second open finds it and changes nothing */
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_meta"), 1);
@@ -40,16 +42,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = pgt_open(t->url, 0);
   bs_close(db);
-  pgt_exec(t->admin, "UPDATE bs_meta SET value = 5 WHERE key = 'schema_version'");
+  pgt_exec(t->admin, "UPDATE bs_meta SET value = 6 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 5, newer than this build's 4"));
+  assert_non_null(strstr(err.msg, "version 6, newer than this build's 5"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
 }
 
 static void t_schema_read_only(void **state) {
@@ -80,11 +82,12 @@ static void t_schema_read_only(void **state) {
            "UPDATE bs_meta SET value = 1 WHERE key = 'schema_version';"
            " DROP TABLE bs_wcp_managed, bs_wcp_custom, bs_tables, bs_source, bs_superseded;"
            " ALTER TABLE bs_streams DROP COLUMN next_table_id, DROP COLUMN param_cursor;"
-           " ALTER TABLE bs_changes DROP COLUMN time_ms");
+           " ALTER TABLE bs_changes DROP COLUMN time_ms;"
+           " ALTER TABLE bs_buckets DROP COLUMN max_op_bytes");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 1, older than this build's 4"));
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 5"));
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_wcp_managed"), 0);
   assert_int_equal(pgt_int(t->admin, "SELECT next_table_id FROM bs_streams"), 1);
@@ -96,7 +99,7 @@ static void t_schema_read_only(void **state) {
            " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
   bs_close(db);
 }
 
@@ -307,11 +310,14 @@ static void t_unsupported_slots(void **state) {
   bs_close(db);
 }
 
-/* ---- reads (step 2), on data a writer would leave: mirrored from the memory backend ---- */
+/* ---- reads, on data a writer would leave: mirrored from the memory backend ---- */
 
 /* A stream's data, written through the memory backend's writer (saves, commits, a full
- * compaction: PUT, REMOVE, MOVE and CLEAR ops, a torn span), then copied into the PostgreSQL
- * tables as the PostgreSQL writer will keep them. Reads of both must then agree at every C. */
+ * compaction: PUT, REMOVE, MOVE and CLEAR ops, a torn span), then copied into PostgreSQL tables
+ * of schema 4 as its writer kept them (ops with bigint checksums, source records with the
+ * fixed-width members of before), which this build's open migrates to schema 5. Reads of both
+ * must then agree at every C, and writes after the migration must agree too (the converted
+ * records name the ops their rows' next changes supersede). */
 static uint64_t rnd_state;
 static uint64_t rnd(void) {
   rnd_state = rnd_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -320,6 +326,34 @@ static uint64_t rnd(void) {
 
 static const char *const bucket_names[] = {"b", "by_user[\"u1\"]", "\xc3\xa9t\xc3\xa9", "z"};
 #define N_BUCKETS 4
+
+/* A save of row r0..r11 of table "t" into up to two random buckets; a DELETE one time in
+ * delete_in. */
+static void random_save(bs_writer *w, int delete_in) {
+  bs_error err = {0};
+  char id[16], data[64];
+  bs_row rows[2];
+  bs_save sv = BS_SAVE_INIT;
+  int k = (int)(rnd() % 3);
+  snprintf(id, sizeof id, "r%d", (int)(rnd() % 12));
+  /* data of every size class the chunking cares about: "", one byte, a few KiB */
+  size_t len = rnd() % 4 == 0 ? 0 : rnd() % 4 == 0 ? 1 : 20;
+  memset(data, 'a' + (int)(rnd() % 26), sizeof data);
+  sv.table = (bs_val){"t", 1};
+  sv.tag = rnd() % (uint64_t)delete_in == 0 ? BS_DELETE : BS_UPDATE;
+  sv.after_id = (bs_val){id, strlen(id)};
+  sv.before_id = sv.after_id;
+  for (int i = 0; i < k; i++) {
+    const char *b = bucket_names[rnd() % N_BUCKETS];
+    rows[i].bucket = (bs_val){b, strlen(b)};
+    rows[i].object_type = (bs_val){"todos", 5};
+    rows[i].object_id = (bs_val){id, strlen(id)};
+    rows[i].data = (bs_val){data, len};
+  }
+  sv.rows = rows;
+  sv.n_rows = (size_t)k;
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+}
 
 static void mem_workload(bs_db **out, uint64_t *head, uint64_t seed) {
   bs_error err = {0};
@@ -336,28 +370,7 @@ static void mem_workload(bs_db **out, uint64_t *head, uint64_t seed) {
   assert_int_equal(bs_writer_open(&w, st, &wo, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"0", 1}, &err), BS_OK);
   for (int step = 0; step < 120; step++) {
-    char id[16], data[64];
-    bs_row rows[2];
-    bs_save sv = BS_SAVE_INIT;
-    int k = (int)(rnd() % 3);
-    snprintf(id, sizeof id, "r%d", (int)(rnd() % 12));
-    /* data of every size class the chunking cares about: "", one byte, a few KiB */
-    size_t len = rnd() % 4 == 0 ? 0 : rnd() % 4 == 0 ? 1 : 20;
-    memset(data, 'a' + (int)(rnd() % 26), sizeof data);
-    sv.table = (bs_val){"t", 1};
-    sv.tag = rnd() % 7 == 0 ? BS_DELETE : BS_UPDATE;
-    sv.after_id = (bs_val){id, strlen(id)};
-    sv.before_id = sv.after_id;
-    for (int i = 0; i < k; i++) {
-      const char *b = bucket_names[rnd() % N_BUCKETS];
-      rows[i].bucket = (bs_val){b, strlen(b)};
-      rows[i].object_type = (bs_val){"todos", 5};
-      rows[i].object_id = (bs_val){id, strlen(id)};
-      rows[i].data = (bs_val){data, len};
-    }
-    sv.rows = rows;
-    sv.n_rows = (size_t)k;
-    assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+    random_save(w, 7);
     if (rnd() % 5 == 0) {
       snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
       assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
@@ -413,6 +426,42 @@ static int mirror_chunk(const bs_chunk *ch, void *payload) {
     PQclear(r);
   }
   return 0;
+}
+
+/* Schema 4's source records of the mirrored ops, and the buckets' running bytes: a row's memberships are the buckets whose
+ * latest PUT/REMOVE of it is a PUT, in op order (the order of the save that wrote them), in
+ * that schema's members encoding (u32be n, n x (u64be bucket, u64be op, u32be len, object_type,
+ * u32be len, object_id), u32be 0 lookups). The ops' subkeys are of table 1, "t". */
+static void mirror_records(pgt *t) {
+  pgt_exec(t->admin,
+           "INSERT INTO bs_tables VALUES (1, 't', 1); UPDATE bs_streams SET next_table_id = 2;"
+           " UPDATE bs_buckets b SET bytes = (SELECT sum(coalesce(octet_length(object_type), 0)"
+           "  + coalesce(octet_length(object_id), 0) + coalesce(octet_length(subkey), 0)"
+           "  + coalesce(octet_length(data), 0)) FROM bs_ops o WHERE o.bucket = b.id);"
+           " INSERT INTO bs_source (stream, table_id, replica_id, soft, mark, members, has_data)"
+           " SELECT 1, 1, object_id, false, 0, int4send(count(*)::integer)"
+           "  || string_agg(int8send(bucket) || int8send(op_id) || int4send(length(object_type))"
+           "  || object_type || int4send(length(object_id)) || object_id, ''::bytea ORDER BY op_id)"
+           "  || int4send(0), false"
+           " FROM (SELECT DISTINCT ON (bucket, object_id) * FROM bs_ops WHERE type IN (1, 2)"
+           "  ORDER BY bucket, object_id, op_id DESC) l WHERE type = 1 GROUP BY object_id");
+}
+
+/* The same saves and commit on a memory and a PostgreSQL writer (after the migration): updates
+ * of the mirrored rows into other buckets, deletes. */
+static void more_saves(bs_storage *st) {
+  bs_error err = {0};
+  bs_writer *w = NULL;
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  rnd_state = 99;
+  for (int step = 0; step < 40; step++) random_save(w, 5);
+  assert_int_equal(bs_writer_commit(w, (bs_val){"99999999", 8}, NULL, NULL, &err), BS_OK);
+  bs_writer_close(w);
+}
+
+static void count_problem(const char *problem, void *payload) {
+  fprintf(stderr, "verify: %s\n", problem);
+  ++*(int *)payload;
 }
 
 /* the first C of a torn span: the memory backend answers BS_EINVALIDATED from there */
@@ -569,13 +618,36 @@ static void t_reads_mirror(void **state) {
   bs_storage *mst, *pst, *pcst;
   uint64_t head;
   int torn_seen = 0, checked = 0;
+  int problems = 0;
+  uint64_t verified = 0;
   nocache.checksum_cache_entries = (size_t)-1;
   mem_workload(&mdb, &head, 7);
   assert_int_equal(bs_storage_open(&mst, mdb, 1, &err), BS_OK);
-  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
-  assert_int_equal(bs_stream_create(NULL, pdb, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs__pg_migrate(t->admin, 4, &err), BS_OK);
+  pgt_exec(t->admin,
+           "INSERT INTO bs_streams (id, name, state, hash, created_ms, snapshot_done, op_head,"
+           " checkpoint, last_checkpoint_op, checkpoint_lsn)"
+           " VALUES (1, 's', %d, %d, 0, true, %llu, %llu, %llu, '00000000')",
+           BS_STREAM_ACTIVE, BS_HASH_XXH3, (unsigned long long)head, (unsigned long long)head,
+           (unsigned long long)head);
   void *ctx[3] = {t, mst, &head};
   assert_int_equal(bs_list_buckets(mst, (bs_val){NULL, 0}, mirror_bucket, ctx, &err), BS_OK);
+  mirror_records(t);
+  /* read-only: refused before the migration; read-write: migrated, the data as it was */
+  bs_open_options ro = BS_OPEN_OPTIONS_INIT;
+  ro.flags = BS_OPEN_RDONLY;
+  assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "version 4, older than this build's 5"));
+  assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source") >= 3);
+  /* a record of two memberships */
+  assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE get_byte(members, 3) > 1"));
+  assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_ops WHERE checksum >= 2147483648") > 0);
+  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_ops WHERE checksum < 0") > 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_buckets WHERE max_op_bytes = 0"), 0);
+  assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
+  assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);
   pdb_cached = pgt_open(t->url, 0);
   assert_int_equal(bs_storage_open(&pcst, pdb_cached, 1, &err), BS_OK);
@@ -624,6 +696,25 @@ static void t_reads_mirror(void **state) {
         free(dm.s);
         free(dp.s);
       }
+  }
+  /* writes after the migration: the REMOVEs of the converted memberships, the same ops */
+  more_saves(mst);
+  more_saves(pst);
+  {
+    bs_status ms, ps;
+    uint64_t after[N_BUCKETS + 1] = {0, 0, 0, 0, 0};
+    dump dm = {0}, dp = {0};
+    assert_int_equal(bs_get_status(mst, &ms, &err), BS_OK);
+    assert_int_equal(bs_get_status(pst, &ps, &err), BS_OK);
+    assert_int_equal(ps.last_persisted_op, ms.last_persisted_op);
+    assert_true(ms.last_persisted_op > head);
+    assert_int_equal(read_all(mst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, &dm), BS_OK);
+    assert_int_equal(read_all(pst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, &dp), BS_OK);
+    assert_string_equal(dp.s, dm.s);
+    free(dm.s);
+    free(dp.s);
+    assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
+    assert_int_equal(problems, 0);
   }
   bs_storage_close(pcst);
   bs_close(pdb_cached);
