@@ -31,6 +31,7 @@ typedef struct bench_cfg {
   uint64_t params;          /* W5 index entries */
   uint64_t param_queries;   /* W5 lookups */
   uint64_t compact_rows;    /* W6 rows (each updated once: 2x ops, 50% superseded) */
+  size_t compact_memory_mb; /* every compaction's memory_limit_mb (0 = library default) */
   uint64_t seed;
   uint64_t map_mb; /* initial map size of bucketstore files (0 = library default) */
   int quick, nofork, keep;
@@ -38,6 +39,7 @@ typedef struct bench_cfg {
   char tmp[512];      /* the run's temporary directory */
   const char *pg_url; /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */
   long pg_tag;        /* names the run's schemas (the parent's pid) */
+  uint64_t pg_rows;   /* --pg: inserts into the one bucket (then half as many updates) */
 } bench_cfg;
 
 /* ---- Results (in shared memory: children append, the parent prints) ---- */

@@ -905,6 +905,7 @@ int bs_compaction(int mode) {
   o.min_change_ratio = 0;
   o.incremental_only = incremental;
   o.min_age_ms = 0;
+  o.memory_limit_mb = g_cfg->compact_memory_mb;
   memset(&cs, 0, sizeof cs);
   mem_sampler_start();
   t0 = now_s();

@@ -3,14 +3,16 @@
  * through bucketstore's public API on a postgresql:// database and, on the same server in the
  * same run, as the minimal SQL for the same work through raw libpq (the baseline):
  *
- *   ingest     the sync service's orientation workload: 100k inserts, then 50k random updates of
- *              those rows, all into one bucket, a streaming writer committing (with a checkpoint)
- *              every 1k rows; plus bytes per op (pg_total_relation_size of every table of the
- *              schema / ops) and the same ingest on the LMDB backend for its bytes per op
+ *   ingest     the sync service's orientation workload: 100k inserts (--pg-rows), then half as
+ *              many random updates of those rows, all into one bucket, a streaming writer
+ *              committing (with a checkpoint) every 1k rows; plus bytes per op
+ *              (pg_total_relation_size of every table of the schema / ops) and the same ingest
+ *              on the LMDB backend for its bytes per op
  *   reads      the whole bucket downloaded from 0 in calls of --read-limit ops, twice
  *   checksums  cold (checksum cache off) checksums of the big bucket and of a bucket 100x
  *              smaller, at the latest checkpoint: flat in bucket size means equal costs
  *   compact    full compaction of the stream, and of the same ingest on the LMDB backend
+ *              (memory_limit_mb: --compact-memory-mb)
  *
  * The raw baseline's schema is what this work needs and no more: ops keyed (bucket, op_id),
  * source records keyed by replica id (bucket, op and data), one state row per bucket (running
@@ -145,7 +147,7 @@ static void set_lat(bres *r, double *lat, size_t n) {
 
 /* The workload: step k < rows inserts row k, then updates[k - rows] a random earlier row. */
 static uint64_t ingest_rows(void) {
-  return g_cfg->quick ? 10000 : 100000;
+  return g_cfg->pg_rows;
 }
 static uint64_t ingest_updates(void) {
   return ingest_rows() / 2;
@@ -553,6 +555,7 @@ int pg_bs_compact(int lmdb) {
   double t0;
   int rc;
   names_init();
+  co.memory_limit_mb = g_cfg->compact_memory_mb;
   snprintf(r->unit, sizeof r->unit, "ops/s");
   if (h_open(&h, lmdb, 0, 0, r)) goto out;
   memset(&cs, 0, sizeof cs);
@@ -571,9 +574,9 @@ int pg_bs_compact(int lmdb) {
   /* the rate leads: a note row prints only its note */
   snprintf(r->note, sizeof r->note,
            "%.0fk ops/s, %.2f s for the stream's %.0f ops (%llu moved, %llu cleared);"
-           " anon peak %.1f MB",
+           " anon peak %.1f MB, memory_limit_mb %zu (0: the library's default)",
            r->value / 1e3, r->secs, r->count, (unsigned long long)cs.ops_moved,
-           (unsigned long long)cs.ops_cleared, r->anon_peak_mb);
+           (unsigned long long)cs.ops_cleared, r->anon_peak_mb, co.memory_limit_mb);
 out:
   h_close(&h);
   return r->status == BR_FAILED;

@@ -745,6 +745,8 @@ static void write_json(const char *path, double total_s) {
   json_num(f, "ck_big_ops", (double)c->ck_big_ops, 1);
   json_num(f, "params", (double)c->params, 1);
   json_num(f, "compact_rows", (double)c->compact_rows, 1);
+  json_num(f, "compact_memory_mb", (double)c->compact_memory_mb, 1);
+  json_num(f, "pg_rows", (double)c->pg_rows, 1);
   json_num(f, "seed", (double)c->seed, 1);
   json_num(f, "quick", c->quick, 0);
   fprintf(f, "},\n  \"results\": [\n");
@@ -822,10 +824,14 @@ static void usage(void) {
          "  --param-queries N   lookups (100000)\n"
          "  --compact-rows N    compaction rows, each updated once (250000)\n"
          "  --map-mb N          initial map size of the bucketstore files (library default)\n"
+         "  --compact-memory-mb N  compaction's memory_limit_mb, every compaction phase\n"
+         "                      (library default: 64)\n"
          "  --pg URL|start      the PostgreSQL workloads (issue 14) on the server at URL, or on\n"
          "                      one started with tests/pg_server.sh (from the repository root;\n"
          "                      BS_PG_SERVER names the script); --only ingest|reads|checksums|\n"
-         "                      compact selects among them\n");
+         "                      compact selects among them\n"
+         "  --pg-rows N         --pg: the inserts into the one bucket (100000; 10000 with\n"
+         "                      --quick), then N/2 random updates of them\n");
 }
 
 static char pg_dir[600], pg_sh[512]; /* --pg start: the server's directory and script */
@@ -844,8 +850,9 @@ int main(int argc, char **argv) {
                                      {"ck-big-ops", 1, 0, 11},   {"ck-big-buckets", 1, 0, 12},
                                      {"params", 1, 0, 13},       {"param-queries", 1, 0, 14},
                                      {"compact-rows", 1, 0, 15}, {"map-mb", 1, 0, 16},
+                                     {"pg-rows", 1, 0, 17},      {"compact-memory-mb", 1, 0, 18},
                                      {"pg", 1, 0, 'P'},          {0, 0, 0, 0}};
-  uint64_t sizes[17] = {0};
+  uint64_t sizes[19] = {0};
   double read_secs = 0, t0;
   const char *parent;
   void *shm;
@@ -886,7 +893,7 @@ int main(int argc, char **argv) {
       read_secs = strtod(optarg, NULL);
       break;
     default:
-      if (c >= 1 && c <= 16) {
+      if (c >= 1 && c <= 18) {
         sizes[c] = strtoull(optarg, NULL, 0);
         if (!sizes[c]) die("--%s needs a positive number", lo[c + 7].name);
         break;
@@ -935,6 +942,8 @@ int main(int argc, char **argv) {
   if (sizes[14]) cfg.param_queries = sizes[14];
   if (sizes[15]) cfg.compact_rows = sizes[15];
   if (sizes[16]) cfg.map_mb = sizes[16];
+  cfg.pg_rows = sizes[17] ? sizes[17] : cfg.quick ? 10000 : 100000;
+  cfg.compact_memory_mb = (size_t)sizes[18];
   if (cfg.data_size < 64 || cfg.data_size > 65536) die("--data-size must be 64..65536");
   if (cfg.buckets_small < 2 || cfg.buckets_large < 2) die("need at least 2 buckets");
   if (cfg.rows < cfg.buckets_large) die("--rows must be at least --large-buckets");
