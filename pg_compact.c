@@ -320,10 +320,17 @@ static int moves_txn(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64
   return commit(c, rc);
 }
 
+/* Ops or entries visited for one transaction's changes: VISIT_FACTOR per change, as LMDB, but
+ * never more than a page (a result set is held whole: 8 x 10000 ops took 20 MB). */
+static size_t visit_page(const cctx *c) {
+  size_t max = c->o.max_ops_per_txn;
+  return max < PAGE / VISIT_FACTOR ? max * VISIT_FACTOR : PAGE;
+}
+
 /* MOVE (full): the superseded ops above the run up to last, in op order, max_ops_per_txn per
- * transaction (VISIT_FACTOR times as many visited). */
+ * transaction (visit_page visited). */
 static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
-  size_t max = c->o.max_ops_per_txn, n = 0, page = max * VISIT_FACTOR;
+  size_t max = c->o.max_ops_per_txn, n = 0, page = visit_page(c);
   uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
   uint64_t pos = 0;
   int64_t freed = 0;
@@ -726,7 +733,7 @@ static int params_page(cctx *c, uint64_t horizon, pgroup *g, int *done) {
   bs__pg_arg_bytes(&a, (bs_val){g->rid, g->rid_size});
   bs__pg_arg_i64(&a, g->op);
   bs__pg_arg_bool(&a, g->any);
-  bs__pg_arg_i64(&a, (int64_t)max * VISIT_FACTOR);
+  bs__pg_arg_i64(&a, (int64_t)visit_page(c));
   rc = exec(c,
             "SELECT lookup, table_id, replica_id, op_id, cardinality(rows) FROM bs_params"
             " WHERE stream = $1 AND op_id <= $2"
@@ -735,7 +742,7 @@ static int params_page(cctx *c, uint64_t horizon, pgroup *g, int *done) {
             &a, &r, "compact: parameter entries");
   if (rc) return rc;
   rows = PQntuples(r);
-  *done = (size_t)rows < max * VISIT_FACTOR;
+  *done = (size_t)rows < visit_page(c);
   if (!(lk = bs__calloc(c->a, max, sizeof *lk)) || !(ops = bs__calloc(c->a, max, sizeof *ops)))
     rc = nomem(c);
   for (int i = 0; i < rows && !rc; i++) {
