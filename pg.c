@@ -541,11 +541,25 @@ int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err) {
   return rc;
 }
 
+/* A hot standby refuses every write (SQLSTATE 25006) but grants advisory locks of its own, so a
+ * writer there would not exclude the primary's: a read-write open is refused at once. */
+static int refuse_standby(PGconn *c, bs_error *err) {
+  PGresult *r;
+  int rc = bs__pg_exec(c, "SELECT pg_is_in_recovery()", NULL, &r, "open", err);
+  if (rc) return rc;
+  if (bs__pg_bool(r, 0, 0))
+    rc = bs__fail(err, BS_ESTATE,
+                  "the server is a hot standby (in recovery): open it with BS_OPEN_RDONLY");
+  PQclear(r);
+  return rc;
+}
+
 /* A read-only open migrates nothing: it needs the schema at this build's version. */
 static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
   int64_t v;
   int rc;
-  if (!(db->base.flags & BS_OPEN_RDONLY)) return bs__pg_migrate(c, BS_PG_SCHEMA_VERSION, err);
+  if (!(db->base.flags & BS_OPEN_RDONLY))
+    return (rc = refuse_standby(c, err)) ? rc : bs__pg_migrate(c, BS_PG_SCHEMA_VERSION, err);
   if ((rc = schema_version(c, &v, err))) return rc;
   if (v > BS_PG_SCHEMA_VERSION) return newer_fail(v, err);
   if (v == 0) return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database");

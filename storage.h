@@ -214,9 +214,10 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * A hot standby (a read-only replica) opens with BS_OPEN_RDONLY: reads and bs_wait_checkpoint
  * work there, at the position the standby has replayed.
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or
- * refused the connection: libpq's message), BS_ECORRUPT (the schema is newer than this
- * build's, or older and the open read-only), BS_ENOTFOUND (read-only and no schema yet),
- * BS_EUNSUPPORTED (a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
+ * refused the connection: libpq's message), BS_ESTATE (read-write on a hot standby: its
+ * advisory locks would not exclude the primary's writer), BS_ECORRUPT (the schema is newer
+ * than this build's, or older and the open read-only), BS_ENOTFOUND (read-only and no schema
+ * yet), BS_EUNSUPPORTED (a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
  * What the backend implements is listed in README.md ("PostgreSQL backend"); a call it does not
  * implement yet answers BS_EUNSUPPORTED. */
 BS_API int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts,

@@ -917,30 +917,41 @@ static void t_disk_full(void **state) {
   PQfinish(admin);
 }
 
-/* A hot standby of the test's server (pg_server.sh standby: pg_basebackup, streaming its WAL)
- * cannot LISTEN ("cannot execute LISTEN during recovery"): bs_wait_checkpoint on a read-only
- * handle there reads the checkpoint every BS_WAIT_POLL_MS instead (the seam's "wait" point
- * before each sleep). A wait with an unbounded timeout has polled at least once when the
- * primary commits; the commit, once replayed, ends it with that checkpoint. */
-static void t_standby_wait(void **state) {
+/* A hot standby of the test's server (pg_server.sh standby: pg_basebackup, streaming its WAL).
+ * A read-write open there is refused with BS_ESTATE (the standby would grant the writer lock,
+ * an advisory lock of its own, beside the primary's writer; every write then failed with
+ * SQLSTATE 25006); a read-only open reads. The standby cannot LISTEN ("cannot execute LISTEN
+ * during recovery"): bs_wait_checkpoint on a read-only handle there reads the checkpoint every
+ * BS_WAIT_POLL_MS instead (the seam's "wait" point before each sleep). A wait with an unbounded
+ * timeout has polled at least once when the primary commits; the commit, once replayed, ends it
+ * with that checkpoint. */
+static void t_standby(void **state) {
   pgt *t = *state;
   bs_db *a = pgt_open(t->url, 0), *b;
   bs_storage *sa, *sb;
-  bs_writer *wa;
+  bs_writer *wa, *wb;
   bs_error err = {0};
   bs_checkpoint out;
   char url[256], schema_url[1024];
-  uint64_t cp;
+  uint64_t cp, head;
+  uint32_t count;
   waiter w;
   seam s;
   stream_ready(a, "s", 1, &sa, &wa);
   cp = put_commit(wa, "b", "r0", "00000001");
   own_server("standby", pgt_base_url(), url, sizeof url);
   snprintf(schema_url, sizeof schema_url, "%s?options=-csearch_path%%3D%s", url, t->schema);
+  assert_int_equal(bs_open(&b, schema_url, NULL, &err), BS_ESTATE);
+  assert_string_equal(err.msg,
+                      "the server is a hot standby (in recovery): open it with BS_OPEN_RDONLY");
   b = pgt_open(schema_url, BS_OPEN_RDONLY);
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_ESTATE);
   assert_int_equal(bs_wait_checkpoint(sb, NULL, 0, &out, &err), BS_OK); /* the backup's */
   assert_checkpoint(&out, cp, "00000001");
+  head_and_count(sb, "b", &head, &count);
+  assert_int_equal(head, cp);
+  assert_int_equal(count, 1);
   seam_init(&s, "wait");
   bs__pg_set_hook(b, seam_fn, &s);
   wait_start(&w, sb);
@@ -1243,7 +1254,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_commit_reply_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(t_lost_session_orphan, setup, teardown),
       cmocka_unit_test_setup_teardown(t_disk_full, setup, own_teardown),
-      cmocka_unit_test_setup_teardown(t_standby_wait, setup, own_teardown),
+      cmocka_unit_test_setup_teardown(t_standby, setup, own_teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
       cmocka_unit_test_setup_teardown(t_prepared_per_session, setup, teardown),
       cmocka_unit_test_setup_teardown(t_analyze_not_waited_for, setup, teardown),
