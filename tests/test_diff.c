@@ -638,7 +638,6 @@ static void check_db(run *r) {
   uint64_t problems[N_SIDES] = {0, 0};
   BOTH(r, "stream_list", bs_stream_list(s->db, on_stream, o, E));
   BOTH(r, "db_stat", stat_of(s->db, o, E));
-  if (r->lacks & CT_LACKS_VERIFY) return;
   BOTH(r, "db_verify", bs_db_verify(s->db, on_problem, o, &problems[s - r->s], E));
   if (problems[0] || problems[1])
     DIFF_FAIL("verify: %llu / %llu problems (seed %llu)", (unsigned long long)problems[0],

@@ -63,12 +63,10 @@ static void pg_remove_db(const ct_backend *be, const char *path) {
   if (pgt_admin_try(sql, msg, sizeof msg)) fprintf(stderr, "postgres: %s\n", msg);
 }
 
-/* What the PostgreSQL backend does not implement yet (its NULL vtable slots, README.md). */
 static const ct_backend ct_pg = {
     .name = "postgres",
     .persistent = 1,
     .open_db = pg_open_db,
-    .lacks = CT_LACKS_EXPORT,
     .remove_db = pg_remove_db,
 };
 #endif

@@ -51,8 +51,6 @@ struct ct_backend {
 /* Capabilities of ct_backend.lacks, one bit each. */
 #define CT_LACKS_TRUNCATE 0x1u /* bs_writer_truncate, bs_writer_drop */
 #define CT_LACKS_COMPACT  0x2u /* bs_compact, bs_compact_initial_replication */
-#define CT_LACKS_VERIFY   0x4u /* bs_verify */
-#define CT_LACKS_EXPORT   0x8u /* bs_backup, bs_db_export, bs_load */
 /* Whether be lacks capability cap (a CT_LACKS_* bit). */
 int ct_lacks(const ct_backend *be, unsigned cap);
 
@@ -62,8 +60,7 @@ extern const ct_backend ct_backends[CT_N_BACKENDS];
 /* "postgres": the PostgreSQL backend on the server BS_TEST_PG_URL names (a database where the
  * user may create schemas), persistent, each test env in a schema of its own (created by its
  * open_db, selected by the URL's search_path, dropped by remove_db; a reopen or a second handle
- * uses the same URL), with the CT_LACKS_* bits of what the backend does not implement yet. NULL
- * without BS_TEST_PG_URL or in a build without the backend. */
+ * uses the same URL). NULL without BS_TEST_PG_URL or in a build without the backend. */
 const ct_backend *ct_postgres(void);
 /* The backends a suite runs on: the built-ins, then "postgres" when ct_postgres() has it; with
  * BS_BACKEND=name only the one of that name (none when no backend has it). Returns how many. */
