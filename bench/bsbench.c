@@ -566,12 +566,13 @@ static void print_pg_targets(void) {
     target("cold checksums flat in bucket size (88 ms)", -1, "not measured");
   b = find("ingest", "  all ops", "bs");
   if (b && b->bytes_per_op > 0 && g_sh->lmdb_bytes_per_op > 0)
-    target("bytes per op <= the LMDB backend's (676)", b->bytes_per_op <= g_sh->lmdb_bytes_per_op,
+    target("bytes per op <= the LMDB backend's (orientation 676)",
+           b->bytes_per_op <= g_sh->lmdb_bytes_per_op,
            "%.0f B/op, LMDB backend %.0f B/op, raw libpq %.0f B/op", b->bytes_per_op,
            g_sh->lmdb_bytes_per_op,
            (r = find("ingest", "  all ops", "libpq")) ? r->bytes_per_op : 0);
   else
-    target("bytes per op <= the LMDB backend's (676)", -1, "not measured");
+    target("bytes per op <= the LMDB backend's (orientation 676)", -1, "not measured");
   b = find("compact", "full", "bs");
   if (b)
     target("compaction (5.4 s), bounded memory", b->secs < 5.4, "%.2f s, anon peak %.1f MB",
