@@ -485,6 +485,38 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "  RETURN r; END $$;"
     "ALTER TABLE bs_source ALTER members TYPE bytea USING pg_temp.bs_members5(members);"
     "DROP FUNCTION pg_temp.bs_members5(bytea), pg_temp.bs_varint(bigint);",
+    /* 6: the superseded log in a row per bucket and flush (issue 14: a row per entry was 39
+     * bytes per op after bsbench --pg's ingest, a tuple and an index entry for 16 bytes): at
+     * most BS_PG_SUP_ROW (4096) entries, ascending by old op, in varint pairs (pg_save.c's
+     * bs__pg_sups_put), keyed by the lowest new op; stored uncompressed. The old rows become
+     * rows of 4096 entries of a bucket in old-op order, encoded by this step's functions. */
+    "CREATE FUNCTION pg_temp.bs_varint(x bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$"
+    " DECLARE r bytea := ''::bytea; BEGIN"
+    "  WHILE x >= 128 LOOP"
+    "   r := r || set_byte('\\x00'::bytea, 0, ((x & 127) | 128)::integer); x := x >> 7;"
+    "  END LOOP;"
+    "  RETURN r || set_byte('\\x00'::bytea, 0, x::integer); END $$;"
+    "CREATE FUNCTION pg_temp.bs_pairs6(o bigint[], n bigint[], f bigint) RETURNS bytea"
+    " LANGUAGE plpgsql IMMUTABLE AS $$"
+    " DECLARE r bytea := ''::bytea; p bigint := 0; BEGIN"
+    "  FOR i IN 1..cardinality(o) LOOP"
+    "   r := r || pg_temp.bs_varint(o[i] - p) || pg_temp.bs_varint(n[i] - f); p := o[i];"
+    "  END LOOP;"
+    "  RETURN r; END $$;"
+    "CREATE TABLE bs_superseded6 ("
+    " stream integer NOT NULL, bucket bigint NOT NULL, first_new bigint NOT NULL,"
+    " pairs bytea NOT NULL);"
+    "INSERT INTO bs_superseded6 SELECT stream, bucket, min(new_op),"
+    " pg_temp.bs_pairs6(array_agg(old_op ORDER BY old_op), array_agg(new_op ORDER BY old_op),"
+    "  min(new_op))"
+    " FROM (SELECT stream, bucket, old_op, new_op, (row_number() OVER"
+    "  (PARTITION BY stream, bucket ORDER BY old_op) - 1) / 4096 AS g FROM bs_superseded) e"
+    " GROUP BY stream, bucket, g;"
+    "DROP TABLE bs_superseded;"
+    "ALTER TABLE bs_superseded6 RENAME TO bs_superseded;"
+    "ALTER TABLE bs_superseded ADD PRIMARY KEY (stream, bucket, first_new),"
+    " ALTER pairs SET STORAGE EXTERNAL;"
+    "DROP FUNCTION pg_temp.bs_pairs6(bigint[], bigint[], bigint), pg_temp.bs_varint(bigint);",
 };
 
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */

@@ -22,6 +22,7 @@
 #include "pg_internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 #define PAGE         10000 /* ops or entries read per statement */
 #define VISIT_FACTOR 8u    /* ops visited per changed op in one transaction, as LMDB */
@@ -399,6 +400,165 @@ static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed)
   return state_mark(c, bucket, horizon);
 }
 
+/* ---- The superseded log (bs_superseded: rows of varint pairs, pg_internal.h) ----------------- */
+
+#define SUP_ROWS 16 /* log rows read per statement (each at most BS_PG_SUP_ROW entries) */
+
+typedef struct sent {
+  uint64_t old_op, new_op;
+} sent;
+
+static int cmp_sent(const void *x, const void *y) {
+  const sent *a = x, *b = y;
+  return a->old_op < b->old_op ? -1 : a->old_op > b->old_op;
+}
+
+/* Keeps in the max-heap h (by old op, *n of at most m) the m lowest entries offered. */
+static void heap_offer(sent *h, size_t *n, size_t m, sent e) {
+  size_t i;
+  if (*n == m) {
+    if (e.old_op >= h[0].old_op) return;
+    for (i = 0;;) { /* the root goes: e sifts down from it */
+      size_t k = 2 * i + 1;
+      if (k >= m) break;
+      if (k + 1 < m && h[k + 1].old_op > h[k].old_op) k++;
+      if (h[k].old_op <= e.old_op) break;
+      h[i] = h[k];
+      i = k;
+    }
+  } else
+    for (i = (*n)++; i && h[(i - 1) / 2].old_op < e.old_op; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+  h[i] = e;
+}
+
+/* The next page of the bucket's log rows that can hold an entry due at the horizon (first_new
+ * at or below it), after the row keyed *after (advanced). */
+static int sups_page(cctx *c, uint64_t bucket, uint64_t horizon, int64_t *after, PGresult **r) {
+  bs__pg_args a = {0};
+  int rc, n;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, *after);
+  bs__pg_arg_i64(&a, (int64_t)horizon);
+  bs__pg_arg_i32(&a, SUP_ROWS);
+  if ((rc = exec(c,
+                 "SELECT first_new, pairs FROM bs_superseded WHERE stream = $1 AND bucket = $2"
+                 " AND first_new > $3 AND first_new <= $4 ORDER BY first_new LIMIT $5",
+                 &a, r, "compact: superseded entries")))
+    return rc;
+  if ((n = PQntuples(*r))) *after = bs__pg_i64(*r, n - 1, 0);
+  return BS_OK;
+}
+
+static int sups_corrupt(cctx *c, uint64_t bucket, int64_t first) {
+  return bs__fail(c->err, BS_ECORRUPT,
+                  "compact: bucket %" PRIu64 ": the superseded log row at %" PRId64
+                  " does not decode",
+                  bucket, first);
+}
+
+/* The bucket's log entries due at the horizon with an old op above pos: the (at most) m lowest
+ * by old op, ascending, in e[0..*n). Memory: a page of rows and e. */
+static int sups_select(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t pos, sent *e, size_t m,
+                       size_t *n) {
+  int64_t after = -1;
+  int rc = BS_OK, rows = SUP_ROWS;
+  *n = 0;
+  while (!rc && rows == SUP_ROWS) {
+    PGresult *r;
+    if ((rc = sups_page(c, bucket, horizon, &after, &r))) break;
+    rows = PQntuples(r);
+    for (int i = 0; i < rows && !rc; i++) {
+      bs__pg_sups it;
+      sent x;
+      int k;
+      bs__pg_sups_open(&it, bs__pg_bytes(r, i, 1), (uint64_t)bs__pg_i64(r, i, 0));
+      while ((k = bs__pg_sups_next(&it, &x.old_op, &x.new_op)) == 1)
+        if (x.old_op > pos && bs__compact_entry_due(x.new_op, horizon)) heap_offer(e, n, m, x);
+      if (k) rc = sups_corrupt(c, bucket, bs__pg_i64(r, i, 0));
+    }
+    PQclear(r);
+  }
+  qsort(e, *n, sizeof *e, cmp_sent);
+  return rc;
+}
+
+/* In the caller's transaction: the bucket's log entries due at the horizon with an old op in
+ * (lo, hi] go; a row that held any is rewritten with the rest, or deleted when none is left. */
+static int sups_consume(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t lo, uint64_t hi) {
+  int64_t after = -1;
+  int rc = BS_OK, rows = SUP_ROWS;
+  uint64_t keys[SUP_ROWS], gone[SUP_ROWS];
+  bs_val vals[SUP_ROWS];
+  unsigned char *out = NULL;
+  while (!rc && rows == SUP_ROWS) {
+    PGresult *r;
+    size_t nk = 0, ng = 0, size = 0;
+    unsigned char *p;
+    if ((rc = sups_page(c, bucket, horizon, &after, &r))) break;
+    rows = PQntuples(r);
+    /* what is left of a row never takes more bytes than the row: the next entry's old-op delta
+     * grows by fewer bytes than the entry that goes took */
+    for (int i = 0; i < rows; i++) size += (size_t)PQgetlength(r, i, 1);
+    bs__free(c->a, out);
+    if (!(p = out = bs__malloc(c->a, size + 1))) rc = nomem(c);
+    for (int i = 0; i < rows && !rc; i++) {
+      uint64_t first = (uint64_t)bs__pg_i64(r, i, 0), prev = 0, o, nw;
+      unsigned char *start = p;
+      bs__pg_sups it;
+      int k, drop = 0;
+      bs__pg_sups_open(&it, bs__pg_bytes(r, i, 1), first);
+      while ((k = bs__pg_sups_next(&it, &o, &nw)) == 1) {
+        if (o > lo && o <= hi && bs__compact_entry_due(nw, horizon))
+          drop = 1;
+        else
+          p = bs__pg_sups_put(p, &prev, first, o, nw);
+      }
+      if (k) rc = sups_corrupt(c, bucket, (int64_t)first);
+      if (rc || !drop) {
+        p = start;
+        continue;
+      }
+      if (p == start)
+        gone[ng++] = first;
+      else {
+        keys[nk] = first;
+        vals[nk].data = start;
+        vals[nk++].size = (size_t)(p - start);
+      }
+    }
+    if (!rc && nk) {
+      bs__pg_args a = {0};
+      unsigned char *b1 = NULL, *b2 = NULL;
+      bs__pg_arg_i32(&a, (int32_t)c->stream);
+      bs__pg_arg_i64(&a, (int64_t)bucket);
+      if (!(rc = bs__pg_arg_i64_array(&a, keys, nk, c->a, &b1, c->err)) &&
+          !(rc = bs__pg_arg_bytes_array(&a, vals, nk, c->a, &b2, c->err)))
+        rc = run(c,
+                 "UPDATE bs_superseded s SET pairs = u.p FROM unnest($3::int8[], $4::bytea[])"
+                 " AS u(k, p) WHERE s.stream = $1 AND s.bucket = $2 AND s.first_new = u.k",
+                 &a, "compact: consuming superseded entries");
+      bs__free(c->a, b1);
+      bs__free(c->a, b2);
+    }
+    PQclear(r);
+    if (!rc && ng) {
+      bs__pg_args a = {0};
+      unsigned char *b1 = NULL;
+      bs__pg_arg_i32(&a, (int32_t)c->stream);
+      bs__pg_arg_i64(&a, (int64_t)bucket);
+      if (!(rc = bs__pg_arg_i64_array(&a, gone, ng, c->a, &b1, c->err)))
+        rc = run(c,
+                 "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2"
+                 " AND first_new = ANY($3)",
+                 &a, "compact: consuming superseded entries");
+      bs__free(c->a, b1);
+    }
+  }
+  bs__free(c->a, out);
+  return rc;
+}
+
 /* Incremental compaction of one queued bucket (mem.c's incremental_bucket, LMDB's INC then FOLD):
  * its logged entries in old-op order, those due at the horizon within *budget, turn their ops
  * into MOVEs (when still a PUT/REMOVE below the new op) and are consumed; when any was consumed,
@@ -407,40 +567,28 @@ static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budg
   size_t max = c->o.max_ops_per_txn;
   uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
   uint64_t *eold = bs__calloc(c->a, max, sizeof *eold), pos = 0;
+  sent *es = bs__calloc(c->a, max, sizeof *es);
   int rc = BS_OK, done = 0, consumed = 0, gone = 0;
-  if (!ids || !tg || !eold) rc = nomem(c);
+  if (!ids || !tg || !eold || !es) rc = nomem(c);
   while (!rc && !done && *budget) {
     bs__pg_args a = {0};
     unsigned char *arr = NULL;
-    PGresult *r = NULL, *o = NULL;
-    size_t ne = 0, n = 0;
+    PGresult *o = NULL;
+    size_t ne = 0, n = 0, m = *budget < max ? (size_t)*budget : max;
+    uint64_t lo = pos;
     int64_t freed = 0;
-    int rows;
-    bs__pg_arg_i32(&a, (int32_t)c->stream);
-    bs__pg_arg_i64(&a, (int64_t)bucket);
-    bs__pg_arg_i64(&a, (int64_t)pos);
-    bs__pg_arg_i64(&a, (int64_t)max);
-    bs__pg_arg_i64(&a, (int64_t)horizon);
     /* the next due entries (a later pass takes the others) */
-    if ((rc = exec(c,
-                   "SELECT old_op, new_op FROM bs_superseded WHERE stream = $1 AND bucket = $2"
-                   " AND old_op > $3 AND new_op <= $5 ORDER BY old_op LIMIT $4",
-                   &a, &r, "compact: superseded entries")))
-      break;
-    rows = PQntuples(r);
-    done = (size_t)rows < max;
-    for (int i = 0; i < rows && *budget; i++) {
-      uint64_t nw = (uint64_t)bs__pg_i64(r, i, 1);
-      eold[ne] = (uint64_t)bs__pg_i64(r, i, 0);
-      tg[ne++] = nw;
-      pos = eold[ne - 1];
-      if (*budget != UINT64_MAX) --*budget;
+    if ((rc = sups_select(c, bucket, horizon, pos, es, m, &ne))) break;
+    done = ne < max;
+    for (size_t i = 0; i < ne; i++) {
+      eold[i] = es[i].old_op;
+      tg[i] = es[i].new_op;
     }
+    if (ne) pos = eold[ne - 1];
+    if (*budget != UINT64_MAX) *budget -= ne;
     if (!*budget) done = 1;
-    PQclear(r);
     if (!ne) break;
     /* the entries' ops as they are now */
-    memset(&a, 0, sizeof a);
     bs__pg_arg_i64(&a, (int64_t)bucket);
     if ((rc = bs__pg_arg_i64_array(&a, eold, ne, c->a, &arr, c->err))) break;
     rc = exec(c,
@@ -469,17 +617,7 @@ static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budg
       d.bytes = -freed;
       if ((rc = begin(c))) break;
       if (n) rc = write_moves(c, bucket, ids, tg, n);
-      if (!rc) {
-        bs__pg_args e = {0};
-        bs__pg_arg_i32(&e, (int32_t)c->stream);
-        bs__pg_arg_i64(&e, (int64_t)bucket);
-        if (!(rc = bs__pg_arg_i64_array(&e, eold, ne, c->a, &arr, c->err)))
-          rc = run(c,
-                   "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2"
-                   " AND old_op = ANY($3)",
-                   &e, "compact: consuming superseded entries");
-        bs__free(c->a, arr);
-      }
+      if (!rc) rc = sups_consume(c, bucket, horizon, lo, pos);
       if (!rc && n) rc = state_apply(c, bucket, &d, &gone);
       if ((rc = commit(c, rc))) break;
       if (n) *changed = 1;
@@ -490,6 +628,7 @@ static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budg
   bs__free(c->a, ids);
   bs__free(c->a, tg);
   bs__free(c->a, eold);
+  bs__free(c->a, es);
   if (!rc && consumed && !gone) rc = fold_run(c, bucket, horizon, 0, changed);
   return rc;
 }
@@ -559,15 +698,9 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
   if (!rc && d.removed && !gone) rc = deletes_txn(c, bucket, ids, &d, &gone);
   bs__free(c->a, ids);
   if (!rc && !gone) {
-    bs__pg_args a = {0};
-    bs__pg_arg_i32(&a, (int32_t)c->stream);
-    bs__pg_arg_i64(&a, (int64_t)bucket);
-    bs__pg_arg_i64(&a, (int64_t)horizon);
     if (!(rc = begin(c))) {
       rc = still_initial(c);
-      if (!rc)
-        rc = run(c, "DELETE FROM bs_superseded WHERE stream = $1 AND bucket = $2 AND new_op <= $3",
-                 &a, "compact: forgetting superseded entries");
+      if (!rc) rc = sups_consume(c, bucket, horizon, 0, UINT64_MAX);
       if (!rc) rc = state_mark(c, bucket, horizon);
       rc = commit(c, rc);
     }

@@ -62,16 +62,21 @@
  *                                                members (pg_save.c's encoding of the memberships
  *                                                and lookup keys, in varints since schema 5),
  *                                                has_data, data
- *  bs_superseded (stream, bucket, old_op)        new_op: the op of the same row that replaced
- *                                                old_op (the writer's log; incremental compaction
- *                                                consumes it); bs_changes.time_ms: a
+ *  bs_superseded (stream, bucket, first_new)     pairs: the writer's log (incremental
+ *                                                compaction consumes it) of one flush in one
+ *                                                bucket, at most BS_PG_SUP_ROW entries (old_op,
+ *                                                new_op: the op of the same row that replaced
+ *                                                old_op), ascending by old op, in varints
+ *                                                (bs__pg_sups_put; first_new is at most every
+ *                                                entry's new op; one row per entry before schema
+ *                                                6); bs_changes.time_ms: a
  *                                                checkpoint's time (ms since the epoch);
  *                                                bs_streams.param_cursor: parameter compaction
  *                                                is complete at or below it
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 5
+#define BS_PG_SCHEMA_VERSION 6
 
 typedef struct bs__pg_db {
   bs_db base;
@@ -290,6 +295,20 @@ int bs__pg_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err);
  * borrowed from v, the two arrays allocated from a (the caller frees r->m and r->lk; after a
  * failure both are NULL). BS_ECORRUPT (not one whole value), BS_ENOMEM. */
 int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r);
+/* bs_superseded.pairs (pg_save.c's encoding, pg_internal.h's schema): a row holds at most
+ * BS_PG_SUP_ROW entries, so a compaction rewriting one rewrites a few KiB. _put appends an entry
+ * (old ops ascending, new_op >= first_new; at most 20 bytes) and returns the end; _next walks a
+ * value (borrowed): 1 and the next entry, 0 after the last, BS_ECORRUPT (truncated, old ops not
+ * ascending, out of range). */
+#define BS_PG_SUP_ROW 4096
+typedef struct bs__pg_sups {
+  const unsigned char *p, *end;
+  uint64_t old_op, first_new;
+} bs__pg_sups;
+unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t first_new,
+                               uint64_t old_op, uint64_t new_op);
+void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new);
+int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op);
 /* Applies batch inside the writer's open transaction; *head = the op-id head after it. */
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *head,
                         bs_error *err);

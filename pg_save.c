@@ -94,6 +94,10 @@ typedef struct bucket_ent {
   int fresh; /* created by this batch: id 0 until its first use takes a reserved id */
 } bucket_ent;
 
+typedef struct sup_ent {
+  uint64_t bucket, old_op, new_op;
+} sup_ent;
+
 typedef struct batch {
   bs__pg_writer *w;
   const bs_write_batch *in;
@@ -112,8 +116,10 @@ typedef struct batch {
   uint64_t *reserved;
   size_t n_reserved, used_reserved;
   bs__htab bname, bid;
-  buf ops, params, sups; /* COPY streams: bs_ops, bs_params, bs_superseded */
-  bs_val *lookups;       /* changed lookup keys, distinct (owned copies: a tombstone's key may live
+  buf ops, params; /* COPY streams: bs_ops, bs_params */
+  sup_ent *sups;   /* the superseded log's entries, written as bs_superseded rows (sups_copy) */
+  size_t nsups, csups;
+  bs_val *lookups; /* changed lookup keys, distinct (owned copies: a tombstone's key may live
                     * in a record that a later store of the batch replaces) */
   size_t nlk, clk;
   bs__htab lmap;
@@ -289,6 +295,34 @@ fail:
   return rc;
 }
 
+/* A bs_superseded row's pairs (schema 6): its entries ascending by old op, each two varints: the
+ * old op minus the previous entry's (0 before the first; so at least 1) and the new op minus the
+ * row's first_new. */
+unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t first_new,
+                               uint64_t old_op, uint64_t new_op) {
+  p = vput(vput(p, old_op - *prev_old), new_op - first_new);
+  *prev_old = old_op;
+  return p;
+}
+
+void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new) {
+  it->p = v.data;
+  it->end = it->p ? it->p + v.size : NULL;
+  it->old_op = 0;
+  it->first_new = first_new;
+}
+
+int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op) {
+  uint64_t d, n;
+  if (it->p == it->end) return 0;
+  if (!vget(&it->p, it->end, &d) || !vget(&it->p, it->end, &n) || !d ||
+      d > UINT64_MAX - it->old_op || n > UINT64_MAX - it->first_new)
+    return BS_ECORRUPT;
+  *old_op = it->old_op += d;
+  *new_op = it->first_new + n;
+  return 1;
+}
+
 static bucket_ent *bucket_by_name(batch *b, bs_val name) {
   bs__hprobe p = bs__htab_probe(&b->bname, XXH3_64bits(name.data, name.size));
   for (uintptr_t v; (v = bs__htab_next(&p));)
@@ -345,7 +379,7 @@ static void batch_free(batch *b) {
   bs__free(b->a, b->lookups);
   bs__free(b->a, b->ops.p);
   bs__free(b->a, b->params.p);
-  bs__free(b->a, b->sups.p);
+  bs__free(b->a, b->sups);
   bs__htab_free(&b->rmap, b->a);
   bs__htab_free(&b->bname, b->a);
   bs__htab_free(&b->bid, b->a);
@@ -410,12 +444,9 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
 static int fx_superseded(void *ctx, uint64_t bucket, uint64_t old_op, uint64_t new_op,
                          bs_error *err) {
   batch *b = ctx;
-  f_tuple(&b->sups, b->a, 4);
-  f_int(&b->sups, b->a, b->stream, 4);
-  f_int(&b->sups, b->a, bucket, 8);
-  f_int(&b->sups, b->a, old_op, 8);
-  f_int(&b->sups, b->a, new_op, 8);
-  return b->sups.oom ? oom(err) : BS_OK;
+  if (BS_GROW(b->a, b->sups, b->csups, b->nsups + 1)) return oom(err);
+  b->sups[b->nsups++] = (sup_ent){bucket, old_op, new_op};
+  return BS_OK;
 }
 
 static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, size_t n,
@@ -1025,6 +1056,46 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
   return rc;
 }
 
+static int cmp_sup(const void *x, const void *y) {
+  const sup_ent *a = x, *b = y;
+  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
+  return a->old_op < b->old_op ? -1 : a->old_op > b->old_op;
+}
+
+/* The batch's superseded entries as bs_superseded rows: per bucket, ascending by old op, at most
+ * BS_PG_SUP_ROW entries a row, keyed by the row's lowest new op. */
+static int sups_copy(batch *b, bs_error *err) {
+  buf out = {0};
+  unsigned char *pairs = NULL;
+  int rc;
+  if (!b->nsups) return BS_OK;
+  if (!(pairs = bs__malloc(b->a, 20 * (b->nsups < BS_PG_SUP_ROW ? b->nsups : BS_PG_SUP_ROW))))
+    return oom(err);
+  qsort(b->sups, b->nsups, sizeof *b->sups, cmp_sup);
+  for (size_t i = 0, j; i < b->nsups; i = j) {
+    uint64_t first = UINT64_MAX, prev = 0;
+    unsigned char *p = pairs;
+    for (j = i; j < b->nsups && j - i < BS_PG_SUP_ROW && b->sups[j].bucket == b->sups[i].bucket;
+         j++)
+      if (b->sups[j].new_op < first) first = b->sups[j].new_op;
+    for (size_t k = i; k < j; k++)
+      p = bs__pg_sups_put(p, &prev, first, b->sups[k].old_op, b->sups[k].new_op);
+    f_tuple(&out, b->a, 4);
+    f_int(&out, b->a, b->stream, 4);
+    f_int(&out, b->a, b->sups[i].bucket, 8);
+    f_int(&out, b->a, first, 8);
+    f_bytes(&out, b->a, (bs_val){pairs, (size_t)(p - pairs)});
+  }
+  bs__free(b->a, pairs);
+  rc = out.oom ? oom(err)
+               : copy_in(b->c,
+                         "COPY bs_superseded (stream, bucket, first_new, pairs) FROM STDIN"
+                         " (FORMAT binary)",
+                         &out, b->a, err);
+  bs__free(b->a, out.p);
+  return rc;
+}
+
 static const bs__pg_stmt op_head_stmt = {BS_PG_STMT_OP_HEAD,
                                          "UPDATE bs_streams SET op_head = $2 WHERE id = $1"};
 
@@ -1032,11 +1103,8 @@ static const bs__pg_stmt op_head_stmt = {BS_PG_STMT_OP_HEAD,
  * op head and the change record, the custom write checkpoints. */
 static int batch_write(batch *b, bs_error *err) {
   int rc;
-  if (b->ops.oom || b->params.oom || b->sups.oom) return oom(err);
-  if ((rc = copy_in(b->c,
-                    "COPY bs_superseded (stream, bucket, old_op, new_op) FROM STDIN"
-                    " (FORMAT binary)",
-                    &b->sups, b->a, err)) ||
+  if (b->ops.oom || b->params.oom) return oom(err);
+  if ((rc = sups_copy(b, err)) ||
       (rc = copy_in(b->c,
                     "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
                     " object_id, subkey, data) FROM STDIN (FORMAT binary)",

@@ -21,6 +21,8 @@
  *    soft-deleted record without content and with its mark within the op head, members that
  *    decode, and every membership a PUT of a bucket of the same stream with the record's
  *    subkey, object_type and object_id;
+ *  - the superseded log: a known stream and a bucket of it, pairs that decode (old ops ascending),
+ *    1..BS_PG_SUP_ROW entries a row, each new op above its old op and within the op head;
  *  - parameter entries, change records, managed and custom write checkpoints: their shapes,
  *    their stream, their op ids within its op head (one statement each, returning only the rows
  *    at fault); a parameter entry's table id one the stream gave out, not one of a table that
@@ -546,6 +548,56 @@ static int verify_sources(verifier *vf, bs_error *err) {
   return rc < 0 ? rc : BS_OK;
 }
 
+/* ---- The superseded log -------------------------------------------------------------------- */
+
+/* log columns: 0 stream, 1 bucket, 2 first_new, 3 pairs, 4 the bucket's stream (NULL: none) */
+static void check_sups(verifier *vf, const PGresult *r, int row) {
+  int64_t stream = bs__pg_i32(r, row, 0), bucket = bs__pg_i64(r, row, 1);
+  int64_t first = bs__pg_i64(r, row, 2);
+  const bs__vstream *sh = bs__verify_stream(&vf->v, (uint32_t)stream);
+  uint64_t old_op, new_op, n = 0;
+  int k, order = 0, above = 0;
+  bs__pg_sups it;
+#define WHO "superseded log row (stream %" PRId64 ", bucket %" PRId64 ", first_new %" PRId64 "): "
+  if (!sh) problem(vf, WHO "unknown stream", stream, bucket, first);
+  if (PQgetisnull(r, row, 4) || bs__pg_i32(r, row, 4) != stream)
+    problem(vf, WHO "not a bucket of the stream", stream, bucket, first);
+  if (first < 1) problem(vf, WHO "first_new below 1", stream, bucket, first);
+  bs__pg_sups_open(&it, bs__pg_bytes(r, row, 3), (uint64_t)first);
+  while ((k = bs__pg_sups_next(&it, &old_op, &new_op)) == 1) {
+    n++;
+    if (new_op <= old_op) order = 1;
+    if (sh && new_op > sh->op_head) above = 1;
+  }
+  if (k)
+    problem(vf, WHO "pairs of %d bytes do not decode", stream, bucket, first,
+            PQgetlength(r, row, 3));
+  else if (!n)
+    problem(vf, WHO "no entries", stream, bucket, first);
+  if (n > BS_PG_SUP_ROW)
+    problem(vf, WHO "%" PRIu64 " entries, over %d", stream, bucket, first, n, BS_PG_SUP_ROW);
+  if (order) problem(vf, WHO "an entry's new op not above its old op", stream, bucket, first);
+  if (above) problem(vf, WHO "an entry's new op above the op head", stream, bucket, first);
+#undef WHO
+}
+
+static int verify_superseded(verifier *vf, bs_error *err) {
+  scan s;
+  int rc =
+      scan_open(vf, &s, "v_superseded",
+                "SELECT l.stream, l.bucket, l.first_new, l.pairs, b.stream FROM bs_superseded l"
+                " LEFT JOIN bs_buckets b ON b.id = l.bucket"
+                " ORDER BY l.stream, l.bucket, l.first_new",
+                err);
+  if (rc) return rc;
+  while ((rc = scan_get(&s, err)) == 1) {
+    check_sups(vf, s.r, s.row);
+    scan_next(&s);
+  }
+  scan_close(&s);
+  return rc < 0 ? rc : BS_OK;
+}
+
 /* ---- The slots ----------------------------------------------------------------------------------- */
 
 int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
@@ -565,6 +617,7 @@ int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, 
       rc = run_row_check(&vf, &checks[i], err);
     if (!rc) rc = verify_buckets(&vf, err);
     if (!rc) rc = verify_sources(&vf, err);
+    if (!rc) rc = verify_superseded(&vf, err);
     bs__pg_rollback(vf.c); /* read-only: nothing to keep */
   }
   bs__pg_conn_put(db, vf.c);

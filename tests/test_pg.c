@@ -22,14 +22,14 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "pg_internal.h" /* bs__pg_migrate: a schema-4 database for t_reads_mirror */
+#include "pg_internal.h" /* bs__pg_migrate: schema-4 and -5 databases for t_reads_mirror */
 
 /* ---- schema ---- */
 
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = pgt_open(t->url, 0), *db2;
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
   bs_close(db);
   db2 = pgt_open(t->url, 0); /* a second open finds it and changes nothing */
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_meta"), 1);
@@ -42,16 +42,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = pgt_open(t->url, 0);
   bs_close(db);
-  pgt_exec(t->admin, "UPDATE bs_meta SET value = 6 WHERE key = 'schema_version'");
+  pgt_exec(t->admin, "UPDATE bs_meta SET value = 7 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 6, newer than this build's 5"));
+  assert_non_null(strstr(err.msg, "version 7, newer than this build's 6"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
 }
 
 static void t_schema_read_only(void **state) {
@@ -85,9 +85,9 @@ static void t_schema_read_only(void **state) {
            " ALTER TABLE bs_changes DROP COLUMN time_ms;"
            " ALTER TABLE bs_buckets DROP COLUMN max_op_bytes");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 1, older than this build's 5"));
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 6"));
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_wcp_managed"), 0);
   assert_int_equal(pgt_int(t->admin, "SELECT next_table_id FROM bs_streams"), 1);
@@ -99,7 +99,7 @@ static void t_schema_read_only(void **state) {
            " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
   bs_close(db);
 }
 
@@ -315,7 +315,8 @@ static void t_unsupported_slots(void **state) {
 /* A stream's data, written through the memory backend's writer (saves, commits, a full
  * compaction: PUT, REMOVE, MOVE and CLEAR ops, a torn span), then copied into PostgreSQL tables
  * of schema 4 as its writer kept them (ops with bigint checksums, source records with the
- * fixed-width members of before), which this build's open migrates to schema 5. Reads of both
+ * fixed-width members of before), migrated to schema 5 (bs__pg_migrate), given schema 5's
+ * superseded log (a row per entry), which this build's open migrates to schema 6. Reads of both
  * must then agree at every C, and writes after the migration must agree too (the converted
  * records name the ops their rows' next changes supersede). */
 static uint64_t rnd_state;
@@ -610,6 +611,76 @@ static int read_all(bs_storage *st, uint64_t c, const uint64_t *after, size_t li
   return BS_OK;
 }
 
+/* Schema 5's superseded log of the mirrored ops, a row per entry (migration 6 packs it): a PUT's
+ * next PUT or REMOVE of its row in its bucket, a MOVE's target. */
+static void mirror_log(pgt *t) {
+  pgt_exec(t->admin,
+           "INSERT INTO bs_superseded SELECT 1, bucket, op_id, nx FROM (SELECT bucket, op_id, type,"
+           "  lead(op_id) OVER (PARTITION BY bucket, object_type, object_id ORDER BY op_id) AS nx"
+           "  FROM bs_ops WHERE type IN (1, 2)) x WHERE type = 1 AND nx IS NOT NULL"
+           " UNION ALL SELECT 1, bucket, op_id, target_op FROM bs_ops WHERE type = 3");
+}
+
+/* The superseded log as text, "bucket old new" lines by (bucket, old op): schema 5's rows
+ * (packed 0) or schema 6's, decoded. */
+static char *log_text(pgt *t, int packed) {
+  PGresult *r = PQexecParams(t->admin,
+                             packed ? "SELECT bucket, first_new, pairs FROM bs_superseded"
+                                      " ORDER BY bucket, first_new"
+                                    : "SELECT bucket, old_op, new_op FROM bs_superseded"
+                                      " ORDER BY bucket, old_op",
+                             0, NULL, NULL, NULL, NULL, 1);
+  typedef struct ent {
+    int64_t b;
+    uint64_t o, n;
+  } ent;
+  ent *e = NULL;
+  size_t n = 0, cap = 0;
+  dump d = {0};
+  assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+  for (int i = 0; i < PQntuples(r); i++) {
+    bs__pg_sups it;
+    uint64_t o, nw;
+    int k;
+    bs__pg_sups_open(&it, bs__pg_bytes(r, i, 2), (uint64_t)bs__pg_i64(r, i, 1));
+    if (!packed) {
+      o = (uint64_t)bs__pg_i64(r, i, 1);
+      nw = (uint64_t)bs__pg_i64(r, i, 2);
+    }
+    while (packed ? (k = bs__pg_sups_next(&it, &o, &nw)) == 1 : (k = 0, 1)) {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 64;
+        e = realloc(e, cap * sizeof *e);
+        assert_non_null(e);
+      }
+      e[n++] = (ent){bs__pg_i64(r, i, 0), o, nw};
+      if (!packed) break;
+    }
+    assert_int_equal(k, 0);
+  }
+  PQclear(r);
+  for (size_t i = 1; i < n; i++) /* by (bucket, old op): rows of a bucket hold runs of it */
+    for (size_t j = i;
+         j > 0 && (e[j - 1].b > e[j].b || (e[j - 1].b == e[j].b && e[j - 1].o > e[j].o)); j--) {
+      ent x = e[j];
+      e[j] = e[j - 1];
+      e[j - 1] = x;
+    }
+  dump_add(&d, "%zu entries\n", n);
+  for (size_t i = 0; i < n; i++)
+    dump_add(&d, "%lld %llu %llu\n", (long long)e[i].b, (unsigned long long)e[i].o,
+             (unsigned long long)e[i].n);
+  free(e);
+  return d.s;
+}
+
+/* The mirrored PUTs that a later PUT or REMOVE of their row in their bucket superseded (and so a
+ * log entry names): incremental compaction turns them all into MOVEs. */
+#define SUPERSEDED_PUTS                                                                            \
+  "SELECT count(*) FROM (SELECT type, lead(op_id) OVER (PARTITION BY bucket, object_type,"         \
+  " object_id ORDER BY op_id) AS nx FROM bs_ops WHERE type IN (1, 2)) x"                           \
+  " WHERE type = 1 AND nx IS NOT NULL"
+
 static void t_reads_mirror(void **state) {
   pgt *t = *state;
   bs_open_options nocache = BS_OPEN_OPTIONS_INIT;
@@ -637,15 +708,31 @@ static void t_reads_mirror(void **state) {
   bs_open_options ro = BS_OPEN_OPTIONS_INIT;
   ro.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 4, older than this build's 5"));
+  assert_non_null(strstr(err.msg, "version 4, older than this build's 6"));
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source") >= 3);
   /* a record of two memberships */
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE get_byte(members, 3) > 1"));
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_ops WHERE checksum >= 2147483648") > 0);
-  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 5);
+  /* schema 5 (migration 5: integer checksums, varint members), then its superseded log */
+  assert_int_equal(bs__pg_migrate(t->admin, 5, &err), BS_OK);
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_ops WHERE checksum < 0") > 0);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_buckets WHERE max_op_bytes = 0"), 0);
+  mirror_log(t);
+  char *log5 = log_text(t, 0);
+  long long rows5 = pgt_int(t->admin, "SELECT count(*) FROM bs_superseded");
+  long long buckets5 = pgt_int(t->admin, "SELECT count(DISTINCT bucket) FROM bs_superseded");
+  assert_true(rows5 > 2 * buckets5); /* buckets of several entries */
+  assert_true(pgt_int(t->admin, SUPERSEDED_PUTS) > 0);
+  assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "version 5, older than this build's 6"));
+  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
+  /* migration 6: a row per bucket (fewer than 4096 entries each), the same entries */
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_superseded"), buckets5);
+  char *log6 = log_text(t, 1);
+  assert_string_equal(log6, log5);
+  free(log5);
+  free(log6);
   assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
   assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);
@@ -713,6 +800,29 @@ static void t_reads_mirror(void **state) {
     assert_string_equal(dp.s, dm.s);
     free(dm.s);
     free(dp.s);
+    assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
+    assert_int_equal(problems, 0);
+  }
+  /* incremental compaction reads the migrated log (and the writer's since): every superseded PUT
+   * becomes a MOVE, the log is consumed, checksums stay the memory backend's, verify is clean */
+  {
+    bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+    bs_compact_stats cs;
+    bs_status ms;
+    co.incremental_only = 1;
+    co.min_age_ms = 0;
+    assert_int_equal(bs_compact(pst, &co, &cs, &err), BS_OK);
+    assert_true(cs.ops_moved > 0);
+    assert_int_equal(pgt_int(t->admin, SUPERSEDED_PUTS), 0);
+    assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_superseded"), 0);
+    assert_int_equal(bs_get_status(mst, &ms, &err), BS_OK);
+    for (int i = 0; i < N_BUCKETS; i++) {
+      bs_val name = {bucket_names[i], strlen(bucket_names[i])};
+      bs_checksum m, p;
+      assert_int_equal(bs_get_checksums(mst, ms.last_persisted_op, &name, 1, &m, &err), BS_OK);
+      assert_int_equal(bs_get_checksums(pst, ms.last_persisted_op, &name, 1, &p, &err), BS_OK);
+      assert_int_equal(p.checksum, m.checksum); /* the count: a fold makes one CLEAR of many */
+    }
     assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
     assert_int_equal(problems, 0);
   }

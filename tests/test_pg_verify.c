@@ -26,7 +26,7 @@ static char cli_path[1024];
 /* the tables of a bucketstore database (pg_internal.h), in the order a copy creates them */
 static const char *const tables[] = {"bs_meta",   "bs_streams", "bs_buckets",     "bs_ops",
                                      "bs_params", "bs_changes", "bs_wcp_managed", "bs_wcp_custom",
-                                     "bs_tables", "bs_source"};
+                                     "bs_tables", "bs_source",  "bs_superseded"};
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
 /* ---- The workload: every kind of row the tables hold, with edge values ---- */
@@ -231,6 +231,10 @@ typedef struct damage {
 #define LAST_OP(cond)                                                                              \
   "(bucket, op_id) = (SELECT bucket, op_id" OPS_S1(cond) " ORDER BY op_id DESC LIMIT 1)"
 #define BUCKET_B "(SELECT id FROM bs_buckets WHERE stream = 1 AND name = 'b')"
+/* the first row of stream 1's superseded log */
+#define FIRST_SUP                                                                                  \
+  "(stream, bucket, first_new) = (SELECT stream, bucket, first_new FROM bs_superseded"             \
+  " WHERE stream = 1 ORDER BY bucket, first_new LIMIT 1)"
 
 static const damage damages[] = {
     /* bucket states against their ops */
@@ -277,7 +281,7 @@ static const damage damages[] = {
      "next_table_id not above the stream's table ids", 4}, /* and table 2's 3 parameter entries */
     {"UPDATE bs_streams SET param_horizon = op_head + 1 WHERE id = 1",
      "parameter horizon outside 0..op head", 1},
-    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 5", 1},
+    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 6", 1},
     {"INSERT INTO bs_meta VALUES ('x', 1)", "bs_meta \"x\": unknown key", 1},
     /* source tables */
     {"INSERT INTO bs_tables VALUES (1, 'other', 1)", "id of another table too", 2},
@@ -296,7 +300,17 @@ static const damage damages[] = {
      "but not a PUT", 3}, /* and its checksum, and the bucket's running bytes */
     {"DELETE FROM bs_buckets WHERE id = (SELECT " MEMBER_BUCKET
      " FROM bs_source WHERE stream = 1 AND replica_id = 'r1')",
-     "but no such bucket", 3}, /* r1's and r2b's; and its ops have no bucket state */
+     "but no such bucket", 6}, /* r1's and r2b's; its ops and its 3 superseded log rows */
+    /* the superseded log */
+    {"UPDATE bs_superseded SET pairs = '\\x00' WHERE " FIRST_SUP, "pairs of 1 bytes do not decode",
+     1},
+    {"UPDATE bs_superseded SET pairs = '' WHERE " FIRST_SUP, "no entries", 1},
+    {"UPDATE bs_superseded SET first_new = 1, pairs = '\\x0500' WHERE " FIRST_SUP,
+     "an entry's new op not above its old op", 1},
+    {"UPDATE bs_superseded SET first_new = first_new + 1000000 WHERE " FIRST_SUP,
+     "an entry's new op above the op head", 1},
+    {"UPDATE bs_superseded SET bucket = 999999 WHERE " FIRST_SUP, "not a bucket of the stream", 1},
+    {"UPDATE bs_superseded SET stream = 99 WHERE " FIRST_SUP, "(stream 99, bucket", 2},
     /* parameter entries */
     {"UPDATE bs_params SET rows = ARRAY[NULL::bytea] WHERE op_id = (SELECT min(op_id)"
      " FROM bs_params)",
