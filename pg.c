@@ -517,6 +517,55 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "ALTER TABLE bs_superseded ADD PRIMARY KEY (stream, bucket, first_new),"
     " ALTER pairs SET STORAGE EXTERNAL;"
     "DROP FUNCTION pg_temp.bs_pairs6(bigint[], bigint[], bigint), pg_temp.bs_varint(bigint);",
+    /* 7: smaller source records (issue 14: 88 bytes per op after bsbench --pg's ingest, a row of
+     * 80 bytes per record): soft and has_data go (a soft-deleted record is one with a mark, NULL
+     * otherwise, which the tuple's null bitmap holds for free; has_data was data IS NOT NULL),
+     * and a membership's object_id equal to the record's replica id takes one byte (0; else its
+     * length + 1 and its bytes: pg_save.c's srec_encode). The table is built anew (columns in
+     * alignment order, the mark first); the members are converted by this step's functions. */
+    "CREATE FUNCTION pg_temp.bs_varint(x bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$"
+    " DECLARE r bytea := ''::bytea; BEGIN"
+    "  WHILE x >= 128 LOOP"
+    "   r := r || set_byte('\\x00'::bytea, 0, ((x & 127) | 128)::integer); x := x >> 7;"
+    "  END LOOP;"
+    "  RETURN r || set_byte('\\x00'::bytea, 0, x::integer); END $$;"
+    "CREATE FUNCTION pg_temp.bs_vget(m bytea, p integer, OUT v bigint, OUT q integer)"
+    " LANGUAGE plpgsql IMMUTABLE AS $$" /* the varint at byte p (from 0), the byte after it */
+    " DECLARE b integer; s integer := 0; BEGIN"
+    "  v := 0; q := p;"
+    "  LOOP"
+    "   b := get_byte(m, q); q := q + 1; v := v | ((b & 127)::bigint << s); s := s + 7;"
+    "   EXIT WHEN b < 128;"
+    "  END LOOP; END $$;"
+    "CREATE FUNCTION pg_temp.bs_members7(m bytea, rid bytea) RETURNS bytea LANGUAGE plpgsql"
+    " IMMUTABLE AS $$"
+    " DECLARE p integer; s integer; n bigint; l bigint; oi bytea; r bytea; BEGIN"
+    "  SELECT g.v, g.q INTO n, p FROM pg_temp.bs_vget(m, 0) g;"
+    "  r := substring(m FROM 1 FOR p);"
+    "  FOR i IN 1..n LOOP"
+    "   s := p;" /* bucket id, op id, object_type: as they are */
+    "   SELECT g.q INTO p FROM pg_temp.bs_vget(m, p) g;"
+    "   SELECT g.q INTO p FROM pg_temp.bs_vget(m, p) g;"
+    "   SELECT g.v, g.q INTO l, p FROM pg_temp.bs_vget(m, p) g; p := p + l::integer;"
+    "   r := r || substring(m FROM s + 1 FOR p - s);"
+    "   SELECT g.v, g.q INTO l, p FROM pg_temp.bs_vget(m, p) g;"
+    "   oi := substring(m FROM p + 1 FOR l::integer); p := p + l::integer;"
+    "   IF oi = rid THEN r := r || '\\x00'::bytea;"
+    "   ELSE r := r || pg_temp.bs_varint(l + 1) || oi; END IF;"
+    "  END LOOP;"
+    "  RETURN r || substring(m FROM p + 1); END $$;" /* the lookup keys */
+    "CREATE TABLE bs_source7 ("
+    " stream integer NOT NULL, table_id integer NOT NULL, mark bigint, replica_id bytea NOT NULL,"
+    " members bytea NOT NULL, data bytea);"
+    "INSERT INTO bs_source7 SELECT stream, table_id, CASE WHEN soft THEN mark END, replica_id,"
+    " pg_temp.bs_members7(members, replica_id), CASE WHEN has_data THEN coalesce(data, '') END"
+    " FROM bs_source;"
+    "DROP TABLE bs_source;"
+    "ALTER TABLE bs_source7 RENAME TO bs_source;"
+    "ALTER TABLE bs_source ADD PRIMARY KEY (stream, table_id, replica_id);"
+    "CREATE INDEX bs_source_soft ON bs_source (stream, mark) WHERE mark IS NOT NULL;"
+    "DROP FUNCTION pg_temp.bs_members7(bytea, bytea), pg_temp.bs_vget(bytea, integer),"
+    " pg_temp.bs_varint(bigint);",
 };
 
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */

@@ -58,10 +58,13 @@
  *  bs_wcp_custom (stream, event, user_id)        custom write checkpoints: value, requested_at
  *                                                (NULL: persistent, owned by the source)
  *  bs_tables   (stream, name)                    id: 1, 2, ... per stream (bs_streams.next_table_id)
- *  bs_source   (stream, table_id, replica_id)    the source record: soft, mark (contract.md 4.3),
- *                                                members (pg_save.c's encoding of the memberships
- *                                                and lookup keys, in varints since schema 5),
- *                                                has_data, data
+ *  bs_source   (stream, table_id, replica_id)    the source record: mark (contract.md 4.3; NULL
+ *                                                unless soft-deleted), members (pg_save.c's
+ *                                                encoding of the memberships and lookup keys, in
+ *                                                varints since schema 5, an object_id equal to
+ *                                                the replica id in one byte since schema 7),
+ *                                                data (NULL when the record has none; before
+ *                                                schema 7 also soft and has_data columns)
  *  bs_superseded (stream, bucket, first_new)     pairs: the writer's log (incremental
  *                                                compaction consumes it) of one flush in one
  *                                                bucket, at most BS_PG_SUP_ROW entries (old_op,
@@ -76,7 +79,7 @@
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 6
+#define BS_PG_SCHEMA_VERSION 7
 
 typedef struct bs__pg_db {
   bs_db base;
@@ -291,10 +294,11 @@ int bs__pg_writer_source_row(bs_writer *w, const bs_write_batch *in, bs_val tabl
                              int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
 /* The writer's truncate slot: truncate/drop in bounded transactions (contract.md 4.2). */
 int bs__pg_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err);
-/* Decodes a bs_source.members value (pg_save.c's encoding) into r's m, nm, lk and nl: strings
- * borrowed from v, the two arrays allocated from a (the caller frees r->m and r->lk; after a
- * failure both are NULL). BS_ECORRUPT (not one whole value), BS_ENOMEM. */
-int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r);
+/* Decodes a bs_source.members value (pg_save.c's encoding) of the record of replica id rid into
+ * r's m, nm, lk and nl: strings borrowed from v (or rid), the two arrays allocated from a (the
+ * caller frees r->m and r->lk; after a failure both are NULL). BS_ECORRUPT (not one whole
+ * value), BS_ENOMEM. */
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r);
 /* bs_superseded.pairs (pg_save.c's encoding, pg_internal.h's schema): a row holds at most
  * BS_PG_SUP_ROW entries, so a compaction rewriting one rewrites a few KiB. _put appends an entry
  * (old ops ascending, new_op >= first_new; at most 20 bytes) and returns the end; _next walks a

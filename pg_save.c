@@ -191,9 +191,11 @@ static rec_ent *rec_add(batch *b, uint32_t table, bs_val rid) {
   return e;
 }
 
-/* The source-record value (members and lookups; soft, mark and data are columns), in unsigned
- * LEB128 varints (schema 5; pg.c's migration 5 converts the u32be/u64be fields of before):
- * nm, nm x (bucket, op, len, object_type, len, object_id), nl, nl x (len, key). */
+/* The source-record value (members and lookups; mark and data are columns), in unsigned LEB128
+ * varints (schema 5; pg.c's migration 5 converts the u32be/u64be fields of before):
+ * nm, nm x (bucket, op, len, object_type, object_id), nl, nl x (len, key), where an object_id
+ * is 0 when it is the record's replica id, else its length + 1 and its bytes (schema 7;
+ * migration 7 converts the length and bytes of before). */
 static size_t vsize(uint64_t v) {
   size_t n = 1;
   while (v >= 128) v >>= 7, n++;
@@ -231,12 +233,12 @@ static int vget_str(const unsigned char **p, const unsigned char *end, bs_val *o
   return 1;
 }
 
-static size_t srec_size(const bs__srec *r) {
+static size_t srec_size(const bs__srec *r, bs_val rid) {
   size_t n = vsize(r->nm) + vsize(r->nl);
   for (uint32_t i = 0; i < r->nm; i++) {
     const bs__member *m = &r->m[i];
-    n += vsize(m->bucket) + vsize(m->op) + vsize(m->object_type.size) + m->object_type.size +
-         vsize(m->object_id.size) + m->object_id.size;
+    n += vsize(m->bucket) + vsize(m->op) + vsize(m->object_type.size) + m->object_type.size;
+    n += bs__val_eq(m->object_id, rid) ? 1 : vsize(m->object_id.size + 1) + m->object_id.size;
   }
   for (uint32_t i = 0; i < r->nl; i++) n += vsize(r->lk[i].size) + r->lk[i].size;
   return n;
@@ -248,17 +250,39 @@ static unsigned char *vput_str(unsigned char *p, bs_val v) {
   return p + v.size;
 }
 
-static void srec_encode(unsigned char *p, const bs__srec *r) {
+static void srec_encode(unsigned char *p, const bs__srec *r, bs_val rid) {
   p = vput(p, r->nm);
   for (uint32_t i = 0; i < r->nm; i++) {
-    p = vput(vput(p, r->m[i].bucket), r->m[i].op);
-    p = vput_str(vput_str(p, r->m[i].object_type), r->m[i].object_id);
+    bs_val oi = r->m[i].object_id;
+    p = vput_str(vput(vput(p, r->m[i].bucket), r->m[i].op), r->m[i].object_type);
+    if (bs__val_eq(oi, rid)) {
+      *p++ = 0;
+      continue;
+    }
+    p = vput(p, oi.size + 1);
+    if (oi.size) memcpy(p, oi.data, oi.size);
+    p += oi.size;
   }
   p = vput(p, r->nl);
   for (uint32_t i = 0; i < r->nl; i++) p = vput_str(p, r->lk[i]);
 }
 
-int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r) {
+/* An object_id: the replica id (0), or a length + 1 and the string (borrowed), within end. */
+static int vget_oid(const unsigned char **p, const unsigned char *end, bs_val rid, bs_val *out) {
+  uint64_t n;
+  if (!vget(p, end, &n)) return 0;
+  if (n == 0) {
+    *out = rid;
+    return 1;
+  }
+  if (n - 1 > (uint64_t)(end - *p)) return 0;
+  out->data = *p;
+  out->size = (size_t)(n - 1);
+  *p += n - 1;
+  return 1;
+}
+
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r) {
   const unsigned char *p = v.data, *end;
   uint64_t nm, nl;
   int rc = BS_ECORRUPT;
@@ -273,7 +297,7 @@ int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs__srec *r) {
   if (!(r->m = bs__calloc(a, (size_t)nm + 1, sizeof *r->m))) return BS_ENOMEM;
   for (uint64_t i = 0; i < nm; i++)
     if (!vget(&p, end, &r->m[i].bucket) || !vget(&p, end, &r->m[i].op) ||
-        !vget_str(&p, end, &r->m[i].object_type) || !vget_str(&p, end, &r->m[i].object_id))
+        !vget_str(&p, end, &r->m[i].object_type) || !vget_oid(&p, end, rid, &r->m[i].object_id))
       goto fail;
   if (!vget(&p, end, &nl) || nl > v.size) goto fail;
   if (!(r->lk = bs__calloc(a, (size_t)nl + 1, sizeof *r->lk))) {
@@ -564,7 +588,8 @@ static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
 
 static const bs__pg_stmt records_stmt = {
     BS_PG_STMT_RECORDS, "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
-                        " (SELECT replica_id, soft, mark, members, has_data, data FROM bs_source"
+                        " (SELECT replica_id, mark IS NOT NULL, coalesce(mark, 0), members,"
+                        "  data IS NOT NULL, data FROM bs_source"
                         "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s"};
 
 /* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
@@ -596,7 +621,7 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
     s.mark = (uint64_t)bs__pg_i64(r, i, 2);
     s.has_data = bs__pg_bool(r, i, 4);
     s.data = bs__pg_bytes(r, i, 5);
-    rc = bs__pg_srec_decode(b->a, bs__pg_bytes(r, i, 3), &s);
+    rc = bs__pg_srec_decode(b->a, bs__pg_bytes(r, i, 3), rid, &s);
     if (rc == BS_OK && rec_set(b, e, &s)) rc = BS_ENOMEM;
     bs__free(b->a, s.m);
     bs__free(b->a, s.lk);
@@ -776,18 +801,17 @@ static int delete_records(batch *b, uint32_t table, bs_val *rids, bs_error *err)
 
 static const bs__pg_stmt rec_update_stmt = {
     BS_PG_STMT_REC_UPDATE,
-    "INSERT INTO bs_source (stream, table_id, replica_id, soft, mark, members,"
-    " has_data, data) SELECT $1, t, r, s <> 0, m, mb, h <> 0, d"
-    " FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::bytea[],"
-    " $7::bytea[], $8::bytea[]) AS u(t, s, m, h, r, mb, d)"
-    " ON CONFLICT (stream, table_id, replica_id) DO UPDATE SET soft = excluded.soft,"
-    " mark = excluded.mark, members = excluded.members,"
-    " has_data = excluded.has_data, data = excluded.data"};
+    "INSERT INTO bs_source (stream, table_id, mark, replica_id, members, data)"
+    " SELECT $1, t, CASE WHEN s <> 0 THEN m END, r, mb, d"
+    " FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::bytea[], $6::bytea[],"
+    " $7::bytea[]) AS u(t, s, m, r, mb, d)"
+    " ON CONFLICT (stream, table_id, replica_id) DO UPDATE SET mark = excluded.mark,"
+    " members = excluded.members, data = excluded.data"};
 
 /* The stored records the batch changed and kept, replaced in one statement (INSERT ... ON
  * CONFLICT: an index probe per record, an update in place instead of a delete and an insert). */
 static int update_records(batch *b, bs_error *err) {
-  enum { TABLE, SOFT, MARK, HAS_DATA, NCOL };
+  enum { TABLE, SOFT, MARK, NCOL };
   uint64_t *v = NULL;
   bs_val *rids = NULL, *members = NULL, *data = NULL;
   unsigned char *arr[NCOL + 3] = {NULL}, *enc = NULL;
@@ -796,7 +820,7 @@ static int update_records(batch *b, bs_error *err) {
   int rc = BS_OK;
   for (size_t i = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
-    if (e->dirty && e->stored && e->r.exists) n++, bytes += srec_size(&e->r);
+    if (e->dirty && e->stored && e->r.exists) n++, bytes += srec_size(&e->r, e->rid);
   }
   if (!n) return BS_OK;
   if (!(v = bs__calloc(b->a, NCOL * n, sizeof *v)) || !(rids = bs__calloc(b->a, n, sizeof *rids)) ||
@@ -811,11 +835,10 @@ static int update_records(batch *b, bs_error *err) {
     v[TABLE * n + k] = e->table;
     v[SOFT * n + k] = e->r.soft != 0;
     v[MARK * n + k] = e->r.mark;
-    v[HAS_DATA * n + k] = e->r.has_data != 0;
     rids[k] = e->rid;
     members[k].data = enc + at;
-    members[k].size = srec_size(&e->r);
-    srec_encode(enc + at, &e->r);
+    members[k].size = srec_size(&e->r, e->rid);
+    srec_encode(enc + at, &e->r, e->rid);
     at += members[k].size;
     data[k] = e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0};
     k++;
@@ -858,25 +881,26 @@ static int write_records(batch *b, bs_error *err) {
     size_t sz;
     unsigned char *p;
     if (!e->dirty || e->stored || !e->r.exists) continue;
-    sz = srec_size(&e->r);
-    f_tuple(&out, b->a, 8);
+    sz = srec_size(&e->r, e->rid);
+    f_tuple(&out, b->a, 6);
     f_int(&out, b->a, b->stream, 4);
     f_int(&out, b->a, e->table, 4);
+    if (e->r.soft)
+      f_int(&out, b->a, e->r.mark, 8);
+    else
+      f_bytes(&out, b->a, (bs_val){NULL, 0}); /* NULL: not soft-deleted */
     f_bytes(&out, b->a, e->rid);
-    f_int(&out, b->a, (uint64_t)(e->r.soft != 0), 1);
-    f_int(&out, b->a, e->r.mark, 8);
     if ((p = buf_room(&out, b->a, 4 + sz))) {
       bs__put_u32be(p, (uint32_t)sz);
-      srec_encode(p + 4, &e->r);
+      srec_encode(p + 4, &e->r, e->rid);
     }
-    f_int(&out, b->a, (uint64_t)(e->r.has_data != 0), 1);
-    f_bytes(&out, b->a, e->r.has_data ? e->r.data : (bs_val){NULL, 0});
+    f_bytes(&out, b->a, e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0});
   }
   if (!rc && out.oom) rc = oom(err);
   if (!rc)
     rc = copy_in(b->c,
-                 "COPY bs_source (stream, table_id, replica_id, soft, mark, members, has_data,"
-                 " data) FROM STDIN (FORMAT binary)",
+                 "COPY bs_source (stream, table_id, mark, replica_id, members, data)"
+                 " FROM STDIN (FORMAT binary)",
                  &out, b->a, err);
   bs__free(b->a, out.p);
   return rc;
@@ -1339,7 +1363,7 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
     bs__pg_arg_bytes(&a, after);
     if ((rc = bs__pg_exec(c,
                           "SELECT table_id, replica_id, members FROM bs_source WHERE stream = $1"
-                          " AND NOT soft AND (table_id, replica_id) > ($2, $3)"
+                          " AND mark IS NULL AND (table_id, replica_id) > ($2, $3)"
                           " ORDER BY table_id, replica_id LIMIT 1000",
                           &a, &r, "defragment: source records", err)))
       break;
@@ -1349,7 +1373,7 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
       bs__srec rec = {0};
       bs_val rid = bs__pg_bytes(r, i, 1);
       uint32_t t = (uint32_t)bs__pg_i32(r, i, 0);
-      rc = bs__pg_srec_decode(al, bs__pg_bytes(r, i, 2), &rec);
+      rc = bs__pg_srec_decode(al, bs__pg_bytes(r, i, 2), rid, &rec);
       for (uint32_t k = 0; !rc && k < rec.nm; k++) {
         size_t at;
         if (rec.m[k].op > s->horizon || !find_id(s->ids, s->n, rec.m[k].bucket, &at)) continue;

@@ -17,8 +17,8 @@
  *    rules of verify.c (as on LMDB and memory), a checksum column of 32 bits, a PUT's and
  *    REMOVE's columns present as their type carries them; ops of no bucket;
  *  - op ids unique in a stream, across its ops and parameter entries (contract.md 2);
- *  - source records: a known stream and table, the replica id's size, data iff has_data, a
- *    soft-deleted record without content and with its mark within the op head, members that
+ *  - source records: a known stream and table, the replica id's size, a soft-deleted record
+ *    (one with a mark) without content and with its mark within the op head, members that
  *    decode, and every membership a PUT of a bucket of the same stream with the record's
  *    subkey, object_type and object_id;
  *  - the superseded log: a known stream and a bucket of it, pairs that decode (old ops ascending),
@@ -486,14 +486,13 @@ static int members_check(verifier *vf, bs_error *err) {
   return rc;
 }
 
-/* source columns: 0 stream, 1 table_id, 2 replica_id, 3 soft, 4 mark, 5 members, 6 has_data,
- * 7 data is not NULL (the data itself is not read), 8 the table exists */
+/* source columns: 0 stream, 1 table_id, 2 replica_id, 3 soft (a mark), 4 mark (0: none),
+ * 5 members, 6 data is not NULL (the data itself is not read), 7 the table exists */
 static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err) {
   int64_t stream = bs__pg_i32(r, row, 0), table = bs__pg_i32(r, row, 1);
   int64_t mark = bs__pg_i64(r, row, 4);
   bs_val rid = bs__pg_bytes(r, row, 2);
-  int soft = bs__pg_bool(r, row, 3), has_data = bs__pg_bool(r, row, 6), rc;
-  int data = bs__pg_bool(r, row, 7);
+  int soft = bs__pg_bool(r, row, 3), data = bs__pg_bool(r, row, 6), rc;
   const bs__vstream *sh = bs__verify_stream(&vf->v, (uint32_t)stream);
   const char *rp = rid.size ? (const char *)rid.data : "";
   int rn = bs__name_shown(rid);
@@ -501,23 +500,20 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
   bs__srec rec;
 #define WHO "source record (stream %" PRId64 ", table %" PRId64 ", replica id \"%.*s\"): "
   if (!sh) problem(vf, WHO "unknown stream", stream, table, rn, rp);
-  if (!bs__pg_bool(r, row, 8)) problem(vf, WHO "unknown table", stream, table, rn, rp);
+  if (!bs__pg_bool(r, row, 7)) problem(vf, WHO "unknown table", stream, table, rn, rp);
   if (rid.size > BS_MAX_REPLICA_ID)
     problem(vf, WHO "replica id of %zu bytes", stream, table, rn, rp, rid.size);
-  if (has_data != data)
-    problem(vf, WHO "has_data %s, but data is %s", stream, table, rn, rp,
-            has_data ? "true" : "false", data ? "there" : "NULL");
   if (mark < 0 || (sh && (uint64_t)mark > sh->op_head))
     problem(vf, WHO "mark %" PRId64 " outside 0..op head", stream, table, rn, rp, mark);
   memset(&rec, 0, sizeof rec);
-  rc = bs__pg_srec_decode(vf->a, bs__pg_bytes(r, row, 5), &rec);
+  rc = bs__pg_srec_decode(vf->a, bs__pg_bytes(r, row, 5), rid, &rec);
   if (rc == BS_ECORRUPT) {
     problem(vf, WHO "members of %d bytes do not decode", stream, table, rn, rp,
             PQgetlength(r, row, 5));
     return BS_OK;
   }
   if (rc) return oom(err);
-  if (soft && (rec.nm || rec.nl || has_data))
+  if (soft && (rec.nm || rec.nl || data))
     problem(vf, WHO "soft-deleted with content", stream, table, rn, rp);
   bs_subkey(subkey, (uint32_t)table, rid);
   for (uint32_t i = 0; i < rec.nm && !rc; i++)
@@ -531,8 +527,9 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
 static int verify_sources(verifier *vf, bs_error *err) {
   scan s;
   int rc = scan_open(vf, &s, "v_source",
-                     "SELECT s.stream, s.table_id, s.replica_id, s.soft, s.mark, s.members,"
-                     " s.has_data, s.data IS NOT NULL, EXISTS (SELECT 1 FROM bs_tables t"
+                     "SELECT s.stream, s.table_id, s.replica_id, s.mark IS NOT NULL,"
+                     " coalesce(s.mark, 0), s.members, s.data IS NOT NULL,"
+                     " EXISTS (SELECT 1 FROM bs_tables t"
                      "  WHERE t.stream = s.stream AND t.id = s.table_id)"
                      " FROM bs_source s ORDER BY s.stream, s.table_id, s.replica_id",
                      err);

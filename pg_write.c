@@ -469,7 +469,7 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users, time_ms)"
     "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
     "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}'), $4 FROM done),"
-    " purge AS (DELETE FROM bs_source WHERE stream = $1 AND soft AND mark <= $2),"
+    " purge AS (DELETE FROM bs_source WHERE stream = $1 AND mark <= $2),"
     " stop AS (UPDATE bs_streams SET state = 4 WHERE id <> $1 AND state IN (2, 3)"
     "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"
     " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"

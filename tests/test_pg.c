@@ -29,7 +29,7 @@
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = pgt_open(t->url, 0), *db2;
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
   bs_close(db);
   db2 = pgt_open(t->url, 0); /* a second open finds it and changes nothing */
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_meta"), 1);
@@ -42,16 +42,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = pgt_open(t->url, 0);
   bs_close(db);
-  pgt_exec(t->admin, "UPDATE bs_meta SET value = 7 WHERE key = 'schema_version'");
+  pgt_exec(t->admin, "UPDATE bs_meta SET value = 8 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 7, newer than this build's 6"));
+  assert_non_null(strstr(err.msg, "version 8, newer than this build's 7"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
 }
 
 static void t_schema_read_only(void **state) {
@@ -85,9 +85,9 @@ static void t_schema_read_only(void **state) {
            " ALTER TABLE bs_changes DROP COLUMN time_ms;"
            " ALTER TABLE bs_buckets DROP COLUMN max_op_bytes");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 1, older than this build's 6"));
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 7"));
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_wcp_managed"), 0);
   assert_int_equal(pgt_int(t->admin, "SELECT next_table_id FROM bs_streams"), 1);
@@ -99,7 +99,7 @@ static void t_schema_read_only(void **state) {
            " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
   bs_close(db);
 }
 
@@ -316,7 +316,9 @@ static void t_unsupported_slots(void **state) {
  * compaction: PUT, REMOVE, MOVE and CLEAR ops, a torn span), then copied into PostgreSQL tables
  * of schema 4 as its writer kept them (ops with bigint checksums, source records with the
  * fixed-width members of before), migrated to schema 5 (bs__pg_migrate), given schema 5's
- * superseded log (a row per entry), which this build's open migrates to schema 6. Reads of both
+ * superseded log (a row per entry), migrated to schema 6 (the log packed), given a soft-deleted
+ * record, and migrated to schema 7 (source records without soft and has_data) by this build's
+ * open. Reads of both
  * must then agree at every C, and writes after the migration must agree too (the converted
  * records name the ops their rows' next changes supersede). */
 static uint64_t rnd_state;
@@ -708,7 +710,7 @@ static void t_reads_mirror(void **state) {
   bs_open_options ro = BS_OPEN_OPTIONS_INIT;
   ro.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 4, older than this build's 6"));
+  assert_non_null(strstr(err.msg, "version 4, older than this build's 7"));
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source") >= 3);
   /* a record of two memberships */
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE get_byte(members, 3) > 1"));
@@ -724,15 +726,40 @@ static void t_reads_mirror(void **state) {
   assert_true(rows5 > 2 * buckets5); /* buckets of several entries */
   assert_true(pgt_int(t->admin, SUPERSEDED_PUTS) > 0);
   assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 5, older than this build's 6"));
-  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 6);
+  assert_non_null(strstr(err.msg, "version 5, older than this build's 7"));
   /* migration 6: a row per bucket (fewer than 4096 entries each), the same entries */
+  assert_int_equal(bs__pg_migrate(t->admin, 6, &err), BS_OK);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_superseded"), buckets5);
   char *log6 = log_text(t, 1);
   assert_string_equal(log6, log5);
   free(log5);
   free(log6);
+  /* schema 6's source records, and a soft-deleted one (marked at the op head; the next
+   * checkpoint purges it), for migration 7 */
+  pgt_exec(t->admin,
+           "INSERT INTO bs_source (stream, table_id, replica_id, soft, mark, members, has_data)"
+           " VALUES (1, 1, 'gone', true, %llu, '\\x0000', false)",
+           (unsigned long long)head);
+  long long records = pgt_int(t->admin, "SELECT count(*) FROM bs_source");
+  /* every mirrored membership's object_id is its record's replica id (count below 128) */
+  long long members7 = pgt_int(t->admin, "SELECT sum(octet_length(members)"
+                                         " - get_byte(members, 0) * octet_length(replica_id))"
+                                         " FROM bs_source");
+  assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "version 6, older than this build's 7"));
+  assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
+  /* migration 7: the mark only on the soft-deleted record, object_ids of one byte */
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), records);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE mark IS NULL"),
+                   records - 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT mark FROM bs_source WHERE replica_id = 'gone'"),
+                   (long long)head);
+  assert_int_equal(pgt_int(t->admin, "SELECT sum(octet_length(members)) FROM bs_source"), members7);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM information_schema.columns WHERE"
+                                     " table_schema = current_schema() AND table_name = 'bs_source'"
+                                     " AND column_name IN ('soft', 'has_data')"),
+                   0);
   assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
   assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);
@@ -800,6 +827,9 @@ static void t_reads_mirror(void **state) {
     assert_string_equal(dp.s, dm.s);
     free(dm.s);
     free(dp.s);
+    /* the commit's checkpoint purged the soft-deleted record */
+    assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE replica_id = 'gone'"),
+                     0);
     assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
     assert_int_equal(problems, 0);
   }

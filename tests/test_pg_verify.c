@@ -281,15 +281,19 @@ static const damage damages[] = {
      "next_table_id not above the stream's table ids", 4}, /* and table 2's 3 parameter entries */
     {"UPDATE bs_streams SET param_horizon = op_head + 1 WHERE id = 1",
      "parameter horizon outside 0..op head", 1},
-    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 6", 1},
+    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 7", 1},
     {"INSERT INTO bs_meta VALUES ('x', 1)", "bs_meta \"x\": unknown key", 1},
     /* source tables */
     {"INSERT INTO bs_tables VALUES (1, 'other', 1)", "id of another table too", 2},
     /* source records */
     {"UPDATE bs_source SET members = '\\x00' WHERE replica_id = 'r1'", "do not decode", 1},
-    {"UPDATE bs_source SET soft = true WHERE replica_id = 'r1'", "soft-deleted with content", 1},
-    {"UPDATE bs_source SET has_data = false WHERE replica_id = 'r1'",
-     "has_data false, but data is there", 1},
+    {"UPDATE bs_source SET mark = 0 WHERE replica_id = 'r1'", "soft-deleted with content", 1},
+    {"UPDATE bs_source SET mark = -1 WHERE replica_id = 'r1'", "mark -1 outside 0..op head", 2},
+    /* r1's first membership: its object_id the replica id (0) becomes "r9" (length + 1) */
+    {"UPDATE bs_source SET members = substring(members FROM 1 FOR position('todos' IN members) + 4)"
+     " || '\\x037239'::bytea || substring(members FROM position('todos' IN members) + 6)"
+     " WHERE replica_id = 'r1'",
+     "its object_type or object_id is not the membership's", 1},
     {"UPDATE bs_source SET table_id = 7 WHERE replica_id = ''", "unknown table", 1},
     {"UPDATE bs_ops SET subkey = set_byte(subkey, 40, CASE get_byte(subkey, 40) WHEN 48 THEN 49"
      " ELSE 48 END) WHERE (bucket, op_id) = (SELECT " MEMBER_BUCKET ", " MEMBER_OP
