@@ -146,12 +146,14 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
 
 /* The test seam: calls db->hook (when set) with point and the connection in use. Points:
  * "wait" (a checkpoint waiter is about to block on its socket, or to sleep on a hot standby),
- * "flush" (a flush's statements ran, its COMMIT not sent yet), "commit" (a commit's queue applied in its transaction, the
- * checkpoint not made yet), "commit.sent" (a flush's or commit's COMMIT sent, its reply not
- * read yet), "writer.lock" (a writer session got its advisory lock), "writer.unlock" (the last
- * writer of a lock closes: its session is about to unlock), "writer.share" (a writer open found
- * the handle's lock of its stream listed and is about to wait for its session; c NULL),
- * "analyze" (a writer's ANALYZE sent on a session of its own, not waited for). */
+ * "flush.loaded" (a flush read the source records and buckets its queue needs, nothing written
+ * yet), "flush" (a flush's statements ran, its COMMIT not sent yet), "commit" (a commit's queue
+ * applied in its transaction, the checkpoint not made yet), "commit.sent" (a flush's or
+ * commit's COMMIT sent, its reply not read yet), "writer.lock" (a writer session got its
+ * advisory lock), "writer.unlock" (the last writer of a lock closes: its session is about to
+ * unlock), "writer.share" (a writer open found the handle's lock of its stream listed and is
+ * about to wait for its session; c NULL), "analyze" (a writer's ANALYZE sent on a session of its
+ * own, not waited for). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),

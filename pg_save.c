@@ -82,7 +82,8 @@ typedef struct rec_ent {
   bs__srec r; /* arrays and strings in blob */
   void *blob;
   int dirty;
-  int stored; /* a row of bs_source when the batch began: the flush replaces it */
+  int stored;           /* a row of bs_source when the batch began: the flush replaces it */
+  unsigned char tid[6]; /* that row's ctid (binary: block u32be, item u16be), as loaded */
 } rec_ent;
 
 typedef struct bucket_ent {
@@ -589,7 +590,7 @@ static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
 static const bs__pg_stmt records_stmt = {
     BS_PG_STMT_RECORDS, "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
                         " (SELECT replica_id, mark IS NOT NULL, coalesce(mark, 0), members,"
-                        "  data IS NOT NULL, data FROM bs_source"
+                        "  data IS NOT NULL, data, ctid FROM bs_source"
                         "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s"};
 
 /* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
@@ -616,6 +617,8 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
       break;
     }
     e->stored = 1;
+    if (PQgetlength(r, i, 6) == (int)sizeof e->tid)
+      memcpy(e->tid, PQgetvalue(r, i, 6), sizeof e->tid);
     s.exists = 1;
     s.soft = bs__pg_bool(r, i, 1);
     s.mark = (uint64_t)bs__pg_i64(r, i, 2);
@@ -801,29 +804,36 @@ static int delete_records(batch *b, uint32_t table, bs_val *rids, bs_error *err)
 
 static const bs__pg_stmt rec_update_stmt = {
     BS_PG_STMT_REC_UPDATE,
-    "INSERT INTO bs_source (stream, table_id, mark, replica_id, members, data)"
-    " SELECT $1, t, CASE WHEN s <> 0 THEN m END, r, mb, d"
-    " FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::bytea[], $6::bytea[],"
-    " $7::bytea[]) AS u(t, s, m, r, mb, d)"
-    " ON CONFLICT (stream, table_id, replica_id) DO UPDATE SET mark = excluded.mark,"
-    " members = excluded.members, data = excluded.data"};
+    "UPDATE bs_source s SET mark = CASE WHEN u.s <> 0 THEN u.m END, members = u.mb, data = u.d"
+    " FROM unnest($1::tid[], $2::int8[], $3::int8[], $4::bytea[], $5::bytea[])"
+    " AS u(c, s, m, mb, d) WHERE s.ctid = u.c"};
 
-/* The stored records the batch changed and kept, replaced in one statement (INSERT ... ON
- * CONFLICT: an index probe per record, an update in place instead of a delete and an insert). */
+/* The stored records the batch changed and kept, replaced in one statement: each row found by
+ * the ctid load_records read (a TID fetch). The upsert this was (INSERT ... ON CONFLICT) probed
+ * the primary key and locked each row first: 6.7k buffer hits and 2.3k WAL records per 1000
+ * records against 3.9k and 1.4k, 17.5 ms against 10.2 (bsbench --pg's updates, schema 7), the
+ * largest statement of a flush of updates on the server. The ctid still names the row: the
+ * batch's transaction read it, holds the stream row, which every writer of a stream's records
+ * locks first (batch_open), and a flush writes a record once. A row that changed anyway (another
+ * session wrote it) is not updated, and the flush fails. Planned with statistics (the writer's
+ * ANALYZE after its first flush, pg_write.c), a TID scan per row in a nested loop; only a table
+ * of a few pages is read whole. */
 static int update_records(batch *b, bs_error *err) {
-  enum { TABLE, SOFT, MARK, NCOL };
+  enum { SOFT, MARK, NCOL };
   uint64_t *v = NULL;
-  bs_val *rids = NULL, *members = NULL, *data = NULL;
+  bs_val *tids = NULL, *members = NULL, *data = NULL;
   unsigned char *arr[NCOL + 3] = {NULL}, *enc = NULL;
   size_t n = 0, bytes = 0, at = 0;
   bs__pg_args a = {0};
+  PGresult *r = NULL;
+  unsigned long long updated;
   int rc = BS_OK;
   for (size_t i = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
     if (e->dirty && e->stored && e->r.exists) n++, bytes += srec_size(&e->r, e->rid);
   }
   if (!n) return BS_OK;
-  if (!(v = bs__calloc(b->a, NCOL * n, sizeof *v)) || !(rids = bs__calloc(b->a, n, sizeof *rids)) ||
+  if (!(v = bs__calloc(b->a, NCOL * n, sizeof *v)) || !(tids = bs__calloc(b->a, n, sizeof *tids)) ||
       !(members = bs__calloc(b->a, n, sizeof *members)) ||
       !(data = bs__calloc(b->a, n, sizeof *data)) || !(enc = bs__malloc(b->a, bytes))) {
     rc = oom(err);
@@ -832,10 +842,10 @@ static int update_records(batch *b, bs_error *err) {
   for (size_t i = 0, k = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
     if (!e->dirty || !e->stored || !e->r.exists) continue;
-    v[TABLE * n + k] = e->table;
     v[SOFT * n + k] = e->r.soft != 0;
     v[MARK * n + k] = e->r.mark;
-    rids[k] = e->rid;
+    tids[k].data = e->tid;
+    tids[k].size = sizeof e->tid;
     members[k].data = enc + at;
     members[k].size = srec_size(&e->r, e->rid);
     srec_encode(enc + at, &e->r, e->rid);
@@ -843,20 +853,29 @@ static int update_records(batch *b, bs_error *err) {
     data[k] = e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0};
     k++;
   }
-  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  /* tid[]: the binary array of bytea[] with the element type of tid (its binary form is the 6
+   * bytes the load read) */
+  if ((rc = bs__pg_arg_bytes_array(&a, tids, n, b->a, &arr[NCOL], err))) goto out;
+  bs__put_u32be(arr[NCOL] + 8, 27 /* tid */);
+  a.types[a.n - 1] = 1010 /* tid[] */;
   for (int c = 0; c < NCOL && !rc; c++)
     rc = bs__pg_arg_i64_array(&a, v + (size_t)c * n, n, b->a, &arr[c], err);
-  if (rc || (rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &arr[NCOL], err)) ||
-      (rc = bs__pg_arg_bytes_array(&a, members, n, b->a, &arr[NCOL + 1], err)) ||
+  if (rc || (rc = bs__pg_arg_bytes_array(&a, members, n, b->a, &arr[NCOL + 1], err)) ||
       (rc = bs__pg_arg_bytes_array(&a, data, n, b->a, &arr[NCOL + 2], err)))
     goto out;
-  rc = bs__pg_runp(b->c, &rec_update_stmt, &a, "flush: source records", err);
+  rc = bs__pg_execp(b->c, &rec_update_stmt, &a, &r, "flush: source records", err);
+  if (!rc && (updated = strtoull(PQcmdTuples(r), NULL, 10)) != n)
+    rc = bs__fail(err, BS_EBUSY,
+                  "flush: %llu of %zu source records changed since the flush read them (another "
+                  "session wrote them); nothing was applied",
+                  (unsigned long long)(n - updated), n);
 out:
+  PQclear(r);
   for (int c = 0; c < NCOL + 3; c++) bs__free(b->a, arr[c]);
   bs__free(b->a, enc);
   bs__free(b->a, data);
   bs__free(b->a, members);
-  bs__free(b->a, rids);
+  bs__free(b->a, tids);
   bs__free(b->a, v);
   return rc;
 }
@@ -1161,6 +1180,7 @@ static int apply(bs__pg_writer *w, const bs_write_batch *in, batch *b, int readi
   if (saves) {
     if (!(tables = bs__calloc(b->a, in->n, sizeof *tables))) return oom(err);
     if (!(rc = resolve_tables(b, tables, err)) && !(rc = load_batch(b, tables, err))) {
+      bs__pg_hook(w->db, "flush.loaded", b->c);
       for (size_t i = 0; i < in->n && !rc; i++) {
         if (!in->items[i].save) continue;
         b->table = tables[i];

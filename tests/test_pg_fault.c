@@ -1242,6 +1242,62 @@ static void t_analyze_not_waited_for(void **state) {
   PQfinish(locker);
 }
 
+/* A stored source record another session changes while a flush has it read: the flush updates
+ * the rows it read by their ctid, finds one gone and fails (BS_EBUSY, nothing applied, the queue
+ * kept) instead of writing over the other session's row; the next commit applies the queue. */
+typedef struct meddle {
+  PGconn *admin;
+  int calls;
+} meddle;
+
+static void meddle_fn(const char *point, PGconn *c, void *payload) {
+  meddle *m = payload;
+  (void)c;
+  if (strcmp(point, "flush.loaded") || ++m->calls != 1) return;
+  pgt_exec(m->admin, "UPDATE bs_source SET mark = mark");
+}
+
+static void t_record_changed_under_flush(void **state) {
+  pgt *t = *state;
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  bs_error err = {0};
+  bs_row row;
+  bs_save sv = BS_SAVE_INIT;
+  bs_commit_result r;
+  bs_checksum cs;
+  bs_val name = bs__val_str("b");
+  meddle m = {t->admin, 0};
+  stream_ready(db, "s", 1, &st, &w);
+  put_commit(w, "b", "r1", "1");
+  row.bucket = name;
+  row.object_type = bs__val_str("t");
+  row.object_id = bs__val_str("r1");
+  row.data = bs__val_str("{\"v\":2}");
+  sv.table = bs__val_str("t");
+  sv.tag = BS_UPDATE;
+  sv.after_id = bs__val_str("r1");
+  sv.rows = &row;
+  sv.n_rows = 1;
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  bs__pg_set_hook(db, meddle_fn, &m);
+  assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_EBUSY);
+  assert_non_null(strstr(err.msg, "1 source records changed since the flush read them"));
+  assert_int_equal(m.calls, 1);
+  assert_int_equal(bs_get_checksums(st, 1000, &name, 1, &cs, &err), BS_OK);
+  assert_int_equal(cs.count, 1); /* nothing of the failed commit */
+  assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  assert_int_equal(m.calls, 2);
+  assert_int_equal(bs_get_checksums(st, r.checkpoint, &name, 1, &cs, &err), BS_OK);
+  assert_int_equal(cs.count, 2); /* the first PUT and the update's */
+  bs__pg_set_hook(db, NULL, NULL);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_wait_across_hosts, setup, teardown),
@@ -1258,6 +1314,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
       cmocka_unit_test_setup_teardown(t_prepared_per_session, setup, teardown),
       cmocka_unit_test_setup_teardown(t_analyze_not_waited_for, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_record_changed_under_flush, setup, teardown),
   };
   if (pgt_skipped("test_pg_fault")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
