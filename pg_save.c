@@ -594,7 +594,12 @@ static const bs__pg_stmt records_stmt = {
                         "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s"};
 
 /* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
- * entry with exists 0. */
+ * entry with exists 0. Every key is one probe of the primary key, whatever the table's
+ * statistics say: a LATERAL subquery with LIMIT is never flattened into a join. Planned freely,
+ * `replica_id = ANY($3)` was a filter over the whole (stream, table_id) range while the table
+ * had no statistics (a table filling up: the first minutes of a snapshot), and a join with an
+ * unnest of the keys a hash join over a sequential scan: O(table) per flush instead of O(batch).
+ * The flush writes the stored rows back by the ctids read here (update_records). */
 static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, bs_error *err) {
   bs__pg_args a = {0};
   unsigned char *arr = NULL;
@@ -772,33 +777,52 @@ static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a,
   return rc;
 }
 
-static const bs__pg_stmt rec_delete_stmt = {
-    BS_PG_STMT_REC_DELETE,
-    "DELETE FROM bs_source WHERE ctid = ANY(ARRAY(SELECT s.ctid"
-    " FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL (SELECT ctid FROM bs_source"
-    "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s))"};
+static const bs__pg_stmt rec_delete_stmt = {BS_PG_STMT_REC_DELETE,
+                                            "DELETE FROM bs_source WHERE ctid = ANY($1::tid[])"};
 
-/* The stored rows of the records of `table` the batch deleted, in one statement. Here and in
- * load_records every key is one probe of the primary key, whatever the table's statistics say: a
- * LATERAL subquery with LIMIT is never flattened into a join. Planned freely, `replica_id =
- * ANY($3)` was a filter over the whole (stream, table_id) range while the table had no
- * statistics (a table filling up: the first minutes of a snapshot), and a join with an unnest of
- * the keys a hash join over a sequential scan: O(table) per flush instead of O(batch). */
-static int delete_records(batch *b, uint32_t table, bs_val *rids, bs_error *err) {
+/* tid[] of the rows' ctids as load_records read them: the binary array of bytea[] with the
+ * element type of tid (whose binary form is those 6 bytes). */
+static int arg_tids(bs__pg_args *a, const bs_val *tids, size_t n, const bs_allocator *al,
+                    unsigned char **out, bs_error *err) {
+  int rc = bs__pg_arg_bytes_array(a, tids, n, al, out, err);
+  if (rc) return rc;
+  bs__put_u32be(*out + 8, 27 /* tid */);
+  a->types[a->n - 1] = 1010 /* tid[] */;
+  return BS_OK;
+}
+
+/* The number of rows a statement on the loaded ctids wrote: fewer than n when another session
+ * changed one of them since (the ctid names its old version, which the statement skips). */
+static int rows_written(PGresult *r, size_t n, bs_error *err) {
+  unsigned long long done = strtoull(PQcmdTuples(r), NULL, 10);
+  if (done == n) return BS_OK;
+  return bs__fail(err, BS_EBUSY,
+                  "flush: %llu of %zu source records changed since the flush read them (another "
+                  "session wrote them); nothing was applied",
+                  (unsigned long long)n - done, n);
+}
+
+/* The stored rows of the records the batch deleted (of every table: a ctid names a row of the
+ * table), in one statement, by the ctids load_records read (see update_records). */
+static int delete_records(batch *b, bs_error *err) {
   bs__pg_args a = {0};
   unsigned char *ra = NULL;
+  bs_val *tids;
+  PGresult *r = NULL;
   size_t n = 0;
   int rc;
+  if (!(tids = bs__calloc(b->a, b->nrecs + 1, sizeof *tids))) return oom(err);
   for (size_t i = 0; i < b->nrecs; i++) {
-    const rec_ent *e = b->recs[i];
-    if (e->dirty && e->stored && !e->r.exists && e->table == table) rids[n++] = e->rid;
+    rec_ent *e = b->recs[i];
+    if (e->dirty && e->stored && !e->r.exists)
+      tids[n].data = e->tid, tids[n++].size = sizeof e->tid;
   }
-  if (!n) return BS_OK;
-  bs__pg_arg_i32(&a, (int32_t)b->stream);
-  bs__pg_arg_i32(&a, (int32_t)table);
-  if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &ra, err))) return rc;
-  rc = bs__pg_runp(b->c, &rec_delete_stmt, &a, "flush: source records", err);
+  rc = n ? arg_tids(&a, tids, n, b->a, &ra, err) : BS_OK;
+  if (n && !rc) rc = bs__pg_execp(b->c, &rec_delete_stmt, &a, &r, "flush: source records", err);
+  if (n && !rc) rc = rows_written(r, n, err);
+  PQclear(r);
   bs__free(b->a, ra);
+  bs__free(b->a, tids);
   return rc;
 }
 
@@ -826,7 +850,6 @@ static int update_records(batch *b, bs_error *err) {
   size_t n = 0, bytes = 0, at = 0;
   bs__pg_args a = {0};
   PGresult *r = NULL;
-  unsigned long long updated;
   int rc = BS_OK;
   for (size_t i = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
@@ -853,22 +876,14 @@ static int update_records(batch *b, bs_error *err) {
     data[k] = e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0};
     k++;
   }
-  /* tid[]: the binary array of bytea[] with the element type of tid (its binary form is the 6
-   * bytes the load read) */
-  if ((rc = bs__pg_arg_bytes_array(&a, tids, n, b->a, &arr[NCOL], err))) goto out;
-  bs__put_u32be(arr[NCOL] + 8, 27 /* tid */);
-  a.types[a.n - 1] = 1010 /* tid[] */;
+  if ((rc = arg_tids(&a, tids, n, b->a, &arr[NCOL], err))) goto out;
   for (int c = 0; c < NCOL && !rc; c++)
     rc = bs__pg_arg_i64_array(&a, v + (size_t)c * n, n, b->a, &arr[c], err);
   if (rc || (rc = bs__pg_arg_bytes_array(&a, members, n, b->a, &arr[NCOL + 1], err)) ||
       (rc = bs__pg_arg_bytes_array(&a, data, n, b->a, &arr[NCOL + 2], err)))
     goto out;
   rc = bs__pg_execp(b->c, &rec_update_stmt, &a, &r, "flush: source records", err);
-  if (!rc && (updated = strtoull(PQcmdTuples(r), NULL, 10)) != n)
-    rc = bs__fail(err, BS_EBUSY,
-                  "flush: %llu of %zu source records changed since the flush read them (another "
-                  "session wrote them); nothing was applied",
-                  (unsigned long long)(n - updated), n);
+  if (!rc) rc = rows_written(r, n, err);
 out:
   PQclear(r);
   for (int c = 0; c < NCOL + 3; c++) bs__free(b->a, arr[c]);
@@ -880,20 +895,11 @@ out:
   return rc;
 }
 
-/* The records the batch changed: stored ones deleted (a statement per table) or updated (one
- * statement), new ones COPYed. */
+/* The records the batch changed: stored ones deleted or updated (a statement each), new ones
+ * COPYed. */
 static int write_records(batch *b, bs_error *err) {
   buf out = {0};
-  bs_val *rids = NULL;
-  int rc = BS_OK;
-  if (!(rids = bs__calloc(b->a, b->nrecs + 1, sizeof *rids))) rc = oom(err);
-  /* each table once: the first record of it names it (records are loaded by runs of a table) */
-  for (size_t i = 0; i < b->nrecs && !rc; i++) {
-    int first = 1;
-    for (size_t k = 0; k < i && first; k++) first = b->recs[k]->table != b->recs[i]->table;
-    if (first) rc = delete_records(b, b->recs[i]->table, rids, err);
-  }
-  bs__free(b->a, rids);
+  int rc = delete_records(b, err);
   if (!rc) rc = update_records(b, err);
   for (size_t i = 0; i < b->nrecs && !rc; i++) {
     rec_ent *e = b->recs[i];

@@ -1243,8 +1243,9 @@ static void t_analyze_not_waited_for(void **state) {
 }
 
 /* A stored source record another session changes while a flush has it read: the flush updates
- * the rows it read by their ctid, finds one gone and fails (BS_EBUSY, nothing applied, the queue
- * kept) instead of writing over the other session's row; the next commit applies the queue. */
+ * or deletes the rows it read by their ctid, finds one gone and fails (BS_EBUSY, nothing applied,
+ * the queue kept) instead of writing over the other session's row; the next commit applies the
+ * queue. */
 typedef struct meddle {
   PGconn *admin;
   int calls;
@@ -1292,6 +1293,22 @@ static void t_record_changed_under_flush(void **state) {
   assert_int_equal(m.calls, 2);
   assert_int_equal(bs_get_checksums(st, r.checkpoint, &name, 1, &cs, &err), BS_OK);
   assert_int_equal(cs.count, 2); /* the first PUT and the update's */
+  /* the same for a record the flush deletes */
+  {
+    bs_save init = BS_SAVE_INIT;
+    sv = init;
+  }
+  sv.table = bs__val_str("t");
+  sv.tag = BS_DELETE;
+  sv.before_id = bs__val_str("r1");
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  m.calls = 0;
+  assert_int_equal(bs_writer_commit(w, bs__val_str("3"), NULL, &r, &err), BS_EBUSY);
+  assert_non_null(strstr(err.msg, "1 of 1 source records changed since the flush read them"));
+  assert_int_equal(bs_writer_commit(w, bs__val_str("3"), NULL, &r, &err), BS_OK);
+  assert_int_equal(m.calls, 2);
+  assert_int_equal(bs_get_checksums(st, r.checkpoint, &name, 1, &cs, &err), BS_OK);
+  assert_int_equal(cs.count, 3); /* and the REMOVE */
   bs__pg_set_hook(db, NULL, NULL);
   bs_writer_close(w);
   bs_storage_close(st);
