@@ -961,10 +961,15 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
   bs__pg_arg_bool(&a, terminate);
   rc = bs__pg_begin(c, 0, err);
+  /* the stream row first, in a statement of its own: a flush holds it (pg_save.c batch_open),
+   * so the clear waits for the flush and its deletes then see the flush's rows (a statement's
+   * snapshot is taken when it starts; a WITH query nothing references is never run) */
+  if (!rc)
+    rc = bs__pg_run(c, "SELECT 1 FROM bs_streams WHERE id = $1 AND $2 IS NOT NULL FOR UPDATE", &a,
+                    "clear", err);
   if (!rc && clear)
     rc = bs__pg_run(c,
-                    "WITH s AS (SELECT id FROM bs_streams WHERE id = $1 FOR UPDATE),"
-                    " o AS (DELETE FROM bs_ops WHERE bucket IN (SELECT id FROM bs_buckets"
+                    "WITH o AS (DELETE FROM bs_ops WHERE bucket IN (SELECT id FROM bs_buckets"
                     "  WHERE stream = $1)),"
                     " p AS (DELETE FROM bs_params WHERE stream = $1),"
                     " ch AS (DELETE FROM bs_changes WHERE stream = $1),"

@@ -574,7 +574,11 @@ static void print_pg_targets(void) {
   else
     target("bytes per op <= the LMDB backend's (orientation 676)", -1, "not measured");
   b = find("compact", "full", "bs");
-  if (b)
+  if (b && g_cfg->pg_rows != 100000) /* the orientation's 5.4 s is a time for 150k ops */
+    target("compaction (5.4 s), bounded memory", -1,
+           "%.2f s, anon peak %.1f MB: --pg-rows is not the orientation's 100000", b->secs,
+           b->anon_peak_mb);
+  else if (b)
     target("compaction (5.4 s), bounded memory", b->secs < 5.4, "%.2f s, anon peak %.1f MB",
            b->secs, b->anon_peak_mb);
   else

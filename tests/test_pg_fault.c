@@ -1315,6 +1315,87 @@ static void t_record_changed_under_flush(void **state) {
   bs_close(db);
 }
 
+/* ---- a clear while a flush is under way ---- */
+
+/* bs_clear on another host while a flush holds the stream: the clear waits for it (the stream
+ * row's lock) and then drops the flush's ops too. It used to name the lock in a WITH query that
+ * nothing referenced, which PostgreSQL never runs: the clear deleted beside the flush, the
+ * flush's writes then waited on the clear's deleted rows and the clear on the stream row (a
+ * deadlock), or left ops of a deleted bucket. */
+typedef struct clearer {
+  pthread_t th;
+  bs_storage *st;
+  PGconn *admin;
+  int rc, started;
+  bs_error err;
+} clearer;
+
+static void *clear_main(void *arg) {
+  clearer *k = arg;
+  k->rc = bs_clear(k->st, &k->err);
+  return NULL;
+}
+
+/* At the flush's first "flush.loaded": starts the clear and returns once the clear's session
+ * waits for a lock (the flush's), so the flush goes on with the clear queued behind it. */
+static void clear_under_flush(const char *point, PGconn *c, void *payload) {
+  clearer *k = payload;
+  (void)c;
+  if (strcmp(point, "flush.loaded") || k->started++) return;
+  assert_int_equal(pthread_create(&k->th, NULL, clear_main, k), 0);
+  while (pgt_int(k->admin,
+                 "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                 " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()") != 1)
+    usleep(1000);
+}
+
+static void t_clear_under_flush(void **state) {
+  pgt *t = *state;
+  bs_db *db = pgt_open(t->url, 0), *db2 = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  bs_error err = {0};
+  bs_row row;
+  bs_save sv = BS_SAVE_INIT;
+  bs_commit_result r;
+  bs_stat s;
+  clearer k;
+  uint64_t problems = 1;
+  memset(&k, 0, sizeof k);
+  k.admin = t->admin;
+  stream_ready(db, "s", 1, &st, &w);
+  put_commit(w, "b", "r1", "1");
+  assert_int_equal(bs_storage_open(&k.st, db2, 1, &err), BS_OK);
+  row.bucket = bs__val_str("b");
+  row.object_type = bs__val_str("t");
+  row.object_id = bs__val_str("r1");
+  row.data = bs__val_str("{\"v\":2}");
+  sv.table = bs__val_str("t");
+  sv.tag = BS_UPDATE;
+  sv.after_id = bs__val_str("r1");
+  sv.rows = &row;
+  sv.n_rows = 1;
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  bs__pg_set_hook(db, clear_under_flush, &k);
+  assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_OK);
+  bs__pg_set_hook(db, NULL, NULL);
+  assert_int_equal(k.started, 1);
+  assert_int_equal(pthread_join(k.th, NULL), 0);
+  assert_int_equal(k.rc, BS_OK);
+  /* the clear came after the flush: nothing of either commit is left, and the file agrees */
+  assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+  assert_int_equal(s.ops_put + s.ops_remove + s.ops_move + s.ops_clear, 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 0);
+  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, &err), BS_OK);
+  assert_int_equal(problems, 0);
+  bs_storage_close(k.st);
+  bs_close(db2);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_wait_across_hosts, setup, teardown),
@@ -1332,6 +1413,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_prepared_per_session, setup, teardown),
       cmocka_unit_test_setup_teardown(t_analyze_not_waited_for, setup, teardown),
       cmocka_unit_test_setup_teardown(t_record_changed_under_flush, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_clear_under_flush, setup, teardown),
   };
   if (pgt_skipped("test_pg_fault")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
