@@ -224,7 +224,8 @@ typedef struct bs__pg_stmt {
 } bs__pg_stmt;
 enum {
   BS_PG_STMT_STATES,          /* pg_read.c bucket_states */
-  BS_PG_STMT_PAGE,            /* pg_read.c page */
+  BS_PG_STMT_PAGE,            /* pg_read.c read_bucket */
+  BS_PG_STMT_PAGE_CUT,        /* pg_read.c read_bucket */
   BS_PG_STMT_PARAMS,          /* pg_read.c parameter sets */
   BS_PG_STMT_CHANGES,         /* pg_read.c checkpoint changes */
   BS_PG_STMT_CHECKPOINT,      /* pg.c read_checkpoint */

@@ -33,7 +33,7 @@ static void read_end(bs_storage *st, PGconn *c) {
 
 static const bs__pg_stmt states_stmt = {
     BS_PG_STMT_STATES, "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
-                       " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared"
+                       " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared, b.max_op_bytes"
                        " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
                        " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
                        " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
@@ -49,8 +49,8 @@ static const bs__pg_stmt states_stmt = {
  * `above` (a tail: the (bucket, op_id) index range above it) and, when range_from < above, of its
  * ops in (range_from, above] and whether those hold a CLEAR. Columns: 0 ord (1-based index into
  * names), 1 id, 2 checksum, 3 count, 4 last_op, 5 generation, 6 clear_start, 7 clear_op,
- * 8 tail sum, 9 tail count, 10 range sum, 11 range count, 12 range has a CLEAR. Unknown buckets
- * have no row. */
+ * 8 tail sum, 9 tail count, 10 range sum, 11 range count, 12 range has a CLEAR, 13 max_op_bytes.
+ * Unknown buckets have no row. */
 static int bucket_states(PGconn *c, bs_storage *st, const bs_val *names, size_t n, uint64_t above,
                          uint64_t range_from, PGresult **r, bs_error *err) {
   bs__pg_args a = {0};
@@ -182,51 +182,61 @@ static void row_op(const PGresult *res, int i, bs_op *op) {
   op->subkey = bs__pg_bytes(res, i, 6);
   op->data = bs__pg_bytes(res, i, 7);
 }
+/* A keyset page: at most $4 ops of the bucket in (after, C]. */
 static const bs__pg_stmt page_stmt = {
-    BS_PG_STMT_PAGE, "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
-                     " data, running FROM (SELECT *,"
-                     "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
-                     "  FROM (SELECT *, coalesce(octet_length(data), 0)"
-                     "   + coalesce(octet_length(object_type), 0)"
-                     "   + coalesce(octet_length(object_id), 0)"
-                     "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
-                     "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
-                     "   ORDER BY op_id LIMIT $4) o) w"
-                     " WHERE running - sz < $5 ORDER BY op_id"};
+    BS_PG_STMT_PAGE, "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey, data"
+                     " FROM bs_ops WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
+                     " ORDER BY op_id LIMIT $4"};
+/* The same page cut by the server at $5 bytes: the ops while their running size stays below it
+ * (the op that crosses it included); column 8, the running size up to and including the op. */
+static const bs__pg_stmt page_cut_stmt = {
+    BS_PG_STMT_PAGE_CUT, "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
+                         " data, running FROM (SELECT *,"
+                         "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
+                         "  FROM (SELECT *, coalesce(octet_length(data), 0)"
+                         "   + coalesce(octet_length(object_type), 0)"
+                         "   + coalesce(octet_length(object_id), 0)"
+                         "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
+                         "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
+                         "   ORDER BY op_id LIMIT $4) o) w"
+                         " WHERE running - sz < $5 ORDER BY op_id"};
 
-/* One keyset page of the bucket's ops in (after, C]: at most `rows` ops, and ops while their
- * running size stays below `bytes` (the op that crosses it included). Column 8: the running size
- * up to and including the op (a page whose last op stays below `bytes` was not cut by it). */
-static int page(data_read *r, uint64_t bucket, uint64_t after, size_t rows, size_t bytes,
-                PGresult **res, bs_error *err) {
-  bs__pg_args a = {0};
-  bs__pg_arg_i64(&a, (int64_t)bucket);
-  bs__pg_arg_i64(&a, (int64_t)after);
-  bs__pg_arg_i64(&a, (int64_t)r->checkpoint);
-  bs__pg_arg_i64(&a, (int64_t)rows);
-  bs__pg_arg_i64(&a, (int64_t)bytes);
-  return bs__pg_execp(r->c, &page_stmt, &a, res, "reading bucket data", err);
-}
-
-/* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. */
-static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t after, bs_error *err) {
+/* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. A page holds
+ * at most `rows` ops and about `want` op bytes (plus the op that crosses them), so that a call
+ * or a bucket of large ops is not read far past what the chunker will serve. No op of the bucket
+ * is larger than max_op (bs_buckets.max_op_bytes), so a plain keyset page of `rows` ops stays
+ * within that when want / max_op + 1 >= rows (ops of max_op bytes: want / max_op of them fit,
+ * the next one crosses); else the server cuts the page at want bytes (page_cut_stmt: a running
+ * sum, about twice the server's time of a plain page), so one large op does not shrink every
+ * page of a bucket of small ones. The chunker makes the exact cut either way. */
+static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t after, uint64_t max_op,
+                       bs_error *err) {
   bs__chunker *k = &r->k;
   int rc, done = 0;
   bs__chunker_bucket(k, name, after);
   while (!done && !k->stopped) {
+    bs__pg_args a = {0};
     PGresult *res;
     size_t left = k->limit - k->served, rows, want;
-    int got;
+    int got, cut;
     /* one op past the limit tells whether the bucket was cut */
     rows = left < BS_PG_PAGE_OPS ? left + 1 : BS_PG_PAGE_OPS;
     want = k->max_bytes - (k->bytes < k->max_bytes ? k->bytes : k->max_bytes);
     if (want > BS_PG_PAGE_BYTES) want = BS_PG_PAGE_BYTES;
-    if ((rc = page(r, bucket, after, rows, want + 1, &res, err))) return rc;
+    cut = max_op > 0 && want / max_op + 1 < rows;
+    bs__pg_arg_i64(&a, (int64_t)bucket);
+    bs__pg_arg_i64(&a, (int64_t)after);
+    bs__pg_arg_i64(&a, (int64_t)r->checkpoint);
+    bs__pg_arg_i64(&a, (int64_t)rows);
+    if (cut) bs__pg_arg_i64(&a, (int64_t)want + 1);
+    if ((rc = bs__pg_execp(r->c, cut ? &page_cut_stmt : &page_stmt, &a, &res, "reading bucket data",
+                           err)))
+      return rc;
     if ((rc = hold(r, res, err))) return rc;
     got = PQntuples(res);
     /* the range is exhausted when the row limit was not reached and the byte bound cannot
      * have cut the page (a page that ends exactly at the bound takes one more, empty, page) */
-    done = got == 0 || ((size_t)got < rows && bs__pg_i64(res, got - 1, 8) <= (int64_t)want);
+    done = (size_t)got < rows && (!cut || got == 0 || bs__pg_i64(res, got - 1, 8) <= (int64_t)want);
     for (int i = 0; i < got && !k->stopped; i++) {
       bs_op op;
       row_op(res, i, &op);
@@ -270,7 +280,8 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
     if (row >= rows || bs__pg_i64(states, row, 0) != (int64_t)i + 1) continue;
     row++;
     if (after >= checkpoint || (uint64_t)bs__pg_i64(states, row - 1, 4) <= after) continue;
-    rc = read_bucket(&r, req[i].bucket, (uint64_t)bs__pg_i64(states, row - 1, 1), after, err);
+    rc = read_bucket(&r, req[i].bucket, (uint64_t)bs__pg_i64(states, row - 1, 1), after,
+                     (uint64_t)bs__pg_i64(states, row - 1, 13), err);
   }
   if (!rc) *has_more_out = r.k.stopped;
 out:

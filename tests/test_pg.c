@@ -547,6 +547,10 @@ static void dump_val(dump *d, bs_val v) {
     dump_add(d, " -");
     return;
   }
+  if (v.size > 64) { /* t_reads_sizes' large ops: their size and hash */
+    dump_add(d, " %zu:%016llx", v.size, (unsigned long long)XXH3_64bits(v.data, v.size));
+    return;
+  }
   dump_add(d, " '");
   for (size_t i = 0; i < v.size; i++) dump_add(d, "%02x", ((const unsigned char *)v.data)[i]);
   dump_add(d, "'");
@@ -571,9 +575,10 @@ static int dump_chunk(const bs_chunk *ch, void *payload) {
   return 0;
 }
 
-/* Reads every bucket from after with (limit, chunk_bytes), calling again while has_more. */
+/* Reads every bucket from after with (limit, chunk_bytes, max_bytes), calling again while
+ * has_more, at most max_calls times (0: no bound). */
 static int read_all(bs_storage *st, uint64_t c, const uint64_t *after, size_t limit,
-                    size_t chunk_bytes, size_t max_bytes, dump *d) {
+                    size_t chunk_bytes, size_t max_bytes, int max_calls, dump *d) {
   bs_bucket_request req[N_BUCKETS + 1];
   bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
   bs_error err = {0};
@@ -609,7 +614,7 @@ static int read_all(bs_storage *st, uint64_t c, const uint64_t *after, size_t li
         if (!strcmp(want, hex)) pos[i] = na;
       }
     }
-  } while (more);
+  } while (more && calls != max_calls);
   return BS_OK;
 }
 
@@ -799,8 +804,8 @@ static void t_reads_mirror(void **state) {
       for (int ci = 0; ci < 3; ci++) {
         uint64_t after[N_BUCKETS + 1] = {0, c / 2, 0, c / 3, 0};
         dump dm = {0}, dp = {0};
-        int rm = read_all(mst, c, after, limits[li], chunks[ci], li == 2 ? 50 : 0, &dm);
-        int rp = read_all(pst, c, after, limits[li], chunks[ci], li == 2 ? 50 : 0, &dp);
+        int rm = read_all(mst, c, after, limits[li], chunks[ci], li == 2 ? 50 : 0, 0, &dm);
+        int rp = read_all(pst, c, after, limits[li], chunks[ci], li == 2 ? 50 : 0, 0, &dp);
         assert_int_equal(rp, rm);
         if (strcmp(dm.s, dp.s)) {
           fprintf(stderr, "C=%llu limit %zu chunk %zu\nmemory:\n%s\npostgres:\n%s\n",
@@ -822,8 +827,10 @@ static void t_reads_mirror(void **state) {
     assert_int_equal(bs_get_status(pst, &ps, &err), BS_OK);
     assert_int_equal(ps.last_persisted_op, ms.last_persisted_op);
     assert_true(ms.last_persisted_op > head);
-    assert_int_equal(read_all(mst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, &dm), BS_OK);
-    assert_int_equal(read_all(pst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, &dp), BS_OK);
+    assert_int_equal(read_all(mst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, 0, &dm),
+                     BS_OK);
+    assert_int_equal(read_all(pst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, 0, &dp),
+                     BS_OK);
     assert_string_equal(dp.s, dm.s);
     free(dm.s);
     free(dp.s);
@@ -862,6 +869,167 @@ static void t_reads_mirror(void **state) {
   bs_close(pdb);
   bs_storage_close(mst);
   bs_close(mdb);
+}
+
+/* ---- reads of ops of very different sizes: the page bounds of bucket_data ---- */
+
+/* One save on both writers: row id of table "t" into bucket b with len bytes of data, or (del)
+ * the row's DELETE. */
+static void save_both(bs_writer *const w[2], const char *b, const char *id, const char *data,
+                      size_t len, int del) {
+  bs_error err = {0};
+  bs_row row = {{b, strlen(b)}, {"todos", 5}, {id, strlen(id)}, {data, len}};
+  bs_save sv = BS_SAVE_INIT;
+  sv.table = (bs_val){"t", 1};
+  sv.tag = del ? BS_DELETE : BS_UPDATE;
+  sv.after_id = (bs_val){id, strlen(id)};
+  sv.before_id = sv.after_id;
+  sv.rows = &row;
+  sv.n_rows = del ? 0 : 1;
+  for (int i = 0; i < 2; i++) assert_int_equal(bs_writer_save(w[i], &sv, &err), BS_OK);
+}
+
+/* A bucket's ops from 0: their sizes and ids (at most 999). */
+typedef struct opsz {
+  size_t n, size[999];
+  uint64_t id[999];
+} opsz;
+
+static int sizes_cb(const bs_chunk *ch, void *payload) {
+  opsz *z = payload;
+  for (size_t i = 0; i < ch->n_ops; i++, z->n++) {
+    const bs_op *o = &ch->ops[i];
+    z->size[z->n] = o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
+    z->id[z->n] = o->op_id;
+  }
+  return 0;
+}
+
+static void op_sizes(bs_storage *st, uint64_t c, const char *b, opsz *z) {
+  bs_bucket_request req = {{b, strlen(b)}, 0};
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_error err = {0};
+  int more;
+  bo.limit = 999;
+  z->n = 0;
+  assert_int_equal(bs_get_bucket_data(st, c, &req, 1, &bo, sizes_cb, z, &more, &err), BS_OK);
+  assert_false(more);
+}
+
+/* Bucket data of ops from 48 bytes to 15 MiB in one bucket, read with byte caps at and
+ * around the sizes and running sums of the ops, equal on PostgreSQL and on the memory backend:
+ * bucket "b" holds one op of BS_MAX_OP_DATA bytes of data among 1-byte and "" ones (its
+ * max_op_bytes is larger than a page's bytes: every page of it is cut by the server);
+ * "by_user[\"u1\"]" ops of 0..2000 bytes of data (small caps cut its pages on the server, the
+ * others are plain keyset pages the chunker cuts); "z" only a CLEAR after a compaction, whose
+ * max_op_bytes is then set to 0 (migration 5 leaves that for a bucket of ops without payload,
+ * and it is an upper bound: verify agrees). */
+static void t_reads_sizes(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *db[2];
+  bs_storage *st[2];
+  bs_writer *w[2];
+  char *data = malloc(BS_MAX_OP_DATA), id[16];
+  opsz *sb = calloc(1, sizeof *sb), *su = calloc(1, sizeof *su);
+  uint64_t head;
+  size_t big = 0;
+  int problems = 0;
+  assert_non_null(data);
+  memset(data, 'x', BS_MAX_OP_DATA);
+  assert_int_equal(bs_open_memory(&db[0], NULL, &err), BS_OK);
+  db[1] = pgt_open(t->url, 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(bs_stream_create(NULL, db[i], "s", NULL, &err), BS_OK);
+    assert_int_equal(bs_storage_open(&st[i], db[i], 1, &err), BS_OK);
+    assert_int_equal(bs_writer_open(&w[i], st[i], NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_snapshot_done(w[i], (bs_val){"0", 1}, &err), BS_OK);
+  }
+  rnd_state = 5;
+  for (int k = 0; k < 120; k++) {
+    snprintf(id, sizeof id, "r%d", k);
+    save_both(w, "b", id, data, k == 60 ? BS_MAX_OP_DATA : k % 3 == 0 ? 0 : 1, 0);
+    snprintf(id, sizeof id, "u%d", k % 40); /* updates: earlier ops become MOVEs */
+    save_both(w, "by_user[\"u1\"]", id, data, (size_t)(rnd() % 2001), 0);
+    snprintf(id, sizeof id, "z%d", k % 4);
+    if (k < 8) save_both(w, "z", id, data, 3, k >= 4); /* 4 rows, then their DELETEs */
+  }
+  for (int i = 0; i < 2; i++) {
+    bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+    bs_val zb = {"z", 1};
+    bs_status s;
+    assert_int_equal(bs_writer_commit(w[i], (bs_val){"00000001", 8}, NULL, NULL, &err), BS_OK);
+    co.buckets = &zb;
+    co.n_buckets = 1;
+    assert_int_equal(bs_compact(st[i], &co, NULL, &err), BS_OK);
+    assert_int_equal(bs_get_status(st[i], &s, &err), BS_OK);
+    head = s.checkpoint;
+  }
+  assert_true(pgt_int(t->admin, "SELECT max_op_bytes FROM bs_buckets WHERE name = 'b'") >
+              4 * 1024 * 1024);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops o JOIN bs_buckets b ON"
+                                     " b.id = o.bucket WHERE b.name = 'z' AND o.type <> 4"),
+                   0);
+  pgt_exec(t->admin, "UPDATE bs_buckets SET max_op_bytes = 0 WHERE name = 'z'");
+  assert_int_equal(bs_db_verify(db[1], count_problem, &problems, NULL, &err), BS_OK);
+  assert_int_equal(problems, 0);
+  op_sizes(st[0], head, "b", sb);
+  op_sizes(st[0], head, "by_user[\"u1\"]", su);
+  assert_int_equal(sb->n, 120);
+  for (size_t i = 0; i < sb->n; i++)
+    if (sb->size[i] > BS_MAX_OP_DATA) big = i;
+  assert_int_equal(big, 60);
+  /* byte caps: each op size of "b", the big op's, the running sums of by_user's first ops, and
+   * one byte either side of each */
+  size_t caps[64], n_caps = 0;
+  caps[n_caps++] = sb->size[0];
+  caps[n_caps++] = sb->size[1];
+  caps[n_caps++] = sb->size[big];
+  for (size_t i = 0, next = 0, sum = 0; i < su->n && n_caps < 12; i++) {
+    sum += su->size[i];
+    if (i == next) caps[n_caps++] = sum, next += 1 + next / 2;
+  }
+  caps[n_caps++] = 4 * 1024 * 1024;
+  for (size_t i = 0, n = n_caps; i < n; i++) {
+    caps[n_caps++] = caps[i] + 1;
+    if (caps[i] > 1) caps[n_caps++] = caps[i] - 1;
+  }
+  caps[n_caps++] = 0; /* the default: 16 MiB */
+  static const size_t limits[] = {1, 3, 1000, 100000};
+  static const size_t chunks[] = {0, 100, 1024 * 1024};
+  int compared = 0;
+  for (size_t ci = 0; ci < n_caps; ci++)
+    for (int li = 0; li < 4; li++)
+      /* from the start; "b" resumed just before its big op; "b" done, by_user from 0 */
+      for (int from = 0; from < 3; from++) {
+        uint64_t after[N_BUCKETS + 1] = {0, 0, 0, 0, 0};
+        size_t chunk = chunks[(ci + (size_t)li + (size_t)from) % 3];
+        dump dm = {0}, dp = {0};
+        if (from == 1 && li % 2) continue; /* each read of the big op moves 15 MiB */
+        after[0] = from == 1 ? sb->id[big - 1] : from == 2 ? sb->id[sb->n - 1] : 0;
+        after[1] = from == 1 ? su->id[7] : 0;
+        int rm = read_all(st[0], head, after, limits[li], chunk, caps[ci], 4, &dm);
+        int rp = read_all(st[1], head, after, limits[li], chunk, caps[ci], 4, &dp);
+        assert_int_equal(rp, rm);
+        assert_int_equal(rm, BS_OK);
+        if (strcmp(dm.s, dp.s)) {
+          fprintf(stderr, "max_bytes %zu limit %zu chunk %zu from %d\nmemory:\n%s\npostgres:\n%s\n",
+                  caps[ci], limits[li], chunk, from, dm.s, dp.s);
+          fail();
+        }
+        compared++;
+        free(dm.s);
+        free(dp.s);
+      }
+  assert_true(compared > 300);
+  for (int i = 0; i < 2; i++) {
+    bs_writer_close(w[i]);
+    bs_storage_close(st[i]);
+    bs_close(db[i]);
+  }
+  free(sb);
+  free(su);
+  free(data);
 }
 
 /* ---- parameter sets, checkpoint changes, the bucket list: entries as a writer keeps them ---- */
@@ -1701,8 +1869,8 @@ static void t_writer_saves(void **state) {
     bs_checksum cs[2][N_BUCKETS];
     for (int i = 0; i < N_BUCKETS; i++)
       names[i] = (bs_val){bucket_names[i], strlen(bucket_names[i])};
-    assert_int_equal(read_all(st[0], c, after, 7, 100, 0, &dm), BS_OK);
-    assert_int_equal(read_all(st[1], c, after, 7, 100, 0, &dp), BS_OK);
+    assert_int_equal(read_all(st[0], c, after, 7, 100, 0, 0, &dm), BS_OK);
+    assert_int_equal(read_all(st[1], c, after, 7, 100, 0, 0, &dp), BS_OK);
     if (strcmp(dm.s, dp.s)) {
       fprintf(stderr, "C=%llu\nmemory:\n%s\npostgres:\n%s\n", (unsigned long long)c, dm.s, dp.s);
       fail();
@@ -1771,6 +1939,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_status, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_unsupported_slots, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_reads_mirror, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_reads_sizes, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_parameter_sets, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_checkpoint_changes, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_list_buckets, pgt_setup, pgt_teardown),
