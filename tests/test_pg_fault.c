@@ -69,6 +69,23 @@ static uint64_t put_commit(bs_writer *w, const char *b, const char *id, const ch
   return r.checkpoint;
 }
 
+/* One save updating row id of table t (in place) with data, into bucket b; no commit. */
+static void save_update(bs_writer *w, const char *b, const char *id, const char *data) {
+  bs_error err = {0};
+  bs_row row;
+  bs_save sv = BS_SAVE_INIT;
+  row.bucket = bs__val_str(b);
+  row.object_type = bs__val_str("t");
+  row.object_id = bs__val_str(id);
+  row.data = bs__val_str(data);
+  sv.table = bs__val_str("t");
+  sv.tag = BS_UPDATE;
+  sv.after_id = bs__val_str(id);
+  sv.rows = &row;
+  sv.n_rows = 1;
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+}
+
 /* ---- the seam: counts a point's calls, lets the test wait for the n-th, acts there ---- */
 
 typedef struct seam {
@@ -1264,7 +1281,6 @@ static void t_record_changed_under_flush(void **state) {
   bs_storage *st;
   bs_writer *w;
   bs_error err = {0};
-  bs_row row;
   bs_save sv = BS_SAVE_INIT;
   bs_commit_result r;
   bs_checksum cs;
@@ -1272,16 +1288,7 @@ static void t_record_changed_under_flush(void **state) {
   meddle m = {t->admin, 0};
   stream_ready(db, "s", 1, &st, &w);
   put_commit(w, "b", "r1", "1");
-  row.bucket = name;
-  row.object_type = bs__val_str("t");
-  row.object_id = bs__val_str("r1");
-  row.data = bs__val_str("{\"v\":2}");
-  sv.table = bs__val_str("t");
-  sv.tag = BS_UPDATE;
-  sv.after_id = bs__val_str("r1");
-  sv.rows = &row;
-  sv.n_rows = 1;
-  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  save_update(w, "b", "r1", "{\"v\":2}");
   bs__pg_set_hook(db, meddle_fn, &m);
   assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_EBUSY);
   assert_non_null(strstr(err.msg, "1 source records changed since the flush read them"));
@@ -1355,8 +1362,6 @@ static void t_clear_under_flush(void **state) {
   bs_storage *st;
   bs_writer *w;
   bs_error err = {0};
-  bs_row row;
-  bs_save sv = BS_SAVE_INIT;
   bs_commit_result r;
   bs_stat s;
   clearer k;
@@ -1366,16 +1371,7 @@ static void t_clear_under_flush(void **state) {
   stream_ready(db, "s", 1, &st, &w);
   put_commit(w, "b", "r1", "1");
   assert_int_equal(bs_storage_open(&k.st, db2, 1, &err), BS_OK);
-  row.bucket = bs__val_str("b");
-  row.object_type = bs__val_str("t");
-  row.object_id = bs__val_str("r1");
-  row.data = bs__val_str("{\"v\":2}");
-  sv.table = bs__val_str("t");
-  sv.tag = BS_UPDATE;
-  sv.after_id = bs__val_str("r1");
-  sv.rows = &row;
-  sv.n_rows = 1;
-  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  save_update(w, "b", "r1", "{\"v\":2}");
   bs__pg_set_hook(db, clear_under_flush, &k);
   assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_OK);
   bs__pg_set_hook(db, NULL, NULL);
