@@ -162,13 +162,12 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
     if (s->params[i].id > from && s->params[i].id <= to &&
         bs__vset_add(&sets[1], a, s->params[i].key))
       goto nomem;
-  /* users are keyed by the id of the checkpoint that acknowledged them; an empty checkpoint
-   * keeps its op id, so a range from == to still reports that checkpoint's users */
-  for (size_t i = 0; i < s->nuch; i++) {
-    uint64_t id = s->uch[i].id;
-    if ((id > from && id <= to) || (from == to && id == to))
-      if (bs__vset_add(&sets[2], a, s->uch[i].user)) goto nomem;
-  }
+  /* users are keyed by the id of the checkpoint that acknowledged them; a checkpoint without
+   * new ops keeps the op id of the one before, so a client at `from` may not have seen the users
+   * acknowledged at from: they count too (an extra, never a miss) */
+  for (size_t i = 0; i < s->nuch; i++)
+    if (s->uch[i].id >= from && s->uch[i].id <= to && bs__vset_add(&sets[2], a, s->uch[i].user))
+      goto nomem;
   for (int i = 0; i < 3; i++)
     if (vals_copy(a, sets[i].v, sets[i].n, &copy[i])) goto nomem;
   unlock(ms->db);

@@ -1514,6 +1514,54 @@ static void t_write_checkpoint_custom_requested(void **state) {
   bs_storage_close(cst);
 }
 
+static int see_user(const bs_checkpoint_changes *c, void *payload) {
+  const char *user = *(const char **)payload;
+  for (size_t i = 0; i < c->n_updated_write_checkpoint_users; i++)
+    if (c->updated_write_checkpoint_users[i].size == strlen(user) &&
+        memcmp(c->updated_write_checkpoint_users[i].data, user, strlen(user)) == 0)
+      *(const char **)payload = NULL;
+  return 0;
+}
+
+/* Whether bs_get_checkpoint_changes(from, to) names user. */
+static int changes_name_user(bs_storage *st, uint64_t from, uint64_t to, const char *user) {
+  const char *left = user;
+  CT_OK(bs_get_checkpoint_changes(st, from, to, see_user, &left, &ct_err));
+  return left == NULL;
+}
+
+/* A custom write checkpoint made visible by a commit that adds no ops: its checkpoint keeps the
+ * op id of the one before, so a client at that op id is told by the changes from it to the next
+ * checkpoint (contract.md 5.1: extras are allowed, misses are not). */
+static void t_write_checkpoint_custom_empty_commit(void **state) {
+  ct_env *e = *state;
+  bs_storage *cst = NULL;
+  bs_writer *cw = NULL;
+  bs_commit_result r;
+  uint64_t c1, c2;
+  CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
+  CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
+  CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
+  memset(&r, 0, sizeof r);
+  CT_OK(ct_commit(cw, ct_lsn(1), &r));
+  c1 = r.checkpoint;
+  CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("u2"), 115, ct_v(NULL), &ct_err));
+  CT_OK(ct_commit(cw, ct_lsn(2), &r));
+  assert_true(r.checkpoint_created);
+  CT_EQ_U64(r.checkpoint, c1);
+  CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "1"})));
+  CT_OK(ct_commit(cw, ct_lsn(3), &r));
+  c2 = r.checkpoint;
+  assert_true(c2 > c1);
+  assert_true(changes_name_user(cst, c1, c2, "u2"));
+  assert_true(changes_name_user(cst, c1, c1, "u2"));
+  assert_true(changes_name_user(cst, 0, c2, "u2"));
+  assert_false(changes_name_user(cst, c2, c2, "u2"));
+  bs_writer_close(cw);
+  bs_storage_close(cst);
+}
+
 /* ==== Compaction (contract.md 6, 5.5) ========================================================= */
 
 static void compact_all(ct_env *e, uint64_t max_op) {
@@ -2125,6 +2173,7 @@ static const ct_test TESTS[] = {
     T(t_write_checkpoint_cleanup_cutoff),
     T(t_write_checkpoint_id_limit),
     T(t_write_checkpoint_custom_requested),
+    T(t_write_checkpoint_custom_empty_commit),
     T_NEEDS(t_compact_move, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_clear, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_horizon, CT_LACKS_COMPACT),
