@@ -664,7 +664,6 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   s->npend = 0;
   s->m.checkpoint = c;
   lsn_set(&s->m.cp_lsn, lsn);
-  s->m.last_checkpoint_op = c;
   if (s->m.state == BS_STREAM_PROCESSING) {
     s->m.state = BS_STREAM_ACTIVE;
     for (size_t i = 0; i < db->nstreams; i++) {
@@ -691,8 +690,9 @@ static int mem_writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val 
   if (!(rc = apply_batch(&tx, w, batch))) {
     if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
     blocked = can_checkpoint(&s->m, lsn);
-    created =
-        !blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.last_checkpoint_op);
+    /* the checkpoint is the op head at the last one: nothing new while they are equal; after
+     * bs_clear (no checkpoint LSN) the next commit is a stream's first */
+    created = !blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.checkpoint);
     if (created) rc = make_checkpoint(&tx, lsn);
   }
   rc = tx_end(&tx, rc, "commit", err);
@@ -1151,7 +1151,6 @@ static void clear_locked(mem_db *db, mem_stream *s) {
   stream_data_free(ALLOC(db), s);
   m->snapshot_done = 0;
   m->checkpoint = 0;
-  m->last_checkpoint_op = 0;
   m->cp_lsn.has = m->resume.has = m->ncb.has = 0;
   m->cp_lsn.n = m->resume.n = m->ncb.n = 0;
   m->param_horizon = 0;

@@ -105,7 +105,6 @@ typedef struct mem_meta {
   int snapshot_done;
   uint64_t op_head; /* highest allocated = persisted op id */
   uint64_t checkpoint;
-  uint64_t last_checkpoint_op;      /* op_head when the last checkpoint was made */
   mem_lsn cp_lsn, resume, ncb;      /* cp_lsn.has <=> a checkpoint exists */
   uint64_t param_horizon;           /* parameter reads below: BS_ESTALE */
   uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */

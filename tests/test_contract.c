@@ -687,6 +687,41 @@ static void t_create_empty(void **state) {
   expect_cp(e, 0, ct_lsn(1));
 }
 
+/* bs_clear resets the checkpoint state (contract.md 8): the next unblocked commit is a stream's
+ * first and creates a checkpoint also with create_empty = 0 and nothing new; after it the
+ * create_empty = 0 rule compares the op head with that checkpoint again. */
+static void t_clear_create_empty(void **state) {
+  ct_env *e = *state;
+  bs_commit_result r;
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  wo.create_empty = 0;
+  CT_OK(ct_env_writer(e, &wo));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
+  CT_EQ_U64(commit(e, ct_lsn(5)), 1);
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "1"})));
+  CT_EQ_U64(flush(e), 2); /* persisted, not yet in a checkpoint */
+  CT_OK(bs_clear(e->st, &ct_err));
+  expect_cp(e, 0, NULL);
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
+  /* the LSN rule restarts too: an LSN below the one before the clear */
+  CT_OK(ct_commit(e->w, ct_lsn(2), &r));
+  assert_true(r.checkpoint_created);
+  expect_cp(e, 2, ct_lsn(2)); /* the op head: ids are never reused */
+  CT_OK(ct_commit(e->w, ct_lsn(3), &r));
+  assert_false(r.checkpoint_created);
+  expect_cp(e, 2, ct_lsn(2));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "1"})));
+  CT_OK(ct_commit(e->w, ct_lsn(4), &r));
+  assert_true(r.checkpoint_created);
+  expect_cp(e, 3, ct_lsn(4));
+  {
+    ct_oplist l = read_all(e, 3, "b");
+    expect_n(&l, 1);
+    expect_op(&l, 0, 3, BS_OP_PUT, "t", "c", "1");
+    ct_oplist_free(&l);
+  }
+}
+
 static int find_state(const bs_stream_info *info, void *payload) {
   int *states = payload;
   if (info->id < 16) states[info->id] = (int)info->state;
@@ -2154,6 +2189,7 @@ static const ct_test TESTS[] = {
     T(t_checkpoint_blocked_until_snapshot_done),
     T(t_lsn_bytewise_order),
     T(t_create_empty),
+    T(t_clear_create_empty),
     T(t_activation),
     T(t_status_resume_lsn),
     T(t_snapshot_mode),
