@@ -91,8 +91,9 @@ export interface LoadOptions {
   /** cancels at the next batch (rejects with code BS_ECANCELED; nothing is left at path) */
   signal?: AbortSignal;
   /** called with the records written so far after each batch (a backup also with 0 once its
-   * snapshot is taken), before the next one; returning true cancels (BS_ECANCELED; a Promise,
-   * e.g. of an async function, does not), a throw cancels and rejects with what was thrown */
+   * snapshot is taken), before the next one (a Promise it returns is waited for): returning
+   * (or resolving to) true cancels (BS_ECANCELED), a throw (or a rejection) cancels and rejects
+   * with what was thrown. If the process exits meanwhile, the call cancels at its next batch. */
   onProgress?: (records: number) => unknown;
 }
 
@@ -280,9 +281,11 @@ export interface CompactOptions {
   defragmentRatio?: number;
   /** cancels between transactions (rejects with code BS_ECANCELED; done work stays) */
   signal?: AbortSignal;
-  /** called after each transaction with the totals so far, before the next one starts; a
-   * throw cancels the compaction, which then rejects with what was thrown */
-  onProgress?: (soFar: CompactStats) => void;
+  /** called after each transaction with the totals so far, before the next one starts (a
+   * Promise it returns is waited for): returning (or resolving to) true cancels (BS_ECANCELED;
+   * done work stays), a throw (or a rejection) cancels and rejects with what was thrown. If the
+   * process exits meanwhile, the compaction cancels after its transaction. */
+  onProgress?: (soFar: CompactStats) => unknown;
 }
 
 export interface CompactStats {

@@ -5,6 +5,10 @@
 // which is synchronous, throws).
 const native = require('./build/Release/bucketstore.node');
 
+// At exit (process.exit(), an uncaught exception: the process then waits for the thread pool),
+// a long call whose thread waits for onProgress on this thread cancels instead.
+process.once('exit', native.exiting);
+
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose');
 const RESOLVED_NULL = Promise.resolve(null);
 

@@ -168,16 +168,17 @@ static int is_nullish(napi_env env, napi_value v) {
  * live in an array (Node-API 8 references only objects); each is internalized (a property name
  * of an object comes back so), so lookups with it skip hashing it. */
 #define KEY_SLOTS 128
-typedef struct keycache {
+typedef struct progress_ctx progress_ctx;
+/* Per environment (its instance data): the property-name cache, and the progress contexts of
+ * the long calls under way, which a library thread may be waiting in (abandoned at exit). */
+typedef struct envdata {
   const char *name[KEY_SLOTS];
   napi_ref holder; /* array: slot -> key string */
-} keycache;
+  int exiting;
+  progress_ctx *live;
+} envdata;
 
-static void keycache_free(napi_env env, void *data, void *hint) {
-  keycache *kc = data;
-  if (kc->holder) napi_delete_reference(env, kc->holder);
-  free(kc);
-}
+static void envdata_free(napi_env env, void *data, void *hint);
 
 static int key_make(napi_env env, const char *name, napi_value *out) {
   napi_value o, t, keys;
@@ -191,7 +192,7 @@ static int key_make(napi_env env, const char *name, napi_value *out) {
 }
 
 static int key_of(napi_env env, const char *name, napi_value *out) {
-  keycache *kc = NULL;
+  envdata *kc = NULL;
   napi_value holder;
   uint32_t h = (uint32_t)(((uintptr_t)name >> 3) % KEY_SLOTS);
   napi_get_instance_data(env, (void **)&kc);
@@ -596,10 +597,8 @@ struct work {
   bs_writer_options wo;
   bs_compact_options co;
   bs_backup_options bo;
-  struct chan *ch; /* a transfer (export/load) the call works on (ref held), or NULL */
-  napi_ref keep;   /* a JS value the worker reads (compaction's cancel flag) */
-  _Atomic int *cancel;
-  struct progress_ctx *pc; /* compaction's onProgress, NULL when none */
+  struct chan *ch;         /* a transfer (export/load) the call works on (ref held), or NULL */
+  progress_ctx *pc;        /* a long call's progress (onProgress, signal), or NULL */
   void *list, **list_tail; /* results copied out in the worker */
   size_t list_n;
 };
@@ -609,28 +608,207 @@ static void work_exec(napi_env env, void *data) {
   w->exec(w);
 }
 
-/* Compaction's onProgress: the worker queues a call after each transaction and waits until the
- * main thread ran it (so the callback sees every step in order and a throw cancels the next
- * transaction, deterministically). Backup and load use it too (records_mode: the callback gets
- * the records so far, and returning true also cancels; a Promise, e.g. of an async callback,
- * does not). */
-typedef struct progress_ctx {
-  napi_threadsafe_function tsfn;
+/* A long call's progress (compaction, backup, load). After each step the library thread asks
+ * progress_step: it reads the AbortSignal's flag and, with an onProgress callback, queues a call
+ * of it on the main thread and waits for the verdict, so the callback sees every step in order
+ * and its cancel takes effect at that step. The callback cancels by returning true or by
+ * throwing; a Promise it returns is waited for the same way (true, or a rejection, cancels).
+ * Every context is listed in its environment's envdata until freed: when the environment exits
+ * (process.exit(), an uncaught exception, a worker thread's end) each is abandoned, and its
+ * thread stops waiting for a main thread that will not answer again and cancels the call at its
+ * next step, so the exit, which waits for the thread pool, ends. */
+struct progress_ctx {
+  napi_threadsafe_function tsfn; /* onProgress, NULL when none */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int pending, threw, records_mode, abandoned; /* abandoned: stop waiting for the main thread */
+  int pending, cancelled, abandoned; /* under mu */
+  int records_mode;                  /* the callback gets the records so far, else the stats */
   bs_compact_stats stats;
   uint64_t records;
-  _Atomic int *cancel; /* backup/load: the AbortSignal's flag, or NULL */
-  napi_ref error;      /* {error: what the callback threw} (main thread only) */
-} progress_ctx;
+  _Atomic int *flag; /* the AbortSignal's flag (an Int32Array over a SharedArrayBuffer), or NULL */
+  napi_ref keep;     /* that array */
+  napi_ref error;    /* {error: what the callback threw or its Promise rejected with} */
+  envdata *ed;       /* NULL once the environment's data is gone */
+  progress_ctx *prev, *next;
+};
+
+/* Library thread: a waiting progress_step returns (cancelled) and later ones do not wait. */
+static void progress_abandon(progress_ctx *pc) {
+  pthread_mutex_lock(&pc->mu);
+  pc->abandoned = 1;
+  pthread_cond_broadcast(&pc->cv);
+  pthread_mutex_unlock(&pc->mu);
+}
+
+/* The environment exits: abandons every long call under way, and the ones started later. */
+static void progress_abandon_all(void *arg) {
+  envdata *ed = arg;
+  ed->exiting = 1;
+  for (progress_ctx *pc = ed->live; pc; pc = pc->next) progress_abandon(pc);
+}
 
 static void progress_free(napi_env env, progress_ctx *pc) {
+  if (pc->ed) {
+    if (pc->prev)
+      pc->prev->next = pc->next;
+    else
+      pc->ed->live = pc->next;
+    if (pc->next) pc->next->prev = pc->prev;
+  }
   if (pc->tsfn) napi_release_threadsafe_function(pc->tsfn, napi_tsfn_release);
+  if (pc->keep) napi_delete_reference(env, pc->keep);
   if (pc->error) napi_delete_reference(env, pc->error);
   pthread_mutex_destroy(&pc->mu);
   pthread_cond_destroy(&pc->cv);
   free(pc);
+}
+
+static void envdata_free(napi_env env, void *data, void *hint) {
+  envdata *ed = data;
+  napi_remove_env_cleanup_hook(env, progress_abandon_all, ed);
+  progress_abandon_all(ed);
+  for (progress_ctx *pc = ed->live; pc; pc = pc->next) pc->ed = NULL;
+  if (ed->holder) napi_delete_reference(env, ed->holder);
+  free(ed);
+}
+
+static void progress_call_js(napi_env env, napi_value fn, void *context, void *data);
+static napi_value js_stats(napi_env env, const bs_compact_stats *s);
+
+/* The progress context of a long call: onProgress (a function or NULL) and the AbortSignal's
+ * flag (an Int32Array over a SharedArrayBuffer, or NULL). *out is set, to be freed by
+ * progress_free, whenever it could be made, even when this fails later. */
+static int progress_new(napi_env env, napi_value fn, napi_value flag, int records_mode,
+                        progress_ctx **out) {
+  napi_valuetype t = napi_undefined;
+  envdata *ed = NULL;
+  progress_ctx *pc;
+  napi_value name;
+  *out = NULL;
+  if (fn && type_of(env, fn, &t)) return -1;
+  if (fn && t != napi_function)
+    return throw_rc(env, BS_EINVAL, "options.onProgress: expected a function");
+  NAPI(napi_get_instance_data(env, (void **)&ed));
+  if (!(pc = calloc(1, sizeof *pc))) return NOMEM();
+  pthread_mutex_init(&pc->mu, NULL);
+  pthread_cond_init(&pc->cv, NULL);
+  pc->records_mode = records_mode, pc->abandoned = ed->exiting, pc->ed = ed;
+  if ((pc->next = ed->live)) pc->next->prev = pc;
+  ed->live = pc;
+  *out = pc;
+  if (flag) {
+    napi_typedarray_type tt;
+    size_t len, off;
+    void *data;
+    napi_value ab;
+    if (napi_get_typedarray_info(env, flag, &tt, &len, &data, &ab, &off) != napi_ok ||
+        tt != napi_int32_array || len < 1 ||
+        napi_create_reference(env, flag, 1, &pc->keep) != napi_ok)
+      return throw_rc(env, BS_EINVAL, "cancel: expected an Int32Array");
+    pc->flag = data;
+  }
+  if (fn &&
+      (napi_create_string_utf8(env, "bucketstore.progress", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+       napi_create_threadsafe_function(env, fn, NULL, name, 0, 1, NULL, NULL, NULL,
+                                       progress_call_js, &pc->tsfn) != napi_ok))
+    return throw_rc(env, BS_EIO, "options.onProgress: could not create a threadsafe function");
+  return 0;
+}
+
+/* Library thread, after a step (pc->stats or pc->records set): non-zero cancels the call. */
+static int progress_step(progress_ctx *pc) {
+  int cancel;
+  pthread_mutex_lock(&pc->mu);
+  if (pc->tsfn && !pc->abandoned && !pc->cancelled && !(pc->flag && atomic_load(pc->flag))) {
+    pc->pending = 1;
+    pthread_mutex_unlock(&pc->mu);
+    if (napi_call_threadsafe_function(pc->tsfn, pc, napi_tsfn_blocking) != napi_ok)
+      progress_abandon(pc); /* the environment is closing */
+    pthread_mutex_lock(&pc->mu);
+    while (pc->pending && !pc->abandoned) pthread_cond_wait(&pc->cv, &pc->mu);
+  }
+  cancel = pc->cancelled || pc->abandoned || (pc->flag && atomic_load(pc->flag));
+  pthread_mutex_unlock(&pc->mu);
+  return cancel;
+}
+
+/* Main thread: the callback's verdict for the waiting step. */
+static void progress_done(progress_ctx *pc, int cancel) {
+  pthread_mutex_lock(&pc->mu);
+  if (cancel) pc->cancelled = 1;
+  pc->pending = 0;
+  pthread_cond_signal(&pc->cv);
+  pthread_mutex_unlock(&pc->mu);
+}
+
+/* Main thread: the callback threw e (or its Promise rejected with e): the call rejects with it. */
+static void progress_fail(napi_env env, progress_ctx *pc, napi_value e) {
+  napi_value box;
+  if (e && !pc->error && napi_create_object(env, &box) == napi_ok &&
+      napi_set_named_property(env, box, "error", e) == napi_ok)
+    napi_create_reference(env, box, 1, &pc->error);
+  progress_done(pc, 1);
+}
+
+static void progress_fail_pending(napi_env env, progress_ctx *pc) {
+  bool pending = false;
+  napi_value e = NULL;
+  napi_is_exception_pending(env, &pending);
+  if (pending && napi_get_and_clear_last_exception(env, &e) != napi_ok) e = NULL;
+  progress_fail(env, pc, e);
+}
+
+/* Main thread: the callback returned (or its Promise resolved to) v: only true cancels. */
+static void progress_verdict(napi_env env, progress_ctx *pc, napi_value v) {
+  napi_valuetype t;
+  bool yes = false;
+  progress_done(pc, napi_typeof(env, v, &t) == napi_ok && t == napi_boolean &&
+                        napi_get_value_bool(env, v, &yes) == napi_ok && yes);
+}
+
+/* The settling of a Promise onProgress returned: (value) -> undefined, data: the context. */
+static napi_value progress_settled(napi_env env, napi_callback_info info, int rejected) {
+  size_t argc = 1;
+  napi_value v = NULL;
+  void *pc = NULL;
+  if (napi_get_cb_info(env, info, &argc, &v, NULL, &pc) != napi_ok || !pc) return NULL;
+  if (argc < 1) napi_get_undefined(env, &v);
+  if (rejected)
+    progress_fail(env, pc, v);
+  else
+    progress_verdict(env, pc, v);
+  return NULL;
+}
+
+static napi_value progress_resolved(napi_env env, napi_callback_info info) {
+  return progress_settled(env, info, 0);
+}
+
+static napi_value progress_rejected(napi_env env, napi_callback_info info) {
+  return progress_settled(env, info, 1);
+}
+
+/* Main thread: runs onProgress for the waiting step (env NULL: the environment is going away,
+ * and its cleanup abandons the waiting thread). */
+static void progress_call_js(napi_env env, napi_value fn, void *context, void *data) {
+  progress_ctx *pc = data;
+  napi_value arg, u, r, then, cb[2];
+  bool promise = false;
+  if (!env || !fn) return;
+  arg = pc->records_mode ? js_num(env, (double)pc->records) : js_stats(env, &pc->stats);
+  napi_get_undefined(env, &u);
+  if (napi_call_function(env, u, fn, 1, &arg, &r) != napi_ok) {
+    progress_fail_pending(env, pc);
+  } else if (napi_is_promise(env, r, &promise) != napi_ok || !promise) {
+    progress_verdict(env, pc, r);
+  } else if (napi_get_named_property(env, r, "then", &then) != napi_ok ||
+             napi_create_function(env, "onProgressResolved", NAPI_AUTO_LENGTH, progress_resolved,
+                                  pc, &cb[0]) != napi_ok ||
+             napi_create_function(env, "onProgressRejected", NAPI_AUTO_LENGTH, progress_rejected,
+                                  pc, &cb[1]) != napi_ok ||
+             napi_call_function(env, r, then, 2, cb, &u) != napi_ok) {
+    progress_fail_pending(env, pc);
+  }
 }
 
 /* What the callback threw, into *out; 0 when it did not throw. */
@@ -644,7 +822,6 @@ static void chan_unref(napi_env env, struct chan *ch);
 
 static void work_free(napi_env env, work *w) {
   if (w->ch) chan_unref(env, w->ch);
-  if (w->keep) napi_delete_reference(env, w->keep);
   if (w->pc) progress_free(env, w->pc);
   ar_free(&w->ar);
   free(w);
@@ -1891,53 +2068,10 @@ static napi_value get_checkpoint_changes(napi_env env, napi_callback_info info) 
 
 /* ---- Compaction ------------------------------------------------------------------------------ */
 
-static napi_value js_stats(napi_env env, const bs_compact_stats *s);
-
 static int compact_progress(const bs_compact_stats *so_far, void *payload) {
-  work *w = payload;
-  progress_ctx *pc = w->pc;
-  int threw;
-  if (w->cancel && atomic_load(w->cancel)) return 1;
-  if (!pc) return 0;
-  pthread_mutex_lock(&pc->mu);
-  pc->stats = *so_far, pc->pending = 1;
-  pthread_mutex_unlock(&pc->mu);
-  if (napi_call_threadsafe_function(pc->tsfn, pc, napi_tsfn_blocking) != napi_ok) return 0;
-  pthread_mutex_lock(&pc->mu);
-  while (pc->pending) pthread_cond_wait(&pc->cv, &pc->mu);
-  threw = pc->threw;
-  pthread_mutex_unlock(&pc->mu);
-  return threw;
-}
-
-/* Main thread (env NULL when the environment is going away: then only the worker is woken). */
-static void progress_call_js(napi_env env, napi_value fn, void *context, void *data) {
-  progress_ctx *pc = data;
-  if (env && fn) {
-    napi_value arg =
-                   pc->records_mode ? js_num(env, (double)pc->records) : js_stats(env, &pc->stats),
-               u, r, e, box;
-    napi_get_undefined(env, &u);
-    if (napi_call_function(env, u, fn, 1, &arg, &r) == napi_ok) {
-      napi_valuetype t;
-      bool yes = false;
-      if (pc->records_mode && napi_typeof(env, r, &t) == napi_ok && t == napi_boolean &&
-          napi_get_value_bool(env, r, &yes) == napi_ok && yes)
-        pc->threw = 1; /* returning true cancels (BS_ECANCELED, nothing thrown) */
-    } else {
-      bool pending = false;
-      napi_is_exception_pending(env, &pending);
-      if (pending && napi_get_and_clear_last_exception(env, &e) == napi_ok && !pc->error &&
-          napi_create_object(env, &box) == napi_ok)
-        if (napi_set_named_property(env, box, "error", e) == napi_ok)
-          napi_create_reference(env, box, 1, &pc->error);
-      pc->threw = 1;
-    }
-  }
-  pthread_mutex_lock(&pc->mu);
-  pc->pending = 0;
-  pthread_cond_signal(&pc->cv);
-  pthread_mutex_unlock(&pc->mu);
+  progress_ctx *pc = payload;
+  pc->stats = *so_far;
+  return progress_step(pc);
 }
 
 static void exec_compact(work *w) {
@@ -2001,43 +2135,8 @@ static napi_value compact(napi_env env, napi_callback_info info) {
     if (get_val_array(env, w, v, "options.compactBuckets")) FAIL_WORK(w);
     w->co.buckets = w->items, w->co.n_buckets = w->n_items;
   }
-  if (argv[2]) {
-    napi_typedarray_type tt;
-    size_t len, off;
-    void *data;
-    napi_value ab;
-    if (napi_get_typedarray_info(env, argv[2], &tt, &len, &data, &ab, &off) != napi_ok ||
-        tt != napi_int32_array || len < 1 ||
-        napi_create_reference(env, argv[2], 1, &w->keep) != napi_ok) {
-      throw_rc(env, BS_EINVAL, "cancel: expected an Int32Array");
-      FAIL_WORK(w);
-    }
-    w->cancel = data;
-    w->co.progress = compact_progress, w->co.progress_payload = w;
-  }
-  if (get_prop(env, o, "onProgress", &v)) FAIL_WORK(w);
-  if (v) {
-    napi_valuetype t;
-    napi_value name;
-    if (type_of(env, v, &t)) FAIL_WORK(w);
-    if (t != napi_function) {
-      throw_rc(env, BS_EINVAL, "options.onProgress: expected a function");
-      FAIL_WORK(w);
-    }
-    if (!(w->pc = calloc(1, sizeof *w->pc))) {
-      NOMEM();
-      FAIL_WORK(w);
-    }
-    pthread_mutex_init(&w->pc->mu, NULL);
-    pthread_cond_init(&w->pc->cv, NULL);
-    if (napi_create_string_utf8(env, "bucketstore.compact", NAPI_AUTO_LENGTH, &name) != napi_ok ||
-        napi_create_threadsafe_function(env, v, NULL, name, 0, 1, NULL, NULL, NULL,
-                                        progress_call_js, &w->pc->tsfn) != napi_ok) {
-      throw_rc(env, BS_EIO, "options.onProgress: could not create a threadsafe function");
-      FAIL_WORK(w);
-    }
-    w->co.progress = compact_progress, w->co.progress_payload = w;
-  }
+  if (get_prop(env, o, "onProgress", &v) || progress_new(env, v, argv[2], 0, &w->pc)) FAIL_WORK(w);
+  w->co.progress = compact_progress, w->co.progress_payload = w->pc;
   return work_start(env, w, n, exec_compact, done_compact);
 }
 
@@ -2321,59 +2420,10 @@ static napi_value js_live_handles(napi_env env, napi_callback_info info) {
 
 /* ---- Backup, export, load -------------------------------------------------------------------- */
 
-/* backup/load's onProgress and AbortSignal flag (bs_backup_options.progress; payload: the
- * progress_ctx). As for compaction, the library's thread waits until the main thread ran the
- * callback, so a cancel (a truthy return, a throw, the signal) takes effect at that batch. */
 static int records_progress(uint64_t records, void *payload) {
   progress_ctx *pc = payload;
-  int cancel;
-  if (pc->cancel && atomic_load(pc->cancel)) return 1;
-  if (!pc->tsfn) return 0;
-  pthread_mutex_lock(&pc->mu);
-  pc->records = records, pc->pending = 1;
-  pthread_mutex_unlock(&pc->mu);
-  if (napi_call_threadsafe_function(pc->tsfn, pc, napi_tsfn_blocking) != napi_ok) return 1;
-  pthread_mutex_lock(&pc->mu);
-  while (pc->pending && !pc->abandoned) pthread_cond_wait(&pc->cv, &pc->mu);
-  cancel = pc->threw || pc->abandoned;
-  pthread_mutex_unlock(&pc->mu);
-  return cancel || (pc->cancel && atomic_load(pc->cancel));
-}
-
-/* The progress context of backup/load: onProgress (a function or undefined) and the cancel flag
- * (an Int32Array over a SharedArrayBuffer, kept alive by *keep, or undefined). *out stays NULL
- * when neither is given. */
-static int records_progress_new(napi_env env, napi_value fn, napi_value flag, napi_ref *keep,
-                                progress_ctx **out) {
-  napi_valuetype t = napi_undefined;
-  progress_ctx *pc;
-  napi_value name;
-  *out = NULL;
-  if (fn && type_of(env, fn, &t)) return -1;
-  if (fn && t != napi_function)
-    return throw_rc(env, BS_EINVAL, "options.onProgress: expected a function");
-  if (!fn && !flag) return 0;
-  if (!(pc = calloc(1, sizeof *pc))) return NOMEM();
-  pthread_mutex_init(&pc->mu, NULL);
-  pthread_cond_init(&pc->cv, NULL);
-  pc->records_mode = 1;
-  *out = pc;
-  if (flag) {
-    napi_typedarray_type tt;
-    size_t len, off;
-    void *data;
-    napi_value ab;
-    if (napi_get_typedarray_info(env, flag, &tt, &len, &data, &ab, &off) != napi_ok ||
-        tt != napi_int32_array || len < 1 || napi_create_reference(env, flag, 1, keep) != napi_ok)
-      return throw_rc(env, BS_EINVAL, "cancel: expected an Int32Array");
-    pc->cancel = data;
-  }
-  if (fn &&
-      (napi_create_string_utf8(env, "bucketstore.progress", NAPI_AUTO_LENGTH, &name) != napi_ok ||
-       napi_create_threadsafe_function(env, fn, NULL, name, 0, 1, NULL, NULL, NULL,
-                                       progress_call_js, &pc->tsfn) != napi_ok))
-    return throw_rc(env, BS_EIO, "options.onProgress: could not create a threadsafe function");
-  return 0;
+  pc->records = records;
+  return progress_step(pc);
 }
 
 /* A C string copy of a path argument (string or Uint8Array, no NUL byte) in a. */
@@ -2401,10 +2451,10 @@ static napi_value db_backup(napi_env env, napi_callback_info info) {
   w->bo = (bs_backup_options)BS_BACKUP_OPTIONS_INIT;
   if (get_path(env, &w->ar, argv[1], "path", &w->a) || get_prop(env, argv[2], "replace", &v) ||
       get_bool(env, v, "options.replace", &replace) || get_prop(env, argv[2], "onProgress", &fn) ||
-      records_progress_new(env, fn, argv[3], &w->keep, &w->pc))
+      progress_new(env, fn, argv[3], 1, &w->pc))
     FAIL_WORK(w);
   if (replace) w->bo.flags |= BS_BACKUP_REPLACE;
-  if (w->pc) w->bo.progress = records_progress, w->bo.progress_payload = w->pc;
+  w->bo.progress = records_progress, w->bo.progress_payload = w->pc;
   return work_start(env, w, n, exec_backup, done_undefined);
 }
 
@@ -2460,7 +2510,6 @@ typedef struct chan {
   arena ar;
   bs_backup_options bo;
   progress_ctx *pc;
-  napi_ref keep;
 } chan;
 
 static const napi_type_tag chan_tag = {0x6275636b65747374ull, 0x6f72652d78660004ull};
@@ -2470,7 +2519,6 @@ static void chan_unref(napi_env env, chan *ch) {
   rbatch_free(ch->slot);
   rbatch_free(ch->cur);
   if (ch->pc) progress_free(env, ch->pc);
-  if (ch->keep) napi_delete_reference(env, ch->keep);
   ar_free(&ch->ar);
   pthread_mutex_destroy(&ch->mu);
   pthread_cond_destroy(&ch->cv);
@@ -2491,12 +2539,7 @@ static void chan_stop(chan *ch) {
   ch->stop = 1;
   pthread_cond_broadcast(&ch->cv);
   pthread_mutex_unlock(&ch->mu);
-  if (ch->pc) {
-    pthread_mutex_lock(&ch->pc->mu);
-    ch->pc->abandoned = 1;
-    pthread_cond_broadcast(&ch->pc->cv);
-    pthread_mutex_unlock(&ch->pc->mu);
-  }
+  if (ch->pc) progress_abandon(ch->pc);
 }
 
 /* Waits for the thread to end (once, from whichever thread asks first). */
@@ -2795,11 +2838,11 @@ static napi_value load_open(napi_env env, napi_callback_info info) {
   ch->is_load = 1;
   ch->bo = (bs_backup_options)BS_BACKUP_OPTIONS_INIT;
   if (get_path(env, &ch->ar, argv[0], "path", &ch->path) ||
-      records_progress_new(env, argv[1], argv[2], &ch->keep, &ch->pc)) {
+      progress_new(env, argv[1], argv[2], 1, &ch->pc)) {
     chan_unref(env, ch);
     return NULL;
   }
-  if (ch->pc) ch->bo.progress = records_progress, ch->bo.progress_payload = ch->pc;
+  ch->bo.progress = records_progress, ch->bo.progress_payload = ch->pc;
   return chan_start(env, ch, load_main);
 }
 
@@ -2910,15 +2953,27 @@ static napi_value load_end(napi_env env, napi_callback_info info) {
   return work_start(env, w, NULL, exec_load_end, done_load_end);
 }
 
+/* exiting(): the process is exiting (its 'exit' event): every long call under way cancels at its
+ * next step instead of waiting for the main thread. */
+static napi_value js_exiting(napi_env env, napi_callback_info info) {
+  envdata *ed = NULL;
+  if (napi_get_instance_data(env, (void **)&ed) == napi_ok && ed) progress_abandon_all(ed);
+  return NULL;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
-  keycache *kc = calloc(1, sizeof *kc);
+  envdata *ed = calloc(1, sizeof *ed);
   napi_value holder;
-  if (kc && (napi_create_array_with_length(env, KEY_SLOTS, &holder) != napi_ok ||
-             napi_create_reference(env, holder, 1, &kc->holder) != napi_ok ||
-             napi_set_instance_data(env, kc, keycache_free, NULL) != napi_ok)) {
-    if (kc->holder) napi_delete_reference(env, kc->holder);
-    free(kc);
+  if (!ed || napi_create_array_with_length(env, KEY_SLOTS, &holder) != napi_ok ||
+      napi_create_reference(env, holder, 1, &ed->holder) != napi_ok ||
+      napi_set_instance_data(env, ed, envdata_free, NULL) != napi_ok) {
+    if (ed && ed->holder) napi_delete_reference(env, ed->holder);
+    free(ed);
+    throw_rc(env, BS_ENOMEM, "could not initialise the addon");
+    return NULL;
   }
+  /* a worker thread's environment torn down without its 'exit' event */
+  if (napi_add_env_cleanup_hook(env, progress_abandon_all, ed) != napi_ok) return NULL;
   static const struct {
     const char *name;
     napi_callback fn;
@@ -2965,6 +3020,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"loadOpen", load_open},
       {"loadPush", load_push},
       {"loadEnd", load_end},
+      {"exiting", js_exiting},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

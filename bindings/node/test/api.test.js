@@ -235,6 +235,14 @@ for (const [name, open] of backends) {
       { code: 'BS_ECANCELED' });
     const aborted = AbortSignal.abort();
     await assert.rejects(st.compact({ signal: aborted }), { name: 'AbortError' });
+    // true (returned, or resolved by a Promise) and a throw (or a rejection) cancel
+    const boom = new Error('boom');
+    for (const onProgress of [() => true, async () => true])
+      await assert.rejects(st.compact({ compactBuckets: ['c0'], maxOpsPerTransaction: 1, onProgress }),
+        { code: 'BS_ECANCELED' });
+    for (const onProgress of [() => { throw boom; }, async () => { throw boom; }])
+      await assert.rejects(st.compact({ compactBuckets: ['c1'], maxOpsPerTransaction: 1, onProgress }),
+        (e) => e === boom);
     const steps = [];
     const stats = await st.compact({ compactBuckets: names, maxOpsPerTransaction: 2, // the rest
       onProgress: (so) => steps.push(so.opsMoved) });

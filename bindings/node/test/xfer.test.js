@@ -123,9 +123,10 @@ test('export -> load gives identical records (streamed, from arrays, one stream)
 test('a cancel, a throw or an abort leaves nothing at the path', async () => {
   const { db, dir, cleanup } = await source();
   const target = path.join(dir, 't.bsdb');
-  for (const onProgress of [() => true, (n) => n > 0]) // at the snapshot, after the last batch
+  // at the snapshot, after the last batch; a Promise is waited for
+  for (const onProgress of [() => true, (n) => n > 0, async () => true])
     await assert.rejects(db.backup(target, { onProgress }), { code: 'BS_ECANCELED' });
-  for (const onProgress of [() => 'stop', async () => true]) { // only true cancels
+  for (const onProgress of [() => 'stop', async () => 1]) { // only true cancels
     await db.backup(target, { onProgress });
     fs.rmSync(target);
   }
@@ -133,6 +134,7 @@ test('a cancel, a throw or an abort leaves nothing at the path', async () => {
   const boom = new Error('from progress');
   await assert.rejects(db.backup(target, { onProgress: () => { throw boom; } }), (e) => e === boom);
   await assert.rejects(bs.load(target, db.export(), { onProgress: () => { throw boom; } }), (e) => e === boom);
+  await assert.rejects(db.backup(target, { onProgress: async () => { throw boom; } }), (e) => e === boom);
   const ac = new AbortController();
   await assert.rejects(db.backup(target, { signal: ac.signal, onProgress: () => { ac.abort(); } }),
     { code: 'BS_ECANCELED' });
