@@ -10,7 +10,9 @@
 
 /** Op ids and checkpoints. */
 export type OpId = bigint;
-/** Byte strings: a string (stored as UTF-8) or raw bytes. Read back as strings. */
+/** Byte strings: a string (stored as UTF-8; one that is not valid Unicode, with a lone
+ * surrogate, is refused with a TypeError) or raw bytes, stored as given. Read back as a string
+ * when the bytes are UTF-8, else as a Buffer of them: bytes round-trip exactly. */
 export type Bytes = string | Uint8Array;
 /** A checkpoint argument: an op id, or an object with one (a ReplicationCheckpoint). */
 export type CheckpointArg = OpId | number | { readonly checkpoint: OpId };
@@ -34,7 +36,7 @@ export interface OpenOptions {
 
 export interface StreamInfo {
   id: number;
-  name: string;
+  name: Bytes;
   state: StreamState;
   checksum: 'xxh3' | 'sha256';
 }
@@ -192,7 +194,7 @@ export declare class Writer {
   markSnapshotDone(noCheckpointBeforeLsn: string): Promise<never[]>;
   setResumeLsn(lsn: string): Promise<void>;
   /** The data stored with a source record: null when none was stored, undefined for no row. */
-  getSourceRow(table: Bytes | { name: Bytes }, replicaId: Bytes): Promise<string | null | undefined>;
+  getSourceRow(table: Bytes | { name: Bytes }, replicaId: Bytes): Promise<Bytes | null | undefined>;
   /** Custom write-checkpoint mode: queued, persisted with the next flush. */
   addCustomWriteCheckpoint(checkpoint: CustomWriteCheckpointOptions): Promise<void>;
   close(): Promise<void>;
@@ -222,18 +224,18 @@ export interface OplogEntry {
   op_id: OpId;
   op: 'PUT' | 'REMOVE' | 'MOVE' | 'CLEAR';
   /** null for the fields an op type does not carry; "" is a value */
-  object_type: string | null;
-  object_id: string | null;
-  subkey: string | null;
+  object_type: Bytes | null;
+  object_id: Bytes | null;
+  subkey: Bytes | null;
   /** the row as JSON text (PUT) */
-  data: string | null;
+  data: Bytes | null;
   /** unsigned 32-bit */
   checksum: number;
 }
 
 export interface SyncBucketDataChunk {
   chunkData: {
-    bucket: string;
+    bucket: Bytes;
     after: OpId;
     next_after: OpId;
     has_more: boolean;
@@ -255,12 +257,12 @@ export interface BucketChecksum {
 }
 
 export interface CheckpointChanges {
-  updatedDataBuckets: Set<string>;
+  updatedDataBuckets: Set<Bytes>;
   invalidateDataBuckets: boolean;
   /** decoded lookups (the service has them JSON-serialised in a Set) */
   updatedParameterLookups: LookupValue[][];
   invalidateParameterBuckets: boolean;
-  updatedWriteCheckpointUsers: Set<string>;
+  updatedWriteCheckpointUsers: Set<Bytes>;
 }
 
 export interface CompactOptions {

@@ -226,7 +226,67 @@ static int get_prop(napi_env env, napi_value obj, const char *key, napi_value *o
   return 0;
 }
 
-/* A string (UTF-8), Buffer or Uint8Array, copied into a. */
+/* Whether s is well-formed UTF-8 (no overlong form, surrogate or code point above U+10FFFF). */
+static int is_utf8(const unsigned char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint64_t x;
+    unsigned lo = 0x80, hi = 0xBF, c;
+    size_t k;
+    if (n - i >= 8 && (memcpy(&x, s + i, 8), !(x & 0x8080808080808080ull))) {
+      i += 8;
+      continue;
+    }
+    if ((c = s[i]) < 0x80) {
+      i++;
+      continue;
+    }
+    if (c >= 0xC2 && c <= 0xDF)
+      k = 1;
+    else if (c >= 0xE0 && c <= 0xEF)
+      k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+      k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+      return 0;
+    if (n - i <= k || s[i + 1] < lo || s[i + 1] > hi) return 0;
+    for (size_t j = 2; j <= k; j++)
+      if ((s[i + j] & 0xC0) != 0x80) return 0;
+    i += k + 1;
+  }
+  return 1;
+}
+
+/* Node writes a lone surrogate of a string as U+FFFD (EF BF BD), so two different strings
+ * would become one: the UTF-8 p of v (len bytes) is refused when v holds one. Only a copy
+ * with an EF byte is looked at again, in UTF-16. */
+static int check_unicode(napi_env env, napi_value v, const char *p, size_t len, const char *name) {
+  size_t n, i;
+  uint16_t *u;
+  int bad = 0;
+  if (!memchr(p, 0xEF, len)) return 0;
+  NAPI(napi_get_value_string_utf16(env, v, NULL, 0, &n));
+  if (!(u = malloc((n + 1) * sizeof *u))) return NOMEM();
+  if (napi_get_value_string_utf16(env, v, (char16_t *)u, n + 1, &n) != napi_ok) {
+    free(u);
+    return throw_rc(env, BS_EIO, "Node-API call failed: napi_get_value_string_utf16");
+  }
+  for (i = 0; i < n && !bad; i++) {
+    if (u[i] >= 0xD800 && u[i] <= 0xDBFF && i + 1 < n && u[i + 1] >= 0xDC00 && u[i + 1] <= 0xDFFF)
+      i++;
+    else
+      bad = u[i] >= 0xD800 && u[i] <= 0xDFFF;
+  }
+  free(u);
+  if (bad)
+    return throw_rc(env, BS_EINVAL,
+                    "%s: not valid Unicode (a lone surrogate at index %zu; pass bytes as a "
+                    "Uint8Array)",
+                    name, i - 1);
+  return 0;
+}
+
+/* A string (UTF-8; one with a lone surrogate is refused), Buffer or Uint8Array, copied into a. */
 static int get_bytes(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
   napi_valuetype t;
   bool is;
@@ -244,14 +304,14 @@ static int get_bytes(napi_env env, arena *a, napi_value v, const char *name, bs_
         char *q = ar_alloc(a, len + 1); /* = p: the same block has room */
         if (q != p) memmove(q, p, len + 1);
         out->data = q, out->size = len;
-        return 0;
+        return check_unicode(env, v, q, len, name);
       }
     }
     NAPI(napi_get_value_string_utf8(env, v, NULL, 0, &len));
     if (!(p = ar_alloc(a, len + 1))) return NOMEM();
     NAPI(napi_get_value_string_utf8(env, v, p, len + 1, &len));
     out->data = p, out->size = len;
-    return 0;
+    return check_unicode(env, v, p, len, name);
   }
   NAPI(napi_is_typedarray(env, v, &is));
   if (is) {
@@ -433,10 +493,16 @@ static napi_value js_null(napi_env env) {
   return v;
 }
 
-/* A string, or null when absent (data NULL). */
+/* A string; a Buffer of the bytes when they are not UTF-8 (so they come back as written);
+ * null when absent (data NULL). */
 static napi_value js_str(napi_env env, bs_val s) {
   napi_value v;
   if (!s.data) return js_null(env);
+  if (!is_utf8(s.data, s.size)) {
+    void *copy;
+    napi_create_buffer_copy(env, s.size, s.data, &copy, &v);
+    return v;
+  }
   napi_create_string_utf8(env, s.size ? s.data : "", s.size, &v);
   return v;
 }

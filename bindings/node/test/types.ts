@@ -38,7 +38,7 @@ async function main(): Promise<void> {
   for await (const rec of db.export(id)) console.log(rec.table, rec.stream, rec.key.length, rec.value[0]);
   await bs.load('new.bsdb', db.export(), { onProgress: (n: number) => console.log(n) });
   await bs.load(new Uint8Array([120]), [{ table: 'meta', key: 'format', value: new Uint8Array(4) }]);
-  const row: string | null | undefined = await w.getSourceRow('todos', 't1');
+  const row: bs.Bytes | null | undefined = await w.getSourceRow('todos', 't1');
   console.log(row, bs.checksumPut('xxh3', 'todos', 't1', '{}'), bs.version, bs.liveHandles());
   await w.close();
   await st.close();
