@@ -375,3 +375,18 @@ export declare function load(path: Bytes,
 /** Database, storage and writer handles whose C objects are not yet released. */
 export declare function liveHandles(): number;
 export declare const version: string;
+/** The module's names as one object: `import bs from 'bucketstore'` (ESM) and
+ * `require('bucketstore').default`. */
+declare const bucketstore: {
+  Database: typeof Database;
+  BucketStorage: typeof BucketStorage;
+  Writer: typeof Writer;
+  Checkpoint: typeof Checkpoint;
+  open: typeof open;
+  openMemory: typeof openMemory;
+  checksumPut: typeof checksumPut;
+  load: typeof load;
+  liveHandles: typeof liveHandles;
+  version: typeof version;
+};
+export default bucketstore;

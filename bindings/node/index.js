@@ -357,3 +357,5 @@ module.exports = {
   liveHandles: native.liveHandles,
   version: native.version,
 };
+// `import bs from 'bucketstore'` in TypeScript compiled to CommonJS reads .default
+module.exports.default = module.exports;

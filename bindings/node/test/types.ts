@@ -1,6 +1,7 @@
 // Compiled (not run) by test/types.test.js with `tsc --noEmit --strict`: the README's usage
 // and every call shape type-check against index.d.ts.
 import * as bs from '..';
+import bsDefault from '..';
 
 async function main(): Promise<void> {
   const db: bs.Database = await bs.open('app.bsdb', { nosync: true });
@@ -39,6 +40,8 @@ async function main(): Promise<void> {
   await bs.load('new.bsdb', db.export(), { onProgress: (n: number) => console.log(n) });
   await bs.load(new Uint8Array([120]), [{ table: 'meta', key: 'format', value: new Uint8Array(4) }]);
   const row: bs.Bytes | null | undefined = await w.getSourceRow('todos', 't1');
+  const sameDb: bs.Database = await bsDefault.openMemory();
+  await sameDb.close();
   console.log(row, bs.checksumPut('xxh3', 'todos', 't1', '{}'), bs.version, bs.liveHandles());
   await w.close();
   await st.close();
