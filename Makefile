@@ -125,7 +125,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 # The shared suites (contract, property, sync-client, differential) run there again on the
 # "postgres" backend alone (BS_BACKEND=postgres, tests/util_contract.h).
 PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/tests/test_pg_verify \
-	$(BUILD)/tests/test_pg_fault
+	$(BUILD)/tests/test_pg_fault $(BUILD)/tests/test_pg_deploy
 PG_SUITE_BINS := $(addprefix $(BUILD)/tests/,test_contract test_property test_sync test_diff)
 .PHONY: pg-test
 pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench

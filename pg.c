@@ -33,6 +33,17 @@ void bs__pg_arg_i32(bs__pg_args *a, int32_t v) {
 void bs__pg_arg_bool(bs__pg_args *a, int v) {
   arg_int(a, v ? 1u : 0u, 1, 16 /* bool */);
 }
+void bs__pg_arg_text(bs__pg_args *a, const char *s) {
+  int i = a->n++;
+  a->values[i] = s;
+  a->lengths[i] = (int)strlen(s);
+  a->formats[i] = 1;
+  a->types[i] = 25 /* text */;
+}
+void bs__pg_arg_lock(bs__pg_args *a, const bs__pg_schema *s, uint32_t stream, int kind) {
+  bs__pg_arg_i32(a, (int32_t)s->oid);
+  bs__pg_arg_i32(a, bs__pg_lock_key(stream, kind));
+}
 void bs__pg_arg_bytes(bs__pg_args *a, bs_val v) {
   int i = a->n++;
   a->values[i] = v.data ? (v.size ? (const char *)v.data : "") : NULL;
@@ -313,6 +324,12 @@ static int conn_open(bs__pg_db *db, PGconn **out, bs_error *err) {
     PQfinish(c);
     return bs__fail(err, BS_ENOMEM, "connecting to PostgreSQL: out of memory");
   }
+  /* the handle's one schema (pg_internal.h), once open resolved it */
+  if (db->schema.oid && (rc = bs__pg_run(c, db->schema.set_path, NULL,
+                                         "connecting to PostgreSQL: search_path", err)) != BS_OK) {
+    PQfinish(c);
+    return rc;
+  }
   /* Generic plans: every statement of the backend walks an index by its key, whatever the
    * values, so a prepared one (bs__pg_execp) is planned once per session. Under the default
    * (auto) a statement whose values narrow its estimates (a checksum's tail above C, a page of
@@ -568,6 +585,52 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     " pg_temp.bs_varint(bigint);",
 };
 
+/* name (size bytes, at most 63) quoted as an identifier, its quotes doubled */
+static void quote_ident(char *out, bs_val name) {
+  const char *p = name.data;
+  *out++ = '"';
+  for (size_t i = 0; i < name.size; i++) {
+    if (p[i] == '"') *out++ = '"';
+    *out++ = p[i];
+  }
+  *out++ = '"';
+  *out = 0;
+}
+
+int bs__pg_schema_resolve(PGconn *c, bs__pg_schema *out, bs_error *err) {
+  PGresult *r;
+  bs_val name;
+  int rc = bs__pg_exec(
+      c,
+      "SELECT n.oid, n.nspname FROM pg_catalog.pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=)"
+      " coalesce((SELECT t.relnamespace FROM pg_catalog.pg_class t"
+      "   WHERE t.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('bs_meta')),"
+      "  (SELECT s.oid FROM pg_catalog.pg_namespace s"
+      "   WHERE s.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()))",
+      NULL, &r, "resolving the schema", err);
+  if (rc) return rc;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return bs__fail(err, BS_ENOTFOUND,
+                    "no schema of the connection's search_path exists (name one: "
+                    "?options=-csearch_path%%3Dname)");
+  }
+  memset(out, 0, sizeof *out);
+  out->oid = (uint32_t)bs__pg_i32(r, 0, 0);
+  name = bs__pg_bytes(r, 0, 1);
+  if (name.size > 63 || memchr(name.data, 0, name.size)) { /* a name is at most 63 bytes */
+    PQclear(r);
+    return bs__fail(err, BS_ECORRUPT, "the schema's name does not decode");
+  }
+  _Static_assert(sizeof out->quoted >= 2 * 63 + 3, "a quoted name of 63 bytes");
+  quote_ident(out->quoted, name);
+  PQclear(r);
+  snprintf(out->channel, sizeof out->channel, "bs_cp_%u", (unsigned)out->oid);
+  snprintf(out->set_path, sizeof out->set_path, "SET search_path = pg_catalog, %s, pg_temp",
+           out->quoted);
+  return BS_OK;
+}
+
 /* The schema's version: 0 when bs_meta does not exist (a database bucketstore never used). */
 static int schema_version(PGconn *c, int64_t *out, bs_error *err) {
   PGresult *r;
@@ -593,14 +656,20 @@ static int newer_fail(int64_t v, bs_error *err) {
                   (long long)v, BS_PG_SCHEMA_VERSION);
 }
 
-/* Brings the schema to version `to` in one transaction (pg_internal.h). Two processes opening
- * a new database at once serialise on an advisory lock named after the schema. */
-int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err) {
+/* Brings schema s to version `to` in one transaction. Two processes opening a new database at
+ * once serialise on the schema's migration lock. The schema comes first in the transaction's
+ * search_path, so the steps create their tables there (its objects are its owner's). */
+static int migrate(PGconn *c, const bs__pg_schema *s, int64_t to, bs_error *err) {
+  bs__pg_args lk = {0};
+  char path[sizeof s->set_path];
   int64_t v;
   int rc;
+  snprintf(path, sizeof path, "SET LOCAL search_path = %s, pg_catalog, pg_temp", s->quoted);
+  bs__pg_arg_lock(&lk, s, 0, BS_PG_LOCK_SCHEMA);
   if ((rc = bs__pg_begin(c, 0, err))) return rc;
-  rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.bs_meta'))", NULL,
-                  "locking the schema", err);
+  rc = bs__pg_run(c, path, NULL, "migrating the schema", err);
+  if (!rc)
+    rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &lk, "locking the schema", err);
   if (!rc) rc = schema_version(c, &v, err);
   if (!rc && v > BS_PG_SCHEMA_VERSION) rc = newer_fail(v, err);
   if (!rc && v == 0)
@@ -622,6 +691,12 @@ int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err) {
   return rc;
 }
 
+int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err) {
+  bs__pg_schema s;
+  int rc = bs__pg_schema_resolve(c, &s, err);
+  return rc ? rc : migrate(c, &s, to, err);
+}
+
 /* A hot standby refuses every write (SQLSTATE 25006) but grants advisory locks of its own, so a
  * writer there would not exclude the primary's: a read-write open is refused at once. */
 static int refuse_standby(PGconn *c, bs_error *err) {
@@ -640,7 +715,7 @@ static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
   int64_t v;
   int rc;
   if (!(db->base.flags & BS_OPEN_RDONLY))
-    return (rc = refuse_standby(c, err)) ? rc : bs__pg_migrate(c, BS_PG_SCHEMA_VERSION, err);
+    return (rc = refuse_standby(c, err)) ? rc : migrate(c, &db->schema, BS_PG_SCHEMA_VERSION, err);
   if ((rc = schema_version(c, &v, err))) return rc;
   if (v > BS_PG_SCHEMA_VERSION) return newer_fail(v, err);
   if (v == 0) return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database");
@@ -873,17 +948,13 @@ static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64
   uint64_t deadline = bs__monotonic_ms() + timeout_ms;
   PGconn *c;
   PGresult *r;
-  char listen[128];
-  bs_val v;
+  char listen[64];
   int rc, standby = 0;
   if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
-  rc = bs__pg_exec(c, "SELECT 'LISTEN ' || " BS_PG_CHANNEL ", pg_is_in_recovery()", NULL, &r,
-                   "wait_checkpoint", err);
+  rc = bs__pg_exec(c, "SELECT pg_is_in_recovery()", NULL, &r, "wait_checkpoint", err);
   if (!rc) {
-    v = bs__pg_bytes(r, 0, 0);
-    snprintf(listen, sizeof listen, "%.*s", (int)(v.size < 100 ? v.size : 100),
-             v.size ? (const char *)v.data : "");
-    standby = bs__pg_bool(r, 0, 1);
+    snprintf(listen, sizeof listen, "LISTEN %s", spg(st)->schema.channel);
+    standby = bs__pg_bool(r, 0, 0);
     PQclear(r);
     if (!standby) rc = bs__pg_run(c, listen, NULL, "wait_checkpoint: listen", err);
   }
@@ -1057,9 +1128,11 @@ static void pg_close(bs_db *base) {
 static int pg_stat(bs_db *base, bs_stat *out, bs_error *err) {
   bs__pg_db *db = pg_of(base);
   PGconn *c;
+  bs__pg_args a = {0};
   PGresult *r;
   int rc;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)db->schema.oid);
   rc = bs__pg_exec(c,
                    "SELECT (SELECT count(*) FROM bs_streams), (SELECT count(*) FROM bs_buckets),"
                    " (SELECT count(*) FILTER (WHERE type = 1) FROM bs_ops),"
@@ -1071,8 +1144,8 @@ static int pg_stat(bs_db *base, bs_stat *out, bs_error *err) {
                    "  + (SELECT count(*) FROM bs_wcp_custom),"
                    " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint"
                    "  FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'bs\\_%'"
-                   "  AND c.relnamespace = current_schema()::regnamespace)",
-                   NULL, &r, "stat", err);
+                   "  AND c.relnamespace = $1::oid)",
+                   &a, &r, "stat", err);
   bs__pg_conn_put(db, c);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
@@ -1124,7 +1197,9 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
   }
   memcpy(db->url, url, n + 1);
   if ((rc = conn_open(db, &c, err)) == BS_OK) {
-    rc = check_schema(db, c, err);
+    if (!(rc = bs__pg_schema_resolve(c, &db->schema, err)) &&
+        !(rc = bs__pg_run(c, db->schema.set_path, NULL, "open: search_path", err)))
+      rc = check_schema(db, c, err);
     bs__pg_conn_put(db, c);
   }
   if (rc) {

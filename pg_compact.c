@@ -4,8 +4,8 @@
  * buckets are due, the horizon) comes from compact.c, exactly as lmdb_compact.c and mem.c use it;
  * this file walks the tables by keyset and owns the transactions.
  *
- * One compaction of a stream at a time: a call holds the session advisory lock (schema, stream)
- * of bs_compact on its connection for its whole run, so a second one (in this or another process
+ * One compaction of a stream at a time: a call holds the stream's session advisory lock
+ * (BS_PG_LOCK_COMPACT) on its connection for its whole run, so a second one (in this or another process
  * or host) waits for it. Ops at or below the horizon then change only through this call (a
  * writer appends above the op head; a clear deletes the bucket's rows, and the updates below then
  * find nothing), so the read-only scans between write transactions see what the writes will
@@ -948,8 +948,8 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
 
 /* ---- Entry points ---------------------------------------------------------------------------- */
 
-#define LOCK_SQL   "SELECT pg_advisory_lock(hashtext(current_schema() || '.bs_compact'), $1)"
-#define UNLOCK_SQL "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_compact'), $1)"
+#define LOCK_SQL   "SELECT pg_advisory_lock($1, $2)"
+#define UNLOCK_SQL "SELECT pg_advisory_unlock($1, $2)"
 
 typedef struct srec {
   uint64_t checkpoint, op_head, param_cursor;
@@ -966,12 +966,14 @@ static int cctx_open(cctx *c, bs_storage *st, bs_error *err, srec *s) {
   c->stream = st->stream_id;
   c->err = err;
   if ((rc = bs__pg_conn_get(c->db, &c->c, err))) return rc;
-  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_lock(&a, &c->db->schema, c->stream, BS_PG_LOCK_COMPACT);
   if ((rc = run(c, LOCK_SQL, &a, "compact: locking the stream's compaction"))) {
     PQfinish(c->c); /* whatever its state, no lock is left behind */
     c->c = NULL;
     return rc;
   }
+  a.n = 0;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
   rc = exec(c,
             "SELECT checkpoint, op_head, param_cursor, checkpoint_lsn IS NOT NULL FROM bs_streams"
             " WHERE id = $1",
@@ -996,7 +998,7 @@ static void cctx_close(cctx *c) {
   {
     bs__pg_args a = {0};
     PGresult *r;
-    bs__pg_arg_i32(&a, (int32_t)c->stream);
+    bs__pg_arg_lock(&a, &c->db->schema, c->stream, BS_PG_LOCK_COMPACT);
     if (PQtransactionStatus(c->c) != PQTRANS_IDLE) bs__pg_rollback(c->c);
     if (bs__pg_exec(c->c, UNLOCK_SQL, &a, &r, "compact: unlocking", NULL) == BS_OK) {
       PQclear(r);

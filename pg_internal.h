@@ -15,9 +15,14 @@
 /* =================================================================================================
  * Schema (pg.c creates it and migrates it; bs_meta 'schema_version' is the number of migration
  * steps applied, BS_PG_SCHEMA_VERSION this build's; a newer one is refused with BS_ECORRUPT).
- * Tables live in the connection's current schema (the first of search_path that exists), so
- * one PostgreSQL database can hold several bucketstore databases (the tests give each its own
- * schema with ?options=-csearch_path%3Dname).
+ * Tables live in one schema, resolved once at open (bs__pg_schema_resolve) from the URL's
+ * search_path: the first of its schemas that holds bs_meta, else its current schema (the first
+ * that exists). Every session then runs with search_path = pg_catalog, <schema>, pg_temp, so no
+ * other schema's functions or operators can stand in for pg_catalog's (a role with CREATE on
+ * public could otherwise run its code as the service's role), and the advisory lock keys and
+ * the notification channel derive from the schema's oid. One PostgreSQL database can so hold
+ * several bucketstore databases (the tests give each its own schema with
+ * ?options=-csearch_path%3Dname).
  *
  *  table       key                               columns
  *  bs_meta     key text                          value bigint ('schema_version')
@@ -81,9 +86,23 @@
  * ================================================================================================= */
 #define BS_PG_SCHEMA_VERSION 7
 
+/* The one schema of a handle (bs__pg_schema_resolve). */
+typedef struct bs__pg_schema {
+  uint32_t oid;       /* pg_namespace.oid: the first key of every advisory lock (bs__pg_arg_lock) */
+  char quoted[130];   /* its name quoted as an identifier (at most 63 bytes, quotes doubled) */
+  char channel[24];   /* the checkpoint notification channel, bs_cp_<oid> */
+  char set_path[200]; /* SET search_path = pg_catalog, <quoted>, pg_temp */
+} bs__pg_schema;
+
+/* Resolves the schema (above) of c, which still has the URL's search_path, with a statement
+ * that names pg_catalog's objects explicitly (the caller then runs out->set_path on c).
+ * BS_ENOTFOUND when no schema of the search_path exists. */
+int bs__pg_schema_resolve(PGconn *c, bs__pg_schema *out, bs_error *err);
+
 typedef struct bs__pg_db {
   bs_db base;
   char *url;
+  bs__pg_schema schema;
   pthread_mutex_t pool_mu;
   PGconn **idle; /* connections not in use (the pool); a call takes one and gives it back */
   size_t n_idle, cap_idle;
@@ -138,11 +157,24 @@ static inline uint64_t bs__pg_op_bytes(const bs_op *op) {
 }
 
 /* ---- Checkpoint notification ----
- * A commit that makes a checkpoint sends pg_notify(BS_PG_CHANNEL, stream id) in its transaction;
- * bs_wait_checkpoint LISTENs on that channel on a connection of its own (pg.c), so a commit on
- * any host wakes it. One channel per schema (a hash of its name: a channel name is at most 63
- * bytes); a collision only wakes a waiter that then finds its checkpoint unchanged. */
-#define BS_PG_CHANNEL "('bs_cp_' || (hashtext(current_schema()) & 2147483647))"
+ * A commit that makes a checkpoint sends pg_notify(schema.channel, stream id) in its
+ * transaction; bs_wait_checkpoint LISTENs on that channel (pg.c), so a commit on any host wakes
+ * it. One channel per schema. */
+
+/* ---- Advisory locks ----
+ * Two int4 keys (a 64-bit key): the schema's oid, unique in the database, so two bucketstore
+ * databases in one PostgreSQL database never share a lock; then the stream and the lock's kind
+ * (bs__pg_arg_lock: stream * 4 + kind, stream ids being far below 2^30, one per deploy; the
+ * schema-wide locks use stream 0). */
+enum {
+  BS_PG_LOCK_WRITER,   /* a stream's streaming writer (pg_write.c) */
+  BS_PG_LOCK_SNAPSHOT, /* a stream's snapshot writer */
+  BS_PG_LOCK_COMPACT,  /* a stream's compaction (pg_compact.c) */
+  BS_PG_LOCK_SCHEMA    /* stream 0: the migrations (pg.c); stream 1: managed write checkpoints */
+};
+static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
+  return (int32_t)(stream << 2 | (uint32_t)kind);
+}
 
 /* The test seam: calls db->hook (when set) with point and the connection in use. Points:
  * "wait" (a checkpoint waiter is about to block on its socket, or to sleep on a hot standby),
@@ -158,8 +190,9 @@ void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
                      void *payload);
-/* Brings c's schema to version `to` (at most BS_PG_SCHEMA_VERSION; open takes this build's),
- * in one transaction. Tests build an older schema with it, to migrate it afterwards. */
+/* Brings c's schema (bs__pg_schema_resolve) to version `to` (at most BS_PG_SCHEMA_VERSION;
+ * open takes this build's), in one transaction. Tests build an older schema with it, to migrate
+ * it afterwards. */
 int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err);
 
 /* ---- Connections ---- */
@@ -185,6 +218,10 @@ typedef struct bs__pg_args {
 void bs__pg_arg_i64(bs__pg_args *a, int64_t v);
 void bs__pg_arg_i32(bs__pg_args *a, int32_t v);
 void bs__pg_arg_bool(bs__pg_args *a, int v);
+/* text (s borrowed until the statement ran) */
+void bs__pg_arg_text(bs__pg_args *a, const char *s);
+/* The two int4 keys of an advisory lock of schema s (above): pg_advisory_lock($n, $n+1). */
+void bs__pg_arg_lock(bs__pg_args *a, const bs__pg_schema *s, uint32_t stream, int kind);
 /* bytea: v.data NULL is SQL NULL (an absent value), {"" , 0} the empty string */
 void bs__pg_arg_bytes(bs__pg_args *a, bs_val v);
 

@@ -16,13 +16,15 @@ static bs__pg_db *db_of(bs_storage *st) {
 
 /* ---- The writer's session --------------------------------------------------------------------- */
 
-/* The advisory lock keys of a stream's writers: two int4 keys, the first naming the schema (so
- * that two bucketstore databases in one PostgreSQL database do not share locks), the second the
- * stream and the kind of writer (streaming: 2 id, snapshot: 2 id + 1). A session of the handle
- * holds it for all of the handle's writers of that kind (as LMDB, a second writer in the same
- * process is the host's choice, storage.h CAVEATS); another process or host gets BS_EBUSY. */
-#define WRITER_LOCK_SQL                                                                            \
-  "SELECT pg_try_advisory_lock(hashtext(current_schema() || '.bs_writer'), $1)"
+/* The advisory lock of a stream's writers of one kind (pg_internal.h: BS_PG_LOCK_WRITER or
+ * _SNAPSHOT). A session of the handle holds it for all of the handle's writers of that kind (as
+ * LMDB, a second writer in the same process is the host's choice, storage.h CAVEATS); another
+ * process or host gets BS_EBUSY. */
+#define WRITER_LOCK_SQL "SELECT pg_try_advisory_lock($1, $2)"
+
+static void arg_lock(bs__pg_args *a, const bs__pg_db *db, const struct bs__pg_lock *l) {
+  bs__pg_arg_lock(a, &db->schema, l->stream, l->snapshot ? BS_PG_LOCK_SNAPSHOT : BS_PG_LOCK_WRITER);
+}
 
 static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
   for (size_t i = 0; i < db->n_locks; i++)
@@ -35,23 +37,23 @@ static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
  * only by keepalives): then that process is ended, waiting up to 10 s for it to exit, and c tries
  * again. The holder must be that very process holding this very lock, so another host's writer
  * is never ended. Any failure here is just "not taken". */
-static int lock_retaken(PGconn *c, struct bs__pg_lock *l) {
+static int lock_retaken(bs__pg_db *db, PGconn *c, struct bs__pg_lock *l) {
   bs__pg_args a = {0};
   PGresult *r;
   int ended = 0;
   if (!l->pid) return 0;
-  bs__pg_arg_i32(&a, l->key);
+  arg_lock(&a, db, l);
   bs__pg_arg_i32(&a, l->pid);
   if (bs__pg_exec(c,
                   "SELECT pg_terminate_backend(pid, 10000) FROM pg_locks WHERE locktype = "
-                  "'advisory' AND granted AND pid = $2 AND objsubid = 2 AND classid = "
-                  "hashtext(current_schema() || '.bs_writer')::oid AND objid = $1::oid",
+                  "'advisory' AND granted AND pid = $3 AND objsubid = 2 AND classid = $1::oid"
+                  " AND objid = $2::oid",
                   &a, &r, "ending the lost writer session", NULL))
     return 0;
   ended = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
   PQclear(r);
   if (!ended) return 0;
-  a.n = 1; /* the lock key alone: WRITER_LOCK_SQL's one argument */
+  a.n = 2; /* the lock's keys alone: WRITER_LOCK_SQL's arguments */
   if (bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", NULL)) return 0;
   ended = bs__pg_bool(r, 0, 0);
   PQclear(r);
@@ -65,14 +67,14 @@ static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
   PGconn *c;
   int rc, got;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
-  bs__pg_arg_i32(&a, l->key);
+  arg_lock(&a, db, l);
   if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
     PQfinish(c);
     return rc;
   }
   got = bs__pg_bool(r, 0, 0);
   PQclear(r);
-  if (!got) got = lock_retaken(c, l);
+  if (!got) got = lock_retaken(db, c, l);
   if (!got) {
     bs__pg_conn_put(db, c);
     return bs__fail(err, BS_EBUSY, "stream %u already has a %s writer in another process or host",
@@ -93,10 +95,10 @@ static void session_close(bs__pg_db *db, struct bs__pg_lock *l) {
   PGresult *r;
   if (!l->c) return;
   bs__pg_hook(db, "writer.unlock", l->c);
-  bs__pg_arg_i32(&a, l->key);
+  arg_lock(&a, db, l);
   if (PQstatus(l->c) == CONNECTION_OK &&
-      bs__pg_exec(l->c, "SELECT pg_advisory_unlock(hashtext(current_schema() || '.bs_writer'), $1)",
-                  &a, &r, "unlocking the stream's writer", NULL) == BS_OK) {
+      bs__pg_exec(l->c, "SELECT pg_advisory_unlock($1, $2)", &a, &r,
+                  "unlocking the stream's writer", NULL) == BS_OK) {
     PQclear(r);
     bs__pg_conn_put(db, l->c);
   } else {
@@ -159,7 +161,7 @@ static void lock_release(bs__pg_db *db, struct bs__pg_lock *l) {
  * finding the advisory lock held by its own handle (BS_EBUSY). */
 static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, struct bs__pg_lock **out,
                      bs_error *err) {
-  int32_t key = (int32_t)(2 * stream + (snapshot ? 1 : 0));
+  int32_t key = bs__pg_lock_key(stream, snapshot ? BS_PG_LOCK_SNAPSHOT : BS_PG_LOCK_WRITER);
   struct bs__pg_lock *l;
   int rc = BS_OK, shared;
   pthread_mutex_lock(&db->pool_mu);
@@ -474,19 +476,22 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"
     " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
     "  state = CASE WHEN state = 1 THEN 2 ELSE state END WHERE id = $1"
-    " RETURNING pg_notify(" BS_PG_CHANNEL ", $1::text)"};
+    " RETURNING pg_notify($5, $1::text)"};
 
 /* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
  * stream row locked: managed write checkpoints whose heads the lsn reached become processed,
  * their users go into the checkpoint's change record, the first checkpoint of a PROCESSING
  * stream makes it ACTIVE and every other served stream STOPPED, and the stream's waiters on
- * every host are notified (BS_PG_CHANNEL). */
-static int make_checkpoint(PGconn *c, uint32_t stream, uint64_t cp, bs_val lsn, bs_error *err) {
+ * every host are notified (the schema's channel). */
+static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_val lsn,
+                           bs_error *err) {
+  PGconn *c = w->c;
   bs__pg_args a = {0};
   bs__pg_arg_i32(&a, (int32_t)stream);
   bs__pg_arg_i64(&a, (int64_t)cp);
   bs__pg_arg_bytes(&a, lsn);
   bs__pg_arg_i64(&a, bs__now_ms()); /* the checkpoint's time: incremental compaction's min_age */
+  bs__pg_arg_text(&a, w->db->schema.channel);
   return bs__pg_runp(c, &checkpoint_make_stmt, /* delivered at COMMIT */
                      &a, "commit", err);
 }
@@ -533,7 +538,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   blocked = bs__checkpoint_block(bs__pg_bool(r, 0, 1), ncb.data ? &ncb : NULL,
                                  cpl.data ? &cpl : NULL, lsn);
   if (!blocked && (create_empty || !cpl.data || head != (uint64_t)bs__pg_i64(r, 0, 5))) {
-    if ((rc = make_checkpoint(w->c, stream, head, lsn, err))) goto fail;
+    if ((rc = make_checkpoint(w, stream, head, lsn, err))) goto fail;
     created = 1;
     cp = head;
   }
@@ -721,8 +726,12 @@ int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_req
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) goto out;
   if ((rc = bs__pg_begin(c, 0, err))) goto out;
   /* one batch at a time database-wide: a new user's record cannot be created twice */
-  rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.bs_wcp'))", NULL,
-                  "locking write checkpoints", err);
+  {
+    bs__pg_args a = {0};
+    bs__pg_arg_lock(&a, &db_of(st)->schema, 1, BS_PG_LOCK_SCHEMA);
+    rc =
+        bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &a, "locking write checkpoints", err);
+  }
   for (size_t k = 0; k < nw && !rc; k++) {
     uint64_t stored, id;
     int exists, gone, action;

@@ -199,9 +199,14 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
 
 /* Opens the PostgreSQL backend on the database that url names (a libpq connection string or
  * URI, copied; bs_open hands a path starting with postgresql:// or postgres:// here). Its
- * tables live in the connection's current schema (search_path; e.g. append
- * ?options=-csearch_path%3Dmyschema to keep several databases in one), created at the first
- * open and migrated to this build's schema version by a read-write open; BS_OPEN_NOSYNC sets
+ * tables live in one schema, resolved once at open from the connection's search_path (e.g.
+ * append ?options=-csearch_path%3Dmyschema to keep several databases in one; a name that needs
+ * quoting is written quoted there, %22My%5C%20Schema%22 for "My Schema"): the first of its
+ * schemas that holds a bucketstore database, else the first that exists (BS_ENOTFOUND when none
+ * does). Every session of the handle then runs with search_path = pg_catalog, that schema,
+ * pg_temp, so functions and operators other roles created elsewhere (public) never run as the
+ * handle's role; the schema itself must be writable by its owner only. Its tables are created
+ * at the first open and migrated to this build's schema version by a read-write open; BS_OPEN_NOSYNC sets
  * synchronous_commit off, map_size is ignored. Several processes, also on several hosts, may
  * open one database. The handle keeps a pool of connections (one per concurrent call).
  * Writers: one streaming and one snapshot writer per stream across every handle, process and
@@ -810,7 +815,7 @@ typedef struct bs_stat {
   uint64_t source_records;
   uint64_t write_checkpoints;
   /* The file's size. PostgreSQL: the bs_ tables' pg_total_relation_size (indexes and TOAST
-   * included) in the connection's schema. */
+   * included) in the handle's schema. */
   uint64_t file_bytes;
   /* Bytes of the file on free pages (LMDB's free list: pages that compaction, deletes and
    * old versions released). Later writes reuse them, but the file never shrinks; bs_backup()

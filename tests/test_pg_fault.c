@@ -294,13 +294,13 @@ static void t_wait_first_and_lost(void **state) {
 
 /* ---- 2. the writer lock across hosts ---- */
 
-/* The server process of the session holding stream 1's streaming writer lock (pg_write.c: the
- * keys hashtext(schema.bs_writer) and 2 * stream), 0 when none holds it. */
+/* The server process of the session holding stream 1's streaming writer lock (pg_internal.h:
+ * the keys schema oid and 4 * stream), 0 when none holds it. */
 static int lock_pid(pgt *t) {
   return (int)pgt_int(t->admin,
                       "SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'"
-                      " AND granted AND objsubid = 2 AND objid = 2 AND classid::bigint ="
-                      " (hashtext(current_schema() || '.bs_writer')::bigint & 4294967295)");
+                      " AND granted AND objsubid = 2 AND objid = 4 AND classid ="
+                      " (SELECT oid FROM pg_namespace WHERE nspname = current_schema())");
 }
 
 static void save_put(bs_writer *w, const char *b, const char *id) {

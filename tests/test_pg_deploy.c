@@ -1,0 +1,336 @@
+/* test_pg_deploy: the PostgreSQL backend as a production server runs it, on the server named by
+ * BS_TEST_PG_URL (`make pg-test` starts one with tests/pg_server.sh): roles that are not
+ * superusers, schemas shared with other roles, several search paths, schema names that need
+ * quoting. Each test gets a schema of its own (util_pg.h); the roles and other schemas a test
+ * creates are dropped by its teardown. Without BS_TEST_PG_URL, or in a build without the backend,
+ * it says so and passes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "storage.h"
+#include "util_pg.h"
+
+#ifdef BS_HAVE_PG
+static bs_val str(const char *s) {
+  return (bs_val){s, strlen(s)};
+}
+
+/* A test's extra objects: roles r<pid>_<name> and schemas, dropped by teardown. */
+typedef struct deploy {
+  pgt *t;
+  char extra_sql[2048]; /* run by the teardown (as the superuser), before the schema drops */
+} deploy;
+
+static int setup(void **state) {
+  deploy *d = calloc(1, sizeof *d);
+  alarm(300);
+  assert_non_null(d);
+  pgt_setup((void **)&d->t);
+  *state = d;
+  return 0;
+}
+
+static int teardown(void **state) {
+  deploy *d = *state;
+  alarm(0);
+  if (d->extra_sql[0]) pgt_exec(d->t->admin, "%s", d->extra_sql);
+  pgt_teardown((void **)&d->t);
+  free(d);
+  return 0;
+}
+
+static void on_teardown(deploy *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void on_teardown(deploy *d, const char *fmt, ...) {
+  size_t n = strlen(d->extra_sql);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->extra_sql + n, sizeof d->extra_sql - n, fmt, ap);
+  va_end(ap);
+}
+
+/* The base URL with the given (already URL-encoded) query parameters appended. */
+static void url_with(char *out, size_t cap, const char *params) {
+  const char *base = pgt_base_url();
+  snprintf(out, cap, "%s%c%s", base, strchr(base, '?') ? '&' : '?', params);
+}
+
+/* ---- one pass over every kind of call ---- */
+
+static int count_chunk(const bs_chunk *ch, void *payload) {
+  *(size_t *)payload += ch->n_ops;
+  return 0;
+}
+static int count_row(const bs_val *v, void *payload) {
+  (void)v;
+  (*(size_t *)payload)++;
+  return 0;
+}
+static int count_changes(const bs_checkpoint_changes *c, void *payload) {
+  *(size_t *)payload += c->n_updated_buckets;
+  return 0;
+}
+static int count_bucket(const bs_bucket_info *i, void *payload) {
+  (void)i;
+  (*(size_t *)payload)++;
+  return 0;
+}
+
+static void save(bs_writer *w, bs_tag tag, const char *id, const char *bucket, const char *lk) {
+  bs_error err = {0};
+  bs_row row;
+  bs_val params[1] = {{"{\"p\":1}", 7}};
+  bs_lookup l;
+  bs_save sv = BS_SAVE_INIT;
+  row.bucket = str(bucket);
+  row.object_type = str("todos");
+  row.object_id = str(id);
+  row.data = str("{\"a\":1}");
+  l.key = str(lk);
+  l.params = params;
+  l.n_params = 1;
+  sv.table = str("t");
+  sv.tag = tag;
+  sv.after_id = str(id);
+  sv.rows = tag == BS_DELETE ? NULL : &row;
+  sv.n_rows = tag == BS_DELETE ? 0 : 1;
+  sv.lookups = tag == BS_DELETE ? NULL : &l;
+  sv.n_lookups = tag == BS_DELETE ? 0 : 1;
+  sv.stored_data = str("d");
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+}
+
+/* Creates a stream on db and runs every kind of call on it: writer lock and unlock (snapshot
+ * and streaming), inserts, updates and deletes with lookups, flushes, commits, write
+ * checkpoints, every read, a wait, compaction, stat and verify. */
+static void exercise(bs_db *db) {
+  bs_error err = {0};
+  bs_storage *st;
+  bs_writer *w;
+  bs_writer_options so = BS_WRITER_OPTIONS_INIT;
+  bs_checkpoint cp, now;
+  bs_bucket_request req[2] = {{{"a", 1}, 0}, {{"b", 1}, 0}};
+  bs_val buckets[2] = {{"a", 1}, {"b", 1}}, lookups[1] = {{"k1", 2}};
+  bs_checksum ck[2];
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_managed_request mr = {{"u", 1}, NULL, 0, 0, 0, 0};
+  bs_stat s;
+  uint64_t id, problems = 99;
+  size_t n = 0;
+  int more;
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  so.snapshot = 1;
+  assert_int_equal(bs_writer_open(&w, st, &so, &err), BS_OK);
+  for (int i = 0; i < 20; i++) {
+    char id_s[16];
+    snprintf(id_s, sizeof id_s, "r%d", i);
+    save(w, BS_INSERT, id_s, i % 2 ? "a" : "b", "k1");
+  }
+  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+  bs_writer_close(w);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, str("0"), &err), BS_OK);
+  assert_int_equal(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err), BS_OK);
+  for (int round = 0; round < 3; round++) {
+    char lsn[16];
+    for (int i = 0; i < 10; i++) {
+      char id_s[16];
+      snprintf(id_s, sizeof id_s, "r%d", i + round);
+      save(w, i == 3 ? BS_DELETE : BS_UPDATE, id_s, i % 3 ? "a" : "b", "k1");
+    }
+    assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+    snprintf(lsn, sizeof lsn, "%04d", round + 1);
+    assert_int_equal(bs_writer_commit(w, str(lsn), NULL, NULL, &err), BS_OK);
+  }
+  bs_writer_close(w);
+  assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+  assert_true(cp.op_id > 0);
+  assert_int_equal(bs_get_bucket_data(st, cp.op_id, req, 2, NULL, count_chunk, &n, &more, &err),
+                   BS_OK);
+  assert_true(n > 0);
+  assert_int_equal(bs_get_checksums(st, cp.op_id, buckets, 2, ck, &err), BS_OK);
+  assert_true(ck[0].count > 0);
+  n = 0;
+  assert_int_equal(bs_get_parameter_sets(st, cp.op_id, lookups, 1, 100, count_row, &n, &err), BS_OK);
+  assert_true(n > 0);
+  n = 0;
+  assert_int_equal(bs_get_checkpoint_changes(st, 1, cp.op_id, count_changes, &n, &err), BS_OK);
+  n = 0;
+  assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, count_bucket, &n, &err), BS_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(bs_wait_checkpoint(st, &cp, 0, &now, &err), BS_OK);
+  co.min_bucket_changes = 1;
+  co.compact_parameters = 1;
+  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+  co.incremental_only = 1;
+  co.min_age_ms = 0;
+  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+  assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+  assert_int_equal(s.streams, 1);
+  assert_true(s.ops_put > 0 && s.file_bytes > 0);
+  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, &err), BS_OK);
+  assert_int_equal(problems, 0);
+  bs_storage_close(st);
+}
+
+/* ---- 1. the schema is fixed at open ---- */
+
+/* A role with nothing but CREATE on public (every role's default up to PostgreSQL 14) puts
+ * functions there that match the backend's calls better than pg_catalog's (||(name, text),
+ * unnest(bytea[])) and that record that they ran. The service's URL names
+ * search_path=<schema>,public: across every kind of call, none of them ever runs. */
+static void t_shadowing_role(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char svc[32], evil[32], url[1200], params[200];
+  bs_db *db;
+  snprintf(svc, sizeof svc, "r%ld_svc", (long)getpid());
+  snprintf(evil, sizeof evil, "r%ld_evil", (long)getpid());
+  on_teardown(d,
+              "DROP OWNED BY %s CASCADE; REASSIGN OWNED BY %s TO CURRENT_USER;"
+              " DROP OWNED BY %s; DROP ROLE %s; DROP ROLE %s;",
+              evil, svc, svc, evil, svc);
+  pgt_exec(t->admin, "CREATE ROLE %s LOGIN; CREATE ROLE %s LOGIN", svc, evil);
+  pgt_exec(t->admin, "ALTER SCHEMA %s OWNER TO %s; GRANT CREATE ON SCHEMA public TO %s", t->schema,
+           svc, evil);
+  pgt_exec(t->admin, "SET ROLE %s", evil);
+  pgt_exec(t->admin,
+           "CREATE TABLE public.bs_ran (what text);"
+           " GRANT INSERT ON public.bs_ran TO PUBLIC;"
+           "CREATE FUNCTION public.unnest(bytea[]) RETURNS SETOF bytea LANGUAGE sql AS"
+           " $$ INSERT INTO public.bs_ran VALUES ('unnest');"
+           " SELECT pg_catalog.unnest($1) $$;"
+           "CREATE FUNCTION public.bs_cat(name, text) RETURNS text LANGUAGE sql AS"
+           " $$ INSERT INTO public.bs_ran VALUES ('||');"
+           " SELECT pg_catalog.textcat($1::text, $2) $$;"
+           "CREATE OPERATOR public.|| (LEFTARG = name, RIGHTARG = text,"
+           " FUNCTION = public.bs_cat);"
+           "RESET ROLE");
+  /* the shadows work: a session with public on its path runs them */
+  pgt_exec(t->admin, "SET search_path = %s, public", t->schema);
+  pgt_exec(t->admin, "SELECT current_schema() || 'x'; SELECT unnest('{a}'::bytea[])");
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM public.bs_ran"), 2);
+  pgt_exec(t->admin, "DELETE FROM public.bs_ran; SET search_path = %s", t->schema);
+
+  snprintf(params, sizeof params, "user=%s&options=-csearch_path%%3D%s%%2Cpublic", svc, t->schema);
+  url_with(url, sizeof url, params);
+  db = pgt_open(url, 0);
+  exercise(db);
+  bs_close(db);
+  db = pgt_open(url, BS_OPEN_RDONLY);
+  {
+    bs_stat s;
+    bs_error err = {0};
+    assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+  }
+  bs_close(db);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM public.bs_ran"), 0);
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT count(*) FROM pg_class WHERE relname = 'bs_ops'"
+                           " AND relnamespace = '%s'::regnamespace",
+                           t->schema),
+                   1);
+}
+
+/* A writer open on schema t1; a second handle whose search_path is t2,t1 (t2 exists and is
+ * empty) finds the database in t1 and gets BS_EBUSY for the same stream's writer: one schema
+ * decides the tables, the lock and the channel alike. Nothing is created in t2. */
+static void t_two_search_paths(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1200], params[200];
+  bs_error err = {0};
+  bs_db *a, *b;
+  bs_storage *sa, *sb;
+  bs_writer *wa, *wb = NULL;
+  bs_checkpoint cp;
+  on_teardown(d, "DROP SCHEMA %s_t2 CASCADE;", t->schema);
+  pgt_exec(t->admin, "CREATE SCHEMA %s_t2", t->schema);
+  a = pgt_open(t->url, 0);
+  assert_int_equal(bs_stream_create(NULL, a, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sa, a, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wa, sa, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(wa, str("0"), &err), BS_OK);
+  save(wa, BS_INSERT, "r1", "a", "k1");
+  assert_int_equal(bs_writer_commit(wa, str("1"), NULL, NULL, &err), BS_OK);
+
+  snprintf(params, sizeof params, "options=-csearch_path%%3D%s_t2%%2C%s", t->schema, t->schema);
+  url_with(url, sizeof url, params);
+  b = pgt_open(url, 0);
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY);
+  assert_null(wb);
+  assert_int_equal(bs_get_checkpoint(sb, &cp, &err), BS_OK); /* t1's checkpoint */
+  assert_true(cp.op_id > 0);
+  bs_writer_close(wa);
+  /* once a's writer is gone, b's takes the same lock and writes t1's tables */
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
+  save(wb, BS_INSERT, "r2", "a", "k1");
+  assert_int_equal(bs_writer_commit(wb, str("2"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&wa, sa, NULL, &err), BS_EBUSY);
+  bs_writer_close(wb);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 2);
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT count(*) FROM pg_class WHERE relnamespace ="
+                           " '%s_t2'::regnamespace",
+                           t->schema),
+                   0);
+  bs_storage_close(sb);
+  bs_storage_close(sa);
+  bs_close(b);
+  bs_close(a);
+}
+
+/* Schema names that need quoting (upper case, a space, a double quote) hold a database each:
+ * open, every kind of call, bs_db_stat, and the tables are in that schema. */
+static void t_quoted_schema_names(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  /* the name (SQL), the same in search_path as the URL's options spell it */
+  const char *names[][2] = {
+      {"\"%s Tenant\"", "%%22%s%%5C%%20Tenant%%22"},
+      {"\"%sT\"\"q\"", "%%22%sT%%22%%22q%%22"},
+      {"\"%sUPPER\"", "%%22%sUPPER%%22"},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    char sql_name[128], opt[256], params[300], url[1400];
+    bs_db *db;
+    snprintf(sql_name, sizeof sql_name, names[i][0], t->schema);
+    snprintf(opt, sizeof opt, names[i][1], t->schema);
+    snprintf(params, sizeof params, "options=-csearch_path%%3D%s", opt);
+    url_with(url, sizeof url, params);
+    on_teardown(d, "DROP SCHEMA %s CASCADE;", sql_name);
+    pgt_exec(t->admin, "CREATE SCHEMA %s", sql_name);
+    db = pgt_open(url, 0);
+    exercise(db);
+    bs_close(db);
+    assert_int_equal(pgt_int(t->admin,
+                             "SELECT count(*) FROM pg_class WHERE relname = 'bs_ops'"
+                             " AND relnamespace = (SELECT oid FROM pg_namespace WHERE"
+                             " quote_ident(nspname) = '%s')",
+                             sql_name),
+                     1);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(t_shadowing_role, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_two_search_paths, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_quoted_schema_names, setup, teardown),
+  };
+  if (pgt_skipped("test_pg_deploy")) return 0;
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+int main(void) {
+  return pgt_skipped("test_pg_deploy") ? 0 : 1;
+}
+#endif
