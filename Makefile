@@ -216,9 +216,11 @@ uninstall:
 
 # One bucketstore.c (every library .c with internal.h inlined, internals static) beside copies
 # of storage.h and storage_backend.h: vendor them and link -llmdb -lnettle -lpthread.
-amalgamate: $(filter-out pg%.c,$(LIB_SRCS)) internal.h lmdb_internal.h mem_internal.h storage.h storage_backend.h \
+AMALG_SRCS := $(filter-out pg%.c,$(ALL_LIB_SRCS))
+AMALG_DEPS := $(AMALG_SRCS) internal.h lmdb_internal.h mem_internal.h storage.h storage_backend.h \
 		tools/amalgamate.sh
-	tools/amalgamate.sh $(BUILD)/amalgamation $(filter-out pg%.c,$(LIB_SRCS))
+amalgamate: $(AMALG_DEPS)
+	tools/amalgamate.sh $(BUILD)/amalgamation $(AMALG_SRCS)
 
 # storage.h alone, as C99 -pedantic and as C++11 -pedantic, every *_INIT macro expanded.
 headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_backend.h
@@ -388,20 +390,28 @@ py-test: deps $(BUILD)/libbucketstore.so
 	  bindings/python/tests
 
 # ==== Node.js binding (issue 15): bindings/node, a Node-API addon built by npm/node-gyp against
-# the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded), linked
-# with build/libbucketstore.a. node-test (in `make test`): its `node --test` suite; skipped when
-# node is missing and under sanitizers (node itself is not instrumented).
+# the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded) from
+# bindings/node/deps, the amalgamation (node-sources; what `npm pack` ships, made by its
+# prepack), so the tree builds the addon as an installed package does. node-test (in `make
+# test`): its `node --test` suite, then tests/node_package_check.sh (npm pack of a clean copy,
+# npm install of the tarball elsewhere, the package's tests there); skipped when node is missing
+# and under sanitizers (node itself is not instrumented).
 NODE ?= node
 NPM ?= npm
 NODE_ADDON := bindings/node/build/Release/bucketstore.node
-.PHONY: node node-test
+NODE_DEPS := bindings/node/deps/bucketstore.c
+.PHONY: node node-sources node-test
+$(NODE_DEPS): $(AMALG_DEPS)
+	tools/amalgamate.sh bindings/node/deps $(AMALG_SRCS)
+node-sources: $(NODE_DEPS)
+# -Werror here only: an install elsewhere must not fail on a newer compiler's warning.
 $(NODE_ADDON): bindings/node/src/bucketstore_node.c bindings/node/binding.gyp \
-		bindings/node/package.json build/libbucketstore.a storage.h
-	cd bindings/node && $(NPM) install --no-audit --no-fund --loglevel=error
+		bindings/node/package.json bindings/node/scripts/check-system.js $(NODE_DEPS)
+	cd bindings/node && CFLAGS=-Werror $(NPM) install --no-audit --no-fund --loglevel=error
 node: $(NODE_ADDON)
 node-test:
 	@if [ -n "$(SAN)" ]; then echo "== node-test: skipped under sanitizers"; \
 	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
 	  echo "== node-test: skipped (no node/npm)"; \
 	else $(MAKE) --no-print-directory BUILD=build node && echo "== node --test bindings/node" && \
-	  cd bindings/node && $(NODE) --test test/*.test.js; fi
+	  (cd bindings/node && $(NODE) --test test/*.test.js) && tests/node_package_check.sh; fi

@@ -1,0 +1,49 @@
+#!/bin/sh
+# node_package_check.sh: the npm package as a user gets it. From a clean copy of the committed
+# tree (git archive HEAD), `npm pack` in bindings/node (its prepack makes deps/, the amalgamation);
+# the tarball must carry the C sources and no build output. `npm install <tarball>` in an
+# unrelated folder then compiles them with node-gyp (against the installed Node headers:
+# npm_config_nodedir, nothing is downloaded) and the package's own tests run against that
+# installed copy. A compiler that finds no <lmdb.h> stops the install with a message naming the
+# Debian package. Run from the project root (make test's node slice does).
+set -eu
+unset MAKEFLAGS MFLAGS MAKELEVEL # the clean copy's make (prepack) is not a sub-make of ours
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bs-npm.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "node_package_check: FAIL: $*" >&2; exit 1; }
+export npm_config_nodedir=${npm_config_nodedir:-/usr} npm_config_audit=false npm_config_fund=false \
+  npm_config_update_notifier=false npm_config_loglevel=error
+
+mkdir "$tmp/src" "$tmp/app"
+git archive HEAD | tar -x -C "$tmp/src"
+(cd "$tmp/src/bindings/node" && npm pack --pack-destination "$tmp" >/dev/null)
+tarball=$(ls "$tmp"/bucketstore-*.tgz)
+tar -tzf "$tarball" | sed 's|^package/||' | sort > "$tmp/files"
+for f in package.json index.js index.mjs index.d.ts binding.gyp README.md src/bucketstore_node.c \
+    deps/bucketstore.c deps/storage.h deps/storage_backend.h scripts/check-system.js; do
+  grep -qx "$f" "$tmp/files" || fail "the tarball lacks $f"
+done
+if grep -E '^(build|node_modules)/|\.(o|a|so|node)$' "$tmp/files"; then
+  fail "the tarball carries build output (above)"
+fi
+
+# A missing system library: a clear message naming the Debian package, before any compiling.
+mkdir "$tmp/unpacked" && tar -xzf "$tarball" -C "$tmp/unpacked"
+printf '#!/bin/sh\nif grep -q lmdb.h; then exit 1; fi\n' > "$tmp/nolmdb-cc"
+chmod +x "$tmp/nolmdb-cc"
+if CC="$tmp/nolmdb-cc" node "$tmp/unpacked/package/scripts/check-system.js" 2> "$tmp/err"; then
+  fail "check-system.js passed without <lmdb.h>"
+fi
+grep -q 'apt-get install liblmdb-dev' "$tmp/err" || fail "no Debian package named: $(cat "$tmp/err")"
+
+cd "$tmp/app"
+echo '{"name": "app", "private": true}' > package.json
+typescript=$(node -p "require('$tmp/src/bindings/node/package.json').devDependencies.typescript")
+npm install --no-save --prefer-offline "$tarball" "typescript@$typescript" >/dev/null
+[ -f node_modules/bucketstore/build/Release/bucketstore.node ] || fail "no addon built"
+cd node_modules/bucketstore
+node --test test/*.test.js > "$tmp/test.log" 2>&1 || { cat "$tmp/test.log"; fail "the package's tests"; }
+grep -E '^# (pass|fail|skipped)' "$tmp/test.log" | tr '\n' ' '
+echo
+grep -q '^# fail 0$' "$tmp/test.log" && grep -q '^# skipped 0$' "$tmp/test.log" || fail "a test failed or was skipped"
+echo "node_package_check: npm pack -> npm install in $tmp/app -> the package's tests pass"
