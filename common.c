@@ -58,6 +58,24 @@ int64_t bs__now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static unsigned fork_count;
+static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+
+static void forks_child(void) {
+  __atomic_add_fetch(&fork_count, 1, __ATOMIC_RELAXED);
+}
+
+static void forks_register(void) {
+  /* a failure (ENOMEM) leaves the count at 0 in every child: handles are then not refused there,
+   * as before this check existed */
+  (void)pthread_atfork(NULL, NULL, forks_child);
+}
+
+unsigned bs__forks(void) {
+  pthread_once(&forks_once, forks_register);
+  return __atomic_load_n(&fork_count, __ATOMIC_RELAXED);
+}
+
 uint64_t bs__monotonic_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

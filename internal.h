@@ -65,6 +65,12 @@ uint64_t bs__monotonic_ms(void);
  * processes on LMDB (storage.c), a PostgreSQL hot standby (pg.c). */
 #define BS_WAIT_POLL_MS 50u
 
+/* ---- fork() ---- */
+/* How many fork()s lie between this process and the one that first called this: a handle
+ * records it at open, and a different value later means the handle came into a child through
+ * fork(), where neither an LMDB environment nor a PostgreSQL connection may be used. */
+unsigned bs__forks(void);
+
 /* ---- Memory: every allocation goes through the db's allocator ---- */
 void *bs__malloc(const bs_allocator *a, size_t n);
 void *bs__calloc(const bs_allocator *a, size_t n, size_t size);
@@ -223,6 +229,7 @@ void bs__vset_free(bs__vset *s, const bs_allocator *a);
  * bs_writer.front): allocated and freed by the front (storage.c), never touched by a backend ---- */
 struct bs__db_front {
   struct bs__cksum_cache *cache; /* shared by every storage of this db; NULL = disabled */
+  unsigned forks;                /* bs__forks() at the open */
   /* checkpoint notification: bumped and broadcast after each commit that made a checkpoint */
   pthread_mutex_t notify_mu;
   pthread_cond_t notify_cv;

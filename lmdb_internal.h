@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <lmdb.h>
+#include <sys/types.h>
 
 /* =================================================================================================
  * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat;
@@ -471,20 +472,39 @@ void bs__lmdb_sup_value(unsigned char v[BS_SUP_VALUE_SIZE], uint64_t new_op);
 int bs__lmdb_sup_decode(const MDB_val *k, const MDB_val *v, uint64_t *bucket, uint64_t *old_op,
                         uint64_t *new_op);
 
-typedef struct bs__lmdb_db bs__lmdb_db;
-struct bs__lmdb_db {
-  bs_db base;
+/* The environment of one database file in this process, shared by every handle that opens the
+ * file (lmdb.c "One environment per file"): LMDB forbids two environments on one file in one
+ * process. What LMDB keeps per environment lives here; a handle keeps copies of env and the
+ * sub-database handles (a dbi belongs to the environment, the same for every handle). */
+#define BS_LMDB_NDBS 12u /* sub-databases: the layout table's */
+typedef struct bs__lmdb_env bs__lmdb_env;
+struct bs__lmdb_env {
   MDB_env *env;
-  MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
-  pthread_mutex_t grow_mu; /* serialises map growth */
+  MDB_dbi dbi[BS_LMDB_NDBS]; /* lmdb.c lm_db_names' order */
+  unsigned flags;            /* the MDB flags it was opened with */
+  pthread_mutex_t grow_mu;   /* serialises map growth */
   /* (a1) every txn of this process holds txn_lock shared; map growth (MDB_MAP_FULL, or
    * MDB_MAP_RESIZED from another process) takes it exclusive: LMDB forbids resizing while a
    * txn of this process is live. */
   pthread_rwlock_t txn_lock;
   size_t map_size;
-  unsigned env_flags;
-  MDB_dbi softdel;  /* soft-deleted source records, see the layout table */
   int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
+  /* the registry's (under its mutex) */
+  bs__lmdb_env *next;
+  dev_t dev;
+  ino_t ino;
+  unsigned forks; /* bs__forks() at the open: another value means a child after fork() */
+  unsigned refs;  /* handles using it */
+};
+
+typedef struct bs__lmdb_db bs__lmdb_db;
+struct bs__lmdb_db {
+  bs_db base;
+  bs__lmdb_env *e;
+  MDB_env *env; /* e->env */
+  MDB_dbi meta, tables, buckets, bstate, ops, source, params, changes, wcp, superseded, cqueue;
+  MDB_dbi softdel;    /* soft-deleted source records, see the layout table */
+  unsigned env_flags; /* this handle's: e->flags, plus MDB_RDONLY for a read-only handle */
 };
 
 typedef struct bs__lmdb_storage {

@@ -56,6 +56,7 @@ static int db_front_new(bs_db *db, const bs_open_options *opts, bs_error *err) {
   int rc;
   if (!f) return bs__fail(err, BS_ENOMEM, "cannot allocate the database's front state");
   if (entries == 0) entries = BS_DEFAULT_CACHE_ENTRIES;
+  f->forks = bs__forks();
   if (entries != (size_t)-1 && bs__cksum_cache_new(&f->cache, &db->alloc, entries) != BS_OK) {
     bs__free(&db->alloc, f);
     return bs__fail(err, BS_ENOMEM, "cannot allocate the checksum cache");
@@ -261,12 +262,16 @@ static const bs_allocator *front_alloc(const bs_storage *st) {
   return st && st->db ? &st->db->alloc : &bs__default_allocator;
 }
 
-/* The first check of a call on a handle: it is set; a writing call (call names it; NULL: a
- * reading one) is refused on a read-only database (BS_ESTATE). Then the call checks its
- * arguments, and last that its slot is usable (BS_EUNSUPPORTED), so a bad argument is named
- * whatever the backend. */
+/* The first check of a call on a handle: it is set; it was opened in this process, not
+ * inherited through fork() (BS_ESTATE); a writing call (call names it; NULL: a reading one) is
+ * refused on a read-only database (BS_ESTATE). Then the call checks its arguments, and last that
+ * its slot is usable (BS_EUNSUPPORTED), so a bad argument is named whatever the backend. */
 static int check_db(const bs_db *db, const char *call, bs_error *err) {
   if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if (db->front && db->front->forks != bs__forks())
+    return bs__fail(err, BS_ESTATE,
+                    "the database was opened before fork(): its environment does not survive "
+                    "fork, so the child process must open the database itself");
   if (call && (db->flags & BS_OPEN_RDONLY))
     return bs__fail(err, BS_ESTATE, "%s: the database is open read-only", call);
   return BS_OK;
@@ -279,7 +284,7 @@ static int check_storage(const bs_storage *st, const char *call, bs_error *err) 
 static int check_writer(const bs_writer *w, bs_error *err) {
   if (!w) return bs__fail(err, BS_EINVAL, "w: NULL");
   if (w->front->closed) return bs__fail(err, BS_ESTATE, "writer is closed");
-  return BS_OK;
+  return check_storage(w->st, NULL, err);
 }
 
 static int check_table(bs_val table, bs_error *err) {
@@ -368,7 +373,7 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
 int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
                    bs_error *err) {
   int rc;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, NULL, err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, stream_list, err))) return rc;
   return db->vt->stream_list(db, fn, payload, err);
@@ -378,7 +383,7 @@ int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *e
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, NULL, err))) return rc;
   if ((rc = DB_CHECK(db, storage_open, err))) return rc;
   if ((rc = db->vt->storage_open(out, db, stream_id, err)) == BS_OK)
     rc = HANDLE_CHECK(*out, "storage_open", err);
@@ -1043,7 +1048,7 @@ int bs_terminate(bs_storage *st, int clear, bs_error *err) {
 
 int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err) {
   int rc;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = DB_CHECK(db, stat, err))) return rc;
   memset(out, 0, sizeof *out);
@@ -1054,7 +1059,7 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
                  uint64_t *problems_out, bs_error *err) {
   uint64_t problems = 0;
   int rc;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, NULL, err))) return rc;
   if ((rc = DB_CHECK(db, verify, err))) return rc;
   rc = db->vt->verify(db, fn, payload, &problems, err);
   if (problems_out) *problems_out = problems;
@@ -1064,7 +1069,7 @@ int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void
 int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {
   bs_backup_options o;
   int rc;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, NULL, err))) return rc;
   if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
   if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
   if ((rc = DB_CHECK(db, backup, err))) return rc;
@@ -1074,7 +1079,7 @@ int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_err
 int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
                  void *payload, bs_error *err) {
   int rc;
-  if (!db) return bs__fail(err, BS_EINVAL, "db: NULL");
+  if ((rc = check_db(db, NULL, err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, export_records, err))) return rc;
   return db->vt->export_records(db, stream, fn, payload, err);

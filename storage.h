@@ -18,15 +18,21 @@
  *  - A bs_db and its bs_storage handles may be shared by reader threads.
  *  - A database at PATH also has a sidecar PATH-lock (LMDB's reader table and write lock),
  *    created by the first successful open, also a read-only one, and left behind on close: the
- *    directory must be writable. It holds no data. To DELETE a database, close it in every
- *    process, then unlink PATH and PATH-lock; there is no call for it. To copy one, use
- *    bs_backup() (copying PATH under a running writer can copy a torn file).
+ *    directory must be writable. It holds no data. PATH is the file's real path (symlinks
+ *    resolved), so processes opening one file through a symlink or by another relative path
+ *    share one lock file; HARD LINKS have no one real path: processes must open a database by
+ *    names that resolve to one path, or they neither exclude each other's writes nor protect
+ *    each other's read snapshots. To DELETE a database, close it in every process, then unlink
+ *    PATH and PATH-lock; there is no call for it. To copy one, use bs_backup() (copying PATH
+ *    under a running writer can copy a torn file).
  *  - The file grows and never shrinks: compaction and bs_clear() free pages for reuse inside it.
  *    bs_backup() writes a compacted copy (docs/format.md 6).
  *  - Long-lived read snapshots pin old pages: the file grows while they live.
  *    Every read call here opens and closes its own snapshot.
- *  - Do not use a handle across fork(); do not put the file on a network
- *    filesystem (LMDB's locking needs a local one).
+ *  - A handle does not survive fork(): in the child every call on a handle opened before the
+ *    fork (a bs_db, its storages and writers; any backend) fails with BS_ESTATE, and the child
+ *    opens the database itself (bs_close of the inherited handles is allowed). Do not put the
+ *    file on a network filesystem (LMDB's locking needs a local one).
  *
  * CONVENTIONS
  *  - Every fallible call returns an int status: BS_OK (0) or a negative
@@ -194,7 +200,17 @@ typedef struct bs_open_options {
  * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and the file is
  * missing, or the directory in path does not exist), BS_ECORRUPT (the message says which: an
  * empty file, not LMDB, truncated, a foreign LMDB file or one without data, an older or newer
- * format), BS_EBUSY, BS_EIO, BS_ENOMEM. */
+ * format), BS_EBUSY, BS_EIO, BS_ENOMEM.
+ * One file, one environment: LMDB forbids opening one file twice in a process, so every bs_open
+ * of one file in a process (by any name: a symlink, a hard link, a relative path; the file's
+ * device and inode decide) shares one LMDB environment, from any thread, until its last handle
+ * is closed. The handles behave as handles of two processes would (each has its own checksum
+ * cache, allocator and checkpoint listener; writers of one stream are serialised by LMDB's write
+ * lock as ever). Options that cannot share it fail with BS_EBUSY, the message naming the
+ * option: a read-write open while the environment was opened read-only (open read-write first,
+ * or close the read-only handles), BS_OPEN_NOSYNC set on one read-write handle and not on the
+ * other, or a map_size larger than the map the environment has now (a smaller one is met). A
+ * read-only handle uses a read-write environment and stays read-only. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* Opens the PostgreSQL backend on the database that url names (a libpq connection string or

@@ -721,7 +721,7 @@ static void test_map_growth(void **state) {
   }
   assert_int_equal(bs_writer_flush(f->w, &last, NULL), BS_OK);
   assert_int_equal(last, 2000);
-  assert_true(LDB(f)->map_size > 256 * 1024);
+  assert_true(LDB(f)->e->map_size > 256 * 1024);
 }
 
 static void test_format_refusal(void **state) {

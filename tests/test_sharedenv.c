@@ -1,0 +1,347 @@
+/*
+ * test_sharedenv.c: one database file opened more than once in one process. LMDB forbids two
+ * environments on one file in a process (the second open resets the reader table, so the first
+ * one's read snapshots are no longer protected and the writer reuses their pages): every bs_open
+ * of a file shares one environment, whatever name opened it.
+ *  - The reproduction: handle 1 writes rows and commits; an export of handle 1 pauses inside its
+ *    first callback (its read snapshot open); a second bs_open of the same file (the same path,
+ *    a relative path, a symlink, a hard link); every row is rewritten several times, by handle
+ *    1's writer and handle 2's in turn, committing and compacting (through the other handle)
+ *    each time; the export continues and must deliver every
+ *    record of its snapshot (counted and hashed against an export made before).
+ *  - Options that cannot share one environment are refused with BS_EBUSY and the option named.
+ *  - The lock file is the real file's: an open through a symlink makes no lock beside the link.
+ *  - A handle inherited by a child through fork() is refused (BS_ESTATE); the child's own open
+ *    of the file works.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "util_contract.h"
+#include "util_fault.h"
+#include "storage.h"
+
+#define NBUCKETS 10
+
+static unsigned n_rows(void) {
+  return getenv("BS_TEST_QUICK") ? 2000 : 20000;
+}
+
+static unsigned n_rewrites(void) {
+  return getenv("BS_TEST_QUICK") ? 3 : 6;
+}
+
+static int setup(void **state) {
+  *state = ct_env_new(&ct_backends[CT_LMDB]);
+  return *state ? 0 : -1;
+}
+
+/* Round r of every row (inserted when r == 0) through w, ~120 bytes of data each, then a commit. */
+static void write_round(bs_writer *w, unsigned r) {
+  char id[16], data[128], bucket[8];
+  bs_commit_result cr;
+  for (unsigned i = 0; i < n_rows(); i++) {
+    snprintf(id, sizeof id, "r%u", i);
+    snprintf(data, sizeof data, "{\"round\":%u,\"row\":%u,\"pad\":\"%0*u\"}", r, i, 80, i);
+    snprintf(bucket, sizeof bucket, "b%u", i % NBUCKETS);
+    CT_OK(ct_save(w, r ? BS_UPDATE : BS_INSERT, "t", NULL, id, CT_ROWS({bucket, "t", id, data})));
+  }
+  CT_OK(ct_commit(w, ct_lsn(r + 1), &cr));
+  assert_true(cr.checkpoint_created);
+}
+
+static void compact(bs_storage *st) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  o.min_bucket_changes = 1;
+  CT_OK(bs_compact(st, &o, NULL, &ct_err));
+}
+
+/* ---- An export that pauses in its first callback ---------------------------------------------- */
+
+typedef struct paused_export {
+  bs_db *db;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pause, inside, go, rc;
+  uint64_t records, hash;
+  bs_error err;
+} paused_export;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static int on_record(const bs_record *rec, void *payload) {
+  paused_export *x = payload;
+  if (x->pause && x->records == 0) {
+    pthread_mutex_lock(&x->mu);
+    x->inside = 1;
+    pthread_cond_broadcast(&x->cv);
+    while (!x->go) pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+  }
+  x->records++;
+  x->hash = fnv(x->hash, rec->table, strlen(rec->table) + 1);
+  x->hash = fnv(x->hash, rec->key.data, rec->key.size);
+  x->hash = fnv(x->hash, rec->value.data, rec->value.size);
+  return 0;
+}
+
+static void *export_thread(void *arg) {
+  paused_export *x = arg;
+  x->rc = bs_db_export(x->db, 0, on_record, x, &x->err);
+  return NULL;
+}
+
+static void export_init(paused_export *x, bs_db *db, int pause) {
+  memset(x, 0, sizeof *x);
+  x->db = db;
+  x->pause = pause;
+  x->hash = 0xcbf29ce484222325ull;
+  pthread_mutex_init(&x->mu, NULL);
+  pthread_cond_init(&x->cv, NULL);
+}
+
+static void export_destroy(paused_export *x) {
+  pthread_cond_destroy(&x->cv);
+  pthread_mutex_destroy(&x->mu);
+}
+
+/* ---- The reproduction ------------------------------------------------------------------------- */
+
+typedef enum how { SAME_PATH, RELATIVE, SYMLINK, HARDLINK } how;
+
+/* The options of the fixture's handle (util_contract.c) */
+static const bs_open_options nosync = {BS_OPEN_OPTIONS_VERSION, BS_OPEN_NOSYNC, 0, 0, NULL};
+
+/* Opens e's file a second time, named as how says. */
+static int open_again(ct_env *e, how h, bs_db **out) {
+  char other[256], cwd[512];
+  int rc;
+  if (h == SAME_PATH) return bs_open(out, e->path, &nosync, &ct_err);
+  if (h == RELATIVE) {
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(e->dir), 0);
+    rc = bs_open(out, strrchr(e->path, '/') + 1, &nosync, &ct_err);
+    assert_int_equal(chdir(cwd), 0);
+    return rc;
+  }
+  snprintf(other, sizeof other, "%s/other.bsdb", e->dir);
+  assert_int_equal(h == SYMLINK ? symlink(e->path, other) : link(e->path, other), 0);
+  return bs_open(out, other, &nosync, &ct_err);
+}
+
+static void reproduction(void **state, how h) {
+  ct_env *e = *state;
+  paused_export before, x;
+  pthread_t t;
+  bs_db *db2 = NULL;
+  bs_storage *st2 = NULL;
+  bs_writer *w2 = NULL;
+
+  write_round(e->w, 0);
+  export_init(&before, e->db, 0);
+  CT_OK(bs_db_export(e->db, 0, on_record, &before, &ct_err));
+
+  export_init(&x, e->db, 1);
+  assert_int_equal(pthread_create(&t, NULL, export_thread, &x), 0);
+  pthread_mutex_lock(&x.mu);
+  while (!x.inside) pthread_cond_wait(&x.cv, &x.mu);
+  pthread_mutex_unlock(&x.mu);
+
+  CT_OK(open_again(e, h, &db2));
+  CT_OK(bs_storage_open(&st2, db2, e->stream, &ct_err));
+  CT_OK(bs_writer_open(&w2, st2, NULL, &ct_err));
+  /* Rounds alternate between the two handles' writers: each must see the other's snapshot. */
+  for (unsigned r = 1; r <= n_rewrites(); r++) {
+    write_round(r % 2 ? e->w : w2, r);
+    compact(r % 2 ? st2 : e->st);
+  }
+
+  pthread_mutex_lock(&x.mu);
+  x.go = 1;
+  pthread_cond_broadcast(&x.cv);
+  pthread_mutex_unlock(&x.mu);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  if (x.rc) fail_msg("export: %s (%s)", bs_strerror(x.rc), x.err.msg);
+  CT_EQ_U64(x.records, before.records);
+  CT_EQ_U64(x.hash, before.hash);
+
+  bs_writer_close(w2);
+  bs_storage_close(st2);
+  bs_close(db2);
+  export_destroy(&x);
+  export_destroy(&before);
+}
+
+static void t_same_path(void **state) {
+  reproduction(state, SAME_PATH);
+}
+static void t_relative_path(void **state) {
+  reproduction(state, RELATIVE);
+}
+static void t_symlink(void **state) {
+  reproduction(state, SYMLINK);
+}
+static void t_hardlink(void **state) {
+  reproduction(state, HARDLINK);
+}
+
+/* ---- Options that cannot share one environment -------------------------------------------- */
+
+static void expect_busy(const char *path, unsigned flags, size_t map_size, const char *names) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db = NULL;
+  o.flags = flags;
+  o.map_size = map_size;
+  CT_RC(BS_EBUSY, bs_open(&db, path, &o, &ct_err));
+  assert_null(db);
+  if (!strstr(ct_err.msg, names)) fail_msg("the message does not name %s: %s", names, ct_err.msg);
+}
+
+/* Closes the fixture's handles (teardown then only removes the files). */
+static void close_fixture(ct_env *e) {
+  bs_writer_close(e->w);
+  bs_storage_close(e->st);
+  bs_close(e->db);
+  e->w = NULL;
+  e->st = NULL;
+  e->db = NULL;
+}
+
+static void t_conflicts(void **state) {
+  ct_env *e = *state;
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *ro = NULL, *rw = NULL, *small = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_checkpoint cp;
+
+  write_round(e->w, 0);
+  /* the fixture's handle is read-write with BS_OPEN_NOSYNC */
+  expect_busy(e->path, 0, 0, "BS_OPEN_NOSYNC");
+  expect_busy(e->path, BS_OPEN_NOSYNC, (size_t)1 << 44, "map_size");
+  o.flags = BS_OPEN_NOSYNC;
+  o.map_size = (size_t)1 << 20; /* below the map: it is already as large */
+  CT_OK(bs_open(&small, e->path, &o, &ct_err));
+  /* a read-only handle uses the read-write environment, and stays read-only */
+  o.flags = BS_OPEN_RDONLY;
+  o.map_size = 0;
+  CT_OK(bs_open(&ro, e->path, &o, &ct_err));
+  CT_OK(bs_storage_open(&st, ro, e->stream, &ct_err));
+  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  assert_true(cp.op_id > 0);
+  CT_RC(BS_ESTATE, bs_writer_open(&w, st, NULL, &ct_err));
+  bs_storage_close(st);
+  bs_close(small);
+  close_fixture(e);
+  /* the read-only handle outlives the one that opened the environment */
+  CT_OK(bs_storage_open(&st, ro, e->stream, &ct_err));
+  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  bs_storage_close(st);
+  bs_close(ro);
+
+  /* opened read-only first: the environment is read-only, a read-write open must wait */
+  CT_OK(bs_open(&ro, e->path, &o, &ct_err));
+  expect_busy(e->path, BS_OPEN_NOSYNC, 0, "read-only");
+  bs_close(ro);
+  CT_OK(bs_open(&rw, e->path, &nosync, &ct_err));
+  bs_close(rw);
+}
+
+/* ---- The lock file of a file opened through a symlink ------------------------------------- */
+
+static int exists(const char *dir, const char *name) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+static void t_lock_file(void **state) {
+  ct_env *e = *state;
+  char link_path[256], lock[256];
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_checkpoint cp;
+  write_round(e->w, 0);
+  close_fixture(e);
+  snprintf(lock, sizeof lock, "%s-lock", e->path);
+  assert_int_equal(unlink(lock), 0); /* nobody has the file open */
+  snprintf(link_path, sizeof link_path, "%s/link.bsdb", e->dir);
+  assert_int_equal(symlink(e->path, link_path), 0);
+  CT_OK(bs_open(&db, link_path, &nosync, &ct_err));
+  CT_OK(bs_storage_open(&st, db, e->stream, &ct_err));
+  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  assert_true(exists(e->dir, strrchr(lock, '/') + 1));
+  assert_false(exists(e->dir, "link.bsdb-lock"));
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+/* ---- A handle in a child after fork() ---------------------------------------------------- */
+
+/* The child's checks; its exit status names the first that failed (0: all passed). */
+static int child_checks(ct_env *e) {
+  bs_error err;
+  bs_checkpoint cp;
+  bs_stat sb;
+  bs_db *mine = NULL;
+  bs_storage *st = NULL;
+  if (bs_get_checkpoint(e->st, &cp, &err) != BS_ESTATE || !strstr(err.msg, "fork")) return 1;
+  if (bs_db_stat(e->db, &sb, &err) != BS_ESTATE) return 2;
+  if (ct_save(e->w, BS_INSERT, "t", NULL, "x", CT_ROWS({"b0", "t", "x", "{}"})) != BS_ESTATE)
+    return 3;
+  /* the child opens the file itself: a new environment, not the parent's */
+  if (bs_open(&mine, e->path, &nosync, &err) != BS_OK) return 4;
+  bs_writer_close(e->w);
+  bs_storage_close(e->st);
+  bs_close(e->db);
+  if (bs_storage_open(&st, mine, e->stream, &err) != BS_OK) return 5;
+  if (bs_get_checkpoint(st, &cp, &err) != BS_OK || cp.op_id == 0) return 6;
+  bs_storage_close(st);
+  bs_close(mine);
+  return 0;
+}
+
+static void t_fork(void **state) {
+  ct_env *e = *state;
+  bs_checkpoint cp;
+  int status;
+  pid_t pid;
+  write_round(e->w, 0);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(child_checks(e));
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  CT_OK(bs_get_checkpoint(e->st, &cp, &ct_err)); /* the parent's handle is unaffected */
+  write_round(e->w, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(t_same_path, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_relative_path, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_symlink, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_hardlink, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_conflicts, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_lock_file, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_fork, setup, ct_env_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
