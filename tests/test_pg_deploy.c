@@ -158,7 +158,8 @@ static void exercise(bs_db *db) {
   assert_int_equal(bs_get_checksums(st, cp.op_id, buckets, 2, ck, &err), BS_OK);
   assert_true(ck[0].count > 0);
   n = 0;
-  assert_int_equal(bs_get_parameter_sets(st, cp.op_id, lookups, 1, 100, count_row, &n, &err), BS_OK);
+  assert_int_equal(bs_get_parameter_sets(st, cp.op_id, lookups, 1, 100, count_row, &n, &err),
+                   BS_OK);
   assert_true(n > 0);
   n = 0;
   assert_int_equal(bs_get_checkpoint_changes(st, 1, cp.op_id, count_changes, &n, &err), BS_OK);
@@ -201,18 +202,17 @@ static void t_shadowing_role(void **state) {
   pgt_exec(t->admin, "ALTER SCHEMA %s OWNER TO %s; GRANT CREATE ON SCHEMA public TO %s", t->schema,
            svc, evil);
   pgt_exec(t->admin, "SET ROLE %s", evil);
-  pgt_exec(t->admin,
-           "CREATE TABLE public.bs_ran (what text);"
-           " GRANT INSERT ON public.bs_ran TO PUBLIC;"
-           "CREATE FUNCTION public.unnest(bytea[]) RETURNS SETOF bytea LANGUAGE sql AS"
-           " $$ INSERT INTO public.bs_ran VALUES ('unnest');"
-           " SELECT pg_catalog.unnest($1) $$;"
-           "CREATE FUNCTION public.bs_cat(name, text) RETURNS text LANGUAGE sql AS"
-           " $$ INSERT INTO public.bs_ran VALUES ('||');"
-           " SELECT pg_catalog.textcat($1::text, $2) $$;"
-           "CREATE OPERATOR public.|| (LEFTARG = name, RIGHTARG = text,"
-           " FUNCTION = public.bs_cat);"
-           "RESET ROLE");
+  pgt_exec(t->admin, "CREATE TABLE public.bs_ran (what text);"
+                     " GRANT INSERT ON public.bs_ran TO PUBLIC;"
+                     "CREATE FUNCTION public.unnest(bytea[]) RETURNS SETOF bytea LANGUAGE sql AS"
+                     " $$ INSERT INTO public.bs_ran VALUES ('unnest');"
+                     " SELECT pg_catalog.unnest($1) $$;"
+                     "CREATE FUNCTION public.bs_cat(name, text) RETURNS text LANGUAGE sql AS"
+                     " $$ INSERT INTO public.bs_ran VALUES ('||');"
+                     " SELECT pg_catalog.textcat($1::text, $2) $$;"
+                     "CREATE OPERATOR public.|| (LEFTARG = name, RIGHTARG = text,"
+                     " FUNCTION = public.bs_cat);"
+                     "RESET ROLE");
   /* the shadows work: a session with public on its path runs them */
   pgt_exec(t->admin, "SET search_path = %s, public", t->schema);
   pgt_exec(t->admin, "SELECT current_schema() || 'x'; SELECT unnest('{a}'::bytea[])");
