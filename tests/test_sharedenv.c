@@ -13,6 +13,9 @@
  *  - The lock file is the real file's: an open through a symlink makes no lock beside the link.
  *  - A handle inherited by a child through fork() is refused (BS_ESTATE); the child's own open
  *    of the file works.
+ *  - Opens and closes of one file racing from several threads, by two names.
+ *  - Two processes, two names (the real path, a symlink): a read snapshot of one survives the
+ *    other's writes and compactions, and there is one lock file.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -47,24 +50,36 @@ static int setup(void **state) {
   return *state ? 0 : -1;
 }
 
-/* Round r of every row (inserted when r == 0) through w, ~120 bytes of data each, then a commit. */
-static void write_round(bs_writer *w, unsigned r) {
+/* Round r of every row (inserted when r == 0) through w, ~120 bytes of data each, then a commit
+ * that makes a checkpoint. Returns the first failure (-1: no checkpoint), without asserting: a
+ * child process runs it too. */
+static int put_round(bs_writer *w, unsigned r) {
   char id[16], data[128], bucket[8];
   bs_commit_result cr;
+  int rc;
   for (unsigned i = 0; i < n_rows(); i++) {
     snprintf(id, sizeof id, "r%u", i);
     snprintf(data, sizeof data, "{\"round\":%u,\"row\":%u,\"pad\":\"%0*u\"}", r, i, 80, i);
     snprintf(bucket, sizeof bucket, "b%u", i % NBUCKETS);
-    CT_OK(ct_save(w, r ? BS_UPDATE : BS_INSERT, "t", NULL, id, CT_ROWS({bucket, "t", id, data})));
+    rc = ct_save(w, r ? BS_UPDATE : BS_INSERT, "t", NULL, id, CT_ROWS({bucket, "t", id, data}));
+    if (rc) return rc;
   }
-  CT_OK(ct_commit(w, ct_lsn(r + 1), &cr));
-  assert_true(cr.checkpoint_created);
+  if ((rc = ct_commit(w, ct_lsn(r + 1), &cr))) return rc;
+  return cr.checkpoint_created ? BS_OK : -1;
+}
+
+static void write_round(bs_writer *w, unsigned r) {
+  CT_OK(put_round(w, r));
+}
+
+static int compact_all(bs_storage *st) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  o.min_bucket_changes = 1;
+  return bs_compact(st, &o, NULL, &ct_err);
 }
 
 static void compact(bs_storage *st) {
-  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
-  o.min_bucket_changes = 1;
-  CT_OK(bs_compact(st, &o, NULL, &ct_err));
+  CT_OK(compact_all(st));
 }
 
 /* ---- An export that pauses in its first callback ---------------------------------------------- */
@@ -333,6 +348,158 @@ static void t_fork(void **state) {
   write_round(e->w, 1);
 }
 
+/* ---- Opens and closes racing from several threads ------------------------------------------ */
+
+#define RACERS 4
+
+typedef struct racer {
+  const char *path; /* the file, or a symlink to it */
+  uint32_t stream;
+  uint64_t C;
+  bs_checksum sum; /* of bucket b0 at C */
+  pthread_barrier_t *start;
+  unsigned iterations;
+  int failed;
+  char msg[320];
+} racer;
+
+static int race_once(racer *r) {
+  bs_val b0 = {"b0", 2};
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_checkpoint cp;
+  bs_checksum sum;
+  bs_error err = {0, ""};
+  int rc = bs_open(&db, r->path, &nosync, &err);
+  if (rc == BS_OK) rc = bs_storage_open(&st, db, r->stream, &err);
+  if (rc == BS_OK) rc = bs_get_checkpoint(st, &cp, &err);
+  if (rc == BS_OK) rc = bs_get_checksums(st, r->C, &b0, 1, &sum, &err);
+  if (rc != BS_OK)
+    snprintf(r->msg, sizeof r->msg, "%s: %s", bs_strerror(rc), err.msg);
+  else if (cp.op_id != r->C || sum.checksum != r->sum.checksum || sum.count != r->sum.count)
+    snprintf(r->msg, sizeof r->msg, "read checkpoint %llu (%llu ops in b0), expected %llu (%llu)",
+             (unsigned long long)cp.op_id, (unsigned long long)sum.count, (unsigned long long)r->C,
+             (unsigned long long)r->sum.count),
+        rc = -1;
+  bs_storage_close(st);
+  bs_close(db);
+  return rc;
+}
+
+static void *racer_run(void *arg) {
+  racer *r = arg;
+  pthread_barrier_wait(r->start);
+  for (unsigned i = 0; i < r->iterations && !r->failed; i++) r->failed = race_once(r) != BS_OK;
+  return NULL;
+}
+
+/* Threads open, read and close the file, by its path and by a symlink, while no other handle
+ * holds it: environments are opened, shared and closed under each other. */
+static void t_open_close_race(void **state) {
+  ct_env *e = *state;
+  char link_path[256];
+  pthread_barrier_t start;
+  pthread_t t[RACERS];
+  racer r[RACERS];
+  bs_val b0 = {"b0", 2};
+  bs_checkpoint cp;
+  bs_checksum sum;
+  write_round(e->w, 0);
+  CT_OK(bs_get_checkpoint(e->st, &cp, &ct_err));
+  CT_OK(bs_get_checksums(e->st, cp.op_id, &b0, 1, &sum, &ct_err));
+  close_fixture(e);
+  snprintf(link_path, sizeof link_path, "%s/link.bsdb", e->dir);
+  assert_int_equal(symlink(e->path, link_path), 0);
+  assert_int_equal(pthread_barrier_init(&start, NULL, RACERS), 0);
+  for (int i = 0; i < RACERS; i++) {
+    r[i] = (racer){.path = i % 2 ? link_path : e->path,
+                   .stream = e->stream,
+                   .C = cp.op_id,
+                   .sum = sum,
+                   .start = &start,
+                   .iterations = getenv("BS_TEST_QUICK") ? 50 : 200};
+    assert_int_equal(pthread_create(&t[i], NULL, racer_run, &r[i]), 0);
+  }
+  for (int i = 0; i < RACERS; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < RACERS; i++)
+    if (r[i].failed) fail_msg("thread %d: %s", i, r[i].msg);
+  pthread_barrier_destroy(&start);
+}
+
+/* ---- Two processes, two names -------------------------------------------------------------- */
+
+/* The child: through the symlink, every row rewritten and compacted; the exit status names the
+ * first failure (0: none). */
+static int child_rewrite(const char *link_path, uint32_t stream) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_error err;
+  int rc = 0;
+  if (bs_open(&db, link_path, &nosync, &err) != BS_OK) return 10;
+  if (bs_storage_open(&st, db, stream, &err) != BS_OK) return 11;
+  if (bs_writer_open(&w, st, NULL, &err) != BS_OK) return 12;
+  for (unsigned r = 1; r <= n_rewrites() && !rc; r++)
+    if (put_round(w, r) != BS_OK || compact_all(st) != BS_OK) rc = 13;
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  return rc;
+}
+
+/* A read snapshot of this process (an export paused in its first callback, through the real
+ * path) survives another process's writes and compactions through a symlink: the two share one
+ * lock file, so the other's writer sees this reader. */
+static void t_two_processes(void **state) {
+  ct_env *e = *state;
+  char link_path[256], lock[256];
+  paused_export before, x;
+  int go[2], status;
+  pthread_t t;
+  pid_t pid;
+  char c = 'g';
+  write_round(e->w, 0);
+  export_init(&before, e->db, 0);
+  CT_OK(bs_db_export(e->db, 0, on_record, &before, &ct_err));
+  snprintf(link_path, sizeof link_path, "%s/link.bsdb", e->dir);
+  assert_int_equal(symlink(e->path, link_path), 0);
+  assert_int_equal(pipe(go), 0);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(go[1]);
+    _exit(read(go[0], &c, 1) == 1 ? child_rewrite(link_path, e->stream) : 9);
+  }
+  close(go[0]);
+
+  export_init(&x, e->db, 1);
+  assert_int_equal(pthread_create(&t, NULL, export_thread, &x), 0);
+  pthread_mutex_lock(&x.mu);
+  while (!x.inside) pthread_cond_wait(&x.cv, &x.mu);
+  pthread_mutex_unlock(&x.mu);
+  assert_int_equal(write(go[1], &c, 1), 1);
+  close(go[1]);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+
+  pthread_mutex_lock(&x.mu);
+  x.go = 1;
+  pthread_cond_broadcast(&x.cv);
+  pthread_mutex_unlock(&x.mu);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  if (x.rc) fail_msg("export: %s (%s)", bs_strerror(x.rc), x.err.msg);
+  CT_EQ_U64(x.records, before.records);
+  CT_EQ_U64(x.hash, before.hash);
+  snprintf(lock, sizeof lock, "%s-lock", e->path);
+  assert_int_equal(access(lock, F_OK), 0);
+  assert_false(exists(e->dir, "link.bsdb-lock"));
+  write_round(e->w, n_rewrites() + 1); /* this process's writer goes on after the other's */
+  export_destroy(&x);
+  export_destroy(&before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_same_path, setup, ct_env_teardown),
@@ -342,6 +509,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_conflicts, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(t_lock_file, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(t_fork, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_open_close_race, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_two_processes, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
