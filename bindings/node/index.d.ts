@@ -67,9 +67,45 @@ export declare class Database {
    * thread of the addon reads them in batches (at most three in memory). While it is open the
    * database cannot be closed (BS_ESTATE). The memory backend rejects with BS_EUNSUPPORTED. */
   export(stream?: number): AsyncGenerator<StoredRecord, void, undefined>;
+  /** Counts over the whole database, every stream (a full scan). */
+  stat(): Promise<DatabaseStat>;
+  /** Recomputes every op's checksum, every bucket's checksum and count and checks encodings
+   * and source records, in one snapshot: the problems found ([] = consistent). */
+  verify(): Promise<string[]>;
   /** Rejects with BS_ESTATE while storages or exports are open; resolves once calls in flight
    * are done. */
   close(): Promise<void>;
+}
+
+export interface DatabaseStat {
+  streams: number;
+  buckets: number;
+  opsPut: number;
+  opsRemove: number;
+  opsMove: number;
+  opsClear: number;
+  parameterEntries: number;
+  sourceRecords: number;
+  writeCheckpoints: number;
+  /** the file's size (0 for the memory backend) */
+  fileBytes: number;
+  /** bytes on free pages, reused by later writes; a backup leaves them out */
+  reclaimableBytes: number;
+}
+
+/** One bucket as its stored figures stand (also ops flushed above the checkpoint). */
+export interface BucketInfo {
+  bucket: Bytes;
+  /** signed 32-bit, as getChecksums */
+  checksum: number;
+  count: number;
+  lastOp: OpId;
+  /** space of its ops in the backend's own measure (for sizing and progress) */
+  bytes: number;
+  /** changes whenever a compaction rewrites the bucket's ops (compare for equality only) */
+  generation: bigint;
+  /** about how many ops arrived since its last full compaction */
+  changes: number;
 }
 
 /** One stored record (the on-disk format: docs/format.md). stream 0: a record of the whole
@@ -90,7 +126,8 @@ export interface LoadRecord {
 }
 
 export interface LoadOptions {
-  /** cancels at the next batch (rejects with code BS_ECANCELED; nothing is left at path) */
+  /** an abort cancels at the next batch and rejects with the signal's reason, as an abort
+   * before the call does (nothing is left at path) */
   signal?: AbortSignal;
   /** called with the records written so far after each batch (a backup also with 0 once its
    * snapshot is taken), before the next one (a Promise it returns is waited for): returning
@@ -281,7 +318,8 @@ export interface CompactOptions {
   maxOpsPerTransaction?: number;
   /** opt-in defragmentation ratio (0 = off) */
   defragmentRatio?: number;
-  /** cancels between transactions (rejects with code BS_ECANCELED; done work stays) */
+  /** an abort cancels between transactions and rejects with the signal's reason, as an abort
+   * before the call does (done work stays) */
   signal?: AbortSignal;
   /** called after each transaction with the totals so far, before the next one starts (a
    * Promise it returns is waited for): returning (or resolving to) true cancels (BS_ECANCELED;
@@ -332,16 +370,27 @@ export declare class BucketStorage {
   /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
   getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[]):
     Promise<Map<Bytes, BucketChecksum>>;
-  /** Rejects with code BS_ELIMIT ("too many parameter results (limit was N)"). */
+  /** The bucket-parameter rows, parsed (JSON.parse, except that an integer beyond 2^53 comes
+   * back as an exact bigint). Rejects with code BS_ELIMIT ("too many parameter results (limit
+   * was N)"). */
   getParameterSets(checkpoint: CheckpointArg, lookups: LookupValue[][], limit?: number):
     Promise<Record<string, unknown>[]>;
   getCheckpointChanges(options: { lastCheckpoint: CheckpointArg; nextCheckpoint: CheckpointArg }):
     Promise<CheckpointChanges>;
   /** The service resolves to void: here to the statistics. */
   compact(options?: CompactOptions): Promise<CompactStats>;
-  /** Before the first checkpoint only (else BS_ESTATE). */
-  compactInitialReplication(options?: { maxOpId?: OpId | number; minBucketChanges?: number }):
-    Promise<{ buckets: number }>;
+  /** Before the first checkpoint only (else BS_ESTATE). It has no steps to stop at: an abort,
+   * before or during the call, rejects with the signal's reason (the work done stays). */
+  compactInitialReplication(options?: { maxOpId?: OpId | number; minBucketChanges?: number;
+    signal?: AbortSignal }): Promise<{ buckets: number }>;
+  /** Every bucket with a stored op, in ascending byte order of name, after startAfter; read in
+   * pages of `page` buckets (default 1000), one snapshot each. */
+  listBuckets(options?: { startAfter?: Bytes; page?: number }): AsyncGenerator<BucketInfo, void, undefined>;
+  /** The stream's checkpoint once it differs from known (null: no checkpoint yet), or the
+   * current one after timeoutMs (default: no limit). Commits of this process wake it at once,
+   * other processes' within 50 ms. An abort rejects with the signal's reason. */
+  waitCheckpoint(known: { checkpoint: OpId; lsn: string | null } | null,
+    options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<Checkpoint>;
   readonly writeCheckpointMode: 'managed' | 'custom';
   setWriteCheckpointMode(config: 'managed' | 'custom' |
     { mode: 'managed' | 'custom'; eventName?: string }): void;

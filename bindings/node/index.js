@@ -33,9 +33,76 @@ async function withSignal(signal, run) {
   signal.addEventListener('abort', onAbort, { once: true });
   try {
     return await run(flag);
+  } catch (e) {
+    // cancelled by the abort: rejects with its reason, as an abort before the call does
+    if (signal.aborted && e?.code === 'BS_ECANCELED') throw signal.reason;
+    throw e;
   } finally {
     signal.removeEventListener('abort', onAbort);
   }
+}
+
+const SAFE_DIGITS = /\d{16}/;
+
+/**
+ * JSON text as JSON.parse reads it, except that an integer beyond Number's exact range
+ * (2^53) becomes a bigint, so stored big integers come back exact.
+ */
+function parseJson(text) {
+  if (!SAFE_DIGITS.test(text)) return JSON.parse(text);
+  let i = 0;
+  const ws = () => {
+    while (i < text.length && ' \t\n\r'.includes(text[i])) i++;
+  };
+  const value = () => {
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      const o = {};
+      i++;
+      ws();
+      if (text[i] === '}') return i++, o;
+      for (;;) {
+        ws();
+        const k = string();
+        ws();
+        if (text[i++] !== ':') throw new SyntaxError(`JSON: ':' expected at ${i - 1}`);
+        o[k] = value();
+        ws();
+        if (text[i] === '}') return i++, o;
+        if (text[i++] !== ',') throw new SyntaxError(`JSON: ',' or '}' expected at ${i - 1}`);
+      }
+    }
+    if (c === '[') {
+      const a = [];
+      i++;
+      ws();
+      if (text[i] === ']') return i++, a;
+      for (;;) {
+        a.push(value());
+        ws();
+        if (text[i] === ']') return i++, a;
+        if (text[i++] !== ',') throw new SyntaxError(`JSON: ',' or ']' expected at ${i - 1}`);
+      }
+    }
+    if (c === '"') return string();
+    const m = /^-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?|^true|^false|^null/.exec(text.slice(i, i + 400));
+    if (!m) throw new SyntaxError(`JSON: unexpected ${c === undefined ? 'end' : `'${c}'`} at ${i}`);
+    i += m[0].length;
+    if (m[0] === 'true' || m[0] === 'false' || m[0] === 'null') return JSON.parse(m[0]);
+    const n = Number(m[0]);
+    return m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(n) ? BigInt(m[0]) : n;
+  };
+  const string = () => {
+    const m = /^"(?:[^"\\\u0000-\u001f]|\\.)*"/.exec(text.slice(i));
+    if (!m) throw new SyntaxError(`JSON: string expected at ${i}`);
+    i += m[0].length;
+    return JSON.parse(m[0]);
+  };
+  const v = value();
+  ws();
+  if (i !== text.length) throw new SyntaxError(`JSON: unexpected '${text[i]}' at ${i}`);
+  return v;
 }
 
 /** A checkpoint argument: a bigint, a number or a ReplicationCheckpoint-like {checkpoint}. */
@@ -105,6 +172,14 @@ class Database {
       await native.exportClose(x);
     }
   }
+  /** Counts over the whole database (bs_db_stat: a full scan). */
+  stat() {
+    return call(native.stat, this.#h);
+  }
+  /** Every checksum, count and encoding recomputed (bs_db_verify): the problems, [] if none. */
+  verify() {
+    return call(native.verify, this.#h);
+  }
   close() {
     return call(native.close, this.#h);
   }
@@ -172,7 +247,7 @@ class BucketStorage {
   }
   async getParameterSets(checkpoint, lookups, limit) {
     const rows = await call(native.parameterSets, this.#h, opId(checkpoint), lookups, limit);
-    return rows.map((r) => JSON.parse(r));
+    return rows.map(parseJson);
   }
   async getCheckpointChanges(options) {
     const o = options ?? {};
@@ -190,8 +265,32 @@ class BucketStorage {
     const { signal, ...o } = options ?? {};
     return withSignal(signal, (flag) => call(native.compact, this.#h, o, flag));
   }
-  compactInitialReplication(options) {
-    return call(native.compactInitialReplication, this.#h, options);
+  /** No steps to cancel at: an abort before the call or during it rejects with its reason. */
+  async compactInitialReplication(options) {
+    const { signal, ...o } = options ?? {};
+    signal?.throwIfAborted();
+    const r = await call(native.compactInitialReplication, this.#h, o);
+    signal?.throwIfAborted();
+    return r;
+  }
+  /** Every bucket with a stored op, ascending byte order of name, after startAfter; read in
+   * pages of `page` buckets (one snapshot each). */
+  async *listBuckets(options) {
+    let after = options?.startAfter ?? null;
+    const page = options?.page ?? 1000;
+    for (;;) {
+      const got = await call(native.listBuckets, this.#h, after, page);
+      yield* got;
+      if (got.length < page) return;
+      after = got[got.length - 1].bucket;
+    }
+  }
+  /** The checkpoint once it differs from known (null: none yet), or after timeoutMs. */
+  async waitCheckpoint(known, options) {
+    const { signal, timeoutMs } = options ?? {};
+    const r = await withSignal(signal, (flag) =>
+      call(native.waitCheckpoint, this.#h, known, timeoutMs === Infinity ? undefined : timeoutMs, flag));
+    return new Checkpoint(this, r.checkpoint, r.lsn);
   }
   get writeCheckpointMode() {
     return this.#mode;

@@ -652,6 +652,7 @@ struct work {
     bs_status status;
     bs_compact_stats stats;
     bs_commit_result cr;
+    bs_stat stat;
   } r;
   void *obj;   /* a handle opened by the call (db, storage, writer), released if not wrapped */
   bs_val a, b; /* names, paths, messages */
@@ -659,6 +660,7 @@ struct work {
   int i1, i2;
   size_t n_items;
   void *items, *out; /* call-specific arrays in ar */
+  bs_checkpoint cp2; /* waitCheckpoint: the known checkpoint */
   bs_open_options oo;
   bs_writer_options wo;
   bs_compact_options co;
@@ -2484,6 +2486,179 @@ static napi_value js_live_handles(napi_env env, napi_callback_info info) {
 
 /* ---- Module ---------------------------------------------------------------------------------- */
 
+/* ---- Stat, verify, buckets, waiting --------------------------------------------------------- */
+
+static void exec_stat(work *w) {
+  w->rc = bs_db_stat(w->n->u.db, &w->r.stat, &w->err);
+}
+
+static napi_value done_stat(napi_env env, work *w) {
+  const bs_stat *s = &w->r.stat;
+  napi_value o = js_obj(env);
+  set(env, o, "streams", js_num(env, (double)s->streams));
+  set(env, o, "buckets", js_num(env, (double)s->buckets));
+  set(env, o, "opsPut", js_num(env, (double)s->ops_put));
+  set(env, o, "opsRemove", js_num(env, (double)s->ops_remove));
+  set(env, o, "opsMove", js_num(env, (double)s->ops_move));
+  set(env, o, "opsClear", js_num(env, (double)s->ops_clear));
+  set(env, o, "parameterEntries", js_num(env, (double)s->parameter_entries));
+  set(env, o, "sourceRecords", js_num(env, (double)s->source_records));
+  set(env, o, "writeCheckpoints", js_num(env, (double)s->write_checkpoints));
+  set(env, o, "fileBytes", js_num(env, (double)s->file_bytes));
+  set(env, o, "reclaimableBytes", js_num(env, (double)s->reclaimable_bytes));
+  return o;
+}
+
+/* stat(db) -> the counts of bs_db_stat */
+static napi_value db_stat(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  work *w;
+  node *n = get_node(env, argv[0], K_DB);
+  if (!n || !(w = work_new(env))) return NULL;
+  return work_start(env, w, n, exec_stat, done_stat);
+}
+
+static void collect_problem(const char *problem, void *payload) {
+  work *w = payload;
+  if (push_val(w, (bs_val){problem, strlen(problem)})) w->i1 = BS_ENOMEM;
+}
+
+static void exec_verify(work *w) {
+  w->list_tail = &w->list;
+  w->rc = bs_db_verify(w->n->u.db, collect_problem, w, NULL, &w->err);
+  if (w->rc == BS_OK && w->i1) w->rc = w->i1;
+}
+
+/* verify(db) -> [problem] (empty: consistent) */
+static napi_value db_verify(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  work *w;
+  node *n = get_node(env, argv[0], K_DB);
+  if (!n || !(w = work_new(env))) return NULL;
+  return work_start(env, w, n, exec_verify, done_parameter_sets);
+}
+
+typedef struct binfo {
+  struct binfo *next;
+  bs_bucket_info i; /* name in the call's arena */
+} binfo;
+
+#define LIST_STOP 1 /* a page is full (BS_ codes are negative) */
+
+static int collect_bucket(const bs_bucket_info *i, void *payload) {
+  work *w = payload;
+  binfo *b;
+  if (w->list_n == w->u1) return LIST_STOP;
+  if (!(b = ar_alloc(&w->ar, sizeof *b))) return BS_ENOMEM;
+  b->i = *i, b->next = NULL;
+  if (ar_dup(&w->ar, &b->i.name, i->name.data, i->name.size)) return BS_ENOMEM;
+  *w->list_tail = b;
+  w->list_tail = (void **)&b->next;
+  w->list_n++;
+  return 0;
+}
+
+static void exec_list_buckets(work *w) {
+  w->list_tail = &w->list;
+  w->rc = bs_list_buckets(w->n->u.st, w->a, collect_bucket, w, &w->err);
+  if (w->rc == LIST_STOP) w->rc = BS_OK;
+}
+
+static napi_value done_list_buckets(napi_env env, work *w) {
+  napi_value arr;
+  uint32_t k = 0;
+  napi_create_array_with_length(env, w->list_n, &arr);
+  for (binfo *b = w->list; b; b = b->next) {
+    napi_value o = js_obj(env);
+    set(env, o, "bucket", js_str(env, b->i.name));
+    set(env, o, "checksum", js_num(env, (int32_t)b->i.checksum));
+    set(env, o, "count", js_num(env, (double)b->i.count));
+    set(env, o, "lastOp", js_u64(env, b->i.last_op));
+    set(env, o, "bytes", js_num(env, (double)b->i.bytes));
+    set(env, o, "generation", js_u64(env, b->i.generation));
+    set(env, o, "changes", js_num(env, (double)b->i.changes));
+    napi_set_element(env, arr, k++, o);
+  }
+  return arr;
+}
+
+/* listBuckets(storage, startAfter | null, limit) -> up to limit buckets after startAfter */
+static napi_value list_buckets(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  w->a = (bs_val){NULL, 0};
+  if ((argv[1] && get_bytes(env, &w->ar, argv[1], "options.startAfter", &w->a)) ||
+      get_u64(env, argv[2], "options.page", &w->u1))
+    FAIL_WORK(w);
+  if (w->u1 == 0) {
+    throw_range(env, "options.page", "not positive");
+    FAIL_WORK(w);
+  }
+  return work_start(env, w, n, exec_list_buckets, done_list_buckets);
+}
+
+#define WAIT_SLICE_MS 100 /* how soon a wait sees an abort or the process's exit */
+
+static int same_checkpoint(const bs_checkpoint *a, const bs_checkpoint *b) {
+  return a->op_id == b->op_id && a->has_lsn == b->has_lsn &&
+         (!a->has_lsn || (a->lsn_size == b->lsn_size && !memcmp(a->lsn, b->lsn, a->lsn_size)));
+}
+
+/* bs_wait_checkpoint in slices, so that an abort (or the environment's exit) ends it. u1: the
+ * timeout in ms (UINT64_MAX: none); i1: whether known (w->cp2) is given. */
+static void exec_wait(work *w) {
+  uint64_t left = w->u1;
+  const bs_checkpoint *known = w->i1 ? &w->cp2 : NULL;
+  for (;;) {
+    int slice = left < WAIT_SLICE_MS ? (int)left : WAIT_SLICE_MS;
+    w->rc = bs_wait_checkpoint(w->n->u.st, known, slice, &w->r.cp, &w->err);
+    if (w->rc != BS_OK || !known || !same_checkpoint(known, &w->r.cp) ||
+        (left -= (uint64_t)slice) == 0)
+      return;
+    if (progress_step(w->pc)) {
+      w->rc = BS_ECANCELED;
+      snprintf(w->err.msg, sizeof w->err.msg, "the wait was cancelled");
+      return;
+    }
+  }
+}
+
+/* waitCheckpoint(storage, known {checkpoint, lsn} | null, timeoutMs | null (none), cancelFlag)
+ * -> {checkpoint, lsn} */
+static napi_value wait_checkpoint(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  napi_value v;
+  double ms = -1;
+  work *w;
+  node *n = storage_arg(env, argv[0], &w);
+  if (!n) return NULL;
+  w->u1 = UINT64_MAX;
+  if (argv[2] && get_double(env, argv[2], "options.timeoutMs", &ms)) FAIL_WORK(w);
+  if (argv[2] && !(ms >= 0)) {
+    throw_range(env, "options.timeoutMs", "not a non-negative number");
+    FAIL_WORK(w);
+  }
+  if (argv[2] && ms < 1e15) w->u1 = (uint64_t)ms;
+  if (argv[1]) {
+    bs_val lsn = {NULL, 0};
+    w->i1 = 1;
+    if (get_prop(env, argv[1], "checkpoint", &v) ||
+        get_u64(env, v, "known.checkpoint", &w->cp2.op_id) || get_prop(env, argv[1], "lsn", &v) ||
+        get_opt_bytes(env, &w->ar, v, "known.lsn", &lsn))
+      FAIL_WORK(w);
+    if (lsn.size > BS_MAX_LSN) {
+      throw_rc(env, BS_ETOOBIG, "known.lsn: longer than %u bytes", BS_MAX_LSN);
+      FAIL_WORK(w);
+    }
+    if ((w->cp2.has_lsn = lsn.data != NULL))
+      memcpy(w->cp2.lsn, lsn.data, w->cp2.lsn_size = lsn.size);
+  }
+  if (progress_new(env, NULL, argv[3], 0, &w->pc)) FAIL_WORK(w);
+  return work_start(env, w, n, exec_wait, done_checkpoint);
+}
+
 /* ---- Backup, export, load -------------------------------------------------------------------- */
 
 static int records_progress(uint64_t records, void *payload) {
@@ -3087,6 +3262,10 @@ static napi_value init(napi_env env, napi_value exports) {
       {"loadPush", load_push},
       {"loadEnd", load_end},
       {"exiting", js_exiting},
+      {"stat", db_stat},
+      {"verify", db_verify},
+      {"listBuckets", list_buckets},
+      {"waitCheckpoint", wait_checkpoint},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

@@ -34,6 +34,12 @@ async function main(): Promise<void> {
   await w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 5n, checkpoint_requested_at: new Date() });
   const n: number = await st.deleteCheckpointRequestsBefore(new Date());
   const s: bs.StorageStatus = await st.getStatus();
+  const dbStat: bs.DatabaseStat = await db.stat();
+  const problems: string[] = await db.verify();
+  for await (const b of st.listBuckets({ startAfter: 'a', page: 10 })) console.log(b.bucket, b.checksum, b.lastOp + 1n);
+  const next: bs.Checkpoint = await st.waitCheckpoint(cp, { timeoutMs: 1000, signal: AbortSignal.timeout(5000) });
+  await st.compactInitialReplication({ signal: new AbortController().signal });
+  console.log(dbStat.fileBytes, problems.length, next.checkpoint);
   console.log(sums, rows, ch.updatedDataBuckets.size, stats.opsMoved, init.buckets, m.shouldAdvance, last, n, s.state);
   await db.backup('copy.bsdb', { replace: true, onProgress: (n) => n > 10, signal: new AbortController().signal });
   for await (const rec of db.export(id)) console.log(rec.table, rec.stream, rec.key.length, rec.value[0]);
