@@ -1,0 +1,80 @@
+"""One file opened twice in one process (storage.h bs_open: every open of a file shares one
+environment). bs.open(p) twice: an export of the first handle keeps its snapshot while the file is
+opened again and every row is rewritten and compacted; handles opened, read and closed from
+several threads; a second open whose options cannot share the environment is refused."""
+
+import threading
+
+import pytest
+
+import bucketstore as bs
+from conftest import row
+
+ROWS, ROUNDS = 2000, 4
+
+
+def write_round(w, r):
+    for i in range(ROWS):
+        w.save("t", "update" if r else "insert", f"r{i}",
+               [row(f"b{i % 10}", f"r{i}", '{"round":%d,"pad":"%s"}' % (r, "x" * 80))])
+    assert w.commit("%08d" % (r + 1)).checkpoint_created
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = tmp_path / "t.bsdb"
+    with bs.open(p, nosync=True) as db:
+        with db.storage(db.create_stream("v1")) as st, st.writer() as w:
+            w.snapshot_done("00000000")
+            write_round(w, 0)
+    return p
+
+
+@pytest.mark.parametrize("name", ["same", "symlink"])
+def test_open_twice_keeps_snapshot(path, tmp_path, name):
+    db1 = bs.open(path, nosync=True)
+    before = list(db1.export())
+    it = db1.export()
+    first = next(it)  # the export's snapshot is open from here on
+    other = path
+    if name == "symlink":
+        other = tmp_path / "link.bsdb"
+        other.symlink_to(path)
+    db2 = bs.open(other, nosync=True)
+    with db1.storage() as st1, db2.storage() as st2, st1.writer() as w1, st2.writer() as w2:
+        for r in range(1, ROUNDS + 1):  # the two handles' writers in turn, compacting through the other
+            write_round(w1 if r % 2 else w2, r)
+            (st2 if r % 2 else st1).compact(min_bucket_changes=1)
+        assert st2.checkpoint() == st1.checkpoint()
+    assert [first] + list(it) == before
+    db2.close()
+    db1.close()
+
+
+def test_threads_open_read_close(path):
+    with bs.open(path, nosync=True) as db, db.storage() as st:
+        want = st.checkpoint()
+    failures = []
+
+    def run():
+        try:
+            for _ in range(50):
+                with bs.open(path, nosync=True) as d, d.storage() as s:
+                    assert s.checkpoint() == want
+        except Exception as e:  # reported by the main thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_conflicting_open_is_refused(path):
+    with bs.open(path, nosync=True):
+        with pytest.raises(bs.BusyError, match="BS_OPEN_NOSYNC"):
+            bs.open(path)
+        with bs.open(path, readonly=True) as ro, ro.storage() as st:
+            assert st.checkpoint().op_id > 0
