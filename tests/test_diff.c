@@ -140,6 +140,7 @@ typedef struct run {
   pool tables, rids, buckets, otypes, users, keys, data;
   char trace[N_TRACE][160];
   size_t n_trace;
+  uint64_t calls_hash; /* of every call noted: the seed's call trace */
   int verbose;
   unsigned long calls, reads;
   unsigned lacks; /* CT_LACKS_* of either side: the generator stays clear of those calls */
@@ -161,6 +162,7 @@ static void note(run *r, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(t, sizeof r->trace[0], fmt, ap);
   va_end(ap);
+  ct_trace(&r->calls_hash, t, strlen(t) + 1);
   if (r->verbose) fprintf(stderr, "[%zu] %s\n", r->step, t);
 }
 
@@ -1023,8 +1025,9 @@ static void side_remove(side *s) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
 }
 
-/* One seed: LMDB beside `other`. */
-static void run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
+/* One seed: LMDB beside `other`. Returns the hash of its call trace. */
+static uint64_t run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
+  uint64_t calls_hash;
   run *r = calloc(1, sizeof *r);
   assert_non_null(r);
   g_run = r;
@@ -1032,7 +1035,7 @@ static void run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
   r->s[1].be = other;
   r->lacks = r->s[0].be->lacks | other->lacks;
   r->seed = seed;
-  r->rng.s = seed * 0x9e3779b97f4a7c15ull + 7;
+  r->rng = ct_seed(seed, 7);
   r->verbose = (int)ct_env_u64("BS_VERBOSE", 0);
   r->now_ms = 1700000000000;
   for (int i = 0; i < N_SIDES; i++) {
@@ -1068,22 +1071,47 @@ static void run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
   pools_free(r);
   for (int i = 0; i < N_SIDES; i++) side_remove(&r->s[i]);
   g_run = NULL;
+  calls_hash = r->calls_hash;
   free(r);
+  return calls_hash;
 }
 
 /* state: the backend beside LMDB. Its seeds: BS_SEEDS, else 40 quick / 400 full against memory
- * and an eighth of that against a server backend (every call is a round trip there). */
+ * and an eighth of that against a server backend (every call is a round trip there). No two of
+ * them may make the same calls. */
 static void t_diff(void **state) {
   const ct_backend *other = *state;
-  uint64_t dflt = ct_quick() ? 40 : 400, first = ct_env_u64("BS_SEED", 1), n;
+  uint64_t dflt = ct_quick() ? 40 : 400, first = ct_env_u64("BS_SEED", 1), n, *traces;
   size_t steps = (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 300 : 1500);
   n = ct_env_u64("BS_SEEDS", other == ct_postgres() ? dflt / 8 : dflt);
+  traces = calloc(n ? n : 1, sizeof *traces);
+  assert_non_null(traces);
   for (uint64_t i = 0; i < n; i++) {
     if (n <= 50 || i % 100 == 0)
       fprintf(stderr, "diff lmdb/%s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n", other->name,
               (unsigned long long)(first + i), (unsigned long long)(first + i));
-    run_seed(other, first + i, steps);
+    traces[i] = run_seed(other, first + i, steps);
   }
+  ct_distinct_traces("diff", first, traces, n);
+  free(traces);
+}
+
+/* 200 seeds of every suite's generator (ct_seed's streams) share no draw among their first 1000:
+ * no seed replays part of another's run. */
+static void t_seeds_share_no_draw(void **state) {
+  static const uint64_t streams[] = {0, 1, 7, 0x5eed, 0x5e7e};
+  enum { SEEDS = 200, DRAWS = 1000, N_STREAMS = sizeof streams / sizeof streams[0] };
+  uint64_t *draws = malloc((size_t)N_STREAMS * SEEDS * DRAWS * sizeof *draws), *d = draws;
+  (void)state;
+  assert_non_null(draws);
+  for (size_t x = 0; x < N_STREAMS; x++)
+    for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+      ct_rng r = ct_seed(seed, streams[x]);
+      for (int i = 0; i < DRAWS; i++) *d++ = ct_rand(&r);
+    }
+  size_t dup = ct_repeats(draws, (size_t)N_STREAMS * SEEDS * DRAWS);
+  free(draws);
+  if (dup) fail_msg("%zu of %d draws repeat another seed's", dup, N_STREAMS * SEEDS * DRAWS);
 }
 
 /* ---- The rules the differential run found, each stated once on both backends ----------------- */
@@ -1256,9 +1284,10 @@ int main(void) {
       "t_managed_last_generated_wins", "t_bounded_seen_set",
   };
   const ct_backend *be[CT_MAX_BACKENDS];
-  struct CMUnitTest t[5 + CT_MAX_BACKENDS];
+  struct CMUnitTest t[6 + CT_MAX_BACKENDS];
   size_t i, n = 0, nb = ct_backends_selected(be);
   memset(t, 0, sizeof t);
+  t[n].name = "t_seeds_share_no_draw", t[n++].test_func = t_seeds_share_no_draw;
   for (i = 0; i < nb; i++)
     if (be[i] != &ct_backends[CT_LMDB_PT]) g_focus[g_n_focus++] = be[i];
   for (i = 0; g_n_focus && i < 5; i++, n++) t[n].name = names[i], t[n].test_func = focused[i];

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_contract.h"
 #include "util_pg.h"
 
 #ifdef BS_HAVE_PG
@@ -531,7 +532,7 @@ static void run_seed(pgt *t, uint64_t seed, unsigned steps) {
   pair p;
   pair_open(&p, t);
   p.seed = seed;
-  rnd_state = seed * 0x9e3779b97f4a7c15ull + 1;
+  rnd_state = ct_seed(seed, 1).s;
   lsn_seq = 0;
   for (p.step = 0; p.step < (int)steps; p.step++) {
     size_t k = pick(100);

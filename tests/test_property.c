@@ -574,7 +574,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   size_t step, i, k;
   assert_non_null(r);
   r->seed = seed;
-  r->rng.s = seed * 0x9e3779b97f4a7c15ull + 1;
+  r->rng = ct_seed(seed, 1);
   r->lacks = lacks | be->lacks;
   r->allow_compact = allow_compact && !(r->lacks & CT_LACKS_COMPACT);
   r->allow_reopen = allow_reopen && be->persistent;

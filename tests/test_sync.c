@@ -525,7 +525,7 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
   assert_non_null(r);
   r->be = be;
   r->seed = seed;
-  r->rng.s = seed * 0x9e3779b97f4a7c15ull + 0x5eed;
+  r->rng = ct_seed(seed, 0x5eed);
   for (k = 0; k < N_KEYS; k++) {
     char s[8];
     snprintf(s, sizeof s, "k%zu", k);

@@ -712,7 +712,7 @@ static void t_random_histories(void **state) {
   tt *t = *state;
   uint64_t base = ct_env_u64("BS_SEED", 0x70e2ull);
   int n = ct_quick() ? 100 : 400, i;
-  ct_rng seeds = {base};
+  ct_rng seeds = ct_seed(base, 0);
   for (i = 0; i < n; i++) {
     t->scenario = i;
     t->seed = base;

@@ -631,13 +631,52 @@ uint64_t ct_env_u64(const char *name, uint64_t dflt) {
   return strtoull(s, NULL, 0);
 }
 
-uint64_t ct_rand(ct_rng *r) {
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+static uint64_t mix64(uint64_t z) { /* splitmix64's finalizer */
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
+ct_rng ct_seed(uint64_t seed, uint64_t stream) {
+  ct_rng r = {mix64(mix64(seed) ^ stream)};
+  return r;
+}
+
+uint64_t ct_rand(ct_rng *r) {
+  return mix64(r->s += 0x9e3779b97f4a7c15ull);
+}
+
 uint64_t ct_below(ct_rng *r, uint64_t n) {
   return n ? ct_rand(r) % n : 0;
+}
+
+void ct_trace(uint64_t *h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  if (!*h) *h = 0xcbf29ce484222325ull;
+  while (n--) *h = (*h ^ *b++) * 0x100000001b3ull;
+}
+
+static int cmp_trace(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+size_t ct_repeats(const uint64_t *v, size_t n) {
+  uint64_t *sorted = malloc((n ? n : 1) * sizeof *sorted);
+  size_t i, dup = 0;
+  assert_non_null(sorted);
+  memcpy(sorted, v, n * sizeof *sorted);
+  qsort(sorted, n, sizeof *sorted, cmp_trace);
+  for (i = 1; i < n; i++) dup += sorted[i] == sorted[i - 1];
+  free(sorted);
+  return dup;
+}
+
+void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace, size_t n) {
+  size_t i, j, dup = ct_repeats(trace, n);
+  for (i = 0; dup && i < n; i++)
+    for (j = i + 1; j < n; j++)
+      if (trace[i] == trace[j])
+        fail_msg("%s: %zu of %zu seeds repeat another's trace, first seeds %llu and %llu", suite,
+                 dup, n, (unsigned long long)(first + i), (unsigned long long)(first + j));
 }

@@ -245,7 +245,19 @@ uint64_t ct_env_u64(const char *name, uint64_t dflt);
 typedef struct ct_rng {
   uint64_t s;
 } ct_rng;
+/* The generator of a suite's run of seed `seed` (stream: a constant of the suite's). The seed
+ * goes through splitmix64's finalizer first: a start of seed * 0x9e3779b97f4a7c15 + c (the
+ * increment of every draw) made seed k + 1 replay seed k one draw later. Every seeded suite
+ * starts its generator here. */
+ct_rng ct_seed(uint64_t seed, uint64_t stream);
 uint64_t ct_rand(ct_rng *r);
 uint64_t ct_below(ct_rng *r, uint64_t n); /* [0, n) */
+/* A run's trace: an FNV-1a hash (start: 0) of what it did; folds n bytes into *h. */
+void ct_trace(uint64_t *h, const void *p, size_t n);
+/* How many of the n values repeat an earlier one. */
+size_t ct_repeats(const uint64_t *v, size_t n);
+/* Fails naming the first two of the n seeds run from `first` whose traces (trace[i] of seed
+ * first + i) are equal: two seeds that do the same thing test it twice. */
+void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace, size_t n);
 
 #endif /* BS_TESTS_UTIL_CONTRACT_H */

@@ -118,7 +118,7 @@ int sv_connect(sv_conn **out, bs_storage *st, const bs_bucket_request *req, size
   size_t i;
   assert_non_null(c);
   c->st = st;
-  c->rng.s = seed * 0xd1342543de82ef95ull + 7;
+  c->rng = ct_seed(seed, 0x5e7e);
   if (opts) c->o = *opts;
   for (i = 0; i < n_req; i++) {
     char *name = dupv(req[i].bucket);
