@@ -52,7 +52,7 @@ CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJS := $(TEST_UTIL:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test check demo bench bench-quick clean
+.PHONY: all deps test run-examples check demo bench bench-quick clean
 all: deps $(BUILD)/libbucketstore.a $(BUILD)/libbucketstore.so bucketstore tests
 
 deps:
@@ -95,28 +95,45 @@ $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJS) $(BUILD)/libbucketstore.a $(wildca
 
 tests: $(TEST_BINS)
 
-# Quick suite: every test binary, then the driver smoke.
+# Quick suite: every test binary, then the driver smoke, ... Each step runs, the next ones after a
+# failure too, and records pass, fail or skip (tests/step.sh) in $(TEST_RESULTS); the run ends
+# with "N passed, M failed, K skipped" naming what failed and what was skipped, and fails on a
+# failure, and with STRICT=1 (CI) on a skip too. A new step: a line `@$(STEP) name command`.
+# $(call skip,why): what a recipe cannot run here, said and recorded (the step is then skipped).
+TEST_RESULTS = $(BUILD)/test-results
+STEP = tests/step.sh $(TEST_RESULTS)
+STRICT ?= 0
+skip = { echo "== skipped: $(1)"; if [ -n "$$BS_SKIP_NOTE" ]; then echo "$(1)" >>"$$BS_SKIP_NOTE"; fi; }
 test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
-	@set -e; for t in $(filter-out $(PG_TEST_BINS),$(TEST_BINS)); do echo "== $$t"; \
-	  BS_TEST_QUICK=1 $$t; done
-	@$(MAKE) --no-print-directory pg-test
-	@tests/driver_smoke.sh $(BUILD)/bucketstore
-	@$(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
+	@rm -f $(TEST_RESULTS)
+	@for t in $(filter-out $(PG_TEST_BINS),$(TEST_BINS)); do echo "== $$t"; \
+	  $(STEP) $$t env BS_TEST_QUICK=1 $$t; done
+	@$(STEP) pg-test $(MAKE) --no-print-directory pg-test
+	@$(STEP) driver_smoke tests/driver_smoke.sh $(BUILD)/bucketstore
+	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
 	@echo "== bench smoke (no timing assertions)"
-	$(BUILD)/bench/bsbench --quick >/dev/null
-	@$(MAKE) --no-print-directory headertest examples
+	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null'
+	@$(STEP) headertest $(MAKE) --no-print-directory headertest
+	@$(STEP) examples $(MAKE) --no-print-directory run-examples
+	@$(STEP) cli_check tests/cli_check.sh $(BUILD)/bucketstore
+	@$(STEP) readme_check tests/readme_check.sh $(BUILD)/bucketstore
+	@$(STEP) layercheck $(MAKE) --no-print-directory layercheck
+	@$(STEP) install_check sh -c 'if [ -n "$(SAN)" ]; then $(call skip,install_check under sanitizers); \
+	  else tests/install_check.sh; fi'
+	@$(STEP) amalgamate_check sh -c 'if [ -n "$(SAN)" ]; then \
+	  $(call skip,amalgamate_check under sanitizers); else tests/amalgamate_check.sh; fi'
+	@$(STEP) fuzz-replay $(MAKE) --no-print-directory fuzz-replay
+	@$(STEP) crashtest-quick $(MAKE) --no-print-directory crashtest-quick
+	@$(STEP) py-test sh -c 'if [ -n "$(SAN)" ]; then \
+	  $(call skip,py-test under sanitizers: an ASan library cannot be loaded into python); \
+	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
+	else $(call skip,py-test: no $(PYTHON)); fi'
+	@$(STEP) node-test $(MAKE) --no-print-directory node-test
+	@tests/step.sh --summary $(TEST_RESULTS) $(STRICT)
+
+run-examples: examples
 	@set -e; d=$$(mktemp -d); for e in $(EXAMPLE_BINS); do echo "== $$e"; \
 	  (cd $$d && $(CURDIR)/$$e >/dev/null); done; rm -rf $$d
-	@tests/cli_check.sh $(BUILD)/bucketstore
-	@tests/readme_check.sh $(BUILD)/bucketstore
-	@$(MAKE) --no-print-directory layercheck
-	@if [ -z "$(SAN)" ]; then tests/install_check.sh && tests/amalgamate_check.sh; fi
-	@$(MAKE) --no-print-directory fuzz-replay crashtest-quick
-	@if [ -n "$(SAN)" ]; then echo "py-test skipped (an ASan library cannot be loaded into python)"; \
-	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
-	else echo "py-test skipped (no $(PYTHON))"; fi
-	@$(MAKE) --no-print-directory node-test
-	@echo "all tests passed"
 
 # The PostgreSQL slice (issue 14): its suites against a server of their own (tests/pg_server.sh
 # run: initdb in /tmp, 127.0.0.1 on a free port, removed after), or against the server that
@@ -129,7 +146,7 @@ PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/t
 PG_SUITE_BINS := $(addprefix $(BUILD)/tests/,test_contract test_property test_sync test_diff)
 .PHONY: pg-test
 pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
-	@if [ "$(PG)" != 1 ]; then echo "== pg-test: built without the PostgreSQL backend"; \
+	@if [ "$(PG)" != 1 ]; then $(call skip,pg-test: built without the PostgreSQL backend (no libpq)); \
 	  $(BUILD)/tests/test_pg; \
 	else rc=0; tests/pg_server.sh run sh -c 'set -e; for t in $(PG_TEST_BINS); do \
 	    echo "== $$t (PostgreSQL)"; BS_TEST_QUICK=1 $$t; done; \
@@ -137,11 +154,11 @@ pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/ben
 	      BS_BACKEND=postgres BS_TEST_QUICK=1 $$t; done; \
 	    if command -v psql >/dev/null; then BS_DRIVER_PG=1 tests/driver_smoke.sh \
 	      $(BUILD)/bucketstore; $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8 \
-	      --postgres "$$BS_TEST_PG_URL"; else echo "== driver scenarios on PostgreSQL: no psql"; fi; \
+	      --postgres "$$BS_TEST_PG_URL"; else $(call skip,driver scenarios on PostgreSQL: no psql); fi; \
 	    echo "== bench smoke on PostgreSQL"; $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" >/dev/null' \
 	  || rc=$$?; \
-	  if [ $$rc = 77 ]; then echo "== pg-test: skipped (no PostgreSQL server binaries; apt-get \
-	    install postgresql-15, or set BS_TEST_PG_URL)"; elif [ $$rc != 0 ]; then exit $$rc; fi; fi
+	  if [ $$rc = 77 ]; then $(call skip,pg-test: no PostgreSQL server binaries (apt-get install \
+	    postgresql-15 or set BS_TEST_PG_URL)); elif [ $$rc != 0 ]; then exit $$rc; fi; fi
 
 check:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT="-O1 -g" test
@@ -342,7 +359,7 @@ VALGRIND_RUN = set -e; for t in $(VALGRIND_TESTS); do echo "== valgrind $$t"; \
 	  BS_TEST_QUICK=1 BS_FAULT_STRIDE=16 valgrind -q --error-exitcode=99 --leak-check=full \
 	    --errors-for-leak-kinds=definite,indirect $$t >$$t.valgrind.log 2>&1 || \
 	    { tail -60 $$t.valgrind.log; exit 1; }; done; echo "valgrind: clean"
-valgrind: deps $(VALGRIND_TESTS)
+valgrind: deps $(VALGRIND_TESTS) $(BUILD)/bucketstore
 	@if [ "$(PG)" = 1 ]; then rc=0; tests/pg_server.sh run sh -c '$(VALGRIND_RUN)' || rc=$$?; \
 	  if [ $$rc = 77 ]; then sh -c '$(VALGRIND_RUN)'; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	else sh -c '$(VALGRIND_RUN)'; fi
@@ -386,8 +403,8 @@ PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 py-test: deps $(BUILD)/libbucketstore.so
 	@echo "== py-test ($(PYTHON), bindings/python/tests)"
 	@BUCKETSTORE_LIB=$(CURDIR)/$(BUILD)/libbucketstore.so PYTHONPATH=$(CURDIR)/bindings/python \
-	  PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
-	  bindings/python/tests
+	  PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 tests/step.sh --scan '^SKIPPED' $(PYTHON) -m pytest \
+	  -q -rs -p no:cacheprovider bindings/python/tests
 
 # ==== Node.js binding (issue 15): bindings/node, a Node-API addon built by npm/node-gyp against
 # the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded) from
@@ -410,8 +427,9 @@ $(NODE_ADDON): bindings/node/src/bucketstore_node.c bindings/node/binding.gyp \
 	cd bindings/node && CFLAGS=-Werror $(NPM) install --no-audit --no-fund --loglevel=error
 node: $(NODE_ADDON)
 node-test:
-	@if [ -n "$(SAN)" ]; then echo "== node-test: skipped under sanitizers"; \
+	@if [ -n "$(SAN)" ]; then $(call skip,node-test under sanitizers); \
 	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
-	  echo "== node-test: skipped (no node/npm)"; \
+	  $(call skip,node-test: no node/npm); \
 	else $(MAKE) --no-print-directory BUILD=build node && echo "== node --test bindings/node" && \
-	  (cd bindings/node && $(NODE) --test test/*.test.js) && tests/node_package_check.sh; fi
+	  (cd bindings/node && ../../tests/step.sh --scan '# SKIP' $(NODE) --test --test-reporter=tap \
+	    test/*.test.js) && tests/node_package_check.sh; fi

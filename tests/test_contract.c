@@ -13,6 +13,7 @@
  * -DCT_CONTRACT_NO_MAIN and call ct_run_contract() from your own main() (README.md).
  */
 #include "util_contract.h"
+#include "util_fault.h"
 #include "util_model.h"
 
 #include <stdlib.h>
@@ -2294,7 +2295,10 @@ int ct_run_contract(const ct_backend *const *backends, size_t n_backends) {
       if (only && !strstr(label, only)) continue;
       if (TESTS[i].persistent_only && !be->persistent) continue;
       if (be->lacks & TESTS[i].needs) {
-        printf("SKIP %s (%s lacks the capability: its ct_backend.lacks flag)\n", label, be->name);
+        char why[300];
+        snprintf(why, sizeof why, "%s (%s lacks the capability: its ct_backend.lacks flag)", label,
+                 be->name);
+        ft_skip_note(why);
         continue;
       }
       if (known_failing(be->name, TESTS[i].name) && !strict) continue;

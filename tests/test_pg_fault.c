@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_fault.h"
 #include "util_pg.h"
 
 #ifdef BS_HAVE_PG
@@ -571,7 +572,7 @@ static void t_server_restart(void **state) {
   uint32_t count;
   seam s;
   if (!restart || !*restart) {
-    printf("t_server_restart: skipped (BS_TEST_PG_RESTART is not set: pg_server.sh run sets it)\n");
+    ft_skip_note("t_server_restart: BS_TEST_PG_RESTART is not set (pg_server.sh run sets it)");
     skip();
   }
   a = pgt_open(t->url, 0);
@@ -849,7 +850,7 @@ static void own_server(const char *cmd, const char *arg, char *url, int cap) {
   char line[1400];
   FILE *f;
   if (!server || !*server) {
-    printf("skipped: BS_TEST_PG_SERVER is not set (pg_server.sh run sets it)\n");
+    ft_skip_note("test_pg_fault: BS_TEST_PG_SERVER is not set (pg_server.sh run sets it)");
     skip();
   }
   snprintf(own_dir, sizeof own_dir, "/tmp/bs-pgown.XXXXXX");

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_fault.h"
 #include "util_pg.h"
 
 #ifdef BS_HAVE_PG
@@ -542,10 +543,8 @@ static void t_cli(void **state) {
   char args[1200], out[8192];
   workload(db);
   bs_close(db);
-  if (access(cli_path, X_OK) != 0) {
-    printf("t_cli: %s not built, skipped\n", cli_path);
-    return;
-  }
+  if (ft_cli_path(cli_path, sizeof cli_path) != 0)
+    fail_msg("no CLI beside this test (BUILD/bucketstore): make builds it before the tests");
   snprintf(args, sizeof args, "verify '%s'", t->url);
   assert_int_equal(run_cli(args, out, sizeof out), 0);
   assert_string_equal(out, "0 problems\n");
@@ -560,7 +559,7 @@ static void t_cli(void **state) {
   assert_non_null(strstr(out, "1 problem\n"));
 }
 
-int main(int argc, char **argv) {
+int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_clean, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_damage, pgt_setup, pgt_teardown),
@@ -570,10 +569,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(t_backup_export, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_cli, pgt_setup, pgt_teardown),
   };
-  /* the CLI of this build: BUILD/bucketstore beside BUILD/tests/ */
-  const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
-  snprintf(cli_path, sizeof cli_path, "%.*s/../bucketstore", slash ? (int)(slash - argv[0]) : 1,
-           slash ? argv[0] : ".");
   if (pgt_skipped("test_pg_verify")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -318,6 +318,29 @@ int ft_tmpdir(char *buf, size_t cap, const char *tag) {
   return mkdtemp(buf) ? 0 : -1;
 }
 
+int ft_cli_path(char *buf, size_t cap) {
+  char self[900];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  char *slash;
+  if (n <= 0) return -1;
+  self[n] = '\0';
+  if (!(slash = strrchr(self, '/'))) return -1;
+  *slash = '\0';
+  n = snprintf(buf, cap, "%s/../bucketstore", self);
+  if (n < 0 || (size_t)n >= cap) return -1;
+  return access(buf, X_OK) == 0 ? 0 : -1;
+}
+
+void ft_skip_note(const char *why) {
+  const char *note = getenv("BS_SKIP_NOTE");
+  FILE *f;
+  printf("skipped: %s\n", why);
+  if (note && *note && (f = fopen(note, "a")) != NULL) {
+    fprintf(f, "%s\n", why);
+    fclose(f);
+  }
+}
+
 void ft_rm_db(const char *dir, const char *path) {
   char lock[512];
   DIR *d;

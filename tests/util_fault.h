@@ -110,6 +110,12 @@ int ft_tmpdir(char *buf, size_t cap, const char *tag);
 void ft_rm_db(const char *dir, const char *path);
 /* BS_SEED from the environment, else a fixed default (printed by the tests that use it). */
 uint64_t ft_env_seed(void);
+/* The CLI of this build, BUILD/bucketstore beside this BUILD/tests/ binary, into buf: 0 when it
+ * is there (make builds it before it runs the tests), else -1. */
+int ft_cli_path(char *buf, size_t cap);
+/* What a test cannot run here: printed, and recorded for make test's summary as a skip (appended
+ * to the file $BS_SKIP_NOTE, tests/step.sh). The caller then skips (cmocka's skip()) or returns. */
+void ft_skip_note(const char *why);
 /* A status is "clean" when it is one of the documented BS_* codes. */
 int ft_clean_status(int rc);
 

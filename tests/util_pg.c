@@ -1,6 +1,7 @@
 /*
  * util_pg.c: the PostgreSQL test harness (see util_pg.h). Public API and libpq only.
  */
+#include "util_fault.h"
 #include "util_pg.h"
 
 #include <setjmp.h>
@@ -14,8 +15,11 @@
 
 int pgt_skipped(const char *prog) {
 #ifdef BS_HAVE_PG
+  char why[200];
   if (pgt_base_url()) return 0;
-  printf("%s: skipped (BS_TEST_PG_URL is not set; tests/pg_server.sh run starts a server)\n", prog);
+  snprintf(why, sizeof why,
+           "%s: BS_TEST_PG_URL is not set (tests/pg_server.sh run starts a server)", prog);
+  ft_skip_note(why);
 #else
   printf("%s: this build has no PostgreSQL backend\n", prog);
 #endif
