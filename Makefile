@@ -163,6 +163,21 @@ pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/ben
 check:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT="-O1 -g" test
 
+# tsan: the suites that run threads (writers, compactors, readers, the PostgreSQL pool's waiters
+# and racing opens) under ThreadSanitizer, in a build of its own; the PostgreSQL ones beside a
+# server of their own (as pg-test). A report fails the run (halt_on_error).
+TSAN_TESTS := test_concurrency test_cache test_compact test_backup test_front
+TSAN_PG_TESTS := test_pg test_pg_fault
+TSAN_RUN = set -e; for t in $(1); do echo "== tsan $$t"; \
+	  BS_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/$$t; done
+.PHONY: tsan
+tsan: deps
+	@$(MAKE) --no-print-directory BUILD=build-tsan SAN="-fsanitize=thread" OPT="-O1 -g" \
+	  $(addprefix build-tsan/tests/,$(TSAN_TESTS) $(if $(filter 1,$(PG)),$(TSAN_PG_TESTS)))
+	@$(call TSAN_RUN,$(TSAN_TESTS))
+	@if [ "$(PG)" = 1 ]; then tests/pg_server.sh run sh -c '$(call TSAN_RUN,$(TSAN_PG_TESTS))'; fi
+	@echo "tsan: clean"
+
 demo: deps bucketstore
 	./bucketstore demo
 
@@ -178,7 +193,7 @@ bench-quick: deps $(BUILD)/bench/bsbench
 	$(BUILD)/bench/bsbench --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf build build-asan build-fuzz bucketstore
+	rm -rf build build-asan build-fuzz build-tsan bucketstore
 
 # ---- Embedding (issue 8): install / uninstall, amalgamation, header test, examples ----------
 # GNU conventions: `make install PREFIX=/opt/bs DESTDIR=/tmp/stage`. The shared library gets a

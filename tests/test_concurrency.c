@@ -24,6 +24,7 @@
 #include <lmdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,10 +69,11 @@ static int read_once(bs_storage *st, uint64_t *C_out, char **fp_out, bs_error *e
 
 typedef struct shared {
   bs_db *db;
-  bs_storage *st; /* shared by every reader thread */
-  volatile int stop;
+  bs_storage *st;  /* shared by every reader thread */
+  atomic_int stop; /* read by every thread while another sets it */
   uint64_t seed;
-  unsigned long commits, compactions, reads, torn, failures;
+  unsigned long commits, compactions, reads, torn;
+  atomic_ulong failures; /* counted under mu, read by the main thread while it waits */
   char failure[512];
   pthread_mutex_t mu;
 } shared;
