@@ -59,6 +59,7 @@ typedef struct bres {
   double p50_us, p99_us; /* < 0: not measured */
   double maxrss_mb, anon_peak_mb;
   double bytes_per_op; /* < 0: n/a */
+  int timed;           /* count is what a fixed time gave: the engines' counts may differ */
   char note[400];
 } bres;
 
@@ -78,6 +79,10 @@ typedef struct bench_shared {
   uint64_t param_rows[2];   /* [raw]: parameter rows returned (cross-check) */
   uint64_t pg_read_sum[2];  /* [raw]: --pg reads, sum of op checksums + ops (cross-check) */
   uint64_t pg_ck_sum[2][2]; /* [raw][big]: --pg checksum + count (cross-check) */
+  /* [raw]: --pg checksums, the plans of the statements: plan_cache_mode (1 = force_generic_plan,
+   * 2 = force_custom_plan, 3 = auto) and custom plans made (cross-check) */
+  int pg_plan_mode[2];
+  uint64_t pg_custom_plans[2];
   double lmdb_bytes_per_op; /* --pg: the same ingest on the LMDB backend */
 } bench_shared;
 extern bench_shared *g_sh;

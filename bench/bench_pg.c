@@ -73,6 +73,8 @@ int pg_bs_compact(int a) {
 
 #include <libpq-fe.h>
 
+#include "pg_internal.h" /* bs__pg_conn_get: the plans of the library's own sessions */
+
 #define TABLE      "todos"
 #define BIG_BUCKET 0u
 #define SMALL      1u /* bucket index of the small bucket */
@@ -486,6 +488,24 @@ static int ck_calls(void) {
   return g_cfg->quick ? 200 : 2000;
 }
 
+/* The plans of c's session, for the checksum rows' cross-check (raw: 0 bucketstore's, 1 raw
+ * libpq's): its plan_cache_mode and the custom plans its prepared statements made. */
+static int record_plans(bres *r, PGconn *c, int raw) {
+  PGresult *res = PQexec(c, "SELECT current_setting('plan_cache_mode'),"
+                            " coalesce(sum(custom_plans), 0) FROM pg_prepared_statements");
+  const char *m;
+  if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+    return pq_fail(r, c, res, "plans");
+  m = PQgetvalue(res, 0, 0);
+  g_sh->pg_plan_mode[raw] = !strcmp(m, "force_generic_plan")  ? 1
+                            : !strcmp(m, "force_custom_plan") ? 2
+                            : !strcmp(m, "auto")              ? 3
+                                                              : 4;
+  g_sh->pg_custom_plans[raw] = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+  PQclear(res);
+  return 0;
+}
+
 int pg_bs_checksums(int a) {
   bres *r[2];
   bsh h;
@@ -537,6 +557,15 @@ int pg_bs_checksums(int a) {
       g_sh->pg_ck_sum[0][big] = ck.checksum + ck.count;
     }
     free(lat);
+  }
+  { /* a session of the library's pool, the one the calls above used */
+    PGconn *c;
+    if ((rc = bs__pg_conn_get((bs__pg_db *)h.db, &c, &err)) != BS_OK) {
+      res_fail(r[1], rc, "a pool session", &err);
+      goto out;
+    }
+    record_plans(r[1], c, 0);
+    bs__pg_conn_put((bs__pg_db *)h.db, c);
   }
 out:
   h_close(&h);
@@ -960,10 +989,9 @@ int pg_raw_checksums(int sum) {
     snprintf(r[big]->unit, sizeof r[big]->unit, "us/bucket");
     r[big]->lower_better = 1;
   }
-  /* planned per call with its bucket, as the library's statements are (a generic plan picks
-   * a scan of every op for the bucket that holds most of them) */
+  /* planned once per session, as the library's statements are (record_plans checks both) */
   if (!(c = pq_connect(r[1], url_raw)) ||
-      pq_run(r[1], c, "SET plan_cache_mode = force_custom_plan")) {
+      pq_run(r[1], c, "SET plan_cache_mode = force_generic_plan")) {
     if (c) PQfinish(c);
     return 1;
   }
@@ -1015,6 +1043,7 @@ int pg_raw_checksums(int sum) {
     }
     free(lat);
   }
+  if (!sum) record_plans(r[1], c, 1);
   PQfinish(c);
   return r[1]->status == BR_FAILED;
 }

@@ -752,6 +752,7 @@ int raw_concurrent(int threads) {
 
   snprintf(name, sizeof name, "%d reader%s + streaming writer", threads, threads > 1 ? "s" : "");
   r = res_new("reads", name, "lmdb");
+  r->timed = 1;
   snprintf(r->unit, sizeof r->unit, "ops/s");
   if (r_open(&d, "s100.raw", 0, 0, r)) goto out;
   s.d = &d;

@@ -477,7 +477,27 @@ static void note_add(bres *r, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Figures that need two rows (or two phases): commit overhead over its fsync, cross-checks. */
+/* A failed cross-check: the two sides of a row did different work. Noted on the row, counted,
+ * and the run fails. */
+static int g_cross_failed;
+static void cross_fail(bres *r, const char *fmt, ...) BS_BENCH_PRINTF(2, 3);
+static void cross_fail(bres *r, const char *fmt, ...) {
+  char msg[300];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  g_cross_failed++;
+  fprintf(stderr, "bsbench: CROSS-CHECK FAILED: %s %s: %s\n", r->workload, r->name, msg);
+  note_add(r, "CROSS-CHECK FAILED: %s", msg);
+}
+
+static const char *plan_mode_name(int m) {
+  return m == 1 ? "force_generic_plan" : m == 2 ? "force_custom_plan" : m == 3 ? "auto" : "unknown";
+}
+
+/* Figures that need two rows (or two phases): commit overhead over its fsync, and the
+ * cross-checks: both sides of every row did the same work. */
 static void derive(void) {
   static const char *eng[2] = {"bs", "lmdb"};
   for (int e = 0; e < 2; e++) {
@@ -493,30 +513,53 @@ static void derive(void) {
                d->p50_us / 1e3, n->p50_us / 1e3, (d->p50_us - n->p50_us) / 1e3,
                100.0 * n->p50_us / (d->p50_us - n->p50_us));
   }
+  /* every row both sides measured: the same count of ops, rows, calls (unless time-bound) */
+  for (int i = 0; i < *g_nres; i++) {
+    bres *b = &g_res[i];
+    if (strcmp(b->engine, "bs") || b->status != BR_OK || b->timed) continue;
+    for (int j = 0; j < *g_nres; j++) {
+      bres *o = &g_res[j];
+      if ((strcmp(o->engine, "lmdb") && strcmp(o->engine, "libpq")) || o->status != BR_OK ||
+          o->timed || strcmp(o->workload, b->workload) || strcmp(o->name, b->name))
+        continue;
+      if (o->count != b->count)
+        cross_fail(b, "bucketstore counted %.0f, %s %.0f", b->count, o->engine, o->count);
+    }
+  }
   for (int big = 0; big <= 1; big++)
     for (int cp = 0; cp <= 1; cp++) {
       uint64_t a = g_sh->ck_sum[0][big][cp], b = g_sh->ck_sum[1][big][cp];
       bres *r = find("checksums", "", "bs");
       if (a && b && a != b && r)
-        note_add(r, "CROSS-CHECK MISMATCH (%s buckets, %s): bucketstore and raw checksums differ",
-                 big ? "big" : "small", cp ? "older" : "latest");
+        cross_fail(r, "%s buckets, %s: bucketstore and raw checksums differ", big ? "big" : "small",
+                   cp ? "older" : "latest");
     }
   if (g_sh->pg_read_sum[0] != g_sh->pg_read_sum[1]) {
     bres *r = find("reads", "", "bs");
-    if (r) note_add(r, "CROSS-CHECK MISMATCH: bucketstore and raw libpq read different ops");
+    if (r) cross_fail(r, "bucketstore and raw libpq read different ops");
   }
   for (int big = 0; big <= 1; big++)
     if (g_sh->pg_ck_sum[0][big] != g_sh->pg_ck_sum[1][big]) {
       bres *r = find("checksums", "", "bs");
       if (r)
-        note_add(r, "CROSS-CHECK MISMATCH (%s bucket): bucketstore and raw checksums differ",
-                 big ? "big" : "small");
+        cross_fail(r, "%s bucket: bucketstore and raw checksums differ", big ? "big" : "small");
     }
+  if (g_sh->pg_plan_mode[0] || g_sh->pg_plan_mode[1]) {
+    bres *r = find("checksums", "", "bs");
+    if (r && (g_sh->pg_plan_mode[0] != g_sh->pg_plan_mode[1] || g_sh->pg_custom_plans[0] ||
+              g_sh->pg_custom_plans[1]))
+      cross_fail(
+          r,
+          "plans differ: bucketstore %s (%llu custom plans), raw libpq %s (%llu custom "
+          "plans)",
+          plan_mode_name(g_sh->pg_plan_mode[0]), (unsigned long long)g_sh->pg_custom_plans[0],
+          plan_mode_name(g_sh->pg_plan_mode[1]), (unsigned long long)g_sh->pg_custom_plans[1]);
+  }
   if (g_sh->param_rows[0] != g_sh->param_rows[1]) {
     bres *r = find("params", "lookup", "bs");
     if (r)
-      note_add(r, "CROSS-CHECK MISMATCH: %llu rows vs raw %llu",
-               (unsigned long long)g_sh->param_rows[0], (unsigned long long)g_sh->param_rows[1]);
+      cross_fail(r, "%llu rows vs raw %llu", (unsigned long long)g_sh->param_rows[0],
+                 (unsigned long long)g_sh->param_rows[1]);
   }
 }
 
@@ -1015,6 +1058,11 @@ int main(int argc, char **argv) {
     rm_tree(cfg.tmp);
   else
     printf("kept %s\n", cfg.tmp);
+  if (g_cross_failed) {
+    fprintf(stderr, "bsbench: %d cross-check(s) failed: the two sides did different work\n",
+            g_cross_failed);
+    return 1;
+  }
   for (int i = 0; i < *g_nres; i++)
     if (g_res[i].status == BR_FAILED) return 1;
   return 0;
