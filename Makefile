@@ -166,7 +166,7 @@ check:
 # tsan: the suites that run threads (writers, compactors, readers, the PostgreSQL pool's waiters
 # and racing opens) under ThreadSanitizer, in a build of its own; the PostgreSQL ones beside a
 # server of their own (as pg-test). A report fails the run (halt_on_error).
-TSAN_TESTS := test_concurrency test_cache test_compact test_backup test_front
+TSAN_TESTS := test_concurrency test_cache test_compact test_backup test_front test_sharedenv
 TSAN_PG_TESTS := test_pg test_pg_fault
 TSAN_RUN = set -e; for t in $(1); do echo "== tsan $$t"; \
 	  BS_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/$$t; done
