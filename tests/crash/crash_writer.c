@@ -42,7 +42,14 @@ int main(int argc, char **argv) {
     perror(argv[2]);
     return 2;
   }
+#ifdef CRASH_NOSYNC
+  /* tests/crash/powercut.sh's control: commits that return before anything is synced */
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  oo.flags = BS_OPEN_NOSYNC;
+  if ((rc = bs_open(&db, argv[1], &oo, &err))) return die("open", rc, &err);
+#else
   if ((rc = bs_open(&db, argv[1], NULL, &err))) return die("open", rc, &err);
+#endif
   rc = bs_storage_open(&st, db, 0, &err);
   if (rc == BS_ENOTFOUND) {
     if ((rc = bs_stream_create(NULL, db, "crash", NULL, &err))) return die("stream", rc, &err);
