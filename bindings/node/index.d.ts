@@ -153,6 +153,8 @@ export interface CreateWriterOptions {
   /** Accepted for the service's shape; unused. */
   zeroLSN?: string;
   storeCurrentData?: boolean;
+  /** an abort before the call rejects with its reason */
+  signal?: AbortSignal;
 }
 
 export interface EvaluatedRow {
@@ -254,6 +256,10 @@ export interface BucketDataBatchOptions {
   limit?: number;
   /** a new chunk starts when the next op would pass this size (default 1 MiB) */
   chunkLimitBytes?: number;
+  /** accepted for the service's shape; the engine has one read path */
+  requestHint?: 'bulk' | 'incremental';
+  /** an abort before the read, or between the chunks it hands out, rejects with its reason */
+  signal?: AbortSignal;
 }
 
 /** An op as the protocol sends it (OplogEntry), with op_id a bigint. */
@@ -318,6 +324,11 @@ export interface CompactOptions {
   maxOpsPerTransaction?: number;
   /** opt-in defragmentation ratio (0 = off) */
   defragmentRatio?: number;
+  /** Accepted for the service's shape; unused: the engine bounds a compaction's memory by
+   * memoryLimitMB and its write transactions by maxOpsPerTransaction. */
+  moveBatchByteLimit?: number;
+  moveBatchLimit?: number;
+  clearBatchLimit?: number;
   /** an abort cancels between transactions and rejects with the signal's reason, as an abort
    * before the call does (done work stays) */
   signal?: AbortSignal;
@@ -368,8 +379,14 @@ export declare class BucketStorage {
   getBucketDataBatch(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
     options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataChunk | SyncBucketDataBatchEnd>;
   /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
-  getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[]):
-    Promise<Map<Bytes, BucketChecksum>>;
+  getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[],
+    options?: { requestHint?: 'bulk' | 'incremental' }): Promise<Map<Bytes, BucketChecksum>>;
+  /** Nothing to drop: the library updates its checksum cache at every commit, compaction and
+   * clear of this process (another process's clear needs a reopen: storage.h bs_clear). */
+  clearChecksumCache(): Promise<void>;
+  /** true: parameter compaction keeps a cursor, so an incremental run continues where the last
+   * stopped. */
+  supportsIncrementalParameterCompaction(): boolean;
   /** The bucket-parameter rows, parsed (JSON.parse, except that an integer beyond 2^53 comes
    * back as an exact bigint). Rejects with code BS_ELIMIT ("too many parameter results (limit
    * was N)"). */
@@ -403,7 +420,8 @@ export declare class BucketStorage {
   deleteCheckpointRequestsBefore(before: Date | number): Promise<number>;
   getStatus(): Promise<StorageStatus>;
   clear(): Promise<void>;
-  terminate(options?: { clearStorage?: boolean }): Promise<void>;
+  /** An abort of signal before the call rejects with its reason. */
+  terminate(options?: { clearStorage?: boolean; signal?: AbortSignal }): Promise<void>;
   reportError(e: unknown): Promise<void>;
   /** Rejects with BS_ESTATE while a writer is open. */
   close(): Promise<void>;

@@ -209,7 +209,10 @@ class BucketStorage {
   get replicationStreamId() {
     return native.storageStreamId(this.#h);
   }
+  /** options.signal: an abort before the call rejects with its reason (opening a writer has no
+   * steps to stop at). zeroLSN and storeCurrentData are accepted for the service's shape. */
   async createWriter(options) {
+    options?.signal?.throwIfAborted();
     return new Writer(await call(native.createWriter, this.#h, options));
   }
   /** Callback form: creates a writer, runs callback, flushes, closes; the flush result. */
@@ -226,18 +229,25 @@ class BucketStorage {
     const r = await call(native.getCheckpoint, this.#h);
     return new Checkpoint(this, r.checkpoint, r.lsn);
   }
+  /** options.signal: an abort before the call, or before a chunk is handed out, rejects with
+   * its reason; options.requestHint is accepted for the service's shape (one read path). */
   async *getBucketDataBatch(checkpoint, dataBuckets, options) {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
     const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options);
+    signal?.throwIfAborted();
     for (let c = 0, k = 0; c < r.chunks.length; c++) {
       const ch = r.chunks[c];
       const data = new Array(ch.n);
       for (let i = 0; i < ch.n; i++, k++) data[i] = oplogEntry(r, k);
       yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
         has_more: ch.has_more, data }, targetOp: ch.targetOp };
+      signal?.throwIfAborted();
     }
     yield { hasMore: r.hasMore };
   }
-  async getChecksums(checkpoint, buckets) {
+  /** options.requestHint is accepted for the service's shape (one checksum path, cached). */
+  async getChecksums(checkpoint, buckets, options) {
     if (!Array.isArray(buckets)) throw typeError('buckets: expected an array');
     const names = buckets.map(bucketName);
     const r = await call(native.checksums, this.#h, opId(checkpoint), names);
@@ -318,8 +328,18 @@ class BucketStorage {
   clear() {
     return call(native.clear, this.#h);
   }
-  terminate(options) {
+  /** options.signal: an abort before the call rejects with its reason. */
+  async terminate(options) {
+    options?.signal?.throwIfAborted();
     return call(native.terminate, this.#h, options?.clearStorage ?? false);
+  }
+  /** The library updates its checksum cache with every commit, compaction and clear of this
+   * process, so there is nothing stale to drop: resolves at once (the service's shape). */
+  async clearChecksumCache() {}
+  /** Parameter compaction keeps a cursor in the stream, so an incremental run continues where the
+   * last one stopped. */
+  supportsIncrementalParameterCompaction() {
+    return true;
   }
   reportError(e) {
     return call(native.reportError, this.#h, e instanceof Error ? e.message : String(e));

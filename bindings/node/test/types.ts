@@ -39,6 +39,15 @@ async function main(): Promise<void> {
   for await (const b of st.listBuckets({ startAfter: 'a', page: 10 })) console.log(b.bucket, b.checksum, b.lastOp + 1n);
   const next: bs.Checkpoint = await st.waitCheckpoint(cp, { timeoutMs: 1000, signal: AbortSignal.timeout(5000) });
   await st.compactInitialReplication({ signal: new AbortController().signal });
+  const sig = new AbortController().signal;
+  await st.getChecksums(cp, ['b'], { requestHint: 'incremental' });
+  for await (const c of st.getBucketDataBatch(cp, [{ bucket: 'b' }], { requestHint: 'bulk', signal: sig })) console.log(c);
+  await st.clearChecksumCache();
+  const inc: boolean = st.supportsIncrementalParameterCompaction();
+  await st.compact({ moveBatchByteLimit: 1 << 20, moveBatchLimit: 2000, clearBatchLimit: 5000, signal: sig });
+  const w2: bs.Writer = await st.createWriter({ zeroLSN: '0/0', storeCurrentData: true, signal: sig });
+  await st.terminate({ clearStorage: true, signal: sig });
+  console.log(inc, w2);
   console.log(dbStat.fileBytes, problems.length, next.checkpoint);
   console.log(sums, rows, ch.updatedDataBuckets.size, stats.opsMoved, init.buckets, m.shouldAdvance, last, n, s.state);
   await db.backup('copy.bsdb', { replace: true, onProgress: (n) => n > 10, signal: new AbortController().signal });
