@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- Statements ------------------------------------------------------------------------------ */
 
@@ -309,9 +310,20 @@ static void quiet_notice(void *arg, const PGresult *res) {
   BS_UNUSED(res);
 }
 
+/* Settings the URL may override (libpq takes the last value of a keyword: these come before
+ * the URL's, expand_dbname): a connect that never completes fails after 10 s; keepalives find
+ * a server or network that went away under an idle session (a writer's lock, the LISTEN
+ * connection) in about two minutes; application_name names the process's sessions in
+ * pg_stat_activity. */
+static const char *const conn_keys[] = {
+    "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "application_name", "dbname",          NULL};
+
 static int conn_open(bs__pg_db *db, PGconn **out, bs_error *err) {
-  PGconn *c = PQconnectdb(db->url);
+  const char *values[] = {"10", "1", "60", "10", "6", "bucketstore", db->url, NULL};
+  PGconn *c = PQconnectdbParams(conn_keys, values, 1);
   int rc;
+  _Static_assert(sizeof values == sizeof conn_keys, "a value per keyword");
   *out = NULL;
   if (!c) return bs__fail(err, BS_ENOMEM, "connecting to PostgreSQL: out of memory");
   if (PQstatus(c) != CONNECTION_OK) {
@@ -361,38 +373,91 @@ int bs__pg_conn_alive(PGconn *c) {
   return PQstatus(c) == CONNECTION_OK;
 }
 
-int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err) {
-  PGconn *c = NULL;
-  for (;;) {
-    pthread_mutex_lock(&db->pool_mu);
-    c = db->n_idle ? db->idle[--db->n_idle] : NULL;
-    pthread_mutex_unlock(&db->pool_mu);
-    if (!c) return conn_open(db, out, err);
-    if (bs__pg_conn_alive(c)) break;
-    PQfinish(c); /* the server dropped it while it was idle (a restart drops them all) */
-  }
-  *out = c;
-  return BS_OK;
+/* Frees a slot of the pool (a connection closed or never opened) for a waiting call. */
+static void slot_free(bs__pg_db *db) {
+  pthread_mutex_lock(&db->pool_mu);
+  db->n_conns--;
+  pthread_cond_signal(&db->pool_cv);
+  pthread_mutex_unlock(&db->pool_mu);
 }
 
-#define BS_PG_POOL_MAX 16u /* idle connections kept */
+static int conn_take(bs__pg_db *db, PGconn **out, int wait, bs_error *err) {
+  int rc, waited = 0;
+  pthread_mutex_lock(&db->pool_mu);
+  for (;;) {
+    if (db->n_idle) {
+      PGconn *c = db->idle[--db->n_idle];
+      pthread_mutex_unlock(&db->pool_mu);
+      if (bs__pg_conn_alive(c)) {
+        *out = c;
+        return BS_OK;
+      }
+      PQfinish(c); /* the server dropped it while it was idle (a restart drops them all): its
+                      slot is this call's */
+      break;
+    }
+    if (db->n_conns < db->max_conns) {
+      db->n_conns++;
+      pthread_mutex_unlock(&db->pool_mu);
+      break;
+    }
+    if (!wait) {
+      pthread_mutex_unlock(&db->pool_mu);
+      return BS_EBUSY;
+    }
+    if (!waited++) { /* the test seam, outside the lock; then the pool is looked at again */
+      pthread_mutex_unlock(&db->pool_mu);
+      bs__pg_hook(db, "pool.wait", NULL);
+      pthread_mutex_lock(&db->pool_mu);
+      continue;
+    }
+    pthread_cond_wait(&db->pool_cv, &db->pool_mu);
+  }
+  if ((rc = conn_open(db, out, err))) slot_free(db);
+  return rc;
+}
+
+int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err) {
+  return conn_take(db, out, 1, err);
+}
+
+int bs__pg_conn_try(bs__pg_db *db, PGconn **out) {
+  bs_error ignored = {0};
+  return conn_take(db, out, 0, &ignored);
+}
+
+void bs__pg_conn_drop(bs__pg_db *db, PGconn *c) {
+  if (!c) return;
+  PQfinish(c);
+  slot_free(db);
+}
 
 void bs__pg_conn_put(bs__pg_db *db, PGconn *c) {
+  int keep;
   if (!c) return;
-  if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE) {
-    pthread_mutex_lock(&db->pool_mu);
-    if (db->n_idle == db->cap_idle && db->cap_idle < BS_PG_POOL_MAX) {
-      size_t cap = db->cap_idle ? db->cap_idle * 2 : 4;
-      PGconn **p = bs__realloc(&db->base.alloc, db->idle, cap * sizeof *p);
-      if (p) db->idle = p, db->cap_idle = cap;
-    }
-    if (db->n_idle < db->cap_idle) {
-      db->idle[db->n_idle++] = c;
-      c = NULL;
-    }
-    pthread_mutex_unlock(&db->pool_mu);
+  keep = PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE;
+  pthread_mutex_lock(&db->pool_mu);
+  if (keep && db->n_conns <= db->max_conns) { /* an adopted one may find the pool full */
+    db->idle[db->n_idle++] = c;               /* n_idle < n_conns <= max_conns */
+    c = NULL;
+  } else {
+    db->n_conns--;
   }
+  pthread_cond_signal(&db->pool_cv);
+  pthread_mutex_unlock(&db->pool_mu);
   PQfinish(c);
+}
+
+void bs__pg_conn_detach(bs__pg_db *db) {
+  slot_free(db);
+}
+
+void bs__pg_conn_adopt(bs__pg_db *db, PGconn *c) {
+  if (!c) return;
+  pthread_mutex_lock(&db->pool_mu);
+  db->n_conns++;
+  pthread_mutex_unlock(&db->pool_mu);
+  bs__pg_conn_put(db, c);
 }
 
 /* ---- Schema ---------------------------------------------------------------------------------- */
@@ -907,75 +972,134 @@ static int pg_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) 
 
 /* ---- Waiting for a checkpoint (BS_PG_CHANNEL) ------------------------------------------------ */
 
-/* Frees the notifications c has received; 1 when one of them named stream. */
-static int drain_notifies(PGconn *c, uint32_t stream) {
-  char id[16];
+/* Frees the notifications c has received; 1 when there was one. */
+static int drain_notifies(PGconn *c) {
   PGnotify *n;
-  int hit = 0;
-  snprintf(id, sizeof id, "%u", (unsigned)stream);
+  int any = 0;
   while ((n = PQnotifies(c)) != NULL) {
-    if (n->extra && !strcmp(n->extra, id)) hit = 1;
+    any = 1;
     PQfreemem(n);
   }
-  return hit;
+  return any;
 }
 
-/* Blocks until a notification for stream reaches c or the monotonic deadline passes. */
-static int await_notify(bs__pg_db *db, PGconn *c, uint32_t stream, uint64_t deadline,
-                        bs_error *err) {
-  for (;;) {
-    uint64_t now = bs__monotonic_ms();
-    struct pollfd p;
-    if (!PQconsumeInput(c)) return bs__pg_fail(c, NULL, "waiting for a checkpoint", err);
-    if (drain_notifies(c, stream) || now >= deadline) return BS_OK;
-    p.fd = PQsocket(c);
-    p.events = POLLIN;
-    p.revents = 0;
-    if (p.fd < 0) return bs__pg_fail(c, NULL, "waiting for a checkpoint", err);
-    bs__pg_hook(db, "wait", c);
-    if (poll(&p, 1, deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now)) < 0 &&
-        errno != EINTR)
-      return bs__fail(err, BS_EIO, "waiting for a checkpoint: poll: %s", strerror(errno));
-  }
-}
-
-/* LISTEN first, then read: a commit before the read is in it, one after wakes the wait. The
- * notifications received before each read are dropped (the read covers them). A hot standby
- * cannot LISTEN (PostgreSQL: "cannot execute LISTEN during recovery"): there the wait reads
- * the checkpoint every BS_WAIT_POLL_MS instead (the "wait" point before each sleep). */
-static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
-                              bs_checkpoint *out, bs_error *err) {
-  uint64_t deadline = bs__monotonic_ms() + timeout_ms;
+/* The LISTEN connection (l->mu held): opened when there is none. It is not a connection of the
+ * pool: waiters never hold one of those while they wait. */
+static int listener_open(bs__pg_db *db, bs_error *err) {
+  struct bs__pg_listener *l = &db->listen;
+  char sql[64];
   PGconn *c;
-  PGresult *r;
-  char listen[64];
-  int rc, standby = 0;
-  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
-  rc = bs__pg_exec(c, "SELECT pg_is_in_recovery()", NULL, &r, "wait_checkpoint", err);
-  if (!rc) {
-    snprintf(listen, sizeof listen, "LISTEN %s", spg(st)->schema.channel);
-    standby = bs__pg_bool(r, 0, 0);
-    PQclear(r);
-    if (!standby) rc = bs__pg_run(c, listen, NULL, "wait_checkpoint: listen", err);
+  int rc;
+  if (l->c) return BS_OK;
+  if ((rc = conn_open(db, &c, err))) return rc;
+  snprintf(sql, sizeof sql, "LISTEN %s", db->schema.channel);
+  if ((rc = bs__pg_run(c, sql, NULL, "wait_checkpoint: listen", err))) {
+    PQfinish(c);
+    return rc;
   }
-  while (!rc) {
-    uint64_t now = 0;
-    drain_notifies(c, st->stream_id);
+  l->c = c;
+  return BS_OK;
+}
+
+/* Reads the LISTEN connection's socket until something arrives or ms pass (l->mu held, released
+ * meanwhile: the others wait on l->cv); a notification bumps gen, a loss epoch. */
+static void listener_poll(bs__pg_db *db, uint64_t ms) {
+  struct bs__pg_listener *l = &db->listen;
+  PGconn *c = l->c;
+  struct pollfd p;
+  int ok;
+  l->polling = 1;
+  pthread_mutex_unlock(&l->mu);
+  bs__pg_hook(db, "wait", c);
+  p.fd = PQsocket(c);
+  p.events = POLLIN;
+  p.revents = 0;
+  ok = p.fd >= 0 && (poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms) >= 0 || errno == EINTR) &&
+       PQconsumeInput(c) && PQstatus(c) == CONNECTION_OK;
+  pthread_mutex_lock(&l->mu);
+  l->polling = 0;
+  if (!ok) {
+    bs__pg_fail(c, NULL, "waiting for a checkpoint", &l->lost);
+    PQfinish(c);
+    l->c = NULL;
+    l->epoch++;
+  } else if (drain_notifies(c)) {
+    l->gen++;
+  }
+  pthread_cond_broadcast(&l->cv);
+}
+
+/* Waits on l->cv (l->mu held) until the poller or a notification wakes it, or ms pass. */
+static void listener_wait(bs__pg_db *db, uint64_t ms) {
+  struct bs__pg_listener *l = &db->listen;
+  struct timespec ts;
+  bs__pg_hook(db, "wait", l->c);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += (time_t)(ms / 1000u);
+  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+}
+
+/* A hot standby cannot LISTEN (PostgreSQL: "cannot execute LISTEN during recovery"): there the
+ * wait reads the checkpoint every BS_WAIT_POLL_MS on c (the "wait" point before each sleep). */
+static int wait_standby(bs_storage *st, PGconn *c, const bs_checkpoint *known, uint64_t deadline,
+                        bs_checkpoint *out, bs_error *err) {
+  int rc;
+  for (;;) {
+    uint64_t now;
     if ((rc = read_checkpoint(c, st, out, err)) || bs__checkpoint_differs(out, known) ||
         (now = bs__monotonic_ms()) >= deadline)
+      return rc;
+    bs__pg_hook(spg(st), "wait", c);
+    poll(NULL, 0, (int)(deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS));
+  }
+}
+
+/* On the handle's LISTEN connection (pg_internal.h), opened first: a commit before a read is in
+ * it, one after bumps gen (the waiter then reads again). The reads run on connections of the
+ * pool, given back before the wait. A waiter whose LISTEN connection was lost (epoch) fails
+ * with the loss's BS_EIO. */
+static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
+                              bs_checkpoint *out, bs_error *err) {
+  uint64_t deadline = bs__monotonic_ms() + timeout_ms, gen, epoch, now;
+  bs__pg_db *db = spg(st);
+  struct bs__pg_listener *l = &db->listen;
+  PGconn *c;
+  PGresult *r;
+  int rc, standby = 0;
+  if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
+  if (!(rc = bs__pg_exec(c, "SELECT pg_is_in_recovery()", NULL, &r, "wait_checkpoint", err))) {
+    standby = bs__pg_bool(r, 0, 0);
+    PQclear(r);
+    if (standby) rc = wait_standby(st, c, known, deadline, out, err);
+  }
+  bs__pg_conn_put(db, c);
+  if (rc || standby) return rc;
+  pthread_mutex_lock(&l->mu);
+  rc = listener_open(db, err);
+  epoch = l->epoch;
+  while (!rc) {
+    gen = l->gen;
+    pthread_mutex_unlock(&l->mu);
+    rc = pg_get_checkpoint(st, out, err);
+    pthread_mutex_lock(&l->mu);
+    if (rc || bs__checkpoint_differs(out, known) || (now = bs__monotonic_ms()) >= deadline) break;
+    if (l->epoch != epoch) {
+      if (err) *err = l->lost;
+      rc = BS_EIO;
       break;
-    if (!standby) {
-      rc = await_notify(spg(st), c, st->stream_id, deadline, err);
-    } else {
-      bs__pg_hook(spg(st), "wait", c);
-      poll(NULL, 0, (int)(deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS));
     }
+    if (l->gen != gen) continue;
+    if (l->polling)
+      listener_wait(db, deadline - now);
+    else
+      listener_poll(db, deadline - now);
   }
-  if (PQstatus(c) == CONNECTION_OK) { /* back to the pool listening to nothing */
-    PQclear(PQexec(c, "UNLISTEN *"));
-    drain_notifies(c, st->stream_id);
-  }
-  bs__pg_conn_put(spg(st), c);
+  pthread_mutex_unlock(&l->mu);
   return rc;
 }
 
@@ -1111,6 +1235,7 @@ static void pg_close(bs_db *base) {
   bs__pg_db *db = pg_of(base);
   bs_allocator a = base->alloc;
   for (size_t i = 0; i < db->n_idle; i++) PQfinish(db->idle[i]);
+  PQfinish(db->listen.c);
   for (size_t i = 0; i < db->n_locks; i++) { /* writers left open by the host */
     PQfinish(db->locks[i]->c);
     pthread_mutex_destroy(&db->locks[i]->mu);
@@ -1119,8 +1244,37 @@ static void pg_close(bs_db *base) {
   bs__free(&a, db->idle);
   bs__free(&a, db->locks);
   bs__free(&a, db->url);
-  pthread_mutex_destroy(&db->pool_mu);
+  if (db->sync_ready) {
+    pthread_cond_destroy(&db->listen.cv);
+    pthread_mutex_destroy(&db->listen.mu);
+    pthread_cond_destroy(&db->pool_cv);
+    pthread_mutex_destroy(&db->pool_mu);
+  }
   bs__free(&a, db);
+}
+
+/* The pool's and the listener's mutexes and conditions (the listener's timed waits use the
+ * monotonic clock, so a wall-clock jump cannot stall them); 0 or BS_ENOMEM. */
+static int sync_init(bs__pg_db *db) {
+  pthread_condattr_t ca;
+  int ok = 0;
+  if (pthread_mutex_init(&db->pool_mu, NULL)) return BS_ENOMEM;
+  if (pthread_cond_init(&db->pool_cv, NULL)) goto pool_cv;
+  if (pthread_mutex_init(&db->listen.mu, NULL)) goto listen_mu;
+  if (pthread_condattr_init(&ca)) goto listen_cv;
+  ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) && !pthread_cond_init(&db->listen.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (ok) {
+    db->sync_ready = 1;
+    return BS_OK;
+  }
+listen_cv:
+  pthread_mutex_destroy(&db->listen.mu);
+listen_mu:
+  pthread_cond_destroy(&db->pool_cv);
+pool_cv:
+  pthread_mutex_destroy(&db->pool_mu);
+  return BS_ENOMEM;
 }
 
 /* Counts over every stream in one statement (one snapshot); file_bytes: the bs_ tables' size on
@@ -1187,16 +1341,20 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
     return bs__fail(err, BS_ENOMEM, "database: out of memory");
   db->base = base;
   a = &db->base.alloc;
-  if (pthread_mutex_init(&db->pool_mu, NULL)) {
+  db->max_conns = opts && opts->version >= 2 && opts->pg_max_connections ? opts->pg_max_connections
+                                                                         : BS_PG_MAX_CONNECTIONS;
+  if (sync_init(db)) {
     bs__free(a, db);
     return bs__fail(err, BS_ENOMEM, "database: cannot initialise a mutex");
   }
-  if (!(db->url = bs__malloc(a, n + 1))) {
+  if (db->max_conns > SIZE_MAX / sizeof *db->idle ||
+      !(db->idle = bs__malloc(a, db->max_conns * sizeof *db->idle)) ||
+      !(db->url = bs__malloc(a, n + 1))) {
     pg_close(&db->base);
     return bs__fail(err, BS_ENOMEM, "database: out of memory");
   }
   memcpy(db->url, url, n + 1);
-  if ((rc = conn_open(db, &c, err)) == BS_OK) {
+  if ((rc = bs__pg_conn_get(db, &c, err)) == BS_OK) {
     if (!(rc = bs__pg_schema_resolve(c, &db->schema, err)) &&
         !(rc = bs__pg_run(c, db->schema.set_path, NULL, "open: search_path", err)))
       rc = check_schema(db, c, err);

@@ -968,7 +968,7 @@ static int cctx_open(cctx *c, bs_storage *st, bs_error *err, srec *s) {
   if ((rc = bs__pg_conn_get(c->db, &c->c, err))) return rc;
   bs__pg_arg_lock(&a, &c->db->schema, c->stream, BS_PG_LOCK_COMPACT);
   if ((rc = run(c, LOCK_SQL, &a, "compact: locking the stream's compaction"))) {
-    PQfinish(c->c); /* whatever its state, no lock is left behind */
+    bs__pg_conn_drop(c->db, c->c); /* whatever its state, no lock is left behind */
     c->c = NULL;
     return rc;
   }
@@ -1006,7 +1006,7 @@ static void cctx_close(cctx *c) {
       return;
     }
   }
-  PQfinish(c->c); /* closing the session releases its lock */
+  bs__pg_conn_drop(c->db, c->c); /* closing the session releases its lock */
 }
 
 /* The newest checkpoint made at or before now - min_age_ms (change records of flag 1). */

@@ -99,13 +99,34 @@ typedef struct bs__pg_schema {
  * BS_ENOTFOUND when no schema of the search_path exists. */
 int bs__pg_schema_resolve(PGconn *c, bs__pg_schema *out, bs_error *err);
 
+/* Connections of a handle's pool when bs_open_options.pg_max_connections is 0. */
+#define BS_PG_MAX_CONNECTIONS 10u
+
 typedef struct bs__pg_db {
   bs_db base;
   char *url;
   bs__pg_schema schema;
+  /* The pool: a call takes a connection (an idle one, else a new one while fewer than max_conns
+   * are open, else it waits on pool_cv) and gives it back. n_conns counts the connections idle
+   * or in a call; the sessions held across calls (writers', ANALYZEs, bs__pg_conn_detach) and
+   * the LISTEN connection are not among them. All guarded by pool_mu. */
+  int sync_ready; /* the mutexes and conditions below are initialised */
   pthread_mutex_t pool_mu;
-  PGconn **idle; /* connections not in use (the pool); a call takes one and gives it back */
-  size_t n_idle, cap_idle;
+  pthread_cond_t pool_cv; /* a connection went back to the pool or was closed */
+  PGconn **idle;          /* max_conns entries */
+  size_t n_idle, n_conns, max_conns;
+  /* The handle's one LISTEN connection, shared by every bs_wait_checkpoint (pg.c): opened by the
+   * first wait, kept until the close. One waiter at a time reads its socket (polling); the
+   * others wait on cv for the notifications it counts (gen). A lost connection ends every wait
+   * that used it with BS_EIO (lost, epoch); the next wait opens a new one. Guarded by mu. */
+  struct bs__pg_listener {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* gen or epoch changed, or the poller left */
+    PGconn *c;
+    int polling;
+    uint64_t gen, epoch;
+    bs_error lost;
+  } listen;
   /* The writer sessions of this handle (pg_write.c): one per (stream, kind) holds the stream's
    * advisory writer lock and runs every statement of this handle's writers of that kind, so a
    * commit runs in the session that holds the lock (a session the server drops takes its lock
@@ -177,7 +198,9 @@ static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
 }
 
 /* The test seam: calls db->hook (when set) with point and the connection in use. Points:
- * "wait" (a checkpoint waiter is about to block on its socket, or to sleep on a hot standby),
+ * "wait" (a checkpoint waiter is about to block: on the LISTEN connection's socket, or on the
+ * other waiters' condition, c that connection; or to sleep on a hot standby, c its own),
+ * "pool.wait" (a call is about to wait for a connection of the pool: max_conns are in use),
  * "flush.loaded" (a flush read the source records and buckets its queue needs, nothing written
  * yet), "flush" (a flush's statements ran, its COMMIT not sent yet), "commit" (a commit's queue
  * applied in its transaction, the checkpoint not made yet), "commit.sent" (a flush's or
@@ -199,10 +222,22 @@ int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err);
 /* Is idle connection c still there? One the server ended (pg_terminate_backend, a restart) has
  * its last message and the end of the stream waiting on the socket: read without blocking. */
 int bs__pg_conn_alive(PGconn *c);
-/* A live connection of the pool (or a new one), idle (no transaction open). */
+/* A live connection of the pool (or a new one), idle (no transaction open); waits while
+ * max_conns are in use (the "pool.wait" point before the first wait, c NULL). */
 int bs__pg_conn_get(bs__pg_db *db, PGconn **out, bs_error *err);
+/* The same without waiting: BS_EBUSY (no message) while max_conns are in use. */
+int bs__pg_conn_try(bs__pg_db *db, PGconn **out);
 /* Gives c back: kept when it is healthy and idle, else closed. NULL is a no-op. */
 void bs__pg_conn_put(bs__pg_db *db, PGconn *c);
+/* Closes c, a connection of the pool, whatever its state (its session's locks go with it). NULL
+ * is a no-op. */
+void bs__pg_conn_drop(bs__pg_db *db, PGconn *c);
+/* A connection taken from the pool that outlives the call (a writer's session, an ANALYZE not
+ * waited for) leaves the pool's count, so that sessions held across calls never starve the calls
+ * (a thread holding a writer then waiting for a connection only its own next call would free);
+ * it is closed with PQfinish, or given back with _adopt (kept idle when the pool has room). */
+void bs__pg_conn_detach(bs__pg_db *db);
+void bs__pg_conn_adopt(bs__pg_db *db, PGconn *c);
 
 /* ---- Statements ---- */
 /* Parameters of one statement, sent in binary (integers big-endian, bytea raw). */

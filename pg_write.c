@@ -69,7 +69,7 @@ static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
   arg_lock(&a, db, l);
   if ((rc = bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", err))) {
-    PQfinish(c);
+    bs__pg_conn_drop(db, c);
     return rc;
   }
   got = bs__pg_bool(r, 0, 0);
@@ -80,6 +80,7 @@ static int session_open(bs__pg_db *db, struct bs__pg_lock *l, bs_error *err) {
     return bs__fail(err, BS_EBUSY, "stream %u already has a %s writer in another process or host",
                     (unsigned)l->stream, l->snapshot ? "snapshot" : "streaming");
   }
+  bs__pg_conn_detach(db); /* held until the last writer closes */
   l->c = c;
   l->pid = PQbackendPID(c);
   bs__pg_hook(db, "writer.lock", c);
@@ -100,7 +101,7 @@ static void session_close(bs__pg_db *db, struct bs__pg_lock *l) {
       bs__pg_exec(l->c, "SELECT pg_advisory_unlock($1, $2)", &a, &r,
                   "unlocking the stream's writer", NULL) == BS_OK) {
     PQclear(r);
-    bs__pg_conn_put(db, l->c);
+    bs__pg_conn_adopt(db, l->c);
   } else {
     PQfinish(l->c);
   }
@@ -228,20 +229,20 @@ static void analyze_collect(bs__pg_writer *w, int end) {
   if (PQisBusy(c)) return;
   while ((r = PQgetResult(c)) != NULL) PQclear(r);
   w->analyzing = NULL;
-  bs__pg_conn_put(w->db, c);
+  bs__pg_conn_adopt(w->db, c);
 }
 
 /* After a COMMIT: an ANALYZE when what the writer wrote doubled since the last. */
 static void analyze_maybe(bs__pg_writer *w) {
-  bs_error ignored = {0};
   PGconn *c;
   analyze_collect(w, 0);
   if (w->analyzing || w->written == 0 || w->written < w->analyze_at) return;
-  if (bs__pg_conn_get(w->db, &c, &ignored)) return;
+  if (bs__pg_conn_try(w->db, &c)) return; /* never wait for one: a hint */
   if (!PQsendQuery(c, ANALYZE_SQL)) {
-    PQfinish(c);
+    bs__pg_conn_drop(w->db, c);
     return;
   }
+  bs__pg_conn_detach(w->db); /* held until a later call collects it */
   w->analyze_at = 2 * w->written;
   w->analyzing = c;
   bs__pg_hook(w->db, "analyze", c);

@@ -186,10 +186,14 @@ typedef struct bs_open_options {
                                      256 MiB on 32-bit); doubles on demand */
   size_t checksum_cache_entries; /* LRU entries; 0 = 100000; (size_t)-1 disables the cache */
   const bs_allocator *allocator; /* NULL = libc; copied */
+  /* version 2: the PostgreSQL backend's connections for calls at most, besides writers'
+   * sessions and the one LISTEN connection (bs_open_postgres); 0 = 10. Ignored by the other
+   * backends */
+  size_t pg_max_connections;
 } bs_open_options;
-#define BS_OPEN_OPTIONS_VERSION 1
+#define BS_OPEN_OPTIONS_VERSION 2
 #define BS_OPEN_OPTIONS_INIT                                                                       \
-  { BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL }
+  { BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL, 0 }
 
 /* Opens the database file at path (copied); a missing file is created, unless BS_OPEN_RDONLY.
  * *out is the caller's, closed with bs_close(); *out is NULL on failure. opts may be NULL.
@@ -224,7 +228,18 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * handle's role; the schema itself must be writable by its owner only. Its tables are created
  * at the first open and migrated to this build's schema version by a read-write open; BS_OPEN_NOSYNC sets
  * synchronous_commit off, map_size is ignored. Several processes, also on several hosts, may
- * open one database. The handle keeps a pool of connections (one per concurrent call).
+ * open one database. Connections: a call takes one from the handle's pool for its duration (an
+ * idle one, else a new one; a compaction for its run); the pool holds at most
+ * opts->pg_max_connections (default 10), and a call that finds all of them in use waits until
+ * one is given back (so a callback that calls the library back, from bs_list_buckets or
+ * bs_get_bucket_data, needs one more than the calls running at once). Besides the pool: a
+ * stream's writers of one kind hold a session while one of them is open (two per stream with
+ * a snapshot and a streaming writer), each writer at most one more for a moment (its ANALYZE),
+ * and one LISTEN connection, opened by the first bs_wait_checkpoint, serves every waiter of the
+ * handle. A handle so uses at most pg_max_connections + 1 + 2 per open writer; size the
+ * server's max_connections (or a session-mode pooler) for every process.
+ * Unless the URL sets them: connect_timeout=10, TCP keepalives (idle 60 s, interval 10 s, 6
+ * probes) and application_name=bucketstore.
  * Writers: one streaming and one snapshot writer per stream across every handle, process and
  * host (an advisory lock): bs_writer_open on another handle gets BS_EBUSY while one is open, and
  * succeeds once bs_writer_close returned (the lock is released before it returns); the writers
@@ -475,8 +490,9 @@ BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
 /* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
  * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
  * once; commits from other processes are seen by polling (every 50 ms). On a PostgreSQL
- * database a commit on any host wakes it at once (LISTEN on a connection of the wait's own);
- * BS_EIO with libpq's message when the server drops that connection. On a hot standby (a
+ * database a commit on any host wakes it at once (LISTEN on the handle's one connection for all
+ * its waiters); BS_EIO with libpq's message when the server drops that connection (every wait
+ * then running fails; the next opens a new one). On a hot standby (a
  * read-only replica, opened with BS_OPEN_RDONLY: PostgreSQL cannot LISTEN during recovery) it
  * polls every 50 ms instead and sees a commit once the standby has replayed it. known NULL = no
  * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */

@@ -2,7 +2,9 @@
  * BS_TEST_PG_URL (`make pg-test` starts one with tests/pg_server.sh): roles that are not
  * superusers, schemas shared with other roles, several search paths, schema names that need
  * quoting. Each test gets a schema of its own (util_pg.h); the roles and other schemas a test
- * creates are dropped by its teardown. Without BS_TEST_PG_URL, or in a build without the backend,
+ * creates are dropped by its teardown. The connections a handle holds are counted in
+ * pg_stat_activity by application_name, at points the backend's test seam (bs__pg_set_hook)
+ * reports. Without BS_TEST_PG_URL, or in a build without the backend,
  * it says so and passes. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +20,11 @@
 #include "util_pg.h"
 
 #ifdef BS_HAVE_PG
+#include <limits.h>
+#include <pthread.h>
+
+#include "pg_internal.h" /* the test seam: bs__pg_set_hook */
+
 static bs_val str(const char *s) {
   return (bs_val){s, strlen(s)};
 }
@@ -320,11 +327,251 @@ static void t_quoted_schema_names(void **state) {
   }
 }
 
+/* ---- 2. bounded, observable connections ---- */
+
+static bs_db *open_max(const char *url, size_t max) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_error err = {0};
+  bs_db *db = NULL;
+  o.pg_max_connections = max;
+  if (bs_open(&db, url, &o, &err)) fail_msg("bs_open: %s", err.msg);
+  return db;
+}
+
+/* The test's URL with application_name=<schema>_<what> (name: that name). */
+static void app_url(pgt *t, const char *what, char *url, size_t cap, char *name, size_t ncap) {
+  char params[300];
+  snprintf(name, ncap, "%s_%s", t->schema, what);
+  snprintf(params, sizeof params, "options=-csearch_path%%3D%s&application_name=%s", t->schema,
+           name);
+  url_with(url, cap, params);
+}
+
+static long long sessions(pgt *t, const char *app, const char *query_like) {
+  return pgt_int(t->admin,
+                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'"
+                 " AND query LIKE '%s'",
+                 app, query_like);
+}
+
+/* Threads that reached the seam's point (each counted once), and a gate they may wait at. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  const char *point;
+  pthread_t seen[16];
+  int n_seen, open;
+} gate;
+
+static void gate_init(gate *g, const char *point) {
+  memset(g, 0, sizeof *g);
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  g->point = point;
+}
+
+static void gate_arrive(gate *g) {
+  int known = 0;
+  pthread_mutex_lock(&g->mu);
+  for (int i = 0; i < g->n_seen; i++) known |= pthread_equal(g->seen[i], pthread_self());
+  if (!known && g->n_seen < 16) g->seen[g->n_seen++] = pthread_self();
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_until(gate *g, int n) {
+  pthread_mutex_lock(&g->mu);
+  while (g->n_seen < n) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* blocks the caller until gate_open (a thread inside a callback holds its connection) */
+static void gate_hold(gate *g) {
+  gate_arrive(g);
+  pthread_mutex_lock(&g->mu);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_fn(const char *point, PGconn *c, void *payload) {
+  gate *g = payload;
+  (void)c;
+  if (!strcmp(point, g->point)) gate_arrive(g);
+}
+
+typedef struct waiter {
+  pthread_t th;
+  bs_storage *st;
+  bs_checkpoint known, out;
+  int rc;
+} waiter;
+
+static void *wait_main(void *arg) {
+  waiter *w = arg;
+  bs_error err = {0};
+  w->rc = bs_wait_checkpoint(w->st, &w->known, INT_MAX, &w->out, &err);
+  return NULL;
+}
+
+/* Eight threads wait for a checkpoint on one handle: one LISTEN connection serves them all, and
+ * the handle holds no more than it and its pool's two connections. One commit on another
+ * handle ends every wait with its checkpoint. A handle whose URL names no application_name is
+ * "bucketstore" in pg_stat_activity. */
+static void t_waiters_share_one_connection(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], app[128];
+  bs_error err = {0};
+  bs_db *a = pgt_open(t->url, 0), *b;
+  bs_storage *sa, *sb;
+  bs_writer *w;
+  bs_checkpoint cp;
+  waiter ws[8];
+  gate g;
+  assert_true(sessions(t, "bucketstore", "%") >= 1);
+  app_url(t, "waits", url, sizeof url, app, sizeof app);
+  b = open_max(url, 2);
+  assert_int_equal(bs_stream_create(NULL, a, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sa, a, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, sa, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, str("0"), &err), BS_OK);
+  save(w, BS_INSERT, "r1", "a", "k1");
+  assert_int_equal(bs_writer_commit(w, str("1"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  gate_init(&g, "wait");
+  bs__pg_set_hook(b, gate_fn, &g);
+  for (int i = 0; i < 8; i++) {
+    memset(&ws[i], 0, sizeof ws[i]);
+    ws[i].st = sb;
+    assert_int_equal(bs_get_checkpoint(sb, &ws[i].known, &err), BS_OK);
+    assert_int_equal(pthread_create(&ws[i].th, NULL, wait_main, &ws[i]), 0);
+  }
+  gate_until(&g, 8); /* every waiter is about to block */
+  assert_true(sessions(t, app, "%") <= 3);
+  assert_int_equal(sessions(t, app, "LISTEN%"), 1);
+  save(w, BS_INSERT, "r2", "a", "k1");
+  assert_int_equal(bs_writer_commit(w, str("2"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_get_checkpoint(sa, &cp, &err), BS_OK);
+  for (int i = 0; i < 8; i++) {
+    assert_int_equal(pthread_join(ws[i].th, NULL), 0);
+    assert_int_equal(ws[i].rc, BS_OK);
+    assert_int_equal(ws[i].out.op_id, cp.op_id);
+  }
+  bs__pg_set_hook(b, NULL, NULL);
+  bs_writer_close(w);
+  bs_storage_close(sb);
+  bs_storage_close(sa);
+  bs_close(b);
+  bs_close(a);
+}
+
+typedef struct lister {
+  pthread_t th;
+  bs_storage *st;
+  gate *g;
+  int rc;
+} lister;
+
+static int hold_bucket(const bs_bucket_info *i, void *payload) {
+  (void)i;
+  gate_hold(payload);
+  return 0;
+}
+
+static void *list_main(void *arg) {
+  lister *l = arg;
+  bs_error err = {0};
+  l->rc = bs_list_buckets(l->st, (bs_val){NULL, 0}, hold_bucket, l->g, &err);
+  return NULL;
+}
+
+static void *checkpoint_main(void *arg) {
+  lister *l = arg;
+  bs_error err = {0};
+  bs_checkpoint cp;
+  l->rc = bs_get_checkpoint(l->st, &cp, &err);
+  return NULL;
+}
+
+/* A handle of at most two connections: two calls hold both (inside bs_list_buckets callbacks);
+ * a third call waits for one ("pool.wait") instead of opening a third, and runs once one is
+ * given back. Writers' sessions do not count. */
+static void t_pool_bound(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], app[128];
+  bs_error err = {0};
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  lister ls[3];
+  gate hold, pool;
+  app_url(t, "pool", url, sizeof url, app, sizeof app);
+  db = open_max(url, 2);
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, str("0"), &err), BS_OK);
+  save(w, BS_INSERT, "r1", "a", "k1");
+  assert_int_equal(bs_writer_commit(w, str("1"), NULL, NULL, &err), BS_OK);
+  bs_writer_close(w);
+  gate_init(&hold, "");
+  gate_init(&pool, "pool.wait");
+  bs__pg_set_hook(db, gate_fn, &pool);
+  for (int i = 0; i < 2; i++) {
+    ls[i].st = st;
+    ls[i].g = &hold;
+    assert_int_equal(pthread_create(&ls[i].th, NULL, list_main, &ls[i]), 0);
+  }
+  gate_until(&hold, 2); /* both connections are in calls */
+  ls[2].st = st;
+  assert_int_equal(pthread_create(&ls[2].th, NULL, checkpoint_main, &ls[2]), 0);
+  gate_until(&pool, 1); /* the third call waits for one */
+  assert_int_equal(sessions(t, app, "%"), 2);
+  gate_open(&hold);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(pthread_join(ls[i].th, NULL), 0);
+    assert_int_equal(ls[i].rc, BS_OK);
+  }
+  assert_true(sessions(t, app, "%") <= 2);
+  bs__pg_set_hook(db, NULL, NULL);
+  /* writers' sessions are not the calls' connections: one thread holding a streaming and a
+   * snapshot writer (two sessions) still gets both for its calls */
+  {
+    bs_writer_options so = BS_WRITER_OPTIONS_INIT;
+    bs_writer *ws;
+    bs_checkpoint cp;
+    so.snapshot = 1;
+    assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_open(&ws, st, &so, &err), BS_OK);
+    save(w, BS_INSERT, "r2", "a", "k1");
+    assert_int_equal(bs_writer_commit(w, str("2"), NULL, NULL, &err), BS_OK);
+    ls[0].g = &hold; /* open: the callback returns at once */
+    list_main(&ls[0]);
+    assert_int_equal(ls[0].rc, BS_OK);
+    assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+    assert_true(sessions(t, app, "%") <= 4);
+    bs_writer_close(ws);
+    bs_writer_close(w);
+  }
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_shadowing_role, setup, teardown),
       cmocka_unit_test_setup_teardown(t_two_search_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(t_quoted_schema_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_waiters_share_one_connection, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_pool_bound, setup, teardown),
   };
   if (pgt_skipped("test_pg_deploy")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -140,7 +140,7 @@ static void export_destroy(paused_export *x) {
 typedef enum how { SAME_PATH, RELATIVE, SYMLINK, HARDLINK } how;
 
 /* The options of the fixture's handle (util_contract.c) */
-static const bs_open_options nosync = {BS_OPEN_OPTIONS_VERSION, BS_OPEN_NOSYNC, 0, 0, NULL};
+static const bs_open_options nosync = {BS_OPEN_OPTIONS_VERSION, BS_OPEN_NOSYNC, 0, 0, NULL, 0};
 
 /* Opens e's file a second time, named as how says. */
 static int open_again(ct_env *e, how h, bs_db **out) {

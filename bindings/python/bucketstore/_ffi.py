@@ -92,7 +92,7 @@ BS_MAX_STREAM_NAME = 255
 BS_MAX_USER_ID = 480
 BS_OPEN_NOSYNC = 1
 BS_OPEN_RDONLY = 2
-BS_OPEN_OPTIONS_VERSION = 1
+BS_OPEN_OPTIONS_VERSION = 2
 BS_STREAM_OPTIONS_VERSION = 1
 BS_SAVE_VERSION = 1
 BS_WRITER_OPTIONS_VERSION = 1
@@ -159,6 +159,7 @@ class bs_open_options(Structure):
         ("map_size", c_size_t),
         ("checksum_cache_entries", c_size_t),
         ("allocator", c_void_p),
+        ("pg_max_connections", c_size_t),
     ]
 
 
