@@ -184,6 +184,49 @@ int bs__pg_exec(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **
   return result(c, r, res, what, err);
 }
 
+/* The integer argument i (int2, int4, int8 or bool) as SQL text: a typed literal. */
+static int arg_literal(const bs__pg_args *a, int i, char *out, size_t cap) {
+  const unsigned char *p = a->ints[i];
+  uint64_t v = 0;
+  int size = a->lengths[i];
+  if (a->values[i] != (const char *)p) return 0; /* not an integer argument */
+  for (int k = 0; k < size; k++) v = v << 8 | p[k];
+  switch (a->types[i]) {
+  case 16:
+    return snprintf(out, cap, "%s", v ? "true" : "false");
+  case 20:
+    return snprintf(out, cap, "(%lld::int8)", (long long)(int64_t)v);
+  case 23:
+    return snprintf(out, cap, "(%d::int4)", (int)(int32_t)(uint32_t)v);
+  default:
+    return 0;
+  }
+}
+
+int bs__pg_exec_custom(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **res,
+                       const char *what, bs_error *err) {
+  char text[4096];
+  size_t n = 0;
+  *res = NULL;
+  for (const char *p = sql; *p;) {
+    int len = 1;
+    if (*p == '$' && p[1] >= '1' && p[1] <= '9') {
+      char *end;
+      long i = strtol(p + 1, &end, 10) - 1;
+      if (i >= args->n || !(len = arg_literal(args, (int)i, text + n, sizeof text - n)) ||
+          (size_t)len >= sizeof text - n)
+        return bs__fail(err, BS_EINVAL, "%s: argument %ld is not an integer", what, i + 1);
+      n += (size_t)len;
+      p = end;
+      continue;
+    }
+    if (n + 1 >= sizeof text) return bs__fail(err, BS_ETOOBIG, "%s: statement too long", what);
+    text[n++] = *p++;
+  }
+  text[n] = 0;
+  return bs__pg_exec(c, text, NULL, res, what, err);
+}
+
 /* ---- Prepared statements: the set of a session's, kept with its connection -------------------
  * A libpq event procedure gives every connection conn_open makes an instance datum (the bits of
  * the statements prepared in its session), freed with the connection (PQfinish) and emptied by a

@@ -1026,6 +1026,51 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
   return BS_OK;
 }
 
+/* Rows of bs_changes that prune_changes still has to delete or empty below $2 (stream $1), a
+ * batch of at most $3. */
+#define PRUNE_BATCH(cond)                                                                          \
+  " WHERE ctid = ANY (ARRAY (SELECT ctid FROM bs_changes WHERE stream = $1 AND op_id < $2"         \
+  " AND " cond " LIMIT $3))"
+
+/* The change records below p, the aged checkpoint (the newest at least min_age_ms old): a reader
+ * from below it gets the invalidate flags instead (contract.md 5.1), so the table holds only
+ * what a recent reader can ask for. The fence rises first, then the records go in transactions
+ * of max_ops_per_txn rows. A record that names write-checkpoint users keeps them (no flag
+ * stands for a missing user), its lists emptied. */
+static int prune_changes(cctx *c, uint64_t p) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  int64_t n = 0;
+  if (!p) return BS_OK;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_i64(&a, (int64_t)p);
+  bs__pg_arg_i64(&a, (int64_t)c->o.max_ops_per_txn);
+  rc = run(c, "UPDATE bs_streams SET changes_fence = greatest(changes_fence, $2) WHERE id = $1", &a,
+           "compact: change fence");
+  do {
+    if (!rc)
+      rc = exec(
+          c,
+          "WITH d AS (DELETE FROM bs_changes" PRUNE_BATCH(
+              "cardinality(users) = 0") " RETURNING 1), e AS (UPDATE bs_changes SET buckets = "
+                                        "'{}', lookups = '{}',"
+                                        " flags = flags & 1" PRUNE_BATCH(
+                                            "cardinality(users) > 0 AND (flags & 6 <> 0"
+                                            " OR cardinality(buckets) > 0"
+                                            " OR cardinality(lookups) > 0)") " RETURNING 1) SELECT "
+                                                                             "(SELECT count(*) "
+                                                                             "FROM d) + (SELECT "
+                                                                             "count(*) FROM e)",
+          &a, &r, "compact: pruning change records");
+    if (!rc) {
+      n = bs__pg_i64(r, 0, 0);
+      PQclear(r);
+    }
+  } while (!rc && n >= (int64_t)c->o.max_ops_per_txn);
+  return rc;
+}
+
 int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
                    bs_error *err) {
   cctx c;
@@ -1053,6 +1098,8 @@ int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_st
       rc = bs__pg_defragment(&c.o, c.c, st, c.dids, c.n_dids, horizon, stats, err);
     if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, s.param_cursor);
   }
+  if (!rc && !(c.o.incremental_only && c.o.min_age_ms)) rc = aged_checkpoint(&c, &aged);
+  if (!rc) rc = prune_changes(&c, aged);
   cctx_close(&c);
   return rc;
 }

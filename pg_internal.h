@@ -285,6 +285,12 @@ int bs__pg_array_next(bs__pg_array *it, bs_val *out);
  * *res NULL. what names the statement in the message. */
 int bs__pg_exec(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **res,
                 const char *what, bs_error *err);
+/* sql with its integer arguments (int4, int8, bool) written into it as literals, run without
+ * parameters, so the server plans it for these values (the sessions force generic plans on
+ * parameterized statements): for a statement whose best plan depends on them, a range of
+ * bs_changes whose size only the values tell. BS_EINVAL for another argument type (a bug). */
+int bs__pg_exec_custom(PGconn *c, const char *sql, const bs__pg_args *args, PGresult **res,
+                       const char *what, bs_error *err);
 /* A hot statement, prepared once per session (at its first use there: PQprepare with the
  * parameter types of that use, the same at every use) and then executed by name, so that it is
  * planned once per session instead of at every call (about 0.2 ms, as much as a checksum's
@@ -299,7 +305,6 @@ enum {
   BS_PG_STMT_PAGE,            /* pg_read.c read_bucket */
   BS_PG_STMT_PAGE_CUT,        /* pg_read.c read_bucket */
   BS_PG_STMT_PARAMS,          /* pg_read.c parameter sets */
-  BS_PG_STMT_CHANGES,         /* pg_read.c checkpoint changes */
   BS_PG_STMT_CHECKPOINT,      /* pg.c read_checkpoint */
   BS_PG_STMT_BATCH_OPEN,      /* pg_save.c batch_open */
   BS_PG_STMT_TABLE,           /* pg_save.c resolve_tables */

@@ -796,7 +796,10 @@ typedef struct bs_compact_options {
  * cancel (what was done so far). Errors: BS_EINVAL (bad option, named), BS_ETOOBIG (a bucket
  * name over BS_MAX_BUCKET_NAME), BS_ESTATE (read-only db), BS_ECANCELED (progress returned
  * non-zero: the transactions already committed stay, nothing is half-done). Any thread; a second concurrent compaction of the same stream
- * is safe (it serialises on the write lock). */
+ * is safe (it serialises on the write lock). PostgreSQL: every compaction also deletes the
+ * stream's change records below the aged checkpoint (the newest at least min_age_ms old; a
+ * record naming write-checkpoint users keeps those), so bs_get_checkpoint_changes from below it
+ * answers with the invalidate flags (contract.md 5.1). */
 BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                       bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE; also on a read-only db). max_op_id 0 = last

@@ -735,11 +735,114 @@ static void t_initial_replication(void **state) {
   pair_close(&p);
 }
 
+/* ---- bs_changes pruned below the aged checkpoint ---- */
+
+typedef struct seen_changes {
+  int inv_b, inv_p, user;
+  size_t nb;
+  char first[16];
+} seen_changes;
+
+static int on_changes(const bs_checkpoint_changes *c, void *payload) {
+  seen_changes *s = payload;
+  s->inv_b = c->invalidate_data_buckets;
+  s->inv_p = c->invalidate_parameter_buckets;
+  s->nb = c->n_updated_buckets;
+  if (s->nb)
+    snprintf(s->first, sizeof s->first, "%.*s", (int)c->updated_buckets[0].size,
+             (const char *)c->updated_buckets[0].data);
+  for (size_t i = 0; i < c->n_updated_write_checkpoint_users; i++)
+    s->user |= c->updated_write_checkpoint_users[i].size == 1;
+  return 0;
+}
+
+static seen_changes changes(bs_storage *st, uint64_t from, uint64_t to) {
+  bs_error err = {0};
+  seen_changes s;
+  memset(&s, 0, sizeof s);
+  assert_int_equal(bs_get_checkpoint_changes(st, from, to, on_changes, &s, &err), BS_OK);
+  return s;
+}
+
+static uint64_t commit_in(bs_writer *w, const char *bucket, int n) {
+  bs_error err = {0};
+  bs_row row = {V(""), V("t"), V(""), V("{}")};
+  bs_save sv = BS_SAVE_INIT;
+  bs_commit_result r;
+  char lsn[16];
+  row.bucket = (bs_val){bucket, strlen(bucket)};
+  row.object_id = (bs_val){bucket, strlen(bucket)};
+  sv.table = V("t");
+  sv.after_id = row.object_id;
+  sv.rows = &row;
+  sv.n_rows = 1;
+  snprintf(lsn, sizeof lsn, "%04d", n);
+  assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 4}, NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  return r.checkpoint;
+}
+
+/* A compaction deletes the change records below the aged checkpoint (min_age_ms 0: the newest)
+ * and raises the fence to it: a reader from below it is told to invalidate, the write-checkpoint
+ * user of a pruned checkpoint is still named (its record stays, emptied), and a reader from the
+ * aged checkpoint on gets exact lists. */
+static void t_changes_pruned(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_managed_request mr = {V("u"), NULL, 0, 0, 0, 0};
+  uint64_t cp[6], id;
+  seen_changes s;
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, V("0"), &err), BS_OK);
+  for (int i = 0; i < 5; i++) {
+    char b[8];
+    snprintf(b, sizeof b, "b%d", i);
+    if (i == 2)
+      assert_int_equal(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err), BS_OK);
+    cp[i] = commit_in(w, b, i + 1);
+  }
+  s = changes(st, cp[0], cp[4]);
+  assert_false(s.inv_b);
+  assert_int_equal(s.nb, 4);
+  assert_true(s.user);
+  assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_changes") >= 5);
+  co.incremental_only = 1;
+  co.min_age_ms = 0;
+  co.max_ops_per_txn = 2; /* several transactions */
+  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+  assert_int_equal(pgt_int(t->admin, "SELECT changes_fence FROM bs_streams"), (long long)cp[4]);
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT count(*) FROM bs_changes WHERE op_id < %llu AND"
+                           " (cardinality(users) = 0 OR cardinality(buckets) > 0)",
+                           (unsigned long long)cp[4]),
+                   0);
+  s = changes(st, cp[0], cp[4]);
+  assert_true(s.inv_b && s.inv_p && s.user);
+  s = changes(st, cp[4], cp[4]);
+  assert_false(s.inv_b || s.inv_p);
+  cp[5] = commit_in(w, "z", 6);
+  s = changes(st, cp[4], cp[5]);
+  assert_false(s.inv_b || s.inv_p);
+  assert_int_equal(s.nb, 1);
+  assert_string_equal(s.first, "z");
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_truncate_many, setup, teardown),
       cmocka_unit_test_setup_teardown(t_bounded_and_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(t_initial_replication, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_changes_pruned, setup, teardown),
       cmocka_unit_test_setup_teardown(t_diff, setup, teardown),
   };
   if (pgt_skipped("test_pg_compact")) return 0;
