@@ -3,8 +3,11 @@
  * util_model.c. Per backend ("memory", "lmdb", "lmdb+passthrough"):
  *  (1) checksum = history at every C at or above the compaction horizon, cached and uncached,
  *      before and after compaction and reopening; (2) reduce equality; (3) resume from any x;
- *  (4) chunking invariance; (5) op ids unique, increasing, < 2^63 (exact model ids); (6) MOVE /
- *  CLEAR shape; (7) parameter sets; (10) two streams with the same names stay isolated.
+ *  (4) chunking invariance, each call's chunks exactly as the model cuts them; (5) op ids unique,
+ *  increasing, < 2^63 (exact model ids); (6) MOVE / CLEAR shape; (7) parameter sets; (8) write
+ *  checkpoints, managed and custom, and every commit's outcome; torn reads (BS_EINVALIDATED
+ *  exactly where the model says, checksums = history at every other C); (10) two streams with
+ *  the same names stay isolated. The rules come from util_model_rules.c, not the library's.
  * And a differential run: memory and lmdb fed the same workload write identical ops.
  *
  * Seeds: BS_SEED (first seed, default 1), BS_SEEDS (how many, default 3 quick / 12 full),
@@ -26,14 +29,13 @@ static const char *BUCKETS[N_BUCKETS] = {
     "b0", "b1", "b2", "by_user[\"u1\"]", "by_user[\"u2\"]", "global[]"};
 
 typedef struct wl {
-  bs_storage *st, *st_nc;
+  bs_storage *st, *st_nc, *st_cu; /* st_cu: custom write-checkpoint mode */
   bs_writer *w;
   uint32_t id;
   md_stream m;
+  md_cpstate cs; /* the model's checkpoint state */
   int has_cp;
   uint64_t cp;
-  char cp_lsn[32];
-  char nocb[32];
   uint64_t horizon;       /* highest compaction horizon so far */
   uint64_t param_horizon; /* parameter-compaction horizon */
   int compacted;
@@ -53,7 +55,11 @@ typedef struct run {
   unsigned lacks; /* CT_LACKS_*: the capabilities the workload stays clear of */
   unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
+  md_wcp wcp; /* the model's write checkpoints (managed ones are database-wide) */
 } run;
+
+#define N_USERS 4
+static const char *USERS[N_USERS] = {"u0", "u1", "u2", "u3/c1"};
 
 static void lsn_fmt(char *out, uint64_t n) {
   snprintf(out, 32, "%016llx", (unsigned long long)n);
@@ -66,6 +72,8 @@ static void open_handles(run *r, wl *s) {
   CT_OK(ct_storage_open(&r->e, r->e.db, s->id, &s->st));
   CT_OK(bs_storage_open(&raw, r->e.db, s->id, &ct_err));
   CT_OK(ct_passthrough_wrap_uncached(&s->st_nc, raw));
+  CT_OK(ct_storage_open(&r->e, r->e.db, s->id, &s->st_cu));
+  CT_OK(bs_set_write_checkpoint_mode(s->st_cu, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
   CT_OK(bs_writer_open(&s->w, s->st, NULL, &ct_err));
 }
 
@@ -73,8 +81,9 @@ static void close_handles(wl *s) {
   if (s->w) bs_writer_close(s->w);
   if (s->st) bs_storage_close(s->st);
   if (s->st_nc) bs_storage_close(s->st_nc);
+  if (s->st_cu) bs_storage_close(s->st_cu);
   s->w = NULL;
-  s->st = s->st_nc = NULL;
+  s->st = s->st_nc = s->st_cu = NULL;
 }
 
 static void new_stream(run *r, const char *name) {
@@ -86,7 +95,7 @@ static void new_stream(run *r, const char *name) {
   open_handles(r, s);
   lsn_fmt(lsn, r->lsn);
   CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
-  strcpy(s->nocb, lsn);
+  md_cp_snapshot_done(&s->cs, lsn);
 }
 
 /* ---- Checks ------------------------------------------------------------------------------------ */
@@ -207,12 +216,17 @@ mismatch:
            (unsigned long long)C);
 }
 
-/* Multi-bucket reads with random limit / chunk_bytes equal the single unlimited reads. */
+/* Multi-bucket reads with random limit, chunk_bytes and max_bytes: every call returns exactly
+ * the chunks the model cuts from the unlimited reads (bounds from both sides: no chunk or call
+ * past a limit, none cut earlier than a limit requires), and together they are those reads. */
+#define MAX_CHUNKS 256
 typedef struct mb_ctx {
   const char **names;
   size_t n;
   ct_oplist *out;
   bs_bucket_request *req;
+  md_chunk got[MAX_CHUNKS];
+  size_t n_got;
 } mb_ctx;
 
 static int mb_chunk(const bs_chunk *c, void *payload) {
@@ -226,18 +240,77 @@ static int mb_chunk(const bs_chunk *c, void *payload) {
   if (c->after != m->req[k].after)
     fail_msg("chunk after %llu, expected %llu", (unsigned long long)c->after,
              (unsigned long long)m->req[k].after);
+  if (c->n_ops && c->next_after != c->ops[c->n_ops - 1].op_id)
+    fail_msg("chunk next_after %llu, its last op %llu", (unsigned long long)c->next_after,
+             (unsigned long long)c->ops[c->n_ops - 1].op_id);
+  if (m->n_got == MAX_CHUNKS) fail_msg("more than %d chunks in a call", MAX_CHUNKS);
+  m->got[m->n_got++] = (md_chunk){k, m->out[k].n, c->n_ops, c->has_more, c->target_op};
   for (i = 0; i < c->n_ops; i++) ct_oplist_push(&m->out[k], &c->ops[i]);
   if (c->n_ops) m->req[k].after = c->next_after;
   return 0;
 }
 
+static size_t ops_size(const ct_oplist *l, size_t n) {
+  size_t sz = 0;
+  for (size_t i = 0; i < n && i < l->n; i++)
+    sz += l->v[i].data.n + l->v[i].object_type.n + l->v[i].object_id.n + l->v[i].subkey.n;
+  return sz;
+}
+
+/* A bound drawn to sit on a boundary now and then: the exact size of the first ops of a bucket
+ * (a chunk or call that fits it exactly must not be cut), one byte less, or random. */
+static size_t bound_pick(run *r, const ct_oplist *full, size_t n, size_t random_max) {
+  const ct_oplist *l = &full[ct_below(&r->rng, n)];
+  size_t k = ct_below(&r->rng, 4), sz = ops_size(l, 1 + ct_below(&r->rng, 4));
+  if (k == 0 && sz > 0) return sz;
+  if (k == 1 && sz > 1) return sz - 1;
+  return ct_below(&r->rng, random_max);
+}
+
+static void check_calls(const mb_ctx *m, const ct_oplist *full, const bs_batch_options *o,
+                        size_t max_bytes, int more) {
+  ct_oplist rest[4];
+  md_chunk want[MAX_CHUNKS];
+  size_t n_want, k, i, by_name[4] = {0};
+  int want_more;
+  /* the call serves buckets in ascending byte order of name (contract.md 5.2) */
+  for (k = 0; k < m->n; k++) {
+    for (i = k; i > 0 && strcmp(m->names[by_name[i - 1]], m->names[k]) > 0; i--)
+      by_name[i] = by_name[i - 1];
+    by_name[i] = k;
+  }
+  for (k = 0; k < m->n; k++) { /* what each bucket had left before this call */
+    size_t b = by_name[k], done = m->out[b].n;
+    for (i = 0; i < m->n_got; i++)
+      if (m->got[i].bucket == b) done -= m->got[i].n;
+    rest[k] = full[b];
+    rest[k].v += done;
+    rest[k].n -= done;
+  }
+  n_want =
+      md_chunk_call(rest, m->n, o->limit, o->chunk_bytes, max_bytes, want, MAX_CHUNKS, &want_more);
+  for (i = 0; i < n_want; i++) want[i].bucket = by_name[want[i].bucket];
+  for (i = 0; i < n_want || i < m->n_got; i++) {
+    const md_chunk *g = i < m->n_got ? &m->got[i] : NULL, *w = i < n_want ? &want[i] : NULL;
+    if (!g || !w || g->bucket != w->bucket || g->n != w->n || g->has_more != w->has_more ||
+        g->target_op != w->target_op)
+      fail_msg("limit %zu chunk_bytes %zu max_bytes %zu: chunk #%zu is bucket %s, %zu ops, "
+               "has_more %d, target %llu; the model's bucket %s, %zu ops, has_more %d, target %llu",
+               o->limit, o->chunk_bytes, max_bytes, i, g ? m->names[g->bucket] : "(none)",
+               g ? g->n : 0, g ? g->has_more : 0, g ? (unsigned long long)g->target_op : 0,
+               w ? m->names[w->bucket] : "(none)", w ? w->n : 0, w ? w->has_more : 0,
+               w ? (unsigned long long)w->target_op : 0);
+  }
+  if (more != want_more) fail_msg("call's has_more %d, the model's %d", more, want_more);
+}
+
 static void check_chunking(run *r, wl *s, uint64_t C) {
   const char *names[4];
   bs_bucket_request req[4];
-  ct_oplist out[4], full;
+  ct_oplist out[4], full[4];
   bs_batch_options o = BS_BATCH_OPTIONS_INIT;
   mb_ctx m;
-  size_t n = 1 + ct_below(&r->rng, 4), k, i;
+  size_t n = 1 + ct_below(&r->rng, 4), k, i, max_bytes = 16u << 20;
   int more, rounds = 0;
   /* distinct buckets, ascending names as the call serves them */
   for (k = 0; k < n; k++) names[k] = BUCKETS[(k * 2 + ct_below(&r->rng, 2)) % N_BUCKETS];
@@ -245,31 +318,86 @@ static void check_chunking(run *r, wl *s, uint64_t C) {
     for (i = 0; i < k; i++)
       if (strcmp(names[i], names[k]) == 0) names[k] = "zz-unknown";
   memset(out, 0, sizeof out);
+  memset(full, 0, sizeof full);
   for (k = 0; k < n; k++) {
     req[k].bucket = ct_v(names[k]);
     req[k].after = 0;
+    CT_OK(ct_read_bucket(s->st, C, names[k], 0, &full[k]));
   }
   o.limit = 1 + ct_below(&r->rng, 20);
-  o.chunk_bytes = ct_below(&r->rng, 3) == 0 ? 0 : 1 + ct_below(&r->rng, 3000);
+  o.chunk_bytes = ct_below(&r->rng, 3) == 0 ? 0 : bound_pick(r, full, n, 3001);
+  if (ct_below(&r->rng, 3) == 0) {
+    o.max_bytes = bound_pick(r, full, n, 6001);
+    if (o.max_bytes) max_bytes = o.max_bytes; /* 0: the default, 16 MiB */
+  }
+  memset(&m, 0, sizeof m);
   m.names = names;
   m.n = n;
   m.out = out;
   m.req = req;
   do {
     more = 0;
+    m.n_got = 0;
     CT_OK(bs_get_bucket_data(s->st, C, req, n, &o, mb_chunk, &m, &more, &ct_err));
+    check_calls(&m, full, &o, max_bytes, more);
     if (++rounds > 100000) fail_msg("chunked read does not end");
   } while (more);
   for (k = 0; k < n; k++) {
-    memset(&full, 0, sizeof full);
-    CT_OK(ct_read_bucket(s->st, C, names[k], 0, &full));
-    if (full.n != out[k].n)
+    if (full[k].n != out[k].n)
       fail_msg("chunked read of %s (limit %zu, chunk_bytes %zu): %zu ops, unlimited %zu", names[k],
-               o.limit, o.chunk_bytes, out[k].n, full.n);
-    for (i = 0; i < full.n; i++)
-      if (!op_eq(&full.v[i], &out[k].v[i])) fail_msg("chunked read differs at op %zu", i);
-    ct_oplist_free(&full);
+               o.limit, o.chunk_bytes, out[k].n, full[k].n);
+    for (i = 0; i < full[k].n; i++)
+      if (!op_eq(&full[k].v[i], &out[k].v[i])) fail_msg("chunked read differs at op %zu", i);
+    ct_oplist_free(&full[k]);
     ct_oplist_free(&out[k]);
+  }
+}
+
+/* Torn reads (contract.md 5.5) at any C, below the horizon too: BS_EINVALIDATED exactly where
+ * the model says a CLEAR folded history at or below C; elsewhere the checksum is the history's
+ * (MOVE and CLEAR keep sums), cached and uncached, and the data read succeeds. */
+static void check_torn(run *r, wl *s, const char *name, uint64_t head) {
+  md_bucket *b = md_find_bucket(&s->m, name);
+  ct_oplist l;
+  uint64_t clear_op = 0, Cs[5];
+  size_t n = 0;
+  memset(&l, 0, sizeof l);
+  CT_OK(ct_read_bucket(s->st, head, name, 0, &l));
+  if (l.n && l.v[0].type == BS_OP_CLEAR) clear_op = l.v[0].op_id;
+  ct_oplist_free(&l);
+  Cs[n++] = ct_below(&r->rng, head + 1);
+  if (clear_op) {
+    Cs[n++] = clear_op - 1;
+    Cs[n++] = clear_op;
+  }
+  if (b && b->n) {
+    Cs[n++] = b->ops[0].op_id;
+    if (b->ops[0].op_id > 0) Cs[n++] = b->ops[0].op_id - 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t C = Cs[i];
+    int torn = md_torn(b, clear_op, C), rc[3];
+    bs_checksum got[2], want;
+    memset(&l, 0, sizeof l);
+    rc[0] = ct_checksum(s->st, C, name, &got[0]);
+    rc[1] = ct_checksum(s->st_nc, C, name, &got[1]);
+    rc[2] = ct_read_bucket(s->st, C, name, 0, &l);
+    ct_oplist_free(&l);
+    md_checksum(&s->m, name, C, &want);
+    for (int k = 0; k < 3; k++)
+      if (rc[k] != (torn ? BS_EINVALIDATED : BS_OK))
+        fail_msg("%s of %s at %llu (history from %llu, leading CLEAR %llu): %s, the model %s",
+                 k == 2 ? "data read"
+                 : k    ? "uncached checksum"
+                        : "checksum",
+                 name, (unsigned long long)C, b && b->n ? (unsigned long long)b->ops[0].op_id : 0,
+                 (unsigned long long)clear_op, bs_strerror(rc[k]),
+                 torn ? "torn (BS_EINVALIDATED)" : "BS_OK");
+    for (int k = 0; k < 2 && !torn; k++)
+      if (got[k].checksum != want.checksum)
+        fail_msg("checksum of %s at %llu (below the horizon %llu): %u, history %u", name,
+                 (unsigned long long)C, (unsigned long long)s->horizon, got[k].checksum,
+                 want.checksum);
   }
 }
 
@@ -389,6 +517,7 @@ static void check_stream(run *r, wl *s, int full) {
     for (i = 0; i < 2 && s->n_cps; i++) check_params(r, s, s->cps[ct_below(&r->rng, s->n_cps)]);
     check_chunking(r, s, s->cp);
     check_chunking(r, s, head);
+    for (k = 0; k < N_BUCKETS; k++) check_torn(r, s, BUCKETS[k], head);
   }
 }
 
@@ -406,17 +535,20 @@ static void do_commit(run *r, wl *s) {
 static void do_commit1(run *r, wl *s) {
   char lsn[32];
   bs_commit_result res;
-  int kind = (int)ct_below(&r->rng, 10), ce = -1, can, expect_created;
+  int kind = (int)ct_below(&r->rng, 10), ce = -1, created;
   bs_block_reason why;
-  uint64_t n;
+  uint64_t n, prev = s->cs.cp;
+  int had = s->cs.has_cp;
   if (kind == 0) { /* raise no_checkpoint_before above this commit: blocked */
     char hi[32];
     lsn_fmt(hi, r->lsn + 3);
     CT_OK(bs_writer_snapshot_done(s->w, ct_v(hi), &ct_err));
-    if (strcmp(hi, s->nocb) > 0) strcpy(s->nocb, hi);
+    md_cp_snapshot_done(&s->cs, hi);
     n = ++r->lsn;
   } else if (kind == 1 && r->lsn > 2) { /* an LSN behind the last checkpoint's */
     n = r->lsn - 2;
+  } else if (kind == 2 && s->cs.has_cp) { /* the last checkpoint's own LSN: not blocked */
+    n = strtoull(s->cs.cp_lsn, NULL, 16);
   } else {
     n = ++r->lsn;
   }
@@ -424,33 +556,30 @@ static void do_commit1(run *r, wl *s) {
   lsn_fmt(lsn, n);
   memset(&res, 0, sizeof res);
   CT_OK(ct_commit_ce(s->w, lsn, ce, &res));
-  why = strcmp(lsn, s->nocb) < 0                  ? BS_BLOCKED_NO_CHECKPOINT_BEFORE
-        : s->has_cp && strcmp(lsn, s->cp_lsn) < 0 ? BS_BLOCKED_CHECKPOINT_LSN
-                                                  : BS_BLOCKED_NONE;
-  can = why == BS_BLOCKED_NONE;
-  expect_created = can && (ce != 0 || !s->has_cp || s->m.head != s->cp);
-  if (res.checkpoint_blocked != !can || res.checkpoint_created != expect_created ||
+  /* the writer's create_empty is the default, 1 */
+  why = md_cp_commit(&s->cs, s->m.head, lsn, ce != 0, &created);
+  if (res.checkpoint_blocked != (why != BS_BLOCKED_NONE) || res.checkpoint_created != created ||
       res.blocked_reason != why)
     fail_msg("commit(%s, create_empty %d): blocked %d (reason %d) created %d, expected %d (%d) %d "
              "(nocb %s, last %s, head %llu, cp %llu)",
-             lsn, ce, res.checkpoint_blocked, (int)res.blocked_reason, res.checkpoint_created, !can,
-             (int)why, expect_created, s->nocb, s->has_cp ? s->cp_lsn : "-",
-             (unsigned long long)s->m.head, (unsigned long long)s->cp);
-  if (expect_created) {
+             lsn, ce, res.checkpoint_blocked, (int)res.blocked_reason, res.checkpoint_created,
+             why != BS_BLOCKED_NONE, (int)why, created, s->cs.nocb, had ? s->cs.cp_lsn : "-",
+             (unsigned long long)s->m.head, (unsigned long long)prev);
+  if (created) {
     s->has_cp = 1;
-    s->cp = s->m.head;
-    strcpy(s->cp_lsn, lsn);
+    s->cp = s->cs.cp;
     if (s->n_cps < 4096) s->cps[s->n_cps++] = s->cp;
+    md_wcp_checkpoint(&r->wcp, s->id, s->cp, had, prev, lsn);
     md_reconcile(&s->m, s->st, s->cp);
   }
   CT_EQ_U64(res.checkpoint, s->has_cp ? s->cp : 0);
   {
     bs_checkpoint c;
     CT_OK(bs_get_checkpoint(s->st, &c, &ct_err));
-    if (s->has_cp && (c.op_id != s->cp || c.lsn_size != strlen(s->cp_lsn) ||
-                      memcmp(c.lsn, s->cp_lsn, c.lsn_size) != 0))
+    if (s->has_cp && (c.op_id != s->cp || c.lsn_size != strlen(s->cs.cp_lsn) ||
+                      memcmp(c.lsn, s->cs.cp_lsn, c.lsn_size) != 0))
       fail_msg("get_checkpoint: %llu, expected %llu at %s", (unsigned long long)c.op_id,
-               (unsigned long long)s->cp, s->cp_lsn);
+               (unsigned long long)s->cp, s->cs.cp_lsn);
   }
 }
 
@@ -566,6 +695,132 @@ static void do_reopen(run *r) {
   for (i = 0; i < r->n_streams; i++) open_handles(r, &r->s[i]);
 }
 
+/* ---- Write checkpoints (property 8) against the model ----------------------------------------- */
+
+static void head_pick(run *r, md_whead *h, size_t i) {
+  snprintf(h->conn, sizeof h->conn, "%zu", i + ct_below(&r->rng, 2));
+  lsn_fmt(h->lsn, r->lsn + 2 - ct_below(&r->rng, 5));
+}
+
+static void check_last_wcp(run *r, wl *s) {
+  for (size_t u = 0; u < N_USERS; u++) {
+    md_whead given[2];
+    bs_head h[2];
+    size_t nh = ct_below(&r->rng, 3);
+    uint64_t want = 0, got = 0;
+    int found = -1, has;
+    for (size_t i = 0; i < nh; i++) {
+      head_pick(r, &given[i], i);
+      h[i].connection = ct_v(given[i].conn);
+      h[i].lsn = ct_v(given[i].lsn);
+    }
+    has = md_wcp_last_managed(&r->wcp, USERS[u], given, nh, &want);
+    CT_OK(
+        bs_last_write_checkpoint(s->st, ct_v(USERS[u]), nh ? h : NULL, nh, &got, &found, &ct_err));
+    if (found != has || (has && got != want))
+      fail_msg("last_write_checkpoint(%s, %zu heads): found %d id %llu, model %d %llu", USERS[u],
+               nh, found, (unsigned long long)got, has, (unsigned long long)want);
+    has = md_wcp_last_custom(&r->wcp, s->id, USERS[u], &want);
+    CT_OK(bs_last_write_checkpoint(s->st_cu, ct_v(USERS[u]), NULL, 0, &got, &found, &ct_err));
+    if (found != has || (has && got != want))
+      fail_msg("custom last_write_checkpoint(%s): found %d value %llu, model %d %llu", USERS[u],
+               found, (unsigned long long)got, has, (unsigned long long)want);
+  }
+}
+
+typedef struct users_seen {
+  unsigned mask;
+} users_seen;
+
+static int see_users(const bs_checkpoint_changes *c, void *payload) {
+  users_seen *u = payload;
+  for (size_t i = 0; i < c->n_updated_write_checkpoint_users; i++)
+    for (size_t k = 0; k < N_USERS; k++)
+      if (c->updated_write_checkpoint_users[i].size == strlen(USERS[k]) &&
+          memcmp(c->updated_write_checkpoint_users[i].data, USERS[k], strlen(USERS[k])) == 0)
+        u->mask |= 1u << k;
+  return 0;
+}
+
+/* checkpoint_changes between checkpoints names every user the model acknowledged there. */
+static void check_wcp_changes(run *r, wl *s) {
+  for (int i = 0; i < 3 && s->n_cps; i++) {
+    uint64_t a = s->cps[ct_below(&r->rng, s->n_cps)], b = s->cps[ct_below(&r->rng, s->n_cps)];
+    uint64_t from = a < b ? a : b, to = a < b ? b : a;
+    users_seen u = {0};
+    if (ct_below(&r->rng, 4) == 0) from = 0;
+    CT_OK(bs_get_checkpoint_changes(s->st, from, to, see_users, &u, &ct_err));
+    for (size_t k = 0; k < N_USERS; k++)
+      if (md_wcp_must_list(&r->wcp, s->id, from, to, USERS[k]) && !(u.mask & (1u << k)))
+        fail_msg("checkpoint_changes(%llu, %llu) misses write-checkpoint user %s",
+                 (unsigned long long)from, (unsigned long long)to, USERS[k]);
+  }
+}
+
+static void do_wcp(run *r, wl *s) {
+  unsigned kind = (unsigned)ct_below(&r->rng, 5);
+  if (kind == 0) { /* a managed batch: repeats of a user, generated and supplied ids */
+    md_mreq q[3];
+    bs_managed_request req[3];
+    bs_head h[3][MD_WCP_HEADS];
+    uint64_t ids[3], want[3];
+    size_t n = 1 + ct_below(&r->rng, 3);
+    int adv = -1, want_adv;
+    memset(q, 0, sizeof q);
+    memset(req, 0, sizeof req);
+    for (size_t i = 0; i < n; i++) {
+      q[i].user = USERS[ct_below(&r->rng, N_USERS)];
+      q[i].nh = 1 + ct_below(&r->rng, 2);
+      for (size_t j = 0; j < q[i].nh; j++) {
+        head_pick(r, &q[i].heads[j], j);
+        h[i][j].connection = ct_v(q[i].heads[j].conn);
+        h[i][j].lsn = ct_v(q[i].heads[j].lsn);
+      }
+      q[i].has_id = ct_below(&r->rng, 2) == 0;
+      q[i].id = 1 + ct_below(&r->rng, 12);
+      q[i].at = 1000 * (int64_t)(1 + ct_below(&r->rng, 4));
+      req[i].user_id = ct_v(q[i].user);
+      req[i].heads = h[i];
+      req[i].n_heads = q[i].nh;
+      req[i].has_request_id = q[i].has_id;
+      req[i].request_id = q[i].id;
+      req[i].requested_at_ms = q[i].at;
+    }
+    CT_OK(bs_create_managed_write_checkpoints(s->st, req, n, ids, &adv, &ct_err));
+    want_adv = md_wcp_managed(&r->wcp, q, n, want);
+    for (size_t i = 0; i < n; i++)
+      if (ids[i] != want[i])
+        fail_msg("managed write checkpoint #%zu (%s): id %llu, model %llu", i, q[i].user,
+                 (unsigned long long)ids[i], (unsigned long long)want[i]);
+    if (adv != want_adv) fail_msg("should_advance %d, model %d", adv, want_adv);
+  } else if (kind == 1) { /* a custom one, persistent or requested */
+    const char *u = USERS[ct_below(&r->rng, N_USERS)];
+    uint64_t v = ct_below(&r->rng, 200);
+    int has_at = ct_below(&r->rng, 2) == 0;
+    int64_t at = 1000 * (int64_t)(1 + ct_below(&r->rng, 4));
+    if (has_at)
+      CT_OK(bs_writer_custom_write_checkpoint_requested(s->w, ct_v(u), v, ct_v(NULL), at, &ct_err));
+    else
+      CT_OK(bs_writer_custom_write_checkpoint(s->w, ct_v(u), v, ct_v(NULL), &ct_err));
+    md_wcp_custom(&r->wcp, s->id, u, v, has_at, at);
+  } else if (kind == 2) { /* last_write_checkpoint, after a flush (custom values are stored) */
+    uint64_t last = 0;
+    CT_OK(bs_writer_flush(s->w, &last, &ct_err));
+    check_last_wcp(r, s);
+  } else if (kind == 3) {
+    int64_t t = 500 + 1000 * (int64_t)ct_below(&r->rng, 5);
+    uint64_t deleted = 0, want;
+    CT_OK(bs_writer_flush(s->w, NULL, &ct_err)); /* custom records queued are not stored yet */
+    CT_OK(bs_delete_checkpoint_requests_before(s->st, t, &deleted, &ct_err));
+    want = md_wcp_cleanup(&r->wcp, s->id, t);
+    if (deleted != want)
+      fail_msg("delete_checkpoint_requests_before(%lld): %llu deleted, model %llu", (long long)t,
+               (unsigned long long)deleted, (unsigned long long)want);
+  } else {
+    check_wcp_changes(r, s);
+  }
+}
+
 /* lacks: the CT_LACKS_* capabilities left out (a differential run passes the union of its two
  * backends', so that both get the same workload). */
 static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int allow_compact,
@@ -628,6 +883,8 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     } else if (a < 940 && r->allow_reopen) {
       do_reopen(r);
       check_stream(r, s, 1);
+    } else if (a >= 960) {
+      do_wcp(r, s);
     }
   }
   for (i = 0; i < (size_t)r->n_streams; i++) {
@@ -637,6 +894,8 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
       while (!s->has_cp || s->cp != s->m.head) do_commit(r, s);
     }
     check_stream(r, s, 1);
+    check_last_wcp(r, s);
+    check_wcp_changes(r, s);
     if (dump)
       for (k = 0; k < N_BUCKETS; k++)
         CT_OK(ct_read_bucket(s->st, s->m.head, BUCKETS[k], 0, &dump[i][k]));
@@ -649,6 +908,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     close_handles(&r->s[i]);
     md_free(&r->s[i].m);
   }
+  md_wcp_free(&r->wcp);
   ct_env_close(&r->e);
   free(r);
 }

@@ -10,6 +10,9 @@
  * Where the contract leaves an order open (REMOVEs of one step of a save, all ops of a truncate),
  * the model records a "group": a range of ids whose assignment inside the range is learned from
  * the engine (md_reconcile) after checking that the engine wrote exactly the predicted ops there.
+ *
+ * The rules the engine's shared code owns (checkpoint creation and LSNs, write checkpoints, chunk
+ * bounds, torn reads) are stated again at the end, from the contract alone.
  */
 #ifndef BS_TESTS_UTIL_MODEL_H
 #define BS_TESTS_UTIL_MODEL_H
@@ -113,5 +116,113 @@ int md_reduced_eq(const md_reduced *a, const md_reduced *b, char *why, size_t wh
 uint32_t md_reduced_total(const md_reduced *r);
 /* The live row of key (object_type \x1f object_id \x1f subkey), or NULL. */
 const md_row *md_reduced_get(const md_reduced *r, const char *key);
+
+/* ---- The engine's rules, written from the contract (util_model_rules.c) ---------------------
+ * Independent of the library: nothing here calls rules.c, compact.c or the chunker, so a wrong
+ * operator there makes the engine disagree with the model. */
+
+/* LSN order (contract.md 1): byte-wise, a shorter prefix first. */
+int md_lsn_cmp(const char *a, const char *b);
+
+/* A stream's checkpoint state (contract.md 4.4). LSNs are text (NUL-free) of up to 63 bytes. */
+typedef struct md_cpstate {
+  int snapshot_done, has_nocb, has_cp;
+  char nocb[64], cp_lsn[64];
+  uint64_t cp;
+} md_cpstate;
+
+/* snapshot_done(lsn): no_checkpoint_before = max(current, lsn). */
+void md_cp_snapshot_done(md_cpstate *c, const char *lsn);
+/* The outcome of commit(lsn) with head the last persisted op id, create_empty 0 or 1; applies
+ * it to c. *created: whether a checkpoint is made (it is then c->cp = head at lsn). */
+bs_block_reason md_cp_commit(md_cpstate *c, uint64_t head, const char *lsn, int create_empty,
+                             int *created);
+
+/* Write checkpoints (contract.md 7): managed records database-wide, custom records per stream,
+ * and, per stream, which users each checkpoint acknowledged (for checkpoint_changes). */
+#define MD_WCP_MAX   32
+#define MD_WCP_HEADS 3
+typedef struct md_whead {
+  char conn[16], lsn[64];
+} md_whead;
+typedef struct md_managed {
+  char user[32];
+  int exists, processed, has_at;
+  uint64_t id, high; /* high: the id of the last record cleanup deleted */
+  int64_t at;
+  md_whead heads[MD_WCP_HEADS];
+  size_t nh;
+} md_managed;
+typedef struct md_custom {
+  uint32_t stream;
+  char user[32];
+  int exists, has_at, pending; /* pending: persisted or queued, not yet in a checkpoint */
+  uint64_t value;
+  int64_t at;
+} md_custom;
+typedef struct md_ack {
+  uint32_t stream;
+  uint64_t cp;
+  int repeat; /* made by a checkpoint with the op id of the stream's checkpoint before it */
+  char user[32];
+} md_ack;
+typedef struct md_wcp {
+  md_managed m[MD_WCP_MAX];
+  size_t nm;
+  md_custom c[MD_WCP_MAX];
+  size_t nc;
+  md_ack *acks;
+  size_t nacks, cap_acks;
+} md_wcp;
+void md_wcp_free(md_wcp *w);
+/* One managed request: user, heads, a supplied id (has_id) and requested_at (ms, > 0). */
+typedef struct md_mreq {
+  const char *user;
+  md_whead heads[MD_WCP_HEADS];
+  size_t nh;
+  int has_id;
+  uint64_t id;
+  int64_t at;
+} md_mreq;
+/* create_managed_write_checkpoints(req, n): ids_out[i] = request i's user's id after the batch;
+ * returns should_advance. */
+int md_wcp_managed(md_wcp *w, const md_mreq *req, size_t n, uint64_t *ids_out);
+/* last_write_checkpoint in managed mode with the given heads; 1 and *id when acknowledged. */
+int md_wcp_last_managed(const md_wcp *w, const char *user, const md_whead *given, size_t n,
+                        uint64_t *id);
+/* A custom write checkpoint recorded by stream's writer (has_at: requested at `at`); it is
+ * stored at the writer's next flush (the caller reads it only after one). */
+void md_wcp_custom(md_wcp *w, uint32_t stream, const char *user, uint64_t value, int has_at,
+                   int64_t at);
+int md_wcp_last_custom(const md_wcp *w, uint32_t stream, const char *user, uint64_t *value);
+/* A checkpoint `cp` created by stream at lsn (prev_cp: the stream's checkpoint before, has_prev):
+ * marks managed records whose heads are all <= lsn processed and acknowledges them and the
+ * stream's pending custom users at cp. */
+void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, int has_prev, uint64_t prev_cp,
+                       const char *lsn);
+/* delete_checkpoint_requests_before(t) from stream's handle; returns how many it deletes. */
+uint64_t md_wcp_cleanup(md_wcp *w, uint32_t stream, int64_t t);
+/* Whether checkpoint_changes(from, to) of stream must name user: acknowledged by a checkpoint in
+ * (from, to], or at from by a checkpoint that kept the op id of the one before. */
+int md_wcp_must_list(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to,
+                     const char *user);
+
+/* Bucket data chunks (contract.md 5.2). One call over the requested buckets in the order served,
+ * lists[k] the ops bucket k still has in (after, C]: the chunks it returns (at most cap), each
+ * bucket k's ops [first, first + n) of lists[k]; *more: the caller must call again. limit >= 1,
+ * max_bytes resolved (0 is not "default" here). Op size: data + object type + object id +
+ * subkey. */
+typedef struct md_chunk {
+  size_t bucket, first, n;
+  int has_more;
+  uint64_t target_op;
+} md_chunk;
+size_t md_chunk_call(const ct_oplist *lists, size_t n_lists, size_t limit, size_t chunk_bytes,
+                     size_t max_bytes, md_chunk *out, size_t cap, int *more);
+
+/* Torn reads (contract.md 5.5): a data or checksum read at C of bucket b (its original history)
+ * whose stored ops start with a CLEAR of id clear_op (0: none) fails with BS_EINVALIDATED iff
+ * that CLEAR folded an op of the history at or below C. */
+int md_torn(const md_bucket *b, uint64_t clear_op, uint64_t C);
 
 #endif /* BS_TESTS_UTIL_MODEL_H */
