@@ -311,6 +311,14 @@ soak: deps $(SOAK_TESTS:%=$(BUILD)/tests/%) $(BUILD)/bucketstore
 	done; echo "== soak driver_diff: $(SEEDS) seeds from $(SEED)"; \
 	$(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seed $(SEED) --seeds $(SEEDS) \
 	  $(if $(STEPS),--steps $(STEPS)) || exit 1; echo "soak passed: $(SEEDS) seeds"
+	@$(MAKE) --no-print-directory mutate
+
+# Mutation check (tests/mutate.py): each one-line mutant of a rule operator in tests/mutants.txt
+# is built in a copy of the tree, and a quick suite must fail on it; lists every survivor. Run
+# by hand and by soak, not by test (minutes: a rebuild per mutant).
+.PHONY: mutate
+mutate: deps
+	@$(PYTHON) tests/mutate.py
 
 # ==== Reliability (helper r, issue 7): crash test, fuzzing, valgrind ==========================
 # crashtest: SIGKILL a durable writer CRASH_KILLS times at random moments, checking the file

@@ -808,7 +808,8 @@ static void do_wcp(run *r, wl *s) {
     CT_OK(bs_writer_flush(s->w, &last, &ct_err));
     check_last_wcp(r, s);
   } else if (kind == 3) {
-    int64_t t = 500 + 1000 * (int64_t)ct_below(&r->rng, 5);
+    /* at a requested_at (1000, 2000, ...) or between: a record at exactly t stays */
+    int64_t t = 1000 * (int64_t)ct_below(&r->rng, 5) + (ct_below(&r->rng, 2) ? 500 : 0);
     uint64_t deleted = 0, want;
     CT_OK(bs_writer_flush(s->w, NULL, &ct_err)); /* custom records queued are not stored yet */
     CT_OK(bs_delete_checkpoint_requests_before(s->st, t, &deleted, &ct_err));
