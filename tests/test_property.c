@@ -704,13 +704,19 @@ static void head_pick(run *r, md_whead *h, size_t i) {
 
 static void check_last_wcp(run *r, wl *s) {
   for (size_t u = 0; u < N_USERS; u++) {
-    md_whead given[2];
-    bs_head h[2];
+    md_whead given[MD_WCP_HEADS];
+    bs_head h[MD_WCP_HEADS];
     size_t nh = ct_below(&r->rng, 3);
     uint64_t want = 0, got = 0;
     int found = -1, has;
+    for (size_t i = 0; i < nh; i++) head_pick(r, &given[i], i);
+    for (size_t i = 0; i < r->wcp.nm; i++) /* now and then the record's own heads: a head at */
+      if (strcmp(r->wcp.m[i].user, USERS[u]) == 0 &&
+          ct_below(&r->rng, 2)) { /* its LSN is reached */
+        nh = r->wcp.m[i].nh;
+        memcpy(given, r->wcp.m[i].heads, sizeof given);
+      }
     for (size_t i = 0; i < nh; i++) {
-      head_pick(r, &given[i], i);
       h[i].connection = ct_v(given[i].conn);
       h[i].lsn = ct_v(given[i].lsn);
     }
@@ -749,6 +755,13 @@ static void check_wcp_changes(run *r, wl *s) {
     uint64_t from = a < b ? a : b, to = a < b ? b : a;
     users_seen u = {0};
     if (ct_below(&r->rng, 4) == 0) from = 0;
+    if (i == 0) /* from a checkpoint that a later one with the same op id followed */
+      for (size_t j = s->n_cps - 1; j > 0; j--)
+        if (s->cps[j] == s->cps[j - 1]) {
+          from = s->cps[j];
+          to = from > to ? from : to;
+          break;
+        }
     CT_OK(bs_get_checkpoint_changes(s->st, from, to, see_users, &u, &ct_err));
     for (size_t k = 0; k < N_USERS; k++)
       if (md_wcp_must_list(&r->wcp, s->id, from, to, USERS[k]) && !(u.mask & (1u << k)))
@@ -769,7 +782,7 @@ static void do_wcp(run *r, wl *s) {
     memset(q, 0, sizeof q);
     memset(req, 0, sizeof req);
     for (size_t i = 0; i < n; i++) {
-      q[i].user = USERS[ct_below(&r->rng, N_USERS)];
+      q[i].user = USERS[ct_below(&r->rng, i && ct_below(&r->rng, 2) ? 2 : N_USERS)];
       q[i].nh = 1 + ct_below(&r->rng, 2);
       for (size_t j = 0; j < q[i].nh; j++) {
         head_pick(r, &q[i].heads[j], j);
