@@ -264,6 +264,22 @@ done:
   return rc;
 }
 
+/* A read-write open without BS_OPEN_NOMIGRATE creates or migrates a PostgreSQL schema. */
+static int cmd_migrate(int argc, char **argv) {
+  cli_db c = {0};
+  int rc = cli_parse_args(&c, argc, argv, NULL, NULL);
+  if (!rc && strncmp(c.path, "postgresql://", 13) && strncmp(c.path, "postgres://", 11)) {
+    fprintf(stderr, "bucketstore migrate: %s is not a postgresql:// URL\n", c.path);
+    rc = 2;
+  }
+  if (!rc) rc = cli_open_existing(&c, "migrate", 0);
+  if (!rc)
+    printf("the schema is at this build's version (bucketstore %s)\n",
+           bs_version(NULL, NULL, NULL));
+  cli_db_close(&c);
+  return rc;
+}
+
 /* ---- Dispatch ------------------------------------------------------------------------------- */
 
 static int cmd_help(int argc, char **argv);
@@ -303,6 +319,11 @@ static const struct command {
      "encodings and source records (docs/contract.md section 8); prints each problem on\n"
      "stdout, then the number of problems. Exit 0 when consistent, 1 when a problem was found\n"
      "or on an error. Opens the file read-only.\n"},
+    {"migrate", cmd_migrate, "migrate URL",
+     "Creates the bucketstore schema in the PostgreSQL database URL names, or migrates it to\n"
+     "this build's version, in one transaction; each step waits at most lock_timeout (10 s\n"
+     "unless the URL sets one) for a table's lock. Hosts that open with BS_OPEN_NOMIGRATE\n"
+     "then never migrate on their own. Exit 0 when the schema is at this build's version.\n"},
     {"dump", cli_dump, "dump DB [--stream ID | --all] [--bucket NAME] [--checkpoint N]",
      "Writes one stream (every bucket, in name order) or one bucket as JSON lines: first\n"
      "{\"stream\",\"state\",\"checkpoint\",\"last_op\",\"read_at\"}, then one line per op\n"

@@ -786,6 +786,12 @@ static int migrate(PGconn *c, const bs__pg_schema *s, int64_t to, bs_error *err)
                     " value bigint NOT NULL);"
                     "INSERT INTO bs_meta VALUES ('schema_version', 0) ON CONFLICT DO NOTHING",
                     NULL, "creating the schema", err);
+  /* a step waits for its tables' locks at most lock_timeout (10 s unless the URL set one) */
+  if (!rc && v < to)
+    rc = bs__pg_run(c,
+                    "SELECT set_config('lock_timeout', '10s', true)"
+                    " WHERE current_setting('lock_timeout') = '0'",
+                    NULL, "migrating the schema", err);
   for (; !rc && v < to && v < BS_PG_SCHEMA_VERSION; v++) {
     bs__pg_args a = {0};
     bs__pg_arg_i64(&a, v + 1);
@@ -818,21 +824,35 @@ static int refuse_standby(PGconn *c, bs_error *err) {
   return rc;
 }
 
-/* A read-only open migrates nothing: it needs the schema at this build's version. */
+/* A read-only open, and one with BS_OPEN_NOMIGRATE, migrates nothing: it needs the schema at
+ * this build's version. */
 static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
+  const char *how =
+      db->base.flags & BS_OPEN_RDONLY ? "open it once read-write" : "run bucketstore migrate URL";
   int64_t v;
   int rc;
-  if (!(db->base.flags & BS_OPEN_RDONLY))
-    return (rc = refuse_standby(c, err)) ? rc : migrate(c, &db->schema, BS_PG_SCHEMA_VERSION, err);
+  if (!(db->base.flags & BS_OPEN_RDONLY) && (rc = refuse_standby(c, err))) return rc;
+  if (!(db->base.flags & (BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE)))
+    return migrate(c, &db->schema, BS_PG_SCHEMA_VERSION, err);
   if ((rc = schema_version(c, &v, err))) return rc;
   if (v > BS_PG_SCHEMA_VERSION) return newer_fail(v, err);
-  if (v == 0) return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database");
+  if (v == 0)
+    return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database (%s to create it)",
+                    how);
   if (v < BS_PG_SCHEMA_VERSION)
     return bs__fail(err, BS_ECORRUPT,
-                    "the PostgreSQL schema has version %lld, older than this build's %d: open "
-                    "it once read-write to migrate it",
-                    (long long)v, BS_PG_SCHEMA_VERSION);
+                    "the PostgreSQL schema has version %lld, older than this build's %d: %s to "
+                    "migrate it",
+                    (long long)v, BS_PG_SCHEMA_VERSION, how);
   return BS_OK;
+}
+
+int bs__pg_check_server(int version, bs_error *err) {
+  if (version >= BS_PG_MIN_SERVER) return BS_OK;
+  return bs__fail(err, BS_EUNSUPPORTED,
+                  "the server is PostgreSQL %d (server_version_num %d): this backend needs %d or "
+                  "newer",
+                  version / 10000, version, BS_PG_MIN_SERVER / 10000);
 }
 
 /* ---- Streams --------------------------------------------------------------------------------- */
@@ -1398,7 +1418,8 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
   }
   memcpy(db->url, url, n + 1);
   if ((rc = bs__pg_conn_get(db, &c, err)) == BS_OK) {
-    if (!(rc = bs__pg_schema_resolve(c, &db->schema, err)) &&
+    if (!(rc = bs__pg_check_server(PQserverVersion(c), err)) &&
+        !(rc = bs__pg_schema_resolve(c, &db->schema, err)) &&
         !(rc = bs__pg_run(c, db->schema.set_path, NULL, "open: search_path", err)))
       rc = check_schema(db, c, err);
     bs__pg_conn_put(db, c);

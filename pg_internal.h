@@ -99,6 +99,12 @@ typedef struct bs__pg_schema {
  * BS_ENOTFOUND when no schema of the search_path exists. */
 int bs__pg_schema_resolve(PGconn *c, bs__pg_schema *out, bs_error *err);
 
+/* The oldest server the backend runs on (PQserverVersion's form): 14, for
+ * pg_terminate_backend(pid, timeout) (pg_write.c). */
+#define BS_PG_MIN_SERVER 140000
+/* BS_OK, or BS_EUNSUPPORTED naming the server's version and the oldest supported. */
+int bs__pg_check_server(int version, bs_error *err);
+
 /* Connections of a handle's pool when bs_open_options.pg_max_connections is 0. */
 #define BS_PG_MAX_CONNECTIONS 10u
 

@@ -29,7 +29,8 @@ const char *bs_version(int *major, int *minor, int *patch) {
 #define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
 
 static int check_open_options(const bs_open_options *opts, bs_error *err) {
-  unsigned unknown = opts ? opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY) : 0;
+  unsigned unknown =
+      opts ? opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE) : 0;
   const bs_allocator *a;
   int rc;
   if (!opts) return BS_OK;

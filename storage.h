@@ -176,8 +176,10 @@ typedef struct bs_storage bs_storage; /* one stream; thread-safe for reads */
 typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one thread */
 
 /* ---- Opening --------------------------------------------------------------------------------- */
-#define BS_OPEN_NOSYNC 0x1u /* no fsync at commit: a crash may lose recent commits, not corrupt */
-#define BS_OPEN_RDONLY 0x2u /* read-only: every write call fails with BS_ESTATE */
+#define BS_OPEN_NOSYNC    0x1u /* no fsync at commit: a crash may lose recent commits, not corrupt */
+#define BS_OPEN_RDONLY    0x2u /* read-only: every write call fails with BS_ESTATE */
+/* PostgreSQL: a read-write open never creates or migrates the schema (bs_open_postgres) */
+#define BS_OPEN_NOMIGRATE 0x4u
 
 typedef struct bs_open_options {
   unsigned version;
@@ -252,8 +254,13 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or
  * refused the connection: libpq's message), BS_ESTATE (read-write on a hot standby: its
  * advisory locks would not exclude the primary's writer), BS_ECORRUPT (the schema is newer
- * than this build's, or older and the open read-only), BS_ENOTFOUND (read-only and no schema
- * yet), BS_EUNSUPPORTED (a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
+ * than this build's, or older and the open read-only or BS_OPEN_NOMIGRATE), BS_ENOTFOUND
+ * (read-only or BS_OPEN_NOMIGRATE and no schema yet), BS_EBUSY (a migration step waited longer
+ * than lock_timeout for a table: 10 s unless the URL sets it), BS_EUNSUPPORTED (a server older
+ * than PostgreSQL 14; a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
+ * Migrations: a read-write open brings the schema to this build's version in one transaction
+ * (steps may rewrite the largest tables under an exclusive lock); with BS_OPEN_NOMIGRATE it
+ * refuses instead, so a fleet migrates once, deliberately (`bucketstore migrate URL`).
  * What the backend implements is listed in README.md ("PostgreSQL backend"); a call it does not
  * implement yet answers BS_EUNSUPPORTED. */
 BS_API int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts,

@@ -25,6 +25,13 @@
 
 #include "pg_internal.h" /* the test seam: bs__pg_set_hook */
 
+/* call, which must answer BS_OK: else the test fails with err's message */
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != BS_OK) fail_msg("%s: %d: %s", #call, rc_, err.msg);                                 \
+  } while (0)
+
 static bs_val str(const char *s) {
   return (bs_val){s, strlen(s)};
 }
@@ -131,20 +138,20 @@ static void exercise(bs_db *db) {
   uint64_t id, problems = 99;
   size_t n = 0;
   int more;
-  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
-  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  OK(bs_stream_create(NULL, db, "s", NULL, &err));
+  OK(bs_storage_open(&st, db, 1, &err));
   so.snapshot = 1;
-  assert_int_equal(bs_writer_open(&w, st, &so, &err), BS_OK);
+  OK(bs_writer_open(&w, st, &so, &err));
   for (int i = 0; i < 20; i++) {
     char id_s[16];
     snprintf(id_s, sizeof id_s, "r%d", i);
     save(w, BS_INSERT, id_s, i % 2 ? "a" : "b", "k1");
   }
-  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+  OK(bs_writer_flush(w, NULL, &err));
   bs_writer_close(w);
-  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
-  assert_int_equal(bs_writer_snapshot_done(w, str("0"), &err), BS_OK);
-  assert_int_equal(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err), BS_OK);
+  OK(bs_writer_open(&w, st, NULL, &err));
+  OK(bs_writer_snapshot_done(w, str("0"), &err));
+  OK(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err));
   for (int round = 0; round < 3; round++) {
     char lsn[16];
     for (int i = 0; i < 10; i++) {
@@ -152,38 +159,38 @@ static void exercise(bs_db *db) {
       snprintf(id_s, sizeof id_s, "r%d", i + round);
       save(w, i == 3 ? BS_DELETE : BS_UPDATE, id_s, i % 3 ? "a" : "b", "k1");
     }
-    assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+    OK(bs_writer_flush(w, NULL, &err));
     snprintf(lsn, sizeof lsn, "%04d", round + 1);
-    assert_int_equal(bs_writer_commit(w, str(lsn), NULL, NULL, &err), BS_OK);
+    OK(bs_writer_commit(w, str(lsn), NULL, NULL, &err));
   }
   bs_writer_close(w);
-  assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+  OK(bs_get_checkpoint(st, &cp, &err));
   assert_true(cp.op_id > 0);
   assert_int_equal(bs_get_bucket_data(st, cp.op_id, req, 2, NULL, count_chunk, &n, &more, &err),
                    BS_OK);
   assert_true(n > 0);
-  assert_int_equal(bs_get_checksums(st, cp.op_id, buckets, 2, ck, &err), BS_OK);
+  OK(bs_get_checksums(st, cp.op_id, buckets, 2, ck, &err));
   assert_true(ck[0].count > 0);
   n = 0;
   assert_int_equal(bs_get_parameter_sets(st, cp.op_id, lookups, 1, 100, count_row, &n, &err),
                    BS_OK);
   assert_true(n > 0);
   n = 0;
-  assert_int_equal(bs_get_checkpoint_changes(st, 1, cp.op_id, count_changes, &n, &err), BS_OK);
+  OK(bs_get_checkpoint_changes(st, 1, cp.op_id, count_changes, &n, &err));
   n = 0;
-  assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, count_bucket, &n, &err), BS_OK);
+  OK(bs_list_buckets(st, (bs_val){NULL, 0}, count_bucket, &n, &err));
   assert_int_equal(n, 2);
-  assert_int_equal(bs_wait_checkpoint(st, &cp, 0, &now, &err), BS_OK);
+  OK(bs_wait_checkpoint(st, &cp, 0, &now, &err));
   co.min_bucket_changes = 1;
   co.compact_parameters = 1;
-  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+  OK(bs_compact(st, &co, NULL, &err));
   co.incremental_only = 1;
   co.min_age_ms = 0;
-  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
-  assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+  OK(bs_compact(st, &co, NULL, &err));
+  OK(bs_db_stat(db, &s, &err));
   assert_int_equal(s.streams, 1);
   assert_true(s.ops_put > 0 && s.file_bytes > 0);
-  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, &err), BS_OK);
+  OK(bs_db_verify(db, NULL, NULL, &problems, &err));
   assert_int_equal(problems, 0);
   bs_storage_close(st);
 }
@@ -565,6 +572,135 @@ static void t_pool_bound(void **state) {
   bs_close(db);
 }
 
+/* ---- 3. the operator's controls ---- */
+
+/* A server older than 14 is refused with a message that names both versions; this one passes. */
+static void t_server_version(void **state) {
+  deploy *d = *state;
+  bs_error err = {0};
+  bs_db *db;
+  assert_int_equal(bs__pg_check_server(130012, &err), BS_EUNSUPPORTED);
+  assert_non_null(strstr(err.msg, "PostgreSQL 13 "));
+  assert_non_null(strstr(err.msg, "needs 14 or newer"));
+  assert_int_equal(bs__pg_check_server(140000, &err), BS_OK);
+  db = pgt_open(d->t->url, 0);
+  bs_close(db);
+}
+
+static int open_rc(const char *url, unsigned flags, bs_error *err) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db = NULL;
+  int rc;
+  o.flags = flags;
+  rc = bs_open(&db, url, &o, err);
+  bs_close(db);
+  return rc;
+}
+
+/* BS_OPEN_NOMIGRATE: a read-write open neither creates a schema nor migrates an older one (both
+ * refused, saying how to migrate); a migration step waits for a table's lock at most
+ * lock_timeout (the URL's 100 ms here: BS_EBUSY, nothing applied); an open without the flag
+ * migrates, after which the flag opens it. */
+static void t_migrations_controlled(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], params[300];
+  bs_error err = {0};
+  assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_ENOTFOUND);
+  assert_non_null(strstr(err.msg, "bucketstore migrate"));
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT count(*) FROM pg_class WHERE relnamespace ="
+                           " '%s'::regnamespace",
+                           t->schema),
+                   0);
+  assert_int_equal(bs__pg_migrate(t->admin, 4, &err), BS_OK);
+  assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "version 4, older than"));
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta"), 4);
+  snprintf(params, sizeof params, "options=-csearch_path%%3D%s%%20-clock_timeout%%3D100",
+           t->schema);
+  url_with(url, sizeof url, params);
+  pgt_exec(t->admin, "BEGIN; LOCK TABLE bs_ops IN ACCESS SHARE MODE");
+  assert_int_equal(open_rc(url, 0, &err), BS_EBUSY);
+  assert_non_null(strstr(err.msg, "55P03"));
+  pgt_exec(t->admin, "ROLLBACK");
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta"), 4);
+  assert_int_equal(open_rc(url, 0, &err), BS_OK);
+  assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_OK);
+  assert_true(pgt_int(t->admin, "SELECT value FROM bs_meta") > 4);
+}
+
+/* The privileges docs/operations.md lists, with roles that are not superusers: the owner of
+ * the schema creates it (a read-write open), default privileges give a read-write role DML on
+ * its tables and USAGE on its sequence (bucket ids), a read-only role SELECT; the read-write role (BS_OPEN_NOMIGRATE) runs every
+ * kind of call, the read-only role reads and waits (BS_OPEN_RDONLY), and a write through it
+ * fails with the server's "permission denied". */
+static void t_role_matrix(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char own[32], rw[32], ro[32], url[1400], params[300];
+  bs_error err = {0};
+  bs_db *db;
+  snprintf(own, sizeof own, "r%ld_own", (long)getpid());
+  snprintf(rw, sizeof rw, "r%ld_rw", (long)getpid());
+  snprintf(ro, sizeof ro, "r%ld_ro", (long)getpid());
+  on_teardown(d,
+              "REASSIGN OWNED BY %s TO CURRENT_USER; DROP OWNED BY %s; DROP OWNED BY %s;"
+              " DROP OWNED BY %s; DROP ROLE %s; DROP ROLE %s; DROP ROLE %s;",
+              own, own, rw, ro, own, rw, ro);
+  pgt_exec(t->admin, "CREATE ROLE %s LOGIN; CREATE ROLE %s LOGIN; CREATE ROLE %s LOGIN", own, rw,
+           ro);
+  pgt_exec(t->admin,
+           "ALTER SCHEMA %s OWNER TO %s; GRANT USAGE ON SCHEMA %s TO %s, %s;"
+           " ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s"
+           "  GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO %s;"
+           " ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE ON SEQUENCES TO %s;"
+           " ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT ON TABLES TO %s",
+           t->schema, own, t->schema, rw, ro, own, t->schema, rw, own, t->schema, rw, own,
+           t->schema, ro);
+  snprintf(params, sizeof params, "user=%s&options=-csearch_path%%3D%s", own, t->schema);
+  url_with(url, sizeof url, params);
+  bs_close(pgt_open(url, 0)); /* the owner creates the schema */
+
+  snprintf(params, sizeof params, "user=%s&options=-csearch_path%%3D%s", rw, t->schema);
+  url_with(url, sizeof url, params);
+  db = pgt_open(url, BS_OPEN_NOMIGRATE);
+  exercise(db);
+  bs_close(db);
+
+  snprintf(params, sizeof params, "user=%s&options=-csearch_path%%3D%s", ro, t->schema);
+  url_with(url, sizeof url, params);
+  db = pgt_open(url, BS_OPEN_RDONLY);
+  {
+    bs_storage *st;
+    bs_checkpoint cp, now;
+    bs_val b = {"a", 1};
+    bs_checksum ck;
+    bs_stat s;
+    assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+    assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+    assert_int_equal(bs_get_checksums(st, cp.op_id, &b, 1, &ck, &err), BS_OK);
+    assert_true(ck.count > 0);
+    assert_int_equal(bs_wait_checkpoint(st, &cp, 1, &now, &err), BS_OK);
+    assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+    bs_storage_close(st);
+  }
+  bs_close(db);
+  db = pgt_open(url, BS_OPEN_NOMIGRATE);
+  {
+    bs_storage *st;
+    bs_writer *w;
+    assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+    assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+    save(w, BS_INSERT, "r99", "a", "k1");
+    assert_int_equal(bs_writer_commit(w, str("9999"), NULL, NULL, &err), BS_EIO);
+    assert_non_null(strstr(err.msg, "permission denied"));
+    bs_writer_close(w);
+    bs_storage_close(st);
+  }
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_shadowing_role, setup, teardown),
@@ -572,6 +708,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_quoted_schema_names, setup, teardown),
       cmocka_unit_test_setup_teardown(t_waiters_share_one_connection, setup, teardown),
       cmocka_unit_test_setup_teardown(t_pool_bound, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_role_matrix, setup, teardown),
   };
   if (pgt_skipped("test_pg_deploy")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
