@@ -11,13 +11,15 @@ measured, not the disk):
           call, twice; the second pass (warm map) is reported. Every op is materialised the
           way that client gets it (C: the borrowed bs_op; Python: an Op with str fields; driver:
           the parsed JSON reply).
-Clients: "C API" (a small C program, below, compiled against build/libbucketstore.a),
-"python binding" (bindings/python over build/libbucketstore.so), "JSON driver" (the Python
+Clients: "C API" (a small C program, below, linked with a release build of the library, `make
+DEBUG=0 PG=0 BUILD=build-release`, as the Python package compiles it), "python binding"
+(bindings/python, pip-installed into the run's temporary folder first), "JSON driver" (the Python
 process writing `bucketstore drive` commands: saves pipelined through a writer thread, reads
 request/reply). Rows are generated before the clock starts (for the driver: as JSON lines).
 
 Usage: python3 bench/bench_py.py [--rows N] [--buckets N] [--commit N] [--data-size N]
-                                 [--read-limit N] [--build DIR] [--only c,py,driver]
+                                 [--read-limit N] [--build DIR] [--c-build DIR]
+                                 [--only c,py,driver]
 """
 
 import argparse
@@ -144,10 +146,13 @@ def workload(a):
 
 
 def run_c(a, d):
+    # The library as the package compiles it: a release build (DEBUG=0: no BS_ASSERT).
+    subprocess.run(["make", "-s", "-C", str(ROOT), "-j2", "DEBUG=0", "PG=0",
+                    f"BUILD={a.c_build}", f"{a.c_build}/libbucketstore.a"], check=True)
     exe = d / "bench_c"
     (d / "bench_c.c").write_text(C_SOURCE)
     subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I", str(ROOT), "-o", str(exe),
-                    str(d / "bench_c.c"), str(a.build / "libbucketstore.a"), "-llmdb", "-lnettle",
+                    str(d / "bench_c.c"), str(a.c_build / "libbucketstore.a"), "-llmdb", "-lnettle",
                     "-lpthread"], check=True)
     out = subprocess.run([str(exe), str(d / "c.bsdb"), str(a.rows), str(a.buckets),
                           str(a.commit), str(a.data_size), str(a.read_limit)], check=True,
@@ -156,9 +161,16 @@ def run_c(a, d):
     return r["ingest_s"], r["read_s"], r["ops"]
 
 
+def install_py(d):
+    """The binding as a user gets it: pip install of bindings/python (the C library compiled
+    into its extension module), here into a folder of this run."""
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
+                    "--no-index", "--no-build-isolation", "--no-deps", "--target",
+                    str(d / "site"), str(ROOT / "bindings" / "python")], check=True)
+    sys.path.insert(0, str(d / "site"))
+
+
 def run_py(a, d, buckets, rows):
-    os.environ.setdefault("BUCKETSTORE_LIB", str(a.build / "libbucketstore.so"))
-    sys.path.insert(0, str(ROOT / "bindings" / "python"))
     import bucketstore as bs
 
     lsn = "0000000000000001"
@@ -250,7 +262,8 @@ def main():
     ap.add_argument("--commit", type=int, default=10000)
     ap.add_argument("--data-size", type=int, default=120)
     ap.add_argument("--read-limit", type=int, default=10000)
-    ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")
+    ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")  # the driver's CLI
+    ap.add_argument("--c-build", type=pathlib.Path, default=ROOT / "build-release")
     ap.add_argument("--only", default="c,py,driver")
     a = ap.parse_args()
     if a.data_size < 64 or a.rows < a.buckets or a.commit < 1:
@@ -266,6 +279,7 @@ def main():
         if "c" in only:
             res["C API"] = run_c(a, d)
         if "py" in only:
+            install_py(d)
             res["python binding"] = run_py(a, d, buckets, rows)
         if "driver" in only:
             res["JSON driver"] = run_driver(a, d, buckets, rows)

@@ -1,4 +1,4 @@
-"""bucketstore: Python binding (ctypes) of the bucketstore storage engine.
+"""bucketstore: the bucketstore storage engine for Python (the C library compiled in).
 
     import bucketstore as bs
     with bs.open("app.db") as db, db.storage(db.create_stream("v1")) as st:
@@ -6,7 +6,7 @@
             w.save("todos", "insert", "t1", [("b", "todos", "t1", '{"id":"t1"}')])
             ...
 
-See README.md next to this package for the whole API and how the shared library is found.
+See README.md next to this package for the whole API.
 """
 
 from ._core import (

@@ -11,8 +11,6 @@ ctypes keeps the Python bytes alive for as long as the struct lives.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import os
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -29,42 +27,14 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
-from typing import List
 
 # ---- Loading ------------------------------------------------------------------------------
+# The library is compiled into the extension module bucketstore._native (setup.py); ctypes
+# opens that same shared object, so both see one copy of the library.
 
+from . import _native  # noqa: E402
 
-def _candidates() -> List[str]:
-    """Where the library is looked for, in order (the README documents this order)."""
-    env = os.environ.get("BUCKETSTORE_LIB")
-    if env:  # explicit: no fallback, so a wrong path is reported instead of hidden
-        return [env]
-    here = os.path.dirname(os.path.abspath(__file__))
-    local = sorted(
-        (f for f in os.listdir(here) if f.startswith("libbucketstore.so")), key=len
-    )
-    found = [os.path.join(here, f) for f in local]
-    name = ctypes.util.find_library("bucketstore")
-    if name:
-        found.append(name)
-    return found
-
-
-def _load() -> ctypes.CDLL:
-    tried = []
-    for path in _candidates():
-        try:
-            return ctypes.CDLL(path)
-        except OSError as e:
-            tried.append(f"{path}: {e}")
-    raise ImportError(
-        "bucketstore: cannot load libbucketstore.so (set BUCKETSTORE_LIB, put the library "
-        "next to the package, or install it where the dynamic linker finds it); tried: "
-        + ("; ".join(tried) if tried else "nothing found")
-    )
-
-
-lib = _load()
+lib = ctypes.CDLL(_native.__file__)
 
 # ---- Constants (checked against storage.h by tests/test_layout.py) -------------------------
 

@@ -1,7 +1,8 @@
 """Fixtures: every test that takes `db` runs on both backends (LMDB file, memory store).
 
-The library is whatever bucketstore._ffi loads: `make py-test` points BUCKETSTORE_LIB at the
-build's libbucketstore.so. REPO is the source tree (for storage.h and the CLI)."""
+The package under test is the installed one (`make py-test`: tests/py_package_check.sh installs
+it into a fresh venv and runs these tests from an unrelated folder). REPO is a copy of the
+source tree (for storage.h and the README), BUCKETSTORE_REPO when set."""
 
 import os
 import pathlib

@@ -1,78 +1,52 @@
-"""Packaging: `pip install --no-build-isolation` of bindings/python, and where the installed
-package finds libbucketstore.so: BUCKETSTORE_LIB, else next to the package, else
-ctypes.util.find_library (here: through LD_LIBRARY_PATH)."""
+"""Packaging: the installed package carries the C library in its extension module and needs
+nothing else at run time: no environment variable, no libbucketstore.so anywhere; it links the
+system's LMDB and nettle (and libpq when the build found it). make py-test runs this against a
+package pip-installed from a clean copy of the tree (tests/py_package_check.sh)."""
 
-import ctypes.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 
-import pytest
-
+import bucketstore as bs
 import bucketstore._ffi as F
+import bucketstore._native as N
 from conftest import REPO
 
-PROBE = "import bucketstore, bucketstore._ffi as f; print(f.lib._name); " \
-        "print(bucketstore.checksum_put('test', 't1', '{\"id\":\"t1\"}', hash='sha256'))"
+PROBE = "import bucketstore; print(bucketstore.checksum_put('test', 't1', '{\"id\":\"t1\"}', " \
+        "hash='sha256'))"
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """The package pip-installed into a fresh directory (built from a copy of the sources, so
-    the tree gets no build/ or egg-info)."""
-    d = tmp_path_factory.mktemp("pip")
-    src = d / "src"
-    shutil.copytree(REPO / "bindings" / "python", src,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so*", "build", "*.egg-info"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
-                    "--no-deps", "--no-index", "--target", str(d / "site"), str(src)],
-                   check=True, capture_output=True)
-    return d / "site"
+def test_the_library_is_the_extension_module():
+    assert F.lib._name == N.__file__
+    assert re.search(r"\.cpython-[^/]*\.so$", N.__file__)
+    assert os.path.dirname(N.__file__) == os.path.dirname(bs.__file__)
+    want = re.search(r'#define BS_VERSION_STRING "(.*)"', (REPO / "storage.h").read_text())
+    assert want and bs.library_version() == want.group(1)
 
 
-def probe(site, **env):
-    e = {k: v for k, v in os.environ.items() if k not in ("BUCKETSTORE_LIB", "PYTHONPATH")}
-    e.update(env, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, "-c", PROBE], env=e, capture_output=True, text=True,
-                          cwd=str(site.parent))
+def test_installed_package_has_type_information():
+    pkg = os.path.dirname(bs.__file__)
+    assert os.path.exists(os.path.join(pkg, "py.typed"))
+    assert os.path.exists(os.path.join(pkg, "_native.pyi"))
 
 
-def test_installed_package_has_type_information(installed):
-    assert (installed / "bucketstore" / "py.typed").exists()
-    assert (installed / "bucketstore" / "_core.py").exists()
-
-
-def test_library_from_environment_wins(installed, tmp_path):
-    so = tmp_path / "libbucketstore.so"
-    shutil.copy(F.lib._name, so)
-    r = probe(installed, BUCKETSTORE_LIB=str(so))
+def test_imports_with_no_environment(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "BUCKETSTORE_LIB")}
+    r = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == [str(so), "2634521662"]
-    bad = probe(installed, BUCKETSTORE_LIB=str(tmp_path / "missing.so"))
-    assert bad.returncode != 0 and "missing.so" in bad.stderr and "ImportError" in bad.stderr
+    assert r.stdout.split() == ["2634521662"]
 
 
-def test_library_via_find_library(installed, tmp_path):
-    if not shutil.which("ld"):
-        pytest.skip("find_library needs ld to search LD_LIBRARY_PATH")
-    shutil.copy(F.lib._name, tmp_path / "libbucketstore.so.0")  # as `make install` lays it out
-    os.symlink("libbucketstore.so.0", tmp_path / "libbucketstore.so")
-    r = probe(installed, LD_LIBRARY_PATH=str(tmp_path))
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[0].startswith("libbucketstore.so")
-
-
-def test_library_next_to_the_package(installed):
-    local = installed / "bucketstore" / "libbucketstore.so"
-    shutil.copy(F.lib._name, local)
-    try:
-        r = probe(installed, LD_LIBRARY_PATH="")
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.split() == [str(local), "2634521662"]
-    finally:
-        local.unlink()
-    if ctypes.util.find_library("bucketstore"):
-        return  # installed system-wide: it would be found
-    r = probe(installed, LD_LIBRARY_PATH="")  # nowhere to be found
-    assert r.returncode != 0 and "cannot load libbucketstore.so" in r.stderr
+def test_links_the_system_libraries():
+    if not shutil.which("ldd"):
+        return
+    out = subprocess.run(["ldd", N.__file__], capture_output=True, text=True, check=True).stdout
+    assert "liblmdb.so" in out and "libnettle.so" in out
+    assert "libbucketstore" not in out
+    with_pg = subprocess.run(["pkg-config", "--exists", "libpq"]).returncode == 0 \
+        if shutil.which("pkg-config") else False
+    assert ("libpq.so" in out) == with_pg

@@ -1,0 +1,57 @@
+#!/bin/sh
+# py_package_check.sh: the Python package as its users get it. From a clean copy of the tree
+# (git archive of HEAD, plus the tracked files' uncommitted changes when there are some: `git
+# stash create`), nothing built:
+#  1. `pip install --no-build-isolation <copy>/bindings/python` into a fresh venv
+#     (--system-site-packages: Debian's pytest and mypy) compiles the C library into the
+#     package; the binding's own tests, copied to an unrelated folder, run there against the
+#     installed package, and `mypy --strict` checks the examples against it;
+#  2. `setup.py sdist` of the copy, moved to another unrelated folder, builds a platform-tagged
+#     wheel there (`pip wheel`), which installs into a second venv and runs the quickstart.
+# Offline: no index is consulted. Run from the project root (make py-test does).
+set -eu
+PYTHON=${PYTHON:-/usr/bin/python3}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bs-pypkg.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "py_package_check: FAIL: $*" >&2; exit 1; }
+pip() { py=$1; shift; "$py" -m pip --disable-pip-version-check -q "${PIPCMD:-install}" \
+  --no-index --no-build-isolation --no-deps "$@"; }
+
+step=$(pwd)/tests/step.sh
+rev=$(git stash create 2>/dev/null || true)
+mkdir "$tmp/src"
+git archive "${rev:-HEAD}" | tar -x -C "$tmp/src"
+[ -z "$(find "$tmp/src" -name '*.so*' -o -name '*.o' | head -n 1)" ] || fail "the copy has build outputs"
+
+echo "== py-package: pip install bindings/python (a clean copy) into a fresh venv"
+"$PYTHON" -m venv --system-site-packages "$tmp/venv"
+pip "$tmp/venv/bin/python" "$tmp/src/bindings/python" >"$tmp/pip.log" 2>&1 || \
+  { tail -30 "$tmp/pip.log"; fail "pip install"; }
+mkdir "$tmp/run"
+cp -r "$tmp/src/bindings/python/tests" "$tmp/src/bindings/python/examples" \
+  "$tmp/src/bindings/python/README.md" "$tmp/run/"
+cd "$tmp/run"
+where=$(env -u PYTHONPATH "$tmp/venv/bin/python" -c 'import bucketstore; print(bucketstore.__file__)')
+case $where in "$tmp/venv/"*) ;; *) fail "bucketstore imported from $where, not the venv";; esac
+echo "== py-package: the binding's tests against the installed package"
+env -u PYTHONPATH BUCKETSTORE_REPO="$tmp/src" PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 \
+  "$step" --scan '^SKIPPED' "$tmp/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests
+echo "== py-package: mypy --strict examples"
+env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" examples
+
+echo "== py-package: setup.py sdist, built and installed from an unrelated folder"
+(cd "$tmp/src/bindings/python" && "$PYTHON" setup.py -q sdist -d "$tmp/sdist" >"$tmp/sdist.log" 2>&1) || \
+  { tail -30 "$tmp/sdist.log"; fail "sdist"; }
+mkdir "$tmp/elsewhere"
+mv "$tmp"/sdist/bucketstore-*.tar.gz "$tmp/elsewhere/"
+tar -tzf "$tmp"/elsewhere/bucketstore-*.tar.gz | grep -q '/csrc/storage.h$' || fail "the sdist has no C sources"
+cd "$tmp/elsewhere"
+PIPCMD=wheel pip "$PYTHON" -w "$tmp/elsewhere" ./bucketstore-*.tar.gz >"$tmp/wheel.log" 2>&1 || \
+  { tail -30 "$tmp/wheel.log"; fail "pip wheel of the sdist"; }
+whl=$(ls "$tmp"/elsewhere/bucketstore-*.whl)
+case $whl in *-linux_*.whl|*manylinux*.whl) ;; *) fail "$whl is not platform-tagged";; esac
+"$PYTHON" -m venv --system-site-packages "$tmp/venv2"
+pip "$tmp/venv2/bin/python" "$whl"
+env -u PYTHONPATH "$tmp/venv2/bin/python" "$tmp/run/examples/quickstart.py" >/dev/null
+env -u PYTHONPATH "$tmp/venv2/bin/python" "$tmp/run/examples/quickstart.py" >/dev/null
+echo "py_package_check: pip install, tests, mypy, sdist -> wheel -> install: ok"
