@@ -802,7 +802,7 @@ static void t_changes_pruned(void **state) {
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, V("0"), &err), BS_OK);
   for (int i = 0; i < 5; i++) {
-    char b[8];
+    char b[16];
     snprintf(b, sizeof b, "b%d", i);
     if (i == 2)
       assert_int_equal(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err), BS_OK);
