@@ -373,8 +373,8 @@ powercut-quick: deps $(POWERCUT_BINS)
 # the seed corpus through the normal build (plain, or ASan under `make check`).
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 60
-FUZZ_TARGETS := fuzz_driver fuzz_lookup fuzz_op fuzz_records
-FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fno-sanitize-recover=all
+FUZZ_TARGETS := fuzz_driver fuzz_lookup fuzz_op fuzz_records fuzz_api
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fno-sanitize-recover=all $(PG_CFLAGS)
 fuzz_cli = $(if $(filter fuzz_driver,$(1)),$(2) -ljansson)
 build-fuzz/%: fuzz/%.c $(LIB_SRCS) $(CLI_SRCS) storage.h internal.h lmdb_internal.h cli.h | deps
 	@mkdir -p build-fuzz
