@@ -36,11 +36,14 @@ static struct bs__pg_lock *lock_find(bs__pg_db *db, int32_t key) {
  * server process has not noticed yet: a closed socket is found at its next read, a cut network
  * only by keepalives): then that process is ended, waiting up to 10 s for it to exit, and c tries
  * again. The holder must be that very process holding this very lock, so another host's writer
- * is never ended. Any failure here is just "not taken". */
+ * is never ended. c tries again whatever the first statement found: a lost session that was
+ * already exiting may release the lock between c's first try and that statement (it then finds
+ * no holder, or pg_terminate_backend no process), and the lock is free. Any failure here is just
+ * "not taken". */
 static int lock_retaken(bs__pg_db *db, PGconn *c, struct bs__pg_lock *l) {
   bs__pg_args a = {0};
   PGresult *r;
-  int ended = 0;
+  int got;
   if (!l->pid) return 0;
   arg_lock(&a, db, l);
   bs__pg_arg_i32(&a, l->pid);
@@ -50,14 +53,12 @@ static int lock_retaken(bs__pg_db *db, PGconn *c, struct bs__pg_lock *l) {
                   " AND objid = $2::oid",
                   &a, &r, "ending the lost writer session", NULL))
     return 0;
-  ended = PQntuples(r) == 1 && bs__pg_bool(r, 0, 0);
   PQclear(r);
-  if (!ended) return 0;
   a.n = 2; /* the lock's keys alone: WRITER_LOCK_SQL's arguments */
   if (bs__pg_exec(c, WRITER_LOCK_SQL, &a, &r, "locking the stream's writer", NULL)) return 0;
-  ended = bs__pg_bool(r, 0, 0);
+  got = bs__pg_bool(r, 0, 0);
   PQclear(r);
-  return ended;
+  return got;
 }
 
 /* A new session holding l's advisory lock (l->mu held): BS_EBUSY when another session has it. */
