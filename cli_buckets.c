@@ -18,6 +18,7 @@ typedef struct collector {
   cli_bucket *v;
   size_t n, cap;
   size_t in_page;
+  int stop; /* why collect stopped the call (PAGE_FULL, BS_ENOMEM): the library says BS_EUSER */
 } collector;
 
 void cli_buckets_free(cli_bucket *b, size_t n) {
@@ -33,12 +34,12 @@ static int collect(const bs_bucket_info *info, void *payload) {
   if (c->n == c->cap) {
     size_t ncap = c->cap ? c->cap * 2 : 64;
     cli_bucket *p = realloc(c->v, ncap * sizeof *p);
-    if (!p) return BS_ENOMEM;
+    if (!p) return c->stop = BS_ENOMEM;
     c->v = p;
     c->cap = ncap;
   }
   b = &c->v[c->n];
-  if (!(b->name = malloc(info->name.size + 1))) return BS_ENOMEM;
+  if (!(b->name = malloc(info->name.size + 1))) return c->stop = BS_ENOMEM;
   memcpy(b->name, info->name.data, info->name.size);
   b->name[info->name.size] = '\0';
   b->name_size = info->name.size;
@@ -48,18 +49,19 @@ static int collect(const bs_bucket_info *info, void *payload) {
   b->changes = info->changes;
   b->due = 0;
   c->n++;
-  return ++c->in_page == PAGE ? PAGE_FULL : 0;
+  return ++c->in_page == PAGE ? (c->stop = PAGE_FULL) : 0;
 }
 
 int cli_buckets_list(bs_storage *st, cli_bucket **out, size_t *n_out, bs_error *err) {
-  collector c = {NULL, 0, 0, 0};
+  collector c = {NULL, 0, 0, 0, 0};
   bs_val after = {NULL, 0};
   int rc;
   *out = NULL;
   *n_out = 0;
   do {
     c.in_page = 0;
-    rc = bs_list_buckets(st, after, collect, &c, err);
+    c.stop = 0;
+    if ((rc = bs_list_buckets(st, after, collect, &c, err)) == BS_EUSER) rc = c.stop;
     /* the next page starts after the last name collected (a copy we own) */
     if (c.n) {
       after.data = c.v[c.n - 1].name;
@@ -68,7 +70,7 @@ int cli_buckets_list(bs_storage *st, cli_bucket **out, size_t *n_out, bs_error *
   } while (rc == PAGE_FULL);
   if (rc) {
     cli_buckets_free(c.v, c.n);
-    if (rc == BS_ENOMEM && err && !err->msg[0]) cli_fail(err, rc, "out of memory listing buckets");
+    if (c.stop == BS_ENOMEM) cli_fail(err, rc, "out of memory listing buckets");
     return rc;
   }
   *out = c.v;

@@ -222,7 +222,7 @@ static int client_sync(client *c, bs_storage *st, uint64_t cp, bs_error *err) {
       req[i].after = c->b[i].after;
     }
     rc = bs_get_bucket_data(st, cp, req, N_BUCKETS, &opts, on_chunk, c, &has_more, err);
-    if (rc == BS_ECANCELED && c->why[0]) snprintf(err->msg, sizeof err->msg, "%s", c->why);
+    if (rc == BS_EUSER && c->why[0]) snprintf(err->msg, sizeof err->msg, "%s", c->why);
     if (rc != BS_OK) return rc;
   }
   return BS_OK;

@@ -32,6 +32,7 @@ const char *cli_code_name(int code) {
       {BS_EBUSY, "BS_EBUSY"},
       {BS_EUNSUPPORTED, "BS_UNSUPPORTED"} /* driver.md's fixed spelling */,
       {BS_ECANCELED, "BS_ECANCELED"},
+      {BS_EUSER, "BS_EUSER"},
   };
   size_t i;
   for (i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -640,7 +640,7 @@ typedef struct load_reader {
   json_t *cur;          /* the current line's object (holds the table name) */
   unsigned char *k, *v; /* decoded key and value */
   size_t k_cap, v_cap;
-  bs_error *err;
+  bs_error err; /* why next_record stopped the call (the library then says BS_EUSER) */
 } load_reader;
 
 static int unhex(const char *s, size_t n, unsigned char **buf, size_t *cap, size_t *out) {
@@ -679,7 +679,7 @@ static int next_record(bs_record *rec, void *payload) {
     json_decref(r->cur);
     r->cur = o = json_loadb(r->line, (size_t)len, 0, &je);
     if (!o || !json_is_object(o))
-      return cli_fail(r->err, BS_ECORRUPT, "%s:%lu: not a dump line (%s)", r->name, r->lineno,
+      return cli_fail(&r->err, BS_ECORRUPT, "%s:%lu: not a dump line (%s)", r->name, r->lineno,
                       o ? "not an object" : je.text);
     if (!(t = json_object_get(o, "record"))) continue; /* header, op or checksum line */
     k = json_object_get(o, "key");
@@ -689,12 +689,12 @@ static int next_record(bs_record *rec, void *payload) {
           !json_is_integer(json_object_get(o, "stream")) || stream < 0 || stream > UINT32_MAX;
     if (!bad && (bad = unhex(json_string_value(k), json_string_length(k), &r->k, &r->k_cap,
                              &rec->key.size)) == BS_ENOMEM)
-      return cli_fail(r->err, BS_ENOMEM, "out of memory reading %s", r->name);
+      return cli_fail(&r->err, BS_ENOMEM, "out of memory reading %s", r->name);
     if (!bad && (bad = unhex(json_string_value(v), json_string_length(v), &r->v, &r->v_cap,
                              &rec->value.size)) == BS_ENOMEM)
-      return cli_fail(r->err, BS_ENOMEM, "out of memory reading %s", r->name);
+      return cli_fail(&r->err, BS_ENOMEM, "out of memory reading %s", r->name);
     if (bad)
-      return cli_fail(r->err, BS_ECORRUPT,
+      return cli_fail(&r->err, BS_ECORRUPT,
                       "%s:%lu: a record line needs record, stream, and key "
                       "and value in hex",
                       r->name, r->lineno);
@@ -707,14 +707,14 @@ static int next_record(bs_record *rec, void *payload) {
     if (stream && (uint32_t)stream == r->stream) r->of_stream++;
     return 1;
   }
-  if (ferror(r->in)) return cli_fail(r->err, BS_EIO, "cannot read %s", r->name);
+  if (ferror(r->in)) return cli_fail(&r->err, BS_EIO, "cannot read %s", r->name);
   if (!r->records)
-    return cli_fail(r->err, BS_EINVAL,
+    return cli_fail(&r->err, BS_EINVAL,
                     "%s has no record lines (a dump made with --bucket or "
                     "--checkpoint shows ops, it cannot be loaded)",
                     r->name);
   if (r->stream && !r->of_stream)
-    return cli_fail(r->err, BS_ENOTFOUND, "%s has no stream %u", r->name, r->stream);
+    return cli_fail(&r->err, BS_ENOTFOUND, "%s has no stream %u", r->name, r->stream);
   return 0;
 }
 
@@ -732,13 +732,16 @@ int cli_load(int argc, char **argv) {
   r.name = c.n_operands && strcmp(c.operands[0], "-") != 0 ? c.operands[0] : "stdin";
   r.in = strcmp(r.name, "stdin") == 0 ? stdin : fopen(r.name, "r");
   r.stream = (uint32_t)o.c.stream;
-  r.err = &err;
   if (!r.in) {
     fprintf(stderr, "bucketstore load: cannot open %s\n", r.name);
     rc = 1;
     goto done;
   }
-  if ((rc = bs_load(c.path, next_record, &r, NULL, &err))) {
+  if ((rc = bs_load(c.path, next_record, &r, NULL, &err)) == BS_EUSER && r.err.code) {
+    rc = r.err.code;
+    err = r.err;
+  }
+  if (rc) {
     rc = report("load", rc, &err);
     goto done;
   }

@@ -33,6 +33,7 @@ const char *bs_strerror(int code) {
       [-BS_EBUSY] = "BS_EBUSY: resource busy",
       [-BS_EUNSUPPORTED] = "BS_EUNSUPPORTED: not supported by this backend",
       [-BS_ECANCELED] = "BS_ECANCELED: cancelled",
+      [-BS_EUSER] = "BS_EUSER: a callback stopped the call",
   };
   if (code > 0 || code <= -(int)(sizeof text / sizeof *text) || !text[-code])
     return "BS_EUNKNOWN: unknown status code";
@@ -48,6 +49,11 @@ int bs__fail(bs_error *err, int code, const char *fmt, ...) {
     va_end(ap);
   }
   return code;
+}
+
+int bs__callback_fail(bs_error *err, int code, const char *callback, int value) {
+  return bs__fail(err, code, "%s returned %d, which %s the call", callback, value,
+                  code == BS_ECANCELED ? "cancels" : "stops");
 }
 
 /* ---- Clock ----------------------------------------------------------------------------------- */

@@ -61,9 +61,8 @@ int bs__compact_initial_check(uint32_t stream, int has_checkpoint, uint64_t chec
 
 int bs__compact_progress(const bs_compact_options *o, const bs_compact_stats *so_far,
                          bs_error *err) {
-  if (o->progress && o->progress(so_far, o->progress_payload))
-    return bs__fail(err, BS_ECANCELED, "compaction cancelled by the progress callback");
-  return BS_OK;
+  int value = o->progress ? o->progress(so_far, o->progress_payload) : 0;
+  return value ? bs__callback_fail(err, BS_ECANCELED, "bs_compact's opts->progress", value) : BS_OK;
 }
 
 /* The growth of the count since the last full or initial compaction (the reference service's

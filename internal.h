@@ -51,6 +51,10 @@ void bs__assert_fail(const char *cond, const char *file, int line);
 /* ---- Errors ---- */
 /* Fills err (if any) with code and a formatted message; returns code. */
 int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
+/* The one rule of a callback's non-zero return (storage.h CONVENTIONS): the call returns code,
+ * BS_EUSER (BS_ECANCELED for a progress callback), and err names the callback ("bs_db_export's
+ * fn") and quotes its value, which is never returned itself. */
+int bs__callback_fail(bs_error *err, int code, const char *callback, int value);
 
 /* ---- Clock ---- */
 /* The one clock of stored times: wall-clock milliseconds since the Unix epoch (CLOCK_REALTIME).

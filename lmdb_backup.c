@@ -251,15 +251,19 @@ static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
   return BS_OK;
 }
 
+/* bs_backup's and bs_load's progress callback, after records written so far. */
+static int progress(const bs_backup_options *o, uint64_t records, bs_error *err) {
+  int value = o->progress ? o->progress(records, o->progress_payload) : 0;
+  return value ? bs__callback_fail(err, BS_ECANCELED, "opts->progress", value) : BS_OK;
+}
+
 static int target_flush(target *t, bs_error *err) {
   int rc;
   if (!t->n) return BS_OK;
   if ((rc = bs__lmdb_write((bs__lmdb_db *)t->handle, put_batch, t, err))) return rc;
   t->total += t->n;
   t->n = t->used = 0;
-  if (t->o->progress && t->o->progress(t->total, t->o->progress_payload))
-    return bs__fail(err, BS_ECANCELED, "cancelled by the progress callback");
-  return BS_OK;
+  return progress(t->o, t->total, err);
 }
 
 static int target_put(target *t, const bs_record *r, bs_error *err) {
@@ -392,9 +396,8 @@ int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, b
   if ((rc = target_open(&t, path, map, replace, &db->base.alloc, o, err)) == BS_OK) {
     args[0] = &t;
     args[1] = err;
-    if (o->progress && o->progress(0, o->progress_payload)) /* the snapshot is taken */
-      rc = bs__fail(err, BS_ECANCELED, "cancelled by the progress callback");
-    if (rc == BS_OK) rc = export_txn(db, txn, 0, put_record, args, err);
+    if ((rc = progress(o, 0, err)) == BS_OK) /* the snapshot is taken */
+      rc = export_txn(db, txn, 0, put_record, args, err);
   }
   bs__lmdb_txn_abort(db, txn); /* the last batch is written by target_finish, after the snapshot */
   if (rc == BS_OK) rc = target_finish(&t, path, replace, err);
@@ -418,10 +421,11 @@ int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *
     return bs__fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
   if ((rc = bs__allocator_resolve(o.allocator, &a, err))) return rc;
   if ((rc = target_open(&t, path, 0, 0, a, &o, err)) == BS_OK) {
-    while ((rc = next(&r, payload)) == 1)
+    int value;
+    while ((value = next(&r, payload)) == 1)
       if ((rc = target_put(&t, &r, err)) != BS_OK) break;
-    if (rc > 0) /* not a status: never returned as one */
-      rc = bs__fail(err, BS_EINVAL, "next: returned %d (1: a record, 0: the end, < 0: failed)", rc);
+    if (rc == BS_OK && value != 0) /* 1: a record, 0: the end */
+      rc = bs__callback_fail(err, BS_EUSER, "bs_load's next", value);
     if (rc == 0 && !t.saw_format)
       rc = bs__fail(err, BS_ECORRUPT, "the records have no format record (meta \"format\")");
     if (rc == 0) rc = target_finish(&t, path, 0, err);

@@ -222,6 +222,48 @@ static int check_save(const bs_save *s, bs_error *err) {
   return CHECK_SIZED(s->stored_data, 0, BS_MAX_OP_DATA, "change->stored_data", err);
 }
 
+/* ---- Callbacks ------------------------------------------------------------------------------- */
+
+/* A host's callback on its way through a backend (storage.h CONVENTIONS): the slot gets a
+ * trampoline that calls the host's function, keeps its first non-zero return and hands the
+ * backend BS_EUSER, a status every backend returns as it is; the front then reports the call's
+ * result by the one rule (bs__callback_fail), whatever the backend made of it. */
+typedef struct callback {
+  const char *name; /* the callback as the message names it: "bs_db_export's fn" */
+  union {
+    int (*stream)(const bs_stream_info *, void *);
+    int (*bucket)(const bs_bucket_info *, void *);
+    int (*chunk)(const bs_chunk *, void *);
+    int (*changes)(const bs_checkpoint_changes *, void *);
+    int (*val)(const bs_val *, void *);
+    int (*record)(const bs_record *, void *);
+  } fn;
+  void *payload;
+  int value; /* the first non-zero return; 0 while the host goes on */
+} callback;
+
+static int callback_note(callback *c, int value) {
+  if (!value) return 0;
+  if (!c->value) c->value = value;
+  return BS_EUSER;
+}
+
+/* The call's status after its slot returned rc. */
+static int callback_result(const callback *c, int rc, bs_error *err) {
+  return c->value ? bs__callback_fail(err, BS_EUSER, c->name, c->value) : rc;
+}
+
+#define CALLBACK_TRAMPOLINE(name, member, T)                                                       \
+  static int name(T arg, void *p) {                                                                \
+    callback *c = p;                                                                               \
+    return callback_note(c, c->fn.member(arg, c->payload));                                        \
+  }
+CALLBACK_TRAMPOLINE(cb_stream, stream, const bs_stream_info *)
+CALLBACK_TRAMPOLINE(cb_bucket, bucket, const bs_bucket_info *)
+CALLBACK_TRAMPOLINE(cb_chunk, chunk, const bs_chunk *)
+CALLBACK_TRAMPOLINE(cb_val, val, const bs_val *)
+CALLBACK_TRAMPOLINE(cb_record, record, const bs_record *)
+
 /* ---- Front: shared checks -------------------------------------------------------------------- */
 
 #define BS_OP_ID_LIMIT 0x8000000000000000ull /* op ids and checkpoints are < 2^63 */
@@ -373,11 +415,13 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
 
 int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload), void *payload,
                    bs_error *err) {
+  callback c = {"bs_stream_list's fn", {.stream = fn}, payload, 0};
   int rc;
   if ((rc = check_db(db, NULL, err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, stream_list, err))) return rc;
-  return db->vt->stream_list(db, fn, payload, err);
+  rc = db->vt->stream_list(db, cb_stream, &c, err);
+  return callback_result(&c, rc, err);
 }
 
 int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err) {
@@ -566,6 +610,7 @@ int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
 int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                          int (*fn)(const bs_val *data, void *payload), void *payload,
                          bs_error *err) {
+  callback c = {"bs_writer_source_row's fn", {.val = fn}, payload, 0};
   bs_write_batch b;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
@@ -574,7 +619,8 @@ int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = WT_CHECK(w, source_row, err))) return rc;
   b = bs__queue_batch(&w->front->q);
-  return w->vt->source_row(w, &b, table, replica_id, fn, payload, err);
+  rc = w->vt->source_row(w, &b, table, replica_id, cb_val, &c, err);
+  return callback_result(&c, rc, err);
 }
 
 /* requested_at_ms < 0: persistent (no requested_at) */
@@ -745,6 +791,7 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
                        size_t n_req, const bs_batch_options *opts,
                        int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
                        int *has_more_out, bs_error *err) {
+  callback c = {"bs_get_bucket_data's on_chunk", {.chunk = on_chunk}, payload, 0};
   bs_batch_options o;
   bs_bucket_request *sorted = NULL;
   name_ref *refs = NULL;
@@ -776,7 +823,8 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   for (i = 0; i < n_req; i++)
     if (i + 1 == n_req || !bs__val_eq(refs[i].name, refs[i + 1].name))
       sorted[m++] = req[refs[i].index];
-  rc = st->vt->bucket_data(st, checkpoint, sorted, m, &o, on_chunk, payload, &has_more, err);
+  rc = st->vt->bucket_data(st, checkpoint, sorted, m, &o, cb_chunk, &c, &has_more, err);
+  rc = callback_result(&c, rc, err);
   if (rc == BS_OK && has_more_out) *has_more_out = has_more;
 done:
   bs__free(a, refs);
@@ -806,18 +854,15 @@ int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets,
 int bs_list_buckets(bs_storage *st, bs_val start_after,
                     int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                     bs_error *err) {
+  callback c = {"bs_list_buckets's fn", {.bucket = fn}, payload, 0};
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = CHECK_SIZED(start_after, 0, BS_MAX_BUCKET_NAME, "start_after", err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(st, list_buckets, err))) return rc;
-  return st->vt->list_buckets(st, start_after, fn, payload, err);
+  rc = st->vt->list_buckets(st, start_after, cb_bucket, &c, err);
+  return callback_result(&c, rc, err);
 }
-
-typedef struct changes_call {
-  int (*fn)(const bs_checkpoint_changes *, void *);
-  void *payload;
-} changes_call;
 
 /* The one "too many" rule (contract.md 5.1), for every backend: a kind with more than
  * BS_CHANGES_MAX names, or one the backend invalidated (range unknown, a record's own too-many
@@ -831,17 +876,17 @@ static void list_capped(int *invalidate, const bs_val **list, size_t *n) {
 }
 
 static int changes_capped(const bs_checkpoint_changes *in, void *payload) {
-  const changes_call *c = payload;
+  callback *c = payload;
   bs_checkpoint_changes ch = *in;
   list_capped(&ch.invalidate_data_buckets, &ch.updated_buckets, &ch.n_updated_buckets);
   list_capped(&ch.invalidate_parameter_buckets, &ch.updated_lookups, &ch.n_updated_lookups);
-  return c->fn(&ch, c->payload);
+  return callback_note(c, c->fn.changes(&ch, c->payload));
 }
 
 int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                               int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                               void *payload, bs_error *err) {
-  changes_call c = {fn, payload};
+  callback c = {"bs_get_checkpoint_changes's fn", {.changes = fn}, payload, 0};
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(from, "from", err))) return rc;
@@ -851,13 +896,15 @@ int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                     (unsigned long long)to);
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = VT_CHECK(st, checkpoint_changes, err))) return rc;
-  return st->vt->checkpoint_changes(st, from, to, changes_capped, &c, err);
+  rc = st->vt->checkpoint_changes(st, from, to, changes_capped, &c, err);
+  return callback_result(&c, rc, err);
 }
 
 int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
                           size_t n_lookups, size_t limit,
                           int (*fn)(const bs_val *params, void *payload), void *payload,
                           bs_error *err) {
+  callback c = {"bs_get_parameter_sets's fn", {.val = fn}, payload, 0};
   const bs_allocator *a = front_alloc(st);
   name_ref *refs = NULL;
   bs_val *unique = NULL;
@@ -871,8 +918,10 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
   for (size_t i = 0; i < n_lookups; i++)
     if ((rc = CHECK_SIZED_AT(lookups[i], 0, BS_MAX_LOOKUP_KEY, "lookups", i, "", err))) return rc;
   if ((rc = VT_CHECK(st, parameter_sets, err))) return rc;
-  if (n_lookups < 2)
-    return st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, fn, payload, err);
+  if (n_lookups < 2) {
+    rc = st->vt->parameter_sets(st, checkpoint, lookups, n_lookups, limit, cb_val, &c, err);
+    return callback_result(&c, rc, err);
+  }
   /* Backends get each key once, in the order of its first request: a key asked twice is
    * served once. A repeat's copy is marked by an impossible size (sorting keeps this O(n log n)). */
   refs = sort_names(a, lookups, sizeof *lookups, n_lookups);
@@ -886,7 +935,8 @@ int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *loo
     if (bs__val_eq(refs[i].name, refs[i - 1].name)) unique[refs[i].index].size = SIZE_MAX;
   for (size_t i = 0; i < n_lookups; i++)
     if (unique[i].size != SIZE_MAX) unique[m++] = unique[i];
-  rc = st->vt->parameter_sets(st, checkpoint, unique, m, limit, fn, payload, err);
+  rc = st->vt->parameter_sets(st, checkpoint, unique, m, limit, cb_val, &c, err);
+  rc = callback_result(&c, rc, err);
 done:
   bs__free(a, refs);
   bs__free(a, unique);
@@ -1079,9 +1129,11 @@ int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_err
 
 int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
                  void *payload, bs_error *err) {
+  callback c = {"bs_db_export's fn", {.record = fn}, payload, 0};
   int rc;
   if ((rc = check_db(db, NULL, err))) return rc;
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, export_records, err))) return rc;
-  return db->vt->export_records(db, stream, fn, payload, err);
+  rc = db->vt->export_records(db, stream, cb_record, &c, err);
+  return callback_result(&c, rc, err);
 }

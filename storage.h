@@ -51,8 +51,14 @@
  *    (storage_backend.h; the LMDB backend implements every slot, the memory backend all but
  *    backup and export, the PostgreSQL backend what README.md's "PostgreSQL backend" lists).
  *  - Outputs come first (one is named out); callbacks take payload last.
- *    A callback that returns non-zero stops the call, which then returns
- *    that value unchanged (so use your own negative codes or BS_ECANCELED).
+ *  - CALLBACKS' RETURNS, one rule for every int-returning callback: 0 goes on; any other value
+ *    (also a negative one that equals a BS_E* code) stops the call, which returns BS_EUSER
+ *    with a message in err naming the callback and quoting its value ("bs_db_export's fn
+ *    returned -1"). The callback's own value is never returned, so a host's -1 cannot read as
+ *    BS_EINVAL; keep what the callback wants to report in its payload. Two kinds of callback
+ *    say "stop" in words of their own: a progress callback's non-zero return cancels, and the
+ *    call returns BS_ECANCELED (with the same message); bs_load's next returns 1 for a record
+ *    and 0 at the end, any other value stops it with BS_EUSER.
  *  - Handles returned through **out are owned by the caller and released
  *    with the matching bs_*_close(); never with free().
  *  - Data passed to callbacks is BORROWED: pointers into the LMDB map or the
@@ -129,7 +135,8 @@ BS_API const char *bs_version(int *major, int *minor, int *patch);
 #define BS_EIO          (-10) /* LMDB or OS error; the message carries it */
 #define BS_EBUSY        (-11) /* resource busy (e.g. the file is locked) */
 #define BS_EUNSUPPORTED (-12) /* the backend does not implement this call */
-#define BS_ECANCELED    (-13) /* cancelled by a callback */
+#define BS_ECANCELED    (-13) /* cancelled by a progress callback */
+#define BS_EUSER        (-14) /* a callback stopped the call (CONVENTIONS: its value is in err) */
 
 /* ---- Limits (contract.md section 10), checked by the call that receives the value ------------ */
 #define BS_MAX_BUCKET_NAME     480u
@@ -311,7 +318,7 @@ BS_API int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name,
                             const bs_stream_options *opts, bs_error *err);
 
 /* Calls fn for every stream in ascending id order; info (and its name) is borrowed, valid until
- * fn returns. Errors: BS_EINVAL (db or fn NULL), or fn's non-zero value. */
+ * fn returns. Errors: BS_EINVAL (db or fn NULL), BS_EUSER (fn stopped it). */
 BS_API int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload),
                           void *payload, bs_error *err);
 
@@ -464,7 +471,8 @@ BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 /* Reads back the data stored with a source record (seeing this writer's queued saves).
  * fn receives data (borrowed) or NULL when the row has no stored data. Errors: BS_EINVAL (w or
  * fn NULL, table empty), BS_ETOOBIG (table or replica_id over its limit), BS_ESTATE (closed
- * writer), BS_ENOTFOUND (the row has no source record, or was deleted). */
+ * writer), BS_ENOTFOUND (the row has no source record, or was deleted), BS_EUSER (fn stopped
+ * it). */
 BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                                 int (*fn)(const bs_val *data, void *payload), void *payload,
                                 bs_error *err);
@@ -576,7 +584,7 @@ typedef struct bs_batch_options {
  * BS_EINVALIDATED (checkpoint inside a bucket's compacted span, contract.md 5.5), BS_EINVAL (st
  * or on_chunk NULL, req NULL with n_req, an empty bucket name, checkpoint or after >= 2^63, bad
  * option, also opts->limit 0), BS_ETOOBIG (a bucket name over BS_MAX_BUCKET_NAME), or
- * on_chunk's non-zero value. */
+ * BS_EUSER (on_chunk stopped it). */
 BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
                               size_t n_req, const bs_batch_options *opts,
                               int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
@@ -617,14 +625,15 @@ typedef struct bs_bucket_info {
 /* Calls fn for every bucket of the stream that holds at least one stored op, in ascending byte
  * order of name (memcmp, a shorter prefix first: the order of bs_get_bucket_data), starting
  * after start_after ({NULL, 0} = from the first; it need not name an existing bucket). A
- * callback that returns non-zero stops the call, which returns that value; to page through
+ * callback that returns non-zero stops the call (BS_EUSER, CONVENTIONS); to page through
  * any number of buckets, stop after a page and call again with the last name seen (copy it:
  * info is borrowed) as start_after. One call reads one consistent snapshot and runs fn inside
  * it, so keep a call short (LMDB: a long-lived snapshot pins old pages); pages may come from
  * different snapshots. fn may call the library's read functions, not write through it.
  * Each stream lists its own buckets only (equal names in two streams are two buckets).
  * Errors: BS_EINVAL (st or fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after
- * over BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), or fn's value. */
+ * over BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), BS_EUSER (fn
+ * stopped it). */
 BS_API int bs_list_buckets(bs_storage *st, bs_val start_after,
                            int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                            bs_error *err);
@@ -642,7 +651,7 @@ typedef struct bs_checkpoint_changes {
 
 /* What changed in (from, to], passed to fn once; changes and every array in it are borrowed,
  * valid until fn returns. Errors: BS_EINVAL (st or fn NULL, from > to, from or to >= 2^63), or
- * fn's value. */
+ * BS_EUSER (fn stopped it). */
 BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                      int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                                      void *payload, bs_error *err);
@@ -655,7 +664,7 @@ BS_API int bs_get_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
  * seen none of them. Errors: BS_ELIMIT ("too many parameter results (limit was N)"),
  * BS_ESTALE (checkpoint below the parameter-compaction horizon, contract.md 5.5), BS_EINVAL (st
  * or fn NULL, lookups NULL with n_lookups, checkpoint >= 2^63), BS_ETOOBIG (a lookup key over
- * BS_MAX_LOOKUP_KEY), or fn's value. */
+ * BS_MAX_LOOKUP_KEY), BS_EUSER (fn stopped it). */
 BS_API int bs_get_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups,
                                  size_t n_lookups, size_t limit,
                                  int (*fn)(const bs_val *params, void *payload), void *payload,
@@ -931,18 +940,18 @@ typedef struct bs_record {
  * ones, table by table, in key order, from one read snapshot (held for the whole call). rec
  * and its bytes are borrowed, valid until fn returns. The records are the LMDB format's, so
  * only an LMDB database has them: an export is not a way between backends. Errors: BS_EINVAL (fn
- * NULL), BS_EUNSUPPORTED (the memory and PostgreSQL backends, fn never called), BS_EIO, or fn's
- * non-zero value. */
+ * NULL), BS_EUNSUPPORTED (the memory and PostgreSQL backends, fn never called), BS_EIO,
+ * BS_EUSER (fn stopped it). */
 BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, void *payload),
                         void *payload, bs_error *err);
 
 /* Creates a new database file at path (LMDB) from records (those of bs_db_export, e.g. read
  * back from `bucketstore dump`): next fills *rec (borrowed until the next call) and returns 1,
- * returns 0 after the last one, or a negative code that the call returns. The result is
+ * returns 0 after the last one; any other value stops the call (BS_EUSER). The result is
  * written, verified and renamed into place as bs_backup's copy; the same records give the same
  * database, byte for byte in every record. Options: progress and allocator (BS_BACKUP_REPLACE
- * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts, or next returned
- * another positive value), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
+ * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_EUSER (next
+ * stopped it), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
  * no format record or one of another version, or the result did not verify), BS_ECANCELED,
  * BS_EIO, BS_ENOMEM. Any thread. */
 BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,

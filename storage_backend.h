@@ -32,6 +32,9 @@
  *    to a callback is borrowed until the callback returns; a handle returned through **out is
  *    released by the front through its table's destroy, exactly once.
  *  - Status codes are the BS_E* of storage.h, with a message in err naming what failed.
+ *  - A callback a slot is handed returns 0 (go on) or a non-zero status: the slot then stops
+ *    and returns it. The front hands slots its own callbacks around the host's and reports a
+ *    host's stop itself (storage.h CONVENTIONS), so a backend never interprets a return value.
  */
 #ifndef BUCKETSTORE_STORAGE_BACKEND_H
 #define BUCKETSTORE_STORAGE_BACKEND_H

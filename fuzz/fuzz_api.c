@@ -6,8 +6,9 @@
  * each field's BS_MAX_* and one over), commits at rising, equal and lower LSNs, compaction,
  * backup, export, verify, and NULL handles.
  *
- * Every call must return BS_OK or a BS_E* code (or the value a callback stopped it with), and a
- * failure must fill bs_error with that code and a message. Invariants checked where the manual
+ * Every call must return BS_OK or a BS_E* code (BS_EUSER, or a progress's BS_ECANCELED, when a
+ * callback stopped it: never the callback's own value), and a failure must fill bs_error with that
+ * code and a message. Invariants checked where the manual
  * makes them certain: a bucket's checksum and count at the current checkpoint are the sum and
  * number of its ops read back there; bs_list_buckets' figures are bs_get_checksums' at the last
  * persisted op; a commit's result names the checkpoint bs_get_checkpoint then reads; a
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define NDB   2
 #define NST   2
-#define STOP  (-1000) /* a callback's own code: the call must return it unchanged */
+#define STOP  (-1000) /* a callback's own code: the call answers BS_EUSER, never it */
 #define MAXOP 64
 
 static char tdir[256], path[300], copy[300];
@@ -82,8 +83,8 @@ static void pre(void) {
 static int post(int rc, int line) {
   if (trace) fprintf(stderr, "fuzz_api:%d: %d %s\n", line, rc, rc ? E.msg : "");
   if (rc == BS_OK) return rc;
-  if (stopped && (rc == STOP || rc == BS_ECANCELED)) return rc;
-  if (rc < BS_ECANCELED || rc > 0) fail(line, "undocumented status", rc, 0);
+  if (rc < BS_EUSER || rc > 0) fail(line, "undocumented status", rc, 0);
+  if (rc == BS_EUSER && !stopped) fail(line, "BS_EUSER without a callback's stop", rc, 0);
   if (E.code != rc) fail(line, "err.code is not the returned status", rc, E.code);
   if (!E.msg[0] || !memchr(E.msg, '\0', sizeof E.msg)) fail(line, "no message", rc, 0);
   return rc;

@@ -16,6 +16,7 @@
 #include "util_fault.h"
 #include "util_model.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1906,11 +1907,11 @@ static void t_list_buckets(void **state) {
   assert_string_equal(names_after(e->st, "c"), "");
   assert_string_equal(names_after(e->st, "zz"), "");
 
-  /* Paging: a callback's non-zero value stops the call and is returned; resuming after the last
-   * name seen yields the rest, and the pages add up to the full listing. */
-  a = list_from(e->st, NULL, 2, 42);
+  /* Paging: a callback's non-zero value stops the call (BS_EUSER); resuming after the last name
+   * seen yields the rest, and the pages add up to the full listing. */
+  a = list_from(e->st, NULL, 2, BS_EUSER);
   assert_string_equal(joined(&a), "B,a");
-  b = list_from(e->st, a.names[1], 2, 42);
+  b = list_from(e->st, a.names[1], 2, BS_EUSER);
   assert_string_equal(joined(&b), "ab,b");
   b = list_from(e->st, b.names[1], 2, BS_OK);
   assert_string_equal(joined(&b), "c");
@@ -2162,6 +2163,122 @@ static void t_explicit_limits(void **state) {
   CT_EQ_U64(cs.v[0].n_ops, 1);
 }
 
+/* ---- Callbacks' returns (storage.h CONVENTIONS) ------------------------------------------------
+ * Every int-returning callback, returning each of a host's usual values: 0 goes on; anything else
+ * stops the call at that callback, which answers BS_EUSER (a progress callback: BS_ECANCELED)
+ * with a message naming the callback and quoting the value, never the value itself. */
+typedef struct stopper {
+  int value; /* what every callback returns */
+  int calls;
+} stopper;
+
+static int stop_stream(const bs_stream_info *i, void *p) {
+  (void)i;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+static int stop_bucket(const bs_bucket_info *i, void *p) {
+  (void)i;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+static int stop_chunk(const bs_chunk *c, void *p) {
+  (void)c;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+static int stop_changes(const bs_checkpoint_changes *c, void *p) {
+  (void)c;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+static int stop_val(const bs_val *v, void *p) {
+  (void)v;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+static int stop_record(const bs_record *r, void *p) {
+  (void)r;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+static int stop_progress(const bs_compact_stats *so_far, void *p) {
+  (void)so_far;
+  return ((stopper *)p)->calls++, ((stopper *)p)->value;
+}
+
+/* rc of a call whose callback (named as the message names it) returned s->value, once. */
+static void expect_stopped(const char *call, int rc, const stopper *s, const char *callback) {
+  char want[160];
+  int code = strstr(callback, "progress") ? BS_ECANCELED : BS_EUSER;
+  if (s->value == 0) {
+    if (rc != BS_OK)
+      fail_msg("%s: %s (%s) with a callback returning 0", call, bs_strerror(rc), ct_err.msg);
+    return;
+  }
+  snprintf(want, sizeof want, "%s returned %d, which %s the call", callback, s->value,
+           code == BS_ECANCELED ? "cancels" : "stops");
+  if (rc != code || ct_err.code != code || strcmp(ct_err.msg, want) != 0)
+    fail_msg("%s with the callback returning %d: got %s (%s), expected %s (%s)", call, s->value,
+             bs_strerror(rc), ct_err.msg, bs_strerror(code), want);
+  if (s->calls != 1)
+    fail_msg("%s: the callback ran %d times after returning %d", call, s->calls, s->value);
+}
+
+static void t_callback_returns(void **state) {
+  static const int values[] = {0, -1, BS_ECANCELED, BS_EUSER, BS_ENOMEM, 1, 42, INT_MIN, INT_MAX};
+  ct_env *e = *state;
+  unsigned char ka[64];
+  bs_val key = ct_key_str(ka, sizeof ka, "A"), param = ct_v("{\"x\":1}");
+  bs_lookup lk = {key, &param, 1};
+  bs_save sv = BS_SAVE_INIT;
+  bs_row row = {ct_v("b"), ct_v("t"), ct_v("r"), ct_v("{}")};
+  bs_bucket_request req = {ct_v("b"), 0};
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_val bucket = ct_v("b");
+  uint64_t cp;
+  int more, export_rc = BS_OK;
+  size_t i;
+  sv.table = ct_v("t");
+  sv.tag = BS_INSERT;
+  sv.after_id = ct_v("r");
+  sv.rows = &row;
+  sv.n_rows = 1;
+  sv.lookups = &lk;
+  sv.n_lookups = 1;
+  sv.stored_data = ct_v("{\"a\":1}");
+  CT_OK(bs_writer_save(e->w, &sv, &ct_err));
+  sv.tag = BS_UPDATE;
+  co.buckets = &bucket;
+  co.n_buckets = 1;
+  for (i = 0; i < sizeof values / sizeof values[0]; i++) {
+    stopper s = {values[i], 0};
+    /* each round ops for its compaction to fold (the last one folded the earlier ones) */
+    for (size_t k = 0; k < 3; k++) CT_OK(bs_writer_save(e->w, &sv, &ct_err));
+    cp = commit(e, ct_lsn((unsigned)i + 1));
+#define STOPS(call, name)                                                                          \
+  do {                                                                                             \
+    s.calls = 0;                                                                                   \
+    memset(&ct_err, 0, sizeof ct_err);                                                             \
+    expect_stopped(#call, (call), &s, name);                                                       \
+  } while (0)
+    STOPS(bs_stream_list(e->db, stop_stream, &s, &ct_err), "bs_stream_list's fn");
+    STOPS(bs_list_buckets(e->st, ct_v(NULL), stop_bucket, &s, &ct_err), "bs_list_buckets's fn");
+    STOPS(bs_get_bucket_data(e->st, cp, &req, 1, NULL, stop_chunk, &s, &more, &ct_err),
+          "bs_get_bucket_data's on_chunk");
+    STOPS(bs_get_checkpoint_changes(e->st, 0, cp, stop_changes, &s, &ct_err),
+          "bs_get_checkpoint_changes's fn");
+    STOPS(bs_get_parameter_sets(e->st, cp, &key, 1, 10, stop_val, &s, &ct_err),
+          "bs_get_parameter_sets's fn");
+    STOPS(bs_writer_source_row(e->w, ct_v("t"), ct_v("r"), stop_val, &s, &ct_err),
+          "bs_writer_source_row's fn");
+    /* export: the backends that have it (storage.h: LMDB's records only) */
+    if (i == 0) export_rc = bs_db_export(e->db, 0, stop_record, &s, &ct_err);
+    if (export_rc != BS_EUNSUPPORTED)
+      STOPS(bs_db_export(e->db, 0, stop_record, &s, &ct_err), "bs_db_export's fn");
+    if (!ct_lacks(e->be, CT_LACKS_COMPACT)) {
+      co.progress = stop_progress;
+      co.progress_payload = &s;
+      STOPS(bs_compact(e->st, &co, NULL, &ct_err), "bs_compact's opts->progress");
+    }
+#undef STOPS
+  }
+}
+
 /* ==== Runner ================================================================================== */
 
 typedef struct ct_test {
@@ -2222,6 +2339,7 @@ static const ct_test TESTS[] = {
     T(t_empty_values),
     T(t_explicit_limits),
     T(t_edge_values),
+    T(t_callback_returns),
 };
 #define N_TESTS (sizeof TESTS / sizeof TESTS[0])
 

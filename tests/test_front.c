@@ -338,7 +338,8 @@ static void test_strerror(void **state) {
            {BS_EIO, "BS_EIO"},
            {BS_EBUSY, "BS_EBUSY"},
            {BS_EUNSUPPORTED, "BS_EUNSUPPORTED"},
-           {BS_ECANCELED, "BS_ECANCELED"}};
+           {BS_ECANCELED, "BS_ECANCELED"},
+           {BS_EUSER, "BS_EUSER"}};
   (void)state;
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     const char *s = bs_strerror(t[i].code);

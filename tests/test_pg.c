@@ -201,8 +201,8 @@ static void t_streams(void **state) {
   assert_int_equal(s.name_size[1], strlen("r\xc3\xa9gles-\xe2\x9c\x93"));
   assert_memory_equal(s.name[1], "r\xc3\xa9gles-\xe2\x9c\x93", s.name_size[1]);
   assert_int_equal(s.name_size[2], BS_MAX_STREAM_NAME);
-  /* a callback's value stops the listing and comes back unchanged */
-  assert_int_equal(bs_stream_list(db, stop_at_first, &calls, &err), 42);
+  /* a callback's value stops the listing: BS_EUSER (storage.h CONVENTIONS) */
+  assert_int_equal(bs_stream_list(db, stop_at_first, &calls, &err), BS_EUSER);
   assert_int_equal(calls, 1);
   bs_close(other);
   bs_close(db);
@@ -1146,13 +1146,13 @@ static void t_parameter_sets(void **state) {
   assert_string_equal(err.msg, "too many parameter results (limit was 3)");
   assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 0, stop_row, &calls, &err), BS_ELIMIT);
   assert_int_equal(calls, 0);
-  /* fn's value stops the call and comes back */
-  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 100, stop_row, &calls, &err), 9);
+  /* fn's value stops the call: BS_EUSER */
+  assert_int_equal(bs_get_parameter_sets(st, 8, &k1, 1, 100, stop_row, &calls, &err), BS_EUSER);
   assert_int_equal(calls, 1);
   /* below the parameter-compaction horizon: BS_ESTALE */
   pgt_exec(t->admin, "UPDATE bs_streams SET param_horizon = 5 WHERE id = 1");
   assert_int_equal(bs_get_parameter_sets(st, 4, &k1, 1, 100, collect_row, &l, &err), BS_ESTALE);
-  assert_int_equal(bs_get_parameter_sets(st, 5, &k1, 1, 100, stop_row, &calls, &err), 9);
+  assert_int_equal(bs_get_parameter_sets(st, 5, &k1, 1, 100, stop_row, &calls, &err), BS_EUSER);
   bs_storage_close(st);
   bs_close(db);
 }
@@ -1344,10 +1344,10 @@ static void t_list_buckets(void **state) {
   memset(&l, 0, sizeof l);
   assert_int_equal(bs_list_buckets(st, (bs_val){"", 0}, collect_bucket, &l, &err), BS_OK);
   assert_int_equal(l.n, 5);
-  /* fn's value stops the listing */
+  /* fn's value stops the listing: BS_EUSER */
   memset(&l, 0, sizeof l);
   l.stop_after = 2;
-  assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, collect_bucket, &l, &err), 5);
+  assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, collect_bucket, &l, &err), BS_EUSER);
   assert_int_equal(l.n, 2);
   bs_storage_close(st);
   /* more than a page (1000 per statement): every bucket once, in order */
@@ -1365,14 +1365,14 @@ static void t_list_buckets(void **state) {
       memset(&l, 0, sizeof l);
       l.stop_after = 8;
       rc = bs_list_buckets(st, after, collect_bucket, &l, &err);
-      assert_true(rc == 5 || rc == BS_OK);
+      assert_true(rc == BS_EUSER || rc == BS_OK);
       for (int i = 0; i < l.n; i++) {
         assert_true(strcmp(l.names[i], last) > 0);
         strcpy(last, l.names[i]);
       }
       total += l.n;
       after = (bs_val){last, strlen(last)};
-    } while (rc == 5);
+    } while (rc == BS_EUSER);
     assert_int_equal(total, n);
   }
   bs_storage_close(st);

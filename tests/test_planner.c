@@ -150,7 +150,7 @@ static void test_budget_progress(void **state) {
   assert_int_equal(bs__compact_progress(&o, &st, &err), BS_OK);
   st.ops_moved = 1;
   assert_int_equal(bs__compact_progress(&o, &st, &err), BS_ECANCELED);
-  assert_string_equal(err.msg, "compaction cancelled by the progress callback");
+  assert_string_equal(err.msg, "bs_compact's opts->progress returned 1, which cancels the call");
 }
 
 /* Runs the reverse scan over ops[0..n) (ascending) and the forward fold; fills target[] (0 = kept)

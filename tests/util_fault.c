@@ -369,7 +369,7 @@ uint64_t ft_env_seed(void) {
 }
 
 int ft_clean_status(int rc) {
-  return rc <= BS_EINVAL && rc >= BS_ECANCELED;
+  return rc <= BS_EINVAL && rc >= BS_EUSER;
 }
 
 /* ---- Fingerprint ---------------------------------------------------------------------------- */

@@ -2543,7 +2543,7 @@ typedef struct binfo {
   bs_bucket_info i; /* name in the call's arena */
 } binfo;
 
-#define LIST_STOP 1 /* a page is full (BS_ codes are negative) */
+#define LIST_STOP 1 /* a page is full: the library then answers BS_EUSER */
 
 static int collect_bucket(const bs_bucket_info *i, void *payload) {
   work *w = payload;
@@ -2561,7 +2561,11 @@ static int collect_bucket(const bs_bucket_info *i, void *payload) {
 static void exec_list_buckets(work *w) {
   w->list_tail = &w->list;
   w->rc = bs_list_buckets(w->n->u.st, w->a, collect_bucket, w, &w->err);
-  if (w->rc == LIST_STOP) w->rc = BS_OK;
+  if (w->rc != BS_EUSER) return; /* collect_bucket stopped it: a full page, or no memory */
+  if (w->list_n == w->u1)
+    w->rc = BS_OK;
+  else
+    w->rc = w->err.code = BS_ENOMEM, snprintf(w->err.msg, sizeof w->err.msg, "out of memory");
 }
 
 static napi_value done_list_buckets(napi_env env, work *w) {

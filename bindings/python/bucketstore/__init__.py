@@ -15,6 +15,7 @@ from ._core import (
     BucketInfo,
     BucketstoreError,
     BusyError,
+    CallbackError,
     CanceledError,
     Checkpoint,
     CheckpointChanges,
@@ -77,6 +78,7 @@ EIO = _C["BS_EIO"]
 EBUSY = _C["BS_EBUSY"]
 EUNSUPPORTED = _C["BS_EUNSUPPORTED"]
 ECANCELED = _C["BS_ECANCELED"]
+EUSER = _C["BS_EUSER"]
 
 __all__ = [
     "Batch",
@@ -84,6 +86,7 @@ __all__ = [
     "BucketInfo",
     "BucketstoreError",
     "BusyError",
+    "CallbackError",
     "CanceledError",
     "Checkpoint",
     "CheckpointChanges",

@@ -128,6 +128,11 @@ class CanceledError(BucketstoreError):
     """BS_ECANCELED."""
 
 
+class CallbackError(BucketstoreError):
+    """BS_EUSER: a callback returned a non-zero value, which stopped the call (the message
+    names the callback and quotes the value)."""
+
+
 _CODE_CLASSES = {
     F.BS_EINVAL: InvalidArgumentError,
     F.BS_ENOTFOUND: NotFoundError,
@@ -142,6 +147,7 @@ _CODE_CLASSES = {
     F.BS_EBUSY: BusyError,
     F.BS_EUNSUPPORTED: UnsupportedError,
     F.BS_ECANCELED: CanceledError,
+    F.BS_EUSER: CallbackError,
 }
 _CODE_NAMES = {
     v: k for k, v in F.CONSTANTS.items() if k.startswith("BS_E") and v in _CODE_CLASSES
@@ -1199,7 +1205,7 @@ class Storage(_Handle):
             with self._guard() as h:
                 rc = lib.bs_list_buckets(h, sa, fn, None, byref(err))
             trap.raise_pending()
-            if rc not in (0, 1):
+            if rc not in (0, F.BS_EUSER):  # BS_EUSER: one() stopped the call at a full page
                 raise _error(rc, err)
             yield from got
             if rc == 0 or not got:

@@ -89,3 +89,13 @@ def test_op_format_unpacks_like_ctypes():
     for f in ("object_type", "object_id", "subkey", "data"):
         want += (getattr(o, f).data, getattr(o, f).size)
     assert got == want
+
+
+def test_every_status_code_is_mirrored():
+    # a code added to storage.h gets a constant and an exception class of its own
+    codes = dict(re.findall(r"#define (BS_E[A-Z]+)\s+\((-\d+)\)", HEADER.read_text()))
+    assert codes and "BS_EUSER" in codes
+    for name, value in codes.items():
+        assert F.CONSTANTS.get(name) == int(value), name
+        assert core._CODE_CLASSES[int(value)].__name__ != "BucketstoreError", name
+        assert core.BucketstoreError(int(value)).name == name
