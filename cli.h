@@ -36,7 +36,8 @@ struct json_t *cli_json_bytes(bs_val v);
  * cli_db_close. */
 typedef struct cli_db {
   bs_db *db;
-  char *path; /* NULL for memory */
+  char *path;  /* NULL for memory */
+  char *shown; /* path as messages show it (cli_db_name), made at the first use */
   int memory;
   int temporary;  /* path is ours: unlink it (and its -lock) at close */
   unsigned flags; /* BS_OPEN_* */
@@ -49,6 +50,9 @@ typedef struct cli_db {
  * consumed one (advancing *i), 0 when argv[*i] is not one of them, -1 on a usage error. */
 int cli_db_option(cli_db *c, int argc, char **argv, int *i);
 int cli_db_open(cli_db *c, bs_error *err);
+/* The database as every message names it: the path, a PostgreSQL URL without its password
+ * (bs_redact_conninfo), or "the memory backend". */
+const char *cli_db_name(cli_db *c);
 /* Closes the handle only (reopen keeps path and temporary). */
 void cli_db_close_handle(cli_db *c);
 void cli_db_close(cli_db *c);

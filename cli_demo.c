@@ -584,7 +584,7 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
 
   printf("bucketstore demo: %zu rows (%zu users, %zu lists, %zu todos) in %d buckets, on %s\n",
          n_rows, d->n[USERS], d->n[LISTS], d->n[TODOS], N_BUCKETS,
-         c->memory ? "the memory backend" : c->path);
+         c->memory ? "the memory backend" : cli_db_name(c));
   t0 = now();
   if ((rc = snapshot(d, &err)) != BS_OK) return step_failed("snapshot", rc, &err);
   snap_ops = d->last_op;

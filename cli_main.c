@@ -109,6 +109,8 @@ int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
       return -1;
     }
     free(c->path);
+    free(c->shown);
+    c->shown = NULL;
     c->path = strdup(p);
     if (!c->path) return -1;
   } else {
@@ -170,7 +172,18 @@ void cli_db_close(cli_db *c) {
     rmdir(c->path);
   }
   free(c->path);
-  c->path = NULL;
+  free(c->shown);
+  c->path = c->shown = NULL;
+}
+
+const char *cli_db_name(cli_db *c) {
+  size_t n;
+  if (!c->path) return "the memory backend";
+  if (!c->shown) {
+    n = bs_redact_conninfo(NULL, 0, c->path) + 1;
+    if ((c->shown = malloc(n)) != NULL) bs_redact_conninfo(c->shown, n, c->path);
+  }
+  return c->shown ? c->shown : "the database";
 }
 
 /* ---- Inspection commands: an existing file given as DB or --db DB ---------------------------- */
@@ -219,7 +232,7 @@ int cli_open_existing(cli_db *c, const char *cmd, int rdonly) {
   /* a postgresql:// URL (bs_open's other prefix too) names a server's database, not a file */
   int url = !strncmp(c->path, "postgresql://", 13) || !strncmp(c->path, "postgres://", 11);
   if (!url && access(c->path, F_OK) != 0) {
-    fprintf(stderr, "bucketstore %s: %s does not exist\n", cmd, c->path);
+    fprintf(stderr, "bucketstore %s: %s does not exist\n", cmd, cli_db_name(c));
     return 1;
   }
   if (rdonly) c->flags |= BS_OPEN_RDONLY;
@@ -230,7 +243,7 @@ int cli_open_existing(cli_db *c, const char *cmd, int rdonly) {
     size_t n = strlen(c->path);
     int named = strncmp(msg, c->path, n) == 0 && msg[n] == ':';
     fprintf(stderr, "bucketstore %s: cannot open%s%s: %s: %s\n", cmd, named ? "" : " ",
-            named ? "" : c->path, cli_code_name(rc), msg);
+            named ? "" : cli_db_name(c), cli_code_name(rc), msg);
     return 1;
   }
   return 0;

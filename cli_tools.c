@@ -423,7 +423,7 @@ int cli_stat(int argc, char **argv) {
     rc = report("stat", rc, &err);
     goto done;
   }
-  printf("file               %s (%llu bytes)\n", c.path, (unsigned long long)s.file_bytes);
+  printf("file               %s (%llu bytes)\n", cli_db_name(&c), (unsigned long long)s.file_bytes);
   printf("streams            %llu\n", (unsigned long long)s.streams);
   printf("buckets            %llu\n", (unsigned long long)s.buckets);
   printf("ops                %llu (put %llu, remove %llu, move %llu, clear %llu)\n",
@@ -746,7 +746,8 @@ int cli_load(int argc, char **argv) {
     goto done;
   }
   printf("loaded %llu record%s into %s (%llu bytes), verified\n", (unsigned long long)r.records,
-         cli_s(r.records), c.path, stat(c.path, &sb) == 0 ? (unsigned long long)sb.st_size : 0ull);
+         cli_s(r.records), cli_db_name(&c),
+         stat(c.path, &sb) == 0 ? (unsigned long long)sb.st_size : 0ull);
 done:
   if (r.in && r.in != stdin) fclose(r.in);
   json_decref(r.cur);
@@ -793,7 +794,7 @@ int cli_backup(int argc, char **argv) {
   }
   if (stat(c.path, &a) != 0) a.st_size = 0;
   if (stat(c.operands[0], &b) != 0) b.st_size = 0;
-  printf("backup: %s (%llu bytes) -> %s (%llu bytes), verified, %.3f s\n", c.path,
+  printf("backup: %s (%llu bytes) -> %s (%llu bytes), verified, %.3f s\n", cli_db_name(&c),
          (unsigned long long)a.st_size, c.operands[0], (unsigned long long)b.st_size, now_s() - t0);
 done:
   cli_db_close(&c);

@@ -51,6 +51,142 @@ int bs__fail(bs_error *err, int code, const char *fmt, ...) {
   return code;
 }
 
+/* ---- Passwords in connection strings ------------------------------------------------------- */
+
+#define REDACTED    "***"
+#define MAX_SECRETS 16 /* password spans of one string; the last of that many runs to its end */
+
+typedef struct secret {
+  size_t at, len;
+} secret;
+
+static int is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* n spans found in s: when the parser stopped at MAX_SECRETS, the last one runs to the end
+ * (more passwords than that are no connection string, but are hidden all the same). */
+static size_t secrets_end(const char *s, secret *out, size_t n) {
+  if (n == MAX_SECRETS) out[n - 1].len = strlen(s) - out[n - 1].at;
+  return n;
+}
+
+/* The passwords of a URL, in order: the userinfo's after its first ':' (up to the last '@'
+ * before the path, so a raw '@' in a password is hidden too, where libpq stops at the first),
+ * then the values of password= query parameters (after the userinfo). */
+static size_t url_secrets(const char *s, size_t rest, secret *out) {
+  size_t n = 0, end = rest + strcspn(s + rest, "/"), at = end, i;
+  for (i = rest; i < end; i++)
+    if (s[i] == '@') at = i;
+  if (at < end) {
+    const char *colon = memchr(s + rest, ':', at - rest);
+    if (colon) out[n++] = (secret){(size_t)(colon + 1 - s), at - (size_t)(colon + 1 - s)};
+    rest = at + 1;
+  }
+  for (i = rest + strcspn(s + rest, "?"); s[i] && n < MAX_SECRETS; i += strcspn(s + i, "&")) {
+    size_t key = ++i, eq = key + strcspn(s + key, "=&");
+    if (s[eq] == '=' && eq - key == 8 && !strncmp(s + key, "password", 8))
+      out[n++] = (secret){eq + 1, strcspn(s + eq + 1, "&")};
+  }
+  return secrets_end(s, out, n);
+}
+
+/* The passwords of a key=value string, parsed as libpq does (values unquoted up to a space, or
+ * in single quotes; a backslash escapes the next character). */
+static size_t kv_secrets(const char *s, secret *out) {
+  size_t n = 0, i = 0;
+  while (n < MAX_SECRETS) {
+    size_t key, key_len, v;
+    while (is_space(s[i])) i++;
+    if (!s[i]) break;
+    for (key = i; s[i] && s[i] != '=' && !is_space(s[i]); i++) {
+    }
+    key_len = i - key;
+    while (is_space(s[i])) i++;
+    if (s[i] != '=') continue; /* libpq refuses it (quoting the key): look on all the same */
+    for (i++; is_space(s[i]); i++) {
+    }
+    v = i;
+    if (s[i] == '\'') {
+      for (i++; s[i] && s[i] != '\''; i++)
+        if (s[i] == '\\' && s[i + 1]) i++;
+      if (s[i]) i++;
+    } else {
+      for (; s[i] && !is_space(s[i]); i++)
+        if (s[i] == '\\' && s[i + 1]) i++;
+    }
+    if (key_len == 8 && !strncmp(s + key, "password", 8) && i > v) out[n++] = (secret){v, i - v};
+  }
+  return secrets_end(s, out, n);
+}
+
+static size_t secrets(const char *s, secret *out) {
+  if (!strncmp(s, "postgresql://", 13)) return url_secrets(s, 13, out);
+  if (!strncmp(s, "postgres://", 11)) return url_secrets(s, 11, out);
+  return kv_secrets(s, out);
+}
+
+/* Appends n bytes of s to out (cap bytes, NUL-terminated, cut to fit) at len; the new length. */
+static size_t append(char *out, size_t cap, size_t len, const char *s, size_t n) {
+  if (len + 1 < cap) {
+    size_t k = cap - len - 1 < n ? cap - len - 1 : n;
+    memcpy(out + len, s, k);
+    out[len + k] = '\0';
+  }
+  return len + n;
+}
+
+size_t bs_redact_conninfo(char *out, size_t cap, const char *conninfo) {
+  secret sec[MAX_SECRETS];
+  const char *s = conninfo ? conninfo : "";
+  size_t n = secrets(s, sec), len = 0, from = 0, i;
+  if (!out) cap = 0;
+  if (cap) out[0] = '\0';
+  for (i = 0; i < n; i++) {
+    len = append(out, cap, len, s + from, sec[i].at - from);
+    len = append(out, cap, len, REDACTED, sizeof REDACTED - 1);
+    from = sec[i].at + sec[i].len;
+  }
+  return append(out, cap, len, s + from, strlen(s + from));
+}
+
+/* How many bytes at p (q of them) are a password of sec[0..n), or a part of one between '@'s
+ * (libpq splits a URL's raw '@' in a password off into the host it then quotes); 0: none. */
+static size_t secret_at(const char *conninfo, const secret *sec, size_t n, const char *p,
+                        size_t q) {
+  for (size_t i = 0; i < n; i++) {
+    const char *pw = conninfo + sec[i].at, *end = pw + sec[i].len, *part;
+    if (sec[i].len && sec[i].len <= q && !memcmp(p, pw, sec[i].len)) return sec[i].len;
+    for (part = pw; part < end; part += strcspn(part, "@") + 1) {
+      size_t len = strcspn(part, "@");
+      if (part + len > end) len = (size_t)(end - part);
+      if (len && len < sec[i].len && len <= q && !memcmp(p, part, len)) return len;
+    }
+  }
+  return 0;
+}
+
+void bs__redact_message(char *msg, size_t cap, const char *conninfo) {
+  secret sec[MAX_SECRETS];
+  size_t n = conninfo ? secrets(conninfo, sec) : 0, len = 0, i = 0, k;
+  char out[sizeof((bs_error *)0)->msg];
+  int quoted = 0;
+  if (!n || cap > sizeof out) return;
+  /* libpq quotes what it echoes ("invalid percent-encoded token: \"...\"", a whole URL): the
+   * passwords go from quoted text, where the message's own words are never cut up */
+  while (msg[i] && len + 1 < cap) {
+    if (quoted && (k = secret_at(conninfo, sec, n, msg + i, strlen(msg + i))) != 0) {
+      len += (size_t)snprintf(out + len, cap - len, "%s", REDACTED);
+      i += k;
+      continue;
+    }
+    quoted ^= msg[i] == '"';
+    out[len++] = msg[i++];
+  }
+  out[len < cap ? len : cap - 1] = '\0';
+  memcpy(msg, out, cap);
+}
+
 int bs__callback_fail(bs_error *err, int code, const char *callback, int value) {
   return bs__fail(err, code, "%s returned %d, which %s the call", callback, value,
                   code == BS_ECANCELED ? "cancels" : "stops");

@@ -55,6 +55,10 @@ int bs__fail(bs_error *err, int code, const char *fmt, ...) BS_PRINTF(3, 4);
  * BS_EUSER (BS_ECANCELED for a progress callback), and err names the callback ("bs_db_export's
  * fn") and quotes its value, which is never returned itself. */
 int bs__callback_fail(bs_error *err, int code, const char *callback, int value);
+/* Removes conninfo's passwords from msg (cap bytes, at most a bs_error's) where msg quotes them
+ * (libpq's messages quote the URL or the part of it they refuse): bs_redact_conninfo's rule for
+ * a message that came from outside the library. */
+void bs__redact_message(char *msg, size_t cap, const char *conninfo);
 
 /* ---- Clock ---- */
 /* The one clock of stored times: wall-clock milliseconds since the Unix epoch (CLOCK_REALTIME).

@@ -371,6 +371,7 @@ static int conn_open(bs__pg_db *db, PGconn **out, bs_error *err) {
   if (!c) return bs__fail(err, BS_ENOMEM, "connecting to PostgreSQL: out of memory");
   if (PQstatus(c) != CONNECTION_OK) {
     rc = bs__pg_fail(c, NULL, "connecting to PostgreSQL", err);
+    if (err) bs__redact_message(err->msg, sizeof err->msg, db->url); /* libpq may quote it */
     PQfinish(c);
     return rc;
   }

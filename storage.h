@@ -169,6 +169,14 @@ typedef struct bs_error {
 /* A static string starting with the code's symbol, e.g. "BS_EINVAL: invalid argument". */
 BS_API const char *bs_strerror(int code);
 
+/* Writes conninfo (a PostgreSQL URL or key=value connection string, or any path) into out (cap
+ * bytes, NUL-terminated, cut to fit; out may be NULL when cap is 0) with every password
+ * replaced by "***": postgresql://u:***@host/db, ?password=*** (and &password=) in a URL, and
+ * password=*** in key=value form (a quoted value too). Returns the length of the whole redacted
+ * text (as snprintf: larger than cap - 1 when cut). The library never puts a password in a
+ * message (libpq's echo of a malformed URL is redacted too); show a URL the same way. */
+BS_API size_t bs_redact_conninfo(char *out, size_t cap, const char *conninfo);
+
 /* Allocator hook, per handle (zstd's customMem shape). All three set, or all NULL for libc. */
 typedef struct bs_allocator {
   void *(*malloc_fn)(void *opaque, size_t size);

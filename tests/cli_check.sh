@@ -192,4 +192,19 @@ wait "$driver" || fail "drive exited non-zero"
 wait "$watcher" || fail "checkpoint --watch exited non-zero"
 [ "$(wc -l < "$tmp/watch")" = 3 ] || { cat "$tmp/watch"; fail "watch lines"; }
 tail -n 1 "$tmp/watch" | grep -q '"checkpoint":"2001","lsn":"00000101"' || fail "watch last line"
+# A PostgreSQL password is never printed: URLs to a closed port, URLs libpq refuses by quoting
+# them, a password as a query parameter, and key=value form, through stat, verify and drive.
+pw=Zq7secretPW
+for url in "postgresql://u:$pw@127.0.0.1:1/db" "postgresql://u:$pw%zz@127.0.0.1:1/db" \
+    "postgresql://u:$pw@[::1:1/db" "postgres://u@127.0.0.1:1/db?password=$pw&bogus=1" \
+    "host=127.0.0.1 port=1 password=$pw"; do
+  for c in stat verify; do
+    expect_rc 1 "$bs" "$c" --postgres "$url"
+    ! grep -q "$pw" "$tmp/out" "$tmp/err" || fail "$c --postgres prints the password: $(cat "$tmp/err")"
+    grep -q '\*\*\*' "$tmp/err" || fail "$c --postgres: the URL is not shown: $(cat "$tmp/err")"
+  done
+  case $url in host=*) continue ;; esac # drive would create a file of that name
+  echo '{"cmd":"stat"}' | expect_rc 1 "$bs" drive --postgres "$url"
+  ! grep -q "$pw" "$tmp/out" "$tmp/err" || fail "drive --postgres prints the password"
+done
 echo "cli_check: ok"

@@ -1121,14 +1121,81 @@ static void test_clock(void **state) {
   assert_true(ms > (int64_t)1767225600 * 1000); /* after 2026-01-01: milliseconds, epoch-based */
 }
 
+/* A password never reaches a message: bs_redact_conninfo's forms, and bs_open_postgres failing on
+ * a closed port (libpq's own message) and on URLs libpq refuses by quoting them. */
+#define SECRET "Zq7secretPW"
+static void test_redact_conninfo(void **state) {
+  static const struct {
+    const char *in, *out;
+  } t[] = {
+      {"postgresql://u:" SECRET "@127.0.0.1:1/db", "postgresql://u:***@127.0.0.1:1/db"},
+      {"postgres://u:" SECRET "@h/db?password=" SECRET "&sslmode=disable",
+       "postgres://u:***@h/db?password=***&sslmode=disable"},
+      {"postgresql://u@h:5/db?application_name=x&password=" SECRET,
+       "postgresql://u@h:5/db?application_name=x&password=***"},
+      {"postgresql://u:p@" SECRET "@h/db", "postgresql://u:***@h/db"}, /* a raw '@' */
+      {"postgresql://u@h/db", "postgresql://u@h/db"},
+      {"postgresql://h:5432", "postgresql://h:5432"},
+      {"host=h port=1 password=" SECRET " user=u", "host=h port=1 password=*** user=u"},
+      {"host=h password = '" SECRET " \\' x' dbname=d", "host=h password = *** dbname=d"},
+      {"password=a\\ " SECRET, "password=***"},
+      {"passwords=x password", "passwords=x password"},
+      {"host=h junk password=" SECRET, "host=h junk password=***"},  /* after what libpq refuses */
+      {"postgresql://u:a?password=" SECRET "@h/db?password=" SECRET, /* a '?' in the userinfo */
+       "postgresql://u:***@h/db?password=***"},
+      {"postgresql://h/?password=1&password=2&password=3&password=4&password=5&password=6&"
+       "password=7&password=8&password=9&password=10&password=11&password=12&password=13&"
+       "password=14&password=15&password=16&password=" SECRET,
+       "postgresql://h/?password=***&password=***&password=***&password=***&password=***&"
+       "password=***&password=***&password=***&password=***&password=***&password=***&"
+       "password=***&password=***&password=***&password=***&password=***"},
+      {"/var/lib/x.bsdb", "/var/lib/x.bsdb"},
+      {"", ""},
+  };
+  static const char *const refused[] = {
+      "postgresql://u:" SECRET "@127.0.0.1:1/db",    /* connection refused */
+      "postgresql://u:" SECRET "%zz@127.0.0.1:1/db", /* "invalid percent-encoded token" */
+      "postgresql://u:" SECRET "@[::1:1/db",         /* quotes the whole URL */
+      "postgresql://u:x@" SECRET "@127.0.0.1:1/db",  /* the host it quotes is the password's tail */
+      "postgresql://u@127.0.0.1:1/db?password=" SECRET "&bogus=1",
+      "host=127.0.0.1 port=1 user=u password=" SECRET,
+  };
+  char out[512];
+  bs_error err;
+  bs_db *db;
+  (void)state;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    assert_int_equal(bs_redact_conninfo(out, sizeof out, t[i].in), strlen(t[i].out));
+    assert_string_equal(out, t[i].out);
+  }
+  /* cut to fit, NUL-terminated, the full length returned; a NULL string is "" */
+  assert_int_equal(bs_redact_conninfo(out, 20, t[0].in), strlen(t[0].out));
+  assert_int_equal(strlen(out), 19);
+  assert_int_equal(bs_redact_conninfo(NULL, 0, t[0].in), strlen(t[0].out));
+  assert_int_equal(bs_redact_conninfo(out, sizeof out, NULL), 0);
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    memset(&err, 0, sizeof err);
+    assert_int_not_equal(bs_open_postgres(&db, refused[i], NULL, &err), BS_OK);
+    if (strstr(err.msg, SECRET) || strstr(err.msg, "secretPW"))
+      fail_msg("%s: the message has the password: %s", refused[i], err.msg);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_contract_asserts),  cmocka_unit_test(test_open_checks),
-      cmocka_unit_test(test_writer_queue),      cmocka_unit_test(test_strerror),
-      cmocka_unit_test(test_stream_checks),     cmocka_unit_test(test_writer_checks),
-      cmocka_unit_test(test_read_checks),       cmocka_unit_test(test_wcp_and_compact_checks),
-      cmocka_unit_test(test_unsupported_slots), cmocka_unit_test(test_wait_and_listener),
-      cmocka_unit_test(test_version),           cmocka_unit_test(test_clock),
+      cmocka_unit_test(test_redact_conninfo),
+      cmocka_unit_test(test_contract_asserts),
+      cmocka_unit_test(test_open_checks),
+      cmocka_unit_test(test_writer_queue),
+      cmocka_unit_test(test_strerror),
+      cmocka_unit_test(test_stream_checks),
+      cmocka_unit_test(test_writer_checks),
+      cmocka_unit_test(test_read_checks),
+      cmocka_unit_test(test_wcp_and_compact_checks),
+      cmocka_unit_test(test_unsupported_slots),
+      cmocka_unit_test(test_wait_and_listener),
+      cmocka_unit_test(test_version),
+      cmocka_unit_test(test_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -396,3 +396,12 @@ test('onCheckpoint: the listener sees each commit; a throwing one reaches uncaug
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout.trim(), 'listener threw');
 });
+
+test('a PostgreSQL password is never in an error', async () => {
+  // a closed port, and URLs libpq refuses by quoting them
+  const pw = 'Zq7secretPW';
+  for (const url of [`postgresql://u:${pw}@127.0.0.1:1/db`, `postgresql://u:${pw}%zz@127.0.0.1:1/db`,
+    `postgresql://u:${pw}@[::1:1/db`, `postgres://u@127.0.0.1:1/db?password=${pw}&x=1`])
+    await assert.rejects(bs.Database.open(url), (e) =>
+      e.code !== undefined && !String(e.message).includes(pw) && !String(e.stack).includes(pw));
+});

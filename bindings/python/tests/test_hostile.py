@@ -215,3 +215,13 @@ def test_close_while_another_thread_waits(db):
     t.join()
     assert st.closed and repr(st) == "<bucketstore.Storage stream 1 closed>"
     assert got == [bs.Checkpoint(0, None)] or isinstance(got[0], bs.StateError)
+
+
+def test_password_never_in_an_exception():
+    # a PostgreSQL URL's password: a closed port, URLs libpq refuses by quoting them
+    pw = "Zq7secretPW"
+    for url in (f"postgresql://u:{pw}@127.0.0.1:1/db", f"postgresql://u:{pw}%zz@127.0.0.1:1/db",
+                f"postgresql://u:{pw}@[::1:1/db", f"postgres://u@127.0.0.1:1/db?password={pw}&x=1"):
+        with pytest.raises(bs.BucketstoreError) as e:
+            bs.open(url)
+        assert pw not in str(e.value) and pw not in repr(e.value) and pw not in e.value.message
