@@ -6,7 +6,7 @@ BUILD   ?= build
 SAN     ?=
 PKGS    := liblmdb-dev libxxhash-dev libcmocka-dev nettle-dev libjansson-dev g++ pkg-config \
            python3-dev python3-venv python3-pip python3-setuptools python3-wheel \
-           python3-pytest python3-mypy node-typescript
+           python3-pytest python3-mypy node-typescript abigail-tools
 
 # The library is built with every -Wextra warning; the CLI and test objects keep unused parameters
 # quiet (cmocka's and the driver's handler signatures would make that warning noise there).
@@ -123,6 +123,8 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	  else tests/install_check.sh; fi'
 	@$(STEP) amalgamate_check sh -c 'if [ -n "$(SAN)" ]; then \
 	  $(call skip,amalgamate_check under sanitizers); else tests/amalgamate_check.sh; fi'
+	@$(STEP) abi-check sh -c 'if [ -n "$(SAN)" ]; then $(call skip,abi-check under sanitizers); \
+	  else $(MAKE) --no-print-directory abi-check; fi'
 	@$(STEP) fuzz-replay $(MAKE) --no-print-directory fuzz-replay
 	@$(STEP) crashtest-quick $(MAKE) --no-print-directory crashtest-quick
 	@$(STEP) powercut-quick $(MAKE) --no-print-directory powercut-quick
@@ -195,7 +197,7 @@ bench-quick: deps $(BUILD)/bench/bsbench
 	$(BUILD)/bench/bsbench --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf build build-asan build-fuzz build-tsan bucketstore
+	rm -rf build build-asan build-fuzz build-tsan build-abi bucketstore
 
 # ---- Embedding (issue 8): install / uninstall, amalgamation, header test, examples ----------
 # GNU conventions: `make install PREFIX=/opt/bs DESTDIR=/tmp/stage`. The shared library gets a
@@ -289,6 +291,38 @@ layercheck: $(BUILD)/libbucketstore.a
 	@echo "layercheck: every exported bs_ symbol is declared in storage.h or storage_backend.h;" \
 	  "internal ones are bs__"
 	@tools/layercheck.sh $(LIB_OBJS)
+
+# ABI (issue 22): libbucketstore.so's ABI (abidw, libabigail) against the baseline kept in
+# abi/libbucketstore.abi, for the version in abi/version. abi-check (in `make test`) fails on any
+# change, also an addition: a program built against one 0.x header must run with the next
+# library. A deliberate change: bump BS_VERSION_* in storage.h (minor for an addition, major for
+# an incompatible change), then `make abi-update`, which refuses an ABI change without a bump.
+# Both read a release build (DEBUG=0, -O2 -g: abidw needs the debug info) of their own.
+ABI_BUILD := build-abi
+ABIDW_FLAGS := --no-corpus-path --no-show-locs --no-comp-dir-path --drop-private-types \
+	--header-file storage.h --header-file storage_backend.h
+.PHONY: abi-check abi-update $(ABI_BUILD)/libbucketstore.abi
+$(ABI_BUILD)/libbucketstore.abi: | deps
+	@$(MAKE) --no-print-directory BUILD=$(ABI_BUILD) DEBUG=0 SAN= OPT="-O2 -g" CFLAGS= \
+	  $(ABI_BUILD)/libbucketstore.so >/dev/null
+	abidw $(ABIDW_FLAGS) --out-file $@ $(ABI_BUILD)/libbucketstore.so
+
+abi-check: $(ABI_BUILD)/libbucketstore.abi
+	@rc=0; abidiff abi/libbucketstore.abi $< > $(ABI_BUILD)/abidiff.txt 2>&1 || rc=$$?; \
+	if [ $$rc != 0 ]; then cat $(ABI_BUILD)/abidiff.txt; \
+	  echo "abi-check: the ABI of libbucketstore.so is not abi/libbucketstore.abi's (abidiff" \
+	    "exit $$rc: 4 = a change it deems compatible, 12 = an incompatible one). If you meant it:" \
+	    "bump BS_VERSION_* in storage.h, then make abi-update"; exit 1; fi
+	@echo "abi-check: libbucketstore.so has the ABI of abi/libbucketstore.abi ($$(cat abi/version))"
+
+abi-update: $(ABI_BUILD)/libbucketstore.abi
+	@if [ -f abi/libbucketstore.abi ] && abidiff abi/libbucketstore.abi $< >/dev/null 2>&1; then \
+	  echo "abi-update: no ABI change"; exit 0; fi; \
+	if [ "$$(cat abi/version 2>/dev/null)" = "$(VERSION)" ]; then \
+	  echo "abi-update: the ABI changed, the version did not ($(VERSION)): bump BS_VERSION_* in" \
+	    "storage.h first"; exit 1; fi; \
+	mkdir -p abi && cp $< abi/libbucketstore.abi && echo "$(VERSION)" > abi/version && \
+	echo "abi-update: abi/libbucketstore.abi is version $(VERSION)'s ABI"
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps
 	@mkdir -p $(dir $@)

@@ -18,9 +18,9 @@
 int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
                                 bs_error *err) {
   static const bs_compact_options defaults = BS_COMPACT_OPTIONS_INIT;
-  *out = in ? *in : defaults;
-  if (out->version < 1)
-    return bs__fail(err, BS_EINVAL, "opts->version: %u is not a version", out->version);
+  int rc;
+  *out = defaults;
+  if (in && (rc = BS_VERSIONED_COPY(out, in, bs_compact_options, "opts->version", err))) return rc;
   if (out->buckets == NULL && out->n_buckets)
     return bs__fail(err, BS_EINVAL, "opts->buckets: NULL with n_buckets = %zu", out->n_buckets);
   if (out->max_op_id >= (1ull << 63))

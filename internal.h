@@ -303,8 +303,37 @@ static inline int bs__op_carries_row(bs_op_type type) {
 /* ========= 3. Rules (rules.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) ========= */
 
 /* ---- Options and checkpoints (rules.c) ---- */
-/* opts->version in 1..current, else BS_EINVAL naming what. */
-int bs__check_version(unsigned v, unsigned current, const char *what, bs_error *err);
+/* ---- Versioned structs (storage.h: options structs and backend tables only grow at the end) --
+ * BS_SIZES(T)[v - 1] is the size of version v of T: what a caller (or a backend) built against
+ * version v has, and all the library may read of it. The current version's is sizeof(T); the
+ * older ones are BS_OLDER_T, each followed by a comma. Appending a field (a slot) to T means
+ * bumping its BS_*_VERSION and appending the previous version's size, offsetof(T, the new
+ * field), to BS_OLDER_T; rules.c asserts one size per version. */
+#define BS_OLDER_bs_open_options    offsetof(bs_open_options, pg_max_connections),
+#define BS_OLDER_bs_stream_options  /* none yet */
+#define BS_OLDER_bs_save            /* none yet */
+#define BS_OLDER_bs_writer_options  /* none yet */
+#define BS_OLDER_bs_commit_options  /* none yet */
+#define BS_OLDER_bs_batch_options   /* none yet */
+#define BS_OLDER_bs_compact_options /* none yet */
+#define BS_OLDER_bs_backup_options  /* none yet */
+#define BS_OLDER_bs_db_vtable       /* none yet */
+#define BS_OLDER_bs_storage_vtable  offsetof(bs_storage_vtable, wait_checkpoint),
+#define BS_OLDER_bs_writer_vtable   /* none yet */
+#define BS_SIZES(T)                 ((const size_t[]){BS_OLDER_##T sizeof(T)})
+#define BS_VERSIONS(T)              ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
+/* The caller's in (an options struct: its version first, checked 1..current, else BS_EINVAL
+ * naming what) over out, which holds the defaults: only the bytes of in's version are read, the
+ * fields of later versions keep their defaults; out's version is the current one. */
+int bs__versioned_copy(void *out, const void *in, const size_t *sizes, unsigned current,
+                       const char *what, bs_error *err);
+#define BS_VERSIONED_COPY(out, in, T, what, err)                                                   \
+  bs__versioned_copy(out, in, BS_SIZES(T), BS_VERSIONS(T), what, err)
+/* The bytes of a backend table of version v that the library may read: 0 for version 0, all it
+ * knows for a table newer than this build. */
+static inline size_t bs__table_size(const size_t *sizes, unsigned current, unsigned v) {
+  return v == 0 ? 0 : sizes[(v < current ? v : current) - 1];
+}
 /* opts (NULL = defaults) checked and copied into out (bs_backup and bs_load). */
 int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
                                bs_error *err);

@@ -10,11 +10,33 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
-int bs__check_version(unsigned v, unsigned current, const char *what, bs_error *err) {
+/* BS_SIZES (internal.h): one size per version of each struct. */
+#define BS_ONE_SIZE_PER_VERSION(T, current)                                                        \
+  _Static_assert(sizeof BS_SIZES(T) == (current) * sizeof(size_t), #T ": one size per version")
+BS_ONE_SIZE_PER_VERSION(bs_open_options, BS_OPEN_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_stream_options, BS_STREAM_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_save, BS_SAVE_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_writer_options, BS_WRITER_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_commit_options, BS_COMMIT_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_batch_options, BS_BATCH_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_compact_options, BS_COMPACT_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_backup_options, BS_BACKUP_OPTIONS_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_db_vtable, BS_DB_VTABLE_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_storage_vtable, BS_STORAGE_VTABLE_VERSION);
+BS_ONE_SIZE_PER_VERSION(bs_writer_vtable, BS_WRITER_VTABLE_VERSION);
+
+int bs__versioned_copy(void *out, const void *in, const size_t *sizes, unsigned current,
+                       const char *what, bs_error *err) {
+  unsigned v;
+  memcpy(&v, in, sizeof v); /* the first member of every options struct */
   if (v < 1 || v > current)
     return bs__fail(err, BS_EINVAL, "%s %u is not supported (this build: %u)", what, v, current);
+  memcpy(out, in, sizes[v - 1]);
+  memcpy(out, &current, sizeof current);
   return BS_OK;
 }
 
@@ -55,13 +77,11 @@ int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *
   static const bs_backup_options defaults = BS_BACKUP_OPTIONS_INIT;
   int rc;
   *out = defaults;
-  if (!opts) return BS_OK;
-  if ((rc = bs__check_version(opts->version, BS_BACKUP_OPTIONS_VERSION, "opts->version", err)))
+  if (opts && (rc = BS_VERSIONED_COPY(out, opts, bs_backup_options, "opts->version", err)))
     return rc;
-  if (opts->flags & ~BS_BACKUP_REPLACE)
+  if (out->flags & ~BS_BACKUP_REPLACE)
     return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
-                    opts->flags & ~BS_BACKUP_REPLACE);
-  *out = *opts;
+                    out->flags & ~BS_BACKUP_REPLACE);
   return BS_OK;
 }
 

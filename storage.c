@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -28,16 +29,17 @@ const char *bs_version(int *major, int *minor, int *patch) {
 #define BS_DEFAULT_FLUSH_RECORDS 2000u
 #define BS_DEFAULT_FLUSH_BYTES   (5u * 1000u * 1000u)
 
-static int check_open_options(const bs_open_options *opts, bs_error *err) {
-  unsigned unknown =
-      opts ? opts->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE) : 0;
+/* opts (NULL: the defaults) checked and copied into o, which the open passes on. */
+static int resolve_open_options(const bs_open_options *opts, bs_open_options *o, bs_error *err) {
+  static const bs_open_options defaults = BS_OPEN_OPTIONS_INIT;
   const bs_allocator *a;
+  unsigned unknown;
   int rc;
-  if (!opts) return BS_OK;
-  if ((rc = bs__check_version(opts->version, BS_OPEN_OPTIONS_VERSION, "opts->version", err)))
-    return rc;
-  if (unknown) return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x", unknown);
-  return bs__allocator_resolve(opts->allocator, &a, err);
+  *o = defaults;
+  if (opts && (rc = BS_VERSIONED_COPY(o, opts, bs_open_options, "opts->version", err))) return rc;
+  if ((unknown = o->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE)) != 0)
+    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x", unknown);
+  return bs__allocator_resolve(o->allocator, &a, err);
 }
 
 static void db_front_free(bs_db *db) {
@@ -50,10 +52,10 @@ static void db_front_free(bs_db *db) {
   db->front = NULL;
 }
 
-static int db_front_new(bs_db *db, const bs_open_options *opts, bs_error *err) {
+static int db_front_new(bs_db *db, const bs_open_options *o, bs_error *err) {
   struct bs__db_front *f = bs__calloc(&db->alloc, 1, sizeof *f);
   pthread_condattr_t ca;
-  size_t entries = opts ? opts->checksum_cache_entries : 0;
+  size_t entries = o->checksum_cache_entries;
   int rc;
   if (!f) return bs__fail(err, BS_ENOMEM, "cannot allocate the database's front state");
   if (entries == 0) entries = BS_DEFAULT_CACHE_ENTRIES;
@@ -97,15 +99,16 @@ static int handle_fail(const char *what, const char *got, bs_error *err) {
 
 int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err) {
   const bs_allocator *a;
+  bs_open_options o;
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = HANDLE_CHECK(db, "db", err))) return rc;
   db->front = NULL;
-  if ((rc = check_open_options(opts, err)) == BS_OK &&
+  if ((rc = resolve_open_options(opts, &o, err)) == BS_OK &&
       (rc = bs__allocator_resolve(&db->alloc, &a, err)) == BS_OK)
     db->alloc = *a;
-  if (rc == BS_OK) rc = db_front_new(db, opts, err);
+  if (rc == BS_OK) rc = db_front_new(db, &o, err);
   if (rc != BS_OK) {
     db->vt->destroy(db);
     return rc;
@@ -198,10 +201,13 @@ static int check_lookup(const bs_lookup *l, size_t i, bs_error *err) {
   return BS_OK;
 }
 
-static int check_save(const bs_save *s, bs_error *err) {
+/* change copied into s (its version's fields, the later ones at their defaults) and checked. */
+static int check_save(const bs_save *change, bs_save *s, bs_error *err) {
+  static const bs_save defaults = BS_SAVE_INIT;
   int rc;
-  if (!s) return bs__fail(err, BS_EINVAL, "change: NULL");
-  if ((rc = bs__check_version(s->version, BS_SAVE_VERSION, "change->version", err))) return rc;
+  *s = defaults;
+  if (!change) return bs__fail(err, BS_EINVAL, "change: NULL");
+  if ((rc = BS_VERSIONED_COPY(s, change, bs_save, "change->version", err))) return rc;
   if ((rc = CHECK_SIZED(s->table, 1, BS_MAX_TABLE_NAME, "change->table", err))) return rc;
   if (s->tag != BS_INSERT && s->tag != BS_UPDATE && s->tag != BS_DELETE)
     return bs__fail(err, BS_EINVAL, "change->tag: %d is not INSERT, UPDATE or DELETE", (int)s->tag);
@@ -268,19 +274,21 @@ CALLBACK_TRAMPOLINE(cb_record, record, const bs_record *)
 
 #define BS_OP_ID_LIMIT 0x8000000000000000ull /* op ids and checkpoints are < 2^63 */
 
-/* The one slot rule of the three tables (storage_backend.h): a slot is usable when the table
- * is at least the version that added it (an older, shorter table does not have it: the version
- * is checked before the slot is read) and the slot is set; else BS_EUNSUPPORTED. Every slot of
- * the current tables came with version 1 but the storage table's wait_checkpoint (version 2);
- * a slot appended later passes its version here. */
-#define SLOT_OK(t, slot, v) ((t) && (t)->version >= (v) && (t)->slot != NULL)
+/* The one slot rule of the three tables (storage_backend.h): a slot is usable when it lies
+ * within the size of the table's version (BS_SIZES(T): an older, shorter table does not have
+ * it, and the version is checked before the slot is read) and is set; else BS_EUNSUPPORTED. */
+#define SLOT_OK(t, T, slot)                                                                        \
+  ((t) &&                                                                                          \
+   offsetof(T, slot) + sizeof((t)->slot) <=                                                        \
+       bs__table_size(BS_SIZES(T), BS_VERSIONS(T), (t)->version) &&                                \
+   (t)->slot != NULL)
 static int slot_fail(const char *name, bs_error *err) {
   return bs__fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);
 }
-#define SLOT_CHECK(t, slot, v, err) (SLOT_OK(t, slot, v) ? BS_OK : slot_fail(#slot, (err)))
-#define VT_CHECK(st, slot, err)     SLOT_CHECK((st)->vt, slot, 1, err)
-#define WT_CHECK(w, slot, err)      SLOT_CHECK((w)->vt, slot, 1, err)
-#define DB_CHECK(db, slot, err)     SLOT_CHECK((db)->vt, slot, 1, err)
+#define SLOT_CHECK(t, T, slot, err) (SLOT_OK(t, T, slot) ? BS_OK : slot_fail(#slot, (err)))
+#define VT_CHECK(st, slot, err)     SLOT_CHECK((st)->vt, bs_storage_vtable, slot, err)
+#define WT_CHECK(w, slot, err)      SLOT_CHECK((w)->vt, bs_writer_vtable, slot, err)
+#define DB_CHECK(db, slot, err)     SLOT_CHECK((db)->vt, bs_db_vtable, slot, err)
 
 static int check_op_id(uint64_t v, const char *what, bs_error *err) {
   if (v >= BS_OP_ID_LIMIT)
@@ -347,41 +355,45 @@ static void note_checkpoint(bs_storage *st, uint64_t cp) {
 /* ---- Opening --------------------------------------------------------------------------------- */
 
 /* The checks every bs_open* makes first: out is set (*out NULL until the open succeeds), the
- * name (what: "path", "url"; NULL: none) is neither NULL nor empty, and the options. */
+ * name (what: "path", "url"; NULL: none) is neither NULL nor empty, and the options, resolved
+ * into o: the backend gets that copy (never more of the caller's struct than its version). */
 static int check_open(bs_db **out, const char *what, const char *name, const bs_open_options *opts,
-                      bs_error *err) {
+                      bs_open_options *o, bs_error *err) {
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if (what && (!name || !*name))
     return bs__fail(err, BS_EINVAL, "%s: %s", what, name ? "empty" : "NULL");
-  return check_open_options(opts, err);
+  return resolve_open_options(opts, o, err);
 }
 
 int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
+  bs_open_options o;
   int rc;
-  if ((rc = check_open(out, "path", path, opts, err)) != BS_OK) return rc;
+  if ((rc = check_open(out, "path", path, opts, &o, err)) != BS_OK) return rc;
   if (!strncmp(path, "postgresql://", 13) || !strncmp(path, "postgres://", 11))
-    return bs_open_postgres(out, path, opts, err);
-  if ((rc = bs__lmdb_open(out, path, opts, err)) != BS_OK) return rc;
-  return bs_open_backend(out, *out, opts, err);
+    return bs_open_postgres(out, path, &o, err);
+  if ((rc = bs__lmdb_open(out, path, &o, err)) != BS_OK) return rc;
+  return bs_open_backend(out, *out, &o, err);
 }
 
 int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
+  bs_open_options o;
   int rc;
-  if ((rc = check_open(out, "url", url, opts, err)) != BS_OK) return rc;
+  if ((rc = check_open(out, "url", url, opts, &o, err)) != BS_OK) return rc;
 #ifdef BS_HAVE_PG
-  if ((rc = bs__pg_open(out, url, opts, err)) != BS_OK) return rc;
-  return bs_open_backend(out, *out, opts, err);
+  if ((rc = bs__pg_open(out, url, &o, err)) != BS_OK) return rc;
+  return bs_open_backend(out, *out, &o, err);
 #else
   return bs__fail(err, BS_EUNSUPPORTED, "url: this build has no PostgreSQL backend (make PG=1)");
 #endif
 }
 
 int bs_open_memory(bs_db **out, const bs_open_options *opts, bs_error *err) {
+  bs_open_options o;
   int rc;
-  if ((rc = check_open(out, NULL, NULL, opts, err)) != BS_OK) return rc;
-  if ((rc = bs__mem_open(out, opts, err)) != BS_OK) return rc;
-  return bs_open_backend(out, *out, opts, err);
+  if ((rc = check_open(out, NULL, NULL, opts, &o, err)) != BS_OK) return rc;
+  if ((rc = bs__mem_open(out, &o, err)) != BS_OK) return rc;
+  return bs_open_backend(out, *out, &o, err);
 }
 
 void bs_close(bs_db *db) {
@@ -400,11 +412,8 @@ int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name, const bs_str
   if ((rc = check_db(db, "stream_create", err))) return rc;
   if (!name) return bs__fail(err, BS_EINVAL, "name: NULL");
   if ((rc = CHECK_SIZED(bs__val_str(name), 1, BS_MAX_STREAM_NAME, "name", err))) return rc;
-  if (opts) {
-    if ((rc = bs__check_version(opts->version, BS_STREAM_OPTIONS_VERSION, "opts->version", err)))
-      return rc;
-    o.hash = opts->hash;
-  }
+  if (opts && (rc = BS_VERSIONED_COPY(&o, opts, bs_stream_options, "opts->version", err)))
+    return rc;
   if (o.hash != BS_HASH_XXH3 && o.hash != BS_HASH_SHA256)
     return bs__fail(err, BS_EINVAL, "opts->hash: unknown hash %d", (int)o.hash);
   if ((rc = DB_CHECK(db, stream_create, err))) return rc;
@@ -454,12 +463,8 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = check_storage(st, "writer_open", err))) return rc;
-  if (opts) {
-    if ((rc = bs__check_version(opts->version, BS_WRITER_OPTIONS_VERSION, "opts->version", err)))
-      return rc;
-    o = *opts;
-    o.version = BS_WRITER_OPTIONS_VERSION;
-  }
+  if (opts && (rc = BS_VERSIONED_COPY(&o, opts, bs_writer_options, "opts->version", err)))
+    return rc;
   if (o.max_records == 0) o.max_records = BS_DEFAULT_FLUSH_RECORDS;
   if (o.max_bytes == 0) o.max_bytes = BS_DEFAULT_FLUSH_BYTES;
   if ((rc = VT_CHECK(st, writer_open, err))) return rc;
@@ -510,14 +515,15 @@ static int auto_flush(bs_writer *w, bs_error *err) {
 }
 
 int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
+  bs_save s;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_save(change, err))) return rc;
-  if (w->front->opts.snapshot && change->tag != BS_INSERT)
+  if ((rc = check_save(change, &s, err))) return rc;
+  if (w->front->opts.snapshot && s.tag != BS_INSERT)
     return bs__fail(err, BS_ESTATE,
                     "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
   if ((rc = auto_flush(w, err))) return rc;
-  if (bs__queue_save(&w->front->q, front_alloc(w->st), change) != BS_OK)
+  if (bs__queue_save(&w->front->q, front_alloc(w->st), &s) != BS_OK)
     return bs__fail(err, BS_ENOMEM, "cannot queue the change");
   return BS_OK;
 }
@@ -575,16 +581,13 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
 
 int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts, bs_commit_result *out,
                      bs_error *err) {
-  int create_empty = -1, rc;
-  if (opts) {
-    if ((rc = bs__check_version(opts->version, BS_COMMIT_OPTIONS_VERSION, "opts->version", err)))
-      return rc;
-    if (opts->create_empty < -1 || opts->create_empty > 1)
-      return bs__fail(err, BS_EINVAL, "opts->create_empty: %d is not -1, 0 or 1",
-                      opts->create_empty);
-    create_empty = opts->create_empty;
-  }
-  return writer_commit(w, lsn, create_empty, out, err);
+  bs_commit_options o = BS_COMMIT_OPTIONS_INIT;
+  int rc;
+  if (opts && (rc = BS_VERSIONED_COPY(&o, opts, bs_commit_options, "opts->version", err)))
+    return rc;
+  if (o.create_empty < -1 || o.create_empty > 1)
+    return bs__fail(err, BS_EINVAL, "opts->create_empty: %d is not -1, 0 or 1", o.create_empty);
+  return writer_commit(w, lsn, o.create_empty, out, err);
 }
 
 int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err) {
@@ -703,7 +706,8 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
     memset(&none, 0, sizeof none);
     known = &none;
   }
-  if (SLOT_OK(st->vt, wait_checkpoint, 2)) { /* the backend is woken from other processes */
+  if (SLOT_OK(st->vt, bs_storage_vtable,
+              wait_checkpoint)) { /* the backend is woken from other processes */
     memset(&cur, 0, sizeof cur);
     if ((rc = st->vt->wait_checkpoint(st, known, (uint64_t)timeout_ms, &cur, err)) != BS_OK)
       return rc;
@@ -774,12 +778,7 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
   bs_batch_options def = BS_BATCH_OPTIONS_INIT;
   int rc;
   *o = def;
-  if (opts) {
-    if ((rc = bs__check_version(opts->version, BS_BATCH_OPTIONS_VERSION, "opts->version", err)))
-      return rc;
-    *o = *opts;
-    o->version = BS_BATCH_OPTIONS_VERSION;
-  }
+  if (opts && (rc = BS_VERSIONED_COPY(o, opts, bs_batch_options, "opts->version", err))) return rc;
   if (o->limit == 0)
     return bs__fail(err, BS_EINVAL, "opts->limit: 0 ops per call (the default is %u)",
                     BS_BATCH_LIMIT_DEFAULT);
@@ -1028,12 +1027,8 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
   bs_compact_stats stats;
   int rc;
   if ((rc = check_storage(st, "compact", err))) return rc;
-  if (opts &&
-      (rc = bs__check_version(opts->version, BS_COMPACT_OPTIONS_VERSION, "opts->version", err)))
-    return rc;
   /* One place for the defaults and range checks (compact.c), so every backend gets the same. */
   if ((rc = bs__compact_options_resolve(&o, opts, err))) return rc;
-  o.version = BS_COMPACT_OPTIONS_VERSION;
   for (size_t i = 0; i < o.n_buckets; i++)
     if ((rc = check_bucket_name(o.buckets[i], "opts->buckets", i, err))) return rc;
   if (o.defragment_ratio != o.defragment_ratio || o.defragment_ratio < 0)

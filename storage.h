@@ -64,7 +64,9 @@
  *  - Data passed to callbacks is BORROWED: pointers into the LMDB map or the
  *    backend's buffers, valid only until the callback returns.
  *  - Options structs start with `unsigned version`; initialise them with
- *    their BS_*_INIT macro. Structs only ever grow at the end.
+ *    their BS_*_INIT macro. Structs only ever grow at the end: the library reads only the
+ *    fields of the version you set (a program built against an older header passes the older,
+ *    smaller struct), and the fields added later take their defaults.
  *  - Op ids, checkpoints: uint64_t, always < 2^63. 0 means "none".
  *  - A result limit is honoured as given (0 allows nothing, or is BS_EINVAL where a call cannot
  *    serve zero); the defaults are named: BS_BATCH_LIMIT_DEFAULT, BS_PARAM_LIMIT_DEFAULT.

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1121,6 +1122,140 @@ static void test_clock(void **state) {
   assert_true(ms > (int64_t)1767225600 * 1000); /* after 2026-01-01: milliseconds, epoch-based */
 }
 
+/* ---- Older callers: a struct of an older version's size, last in a mapped page ----------------
+ * The page after it is PROT_NONE, so a library that read more of a caller's struct (or of a
+ * backend's table) than its version has dies here with SIGSEGV. Every version of every options
+ * struct and backend table (BS_SIZES: one size per version) is placed so: the versions a
+ * struct has today, and, the day a field is appended, the older size with it. */
+#define GUARDED 3 /* structs placed at once (a db table, a storage table, an options struct) */
+static unsigned char *guard_page[GUARDED];
+
+/* size bytes of src with version v, in region i (each a page of its own), ending where its guard
+ * page starts. */
+static void *at_page_end(int i, const void *src, size_t size, unsigned v) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  unsigned char *p;
+  if (!guard_page[i]) {
+    guard_page[i] =
+        mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(guard_page[i] != MAP_FAILED);
+    assert_int_equal(mprotect(guard_page[i] + page, page, PROT_NONE), 0);
+  }
+  p = guard_page[i] + page - size;
+  memcpy(p, src, size);
+  memcpy(p, &v, sizeof v); /* every versioned struct starts with its version */
+  return p;
+}
+#define OLDER_AT(i, T, v, src) ((T *)at_page_end(i, src, BS_SIZES(T)[(v)-1], v))
+#define OLDER(T, v, src)       ((const T *)OLDER_AT(0, T, v, src))
+
+static int chunk_none(const bs_chunk *c, void *payload) {
+  (void)c;
+  (void)payload;
+  return 0;
+}
+
+static int no_records(bs_record *r, void *payload) {
+  (void)r;
+  (void)payload;
+  return 0;
+}
+
+static void test_older_callers(void **state) {
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_stream_options so = BS_STREAM_OPTIONS_INIT;
+  bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
+  bs_save sv = BS_SAVE_INIT;
+  bs_commit_options co = BS_COMMIT_OPTIONS_INIT;
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_compact_options cpo = BS_COMPACT_OPTIONS_INIT;
+  bs_backup_options bko = BS_BACKUP_OPTIONS_INIT;
+  bs_bucket_request req = {{"b", 1}, 0};
+  bs_row row = {{"b", 1}, {"t", 1}, {"r", 1}, {"{}", 2}};
+  char dir[] = "/tmp/bs-older-XXXXXX", path[64];
+  bs_error err;
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  unsigned v;
+  (void)state;
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/load.bsdb", dir);
+  sv.table = (bs_val){"t", 1};
+  sv.after_id = (bs_val){"r", 1};
+  sv.rows = &row;
+  sv.n_rows = 1;
+  for (v = 1; v <= BS_OPEN_OPTIONS_VERSION; v++) {
+    assert_int_equal(bs_open_memory(&db, OLDER(bs_open_options, v, &oo), &err), BS_OK);
+    for (unsigned s2 = 1; s2 <= BS_STREAM_OPTIONS_VERSION; s2++)
+      assert_int_equal(bs_stream_create(NULL, db, "s", OLDER(bs_stream_options, s2, &so), &err),
+                       BS_OK);
+    assert_int_equal(bs_storage_open(&st, db, 0, &err), BS_OK);
+    for (unsigned x = 1; x <= BS_WRITER_OPTIONS_VERSION; x++) {
+      assert_int_equal(bs_writer_open(&w, st, OLDER(bs_writer_options, x, &wo), &err), BS_OK);
+      for (unsigned y = 1; y <= BS_SAVE_VERSION; y++)
+        assert_int_equal(bs_writer_save(w, OLDER(bs_save, y, &sv), &err), BS_OK);
+      assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"0", 1}, &err), BS_OK);
+      for (unsigned y = 1; y <= BS_COMMIT_OPTIONS_VERSION; y++)
+        assert_int_equal(
+            bs_writer_commit(w, (bs_val){"1", 1}, OLDER(bs_commit_options, y, &co), NULL, &err),
+            BS_OK);
+      bs_writer_close(w);
+    }
+    for (unsigned y = 1; y <= BS_BATCH_OPTIONS_VERSION; y++)
+      assert_int_equal(bs_get_bucket_data(st, 0, &req, 1, OLDER(bs_batch_options, y, &bo),
+                                          chunk_none, NULL, NULL, &err),
+                       BS_OK);
+    for (unsigned y = 1; y <= BS_COMPACT_OPTIONS_VERSION; y++)
+      assert_int_equal(bs_compact(st, OLDER(bs_compact_options, y, &cpo), NULL, &err), BS_OK);
+    for (unsigned y = 1; y <= BS_BACKUP_OPTIONS_VERSION; y++) {
+      /* read before the memory backend says it has no backup; load reads them too */
+      assert_int_equal(bs_backup(db, path, OLDER(bs_backup_options, y, &bko), &err),
+                       BS_EUNSUPPORTED);
+      assert_int_equal(bs_load(path, no_records, NULL, OLDER(bs_backup_options, y, &bko), &err),
+                       BS_ECORRUPT);
+    }
+    bs_storage_close(st);
+    bs_close(db);
+  }
+  rmdir(dir);
+}
+
+/* Backend tables: every version of each, last in the page; the storage table's version 1 has
+ * no wait_checkpoint, which the front must not read (it polls get_checkpoint instead). */
+static void test_older_backends(void **state) {
+  bs_storage_vtable t = full_vt;
+  bs_checkpoint cp;
+  bs_writer *w;
+  bs_db *db;
+  bs_storage *st;
+  (void)state;
+  t.wait_checkpoint = NULL; /* set only in the versions that have it: the front must not look */
+  for (unsigned v = 1; v <= BS_DB_VTABLE_VERSION; v++) {
+    fdb *d = calloc(1, sizeof *d);
+    d->base.vt = OLDER_AT(1, bs_db_vtable, v, &fake_ops);
+    assert_int_equal(bs_open_backend(&db, &d->base, NULL, NULL), BS_OK);
+    for (unsigned s2 = 1; s2 <= BS_STORAGE_VTABLE_VERSION; s2++) {
+      open_vt = OLDER_AT(2, bs_storage_vtable, s2, &t);
+      assert_int_equal(bs_storage_open(&st, db, 0, NULL), BS_OK);
+      open_vt = &full_vt;
+      memset(&cp, 0, sizeof cp);
+      assert_int_equal(bs_wait_checkpoint(st, NULL, 0, &cp, NULL), BS_OK);
+      assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, list_cb, NULL, NULL), BS_OK);
+      for (unsigned x = 1; x <= BS_WRITER_VTABLE_VERSION; x++) {
+        open_wt = OLDER(bs_writer_vtable, x, &full_wt);
+        assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
+        open_wt = &full_wt;
+        assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+        assert_int_equal(bs_writer_commit(w, (bs_val){"1", 1}, NULL, NULL, NULL), BS_OK);
+        bs_writer_close(w);
+      }
+      bs_storage_close(st);
+    }
+    bs_close(db);
+  }
+}
+
 /* A password never reaches a message: bs_redact_conninfo's forms, and bs_open_postgres failing on
  * a closed port (libpq's own message) and on URLs libpq refuses by quoting them. */
 #define SECRET "Zq7secretPW"
@@ -1184,6 +1319,8 @@ static void test_redact_conninfo(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_redact_conninfo),
+      cmocka_unit_test(test_older_callers),
+      cmocka_unit_test(test_older_backends),
       cmocka_unit_test(test_contract_asserts),
       cmocka_unit_test(test_open_checks),
       cmocka_unit_test(test_writer_queue),
