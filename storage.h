@@ -49,7 +49,7 @@
  *    decode) and BS_EBUSY (e.g. LMDB's reader table is full); a call that dispatches through
  *    a backend's method table returns BS_EUNSUPPORTED when the backend leaves that slot NULL
  *    (storage_backend.h; the LMDB backend implements every slot, the memory backend all but
- *    backup and export, the PostgreSQL backend what README.md's "PostgreSQL backend" lists).
+ *    backup and export, the PostgreSQL backend what docs/postgresql.md lists).
  *  - Outputs come first (one is named out); callbacks take payload last.
  *  - CALLBACKS' RETURNS, one rule for every int-returning callback: 0 goes on; any other value
  *    (also a negative one that equals a BS_E* code) stops the call, which returns BS_EUSER
@@ -278,7 +278,7 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * Migrations: a read-write open brings the schema to this build's version in one transaction
  * (steps may rewrite the largest tables under an exclusive lock); with BS_OPEN_NOMIGRATE it
  * refuses instead, so a fleet migrates once, deliberately (`bucketstore migrate URL`).
- * What the backend implements is listed in README.md ("PostgreSQL backend"); a call it does not
+ * What the backend implements is listed in docs/postgresql.md; a call it does not
  * implement yet answers BS_EUNSUPPORTED. */
 BS_API int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts,
                             bs_error *err);

@@ -15,7 +15,7 @@
 #   run CMD      start a server in a new temporary directory, run CMD with BS_TEST_PG_URL and
 #                BS_TEST_PG_RESTART (the restart command) set, stop and remove it, exit with
 #                CMD's status; with BS_TEST_PG_URL already set, just run CMD against that server
-#                (README.md, "PostgreSQL backend"). Both set BS_TEST_PG_SERVER (this script) for
+#                (docs/testing.md, "On PostgreSQL"). Both set BS_TEST_PG_SERVER (this script) for
 #                the tests that start a server of their own
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user (runuser).
 # Exit 77 when no PostgreSQL binaries are installed (PG_BIN, default the newest under

@@ -10,7 +10,7 @@
  * BS_CONTRACT_ONLY=substring (matched against "backend/test").
  *
  * Another backend: describe it as a ct_backend (util_contract.h), compile this file with
- * -DCT_CONTRACT_NO_MAIN and call ct_run_contract() from your own main() (README.md).
+ * -DCT_CONTRACT_NO_MAIN and call ct_run_contract() from your own main() (docs/testing.md).
  */
 #include "util_contract.h"
 #include "util_fault.h"

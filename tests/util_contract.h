@@ -19,7 +19,7 @@
 /* ---- Backends under test ----------------------------------------------------------------------
  * A backend is data: a name, whether its data survives a close, and two hooks. The three
  * built-ins are entries of ct_backends[]; another program describes its own backend the same way
- * and hands it to ct_run_contract() (README.md, "Running the conformance suite on your backend").
+ * and hands it to ct_run_contract() (docs/testing.md, "Running the conformance suite on your own backend").
  */
 typedef struct ct_backend ct_backend;
 struct ct_backend {
