@@ -875,7 +875,7 @@ void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *p
 static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs_stream_options *o,
                             bs_error *err) {
   bs__pg_db *db = pg_of(base);
-  bs__pg_args a = {0};
+  bs__pg_args a = {0}, lk = {0};
   PGconn *c;
   PGresult *r = NULL;
   int rc;
@@ -883,11 +883,14 @@ static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs
   bs__pg_arg_bytes(&a, name);
   bs__pg_arg_i32(&a, (int32_t)o->hash);
   bs__pg_arg_i64(&a, bs__now_ms());
-  /* The table lock makes id = max + 1 and "only the newest deploy stays PROCESSING" atomic
-   * against another process creating a stream (contract.md 4.4). */
+  /* The schema's stream-creation lock makes id = max + 1 and "only the newest deploy stays
+   * PROCESSING" atomic against another process creating a stream (contract.md 4.4), and waits
+   * for nothing else: a table lock would also wait for every writer's open flush, and queue
+   * every other writer behind itself. The UPDATE waits only for a flush of the PROCESSING
+   * stream, whose row it changes. */
+  bs__pg_arg_lock(&lk, &db->schema, 2, BS_PG_LOCK_SCHEMA);
   rc = bs__pg_begin(c, 0, err);
-  if (!rc)
-    rc = bs__pg_run(c, "LOCK TABLE bs_streams IN EXCLUSIVE MODE", NULL, "stream_create", err);
+  if (!rc) rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &lk, "stream_create", err);
   if (!rc)
     rc = bs__pg_run(c, "UPDATE bs_streams SET state = 4 WHERE state = 1", NULL, "stream_create",
                     err);

@@ -197,7 +197,8 @@ enum {
   BS_PG_LOCK_WRITER,   /* a stream's streaming writer (pg_write.c) */
   BS_PG_LOCK_SNAPSHOT, /* a stream's snapshot writer */
   BS_PG_LOCK_COMPACT,  /* a stream's compaction (pg_compact.c) */
-  BS_PG_LOCK_SCHEMA    /* stream 0: the migrations (pg.c); stream 1: managed write checkpoints */
+  BS_PG_LOCK_SCHEMA    /* stream 0: the migrations (pg.c); 1: managed write checkpoints;
+                        * 2: stream creation (pg.c) */
 };
 static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
   return (int32_t)(stream << 2 | (uint32_t)kind);

@@ -572,6 +572,62 @@ static void t_pool_bound(void **state) {
   bs_close(db);
 }
 
+/* A stream created on another handle while a writer's flush holds its transaction open (at the
+ * "flush" point: its statements ran, its COMMIT not sent). */
+typedef struct creator {
+  bs_db *db;
+  int calls, rc;
+  bs_error err;
+} creator;
+
+static void create_at_flush(const char *point, PGconn *c, void *payload) {
+  creator *cr = payload;
+  (void)c;
+  if (strcmp(point, "flush") || cr->calls++) return;
+  cr->rc = bs_stream_create(NULL, cr->db, "deploy-2", NULL, &cr->err);
+}
+
+/* Creating a stream does not wait for another stream's writer: while the ACTIVE stream's writer
+ * holds a flush open, a stream is created on another handle whose URL sets lock_timeout=100 ms,
+ * so a wait would be BS_EBUSY (55P03), not a hang. The flush then commits, the new stream is
+ * PROCESSING beside the ACTIVE one. */
+static void t_stream_create_beside_flush(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], params[300];
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  creator cr = {0};
+  snprintf(params, sizeof params, "options=-csearch_path%%3D%s%%20-clock_timeout%%3D100",
+           t->schema);
+  url_with(url, sizeof url, params);
+  cr.db = pgt_open(url, 0);
+  cr.rc = -1;
+  OK(bs_stream_create(NULL, db, "deploy-1", NULL, &err));
+  OK(bs_storage_open(&st, db, 1, &err));
+  OK(bs_writer_open(&w, st, NULL, &err));
+  OK(bs_writer_snapshot_done(w, str("0"), &err));
+  save(w, BS_INSERT, "r1", "a", "k1");
+  OK(bs_writer_commit(w, str("1"), NULL, NULL, &err));
+  save(w, BS_INSERT, "r2", "a", "k1");
+  bs__pg_set_hook(db, create_at_flush, &cr);
+  OK(bs_writer_flush(w, NULL, &err));
+  bs__pg_set_hook(db, NULL, NULL);
+  assert_int_equal(cr.calls, 1);
+  if (cr.rc != BS_OK) fail_msg("stream creation beside a flush: %d: %s", cr.rc, cr.err.msg);
+  OK(bs_writer_commit(w, str("2"), NULL, NULL, &err));
+  assert_int_equal(pgt_int(t->admin, "SELECT state FROM bs_streams WHERE id = 1"),
+                   BS_STREAM_ACTIVE);
+  assert_int_equal(pgt_int(t->admin, "SELECT state FROM bs_streams WHERE id = 2"),
+                   BS_STREAM_PROCESSING);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(cr.db);
+  bs_close(db);
+}
+
 /* ---- 3. the operator's controls ---- */
 
 /* A server older than 14 is refused with a message that names both versions; this one passes. */
@@ -708,6 +764,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_quoted_schema_names, setup, teardown),
       cmocka_unit_test_setup_teardown(t_waiters_share_one_connection, setup, teardown),
       cmocka_unit_test_setup_teardown(t_pool_bound, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_stream_create_beside_flush, setup, teardown),
       cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
       cmocka_unit_test_setup_teardown(t_role_matrix, setup, teardown),
