@@ -271,7 +271,8 @@ headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_back
 # <lmdb.h> only in LMDB files (issue 13): every library file but lmdb*.c compiles with an include
 # path whose first lmdb.h is an #error, and only lmdb_internal.h names it.
 # tools/layercheck.sh: the layers of internal.h on the object files (nm): the common layer uses
-# nothing, the rules only it, a backend never the front (storage.o) nor another backend.
+# nothing, the rules only it, a backend never the front (storage.o) nor another backend; and no
+# two files use each other, directly or round a cycle (it prints each cycle it finds).
 .PHONY: layercheck
 layercheck: $(BUILD)/libbucketstore.a
 	@mkdir -p $(BUILD)/layercheck/include
