@@ -84,7 +84,7 @@ typedef struct cli_bucket {
 int cli_buckets_list(bs_storage *st, cli_bucket **out, size_t *n_out, bs_error *err);
 void cli_buckets_free(cli_bucket *b, size_t n);
 /* 1 when full compaction with these thresholds (0 / < 0 = defaults) would select b. */
-int cli_bucket_due(const cli_bucket *b, uint64_t min_changes, double min_ratio);
+int cli_bucket_due(const cli_bucket *b, uint64_t min_changes);
 
 int cli_drive(int argc, char **argv);
 /* (r) runs the driver over buf's lines on a fresh memory database (the fuzz target's hook) */

@@ -78,11 +78,13 @@ int cli_buckets_list(bs_storage *st, cli_bucket **out, size_t *n_out, bs_error *
   return BS_OK;
 }
 
-/* bs_compact's selection, from the figures bs_list_buckets gives, with the defaults storage.h
- * documents for bs_compact_options (min_bucket_changes 0 = 10, min_change_ratio < 0 = 0.1). */
-int cli_bucket_due(const cli_bucket *b, uint64_t min_changes, double min_ratio) {
-  if (!min_changes) min_changes = 10;
-  if (min_ratio < 0) min_ratio = 0.1;
-  if (b->ops == 0 || b->changes < min_changes) return 0;
-  return (double)b->changes / (double)b->ops >= min_ratio;
+/* bs_compact's selection of b with the default ratio and min_changes (0 = the default). */
+int cli_bucket_due(const cli_bucket *b, uint64_t min_changes) {
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_bucket_info info = {{NULL, 0}, 0, 0, 0, 0, 0, 0};
+  int due = 0;
+  o.min_bucket_changes = min_changes;
+  info.count = b->ops;
+  info.changes = b->changes;
+  return bs_compact_bucket_due(&due, &o, &info, NULL) == BS_OK && due;
 }

@@ -906,7 +906,7 @@ static uint64_t planned_bytes(cli_db *c, bs_storage *st, const compact_opts *o) 
         pick = strlen(o->buckets[j]) == b[i].name_size &&
                memcmp(o->buckets[j], b[i].name, b[i].name_size) == 0;
     } else {
-      pick = cli_bucket_due(&b[i], o->min_changes, -1.0);
+      pick = cli_bucket_due(&b[i], o->min_changes);
     }
     if (pick) total += b[i].bytes;
   }

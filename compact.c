@@ -73,11 +73,15 @@ uint64_t bs__compact_changes(uint64_t count, uint64_t compacted_count, uint64_t 
   return count - compacted_count;
 }
 
+int bs__compact_due(const bs_compact_options *o, uint64_t changes, uint64_t count) {
+  if (changes < o->min_bucket_changes || changes == 0) return 0;
+  return (double)changes / (double)count >= o->min_change_ratio;
+}
+
 int bs__compact_bucket_due(const bs_compact_options *o, uint64_t count, uint64_t compacted_count,
                            uint64_t last_op, uint64_t compacted_op) {
-  uint64_t since = bs__compact_changes(count, compacted_count, last_op, compacted_op);
-  if (since < o->min_bucket_changes || since == 0) return 0;
-  return (double)since / (double)count >= o->min_change_ratio;
+  return bs__compact_due(o, bs__compact_changes(count, compacted_count, last_op, compacted_op),
+                         count);
 }
 
 /* ---- The seen-set ----------------------------------------------------------------------------

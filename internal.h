@@ -587,6 +587,7 @@ static inline uint64_t bs__compact_budget(const bs_compact_options *o) {
  * least min_change_ratio of its count). */
 uint64_t bs__compact_changes(uint64_t count, uint64_t compacted_count, uint64_t last_op,
                              uint64_t compacted_op);
+int bs__compact_due(const bs_compact_options *o, uint64_t changes, uint64_t count);
 int bs__compact_bucket_due(const bs_compact_options *o, uint64_t count, uint64_t compacted_count,
                            uint64_t last_op, uint64_t compacted_op);
 /* Row identities (object_type, object_id, subkey) -> op id, bounded by limit bytes. */

@@ -1021,6 +1021,18 @@ int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint
 
 /* ---- Compaction ------------------------------------------------------------------------------ */
 
+int bs_compact_bucket_due(int *due, const bs_compact_options *opts, const bs_bucket_info *bucket,
+                          bs_error *err) {
+  bs_compact_options o;
+  int rc;
+  if (!due) return bs__fail(err, BS_EINVAL, "due: NULL");
+  *due = 0;
+  if (!bucket) return bs__fail(err, BS_EINVAL, "bucket: NULL");
+  if ((rc = bs__compact_options_resolve(&o, opts, err))) return rc;
+  *due = bs__compact_due(&o, bucket->changes, bucket->count);
+  return BS_OK;
+}
+
 int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                bs_error *err) {
   bs_compact_options o;

@@ -112,10 +112,10 @@ extern "C" {
 #endif
 
 #define BS_VERSION_MAJOR  0
-#define BS_VERSION_MINOR  1
+#define BS_VERSION_MINOR  2
 #define BS_VERSION_PATCH  0
 #define BS_VERSION_NUMBER (BS_VERSION_MAJOR * 10000 + BS_VERSION_MINOR * 100 + BS_VERSION_PATCH)
-#define BS_VERSION_STRING "0.1.0"
+#define BS_VERSION_STRING "0.2.0"
 /* The version of the library actually linked (the macros above are the header's): returns its
  * BS_VERSION_STRING, a static string, and sets each non-NULL argument to its part. A program
  * built against one header and run with another shared library can compare the two. */
@@ -828,6 +828,13 @@ typedef struct bs_compact_options {
  * answers with the invalidate flags (contract.md 5.1). */
 BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
                       bs_error *err);
+/* *due = 1 when a full bs_compact with opts (NULL = the defaults) and no opts->buckets would
+ * select the bucket bs_list_buckets described: its changes at least min_bucket_changes and, over
+ * its count, at least min_change_ratio, the defaults applied as bs_compact applies them (the
+ * horizon aside). For hosts that plan or report compaction; bs_compact decides by the same rule.
+ * Errors: BS_EINVAL (due or bucket NULL, a bad option, named; *due is then 0). */
+BS_API int bs_compact_bucket_due(int *due, const bs_compact_options *opts,
+                                 const bs_bucket_info *bucket, bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE; also on a read-only db). max_op_id 0 = last
  * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped;
  * *buckets_out (may be NULL) = buckets compacted. Errors: BS_ESTATE (as said), BS_EINVAL (st

@@ -442,6 +442,90 @@ static void test_default_horizon(void **state) {
   env_close(&e);
 }
 
+/* ---- Which buckets are due ------------------------------------------------------------------ */
+
+typedef struct due_list {
+  char names[4][8];
+  uint64_t count[4], changes[4];
+  size_t n;
+} due_list;
+
+static int on_bucket_info(const bs_bucket_info *b, void *payload) {
+  due_list *d = payload;
+  assert_true(d->n < 4 && b->name.size < sizeof d->names[0]);
+  memcpy(d->names[d->n], b->name.data, b->name.size);
+  d->names[d->n][b->name.size] = 0;
+  d->count[d->n] = b->count;
+  d->changes[d->n++] = b->changes;
+  return 0;
+}
+
+/* What bs_compact_bucket_due answers for each listed bucket, as a bit per bucket. */
+static unsigned due_mask(env *e, const bs_compact_options *o, due_list *d) {
+  unsigned mask = 0;
+  memset(d, 0, sizeof *d);
+  CHECK(bs_list_buckets(e->st, S(NULL), on_bucket_info, d, ERR));
+  for (size_t i = 0; i < d->n; i++) {
+    bs_bucket_info info = {{NULL, 0}, 0, d->count[i], 0, 0, 0, d->changes[i]};
+    int due = -1;
+    CHECK(bs_compact_bucket_due(&due, o, &info, ERR));
+    if (due) mask |= 1u << i;
+  }
+  return mask;
+}
+
+/* bs_compact_bucket_due answers what a full compaction then selects: buckets "few" (8 ops, under
+ * the default 10 changes), "half" (40 ops, then 20 more after a compaction: ratio about 0.5) and
+ * "many" (60 ops). */
+static void test_bucket_due(void **state) {
+  env e;
+  due_list d;
+  bs_compact_stats stats;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_bucket_info info = {{NULL, 0}, 0, 10, 0, 0, 0, 10};
+  char id[16];
+  int due = -1;
+  (void)state;
+  env_open(&e);
+  for (int pass = 0; pass < 2; pass++) /* every row written twice: compaction has work */
+    for (int i = 0; i < 30; i++) {
+      snprintf(id, sizeof id, "f%d", i);
+      if (i < 4) put(&e, "few", id, pass ? "y" : "x");
+      id[0] = 'h';
+      if (i < 20) put(&e, "half", id, pass ? "y" : "x");
+      id[0] = 'm';
+      put(&e, "many", id, pass ? "y" : "x");
+    }
+  commit(&e);
+  assert_int_equal(due_mask(&e, NULL, &d), 6); /* half, many: every op is new */
+  CHECK(bs_compact(e.st, NULL, &stats, ERR));
+  assert_int_equal(stats.buckets_compacted, 2);
+  assert_int_equal(due_mask(&e, NULL, &d), 0);
+  for (int i = 0; i < 20; i++) { /* "half": 20 more ops over 41 (a CLEAR and 20 PUTs) */
+    snprintf(id, sizeof id, "h%d", i);
+    put(&e, "half", id, "z");
+  }
+  commit(&e);
+  assert_string_equal(d.names[1], "half");
+  assert_int_equal(due_mask(&e, NULL, &d), 2);
+  o.min_change_ratio = 0.6;
+  assert_int_equal(due_mask(&e, &o, &d), 0);
+  o.min_change_ratio = -1.0;
+  o.min_bucket_changes = 3;
+  assert_int_equal(due_mask(&e, &o, &d), 3); /* "few" was never compacted: 8 changes of 8 */
+  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  assert_int_equal(stats.buckets_compacted, 2);
+  /* bad arguments */
+  assert_int_equal(bs_compact_bucket_due(NULL, NULL, &info, NULL), BS_EINVAL);
+  assert_int_equal(bs_compact_bucket_due(&due, NULL, NULL, NULL), BS_EINVAL);
+  assert_int_equal(due, 0);
+  o.min_change_ratio = 0.0 / 0.0;
+  due = -1;
+  assert_int_equal(bs_compact_bucket_due(&due, &o, &info, NULL), BS_EINVAL);
+  assert_int_equal(due, 0);
+  env_close(&e);
+}
+
 /* ---- Initial replication ------------------------------------------------------------------- */
 
 static void test_initial_replication(void **state) {
@@ -1539,6 +1623,7 @@ int main(void) {
       cmocka_unit_test(test_spec_move),
       cmocka_unit_test(test_spec_clear),
       cmocka_unit_test(test_default_horizon),
+      cmocka_unit_test(test_bucket_due),
       cmocka_unit_test(test_initial_replication),
       cmocka_unit_test(test_incremental),
       cmocka_unit_test(test_random),
