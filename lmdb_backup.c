@@ -17,32 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- Free pages (stat) ------------------------------------------------------------------------ */
-
-/* LMDB's free list is its sub-database 0: each value is an array of page numbers whose first
- * element is their count (mdb_stat -f reads it the same way). */
-int bs__lmdb_free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err) {
-  MDB_cursor *cur;
-  MDB_val k, v;
-  MDB_stat ms;
-  uint64_t pages = 0;
-  int mrc;
-  *out = 0;
-  if ((mrc = mdb_env_stat(db->env, &ms)) != 0 || (mrc = mdb_cursor_open(txn, 0, &cur)) != 0)
-    return bs__fail_mdb(err, mrc, "reading the free list");
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    if (v.mv_size >= sizeof(size_t)) {
-      size_t n;
-      memcpy(&n, v.mv_data, sizeof n);
-      pages += n;
-    }
-  mdb_cursor_close(cur);
-  if (mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading the free list");
-  *out = pages * ms.ms_psize;
-  return BS_OK;
-}
-
 /* ---- Export: every record, with the stream it belongs to --------------------------------------- */
 
 typedef struct exporter {
@@ -160,16 +134,10 @@ static char *str_cat(const bs_allocator *a, const char *x, const char *y) {
   return s;
 }
 
-/* A backend file does not call the front (make layercheck): the copy's handle, opened with
- * bs__lmdb_open, is closed through its own table. */
-static void db_close(bs_db *db) {
-  if (db) db->vt->destroy(db);
-}
-
 /* Removes whatever is left of the temporary directory (it allocates nothing: it also runs
  * after an allocation failure). */
 static void target_free(target *t) {
-  db_close(t->handle);
+  bs__lmdb_db_close(t->handle);
   t->handle = NULL;
   if (t->file) unlink(t->file);
   if (t->lock) unlink(t->lock);
@@ -222,7 +190,7 @@ static int target_open(target *t, const char *path, size_t map_size, int replace
   oo.map_size = map_size;
   oo.checksum_cache_entries = (size_t)-1;
   oo.allocator = a;
-  return bs__lmdb_open(&t->handle, t->file, &oo, err);
+  return bs__lmdb_db_open(&t->handle, t->file, &oo, err);
 }
 
 static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
@@ -319,9 +287,9 @@ static int verify_copy(target *t, bs_error *err) {
   oo.flags = BS_OPEN_RDONLY;
   oo.checksum_cache_entries = (size_t)-1;
   oo.allocator = t->a;
-  if ((rc = bs__lmdb_open(&copy, t->file, &oo, err))) return rc;
+  if ((rc = bs__lmdb_db_open(&copy, t->file, &oo, err))) return rc;
   rc = bs__lmdb_verify(copy, note_problem, first, &problems, err);
-  db_close(copy);
+  bs__lmdb_db_close(copy);
   if (rc == BS_OK && problems)
     rc = bs__fail(err, BS_ECORRUPT, "the copy has %llu problem%s (first: %s); nothing was written",
                   (unsigned long long)problems, problems == 1 ? "" : "s", first);
@@ -343,7 +311,7 @@ static int target_finish(target *t, const char *path, int replace, bs_error *err
   if ((rc = target_flush(t, err))) return rc;
   if ((mrc = mdb_env_sync(((bs__lmdb_db *)t->handle)->env, 1)) != 0)
     return bs__fail_mdb(err, mrc, "syncing the copy");
-  db_close(t->handle);
+  bs__lmdb_db_close(t->handle);
   t->handle = NULL;
   if ((rc = verify_copy(t, err))) return rc;
   if (replace) {
@@ -389,7 +357,7 @@ int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, b
     return bs__fail(err, BS_EINVAL, "path: %s is the database's own file", path);
   if (mdb_env_info(db->env, &info) != 0 || mdb_env_stat(db->env, &ms) != 0)
     return bs__fail(err, BS_EIO, "cannot read the environment's size");
-  /* The copy cannot grow its map while this thread holds the source snapshot (lmdb.c, a1):
+  /* The copy cannot grow its map while this thread holds the source snapshot (lmdb_env.c, a1):
    * room for every used page twice over (the copy is never larger than the pages in use). */
   map = (info.me_last_pgno + 1) * (size_t)ms.ms_psize * 2 + (1u << 20);
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;

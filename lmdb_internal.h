@@ -12,8 +12,12 @@
 #include <sys/types.h>
 
 /* =================================================================================================
- * LMDB backend (lmdb.c: environment, streams, writer, commit; lmdb_read.c: reads, stat;
- * lmdb_verify.c: verify; lmdb_file.c: the file check before the environment opens)
+ * LMDB backend, its files from the bottom up (each uses only files named before it here):
+ * lmdb_codec.c (the layout below), lmdb_file.c (the file check before the environment opens),
+ * lmdb_env.c (the handle, transactions, map growth, stream and bucket records), lmdb_read.c
+ * (reads, stat), lmdb_params.c, lmdb_verify.c, lmdb_backup.c (backup, export, load), lmdb_wcp.c
+ * (write checkpoints), lmdb_write.c (the writer, clear, terminate), lmdb_compact.c, and on top
+ * lmdb.c (streams, the method tables, the constructor).
  *
  * One file (MDB_NOSUBDIR), named sub-databases. Integers in keys are big-endian so byte order is
  * numeric order. A variable part of a key is either the last part (its length is implied) or
@@ -473,14 +477,14 @@ int bs__lmdb_sup_decode(const MDB_val *k, const MDB_val *v, uint64_t *bucket, ui
                         uint64_t *new_op);
 
 /* The environment of one database file in this process, shared by every handle that opens the
- * file (lmdb.c "One environment per file"): LMDB forbids two environments on one file in one
+ * file (lmdb_env.c "One environment per file"): LMDB forbids two environments on one file in one
  * process. What LMDB keeps per environment lives here; a handle keeps copies of env and the
  * sub-database handles (a dbi belongs to the environment, the same for every handle). */
 #define BS_LMDB_NDBS 12u /* sub-databases: the layout table's */
 typedef struct bs__lmdb_env bs__lmdb_env;
 struct bs__lmdb_env {
   MDB_env *env;
-  MDB_dbi dbi[BS_LMDB_NDBS]; /* lmdb.c lm_db_names' order */
+  MDB_dbi dbi[BS_LMDB_NDBS]; /* lmdb_env.c lm_db_names' order */
   unsigned flags;            /* the MDB flags it was opened with */
   pthread_mutex_t grow_mu;   /* serialises map growth */
   /* (a1) every txn of this process holds txn_lock shared; map growth (MDB_MAP_FULL, or
@@ -515,7 +519,20 @@ typedef struct bs__lmdb_storage {
   size_t wcp_event_size;
 } bs__lmdb_storage;
 
-/* lmdb.c */
+/* lmdb_file.c: checks path before LMDB maps it; with BS_OK *state says what it found.
+ * BS_ECORRUPT with the reason (empty, not LMDB, damaged or truncated meta pages). */
+enum bs__lmdb_file_state {
+  BS_LMDB_FILE_MISSING, /* no such file */
+  BS_LMDB_FILE_NO_DATA, /* LMDB's meta pages, an empty main database */
+  BS_LMDB_FILE_DATA     /* LMDB with data (whose format record the environment checks) */
+};
+int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err);
+
+/* lmdb_env.c: the bottom the other files sit on (no method-table slot in it). */
+/* A handle on the file at path, with no method table (vt NULL: lmdb.c's constructor sets it);
+ * closed with bs__lmdb_db_close, which takes NULL. */
+int bs__lmdb_db_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
+void bs__lmdb_db_close(bs_db *db);
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */
 int bs__fail_mdb(bs_error *err, int mdb_rc, const char *what);
 /* Internal status (never returned to the host): an LMDB call hit MDB_MAP_FULL. The unit of work
@@ -537,33 +554,29 @@ int bs__stream_rec_get(bs__lmdb_db *db, MDB_txn *txn, uint32_t id, bs__stream_re
 int bs__stream_rec_put(bs__lmdb_db *db, MDB_txn *txn, const bs__stream_rec *rec, bs_error *err);
 int bs__bucket_state_put(bs__lmdb_db *db, MDB_txn *txn, uint64_t bucket_id,
                          const bs__bucket_state *s, bs_error *err);
+/* mdb_get in dbi, or (cur not NULL) through *cur, opened on first use and kept by the caller for
+ * a whole unit of work: on a positioned cursor a key near the last one costs a compare or two
+ * where mdb_get descends from the root every time (keys met in order: a snapshot by primary key,
+ * fresh keys past the end, buckets in name order). MDB_SET_RANGE plus an equality test: MDB_SET
+ * would drop the position on a miss. Returns the LMDB status. */
+int bs__lmdb_get(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur, const MDB_val *key, MDB_val *val);
 /* bucket name -> id within stream; cur (may be NULL) a cursor on buckets the caller keeps for a
- * whole unit of work (lmdb.c lm_get); BS_ENOTFOUND when unknown,
+ * whole unit of work (bs__lmdb_get); BS_ENOTFOUND when unknown,
  * quietly (err is not written: readers treat an unknown bucket as empty) */
 int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, MDB_cursor **cur, uint32_t stream,
                        bs_val name, uint64_t *id_out, bs_error *err);
 
-/* Defragmentation (lmdb_compact.c), through the writer's code in lmdb.c. A live PUT to re-emit:
- * the bucket, its op id, and the key of the source record whose membership holds that op. */
-typedef struct bs__lmdb_reemit_row {
-  uint64_t bucket, old_op;
-  const unsigned char *src_key; /* u32be stream | u32be table id | replica id */
-  size_t src_key_size;
-} bs__lmdb_reemit_row;
-/* Inside txn: re-emits each row whose source record still has that membership at old_op (a new
- * PUT with a new op id, the same payload and checksum; the membership moves to it; (old -> new)
- * is logged to `superseded`; one change record), as the writer would. *emitted_out = how many. */
-int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lmdb_reemit_row *rows,
-                    size_t n, uint64_t *emitted_out, bs_error *err);
-
-/* lmdb_file.c: checks path before LMDB maps it; with BS_OK *state says what it found.
- * BS_ECORRUPT with the reason (empty, not LMDB, damaged or truncated meta pages). */
-enum bs__lmdb_file_state {
-  BS_LMDB_FILE_MISSING, /* no such file */
-  BS_LMDB_FILE_NO_DATA, /* LMDB's meta pages, an empty main database */
-  BS_LMDB_FILE_DATA     /* LMDB with data (whose format record the environment checks) */
-};
-int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err);
+/* The record of the stream after *id (0: the first) in txn, in id order, and its id in *id:
+ * 1, or 0 after the last. */
+int bs__lmdb_stream_next(bs__lmdb_db *db, MDB_txn *txn, uint32_t *id, bs__stream_rec *rec,
+                         bs_error *err);
+/* Stops every stream but except whose state is in states (a mask of 1 << state); *last (if
+ * not NULL) = the highest stream id, 0 when there is none. */
+int bs__lmdb_stop_streams(bs__lmdb_db *db, MDB_txn *txn, uint32_t except, unsigned states,
+                          uint32_t *last, bs_error *err);
+/* The sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and handle (dbi
+ * may be NULL). */
+int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
 int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
@@ -588,16 +601,10 @@ int bs__lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
 int bs__lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
                     bs_error *err);
 
-/* lmdb.c: the sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and
- * handle (dbi may be NULL). */
-int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
-
-/* lmdb_backup.c: backup, export and load (storage.h), and stat's reclaimable bytes. */
+/* lmdb_backup.c: backup, export and load (storage.h). */
 int bs__lmdb_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 int bs__lmdb_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
                     bs_error *err);
-/* Bytes on the pages of LMDB's free list, as of txn. */
-int bs__lmdb_free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err);
 
 /* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
 /* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called
@@ -622,6 +629,25 @@ int bs__lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms
 int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                             size_t limit, int (*fn)(const bs_val *, void *), void *payload,
                             bs_error *err);
+
+/* lmdb_write.c: the writer and the lifecycle calls (slots), on lmdb_env.c and lmdb_wcp.c. */
+int bs__lmdb_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
+                         bs_error *err);
+int bs__lmdb_clear(bs_storage *st, bs_error *err);
+int bs__lmdb_terminate(bs_storage *st, int clear, bs_error *err);
+int bs__lmdb_report_error(bs_storage *st, const char *message, bs_error *err);
+/* Defragmentation (lmdb_compact.c), through the writer's path. A live PUT to re-emit:
+ * the bucket, its op id, and the key of the source record whose membership holds that op. */
+typedef struct bs__lmdb_reemit_row {
+  uint64_t bucket, old_op;
+  const unsigned char *src_key; /* u32be stream | u32be table id | replica id */
+  size_t src_key_size;
+} bs__lmdb_reemit_row;
+/* Inside txn: re-emits each row whose source record still has that membership at old_op (a new
+ * PUT with a new op id, the same payload and checksum; the membership moves to it; (old -> new)
+ * is logged to `superseded`; one change record), as the writer would. *emitted_out = how many. */
+int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lmdb_reemit_row *rows,
+                    size_t n, uint64_t *emitted_out, bs_error *err);
 
 /* lmdb_compact.c */
 int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,

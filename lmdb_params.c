@@ -1,6 +1,6 @@
 /*
  * lmdb_params.c: the parameter-lookup index of the LMDB backend (contract.md 4.1 step 3, 5.4). The
- * writer (lmdb.c) appends one entry per (lookup, source row) per save, and a tombstone (no rows)
+ * writer (lmdb_write.c) appends one entry per (lookup, source row) per save, and a tombstone (no rows)
  * when a row stops producing a lookup; this file is the read side (the key/value codec of
  * `params` is in lmdb_codec.c). A read is one range scan per requested lookup key: the entries of one lookup are
  * grouped by (table id, hash of the replica id) and ordered by op id inside a group, so the

@@ -451,6 +451,30 @@ static int dbi_entries(MDB_txn *txn, MDB_dbi dbi, uint64_t *out, const char *wha
   return BS_OK;
 }
 
+/* LMDB's free list is its sub-database 0: each value is an array of page numbers whose first
+ * element is their count (mdb_stat -f reads it the same way). */
+static int free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *err) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  MDB_stat ms;
+  uint64_t pages = 0;
+  int mrc;
+  *out = 0;
+  if ((mrc = mdb_env_stat(db->env, &ms)) != 0 || (mrc = mdb_cursor_open(txn, 0, &cur)) != 0)
+    return bs__fail_mdb(err, mrc, "reading the free list");
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    if (v.mv_size >= sizeof(size_t)) {
+      size_t n;
+      memcpy(&n, v.mv_data, sizeof n);
+      pages += n;
+    }
+  mdb_cursor_close(cur);
+  if (mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading the free list");
+  *out = pages * ms.ms_psize;
+  return BS_OK;
+}
+
 int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)base;
   MDB_txn *txn = NULL;
@@ -499,7 +523,7 @@ int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   if (mdb_env_get_fd(db->env, &fd) == 0 && fstat(fd, &sb) == 0)
     out->file_bytes = (uint64_t)sb.st_size;
-  rc = bs__lmdb_free_bytes(db, txn, &out->reclaimable_bytes, err);
+  rc = free_bytes(db, txn, &out->reclaimable_bytes, err);
   goto done;
 mdb_fail:
   rc = bs__fail_mdb(err, mrc, "stat");

@@ -1332,7 +1332,7 @@ int bs__pg_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err)
 }
 
 /* ---- Defragmentation (contract.md 6; pg_compact.c calls it) -------------------------------------
- * As the LMDB backend's (lmdb_compact.c, lmdb.c's bs__lmdb_reemit): what is live comes from the
+ * As the LMDB backend's (lmdb_compact.c, lmdb_write.c's bs__lmdb_reemit): what is live comes from the
  * source records (a membership names the row's latest op in the bucket, and the record's key is
  * what the re-emission must update), so the stream's records are scanned twice in one read
  * snapshot, counting the live rows of each candidate bucket, then collecting the rows of the

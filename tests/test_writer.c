@@ -1,5 +1,5 @@
 /*
- * test_writer.c: the LMDB writer (lmdb.c) against contract.md section 4, checked by reading the raw
+ * test_writer.c: the LMDB writer (lmdb_write.c) against contract.md section 4, checked by reading the raw
  * LMDB sub-databases (layout in internal.h), so these tests do not depend on the read module.
  */
 #include <stdarg.h>

@@ -20,16 +20,10 @@
 set -eu
 
 # Arrows that still close a cycle, "user definer" a line, left out of rule 2 until their cycle
-# is gone: files of a backend that use the primitives of the file holding its table (lmdb.c,
-# pg.c), which uses them back. An entry whose arrow no longer exists fails the check: the list
+# is gone: files of the PostgreSQL backend that use the primitives of pg.c, which holds its
+# table and so uses them back. An entry whose arrow no longer exists fails the check: the list
 # only shrinks.
-allowed='lmdb_backup lmdb
-lmdb_compact lmdb
-lmdb_params lmdb
-lmdb_read lmdb
-lmdb_verify lmdb
-lmdb_wcp lmdb
-pg_compact pg
+allowed='pg_compact pg
 pg_read pg
 pg_save pg
 pg_save pg_write
