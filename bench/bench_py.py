@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_py.py: the Python binding against the C API and the JSON driver, same workload.
 
-Three clients do the same two things on a fresh file each (nosync, so the interface is what is
+Four clients do the same two things on a fresh file each (nosync, so the interface is what is
 measured, not the disk):
   ingest: ROWS snapshot rows (INSERT, snapshot writer), one output row each into bucket
           i % BUCKETS, DATA-byte JSON rows (bsbench's generator: replica id r%08d, bucket
@@ -12,13 +12,14 @@ measured, not the disk):
           way that client gets it (C: the borrowed bs_op; Python: an Op with str fields; driver:
           the parsed JSON reply).
 Clients: "C API" (a small C program, below, linked with a release build of the library, `make
-DEBUG=0 PG=0 BUILD=build-release`, as the Python package compiles it), "python binding"
-(bindings/python, pip-installed into the run's temporary folder first), "JSON driver" (the Python
-process writing `bucketstore drive` commands: saves pipelined through a writer thread, reads
-request/reply). Rows are generated before the clock starts (for the driver: as JSON lines).
+DEBUG=0 PG=0 BUILD=build-release`, as the Python package compiles it), "python save" and "python
+save_many" (bindings/python, pip-installed into the run's temporary folder first; ingest with
+one Writer.save per row, or Writer.save_many of BATCH rows per call; the same reads), "JSON
+driver" (the Python process writing `bucketstore drive` commands: saves pipelined through a
+writer thread, reads request/reply). Rows are generated before the clock starts (for the driver: as JSON lines).
 
-Usage: python3 bench/bench_py.py [--rows N] [--buckets N] [--commit N] [--data-size N]
-                                 [--read-limit N] [--build DIR] [--c-build DIR]
+Usage: /usr/bin/python3 bench/bench_py.py [--rows N] [--buckets N] [--commit N] [--data-size N]
+                                 [--read-limit N] [--batch N] [--build DIR] [--c-build DIR]
                                  [--only c,py,driver]
 """
 
@@ -170,19 +171,28 @@ def install_py(d):
     sys.path.insert(0, str(d / "site"))
 
 
-def run_py(a, d, buckets, rows):
+def run_py(a, d, buckets, rows, batch=0):
+    """batch 0: one Writer.save per row; else Writer.save_many of batch rows."""
     import bucketstore as bs
 
     lsn = "0000000000000001"
-    with bs.open(d / "py.bsdb", nosync=True) as db:
+    with bs.open(d / f"py{batch}.bsdb", nosync=True) as db:
         with db.storage(db.create_stream("bench")) as st:
             with st.writer(snapshot=True) as w:
                 save, commit, every = w.save, w.commit, a.commit
                 t0 = time.perf_counter()
-                for i, (rid, b, data) in enumerate(rows, 1):
-                    save("todos", "insert", rid, [(b, "todos", rid, data)])
-                    if i % every == 0:
-                        commit(lsn)
+                if batch:
+                    step = min(batch, every)
+                    for i in range(0, len(rows), step):
+                        w.save_many([("todos", "insert", rid, [(b, "todos", rid, data)])
+                                     for rid, b, data in rows[i:i + step]])
+                        if (i + step) // every > i // every:
+                            commit(lsn)
+                else:
+                    for i, (rid, b, data) in enumerate(rows, 1):
+                        save("todos", "insert", rid, [(b, "todos", rid, data)])
+                        if i % every == 0:
+                            commit(lsn)
                 w.snapshot_done(lsn)
                 cp = commit(lsn).checkpoint
                 t_ingest = time.perf_counter() - t0
@@ -262,6 +272,7 @@ def main():
     ap.add_argument("--commit", type=int, default=10000)
     ap.add_argument("--data-size", type=int, default=120)
     ap.add_argument("--read-limit", type=int, default=10000)
+    ap.add_argument("--batch", type=int, default=1000)  # rows per save_many
     ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")  # the driver's CLI
     ap.add_argument("--c-build", type=pathlib.Path, default=ROOT / "build-release")
     ap.add_argument("--only", default="c,py,driver")
@@ -280,17 +291,18 @@ def main():
             res["C API"] = run_c(a, d)
         if "py" in only:
             install_py(d)
-            res["python binding"] = run_py(a, d, buckets, rows)
+            res["python save"] = run_py(a, d, buckets, rows)
+            res["python save_many"] = run_py(a, d, buckets, rows, a.batch)
         if "driver" in only:
             res["JSON driver"] = run_driver(a, d, buckets, rows)
     base = res.get("C API")
-    print(f"{'client':<16} {'ingest rows/s':>14} {'cost':>7} {'read ops/s':>13} {'cost':>7}")
+    print(f"{'client':<18} {'ingest rows/s':>14} {'cost':>7} {'read ops/s':>13} {'cost':>7}")
     for name, (ti, tr, ops) in res.items():
         if ops != a.rows:
             raise SystemExit(f"{name}: read {ops} ops, expected {a.rows}")
         xi = f"{ti / base[0]:.1f}x" if base else "-"
         xr = f"{tr / base[1]:.1f}x" if base else "-"
-        print(f"{name:<16} {a.rows / ti:>14,.0f} {xi:>7} {ops / tr:>13,.0f} {xr:>7}")
+        print(f"{name:<18} {a.rows / ti:>14,.0f} {xi:>7} {ops / tr:>13,.0f} {xr:>7}")
     print(f"cost = time / the C API's time; load average {os.getloadavg()[0]:.1f} at the end")
 
 

@@ -36,6 +36,7 @@ from ._core import (
     OpType,
     Record,
     Row,
+    Save,
     Stat,
     StaleError,
     StateError,

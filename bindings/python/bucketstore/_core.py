@@ -9,18 +9,19 @@ Rules this module keeps, so that bad input from Python never reaches C as undefi
   - a writer is used by one thread at a time (calls from several threads are serialised);
   - an exception raised by a Python callback stops the C call and is re-raised by the call
     that ran the callback; inside a callback only read calls are allowed.
-Bytes fields take str (UTF-8) or bytes and come back as str, decoded with "surrogateescape",
-so any byte string round-trips. A field a C struct marks absent (data NULL) is None; an empty
+Bytes fields take str (valid Unicode: a lone surrogate is refused with InvalidArgumentError, a
+ValueError) or bytes (any bytes, exactly), and come back as str, decoded with
+"surrogateescape" (a byte that is not UTF-8 becomes U+DC80..U+DCFF, so
+s.encode("utf-8", "surrogateescape") gives the stored bytes back). A field a C struct marks absent (data NULL) is None; an empty
 string is "" (contract.md: an empty string is a value).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import operator
 import os
-import struct
-import sys
 import threading
 import weakref
 from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_at
@@ -37,10 +38,12 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
 )
 
 from . import _ffi as F
+from . import _native as N
 from ._ffi import lib
 
 Bytes = Union[str, bytes]
@@ -174,6 +177,12 @@ def _check(rc: int, err: F.bs_error) -> None:
         raise _error(rc, err)
 
 
+def _check_msg(rc: int, msg: bytes) -> None:
+    """_check for the C functions of _native, which return the bs_error message."""
+    if rc != 0:
+        raise _CODE_CLASSES.get(rc, BucketstoreError)(rc, msg.decode("utf-8", "replace"))
+
+
 def _inval(msg: str) -> InvalidArgumentError:
     return InvalidArgumentError(F.BS_EINVAL, msg)
 
@@ -183,17 +192,26 @@ def _inval(msg: str) -> InvalidArgumentError:
 
 def _bytes(v: Any, name: str) -> bytes:
     t = type(v)
-    if t is str:
-        e: bytes = v.encode("utf-8", "surrogateescape")
-        return e
     if t is bytes:
         same: bytes = v
         return same
     if isinstance(v, str):
-        return str(v).encode("utf-8", "surrogateescape")
-    if isinstance(v, (bytes, bytearray, memoryview)):
+        try:
+            return str(v).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _inval(f"{name}: {NOT_UNICODE}") from None
+    if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
     raise TypeError(f"{name}: expected str or bytes, got {t.__name__}")
+
+
+# (_native.c says the same for the saves)
+NOT_UNICODE = "not valid Unicode (a lone surrogate); pass bytes for bytes that are not UTF-8"
+
+
+def _signed32(v: int) -> int:
+    """A bucket checksum as the sync protocol carries it: the 32-bit sum, signed."""
+    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 def _val(v: Any, name: str) -> F.val_in:
@@ -297,23 +315,14 @@ class _Trap:
 
 
 def _run_listener(fn: Callable[[int, int], Any], stream: int, checkpoint: int) -> None:
-    """The checkpoint listener runs in the committing thread: its exception is kept per
-    thread and re-raised by that thread's commit (_raise_listener_exc)."""
+    """The checkpoint listener runs in the committing thread, after the commit succeeded: an
+    exception it raises leaves through ctypes, which hands it to sys.unraisablehook (printed
+    to stderr by default), so the commit still returns its result."""
     _tls.depth = getattr(_tls, "depth", 0) + 1
     try:
         fn(stream, checkpoint)
-    except BaseException as e:  # noqa: B902
-        if getattr(_tls, "listener_exc", None) is None:
-            _tls.listener_exc = e
     finally:
         _tls.depth -= 1
-
-
-def _raise_listener_exc() -> None:
-    e = getattr(_tls, "listener_exc", None)
-    if e is not None:
-        _tls.listener_exc = None
-        raise e
 
 
 # ---- Result types -------------------------------------------------------------------------
@@ -343,7 +352,7 @@ class StreamState(IntEnum):
 _HASHES = {"xxh3": F.BS_HASH_XXH3, "sha256": F.BS_HASH_SHA256}
 _HASH_NAMES = {v: k for k, v in _HASHES.items()}
 _TAGS = {"insert": Tag.INSERT, "update": Tag.UPDATE, "delete": Tag.DELETE}
-_OP_TYPES = [None, OpType.PUT, OpType.REMOVE, OpType.MOVE, OpType.CLEAR]
+_OP_TYPES = (None, OpType.PUT, OpType.REMOVE, OpType.MOVE, OpType.CLEAR)  # by bs_op_type
 
 
 class Row(NamedTuple):
@@ -360,6 +369,21 @@ class Lookup(NamedTuple):
 
     values: Sequence[Scalar]
     params: Sequence[Bytes]
+
+
+class Save(NamedTuple):
+    """One source row change for Writer.save_many: Writer.save's arguments."""
+
+    table: Bytes
+    tag: Union[str, int]
+    id: Bytes
+    rows: Iterable[Union[Row, Tuple[Bytes, Bytes, Bytes, Bytes]]] = ()
+    lookups: Iterable[Union[Lookup, Tuple[Sequence[Scalar], Sequence[Bytes]]]] = ()
+    old_id: Optional[Bytes] = None
+    store: Optional[Bytes] = None
+
+
+SaveArgs = Union[Save, Tuple[Bytes, Union[str, int], Bytes], Tuple[Any, ...]]
 
 
 class BlockedReason(IntEnum):
@@ -389,7 +413,7 @@ class Op(NamedTuple):
     object_id: Optional[str]
     subkey: Optional[str]
     data: Optional[str]
-    checksum: int  # unsigned 32-bit
+    checksum: int  # unsigned 32-bit (0..2**32-1)
     target_op: Optional[int]  # MOVE/CLEAR only
 
 
@@ -408,7 +432,7 @@ class Batch(NamedTuple):
 
 
 class Checksum(NamedTuple):
-    checksum: int  # unsigned 32-bit wrapping sum
+    checksum: int  # the 32-bit wrapping sum of the op checksums, signed (as the protocol has it)
     count: int  # type: ignore[assignment]  # the field shadows tuple.count
 
 
@@ -421,7 +445,7 @@ class StreamInfo(NamedTuple):
 
 class BucketInfo(NamedTuple):
     name: str
-    checksum: int
+    checksum: int  # signed, as Checksum's
     count: int  # type: ignore[assignment]  # the field shadows tuple.count
     last_op: int
     bytes: int
@@ -567,6 +591,23 @@ def encode_lookup(values: Sequence[Scalar], name: str = "lookup") -> bytes:
     raise _error(F.BS_ETOOBIG, err)
 
 
+def _save_lookup(values: Sequence[Scalar], params: Sequence[Any]) -> bytes:
+    """A save's lookup: the encoded key of values; each param row must be JSON text, as
+    parameter_sets parses them."""
+    for j, p in enumerate(params):
+        if isinstance(p, (str, bytes, bytearray, memoryview)):
+            try:
+                json.loads(_bytes(p, f"lookups params[{j}]"))
+            except InvalidArgumentError:
+                raise
+            except ValueError:
+                raise _inval(f"lookups params[{j}]: not JSON text: {p!r:.60}") from None
+    return encode_lookup(values, "lookups values")
+
+
+N.setup(Op, Chunk, _OP_TYPES, _save_lookup, InvalidArgumentError)  # what _native builds
+
+
 def _decode_scalars(key: bytes) -> List[Scalar]:
     cap = len(key) + 1  # every value takes a byte or more
     arr = (F.bs_scalar * cap)()
@@ -595,6 +636,9 @@ def decode_lookup(key: bytes) -> List[Scalar]:
 
 
 # ---- Handles ------------------------------------------------------------------------------
+
+
+_H = TypeVar("_H", bound="_Handle")
 
 
 class _Handle:
@@ -638,7 +682,7 @@ class _Handle:
         what = f" stream {sid}" if sid is not None else ""
         return f"<bucketstore.{type(self).__name__}{what} {'closed' if self.closed else 'open'}>"
 
-    def __enter__(self) -> Any:
+    def __enter__(self: _H) -> _H:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -754,8 +798,16 @@ class Database(_Handle):
         lib.bs_close(h)
         self._listener = None
 
-    def create_stream(self, name: Bytes, hash: str = "xxh3") -> int:
-        """Creates a PROCESSING stream; returns its id. hash: 'xxh3' or 'sha256'."""
+    def create_stream(self, name: Bytes, hash: str = "xxh3", *, exist_ok: bool = False) -> int:
+        """Creates a PROCESSING stream; returns its id. hash: 'xxh3' or 'sha256'. exist_ok:
+        the newest stream of that name that is not terminated, when there is one, instead of
+        a new one (so that a program can be run again on its file)."""
+        if exist_ok:
+            want = _cstr(name, "name")
+            for s in reversed(self.streams()):
+                if s.name.encode("utf-8", "surrogateescape") == want and \
+                        s.state != StreamState.TERMINATED:
+                    return s.id
         if _in_callback():
             raise StateError(F.BS_ESTATE, "cannot create a stream inside a callback")
         o = F.bs_stream_options(F.BS_STREAM_OPTIONS_VERSION, _hash(hash))
@@ -875,7 +927,7 @@ class Database(_Handle):
     def set_checkpoint_listener(self, fn: Optional[Callable[[int, int], None]]) -> None:
         """fn(stream_id, checkpoint) runs after every checkpoint this process commits on the
         database, in the committing thread; None unregisters. It may call read functions only;
-        an exception it raises is re-raised by the commit that ran it."""
+        an exception it raises goes to sys.unraisablehook (the commit returns its result)."""
         if fn is not None and not callable(fn):
             raise TypeError(f"fn: expected a callable or None, got {type(fn).__name__}")
         if fn is None:
@@ -1106,31 +1158,21 @@ class Storage(_Handle):
         checkpoint of the requested buckets {name: after}, as chunks (copied out). limit: ops
         per call (None = 1000)."""
         cp = _op_id(checkpoint, "checkpoint")
-        items = list(buckets.items() if isinstance(buckets, Mapping) else buckets)
-        req = (F.bs_bucket_request * max(len(items), 1))()
-        for i, it in enumerate(items):
+        req = []
+        for i, it in enumerate(buckets.items() if isinstance(buckets, Mapping) else buckets):
             try:
                 name, after = it
             except (TypeError, ValueError):
                 raise TypeError(f"buckets[{i}]: expected a (name, after) pair") from None
-            req[i].bucket = _val(name, f"buckets[{i}] name")
-            req[i].after = _op_id(after, f"buckets[{i}] after")
+            req.append((_bytes(name, f"buckets[{i}] name"), _op_id(after, f"buckets[{i}] after")))
         lim = F.BS_BATCH_LIMIT_DEFAULT if limit is None else _size(limit, "limit")
         chunk = (F.BS_CHUNK_BYTES_DEFAULT if chunk_bytes is None
                  else _size(chunk_bytes, "chunk_bytes", positive=False))  # 0: one op per chunk
-        o = F.bs_batch_options(F.BS_BATCH_OPTIONS_VERSION, lim, chunk,
-                               _size(max_bytes, "max_bytes"))
-        chunks: List[Chunk] = []
-        trap = _Trap()
-        fn = F.CHUNK_FN(lambda p, x: trap.call(_collect_chunk, p, chunks))
-        more = c_int(0)
-        err = F.bs_error()
         with self._guard() as h:
-            rc = lib.bs_get_bucket_data(h, cp, req, len(items), byref(o), fn, None, byref(more),
-                                        byref(err))
-        trap.raise_pending()
-        _check(rc, err)
-        return Batch(chunks, bool(more.value))
+            rc, msg, (chunks, more) = N.bucket_data(h, cp, req, lim, chunk,
+                                                    _size(max_bytes, "max_bytes"))
+        _check_msg(rc, msg)
+        return Batch(chunks, more)
 
     def bucket_data(
         self,
@@ -1179,7 +1221,7 @@ class Storage(_Handle):
             _check(lib.bs_get_checksums(h, cp, arr, len(names), out, byref(err)), err)
         return {
             (n if isinstance(n, str) else _bytes(n, "").decode("utf-8", "surrogateescape")):
-            Checksum(out[i].checksum, out[i].count)
+            Checksum(_signed32(out[i].checksum), out[i].count)
             for i, n in enumerate(names)
         }
 
@@ -1195,7 +1237,7 @@ class Storage(_Handle):
 
             def one(p: Any, _: Any) -> int:
                 i = p[0]
-                got.append(BucketInfo(_str(i.name) or "", i.checksum, i.count, i.last_op,
+                got.append(BucketInfo(_str(i.name) or "", _signed32(i.checksum), i.count, i.last_op,
                                       i.bytes, i.generation, i.changes))
                 return 1 if len(got) >= n else 0
 
@@ -1243,16 +1285,18 @@ class Storage(_Handle):
         return res[0]
 
     def parameter_sets(self, checkpoint: int, lookups: Iterable[Sequence[Scalar]],
-                       limit: Optional[int] = None) -> List[str]:
-        """The bucket-parameter rows (JSON text) of the lookups at checkpoint. More than
-        limit rows (None = 1000) raises LimitError."""
+                       limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The bucket-parameter rows of the lookups at checkpoint, parsed (json.loads: integers
+        of any size exact). More than limit rows (None = 1000) raises LimitError; a stored row
+        that is not JSON raises ValueError (json.JSONDecodeError)."""
         cp = _op_id(checkpoint, "checkpoint")
         keys = [encode_lookup(v, f"lookups[{i}]") for i, v in enumerate(lookups)]
         arr = (F.val_in * max(len(keys), 1))(*[F.val_in(k, len(k)) for k in keys])
         lim = F.BS_PARAM_LIMIT_DEFAULT if limit is None else _size(limit, "limit", False)
-        rows: List[str] = []
+        rows: List[Dict[str, Any]] = []
         trap = _Trap()
-        fn = F.PARAMS_FN(lambda p, x: trap.call(lambda: rows.append(_str(p[0]) or "")))
+        fn = F.PARAMS_FN(lambda p, x: trap.call(
+            lambda: rows.append(json.loads(string_at(p[0].data, p[0].size)))))
         err = F.bs_error()
         with self._guard() as h:
             rc = lib.bs_get_parameter_sets(h, cp, arr, len(keys), lim, fn, None, byref(err))
@@ -1451,43 +1495,13 @@ def _heads(heads: Heads, name: str) -> Any:
     return arr
 
 
-# bs_op read as raw memory (one copy per chunk instead of a ctypes object per field);
-# tests/test_layout.py checks that this format unpacks a bs_op as ctypes does.
-_OP = struct.Struct("@QiIQPNPNPNPN")
-if _OP.size != ctypes.sizeof(F.bs_op):  # pragma: no cover - caught by test_layout
-    raise ImportError("bucketstore: bs_op layout does not match the op format")
-
-# The op fields are decoded straight from the borrowed memory through one read-only view of
-# the address space (from address 1), sliced only at the pointers the library passes to the
-# callback and only while it runs: about 2.5x cheaper than a ctypes.string_at per field.
-_view = ctypes.pythonapi.PyMemoryView_FromMemory
-_view.argtypes, _view.restype = (c_void_p, ctypes.c_ssize_t, c_int), ctypes.py_object
-_MEM = _view(1, sys.maxsize - 1, 0x100)  # PyBUF_READ
-
-
-def _collect_chunk(p: Any, out: List[Chunk]) -> None:
-    c = p[0]
-    n = c.n_ops
-    ops: List[Op] = []
-    append = ops.append
-    types = _OP_TYPES
-    m = _MEM
-    u, e = "utf-8", "surrogateescape"
-    raw = string_at(c.ops, n * _OP.size) if n else b""
-    for op_id, t, ck, tgt, a, an, b, bn, k, kn, d, dn in _OP.iter_unpack(raw):
-        append(Op(op_id, types[t],
-                  str(m[a - 1:a - 1 + an], u, e) if a else None,
-                  str(m[b - 1:b - 1 + bn], u, e) if b else None,
-                  str(m[k - 1:k - 1 + kn], u, e) if k else None,
-                  str(m[d - 1:d - 1 + dn], u, e) if d else None,
-                  ck, tgt if tgt else None))
-    out.append(Chunk(_str(c.bucket) or "", c.after, c.next_after, bool(c.has_more),
-                     c.target_op or None, ops))
-
-
 class Writer(_Handle):
     """The replication writer of a stream (contract.md section 4); one thread at a time (calls
-    from several threads are serialised). Closing discards what was not flushed."""
+    from several threads are serialised). Closing discards what was not flushed. As a context
+    manager: a block that ends normally with saves or write checkpoints queued since the last
+    commit, keepalive or flush discards them and raises StateError (commit before the end of
+    the block, or close() the writer to discard on purpose); a block left by an exception
+    discards them and lets that exception through."""
 
     _kind = "writer"
 
@@ -1496,6 +1510,7 @@ class Writer(_Handle):
         Storage._no_write_in_callback()
         self.storage = st
         self._lock = threading.Lock()
+        self._queued = False  # saves or write checkpoints queued since the last flush
         h = c_void_p()
         err = F.bs_error()
         with st._guard() as sh:
@@ -1517,8 +1532,17 @@ class Writer(_Handle):
             raise StateError(F.BS_ESTATE, "cannot close a writer inside a callback")
         with self._lock:
             h, self._h = self._h, None
+            self._queued = False
             if h is not None:
                 lib.bs_writer_close(h)
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        queued = self._queued
+        self.close()
+        if queued and exc_type is None:
+            raise StateError(F.BS_ESTATE, "the writer's with block ended with changes queued "
+                             "since the last commit: they were discarded (commit(lsn) before "
+                             "the end of the block, or close() the writer to discard them)")
 
     def save(
         self,
@@ -1535,78 +1559,48 @@ class Writer(_Handle):
         Tag); id: the replica id after the change (for delete: of the deleted row); old_id:
         the replica id before, when the key changed; rows: (bucket, object_type, object_id,
         data); lookups: (values, params); store: row data kept with the source record."""
-        t = _TAGS.get(tag) if isinstance(tag, str) else tag
-        if t not in (1, 2, 3) or isinstance(t, bool):
-            raise _inval(f"tag: {tag!r} is not one of 'insert', 'update', 'delete'")
-        s = F.bs_save()
-        s.version = F.BS_SAVE_VERSION
-        s.table = _val(table, "table")
-        s.tag = t
-        if t == F.BS_DELETE:
-            s.before_id = _val(id if old_id is None else old_id, "id")
+        self.save_many(((table, tag, id, rows, lookups, old_id, store),))
+
+    def save_many(self, saves: Iterable[SaveArgs]) -> None:
+        """Queues many source row changes with one call into the library (the fast way to
+        ingest): each a tuple of save()'s arguments, (table, tag, id[, rows[, lookups[,
+        old_id[, store]]]]). All are checked before any is queued; when the library refuses
+        one, the ones before it stay queued and the error says which (saves[i])."""
+        if isinstance(saves, (list, tuple)):
+            batch = saves
         else:
-            s.after_id = _val(id, "id")
-            if old_id is not None:
-                s.before_id = _val(old_id, "old_id")
-            rl = rows if isinstance(rows, (list, tuple)) else list(rows)
-            if rl:
-                arr = (F.bs_row * len(rl))()
-                for i, r in enumerate(rl):
-                    try:
-                        b, ot, oi, d = r
-                    except (TypeError, ValueError):
-                        raise TypeError(f"rows[{i}]: expected (bucket, object_type, object_id, "
-                                        f"data)") from None
-                    a = arr[i]
-                    a.bucket = _val(b, f"rows[{i}].bucket")
-                    a.object_type = _val(ot, f"rows[{i}].object_type")
-                    a.object_id = _val(oi, f"rows[{i}].object_id")
-                    a.data = _val(d, f"rows[{i}].data")
-                s.rows, s.n_rows = arr, len(rl)
-            ll = lookups if isinstance(lookups, (list, tuple)) else list(lookups)
-            if ll:
-                larr = (F.bs_lookup * len(ll))()
-                for i, lk in enumerate(ll):
-                    try:
-                        values, params = lk
-                    except (TypeError, ValueError):
-                        raise TypeError(f"lookups[{i}]: expected (values, params)") from None
-                    key = encode_lookup(values, f"lookups[{i}].values")
-                    if isinstance(params, (str, bytes)):
-                        raise TypeError(f"lookups[{i}].params: expected a list of JSON texts")
-                    pl = list(params)
-                    parr = (F.val_in * max(len(pl), 1))(
-                        *[_val(x, f"lookups[{i}].params[{j}]") for j, x in enumerate(pl)])
-                    larr[i].key = F.val_in(key, len(key))
-                    larr[i].params, larr[i].n_params = parr, len(pl)
-                s.lookups, s.n_lookups = larr, len(ll)
-        if store is not None:
-            s.stored_data = _val(store, "store")
-        err = F.bs_error()
+            batch = list(saves)
         h = self._enter()
         try:
-            rc = lib.bs_writer_save(h, byref(s), byref(err))
+            rc, msg, done = N.save_many(h, batch)
+            self._queued = self._queued or done > 0
         finally:
             self._lock.release()
-        _check(rc, err)
+        if rc != 0:
+            if len(batch) > 1:
+                msg = b"saves[%d]: %s" % (done, msg)
+            _check_msg(rc, msg)
 
-    def _lsn_call(self, fn: Any, table: Any, name: str) -> None:
+    def _lsn_call(self, fn: Any, table: Any, name: str, flushes: bool = False) -> None:
         v = _val(table, name)
         err = F.bs_error()
         h = self._enter()
         try:
             rc = fn(h, v, byref(err))
+            if flushes and rc == 0:
+                self._queued = False
         finally:
             self._lock.release()
         _check(rc, err)
 
     def truncate(self, table: Bytes) -> None:
-        """Queues REMOVEs / tombstones for every row of table."""
-        self._lsn_call(lib.bs_writer_truncate, table, "table")
+        """Flushes the queue, then persists REMOVEs / tombstones for every row of table
+        (visible with the next checkpoint)."""
+        self._lsn_call(lib.bs_writer_truncate, table, "table", flushes=True)
 
     def drop(self, table: Bytes) -> None:
         """truncate + forget the table."""
-        self._lsn_call(lib.bs_writer_drop, table, "table")
+        self._lsn_call(lib.bs_writer_drop, table, "table", flushes=True)
 
     def snapshot_done(self, lsn: Bytes) -> None:
         """Marks the snapshot done; no checkpoint may be made below lsn."""
@@ -1623,6 +1617,8 @@ class Writer(_Handle):
         h = self._enter()
         try:
             rc = lib.bs_writer_flush(h, byref(out), byref(err))
+            if rc == 0:
+                self._queued = False
         finally:
             self._lock.release()
         _check(rc, err)
@@ -1638,9 +1634,10 @@ class Writer(_Handle):
                 rc = lib.bs_writer_keepalive(h, v, byref(res), byref(err))
             else:
                 rc = lib.bs_writer_commit(h, v, byref(opts), byref(res), byref(err))
+            if rc == 0:
+                self._queued = False
         finally:
             self._lock.release()
-        _raise_listener_exc()  # the checkpoint listener's exception, if any (committed anyway)
         _check(rc, err)
         reason = None
         if res.checkpoint_blocked:
@@ -1696,6 +1693,7 @@ class Writer(_Handle):
                 rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
             else:
                 rc = lib.bs_writer_custom_write_checkpoint_requested(h, u, c, ev, at, byref(err))
+            self._queued = self._queued or rc == 0
         finally:
             self._lock.release()
         _check(rc, err)

@@ -18,8 +18,11 @@ def test_golden_sha256_checksums(db):
         w.save("todos", bs.Tag.INSERT, "t2", [row("b", "t2", otype="test")])
         cp = commit_all(w)
         assert cp == 2
-        # bucket checksum: the wrapping sum
-        assert st.checksums(cp, ["b"])["b"] == bs.Checksum((2634521662 + 4243212114) % 2**32, 2)
+        # bucket checksum: the wrapping sum, signed 32-bit as the protocol carries it (op
+        # checksums stay unsigned)
+        assert (2634521662 + 4243212114) % 2**32 == 2582766480 == -1712200816 + 2**32
+        assert st.checksums(cp, ["b"])["b"] == bs.Checksum(-1712200816, 2)
+        assert next(st.list_buckets()).checksum == -1712200816
         ops = read_all(st, cp, {"b": 0})
         assert [(o.op_id, o.op, o.checksum) for o in ops] == [
             (1, bs.OpType.PUT, 2634521662), (2, bs.OpType.PUT, 4243212114)]
@@ -152,11 +155,10 @@ def test_parameter_sets_canonical_numbers(st):
                                          ([3.14], ['{"list":"pi"}']), ([True], ['{"b":1}'])])
         w.save("t", "insert", "r2", [], [([314.0, "u1"], ['{"list":"b"}', '{"list":"c"}'])])
         cp = commit_all(w)
-    assert sorted(st.parameter_sets(cp, [[314, "u1"]])) == [
-        '{"list":"a"}', '{"list":"b"}', '{"list":"c"}']
+    assert sorted(p["list"] for p in st.parameter_sets(cp, [[314, "u1"]])) == ["a", "b", "c"]
     assert st.parameter_sets(cp, [[314.0, "u1"]]) == st.parameter_sets(cp, [[314, "u1"]])
     assert st.parameter_sets(cp, [[3]]) == [] and st.parameter_sets(cp, [[3.14]]) == [
-        '{"list":"pi"}']
+        {"list": "pi"}]
     assert st.parameter_sets(cp, [[1]]) == []  # True is not 1
     with pytest.raises(bs.LimitError) as e:
         st.parameter_sets(cp, [[314, "u1"]], limit=2)
@@ -296,7 +298,8 @@ def test_reopen_persists(tmp_path):
     with bs.open(p) as db, db.storage(db.create_stream("v1")) as st, st.writer() as w:
         w.save("t", "insert", "a", [row("b", "a")])
         cp = commit_all(w)
-        w.save("t", "insert", "z", [row("b", "z")])  # unflushed: discarded by close
+        w.save("t", "insert", "z", [row("b", "z")])
+        w.close()  # unflushed: discarded
     with bs.open(p, readonly=True) as db, db.storage() as st:
         assert st.checkpoint().op_id == cp and st.checksums(cp + 5, ["b"])["b"].count == 1
         with pytest.raises(bs.StateError):
@@ -327,4 +330,37 @@ def test_torn_and_stale_reads_raise_their_codes(st):
     with pytest.raises(bs.StaleError) as e:  # below the parameter-compaction horizon
         st.parameter_sets(2, [["k"]])
     assert e.value.code == bs.ESTALE
-    assert st.parameter_sets(cp2, [["k"]]) == ['{"p":2}']
+    assert st.parameter_sets(cp2, [["k"]]) == [{"p": 2}]
+
+
+def test_save_many_is_save_in_one_call(st):
+    with st.writer() as w:
+        w.save_many([
+            ("t", "insert", "r1", [row("b", "r1")]),
+            bs.Save("t", bs.Tag.INSERT, b"r2", (r for r in [("b", "o", bytearray(b"r2"), "{}")]),
+                    lookups=[(["k"], ['{"p":1}'])], store=memoryview(b"s2")),
+            ("t", "update", "r3", [row("b", "r3")], (), "r1"),  # r1's key changed to r3
+            ("t", "delete", "r2"),
+        ])
+        assert w.source_row("t", "r3") is None
+        cp = commit_all(w)
+    ops = read_all(st, cp, {"b": 0})
+    assert [(o.op.name, o.object_id) for o in ops] == [
+        ("PUT", "r1"), ("PUT", "r2"), ("REMOVE", "r1"), ("PUT", "r3"), ("REMOVE", "r2")]
+    assert st.parameter_sets(cp, [["k"]]) == []  # r2 was deleted with its lookup
+
+
+def test_save_many_checks_every_save_before_queueing(st):
+    with st.writer() as w:
+        with pytest.raises(TypeError, match=r"rows\[0\].data: expected str or bytes, got int"):
+            w.save_many([("t", "insert", "r1", [row("b", "r1")]),
+                         ("t", "insert", "r2", [("b", "o", "r2", 5)])])
+        with pytest.raises(bs.InvalidArgumentError, match=r"saves\[1\].tag"):
+            w.save_many([("t", "insert", "r1"), ("t", "upsert", "r2")])
+        assert w.flush() == 0  # nothing was queued
+        # the library refuses the third: the first two stay queued, the error names it
+        with pytest.raises(bs.InvalidArgumentError, match=r"saves\[2\]"):
+            w.save_many([("t", "insert", "r1", [row("b", "r1")]),
+                         ("t", "insert", "r2", [row("b", "r2")]),
+                         ("t", "insert", "r3", [row("", "r3")])])
+        assert w.flush() == 2

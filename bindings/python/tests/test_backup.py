@@ -18,7 +18,7 @@ USER, HEADS = "user ü", {"1": "00000001"}
 
 
 def lookups(i):
-    return [(["u", i, 1.0], ['{"b":%d}' % i, ""])]
+    return [(["u", i, 1.0], ['{"b":%d}' % i, "{}"])]
 
 
 @pytest.fixture

@@ -77,20 +77,6 @@ def test_constants_match(compiled):
         assert int(compiled[f"const {k}"]) == v, k
 
 
-def test_op_format_unpacks_like_ctypes():
-    # the chunk reader unpacks bs_op with a struct format: same values as the ctypes fields
-    o = F.bs_op(op_id=(1 << 63) - 5, type=3, checksum=0xFFFFFFFE, target_op=77)
-    bufs = [ctypes.create_string_buffer(b"abc"), ctypes.create_string_buffer(b"d"),
-            ctypes.create_string_buffer(b""), ctypes.create_string_buffer(b"xyz")]
-    for i, f in enumerate(("object_type", "object_id", "subkey", "data")):
-        setattr(o, f, F.bs_val(ctypes.addressof(bufs[i]), 3 - i))
-    got = core._OP.unpack(ctypes.string_at(ctypes.addressof(o), ctypes.sizeof(o)))
-    want = (o.op_id, o.type, o.checksum, o.target_op)
-    for f in ("object_type", "object_id", "subkey", "data"):
-        want += (getattr(o, f).data, getattr(o, f).size)
-    assert got == want
-
-
 def test_every_status_code_is_mirrored():
     # a code added to storage.h gets a constant and an exception class of its own
     codes = dict(re.findall(r"#define (BS_E[A-Z]+)\s+\((-\d+)\)", HEADER.read_text()))

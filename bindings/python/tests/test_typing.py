@@ -61,3 +61,13 @@ def test_backup_export_load_hints(cache, tmp_path):
     assert r.returncode == 1
     errors = [line for line in r.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "use.py:9: error: Incompatible return value" in errors[0], r.stdout
+
+
+def test_with_blocks_are_typed(cache, tmp_path):
+    use = tmp_path / "with.py"
+    use.write_text("import bucketstore as bs\n"
+                   "with bs.open('x.bsdb') as db, db.storage() as st, st.writer() as w:\n"
+                   "    reveal_type(db)\n    reveal_type(st)\n    reveal_type(w)\n")
+    r = mypy(cache, use)
+    for i, t in ((3, "Database"), (4, "Storage"), (5, "Writer")):
+        assert f'with.py:{i}: note: Revealed type is "bucketstore._core.{t}"' in r.stdout, r.stdout

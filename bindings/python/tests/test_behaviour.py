@@ -1,0 +1,128 @@
+"""The behaviour the binding promises beyond the library's: strings that are not valid Unicode
+are refused and bytes round-trip, leaving a writer's with block with queued work raises,
+parameter rows come back parsed, and every long call cancels the same way."""
+
+import pytest
+
+import bucketstore as bs
+from conftest import commit_all, read_all, row
+
+
+@pytest.mark.parametrize("bad", ["a\ud800", "a\udc00", "a\udc80"])
+def test_lone_surrogates_are_refused(st, bad):
+    with st.writer() as w:
+        for save in ((bad, "insert", "r"), ("t", "insert", bad), ("t", "insert", "r", [row(bad, "r")]),
+                     ("t", "insert", "r", [("b", bad, "r", "{}")]),
+                     ("t", "insert", "r", [], [(["k"], [bad])])):
+            with pytest.raises(ValueError, match="not valid Unicode") as e:
+                w.save_many([save])
+            assert isinstance(e.value, bs.InvalidArgumentError)
+        with pytest.raises(ValueError, match=r"buckets\[0\]: not valid Unicode"):
+            st.checksums(0, [bad])
+        with pytest.raises(ValueError, match="not valid Unicode"):
+            list(st.bucket_data(0, {bad: 0}))
+        w.close()  # nothing was queued; close anyway
+    with pytest.raises(ValueError, match="name: not valid Unicode"):
+        st.db.create_stream(bad)
+
+
+def test_surrogates_do_not_merge_and_bytes_round_trip(st):
+    # the bytes an encoder that lets surrogates through would write for 'a\ud800' and 'a\udc00'
+    names = [b"a\xed\xa0\x80", b"a\xed\xb0\x80", b"a\x80", b"a\xef\xbf\xbd"]
+    with st.writer() as w:
+        for i, n in enumerate(names):
+            w.save("t", "insert", b"r%d" % i, [(n, b"o\xff", b"r%d" % i, b"{}")])
+        cp = commit_all(w)
+    got = {b.name.encode("utf-8", "surrogateescape") for b in st.list_buckets()}
+    assert got == set(names)  # four buckets, none merged
+    for n in names:
+        (op,) = read_all(st, cp, {n: 0})
+        assert op.object_type.encode("utf-8", "surrogateescape") == b"o\xff"
+
+
+def test_writer_block_with_queued_work_raises_and_discards(st):
+    with pytest.raises(bs.StateError, match="queued since the last commit"):
+        with st.writer() as w:
+            w.save("t", "insert", "a", [row("b", "a")])
+    assert w.closed
+    with st.writer() as w:
+        assert w.flush() == 0  # the save was discarded
+    with pytest.raises(KeyError):  # an exception leaving the block: that one, work discarded
+        with st.writer() as w:
+            w.save("t", "insert", "a", [row("b", "a")])
+            raise KeyError("mine")
+    with st.writer() as w:  # committed, flushed or closed: no error
+        w.save("t", "insert", "a", [row("b", "a")])
+        cp = commit_all(w)
+        w.save("t", "insert", "c", [row("b", "c")])
+        assert w.flush() == cp + 1
+        w.save("t", "insert", "d", [row("b", "d")])
+        w.truncate("other")  # flushes the queue first
+    with st.writer() as w:
+        w.save("t", "insert", "e", [row("b", "e")])
+        w.close()  # discarding on purpose
+    assert [op.object_id for op in read_all(st, cp, {"b": 0})] == ["a"]
+
+
+def test_custom_write_checkpoint_is_queued_work(st):
+    st.set_write_checkpoint_mode("custom")
+    with pytest.raises(bs.StateError):
+        with st.writer() as w:
+            w.custom_write_checkpoint("u1", 5)
+    assert st.last_write_checkpoint("u1") is None
+
+
+def test_parameter_rows_are_parsed_exactly(st):
+    big = 12345678901234567890123456789
+    with st.writer() as w:
+        w.save("t", "insert", "r", [], [(["k"], ['{"n":%d,"f":1.5,"s":"\\u00fc"}' % big])])
+        with pytest.raises(bs.InvalidArgumentError, match=r"params\[1\]: not JSON text"):
+            w.save("t", "insert", "r2", [], [(["k"], ["{}", "{oops"])])
+        cp = commit_all(w)
+    assert st.parameter_sets(cp, [["k"]]) == [{"n": big, "f": 1.5, "s": "ü"}]
+    assert type(st.parameter_sets(cp, [["k"]])[0]["n"]) is int
+
+
+@pytest.fixture
+def filled(tmp_path):
+    db = bs.open(tmp_path / "src.bsdb", nosync=True)
+    with db.storage(db.create_stream("v1")) as st, st.writer() as w:
+        for v in range(3):
+            for i in range(300):
+                w.save("t", "update" if v else "insert", f"r{i}", [row("b", f"r{i}", str(v))])
+            w.snapshot_done("0")
+            w.commit(str(v))
+    yield db
+    db.close()
+
+
+def long_calls(db, tmp_path):
+    """Each long call with its progress callback: compaction, backup, load."""
+    def compact(progress):
+        with db.storage() as st:
+            st.compact(min_bucket_changes=1, max_ops_per_txn=10, progress=progress)
+
+    def backup(progress):
+        db.backup(tmp_path / "copy.bsdb", progress=progress)
+
+    def load(progress):
+        bs.load(tmp_path / "loaded.bsdb", db.export(), progress=progress)
+
+    return [compact, backup, load]
+
+
+def test_every_long_call_cancels_the_same_way(filled, tmp_path):
+    for call in long_calls(filled, tmp_path):
+        with pytest.raises(bs.CanceledError) as e:  # a truthy return cancels
+            call(lambda *_: True)
+        assert e.value.code == bs.ECANCELED
+
+        def boom(*_):
+            raise KeyError(call.__name__)
+
+        with pytest.raises(KeyError, match=call.__name__):  # an exception is re-raised
+            call(boom)
+        seen = []
+        call(lambda *a: seen.append(a))  # a falsy return goes on
+        assert seen, call.__name__
+    assert filled.verify() == []
