@@ -225,7 +225,10 @@ void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *p
  * it afterwards. */
 int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err);
 
-/* ---- Connections ---- */
+/* ---- Connections (pg_conn.c, as the statements below) ---- */
+/* A new connection to db's server, set up for the backend (its schema, generic plans), outside
+ * the pool (the LISTEN connection of pg.c). */
+int bs__pg_conn_open(bs__pg_db *db, PGconn **out, bs_error *err);
 /* Is idle connection c still there? One the server ended (pg_terminate_backend, a restart) has
  * its last message and the end of the stream waiting on the socket: read without blocking. */
 int bs__pg_conn_alive(PGconn *c);
@@ -301,7 +304,7 @@ int bs__pg_exec_custom(PGconn *c, const char *sql, const bs__pg_args *args, PGre
 /* A hot statement, prepared once per session (at its first use there: PQprepare with the
  * parameter types of that use, the same at every use) and then executed by name, so that it is
  * planned once per session instead of at every call (about 0.2 ms, as much as a checksum's
- * execution). id: its bit in the session's set of prepared statements (pg.c keeps the set with
+ * execution). id: its bit in the session's set of prepared statements (pg_conn.c keeps the set with
  * the connection: a new session, also after a loss, prepares again), unique per statement. */
 typedef struct bs__pg_stmt {
   int id;
