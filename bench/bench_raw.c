@@ -8,6 +8,7 @@
  * record merge logic, argument checks, the checksum cache.
  */
 #include "bench.h"
+#include "raw.h"
 
 #include <lmdb.h>
 #include <pthread.h>
@@ -18,73 +19,25 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define STREAM 1u
-#define TID    1u
-#define HDR    18u
-#define SREC   17u
-
-typedef struct rdb {
-  MDB_env *env;
-  MDB_dbi meta, buckets, bstate, ops, source, params, sup, changes;
-  char path[600];
-} rdb;
-
-typedef struct racc { /* per-bucket running state, written once per transaction */
-  uint32_t checksum;
-  uint64_t count, bytes, last_op;
-  int touched, exists;
-} racc;
-
-static void be32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24);
-  p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8);
-  p[3] = (unsigned char)v;
-}
-static void be64(unsigned char *p, uint64_t v) {
-  be32(p, (uint32_t)(v >> 32));
-  be32(p + 4, (uint32_t)v);
-}
-static uint32_t gbe32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static uint64_t gbe64(const unsigned char *p) {
-  return (uint64_t)gbe32(p) << 32 | gbe32(p + 4);
-}
-static void le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint64_t gle64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static void le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t gle32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static int mfail(bres *r, int mrc, const char *what) {
+int mfail(bres *r, int mrc, const char *what) {
   r->status = BR_FAILED;
   snprintf(r->note, sizeof r->note, "%s: %s", what, mdb_strerror(mrc));
   return -1;
 }
 
-static void r_close(rdb *d) {
+void r_close(rdb *d) {
   if (d->env) mdb_env_close(d->env);
   d->env = NULL;
 }
 
-static int r_open(rdb *d, const char *name, int nosync, int create, bres *r) {
+int r_open(rdb *d, const char *name, int nosync, int create, bres *r) {
   MDB_txn *txn;
   int mrc;
   memset(d, 0, sizeof *d);
   bench_path(d->path, sizeof d->path, name);
   if (create) unlink(d->path);
   if ((mrc = mdb_env_create(&d->env)) || (mrc = mdb_env_set_maxdbs(d->env, 16)) ||
-      (mrc = mdb_env_set_mapsize(d->env, (size_t)64 << 30)) ||
+      (mrc = mdb_env_set_mapsize(d->env, (g_cfg->map_mb ? (size_t)g_cfg->map_mb : 65536) << 20)) ||
       (mrc = mdb_env_open(d->env, d->path, MDB_NOSUBDIR | MDB_NOTLS | (nosync ? MDB_NOSYNC : 0),
                           0644)))
     return mfail(r, mrc, "mdb_env_open");
@@ -113,7 +66,7 @@ static int r_set_head(rdb *d, MDB_txn *txn, uint64_t head) {
   return mdb_put(txn, d->meta, &k, &v, 0);
 }
 
-static double r_ops(rdb *d) {
+double r_ops(rdb *d) {
   MDB_txn *txn;
   MDB_stat st;
   if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
@@ -122,7 +75,7 @@ static double r_ops(rdb *d) {
   return (double)st.ms_entries;
 }
 
-static void opkey(unsigned char k[16], uint64_t bucket_id, uint64_t op) {
+void opkey(unsigned char k[16], uint64_t bucket_id, uint64_t op) {
   be64(k, bucket_id);
   be64(k + 8, op);
 }
@@ -145,13 +98,14 @@ static size_t opval(unsigned char *p, int type, uint32_t ck, uint64_t target, co
   return HDR + OBJ_TYPE_LEN + RID_LEN + BS_SUBKEY_SIZE + dlen;
 }
 
-static int put_op(rdb *d, MDB_txn *txn, racc *acc, unsigned b, uint64_t op, int type, uint64_t row,
-                  uint64_t version, size_t dsize) {
-  unsigned char k[16], v[HDR + 64 + 65536];
+/* Op `op` of bucket b (row, version) built into v, today's op value; the bucket's running state
+ * counts it. Returns the value's size. */
+size_t op_make(unsigned char *v, racc *acc, unsigned b, uint64_t op, int type, uint64_t row,
+               uint64_t version, size_t dsize) {
   char rid[RID_LEN + 1], sk[BS_SUBKEY_SIZE], data[65536];
   bs_val ot = {OBJ_TYPE, OBJ_TYPE_LEN}, oi, dv, skv = {sk, BS_SUBKEY_SIZE};
   uint32_t ck;
-  MDB_val key = {16, k}, val;
+  size_t n;
   gen_rid(rid, row);
   oi.data = rid;
   oi.size = RID_LEN;
@@ -165,14 +119,21 @@ static int put_op(rdb *d, MDB_txn *txn, racc *acc, unsigned b, uint64_t op, int 
     dsize = 0;
     ck = bs_checksum_remove(BS_HASH_XXH3, skv);
   }
-  opkey(k, b + 1, op);
-  val.mv_data = v;
-  val.mv_size = opval(v, type, ck, 0, rid, sk, data, dsize);
+  n = opval(v, type, ck, 0, rid, sk, data, dsize);
   acc[b].checksum += ck;
   acc[b].count++;
-  acc[b].bytes += val.mv_size;
+  acc[b].bytes += n;
   acc[b].last_op = op;
   acc[b].touched = 1;
+  return n;
+}
+
+static int put_op(rdb *d, MDB_txn *txn, racc *acc, unsigned b, uint64_t op, int type, uint64_t row,
+                  uint64_t version, size_t dsize) {
+  unsigned char k[16], v[OP_MAX];
+  MDB_val key = {16, k}, val = {0, v};
+  opkey(k, b + 1, op);
+  val.mv_size = op_make(v, acc, b, op, type, row, version, dsize);
   return mdb_put(txn, d->ops, &key, &val, 0);
 }
 
@@ -184,7 +145,7 @@ static void srckey(unsigned char *k, uint64_t row) {
   memcpy(k + 8, rid, RID_LEN);
 }
 
-static int put_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned b, uint64_t op) {
+int put_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned b, uint64_t op) {
   unsigned char k[8 + RID_LEN], v[SREC + 20 + OBJ_TYPE_LEN + RID_LEN];
   MDB_val key = {sizeof k, k}, val = {sizeof v, v};
   memset(v, 0, sizeof v);
@@ -219,8 +180,8 @@ static int put_sup(rdb *d, MDB_txn *txn, unsigned b, uint64_t old_op, uint64_t n
 }
 
 /* Writes the touched buckets' states (and names of new buckets), one change record, the head. */
-static int r_finish(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t first, uint64_t head,
-                    uint64_t *seq) {
+int r_finish(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t first, uint64_t head,
+             uint64_t *seq) {
   unsigned char v[96 + 64], ck[20], cv[8192];
   size_t cn = 21;
   uint32_t nnames = 0;
@@ -300,7 +261,7 @@ static int r_load(rdb *d, racc *acc, unsigned nb, uint64_t *head) {
   return 0;
 }
 
-static void set_lat(bres *r, double *lat, size_t n) {
+void set_lat(bres *r, double *lat, size_t n) {
   r->p50_us = pct(lat, n, 0.50) * 1e6;
   r->p99_us = pct(lat, n, 0.99) * 1e6;
 }
@@ -311,10 +272,9 @@ static void hist_push(uint64_t cp) {
 }
 
 /* ---- W1 ---- */
-/* Rows [s, e) into buckets i % nb, op id i + 1, ops written bucket by bucket like the library's
- * flush; skip_existing = the snapshot writer's existence check per row. */
-static int r_insert_batch(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t s, uint64_t e,
-                          uint64_t version, uint64_t op_base, int skip_existing, size_t dsize) {
+/* The source records of rows [s, e); skip_existing = the snapshot writer's existence check. */
+int r_put_sources(rdb *d, MDB_txn *txn, unsigned nb, uint64_t s, uint64_t e, uint64_t op_base,
+                  int skip_existing) {
   int mrc;
   for (uint64_t i = s; i < e; i++) {
     unsigned char k[8 + RID_LEN];
@@ -325,12 +285,20 @@ static int r_insert_batch(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t
     }
     if ((mrc = put_src(d, txn, i, (unsigned)(i % nb), op_base + i + 1))) return mrc;
   }
-  for (unsigned b = 0; b < nb; b++) {
-    uint64_t i = s + (b + nb - s % nb) % nb;
-    for (; i < e; i += nb)
-      if ((mrc = put_op(d, txn, acc, b, op_base + i + 1, BS_OP_PUT, i, version, dsize))) return mrc;
-  }
   return 0;
+}
+
+/* Rows [s, e) into buckets i % nb, op id i + 1, ops written bucket by bucket like the library's
+ * flush. */
+int r_insert_batch(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t s, uint64_t e,
+                   uint64_t version, uint64_t op_base, int skip_existing, size_t dsize) {
+  int mrc = r_put_sources(d, txn, nb, s, e, op_base, skip_existing);
+  for (unsigned b = 0; b < nb && !mrc; b++) {
+    uint64_t i = s + (b + nb - s % nb) % nb;
+    for (; i < e && !mrc; i += nb)
+      mrc = put_op(d, txn, acc, b, op_base + i + 1, BS_OP_PUT, i, version, dsize);
+  }
+  return mrc;
 }
 
 int raw_ingest(int mode) {
@@ -499,7 +467,7 @@ typedef struct rdl {
   uint64_t ops, bytes;
 } rdl;
 
-static uint64_t r_bucket_id(rdb *d, MDB_txn *txn, unsigned b) {
+uint64_t r_bucket_id(rdb *d, MDB_txn *txn, unsigned b) {
   unsigned char k[4 + 64];
   char name[64];
   size_t len;
@@ -836,8 +804,8 @@ out:
 }
 
 /* Checksum and count of bucket b at cp: running state minus the ops above cp. */
-static void r_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp, uint32_t *ck,
-                       uint64_t *count) {
+void r_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp, uint32_t *ck,
+                uint64_t *count) {
   unsigned char k[16];
   MDB_val key = {8, k}, val;
   uint64_t id = r_bucket_id(d, txn, b), last;

@@ -872,12 +872,18 @@ static void usage(void) {
          "  --param-queries N   lookups (100000)\n"
          "  --compact-rows N    compaction rows, each updated once (250000)\n"
          "  --map-mb N          initial map size of the bucketstore files (library default)\n"
+         "                      and the map size of the raw stores (65536; valgrind needs less)\n"
          "  --compact-memory-mb N  compaction's memory_limit_mb, every compaction phase\n"
          "                      (library default: 64)\n"
          "  --pg URL|start      the PostgreSQL workloads (issue 14) on the server at URL, or on\n"
          "                      one started with tests/pg_server.sh (from the repository root;\n"
          "                      BS_PG_SERVER names the script); --only ingest|reads|checksums|\n"
          "                      compact selects among them\n"
+         "  --proto             layout prototypes instead of the workloads: the snapshot ingest\n"
+         "                      in today's layout and in chunks, with reads and checksums\n"
+         "                      (bench/README.md, \"Layout prototypes\"); uses --rows,\n"
+         "                      --buckets, --large-buckets, --commit-rows, --data-size,\n"
+         "                      --read-limit\n"
          "  --pg-rows N         --pg: the inserts into the one bucket (100000; 10000 with\n"
          "                      --quick), then N/2 random updates of them\n");
 }
@@ -886,20 +892,35 @@ static char pg_dir[600], pg_sh[512]; /* --pg start: the server's directory and s
 
 int main(int argc, char **argv) {
   static bench_cfg cfg;
-  static const struct option lo[] = {{"quick", 0, 0, 'q'},       {"only", 1, 0, 'o'},
-                                     {"json", 1, 0, 'j'},        {"dir", 1, 0, 'd'},
-                                     {"keep", 0, 0, 'k'},        {"no-fork", 0, 0, 'F'},
-                                     {"seed", 1, 0, 's'},        {"help", 0, 0, 'h'},
-                                     {"rows", 1, 0, 1},          {"buckets", 1, 0, 2},
-                                     {"large-buckets", 1, 0, 3}, {"commit-rows", 1, 0, 4},
-                                     {"updates", 1, 0, 5},       {"commit-changes", 1, 0, 6},
-                                     {"data-size", 1, 0, 7},     {"read-limit", 1, 0, 8},
-                                     {"read-secs", 1, 0, 9},     {"ck-requests", 1, 0, 10},
-                                     {"ck-big-ops", 1, 0, 11},   {"ck-big-buckets", 1, 0, 12},
-                                     {"params", 1, 0, 13},       {"param-queries", 1, 0, 14},
-                                     {"compact-rows", 1, 0, 15}, {"map-mb", 1, 0, 16},
-                                     {"pg-rows", 1, 0, 17},      {"compact-memory-mb", 1, 0, 18},
-                                     {"pg", 1, 0, 'P'},          {0, 0, 0, 0}};
+  static const struct option lo[] = {{"quick", 0, 0, 'q'},
+                                     {"only", 1, 0, 'o'},
+                                     {"json", 1, 0, 'j'},
+                                     {"dir", 1, 0, 'd'},
+                                     {"keep", 0, 0, 'k'},
+                                     {"no-fork", 0, 0, 'F'},
+                                     {"seed", 1, 0, 's'},
+                                     {"help", 0, 0, 'h'},
+                                     {"rows", 1, 0, 1},
+                                     {"buckets", 1, 0, 2},
+                                     {"large-buckets", 1, 0, 3},
+                                     {"commit-rows", 1, 0, 4},
+                                     {"updates", 1, 0, 5},
+                                     {"commit-changes", 1, 0, 6},
+                                     {"data-size", 1, 0, 7},
+                                     {"read-limit", 1, 0, 8},
+                                     {"read-secs", 1, 0, 9},
+                                     {"ck-requests", 1, 0, 10},
+                                     {"ck-big-ops", 1, 0, 11},
+                                     {"ck-big-buckets", 1, 0, 12},
+                                     {"params", 1, 0, 13},
+                                     {"param-queries", 1, 0, 14},
+                                     {"compact-rows", 1, 0, 15},
+                                     {"map-mb", 1, 0, 16},
+                                     {"pg-rows", 1, 0, 17},
+                                     {"compact-memory-mb", 1, 0, 18},
+                                     {"pg", 1, 0, 'P'},
+                                     {"proto", 0, 0, 'L'},
+                                     {0, 0, 0, 0}};
   uint64_t sizes[19] = {0};
   double read_secs = 0, t0;
   const char *parent;
@@ -933,6 +954,9 @@ int main(int argc, char **argv) {
       break;
     case 'P':
       cfg.pg_url = optarg;
+      break;
+    case 'L':
+      cfg.proto = 1;
       break;
     case 'h':
       usage();
@@ -1018,6 +1042,12 @@ int main(int argc, char **argv) {
          cfg.quick ? "quick" : "default sizes", cfg.only ? " (one workload)" : "",
          (unsigned long long)cfg.rows, cfg.data_size, cfg.tmp);
   t0 = now_s();
+  if (cfg.proto) {
+    int bad = proto_layouts();
+    printf("total %.1f s\n", now_s() - t0);
+    if (!cfg.keep) rm_tree(cfg.tmp);
+    return bad ? 1 : 0;
+  }
   if (cfg.pg_url) {
     static char url[1024];
     const char *sh = getenv("BS_PG_SERVER");

@@ -1,0 +1,498 @@
+/*
+ * proto_layout.c (bsbench --proto): layout prototypes, not the file format. The snapshot ingest
+ * (rows i into bucket i % nb, op id i + 1, a durable commit per commit_rows rows) written
+ * straight with LMDB in two layouts of the ops, everything else as bench_raw.c writes it
+ * (source records with the existence check, bucket states, a change record per commit):
+ *   a: today's layout, an LMDB record per op keyed bucket id | op id (the baseline);
+ *   b: chunks, the ops of a flush appended per bucket as one record keyed bucket id | last op
+ *      id, holding CH_HDR then the ops packed; the bucket's tail chunk (its key is the bucket
+ *      state's last op, so no search finds it) is rewritten with the new ops while its packed
+ *      ops stay within the cap, and a flush's ops beyond the cap start new chunks.
+ * Both layouts hold the same op values (today's encoding, the library's public checksums), and
+ * each measurement cross-checks the ops, bytes and checksum sums the layouts hand out.
+ */
+#include "raw.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_DUMP_STATS_AT
+#define CALLGRIND_DUMP_STATS_AT(name) ((void)(name))
+#define CALLGRIND_ZERO_STATS          ((void)0)
+#endif
+
+/* Chunk header: u32 ops, u32 wrapping sum of their checksums, u64 min op id, u32 bytes of packed
+ * ops. Each packed op: varint(op id - previous op id in the chunk, the first from 0), varint(value
+ * size), the op value as today's op records hold it. */
+#define CH_HDR 20u
+
+typedef struct layout {
+  const char *name;
+  size_t cap; /* 0: an LMDB record per op */
+} layout;
+
+static const layout g_layouts[] = {
+    {"a: record per op", 0},
+    {"b: chunks, cap 4 KiB", 4096},
+    {"b: chunks, cap 16 KiB", 16384},
+    {"b: chunks, cap 64 KiB", 65536},
+};
+#define NLAYOUTS (sizeof g_layouts / sizeof *g_layouts)
+
+typedef struct pstat { /* what a layout's run measured */
+  double ingest_s, cpu_s, wchar, write_bytes, file, ops_bytes, src_bytes, chunks;
+  double read_s, ck_s, ckcp_s;
+  uint64_t read_ops, read_bytes, ck_buckets;
+  uint32_t read_sum, ck_sum, ckcp_sum;
+  int failed;
+} pstat;
+
+static size_t put_varint(unsigned char *p, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) p[n++] = (unsigned char)(v | 0x80);
+  p[n++] = (unsigned char)v;
+  return n;
+}
+
+static size_t varint_len(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) n++;
+  return n;
+}
+
+/* 0 when the varint runs past end. */
+static size_t get_varint(const unsigned char *p, const unsigned char *end, uint64_t *v) {
+  size_t n = 0;
+  *v = 0;
+  for (unsigned sh = 0; p + n < end && sh < 64; sh += 7) {
+    unsigned char c = p[n++];
+    *v |= (uint64_t)(c & 0x7f) << sh;
+    if (!(c & 0x80)) return n;
+  }
+  return 0;
+}
+
+/* The next packed op of a chunk body: its id, value and size; 0 at the end or on a bad op. */
+static int chunk_next(const unsigned char **p, const unsigned char *end, uint64_t *op,
+                      const unsigned char **v, size_t *vn) {
+  uint64_t delta, size;
+  size_t a, b;
+  if (*p >= end || !(a = get_varint(*p, end, &delta)) || !(b = get_varint(*p + a, end, &size)) ||
+      size > (uint64_t)(end - *p - a - b))
+    return 0;
+  *op += delta;
+  *v = *p + a + b;
+  *vn = (size_t)size;
+  *p += a + b + size;
+  return 1;
+}
+
+/* ---- Writing chunks ---- */
+typedef struct chunkw {
+  unsigned char *buf; /* CH_HDR + packed ops */
+  size_t len;         /* bytes of packed ops */
+  uint32_t count, ck;
+  uint64_t min, last;
+} chunkw;
+
+static int chunk_emit(rdb *d, MDB_txn *txn, uint64_t id, chunkw *w, double *chunks) {
+  unsigned char k[16];
+  MDB_val key = {16, k}, val = {CH_HDR + w->len, w->buf};
+  if (!w->count) return 0;
+  le32(w->buf, w->count);
+  le32(w->buf + 4, w->ck);
+  le64(w->buf + 8, w->min);
+  le32(w->buf + 16, (uint32_t)w->len);
+  opkey(k, id, w->last);
+  w->len = w->count = w->ck = 0;
+  w->min = w->last = 0;
+  ++*chunks;
+  return mdb_put(txn, d->ops, &key, &val, 0);
+}
+
+/* The bucket's tail chunk into w (and out of the tree) if `need` more bytes of packed ops keep it
+ * within cap. */
+static int chunk_take_tail(rdb *d, MDB_txn *txn, uint64_t id, uint64_t last, size_t cap,
+                           size_t need, chunkw *w, double *chunks) {
+  unsigned char k[16];
+  MDB_val key = {16, k}, val;
+  const unsigned char *p;
+  int mrc;
+  opkey(k, id, last);
+  if ((mrc = mdb_get(txn, d->ops, &key, &val))) return mrc == MDB_NOTFOUND ? 0 : mrc;
+  p = val.mv_data;
+  if (val.mv_size < CH_HDR || gle32(p + 16) != val.mv_size - CH_HDR) return MDB_CORRUPTED;
+  if (gle32(p + 16) + need > cap) return 0;
+  memcpy(w->buf, p, val.mv_size);
+  w->count = gle32(p);
+  w->ck = gle32(p + 4);
+  w->min = gle64(p + 8);
+  w->len = val.mv_size - CH_HDR;
+  w->last = last;
+  --*chunks;
+  return mdb_del(txn, d->ops, &key, NULL);
+}
+
+/* The flush's ops of bucket b (rows [s, e) with i % nb == b) appended as chunks. */
+static int chunk_flush(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, unsigned b, uint64_t s,
+                       uint64_t e, size_t cap, chunkw *w, double *chunks) {
+  static unsigned char v[OP_MAX];
+  uint64_t id = b + 1, prev = acc[b].last_op;
+  int mrc = 0, first = acc[b].count > 0;
+  for (uint64_t i = s + (b + nb - s % nb) % nb; i < e && !mrc; i += nb) {
+    uint64_t op = i + 1;
+    size_t n = op_make(v, acc, b, op, BS_OP_PUT, i, 0, g_cfg->data_size), need;
+    if (first && (mrc = chunk_take_tail(d, txn, id, prev, cap,
+                                        varint_len(op - prev) + varint_len(n) + n, w, chunks)))
+      break;
+    first = 0;
+    need = varint_len(op - w->last) + varint_len(n) + n;
+    if (w->count && w->len + need > cap) {
+      if ((mrc = chunk_emit(d, txn, id, w, chunks))) break;
+      need = varint_len(op) + varint_len(n) + n;
+    }
+    if (!w->count) w->min = op;
+    w->len += put_varint(w->buf + CH_HDR + w->len, op - w->last);
+    w->len += put_varint(w->buf + CH_HDR + w->len, n);
+    memcpy(w->buf + CH_HDR + w->len, v, n);
+    w->len += n;
+    w->count++;
+    w->ck += gle32(v + 1);
+    w->last = op;
+  }
+  return mrc ? mrc : chunk_emit(d, txn, id, w, chunks);
+}
+
+/* ---- Measuring ---- */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* wchar (bytes given to write calls) and write_bytes (bytes this process sent to be stored) of
+ * /proc/self/io; -1 where the kernel does not say. */
+static void io_now(double *wchar, double *wbytes) {
+  char line[128];
+  FILE *f = fopen("/proc/self/io", "r");
+  unsigned long long v;
+  *wchar = *wbytes = -1;
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "wchar: %llu", &v) == 1) *wchar = (double)v;
+    if (sscanf(line, "write_bytes: %llu", &v) == 1) *wbytes = (double)v;
+  }
+  fclose(f);
+}
+
+/* Bytes of the tree's pages. */
+static double db_bytes(MDB_txn *txn, MDB_dbi dbi) {
+  MDB_stat st;
+  if (mdb_stat(txn, dbi, &st)) return -1;
+  return (double)(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) * st.ms_psize;
+}
+
+static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
+  const bench_cfg *c = g_cfg;
+  racc *acc = calloc(nb, sizeof *acc);
+  chunkw w = {malloc(CH_HDR + (L->cap ? L->cap : 1) + OP_MAX), 0, 0, 0, 0, 0};
+  uint64_t seq = 0;
+  double t0, c0, wc0, wb0, wc1, wb1;
+  char name[64];
+  MDB_txn *txn = NULL;
+  int mrc = ENOMEM;
+  if (!acc || !w.buf) goto out;
+  CALLGRIND_ZERO_STATS;
+  io_now(&wc0, &wb0);
+  c0 = cpu_s();
+  t0 = now_s();
+  for (uint64_t s = 0; s < c->rows; s += c->commit_rows) {
+    uint64_t e = s + c->commit_rows < c->rows ? s + c->commit_rows : c->rows;
+    if ((mrc = mdb_txn_begin(d->env, NULL, 0, &txn))) goto out;
+    if (!L->cap) {
+      mrc = r_insert_batch(d, txn, acc, nb, s, e, 0, 0, 1, c->data_size);
+    } else {
+      mrc = r_put_sources(d, txn, nb, s, e, 0, 1);
+      for (unsigned b = 0; b < nb && !mrc; b++)
+        mrc = chunk_flush(d, txn, acc, nb, b, s, e, L->cap, &w, &ps->chunks);
+    }
+    if (mrc || (mrc = r_finish(d, txn, acc, nb, s + 1, e, &seq))) goto out;
+    mrc = mdb_txn_commit(txn);
+    txn = NULL;
+    if (mrc) goto out;
+  }
+  ps->ingest_s = now_s() - t0;
+  ps->cpu_s = cpu_s() - c0;
+  snprintf(name, sizeof name, "%s, ingest", L->name);
+  CALLGRIND_DUMP_STATS_AT(name);
+  io_now(&wc1, &wb1);
+  ps->wchar = wc0 < 0 ? -1 : wc1 - wc0;
+  ps->write_bytes = wb0 < 0 ? -1 : wb1 - wb0;
+  ps->file = file_bytes(d->path);
+  if ((mrc = mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn))) goto out;
+  ps->ops_bytes = db_bytes(txn, d->ops);
+  ps->src_bytes = db_bytes(txn, d->source);
+  if (!L->cap) ps->chunks = (double)c->rows;
+out:
+  if (txn) mdb_txn_abort(txn);
+  free(acc);
+  free(w.buf);
+  return mrc;
+}
+
+typedef struct phand {
+  uint64_t ops, bytes;
+  uint32_t sum;
+} phand;
+
+/* Hands out ops (after, cp] of bucket id, at most limit; returns the last op read when the limit
+ * stopped it (0: the bucket's end). Chunks: the first chunk found may start below after + 1, its
+ * ops up to after are skipped. */
+static uint64_t p_scan(rdb *d, MDB_txn *txn, size_t cap, uint64_t id, uint64_t after, uint64_t cp,
+                       uint64_t limit, phand *out) {
+  MDB_cursor *cur;
+  unsigned char k[16];
+  MDB_val key = {16, k}, val;
+  uint64_t n = 0, last = 0;
+  int mrc;
+  opkey(k, id, after + 1);
+  if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < limit;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const unsigned char *kp = key.mv_data, *p = val.mv_data, *end = p + val.mv_size, *v;
+    uint64_t op = 0;
+    size_t vn;
+    if (gbe64(kp) != id) break;
+    if (!cap) {
+      if ((op = gbe64(kp + 8)) > cp) break;
+      out->bytes += val.mv_size - HDR;
+      out->sum += gle32(p + 1);
+      last = op;
+      n++;
+      continue;
+    }
+    if (gle64(p + 8) > cp) break;
+    for (p += CH_HDR; n < limit && chunk_next(&p, end, &op, &v, &vn);) {
+      if (op <= after) continue;
+      if (op > cp) break;
+      out->bytes += vn - HDR;
+      out->sum += gle32(v + 1);
+      last = op;
+      n++;
+    }
+  }
+  out->ops += n;
+  mdb_cursor_close(cur);
+  return n == limit ? last : 0;
+}
+
+/* Whole buckets from op 0 at cp, a read txn per read_limit ops (as raw_reads). */
+static int p_reads(rdb *d, size_t cap, unsigned nb, uint64_t cp, phand *out) {
+  for (unsigned b = 0; b < nb; b++) {
+    uint64_t after = 0;
+    do {
+      MDB_txn *txn;
+      uint64_t id;
+      if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
+      id = r_bucket_id(d, txn, b);
+      after = id ? p_scan(d, txn, cap, id, after, cp, g_cfg->read_limit, out) : 0;
+      mdb_txn_abort(txn);
+    } while (after);
+  }
+  return 0;
+}
+
+/* Every bucket's checksum at the latest op summed from its stored ops (no running state, no
+ * cache): every op's checksum, or every chunk's sum. */
+static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
+  uint32_t total = 0;
+  MDB_cursor *cur;
+  if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
+  for (unsigned b = 0; b < nb; b++) {
+    uint64_t id = r_bucket_id(d, txn, b);
+    unsigned char k[16];
+    MDB_val key = {16, k}, val;
+    uint32_t ck = 0;
+    int mrc;
+    opkey(k, id, 0);
+    for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && gbe64(key.mv_data) == id;
+         mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
+      ck += gle32((const unsigned char *)val.mv_data + (cap ? 4 : 1));
+    total += ck;
+  }
+  mdb_cursor_close(cur);
+  return total;
+}
+
+/* Chunks: bucket b's checksum at cp, the running state minus the chunks above cp (the chunk that
+ * holds cp decoded for its ops above cp); as r_checksum does with op records. */
+static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp,
+                           uint32_t *ck) {
+  unsigned char k[16];
+  MDB_val key = {8, k}, val;
+  uint64_t id = r_bucket_id(d, txn, b);
+  int mrc;
+  *ck = 0;
+  be64(k, id);
+  if (!id || mdb_get(txn, d->bstate, &key, &val) || val.mv_size < 96) return;
+  *ck = gle32((unsigned char *)val.mv_data + 4);
+  if (gle64((unsigned char *)val.mv_data + 24) <= cp) return;
+  opkey(k, id, cp + 1);
+  key.mv_size = 16;
+  key.mv_data = k;
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && gbe64(key.mv_data) == id;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const unsigned char *p = val.mv_data, *end = p + val.mv_size, *v;
+    uint64_t op = 0;
+    size_t vn;
+    if (gle64(p + 8) > cp) {
+      *ck -= gle32(p + 4);
+      continue;
+    }
+    for (p += CH_HDR; chunk_next(&p, end, &op, &v, &vn);)
+      if (op > cp) *ck -= gle32(v + 1);
+  }
+}
+
+static uint32_t p_checksum_at(rdb *d, MDB_txn *txn, size_t cap, unsigned nb, uint64_t cp) {
+  uint32_t total = 0, ck;
+  uint64_t count;
+  MDB_cursor *cur;
+  if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
+  for (unsigned b = 0; b < nb; b++) {
+    if (cap)
+      chunk_checksum(d, txn, cur, b, cp, &ck);
+    else
+      r_checksum(d, txn, cur, b, cp, &ck, &count);
+    total += ck;
+  }
+  mdb_cursor_close(cur);
+  return total;
+}
+
+/* The best of three warm passes (the first pass before them warms the map). */
+#define PASSES 3
+
+static int p_measure(rdb *d, const layout *L, unsigned nb, pstat *ps) {
+  uint64_t cp = g_cfg->rows, mid = g_cfg->rows - g_cfg->commit_rows / 2;
+  char name[64];
+  MDB_txn *txn;
+  phand warm = {0, 0, 0};
+  if (p_reads(d, L->cap, nb, cp, &warm)) return -1;
+  ps->read_s = ps->ck_s = ps->ckcp_s = 1e30;
+  CALLGRIND_ZERO_STATS;
+  for (int i = 0; i < PASSES; i++) {
+    phand pr = {0, 0, 0};
+    double t0 = now_s(), t;
+    if (p_reads(d, L->cap, nb, cp, &pr)) return -1;
+    if ((t = now_s() - t0) < ps->read_s) ps->read_s = t;
+    ps->read_ops = pr.ops;
+    ps->read_bytes = pr.bytes;
+    ps->read_sum = pr.sum;
+  }
+  snprintf(name, sizeof name, "%s, reads", L->name);
+  CALLGRIND_DUMP_STATS_AT(name);
+  for (int i = 0; i < PASSES; i++) {
+    double t0 = now_s(), t;
+    if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
+    ps->ck_sum = p_checksum_full(d, txn, L->cap, nb);
+    if ((t = now_s() - t0) < ps->ck_s) ps->ck_s = t;
+    t0 = now_s();
+    ps->ckcp_sum = p_checksum_at(d, txn, L->cap, nb, mid);
+    if ((t = now_s() - t0) < ps->ckcp_s) ps->ckcp_s = t;
+    mdb_txn_abort(txn);
+  }
+  ps->ck_buckets = nb;
+  return 0;
+}
+
+static void p_run(const layout *L, unsigned nb, pstat *ps) {
+  char name[64];
+  bres r; /* r_open reports into it */
+  rdb d;
+  int mrc;
+  memset(ps, 0, sizeof *ps);
+  snprintf(name, sizeof name, "proto%u.%zu", nb, L->cap);
+  if (r_open(&d, name, 0, 1, &r)) {
+    fprintf(stderr, "bsbench --proto: %s\n", r.note);
+    ps->failed = 1;
+    return;
+  }
+  if ((mrc = p_ingest(&d, L, nb, ps)) || p_measure(&d, L, nb, ps)) {
+    fprintf(stderr, "bsbench --proto: %s, %u buckets: %s\n", L->name, nb,
+            mrc ? mdb_strerror(mrc) : "reads failed");
+    ps->failed = 1;
+  }
+  r_close(&d);
+  unlink(d.path);
+  strncat(d.path, "-lock", sizeof d.path - strlen(d.path) - 1);
+  unlink(d.path);
+}
+
+static void p_print(unsigned nb, const pstat *ps) {
+  const bench_cfg *c = g_cfg;
+  double commits = (double)((c->rows + c->commit_rows - 1) / c->commit_rows), n = (double)c->rows;
+  const pstat *a = &ps[0];
+  printf("\n%u buckets, %llu rows, a durable commit per %llu rows (x a: ratio to layout a)\n", nb,
+         (unsigned long long)c->rows, (unsigned long long)c->commit_rows);
+  printf("%-22s %15s %7s %8s %9s %6s %6s %6s %8s %15s %15s %13s\n", "layout", "ingest rows/s",
+         "cpu us", "KiB/cmt", "wb KiB/c", "B/op", "opsB", "srcB", "records", "reads ops/s",
+         "ck full us/bk", "ck@cp us/bk");
+  for (size_t i = 0; i < NLAYOUTS; i++) {
+    const pstat *p = &ps[i];
+    if (p->failed) {
+      printf("%-22s FAILED\n", g_layouts[i].name);
+      continue;
+    }
+    printf("%-22s %8.0fk %4.2fx %7.2f %8.0f %9.0f %6.0f %6.0f %6.0f %8.0f %8.2fM %4.2fx %7.1f "
+           "%5.2fx %6.1f %5.2fx\n",
+           g_layouts[i].name, n / p->ingest_s / 1e3, a->ingest_s / p->ingest_s, p->cpu_s / n * 1e6,
+           p->wchar / commits / 1024, p->write_bytes / commits / 1024, p->file / n,
+           p->ops_bytes / n, p->src_bytes / n, p->chunks, (double)p->read_ops / p->read_s / 1e6,
+           a->read_s / p->read_s, p->ck_s / nb * 1e6, a->ck_s / p->ck_s, p->ckcp_s / nb * 1e6,
+           a->ckcp_s / p->ckcp_s);
+  }
+}
+
+/* Layouts a and b side by side, their hand-outs cross-checked. Returns the number of failures. */
+int proto_layouts(void) {
+  unsigned sizes[2] = {g_cfg->buckets_small, g_cfg->buckets_large};
+  int bad = 0;
+  printf("layout prototypes (not the file format); reads and checksums: best of %d warm passes\n",
+         PASSES);
+  for (int s = 0; s < 2; s++) {
+    pstat ps[NLAYOUTS];
+    for (size_t i = 0; i < NLAYOUTS; i++) {
+      p_run(&g_layouts[i], sizes[s], &ps[i]);
+      bad += ps[i].failed;
+      if (!ps[i].failed && !ps[0].failed &&
+          (ps[i].read_ops != ps[0].read_ops || ps[i].read_bytes != ps[0].read_bytes ||
+           ps[i].read_sum != ps[0].read_sum || ps[i].ck_sum != ps[0].ck_sum ||
+           ps[i].ckcp_sum != ps[0].ckcp_sum || ps[i].ck_sum != ps[i].read_sum ||
+           ps[i].read_ops != g_cfg->rows)) {
+        fprintf(stderr, "bsbench --proto: %s, %u buckets: the hand-outs differ from layout a\n",
+                g_layouts[i].name, sizes[s]);
+        bad++;
+      }
+    }
+    p_print(sizes[s], ps);
+  }
+  printf("\ncolumns: cpu us = CPU (user + sys) per row of the ingest; KiB/cmt = /proc/self/io "
+         "wchar per commit (what LMDB wrote: 4 KiB pages); wb KiB/c = write_bytes per commit; "
+         "B/op = file size / ops; opsB, srcB = bytes of the pages of the op and source trees "
+         "(mdb_stat) / ops; "
+         "records = records of the op tree; ck full = a bucket's checksum at the latest op "
+         "summed from every op (a) or every chunk header (b); ck@cp = at a checkpoint half a "
+         "commit below the head, the bucket state minus the ops (chunks) above it\n");
+  return bad;
+}
