@@ -264,7 +264,8 @@ void bs__queue_free(bs__queue *q, const bs_allocator *a);
 
 struct bs__writer_front {
   bs_writer_options opts; /* as bs_writer_open resolved them */
-  bs__queue q; /* what was queued since the last flush; a backend never flushes on its own */
+  bs__queue q;        /* what was queued since the last flush; a backend never flushes on its own */
+  bs_storage *locked; /* whose writer lock (of opts.snapshot's kind) the writer holds */
   int closed;
 };
 
@@ -318,10 +319,11 @@ static inline int bs__op_carries_row(bs_op_type type) {
 #define BS_OLDER_bs_compact_options /* none yet */
 #define BS_OLDER_bs_backup_options  /* none yet */
 #define BS_OLDER_bs_db_vtable       /* none yet */
-#define BS_OLDER_bs_storage_vtable  offsetof(bs_storage_vtable, wait_checkpoint),
-#define BS_OLDER_bs_writer_vtable   /* none yet */
-#define BS_SIZES(T)                 ((const size_t[]){BS_OLDER_##T sizeof(T)})
-#define BS_VERSIONS(T)              ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
+#define BS_OLDER_bs_storage_vtable                                                                 \
+  offsetof(bs_storage_vtable, wait_checkpoint), offsetof(bs_storage_vtable, writer_lock),
+#define BS_OLDER_bs_writer_vtable /* none yet */
+#define BS_SIZES(T)               ((const size_t[]){BS_OLDER_##T sizeof(T)})
+#define BS_VERSIONS(T)            ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
 /* The caller's in (an options struct: its version first, checked 1..current, else BS_EINVAL
  * naming what) over out, which holds the defaults: only the bytes of in's version are read, the
  * fields of later versions keep their defaults; out's version is the current one. */

@@ -146,4 +146,5 @@ static const bs_storage_vtable lmdb_vtable = {
     .clear = bs__lmdb_clear,
     .terminate = bs__lmdb_terminate,
     .list_buckets = bs__lmdb_list_buckets,
+    .writer_lock = bs__lmdb_writer_lock,
 };

@@ -3,7 +3,7 @@
  * (lmdb_codec.c) and the file check (lmdb_file.c). Opening a handle on a file (the format
  * check, one environment per file in a process), transactions and map growth, and the records
  * the other files read and write through it: stream records, bucket states, bucket ids, the
- * sub-databases. It holds no slot of a method table: lmdb.c sets the handle's table.
+ * sub-databases, and the writer locks (the one slot it holds; lmdb.c sets the handle's table).
  */
 #include "lmdb_internal.h"
 
@@ -457,6 +457,12 @@ static bs__lmdb_env *lm_reg; /* every environment of this process */
  * unlink before the free), so the child's copy is a valid list of its stale environments. */
 static void reg_child(void) {
   pthread_mutex_init(&lm_reg_mu, NULL);
+  /* the parent's writer locks stay the parent's ("Writer locks" below) */
+  for (bs__lmdb_env *e = lm_reg; e; e = e->next)
+    if (e->wfd >= 0) {
+      close(e->wfd);
+      e->wfd = -1;
+    }
 }
 static void reg_init(void) {
   (void)pthread_atfork(NULL, NULL, reg_child);
@@ -505,6 +511,9 @@ static int env_compatible(bs__lmdb_env *e, const char *path, unsigned flags, siz
 
 static void env_free(bs__lmdb_env *e) {
   if (e->env) mdb_env_close(e->env);
+  if (e->wfd >= 0) close(e->wfd);
+  bs__free(&bs__default_allocator, e->held);
+  pthread_mutex_destroy(&e->wl_mu);
   pthread_rwlock_destroy(&e->txn_lock);
   pthread_mutex_destroy(&e->grow_mu);
   bs__free(&bs__default_allocator, e);
@@ -524,8 +533,12 @@ static int env_new(bs__lmdb_env **out, const char *path, const char *real, unsig
     return bs__fail(err, BS_ENOMEM, "cannot initialise the transaction lock");
   }
   pthread_mutex_init(&e->grow_mu, NULL);
+  pthread_mutex_init(&e->wl_mu, NULL);
   e->flags = flags;
-  if ((mrc = mdb_env_create(&e->env)) != 0) {
+  e->wfd = -1;
+  if (!(flags & MDB_RDONLY) && (e->wfd = open(real, O_RDWR | O_CLOEXEC)) < 0) {
+    rc = bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
+  } else if ((mrc = mdb_env_create(&e->env)) != 0) {
     rc = bs__fail_mdb(err, mrc, "mdb_env_create");
   } else if ((mrc = mdb_env_set_maxdbs(e->env, LM_MAXDBS)) != 0 ||
              (mrc = mdb_env_set_mapsize(e->env, map_size)) != 0) {
@@ -671,5 +684,66 @@ int bs__lmdb_stop_streams(bs__lmdb_db *db, MDB_txn *txn, uint32_t except, unsign
       if ((rc = bs__stream_rec_put(db, txn, &r, err)) != BS_OK) return rc;
     }
   if (last) *last = id;
+  return rc;
+}
+
+/* ---- Writer locks ------------------------------------------------------------------------------
+ * One writer per stream and kind (storage.h bs_writer_open). In this process the handles of a
+ * file share its environment, so the locks held are a set in it. Across processes, an
+ * open-file-description lock (F_OFD_SETLK) on one byte of the file per (stream, kind), at
+ * LM_WL_BASE + 2 * stream + snapshot, on the environment's own descriptor: the kernel releases
+ * it when the process ends, also by SIGKILL. Why these: LMDB's own locks are classic POSIX
+ * locks on the lock file (a byte at offset 0, and one at each reader's pid), which belong to the
+ * process and all go at the close of any descriptor of that file, so a descriptor of ours there
+ * could never be closed while the environment lives; the data file carries no lock of LMDB's,
+ * and an OFD lock belongs to the descriptor that took it, untouched by others' closes. The bytes
+ * lie far beyond the file's end, where no lock of anyone's falls. The descriptor is the
+ * environment's, not LMDB's (which is not close-on-exec: a lock on it would live on in a program
+ * the host starts), and a child after fork() closes its copy (reg_child), so it never holds its
+ * parent's writer locks. Without OFD locks (not Linux) only this process's writers exclude each
+ * other. */
+#define LM_WL_BASE ((off_t)1 << 40)
+
+static int wl_find(const bs__lmdb_env *e, uint64_t key, size_t *at) {
+  for (*at = 0; *at < e->n_held; (*at)++)
+    if (e->held[*at] == key) return 1;
+  return 0;
+}
+
+/* BS_OK, BS_EBUSY (another process has it) or BS_EIO. */
+static int wl_file(const bs__lmdb_env *e, uint64_t key, short type, bs_error *err) {
+#ifdef F_OFD_SETLK
+  struct flock fl = {
+      .l_type = type, .l_whence = SEEK_SET, .l_start = LM_WL_BASE + (off_t)key, .l_len = 1};
+  int rc;
+  while ((rc = fcntl(e->wfd, F_OFD_SETLK, &fl)) != 0 && errno == EINTR) continue;
+  if (rc == 0) return BS_OK;
+  if (errno == EAGAIN || errno == EACCES) return bs__fail(err, BS_EBUSY, "held by a process");
+  return bs__fail(err, BS_EIO, "the writer lock: fcntl: %s", strerror(errno));
+#else
+  (void)e, (void)key, (void)type, (void)err;
+  return BS_OK;
+#endif
+}
+
+int bs__lmdb_writer_lock(bs_storage *base, int snapshot, int take, bs_error *err) {
+  bs__lmdb_env *e = ((bs__lmdb_storage *)base)->db->e;
+  uint64_t key = 2 * (uint64_t)base->stream_id + (snapshot != 0);
+  size_t at;
+  int rc = BS_OK;
+  pthread_mutex_lock(&e->wl_mu);
+  if (!take) {
+    if (wl_find(e, key, &at)) {
+      (void)wl_file(e, key, F_UNLCK, NULL);
+      e->held[at] = e->held[--e->n_held];
+    }
+  } else if (wl_find(e, key, &at)) {
+    rc = bs__fail(err, BS_EBUSY, "held in this process");
+  } else if (BS_GROW(&bs__default_allocator, e->held, e->cap_held, e->n_held + 1)) {
+    rc = bs__fail(err, BS_ENOMEM, "the writer lock: out of memory");
+  } else if ((rc = wl_file(e, key, F_WRLCK, err)) == BS_OK) {
+    e->held[e->n_held++] = key;
+  }
+  pthread_mutex_unlock(&e->wl_mu);
   return rc;
 }

@@ -493,6 +493,13 @@ struct bs__lmdb_env {
   pthread_rwlock_t txn_lock;
   size_t map_size;
   int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
+  /* The writer locks (lmdb_env.c "Writer locks"): wfd, the environment's own descriptor of the file
+   * (-1 in a read-only environment), holds them for other processes; held lists this process's
+   * (keys 2 * stream + snapshot), under wl_mu. */
+  int wfd;
+  pthread_mutex_t wl_mu;
+  uint64_t *held;
+  size_t n_held, cap_held;
   /* the registry's (under its mutex) */
   bs__lmdb_env *next;
   dev_t dev;
@@ -528,11 +535,13 @@ enum bs__lmdb_file_state {
 };
 int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err);
 
-/* lmdb_env.c: the bottom the other files sit on (no method-table slot in it). */
+/* lmdb_env.c: the bottom the other files sit on (one method-table slot: the writer lock). */
 /* A handle on the file at path, with no method table (vt NULL: lmdb.c's constructor sets it);
  * closed with bs__lmdb_db_close, which takes NULL. */
 int bs__lmdb_db_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 void bs__lmdb_db_close(bs_db *db);
+/* The writer_lock slot (lmdb_env.c "Writer locks"): the lock lives in the environment. */
+int bs__lmdb_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */
 int bs__fail_mdb(bs_error *err, int mdb_rc, const char *what);
 /* Internal status (never returned to the host): an LMDB call hit MDB_MAP_FULL. The unit of work

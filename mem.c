@@ -82,7 +82,7 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs__htab_free(&s->ridx, a);
   bs__htab_free(&s->bidx, a);
   /* every other field is data: empty arrays and indexes are all zero */
-  mem_stream kept = {.id = s->id, .name = s->name, .m = s->m};
+  mem_stream kept = {.id = s->id, .name = s->name, .m = s->m, .writers = s->writers};
   *s = kept;
 }
 
@@ -582,6 +582,22 @@ static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer
   w->snapshot = o->snapshot;
   *out = &w->base;
   return BS_OK;
+}
+
+/* The memory store lives in one process: its writer locks are a set in the stream. */
+static int mem_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err) {
+  mem_storage *ms = MS(st);
+  unsigned bit = 1u << (snapshot != 0);
+  int rc = BS_OK;
+  lock(ms->db);
+  if (!take)
+    ms->s->writers &= ~bit;
+  else if (ms->s->writers & bit)
+    rc = bs__fail(err, BS_EBUSY, "the writer lock is held");
+  else
+    ms->s->writers |= bit;
+  unlock(ms->db);
+  return rc;
 }
 
 static void mem_writer_close(bs_writer *bw) {
@@ -1204,6 +1220,7 @@ static const bs_storage_vtable mem_vtable = {
     .clear = mem_clear,
     .terminate = mem_terminate,
     .list_buckets = bs__mem_list_buckets,
+    .writer_lock = mem_writer_lock,
 };
 
 /* ---- Database -------------------------------------------------------------------------------- */

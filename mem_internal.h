@@ -136,8 +136,9 @@ typedef struct mem_stream {
   size_t ncw, ccw;
   bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
   size_t npend, cpend;
-  bs__htab ridx; /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
-  bs__htab bidx; /* buckets by name (value: index + 1) */
+  bs__htab ridx;    /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
+  bs__htab bidx;    /* buckets by name (value: index + 1) */
+  unsigned writers; /* the writer locks held: 1 << snapshot (under the db's mu) */
 } mem_stream;
 
 typedef struct mem_head {

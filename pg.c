@@ -802,6 +802,7 @@ static const bs_storage_vtable pg_vtable = {
     .terminate = pg_terminate,
     .list_buckets = bs__pg_list_buckets,
     .wait_checkpoint = pg_wait_checkpoint,
+    .writer_lock = bs__pg_writer_lock,
 };
 
 /* ---- Database -------------------------------------------------------------------------------- */

@@ -134,17 +134,16 @@ typedef struct bs__pg_db {
     bs_error lost;
   } listen;
   /* The writer sessions of this handle (pg_write.c): one per (stream, kind) holds the stream's
-   * advisory writer lock and runs every statement of this handle's writers of that kind, so a
+   * advisory writer lock and runs every statement of the handle's writer of that kind, so a
    * commit runs in the session that holds the lock (a session the server drops takes its lock
-   * and its open transaction with it). The list and refs are guarded by pool_mu, c by mu (taken
-   * before pool_mu); a lock is listed from before its session opens until after it ended. */
+   * and its open transaction with it). The list is guarded by pool_mu, c by mu (taken before
+   * pool_mu); a lock is listed from before its session opens until after it ended. */
   struct bs__pg_lock {
     int32_t key;
     uint32_t stream;
     int snapshot;
-    PGconn *c; /* NULL after a loss, until the next call reconnects and locks again */
-    int pid;   /* the server process of the last session (c's), 0 before the first */
-    unsigned refs;
+    PGconn *c;          /* NULL after a loss, until the next call reconnects and locks again */
+    int pid;            /* the server process of the last session (c's), 0 before the first */
     pthread_mutex_t mu; /* held by a writer's call for its whole use of c */
   } * *locks;
   size_t n_locks, cap_locks;
@@ -212,9 +211,8 @@ static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
  * yet), "flush" (a flush's statements ran, its COMMIT not sent yet), "commit" (a commit's queue
  * applied in its transaction, the checkpoint not made yet), "commit.sent" (a flush's or
  * commit's COMMIT sent, its reply not read yet), "writer.lock" (a writer session got its
- * advisory lock), "writer.unlock" (the last writer of a lock closes: its session is about to
- * unlock), "writer.share" (a writer open found the handle's lock of its stream listed and is
- * about to wait for its session; c NULL), "analyze" (a writer's ANALYZE sent on a session of its
+ * advisory lock), "writer.unlock" (a writer closes: its lock's session is about to unlock),
+ * "analyze" (a writer's ANALYZE sent on a session of its
  * own, not waited for). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
@@ -364,6 +362,7 @@ void bs__pg_rollback(PGconn *c);
 
 /* pg_write.c: the writer and write-checkpoint slots */
 int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err);
+int bs__pg_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 int bs__pg_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                      bs_error *err);
 int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,

@@ -17,9 +17,8 @@ static bs__pg_db *db_of(bs_storage *st) {
 /* ---- The writer's session --------------------------------------------------------------------- */
 
 /* The advisory lock of a stream's writers of one kind (pg_internal.h: BS_PG_LOCK_WRITER or
- * _SNAPSHOT). A session of the handle holds it for all of the handle's writers of that kind (as
- * LMDB, a second writer in the same process is the host's choice, storage.h CAVEATS); another
- * process or host gets BS_EBUSY. */
+ * _SNAPSHOT), the backend's writer_lock: held by a session of the handle while its writer of
+ * that kind is open, so every other handle, process and host gets BS_EBUSY. */
 #define WRITER_LOCK_SQL "SELECT pg_try_advisory_lock($1, $2)"
 
 static void arg_lock(bs__pg_args *a, const bs__pg_db *db, const struct bs__pg_lock *l) {
@@ -131,56 +130,49 @@ static struct bs__pg_lock *lock_new(bs__pg_db *db, int32_t key, uint32_t stream,
   return l;
 }
 
-/* Drops a writer's reference to l; the last one ends the session and unlists l, unless a writer
- * of the handle took l again while the session ended (it then opens a new one). */
+/* Ends l's session and unlists l. */
 static void lock_release(bs__pg_db *db, struct bs__pg_lock *l) {
-  int last, gone = 0;
   pthread_mutex_lock(&l->mu);
+  session_close(db, l);
   pthread_mutex_lock(&db->pool_mu);
-  last = --l->refs == 0;
-  pthread_mutex_unlock(&db->pool_mu);
-  if (last) session_close(db, l);
-  pthread_mutex_lock(&db->pool_mu);
-  if (last && l->refs == 0) {
-    gone = 1;
-    for (size_t i = 0; i < db->n_locks; i++)
-      if (db->locks[i] == l) {
-        db->locks[i] = db->locks[--db->n_locks];
-        break;
-      }
-  }
+  for (size_t i = 0; i < db->n_locks; i++)
+    if (db->locks[i] == l) {
+      db->locks[i] = db->locks[--db->n_locks];
+      break;
+    }
   pthread_mutex_unlock(&db->pool_mu);
   pthread_mutex_unlock(&l->mu);
-  if (gone) {
-    pthread_mutex_destroy(&l->mu);
-    bs__free(&db->base.alloc, l);
-  }
+  pthread_mutex_destroy(&l->mu);
+  bs__free(&db->base.alloc, l);
 }
 
-/* The handle's session for (stream, kind), shared by its writers (refs). A lock is listed from
- * before its session opens until after it ended, both under l->mu: a writer of the handle opened
- * meanwhile (another thread) takes the same lock and waits for the session on l->mu, instead of
- * finding the advisory lock held by its own handle (BS_EBUSY). */
-static int lock_take(bs__pg_db *db, uint32_t stream, int snapshot, struct bs__pg_lock **out,
-                     bs_error *err) {
-  int32_t key = bs__pg_lock_key(stream, snapshot ? BS_PG_LOCK_SNAPSHOT : BS_PG_LOCK_WRITER);
+static int32_t lock_key(uint32_t stream, int snapshot) {
+  return bs__pg_lock_key(stream, snapshot ? BS_PG_LOCK_SNAPSHOT : BS_PG_LOCK_WRITER);
+}
+
+/* The writer lock of (stream, kind): listed from before its session opens until after it ended,
+ * so the handle's own writer of that kind is refused (BS_EBUSY) whatever thread asks, as any
+ * other handle's. */
+int bs__pg_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err) {
+  bs__pg_db *db = db_of(st);
+  int32_t key = lock_key(st->stream_id, snapshot);
   struct bs__pg_lock *l;
-  int rc = BS_OK, shared;
+  int rc, held;
   pthread_mutex_lock(&db->pool_mu);
-  if (!(shared = (l = lock_find(db, key)) != NULL)) l = lock_new(db, key, stream, snapshot);
-  if (l) l->refs++;
+  l = lock_find(db, key);
+  if (!(held = l != NULL) && take) l = lock_new(db, key, st->stream_id, snapshot);
   pthread_mutex_unlock(&db->pool_mu);
-  if (!l) return bs__fail(err, BS_ENOMEM, "writer: out of memory");
-  if (shared) bs__pg_hook(db, "writer.share", NULL);
-  pthread_mutex_lock(&l->mu);
-  if (!l->c) rc = session_open(db, l, err);
-  pthread_mutex_unlock(&l->mu);
-  if (rc) {
-    lock_release(db, l);
-    return rc;
+  if (!take) {
+    if (l) lock_release(db, l);
+    return BS_OK;
   }
-  *out = l;
-  return BS_OK;
+  if (held) return bs__fail(err, BS_EBUSY, "held by this handle");
+  if (!l) return bs__fail(err, BS_ENOMEM, "writer: out of memory");
+  pthread_mutex_lock(&l->mu);
+  rc = session_open(db, l, err);
+  pthread_mutex_unlock(&l->mu);
+  if (rc) lock_release(db, l);
+  return rc;
 }
 
 static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
@@ -260,11 +252,13 @@ int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **o
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
   rc = stream_state(c, st->stream_id, &state, err);
   bs__pg_conn_put(db, c);
-  if (rc || (rc = lock_take(db, st->stream_id, o->snapshot, &l, err))) return rc;
-  if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w))) {
-    lock_release(db, l);
+  if (rc) return rc;
+  if (!(w = bs__calloc(&db->base.alloc, 1, sizeof *w)))
     return bs__fail(err, BS_ENOMEM, "writer: out of memory");
-  }
+  pthread_mutex_lock(&db->pool_mu);
+  l = lock_find(db, lock_key(st->stream_id, o->snapshot)); /* the front took it */
+  pthread_mutex_unlock(&db->pool_mu);
+  BS_ASSERT(l);
   w->base.vt = &pg_writer_vt;
   w->base.st = st;
   w->db = db;
@@ -277,8 +271,7 @@ int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **o
 static void writer_close(bs_writer *bw) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   if (!w) return;
-  analyze_collect(w, 1);
-  lock_release(w->db, w->lock);
+  analyze_collect(w, 1); /* the front releases the writer lock next */
   bs__free(&w->db->base.alloc, w);
 }
 
@@ -408,8 +401,8 @@ static int commit_txn(bs__pg_writer *w, int64_t xid, bs_error *err) {
   return commit_outcome(w, xid, rc, err);
 }
 
-/* Every writer call holds its session's mutex (writers of one handle share the session) and
- * starts with a live, locked session (bs__pg_writer_conn). */
+/* Every writer call holds its session's mutex (the session is the writer lock's) and starts
+ * with a live, locked session (bs__pg_writer_conn). */
 static int call_begin(bs__pg_writer *w, bs_error *err) {
   int rc;
   pthread_mutex_lock(&w->lock->mu);

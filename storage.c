@@ -455,6 +455,23 @@ uint32_t bs_storage_stream_id(const bs_storage *st) {
 
 /* ---- Writing --------------------------------------------------------------------------------- */
 
+/* ONE WRITER PER STREAM AND KIND (storage.h bs_writer_open), the rule of every backend: its
+ * writer_lock slot says whether the lock is free, in whatever reach its writers have (a process,
+ * a file's processes, a server's hosts); the answer's words are the front's. */
+static int writer_lock(bs_storage *st, int snapshot, bs_error *err) {
+  int rc;
+  if (!SLOT_OK(st->vt, bs_storage_vtable, writer_lock)) return BS_OK;
+  if ((rc = st->vt->writer_lock(st, snapshot, 1, err)) == BS_EBUSY)
+    bs__fail(err, BS_EBUSY,
+             "stream %u already has a %s writer open, in this or another handle or process (one "
+             "per stream and kind)",
+             (unsigned)st->stream_id, snapshot ? "snapshot" : "streaming");
+  return rc;
+}
+static void writer_unlock(bs_storage *st, int snapshot) {
+  if (SLOT_OK(st->vt, bs_storage_vtable, writer_lock)) st->vt->writer_lock(st, snapshot, 0, NULL);
+}
+
 int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err) {
   bs_writer_options o = BS_WRITER_OPTIONS_INIT;
   struct bs__writer_front *f;
@@ -470,13 +487,19 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
   if ((rc = VT_CHECK(st, writer_open, err))) return rc;
   if (!(f = bs__calloc(front_alloc(st), 1, sizeof *f)))
     return bs__fail(err, BS_ENOMEM, "cannot allocate the writer's front state");
+  if ((rc = writer_lock(st, o.snapshot, err)) != BS_OK) {
+    bs__free(front_alloc(st), f);
+    return rc;
+  }
   if ((rc = st->vt->writer_open(st, &o, &w, err)) == BS_OK)
     rc = HANDLE_CHECK(w, "writer_open", err);
   if (rc != BS_OK) {
+    writer_unlock(st, o.snapshot);
     bs__free(front_alloc(st), f);
     return rc;
   }
   if (!w->st) w->st = st;
+  f->locked = st;
   f->opts = o;
   f->q.ar.a = front_alloc(st);
   w->front = f;
@@ -491,6 +514,7 @@ void bs_writer_close(bs_writer *w) {
   f = w->front;
   a = front_alloc(w->st);
   w->vt->destroy(w); /* what is still queued is dropped (storage.h) */
+  writer_unlock(f->locked, f->opts.snapshot);
   bs__queue_free(&f->q, a);
   bs__free(a, f);
 }

@@ -8,13 +8,9 @@
  * backend keeps is docs/contract.md; this header is the manual.
  *
  * CAVEATS (read these first)
- *  - ONE WRITER PER STREAM, and a bs_writer belongs to one thread. Nothing stops a second
- *    writer of the same stream (in this process or another): LMDB serialises write
- *    transactions, so the file stays consistent and a compactor beside a writer is fine, but two
- *    writers' saves interleave in flush order, each diffs rows against the source records the
- *    other left, and either one's commit makes a checkpoint of what both flushed. That is only
- *    meaningful for a planned split (a snapshot writer beside a streaming one on other rows,
- *    see bs_writer_open); the supported shape is one replication process per stream.
+ *  - ONE WRITER PER STREAM AND KIND, and a bs_writer belongs to one thread: a second streaming
+ *    (or snapshot) writer of a stream gets BS_EBUSY while one is open, in any handle, process
+ *    or host (bs_writer_open). Readers and compaction run beside a writer.
  *  - A bs_db and its bs_storage handles may be shared by reader threads.
  *  - A database at PATH also has a sidecar PATH-lock (LMDB's reader table and write lock),
  *    created by the first successful open, also a read-only one, and left behind on close: the
@@ -112,10 +108,10 @@ extern "C" {
 #endif
 
 #define BS_VERSION_MAJOR  0
-#define BS_VERSION_MINOR  2
+#define BS_VERSION_MINOR  3
 #define BS_VERSION_PATCH  0
 #define BS_VERSION_NUMBER (BS_VERSION_MAJOR * 10000 + BS_VERSION_MINOR * 100 + BS_VERSION_PATCH)
-#define BS_VERSION_STRING "0.2.0"
+#define BS_VERSION_STRING "0.3.0"
 /* The version of the library actually linked (the macros above are the header's): returns its
  * BS_VERSION_STRING, a static string, and sets each non-NULL argument to its part. A program
  * built against one header and run with another shared library can compare the two. */
@@ -252,18 +248,16 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * opts->pg_max_connections (default 10), and a call that finds all of them in use waits until
  * one is given back (so a callback that calls the library back, from bs_list_buckets or
  * bs_get_bucket_data, needs one more than the calls running at once). Besides the pool: a
- * stream's writers of one kind hold a session while one of them is open (two per stream with
- * a snapshot and a streaming writer), each writer at most one more for a moment (its ANALYZE),
+ * each open writer holds a session (two per stream with a snapshot and a streaming writer),
+ * and at most one more for a moment (its ANALYZE),
  * and one LISTEN connection, opened by the first bs_wait_checkpoint, serves every waiter of the
  * handle. A handle so uses at most pg_max_connections + 1 + 2 per open writer; size the
  * server's max_connections (or a session-mode pooler) for every process.
  * Unless the URL sets them: connect_timeout=10, TCP keepalives (idle 60 s, interval 10 s, 6
  * probes) and application_name=bucketstore.
- * Writers: one streaming and one snapshot writer per stream across every handle, process and
- * host (an advisory lock): bs_writer_open on another handle gets BS_EBUSY while one is open, and
- * succeeds once bs_writer_close returned (the lock is released before it returns); the writers
- * of one handle share its lock, also when threads open and close them at the same time. A
- * writer whose session was lost (BS_EIO) takes the lock again in a new session at its next call;
+ * Writers: bs_writer_open's writer lock is an advisory lock held by the writer's session, so it
+ * excludes writers on every host. A writer whose session was lost (BS_EIO) takes the lock again
+ * in a new session at its next call;
  * if its old session's server process still holds it (it has not noticed the loss), that
  * process is ended first (pg_terminate_backend, waiting up to 10 s), never another writer's.
  * A hot standby (a read-only replica) opens with BS_OPEN_RDONLY: reads and bs_wait_checkpoint
@@ -422,9 +416,18 @@ typedef struct bs_commit_result {
   bs_block_reason blocked_reason;
 } bs_commit_result;
 
-/* Opens a writer on st's stream (opts may be NULL: the defaults). One writer per stream (see
- * CAVEATS). The writer is used by one thread at a time and must be closed before st. Close
- * with bs_writer_close(), which discards whatever was not flushed (NULL is a no-op).
+/* Opens a writer on st's stream (opts may be NULL: the defaults). The writer is used by one
+ * thread at a time and must be closed before st. Close with bs_writer_close(), which discards
+ * whatever was not flushed (NULL is a no-op).
+ * ONE WRITER PER STREAM AND KIND: while a streaming writer of a stream is open, another
+ * streaming writer of it is refused with BS_EBUSY, on the same handle or another one, in this
+ * process or another (and for PostgreSQL on another host); the same for snapshot writers
+ * (opts->snapshot). The lock is taken by bs_writer_open and released before bs_writer_close
+ * returns; a process that dies (also by SIGKILL) releases its writers' locks. Two writers'
+ * saves would interleave, each diffing rows against the source records the other left, and
+ * either commit would make a checkpoint of what both flushed. LMDB: the lock is an
+ * open-file-description lock on the database file (Linux), so it holds across processes
+ * however they name the file; a child after fork() does not inherit its parent's locks.
  * From a snapshot writer to a streaming one: save the snapshot's rows through a writer opened
  * with opts->snapshot = 1, flush it and close it, call bs_writer_snapshot_done(lsn) with the
  * source position the snapshot is consistent at (any writer of the stream may; the snapshot
@@ -433,8 +436,7 @@ typedef struct bs_commit_result {
  * also run beside a snapshot writer while the snapshot is copied: the snapshot skips rows the
  * stream already has, and deletes leave soft-deleted records until the first checkpoint.
  * Errors: BS_EINVAL (out or st NULL, bad option), BS_ESTATE (read-only db, terminated stream),
- * BS_EBUSY (PostgreSQL: another handle, process or host has the stream's writer, see
- * bs_open_postgres). */
+ * BS_EBUSY (a writer of that kind is open on the stream, above). */
 BS_API int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
                           bs_error *err);
 BS_API void bs_writer_close(bs_writer *w);

@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define BS_DB_VTABLE_VERSION      1
-#define BS_STORAGE_VTABLE_VERSION 2
+#define BS_STORAGE_VTABLE_VERSION 3
 #define BS_WRITER_VTABLE_VERSION  1
 
 /* ---- The database ---------------------------------------------------------------------------- */
@@ -159,6 +159,15 @@ typedef struct bs_storage_vtable {
    * current one. known is never NULL. NULL slot: the front polls get_checkpoint. */
   int (*wait_checkpoint)(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
                          bs_checkpoint *out, bs_error *err);
+
+  /* Version 3. The writer lock of this stream's writers of one kind (snapshot 0: streaming, 1:
+   * snapshot), which keeps storage.h's one writer per stream and kind: lock 1 takes it, or
+   * answers BS_EBUSY while it is held, by this or another handle, process or host (the front
+   * words the message); lock 0 releases it and cannot fail (err is NULL). The front takes it
+   * before writer_open and releases it after the writer's destroy (or a failed writer_open), so
+   * writer_open and every writer call run with it held. NULL slot: nothing excludes a second
+   * writer of the backend's streams. */
+  int (*writer_lock)(bs_storage *st, int snapshot, int lock, bs_error *err);
 } bs_storage_vtable;
 
 /* The base every storage begins with. db: the owning database (NULL for a free-standing

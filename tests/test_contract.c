@@ -830,6 +830,69 @@ static void t_snapshot_mode(void **state) {
   bs_writer_close(snap);
 }
 
+static void close_writer(ct_env *e) {
+  bs_writer_close(e->w);
+  e->w = NULL;
+}
+
+/* One writer per stream and kind (contract.md 4, storage.h bs_writer_open): a second writer of
+ * the kind is BS_EBUSY on the same storage, another storage of the handle and (persistent
+ * backends) another handle; the other kind, another stream, readers and compaction are not. */
+static void expect_busy_writer(bs_storage *st, const bs_writer_options *o, const char *kind) {
+  bs_writer *w = (bs_writer *)&w; /* must come back NULL */
+  CT_RC(BS_EBUSY, bs_writer_open(&w, st, o, &ct_err));
+  assert_null(w);
+  if (!strstr(ct_err.msg, kind)) fail_msg("the message does not say %s: %s", kind, ct_err.msg);
+}
+
+static void t_one_writer_per_kind(void **state) {
+  ct_env *e = *state;
+  bs_writer_options so = BS_WRITER_OPTIONS_INIT;
+  bs_storage *st2 = NULL, *st3 = NULL;
+  bs_writer *snap = NULL, *snap2 = NULL, *other = NULL;
+  bs_db *db2 = NULL;
+  bs_checkpoint cp;
+  uint32_t id;
+  so.snapshot = 1;
+  CT_OK(ct_storage_open(e, e->db, e->stream, &st2));
+  expect_busy_writer(e->st, NULL, "already has a streaming writer");
+  expect_busy_writer(st2, NULL, "already has a streaming writer");
+  CT_OK(bs_writer_open(&snap, st2, &so, &ct_err)); /* beside the streaming one */
+  expect_busy_writer(e->st, &so, "already has a snapshot writer");
+  CT_OK(bs_stream_create(&id, e->db, "other", NULL, &ct_err));
+  CT_OK(ct_storage_open(e, e->db, id, &st3));
+  CT_OK(bs_writer_open(&other, st3, NULL, &ct_err));
+  bs_writer_close(other);
+  bs_storage_close(st3);
+  st3 = NULL;
+  if (e->be->persistent) {
+    CT_OK(ct_open_second(e, 0, &db2));
+    CT_OK(ct_storage_open(e, db2, e->stream, &st3));
+    expect_busy_writer(st3, NULL, "already has a streaming writer");
+    expect_busy_writer(st3, &so, "already has a snapshot writer");
+    /* a reader and a compaction of the other handle beside the writers */
+    CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "1"})));
+    CT_OK(ct_commit(e->w, ct_lsn(1), NULL));
+    CT_OK(bs_get_checkpoint(st3, &cp, &ct_err));
+    CT_EQ_U64(cp.op_id, 1);
+    if (!ct_lacks(e->be, CT_LACKS_COMPACT)) CT_OK(bs_compact(st3, NULL, NULL, &ct_err));
+  }
+  CT_OK(bs_clear(e->st, &ct_err)); /* clears data, not the writers */
+  expect_busy_writer(st2, NULL, "already has a streaming writer");
+  /* closing a writer frees its kind, at once */
+  close_writer(e);
+  CT_OK(bs_writer_open(&e->w, db2 ? st3 : st2, NULL, &ct_err));
+  bs_writer_close(snap);
+  CT_OK(bs_writer_open(&snap2, db2 ? st3 : e->st, &so, &ct_err));
+  expect_busy_writer(st2, &so, "already has a snapshot writer");
+  bs_writer_close(snap2);
+  close_writer(e);
+  bs_storage_close(st3);
+  bs_close(db2);
+  CT_OK(ct_env_writer(e, NULL));
+  bs_storage_close(st2);
+}
+
 /* ==== Truncate, stored data (contract.md 4.1, 4.2) ============================================ */
 
 static void t_truncate(void **state) {
@@ -1378,6 +1441,7 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
     r.n_heads = 1;
     CT_RC(BS_ESTATE, bs_create_managed_write_checkpoints(cst, &r, 1, &out, &a, &ct_err));
   }
+  close_writer(e); /* one writer per stream: cst's comes next */
   CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("c1"), 5, ct_v(NULL), &ct_err));
   CT_OK(bs_writer_flush(cw, NULL, &ct_err));
@@ -1472,6 +1536,7 @@ static void t_write_checkpoint_cleanup_cutoff(void **state) {
   commit(e, ct_lsn(2)); /* both processed */
   CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
   CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  close_writer(e); /* one writer per stream: cst's comes next */
   CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("at"), 6, ct_v(NULL), 2000, &ct_err));
   CT_OK(
@@ -1519,6 +1584,7 @@ static void t_write_checkpoint_custom_requested(void **state) {
   int found;
   CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
   CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  close_writer(e); /* one writer per stream: cst's comes next */
   CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("old"), 5, ct_v(NULL), 1000, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("epoch"), 6, ct_v(NULL), 0, &ct_err));
@@ -1578,6 +1644,7 @@ static void t_write_checkpoint_custom_empty_commit(void **state) {
   uint64_t c1, c2;
   CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
   CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  close_writer(e); /* one writer per stream: cst's comes next */
   CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
   CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
   memset(&r, 0, sizeof r);
@@ -2311,6 +2378,7 @@ static const ct_test TESTS[] = {
     T(t_activation),
     T(t_status_resume_lsn),
     T(t_snapshot_mode),
+    T(t_one_writer_per_kind),
     T_NEEDS(t_truncate, CT_LACKS_TRUNCATE),
     T(t_stored_row_data),
     T(t_source_row_sees_queue),

@@ -46,7 +46,9 @@
 
 #define N_SIDES    2
 #define MAX_STREAM 3
-#define N_WRITERS  3 /* per stream: 0 "main", 1 "snap" (snapshot mode), 2 "w2" */
+/* per stream: 0 "main", 1 "snap" (snapshot mode), 2 "w2" (a second streaming writer: BS_EBUSY
+ * on both sides while main is open, and main's while w2 is) */
+#define N_WRITERS  3
 #define N_TABLES   3
 #define N_RIDS     10
 #define N_BUCKETS  7

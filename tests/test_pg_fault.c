@@ -387,104 +387,58 @@ static void t_writer_lock_lost(void **state) {
   bs_close(b);
 }
 
-/* Two threads of one process open writers of stream 1 on one handle: the handle's writers share
- * its session and lock (storage.h CAVEATS), so neither may find the lock "held by another
- * process" (BS_EBUSY). The interleavings are arranged with the seam: the second open starts
- * while the first holds the fresh lock and has not finished opening ("writer.lock"), or while
- * the last writer of the handle is closing, before its unlock ("writer.unlock"); the seam waits
- * until the second open shares the first one's session ("writer.share": it then waits for it)
- * or has returned. */
+/* A second writer of stream 1 on the same handle, opened from inside the first writer's open
+ * (when its session has just taken the lock, "writer.lock") or close (before its unlock,
+ * "writer.unlock"), is BS_EBUSY like any other handle's, and never waits for the first; once the
+ * close returned the lock is free at once. */
 typedef struct race {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  const char *at; /* the point that starts the second open, once */
+  const char *at; /* the point that runs the second open, once */
   bs_storage *st;
-  pthread_t th;
-  int started, shared, done, rc;
+  int ran, rc;
   bs_writer *w;
   bs_error err;
 } race;
 
-static void *race_open(void *arg) {
-  race *r = arg;
-  bs_writer *w = NULL;
-  int rc = bs_writer_open(&w, r->st, NULL, &r->err);
-  pthread_mutex_lock(&r->mu);
-  r->w = w;
-  r->rc = rc;
-  r->done = 1;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
-  return NULL;
-}
-
 static void race_fn(const char *point, PGconn *c, void *payload) {
   race *r = payload;
-  pthread_mutex_lock(&r->mu);
-  if (!strcmp(point, "writer.share")) {
-    r->shared++;
-    pthread_cond_broadcast(&r->cv);
-  } else if (!strcmp(point, r->at) && !r->started) {
-    r->started = 1;
-    assert_int_equal(pthread_create(&r->th, NULL, race_open, r), 0);
-    while (!r->shared && !r->done) pthread_cond_wait(&r->cv, &r->mu);
-  }
-  pthread_mutex_unlock(&r->mu);
+  if (strcmp(point, r->at) || r->ran) return;
+  r->ran = 1;
+  r->rc = bs_writer_open(&r->w, r->st, NULL, &r->err);
 }
 
-static void race_init(race *r, bs_storage *st, const char *at) {
-  memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
-  r->st = st;
-  r->at = at;
-}
-
-/* The second open's writer, once it returned: BS_OK, having waited for the first's session. */
-static bs_writer *race_join(race *r) {
-  assert_true(r->started);
-  assert_int_equal(pthread_join(r->th, NULL), 0);
-  if (r->rc != BS_OK) fail_msg("the second open: %s (%s)", bs_strerror(r->rc), r->err.msg);
-  assert_int_equal(r->shared, 1);
-  pthread_mutex_destroy(&r->mu);
-  pthread_cond_destroy(&r->cv);
-  return r->w;
+static void race_check(const race *r) {
+  assert_true(r->ran);
+  if (r->rc != BS_EBUSY) fail_msg("the second open: %s (%s)", bs_strerror(r->rc), r->err.msg);
+  assert_null(r->w);
+  assert_non_null(strstr(r->err.msg, "already has a streaming writer"));
 }
 
 static void t_writer_open_race(void **state) {
   pgt *t = *state;
   bs_db *a = pgt_open(t->url, 0), *b = pgt_open(t->url, 0);
   bs_storage *sa, *sb;
-  bs_writer *w1 = NULL, *w2, *wb = NULL;
+  bs_writer *w1 = NULL, *wb = NULL;
   bs_error err = {0};
-  race r;
+  race r = {"writer.lock", NULL, 0, 0, NULL, {0}};
   int pid;
   assert_int_equal(bs_stream_create(NULL, a, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&sa, a, 1, &err), BS_OK);
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
-  /* at once: the second open comes while the first holds the new lock */
-  race_init(&r, sa, "writer.lock");
+  r.st = sa;
   bs__pg_set_hook(a, race_fn, &r);
   assert_int_equal(bs_writer_open(&w1, sa, NULL, &err), BS_OK);
-  w2 = race_join(&r);
   bs__pg_set_hook(a, NULL, NULL);
-  assert_true((pid = lock_pid(t)) > 0); /* one session holds it for both */
-  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY); /* another host still can't */
-  save_put(w2, "b", "r1");
-  assert_int_equal(bs_writer_commit(w2, bs__val_str("1"), NULL, NULL, &err), BS_OK);
-  bs_writer_close(w2);
-  assert_int_equal(lock_pid(t), pid); /* w1 keeps it */
-  /* one after the other: the next open comes while the last writer closes, before its unlock */
-  race_init(&r, sa, "writer.unlock");
+  race_check(&r);
+  assert_true((pid = lock_pid(t)) > 0);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY); /* another host can't either */
+  save_put(w1, "b", "r1");
+  assert_int_equal(bs_writer_commit(w1, bs__val_str("1"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(lock_pid(t), pid);
+  r = (race){"writer.unlock", sa, 0, 0, NULL, {0}};
   bs__pg_set_hook(a, race_fn, &r);
   bs_writer_close(w1);
-  w2 = race_join(&r);
   bs__pg_set_hook(a, NULL, NULL);
-  assert_true(lock_pid(t) > 0);
-  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY);
-  save_put(w2, "b", "r2");
-  assert_int_equal(bs_writer_commit(w2, bs__val_str("2"), NULL, NULL, &err), BS_OK);
-  bs_writer_close(w2);
+  race_check(&r);
   /* closed: free for another host at once */
   assert_int_equal(lock_pid(t), 0);
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);

@@ -16,9 +16,12 @@
  *  - Opens and closes of one file racing from several threads, by two names.
  *  - Two processes, two names (the real path, a symlink): a read snapshot of one survives the
  *    other's writes and compactions, and there is one lock file.
+ *  - One writer per stream across processes: another process's writer makes this one's
+ *    BS_EBUSY until that process is killed (SIGKILL), whatever child it forked meanwhile.
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -179,12 +182,18 @@ static void reproduction(void **state, how h) {
 
   CT_OK(open_again(e, h, &db2));
   CT_OK(bs_storage_open(&st2, db2, e->stream, &ct_err));
-  CT_OK(bs_writer_open(&w2, st2, NULL, &ct_err));
+  /* one writer per stream, whatever name opened the other handle */
+  CT_RC(BS_EBUSY, bs_writer_open(&w2, st2, NULL, &ct_err));
+  bs_writer_close(e->w);
+  e->w = NULL;
   /* Rounds alternate between the two handles' writers: each must see the other's snapshot. */
   for (unsigned r = 1; r <= n_rewrites(); r++) {
-    write_round(r % 2 ? e->w : w2, r);
+    CT_OK(bs_writer_open(&w2, r % 2 ? e->st : st2, NULL, &ct_err));
+    write_round(w2, r);
+    bs_writer_close(w2);
     compact(r % 2 ? st2 : e->st);
   }
+  w2 = NULL;
 
   pthread_mutex_lock(&x.mu);
   x.go = 1;
@@ -478,11 +487,14 @@ static void t_two_processes(void **state) {
   pthread_mutex_lock(&x.mu);
   while (!x.inside) pthread_cond_wait(&x.cv, &x.mu);
   pthread_mutex_unlock(&x.mu);
+  bs_writer_close(e->w); /* the child's writer comes next: one per stream */
+  e->w = NULL;
   assert_int_equal(write(go[1], &c, 1), 1);
   close(go[1]);
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
+  CT_OK(bs_writer_open(&e->w, e->st, NULL, &ct_err));
 
   pthread_mutex_lock(&x.mu);
   x.go = 1;
@@ -500,6 +512,77 @@ static void t_two_processes(void **state) {
   export_destroy(&before);
 }
 
+/* ---- One writer per stream across processes ---------------------------------------------- */
+
+/* The holder, a child process: opens the file itself and a streaming writer of stream, then
+ * forks a grandchild (which inherits the open writer and blocks), says so on ready and blocks
+ * until it is killed. The grandchild ends when hold reaches its end. The exit status names the
+ * first failure (0: none). */
+static int child_hold(const char *path, uint32_t stream, int ready, int hold) {
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  bs_error err;
+  char c = 'r';
+  pid_t g;
+  if (bs_open(&db, path, &nosync, &err) != BS_OK) return 10;
+  if (bs_storage_open(&st, db, stream, &err) != BS_OK) return 11;
+  if (bs_writer_open(&w, st, NULL, &err) != BS_OK) return 12;
+  if ((g = fork()) < 0) return 13;
+  if (g == 0) {
+    close(ready);
+    _exit(read(hold, &c, 1) == 0 ? 0 : 1);
+  }
+  if (write(ready, &c, 1) != 1) return 14;
+  return read(hold, &c, 1) == 0 ? 15 : 16; /* SIGKILL comes first */
+}
+
+/* Another process's writer of the stream makes this one's BS_EBUSY (the other kind, reads and
+ * compaction go on); when that process is killed (SIGKILL) its lock is free at once, also while
+ * the child it forked with the writer open still runs. */
+static void t_writer_lock_processes(void **state) {
+  ct_env *e = *state;
+  bs_writer_options so = BS_WRITER_OPTIONS_INIT;
+  bs_writer *w = NULL;
+  bs_checkpoint cp;
+  int ready[2], hold[2], status;
+  pid_t pid;
+  char c;
+  so.snapshot = 1;
+  write_round(e->w, 0);
+  bs_writer_close(e->w);
+  e->w = NULL;
+  assert_int_equal(pipe(ready), 0);
+  assert_int_equal(pipe(hold), 0);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    _exit(child_hold(e->path, e->stream, ready[1], hold[0]));
+  }
+  close(ready[1]);
+  close(hold[0]);
+  assert_int_equal(read(ready[0], &c, 1), 1);
+  CT_RC(BS_EBUSY, bs_writer_open(&w, e->st, NULL, &ct_err));
+  assert_null(w);
+  assert_non_null(strstr(ct_err.msg, "already has a streaming writer"));
+  CT_OK(bs_writer_open(&w, e->st, &so, &ct_err));
+  bs_writer_close(w);
+  CT_OK(bs_get_checkpoint(e->st, &cp, &ct_err));
+  assert_true(cp.op_id > 0);
+  compact(e->st);
+
+  assert_int_equal(kill(pid, SIGKILL), 0);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  CT_OK(bs_writer_open(&e->w, e->st, NULL, &ct_err));
+  close(hold[1]); /* the grandchild ends */
+  close(ready[0]);
+  write_round(e->w, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_same_path, setup, ct_env_teardown),
@@ -511,6 +594,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_fork, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(t_open_close_race, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_writer_lock_processes, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

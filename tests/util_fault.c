@@ -263,6 +263,12 @@ static int fw_list_buckets(bs_storage *st, bs_val after, int (*fn)(const bs_buck
   return in->vt->list_buckets(in, after, fn, payload, err);
 }
 
+/* Never fails by injection: the lock is the front's rule, not a call a host makes. */
+static int fw_writer_lock(bs_storage *st, int snapshot, int lock, bs_error *err) {
+  bs_storage *in = FS(st)->inner;
+  return in->vt->writer_lock ? in->vt->writer_lock(in, snapshot, lock, err) : BS_OK;
+}
+
 static const bs_writer_vtable fw_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = fw_writer_close,
@@ -295,6 +301,7 @@ static const bs_storage_vtable fw_vtable = {
     .clear = fw_clear,
     .terminate = fw_terminate,
     .list_buckets = fw_list_buckets,
+    .writer_lock = fw_writer_lock,
 };
 
 int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {

@@ -160,6 +160,12 @@ static int pt_list_buckets(bs_storage *st, bs_val after,
   FWD(IN(st), list_buckets, IN(st), after, fn, payload, err);
 }
 
+/* A NULL inner slot excludes nothing, as the front reads a NULL slot. */
+static int pt_writer_lock(bs_storage *st, int snapshot, int lock, bs_error *err) {
+  ct_passthrough_calls++;
+  return IN(st)->vt->writer_lock ? IN(st)->vt->writer_lock(IN(st), snapshot, lock, err) : BS_OK;
+}
+
 static const bs_writer_vtable pt_writer_vt = {
     .version = BS_WRITER_VTABLE_VERSION,
     .destroy = pt_writer_close,
@@ -192,6 +198,7 @@ static const bs_storage_vtable pt_vtable = {
     .clear = pt_clear,
     .terminate = pt_terminate,
     .list_buckets = pt_list_buckets,
+    .writer_lock = pt_writer_lock,
 };
 
 int ct_passthrough_wrap(bs_storage **out, bs_storage *inner) {
