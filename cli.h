@@ -39,6 +39,7 @@ typedef struct cli_db {
   char *path;  /* NULL for memory */
   char *shown; /* path as messages show it (cli_db_name), made at the first use */
   int memory;
+  int postgres;   /* path came with --postgres: a URL or a key=value conninfo (cli_is_postgres) */
   int temporary;  /* path is ours: unlink it (and its -lock) at close */
   unsigned flags; /* BS_OPEN_* */
   /* operands after the database (cli_parse_args): at most max_operands, set by the caller */
@@ -50,6 +51,10 @@ typedef struct cli_db {
  * consumed one (advancing *i), 0 when argv[*i] is not one of them, -1 on a usage error. */
 int cli_db_option(cli_db *c, int argc, char **argv, int *i);
 int cli_db_open(cli_db *c, bs_error *err);
+/* Whether c names a PostgreSQL database, not a file: given with --postgres (a URL or a
+ * key=value conninfo, as libpq takes them), or a path that is a postgresql:// or postgres://
+ * URL (bs_open hands those to bs_open_postgres). */
+int cli_is_postgres(const cli_db *c);
 /* The database as every message names it: the path, a PostgreSQL URL without its password
  * (bs_redact_conninfo), or "the memory backend". */
 const char *cli_db_name(cli_db *c);

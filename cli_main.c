@@ -101,7 +101,7 @@ int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
     c->flags |= BS_OPEN_NOSYNC;
   } else if (strcmp(a, "--db") == 0 || strncmp(a, "--db=", 5) == 0 ||
              strcmp(a, "--postgres") == 0 || strncmp(a, "--postgres=", 11) == 0) {
-    /* --postgres URL: the PostgreSQL backend (bs_open takes its postgresql:// URL as a path) */
+    /* --postgres CONNINFO: the PostgreSQL backend, by URL or key=value (cli_is_postgres) */
     size_t n = a[2] == 'd' ? 4 : 10;
     const char *p = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
     if (!p || !*p) {
@@ -112,6 +112,7 @@ int cli_db_option(cli_db *c, int argc, char **argv, int *i) {
     free(c->shown);
     c->shown = NULL;
     c->path = strdup(p);
+    c->postgres = n == 10;
     if (!c->path) return -1;
   } else {
     return 0;
@@ -143,11 +144,17 @@ static int make_temporary(cli_db *c, bs_error *err) {
   return BS_OK;
 }
 
+int cli_is_postgres(const cli_db *c) {
+  return c->path && (c->postgres || !strncmp(c->path, "postgresql://", 13) ||
+                     !strncmp(c->path, "postgres://", 11));
+}
+
 int cli_db_open(cli_db *c, bs_error *err) {
   bs_open_options opts = BS_OPEN_OPTIONS_INIT;
   int rc;
   opts.flags = c->flags;
   if (c->memory) return bs_open_memory(&c->db, &opts, err);
+  if (cli_is_postgres(c)) return bs_open_postgres(&c->db, c->path, &opts, err);
   if (!c->path && (rc = make_temporary(c, err)) != BS_OK) return rc;
   return bs_open(&c->db, c->path, &opts, err);
 }
@@ -229,9 +236,7 @@ int cli_parse_args(cli_db *c, int argc, char **argv,
 int cli_open_existing(cli_db *c, const char *cmd, int rdonly) {
   bs_error err = {0, ""};
   int rc;
-  /* a postgresql:// URL (bs_open's other prefix too) names a server's database, not a file */
-  int url = !strncmp(c->path, "postgresql://", 13) || !strncmp(c->path, "postgres://", 11);
-  if (!url && access(c->path, F_OK) != 0) {
+  if (!cli_is_postgres(c) && access(c->path, F_OK) != 0) {
     fprintf(stderr, "bucketstore %s: %s does not exist\n", cmd, cli_db_name(c));
     return 1;
   }
@@ -282,8 +287,9 @@ done:
 static int cmd_migrate(int argc, char **argv) {
   cli_db c = {0};
   int rc = cli_parse_args(&c, argc, argv, NULL, NULL);
-  if (!rc && strncmp(c.path, "postgresql://", 13) && strncmp(c.path, "postgres://", 11)) {
-    fprintf(stderr, "bucketstore migrate: %s is not a postgresql:// URL\n", c.path);
+  if (!rc && !cli_is_postgres(&c)) {
+    fprintf(stderr, "bucketstore migrate: %s is not a postgresql:// URL (or give --postgres)\n",
+            cli_db_name(&c));
     rc = 2;
   }
   if (!rc) rc = cli_open_existing(&c, "migrate", 0);
@@ -308,7 +314,7 @@ static const struct command {
   const char *usage;
   const char *help;
 } commands[] = {
-    {"drive", cli_drive, "drive [--db PATH | --memory | --postgres URL] [--nosync]",
+    {"drive", cli_drive, "drive [--db PATH | --memory | --postgres CONNINFO] [--nosync]",
      "Speaks the JSON-lines driver protocol (docs/driver.md) on stdin/stdout: one command\n"
      "object per input line, one reply object per output line, flushed after each. Without\n"
      "--db or --memory it uses a temporary file, deleted at exit. Exits 0 at end of input,\n"

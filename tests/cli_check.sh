@@ -8,6 +8,7 @@
 # all), and checkpoint --watch seeing commits made by another process.
 set -eu
 bs=${1:-./bucketstore}
+bs=$(cd "$(dirname "$bs")" && pwd)/$(basename "$bs") # some checks run in $tmp
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bs-cli.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 db="$tmp/cli.db"
@@ -203,8 +204,16 @@ for url in "postgresql://u:$pw@127.0.0.1:1/db" "postgresql://u:$pw%zz@127.0.0.1:
     ! grep -q "$pw" "$tmp/out" "$tmp/err" || fail "$c --postgres prints the password: $(cat "$tmp/err")"
     grep -q '\*\*\*' "$tmp/err" || fail "$c --postgres: the URL is not shown: $(cat "$tmp/err")"
   done
-  case $url in host=*) continue ;; esac # drive would create a file of that name
-  echo '{"cmd":"stat"}' | expect_rc 1 "$bs" drive --postgres "$url"
+  echo '{"cmd":"stat"}' | (cd "$tmp" && expect_rc 1 "$bs" drive --postgres "$url")
   ! grep -q "$pw" "$tmp/out" "$tmp/err" || fail "drive --postgres prints the password"
 done
+# --postgres takes libpq's key=value form as well as a URL: a connection is tried (the closed
+# port refuses it), never a file of that name
+for c in stat verify migrate; do
+  (cd "$tmp" && expect_rc 1 "$bs" "$c" --postgres "host=127.0.0.1 port=1 password=$pw")
+  grep -q 'BS_EIO' "$tmp/err" && ! grep -q 'does not exist' "$tmp/err" ||
+    fail "$c --postgres key=value is not a connection: $(cat "$tmp/err")"
+done
+echo '{"cmd":"stat"}' | (cd "$tmp" && expect_rc 1 "$bs" drive --postgres "host=127.0.0.1 port=1")
+[ -z "$(find "$tmp" -maxdepth 1 -name 'host=*')" ] || fail "drive --postgres key=value made a file"
 echo "cli_check: ok"
