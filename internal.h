@@ -266,7 +266,6 @@ struct bs__writer_front {
   bs_writer_options opts; /* as bs_writer_open resolved them */
   bs__queue q;        /* what was queued since the last flush; a backend never flushes on its own */
   bs_storage *locked; /* whose writer lock (of opts.snapshot's kind) the writer holds */
-  int closed;
 };
 
 /* A built-in backend's constructor fills its db base from opts (checked by the front: the

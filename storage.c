@@ -334,7 +334,6 @@ static int check_storage(const bs_storage *st, const char *call, bs_error *err) 
 
 static int check_writer(const bs_writer *w, bs_error *err) {
   if (!w) return bs__fail(err, BS_EINVAL, "w: NULL");
-  if (w->front->closed) return bs__fail(err, BS_ESTATE, "writer is closed");
   return check_storage(w->st, NULL, err);
 }
 

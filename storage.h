@@ -125,7 +125,7 @@ BS_API const char *bs_version(int *major, int *minor, int *patch);
 #define BS_ENOTFOUND    (-2)  /* no such stream, user, row, ... */
 #define BS_ETOOBIG      (-3)  /* key or value over a limit (see BS_MAX_*) */
 #define BS_ELIMIT       (-4)  /* a result limit was exceeded */
-#define BS_ESTATE       (-5)  /* call not valid in this state (closed writer, wrong mode) */
+#define BS_ESTATE       (-5)  /* call not valid in this state (terminated stream, wrong mode) */
 #define BS_EINVALIDATED (-6)  /* read at a checkpoint that compaction tore; read a newer one */
 #define BS_ESTALE       (-7)  /* parameter read below the parameter-compaction horizon */
 #define BS_ECORRUPT     (-8)  /* the file does not decode, or is not a bucketstore file */
@@ -443,29 +443,29 @@ BS_API void bs_writer_close(bs_writer *w);
 
 /* Queues one source row change (docs/contract.md 4.1): the library copies it (every buffer of
  * change may be reused when the call returns); may auto-flush first. Errors: BS_EINVAL (a
- * field, named), BS_ETOOBIG (a value over its BS_MAX_*), BS_ESTATE (closed writer; a snapshot
- * writer given UPDATE or DELETE, contract.md 4.3; from an auto-flush: stream terminated),
+ * field, named), BS_ETOOBIG (a value over its BS_MAX_*), BS_ESTATE (a snapshot writer given
+ * UPDATE or DELETE, contract.md 4.3; from an auto-flush: stream terminated),
  * BS_ENOMEM (the copy: nothing queued), and an auto-flush's errors (as bs_writer_flush). */
 BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
 /* Truncate flushes the queue (its own transaction: a failed truncate leaves it flushed), then
  * persists REMOVEs / tombstones for every row of table (in bounded transactions; visible with
  * the next checkpoint); drop also forgets the table.
- * Errors: BS_EINVAL / BS_ETOOBIG (table empty or over BS_MAX_TABLE_NAME), BS_ESTATE (closed
- * writer), BS_EIO. */
+ * Errors: BS_EINVAL / BS_ETOOBIG (table empty or over BS_MAX_TABLE_NAME), BS_ESTATE (stream
+ * terminated), BS_EIO. */
 BS_API int bs_writer_truncate(bs_writer *w, bs_val table, bs_error *err);
 BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
 /* Persists the queue (the saves and custom write checkpoints queued since the last flush, in one
  * transaction). last_op_out (may be NULL): the stream's highest
  * persisted op id. Never makes a checkpoint. On failure nothing is persisted and the queue is
- * kept (flush again, or close to discard). Errors: BS_EINVAL (w NULL), BS_ESTATE (closed
- * writer, stream terminated). */
+ * kept (flush again, or close to discard). Errors: BS_EINVAL (w NULL), BS_ESTATE (stream
+ * terminated). */
 BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
 /* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (contract.md 4.4): the snapshot is done
  * and lsn sorts at or above both the snapshot_done LSN and the last checkpoint's LSN. A blocked
  * commit still persists the queue and returns BS_OK with out->checkpoint_blocked = 1 and
  * out->blocked_reason saying why; LSNs compare byte-wise (CONVENTIONS). opts and out may be
  * NULL. Errors: BS_EINVAL (w NULL, bad option), BS_ETOOBIG (lsn over BS_MAX_LSN), BS_ESTATE
- * (closed writer, stream terminated), and a flush's errors. Listeners
+ * (stream terminated), and a flush's errors. Listeners
  * (bs_set_checkpoint_listener) run in this thread before it returns. */
 BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
                             bs_commit_result *out, bs_error *err);
@@ -474,7 +474,7 @@ BS_API int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, 
 /* Marks the stream's snapshot done and raises no_checkpoint_before to lsn (never lowers it): no
  * checkpoint is made at an LSN that sorts below it. Persisted at once, in a write transaction
  * of its own (the writer's queue is not flushed).
- * Errors: BS_EINVAL (w NULL), BS_ETOOBIG (lsn over BS_MAX_LSN), BS_ESTATE (closed writer). */
+ * Errors: BS_EINVAL (w NULL), BS_ETOOBIG (lsn over BS_MAX_LSN), BS_ESTATE (stream terminated). */
 BS_API int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
 /* Sets where replication restarts (bs_status.resume_lsn) to lsn, persisted at once in a write
  * transaction of its own; every commit also raises it to the commit's lsn. Errors: as
@@ -482,8 +482,8 @@ BS_API int bs_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err);
 BS_API int bs_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err);
 /* Reads back the data stored with a source record (seeing this writer's queued saves).
  * fn receives data (borrowed) or NULL when the row has no stored data. Errors: BS_EINVAL (w or
- * fn NULL, table empty), BS_ETOOBIG (table or replica_id over its limit), BS_ESTATE (closed
- * writer), BS_ENOTFOUND (the row has no source record, or was deleted), BS_EUSER (fn stopped
+ * fn NULL, table empty), BS_ETOOBIG (table or replica_id over its limit), BS_ENOTFOUND (the
+ * row has no source record, or was deleted), BS_EUSER (fn stopped
  * it). */
 BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
                                 int (*fn)(const bs_val *data, void *payload), void *payload,
@@ -492,7 +492,7 @@ BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
  * (after the saves queued with it),
  * overwriting the previous value of (user, event). This one is persistent (owned by the source):
  * bs_delete_checkpoint_requests_before keeps it. Errors: BS_EINVAL (w NULL, checkpoint >= 2^63),
- * BS_ETOOBIG (user_id over BS_MAX_USER_ID, event over 255 bytes), BS_ESTATE (closed writer). */
+ * BS_ETOOBIG (user_id over BS_MAX_USER_ID, event over 255 bytes). */
 BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
                                              bs_val event, bs_error *err);
 /* The same for a custom checkpoint created from a client's checkpoint request made at

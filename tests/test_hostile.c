@@ -2,7 +2,7 @@
  * test_hostile.c: bad input (contract.md section 10) and isolation (property 10), on the LMDB
  * backend.
  *  - A table of hostile calls (over-long names and keys, embedded NUL bytes, invalid UTF-8, huge
- *    data, bad versions and tags, NULL handles and pointers, a closed writer, out-of-order LSNs,
+ *    data, bad versions and tags, NULL handles and pointers, out-of-order LSNs,
  *    op ids at 2^63): each returns its documented status and leaves the file unchanged (the
  *    fingerprint of the committed state, bs_db_stat, the stream status) and the writer's queue
  *    empty (a flush after it persists nothing).
@@ -24,7 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../internal.h" /* the front's writer state (h_closed_writer) */
 #include "util_fault.h"
 
 typedef struct hx {
@@ -231,13 +230,6 @@ static int h_null_verify(hx *h) {
 static int h_null_compact(hx *h) {
   return bs_compact(NULL, NULL, NULL, &h->err);
 }
-static int h_closed_writer(hx *h) {
-  int rc;
-  h->w->front->closed = 1; /* the front's mark of a writer that can no longer be used */
-  rc = bs_writer_commit(h->w, v("0009"), NULL, NULL, &h->err);
-  h->w->front->closed = 0;
-  return rc;
-}
 static int h_checkpoint_2_63(hx *h) {
   bs_checksum c;
   bs_val b = v("b1");
@@ -364,7 +356,6 @@ static const hostile table[] = {
     {"stream_create on a NULL db", h_null_db, BS_EINVAL, 0},
     {"verify on a NULL db", h_null_verify, BS_EINVAL, 0},
     {"compact on a NULL storage", h_null_compact, BS_EINVAL, 0},
-    {"commit on a closed writer", h_closed_writer, BS_ESTATE, 0},
     {"checksums at 2^63", h_checkpoint_2_63, BS_EINVAL, 0},
     {"compact with a NaN ratio", h_compact_nan, BS_EINVAL, 0},
     {"compact with buckets NULL, n 2", h_compact_buckets_null, BS_EINVAL, 0},
