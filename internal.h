@@ -24,6 +24,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__GNUC__)
 #define BS_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -69,6 +70,9 @@ void bs__redact_message(char *msg, size_t cap, const char *conninfo);
 int64_t bs__now_ms(void);
 /* Milliseconds on CLOCK_MONOTONIC: elapsed time for timeouts only, never stored. */
 uint64_t bs__monotonic_ms(void);
+/* The CLOCK_MONOTONIC time ms from now: the deadline of a pthread_cond_timedwait on a condition
+ * created with that clock (bs_wait_checkpoint's, the PostgreSQL listener's). */
+struct timespec bs__monotonic_after(uint64_t ms);
 /* bs_wait_checkpoint's polling period where no notification reaches it: commits of other
  * processes on LMDB (storage.c), a PostgreSQL hot standby (pg.c). */
 #define BS_WAIT_POLL_MS 50u

@@ -609,13 +609,7 @@ static void listener_wait(bs__pg_db *db, uint64_t ms) {
   struct bs__pg_listener *l = &db->listen;
   struct timespec ts;
   bs__pg_hook(db, "wait", l->c);
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += (time_t)(ms / 1000u);
-  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  ts = bs__monotonic_after(ms);
   pthread_cond_timedwait(&l->cv, &l->mu, &ts);
 }
 

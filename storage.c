@@ -703,13 +703,7 @@ static void wait_notify(bs_db *db, uint64_t seq, uint64_t ms) {
     nanosleep(&ts, NULL);
     return;
   }
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += (time_t)(ms / 1000u);
-  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  ts = bs__monotonic_after(ms);
   pthread_mutex_lock(&f->notify_mu);
   while (f->notify_seq == seq)
     if (pthread_cond_timedwait(&f->notify_cv, &f->notify_mu, &ts) != 0) break;
