@@ -12,11 +12,13 @@
  * makes them certain: a bucket's checksum and count at the current checkpoint are the sum and
  * number of its ops read back there; bs_list_buckets' figures are bs_get_checksums' at the last
  * persisted op; a commit's result names the checkpoint bs_get_checkpoint then reads; a
- * verify finds no problem.
+ * verify finds no problem, and every LMDB database verifies clean before it is closed; a backup
+ * opens and verifies clean, and a failed one leaves nothing beside it.
  *
  * Input: a sequence of operations, each one opcode byte followed by the argument bytes it reads
  * (missing bytes read as 0). Each input starts from no database.
  */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,7 @@ static const uint8_t *in;
 static size_t in_n;
 
 static bs_db *db[NDB];
+static int on_file[NDB]; /* db[d] is an LMDB file (not the memory backend) */
 static bs_storage *st[NST];
 static int st_db[NST];
 static bs_writer *wr[NST]; /* wr[i] writes through st[i] */
@@ -189,9 +192,24 @@ static void close_storage(int i) {
   bs_storage_close(st[i]);
   st[i] = NULL;
 }
+static void on_problem(const char *problem, void *p);
+/* Whether the database file at p verifies clean (opened read-only when db is NULL). */
+static void verify_clean(bs_db *d, const char *p) {
+  bs_open_options ro = BS_OPEN_OPTIONS_INIT;
+  bs_db *own = NULL;
+  uint64_t problems = 0;
+  ro.flags = BS_OPEN_RDONLY;
+  if (!d) REQUIRE(CALL(bs_open(&own, p, &ro, &E)) == BS_OK, 0, 0);
+  if (CALL(bs_db_verify(d ? d : own, on_problem, NULL, &problems, &E)) == BS_OK)
+    REQUIRE(problems == 0, problems, 0);
+  calls++;
+  bs_close(own);
+}
+
 static void close_db(int d) {
   for (int i = 0; i < NST; i++)
     if (st[i] && st_db[i] == d) close_storage(i);
+  if (db[d] && on_file[d]) verify_clean(db[d], NULL); /* the calls made on it kept it sound */
   calls++;
   bs_close(db[d]);
   db[d] = NULL;
@@ -238,6 +256,7 @@ static void op_open(void) {
   oo.map_size = s & 8 ? 0 : 1 << 16; /* small: the map grows under the fuzzer */
   oo.checksum_cache_entries = s & 16 ? (size_t)-1 : 0;
   if (s & 32) oo.version = 0;
+  on_file[d] = !(s & 64);
   if (s & 64)
     CALL(bs_open_memory(&db[d], &oo, &E));
   else
@@ -323,6 +342,7 @@ static void op_save(void) {
     sv.n_lookups = 1;
   }
   if (s & 128) sv.stored_data = pick(64);
+  if (!sv.tag) sv.version = u8() % 3; /* 1 is the only version known */
   CALL(bs_writer_save(wr[s & 1], &sv, &E));
 }
 
@@ -583,6 +603,24 @@ static void on_problem(const char *problem, void *p) {
   fprintf(stderr, "fuzz_api: verify: %s\n", problem);
 }
 
+/* Nothing but the files of the database and its copy (and their lock files) in the directory:
+ * a failed backup leaves no temporary behind. */
+static void only_known_files(void) {
+  static const char *const known[] = {".", "..", "db", "db-lock", "copy", "copy-lock"};
+  DIR *dir = opendir(tdir);
+  struct dirent *e;
+  REQUIRE(dir, 0, 0);
+  while ((e = readdir(dir)) != NULL) {
+    size_t k = 0;
+    while (k < sizeof known / sizeof known[0] && strcmp(e->d_name, known[k])) k++;
+    if (k == sizeof known / sizeof known[0]) {
+      fprintf(stderr, "fuzz_api: %s/%s left behind\n", tdir, e->d_name);
+      abort();
+    }
+  }
+  closedir(dir);
+}
+
 static void op_db(void) {
   unsigned s = u8();
   bs_db *d = s & 128 ? NULL : db[s & 1];
@@ -594,7 +632,10 @@ static void op_db(void) {
   case 0:
     bo.flags = (s >> 6) & 1 ? BS_BACKUP_REPLACE : 0;
     bo.progress = backup_progress;
-    CALL(bs_backup(d, (s >> 4) & 1 ? path : copy, &bo, &E));
+    if (CALL(bs_backup(d, (s >> 4) & 1 ? path : copy, &bo, &E)) == BS_OK && !((s >> 4) & 1))
+      verify_clean(NULL, copy);
+    else
+      only_known_files();
     break;
   case 1:
     CALL(bs_db_export(d, (s >> 6) & 1, on_record, &n, &E));
@@ -634,7 +675,8 @@ static void op_null(void) {
   bs_writer *w = NULL;
   bs_storage *t = NULL;
   uint64_t u;
-  unsigned which = u8() % 12;
+  unsigned which = u8() % 14;
+  int found;
   int rc = 0;
   switch (which) {
   case 0:
@@ -670,6 +712,15 @@ static void op_null(void) {
   case 10:
     rc = CALL(bs_get_checkpoint(st[0], NULL, &E));
     break;
+  case 11:
+    rc = CALL(bs_last_write_checkpoint(NULL, lsn0, NULL, 0, &u, &found, &E));
+    break;
+  case 12: /* a NULL handle's close is a no-op */
+    calls += 3;
+    bs_writer_close(NULL);
+    bs_storage_close(NULL);
+    bs_close(NULL);
+    return;
   default:
     calls++;
     rc = bs_set_checkpoint_listener(NULL, NULL, NULL); /* no err argument */
