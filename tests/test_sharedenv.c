@@ -515,9 +515,9 @@ static void t_two_processes(void **state) {
 /* ---- One writer per stream across processes ---------------------------------------------- */
 
 /* The holder, a child process: opens the file itself and a streaming writer of stream, then
- * forks a grandchild (which inherits the open writer and blocks), says so on ready and blocks
- * until it is killed. The grandchild ends when hold reaches its end. The exit status names the
- * first failure (0: none). */
+ * forks a grandchild, which inherits the open writer, says so on ready (so it has run: fork()
+ * may return in the holder before the grandchild has) and blocks until hold reaches its end; the
+ * holder blocks until it is killed. The exit status names the first failure (0: none). */
 static int child_hold(const char *path, uint32_t stream, int ready, int hold) {
   bs_db *db = NULL;
   bs_storage *st = NULL;
@@ -530,10 +530,11 @@ static int child_hold(const char *path, uint32_t stream, int ready, int hold) {
   if (bs_writer_open(&w, st, NULL, &err) != BS_OK) return 12;
   if ((g = fork()) < 0) return 13;
   if (g == 0) {
+    if (write(ready, &c, 1) != 1) _exit(1);
     close(ready);
     _exit(read(hold, &c, 1) == 0 ? 0 : 1);
   }
-  if (write(ready, &c, 1) != 1) return 14;
+  close(ready);
   return read(hold, &c, 1) == 0 ? 15 : 16; /* SIGKILL comes first */
 }
 
