@@ -1,14 +1,18 @@
 /*
  * proto_layout.c (bsbench --proto): layout prototypes, not the file format. The snapshot ingest
  * (rows i into bucket i % nb, op id i + 1, a durable commit per commit_rows rows) written
- * straight with LMDB in two layouts of the ops, everything else as bench_raw.c writes it
+ * straight with LMDB in three layouts of the ops, everything else as bench_raw.c writes it
  * (source records with the existence check, bucket states, a change record per commit):
  *   a: today's layout, an LMDB record per op keyed bucket id | op id (the baseline);
  *   b: chunks, the ops of a flush appended per bucket as one record keyed bucket id | last op
  *      id, holding CH_HDR then the ops packed; the bucket's tail chunk (its key is the bucket
  *      state's last op, so no search finds it) is rewritten with the new ops while its packed
- *      ops stay within the cap, and a flush's ops beyond the cap start new chunks.
- * Both layouts hold the same op values (today's encoding, the library's public checksums), and
+ *      ops stay within the cap, and a flush's ops beyond the cap start new chunks;
+ *   c: a per-flush log, the flush's ops packed bucket by bucket into one record keyed by the
+ *      flush, and an index entry per bucket and flush keyed flush | bucket id (where its ops
+ *      lie in the record, with a chunk header's fields): the index as written before any
+ *      compaction would cluster it by bucket, so a bucket's read looks it up in every flush.
+ * All layouts hold the same op values (today's encoding, the library's public checksums), and
  * each measurement cross-checks the ops, bytes and checksum sums the layouts hand out.
  */
 #include "raw.h"
@@ -37,14 +41,14 @@
 
 typedef struct layout {
   const char *name;
-  size_t cap; /* 0: an LMDB record per op */
+  size_t cap; /* 0: an LMDB record per op; LOG: the per-flush log */
 } layout;
+#define LOG ((size_t)-1)
 
 static const layout g_layouts[] = {
-    {"a: record per op", 0},
-    {"b: chunks, cap 4 KiB", 4096},
-    {"b: chunks, cap 16 KiB", 16384},
-    {"b: chunks, cap 64 KiB", 65536},
+    {"a: record per op", 0},          {"b: chunks, cap 4 KiB", 4096},
+    {"b: chunks, cap 16 KiB", 16384}, {"b: chunks, cap 64 KiB", 65536},
+    {"c: flush log + index", LOG},
 };
 #define NLAYOUTS (sizeof g_layouts / sizeof *g_layouts)
 
@@ -172,6 +176,79 @@ static int chunk_flush(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, unsigned b,
   return mrc ? mrc : chunk_emit(d, txn, id, w, chunks);
 }
 
+/* ---- Writing the log ---- */
+/* Index entry of a bucket in a flush: u32 offset and u32 bytes of its packed ops in the flush's
+ * record, u32 ops, u32 checksum sum, u64 min and u64 last op id. */
+#define IX_SIZE 32u
+
+static void ixkey(unsigned char k[16], uint64_t flush, uint64_t id) {
+  be64(k, flush);
+  be64(k + 8, id);
+}
+
+/* Flush `flush` (rows [s, e)): its ops into buf bucket by bucket (each bucket's run packed as a
+ * chunk body), an index entry per bucket, then buf as the flush's record. */
+static int log_flush(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t s, uint64_t e,
+                     uint64_t flush, unsigned char *buf, double *records) {
+  static unsigned char v[OP_MAX];
+  unsigned char k[16], ix[IX_SIZE];
+  MDB_val key = {16, k}, val = {IX_SIZE, ix};
+  size_t len = 0;
+  int mrc;
+  for (unsigned b = 0; b < nb; b++) {
+    size_t start = len;
+    uint32_t count = 0, ck = 0;
+    uint64_t min = 0, prev = 0;
+    for (uint64_t i = s + (b + nb - s % nb) % nb; i < e; i += nb) {
+      uint64_t op = i + 1;
+      size_t n = op_make(v, acc, b, op, BS_OP_PUT, i, 0, g_cfg->data_size);
+      len += put_varint(buf + len, op - prev);
+      len += put_varint(buf + len, n);
+      memcpy(buf + len, v, n);
+      len += n;
+      if (!count++) min = op;
+      ck += gle32(v + 1);
+      prev = op;
+    }
+    if (!count) continue;
+    le32(ix, (uint32_t)start);
+    le32(ix + 4, (uint32_t)(len - start));
+    le32(ix + 8, count);
+    le32(ix + 12, ck);
+    le64(ix + 16, min);
+    le64(ix + 24, prev);
+    ixkey(k, flush, b + 1);
+    if ((mrc = mdb_put(txn, d->params, &key, &val, 0))) return mrc;
+    ++*records;
+  }
+  be64(k, flush);
+  key.mv_size = 8;
+  val.mv_size = len;
+  val.mv_data = buf;
+  return mdb_put(txn, d->sup, &key, &val, 0);
+}
+
+/* The ingest's flushes (1..n): the log's reads visit each. */
+static uint64_t log_flushes(void) {
+  return (g_cfg->rows + g_cfg->commit_rows - 1) / g_cfg->commit_rows;
+}
+
+/* Bucket id's index entry in a flush, and the packed ops it names. */
+static int log_entry(rdb *d, MDB_txn *txn, uint64_t flush, uint64_t id, const unsigned char **ix,
+                     const unsigned char **p, const unsigned char **end) {
+  unsigned char k[16];
+  MDB_val key = {16, k}, val, lv;
+  ixkey(k, flush, id);
+  if (mdb_get(txn, d->params, &key, &val) || val.mv_size != IX_SIZE) return 0;
+  *ix = val.mv_data;
+  key.mv_size = 8;
+  if (mdb_get(txn, d->sup, &key, &lv) || (uint64_t)gle32(*ix) + gle32(*ix + 4) > lv.mv_size)
+    return 0;
+  *p = (const unsigned char *)lv.mv_data + gle32(*ix);
+  *end = *p + gle32(*ix + 4);
+  return 1;
+}
+
 /* ---- Measuring ---- */
 static double cpu_s(void) {
   struct rusage ru;
@@ -205,7 +282,9 @@ static double db_bytes(MDB_txn *txn, MDB_dbi dbi) {
 static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
   const bench_cfg *c = g_cfg;
   racc *acc = calloc(nb, sizeof *acc);
-  chunkw w = {malloc(CH_HDR + (L->cap ? L->cap : 1) + OP_MAX), 0, 0, 0, 0, 0};
+  size_t bufsize = L->cap == LOG ? (size_t)c->commit_rows * (OP_MAX - 65536 + c->data_size + 24)
+                                 : CH_HDR + (L->cap ? L->cap : 1) + OP_MAX;
+  chunkw w = {malloc(bufsize), 0, 0, 0, 0, 0};
   uint64_t seq = 0;
   double t0, c0, wc0, wb0, wc1, wb1;
   char name[64];
@@ -221,6 +300,9 @@ static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
     if ((mrc = mdb_txn_begin(d->env, NULL, 0, &txn))) goto out;
     if (!L->cap) {
       mrc = r_insert_batch(d, txn, acc, nb, s, e, 0, 0, 1, c->data_size);
+    } else if (L->cap == LOG) {
+      if (!(mrc = r_put_sources(d, txn, nb, s, e, 0, 1)))
+        mrc = log_flush(d, txn, acc, nb, s, e, s / c->commit_rows + 1, w.buf, &ps->chunks);
     } else {
       mrc = r_put_sources(d, txn, nb, s, e, 0, 1);
       for (unsigned b = 0; b < nb && !mrc; b++)
@@ -240,7 +322,7 @@ static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
   ps->write_bytes = wb0 < 0 ? -1 : wb1 - wb0;
   ps->file = file_bytes(d->path);
   if ((mrc = mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn))) goto out;
-  ps->ops_bytes = db_bytes(txn, d->ops);
+  ps->ops_bytes = db_bytes(txn, d->ops) + db_bytes(txn, d->sup) + db_bytes(txn, d->params);
   ps->src_bytes = db_bytes(txn, d->source);
   if (!L->cap) ps->chunks = (double)c->rows;
 out:
@@ -255,6 +337,34 @@ typedef struct phand {
   uint32_t sum;
 } phand;
 
+/* Hands out the packed ops of [p, end) in (after, cp] while *n < limit; 1 when an op above cp
+ * ended it. */
+static int hand_packed(const unsigned char *p, const unsigned char *end, uint64_t after,
+                       uint64_t cp, uint64_t limit, uint64_t *n, uint64_t *last, phand *out) {
+  const unsigned char *v;
+  uint64_t op = 0;
+  size_t vn;
+  while (*n < limit && chunk_next(&p, end, &op, &v, &vn)) {
+    if (op <= after) continue;
+    if (op > cp) return 1;
+    out->bytes += vn - HDR;
+    out->sum += gle32(v + 1);
+    *last = op;
+    ++*n;
+  }
+  return 0;
+}
+
+/* The log: a lookup in every flush's index, from the first. */
+static void log_scan(rdb *d, MDB_txn *txn, uint64_t id, uint64_t after, uint64_t cp, uint64_t limit,
+                     uint64_t *n, uint64_t *last, phand *out) {
+  for (uint64_t f = 1, nf = log_flushes(); f <= nf && *n < limit; f++) {
+    const unsigned char *ix, *p, *end;
+    if (!log_entry(d, txn, f, id, &ix, &p, &end) || gle64(ix + 24) <= after) continue;
+    if (gle64(ix + 16) > cp || hand_packed(p, end, after, cp, limit, n, last, out)) break;
+  }
+}
+
 /* Hands out ops (after, cp] of bucket id, at most limit; returns the last op read when the limit
  * stopped it (0: the bucket's end). Chunks: the first chunk found may start below after + 1, its
  * ops up to after are skipped. */
@@ -265,13 +375,17 @@ static uint64_t p_scan(rdb *d, MDB_txn *txn, size_t cap, uint64_t id, uint64_t a
   MDB_val key = {16, k}, val;
   uint64_t n = 0, last = 0;
   int mrc;
+  if (cap == LOG) {
+    log_scan(d, txn, id, after, cp, limit, &n, &last, out);
+    out->ops += n;
+    return n == limit ? last : 0;
+  }
   opkey(k, id, after + 1);
   if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < limit;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    const unsigned char *kp = key.mv_data, *p = val.mv_data, *end = p + val.mv_size, *v;
-    uint64_t op = 0;
-    size_t vn;
+    const unsigned char *kp = key.mv_data, *p = val.mv_data;
+    uint64_t op;
     if (gbe64(kp) != id) break;
     if (!cap) {
       if ((op = gbe64(kp + 8)) > cp) break;
@@ -281,15 +395,9 @@ static uint64_t p_scan(rdb *d, MDB_txn *txn, size_t cap, uint64_t id, uint64_t a
       n++;
       continue;
     }
-    if (gle64(p + 8) > cp) break;
-    for (p += CH_HDR; n < limit && chunk_next(&p, end, &op, &v, &vn);) {
-      if (op <= after) continue;
-      if (op > cp) break;
-      out->bytes += vn - HDR;
-      out->sum += gle32(v + 1);
-      last = op;
-      n++;
-    }
+    if (gle64(p + 8) > cp ||
+        hand_packed(p + CH_HDR, p + val.mv_size, after, cp, limit, &n, &last, out))
+      break;
   }
   out->ops += n;
   mdb_cursor_close(cur);
@@ -313,7 +421,7 @@ static int p_reads(rdb *d, size_t cap, unsigned nb, uint64_t cp, phand *out) {
 }
 
 /* Every bucket's checksum at the latest op summed from its stored ops (no running state, no
- * cache): every op's checksum, or every chunk's sum. */
+ * cache): every op's checksum, every chunk's sum, or every flush's index entry of the bucket. */
 static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
   uint32_t total = 0;
   MDB_cursor *cur;
@@ -324,6 +432,15 @@ static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
     MDB_val key = {16, k}, val;
     uint32_t ck = 0;
     int mrc;
+    if (cap == LOG) {
+      for (uint64_t f = 1, nf = log_flushes(); f <= nf; f++) {
+        ixkey(k, f, id);
+        if (mdb_get(txn, d->params, &key, &val) == 0)
+          ck += gle32((unsigned char *)val.mv_data + 12);
+      }
+      total += ck;
+      continue;
+    }
     opkey(k, id, 0);
     for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && gbe64(key.mv_data) == id;
          mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
@@ -334,10 +451,22 @@ static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
   return total;
 }
 
-/* Chunks: bucket b's checksum at cp, the running state minus the chunks above cp (the chunk that
- * holds cp decoded for its ops above cp); as r_checksum does with op records. */
-static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, uint64_t cp,
-                           uint32_t *ck) {
+/* The checksums of the packed ops of [p, end) above cp. */
+static uint32_t sum_above(const unsigned char *p, const unsigned char *end, uint64_t cp) {
+  const unsigned char *v;
+  uint64_t op = 0;
+  size_t vn;
+  uint32_t ck = 0;
+  while (chunk_next(&p, end, &op, &v, &vn))
+    if (op > cp) ck += gle32(v + 1);
+  return ck;
+}
+
+/* Chunks and log: bucket b's checksum at cp, the running state minus the chunks (index entries)
+ * above cp, the one that holds cp decoded for its ops above cp; as r_checksum does with op
+ * records. */
+static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, size_t cap, unsigned b,
+                           uint64_t cp, uint32_t *ck) {
   unsigned char k[16];
   MDB_val key = {8, k}, val;
   uint64_t id = r_bucket_id(d, txn, b);
@@ -347,20 +476,22 @@ static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, unsigned b, ui
   if (!id || mdb_get(txn, d->bstate, &key, &val) || val.mv_size < 96) return;
   *ck = gle32((unsigned char *)val.mv_data + 4);
   if (gle64((unsigned char *)val.mv_data + 24) <= cp) return;
+  if (cap == LOG) {
+    for (uint64_t f = log_flushes(); f >= 1; f--) {
+      const unsigned char *ix, *p, *end;
+      if (!log_entry(d, txn, f, id, &ix, &p, &end)) continue;
+      if (gle64(ix + 24) <= cp) break;
+      *ck -= gle64(ix + 16) > cp ? gle32(ix + 12) : sum_above(p, end, cp);
+    }
+    return;
+  }
   opkey(k, id, cp + 1);
   key.mv_size = 16;
   key.mv_data = k;
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && gbe64(key.mv_data) == id;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    const unsigned char *p = val.mv_data, *end = p + val.mv_size, *v;
-    uint64_t op = 0;
-    size_t vn;
-    if (gle64(p + 8) > cp) {
-      *ck -= gle32(p + 4);
-      continue;
-    }
-    for (p += CH_HDR; chunk_next(&p, end, &op, &v, &vn);)
-      if (op > cp) *ck -= gle32(v + 1);
+    const unsigned char *p = val.mv_data;
+    *ck -= gle64(p + 8) > cp ? gle32(p + 4) : sum_above(p + CH_HDR, p + val.mv_size, cp);
   }
 }
 
@@ -371,7 +502,7 @@ static uint32_t p_checksum_at(rdb *d, MDB_txn *txn, size_t cap, unsigned nb, uin
   if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
   for (unsigned b = 0; b < nb; b++) {
     if (cap)
-      chunk_checksum(d, txn, cur, b, cp, &ck);
+      chunk_checksum(d, txn, cur, cap, b, cp, &ck);
     else
       r_checksum(d, txn, cur, b, cp, &ck, &count);
     total += ck;
@@ -489,10 +620,10 @@ int proto_layouts(void) {
   }
   printf("\ncolumns: cpu us = CPU (user + sys) per row of the ingest; KiB/cmt = /proc/self/io "
          "wchar per commit (what LMDB wrote: 4 KiB pages); wb KiB/c = write_bytes per commit; "
-         "B/op = file size / ops; opsB, srcB = bytes of the pages of the op and source trees "
-         "(mdb_stat) / ops; "
-         "records = records of the op tree; ck full = a bucket's checksum at the latest op "
-         "summed from every op (a) or every chunk header (b); ck@cp = at a checkpoint half a "
-         "commit below the head, the bucket state minus the ops (chunks) above it\n");
+         "B/op = file size / ops; opsB, srcB = bytes of the pages of the op trees (c: log and "
+         "index) and of the source tree (mdb_stat) / ops; records = op records, chunks or index "
+         "entries; ck full = a bucket's checksum at the latest op summed from every op (a), "
+         "chunk header (b) or index entry (c); ck@cp = at a checkpoint half a commit below the "
+         "head, the bucket state minus the ops (chunks, entries) above it\n");
   return bad;
 }
