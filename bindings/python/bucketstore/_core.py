@@ -23,7 +23,6 @@ import json
 import operator
 import os
 import threading
-import weakref
 from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_at
 from enum import IntEnum
 from typing import (
@@ -641,41 +640,77 @@ def decode_lookup(key: bytes) -> List[Scalar]:
 _H = TypeVar("_H", bound="_Handle")
 
 
+class _Cell:
+    """A C handle, the calls running on it, and the cells of the handles opened from it,
+    which close before it. A handle object holds its parent object, and its cell is held by
+    its parent's cell, never the object itself: the collector clears weak references before
+    it runs the finalizers of a cycle, and runs them in any order, so a database collected in
+    one cycle with its storage (or a storage with its writer) still finds the child's cell
+    and closes it first; the child's finalizer then finds it closed. A child closed on its
+    own leaves its parent's cell, so a parent never keeps a dropped child's handle open."""
+
+    __slots__ = ("h", "free", "cv", "busy", "serial", "children", "parent")
+
+    def __init__(self, free: Callable[[int], None], parent: Optional["_Cell"],
+                 serial: Optional[threading.Lock]) -> None:
+        self.h: Optional[int] = None
+        self.free = free  # the C close function, bound now: no global is needed at exit
+        self.cv = threading.Condition(threading.Lock())
+        self.busy = 0  # calls running (_Guard)
+        self.serial = serial  # a writer's: held by each of its calls, and by close
+        self.children: "set[_Cell]" = set()
+        self.parent = parent
+
+    def close(self) -> None:
+        if self.serial is not None:
+            self.serial.acquire()
+        try:
+            with self.cv:  # no new calls (children open only through a call), then drain
+                h, self.h = self.h, None
+                while self.busy:
+                    self.cv.wait()
+            for c in list(self.children):
+                c.close()
+            if self.parent is not None:
+                self.parent.children.discard(self)
+            if h is not None:
+                self.free(h)
+        finally:
+            if self.serial is not None:
+                self.serial.release()
+
+
 class _Handle:
-    """An opaque C handle with a closed state. Calls go through `with self._guard() as h`:
-    it fails on a closed handle and counts the call, so close() can wait for it."""
+    """An opaque C handle with a closed state (its _Cell). Calls go through `with
+    self._guard() as h`: it fails on a closed handle and counts the call, so close() can wait
+    for it."""
 
     _kind = "handle"
 
-    def __init__(self) -> None:
-        self._h: Optional[int] = None
-        self._cv = threading.Condition(threading.Lock())
-        self._busy = 0
-        self._children: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+    def __init__(self, free: Callable[[int], None], parent: Optional["_Handle"] = None,
+                 serial: Optional[threading.Lock] = None) -> None:
+        self._c: _Cell = _Cell(free, parent._c if parent is not None else None, serial)
+
+    def _opened(self, h: Optional[int]) -> None:
+        """Called with the parent's guard held, so that the parent cannot close meanwhile."""
+        c = self._c
+        c.h = h
+        if c.parent is not None:
+            c.parent.children.add(c)
 
     def _guard(self) -> "_Guard":
-        return _Guard(self)
+        return _Guard(self._c, self._kind)
 
     @property
     def closed(self) -> bool:
-        return self._h is None
-
-    def _c_close(self, h: int) -> None:
-        raise NotImplementedError
+        return self._c.h is None
 
     def close(self) -> None:
         """Closes the handle (children first); waits for calls on it in other threads.
         Closing twice is a no-op. Not allowed inside a library callback."""
         if _in_callback():
             raise StateError(F.BS_ESTATE, f"cannot close a {self._kind} inside a callback")
-        with self._cv:  # no new calls (children open only through a call), then drain
-            h, self._h = self._h, None
-            while self._busy:
-                self._cv.wait()
-        for c in list(self._children):
-            c.close()
-        if h is not None:
-            self._c_close(h)
+        self._c.close()
 
     def __repr__(self) -> str:
         sid = getattr(self, "stream_id", None)
@@ -689,33 +724,35 @@ class _Handle:
         self.close()
 
     def __del__(self) -> None:
+        c: Optional[_Cell] = self.__dict__.get("_c")  # (absent when __init__ failed early)
         try:
-            if self._h is not None:
+            if c is not None and c.h is not None:
                 self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
+        except Exception:  # pragma: no cover - collected inside a callback: stays open
             pass
 
 
 class _Guard:
-    __slots__ = ("o",)
+    __slots__ = ("c", "kind")
 
-    def __init__(self, o: _Handle) -> None:
-        self.o = o
+    def __init__(self, c: _Cell, kind: str) -> None:
+        self.c = c
+        self.kind = kind
 
     def __enter__(self) -> int:
-        o = self.o
-        with o._cv:
-            if o._h is None:
-                raise StateError(F.BS_ESTATE, f"the {o._kind} is closed")
-            o._busy += 1
-            return o._h
+        c = self.c
+        with c.cv:
+            if c.h is None:
+                raise StateError(F.BS_ESTATE, f"the {self.kind} is closed")
+            c.busy += 1
+            return c.h
 
     def __exit__(self, *exc: Any) -> None:
-        o = self.o
-        with o._cv:
-            o._busy -= 1
-            if not o._busy:
-                o._cv.notify_all()
+        c = self.c
+        with c.cv:
+            c.busy -= 1
+            if not c.busy:
+                c.cv.notify_all()
 
 
 Path = Union[str, bytes, "os.PathLike[str]"]
@@ -782,7 +819,7 @@ class Database(_Handle):
     _kind = "database"
 
     def __init__(self, path: Optional[bytes], opts: F.bs_open_options) -> None:
-        super().__init__()
+        super().__init__(lib.bs_close)
         h = c_void_p()
         err = F.bs_error()
         if path is None:
@@ -790,13 +827,9 @@ class Database(_Handle):
         else:
             rc = lib.bs_open(byref(h), path, byref(opts), byref(err))
         _check(rc, err)
-        self._h = h.value
+        self._opened(h.value)
         self._listener: Any = None
         self._exports: "set[_Export]" = set()
-
-    def _c_close(self, h: int) -> None:
-        lib.bs_close(h)
-        self._listener = None
 
     def create_stream(self, name: Bytes, hash: str = "xxh3", *, exist_ok: bool = False) -> int:
         """Creates a PROCESSING stream; returns its id. hash: 'xxh3' or 'sha256'. exist_ok:
@@ -900,7 +933,7 @@ class Database(_Handle):
         x = _Export()
         t = threading.Thread(target=x.run, args=(self, stream), name="bucketstore-export",
                              daemon=True)
-        with self._cv:
+        with self._c.cv:
             self._exports.add(x)
         t.start()
         try:
@@ -913,16 +946,17 @@ class Database(_Handle):
         finally:
             x.stop()
             t.join()
-            with self._cv:
+            with self._c.cv:
                 self._exports.discard(x)
 
     def close(self) -> None:
         if not _in_callback():  # (else _Handle.close refuses)
-            with self._cv:
+            with self._c.cv:
                 exports = list(self._exports)
             for x in exports:  # their threads stop at their next record (_Export.run)
                 x.stop(closed=True)
         super().close()
+        self._listener = None
 
     def set_checkpoint_listener(self, fn: Optional[Callable[[int, int], None]]) -> None:
         """fn(stream_id, checkpoint) runs after every checkpoint this process commits on the
@@ -1081,7 +1115,7 @@ class Storage(_Handle):
     _kind = "storage"
 
     def __init__(self, db: Database, stream_id: int) -> None:
-        super().__init__()
+        super().__init__(lib.bs_storage_close, db)
         if _in_callback():
             raise StateError(F.BS_ESTATE, "cannot open a storage inside a callback")
         self.db = db
@@ -1089,12 +1123,8 @@ class Storage(_Handle):
         err = F.bs_error()
         with db._guard() as dh:
             _check(lib.bs_storage_open(byref(h), dh, stream_id, byref(err)), err)
-            self._h = h.value
+            self._opened(h.value)
             self.stream_id: int = lib.bs_storage_stream_id(h)
-            db._children.add(self)
-
-    def _c_close(self, h: int) -> None:
-        lib.bs_storage_close(h)
 
     # ---- writing ----
     def writer(
@@ -1506,35 +1536,30 @@ class Writer(_Handle):
     _kind = "writer"
 
     def __init__(self, st: Storage, opts: F.bs_writer_options) -> None:
-        super().__init__()
+        self._lock = threading.Lock()  # held by each call
+        super().__init__(lib.bs_writer_close, st, self._lock)
         Storage._no_write_in_callback()
         self.storage = st
-        self._lock = threading.Lock()
         self._queued = False  # saves or write checkpoints queued since the last flush
         h = c_void_p()
         err = F.bs_error()
         with st._guard() as sh:
             _check(lib.bs_writer_open(byref(h), sh, byref(opts), byref(err)), err)
-            self._h = h.value
-            st._children.add(self)
+            self._opened(h.value)
 
     def _enter(self) -> int:
         if _in_callback():
             raise StateError(F.BS_ESTATE, "writer calls are not allowed inside a callback")
         self._lock.acquire()
-        if self._h is None:
+        h = self._c.h
+        if h is None:
             self._lock.release()
             raise StateError(F.BS_ESTATE, "the writer is closed")
-        return self._h
+        return h
 
     def close(self) -> None:
-        if _in_callback():
-            raise StateError(F.BS_ESTATE, "cannot close a writer inside a callback")
-        with self._lock:
-            h, self._h = self._h, None
-            self._queued = False
-            if h is not None:
-                lib.bs_writer_close(h)
+        super().close()
+        self._queued = False
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         queued = self._queued
