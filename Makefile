@@ -490,11 +490,15 @@ lint: format-check
 # copy of the tree into a fresh venv, the binding's pytest suite and mypy --strict on its examples
 # against the installed package from an unrelated folder, and an sdist built into a wheel
 # elsewhere (in `make test` when python3 is present; not under sanitizers). Debian's pytest
-# lives in /usr/bin/python3.
+# lives in /usr/bin/python3. With the PostgreSQL backend, all of it runs beside a server of its
+# own (tests/pg_server.sh run, as pg-test), which the binding's PostgreSQL tests use; without
+# server binaries they are skipped, saying so.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 .PHONY: py-test
 py-test: deps
-	@PYTHON=$(PYTHON) tests/py_package_check.sh
+	@if [ "$(PG)" = 1 ]; then rc=0; PYTHON=$(PYTHON) tests/pg_server.sh run \
+	  tests/py_package_check.sh || rc=$$?; [ $$rc = 77 ] || exit $$rc; fi; \
+	PYTHON=$(PYTHON) tests/py_package_check.sh
 
 # ==== Node.js binding (issue 15): bindings/node, a Node-API addon built by npm/node-gyp against
 # the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded) from

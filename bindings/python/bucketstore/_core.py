@@ -781,16 +781,25 @@ def _backup_options(trap: _Trap, progress: Optional[Callable[[int], Any]],
 
 
 def _open_options(
-    nosync: bool, readonly: bool, map_size: Optional[int], cache_entries: Optional[int]
+    nosync: bool = False,
+    readonly: bool = False,
+    map_size: Optional[int] = None,
+    cache_entries: Optional[int] = None,
+    nomigrate: bool = False,
+    pg_max_connections: Optional[int] = None,
 ) -> F.bs_open_options:
     o = F.bs_open_options(F.BS_OPEN_OPTIONS_VERSION)
-    o.flags = (F.BS_OPEN_NOSYNC if _bool(nosync, "nosync") else 0) | (
-        F.BS_OPEN_RDONLY if _bool(readonly, "readonly") else 0
+    o.flags = (
+        (F.BS_OPEN_NOSYNC if _bool(nosync, "nosync") else 0)
+        | (F.BS_OPEN_RDONLY if _bool(readonly, "readonly") else 0)
+        | (F.BS_OPEN_NOMIGRATE if _bool(nomigrate, "nomigrate") else 0)
     )
     o.map_size = _size(map_size, "map_size")
     if cache_entries is not None:  # 0 entries = no cache
         n = _int(cache_entries, "cache_entries", 0, SIZE_MAX - 1)
         o.checksum_cache_entries = n if n else SIZE_MAX
+    if pg_max_connections is not None:  # None, not 0, asks for the default here
+        o.pg_max_connections = _int(pg_max_connections, "pg_max_connections", 1, SIZE_MAX)
     return o
 
 
@@ -801,16 +810,24 @@ def open(
     readonly: bool = False,
     map_size: Optional[int] = None,
     cache_entries: Optional[int] = None,
+    nomigrate: bool = False,
+    pg_max_connections: Optional[int] = None,
 ) -> "Database":
-    """Opens (creating if missing) the database file at path. nosync: no fsync at commit;
-    cache_entries: checksum-cache size (None = the library's default, 0 = no cache)."""
-    o = _open_options(nosync, readonly, map_size, cache_entries)
+    """Opens (creating if missing) the database file at path, or the PostgreSQL database a
+    postgresql:// URL names (storage.h bs_open_postgres: its schema, pool and writers' sessions;
+    map_size is ignored there). nosync: no fsync at commit (PostgreSQL: synchronous_commit
+    off); cache_entries: checksum-cache size (None = the library's default, 0 = no cache).
+    PostgreSQL only: nomigrate: a read-write open neither creates nor migrates the schema
+    (NotFoundError when there is none, CorruptError when it is older: `bucketstore migrate URL`
+    does it, once, deliberately); pg_max_connections: the pool of connections for calls (None
+    = the library's 10), besides the writers' sessions and one LISTEN connection."""
+    o = _open_options(nosync, readonly, map_size, cache_entries, nomigrate, pg_max_connections)
     return Database(_path(path, "path"), o)
 
 
 def open_memory(*, cache_entries: Optional[int] = None) -> "Database":
     """Opens a fresh in-memory store (the reference backend); nothing is persisted."""
-    return Database(None, _open_options(False, False, None, cache_entries))
+    return Database(None, _open_options(cache_entries=cache_entries))
 
 
 class Database(_Handle):
