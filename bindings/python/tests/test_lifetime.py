@@ -2,7 +2,8 @@
 to each other form a cycle, which the collector finalizes in any order after clearing every weak
 reference into it. Each shape runs in a child process (a handle closed after its parent is a
 use after free in C: a crash, not an exception), collected by gc.collect() and at interpreter
-exit; then the file opens again with a writer, so the cycle's writer was closed, not leaked."""
+exit; then the file opens again with a writer, so the cycle's writer was closed, not leaked.
+And the interpreter's exit while calls are running."""
 
 import os
 import subprocess
@@ -58,3 +59,62 @@ def test_cycles_close_children_first(backend, tmp_path, mode):
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stdout, r.stderr[-3000:])
 
+BUSY = r"""
+import os, sys, threading
+import bucketstore as bs
+
+how, path = sys.argv[1:3]
+db = bs.open(path, nosync=True)
+st = db.storage(db.create_stream("s"))
+with st.writer() as w:
+    w.snapshot_done("0")
+    for i in range(100):
+        w.save("t", "update" if i else "insert", "a", [("b", "todos", "a", '{"i":%d}' % i)])
+        w.commit("%04d" % (i + 1))
+started = threading.Semaphore(0)
+forever = threading.Event()
+
+
+def compact():  # waits in its progress callback
+    def progress(_):
+        started.release()
+        forever.wait()
+    st.compact(min_bucket_changes=1, max_ops_per_txn=2, progress=progress)
+
+
+def wait():  # waits in C for a checkpoint that never comes
+    cp = st.checkpoint()
+    started.release()
+    st.wait_checkpoint(cp, 3_600_000)
+
+
+def export():  # an export's snapshot and thread, the iterator half read
+    it = db.export()
+    next(it)
+    started.release()
+    forever.wait()
+
+
+for fn in (compact, wait, export):
+    threading.Thread(target=fn, daemon=True).start()
+for _ in range(3):
+    started.acquire()
+w = st.writer()  # and a writer with work queued
+w.save("t", "update", "a", [("b", "todos", "a", "{}")])
+print("ok", flush=True)
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise RuntimeError("uncaught")
+"""
+
+
+@pytest.mark.parametrize("how", ["end", "exit", "raise"])
+def test_no_hang_at_exit(tmp_path, how):
+    """The interpreter exits (end of the script, sys.exit, an uncaught exception) while a
+    compaction waits in its progress callback, a wait_checkpoint waits in C, an export is half
+    read and a writer has work queued: it ends, in a child process with a time limit."""
+    r = subprocess.run([sys.executable, "-c", BUSY, how, str(tmp_path / "t.bsdb")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout == "ok\n", r.stderr[-3000:]
+    assert r.returncode == {"end": 0, "exit": 3, "raise": 1}[how], r.stderr[-3000:]

@@ -1,8 +1,11 @@
 """One file opened twice in one process (storage.h bs_open: every open of a file shares one
 environment). bs.open(p) twice: an export of the first handle keeps its snapshot while the file is
 opened again and every row is rewritten and compacted; handles opened, read and closed from
-several threads; a second open whose options cannot share the environment is refused."""
+several threads; a second open whose options cannot share the environment is refused. And the
+file open in two processes at once."""
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -81,3 +84,61 @@ def test_conflicting_open_is_refused(path):
             bs.open(path)
         with bs.open(path, readonly=True) as ro, ro.storage() as st:
             assert st.checkpoint().op_id > 0
+
+
+OTHER = r"""
+import sys
+import bucketstore as bs
+
+# the other process: told what to do line by line on stdin, answers on stdout
+with bs.open(sys.argv[1], nosync=True) as db, db.storage() as st:
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "commit":
+            try:
+                w = st.writer()
+            except bs.BusyError:
+                print("busy", flush=True)
+                continue
+            with w:
+                w.save("t", "update", "r0", [("b0", "todos", "r0", '{"from":"child"}')])
+                print("committed", w.commit(cmd[1]).checkpoint, flush=True)
+        elif cmd[0] == "wait":
+            known = st.checkpoint()
+            print("waiting", flush=True)
+            print("saw", st.wait_checkpoint(known, 600_000).op_id, flush=True)
+"""
+
+
+def test_two_processes_on_one_file(path):
+    """Another process with the same file open: its writer is refused (BusyError) while this
+    one's is open and opens once it is closed; each sees the other's commits, and a
+    wait_checkpoint in it wakes on a commit in this one."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", OTHER, str(path)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+
+    def ask(line):
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        return p.stdout.readline().split()
+
+    try:
+        with bs.open(path, nosync=True) as db, db.storage() as st:
+            with st.writer():  # one writer per stream, across processes
+                assert ask("commit 00000002") == ["busy"]
+            reply = ask("commit 00000002")
+            cp = int(reply[1])
+            assert reply[0] == "committed" and st.checkpoint().op_id == cp
+            chunk = next(st.bucket_data(cp, {"b0": 0}))
+            assert chunk.ops[-1].data == '{"from":"child"}'
+            assert ask("wait") == ["waiting"]
+            with st.writer() as w:
+                w.save("t", "update", "r1", [row("b1", "r1", '{"from":"parent"}')])
+                mine = w.commit("00000003").checkpoint
+            assert p.stdout.readline().split() == ["saw", str(mine)]
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=120) == 0
