@@ -911,8 +911,8 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
     return bs__fail(err, BS_ENOMEM, "database: out of memory");
   db->base = base;
   a = &db->base.alloc;
-  db->max_conns = opts && opts->version >= 2 && opts->pg_max_connections ? opts->pg_max_connections
-                                                                         : BS_PG_MAX_CONNECTIONS;
+  /* opts: the front's copy at the current version (storage.c check_open) */
+  db->max_conns = opts->pg_max_connections ? opts->pg_max_connections : BS_PG_MAX_CONNECTIONS;
   if (sync_init(db)) {
     bs__free(a, db);
     return bs__fail(err, BS_ENOMEM, "database: cannot initialise a mutex");
