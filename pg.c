@@ -270,13 +270,6 @@ static int schema_version(PGconn *c, int64_t *out, bs_error *err) {
   return BS_OK;
 }
 
-static int newer_fail(int64_t v, bs_error *err) {
-  return bs__fail(err, BS_ECORRUPT,
-                  "the PostgreSQL schema has version %lld, newer than this build's %d: "
-                  "upgrade bucketstore",
-                  (long long)v, BS_PG_SCHEMA_VERSION);
-}
-
 /* Brings schema s to version `to` in one transaction. Two processes opening a new database at
  * once serialise on the schema's migration lock. The schema comes first in the transaction's
  * search_path, so the steps create their tables there (its objects are its owner's). */
@@ -289,10 +282,12 @@ static int migrate(PGconn *c, const bs__pg_schema *s, int64_t to, bs_error *err)
   bs__pg_arg_lock(&lk, s, 0, BS_PG_LOCK_SCHEMA);
   if ((rc = bs__pg_begin(c, 0, err))) return rc;
   rc = bs__pg_run(c, path, NULL, "migrating the schema", err);
-  if (!rc)
-    rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &lk, "locking the schema", err);
-  if (!rc) rc = schema_version(c, &v, err);
-  if (!rc && v > BS_PG_SCHEMA_VERSION) rc = newer_fail(v, err);
+  /* a schema at `to` already needs no lock: an open then never waits for the write
+   * transactions, which hold the lock shared (bs__pg_begin_write) */
+  if (!rc && !(rc = schema_version(c, &v, err)) && v < to &&
+      !(rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &lk, "locking the schema", err)))
+    rc = schema_version(c, &v, err);
+  if (!rc && v > BS_PG_SCHEMA_VERSION) rc = bs__pg_schema_current(v, err);
   if (!rc && v == 0)
     rc = bs__pg_run(c,
                     "CREATE TABLE IF NOT EXISTS bs_meta (key text PRIMARY KEY,"
@@ -348,7 +343,7 @@ static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
   if (!(db->base.flags & (BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE)))
     return migrate(c, &db->schema, BS_PG_SCHEMA_VERSION, err);
   if ((rc = schema_version(c, &v, err))) return rc;
-  if (v > BS_PG_SCHEMA_VERSION) return newer_fail(v, err);
+  if (v > BS_PG_SCHEMA_VERSION) return bs__pg_schema_current(v, err);
   if (v == 0)
     return bs__fail(err, BS_ENOTFOUND, "no bucketstore schema in this database (%s to create it)",
                     how);
@@ -397,7 +392,7 @@ static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs
    * every other writer behind itself. The UPDATE waits only for a flush of the PROCESSING
    * stream, whose row it changes. */
   bs__pg_arg_lock(&lk, &db->schema, 2, BS_PG_LOCK_SCHEMA);
-  rc = bs__pg_begin(c, 0, err);
+  rc = bs__pg_begin_write(db, c, NULL, err);
   if (!rc) rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &lk, "stream_create", err);
   if (!rc)
     rc = bs__pg_run(c, "UPDATE bs_streams SET state = 4 WHERE state = 1", NULL, "stream_create",
@@ -724,7 +719,7 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
   if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
   bs__pg_arg_bool(&a, terminate);
-  rc = bs__pg_begin(c, 0, err);
+  rc = bs__pg_begin_write(spg(st), c, NULL, err);
   /* the stream row first, in a statement of its own: a flush holds it (pg_save.c batch_open),
    * so the clear waits for the flush and its deletes then see the flush's rows (a statement's
    * snapshot is taken when it starts; a WITH query nothing references is never run) */

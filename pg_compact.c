@@ -68,7 +68,7 @@ static int run(cctx *c, const char *sql, const bs__pg_args *a, const char *what)
 }
 
 static int begin(cctx *c) {
-  return bs__pg_begin(c->c, 0, c->err);
+  return bs__pg_begin_write(c->db, c->c, NULL, c->err);
 }
 
 /* Commits the transaction (rolled back on failure) and reports progress. */

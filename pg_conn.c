@@ -340,6 +340,39 @@ void bs__pg_rollback(PGconn *c) {
   PQclear(PQexec(c, "ROLLBACK"));
 }
 
+int bs__pg_schema_current(int64_t v, bs_error *err) {
+  if (v == BS_PG_SCHEMA_VERSION) return BS_OK;
+  if (v > BS_PG_SCHEMA_VERSION)
+    return bs__fail(err, BS_ECORRUPT,
+                    "the PostgreSQL schema has version %lld, newer than this build's %d: "
+                    "upgrade bucketstore",
+                    (long long)v, BS_PG_SCHEMA_VERSION);
+  return bs__fail(err, BS_ECORRUPT, "the PostgreSQL schema has version %lld, not this build's %d",
+                  (long long)v, BS_PG_SCHEMA_VERSION);
+}
+
+int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
+  char sql[320];
+  PGresult *r;
+  int rc = BS_OK;
+  /* the simple protocol's statements each take their snapshot when they start, so the last one
+   * reads bs_meta after the lock was granted; its result is the one returned, in text */
+  snprintf(sql, sizeof sql,
+           "BEGIN; SELECT pg_advisory_xact_lock_shared(%d, %d);"
+           " SELECT %s, (SELECT value FROM bs_meta WHERE key = 'schema_version')",
+           (int)(int32_t)db->schema.oid, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA),
+           xid ? "txid_current()" : "0");
+  r = PQexec(c, sql);
+  if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+    rc = bs__pg_fail(c, r, "begin", err);
+  else
+    rc = bs__pg_schema_current(strtoll(PQgetvalue(r, 0, 1), NULL, 10), err);
+  if (!rc && xid) *xid = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  PQclear(r);
+  if (rc && PQtransactionStatus(c) != PQTRANS_IDLE) bs__pg_rollback(c);
+  return rc;
+}
+
 /* ---- Connections ----------------------------------------------------------------------------- */
 
 /* Notices (e.g. "relation already exists, skipping") would go to stderr: a library prints

@@ -354,9 +354,21 @@ int bs__pg_bool(const PGresult *r, int row, int col);
 /* bytea: SQL NULL gives {NULL, 0}; an empty value a non-NULL data with size 0 */
 bs_val bs__pg_bytes(const PGresult *r, int row, int col);
 
-/* Transactions: BEGIN (read-only ones REPEATABLE READ, so a read call sees one snapshot),
+/* Transactions: BEGIN (read-only ones REPEATABLE READ, so a read call sees one snapshot; a
+ * read-write one only for the migrations: the handle's writes begin with bs__pg_begin_write),
  * COMMIT, and ROLLBACK (which never fails: a broken connection is closed by conn_put). */
 int bs__pg_begin(PGconn *c, int read_only, bs_error *err);
+/* BEGIN of a write transaction of the handle (every one but the migrations'), in one round trip:
+ * the schema's migration lock taken shared for the transaction (a migration takes it exclusive:
+ * it waits for the write transactions that began before it, and those after it wait for it),
+ * then the schema version read, which must still be this build's (bs__pg_schema_current), so a
+ * process left running at the old version after a newer build migrated the schema writes
+ * nothing. xid (NULL: not wanted) = the transaction's id (txid_current). On failure no
+ * transaction is left open. */
+int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err);
+/* BS_OK when schema version v is this build's, else BS_ECORRUPT: newer ("upgrade bucketstore")
+ * or older. */
+int bs__pg_schema_current(int64_t v, bs_error *err);
 int bs__pg_commit(PGconn *c, bs_error *err);
 void bs__pg_rollback(PGconn *c);
 

@@ -1222,7 +1222,8 @@ int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
   void *copy = NULL;
   bs_val data = {NULL, 0};
   int rc, has_data = 0;
-  if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
+  if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin_write(w->db, w->c, NULL, err)))
+    return rc;
   rc = apply(w, in, &b, 1, err);
   if (!rc) {
     bs__pg_args a = {0};
@@ -1322,7 +1323,8 @@ int bs__pg_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err)
   int rc, done = 0;
   /* the front has flushed what was queued before the truncate (contract.md 4.2) */
   while (!done) {
-    if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin(w->c, 0, err))) return rc;
+    if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin_write(w->db, w->c, NULL, err)))
+      return rc;
     if ((rc = truncate_share(w, table, drop, &done, err)) || (rc = bs__pg_commit(w->c, err))) {
       bs__pg_rollback(w->c);
       return rc;
@@ -1615,7 +1617,7 @@ int bs__pg_defragment(const bs_compact_options *o, PGconn *c, bs_storage *st, ui
   for (size_t i = 0; !rc && i < s.n_rows; i += o->max_ops_per_txn) {
     size_t m = s.n_rows - i < o->max_ops_per_txn ? s.n_rows - i : o->max_ops_per_txn;
     uint64_t emitted = 0;
-    if ((rc = bs__pg_begin(c, 0, err))) break;
+    if ((rc = bs__pg_begin_write(w.db, c, NULL, err))) break;
     rc = reemit_txn(&w, s.rows + i, m, &emitted, err);
     if (!rc) rc = bs__pg_commit(c, err);
     if (rc) {

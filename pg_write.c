@@ -181,12 +181,15 @@ static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
   int rc;
   *state = 0;
   bs__pg_arg_i32(&a, (int32_t)stream);
-  rc = bs__pg_exec(c, "SELECT state FROM bs_streams WHERE id = $1", &a, &r, "reading the stream",
-                   err);
+  /* the schema version too: a build it is too old for refuses at once */
+  rc = bs__pg_exec(c,
+                   "SELECT state, (SELECT value FROM bs_meta WHERE key = 'schema_version')"
+                   " FROM bs_streams WHERE id = $1",
+                   &a, &r, "reading the stream", err);
   if (rc) return rc;
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", stream);
-  else
+  else if (!(rc = bs__pg_schema_current(bs__pg_i64(r, 0, 1), err)))
     *state = bs__pg_i16(r, 0, 0);
   PQclear(r);
   if (!rc && *state == BS_STREAM_TERMINATED)
@@ -306,20 +309,6 @@ int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err) {
  * since its queue, which the front still holds, was persisted: applying it again would persist
  * it twice. */
 
-/* BEGIN and the transaction's id in one round trip (the simple protocol's two statements: the
- * result is the last one's, in text). */
-static int begin_xid(PGconn *c, int64_t *xid, bs_error *err) {
-  PGresult *r = PQexec(c, "BEGIN; SELECT txid_current()");
-  int rc = BS_OK;
-  if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-    rc = bs__pg_fail(c, r, "begin", err);
-  else
-    *xid = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-  PQclear(r);
-  if (rc && PQtransactionStatus(c) != PQTRANS_IDLE) bs__pg_rollback(c);
-  return rc;
-}
-
 /* txid_status of xid on a pooled session: 1 committed, 0 aborted, -1 not known (yet). An id
  * "in the future" (22023) is one a crash forgot: nothing of it was logged, so it did not commit. */
 static int xid_status(bs__pg_db *db, int64_t xid, bs_error *err) {
@@ -438,7 +427,7 @@ static int flush_locked(bs__pg_writer *w, const bs_write_batch *batch, uint64_t 
   uint64_t head = 0;
   int64_t xid = 0;
   int rc;
-  if ((rc = begin_xid(w->c, &xid, err))) return rc;
+  if ((rc = bs__pg_begin_write(w->db, w->c, &xid, err))) return rc;
   if (!(rc = bs__pg_flush_in_txn(w, batch, &head, err))) bs__pg_hook(w->db, "flush", w->c);
   if (rc || (rc = commit_txn(w, xid, err))) {
     bs__pg_rollback(w->c); /* nothing half-applied; the front keeps the queue */
@@ -511,7 +500,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   int64_t xid = 0;
   int rc, created = 0;
   bs_block_reason blocked;
-  if ((rc = begin_xid(w->c, &xid, err))) return rc;
+  if ((rc = bs__pg_begin_write(w->db, w->c, &xid, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
   bs__pg_hook(w->db, "commit", w->c);
@@ -578,12 +567,16 @@ static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char 
   PGresult *r;
   int rc;
   if ((rc = call_begin(w, err))) return rc;
+  if ((rc = bs__pg_begin_write(w->db, w->c, NULL, err))) return call_end(w, rc);
   bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
   bs__pg_arg_bytes(&a, lsn);
-  if ((rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) return call_end(w, rc);
-  if (PQntuples(r) != 1)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
-  PQclear(r);
+  if (!(rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) {
+    if (PQntuples(r) != 1)
+      rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
+    PQclear(r);
+  }
+  if (!rc) rc = bs__pg_commit(w->c, err);
+  if (rc) bs__pg_rollback(w->c);
   return call_end(w, rc);
 }
 
@@ -719,7 +712,7 @@ int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_req
   /* the batch's winner per user (contract.md 7) */
   nw = bs__managed_winners(req, n, win);
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) goto out;
-  if ((rc = bs__pg_begin(c, 0, err))) goto out;
+  if ((rc = bs__pg_begin_write(db_of(st), c, NULL, err))) goto out;
   /* one batch at a time database-wide: a new user's record cannot be created twice */
   {
     bs__pg_args a = {0};

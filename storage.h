@@ -271,7 +271,11 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * than PostgreSQL 14; a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
  * Migrations: a read-write open brings the schema to this build's version in one transaction
  * (steps may rewrite the largest tables under an exclusive lock); with BS_OPEN_NOMIGRATE it
- * refuses instead, so a fleet migrates once, deliberately (`bucketstore migrate URL`).
+ * refuses instead, so a fleet migrates once, deliberately (`bucketstore migrate URL`). A handle
+ * that a newer build's migration overtook writes nothing more: every write (flush, commit,
+ * snapshot_done, resume_lsn, truncate, compaction, clear, terminate, write checkpoints, a new
+ * writer or stream) fails with BS_ECORRUPT ("... newer than this build's N: upgrade
+ * bucketstore"); reads go on.
  * What the backend implements is listed in docs/postgresql.md; a call it does not
  * implement yet answers BS_EUNSUPPORTED. */
 BS_API int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts,

@@ -686,6 +686,80 @@ static void t_migrations_controlled(void **state) {
   assert_true(pgt_int(t->admin, "SELECT value FROM bs_meta") > 4);
 }
 
+/* A write transaction holds the schema's migration lock shared: a migration's exclusive try
+ * fails while a flush is between its statements and its COMMIT. */
+static void lock_probe(const char *point, PGconn *c, void *payload) {
+  pgt *t = payload;
+  (void)c;
+  if (strcmp(point, "flush")) return;
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT pg_try_advisory_xact_lock('%s'::regnamespace::oid::int, %d)"
+                           "::int",
+                           t->schema, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA)),
+                   0);
+}
+
+/* A process that opened at this build's schema version keeps running while a newer build
+ * migrates the schema (as it would: the migration lock taken, the version raised, committed).
+ * Every write of the old process is then refused with BS_ECORRUPT, saying to upgrade, and
+ * writes nothing: a flush, a commit, snapshot_done, a compaction, a clear, a new writer, a new
+ * stream. Reads go on. */
+static void t_older_build_refused(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w, *w2;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_checkpoint cp;
+  long long ops, head;
+  char newer[64];
+  OK(bs_stream_create(NULL, db, "s", NULL, &err));
+  OK(bs_storage_open(&st, db, 1, &err));
+  OK(bs_writer_open(&w, st, NULL, &err));
+  bs__pg_set_hook(db, lock_probe, t);
+  save(w, BS_INSERT, "r1", "a", "k1");
+  OK(bs_writer_flush(w, NULL, &err));
+  bs__pg_set_hook(db, NULL, NULL);
+  OK(bs_writer_snapshot_done(w, str("0"), &err));
+  save(w, BS_UPDATE, "r1", "a", "k1"); /* something to compact */
+  save(w, BS_UPDATE, "r1", "a", "k1");
+  OK(bs_writer_commit(w, str("0001"), NULL, NULL, &err));
+  /* the newer build's migration */
+  pgt_exec(t->admin,
+           "BEGIN; SELECT pg_advisory_xact_lock('%s'::regnamespace::oid::int, %d);"
+           " UPDATE bs_meta SET value = %d WHERE key = 'schema_version'; COMMIT",
+           t->schema, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA), BS_PG_SCHEMA_VERSION + 1);
+  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
+  snprintf(newer, sizeof newer, "version %d, newer than this build's %d: upgrade",
+           BS_PG_SCHEMA_VERSION + 1, BS_PG_SCHEMA_VERSION);
+  save(w, BS_INSERT, "r2", "a", "k1");
+  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, newer));
+  assert_int_equal(bs_writer_commit(w, str("0002"), NULL, NULL, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, newer));
+  assert_int_equal(bs_writer_snapshot_done(w, str("0003"), &err), BS_ECORRUPT);
+  co.min_bucket_changes = 1;
+  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, newer));
+  assert_int_equal(bs_clear(st, &err), BS_ECORRUPT);
+  assert_int_equal(bs_stream_create(NULL, db, "s2", NULL, &err), BS_ECORRUPT);
+  bs_writer_close(w);
+  assert_int_equal(bs_writer_open(&w2, st, NULL, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, newer));
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT (no_checkpoint_before = '0')::int FROM bs_streams"),
+                   1);
+  OK(bs_get_checkpoint(st, &cp, &err));
+  assert_int_equal(cp.op_id, head);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 /* The privileges docs/operations.md lists, with roles that are not superusers: the owner of
  * the schema creates it (a read-write open), default privileges give a read-write role DML on
  * its tables and USAGE on its sequence (bucket ids), a read-only role SELECT; the read-write role (BS_OPEN_NOMIGRATE) runs every
@@ -767,6 +841,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_stream_create_beside_flush, setup, teardown),
       cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(t_role_matrix, setup, teardown),
   };
   if (pgt_skipped("test_pg_deploy")) return 0;
