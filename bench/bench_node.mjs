@@ -8,8 +8,8 @@
 //   reads:  every bucket of that file downloaded from 0 at the checkpoint, READ_LIMIT ops per
 //           call, one bucket per call (a client resuming at next_after), twice: the second
 //           (warm) pass is timed.
-// The binding runs twice: `await w.save(r)` per row, and pipelined (a commit's saves not
-// awaited one by one: Promise.all before the commit).
+// The binding runs three times: `await w.save(r)` per row, pipelined (a commit's saves not
+// awaited one by one: Promise.all before the commit), and `await w.saveMany(rows)` per commit.
 // Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
 //        [--read-limit N] [--durable] [--runs N] [--quick] [--json PATH]
 // Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs:
@@ -49,13 +49,15 @@ if (!(cfg.dataSize >= 64)) throw new Error('--data-size: at least 64');
 const FILL = 'abcdefghijklmnopqrstuvwxyz'.repeat(2);
 const pad = (n, w) => String(n).padStart(w, '0');
 const rid = (i) => `r${pad(i, 8)}`;
-const bucket = (b) => `by_list["l${pad(b, 5)}"]`;
+const bucket = (b) => ['by_list["l', pad(b, 5), '"]'].join(''); // flat: see data()
 function data(i) {
   const head = `{"id":"${rid(i)}","v":0,"done":false,"d":"`;
-  let s = head;
-  const off = i % 26;
-  for (let p = head.length; p < cfg.dataSize - 2; p++) s += FILL[off + ((p - head.length) % 26)];
-  return s + '"}';
+  const off = i % 26, parts = [head];
+  for (let p = head.length; p < cfg.dataSize - 2; p++) parts.push(FILL[off + ((p - head.length) % 26)]);
+  parts.push('"}');
+  // joined, so the string is flat, as a decoder's or JSON.stringify's output is: one built with
+  // += is a rope, which V8 copies flat when a binding first reads it (not a binding's cost)
+  return parts.join('');
 }
 const lsnOf = (i) => pad(i, 8);
 
@@ -103,8 +105,9 @@ function loadBinding() {
 }
 
 const binding = {
-  /** pipelined: the saves of a commit are not awaited one by one (Promise.all before it) */
-  async ingest(file, pipelined = false) {
+  /** how: 'await' each save, 'pipelined' (the saves of a commit not awaited one by one:
+   * Promise.all before it), or 'many' (one saveMany of a commit's rows) */
+  async ingest(file, how = 'await') {
     const bs = loadBinding();
     const db = await bs.open(file, { nosync: cfg.nosync });
     await db.createStream('bench');
@@ -117,13 +120,14 @@ const binding = {
         evaluated: [{ bucket: bucket(i % cfg.buckets), table: 'todos', id, data: data(i) }] });
     }
     const t0 = performance.now(), c0 = process.cpuUsage();
-    let pending = [];
+    let pending = [], from = 0;
     for (let i = 0; i < cfg.rows; i++) {
-      if (pipelined) pending.push(w.save(recs[i]));
-      else await w.save(recs[i]);
+      if (how === 'pipelined') pending.push(w.save(recs[i]));
+      else if (how === 'await') await w.save(recs[i]);
       if ((i + 1) % cfg.commitRows === 0 || i + 1 === cfg.rows) {
+        if (how === 'many') await w.saveMany(recs.slice(from, i + 1));
         await Promise.all(pending);
-        pending = [];
+        pending = [], from = i + 1;
         if (i + 1 === cfg.rows) await w.markSnapshotDone(lsnOf(i + 1));
         await w.commit(lsnOf(i + 1));
       }
@@ -240,7 +244,8 @@ const driver = {
 // ---- run ----------------------------------------------------------------------------------
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-node-'));
 const paths = { 'C API': capi, 'Node binding': binding,
-  'Node, pipelined': { ingest: (f) => binding.ingest(f, true), read: binding.read },
+  'Node, pipelined': { ingest: (f) => binding.ingest(f, 'pipelined'), read: binding.read },
+  'Node, saveMany': { ingest: (f) => binding.ingest(f, 'many'), read: binding.read },
   'JSON driver': driver };
 const results = {};
 try {

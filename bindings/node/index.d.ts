@@ -222,6 +222,12 @@ export declare class Writer {
   lastCheckpointLsn: string | null;
   /** null, or the flush result when this save flushed the queue (its bound was reached). */
   save(record: SaveOptions): Promise<FlushedResult | null>;
+  /**
+   * Queues every record in order, as save() one by one would, in one call: the cheap way to
+   * ingest. The whole batch is checked first, so a bad record (rejected naming saves[i]) queues
+   * none of it. null, or the result of the last flush its records reached the bound for.
+   */
+  saveMany(records: SaveOptions[]): Promise<FlushedResult | null>;
   truncate(sourceTables: Bytes | { name: Bytes } | (Bytes | { name: Bytes })[]): Promise<null>;
   drop(sourceTables: Bytes | { name: Bytes } | (Bytes | { name: Bytes })[]): Promise<null>;
   /** null when nothing was queued since the last flush. */

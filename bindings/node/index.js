@@ -3,6 +3,7 @@
 // (src/bucketstore_node.c). Every call that can block runs on the libuv thread pool and
 // returns a Promise; a bad argument rejects it, never crashes (only setWriteCheckpointMode,
 // which is synchronous, throws).
+const { isUint8Array } = require('node:util').types;
 const native = require('./build/Release/bucketstore.node');
 
 // At exit (process.exit(), an uncaught exception: the process then waits for the thread pool),
@@ -116,6 +117,200 @@ function bucketName(b) {
 
 function tableName(t) {
   return t !== null && typeof t === 'object' && !(t instanceof Uint8Array) ? t.name : t;
+}
+
+// ---- Saves as bytes ------------------------------------------------------------------------
+// save() and saveMany() encode their records into one Buffer, in the layout the addon's
+// decoder documents (src/bucketstore_node.c, "Saves as bytes"): one native call then queues
+// them all, instead of a Node-API call per field. Types and lone surrogates are checked here
+// (only JS sees them); the storage limits there, for the whole batch before any save is queued.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const isWellFormed = String.prototype.isWellFormed
+  ? (s) => s.isWellFormed()
+  : (s) => !LONE_SURROGATE.test(s);
+const KEEP_BYTES = 1 << 24; // a larger buffer, grown for one big batch, is not kept
+
+function rangeError(message) {
+  const e = new RangeError(message);
+  e.code = 'BS_EINVAL';
+  return e;
+}
+
+class SaveEncoder {
+  buf = Buffer.allocUnsafe(1 << 16);
+  off = 0;
+  /** where an error is, named only when one is thrown: saves[index] (record when -1), then
+   * field, or list[j].field[k] (j, k when >= 0) */
+  index = -1;
+  list = '';
+  j = -1;
+  field = '';
+  k = -1;
+
+  start(index) {
+    this.off = 0;
+    this.index = index;
+  }
+  at(list, j, field, k = -1) {
+    this.list = list, this.j = j, this.field = field, this.k = k;
+  }
+  /** the encoded bytes, valid until the next call */
+  end() {
+    const b = this.buf;
+    if (b.length > KEEP_BYTES) this.buf = Buffer.allocUnsafe(1 << 16);
+    return b.subarray(0, this.off);
+  }
+  where() {
+    const rec = this.index < 0 ? 'record' : `saves[${this.index}]`;
+    const list = this.list ? `${this.list}[${this.j}]` : '';
+    const field = this.field ? `${list ? '.' : ''}${this.field}` : '';
+    return `${rec}${list || field ? '.' : ''}${list}${field}${this.k >= 0 ? `[${this.k}]` : ''}`;
+  }
+  fail(what, Err = typeError) {
+    return Err(`${this.where()}: ${what}`);
+  }
+  room(n) {
+    if (this.off + n <= this.buf.length) return;
+    const b = Buffer.allocUnsafe(Math.max(2 * this.buf.length, this.off + n));
+    this.buf.copy(b, 0, 0, this.off);
+    this.buf = b;
+  }
+  u8(v) {
+    this.room(1);
+    this.buf[this.off++] = v;
+  }
+  u32(v) {
+    this.room(4);
+    this.buf.writeUInt32LE(v, this.off);
+    this.off += 4;
+  }
+  /** a string as UTF-8 (refused with a lone surrogate, which UTF-8 cannot carry), or a Uint8Array */
+  bytes(v) {
+    if (typeof v === 'string') {
+      if (!isWellFormed(v)) {
+        const at = v.search(LONE_SURROGATE);
+        throw this.fail(`not valid Unicode (a lone surrogate at index ${at}; pass bytes as a Uint8Array)`);
+      }
+      this.room(4 + 3 * v.length);
+      const n = this.buf.write(v, this.off + 4);
+      this.buf.writeUInt32LE(n, this.off);
+      this.off += 4 + n;
+    } else if (isUint8Array(v)) {
+      this.room(4 + v.length);
+      this.buf.writeUInt32LE(v.length, this.off);
+      this.buf.set(v, this.off + 4);
+      this.off += 4 + v.length;
+    } else {
+      throw this.fail(v == null ? 'missing (expected a string)' : 'expected a string or Uint8Array');
+    }
+  }
+  /** JSON text: a string or bytes as given, an object through JSON.stringify */
+  json(v) {
+    if (typeof v === 'string' || ArrayBuffer.isView(v)) return this.bytes(v);
+    if (v == null) throw this.fail('missing');
+    if (typeof v !== 'object') throw this.fail('expected JSON text or an object');
+    this.bytes(JSON.stringify(v));
+  }
+  array(v) {
+    if (v == null) return [];
+    if (!Array.isArray(v)) throw this.fail('expected an array');
+    return v;
+  }
+  lookup(v, j) {
+    this.at('evaluatedParameters', j, 'lookup');
+    if (v == null) throw this.fail('missing (expected an array)');
+    const vals = this.array(v);
+    this.u32(vals.length);
+    for (let k = 0; k < vals.length; k++) {
+      const e = vals[k];
+      this.at('evaluatedParameters', j, 'lookup', k);
+      if (e == null) this.u8(0);
+      else if (typeof e === 'boolean') this.u8(e ? 2 : 1);
+      else if (typeof e === 'number') {
+        this.u8(3), this.room(8);
+        this.off = this.buf.writeDoubleLE(e, this.off);
+      } else if (typeof e === 'bigint') {
+        if (BigInt.asIntN(64, e) !== e) throw this.fail('bigint out of the int64 range', rangeError);
+        this.u8(4), this.room(8);
+        this.off = this.buf.writeBigInt64LE(e, this.off);
+      } else if (typeof e === 'string') this.u8(5), this.bytes(e);
+      else throw this.fail('expected null, a boolean, number, bigint or string');
+    }
+  }
+  /** one record of index.d.ts's SaveOptions */
+  save(r) {
+    this.at('', -1, '');
+    if (r == null) throw this.fail('missing');
+    if (typeof r !== 'object') throw this.fail('expected an object');
+    const t = r.tag;
+    const tag = t === 'insert' ? 1 : t === 'update' ? 2 : t === 'delete' ? 3 : 0;
+    this.at('', -1, 'tag');
+    if (!tag) throw this.fail("expected 'insert', 'update' or 'delete'");
+    const before = r.beforeReplicaId, after = r.afterReplicaId, current = r.currentData;
+    // a DELETE names the deleted row; afterReplicaId is accepted as its id too
+    const deleteId = tag === 3 && before == null;
+    const present = (before != null || deleteId ? 1 : 0) | (tag !== 3 ? 2 : 0) | (current != null ? 4 : 0);
+    this.u8(tag), this.u8(present);
+    this.at('', -1, 'sourceTable');
+    this.bytes(tableName(r.sourceTable));
+    this.at('', -1, 'beforeReplicaId');
+    if (present & 1) this.bytes(deleteId ? after : before);
+    this.at('', -1, 'afterReplicaId');
+    if (present & 2) this.bytes(after);
+    this.at('', -1, 'currentData');
+    if (present & 4) this.json(current);
+    this.at('', -1, 'evaluated');
+    const rows = this.array(r.evaluated);
+    this.u32(rows.length);
+    for (let j = 0; j < rows.length; j++) {
+      const e = rows[j];
+      this.at('evaluated', j, 'bucket');
+      this.bytes(e?.bucket);
+      this.field = 'table';
+      this.bytes(e?.table);
+      this.field = 'id';
+      this.bytes(e?.id);
+      this.field = 'data';
+      this.json(e?.data);
+    }
+    this.at('', -1, 'evaluatedParameters');
+    const lookups = this.array(r.evaluatedParameters);
+    this.u32(lookups.length);
+    for (let j = 0; j < lookups.length; j++) {
+      const e = lookups[j];
+      this.lookup(e?.lookup, j);
+      this.at('evaluatedParameters', j, 'bucketParameters');
+      const params = this.array(e?.bucketParameters);
+      this.u32(params.length);
+      for (let k = 0; k < params.length; k++) {
+        this.k = k;
+        this.json(params[k]);
+      }
+    }
+  }
+}
+/** Encodes save()'s record (single) or saveMany()'s records and queues them in one native call.
+ * One encoder is kept for reuse; a save made while one encodes (by a getter or a toJSON of a
+ * record) gets its own. */
+let spareEncoder = new SaveEncoder();
+function saveEncoded(h, records, single) {
+  const e = spareEncoder ?? new SaveEncoder();
+  spareEncoder = null;
+  try {
+    e.start(single ? -1 : 0);
+    if (single) e.save(records);
+    else {
+      for (let i = 0; i < records.length; i++) {
+        e.index = i;
+        e.save(records[i]);
+      }
+    }
+    return native.save(h, e.end(), single ? 1 : records.length, single) ?? RESOLVED_NULL;
+  } catch (err) {
+    return Promise.reject(err);
+  } finally {
+    spareEncoder = e;
+  }
 }
 
 const OP_NAMES = [null, 'PUT', 'REMOVE', 'MOVE', 'CLEAR'];
@@ -361,7 +556,16 @@ class Writer {
   }
   save(record) {
     try {
-      return native.save(this.#h, record) ?? RESOLVED_NULL;
+      return saveEncoded(this.#h, record, true);
+    } catch (e) {
+      return Promise.reject(e); // not a Writer
+    }
+  }
+  /** Queues every record, in order, or none: a bad one rejects naming saves[i]. */
+  saveMany(records) {
+    try {
+      if (!Array.isArray(records)) throw typeError('saves: expected an array');
+      return saveEncoded(this.#h, records, false);
     } catch (e) {
       return Promise.reject(e);
     }

@@ -74,13 +74,6 @@ static int ar_dup(arena *a, bs_val *out, const void *data, size_t size) {
   return 0;
 }
 
-/* Bytes in use (the measure of a queued save for the flush bound). */
-static size_t ar_used(const arena *a) {
-  size_t n = 0;
-  for (const blk *b = a->head; b; b = b->next) n += b->used;
-  return n;
-}
-
 static void ar_free(arena *a) {
   while (a->head) {
     blk *b = a->head;
@@ -545,7 +538,7 @@ struct node {
   } u;
   /* writer: a job queue run by one async work at a time, and the binding's flush bound */
   job *pending, *pending_tail;
-  int running, dirty;
+  int running, dirty, snapshot;
   size_t q_records, q_bytes, max_records, max_bytes;
   arena scratch;
   /* database: the checkpoint listener's threadsafe function, made by the first onCheckpoint()
@@ -1253,6 +1246,184 @@ static napi_value db_on_checkpoint(napi_env env, napi_callback_info info) {
 
 /* ---- Writer ---------------------------------------------------------------------------------- */
 
+/* ---- Saves as bytes ---------------------------------------------------------------------------
+ * save() and saveMany() (index.js's SaveEncoder) hand over their records encoded in one Buffer,
+ * so that a record crosses with one Node-API call instead of one per field. The layout, all
+ * integers little-endian and unaligned:
+ *   save    := u8 tag (1 insert, 2 update, 3 delete)
+ *              u8 present (bit 0: before_id, bit 1: after_id, bit 2: stored_data)
+ *              bytes table, [bytes before_id], [bytes after_id], [bytes stored_data]
+ *              u32 n_rows, row * n_rows          row := bytes bucket, object_type, object_id, data
+ *              u32 n_lookups, lookup * n_lookups
+ *   lookup  := u32 n_values, scalar * n_values, u32 n_params, bytes * n_params
+ *   scalar  := u8 0 null | 1 false | 2 true | 3 f64 number | 4 i64 bigint | 5 bytes string
+ *   bytes   := u32 size, size bytes (UTF-8 checked by the encoder, or a Uint8Array's bytes)
+ * JS checks what only it can see (types, lone surrogates); the decoder checks the storage.h
+ * limits, for every save of a batch before any is queued. */
+
+typedef struct batch_saves {
+  bs_save *saves;
+  size_t *sizes; /* encoded bytes of each save: its measure for the flush bound */
+  uint32_t n;
+  int single; /* save(): errors name "record", else "saves[i]" */
+} batch_saves;
+
+/* Sets err (the library's bs_error, for a failure found on the binding's side); returns rc. */
+static int err_set(bs_error *err, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int err_set(bs_error *err, int rc, const char *fmt, ...) {
+  char msg[sizeof err->msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap); /* fmt's arguments may be err->msg itself */
+  va_end(ap);
+  err->code = rc;
+  memcpy(err->msg, msg, sizeof msg);
+  return rc;
+}
+
+typedef struct rd {
+  const unsigned char *p, *end;
+} rd;
+
+/* Returns the constant itself, so that the compiler sees a reader's failure is never BS_OK. */
+static int rd_fail(bs_error *err) {
+  err_set(err, BS_EINVAL, "encoding: not a batch encoded by index.js");
+  return BS_EINVAL;
+}
+
+static int rd_u8(rd *r, unsigned *v, bs_error *err) {
+  if (r->p == r->end) return rd_fail(err);
+  *v = *r->p++;
+  return BS_OK;
+}
+
+static int rd_u32(rd *r, uint32_t *v, bs_error *err) {
+  if (r->end - r->p < 4) return rd_fail(err);
+  *v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 |
+       (uint32_t)r->p[3] << 24;
+  r->p += 4;
+  return BS_OK;
+}
+
+static int rd_u64(rd *r, uint64_t *v, bs_error *err) {
+  uint32_t lo, hi;
+  if (rd_u32(r, &lo, err) || rd_u32(r, &hi, err)) return BS_EINVAL;
+  *v = (uint64_t)hi << 32 | lo;
+  return BS_OK;
+}
+
+/* Bytes of the batch, within min..max bytes (a storage.h limit, named in the message). The
+ * library checks every save again; checked here, a batch with one bad save queues nothing. */
+static int rd_field(rd *r, bs_val *v, size_t min, size_t max, const char *limit, const char *field,
+                    bs_error *err) {
+  uint32_t size;
+  if (rd_u32(r, &size, err)) return BS_EINVAL;
+  if ((size_t)(r->end - r->p) < size) return rd_fail(err);
+  v->data = size ? (const void *)r->p : (const void *)empty_bytes, v->size = size;
+  r->p += size;
+  if (size > max)
+    return err_set(err, BS_ETOOBIG, "%s is %zu bytes, over %s (%zu)", field, (size_t)size, limit,
+                   max);
+  if (size < min) return err_set(err, BS_EINVAL, "%s is empty", field);
+  return BS_OK;
+}
+#define RD_FIELD(r, v, min, max, field, err) rd_field(r, v, min, max, #max, field, err)
+
+static int rd_count(rd *r, size_t each, uint32_t *n, bs_error *err) {
+  if (rd_u32(r, n, err)) return BS_EINVAL;
+  /* every element takes at least `each` bytes: a count beyond the rest is malformed */
+  return (size_t)(r->end - r->p) / each < *n ? rd_fail(err) : BS_OK;
+}
+
+/* A lookup's values, encoded canonically (bs_lookup_encode) into the arena. */
+static int rd_lookup(rd *r, arena *a, bs_val *key, bs_error *err) {
+  static const char field[] = "lookup";
+  uint32_t n;
+  bs_scalar *vals;
+  size_t size = 0;
+  void *buf;
+  int rc;
+  if (rd_count(r, 1, &n, err)) return BS_EINVAL;
+  if (!(vals = ar_alloc(a, (n ? n : 1) * sizeof *vals)))
+    return err_set(err, BS_ENOMEM, "out of memory");
+  for (uint32_t k = 0; k < n; k++) {
+    unsigned t;
+    uint64_t u;
+    memset(&vals[k], 0, sizeof vals[k]);
+    if (rd_u8(r, &t, err)) return BS_EINVAL;
+    if (t <= 2) {
+      vals[k].type = t == 0 ? BS_SCALAR_NULL : t == 1 ? BS_SCALAR_FALSE : BS_SCALAR_TRUE;
+    } else if (t == 3 || t == 4) {
+      if (rd_u64(r, &u, err)) return BS_EINVAL;
+      if (t == 3) /* the library normalises integral values */
+        vals[k].type = BS_SCALAR_DOUBLE, memcpy(&vals[k].d, &u, sizeof u);
+      else
+        vals[k].type = BS_SCALAR_INT, vals[k].i = (int64_t)u;
+    } else if (t == 5) {
+      vals[k].type = BS_SCALAR_STRING;
+      if (RD_FIELD(r, &vals[k].s, 0, SIZE_MAX, field, err)) return BS_EINVAL;
+    } else {
+      return rd_fail(err);
+    }
+  }
+  rc = bs_lookup_encode(NULL, 0, &size, vals, n, err);
+  if (rc != BS_OK && rc != BS_ETOOBIG) return err_set(err, rc, "%s: %s", field, err->msg);
+  if (!(buf = ar_alloc(a, size))) return err_set(err, BS_ENOMEM, "out of memory");
+  if ((rc = bs_lookup_encode(buf, size, &size, vals, n, err)) != BS_OK)
+    return err_set(err, rc, "%s: %s", field, err->msg);
+  key->data = buf, key->size = size; /* within BS_MAX_LOOKUP_KEY: bs_lookup_encode's rule */
+  return BS_OK;
+}
+
+/* One save of the batch into s (arrays in a; bytes borrowed from the batch). */
+static int rd_save(rd *r, arena *a, bs_save *s, bs_error *err) {
+  unsigned tag, present;
+  uint32_t n_rows, n_lookups;
+  *s = (bs_save)BS_SAVE_INIT;
+  if (rd_u8(r, &tag, err) || rd_u8(r, &present, err)) return BS_EINVAL;
+  if (tag < BS_INSERT || tag > BS_DELETE) return rd_fail(err);
+  s->tag = (bs_tag)tag;
+  if (RD_FIELD(r, &s->table, 1, BS_MAX_TABLE_NAME, "sourceTable", err) ||
+      ((present & 1) && RD_FIELD(r, &s->before_id, 0, BS_MAX_REPLICA_ID, "beforeReplicaId", err)) ||
+      ((present & 2) && RD_FIELD(r, &s->after_id, 0, BS_MAX_REPLICA_ID, "afterReplicaId", err)) ||
+      ((present & 4) && RD_FIELD(r, &s->stored_data, 0, BS_MAX_OP_DATA, "currentData", err)))
+    return err->code;
+  if (s->tag != BS_DELETE ? !s->after_id.data : !s->before_id.data) return rd_fail(err);
+  if (rd_count(r, 16, &n_rows, err)) return BS_EINVAL;
+  if (n_rows) {
+    bs_row *row = ar_alloc(a, n_rows * sizeof *row);
+    if (!row) return err_set(err, BS_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < n_rows; i++)
+      if (RD_FIELD(r, &row[i].bucket, 1, BS_MAX_BUCKET_NAME, "bucket", err) ||
+          RD_FIELD(r, &row[i].object_type, 0, BS_MAX_OBJECT_NAME, "table", err) ||
+          RD_FIELD(r, &row[i].object_id, 0, BS_MAX_OBJECT_NAME, "id", err) ||
+          RD_FIELD(r, &row[i].data, 0, BS_MAX_OP_DATA, "data", err))
+        return err_set(err, err->code, "evaluated[%u].%s", i, err->msg);
+    s->rows = row, s->n_rows = n_rows;
+  }
+  if (rd_count(r, 8, &n_lookups, err)) return BS_EINVAL;
+  if (n_lookups) {
+    bs_lookup *l = ar_alloc(a, n_lookups * sizeof *l);
+    if (!l) return err_set(err, BS_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < n_lookups; i++) {
+      uint32_t np;
+      bs_val *p;
+      if (rd_lookup(r, a, &l[i].key, err) || rd_count(r, 4, &np, err))
+        return err_set(err, err->code, "evaluatedParameters[%u].%s", i, err->msg);
+      if (!(p = ar_alloc(a, (np ? np : 1) * sizeof *p)))
+        return err_set(err, BS_ENOMEM, "out of memory");
+      for (uint32_t k = 0; k < np; k++)
+        if (RD_FIELD(r, &p[k], 0, BS_MAX_OP_DATA, "", err))
+          return err_set(err, err->code, "evaluatedParameters[%u].bucketParameters[%u]%s", i, k,
+                         err->msg);
+      l[i].params = p, l[i].n_params = np;
+    }
+    s->lookups = l, s->n_lookups = n_lookups;
+  }
+  return BS_OK;
+}
+
 typedef enum jkind {
   J_SAVE,
   J_TRUNCATE,
@@ -1271,12 +1442,11 @@ struct job {
   jkind kind;
   napi_deferred d;
   arena ar;
-  bs_save save;
+  batch_saves bs; /* J_SAVE */
   bs_val a, b;
   uint64_t u;
   int create_empty, has_ms;
   int64_t ms;
-  size_t bytes;
   /* results */
   int rc, flushed, found;
   bs_error err;
@@ -1295,7 +1465,7 @@ static napi_value done_writer(napi_env env, work *w) {
   napi_value ext = done_handle(env, w);
   node *n;
   if (!ext || napi_get_value_external(env, ext, (void **)&n) != napi_ok) return ext;
-  n->max_records = w->u1, n->max_bytes = w->u2;
+  n->max_records = w->u1, n->max_bytes = w->u2, n->snapshot = w->wo.snapshot;
   return ext;
 }
 
@@ -1325,96 +1495,26 @@ static napi_value create_writer(napi_env env, napi_callback_info info) {
   return work_start(env, w, n, exec_create_writer, done_writer);
 }
 
-static const char *const tag_names[] = {"", "insert", "update", "delete"};
-
-/* The save record of index.d.ts into j->save (all bytes in j->ar). */
-static int convert_save(napi_env env, arena *a, napi_value rec, bs_save *s) {
-  napi_value v, rows, lookups;
-  uint32_t n_rows, n_lookups;
-  bs_val tag;
-  char nm[96];
-  napi_valuetype t;
-  *s = (bs_save)BS_SAVE_INIT;
-  if (rec == NULL || type_of(env, rec, &t))
-    return rec ? -1 : throw_rc(env, BS_EINVAL, "record: missing");
-  if (t != napi_object) return throw_rc(env, BS_EINVAL, "record: expected an object");
-  if (get_prop(env, rec, "tag", &v) || get_bytes(env, a, v, "record.tag", &tag)) return -1;
-  s->tag = (bs_tag)0;
-  for (int i = 1; i <= 3; i++)
-    if (tag.size == strlen(tag_names[i]) && !memcmp(tag.data, tag_names[i], tag.size))
-      s->tag = (bs_tag)i;
-  if (!s->tag)
-    return throw_rc(env, BS_EINVAL, "record.tag: expected 'insert', 'update' or 'delete'");
-  if (get_prop(env, rec, "sourceTable", &v)) return -1;
-  if (v && type_of(env, v, &t)) return -1;
-  if (v && t == napi_object && get_prop(env, v, "name", &v)) return -1;
-  if (get_bytes(env, a, v, "record.sourceTable", &s->table)) return -1;
-  if (get_prop(env, rec, "beforeReplicaId", &v) ||
-      get_opt_bytes(env, a, v, "record.beforeReplicaId", &s->before_id))
-    return -1;
-  if (s->tag != BS_DELETE) {
-    if (get_prop(env, rec, "afterReplicaId", &v) ||
-        get_bytes(env, a, v, "record.afterReplicaId", &s->after_id))
-      return -1;
-  } else if (!s->before_id.data) {
-    /* a DELETE names the deleted row; afterReplicaId is accepted as its id too */
-    if (get_prop(env, rec, "afterReplicaId", &v) ||
-        get_bytes(env, a, v, "record.beforeReplicaId", &s->before_id))
-      return -1;
-  }
-  if (s->tag == BS_DELETE) s->after_id = (bs_val){NULL, 0};
-  if (get_prop(env, rec, "currentData", &v) ||
-      (v && get_json(env, a, v, "record.currentData", &s->stored_data)))
-    return -1;
-  if (get_prop(env, rec, "evaluated", &rows) || get_array(env, rows, "record.evaluated", &n_rows) ||
-      get_prop(env, rec, "evaluatedParameters", &lookups) ||
-      get_array(env, lookups, "record.evaluatedParameters", &n_lookups))
-    return -1;
-  if (n_rows) {
-    bs_row *r = ar_alloc(a, n_rows * sizeof *r);
-    if (!r) return NOMEM();
-    for (uint32_t i = 0; i < n_rows; i++) {
-      napi_value e, f;
-      NAPI(napi_get_element(env, rows, i, &e));
-      snprintf(nm, sizeof nm, "record.evaluated[%u].bucket", i);
-      if (get_prop(env, e, "bucket", &f) || get_bytes(env, a, f, nm, &r[i].bucket)) return -1;
-      snprintf(nm, sizeof nm, "record.evaluated[%u].table", i);
-      if (get_prop(env, e, "table", &f) || get_bytes(env, a, f, nm, &r[i].object_type)) return -1;
-      snprintf(nm, sizeof nm, "record.evaluated[%u].id", i);
-      if (get_prop(env, e, "id", &f) || get_bytes(env, a, f, nm, &r[i].object_id)) return -1;
-      snprintf(nm, sizeof nm, "record.evaluated[%u].data", i);
-      if (get_prop(env, e, "data", &f) || get_json(env, a, f, nm, &r[i].data)) return -1;
-    }
-    s->rows = r, s->n_rows = n_rows;
-  }
-  if (n_lookups) {
-    bs_lookup *l = ar_alloc(a, n_lookups * sizeof *l);
-    if (!l) return NOMEM();
-    for (uint32_t i = 0; i < n_lookups; i++) {
-      napi_value e, f;
-      uint32_t np;
-      NAPI(napi_get_element(env, lookups, i, &e));
-      snprintf(nm, sizeof nm, "record.evaluatedParameters[%u].lookup", i);
-      if (get_prop(env, e, "lookup", &f) || get_lookup(env, a, f, nm, &l[i].key)) return -1;
-      snprintf(nm, sizeof nm, "record.evaluatedParameters[%u].bucketParameters", i);
-      if (get_prop(env, e, "bucketParameters", &f) || get_array(env, f, nm, &np)) return -1;
-      bs_val *p = ar_alloc(a, (np ? np : 1) * sizeof *p);
-      if (!p) return NOMEM();
-      for (uint32_t k = 0; k < np; k++) {
-        napi_value pv;
-        snprintf(nm, sizeof nm, "record.evaluatedParameters[%u].bucketParameters[%u]", i, k);
-        NAPI(napi_get_element(env, f, k, &pv));
-        if (get_json(env, a, pv, nm, &p[k])) return -1;
-      }
-      l[i].params = p, l[i].n_params = np;
-    }
-    s->lookups = l, s->n_lookups = n_lookups;
-  }
-  return 0;
-}
-
 static int at_bound(const node *n) {
   return n->q_records >= n->max_records || n->q_bytes >= n->max_bytes;
+}
+
+/* Queues b's saves in order on the writer's thread, flushing first at the binding's bound (a
+ * failed flush queues nothing more); *flushed and *last_op tell the last flush. An error names
+ * the save ("saves[i]: ..."); the saves before it stay queued. */
+static int queue_saves(node *n, const batch_saves *b, int *flushed, uint64_t *last_op,
+                       bs_error *err) {
+  int rc;
+  for (uint32_t i = 0; i < b->n; i++) {
+    if (at_bound(n)) {
+      if ((rc = bs_writer_flush(n->u.w, last_op, err)) != BS_OK) return rc;
+      *flushed = 1, n->q_records = n->q_bytes = 0, n->dirty = 0;
+    }
+    if ((rc = bs_writer_save(n->u.w, &b->saves[i], err)) != BS_OK)
+      return b->single ? rc : err_set(err, rc, "saves[%u]: %s", i, err->msg);
+    n->q_records++, n->q_bytes += b->sizes[i], n->dirty = 1;
+  }
+  return BS_OK;
 }
 
 /* Runs one job on the writer's thread (main or worker, never both at once). */
@@ -1422,13 +1522,7 @@ static void run_job(node *n, job *j) {
   bs_writer *wr = n->u.w;
   switch (j->kind) {
   case J_SAVE:
-    /* Flush before queueing (as the library's own bound): a failed flush queues nothing. */
-    if (at_bound(n)) {
-      if ((j->rc = bs_writer_flush(wr, &j->last_op, &j->err)) != BS_OK) return;
-      j->flushed = 1, n->q_records = n->q_bytes = 0, n->dirty = 0;
-    }
-    if ((j->rc = bs_writer_save(wr, &j->save, &j->err)) != BS_OK) return;
-    n->q_records++, n->q_bytes += j->bytes, n->dirty = 1;
+    j->rc = queue_saves(n, &j->bs, &j->flushed, &j->last_op, &j->err);
     return;
   case J_TRUNCATE:
   case J_DROP:
@@ -1612,36 +1706,94 @@ static job *job_new(napi_env env, node **n, napi_value h, jkind k) {
   return j;
 }
 
-/* save(writer, record): null when queued without a flush (synchronously, on an idle writer),
- * else a Promise of null or {flushed_op}. */
+/* Decodes the whole batch into b (arrays and a copy of the bytes in a), checking every save
+ * before any is queued. */
+static int decode_saves(const node *n, arena *a, const void *bytes, size_t size, uint32_t count,
+                        batch_saves *b, bs_error *err) {
+  rd r;
+  unsigned char *copy = ar_alloc(a, size);
+  b->saves = ar_alloc(a, (count ? count : 1) * sizeof *b->saves);
+  b->sizes = ar_alloc(a, (count ? count : 1) * sizeof *b->sizes);
+  if (!copy || !b->saves || !b->sizes) return err_set(err, BS_ENOMEM, "out of memory");
+  if (size) memcpy(copy, bytes, size);
+  r.p = copy, r.end = copy + size;
+  for (b->n = 0; b->n < count; b->n++) {
+    const unsigned char *start = r.p;
+    bs_save *s = &b->saves[b->n];
+    int rc = rd_save(&r, a, s, err);
+    /* the library's rule, checked here too so that it fails the batch before it is queued */
+    if (!rc && n->snapshot && s->tag != BS_INSERT)
+      rc = err_set(err, BS_ESTATE, "tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
+    if (rc)
+      return b->single ? err_set(err, rc, "record.%s", err->msg)
+                       : err_set(err, rc, "saves[%u].%s", b->n, err->msg);
+    b->sizes[b->n] = (size_t)(r.p - start);
+  }
+  return r.p == r.end ? BS_OK : rd_fail(err);
+}
+
+/* Whether queueing b now flushes at the bound before one of its saves. */
+static int saves_flush(const node *n, const batch_saves *b) {
+  size_t recs = n->q_records, bytes = n->q_bytes;
+  for (uint32_t i = 0; i < b->n; i++) {
+    if (recs >= n->max_records || bytes >= n->max_bytes) return 1;
+    recs++, bytes += b->sizes[i];
+  }
+  return 0;
+}
+
+/* save()'s arguments after the writer: the Buffer, the count of saves in it, single. */
+static int get_encoded(napi_env env, napi_value *argv, void **bytes, size_t *size, uint32_t *count,
+                       bool *single) {
+  bool is = false;
+  if (argv[1]) NAPI(napi_is_buffer(env, argv[1], &is));
+  if (!is || !argv[2] || napi_get_value_uint32(env, argv[2], count) != napi_ok)
+    return throw_rc(env, BS_EINVAL, "saves: not a batch encoded by index.js");
+  NAPI(napi_get_buffer_info(env, argv[1], bytes, size));
+  if (argv[3]) NAPI(napi_get_value_bool(env, argv[3], single));
+  return 0;
+}
+
+/* save(writer, bytes, count, single): count saves encoded in bytes (the layout above); single:
+ * save()'s one record. null when queued without a flush (synchronously, on an idle writer), else
+ * a Promise of null or {flushed_op}. A bad save throws and queues nothing. */
 static napi_value writer_save(napi_env env, napi_callback_info info) {
-  ARGS(2);
+  ARGS(4);
   node *n = get_node(env, argv[0], K_WRITER);
+  void *bytes = NULL;
+  size_t size = 0;
+  uint32_t count;
+  bool single = false;
+  batch_saves b = {0};
+  bs_error err = {0};
   job *j;
-  if (!n) return NULL;
-  if (!n->running && !n->pending && !at_bound(n)) {
-    bs_save s;
-    bs_error err = {0};
-    int rc;
+  int rc;
+  if (!n || get_encoded(env, argv, &bytes, &size, &count, &single)) return NULL;
+  /* decoded into the writer's scratch arena; a batch that must wait becomes its job's arena */
+  if (n->scratch.head && n->scratch.head->cap > FLUSH_BYTES)
+    ar_free(&n->scratch);
+  else
     ar_reset(&n->scratch);
-    if (convert_save(env, &n->scratch, argv[1], &s)) return NULL;
-    if ((rc = bs_writer_save(n->u.w, &s, &err)) != BS_OK) {
+  b.single = single;
+  if ((rc = decode_saves(n, &n->scratch, bytes, size, count, &b, &err)) != BS_OK) {
+    napi_throw(env, make_error(env, rc, &err));
+    return NULL;
+  }
+  if (!n->running && !n->pending && !saves_flush(n, &b)) {
+    int flushed = 0;
+    uint64_t last_op;
+    if ((rc = queue_saves(n, &b, &flushed, &last_op, &err)) != BS_OK) {
       napi_throw(env, make_error(env, rc, &err));
       return NULL;
     }
-    n->q_records++, n->q_bytes += ar_used(&n->scratch), n->dirty = 1;
     return js_null(env);
   }
   if (!(j = calloc(1, sizeof *j))) {
     NOMEM();
     return NULL;
   }
-  j->kind = J_SAVE;
-  if (convert_save(env, &j->ar, argv[1], &j->save)) {
-    job_free(j);
-    return NULL;
-  }
-  j->bytes = ar_used(&j->ar);
+  j->kind = J_SAVE, j->bs = b, j->ar = n->scratch;
+  n->scratch = (arena){NULL};
   return job_queue(env, n, j);
 }
 

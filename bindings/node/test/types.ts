@@ -15,6 +15,9 @@ async function main(): Promise<void> {
     evaluatedParameters: [{ lookup: ['by_user', 1n, 2.5, null, true], bucketParameters: [{ u: 1 }] }],
   });
   if (flushed) console.log(flushed.flushed_op + 1n);
+  const many: bs.FlushedResult | null = await w.saveMany([{ tag: 'insert', sourceTable: { name: 'todos' },
+    afterReplicaId: new Uint8Array([116, 50]), evaluated: [{ bucket: 'todos["u1"]', table: 'todos', id: 't2', data: '{}' }] }]);
+  if (many) console.log(many.flushed_op);
   await w.markSnapshotDone([], '0/10');
   const r: bs.CommitResult = await w.commit('0/10', { createEmptyCheckpoints: false });
   const cp = await st.getCheckpoint();
