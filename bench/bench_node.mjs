@@ -77,7 +77,7 @@ function capiBinary() {
   if (!fs.existsSync(lib)) throw new Error('bindings/node/deps/bucketstore.c missing: run make node');
   if (!fs.existsSync(bin) || mtime(bin) < Math.max(mtime(src), mtime(lib))) {
     fs.mkdirSync(path.dirname(bin), { recursive: true });
-    const r = spawnSync('cc', ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-Wno-maybe-uninitialized',
+    const r = spawnSync('cc', ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror',
       `-I${path.dirname(lib)}`, src, lib, '-llmdb', '-lnettle', '-lpthread', '-o', bin], { stdio: 'inherit' });
     if (r.status !== 0) throw new Error('compiling capi.c failed');
   }
