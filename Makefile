@@ -6,7 +6,7 @@ BUILD   ?= build
 SAN     ?=
 PKGS    := liblmdb-dev libxxhash-dev libcmocka-dev nettle-dev libjansson-dev g++ pkg-config \
            python3-dev python3-venv python3-pip python3-setuptools python3-wheel \
-           python3-pytest python3-mypy node-typescript abigail-tools
+           python3-pytest python3-mypy abigail-tools
 
 # The library is built with every -Wextra warning; the CLI and test objects keep unused parameters
 # quiet (cmocka's and the driver's handler signatures would make that warning noise there).
