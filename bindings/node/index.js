@@ -629,6 +629,11 @@ const LOAD_BYTES = 1 << 20;
  * {table, stream, key, value}, read as the addon's loader thread takes them (batches of up to
  * LOAD_RECORDS records or LOAD_BYTES bytes, one waiting at a time).
  */
+/* Uses v, so that a handle is not collected while an async call on it runs. */
+function keepAlive(v) {
+  return v;
+}
+
 function load(path, records, options) {
   const { signal, onProgress } = options ?? {};
   if (records === null || typeof records !== 'object' ||
@@ -658,7 +663,13 @@ function load(path, records, options) {
       await native.loadEnd(x, true).catch(() => {});
       throw e;
     }
-    return native.loadEnd(x, false);
+    // x stays reachable until the loader has ended: a collected handle stops its loader, which
+    // then answers its next record with BS_ECANCELED
+    try {
+      return await native.loadEnd(x, false);
+    } finally {
+      keepAlive(x);
+    }
   });
 }
 
