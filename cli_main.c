@@ -283,21 +283,30 @@ done:
   return rc;
 }
 
-/* A read-write open without BS_OPEN_NOMIGRATE creates or migrates a PostgreSQL schema. */
-static int cmd_migrate(int argc, char **argv) {
+/* A read-write open of a PostgreSQL URL with flags: 0 creates or migrates the schema,
+ * BS_OPEN_ACK_REWIND (with BS_OPEN_NOMIGRATE) records the server's history. */
+static int open_url(int argc, char **argv, unsigned flags, const char *done) {
   cli_db c = {0};
   int rc = cli_parse_args(&c, argc, argv, NULL, NULL);
   if (!rc && !cli_is_postgres(&c)) {
-    fprintf(stderr, "bucketstore migrate: %s is not a postgresql:// URL (or give --postgres)\n",
+    fprintf(stderr, "bucketstore %s: %s is not a postgresql:// URL (or give --postgres)\n", argv[1],
             cli_db_name(&c));
     rc = 2;
   }
-  if (!rc) rc = cli_open_existing(&c, "migrate", 0);
-  if (!rc)
-    printf("the schema is at this build's version (bucketstore %s)\n",
-           bs_version(NULL, NULL, NULL));
+  c.flags |= flags;
+  if (!rc) rc = cli_open_existing(&c, argv[1], 0);
+  if (!rc) printf("%s (bucketstore %s)\n", done, bs_version(NULL, NULL, NULL));
   cli_db_close(&c);
   return rc;
+}
+
+static int cmd_migrate(int argc, char **argv) {
+  return open_url(argc, argv, 0, "the schema is at this build's version");
+}
+
+static int cmd_ack_rewind(int argc, char **argv) {
+  return open_url(argc, argv, BS_OPEN_NOMIGRATE | BS_OPEN_ACK_REWIND,
+                  "the server's history is recorded: writers may write again");
 }
 
 /* ---- Dispatch ------------------------------------------------------------------------------- */
@@ -344,6 +353,11 @@ static const struct command {
      "this build's version, in one transaction; each step waits at most lock_timeout (10 s\n"
      "unless the URL sets one) for a table's lock. Hosts that open with BS_OPEN_NOMIGRATE\n"
      "then never migrate on their own. Exit 0 when the schema is at this build's version.\n"},
+    {"ack-rewind", cmd_ack_rewind, "ack-rewind URL",
+     "After a failover or a restore rewound the PostgreSQL database URL names (writers refuse\n"
+     "with \"history rewound\"), and once every client is made to sync again: records the\n"
+     "server's history and lets the writers of every process write again (BS_OPEN_ACK_REWIND).\n"
+     "Exit 0 when done.\n"},
     {"dump", cli_dump, "dump DB [--stream ID | --all] [--bucket NAME] [--checkpoint N]",
      "Writes one stream (every bucket, in name order) or one bucket as JSON lines: first\n"
      "{\"stream\",\"state\",\"checkpoint\",\"last_op\",\"read_at\"}, then one line per op\n"

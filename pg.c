@@ -332,6 +332,37 @@ static int refuse_standby(PGconn *c, bs_error *err) {
   return rc;
 }
 
+/* A read-write open records the server's history in bs_meta when none is (a new database, or
+ * one written before this check). BS_OPEN_ACK_REWIND records it whatever is there and raises
+ * history_epoch, which the running writers compare (pg_save.c batch_open): the operator's word
+ * that clients re-sync after a rewind. */
+static int history_record(bs__pg_db *db, PGconn *c, bs_error *err) {
+  int ack = (db->base.flags & BS_OPEN_ACK_REWIND) != 0, rc;
+  PGresult *r;
+  if (ack && (db->base.flags & BS_OPEN_RDONLY))
+    return bs__fail(err, BS_EINVAL, "opts->flags: BS_OPEN_ACK_REWIND needs a read-write open");
+  if (db->base.flags & BS_OPEN_RDONLY) return BS_OK;
+  /* looked up first: a role that may not write bs_meta opens a recorded database */
+  if (!ack) {
+    if ((rc = bs__pg_exec(c, "SELECT 1 FROM bs_meta WHERE key = 'history_epoch'", NULL, &r,
+                          "open: reading the server's history", err)))
+      return rc;
+    rc = PQntuples(r);
+    PQclear(r);
+    if (rc) return BS_OK;
+  }
+#define HISTORY_ROWS                                                                               \
+  "INSERT INTO bs_meta SELECT x.k, x.v FROM (SELECT " HISTORY_SQL ") AS h (s, t) CROSS JOIN"       \
+  " LATERAL (VALUES ('history_system', h.s), ('history_timeline', h.t),"                           \
+  " ('history_epoch', 0::bigint)) AS x (k, v) ON CONFLICT (key) DO "
+  return bs__pg_run(c,
+                    ack ? HISTORY_ROWS "UPDATE SET value = CASE WHEN bs_meta.key = 'history_epoch'"
+                                       " THEN bs_meta.value + 1 ELSE excluded.value END"
+                        : HISTORY_ROWS "NOTHING",
+                    NULL, "open: recording the server's history", err);
+#undef HISTORY_ROWS
+}
+
 /* A read-only open, and one with BS_OPEN_NOMIGRATE, migrates nothing: it needs the schema at
  * this build's version. */
 static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
@@ -341,7 +372,8 @@ static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
   int rc;
   if (!(db->base.flags & BS_OPEN_RDONLY) && (rc = refuse_standby(c, err))) return rc;
   if (!(db->base.flags & (BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE)))
-    return migrate(c, &db->schema, BS_PG_SCHEMA_VERSION, err);
+    return (rc = migrate(c, &db->schema, BS_PG_SCHEMA_VERSION, err)) ? rc
+                                                                     : history_record(db, c, err);
   if ((rc = schema_version(c, &v, err))) return rc;
   if (v > BS_PG_SCHEMA_VERSION) return bs__pg_schema_current(v, err);
   if (v == 0)
@@ -352,7 +384,7 @@ static int check_schema(bs__pg_db *db, PGconn *c, bs_error *err) {
                     "the PostgreSQL schema has version %lld, older than this build's %d: %s to "
                     "migrate it",
                     (long long)v, BS_PG_SCHEMA_VERSION, how);
-  return BS_OK;
+  return history_record(db, c, err);
 }
 
 int bs__pg_check_server(int version, bs_error *err) {
@@ -469,6 +501,7 @@ static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error 
   st->base.stream_id = id;
   st->db = db;
   st->mode = BS_WCP_MANAGED;
+  st->seen_epoch = -1;
   if (pthread_mutex_init(&st->mu, NULL)) {
     bs__free(&base->alloc, st);
     return bs__fail(err, BS_ENOMEM, "storage: cannot initialise a mutex");

@@ -230,6 +230,7 @@ int bs__pg_exec_custom(PGconn *c, const char *sql, const bs__pg_args *args, PGre
 
 typedef struct conn_data {
   uint64_t prepared; /* bit BS_PG_STMT_* set: prepared in this session as "bs<id>" */
+  int history_ok;    /* the session's server history matched bs_meta's (bs__pg_begin_write) */
 } conn_data;
 
 static int conn_events(PGEventId id, void *info, void *pass) {
@@ -242,7 +243,10 @@ static int conn_events(PGEventId id, void *info, void *pass) {
     bs__free(&db->base.alloc, d);
     return 0;
   case PGEVT_CONNRESET:
-    if ((d = PQinstanceData(((PGEventConnReset *)info)->conn, conn_events))) d->prepared = 0;
+    if ((d = PQinstanceData(((PGEventConnReset *)info)->conn, conn_events))) {
+      d->prepared = 0;
+      d->history_ok = 0;
+    }
     return 1;
   case PGEVT_CONNDESTROY:
     bs__free(&db->base.alloc, PQinstanceData(((PGEventConnDestroy *)info)->conn, conn_events));
@@ -351,22 +355,42 @@ int bs__pg_schema_current(int64_t v, bs_error *err) {
                   (long long)v, BS_PG_SCHEMA_VERSION);
 }
 
+/* The history result columns at col (stored system and timeline, the server's): BS_ESTATE when
+ * bs_meta holds a history (the open records one) that is not the server's. */
+static int history_check(const PGresult *r, int col, bs_error *err) {
+  const char *sys = PQgetvalue(r, 0, col), *tl = PQgetvalue(r, 0, col + 1);
+  if (PQgetisnull(r, 0, col) || PQgetisnull(r, 0, col + 1) ||
+      (!strcmp(sys, PQgetvalue(r, 0, col + 2)) && !strcmp(tl, PQgetvalue(r, 0, col + 3))))
+    return BS_OK;
+  return bs__fail(err, BS_ESTATE,
+                  "history rewound: the data was written on timeline %s of PostgreSQL system %s, "
+                  "the server is on timeline %s of system %s (a failover or a restore): clients "
+                  "must sync again; then run bucketstore ack-rewind URL",
+                  tl, sys, PQgetvalue(r, 0, col + 3), PQgetvalue(r, 0, col + 2));
+}
+
 int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
-  char sql[320];
+  conn_data *d = PQinstanceData(c, conn_events);
+  int history = !d || !d->history_ok; /* once per session: its server cannot change */
+  char sql[640];
   PGresult *r;
   int rc = BS_OK;
   /* the simple protocol's statements each take their snapshot when they start, so the last one
    * reads bs_meta after the lock was granted; its result is the one returned, in text */
   snprintf(sql, sizeof sql,
            "BEGIN; SELECT pg_advisory_xact_lock_shared(%d, %d);"
-           " SELECT %s, (SELECT value FROM bs_meta WHERE key = 'schema_version')",
+           " SELECT %s, (SELECT value FROM bs_meta WHERE key = 'schema_version')%s",
            (int)(int32_t)db->schema.oid, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA),
-           xid ? "txid_current()" : "0");
+           xid ? "txid_current()" : "0",
+           history ? ", (SELECT value FROM bs_meta WHERE key = 'history_system'),"
+                     " (SELECT value FROM bs_meta WHERE key = 'history_timeline'), " HISTORY_SQL
+                   : "");
   r = PQexec(c, sql);
   if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
     rc = bs__pg_fail(c, r, "begin", err);
-  else
-    rc = bs__pg_schema_current(strtoll(PQgetvalue(r, 0, 1), NULL, 10), err);
+  else if (!(rc = bs__pg_schema_current(strtoll(PQgetvalue(r, 0, 1), NULL, 10), err)) && history &&
+           !(rc = history_check(r, 2, err)) && d)
+    d->history_ok = 1;
   if (!rc && xid) *xid = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
   PQclear(r);
   if (rc && PQtransactionStatus(c) != PQTRANS_IDLE) bs__pg_rollback(c);

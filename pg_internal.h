@@ -160,6 +160,10 @@ typedef struct bs__pg_storage {
   bs_write_checkpoint_mode mode;
   size_t event_size;
   unsigned char event[255];
+  /* the stream's op head as this handle's writers last saw it committed, and bs_meta's
+   * history_epoch then (-1: nothing seen yet); guarded by mu (bs__pg_head_seen) */
+  uint64_t seen_head;
+  int64_t seen_epoch;
 } bs__pg_storage;
 
 /* A writer runs its statements in its lock's session (pg_write.c): c is lock->c during a call
@@ -366,6 +370,13 @@ int bs__pg_begin(PGconn *c, int read_only, bs_error *err);
  * nothing. xid (NULL: not wanted) = the transaction's id (txid_current). On failure no
  * transaction is left open. */
 int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err);
+/* The server's history: its system identifier and the timeline it writes on. A point-in-time
+ * recovery and a standby's promotion both start a new timeline; a copy of the data in another
+ * cluster (pg_dump, pg_restore) has another system identifier. */
+#define HISTORY_SQL                                                                                \
+  "(SELECT system_identifier FROM pg_control_system()),"                                           \
+  " ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+
 /* BS_OK when schema version v is this build's, else BS_ECORRUPT: newer ("upgrade bucketstore")
  * or older. */
 int bs__pg_schema_current(int64_t v, bs_error *err);
@@ -414,6 +425,12 @@ unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t fi
                                uint64_t old_op, uint64_t new_op);
 void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new);
 int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op);
+/* The op head can only grow (a clear keeps it), so one lower than a writer of st saw committed
+ * was rewound under the process (the tables restored, a failover to a standby that lacked the
+ * last commits): with epoch (bs_meta's history_epoch, read with head) unchanged since, BS_ESTATE
+ * and nothing written; a new epoch (BS_OPEN_ACK_REWIND) accepts head. epoch < 0: head was just
+ * committed, only recorded. */
+int bs__pg_head_seen(bs_storage *st, uint64_t head, int64_t epoch, bs_error *err);
 /* Applies batch inside the writer's open transaction; *head = the op-id head after it. */
 int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *batch, uint64_t *head,
                         bs_error *err);

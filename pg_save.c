@@ -1066,8 +1066,30 @@ static int write_custom(batch *b, bs_error *err) {
 
 static const bs__pg_stmt batch_open_stmt = {
     BS_PG_STMT_BATCH_OPEN,
-    "SELECT state, op_head, hash, snapshot_done FROM bs_streams WHERE id = $1"
-    " FOR UPDATE"};
+    "SELECT state, op_head, hash, snapshot_done, coalesce((SELECT value FROM bs_meta"
+    " WHERE key = 'history_epoch'), 0) FROM bs_streams WHERE id = $1 FOR UPDATE"};
+
+int bs__pg_head_seen(bs_storage *st, uint64_t head, int64_t epoch, bs_error *err) {
+  bs__pg_storage *s = (bs__pg_storage *)st;
+  uint64_t seen;
+  int rc = BS_OK;
+  pthread_mutex_lock(&s->mu);
+  seen = s->seen_head;
+  if (epoch < 0) {
+    if (head > seen) s->seen_head = head;
+  } else if (head >= seen || epoch != s->seen_epoch) {
+    s->seen_head = head;
+    s->seen_epoch = epoch;
+  } else {
+    rc = bs__fail(err, BS_ESTATE,
+                  "history rewound: stream %u's op head went back from %llu to %llu (the tables "
+                  "restored, or a failover): clients must sync again; then run bucketstore "
+                  "ack-rewind URL",
+                  (unsigned)st->stream_id, (unsigned long long)seen, (unsigned long long)head);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
 
 /* Starts a batch inside the caller's open transaction: locks the stream row (refused when the
  * stream is terminated, unless reading: source_row, which rolls back, answers on a terminated
@@ -1095,6 +1117,8 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", b->stream);
   else if (!reading && bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED)
     rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", b->stream);
+  if (!rc)
+    rc = bs__pg_head_seen(w->base.st, (uint64_t)bs__pg_i64(r, 0, 1), bs__pg_i64(r, 0, 4), err);
   if (!rc) {
     b->head = (uint64_t)bs__pg_i64(r, 0, 1);
     b->first = b->head + 1;

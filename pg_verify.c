@@ -6,7 +6,7 @@
  * key also cut at PAGE_BYTES), so its memory is a page, whatever the database's size. Every
  * inconsistency is a problem passed to the caller (naming the table, stream, bucket and op id
  * at fault) and counted; only a server error or a failed allocation ends the call. Checked:
- *  - bs_meta: the schema version is this build's, no other key;
+ *  - bs_meta: the schema version is this build's, no other key but the server history's;
  *  - streams: name and state known (the hash mode and the checkpoint: verify.c), no op id at or above 2^63, the last
  *    checkpoint, the parameter horizon and the changes fence within the op head, a checkpoint
  *    with an LSN, LSNs of at most BS_MAX_LSN bytes, next_table_id above the stream's table ids;
@@ -271,7 +271,8 @@ static const row_check checks[] = {
       "requested_at before the epoch", NULL}},
 };
 
-/* bs_meta holds the schema version, this build's (a newer one was refused at open), only. */
+/* bs_meta holds the schema version, this build's (a newer one was refused at open), and the
+ * server history pg.c records (history_system, _timeline, _epoch), only. */
 static int verify_meta(verifier *vf, bs_error *err) {
   PGresult *r;
   int found = 0;
@@ -281,6 +282,7 @@ static int verify_meta(verifier *vf, bs_error *err) {
   for (int i = 0; i < PQntuples(r); i++) {
     bs_val k = bs__pg_bytes(r, i, 0);
     int64_t v = bs__pg_i64(r, i, 1);
+    if (k.size > 8 && !memcmp(k.data, "history_", 8)) continue;
     if (!bs__val_eq(k, bs__val_str("schema_version"))) {
       problem(vf, "bs_meta \"%.*s\": unknown key", bs__name_shown(k), (const char *)k.data);
       continue;

@@ -433,6 +433,7 @@ static int flush_locked(bs__pg_writer *w, const bs_write_batch *batch, uint64_t 
     bs__pg_rollback(w->c); /* nothing half-applied; the front keeps the queue */
     return rc;
   }
+  bs__pg_head_seen(w->base.st, head, -1, NULL);
   analyze_maybe(w);
   if (last_op_out) *last_op_out = head;
   return BS_OK;
@@ -536,6 +537,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
     rc = bs__pg_runp(w->c, &resume_stmt, &b, "commit", err);
   }
   if (rc || (rc = commit_txn(w, xid, err))) goto fail;
+  bs__pg_head_seen(bw->st, head, -1, NULL);
   analyze_maybe(w);
   if (out) {
     out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;

@@ -37,7 +37,8 @@ static int resolve_open_options(const bs_open_options *opts, bs_open_options *o,
   int rc;
   *o = defaults;
   if (opts && (rc = BS_VERSIONED_COPY(o, opts, bs_open_options, "opts->version", err))) return rc;
-  if ((unknown = o->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE)) != 0)
+  if ((unknown = o->flags & ~(unsigned)(BS_OPEN_NOSYNC | BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE |
+                                        BS_OPEN_ACK_REWIND)) != 0)
     return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x", unknown);
   return bs__allocator_resolve(o->allocator, &a, err);
 }

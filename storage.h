@@ -189,10 +189,13 @@ typedef struct bs_storage bs_storage; /* one stream; thread-safe for reads */
 typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one thread */
 
 /* ---- Opening --------------------------------------------------------------------------------- */
-#define BS_OPEN_NOSYNC    0x1u /* no fsync at commit: a crash may lose recent commits, not corrupt */
-#define BS_OPEN_RDONLY    0x2u /* read-only: every write call fails with BS_ESTATE */
+#define BS_OPEN_NOSYNC     0x1u /* no fsync at commit: a crash may lose recent commits, not corrupt */
+#define BS_OPEN_RDONLY     0x2u /* read-only: every write call fails with BS_ESTATE */
 /* PostgreSQL: a read-write open never creates or migrates the schema (bs_open_postgres) */
-#define BS_OPEN_NOMIGRATE 0x4u
+#define BS_OPEN_NOMIGRATE  0x4u
+/* PostgreSQL: the operator acknowledges that the database's history was rewound (a failover, a
+ * restore), after which writes resume; set it once (bucketstore ack-rewind URL), never always */
+#define BS_OPEN_ACK_REWIND 0x8u
 
 typedef struct bs_open_options {
   unsigned version;
@@ -262,6 +265,14 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * process is ended first (pg_terminate_backend, waiting up to 10 s), never another writer's.
  * A hot standby (a read-only replica) opens with BS_OPEN_RDONLY: reads and bs_wait_checkpoint
  * work there, at the position the standby has replayed.
+ * History: op ids never repeat. After a failover to an asynchronous standby or a point-in-time
+ * restore they could (clients may hold checkpoints the database lost), so every write fails
+ * with BS_ESTATE ("history rewound: ...", nothing written) when the server's system identifier
+ * or timeline is not the one the schema records (a read-write open records it when it has
+ * none; checked once per session), or when a writer finds its stream's op head lower than this
+ * handle's writers last saw committed. Once every client is made to sync again, an open with
+ * BS_OPEN_ACK_REWIND (`bucketstore ack-rewind URL`; read-write, else BS_EINVAL) records the
+ * server's history and lets every process's writers go on from the restored op head.
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or
  * refused the connection: libpq's message), BS_ESTATE (read-write on a hot standby: its
  * advisory locks would not exclude the primary's writer), BS_ECORRUPT (the schema is newer

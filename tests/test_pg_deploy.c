@@ -672,7 +672,7 @@ static void t_migrations_controlled(void **state) {
   assert_int_equal(bs__pg_migrate(t->admin, 4, &err), BS_OK);
   assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, "version 4, older than"));
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   snprintf(params, sizeof params, "options=-csearch_path%%3D%s%%20-clock_timeout%%3D100",
            t->schema);
   url_with(url, sizeof url, params);
@@ -680,10 +680,10 @@ static void t_migrations_controlled(void **state) {
   assert_int_equal(open_rc(url, 0, &err), BS_EBUSY);
   assert_non_null(strstr(err.msg, "55P03"));
   pgt_exec(t->admin, "ROLLBACK");
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 4);
   assert_int_equal(open_rc(url, 0, &err), BS_OK);
   assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_OK);
-  assert_true(pgt_int(t->admin, "SELECT value FROM bs_meta") > 4);
+  assert_true(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'") > 4);
 }
 
 /* A write transaction holds the schema's migration lock shared: a migration's exclusive try
@@ -756,6 +756,111 @@ static void t_older_build_refused(void **state) {
                    1);
   OK(bs_get_checkpoint(st, &cp, &err));
   assert_int_equal(cp.op_id, head);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+/* The tables a restore rewinds (all but bs_meta, which a real one rewinds too, to the same
+ * values here) */
+static const char *const restored[] = {
+    "bs_streams", "bs_buckets",    "bs_ops",    "bs_params",      "bs_changes",
+    "bs_source",  "bs_superseded", "bs_tables", "bs_wcp_managed", "bs_wcp_custom"};
+
+static void write_some(bs_writer *w, int from, int n, const char *lsn) {
+  bs_error err = {0};
+  for (int i = from; i < from + n; i++) {
+    char id[16], bucket[16];
+    snprintf(id, sizeof id, "r%d", i);
+    snprintf(bucket, sizeof bucket, "b%d", i % 4);
+    save(w, BS_INSERT, id, bucket, "k1");
+  }
+  OK(bs_writer_commit(w, str(lsn), NULL, NULL, &err));
+}
+
+static void ack_rewind(const char *url) {
+  bs_error err = {0};
+  assert_int_equal(open_rc(url, BS_OPEN_ACK_REWIND | BS_OPEN_RDONLY, &err), BS_EINVAL);
+  assert_int_equal(open_rc(url, BS_OPEN_ACK_REWIND, &err), BS_OK);
+}
+
+/* History that cannot rewind silently. In a running process: the tables (and the bucket id
+ * sequence) restored to a copy taken two commits ago, as a failover to a standby that lacked them
+ * leaves them; the writer that saw the later op head refuses (BS_ESTATE) and writes nothing,
+ * until an open with BS_OPEN_ACK_REWIND; then the same writer goes on from the restored head.
+ * In a fresh process: bs_meta's history names another system than the server's (the data came
+ * from another cluster, or a point-in-time restore: another timeline); every write transaction
+ * refuses, until the acknowledgement records the server's history. verify is clean after. */
+static void t_history_rewound(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0), *db2;
+  bs_storage *st, *st2;
+  bs_writer *w, *w2;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  long long ops, head, seq;
+  uint64_t problems = 99;
+  OK(bs_stream_create(NULL, db, "s", NULL, &err));
+  OK(bs_storage_open(&st, db, 1, &err));
+  OK(bs_writer_open(&w, st, NULL, &err));
+  OK(bs_writer_snapshot_done(w, str("0"), &err));
+  write_some(w, 0, 3, "0001");
+  for (size_t i = 0; i < sizeof restored / sizeof *restored; i++)
+    pgt_exec(t->admin, "CREATE TABLE saved_%s AS SELECT * FROM %s", restored[i], restored[i]);
+  seq = pgt_int(t->admin, "SELECT last_value FROM bs_buckets_id_seq");
+  write_some(w, 3, 6, "0002");
+  write_some(w, 9, 3, "0003");
+  pgt_exec(t->admin, "TRUNCATE bs_streams, bs_buckets, bs_ops, bs_params, bs_changes, bs_source,"
+                     " bs_superseded, bs_tables, bs_wcp_managed, bs_wcp_custom");
+  for (size_t i = 0; i < sizeof restored / sizeof *restored; i++)
+    pgt_exec(t->admin, "INSERT INTO %s %s SELECT * FROM saved_%s", restored[i],
+             strcmp(restored[i], "bs_buckets") ? "" : "OVERRIDING SYSTEM VALUE", restored[i]);
+  pgt_exec(t->admin, "SELECT setval('bs_buckets_id_seq', %lld)", seq);
+  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
+  save(w, BS_INSERT, "r20", "b0", "k1");
+  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_ESTATE);
+  assert_non_null(strstr(err.msg, "history rewound: stream 1's op head went back from"));
+  assert_non_null(strstr(err.msg, "bucketstore ack-rewind"));
+  assert_int_equal(bs_writer_commit(w, str("0004"), NULL, NULL, &err), BS_ESTATE);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
+  ack_rewind(t->url);
+  save(w, BS_UPDATE, "r0", "b0", "k1"); /* something to compact */
+  save(w, BS_UPDATE, "r0", "b0", "k1");
+  OK(bs_writer_commit(w, str("0004"), NULL, NULL, &err));
+  assert_true(pgt_int(t->admin, "SELECT op_head FROM bs_streams") > head);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_epoch'"), 1);
+
+  bs_writer_close(w);
+
+  /* a fresh process on data written elsewhere */
+  pgt_exec(t->admin, "UPDATE bs_meta SET value = 12345 WHERE key = 'history_system'");
+  db2 = pgt_open(t->url, BS_OPEN_NOMIGRATE);
+  OK(bs_storage_open(&st2, db2, 1, &err));
+  OK(bs_writer_open(&w2, st2, NULL, &err));
+  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
+  save(w2, BS_INSERT, "r21", "b1", "k1");
+  assert_int_equal(bs_writer_flush(w2, NULL, &err), BS_ESTATE);
+  assert_non_null(strstr(err.msg, "history rewound: the data was written on timeline"));
+  assert_non_null(strstr(err.msg, "of PostgreSQL system 12345, the server is on"));
+  assert_int_equal(bs_writer_commit(w2, str("0005"), NULL, NULL, &err), BS_ESTATE);
+  co.min_bucket_changes = 1;
+  assert_int_equal(bs_compact(st2, &co, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_clear(st2, &err), BS_ESTATE);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
+  ack_rewind(t->url);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_system'"),
+                   pgt_int(t->admin, "SELECT system_identifier FROM pg_control_system()"));
+  OK(bs_writer_commit(w2, str("0005"), NULL, NULL, &err));
+  assert_true(pgt_int(t->admin, "SELECT op_head FROM bs_streams") > head);
+  bs_writer_close(w2);
+  bs_storage_close(st2);
+  bs_close(db2);
+  OK(bs_db_verify(db, NULL, NULL, &problems, &err));
+  assert_int_equal(problems, 0);
   bs_storage_close(st);
   bs_close(db);
 }
@@ -842,6 +947,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
       cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_history_rewound, setup, teardown),
       cmocka_unit_test_setup_teardown(t_role_matrix, setup, teardown),
   };
   if (pgt_skipped("test_pg_deploy")) return 0;
