@@ -401,6 +401,16 @@ static bs__pg_db *pg_of(bs_db *db) {
   return (bs__pg_db *)db;
 }
 
+static struct {
+  void (*fn)(const char *point, PGconn *c, void *payload);
+  void *payload;
+} open_hook;
+
+void bs__pg_set_open_hook(void (*fn)(const char *point, PGconn *c, void *payload), void *payload) {
+  open_hook.fn = fn;
+  open_hook.payload = fn ? payload : NULL;
+}
+
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
                      void *payload) {
   pg_of(db)->hook = fn;
@@ -829,6 +839,45 @@ static const bs_storage_vtable pg_vtable = {
 
 /* ---- Database -------------------------------------------------------------------------------- */
 
+static int backend_pid(PGconn *c, int *pid, bs_error *err) {
+  PGresult *r;
+  int rc = bs__pg_exec(c, "SELECT pg_backend_pid()", NULL, &r, "open: probing the session", err);
+  if (rc) return rc;
+  *pid = bs__pg_i32(r, 0, 0);
+  PQclear(r);
+  return BS_OK;
+}
+
+/* Behind a transaction-mode pooler (PgBouncer pool_mode = transaction, managed poolers' transaction
+ * mode) a client's statements outside a transaction run on whichever server session is free: the
+ * writer's advisory lock, LISTEN, the session's settings and prepared statements would reach
+ * other clients' sessions. Seen at open as a server process shared by two of the handle's
+ * connections (the pooler hands a second client the session the first just freed: PgBouncer's
+ * default, most recently used first), or one connection's server process changing between two
+ * statements ("open.probe" point between them, c that connection). The second connection is one
+ * of the pool's, kept; with a pool of one, only the first test runs. A pooler in session mode,
+ * or none, never shows either. */
+static int refuse_pooler(bs__pg_db *db, PGconn *c, bs_error *err) {
+  PGconn *c2 = NULL;
+  int first, other = 0, again, rc;
+  if ((rc = backend_pid(c, &first, err))) return rc;
+  bs__pg_hook(db, "open.probe", c);
+  if (bs__pg_conn_try(db, &c2) == BS_OK) {
+    rc = backend_pid(c2, &other, err);
+    bs__pg_conn_put(db, c2);
+    if (rc) return rc;
+  }
+  if ((rc = backend_pid(c, &again, err))) return rc;
+  if (first == other || first != again)
+    return bs__fail(
+        err, BS_EUNSUPPORTED,
+        "the connection goes through a pooler in transaction mode (server process %d "
+        "%s): connect directly or through a pooler in session mode (PgBouncer "
+        "pool_mode = session)",
+        first, first == other ? "served two connections at once" : "changed between statements");
+  return BS_OK;
+}
+
 static void pg_close(bs_db *base) {
   bs__pg_db *db = pg_of(base);
   bs_allocator a = base->alloc;
@@ -938,6 +987,8 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
   if (!(db = bs__calloc(&base.alloc, 1, sizeof *db)))
     return bs__fail(err, BS_ENOMEM, "database: out of memory");
   db->base = base;
+  db->hook = open_hook.fn;
+  db->hook_payload = open_hook.payload;
   a = &db->base.alloc;
   /* opts: the front's copy at the current version (storage.c check_open) */
   db->max_conns = opts->pg_max_connections ? opts->pg_max_connections : BS_PG_MAX_CONNECTIONS;
@@ -953,7 +1004,7 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
   }
   memcpy(db->url, url, n + 1);
   if ((rc = bs__pg_conn_get(db, &c, err)) == BS_OK) {
-    if (!(rc = bs__pg_check_server(PQserverVersion(c), err)) &&
+    if (!(rc = bs__pg_check_server(PQserverVersion(c), err)) && !(rc = refuse_pooler(db, c, err)) &&
         !(rc = bs__pg_schema_resolve(c, &db->schema, err)) &&
         !(rc = bs__pg_run(c, db->schema.set_path, NULL, "open: search_path", err)))
       rc = check_schema(db, c, err);

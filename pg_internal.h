@@ -217,11 +217,15 @@ static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
  * commit's COMMIT sent, its reply not read yet), "writer.lock" (a writer session got its
  * advisory lock), "writer.unlock" (a writer closes: its lock's session is about to unlock),
  * "analyze" (a writer's ANALYZE sent on a session of its
- * own, not waited for). */
+ * own, not waited for), "open.probe" (an open between two statements on c that see its server
+ * process, pg.c refuse_pooler). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),
                      void *payload);
+/* The seam every handle opened afterwards starts with, from its open on (tests only; NULL: none;
+ * not thread-safe: no open may run meanwhile). */
+void bs__pg_set_open_hook(void (*fn)(const char *point, PGconn *c, void *payload), void *payload);
 /* Brings c's schema (bs__pg_schema_resolve) to version `to` (at most BS_PG_SCHEMA_VERSION;
  * open takes this build's), in one transaction. Tests build an older schema with it, to migrate
  * it afterwards. */

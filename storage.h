@@ -279,7 +279,10 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * than this build's, or older and the open read-only or BS_OPEN_NOMIGRATE), BS_ENOTFOUND
  * (read-only or BS_OPEN_NOMIGRATE and no schema yet), BS_EBUSY (a migration step waited longer
  * than lock_timeout for a table: 10 s unless the URL sets it), BS_EUNSUPPORTED (a server older
- * than PostgreSQL 14; a build without the PostgreSQL backend: make PG=0, or no libpq), BS_ENOMEM.
+ * than PostgreSQL 14; a pooler in transaction mode, seen at open as one server process serving
+ * two of the handle's connections or one connection's changing between statements: connect
+ * directly or through a session-mode pooler; a build without the PostgreSQL backend: make PG=0,
+ * or no libpq), BS_ENOMEM.
  * Migrations: a read-write open brings the schema to this build's version in one transaction
  * (steps may rewrite the largest tables under an exclusive lock); with BS_OPEN_NOMIGRATE it
  * refuses instead, so a fleet migrates once, deliberately (`bucketstore migrate URL`). A handle

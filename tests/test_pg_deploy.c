@@ -865,6 +865,30 @@ static void t_history_rewound(void **state) {
   bs_close(db);
 }
 
+/* A transaction-mode pooler hands the next statement of a connection to whichever server
+ * session is free: here the open's connection gets a new session between the two statements
+ * that read its server process (PQreset at the "open.probe" point), as such a pooler does when
+ * another client took the first one. The open is refused (BS_EUNSUPPORTED) saying what to
+ * configure, and creates nothing; without the seam the same URL opens. */
+static void new_session(const char *point, PGconn *c, void *payload) {
+  (void)payload;
+  if (!strcmp(point, "open.probe")) PQreset(c);
+}
+
+static void t_transaction_pooler(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  bs_error err = {0};
+  bs__pg_set_open_hook(new_session, NULL);
+  assert_int_equal(open_rc(t->url, 0, &err), BS_EUNSUPPORTED);
+  bs__pg_set_open_hook(NULL, NULL);
+  assert_non_null(strstr(err.msg, "pooler in transaction mode"));
+  assert_non_null(strstr(err.msg, "changed between statements"));
+  assert_non_null(strstr(err.msg, "connect directly or through a pooler in session mode"));
+  assert_int_equal(pgt_int(t->admin, "SELECT (to_regclass('bs_meta') IS NULL)::int"), 1);
+  assert_int_equal(open_rc(t->url, 0, &err), BS_OK);
+}
+
 /* The privileges docs/operations.md lists, with roles that are not superusers: the owner of
  * the schema creates it (a read-write open), default privileges give a read-write role DML on
  * its tables and USAGE on its sequence (bucket ids), a read-only role SELECT; the read-write role (BS_OPEN_NOMIGRATE) runs every
@@ -948,6 +972,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
       cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(t_history_rewound, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_transaction_pooler, setup, teardown),
       cmocka_unit_test_setup_teardown(t_role_matrix, setup, teardown),
   };
   if (pgt_skipped("test_pg_deploy")) return 0;
