@@ -216,9 +216,10 @@ static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
  * applied in its transaction, the checkpoint not made yet), "commit.sent" (a flush's or
  * commit's COMMIT sent, its reply not read yet), "writer.lock" (a writer session got its
  * advisory lock), "writer.unlock" (a writer closes: its lock's session is about to unlock),
- * "analyze" (a writer's ANALYZE sent on a session of its
- * own, not waited for), "open.probe" (an open between two statements on c that see its server
- * process, pg.c refuse_pooler). */
+ * "analyze" (a writer's ANALYZE sent on a session of its own, not waited for), "open.probe" (an
+ * open between two statements on c that see its server process, pg.c refuse_pooler),
+ * "verify.buckets" (bs_db_verify's row checks ran in its transaction, its bucket walk not
+ * begun). */
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c);
 /* Sets the seam of a PostgreSQL bs_db (tests only; not thread-safe: set it before use). */
 void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *payload),

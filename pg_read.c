@@ -2,8 +2,10 @@
  * pg_read.c: the PostgreSQL backend's reads (contract.md 5): bucket data by keyset pages of the
  * (bucket, op_id) index, checksums as the bucket's running value minus the ops above C (only
  * that tail is read), checksum ranges for the cache above, parameter sets, checkpoint changes
- * and the bucket list. A call that runs several statements runs them in one REPEATABLE READ
- * transaction, so it reads one snapshot; a single statement is one snapshot by itself.
+ * and the bucket list. Every statement is a snapshot of its own and no transaction is open while
+ * a callback runs, so a slow host never holds back vacuum: the calls that page (bucket data, the
+ * bucket list) run each page as one statement (bucket_page says why a read stays correct when a
+ * compaction commits between two of its pages).
  */
 #include "pg_internal.h"
 
@@ -12,23 +14,6 @@
 
 static bs__pg_db *db_of(bs_storage *st) {
   return ((bs__pg_storage *)st)->db;
-}
-
-/* A read transaction on a connection of the pool. */
-static int read_begin(bs_storage *st, PGconn **c, bs_error *err) {
-  int rc = bs__pg_conn_get(db_of(st), c, err);
-  if (rc) return rc;
-  if ((rc = bs__pg_begin(*c, 1, err))) {
-    bs__pg_conn_put(db_of(st), *c);
-    *c = NULL;
-  }
-  return rc;
-}
-
-static void read_end(bs_storage *st, PGconn *c) {
-  if (!c) return;
-  bs__pg_rollback(c); /* read-only: nothing to keep */
-  bs__pg_conn_put(db_of(st), c);
 }
 
 static const bs__pg_stmt states_stmt = {
@@ -182,24 +167,54 @@ static void row_op(const PGresult *res, int i, bs_op *op) {
   op->subkey = bs__pg_bytes(res, i, 6);
   op->data = bs__pg_bytes(res, i, 7);
 }
-/* A keyset page: at most $4 ops of the bucket in (after, C]. */
+/* A page of bucket $1 (bucket_page): its ops (columns 0-7) with the bucket's torn span
+ * (8 clear_start, 9 clear_op) from the same snapshot; an empty page is one row of NULL ops, a
+ * bucket that is gone (a clear) no row. */
+#define PAGE_OF(ops)                                                                               \
+  "SELECT p.op_id, p.type, p.checksum, p.target_op, p.object_type, p.object_id, p.subkey,"         \
+  " p.data, b.clear_start, b.clear_op, p.running FROM bs_buckets b LEFT JOIN LATERAL (" ops        \
+  ") p ON true WHERE b.id = $1"
+/* A keyset page: at most $4 ops of the bucket in ($2, C = $3]. */
 static const bs__pg_stmt page_stmt = {
-    BS_PG_STMT_PAGE, "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey, data"
-                     " FROM bs_ops WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
-                     " ORDER BY op_id LIMIT $4"};
+    BS_PG_STMT_PAGE, PAGE_OF("SELECT *, 0::bigint AS running FROM bs_ops WHERE bucket = b.id"
+                             " AND op_id > $2 AND op_id <= $3 ORDER BY op_id LIMIT $4")};
 /* The same page cut by the server at $5 bytes: the ops while their running size stays below it
- * (the op that crosses it included); column 8, the running size up to and including the op. */
+ * (the op that crosses it included); column 10, the running size up to and including the op. */
 static const bs__pg_stmt page_cut_stmt = {
-    BS_PG_STMT_PAGE_CUT, "SELECT op_id, type, checksum, target_op, object_type, object_id, subkey,"
-                         " data, running FROM (SELECT *,"
-                         "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
-                         "  FROM (SELECT *, coalesce(octet_length(data), 0)"
-                         "   + coalesce(octet_length(object_type), 0)"
-                         "   + coalesce(octet_length(object_id), 0)"
-                         "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
-                         "   WHERE bucket = $1 AND op_id > $2 AND op_id <= $3"
-                         "   ORDER BY op_id LIMIT $4) o) w"
-                         " WHERE running - sz < $5 ORDER BY op_id"};
+    BS_PG_STMT_PAGE_CUT,
+    PAGE_OF("SELECT * FROM (SELECT *,"
+            "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
+            "  FROM (SELECT *, coalesce(octet_length(data), 0)"
+            "   + coalesce(octet_length(object_type), 0)"
+            "   + coalesce(octet_length(object_id), 0)"
+            "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
+            "   WHERE bucket = b.id AND op_id > $2 AND op_id <= $3"
+            "   ORDER BY op_id LIMIT $4) o) w"
+            " WHERE running - sz < $5 ORDER BY op_id")};
+
+/* Reads one page of the bucket into *res (held by r until its ops were handed out) and sets
+ * *got to its ops (0: none in range, also when the bucket is gone). Each page is one statement
+ * in no transaction, so the callbacks between pages run outside any snapshot, and a compaction
+ * may commit between two pages. The pages stay one read of C, as a caller continuing with
+ * after = next_after in a new call would read (contract.md 5.2, 6): ops already handed out are
+ * never read again; a MOVE made since keeps its id and checksum, and its target_op above C
+ * says so (5.5); a CLEAR made since at or below C comes in range and stands for everything
+ * before it, the ops handed out included. What can no longer be read is a bucket whose ops at
+ * or below C a CLEAR above C folded: then it has no op at or below C, so the page is empty,
+ * and its torn span, read with it, fails the call (BS_EINVALIDATED). */
+static int bucket_page(data_read *r, int cut, const bs__pg_args *a, bs_val name, PGresult **res,
+                       int *got, bs_error *err) {
+  int rc;
+  if ((rc = bs__pg_execp(r->c, cut ? &page_cut_stmt : &page_stmt, a, res, "reading bucket data",
+                         err)))
+    return rc;
+  if ((rc = hold(r, *res, err))) return rc;
+  *got = PQntuples(*res);
+  if (*got == 0) return BS_OK;
+  if (PQgetisnull(*res, 0, 0)) *got = 0;
+  return bs__torn_check((uint64_t)bs__pg_i64(*res, 0, 8), (uint64_t)bs__pg_i64(*res, 0, 9),
+                        r->checkpoint, name, err);
+}
 
 /* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. A page holds
  * at most `rows` ops and about `want` op bytes (plus the op that crosses them), so that a call
@@ -229,14 +244,11 @@ static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t afte
     bs__pg_arg_i64(&a, (int64_t)r->checkpoint);
     bs__pg_arg_i64(&a, (int64_t)rows);
     if (cut) bs__pg_arg_i64(&a, (int64_t)want + 1);
-    if ((rc = bs__pg_execp(r->c, cut ? &page_cut_stmt : &page_stmt, &a, &res, "reading bucket data",
-                           err)))
-      return rc;
-    if ((rc = hold(r, res, err))) return rc;
-    got = PQntuples(res);
+    if ((rc = bucket_page(r, cut, &a, name, &res, &got, err))) return rc;
     /* the range is exhausted when the row limit was not reached and the byte bound cannot
      * have cut the page (a page that ends exactly at the bound takes one more, empty, page) */
-    done = (size_t)got < rows && (!cut || got == 0 || bs__pg_i64(res, got - 1, 8) <= (int64_t)want);
+    done =
+        (size_t)got < rows && (!cut || got == 0 || bs__pg_i64(res, got - 1, 10) <= (int64_t)want);
     for (int i = 0; i < got && !k->stopped; i++) {
       bs_op op;
       row_op(res, i, &op);
@@ -266,7 +278,7 @@ int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   if (!(names = bs__calloc(a, n_req, sizeof *names)))
     return bs__fail(err, BS_ENOMEM, "bucket data: %zu requests", n_req);
   for (size_t i = 0; i < n_req; i++) names[i] = req[i].bucket;
-  if ((rc = read_begin(st, &r.c, err))) goto out;
+  if ((rc = bs__pg_conn_get(db_of(st), &r.c, err))) goto out;
   if ((rc = bucket_states(r.c, st, names, n_req, checkpoint, checkpoint, &states, err))) goto out;
   rows = PQntuples(states);
   /* every bucket checked first, so that a torn read fails before any chunk */
@@ -289,7 +301,7 @@ out:
   bs__free(a, r.held);
   bs__chunker_free(&r.k);
   PQclear(states);
-  read_end(st, r.c);
+  bs__pg_conn_put(db_of(st), r.c);
   bs__free(a, names);
   return rc;
 }
@@ -455,9 +467,9 @@ out:
 
 #define BS_PG_LIST_PAGE 1000
 
-/* Keyset pages of the (stream, name) key in one REPEATABLE READ transaction: one snapshot for
- * the whole call, as storage.h promises. Buckets whose ops compaction removed (count 0) are
- * skipped, as in the other backends. */
+/* Keyset pages of the (stream, name) key, each one statement (its own snapshot: storage.h), so
+ * fn runs in no transaction; a bucket is still listed once, in order. Buckets whose ops
+ * compaction removed (count 0) are skipped, as in the other backends. */
 int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                         bs_error *err) {
@@ -465,7 +477,7 @@ int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
   PGresult *r = NULL;
   bs_val after = start_after;
   int rc, got = BS_PG_LIST_PAGE;
-  if ((rc = read_begin(st, &c, err))) return rc;
+  if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
   if (!after.data) after.data = "";
   while (!rc && got == BS_PG_LIST_PAGE) {
     bs__pg_args a = {0};
@@ -498,6 +510,6 @@ int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
     }
   }
   PQclear(r);
-  read_end(st, c);
+  bs__pg_conn_put(db_of(st), c);
   return rc;
 }

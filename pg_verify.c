@@ -5,7 +5,9 @@
  * time (cursors of PAGE rows; the ops, whose data can be large, in keyset pages of the primary
  * key also cut at PAGE_BYTES), so its memory is a page, whatever the database's size. Every
  * inconsistency is a problem passed to the caller (naming the table, stream, bucket and op id
- * at fault) and counted; only a server error or a failed allocation ends the call. Checked:
+ * at fault) and counted; only a server error or a failed allocation ends the call. The problems
+ * are kept (the first SHOWN_BYTES of their text) and passed on after the transaction ended, so
+ * the caller's callback never holds the snapshot open (and back vacuum). Checked:
  *  - bs_meta: the schema version is this build's, no other key but the server history's;
  *  - streams: name and state known (the hash mode and the checkpoint: verify.c), no op id at or above 2^63, the last
  *    checkpoint, the parameter horizon and the changes fence within the op head, a checkpoint
@@ -37,11 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define PAGE       500      /* rows per FETCH, ops per keyset page */
-#define PAGE_BYTES 16777216 /* about the payload bytes of a page of ops (16 MiB) */
-#define STR_(x)    #x
-#define STR(x)     STR_(x)
-#define MEMBERS    2000 /* memberships checked per statement */
+#define PAGE        500      /* rows per FETCH, ops per keyset page */
+#define PAGE_BYTES  16777216 /* about the payload bytes of a page of ops (16 MiB) */
+#define STR_(x)     #x
+#define STR(x)      STR_(x)
+#define MEMBERS     2000   /* memberships checked per statement */
+#define SHOWN_BYTES 262144 /* problem text kept for the caller: the rest is counted only */
 
 /* the limits the statements below spell out (storage.h's carry a u suffix) */
 _Static_assert(BS_MAX_STREAM_NAME == 255 && BS_MAX_LSN == 255 && BS_MAX_CONNECTION_NAME == 255 &&
@@ -64,12 +67,51 @@ typedef struct verifier {
   const bs_allocator *a;
   member *m; /* the memberships not checked yet */
   size_t n_m, cap_m;
+  /* the caller's callback, and the problems kept for it: NUL-terminated texts one after the
+   * other (n_shown bytes), then how many more were found; oom: keeping one failed */
+  void (*fn)(const char *, void *);
+  void *payload;
+  char *shown;
+  size_t n_shown, cap_shown;
+  uint64_t hidden;
+  int oom;
 } verifier;
 
 #define problem(vf, ...) bs__verify_problem(&(vf)->v, __VA_ARGS__)
 
 static int oom(bs_error *err) {
   return bs__fail(err, BS_ENOMEM, "verify: out of memory");
+}
+
+/* ---- Problems, kept until the transaction ended ------------------------------------------------ */
+
+/* verify.c's problem callback: keeps the text. */
+static void keep(const char *problem, void *payload) {
+  verifier *vf = payload;
+  size_t n = strlen(problem) + 1;
+  if (vf->n_shown + n > SHOWN_BYTES) {
+    vf->hidden++;
+    return;
+  }
+  if (BS_GROW(vf->a, vf->shown, vf->cap_shown, vf->n_shown + n)) {
+    vf->oom = 1;
+    return;
+  }
+  memcpy(vf->shown + vf->n_shown, problem, n);
+  vf->n_shown += n;
+}
+
+/* Passes the kept problems to the caller, then says how many more were found. */
+static void show(verifier *vf) {
+  char more[160];
+  for (size_t at = 0; at < vf->n_shown; at += strlen(vf->shown + at) + 1)
+    vf->fn(vf->shown + at, vf->payload);
+  if (!vf->hidden) return;
+  snprintf(more, sizeof more,
+           "%" PRIu64 " more problems, not shown (verify passes on the first %d bytes of their"
+           " text)",
+           vf->hidden, SHOWN_BYTES);
+  vf->fn(more, vf->payload);
 }
 
 /* ---- Cursors: one page of rows at a time ------------------------------------------------------ */
@@ -606,20 +648,28 @@ int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, 
   int rc;
   memset(&vf, 0, sizeof vf);
   vf.a = vf.v.a = &base->alloc;
-  vf.v.fn = fn;
-  vf.v.payload = payload;
+  vf.fn = fn;
+  vf.payload = payload;
+  if (fn) {
+    vf.v.fn = keep;
+    vf.v.payload = &vf;
+  }
   if ((rc = bs__pg_conn_get(db, &vf.c, err))) return rc;
   if (!(rc = bs__pg_begin(vf.c, 1, err))) {
     rc = verify_meta(&vf, err);
     if (!rc) rc = load_streams(&vf, err);
     for (size_t i = 0; !rc && i < sizeof checks / sizeof checks[0]; i++)
       rc = run_row_check(&vf, &checks[i], err);
+    if (!rc) bs__pg_hook(db, "verify.buckets", vf.c);
     if (!rc) rc = verify_buckets(&vf, err);
     if (!rc) rc = verify_sources(&vf, err);
     if (!rc) rc = verify_superseded(&vf, err);
     bs__pg_rollback(vf.c); /* read-only: nothing to keep */
   }
   bs__pg_conn_put(db, vf.c);
+  if (fn) show(&vf); /* also those found before a failure */
+  if (!rc && vf.oom) rc = oom(err);
+  bs__free(vf.a, vf.shown);
   bs__free(vf.a, vf.m);
   bs__free(vf.a, vf.v.streams);
   if (problems) *problems = vf.v.problems;

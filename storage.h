@@ -610,7 +610,11 @@ typedef struct bs_batch_options {
 /* Ops with after < op_id <= checkpoint of the requested buckets, served in ascending byte
  * order of bucket name, as chunks handed to on_chunk (borrowed). *has_more_out = 1 when the
  * call stopped at its limit/byte cap: call again with after = next_after per bucket. opts NULL:
- * BS_BATCH_OPTIONS_INIT. A bucket named twice is served once (its last request). Errors:
+ * BS_BATCH_OPTIONS_INIT. A bucket named twice is served once (its last request). PostgreSQL:
+ * each page of a bucket's ops is one statement, a snapshot of its own, and on_chunk runs in no
+ * transaction; a compaction between two pages changes nothing a client ends with (contract.md
+ * 5.2), and one that made the bucket's span torn fails the call with BS_EINVALIDATED, also after
+ * chunks were handed out. Errors:
  * BS_EINVALIDATED (checkpoint inside a bucket's compacted span, contract.md 5.5), BS_EINVAL (st
  * or on_chunk NULL, req NULL with n_req, an empty bucket name, checkpoint or after >= 2^63, bad
  * option, also opts->limit 0), BS_ETOOBIG (a bucket name over BS_MAX_BUCKET_NAME), or
@@ -659,7 +663,9 @@ typedef struct bs_bucket_info {
  * any number of buckets, stop after a page and call again with the last name seen (copy it:
  * info is borrowed) as start_after. One call reads one consistent snapshot and runs fn inside
  * it, so keep a call short (LMDB: a long-lived snapshot pins old pages); pages may come from
- * different snapshots. fn may call the library's read functions, not write through it.
+ * different snapshots. PostgreSQL: each 1000 buckets of a call are one statement, a snapshot of
+ * their own, and fn runs in no transaction (a slow fn holds back no vacuum); each bucket is
+ * still listed once, in order. fn may call the library's read functions, not write through it.
  * Each stream lists its own buckets only (equal names in two streams are two buckets).
  * Errors: BS_EINVAL (st or fn NULL, start_after data NULL with a size), BS_ETOOBIG (start_after
  * over BS_MAX_BUCKET_NAME), BS_EUNSUPPORTED (a backend built before this call), BS_EUSER (fn
@@ -924,7 +930,9 @@ BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
  * Problems found still return BS_OK: a failure code means the check itself could not run
  * (BS_EINVAL: db NULL; BS_EIO, BS_ENOMEM). PostgreSQL: the same checks on its tables (and their
  * columns' bounds), in one READ ONLY REPEATABLE READ transaction (it writes nothing, also on a
- * read-write handle), read a page of rows at a time; fn runs inside that transaction. */
+ * read-write handle), read a page of rows at a time; fn runs after it ended (never holding the
+ * snapshot open): the problems' first 256 KiB of text are kept for it, and when more were found
+ * a last call says how many (*problems_out counts them all). */
 BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
                         uint64_t *problems_out, bs_error *err);
 

@@ -837,12 +837,132 @@ static void t_changes_pruned(void **state) {
   bs_close(db);
 }
 
+/* ---- A read that a compaction divides ---- */
+
+/* A client of one bucket, reducing the chunks it is handed as the sync protocol does: rows (bit
+ * k: object id "k") and checksum, a CLEAR standing for everything before it. After chunk
+ * compact_at, another handle (another process) compacts the bucket, between two pages of the
+ * read (bs_get_bucket_data runs each page as a statement of its own). */
+typedef struct client {
+  bs_storage *other;
+  bs_val bucket;
+  int compact_at, chunks, clear_at; /* clear_at: the chunk that brought a CLEAR, 0 none */
+  unsigned rows;
+  uint32_t checksum;
+  uint64_t target;
+} client;
+
+static int reduce(const bs_chunk *ch, void *payload) {
+  client *c = payload;
+  bs_error err = {0};
+  c->chunks++;
+  for (size_t i = 0; i < ch->n_ops; i++) {
+    const bs_op *op = &ch->ops[i];
+    unsigned bit = op->object_id.size ? 1u << (((const char *)op->object_id.data)[0] - '0') : 0;
+    if (op->type == BS_OP_CLEAR) {
+      c->rows = 0;
+      c->checksum = op->checksum;
+      c->clear_at = c->chunks;
+      continue;
+    }
+    c->checksum += op->checksum;
+    if (op->type == BS_OP_PUT) c->rows |= bit;
+    if (op->type == BS_OP_REMOVE) c->rows &= ~bit;
+  }
+  if (ch->target_op > c->target) c->target = ch->target_op;
+  if (c->chunks == c->compact_at) {
+    bs_compact_options co = BS_COMPACT_OPTIONS_INIT; /* horizon: the current checkpoint */
+    co.buckets = &c->bucket;
+    co.n_buckets = 1;
+    assert_int_equal(bs_compact(c->other, &co, NULL, &err), BS_OK);
+  }
+  return 0;
+}
+
+/* Rows "1".."5" of 1 MiB in buckets b and c (checkpoint C1: more than one page of ops, 4 MiB),
+ * then removed, and row "6" saved (C2). Reading b at C2, a compaction after the third chunk
+ * (during the first page) folds b's ops up to the last REMOVE into a CLEAR: the second page
+ * brings that CLEAR (the ops handed out before it included), and the client ends with the rows
+ * and checksum at C2. Reading c at C1, the same compaction (horizon C2) folds c's ops at or below
+ * C1 into a CLEAR above it: the read fails with BS_EINVALIDATED instead of ending short, and a
+ * read at C2 is exact. */
+static void t_read_across_compaction(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0), *db2 = pgt_open(t->url, 0);
+  bs_storage *st, *st2;
+  bs_writer *w;
+  bs_commit_result cr;
+  char *big = malloc(1u << 20);
+  uint64_t c1 = 0, c2 = 0;
+  bs_checksum want[2];
+  bs_val names[2] = {V("b"), V("c")};
+  client cl;
+  int more;
+  assert_non_null(big);
+  memset(big, 'a', 1u << 20);
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&st2, db2, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, V("0"), &err), BS_OK);
+  for (int pass = 0; pass < 2; pass++) {
+    for (char id = '1'; id <= (pass ? '6' : '5'); id++) {
+      bs_row rows[2] = {{V("b"), V("t"), {&id, 1}, {big, pass ? 2 : 1u << 20}},
+                        {V("c"), V("t"), {&id, 1}, {big, pass ? 2 : 1u << 20}}};
+      bs_save sv = BS_SAVE_INIT;
+      sv.table = V("t");
+      sv.tag = pass && id < '6' ? BS_DELETE : BS_INSERT;
+      sv.before_id = sv.after_id = (bs_val){&id, 1};
+      sv.rows = sv.tag == BS_DELETE ? NULL : rows;
+      sv.n_rows = sv.tag == BS_DELETE ? 0 : 2;
+      assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
+    }
+    assert_int_equal(bs_writer_commit(w, pass ? V("0002") : V("0001"), NULL, &cr, &err), BS_OK);
+    *(pass ? &c2 : &c1) = cr.checkpoint;
+  }
+  bs_writer_close(w);
+  assert_int_equal(bs_get_checksums(st, c2, names, 2, want, &err), BS_OK);
+  memset(&cl, 0, sizeof cl);
+  cl.other = st2;
+  cl.bucket = names[0];
+  cl.compact_at = 3;
+  assert_int_equal(bs_get_bucket_data(st, c2, &(bs_bucket_request){names[0], 0}, 1, NULL, reduce,
+                                      &cl, &more, &err),
+                   BS_OK);
+  assert_true(cl.clear_at > cl.compact_at); /* the CLEAR came in a later page */
+  assert_int_equal(cl.rows, 1u << 6);
+  assert_int_equal(cl.checksum, want[0].checksum);
+  assert_true(cl.target <= c2);
+  memset(&cl, 0, sizeof cl);
+  cl.other = st2;
+  cl.bucket = names[1];
+  cl.compact_at = 2;
+  assert_int_equal(bs_get_bucket_data(st, c1, &(bs_bucket_request){names[1], 0}, 1, NULL, reduce,
+                                      &cl, &more, &err),
+                   BS_EINVALIDATED);
+  assert_true(cl.chunks >= cl.compact_at);
+  memset(&cl, 0, sizeof cl);
+  cl.bucket = names[1];
+  assert_int_equal(bs_get_bucket_data(st, c2, &(bs_bucket_request){names[1], 0}, 1, NULL, reduce,
+                                      &cl, &more, &err),
+                   BS_OK);
+  assert_int_equal(cl.rows, 1u << 6);
+  assert_int_equal(cl.checksum, want[1].checksum);
+  free(big);
+  bs_storage_close(st2);
+  bs_storage_close(st);
+  bs_close(db2);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_truncate_many, setup, teardown),
       cmocka_unit_test_setup_teardown(t_bounded_and_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(t_initial_replication, setup, teardown),
       cmocka_unit_test_setup_teardown(t_changes_pruned, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_read_across_compaction, setup, teardown),
       cmocka_unit_test_setup_teardown(t_diff, setup, teardown),
   };
   if (pgt_skipped("test_pg_compact")) return 0;

@@ -572,6 +572,88 @@ static void t_pool_bound(void **state) {
   bs_close(db);
 }
 
+/* ---- No transaction open while the host's code runs ---- */
+
+/* What a callback saw of the reader's sessions (its handle's application_name): how many there
+ * are, and how many hold a transaction or a snapshot (holding back vacuum). */
+typedef struct watcher {
+  pgt *t;
+  const char *app;
+  int calls;
+  long long sessions, in_txn;
+} watcher;
+
+static void watch(watcher *wt) {
+  long long n = sessions(wt->t, wt->app, "%");
+  long long open = pgt_int(wt->t->admin,
+                           "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'"
+                           " AND (state LIKE 'idle in transaction%%' OR backend_xmin IS NOT NULL)",
+                           wt->app);
+  wt->calls++;
+  if (n > wt->sessions) wt->sessions = n;
+  wt->in_txn += open;
+}
+
+static int watch_chunk(const bs_chunk *ch, void *payload) {
+  (void)ch;
+  watch(payload);
+  return 0;
+}
+static int watch_bucket(const bs_bucket_info *i, void *payload) {
+  (void)i;
+  watch(payload);
+  return 0;
+}
+static void watch_problem(const char *problem, void *payload) {
+  (void)problem;
+  watch(payload);
+}
+
+/* The callbacks of bs_get_bucket_data (a chunk per op, of two buckets: one page each),
+ * bs_list_buckets and bs_db_verify (a problem per bucket) run while no session
+ * of the reader's handle is in a transaction or holds a snapshot (pg_stat_activity, from the
+ * admin connection): a slow host holds back no vacuum. */
+static void t_no_transaction_in_callbacks(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], app[128];
+  bs_error err = {0};
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
+  bs_bucket_request req[2] = {{{"a", 1}, 0}, {{"b", 1}, 0}};
+  bs_checkpoint cp;
+  watcher wt = {t, app, 0, 0, 0};
+  uint64_t problems = 0;
+  int more = 0;
+  app_url(t, "reader", url, sizeof url, app, sizeof app);
+  db = pgt_open(url, 0);
+  OK(bs_stream_create(NULL, db, "s", NULL, &err));
+  OK(bs_storage_open(&st, db, 1, &err));
+  OK(bs_writer_open(&w, st, NULL, &err));
+  OK(bs_writer_snapshot_done(w, str("0"), &err));
+  save(w, BS_INSERT, "r1", "a", "k1");
+  save(w, BS_INSERT, "r2", "a", "k1");
+  save(w, BS_INSERT, "r3", "b", "k1");
+  OK(bs_writer_commit(w, str("1"), NULL, NULL, &err));
+  bs_writer_close(w);
+  OK(bs_get_checkpoint(st, &cp, &err));
+  bo.chunk_bytes = 0; /* a chunk per op */
+  OK(bs_get_bucket_data(st, cp.op_id, req, 2, &bo, watch_chunk, &wt, &more, &err));
+  assert_int_equal(wt.calls, 3);
+  OK(bs_list_buckets(st, (bs_val){NULL, 0}, watch_bucket, &wt, &err));
+  assert_int_equal(wt.calls, 5);
+  pgt_exec(t->admin, "UPDATE bs_buckets SET checksum = checksum + 1"); /* a problem each */
+  OK(bs_db_verify(db, watch_problem, &wt, &problems, &err));
+  assert_int_equal(problems, 2);
+  assert_int_equal(wt.calls, 7);
+  assert_true(wt.sessions >= 1); /* the reader's session was there to be seen */
+  assert_int_equal(wt.in_txn, 0);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 /* A stream created on another handle while a writer's flush holds its transaction open (at the
  * "flush" point: its statements ran, its COMMIT not sent). */
 typedef struct creator {
@@ -968,6 +1050,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_waiters_share_one_connection, setup, teardown),
       cmocka_unit_test_setup_teardown(t_pool_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(t_stream_create_beside_flush, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_no_transaction_in_callbacks, setup, teardown),
       cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
       cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),

@@ -21,6 +21,7 @@
 #include "util_pg.h"
 
 #ifdef BS_HAVE_PG
+#include "pg_internal.h" /* the test seam: bs__pg_set_hook */
 
 static char cli_path[1024];
 
@@ -135,15 +136,23 @@ static void workload(bs_db *db) {
 typedef struct found {
   int n;
   char msg[64][512];
-  PGconn *repair; /* t_one_snapshot: run repair_sql at the first problem */
+  char last[512];
+  PGconn *repair; /* t_one_snapshot: run repair_sql inside verify's transaction */
   const char *repair_sql;
 } found;
 
 static void on_problem(const char *problem, void *payload) {
   found *f = payload;
   if (f->n < 64) snprintf(f->msg[f->n], sizeof f->msg[0], "%s", problem);
+  snprintf(f->last, sizeof f->last, "%s", problem);
   f->n++;
-  if (f->repair && f->n == 1) pgt_exec(f->repair, "%s", f->repair_sql);
+}
+
+/* the seam's point between verify's row checks and its bucket walk, in its transaction */
+static void repair_at(const char *point, PGconn *c, void *payload) {
+  found *f = payload;
+  (void)c;
+  if (!strcmp(point, "verify.buckets")) pgt_exec(f->repair, "%s", f->repair_sql);
 }
 
 static uint64_t verify(bs_db *db, found *f) {
@@ -386,8 +395,9 @@ static void t_damage(void **state) {
   assert_int_equal(failed, 0);
 }
 
-/* Verify reads one snapshot: a repair committed while it runs (at its first problem, in the
- * stream checks) is not seen by its later statements (the bucket walk). */
+/* Verify reads one snapshot: a repair committed while it runs (after the stream checks found
+ * their problem, at the seam's "verify.buckets" point) is not seen by its later statements (the
+ * bucket walk). */
 static void t_one_snapshot(void **state) {
   pgt *t = *state;
   bs_db *db = pgt_open(t->url, 0);
@@ -397,7 +407,9 @@ static void t_one_snapshot(void **state) {
                      " UPDATE bs_buckets SET count = count + 1 WHERE id = " BUCKET_B);
   f.repair = t->admin;
   f.repair_sql = "UPDATE bs_buckets SET count = count - 1 WHERE id = " BUCKET_B;
+  bs__pg_set_hook(db, repair_at, &f);
   assert_int_equal(verify(db, &f), 2);
+  bs__pg_set_hook(db, NULL, NULL);
   assert_non_null(strstr(f.msg[0], "a checkpoint without an LSN"));
   assert_non_null(strstr(f.msg[1], "running count"));
   /* the next call sees the repair */
@@ -452,6 +464,29 @@ static void t_pages(void **state) {
   assert_non_null(strstr(f.msg[2], "op 1200: held by the source record of table 1 replica id"
                                    " \"r1199\" (stream 1), but its subkey is not the source"
                                    " row's"));
+  bs_close(db);
+}
+
+/* ---- Problems passed on after the transaction ---- */
+
+/* Verify keeps its problems' first 256 KiB of text for the callback, which runs after its
+ * transaction ended: 10,000 ops of buckets that do not exist (a problem each, about 50 bytes)
+ * are counted, the first of them passed on, then one last call says how many more there were. */
+static void t_problems_kept(void **state) {
+  pgt *t = *state;
+  bs_db *db = pgt_open(t->url, 0);
+  bs_error err = {0};
+  found f = {0};
+  uint64_t n = 0;
+  unsigned long long more = 0;
+  pgt_exec(t->admin, "INSERT INTO bs_ops (bucket, op_id, type, checksum)"
+                     " SELECT g, 1, 3, 0 FROM generate_series(1000001, 1010000) g");
+  assert_int_equal(bs_db_verify(db, on_problem, &f, &n, &err), BS_OK);
+  assert_int_equal(n, 10000);
+  assert_true(f.n > 1000 && f.n < 10000);
+  assert_non_null(strstr(f.msg[0], "ops of bucket id 1000001 without a bucket state"));
+  assert_int_equal(sscanf(f.last, "%llu more problems, not shown", &more), 1);
+  assert_int_equal(more + (unsigned long long)f.n - 1, 10000);
   bs_close(db);
 }
 
@@ -565,6 +600,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_damage, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_one_snapshot, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_pages, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_problems_kept, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_stat, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_backup_export, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_cli, pgt_setup, pgt_teardown),
