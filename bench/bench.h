@@ -36,10 +36,11 @@ typedef struct bench_cfg {
   uint64_t map_mb; /* initial map size of bucketstore files (0 = library default) */
   int quick, nofork, keep, proto;
   const char *only, *json, *dir;
-  char tmp[512];      /* the run's temporary directory */
-  const char *pg_url; /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */
-  long pg_tag;        /* names the run's schemas (the parent's pid) */
-  uint64_t pg_rows;   /* --pg: inserts into the one bucket (then half as many updates) */
+  char tmp[512];       /* the run's temporary directory */
+  const char *pg_url;  /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */
+  long pg_tag;         /* names the run's schemas (the parent's pid) */
+  uint64_t pg_rows;    /* --pg: inserts into the one bucket (then half as many updates) */
+  uint64_t pg_changes; /* --pg: checkpoints of the changes workload (records in bs_changes) */
 } bench_cfg;
 
 /* ---- Results (in shared memory: children append, the parent prints) ---- */
@@ -158,5 +159,7 @@ int pg_raw_reads(int unused);
 int pg_bs_checksums(int unused);
 int pg_raw_checksums(int sum_history);
 int pg_bs_compact(int lmdb);
+int pg_bs_changes(int unused);
+int pg_raw_changes(int unused);
 
 #endif

@@ -13,6 +13,10 @@
  *              smaller, at the latest checkpoint: flat in bucket size means equal costs
  *   compact    full compaction of the stream, and of the same ingest on the LMDB backend
  *              (memory_limit_mb: --compact-memory-mb)
+ *   changes    checkpoint changes on a large bs_changes: a stream of 300k checkpoints
+ *              (--pg-changes) of two ops and one bucket each, a reader 5 checkpoints behind its
+ *              head; the records are written by SQL (through the library they would take the
+ *              whole run), in a stream of their own, and ANALYZEd
  *
  * The raw baseline's schema is what this work needs and no more: ops keyed (bucket, op_id),
  * source records keyed by replica id (bucket, op and data), one state row per bucket (running
@@ -65,6 +69,14 @@ int pg_raw_checksums(int a) {
   return -1;
 }
 int pg_bs_compact(int a) {
+  (void)a;
+  return -1;
+}
+int pg_bs_changes(int a) {
+  (void)a;
+  return -1;
+}
+int pg_raw_changes(int a) {
   (void)a;
   return -1;
 }
@@ -608,6 +620,156 @@ int pg_bs_compact(int lmdb) {
            (unsigned long long)cs.ops_cleared, r->anon_peak_mb, co.memory_limit_mb);
 out:
   h_close(&h);
+  return r->status == BR_FAILED;
+}
+
+/* ---- Checkpoint changes on a large bs_changes ---- */
+
+#define CHANGES_BEHIND 5 /* checkpoints the reader is behind the head */
+
+static int changes_calls(void) {
+  return g_cfg->quick ? 200 : 2000;
+}
+
+/* The case's name and the SQL expression of record g's one bucket (b0 .. b999). */
+static void changes_name(char *out, size_t cap) {
+  snprintf(out, cap, "%lluk checkpoints, reader %d behind",
+           (unsigned long long)g_cfg->pg_changes / 1000, CHANGES_BEHIND);
+}
+#define CHANGE_BUCKET  "ARRAY[convert_to('b' || g %% 1000, 'UTF8')]" /* in a format */
+
+static void changes_done(bres *r, double t0, double *lat, size_t n, const char *what) {
+  r->secs = now_s() - t0;
+  r->count = (double)changes_calls();
+  r->value = r->secs / r->count * 1e6;
+  set_lat(r, lat, (size_t)changes_calls());
+  res_mem(r);
+  snprintf(r->note, sizeof r->note, "%zu buckets a call; %s", n, what);
+}
+
+static int count_changes(const bs_checkpoint_changes *ch, void *payload) {
+  *(size_t *)payload = ch->invalidate_data_buckets ? (size_t)-1 : ch->n_updated_buckets;
+  return 0;
+}
+
+int pg_bs_changes(int a) {
+  char name[72], sql[1024];
+  uint64_t head = 2 * g_cfg->pg_changes;
+  double t0, *lat = calloc((size_t)changes_calls(), sizeof *lat);
+  size_t n = 0;
+  uint32_t sid;
+  bres *r, scratch;
+  bsh h;
+  bs_error err;
+  PGconn *c = NULL;
+  int rc;
+  (void)a;
+  names_init();
+  changes_name(name, sizeof name);
+  r = res_new("changes", name, "bs");
+  snprintf(r->unit, sizeof r->unit, "us/call");
+  r->lower_better = 1;
+  memset(&h, 0, sizeof h);
+  memset(&scratch, 0, sizeof scratch);
+  if ((rc = bs_open(&h.db, url_bs, NULL, &err)) != BS_OK) {
+    res_fail(r, rc, "bs_open", &err);
+    goto out;
+  }
+  if ((rc = bs_stream_create(&sid, h.db, "changes", NULL, &err)) != BS_OK ||
+      (rc = bs_storage_open(&h.st, h.db, sid, &err)) != BS_OK) {
+    res_fail(r, rc, "a stream", &err);
+    goto out;
+  }
+  snprintf(sql, sizeof sql,
+           "INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, buckets, time_ms)"
+           " SELECT %u, 2 * g, 1, 2 * g - 1, 1, " CHANGE_BUCKET ", 0"
+           " FROM generate_series(1, %llu) g;"
+           "UPDATE bs_streams SET op_head = %llu, checkpoint = %llu,"
+           " last_checkpoint_op = %llu, checkpoint_lsn = '\\x01' WHERE id = %u;"
+           "ANALYZE bs_changes",
+           (unsigned)sid, (unsigned long long)g_cfg->pg_changes, (unsigned long long)head,
+           (unsigned long long)head, (unsigned long long)head, (unsigned)sid);
+  if (!(c = pq_connect(r, url_bs)) || pq_run(r, c, sql)) goto out;
+  /* the first call opens the pool's connection */
+  if ((rc = bs_get_checkpoint_changes(h.st, head - 2 * CHANGES_BEHIND, head, count_changes, &n,
+                                      &err)) != BS_OK) {
+    res_fail(r, rc, "bs_get_checkpoint_changes", &err);
+    goto out;
+  }
+  mem_sampler_start();
+  t0 = now_s();
+  for (int i = 0; i < changes_calls(); i++) {
+    double tc = now_s();
+    if ((rc = bs_get_checkpoint_changes(h.st, head - 2 * CHANGES_BEHIND, head, count_changes, &n,
+                                        &err)) != BS_OK) {
+      res_fail(r, rc, "bs_get_checkpoint_changes", &err);
+      break;
+    }
+    lat[i] = now_s() - tc;
+  }
+  mem_sampler_stop();
+  if (r->status == BR_OK)
+    changes_done(r, t0, lat, n, "buckets, lookups, users and flags, planned per call");
+out:
+  if (c) PQfinish(c);
+  h_close(&h);
+  free(lat);
+  return r->status == BR_FAILED;
+}
+
+/* The same records in a table of what the question needs, asked the buckets changed in
+ * (from, to] with a statement planned per call (unnamed, as PQexecParams sends it). */
+int pg_raw_changes(int a) {
+  char name[72], sql[1024], f8[8], t8[8];
+  const char *v[2] = {f8, t8};
+  int len[2] = {8, 8}, fmt[2] = {1, 1};
+  uint64_t head = 2 * g_cfg->pg_changes;
+  double t0, *lat = calloc((size_t)changes_calls(), sizeof *lat);
+  size_t n = 0;
+  bres *r;
+  PGconn *c;
+  PGresult *res;
+  (void)a;
+  names_init();
+  changes_name(name, sizeof name);
+  r = res_new("changes", name, "libpq");
+  snprintf(r->unit, sizeof r->unit, "us/call");
+  r->lower_better = 1;
+  snprintf(sql, sizeof sql,
+           "CREATE TABLE raw_changes (op_id bigint PRIMARY KEY, first_op bigint NOT NULL,"
+           " buckets bytea[] NOT NULL);"
+           "INSERT INTO raw_changes SELECT 2 * g, 2 * g - 1, " CHANGE_BUCKET
+           " FROM generate_series(1, %llu) g;"
+           "ANALYZE raw_changes",
+           (unsigned long long)g_cfg->pg_changes);
+  if (!(c = pq_connect(r, url_raw))) goto out;
+  if (pq_run(r, c, sql)) goto out;
+  for (int i = 0; i < 8; i++) {
+    f8[i] = (char)((head - 2 * CHANGES_BEHIND) >> (56 - 8 * i));
+    t8[i] = (char)(head >> (56 - 8 * i));
+  }
+  t0 = now_s();
+  for (int i = -1; i < changes_calls(); i++) { /* i = -1: not timed */
+    double tc = now_s();
+    res = PQexecParams(c,
+                       "SELECT DISTINCT b FROM raw_changes c, unnest(c.buckets) b"
+                       " WHERE c.op_id > $1 AND c.first_op <= $2 LIMIT 1001",
+                       2, NULL, v, len, fmt, 1);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+      pq_fail(r, c, res, "changes");
+      break;
+    }
+    n = (size_t)PQntuples(res);
+    PQclear(res);
+    if (i < 0)
+      t0 = now_s();
+    else
+      lat[i] = now_s() - tc;
+  }
+  if (r->status == BR_OK) changes_done(r, t0, lat, n, "the buckets alone");
+out:
+  if (c) PQfinish(c);
+  free(lat);
   return r->status == BR_FAILED;
 }
 

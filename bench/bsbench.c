@@ -386,8 +386,10 @@ static void run_all(void) {
 /* --pg: the PostgreSQL workloads (bench_pg.c), each beside its raw libpq baseline */
 static void run_pg(void) {
   if (pg_prepare()) die("--pg: cannot prepare the run's schemas on %s", g_cfg->pg_url);
-  PHASE(pg_bs_ingest, 0);
-  PHASE(pg_raw_ingest, 0);
+  if (!g_cfg->only || strcmp(g_cfg->only, "changes")) { /* the data of every other workload */
+    PHASE(pg_bs_ingest, 0);
+    PHASE(pg_raw_ingest, 0);
+  }
   if (selected("ingest") || selected("compact")) PHASE(pg_bs_ingest, 1);
   if (selected("reads")) {
     PHASE(pg_bs_reads, 0);
@@ -401,6 +403,10 @@ static void run_pg(void) {
   if (selected("compact")) {
     PHASE(pg_bs_compact, 0);
     PHASE(pg_bs_compact, 1);
+  }
+  if (selected("changes")) { /* a stream of its own, after the others */
+    PHASE(pg_bs_changes, 0);
+    PHASE(pg_raw_changes, 0);
   }
   if (!g_cfg->keep) pg_cleanup();
 }
@@ -850,6 +856,7 @@ static void usage(void) {
   printf("usage: bsbench [options]\n"
          "  --quick             small sizes (a smoke run: a few seconds)\n"
          "  --only NAME         one workload: ingest stream reads checksums params compact\n"
+         "                      (changes: --pg only)\n"
          "  --json PATH         also write the results as JSON\n"
          "  --dir DIR           parent of the temporary directory (default $TMPDIR or /tmp)\n"
          "  --keep              keep the temporary directory\n"
@@ -878,50 +885,38 @@ static void usage(void) {
          "  --pg URL|start      the PostgreSQL workloads (issue 14) on the server at URL, or on\n"
          "                      one started with tests/pg_server.sh (from the repository root;\n"
          "                      BS_PG_SERVER names the script); --only ingest|reads|checksums|\n"
-         "                      compact selects among them\n"
+         "                      compact|changes selects among them\n"
          "  --proto             layout prototypes instead of the workloads: the snapshot ingest\n"
          "                      in today's layout and in chunks, with reads and checksums\n"
          "                      (bench/README.md, \"Layout prototypes\"); uses --rows,\n"
          "                      --buckets, --large-buckets, --commit-rows, --data-size,\n"
          "                      --read-limit\n"
          "  --pg-rows N         --pg: the inserts into the one bucket (100000; 10000 with\n"
-         "                      --quick), then N/2 random updates of them\n");
+         "                      --quick), then N/2 random updates of them\n"
+         "  --pg-changes N      --pg: the checkpoints (change records) of the changes workload\n"
+         "                      (300000; 20000 with --quick)\n");
 }
 
 static char pg_dir[600], pg_sh[512]; /* --pg start: the server's directory and script */
 
 int main(int argc, char **argv) {
   static bench_cfg cfg;
-  static const struct option lo[] = {{"quick", 0, 0, 'q'},
-                                     {"only", 1, 0, 'o'},
-                                     {"json", 1, 0, 'j'},
-                                     {"dir", 1, 0, 'd'},
-                                     {"keep", 0, 0, 'k'},
-                                     {"no-fork", 0, 0, 'F'},
-                                     {"seed", 1, 0, 's'},
-                                     {"help", 0, 0, 'h'},
-                                     {"rows", 1, 0, 1},
-                                     {"buckets", 1, 0, 2},
-                                     {"large-buckets", 1, 0, 3},
-                                     {"commit-rows", 1, 0, 4},
-                                     {"updates", 1, 0, 5},
-                                     {"commit-changes", 1, 0, 6},
-                                     {"data-size", 1, 0, 7},
-                                     {"read-limit", 1, 0, 8},
-                                     {"read-secs", 1, 0, 9},
-                                     {"ck-requests", 1, 0, 10},
-                                     {"ck-big-ops", 1, 0, 11},
-                                     {"ck-big-buckets", 1, 0, 12},
-                                     {"params", 1, 0, 13},
-                                     {"param-queries", 1, 0, 14},
-                                     {"compact-rows", 1, 0, 15},
-                                     {"map-mb", 1, 0, 16},
-                                     {"pg-rows", 1, 0, 17},
-                                     {"compact-memory-mb", 1, 0, 18},
-                                     {"pg", 1, 0, 'P'},
-                                     {"proto", 0, 0, 'L'},
-                                     {0, 0, 0, 0}};
-  uint64_t sizes[19] = {0};
+  static const struct option lo[] = {{"quick", 0, 0, 'q'},       {"only", 1, 0, 'o'},
+                                     {"json", 1, 0, 'j'},        {"dir", 1, 0, 'd'},
+                                     {"keep", 0, 0, 'k'},        {"no-fork", 0, 0, 'F'},
+                                     {"seed", 1, 0, 's'},        {"help", 0, 0, 'h'},
+                                     {"rows", 1, 0, 1},          {"buckets", 1, 0, 2},
+                                     {"large-buckets", 1, 0, 3}, {"commit-rows", 1, 0, 4},
+                                     {"updates", 1, 0, 5},       {"commit-changes", 1, 0, 6},
+                                     {"data-size", 1, 0, 7},     {"read-limit", 1, 0, 8},
+                                     {"read-secs", 1, 0, 9},     {"ck-requests", 1, 0, 10},
+                                     {"ck-big-ops", 1, 0, 11},   {"ck-big-buckets", 1, 0, 12},
+                                     {"params", 1, 0, 13},       {"param-queries", 1, 0, 14},
+                                     {"compact-rows", 1, 0, 15}, {"map-mb", 1, 0, 16},
+                                     {"pg-rows", 1, 0, 17},      {"compact-memory-mb", 1, 0, 18},
+                                     {"pg-changes", 1, 0, 19},   {"pg", 1, 0, 'P'},
+                                     {"proto", 0, 0, 'L'},       {0, 0, 0, 0}};
+  uint64_t sizes[20] = {0};
   double read_secs = 0, t0;
   const char *parent;
   void *shm;
@@ -965,7 +960,7 @@ int main(int argc, char **argv) {
       read_secs = strtod(optarg, NULL);
       break;
     default:
-      if (c >= 1 && c <= 18) {
+      if (c >= 1 && c <= 19) {
         sizes[c] = strtoull(optarg, NULL, 0);
         if (!sizes[c]) die("--%s needs a positive number", lo[c + 7].name);
         break;
@@ -975,7 +970,8 @@ int main(int argc, char **argv) {
     }
   }
   if (cfg.only) {
-    static const char *names[] = {"ingest", "stream", "reads", "checksums", "params", "compact"};
+    static const char *names[] = {"ingest", "stream",  "reads",  "checksums",
+                                  "params", "compact", "changes"};
     int ok = 0;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(cfg.only, names[i]);
     if (!ok) die("--only: unknown workload '%s'", cfg.only);
@@ -1015,6 +1011,7 @@ int main(int argc, char **argv) {
   if (sizes[15]) cfg.compact_rows = sizes[15];
   if (sizes[16]) cfg.map_mb = sizes[16];
   cfg.pg_rows = sizes[17] ? sizes[17] : cfg.quick ? 10000 : 100000;
+  cfg.pg_changes = sizes[19] ? sizes[19] : cfg.quick ? 20000 : 300000;
   cfg.compact_memory_mb = (size_t)sizes[18];
   if (cfg.data_size < 64 || cfg.data_size > 65536) die("--data-size must be 64..65536");
   if (cfg.buckets_small < 2 || cfg.buckets_large < 2) die("need at least 2 buckets");
