@@ -24,6 +24,7 @@ import operator
 import os
 import threading
 from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_at
+from datetime import datetime, timedelta, timezone
 from enum import IntEnum
 from typing import (
     Any,
@@ -50,6 +51,8 @@ Scalar = Union[None, bool, int, float, str, bytes]
 # {bucket: after} or (bucket, after) pairs (Mapping keys are invariant: one alias per key type)
 Positions = Union[Mapping[str, int], Mapping[bytes, int], Iterable[Tuple[Bytes, int]]]
 Heads = Union[Mapping[str, Bytes], Mapping[bytes, Bytes]]  # connection -> LSN
+# a point in time: a datetime, or milliseconds since the Unix epoch (storage.h's *_ms times)
+When = Union[datetime, int]
 _NO_HEADS: Mapping[str, Bytes] = {}
 
 U32 = (1 << 32) - 1
@@ -261,6 +264,37 @@ def _float(v: Any, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"{name}: expected a number, got {type(v).__name__}")
     return float(v)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def _ms(v: Any, name: str, lo: int) -> int:
+    """A When as milliseconds since the epoch, sub-milliseconds dropped (a JS Date has none).
+    A datetime without tzinfo is local time, as datetime.timestamp() reads it."""
+    if isinstance(v, datetime):
+        if v.utcoffset() is None:
+            v = v.astimezone()
+        v = (v - _EPOCH) // _ONE_MS
+    elif isinstance(v, (bool, float)) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name}: expected a datetime or int milliseconds since the epoch, "
+                        f"got {type(v).__name__}")
+    return _int(v, name, lo, I64 - 1)
+
+
+REQUEST_HINTS = ("bulk", "incremental")
+
+
+def _unused(v: Any, name: str, check: Callable[[Any, str], Any]) -> None:
+    """An option the sync service has and the engine has no use for: checked, then unused."""
+    if v is not None:
+        check(v, name)
+
+
+def _hint(v: Optional[str]) -> None:
+    if v is not None and v not in REQUEST_HINTS:
+        raise _inval(f"request_hint: {v!r} is not one of 'bulk', 'incremental'")
 
 
 def _str(v: F.bs_val) -> Optional[str]:
@@ -497,12 +531,15 @@ class Stat(NamedTuple):
 
 
 class ManagedRequest(NamedTuple):
-    """One managed write-checkpoint request; heads: connection -> LSN."""
+    """One managed write-checkpoint request; heads: connection -> LSN; checkpoint_request_id:
+    the client's request id (None: the stored id + 1, generated); checkpoint_requested_at
+    (a When; None: now): when the client asked, what delete_checkpoint_requests_before
+    compares for a request with an id (a generated id has no request time and stays)."""
 
     user_id: Bytes
     heads: Heads
-    request_id: Optional[int] = None
-    requested_at_ms: int = 0  # 0 = now
+    checkpoint_request_id: Optional[int] = None
+    checkpoint_requested_at: Optional[When] = None
 
 
 class Record(NamedTuple):
@@ -1151,8 +1188,14 @@ class Storage(_Handle):
         create_empty: bool = True,
         max_records: Optional[int] = None,
         max_bytes: Optional[int] = None,
+        zero_lsn: Optional[Bytes] = None,
+        store_current_data: Optional[bool] = None,
     ) -> "Writer":
-        """Opens the stream's writer (contract.md section 4). snapshot: skip_existing mode."""
+        """Opens the stream's writer (contract.md section 4). snapshot: skip_existing mode.
+        zero_lsn and store_current_data are the sync service's, accepted (type-checked) and
+        unused: LSNs are opaque here, and a save keeps row data when it passes store=."""
+        _unused(zero_lsn, "zero_lsn", _bytes)
+        _unused(store_current_data, "store_current_data", _bool)
         o = F.bs_writer_options(
             F.BS_WRITER_OPTIONS_VERSION, _bool(snapshot, "snapshot"),
             _bool(create_empty, "create_empty"), _size(max_records, "max_records"),
@@ -1200,10 +1243,13 @@ class Storage(_Handle):
         limit: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
         max_bytes: Optional[int] = None,
+        request_hint: Optional[str] = None,
     ) -> Batch:
         """One call of get_bucket_data_batch (contract.md 5.2): ops with after < op_id <=
         checkpoint of the requested buckets {name: after}, as chunks (copied out). limit: ops
-        per call (None = 1000)."""
+        per call (None = 1000). request_hint ('bulk' or 'incremental', the sync service's) is
+        checked and unused: the engine has one read path."""
+        _hint(request_hint)
         cp = _op_id(checkpoint, "checkpoint")
         req = []
         for i, it in enumerate(buckets.items() if isinstance(buckets, Mapping) else buckets):
@@ -1229,10 +1275,13 @@ class Storage(_Handle):
         limit: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
         max_bytes: Optional[int] = None,
+        request_hint: Optional[str] = None,
     ) -> Iterator[Chunk]:
         """Every chunk up to checkpoint, calling the library again from each bucket's
         next_after while a batch says has_more (no gap, no duplicate). Each batch is one read
-        snapshot; the iterator holds nothing between batches."""
+        snapshot; the iterator holds nothing between batches (closing it, or leaving the
+        loop, is the cancel). request_hint: as bucket_data_batch's."""
+        _hint(request_hint)
         pos: Dict[Any, int] = {}
         for i, it in enumerate(buckets.items() if isinstance(buckets, Mapping) else buckets):
             try:
@@ -1242,7 +1291,8 @@ class Storage(_Handle):
             pos[_bytes(name, f"buckets[{i}] name")] = after
         while True:
             b = self.bucket_data_batch(checkpoint, pos.items(), limit=limit,
-                                       chunk_bytes=chunk_bytes, max_bytes=max_bytes)
+                                       chunk_bytes=chunk_bytes, max_bytes=max_bytes,
+                                       request_hint=request_hint)
             for c in b.chunks:
                 key = c.bucket.encode("utf-8", "surrogateescape")
                 if c.has_more:
@@ -1253,8 +1303,11 @@ class Storage(_Handle):
             if not b.has_more or not pos:
                 return
 
-    def checksums(self, checkpoint: int, buckets: Iterable[Bytes]) -> Dict[str, Checksum]:
-        """{name: Checksum(checksum, count)} at checkpoint (unknown bucket: 0, 0)."""
+    def checksums(self, checkpoint: int, buckets: Iterable[Bytes], *,
+                  request_hint: Optional[str] = None) -> Dict[str, Checksum]:
+        """{name: Checksum(checksum, count)} at checkpoint (unknown bucket: 0, 0). request_hint
+        ('bulk' or 'incremental', the sync service's) is checked and unused: one cached path."""
+        _hint(request_hint)
         cp = _op_id(checkpoint, "checkpoint")
         if isinstance(buckets, (str, bytes)):
             raise TypeError("buckets: expected an iterable of names, not one name")
@@ -1352,12 +1405,13 @@ class Storage(_Handle):
         return rows
 
     # ---- write checkpoints ----
-    def set_write_checkpoint_mode(self, mode: str, event: Optional[Bytes] = None) -> None:
-        """'managed' (default) or 'custom' for this handle."""
+    def set_write_checkpoint_mode(self, mode: str, event_name: Optional[Bytes] = None) -> None:
+        """'managed' (default) or 'custom' for this handle; event_name: the custom
+        checkpoints' event that last_write_checkpoint reads (None: those without one)."""
         modes = {"managed": F.BS_WCP_MANAGED, "custom": F.BS_WCP_CUSTOM}
         if mode not in modes:
             raise _inval(f"mode: {mode!r} is not one of 'managed', 'custom'")
-        ev = _opt_val(event, "event")
+        ev = _opt_val(event_name, "event_name")
         err = F.bs_error()
         with self._guard() as h:
             _check(lib.bs_set_write_checkpoint_mode(h, modes[mode], ev, byref(err)), err)
@@ -1376,11 +1430,13 @@ class Storage(_Handle):
             a.user_id = _val(r.user_id, f"requests[{i}].user_id")
             heads = _heads(r.heads, f"requests[{i}].heads")
             a.heads, a.n_heads = heads, len(r.heads)
-            if r.request_id is not None:
+            if r.checkpoint_request_id is not None:
                 a.has_request_id = 1
-                a.request_id = _int(r.request_id, f"requests[{i}].request_id", 0, U64)
-            a.requested_at_ms = _int(r.requested_at_ms, f"requests[{i}].requested_at_ms",
-                                     -I64, I64 - 1)
+                a.request_id = _int(r.checkpoint_request_id,
+                                    f"requests[{i}].checkpoint_request_id", 0, U64)
+            if r.checkpoint_requested_at is not None:  # else 0: now
+                a.requested_at_ms = _ms(r.checkpoint_requested_at,
+                                        f"requests[{i}].checkpoint_requested_at", 1)
         ids = (c_uint64 * max(len(reqs), 1))()
         adv = c_int(0)
         err = F.bs_error()
@@ -1410,10 +1466,11 @@ class Storage(_Handle):
                                                 byref(found), byref(err)), err)
         return out.value if found.value else None
 
-    def delete_checkpoint_requests_before(self, before_ms: int) -> int:
-        """Deletes processed requests older than before_ms; returns how many."""
+    def delete_checkpoint_requests_before(self, before: When) -> int:
+        """Deletes the processed requests made before `before` (a datetime, or ms since the
+        epoch); returns how many."""
         self._no_write_in_callback()
-        t = _int(before_ms, "before_ms", -I64, I64 - 1)
+        t = _ms(before, "before", -I64)
         n = c_uint64()
         err = F.bs_error()
         with self._guard() as h:
@@ -1433,15 +1490,26 @@ class Storage(_Handle):
         min_age_ms: Optional[int] = None,
         max_ops_per_txn: Optional[int] = None,
         op_budget: Optional[int] = None,
-        compact_parameters: bool = False,
-        delete_checkpoint_requests_before_ms: Optional[int] = None,
+        compact_parameter_data: bool = False,
+        delete_checkpoint_requests_before: Optional[When] = None,
         defragment_ratio: float = 0.0,
+        move_batch_byte_limit: Optional[int] = None,
+        move_batch_limit: Optional[int] = None,
+        clear_batch_limit: Optional[int] = None,
         progress: Optional[Callable[[CompactStats], Any]] = None,
     ) -> CompactStats:
         """Compacts the stream (contract.md section 6). None = the library's default. progress:
         called with the totals after each transaction; a truthy return cancels
-        (CanceledError), an exception stops it and is re-raised."""
+        (CanceledError), an exception stops it and is re-raised. delete_checkpoint_requests_
+        before (a datetime, or ms since the epoch) runs that cleanup with the compaction.
+        move_batch_byte_limit, move_batch_limit and clear_batch_limit are the sync service's,
+        accepted (type-checked) and unused: memory_limit_mb and max_ops_per_txn bound the
+        engine's work."""
         self._no_write_in_callback()
+        for name, v in (("move_batch_byte_limit", move_batch_byte_limit),
+                        ("move_batch_limit", move_batch_limit),
+                        ("clear_batch_limit", clear_batch_limit)):
+            _unused(v, name, lambda x, n: _int(x, n, 0, SIZE_MAX))
         o = F.bs_compact_options(F.BS_COMPACT_OPTIONS_VERSION)
         o.max_op_id = _op_id(max_op_id, "max_op_id")
         names = None
@@ -1461,11 +1529,10 @@ class Storage(_Handle):
         o.min_age_ms = -1 if min_age_ms is None else _int(min_age_ms, "min_age_ms", 0, I64 - 1)
         o.max_ops_per_txn = _size(max_ops_per_txn, "max_ops_per_txn")
         o.op_budget = _size(op_budget, "op_budget")
-        o.compact_parameters = _bool(compact_parameters, "compact_parameters")
-        if delete_checkpoint_requests_before_ms is not None:
-            o.delete_checkpoint_requests_before_ms = _int(
-                delete_checkpoint_requests_before_ms, "delete_checkpoint_requests_before_ms",
-                1, I64 - 1)
+        o.compact_parameters = _bool(compact_parameter_data, "compact_parameter_data")
+        if delete_checkpoint_requests_before is not None:  # 0 in C: no cleanup
+            o.delete_checkpoint_requests_before_ms = _ms(
+                delete_checkpoint_requests_before, "delete_checkpoint_requests_before", 1)
         o.defragment_ratio = _float(defragment_ratio, "defragment_ratio")
         trap = _Trap(user=True)
         if progress is not None:
@@ -1482,9 +1549,11 @@ class Storage(_Handle):
         _check(rc, err)
         return _stats(stats)
 
-    def compact_initial_replication(self, max_op_id: int = 0,
+    def compact_initial_replication(self, *, max_op_id: int = 0,
                                     min_bucket_changes: Optional[int] = None) -> int:
-        """Before the first checkpoint only: deletes superseded ops; returns buckets done."""
+        """Before the first checkpoint only: deletes superseded ops; returns the number of
+        buckets compacted (the sync service's {buckets}). max_op_id 0: the last persisted op;
+        min_bucket_changes None: 1."""
         self._no_write_in_callback()
         m = _op_id(max_op_id, "max_op_id")
         mb = _size(min_bucket_changes, "min_bucket_changes")
@@ -1494,8 +1563,22 @@ class Storage(_Handle):
             _check(lib.bs_compact_initial_replication(h, m, mb, byref(n), byref(err)), err)
         return n.value
 
+    def clear_checksum_cache(self) -> None:
+        """The sync service's call; nothing to drop here: the library updates its checksum cache
+        at every commit, compaction and clear of this process (another process's clear needs a
+        reopen: storage.h bs_clear). Raises StateError on a closed storage."""
+        with self._guard():
+            pass
+
+    @staticmethod
+    def supports_incremental_parameter_compaction() -> bool:
+        """True: parameter compaction keeps a cursor in the stream, so an incremental run
+        continues where the last one stopped."""
+        return True
+
     # ---- lifecycle ----
     def status(self) -> Status:
+        """The sync service's getStatus(): state, snapshot_done, resume_lsn, the checkpoint."""
         s = F.bs_status()
         err = F.bs_error()
         with self._guard() as h:
@@ -1519,9 +1602,11 @@ class Storage(_Handle):
         with self._guard() as h:
             _check(lib.bs_clear(h, byref(err)), err)
 
-    def terminate(self, clear: bool = False) -> None:
+    def terminate(self, *, clear_storage: bool = False) -> None:
+        """Marks the stream TERMINATED (no writer opens on it again); clear_storage: clear() it
+        first."""
         self._no_write_in_callback()
-        c = _bool(clear, "clear")
+        c = _bool(clear_storage, "clear_storage")
         err = F.bs_error()
         with self._guard() as h:
             _check(lib.bs_terminate(h, c, byref(err)), err)
@@ -1718,16 +1803,17 @@ class Writer(_Handle):
         return got[0] if got else None
 
     def custom_write_checkpoint(self, user_id: Bytes, checkpoint: int,
-                                event: Optional[Bytes] = None,
-                                requested_at_ms: Optional[int] = None) -> None:
-        """Custom mode: queue (user, value[, event]), persisted by the next flush. Without
-        requested_at_ms it is persistent (owned by the source); with it, it came from a
-        client's request made then and delete_checkpoint_requests_before expires it."""
+                                event_id: Optional[Bytes] = None,
+                                checkpoint_requested_at: Optional[When] = None) -> None:
+        """Custom mode: queue (user, value[, event_id]), persisted by the next flush. Without
+        checkpoint_requested_at (a datetime, or ms since the epoch) it is persistent (owned by
+        the source); with it, it came from a client's request made then and
+        delete_checkpoint_requests_before expires it."""
         u = _val(user_id, "user_id")
         c = _op_id(checkpoint, "checkpoint")
-        ev = _opt_val(event, "event")
-        at = None if requested_at_ms is None else _int(requested_at_ms, "requested_at_ms", 0,
-                                                       I64 - 1)
+        ev = _opt_val(event_id, "event_id")
+        at = None if checkpoint_requested_at is None else _ms(checkpoint_requested_at,
+                                                              "checkpoint_requested_at", 0)
         err = F.bs_error()
         h = self._enter()
         try:

@@ -197,7 +197,7 @@ def test_checkpoint_changes_and_list_buckets(st):
 def test_write_checkpoints(st):
     ids, adv = st.create_managed_write_checkpoints([
         bs.ManagedRequest("u1", {"1": "00000010"}),
-        bs.ManagedRequest("u2/c", {"1": "00000020"}, request_id=41)])
+        bs.ManagedRequest("u2/c", {"1": "00000020"}, checkpoint_request_id=41)])
     assert ids == {"u1": 1, "u2/c": 41} and adv
     assert st.last_write_checkpoint("u1", {"1": "00000009"}) is None
     assert st.last_write_checkpoint("u1", {"1": "00000010"}) == 1
@@ -209,8 +209,8 @@ def test_write_checkpoints(st):
         st.create_managed_write_checkpoints([bs.ManagedRequest("u1", {})])
     with st.writer() as w:
         w.custom_write_checkpoint("u9", 2**63 - 1)
-        w.custom_write_checkpoint("u8", 5, requested_at_ms=1000)
-        w.custom_write_checkpoint("u7", 6, event="ev", requested_at_ms=3000)
+        w.custom_write_checkpoint("u8", 5, checkpoint_requested_at=1000)
+        w.custom_write_checkpoint("u7", 6, event_id="ev", checkpoint_requested_at=3000)
         w.flush()
     assert st.last_write_checkpoint("u9") == 2**63 - 1
     assert st.delete_checkpoint_requests_before(2000) == 1  # u8 only: u9 is persistent
@@ -318,7 +318,7 @@ def test_torn_and_stale_reads_raise_their_codes(st):
         w.save("t", "delete", "c")  # op 6
         cp2 = w.commit("2").checkpoint
     assert (cp, cp2) == (3, 6)
-    st.compact(min_bucket_changes=1, compact_parameters=True)
+    st.compact(min_bucket_changes=1, compact_parameter_data=True)
     # the leading run (ops 1 and 3, now MOVEs) folded into a CLEAR with id 3: a read at 1 or
     # 2 is torn (contract.md 5.5)
     with pytest.raises(bs.InvalidatedError) as e:

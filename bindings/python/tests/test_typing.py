@@ -71,3 +71,33 @@ def test_with_blocks_are_typed(cache, tmp_path):
     r = mypy(cache, use)
     for i, t in ((3, "Database"), (4, "Storage"), (5, "Writer")):
         assert f'with.py:{i}: note: Revealed type is "bucketstore._core.{t}"' in r.stdout, r.stdout
+
+
+def test_service_calls_hints(cache, tmp_path):
+    use = tmp_path / "svc.py"
+    use.write_text("import datetime as dt\n"
+                   "import bucketstore as bs\n"
+                   "def f(st: bs.Storage, at: bs.When) -> int:\n"
+                   "    st.set_write_checkpoint_mode('custom', event_name='e')\n"
+                   "    with st.writer(zero_lsn='0/0', store_current_data=False) as w:\n"
+                   "        w.custom_write_checkpoint('u', 1, event_id='e', checkpoint_requested_at=at)\n"
+                   "        w.flush()\n"
+                   "    st.create_managed_write_checkpoints([bs.ManagedRequest(\n"
+                   "        'u', {'1': '0/1'}, checkpoint_request_id=2,\n"
+                   "        checkpoint_requested_at=dt.datetime.now(dt.timezone.utc))])\n"
+                   "    st.compact(incremental_only=True, compact_parameter_data=True,\n"
+                   "               delete_checkpoint_requests_before=dt.datetime.now(),\n"
+                   "               move_batch_byte_limit=1 << 20)\n"
+                   "    st.clear_checksum_cache()\n"
+                   "    ok: bool = st.supports_incremental_parameter_compaction()\n"
+                   "    s = st.status()\n"
+                   "    lsn: str | None = s.resume_lsn\n"
+                   "    st.checksums(1, ['b'], request_hint='bulk')\n"
+                   "    st.terminate(clear_storage=ok and s.snapshot_done)\n"
+                   "    return st.delete_checkpoint_requests_before(at) + \\\n"
+                   "        st.compact_initial_replication(max_op_id=1, min_bucket_changes=2)\n"
+                   "def g(st: bs.Storage) -> None:\n"
+                   "    st.delete_checkpoint_requests_before('2026-09-01')\n")
+    r = mypy(cache, use)
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "svc.py:23: error: Argument 1" in errors[0], r.stdout
