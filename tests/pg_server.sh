@@ -1,6 +1,6 @@
 #!/bin/sh
-# pg_server.sh start DIR [full] | standby DIR URL | stop DIR | restart DIR | run CMD...: a
-# throwaway PostgreSQL server for the tests.
+# pg_server.sh start DIR [full] | standby DIR URL | detach DIR | stop DIR | restart DIR |
+# run CMD...: a throwaway PostgreSQL server for the tests.
 #   start DIR    initdb into DIR/data, listen on 127.0.0.1 on a free port (no Unix socket outside
 #                DIR), print the server's URL (postgresql://bs@127.0.0.1:PORT/bs) on stdout
 #   start DIR full  the same, a server whose files cannot grow past 8 MiB - 512 bytes (prlimit
@@ -9,6 +9,9 @@
 #                (tests/test_pg_fault t_disk_full)
 #   standby DIR URL  a hot standby of the server at URL (pg_basebackup -R: read-only, streaming
 #                its WAL), started as start does; prints its URL (tests/test_pg_fault t_standby)
+#   detach DIR   stop that standby and start it again on its port without its primary
+#                (primary_conninfo empty): it keeps the WAL it received and gets no more, as a
+#                standby cut off from a failed primary (tests/test_pg_fault t_failover)
 #   stop DIR     stop the server and remove DIR
 #   restart DIR  stop the server as a crash does (pg_ctl stop -m immediate: every session is cut,
 #                nothing is checkpointed) and start it again on the same port (tests/test_pg_fault)
@@ -54,10 +57,10 @@ start() {
   echo "postgresql://bs@127.0.0.1:$port/bs"
 }
 
-serve() { # BIN DIR PORT: start the server of DIR on PORT
+serve() { # BIN DIR PORT [OPTIONS]: start the server of DIR on PORT
   # fsync off: a test server holds nothing worth a crash-safe disk; small shared buffers
-  limit= opts=
-  if [ -f "$2/full" ]; then limit="prlimit --fsize=8388096 --"; opts="-c autovacuum=off"; fi
+  limit= opts=${4:-}
+  if [ -f "$2/full" ]; then limit="prlimit --fsize=8388096 --"; opts="$opts -c autovacuum=off"; fi
   as_owner $limit "$1/pg_ctl" -D "$2/data" -l "$2/server.log" -w -t 600 \
     -o "-c listen_addresses=127.0.0.1 -p $3 -k $2 -c fsync=off -c full_page_writes=off \
         -c shared_buffers=64MB -c max_connections=100 $opts" start >/dev/null ||
@@ -75,6 +78,13 @@ standby() {
   serve "$bin" "$dir" "$port"
   echo "$port" >"$dir/port"
   echo "postgresql://bs@127.0.0.1:$port/bs"
+}
+
+detach() {
+  dir=$1
+  bin=$(pg_bin) || exit 77
+  as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+  serve "$bin" "$dir" "$(cat "$dir/port")" "-c primary_conninfo=''"
 }
 
 restart() {
@@ -95,6 +105,7 @@ stop() {
 case "${1:-}" in
 start) start "$2" "${3:-}" ;;
 standby) standby "$2" "$3" ;;
+detach) detach "$2" ;;
 stop) stop "$2" ;;
 restart) restart "$2" ;;
 run)
@@ -111,7 +122,7 @@ run)
   exit $rc
   ;;
 *)
-  echo "usage: pg_server.sh start DIR [full] | standby DIR URL | stop DIR | restart DIR | run CMD" >&2
+  echo "usage: pg_server.sh start DIR [full] | standby DIR URL | detach DIR | stop DIR | restart DIR | run CMD" >&2
   exit 2
   ;;
 esac

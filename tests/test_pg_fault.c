@@ -819,12 +819,17 @@ static void own_server(const char *cmd, const char *arg, char *url, int cap) {
   url[strcspn(url, "\n")] = '\0';
 }
 
+/* Runs `pg_server.sh cmd own_dir` on the test's own server. */
+static void own_cmd(const char *cmd) {
+  char line[1200];
+  snprintf(line, sizeof line, "%s %s %s", getenv("BS_TEST_PG_SERVER"), cmd, own_dir);
+  assert_int_equal(system(line), 0);
+}
+
 static int own_teardown(void **state) {
-  char cmd[1200];
   if (own_dir[0]) {
-    snprintf(cmd, sizeof cmd, "%s stop %s", getenv("BS_TEST_PG_SERVER"), own_dir);
+    own_cmd("stop");
     own_dir[0] = '\0';
-    assert_int_equal(system(cmd), 0);
   }
   return teardown(state);
 }
@@ -934,6 +939,93 @@ static void t_standby(void **state) {
   assert_checkpoint(&w.out, cp, "00000002");
   bs__pg_set_hook(b, NULL, NULL);
   seam_free(&s);
+  bs_writer_close(wa);
+  bs_storage_close(sa);
+  bs_storage_close(sb);
+  bs_close(a);
+  bs_close(b);
+}
+
+/* Asks c the query (one int) until it answers 1: a wait for a state the test brought about,
+ * decided by the server's answer; the tries (up to 6000, 10 ms apart) only bound it. */
+static void until_true(PGconn *c, const char *sql) {
+  for (int i = 0; pgt_int(c, "%s", sql) != 1; i++) {
+    if (i == 6000) fail_msg("still not true after 6000 tries: %s", sql);
+    usleep(10000);
+  }
+}
+
+/* A failover to an asynchronous standby that lacked the last commit. The standby (pg_server.sh
+ * standby) replays the commits made after its base backup (waited for by LSN); it is then cut
+ * off from the primary (pg_server.sh detach: started again without primary_conninfo), the
+ * primary commits once more, and the standby is promoted (pg_promote: a new timeline) with the
+ * op head before that commit. There every write is refused (BS_ESTATE, "history rewound", the
+ * new timeline) and nothing is written, until the acknowledgement; then the writer commits from
+ * the standby's head, handing out again the op id the lost commit has on the old primary. */
+static void t_failover(void **state) {
+  pgt *t = *state;
+  bs_db *a = pgt_open(t->url, 0), *b;
+  bs_storage *sa, *sb;
+  bs_writer *wa, *wb;
+  bs_error err = {0};
+  bs_commit_result r;
+  char url[256], schema_url[1024], sql[256], msg[512];
+  PGconn *sby;
+  uint64_t cp, lost, head;
+  uint32_t count;
+  long long sys, tl, ops;
+  stream_ready(a, "s", 1, &sa, &wa);
+  put_commit(wa, "b", "r0", "00000001");
+  own_server("standby", pgt_base_url(), url, sizeof url);
+  cp = put_commit(wa, "b", "r1", "00000002"); /* reaches the standby by streaming */
+  snprintf(sql, sizeof sql, "SELECT (pg_last_wal_replay_lsn() - '0/0' >= %lld)::int",
+           pgt_int(t->admin, "SELECT (pg_current_wal_lsn() - '0/0')::bigint"));
+  sby = PQconnectdb(url);
+  assert_int_equal(PQstatus(sby), CONNECTION_OK);
+  until_true(sby, sql);
+  PQfinish(sby);
+  own_cmd("detach");
+  lost = put_commit(wa, "b", "r2", "00000003"); /* the standby never gets it */
+  assert_int_equal(lost, cp + 1);
+  sby = PQconnectdb(url);
+  assert_int_equal(PQstatus(sby), CONNECTION_OK);
+  assert_int_equal(pgt_int(sby, "SELECT pg_promote()::int"), 1); /* waits until promoted */
+  sys = pgt_int(t->admin, "SELECT system_identifier FROM pg_control_system()");
+  tl = pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_timeline'");
+
+  snprintf(schema_url, sizeof schema_url, "%s?options=-csearch_path%%3D%s", url, t->schema);
+  b = pgt_open(schema_url, 0);
+  assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
+  head_and_count(sb, "b", &head, &count);
+  assert_int_equal(head, cp); /* r0 and r1, not r2 */
+  assert_int_equal(count, 2);
+  ops = pgt_int(sby, "SELECT count(*) FROM %s.bs_ops", t->schema);
+  assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
+  save_update(wb, "b", "r1", "{\"v\":2}");
+  assert_int_equal(bs_writer_flush(wb, NULL, &err), BS_ESTATE);
+  snprintf(msg, sizeof msg,
+           "history rewound: the data was written on timeline %lld of PostgreSQL system %lld, the"
+           " server is on timeline %lld of system %lld (a failover or a restore)",
+           tl, sys, tl + 1, sys);
+  if (!strstr(err.msg, msg)) fail_msg("%s\nis not\n%s", err.msg, msg);
+  assert_int_equal(bs_writer_commit(wb, bs__val_str("00000003"), NULL, &r, &err), BS_ESTATE);
+  assert_non_null(strstr(err.msg, "history rewound"));
+  head_and_count(sb, "b", &head, &count);
+  assert_int_equal(head, cp);
+  assert_int_equal(count, 2);
+  assert_int_equal(pgt_int(sby, "SELECT count(*) FROM %s.bs_ops", t->schema), ops);
+
+  bs_close(pgt_open(schema_url, BS_OPEN_ACK_REWIND));
+  assert_int_equal(
+      pgt_int(sby, "SELECT value FROM %s.bs_meta WHERE key = 'history_timeline'", t->schema),
+      tl + 1);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(bs_writer_commit(wb, bs__val_str("00000003"), NULL, &r, &err), BS_OK);
+  assert_true(r.checkpoint_created);
+  assert_int_equal(r.checkpoint, lost);
+  verify_clean(b);
+  PQfinish(sby);
+  bs_writer_close(wb);
   bs_writer_close(wa);
   bs_storage_close(sa);
   bs_storage_close(sb);
@@ -1360,6 +1452,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_lost_session_orphan, setup, teardown),
       cmocka_unit_test_setup_teardown(t_disk_full, setup, own_teardown),
       cmocka_unit_test_setup_teardown(t_standby, setup, own_teardown),
+      cmocka_unit_test_setup_teardown(t_failover, setup, own_teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, teardown),
       cmocka_unit_test_setup_teardown(t_prepared_per_session, setup, teardown),
       cmocka_unit_test_setup_teardown(t_analyze_not_waited_for, setup, teardown),
