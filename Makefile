@@ -117,6 +117,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@$(STEP) headertest $(MAKE) --no-print-directory headertest
 	@$(STEP) examples $(MAKE) --no-print-directory run-examples
 	@$(STEP) cli_check tests/cli_check.sh $(BUILD)/bucketstore
+	@$(STEP) format_check tests/format_check.sh $(BUILD)/bucketstore
 	@$(STEP) readme_check tests/readme_check.sh $(BUILD)/bucketstore
 	@$(STEP) layercheck $(MAKE) --no-print-directory layercheck
 	@$(STEP) install_check sh -c 'if [ -n "$(SAN)" ]; then $(call skip,install_check under sanitizers); \

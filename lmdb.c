@@ -3,7 +3,8 @@
  * on streams (create, list, open a stream's handle). Every slot is a function of a file below
  * (lmdb_read.c, lmdb_params.c, lmdb_wcp.c, lmdb_write.c, lmdb_compact.c, lmdb_verify.c,
  * lmdb_backup.c), all of them on lmdb_env.c (the handle, transactions, records) and the codec
- * (lmdb_codec.c); no file below uses this one (make layercheck). The key/value layout is the
+ * (lmdb_codec.c), and the format layer (lmdb_format.c), which brings an older file to this
+ * build's format at open; no file below uses this one (make layercheck). The key/value layout is the
  * table in lmdb_internal.h.
  */
 #include "lmdb_internal.h"
@@ -119,7 +120,12 @@ static const bs_db_vtable lmdb_db_vt = {
 
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   int rc = bs__lmdb_db_open(out, path, opts, err);
-  if (rc == BS_OK) (*out)->vt = &lmdb_db_vt;
+  if (rc != BS_OK) return rc;
+  (*out)->vt = &lmdb_db_vt;
+  if ((rc = bs__lmdb_format_open((bs__lmdb_db *)*out, path, err)) != BS_OK) {
+    bs__lmdb_db_close(*out);
+    *out = NULL;
+  }
   return rc;
 }
 

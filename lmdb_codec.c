@@ -515,15 +515,34 @@ int bs__lmdb_softdel_decode(const MDB_val *k, const MDB_val *v, uint32_t *stream
 
 #define FORMAT_TAG "bktstore"
 
-void bs__lmdb_format_value(unsigned char v[BS_FORMAT_VALUE_SIZE]) {
+void bs__lmdb_format_value(unsigned char v[BS_FORMAT_VALUE_SIZE], uint32_t version) {
   memcpy(v, FORMAT_TAG, 8);
-  bs__put_u32le(v + 8, BS_FORMAT_VERSION);
+  bs__put_u32le(v + 8, version);
 }
 
 int bs__lmdb_format_decode(const MDB_val *v, uint32_t *version) {
   if (v->mv_size != BS_FORMAT_VALUE_SIZE || memcmp(v->mv_data, FORMAT_TAG, 8) != 0)
     return BS_ECORRUPT;
   *version = bs__get_u32le((const unsigned char *)v->mv_data + 8);
+  return BS_OK;
+}
+
+MDB_val bs__lmdb_format_step_value(unsigned char *buf, uint32_t from, MDB_val key) {
+  MDB_val v = {BS_FORMAT_STEP_FIXED + key.mv_size, buf};
+  bs__put_u32le(buf, from);
+  buf[4] = key.mv_size != 0;
+  if (key.mv_size) memcpy(buf + BS_FORMAT_STEP_FIXED, key.mv_data, key.mv_size);
+  return v;
+}
+
+int bs__lmdb_format_step_decode(const MDB_val *v, uint32_t *from, MDB_val *key) {
+  const unsigned char *p = (const unsigned char *)v->mv_data;
+  if (v->mv_size < BS_FORMAT_STEP_FIXED || p[4] > 1 ||
+      (p[4] == 1) != (v->mv_size > BS_FORMAT_STEP_FIXED))
+    return BS_ECORRUPT;
+  *from = bs__get_u32le(p);
+  key->mv_size = v->mv_size - BS_FORMAT_STEP_FIXED;
+  key->mv_data = (void *)(p + BS_FORMAT_STEP_FIXED);
   return BS_OK;
 }
 

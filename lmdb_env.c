@@ -263,8 +263,9 @@ static MDB_dbi *dbi_slot(bs__lmdb_db *db, size_t i) {
   return slots[i];
 }
 
-/* Checks the "format" record of an existing meta sub-db (open in txn). Format 1 is the first
- * one, so there is nothing to migrate from: an older or newer file is refused. */
+/* Checks the "format" record of an existing meta sub-db (open in txn): a foreign file, one of a
+ * format newer than this build's, or older than the first (1), is refused; an older one is left
+ * to the format layer (lmdb_format.c), which migrates it once the environment is open. */
 static int check_format(MDB_txn *txn, MDB_dbi meta, const char *path, bs_error *err) {
   MDB_val key = bs__lmdb_format_key(), val;
   uint32_t version = 0;
@@ -272,7 +273,7 @@ static int check_format(MDB_txn *txn, MDB_dbi meta, const char *path, bs_error *
   if (mrc == MDB_NOTFOUND || (mrc == 0 && bs__lmdb_format_decode(&val, &version)))
     return bs__fail(err, BS_ECORRUPT, "%s: foreign LMDB file, not a bucketstore database", path);
   if (mrc) return bs__fail_mdb(err, mrc, "reading the format record");
-  if (version != BS_FORMAT_VERSION)
+  if (version < 1 || version > BS_FORMAT_VERSION)
     return bs__fail(err, BS_ECORRUPT, "%s: format %u is %s than this build's %u", path, version,
                     version < BS_FORMAT_VERSION ? "older" : "newer", (unsigned)BS_FORMAT_VERSION);
   return BS_OK;
@@ -311,7 +312,7 @@ static int open_dbs_txn(MDB_txn *txn, int rdonly, MDB_dbi *dbi, const char *path
   if (fresh) {
     unsigned char v[BS_FORMAT_VALUE_SIZE];
     MDB_val key = bs__lmdb_format_key(), val = {sizeof v, v};
-    bs__lmdb_format_value(v);
+    bs__lmdb_format_value(v, BS_FORMAT_VERSION);
     if ((mrc = mdb_put(txn, dbi[0], &key, &val, 0)) != 0)
       return bs__fail_mdb(err, mrc, "writing the format record");
   }

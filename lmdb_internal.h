@@ -344,10 +344,21 @@ static inline MDB_val bs__lmdb_seq_key(void) {
   MDB_val k = {10, (void *)"seq.bucket"};
   return k;
 }
-/* The value of this build's format (BS_FORMAT_VERSION) / the version of a format value:
- * BS_ECORRUPT when v is not one (another size or tag). */
-void bs__lmdb_format_value(unsigned char v[BS_FORMAT_VALUE_SIZE]);
+/* The value of format version / the version of a format value: BS_ECORRUPT when v is not one
+ * (another size or tag). */
+void bs__lmdb_format_value(unsigned char v[BS_FORMAT_VALUE_SIZE], uint32_t version);
 int bs__lmdb_format_decode(const MDB_val *v, uint32_t *version);
+/* meta "format.step", present only while a migration runs (lmdb_format.c): u32 the format it
+ * migrates from | u8 1 when a key follows | the key of the last record converted (the rest). */
+#define BS_FORMAT_STEP_FIXED 5u
+static inline MDB_val bs__lmdb_format_step_key(void) {
+  MDB_val k = {11, (void *)"format.step"};
+  return k;
+}
+/* Writes the record into buf (BS_FORMAT_STEP_FIXED + key->mv_size bytes; key mv_size 0: none)
+ * and returns it; decode: BS_ECORRUPT when v is not one (key borrowed from v). */
+MDB_val bs__lmdb_format_step_value(unsigned char *buf, uint32_t from, MDB_val key);
+int bs__lmdb_format_step_decode(const MDB_val *v, uint32_t *from, MDB_val *key);
 
 /* Per-stream record in meta 'S' u32be id (little-endian):
  *   u8 record version (BS_STREAM_REC_VERSION) | u8 state | u8 hash | u8 snapshot_done | u8 flags
@@ -540,6 +551,11 @@ int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_er
  * closed with bs__lmdb_db_close, which takes NULL. */
 int bs__lmdb_db_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 void bs__lmdb_db_close(bs_db *db);
+
+/* lmdb_format.c: brings the file of db, just opened, to this build's format (BS_FORMAT_VERSION)
+ * when it is older, unless db is read-only or BS_OPEN_NOMIGRATE (then BS_ECORRUPT saying why);
+ * a migration stopped halfway is finished. path: for messages. */
+int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err);
 /* The writer_lock slot (lmdb_env.c "Writer locks"): the lock lives in the environment. */
 int bs__lmdb_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */

@@ -116,7 +116,8 @@ extern "C" {
  * BS_VERSION_STRING, a static string, and sets each non-NULL argument to its part. A program
  * built against one header and run with another shared library can compare the two. */
 BS_API const char *bs_version(int *major, int *minor, int *patch);
-/* On-disk format written by this build; a file with a newer one is refused. */
+/* On-disk format written by this build; a file with a newer one is refused, an older one is
+ * upgraded in place by a read-write open (bs_open). */
 #define BS_FORMAT_VERSION 1
 
 /* ---- Status codes (negative, in a range of their own) -------------------------------------- */
@@ -191,7 +192,8 @@ typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one
 /* ---- Opening --------------------------------------------------------------------------------- */
 #define BS_OPEN_NOSYNC     0x1u /* no fsync at commit: a crash may lose recent commits, not corrupt */
 #define BS_OPEN_RDONLY     0x2u /* read-only: every write call fails with BS_ESTATE */
-/* PostgreSQL: a read-write open never creates or migrates the schema (bs_open_postgres) */
+/* a read-write open never upgrades an older LMDB format (bs_open), nor creates or migrates a
+ * PostgreSQL schema (bs_open_postgres) */
 #define BS_OPEN_NOMIGRATE  0x4u
 /* PostgreSQL: the operator acknowledges that the database's history was rewound (a failover, a
  * restore), after which writes resume; set it once (bucketstore ack-rewind URL), never always */
@@ -221,8 +223,11 @@ typedef struct bs_open_options {
  * safe to delete) and then linked into place, so path never holds a half-created database.
  * Errors: BS_EINVAL (NULL or empty path, bad option), BS_ENOTFOUND (read-only and the file is
  * missing, or the directory in path does not exist), BS_ECORRUPT (the message says which: an
- * empty file, not LMDB, truncated, a foreign LMDB file or one without data, an older or newer
- * format), BS_EBUSY, BS_EIO, BS_ENOMEM.
+ * empty file, not LMDB, truncated, a foreign LMDB file or one without data, a newer format, an
+ * older one and the open read-only or BS_OPEN_NOMIGRATE), BS_EBUSY, BS_EIO, BS_ENOMEM.
+ * A read-write open of a file of an older format upgrades it in place before it returns, in
+ * transactions of bounded size, crash-safely: a file stopped halfway is finished by the next
+ * read-write open and refused by older builds (docs/format.md 5).
  * One file, one environment: LMDB forbids opening one file twice in a process, so every bs_open
  * of one file in a process (by any name: a symlink, a hard link, a relative path; the file's
  * device and inode decide) shares one LMDB environment, from any thread, until its last handle

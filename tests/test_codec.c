@@ -343,7 +343,7 @@ static void test_meta_records(void **state) {
   assert_memory_equal(fk.mv_data, "format", 6);
   assert_int_equal(sk.mv_size, 10);
   assert_memory_equal(sk.mv_data, "seq.bucket", 10);
-  bs__lmdb_format_value(v);
+  bs__lmdb_format_value(v, BS_FORMAT_VERSION);
   assert_memory_equal(v, golden, sizeof golden);
   ev = exact(v, sizeof v);
   assert_int_equal(bs__lmdb_format_decode(&ev, &version), BS_OK);

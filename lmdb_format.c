@@ -1,0 +1,167 @@
+/*
+ * lmdb_format.c: the versions of the LMDB file format and the migrations between them, above
+ * lmdb_env.c (which opens the file and refuses a foreign one, or one newer than this build's)
+ * and below lmdb.c, whose open runs bs__lmdb_format_open before a handle is handed out.
+ *
+ * A migration from format N to N + 1 rewrites every record of one sub-database, key kept, value
+ * converted, in transactions of at most LM_MIGRATE_RECORDS records or LM_MIGRATE_BYTES bytes
+ * (memory stays bounded on a file of any size). Its first transaction sets the format record to
+ * N + 1 and writes the meta record "format.step" (N, and the key of the last record converted),
+ * which each later one moves on and the last one deletes. So a process stopped at any moment
+ * leaves either the file as it was (the first transaction never committed) or one that says it
+ * is N + 1 with a step record: an older build refuses it as newer, a read-only open of this build
+ * says the migration stopped halfway, and a read-write open finishes it from where it stopped.
+ */
+#include "lmdb_internal.h"
+
+#define LM_MIGRATE_RECORDS 10000u
+#define LM_MIGRATE_BYTES   ((size_t)16 << 20)
+#define LM_KEY_MAX         511 /* LMDB's key limit (MDB_MAXKEYSIZE) */
+
+/* A step rewrites each record (k, v) of one sub-database (dbi of the handle; name, for messages)
+ * written in format `from` into *out (a buffer of the migration's, grown with grow), in format
+ * from + 1; BS_ECORRUPT when v is not a record of format from, BS_ENOMEM. */
+typedef struct fmt_step {
+  MDB_dbi (*dbi)(const bs__lmdb_db *db);
+  const char *name;
+  int (*convert)(const MDB_val *k, const MDB_val *v, MDB_val *out,
+                 unsigned char *(*grow)(void *m, size_t n), void *m);
+} fmt_step;
+
+/* steps[N]: from format N to N + 1 (format 1 is the first). */
+static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL};
+
+typedef struct migration {
+  bs__lmdb_db *db;
+  const char *path;
+  unsigned char *buf; /* converted values, then the last key */
+  size_t cap;
+  int done;
+} migration;
+
+static unsigned char *grow_buf(void *payload, size_t n) {
+  migration *m = payload;
+  return BS_GROW(&m->db->base.alloc, m->buf, m->cap, n) == BS_OK ? m->buf : NULL;
+}
+
+/* The file's format (*version) and whether a step record says a migration is under way (*from,
+ * *key: the last key converted, borrowed from txn, mv_size 0 before the first). */
+static int format_state(bs__lmdb_db *db, MDB_txn *txn, uint32_t *version, int *stepping,
+                        uint32_t *from, MDB_val *key, bs_error *err) {
+  MDB_val k = bs__lmdb_format_key(), v;
+  int mrc = mdb_get(txn, db->meta, &k, &v);
+  if (mrc) return bs__lmdb_fail(err, mrc, "reading the format record");
+  if (bs__lmdb_format_decode(&v, version))
+    return bs__fail(err, BS_ECORRUPT, "the format record does not decode");
+  k = bs__lmdb_format_step_key();
+  mrc = mdb_get(txn, db->meta, &k, &v);
+  *stepping = mrc == 0;
+  if (mrc == MDB_NOTFOUND) return BS_OK;
+  if (mrc) return bs__lmdb_fail(err, mrc, "reading the migration record");
+  if (bs__lmdb_format_step_decode(&v, from, key) || *from + 1 != *version || *from == 0 ||
+      !steps[*from])
+    return bs__fail(err, BS_ECORRUPT, "the migration record does not decode");
+  return BS_OK;
+}
+
+static int put_meta(bs__lmdb_db *db, MDB_txn *txn, MDB_val k, MDB_val v, bs_error *err) {
+  int mrc = mdb_put(txn, db->meta, &k, &v, 0);
+  return mrc ? bs__lmdb_fail(err, mrc, "writing the format record") : BS_OK;
+}
+
+/* Converts the records after key (mv_size 0: from the first) of step from's sub-database, up to
+ * the batch's bounds; then records where it stopped, or, at the end, deletes the step record. */
+static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs_error *err) {
+  const fmt_step *s = steps[from];
+  MDB_dbi dbi = s->dbi(m->db);
+  MDB_cursor *cur;
+  unsigned char kb[LM_KEY_MAX];
+  MDB_val k = key, v, out, sk = bs__lmdb_format_step_key();
+  size_t n = 0, bytes = 0;
+  int mrc, rc = BS_OK;
+  if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0)
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
+  if (!key.mv_size) {
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+  } else {
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    if (mrc == 0 && k.mv_size == key.mv_size && memcmp(k.mv_data, key.mv_data, k.mv_size) == 0)
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  for (; mrc == 0 && n < LM_MIGRATE_RECORDS && bytes < LM_MIGRATE_BYTES; n++) {
+    if ((rc = s->convert(&k, &v, &out, grow_buf, m)) != BS_OK) {
+      if (rc == BS_ECORRUPT)
+        rc = bs__fail(err, BS_ECORRUPT, "%s: migrating to format %u: a %s record does not decode",
+                      m->path, from + 1, s->name);
+      else
+        rc = bs__fail(err, rc, "%s: migrating to format %u: out of memory", m->path, from + 1);
+      break;
+    }
+    /* a put whose value changes size moves the node: its key must not point into the page */
+    memcpy(kb, k.mv_data, k.mv_size);
+    key.mv_size = k.mv_size;
+    key.mv_data = kb;
+    bytes += k.mv_size + out.mv_size;
+    if ((mrc = mdb_cursor_put(cur, &key, &out, MDB_CURRENT)) != 0) break;
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  mdb_cursor_close(cur);
+  if (rc != BS_OK) return rc;
+  if (mrc == MDB_NOTFOUND) {
+    mrc = mdb_del(txn, m->db->meta, &sk, NULL); /* none: the step took one transaction */
+    return mrc && mrc != MDB_NOTFOUND ? bs__lmdb_fail(err, mrc, "deleting the migration record")
+                                      : BS_OK;
+  }
+  if (mrc) return bs__lmdb_fail(err, mrc, "migrating the records");
+  if (!(m->buf = grow_buf(m, BS_FORMAT_STEP_FIXED + key.mv_size)))
+    return bs__fail(err, BS_ENOMEM, "%s: migrating: out of memory", m->path);
+  return put_meta(m->db, txn, sk, bs__lmdb_format_step_value(m->buf, from, key), err);
+}
+
+/* One transaction of the migration: the next batch of the step under way, or the first of the
+ * next step, or (the file at this build's format) nothing, and m->done. */
+static int migrate_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  migration *m = payload;
+  unsigned char fv[BS_FORMAT_VALUE_SIZE];
+  uint32_t version, from;
+  MDB_val key = {0, NULL};
+  int rc, stepping;
+  if ((rc = format_state(m->db, txn, &version, &stepping, &from, &key, err)) != BS_OK) return rc;
+  if (!stepping) {
+    if (version == BS_FORMAT_VERSION) {
+      m->done = 1;
+      return BS_OK;
+    }
+    from = version;
+    bs__lmdb_format_value(fv, version + 1);
+    if ((rc = put_meta(m->db, txn, bs__lmdb_format_key(), (MDB_val){sizeof fv, fv}, err)))
+      return rc;
+  }
+  return step_batch(m, txn, from, key, err);
+}
+
+int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
+  migration m = {db, path, NULL, 0, 0};
+  MDB_txn *txn;
+  MDB_val key;
+  uint32_t version, from;
+  int rc, stepping;
+  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+  rc = format_state(db, txn, &version, &stepping, &from, &key, err);
+  bs__lmdb_txn_abort(db, txn);
+  if (rc != BS_OK || (version == BS_FORMAT_VERSION && !stepping)) return rc;
+  if (db->base.flags & (BS_OPEN_RDONLY | BS_OPEN_NOMIGRATE)) {
+    if (stepping)
+      return bs__fail(err, BS_ECORRUPT,
+                      "%s: its migration to format %u stopped halfway: a read-write open of this "
+                      "build finishes it",
+                      path, version);
+    return bs__fail(err, BS_ECORRUPT,
+                    "%s: format %u is older than this build's %u: a read-write open upgrades it "
+                    "in place (a read-only one never changes a file)",
+                    path, version, (unsigned)BS_FORMAT_VERSION);
+  }
+  while (rc == BS_OK && !m.done) rc = bs__lmdb_write(db, migrate_txn, &m, err);
+  bs__free(&db->base.alloc, m.buf);
+  return rc;
+}
