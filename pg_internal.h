@@ -322,6 +322,7 @@ enum {
   BS_PG_STMT_PAGE,            /* pg_read.c read_bucket */
   BS_PG_STMT_PAGE_CUT,        /* pg_read.c read_bucket */
   BS_PG_STMT_PARAMS,          /* pg_read.c parameter sets */
+  BS_PG_STMT_CHANGES,         /* pg_read.c checkpoint changes */
   BS_PG_STMT_CHECKPOINT,      /* pg.c read_checkpoint */
   BS_PG_STMT_BATCH_OPEN,      /* pg_save.c batch_open */
   BS_PG_STMT_TABLE,           /* pg_save.c resolve_tables */

@@ -709,7 +709,7 @@ int pg_bs_changes(int a) {
   }
   mem_sampler_stop();
   if (r->status == BR_OK)
-    changes_done(r, t0, lat, n, "buckets, lookups, users and flags, planned per call");
+    changes_done(r, t0, lat, n, "buckets, lookups, users and flags, prepared");
 out:
   if (c) PQfinish(c);
   h_close(&h);

@@ -1279,6 +1279,23 @@ static void t_checkpoint_changes(void **state) {
   assert_string_equal(s.got[2], "u1");
   s = changes_of(st, 5, 7);
   assert_int_equal(s.inv_data + s.inv_params, 0);
+  /* a range of more than 10,000 ops (planned for its values) and a nearer one (the prepared
+   * statement) give the same answers, also from inside a record that spans them */
+  change(t, 22, 30004, 9, 0, "'{e}'", "'{k4}'", "'{}'");
+  change(t, 30005, 30004, 10, 0, "'{}'", "'{}'", "'{u3}'");
+  for (int wide = 0; wide < 2; wide++) {
+    s = changes_of(st, wide ? 21 : 29990, wide ? 29000 : 29995);
+    assert_int_equal(s.inv_data + s.inv_params, 0);
+    assert_string_equal(s.got[0], "e");
+    assert_string_equal(s.got[1], "k4");
+    assert_string_equal(s.got[2], "");
+    s = changes_of(st, wide ? 21 : 30000, 30004);
+    assert_string_equal(s.got[0], "e");
+    assert_string_equal(s.got[2], "u3");
+    s = changes_of(st, 30004, wide ? 40005 : 30004);
+    assert_string_equal(s.got[0], "");
+    assert_string_equal(s.got[2], "u3");
+  }
   bs_storage_close(st);
   bs_close(db);
 }
