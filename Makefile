@@ -252,10 +252,11 @@ uninstall:
 	rmdir $(DESTDIR)$(INCLUDEDIR)/bucketstore 2>/dev/null || true
 
 # One bucketstore.c (every library .c with internal.h inlined, internals static) beside copies
-# of storage.h and storage_backend.h: vendor them and link -llmdb -lnettle -lpthread.
-AMALG_SRCS := $(filter-out pg%.c,$(ALL_LIB_SRCS))
-AMALG_DEPS := $(AMALG_SRCS) internal.h lmdb_internal.h mem_internal.h storage.h storage_backend.h \
-		tools/amalgamate.sh
+# of storage.h and storage_backend.h: vendor them and link -llmdb -lnettle -lpthread; the
+# PostgreSQL backend's files are in it, compiled with -DBS_HAVE_PG (then link -lpq too).
+AMALG_SRCS := $(ALL_LIB_SRCS)
+AMALG_DEPS := $(AMALG_SRCS) internal.h lmdb_internal.h mem_internal.h pg_internal.h storage.h \
+		storage_backend.h tools/amalgamate.sh
 amalgamate: $(AMALG_DEPS)
 	tools/amalgamate.sh $(BUILD)/amalgamation $(AMALG_SRCS)
 
@@ -507,7 +508,9 @@ py-test: deps
 # prepack), so the tree builds the addon as an installed package does. node-test (in `make
 # test`): its `node --test` suite, then tests/node_package_check.sh (npm pack of a clean copy,
 # npm install of the tarball elsewhere, the package's tests there); skipped when node is missing
-# and under sanitizers (node itself is not instrumented).
+# and under sanitizers (node itself is not instrumented). With the PostgreSQL backend, both run
+# beside a server of their own (tests/pg_server.sh run, as py-test), which the binding's
+# PostgreSQL tests use (BS_TEST_PG_URL); without server binaries they skip, saying so.
 NODE ?= node
 NPM ?= npm
 NODE_ADDON := bindings/node/build/Release/bucketstore.node
@@ -525,6 +528,8 @@ node-test:
 	@if [ -n "$(SAN)" ]; then $(call skip,node-test under sanitizers); \
 	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
 	  $(call skip,node-test: no node/npm); \
-	else $(MAKE) --no-print-directory BUILD=build node && echo "== node --test bindings/node" && \
-	  (cd bindings/node && ../../tests/step.sh --scan '# SKIP' $(NODE) --test --test-reporter=tap \
-	    test/*.test.js) && tests/node_package_check.sh; fi
+	else $(MAKE) --no-print-directory BUILD=build node && \
+	  if [ "$(PG)" = 1 ]; then rc=0; tests/pg_server.sh run sh -c '$(NODE_RUN)' || rc=$$?; \
+	    [ $$rc = 77 ] || exit $$rc; fi; $(NODE_RUN); fi
+NODE_RUN = echo "== node --test bindings/node" && (cd bindings/node && ../../tests/step.sh --scan \
+	  "\# SKIP" $(NODE) --test --test-reporter=tap test/*.test.js) && tests/node_package_check.sh

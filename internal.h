@@ -287,7 +287,7 @@ static inline void bs__db_base_set(bs_db *db, const bs_db_vtable *vt, const bs_o
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
 #ifdef BS_HAVE_PG
-/* pg.c, built with BS_HAVE_PG (make PG=1; never in the amalgamation): url is a libpq
+/* pg.c, built with BS_HAVE_PG (make PG=1; the amalgamation compiled with it): url is a libpq
  * connection string or URI. */
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err);
 #endif

@@ -1,7 +1,8 @@
 #!/bin/sh
 # amalgamate_check.sh: `make amalgamate`, then build a host program from just the two vendored
 # files (bucketstore.c + storage.h, copied to an empty directory) with system LMDB and nettle;
-# the host also links its own xxHash (libxxhash) to prove ours is private.
+# the host also links its own xxHash (libxxhash) to prove ours is private. The PostgreSQL
+# backend's files are in it, compiled only with -DBS_HAVE_PG.
 # Checks: bucketstore.c compiles with -Wall -Wextra -Werror (every -Wextra warning, unused
 # parameters included) with gcc and clang, each as -std=c11 and -std=gnu11, at -O0 and -O2; the
 # program runs; the object exports exactly the storage.h API (no XXH_*, no internal bs_* symbol).
@@ -22,22 +23,28 @@ cp "$BUILD/amalgamation/bucketstore.c" "$BUILD/amalgamation/storage.h" \
 grep -qE '#include "(lmdb_)?internal.h"' "$tmp/bucketstore.c" && fail "a private header still included"
 
 # Strict flags, no -D_GNU_SOURCE or -I: the vendored file must stand alone. Some warnings only
-# appear with optimisation (flow analysis), others only without it.
+# appear with optimisation (flow analysis), others only without it. With libpq installed the
+# -std=c11 builds have the PostgreSQL backend (-DBS_HAVE_PG), the -std=gnu11 ones do not.
+pg=
+if pkg-config --exists libpq 2>/dev/null; then pg="-DBS_HAVE_PG $(pkg-config --cflags libpq)"; fi
 builds=0
 for c in $COMPILERS; do
   command -v "$c" >/dev/null || fail "compiler $c not found (install it, or set COMPILERS)"
   for std in c11 gnu11; do
+    with=; [ $std = c11 ] && with=$pg
     for opt in -O0 -O2; do
-      "$c" -std=$std $opt -Wall -Wextra -Werror -Wshadow -c "$tmp/bucketstore.c" \
-        -o "$tmp/strict.o" || fail "$c -std=$std $opt -Wall -Wextra -Werror: warnings above"
+      "$c" -std=$std $opt -Wall -Wextra -Werror -Wshadow $with -c "$tmp/bucketstore.c" \
+        -o "$tmp/strict$std.o" || fail "$c -std=$std $opt -Wall -Wextra -Werror $with: warnings above"
       builds=$((builds + 1))
     done
   done
 done
 $cc -std=c11 -O1 -Wall -Wextra -Werror -c "$tmp/bucketstore.c" -o "$tmp/bucketstore.o"
 
-# Exported symbols must all be functions declared in storage.h.
+# Exported symbols must all be functions declared in storage.h, with the PostgreSQL backend too.
 nm -g --defined-only "$tmp/bucketstore.o" | awk '{ print $3 }' | sort > "$tmp/exported"
+nm -g --defined-only "$tmp/strictc11.o" | awk '{ print $3 }' | sort | cmp -s - "$tmp/exported" ||
+  fail "the build with BS_HAVE_PG exports other symbols"
 [ -s "$tmp/exported" ] || fail "nothing exported"
 if grep -i xxh "$tmp/exported"; then fail "XXH symbols leak"; fi
 while read -r sym; do

@@ -2,6 +2,9 @@
 # amalgamate.sh OUTDIR file.c...: writes OUTDIR/bucketstore.c (the library as one translation
 # unit) and copies of storage.h and storage_backend.h beside it, so a host vendors two files
 # (SQLite's model), three when it supplies a backend of its own.
+# The PostgreSQL backend's files (pg*.c and pg_internal.h), when given, sit inside
+# #ifdef BS_HAVE_PG: compiled with -DBS_HAVE_PG and libpq's flags, linked with -lpq, the file has
+# that backend; compiled without, it is the library without it (bs_open_postgres: BS_EUNSUPPORTED).
 #
 # How the files become one without clashing:
 #  - The private headers (internal.h, lmdb_internal.h, mem_internal.h) are inlined once at the
@@ -19,6 +22,11 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp="$out/bucketstore.c.tmp"
 headers="$here/internal.h $here/lmdb_internal.h $here/mem_internal.h"
+for f in "$@"; do case $(basename "$f") in pg*.c) headers="$headers $here/pg_internal.h"; break;; esac; done
+# pg_guard FILE begin|end: the #ifdef around the PostgreSQL backend's files.
+pg_guard() {
+  case $(basename "$1") in pg*) if [ "$2" = begin ]; then echo "#ifdef BS_HAVE_PG"; else echo "#endif"; fi;; esac
+}
 
 # Names that the private headers declare with external linkage: prototypes at column 0.
 internal_names() {
@@ -35,6 +43,10 @@ defined_names() {
        }
        /^}[ \t]*[A-Za-z_][A-Za-z0-9_]*;/ { s = $0; sub(/^}[ \t]*/, "", s); sub(/;.*/, "", s); print s }
        /^typedef [^(]*;/ { s = $0; sub(/;.*/, "", s); n = split(s, w, /[ *]+/); print w[n] }
+       /^(typedef )?enum[^{]*\{.*\}/ { # the constants of a one-line enum
+         s = $0; sub(/^[^{]*\{/, "", s); sub(/\}.*/, "", s); n = split(s, w, /,/)
+         for (i = 1; i <= n; i++) { e = w[i]; sub(/=.*/, "", e); gsub(/[ \t]/, "", e); if (e != "") print e }
+       }
        /^(typedef )?(struct|union|enum) [A-Za-z_]/ {
          s = $0; sub(/^(typedef )?(struct|union|enum) /, "", s); sub(/[^A-Za-z0-9_].*/, "", s); print s
        }' "$1" | sort -u
@@ -57,14 +69,19 @@ clashes=$(for f in "$@"; do
 done | sort -u | comm -23 - "$out/shared")
 rm -f "$out"/defs.* "$out/shared"
 
-# A rename is a macro, so it would also rewrite a member access: a file keeps a name that it
-# uses as a member (x.name, p->name) of a struct the headers declare.
+# A rename is a macro, so it would also rewrite a member access: a name that a file uses as a
+# member (x.name, p->name) of a struct the headers declare is renamed, when the file defines a
+# function of that name and never calls the member (x.name(...)), by a function-like macro
+# (which leaves the member alone); else it is kept.
 strip_comments() { sed -e 's|/\*.*\*/||g' -e 's|^ *\*.*||' -e 's|^/\*.*||' "$1"; }
 { for h in $headers "$here/storage.h" "$here/storage_backend.h"; do strip_comments "$h"; done; } |
   tr -c 'A-Za-z0-9_' '\n' | grep -E '^[A-Za-z_]' | sort -u > "$out/header_tokens"
 renames() { # file: the clashing names it defines and may rename
   defined_names "$1" | grep -xF "$clashes" | while read -r n; do
     if grep -qx "$n" "$out/header_tokens" && grep -qE "(\.|->)$n([^A-Za-z0-9_]|\$)" "$1"; then
+      if grep -qE "^static [^=;]*[^A-Za-z0-9_]$n\(" "$1" && ! grep -qE "(\.|->)$n\(" "$1"; then
+        echo "$n()"
+      fi
       continue
     fi
     echo "$n"
@@ -75,7 +92,8 @@ renames() { # file: the clashing names it defines and may rename
   echo "/*"
   echo " * bucketstore.c: the bucketstore library as one file (make amalgamate), version"
   echo " * $(sed -n 's/^#define BS_VERSION_STRING "\(.*\)"/\1/p' "$here/storage.h"), from: $*."
-  echo " * Build: cc -c bucketstore.c (beside storage.h); link -llmdb -lnettle -lpthread."
+  echo " * Build: cc -c bucketstore.c (beside storage.h); link -llmdb -lnettle -lpthread. With the"
+  echo " * PostgreSQL backend: cc -DBS_HAVE_PG \$(pkg-config --cflags libpq) ..., link -lpq too."
   echo " * Generated; edit the original files instead."
   echo " */"
   echo "#ifndef _GNU_SOURCE"
@@ -91,6 +109,7 @@ renames() { # file: the clashing names it defines and may rename
   echo "#include \"storage_backend.h\""
   for h in $headers; do
     echo "/* ==== $(basename "$h") ==== */"
+    pg_guard "$h" begin
     # Prototypes (and the one extern object) of the private headers get internal linkage.
     echo "$names" | awk -v file="$h" '
       FILENAME != file { want[$0] = 1; next }
@@ -101,26 +120,34 @@ renames() { # file: the clashing names it defines and may rename
       /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
         (substr($0, RSTART, RLENGTH - 1) in want) { print "BS_AMALG_STATIC " $0; next }
       { print }' - "$h"
+    pg_guard "$h" end
   done
   for f in "$@"; do
     base=$(basename "$f" .c)
     echo "/* ==== $f ==== */"
+    pg_guard "$f" begin
     ren=$(renames "$f")
-    for n in $ren; do echo "#define $n ${n}__$base"; done
+    for n in $ren; do
+      case $n in
+        *"()") echo "#define ${n%??}(...) ${n%??}__$base(__VA_ARGS__)";;
+        *) echo "#define $n ${n}__$base";;
+      esac
+    done
     echo "#line 1 \"$f\""
     echo "$names" | awk -v file="$f" '
       FILENAME != file { want[$0] = 1; next }
-      /^#include "(lmdb_|mem_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
+      /^#include "(lmdb_|mem_|pg_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
       /^#include "storage.h"/ { print "/* storage.h: above */"; next }
       /^(static|typedef|#|extern|[ \t}{\/*])/ { print; next }
       /^const bs_allocator bs__default_allocator/ { print "static " $0; next }
       /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
         (substr($0, RSTART, RLENGTH - 1) in want) { print "static " $0; next }
       { print }' - "$f"
-    for n in $ren; do echo "#undef $n"; done
+    for n in $ren; do echo "#undef ${n%()}"; done
     # The file's own macros end with it (two files may define one name differently).
     awk '/^#[ \t]*define[ \t]+[A-Za-z_]/ { s = $0; sub(/^#[ \t]*define[ \t]+/, "", s);
            sub(/[^A-Za-z0-9_].*/, "", s); print "#undef " s }' "$f" | sort -u
+    pg_guard "$f" end
   done
 } > "$tmp"
 mv "$tmp" "$out/bucketstore.c"

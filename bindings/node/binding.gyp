@@ -1,4 +1,9 @@
 {
+  "variables": {
+    # The PostgreSQL backend (openPostgres) when pkg-config finds libpq (Debian libpq-dev), as
+    # the library's Makefile decides; without it the addon has LMDB and memory only.
+    "bs_pg%": "<!(pkg-config --exists libpq 2>/dev/null && echo 1 || echo 0)"
+  },
   "targets": [{
     "target_name": "bucketstore",
     "sources": ["src/bucketstore_node.c", "deps/bucketstore.c"],
@@ -10,6 +15,11 @@
     # non-zero; none is real.
     "configurations": {"Release": {"cflags!": ["-O3"], "cflags": ["-O2"]}},
     "defines": ["NAPI_VERSION=8"],
-    "libraries": ["-llmdb", "-lnettle", "-lpthread"]
+    "libraries": ["-llmdb", "-lnettle", "-lpthread"],
+    "conditions": [["bs_pg==1", {
+      "defines": ["BS_HAVE_PG"],
+      "cflags_c": ["<!@(pkg-config --cflags libpq)"],
+      "libraries": ["<!@(pkg-config --libs libpq)"]
+    }]]
   }]
 }

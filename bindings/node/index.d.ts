@@ -34,6 +34,16 @@ export interface OpenOptions {
   checksumCacheEntries?: number | bigint;
 }
 
+/** openPostgres()'s options (storage.h bs_open_postgres). */
+export interface PostgresOptions extends Omit<OpenOptions, 'mapSize'> {
+  /** A read-write open neither creates nor migrates the schema: BS_ENOTFOUND when there is
+   * none, BS_ECORRUPT when it is older (`bucketstore migrate URL` does it, once). */
+  nomigrate?: boolean;
+  /** The pool of connections for calls (default 10; at least 1), besides one session per open
+   * writer and one LISTEN connection. */
+  maxConnections?: number | bigint;
+}
+
 export interface StreamInfo {
   id: number;
   name: Bytes;
@@ -47,6 +57,11 @@ export declare class Database {
   static open(path: string, options?: OpenOptions): Promise<Database>;
   /** A fresh in-memory database (the reference backend); nothing is persisted. */
   static openMemory(options?: Omit<OpenOptions, 'readonly'>): Promise<Database>;
+  /** The PostgreSQL database a libpq URL or key=value string names (docs/postgresql.md): its
+   * tables are created or migrated at the first read-write open (nosync: synchronous_commit
+   * off). Rejects with BS_EUNSUPPORTED when the addon was built without libpq (apt-get install
+   * libpq-dev, then npm rebuild bucketstore). */
+  static openPostgres(url: string, options?: PostgresOptions): Promise<Database>;
   /** A new PROCESSING stream (ids 1, 2, 3, ...); resolves to its id. */
   createStream(name: string, options?: { checksum?: 'xxh3' | 'sha256' }): Promise<number>;
   listStreams(): Promise<StreamInfo[]>;
@@ -435,6 +450,7 @@ export declare class BucketStorage {
 
 export declare const open: typeof Database.open;
 export declare const openMemory: typeof Database.openMemory;
+export declare const openPostgres: typeof Database.openPostgres;
 /** The PUT op checksum (the storage contract, section 3) as the storage computes it: unsigned 32-bit. */
 export declare function checksumPut(hash: 'xxh3' | 'sha256', objectType: Bytes, objectId: Bytes,
   data: Bytes | object): number;
@@ -457,6 +473,7 @@ declare const bucketstore: {
   Checkpoint: typeof Checkpoint;
   open: typeof open;
   openMemory: typeof openMemory;
+  openPostgres: typeof openPostgres;
   checksumPut: typeof checksumPut;
   load: typeof load;
   liveHandles: typeof liveHandles;

@@ -324,7 +324,7 @@ function oplogEntry(r, k) {
 
 class Database {
   #h;
-  /** @internal use open() / openMemory() */
+  /** @internal use open() / openMemory() / openPostgres() */
   constructor(handle) {
     this.#h = handle;
   }
@@ -333,6 +333,9 @@ class Database {
   }
   static async openMemory(options) {
     return new Database(await call(native.open, null, { ...options, memory: true }));
+  }
+  static async openPostgres(url, options) {
+    return new Database(await call(native.open, url, { ...options, memory: false, postgres: true }));
   }
   createStream(name, options) {
     return call(native.streamCreate, this.#h, name, options);
@@ -685,6 +688,7 @@ module.exports = {
   Checkpoint,
   open: Database.open,
   openMemory: Database.openMemory,
+  openPostgres: Database.openPostgres,
   checksumPut,
   load,
   /** Handles (database, storage, writer) whose C objects are not yet released: a leak check. */

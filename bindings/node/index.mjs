@@ -4,7 +4,7 @@
 import bs from './index.js';
 
 export const {
-  Database, BucketStorage, Writer, Checkpoint, open, openMemory, checksumPut, load, liveHandles,
-  version,
+  Database, BucketStorage, Writer, Checkpoint, open, openMemory, openPostgres, checksumPut, load,
+  liveHandles, version,
 } = bs;
 export default bs;

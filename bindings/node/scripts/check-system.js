@@ -3,6 +3,8 @@
 // C library (deps/bucketstore.c, the amalgamation `npm pack` puts there): the C compiler and
 // each system header and library the library needs, with the Debian package that provides it.
 // Nothing is installed here; a missing one stops the install with a message saying what to do.
+// libpq is optional: binding.gyp compiles the PostgreSQL backend in when pkg-config finds it,
+// and this says how to get it when it does not.
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -41,3 +43,7 @@ try {
 } finally {
   fs.rmSync(dir, { recursive: true, force: true });
 }
+if (spawnSync('pkg-config', ['--exists', 'libpq']).status !== 0)
+  process.stderr.write('bucketstore: libpq not found (pkg-config libpq): the addon is built without ' +
+    'PostgreSQL (openPostgres rejects); to have it: apt-get install libpq-dev pkg-config, then ' +
+    'npm rebuild bucketstore\n');

@@ -955,7 +955,12 @@ static napi_value work_start(napi_env env, work *w, node *n, exec_fn exec, done_
 
 static void exec_open(work *w) {
   bs_db *db = NULL;
-  w->rc = w->i1 ? bs_open_memory(&db, &w->oo, &w->err) : bs_open(&db, w->a.data, &w->oo, &w->err);
+  if (w->i1)
+    w->rc = bs_open_memory(&db, &w->oo, &w->err);
+  else if (w->i2)
+    w->rc = bs_open_postgres(&db, w->a.data, &w->oo, &w->err);
+  else
+    w->rc = bs_open(&db, w->a.data, &w->oo, &w->err);
   w->obj = db;
 }
 
@@ -973,39 +978,63 @@ static napi_value done_handle(napi_env env, work *w) {
   return ext;
 }
 
-/* open(path | null, {memory, nosync, readonly, mapSize, checksumCacheEntries}) */
+/* open(path | url | null, {memory, postgres, nosync, readonly, nomigrate, mapSize,
+ * checksumCacheEntries, maxConnections}) */
 static napi_value db_open(napi_env env, napi_callback_info info) {
+  static const struct {
+    const char *name;
+    unsigned flag;
+  } flags[] = {
+      {"nosync", BS_OPEN_NOSYNC}, {"readonly", BS_OPEN_RDONLY}, {"nomigrate", BS_OPEN_NOMIGRATE}};
   ARGS(2);
   napi_value v;
   work *w = work_new(env);
-  int flag = 0;
+  char name[64];
   if (!w) return NULL;
   w->oo = (bs_open_options)BS_OPEN_OPTIONS_INIT;
-  if (get_prop(env, argv[1], "memory", &v) || get_bool(env, v, "options.memory", &w->i1))
+  if (get_prop(env, argv[1], "memory", &v) || get_bool(env, v, "options.memory", &w->i1) ||
+      get_prop(env, argv[1], "postgres", &v) || get_bool(env, v, "options.postgres", &w->i2))
     FAIL_WORK(w);
+#ifndef BS_HAVE_PG
+  if (w->i2) {
+    throw_rc(env, BS_EUNSUPPORTED,
+             "openPostgres: this bucketstore addon was built without libpq (the PostgreSQL client "
+             "library): install it (apt-get install libpq-dev) and reinstall bucketstore "
+             "(npm rebuild bucketstore)");
+    FAIL_WORK(w);
+  }
+#endif
   if (!w->i1) {
     bs_val p;
-    if (get_bytes(env, &w->ar, argv[0], "path", &p) || ar_dup(&w->ar, &w->a, p.data, p.size + 1))
+    if (get_bytes(env, &w->ar, argv[0], w->i2 ? "url" : "path", &p) ||
+        ar_dup(&w->ar, &w->a, p.data, p.size + 1))
       FAIL_WORK(w);
     ((char *)w->a.data)[p.size] = 0;
     if (memchr(p.data, 0, p.size)) {
-      throw_rc(env, BS_EINVAL, "path: contains a NUL byte");
+      throw_rc(env, BS_EINVAL, "%s: contains a NUL byte", w->i2 ? "url" : "path");
       FAIL_WORK(w);
     }
   }
-  if (get_prop(env, argv[1], "nosync", &v) || get_bool(env, v, "options.nosync", &flag))
-    FAIL_WORK(w);
-  if (flag) w->oo.flags |= BS_OPEN_NOSYNC;
-  flag = 0;
-  if (get_prop(env, argv[1], "readonly", &v) || get_bool(env, v, "options.readonly", &flag))
-    FAIL_WORK(w);
-  if (flag) w->oo.flags |= BS_OPEN_RDONLY;
+  for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+    int on = 0;
+    snprintf(name, sizeof name, "options.%s", flags[i].name);
+    if (get_prop(env, argv[1], flags[i].name, &v) || get_bool(env, v, name, &on)) FAIL_WORK(w);
+    if (on) w->oo.flags |= flags[i].flag;
+  }
   if (get_prop(env, argv[1], "mapSize", &v) ||
       (v && get_size(env, v, "options.mapSize", &w->oo.map_size)))
     FAIL_WORK(w);
   if (get_prop(env, argv[1], "checksumCacheEntries", &v) ||
       (v && get_size(env, v, "options.checksumCacheEntries", &w->oo.checksum_cache_entries)))
     FAIL_WORK(w);
+  /* absent: the library's default pool; 0 would say the same, so it is refused as a size */
+  if (get_prop(env, argv[1], "maxConnections", &v) ||
+      (v && get_size(env, v, "options.maxConnections", &w->oo.pg_max_connections)))
+    FAIL_WORK(w);
+  if (v && !w->oo.pg_max_connections) {
+    throw_range(env, "options.maxConnections", "must be at least 1");
+    FAIL_WORK(w);
+  }
   return work_start(env, w, NULL, exec_open, done_handle);
 }
 

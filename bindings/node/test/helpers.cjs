@@ -3,6 +3,7 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const { spawnSync } = require('node:child_process');
 const bs = require('..');
 
 /** A fresh LMDB file in a temporary directory (removed by the returned cleanup). */
@@ -11,13 +12,39 @@ function tmpPath() {
   return { file: path.join(dir, 'test.bsdb'), cleanup: () => fs.rmSync(dir, { recursive: true }) };
 }
 
-/** Both backends: [name, open()] where open returns {db, cleanup}. */
+/** The PostgreSQL server the suite runs against (make node-test starts one: tests/pg_server.sh
+ * run), or undefined. */
+const PG_URL = process.env.BS_TEST_PG_URL;
+let schemas = 0;
+
+/** SQL run by psql on the suite's server; its output. */
+function psql(query) {
+  const r = spawnSync('psql', ['-X', '-q', '-t', '-A', '-v', 'ON_ERROR_STOP=1', '-d', PG_URL, '-c', query],
+    { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`psql: ${r.error ?? r.stderr}`);
+  return r.stdout.trim();
+}
+
+/** A new empty schema on the suite's server: {url (its search_path), cleanup}. */
+function pgSchema() {
+  const name = `bs_node_${process.pid}_${schemas++}`;
+  psql(`CREATE SCHEMA ${name}`);
+  return { url: `${PG_URL}${PG_URL.includes('?') ? '&' : '?'}options=-csearch_path%3D${name}`,
+    cleanup: () => psql(`DROP SCHEMA ${name} CASCADE`) };
+}
+
+/** Every backend: [name, open()] where open returns {db, cleanup}; PostgreSQL when the suite
+ * has a server (else pgTest skips, saying why). */
 const backends = [
   ['memory', async () => ({ db: await bs.openMemory(), cleanup() {} })],
   ['lmdb', async () => {
     const t = tmpPath();
     return { db: await bs.open(t.file, { nosync: true }), cleanup: t.cleanup };
   }],
+  ...(PG_URL ? [['postgres', async () => {
+    const s = pgSchema();
+    return { db: await bs.openPostgres(s.url, { nosync: true }), cleanup: s.cleanup };
+  }]] : []),
 ];
 
 /** mulberry32: a small seeded PRNG (never seeded from the clock). */
@@ -57,4 +84,4 @@ async function readAll(st, checkpoint, buckets, options) {
   }
 }
 
-module.exports = { bs, tmpPath, backends, rng, readAll };
+module.exports = { bs, tmpPath, backends, rng, readAll, PG_URL, psql, pgSchema };

@@ -5,6 +5,8 @@ import bsDefault from '..';
 
 async function main(): Promise<void> {
   const db: bs.Database = await bs.open('app.bsdb', { nosync: true });
+  const pg: bs.Database = await bs.openPostgres('postgresql://app@db/app', { nomigrate: true, maxConnections: 4 });
+  await pg.close();
   const id: number = await db.createStream('sync-rules-v1', { checksum: 'sha256' });
   const st: bs.BucketStorage = await db.storage(id);
   db.onCheckpoint((e) => console.log(e.stream, e.checkpoint + 1n));
