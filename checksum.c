@@ -447,7 +447,7 @@ static int extend_group(bs__cksum_cache *c, bs_storage *st, uint64_t cp, req_pla
     s->gens[j] = 0;
     s->cleared[j] = 0;
   }
-  rc = st->vt->checksum_ranges(st, from, cp, s->names, m, s->vals, s->cleared, s->gens, err);
+  rc = st->vt->checksum_ranges(s->vals, s->cleared, s->gens, st, from, cp, s->names, m, err);
   if (rc != BS_OK) return rc;
   for (size_t j = 0; j < m; j++) {
     req_plan *p = &plan[j];
@@ -480,7 +480,7 @@ static int compute_misses(bs_storage *st, uint64_t cp, const bs_val *buckets, re
     if (!plan[i].done) s->names[m++] = buckets[plan[i].index];
   if (m == 0) return BS_OK;
   memset(s->gens, 0, m * sizeof *s->gens);
-  rc = st->vt->checksums(st, cp, s->names, m, s->vals, s->gens, err);
+  rc = st->vt->checksums(s->vals, s->gens, st, cp, s->names, m, err);
   if (rc != BS_OK) return rc;
   m = 0;
   for (size_t i = 0; i < n; i++) {
@@ -501,7 +501,7 @@ static int refresh_known(bs__cksum_cache *c, bs_storage *st, uint64_t cp, uint64
   *known = (k = known_find(c, st->stream_id)) ? k->checkpoint : 0;
   pthread_mutex_unlock(&c->mu);
   if (cp <= *known || !st->vt->get_checkpoint) return BS_OK;
-  rc = st->vt->get_checkpoint(st, &now, err);
+  rc = st->vt->get_checkpoint(&now, st, err);
   if (rc == BS_EUNSUPPORTED) return BS_OK;
   if (rc != BS_OK) return rc;
   bs__cksum_cache_note_checkpoint(c, st->stream_id, now.op_id);

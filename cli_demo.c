@@ -221,7 +221,7 @@ static int client_sync(client *c, bs_storage *st, uint64_t cp, bs_error *err) {
       req[i].bucket.size = strlen(names[i]);
       req[i].after = c->b[i].after;
     }
-    rc = bs_get_bucket_data(st, cp, req, N_BUCKETS, &opts, on_chunk, c, &has_more, err);
+    rc = bs_get_bucket_data(&has_more, st, cp, req, N_BUCKETS, &opts, on_chunk, c, err);
     if (rc == BS_EUSER && c->why[0]) snprintf(err->msg, sizeof err->msg, "%s", c->why);
     if (rc != BS_OK) return rc;
   }
@@ -346,7 +346,7 @@ static int commit(demo *d, bs_error *err) {
   d->lsn += 0x100;
   {
     bs_val v = {lsn, strlen(lsn)};
-    if ((rc = bs_writer_commit(d->w, v, NULL, &r, err)) != BS_OK) return rc;
+    if ((rc = bs_writer_commit(&r, d->w, v, NULL, err)) != BS_OK) return rc;
   }
   if (r.checkpoint_created) d->checkpoints++;
   d->last_op = r.checkpoint;
@@ -438,7 +438,7 @@ static int check_client(demo *d, client *c, uint64_t cp, int fresh, const char *
     names[b].data = buf[b];
     names[b].size = strlen(buf[b]);
   }
-  if ((rc = bs_get_checksums(d->st, cp, names, N_BUCKETS, sums, err)) != BS_OK) return rc;
+  if ((rc = bs_get_checksums(sums, d->st, cp, names, N_BUCKETS, err)) != BS_OK) return rc;
   for (b = 0; b < N_BUCKETS; b++) {
     uint32_t mine = client_checksum(&c->b[b]);
     if (sums_out) sums_out[b] = sums[b].checksum;
@@ -529,7 +529,7 @@ static uint64_t total_count(demo *d, uint64_t cp, bs_error *err, int *rc) {
     names[b].data = buf[b];
     names[b].size = strlen(buf[b]);
   }
-  if ((*rc = bs_get_checksums(d->st, cp, names, N_BUCKETS, sums, err)) != BS_OK) return 0;
+  if ((*rc = bs_get_checksums(sums, d->st, cp, names, N_BUCKETS, err)) != BS_OK) return 0;
   for (b = 0; b < N_BUCKETS; b++) n += sums[b].count;
   return n;
 }
@@ -631,7 +631,7 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
   co.min_change_ratio = 0;
   memset(&cs, 0, sizeof cs);
   t0 = now();
-  if ((rc = bs_compact(d->st, &co, &cs, &err)) != BS_OK) return step_failed("compact", rc, &err);
+  if ((rc = bs_compact(&cs, d->st, &co, &err)) != BS_OK) return step_failed("compact", rc, &err);
   ops_after = total_count(d, cp, &err, &rc);
   if (rc != BS_OK) return step_failed("checksums", rc, &err);
   printf("  compaction: %.3f s, %llu buckets, %llu ops moved, %llu cleared, %llu removed; "
@@ -657,7 +657,7 @@ static int run(demo *d, client *a, client *b, cli_db *c, size_t n_rows) {
   if ((rc = check_client(d, a, cp, 0, "client A, after one more round", NULL, &err)) != BS_OK)
     return step_failed("checksums", rc, &err);
 
-  if ((rc = bs_db_verify(d->db, NULL, NULL, &problems, &err)) != BS_OK)
+  if ((rc = bs_db_verify(&problems, d->db, NULL, NULL, &err)) != BS_OK)
     return step_failed("verify", rc, &err);
   if (problems)
     mismatch(d, "verify found %llu problems", (unsigned long long)problems);

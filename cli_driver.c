@@ -466,7 +466,7 @@ static int h_stream_list(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 static int h_stream_status(drv *d, json_t *req, json_t *out, bs_error *err) {
   bs_status s;
-  int rc = bs_get_status(d->st, &s, err);
+  int rc = bs_get_status(&s, d->st, err);
   if (rc != BS_OK) return rc;
   if (put(out, "stream", json_integer(bs_storage_stream_id(d->st))) ||
       put(out, "state", json_string(cli_state_name(s.state))) ||
@@ -492,7 +492,7 @@ static int h_writer_open(drv *d, json_t *req, json_t *out, bs_error *err) {
   p = find_writer(d, bs_storage_stream_id(d->st), name);
   if (*p) {
     /* the old writer is closed even when its last flush fails: the caller asked for a new one */
-    rc = bs_writer_flush((*p)->w, NULL, err);
+    rc = bs_writer_flush(NULL, (*p)->w, err);
     close_writer(p);
     if (rc != BS_OK) return rc;
   }
@@ -614,7 +614,7 @@ static int h_drop(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 static int h_flush(drv *d, json_t *req, json_t *out, bs_error *err) {
   uint64_t last = 0;
-  int rc = bs_writer_flush(d->w, &last, err);
+  int rc = bs_writer_flush(&last, d->w, err);
   return rc != BS_OK ? rc : put(out, "last_op", j_id(last));
 }
 
@@ -651,7 +651,7 @@ static int do_commit(drv *d, json_t *req, json_t *out, bs_error *err, int keepal
       (rc = f_bool(req, "create_empty", &opts.create_empty, err)) != BS_OK)
     return rc;
   if (keepalive) opts.create_empty = 1;
-  if ((rc = bs_writer_commit(d->w, lsn, &opts, &r, err)) != BS_OK) return rc;
+  if ((rc = bs_writer_commit(&r, d->w, lsn, &opts, err)) != BS_OK) return rc;
   return commit_reply(out, &r);
 }
 
@@ -697,7 +697,7 @@ static int h_checkpoint(drv *d, json_t *req, json_t *out, bs_error *err) {
   memset(&cp, 0, sizeof cp);
   /* no stream at all (and none named): nothing was ever checkpointed, cp stays zero */
   if ((rc != BS_ENOTFOUND || json_object_get(req, "stream")) &&
-      (rc != BS_OK || (rc = bs_get_checkpoint(st, &cp, err)) != BS_OK))
+      (rc != BS_OK || (rc = bs_get_checkpoint(&cp, st, err)) != BS_OK))
     return rc;
   if (put(out, "checkpoint", j_id(cp.op_id)) ||
       put(out, "lsn", j_lsn(cp.has_lsn, cp.lsn, cp.lsn_size)))
@@ -751,7 +751,7 @@ static int h_bucket_data(drv *d, json_t *req, json_t *out, bs_error *err) {
     r[n].bucket.size = strlen(name);
     n++;
   }
-  if ((rc = bs_get_bucket_data(d->st, cp, r, n, &opts, chunk_one, chunks, &has_more, err)))
+  if ((rc = bs_get_bucket_data(&has_more, d->st, cp, r, n, &opts, chunk_one, chunks, err)))
     return rc;
   return put(out, "has_more", json_boolean(has_more));
 }
@@ -768,7 +768,7 @@ static int h_checksums(drv *d, json_t *req, json_t *out, bs_error *err) {
       (rc = f_names(d, req, "buckets", 1, &names, &n, err)) != BS_OK)
     return rc;
   if (!(sums = tmp_array(d, n, sizeof *sums))) return BS_ENOMEM;
-  if ((rc = bs_get_checksums(d->st, cp, names, n, sums, err)) != BS_OK) return rc;
+  if ((rc = bs_get_checksums(sums, d->st, cp, names, n, err)) != BS_OK) return rc;
   for (i = 0; i < n; i++) {
     /* bucket checksums are signed 32-bit in JSON (contract.md section 3) */
     json_t *e = json_pack("{s:I,s:I}", "checksum", (json_int_t)(int32_t)sums[i].checksum, "count",
@@ -874,7 +874,7 @@ static int h_compact(drv *d, json_t *req, json_t *out, bs_error *err) {
   o.min_bucket_changes = (uint64_t)mbc;
   o.delete_checkpoint_requests_before_ms = before;
   o.min_age_ms = age;
-  if ((rc = bs_compact(d->st, &o, &s, err)) != BS_OK) return rc;
+  if ((rc = bs_compact(&s, d->st, &o, err)) != BS_OK) return rc;
   /* bytes_before/after are left out: they differ between backends and builds */
   if (put(out, "buckets_compacted", json_integer((json_int_t)s.buckets_compacted)) ||
       put(out, "ops_moved", json_integer((json_int_t)s.ops_moved)) ||
@@ -896,7 +896,7 @@ static int h_compact_initial(drv *d, json_t *req, json_t *out, bs_error *err) {
   if ((rc = f_id(req, "max_op_id", 0, &max, err)) != BS_OK ||
       (rc = f_int(req, "min_bucket_changes", 0, 0, INT64_MAX, &mbc, err)) != BS_OK)
     return rc;
-  if ((rc = bs_compact_initial_replication(d->st, max, (uint64_t)mbc, &buckets, err)) != BS_OK)
+  if ((rc = bs_compact_initial_replication(&buckets, d->st, max, (uint64_t)mbc, err)) != BS_OK)
     return rc;
   return put(out, "buckets", json_integer((json_int_t)buckets));
 }
@@ -982,7 +982,7 @@ static int h_wcp_create_managed(drv *d, json_t *req, json_t *out, bs_error *err)
                       (long long)INT64_MAX);
     r[i].requested_at_ms = at; /* absent: 0, now */
   }
-  if ((rc = bs_create_managed_write_checkpoints(d->st, r, n, ids, &should_advance, err))) return rc;
+  if ((rc = bs_create_managed_write_checkpoints(ids, &should_advance, d->st, r, n, err))) return rc;
   for (i = 0; i < n; i++) {
     /* user ids come from JSON strings; a NUL inside would cut the key, so use setn */
     if (json_object_setn_new(map, r[i].user_id.data, r[i].user_id.size, j_id(ids[i])) != 0)
@@ -1028,7 +1028,7 @@ static int h_wcp_last(drv *d, json_t *req, json_t *out, bs_error *err) {
   } else {
     return cli_fail(err, BS_EINVAL, "missing field 'heads' or 'lsn'");
   }
-  if ((rc = bs_last_write_checkpoint(d->st, user, heads, n, &id, &found, err)) != BS_OK) return rc;
+  if ((rc = bs_last_write_checkpoint(&id, &found, d->st, user, heads, n, err)) != BS_OK) return rc;
   return put(out, "write_checkpoint", found ? j_id(id) : json_null());
 }
 
@@ -1036,7 +1036,7 @@ static int h_wcp_delete_before(drv *d, json_t *req, json_t *out, bs_error *err) 
   int64_t before = 0;
   uint64_t deleted = 0;
   int rc = f_int(req, "before", 1, 0, INT64_MAX, &before, err);
-  if (rc != BS_OK || (rc = bs_delete_checkpoint_requests_before(d->st, before, &deleted, err)))
+  if (rc != BS_OK || (rc = bs_delete_checkpoint_requests_before(&deleted, d->st, before, err)))
     return rc;
   return put(out, "deleted", json_integer((json_int_t)deleted));
 }
@@ -1073,12 +1073,12 @@ static int h_verify(drv *d, json_t *req, json_t *out, bs_error *err) {
   json_t *problems = json_array();
   uint64_t n = 0;
   if (put(out, "problems", problems) != BS_OK) return BS_ENOMEM;
-  return bs_db_verify(d->c.db, verify_one, problems, &n, err);
+  return bs_db_verify(&n, d->c.db, verify_one, problems, err);
 }
 
 static int h_stat(drv *d, json_t *req, json_t *out, bs_error *err) {
   bs_stat s;
-  int rc = bs_db_stat(d->c.db, &s, err);
+  int rc = bs_db_stat(&s, d->c.db, err);
   json_t *v;
   if (rc != BS_OK) return rc;
   v = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "streams", (json_int_t)s.streams,

@@ -271,7 +271,7 @@ static int cmd_verify(int argc, char **argv) {
   uint64_t problems = 0;
   int rc = cli_open_file(&c, argc, argv, 1, NULL, NULL);
   if (rc) goto done;
-  if ((rc = bs_db_verify(c.db, print_problem, NULL, &problems, &err)) != BS_OK) {
+  if ((rc = bs_db_verify(&problems, c.db, print_problem, NULL, &err)) != BS_OK) {
     fprintf(stderr, "bucketstore verify: %s: %s\n", cli_code_name(rc), cli_error_text(rc, &err));
     rc = 1;
     goto done;

@@ -277,7 +277,7 @@ static int read_bucket(bs_storage *st, uint64_t at, bucket_fig *f, bs_error *err
   o.limit = 10000;
   while (more && rc == BS_OK) {
     req.after = a.next_after;
-    rc = bs_get_bucket_data(st, at, &req, 1, &o, fig_chunk, &a, &more, err);
+    rc = bs_get_bucket_data(&more, st, at, &req, 1, &o, fig_chunk, &a, err);
     if (more && a.next_after == req.after) break; /* no progress: never spin */
   }
   f->live = a.rows.live;
@@ -360,7 +360,7 @@ static int stat_stream(cli_db *c, const bs_stream_info *info, const char *name,
   size_t n = 0, i;
   int rc;
   if ((rc = bs_storage_open(&st, c->db, info->id, &err)) ||
-      (rc = bs_get_status(st, &status, &err)) || (rc = cli_buckets_list(st, &b, &n, &err)))
+      (rc = bs_get_status(&status, st, &err)) || (rc = cli_buckets_list(st, &b, &n, &err)))
     goto fail;
   printf("\nstream %u \"%s\" %s, hash %s: checkpoint %llu, last op %llu, %zu bucket%s\n", info->id,
          name, cli_state_name(info->state), info->hash == BS_HASH_SHA256 ? "sha256" : "xxh3",
@@ -419,7 +419,7 @@ int cli_stat(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   o.top = 10;
   if ((rc = cli_open_file(&c, argc, argv, 1, stat_opt, &o))) goto done;
-  if ((rc = bs_db_stat(c.db, &s, &err)) || (rc = bs_stream_list(c.db, collect_stream, &l, &err))) {
+  if ((rc = bs_db_stat(&s, c.db, &err)) || (rc = bs_stream_list(c.db, collect_stream, &l, &err))) {
     rc = report("stat", rc, &err);
     goto done;
   }
@@ -501,10 +501,10 @@ static int dump_bucket(bs_storage *st, uint64_t at, bs_val name, bs_error *err) 
   req.bucket = name;
   while (more) {
     req.after = next;
-    if ((rc = bs_get_bucket_data(st, at, &req, 1, NULL, dump_chunk, &next, &more, err))) return rc;
+    if ((rc = bs_get_bucket_data(&more, st, at, &req, 1, NULL, dump_chunk, &next, err))) return rc;
     if (more && next == req.after) break;
   }
-  if ((rc = bs_get_checksums(st, at, &name, 1, &ck, err))) return rc;
+  if ((rc = bs_get_checksums(&ck, st, at, &name, 1, err))) return rc;
   /* bucket checksums are signed 32-bit in the sync protocol */
   return print_line(json_pack("{s:o,s:I,s:I}", "bucket", cli_json_bytes(name), "checksum",
                               (json_int_t)(int32_t)ck.checksum, "count", (json_int_t)ck.count));
@@ -550,7 +550,7 @@ static int dump_stream(cli_db *c, uint32_t id, const dump_opts *o, bs_error *err
   size_t n = 0, i;
   uint64_t at;
   int rc;
-  if ((rc = bs_storage_open(&st, c->db, id, err)) || (rc = bs_get_status(st, &s, err))) goto done;
+  if ((rc = bs_storage_open(&st, c->db, id, err)) || (rc = bs_get_status(&s, st, err))) goto done;
   /* default: what clients see (the checkpoint); before the first one, everything persisted */
   at = o->has_checkpoint ? o->checkpoint : s.checkpoint ? s.checkpoint : s.last_persisted_op;
   if ((rc = print_line(json_pack("{s:i,s:s,s:o,s:o,s:o}", "stream", (int)bs_storage_stream_id(st),
@@ -737,7 +737,7 @@ int cli_load(int argc, char **argv) {
     rc = 1;
     goto done;
   }
-  if ((rc = bs_load(c.path, next_record, &r, NULL, &err)) == BS_EUSER && r.err.code) {
+  if ((rc = bs_load(c.path, NULL, next_record, &r, &err)) == BS_EUSER && r.err.code) {
     rc = r.err.code;
     err = r.err;
   }
@@ -917,7 +917,7 @@ static uint64_t planned_bytes(cli_db *c, bs_storage *st, const compact_opts *o) 
 static int run_initial(bs_storage *st, const compact_opts *o, bs_error *err) {
   uint64_t buckets = 0;
   double t0 = now_s();
-  int rc = bs_compact_initial_replication(st, o->max_op_id, o->min_changes, &buckets, err);
+  int rc = bs_compact_initial_replication(&buckets, st, o->max_op_id, o->min_changes, err);
   if (rc) return rc;
   printf("initial-replication compaction: %llu bucket%s in %.3f s\n", (unsigned long long)buckets,
          cli_s(buckets), now_s() - t0);
@@ -973,7 +973,7 @@ int cli_compact(int argc, char **argv) {
   if (!o.incremental) ui.total_bytes = planned_bytes(&c, st, &o);
   catch_sigint();
   memset(&cs, 0, sizeof cs);
-  rc = bs_compact(st, &co, &cs, &err);
+  rc = bs_compact(&cs, st, &co, &err);
   signal(SIGINT, SIG_DFL);
   if (rc == BS_ECANCELED && interrupted) {
     if (ui.tty && !ui.quiet) fputc('\n', stderr);
@@ -1053,7 +1053,7 @@ int cli_checkpoint(int argc, char **argv) {
   }
   if ((rc = cli_open_existing(&c, "checkpoint", 1))) goto done;
   if ((rc = open_stream("checkpoint", &c, o.c.stream, &st))) goto done;
-  if ((rc = bs_get_checkpoint(st, &cp, &err)) ||
+  if ((rc = bs_get_checkpoint(&cp, st, &err)) ||
       (rc = print_checkpoint(bs_storage_stream_id(st), &cp)))
     goto fail;
   if (!o.watch) goto done;
@@ -1069,7 +1069,7 @@ int cli_checkpoint(int argc, char **argv) {
       }
       break;
     }
-    if ((rc = bs_wait_checkpoint(st, &cp, 200, &next, &err))) goto fail;
+    if ((rc = bs_wait_checkpoint(&next, st, &cp, 200, &err))) goto fail;
     if (next.op_id == cp.op_id && next.lsn_size == cp.lsn_size &&
         memcmp(next.lsn, cp.lsn, cp.lsn_size) == 0 && next.has_lsn == cp.has_lsn)
       continue;

@@ -321,12 +321,19 @@ static inline int bs__op_carries_row(bs_op_type type) {
 #define BS_OLDER_bs_batch_options   /* none yet */
 #define BS_OLDER_bs_compact_options /* none yet */
 #define BS_OLDER_bs_backup_options  /* none yet */
-#define BS_OLDER_bs_db_vtable       /* none yet */
+#define BS_OLDER_bs_db_vtable       sizeof(bs_db_vtable),
 #define BS_OLDER_bs_storage_vtable                                                                 \
-  offsetof(bs_storage_vtable, wait_checkpoint), offsetof(bs_storage_vtable, writer_lock),
-#define BS_OLDER_bs_writer_vtable /* none yet */
-#define BS_SIZES(T)               ((const size_t[]){BS_OLDER_##T sizeof(T)})
-#define BS_VERSIONS(T)            ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
+  offsetof(bs_storage_vtable, wait_checkpoint), offsetof(bs_storage_vtable, writer_lock),          \
+      sizeof(bs_storage_vtable),
+#define BS_OLDER_bs_writer_vtable  sizeof(bs_writer_vtable),
+/* The first version of each backend table whose slots have this build's signatures: the front
+ * refuses an older table (storage.c HANDLE_CHECK), whose slots take their arguments in another
+ * order. Changing a slot's signature means bumping its table's version and this to it. */
+#define BS_FIRST_bs_db_vtable      2
+#define BS_FIRST_bs_storage_vtable 4
+#define BS_FIRST_bs_writer_vtable  2
+#define BS_SIZES(T)                ((const size_t[]){BS_OLDER_##T sizeof(T)})
+#define BS_VERSIONS(T)             ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
 /* The caller's in (an options struct: its version first, checked 1..current, else BS_EINVAL
  * naming what) over out, which holds the defaults: only the bytes of in's version are read, the
  * fields of later versions keep their defaults; out's version is the current one. */

@@ -288,7 +288,7 @@ static int verify_copy(target *t, bs_error *err) {
   oo.checksum_cache_entries = (size_t)-1;
   oo.allocator = t->a;
   if ((rc = bs__lmdb_db_open(&copy, t->file, &oo, err))) return rc;
-  rc = bs__lmdb_verify(copy, note_problem, first, &problems, err);
+  rc = bs__lmdb_verify(&problems, copy, note_problem, first, err);
   bs__lmdb_db_close(copy);
   if (rc == BS_OK && problems)
     rc = bs__fail(err, BS_ECORRUPT, "the copy has %llu problem%s (first: %s); nothing was written",
@@ -375,8 +375,8 @@ int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, b
 
 /* ---- bs_load --------------------------------------------------------------------------------- */
 
-int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,
-            const bs_backup_options *opts, bs_error *err) {
+int bs_load(const char *path, const bs_backup_options *opts,
+            int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err) {
   bs_backup_options o;
   const bs_allocator *a;
   bs_record r;

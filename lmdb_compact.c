@@ -1261,7 +1261,7 @@ static int cctx_free(cctx *c, int rc) {
   return rc;
 }
 
-int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+int bs__lmdb_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                      bs_error *err) {
   bs__stream_rec rec;
   cctx c;
@@ -1270,8 +1270,8 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
   int rc;
   cctx_init(&c, st, opts, stats, err);
   if (c.o.delete_checkpoint_requests_before_ms > 0 &&
-      (rc = bs__lmdb_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
-                                                       &stats->checkpoint_requests_deleted, err)))
+      (rc = bs__lmdb_delete_checkpoint_requests_before(
+           &stats->checkpoint_requests_deleted, st, c.o.delete_checkpoint_requests_before_ms, err)))
     return cctx_free(&c, rc);
   if ((rc = read_rec(&c, NULL, 0, &rec))) return cctx_free(&c, rc);
   if (c.o.incremental_only && c.o.min_age_ms && (rc = aged_checkpoint(&c, &aged)))
@@ -1295,9 +1295,8 @@ int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_
 
 /* ---- Initial-replication compaction -------------------------------------------------------- */
 
-int bs__lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                         bs_error *err) {
+int bs__lmdb_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                         uint64_t min_bucket_changes, bs_error *err) {
   bs_compact_options o;
   bs_compact_stats stats;
   bs__stream_rec rec;

@@ -604,26 +604,25 @@ int bs__lmdb_stop_streams(bs__lmdb_db *db, MDB_txn *txn, uint32_t except, unsign
 int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
-int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
-int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                         size_t n_req, const bs_batch_options *opts,
-                         int (*on_chunk)(const bs_chunk *, void *), void *payload,
-                         int *has_more_out, bs_error *err);
-int bs__lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                       bs_checksum *out, uint64_t *generation_out, bs_error *err);
-int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                             size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
-                             bs_error *err);
+int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);
+int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                         const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
+                         int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);
+int bs__lmdb_checksums(bs_checksum *out, uint64_t *generation_out, bs_storage *st,
+                       uint64_t checkpoint, const bs_val *buckets, size_t n, bs_error *err);
+int bs__lmdb_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *generation_out,
+                             bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                             size_t n, bs_error *err);
 int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                 int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
                                 bs_error *err);
-int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err);
+int bs__lmdb_get_status(bs_status *out, bs_storage *st, bs_error *err);
 int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
                           int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                           bs_error *err);
-int bs__lmdb_stat(bs_db *db, bs_stat *out, bs_error *err);
+int bs__lmdb_stat(bs_stat *out, bs_db *db, bs_error *err);
 /* lmdb_verify.c */
-int bs__lmdb_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+int bs__lmdb_verify(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,
                     bs_error *err);
 
 /* lmdb_backup.c: backup, export and load (storage.h). */
@@ -642,12 +641,12 @@ int bs__lmdb_wcp_put_custom(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_v
                             bs_val user, uint64_t value, int64_t requested_at, bs_error *err);
 int bs__lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                        bs_error *err);
-int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
-                                              size_t n, uint64_t *ids_out, int *should_advance,
-                                              bs_error *err);
-int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
-                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
-int bs__lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance,
+                                              bs_storage *st, const bs_managed_request *req,
+                                              size_t n, bs_error *err);
+int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
+                                   const bs_head *heads, size_t n_heads, bs_error *err);
+int bs__lmdb_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                                bs_error *err);
 
 /* lmdb_params.c */
@@ -656,7 +655,7 @@ int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *l
                             bs_error *err);
 
 /* lmdb_write.c: the writer and the lifecycle calls (slots), on lmdb_env.c and lmdb_wcp.c. */
-int bs__lmdb_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
+int bs__lmdb_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o,
                          bs_error *err);
 int bs__lmdb_clear(bs_storage *st, bs_error *err);
 int bs__lmdb_terminate(bs_storage *st, int clear, bs_error *err);
@@ -675,10 +674,9 @@ int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lm
                     size_t n, uint64_t *emitted_out, bs_error *err);
 
 /* lmdb_compact.c */
-int bs__lmdb_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+int bs__lmdb_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                      bs_error *err);
-int bs__lmdb_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                         uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                         bs_error *err);
+int bs__lmdb_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                         uint64_t min_bucket_changes, bs_error *err);
 
 #endif /* BUCKETSTORE_LMDB_INTERNAL_H */

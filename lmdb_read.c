@@ -101,7 +101,7 @@ static void copy_lsn(unsigned char *dst, size_t *dst_size, bs_val src) {
 }
 
 /* out: zeroed by the front */
-int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+int bs__lmdb_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   bs__lmdb_db *db = lmdb_of(st);
   MDB_txn *txn;
   bs__stream_rec rec;
@@ -126,11 +126,11 @@ int bs__lmdb_get_status(bs_storage *st, bs_status *out, bs_error *err) {
 }
 
 /* The checkpoint is the status's: one reader of the stream record. out: zeroed by the front. */
-int bs__lmdb_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   bs_status s;
   int rc;
   memset(&s, 0, sizeof s);
-  if ((rc = bs__lmdb_get_status(st, &s, err))) return rc;
+  if ((rc = bs__lmdb_get_status(&s, st, err))) return rc;
   out->op_id = s.checkpoint;
   out->has_lsn = s.has_lsn;
   out->lsn_size = s.lsn_size;
@@ -168,10 +168,9 @@ static int read_bucket(bs__chunker *r, MDB_cursor *cur, uint64_t checkpoint, bs_
   return bs__chunker_end(r);
 }
 
-int bs__lmdb_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                         size_t n_req, const bs_batch_options *opts,
-                         int (*on_chunk)(const bs_chunk *, void *), void *payload,
-                         int *has_more_out, bs_error *err) {
+int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                         const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
+                         int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err) {
   bs__lmdb_db *db = lmdb_of(st);
   const bs_allocator *a = &db->base.alloc;
   MDB_txn *txn = NULL;
@@ -292,14 +291,14 @@ done:
   return rc;
 }
 
-int bs__lmdb_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                       bs_checksum *out, uint64_t *generation_out, bs_error *err) {
+int bs__lmdb_checksums(bs_checksum *out, uint64_t *generation_out, bs_storage *st,
+                       uint64_t checkpoint, const bs_val *buckets, size_t n, bs_error *err) {
   return checksum_call(st, 0, checkpoint, 0, buckets, n, out, NULL, generation_out, err);
 }
 
-int bs__lmdb_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                             size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
-                             bs_error *err) {
+int bs__lmdb_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *generation_out,
+                             bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
+                             size_t n, bs_error *err) {
   return checksum_call(st, from, to, 1, buckets, n, out, cleared, generation_out, err);
 }
 
@@ -475,7 +474,7 @@ static int free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *er
   return BS_OK;
 }
 
-int bs__lmdb_stat(bs_db *base, bs_stat *out, bs_error *err) {
+int bs__lmdb_stat(bs_stat *out, bs_db *base, bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)base;
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;

@@ -394,8 +394,8 @@ static int verify_each(verifier *vf, MDB_dbi dbi, const char *name, check_fn *ch
   return walk_end(vf->mdb_error ? vf->mdb_error : mrc, err);
 }
 
-int bs__lmdb_verify(bs_db *base, void (*fn)(const char *, void *), void *payload,
-                    uint64_t *problems, bs_error *err) {
+int bs__lmdb_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, void *),
+                    void *payload, bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)base;
   verifier vf;
   uint64_t seq_bucket;

@@ -239,9 +239,9 @@ static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   return BS_OK;
 }
 
-int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
-                                              size_t n, uint64_t *ids_out, int *should_advance,
-                                              bs_error *err) {
+int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance,
+                                              bs_storage *st, const bs_managed_request *req,
+                                              size_t n, bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   const bs_allocator *a = &ls->db->base.alloc;
   create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms()};
@@ -262,8 +262,8 @@ int bs__lmdb_create_managed_write_checkpoints(bs_storage *st, const bs_managed_r
 
 /* ---- Reading ------------------------------------------------------------------------------- */
 
-int bs__lmdb_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
-                                   size_t n_heads, uint64_t *id_out, int *found, bs_error *err) {
+int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
+                                   const bs_head *heads, size_t n_heads, bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   bs__lmdb_db *db = ls->db;
   bs_val ev = {ls->wcp_event, ls->wcp_event_size};
@@ -367,7 +367,7 @@ out:
   return rc;
 }
 
-int bs__lmdb_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+int bs__lmdb_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                                bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   delete_ctx c = {ls->db, st->stream_id, before_ms, 0};

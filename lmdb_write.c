@@ -878,7 +878,7 @@ static int w_flush(lm_writer *w, const bs_write_batch *batch, bs_error *err) {
   return rc;
 }
 
-static int lw_flush(bs_writer *base, const bs_write_batch *batch, uint64_t *last_op_out,
+static int lw_flush(uint64_t *last_op_out, bs_writer *base, const bs_write_batch *batch,
                     bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   MDB_txn *txn;
@@ -1002,8 +1002,8 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   return bs__stream_rec_put(f->db, txn, r, err);
 }
 
-static int lw_commit(bs_writer *base, const bs_write_batch *batch, bs_val lsn, int create_empty,
-                     bs_commit_result *out, bs_error *err) {
+static int lw_commit(bs_commit_result *out, bs_writer *base, const bs_write_batch *batch,
+                     bs_val lsn, int create_empty, bs_error *err) {
   lm_writer *w = (lm_writer *)base;
   commit_ctx c = {.w = w,
                   .lsn = lsn.data ? lsn : (bs_val){lm_empty, 0},
@@ -1219,7 +1219,7 @@ static const bs_writer_vtable lmdb_writer_vt = {
     .source_row = lw_source_row,
 };
 
-int bs__lmdb_writer_open(bs_storage *base, const bs_writer_options *o, bs_writer **out,
+int bs__lmdb_writer_open(bs_writer **out, bs_storage *base, const bs_writer_options *o,
                          bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   bs__lmdb_db *db = st->db;

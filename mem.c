@@ -565,7 +565,7 @@ static int wlock(const mem_storage *ms, bs_error *err) {
 
 static const bs_writer_vtable mem_writer_vt;
 
-static int mem_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
+static int mem_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o,
                            bs_error *err) {
   mem_storage *ms = MS(st);
   mem_writer *w;
@@ -621,7 +621,7 @@ static int mem_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *
   return rc;
 }
 
-static int mem_writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op,
+static int mem_writer_flush(uint64_t *last_op, bs_writer *bw, const bs_write_batch *batch,
                             bs_error *err) {
   mem_writer *w = MW(bw);
   mem_tx tx;
@@ -691,8 +691,8 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   return BS_OK;
 }
 
-static int mem_writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
-                             int create_empty, bs_commit_result *out, bs_error *err) {
+static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_batch *batch,
+                             bs_val lsn, int create_empty, bs_error *err) {
   mem_writer *w = MW(bw);
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
@@ -1115,14 +1115,14 @@ static int compact_run(bs_storage *st, const bs_compact_options *o, int initial,
   return rc;
 }
 
-static int mem_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *out,
+static int mem_compact(bs_compact_stats *out, bs_storage *st, const bs_compact_options *o,
                        bs_error *err) {
   uint64_t processed = 0;
   return compact_run(st, o, 0, out, &processed, err);
 }
 
-static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_changes,
-                               uint64_t *buckets_out, bs_error *err) {
+static int mem_compact_initial(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                               uint64_t min_changes, bs_error *err) {
   bs_compact_options o;
   bs_compact_stats stats;
   bs__compact_initial_options(&o, max_op_id, min_changes);
@@ -1131,7 +1131,7 @@ static int mem_compact_initial(bs_storage *st, uint64_t max_op_id, uint64_t min_
 
 /* ---- Lifecycle ------------------------------------------------------------------------------- */
 
-static int mem_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+static int mem_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
   const mem_meta *m = &ms->s->m;
@@ -1326,7 +1326,7 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
   return BS_OK;
 }
 
-static int mem_stat(bs_db *bdb, bs_stat *out, bs_error *err) {
+static int mem_stat(bs_stat *out, bs_db *bdb, bs_error *err) {
   BS_UNUSED(err);
   mem_db *db = MDB(bdb);
   lock(db); /* out: zeroed by the front */

@@ -325,14 +325,15 @@ static inline int val_in(const bs_val *list, size_t n, bs_val v) {
 }
 
 /* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c */
-int bs__mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
-int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
-                        const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
-                        void *payload, int *has_more_out, bs_error *err);
-int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n, bs_checksum *out,
-                      uint64_t *gen, bs_error *err);
-int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                            size_t n, bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err);
+int bs__mem_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);
+int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
+                        size_t n_req, const bs_batch_options *opts,
+                        int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);
+int bs__mem_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t c,
+                      const bs_val *buckets, size_t n, bs_error *err);
+int bs__mem_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
+                            uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
+                            bs_error *err);
 int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
                                bs_error *err);
@@ -345,14 +346,14 @@ int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
 /* mem_wcp.c: write checkpoints (contract.md 7); compaction runs the cleanup too */
 int bs__mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                          bs_error *err);
-int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
-                           uint64_t *ids_out, int *should_advance, bs_error *err);
-int bs__mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
-                     uint64_t *id_out, int *found, bs_error *err);
+int bs__mem_create_managed(uint64_t *ids_out, int *should_advance, bs_storage *st,
+                           const bs_managed_request *req, size_t n, bs_error *err);
+int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
+                     const bs_head *heads, size_t n_heads, bs_error *err);
 uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms);
-int bs__mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *deleted, bs_error *err);
+int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms, bs_error *err);
 /* mem_verify.c */
-int bs__mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+int bs__mem_verify(uint64_t *problems, bs_db *bdb, void (*fn)(const char *, void *), void *payload,
                    bs_error *err);
 
 #endif /* BUCKETSTORE_MEM_INTERNAL_H */

@@ -7,7 +7,7 @@
 
 /* ---- Reads ----------------------------------------------------------------------------------- */
 
-int bs__mem_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+int bs__mem_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
   lock(ms->db); /* out: zeroed by the front */
@@ -62,9 +62,9 @@ static int keep_chunk(const bs_chunk *ch, void *payload) {
   return BS_OK;
 }
 
-int bs__mem_bucket_data(bs_storage *st, uint64_t c, const bs_bucket_request *req, size_t n_req,
-                        const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
-                        void *payload, int *has_more_out, bs_error *err) {
+int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
+                        size_t n_req, const bs_batch_options *opts,
+                        int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err) {
   mem_storage *ms = MS(st);
   mem_kept kept = {ALLOC(ms->db), NULL, 0, 0, 0};
   bs__chunker k;
@@ -113,8 +113,8 @@ static bs_checksum sum_range(const mem_bucket *b, uint64_t from, uint64_t to, in
   return *cleared ? all : r;
 }
 
-int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                            size_t n, bs_checksum *out, int *cleared, uint64_t *gen,
+int bs__mem_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
+                            uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
                             bs_error *err) {
   mem_storage *ms = MS(st);
   int rc = BS_OK;
@@ -132,9 +132,9 @@ int bs__mem_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs
 }
 
 /* The value at C is the range (0, C]. */
-int bs__mem_checksums(bs_storage *st, uint64_t c, const bs_val *buckets, size_t n, bs_checksum *out,
-                      uint64_t *gen, bs_error *err) {
-  return bs__mem_checksum_ranges(st, 0, c, buckets, n, out, NULL, gen, err);
+int bs__mem_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t c,
+                      const bs_val *buckets, size_t n, bs_error *err) {
+  return bs__mem_checksum_ranges(out, NULL, gen, st, 0, c, buckets, n, err);
 }
 
 int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,

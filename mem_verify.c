@@ -112,7 +112,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
             (unsigned long long)nsoft, (unsigned long long)s->m.nsoft);
 }
 
-int bs__mem_verify(bs_db *bdb, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+int bs__mem_verify(uint64_t *problems, bs_db *bdb, void (*fn)(const char *, void *), void *payload,
                    bs_error *err) {
   mem_db *db = MDB(bdb);
   vlist v;

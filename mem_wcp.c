@@ -54,8 +54,8 @@ static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, ui
   return w;
 }
 
-int bs__mem_create_managed(bs_storage *st, const bs_managed_request *req, size_t n,
-                           uint64_t *ids_out, int *should_advance, bs_error *err) {
+int bs__mem_create_managed(uint64_t *ids_out, int *should_advance, bs_storage *st,
+                           const bs_managed_request *req, size_t n, bs_error *err) {
   mem_storage *ms = MS(st);
   mem_db *db = ms->db;
   const bs_allocator *a = ALLOC(db);
@@ -119,8 +119,8 @@ out:
   return rc;
 }
 
-int bs__mem_last_wcp(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
-                     uint64_t *id_out, int *found, bs_error *err) {
+int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
+                     const bs_head *heads, size_t n_heads, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
   mem_db *db = ms->db;
@@ -177,7 +177,7 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
   return deleted;
 }
 
-int bs__mem_delete_requests(bs_storage *st, int64_t before_ms, uint64_t *deleted, bs_error *err) {
+int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
   lock(ms->db);

@@ -574,7 +574,7 @@ static int read_checkpoint(PGconn *c, bs_storage *st, bs_checkpoint *out, bs_err
   return BS_OK;
 }
 
-static int pg_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+static int pg_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   PGconn *c;
   int rc;
   if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
@@ -670,8 +670,8 @@ static int wait_standby(bs_storage *st, PGconn *c, const bs_checkpoint *known, u
  * it, one after bumps gen (the waiter then reads again). The reads run on connections of the
  * pool, given back before the wait. A waiter whose LISTEN connection was lost (epoch) fails
  * with the loss's BS_EIO. */
-static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
-                              bs_checkpoint *out, bs_error *err) {
+static int pg_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,
+                              uint64_t timeout_ms, bs_error *err) {
   uint64_t deadline = bs__monotonic_ms() + timeout_ms, gen, epoch, now;
   bs__pg_db *db = spg(st);
   struct bs__pg_listener *l = &db->listen;
@@ -692,7 +692,7 @@ static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64
   while (!rc) {
     gen = l->gen;
     pthread_mutex_unlock(&l->mu);
-    rc = pg_get_checkpoint(st, out, err);
+    rc = pg_get_checkpoint(out, st, err);
     pthread_mutex_lock(&l->mu);
     if (rc || bs__checkpoint_differs(out, known) || (now = bs__monotonic_ms()) >= deadline) break;
     if (l->epoch != epoch) {
@@ -710,7 +710,7 @@ static int pg_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, uint64
   return rc;
 }
 
-static int pg_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+static int pg_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
   bs_val e;
@@ -926,7 +926,7 @@ pool_cv:
 
 /* Counts over every stream in one statement (one snapshot); file_bytes: the bs_ tables' size on
  * the server, indexes and TOAST included. */
-static int pg_stat(bs_db *base, bs_stat *out, bs_error *err) {
+static int pg_stat(bs_stat *out, bs_db *base, bs_error *err) {
   bs__pg_db *db = pg_of(base);
   PGconn *c;
   bs__pg_args a = {0};

@@ -1071,7 +1071,7 @@ static int prune_changes(cctx *c, uint64_t p) {
   return rc;
 }
 
-int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+int bs__pg_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                    bs_error *err) {
   cctx c;
   srec s;
@@ -1084,8 +1084,8 @@ int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_st
   c.stats = stats;
   c.o = *opts;
   if (c.o.delete_checkpoint_requests_before_ms > 0 &&
-      (rc = bs__pg_delete_checkpoint_requests_before(st, c.o.delete_checkpoint_requests_before_ms,
-                                                     &stats->checkpoint_requests_deleted, err)))
+      (rc = bs__pg_delete_checkpoint_requests_before(
+           &stats->checkpoint_requests_deleted, st, c.o.delete_checkpoint_requests_before_ms, err)))
     return rc;
   rc = cctx_open(&c, st, err, &s);
   if (!rc && c.o.incremental_only && c.o.min_age_ms) rc = aged_checkpoint(&c, &aged);
@@ -1104,9 +1104,8 @@ int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_st
   return rc;
 }
 
-int bs__pg_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                       uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                       bs_error *err) {
+int bs__pg_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                       uint64_t min_bucket_changes, bs_error *err) {
   bs_compact_stats stats;
   cctx c;
   srec s;

@@ -390,15 +390,15 @@ int bs__pg_commit(PGconn *c, bs_error *err);
 void bs__pg_rollback(PGconn *c);
 
 /* pg_write.c: the writer and write-checkpoint slots */
-int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err);
+int bs__pg_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o, bs_error *err);
 int bs__pg_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 int bs__pg_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                      bs_error *err);
-int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
-                                            uint64_t *ids_out, int *should_advance, bs_error *err);
-int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
-                                 uint64_t *id_out, int *found, bs_error *err);
-int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+int bs__pg_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance, bs_storage *st,
+                                            const bs_managed_request *req, size_t n, bs_error *err);
+int bs__pg_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
+                                 const bs_head *heads, size_t n_heads, bs_error *err);
+int bs__pg_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                              bs_error *err);
 
 /* Sets w->c to the session of the writer's lock (the caller holds lock->mu). A session the
@@ -442,14 +442,13 @@ int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *batch, uint64_t 
                         bs_error *err);
 
 /* pg_read.c: the read slots */
-int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                       size_t n_req, const bs_batch_options *opts,
-                       int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
-                       bs_error *err);
-int bs__pg_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                     bs_checksum *out, uint64_t *generation_out, bs_error *err);
-int bs__pg_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                           size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+int bs__pg_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                       const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);
+int bs__pg_checksums(bs_checksum *out, uint64_t *generation_out, bs_storage *st,
+                     uint64_t checkpoint, const bs_val *buckets, size_t n, bs_error *err);
+int bs__pg_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *generation_out, bs_storage *st,
+                           uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
                            bs_error *err);
 int bs__pg_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
@@ -462,17 +461,16 @@ int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
                         bs_error *err);
 
 /* pg_verify.c: verify, and what backup and export answer (the db slots) */
-int bs__pg_verify(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+int bs__pg_verify(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,
                   bs_error *err);
 int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
                   bs_error *err);
 /* pg_compact.c: compaction (contract.md 6) */
-int bs__pg_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+int bs__pg_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                    bs_error *err);
-int bs__pg_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                       uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                       bs_error *err);
+int bs__pg_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                       uint64_t min_bucket_changes, bs_error *err);
 /* pg_save.c: defragmentation (contract.md 6), on compaction's connection c (no transaction
  * open): the live PUTs of the fragmented buckets among ids (n, the buckets just compacted)
  * re-emitted through the writer's path, max_ops_per_txn per transaction. */

@@ -97,13 +97,13 @@ static int sums(bs_storage *st, uint64_t from, uint64_t to, const bs_val *bucket
   return rc;
 }
 
-int bs__pg_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                     bs_checksum *out, uint64_t *generation_out, bs_error *err) {
+int bs__pg_checksums(bs_checksum *out, uint64_t *generation_out, bs_storage *st,
+                     uint64_t checkpoint, const bs_val *buckets, size_t n, bs_error *err) {
   return sums(st, checkpoint, checkpoint, buckets, n, out, NULL, generation_out, err);
 }
 
-int bs__pg_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                           size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+int bs__pg_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *generation_out, bs_storage *st,
+                           uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
                            bs_error *err) {
   return sums(st, from, to, buckets, n, out, cleared, generation_out, err);
 }
@@ -259,10 +259,9 @@ static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t afte
   return bs__chunker_end(k);
 }
 
-int bs__pg_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                       size_t n_req, const bs_batch_options *opts,
-                       int (*on_chunk)(const bs_chunk *, void *), void *payload, int *has_more_out,
-                       bs_error *err) {
+int bs__pg_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                       const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err) {
   const bs_allocator *a = &db_of(st)->base.alloc;
   bs_val *names;
   PGresult *states = NULL;

@@ -641,7 +641,7 @@ static int verify_superseded(verifier *vf, bs_error *err) {
 
 /* ---- The slots ----------------------------------------------------------------------------------- */
 
-int bs__pg_verify(bs_db *base, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+int bs__pg_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, void *), void *payload,
                   bs_error *err) {
   bs__pg_db *db = (bs__pg_db *)base;
   verifier vf;

@@ -246,7 +246,7 @@ static void analyze_maybe(bs__pg_writer *w) {
 
 static const bs_writer_vtable pg_writer_vt;
 
-int bs__pg_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out, bs_error *err) {
+int bs__pg_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o, bs_error *err) {
   bs__pg_db *db = db_of(st);
   struct bs__pg_lock *l = NULL;
   bs__pg_writer *w;
@@ -439,7 +439,7 @@ static int flush_locked(bs__pg_writer *w, const bs_write_batch *batch, uint64_t 
   return BS_OK;
 }
 
-static int writer_flush(bs_writer *bw, const bs_write_batch *batch, uint64_t *last_op_out,
+static int writer_flush(uint64_t *last_op_out, bs_writer *bw, const bs_write_batch *batch,
                         bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   int rc;
@@ -552,8 +552,8 @@ fail:
   return rc;
 }
 
-static int writer_commit(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
-                         bs_commit_result *out, bs_error *err) {
+static int writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_batch *batch,
+                         bs_val lsn, int create_empty, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   int rc;
   if ((rc = call_begin(w, err))) return rc;
@@ -697,8 +697,9 @@ out:
   return rc;
 }
 
-int bs__pg_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
-                                            uint64_t *ids_out, int *should_advance, bs_error *err) {
+int bs__pg_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance, bs_storage *st,
+                                            const bs_managed_request *req, size_t n,
+                                            bs_error *err) {
   bs__pg_storage *s = (bs__pg_storage *)st;
   const bs_allocator *al = &db_of(st)->base.alloc;
   const bs_managed_request **win = NULL;
@@ -753,8 +754,8 @@ out:
   return rc;
 }
 
-int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *heads, size_t n_heads,
-                                 uint64_t *id_out, int *found, bs_error *err) {
+int bs__pg_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
+                                 const bs_head *heads, size_t n_heads, bs_error *err) {
   bs__pg_storage *s = (bs__pg_storage *)st;
   unsigned char ev[256];
   size_t evn;
@@ -803,7 +804,7 @@ int bs__pg_last_write_checkpoint(bs_storage *st, bs_val user, const bs_head *hea
   return BS_OK;
 }
 
-int bs__pg_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+int bs__pg_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                              bs_error *err) {
   bs__pg_args a = {0};
   PGconn *c;

@@ -84,18 +84,22 @@ fail_mu:
 }
 
 /* The one rule of a handle a backend hands the front (storage_backend.h): h is set and its table
- * has version 1 or later and a destroy; else BS_EINVAL, and a refused handle is released through
- * its table's destroy when it has one (the first slot of every version, so a version-0 table's
- * too). A handle without a destroy cannot be released: the backend's bug. */
-#define HANDLE_CHECK(h, what, err)                                                                 \
-  (!(h) ? handle_fail(what, "no handle", err)                                                      \
-   : (h)->vt && (h)->vt->version >= 1 && (h)->vt->destroy                                          \
+ * T has a destroy and a version from BS_FIRST_T on (an older table's slots take their arguments
+ * in another order); else BS_EINVAL, and a refused handle is released through its table's
+ * destroy when it has one (the first slot of every version, so a version-0 table's too). A
+ * handle without a destroy cannot be released: the backend's bug. */
+#define HANDLE_CHECK(h, T, what, err)                                                              \
+  (!(h) ? handle_fail(what, 0, err)                                                                \
+   : (h)->vt && (h)->vt->version >= BS_FIRST_##T && (h)->vt->destroy                               \
        ? BS_OK                                                                                     \
        : ((h)->vt && (h)->vt->destroy ? (h)->vt->destroy(h) : (void)0,                             \
-          handle_fail(what, "a handle without a table of version 1 or later with a destroy",       \
-                      err)))
-static int handle_fail(const char *what, const char *got, bs_error *err) {
-  return bs__fail(err, BS_EINVAL, "%s: the backend returned %s", what, got);
+          handle_fail(what, BS_FIRST_##T, err)))
+static int handle_fail(const char *what, unsigned first, bs_error *err) {
+  if (!first) return bs__fail(err, BS_EINVAL, "%s: the backend returned no handle", what);
+  return bs__fail(err, BS_EINVAL,
+                  "%s: the backend returned a handle without a table of version %u or later "
+                  "with a destroy",
+                  what, first);
 }
 
 int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_error *err) {
@@ -104,7 +108,7 @@ int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, bs_erro
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
-  if ((rc = HANDLE_CHECK(db, "db", err))) return rc;
+  if ((rc = HANDLE_CHECK(db, bs_db_vtable, "db", err))) return rc;
   db->front = NULL;
   if ((rc = resolve_open_options(opts, &o, err)) == BS_OK &&
       (rc = bs__allocator_resolve(&db->alloc, &a, err)) == BS_OK)
@@ -440,7 +444,7 @@ int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *e
   if ((rc = check_db(db, NULL, err))) return rc;
   if ((rc = DB_CHECK(db, storage_open, err))) return rc;
   if ((rc = db->vt->storage_open(out, db, stream_id, err)) == BS_OK)
-    rc = HANDLE_CHECK(*out, "storage_open", err);
+    rc = HANDLE_CHECK(*out, bs_storage_vtable, "storage_open", err);
   if (rc != BS_OK) *out = NULL;
   return rc;
 }
@@ -491,8 +495,8 @@ int bs_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opt
     bs__free(front_alloc(st), f);
     return rc;
   }
-  if ((rc = st->vt->writer_open(st, &o, &w, err)) == BS_OK)
-    rc = HANDLE_CHECK(w, "writer_open", err);
+  if ((rc = st->vt->writer_open(&w, st, &o, err)) == BS_OK)
+    rc = HANDLE_CHECK(w, bs_writer_vtable, "writer_open", err);
   if (rc != BS_OK) {
     writer_unlock(st, o.snapshot);
     bs__free(front_alloc(st), f);
@@ -525,7 +529,7 @@ static int flush_queue(bs_writer *w, uint64_t *last, bs_error *err) {
   bs_write_batch b = bs__queue_batch(&w->front->q);
   int rc;
   if ((rc = WT_CHECK(w, flush, err))) return rc;
-  if ((rc = w->vt->flush(w, &b, last, err)) == BS_OK) bs__queue_reset(&w->front->q);
+  if ((rc = w->vt->flush(last, w, &b, err)) == BS_OK) bs__queue_reset(&w->front->q);
   return rc;
 }
 
@@ -574,7 +578,7 @@ int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err) {
   return writer_truncate(w, table, 1, err);
 }
 
-int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err) {
+int bs_writer_flush(uint64_t *last_op_out, bs_writer *w, bs_error *err) {
   uint64_t last = 0;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
@@ -594,7 +598,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   if ((rc = check_lsn(lsn, err))) return rc;
   if ((rc = WT_CHECK(w, commit, err))) return rc;
   b = bs__queue_batch(&w->front->q);
-  if ((rc = w->vt->commit(w, &b, lsn, create_empty, &r, err)) != BS_OK) return rc;
+  if ((rc = w->vt->commit(&r, w, &b, lsn, create_empty, err)) != BS_OK) return rc;
   bs__queue_reset(&w->front->q);
   if (r.checkpoint) note_checkpoint(w->st, r.checkpoint);
   if (r.checkpoint_created) notify_checkpoint(w->st->db, w->st->stream_id, r.checkpoint);
@@ -603,7 +607,7 @@ static int writer_commit(bs_writer *w, bs_val lsn, int create_empty, bs_commit_r
   return BS_OK;
 }
 
-int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts, bs_commit_result *out,
+int bs_writer_commit(bs_commit_result *out, bs_writer *w, bs_val lsn, const bs_commit_options *opts,
                      bs_error *err) {
   bs_commit_options o = BS_COMMIT_OPTIONS_INIT;
   int rc;
@@ -614,7 +618,7 @@ int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts, bs
   return writer_commit(w, lsn, o.create_empty, out, err);
 }
 
-int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err) {
+int bs_writer_keepalive(bs_commit_result *out, bs_writer *w, bs_val lsn, bs_error *err) {
   return writer_commit(w, lsn, 1, out, err);
 }
 
@@ -681,14 +685,14 @@ int bs_writer_custom_write_checkpoint_requested(bs_writer *w, bs_val user_id, ui
 
 /* ---- Reading: checkpoints -------------------------------------------------------------------- */
 
-int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+int bs_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   bs_checkpoint cp;
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
   memset(&cp, 0, sizeof cp);
-  if ((rc = st->vt->get_checkpoint(st, &cp, err)) != BS_OK) return rc;
+  if ((rc = st->vt->get_checkpoint(&cp, st, err)) != BS_OK) return rc;
   note_checkpoint(st, cp.op_id);
   *out = cp;
   return BS_OK;
@@ -711,8 +715,8 @@ static void wait_notify(bs_db *db, uint64_t seq, uint64_t ms) {
   pthread_mutex_unlock(&f->notify_mu);
 }
 
-int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
-                       bs_checkpoint *out, bs_error *err) {
+int bs_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,
+                       int timeout_ms, bs_error *err) {
   bs_checkpoint none, cur;
   uint64_t deadline, seq = 0, now;
   int rc;
@@ -727,7 +731,7 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
   if (SLOT_OK(st->vt, bs_storage_vtable,
               wait_checkpoint)) { /* the backend is woken from other processes */
     memset(&cur, 0, sizeof cur);
-    if ((rc = st->vt->wait_checkpoint(st, known, (uint64_t)timeout_ms, &cur, err)) != BS_OK)
+    if ((rc = st->vt->wait_checkpoint(&cur, st, known, (uint64_t)timeout_ms, err)) != BS_OK)
       return rc;
     note_checkpoint(st, cur.op_id);
     *out = cur;
@@ -743,7 +747,7 @@ int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_m
       pthread_mutex_unlock(&st->db->front->notify_mu);
     }
     memset(&cur, 0, sizeof cur);
-    if ((rc = st->vt->get_checkpoint(st, &cur, err)) != BS_OK) return rc;
+    if ((rc = st->vt->get_checkpoint(&cur, st, err)) != BS_OK) return rc;
     note_checkpoint(st, cur.op_id);
     now = bs__monotonic_ms();
     if (bs__checkpoint_differs(&cur, known) || now >= deadline) break;
@@ -804,10 +808,10 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
   return BS_OK;
 }
 
-int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                       size_t n_req, const bs_batch_options *opts,
+int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                       const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
                        int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
-                       int *has_more_out, bs_error *err) {
+                       bs_error *err) {
   callback c = {"bs_get_bucket_data's on_chunk", {.chunk = on_chunk}, payload, 0};
   bs_batch_options o;
   bs_bucket_request *sorted = NULL;
@@ -840,7 +844,7 @@ int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_requ
   for (i = 0; i < n_req; i++)
     if (i + 1 == n_req || !bs__val_eq(refs[i].name, refs[i + 1].name))
       sorted[m++] = req[refs[i].index];
-  rc = st->vt->bucket_data(st, checkpoint, sorted, m, &o, cb_chunk, &c, &has_more, err);
+  rc = st->vt->bucket_data(&has_more, st, checkpoint, sorted, m, &o, cb_chunk, &c, err);
   rc = callback_result(&c, rc, err);
   if (rc == BS_OK && has_more_out) *has_more_out = has_more;
 done:
@@ -851,8 +855,8 @@ done:
 
 /* ---- Reading: checksums, changes, parameters ------------------------------------------------- */
 
-int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                     bs_checksum *out, bs_error *err) {
+int bs_get_checksums(bs_checksum *out, bs_storage *st, uint64_t checkpoint, const bs_val *buckets,
+                     size_t n, bs_error *err) {
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
@@ -863,7 +867,7 @@ int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets,
   if ((rc = VT_CHECK(st, checksums, err))) return rc;
   if (n == 0) return BS_OK;
   if (cache_of(st)) return bs__cksum_cache_get(cache_of(st), st, checkpoint, buckets, n, out, err);
-  return st->vt->checksums(st, checkpoint, buckets, n, out, NULL, err);
+  return st->vt->checksums(out, NULL, st, checkpoint, buckets, n, err);
 }
 
 /* ---- Reading: listing buckets --------------------------------------------------------------- */
@@ -985,8 +989,8 @@ int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, 
   return st->vt->set_write_checkpoint_mode(st, mode, event, err);
 }
 
-int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req, size_t n,
-                                        uint64_t *ids_out, int *should_advance, bs_error *err) {
+int bs_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance, bs_storage *st,
+                                        const bs_managed_request *req, size_t n, bs_error *err) {
   int advance = 0, rc;
   if ((rc = check_storage(st, "create_managed_write_checkpoints", err))) return rc;
   if (n && !req) return bs__fail(err, BS_EINVAL, "req: NULL with n %zu", n);
@@ -1007,13 +1011,13 @@ int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request
       return rc;
   }
   if ((rc = VT_CHECK(st, create_managed_write_checkpoints, err))) return rc;
-  rc = st->vt->create_managed_write_checkpoints(st, req, n, ids_out, &advance, err);
+  rc = st->vt->create_managed_write_checkpoints(ids_out, &advance, st, req, n, err);
   if (rc == BS_OK && should_advance) *should_advance = advance;
   return rc;
 }
 
-int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
-                             uint64_t *id_out, int *found, bs_error *err) {
+int bs_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
+                             const bs_head *heads, size_t n_heads, bs_error *err) {
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if ((rc = CHECK_SIZED(user_id, 0, BS_MAX_USER_ID, "user_id", err))) return rc;
@@ -1023,16 +1027,16 @@ int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *head
   if ((rc = VT_CHECK(st, last_write_checkpoint, err))) return rc;
   *id_out = 0;
   *found = 0;
-  return st->vt->last_write_checkpoint(st, user_id, heads, n_heads, id_out, found, err);
+  return st->vt->last_write_checkpoint(id_out, found, st, user_id, heads, n_heads, err);
 }
 
-int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms, uint64_t *deleted_out,
+int bs_delete_checkpoint_requests_before(uint64_t *deleted_out, bs_storage *st, int64_t before_ms,
                                          bs_error *err) {
   uint64_t deleted = 0;
   int rc;
   if ((rc = check_storage(st, "delete_checkpoint_requests_before", err))) return rc;
   if ((rc = VT_CHECK(st, delete_checkpoint_requests_before, err))) return rc;
-  rc = st->vt->delete_checkpoint_requests_before(st, before_ms, &deleted, err);
+  rc = st->vt->delete_checkpoint_requests_before(&deleted, st, before_ms, err);
   if (rc == BS_OK && deleted_out) *deleted_out = deleted;
   return rc;
 }
@@ -1051,7 +1055,7 @@ int bs_compact_bucket_due(int *due, const bs_compact_options *opts, const bs_buc
   return BS_OK;
 }
 
-int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
+int bs_compact(bs_compact_stats *stats_out, bs_storage *st, const bs_compact_options *opts,
                bs_error *err) {
   bs_compact_options o;
   bs_compact_stats stats;
@@ -1065,34 +1069,34 @@ int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats 
     return bs__fail(err, BS_EINVAL, "opts->defragment_ratio: not a number >= 0");
   if ((rc = VT_CHECK(st, compact, err))) return rc;
   memset(&stats, 0, sizeof stats);
-  rc = st->vt->compact(st, &o, &stats, err);
+  rc = st->vt->compact(&stats, st, &o, err);
   /* Partial statistics are reported on cancel too: the transactions done are committed. */
   if (stats_out) *stats_out = stats;
   return rc;
 }
 
-int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id, uint64_t min_bucket_changes,
-                                   uint64_t *buckets_out, bs_error *err) {
+int bs_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                   uint64_t min_bucket_changes, bs_error *err) {
   uint64_t buckets = 0;
   int rc;
   if ((rc = check_storage(st, "compact_initial_replication", err))) return rc;
   if ((rc = check_op_id(max_op_id, "max_op_id", err))) return rc;
   if ((rc = VT_CHECK(st, compact_initial_replication, err))) return rc;
-  rc = st->vt->compact_initial_replication(
-      st, max_op_id, min_bucket_changes ? min_bucket_changes : 1, &buckets, err);
+  rc = st->vt->compact_initial_replication(&buckets, st, max_op_id,
+                                           min_bucket_changes ? min_bucket_changes : 1, err);
   if (rc == BS_OK && buckets_out) *buckets_out = buckets;
   return rc;
 }
 
 /* ---- Lifecycle and inspection ---------------------------------------------------------------- */
 
-int bs_get_status(bs_storage *st, bs_status *out, bs_error *err) {
+int bs_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_status, err))) return rc;
   memset(out, 0, sizeof *out);
-  return st->vt->get_status(st, out, err);
+  return st->vt->get_status(out, st, err);
 }
 
 int bs_report_error(bs_storage *st, const char *message, bs_error *err) {
@@ -1122,22 +1126,22 @@ int bs_terminate(bs_storage *st, int clear, bs_error *err) {
   return rc;
 }
 
-int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err) {
+int bs_db_stat(bs_stat *out, bs_db *db, bs_error *err) {
   int rc;
   if ((rc = check_db(db, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = DB_CHECK(db, stat, err))) return rc;
   memset(out, 0, sizeof *out);
-  return db->vt->stat(db, out, err);
+  return db->vt->stat(out, db, err);
 }
 
-int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
-                 uint64_t *problems_out, bs_error *err) {
+int bs_db_verify(uint64_t *problems_out, bs_db *db, void (*fn)(const char *problem, void *payload),
+                 void *payload, bs_error *err) {
   uint64_t problems = 0;
   int rc;
   if ((rc = check_db(db, NULL, err))) return rc;
   if ((rc = DB_CHECK(db, verify, err))) return rc;
-  rc = db->vt->verify(db, fn, payload, &problems, err);
+  rc = db->vt->verify(&problems, db, fn, payload, err);
   if (problems_out) *problems_out = problems;
   return rc;
 }

@@ -11,7 +11,7 @@
  *  - ONE WRITER PER STREAM AND KIND, and a bs_writer belongs to one thread: a second streaming
  *    (or snapshot) writer of a stream gets BS_EBUSY while one is open, in any handle, process
  *    or host (bs_writer_open). Readers and compaction run beside a writer.
- *  - A bs_db and its bs_storage handles may be shared by reader threads.
+ *  - A bs_db and its storages may be shared by reader threads.
  *  - A database at PATH also has a sidecar PATH-lock (LMDB's reader table and write lock),
  *    created by the first successful open, also a read-only one, and left behind on close: the
  *    directory must be writable. It holds no data. PATH is the file's real path (symlinks
@@ -46,7 +46,10 @@
  *    a backend's method table returns BS_EUNSUPPORTED when the backend leaves that slot NULL
  *    (storage_backend.h; the LMDB backend implements every slot, the memory backend all but
  *    backup and export, the PostgreSQL backend what docs/postgresql.md lists).
- *  - Outputs come first (one is named out); callbacks take payload last.
+ *  - Outputs come first (one is named out), then the handle, then the inputs; a callback's
+ *    payload follows it, and err is last. Callbacks take payload last.
+ *  - Names: a stream's handle is a storage (bs_storage, the argument st), a database's is db,
+ *    a writer's w.
  *  - CALLBACKS' RETURNS, one rule for every int-returning callback: 0 goes on; any other value
  *    (also a negative one that equals a BS_E* code) stops the call, which returns BS_EUSER
  *    with a message in err naming the callback and quoting its value ("bs_db_export's fn
@@ -108,10 +111,10 @@ extern "C" {
 #endif
 
 #define BS_VERSION_MAJOR  0
-#define BS_VERSION_MINOR  3
+#define BS_VERSION_MINOR  4
 #define BS_VERSION_PATCH  0
 #define BS_VERSION_NUMBER (BS_VERSION_MAJOR * 10000 + BS_VERSION_MINOR * 100 + BS_VERSION_PATCH)
-#define BS_VERSION_STRING "0.3.0"
+#define BS_VERSION_STRING "0.4.0"
 /* The version of the library actually linked (the macros above are the header's): returns its
  * BS_VERSION_STRING, a static string, and sets each non-NULL argument to its part. A program
  * built against one header and run with another shared library can compare the two. */
@@ -186,7 +189,7 @@ typedef struct bs_allocator {
 
 /* ---- Opaque handles -------------------------------------------------------------------------- */
 typedef struct bs_db bs_db;           /* one open file (or memory store); thread-safe */
-typedef struct bs_storage bs_storage; /* one stream; thread-safe for reads */
+typedef struct bs_storage bs_storage; /* a storage: one stream's handle; thread-safe for reads */
 typedef struct bs_writer bs_writer;   /* one replication writer of a stream; one thread */
 
 /* ---- Opening --------------------------------------------------------------------------------- */
@@ -349,13 +352,13 @@ BS_API int bs_stream_create(uint32_t *id_out, bs_db *db, const char *name,
 BS_API int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payload),
                           void *payload, bs_error *err);
 
-/* Opens a handle on stream id; id 0 = the served stream (ACTIVE or ERRORED), else the newest
- * one. A handle on a STOPPED or TERMINATED stream still reads. Close with bs_storage_close().
+/* Opens a storage on stream id; id 0 = the served stream (ACTIVE or ERRORED), else the newest
+ * one. A storage on a STOPPED or TERMINATED stream still reads. Close with bs_storage_close().
  * Errors: BS_EINVAL (out or db NULL), BS_ENOTFOUND (no such stream / no stream at all). */
 BS_API int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err);
-/* Releases the handle (NULL is a no-op); close its writers first. */
+/* Releases the storage (NULL is a no-op); close its writers first. */
 BS_API void bs_storage_close(bs_storage *st);
-/* The stream id the handle was opened on (infallible). */
+/* The stream id the storage was opened on (infallible). */
 BS_API uint32_t bs_storage_stream_id(const bs_storage *st);
 
 /* ---- Writing --------------------------------------------------------------------------------- */
@@ -482,7 +485,7 @@ BS_API int bs_writer_drop(bs_writer *w, bs_val table, bs_error *err);
  * persisted op id. Never makes a checkpoint. On failure nothing is persisted and the queue is
  * kept (flush again, or close to discard). Errors: BS_EINVAL (w NULL), BS_ESTATE (stream
  * terminated). */
-BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
+BS_API int bs_writer_flush(uint64_t *last_op_out, bs_writer *w, bs_error *err);
 /* Flushes, then makes a checkpoint iff can_checkpoint(lsn) (contract.md 4.4): the snapshot is done
  * and lsn sorts at or above both the snapshot_done LSN and the last checkpoint's LSN. A blocked
  * commit still persists the queue and returns BS_OK with out->checkpoint_blocked = 1 and
@@ -490,10 +493,10 @@ BS_API int bs_writer_flush(bs_writer *w, uint64_t *last_op_out, bs_error *err);
  * NULL. Errors: BS_EINVAL (w NULL, bad option), BS_ETOOBIG (lsn over BS_MAX_LSN), BS_ESTATE
  * (stream terminated), and a flush's errors. Listeners
  * (bs_set_checkpoint_listener) run in this thread before it returns. */
-BS_API int bs_writer_commit(bs_writer *w, bs_val lsn, const bs_commit_options *opts,
-                            bs_commit_result *out, bs_error *err);
+BS_API int bs_writer_commit(bs_commit_result *out, bs_writer *w, bs_val lsn,
+                            const bs_commit_options *opts, bs_error *err);
 /* commit(lsn) with create_empty = 1. */
-BS_API int bs_writer_keepalive(bs_writer *w, bs_val lsn, bs_commit_result *out, bs_error *err);
+BS_API int bs_writer_keepalive(bs_commit_result *out, bs_writer *w, bs_val lsn, bs_error *err);
 /* Marks the stream's snapshot done and raises no_checkpoint_before to lsn (never lowers it): no
  * checkpoint is made at an LSN that sorts below it. Persisted at once, in a write transaction
  * of its own (the writer's queue is not flushed).
@@ -535,7 +538,7 @@ typedef struct bs_checkpoint {
 
 /* The stream's current checkpoint (op_id 0 and has_lsn 0 before the first). out is a copy.
  * Errors: BS_EINVAL (st or out NULL). */
-BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
+BS_API int bs_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);
 
 /* Blocks until the stream's checkpoint op id differs from `known` (or the LSN changes), or
  * timeout_ms passes (then BS_OK with out = current). Commits in this process wake it at
@@ -546,8 +549,8 @@ BS_API int bs_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err);
  * read-only replica, opened with BS_OPEN_RDONLY: PostgreSQL cannot LISTEN during recovery) it
  * polls every 50 ms instead and sees a commit once the standby has replayed it. known NULL = no
  * checkpoint yet; timeout_ms < 0 is BS_EINVAL. */
-BS_API int bs_wait_checkpoint(bs_storage *st, const bs_checkpoint *known, int timeout_ms,
-                              bs_checkpoint *out, bs_error *err);
+BS_API int bs_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,
+                              int timeout_ms, bs_error *err);
 
 /* Registers fn, called after every checkpoint this process commits on db, in the committing
  * (writer's) thread, outside any lock: it may call the library's read functions, and should be
@@ -624,10 +627,11 @@ typedef struct bs_batch_options {
  * or on_chunk NULL, req NULL with n_req, an empty bucket name, checkpoint or after >= 2^63, bad
  * option, also opts->limit 0), BS_ETOOBIG (a bucket name over BS_MAX_BUCKET_NAME), or
  * BS_EUSER (on_chunk stopped it). */
-BS_API int bs_get_bucket_data(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                              size_t n_req, const bs_batch_options *opts,
+BS_API int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                              const bs_bucket_request *req, size_t n_req,
+                              const bs_batch_options *opts,
                               int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
-                              int *has_more_out, bs_error *err);
+                              bs_error *err);
 
 typedef struct bs_checksum {
   uint32_t checksum; /* wrapping sum of op checksums with op_id <= checkpoint */
@@ -638,8 +642,8 @@ typedef struct bs_checksum {
  * Served through the checksum cache. Errors: BS_EINVALIDATED (contract.md 5.5), BS_EINVAL (st
  * NULL, buckets or out NULL with n, an empty name, checkpoint >= 2^63), BS_ETOOBIG (a name over
  * BS_MAX_BUCKET_NAME). */
-BS_API int bs_get_checksums(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                            bs_checksum *out, bs_error *err);
+BS_API int bs_get_checksums(bs_checksum *out, bs_storage *st, uint64_t checkpoint,
+                            const bs_val *buckets, size_t n, bs_error *err);
 
 /* ---- Listing buckets ------------------------------------------------------------------------- */
 /* One bucket of a stream, as its stored figures stand: every persisted op counts, also ops above
@@ -770,8 +774,8 @@ typedef struct bs_managed_request {
   int64_t requested_at_ms;
 } bs_managed_request;
 
-/* Sets how this storage handle serves write checkpoints (default managed); a per-handle
- * setting, not stored in the file. event (custom mode) may be {NULL, 0}. Errors: BS_EINVAL (st
+/* Sets how st serves write checkpoints (default managed); a setting of the storage, not
+ * stored in the file. event (custom mode) may be {NULL, 0}. Errors: BS_EINVAL (st
  * NULL, unknown mode), BS_ETOOBIG (event over 255 bytes). */
 BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                         bs_error *err);
@@ -779,24 +783,24 @@ BS_API int bs_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode
  * user after the batch; *should_advance (may be NULL) = 1 when a record waits for a commit.
  * Errors: BS_ESTATE (custom mode, read-only db), BS_EINVAL / BS_ETOOBIG (a request, named; a
  * request_id >= 2^63, or an id that would pass it). */
-BS_API int bs_create_managed_write_checkpoints(bs_storage *st, const bs_managed_request *req,
-                                               size_t n, uint64_t *ids_out, int *should_advance,
-                                               bs_error *err);
+BS_API int bs_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance,
+                                               bs_storage *st, const bs_managed_request *req,
+                                               size_t n, bs_error *err);
 /* Managed mode: the user's id iff every head of its record is reached by heads (the given
  * list names that connection at an LSN at or above it; connections the record does not have
  * are ignored). Custom mode: the stored value for (user, the mode's event); heads are not
  * used. *found = 0 when there is none; heads may be NULL when n_heads is 0. Errors: BS_EINVAL
  * (st, id_out or found NULL, heads NULL with n_heads), BS_ETOOBIG (user_id, a connection or an
  * LSN over its limit). */
-BS_API int bs_last_write_checkpoint(bs_storage *st, bs_val user_id, const bs_head *heads,
-                                    size_t n_heads, uint64_t *id_out, int *found, bs_error *err);
+BS_API int bs_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
+                                    const bs_head *heads, size_t n_heads, bs_error *err);
 /* Deletes the processed managed records (database-wide) and the custom records of st's
  * stream whose requested_at < before_ms. Records without requested_at (generated managed ids,
  * persistent custom checkpoints) are kept. Managed ids never go backwards: a user whose record
  * was deleted gets ids above the deleted one. *deleted_out may be NULL. before_ms: ms since the
  * Unix epoch. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
-BS_API int bs_delete_checkpoint_requests_before(bs_storage *st, int64_t before_ms,
-                                                uint64_t *deleted_out, bs_error *err);
+BS_API int bs_delete_checkpoint_requests_before(uint64_t *deleted_out, bs_storage *st,
+                                                int64_t before_ms, bs_error *err);
 
 /* ---- Compaction (contract.md section 6) ------------------------------------------------------ */
 typedef struct bs_compact_stats {
@@ -857,7 +861,7 @@ typedef struct bs_compact_options {
  * stream's change records below the aged checkpoint (the newest at least min_age_ms old; a
  * record naming write-checkpoint users keeps those), so bs_get_checkpoint_changes from below it
  * answers with the invalidate flags (contract.md 5.1). */
-BS_API int bs_compact(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats_out,
+BS_API int bs_compact(bs_compact_stats *stats_out, bs_storage *st, const bs_compact_options *opts,
                       bs_error *err);
 /* *due = 1 when a full bs_compact with opts (NULL = the defaults) and no opts->buckets would
  * select the bucket bs_list_buckets described: its changes at least min_bucket_changes and, over
@@ -870,9 +874,8 @@ BS_API int bs_compact_bucket_due(int *due, const bs_compact_options *opts,
  * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped;
  * *buckets_out (may be NULL) = buckets compacted. Errors: BS_ESTATE (as said), BS_EINVAL (st
  * NULL, max_op_id >= 2^63). */
-BS_API int bs_compact_initial_replication(bs_storage *st, uint64_t max_op_id,
-                                          uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                          bs_error *err);
+BS_API int bs_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                          uint64_t min_bucket_changes, bs_error *err);
 
 /* ---- Lifecycle and inspection ---------------------------------------------------------------- */
 typedef struct bs_status {
@@ -891,7 +894,7 @@ typedef struct bs_status {
 
 /* Fills out with the stream's lifecycle state (a copy: no borrowed pointers). Errors:
  * BS_EINVAL (st or out NULL). */
-BS_API int bs_get_status(bs_storage *st, bs_status *out, bs_error *err);
+BS_API int bs_get_status(bs_status *out, bs_storage *st, bs_error *err);
 /* Records message (copied, cut to 255 bytes) as the stream's last error (bs_status); an
  * ACTIVE stream becomes ERRORED (still served). Errors: BS_EINVAL (st NULL), BS_ESTATE
  * (read-only db). */
@@ -926,7 +929,7 @@ typedef struct bs_stat {
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
  * so it costs a full scan of the file (PostgreSQL: a count of every table, one statement). Errors:
  * BS_EINVAL (db or out NULL). */
-BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
+BS_API int bs_db_stat(bs_stat *out, bs_db *db, bs_error *err);
 /* Recomputes every PUT's and REMOVE's checksum from its payload with the stream's hash, every
  * bucket's running checksum and count from its ops (which covers MOVE and CLEAR), and checks key
  * and value encodings and that source records point at their PUTs, in one read snapshot. Each
@@ -938,8 +941,9 @@ BS_API int bs_db_stat(bs_db *db, bs_stat *out, bs_error *err);
  * read-write handle), read a page of rows at a time; fn runs after it ended (never holding the
  * snapshot open): the problems' first 256 KiB of text are kept for it, and when more were found
  * a last call says how many (*problems_out counts them all). */
-BS_API int bs_db_verify(bs_db *db, void (*fn)(const char *problem, void *payload), void *payload,
-                        uint64_t *problems_out, bs_error *err);
+BS_API int bs_db_verify(uint64_t *problems_out, bs_db *db,
+                        void (*fn)(const char *problem, void *payload), void *payload,
+                        bs_error *err);
 
 /* ---- Backup, export and load (mdb_copy / mdb_dump / mdb_load) ------------------------------ */
 #define BS_BACKUP_REPLACE 0x1u /* bs_backup: replace a file that exists at path */
@@ -1004,8 +1008,8 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * stopped it), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
  * no format record or one of another version, or the result did not verify), BS_ECANCELED,
  * BS_EIO, BS_ENOMEM. Any thread. */
-BS_API int bs_load(const char *path, int (*next)(bs_record *rec, void *payload), void *payload,
-                   const bs_backup_options *opts, bs_error *err);
+BS_API int bs_load(const char *path, const bs_backup_options *opts,
+                   int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err);
 
 /* ==== Backend authors ============================================================================
  * The handles above are opaque here. A program that supplies its own backend (or wraps one:

@@ -21,11 +21,16 @@
  *    answers BS_ESTATE before the slot is reached.
  *  - A NULL slot answers BS_EUNSUPPORTED; `destroy` is the one mandatory slot of every table
  *    (bs_open_backend, bs_storage_open and bs_writer_open refuse with BS_EINVAL a handle
- *    without it or of version 0, releasing it through its destroy when it has one, and a slot
- *    that returned BS_OK without a handle).
+ *    without it or of a version older than below, releasing it through its destroy when it has
+ *    one, and a slot that returned BS_OK without a handle).
  *  - Tables only grow at the end. Each carries the version its author compiled against
  *    (BS_*_VTABLE_VERSION); the front reads a slot only when the table's version is at least
- *    the version that added it, so a backend built against an older header keeps working.
+ *    the version that added it, so a backend built against an older header keeps working. A
+ *    slot whose signature changes bumps its table's version, and the front refuses the older
+ *    versions (their slots take other arguments): the db table from version 2, the storage
+ *    table from 4 and the writer table from 2 on (0.4.0: outputs first in every slot).
+ *  - Slots follow storage.h's CONVENTIONS: outputs first, then the handle, then the inputs;
+ *    a callback's payload after it; err last.
  *  - The checksum cache, checkpoint notification (bs_wait_checkpoint, the listener) and the
  *    writer's options live in the front, not in the bases: a backend never touches them.
  *  - Ownership: the caller of a slot owns its inputs (borrowed for the call); what a slot hands
@@ -45,9 +50,9 @@
 extern "C" {
 #endif
 
-#define BS_DB_VTABLE_VERSION      1
-#define BS_STORAGE_VTABLE_VERSION 3
-#define BS_WRITER_VTABLE_VERSION  1
+#define BS_DB_VTABLE_VERSION      2
+#define BS_STORAGE_VTABLE_VERSION 4
+#define BS_WRITER_VTABLE_VERSION  2
 
 /* ---- The database ---------------------------------------------------------------------------- */
 
@@ -63,8 +68,8 @@ typedef struct bs_db_vtable {
   /* id 0 = the served stream (ACTIVE or ERRORED), else the newest; BS_ENOTFOUND when none. The
    * storage returned has vt (with destroy), db = this db and stream_id set. */
   int (*storage_open)(bs_storage **out, bs_db *db, uint32_t id, bs_error *err);
-  int (*stat)(bs_db *db, bs_stat *out, bs_error *err);
-  int (*verify)(bs_db *db, void (*fn)(const char *, void *), void *payload, uint64_t *problems,
+  int (*stat)(bs_stat *out, bs_db *db, bs_error *err);
+  int (*verify)(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,
                 bs_error *err);
   int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
   int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
@@ -81,7 +86,7 @@ struct bs_db {
   struct bs__db_front *front;
 };
 
-/* Hands a backend's freshly constructed database to the front: checks db (vt of version 1 or
+/* Hands a backend's freshly constructed database to the front: checks db (vt of version 2 or
  * later, with destroy; alloc all set or all NULL for libc), attaches the front's state (the
  * checksum cache sized by opts->checksum_cache_entries, checkpoint waits; opts may be NULL,
  * else checked as bs_open checks it) and sets *out = db, released by bs_close() (the front's
@@ -99,25 +104,25 @@ typedef struct bs_storage_vtable {
 
   /* opts resolved: never NULL, no zero bound. The writer returned has vt (with destroy) and
    * st = this storage set. */
-  int (*writer_open)(bs_storage *st, const bs_writer_options *opts, bs_writer **out, bs_error *err);
+  int (*writer_open)(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err);
 
-  int (*get_checkpoint)(bs_storage *st, bs_checkpoint *out, bs_error *err);
+  int (*get_checkpoint)(bs_checkpoint *out, bs_storage *st, bs_error *err);
   /* buckets arrive sorted by name, deduplicated; opts resolved */
-  int (*bucket_data)(bs_storage *st, uint64_t checkpoint, const bs_bucket_request *req,
-                     size_t n_req, const bs_batch_options *opts,
+  int (*bucket_data)(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                     const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
                      int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
-                     int *has_more_out, bs_error *err);
+                     bs_error *err);
   /* uncached; the front batches cache misses into one call. generation_out (n entries, may be
    * NULL): the bucket's compaction generation, for the cache. */
-  int (*checksums)(bs_storage *st, uint64_t checkpoint, const bs_val *buckets, size_t n,
-                   bs_checksum *out, uint64_t *generation_out, bs_error *err);
+  int (*checksums)(bs_checksum *out, uint64_t *generation_out, bs_storage *st, uint64_t checkpoint,
+                   const bs_val *buckets, size_t n, bs_error *err);
   /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is
    * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.
    * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is
    * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it
    * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (contract.md 5.5). */
-  int (*checksum_ranges)(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,
-                         size_t n, bs_checksum *out, int *cleared, uint64_t *generation_out,
+  int (*checksum_ranges)(bs_checksum *out, int *cleared, uint64_t *generation_out, bs_storage *st,
+                         uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
                          bs_error *err);
   /* from <= to; the front reports a list over BS_CHANGES_MAX (1000) names, or one the backend
    * invalidated, as invalidate-all: collecting a kind may stop at 1001 names */
@@ -132,20 +137,19 @@ typedef struct bs_storage_vtable {
 
   int (*set_write_checkpoint_mode)(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                    bs_error *err);
-  int (*create_managed_write_checkpoints)(bs_storage *st, const bs_managed_request *req, size_t n,
-                                          uint64_t *ids_out, int *should_advance, bs_error *err);
-  int (*last_write_checkpoint)(bs_storage *st, bs_val user_id, const bs_head *heads, size_t n_heads,
-                               uint64_t *id_out, int *found, bs_error *err);
-  int (*delete_checkpoint_requests_before)(bs_storage *st, int64_t before_ms, uint64_t *deleted,
+  int (*create_managed_write_checkpoints)(uint64_t *ids_out, int *should_advance, bs_storage *st,
+                                          const bs_managed_request *req, size_t n, bs_error *err);
+  int (*last_write_checkpoint)(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
+                               const bs_head *heads, size_t n_heads, bs_error *err);
+  int (*delete_checkpoint_requests_before)(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                            bs_error *err);
 
-  int (*compact)(bs_storage *st, const bs_compact_options *opts, bs_compact_stats *stats,
+  int (*compact)(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                  bs_error *err);
-  int (*compact_initial_replication)(bs_storage *st, uint64_t max_op_id,
-                                     uint64_t min_bucket_changes, uint64_t *buckets_out,
-                                     bs_error *err);
+  int (*compact_initial_replication)(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                                     uint64_t min_bucket_changes, bs_error *err);
 
-  int (*get_status)(bs_storage *st, bs_status *out, bs_error *err);
+  int (*get_status)(bs_status *out, bs_storage *st, bs_error *err);
   int (*report_error)(bs_storage *st, const char *message, bs_error *err);
   int (*clear)(bs_storage *st, bs_error *err);
   int (*terminate)(bs_storage *st, int clear, bs_error *err);
@@ -157,8 +161,8 @@ typedef struct bs_storage_vtable {
    * wake a waiter (PostgreSQL: LISTEN/NOTIFY): blocks until the stream's checkpoint differs from
    * known (bs__checkpoint_differs: op id or LSN) or timeout_ms passes, and sets *out to the
    * current one. known is never NULL. NULL slot: the front polls get_checkpoint. */
-  int (*wait_checkpoint)(bs_storage *st, const bs_checkpoint *known, uint64_t timeout_ms,
-                         bs_checkpoint *out, bs_error *err);
+  int (*wait_checkpoint)(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,
+                         uint64_t timeout_ms, bs_error *err);
 
   /* Version 3. The writer lock of this stream's writers of one kind (snapshot 0: streaming, 1:
    * snapshot), which keeps storage.h's one writer per stream and kind: lock 1 takes it, or
@@ -210,14 +214,14 @@ typedef struct bs_writer_vtable {
   /* Applies batch in ONE transaction, all of it or (on failure) nothing; an empty batch writes
    * nothing but is refused on a terminated stream like any other. *last_op_out: the stream's op
    * head afterwards. The auto-flush bounds are the front's: a backend never flushes on its own. */
-  int (*flush)(bs_writer *w, const bs_write_batch *batch, uint64_t *last_op_out, bs_error *err);
+  int (*flush)(uint64_t *last_op_out, bs_writer *w, const bs_write_batch *batch, bs_error *err);
   /* Persists a truncate (drop: and forgets the table) at once; the front has flushed what was
    * queued before it (contract.md 4.2). */
   int (*truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
   /* Applies batch and then commits at lsn, in one transaction. create_empty: 0 or 1 (the front
    * resolved -1, the writer's own setting in bs_writer_options). */
-  int (*commit)(bs_writer *w, const bs_write_batch *batch, bs_val lsn, int create_empty,
-                bs_commit_result *out, bs_error *err);
+  int (*commit)(bs_commit_result *out, bs_writer *w, const bs_write_batch *batch, bs_val lsn,
+                int create_empty, bs_error *err);
   int (*snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);
   int (*resume_lsn)(bs_writer *w, bs_val lsn, bs_error *err);
   /* The row's stored data as if batch (not flushed yet) were applied. */

@@ -74,7 +74,7 @@ static int h_commit(bsh *h, uint64_t n, uint64_t *cp_out, bres *r, bs_error *err
   gen_lsn(lsn, n);
   l.data = lsn;
   l.size = 16;
-  if ((rc = bs_writer_commit(h->w, l, NULL, &cr, err)) != BS_OK)
+  if ((rc = bs_writer_commit(&cr, h->w, l, NULL, err)) != BS_OK)
     res_fail(r, rc, "bs_writer_commit", err);
   if (cp_out) *cp_out = cr.checkpoint;
   return rc;
@@ -115,7 +115,7 @@ static int save_row(bs_writer *w, bs_tag tag, uint64_t row, int bucket, uint64_t
 
 static double stored_ops(bs_db *db, double *file_out) {
   bs_stat s;
-  if (bs_db_stat(db, &s, NULL) != BS_OK) return -1;
+  if (bs_db_stat(&s, db, NULL) != BS_OK) return -1;
   if (file_out) *file_out = (double)s.file_bytes;
   return (double)(s.ops_put + s.ops_remove + s.ops_move + s.ops_clear);
 }
@@ -195,7 +195,7 @@ int bs_ingest(int mode) {
     goto out;
   mem_sampler_start();
   t0 = now_s();
-  rc = bs_compact_initial_replication(h.st, 0, 0, &nbk, &err);
+  rc = bs_compact_initial_replication(&nbk, h.st, 0, 0, &err);
   t1 = now_s();
   mem_sampler_stop();
   if (rc != BS_OK) {
@@ -353,7 +353,7 @@ static int download(bs_storage *st, uint64_t cp, unsigned b, uint64_t after, dl 
   bo.limit = g_cfg->read_limit;
   while (more) {
     d->next_after = req.after;
-    if ((rc = bs_get_bucket_data(st, cp, &req, 1, &bo, on_chunk, d, &more, err)) != BS_OK)
+    if ((rc = bs_get_bucket_data(&more, st, cp, &req, 1, &bo, on_chunk, d, err)) != BS_OK)
       return rc;
     req.after = d->next_after;
   }
@@ -404,7 +404,7 @@ static int catch_up(bs_storage *st, uint64_t from, uint64_t cp, dl *d, size_t *n
   while (more && n) {
     dl part = {0};
     size_t i = 0;
-    if ((rc = bs_get_bucket_data(st, cp, req, n, &bo, on_chunk, &part, &more, err)) != BS_OK) break;
+    if ((rc = bs_get_bucket_data(&more, st, cp, req, n, &bo, on_chunk, &part, err)) != BS_OK) break;
     d->ops += part.ops;
     d->bytes += part.bytes;
     if (!more) break;
@@ -435,7 +435,7 @@ int bs_reads(void) {
   r = res_new("reads", "whole buckets from 0, cold map", "bs");
   snprintf(r->unit, sizeof r->unit, "ops/s");
   if (h_open(&h, "s100.bs", 0, 0, 0, r, &err)) goto out;
-  if ((rc = bs_get_checkpoint(h.st, &cp, &err)) != BS_OK) {
+  if ((rc = bs_get_checkpoint(&cp, h.st, &err)) != BS_OK) {
     res_fail(r, rc, "bs_get_checkpoint", &err);
     goto out;
   }
@@ -524,7 +524,7 @@ static void *reader(void *arg) {
   while (!x->stop) {
     bs_checkpoint cp;
     dl d = {0};
-    if ((x->rc = bs_get_checkpoint(x->h->st, &cp, &x->err)) != BS_OK) break;
+    if ((x->rc = bs_get_checkpoint(&cp, x->h->st, &x->err)) != BS_OK) break;
     if ((x->rc = download(x->h->st, cp.op_id, (unsigned)(rng_next(&s) % g_cfg->buckets_small), 0,
                           &d, &x->err)) != BS_OK)
       break;
@@ -693,14 +693,14 @@ int bs_checksums(int big) {
         free(lat);
         continue;
       }
-      if (cached && (rc = bs_get_checksums(h.st, cp, bv, per_call, out, &err)) != BS_OK) {
+      if (cached && (rc = bs_get_checksums(out, h.st, cp, bv, per_call, &err)) != BS_OK) {
         res_fail(r, rc, "bs_get_checksums", &err);
       }
       t0 = now_s();
       for (int rep = 0; rep < reps && r->status == BR_OK; rep++) {
         for (uint64_t k = 0; k < calls; k++) {
           double tc = now_s();
-          if ((rc = bs_get_checksums(h.st, cp, bv, per_call, out, &err)) != BS_OK) {
+          if ((rc = bs_get_checksums(out, h.st, cp, bv, per_call, &err)) != BS_OK) {
             res_fail(r, rc, "bs_get_checksums", &err);
             break;
           }
@@ -917,7 +917,7 @@ int bs_compaction(int mode) {
   memset(&cs, 0, sizeof cs);
   mem_sampler_start();
   t0 = now_s();
-  rc = bs_compact(h.st, &o, &cs, &err);
+  rc = bs_compact(&cs, h.st, &o, &err);
   r->secs = now_s() - t0;
   mem_sampler_stop();
   if (rc != BS_OK) {

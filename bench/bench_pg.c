@@ -263,7 +263,7 @@ static int h_commit(bsh *h, uint64_t n, uint64_t *cp, bres *r) {
   bs_error err;
   int rc;
   gen_lsn(lsn, n);
-  if ((rc = bs_writer_commit(h->w, l, NULL, &cr, &err)) != BS_OK) {
+  if ((rc = bs_writer_commit(&cr, h->w, l, NULL, &err)) != BS_OK) {
     res_fail(r, rc, "bs_writer_commit", &err);
     return rc;
   }
@@ -378,7 +378,7 @@ int pg_bs_ingest(int lmdb) {
            "latency = one commit of %llu rows (flush + checkpoint); client CPU %.1f us/op",
            (unsigned long long)g_cfg->commit_changes, (cpu_s() - c0) / rt->count * 1e6);
   res_mem(rt);
-  if (bs_db_stat(h.db, &s, &err) == BS_OK) {
+  if (bs_db_stat(&s, h.db, &err) == BS_OK) {
     double ops = (double)(s.ops_put + s.ops_remove + s.ops_move + s.ops_clear), bytes = -1;
     if (lmdb) {
       char path[600];
@@ -446,7 +446,7 @@ int pg_bs_reads(int a) {
   r[1] = res_new("reads", "whole bucket from 0, second pass", "bs");
   for (int p = 0; p < 2; p++) snprintf(r[p]->unit, sizeof r[p]->unit, "ops/s");
   if (h_open(&h, 0, 0, 0, r[0])) goto out;
-  if ((rc = bs_get_status(h.st, &stt, &err)) != BS_OK) {
+  if ((rc = bs_get_status(&stt, h.st, &err)) != BS_OK) {
     res_fail(r[0], rc, "bs_get_status", &err);
     goto out;
   }
@@ -468,7 +468,7 @@ int pg_bs_reads(int a) {
     while (more) {
       double tc = now_s();
       d.next_after = req.after;
-      if ((rc = bs_get_bucket_data(h.st, stt.checkpoint, &req, 1, &bo, on_chunk, &d, &more,
+      if ((rc = bs_get_bucket_data(&more, h.st, stt.checkpoint, &req, 1, &bo, on_chunk, &d,
                                    &err)) != BS_OK) {
         res_fail(r[p], rc, "bs_get_bucket_data", &err);
         break;
@@ -535,7 +535,7 @@ int pg_bs_checksums(int a) {
     r[big]->lower_better = 1;
   }
   if (h_open(&h, 0, 0, (size_t)-1, r[1])) goto out;
-  if ((rc = bs_get_status(h.st, &stt, &err)) != BS_OK) {
+  if ((rc = bs_get_status(&stt, h.st, &err)) != BS_OK) {
     res_fail(r[1], rc, "bs_get_status", &err);
     goto out;
   }
@@ -551,7 +551,7 @@ int pg_bs_checksums(int a) {
     t0 = now_s();
     for (int i = 0; i < ck_calls(); i++) {
       double tc = now_s();
-      if ((rc = bs_get_checksums(h.st, stt.checkpoint, &bv, 1, &ck, &err)) != BS_OK) {
+      if ((rc = bs_get_checksums(&ck, h.st, stt.checkpoint, &bv, 1, &err)) != BS_OK) {
         res_fail(r[big], rc, "bs_get_checksums", &err);
         break;
       }
@@ -602,7 +602,7 @@ int pg_bs_compact(int lmdb) {
   memset(&cs, 0, sizeof cs);
   mem_sampler_start();
   t0 = now_s();
-  rc = bs_compact(h.st, &co, &cs, &err);
+  rc = bs_compact(&cs, h.st, &co, &err);
   mem_sampler_stop();
   if (rc != BS_OK) {
     res_fail(r, rc, "bs_compact", &err);

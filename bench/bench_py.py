@@ -102,10 +102,10 @@ int main(int argc, char **argv) {
     s.table = (bs_val){"todos", 5}, s.tag = BS_INSERT, s.after_id = r.object_id;
     s.rows = &r, s.n_rows = 1;
     TRY(bs_writer_save(w, &s, &err), "bs_writer_save");
-    if ((i + 1) % every == 0) TRY(bs_writer_commit(w, lsn, NULL, &cr, &err), "commit");
+    if ((i + 1) % every == 0) TRY(bs_writer_commit(&cr, w, lsn, NULL, &err), "commit");
   }
   TRY(bs_writer_snapshot_done(w, lsn, &err), "snapshot_done");
-  TRY(bs_writer_commit(w, lsn, NULL, &cr, &err), "commit");
+  TRY(bs_writer_commit(&cr, w, lsn, NULL, &err), "commit");
   t_ingest = now() - t0;
   for (int pass = 0; pass < 2; pass++) {
     a.ops = a.bytes = 0;
@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
       int more = 1;
       bo.limit = limit;
       while (more) {
-        TRY(bs_get_bucket_data(st, cr.checkpoint, &req, 1, &bo, on_chunk, &a, &more, &err),
+        TRY(bs_get_bucket_data(&more, st, cr.checkpoint, &req, 1, &bo, on_chunk, &a, &err),
             "bs_get_bucket_data");
         req.after = a.next;
       }

@@ -18,8 +18,8 @@ int main(int argc, char **argv) {
   TRY(bs_writer_open(&w, st, NULL, &err));
   TRY(bs_writer_save(w, &s, &err));                      /* queued; nothing visible yet */
   TRY(bs_writer_snapshot_done(w, V("00000000/0000000A"), &err)); /* LSNs: fixed width */
-  TRY(bs_writer_commit(w, V("00000000/0000000A"), NULL, NULL, &err)); /* checkpoint at op 1 */
-  TRY(bs_get_checksums(st, 1, &row.bucket, 1, &cs, &err));
+  TRY(bs_writer_commit(NULL, w, V("00000000/0000000A"), NULL, &err)); /* checkpoint at op 1 */
+  TRY(bs_get_checksums(&cs, st, 1, &row.bucket, 1, &err));
   printf("checksum %u over %llu op(s)\n", cs.checksum, (unsigned long long)cs.count);
 fail:
   if (rc) fprintf(stderr, "%s (%s)\n", bs_strerror(rc), err.msg);

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
       if ((rc = save_row(w, i, round, round % 5 == 0 && i % 3 == 0 ? BS_DELETE : BS_UPDATE, &err)))
         return die("save", rc, &err);
     snprintf(lsn, sizeof lsn, "%010d", round);
-    if ((rc = bs_writer_commit(w, str(lsn), NULL, &cr, &err))) return die("commit", rc, &err);
+    if ((rc = bs_writer_commit(&cr, w, str(lsn), NULL, &err))) return die("commit", rc, &err);
     if (!cr.checkpoint_created) {
       fprintf(stderr, "replicator: round %d made no checkpoint\n", round);
       return 1;
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
   }
 
   /* 3. Where to resume after a restart: the status carries the last committed LSN. */
-  if ((rc = bs_get_status(st, &status, &err))) return die("status", rc, &err);
+  if ((rc = bs_get_status(&status, st, &err))) return die("status", rc, &err);
   if (!status.snapshot_done || status.checkpoint != cr.checkpoint || !status.has_lsn ||
       status.lsn_size != strlen(lsn) || memcmp(status.lsn, lsn, status.lsn_size) != 0) {
     fprintf(stderr, "replicator: status does not show the last commit\n");

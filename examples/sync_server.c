@@ -104,9 +104,9 @@ static int serve(bs_storage *st, bs_error *err) {
   bs_checksum sums[N_BUCKETS];
   bs_bucket_request req[N_BUCKETS];
   int rc, i, more = 1;
-  if ((rc = bs_get_checkpoint(st, &cp, err))) return rc;
+  if ((rc = bs_get_checkpoint(&cp, st, err))) return rc;
   for (i = 0; i < N_BUCKETS; i++) names[i] = str(buckets[i]);
-  if ((rc = bs_get_checksums(st, cp.op_id, names, N_BUCKETS, sums, err))) return rc;
+  if ((rc = bs_get_checksums(sums, st, cp.op_id, names, N_BUCKETS, err))) return rc;
   printf("{\"checkpoint\":{\"last_op_id\":\"%llu\",\"write_checkpoint\":null,\"buckets\":[",
          (unsigned long long)cp.op_id);
   for (i = 0; i < N_BUCKETS; i++) {
@@ -124,7 +124,7 @@ static int serve(bs_storage *st, bs_error *err) {
       req[i].bucket = names[i];
       req[i].after = client[i].after;
     }
-    if ((rc = bs_get_bucket_data(st, cp.op_id, req, N_BUCKETS, &o, send_chunk, NULL, &more, err)))
+    if ((rc = bs_get_bucket_data(&more, st, cp.op_id, req, N_BUCKETS, &o, send_chunk, NULL, err)))
       return rc;
   }
   printf("{\"checkpoint_complete\":{\"last_op_id\":\"%llu\"}}\n", (unsigned long long)cp.op_id);
@@ -158,7 +158,7 @@ static int write_rows(bs_writer *w, int from, int n, int version, const char *ls
     s.n_rows = 1;
     if ((rc = bs_writer_save(w, &s, err))) return rc;
   }
-  return bs_writer_commit(w, str(lsn), NULL, NULL, err);
+  return bs_writer_commit(NULL, w, str(lsn), NULL, err);
 }
 
 int main(void) {

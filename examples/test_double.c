@@ -40,7 +40,7 @@ static int app_add_todo(bs_writer *w, const char *id, const char *owner, const c
   if ((rc = bs_writer_save(w, &s, err))) return rc;
   v.data = lsn;
   v.size = strlen(lsn);
-  return bs_writer_commit(w, v, NULL, NULL, err);
+  return bs_writer_commit(NULL, w, v, NULL, err);
 }
 
 /* ---- Test helpers ----------------------------------------------------------------------------- */
@@ -98,8 +98,8 @@ static void test_todo_lands_in_owner_bucket(void) {
   int more;
   CHECK(setup(&f, NULL) == 0);
   CHECK(app_add_todo(f.w, "1", "ann", "milk", "00000000/00000001", NULL) == BS_OK);
-  CHECK(bs_get_checkpoint(f.st, &cp, NULL) == BS_OK && cp.op_id > 0);
-  CHECK(bs_get_bucket_data(f.st, cp.op_id, &req, 1, NULL, collect, got, &more, NULL) == BS_OK);
+  CHECK(bs_get_checkpoint(&cp, f.st, NULL) == BS_OK && cp.op_id > 0);
+  CHECK(bs_get_bucket_data(&more, f.st, cp.op_id, &req, 1, NULL, collect, got, NULL) == BS_OK);
   CHECK(strcmp(got, "{\"id\":\"1\",\"title\":\"milk\"}") == 0);
   teardown(&f);
 }

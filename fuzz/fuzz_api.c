@@ -200,7 +200,7 @@ static void verify_clean(bs_db *d, const char *p) {
   uint64_t problems = 0;
   ro.flags = BS_OPEN_RDONLY;
   if (!d) REQUIRE(CALL(bs_open(&own, p, &ro, &E)) == BS_OK, 0, 0);
-  if (CALL(bs_db_verify(d ? d : own, on_problem, NULL, &problems, &E)) == BS_OK)
+  if (CALL(bs_db_verify(&problems, d ? d : own, on_problem, NULL, &E)) == BS_OK)
     REQUIRE(problems == 0, problems, 0);
   calls++;
   bs_close(own);
@@ -358,16 +358,16 @@ static void op_commit(void) {
   switch ((s >> 1) & 7) {
   case 0:
   case 1:
-    if (CALL(bs_writer_commit(w, l, s & 64 ? NULL : &co, &res, &E)) == BS_OK) {
+    if (CALL(bs_writer_commit(&res, w, l, s & 64 ? NULL : &co, &E)) == BS_OK) {
       REQUIRE(!res.checkpoint_blocked || !res.checkpoint_created, res.checkpoint_blocked, 0);
       REQUIRE(res.checkpoint_blocked == (res.blocked_reason != BS_BLOCKED_NONE), res.blocked_reason,
               0);
-      if (st[s & 1] && CALL(bs_get_checkpoint(st[s & 1], &cp, &E)) == BS_OK)
+      if (st[s & 1] && CALL(bs_get_checkpoint(&cp, st[s & 1], &E)) == BS_OK)
         REQUIRE(cp.op_id == res.checkpoint, cp.op_id, res.checkpoint);
     }
     break;
   case 2:
-    CALL(bs_writer_keepalive(w, l, s & 64 ? NULL : &res, &E));
+    CALL(bs_writer_keepalive(s & 64 ? NULL : &res, w, l, &E));
     break;
   case 3:
     CALL(bs_writer_snapshot_done(w, l, &E));
@@ -376,7 +376,7 @@ static void op_commit(void) {
     CALL(bs_writer_resume_lsn(w, l, &E));
     break;
   case 5:
-    CALL(bs_writer_flush(w, s & 64 ? NULL : &last, &E));
+    CALL(bs_writer_flush(s & 64 ? NULL : &last, w, &E));
     break;
   default:
     if (s & 64)
@@ -449,17 +449,17 @@ static void op_bucket(void) {
   req.bucket = pick(BS_MAX_BUCKET_NAME);
   bo.limit = (s >> 1) % 4; /* 0 is refused */
   bo.chunk_bytes = (s >> 3) & 1 ? 0 : 16;
-  if (t && CALL(bs_get_checkpoint(t, &cp, &E)) == BS_OK) c = cp.op_id;
+  if (t && CALL(bs_get_checkpoint(&cp, t, &E)) == BS_OK) c = cp.op_id;
   if (s & 16) c = (uint64_t)1 << 63;
   stop_at = (s >> 5) & 3;
   while (more && rc == BS_OK) {
     uint64_t before = sum.count;
     req.after = sum.after;
-    rc = CALL(bs_get_bucket_data(t, c, &req, 1, s & 128 ? NULL : &bo, on_chunk, &sum, &more, &E));
+    rc = CALL(bs_get_bucket_data(&more, t, c, &req, 1, s & 128 ? NULL : &bo, on_chunk, &sum, &E));
     REQUIRE(rc != BS_OK || !more || sum.count > before, sum.count, before); /* no progress */
   }
   stop_at = 0;
-  if (rc == BS_OK && CALL(bs_get_checksums(t, c, &req.bucket, 1, &ck, &E)) == BS_OK) {
+  if (rc == BS_OK && CALL(bs_get_checksums(&ck, t, c, &req.bucket, 1, &E)) == BS_OK) {
     REQUIRE(ck.count == sum.count, ck.count, sum.count);
     REQUIRE(ck.checksum == sum.checksum, ck.checksum, sum.checksum);
   }
@@ -475,7 +475,7 @@ static int on_bucket(const bs_bucket_info *info, void *p) {
   bs_checksum ck;
   REQUIRE(info->name.data && info->name.size >= 1 && info->count >= 1, info->name.size,
           info->count);
-  if (CALL(bs_get_checksums(l->st, l->at, &info->name, 1, &ck, &E)) == BS_OK) {
+  if (CALL(bs_get_checksums(&ck, l->st, l->at, &info->name, 1, &E)) == BS_OK) {
     REQUIRE(ck.count == info->count, ck.count, info->count);
     REQUIRE(ck.checksum == info->checksum, ck.checksum, info->checksum);
   }
@@ -508,7 +508,7 @@ static void op_read(void) {
   stop_at = (s >> 4) & 3;
   switch ((s >> 1) & 7) {
   case 0:
-    if (CALL(bs_get_status(t, &status, &E)) == BS_OK) {
+    if (CALL(bs_get_status(&status, t, &E)) == BS_OK) {
       l.at = status.last_persisted_op;
       REQUIRE(status.checkpoint <= status.last_persisted_op, status.checkpoint,
               status.last_persisted_op);
@@ -524,12 +524,12 @@ static void op_read(void) {
     CALL(bs_get_checkpoint_changes(t, a, b, on_changes, NULL, &E));
     break;
   case 3:
-    CALL(bs_wait_checkpoint(t, NULL, s & 64 ? -1 : 0, &cp, &E));
+    CALL(bs_wait_checkpoint(&cp, t, NULL, s & 64 ? -1 : 0, &E));
     break;
   case 4:
     head.connection = pick(BS_MAX_CONNECTION_NAME);
     head.lsn = lsn();
-    CALL(bs_last_write_checkpoint(t, pick(BS_MAX_USER_ID), &head, s & 64 ? 0 : 1, &id, &found, &E));
+    CALL(bs_last_write_checkpoint(&id, &found, t, pick(BS_MAX_USER_ID), &head, s & 64 ? 0 : 1, &E));
     break;
   case 5:
     CALL(bs_set_write_checkpoint_mode(t, (bs_write_checkpoint_mode)(a % 3), pick(255), &E));
@@ -545,7 +545,7 @@ static void op_read(void) {
     mr.n_heads = 1;
     mr.has_request_id = s & 64 ? 1 : 0;
     mr.request_id = a;
-    CALL(bs_create_managed_write_checkpoints(t, &mr, 1, &id, &adv, &E));
+    CALL(bs_create_managed_write_checkpoints(&id, &adv, t, &mr, 1, &E));
   }
   }
   stop_at = 0;
@@ -565,7 +565,7 @@ static void op_compact(void) {
   bs_val b;
   uint64_t n;
   if (s & 2) {
-    CALL(bs_compact_initial_replication(t, a & 1 ? 0 : (uint64_t)a << 56, a >> 1, &n, &E));
+    CALL(bs_compact_initial_replication(&n, t, a & 1 ? 0 : (uint64_t)a << 56, a >> 1, &E));
     return;
   }
   co.min_bucket_changes = a & 1;
@@ -584,7 +584,7 @@ static void op_compact(void) {
   if (a & 128) co.max_op_id = (uint64_t)1 << 63;
   co.progress = compact_progress;
   stop_at = (s >> 6) & 3;
-  CALL(bs_compact(t, &co, &stats, &E));
+  CALL(bs_compact(&stats, t, &co, &E));
   stop_at = 0;
 }
 
@@ -642,10 +642,10 @@ static void op_db(void) {
     break;
   case 2:
     stop_at = 0;
-    if (CALL(bs_db_verify(d, on_problem, NULL, &n, &E)) == BS_OK) REQUIRE(n == 0, n, 0);
+    if (CALL(bs_db_verify(&n, d, on_problem, NULL, &E)) == BS_OK) REQUIRE(n == 0, n, 0);
     break;
   case 3:
-    CALL(bs_db_stat(d, &stat, &E));
+    CALL(bs_db_stat(&stat, d, &E));
     break;
   case 4:
     if (st[s & 1]) {
@@ -683,10 +683,10 @@ static void op_null(void) {
     rc = CALL(bs_writer_save(NULL, &sv, &E));
     break;
   case 1:
-    rc = CALL(bs_writer_commit(NULL, lsn0, NULL, NULL, &E));
+    rc = CALL(bs_writer_commit(NULL, NULL, lsn0, NULL, &E));
     break;
   case 2:
-    rc = CALL(bs_writer_flush(NULL, &u, &E));
+    rc = CALL(bs_writer_flush(&u, NULL, &E));
     break;
   case 3:
     rc = CALL(bs_writer_open(&w, NULL, NULL, &E));
@@ -695,13 +695,13 @@ static void op_null(void) {
     rc = CALL(bs_storage_open(&t, NULL, 0, &E));
     break;
   case 5:
-    rc = CALL(bs_get_checkpoint(NULL, &cp, &E));
+    rc = CALL(bs_get_checkpoint(&cp, NULL, &E));
     break;
   case 6:
-    rc = CALL(bs_get_status(NULL, &status, &E));
+    rc = CALL(bs_get_status(&status, NULL, &E));
     break;
   case 7:
-    rc = CALL(bs_db_stat(NULL, &stat, &E));
+    rc = CALL(bs_db_stat(&stat, NULL, &E));
     break;
   case 8:
     rc = CALL(bs_compact(NULL, NULL, NULL, &E));
@@ -710,10 +710,10 @@ static void op_null(void) {
     rc = CALL(bs_stream_create(NULL, NULL, "s", NULL, &E));
     break;
   case 10:
-    rc = CALL(bs_get_checkpoint(st[0], NULL, &E));
+    rc = CALL(bs_get_checkpoint(NULL, st[0], &E));
     break;
   case 11:
-    rc = CALL(bs_last_write_checkpoint(NULL, lsn0, NULL, 0, &u, &found, &E));
+    rc = CALL(bs_last_write_checkpoint(&u, &found, NULL, lsn0, NULL, 0, &E));
     break;
   case 12: /* a NULL handle's close is a no-op */
     calls += 3;

@@ -95,23 +95,23 @@ static int build_template(void) {
     snprintf(b, sizeof b, "b%d", i % 3);
     save(w, BS_INSERT, idb, b, i % 2);
   }
-  bs_writer_commit(w, v("0002"), NULL, NULL, NULL);
+  bs_writer_commit(NULL, w, v("0002"), NULL, NULL);
   save(w, BS_UPDATE, "r0", "b1", 1);
   save(w, BS_UPDATE, "r1", "b1", 0);
   save(w, BS_DELETE, "r2", NULL, 0);
   bs_writer_custom_write_checkpoint(w, v("cu"), 7, v(""), NULL);
-  bs_writer_commit(w, v("0003"), NULL, NULL, NULL);
+  bs_writer_commit(NULL, w, v("0003"), NULL, NULL);
   memset(&mr, 0, sizeof mr);
   mr.user_id = v("mu");
   mr.heads = &head;
   mr.n_heads = 1;
-  bs_create_managed_write_checkpoints(st, &mr, 1, &id, &adv, NULL);
+  bs_create_managed_write_checkpoints(&id, &adv, st, &mr, 1, NULL);
   co.min_bucket_changes = 1;
   co.min_change_ratio = 0;
   co.compact_parameters = 1;
-  bs_compact(st, &co, NULL, NULL);
+  bs_compact(NULL, st, &co, NULL);
   save(w, BS_UPDATE, "r3", "b2", 1);
-  bs_writer_flush(w, NULL, NULL); /* persisted, not committed */
+  bs_writer_flush(NULL, w, NULL); /* persisted, not committed */
   bs_writer_close(w);
   bs_storage_close(st);
   bs_close(db);
@@ -233,19 +233,19 @@ static void exercise(void) {
   bs_head head = {{"1", 1}, {"0009", 4}};
   oo.flags = BS_OPEN_NOSYNC;
   if (bs_open(&db, work, &oo, NULL) != BS_OK) return;
-  bs_db_verify(db, NULL, NULL, &problems, NULL);
-  bs_db_stat(db, &stat, NULL);
+  bs_db_verify(&problems, db, NULL, NULL, NULL);
+  bs_db_stat(&stat, db, NULL);
   bs_stream_list(db, count_streams, &n, NULL);
   if (bs_storage_open(&st, db, 0, NULL) == BS_OK) {
     uint64_t C = 0;
-    if (bs_get_checkpoint(st, &cp, NULL) == BS_OK) C = cp.op_id;
+    if (bs_get_checkpoint(&cp, st, NULL) == BS_OK) C = cp.op_id;
     for (int i = 0; i < 4; i++) {
       req[i].bucket = names[i];
       req[i].after = 0;
     }
     for (uint64_t c = 0; c <= C + 1; c += (C / 3) + 1) {
-      bs_get_bucket_data(st, c, req, 4, NULL, count_chunk, &n, &more, NULL);
-      bs_get_checksums(st, c, names, 4, ck, NULL);
+      bs_get_bucket_data(&more, st, c, req, 4, NULL, count_chunk, &n, NULL);
+      bs_get_checksums(ck, st, c, names, 4, NULL);
       bs_get_checkpoint_changes(st, 0, c, count_changes, &n, NULL);
     }
     {
@@ -261,12 +261,12 @@ static void exercise(void) {
       lk.size = kn;
       bs_get_parameter_sets(st, C, &lk, 1, BS_PARAM_LIMIT_DEFAULT, count_params, &n, NULL);
     }
-    bs_get_status(st, &status, NULL);
-    bs_last_write_checkpoint(st, v("mu"), &head, 1, &id, &found, NULL);
+    bs_get_status(&status, st, NULL);
+    bs_last_write_checkpoint(&id, &found, st, v("mu"), &head, 1, NULL);
     if (bs_writer_open(&w, st, NULL, NULL) == BS_OK) {
       save(w, BS_UPDATE, "r1", "b2", 0);
       save(w, BS_DELETE, "r4", NULL, 0);
-      bs_writer_commit(w, v("0010"), NULL, NULL, NULL);
+      bs_writer_commit(NULL, w, v("0010"), NULL, NULL);
       bs_writer_close(w);
     }
     {
@@ -275,9 +275,9 @@ static void exercise(void) {
       co.min_change_ratio = 0;
       co.compact_parameters = 1;
       co.op_budget = 1000;
-      bs_compact(st, &co, NULL, NULL);
+      bs_compact(NULL, st, &co, NULL);
     }
-    bs_db_verify(db, NULL, NULL, &problems, NULL);
+    bs_db_verify(&problems, db, NULL, NULL, NULL);
     bs_storage_close(st);
   }
   bs_close(db);

@@ -80,8 +80,8 @@ int main(int argc, char **argv) {
   s.after_id.data = "1"; s.after_id.size = 1;
   s.rows = &row; s.n_rows = 1;
   if (bs_writer_save(w, &s, &err) || bs_writer_snapshot_done(w, bucket, &err) ||
-      bs_writer_commit(w, bucket, NULL, &cr, &err) ||
-      bs_get_checksums(st, cr.checkpoint, &bucket, 1, &ck, &err))
+      bs_writer_commit(&cr, w, bucket, NULL, &err) ||
+      bs_get_checksums(&ck, st, cr.checkpoint, &bucket, 1, &err))
     goto fail;
   if (ck.count != 1 ||
       ck.checksum != bs_checksum_put(BS_HASH_XXH3, row.object_type, row.object_id, row.data)) {

@@ -33,8 +33,9 @@ int bs_headertest_main(void) {
   bs_compact_options compact_opts = BS_COMPACT_OPTIONS_INIT;
   bs_backup_options backup_opts = BS_BACKUP_OPTIONS_INIT;
   int (*chunk_fn)(const bs_chunk *, void *) = on_chunk;
-  int (*rd)(bs_storage *, uint64_t, const bs_bucket_request *, size_t, const bs_batch_options *,
-            int (*)(const bs_chunk *, void *), void *, int *, bs_error *) = bs_get_bucket_data;
+  int (*rd)(int *, bs_storage *, uint64_t, const bs_bucket_request *, size_t,
+            const bs_batch_options *, int (*)(const bs_chunk *, void *), void *, bs_error *) =
+      bs_get_bucket_data;
   compact_opts.progress = on_progress;
   (void)chunk_fn;
   (void)rd;

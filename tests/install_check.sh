@@ -88,9 +88,9 @@ int main(void) {
   s.after_id.data = "r1"; s.after_id.size = 2;
   s.rows = &row; s.n_rows = 1;
   if (bs_writer_save(w, &s, &err) || bs_writer_snapshot_done(w, (bs_val){"1", 1}, &err) ||
-      bs_writer_commit(w, (bs_val){"1", 1}, NULL, &cr, &err) || !cr.checkpoint_created)
+      bs_writer_commit(&cr, w, (bs_val){"1", 1}, NULL, &err) || !cr.checkpoint_created)
     goto fail;
-  if (bs_get_bucket_data(st, cr.checkpoint, &req, 1, NULL, count_ops, &n, &more, &err) || n != 1)
+  if (bs_get_bucket_data(&more, st, cr.checkpoint, &req, 1, NULL, count_ops, &n, &err) || n != 1)
     goto fail;
   bs_writer_close(w); bs_storage_close(st); bs_close(db);
   if (strcmp(bs_version(NULL, NULL, NULL), BS_VERSION_STRING) != 0) return 1;
@@ -130,7 +130,7 @@ cat > "$tmp/host_backend.c" <<'C'
 typedef struct { bs_db base; int storages; } h_db;
 static void h_destroy(bs_db *db) { free(db); }
 static void h_st_destroy(bs_storage *st) { ((h_db *)st->db)->storages--; free(st); }
-static int h_cp(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+static int h_cp(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   (void)st; (void)err; out->op_id = 42; return BS_OK;
 }
 static const bs_storage_vtable h_st_vt = {
@@ -152,10 +152,10 @@ int main(void) {
   if (!d) return 1;
   d->base.vt = &h_db_vt;
   if (bs_open_backend(&db, &d->base, NULL, NULL) || bs_storage_open(&st, db, 0, NULL)) return 1;
-  if (bs_get_checkpoint(st, &cp, NULL) || cp.op_id != 42) return 2;
+  if (bs_get_checkpoint(&cp, st, NULL) || cp.op_id != 42) return 2;
   if (bs_writer_open(&w, st, NULL, NULL) != BS_EUNSUPPORTED) return 3;
-  if (bs_db_stat(db, &stat, NULL) != BS_EUNSUPPORTED) return 4;
-  if (bs_get_checkpoint(NULL, &cp, NULL) != BS_EINVAL) return 5;
+  if (bs_db_stat(&stat, db, NULL) != BS_EUNSUPPORTED) return 4;
+  if (bs_get_checkpoint(&cp, NULL, NULL) != BS_EINVAL) return 5;
   bs_storage_close(st);
   if (d->storages != 0) return 6;
   bs_close(db);

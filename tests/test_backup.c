@@ -69,7 +69,7 @@ static void round_of(bs_writer *w, unsigned r, unsigned n, unsigned lsn) {
 
 static uint64_t checkpoint_of(bs_storage *st) {
   bs_checkpoint cp;
-  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  CT_OK(bs_get_checkpoint(&cp, st, &ct_err));
   return cp.op_id;
 }
 
@@ -142,11 +142,11 @@ static void test_backup_while_writing(void **state) {
 
   oo.flags = BS_OPEN_RDONLY;
   CT_OK(bs_open(&copy, out, &oo, &ct_err));
-  CT_OK(bs_db_verify(copy, on_problem, NULL, &problems, &ct_err));
+  CT_OK(bs_db_verify(&problems, copy, on_problem, NULL, &ct_err));
   CT_EQ_U64(problems, 0);
   CT_OK(bs_storage_open(&cst, copy, 0, &ct_err));
   CT_EQ_U64(checkpoint_of(cst), c0); /* the snapshot's checkpoint, not a later one */
-  CT_OK(bs_get_status(cst, &status, &ct_err));
+  CT_OK(bs_get_status(&status, cst, &ct_err));
   CT_EQ_U64(status.last_persisted_op, c0);
   for (unsigned b = 0; b < 5; b++) {
     bs_checksum want, got, later;
@@ -179,10 +179,10 @@ static void test_backup_reclaims_space(void **state) {
   bs_db *copy;
   uint64_t size_before;
   for (unsigned k = 0; k < 20; k++) round_of(e->w, k, 500, k + 1);
-  CT_OK(bs_db_stat(e->db, &before, &ct_err));
-  CT_OK(bs_compact(e->st, NULL, &cs, &ct_err));
+  CT_OK(bs_db_stat(&before, e->db, &ct_err));
+  CT_OK(bs_compact(&cs, e->st, NULL, &ct_err));
   assert_true(cs.ops_moved > 0);
-  CT_OK(bs_db_stat(e->db, &after, &ct_err));
+  CT_OK(bs_db_stat(&after, e->db, &ct_err));
   size_before = file_size(e->path);
   /* the file did not shrink, its free pages grew */
   assert_true(after.file_bytes >= before.file_bytes);
@@ -194,7 +194,7 @@ static void test_backup_reclaims_space(void **state) {
   assert_true(file_size(out) + after.reclaimable_bytes / 2 <= size_before);
   oo.flags = BS_OPEN_RDONLY;
   CT_OK(bs_open(&copy, out, &oo, &ct_err));
-  CT_OK(bs_db_stat(copy, &of_copy, &ct_err));
+  CT_OK(bs_db_stat(&of_copy, copy, &ct_err));
   bs_close(copy);
   CT_EQ_U64(of_copy.buckets, after.buckets);
   CT_EQ_U64(of_copy.ops_put, after.ops_put);
@@ -354,8 +354,8 @@ static void expect_same_checksums(bs_storage *a, bs_storage *b, const bs_val *bu
   for (size_t k = 0; k < n_cps; k++)
     for (size_t i = 0; i < n; i++) {
       bs_checksum x, y;
-      int ra = bs_get_checksums(a, cps[k], &buckets[i], 1, &x, &ct_err);
-      int rb = bs_get_checksums(b, cps[k], &buckets[i], 1, &y, &ct_err);
+      int ra = bs_get_checksums(&x, a, cps[k], &buckets[i], 1, &ct_err);
+      int rb = bs_get_checksums(&y, b, cps[k], &buckets[i], 1, &ct_err);
       assert_int_equal(ra, rb);
       if (ra == BS_OK) {
         CT_EQ_U64(x.checksum, y.checksum);
@@ -376,10 +376,10 @@ static void load_and_compare(ct_env *e, const recs *all, uint32_t only, const ch
   in.next = 0;
   in.only = only;
   path_in(e, out, sizeof out, name);
-  CT_OK(bs_load(out, replay, &in, NULL, &ct_err));
+  CT_OK(bs_load(out, NULL, replay, &in, &ct_err));
   oo.flags = BS_OPEN_RDONLY;
   CT_OK(bs_open(&db, out, &oo, &ct_err));
-  CT_OK(bs_db_verify(db, on_problem, NULL, &problems, &ct_err));
+  CT_OK(bs_db_verify(&problems, db, on_problem, NULL, &ct_err));
   CT_EQ_U64(problems, 0);
   CT_OK(bs_db_export(db, 0, collect, &again, &ct_err));
   expect_same_records(all, &again, only);
@@ -431,19 +431,19 @@ static void test_export_load_round_trip(void **state) {
     CT_OK(ct_commit(e->w, ct_lsn(r + 1), &cr));
     cps[n_cps++] = checkpoint_of(e->st);
   }
-  CT_OK(bs_create_managed_write_checkpoints(e->st, &mr, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, e->st, &mr, 1, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint(e->w, ct_v("custom-user"), 7, ct_v("ev"), &ct_err));
-  CT_OK(bs_writer_flush(e->w, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, e->w, &ct_err));
   /* a compaction: MOVEs, CLEARs and torn spans below the horizon */
   co.min_bucket_changes = 1;
   co.min_change_ratio = 0;
-  CT_OK(bs_compact(e->st, &co, NULL, &ct_err));
+  CT_OK(bs_compact(NULL, e->st, &co, &ct_err));
   /* a second stream, sha256, still processing (not served), with ops above no checkpoint */
   CT_OK(bs_stream_create(NULL, e->db, "second", &(bs_stream_options){1, BS_HASH_SHA256}, &ct_err));
   CT_OK(bs_storage_open(&st2, e->db, 2, &ct_err));
   CT_OK(bs_writer_open(&w2, st2, NULL, &ct_err));
   CT_OK(ct_save(w2, BS_INSERT, "t", NULL, "x", CT_ROWS({"a", "test", "t1", "{\"id\":\"t1\"}"})));
-  CT_OK(bs_writer_flush(w2, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, w2, &ct_err));
   bs_writer_close(w2);
   bs_storage_close(st2);
   cps[n_cps] = cps[n_cps - 1] + 1; /* not a checkpoint: any op id reads */
@@ -500,19 +500,19 @@ static void test_load_refusals(void **state) {
   bad = all;
   strcpy(saved, all.v[all.n - 1].table);
   strcpy(all.v[all.n - 1].table, "nosuch");
-  CT_RC(BS_ECORRUPT, bs_load(out, replay, &bad, NULL, &ct_err));
+  CT_RC(BS_ECORRUPT, bs_load(out, NULL, replay, &bad, &ct_err));
   assert_non_null(strstr(ct_err.msg, "nosuch"));
   strcpy(all.v[all.n - 1].table, saved);
   /* a record in the wrong table: the result does not verify, and is not kept */
   strcpy(all.v[all.n - 1].table, strcmp(saved, "softdel") ? "softdel" : "cqueue");
   bad = all;
-  CT_RC(BS_ECORRUPT, bs_load(out, replay, &bad, NULL, &ct_err));
+  CT_RC(BS_ECORRUPT, bs_load(out, NULL, replay, &bad, &ct_err));
   assert_non_null(strstr(ct_err.msg, "problem"));
   strcpy(all.v[all.n - 1].table, saved);
   /* another format version */
   all.v[fmt].value[8] ^= 0x7f;
   bad = all;
-  CT_RC(BS_ECORRUPT, bs_load(out, replay, &bad, NULL, &ct_err));
+  CT_RC(BS_ECORRUPT, bs_load(out, NULL, replay, &bad, &ct_err));
   all.v[fmt].value[8] ^= 0x7f;
   /* no format record at all */
   {
@@ -522,32 +522,32 @@ static void test_load_refusals(void **state) {
     memcpy(without.v, all.v, fmt * sizeof *without.v);
     memcpy(without.v + fmt, all.v + fmt + 1, (all.n - fmt - 1) * sizeof *without.v);
     without.n = all.n - 1;
-    CT_RC(BS_ECORRUPT, bs_load(out, replay, &without, NULL, &ct_err));
+    CT_RC(BS_ECORRUPT, bs_load(out, NULL, replay, &without, &ct_err));
     free(without.v);
   }
   /* any value of next but 1 and 0 stops the load: BS_EUSER quoting it, never the value itself */
-  CT_RC(BS_EUSER, bs_load(out, fail_next, NULL, NULL, &ct_err));
+  CT_RC(BS_EUSER, bs_load(out, NULL, fail_next, NULL, &ct_err));
   assert_string_equal(ct_err.msg, "bs_load's next returned -10, which stops the call");
-  CT_RC(BS_EUSER, bs_load(out, odd_next, NULL, NULL, &ct_err));
+  CT_RC(BS_EUSER, bs_load(out, NULL, odd_next, NULL, &ct_err));
   assert_string_equal(ct_err.msg, "bs_load's next returned 2, which stops the call");
   o.flags = BS_BACKUP_REPLACE;
   bad = all;
-  CT_RC(BS_EINVAL, bs_load(out, replay, &bad, &o, &ct_err));
-  CT_RC(BS_EINVAL, bs_load("", replay, &bad, NULL, &ct_err));
-  CT_RC(BS_EINVAL, bs_load(out, NULL, &bad, NULL, &ct_err));
+  CT_RC(BS_EINVAL, bs_load(out, &o, replay, &bad, &ct_err));
+  CT_RC(BS_EINVAL, bs_load("", NULL, replay, &bad, &ct_err));
+  CT_RC(BS_EINVAL, bs_load(out, NULL, NULL, &bad, &ct_err));
   /* the allocator rule is bs_open's: all three functions or none (none: libc's) */
   o.flags = 0;
   o.allocator = &partial;
   bad = all;
-  CT_RC(BS_EINVAL, bs_load(out, replay, &bad, &o, &ct_err));
+  CT_RC(BS_EINVAL, bs_load(out, &o, replay, &bad, &ct_err));
   assert_non_null(strstr(ct_err.msg, "opts->allocator: set all three functions or none"));
   assert_int_equal(dir_entries(e->dir), entries);
   /* loaded once (with an allocator of no functions); then the file exists and is refused */
   o.allocator = &none;
   bad = all;
-  CT_OK(bs_load(out, replay, &bad, &o, &ct_err));
+  CT_OK(bs_load(out, &o, replay, &bad, &ct_err));
   bad = all;
-  CT_RC(BS_ESTATE, bs_load(out, replay, &bad, NULL, &ct_err));
+  CT_RC(BS_ESTATE, bs_load(out, NULL, replay, &bad, &ct_err));
   recs_free(&all);
 }
 
@@ -569,7 +569,7 @@ static int check_faulted(ft_alloc *fa, unsigned long injected, long live, int rc
   }
   oo.flags = BS_OPEN_RDONLY;
   CT_OK(bs_open(&copy, out, &oo, &ct_err));
-  CT_OK(bs_db_verify(copy, NULL, NULL, &problems, &ct_err));
+  CT_OK(bs_db_verify(&problems, copy, NULL, NULL, &ct_err));
   bs_close(copy);
   CT_EQ_U64(problems, 0);
   assert_int_equal(remove(out), 0);
@@ -623,7 +623,7 @@ static void test_allocation_failures(void **state) {
     int rc;
     all.next = 0;
     ft_alloc_arm(&fa, n, 1);
-    rc = bs_load(out, replay, &all, &lo, &ct_err);
+    rc = bs_load(out, &lo, replay, &all, &ct_err);
     ft_alloc_arm(&fa, 0, 0);
     if (!check_faulted(&fa, injected, 0, rc, out, e->dir, entries, n)) break;
     loads++;

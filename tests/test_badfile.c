@@ -141,7 +141,7 @@ static void make_real(const char *path) {
     }
     snprintf(lsn, sizeof lsn, "%08d", round + 1);
     if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, ct_v(lsn), NULL), BS_OK);
-    assert_int_equal(bs_writer_commit(w, ct_v(lsn), NULL, NULL, NULL), BS_OK);
+    assert_int_equal(bs_writer_commit(NULL, w, ct_v(lsn), NULL, NULL), BS_OK);
   }
   bs_writer_close(w);
   bs_storage_close(st);
@@ -192,7 +192,7 @@ static void test_real_file_opens(void **state) {
   put_file(g_path, g_orig, g_orig_size);
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, g_path, &o, NULL), BS_OK);
-  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, db, NULL, NULL, NULL), BS_OK);
   assert_int_equal(problems, 0);
   bs_close(db);
   assert_true(has_lock(g_path)); /* beside a real database the lock file is fine */

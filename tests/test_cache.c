@@ -58,8 +58,8 @@ static bs_checksum value_in(const fake_bucket *b, uint64_t from, uint64_t to) {
   return v;
 }
 
-static int f_checksums(bs_storage *st, uint64_t cp, const bs_val *buckets, size_t n,
-                       bs_checksum *out, uint64_t *gen, bs_error *err) {
+static int f_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t cp,
+                       const bs_val *buckets, size_t n, bs_error *err) {
   fake *f = (fake *)st;
   f->n_checksums++;
   f->buckets_checksums += n;
@@ -71,8 +71,8 @@ static int f_checksums(bs_storage *st, uint64_t cp, const bs_val *buckets, size_
   return BS_OK;
 }
 
-static int f_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
-                    bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err) {
+static int f_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st, uint64_t from,
+                    uint64_t to, const bs_val *buckets, size_t n, bs_error *err) {
   fake *f = (fake *)st;
   if (f->fail_ranges) return bs__fail(err, f->fail_ranges, "fake ranges failure");
   if (f->n_ranges < 16) f->last_from[f->n_ranges] = from;
@@ -90,7 +90,7 @@ static int f_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *bu
   return BS_OK;
 }
 
-static int f_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+static int f_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   fake *f = (fake *)st;
   f->n_get_checkpoint++;
   memset(out, 0, sizeof *out);
@@ -168,7 +168,7 @@ static void get(fake *f, uint64_t cp, const int *idx, size_t n, bs_checksum *out
   bs_error err;
   int rc;
   for (size_t i = 0; i < n; i++) req[i] = names[idx[i]];
-  rc = bs_get_checksums(&f->base, cp, req, n, out, &err);
+  rc = bs_get_checksums(out, &f->base, cp, req, n, &err);
   if (rc) fprintf(stderr, "get_checksums: %s\n", err.msg);
   assert_int_equal(rc, BS_OK);
 }
@@ -386,7 +386,7 @@ static void test_without_ranges_and_errors(void **state) {
   expect_truth(f, f->checkpoint, idx, 2, out);
   assert_int_equal(f->n_checksums, 1);
   f->fail_ranges = BS_EINVALIDATED; /* a torn read is returned as is */
-  assert_int_equal(bs_get_checksums(&f->base, f->checkpoint, names, 2, out, &err), BS_EINVALIDATED);
+  assert_int_equal(bs_get_checksums(out, &f->base, f->checkpoint, names, 2, &err), BS_EINVALIDATED);
   assert_int_equal(err.code, BS_EINVALIDATED);
   /* drop_stream forgets everything of the stream */
   f->fail_ranges = 0;
@@ -483,13 +483,13 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       assert_int_equal(rc, BS_OK);
     }
     snprintf(lsn, sizeof lsn, "%08d", lsn_n++);
-    assert_int_equal(bs_writer_commit(w, bs__val_str(lsn), NULL, &cr, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(&cr, w, bs__val_str(lsn), NULL, &err), BS_OK);
     if (rand() % 6 == 0 && cr.checkpoint) {
       bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
       co.min_bucket_changes = 1;
       co.min_change_ratio = 0;
       co.max_op_id = (uint64_t)(1 + rand() % (int)cr.checkpoint);
-      int rc = bs_compact(st, &co, NULL, &err);
+      int rc = bs_compact(NULL, st, &co, &err);
       if (rc) fprintf(stderr, "compact: %s\n", err.msg);
       assert_int_equal(rc, BS_OK);
     }
@@ -500,8 +500,8 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       uint64_t cp = (uint64_t)rand() % (cr.checkpoint + 3);
       int rc1, rc2;
       for (size_t i = 0; i < n; i++) req[i] = bs__val_str(bnames[rand() % 4]);
-      rc1 = bs_get_checksums(st, cp, req, n, got, &err);
-      rc2 = st->vt->checksums(st, cp, req, n, want, NULL, &err);
+      rc1 = bs_get_checksums(got, st, cp, req, n, &err);
+      rc2 = st->vt->checksums(want, NULL, st, cp, req, n, &err);
       if (rc1 != rc2)
         fprintf(stderr, "BS_SEED=%u round %d cp %llu: rc %d vs %d\n", seed, r,
                 (unsigned long long)cp, rc1, rc2);

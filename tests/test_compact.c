@@ -109,7 +109,7 @@ static void del(env *e, const char *id) {
 
 static uint64_t flush(env *e) {
   uint64_t last = 0;
-  CHECK(bs_writer_flush(e->w, &last, ERR));
+  CHECK(bs_writer_flush(&last, e->w, ERR));
   return last;
 }
 
@@ -120,7 +120,7 @@ static uint64_t commit(env *e) {
     CHECK(bs_writer_snapshot_done(e->w, S("00000000"), ERR));
   }
   snprintf(lsn, sizeof lsn, "%08u", ++e->lsn);
-  CHECK(bs_writer_commit(e->w, S(lsn), NULL, &r, ERR));
+  CHECK(bs_writer_commit(&r, e->w, S(lsn), NULL, ERR));
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }
@@ -189,7 +189,7 @@ static int read_ops(env *e, const char *bucket, uint64_t after, uint64_t c, opli
   bo.limit = 7;
   while (more && rc == BS_OK) {
     size_t before = out->n;
-    rc = bs_get_bucket_data(e->st, c, &req, 1, &bo, on_chunk, out, &more, NULL);
+    rc = bs_get_bucket_data(&more, e->st, c, &req, 1, &bo, on_chunk, out, NULL);
     if (out->n > before)
       req.after = out->v[out->n - 1].op_id;
     else if (more)
@@ -200,7 +200,7 @@ static int read_ops(env *e, const char *bucket, uint64_t after, uint64_t c, opli
 
 static int checksum_at(env *e, const char *bucket, uint64_t c, bs_checksum *out) {
   bs_val b = S(bucket);
-  return bs_get_checksums(e->st, c, &b, 1, out, NULL);
+  return bs_get_checksums(out, e->st, c, &b, 1, NULL);
 }
 
 /* ---- The client's reduce (the reference test suite's reduceBucket) ------------------------- */
@@ -315,7 +315,7 @@ static void print_problem(const char *problem, void *payload) {
 static void verify_db(env *e) {
   uint64_t problems = 0;
   bs_error err;
-  int rc = bs_db_verify(e->db, print_problem, NULL, &problems, &err);
+  int rc = bs_db_verify(&problems, e->db, print_problem, NULL, &err);
   if (rc == BS_EUNSUPPORTED) return; /* verify not built yet */
   if (rc) fail_msg("verify: %s (%s)", bs_strerror(rc), err.msg);
   if (problems) fail_msg("verify: %llu problems, seed=%llu", (unsigned long long)problems, g_seed);
@@ -346,7 +346,7 @@ static void test_spec_move(void **state) {
   put(&e, "b", "t2", "{\"id\":\"t2\",\"v\":2}");
   assert_int_equal(commit(&e), 3);
   CHECK(checksum_at(&e, "b", 3, &before));
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved, 1);
   assert_int_equal(stats.buckets_compacted, 1);
   assert_true(stats.bytes_after < stats.bytes_before);
@@ -362,7 +362,7 @@ static void test_spec_move(void **state) {
   assert_int_equal(after.count, 3);
   ol_free(&l);
   /* a second pass finds nothing more */
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved + stats.ops_cleared, 0);
   verify_db(&e);
   env_close(&e);
@@ -384,7 +384,7 @@ static void test_spec_clear(void **state) {
   assert_int_equal(commit(&e), 4);
   CHECK(checksum_at(&e, "b", 2, &c2)); /* cached below the CLEAR to come */
   CHECK(checksum_at(&e, "b", 4, &c4));
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved, 2);
   assert_int_equal(stats.ops_cleared, 3);
   CHECK(read_ops(&e, "b", 0, 4, &l));
@@ -428,7 +428,7 @@ static void test_default_horizon(void **state) {
   put(&e, "b", "t2", "c");
   put(&e, "b", "t1", "b");
   assert_int_equal(flush(&e), 5); /* persisted, not committed */
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   CHECK(read_ops(&e, "b", 0, 5, &l));
   assert_int_equal(l.n, 5);
   assert_int_equal(l.v[0].type, BS_OP_PUT); /* superseded only above the horizon */
@@ -498,7 +498,7 @@ static void test_bucket_due(void **state) {
     }
   commit(&e);
   assert_int_equal(due_mask(&e, NULL, &d), 6); /* half, many: every op is new */
-  CHECK(bs_compact(e.st, NULL, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, NULL, ERR));
   assert_int_equal(stats.buckets_compacted, 2);
   assert_int_equal(due_mask(&e, NULL, &d), 0);
   for (int i = 0; i < 20; i++) { /* "half": 20 more ops over 41 (a CLEAR and 20 PUTs) */
@@ -513,7 +513,7 @@ static void test_bucket_due(void **state) {
   o.min_change_ratio = -1.0;
   o.min_bucket_changes = 3;
   assert_int_equal(due_mask(&e, &o, &d), 3); /* "few" was never compacted: 8 changes of 8 */
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.buckets_compacted, 2);
   /* bad arguments */
   assert_int_equal(bs_compact_bucket_due(NULL, NULL, &info, NULL), BS_EINVAL);
@@ -542,7 +542,7 @@ static void test_initial_replication(void **state) {
   del(&e, "t2");
   put(&e, "c", "t3", "a");
   assert_int_equal(flush(&e), 5);
-  CHECK(bs_compact_initial_replication(e.st, 0, 0, &n, ERR));
+  CHECK(bs_compact_initial_replication(&n, e.st, 0, 0, ERR));
   assert_int_equal(n, 2);
   CHECK(read_ops(&e, "b", 0, 5, &l));
   assert_int_equal(l.n, 1); /* t1's old PUT, t2's PUT and its REMOVE are gone */
@@ -552,11 +552,11 @@ static void test_initial_replication(void **state) {
   assert_int_equal(cs.count, 1);
   assert_int_equal(cs.checksum, l.v[0].checksum);
   ol_free(&l);
-  CHECK(bs_compact_initial_replication(e.st, 0, 0, &n, ERR));
+  CHECK(bs_compact_initial_replication(&n, e.st, 0, 0, ERR));
   assert_int_equal(n, 0);
   verify_db(&e);
   commit(&e);
-  assert_int_equal(bs_compact_initial_replication(e.st, 0, 0, &n, &err), BS_ESTATE);
+  assert_int_equal(bs_compact_initial_replication(&n, e.st, 0, 0, &err), BS_ESTATE);
   env_close(&e);
 }
 
@@ -582,11 +582,11 @@ static void test_incremental(void **state) {
    * exceed): nothing happens */
   o.incremental_only = 1;
   o.min_age_ms = 24 * 3600 * 1000;
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved, 0);
   o.min_age_ms = 0;
   CHECK(checksum_at(&e, "b", c, &before));
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved, 1);
   CHECK(read_ops(&e, "b", 0, 5, &l));
   assert_int_equal(l.v[0].type, BS_OP_MOVE);
@@ -596,7 +596,7 @@ static void test_incremental(void **state) {
   CHECK(checksum_at(&e, "b", c, &after));
   assert_int_equal(after.checksum, before.checksum);
   c = commit(&e);
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved, 1);
   assert_int_equal(stats.ops_cleared, 2); /* MOVE 1, MOVE 2 -> CLEAR(2) */
   CHECK(read_ops(&e, "b", 0, c, &l));
@@ -606,7 +606,7 @@ static void test_incremental(void **state) {
   assert_int_equal(l.v[0].target, 5);
   ol_free(&l);
   /* the log is consumed: nothing more to do */
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.ops_moved + stats.ops_cleared, 0);
   verify_db(&e);
   env_close(&e);
@@ -757,7 +757,7 @@ static void test_random(void **state) {
         o.progress = cancel_after;
         o.progress_payload = &left;
       }
-      rc = bs_compact(e.st, &o, &stats, &err);
+      rc = bs_compact(&stats, e.st, &o, &err);
       if (rc != BS_OK && rc != BS_ECANCELED) fail_msg("compact: %s (%s)", bs_strerror(rc), err.msg);
       reemitted += stats.ops_reemitted;
       {
@@ -798,12 +798,12 @@ static void test_cancel(void **state) {
   o.max_ops_per_txn = 5;
   o.progress = cancel_after;
   o.progress_payload = &left;
-  assert_int_equal(bs_compact(e.st, &o, &stats, &err), BS_ECANCELED);
+  assert_int_equal(bs_compact(&stats, e.st, &o, &err), BS_ECANCELED);
   m.horizon = c;
   model_check(&e, &m, c);
   verify_db(&e);
   o.progress = NULL;
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   model_check(&e, &m, c);
   verify_db(&e);
   model_free(&m);
@@ -831,7 +831,7 @@ static void test_bounded_memory(void **state) {
   model_capture(&e, &m, c);
   o.min_bucket_changes = 1;
   o.memory_limit_mb = 1;
-  CHECK(bs_compact(e.st, &o, &small, ERR));
+  CHECK(bs_compact(&small, e.st, &o, ERR));
   assert_true(small.ops_moved > 0);
   assert_true(small.ops_moved < rows); /* the set filled up: some rows untracked */
   m.horizon = c;
@@ -841,7 +841,7 @@ static void test_bounded_memory(void **state) {
   {
     const char *b = "b0";
     bs_compact_options o2 = bucket_opts(&b, 1);
-    CHECK(bs_compact(e.st, &o2, &full, ERR));
+    CHECK(bs_compact(&full, e.st, &o2, ERR));
   }
   assert_int_equal(small.ops_moved + full.ops_moved, rows);
   model_check(&e, &m, c);
@@ -873,7 +873,7 @@ static void test_map_growth(void **state) {
       o.min_age_ms = 0;
       o.incremental_only = pass;
       o.max_ops_per_txn = 50 + 400 * (unsigned)round;
-      CHECK(bs_compact(e.st, &o, NULL, ERR));
+      CHECK(bs_compact(NULL, e.st, &o, ERR));
     }
     m.horizon = c;
     model_check(&e, &m, c);
@@ -911,7 +911,7 @@ static void mg_reader(const char *path, int go, int held, int done) {
   if (read(go, &b, 1) != 1) _exit(2);
   rc = bs_open(&db, path, NULL, NULL);
   if (rc == BS_OK) rc = bs_storage_open(&st, db, 0, NULL);
-  if (rc == BS_OK) rc = bs_get_bucket_data(st, 1u << 30, &rq, 1, NULL, mg_hold, fds, &more, NULL);
+  if (rc == BS_OK) rc = bs_get_bucket_data(&more, st, 1u << 30, &rq, 1, NULL, mg_hold, fds, NULL);
   bs_storage_close(st);
   bs_close(db);
   _exit(rc == BS_OK ? 0 : 3);
@@ -968,7 +968,7 @@ static void test_map_growth_jobs(void **state) {
     o.min_bucket_changes = 1;
     o.min_change_ratio = 0;
     o.max_ops_per_txn = 3 + t % 11;
-    CHECK(bs_compact(e.st, &o, &stats, ERR));
+    CHECK(bs_compact(&stats, e.st, &o, ERR));
     close(done[1]);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -1044,7 +1044,7 @@ static void test_parameters(void **state) {
   assert_string_equal(got, "{\"b\":2}");
   o.compact_parameters = 1;
   o.min_bucket_changes = 1000; /* no bucket work */
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.parameter_entries_removed, 4);
   got[0] = 0;
   CHECK(bs_get_parameter_sets(e.st, c, &key, 1, BS_PARAM_LIMIT_DEFAULT, count_param, got, ERR));
@@ -1053,7 +1053,7 @@ static void test_parameters(void **state) {
       bs_get_parameter_sets(e.st, c - 1, &key, 1, BS_PARAM_LIMIT_DEFAULT, count_param, got, &err),
       BS_ESTALE);
   /* a second pass at the same horizon has nothing to do */
-  CHECK(bs_compact(e.st, &o, &stats, ERR));
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.parameter_entries_removed, 0);
   verify_db(&e);
   env_close(&e);
@@ -1133,7 +1133,7 @@ static void *cc_writer(void *arg) {
       break;
     }
     snprintf(lsn, sizeof lsn, "%08u", ++e->lsn);
-    if ((rc = bs_writer_commit(e->w, S(lsn), NULL, &cr, &err)) != BS_OK || !cr.checkpoint_created ||
+    if ((rc = bs_writer_commit(&cr, e->w, S(lsn), NULL, &err)) != BS_OK || !cr.checkpoint_created ||
         cr.checkpoint != sh->m.head) {
       snprintf(sh->why, sizeof sh->why, "commit: %s (%s), checkpoint %llu, model head %llu",
                bs_strerror(rc), err.msg, (unsigned long long)cr.checkpoint,
@@ -1178,7 +1178,7 @@ static void *cc_compactor(void *arg) {
     bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
     bs_compact_stats stats;
     uint64_t h;
-    if ((rc = bs_get_checkpoint(st, &cp, &err)) != BS_OK) goto fail;
+    if ((rc = bs_get_checkpoint(&cp, st, &err)) != BS_OK) goto fail;
     h = seen_cps[k % LAG];
     seen_cps[k % LAG] = cp.op_id;
     if (!h) h = cp.op_id / 2;
@@ -1190,7 +1190,7 @@ static void *cc_compactor(void *arg) {
       o.incremental_only = k % 3 == 1;
       o.max_ops_per_txn = 2 + k % 13;
       if (k % 5 == 4) o.memory_limit_mb = 1;
-      if ((rc = bs_compact(st, &o, &stats, &err)) != BS_OK) goto fail;
+      if ((rc = bs_compact(&stats, st, &o, &err)) != BS_OK) goto fail;
       if (h > sh->max_horizon) sh->max_horizon = h;
       pthread_mutex_lock(&sh->mu);
       sh->passes++;
@@ -1313,7 +1313,7 @@ static void compact_with(env *e, int incremental, double ratio, bs_compact_stats
   o.incremental_only = incremental;
   o.min_age_ms = 0;
   o.defragment_ratio = ratio;
-  CHECK(bs_compact(e->st, &o, stats, ERR));
+  CHECK(bs_compact(stats, e->st, &o, ERR));
 }
 
 static void assert_same_ops(const oplist *a, const oplist *b, const char *what) {
@@ -1356,7 +1356,7 @@ static void defrag_scenario(env *e, int incremental, oplist *final_ops) {
   flush(e);
   compact_with(e, 0, 0.5, &st);
   assert_int_equal(st.ops_reemitted, 1); /* t1 only: t2's latest op is above the horizon */
-  CHECK(bs_writer_flush(e->w, &last, ERR));
+  CHECK(bs_writer_flush(&last, e->w, ERR));
   assert_int_equal(last, 24); /* the re-emitted op took the next id */
   /* invisible until the next checkpoint: the checksum at c1 is as before */
   CHECK(checksum_at(e, "b", c1, &at1b));
@@ -1460,7 +1460,7 @@ static void test_defragment_threshold(void **state) {
     const char *bn[] = {"b"};
     bs_compact_options o = bucket_opts(bn, 1);
     o.defragment_ratio = 0.5;
-    CHECK(bs_compact(e.st, &o, &st, ERR));
+    CHECK(bs_compact(&st, e.st, &o, ERR));
     assert_int_equal(st.ops_reemitted, 2);
   }
   verify_db(&e);
@@ -1517,7 +1517,7 @@ static void *dc_writer(void *arg) {
     }
     if (rc == BS_OK && k == 0) rc = bs_writer_snapshot_done(sh->e->w, S("00000000"), &err);
     snprintf(lsn, sizeof lsn, "%08u", ++sh->e->lsn);
-    if (rc == BS_OK) rc = bs_writer_commit(sh->e->w, S(lsn), NULL, &cr, &err);
+    if (rc == BS_OK) rc = bs_writer_commit(&cr, sh->e->w, S(lsn), NULL, &err);
     if (rc == BS_OK && (k + 1) % DC_EVERY == 0) {
       pthread_mutex_lock(&sh->mu);
       while (sh->passes < (k + 1) / DC_EVERY && !atomic_load(&sh->failed))
@@ -1547,7 +1547,7 @@ static void *dc_compactor(void *arg) {
     o.max_ops_per_txn = 2 + k % 5;
     o.incremental_only = k % 2;
     o.min_age_ms = 0;
-    rc = bs_compact(st, &o, &stats, &err);
+    rc = bs_compact(&stats, st, &o, &err);
     sh->reemitted += stats.ops_reemitted;
     pthread_mutex_lock(&sh->mu);
     sh->passes++;

@@ -58,7 +58,7 @@ static int read_once(bs_storage *st, uint64_t *C_out, char **fp_out, bs_error *e
   bs_checkpoint cp;
   int rc;
   *fp_out = NULL;
-  if ((rc = bs_get_checkpoint(st, &cp, err))) return -1;
+  if ((rc = bs_get_checkpoint(&cp, st, err))) return -1;
   *C_out = cp.op_id;
   rc = ft_fingerprint(st, cp.op_id, buckets, NB, NULL, 0, fp_out, err);
   if (rc == BS_EINVALIDATED) return 1;
@@ -126,7 +126,7 @@ static void *writer_thread(void *arg) {
   for (unsigned long c = 1; !s->stop; c++) {
     if (save_batch(w, c, &r, &err)) set_failure(s, "save", &err);
     snprintf(lsn, sizeof lsn, "%08lu", c);
-    if (!s->stop && bs_writer_commit(w, v(lsn), NULL, NULL, &err))
+    if (!s->stop && bs_writer_commit(NULL, w, v(lsn), NULL, &err))
       set_failure(s, "commit", &err);
     else
       __atomic_add_fetch(&s->commits, 1, __ATOMIC_RELAXED);
@@ -148,7 +148,7 @@ static void *compactor_thread(void *arg) {
       co.incremental_only = 1;
       co.min_age_ms = 0;
     }
-    if (bs_compact(s->st, &co, NULL, &err)) {
+    if (bs_compact(NULL, s->st, &co, &err)) {
       set_failure(s, "compact", &err);
       break;
     }
@@ -246,13 +246,13 @@ static int child_stuck(const char *path, int fd) {
   int more;
   init_names();
   if (bs_open(&db, path, NULL, NULL) || bs_storage_open(&st, db, 0, NULL) ||
-      bs_get_checkpoint(st, &cp, NULL))
+      bs_get_checkpoint(&cp, st, NULL))
     return 1;
   req.bucket = buckets[0];
   req.after = 0;
   for (int i = 0; i < NB; i++) { /* find a bucket with ops so the callback runs */
     req.bucket = buckets[i];
-    bs_get_bucket_data(st, cp.op_id, &req, 1, NULL, block_in_read, &fd, &more, NULL);
+    bs_get_bucket_data(&more, st, cp.op_id, &req, 1, NULL, block_in_read, &fd, NULL);
   }
   return 1;
 }
@@ -299,7 +299,7 @@ static int child_grow(const char *path, long long min) {
     goto done;
   for (unsigned long c = 1; c <= 10000 && rc; c++) {
     snprintf(lsn, sizeof lsn, "%08lu", c);
-    if (save_batch(w, c, &r, &err) || bs_writer_commit(w, v(lsn), NULL, NULL, &err)) goto done;
+    if (save_batch(w, c, &r, &err) || bs_writer_commit(NULL, w, v(lsn), NULL, &err)) goto done;
     if (file_size(path) > min) rc = 0;
   }
 done:
@@ -371,14 +371,14 @@ static void open_shared(cx *x, shared *s) {
   assert_int_equal(bs_storage_open(&s->st, s->db, 0, NULL), BS_OK);
   assert_int_equal(bs_writer_open(&w, s->st, NULL, NULL), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, v("00000000"), NULL), BS_OK);
-  assert_int_equal(bs_writer_keepalive(w, v("00000000"), NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_keepalive(NULL, w, v("00000000"), NULL), BS_OK);
   bs_writer_close(w);
   s->seed = ft_env_seed();
 }
 
 static void close_shared(cx *x, shared *s) {
   uint64_t problems = 1;
-  assert_int_equal(bs_db_verify(s->db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, s->db, NULL, NULL, NULL), BS_OK);
   assert_int_equal(problems, 0);
   bs_storage_close(s->st);
   bs_close(s->db);
@@ -485,7 +485,7 @@ static void test_open_while_growing(void **state) {
   bs_error err = {0, ""};
   (void)state;
   open_shared(&x, &s);
-  assert_int_equal(bs_get_checkpoint(s.st, &before, NULL), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&before, s.st, NULL), BS_OK);
   bs_storage_close(s.st);
   bs_close(s.db);
   grow.path = x.path;
@@ -495,9 +495,9 @@ static void test_open_while_growing(void **state) {
   assert_int_equal(grow.fired, 1);
   assert_int_equal(grow.status, 0); /* the file grew between the open's stat and its read */
   assert_int_equal(bs_storage_open(&s.st, s.db, 0, NULL), BS_OK);
-  assert_int_equal(bs_get_checkpoint(s.st, &after, NULL), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&after, s.st, NULL), BS_OK);
   assert_true(after.op_id > before.op_id);
-  assert_int_equal(bs_db_verify(s.db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, s.db, NULL, NULL, NULL), BS_OK);
   assert_int_equal(problems, 0);
   close_shared(&x, &s);
 }

@@ -40,7 +40,7 @@ static int setup(void **state) {
 
 static uint64_t flush(ct_env *e) {
   uint64_t last = 0;
-  CT_OK(bs_writer_flush(e->w, &last, &ct_err));
+  CT_OK(bs_writer_flush(&last, e->w, &ct_err));
   return last;
 }
 
@@ -55,7 +55,7 @@ static uint64_t commit(ct_env *e, const char *lsn) {
 static bs_checkpoint checkpoint(ct_env *e) {
   bs_checkpoint c;
   memset(&c, 0, sizeof c);
-  CT_OK(bs_get_checkpoint(e->st, &c, &ct_err));
+  CT_OK(bs_get_checkpoint(&c, e->st, &ct_err));
   return c;
 }
 
@@ -431,7 +431,7 @@ static void t_unknown_buckets(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
   CT_EQ_U64(commit(e, ct_lsn(1)), 1);
   memset(out, 0xa5, sizeof out);
-  CT_OK(bs_get_checksums(e->st, 1, b, 3, out, &ct_err));
+  CT_OK(bs_get_checksums(out, e->st, 1, b, 3, &ct_err));
   assert_int_equal(out[0].checksum, put_cs(BS_HASH_XXH3, "t", "a", "1"));
   CT_EQ_U64(out[0].count, 1);
   assert_int_equal(out[1].checksum, 0);
@@ -503,7 +503,7 @@ static void t_chunking(void **state) {
   /* limit bounds the ops of the whole call, across buckets, served in name order. */
   memset(&cs, 0, sizeof cs);
   o.limit = 7;
-  CT_OK(bs_get_bucket_data(e->st, 15, req, 3, &o, collect_chunk, &cs, &more, &ct_err));
+  CT_OK(bs_get_bucket_data(&more, e->st, 15, req, 3, &o, collect_chunk, &cs, &ct_err));
   assert_true(more);
   for (k = 0, total = 0; k < cs.n; k++) total += cs.v[k].n_ops;
   CT_EQ_U64(total, 7);
@@ -519,7 +519,7 @@ static void t_chunking(void **state) {
   req[1].after = 5;
   memset(&cs, 0, sizeof cs);
   o.limit = BS_BATCH_LIMIT_DEFAULT;
-  CT_OK(bs_get_bucket_data(e->st, 15, req, 3, &o, collect_chunk, &cs, &more, &ct_err));
+  CT_OK(bs_get_bucket_data(&more, e->st, 15, req, 3, &o, collect_chunk, &cs, &ct_err));
   assert_false(more);
   for (k = 0; k < cs.n; k++) {
     int bi = cs.v[k].bucket[0] - 'a';
@@ -538,7 +538,7 @@ static void t_chunking(void **state) {
   req[0].after = 0;
   memset(&cs, 0, sizeof cs);
   o.chunk_bytes = 300;
-  CT_OK(bs_get_bucket_data(e->st, 15, req, 1, &o, collect_chunk, &cs, &more, &ct_err));
+  CT_OK(bs_get_bucket_data(&more, e->st, 15, req, 1, &o, collect_chunk, &cs, &ct_err));
   assert_false(more);
   CT_EQ_U64(cs.n, 3);
   CT_EQ_U64(cs.v[0].n_ops, 2);
@@ -553,7 +553,7 @@ static void t_chunking(void **state) {
   /* A single op larger than chunk_bytes gets a chunk of its own. */
   memset(&cs, 0, sizeof cs);
   o.chunk_bytes = 50;
-  CT_OK(bs_get_bucket_data(e->st, 15, req, 1, &o, collect_chunk, &cs, &more, &ct_err));
+  CT_OK(bs_get_bucket_data(&more, e->st, 15, req, 1, &o, collect_chunk, &cs, &ct_err));
   CT_EQ_U64(cs.n, 5);
   for (k = 0; k < cs.n; k++) CT_EQ_U64(cs.v[k].n_ops, 1);
   /* Random limits and chunk sizes: the concatenation equals the unlimited read. */
@@ -673,7 +673,7 @@ static void t_create_empty(void **state) {
   assert_true(r.checkpoint_created);
   expect_cp(e, 1, ct_lsn(4));
   memset(&r, 0, sizeof r);
-  CT_OK(bs_writer_keepalive(e->w, ct_v(ct_lsn(5)), &r, &ct_err));
+  CT_OK(bs_writer_keepalive(&r, e->w, ct_v(ct_lsn(5)), &ct_err));
   assert_true(r.checkpoint_created);
   expect_cp(e, 1, ct_lsn(5));
   /* something new: created even with create_empty = 0 */
@@ -780,17 +780,17 @@ static void t_status_resume_lsn(void **state) {
   bs_status st;
   CT_OK(bs_writer_resume_lsn(e->w, ct_v(ct_lsn(7)), &ct_err));
   flush(e);
-  CT_OK(bs_get_status(e->st, &st, &ct_err));
+  CT_OK(bs_get_status(&st, e->st, &ct_err));
   assert_true(st.has_resume_lsn);
   assert_memory_equal(st.resume_lsn, ct_lsn(7), 8);
   assert_false(st.snapshot_done); /* no checkpoint yet */
   /* a commit raises it to max(resume, lsn): 5 < 7 keeps 7 */
   commit(e, ct_lsn(5));
-  CT_OK(bs_get_status(e->st, &st, &ct_err));
+  CT_OK(bs_get_status(&st, e->st, &ct_err));
   assert_memory_equal(st.resume_lsn, ct_lsn(7), 8);
   assert_true(st.snapshot_done);
   commit(e, ct_lsn(9));
-  CT_OK(bs_get_status(e->st, &st, &ct_err));
+  CT_OK(bs_get_status(&st, e->st, &ct_err));
   assert_memory_equal(st.resume_lsn, ct_lsn(9), 8);
   assert_int_equal(st.state, BS_STREAM_ACTIVE);
 }
@@ -806,10 +806,10 @@ static void t_snapshot_mode(void **state) {
   so.snapshot = 1;
   CT_OK(bs_writer_open(&snap, e->st, &so, &ct_err));
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "1"})));
-  CT_OK(bs_writer_flush(snap, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, snap, &ct_err));
   /* A known key is skipped. */
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "other"})));
-  CT_OK(bs_writer_flush(snap, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, snap, &ct_err));
   /* Only INSERT is allowed. */
   CT_RC(BS_ESTATE, ct_save(snap, BS_UPDATE, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "1"})));
   CT_RC(BS_ESTATE, ct_save(snap, BS_DELETE, "t", "r1", NULL, CT_NOROWS));
@@ -818,7 +818,7 @@ static void t_snapshot_mode(void **state) {
   CT_OK(ct_save(e->w, BS_DELETE, "t", "r2", NULL, CT_NOROWS));
   CT_EQ_U64(flush(e), 3); /* no id for the soft-delete mark */
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "stale"})));
-  CT_OK(bs_writer_flush(snap, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, snap, &ct_err));
   CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
   CT_EQ_U64(commit(e, ct_lsn(1)), 3);
   l = read_all(e, 3, "b");
@@ -873,9 +873,9 @@ static void t_one_writer_per_kind(void **state) {
     /* a reader and a compaction of the other handle beside the writers */
     CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "1"})));
     CT_OK(ct_commit(e->w, ct_lsn(1), NULL));
-    CT_OK(bs_get_checkpoint(st3, &cp, &ct_err));
+    CT_OK(bs_get_checkpoint(&cp, st3, &ct_err));
     CT_EQ_U64(cp.op_id, 1);
-    if (!ct_lacks(e->be, CT_LACKS_COMPACT)) CT_OK(bs_compact(st3, NULL, NULL, &ct_err));
+    if (!ct_lacks(e->be, CT_LACKS_COMPACT)) CT_OK(bs_compact(NULL, st3, NULL, &ct_err));
   }
   CT_OK(bs_clear(e->st, &ct_err)); /* clears data, not the writers */
   expect_busy_writer(st2, NULL, "already has a streaming writer");
@@ -934,7 +934,7 @@ static void t_truncate(void **state) {
   cp = commit(e, ct_lsn(3));
   CT_EQ_U64(cp, 10);
   ct_expect_params(e->st, cp, &k, 1, "");
-  CT_OK(bs_db_verify(e->db, NULL, NULL, &problems, &ct_err));
+  CT_OK(bs_db_verify(&problems, e->db, NULL, NULL, &ct_err));
   CT_EQ_U64(problems, 0);
 }
 
@@ -1059,7 +1059,7 @@ static void t_source_row_sees_queue(void **state) {
       CT_OK(bs_writer_save(w, &sv, &ct_err));
     }
     for (int r = 0; r < 4; r++) before[r] = row_answer(w, rids[r]);
-    CT_OK(bs_writer_flush(w, NULL, &ct_err));
+    CT_OK(bs_writer_flush(NULL, w, &ct_err));
     for (int r = 0; r < 4; r++) {
       after = row_answer(w, rids[r]);
       if (strcmp(before[r], after) != 0)
@@ -1148,7 +1148,7 @@ static void t_persistence(void **state) {
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "3"})));
   CT_OK(ct_env_reopen(e));
   expect_cp(e, 1, ct_lsn(2));
-  CT_OK(bs_get_status(e->st, &st, &ct_err));
+  CT_OK(bs_get_status(&st, e->st, &ct_err));
   assert_true(st.has_resume_lsn);
   assert_memory_equal(st.resume_lsn, ct_lsn(3), 8);
   CT_EQ_U64(st.last_persisted_op, 2);
@@ -1315,7 +1315,7 @@ static uint64_t managed(ct_env *e, const char *user, const char *lsn, int has_id
   r.has_request_id = has_id;
   r.request_id = id;
   r.requested_at_ms = at;
-  CT_OK(bs_create_managed_write_checkpoints(e->st, &r, 1, &out, &a, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&out, &a, e->st, &r, 1, &ct_err));
   if (adv) *adv = a;
   return out;
 }
@@ -1324,7 +1324,7 @@ static int last_wcp(ct_env *e, const char *user, const char *lsn, uint64_t *id) 
   bs_head h = {ct_v("1"), ct_v(lsn)};
   int found = -1;
   *id = 0;
-  CT_OK(bs_last_write_checkpoint(e->st, ct_v(user), &h, lsn ? 1 : 0, id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(id, &found, e->st, ct_v(user), &h, lsn ? 1 : 0, &ct_err));
   return found;
 }
 
@@ -1361,7 +1361,7 @@ static void t_write_checkpoints_managed(void **state) {
     r[0].request_id = 7;
     r[2].has_request_id = 1;
     r[2].request_id = 9;
-    CT_OK(bs_create_managed_write_checkpoints(e->st, r, 3, ids, &a2, &ct_err));
+    CT_OK(bs_create_managed_write_checkpoints(ids, &a2, e->st, r, 3, &ct_err));
     CT_EQ_U64(ids[0], 9);
     CT_EQ_U64(ids[1], 9);
     CT_EQ_U64(ids[2], 9);
@@ -1396,7 +1396,7 @@ static void t_write_checkpoint_batch_winners(void **state) {
     r[k].has_request_id = round != 1;
     r[k].request_id = 10 + u;
   }
-  CT_OK(bs_create_managed_write_checkpoints(e->st, r, 3 * NU, ids, &adv, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(ids, &adv, e->st, r, 3 * NU, &ct_err));
   assert_true(adv);
   for (size_t k = 0; k < 3 * NU; k++) CT_EQ_U64(ids[k], 10 + (NU - 1 - k % NU));
   for (size_t u = 0; u < NU; u++) {
@@ -1407,7 +1407,7 @@ static void t_write_checkpoint_batch_winners(void **state) {
     r[k].heads = &h[k < NU ? 2 : 3];
     r[k].has_request_id = 0;
   }
-  CT_OK(bs_create_managed_write_checkpoints(e->st, r, 2 * NU, ids, &adv, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(ids, &adv, e->st, r, 2 * NU, &ct_err));
   for (size_t k = 0; k < 2 * NU; k++) CT_EQ_U64(ids[k], 11 + (NU - 1 - k % NU));
   for (size_t u = 0; u < NU; u++) {
     assert_false(last_wcp(e, users[u], ct_lsn(24), &id));
@@ -1439,30 +1439,30 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
     r.user_id = ct_v("x");
     r.heads = &h;
     r.n_heads = 1;
-    CT_RC(BS_ESTATE, bs_create_managed_write_checkpoints(cst, &r, 1, &out, &a, &ct_err));
+    CT_RC(BS_ESTATE, bs_create_managed_write_checkpoints(&out, &a, cst, &r, 1, &ct_err));
   }
   close_writer(e); /* one writer per stream: cst's comes next */
   CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("c1"), 5, ct_v(NULL), &ct_err));
-  CT_OK(bs_writer_flush(cw, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, cw, &ct_err));
   {
     int found = 0;
-    CT_OK(bs_last_write_checkpoint(cst, ct_v("c1"), NULL, 0, &id, &found, &ct_err));
+    CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("c1"), NULL, 0, &ct_err));
     assert_true(found);
     CT_EQ_U64(id, 5);
   }
   /* overwrite, not max */
   CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("c1"), 3, ct_v(NULL), &ct_err));
-  CT_OK(bs_writer_flush(cw, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, cw, &ct_err));
   {
     int found = 0;
-    CT_OK(bs_last_write_checkpoint(cst, ct_v("c1"), NULL, 0, &id, &found, &ct_err));
+    CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("c1"), NULL, 0, &ct_err));
     assert_true(found);
     CT_EQ_U64(id, 3);
   }
   bs_writer_close(cw);
   /* cleanup: processed and requested before 2000 -> only u1 */
-  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, 2000, &ct_err));
   CT_EQ_U64(deleted, 1);
   assert_false(last_wcp(e, "u1", ct_lsn(5), &id));
   assert_true(last_wcp(e, "u2", ct_lsn(5), &id));
@@ -1470,7 +1470,7 @@ static void t_write_checkpoints_custom_and_cleanup(void **state) {
   assert_true(last_wcp(e, "u3", ct_lsn(99), &id));
   {
     int found = 0;
-    CT_OK(bs_last_write_checkpoint(cst, ct_v("c1"), NULL, 0, &id, &found, &ct_err));
+    CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("c1"), NULL, 0, &ct_err));
     assert_true(found);
   }
   bs_storage_close(cst);
@@ -1485,12 +1485,12 @@ static void t_write_checkpoint_ids_after_cleanup(void **state) {
   managed(e, "u2", ct_lsn(1), 1, 5, 1000, NULL);
   CT_EQ_U64(managed(e, "gen", ct_lsn(1), 0, 0, 1000, NULL), 1); /* generated: no requested_at */
   commit(e, ct_lsn(2));
-  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, 2000, &ct_err));
   CT_EQ_U64(deleted, 2);
   assert_false(last_wcp(e, "u1", ct_lsn(5), &id)); /* deleted: no acknowledged id any more */
   assert_true(last_wcp(e, "gen", ct_lsn(5), &id)); /* kept */
   CT_EQ_U64(id, 1);
-  CT_OK(bs_delete_checkpoint_requests_before(e->st, INT64_MAX, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, INT64_MAX, &ct_err));
   CT_EQ_U64(deleted, 0); /* a generated record is never a request: kept at any cut-off */
   assert_true(last_wcp(e, "gen", ct_lsn(5), &id));
   if (e->be->persistent) CT_OK(ct_env_reopen(e)); /* the high-water mark is stored */
@@ -1514,12 +1514,12 @@ static void t_write_checkpoint_heads(void **state) {
   uint64_t id = 0;
   int found = -1;
   CT_EQ_U64(managed(e, "u", ct_lsn(5), 1, 3, 0, NULL), 3);
-  CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), two, 2, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, e->st, ct_v("u"), two, 2, &ct_err));
   assert_true(found);
   CT_EQ_U64(id, 3);
-  CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), &other, 1, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, e->st, ct_v("u"), &other, 1, &ct_err));
   assert_false(found); /* connection "1" not given: not reached */
-  CT_OK(bs_last_write_checkpoint(e->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, e->st, ct_v("u"), NULL, 0, &ct_err));
   assert_false(found);
 }
 
@@ -1541,16 +1541,16 @@ static void t_write_checkpoint_cleanup_cutoff(void **state) {
   CT_OK(bs_writer_custom_write_checkpoint_requested(cw, ct_v("at"), 6, ct_v(NULL), 2000, &ct_err));
   CT_OK(
       bs_writer_custom_write_checkpoint_requested(cw, ct_v("below"), 7, ct_v(NULL), 1999, &ct_err));
-  CT_OK(bs_writer_flush(cw, NULL, &ct_err));
-  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_OK(bs_writer_flush(NULL, cw, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, 2000, &ct_err));
   CT_EQ_U64(deleted, 2); /* the two "below" */
   assert_true(last_wcp(e, "at", ct_lsn(5), &id));
   CT_EQ_U64(id, 4);
   assert_false(last_wcp(e, "below", ct_lsn(5), &id));
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("at"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("at"), NULL, 0, &ct_err));
   assert_true(found);
   CT_EQ_U64(id, 6);
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("below"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("below"), NULL, 0, &ct_err));
   assert_false(found);
   bs_writer_close(cw);
   bs_storage_close(cst);
@@ -1569,7 +1569,7 @@ static void t_write_checkpoint_id_limit(void **state) {
   r.user_id = ct_v("u");
   r.heads = &h;
   r.n_heads = 1;
-  CT_RC(BS_EINVAL, bs_create_managed_write_checkpoints(e->st, &r, 1, &out, NULL, &ct_err));
+  CT_RC(BS_EINVAL, bs_create_managed_write_checkpoints(&out, NULL, e->st, &r, 1, &ct_err));
   assert_non_null(strstr(ct_err.msg, "2^63"));
   CT_EQ_U64(managed(e, "u", ct_lsn(1), 1, top, 0, NULL), top); /* unchanged */
 }
@@ -1595,22 +1595,22 @@ static void t_write_checkpoint_custom_requested(void **state) {
   CT_OK(
       bs_writer_custom_write_checkpoint_requested(cw, ct_v("owned"), 1, ct_v(NULL), 1000, &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("owned"), 2, ct_v(NULL), &ct_err));
-  CT_OK(bs_writer_flush(cw, NULL, &ct_err));
-  CT_OK(bs_delete_checkpoint_requests_before(e->st, 2000, &deleted, &ct_err));
+  CT_OK(bs_writer_flush(NULL, cw, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, 2000, &ct_err));
   CT_EQ_U64(deleted, 2); /* "old" and "epoch" */
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("old"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("old"), NULL, 0, &ct_err));
   assert_false(found);
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("epoch"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("epoch"), NULL, 0, &ct_err));
   assert_false(found);
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("late"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("late"), NULL, 0, &ct_err));
   assert_true(found);
   CT_EQ_U64(id, 7);
-  CT_OK(bs_delete_checkpoint_requests_before(e->st, INT64_MAX, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, INT64_MAX, &ct_err));
   CT_EQ_U64(deleted, 1); /* "late"; never the persistent ones */
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("kept"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("kept"), NULL, 0, &ct_err));
   assert_true(found);
   CT_EQ_U64(id, 8);
-  CT_OK(bs_last_write_checkpoint(cst, ct_v("owned"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, cst, ct_v("owned"), NULL, 0, &ct_err));
   assert_true(found);
   CT_EQ_U64(id, 2);
   bs_writer_close(cw);
@@ -1674,14 +1674,14 @@ static void compact_all(ct_env *e, uint64_t max_op) {
   o.max_op_id = max_op;
   o.min_bucket_changes = 1;
   o.min_change_ratio = 0;
-  CT_OK(bs_compact(e->st, &o, &s, &ct_err));
+  CT_OK(bs_compact(&s, e->st, &o, &ct_err));
 }
 
 /* bs_db_stat's ops by type (rules.c bs__stat_op on LMDB and memory, SQL on PostgreSQL). */
 static void expect_op_counts(ct_env *e, uint64_t put, uint64_t remove, uint64_t move,
                              uint64_t clear) {
   bs_stat s;
-  CT_OK(bs_db_stat(e->db, &s, &ct_err));
+  CT_OK(bs_db_stat(&s, e->db, &ct_err));
   CT_EQ_U64(s.ops_put, put);
   CT_EQ_U64(s.ops_remove, remove);
   CT_EQ_U64(s.ops_move, move);
@@ -1829,10 +1829,10 @@ static void t_compact_initial_replication(void **state) {
   CT_OK(ct_save(e->w, BS_DELETE, "test", "t2", NULL, CT_NOROWS));
   CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t3", CT_ROWS({"o", "test", "t3", "1"})));
   CT_EQ_U64(flush(e), 5);
-  CT_OK(bs_compact_initial_replication(e->st, 0, 0, &n, &ct_err));
+  CT_OK(bs_compact_initial_replication(&n, e->st, 0, 0, &ct_err));
   assert_true(n >= 1);
   n = 99;
-  CT_OK(bs_compact_initial_replication(e->st, 0, 0, &n, &ct_err));
+  CT_OK(bs_compact_initial_replication(&n, e->st, 0, 0, &ct_err));
   CT_EQ_U64(n, 0);
   CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
   CT_EQ_U64(commit(e, ct_lsn(1)), 5);
@@ -1845,7 +1845,7 @@ static void t_compact_initial_replication(void **state) {
   CT_EQ_U64(c.count, 1);
   c = cks(e, 5, "o");
   CT_EQ_U64(c.count, 1);
-  CT_RC(BS_ESTATE, bs_compact_initial_replication(e->st, 0, 0, &n, &ct_err));
+  CT_RC(BS_ESTATE, bs_compact_initial_replication(&n, e->st, 0, 0, &ct_err));
 }
 
 static void t_passthrough_on_path(void **state) {
@@ -1915,7 +1915,7 @@ static const char *names_after(bs_storage *st, const char *after) {
 static void check_figures(bs_storage *st, const listed *l) {
   bs_status s;
   size_t i;
-  CT_OK(bs_get_status(st, &s, &ct_err));
+  CT_OK(bs_get_status(&s, st, &ct_err));
   for (i = 0; i < l->n; i++) {
     bs_checksum c;
     ct_oplist ops;
@@ -1989,7 +1989,7 @@ static void t_list_buckets(void **state) {
   gen_a = l.v[1].generation;
   o.buckets = &only;
   o.n_buckets = 1;
-  if (!ct_lacks(e->be, CT_LACKS_COMPACT)) CT_OK(bs_compact(e->st, &o, NULL, &ct_err));
+  if (!ct_lacks(e->be, CT_LACKS_COMPACT)) CT_OK(bs_compact(NULL, e->st, &o, &ct_err));
   a = list_from(e->st, NULL, 0, BS_OK);
   assert_string_equal(joined(&a), "B,a,ab,b,c");
   if (!ct_lacks(e->be, CT_LACKS_COMPACT)) {
@@ -2047,15 +2047,15 @@ static void t_skipped_save_creates_no_bucket(void **state) {
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r1", CT_ROWS({"a", "t", "r1", "1"})));
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"a", "t", "r2", "2"})));
   CT_OK(ct_save(e->w, BS_DELETE, "t", "r2", NULL, CT_NOROWS));
-  CT_OK(bs_writer_flush(snap, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, snap, &ct_err));
   CT_EQ_U64(flush(e), 3);
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r1", CT_ROWS({"n1", "t", "r1", "x"})));
   CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r2", CT_ROWS({"n2", "t", "r2", "x"})));
-  CT_OK(bs_writer_flush(snap, NULL, &ct_err));
+  CT_OK(bs_writer_flush(NULL, snap, &ct_err));
   commit(e, ct_lsn(1));
   l = list_from(e->st, NULL, 0, BS_OK);
   assert_string_equal(joined(&l), "a,n2");
-  CT_OK(bs_db_stat(e->db, &st, &ct_err));
+  CT_OK(bs_db_stat(&st, e->db, &ct_err));
   CT_EQ_U64(st.buckets, 2);
   CT_EQ_U64(cks(e, 4, "n1").count, 0);
   CT_EQ_U64(cks(e, 4, "n2").count, 1);
@@ -2220,11 +2220,11 @@ static void t_explicit_limits(void **state) {
   memset(&cs, 0, sizeof cs);
   CT_EQ_U64(o.limit, BS_BATCH_LIMIT_DEFAULT);
   o.limit = 0;
-  CT_RC(BS_EINVAL, bs_get_bucket_data(e->st, cp, &req, 1, &o, collect_chunk, &cs, &more, &ct_err));
+  CT_RC(BS_EINVAL, bs_get_bucket_data(&more, e->st, cp, &req, 1, &o, collect_chunk, &cs, &ct_err));
   assert_non_null(strstr(ct_err.msg, "limit"));
   CT_EQ_U64(cs.n, 0);
   o.limit = 1;
-  CT_OK(bs_get_bucket_data(e->st, cp, &req, 1, &o, collect_chunk, &cs, &more, &ct_err));
+  CT_OK(bs_get_bucket_data(&more, e->st, cp, &req, 1, &o, collect_chunk, &cs, &ct_err));
   assert_true(more);
   CT_EQ_U64(cs.n, 1);
   CT_EQ_U64(cs.v[0].n_ops, 1);
@@ -2325,7 +2325,7 @@ static void t_callback_returns(void **state) {
   } while (0)
     STOPS(bs_stream_list(e->db, stop_stream, &s, &ct_err), "bs_stream_list's fn");
     STOPS(bs_list_buckets(e->st, ct_v(NULL), stop_bucket, &s, &ct_err), "bs_list_buckets's fn");
-    STOPS(bs_get_bucket_data(e->st, cp, &req, 1, NULL, stop_chunk, &s, &more, &ct_err),
+    STOPS(bs_get_bucket_data(&more, e->st, cp, &req, 1, NULL, stop_chunk, &s, &ct_err),
           "bs_get_bucket_data's on_chunk");
     STOPS(bs_get_checkpoint_changes(e->st, 0, cp, stop_changes, &s, &ct_err),
           "bs_get_checkpoint_changes's fn");
@@ -2340,7 +2340,7 @@ static void t_callback_returns(void **state) {
     if (!ct_lacks(e->be, CT_LACKS_COMPACT)) {
       co.progress = stop_progress;
       co.progress_payload = &s;
-      STOPS(bs_compact(e->st, &co, NULL, &ct_err), "bs_compact's opts->progress");
+      STOPS(bs_compact(NULL, e->st, &co, &ct_err), "bs_compact's opts->progress");
     }
 #undef STOPS
   }

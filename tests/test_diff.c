@@ -359,7 +359,7 @@ static int bs_val_eq_(bs_val a, bs_val b) {
 
 static int status_of(bs_storage *st, sb *o, bs_error *err) {
   bs_status s;
-  int rc = bs_get_status(st, &s, err);
+  int rc = bs_get_status(&s, st, err);
   if (rc) return rc;
   sb_printf(o, "state %d snapshot_done %d checkpoint %" PRIu64 " last_persisted %" PRIu64 " lsn ",
             (int)s.state, s.snapshot_done, s.checkpoint, s.last_persisted_op);
@@ -372,7 +372,7 @@ static int status_of(bs_storage *st, sb *o, bs_error *err) {
 
 static int checkpoint_of(bs_storage *st, sb *o, bs_error *err) {
   bs_checkpoint c;
-  int rc = bs_get_checkpoint(st, &c, err);
+  int rc = bs_get_checkpoint(&c, st, err);
   if (rc) return rc;
   sb_printf(o, "%" PRIu64 " ", c.op_id);
   if (c.has_lsn) sb_val(o, (bs_val){c.lsn, c.lsn_size});
@@ -436,7 +436,7 @@ static int bucket_data_all(bs_storage *st, uint64_t C, const bs_bucket_request *
   if (n) memcpy(req, req0, n * sizeof *req);
   while (more && rc == BS_OK && rounds++ < 100000) {
     more = 0;
-    rc = bs_get_bucket_data(st, C, req, n, bo, on_chunk, &d, &more, err);
+    rc = bs_get_bucket_data(&more, st, C, req, n, bo, on_chunk, &d, err);
     sb_printf(o, "\n more %d", more);
   }
   return rc;
@@ -445,7 +445,7 @@ static int bucket_data_all(bs_storage *st, uint64_t C, const bs_bucket_request *
 static int checksums_of(bs_storage *st, uint64_t C, const bs_val *b, size_t n, sb *o,
                         bs_error *err) {
   bs_checksum cs[N_BUCKETS];
-  int rc = bs_get_checksums(st, C, b, n, cs, err);
+  int rc = bs_get_checksums(cs, st, C, b, n, err);
   if (rc) return rc;
   for (size_t i = 0; i < n; i++) sb_printf(o, "%u/%" PRIu64 " ", cs[i].checksum, cs[i].count);
   return BS_OK;
@@ -539,7 +539,7 @@ static int changes_of(run *r, int side_i, size_t x, uint64_t from, uint64_t to, 
 
 static int stat_of(bs_db *db, sb *o, bs_error *err) {
   bs_stat s;
-  int rc = bs_db_stat(db, &s, err);
+  int rc = bs_db_stat(&s, db, err);
   if (rc) return rc;
   /* file_bytes is the backend's own measure */
   sb_printf(o,
@@ -557,7 +557,7 @@ static void on_problem(const char *p, void *payload) {
 static int last_wcp_of(bs_storage *st, bs_val user, const bs_head *h, size_t nh, sb *o,
                        bs_error *err) {
   uint64_t id = 0;
-  int found = 0, rc = bs_last_write_checkpoint(st, user, h, nh, &id, &found, err);
+  int found = 0, rc = bs_last_write_checkpoint(&id, &found, st, user, h, nh, err);
   if (rc == BS_OK) sb_printf(o, "found %d id %" PRIu64, found, found ? id : 0);
   return rc;
 }
@@ -599,7 +599,7 @@ static void read_at(run *r, size_t x, uint64_t C) {
 static uint64_t head_of(run *r, size_t x, uint64_t *cp) {
   bs_status st;
   bs_error err;
-  if (bs_get_status(r->s[0].st[x], &st, &err) != BS_OK) return 0;
+  if (bs_get_status(&st, r->s[0].st[x], &err) != BS_OK) return 0;
   if (cp) *cp = st.checkpoint;
   return st.last_persisted_op;
 }
@@ -642,7 +642,7 @@ static void check_db(run *r) {
   uint64_t problems[N_SIDES] = {0, 0};
   BOTH(r, "stream_list", bs_stream_list(s->db, on_stream, o, E));
   BOTH(r, "db_stat", stat_of(s->db, o, E));
-  BOTH(r, "db_verify", bs_db_verify(s->db, on_problem, o, &problems[s - r->s], E));
+  BOTH(r, "db_verify", bs_db_verify(&problems[s - r->s], s->db, on_problem, o, E));
   if (problems[0] || problems[1])
     DIFF_FAIL("verify: %llu / %llu problems (seed %llu)", (unsigned long long)problems[0],
               (unsigned long long)problems[1], (unsigned long long)r->seed);
@@ -728,7 +728,7 @@ static int commit_out(bs_writer *w, int keepalive, bs_val lsn, const bs_commit_o
   bs_commit_result cr;
   int rc;
   memset(&cr, 0, sizeof cr);
-  rc = keepalive ? bs_writer_keepalive(w, lsn, &cr, err) : bs_writer_commit(w, lsn, co, &cr, err);
+  rc = keepalive ? bs_writer_keepalive(&cr, w, lsn, err) : bs_writer_commit(&cr, w, lsn, co, err);
   if (rc == BS_OK)
     sb_printf(o, "blocked %d created %d cp %" PRIu64, cr.checkpoint_blocked, cr.checkpoint_created,
               cr.checkpoint);
@@ -747,7 +747,7 @@ static void do_commit(run *r, size_t x, int k, int keepalive) {
 
 static int flush_out(bs_writer *w, sb *o, bs_error *err) {
   uint64_t last = 0;
-  int rc = bs_writer_flush(w, &last, err);
+  int rc = bs_writer_flush(&last, w, err);
   if (rc == BS_OK) sb_printf(o, "last_op %" PRIu64, last);
   return rc;
 }
@@ -764,7 +764,7 @@ static int on_source(const bs_val *d, void *payload) {
 static int managed_out(bs_storage *st, const bs_managed_request *req, size_t n, sb *o,
                        bs_error *err) {
   uint64_t ids[4];
-  int adv = 0, rc = bs_create_managed_write_checkpoints(st, req, n, ids, &adv, err);
+  int adv = 0, rc = bs_create_managed_write_checkpoints(ids, &adv, st, req, n, err);
   if (rc) return rc;
   for (size_t i = 0; i < n; i++) sb_printf(o, "%" PRIu64 " ", ids[i]);
   sb_printf(o, "advance %d", adv);
@@ -806,7 +806,7 @@ static int compact_out(bs_storage *st, const bs_compact_options *co, sb *o, bs_e
   bs_compact_stats cs;
   int rc;
   memset(&cs, 0, sizeof cs);
-  rc = bs_compact(st, co, &cs, err);
+  rc = bs_compact(&cs, st, co, err);
   /* bytes_before/after are each backend's own measure */
   sb_printf(o,
             "buckets %" PRIu64 " moved %" PRIu64 " cleared %" PRIu64 " removed %" PRIu64
@@ -859,7 +859,7 @@ static void do_compact(run *r, size_t x) {
 
 static int initial_out(bs_storage *st, uint64_t max, uint64_t minc, sb *o, bs_error *err) {
   uint64_t n = 0;
-  int rc = bs_compact_initial_replication(st, max, minc, &n, err);
+  int rc = bs_compact_initial_replication(&n, st, max, minc, err);
   /* the count is compared with the thresholds only: without them LMDB counts the buckets
    * with anything new since their last compaction, the memory backend those with ops below the
    * horizon (what is left of the buckets is compared by the reads after it) */
@@ -959,7 +959,7 @@ static void step(run *r) {
       uint64_t del[N_SIDES] = {0, 0};
       note(r, "delete_checkpoint_requests_before s%zu", x);
       BOTH(r, "delete_checkpoint_requests_before",
-           bs_delete_checkpoint_requests_before(s->st[x], before, &del[s - r->s], E));
+           bs_delete_checkpoint_requests_before(&del[s - r->s], s->st[x], before, E));
       if (del[0] != del[1])
         DIFF_FAIL("deleted %llu / %llu", (unsigned long long)del[0], (unsigned long long)del[1]);
     } else if (SW_LAST_WCP) {
@@ -1130,7 +1130,7 @@ static void env_of(ct_env *e, const ct_backend *be) {
 
 static uint64_t persisted(ct_env *e) {
   bs_status st;
-  CT_OK(bs_get_status(e->st, &st, &ct_err));
+  CT_OK(bs_get_status(&st, e->st, &ct_err));
   return st.last_persisted_op;
 }
 
@@ -1144,7 +1144,7 @@ static void t_resume_lsn_at_once(void **state) {
     env_of(&e, be);
     CT_OK(ct_save(e.w, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "{}"})));
     CT_OK(bs_writer_resume_lsn(e.w, ct_v("0/5"), &ct_err));
-    CT_OK(bs_get_status(e.st, &st, &ct_err));
+    CT_OK(bs_get_status(&st, e.st, &ct_err));
     if (!st.has_resume_lsn || st.resume_lsn_size != 3 || memcmp(st.resume_lsn, "0/5", 3) != 0)
       fail_msg("%s: resume_lsn not visible at once", be->name);
     CT_OK(bs_writer_snapshot_done(e.w, ct_v("0/5"), &ct_err));
@@ -1168,7 +1168,7 @@ static void t_delete_fences_snapshot(void **state) {
     so.snapshot = 1;
     CT_OK(bs_writer_open(&snap, e.st, &so, &ct_err));
     CT_OK(ct_save(e.w, BS_DELETE, "t", "r1", NULL, CT_NOROWS)); /* unknown yet */
-    CT_OK(bs_writer_flush(e.w, NULL, &ct_err));
+    CT_OK(bs_writer_flush(NULL, e.w, &ct_err));
     CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "{\"old\":1}"})));
     CT_OK(ct_save(snap, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "{}"})));
     CT_OK(bs_writer_snapshot_done(snap, ct_v("0/1"), &ct_err));
@@ -1226,13 +1226,13 @@ static void t_managed_last_generated_wins(void **state) {
     req[0].user_id = req[1].user_id = ct_v("u1");
     req[0].heads = &h1, req[0].n_heads = 1;
     req[1].heads = h2, req[1].n_heads = 2;
-    CT_OK(bs_create_managed_write_checkpoints(e.st, req, 2, ids, NULL, &ct_err));
+    CT_OK(bs_create_managed_write_checkpoints(ids, NULL, e.st, req, 2, &ct_err));
     CT_EQ_U64(ids[0], 1);
     CT_EQ_U64(ids[1], 1);
     /* connection 1 alone does not reach the winner's heads */
-    CT_OK(bs_last_write_checkpoint(e.st, ct_v("u1"), &h2[0], 1, &id, &found, &ct_err));
+    CT_OK(bs_last_write_checkpoint(&id, &found, e.st, ct_v("u1"), &h2[0], 1, &ct_err));
     if (found) fail_msg("%s: the first request's heads were kept", be->name);
-    CT_OK(bs_last_write_checkpoint(e.st, ct_v("u1"), h2, 2, &id, &found, &ct_err));
+    CT_OK(bs_last_write_checkpoint(&id, &found, e.st, ct_v("u1"), h2, 2, &ct_err));
     if (!found || id != 1) fail_msg("%s: the last request's heads were not kept", be->name);
     ct_env_close(&e);
   }
@@ -1263,10 +1263,10 @@ static void t_bounded_seen_set(void **state) {
     }
     CT_OK(ct_commit(e.w, "0/1", &cr));
     co.buckets = &b, co.n_buckets = 1, co.memory_limit_mb = 1;
-    CT_OK(bs_compact(e.st, &co, &cs, &ct_err));
+    CT_OK(bs_compact(&cs, e.st, &co, &ct_err));
     if (cs.ops_moved != 0) fail_msg("%s: an untracked row moved", be->name);
     co.memory_limit_mb = 0;
-    CT_OK(bs_compact(e.st, &co, &cs, &ct_err));
+    CT_OK(bs_compact(&cs, e.st, &co, &ct_err));
     if (cs.ops_moved != 1 || cs.ops_cleared != 0)
       fail_msg("%s: %llu moved, %llu cleared with 64 MB", be->name,
                (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared);

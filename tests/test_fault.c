@@ -227,7 +227,7 @@ static int sc_save(bs_writer *w, bs_tag tag, const char *t, const char *before, 
 
 static int sc_commit(bs_writer *w, const char *lsn, bs_error *err) {
   bs_commit_result r;
-  return bs_writer_commit(w, v(lsn), NULL, &r, err);
+  return bs_writer_commit(&r, w, v(lsn), NULL, err);
 }
 
 static int on_chunk_count(const bs_chunk *c, void *payload) {
@@ -254,21 +254,21 @@ static int sc_reads(bs_storage *st, bs_error *err) {
   size_t n = 0;
   int more, rc;
   sc_bucket_vals(names);
-  if ((rc = bs_get_checkpoint(st, &cp, err))) return rc;
-  if ((rc = bs_get_checksums(st, cp.op_id, names, N_BUCKETS, ck, err))) return rc;
+  if ((rc = bs_get_checkpoint(&cp, st, err))) return rc;
+  if ((rc = bs_get_checksums(ck, st, cp.op_id, names, N_BUCKETS, err))) return rc;
   /* twice: the second is served by the cache */
-  if ((rc = bs_get_checksums(st, cp.op_id, names, N_BUCKETS, ck, err))) return rc;
+  if ((rc = bs_get_checksums(ck, st, cp.op_id, names, N_BUCKETS, err))) return rc;
   for (size_t i = 0; i < N_BUCKETS; i++) {
     req[i].bucket = names[i];
     req[i].after = 0;
   }
-  if ((rc = bs_get_bucket_data(st, cp.op_id, req, N_BUCKETS, NULL, on_chunk_count, &n, &more, err)))
+  if ((rc = bs_get_bucket_data(&more, st, cp.op_id, req, N_BUCKETS, NULL, on_chunk_count, &n, err)))
     return rc;
   if ((rc = bs_get_parameter_sets(st, cp.op_id, sc_keys, 2, BS_PARAM_LIMIT_DEFAULT, on_params_count,
                                   &n, err)))
     return rc;
   if ((rc = bs_get_checkpoint_changes(st, 0, cp.op_id, on_changes, &n, err))) return rc;
-  return bs_get_status(st, &status, err);
+  return bs_get_status(&status, st, err);
 }
 
 static int sc_fingerprint(bs_storage *st, char **out, bs_error *err) {
@@ -277,7 +277,7 @@ static int sc_fingerprint(bs_storage *st, char **out, bs_error *err) {
   char *fp = NULL;
   int rc;
   sc_bucket_vals(names);
-  if ((rc = bs_get_checkpoint(st, &cp, err))) return rc;
+  if ((rc = bs_get_checkpoint(&cp, st, err))) return rc;
   rc = ft_fingerprint(st, cp.op_id, names, N_BUCKETS, sc_keys, 2, &fp, err);
   if (rc) return rc;
   if (cp.op_id == 0 && !cp.has_lsn) {
@@ -340,7 +340,7 @@ static void on_problem(const char *problem, void *payload) {
 static int sc_verify(bs_db *db, bs_error *err) {
   uint64_t problems = 0;
   bs_error perr = {0, ""};
-  int rc = bs_db_verify(db, on_problem, &perr, &problems, err);
+  int rc = bs_db_verify(&problems, db, on_problem, &perr, err);
   if (rc == BS_OK && problems) {
     rc = FT_EMISMATCH;
     if (err) *err = perr;
@@ -382,7 +382,7 @@ static void sc_scenario(sc_run *s) {
     STEP(sc_save(w, BS_INSERT, i % 3 ? "t1" : "t2", NULL, idbuf, sc_buckets[i % N_BUCKETS], data,
                  i % 2, &s->err));
   }
-  STEP(bs_writer_flush(w, &last, &s->err));
+  STEP(bs_writer_flush(&last, w, &s->err));
   COMMIT("0002");
   STEP(sc_reads(st, &s->err));
 
@@ -396,7 +396,7 @@ static void sc_scenario(sc_run *s) {
   STEP(sc_save(w, BS_UPDATE, "t1", "r7", "r7b", "b1", "{\"id\":\"r7b\"}", -1, &s->err));
   STEP(sc_save(w, BS_DELETE, "t1", NULL, "r1", NULL, NULL, -1, &s->err));
   STEP(sc_save(w, BS_DELETE, "t1", NULL, "nope", NULL, NULL, -1, &s->err));
-  STEP(bs_writer_flush(w, &last, &s->err));
+  STEP(bs_writer_flush(&last, w, &s->err));
   COMMIT("0003");
 
   memset(&mr, 0, sizeof mr);
@@ -405,14 +405,14 @@ static void sc_scenario(sc_run *s) {
   mr.user_id = v("user1");
   mr.heads = &head;
   mr.n_heads = 1;
-  STEP(bs_create_managed_write_checkpoints(st, &mr, 1, &id, &adv, &s->err));
+  STEP(bs_create_managed_write_checkpoints(&id, &adv, st, &mr, 1, &s->err));
 
   /* full compaction of everything at the current checkpoint, parameters included */
   co.min_bucket_changes = 1;
   co.min_change_ratio = 0;
   co.compact_parameters = 1;
   co.max_ops_per_txn = 3; /* several short transactions */
-  STEP(bs_compact(st, &co, &cs, &s->err));
+  STEP(bs_compact(&cs, st, &co, &s->err));
 
   /* phase 3: more changes, a truncate, commit; reads after compaction */
   for (int i = 2; i < 6; i++) {
@@ -424,18 +424,18 @@ static void sc_scenario(sc_run *s) {
   STEP(bs_writer_truncate(w, v("t2"), &s->err));
   COMMIT("0004");
   STEP(sc_reads(st, &s->err));
-  STEP(bs_last_write_checkpoint(st, v("user1"), &head, 1, &id, &found, &s->err));
+  STEP(bs_last_write_checkpoint(&id, &found, st, v("user1"), &head, 1, &s->err));
 
   /* incremental compaction, then a keepalive */
   co.incremental_only = 1;
   co.min_age_ms = 0;
-  STEP(bs_compact(st, &co, &cs, &s->err));
+  STEP(bs_compact(&cs, st, &co, &s->err));
   STEP(sc_save(w, BS_INSERT, "t1", NULL, "r9", "b2", "{\"id\":\"r9\"}", 0, &s->err));
   COMMIT("0005");
-  STEP(bs_writer_keepalive(w, v("0006"), NULL, &s->err));
+  STEP(bs_writer_keepalive(NULL, w, v("0006"), &s->err));
   s->last_commit++;
   if (s->fp[0] && !s->fp[s->last_commit]) STEP(sc_fingerprint(st, &s->fp[s->last_commit], &s->err));
-  STEP(bs_db_stat(db, &stat, &s->err));
+  STEP(bs_db_stat(&stat, db, &s->err));
   STEP(sc_verify(db, &s->err));
 out:
   bs_writer_close(w);
@@ -728,7 +728,7 @@ static void test_backup_load_faults(void **state) {
         bo.allocator = which == 2 ? &fa.a : NULL;
         rc = which == 0   ? bs_backup(db, out, &bo, &err)
              : which == 1 ? bs_db_export(db, 0, rec_collect, &sink, &err)
-                          : bs_load(out, rec_next, &recs, &bo, &err);
+                          : bs_load(out, &bo, rec_next, &recs, &err);
         mf_arm(0, 0, 0);
         ft_alloc_arm(&fa, 0, 0);
         rec_list_free(&sink);
@@ -778,7 +778,7 @@ static void write_commits(bs_storage *st, uint64_t *cps, int n_cp) {
       assert_int_equal(sc_save(w, BS_UPDATE, "t", NULL, id, b, data, -1, NULL), BS_OK);
     }
     snprintf(lsn, sizeof lsn, "%04d", c + 1);
-    assert_int_equal(bs_writer_commit(w, v(lsn), NULL, &r, NULL), BS_OK);
+    assert_int_equal(bs_writer_commit(&r, w, v(lsn), NULL, NULL), BS_OK);
     cps[c] = r.checkpoint;
   }
   bs_writer_close(w);
@@ -808,13 +808,13 @@ static void test_wrapper_under_cache(void **state) {
   co.min_bucket_changes = 1;
   co.min_change_ratio = 0;
   co.max_op_id = cps[2];
-  assert_int_equal(bs_compact(inner, &co, NULL, NULL), BS_OK);
+  assert_int_equal(bs_compact(NULL, inner, &co, NULL), BS_OK);
   /* the reference: a second handle without any cache */
   oo.checksum_cache_entries = (size_t)-1;
   assert_int_equal(bs_open(&plain, path, &oo, NULL), BS_OK);
   assert_int_equal(bs_storage_open(&ref, plain, 0, NULL), BS_OK);
   for (int c = 0; c < 6; c++) {
-    want_rc[c] = bs_get_checksums(ref, cps[c], names, 4, want[c], NULL);
+    want_rc[c] = bs_get_checksums(want[c], ref, cps[c], names, 4, NULL);
     /* a checkpoint below the horizon may be torn by the CLEAR (contract.md 5.5) */
     assert_true(want_rc[c] == BS_OK || (want_rc[c] == BS_EINVALIDATED && cps[c] < cps[2]));
   }
@@ -831,12 +831,12 @@ static void test_wrapper_under_cache(void **state) {
     for (int rep = 0; rep < 3; rep++) {
       for (int c = 0; c < 6; c++) {
         int ci = (c * (rep + 2) + (int)k) % 6;
-        int rc = bs_get_checksums(st, cps[ci], names, 4, got, NULL);
+        int rc = bs_get_checksums(got, st, cps[ci], names, 4, NULL);
         if (rc == BS_EIO || rc == BS_ENOMEM) {
           failed_calls++;
           /* the failed call left nothing behind: the retry is exact */
           memset(got, 0xee, sizeof got);
-          rc = bs_get_checksums(st, cps[ci], names, 4, got, NULL);
+          rc = bs_get_checksums(got, st, cps[ci], names, 4, NULL);
         }
         assert_int_equal(rc, want_rc[ci]);
         if (rc != BS_OK) continue;
@@ -900,7 +900,7 @@ static void test_disk_full(void **state) {
       rc = sc_save(w, BS_INSERT, "t", NULL, id, b, data, -1, &err);
     }
     snprintf(lsn, sizeof lsn, "%06d", c + 1);
-    if (rc == BS_OK) rc = bs_writer_commit(w, v(lsn), NULL, &r, &err);
+    if (rc == BS_OK) rc = bs_writer_commit(&r, w, v(lsn), NULL, &err);
     if (rc == BS_OK) {
       commits++;
       last_cp = r.checkpoint;
@@ -920,10 +920,10 @@ static void test_disk_full(void **state) {
   /* the same handle still reads the last commit */
   {
     bs_checkpoint cp;
-    assert_int_equal(bs_get_checkpoint(st, &cp, NULL), BS_OK);
+    assert_int_equal(bs_get_checkpoint(&cp, st, NULL), BS_OK);
     assert_int_equal(cp.op_id, last_cp);
   }
-  assert_int_equal(bs_db_stat(db, &stat, NULL), BS_OK);
+  assert_int_equal(bs_db_stat(&stat, db, NULL), BS_OK);
   if (mounted) assert_true(stat.file_bytes > oo.map_size); /* the map did grow */
   bs_writer_close(w);
   bs_storage_close(st);
@@ -931,14 +931,14 @@ static void test_disk_full(void **state) {
   /* reopen (the disk still full): verifies, at the last commit */
   db = NULL;
   assert_int_equal(bs_open(&db, path, NULL, &err), BS_OK);
-  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, db, NULL, NULL, NULL), BS_OK);
   assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&st, db, 0, NULL), BS_OK);
-  if (!last_fp) assert_int_equal(bs_get_checkpoint(st, &(bs_checkpoint){0}, NULL), BS_OK);
+  if (!last_fp) assert_int_equal(bs_get_checkpoint(&(bs_checkpoint){0}, st, NULL), BS_OK);
   assert_int_equal(ft_fingerprint(st, last_cp, names, 4, NULL, 0, &fp, NULL), BS_OK);
   {
     bs_checkpoint cp;
-    assert_int_equal(bs_get_checkpoint(st, &cp, NULL), BS_OK);
+    assert_int_equal(bs_get_checkpoint(&cp, st, NULL), BS_OK);
     assert_int_equal(cp.op_id, last_cp);
   }
   if (last_fp) assert_string_equal(fp, last_fp);

@@ -47,7 +47,7 @@ static const bs_writer_vtable full_wt;
 static const bs_writer_vtable *open_wt = &full_wt;
 static fw *last_writer; /* a writer the front refused (no destroy) is freed by the test */
 static int open_null;   /* writer_open and storage_open answer BS_OK without a handle */
-static int s_writer_open(bs_storage *st, const bs_writer_options *o, bs_writer **out,
+static int s_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o,
                          bs_error *err) {
   fw *w = open_null ? NULL : calloc(1, sizeof *w);
   calls++;
@@ -74,14 +74,14 @@ static void note_batch(const bs_write_batch *b) {
     if (b->items[i].wcp) seen_requested_at = b->items[i].wcp->requested_at_ms;
   if (on_batch) on_batch(b);
 }
-static int s_flush(bs_writer *w, const bs_write_batch *b, uint64_t *last, bs_error *err) {
+static int s_flush(uint64_t *last, bs_writer *w, const bs_write_batch *b, bs_error *err) {
   calls++;
   note_batch(b);
   *last = 7;
   return flush_rc;
 }
-static int s_commit(bs_writer *w, const bs_write_batch *b, bs_val lsn, int ce,
-                    bs_commit_result *out, bs_error *err) {
+static int s_commit(bs_commit_result *out, bs_writer *w, const bs_write_batch *b, bs_val lsn,
+                    int ce, bs_error *err) {
   calls++;
   note_batch(b);
   seen_create_empty = ce;
@@ -99,16 +99,16 @@ static int s_source_row(bs_writer *w, const bs_write_batch *b, bs_val t, bs_val 
   return BS_OK;
 }
 static int cp_reads; /* s_get_checkpoint calls, atomic: test_wait_and_listener's threads */
-static int s_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
+static int s_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   calls++;
   __atomic_add_fetch(&cp_reads, 1, __ATOMIC_SEQ_CST);
   memset(out, 0, sizeof *out);
   out->op_id = __atomic_load_n(&fake_cp, __ATOMIC_SEQ_CST);
   return BS_OK;
 }
-static int s_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *req, size_t n,
-                         const bs_batch_options *o, int (*fn)(const bs_chunk *, void *), void *p,
-                         int *more, bs_error *err) {
+static int s_bucket_data(int *more, bs_storage *st, uint64_t cp, const bs_bucket_request *req,
+                         size_t n, const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
+                         void *p, bs_error *err) {
   calls++;
   seen_n = n;
   memcpy(seen_req, req, n * sizeof *req);
@@ -116,8 +116,8 @@ static int s_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *r
   *more = 1;
   return BS_OK;
 }
-static int s_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, bs_checksum *out,
-                       uint64_t *gen, bs_error *err) {
+static int s_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t cp,
+                       const bs_val *b, size_t n, bs_error *err) {
   calls++;
   for (size_t i = 0; i < n; i++) out[i].checksum = (uint32_t)b[i].size, out[i].count = cp;
   return BS_OK;
@@ -139,33 +139,33 @@ static int s_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val e, bs_e
   calls++;
   return BS_OK;
 }
-static int s_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids, int *adv,
+static int s_managed(uint64_t *ids, int *adv, bs_storage *st, const bs_managed_request *r, size_t n,
                      bs_error *err) {
   calls++;
   *adv = 1;
   return BS_OK;
 }
-static int s_last_wcp(bs_storage *st, bs_val u, const bs_head *h, size_t n, uint64_t *id,
-                      int *found, bs_error *err) {
+static int s_last_wcp(uint64_t *id, int *found, bs_storage *st, bs_val u, const bs_head *h,
+                      size_t n, bs_error *err) {
   calls++;
   return BS_OK;
 }
-static int s_delete_before(bs_storage *st, int64_t t, uint64_t *d, bs_error *err) {
+static int s_delete_before(uint64_t *d, bs_storage *st, int64_t t, bs_error *err) {
   calls++;
   *d = 3;
   return BS_OK;
 }
-static int s_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *s,
+static int s_compact(bs_compact_stats *s, bs_storage *st, const bs_compact_options *o,
                      bs_error *err) {
   calls++;
   seen_compact = *o;
   return BS_OK;
 }
-static int s_compact_initial(bs_storage *st, uint64_t m, uint64_t min, uint64_t *b, bs_error *err) {
+static int s_compact_initial(uint64_t *b, bs_storage *st, uint64_t m, uint64_t min, bs_error *err) {
   calls++;
   return BS_OK;
 }
-static int s_status(bs_storage *st, bs_status *out, bs_error *err) {
+static int s_status(bs_status *out, bs_storage *st, bs_error *err) {
   calls++;
   return BS_OK;
 }
@@ -389,8 +389,8 @@ static void test_stream_checks(void **state) {
   assert_int_equal(id, 1);
   EXPECT(bs_stream_list(db, NULL, NULL, E), BS_EINVAL, "fn");
   EXPECT(bs_stream_list(NULL, NULL, NULL, E), BS_EINVAL, "db");
-  EXPECT(bs_db_stat(db, (bs_stat *)name, E), BS_EUNSUPPORTED, "stat");
-  EXPECT(bs_db_stat(db, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_db_stat((bs_stat *)name, db, E), BS_EUNSUPPORTED, "stat");
+  EXPECT(bs_db_stat(NULL, db, E), BS_EINVAL, "out");
   EXPECT(bs_db_verify(NULL, NULL, NULL, NULL, E), BS_EINVAL, "db");
   EXPECT(bs_storage_open(NULL, db, 0, E), BS_EINVAL, "out");
   bs_storage *st = fake_storage(db);
@@ -507,23 +507,23 @@ static void test_writer_checks(void **state) {
   s.rows = &row;
 
   bs_val lsn_big = {big, BS_MAX_LSN + 1}, lsn = bs__val_str("0/1");
-  EXPECT(bs_writer_commit(w, lsn_big, NULL, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
-  EXPECT(bs_writer_keepalive(w, lsn_big, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
+  EXPECT(bs_writer_commit(NULL, w, lsn_big, NULL, E), BS_ETOOBIG, "BS_MAX_LSN");
+  EXPECT(bs_writer_keepalive(NULL, w, lsn_big, E), BS_ETOOBIG, "BS_MAX_LSN");
   EXPECT(bs_writer_snapshot_done(w, lsn_big, E), BS_ETOOBIG, "BS_MAX_LSN");
   EXPECT(bs_writer_resume_lsn(w, lsn_big, E), BS_ETOOBIG, "BS_MAX_LSN");
   co.create_empty = 2;
-  EXPECT(bs_writer_commit(w, lsn, &co, NULL, E), BS_EINVAL, "opts->create_empty");
+  EXPECT(bs_writer_commit(NULL, w, lsn, &co, E), BS_EINVAL, "opts->create_empty");
   co.create_empty = -1;
   bs_commit_result cr;
-  assert_int_equal(bs_writer_commit(w, lsn, &co, &cr, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&cr, w, lsn, &co, NULL), BS_OK);
   assert_int_equal(seen_create_empty, 1); /* the writer's own setting (default 1): the front's */
   assert_true(cr.checkpoint == 7);
-  assert_int_equal(bs_writer_keepalive(w, lsn, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_keepalive(NULL, w, lsn, NULL), BS_OK);
   assert_int_equal(seen_create_empty, 1);
   uint64_t last = 0;
-  assert_int_equal(bs_writer_flush(w, &last, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(&last, w, NULL), BS_OK);
   assert_true(last == 7);
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
   EXPECT(bs_writer_truncate(w, (bs_val){NULL, 0}, E), BS_EINVAL, "table");
   EXPECT(bs_writer_drop(w, (bs_val){big, BS_MAX_TABLE_NAME + 1}, E), BS_ETOOBIG, "table");
   EXPECT(bs_writer_source_row(w, bs__val_str("t"), (bs_val){big, 300}, NULL, NULL, E), BS_ETOOBIG,
@@ -537,10 +537,10 @@ static void test_writer_checks(void **state) {
          "requested_at_ms");
   seen_requested_at = 5;
   assert_int_equal(bs_writer_custom_write_checkpoint_requested(w, lsn, 1, lsn, 0, NULL), BS_OK);
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK); /* queued: the flush hands it over */
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK); /* queued: the flush hands it over */
   assert_true(seen_requested_at == 0);                     /* 0 is a time (the epoch), not "none" */
   assert_int_equal(bs_writer_custom_write_checkpoint(w, lsn, 1, lsn, NULL), BS_OK);
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
   assert_true(seen_requested_at < 0); /* persistent */
   EXPECT(bs_writer_save(NULL, &s, E), BS_EINVAL, "w");
   bs_writer_close(w);
@@ -548,10 +548,10 @@ static void test_writer_checks(void **state) {
   wo.version = BS_WRITER_OPTIONS_VERSION;
   wo.create_empty = 0;
   assert_int_equal(bs_writer_open(&w, st, &wo, NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(w, lsn, NULL, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, lsn, NULL, NULL), BS_OK);
   assert_int_equal(seen_create_empty, 0); /* -1 (no options) resolved to this writer's 0 */
   co.create_empty = 1;
-  assert_int_equal(bs_writer_commit(w, lsn, &co, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, lsn, &co, NULL), BS_OK);
   assert_int_equal(seen_create_empty, 1); /* an explicit value overrides it */
   bs_writer_close(w);
   bs_storage_close(st);
@@ -580,31 +580,31 @@ static void test_read_checks(void **state) {
   bs_checksum out[2];
   int more = 0;
   (void)state;
-  EXPECT(bs_get_bucket_data(st, TOO_HIGH, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
+  EXPECT(bs_get_bucket_data(&more, st, TOO_HIGH, req, 4, NULL, on_chunk, NULL, E), BS_EINVAL,
          "checkpoint");
-  EXPECT(bs_get_bucket_data(st, 10, NULL, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL, "req");
-  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, NULL, NULL, &more, E), BS_EINVAL, "on_chunk");
+  EXPECT(bs_get_bucket_data(&more, st, 10, NULL, 4, NULL, on_chunk, NULL, E), BS_EINVAL, "req");
+  EXPECT(bs_get_bucket_data(&more, st, 10, req, 4, NULL, NULL, NULL, E), BS_EINVAL, "on_chunk");
   bo.limit = 0; /* an explicit limit is honoured: zero ops per call cannot be served */
-  EXPECT(bs_get_bucket_data(st, 10, req, 4, &bo, on_chunk, NULL, &more, E), BS_EINVAL,
+  EXPECT(bs_get_bucket_data(&more, st, 10, req, 4, &bo, on_chunk, NULL, E), BS_EINVAL,
          "opts->limit");
   bo.limit = BS_BATCH_LIMIT_DEFAULT;
   bo.version = 7;
-  EXPECT(bs_get_bucket_data(st, 10, req, 4, &bo, on_chunk, NULL, &more, E), BS_EINVAL,
+  EXPECT(bs_get_bucket_data(&more, st, 10, req, 4, &bo, on_chunk, NULL, E), BS_EINVAL,
          "opts->version");
   req[2].after = TOO_HIGH;
-  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
+  EXPECT(bs_get_bucket_data(&more, st, 10, req, 4, NULL, on_chunk, NULL, E), BS_EINVAL,
          "req[2].after");
   req[2].after = 3;
   req[1].bucket.data = big;
   req[1].bucket.size = BS_MAX_BUCKET_NAME + 1;
-  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_ETOOBIG,
+  EXPECT(bs_get_bucket_data(&more, st, 10, req, 4, NULL, on_chunk, NULL, E), BS_ETOOBIG,
          "BS_MAX_BUCKET_NAME");
   req[1].bucket.size = 0;
-  EXPECT(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, E), BS_EINVAL,
+  EXPECT(bs_get_bucket_data(&more, st, 10, req, 4, NULL, on_chunk, NULL, E), BS_EINVAL,
          "req.bucket[1]");
   req[1].bucket = bs__val_str("a");
   /* sorted by name, deduplicated (the last request of a name wins), defaults filled in */
-  assert_int_equal(bs_get_bucket_data(st, 10, req, 4, NULL, on_chunk, NULL, &more, NULL), BS_OK);
+  assert_int_equal(bs_get_bucket_data(&more, st, 10, req, 4, NULL, on_chunk, NULL, NULL), BS_OK);
   assert_int_equal(seen_n, 3);
   assert_memory_equal(seen_req[0].bucket.data, "a", 1);
   assert_true(seen_req[0].after == 5);
@@ -615,9 +615,9 @@ static void test_read_checks(void **state) {
   assert_int_equal(seen_batch.chunk_bytes, 1024 * 1024);
   assert_int_equal(seen_batch.max_bytes, 16 * 1024 * 1024);
 
-  EXPECT(bs_get_checksums(st, TOO_HIGH, buckets, 2, out, E), BS_EINVAL, "checkpoint");
-  EXPECT(bs_get_checksums(st, 5, buckets, 2, NULL, E), BS_EINVAL, "out");
-  EXPECT(bs_get_checksums(st, 5, NULL, 2, out, E), BS_EINVAL, "buckets");
+  EXPECT(bs_get_checksums(out, st, TOO_HIGH, buckets, 2, E), BS_EINVAL, "checkpoint");
+  EXPECT(bs_get_checksums(NULL, st, 5, buckets, 2, E), BS_EINVAL, "out");
+  EXPECT(bs_get_checksums(out, st, 5, NULL, 2, E), BS_EINVAL, "buckets");
   {
     char name[BS_MAX_BUCKET_NAME + 1];
     bs_val bad = {NULL, 2}, over = {name, sizeof name};
@@ -634,9 +634,9 @@ static void test_read_checks(void **state) {
   }
   buckets[1].data = big;
   buckets[1].size = BS_MAX_BUCKET_NAME + 1;
-  EXPECT(bs_get_checksums(st, 5, buckets, 2, out, E), BS_ETOOBIG, "buckets[1]");
+  EXPECT(bs_get_checksums(out, st, 5, buckets, 2, E), BS_ETOOBIG, "buckets[1]");
   buckets[1] = bs__val_str("bb");
-  assert_int_equal(bs_get_checksums(st, 5, buckets, 2, out, NULL), BS_OK);
+  assert_int_equal(bs_get_checksums(out, st, 5, buckets, 2, NULL), BS_OK);
   assert_int_equal(out[1].checksum, 2);
   assert_true(out[1].count == 5);
 
@@ -670,9 +670,9 @@ static void test_read_checks(void **state) {
     assert_int_equal(seen_nlk, 1);
     assert_true(seen_lk[0].size == 0);
   }
-  EXPECT(bs_get_checkpoint(st, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_get_checkpoint(NULL, st, E), BS_EINVAL, "out");
   EXPECT(bs_get_checkpoint(NULL, NULL, E), BS_EINVAL, "st");
-  EXPECT(bs_get_status(st, NULL, E), BS_EINVAL, "out");
+  EXPECT(bs_get_status(NULL, st, E), BS_EINVAL, "out");
   EXPECT(bs_report_error(st, NULL, E), BS_EINVAL, "message");
   bs_storage_close(st);
   bs_close(db);
@@ -690,45 +690,45 @@ static void test_wcp_and_compact_checks(void **state) {
   (void)state;
   EXPECT(bs_set_write_checkpoint_mode(st, (bs_write_checkpoint_mode)7, (bs_val){NULL, 0}, E),
          BS_EINVAL, "mode");
-  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_ETOOBIG,
+  EXPECT(bs_create_managed_write_checkpoints(ids, &adv, st, mr, 1, E), BS_ETOOBIG,
          "req[0].heads[0].lsn");
   heads[0].lsn = bs__val_str("0/1");
   mr[0].user_id.data = NULL; /* "" is a user id; NULL data with a size is not */
-  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL, "req[0].user_id");
+  EXPECT(bs_create_managed_write_checkpoints(ids, &adv, st, mr, 1, E), BS_EINVAL, "req[0].user_id");
   mr[0].user_id = bs__val_str("u");
-  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, NULL, &adv, E), BS_EINVAL, "ids_out");
+  EXPECT(bs_create_managed_write_checkpoints(NULL, &adv, st, mr, 1, E), BS_EINVAL, "ids_out");
   mr[0].has_request_id = 1;
   mr[0].request_id = TOO_HIGH;
-  EXPECT(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, E), BS_EINVAL, "request_id");
+  EXPECT(bs_create_managed_write_checkpoints(ids, &adv, st, mr, 1, E), BS_EINVAL, "request_id");
   mr[0].has_request_id = 0;
-  EXPECT(bs_create_managed_write_checkpoints(rost, mr, 1, ids, &adv, E), BS_ESTATE, "read-only");
-  assert_int_equal(bs_create_managed_write_checkpoints(st, mr, 1, ids, &adv, NULL), BS_OK);
+  EXPECT(bs_create_managed_write_checkpoints(ids, &adv, rost, mr, 1, E), BS_ESTATE, "read-only");
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, st, mr, 1, NULL), BS_OK);
   assert_int_equal(adv, 1);
-  EXPECT(bs_last_write_checkpoint(st, (bs_val){big, 481}, NULL, 0, &id, &found, E), BS_ETOOBIG,
+  EXPECT(bs_last_write_checkpoint(&id, &found, st, (bs_val){big, 481}, NULL, 0, E), BS_ETOOBIG,
          "BS_MAX_USER_ID");
-  EXPECT(bs_last_write_checkpoint(st, bs__val_str("u"), NULL, 0, NULL, &found, E), BS_EINVAL,
+  EXPECT(bs_last_write_checkpoint(NULL, &found, st, bs__val_str("u"), NULL, 0, E), BS_EINVAL,
          "id_out");
-  EXPECT(bs_last_write_checkpoint(st, bs__val_str("u"), NULL, 0, &id, NULL, E), BS_EINVAL, "found");
-  EXPECT(bs_delete_checkpoint_requests_before(rost, 5, NULL, E), BS_ESTATE, "read-only");
+  EXPECT(bs_last_write_checkpoint(&id, NULL, st, bs__val_str("u"), NULL, 0, E), BS_EINVAL, "found");
+  EXPECT(bs_delete_checkpoint_requests_before(NULL, rost, 5, E), BS_ESTATE, "read-only");
 
   co.max_op_id = TOO_HIGH;
-  EXPECT(bs_compact(st, &co, NULL, E), BS_EINVAL, "opts->max_op_id");
+  EXPECT(bs_compact(NULL, st, &co, E), BS_EINVAL, "opts->max_op_id");
   co.max_op_id = 0;
   co.n_buckets = 2;
-  EXPECT(bs_compact(st, &co, NULL, E), BS_EINVAL, "opts->buckets");
+  EXPECT(bs_compact(NULL, st, &co, E), BS_EINVAL, "opts->buckets");
   co.n_buckets = 0;
   co.version = 0;
-  EXPECT(bs_compact(st, &co, NULL, E), BS_EINVAL, "opts->version");
+  EXPECT(bs_compact(NULL, st, &co, E), BS_EINVAL, "opts->version");
   co.version = BS_COMPACT_OPTIONS_VERSION;
-  EXPECT(bs_compact(rost, &co, NULL, E), BS_ESTATE, "read-only");
-  assert_int_equal(bs_compact(st, NULL, NULL, NULL), BS_OK);
+  EXPECT(bs_compact(NULL, rost, &co, E), BS_ESTATE, "read-only");
+  assert_int_equal(bs_compact(NULL, st, NULL, NULL), BS_OK);
   assert_true(seen_compact.min_bucket_changes == 10);
   assert_true(seen_compact.min_change_ratio == 0.1);
   assert_int_equal(seen_compact.memory_limit_mb, 64);
   assert_true(seen_compact.min_age_ms == 300000);
   assert_int_equal(seen_compact.max_ops_per_txn, 10000);
-  EXPECT(bs_compact_initial_replication(st, TOO_HIGH, 0, NULL, E), BS_EINVAL, "max_op_id");
-  EXPECT(bs_compact_initial_replication(rost, 0, 0, NULL, E), BS_ESTATE, "read-only");
+  EXPECT(bs_compact_initial_replication(NULL, st, TOO_HIGH, 0, E), BS_EINVAL, "max_op_id");
+  EXPECT(bs_compact_initial_replication(NULL, rost, 0, 0, E), BS_ESTATE, "read-only");
   EXPECT(bs_clear(rost, E), BS_ESTATE, "read-only");
   EXPECT(bs_terminate(rost, 1, E), BS_ESTATE, "read-only");
   EXPECT(bs_report_error(rost, "x", E), BS_ESTATE, "read-only");
@@ -772,6 +772,9 @@ static void test_unsupported_slots(void **state) {
   static const bs_db_vtable v0_db = {.version = 0, .destroy = d_count_close};
   static const bs_storage_vtable v0_vt = {.version = 0, .destroy = s_count_close};
   static const bs_writer_vtable v0_wt = {.version = 0, .destroy = w_count_close};
+  static const bs_db_vtable v1_db = {.version = 1, .destroy = d_count_close};
+  static bs_storage_vtable old_st;
+  static bs_writer_vtable old_wt;
   static const bs_db_vtable counted_db = {.version = BS_DB_VTABLE_VERSION,
                                           .destroy = d_count_close};
   const bs_val none = {NULL, 0};
@@ -784,10 +787,10 @@ static void test_unsupported_slots(void **state) {
   open_vt = &empty_vt;
   st = fake_storage(db);
   open_vt = &full_vt;
-  EXPECT(bs_get_checkpoint(st, &cp, E), BS_EUNSUPPORTED, "get_checkpoint");
+  EXPECT(bs_get_checkpoint(&cp, st, E), BS_EUNSUPPORTED, "get_checkpoint");
   EXPECT(bs_writer_open(&w, st, NULL, E), BS_EUNSUPPORTED, "writer_open");
   EXPECT(bs_clear(st, E), BS_EUNSUPPORTED, "clear");
-  EXPECT(bs_compact(st, NULL, NULL, E), BS_EUNSUPPORTED, "compact");
+  EXPECT(bs_compact(NULL, st, NULL, E), BS_EUNSUPPORTED, "compact");
   EXPECT(bs_list_buckets(st, none, list_cb, NULL, E), BS_EUNSUPPORTED, "list_buckets");
   bs_storage_close(st);
   /* destroy is mandatory in every table: a handle without one is refused where it appears (it
@@ -820,6 +823,24 @@ static void test_unsupported_slots(void **state) {
   assert_null(st2);
   assert_int_equal(destroyed, 2);
   open_vt = &full_vt;
+  /* a table built against 0.3.0's header (db 1, storage 3, writer 1), whose slots took their
+   * outputs after the handle, is refused and released the same way: called, its slots would
+   * read their arguments in another order */
+  old_wt = full_wt;
+  old_wt.version = 1;
+  old_wt.destroy = w_count_close;
+  open_wt = &old_wt;
+  writer_refused(st, "version 2 or later");
+  assert_int_equal(destroyed, 3);
+  open_wt = &full_wt;
+  old_st = full_vt;
+  old_st.version = 3;
+  old_st.destroy = s_count_close;
+  open_vt = &old_st;
+  EXPECT(bs_storage_open(&st2, db, 0, E), BS_EINVAL, "version 4 or later");
+  assert_null(st2);
+  assert_int_equal(destroyed, 4);
+  open_vt = &full_vt;
   /* BS_OK without a handle is the backend's bug, refused with a code (a host supplies it) */
   open_null = 1;
   writer_refused(st, "no handle");
@@ -840,12 +861,17 @@ static void test_unsupported_slots(void **state) {
   assert_null(out);
   assert_int_equal(destroyed, 1);
   d = calloc(1, sizeof *d);
+  d->base.vt = &v1_db;
+  EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "version 2 or later");
+  assert_null(out);
+  assert_int_equal(destroyed, 2);
+  d = calloc(1, sizeof *d);
   d->base.vt = &counted_db;
   d->base.alloc.malloc_fn = NULL;
   d->base.alloc.free_fn = free_only;
   EXPECT(bs_open_backend(&out, &d->base, NULL, E), BS_EINVAL, "allocator");
   assert_null(out);
-  assert_int_equal(destroyed, 2);
+  assert_int_equal(destroyed, 3);
   bs_close(db);
 }
 
@@ -935,14 +961,14 @@ static void test_writer_queue(void **state) {
   assert_int_equal(calls, before); /* queueing never reaches the backend */
   /* a failed flush leaves the queue as it was; the next one hands over the same items */
   flush_rc = BS_EIO;
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_EIO);
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_EIO);
   flush_rc = BS_OK;
   on_batch = check_copies;
   q_checked = 0;
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
   on_batch = NULL;
   assert_true(q_checked);
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
   assert_int_equal(seen_items, 0); /* the successful flush emptied it */
   /* auto-flush (max_records 3): the fourth save first flushes the three queued */
   s.after_id = bs__val_str("r1");
@@ -965,9 +991,9 @@ static void test_writer_queue(void **state) {
   /* commit hands over the queue in its own call */
   assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
   seen_items = 0;
-  assert_int_equal(bs_writer_commit(w, bs__val_str("1"), NULL, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, bs__val_str("1"), NULL, NULL), BS_OK);
   assert_int_equal(seen_items, 1);
-  assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
   assert_int_equal(seen_items, 0);
   bs_writer_close(w);
   bs_storage_close(st);
@@ -994,7 +1020,7 @@ static void test_contract_asserts(void **state) {
   if (pid == 0) {
     bs_writer *w = NULL;
     if (!freopen("/dev/null", "w", stderr)) _exit(2); /* the report is expected */
-    st->vt->writer_open(st, NULL, &w, NULL);
+    st->vt->writer_open(&w, st, NULL, NULL);
     _exit(0); /* reached only if the assert did not fire */
   }
   assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -1030,7 +1056,7 @@ static void *bump_later(void *p) {
   while (__atomic_load_n(&cp_reads, __ATOMIC_SEQ_CST) <= a->reads) nanosleep(&ts, NULL);
   __atomic_store_n(&fake_cp, fake_cp + 1, __ATOMIC_SEQ_CST);
   /* a commit through the front that made a checkpoint notifies (the backend does not) */
-  if (a->notify) assert_int_equal(bs_writer_commit(a->w, bs__val_str("1"), NULL, NULL, NULL), 0);
+  if (a->notify) assert_int_equal(bs_writer_commit(NULL, a->w, bs__val_str("1"), NULL, NULL), 0);
   return NULL;
 }
 
@@ -1055,18 +1081,18 @@ static void test_wait_and_listener(void **state) {
   alarm(300);
   fake_cp = 5;
   assert_int_equal(bs_writer_open(&a.w, st, NULL, NULL), BS_OK);
-  EXPECT(bs_wait_checkpoint(st, NULL, -1, &out, E), BS_EINVAL, "timeout_ms");
-  EXPECT(bs_wait_checkpoint(st, NULL, 10, NULL, E), BS_EINVAL, "out");
-  assert_int_equal(bs_get_checkpoint(st, &known, NULL), BS_OK);
+  EXPECT(bs_wait_checkpoint(&out, st, NULL, -1, E), BS_EINVAL, "timeout_ms");
+  EXPECT(bs_wait_checkpoint(NULL, st, NULL, 10, E), BS_EINVAL, "out");
+  assert_int_equal(bs_get_checkpoint(&known, st, NULL), BS_OK);
   /* nothing changes: returns after the timeout (not before) with the current checkpoint */
   t0 = ms_now();
-  assert_int_equal(bs_wait_checkpoint(st, &known, 150, &out, NULL), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&out, st, &known, 150, NULL), BS_OK);
   assert_true(ms_now() - t0 >= 150);
   assert_true(out.op_id == 5);
   /* different from `known` already: returns after one read, without waiting */
   known.op_id = 4;
   before = cp_reads;
-  assert_int_equal(bs_wait_checkpoint(st, &known, INT_MAX, &out, NULL), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&out, st, &known, INT_MAX, NULL), BS_OK);
   assert_int_equal(cp_reads, before + 1);
   assert_true(out.op_id == 5);
   known.op_id = 5;
@@ -1074,7 +1100,7 @@ static void test_wait_and_listener(void **state) {
   assert_int_equal(bs_set_checkpoint_listener(db, listener, &one), BS_OK);
   a.reads = cp_reads;
   pthread_create(&th, NULL, bump_later, &a);
-  assert_int_equal(bs_wait_checkpoint(st, &known, INT_MAX, &out, NULL), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&out, st, &known, INT_MAX, NULL), BS_OK);
   pthread_join(th, NULL);
   assert_true(out.op_id == 6);
   assert_int_equal(heard, 1);
@@ -1084,12 +1110,12 @@ static void test_wait_and_listener(void **state) {
   a.notify = 0;
   a.reads = cp_reads;
   pthread_create(&th, NULL, bump_later, &a);
-  assert_int_equal(bs_wait_checkpoint(st, &known, INT_MAX, &out, NULL), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&out, st, &known, INT_MAX, NULL), BS_OK);
   pthread_join(th, NULL);
   assert_true(out.op_id == 7);
   /* unregistered listener is not called */
   assert_int_equal(bs_set_checkpoint_listener(db, NULL, NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(a.w, bs__val_str("2"), NULL, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, a.w, bs__val_str("2"), NULL, NULL), BS_OK);
   assert_int_equal(heard, 1);
   assert_int_equal(bs_set_checkpoint_listener(NULL, listener, NULL), BS_EINVAL);
   alarm(0);
@@ -1194,21 +1220,21 @@ static void test_older_callers(void **state) {
       assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"0", 1}, &err), BS_OK);
       for (unsigned y = 1; y <= BS_COMMIT_OPTIONS_VERSION; y++)
         assert_int_equal(
-            bs_writer_commit(w, (bs_val){"1", 1}, OLDER(bs_commit_options, y, &co), NULL, &err),
+            bs_writer_commit(NULL, w, (bs_val){"1", 1}, OLDER(bs_commit_options, y, &co), &err),
             BS_OK);
       bs_writer_close(w);
     }
     for (unsigned y = 1; y <= BS_BATCH_OPTIONS_VERSION; y++)
-      assert_int_equal(bs_get_bucket_data(st, 0, &req, 1, OLDER(bs_batch_options, y, &bo),
-                                          chunk_none, NULL, NULL, &err),
+      assert_int_equal(bs_get_bucket_data(NULL, st, 0, &req, 1, OLDER(bs_batch_options, y, &bo),
+                                          chunk_none, NULL, &err),
                        BS_OK);
     for (unsigned y = 1; y <= BS_COMPACT_OPTIONS_VERSION; y++)
-      assert_int_equal(bs_compact(st, OLDER(bs_compact_options, y, &cpo), NULL, &err), BS_OK);
+      assert_int_equal(bs_compact(NULL, st, OLDER(bs_compact_options, y, &cpo), &err), BS_OK);
     for (unsigned y = 1; y <= BS_BACKUP_OPTIONS_VERSION; y++) {
       /* read before the memory backend says it has no backup; load reads them too */
       assert_int_equal(bs_backup(db, path, OLDER(bs_backup_options, y, &bko), &err),
                        BS_EUNSUPPORTED);
-      assert_int_equal(bs_load(path, no_records, NULL, OLDER(bs_backup_options, y, &bko), &err),
+      assert_int_equal(bs_load(path, OLDER(bs_backup_options, y, &bko), no_records, NULL, &err),
                        BS_ECORRUPT);
     }
     bs_storage_close(st);
@@ -1217,8 +1243,9 @@ static void test_older_callers(void **state) {
   rmdir(dir);
 }
 
-/* Backend tables: every version of each, last in the page; the storage table's version 1 has
- * no wait_checkpoint, which the front must not read (it polls get_checkpoint instead). */
+/* Backend tables: every version of each that the front accepts (from BS_FIRST_*: the older ones
+ * are refused, test_unsupported_slots), last in the page, so a slot past a version's end would
+ * be read off it. */
 static void test_older_backends(void **state) {
   bs_storage_vtable t = full_vt;
   bs_checkpoint cp;
@@ -1226,24 +1253,24 @@ static void test_older_backends(void **state) {
   bs_db *db;
   bs_storage *st;
   (void)state;
-  t.wait_checkpoint = NULL; /* set only in the versions that have it: the front must not look */
-  for (unsigned v = 1; v <= BS_DB_VTABLE_VERSION; v++) {
+  t.wait_checkpoint = NULL; /* the front polls get_checkpoint instead */
+  for (unsigned v = BS_FIRST_bs_db_vtable; v <= BS_DB_VTABLE_VERSION; v++) {
     fdb *d = calloc(1, sizeof *d);
     d->base.vt = OLDER_AT(1, bs_db_vtable, v, &fake_ops);
     assert_int_equal(bs_open_backend(&db, &d->base, NULL, NULL), BS_OK);
-    for (unsigned s2 = 1; s2 <= BS_STORAGE_VTABLE_VERSION; s2++) {
+    for (unsigned s2 = BS_FIRST_bs_storage_vtable; s2 <= BS_STORAGE_VTABLE_VERSION; s2++) {
       open_vt = OLDER_AT(2, bs_storage_vtable, s2, &t);
       assert_int_equal(bs_storage_open(&st, db, 0, NULL), BS_OK);
       open_vt = &full_vt;
       memset(&cp, 0, sizeof cp);
-      assert_int_equal(bs_wait_checkpoint(st, NULL, 0, &cp, NULL), BS_OK);
+      assert_int_equal(bs_wait_checkpoint(&cp, st, NULL, 0, NULL), BS_OK);
       assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, list_cb, NULL, NULL), BS_OK);
-      for (unsigned x = 1; x <= BS_WRITER_VTABLE_VERSION; x++) {
+      for (unsigned x = BS_FIRST_bs_writer_vtable; x <= BS_WRITER_VTABLE_VERSION; x++) {
         open_wt = OLDER(bs_writer_vtable, x, &full_wt);
         assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
         open_wt = &full_wt;
-        assert_int_equal(bs_writer_flush(w, NULL, NULL), BS_OK);
-        assert_int_equal(bs_writer_commit(w, (bs_val){"1", 1}, NULL, NULL, NULL), BS_OK);
+        assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
+        assert_int_equal(bs_writer_commit(NULL, w, (bs_val){"1", 1}, NULL, NULL), BS_OK);
         bs_writer_close(w);
       }
       bs_storage_close(st);

@@ -89,7 +89,7 @@ static int setup(void **state) {
       save_row(h->w, v("t"), BS_INSERT, v("r1"), v("b1"), v("r1"), v("{}"), NULL, NULL), BS_OK);
   assert_int_equal(
       save_row(h->w, v("t"), BS_INSERT, v("r2"), v("b2"), v("r2"), v("{}"), NULL, NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(h->w, v("0005"), NULL, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, h->w, v("0005"), NULL, NULL), BS_OK);
   *state = h;
   return 0;
 }
@@ -114,10 +114,10 @@ typedef struct hx_snap {
 static void snap(hx *h, hx_snap *s) {
   bs_checkpoint cp;
   bs_val names[2] = {v(hx_buckets[0]), v(hx_buckets[1])};
-  assert_int_equal(bs_get_checkpoint(h->st, &cp, NULL), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&cp, h->st, NULL), BS_OK);
   assert_int_equal(ft_fingerprint(h->st, cp.op_id, names, 2, NULL, 0, &s->fp, NULL), BS_OK);
-  assert_int_equal(bs_db_stat(h->db, &s->stat, NULL), BS_OK);
-  assert_int_equal(bs_get_status(h->st, &s->status, NULL), BS_OK);
+  assert_int_equal(bs_db_stat(&s->stat, h->db, NULL), BS_OK);
+  assert_int_equal(bs_get_status(&s->status, h->st, NULL), BS_OK);
 }
 
 /* ---- The table of hostile calls ------------------------------------------------------------- */
@@ -195,11 +195,11 @@ static int h_rows_null(hx *h) {
   return bs_writer_save(h->w, &s, &h->err);
 }
 static int h_lsn_256(hx *h) {
-  return bs_writer_commit(h->w, vn(long_name, 256), NULL, NULL, &h->err);
+  return bs_writer_commit(NULL, h->w, vn(long_name, 256), NULL, &h->err);
 }
 static int h_lsn_older(hx *h) {
   bs_commit_result r;
-  int rc = bs_writer_commit(h->w, v("0002"), NULL, &r, &h->err);
+  int rc = bs_writer_commit(&r, h->w, v("0002"), NULL, &h->err);
   /* documented: BS_OK, blocked, no checkpoint (contract.md 4.4: lsn >= last checkpoint lsn) */
   if (rc == BS_OK && (!r.checkpoint_blocked || r.checkpoint_created)) return -1000;
   return rc;
@@ -211,15 +211,15 @@ static int h_null_writer(hx *h) {
   return save_row(NULL, v("t"), BS_INSERT, v("r9"), v("b1"), v("r9"), v("{}"), NULL, &h->err);
 }
 static int h_null_commit(hx *h) {
-  return bs_writer_commit(NULL, v("0009"), NULL, NULL, &h->err);
+  return bs_writer_commit(NULL, NULL, v("0009"), NULL, &h->err);
 }
 static int h_null_storage(hx *h) {
   bs_checksum c;
   bs_val b = v("b1");
-  return bs_get_checksums(NULL, 1, &b, 1, &c, &h->err);
+  return bs_get_checksums(&c, NULL, 1, &b, 1, &h->err);
 }
 static int h_null_out(hx *h) {
-  return bs_get_checkpoint(h->st, NULL, &h->err);
+  return bs_get_checkpoint(NULL, h->st, &h->err);
 }
 static int h_null_db(hx *h) {
   return bs_stream_create(NULL, NULL, "x", NULL, &h->err);
@@ -233,22 +233,22 @@ static int h_null_compact(hx *h) {
 static int h_checkpoint_2_63(hx *h) {
   bs_checksum c;
   bs_val b = v("b1");
-  return bs_get_checksums(h->st, 0x8000000000000000ull, &b, 1, &c, &h->err);
+  return bs_get_checksums(&c, h->st, 0x8000000000000000ull, &b, 1, &h->err);
 }
 static int h_compact_nan(hx *h) {
   bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
   co.min_change_ratio = NAN;
-  return bs_compact(h->st, &co, NULL, &h->err);
+  return bs_compact(NULL, h->st, &co, &h->err);
 }
 static int h_compact_buckets_null(hx *h) {
   bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
   co.n_buckets = 2;
-  return bs_compact(h->st, &co, NULL, &h->err);
+  return bs_compact(NULL, h->st, &co, &h->err);
 }
 static int h_compact_horizon_2_63(hx *h) {
   bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
   co.max_op_id = 0x8000000000000000ull;
-  return bs_compact(h->st, &co, NULL, &h->err);
+  return bs_compact(NULL, h->st, &co, &h->err);
 }
 static int h_stream_name_256(hx *h) {
   char name[257];
@@ -261,7 +261,7 @@ static int h_user_481(hx *h) {
   uint64_t id;
   memset(&r, 0, sizeof r);
   r.user_id = vn(long_name, 481);
-  return bs_create_managed_write_checkpoints(h->st, &r, 1, &id, NULL, &h->err);
+  return bs_create_managed_write_checkpoints(&id, NULL, h->st, &r, 1, &h->err);
 }
 static int h_lookup_decode_garbage(hx *h) {
   bs_scalar vals[4];
@@ -383,7 +383,7 @@ static void test_hostile_table(void **state) {
     uint64_t last = 0, last_after = 0;
     int rc;
     snap(h, &before);
-    assert_int_equal(bs_writer_flush(h->w, &last, NULL), BS_OK);
+    assert_int_equal(bs_writer_flush(&last, h->w, NULL), BS_OK);
     memset(&h->err, 0, sizeof h->err);
     rc = table[i].fn(h);
     if (rc != table[i].want)
@@ -398,7 +398,7 @@ static void test_hostile_table(void **state) {
       assert_int_equal(bs_writer_open(&h->w, h->st, NULL, NULL), BS_OK);
     }
     /* nothing was queued by the failed call, and the file did not change */
-    assert_int_equal(bs_writer_flush(h->w, &last_after, NULL), BS_OK);
+    assert_int_equal(bs_writer_flush(&last_after, h->w, NULL), BS_OK);
     if (last_after != last)
       fail_msg("%s: the call queued ops (%llu -> %llu)", table[i].name, (unsigned long long)last,
                (unsigned long long)last_after);
@@ -533,7 +533,7 @@ static void check_bucket(bs_storage *st, uint64_t C, bs_val name, int want_idx, 
   char seen[64] = {0};
   bs_bucket_request req = {name, 0};
   int more = 0;
-  assert_int_equal(bs_get_bucket_data(st, C, &req, 1, NULL, collect_ids, seen, &more, NULL), BS_OK);
+  assert_int_equal(bs_get_bucket_data(&more, st, C, &req, 1, NULL, collect_ids, seen, NULL), BS_OK);
   for (int i = 0; i < 64; i++) {
     int want = i == want_idx ? 1 : 0;
     if (seen[i] != want) {
@@ -576,8 +576,8 @@ static void test_isolation(void **state) {
     assert_int_equal(save_row(w2, name, BS_INSERT, name, name, v(oid), v("{}"), &lk, NULL), BS_OK);
   }
   assert_int_equal(bs_writer_snapshot_done(w2, v("0001"), NULL), BS_OK);
-  assert_int_equal(bs_writer_flush(w2, NULL, NULL), BS_OK); /* persisted in s2, not committed */
-  assert_int_equal(bs_writer_commit(h->w, v("0006"), NULL, &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w2, NULL), BS_OK); /* persisted in s2, not committed */
+  assert_int_equal(bs_writer_commit(&r, h->w, v("0006"), NULL, NULL), BS_OK);
   C = r.checkpoint;
   for (size_t i = 0; i < N_CRAFTED; i++) {
     bs_val name = vn(crafted[i].p, crafted[i].n);
@@ -591,13 +591,13 @@ static void test_isolation(void **state) {
   }
   /* truncating crafted table 0 ("a") removes row o0 only */
   assert_int_equal(bs_writer_truncate(h->w, vn(crafted[0].p, crafted[0].n), NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(h->w, v("0007"), NULL, &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, h->w, v("0007"), NULL, NULL), BS_OK);
   C = r.checkpoint;
   check_bucket(h->st, C, vn(crafted[0].p, crafted[0].n), -1, "truncated bucket");
   for (size_t i = 1; i < N_CRAFTED; i++)
     check_bucket(h->st, C, vn(crafted[i].p, crafted[i].n), (int)i, "bucket after truncate");
   /* stream 2 commits: its rows become visible there, and stay invisible in stream 1 */
-  assert_int_equal(bs_writer_commit(w2, v("0002"), NULL, &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w2, v("0002"), NULL, NULL), BS_OK);
   for (size_t i = 0; i < N_CRAFTED; i++)
     check_bucket(st2, r.checkpoint, vn(crafted[i].p, crafted[i].n), (int)(i + N_CRAFTED),
                  "stream 2 bucket");
@@ -609,7 +609,7 @@ static void test_isolation(void **state) {
     check_bucket(h->st, C, vn(crafted[i].p, crafted[i].n), (int)i, "stream 1 after clear");
   {
     uint64_t problems = 1;
-    assert_int_equal(bs_db_verify(h->db, NULL, NULL, &problems, NULL), BS_OK);
+    assert_int_equal(bs_db_verify(&problems, h->db, NULL, NULL, NULL), BS_OK);
     assert_int_equal(problems, 0);
   }
   printf("isolation: %zu crafted names as bucket, table, replica id and lookup key, 2 streams\n",

@@ -77,7 +77,7 @@ static int save(fx *f, bs_tag tag, const char *before, const char *id, int nrows
 static uint64_t commit(fx *f, const char *lsn) {
   bs_commit_result r;
   bs_error e = {0, ""};
-  int rc = bs_writer_commit(f->w, V(lsn), NULL, &r, &e);
+  int rc = bs_writer_commit(&r, f->w, V(lsn), NULL, &e);
   if (rc) fprintf(stderr, "commit: %s\n", e.msg);
   assert_int_equal(rc, BS_OK);
   return r.checkpoint;
@@ -139,7 +139,7 @@ static int read_all(fx *f, const char *b, uint64_t after, uint64_t cp, coll *k) 
   int more = 0, rc;
   o.limit = MAXOPS - 1;
   memset(k, 0, sizeof *k);
-  rc = bs_get_bucket_data(f->st, cp, &rq, 1, &o, on_chunk, k, &more, NULL);
+  rc = bs_get_bucket_data(&more, f->st, cp, &rq, 1, &o, on_chunk, k, NULL);
   if (rc == BS_OK) assert_false(more);
   return rc;
 }
@@ -147,7 +147,7 @@ static int read_all(fx *f, const char *b, uint64_t after, uint64_t cp, coll *k) 
 static bs_checksum cks(fx *f, const char *b, uint64_t cp) {
   bs_val v = V(b);
   bs_checksum c = {0, 0};
-  assert_int_equal(bs_get_checksums(f->st, cp, &v, 1, &c, NULL), BS_OK);
+  assert_int_equal(bs_get_checksums(&c, f->st, cp, &v, 1, NULL), BS_OK);
   return c;
 }
 
@@ -273,7 +273,7 @@ static void test_parameters(void **state) {
     bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
     bs_compact_stats st;
     o.compact_parameters = 1;
-    assert_int_equal(bs_compact(f.st, &o, &st, NULL), BS_OK);
+    assert_int_equal(bs_compact(&st, f.st, &o, NULL), BS_OK);
     assert_int_equal(st.parameter_entries_removed, 2); /* k1 entry + k1 tombstone */
   }
   out[0] = 0;
@@ -323,7 +323,7 @@ static void test_chunking(void **state) {
       coll one;
       memset(&one, 0, sizeof one);
       one.chunk_bytes = o.chunk_bytes;
-      assert_int_equal(bs_get_bucket_data(f.st, cp, rq, 3, &o, on_chunk, &one, &more, NULL), BS_OK);
+      assert_int_equal(bs_get_bucket_data(&more, f.st, cp, rq, 3, &o, on_chunk, &one, NULL), BS_OK);
       assert_true(one.n <= o.limit);
       if (more) assert_int_equal(one.n, o.limit); /* only the limit cuts a small call */
       /* advance every bucket to its last op seen */
@@ -356,7 +356,7 @@ static void test_chunking(void **state) {
     int more;
     memset(&part, 0, sizeof part);
     o.chunk_bytes = 1;
-    assert_int_equal(bs_get_bucket_data(f.st, top, &rq, 1, &o, on_chunk, &part, &more, NULL),
+    assert_int_equal(bs_get_bucket_data(&more, f.st, top, &rq, 1, &o, on_chunk, &part, NULL),
                      BS_OK);
     assert_int_equal(part.chunks, part.n);
   }
@@ -382,7 +382,7 @@ static void test_compact_move(void **state) {
   before = cks(&f, "b", 3);
   o.buckets = &b;
   o.n_buckets = 1;
-  assert_int_equal(bs_compact(f.st, &o, &st, NULL), BS_OK);
+  assert_int_equal(bs_compact(&st, f.st, &o, NULL), BS_OK);
   assert_int_equal(st.ops_moved, 1);
   assert_int_equal(st.ops_cleared, 0);
   assert_int_equal(st.buckets_compacted, 1);
@@ -422,7 +422,7 @@ static void test_compact_clear(void **state) {
   before = cks(&f, "b", 4);
   o.buckets = &b;
   o.n_buckets = 1;
-  assert_int_equal(bs_compact(f.st, &o, &st, NULL), BS_OK);
+  assert_int_equal(bs_compact(&st, f.st, &o, NULL), BS_OK);
   assert_int_equal(st.ops_moved, 2);
   assert_int_equal(st.ops_cleared, 3);
   assert_int_equal(read_all(&f, "b", 0, 4, &k), BS_OK);
@@ -437,16 +437,16 @@ static void test_compact_clear(void **state) {
   assert_int_equal(c.count, 2);
   /* torn: reads at C in [1, 3) fail; at 3 the CLEAR is served (target 4 reported) */
   assert_int_equal(read_all(&f, "b", 0, 2, &k), BS_EINVALIDATED);
-  assert_int_equal(bs_get_checksums(f.st, 1, &b, 1, &c, &e), BS_EINVALIDATED);
+  assert_int_equal(bs_get_checksums(&c, f.st, 1, &b, 1, &e), BS_EINVALIDATED);
   assert_int_equal(read_all(&f, "b", 0, 3, &k), BS_OK);
   assert_int_equal(k.n, 1);
   assert_int_equal(k.max_target, 4);
   assert_int_equal(read_all(&f, "b", 0, 0, &k), BS_OK);
   assert_int_equal(k.n, 0);
   /* a second compaction changes nothing; the store verifies clean */
-  assert_int_equal(bs_compact(f.st, &o, &st, NULL), BS_OK);
+  assert_int_equal(bs_compact(&st, f.st, &o, NULL), BS_OK);
   assert_int_equal(st.buckets_compacted, 0);
-  assert_int_equal(bs_db_verify(f.db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, f.db, NULL, NULL, NULL), BS_OK);
   assert_int_equal(problems, 0);
   fx_close(&f);
 }
@@ -461,10 +461,10 @@ static void test_initial_replication(void **state) {
   save(&f, BS_UPDATE, NULL, "a", 1, a2);   /* 2 */
   save(&f, BS_INSERT, NULL, "c", 1, c1);   /* 3 */
   save(&f, BS_DELETE, "c", NULL, 0, NULL); /* 4 */
-  assert_int_equal(bs_writer_flush(f.w, NULL, NULL), BS_OK);
-  assert_int_equal(bs_compact_initial_replication(f.st, 0, 0, &n, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, f.w, NULL), BS_OK);
+  assert_int_equal(bs_compact_initial_replication(&n, f.st, 0, 0, NULL), BS_OK);
   assert_int_equal(n, 1);
-  assert_int_equal(bs_compact_initial_replication(f.st, 0, 0, &n, NULL), BS_OK);
+  assert_int_equal(bs_compact_initial_replication(&n, f.st, 0, 0, NULL), BS_OK);
   assert_int_equal(n, 0);
   start(&f);
   assert_int_equal(commit(&f, "0002"), 4);
@@ -473,7 +473,7 @@ static void test_initial_replication(void **state) {
   assert_int_equal(k.ops[0].id, 2);
   assert_string_equal(k.ops[0].data, "{2}");
   assert_int_equal(cks(&f, "b", 4).count, 1);
-  assert_int_equal(bs_compact_initial_replication(f.st, 0, 0, &n, NULL), BS_ESTATE);
+  assert_int_equal(bs_compact_initial_replication(&n, f.st, 0, 0, NULL), BS_ESTATE);
   fx_close(&f);
 }
 
@@ -488,25 +488,25 @@ static void test_commit_rules(void **state) {
   fx_open(&f, BS_HASH_XXH3, NULL);
   save(&f, BS_INSERT, NULL, "a", 1, t1);
   /* snapshot not done: blocked, but the ops are persisted */
-  assert_int_equal(bs_writer_commit(f.w, V("0005"), NULL, &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, f.w, V("0005"), NULL, NULL), BS_OK);
   assert_true(r.checkpoint_blocked);
   assert_false(r.checkpoint_created);
   assert_int_equal(bs_writer_snapshot_done(f.w, V("0003"), NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(f.w, V("0002"), NULL, &r, NULL), BS_OK); /* below ncb */
+  assert_int_equal(bs_writer_commit(&r, f.w, V("0002"), NULL, NULL), BS_OK); /* below ncb */
   assert_true(r.checkpoint_blocked);
   co.create_empty = 0; /* the first unblocked commit always creates one */
-  assert_int_equal(bs_writer_commit(f.w, V("0003"), &co, &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, f.w, V("0003"), &co, NULL), BS_OK);
   assert_true(r.checkpoint_created);
   assert_int_equal(r.checkpoint, 1);
-  assert_int_equal(bs_get_status(f.st, &s, NULL), BS_OK);
+  assert_int_equal(bs_get_status(&s, f.st, NULL), BS_OK);
   assert_int_equal(s.state, BS_STREAM_ACTIVE);
   assert_true(s.snapshot_done);
-  assert_int_equal(bs_writer_commit(f.w, V("0004"), &co, &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, f.w, V("0004"), &co, NULL), BS_OK);
   assert_false(r.checkpoint_created);
-  assert_int_equal(bs_writer_keepalive(f.w, V("0004"), &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_keepalive(&r, f.w, V("0004"), NULL), BS_OK);
   assert_true(r.checkpoint_created);
   assert_int_equal(r.checkpoint, 1);
-  assert_int_equal(bs_writer_commit(f.w, V("0001"), NULL, &r, NULL), BS_OK); /* below last */
+  assert_int_equal(bs_writer_commit(&r, f.w, V("0001"), NULL, NULL), BS_OK); /* below last */
   assert_true(r.checkpoint_blocked);
   fx_close(&f);
 }
@@ -533,30 +533,30 @@ static void test_write_checkpoints(void **state) {
   rq[2].user_id = V("u2");
   rq[2].heads = &h5;
   rq[2].n_heads = 1;
-  assert_int_equal(bs_create_managed_write_checkpoints(f.st, rq, 3, ids, &adv, NULL), BS_OK);
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, f.st, rq, 3, NULL), BS_OK);
   assert_int_equal(ids[0], 7);
   assert_int_equal(ids[1], 7);
   assert_int_equal(ids[2], 1);
   assert_true(adv);
-  assert_int_equal(bs_last_write_checkpoint(f.st, V("u1"), &h5, 1, &id, &found, NULL), BS_OK);
+  assert_int_equal(bs_last_write_checkpoint(&id, &found, f.st, V("u1"), &h5, 1, NULL), BS_OK);
   assert_false(found); /* head 0009 > 0005 */
-  assert_int_equal(bs_last_write_checkpoint(f.st, V("u1"), &h9, 1, &id, &found, NULL), BS_OK);
+  assert_int_equal(bs_last_write_checkpoint(&id, &found, f.st, V("u1"), &h9, 1, NULL), BS_OK);
   assert_true(found);
   assert_int_equal(id, 7);
   /* generated after supplied: one counter */
-  assert_int_equal(bs_create_managed_write_checkpoints(f.st, rq, 1, ids, &adv, NULL), BS_OK);
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, f.st, rq, 1, NULL), BS_OK);
   assert_int_equal(ids[0], 8);
   /* a commit at 0005 processes u1 (head 0005 now) and u2 */
   commit(&f, "0005");
-  assert_int_equal(bs_create_managed_write_checkpoints(f.st, &rq[2], 1, ids, &adv, NULL), BS_OK);
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, f.st, &rq[2], 1, NULL), BS_OK);
   assert_int_equal(ids[0], 2);
   assert_true(adv);
   rq[1].request_id = 2; /* lower than stored 8: nothing */
-  assert_int_equal(bs_create_managed_write_checkpoints(f.st, &rq[1], 1, ids, &adv, NULL), BS_OK);
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, f.st, &rq[1], 1, NULL), BS_OK);
   assert_int_equal(ids[0], 8);
   assert_false(adv); /* u1's 8 was processed */
   assert_int_equal(bs_set_write_checkpoint_mode(f.st, BS_WCP_CUSTOM, V(""), NULL), BS_OK);
-  assert_int_equal(bs_create_managed_write_checkpoints(f.st, rq, 1, ids, &adv, NULL), BS_ESTATE);
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, f.st, rq, 1, NULL), BS_ESTATE);
   fx_close(&f);
 }
 
@@ -611,7 +611,7 @@ static void test_alloc_failure(void **state) {
     commit(&f, "0002");
     assert_int_equal(save(&f, BS_UPDATE, NULL, "x", 2, rows2), BS_OK);
     fl.countdown = k;
-    rc = bs_writer_commit(f.w, V("0003"), NULL, &r, &e);
+    rc = bs_writer_commit(&r, f.w, V("0003"), NULL, &e);
     fl.countdown = -1;
     if (rc == BS_OK) {
       assert_int_equal(r.checkpoint, 5);
@@ -668,12 +668,12 @@ static void test_wcp_alloc_failure(void **state) {
     int adv = -1, found, rc;
     fx_open(&f, BS_HASH_XXH3, &oo);
     start(&f);
-    assert_int_equal(bs_create_managed_write_checkpoints(f.st, base, 3, ids, &adv, NULL), BS_OK);
+    assert_int_equal(bs_create_managed_write_checkpoints(ids, &adv, f.st, base, 3, NULL), BS_OK);
     commit(&f, "0005"); /* processes all three */
     fl.countdown = k;
-    rc = bs_create_managed_write_checkpoints(f.st, rq, 4, ids, &adv, NULL);
+    rc = bs_create_managed_write_checkpoints(ids, &adv, f.st, rq, 4, NULL);
     fl.countdown = -1;
-    assert_int_equal(bs_last_write_checkpoint(f.st, V("u2"), &h9, 1, &id, &found, NULL), BS_OK);
+    assert_int_equal(bs_last_write_checkpoint(&id, &found, f.st, V("u2"), &h9, 1, NULL), BS_OK);
     assert_true(found);
     if (rc == BS_OK) {
       assert_true(ids[0] == 5 && ids[1] == 2 && ids[2] == 8 && ids[3] == 9);
@@ -682,11 +682,11 @@ static void test_wcp_alloc_failure(void **state) {
     } else {
       assert_int_equal(rc, BS_ENOMEM);
       assert_int_equal(id, 1); /* u2 as it was */
-      assert_int_equal(bs_last_write_checkpoint(f.st, V("u3"), &h9, 1, &id, &found, NULL), BS_OK);
+      assert_int_equal(bs_last_write_checkpoint(&id, &found, f.st, V("u3"), &h9, 1, NULL), BS_OK);
       assert_false(found);
     }
     /* processed with requested_at 1000: u5, and u1 unless it was refreshed to 5000 */
-    assert_int_equal(bs_delete_checkpoint_requests_before(f.st, 2000, &deleted, NULL), BS_OK);
+    assert_int_equal(bs_delete_checkpoint_requests_before(&deleted, f.st, 2000, NULL), BS_OK);
     assert_int_equal(deleted, rc == BS_OK ? 1 : 2);
     fx_close(&f);
     assert_int_equal(fl.live, 0);
@@ -723,7 +723,7 @@ static void test_snapshot_and_source_rows(void **state) {
   assert_string_equal(buf, "row-a");
   assert_int_equal(bs_writer_source_row(snap, V("t"), V("a"), got_data, buf, NULL), BS_ENOTFOUND);
   assert_int_equal(save(&f, BS_DELETE, "a", NULL, 0, NULL), BS_OK);
-  assert_int_equal(bs_writer_flush(f.w, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, f.w, NULL), BS_OK);
   assert_int_equal(bs_writer_source_row(f.w, V("t"), V("a"), got_data, buf, NULL), BS_ENOTFOUND);
   /* the soft-deleted record makes the snapshot skip its INSERT */
   s.tag = BS_UPDATE;
@@ -733,9 +733,9 @@ static void test_snapshot_and_source_rows(void **state) {
     g.w = snap;
     assert_int_equal(save(&g, BS_INSERT, NULL, "a", 1, r1), BS_OK);
   }
-  assert_int_equal(bs_writer_flush(snap, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, snap, NULL), BS_OK);
   assert_int_equal(cks(&f, "b", 100).count, 0);
-  assert_int_equal(bs_db_stat(f.db, &stat, NULL), BS_OK);
+  assert_int_equal(bs_db_stat(&stat, f.db, NULL), BS_OK);
   assert_int_equal(stat.source_records, 1);
   bs_writer_close(snap);
   fx_close(&f);
@@ -778,7 +778,7 @@ static int ignore_row(const bs_val *d, void *p) {
 
 static void no_problems(fx *f, unsigned seed, int round) {
   uint64_t problems = 1;
-  assert_int_equal(bs_db_verify(f->db, NULL, NULL, &problems, NULL), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, f->db, NULL, NULL, NULL), BS_OK);
   if (problems)
     fail_msg("BS_SEED=%u round %d: verify found %llu problems", seed, round,
              (unsigned long long)problems);
@@ -815,21 +815,21 @@ static void test_index_rollback(void **state) {
     (void)bs_writer_source_row(f.w, V("t"), V("r1"), ignore_row, NULL, NULL);
     snprintf(lsn, sizeof lsn, "%08d", round + 2);
     fl.countdown = rand_r(&s1) % 60;
-    rc = bs_writer_commit(f.w, V(lsn), NULL, NULL, NULL);
+    rc = bs_writer_commit(NULL, f.w, V(lsn), NULL, NULL);
     fl.countdown = -1;
     if (rc != BS_OK) {
       if (rc != BS_ENOMEM) fail_msg("BS_SEED=%u round %d: commit rc %d", seed, round, rc);
       failed++;
       no_problems(&f, seed, round);
-      assert_int_equal(bs_writer_commit(f.w, V(lsn), NULL, NULL, NULL), BS_OK);
+      assert_int_equal(bs_writer_commit(NULL, f.w, V(lsn), NULL, NULL), BS_OK);
     }
-    assert_int_equal(bs_writer_commit(g.w, V(lsn), NULL, NULL, NULL), BS_OK);
+    assert_int_equal(bs_writer_commit(NULL, g.w, V(lsn), NULL, NULL), BS_OK);
     no_problems(&f, seed, round);
     if (round % 10 == 0 || round == rounds - 1) {
       bs_stat a, b;
       no_problems(&g, seed, round);
-      assert_int_equal(bs_db_stat(f.db, &a, NULL), BS_OK);
-      assert_int_equal(bs_db_stat(g.db, &b, NULL), BS_OK);
+      assert_int_equal(bs_db_stat(&a, f.db, NULL), BS_OK);
+      assert_int_equal(bs_db_stat(&b, g.db, NULL), BS_OK);
       if (a.source_records != b.source_records || a.ops_put != b.ops_put ||
           a.ops_remove != b.ops_remove || a.buckets != b.buckets)
         fail_msg("BS_SEED=%u round %d: records %llu/%llu puts %llu/%llu after rollbacks", seed,
@@ -856,8 +856,8 @@ static void test_index_rollback(void **state) {
      * purges the soft-deleted records (verify counts them) */
     assert_int_equal(commit(&f, "9999"), commit(&g, "9999"));
     no_problems(&f, seed, rounds);
-    assert_int_equal(bs_compact(f.st, &o, &a, NULL), BS_OK);
-    assert_int_equal(bs_compact(g.st, &o, &b, NULL), BS_OK);
+    assert_int_equal(bs_compact(&a, f.st, &o, NULL), BS_OK);
+    assert_int_equal(bs_compact(&b, g.st, &o, NULL), BS_OK);
     assert_true(a.ops_moved > 0);
     assert_int_equal(a.ops_moved, b.ops_moved);
     assert_int_equal(a.ops_cleared, b.ops_cleared);
@@ -874,15 +874,15 @@ static void test_report_error(void **state) {
   bs_status st;
   fx_open(&f, BS_HASH_XXH3, NULL);
   assert_int_equal(bs_report_error(f.st, "early", NULL), BS_OK);
-  assert_int_equal(bs_get_status(f.st, &st, NULL), BS_OK);
+  assert_int_equal(bs_get_status(&st, f.st, NULL), BS_OK);
   assert_int_equal(st.state, BS_STREAM_PROCESSING);
   assert_string_equal(st.last_error, "early");
   start(&f);
   commit(&f, "0002");
-  assert_int_equal(bs_get_status(f.st, &st, NULL), BS_OK);
+  assert_int_equal(bs_get_status(&st, f.st, NULL), BS_OK);
   assert_int_equal(st.state, BS_STREAM_ACTIVE);
   assert_int_equal(bs_report_error(f.st, "boom", NULL), BS_OK);
-  assert_int_equal(bs_get_status(f.st, &st, NULL), BS_OK);
+  assert_int_equal(bs_get_status(&st, f.st, NULL), BS_OK);
   assert_int_equal(st.state, BS_STREAM_ERRORED);
   assert_string_equal(st.last_error, "boom");
   fx_close(&f);

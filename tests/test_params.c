@@ -83,7 +83,7 @@ static uint64_t commit(ct_env *f) {
   char lsn[16];
   bs_commit_result r;
   snprintf(lsn, sizeof lsn, "%08u", ++lsn_counter);
-  CT_OK(bs_writer_commit(f->w, bs__val_str(lsn), NULL, &r, &ct_err));
+  CT_OK(bs_writer_commit(&r, f->w, bs__val_str(lsn), NULL, &ct_err));
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }

@@ -250,11 +250,11 @@ static void t_status(void **state) {
   assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
   memset(&cp, 0xff, sizeof cp);
-  assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&cp, st, &err), BS_OK);
   assert_int_equal(cp.op_id, 0);
   assert_int_equal(cp.has_lsn, 0);
   memset(&s, 0xff, sizeof s);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
   assert_int_equal(s.state, BS_STREAM_PROCESSING);
   assert_int_equal(s.snapshot_done, 0);
   assert_int_equal(s.checkpoint, 0);
@@ -265,11 +265,11 @@ static void t_status(void **state) {
   /* a checkpoint stored by a writer (here: by hand) reads back, an empty LSN is a value */
   pgt_exec(t->admin, "UPDATE bs_streams SET checkpoint = 7, op_head = 9, checkpoint_lsn = '',"
                      " resume_lsn = '\\x00ff'::bytea, snapshot_done = true WHERE id = 1");
-  assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&cp, st, &err), BS_OK);
   assert_int_equal(cp.op_id, 7);
   assert_int_equal(cp.has_lsn, 1);
   assert_int_equal(cp.lsn_size, 0);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
   assert_int_equal(s.snapshot_done, 1);
   assert_int_equal(s.checkpoint, 7);
   assert_int_equal(s.last_persisted_op, 9);
@@ -280,16 +280,16 @@ static void t_status(void **state) {
   memset(msg, 'e', sizeof msg - 1);
   msg[sizeof msg - 1] = '\0';
   assert_int_equal(bs_report_error(st, msg, &err), BS_OK);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
   assert_int_equal(strlen(s.last_error), 255);
   assert_int_equal(s.state, BS_STREAM_PROCESSING);
   assert_int_equal(bs_report_error(st, "\xc3\xa9", &err), BS_OK);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
   assert_string_equal(s.last_error, "\xc3\xa9");
   /* a stream deleted under the handle */
   pgt_exec(t->admin, "DELETE FROM bs_streams");
-  assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_ENOTFOUND);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_ENOTFOUND);
+  assert_int_equal(bs_get_checkpoint(&cp, st, &err), BS_ENOTFOUND);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_ENOTFOUND);
   bs_storage_close(st);
   bs_close(db);
 }
@@ -376,19 +376,19 @@ static void mem_workload(bs_db **out, uint64_t *head, uint64_t seed) {
     random_save(w, 7);
     if (rnd() % 5 == 0) {
       snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
-      assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+      assert_int_equal(bs_writer_commit(NULL, w, (bs_val){lsn, 8}, NULL, &err), BS_OK);
     }
     if (step == 80) {
       bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
       co.min_bucket_changes = 1;
       co.min_change_ratio = 0;
-      assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+      assert_int_equal(bs_compact(NULL, st, &co, &err), BS_OK);
     }
   }
   snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
-  assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, (bs_val){lsn, 8}, NULL, &err), BS_OK);
   bs_status status;
-  assert_int_equal(bs_get_status(st, &status, &err), BS_OK);
+  assert_int_equal(bs_get_status(&status, st, &err), BS_OK);
   *head = status.last_persisted_op;
   bs_writer_close(w);
   bs_storage_close(st);
@@ -458,7 +458,7 @@ static void more_saves(bs_storage *st) {
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   rnd_state = 99;
   for (int step = 0; step < 40; step++) random_save(w, 5);
-  assert_int_equal(bs_writer_commit(w, (bs_val){"99999999", 8}, NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, (bs_val){"99999999", 8}, NULL, &err), BS_OK);
   bs_writer_close(w);
 }
 
@@ -472,7 +472,7 @@ static uint64_t torn_start(bs_storage *mst, bs_val b, uint64_t clear_op) {
   bs_checksum cs;
   bs_error err;
   uint64_t c = clear_op;
-  while (c > 0 && bs_get_checksums(mst, c - 1, &b, 1, &cs, &err) == BS_EINVALIDATED) c--;
+  while (c > 0 && bs_get_checksums(&cs, mst, c - 1, &b, 1, &err) == BS_EINVALIDATED) c--;
   return c;
 }
 
@@ -495,7 +495,7 @@ static int mirror_bucket(const bs_bucket_info *info, void *payload) {
   int more = 1;
   uint64_t clear_start = 0, clear_op = 0;
   bo.limit = 1;
-  bs_get_bucket_data(mst, head, &req, 1, &bo, first_op_cb, &first, &more, &err);
+  bs_get_bucket_data(&more, mst, head, &req, 1, &bo, first_op_cb, &first, &err);
   if (first.type == BS_OP_CLEAR) {
     clear_op = first.op_id;
     clear_start = torn_start(mst, info->name, clear_op);
@@ -514,7 +514,7 @@ static int mirror_bucket(const bs_bucket_info *info, void *payload) {
   PQclear(r);
   bo.limit = 1000000;
   do {
-    assert_int_equal(bs_get_bucket_data(mst, head, &req, 1, &bo, mirror_chunk, t, &more, &err),
+    assert_int_equal(bs_get_bucket_data(&more, mst, head, &req, 1, &bo, mirror_chunk, t, &err),
                      BS_OK);
   } while (more);
   return 0;
@@ -596,7 +596,7 @@ static int read_all(bs_storage *st, uint64_t c, const uint64_t *after, size_t li
     size_t mark;
     for (int i = 0; i <= N_BUCKETS; i++) req[i].after = pos[i];
     mark = d->n;
-    rc = bs_get_bucket_data(st, c, req, N_BUCKETS + 1, &bo, dump_chunk, d, &more, &err);
+    rc = bs_get_bucket_data(&more, st, c, req, N_BUCKETS + 1, &bo, dump_chunk, d, &err);
     dump_add(d, "call %d rc %d more %d\n", calls++, rc, more);
     if (rc) return rc;
     /* the next call resumes each bucket after its last op served */
@@ -765,7 +765,7 @@ static void t_reads_mirror(void **state) {
                                      " table_schema = current_schema() AND table_name = 'bs_source'"
                                      " AND column_name IN ('soft', 'has_data')"),
                    0);
-  assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
+  assert_int_equal(bs_db_verify(&verified, pdb, count_problem, &problems, &err), BS_OK);
   assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);
   pdb_cached = pgt_open(t->url, 0);
@@ -779,9 +779,9 @@ static void t_reads_mirror(void **state) {
       names[i] = (bs_val){bucket_names[i], strlen(bucket_names[i])};
     names[N_BUCKETS] = (bs_val){"unknown", 7};
     for (int i = 0; i <= N_BUCKETS; i++) {
-      int rm = bs_get_checksums(mst, c, &names[i], 1, &m[i], &err);
-      int rp = bs_get_checksums(pst, c, &names[i], 1, &p[i], &err);
-      int rpc = bs_get_checksums(pcst, c, &names[i], 1, &pc[i], &err);
+      int rm = bs_get_checksums(&m[i], mst, c, &names[i], 1, &err);
+      int rp = bs_get_checksums(&p[i], pst, c, &names[i], 1, &err);
+      int rpc = bs_get_checksums(&pc[i], pcst, c, &names[i], 1, &err);
       assert_int_equal(rp, rm);
       assert_int_equal(rpc, rm);
       torn_seen += rm == BS_EINVALIDATED;
@@ -823,8 +823,8 @@ static void t_reads_mirror(void **state) {
     bs_status ms, ps;
     uint64_t after[N_BUCKETS + 1] = {0, 0, 0, 0, 0};
     dump dm = {0}, dp = {0};
-    assert_int_equal(bs_get_status(mst, &ms, &err), BS_OK);
-    assert_int_equal(bs_get_status(pst, &ps, &err), BS_OK);
+    assert_int_equal(bs_get_status(&ms, mst, &err), BS_OK);
+    assert_int_equal(bs_get_status(&ps, pst, &err), BS_OK);
     assert_int_equal(ps.last_persisted_op, ms.last_persisted_op);
     assert_true(ms.last_persisted_op > head);
     assert_int_equal(read_all(mst, ms.last_persisted_op, after, 1000, 1024 * 1024, 0, 0, &dm),
@@ -837,7 +837,7 @@ static void t_reads_mirror(void **state) {
     /* the commit's checkpoint purged the soft-deleted record */
     assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE replica_id = 'gone'"),
                      0);
-    assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
+    assert_int_equal(bs_db_verify(&verified, pdb, count_problem, &problems, &err), BS_OK);
     assert_int_equal(problems, 0);
   }
   /* incremental compaction reads the migrated log (and the writer's since): every superseded PUT
@@ -848,19 +848,19 @@ static void t_reads_mirror(void **state) {
     bs_status ms;
     co.incremental_only = 1;
     co.min_age_ms = 0;
-    assert_int_equal(bs_compact(pst, &co, &cs, &err), BS_OK);
+    assert_int_equal(bs_compact(&cs, pst, &co, &err), BS_OK);
     assert_true(cs.ops_moved > 0);
     assert_int_equal(pgt_int(t->admin, SUPERSEDED_PUTS), 0);
     assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_superseded"), 0);
-    assert_int_equal(bs_get_status(mst, &ms, &err), BS_OK);
+    assert_int_equal(bs_get_status(&ms, mst, &err), BS_OK);
     for (int i = 0; i < N_BUCKETS; i++) {
       bs_val name = {bucket_names[i], strlen(bucket_names[i])};
       bs_checksum m, p;
-      assert_int_equal(bs_get_checksums(mst, ms.last_persisted_op, &name, 1, &m, &err), BS_OK);
-      assert_int_equal(bs_get_checksums(pst, ms.last_persisted_op, &name, 1, &p, &err), BS_OK);
+      assert_int_equal(bs_get_checksums(&m, mst, ms.last_persisted_op, &name, 1, &err), BS_OK);
+      assert_int_equal(bs_get_checksums(&p, pst, ms.last_persisted_op, &name, 1, &err), BS_OK);
       assert_int_equal(p.checksum, m.checksum); /* the count: a fold makes one CLEAR of many */
     }
-    assert_int_equal(bs_db_verify(pdb, count_problem, &problems, &verified, &err), BS_OK);
+    assert_int_equal(bs_db_verify(&verified, pdb, count_problem, &problems, &err), BS_OK);
     assert_int_equal(problems, 0);
   }
   bs_storage_close(pcst);
@@ -912,7 +912,7 @@ static void op_sizes(bs_storage *st, uint64_t c, const char *b, opsz *z) {
   int more;
   bo.limit = 999;
   z->n = 0;
-  assert_int_equal(bs_get_bucket_data(st, c, &req, 1, &bo, sizes_cb, z, &more, &err), BS_OK);
+  assert_int_equal(bs_get_bucket_data(&more, st, c, &req, 1, &bo, sizes_cb, z, &err), BS_OK);
   assert_false(more);
 }
 
@@ -958,11 +958,11 @@ static void t_reads_sizes(void **state) {
     bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
     bs_val zb = {"z", 1};
     bs_status s;
-    assert_int_equal(bs_writer_commit(w[i], (bs_val){"00000001", 8}, NULL, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(NULL, w[i], (bs_val){"00000001", 8}, NULL, &err), BS_OK);
     co.buckets = &zb;
     co.n_buckets = 1;
-    assert_int_equal(bs_compact(st[i], &co, NULL, &err), BS_OK);
-    assert_int_equal(bs_get_status(st[i], &s, &err), BS_OK);
+    assert_int_equal(bs_compact(NULL, st[i], &co, &err), BS_OK);
+    assert_int_equal(bs_get_status(&s, st[i], &err), BS_OK);
     head = s.checkpoint;
   }
   assert_true(pgt_int(t->admin, "SELECT max_op_bytes FROM bs_buckets WHERE name = 'b'") >
@@ -971,7 +971,7 @@ static void t_reads_sizes(void **state) {
                                      " b.id = o.bucket WHERE b.name = 'z' AND o.type <> 4"),
                    0);
   pgt_exec(t->admin, "UPDATE bs_buckets SET max_op_bytes = 0 WHERE name = 'z'");
-  assert_int_equal(bs_db_verify(db[1], count_problem, &problems, NULL, &err), BS_OK);
+  assert_int_equal(bs_db_verify(NULL, db[1], count_problem, &problems, &err), BS_OK);
   assert_int_equal(problems, 0);
   op_sizes(st[0], head, "b", sb);
   op_sizes(st[0], head, "by_user[\"u1\"]", su);
@@ -1433,8 +1433,8 @@ static void same_status(pair *p) {
   bs_checkpoint cp[2];
   bs_error err = {0};
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(bs_get_status(p->st[i], &s[i], &err), BS_OK);
-    assert_int_equal(bs_get_checkpoint(p->st[i], &cp[i], &err), BS_OK);
+    assert_int_equal(bs_get_status(&s[i], p->st[i], &err), BS_OK);
+    assert_int_equal(bs_get_checkpoint(&cp[i], p->st[i], &err), BS_OK);
   }
   assert_int_equal(s[1].state, s[0].state);
   assert_int_equal(s[1].snapshot_done, s[0].snapshot_done);
@@ -1481,13 +1481,13 @@ static void t_writer_commits(void **state) {
         rc[i] = bs_writer_resume_lsn(p.w[i], lsn, &err);
         break;
       case 2:
-        rc[i] = bs_writer_keepalive(p.w[i], lsn, &r[i], &err);
+        rc[i] = bs_writer_keepalive(&r[i], p.w[i], lsn, &err);
         break;
       case 3:
-        rc[i] = bs_writer_flush(p.w[i], &last[i], &err);
+        rc[i] = bs_writer_flush(&last[i], p.w[i], &err);
         break;
       default:
-        rc[i] = bs_writer_commit(p.w[i], lsn, &co, &r[i], &err);
+        rc[i] = bs_writer_commit(&r[i], p.w[i], lsn, &co, &err);
         break;
       }
     }
@@ -1511,16 +1511,16 @@ static void t_writer_commits(void **state) {
     bs_status s;
     bs_storage *st2;
     bs_writer *w2;
-    assert_int_equal(bs_get_status(p.st[1], &s, &err), BS_OK);
+    assert_int_equal(bs_get_status(&s, p.st[1], &err), BS_OK);
     assert_int_equal(s.state, BS_STREAM_ACTIVE);
     assert_int_equal(bs_stream_create(NULL, p.db[1], "s2", NULL, &err), BS_OK);
     assert_int_equal(bs_storage_open(&st2, p.db[1], 2, &err), BS_OK);
     assert_int_equal(bs_writer_open(&w2, st2, NULL, &err), BS_OK);
     assert_int_equal(bs_writer_snapshot_done(w2, (bs_val){"1", 1}, &err), BS_OK);
-    assert_int_equal(bs_writer_commit(w2, (bs_val){"1", 1}, NULL, NULL, &err), BS_OK);
-    assert_int_equal(bs_get_status(st2, &s, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(NULL, w2, (bs_val){"1", 1}, NULL, &err), BS_OK);
+    assert_int_equal(bs_get_status(&s, st2, &err), BS_OK);
     assert_int_equal(s.state, BS_STREAM_ACTIVE);
-    assert_int_equal(bs_get_status(p.st[1], &s, &err), BS_OK);
+    assert_int_equal(bs_get_status(&s, p.st[1], &err), BS_OK);
     assert_int_equal(s.state, BS_STREAM_STOPPED);
     bs_writer_close(w2);
     bs_storage_close(st2);
@@ -1609,7 +1609,7 @@ static void t_write_checkpoints(void **state) {
         req[k].requested_at_ms = 1000 + (int64_t)step * 10 + (int64_t)(rnd() % 3);
       }
       for (int i = 0; i < 2; i++)
-        rc[i] = bs_create_managed_write_checkpoints(p.st[i], req, n, ids[i], &adv[i], &err);
+        rc[i] = bs_create_managed_write_checkpoints(ids[i], &adv[i], p.st[i], req, n, &err);
       assert_int_equal(rc[1], rc[0]);
       stored += rc[0] == BS_OK;
       if (!rc[0]) {
@@ -1620,12 +1620,12 @@ static void t_write_checkpoints(void **state) {
       static const char *const l[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
       bs_val lsn = {l[rnd() % 8], 1};
       for (int i = 0; i < 2; i++)
-        assert_int_equal(bs_writer_keepalive(p.w[i], lsn, NULL, &err), BS_OK);
+        assert_int_equal(bs_writer_keepalive(NULL, p.w[i], lsn, &err), BS_OK);
     } else if (what == 3) {
       uint64_t d[2];
       int64_t before = 1000 + (int64_t)step * 10 + 3 - (int64_t)(rnd() % 60);
       for (int i = 0; i < 2; i++)
-        assert_int_equal(bs_delete_checkpoint_requests_before(p.st[i], before, &d[i], &err), BS_OK);
+        assert_int_equal(bs_delete_checkpoint_requests_before(&d[i], p.st[i], before, &err), BS_OK);
       assert_int_equal(d[1], d[0]);
       deleted += d[0];
     }
@@ -1638,7 +1638,7 @@ static void t_write_checkpoints(void **state) {
       bs_val user = {users[u], strlen(users[u])};
       for (int i = 0; i < 2; i++)
         assert_int_equal(
-            bs_last_write_checkpoint(p.st[i], user, given, ng, &id[i], &found[i], &err), BS_OK);
+            bs_last_write_checkpoint(&id[i], &found[i], p.st[i], user, given, ng, &err), BS_OK);
       assert_int_equal(found[1], found[0]);
       assert_int_equal(id[1], id[0]);
       hits += found[0];
@@ -1662,23 +1662,23 @@ static void t_write_checkpoints(void **state) {
     assert_int_equal(bs_writer_open(&ew, est, NULL, &err), BS_OK);
     assert_int_equal(bs_writer_snapshot_done(ew, (bs_val){"0", 1}, &err), BS_OK);
     keep.request_id = 1; /* lower than the stored id: changes nothing */
-    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &r, 1, &id, &adv, &err), BS_OK);
+    assert_int_equal(bs_create_managed_write_checkpoints(&id, &adv, p.st[i], &r, 1, &err), BS_OK);
     assert_int_equal(id, 50);
     assert_int_equal(adv, 1);
-    assert_int_equal(bs_writer_keepalive(ew, (bs_val){"5", 1}, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_keepalive(NULL, ew, (bs_val){"5", 1}, &err), BS_OK);
     bs_writer_close(ew);
     bs_storage_close(est);
-    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &keep, 1, &id, &adv, &err),
+    assert_int_equal(bs_create_managed_write_checkpoints(&id, &adv, p.st[i], &keep, 1, &err),
                      BS_OK);
     assert_int_equal(id, 50);
     assert_int_equal(adv, 0); /* processed by the commit at "5" */
-    assert_int_equal(bs_delete_checkpoint_requests_before(p.st[i], 100, &d, &err), BS_OK);
+    assert_int_equal(bs_delete_checkpoint_requests_before(&d, p.st[i], 100, &err), BS_OK);
     assert_int_equal(d, 0);
-    assert_int_equal(bs_delete_checkpoint_requests_before(p.st[i], 101, &d, &err), BS_OK);
+    assert_int_equal(bs_delete_checkpoint_requests_before(&d, p.st[i], 101, &err), BS_OK);
     assert_int_equal(d, 1);
     /* ids never go backwards after cleanup: a generated id continues above 50 */
     r.has_request_id = 0;
-    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &r, 1, &id, &adv, &err), BS_OK);
+    assert_int_equal(bs_create_managed_write_checkpoints(&id, &adv, p.st[i], &r, 1, &err), BS_OK);
     assert_int_equal(id, 51);
   }
   /* custom mode: no managed batches; reads the (empty) custom table */
@@ -1688,15 +1688,15 @@ static void t_write_checkpoints(void **state) {
     int found;
     assert_int_equal(bs_set_write_checkpoint_mode(p.st[i], BS_WCP_CUSTOM, (bs_val){"ev", 2}, &err),
                      BS_OK);
-    assert_int_equal(bs_create_managed_write_checkpoints(p.st[i], &one, 1, &id, NULL, &err),
+    assert_int_equal(bs_create_managed_write_checkpoints(&id, NULL, p.st[i], &one, 1, &err),
                      BS_ESTATE);
     assert_int_equal(
-        bs_last_write_checkpoint(p.st[i], (bs_val){"u1", 2}, NULL, 0, &id, &found, &err), BS_OK);
+        bs_last_write_checkpoint(&id, &found, p.st[i], (bs_val){"u1", 2}, NULL, 0, &err), BS_OK);
     assert_int_equal(found, 0);
   }
   {
     bs_stat s;
-    assert_int_equal(bs_db_stat(p.db[1], &s, &err), BS_OK);
+    assert_int_equal(bs_db_stat(&s, p.db[1], &err), BS_OK);
     assert_int_equal(s.streams, 2);
     assert_true(s.file_bytes > 0);
   }
@@ -1724,22 +1724,22 @@ static void t_clear(void **state) {
       " INSERT INTO bs_ops SELECT b.id, g, 1, g, 0, '', '', '', '' FROM bs_buckets b,"
       " generate_series(1, 3) g;"
       " INSERT INTO bs_params VALUES (1, 'k', 2, 1, 'r', '{x}');");
-  assert_int_equal(bs_writer_commit(w, (bs_val){"2", 1}, NULL, NULL, &err), BS_OK);
-  assert_int_equal(bs_get_checksums(st, 3, &b, 1, &cs, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, (bs_val){"2", 1}, NULL, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(&cs, st, 3, &b, 1, &err), BS_OK);
   assert_int_equal(cs.count, 3);
-  assert_int_equal(bs_db_stat(db, &stat, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&stat, db, &err), BS_OK);
   assert_int_equal(stat.ops_put, 3);
   assert_int_equal(stat.buckets, 1);
   assert_int_equal(stat.parameter_entries, 1);
   assert_int_equal(bs_clear(st, &err), BS_OK);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
   assert_int_equal(s.checkpoint, 0);
   assert_int_equal(s.has_lsn, 0);
   assert_int_equal(s.snapshot_done, 0);
   assert_int_equal(s.last_persisted_op, 3); /* op ids are never reused */
-  assert_int_equal(bs_get_checksums(st, 3, &b, 1, &cs, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(&cs, st, 3, &b, 1, &err), BS_OK);
   assert_int_equal(cs.count, 0);
-  assert_int_equal(bs_db_stat(db, &stat, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&stat, db, &err), BS_OK);
   assert_int_equal(stat.ops_put + stat.buckets + stat.parameter_entries, 0);
   /* changes below the clear are unknown */
   {
@@ -1747,10 +1747,10 @@ static void t_clear(void **state) {
     assert_int_equal(c.inv_data, 1);
   }
   assert_int_equal(bs_terminate(st, 0, &err), BS_OK);
-  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_ESTATE);
-  assert_int_equal(bs_writer_commit(w, (bs_val){"3", 1}, NULL, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_flush(NULL, w, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_commit(NULL, w, (bs_val){"3", 1}, NULL, &err), BS_ESTATE);
   assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"3", 1}, &err), BS_ESTATE);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
   assert_int_equal(s.state, BS_STREAM_TERMINATED);
   bs_writer_close(w);
   bs_storage_close(st);
@@ -1789,7 +1789,7 @@ static void workload(bs_db *db, uint64_t seed, int flush_often) {
     sv.stored_data = (bs_val){"snap", 4};
     assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
   }
-  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_flush(NULL, w, &err), BS_OK);
   bs_writer_close(w);
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, (bs_val){"0", 1}, &err), BS_OK);
@@ -1828,10 +1828,10 @@ static void workload(bs_db *db, uint64_t seed, int flush_often) {
     if (rnd() % 2) sv.stored_data = (bs_val){data, len};
     assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
     for (int i = 0; i < 2; i++) free((void *)lks[i].key.data);
-    if (rnd() % 4 == 0 && flush_often) assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK);
+    if (rnd() % 4 == 0 && flush_often) assert_int_equal(bs_writer_flush(NULL, w, &err), BS_OK);
     if (rnd() % 5 == 0) {
       snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
-      assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+      assert_int_equal(bs_writer_commit(NULL, w, (bs_val){lsn, 8}, NULL, &err), BS_OK);
     }
     if (rnd() % 17 == 0)
       assert_int_equal(bs_writer_custom_write_checkpoint(w, (bs_val){"u", 1}, (uint64_t)step,
@@ -1839,7 +1839,7 @@ static void workload(bs_db *db, uint64_t seed, int flush_often) {
                        BS_OK);
   }
   snprintf(lsn, sizeof lsn, "%08d", ++n_lsn);
-  assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 8}, NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, (bs_val){lsn, 8}, NULL, &err), BS_OK);
   bs_writer_close(w);
   bs_storage_close(st);
 }
@@ -1873,7 +1873,7 @@ static void t_writer_saves(void **state) {
   for (int i = 0; i < 2; i++) {
     workload(db[i], 5, i); /* the PostgreSQL side flushes more often: same result */
     assert_int_equal(bs_storage_open(&st[i], db[i], 1, &err), BS_OK);
-    assert_int_equal(bs_get_status(st[i], &status[i], &err), BS_OK);
+    assert_int_equal(bs_get_status(&status[i], st[i], &err), BS_OK);
   }
   assert_int_equal(status[1].last_persisted_op, status[0].last_persisted_op);
   assert_int_equal(status[1].checkpoint, status[0].checkpoint);
@@ -1894,7 +1894,7 @@ static void t_writer_saves(void **state) {
     free(dm.s);
     free(dp.s);
     for (int i = 0; i < 2; i++)
-      assert_int_equal(bs_get_checksums(st[i], c, names, N_BUCKETS, cs[i], &err), BS_OK);
+      assert_int_equal(bs_get_checksums(cs[i], st[i], c, names, N_BUCKETS, &err), BS_OK);
     for (int i = 0; i < N_BUCKETS; i++) { /* by field: the padding is not part of the answer */
       assert_int_equal(cs[1][i].checksum, cs[0][i].checksum);
       assert_int_equal(cs[1][i].count, cs[0][i].count);

@@ -248,7 +248,7 @@ static int data_of(bs_storage *st, uint64_t C, size_t limit, sb *o, bs_error *er
   bo.chunk_bytes = 300;
   while (more && !rc) {
     size_t mark = o->n;
-    rc = bs_get_bucket_data(st, C, req, 6, &bo, on_chunk, o, &more, err);
+    rc = bs_get_bucket_data(&more, st, C, req, 6, &bo, on_chunk, o, err);
     /* the next call resumes each bucket after its last op served */
     for (const char *s = o->p ? o->p + mark : NULL; !rc && s && *s;) {
       const char *nl = strchr(s, '\n');
@@ -269,7 +269,7 @@ static int data_of(bs_storage *st, uint64_t C, size_t limit, sb *o, bs_error *er
 
 static int checksums_of(bs_storage *st, uint64_t C, sb *o, bs_error *err) {
   bs_checksum cs[6];
-  int rc = bs_get_checksums(st, C, buckets, 6, cs, err);
+  int rc = bs_get_checksums(cs, st, C, buckets, 6, err);
   for (int i = 0; !rc && i < 6; i++)
     sb_printf(o, "%u/%llu ", (unsigned)cs[i].checksum, (unsigned long long)cs[i].count);
   return rc;
@@ -352,7 +352,7 @@ static void check(pair *p) {
   bs_checkpoint cp[N_SIDES];
   bs_error err[N_SIDES] = {{0}};
   for (int i = 0; i < N_SIDES; i++) {
-    rc[i] = bs_get_checkpoint(p->st[i], &cp[i], &err[i]);
+    rc[i] = bs_get_checkpoint(&cp[i], p->st[i], &err[i]);
     if (!rc[i]) sb_printf(&o[i], "%llu", (unsigned long long)cp[i].op_id);
     snprintf(p->last[i], sizeof p->last[i], "%s", err[i].msg);
   }
@@ -366,7 +366,7 @@ static void check(pair *p) {
   for (int i = 0; i < N_SIDES; i++) sb_free(&o[i]);
   for (int i = 0; i < N_SIDES; i++) { /* both stores verify clean (running figures = ops) */
     uint64_t problems = 0;
-    rc[i] = bs_db_verify(p->db[i], on_problem, (void *)side_name[i], &problems, &err[i]);
+    rc[i] = bs_db_verify(&problems, p->db[i], on_problem, (void *)side_name[i], &err[i]);
     if (rc[i] || problems)
       fail_msg("seed %llu step %d: %s verify: %d, %llu problem(s)", (unsigned long long)p->seed,
                p->step, side_name[i], rc[i], (unsigned long long)problems);
@@ -416,7 +416,7 @@ static void do_commit(pair *p) {
   bs_error err[N_SIDES] = {{0}};
   snprintf(lsn, sizeof lsn, "%016llx", (unsigned long long)++lsn_seq);
   for (int i = 0; i < N_SIDES; i++) {
-    rc[i] = bs_writer_commit(p->w[i], str_val(lsn), NULL, &cr[i], &err[i]);
+    rc[i] = bs_writer_commit(&cr[i], p->w[i], str_val(lsn), NULL, &err[i]);
     if (!rc[i])
       sb_printf(&o[i], "%d %llu", cr[i].checkpoint_created, (unsigned long long)cr[i].checkpoint);
     snprintf(p->last[i], sizeof p->last[i], "%s", err[i].msg);
@@ -431,7 +431,7 @@ static void do_flush(pair *p) {
   int rc[N_SIDES];
   bs_error err[N_SIDES] = {{0}};
   for (int i = 0; i < N_SIDES; i++) {
-    rc[i] = bs_writer_flush(p->w[i], &last[i], &err[i]);
+    rc[i] = bs_writer_flush(&last[i], p->w[i], &err[i]);
     if (!rc[i]) sb_printf(&o[i], "%llu", (unsigned long long)last[i]);
     snprintf(p->last[i], sizeof p->last[i], "%s", err[i].msg);
   }
@@ -467,7 +467,7 @@ static void do_compact(pair *p) {
   uint64_t n[N_SIDES];
   bs_checkpoint cp;
   bs_error err[N_SIDES] = {{0}};
-  assert_int_equal(bs_get_checkpoint(p->st[LM], &cp, NULL), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&cp, p->st[LM], NULL), BS_OK);
   co.max_ops_per_txn = pick(2) ? 2 + pick(5) : 0;
   co.min_age_ms = 0;
   co.compact_parameters = pick(2) == 0;
@@ -493,7 +493,7 @@ static void do_compact(pair *p) {
     uint64_t max_op = pick(3) ? 0 : co.max_op_id, min_changes = pick(3);
     for (int i = 0; i < N_SIDES; i++) {
       n[i] = 0;
-      rc[i] = bs_compact_initial_replication(p->st[i], max_op, min_changes, &n[i], &err[i]);
+      rc[i] = bs_compact_initial_replication(&n[i], p->st[i], max_op, min_changes, &err[i]);
       sb_printf(&o[i], "%llu", (unsigned long long)n[i]);
       snprintf(p->last[i], sizeof p->last[i], "%s", err[i].msg);
     }
@@ -505,7 +505,7 @@ static void do_compact(pair *p) {
   }
   for (int i = 0; i < N_SIDES; i++) {
     memset(&cs[i], 0, sizeof cs[i]);
-    rc[i] = bs_compact(p->st[i], &co, &cs[i], &err[i]);
+    rc[i] = bs_compact(&cs[i], p->st[i], &co, &err[i]);
     stats_out(&o[i], &cs[i]);
     snprintf(p->last[i], sizeof p->last[i], "%s", err[i].msg);
   }
@@ -595,7 +595,7 @@ static void t_truncate_many(void **state) {
       s.n_lookups = k % 3 == 0;
       assert_int_equal(bs_writer_save(p.w[i], &s, &err), BS_OK);
     }
-    assert_int_equal(bs_writer_commit(p.w[i], V("0000000000000001"), NULL, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(NULL, p.w[i], V("0000000000000001"), NULL, &err), BS_OK);
     {
       bs_save d = BS_SAVE_INIT; /* a soft delete would need a snapshot; a plain delete */
       d.table = V("t");
@@ -681,13 +681,13 @@ static void t_bounded_and_cancel(void **state) {
   co.max_ops_per_txn = 3;
   co.progress = on_progress;
   co.progress_payload = &g;
-  assert_int_equal(bs_compact(p.st[PG], &co, &pg, &err), BS_OK);
+  assert_int_equal(bs_compact(&pg, p.st[PG], &co, &err), BS_OK);
   total = g.calls;
   assert_true(g.monotonic);
   assert_true((uint64_t)total * 3 >= pg.ops_moved && (uint64_t)total * 3 >= pg.ops_cleared);
   assert_true(pg.ops_moved > 0 && pg.ops_cleared > 0);
   co.progress = NULL;
-  assert_int_equal(bs_compact(p.st[LM], &co, &lm, &err), BS_OK);
+  assert_int_equal(bs_compact(&lm, p.st[LM], &co, &err), BS_OK);
   assert_int_equal(lm.ops_moved, pg.ops_moved);
   assert_int_equal(lm.ops_cleared, pg.ops_cleared);
   check(&p);
@@ -701,11 +701,11 @@ static void t_bounded_and_cancel(void **state) {
     memset(&g, 0, sizeof g);
     g.cancel_at = k;
     co.progress = on_progress;
-    assert_int_equal(bs_compact(p.st[PG], &co, &pg, &err), BS_ECANCELED);
+    assert_int_equal(bs_compact(&pg, p.st[PG], &co, &err), BS_ECANCELED);
     assert_int_equal(g.calls, k);
     co.progress = NULL;
-    assert_int_equal(bs_compact(p.st[PG], &co, &pg, &err), BS_OK);
-    assert_int_equal(bs_compact(p.st[LM], &co, &lm, &err), BS_OK);
+    assert_int_equal(bs_compact(&pg, p.st[PG], &co, &err), BS_OK);
+    assert_int_equal(bs_compact(&lm, p.st[LM], &co, &err), BS_OK);
     check(&p);
     pair_close(&p);
   }
@@ -723,7 +723,7 @@ static void t_initial_replication(void **state) {
   for (int k = 0; k < 200; k++) do_save(&p);
   do_flush(&p);
   for (int i = 0; i < N_SIDES; i++)
-    assert_int_equal(bs_compact_initial_replication(p.st[i], 0, 0, &n[i], &err), BS_OK);
+    assert_int_equal(bs_compact_initial_replication(&n[i], p.st[i], 0, 0, &err), BS_OK);
   assert_int_equal(n[LM], n[PG]);
   assert_true(n[PG] > 0);
   for (int i = 0; i < N_SIDES; i++)
@@ -731,7 +731,7 @@ static void t_initial_replication(void **state) {
   do_commit(&p);
   check(&p);
   for (int i = 0; i < N_SIDES; i++)
-    assert_int_equal(bs_compact_initial_replication(p.st[i], 0, 0, &n[i], &err), BS_ESTATE);
+    assert_int_equal(bs_compact_initial_replication(&n[i], p.st[i], 0, 0, &err), BS_ESTATE);
   pair_close(&p);
 }
 
@@ -778,7 +778,7 @@ static uint64_t commit_in(bs_writer *w, const char *bucket, int n) {
   sv.n_rows = 1;
   snprintf(lsn, sizeof lsn, "%04d", n);
   assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
-  assert_int_equal(bs_writer_commit(w, (bs_val){lsn, 4}, NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w, (bs_val){lsn, 4}, NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }
@@ -805,7 +805,7 @@ static void t_changes_pruned(void **state) {
     char b[16];
     snprintf(b, sizeof b, "b%d", i);
     if (i == 2)
-      assert_int_equal(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err), BS_OK);
+      assert_int_equal(bs_create_managed_write_checkpoints(&id, NULL, st, &mr, 1, &err), BS_OK);
     cp[i] = commit_in(w, b, i + 1);
   }
   s = changes(st, cp[0], cp[4]);
@@ -816,7 +816,7 @@ static void t_changes_pruned(void **state) {
   co.incremental_only = 1;
   co.min_age_ms = 0;
   co.max_ops_per_txn = 2; /* several transactions */
-  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_OK);
+  assert_int_equal(bs_compact(NULL, st, &co, &err), BS_OK);
   assert_int_equal(pgt_int(t->admin, "SELECT changes_fence FROM bs_streams"), (long long)cp[4]);
   assert_int_equal(pgt_int(t->admin,
                            "SELECT count(*) FROM bs_changes WHERE op_id < %llu AND"
@@ -874,7 +874,7 @@ static int reduce(const bs_chunk *ch, void *payload) {
     bs_compact_options co = BS_COMPACT_OPTIONS_INIT; /* horizon: the current checkpoint */
     co.buckets = &c->bucket;
     co.n_buckets = 1;
-    assert_int_equal(bs_compact(c->other, &co, NULL, &err), BS_OK);
+    assert_int_equal(bs_compact(NULL, c->other, &co, &err), BS_OK);
   }
   return 0;
 }
@@ -918,17 +918,17 @@ static void t_read_across_compaction(void **state) {
       sv.n_rows = sv.tag == BS_DELETE ? 0 : 2;
       assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
     }
-    assert_int_equal(bs_writer_commit(w, pass ? V("0002") : V("0001"), NULL, &cr, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(&cr, w, pass ? V("0002") : V("0001"), NULL, &err), BS_OK);
     *(pass ? &c2 : &c1) = cr.checkpoint;
   }
   bs_writer_close(w);
-  assert_int_equal(bs_get_checksums(st, c2, names, 2, want, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(want, st, c2, names, 2, &err), BS_OK);
   memset(&cl, 0, sizeof cl);
   cl.other = st2;
   cl.bucket = names[0];
   cl.compact_at = 3;
-  assert_int_equal(bs_get_bucket_data(st, c2, &(bs_bucket_request){names[0], 0}, 1, NULL, reduce,
-                                      &cl, &more, &err),
+  assert_int_equal(bs_get_bucket_data(&more, st, c2, &(bs_bucket_request){names[0], 0}, 1, NULL,
+                                      reduce, &cl, &err),
                    BS_OK);
   assert_true(cl.clear_at > cl.compact_at); /* the CLEAR came in a later page */
   assert_int_equal(cl.rows, 1u << 6);
@@ -938,14 +938,14 @@ static void t_read_across_compaction(void **state) {
   cl.other = st2;
   cl.bucket = names[1];
   cl.compact_at = 2;
-  assert_int_equal(bs_get_bucket_data(st, c1, &(bs_bucket_request){names[1], 0}, 1, NULL, reduce,
-                                      &cl, &more, &err),
+  assert_int_equal(bs_get_bucket_data(&more, st, c1, &(bs_bucket_request){names[1], 0}, 1, NULL,
+                                      reduce, &cl, &err),
                    BS_EINVALIDATED);
   assert_true(cl.chunks >= cl.compact_at);
   memset(&cl, 0, sizeof cl);
   cl.bucket = names[1];
-  assert_int_equal(bs_get_bucket_data(st, c2, &(bs_bucket_request){names[1], 0}, 1, NULL, reduce,
-                                      &cl, &more, &err),
+  assert_int_equal(bs_get_bucket_data(&more, st, c2, &(bs_bucket_request){names[1], 0}, 1, NULL,
+                                      reduce, &cl, &err),
                    BS_OK);
   assert_int_equal(cl.rows, 1u << 6);
   assert_int_equal(cl.checksum, want[1].checksum);

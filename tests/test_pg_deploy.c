@@ -147,11 +147,11 @@ static void exercise(bs_db *db) {
     snprintf(id_s, sizeof id_s, "r%d", i);
     save(w, BS_INSERT, id_s, i % 2 ? "a" : "b", "k1");
   }
-  OK(bs_writer_flush(w, NULL, &err));
+  OK(bs_writer_flush(NULL, w, &err));
   bs_writer_close(w);
   OK(bs_writer_open(&w, st, NULL, &err));
   OK(bs_writer_snapshot_done(w, str("0"), &err));
-  OK(bs_create_managed_write_checkpoints(st, &mr, 1, &id, NULL, &err));
+  OK(bs_create_managed_write_checkpoints(&id, NULL, st, &mr, 1, &err));
   for (int round = 0; round < 3; round++) {
     char lsn[16];
     for (int i = 0; i < 10; i++) {
@@ -159,17 +159,17 @@ static void exercise(bs_db *db) {
       snprintf(id_s, sizeof id_s, "r%d", i + round);
       save(w, i == 3 ? BS_DELETE : BS_UPDATE, id_s, i % 3 ? "a" : "b", "k1");
     }
-    OK(bs_writer_flush(w, NULL, &err));
+    OK(bs_writer_flush(NULL, w, &err));
     snprintf(lsn, sizeof lsn, "%04d", round + 1);
-    OK(bs_writer_commit(w, str(lsn), NULL, NULL, &err));
+    OK(bs_writer_commit(NULL, w, str(lsn), NULL, &err));
   }
   bs_writer_close(w);
-  OK(bs_get_checkpoint(st, &cp, &err));
+  OK(bs_get_checkpoint(&cp, st, &err));
   assert_true(cp.op_id > 0);
-  assert_int_equal(bs_get_bucket_data(st, cp.op_id, req, 2, NULL, count_chunk, &n, &more, &err),
+  assert_int_equal(bs_get_bucket_data(&more, st, cp.op_id, req, 2, NULL, count_chunk, &n, &err),
                    BS_OK);
   assert_true(n > 0);
-  OK(bs_get_checksums(st, cp.op_id, buckets, 2, ck, &err));
+  OK(bs_get_checksums(ck, st, cp.op_id, buckets, 2, &err));
   assert_true(ck[0].count > 0);
   n = 0;
   assert_int_equal(bs_get_parameter_sets(st, cp.op_id, lookups, 1, 100, count_row, &n, &err),
@@ -180,17 +180,17 @@ static void exercise(bs_db *db) {
   n = 0;
   OK(bs_list_buckets(st, (bs_val){NULL, 0}, count_bucket, &n, &err));
   assert_int_equal(n, 2);
-  OK(bs_wait_checkpoint(st, &cp, 0, &now, &err));
+  OK(bs_wait_checkpoint(&now, st, &cp, 0, &err));
   co.min_bucket_changes = 1;
   co.compact_parameters = 1;
-  OK(bs_compact(st, &co, NULL, &err));
+  OK(bs_compact(NULL, st, &co, &err));
   co.incremental_only = 1;
   co.min_age_ms = 0;
-  OK(bs_compact(st, &co, NULL, &err));
-  OK(bs_db_stat(db, &s, &err));
+  OK(bs_compact(NULL, st, &co, &err));
+  OK(bs_db_stat(&s, db, &err));
   assert_int_equal(s.streams, 1);
   assert_true(s.ops_put > 0 && s.file_bytes > 0);
-  OK(bs_db_verify(db, NULL, NULL, &problems, &err));
+  OK(bs_db_verify(&problems, db, NULL, NULL, &err));
   assert_int_equal(problems, 0);
   bs_storage_close(st);
 }
@@ -242,7 +242,7 @@ static void t_shadowing_role(void **state) {
   {
     bs_stat s;
     bs_error err = {0};
-    assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+    assert_int_equal(bs_db_stat(&s, db, &err), BS_OK);
   }
   bs_close(db);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM public.bs_ran"), 0);
@@ -273,7 +273,7 @@ static void t_two_search_paths(void **state) {
   assert_int_equal(bs_writer_open(&wa, sa, NULL, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(wa, str("0"), &err), BS_OK);
   save(wa, BS_INSERT, "r1", "a", "k1");
-  assert_int_equal(bs_writer_commit(wa, str("1"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, wa, str("1"), NULL, &err), BS_OK);
 
   snprintf(params, sizeof params, "options=-csearch_path%%3D%s_t2%%2C%s", t->schema, t->schema);
   url_with(url, sizeof url, params);
@@ -281,13 +281,13 @@ static void t_two_search_paths(void **state) {
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY);
   assert_null(wb);
-  assert_int_equal(bs_get_checkpoint(sb, &cp, &err), BS_OK); /* t1's checkpoint */
+  assert_int_equal(bs_get_checkpoint(&cp, sb, &err), BS_OK); /* t1's checkpoint */
   assert_true(cp.op_id > 0);
   bs_writer_close(wa);
   /* once a's writer is gone, b's takes the same lock and writes t1's tables */
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
   save(wb, BS_INSERT, "r2", "a", "k1");
-  assert_int_equal(bs_writer_commit(wb, str("2"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, wb, str("2"), NULL, &err), BS_OK);
   assert_int_equal(bs_writer_open(&wa, sa, NULL, &err), BS_EBUSY);
   bs_writer_close(wb);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 2);
@@ -423,7 +423,7 @@ typedef struct waiter {
 static void *wait_main(void *arg) {
   waiter *w = arg;
   bs_error err = {0};
-  w->rc = bs_wait_checkpoint(w->st, &w->known, INT_MAX, &w->out, &err);
+  w->rc = bs_wait_checkpoint(&w->out, w->st, &w->known, INT_MAX, &err);
   return NULL;
 }
 
@@ -450,22 +450,22 @@ static void t_waiters_share_one_connection(void **state) {
   assert_int_equal(bs_writer_open(&w, sa, NULL, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, str("0"), &err), BS_OK);
   save(w, BS_INSERT, "r1", "a", "k1");
-  assert_int_equal(bs_writer_commit(w, str("1"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, str("1"), NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
   gate_init(&g, "wait");
   bs__pg_set_hook(b, gate_fn, &g);
   for (int i = 0; i < 8; i++) {
     memset(&ws[i], 0, sizeof ws[i]);
     ws[i].st = sb;
-    assert_int_equal(bs_get_checkpoint(sb, &ws[i].known, &err), BS_OK);
+    assert_int_equal(bs_get_checkpoint(&ws[i].known, sb, &err), BS_OK);
     assert_int_equal(pthread_create(&ws[i].th, NULL, wait_main, &ws[i]), 0);
   }
   gate_until(&g, 8); /* every waiter is about to block */
   assert_true(sessions(t, app, "%") <= 3);
   assert_int_equal(sessions(t, app, "LISTEN%"), 1);
   save(w, BS_INSERT, "r2", "a", "k1");
-  assert_int_equal(bs_writer_commit(w, str("2"), NULL, NULL, &err), BS_OK);
-  assert_int_equal(bs_get_checkpoint(sa, &cp, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, str("2"), NULL, &err), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&cp, sa, &err), BS_OK);
   for (int i = 0; i < 8; i++) {
     assert_int_equal(pthread_join(ws[i].th, NULL), 0);
     assert_int_equal(ws[i].rc, BS_OK);
@@ -503,7 +503,7 @@ static void *checkpoint_main(void *arg) {
   lister *l = arg;
   bs_error err = {0};
   bs_checkpoint cp;
-  l->rc = bs_get_checkpoint(l->st, &cp, &err);
+  l->rc = bs_get_checkpoint(&cp, l->st, &err);
   return NULL;
 }
 
@@ -527,7 +527,7 @@ static void t_pool_bound(void **state) {
   assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
   assert_int_equal(bs_writer_snapshot_done(w, str("0"), &err), BS_OK);
   save(w, BS_INSERT, "r1", "a", "k1");
-  assert_int_equal(bs_writer_commit(w, str("1"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w, str("1"), NULL, &err), BS_OK);
   bs_writer_close(w);
   gate_init(&hold, "");
   gate_init(&pool, "pool.wait");
@@ -559,11 +559,11 @@ static void t_pool_bound(void **state) {
     assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
     assert_int_equal(bs_writer_open(&ws, st, &so, &err), BS_OK);
     save(w, BS_INSERT, "r2", "a", "k1");
-    assert_int_equal(bs_writer_commit(w, str("2"), NULL, NULL, &err), BS_OK);
+    assert_int_equal(bs_writer_commit(NULL, w, str("2"), NULL, &err), BS_OK);
     ls[0].g = &hold; /* open: the callback returns at once */
     list_main(&ls[0]);
     assert_int_equal(ls[0].rc, BS_OK);
-    assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
+    assert_int_equal(bs_get_checkpoint(&cp, st, &err), BS_OK);
     assert_true(sessions(t, app, "%") <= 4);
     bs_writer_close(ws);
     bs_writer_close(w);
@@ -636,16 +636,16 @@ static void t_no_transaction_in_callbacks(void **state) {
   save(w, BS_INSERT, "r1", "a", "k1");
   save(w, BS_INSERT, "r2", "a", "k1");
   save(w, BS_INSERT, "r3", "b", "k1");
-  OK(bs_writer_commit(w, str("1"), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w, str("1"), NULL, &err));
   bs_writer_close(w);
-  OK(bs_get_checkpoint(st, &cp, &err));
+  OK(bs_get_checkpoint(&cp, st, &err));
   bo.chunk_bytes = 0; /* a chunk per op */
-  OK(bs_get_bucket_data(st, cp.op_id, req, 2, &bo, watch_chunk, &wt, &more, &err));
+  OK(bs_get_bucket_data(&more, st, cp.op_id, req, 2, &bo, watch_chunk, &wt, &err));
   assert_int_equal(wt.calls, 3);
   OK(bs_list_buckets(st, (bs_val){NULL, 0}, watch_bucket, &wt, &err));
   assert_int_equal(wt.calls, 5);
   pgt_exec(t->admin, "UPDATE bs_buckets SET checksum = checksum + 1"); /* a problem each */
-  OK(bs_db_verify(db, watch_problem, &wt, &problems, &err));
+  OK(bs_db_verify(&problems, db, watch_problem, &wt, &err));
   assert_int_equal(problems, 2);
   assert_int_equal(wt.calls, 7);
   assert_true(wt.sessions >= 1); /* the reader's session was there to be seen */
@@ -692,14 +692,14 @@ static void t_stream_create_beside_flush(void **state) {
   OK(bs_writer_open(&w, st, NULL, &err));
   OK(bs_writer_snapshot_done(w, str("0"), &err));
   save(w, BS_INSERT, "r1", "a", "k1");
-  OK(bs_writer_commit(w, str("1"), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w, str("1"), NULL, &err));
   save(w, BS_INSERT, "r2", "a", "k1");
   bs__pg_set_hook(db, create_at_flush, &cr);
-  OK(bs_writer_flush(w, NULL, &err));
+  OK(bs_writer_flush(NULL, w, &err));
   bs__pg_set_hook(db, NULL, NULL);
   assert_int_equal(cr.calls, 1);
   if (cr.rc != BS_OK) fail_msg("stream creation beside a flush: %d: %s", cr.rc, cr.err.msg);
-  OK(bs_writer_commit(w, str("2"), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w, str("2"), NULL, &err));
   assert_int_equal(pgt_int(t->admin, "SELECT state FROM bs_streams WHERE id = 1"),
                    BS_STREAM_ACTIVE);
   assert_int_equal(pgt_int(t->admin, "SELECT state FROM bs_streams WHERE id = 2"),
@@ -802,12 +802,12 @@ static void t_older_build_refused(void **state) {
   OK(bs_writer_open(&w, st, NULL, &err));
   bs__pg_set_hook(db, lock_probe, t);
   save(w, BS_INSERT, "r1", "a", "k1");
-  OK(bs_writer_flush(w, NULL, &err));
+  OK(bs_writer_flush(NULL, w, &err));
   bs__pg_set_hook(db, NULL, NULL);
   OK(bs_writer_snapshot_done(w, str("0"), &err));
   save(w, BS_UPDATE, "r1", "a", "k1"); /* something to compact */
   save(w, BS_UPDATE, "r1", "a", "k1");
-  OK(bs_writer_commit(w, str("0001"), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w, str("0001"), NULL, &err));
   /* the newer build's migration */
   pgt_exec(t->admin,
            "BEGIN; SELECT pg_advisory_xact_lock('%s'::regnamespace::oid::int, %d);"
@@ -818,13 +818,13 @@ static void t_older_build_refused(void **state) {
   snprintf(newer, sizeof newer, "version %d, newer than this build's %d: upgrade",
            BS_PG_SCHEMA_VERSION + 1, BS_PG_SCHEMA_VERSION);
   save(w, BS_INSERT, "r2", "a", "k1");
-  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_ECORRUPT);
+  assert_int_equal(bs_writer_flush(NULL, w, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, newer));
-  assert_int_equal(bs_writer_commit(w, str("0002"), NULL, NULL, &err), BS_ECORRUPT);
+  assert_int_equal(bs_writer_commit(NULL, w, str("0002"), NULL, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, newer));
   assert_int_equal(bs_writer_snapshot_done(w, str("0003"), &err), BS_ECORRUPT);
   co.min_bucket_changes = 1;
-  assert_int_equal(bs_compact(st, &co, NULL, &err), BS_ECORRUPT);
+  assert_int_equal(bs_compact(NULL, st, &co, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, newer));
   assert_int_equal(bs_clear(st, &err), BS_ECORRUPT);
   assert_int_equal(bs_stream_create(NULL, db, "s2", NULL, &err), BS_ECORRUPT);
@@ -836,7 +836,7 @@ static void t_older_build_refused(void **state) {
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT (no_checkpoint_before = '0')::int FROM bs_streams"),
                    1);
-  OK(bs_get_checkpoint(st, &cp, &err));
+  OK(bs_get_checkpoint(&cp, st, &err));
   assert_int_equal(cp.op_id, head);
   bs_storage_close(st);
   bs_close(db);
@@ -856,7 +856,7 @@ static void write_some(bs_writer *w, int from, int n, const char *lsn) {
     snprintf(bucket, sizeof bucket, "b%d", i % 4);
     save(w, BS_INSERT, id, bucket, "k1");
   }
-  OK(bs_writer_commit(w, str(lsn), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w, str(lsn), NULL, &err));
 }
 
 static void ack_rewind(const char *url) {
@@ -901,16 +901,16 @@ static void t_history_rewound(void **state) {
   ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
   save(w, BS_INSERT, "r20", "b0", "k1");
-  assert_int_equal(bs_writer_flush(w, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_flush(NULL, w, &err), BS_ESTATE);
   assert_non_null(strstr(err.msg, "history rewound: stream 1's op head went back from"));
   assert_non_null(strstr(err.msg, "bucketstore ack-rewind"));
-  assert_int_equal(bs_writer_commit(w, str("0004"), NULL, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_commit(NULL, w, str("0004"), NULL, &err), BS_ESTATE);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
   assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
   ack_rewind(t->url);
   save(w, BS_UPDATE, "r0", "b0", "k1"); /* something to compact */
   save(w, BS_UPDATE, "r0", "b0", "k1");
-  OK(bs_writer_commit(w, str("0004"), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w, str("0004"), NULL, &err));
   assert_true(pgt_int(t->admin, "SELECT op_head FROM bs_streams") > head);
   assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_epoch'"), 1);
 
@@ -924,24 +924,24 @@ static void t_history_rewound(void **state) {
   ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
   save(w2, BS_INSERT, "r21", "b1", "k1");
-  assert_int_equal(bs_writer_flush(w2, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_flush(NULL, w2, &err), BS_ESTATE);
   assert_non_null(strstr(err.msg, "history rewound: the data was written on timeline"));
   assert_non_null(strstr(err.msg, "of PostgreSQL system 12345, the server is on"));
-  assert_int_equal(bs_writer_commit(w2, str("0005"), NULL, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_commit(NULL, w2, str("0005"), NULL, &err), BS_ESTATE);
   co.min_bucket_changes = 1;
-  assert_int_equal(bs_compact(st2, &co, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_compact(NULL, st2, &co, &err), BS_ESTATE);
   assert_int_equal(bs_clear(st2, &err), BS_ESTATE);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
   assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
   ack_rewind(t->url);
   assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_system'"),
                    pgt_int(t->admin, "SELECT system_identifier FROM pg_control_system()"));
-  OK(bs_writer_commit(w2, str("0005"), NULL, NULL, &err));
+  OK(bs_writer_commit(NULL, w2, str("0005"), NULL, &err));
   assert_true(pgt_int(t->admin, "SELECT op_head FROM bs_streams") > head);
   bs_writer_close(w2);
   bs_storage_close(st2);
   bs_close(db2);
-  OK(bs_db_verify(db, NULL, NULL, &problems, &err));
+  OK(bs_db_verify(&problems, db, NULL, NULL, &err));
   assert_int_equal(problems, 0);
   bs_storage_close(st);
   bs_close(db);
@@ -1019,11 +1019,11 @@ static void t_role_matrix(void **state) {
     bs_checksum ck;
     bs_stat s;
     assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
-    assert_int_equal(bs_get_checkpoint(st, &cp, &err), BS_OK);
-    assert_int_equal(bs_get_checksums(st, cp.op_id, &b, 1, &ck, &err), BS_OK);
+    assert_int_equal(bs_get_checkpoint(&cp, st, &err), BS_OK);
+    assert_int_equal(bs_get_checksums(&ck, st, cp.op_id, &b, 1, &err), BS_OK);
     assert_true(ck.count > 0);
-    assert_int_equal(bs_wait_checkpoint(st, &cp, 1, &now, &err), BS_OK);
-    assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+    assert_int_equal(bs_wait_checkpoint(&now, st, &cp, 1, &err), BS_OK);
+    assert_int_equal(bs_db_stat(&s, db, &err), BS_OK);
     bs_storage_close(st);
   }
   bs_close(db);
@@ -1034,7 +1034,7 @@ static void t_role_matrix(void **state) {
     assert_int_equal(bs_storage_open(&st, db, 1, &err), BS_OK);
     assert_int_equal(bs_writer_open(&w, st, NULL, &err), BS_OK);
     save(w, BS_INSERT, "r99", "a", "k1");
-    assert_int_equal(bs_writer_commit(w, str("9999"), NULL, NULL, &err), BS_EIO);
+    assert_int_equal(bs_writer_commit(NULL, w, str("9999"), NULL, &err), BS_EIO);
     assert_non_null(strstr(err.msg, "permission denied"));
     bs_writer_close(w);
     bs_storage_close(st);

@@ -65,7 +65,7 @@ static uint64_t put_commit(bs_writer *w, const char *b, const char *id, const ch
   sv.rows = &row;
   sv.n_rows = 1;
   assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
-  assert_int_equal(bs_writer_commit(w, bs__val_str(lsn), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str(lsn), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }
@@ -154,7 +154,7 @@ typedef struct waiter {
 
 static void *wait_main(void *arg) {
   waiter *w = arg;
-  w->rc = bs_wait_checkpoint(w->st, &w->known, w->timeout_ms, &w->out, &w->err);
+  w->rc = bs_wait_checkpoint(&w->out, w->st, &w->known, w->timeout_ms, &w->err);
   return NULL;
 }
 
@@ -163,7 +163,7 @@ static void wait_start(waiter *w, bs_storage *st) {
   memset(w, 0, sizeof *w);
   w->st = st;
   w->timeout_ms = INT_MAX; /* only a notification ends it (alarm() guards a lost one) */
-  assert_int_equal(bs_get_checkpoint(st, &w->known, &err), BS_OK);
+  assert_int_equal(bs_get_checkpoint(&w->known, st, &err), BS_OK);
   assert_int_equal(pthread_create(&w->th, NULL, wait_main, w), 0);
 }
 
@@ -207,7 +207,7 @@ static void t_wait_across_hosts(void **state) {
   /* an LSN-only change (an empty commit at the same op id) ends a wait too */
   wait_start(&w, sb);
   seam_wait(&s, 3);
-  assert_int_equal(bs_writer_keepalive(wa, bs__val_str("00000003"), NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_keepalive(NULL, wa, bs__val_str("00000003"), &err), BS_OK);
   assert_int_equal(pthread_join(w.th, NULL), 0);
   assert_int_equal(w.rc, BS_OK);
   assert_checkpoint(&w.out, cp, "00000003");
@@ -222,12 +222,12 @@ static void t_wait_across_hosts(void **state) {
 
   /* a known checkpoint that is already old returns at once, without blocking */
   w.known.op_id = 0;
-  assert_int_equal(bs_wait_checkpoint(sb, &w.known, INT_MAX, &w.out, &err), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&w.out, sb, &w.known, INT_MAX, &err), BS_OK);
   assert_checkpoint(&w.out, cp, "00000004");
   /* timeout 0 and a short one: the current checkpoint, unchanged */
-  assert_int_equal(bs_wait_checkpoint(sb, &w.out, 0, &w.out, &err), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&w.out, sb, &w.out, 0, &err), BS_OK);
   assert_checkpoint(&w.out, cp, "00000004");
-  assert_int_equal(bs_wait_checkpoint(sb, &w.out, 1, &w.out, &err), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&w.out, sb, &w.out, 1, &err), BS_OK);
   assert_checkpoint(&w.out, cp, "00000004");
   bs__pg_set_hook(a, NULL, NULL);
   bs__pg_set_hook(b, NULL, NULL);
@@ -257,7 +257,7 @@ static void t_wait_first_and_lost(void **state) {
   int calls;
   stream_ready(a, "s", 1, &sa, &wa);
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
-  assert_int_equal(bs_wait_checkpoint(sb, NULL, 0, &out, &err), BS_OK);
+  assert_int_equal(bs_wait_checkpoint(&out, sb, NULL, 0, &err), BS_OK);
   assert_int_equal(out.op_id, 0);
   assert_false(out.has_lsn);
   seam_init(&s, "wait");
@@ -325,8 +325,8 @@ static void head_and_count(bs_storage *st, const char *b, uint64_t *head, uint32
   bs_status s;
   bs_checksum c;
   bs_val name = bs__val_str(b);
-  assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
-  assert_int_equal(bs_get_checksums(st, s.last_persisted_op, &name, 1, &c, &err), BS_OK);
+  assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(&c, st, s.last_persisted_op, &name, 1, &err), BS_OK);
   *head = s.last_persisted_op;
   *count = (uint32_t)c.count;
 }
@@ -361,18 +361,18 @@ static void t_writer_lock_lost(void **state) {
   head_and_count(sa, "b", &head0, &count0);
   assert_int_equal(count0, 2);
   /* A's commit: the lost session is found before anything is sent */
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EIO);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000003"), NULL, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"
                                   ": PostgreSQL"));
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0);
   assert_int_equal(count, count0);
   /* the next call reconnects and finds B holding the lock: the queue is still A's */
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EBUSY);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000003"), NULL, &err), BS_EBUSY);
   assert_non_null(strstr(err.msg, "already has a streaming writer in another process or host"));
   bs_writer_close(wb);
   memset(&r, 0, sizeof r);
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000003"), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0 + 2); /* r1 and r2, once */
@@ -432,7 +432,7 @@ static void t_writer_open_race(void **state) {
   assert_true((pid = lock_pid(t)) > 0);
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_EBUSY); /* another host can't either */
   save_put(w1, "b", "r1");
-  assert_int_equal(bs_writer_commit(w1, bs__val_str("1"), NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w1, bs__val_str("1"), NULL, &err), BS_OK);
   assert_int_equal(lock_pid(t), pid);
   r = (race){"writer.unlock", sa, 0, 0, NULL, {0}};
   bs__pg_set_hook(a, race_fn, &r);
@@ -476,9 +476,9 @@ static void t_session_lost_in_flight(void **state) {
     save_put(wa, "b", round ? "c1" : "f1");
     save_put(wa, "b", round ? "c2" : "f2");
     if (round)
-      assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_EIO);
+      assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000002"), NULL, &err), BS_EIO);
     else
-      assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO);
+      assert_int_equal(bs_writer_flush(&last, wa, &err), BS_EIO);
     assert_int_equal(seam_calls(&s), 1);
     assert_non_null(strstr(err.msg, "commit: PostgreSQL")); /* the next statement failed */
     head_and_count(sa, "b", &head, &count);
@@ -487,11 +487,11 @@ static void t_session_lost_in_flight(void **state) {
     /* the retry: a new session, the queue persisted once */
     if (round) {
       memset(&r, 0, sizeof r);
-      assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+      assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000002"), NULL, &err), BS_OK);
       assert_true(r.checkpoint_created);
       assert_int_equal(r.checkpoint, head0 + 2);
     } else {
-      assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK);
+      assert_int_equal(bs_writer_flush(&last, wa, &err), BS_OK);
       assert_int_equal(last, head0 + 2);
     }
     assert_int_equal(seam_calls(&s), 2);
@@ -542,28 +542,28 @@ static void t_server_restart(void **state) {
   bs__pg_set_hook(a, seam_fn, &s);
   save_put(wa, "b", "r1");
   save_put(wa, "b", "r2");
-  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO);
+  assert_int_equal(bs_writer_flush(&last, wa, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "commit: PostgreSQL"));
   assert_int_equal(seam_calls(&s), 1);
   pgt_reset(t);
   head_and_count(sb, "b", &head, &count); /* host B reads on new connections */
   assert_int_equal(head, head0);
   assert_int_equal(count, 1);
-  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK);
+  assert_int_equal(bs_writer_flush(&last, wa, &err), BS_OK);
   assert_int_equal(last, head0 + 2);
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000002"), NULL, &err), BS_OK);
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(count, 3);
   /* a restart while the writer is idle, with a save queued */
   save_put(wa, "b", "r3");
   assert_int_equal(system(restart), 0);
   pgt_reset(t);
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_EIO);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000003"), NULL, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"));
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(count, 3);
   memset(&r, 0, sizeof r);
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000003"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000003"), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(count, 4);
@@ -606,14 +606,14 @@ static void t_statement_timeout(void **state) {
                      " EXECUTE FUNCTION bs_test_block();"
                      "SELECT pg_advisory_lock(4242)");
   save_put(wc, "b", "r1");
-  assert_int_equal(bs_writer_flush(wc, &last, &err), BS_EIO);
+  assert_int_equal(bs_writer_flush(&last, wc, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "PostgreSQL 57014"));
   assert_non_null(strstr(err.msg, "statement timeout"));
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0);
   assert_int_equal(count, 1);
   pgt_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
-  assert_int_equal(bs_writer_flush(wc, &last, &err), BS_OK);
+  assert_int_equal(bs_writer_flush(&last, wc, &err), BS_OK);
   assert_int_equal(last, head0 + 1);
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(count, 2);
@@ -672,14 +672,14 @@ static void t_commit_reply_lost(void **state) {
   bs__pg_set_hook(a, lost_reply_fn, &l);
   save_put(wa, "b", "r1");
   save_put(wa, "b", "r2");
-  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK); /* it did commit */
+  assert_int_equal(bs_writer_flush(&last, wa, &err), BS_OK); /* it did commit */
   assert_int_equal(l.calls, 1);
   assert_int_equal(last, head0 + 2);
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0 + 2);
   assert_int_equal(count, count0 + 2);
   /* the queue was emptied: the next commit adds nothing */
-  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK); /* a new session */
+  assert_int_equal(bs_writer_flush(&last, wa, &err), BS_OK); /* a new session */
   assert_int_equal(last, head0 + 2);
   head0 = head;
   count0 = count;
@@ -693,14 +693,14 @@ static void t_commit_reply_lost(void **state) {
   l.blocked = 1;
   l.calls = 0;
   save_put(wa, "b", "r3");
-  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_EIO); /* it did not */
+  assert_int_equal(bs_writer_flush(&last, wa, &err), BS_EIO); /* it did not */
   assert_int_equal(l.calls, 1);
   assert_non_null(strstr(err.msg, "commit: PostgreSQL"));
   pgt_exec(t->admin, "SELECT pg_advisory_unlock(4242); DROP TRIGGER bs_test_block ON bs_streams");
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(head, head0);
   assert_int_equal(count, count0);
-  assert_int_equal(bs_writer_flush(wa, &last, &err), BS_OK);
+  assert_int_equal(bs_writer_flush(&last, wa, &err), BS_OK);
   assert_int_equal(last, head0 + 1);
   head_and_count(sa, "b", &head, &count);
   assert_int_equal(count, count0 + 1);
@@ -745,11 +745,11 @@ static void t_lost_session_orphan(void **state) {
   close(sv[0]);
   close(sv[1]);
   save_put(wa, "b", "r1");
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_EIO);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000002"), NULL, &err), BS_EIO);
   assert_non_null(strstr(err.msg, "writer: the session holding the stream's writer lock was lost"));
   assert_int_equal(lock_pid(t), pid); /* the orphan lives on, locked */
   memset(&r, 0, sizeof r);
-  assert_int_equal(bs_writer_commit(wa, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, wa, bs__val_str("00000002"), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid),
                    0);
@@ -789,7 +789,7 @@ static void save_big(bs_writer *w, const char *id) {
 static void verify_clean(bs_db *db) {
   bs_error err = {0};
   uint64_t problems = 1;
-  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, &err), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, db, NULL, NULL, &err), BS_OK);
   assert_int_equal(problems, 0);
 }
 
@@ -870,7 +870,7 @@ static void t_disk_full(void **state) {
   save_big(w, "r1");
   save_big(w, "r2");
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(bs_writer_commit(w, bs__val_str("00000002"), NULL, &r, &err), BS_EIO);
+    assert_int_equal(bs_writer_commit(&r, w, bs__val_str("00000002"), NULL, &err), BS_EIO);
     assert_non_null(strstr(err.msg, "PostgreSQL 53100"));
     assert_non_null(strstr(err.msg, "could not extend file"));
     head_and_count(st, "b", &head, &count);
@@ -882,7 +882,7 @@ static void t_disk_full(void **state) {
   pgt_exec(admin, "VACUUM bs_ops");
   verify_clean(db);
   memset(&r, 0, sizeof r);
-  assert_int_equal(bs_writer_commit(w, bs__val_str("00000002"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("00000002"), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   assert_int_equal(r.checkpoint, head0 + 2); /* r1 and r2, once */
   head_and_count(st, "b", &head, &count);
@@ -924,7 +924,7 @@ static void t_standby(void **state) {
   b = pgt_open(schema_url, BS_OPEN_RDONLY);
   assert_int_equal(bs_storage_open(&sb, b, 1, &err), BS_OK);
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_ESTATE);
-  assert_int_equal(bs_wait_checkpoint(sb, NULL, 0, &out, &err), BS_OK); /* the backup's */
+  assert_int_equal(bs_wait_checkpoint(&out, sb, NULL, 0, &err), BS_OK); /* the backup's */
   assert_checkpoint(&out, cp, "00000001");
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(head, cp);
@@ -1002,13 +1002,13 @@ static void t_failover(void **state) {
   ops = pgt_int(sby, "SELECT count(*) FROM %s.bs_ops", t->schema);
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
   save_update(wb, "b", "r1", "{\"v\":2}");
-  assert_int_equal(bs_writer_flush(wb, NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_flush(NULL, wb, &err), BS_ESTATE);
   snprintf(msg, sizeof msg,
            "history rewound: the data was written on timeline %lld of PostgreSQL system %lld, the"
            " server is on timeline %lld of system %lld (a failover or a restore)",
            tl, sys, tl + 1, sys);
   if (!strstr(err.msg, msg)) fail_msg("%s\nis not\n%s", err.msg, msg);
-  assert_int_equal(bs_writer_commit(wb, bs__val_str("00000003"), NULL, &r, &err), BS_ESTATE);
+  assert_int_equal(bs_writer_commit(&r, wb, bs__val_str("00000003"), NULL, &err), BS_ESTATE);
   assert_non_null(strstr(err.msg, "history rewound"));
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(head, cp);
@@ -1020,7 +1020,7 @@ static void t_failover(void **state) {
       pgt_int(sby, "SELECT value FROM %s.bs_meta WHERE key = 'history_timeline'", t->schema),
       tl + 1);
   memset(&r, 0, sizeof r);
-  assert_int_equal(bs_writer_commit(wb, bs__val_str("00000003"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, wb, bs__val_str("00000003"), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   assert_int_equal(r.checkpoint, lost);
   verify_clean(b);
@@ -1075,10 +1075,10 @@ static int writer_process(const char *url, int commits, int reads, int pipe_rd) 
       if (bs_writer_save(w, &sv, &err)) return 3;
     }
     snprintf(lsn, sizeof lsn, "%08d", ++n);
-    if (bs_writer_commit(w, bs__val_str(lsn), NULL, NULL, &err)) return 4;
+    if (bs_writer_commit(NULL, w, bs__val_str(lsn), NULL, &err)) return 4;
     while (read(pipe_rd, &c, 1) == 1) seen++; /* non-blocking: what the reader has reported */
   }
-  if (bs_writer_commit(w, bs__val_str("99999999"), NULL, NULL, &err)) return 5;
+  if (bs_writer_commit(NULL, w, bs__val_str("99999999"), NULL, &err)) return 5;
   bs_writer_close(w);
   bs_storage_close(st);
   bs_close(db);
@@ -1126,12 +1126,12 @@ static void read_consistent(bs_storage *st, uint64_t cp) {
       req[b].bucket = bs__val_str(two_buckets[b]);
       req[b].after = s.after[b];
     }
-    assert_int_equal(bs_get_bucket_data(st, cp, req, N_TWO_BUCKETS, &o, sum_chunk, &s, &more, &err),
+    assert_int_equal(bs_get_bucket_data(&more, st, cp, req, N_TWO_BUCKETS, &o, sum_chunk, &s, &err),
                      BS_OK);
     assert_false(s.bad);
   }
   for (int b = 0; b < N_TWO_BUCKETS; b++) names[b] = bs__val_str(two_buckets[b]);
-  assert_int_equal(bs_get_checksums(st, cp, names, N_TWO_BUCKETS, cs, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(cs, st, cp, names, N_TWO_BUCKETS, &err), BS_OK);
   for (int b = 0; b < N_TWO_BUCKETS; b++) {
     assert_int_equal(cs[b].checksum, s.sum[b]);
     assert_int_equal(cs[b].count, s.count[b]);
@@ -1167,7 +1167,7 @@ static void t_two_processes(void **state) {
   memset(&known, 0, sizeof known);
   for (;;) {
     char one = 1;
-    assert_int_equal(bs_wait_checkpoint(st, &known, 1000, &cp, &err), BS_OK);
+    assert_int_equal(bs_wait_checkpoint(&cp, st, &known, 1000, &err), BS_OK);
     if (cp.op_id == known.op_id && cp.lsn_size == known.lsn_size &&
         !memcmp(cp.lsn, known.lsn, cp.lsn_size)) {
       /* no news for a while: a writer that failed would leave this loop waiting forever */
@@ -1190,7 +1190,7 @@ static void t_two_processes(void **state) {
   assert_true(n_reads > reads);
   {
     bs_status s;
-    assert_int_equal(bs_get_status(st, &s, &err), BS_OK);
+    assert_int_equal(bs_get_status(&s, st, &err), BS_OK);
     assert_int_equal(s.checkpoint, cp.op_id); /* the last read was the final state */
     assert_true(s.checkpoint > (uint64_t)commits);
   }
@@ -1243,7 +1243,7 @@ static void t_prepared_per_session(void **state) {
   first_pid = p.pid;
   pgt_terminate(t->admin, first_pid);
   /* the next call finds the session gone (BS_EIO), the one after opens a new one */
-  assert_int_equal(bs_writer_commit(w, bs__val_str("3"), NULL, &r, &err), BS_EIO);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("3"), NULL, &err), BS_EIO);
   memset(&p, 0, sizeof p);
   put_commit(w, "b", "r3", "4");
   assert_true(p.pid != 0 && p.pid != first_pid);
@@ -1252,7 +1252,7 @@ static void t_prepared_per_session(void **state) {
   {
     bs_val name = bs__val_str("b");
     bs_checksum cs;
-    assert_int_equal(bs_get_checksums(st, 1000, &name, 1, &cs, &err), BS_OK);
+    assert_int_equal(bs_get_checksums(&cs, st, 1000, &name, 1, &err), BS_OK);
     assert_int_equal(cs.count, 3);
   }
   bs__pg_set_hook(db, NULL, NULL);
@@ -1337,15 +1337,15 @@ static void t_record_changed_under_flush(void **state) {
   put_commit(w, "b", "r1", "1");
   save_update(w, "b", "r1", "{\"v\":2}");
   bs__pg_set_hook(db, meddle_fn, &m);
-  assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_EBUSY);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("2"), NULL, &err), BS_EBUSY);
   assert_non_null(strstr(err.msg, "1 source records changed since the flush read them"));
   assert_int_equal(m.calls, 1);
-  assert_int_equal(bs_get_checksums(st, 1000, &name, 1, &cs, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(&cs, st, 1000, &name, 1, &err), BS_OK);
   assert_int_equal(cs.count, 1); /* nothing of the failed commit */
-  assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("2"), NULL, &err), BS_OK);
   assert_true(r.checkpoint_created);
   assert_int_equal(m.calls, 2);
-  assert_int_equal(bs_get_checksums(st, r.checkpoint, &name, 1, &cs, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(&cs, st, r.checkpoint, &name, 1, &err), BS_OK);
   assert_int_equal(cs.count, 2); /* the first PUT and the update's */
   /* the same for a record the flush deletes */
   {
@@ -1357,11 +1357,11 @@ static void t_record_changed_under_flush(void **state) {
   sv.before_id = bs__val_str("r1");
   assert_int_equal(bs_writer_save(w, &sv, &err), BS_OK);
   m.calls = 0;
-  assert_int_equal(bs_writer_commit(w, bs__val_str("3"), NULL, &r, &err), BS_EBUSY);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("3"), NULL, &err), BS_EBUSY);
   assert_non_null(strstr(err.msg, "1 of 1 source records changed since the flush read them"));
-  assert_int_equal(bs_writer_commit(w, bs__val_str("3"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("3"), NULL, &err), BS_OK);
   assert_int_equal(m.calls, 2);
-  assert_int_equal(bs_get_checksums(st, r.checkpoint, &name, 1, &cs, &err), BS_OK);
+  assert_int_equal(bs_get_checksums(&cs, st, r.checkpoint, &name, 1, &err), BS_OK);
   assert_int_equal(cs.count, 3); /* and the REMOVE */
   bs__pg_set_hook(db, NULL, NULL);
   bs_writer_close(w);
@@ -1420,17 +1420,17 @@ static void t_clear_under_flush(void **state) {
   assert_int_equal(bs_storage_open(&k.st, db2, 1, &err), BS_OK);
   save_update(w, "b", "r1", "{\"v\":2}");
   bs__pg_set_hook(db, clear_under_flush, &k);
-  assert_int_equal(bs_writer_commit(w, bs__val_str("2"), NULL, &r, &err), BS_OK);
+  assert_int_equal(bs_writer_commit(&r, w, bs__val_str("2"), NULL, &err), BS_OK);
   bs__pg_set_hook(db, NULL, NULL);
   assert_int_equal(k.started, 1);
   assert_int_equal(pthread_join(k.th, NULL), 0);
   assert_int_equal(k.rc, BS_OK);
   /* the clear came after the flush: nothing of either commit is left, and the file agrees */
-  assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&s, db, &err), BS_OK);
   assert_int_equal(s.ops_put + s.ops_remove + s.ops_move + s.ops_clear, 0);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), 0);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 0);
-  assert_int_equal(bs_db_verify(db, NULL, NULL, &problems, &err), BS_OK);
+  assert_int_equal(bs_db_verify(&problems, db, NULL, NULL, &err), BS_OK);
   assert_int_equal(problems, 0);
   bs_storage_close(k.st);
   bs_close(db2);

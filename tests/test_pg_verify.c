@@ -55,7 +55,7 @@ static void save(bs_writer *w, bs_tag tag, bs_val table, bs_val before, bs_val a
 
 static void commit(bs_writer *w, const char *lsn) {
   bs_error err = {0};
-  int rc = bs_writer_commit(w, (bs_val){lsn, strlen(lsn)}, NULL, NULL, &err);
+  int rc = bs_writer_commit(NULL, w, (bs_val){lsn, strlen(lsn)}, NULL, &err);
   if (rc) fail_msg("commit: %s (%s)", bs_strerror(rc), err.msg);
 }
 
@@ -108,10 +108,10 @@ static void workload(bs_db *db) {
   bs_head h1 = {V("1"), V("00000002")}, h2 = {V("1"), V("00000009")};
   bs_managed_request mr[] = {{V("u1"), &h1, 1, 1, 42, 5}, {V("u2/c"), &h2, 1, 0, 0, 0}};
   uint64_t ids[2];
-  assert_int_equal(bs_create_managed_write_checkpoints(st, mr, 2, ids, NULL, &err), BS_OK);
+  assert_int_equal(bs_create_managed_write_checkpoints(ids, NULL, st, mr, 2, &err), BS_OK);
   commit(w, "00000003"); /* u1 processed, u2/c pending */
   uint64_t deleted = 0;
-  assert_int_equal(bs_delete_checkpoint_requests_before(st, 6, &deleted, &err), BS_OK);
+  assert_int_equal(bs_delete_checkpoint_requests_before(&deleted, st, 6, &err), BS_OK);
   assert_int_equal(deleted, 1); /* u1: gone, kept as its high-water mark */
   bs_writer_close(w);
   bs_storage_close(st);
@@ -126,7 +126,7 @@ static void workload(bs_db *db) {
   bs_row s2b[] = {{b1, t, V("t1"), V("{\"id\":\"t2\"}")}};
   save(w, BS_UPDATE, t, V("t1"), V("t1"), s2b, 1, NULL, 0, NONE);
   uint64_t last;
-  assert_int_equal(bs_writer_flush(w, &last, &err), BS_OK);
+  assert_int_equal(bs_writer_flush(&last, w, &err), BS_OK);
   bs_writer_close(w);
   bs_storage_close(st);
 }
@@ -158,7 +158,7 @@ static void repair_at(const char *point, PGconn *c, void *payload) {
 static uint64_t verify(bs_db *db, found *f) {
   bs_error err = {0};
   uint64_t n = 12345;
-  int rc = bs_db_verify(db, on_problem, f, &n, &err);
+  int rc = bs_db_verify(&n, db, on_problem, f, &err);
   if (rc) fail_msg("bs_db_verify: %s (%s)", bs_strerror(rc), err.msg);
   assert_int_equal((uint64_t)f->n, n);
   return n;
@@ -199,7 +199,7 @@ static void t_clean(void **state) {
   bs_close(ro);
   /* fn and problems_out may be NULL */
   bs_error err = {0};
-  assert_int_equal(bs_db_verify(db, NULL, NULL, NULL, &err), BS_OK);
+  assert_int_equal(bs_db_verify(NULL, db, NULL, NULL, &err), BS_OK);
   char *after = fingerprint(t->admin);
   assert_string_equal(before, after); /* verify changed nothing */
   free(before);
@@ -209,7 +209,7 @@ static void t_clean(void **state) {
   uint64_t n = 1;
   assert_int_equal(bs_open_memory(&mem, NULL, &err), BS_OK);
   workload(mem);
-  assert_int_equal(bs_db_verify(mem, NULL, NULL, &n, &err), BS_OK);
+  assert_int_equal(bs_db_verify(&n, mem, NULL, NULL, &err), BS_OK);
   assert_int_equal(n, 0);
   bs_close(mem);
   bs_close(db);
@@ -445,7 +445,7 @@ static void t_pages(void **state) {
                   {id, strlen(id)},
                   i < 1200 ? (bs_val){id, strlen(id)} : (bs_val){data, big}};
     save(w, BS_INSERT, V("t"), NONE, (bs_val){id, strlen(id)}, &row, 1, NULL, 0, NONE);
-    if (i >= 1200) assert_int_equal(bs_writer_flush(w, NULL, &err), BS_OK); /* one at a time */
+    if (i >= 1200) assert_int_equal(bs_writer_flush(NULL, w, &err), BS_OK); /* one at a time */
   }
   commit(w, "1");
   bs_writer_close(w);
@@ -481,7 +481,7 @@ static void t_problems_kept(void **state) {
   unsigned long long more = 0;
   pgt_exec(t->admin, "INSERT INTO bs_ops (bucket, op_id, type, checksum)"
                      " SELECT g, 1, 3, 0 FROM generate_series(1000001, 1010000) g");
-  assert_int_equal(bs_db_verify(db, on_problem, &f, &n, &err), BS_OK);
+  assert_int_equal(bs_db_verify(&n, db, on_problem, &f, &err), BS_OK);
   assert_int_equal(n, 10000);
   assert_true(f.n > 1000 && f.n < 10000);
   assert_non_null(strstr(f.msg[0], "ops of bucket id 1000001 without a bucket state"));
@@ -497,13 +497,13 @@ static void t_stat(void **state) {
   bs_db *db = pgt_open(t->url, 0), *mem;
   bs_error err = {0};
   bs_stat s, m;
-  assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&s, db, &err), BS_OK);
   assert_int_equal(s.streams + s.buckets + s.ops_put + s.source_records, 0);
   workload(db);
   assert_int_equal(bs_open_memory(&mem, NULL, &err), BS_OK);
   workload(mem);
-  assert_int_equal(bs_db_stat(db, &s, &err), BS_OK);
-  assert_int_equal(bs_db_stat(mem, &m, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&s, db, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&m, mem, &err), BS_OK);
   /* the same counts as the reference backend for the same workload */
   assert_int_equal(s.streams, 2);
   assert_int_equal(s.streams, m.streams);
@@ -527,7 +527,7 @@ static void t_stat(void **state) {
   bs_close(db);
   /* a read-only handle */
   db = pgt_open(t->url, BS_OPEN_RDONLY);
-  assert_int_equal(bs_db_stat(db, &m, &err), BS_OK);
+  assert_int_equal(bs_db_stat(&m, db, &err), BS_OK);
   assert_int_equal(m.ops_put, s.ops_put);
   bs_close(db);
 }

@@ -338,7 +338,7 @@ static void check_chunking(run *r, wl *s, uint64_t C) {
   do {
     more = 0;
     m.n_got = 0;
-    CT_OK(bs_get_bucket_data(s->st, C, req, n, &o, mb_chunk, &m, &more, &ct_err));
+    CT_OK(bs_get_bucket_data(&more, s->st, C, req, n, &o, mb_chunk, &m, &ct_err));
     check_calls(&m, full, &o, max_bytes, more);
     if (++rounds > 100000) fail_msg("chunked read does not end");
   } while (more);
@@ -575,7 +575,7 @@ static void do_commit1(run *r, wl *s) {
   CT_EQ_U64(res.checkpoint, s->has_cp ? s->cp : 0);
   {
     bs_checkpoint c;
-    CT_OK(bs_get_checkpoint(s->st, &c, &ct_err));
+    CT_OK(bs_get_checkpoint(&c, s->st, &ct_err));
     if (s->has_cp && (c.op_id != s->cp || c.lsn_size != strlen(s->cs.cp_lsn) ||
                       memcmp(c.lsn, s->cs.cp_lsn, c.lsn_size) != 0))
       fail_msg("get_checkpoint: %llu, expected %llu at %s", (unsigned long long)c.op_id,
@@ -675,7 +675,7 @@ static void do_compact(run *r, wl *s) {
     o.min_age_ms = 0;
   }
   if (ct_below(&r->rng, 2) == 0) o.compact_parameters = 1;
-  rc = bs_compact(s->st, &o, &st, &ct_err);
+  rc = bs_compact(&st, s->st, &o, &ct_err);
   if (rc) fail_msg("bs_compact: %s (%s)", bs_strerror(rc), ct_err.msg);
   s->horizon = s->cp;
   s->compacted = 1;
@@ -722,12 +722,12 @@ static void check_last_wcp(run *r, wl *s) {
     }
     has = md_wcp_last_managed(&r->wcp, USERS[u], given, nh, &want);
     CT_OK(
-        bs_last_write_checkpoint(s->st, ct_v(USERS[u]), nh ? h : NULL, nh, &got, &found, &ct_err));
+        bs_last_write_checkpoint(&got, &found, s->st, ct_v(USERS[u]), nh ? h : NULL, nh, &ct_err));
     if (found != has || (has && got != want))
       fail_msg("last_write_checkpoint(%s, %zu heads): found %d id %llu, model %d %llu", USERS[u],
                nh, found, (unsigned long long)got, has, (unsigned long long)want);
     has = md_wcp_last_custom(&r->wcp, s->id, USERS[u], &want);
-    CT_OK(bs_last_write_checkpoint(s->st_cu, ct_v(USERS[u]), NULL, 0, &got, &found, &ct_err));
+    CT_OK(bs_last_write_checkpoint(&got, &found, s->st_cu, ct_v(USERS[u]), NULL, 0, &ct_err));
     if (found != has || (has && got != want))
       fail_msg("custom last_write_checkpoint(%s): found %d value %llu, model %d %llu", USERS[u],
                found, (unsigned long long)got, has, (unsigned long long)want);
@@ -799,7 +799,7 @@ static void do_wcp(run *r, wl *s) {
       req[i].request_id = q[i].id;
       req[i].requested_at_ms = q[i].at;
     }
-    CT_OK(bs_create_managed_write_checkpoints(s->st, req, n, ids, &adv, &ct_err));
+    CT_OK(bs_create_managed_write_checkpoints(ids, &adv, s->st, req, n, &ct_err));
     want_adv = md_wcp_managed(&r->wcp, q, n, want);
     for (size_t i = 0; i < n; i++)
       if (ids[i] != want[i])
@@ -818,14 +818,14 @@ static void do_wcp(run *r, wl *s) {
     md_wcp_custom(&r->wcp, s->id, u, v, has_at, at);
   } else if (kind == 2) { /* last_write_checkpoint, after a flush (custom values are stored) */
     uint64_t last = 0;
-    CT_OK(bs_writer_flush(s->w, &last, &ct_err));
+    CT_OK(bs_writer_flush(&last, s->w, &ct_err));
     check_last_wcp(r, s);
   } else if (kind == 3) {
     /* at a requested_at (1000, 2000, ...) or between: a record at exactly t stays */
     int64_t t = 1000 * (int64_t)ct_below(&r->rng, 5) + (ct_below(&r->rng, 2) ? 500 : 0);
     uint64_t deleted = 0, want;
-    CT_OK(bs_writer_flush(s->w, NULL, &ct_err)); /* custom records queued are not stored yet */
-    CT_OK(bs_delete_checkpoint_requests_before(s->st, t, &deleted, &ct_err));
+    CT_OK(bs_writer_flush(NULL, s->w, &ct_err)); /* custom records queued are not stored yet */
+    CT_OK(bs_delete_checkpoint_requests_before(&deleted, s->st, t, &ct_err));
     want = md_wcp_cleanup(&r->wcp, s->id, t);
     if (deleted != want)
       fail_msg("delete_checkpoint_requests_before(%lld): %llu deleted, model %llu", (long long)t,
@@ -884,7 +884,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
       }
     } else if (a < 760) {
       uint64_t last = 0;
-      CT_OK(bs_writer_flush(s->w, &last, &ct_err));
+      CT_OK(bs_writer_flush(&last, s->w, &ct_err));
       CT_EQ_U64(last, s->m.head);
     } else if (a < 900) {
       do_commit(r, s);

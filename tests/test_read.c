@@ -125,7 +125,7 @@ static void put1(rt_env *e, const char *bucket, const char *rid, const char *dat
 
 static uint64_t commit(rt_env *e, const char *lsn) {
   bs_commit_result r;
-  RT_OK(bs_writer_commit(e->w, V(lsn), NULL, &r, &rt_err));
+  RT_OK(bs_writer_commit(&r, e->w, V(lsn), NULL, &rt_err));
   assert_true(r.checkpoint_created);
   return r.checkpoint;
 }
@@ -240,7 +240,7 @@ static int read_call(rt_env *e, uint64_t C, const bs_bucket_request *req, size_t
   o.max_bytes = max_bytes ? max_bytes : BS_DEFAULT_BATCH_BYTES; /* the front's default */
   r->chunk_bytes = chunk_bytes;
   read_reset_call(r);
-  return bs__lmdb_bucket_data(e->st, C, req, n, &o, collect, r, has_more, &rt_err);
+  return bs__lmdb_bucket_data(has_more, e->st, C, req, n, &o, collect, r, &rt_err);
 }
 
 /* Everything of one bucket in (after, C] in a single unlimited call. */
@@ -255,7 +255,7 @@ static bs_checksum checksum(rt_env *e, uint64_t C, const char *bucket) {
   bs_checksum c;
   bs_val b = V(bucket);
   uint64_t gen = 99;
-  RT_OK(bs__lmdb_checksums(e->st, C, &b, 1, &c, &gen, &rt_err));
+  RT_OK(bs__lmdb_checksums(&c, &gen, e->st, C, &b, 1, &rt_err));
   return c;
 }
 
@@ -367,17 +367,17 @@ static void test_empty_and_unknown(void **state) {
   int more = -1;
   (void)state;
   env_open(&e);
-  RT_OK(bs__lmdb_get_checkpoint(e.st, &cp, &rt_err));
+  RT_OK(bs__lmdb_get_checkpoint(&cp, e.st, &rt_err));
   RT_EQ(cp.op_id, 0);
   RT_EQ(cp.has_lsn, 0);
-  RT_OK(bs_get_status(e.st, &stt, &rt_err)); /* out zeroed by the front */
+  RT_OK(bs_get_status(&stt, e.st, &rt_err)); /* out zeroed by the front */
   RT_EQ(stt.checkpoint, 0);
   RT_EQ(stt.snapshot_done, 0); /* snapshot done, but no checkpoint yet */
   RT_EQ(stt.state, BS_STREAM_PROCESSING);
   RT_OK(read_call(&e, 100, &req, 1, 0, 0, 0, &r, &more));
   RT_EQ(r.chunks, 0);
   RT_EQ(more, 0);
-  RT_OK(bs__lmdb_checksums(e.st, 100, &b, 1, &c, &gen, &rt_err));
+  RT_OK(bs__lmdb_checksums(&c, &gen, e.st, 100, &b, 1, &rt_err));
   RT_EQ(c.checksum, 0);
   RT_EQ(c.count, 0);
   RT_EQ(gen, 0);
@@ -392,7 +392,7 @@ static void test_empty_and_unknown(void **state) {
   req.after = 0;
   RT_OK(read_call(&e, 0, &req, 1, 0, 0, 0, &r, &more));
   RT_EQ(r.chunks, 0);
-  RT_OK(bs_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(&stt, e.st, &rt_err));
   RT_EQ(stt.snapshot_done, 1);
   RT_EQ(stt.checkpoint, 1);
   RT_EQ(stt.last_persisted_op, 1);
@@ -417,7 +417,7 @@ static void test_read_at_any_op_id(void **state) {
   }
   C = commit(&e, "0001");
   RT_EQ(C, 10);
-  RT_OK(bs__lmdb_get_checkpoint(e.st, &cp, &rt_err));
+  RT_OK(bs__lmdb_get_checkpoint(&cp, e.st, &rt_err));
   RT_EQ(cp.op_id, 10);
   assert_true(cp.has_lsn && cp.lsn_size == 4 && memcmp(cp.lsn, "0001", 4) == 0);
 
@@ -449,7 +449,7 @@ static void test_read_at_any_op_id(void **state) {
   /* ops persisted above the checkpoint: reads below it do not see them, reads above do */
   put1(&e, "b", "r10", "{\"i\":10}");
   put1(&e, "b", "r11", "{\"i\":11}");
-  RT_OK(bs_writer_flush(e.w, NULL, &rt_err));
+  RT_OK(bs_writer_flush(NULL, e.w, &rt_err));
   for (uint64_t c = 0; c <= 13; c++) {
     bs_checksum got = checksum(&e, c, "b");
     r.n = 0;
@@ -613,7 +613,7 @@ static uint64_t random_workload(rt_env *e, uint64_t *s, int n_saves) {
     }
   }
   if (C == 0) C = commit(e, "99999999");
-  RT_OK(bs_writer_flush(e->w, NULL, &rt_err));
+  RT_OK(bs_writer_flush(NULL, e->w, &rt_err));
   return C;
 }
 
@@ -632,7 +632,7 @@ static void test_chunking_invariance(void **state) {
   (void)state;
   env_open(&e);
   random_workload(&e, &s, quick() ? 400 : 3000);
-  RT_OK(bs_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(&stt, e.st, &rt_err));
   head = stt.last_persisted_op;
   for (int round = 0; round < rounds; round++) {
     bs_bucket_request req[6];
@@ -694,16 +694,16 @@ static void test_checksums_match_reads(void **state) {
   (void)state;
   env_open(&e);
   random_workload(&e, &s, quick() ? 300 : 2000);
-  RT_OK(bs_get_status(e.st, &stt, &rt_err));
+  RT_OK(bs_get_status(&stt, e.st, &rt_err));
   head = stt.last_persisted_op;
   for (uint64_t C = 0; C <= head + 1; C += 1 + below(&s, 7)) {
     bs_checksum cs[6], rg[6];
     uint64_t gen[6];
     int cleared[6];
     uint64_t from = below(&s, C + 1);
-    RT_OK(bs__lmdb_checksums(e.st, C, vals, 6, cs, gen, &rt_err));
+    RT_OK(bs__lmdb_checksums(cs, gen, e.st, C, vals, 6, &rt_err));
     RT_EQ(cs[5].count, 0);
-    RT_OK(bs__lmdb_checksum_ranges(e.st, from, C, vals, 6, rg, cleared, gen, &rt_err));
+    RT_OK(bs__lmdb_checksum_ranges(rg, cleared, gen, e.st, from, C, vals, 6, &rt_err));
     for (int i = 0; i < 5; i++) {
       rt_read r = {0}, rf = {0};
       bs_checksum want;
@@ -763,7 +763,7 @@ static void test_verify_and_stat(void **state) {
   put1(&e, "a", "r2", "{}");                     /* PUT a 3 */
   save(&e, BS_UPDATE, "r1", two, 1, "r1", "{}"); /* PUT a 4, REMOVE b 5 */
   commit(&e, "0001");
-  RT_OK(bs_db_stat(e.db, &stat, &rt_err)); /* out zeroed by the front */
+  RT_OK(bs_db_stat(&stat, e.db, &rt_err)); /* out zeroed by the front */
   RT_EQ(stat.streams, 1);
   RT_EQ(stat.buckets, 2);
   RT_EQ(stat.ops_put, 4);
@@ -772,12 +772,12 @@ static void test_verify_and_stat(void **state) {
   RT_EQ(stat.source_records, 2);
   assert_true(stat.file_bytes > 0);
 
-  RT_OK(bs__lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(&problems, e.db, count_problem, &seen, &rt_err));
   RT_EQ(problems, 0);
   RT_EQ(seen, 0);
   /* a wrong running checksum and count */
   edit_state(&e, "a", bump_checksum, NULL);
-  RT_OK(bs__lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(&problems, e.db, count_problem, &seen, &rt_err));
   RT_EQ(problems, 2);
   RT_EQ(seen, 2);
   /* an op that does not decode, in bucket b */
@@ -785,13 +785,13 @@ static void test_verify_and_stat(void **state) {
   bs__put_u64be(key + 8, 6);
   raw_put(&e, lm(&e)->ops, key, 16, bad, sizeof bad);
   seen = 0;
-  RT_OK(bs__lmdb_verify(e.db, count_problem, &seen, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(&problems, e.db, count_problem, &seen, &rt_err));
   assert_true(problems >= 3);
   RT_EQ((uint64_t)seen, problems);
   /* ops of a bucket id without a state */
   bs__put_u64be(key, 1000);
   raw_put(&e, lm(&e)->ops, key, 16, bad, sizeof bad);
-  RT_OK(bs__lmdb_verify(e.db, NULL, NULL, &problems, &rt_err));
+  RT_OK(bs__lmdb_verify(&problems, e.db, NULL, NULL, &rt_err));
   assert_true(problems >= 4);
   env_close(&e);
 }
@@ -816,8 +816,8 @@ static void test_torn_reads(void **state) {
     RT_EQ(read_call(&e, C, &req, 1, 0, 0, 0, &r, &more), want);
     if (torn) assert_non_null(strstr(rt_err.msg, "was compacted; read a newer checkpoint"));
     if (torn) assert_non_null(strstr(rt_err.msg, "\"b\""));
-    RT_EQ(bs__lmdb_checksums(e.st, C, &b, 1, &c, NULL, &rt_err), want);
-    RT_EQ(bs__lmdb_checksum_ranges(e.st, 0, C, &b, 1, &c, &cleared, NULL, &rt_err), want);
+    RT_EQ(bs__lmdb_checksums(&c, NULL, e.st, C, &b, 1, &rt_err), want);
+    RT_EQ(bs__lmdb_checksum_ranges(&c, &cleared, NULL, e.st, 0, C, &b, 1, &rt_err), want);
   }
   read_free(&r);
   env_close(&e);
@@ -875,12 +875,12 @@ static void test_move_clear(void **state) {
   /* checksums are unchanged by MOVE/CLEAR; a range holding the CLEAR says so */
   c = checksum(&e, 8, "b");
   RT_EQ(c.checksum, full.checksum);
-  RT_OK(bs__lmdb_checksum_ranges(e.st, 1, 6, &b, 1, &c, &cleared, NULL, &rt_err));
+  RT_OK(bs__lmdb_checksum_ranges(&c, &cleared, NULL, e.st, 1, 6, &b, 1, &rt_err));
   RT_EQ(cleared, 1);
   full = checksum(&e, 6, "b");
   RT_EQ(c.checksum, full.checksum);
   RT_EQ(c.count, 6);
-  RT_OK(bs__lmdb_checksum_ranges(e.st, 3, 6, &b, 1, &c, &cleared, NULL, &rt_err));
+  RT_OK(bs__lmdb_checksum_ranges(&c, &cleared, NULL, e.st, 3, 6, &b, 1, &rt_err));
   RT_EQ(cleared, 0);
   RT_EQ(c.count, 3);
   read_free(&r);
@@ -946,7 +946,7 @@ static void test_checkpoint_changes(void **state) {
     snprintf(name, sizeof name, "m%d", i);
     snprintf(rid, sizeof rid, "x%d", i);
     put1(&e, name, rid, "{}");
-    if (i == 600) RT_OK(bs_writer_flush(e.w, NULL, &rt_err));
+    if (i == 600) RT_OK(bs_writer_flush(NULL, e.w, &rt_err));
   }
   C3 = commit(&e, "0003");
   RT_OK(bs_get_checkpoint_changes(e.st, C2, C3, grab_changes, c, &rt_err));

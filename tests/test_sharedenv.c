@@ -78,7 +78,7 @@ static void write_round(bs_writer *w, unsigned r) {
 static int compact_all(bs_storage *st) {
   bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
   o.min_bucket_changes = 1;
-  return bs_compact(st, &o, NULL, &ct_err);
+  return bs_compact(NULL, st, &o, &ct_err);
 }
 
 static void compact(bs_storage *st) {
@@ -266,7 +266,7 @@ static void t_conflicts(void **state) {
   o.map_size = 0;
   CT_OK(bs_open(&ro, e->path, &o, &ct_err));
   CT_OK(bs_storage_open(&st, ro, e->stream, &ct_err));
-  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  CT_OK(bs_get_checkpoint(&cp, st, &ct_err));
   assert_true(cp.op_id > 0);
   CT_RC(BS_ESTATE, bs_writer_open(&w, st, NULL, &ct_err));
   bs_storage_close(st);
@@ -274,7 +274,7 @@ static void t_conflicts(void **state) {
   close_fixture(e);
   /* the read-only handle outlives the one that opened the environment */
   CT_OK(bs_storage_open(&st, ro, e->stream, &ct_err));
-  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  CT_OK(bs_get_checkpoint(&cp, st, &ct_err));
   bs_storage_close(st);
   bs_close(ro);
 
@@ -308,7 +308,7 @@ static void t_lock_file(void **state) {
   assert_int_equal(symlink(e->path, link_path), 0);
   CT_OK(bs_open(&db, link_path, &nosync, &ct_err));
   CT_OK(bs_storage_open(&st, db, e->stream, &ct_err));
-  CT_OK(bs_get_checkpoint(st, &cp, &ct_err));
+  CT_OK(bs_get_checkpoint(&cp, st, &ct_err));
   assert_true(exists(e->dir, strrchr(lock, '/') + 1));
   assert_false(exists(e->dir, "link.bsdb-lock"));
   bs_storage_close(st);
@@ -324,8 +324,8 @@ static int child_checks(ct_env *e) {
   bs_stat sb;
   bs_db *mine = NULL;
   bs_storage *st = NULL;
-  if (bs_get_checkpoint(e->st, &cp, &err) != BS_ESTATE || !strstr(err.msg, "fork")) return 1;
-  if (bs_db_stat(e->db, &sb, &err) != BS_ESTATE) return 2;
+  if (bs_get_checkpoint(&cp, e->st, &err) != BS_ESTATE || !strstr(err.msg, "fork")) return 1;
+  if (bs_db_stat(&sb, e->db, &err) != BS_ESTATE) return 2;
   if (ct_save(e->w, BS_INSERT, "t", NULL, "x", CT_ROWS({"b0", "t", "x", "{}"})) != BS_ESTATE)
     return 3;
   /* the child opens the file itself: a new environment, not the parent's */
@@ -334,7 +334,7 @@ static int child_checks(ct_env *e) {
   bs_storage_close(e->st);
   bs_close(e->db);
   if (bs_storage_open(&st, mine, e->stream, &err) != BS_OK) return 5;
-  if (bs_get_checkpoint(st, &cp, &err) != BS_OK || cp.op_id == 0) return 6;
+  if (bs_get_checkpoint(&cp, st, &err) != BS_OK || cp.op_id == 0) return 6;
   bs_storage_close(st);
   bs_close(mine);
   return 0;
@@ -353,7 +353,7 @@ static void t_fork(void **state) {
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
-  CT_OK(bs_get_checkpoint(e->st, &cp, &ct_err)); /* the parent's handle is unaffected */
+  CT_OK(bs_get_checkpoint(&cp, e->st, &ct_err)); /* the parent's handle is unaffected */
   write_round(e->w, 1);
 }
 
@@ -381,8 +381,8 @@ static int race_once(racer *r) {
   bs_error err = {0, ""};
   int rc = bs_open(&db, r->path, &nosync, &err);
   if (rc == BS_OK) rc = bs_storage_open(&st, db, r->stream, &err);
-  if (rc == BS_OK) rc = bs_get_checkpoint(st, &cp, &err);
-  if (rc == BS_OK) rc = bs_get_checksums(st, r->C, &b0, 1, &sum, &err);
+  if (rc == BS_OK) rc = bs_get_checkpoint(&cp, st, &err);
+  if (rc == BS_OK) rc = bs_get_checksums(&sum, st, r->C, &b0, 1, &err);
   if (rc != BS_OK)
     snprintf(r->msg, sizeof r->msg, "%s: %s", bs_strerror(rc), err.msg);
   else if (cp.op_id != r->C || sum.checksum != r->sum.checksum || sum.count != r->sum.count)
@@ -414,8 +414,8 @@ static void t_open_close_race(void **state) {
   bs_checkpoint cp;
   bs_checksum sum;
   write_round(e->w, 0);
-  CT_OK(bs_get_checkpoint(e->st, &cp, &ct_err));
-  CT_OK(bs_get_checksums(e->st, cp.op_id, &b0, 1, &sum, &ct_err));
+  CT_OK(bs_get_checkpoint(&cp, e->st, &ct_err));
+  CT_OK(bs_get_checksums(&sum, e->st, cp.op_id, &b0, 1, &ct_err));
   close_fixture(e);
   snprintf(link_path, sizeof link_path, "%s/link.bsdb", e->dir);
   assert_int_equal(symlink(e->path, link_path), 0);
@@ -571,7 +571,7 @@ static void t_writer_lock_processes(void **state) {
   assert_non_null(strstr(ct_err.msg, "already has a streaming writer"));
   CT_OK(bs_writer_open(&w, e->st, &so, &ct_err));
   bs_writer_close(w);
-  CT_OK(bs_get_checkpoint(e->st, &cp, &ct_err));
+  CT_OK(bs_get_checkpoint(&cp, e->st, &ct_err));
   assert_true(cp.op_id > 0);
   compact(e->st);
 

@@ -462,7 +462,7 @@ static void do_compact(run *r) {
   if (ct_below(&r->rng, 2) == 0) o.max_ops_per_txn = 1 + ct_below(&r->rng, 40);
   o.compact_parameters = ct_below(&r->rng, 3) == 0;
   memset(&ct_err, 0, sizeof ct_err);
-  rc = bs_compact(r->e.st, &o, &st, &ct_err);
+  rc = bs_compact(&st, r->e.st, &o, &ct_err);
   if (rc)
     FAILR(r, "bs_compact (kind %d, horizon %llu): %s (%s)", kind, (unsigned long long)o.max_op_id,
           bs_strerror(rc), ct_err.msg);
@@ -552,7 +552,7 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
     else if (a < 460) {
       do_truncate(r);
     } else if (a < 480) {
-      CT_OK(bs_writer_flush(r->e.w, NULL, &ct_err));
+      CT_OK(bs_writer_flush(NULL, r->e.w, &ct_err));
     } else if (a < 570) {
       do_commit(r, ct_below(&r->rng, 4) == 0 ? 0 : -1);
     } else if (a < 600) {

@@ -278,7 +278,7 @@ static void compact(tt *t, uint64_t h) {
   o.min_bucket_changes = 1;
   o.min_change_ratio = 0;
   snprintf(t->where, sizeof t->where, "compact(H=%llu)", (unsigned long long)h);
-  CT_OK(bs_compact(t->e.st, &o, &st, &ct_err));
+  CT_OK(bs_compact(&st, t->e.st, &o, &ct_err));
   assert_true(t->n_h < sizeof t->horizons / sizeof t->horizons[0]);
   t->horizons[t->n_h++] = h;
   sim_rebuild(t);

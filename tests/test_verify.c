@@ -78,7 +78,7 @@ static void commit(bs_writer *w, int round, uint64_t *cp) {
   bs_commit_result cr;
   snprintf(lsn, sizeof lsn, "%08d", round + 1);
   if (round == 0) assert_int_equal(bs_writer_snapshot_done(w, ct_v(lsn), NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(w, ct_v(lsn), NULL, &cr, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(&cr, w, ct_v(lsn), NULL, NULL), BS_OK);
   assert_true(cr.checkpoint_created);
   *cp = cr.checkpoint;
 }
@@ -112,7 +112,7 @@ static void fill_stream(bs_db *db, bs_hash hash) {
   co.min_bucket_changes = 1;
   co.min_change_ratio = 0;
   co.min_age_ms = 0;
-  assert_int_equal(bs_compact(st, &co, NULL, NULL), BS_OK);
+  assert_int_equal(bs_compact(NULL, st, &co, NULL), BS_OK);
   bs_writer_close(w);
   bs_storage_close(st);
 }
@@ -179,7 +179,7 @@ static int group_setup(void **state) {
   assert_int_equal(bs_open(&db, g_path, NULL, NULL), BS_OK);
   fill_stream(db, BS_HASH_XXH3);
   fill_stream(db, BS_HASH_SHA256);
-  assert_int_equal(bs_db_stat(db, &s, NULL), BS_OK);
+  assert_int_equal(bs_db_stat(&s, db, NULL), BS_OK);
   assert_true(s.ops_put > 0 && s.ops_remove > 0 && s.ops_move > 0 && s.ops_clear > 0);
   bs_close(db);
   locate_ops();
@@ -232,10 +232,10 @@ static int verify_and_read(problems *p, const char *bucket, uint32_t stream) {
   o.flags = BS_OPEN_RDONLY;
   rc = bs_open(&db, g_path, &o, &e);
   if (rc != BS_OK) fail_msg("open: %s %s", bs_strerror(rc), e.msg);
-  assert_int_equal(bs_db_verify(db, collect, p, NULL, &e), BS_OK);
+  assert_int_equal(bs_db_verify(NULL, db, collect, p, &e), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, stream, NULL), BS_OK);
-  rc = bs_get_bucket_data(st, g_checkpoint[stream], &rq, 1, NULL, on_chunk, &bytes, &more, &e);
-  (void)bs_get_checksums(st, g_checkpoint[stream], &rq.bucket, 1, &ck, &e);
+  rc = bs_get_bucket_data(&more, st, g_checkpoint[stream], &rq, 1, NULL, on_chunk, &bytes, &e);
+  (void)bs_get_checksums(&ck, st, g_checkpoint[stream], &rq.bucket, 1, &e);
   bs_storage_close(st);
   bs_close(db);
   return rc;

@@ -29,7 +29,7 @@ static uint64_t managed(ct_env *f, const char *user, const char *lsn, int64_t re
   bs_managed_request r = {ct_v(user), &h, 1, req >= 0, req >= 0 ? (uint64_t)req : 0, 0};
   uint64_t id = 0;
   int a = -1;
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, &a, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, &a, f->st, &r, 1, &ct_err));
   assert_true(a == 0 || a == 1);
   if (adv) *adv = a;
   return id;
@@ -40,14 +40,14 @@ static uint64_t last(ct_env *f, const char *user, const char *lsn) {
   bs_head h = {ct_v("1"), ct_v(lsn)};
   uint64_t id = 12345;
   int found = -1;
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v(user), &h, lsn ? 1 : 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v(user), &h, lsn ? 1 : 0, &ct_err));
   assert_true(found == 0 || found == 1);
   return found ? id : 0;
 }
 
 static void commit(ct_env *f, const char *lsn) {
   bs_commit_result r;
-  CT_OK(bs_writer_commit(f->w, ct_v(lsn), NULL, &r, &ct_err));
+  CT_OK(bs_writer_commit(&r, f->w, ct_v(lsn), NULL, &ct_err));
 }
 
 /* ---- tests ---- */
@@ -83,15 +83,15 @@ static void test_last_heads(void **state) {
   bs_managed_request r = {ct_v("m"), two, 2, 1, 7, 0};
   uint64_t id;
   int found;
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &r, 1, &ct_err));
   assert_int_equal(id, 7);
   /* missing connection 2: not satisfied */
   assert_int_equal(last(f, "m", "00000005"), 0);
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v("m"), two, 2, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("m"), two, 2, &ct_err));
   assert_true(found);
   assert_int_equal(id, 7);
   two[1].lsn = ct_v("0009");
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v("m"), two, 2, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("m"), two, 2, &ct_err));
   assert_false(found);
 }
 
@@ -105,7 +105,7 @@ static void test_batch_dedup(void **state) {
                              {ct_v("y"), &h, 1, 0, 0, 0}};
   uint64_t ids[5];
   int adv = 0;
-  CT_OK(bs_create_managed_write_checkpoints(f->st, r, 5, ids, &adv, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(ids, &adv, f->st, r, 5, &ct_err));
   /* x: supplied beats generated, the greatest supplied wins; y: one generated id, not two */
   assert_int_equal(ids[0], 9);
   assert_int_equal(ids[1], 9);
@@ -113,7 +113,7 @@ static void test_batch_dedup(void **state) {
   assert_int_equal(ids[2], 1);
   assert_int_equal(ids[4], 1);
   assert_true(adv);
-  CT_OK(bs_create_managed_write_checkpoints(f->st, r, 0, ids, &adv, &ct_err)); /* empty batch */
+  CT_OK(bs_create_managed_write_checkpoints(ids, &adv, f->st, r, 0, &ct_err)); /* empty batch */
   assert_false(adv);
 }
 
@@ -145,7 +145,7 @@ static void test_commit_marks_processed(void **state) {
   ct_env *f = *state;
   int adv;
   bs_checkpoint c0, c1;
-  CT_OK(bs_get_checkpoint(f->st, &c0, &ct_err));
+  CT_OK(bs_get_checkpoint(&c0, f->st, &ct_err));
   assert_int_equal(managed(f, "u", "00000010", 42, &adv), 42);
   assert_true(adv);
   /* an equal retry before any commit passed the head: still pending */
@@ -161,7 +161,7 @@ static void test_commit_marks_processed(void **state) {
   assert_int_equal(managed(f, "u", "00000010", 40, &adv), 42);
   assert_false(adv);
   /* the checkpoint's changes name the user */
-  CT_OK(bs_get_checkpoint(f->st, &c1, &ct_err));
+  CT_OK(bs_get_checkpoint(&c1, f->st, &ct_err));
   assert_true(c1.op_id > c0.op_id);
   {
     int seen = 0;
@@ -183,23 +183,23 @@ static void test_custom(void **state) {
   bs_head h = {ct_v("1"), ct_v("1")};
   bs_managed_request r = {ct_v("u"), &h, 1, 0, 0, 0};
   CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, ct_v(""), &ct_err));
-  assert_int_equal(bs_create_managed_write_checkpoints(f->st, &r, 1, &id, &adv, NULL), BS_ESTATE);
+  assert_int_equal(bs_create_managed_write_checkpoints(&id, &adv, f->st, &r, 1, NULL), BS_ESTATE);
   CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("u"), 5, ct_v(""), &ct_err));
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("u"), NULL, 0, &ct_err));
   assert_false(found); /* queued, not yet flushed */
-  CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_writer_flush(NULL, f->w, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("u"), NULL, 0, &ct_err));
   assert_true(found);
   assert_int_equal(id, 5);
   CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("u"), 3, ct_v(""), &ct_err));
-  CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_writer_flush(NULL, f->w, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("u"), NULL, 0, &ct_err));
   assert_int_equal(id, 3); /* overwritten, even by a lower value */
   /* custom values do not leak into managed mode and back */
   CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_MANAGED, ct_v(""), &ct_err));
   assert_int_equal(last(f, "u", "9"), 0);
   CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, ct_v(""), &ct_err));
-  CT_OK(bs_last_write_checkpoint(f->st, ct_v("u"), NULL, 0, &id, &found, &ct_err));
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("u"), NULL, 0, &ct_err));
   assert_true(found);
   assert_int_equal(id, 3);
 }
@@ -213,33 +213,33 @@ static void test_cleanup(void **state) {
   bs_head h2 = {ct_v("1"), ct_v("00000099")};
   bs_managed_request pending = {ct_v("pending"), &h2, 1, 1, 10, 1000};
   uint64_t id, deleted = 99;
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &old, 1, &id, NULL, &ct_err));
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &recent, 1, &id, NULL, &ct_err));
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &gen, 1, &id, NULL, &ct_err));
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &pending, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &old, 1, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &recent, 1, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &gen, 1, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &pending, 1, &ct_err));
   /* nothing processed yet: nothing deleted */
-  CT_OK(bs_delete_checkpoint_requests_before(f->st, 3000, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, f->st, 3000, &ct_err));
   assert_int_equal(deleted, 0);
   commit(f, "00000006");
-  CT_OK(bs_delete_checkpoint_requests_before(f->st, 3000, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, f->st, 3000, &ct_err));
   assert_int_equal(deleted, 1);
   assert_int_equal(last(f, "old", "00000006"), 0);
   assert_int_equal(last(f, "recent", "00000006"), 10);
   assert_int_equal(last(f, "gen", "00000006"), 1);      /* no requested_at: kept */
   assert_int_equal(last(f, "pending", "00000099"), 10); /* not processed: kept */
-  CT_OK(bs_delete_checkpoint_requests_before(f->st, INT64_MAX, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, f->st, INT64_MAX, &ct_err));
   assert_int_equal(deleted, 1); /* recent */
   assert_int_equal(last(f, "gen", "00000006"), 1);
   /* an equal retry refreshes requested_at: the record survives a cutoff below the refresh */
   {
     bs_managed_request r1 = {ct_v("retry"), &h, 1, 1, 5, 1000};
     bs_managed_request r2 = {ct_v("retry"), &h, 1, 1, 5, 8000};
-    CT_OK(bs_create_managed_write_checkpoints(f->st, &r1, 1, &id, NULL, &ct_err));
+    CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &r1, 1, &ct_err));
     commit(f, "00000007");
-    CT_OK(bs_create_managed_write_checkpoints(f->st, &r2, 1, &id, NULL, &ct_err));
-    CT_OK(bs_delete_checkpoint_requests_before(f->st, 5000, &deleted, &ct_err));
+    CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &r2, 1, &ct_err));
+    CT_OK(bs_delete_checkpoint_requests_before(&deleted, f->st, 5000, &ct_err));
     assert_int_equal(deleted, 0);
-    CT_OK(bs_delete_checkpoint_requests_before(f->st, 9000, &deleted, &ct_err));
+    CT_OK(bs_delete_checkpoint_requests_before(&deleted, f->st, 9000, &ct_err));
     assert_int_equal(deleted, 1);
   }
 }
@@ -279,17 +279,17 @@ static void test_verify_and_stat(void **state) {
   managed(f, "done", "00000001", 3, NULL);
   managed(f, "", "00000001", 4, NULL);
   managed(f, "waiting", "00000099", -1, NULL);
-  CT_OK(bs_create_managed_write_checkpoints(f->st, &gone, 1, &id, NULL, &ct_err));
+  CT_OK(bs_create_managed_write_checkpoints(&id, NULL, f->st, &gone, 1, &ct_err));
   commit(f, "00000002");
-  CT_OK(bs_delete_checkpoint_requests_before(f->st, 2000, &deleted, &ct_err));
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, f->st, 2000, &ct_err));
   assert_int_equal(deleted, 1); /* "gone": its record leaves a high-water mark */
   CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("c"), 5, ct_v(""), &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v(""), 6, ct_v(""), &ct_err));
   CT_OK(bs_writer_custom_write_checkpoint_requested(f->w, ct_v("r"), 7, ct_v(""), 1, &ct_err));
-  CT_OK(bs_writer_flush(f->w, NULL, &ct_err));
-  CT_OK(bs_db_verify(f->db, on_problem, NULL, &problems, &ct_err));
+  CT_OK(bs_writer_flush(NULL, f->w, &ct_err));
+  CT_OK(bs_db_verify(&problems, f->db, on_problem, NULL, &ct_err));
   assert_int_equal(problems, 0);
-  CT_OK(bs_db_stat(f->db, &s, &ct_err));
+  CT_OK(bs_db_stat(&s, f->db, &ct_err));
   assert_int_equal(s.write_checkpoints, 6);
   CT_OK(ct_env_reopen(f));
   assert_int_equal(managed(f, "gone", "00000003", -1, NULL), 10); /* the mark, after reopen */

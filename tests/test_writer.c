@@ -134,7 +134,7 @@ static int save_v(fx *f, bs_tag tag, const char *table, const char *before, cons
 static uint64_t flush(fx *f) {
   uint64_t last = 0;
   bs_error e = {0, ""};
-  int rc = bs_writer_flush(f->w, &last, &e);
+  int rc = bs_writer_flush(&last, f->w, &e);
   if (rc) fprintf(stderr, "flush: %s\n", e.msg);
   assert_int_equal(rc, BS_OK);
   return last;
@@ -146,7 +146,7 @@ static bs_commit_result commit(fx *f, const char *lsn, int create_empty) {
   bs_error e = {0, ""};
   int rc;
   o.create_empty = create_empty;
-  rc = bs_writer_commit(f->w, V(lsn), &o, &r, &e);
+  rc = bs_writer_commit(&r, f->w, V(lsn), &o, &e);
   if (rc) fprintf(stderr, "commit: %s\n", e.msg);
   assert_int_equal(rc, BS_OK);
   return r;
@@ -412,7 +412,7 @@ static void test_commit_rules(void **state) {
   r = commit(f, "65", 1);
   assert_true(r.checkpoint_blocked);
   /* keepalive = create_empty 1 */
-  assert_int_equal(bs_writer_keepalive(f->w, V("8"), &r, NULL), BS_OK);
+  assert_int_equal(bs_writer_keepalive(&r, f->w, V("8"), NULL), BS_OK);
   assert_true(r.checkpoint_created);
   /* resume lsn raised to the max of commits */
   rec = read_rec(f, f->stream, NULL);
@@ -450,7 +450,7 @@ static void test_activation(void **state) {
     bs_storage_close(s0);
   }
   assert_int_equal(bs_writer_snapshot_done(w2, V("2"), NULL), BS_OK);
-  assert_int_equal(bs_writer_commit(w2, V("2"), NULL, NULL, NULL), BS_OK);
+  assert_int_equal(bs_writer_commit(NULL, w2, V("2"), NULL, NULL), BS_OK);
   assert_int_equal(bs_stream_list(f->db, state_of, states, NULL), BS_OK);
   assert_int_equal(states[f->stream], BS_STREAM_STOPPED);
   assert_int_equal(states[id2], BS_STREAM_ACTIVE);
@@ -618,7 +618,7 @@ static void test_lifecycle(void **state) {
   assert_int_equal(save_v(f, BS_INSERT, "t", NULL, "r1", ROWS("A:todo:1:{a}"), NULL), 0);
   {
     uint64_t last;
-    assert_int_equal(bs_writer_flush(f->w, &last, NULL), BS_ESTATE);
+    assert_int_equal(bs_writer_flush(&last, f->w, NULL), BS_ESTATE);
   }
 }
 
@@ -719,7 +719,7 @@ static void test_map_growth(void **state) {
     s.after_id = V(rid);
     assert_int_equal(bs_writer_save(f->w, &s, NULL), BS_OK);
   }
-  assert_int_equal(bs_writer_flush(f->w, &last, NULL), BS_OK);
+  assert_int_equal(bs_writer_flush(&last, f->w, NULL), BS_OK);
   assert_int_equal(last, 2000);
   assert_true(LDB(f)->e->map_size > 256 * 1024);
 }
@@ -845,7 +845,7 @@ static void test_flush_fault_loop(void **state) {
     }
     g_allocs = 0;
     g_fail_at = k;
-    rc = bs_writer_flush(f->w, &last, &e);
+    rc = bs_writer_flush(&last, f->w, &e);
     g_fail_at = -1;
     if (rc == BS_OK) {
       done = 1;
@@ -854,7 +854,7 @@ static void test_flush_fault_loop(void **state) {
       rec = read_rec(f, f->stream, NULL);
       assert_int_equal(rec.op_head, 0);
       assert_int_equal(count_dbi(f, LDB(f)->ops), 0);
-      assert_int_equal(bs_writer_flush(f->w, &last, NULL), BS_OK);
+      assert_int_equal(bs_writer_flush(&last, f->w, NULL), BS_OK);
     }
     /* 50 PUTs + 50 parameter entries + REMOVEs of the rows that moved bucket (30 updates) */
     assert_int_equal(last, 130);

@@ -267,7 +267,7 @@ int ct_commit_ce(bs_writer *w, const char *lsn, int create_empty, bs_commit_resu
   bs_commit_options o = BS_COMMIT_OPTIONS_INIT;
   o.create_empty = create_empty;
   memset(&ct_err, 0, sizeof ct_err);
-  return bs_writer_commit(w, ct_v(lsn), &o, out, &ct_err);
+  return bs_writer_commit(out, w, ct_v(lsn), &o, &ct_err);
 }
 
 int ct_commit(bs_writer *w, const char *lsn, bs_commit_result *out) {
@@ -439,7 +439,7 @@ int ct_read_bucket_opts(bs_storage *st, uint64_t C, const char *bucket, size_t b
     r.got_chunk = 0;
     more = 0;
     memset(&ct_err, 0, sizeof ct_err);
-    rc = bs_get_bucket_data(st, C, &req, 1, &o, on_chunk, &r, &more, &ct_err);
+    rc = bs_get_bucket_data(&more, st, C, &req, 1, &o, on_chunk, &r, &ct_err);
     if (rc) return rc;
     if (r.ops_this_call > r.limit)
       fail_msg("one call returned %zu ops > limit %zu", r.ops_this_call, r.limit);
@@ -457,7 +457,7 @@ int ct_checksum_n(bs_storage *st, uint64_t C, const char *bucket, size_t blen, b
   bs_val b = {bucket, blen};
   memset(&ct_err, 0, sizeof ct_err);
   memset(out, 0xa5, sizeof *out); /* a backend that leaves it unset must not pass */
-  return bs_get_checksums(st, C, &b, 1, out, &ct_err);
+  return bs_get_checksums(out, st, C, &b, 1, &ct_err);
 }
 
 int ct_checksum(bs_storage *st, uint64_t C, const char *bucket, bs_checksum *out) {

@@ -135,6 +135,9 @@ static int fw_fail(ft_vt_config *c, int slot, bs_error *err) {
   FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, FS(st)->inner, __VA_ARGS__)
 #define WFWD(w, slotno, slot, ...)                                                                 \
   FWD(FW(w)->cfg, slotno, FW(w)->inner, slot, FW(w)->inner, __VA_ARGS__)
+/* The same for a slot whose outputs come before the handle: the caller places the inner one. */
+#define SFWD_AT(st, slotno, slot, ...) FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, __VA_ARGS__)
+#define WFWD_AT(w, slotno, slot, ...)  FWD(FW(w)->cfg, slotno, FW(w)->inner, slot, __VA_ARGS__)
 
 static const bs_writer_vtable fw_writer_vt;
 
@@ -145,7 +148,7 @@ static void fw_destroy(bs_storage *st) {
   free(p);
 }
 
-static int fw_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writer **out,
+static int fw_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
                           bs_error *err) {
   bs_storage *in = FS(st)->inner;
   bs_writer *iw = NULL;
@@ -154,7 +157,7 @@ static int fw_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writ
   if ((rc = fw_fail(FS(st)->cfg, FT_WRITER_OPEN, err))) return rc;
   if (!in->vt->writer_open) return BS_EUNSUPPORTED;
   if (!(w = calloc(1, sizeof *w))) return BS_ENOMEM;
-  if ((rc = in->vt->writer_open(in, opts, &iw, err))) {
+  if ((rc = in->vt->writer_open(&iw, in, opts, err))) {
     free(w);
     return rc;
   }
@@ -177,12 +180,12 @@ static void fw_writer_close(bs_writer *w) {
 static int fw_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
   WFWD(w, FT_WRITER_TRUNCATE, truncate, table, drop, err);
 }
-static int fw_writer_flush(bs_writer *w, const bs_write_batch *b, uint64_t *last, bs_error *err) {
-  WFWD(w, FT_WRITER_FLUSH, flush, b, last, err);
+static int fw_writer_flush(uint64_t *last, bs_writer *w, const bs_write_batch *b, bs_error *err) {
+  WFWD_AT(w, FT_WRITER_FLUSH, flush, last, FW(w)->inner, b, err);
 }
-static int fw_writer_commit(bs_writer *w, const bs_write_batch *b, bs_val lsn, int ce,
-                            bs_commit_result *out, bs_error *err) {
-  WFWD(w, FT_WRITER_COMMIT, commit, b, lsn, ce, out, err);
+static int fw_writer_commit(bs_commit_result *out, bs_writer *w, const bs_write_batch *b,
+                            bs_val lsn, int ce, bs_error *err) {
+  WFWD_AT(w, FT_WRITER_COMMIT, commit, out, FW(w)->inner, b, lsn, ce, err);
 }
 static int fw_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   WFWD(w, FT_WRITER_SNAPSHOT_DONE, snapshot_done, lsn, err);
@@ -194,21 +197,23 @@ static int fw_writer_source_row(bs_writer *w, const bs_write_batch *b, bs_val ta
                                 int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
   WFWD(w, FT_WRITER_SOURCE_ROW, source_row, b, table, id, fn, payload, err);
 }
-static int fw_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
-  SFWD(st, FT_GET_CHECKPOINT, get_checkpoint, out, err);
+static int fw_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
+  SFWD_AT(st, FT_GET_CHECKPOINT, get_checkpoint, out, FS(st)->inner, err);
 }
-static int fw_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *req, size_t n,
-                          const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
-                          void *payload, int *more, bs_error *err) {
-  SFWD(st, FT_BUCKET_DATA, bucket_data, cp, req, n, o, fn, payload, more, err);
+static int fw_bucket_data(int *more, bs_storage *st, uint64_t cp, const bs_bucket_request *req,
+                          size_t n, const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
+                          void *payload, bs_error *err) {
+  SFWD_AT(st, FT_BUCKET_DATA, bucket_data, more, FS(st)->inner, cp, req, n, o, fn, payload, err);
 }
-static int fw_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, bs_checksum *out,
-                        uint64_t *gen, bs_error *err) {
-  SFWD(st, FT_CHECKSUMS, checksums, cp, b, n, out, gen, err);
+static int fw_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t cp,
+                        const bs_val *b, size_t n, bs_error *err) {
+  SFWD_AT(st, FT_CHECKSUMS, checksums, out, gen, FS(st)->inner, cp, b, n, err);
 }
-static int fw_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b, size_t n,
-                              bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err) {
-  SFWD(st, FT_CHECKSUM_RANGES, checksum_ranges, from, to, b, n, out, cleared, gen, err);
+static int fw_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
+                              uint64_t from, uint64_t to, const bs_val *b, size_t n,
+                              bs_error *err) {
+  SFWD_AT(st, FT_CHECKSUM_RANGES, checksum_ranges, out, cleared, gen, FS(st)->inner, from, to, b, n,
+          err);
 }
 static int fw_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                  int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
@@ -222,27 +227,30 @@ static int fw_parameter_sets(bs_storage *st, uint64_t cp, const bs_val *l, size_
 static int fw_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val ev, bs_error *err) {
   SFWD(st, FT_SET_WCP_MODE, set_write_checkpoint_mode, m, ev, err);
 }
-static int fw_create_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids,
-                             int *adv, bs_error *err) {
-  SFWD(st, FT_CREATE_MANAGED, create_managed_write_checkpoints, r, n, ids, adv, err);
+static int fw_create_managed(uint64_t *ids, int *adv, bs_storage *st, const bs_managed_request *r,
+                             size_t n, bs_error *err) {
+  SFWD_AT(st, FT_CREATE_MANAGED, create_managed_write_checkpoints, ids, adv, FS(st)->inner, r, n,
+          err);
 }
-static int fw_last_wcp(bs_storage *st, bs_val user, const bs_head *h, size_t nh, uint64_t *id,
-                       int *found, bs_error *err) {
-  SFWD(st, FT_LAST_WCP, last_write_checkpoint, user, h, nh, id, found, err);
+static int fw_last_wcp(uint64_t *id, int *found, bs_storage *st, bs_val user, const bs_head *h,
+                       size_t nh, bs_error *err) {
+  SFWD_AT(st, FT_LAST_WCP, last_write_checkpoint, id, found, FS(st)->inner, user, h, nh, err);
 }
-static int fw_delete_wcp(bs_storage *st, int64_t before, uint64_t *deleted, bs_error *err) {
-  SFWD(st, FT_DELETE_WCP, delete_checkpoint_requests_before, before, deleted, err);
+static int fw_delete_wcp(uint64_t *deleted, bs_storage *st, int64_t before, bs_error *err) {
+  SFWD_AT(st, FT_DELETE_WCP, delete_checkpoint_requests_before, deleted, FS(st)->inner, before,
+          err);
 }
-static int fw_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *s,
+static int fw_compact(bs_compact_stats *s, bs_storage *st, const bs_compact_options *o,
                       bs_error *err) {
-  SFWD(st, FT_COMPACT, compact, o, s, err);
+  SFWD_AT(st, FT_COMPACT, compact, s, FS(st)->inner, o, err);
 }
-static int fw_compact_initial(bs_storage *st, uint64_t max_op, uint64_t min_changes,
-                              uint64_t *buckets, bs_error *err) {
-  SFWD(st, FT_COMPACT_INITIAL, compact_initial_replication, max_op, min_changes, buckets, err);
+static int fw_compact_initial(uint64_t *buckets, bs_storage *st, uint64_t max_op,
+                              uint64_t min_changes, bs_error *err) {
+  SFWD_AT(st, FT_COMPACT_INITIAL, compact_initial_replication, buckets, FS(st)->inner, max_op,
+          min_changes, err);
 }
-static int fw_get_status(bs_storage *st, bs_status *out, bs_error *err) {
-  SFWD(st, FT_GET_STATUS, get_status, out, err);
+static int fw_get_status(bs_status *out, bs_storage *st, bs_error *err) {
+  SFWD_AT(st, FT_GET_STATUS, get_status, out, FS(st)->inner, err);
 }
 static int fw_report_error(bs_storage *st, const char *msg, bs_error *err) {
   SFWD(st, FT_REPORT_ERROR, report_error, msg, err);
@@ -558,11 +566,11 @@ static int fp_bucket(bs_storage *st, uint64_t C, bs_val name, fp_buf *b, bs_erro
   bs_bucket_request req;
   int more = 1, rc;
   char line[96];
-  if ((rc = bs_get_checksums(st, C, &name, 1, &ck, err)) != BS_OK) return rc;
+  if ((rc = bs_get_checksums(&ck, st, C, &name, 1, err)) != BS_OK) return rc;
   req.bucket = name;
   req.after = 0;
   while (more) {
-    rc = bs_get_bucket_data(st, C, &req, 1, NULL, fp_on_chunk, &r, &more, err);
+    rc = bs_get_bucket_data(&more, st, C, &req, 1, NULL, fp_on_chunk, &r, err);
     if (rc != BS_OK) goto out;
     req.after = r.last;
   }

@@ -43,7 +43,7 @@ static void pt_destroy(bs_storage *st) {
   free(p);
 }
 
-static int pt_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writer **out,
+static int pt_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
                           bs_error *err) {
   bs_storage *in = IN(st);
   bs_writer *iw = NULL;
@@ -53,7 +53,7 @@ static int pt_writer_open(bs_storage *st, const bs_writer_options *opts, bs_writ
   if (!in->vt->writer_open) return BS_EUNSUPPORTED;
   w = calloc(1, sizeof *w);
   if (!w) return BS_ENOMEM;
-  rc = in->vt->writer_open(in, opts, &iw, err);
+  rc = in->vt->writer_open(&iw, in, opts, err);
   if (rc) {
     free(w);
     return rc;
@@ -76,12 +76,12 @@ static void pt_writer_close(bs_writer *w) {
 static int pt_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
   FWD(WIN(w), truncate, WIN(w), table, drop, err);
 }
-static int pt_writer_flush(bs_writer *w, const bs_write_batch *b, uint64_t *last, bs_error *err) {
-  FWD(WIN(w), flush, WIN(w), b, last, err);
+static int pt_writer_flush(uint64_t *last, bs_writer *w, const bs_write_batch *b, bs_error *err) {
+  FWD(WIN(w), flush, last, WIN(w), b, err);
 }
-static int pt_writer_commit(bs_writer *w, const bs_write_batch *b, bs_val lsn, int ce,
-                            bs_commit_result *out, bs_error *err) {
-  FWD(WIN(w), commit, WIN(w), b, lsn, ce, out, err);
+static int pt_writer_commit(bs_commit_result *out, bs_writer *w, const bs_write_batch *b,
+                            bs_val lsn, int ce, bs_error *err) {
+  FWD(WIN(w), commit, out, WIN(w), b, lsn, ce, err);
 }
 static int pt_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
   FWD(WIN(w), snapshot_done, WIN(w), lsn, err);
@@ -94,21 +94,22 @@ static int pt_writer_source_row(bs_writer *w, const bs_write_batch *b, bs_val ta
   FWD(WIN(w), source_row, WIN(w), b, table, id, fn, payload, err);
 }
 
-static int pt_get_checkpoint(bs_storage *st, bs_checkpoint *out, bs_error *err) {
-  FWD(IN(st), get_checkpoint, IN(st), out, err);
+static int pt_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
+  FWD(IN(st), get_checkpoint, out, IN(st), err);
 }
-static int pt_bucket_data(bs_storage *st, uint64_t cp, const bs_bucket_request *req, size_t n,
-                          const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
-                          void *payload, int *more, bs_error *err) {
-  FWD(IN(st), bucket_data, IN(st), cp, req, n, o, fn, payload, more, err);
+static int pt_bucket_data(int *more, bs_storage *st, uint64_t cp, const bs_bucket_request *req,
+                          size_t n, const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
+                          void *payload, bs_error *err) {
+  FWD(IN(st), bucket_data, more, IN(st), cp, req, n, o, fn, payload, err);
 }
-static int pt_checksums(bs_storage *st, uint64_t cp, const bs_val *b, size_t n, bs_checksum *out,
-                        uint64_t *gen, bs_error *err) {
-  FWD(IN(st), checksums, IN(st), cp, b, n, out, gen, err);
+static int pt_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t cp,
+                        const bs_val *b, size_t n, bs_error *err) {
+  FWD(IN(st), checksums, out, gen, IN(st), cp, b, n, err);
 }
-static int pt_checksum_ranges(bs_storage *st, uint64_t from, uint64_t to, const bs_val *b, size_t n,
-                              bs_checksum *out, int *cleared, uint64_t *gen, bs_error *err) {
-  FWD(IN(st), checksum_ranges, IN(st), from, to, b, n, out, cleared, gen, err);
+static int pt_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
+                              uint64_t from, uint64_t to, const bs_val *b, size_t n,
+                              bs_error *err) {
+  FWD(IN(st), checksum_ranges, out, cleared, gen, IN(st), from, to, b, n, err);
 }
 static int pt_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
                                  int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
@@ -122,27 +123,27 @@ static int pt_parameter_sets(bs_storage *st, uint64_t cp, const bs_val *l, size_
 static int pt_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val ev, bs_error *err) {
   FWD(IN(st), set_write_checkpoint_mode, IN(st), m, ev, err);
 }
-static int pt_create_managed(bs_storage *st, const bs_managed_request *r, size_t n, uint64_t *ids,
-                             int *adv, bs_error *err) {
-  FWD(IN(st), create_managed_write_checkpoints, IN(st), r, n, ids, adv, err);
+static int pt_create_managed(uint64_t *ids, int *adv, bs_storage *st, const bs_managed_request *r,
+                             size_t n, bs_error *err) {
+  FWD(IN(st), create_managed_write_checkpoints, ids, adv, IN(st), r, n, err);
 }
-static int pt_last_wcp(bs_storage *st, bs_val user, const bs_head *h, size_t nh, uint64_t *id,
-                       int *found, bs_error *err) {
-  FWD(IN(st), last_write_checkpoint, IN(st), user, h, nh, id, found, err);
+static int pt_last_wcp(uint64_t *id, int *found, bs_storage *st, bs_val user, const bs_head *h,
+                       size_t nh, bs_error *err) {
+  FWD(IN(st), last_write_checkpoint, id, found, IN(st), user, h, nh, err);
 }
-static int pt_delete_wcp(bs_storage *st, int64_t before, uint64_t *deleted, bs_error *err) {
-  FWD(IN(st), delete_checkpoint_requests_before, IN(st), before, deleted, err);
+static int pt_delete_wcp(uint64_t *deleted, bs_storage *st, int64_t before, bs_error *err) {
+  FWD(IN(st), delete_checkpoint_requests_before, deleted, IN(st), before, err);
 }
-static int pt_compact(bs_storage *st, const bs_compact_options *o, bs_compact_stats *s,
+static int pt_compact(bs_compact_stats *s, bs_storage *st, const bs_compact_options *o,
                       bs_error *err) {
-  FWD(IN(st), compact, IN(st), o, s, err);
+  FWD(IN(st), compact, s, IN(st), o, err);
 }
-static int pt_compact_initial(bs_storage *st, uint64_t max_op, uint64_t min_changes,
-                              uint64_t *buckets, bs_error *err) {
-  FWD(IN(st), compact_initial_replication, IN(st), max_op, min_changes, buckets, err);
+static int pt_compact_initial(uint64_t *buckets, bs_storage *st, uint64_t max_op,
+                              uint64_t min_changes, bs_error *err) {
+  FWD(IN(st), compact_initial_replication, buckets, IN(st), max_op, min_changes, err);
 }
-static int pt_get_status(bs_storage *st, bs_status *out, bs_error *err) {
-  FWD(IN(st), get_status, IN(st), out, err);
+static int pt_get_status(bs_status *out, bs_storage *st, bs_error *err) {
+  FWD(IN(st), get_status, out, IN(st), err);
 }
 static int pt_report_error(bs_storage *st, const char *msg, bs_error *err) {
   FWD(IN(st), report_error, IN(st), msg, err);

@@ -223,7 +223,7 @@ static int build_line(sv_conn *c, uint64_t C) {
     need[i] = full || !e || !e->in_line || changed(&x, c->subs[i].name);
     if (need[i]) names[n_need++] = ct_v(c->subs[i].name);
   }
-  if (n_need) rc = bs_get_checksums(c->st, C, names, n_need, cs, c->err);
+  if (n_need) rc = bs_get_checksums(cs, c->st, C, names, n_need, c->err);
   if (rc == BS_EINVALIDATED) {
     /* A compaction split this checkpoint: drop it; the next line re-sums everything. */
     c->stats.checksum_invalidated++;
@@ -406,7 +406,7 @@ static int fetch_step(sv_conn *c) {
   o.chunk_bytes = ct_below(&c->rng, 3) == 0 ? 0 : 1 + ct_below(&c->rng, 4000);
   if (ct_below(&c->rng, 6) == 0) o.max_bytes = 1 + ct_below(&c->rng, 6000);
   c->stats.reads++;
-  rc = bs_get_bucket_data(c->st, c->C, req, n, &o, on_chunk, c, &more, c->err);
+  rc = bs_get_bucket_data(&more, c->st, c->C, req, n, &o, on_chunk, c, c->err);
   free(req);
   if (rc == BS_EINVALIDATED) {
     /* torn: the chunks already sent stay sent; no completion for this checkpoint */
@@ -451,7 +451,7 @@ static int fetch_step(sv_conn *c) {
 
 static int observe(sv_conn *c) {
   bs_checkpoint cp;
-  int rc = bs_get_checkpoint(c->st, &cp, c->err);
+  int rc = bs_get_checkpoint(&cp, c->st, c->err);
   if (rc) return rc;
   if (cp.op_id > c->newest_seen && cp.op_id > c->sent_cp) {
     if (c->n_seen == sizeof c->seen / sizeof c->seen[0]) {

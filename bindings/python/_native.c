@@ -169,7 +169,7 @@ static PyObject *native_bucket_data(PyObject *self, PyObject *args) {
   }
   if (!(r.chunks = PyList_New(0))) goto fail;
   r.ts = PyEval_SaveThread();
-  rc = bs_get_bucket_data(st, cp, req, (size_t)n, &o, on_chunk, &r, &more, &err);
+  rc = bs_get_bucket_data(&more, st, cp, req, (size_t)n, &o, on_chunk, &r, &err);
   PyEval_RestoreThread(r.ts);
   PyMem_Free(req);
   Py_DECREF(fast);

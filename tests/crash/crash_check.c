@@ -75,9 +75,9 @@ static int model(uint64_t seed, uint64_t k, char **out, bs_error *err) {
   for (uint64_t c = 1; c <= k; c++) {
     if ((rc = cw_commit_saves(&state, seed, c, w, err))) goto out;
     cw_lsn(lsn, sizeof lsn, c);
-    if ((rc = bs_writer_commit(w, cw_v(lsn), NULL, NULL, err))) goto out;
+    if ((rc = bs_writer_commit(NULL, w, cw_v(lsn), NULL, err))) goto out;
   }
-  if ((rc = bs_get_checkpoint(st, &cp, err))) goto out;
+  if ((rc = bs_get_checkpoint(&cp, st, err))) goto out;
   rc = fingerprint(st, cp.op_id, out, err);
 out:
   free(state.live);
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   }
   if ((rc = bs_open(&db, argv[1], NULL, &err)))
     return fail("open: %s (%s)", bs_strerror(rc), err.msg);
-  if ((rc = bs_db_verify(db, on_problem, NULL, &problems, &err)))
+  if ((rc = bs_db_verify(&problems, db, on_problem, NULL, &err)))
     return fail("verify: %s (%s)", bs_strerror(rc), err.msg);
   if (problems) return fail("verify found problems%s%s", "", "");
   rc = bs_storage_open(&st, db, 0, &err);
@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (rc) return fail("storage_open: %s (%s)", bs_strerror(rc), err.msg);
-  if ((rc = bs_get_checkpoint(st, &cp, &err)))
+  if ((rc = bs_get_checkpoint(&cp, st, &err)))
     return fail("checkpoint: %s (%s)", bs_strerror(rc), err.msg);
   if (cp.has_lsn) {
     char buf[32];

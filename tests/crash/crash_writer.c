@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     rc = bs_storage_open(&st, db, 0, &err);
   }
   if (rc) return die("storage_open", rc, &err);
-  if ((rc = bs_get_checkpoint(st, &cp, &err))) return die("checkpoint", rc, &err);
+  if ((rc = bs_get_checkpoint(&cp, st, &err))) return die("checkpoint", rc, &err);
   if (cp.has_lsn) {
     char buf[32];
     size_t n = cp.lsn_size < sizeof buf - 1 ? cp.lsn_size : sizeof buf - 1;
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     int len;
     if ((rc = cw_commit_saves(&state, seed, c, w, &err))) return die("save", rc, &err);
     cw_lsn(lsn, sizeof lsn, c);
-    if ((rc = bs_writer_commit(w, cw_v(lsn), NULL, &res, &err))) return die("commit", rc, &err);
+    if ((rc = bs_writer_commit(&res, w, cw_v(lsn), NULL, &err))) return die("commit", rc, &err);
     if (!res.checkpoint_created) return die("commit made no checkpoint", BS_ESTATE, NULL);
     len = snprintf(line, sizeof line, "%llu %llu\n", (unsigned long long)c,
                    (unsigned long long)res.checkpoint);
@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
         co.incremental_only = 1;
         co.min_age_ms = 0;
       }
-      if ((rc = bs_compact(st, &co, NULL, &err))) return die("compact", rc, &err);
+      if ((rc = bs_compact(NULL, st, &co, &err))) return die("compact", rc, &err);
     }
   }
 }

@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
         char lsn[16];
         snprintf(lsn, sizeof lsn, "%08u", i + 1);
         if (i + 1 == rows) TRY(bs_writer_snapshot_done(w, (bs_val){lsn, strlen(lsn)}, &err));
-        TRY(bs_writer_commit(w, (bs_val){lsn, strlen(lsn)}, NULL, NULL, &err));
+        TRY(bs_writer_commit(NULL, w, (bs_val){lsn, strlen(lsn)}, NULL, &err));
       }
     }
     printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%u}\n", now_s() - t0, cpu_s() - c0, rows);
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     bo.limit = (size_t)atol(argv[4]);
     TRY(bs_open(&db, argv[2], NULL, &err));
     TRY(bs_storage_open(&st, db, 0, &err));
-    TRY(bs_get_checkpoint(st, &cp, &err));
+    TRY(bs_get_checkpoint(&cp, st, &err));
     t0 = now_s(), c0 = cpu_s();
     for (unsigned b = 0; b < nb; b++) {
       char bucket[32];
@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
       snprintf(bucket, sizeof bucket, "by_list[\"l%05u\"]", b);
       req.bucket = (bs_val){bucket, strlen(bucket)}, req.after = 0;
       while (more) { /* one bucket per call, as a client resuming at next_after */
-        TRY(bs_get_bucket_data(st, cp.op_id, &req, 1, &bo, on_chunk, &d, &more, &err));
+        TRY(bs_get_bucket_data(&more, st, cp.op_id, &req, 1, &bo, on_chunk, &d, &err));
         req.after = d.next_after;
       }
     }

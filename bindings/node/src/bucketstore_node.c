@@ -1536,7 +1536,7 @@ static int queue_saves(node *n, const batch_saves *b, int *flushed, uint64_t *la
   int rc;
   for (uint32_t i = 0; i < b->n; i++) {
     if (at_bound(n)) {
-      if ((rc = bs_writer_flush(n->u.w, last_op, err)) != BS_OK) return rc;
+      if ((rc = bs_writer_flush(last_op, n->u.w, err)) != BS_OK) return rc;
       *flushed = 1, n->q_records = n->q_bytes = 0, n->dirty = 0;
     }
     if ((rc = bs_writer_save(n->u.w, &b->saves[i], err)) != BS_OK)
@@ -1560,14 +1560,14 @@ static void run_job(node *n, job *j) {
     return;
   case J_FLUSH:
     if (!n->dirty) return;
-    if ((j->rc = bs_writer_flush(wr, &j->last_op, &j->err)) == BS_OK)
+    if ((j->rc = bs_writer_flush(&j->last_op, wr, &j->err)) == BS_OK)
       j->flushed = 1, n->q_records = n->q_bytes = 0, n->dirty = 0;
     return;
   case J_COMMIT:
   case J_KEEPALIVE: {
     bs_commit_options o = BS_COMMIT_OPTIONS_INIT;
     o.create_empty = j->kind == J_KEEPALIVE ? 1 : j->create_empty;
-    if ((j->rc = bs_writer_commit(wr, j->a, &o, &j->cr, &j->err)) == BS_OK)
+    if ((j->rc = bs_writer_commit(&j->cr, wr, j->a, &o, &j->err)) == BS_OK)
       n->q_records = n->q_bytes = 0, n->dirty = 0;
     return;
   }
@@ -1920,7 +1920,7 @@ static napi_value writer_custom_wcp(napi_env env, napi_callback_info info) {
 /* ---- Reading --------------------------------------------------------------------------------- */
 
 static void exec_checkpoint(work *w) {
-  w->rc = bs_get_checkpoint(w->n->u.st, &w->r.cp, &w->err);
+  w->rc = bs_get_checkpoint(&w->r.cp, w->n->u.st, &w->err);
 }
 
 static napi_value js_lsn(napi_env env, int has, const unsigned char *lsn, size_t size) {
@@ -1982,7 +1982,7 @@ static void exec_bucket_data(work *w) {
   int has_more = 0;
   o.limit = (size_t)w->u2, o.chunk_bytes = (size_t)w->u3;
   w->list_tail = &w->list;
-  w->rc = bs_get_bucket_data(w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w, &has_more,
+  w->rc = bs_get_bucket_data(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w,
                              &w->err);
   if (w->rc == BS_ENOMEM && !w->err.msg[0])
     snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
@@ -2104,7 +2104,7 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
 }
 
 static void exec_checksums(work *w) {
-  w->rc = bs_get_checksums(w->n->u.st, w->u1, w->items, w->n_items, w->out, &w->err);
+  w->rc = bs_get_checksums(w->out, w->n->u.st, w->u1, w->items, w->n_items, &w->err);
 }
 
 /* [checksum (signed 32-bit, as the service and the driver), count, ...] in request order */
@@ -2324,7 +2324,7 @@ static int compact_progress(const bs_compact_stats *so_far, void *payload) {
 }
 
 static void exec_compact(work *w) {
-  w->rc = bs_compact(w->n->u.st, &w->co, &w->r.stats, &w->err);
+  w->rc = bs_compact(&w->r.stats, w->n->u.st, &w->co, &w->err);
 }
 
 static napi_value done_compact(napi_env env, work *w) {
@@ -2390,7 +2390,7 @@ static napi_value compact(napi_env env, napi_callback_info info) {
 }
 
 static void exec_compact_initial(work *w) {
-  w->rc = bs_compact_initial_replication(w->n->u.st, w->u1, w->u2, &w->u3, &w->err);
+  w->rc = bs_compact_initial_replication(&w->u3, w->n->u.st, w->u1, w->u2, &w->err);
 }
 
 static napi_value done_compact_initial(napi_env env, work *w) {
@@ -2471,7 +2471,7 @@ static int get_heads(napi_env env, arena *a, napi_value obj, const char *name, c
 }
 
 static void exec_create_managed(work *w) {
-  w->rc = bs_create_managed_write_checkpoints(w->n->u.st, w->items, w->n_items, w->out, &w->i1,
+  w->rc = bs_create_managed_write_checkpoints(w->out, &w->i1, w->n->u.st, w->items, w->n_items,
                                               &w->err);
 }
 
@@ -2524,7 +2524,7 @@ static napi_value create_managed(napi_env env, napi_callback_info info) {
 }
 
 static void exec_last_wcp(work *w) {
-  w->rc = bs_last_write_checkpoint(w->n->u.st, w->a, w->items, w->n_items, &w->u1, &w->i1, &w->err);
+  w->rc = bs_last_write_checkpoint(&w->u1, &w->i1, w->n->u.st, w->a, w->items, w->n_items, &w->err);
 }
 
 static napi_value done_last_wcp(napi_env env, work *w) {
@@ -2548,7 +2548,7 @@ static napi_value last_wcp(napi_env env, napi_callback_info info) {
 }
 
 static void exec_delete_requests(work *w) {
-  w->rc = bs_delete_checkpoint_requests_before(w->n->u.st, (int64_t)w->u2, &w->u1, &w->err);
+  w->rc = bs_delete_checkpoint_requests_before(&w->u1, w->n->u.st, (int64_t)w->u2, &w->err);
 }
 
 static napi_value done_u64_num(napi_env env, work *w) {
@@ -2574,7 +2574,7 @@ static napi_value delete_requests(napi_env env, napi_callback_info info) {
 /* ---- Lifecycle ------------------------------------------------------------------------------- */
 
 static void exec_status(work *w) {
-  w->rc = bs_get_status(w->n->u.st, &w->r.status, &w->err);
+  w->rc = bs_get_status(&w->r.status, w->n->u.st, &w->err);
 }
 
 static napi_value done_status(napi_env env, work *w) {
@@ -2670,7 +2670,7 @@ static napi_value js_live_handles(napi_env env, napi_callback_info info) {
 /* ---- Stat, verify, buckets, waiting --------------------------------------------------------- */
 
 static void exec_stat(work *w) {
-  w->rc = bs_db_stat(w->n->u.db, &w->r.stat, &w->err);
+  w->rc = bs_db_stat(&w->r.stat, w->n->u.db, &w->err);
 }
 
 static napi_value done_stat(napi_env env, work *w) {
@@ -2706,7 +2706,7 @@ static void collect_problem(const char *problem, void *payload) {
 
 static void exec_verify(work *w) {
   w->list_tail = &w->list;
-  w->rc = bs_db_verify(w->n->u.db, collect_problem, w, NULL, &w->err);
+  w->rc = bs_db_verify(NULL, w->n->u.db, collect_problem, w, &w->err);
   if (w->rc == BS_OK && w->i1) w->rc = w->i1;
 }
 
@@ -2798,7 +2798,7 @@ static void exec_wait(work *w) {
   const bs_checkpoint *known = w->i1 ? &w->cp2 : NULL;
   for (;;) {
     int slice = left < WAIT_SLICE_MS ? (int)left : WAIT_SLICE_MS;
-    w->rc = bs_wait_checkpoint(w->n->u.st, known, slice, &w->r.cp, &w->err);
+    w->rc = bs_wait_checkpoint(&w->r.cp, w->n->u.st, known, slice, &w->err);
     if (w->rc != BS_OK || !known || !same_checkpoint(known, &w->r.cp) ||
         (left -= (uint64_t)slice) == 0)
       return;
@@ -3248,7 +3248,7 @@ static int load_next(bs_record *rec, void *payload) {
 
 static void *load_main(void *arg) {
   chan *ch = arg;
-  chan_finish(ch, bs_load(ch->path.data, load_next, ch, &ch->bo, &ch->err));
+  chan_finish(ch, bs_load(ch->path.data, &ch->bo, load_next, ch, &ch->err));
   return NULL;
 }
 

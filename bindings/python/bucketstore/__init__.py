@@ -63,7 +63,7 @@ from ._core import (
 )
 from ._ffi import CONSTANTS as _C
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # the status codes, as in storage.h (BucketstoreError.code is one of these)
 OK = _C["BS_OK"]

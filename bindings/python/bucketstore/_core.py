@@ -932,7 +932,7 @@ class Database(_Handle):
         s = F.bs_stat()
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_db_stat(h, byref(s), byref(err)), err)
+            _check(lib.bs_db_stat(byref(s), h, byref(err)), err)
         return Stat(*(getattr(s, n) for n, _ in F.bs_stat._fields_))
 
     def verify(self) -> List[str]:
@@ -948,7 +948,7 @@ class Database(_Handle):
         n = c_uint64()
         err = F.bs_error()
         with self._guard() as h:
-            rc = lib.bs_db_verify(h, fn, None, byref(n), byref(err))
+            rc = lib.bs_db_verify(byref(n), h, fn, None, byref(err))
         trap.raise_pending()
         _check(rc, err)
         return problems
@@ -1156,7 +1156,7 @@ def load(path: Path, records: Iterable[Union[Record, Tuple[Bytes, int, Bytes, By
 
     fn = F.LOAD_FN(lambda p, x: trap.call(one, p))
     err = F.bs_error()
-    rc = lib.bs_load(b, fn, None, byref(o), byref(err))
+    rc = lib.bs_load(b, byref(o), fn, None, byref(err))
     held.clear()
     trap.raise_pending()
     _check(rc, err)
@@ -1209,7 +1209,7 @@ class Storage(_Handle):
         cp = F.bs_checkpoint()
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_get_checkpoint(h, byref(cp), byref(err)), err)
+            _check(lib.bs_get_checkpoint(byref(cp), h, byref(err)), err)
         return Checkpoint(cp.op_id, _lsn(cp.has_lsn, cp.lsn_size, cp.lsn))
 
     def wait_checkpoint(self, known: Optional[Checkpoint], timeout_ms: int) -> Checkpoint:
@@ -1230,7 +1230,7 @@ class Storage(_Handle):
         out = F.bs_checkpoint()
         err = F.bs_error()
         with self._guard() as h:
-            rc = lib.bs_wait_checkpoint(h, byref(k) if k is not None else None, t, byref(out),
+            rc = lib.bs_wait_checkpoint(byref(out), h, byref(k) if k is not None else None, t,
                                         byref(err))
         _check(rc, err)
         return Checkpoint(out.op_id, _lsn(out.has_lsn, out.lsn_size, out.lsn))
@@ -1318,7 +1318,7 @@ class Storage(_Handle):
         out = (F.bs_checksum * max(len(names), 1))()
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_get_checksums(h, cp, arr, len(names), out, byref(err)), err)
+            _check(lib.bs_get_checksums(out, h, cp, arr, len(names), byref(err)), err)
         return {
             (n if isinstance(n, str) else _bytes(n, "").decode("utf-8", "surrogateescape")):
             Checksum(_signed32(out[i].checksum), out[i].count)
@@ -1441,7 +1441,7 @@ class Storage(_Handle):
         adv = c_int(0)
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_create_managed_write_checkpoints(h, arr, len(reqs), ids, byref(adv),
+            _check(lib.bs_create_managed_write_checkpoints(ids, byref(adv), h, arr, len(reqs),
                                                            byref(err)), err)
         out = {}
         for i, r in enumerate(reqs):
@@ -1462,8 +1462,8 @@ class Storage(_Handle):
         found = c_int(0)
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_last_write_checkpoint(h, u, hs, len(hd), byref(out),
-                                                byref(found), byref(err)), err)
+            _check(lib.bs_last_write_checkpoint(byref(out), byref(found), h, u, hs,
+                                                len(hd), byref(err)), err)
         return out.value if found.value else None
 
     def delete_checkpoint_requests_before(self, before: When) -> int:
@@ -1474,7 +1474,7 @@ class Storage(_Handle):
         n = c_uint64()
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_delete_checkpoint_requests_before(h, t, byref(n), byref(err)), err)
+            _check(lib.bs_delete_checkpoint_requests_before(byref(n), h, t, byref(err)), err)
         return n.value
 
     # ---- compaction ----
@@ -1544,7 +1544,7 @@ class Storage(_Handle):
         stats = F.bs_compact_stats()
         err = F.bs_error()
         with self._guard() as h:
-            rc = lib.bs_compact(h, byref(o), byref(stats), byref(err))
+            rc = lib.bs_compact(byref(stats), h, byref(o), byref(err))
         trap.raise_pending()
         _check(rc, err)
         return _stats(stats)
@@ -1560,7 +1560,7 @@ class Storage(_Handle):
         n = c_uint64()
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_compact_initial_replication(h, m, mb, byref(n), byref(err)), err)
+            _check(lib.bs_compact_initial_replication(byref(n), h, m, mb, byref(err)), err)
         return n.value
 
     def clear_checksum_cache(self) -> None:
@@ -1582,7 +1582,7 @@ class Storage(_Handle):
         s = F.bs_status()
         err = F.bs_error()
         with self._guard() as h:
-            _check(lib.bs_get_status(h, byref(s), byref(err)), err)
+            _check(lib.bs_get_status(byref(s), h, byref(err)), err)
         return Status(StreamState(s.state), bool(s.snapshot_done), s.checkpoint,
                       s.last_persisted_op, _lsn(s.has_lsn, s.lsn_size, s.lsn),
                       _lsn(s.has_resume_lsn, s.resume_lsn_size, s.resume_lsn),
@@ -1743,7 +1743,7 @@ class Writer(_Handle):
         err = F.bs_error()
         h = self._enter()
         try:
-            rc = lib.bs_writer_flush(h, byref(out), byref(err))
+            rc = lib.bs_writer_flush(byref(out), h, byref(err))
             if rc == 0:
                 self._queued = False
         finally:
@@ -1758,9 +1758,9 @@ class Writer(_Handle):
         h = self._enter()
         try:
             if opts is None:
-                rc = lib.bs_writer_keepalive(h, v, byref(res), byref(err))
+                rc = lib.bs_writer_keepalive(byref(res), h, v, byref(err))
             else:
-                rc = lib.bs_writer_commit(h, v, byref(opts), byref(res), byref(err))
+                rc = lib.bs_writer_commit(byref(res), h, v, byref(opts), byref(err))
             if rc == 0:
                 self._queued = False
         finally:
