@@ -26,7 +26,7 @@ endif
 # The PostgreSQL backend (pg*.c, issue 14) is built when libpq is found (`make PG=0` leaves it
 # out: the library then links no libpq and bs_open_postgres answers BS_EUNSUPPORTED).
 PG ?= $(shell pkg-config --exists libpq 2>/dev/null && echo 1 || echo 0)
-ALL_LIB_SRCS := $(sort $(filter-out cli_%.c,$(wildcard *.c)))
+ALL_LIB_SRCS := $(sort $(wildcard *.c))
 ifeq ($(PG),1)
 LIB_SRCS := $(ALL_LIB_SRCS)
 PG_CFLAGS := -DBS_HAVE_PG $(shell pkg-config --cflags libpq)
@@ -35,7 +35,7 @@ LIBDEPS += $(shell pkg-config --libs libpq)
 else
 LIB_SRCS := $(filter-out pg%.c,$(ALL_LIB_SRCS))
 endif
-CLI_SRCS := $(sort $(wildcard cli_*.c))
+CLI_SRCS := $(sort $(wildcard cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_UTIL := $(sort $(wildcard tests/util_*.c))
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
@@ -66,7 +66,8 @@ $(BUILD)/%.o: %.c storage.h storage_backend.h internal.h lmdb_internal.h $(BUILD
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -c $< -o $@
 
-$(CLI_OBJS): cli.h
+$(CLI_OBJS): cli/cli.h
+$(CLI_OBJS): BSCFLAGS += -I.
 $(filter $(BUILD)/mem%.o,$(LIB_OBJS)): mem_internal.h
 $(filter $(BUILD)/pg%.o,$(LIB_OBJS)): pg_internal.h
 $(CLI_OBJS) $(TEST_UTIL_OBJS): BSCFLAGS += $(APPWARN)
@@ -282,9 +283,9 @@ layercheck: $(BUILD)/libbucketstore.a
 	  > $(BUILD)/layercheck/include/lmdb.h
 	@set -e; for f in $(filter-out lmdb%.c,$(LIB_SRCS)); do \
 	  $(CC) $(BSCFLAGS) -I$(BUILD)/layercheck/include -fsyntax-only $$f; done
-	@bad=$$(grep -l '[<"]lmdb\.h[>"]' $(filter-out lmdb_internal.h,$(wildcard *.c *.h))); \
+	@bad=$$(grep -l '[<"]lmdb\.h[>"]' $(filter-out lmdb_internal.h,$(wildcard *.c *.h cli/*.c cli/*.h))); \
 	  if [ -n "$$bad" ]; then echo "layercheck: lmdb.h named in $$bad"; exit 1; fi
-	@bad=$$(grep -l '[<"]libpq-fe\.h[>"]' $(filter-out pg_internal.h,$(wildcard *.c *.h))); \
+	@bad=$$(grep -l '[<"]libpq-fe\.h[>"]' $(filter-out pg_internal.h,$(wildcard *.c *.h cli/*.c cli/*.h))); \
 	  if [ -n "$$bad" ]; then echo "layercheck: libpq-fe.h named in $$bad"; exit 1; fi
 	@echo "layercheck: $(words $(filter-out lmdb%.c,$(LIB_SRCS))) library files compile without lmdb.h"
 	@pub=$$(grep -ho '\bbs_[a-z0-9_]*' storage.h storage_backend.h | sort -u); \
@@ -413,7 +414,7 @@ FUZZ_TIME ?= 60
 FUZZ_TARGETS := fuzz_driver fuzz_lookup fuzz_op fuzz_records fuzz_api
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fno-sanitize-recover=all $(PG_CFLAGS)
 fuzz_cli = $(if $(filter fuzz_driver,$(1)),$(2) -ljansson)
-build-fuzz/%: fuzz/%.c $(LIB_SRCS) $(CLI_SRCS) storage.h internal.h lmdb_internal.h cli.h | deps
+build-fuzz/%: fuzz/%.c $(LIB_SRCS) $(CLI_SRCS) storage.h internal.h lmdb_internal.h cli/cli.h | deps
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) \
 	  $(call fuzz_cli,$*,$(CLI_SRCS) -Dmain=bs_cli_main) $(LIBDEPS)
@@ -428,15 +429,15 @@ fuzz: deps $(FUZZ_TARGETS:%=build-fuzz/%)
 	done
 
 # The CLI's main() renamed, so that the replay program can link the driver.
-$(BUILD)/fuzz/cli_main_nomain.o: cli_main.c cli.h storage.h | deps
+$(BUILD)/fuzz/cli_main_nomain.o: cli/cli_main.c cli/cli.h storage.h | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(BSCFLAGS) $(APPWARN) -Dmain=bs_cli_main -c $< -o $@
+	$(CC) $(BSCFLAGS) $(APPWARN) -I. -Dmain=bs_cli_main -c $< -o $@
 
 $(BUILD)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(BUILD)/libbucketstore.a $(CLI_OBJS) \
-		$(BUILD)/fuzz/cli_main_nomain.o storage.h internal.h lmdb_internal.h cli.h | deps
+		$(BUILD)/fuzz/cli_main_nomain.o storage.h internal.h lmdb_internal.h cli/cli.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -I. -o $@ $< fuzz/replay.c $(call fuzz_cli,$*,$(filter-out \
-	  $(BUILD)/cli_main.o,$(CLI_OBJS)) $(BUILD)/fuzz/cli_main_nomain.o) \
+	  $(BUILD)/cli/cli_main.o,$(CLI_OBJS)) $(BUILD)/fuzz/cli_main_nomain.o) \
 	  $(BUILD)/libbucketstore.a $(LIBDEPS)
 
 fuzz-replay: deps $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)

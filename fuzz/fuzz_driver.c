@@ -1,5 +1,5 @@
 /*
- * fuzz_driver: the JSON-lines driver (cli_driver.c) on arbitrary input. Each input is a whole
+ * fuzz_driver: the JSON-lines driver (cli/cli_driver.c) on arbitrary input. Each input is a whole
  * session: its lines run against a fresh in-memory database through cli_drive_buffer(), the
  * driver's own loop. Replies go to /dev/null; the sanitizers judge.
  */
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
