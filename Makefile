@@ -277,7 +277,7 @@ headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_back
 # nothing, the rules only it, a backend never the front (storage.o) nor another backend; and no
 # two files use each other, directly or round a cycle (it prints each cycle it finds).
 .PHONY: layercheck
-layercheck: $(BUILD)/libbucketstore.a
+layercheck: $(BUILD)/libbucketstore.a $(CLI_OBJS)
 	@mkdir -p $(BUILD)/layercheck/include
 	@echo '#error "<lmdb.h> outside the LMDB backend (include lmdb_internal.h from lmdb*.c only)"' \
 	  > $(BUILD)/layercheck/include/lmdb.h
@@ -295,6 +295,7 @@ layercheck: $(BUILD)/libbucketstore.a
 	@echo "layercheck: every exported bs_ symbol is declared in storage.h or storage_backend.h;" \
 	  "internal ones are bs__"
 	@tools/layercheck.sh $(LIB_OBJS)
+	@tools/layercheck.sh $(CLI_OBJS)
 
 # ABI (issue 22): libbucketstore.so's ABI (abidw, libabigail) against the baseline kept in
 # abi/libbucketstore.abi, for the version in abi/version. abi-check (in `make test`) fails on any

@@ -1,6 +1,9 @@
 /*
- * cli.h: shared pieces of the bucketstore command-line tool (cli_*.c). Not part of the library:
- * the CLI programs against storage.h only, like any other host.
+ * cli.h: the pieces of the bucketstore command-line tool (cli/) that its files share. Not part of
+ * the library: the CLI programs against storage.h only, like any other host. Its files sit on
+ * one another one way (make layercheck): cli_common.c at the bottom (the helpers declared first
+ * below), cli_buckets.c on it, then the subcommands (cli_tools.c, cli_driver.c, cli_demo.c), and
+ * cli_main.c, the entry point, on top.
  */
 #ifndef BUCKETSTORE_CLI_H
 #define BUCKETSTORE_CLI_H

@@ -63,27 +63,6 @@ static int opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *ou
   return 1;
 }
 
-json_t *cli_json_bytes(bs_val v) {
-  json_t *s;
-  char *copy;
-  size_t i, n = 0;
-  if (!v.data) return json_null();
-  if ((s = json_stringn(v.data, v.size))) return s;
-  if (!(copy = malloc(v.size * 3 + 1))) return NULL;
-  for (i = 0; i < v.size; i++) {
-    unsigned char ch = ((const unsigned char *)v.data)[i];
-    if (ch < 0x80) {
-      copy[n++] = (char)ch;
-    } else {
-      memcpy(copy + n, "\xEF\xBF\xBD", 3);
-      n += 3;
-    }
-  }
-  s = json_stringn(copy, n);
-  free(copy);
-  return s;
-}
-
 static bs_val bs_val_of(const char *s) {
   bs_val v;
   v.data = s;
