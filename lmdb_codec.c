@@ -386,7 +386,13 @@ int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *o
   return rd_end(&r);
 }
 
-/* ---- source ---- */
+/* ---- source ----
+ * Format 2 (lmdb_internal.h): varints, the mark only when set, and an object type or id that
+ * repeats the previous membership's (type) or is the replica id (id) not written again. */
+
+#define SREC_SOFT 1u
+#define SREC_DATA 2u
+#define SREC_MARK 4u
 
 static const unsigned char srec_empty[1] = {0}; /* data of present empty fields */
 
@@ -395,79 +401,144 @@ static bs_val srec_str(const unsigned char *p, size_t n) {
   return v;
 }
 
-size_t bs__lmdb_srec_size(const bs__srec *r) {
-  size_t n = BS_SREC_FIXED + (r->has_data ? r->data.size : 0);
-  for (uint32_t i = 0; i < r->nm; i++)
-    n += BS_SREC_MEMBER + r->m[i].object_type.size + r->m[i].object_id.size;
-  for (uint32_t i = 0; i < r->nl; i++) n += 2 + r->lk[i].size;
+static size_t var_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) v >>= 7, n++;
   return n;
 }
 
-void bs__lmdb_srec_encode(unsigned char *p, const bs__srec *r) {
-  p = wr_uint(p, (r->soft ? 1u : 0u) | (r->has_data ? 2u : 0u), 1);
-  p = wr_uint(p, r->nm, 4);
-  p = wr_uint(p, r->nl, 4);
-  p = wr_uint(p, r->mark, 8);
+static unsigned char *wr_var(unsigned char *p, uint64_t v) {
+  while (v >= 0x80) *p++ = (unsigned char)(v | 0x80), v >>= 7;
+  *p++ = (unsigned char)v;
+  return p;
+}
+
+/* A varint of at most 10 bytes whose value fits 64 bits, else r bad. */
+static uint64_t rd_var(rd *r) {
+  uint64_t v = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    const unsigned char *p = rd_take(r, 1);
+    if (!p) return 0;
+    if (shift == 63 && *p > 1) break;
+    v |= (uint64_t)(*p & 0x7f) << shift;
+    if (!(*p & 0x80)) return v;
+  }
+  r->bad = 1;
+  return 0;
+}
+
+/* The codes of a membership's strings: 0 = the previous member's type / the replica id, else
+ * the length + 1 and the bytes. */
+static uint64_t srec_type_code(const bs__member *m, uint32_t i) {
+  return i && bs__val_eq(m[i].object_type, m[i - 1].object_type) ? 0 : m[i].object_type.size + 1;
+}
+static uint64_t srec_id_code(const bs__member *m, bs_val rid) {
+  return bs__val_eq(m->object_id, rid) ? 0 : m->object_id.size + 1;
+}
+
+static unsigned srec_flags(const bs__srec *r) {
+  return (r->soft ? SREC_SOFT : 0) | (r->has_data ? SREC_DATA : 0) | (r->mark ? SREC_MARK : 0);
+}
+
+size_t bs__lmdb_srec_size(const bs__srec *r, bs_val rid) {
+  size_t n = 1 + var_size(r->nm) + var_size(r->nl) + (r->mark ? var_size(r->mark) : 0) +
+             (r->has_data ? r->data.size : 0);
   for (uint32_t i = 0; i < r->nm; i++) {
     const bs__member *m = &r->m[i];
-    p = wr_uint(p, m->bucket, 8);
-    p = wr_uint(p, m->op, 8);
-    p = wr_uint(p, m->object_type.size, 2);
-    p = wr_uint(p, m->object_id.size, 2);
-    p = wr_bytes(wr_bytes(p, m->object_type), m->object_id);
+    uint64_t t = srec_type_code(r->m, i), o = srec_id_code(m, rid);
+    n += var_size(m->bucket) + var_size(m->op) + var_size(t) + var_size(o);
+    n += (t ? m->object_type.size : 0) + (o ? m->object_id.size : 0);
   }
-  for (uint32_t i = 0; i < r->nl; i++) p = wr_str(p, 2, r->lk[i]);
+  for (uint32_t i = 0; i < r->nl; i++) n += var_size(r->lk[i].size) + r->lk[i].size;
+  return n;
+}
+
+void bs__lmdb_srec_encode(unsigned char *p, const bs__srec *r, bs_val rid) {
+  *p++ = (unsigned char)srec_flags(r);
+  p = wr_var(wr_var(p, r->nm), r->nl);
+  if (r->mark) p = wr_var(p, r->mark);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    const bs__member *m = &r->m[i];
+    uint64_t t = srec_type_code(r->m, i), o = srec_id_code(m, rid);
+    p = wr_var(wr_var(wr_var(wr_var(p, m->bucket), m->op), t), o);
+    if (t) p = wr_bytes(p, m->object_type);
+    if (o) p = wr_bytes(p, m->object_id);
+  }
+  for (uint32_t i = 0; i < r->nl; i++) p = wr_bytes(wr_var(p, r->lk[i].size), r->lk[i]);
   if (r->has_data) wr_bytes(p, r->data);
 }
 
-int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r) {
-  const unsigned char *p = (const unsigned char *)v->mv_data;
+/* The fixed part: flags, counts, mark; q is left after it. */
+static int srec_fixed(rd *q, bs__srec *r) {
+  const unsigned char *f = rd_take(q, 1);
   memset(r, 0, sizeof *r);
-  if (v->mv_size < BS_SREC_FIXED || (p[0] & ~3u)) return BS_ECORRUPT;
+  if (!f || (*f & ~(SREC_SOFT | SREC_DATA | SREC_MARK))) return BS_ECORRUPT;
   r->exists = 1;
-  r->soft = p[0] & 1;
-  r->has_data = (p[0] >> 1) & 1;
-  r->nm = bs__get_u32le(p + 1);
-  r->nl = bs__get_u32le(p + 5);
-  r->mark = bs__get_u64le(p + 9);
-  /* every membership and key takes its fixed part at least */
-  if ((uint64_t)r->nm * BS_SREC_MEMBER + (uint64_t)r->nl * 2 > v->mv_size - BS_SREC_FIXED)
+  r->soft = (*f & SREC_SOFT) != 0;
+  r->has_data = (*f & SREC_DATA) != 0;
+  r->nm = (uint32_t)rd_var(q);
+  r->nl = (uint32_t)rd_var(q);
+  if (*f & SREC_MARK) r->mark = rd_var(q);
+  /* every membership takes 4 bytes at least, every key 1 */
+  if (q->bad || (uint64_t)r->nm * 4 + r->nl > (uint64_t)(q->end - q->p) ||
+      ((*f & SREC_MARK) && !r->mark))
     return BS_ECORRUPT;
   return BS_OK;
 }
 
+int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r) {
+  rd q = rd_of(v);
+  return srec_fixed(&q, r);
+}
+
+/* A string by its code (0: *same), at most BS_U16 bytes. */
+static bs_val srec_code_str(rd *q, uint64_t code, bs_val same) {
+  const unsigned char *s;
+  if (!code) return same;
+  if (code - 1 > UINT16_MAX) {
+    q->bad = 1;
+    return same;
+  }
+  s = rd_take(q, (size_t)code - 1);
+  return s ? srec_str(s, (size_t)code - 1) : same;
+}
+
 /* The part after the fixed one: fills m and lk (when given) and the data, calls fn (when given)
  * per membership, and checks that the value ends where r's flags say. */
-static int srec_walk(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk,
+static int srec_walk(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, bs_val *lk,
                      int (*fn)(uint64_t, uint64_t, void *), void *payload) {
   rd q = rd_of(v);
+  bs_val type = {srec_empty, 0};
   int rc;
-  rd_take(&q, BS_SREC_FIXED);
+  if (srec_fixed(&q, r) != BS_OK) return BS_ECORRUPT;
   for (uint32_t i = 0; i < r->nm; i++) {
-    uint64_t bucket = rd_uint(&q, 8), op = rd_uint(&q, 8);
-    size_t ot = (size_t)rd_uint(&q, 2), oi = (size_t)rd_uint(&q, 2);
-    const unsigned char *s = rd_take(&q, ot + oi);
-    if (!s) return BS_ECORRUPT;
+    uint64_t bucket = rd_var(&q), op = rd_var(&q), t = rd_var(&q), o = rd_var(&q);
+    bs_val id;
+    if (!i && !t) return BS_ECORRUPT; /* the first has a type of its own */
+    type = srec_code_str(&q, t, type);
+    id = srec_code_str(&q, o, rid);
+    if (q.bad) return BS_ECORRUPT;
     if (m) {
       m[i].bucket = bucket;
       m[i].op = op;
-      m[i].object_type = srec_str(s, ot);
-      m[i].object_id = srec_str(s + ot, oi);
+      m[i].object_type = type;
+      m[i].object_id = srec_str(id.data, id.size);
     }
     if (fn && (rc = fn(bucket, op, payload)) != BS_OK) return rc;
   }
   for (uint32_t i = 0; i < r->nl; i++) {
-    bs_val k = rd_str(&q, 2, SIZE_MAX);
-    if (q.bad) return BS_ECORRUPT;
-    if (lk) lk[i] = srec_str(k.data, k.size);
+    uint64_t n = rd_var(&q);
+    const unsigned char *k = n <= UINT16_MAX ? rd_take(&q, (size_t)n) : NULL;
+    if (!k) return BS_ECORRUPT;
+    if (lk) lk[i] = srec_str(k, (size_t)n);
   }
   if (!r->has_data) return rd_end(&q);
   r->data = srec_str(q.p, (size_t)(q.end - q.p));
   return BS_OK;
 }
 
-int bs__lmdb_srec_decode(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk) {
-  int rc = srec_walk(v, r, m, lk, NULL, NULL);
+int bs__lmdb_srec_decode(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, bs_val *lk) {
+  int rc = srec_walk(v, rid, r, m, lk, NULL, NULL);
   r->m = r->nm ? m : NULL;
   r->lk = r->nl ? lk : NULL;
   return rc;
@@ -476,8 +547,51 @@ int bs__lmdb_srec_decode(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *l
 int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t op, void *),
                           void *payload) {
   bs__srec r;
-  int rc = bs__lmdb_srec_head(v, &r);
-  return rc ? rc : srec_walk(v, &r, NULL, NULL, fn, payload);
+  bs_val none = {srec_empty, 0}; /* the ids are not read */
+  return srec_walk(v, none, &r, NULL, NULL, fn, payload);
+}
+
+/* Format 1's record (docs/format.md 4.4 before format 2): u8 flags (1 soft, 2 data) | u32 n
+ * members | u32 n keys | u64 mark | n x (u64 bucket | u64 op | u16 type length | u16 id length |
+ * type | id) | n x (u16 length | key) | data (the rest, flag 2). Rewritten field by field, in
+ * order, as format 2, so no member array is needed whatever the record holds. */
+size_t bs__lmdb_srec1_bound(const MDB_val *v) {
+  return 2 * v->mv_size + 32; /* a 20-byte member becomes at most 22 bytes, a key 1 more */
+}
+
+int bs__lmdb_srec1_convert(const MDB_val *k, const MDB_val *v, unsigned char *out, size_t *n) {
+  rd q = rd_of(v);
+  bs_val rid = {(const unsigned char *)k->mv_data + 8, k->mv_size - 8}, prev = {NULL, 0};
+  unsigned char *p = out + 1;
+  unsigned flags = (unsigned)rd_uint(&q, 1);
+  uint32_t nm = (uint32_t)rd_uint(&q, 4), nl = (uint32_t)rd_uint(&q, 4);
+  uint64_t mark = rd_uint(&q, 8);
+  if (k->mv_size < 8 || q.bad || (flags & ~3u)) return BS_ECORRUPT;
+  out[0] = (unsigned char)(flags | (mark ? SREC_MARK : 0));
+  p = wr_var(wr_var(p, nm), nl);
+  if (mark) p = wr_var(p, mark);
+  for (uint32_t i = 0; i < nm && !q.bad; i++) {
+    uint64_t bucket = rd_uint(&q, 8), op = rd_uint(&q, 8);
+    size_t tl = (size_t)rd_uint(&q, 2), il = (size_t)rd_uint(&q, 2);
+    const unsigned char *s = rd_take(&q, tl + il);
+    bs_val type = {s, tl}, id = {s ? s + tl : NULL, il};
+    uint64_t t, o;
+    if (!s) break;
+    t = i && bs__val_eq(type, prev) ? 0 : tl + 1;
+    o = bs__val_eq(id, rid) ? 0 : il + 1;
+    p = wr_var(wr_var(wr_var(wr_var(p, bucket), op), t), o);
+    if (t) p = wr_bytes(p, type);
+    if (o) p = wr_bytes(p, id);
+    prev = type;
+  }
+  for (uint32_t i = 0; i < nl && !q.bad; i++) {
+    bs_val key = rd_str(&q, 2, UINT16_MAX);
+    p = wr_bytes(wr_var(p, key.size), key);
+  }
+  if (q.bad || (!(flags & SREC_DATA) && q.p != q.end)) return BS_ECORRUPT;
+  if (flags & SREC_DATA) p = wr_bytes(p, srec_str(q.p, (size_t)(q.end - q.p)));
+  *n = (size_t)(p - out);
+  return BS_OK;
 }
 
 /* ---- cqueue and softdel ---- */

@@ -28,8 +28,21 @@ typedef struct fmt_step {
                  unsigned char *(*grow)(void *m, size_t n), void *m);
 } fmt_step;
 
+/* Format 2: source records in varints, without the object type and id a membership repeats. */
+static int source_to2(const MDB_val *k, const MDB_val *v, MDB_val *out,
+                      unsigned char *(*grow)(void *m, size_t n), void *m) {
+  unsigned char *buf = grow(m, bs__lmdb_srec1_bound(v));
+  if (!buf) return BS_ENOMEM;
+  out->mv_data = buf;
+  return bs__lmdb_srec1_convert(k, v, buf, &out->mv_size);
+}
+static MDB_dbi source_dbi(const bs__lmdb_db *db) {
+  return db->source;
+}
+static const fmt_step step_source_to2 = {source_dbi, "source", source_to2};
+
 /* steps[N]: from format N to N + 1 (format 1 is the first). */
-static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL};
+static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2};
 
 typedef struct migration {
   bs__lmdb_db *db;
@@ -140,6 +153,12 @@ static int migrate_txn(MDB_txn *txn, void *payload, bs_error *err) {
   return step_batch(m, txn, from, key, err);
 }
 
+static void (*migrate_hook)(unsigned batch);
+
+void bs__lmdb_set_migrate_hook(void (*fn)(unsigned batch)) {
+  migrate_hook = fn;
+}
+
 int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
   migration m = {db, path, NULL, 0, 0};
   MDB_txn *txn;
@@ -161,7 +180,10 @@ int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
                     "in place (a read-only one never changes a file)",
                     path, version, (unsigned)BS_FORMAT_VERSION);
   }
-  while (rc == BS_OK && !m.done) rc = bs__lmdb_write(db, migrate_txn, &m, err);
+  for (unsigned batch = 0; rc == BS_OK && !m.done; batch++) {
+    if (migrate_hook) migrate_hook(batch);
+    rc = bs__lmdb_write(db, migrate_txn, &m, err);
+  }
   bs__free(&db->base.alloc, m.buf);
   return rc;
 }

@@ -210,6 +210,11 @@ static inline int bs__lmdb_source_key_decode(const MDB_val *k, uint32_t *stream,
   rid->size = k->mv_size - 8;
   return BS_OK;
 }
+/* The replica id of a valid source key. */
+static inline bs_val bs__lmdb_source_rid(bs_val key) {
+  bs_val rid = {(const unsigned char *)key.data + 8, key.size - 8};
+  return rid;
+}
 
 /* params key and value (the layout table above). */
 #define BS_PARAM_KEY_MAX    (4u + 2u + BS_MAX_LOOKUP_KEY + 4u + 8u + 8u)
@@ -301,27 +306,33 @@ static inline bs_val bs__lmdb_change_next(const unsigned char **p) {
   return v;
 }
 
-/* source value (little-endian): u8 flags (1 = soft-deleted, 2 = has data) | u32 n members |
- * u32 n lookups | u64 soft-delete mark | n x (u64 bucket id | u64 last op id | u16 object_type
- * len | u16 object_id len | object_type | object_id) | n x (u16 len | lookup key) | data (the
- * rest, flag 2; without it the value ends after the lookups). The subkey is not stored: it is a
- * function of (table id, replica id), both in the key. A member's bucket is the bucket id. */
-#define BS_SREC_FIXED  17u
-#define BS_SREC_MEMBER 20u /* fixed part of a membership */
-size_t bs__lmdb_srec_size(const bs__srec *r);
+/* source value (format 2; varints are LEB128, at most 10 bytes): u8 flags (1 = soft-deleted,
+ * 2 = has data, 4 = has a mark) | varint n members | varint n lookups | varint soft-delete mark
+ * (flag 4) | n x (varint bucket id | varint last op id | varint type code | varint id code |
+ * object_type (type code - 1 bytes) | object_id (id code - 1 bytes)) | n x (varint len | lookup
+ * key) | data (the rest, flag 2; without it the value ends after the lookups). A type code 0
+ * repeats the previous member's object_type (never the first's), an id code 0 is the replica id
+ * (rid: the source key's, bs__lmdb_source_rid). The subkey is not stored: it is a function of
+ * (table id, replica id), both in the key. A member's bucket is the bucket id. */
+size_t bs__lmdb_srec_size(const bs__srec *r, bs_val rid);
 /* Writes r (bs__lmdb_srec_size bytes) into out; r->exists is implied, the caller has checked
  * the u16 limits (BS_MAX_OBJECT_NAME, BS_MAX_LOOKUP_KEY). */
-void bs__lmdb_srec_encode(unsigned char *out, const bs__srec *r);
+void bs__lmdb_srec_encode(unsigned char *out, const bs__srec *r, bs_val rid);
 /* Decodes v's fixed part into r (flags, counts, mark; r->m and r->lk NULL, exists 1). Then,
  * with arrays of r->nm members and r->nl keys, bs__lmdb_srec_decode fills them and the data
- * (all borrowed from v; present fields non-NULL, also when empty). BS_ECORRUPT when v is not
- * exactly one record: truncated, overlong, unknown flags or counts that cannot fit. */
+ * (all borrowed from v and rid; present fields non-NULL, also when empty). BS_ECORRUPT when v is
+ * not exactly one record: truncated, overlong, unknown flags or counts that cannot fit. */
 int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r);
-int bs__lmdb_srec_decode(const MDB_val *v, bs__srec *r, bs__member *m, bs_val *lk);
+int bs__lmdb_srec_decode(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, bs_val *lk);
 /* Checks a whole value and calls fn(bucket id, op id) for each membership; BS_ECORRUPT when it
  * does not decode; a non-zero return of fn stops and is returned. No allocation. */
 int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t op, void *),
                           void *payload);
+/* The migration from format 1 (lmdb_format.c): the format-2 value of the format-1 source record
+ * (k, v), written into out (bs__lmdb_srec1_bound(v) bytes), its size in *n; BS_ECORRUPT when v
+ * is not a format-1 record. */
+size_t bs__lmdb_srec1_bound(const MDB_val *v);
+int bs__lmdb_srec1_convert(const MDB_val *k, const MDB_val *v, unsigned char *out, size_t *n);
 
 /* meta 'S' key: 'S' | u32be stream id. */
 #define BS_STREAM_KEY_SIZE 5u
@@ -556,6 +567,9 @@ void bs__lmdb_db_close(bs_db *db);
  * when it is older, unless db is read-only or BS_OPEN_NOMIGRATE (then BS_ECORRUPT saying why);
  * a migration stopped halfway is finished. path: for messages. */
 int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err);
+/* Test seam: fn(batch) runs before each transaction of a migration (0, 1, ...; the last one
+ * finds nothing left to do), so a test can stop the process between any two; NULL: none. */
+void bs__lmdb_set_migrate_hook(void (*fn)(unsigned batch));
 /* The writer_lock slot (lmdb_env.c "Writer locks"): the lock lives in the environment. */
 int bs__lmdb_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */

@@ -406,7 +406,7 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
   if ((r->r.nm && !(m = bs__arena_alloc(&f->ar, r->r.nm * sizeof *m))) ||
       (r->r.nl && !(lk = bs__arena_alloc(&f->ar, r->r.nl * sizeof *lk))))
     return oom(err);
-  if (bs__lmdb_srec_decode(&copy, &r->r, m, lk) == BS_OK) return BS_OK;
+  if (bs__lmdb_srec_decode(&copy, bs__lmdb_source_rid(r->key), &r->r, m, lk) == BS_OK) return BS_OK;
 bad:
   return bs__fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
 }
@@ -677,10 +677,10 @@ static int put_recs(fctx *f, bs_error *err) {
       if (mrc == MDB_NOTFOUND) mrc = 0;
       continue;
     }
-    val.mv_size = bs__lmdb_srec_size(&r->r);
+    val.mv_size = bs__lmdb_srec_size(&r->r, bs__lmdb_source_rid(r->key));
     /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
     if ((mrc = mdb_cursor_put(ap.cur, &key, &val, MDB_RESERVE | app)) != 0) break;
-    bs__lmdb_srec_encode(val.mv_data, &r->r);
+    bs__lmdb_srec_encode(val.mv_data, &r->r, bs__lmdb_source_rid(r->key));
     if (r->r.soft && r->new_mark) { /* a new soft delete: indexed for its purge */
       unsigned char k[BS_SOFTDEL_KEY_MAX];
       MDB_val skey = {bs__lmdb_softdel_key(k, r->r.mark, r->key), k};

@@ -1,11 +1,12 @@
 #!/bin/sh
-# format_check.sh BUCKETSTORE: files of every older format, written by earlier builds and kept in
-# tests/data (formatN.mdb: how they were made is in tests/data/README.md), opened by this build.
-# For each: a read-only open (dump) reads it as the build that wrote it did, or, when it is older
-# than this build's format, refuses with the reason and leaves the file unchanged; a read-write
-# open (drive: tests/data/format_after.jsonl, reads and then writes over the old rows) answers
-# what the build that wrote it answered on the same file (formatN.expected), after which the
-# file is at this build's format, dumps as before, and verifies clean.
+# format_check.sh BUCKETSTORE: files of every format, each written by a build of that format from
+# the same script and kept in tests/data (formatN.mdb; how they were made: tests/data/README.md),
+# opened by this build. Every build must answer alike on each of them, what the first build
+# answered (format.dump, format.expected). For each file: a read-only open (dump) reads it, or,
+# when it is older than this build's format, refuses with the reason; either way the file is
+# unchanged. A read-write open (drive: tests/data/format_after.jsonl, reads and then writes over
+# the old rows) answers as expected, after which the file is at this build's format and
+# verifies clean.
 set -eu
 bs=${1:-./bucketstore}
 data=$(dirname "$0")/data
@@ -28,15 +29,15 @@ for f in "$data"/format*.mdb; do
     if dump "$tmp/ro.mdb" >"$tmp/ro.dump" 2>"$tmp/ro.err"; then fail "format $v: read-only open read it"; fi
     grep -q "format $v is older than this build's $current: a read-write open upgrades it" \
       "$tmp/ro.err" || { cat "$tmp/ro.err" >&2; fail "format $v: read-only open: wrong message"; }
-    cp "$data/format$v.dump" "$tmp/ro.dump"
+    cp "$data/format.dump" "$tmp/ro.dump"
   fi
   cmp -s "$f" "$tmp/ro.mdb" || fail "format $v: a read-only open changed the file"
-  diff "$data/format$v.dump" "$tmp/ro.dump" >&2 || fail "format $v: read-only dump differs"
+  diff "$data/format.dump" "$tmp/ro.dump" >&2 || fail "format $v: read-only dump differs"
 
   cp "$f" "$tmp/rw.mdb"
   "$bs" drive --db "$tmp/rw.mdb" <"$data/format_after.jsonl" >"$tmp/rw.out" ||
     fail "format $v: drive failed"
-  diff "$data/format$v.expected" "$tmp/rw.out" >&2 || fail "format $v: reads and writes differ"
+  diff "$data/format.expected" "$tmp/rw.out" >&2 || fail "format $v: reads and writes differ"
   "$bs" verify "$tmp/rw.mdb" >"$tmp/verify.out" || { cat "$tmp/verify.out" >&2; fail "format $v: verify"; }
   "$bs" dump "$tmp/rw.mdb" --all | grep -q '^{"record":"meta","stream":0,"key":"666f726d6174","value":"626b7473746f7265'"$(printf '%02x' "$current")"'000000"}$' ||
     fail "format $v: not at format $current after a read-write open"

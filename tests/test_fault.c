@@ -915,7 +915,9 @@ static void test_disk_full(void **state) {
   printf("disk full (%s): %d commits, then %s (%s)\n", mounted ? "4 MiB tmpfs" : "injected ENOSPC",
          commits, bs_strerror(rc), err.msg);
   assert_true(rc == BS_EIO);
-  assert_non_null(strstr(err.msg, strerror(ENOSPC)));
+  /* LMDB reports a write the full disk refused whole as ENOSPC, and one it cut short as EIO
+   * (mdb_page_flush); which of the two ends a real disk depends on where the file's pages fall */
+  assert_true(strstr(err.msg, strerror(ENOSPC)) || (mounted && strstr(err.msg, strerror(EIO))));
   assert_true(commits > 5);
   /* the same handle still reads the last commit */
   {

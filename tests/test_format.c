@@ -1,0 +1,382 @@
+/*
+ * test_format.c: the LMDB format layer's migrations (lmdb_format.c) on a file larger than one
+ * migration transaction. A database written by this build is turned into the format-1 file an
+ * earlier build would have written (its source records re-encoded as format 1, the format
+ * record set to 1: util_format1.h), then opened:
+ *  - read-only and with BS_OPEN_NOMIGRATE: refused, the file unchanged;
+ *  - read-write: migrated in several transactions, after which every record is the one this
+ *    build wrote (bs_db_export, byte for byte), verify is clean and writes go on;
+ *  - stopped between any two of the migration's transactions (a child process leaves at the
+ *    seam, as a kill -9 would): the file says format 2 with the step record (so an older build
+ *    refuses it), a read-only open says the migration stopped halfway, and the next read-write
+ *    open finishes it with the same records.
+ * The small files of tests/data, written by earlier builds themselves, are tests/format_check.sh's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lmdb_internal.h"
+#include "util_contract.h"
+#include "util_format1.h"
+
+#define ROWS 23000u /* three migration transactions of 10,000 records */
+
+/* The database's records as this build exports them: a hash and a count. */
+typedef struct digest {
+  uint64_t h, n;
+} digest;
+
+static void mix(digest *d, const void *p, size_t n) {
+  const unsigned char *b = p;
+  d->h = (d->h ^ n) * 1099511628211ull;
+  for (size_t i = 0; i < n; i++) d->h = (d->h ^ b[i]) * 1099511628211ull;
+}
+
+static int add_record(const bs_record *r, void *payload) {
+  digest *d = payload;
+  mix(d, r->table, strlen(r->table));
+  mix(d, r->key.data, r->key.size);
+  mix(d, r->value.data, r->value.size);
+  d->n++;
+  return 0;
+}
+
+static digest digest_of(const char *path) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  digest d = {1469598103934665603ull, 0};
+  bs_db *db;
+  uint64_t problems = 1;
+  o.flags = BS_OPEN_RDONLY;
+  CT_OK(bs_open(&db, path, &o, &ct_err));
+  CT_OK(bs_db_export(db, 0, add_record, &d, &ct_err));
+  CT_OK(bs_db_verify(&problems, db, NULL, NULL, &ct_err));
+  CT_EQ_U64(problems, 0);
+  bs_close(db);
+  return d;
+}
+
+/* ROWS rows, each in a bucket of its list (object id = replica id) and every third also in a
+ * global bucket under another type and id, every fifth with a lookup, every seventh updated,
+ * every eleventh deleted; then a checkpoint. */
+static void write_rows(ct_env *e) {
+  unsigned char kb[32];
+  const bs_val params[1] = {{(const unsigned char *)"{\"p\":1}", 7}};
+  bs_commit_result cr;
+  char id[16], other[24], data[32], bucket[16];
+  for (unsigned pass = 0; pass < 2; pass++)
+    for (unsigned i = 0; i < ROWS; i++) {
+      bs_lookup lk = {ct_key_int(kb, sizeof kb, i % 50), params, 1};
+      if (pass && i % 7 && i % 11) continue;
+      snprintf(id, sizeof id, "r%u", i);
+      snprintf(other, sizeof other, "g-%u", i);
+      snprintf(data, sizeof data, "{\"v\":%u}", pass);
+      snprintf(bucket, sizeof bucket, "list%u", i % 40);
+      if (pass && i % 11 == 0) {
+        CT_OK(ct_save(e->w, BS_DELETE, "t", id, id, CT_NOROWS));
+      } else if (i % 3 == 0) {
+        CT_OK(ct_save_lk(e->w, pass ? BS_UPDATE : BS_INSERT, "t", NULL, id,
+                         CT_ROWS({bucket, "todo", id, data}, {"global", "all", other, data}), &lk,
+                         i % 5 == 0));
+      } else {
+        CT_OK(ct_save_lk(e->w, pass ? BS_UPDATE : BS_INSERT, "t", NULL, id,
+                         CT_ROWS({bucket, "todo", id, data}), &lk, i % 5 == 0));
+      }
+      if (i % 5000 == 4999) CT_OK(ct_commit(e->w, ct_lsn(pass * 10 + i / 5000 + 1), &cr));
+    }
+  CT_OK(ct_commit(e->w, ct_lsn(99), &cr));
+}
+
+/* Rewrites the file at path as format 1: every source record re-encoded, the format record 1. */
+static void to_format1(const char *path) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi meta, src;
+  MDB_cursor *cur;
+  MDB_val k, v, fk = bs__lmdb_format_key(), fv;
+  unsigned char f1[BS_FORMAT_VALUE_SIZE], *buf = malloc(1 << 20);
+  bs__member *m = malloc(1024 * sizeof *m);
+  bs_val lk[64];
+  int mrc;
+  assert_non_null(buf);
+  assert_non_null(m);
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+  assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+  assert_int_equal(mdb_dbi_open(txn, "source", 0, &src), 0);
+  assert_int_equal(mdb_cursor_open(txn, src, &cur), 0);
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    bs_val key = {k.mv_data, k.mv_size};
+    unsigned char kc[BS_SOURCE_KEY_MAX];
+    bs__srec r;
+    MDB_val out;
+    assert_int_equal(bs__lmdb_srec_head(&v, &r), BS_OK);
+    assert_true(r.nm <= 1024 && r.nl <= 64);
+    assert_int_equal(bs__lmdb_srec_decode(&v, bs__lmdb_source_rid(key), &r, m, lk), BS_OK);
+    out.mv_size = srec1_encode(buf, &r);
+    out.mv_data = buf;
+    memcpy(kc, k.mv_data, k.mv_size);
+    k.mv_data = kc;
+    assert_int_equal(mdb_cursor_put(cur, &k, &out, MDB_CURRENT), 0);
+  }
+  assert_int_equal(mrc, MDB_NOTFOUND);
+  mdb_cursor_close(cur);
+  bs__lmdb_format_value(f1, 1);
+  fv = (MDB_val){sizeof f1, f1};
+  assert_int_equal(mdb_put(txn, meta, &fk, &fv, 0), 0);
+  assert_int_equal(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+  free(buf);
+  free(m);
+}
+
+/* The format record's version and whether the step record is there, read without the library. */
+static void raw_format(const char *path, uint32_t *version, int *stepping) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi meta;
+  MDB_val fk = bs__lmdb_format_key(), sk = bs__lmdb_format_step_key(), v;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+  assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR | MDB_RDONLY, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+  assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+  assert_int_equal(mdb_get(txn, meta, &fk, &v), 0);
+  assert_int_equal(bs__lmdb_format_decode(&v, version), BS_OK);
+  *stepping = mdb_get(txn, meta, &sk, &v) == 0;
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+}
+
+/* The whole file at path (malloc'd, its size in *n). */
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *p;
+  long size;
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  size = ftell(f);
+  assert_true(size >= 0);
+  rewind(f);
+  p = malloc((size_t)size + 1);
+  assert_non_null(p);
+  assert_int_equal(fread(p, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  *n = (size_t)size;
+  return p;
+}
+
+/* Copies the file from over to (without a lock file beside it). */
+static void copy_file(const char *from, const char *to) {
+  char lock[300];
+  size_t n;
+  unsigned char *p = slurp(from, &n);
+  FILE *f = fopen(to, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+  free(p);
+  snprintf(lock, sizeof lock, "%s-lock", to);
+  (void)unlink(lock);
+}
+
+static int files_equal(const char *a, const char *b) {
+  size_t na, nb;
+  unsigned char *pa = slurp(a, &na), *pb = slurp(b, &nb);
+  int eq = na == nb && memcmp(pa, pb, na) == 0;
+  free(pa);
+  free(pb);
+  return eq;
+}
+
+/* A format-1 file (old) beside what this build wrote before the downgrade (its digest). */
+typedef struct fixture {
+  ct_env *e;
+  char old[256], work[256];
+  digest want;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (!f || !(f->e = ct_env_new(&ct_backends[CT_LMDB]))) return -1;
+  write_rows(f->e);
+  bs_writer_close(f->e->w);
+  bs_storage_close(f->e->st);
+  bs_close(f->e->db);
+  f->e->w = NULL, f->e->st = NULL, f->e->db = NULL;
+  f->want = digest_of(f->e->path);
+  snprintf(f->old, sizeof f->old, "%s/format1.mdb", f->e->dir);
+  snprintf(f->work, sizeof f->work, "%s/work.mdb", f->e->dir);
+  copy_file(f->e->path, f->old);
+  to_format1(f->old);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  const char *files[2] = {f->old, f->work};
+  char lock[300];
+  for (int i = 0; i < 2; i++) {
+    snprintf(lock, sizeof lock, "%s-lock", files[i]);
+    (void)unlink(files[i]);
+    (void)unlink(lock);
+  }
+  ct_env_close(f->e);
+  free(f->e);
+  free(f);
+  return 0;
+}
+
+static int open_flags(const char *path, unsigned flags) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db = NULL;
+  int rc;
+  o.flags = flags;
+  rc = bs_open(&db, path, &o, &ct_err);
+  bs_close(db);
+  return rc;
+}
+
+static void test_refused_unchanged(void **state) {
+  fixture *f = *state;
+  uint32_t version;
+  int stepping;
+  copy_file(f->old, f->work);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(open_flags(f->work, i ? BS_OPEN_NOMIGRATE : BS_OPEN_RDONLY), BS_ECORRUPT);
+    assert_non_null(strstr(ct_err.msg, "format 1 is older than this build's 2: a read-write "
+                                       "open upgrades it in place"));
+    assert_true(files_equal(f->old, f->work));
+  }
+  raw_format(f->work, &version, &stepping);
+  CT_EQ_U64(version, 1);
+  assert_false(stepping);
+}
+
+static unsigned batches_seen;
+static void count_batch(unsigned batch) {
+  batches_seen = batch + 1;
+}
+
+static void test_migrates_in_batches(void **state) {
+  fixture *f = *state;
+  digest got;
+  uint32_t version;
+  int stepping;
+  copy_file(f->old, f->work);
+  bs__lmdb_set_migrate_hook(count_batch);
+  batches_seen = 0;
+  CT_OK(open_flags(f->work, 0));
+  bs__lmdb_set_migrate_hook(NULL);
+  /* 23,000 source records: three transactions, and a fourth that finds nothing left */
+  CT_EQ_U64(batches_seen, 4);
+  raw_format(f->work, &version, &stepping);
+  CT_EQ_U64(version, BS_FORMAT_VERSION);
+  assert_false(stepping);
+  got = digest_of(f->work);
+  CT_EQ_U64(got.n, f->want.n);
+  CT_EQ_U64(got.h, f->want.h);
+  /* and a second open finds nothing to do */
+  bs__lmdb_set_migrate_hook(count_batch);
+  batches_seen = 0;
+  CT_OK(open_flags(f->work, 0));
+  bs__lmdb_set_migrate_hook(NULL);
+  CT_EQ_U64(batches_seen, 0);
+}
+
+static unsigned stop_at;
+static void stop_here(unsigned batch) {
+  if (batch == stop_at) _exit(0); /* between two transactions: what a kill leaves */
+}
+
+static void test_stopped_halfway(void **state) {
+  fixture *f = *state;
+  for (stop_at = 0; stop_at < 4; stop_at++) {
+    uint32_t version;
+    int stepping, status;
+    digest got;
+    pid_t pid;
+    copy_file(f->old, f->work);
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      bs__lmdb_set_migrate_hook(stop_here);
+      (void)open_flags(f->work, 0);
+      _exit(3); /* the migration ended before stop_at */
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    CT_EQ_U64(WEXITSTATUS(status), 0);
+    raw_format(f->work, &version, &stepping);
+    if (stop_at == 0) { /* nothing committed: the file as it was */
+      assert_true(files_equal(f->old, f->work));
+      CT_EQ_U64(version, 1);
+      assert_false(stepping);
+    } else if (stop_at < 3) { /* marked format 2 (older builds refuse it) with the step record */
+      CT_EQ_U64(version, 2);
+      assert_true(stepping);
+      assert_int_equal(open_flags(f->work, BS_OPEN_RDONLY), BS_ECORRUPT);
+      assert_non_null(strstr(ct_err.msg, "its migration to format 2 stopped halfway"));
+    } else { /* the last batch committed: done */
+      CT_EQ_U64(version, 2);
+      assert_false(stepping);
+    }
+    CT_OK(open_flags(f->work, 0));
+    got = digest_of(f->work);
+    CT_EQ_U64(got.n, f->want.n);
+    CT_EQ_U64(got.h, f->want.h);
+  }
+}
+
+/* After the migration the writer goes on: a row written by the old build is updated and deleted
+ * through its migrated source record (REMOVEs from both of its buckets). */
+static void test_writes_after(void **state) {
+  fixture *f = *state;
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_commit_result cr;
+  bs_checksum before, after;
+  bs_db *db;
+  bs_storage *st;
+  bs_writer *w;
+  uint64_t problems = 1;
+  copy_file(f->old, f->work);
+  CT_OK(bs_open(&db, f->work, &o, &ct_err));
+  CT_OK(bs_storage_open(&st, db, f->e->stream, &ct_err));
+  CT_OK(ct_checksum(st, INT64_MAX, "global", &before));
+  CT_OK(bs_writer_open(&w, st, NULL, &ct_err));
+  CT_OK(ct_save(w, BS_DELETE, "t", "r3", "r3", CT_NOROWS)); /* in list3 and global */
+  CT_OK(ct_save(w, BS_UPDATE, "t", NULL, "r6", CT_ROWS({"list6", "todo", "r6", "{}"})));
+  CT_OK(ct_commit(w, ct_lsn(100), &cr));
+  assert_true(cr.checkpoint_created);
+  CT_OK(ct_checksum(st, INT64_MAX, "global", &after));
+  CT_EQ_U64(after.count, before.count + 2); /* r3's and r6's REMOVE of their global rows */
+  CT_OK(bs_db_verify(&problems, db, NULL, NULL, &ct_err));
+  CT_EQ_U64(problems, 0);
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_refused_unchanged),
+      cmocka_unit_test(test_migrates_in_batches),
+      cmocka_unit_test(test_stopped_halfway),
+      cmocka_unit_test(test_writes_after),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
