@@ -165,8 +165,9 @@ export interface CreateWriterOptions {
   maxRecords?: number;
   /** Flush bound: bytes of queued saves before the writer flushes (default 5 MB). */
   maxBytes?: number;
-  /** Accepted for the service's shape; unused. */
-  zeroLSN?: string;
+  /** The service's; checked (a TypeError otherwise) and unused: LSNs are opaque here, and a
+   * save keeps row data when it passes currentData. */
+  zeroLSN?: Bytes;
   storeCurrentData?: boolean;
   /** an abort before the call rejects with its reason */
   signal?: AbortSignal;
@@ -277,7 +278,7 @@ export interface BucketDataBatchOptions {
   limit?: number;
   /** a new chunk starts when the next op would pass this size (default 1 MiB) */
   chunkLimitBytes?: number;
-  /** accepted for the service's shape; the engine has one read path */
+  /** the service's; checked (another value is a RangeError) and unused: one read path */
   requestHint?: 'bulk' | 'incremental';
   /** an abort before the read, or between the chunks it hands out, rejects with its reason */
   signal?: AbortSignal;
@@ -343,10 +344,12 @@ export interface CompactOptions {
   deleteCheckpointRequestsBefore?: Date | number;
   /** ops per write transaction (default 10000): how long a writer waits at most */
   maxOpsPerTransaction?: number;
+  /** incremental: stop after this many ops (default: no limit) */
+  opBudget?: OpId | number;
   /** opt-in defragmentation ratio (0 = off) */
   defragmentRatio?: number;
-  /** Accepted for the service's shape; unused: the engine bounds a compaction's memory by
-   * memoryLimitMB and its write transactions by maxOpsPerTransaction. */
+  /** The service's; checked (non-negative integers) and unused: the engine bounds a
+   * compaction's memory by memoryLimitMB and its write transactions by maxOpsPerTransaction. */
   moveBatchByteLimit?: number;
   moveBatchLimit?: number;
   clearBatchLimit?: number;
@@ -375,7 +378,11 @@ export interface CompactStats {
 export interface ManagedWriteCheckpointOptions {
   user_id: Bytes;
   heads: Record<string, string>;
+  /** the client's request id (absent: the stored id + 1, generated) */
   checkpoint_request_id?: bigint;
+  /** when the client asked (absent: now; after the epoch), what deleteCheckpointRequestsBefore
+   * compares for a request with an id (a generated id has no request time and stays) */
+  checkpoint_requested_at?: Date | number | null;
 }
 
 export interface StorageStatus {
@@ -401,7 +408,8 @@ export declare class BucketStorage {
     options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataChunk | SyncBucketDataBatchEnd>;
   /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
   getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[],
-    options?: { requestHint?: 'bulk' | 'incremental' }): Promise<Map<Bytes, BucketChecksum>>;
+    options?: { /** checked and unused */ requestHint?: 'bulk' | 'incremental' }):
+    Promise<Map<Bytes, BucketChecksum>>;
   /** Nothing to drop: the library updates its checksum cache at every commit, compaction and
    * clear of this process (another process's clear needs a reopen: storage.h bs_clear). */
   clearChecksumCache(): Promise<void>;

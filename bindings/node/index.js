@@ -313,6 +313,43 @@ function saveEncoded(h, records, single) {
   }
 }
 
+// ---- Options of the sync service that the engine has no use for ---------------------------
+// Accepted and checked as the service would take them, then unused (README, "Accepted, unused").
+
+/** options.requestHint: undefined, 'bulk' or 'incremental'. */
+function checkHint(options) {
+  const h = options?.requestHint;
+  if (h === undefined || h === 'bulk' || h === 'incremental') return;
+  if (typeof h !== 'string') throw typeError('options.requestHint: expected a string');
+  throw rangeError(`options.requestHint: '${h}' is not 'bulk' or 'incremental'`);
+}
+
+/** createWriter's zeroLSN (a string or bytes) and storeCurrentData (a boolean). */
+function checkWriterOptions(options) {
+  const { zeroLSN: z, storeCurrentData: c } = options ?? {};
+  if (z != null) {
+    if (typeof z === 'string' && !isWellFormed(z))
+      throw typeError('options.zeroLSN: not valid Unicode (a lone surrogate)');
+    if (typeof z !== 'string' && !isUint8Array(z))
+      throw typeError('options.zeroLSN: expected a string or Uint8Array');
+  }
+  if (c != null && typeof c !== 'boolean') throw typeError('options.storeCurrentData: expected a boolean');
+}
+
+const UNUSED_COMPACT = ['moveBatchByteLimit', 'moveBatchLimit', 'clearBatchLimit'];
+
+/** compact's batch limits: non-negative integers (a number or bigint). */
+function checkCompactOptions(options) {
+  for (const name of UNUSED_COMPACT) {
+    const v = options?.[name];
+    if (v == null) continue;
+    if (typeof v !== 'number' && typeof v !== 'bigint')
+      throw typeError(`options.${name}: expected a number`);
+    if (typeof v === 'number' ? !(Number.isSafeInteger(v) && v >= 0) : v < 0n)
+      throw rangeError(`options.${name}: not a non-negative integer`);
+  }
+}
+
 const OP_NAMES = [null, 'PUT', 'REMOVE', 'MOVE', 'CLEAR'];
 
 /** Op k of a batch in columns (see done_bucket_data in the addon), as the protocol's OplogEntry. */
@@ -408,9 +445,10 @@ class BucketStorage {
     return native.storageStreamId(this.#h);
   }
   /** options.signal: an abort before the call rejects with its reason (opening a writer has no
-   * steps to stop at). zeroLSN and storeCurrentData are accepted for the service's shape. */
+   * steps to stop at). zeroLSN and storeCurrentData are checked and unused (the service's). */
   async createWriter(options) {
     options?.signal?.throwIfAborted();
+    checkWriterOptions(options);
     return new Writer(await call(native.createWriter, this.#h, options));
   }
   /** Callback form: creates a writer, runs callback, flushes, closes; the flush result. */
@@ -428,10 +466,11 @@ class BucketStorage {
     return new Checkpoint(this, r.checkpoint, r.lsn);
   }
   /** options.signal: an abort before the call, or before a chunk is handed out, rejects with
-   * its reason; options.requestHint is accepted for the service's shape (one read path). */
+   * its reason; options.requestHint is checked and unused (one read path). */
   async *getBucketDataBatch(checkpoint, dataBuckets, options) {
     const signal = options?.signal;
     signal?.throwIfAborted();
+    checkHint(options);
     const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options);
     signal?.throwIfAborted();
     for (let c = 0, k = 0; c < r.chunks.length; c++) {
@@ -444,8 +483,9 @@ class BucketStorage {
     }
     yield { hasMore: r.hasMore };
   }
-  /** options.requestHint is accepted for the service's shape (one checksum path, cached). */
+  /** options.requestHint is checked and unused (one checksum path, cached). */
   async getChecksums(checkpoint, buckets, options) {
+    checkHint(options);
     if (!Array.isArray(buckets)) throw typeError('buckets: expected an array');
     const names = buckets.map(bucketName);
     const r = await call(native.checksums, this.#h, opId(checkpoint), names);
@@ -471,6 +511,11 @@ class BucketStorage {
   }
   compact(options) {
     const { signal, ...o } = options ?? {};
+    try {
+      checkCompactOptions(o);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     return withSignal(signal, (flag) => call(native.compact, this.#h, o, flag));
   }
   /** No steps to cancel at: an abort before the call or during it rejects with its reason. */
@@ -532,8 +577,11 @@ class BucketStorage {
     return call(native.terminate, this.#h, options?.clearStorage ?? false);
   }
   /** The library updates its checksum cache with every commit, compaction and clear of this
-   * process, so there is nothing stale to drop: resolves at once (the service's shape). */
-  async clearChecksumCache() {}
+   * process, so there is nothing stale to drop: resolves at once (the service's shape), or
+   * rejects with BS_ESTATE on a closed storage, as every call. */
+  async clearChecksumCache() {
+    native.storageStreamId(this.#h);
+  }
   /** Parameter compaction keeps a cursor in the stream, so an incremental run continues where the
    * last one stopped. */
   supportsIncrementalParameterCompaction() {

@@ -2365,7 +2365,8 @@ static napi_value compact(napi_env env, napi_callback_info info) {
       get_prop(env, o, "compactParameterData", &v) ||
       get_bool(env, v, "options.compactParameterData", &w->co.compact_parameters) ||
       get_prop(env, o, "maxOpsPerTransaction", &v) ||
-      (v && get_size(env, v, "options.maxOpsPerTransaction", &w->co.max_ops_per_txn)))
+      (v && get_size(env, v, "options.maxOpsPerTransaction", &w->co.max_ops_per_txn)) ||
+      get_prop(env, o, "opBudget", &v) || get_opt_u64(env, v, "options.opBudget", &w->co.op_budget))
     FAIL_WORK(w);
   if (get_prop(env, o, "minChangeRatio", &v) ||
       (v && get_double(env, v, "options.minChangeRatio", &w->co.min_change_ratio)) ||
@@ -2486,7 +2487,8 @@ static napi_value done_create_managed(napi_env env, work *w) {
   return o;
 }
 
-/* createManagedWriteCheckpoints(storage, [{user_id, heads, checkpoint_request_id}]) */
+/* createManagedWriteCheckpoints(storage, [{user_id, heads, checkpoint_request_id,
+ * checkpoint_requested_at}]) */
 static napi_value create_managed(napi_env env, napi_callback_info info) {
   ARGS(2);
   uint32_t n_req;
@@ -2518,6 +2520,12 @@ static napi_value create_managed(napi_env env, napi_callback_info info) {
         (f && get_u64(env, f, nm, &req[i].request_id)))
       FAIL_WORK(w);
     req[i].has_request_id = f != NULL;
+    /* 0 would read as "now" in C: a request at the epoch itself is refused instead */
+    snprintf(nm, sizeof nm, "checkpoints[%u].checkpoint_requested_at", i);
+    if (get_prop(env, e, "checkpoint_requested_at", &f) ||
+        (f && get_ms(env, f, nm, &req[i].requested_at_ms)) ||
+        (f && req[i].requested_at_ms < 1 && throw_range(env, nm, "at or before the epoch")))
+      FAIL_WORK(w);
   }
   w->items = req, w->n_items = n_req;
   return work_start(env, w, n, exec_create_managed, done_create_managed);

@@ -54,6 +54,99 @@ for (const [name, open] of backends) {
     await st.terminate({ clearStorage: true, signal: new AbortController().signal });
     assert.equal((await st.getStatus()).state, 'TERMINATED');
     await st.close();
+    await assert.rejects(st.clearChecksumCache(), (e) => e.code === 'BS_ESTATE');
+    await db.close();
+    cleanup();
+  });
+}
+
+const code = (C, c) => (e) => e instanceof C && e.code === c;
+
+for (const [name, open] of backends) {
+  test(`${name}: the options the engine has no use for are checked`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    await w.save(put('b', 'x'));
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    await w.close();
+    const sums = await st.getChecksums(checkpoint, ['b']);
+    for (const bad of ['', 'b', 'Bulk', 'bülk']) {
+      await assert.rejects(st.getChecksums(checkpoint, ['b'], { requestHint: bad }), code(RangeError, 'BS_EINVAL'));
+      await assert.rejects(st.getBucketDataBatch(checkpoint, [{ bucket: 'b' }], { requestHint: bad }).next(),
+        code(RangeError, 'BS_EINVAL'));
+    }
+    for (const bad of [1, new Uint8Array([98])]) {
+      await assert.rejects(st.getChecksums(checkpoint, ['b'], { requestHint: bad }), code(TypeError, 'BS_EINVAL'));
+    }
+    assert.deepEqual(await st.getChecksums(checkpoint, ['b'], { requestHint: undefined }), sums);
+    for (const bad of [{ zeroLSN: 0 }, { zeroLSN: 'a\uD800' }, { storeCurrentData: 'yes' }])
+      await assert.rejects(st.createWriter(bad), code(TypeError, 'BS_EINVAL'), JSON.stringify(bad));
+    for (const zeroLSN of ['', '0', 'ü', new Uint8Array([0xff])]) {
+      for (const storeCurrentData of [true, false]) {
+        const w2 = await st.createWriter({ zeroLSN, storeCurrentData });
+        await w2.save({ ...put('b', 'y'), currentData: 'kept' });
+        assert.equal(await w2.getSourceRow('t', 'y'), 'kept'); // as currentData says, whatever the option
+        await w2.close();
+      }
+    }
+    for (const name of ['moveBatchByteLimit', 'moveBatchLimit', 'clearBatchLimit']) {
+      for (const ok of [0, 1, 1.0, 2 ** 53 - 1, 2n ** 63n]) await st.compact({ [name]: ok });
+      for (const bad of ['1', true]) await assert.rejects(st.compact({ [name]: bad }), code(TypeError, 'BS_EINVAL'));
+      for (const bad of [-1, 1.5, NaN, -1n]) await assert.rejects(st.compact({ [name]: bad }), code(RangeError, 'BS_EINVAL'));
+    }
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: opBudget, compactInitialReplication, managed request times`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    for (let v = 0; v < 3; v++) for (const b of ['b1', 'b2', 'b3']) await w.save(put(b, b));
+    await w.save(put('b4', 'one'));
+    await w.flush();
+    // 1 and 1.0 are one number in JS
+    assert.deepEqual(await st.compactInitialReplication({ minBucketChanges: 2.0 }), { buckets: 3 });
+    await w.markSnapshotDone('1');
+    await w.commit('1');
+    for (let v = 0; v < 3; v++) for (const b of ['b1', 'b2', 'b3']) await w.save(put(b, b));
+    await w.commit('2');
+    await assert.rejects(st.compact({ opBudget: -1 }), code(RangeError, 'BS_EINVAL'));
+    await assert.rejects(st.compact({ opBudget: 'x' }), code(TypeError, 'BS_EINVAL'));
+    const budget = await st.compact({ incrementalOnly: true, minAgeMs: 0, opBudget: 1 });
+    const all = await st.compact({ incrementalOnly: true, minAgeMs: 0 });
+    assert.ok(budget.opsMoved + budget.opsCleared + budget.opsRemoved > 0, JSON.stringify(budget));
+    assert.ok(all.opsMoved + all.opsCleared + all.opsRemoved > 0, JSON.stringify(all)); // what the budget left
+    await w.close();
+
+    const t0 = Date.UTC(2026, 8, 1);
+    const { writeCheckpoints: ids, shouldAdvance } = await st.createManagedWriteCheckpoints([
+      { user_id: '', heads: { 1: '3' }, checkpoint_request_id: 7n, checkpoint_requested_at: new Date(t0) },
+      { user_id: 'ü', heads: { 1: '3' }, checkpoint_request_id: 1n, checkpoint_requested_at: t0 + 3600e3 },
+      { user_id: 'x', heads: { 1: '3' }, checkpoint_requested_at: null }, // a generated id: kept
+    ]);
+    assert.deepEqual([...ids], [['', 7n], ['ü', 1n], ['x', 1n]]);
+    assert.equal(shouldAdvance, true);
+    const w2 = await st.createWriter();
+    await w2.commit('3'); // processed: a commit at the heads
+    await w2.close();
+    const stats = await st.compact({ deleteCheckpointRequestsBefore: new Date(t0 + 60e3) });
+    assert.equal(stats.checkpointRequestsDeleted, 1);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: '', heads: { 1: '3' } }), null);
+    assert.equal(await st.deleteCheckpointRequestsBefore(Date.now() + 3600e3), 1);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'ü', heads: { 1: '3' } }), null);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'x', heads: { 1: '3' } }), 1n);
+    for (const bad of [0, new Date(0), -1])
+      await assert.rejects(st.createManagedWriteCheckpoints([{ user_id: 'u', heads: {}, checkpoint_requested_at: bad }]),
+        code(RangeError, 'BS_EINVAL'));
+    await assert.rejects(st.createManagedWriteCheckpoints([{ user_id: 'u', heads: {}, checkpoint_requested_at: new Date(NaN) }]),
+      code(RangeError, 'BS_EINVAL'));
+    await st.close();
     await db.close();
     cleanup();
   });

@@ -34,7 +34,8 @@ async function main(): Promise<void> {
     onProgress: (p) => console.log(p.opsMoved) });
   const init: { buckets: number } = await st.compactInitialReplication({ maxOpId: 10n });
   st.setWriteCheckpointMode({ mode: 'managed' });
-  const m = await st.createManagedWriteCheckpoints([{ user_id: 'u1', heads: { '1': '0/10' } }]);
+  const m = await st.createManagedWriteCheckpoints([{ user_id: 'u1', heads: { '1': '0/10' } },
+    { user_id: 'u2', heads: {}, checkpoint_request_id: 3n, checkpoint_requested_at: new Date() }]);
   const last: bigint | null = await st.lastWriteCheckpoint({ user_id: 'u1', heads: { '1': '0/10' } });
   await w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 5n, checkpoint_requested_at: new Date() });
   const n: number = await st.deleteCheckpointRequestsBefore(new Date());
@@ -49,7 +50,8 @@ async function main(): Promise<void> {
   for await (const c of st.getBucketDataBatch(cp, [{ bucket: 'b' }], { requestHint: 'bulk', signal: sig })) console.log(c);
   await st.clearChecksumCache();
   const inc: boolean = st.supportsIncrementalParameterCompaction();
-  await st.compact({ moveBatchByteLimit: 1 << 20, moveBatchLimit: 2000, clearBatchLimit: 5000, signal: sig });
+  await st.compact({ moveBatchByteLimit: 1 << 20, moveBatchLimit: 2000, clearBatchLimit: 5000, signal: sig,
+    incrementalOnly: true, opBudget: 100n, deleteCheckpointRequestsBefore: new Date() });
   const w2: bs.Writer = await st.createWriter({ zeroLSN: '0/0', storeCurrentData: true, signal: sig });
   await st.terminate({ clearStorage: true, signal: sig });
   console.log(inc, w2);

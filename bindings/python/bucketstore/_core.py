@@ -293,8 +293,11 @@ def _unused(v: Any, name: str, check: Callable[[Any, str], Any]) -> None:
 
 
 def _hint(v: Optional[str]) -> None:
-    if v is not None and v not in REQUEST_HINTS:
-        raise _inval(f"request_hint: {v!r} is not one of 'bulk', 'incremental'")
+    if v is None or v in REQUEST_HINTS:
+        return
+    if not isinstance(v, str):
+        raise TypeError(f"request_hint: expected str, got {type(v).__name__}")
+    raise _inval(f"request_hint: {v!r} is not one of 'bulk', 'incremental'")
 
 
 def _str(v: F.bs_val) -> Optional[str]:
