@@ -337,9 +337,26 @@ function checkWriterOptions(options) {
 }
 
 const UNUSED_COMPACT = ['moveBatchByteLimit', 'moveBatchLimit', 'clearBatchLimit'];
+// Counts the library reads as "its default" when 0, and a time or ratio it reads so when
+// negative: an explicit such value is refused, as Python refuses it, instead of meaning the
+// default silently (leave the option out for that).
+const COMPACT_COUNTS = ['minBucketChanges', 'memoryLimitMB', 'maxOpsPerTransaction', 'opBudget'];
+const COMPACT_NOT_NEGATIVE = ['minAgeMs', 'minChangeRatio'];
 
-/** compact's batch limits: non-negative integers (a number or bigint). */
+function checkExplicit(options, counts, notNegative) {
+  for (const name of counts) {
+    const v = options?.[name];
+    if (v === 0 || v === 0n) throw rangeError(`options.${name}: 0 (at least 1; leave it out for the default)`);
+  }
+  for (const name of notNegative) {
+    const v = options?.[name];
+    if (typeof v === 'number' && v < 0) throw rangeError(`options.${name}: negative (leave it out for the default)`);
+  }
+}
+
+/** compact's batch limits: non-negative integers (a number or bigint); the explicit options. */
 function checkCompactOptions(options) {
+  checkExplicit(options, COMPACT_COUNTS, COMPACT_NOT_NEGATIVE);
   for (const name of UNUSED_COMPACT) {
     const v = options?.[name];
     if (v == null) continue;
@@ -522,6 +539,7 @@ class BucketStorage {
   async compactInitialReplication(options) {
     const { signal, ...o } = options ?? {};
     signal?.throwIfAborted();
+    checkExplicit(o, ['minBucketChanges'], []);
     const r = await call(native.compactInitialReplication, this.#h, o);
     signal?.throwIfAborted();
     return r;

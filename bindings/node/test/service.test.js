@@ -92,6 +92,15 @@ for (const [name, open] of backends) {
         await w2.close();
       }
     }
+    // where the library reads 0 (or a negative value) as its default, an explicit one is refused
+    for (const name of ['minBucketChanges', 'memoryLimitMB', 'maxOpsPerTransaction', 'opBudget'])
+      for (const zero of [0, 0n, -0]) await assert.rejects(st.compact({ [name]: zero }), code(RangeError, 'BS_EINVAL'));
+    await assert.rejects(st.compactInitialReplication({ minBucketChanges: 0 }), code(RangeError, 'BS_EINVAL'));
+    for (const name of ['minAgeMs', 'minChangeRatio']) {
+      await assert.rejects(st.compact({ [name]: -1 }), code(RangeError, 'BS_EINVAL'));
+      await st.compact({ [name]: 0 });
+    }
+    await st.compact({ minBucketChanges: 1, memoryLimitMB: 1, maxOpsPerTransaction: 2, opBudget: 1n });
     for (const name of ['moveBatchByteLimit', 'moveBatchLimit', 'clearBatchLimit']) {
       for (const ok of [0, 1, 1.0, 2 ** 53 - 1, 2n ** 63n]) await st.compact({ [name]: ok });
       for (const bad of ['1', true]) await assert.rejects(st.compact({ [name]: bad }), code(TypeError, 'BS_EINVAL'));

@@ -300,6 +300,14 @@ def _hint(v: Optional[str]) -> None:
     raise _inval(f"request_hint: {v!r} is not one of 'bulk', 'incremental'")
 
 
+def _ratio(v: Any, name: str) -> float:
+    """A ratio the library reads as "its default" when negative: an explicit one is >= 0."""
+    r = _float(v, name)
+    if r < 0:
+        raise _inval(f"{name}: negative (None for the default)")
+    return r
+
+
 def _str(v: F.bs_val) -> Optional[str]:
     """A borrowed bs_val as str (None when absent)."""
     if v.data is None:
@@ -1525,7 +1533,7 @@ class Storage(_Handle):
             )
             o.buckets, o.n_buckets = names, len(bl)
         o.min_bucket_changes = _size(min_bucket_changes, "min_bucket_changes")
-        o.min_change_ratio = -1.0 if min_change_ratio is None else _float(
+        o.min_change_ratio = -1.0 if min_change_ratio is None else _ratio(
             min_change_ratio, "min_change_ratio")
         o.memory_limit_mb = _size(memory_limit_mb, "memory_limit_mb")
         o.incremental_only = _bool(incremental_only, "incremental_only")

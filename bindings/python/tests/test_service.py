@@ -87,6 +87,20 @@ def test_unused_compaction_options_are_checked(st, name):
         st.compact(**{name: -1})
 
 
+@pytest.mark.parametrize("name", ["min_bucket_changes", "memory_limit_mb", "max_ops_per_txn",
+                                  "op_budget", "min_age_ms", "min_change_ratio"])
+def test_explicit_compaction_options(st, name):
+    """Where the library reads 0 (or a negative value) as its default, an explicit such value is
+    refused (None is the default), as in Node."""
+    bad = -1 if name in ("min_age_ms", "min_change_ratio") else 0
+    with pytest.raises(bs.InvalidArgumentError, match=name):
+        st.compact(**{name: bad})
+    st.compact(**{name: bad + 2})
+    if name == "min_bucket_changes":
+        with pytest.raises(bs.InvalidArgumentError, match=name):
+            st.compact_initial_replication(min_bucket_changes=0)
+
+
 @pytest.mark.parametrize("ratio", [1, 1.0])
 def test_compaction_thresholds_take_1_and_1_0(st, ratio):
     with st.writer() as w:
