@@ -542,14 +542,28 @@ static int auto_flush(bs_writer *w, bs_error *err) {
   return flush_queue(w, &last, err);
 }
 
+/* The save rule (storage.h bs_writer_check_save): change copied into s and checked, then the
+ * writer's kind. Reads only what bs_writer_open fixed, so any thread may call it. */
+static int check_writer_save(const bs_writer *w, const bs_save *change, bs_save *s, bs_error *err) {
+  int rc;
+  if ((rc = check_save(change, s, err))) return rc;
+  if (w->front->opts.snapshot && s->tag != BS_INSERT)
+    return bs__fail(err, BS_ESTATE,
+                    "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
+  return BS_OK;
+}
+
+int bs_writer_check_save(const bs_writer *w, const bs_save *change, bs_error *err) {
+  bs_save s;
+  if (!w) return bs__fail(err, BS_EINVAL, "w: NULL");
+  return check_writer_save(w, change, &s, err);
+}
+
 int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err) {
   bs_save s;
   int rc;
   if ((rc = check_writer(w, err))) return rc;
-  if ((rc = check_save(change, &s, err))) return rc;
-  if (w->front->opts.snapshot && s.tag != BS_INSERT)
-    return bs__fail(err, BS_ESTATE,
-                    "change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
+  if ((rc = check_writer_save(w, change, &s, err))) return rc;
   if ((rc = auto_flush(w, err))) return rc;
   if (bs__queue_save(&w->front->q, front_alloc(w->st), &s) != BS_OK)
     return bs__fail(err, BS_ENOMEM, "cannot queue the change");

@@ -473,6 +473,14 @@ BS_API void bs_writer_close(bs_writer *w);
  * UPDATE or DELETE, contract.md 4.3; from an auto-flush: stream terminated),
  * BS_ENOMEM (the copy: nothing queued), and an auto-flush's errors (as bs_writer_flush). */
 BS_API int bs_writer_save(bs_writer *w, const bs_save *change, bs_error *err);
+/* Checks change as bs_writer_save(w, change) does before it queues anything (since 0.4.0): the
+ * fields, their BS_MAX_* limits and w's kind (a snapshot writer takes INSERT only), with the
+ * same code and message; BS_OK when bs_writer_save would queue it (an auto-flush and its
+ * memory aside). Queues, flushes and changes nothing; it reads only what bs_writer_open fixed,
+ * so it may run on any thread, also while another thread uses w (e.g. checking a batch of saves
+ * before any is queued). Errors: BS_EINVAL (w NULL; a field, named), BS_ETOOBIG, BS_ESTATE (as
+ * bs_writer_save). */
+BS_API int bs_writer_check_save(const bs_writer *w, const bs_save *change, bs_error *err);
 /* Truncate flushes the queue (its own transaction: a failed truncate leaves it flushed), then
  * persists REMOVEs / tombstones for every row of table (in bounded transactions; visible with
  * the next checkpoint); drop also forgets the table.

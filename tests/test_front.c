@@ -404,6 +404,24 @@ static void test_stream_checks(void **state) {
   bs_close(ro);
 }
 
+/* bs_writer_check_save(w, change) answers as bs_writer_save(w, change) does, the same code
+ * and message, and queues nothing; then the save itself (queued when it is accepted). */
+static void expect_save(bs_writer *w, const bs_save *change, int want, const char *what) {
+  bs_error checked, saved;
+  size_t queued = w->front->q.n;
+  int before = calls;
+  memset(&checked, 0, sizeof checked);
+  memset(&saved, 0, sizeof saved);
+  assert_int_equal(bs_writer_check_save(w, change, &checked), want);
+  assert_int_equal(w->front->q.n, queued);
+  assert_int_equal(bs_writer_save(w, change, &saved), want);
+  assert_int_equal(checked.code, saved.code);
+  assert_string_equal(checked.msg, saved.msg);
+  assert_int_equal(calls, before); /* below the auto-flush bound: no backend call */
+  if (want != BS_OK) assert_non_null(strstr(saved.msg, what));
+  assert_int_equal(w->front->q.n, queued + (want == BS_OK));
+}
+
 static void test_writer_checks(void **state) {
   bs_db *db = fake_db(0), *ro = fake_db(BS_OPEN_RDONLY);
   bs_storage *st = fake_storage(db), *rost = fake_storage(ro);
@@ -429,81 +447,81 @@ static void test_writer_checks(void **state) {
   s.n_rows = 1;
   s.lookups = &lk;
   s.n_lookups = 1;
-  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
-  EXPECT(bs_writer_save(w, NULL, E), BS_EINVAL, "change");
+  expect_save(w, &s, BS_OK, "");
+  expect_save(w, NULL, BS_EINVAL, "change");
   s.version = 0;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->version");
+  expect_save(w, &s, BS_EINVAL, "change->version");
   s.version = BS_SAVE_VERSION;
   s.tag = (bs_tag)9;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->tag");
+  expect_save(w, &s, BS_EINVAL, "change->tag");
   s.tag = BS_INSERT;
   s.table.size = 0;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->table");
+  expect_save(w, &s, BS_EINVAL, "change->table");
   s.table.data = big;
   s.table.size = BS_MAX_TABLE_NAME + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_TABLE_NAME");
+  expect_save(w, &s, BS_ETOOBIG, "BS_MAX_TABLE_NAME");
   s.table = bs__val_str("users");
   s.after_id.data = NULL;
   s.after_id.size = 0;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->after_id");
+  expect_save(w, &s, BS_EINVAL, "change->after_id");
   s.after_id.data = big;
   s.after_id.size = BS_MAX_REPLICA_ID + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_REPLICA_ID");
+  expect_save(w, &s, BS_ETOOBIG, "BS_MAX_REPLICA_ID");
   s.after_id.size = BS_MAX_REPLICA_ID; /* exactly the limit is fine */
-  assert_int_equal(bs_writer_save(w, &s, NULL), BS_OK);
+  expect_save(w, &s, BS_OK, "");
   s.before_id.data = big;
   s.before_id.size = BS_MAX_REPLICA_ID + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "change->before_id");
+  expect_save(w, &s, BS_ETOOBIG, "change->before_id");
   s.before_id.data = NULL;
   s.before_id.size = 0;
   s.tag = BS_DELETE;
   s.after_id.data = NULL;
   s.after_id.size = 0;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "before_id");
+  expect_save(w, &s, BS_EINVAL, "before_id");
   s.tag = BS_INSERT;
   s.after_id = bs__val_str("r1");
   row.bucket.data = big;
   row.bucket.size = BS_MAX_BUCKET_NAME + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "rows[0].bucket");
+  expect_save(w, &s, BS_ETOOBIG, "rows[0].bucket");
   row.bucket.size = 0;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].bucket");
+  expect_save(w, &s, BS_EINVAL, "rows[0].bucket");
   row.bucket = bs__val_str("b");
   row.data.data = big;
   row.data.size = BS_MAX_OP_DATA + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_OP_DATA");
+  expect_save(w, &s, BS_ETOOBIG, "BS_MAX_OP_DATA");
   row.data = bs__val_str("{}");
   row.object_id.data = NULL;
   row.object_id.size = 3;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].object_id");
+  expect_save(w, &s, BS_EINVAL, "rows[0].object_id");
   row.object_id = bs__val_str("i");
   lk.key.data = big;
   lk.key.size = BS_MAX_LOOKUP_KEY + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "BS_MAX_LOOKUP_KEY");
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "lookups[0].key");
+  expect_save(w, &s, BS_ETOOBIG, "BS_MAX_LOOKUP_KEY");
+  expect_save(w, &s, BS_ETOOBIG, "lookups[0].key");
   lk.key = bs__val_str("k");
   lk.params = NULL;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "lookups[0].params");
+  expect_save(w, &s, BS_EINVAL, "lookups[0].params");
   {
     /* the element named by both indices; the limit itself is allowed */
     bs_val ps3[3] = {{"", 0}, {big, BS_MAX_OP_DATA}, {NULL, 1}};
     lk.params = ps3;
     lk.n_params = 3;
-    EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "lookups[0].params[2]: NULL data with size 1");
+    expect_save(w, &s, BS_EINVAL, "lookups[0].params[2]: NULL data with size 1");
     ps3[2] = (bs_val){big, BS_MAX_OP_DATA + 1};
-    EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "lookups[0].params[2] is");
+    expect_save(w, &s, BS_ETOOBIG, "lookups[0].params[2] is");
     lk.n_params = 1;
   }
   lk.params = params;
   row.object_type.data = big;
   row.object_type.size = BS_MAX_OBJECT_NAME + 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_ETOOBIG, "rows[0].object_type is");
+  expect_save(w, &s, BS_ETOOBIG, "rows[0].object_type is");
   row.object_type = bs__val_str("t");
   row.data.data = NULL;
   row.data.size = 1;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "rows[0].data: NULL data with size 1");
+  expect_save(w, &s, BS_EINVAL, "rows[0].data: NULL data with size 1");
   row.data = bs__val_str("{}");
   s.rows = NULL;
-  EXPECT(bs_writer_save(w, &s, E), BS_EINVAL, "change->rows");
+  expect_save(w, &s, BS_EINVAL, "change->rows");
   s.rows = &row;
 
   bs_val lsn_big = {big, BS_MAX_LSN + 1}, lsn = bs__val_str("0/1");
@@ -543,8 +561,19 @@ static void test_writer_checks(void **state) {
   assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);
   assert_true(seen_requested_at < 0); /* persistent */
   EXPECT(bs_writer_save(NULL, &s, E), BS_EINVAL, "w");
+  EXPECT(bs_writer_check_save(NULL, &s, E), BS_EINVAL, "w: NULL");
   bs_writer_close(w);
   bs_writer_close(NULL);
+  /* a snapshot writer takes INSERT only: the check says so as the save does */
+  wo = (bs_writer_options)BS_WRITER_OPTIONS_INIT;
+  wo.snapshot = 1;
+  assert_int_equal(bs_writer_open(&w, st, &wo, NULL), BS_OK);
+  expect_save(w, &s, BS_OK, "");
+  s.tag = BS_UPDATE;
+  expect_save(w, &s, BS_ESTATE, "change->tag: a snapshot writer accepts INSERT only");
+  s.tag = BS_INSERT;
+  bs_writer_close(w);
+  wo.snapshot = 0;
   wo.version = BS_WRITER_OPTIONS_VERSION;
   wo.create_empty = 0;
   assert_int_equal(bs_writer_open(&w, st, &wo, NULL), BS_OK);

@@ -538,7 +538,7 @@ struct node {
   } u;
   /* writer: a job queue run by one async work at a time, and the binding's flush bound */
   job *pending, *pending_tail;
-  int running, dirty, snapshot;
+  int running, dirty;
   size_t q_records, q_bytes, max_records, max_bytes;
   arena scratch;
   /* database: the checkpoint listener's threadsafe function, made by the first onCheckpoint()
@@ -1287,8 +1287,8 @@ static napi_value db_on_checkpoint(napi_env env, napi_callback_info info) {
  *   lookup  := u32 n_values, scalar * n_values, u32 n_params, bytes * n_params
  *   scalar  := u8 0 null | 1 false | 2 true | 3 f64 number | 4 i64 bigint | 5 bytes string
  *   bytes   := u32 size, size bytes (UTF-8 checked by the encoder, or a Uint8Array's bytes)
- * JS checks what only it can see (types, lone surrogates); the decoder checks the storage.h
- * limits, for every save of a batch before any is queued. */
+ * JS checks what only it can see (types, lone surrogates); the library checks every save of a
+ * batch (bs_writer_check_save) before any is queued. */
 
 typedef struct batch_saves {
   bs_save *saves;
@@ -1342,22 +1342,15 @@ static int rd_u64(rd *r, uint64_t *v, bs_error *err) {
   return BS_OK;
 }
 
-/* Bytes of the batch, within min..max bytes (a storage.h limit, named in the message). The
- * library checks every save again; checked here, a batch with one bad save queues nothing. */
-static int rd_field(rd *r, bs_val *v, size_t min, size_t max, const char *limit, const char *field,
-                    bs_error *err) {
+/* Bytes of the batch (never NULL: a present field, empty too). */
+static int rd_field(rd *r, bs_val *v, bs_error *err) {
   uint32_t size;
   if (rd_u32(r, &size, err)) return BS_EINVAL;
   if ((size_t)(r->end - r->p) < size) return rd_fail(err);
   v->data = size ? (const void *)r->p : (const void *)empty_bytes, v->size = size;
   r->p += size;
-  if (size > max)
-    return err_set(err, BS_ETOOBIG, "%s is %zu bytes, over %s (%zu)", field, (size_t)size, limit,
-                   max);
-  if (size < min) return err_set(err, BS_EINVAL, "%s is empty", field);
   return BS_OK;
 }
-#define RD_FIELD(r, v, min, max, field, err) rd_field(r, v, min, max, #max, field, err)
 
 static int rd_count(rd *r, size_t each, uint32_t *n, bs_error *err) {
   if (rd_u32(r, n, err)) return BS_EINVAL;
@@ -1391,7 +1384,7 @@ static int rd_lookup(rd *r, arena *a, bs_val *key, bs_error *err) {
         vals[k].type = BS_SCALAR_INT, vals[k].i = (int64_t)u;
     } else if (t == 5) {
       vals[k].type = BS_SCALAR_STRING;
-      if (RD_FIELD(r, &vals[k].s, 0, SIZE_MAX, field, err)) return BS_EINVAL;
+      if (rd_field(r, &vals[k].s, err)) return BS_EINVAL;
     } else {
       return rd_fail(err);
     }
@@ -1413,22 +1406,18 @@ static int rd_save(rd *r, arena *a, bs_save *s, bs_error *err) {
   if (rd_u8(r, &tag, err) || rd_u8(r, &present, err)) return BS_EINVAL;
   if (tag < BS_INSERT || tag > BS_DELETE) return rd_fail(err);
   s->tag = (bs_tag)tag;
-  if (RD_FIELD(r, &s->table, 1, BS_MAX_TABLE_NAME, "sourceTable", err) ||
-      ((present & 1) && RD_FIELD(r, &s->before_id, 0, BS_MAX_REPLICA_ID, "beforeReplicaId", err)) ||
-      ((present & 2) && RD_FIELD(r, &s->after_id, 0, BS_MAX_REPLICA_ID, "afterReplicaId", err)) ||
-      ((present & 4) && RD_FIELD(r, &s->stored_data, 0, BS_MAX_OP_DATA, "currentData", err)))
-    return err->code;
-  if (s->tag != BS_DELETE ? !s->after_id.data : !s->before_id.data) return rd_fail(err);
+  if (rd_field(r, &s->table, err) || ((present & 1) && rd_field(r, &s->before_id, err)) ||
+      ((present & 2) && rd_field(r, &s->after_id, err)) ||
+      ((present & 4) && rd_field(r, &s->stored_data, err)))
+    return BS_EINVAL;
   if (rd_count(r, 16, &n_rows, err)) return BS_EINVAL;
   if (n_rows) {
     bs_row *row = ar_alloc(a, n_rows * sizeof *row);
     if (!row) return err_set(err, BS_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n_rows; i++)
-      if (RD_FIELD(r, &row[i].bucket, 1, BS_MAX_BUCKET_NAME, "bucket", err) ||
-          RD_FIELD(r, &row[i].object_type, 0, BS_MAX_OBJECT_NAME, "table", err) ||
-          RD_FIELD(r, &row[i].object_id, 0, BS_MAX_OBJECT_NAME, "id", err) ||
-          RD_FIELD(r, &row[i].data, 0, BS_MAX_OP_DATA, "data", err))
-        return err_set(err, err->code, "evaluated[%u].%s", i, err->msg);
+      if (rd_field(r, &row[i].bucket, err) || rd_field(r, &row[i].object_type, err) ||
+          rd_field(r, &row[i].object_id, err) || rd_field(r, &row[i].data, err))
+        return BS_EINVAL;
     s->rows = row, s->n_rows = n_rows;
   }
   if (rd_count(r, 8, &n_lookups, err)) return BS_EINVAL;
@@ -1443,9 +1432,7 @@ static int rd_save(rd *r, arena *a, bs_save *s, bs_error *err) {
       if (!(p = ar_alloc(a, (np ? np : 1) * sizeof *p)))
         return err_set(err, BS_ENOMEM, "out of memory");
       for (uint32_t k = 0; k < np; k++)
-        if (RD_FIELD(r, &p[k], 0, BS_MAX_OP_DATA, "", err))
-          return err_set(err, err->code, "evaluatedParameters[%u].bucketParameters[%u]%s", i, k,
-                         err->msg);
+        if (rd_field(r, &p[k], err)) return BS_EINVAL;
       l[i].params = p, l[i].n_params = np;
     }
     s->lookups = l, s->n_lookups = n_lookups;
@@ -1494,7 +1481,7 @@ static napi_value done_writer(napi_env env, work *w) {
   napi_value ext = done_handle(env, w);
   node *n;
   if (!ext || napi_get_value_external(env, ext, (void **)&n) != napi_ok) return ext;
-  n->max_records = w->u1, n->max_bytes = w->u2, n->snapshot = w->wo.snapshot;
+  n->max_records = w->u1, n->max_bytes = w->u2;
   return ext;
 }
 
@@ -1750,12 +1737,10 @@ static int decode_saves(const node *n, arena *a, const void *bytes, size_t size,
     const unsigned char *start = r.p;
     bs_save *s = &b->saves[b->n];
     int rc = rd_save(&r, a, s, err);
-    /* the library's rule, checked here too so that it fails the batch before it is queued */
-    if (!rc && n->snapshot && s->tag != BS_INSERT)
-      rc = err_set(err, BS_ESTATE, "tag: a snapshot writer accepts INSERT only (contract.md 4.3)");
+    if (!rc) rc = bs_writer_check_save(n->u.w, s, err);
     if (rc)
-      return b->single ? err_set(err, rc, "record.%s", err->msg)
-                       : err_set(err, rc, "saves[%u].%s", b->n, err->msg);
+      return b->single ? err_set(err, rc, "record: %s", err->msg)
+                       : err_set(err, rc, "saves[%u]: %s", b->n, err->msg);
     b->sizes[b->n] = (size_t)(r.p - start);
   }
   return r.p == r.end ? BS_OK : rd_fail(err);

@@ -1,12 +1,13 @@
 'use strict';
 // Writer.saveMany(): records cross in one Buffer (index.js's SaveEncoder, the addon's decoder),
 // as save()'s one record does. The same records give the same database through either; a bad
-// record anywhere in a batch rejects naming saves[i] and queues none of the batch.
+// record anywhere in a batch rejects naming saves[i] with the library's message
+// (bs_writer_check_save, the check of bs_writer_save) and queues none of the batch.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { bs, backends, readAll } = require('./helpers.cjs');
 
-const MAX = { bucket: 480, replicaId: 256, table: 256, lookupKey: 480 };
+const MAX = { bucket: 480, replicaId: 256, table: 256, lookupKey: 480, objectName: 65535 };
 const put = (id, bucket, data = '{}', extra = {}) => ({ tag: 'insert', sourceTable: 't', afterReplicaId: id,
   evaluated: [{ bucket, table: 'items', id, data }], ...extra });
 
@@ -120,14 +121,23 @@ for (const [name, open] of backends) {
     const bad = [
       [put('x', 'a\uD800'), TypeError, /^saves\[2\]\.evaluated\[0\]\.bucket: not valid Unicode/],
       [put('\uDC00', 'b'), TypeError, /^saves\[2\]\.afterReplicaId: not valid Unicode/],
+      // the library's checks, its messages exactly (tests/test_front.c t_check_save has the same)
       [{ ...put('x', 'b'), sourceTable: 'x'.repeat(MAX.table + 1) }, { code: 'BS_ETOOBIG' },
-        /^saves\[2\]\.sourceTable is 257 bytes, over BS_MAX_TABLE_NAME/],
+        'saves[2]: change->table is 257 bytes, over BS_MAX_TABLE_NAME (256)'],
       [put('x', 'é'.repeat(MAX.bucket / 2) + 'a'), { code: 'BS_ETOOBIG' },
-        /^saves\[2\]\.evaluated\[0\]\.bucket is 481 bytes, over BS_MAX_BUCKET_NAME/],
-      [put('x', ''), { code: 'BS_EINVAL' }, /^saves\[2\]\.evaluated\[0\]\.bucket is empty/],
-      [put('r'.repeat(MAX.replicaId + 1), 'b'), { code: 'BS_ETOOBIG' }, /^saves\[2\]\.afterReplicaId is 257 bytes/],
+        'saves[2]: rows[0].bucket is 481 bytes, over BS_MAX_BUCKET_NAME (480)'],
+      [put('x', ''), { code: 'BS_EINVAL' }, 'saves[2]: rows[0].bucket is empty'],
+      [{ ...put('x', 'b'), evaluated: [{ bucket: 'b', table: 't', id: 'x', data: '{}' },
+        { bucket: 'b', table: 't', id: 'i'.repeat(MAX.objectName + 1), data: '{}' }] }, { code: 'BS_ETOOBIG' },
+        'saves[2]: rows[1].object_id is 65536 bytes, over BS_MAX_OBJECT_NAME (65535)'],
+      [put('x', 'b', '{}', { evaluated: [{ bucket: 'b', table: 't'.repeat(MAX.objectName + 1), id: 'x', data: '{}' }] }),
+        { code: 'BS_ETOOBIG' }, 'saves[2]: rows[0].object_type is 65536 bytes, over BS_MAX_OBJECT_NAME (65535)'],
+      [put('r'.repeat(MAX.replicaId + 1), 'b'), { code: 'BS_ETOOBIG' },
+        'saves[2]: change->after_id is 257 bytes, over BS_MAX_REPLICA_ID (256)'],
+      [{ ...put('x', 'b'), tag: 'update', beforeReplicaId: 'r'.repeat(MAX.replicaId + 1) }, { code: 'BS_ETOOBIG' },
+        'saves[2]: change->before_id is 257 bytes, over BS_MAX_REPLICA_ID (256)'],
       [put('x', 'b', '{}', { evaluatedParameters: [{ lookup: ['k'.repeat(MAX.lookupKey)], bucketParameters: [] }] }),
-        { code: 'BS_ETOOBIG' }, /^saves\[2\]\.evaluatedParameters\[0\]\.lookup: .* over BS_MAX_LOOKUP_KEY/],
+        { code: 'BS_ETOOBIG' }, /^saves\[2\]: evaluatedParameters\[0\]\.lookup: .* over BS_MAX_LOOKUP_KEY/],
       [put('x', 'b', '{}', { evaluatedParameters: [{ lookup: [2n ** 63n], bucketParameters: [] }] }), RangeError,
         /^saves\[2\]\.evaluatedParameters\[0\]\.lookup\[0\]: bigint out of the int64 range/],
       [put('x', 'b', 7), TypeError, /^saves\[2\]\.evaluated\[0\]\.data: expected JSON text or an object/],
@@ -139,6 +149,8 @@ for (const [name, open] of backends) {
       await assert.rejects(w.saveMany(batch), kind, String(message));
       await assert.rejects(w.saveMany(batch), { message }, String(message));
       assert.equal(await w.flush(), null, `${message}: nothing of the batch was queued`);
+      if (typeof message === 'string') // save() of the record alone: the same message
+        await assert.rejects(w.save(rec), { message: message.replace('saves[2]', 'record') });
     }
     await assert.rejects(w.saveMany('no'), { name: 'TypeError', message: /saves: expected an array/ });
     // the same refusals on a writer busy with a commit: the batch is refused before it waits
@@ -156,7 +168,7 @@ for (const [name, open] of backends) {
     // a snapshot writer takes INSERTs only: an UPDATE mid-batch refuses the batch
     const sw = await st.createWriter({ skipExistingRows: true });
     await assert.rejects(sw.saveMany([good(0), { ...put('x', 'b'), tag: 'update' }]),
-      { code: 'BS_ESTATE', message: /^saves\[1\]\.tag: a snapshot writer accepts INSERT only/ });
+      { code: 'BS_ESTATE', message: 'saves[1]: change->tag: a snapshot writer accepts INSERT only (contract.md 4.3)' });
     assert.equal(await sw.flush(), null);
     await sw.close();
     await st.close();
