@@ -369,11 +369,18 @@ function checkCompactOptions(options) {
 
 const OP_NAMES = [null, 'PUT', 'REMOVE', 'MOVE', 'CLEAR'];
 
-/** Op k of a batch in columns (see done_bucket_data in the addon), as the protocol's OplogEntry. */
+/** Field f of a batch in columns (see done_bucket_data in the addon): a slice of its text, null
+ * or a value made on its own (bytes that are not UTF-8). */
+function field(r, f) {
+  const kind = r.kinds[f];
+  return kind === 0 ? r.text.slice(r.offs[f], r.offs[f + 1]) : kind === 1 ? null : r.raw[f];
+}
+
+/** Op k of a batch in columns, as the protocol's OplogEntry. */
 function oplogEntry(r, k) {
-  const s = r.strs;
-  return { op_id: r.ids[k], op: OP_NAMES[r.types[k]], object_type: s[4 * k],
-    object_id: s[4 * k + 1], subkey: s[4 * k + 2], data: s[4 * k + 3], checksum: r.sums[k] };
+  return { op_id: r.ids[k], op: OP_NAMES[r.types[k]], object_type: field(r, 4 * k),
+    object_id: field(r, 4 * k + 1), subkey: field(r, 4 * k + 2), data: field(r, 4 * k + 3),
+    checksum: r.sums[k] };
 }
 
 class Database {

@@ -219,19 +219,20 @@ static int get_prop(napi_env env, napi_value obj, const char *key, napi_value *o
   return 0;
 }
 
-/* Whether s is well-formed UTF-8 (no overlong form, surrogate or code point above U+10FFFF). */
-static int is_utf8(const unsigned char *s, size_t n) {
-  size_t i = 0;
+/* Whether s is well-formed UTF-8 (no overlong form, surrogate or code point above U+10FFFF);
+ * if so, *units is its length in UTF-16 code units (n when it is ASCII). */
+static int utf8_units(const unsigned char *s, size_t n, size_t *units) {
+  size_t i = 0, u = 0;
   while (i < n) {
     uint64_t x;
     unsigned lo = 0x80, hi = 0xBF, c;
     size_t k;
     if (n - i >= 8 && (memcpy(&x, s + i, 8), !(x & 0x8080808080808080ull))) {
-      i += 8;
+      i += 8, u += 8;
       continue;
     }
     if ((c = s[i]) < 0x80) {
-      i++;
+      i++, u++;
       continue;
     }
     if (c >= 0xC2 && c <= 0xDF)
@@ -245,9 +246,15 @@ static int is_utf8(const unsigned char *s, size_t n) {
     if (n - i <= k || s[i + 1] < lo || s[i + 1] > hi) return 0;
     for (size_t j = 2; j <= k; j++)
       if ((s[i + j] & 0xC0) != 0x80) return 0;
-    i += k + 1;
+    i += k + 1, u += k == 3 ? 2 : 1;
   }
+  *units = u;
   return 1;
+}
+
+static int is_utf8(const unsigned char *s, size_t n) {
+  size_t u;
+  return utf8_units(s, n, &u);
 }
 
 /* Node writes a lone surrogate of a string as U+FFFD (EF BF BD), so two different strings
@@ -1974,19 +1981,6 @@ static void exec_bucket_data(work *w) {
   w->i1 = has_more;
 }
 
-/* Two strings in a row are often equal (object types): reuse the last one's JS value. */
-typedef struct strmemo {
-  bs_val last;
-  napi_value v;
-} strmemo;
-
-static napi_value js_str_memo(napi_env env, strmemo *m, bs_val s) {
-  if (!m->v || !s.data || !m->last.data || s.size != m->last.size ||
-      (s.size && memcmp(s.data, m->last.data, s.size)))
-    m->v = js_str(env, s), m->last = s;
-  return m->v;
-}
-
 /* A typed array of n elements of size each over a new ArrayBuffer; *data its bytes. */
 static napi_value js_typed(napi_env env, napi_typedarray_type t, size_t size, size_t n,
                            void **data) {
@@ -1997,43 +1991,69 @@ static napi_value js_typed(napi_env env, napi_typedarray_type t, size_t size, si
   return ta;
 }
 
+/* The batch's strings go to JS as one string (its text) that index.js slices: a Node-API call
+ * per string, and above all napi_set_element per string into an array, cost more than the rest
+ * of the read. A field outside the text (kind FIELD_RAW: bytes that are not UTF-8, or text past
+ * TEXT_MAX, which keeps the string under V8's length limit) is made on its own and set at its
+ * index in raw. */
+enum { FIELD_TEXT, FIELD_NULL, FIELD_RAW };
+#define TEXT_MAX ((size_t)1 << 28)
+
 /* A batch in columns, from which index.js builds the OplogEntry objects (object literals of one
  * shape are much cheaper to make in JS than property by property through Node-API):
- * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, strs: [object_type,
- *  object_id, subkey, data per op], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
- * with the ops of all chunks in order. */
+ * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, text, kinds: Uint8Array,
+ *  offs: Uint32Array, raw: [], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
+ * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
+ * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null or raw[f] as kinds[f] says. */
 static napi_value done_bucket_data(napi_env env, work *w) {
-  napi_value chunks, res = js_obj(env), ids, types, sums, strs;
+  napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw;
   uint64_t *id;
-  uint8_t *ty;
-  uint32_t *cs, ci = 0, si = 0;
-  size_t n = 0, k = 0;
-  strmemo memo[4];
-  memset(memo, 0, sizeof memo);
+  uint8_t *ty, *kd;
+  uint32_t *cs, *of, ci = 0;
+  size_t n = 0, k = 0, f = 0, bytes = 0, units = 0, u;
+  char *buf;
   for (cchunk *cc = w->list; cc; cc = cc->next) n += cc->c.n_ops;
   if (!(ids = js_typed(env, napi_biguint64_array, 8, n, (void **)&id)) ||
       !(types = js_typed(env, napi_uint8_array, 1, n, (void **)&ty)) ||
       !(sums = js_typed(env, napi_uint32_array, 4, n, (void **)&cs)) ||
-      napi_create_array_with_length(env, 4 * n, &strs) != napi_ok ||
+      !(kinds = js_typed(env, napi_uint8_array, 1, 4 * n, (void **)&kd)) ||
+      !(offs = js_typed(env, napi_uint32_array, 4, 4 * n + 1, (void **)&of)) ||
+      napi_create_array(env, &raw) != napi_ok ||
       napi_create_array_with_length(env, w->list_n, &chunks) != napi_ok)
     return NULL;
+  for (cchunk *cc = w->list; cc; cc = cc->next)
+    for (size_t i = 0; i < cc->c.n_ops; i++)
+      bytes += cc->c.ops[i].object_type.size + cc->c.ops[i].object_id.size +
+               cc->c.ops[i].subkey.size + cc->c.ops[i].data.size;
+  if (!(buf = malloc(bytes < TEXT_MAX ? bytes + 1 : TEXT_MAX))) {
+    NOMEM();
+    return NULL;
+  }
+  bytes = 0;
   for (cchunk *cc = w->list; cc; cc = cc->next) {
     const bs_chunk *c = &cc->c;
     napi_value ch = js_obj(env);
-    napi_handle_scope scope;
-    if (napi_open_handle_scope(env, &scope) != napi_ok) return NULL;
     for (size_t i = 0; i < c->n_ops; i++, k++) {
       const bs_op *o = &c->ops[i];
-      const bs_val f[4] = {o->object_type, o->object_id, o->subkey, o->data};
+      const bs_val fv[4] = {o->object_type, o->object_id, o->subkey, o->data};
       id[k] = o->op_id, ty[k] = (uint8_t)o->type, cs[k] = o->checksum;
-      for (int j = 0; j < 4; j++)
-        if (napi_set_element(env, strs, si++, js_str_memo(env, &memo[j], f[j])) != napi_ok) {
-          napi_close_handle_scope(env, scope);
-          return NULL;
+      for (int j = 0; j < 4; j++, f++) {
+        of[f] = (uint32_t)units;
+        if (!fv[j].data) {
+          kd[f] = FIELD_NULL;
+        } else if (fv[j].size <= TEXT_MAX - bytes && utf8_units(fv[j].data, fv[j].size, &u)) {
+          kd[f] = FIELD_TEXT;
+          memcpy(buf + bytes, fv[j].data, fv[j].size);
+          bytes += fv[j].size, units += u;
+        } else {
+          kd[f] = FIELD_RAW;
+          if (napi_set_element(env, raw, (uint32_t)f, js_str(env, fv[j])) != napi_ok) {
+            free(buf);
+            return NULL;
+          }
         }
+      }
     }
-    memset(memo, 0, sizeof memo); /* the memo's values belong to the closed scope */
-    napi_close_handle_scope(env, scope);
     set(env, ch, "bucket", js_str(env, c->bucket));
     set(env, ch, "after", js_u64(env, c->after));
     set(env, ch, "next_after", js_u64(env, c->next_after));
@@ -2042,11 +2062,21 @@ static napi_value done_bucket_data(napi_env env, work *w) {
     set(env, ch, "n", js_num(env, (double)c->n_ops));
     napi_set_element(env, chunks, ci++, ch);
   }
+  of[f] = (uint32_t)units;
+  if ((units == bytes ? napi_create_string_latin1(env, buf, bytes, &text)
+                      : napi_create_string_utf8(env, buf, bytes, &text)) != napi_ok) {
+    free(buf);
+    return NULL;
+  }
+  free(buf);
   set(env, res, "hasMore", js_bool(env, w->i1));
   set(env, res, "ids", ids);
   set(env, res, "types", types);
   set(env, res, "sums", sums);
-  set(env, res, "strs", strs);
+  set(env, res, "text", text);
+  set(env, res, "kinds", kinds);
+  set(env, res, "offs", offs);
+  set(env, res, "raw", raw);
   set(env, res, "chunks", chunks);
   return res;
 }
