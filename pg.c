@@ -19,7 +19,8 @@
 /* ---- Schema ---------------------------------------------------------------------------------- */
 
 /* Migration i (1-based) takes the schema from version i - 1 to i. Appended only: a released
- * step never changes, so every database reaches the same schema. */
+ * step never changes, so every database reaches the same schema. None creates bs_meta again:
+ * its OID is part of the recorded history (HISTORY_SQL). */
 static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     /* 1: streams, buckets, ops, parameter entries, change records */
     "CREATE TABLE bs_streams ("
@@ -332,10 +333,10 @@ static int refuse_standby(PGconn *c, bs_error *err) {
   return rc;
 }
 
-/* A read-write open records the server's history in bs_meta when none is (a new database, or
- * one written before this check). BS_OPEN_ACK_REWIND records it whatever is there and raises
- * history_epoch, which the running writers compare (pg_save.c batch_open): the operator's word
- * that clients re-sync after a rewind. */
+/* A read-write open records the data's history in bs_meta when none is (a new database, or
+ * one written before this check; what is recorded stays). BS_OPEN_ACK_REWIND records it
+ * whatever is there and raises history_epoch, which the running writers compare (pg_save.c
+ * batch_open): the operator's word that clients re-sync after a rewind. */
 static int history_record(bs__pg_db *db, PGconn *c, bs_error *err) {
   int ack = (db->base.flags & BS_OPEN_ACK_REWIND) != 0, rc;
   PGresult *r;
@@ -344,7 +345,7 @@ static int history_record(bs__pg_db *db, PGconn *c, bs_error *err) {
   if (db->base.flags & BS_OPEN_RDONLY) return BS_OK;
   /* looked up first: a role that may not write bs_meta opens a recorded database */
   if (!ack) {
-    if ((rc = bs__pg_exec(c, "SELECT 1 FROM bs_meta WHERE key = 'history_epoch'", NULL, &r,
+    if ((rc = bs__pg_exec(c, "SELECT 1 FROM bs_meta WHERE key = 'history_table'", NULL, &r,
                           "open: reading the server's history", err)))
       return rc;
     rc = PQntuples(r);
@@ -352,8 +353,8 @@ static int history_record(bs__pg_db *db, PGconn *c, bs_error *err) {
     if (rc) return BS_OK;
   }
 #define HISTORY_ROWS                                                                               \
-  "INSERT INTO bs_meta SELECT x.k, x.v FROM (SELECT " HISTORY_SQL ") AS h (s, t) CROSS JOIN"       \
-  " LATERAL (VALUES ('history_system', h.s), ('history_timeline', h.t),"                           \
+  "INSERT INTO bs_meta SELECT x.k, x.v FROM (SELECT " HISTORY_SQL ") AS h (s, t, o) CROSS JOIN"    \
+  " LATERAL (VALUES ('history_system', h.s), ('history_timeline', h.t), ('history_table', h.o),"   \
   " ('history_epoch', 0::bigint)) AS x (k, v) ON CONFLICT (key) DO "
   return bs__pg_run(c,
                     ack ? HISTORY_ROWS "UPDATE SET value = CASE WHEN bs_meta.key = 'history_epoch'"

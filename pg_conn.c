@@ -355,24 +355,31 @@ int bs__pg_schema_current(int64_t v, bs_error *err) {
                   (long long)v, BS_PG_SCHEMA_VERSION);
 }
 
-/* The history result columns at col (stored system and timeline, the server's): BS_ESTATE when
- * bs_meta holds a history (the open records one) that is not the server's. */
+/* The history result columns at col (stored system, timeline and table, then the server's):
+ * BS_ESTATE when bs_meta holds a history (the open records one) that is not the server's; a
+ * value not recorded is not compared. */
 static int history_check(const PGresult *r, int col, bs_error *err) {
-  const char *sys = PQgetvalue(r, 0, col), *tl = PQgetvalue(r, 0, col + 1);
-  if (PQgetisnull(r, 0, col) || PQgetisnull(r, 0, col + 1) ||
-      (!strcmp(sys, PQgetvalue(r, 0, col + 2)) && !strcmp(tl, PQgetvalue(r, 0, col + 3))))
-    return BS_OK;
-  return bs__fail(err, BS_ESTATE,
-                  "history rewound: the data was written on timeline %s of PostgreSQL system %s, "
-                  "the server is on timeline %s of system %s (a failover or a restore): clients "
-                  "must sync again; then run bucketstore ack-rewind URL",
-                  tl, sys, PQgetvalue(r, 0, col + 3), PQgetvalue(r, 0, col + 2));
+  const char *v[6];
+  for (int i = 0; i < 6; i++) v[i] = PQgetisnull(r, 0, col + i) ? NULL : PQgetvalue(r, 0, col + i);
+  if (v[0] && v[1] && (strcmp(v[0], v[3]) || strcmp(v[1], v[4])))
+    return bs__fail(err, BS_ESTATE,
+                    "history rewound: the data was written on timeline %s of PostgreSQL system "
+                    "%s, the server is on timeline %s of system %s (a failover or a restore): "
+                    "clients must sync again; then run bucketstore ack-rewind URL",
+                    v[1], v[0], v[4], v[3]);
+  if (v[2] && strcmp(v[2], v[5]))
+    return bs__fail(err, BS_ESTATE,
+                    "history rewound: the tables are not the ones the data was written in "
+                    "(bs_meta was table %s, is %s: restored from a dump): clients must sync "
+                    "again; then run bucketstore ack-rewind URL",
+                    v[2], v[5]);
+  return BS_OK;
 }
 
 int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
   conn_data *d = PQinstanceData(c, conn_events);
   int history = !d || !d->history_ok; /* once per session: its server cannot change */
-  char sql[640];
+  char sql[1024];
   PGresult *r;
   int rc = BS_OK;
   /* the simple protocol's statements each take their snapshot when they start, so the last one
@@ -383,7 +390,8 @@ int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
            (int)(int32_t)db->schema.oid, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA),
            xid ? "txid_current()" : "0",
            history ? ", (SELECT value FROM bs_meta WHERE key = 'history_system'),"
-                     " (SELECT value FROM bs_meta WHERE key = 'history_timeline'), " HISTORY_SQL
+                     " (SELECT value FROM bs_meta WHERE key = 'history_timeline'),"
+                     " (SELECT value FROM bs_meta WHERE key = 'history_table'), " HISTORY_SQL
                    : "");
   r = PQexec(c, sql);
   if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)

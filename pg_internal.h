@@ -376,12 +376,15 @@ int bs__pg_begin(PGconn *c, int read_only, bs_error *err);
  * nothing. xid (NULL: not wanted) = the transaction's id (txid_current). On failure no
  * transaction is left open. */
 int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err);
-/* The server's history: its system identifier and the timeline it writes on. A point-in-time
- * recovery and a standby's promotion both start a new timeline; a copy of the data in another
- * cluster (pg_dump, pg_restore) has another system identifier. */
+/* The data's history: the server's system identifier, the timeline it writes on, and the OID of
+ * bs_meta, the table that records them. A point-in-time recovery and a standby's promotion both
+ * start a new timeline; a copy of the data in another cluster has another system identifier; a
+ * dump restored (pg_dump, then psql or pg_restore), into the same cluster too, creates new
+ * tables, with new OIDs, and copies the recorded one. */
 #define HISTORY_SQL                                                                                \
   "(SELECT system_identifier FROM pg_control_system()),"                                           \
-  " ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+  " ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,"                \
+  " (SELECT tableoid::bigint FROM bs_meta WHERE key = 'schema_version')"
 
 /* BS_OK when schema version v is this build's, else BS_ECORRUPT: newer ("upgrade bucketstore")
  * or older. */

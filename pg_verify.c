@@ -314,7 +314,7 @@ static const row_check checks[] = {
 };
 
 /* bs_meta holds the schema version, this build's (a newer one was refused at open), and the
- * server history pg.c records (history_system, _timeline, _epoch), only. */
+ * history pg.c records (history_system, _timeline, _table, _epoch), only. */
 static int verify_meta(verifier *vf, bs_error *err) {
   PGresult *r;
   int found = 0;

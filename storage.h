@@ -276,9 +276,11 @@ BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, b
  * History: op ids never repeat. After a failover to an asynchronous standby or a point-in-time
  * restore they could (clients may hold checkpoints the database lost), so every write fails
  * with BS_ESTATE ("history rewound: ...", nothing written) when the server's system identifier
- * or timeline is not the one the schema records (a read-write open records it when it has
- * none; checked once per session), or when a writer finds its stream's op head lower than this
- * handle's writers last saw committed. Once every client is made to sync again, an open with
+ * or timeline, or the OID of the table bs_meta, is not the one the schema records (a
+ * read-write open records them when it has none; checked once per session: a promotion, a
+ * point-in-time restore, a copy in another cluster, a pg_dump restored into this one), or when
+ * a writer finds its stream's op head lower than this handle's writers last saw committed
+ * (rows put back under it). Once every client is made to sync again, an open with
  * BS_OPEN_ACK_REWIND (`bucketstore ack-rewind URL`; read-write, else BS_EINVAL) records the
  * server's history and lets every process's writers go on from the restored op head.
  * Errors: BS_EINVAL (NULL or empty url, bad option), BS_EIO (the server is unreachable or

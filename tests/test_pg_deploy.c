@@ -748,6 +748,8 @@ static void t_migrations_controlled(void **state) {
   pgt *t = d->t;
   char url[1400], params[300];
   bs_error err = {0};
+  bs_db *db;
+  long long meta;
   assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_ENOTFOUND);
   assert_non_null(strstr(err.msg, "bucketstore migrate"));
   assert_int_equal(pgt_int(t->admin,
@@ -755,6 +757,8 @@ static void t_migrations_controlled(void **state) {
                            " '%s'::regnamespace",
                            t->schema),
                    0);
+  assert_int_equal(bs__pg_migrate(t->admin, 1, &err), BS_OK);
+  meta = pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint");
   assert_int_equal(bs__pg_migrate(t->admin, 4, &err), BS_OK);
   assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, "version 4, older than"));
@@ -770,6 +774,12 @@ static void t_migrations_controlled(void **state) {
   assert_int_equal(open_rc(url, 0, &err), BS_OK);
   assert_int_equal(open_rc(t->url, BS_OPEN_NOMIGRATE, &err), BS_OK);
   assert_true(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'") > 4);
+  /* no step created bs_meta again: the history recorded at the version reached is its own */
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
+                   meta);
+  db = pgt_open(t->url, BS_OPEN_NOMIGRATE);
+  OK(bs_stream_create(NULL, db, "s", NULL, &err));
+  bs_close(db);
 }
 
 /* A write transaction holds the schema's migration lock shared: a migration's exclusive try
@@ -951,6 +961,89 @@ static void t_history_rewound(void **state) {
   bs_close(db);
 }
 
+/* A dump restored into the same cluster while no process of the service runs: the same system
+ * and timeline, every table created again from the dump (pg_dump of the schema, the schema
+ * dropped, psql runs the dump), so bs_meta has a new OID and the one recorded with the history
+ * is the old table's. A fresh process opens read-write and reads; its flush, commit, compaction
+ * and clear are refused (BS_ESTATE, "history rewound: the tables are not ..."), nothing
+ * written, until the acknowledgement records the new table; then the writer commits from the
+ * restored head. verify is clean after. */
+static void t_dump_restored(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0);
+  bs_storage *st;
+  bs_writer *w;
+  bs_checkpoint cp;
+  bs_commit_result r;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  char file[32] = "/tmp/bs-dump.XXXXXX", cmd[2200], msg[200];
+  long long ops, head, meta;
+  uint64_t problems = 99;
+  int fd;
+  OK(bs_stream_create(NULL, db, "s", NULL, &err));
+  OK(bs_storage_open(&st, db, 1, &err));
+  OK(bs_writer_open(&w, st, NULL, &err));
+  OK(bs_writer_snapshot_done(w, str("0"), &err));
+  write_some(w, 0, 3, "0001");
+  save(w, BS_UPDATE, "r0", "b0", "k1"); /* something to compact */
+  save(w, BS_UPDATE, "r0", "b0", "k1");
+  write_some(w, 3, 3, "0002");
+  bs_writer_close(w);
+  bs_storage_close(st);
+  bs_close(db);
+  meta = pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint");
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
+                   meta);
+  assert_true((fd = mkstemp(file)) >= 0);
+  close(fd);
+  snprintf(cmd, sizeof cmd, "pg_dump -d '%s' -n %s -f %s", pgt_base_url(), t->schema, file);
+  assert_int_equal(system(cmd), 0);
+  pgt_exec(t->admin, "DROP SCHEMA %s CASCADE", t->schema);
+  snprintf(cmd, sizeof cmd, "psql -X -q -v ON_ERROR_STOP=1 -d '%s' -f %s >/dev/null",
+           pgt_base_url(), file);
+  assert_int_equal(system(cmd), 0);
+  unlink(file);
+  assert_true(pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint") != meta);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
+                   meta);
+  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
+
+  db = pgt_open(t->url, 0);
+  OK(bs_storage_open(&st, db, 1, &err));
+  OK(bs_get_checkpoint(&cp, st, &err));
+  assert_int_equal(cp.op_id, head);
+  OK(bs_writer_open(&w, st, NULL, &err));
+  save(w, BS_INSERT, "r20", "b0", "k1");
+  assert_int_equal(bs_writer_flush(NULL, w, &err), BS_ESTATE);
+  snprintf(msg, sizeof msg,
+           "history rewound: the tables are not the ones the data was written in (bs_meta was"
+           " table %lld, is %lld: restored from a dump)",
+           meta, pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint"));
+  if (!strstr(err.msg, msg)) fail_msg("%s\nis not\n%s", err.msg, msg);
+  assert_non_null(strstr(err.msg, "bucketstore ack-rewind"));
+  assert_int_equal(bs_writer_commit(NULL, w, str("0003"), NULL, &err), BS_ESTATE);
+  co.min_bucket_changes = 1;
+  assert_int_equal(bs_compact(NULL, st, &co, &err), BS_ESTATE);
+  assert_int_equal(bs_clear(st, &err), BS_ESTATE);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
+  ack_rewind(t->url);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
+                   pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint"));
+  memset(&r, 0, sizeof r);
+  OK(bs_writer_commit(&r, w, str("0003"), NULL, &err));
+  assert_true(r.checkpoint > (uint64_t)head); /* from the restored head */
+  assert_int_equal(r.checkpoint, pgt_int(t->admin, "SELECT op_head FROM bs_streams"));
+  bs_writer_close(w);
+  OK(bs_db_verify(&problems, db, NULL, NULL, &err));
+  assert_int_equal(problems, 0);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 /* A transaction-mode pooler hands the next statement of a connection to whichever server
  * session is free: here the open's connection gets a new session between the two statements
  * that read its server process (PQreset at the "open.probe" point), as such a pooler does when
@@ -1059,6 +1152,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
       cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(t_history_rewound, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_dump_restored, setup, teardown),
       cmocka_unit_test_setup_teardown(t_transaction_pooler, setup, teardown),
       cmocka_unit_test_setup_teardown(t_role_matrix, setup, teardown),
   };
