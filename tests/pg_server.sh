@@ -19,7 +19,9 @@
 #                BS_TEST_PG_RESTART (the restart command) set, stop and remove it, exit with
 #                CMD's status; with BS_TEST_PG_URL already set, just run CMD against that server
 #                (docs/testing.md, "On PostgreSQL"). Both set BS_TEST_PG_SERVER (this script) for
-#                the tests that start a server of their own
+#                the tests that start a server of their own; a started server also sets
+#                BS_TEST_PG_DIR, its directory, where they start theirs (own.*), which its stop
+#                stops too: none is left running when a test was killed half-way
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user (runuser).
 # Exit 77 when no PostgreSQL binaries are installed (PG_BIN, default the newest under
 # /usr/lib/postgresql).
@@ -98,7 +100,9 @@ restart() {
 stop() {
   dir=$1
   bin=$(pg_bin) || exit 0
-  if [ -d "$dir/data" ]; then as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true; fi
+  for d in "$dir"/own.* "$dir"; do
+    if [ -d "$d/data" ]; then as_owner "$bin/pg_ctl" -D "$d/data" -m fast -w stop >/dev/null 2>&1 || true; fi
+  done
   rm -rf "$dir"
 }
 
@@ -117,7 +121,7 @@ run)
   trap 'stop "$dir"' EXIT INT TERM
   url=$(start "$dir") || exit $?
   rc=0
-  BS_TEST_PG_URL=$url BS_TEST_PG_RESTART="$BS_TEST_PG_SERVER restart $dir" \
+  BS_TEST_PG_URL=$url BS_TEST_PG_RESTART="$BS_TEST_PG_SERVER restart $dir" BS_TEST_PG_DIR=$dir \
     "$@" || rc=$?
   exit $rc
   ;;

@@ -794,20 +794,24 @@ static void verify_clean(bs_db *db) {
 }
 
 /* A server of the test's own (pg_server.sh, which BS_TEST_PG_SERVER names), in own_dir: stopped
- * and removed by own_teardown. */
-static char own_dir[64];
+ * and removed by own_teardown; inside BS_TEST_PG_DIR when set, so that the suite's server's
+ * stop stops it too if this process is killed first (by its alarm). */
+static char own_dir[512];
 
 /* Runs `pg_server.sh cmd DIR arg` in a new directory; url = the URL it prints. Without
  * BS_TEST_PG_SERVER the test is skipped. */
 static void own_server(const char *cmd, const char *arg, char *url, int cap) {
-  const char *server = getenv("BS_TEST_PG_SERVER");
+  const char *server = getenv("BS_TEST_PG_SERVER"), *parent = getenv("BS_TEST_PG_DIR");
   char line[1400];
   FILE *f;
   if (!server || !*server) {
     ft_skip_note("test_pg_fault: BS_TEST_PG_SERVER is not set (pg_server.sh run sets it)");
     skip();
   }
-  snprintf(own_dir, sizeof own_dir, "/tmp/bs-pgown.XXXXXX");
+  if (parent && *parent)
+    assert_true(snprintf(own_dir, sizeof own_dir, "%s/own.XXXXXX", parent) < (int)sizeof own_dir);
+  else
+    snprintf(own_dir, sizeof own_dir, "/tmp/bs-pgown.XXXXXX");
   assert_non_null(mkdtemp(own_dir));
   snprintf(line, sizeof line, "%s %s %s '%s' >%s/url", server, cmd, own_dir, arg, own_dir);
   assert_int_equal(system(line), 0);
