@@ -4,8 +4,8 @@
  *     byte order, the one hash table; it uses nothing else of the library;
  *  2. the front/backend contract: the front's state beside the bases of storage_backend.h, the
  *     backends' constructors;
- *  3. the rules (rules.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) that the front and every
- *     backend apply, each written once; they use only the common layer.
+ *  3. the rules (rules.c, lifecycle.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) that
+ *     the front and every backend apply, each written once; they use only the common layer.
  * The front (storage.c, writer.c) uses all three; a backend uses the common layer and the rules,
  * never the front (`make layercheck` checks the object files with nm). No backend's types: each
  * backend's are in its own private header (lmdb_internal.h, mem_internal.h, pg_internal.h).
@@ -358,6 +358,38 @@ bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpo
 static inline int bs__checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
   if (a->op_id != b->op_id || !a->has_lsn != !b->has_lsn) return 1;
   return a->has_lsn && (a->lsn_size != b->lsn_size || memcmp(a->lsn, b->lsn, a->lsn_size) != 0);
+}
+
+/* ---- A stream's states (contract.md 1, 4.4, 8; lifecycle.c): the one state machine ----
+ * What an event does to the state of the stream it concerns and to every other stream of the
+ * database. A backend reads the stored state, asks bs__stream_transition and stores the answer;
+ * where it changes states in one statement without reading them first (PostgreSQL), it applies
+ * a map of every state to its successor (bs__stream_map), passed as a parameter, so that no
+ * state number is written twice. */
+typedef enum bs__stream_event {
+  BS__STREAM_CREATE,     /* bs_stream_create makes the stream (from: 0, it has no state yet) */
+  BS__STREAM_WRITE,      /* a writer's call: open, flush, truncate, commit, the LSN calls */
+  BS__STREAM_CHECKPOINT, /* a commit of the stream made a checkpoint */
+  BS__STREAM_ERROR,      /* bs_report_error */
+  BS__STREAM_TERMINATE   /* bs_terminate */
+} bs__stream_event;
+#define BS__STREAM_STATES (BS_STREAM_TERMINATED + 1) /* a map's entries, 0 (no state) included */
+typedef struct bs__stream_step {
+  bs_stream_state to; /* the stream's state afterwards */
+  int others_change;  /* 0: every other stream keeps its state (others is the identity) */
+  uint8_t others[BS__STREAM_STATES]; /* else another stream in state s goes to others[s] */
+} bs__stream_step;
+/* The step of ev from state from of stream (named in messages). BS_ESTATE when the stream's
+ * state refuses ev (a write on a terminated stream), BS_ECORRUPT when from is no state; *out is
+ * set only on BS_OK. */
+int bs__stream_transition(bs__stream_step *out, uint32_t stream, unsigned from, bs__stream_event ev,
+                          bs_error *err);
+/* map[s]: the state a stream in state s takes on ev (an ev that changes no other stream), 0
+ * where ev is refused; map[0] = 0. */
+void bs__stream_map(uint8_t map[BS__STREAM_STATES], bs__stream_event ev);
+/* Is a stream in state s the served one (bs_storage_open of stream 0 picks the newest)? */
+static inline int bs__stream_served(unsigned s) {
+  return s == BS_STREAM_ACTIVE || s == BS_STREAM_ERRORED;
 }
 
 /* ---- Read checks (contract.md 5.5, 5.4; rules.c): every backend applies them to the values it

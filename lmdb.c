@@ -21,15 +21,16 @@ typedef struct create_ctx {
 static int create_txn(MDB_txn *txn, void *payload, bs_error *err) {
   create_ctx *c = payload;
   bs__stream_rec rec;
+  bs__stream_step step;
   uint32_t last;
   int rc;
-  /* a stream still being set up stops: the new one replaces it */
-  if ((rc = bs__lmdb_stop_streams(c->db, txn, 0, 1u << BS_STREAM_PROCESSING, &last, err)) != BS_OK)
+  if ((rc = bs__stream_transition(&step, 0, 0, BS__STREAM_CREATE, err)) != BS_OK ||
+      (rc = bs__lmdb_streams_map(c->db, txn, 0, step.others, &last, err)) != BS_OK)
     return rc;
   if (last == UINT32_MAX) return bs__fail(err, BS_ELIMIT, "stream ids exhausted");
   memset(&rec, 0, sizeof rec);
   rec.id = last + 1;
-  rec.state = BS_STREAM_PROCESSING;
+  rec.state = (uint8_t)step.to;
   rec.hash = (uint8_t)c->hash;
   rec.next_table_id = 1;
   rec.created_ms = bs__now_ms();
@@ -80,7 +81,7 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
     /* The served stream (ACTIVE, or ERRORED: still served), else the newest one. */
     uint32_t served = 0, newest = 0;
     while ((rc = bs__lmdb_stream_next(db, txn, &newest, &rec, err)) == 1)
-      if (rec.state == BS_STREAM_ACTIVE || rec.state == BS_STREAM_ERRORED) served = rec.id;
+      if (bs__stream_served(rec.state)) served = rec.id;
     id = served ? served : newest;
     if (rc == BS_OK && id == 0) rc = bs__fail(err, BS_ENOTFOUND, "the database has no stream");
   } else {

@@ -674,14 +674,14 @@ int bs__lmdb_stream_next(bs__lmdb_db *db, MDB_txn *txn, uint32_t *id, bs__stream
   return 1;
 }
 
-int bs__lmdb_stop_streams(bs__lmdb_db *db, MDB_txn *txn, uint32_t except, unsigned states,
-                          uint32_t *last, bs_error *err) {
+int bs__lmdb_streams_map(bs__lmdb_db *db, MDB_txn *txn, uint32_t except,
+                         const uint8_t map[BS__STREAM_STATES], uint32_t *last, bs_error *err) {
   bs__stream_rec r;
   uint32_t id = 0;
   int rc;
   while ((rc = bs__lmdb_stream_next(db, txn, &id, &r, err)) == 1)
-    if (id != except && (states >> r.state & 1)) {
-      r.state = BS_STREAM_STOPPED;
+    if (id != except && r.state < BS__STREAM_STATES && map[r.state] != r.state) {
+      r.state = map[r.state];
       if ((rc = bs__stream_rec_put(db, txn, &r, err)) != BS_OK) return rc;
     }
   if (last) *last = id;

@@ -609,10 +609,10 @@ int bs__lmdb_bucket_id(bs__lmdb_db *db, MDB_txn *txn, MDB_cursor **cur, uint32_t
  * 1, or 0 after the last. */
 int bs__lmdb_stream_next(bs__lmdb_db *db, MDB_txn *txn, uint32_t *id, bs__stream_rec *rec,
                          bs_error *err);
-/* Stops every stream but except whose state is in states (a mask of 1 << state); *last (if
- * not NULL) = the highest stream id, 0 when there is none. */
-int bs__lmdb_stop_streams(bs__lmdb_db *db, MDB_txn *txn, uint32_t except, unsigned states,
-                          uint32_t *last, bs_error *err);
+/* Moves every stream but except from its state s to map[s] (bs__stream_step.others); *last
+ * (if not NULL) = the highest stream id, 0 when there is none. */
+int bs__lmdb_streams_map(bs__lmdb_db *db, MDB_txn *txn, uint32_t except,
+                         const uint8_t map[BS__STREAM_STATES], uint32_t *last, bs_error *err);
 /* The sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and handle (dbi
  * may be NULL). */
 int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);

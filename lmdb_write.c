@@ -163,11 +163,10 @@ static void fctx_free(fctx *f) {
   bs__effects_free(&f->fx);
 }
 
-/* BS_ESTATE for a terminated stream: no writer call changes it any more. */
+/* Whether the stream's state takes a writer's call (lifecycle.c). */
 static int check_live(const bs__stream_rec *r, bs_error *err) {
-  if (r->state == BS_STREAM_TERMINATED)
-    return bs__fail(err, BS_ESTATE, "stream %u is terminated", r->id);
-  return BS_OK;
+  bs__stream_step step;
+  return bs__stream_transition(&step, r->id, r->state, BS__STREAM_WRITE, err);
 }
 
 /* Starts a unit of work of the writer on its (live) stream in txn. */
@@ -961,6 +960,7 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   commit_ctx *c = payload;
   fctx *f = &c->w->f;
   bs__stream_rec *r = &f->rec;
+  bs__stream_step step;
   int rc, first;
   c->users.n = 0;
   c->blocked = BS_BLOCKED_NONE;
@@ -986,12 +986,11 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   r->checkpoint_lsn = c->lsn;
   r->has_checkpoint_lsn = 1;
   c->checkpoint = r->checkpoint;
-  if (r->state == BS_STREAM_PROCESSING) {
-    /* Activation: this stream becomes the served one, atomically with its first checkpoint. */
-    unsigned served = 1u << BS_STREAM_ACTIVE | 1u << BS_STREAM_ERRORED;
-    if ((rc = bs__lmdb_stop_streams(f->db, txn, f->stream, served, NULL, err)) != BS_OK) return rc;
-    r->state = BS_STREAM_ACTIVE;
-  }
+  if ((rc = bs__stream_transition(&step, f->stream, r->state, BS__STREAM_CHECKPOINT, err)) ||
+      (step.others_change &&
+       (rc = bs__lmdb_streams_map(f->db, txn, f->stream, step.others, NULL, err))))
+    return rc;
+  r->state = (uint8_t)step.to;
   rc = bs__lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
@@ -1062,11 +1061,15 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
     r.changes_fence = r.op_head; /* changes below it are gone: readers must invalidate */
     r.checkpoint_lsn.size = r.resume_lsn.size = r.no_checkpoint_before.size = 0;
   }
-  if (c->terminate) r.state = BS_STREAM_TERMINATED;
+  if (c->terminate || c->error) {
+    bs__stream_event ev = c->terminate ? BS__STREAM_TERMINATE : BS__STREAM_ERROR;
+    bs__stream_step step;
+    if ((rc = bs__stream_transition(&step, r.id, r.state, ev, err)) != BS_OK) return rc;
+    r.state = (uint8_t)step.to;
+  }
   if (c->error) {
     r.last_error = bs__val_str(c->error);
     if (r.last_error.size > 255) r.last_error.size = 255;
-    if (r.state == BS_STREAM_ACTIVE) r.state = BS_STREAM_ERRORED;
   }
   return bs__stream_rec_put(c->db, txn, &r, err);
 }

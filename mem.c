@@ -552,13 +552,21 @@ static int apply_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *ba
 
 /* ---- Locking ------------------------------------------------------------------------------- */
 
-/* Takes the lock for a call of a writer of ms (or writer_open): BS_ESTATE, and not locked, when
- * the stream is terminated (no writer call changes it any more). */
+/* Takes the lock for a call of a writer of ms (or writer_open), when the stream's state takes
+ * one (lifecycle.c); else not locked. */
 static int wlock(const mem_storage *ms, bs_error *err) {
+  bs__stream_step step;
+  int rc;
   lock(ms->db);
-  if (ms->s->m.state != BS_STREAM_TERMINATED) return BS_OK;
-  unlock(ms->db);
-  return bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)ms->s->id);
+  if ((rc = bs__stream_transition(&step, ms->s->id, ms->s->m.state, BS__STREAM_WRITE, err)))
+    unlock(ms->db);
+  return rc;
+}
+
+/* Moves every stream of db but except from state s to map[s]. */
+static void streams_map(mem_db *db, const mem_stream *except, const uint8_t *map) {
+  for (size_t i = 0; i < db->nstreams; i++)
+    if (db->streams[i] != except) db->streams[i]->m.state = map[db->streams[i]->m.state];
 }
 
 /* ---- Writer vtable slots --------------------------------------------------------------------- */
@@ -658,7 +666,10 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   mem_db *db = tx->db;
   mem_stream *s = tx->s;
   uint64_t c = s->m.op_head;
+  bs__stream_step step;
   int rc;
+  if ((rc = bs__stream_transition(&step, s->id, s->m.state, BS__STREAM_CHECKPOINT, NULL)))
+    return rc;
   for (size_t i = 0; i < db->nmw; i++)
     if (!db->mw[i]->processed && heads_le(db->mw[i], lsn) && (rc = uch_add(tx, c, db->mw[i]->user)))
       return rc;
@@ -680,14 +691,8 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   s->npend = 0;
   s->m.checkpoint = c;
   lsn_set(&s->m.cp_lsn, lsn);
-  if (s->m.state == BS_STREAM_PROCESSING) {
-    s->m.state = BS_STREAM_ACTIVE;
-    for (size_t i = 0; i < db->nstreams; i++) {
-      mem_stream *o = db->streams[i];
-      if (o != s && (o->m.state == BS_STREAM_ACTIVE || o->m.state == BS_STREAM_ERRORED))
-        o->m.state = BS_STREAM_STOPPED;
-    }
-  }
+  s->m.state = step.to;
+  streams_map(db, s, step.others);
   return BS_OK;
 }
 
@@ -1152,14 +1157,15 @@ static int mem_get_status(bs_status *out, bs_storage *st, bs_error *err) {
 }
 
 static int mem_report_error(bs_storage *st, const char *message, bs_error *err) {
-  BS_UNUSED(err);
   mem_storage *ms = MS(st);
+  bs__stream_step step;
+  int rc;
   lock(ms->db);
   snprintf(ms->s->m.last_error, sizeof ms->s->m.last_error, "%s", message ? message : "");
-  /* as the LMDB backend: an ACTIVE stream is still served but marked as failing (contract.md 8) */
-  if (ms->s->m.state == BS_STREAM_ACTIVE) ms->s->m.state = BS_STREAM_ERRORED;
+  rc = bs__stream_transition(&step, ms->s->id, ms->s->m.state, BS__STREAM_ERROR, err);
+  if (!rc) ms->s->m.state = step.to;
   unlock(ms->db);
-  return BS_OK;
+  return rc;
 }
 
 static void clear_locked(mem_db *db, mem_stream *s) {
@@ -1186,13 +1192,15 @@ static int mem_clear(bs_storage *st, bs_error *err) {
 }
 
 static int mem_terminate(bs_storage *st, int clear, bs_error *err) {
-  BS_UNUSED(err);
   mem_storage *ms = MS(st);
+  bs__stream_step step;
+  int rc;
   lock(ms->db);
-  if (clear) clear_locked(ms->db, ms->s);
-  ms->s->m.state = BS_STREAM_TERMINATED;
+  rc = bs__stream_transition(&step, ms->s->id, ms->s->m.state, BS__STREAM_TERMINATE, err);
+  if (!rc && clear) clear_locked(ms->db, ms->s);
+  if (!rc) ms->s->m.state = step.to;
   unlock(ms->db);
-  return BS_OK;
+  return rc;
 }
 
 static void mem_storage_destroy(bs_storage *st) {
@@ -1241,15 +1249,18 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
   mem_db *db = MDB(bdb);
   const bs_allocator *a = ALLOC(db);
   mem_stream *s;
+  bs__stream_step step;
+  int rc;
   BS_ASSERT(!(db->base.flags & BS_OPEN_RDONLY));
   BS_ASSERT(name.size >= 1 && name.size <= BS_MAX_STREAM_NAME);
   BS_ASSERT(o && (o->hash == BS_HASH_XXH3 || o->hash == BS_HASH_SHA256));
+  if ((rc = bs__stream_transition(&step, 0, 0, BS__STREAM_CREATE, err))) return rc;
   s = bs__calloc(a, 1, sizeof *s);
   if (!s || val_dup(a, name, &s->name)) {
     bs__free(a, s);
     return enomem(err, "stream");
   }
-  s->m.state = BS_STREAM_PROCESSING;
+  s->m.state = step.to;
   s->m.hash = o->hash;
   s->m.next_table_id = 1;
   lock(db);
@@ -1258,9 +1269,7 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
     stream_free(a, s);
     return enomem(err, "stream");
   }
-  for (size_t i = 0; i < db->nstreams; i++)
-    if (db->streams[i]->m.state == BS_STREAM_PROCESSING)
-      db->streams[i]->m.state = BS_STREAM_STOPPED;
+  streams_map(db, s, step.others);
   s->id = (uint32_t)db->nstreams + 1;
   db->streams[db->nstreams++] = s;
   unlock(db);
@@ -1304,9 +1313,7 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
     if (id <= db->nstreams) s = db->streams[id - 1];
   } else {
     for (size_t i = db->nstreams; i-- > 0 && !s;)
-      if (db->streams[i]->m.state == BS_STREAM_ACTIVE ||
-          db->streams[i]->m.state == BS_STREAM_ERRORED)
-        s = db->streams[i];
+      if (bs__stream_served(db->streams[i]->m.state)) s = db->streams[i];
     if (!s && db->nstreams) s = db->streams[db->nstreams - 1];
   }
   unlock(db);

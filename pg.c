@@ -421,14 +421,19 @@ void bs__pg_set_hook(bs_db *db, void (*fn)(const char *point, PGconn *c, void *p
 static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs_stream_options *o,
                             bs_error *err) {
   bs__pg_db *db = pg_of(base);
-  bs__pg_args a = {0}, lk = {0};
+  bs__pg_args a = {0}, lk = {0}, m = {0};
+  bs__stream_step step;
+  char others[BS_PG_STATES_TEXT];
   PGconn *c;
   PGresult *r = NULL;
   int rc;
+  if ((rc = bs__stream_transition(&step, 0, 0, BS__STREAM_CREATE, err))) return rc;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
   bs__pg_arg_bytes(&a, name);
   bs__pg_arg_i32(&a, (int32_t)o->hash);
   bs__pg_arg_i64(&a, bs__now_ms());
+  bs__pg_arg_i32(&a, (int32_t)step.to);
+  bs__pg_arg_states(&m, step.others, others);
   /* The schema's stream-creation lock makes id = max + 1 and "only the newest deploy stays
    * PROCESSING" atomic against another process creating a stream (contract.md 4.4), and waits
    * for nothing else: a table lock would also wait for every writer's open flush, and queue
@@ -438,12 +443,14 @@ static int pg_stream_create(uint32_t *id_out, bs_db *base, bs_val name, const bs
   rc = bs__pg_begin_write(db, c, NULL, err);
   if (!rc) rc = bs__pg_run(c, "SELECT pg_advisory_xact_lock($1, $2)", &lk, "stream_create", err);
   if (!rc)
-    rc = bs__pg_run(c, "UPDATE bs_streams SET state = 4 WHERE state = 1", NULL, "stream_create",
-                    err);
+    rc = bs__pg_run(c,
+                    "UPDATE bs_streams SET state = ($1::text::int2[])[state]"
+                    " WHERE state <> ($1::text::int2[])[state]",
+                    &m, "stream_create", err);
   if (!rc)
     rc = bs__pg_exec(c,
                      "INSERT INTO bs_streams (id, name, state, hash, created_ms)"
-                     " SELECT coalesce(max(id), 0) + 1, $1, 1, $2, $3 FROM bs_streams"
+                     " SELECT coalesce(max(id), 0) + 1, $1, $4, $2, $3 FROM bs_streams"
                      " RETURNING id",
                      &a, &r, "stream_create", err);
   if (!rc) rc = bs__pg_commit(c, err);
@@ -485,16 +492,20 @@ static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error 
   bs__pg_db *db = pg_of(base);
   bs__pg_args a = {0};
   bs__pg_storage *st;
+  uint8_t served[BS__STREAM_STATES];
+  char map[BS_PG_STATES_TEXT];
   PGconn *c;
   PGresult *r;
   int rc, found;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)id);
-  /* id 0: the newest served stream (ACTIVE or ERRORED), else the newest one */
+  for (unsigned s = 0; s < BS__STREAM_STATES; s++) served[s] = (uint8_t)bs__stream_served(s);
+  if (!id) bs__pg_arg_states(&a, served, map);
+  /* id 0: the newest served stream, else the newest one */
   rc = bs__pg_exec(c,
                    id ? "SELECT id FROM bs_streams WHERE id = $1"
                       : "SELECT id FROM bs_streams WHERE $1 = 0"
-                        " ORDER BY state IN (2, 3) DESC, id DESC LIMIT 1",
+                        " ORDER BY ($2::text::int2[])[state] = 1 DESC, id DESC LIMIT 1",
                    &a, &r, "storage_open", err);
   bs__pg_conn_put(db, c);
   if (rc) return rc;
@@ -743,13 +754,16 @@ static int pg_get_status(bs_status *out, bs_storage *st, bs_error *err) {
 static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
   bs__pg_args a = {0};
   bs_val m = bs__val_str(message ? message : "");
+  uint8_t map[BS__STREAM_STATES];
+  char text[BS_PG_STATES_TEXT];
   if (m.size > 255) m.size = 255;
+  bs__stream_map(map, BS__STREAM_ERROR);
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
   bs__pg_arg_bytes(&a, m);
-  /* an ACTIVE stream is still served but marked as failing (contract.md 8) */
+  bs__pg_arg_states(&a, map, text);
   return run(st,
-             "UPDATE bs_streams SET last_error = $2,"
-             " state = CASE WHEN state = 2 THEN 3 ELSE state END WHERE id = $1",
+             "UPDATE bs_streams SET last_error = $2, state = ($3::text::int2[])[state]"
+             " WHERE id = $1",
              &a, "report_error", err);
 }
 
@@ -757,12 +771,17 @@ static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
  * table ids keep growing, changes below the op head are no longer known), in one transaction;
  * terminate also ends the stream. */
 static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error *err) {
-  bs__pg_args a = {0};
+  bs__pg_args a = {0}, t = {0};
+  uint8_t map[BS__STREAM_STATES];
+  char text[BS_PG_STATES_TEXT];
   PGconn *c;
   int rc;
   if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
   bs__pg_arg_bool(&a, terminate);
+  bs__stream_map(map, BS__STREAM_TERMINATE);
+  bs__pg_arg_i32(&t, (int32_t)st->stream_id);
+  bs__pg_arg_states(&t, map, text);
   rc = bs__pg_begin_write(spg(st), c, NULL, err);
   /* the stream row first, in a statement of its own: a flush holds it (pg_save.c batch_open),
    * so the clear waits for the flush and its deletes then see the flush's rows (a statement's
@@ -791,8 +810,8 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
                     " WHERE id = $1 AND $2 IS NOT NULL",
                     &a, "clear", err);
   if (!rc && terminate)
-    rc =
-        bs__pg_run(c, "UPDATE bs_streams SET state = 5 WHERE id = $1 AND $2", &a, "terminate", err);
+    rc = bs__pg_run(c, "UPDATE bs_streams SET state = ($2::text::int2[])[state] WHERE id = $1", &t,
+                    "terminate", err);
   if (!rc) rc = bs__pg_commit(c, err);
   if (rc) bs__pg_rollback(c);
   bs__pg_conn_put(spg(st), c);

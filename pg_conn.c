@@ -37,6 +37,14 @@ void bs__pg_arg_text(bs__pg_args *a, const char *s) {
   a->formats[i] = 1;
   a->types[i] = 25 /* text */;
 }
+void bs__pg_arg_states(bs__pg_args *a, const uint8_t map[BS__STREAM_STATES],
+                       char buf[BS_PG_STATES_TEXT]) {
+  size_t n = 0;
+  for (unsigned s = 1; s < BS__STREAM_STATES; s++)
+    n += (size_t)snprintf(buf + n, BS_PG_STATES_TEXT - n, "%c%u", s == 1 ? '{' : ',', map[s]);
+  snprintf(buf + n, BS_PG_STATES_TEXT - n, "}");
+  bs__pg_arg_text(a, buf);
+}
 void bs__pg_arg_lock(bs__pg_args *a, const bs__pg_schema *s, uint32_t stream, int kind) {
   bs__pg_arg_i32(a, (int32_t)s->oid);
   bs__pg_arg_i32(a, bs__pg_lock_key(stream, kind));

@@ -276,6 +276,12 @@ void bs__pg_arg_text(bs__pg_args *a, const char *s);
 void bs__pg_arg_lock(bs__pg_args *a, const bs__pg_schema *s, uint32_t stream, int kind);
 /* bytea: v.data NULL is SQL NULL (an absent value), {"" , 0} the empty string */
 void bs__pg_arg_bytes(bs__pg_args *a, bs_val v);
+/* A map of stream states (lifecycle.c: bs__stream_step.others, bs__stream_map) as int2[] text,
+ * written into buf: a statement moves a row with `state = ($n::text::int2[])[state]` (arrays
+ * start at 1, as the states do), so the SQL holds no state number of its own. */
+#define BS_PG_STATES_TEXT 32
+void bs__pg_arg_states(bs__pg_args *a, const uint8_t map[BS__STREAM_STATES],
+                       char buf[BS_PG_STATES_TEXT]);
 
 /* bytea[] of the n values (one-dimensional; {NULL, 0} elements are SQL NULL), encoded into
  * *buf (allocated from a; the caller frees it after the statement). BS_ENOMEM, BS_ETOOBIG

@@ -1097,6 +1097,7 @@ int bs__pg_head_seen(bs_storage *st, uint64_t head, int64_t epoch, bs_error *err
 static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__effects *fx,
                       int reading, bs_error *err) {
   bs__pg_args a = {0};
+  bs__stream_step step;
   PGresult *r;
   int rc;
   memset(b, 0, sizeof *b);
@@ -1115,8 +1116,9 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
   if (rc) return rc;
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", b->stream);
-  else if (!reading && bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", b->stream);
+  else if (!reading)
+    rc = bs__stream_transition(&step, b->stream, (unsigned)bs__pg_i16(r, 0, 0), BS__STREAM_WRITE,
+                               err);
   if (!rc)
     rc = bs__pg_head_seen(w->base.st, (uint64_t)bs__pg_i64(r, 0, 1), bs__pg_i64(r, 0, 4), err);
   if (!rc) {

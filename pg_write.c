@@ -192,8 +192,10 @@ static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
   else if (!(rc = bs__pg_schema_current(bs__pg_i64(r, 0, 1), err)))
     *state = bs__pg_i16(r, 0, 0);
   PQclear(r);
-  if (!rc && *state == BS_STREAM_TERMINATED)
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", stream);
+  if (!rc) {
+    bs__stream_step step;
+    rc = bs__stream_transition(&step, stream, (unsigned)*state, BS__STREAM_WRITE, err);
+  }
   return rc;
 }
 
@@ -457,26 +459,29 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
     "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}'), $4 FROM done),"
     " purge AS (DELETE FROM bs_source WHERE stream = $1 AND mark <= $2),"
-    " stop AS (UPDATE bs_streams SET state = 4 WHERE id <> $1 AND state IN (2, 3)"
-    "  AND (SELECT state FROM bs_streams WHERE id = $1) = 1)"
+    " others AS (UPDATE bs_streams SET state = ($7::text::int2[])[state] WHERE id <> $1"
+    "  AND state <> ($7::text::int2[])[state])"
     " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
-    "  state = CASE WHEN state = 1 THEN 2 ELSE state END WHERE id = $1"
+    "  state = $6 WHERE id = $1"
     " RETURNING pg_notify($5, $1::text)"};
 
 /* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
  * stream row locked: managed write checkpoints whose heads the lsn reached become processed,
- * their users go into the checkpoint's change record, the first checkpoint of a PROCESSING
- * stream makes it ACTIVE and every other served stream STOPPED, and the stream's waiters on
- * every host are notified (the schema's channel). */
+ * their users go into the checkpoint's change record, the stream and the others take the states
+ * of step (activation, lifecycle.c), and the stream's waiters on every host are notified (the
+ * schema's channel). */
 static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_val lsn,
-                           bs_error *err) {
+                           const bs__stream_step *step, bs_error *err) {
   PGconn *c = w->c;
   bs__pg_args a = {0};
+  char others[BS_PG_STATES_TEXT];
   bs__pg_arg_i32(&a, (int32_t)stream);
   bs__pg_arg_i64(&a, (int64_t)cp);
   bs__pg_arg_bytes(&a, lsn);
   bs__pg_arg_i64(&a, bs__now_ms()); /* the checkpoint's time: incremental compaction's min_age */
   bs__pg_arg_text(&a, w->db->schema.channel);
+  bs__pg_arg_i32(&a, (int32_t)step->to);
+  bs__pg_arg_states(&a, step->others, others);
   return bs__pg_runp(c, &checkpoint_make_stmt, /* delivered at COMMIT */
                      &a, "commit", err);
 }
@@ -501,6 +506,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   int64_t xid = 0;
   int rc, created = 0;
   bs_block_reason blocked;
+  bs__stream_step step;
   if ((rc = bs__pg_begin_write(w->db, w->c, &xid, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
@@ -512,10 +518,10 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
     goto fail;
   }
-  if (bs__pg_i16(r, 0, 0) == BS_STREAM_TERMINATED) {
-    rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)stream);
-    goto fail;
-  }
+  /* the step a checkpoint would take: refused, as any write, on a terminated stream */
+  rc = bs__stream_transition(&step, stream, (unsigned)bs__pg_i16(r, 0, 0), BS__STREAM_CHECKPOINT,
+                             err);
+  if (rc) goto fail;
   ncb = bs__pg_bytes(r, 0, 2);
   cpl = bs__pg_bytes(r, 0, 3);
   head = (uint64_t)bs__pg_i64(r, 0, 4);
@@ -523,7 +529,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   blocked = bs__checkpoint_block(bs__pg_bool(r, 0, 1), ncb.data ? &ncb : NULL,
                                  cpl.data ? &cpl : NULL, lsn);
   if (!blocked && (create_empty || !cpl.data || head != (uint64_t)bs__pg_i64(r, 0, 5))) {
-    if ((rc = make_checkpoint(w, stream, head, lsn, err))) goto fail;
+    if ((rc = make_checkpoint(w, stream, head, lsn, &step, err))) goto fail;
     created = 1;
     cp = head;
   }
@@ -573,8 +579,12 @@ static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char 
   bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
   bs__pg_arg_bytes(&a, lsn);
   if (!(rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) {
+    bs__stream_step step;
     if (PQntuples(r) != 1)
-      rc = bs__fail(err, BS_ESTATE, "stream %u is terminated", (unsigned)bw->st->stream_id);
+      rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)bw->st->stream_id);
+    else /* the state the row had: a refused write is rolled back */
+      rc = bs__stream_transition(&step, bw->st->stream_id, (unsigned)bs__pg_i16(r, 0, 0),
+                                 BS__STREAM_WRITE, err);
     PQclear(r);
   }
   if (!rc) rc = bs__pg_commit(w->c, err);
@@ -587,14 +597,12 @@ static int writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   return stream_update(bw,
                        "UPDATE bs_streams SET snapshot_done = true, no_checkpoint_before = CASE"
                        " WHEN no_checkpoint_before IS NULL OR no_checkpoint_before < $2 THEN $2"
-                       " ELSE no_checkpoint_before END WHERE id = $1 AND state <> 5 RETURNING id",
+                       " ELSE no_checkpoint_before END WHERE id = $1 RETURNING state",
                        lsn, "snapshot_done", err);
 }
 
 static int writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
-  return stream_update(bw,
-                       "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1 AND state <> 5"
-                       " RETURNING id",
+  return stream_update(bw, "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1 RETURNING state",
                        lsn, "resume_lsn", err);
 }
 

@@ -55,7 +55,8 @@ typedef struct run {
   unsigned lacks; /* CT_LACKS_*: the capabilities the workload stays clear of */
   unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
-  md_wcp wcp; /* the model's write checkpoints (managed ones are database-wide) */
+  md_wcp wcp;       /* the model's write checkpoints (managed ones are database-wide) */
+  md_states states; /* the model's stream states */
 } run;
 
 #define N_USERS 4
@@ -91,6 +92,8 @@ static void new_stream(run *r, const char *name) {
   char lsn[32];
   memset(s, 0, sizeof *s);
   CT_OK(bs_stream_create(&s->id, r->e.db, name, NULL, &ct_err));
+  md_states_create(&r->states);
+  CT_EQ_U64(s->id, r->states.n);
   md_init(&s->m, BS_HASH_XXH3);
   open_handles(r, s);
   lsn_fmt(lsn, r->lsn);
@@ -525,6 +528,27 @@ static void check_stream(run *r, wl *s, int full) {
 
 static void do_commit1(run *r, wl *s);
 
+static int see_state(const bs_stream_info *info, void *payload) {
+  const md_states *m = payload;
+  if (info->id < 1 || info->id > m->n)
+    fail_msg("stream_list: stream %u is not one of ours", info->id);
+  if (info->state != m->s[info->id - 1])
+    fail_msg("stream %u: state %d, model %d", info->id, (int)info->state, (int)m->s[info->id - 1]);
+  return 0;
+}
+
+/* Every stream's state against the model's (the state machine lives in lifecycle.c only, so
+ * comparing backends would no longer check it). */
+static void check_states(run *r) {
+  CT_OK(bs_stream_list(r->e.db, see_state, &r->states, &ct_err));
+}
+
+static void do_report_error(run *r, wl *s) {
+  CT_OK(bs_report_error(s->st, "replication failed", &ct_err));
+  md_states_error(&r->states, s->id);
+  check_states(r);
+}
+
 /* Before B's first checkpoint can stop A, A's queue is committed (flushed): nothing of A is
  * left unflushed once it stops. */
 static void do_commit(run *r, wl *s) {
@@ -566,6 +590,7 @@ static void do_commit1(run *r, wl *s) {
              why != BS_BLOCKED_NONE, (int)why, created, s->cs.nocb, had ? s->cs.cp_lsn : "-",
              (unsigned long long)s->m.head, (unsigned long long)prev);
   if (created) {
+    md_states_checkpoint(&r->states, s->id);
     s->has_cp = 1;
     s->cp = s->cs.cp;
     if (s->n_cps < 4096) s->cps[s->n_cps++] = s->cp;
@@ -573,6 +598,7 @@ static void do_commit1(run *r, wl *s) {
     md_reconcile(&s->m, s->st, s->cp);
   }
   CT_EQ_U64(res.checkpoint, s->has_cp ? s->cp : 0);
+  check_states(r);
   {
     bs_checkpoint c;
     CT_OK(bs_get_checkpoint(&c, s->st, &ct_err));
@@ -897,6 +923,8 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     } else if (a < 940 && r->allow_reopen) {
       do_reopen(r);
       check_stream(r, s, 1);
+    } else if (a < 945) {
+      do_report_error(r, s);
     } else if (a >= 960) {
       do_wcp(r, s);
     }

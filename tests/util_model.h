@@ -138,6 +138,18 @@ void md_cp_snapshot_done(md_cpstate *c, const char *lsn);
 bs_block_reason md_cp_commit(md_cpstate *c, uint64_t head, const char *lsn, int create_empty,
                              int *created);
 
+/* The states of a database's streams (contract.md 1, 4.4, 8), s[id - 1]. */
+#define MD_STREAMS 8
+typedef struct md_states {
+  bs_stream_state s[MD_STREAMS];
+  size_t n;
+} md_states;
+/* bs_stream_create (the new stream's id is n afterwards); a commit of stream id that made a
+ * checkpoint; bs_report_error on stream id. */
+void md_states_create(md_states *m);
+void md_states_checkpoint(md_states *m, uint32_t id);
+void md_states_error(md_states *m, uint32_t id);
+
 /* Write checkpoints (contract.md 7): managed records database-wide, custom records per stream,
  * and, per stream, which users each checkpoint acknowledged (for checkpoint_changes). */
 #define MD_WCP_MAX   32

@@ -50,6 +50,30 @@ bs_block_reason md_cp_commit(md_cpstate *c, uint64_t head, const char *lsn, int 
   return why;
 }
 
+/* ---- Stream states (contract.md 1, 4.4, 8) ---------------------------------------------------- */
+
+void md_states_create(md_states *m) {
+  assert_true(m->n < MD_STREAMS);
+  /* only the newest deployment is kept in flight */
+  for (size_t i = 0; i < m->n; i++)
+    if (m->s[i] == BS_STREAM_PROCESSING) m->s[i] = BS_STREAM_STOPPED;
+  m->s[m->n++] = BS_STREAM_PROCESSING;
+}
+
+void md_states_checkpoint(md_states *m, uint32_t id) {
+  assert_true(id >= 1 && id <= m->n);
+  if (m->s[id - 1] != BS_STREAM_PROCESSING) return;
+  /* the first checkpoint: this stream is served from now on, the ones served before stop */
+  for (size_t i = 0; i < m->n; i++)
+    if (m->s[i] == BS_STREAM_ACTIVE || m->s[i] == BS_STREAM_ERRORED) m->s[i] = BS_STREAM_STOPPED;
+  m->s[id - 1] = BS_STREAM_ACTIVE;
+}
+
+void md_states_error(md_states *m, uint32_t id) {
+  assert_true(id >= 1 && id <= m->n);
+  if (m->s[id - 1] == BS_STREAM_ACTIVE) m->s[id - 1] = BS_STREAM_ERRORED;
+}
+
 /* ---- Write checkpoints (contract.md 7) -------------------------------------------------------- */
 
 void md_wcp_free(md_wcp *w) {

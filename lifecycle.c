@@ -1,0 +1,68 @@
+/*
+ * lifecycle.c: a stream's lifecycle, decided once for every backend: the state machine of its
+ * five states (contract.md 1): which event moves a stream from which state to which, what it
+ * does to the database's other streams, and which states refuse a writer. A backend stores the
+ * states; nothing here calls the front or a backend.
+ */
+#include "internal.h"
+
+static void identity(uint8_t map[BS__STREAM_STATES]) {
+  for (unsigned s = 0; s < BS__STREAM_STATES; s++) map[s] = (uint8_t)s;
+}
+
+/* A new stream is created PROCESSING, and an older one still PROCESSING stops: only the newest
+ * deployment is kept in flight (contract.md 4.4). */
+static void on_create(bs__stream_step *st) {
+  st->to = BS_STREAM_PROCESSING;
+  st->others_change = 1;
+  st->others[BS_STREAM_PROCESSING] = BS_STREAM_STOPPED;
+}
+
+/* Activation: the first checkpoint of a PROCESSING stream makes it the served one and stops
+ * every other served stream, in the same transaction (contract.md 4.4). A checkpoint of a
+ * stream in another state changes no state. */
+static void on_checkpoint(bs__stream_step *st, unsigned from) {
+  if (from != BS_STREAM_PROCESSING) return;
+  st->to = BS_STREAM_ACTIVE;
+  st->others_change = 1;
+  st->others[BS_STREAM_ACTIVE] = st->others[BS_STREAM_ERRORED] = BS_STREAM_STOPPED;
+}
+
+int bs__stream_transition(bs__stream_step *out, uint32_t stream, unsigned from, bs__stream_event ev,
+                          bs_error *err) {
+  bs__stream_step st;
+  if (ev == BS__STREAM_CREATE ? from != 0
+                              : from < BS_STREAM_PROCESSING || from > BS_STREAM_TERMINATED)
+    return bs__fail(err, BS_ECORRUPT, "stream %u: stored state %u is not a stream state", stream,
+                    from);
+  st.to = (bs_stream_state)from;
+  st.others_change = 0;
+  identity(st.others);
+  switch (ev) {
+  case BS__STREAM_CREATE:
+    on_create(&st);
+    break;
+  case BS__STREAM_WRITE:
+  case BS__STREAM_CHECKPOINT:
+    /* terminated: no writer call changes the stream any more (storage.h bs_terminate) */
+    if (from == BS_STREAM_TERMINATED)
+      return bs__fail(err, BS_ESTATE, "stream %u is terminated", stream);
+    if (ev == BS__STREAM_CHECKPOINT) on_checkpoint(&st, from);
+    break;
+  case BS__STREAM_ERROR: /* still served, marked as failing (contract.md 8) */
+    if (from == BS_STREAM_ACTIVE) st.to = BS_STREAM_ERRORED;
+    break;
+  case BS__STREAM_TERMINATE:
+    st.to = BS_STREAM_TERMINATED;
+    break;
+  }
+  *out = st;
+  return BS_OK;
+}
+
+void bs__stream_map(uint8_t map[BS__STREAM_STATES], bs__stream_event ev) {
+  bs__stream_step st;
+  map[0] = 0;
+  for (unsigned s = BS_STREAM_PROCESSING; s < BS__STREAM_STATES; s++)
+    map[s] = bs__stream_transition(&st, 0, s, ev, NULL) == BS_OK ? (uint8_t)st.to : 0;
+}
