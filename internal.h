@@ -349,10 +349,6 @@ static inline size_t bs__table_size(const size_t *sizes, unsigned current, unsig
 /* opts (NULL = defaults) checked and copied into out (bs_backup and bs_load). */
 int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
                                bs_error *err);
-/* can_checkpoint(lsn) of contract.md 4.4, for every backend: BS_BLOCKED_NONE when a commit at lsn
- * may make a checkpoint, else the first reason (bs_block_reason order). NULL = not set. */
-bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
-                                     const bs_val *checkpoint_lsn, bs_val lsn);
 /* Does checkpoint a differ from b (op id, or the LSN's presence or bytes)? What ends a
  * bs_wait_checkpoint, in the front or in a backend's wait_checkpoint. */
 static inline int bs__checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {
@@ -390,6 +386,36 @@ void bs__stream_map(uint8_t map[BS__STREAM_STATES], bs__stream_event ev);
 /* Is a stream in state s the served one (bs_storage_open of stream 0 picks the newest)? */
 static inline int bs__stream_served(unsigned s) {
   return s == BS_STREAM_ACTIVE || s == BS_STREAM_ERRORED;
+}
+
+/* ---- A commit (contract.md 4.4; lifecycle.c): what it does, decided once ----
+ * A backend reads its stream's row (locked against other writers), asks bs__plan_commit and
+ * stores the plan, in the commit's transaction. An LSN whose data is NULL is not set (an empty
+ * LSN that is set has data). */
+typedef struct bs__commit_in {
+  unsigned state; /* bs_stream_state */
+  int snapshot_done;
+  bs_val no_checkpoint_before, checkpoint_lsn, resume_lsn;
+  uint64_t op_head;            /* the last op id persisted, the commit's own flush included */
+  uint64_t last_checkpoint_op; /* op_head at the last checkpoint */
+} bs__commit_in;
+typedef struct bs__commit_plan {
+  bs_block_reason blocked; /* why the commit may make no checkpoint; BS_BLOCKED_NONE: it may */
+  /* The commit makes a checkpoint: checkpoint = last_checkpoint_op = op_head, checkpoint_lsn =
+   * the commit's LSN, and what a checkpoint does (write checkpoints processed, its change
+   * record, the purge of soft-deleted records, step). */
+  int checkpoint;
+  int raise_resume;     /* resume_lsn = the commit's LSN: it only rises */
+  bs__stream_step step; /* the states afterwards (no change without a checkpoint) */
+} bs__commit_plan;
+/* The plan of a commit at lsn of stream (named in messages), create_empty 0 or 1. Refused like
+ * any write by the stream's state (bs__stream_transition); *out is set only on BS_OK. */
+int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *in, bs_val lsn,
+                    int create_empty, bs_error *err);
+/* An LSN that only rises (no_checkpoint_before, the resume LSN a commit raises): does lsn
+ * replace current (data NULL: not set)? */
+static inline int bs__lsn_raises(bs_val current, bs_val lsn) {
+  return !current.data || bs__val_cmp(lsn, current) > 0;
 }
 
 /* ---- Read checks (contract.md 5.5, 5.4; rules.c): every backend applies them to the values it

@@ -1,8 +1,9 @@
 /*
  * lifecycle.c: a stream's lifecycle, decided once for every backend: the state machine of its
  * five states (contract.md 1): which event moves a stream from which state to which, what it
- * does to the database's other streams, and which states refuse a writer. A backend stores the
- * states; nothing here calls the front or a backend.
+ * does to the database's other streams, and which states refuse a writer; and what a commit
+ * does (contract.md 4.4). A backend stores what these decide; nothing here calls the front or a
+ * backend.
  */
 #include "internal.h"
 
@@ -65,4 +66,33 @@ void bs__stream_map(uint8_t map[BS__STREAM_STATES], bs__stream_event ev) {
   map[0] = 0;
   for (unsigned s = BS_STREAM_PROCESSING; s < BS__STREAM_STATES; s++)
     map[s] = bs__stream_transition(&st, 0, s, ev, NULL) == BS_OK ? (uint8_t)st.to : 0;
+}
+
+/* can_checkpoint(lsn) of contract.md 4.4: BS_BLOCKED_NONE when a commit at lsn may make a
+ * checkpoint, else the first reason (bs_block_reason order). NULL: not set. */
+static bs_block_reason checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
+                                        const bs_val *checkpoint_lsn, bs_val lsn) {
+  if (!snapshot_done) return BS_BLOCKED_SNAPSHOT;
+  if (no_checkpoint_before && bs__val_cmp(lsn, *no_checkpoint_before) < 0)
+    return BS_BLOCKED_NO_CHECKPOINT_BEFORE;
+  if (checkpoint_lsn && bs__val_cmp(lsn, *checkpoint_lsn) < 0) return BS_BLOCKED_CHECKPOINT_LSN;
+  return BS_BLOCKED_NONE;
+}
+
+int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *in, bs_val lsn,
+                    int create_empty, bs_error *err) {
+  bs__commit_plan p;
+  const bs_val *ncb = in->no_checkpoint_before.data ? &in->no_checkpoint_before : NULL;
+  const bs_val *cpl = in->checkpoint_lsn.data ? &in->checkpoint_lsn : NULL;
+  int rc;
+  p.blocked = checkpoint_block(in->snapshot_done, ncb, cpl, lsn);
+  /* the checkpoint is the op head at the last one: nothing new while they are equal (unless
+   * create_empty); the first unblocked commit (no checkpoint LSN: a new or cleared stream)
+   * always makes one */
+  p.checkpoint = !p.blocked && (create_empty || !cpl || in->op_head != in->last_checkpoint_op);
+  p.raise_resume = bs__lsn_raises(in->resume_lsn, lsn);
+  rc = bs__stream_transition(&p.step, stream, in->state,
+                             p.checkpoint ? BS__STREAM_CHECKPOINT : BS__STREAM_WRITE, err);
+  if (rc == BS_OK) *out = p;
+  return rc;
 }

@@ -956,41 +956,48 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
   return rc;
 }
 
+/* What the commit c does to the stream r (lifecycle.c). */
+static int plan(bs__commit_plan *p, const bs__stream_rec *r, const commit_ctx *c, bs_error *err) {
+  bs__commit_in in = {.state = r->state,
+                      .snapshot_done = r->snapshot_done,
+                      .op_head = r->op_head,
+                      .last_checkpoint_op = r->last_checkpoint_op};
+  if (r->has_no_checkpoint_before) in.no_checkpoint_before = r->no_checkpoint_before;
+  if (r->has_checkpoint_lsn) in.checkpoint_lsn = r->checkpoint_lsn;
+  if (r->has_resume_lsn) in.resume_lsn = r->resume_lsn;
+  return bs__plan_commit(p, r->id, &in, c->lsn, c->create_empty, err);
+}
+
 static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   commit_ctx *c = payload;
   fctx *f = &c->w->f;
   bs__stream_rec *r = &f->rec;
-  bs__stream_step step;
-  int rc, first;
+  bs__commit_plan p;
+  int rc;
   c->users.n = 0;
   c->blocked = BS_BLOCKED_NONE;
   c->created = 0;
   /* The queue is flushed in the commit's own txn: one commit (one fsync pair) instead of two,
    * with the same result as flush-then-commit. */
   if (c->w->batch->n && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
-  if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
-  if (!r->has_resume_lsn || bs__val_cmp(c->lsn, r->resume_lsn) > 0) {
+  if ((rc = f_begin(f, txn, err)) != BS_OK || (rc = plan(&p, r, c, err)) != BS_OK) return rc;
+  if (p.raise_resume) {
     r->resume_lsn = c->lsn;
     r->has_resume_lsn = 1;
   }
+  c->blocked = p.blocked;
   c->checkpoint = r->checkpoint;
-  c->blocked = bs__checkpoint_block(r->snapshot_done,
-                                    r->has_no_checkpoint_before ? &r->no_checkpoint_before : NULL,
-                                    r->has_checkpoint_lsn ? &r->checkpoint_lsn : NULL, c->lsn);
-  first = !r->has_checkpoint_lsn && r->checkpoint == 0;
-  if (c->blocked || (!c->create_empty && !first && r->op_head == r->last_checkpoint_op))
-    return bs__stream_rec_put(f->db, txn, r, err);
+  if (!p.checkpoint) return bs__stream_rec_put(f->db, txn, r, err);
   c->created = 1;
   r->checkpoint = r->op_head;
   r->last_checkpoint_op = r->op_head;
   r->checkpoint_lsn = c->lsn;
   r->has_checkpoint_lsn = 1;
   c->checkpoint = r->checkpoint;
-  if ((rc = bs__stream_transition(&step, f->stream, r->state, BS__STREAM_CHECKPOINT, err)) ||
-      (step.others_change &&
-       (rc = bs__lmdb_streams_map(f->db, txn, f->stream, step.others, NULL, err))))
+  if (p.step.others_change &&
+      (rc = bs__lmdb_streams_map(f->db, txn, f->stream, p.step.others, NULL, err)))
     return rc;
-  r->state = (uint8_t)step.to;
+  r->state = (uint8_t)p.step.to;
   rc = bs__lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
@@ -1041,8 +1048,9 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
       ((c->snapshot_done || c->resume) && (rc = check_live(&r, err)) != BS_OK))
     return rc;
   if (c->snapshot_done) {
+    bs_val ncb = r.has_no_checkpoint_before ? r.no_checkpoint_before : (bs_val){NULL, 0};
     r.snapshot_done = 1;
-    if (!r.has_no_checkpoint_before || bs__val_cmp(c->lsn, r.no_checkpoint_before) > 0) {
+    if (bs__lsn_raises(ncb, c->lsn)) {
       r.no_checkpoint_before = c->lsn;
       r.has_no_checkpoint_before = 1;
     }

@@ -29,8 +29,8 @@ static int sup_cmp(const void *x, const void *y) {
   return u64_cmp(&((const mem_sup *)x)->old_op, &((const mem_sup *)y)->old_op);
 }
 
-static bs_val lsn_val(const mem_lsn *l) {
-  bs_val v = {l->b, l->n};
+static bs_val lsn_val(const mem_lsn *l) { /* data NULL: not set */
+  bs_val v = {l->has ? l->b : NULL, l->n};
   return v;
 }
 
@@ -641,12 +641,6 @@ static int mem_writer_flush(uint64_t *last_op, bs_writer *bw, const bs_write_bat
   return rc;
 }
 
-static bs_block_reason can_checkpoint(const mem_meta *m, bs_val lsn) {
-  bs_val ncb = lsn_val(&m->ncb), cp = lsn_val(&m->cp_lsn);
-  return bs__checkpoint_block(m->snapshot_done, m->ncb.has ? &ncb : NULL,
-                              m->cp_lsn.has ? &cp : NULL, lsn);
-}
-
 static int heads_le(const mem_mwcp *r, bs_val lsn) {
   for (size_t i = 0; i < r->nheads; i++)
     if (bs__val_cmp(r->heads[i].lsn, lsn) > 0) return 0;
@@ -662,14 +656,11 @@ static int uch_add(mem_tx *tx, uint64_t id, bs_val user) {
 }
 
 /* The checkpoint part of a commit, inside tx; everything fallible first. */
-static int make_checkpoint(mem_tx *tx, bs_val lsn) {
+static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__stream_step *step) {
   mem_db *db = tx->db;
   mem_stream *s = tx->s;
   uint64_t c = s->m.op_head;
-  bs__stream_step step;
   int rc;
-  if ((rc = bs__stream_transition(&step, s->id, s->m.state, BS__STREAM_CHECKPOINT, NULL)))
-    return rc;
   for (size_t i = 0; i < db->nmw; i++)
     if (!db->mw[i]->processed && heads_le(db->mw[i], lsn) && (rc = uch_add(tx, c, db->mw[i]->user)))
       return rc;
@@ -691,9 +682,19 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn) {
   s->npend = 0;
   s->m.checkpoint = c;
   lsn_set(&s->m.cp_lsn, lsn);
-  s->m.state = step.to;
-  streams_map(db, s, step.others);
+  s->m.state = step->to;
+  streams_map(db, s, step->others);
   return BS_OK;
+}
+
+/* What a commit at lsn does to s (lifecycle.c). The checkpoint is the op head at the last one. */
+static int plan(bs__commit_plan *p, const mem_stream *s, bs_val lsn, int create_empty,
+                bs_error *err) {
+  const mem_meta *m = &s->m;
+  bs__commit_in in = {
+      m->state,   m->snapshot_done, lsn_val(&m->ncb), lsn_val(&m->cp_lsn), lsn_val(&m->resume),
+      m->op_head, m->checkpoint};
+  return bs__plan_commit(p, s->id, &in, lsn, create_empty, err);
 }
 
 static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_batch *batch,
@@ -702,27 +703,25 @@ static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_writ
   mem_db *db = w->ms->db;
   mem_stream *s = w->ms->s;
   mem_tx tx;
-  int rc, created = 0;
-  bs_block_reason blocked = BS_BLOCKED_NONE;
+  bs__commit_plan p = {0};
+  int rc, refused = 0;
   uint64_t cp;
   BS_ASSERT(create_empty == 0 || create_empty == 1); /* resolved by the front */
   if ((rc = wlock(w->ms, err))) return rc;
   tx_begin(&tx, db, s);
-  if (!(rc = apply_batch(&tx, w, batch))) {
-    if (!s->m.resume.has || bs__val_cmp(lsn, lsn_val(&s->m.resume)) > 0) lsn_set(&s->m.resume, lsn);
-    blocked = can_checkpoint(&s->m, lsn);
-    /* the checkpoint is the op head at the last one: nothing new while they are equal; after
-     * bs_clear (no checkpoint LSN) the next commit is a stream's first */
-    created = !blocked && (create_empty || !s->m.cp_lsn.has || s->m.op_head != s->m.checkpoint);
-    if (created) rc = make_checkpoint(&tx, lsn);
-  }
-  rc = tx_end(&tx, rc, "commit", err);
+  if (!(rc = apply_batch(&tx, w, batch))) refused = rc = plan(&p, s, lsn, create_empty, err);
+  if (!rc && p.raise_resume) lsn_set(&s->m.resume, lsn);
+  if (!rc && p.checkpoint) rc = make_checkpoint(&tx, lsn, &p.step);
+  if (refused) /* keeps the plan's status and message */
+    tx_rollback(&tx);
+  else
+    rc = tx_end(&tx, rc, "commit", err);
   cp = s->m.checkpoint;
   unlock(db);
   if (rc) return rc;
-  out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
-  out->blocked_reason = blocked;
-  out->checkpoint_created = created;
+  out->checkpoint_blocked = p.blocked != BS_BLOCKED_NONE;
+  out->blocked_reason = p.blocked;
+  out->checkpoint_created = p.checkpoint;
   out->checkpoint = cp;
   return BS_OK;
 }
@@ -734,7 +733,7 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   int rc;
   if ((rc = wlock(w->ms, err))) return rc;
   s->m.snapshot_done = 1;
-  if (!s->m.ncb.has || bs__val_cmp(lsn, lsn_val(&s->m.ncb)) > 0) lsn_set(&s->m.ncb, lsn);
+  if (bs__lsn_raises(lsn_val(&s->m.ncb), lsn)) lsn_set(&s->m.ncb, lsn);
   unlock(w->ms->db);
   return BS_OK;
 }

@@ -462,16 +462,16 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     " others AS (UPDATE bs_streams SET state = ($7::text::int2[])[state] WHERE id <> $1"
     "  AND state <> ($7::text::int2[])[state])"
     " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
-    "  state = $6 WHERE id = $1"
+    "  state = $6, resume_lsn = CASE WHEN $8 THEN $3 ELSE resume_lsn END WHERE id = $1"
     " RETURNING pg_notify($5, $1::text)"};
 
-/* The checkpoint of a commit (contract.md 4.4), inside the commit's transaction with the
- * stream row locked: managed write checkpoints whose heads the lsn reached become processed,
- * their users go into the checkpoint's change record, the stream and the others take the states
- * of step (activation, lifecycle.c), and the stream's waiters on every host are notified (the
- * schema's channel). */
+/* The checkpoint of a commit (contract.md 4.4), as plan p decided, inside the commit's
+ * transaction with the stream row locked: managed write checkpoints whose heads the lsn reached
+ * become processed, their users go into the checkpoint's change record, the stream and the
+ * others take the states of the plan's step, the resume LSN rises when the plan says so, and the
+ * stream's waiters on every host are notified (the schema's channel). */
 static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_val lsn,
-                           const bs__stream_step *step, bs_error *err) {
+                           const bs__commit_plan *p, bs_error *err) {
   PGconn *c = w->c;
   bs__pg_args a = {0};
   char others[BS_PG_STATES_TEXT];
@@ -480,20 +480,33 @@ static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_va
   bs__pg_arg_bytes(&a, lsn);
   bs__pg_arg_i64(&a, bs__now_ms()); /* the checkpoint's time: incremental compaction's min_age */
   bs__pg_arg_text(&a, w->db->schema.channel);
-  bs__pg_arg_i32(&a, (int32_t)step->to);
-  bs__pg_arg_states(&a, step->others, others);
+  bs__pg_arg_i32(&a, (int32_t)p->step.to);
+  bs__pg_arg_states(&a, p->step.others, others);
+  bs__pg_arg_bool(&a, p->raise_resume);
   return bs__pg_runp(c, &checkpoint_make_stmt, /* delivered at COMMIT */
                      &a, "commit", err);
 }
 
-static const bs__pg_stmt resume_stmt = {
-    BS_PG_STMT_RESUME, "UPDATE bs_streams SET resume_lsn = CASE WHEN resume_lsn IS NULL"
-                       " OR resume_lsn < $2 THEN $2 ELSE resume_lsn END WHERE id = $1"};
+static const bs__pg_stmt resume_stmt = {BS_PG_STMT_RESUME,
+                                        "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1"};
 
 static const bs__pg_stmt commit_read_stmt = {
     BS_PG_STMT_COMMIT_READ,
-    "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, op_head,"
+    "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, resume_lsn, op_head,"
     " last_checkpoint_op, checkpoint FROM bs_streams WHERE id = $1 FOR UPDATE"};
+
+/* What the commit does (lifecycle.c), from the stream row r of commit_read_stmt. */
+static int plan(bs__commit_plan *p, uint32_t stream, const PGresult *r, bs_val lsn,
+                int create_empty, bs_error *err) {
+  bs__commit_in in = {.state = (unsigned)bs__pg_i16(r, 0, 0),
+                      .snapshot_done = bs__pg_bool(r, 0, 1),
+                      .no_checkpoint_before = bs__pg_bytes(r, 0, 2),
+                      .checkpoint_lsn = bs__pg_bytes(r, 0, 3),
+                      .resume_lsn = bs__pg_bytes(r, 0, 4),
+                      .op_head = (uint64_t)bs__pg_i64(r, 0, 5),
+                      .last_checkpoint_op = (uint64_t)bs__pg_i64(r, 0, 6)};
+  return bs__plan_commit(p, stream, &in, lsn, create_empty, err);
+}
 
 static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
                          bs_commit_result *out, bs_error *err) {
@@ -501,12 +514,10 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   uint32_t stream = bw->st->stream_id;
   bs__pg_args a = {0};
   PGresult *r = NULL;
-  bs_val ncb, cpl;
   uint64_t head, cp;
   int64_t xid = 0;
-  int rc, created = 0;
-  bs_block_reason blocked;
-  bs__stream_step step;
+  int rc;
+  bs__commit_plan p;
   if ((rc = bs__pg_begin_write(w->db, w->c, &xid, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
@@ -518,37 +529,25 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
     goto fail;
   }
-  /* the step a checkpoint would take: refused, as any write, on a terminated stream */
-  rc = bs__stream_transition(&step, stream, (unsigned)bs__pg_i16(r, 0, 0), BS__STREAM_CHECKPOINT,
-                             err);
-  if (rc) goto fail;
-  ncb = bs__pg_bytes(r, 0, 2);
-  cpl = bs__pg_bytes(r, 0, 3);
-  head = (uint64_t)bs__pg_i64(r, 0, 4);
-  cp = (uint64_t)bs__pg_i64(r, 0, 6);
-  blocked = bs__checkpoint_block(bs__pg_bool(r, 0, 1), ncb.data ? &ncb : NULL,
-                                 cpl.data ? &cpl : NULL, lsn);
-  if (!blocked && (create_empty || !cpl.data || head != (uint64_t)bs__pg_i64(r, 0, 5))) {
-    if ((rc = make_checkpoint(w, stream, head, lsn, &step, err))) goto fail;
-    created = 1;
-    cp = head;
-  }
+  if ((rc = plan(&p, stream, r, lsn, create_empty, err))) goto fail;
+  head = (uint64_t)bs__pg_i64(r, 0, 5);
+  cp = p.checkpoint ? head : (uint64_t)bs__pg_i64(r, 0, 7);
   PQclear(r);
   r = NULL;
-  {
+  if (p.checkpoint && (rc = make_checkpoint(w, stream, head, lsn, &p, err))) goto fail;
+  if (p.raise_resume && !p.checkpoint) { /* else make_checkpoint's statement raised it */
     bs__pg_args b = {0};
     bs__pg_arg_i32(&b, (int32_t)stream);
     bs__pg_arg_bytes(&b, lsn);
-    /* every commit raises the resume LSN (contract.md 4.4) */
     rc = bs__pg_runp(w->c, &resume_stmt, &b, "commit", err);
   }
   if (rc || (rc = commit_txn(w, xid, err))) goto fail;
   bs__pg_head_seen(bw->st, head, -1, NULL);
   analyze_maybe(w);
   if (out) {
-    out->checkpoint_blocked = blocked != BS_BLOCKED_NONE;
-    out->blocked_reason = blocked;
-    out->checkpoint_created = created;
+    out->checkpoint_blocked = p.blocked != BS_BLOCKED_NONE;
+    out->blocked_reason = p.blocked;
+    out->checkpoint_created = p.checkpoint;
     out->checkpoint = cp;
   }
   return BS_OK;
@@ -566,44 +565,50 @@ static int writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_ba
   return call_end(w, commit_locked(bw, batch, lsn, create_empty, out, err));
 }
 
-/* snapshot_done and resume_lsn take effect at once, in a statement of their own, and leave the
- * queue alone (as the other backends). */
-static int stream_update(bs_writer *bw, const char *sql, bs_val lsn, const char *what,
-                         bs_error *err) {
+/* snapshot_done and resume_lsn take effect at once, in a transaction of their own, and leave the
+ * queue alone (as the other backends): the stream row is read and locked, then changed as
+ * lifecycle.c decides (a writer's call on its state; no_checkpoint_before only rises). */
+static int stream_update(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
-  bs__pg_args a = {0};
-  PGresult *r;
-  int rc;
+  uint32_t stream = bw->st->stream_id;
+  const char *what = snapshot_done ? "snapshot_done" : "resume_lsn";
+  bs__pg_args a = {0}, b = {0};
+  bs__stream_step step;
+  PGresult *r = NULL;
+  int rc, raise = 1;
   if ((rc = call_begin(w, err))) return rc;
   if ((rc = bs__pg_begin_write(w->db, w->c, NULL, err))) return call_end(w, rc);
-  bs__pg_arg_i32(&a, (int32_t)bw->st->stream_id);
-  bs__pg_arg_bytes(&a, lsn);
-  if (!(rc = bs__pg_exec(w->c, sql, &a, &r, what, err))) {
-    bs__stream_step step;
-    if (PQntuples(r) != 1)
-      rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)bw->st->stream_id);
-    else /* the state the row had: a refused write is rolled back */
-      rc = bs__stream_transition(&step, bw->st->stream_id, (unsigned)bs__pg_i16(r, 0, 0),
-                                 BS__STREAM_WRITE, err);
-    PQclear(r);
-  }
+  bs__pg_arg_i32(&a, (int32_t)stream);
+  rc = bs__pg_exec(w->c,
+                   "SELECT state, no_checkpoint_before FROM bs_streams WHERE id = $1 FOR UPDATE",
+                   &a, &r, what, err);
+  if (!rc && PQntuples(r) != 1)
+    rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
+  if (!rc)
+    rc = bs__stream_transition(&step, stream, (unsigned)bs__pg_i16(r, 0, 0), BS__STREAM_WRITE, err);
+  if (!rc && snapshot_done) raise = bs__lsn_raises(bs__pg_bytes(r, 0, 1), lsn);
+  PQclear(r);
+  bs__pg_arg_i32(&b, (int32_t)stream);
+  bs__pg_arg_bytes(&b, lsn);
+  bs__pg_arg_bool(&b, raise);
+  if (!rc)
+    rc = bs__pg_run(w->c,
+                    snapshot_done ? "UPDATE bs_streams SET snapshot_done = true,"
+                                    " no_checkpoint_before = CASE WHEN $3 THEN $2"
+                                    " ELSE no_checkpoint_before END WHERE id = $1"
+                                  : "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1 AND $3",
+                    &b, what, err);
   if (!rc) rc = bs__pg_commit(w->c, err);
   if (rc) bs__pg_rollback(w->c);
   return call_end(w, rc);
 }
 
 static int writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
-  /* no_checkpoint_before never decreases */
-  return stream_update(bw,
-                       "UPDATE bs_streams SET snapshot_done = true, no_checkpoint_before = CASE"
-                       " WHEN no_checkpoint_before IS NULL OR no_checkpoint_before < $2 THEN $2"
-                       " ELSE no_checkpoint_before END WHERE id = $1 RETURNING state",
-                       lsn, "snapshot_done", err);
+  return stream_update(bw, 1, lsn, err);
 }
 
 static int writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
-  return stream_update(bw, "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1 RETURNING state",
-                       lsn, "resume_lsn", err);
+  return stream_update(bw, 0, lsn, err);
 }
 
 static const bs_writer_vtable pg_writer_vt = {

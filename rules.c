@@ -1,7 +1,6 @@
 /*
  * rules.c: the small rules of the storage contract that the front and every backend apply, each
- * written once: when a commit may make a checkpoint (contract.md 4.4), which id a managed write
- * checkpoint takes (contract.md 7), and the options checks that a backend's own public entry
+ * written once: which id a managed write checkpoint takes (contract.md 7), and the options checks that a backend's own public entry
  * point (bs_load) shares with the front, the checks of a read (torn, below the parameter
  * horizon, over the parameter limit: contract.md 5.4, 5.5), and where bucket data is cut into
  * chunks (contract.md 5.2). The larger rule modules are checksum.c, compact.c and lookup.c. Nothing here calls the
@@ -38,15 +37,6 @@ int bs__versioned_copy(void *out, const void *in, const size_t *sizes, unsigned 
   memcpy(out, in, sizes[v - 1]);
   memcpy(out, &current, sizeof current);
   return BS_OK;
-}
-
-bs_block_reason bs__checkpoint_block(int snapshot_done, const bs_val *no_checkpoint_before,
-                                     const bs_val *checkpoint_lsn, bs_val lsn) {
-  if (!snapshot_done) return BS_BLOCKED_SNAPSHOT;
-  if (no_checkpoint_before && bs__val_cmp(lsn, *no_checkpoint_before) < 0)
-    return BS_BLOCKED_NO_CHECKPOINT_BEFORE;
-  if (checkpoint_lsn && bs__val_cmp(lsn, *checkpoint_lsn) < 0) return BS_BLOCKED_CHECKPOINT_LSN;
-  return BS_BLOCKED_NONE;
 }
 
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,

@@ -1,6 +1,7 @@
 /* test_lifecycle: lifecycle.c, the one state machine of a stream (contract.md 1, 4.4, 8), on
  * every event from every state, against a table written from the contract: the stream's next
- * state, what happens to the database's other streams, and which states refuse the event. */
+ * state, what happens to the database's other streams, and which states refuse the event; and
+ * the plan of a commit (4.4): blocked or not, a checkpoint or not, the states, the resume LSN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,6 +118,104 @@ static void test_maps(void **state) {
   assert_memory_equal(m, write, sizeof m);
 }
 
+/* ---- A commit (contract.md 4.4) ---- */
+
+#define L(s) ((bs_val){s, sizeof(s) - 1})
+static const bs_val UNSET = {NULL, 0};
+
+static bs__commit_in cin(unsigned st, int snap, bs_val ncb, bs_val cpl, bs_val resume,
+                         uint64_t head, uint64_t last) {
+  bs__commit_in in = {st, snap, ncb, cpl, resume, head, last};
+  return in;
+}
+
+static bs__commit_plan plan_of(bs__commit_in in, const char *lsn, int create_empty) {
+  bs__commit_plan p;
+  bs_error err;
+  bs_val l = {lsn, strlen(lsn)};
+  if (bs__plan_commit(&p, 9, &in, l, create_empty, &err) != BS_OK) fail_msg("refused: %s", err.msg);
+  return p;
+}
+
+/* Blocked, in bs_block_reason's order: the snapshot, no_checkpoint_before, the last checkpoint's
+ * LSN (an LSN at either bound is not below it). */
+static void test_commit_blocked(void **state) {
+  (void)state;
+  assert_int_equal(plan_of(cin(A, 0, UNSET, UNSET, UNSET, 5, 0), "5", 1).blocked,
+                   BS_BLOCKED_SNAPSHOT);
+  assert_int_equal(plan_of(cin(A, 0, L("9"), L("9"), UNSET, 5, 0), "1", 1).blocked,
+                   BS_BLOCKED_SNAPSHOT);
+  assert_int_equal(plan_of(cin(A, 1, L("5"), L("9"), UNSET, 5, 0), "4", 1).blocked,
+                   BS_BLOCKED_NO_CHECKPOINT_BEFORE);
+  assert_int_equal(plan_of(cin(A, 1, L("5"), L("9"), UNSET, 5, 0), "5", 1).blocked,
+                   BS_BLOCKED_CHECKPOINT_LSN);
+  assert_int_equal(plan_of(cin(A, 1, L("5"), L("9"), UNSET, 5, 0), "9", 1).blocked,
+                   BS_BLOCKED_NONE);
+  /* a shorter prefix sorts first */
+  assert_int_equal(plan_of(cin(A, 1, L("55"), UNSET, UNSET, 5, 0), "5", 1).blocked,
+                   BS_BLOCKED_NO_CHECKPOINT_BEFORE);
+  assert_int_equal(plan_of(cin(A, 1, UNSET, L("55"), UNSET, 5, 0), "56", 1).blocked,
+                   BS_BLOCKED_NONE);
+  /* an empty LSN that is set bounds nothing from below; unset bounds nothing at all */
+  assert_int_equal(plan_of(cin(A, 1, L(""), L(""), UNSET, 5, 0), "", 1).blocked, BS_BLOCKED_NONE);
+  for (int ce = 0; ce < 2; ce++) /* a blocked commit makes no checkpoint */
+    assert_false(plan_of(cin(A, 0, UNSET, UNSET, UNSET, 5, 0), "5", ce).checkpoint);
+}
+
+/* Whether an unblocked commit makes a checkpoint: the first one always; later ones when ops were
+ * persisted since the last, or create_empty. */
+static void test_commit_checkpoint(void **state) {
+  (void)state;
+  assert_true(plan_of(cin(A, 1, UNSET, UNSET, UNSET, 0, 0), "1", 0).checkpoint);
+  assert_true(plan_of(cin(A, 1, UNSET, UNSET, UNSET, 7, 7), "1", 0).checkpoint); /* cleared */
+  assert_false(plan_of(cin(A, 1, UNSET, L("1"), UNSET, 7, 7), "2", 0).checkpoint);
+  assert_true(plan_of(cin(A, 1, UNSET, L("1"), UNSET, 7, 7), "2", 1).checkpoint);
+  assert_true(plan_of(cin(A, 1, UNSET, L("1"), UNSET, 8, 7), "2", 0).checkpoint);
+  assert_true(plan_of(cin(A, 1, UNSET, L("2"), UNSET, 8, 7), "2", 0).checkpoint); /* same LSN */
+}
+
+/* The states: a checkpoint activates a PROCESSING stream; without one nothing changes; a
+ * terminated stream refuses the commit. */
+static void test_commit_states(void **state) {
+  bs__commit_plan p;
+  bs__commit_in in = cin(P, 1, UNSET, UNSET, UNSET, 3, 0);
+  bs_error err;
+  (void)state;
+  p = plan_of(in, "1", 0);
+  assert_true(p.checkpoint);
+  assert_int_equal(p.step.to, A);
+  assert_true(p.step.others_change);
+  assert_int_equal(p.step.others[A], S);
+  assert_int_equal(p.step.others[E], S);
+  in.snapshot_done = 0;
+  p = plan_of(in, "1", 0);
+  assert_int_equal(p.step.to, P);
+  assert_false(p.step.others_change);
+  p = plan_of(cin(E, 1, UNSET, UNSET, UNSET, 3, 0), "1", 0);
+  assert_true(p.checkpoint);
+  assert_int_equal(p.step.to, E);
+  assert_false(p.step.others_change);
+  in = cin(T, 1, UNSET, UNSET, UNSET, 3, 0);
+  memset(&p, 0xee, sizeof p);
+  assert_int_equal(bs__plan_commit(&p, 9, &in, L("1"), 1, &err), BS_ESTATE);
+  assert_string_equal(err.msg, "stream 9 is terminated");
+  assert_int_equal(p.step.others[0], 0xee);
+}
+
+/* Every commit raises the resume LSN, blocked or not; it never goes down. */
+static void test_commit_resume(void **state) {
+  (void)state;
+  assert_true(plan_of(cin(A, 0, UNSET, UNSET, UNSET, 3, 0), "1", 0).raise_resume);
+  assert_true(plan_of(cin(A, 0, UNSET, UNSET, UNSET, 3, 0), "", 0).raise_resume);
+  assert_true(plan_of(cin(A, 0, UNSET, UNSET, L("b"), 3, 0), "c", 0).raise_resume);
+  assert_true(plan_of(cin(A, 0, UNSET, UNSET, L("b"), 3, 0), "ba", 0).raise_resume);
+  assert_false(plan_of(cin(A, 0, UNSET, UNSET, L("b"), 3, 0), "b", 0).raise_resume);
+  assert_false(plan_of(cin(A, 0, UNSET, UNSET, L("b"), 3, 0), "a", 0).raise_resume);
+  assert_false(plan_of(cin(A, 1, UNSET, UNSET, L("ba"), 3, 0), "b", 0).raise_resume);
+  assert_true(bs__lsn_raises(UNSET, L("")));
+  assert_false(bs__lsn_raises(L(""), L("")));
+}
+
 static void test_served(void **state) {
   (void)state;
   for (unsigned s = 0; s <= T + 1; s++) assert_int_equal(bs__stream_served(s), s == A || s == E);
@@ -124,10 +223,10 @@ static void test_served(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_every_case),
-      cmocka_unit_test(test_no_state),
-      cmocka_unit_test(test_maps),
-      cmocka_unit_test(test_served),
+      cmocka_unit_test(test_every_case),     cmocka_unit_test(test_no_state),
+      cmocka_unit_test(test_maps),           cmocka_unit_test(test_served),
+      cmocka_unit_test(test_commit_blocked), cmocka_unit_test(test_commit_checkpoint),
+      cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -600,6 +600,14 @@ static void do_commit1(run *r, wl *s) {
   CT_EQ_U64(res.checkpoint, s->has_cp ? s->cp : 0);
   check_states(r);
   {
+    bs_status st;
+    CT_OK(bs_get_status(&st, s->st, &ct_err));
+    if (!st.has_resume_lsn || st.resume_lsn_size != strlen(s->cs.resume) ||
+        memcmp(st.resume_lsn, s->cs.resume, st.resume_lsn_size) != 0)
+      fail_msg("commit(%s): resume LSN %.*s, model %s", lsn, (int)st.resume_lsn_size,
+               (const char *)st.resume_lsn, s->cs.resume);
+  }
+  {
     bs_checkpoint c;
     CT_OK(bs_get_checkpoint(&c, s->st, &ct_err));
     if (s->has_cp && (c.op_id != s->cp || c.lsn_size != strlen(s->cs.cp_lsn) ||

@@ -126,15 +126,16 @@ int md_lsn_cmp(const char *a, const char *b);
 
 /* A stream's checkpoint state (contract.md 4.4). LSNs are text (NUL-free) of up to 63 bytes. */
 typedef struct md_cpstate {
-  int snapshot_done, has_nocb, has_cp;
-  char nocb[64], cp_lsn[64];
+  int snapshot_done, has_nocb, has_cp, has_resume;
+  char nocb[64], cp_lsn[64], resume[64];
   uint64_t cp;
 } md_cpstate;
 
 /* snapshot_done(lsn): no_checkpoint_before = max(current, lsn). */
 void md_cp_snapshot_done(md_cpstate *c, const char *lsn);
 /* The outcome of commit(lsn) with head the last persisted op id, create_empty 0 or 1; applies
- * it to c. *created: whether a checkpoint is made (it is then c->cp = head at lsn). */
+ * it to c. *created: whether a checkpoint is made (it is then c->cp = head at lsn). Every commit
+ * raises the resume LSN to lsn. */
 bs_block_reason md_cp_commit(md_cpstate *c, uint64_t head, const char *lsn, int create_empty,
                              int *created);
 

@@ -33,6 +33,8 @@ bs_block_reason md_cp_commit(md_cpstate *c, uint64_t head, const char *lsn, int 
                              int *created) {
   bs_block_reason why = BS_BLOCKED_NONE;
   *created = 0;
+  if (!c->has_resume || md_lsn_cmp(lsn, c->resume) > 0) lsn_copy(c->resume, lsn);
+  c->has_resume = 1;
   if (!c->snapshot_done)
     why = BS_BLOCKED_SNAPSHOT;
   else if (c->has_nocb && md_lsn_cmp(lsn, c->nocb) < 0)
