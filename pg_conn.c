@@ -384,6 +384,20 @@ static int history_check(const PGresult *r, int col, bs_error *err) {
   return BS_OK;
 }
 
+/* The schema's OID in column col is the one this handle resolved at open: every write checks it,
+ * since the advisory lock keys and the notification channel derive from it. A schema dropped and
+ * created again under a running process (a dump restored) has a new OID; this handle's writers
+ * would then take the old keys while a process opened since takes the new ones, two writers of
+ * one stream. */
+static int schema_same(const bs__pg_db *db, const PGresult *r, int col, bs_error *err) {
+  long long oid = PQgetisnull(r, 0, col) ? 0 : strtoll(PQgetvalue(r, 0, col), NULL, 10);
+  if (oid == (long long)db->schema.oid) return BS_OK;
+  return bs__fail(err, BS_ESTATE,
+                  "schema %s was created again since this handle opened it (OID %u, now %lld: "
+                  "a restore): close and open the handle again",
+                  db->schema.quoted, (unsigned)db->schema.oid, oid);
+}
+
 int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
   conn_data *d = PQinstanceData(c, conn_events);
   int history = !d || !d->history_ok; /* once per session: its server cannot change */
@@ -394,7 +408,9 @@ int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
    * reads bs_meta after the lock was granted; its result is the one returned, in text */
   snprintf(sql, sizeof sql,
            "BEGIN; SELECT pg_advisory_xact_lock_shared(%d, %d);"
-           " SELECT %s, (SELECT value FROM bs_meta WHERE key = 'schema_version')%s",
+           " SELECT %s, (SELECT value FROM bs_meta WHERE key = 'schema_version'),"
+           " (SELECT c.relnamespace FROM pg_catalog.pg_class c"
+           "   WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('bs_meta'))%s",
            (int)(int32_t)db->schema.oid, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA),
            xid ? "txid_current()" : "0",
            history ? ", (SELECT value FROM bs_meta WHERE key = 'history_system'),"
@@ -404,8 +420,8 @@ int bs__pg_begin_write(bs__pg_db *db, PGconn *c, int64_t *xid, bs_error *err) {
   r = PQexec(c, sql);
   if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
     rc = bs__pg_fail(c, r, "begin", err);
-  else if (!(rc = bs__pg_schema_current(strtoll(PQgetvalue(r, 0, 1), NULL, 10), err)) && history &&
-           !(rc = history_check(r, 2, err)) && d)
+  else if (!(rc = bs__pg_schema_current(strtoll(PQgetvalue(r, 0, 1), NULL, 10), err)) &&
+           !(rc = schema_same(db, r, 2, err)) && history && !(rc = history_check(r, 3, err)) && d)
     d->history_ok = 1;
   if (!rc && xid) *xid = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
   PQclear(r);

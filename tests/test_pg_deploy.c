@@ -967,14 +967,17 @@ static void t_history_rewound(void **state) {
  * is the old table's. A fresh process opens read-write and reads; its flush, commit, compaction
  * and clear are refused (BS_ESTATE, "history rewound: the tables are not ..."), nothing
  * written, until the acknowledgement records the new table; then the writer commits from the
- * restored head. verify is clean after. */
+ * restored head. verify is clean after. A handle of a process that kept running across the
+ * restore, whose writer's lock is the old schema's, is refused every write after the
+ * acknowledgement too ("created again ... open the handle again"): else it would write beside
+ * the new process's writer of the same stream. */
 static void t_dump_restored(void **state) {
   deploy *d = *state;
   pgt *t = d->t;
   bs_error err = {0};
-  bs_db *db = pgt_open(t->url, 0);
-  bs_storage *st;
-  bs_writer *w;
+  bs_db *db = pgt_open(t->url, 0), *db0;
+  bs_storage *st, *st0;
+  bs_writer *w, *w0;
   bs_checkpoint cp;
   bs_commit_result r;
   bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
@@ -993,6 +996,9 @@ static void t_dump_restored(void **state) {
   bs_writer_close(w);
   bs_storage_close(st);
   bs_close(db);
+  db0 = pgt_open(t->url, 0); /* the process that keeps running */
+  OK(bs_storage_open(&st0, db0, 1, &err));
+  OK(bs_writer_open(&w0, st0, NULL, &err));
   meta = pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint");
   assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
                    meta);
@@ -1037,6 +1043,16 @@ static void t_dump_restored(void **state) {
   OK(bs_writer_commit(&r, w, str("0003"), NULL, &err));
   assert_true(r.checkpoint > (uint64_t)head); /* from the restored head */
   assert_int_equal(r.checkpoint, pgt_int(t->admin, "SELECT op_head FROM bs_streams"));
+  head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
+  save(w0, BS_INSERT, "r30", "b0", "k1");
+  assert_int_equal(bs_writer_flush(NULL, w0, &err), BS_ESTATE);
+  assert_non_null(strstr(err.msg, "was created again since this handle opened it"));
+  assert_int_equal(bs_writer_commit(NULL, w0, str("0004"), NULL, &err), BS_ESTATE);
+  assert_int_equal(bs_clear(st0, &err), BS_ESTATE);
+  assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
+  bs_writer_close(w0);
+  bs_storage_close(st0);
+  bs_close(db0);
   bs_writer_close(w);
   OK(bs_db_verify(&problems, db, NULL, NULL, &err));
   assert_int_equal(problems, 0);
