@@ -122,6 +122,7 @@ typedef struct target {
   size_t used, arena_cap;
   uint64_t total;
   int saw_format;
+  uint32_t older; /* the records' format when older than this build's (load): migrated at the end */
 } target;
 
 static char *str_cat(const bs_allocator *a, const char *x, const char *y) {
@@ -202,14 +203,17 @@ static int put_batch(MDB_txn *txn, void *payload, bs_error *err) {
     MDB_val v = {e->value_size, t->arena + e->key + e->key_size};
     int mrc;
     if (e->format) {
-      /* the new file has its own format record: the records must be of the same format */
+      /* the new file has its own format record: the records must be of the same format, or of
+       * an older one, which the file then takes until target_finish migrates it */
+      uint32_t version = 0;
       mrc = mdb_get(txn, db->meta, &k, &cur);
       if (mrc) return bs__lmdb_fail(err, mrc, "reading the format record");
-      if (cur.mv_size != v.mv_size || memcmp(cur.mv_data, v.mv_data, v.mv_size) != 0)
+      if (cur.mv_size == v.mv_size && memcmp(cur.mv_data, v.mv_data, v.mv_size) == 0) continue;
+      if (bs__lmdb_format_decode(&v, &version) || version == 0 || version > BS_FORMAT_VERSION)
         return bs__fail(err, BS_ECORRUPT,
                         "the records are of another format than this build's (format %u)",
                         (unsigned)BS_FORMAT_VERSION);
-      continue;
+      t->older = version;
     }
     /* MDB_APPEND fills pages completely (records come in key order); out of order, a plain put */
     mrc = mdb_put(txn, e->dbi, &k, &v, MDB_APPEND);
@@ -296,6 +300,20 @@ static int verify_copy(target *t, bs_error *err) {
   return rc;
 }
 
+/* Records exported by a build of an older format make a file of that format: the format layer
+ * upgrades it as it would the old build's own file. */
+static int migrate_copy(target *t, bs_error *err) {
+  bs_open_options oo = BS_OPEN_OPTIONS_INIT;
+  bs_db *copy;
+  int rc;
+  oo.checksum_cache_entries = (size_t)-1;
+  oo.allocator = t->a;
+  if ((rc = bs__lmdb_db_open(&copy, t->file, &oo, err))) return rc;
+  rc = bs__lmdb_format_open((bs__lmdb_db *)copy, t->file, err);
+  bs__lmdb_db_close(copy);
+  return rc;
+}
+
 static void sync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY);
   if (fd >= 0) {
@@ -313,6 +331,7 @@ static int target_finish(target *t, const char *path, int replace, bs_error *err
     return bs__fail_mdb(err, mrc, "syncing the copy");
   bs__lmdb_db_close(t->handle);
   t->handle = NULL;
+  if (t->older && (rc = migrate_copy(t, err))) return rc;
   if ((rc = verify_copy(t, err))) return rc;
   if (replace) {
     if (rename(t->file, path) != 0)

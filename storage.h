@@ -1013,10 +1013,13 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * back from `bucketstore dump`): next fills *rec (borrowed until the next call) and returns 1,
  * returns 0 after the last one; any other value stops the call (BS_EUSER). The result is
  * written, verified and renamed into place as bs_backup's copy; the same records give the same
- * database, byte for byte in every record. Options: progress and allocator (BS_BACKUP_REPLACE
- * is refused: load never replaces a file). Errors: BS_EINVAL (path, opts), BS_EUSER (next
- * stopped it), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
- * no format record or one of another version, or the result did not verify), BS_ECANCELED,
+ * database, byte for byte in every record. Records exported by a build of an older format give
+ * the file that build would have written, upgraded to this build's format as a read-write
+ * bs_open upgrades it, before it is verified. Options: progress and allocator
+ * (BS_BACKUP_REPLACE is refused: load never replaces a file). Errors: BS_EINVAL (path, opts),
+ * BS_EUSER (next stopped it), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
+ * no format record or one of a newer or unknown version, or the result did not verify),
+ * BS_ECANCELED,
  * BS_EIO, BS_ENOMEM. Any thread. */
 BS_API int bs_load(const char *path, const bs_backup_options *opts,
                    int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err);
