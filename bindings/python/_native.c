@@ -365,9 +365,10 @@ static int save_of(batch *b, PyObject *o, bs_save *s, Py_ssize_t i) {
   return 0;
 }
 
-/* save_many(writer, saves) -> (rc, message, done): every save converted first (a bad one raises
- * before any is queued), then queued in order with the GIL released; done = how many were
- * queued (all of them unless rc). */
+/* save_many(writer, saves) -> (rc, message, (index, queued)): every save converted (a bad one
+ * raises) and checked by the library's rules (bs_writer_check_save) before any is queued, then
+ * queued in order, the GIL released; index = the save refused (a check refuses before any is
+ * queued: queued 0; queueing itself may fail later, e.g. out of memory, after queued saves). */
 static PyObject *native_save_many(PyObject *self, PyObject *args) {
   PyObject *h, *o, *fast;
   void *w;
@@ -386,11 +387,14 @@ static PyObject *native_save_many(PyObject *self, PyObject *args) {
   for (i = 0; i < b.n; i++)
     if (save_of(&b, PySequence_Fast_GET_ITEM(fast, i), &b.saves[i], i) < 0) goto fail;
   ts = PyEval_SaveThread();
-  for (; done < b.n && !rc; done++) rc = bs_writer_save(w, &b.saves[done], &err);
+  for (i = 0; i < b.n && !(rc = bs_writer_check_save(w, &b.saves[i], &err)); i++) {
+  }
+  if (!rc)
+    for (; done < b.n && !(rc = bs_writer_save(w, &b.saves[done], &err)); done++) {
+    }
   PyEval_RestoreThread(ts);
   Py_DECREF(b.keep);
-  if (rc) done--;
-  return result(rc, &err, PyLong_FromSsize_t(done));
+  return result(rc, &err, Py_BuildValue("(nn)", rc && !done ? i : done, done));
 fail:
   Py_DECREF(b.keep);
   return NULL;

@@ -1702,21 +1702,21 @@ class Writer(_Handle):
     def save_many(self, saves: Iterable[SaveArgs]) -> None:
         """Queues many source row changes with one call into the library (the fast way to
         ingest): each a tuple of save()'s arguments, (table, tag, id[, rows[, lookups[,
-        old_id[, store]]]]). All are checked before any is queued; when the library refuses
-        one, the ones before it stay queued and the error says which (saves[i])."""
+        old_id[, store]]]]). All are checked, by the library's rules too, before any is
+        queued: a refused one queues none of them, and the error says which (saves[i])."""
         if isinstance(saves, (list, tuple)):
             batch = saves
         else:
             batch = list(saves)
         h = self._enter()
         try:
-            rc, msg, done = N.save_many(h, batch)
-            self._queued = self._queued or done > 0
+            rc, msg, (index, queued) = N.save_many(h, batch)
+            self._queued = self._queued or queued > 0
         finally:
             self._lock.release()
         if rc != 0:
             if len(batch) > 1:
-                msg = b"saves[%d]: %s" % (done, msg)
+                msg = b"saves[%d]: %s" % (index, msg)
             _check_msg(rc, msg)
 
     def _lsn_call(self, fn: Any, table: Any, name: str, flushes: bool = False) -> None:

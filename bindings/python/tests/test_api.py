@@ -358,9 +358,15 @@ def test_save_many_checks_every_save_before_queueing(st):
         with pytest.raises(bs.InvalidArgumentError, match=r"saves\[1\].tag"):
             w.save_many([("t", "insert", "r1"), ("t", "upsert", "r2")])
         assert w.flush() == 0  # nothing was queued
-        # the library refuses the third: the first two stay queued, the error names it
-        with pytest.raises(bs.InvalidArgumentError, match=r"saves\[2\]"):
+        # the library's rules refuse the third: none is queued, the error names it with the
+        # library's message (as Node's saveMany)
+        with pytest.raises(bs.InvalidArgumentError, match=r"saves\[2\]: rows\[0\].bucket"):
             w.save_many([("t", "insert", "r1", [row("b", "r1")]),
                          ("t", "insert", "r2", [row("b", "r2")]),
                          ("t", "insert", "r3", [row("", "r3")])])
-        assert w.flush() == 2
+        with pytest.raises(bs.TooBigError, match=r"saves\[1\]: rows\[0\].bucket is 481 bytes"):
+            w.save_many([("t", "insert", "r1", [row("b", "r1")]),
+                         ("t", "insert", "r2", [row("b" * 481, "r2")])])
+        assert w.flush() == 0
+        w.save_many([("t", "insert", "r1", [row("b", "r1")])])
+        assert w.flush() == 1
