@@ -36,8 +36,9 @@ case $where in "$tmp/venv/"*) ;; *) fail "bucketstore imported from $where, not 
 echo "== py-package: the binding's tests against the installed package"
 env -u PYTHONPATH BUCKETSTORE_REPO="$tmp/src" PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 \
   "$step" --scan '^SKIPPED' "$tmp/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests
-echo "== py-package: mypy --strict examples"
+echo "== py-package: mypy --strict examples and the installed package"
 env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" examples
+env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" -p bucketstore
 
 echo "== py-package: setup.py sdist, built and installed from an unrelated folder"
 (cd "$tmp/src/bindings/python" && "$PYTHON" setup.py -q sdist -d "$tmp/sdist" >"$tmp/sdist.log" 2>&1) || \

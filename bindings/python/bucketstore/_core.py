@@ -1674,10 +1674,10 @@ class Writer(_Handle):
         super().close()
         self._queued = False
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, *exc: Any) -> None:
         queued = self._queued
         self.close()
-        if queued and exc_type is None:
+        if queued and (not exc or exc[0] is None):
             raise StateError(F.BS_ESTATE, "the writer's with block ended with changes queued "
                              "since the last commit: they were discarded (commit(lsn) before "
                              "the end of the block, or close() the writer to discard them)")
