@@ -301,7 +301,9 @@ layercheck: $(BUILD)/libbucketstore.a $(CLI_OBJS)
 # abi/libbucketstore.abi, for the version in abi/version. abi-check (in `make test`) fails on any
 # change, also an addition: a program built against one 0.x header must run with the next
 # library. A deliberate change: bump BS_VERSION_* in storage.h (minor for an addition, major for
-# an incompatible change), then `make abi-update`, which refuses an ABI change without a bump.
+# an incompatible change), then `make abi-update`, which refuses an ABI change without a bump
+# once the version is released (CHANGELOG.md has its "## X.Y.Z" section): an unreleased version
+# takes further changes under the same number.
 # Both read a release build (DEBUG=0, -O2 -g: abidw needs the debug info) of their own.
 ABI_BUILD := build-abi
 ABIDW_FLAGS := --no-corpus-path --no-show-locs --no-comp-dir-path --drop-private-types \
@@ -323,9 +325,10 @@ abi-check: $(ABI_BUILD)/libbucketstore.abi
 abi-update: $(ABI_BUILD)/libbucketstore.abi
 	@if [ -f abi/libbucketstore.abi ] && abidiff abi/libbucketstore.abi $< >/dev/null 2>&1; then \
 	  echo "abi-update: no ABI change"; exit 0; fi; \
-	if [ "$$(cat abi/version 2>/dev/null)" = "$(VERSION)" ]; then \
-	  echo "abi-update: the ABI changed, the version did not ($(VERSION)): bump BS_VERSION_* in" \
-	    "storage.h first"; exit 1; fi; \
+	if [ "$$(cat abi/version 2>/dev/null)" = "$(VERSION)" ] && \
+	  grep -q '^## $(VERSION)$$' CHANGELOG.md; then \
+	  echo "abi-update: the ABI changed, the version did not ($(VERSION), released):" \
+	    "bump BS_VERSION_* in storage.h first"; exit 1; fi; \
 	mkdir -p abi && cp $< abi/libbucketstore.abi && echo "$(VERSION)" > abi/version && \
 	echo "abi-update: abi/libbucketstore.abi is version $(VERSION)'s ABI"
 
