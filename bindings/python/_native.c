@@ -394,7 +394,8 @@ static PyObject *native_save_many(PyObject *self, PyObject *args) {
     }
   PyEval_RestoreThread(ts);
   Py_DECREF(b.keep);
-  return result(rc, &err, Py_BuildValue("(nn)", rc && !done ? i : done, done));
+  /* i < b.n: the check refused saves[i]; else queueing refused saves[done] */
+  return result(rc, &err, Py_BuildValue("(nn)", i < b.n ? i : done, done));
 fail:
   Py_DECREF(b.keep);
   return NULL;
