@@ -2,7 +2,7 @@
  * pg.c: the top of the PostgreSQL backend: the schema and its migrations, streams, storage
  * handles, waiting for a checkpoint, the lifecycle slots, and the method tables and the
  * constructor, whose slots are the functions of the files below (pg_read.c, pg_write.c,
- * pg_save.c, pg_compact.c, pg_verify.c), all of them on pg_conn.c (statements, the pool); no
+ * pg_wcp.c, pg_save.c, pg_compact.c, pg_verify.c, pg_backup.c), all of them on pg_conn.c (statements, the pool); no
  * file below uses this one (make layercheck).
  * A bs_db is a connection string and a pool of connections: any call takes an idle connection
  * (or opens one), runs its statements and gives it back, so reader threads never share one.

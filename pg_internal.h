@@ -167,7 +167,7 @@ typedef struct bs__pg_storage {
 } bs__pg_storage;
 
 /* A writer runs its statements in its lock's session (pg_write.c): c is lock->c during a call
- * (set by bs__pg_writer_conn, lock->mu held). */
+ * (set by writer_conn, lock->mu held). */
 typedef struct bs__pg_writer {
   bs_writer base;
   bs__pg_db *db;
@@ -398,9 +398,10 @@ int bs__pg_schema_current(int64_t v, bs_error *err);
 int bs__pg_commit(PGconn *c, bs_error *err);
 void bs__pg_rollback(PGconn *c);
 
-/* pg_write.c: the writer and write-checkpoint slots */
+/* pg_write.c: the writer slots */
 int bs__pg_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o, bs_error *err);
 int bs__pg_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
+/* pg_wcp.c: the write-checkpoint slots */
 int bs__pg_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                                      bs_error *err);
 int bs__pg_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance, bs_storage *st,
@@ -410,17 +411,17 @@ int bs__pg_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, b
 int bs__pg_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                              bs_error *err);
 
-/* Sets w->c to the session of the writer's lock (the caller holds lock->mu). A session the
- * server ended while idle is found here, before anything is sent: BS_EIO with libpq's message
- * (another host may have taken the lock meanwhile); the next call opens a new session and
- * takes the lock again, BS_EBUSY when another process or host holds it. */
-int bs__pg_writer_conn(bs__pg_writer *w, bs_error *err);
-
-/* pg_save.c: the flush of the front's queue */
-int bs__pg_writer_source_row(bs_writer *w, const bs_write_batch *in, bs_val table, bs_val rid,
-                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
-/* The writer's truncate slot: truncate/drop in bounded transactions (contract.md 4.2). */
-int bs__pg_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err);
+/* pg_save.c: the flush of the front's queue, below the writer's slots (pg_write.c), which own
+ * the session and its transactions: every function here runs in the writer's open transaction.
+ * _source_row_read: the source record (table, rid) as the queue in leaves it: *has_data, and
+ * *data a copy (allocated from the db's allocator when data->size > 0: the caller frees it);
+ * BS_ENOTFOUND when there is none. The caller rolls the transaction back. */
+int bs__pg_source_row_read(bs_val *data, int *has_data, bs__pg_writer *w, const bs_write_batch *in,
+                           bs_val table, bs_val rid, bs_error *err);
+/* One share of a truncate or drop (contract.md 4.2): the REMOVEs of up to a bounded number of
+ * the table's source records, which go; *done when none is left (a drop then forgets the
+ * table). */
+int bs__pg_truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, bs_error *err);
 /* Decodes a bs_source.members value (pg_save.c's encoding) of the record of replica id rid into
  * r's m, nm, lk and nl: strings borrowed from v (or rid), the two arrays allocated from a (the
  * caller frees r->m and r->lk; after a failure both are NULL). BS_ECORRUPT (not one whole
@@ -469,9 +470,10 @@ int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
                         bs_error *err);
 
-/* pg_verify.c: verify, and what backup and export answer (the db slots) */
+/* pg_verify.c: verify (a db slot) */
 int bs__pg_verify(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,
                   bs_error *err);
+/* pg_backup.c: what backup and export answer (db slots) */
 int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
                   bs_error *err);

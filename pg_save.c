@@ -1238,19 +1238,16 @@ int bs__pg_flush_in_txn(bs__pg_writer *w, const bs_write_batch *in, uint64_t *he
   return rc;
 }
 
-/* Reads back a source record, seeing the queue: applies it in a transaction, reads the
- * record the batch ends with, and rolls back. */
-int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val table, bs_val rid,
-                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  bs__pg_writer *w = (bs__pg_writer *)bw;
+/* Reads back a source record, seeing the queue: applies it in the writer's open transaction
+ * (the caller rolls it back) and reads the record the batch ends with. */
+int bs__pg_source_row_read(bs_val *data, int *has_data, bs__pg_writer *w, const bs_write_batch *in,
+                           bs_val table, bs_val rid, bs_error *err) {
   batch b;
   rec_ent *e = NULL;
   void *copy = NULL;
-  bs_val data = {NULL, 0};
-  int rc, has_data = 0;
-  if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin_write(w->db, w->c, NULL, err)))
-    return rc;
-  rc = apply(w, in, &b, 1, err);
+  int rc = apply(w, in, &b, 1, err);
+  *has_data = 0;
+  *data = (bs_val){NULL, 0};
   if (!rc) {
     bs__pg_args a = {0};
     PGresult *r;
@@ -1264,20 +1261,20 @@ int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
     if (!rc && t && !(e = rec_find(&b, t, rid)) && !(rc = load_records(&b, t, &rid, 1, err)))
       e = rec_find(&b, t, rid);
     if (!rc && e && e->r.exists && !e->r.soft) {
-      has_data = e->r.has_data;
-      if (has_data && e->r.data.size && !(copy = bs__malloc(b.a, e->r.data.size))) rc = oom(err);
+      *has_data = e->r.has_data;
+      if (*has_data && e->r.data.size && !(copy = bs__malloc(b.a, e->r.data.size))) rc = oom(err);
       if (copy) memcpy(copy, e->r.data.data, e->r.data.size);
-      data.data = copy ? copy : "";
-      data.size = e->r.data.size;
+      *data = (bs_val){copy ? copy : "", e->r.data.size};
     } else if (!rc) {
       e = NULL;
     }
   }
-  bs__pg_rollback(w->c);
   batch_free(&b);
   if (!rc && !e) rc = bs__source_row_missing(table, err);
-  if (!rc) rc = fn(has_data ? &data : NULL, payload);
-  bs__free(&w->db->base.alloc, copy);
+  if (rc) {
+    bs__free(&w->db->base.alloc, copy);
+    *data = (bs_val){NULL, 0};
+  }
   return rc;
 }
 
@@ -1289,7 +1286,7 @@ int bs__pg_writer_source_row(bs_writer *bw, const bs_write_batch *in, bs_val tab
 
 #define TRUNCATE_RECORDS 1000
 
-static int truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, bs_error *err) {
+int bs__pg_truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, bs_error *err) {
   static const bs_write_batch none = {NULL, 0};
   static const bs__srec gone = {0};
   batch b;
@@ -1342,21 +1339,6 @@ out:
   bs__effects_free(&fx);
   batch_free(&b);
   return rc;
-}
-
-int bs__pg_writer_truncate(bs_writer *bw, bs_val table, int drop, bs_error *err) {
-  bs__pg_writer *w = (bs__pg_writer *)bw;
-  int rc, done = 0;
-  /* the front has flushed what was queued before the truncate (contract.md 4.2) */
-  while (!done) {
-    if ((rc = bs__pg_writer_conn(w, err)) || (rc = bs__pg_begin_write(w->db, w->c, NULL, err)))
-      return rc;
-    if ((rc = truncate_share(w, table, drop, &done, err)) || (rc = bs__pg_commit(w->c, err))) {
-      bs__pg_rollback(w->c);
-      return rc;
-    }
-  }
-  return BS_OK;
 }
 
 /* ---- Defragmentation (contract.md 6; pg_compact.c calls it) -------------------------------------

@@ -1,9 +1,8 @@
 /*
  * pg_verify.c: bs_db_verify on the PostgreSQL backend (the LMDB backend's checks, lmdb_verify.c,
- * on the schema of pg_internal.h), and what backup and export answer. Verify runs in one READ ONLY
- * REPEATABLE READ transaction (one snapshot; it writes nothing) and reads the tables a page at a
- * time (cursors of PAGE rows; the ops, whose data can be large, in keyset pages of the primary
- * key also cut at PAGE_BYTES), so its memory is a page, whatever the database's size. Every
+ * on the schema of pg_internal.h). It runs in one READ ONLY REPEATABLE READ transaction (one
+ * snapshot; it writes nothing) and reads the tables a page at a time (cursors of PAGE rows; the
+ * ops, whose data can be large, in keyset pages of the primary key also cut at PAGE_BYTES), so its memory is a page, whatever the database's size. Every
  * inconsistency is a problem passed to the caller (naming the table, stream, bucket and op id
  * at fault) and counted; only a server error or a failed allocation ends the call. The problems
  * are kept (the first SHOWN_BYTES of their text) and passed on after the transaction ended, so
@@ -674,28 +673,4 @@ int bs__pg_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, void
   bs__free(vf.a, vf.v.streams);
   if (problems) *problems = vf.v.problems;
   return rc;
-}
-
-/* bs_record is a record of the LMDB file format (docs/format.md): its tables, keys and values are
- * the LMDB backend's sub-databases, which bs_load writes into a new file. This backend stores
- * other tables, and no other backend may use the LMDB codec (make layercheck), so it has no such
- * records to give and no file to copy. */
-int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {
-  BS_UNUSED(db);
-  BS_UNUSED(path);
-  BS_UNUSED(opts);
-  return bs__fail(err, BS_EUNSUPPORTED,
-                  "backup: a PostgreSQL database is not a file; copy it with pg_dump (or the "
-                  "server's own backups)");
-}
-
-int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
-                  bs_error *err) {
-  BS_UNUSED(db);
-  BS_UNUSED(stream);
-  BS_UNUSED(fn);
-  BS_UNUSED(payload);
-  return bs__fail(err, BS_EUNSUPPORTED,
-                  "export: records are the LMDB file format's (docs/format.md), which the "
-                  "PostgreSQL backend does not store; copy it with pg_dump");
 }
