@@ -8,6 +8,7 @@
  * record merge logic, argument checks, the checksum cache.
  */
 #include "bench.h"
+#include "lmdb_internal.h" /* the library's source record codec (format 2): the same bytes */
 #include "raw.h"
 
 #include <lmdb.h>
@@ -145,18 +146,17 @@ static void srckey(unsigned char *k, uint64_t row) {
   memcpy(k + 8, rid, RID_LEN);
 }
 
+/* The source record of row (one membership: bucket b, op, object id = the replica id), in the
+ * library's current format, encoded by the library's own codec. */
 int put_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned b, uint64_t op) {
-  unsigned char k[8 + RID_LEN], v[SREC + 20 + OBJ_TYPE_LEN + RID_LEN];
-  MDB_val key = {sizeof k, k}, val = {sizeof v, v};
-  memset(v, 0, sizeof v);
-  le32(v + 1, 1);
-  le64(v + SREC, b + 1);
-  le64(v + SREC + 8, op);
-  v[SREC + 16] = OBJ_TYPE_LEN;
-  v[SREC + 18] = RID_LEN;
+  unsigned char k[8 + RID_LEN], v[SREC_MAX];
+  bs__member m = {b + 1, op, {OBJ_TYPE, OBJ_TYPE_LEN}, {NULL, RID_LEN}};
+  bs__srec rec = {.exists = 1, .m = &m, .nm = 1};
+  MDB_val key = {sizeof k, k}, val = {0, v};
   srckey(k, row);
-  memcpy(v + SREC + 20, OBJ_TYPE, OBJ_TYPE_LEN);
-  memcpy(v + SREC + 20 + OBJ_TYPE_LEN, k + 8, RID_LEN); /* object id = replica id */
+  m.object_id.data = k + 8; /* object id = replica id */
+  val.mv_size = bs__lmdb_srec_size(&rec, m.object_id);
+  bs__lmdb_srec_encode(v, &rec, m.object_id);
   return mdb_put(txn, d->source, &key, &val, 0);
 }
 
@@ -164,10 +164,15 @@ int put_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned b, uint64_t op) {
 static int get_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned *b, uint64_t *op) {
   unsigned char k[8 + RID_LEN];
   MDB_val key = {sizeof k, k}, val;
+  bs_val rid = {k + 8, RID_LEN};
+  bs__srec rec;
+  bs__member m;
   srckey(k, row);
-  if (mdb_get(txn, d->source, &key, &val) || val.mv_size < SREC + 20) return 0;
-  *b = (unsigned)(gle64((unsigned char *)val.mv_data + SREC) - 1);
-  *op = gle64((unsigned char *)val.mv_data + SREC + 8);
+  if (mdb_get(txn, d->source, &key, &val) || bs__lmdb_srec_head(&val, &rec) || rec.nm != 1 ||
+      rec.nl || bs__lmdb_srec_decode(&val, rid, &rec, &m, NULL))
+    return 0;
+  *b = (unsigned)(m.bucket - 1);
+  *op = m.op;
   return 1;
 }
 
@@ -928,11 +933,15 @@ int raw_params(void) {
     MDB_txn *txn;
     if ((mrc = mdb_txn_begin(d.env, NULL, 0, &txn))) break;
     for (uint64_t i = s; i < e && !mrc; i++) {
-      unsigned char key[64], pk[128], pv[96], sk[64], sv[96];
+      unsigned char key[64], pk[128], pv[96], sk[64], sv[SREC_MAX];
       char rid[24], js[48];
       size_t kl = lookup_key(key, i % keys), rl, jl;
       MDB_val k, v;
+      bs_val lkv, ridv;
+      bs__srec src = {.exists = 1, .lk = &lkv, .nl = 1};
       rl = (size_t)snprintf(rid, sizeof rid, "p%08llu", (unsigned long long)i);
+      ridv.data = rid;
+      ridv.size = rl;
       jl = (size_t)snprintf(js, sizeof js, "{\"list\":\"l%07llu\"}", (unsigned long long)i);
       be32(pk, STREAM);
       pk[4] = (unsigned char)(kl >> 8);
@@ -956,15 +965,13 @@ int raw_params(void) {
       be32(sk, STREAM);
       be32(sk + 4, 2);
       memcpy(sk + 8, rid, rl);
-      memset(sv, 0, SREC);
-      le32(sv + 5, 1);
-      sv[SREC] = (unsigned char)kl;
-      sv[SREC + 1] = 0;
-      memcpy(sv + SREC + 2, key, kl);
+      lkv.data = key;
+      lkv.size = kl;
       k.mv_size = 8 + rl;
       k.mv_data = sk;
-      v.mv_size = SREC + 2 + kl;
+      v.mv_size = bs__lmdb_srec_size(&src, ridv);
       v.mv_data = sv;
+      bs__lmdb_srec_encode(sv, &src, ridv);
       mrc = mdb_put(txn, d.source, &k, &v, 0);
     }
     if (!mrc) {

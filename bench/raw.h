@@ -10,10 +10,10 @@
 
 #include "bench.h"
 
-#define STREAM 1u
-#define TID    1u
-#define HDR    18u
-#define SREC   17u
+#define STREAM   1u
+#define TID      1u
+#define HDR      18u
+#define SREC_MAX 96u /* a source record of the benchmark: one membership or one lookup key */
 
 typedef struct rdb {
   MDB_env *env;
