@@ -1874,16 +1874,18 @@ static napi_value writer_source_row(napi_env env, napi_callback_info info) {
   return job_queue(env, n, j);
 }
 
-/* Milliseconds since the epoch from a Date or a number. */
-static int get_ms(napi_env env, napi_value v, const char *name, int64_t *out) {
-  bool is_date;
+/* Milliseconds from a number (since the epoch, or a duration) or, with dates, from a Date: a
+ * whole number, as Python's int (a fraction is refused, never truncated). */
+static int get_ms(napi_env env, napi_value v, const char *name, int dates, int64_t *out) {
+  bool is_date = false;
   double d;
-  NAPI(napi_is_date(env, v, &is_date));
+  if (dates) NAPI(napi_is_date(env, v, &is_date));
   if (is_date)
     NAPI(napi_get_date_value(env, v, &d));
   else if (get_double(env, v, name, &d))
     return -1;
   if (!(d >= -9.2e18 && d <= 9.2e18)) return throw_range(env, name, "not a valid time");
+  if (d != (double)(int64_t)d) return throw_range(env, name, "not a whole number of milliseconds");
   *out = (int64_t)d;
   return 0;
 }
@@ -1901,7 +1903,7 @@ static napi_value writer_custom_wcp(napi_env env, napi_callback_info info) {
       get_prop(env, argv[1], "event_id", &v) ||
       get_opt_bytes(env, &j->ar, v, "checkpoint.event_id", &j->b) ||
       get_prop(env, argv[1], "checkpoint_requested_at", &v) ||
-      (v && get_ms(env, v, "checkpoint.checkpoint_requested_at", &j->ms))) {
+      (v && get_ms(env, v, "checkpoint.checkpoint_requested_at", 1, &j->ms))) {
     job_free(j);
     return NULL;
   }
@@ -2364,7 +2366,6 @@ static napi_value js_stats(napi_env env, const bs_compact_stats *s) {
 static napi_value compact(napi_env env, napi_callback_info info) {
   ARGS(3);
   napi_value v, o;
-  double d;
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
@@ -2388,11 +2389,11 @@ static napi_value compact(napi_env env, napi_callback_info info) {
       get_prop(env, o, "defragmentRatio", &v) ||
       (v && get_double(env, v, "options.defragmentRatio", &w->co.defragment_ratio)))
     FAIL_WORK(w);
-  if (get_prop(env, o, "minAgeMs", &v) || (v && get_double(env, v, "options.minAgeMs", &d)))
+  if (get_prop(env, o, "minAgeMs", &v) ||
+      (v && get_ms(env, v, "options.minAgeMs", 0, &w->co.min_age_ms)))
     FAIL_WORK(w);
-  if (v) w->co.min_age_ms = (int64_t)d;
   if (get_prop(env, o, "deleteCheckpointRequestsBefore", &v) ||
-      (v && get_ms(env, v, "options.deleteCheckpointRequestsBefore",
+      (v && get_ms(env, v, "options.deleteCheckpointRequestsBefore", 1,
                    &w->co.delete_checkpoint_requests_before_ms)))
     FAIL_WORK(w);
   if (get_prop(env, o, "compactBuckets", &v)) FAIL_WORK(w);
@@ -2538,7 +2539,7 @@ static napi_value create_managed(napi_env env, napi_callback_info info) {
     /* 0 would read as "now" in C: a request at the epoch itself is refused instead */
     snprintf(nm, sizeof nm, "checkpoints[%u].checkpoint_requested_at", i);
     if (get_prop(env, e, "checkpoint_requested_at", &f) ||
-        (f && get_ms(env, f, nm, &req[i].requested_at_ms)) ||
+        (f && get_ms(env, f, nm, 1, &req[i].requested_at_ms)) ||
         (f && req[i].requested_at_ms < 1 && throw_range(env, nm, "at or before the epoch")))
       FAIL_WORK(w);
   }
@@ -2589,7 +2590,7 @@ static napi_value delete_requests(napi_env env, napi_callback_info info) {
     throw_rc(env, BS_EINVAL, "before: missing (expected a Date or milliseconds)");
     FAIL_WORK(w);
   }
-  if (get_ms(env, argv[1], "before", &ms)) FAIL_WORK(w);
+  if (get_ms(env, argv[1], "before", 1, &ms)) FAIL_WORK(w);
   w->u2 = (uint64_t)ms;
   return work_start(env, w, n, exec_delete_requests, done_u64_num);
 }
@@ -2844,8 +2845,8 @@ static napi_value wait_checkpoint(napi_env env, napi_callback_info info) {
   if (!n) return NULL;
   w->u1 = UINT64_MAX;
   if (argv[2] && get_double(env, argv[2], "options.timeoutMs", &ms)) FAIL_WORK(w);
-  if (argv[2] && !(ms >= 0)) {
-    throw_range(env, "options.timeoutMs", "not a non-negative number");
+  if (argv[2] && !(ms >= 0 && (ms >= 1e15 || ms == (double)(uint64_t)ms))) {
+    throw_range(env, "options.timeoutMs", "not a non-negative whole number");
     FAIL_WORK(w);
   }
   if (argv[2] && ms < 1e15) w->u1 = (uint64_t)ms;

@@ -5,7 +5,7 @@
 // has no use for (accepted).
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { backends } = require('./helpers.cjs');
+const { bs, backends } = require('./helpers.cjs');
 
 const put = (bucket, id, params) => ({ tag: 'update', sourceTable: 't', afterReplicaId: id,
   evaluated: [{ bucket, table: 't', id, data: '{}' }],
@@ -160,3 +160,41 @@ for (const [name, open] of backends) {
     cleanup();
   });
 }
+
+test('milliseconds are whole numbers wherever a call takes them (a fraction is refused, as Python refuses a float)', async () => {
+  const db = await bs.openMemory();
+  await db.createStream('s');
+  const st = await db.storage();
+  const w = await st.createWriter();
+  await w.markSnapshotDone('1');
+  await w.commit('1');
+  const calls = {
+    addCustomWriteCheckpoint: async (ms) => {
+      st.setWriteCheckpointMode('custom');
+      try {
+        await w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 1n, checkpoint_requested_at: ms });
+        await w.flush();
+      } finally {
+        st.setWriteCheckpointMode('managed');
+      }
+    },
+    createManagedWriteCheckpoints: (ms) =>
+      st.createManagedWriteCheckpoints([{ user_id: 'u', heads: { 1: '1' }, checkpoint_requested_at: ms }]),
+    deleteCheckpointRequestsBefore: (ms) => st.deleteCheckpointRequestsBefore(ms),
+    'compact deleteCheckpointRequestsBefore': (ms) => st.compact({ deleteCheckpointRequestsBefore: ms }),
+    'compact minAgeMs': (ms) => st.compact({ incrementalOnly: true, minAgeMs: ms }),
+    'waitCheckpoint timeoutMs': (ms) => st.waitCheckpoint(null, { timeoutMs: ms }),
+  };
+  for (const [what, call] of Object.entries(calls)) {
+    for (const ms of [1000, 1000.0, 1e3, 2 ** 40, new Date(1000.7)]) { // a Date holds whole ms
+      if (ms instanceof Date && what.includes('Ms')) continue; // durations are numbers
+      await call(ms);
+    }
+    for (const ms of [1000.5, 1000 + 2 ** -20, 1.5, 2 ** 40 + 0.5])
+      await assert.rejects(call(ms), code(RangeError, 'BS_EINVAL'), `${what}(${ms})`);
+    await assert.rejects(call(1.5), { message: /whole number/ }, what);
+  }
+  await w.close();
+  await st.close();
+  await db.close();
+});

@@ -36,6 +36,7 @@ from typing import (
     Mapping,
     NamedTuple,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
     TypeVar,
@@ -367,6 +368,92 @@ def _run_listener(fn: Callable[[int, int], Any], stream: int, checkpoint: int) -
         fn(stream, checkpoint)
     finally:
         _tls.depth -= 1
+
+
+# ---- Cancellation --------------------------------------------------------------------------
+
+
+class Cancellable(Protocol):
+    """What a long call's cancel= takes: a CancelToken, a threading.Event, or anything with
+    is_set() (and, for what the call raises, a `reason`)."""
+
+    def is_set(self) -> bool: ...
+
+
+class CancelToken:
+    """Cancels the long calls it is passed to (cancel=), as Node's AbortSignal does: after
+    cancel(reason), a call that takes the token raises reason (by default a CanceledError)
+    before it starts, or at its next step once started (the steps done stay). Thread-safe;
+    a token stays cancelled."""
+
+    def __init__(self) -> None:
+        self._set = threading.Event()
+        self.reason: Optional[BaseException] = None
+
+    def cancel(self, reason: Optional[BaseException] = None) -> None:
+        """Cancels, once: later calls keep the first reason."""
+        if reason is not None and not isinstance(reason, BaseException):
+            raise TypeError(f"reason: expected an exception, got {type(reason).__name__}")
+        with _CANCEL_LOCK:
+            if self.reason is None:
+                self.reason = reason if reason is not None else CanceledError(
+                    F.BS_ECANCELED, "cancelled by its CancelToken")
+                self._set.set()
+
+    def is_set(self) -> bool:
+        return self._set.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._set.is_set()
+
+
+_CANCEL_LOCK = threading.Lock()
+
+
+def _cancel_arg(cancel: Any) -> Optional[Cancellable]:
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise TypeError(f"cancel: expected a CancelToken (or an object with is_set()), "
+                        f"got {type(cancel).__name__}")
+    c: Optional[Cancellable] = cancel
+    return c
+
+
+def _raise_if_cancelled(cancel: Optional[Cancellable]) -> None:
+    """Raises the token's reason (a CanceledError when it has none) once it is set."""
+    if cancel is not None and cancel.is_set():
+        reason = getattr(cancel, "reason", None)
+        if isinstance(reason, BaseException):
+            raise reason
+        raise CanceledError(F.BS_ECANCELED, "cancelled")
+
+
+def _steps(trap: _Trap, progress: Any, cancel: Optional[Cancellable],
+           arg: Callable[..., Any]) -> Optional[Callable[..., int]]:
+    """A long call's C progress callback, or None when it needs none: it stops the call
+    (non-zero) once cancel is set, before or after progress(arg(*args)) runs, and when
+    progress returns a truthy value; progress runs through trap (an exception stops it)."""
+    if progress is not None and not callable(progress):
+        raise TypeError("progress: expected a callable")
+    if progress is None and cancel is None:
+        return None
+
+    def one(*args: Any) -> int:
+        if cancel is not None and cancel.is_set():
+            return 1
+        stop = progress is not None and progress(arg(*args))
+        return 1 if stop or (cancel is not None and cancel.is_set()) else 0
+
+    return lambda *args: trap.call(one, *args)
+
+
+def _finish(rc: int, err: F.bs_error, trap: _Trap, cancel: Optional[Cancellable]) -> None:
+    """After a long call: progress's exception, else the token's reason when it cancelled
+    the call, else the call's error."""
+    trap.raise_pending()
+    if rc == F.BS_ECANCELED:
+        _raise_if_cancelled(cancel)
+    _check(rc, err)
 
 
 # ---- Result types -------------------------------------------------------------------------
@@ -814,40 +901,23 @@ def _path(path: Any, name: str) -> bytes:
 
 
 def _backup_options(trap: _Trap, progress: Optional[Callable[[int], Any]],
-                    replace: bool = False) -> F.bs_backup_options:
-    """bs_backup_options for backup and load: progress(records) runs through trap, and a
-    truthy return cancels (CanceledError). The allocator stays NULL: load allocates with libc,
-    backup with the database's."""
+                    cancel: Optional[Cancellable], replace: bool = False
+                    ) -> F.bs_backup_options:
+    """bs_backup_options for backup and load: progress(records) and cancel as _steps says.
+    The allocator stays NULL: load allocates with libc, backup with the database's."""
     o = F.bs_backup_options(F.BS_BACKUP_OPTIONS_VERSION,
                             F.BS_BACKUP_REPLACE if _bool(replace, "replace") else 0)
-    if progress is not None:
-        if not callable(progress):
-            raise TypeError("progress: expected a callable")
-        pf = progress
-        o.progress = F.BACKUP_PROGRESS_FN(lambda n, x: trap.call(lambda: 1 if pf(n) else 0))
+    step = _steps(trap, progress, cancel, lambda n: n)
+    if step is not None:
+        fn = step
+        o.progress = F.BACKUP_PROGRESS_FN(lambda n, x: fn(n))
     return o
 
 
-def _open_options(
-    nosync: bool = False,
-    readonly: bool = False,
-    map_size: Optional[int] = None,
-    cache_entries: Optional[int] = None,
-    nomigrate: bool = False,
-    pg_max_connections: Optional[int] = None,
-) -> F.bs_open_options:
-    o = F.bs_open_options(F.BS_OPEN_OPTIONS_VERSION)
-    o.flags = (
-        (F.BS_OPEN_NOSYNC if _bool(nosync, "nosync") else 0)
-        | (F.BS_OPEN_RDONLY if _bool(readonly, "readonly") else 0)
-        | (F.BS_OPEN_NOMIGRATE if _bool(nomigrate, "nomigrate") else 0)
-    )
-    o.map_size = _size(map_size, "map_size")
+def _cache_entries(o: F.bs_open_options, cache_entries: Optional[int]) -> F.bs_open_options:
     if cache_entries is not None:  # 0 entries = no cache
         n = _int(cache_entries, "cache_entries", 0, SIZE_MAX - 1)
         o.checksum_cache_entries = n if n else SIZE_MAX
-    if pg_max_connections is not None:  # None, not 0, asks for the default here
-        o.pg_max_connections = _int(pg_max_connections, "pg_max_connections", 1, SIZE_MAX)
     return o
 
 
@@ -869,13 +939,22 @@ def open(
     (NotFoundError when there is none, CorruptError when it is older: `bucketstore migrate URL`
     does it, once, deliberately); pg_max_connections: the pool of connections for calls (None
     = the library's 10), besides the writers' sessions and one LISTEN connection."""
-    o = _open_options(nosync, readonly, map_size, cache_entries, nomigrate, pg_max_connections)
+    o = _cache_entries(F.bs_open_options(F.BS_OPEN_OPTIONS_VERSION), cache_entries)
+    o.flags = (
+        (F.BS_OPEN_NOSYNC if _bool(nosync, "nosync") else 0)
+        | (F.BS_OPEN_RDONLY if _bool(readonly, "readonly") else 0)
+        | (F.BS_OPEN_NOMIGRATE if _bool(nomigrate, "nomigrate") else 0)
+    )
+    o.map_size = _size(map_size, "map_size")
+    if pg_max_connections is not None:  # None, not 0, asks for the default here
+        o.pg_max_connections = _int(pg_max_connections, "pg_max_connections", 1, SIZE_MAX)
     return Database(_path(path, "path"), o)
 
 
 def open_memory(*, cache_entries: Optional[int] = None) -> "Database":
     """Opens a fresh in-memory store (the reference backend); nothing is persisted."""
-    return Database(None, _open_options(cache_entries=cache_entries))
+    return Database(None, _cache_entries(F.bs_open_options(F.BS_OPEN_OPTIONS_VERSION),
+                                         cache_entries))
 
 
 class Database(_Handle):
@@ -965,23 +1044,26 @@ class Database(_Handle):
         return problems
 
     def backup(self, path: Path, *, replace: bool = False,
-               progress: Optional[Callable[[int], Any]] = None) -> None:
+               progress: Optional[Callable[[int], Any]] = None,
+               cancel: Optional[Cancellable] = None) -> None:
         """Writes a consistent, compacted, verified copy of every stream (one read snapshot) to
         a new file at path; writers and readers keep running. replace: replace a file at path
         (else StateError). progress(records) runs with 0 once the snapshot is taken, then after
         each batch written; a truthy return cancels (CanceledError), an exception stops the
-        call and is re-raised, only read calls are allowed in it. On any failure nothing is
-        left at path. The memory backend raises UnsupportedError."""
+        call and is re-raised, only read calls are allowed in it; cancel (a CancelToken) stops it
+        at its next batch, raising the token's reason. On any failure nothing is left at path.
+        The memory backend raises UnsupportedError."""
         if _in_callback():
             raise StateError(F.BS_ESTATE, "cannot back up inside a callback")
+        c = _cancel_arg(cancel)
         trap = _Trap(user=True)
-        o = _backup_options(trap, progress, replace)
+        o = _backup_options(trap, progress, c, replace)
         b = _path(path, "path")
+        _raise_if_cancelled(c)
         err = F.bs_error()
         with self._guard() as h:
             rc = lib.bs_backup(h, b, byref(o), byref(err))
-        trap.raise_pending()
-        _check(rc, err)
+        _finish(rc, err, trap, c)
 
     def export(self, stream: int = 0) -> Iterator[Record]:
         """Every record of the database (stream 0) or of one stream and the database-wide
@@ -1124,11 +1206,13 @@ class _Export:
 
 
 _EXPORT_RECORDS = 1000
+_WAIT_SLICE_MS = 100  # how soon a wait_checkpoint with cancel= sees the cancel
 _EXPORT_BYTES = 1 << 20
 
 
 def load(path: Path, records: Iterable[Union[Record, Tuple[Bytes, int, Bytes, Bytes]]], *,
-         progress: Optional[Callable[[int], Any]] = None) -> None:
+         progress: Optional[Callable[[int], Any]] = None,
+         cancel: Optional[Cancellable] = None) -> None:
     """Creates a new database file at path from records (those of Database.export, or
     (table, stream, key, value) tuples), read one at a time from any iterable. The file is
     written beside path, verified and only then moved into place: the same records give the
@@ -1136,13 +1220,16 @@ def load(path: Path, records: Iterable[Union[Record, Tuple[Bytes, int, Bytes, By
     replaces); records without the format record, of an unknown table or another format
     raise CorruptError. progress(records) runs after each batch written; a truthy return
     cancels (CanceledError); an exception from it or from the iterable stops the call and is
-    re-raised. On any failure nothing is left at path."""
+    re-raised; cancel (a CancelToken) stops it at its next batch, raising the token's reason.
+    On any failure nothing is left at path."""
     b = _path(path, "path")
     if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
         raise TypeError(f"records: expected an iterable of records, got {type(records).__name__}")
-    it = iter(records)
+    c = _cancel_arg(cancel)
     trap = _Trap()
-    o = _backup_options(trap, progress)
+    o = _backup_options(trap, progress, c)
+    _raise_if_cancelled(c)
+    it = iter(records)
     held: List[Any] = []  # the current record's buffers: borrowed by C until the next call
     n = 0
 
@@ -1169,8 +1256,7 @@ def load(path: Path, records: Iterable[Union[Record, Tuple[Bytes, int, Bytes, By
     err = F.bs_error()
     rc = lib.bs_load(b, byref(o), fn, None, byref(err))
     held.clear()
-    trap.raise_pending()
-    _check(rc, err)
+    _finish(rc, err, trap, c)
 
 
 class Storage(_Handle):
@@ -1201,12 +1287,15 @@ class Storage(_Handle):
         max_bytes: Optional[int] = None,
         zero_lsn: Optional[Bytes] = None,
         store_current_data: Optional[bool] = None,
+        cancel: Optional[Cancellable] = None,
     ) -> "Writer":
         """Opens the stream's writer (contract.md section 4). snapshot: skip_existing mode.
         zero_lsn and store_current_data are the sync service's, accepted (type-checked) and
-        unused: LSNs are opaque here, and a save keeps row data when it passes store=."""
+        unused: LSNs are opaque here, and a save keeps row data when it passes store=. A
+        cancel before the call raises the token's reason."""
         _unused(zero_lsn, "zero_lsn", _bytes)
         _unused(store_current_data, "store_current_data", _bool)
+        _raise_if_cancelled(_cancel_arg(cancel))
         o = F.bs_writer_options(
             F.BS_WRITER_OPTIONS_VERSION, _bool(snapshot, "snapshot"),
             _bool(create_empty, "create_empty"), _size(max_records, "max_records"),
@@ -1223,9 +1312,12 @@ class Storage(_Handle):
             _check(lib.bs_get_checkpoint(byref(cp), h, byref(err)), err)
         return Checkpoint(cp.op_id, _lsn(cp.has_lsn, cp.lsn_size, cp.lsn))
 
-    def wait_checkpoint(self, known: Optional[Checkpoint], timeout_ms: int) -> Checkpoint:
+    def wait_checkpoint(self, known: Optional[Checkpoint], timeout_ms: int, *,
+                        cancel: Optional[Cancellable] = None) -> Checkpoint:
         """Blocks (without the GIL) until the checkpoint differs from known, or timeout_ms
-        passes (then returns the current one)."""
+        passes (then returns the current one). cancel (a CancelToken) ends the wait, raising
+        the token's reason: the wait then runs in slices of _WAIT_SLICE_MS, checking it
+        between them."""
         k = None
         if known is not None:
             if not isinstance(known, Checkpoint):
@@ -1237,14 +1329,21 @@ class Storage(_Handle):
                     raise TooBigError(F.BS_ETOOBIG, f"known.lsn: longer than {F.MAX_LSN} bytes")
                 k.has_lsn, k.lsn_size = 1, len(b)
                 ctypes.memmove(k.lsn, b, len(b))
-        t = _int(timeout_ms, "timeout_ms", 0, INT_MAX)
+        left = _int(timeout_ms, "timeout_ms", 0, INT_MAX)
+        c = _cancel_arg(cancel)
         out = F.bs_checkpoint()
         err = F.bs_error()
-        with self._guard() as h:
-            rc = lib.bs_wait_checkpoint(byref(out), h, byref(k) if k is not None else None, t,
-                                        byref(err))
-        _check(rc, err)
-        return Checkpoint(out.op_id, _lsn(out.has_lsn, out.lsn_size, out.lsn))
+        while True:
+            _raise_if_cancelled(c)
+            t = left if c is None or k is None else min(left, _WAIT_SLICE_MS)
+            with self._guard() as h:
+                rc = lib.bs_wait_checkpoint(byref(out), h, byref(k) if k is not None else None,
+                                            t, byref(err))
+            _check(rc, err)
+            left -= t
+            if left == 0 or k is None or out.op_id != k.op_id or out.has_lsn != k.has_lsn or \
+                    bytes(out.lsn[:out.lsn_size]) != bytes(k.lsn[:k.lsn_size]):
+                return Checkpoint(out.op_id, _lsn(out.has_lsn, out.lsn_size, out.lsn))
 
     def bucket_data_batch(
         self,
@@ -1255,12 +1354,16 @@ class Storage(_Handle):
         chunk_bytes: Optional[int] = None,
         max_bytes: Optional[int] = None,
         request_hint: Optional[str] = None,
+        cancel: Optional[Cancellable] = None,
     ) -> Batch:
         """One call of get_bucket_data_batch (contract.md 5.2): ops with after < op_id <=
         checkpoint of the requested buckets {name: after}, as chunks (copied out). limit: ops
         per call (None = 1000). request_hint ('bulk' or 'incremental', the sync service's) is
-        checked and unused: the engine has one read path."""
+        checked and unused: the engine has one read path. A cancel (a CancelToken) before or
+        during the read raises the token's reason."""
         _hint(request_hint)
+        c = _cancel_arg(cancel)
+        _raise_if_cancelled(c)
         cp = _op_id(checkpoint, "checkpoint")
         req = []
         for i, it in enumerate(buckets.items() if isinstance(buckets, Mapping) else buckets):
@@ -1276,6 +1379,7 @@ class Storage(_Handle):
             rc, msg, (chunks, more) = N.bucket_data(h, cp, req, lim, chunk,
                                                     _size(max_bytes, "max_bytes"))
         _check_msg(rc, msg)
+        _raise_if_cancelled(c)
         return Batch(chunks, more)
 
     def bucket_data(
@@ -1287,12 +1391,15 @@ class Storage(_Handle):
         chunk_bytes: Optional[int] = None,
         max_bytes: Optional[int] = None,
         request_hint: Optional[str] = None,
+        cancel: Optional[Cancellable] = None,
     ) -> Iterator[Chunk]:
         """Every chunk up to checkpoint, calling the library again from each bucket's
         next_after while a batch says has_more (no gap, no duplicate). Each batch is one read
         snapshot; the iterator holds nothing between batches (closing it, or leaving the
-        loop, is the cancel). request_hint: as bucket_data_batch's."""
+        loop, ends it). request_hint: as bucket_data_batch's. A cancel (a CancelToken) before
+        a read, or between the chunks handed out, raises the token's reason."""
         _hint(request_hint)
+        c = _cancel_arg(cancel)
         pos: Dict[Any, int] = {}
         for i, it in enumerate(buckets.items() if isinstance(buckets, Mapping) else buckets):
             try:
@@ -1303,14 +1410,16 @@ class Storage(_Handle):
         while True:
             b = self.bucket_data_batch(checkpoint, pos.items(), limit=limit,
                                        chunk_bytes=chunk_bytes, max_bytes=max_bytes,
-                                       request_hint=request_hint)
-            for c in b.chunks:
-                key = c.bucket.encode("utf-8", "surrogateescape")
-                if c.has_more:
-                    pos[key] = c.next_after
+                                       request_hint=request_hint, cancel=c)
+            for ch in b.chunks:
+                key = ch.bucket.encode("utf-8", "surrogateescape")
+                if ch.has_more:
+                    pos[key] = ch.next_after
                 else:  # this bucket is done
                     pos.pop(key, None)
-            yield from b.chunks
+            for ch in b.chunks:
+                yield ch
+                _raise_if_cancelled(c)
             if not b.has_more or not pos:
                 return
 
@@ -1508,10 +1617,12 @@ class Storage(_Handle):
         move_batch_limit: Optional[int] = None,
         clear_batch_limit: Optional[int] = None,
         progress: Optional[Callable[[CompactStats], Any]] = None,
+        cancel: Optional[Cancellable] = None,
     ) -> CompactStats:
         """Compacts the stream (contract.md section 6). None = the library's default. progress:
         called with the totals after each transaction; a truthy return cancels
-        (CanceledError), an exception stops it and is re-raised. delete_checkpoint_requests_
+        (CanceledError), an exception stops it and is re-raised; cancel (a CancelToken) stops it
+        after its transaction, raising the token's reason. delete_checkpoint_requests_
         before (a datetime, or ms since the epoch) runs that cleanup with the compaction.
         move_batch_byte_limit, move_batch_limit and clear_batch_limit are the sync service's,
         accepted (type-checked) and unused: memory_limit_mb and max_ops_per_txn bound the
@@ -1545,33 +1656,37 @@ class Storage(_Handle):
             o.delete_checkpoint_requests_before_ms = _ms(
                 delete_checkpoint_requests_before, "delete_checkpoint_requests_before", 1)
         o.defragment_ratio = _float(defragment_ratio, "defragment_ratio")
+        c = _cancel_arg(cancel)
         trap = _Trap(user=True)
-        if progress is not None:
-            if not callable(progress):
-                raise TypeError("progress: expected a callable")
-            pf = progress
-            o.progress = F.PROGRESS_FN(
-                lambda p, x: trap.call(lambda: 1 if pf(_stats(p[0])) else 0))
+        step = _steps(trap, progress, c, lambda p: _stats(p[0]))
+        if step is not None:
+            fn = step
+            o.progress = F.PROGRESS_FN(lambda p, x: fn(p))
+        _raise_if_cancelled(c)
         stats = F.bs_compact_stats()
         err = F.bs_error()
         with self._guard() as h:
             rc = lib.bs_compact(byref(stats), h, byref(o), byref(err))
-        trap.raise_pending()
-        _check(rc, err)
+        _finish(rc, err, trap, c)
         return _stats(stats)
 
     def compact_initial_replication(self, *, max_op_id: int = 0,
-                                    min_bucket_changes: Optional[int] = None) -> int:
+                                    min_bucket_changes: Optional[int] = None,
+                                    cancel: Optional[Cancellable] = None) -> int:
         """Before the first checkpoint only: deletes superseded ops; returns the number of
         buckets compacted (the sync service's {buckets}). max_op_id 0: the last persisted op;
-        min_bucket_changes None: 1."""
+        min_bucket_changes None: 1. It has no steps to stop at: a cancel before the call, or
+        during it, raises the token's reason (after it, the work staying)."""
         self._no_write_in_callback()
         m = _op_id(max_op_id, "max_op_id")
         mb = _size(min_bucket_changes, "min_bucket_changes")
+        c = _cancel_arg(cancel)
+        _raise_if_cancelled(c)
         n = c_uint64()
         err = F.bs_error()
         with self._guard() as h:
             _check(lib.bs_compact_initial_replication(byref(n), h, m, mb, byref(err)), err)
+        _raise_if_cancelled(c)
         return n.value
 
     def clear_checksum_cache(self) -> None:
@@ -1613,11 +1728,13 @@ class Storage(_Handle):
         with self._guard() as h:
             _check(lib.bs_clear(h, byref(err)), err)
 
-    def terminate(self, *, clear_storage: bool = False) -> None:
+    def terminate(self, *, clear_storage: bool = False,
+                  cancel: Optional[Cancellable] = None) -> None:
         """Marks the stream TERMINATED (no writer opens on it again); clear_storage: clear() it
-        first."""
+        first. A cancel before the call raises the token's reason."""
         self._no_write_in_callback()
         c = _bool(clear_storage, "clear_storage")
+        _raise_if_cancelled(_cancel_arg(cancel))
         err = F.bs_error()
         with self._guard() as h:
             _check(lib.bs_terminate(h, c, byref(err)), err)

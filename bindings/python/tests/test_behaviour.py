@@ -2,6 +2,9 @@
 are refused and bytes round-trip, leaving a writer's with block with queued work raises,
 parameter rows come back parsed, and every long call cancels the same way."""
 
+import os
+import threading
+
 import pytest
 
 import bucketstore as bs
@@ -98,15 +101,15 @@ def filled(tmp_path):
 
 def long_calls(db, tmp_path):
     """Each long call with its progress callback: compaction, backup, load."""
-    def compact(progress):
+    def compact(progress, cancel=None):
         with db.storage() as st:
-            st.compact(min_bucket_changes=1, max_ops_per_txn=10, progress=progress)
+            st.compact(min_bucket_changes=1, max_ops_per_txn=10, progress=progress, cancel=cancel)
 
-    def backup(progress):
-        db.backup(tmp_path / "copy.bsdb", progress=progress)
+    def backup(progress, cancel=None):
+        db.backup(tmp_path / "copy.bsdb", progress=progress, cancel=cancel)
 
-    def load(progress):
-        bs.load(tmp_path / "loaded.bsdb", db.export(), progress=progress)
+    def load(progress, cancel=None):
+        bs.load(tmp_path / "loaded.bsdb", db.export(), progress=progress, cancel=cancel)
 
     return [compact, backup, load]
 
@@ -126,3 +129,121 @@ def test_every_long_call_cancels_the_same_way(filled, tmp_path):
         call(lambda *a: seen.append(a))  # a falsy return goes on
         assert seen, call.__name__
     assert filled.verify() == []
+
+
+def cancellable(db, tmp_path):
+    """Every call that takes cancel= (Node's calls that take a signal), as
+    run(cancel, started) -> what it did: started() runs once the call is under way (from its
+    progress callback, or as its iterator hands out the first chunk), None where the call has
+    no step to stop at."""
+    st = db.storage()
+    copy, loaded = tmp_path / "copy.bsdb", tmp_path / "loaded.bsdb"
+
+    def compacted():
+        s = db.stat()
+        return s.ops_move + s.ops_clear > 0
+
+    def compact(cancel, started):
+        st.compact(min_bucket_changes=1, max_ops_per_txn=10, cancel=cancel,  # once ops moved
+                   progress=started and (lambda s: s.ops_moved and started()))
+        return compacted()
+
+    def backup(cancel, started):
+        db.backup(copy, cancel=cancel, progress=started and (lambda _: started()))
+        return copy.exists()
+
+    def load(cancel, started):
+        bs.load(loaded, db.export(), cancel=cancel, progress=started and (lambda _: started()))
+        return loaded.exists()
+
+    def bucket_data(cancel, started):
+        got = []
+        for chunk in st.bucket_data(st.checkpoint().op_id, {"b": 0}, limit=100, cancel=cancel):
+            got.append(chunk)
+            if started:
+                started()
+        return got
+
+    def bucket_data_batch(cancel, started):
+        return st.bucket_data_batch(st.checkpoint().op_id, {"b": 0}, cancel=cancel).chunks
+
+    def wait_checkpoint(cancel, started):
+        if started:  # from another thread: whether the wait began first or not
+            threading.Thread(target=started).start()
+        return st.wait_checkpoint(st.checkpoint(), 600_000 if started else 0, cancel=cancel)
+
+    def compact_initial_replication(cancel, started):
+        with db.storage(db.create_stream("initial", exist_ok=True)) as s2, s2.writer() as w:
+            w.save("t", "insert", "a", [row("b", "a", "1")])
+            w.save("t", "update", "a", [row("b", "a", "2")])
+            w.flush()
+            return s2.compact_initial_replication(cancel=cancel)
+
+    def writer(cancel, started):
+        with st.writer(cancel=cancel) as w:
+            return w.flush() >= 0
+
+    def terminate(cancel, started):
+        with db.storage(db.create_stream("ends", exist_ok=True)) as s2:
+            s2.terminate(cancel=cancel)
+            return s2.status().state == bs.StreamState.TERMINATED
+
+    calls = [compact, backup, load, bucket_data, bucket_data_batch, wait_checkpoint,
+             compact_initial_replication, writer, terminate]
+    return st, {c.__name__: c for c in calls}, compacted
+
+
+CANCELLABLE = ["compact", "backup", "load", "bucket_data", "bucket_data_batch",
+               "wait_checkpoint", "compact_initial_replication", "writer", "terminate"]
+DURING = ["compact", "backup", "load", "bucket_data", "wait_checkpoint"]
+
+
+@pytest.mark.parametrize("name", CANCELLABLE)
+def test_cancel_before_the_call_raises_its_reason(filled, tmp_path, name):
+    """As an AbortSignal aborted before a Node call: the token's reason, nothing done."""
+    st, calls, compacted = cancellable(filled, tmp_path)
+    why = KeyError("stop " + name)
+    for token, want in ((bs.CancelToken(), why), (bs.CancelToken(), None), (threading.Event(),
+                                                                             None)):
+        if isinstance(token, bs.CancelToken):
+            token.cancel(want)
+            token.cancel(ValueError("later"))  # the first reason stays
+            assert token.cancelled and token.is_set()
+        else:
+            token.set()
+        with pytest.raises(BaseException) as e:
+            calls[name](token, None)
+        if want is not None:
+            assert e.value is want
+        else:  # no reason given: a CanceledError, as Node's AbortError
+            assert isinstance(e.value, bs.CanceledError) and e.value.code == bs.ECANCELED
+    assert not compacted() and sorted(os.listdir(tmp_path)) == ["src.bsdb", "src.bsdb-lock"]
+    assert [s.name for s in filled.streams()] == ["v1"] or name in (
+        "compact_initial_replication", "terminate")
+    for s in filled.streams():
+        assert s.state != bs.StreamState.TERMINATED
+    # not cancelled: the call runs as without a token
+    assert calls[name](bs.CancelToken(), None) not in (None, False, [])
+    with pytest.raises(TypeError, match="cancel"):
+        calls[name](object(), None)
+    st.close()
+
+
+@pytest.mark.parametrize("name", DURING)
+def test_cancel_during_the_call_raises_its_reason(filled, tmp_path, name):
+    """As an AbortSignal aborted while a Node call runs: it stops at its next step and raises
+    the token's reason; the steps done stay, a backup or load leaves nothing."""
+    st, calls, compacted = cancellable(filled, tmp_path)
+    for reason in (RuntimeError("stop " + name), None):
+        token = bs.CancelToken()
+        with pytest.raises(BaseException) as e:
+            calls[name](token, lambda: token.cancel(reason))
+        if reason is not None:
+            assert e.value is reason
+        else:
+            assert isinstance(e.value, bs.CanceledError) and e.value.code == bs.ECANCELED
+        assert sorted(os.listdir(tmp_path)) == ["src.bsdb", "src.bsdb-lock"]
+    if name == "compact":
+        assert compacted()  # its first transaction stays
+    assert filled.verify() == []
+    st.close()
