@@ -7,7 +7,9 @@
  *  increasing, < 2^63 (exact model ids); (6) MOVE / CLEAR shape; (7) parameter sets; (8) write
  *  checkpoints, managed and custom, and every commit's outcome; torn reads (BS_EINVALIDATED
  *  exactly where the model says, checksums = history at every other C); (10) two streams with
- *  the same names stay isolated. The rules come from util_model_rules.c, not the library's.
+ *  the same names stay isolated; (11) clear and terminate(clear) as random steps, of a live, a
+ *  stopped and a terminated stream: what they leave (contract.md 8) before the next commit, after
+ *  it and in a second open of the file. The rules come from util_model_rules.c, not the library's.
  * And a differential run: memory and lmdb fed the same workload write identical ops.
  *
  * Seeds: BS_SEED (first seed, default 1), BS_SEEDS (how many, default 3 quick / 12 full),
@@ -41,7 +43,9 @@ typedef struct wl {
   int compacted;
   uint64_t cps[4096];
   size_t n_cps;
-  int stopped; /* another stream took over: no more writes */
+  int stopped;    /* another stream took over (or it was terminated): no more writes */
+  int terminated; /* no writer any more */
+  uint64_t fence; /* the op head at the last clear: checkpoint_changes from below invalidates */
 } wl;
 
 typedef struct run {
@@ -75,7 +79,7 @@ static void open_handles(run *r, wl *s) {
   CT_OK(ct_passthrough_wrap_uncached(&s->st_nc, raw));
   CT_OK(ct_storage_open(&r->e, r->e.db, s->id, &s->st_cu));
   CT_OK(bs_set_write_checkpoint_mode(s->st_cu, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
-  CT_OK(bs_writer_open(&s->w, s->st, NULL, &ct_err));
+  if (!s->terminated) CT_OK(bs_writer_open(&s->w, s->st, NULL, &ct_err));
 }
 
 static void close_handles(wl *s) {
@@ -614,6 +618,8 @@ static void do_commit1(run *r, wl *s) {
                       memcmp(c.lsn, s->cs.cp_lsn, c.lsn_size) != 0))
       fail_msg("get_checkpoint: %llu, expected %llu at %s", (unsigned long long)c.op_id,
                (unsigned long long)s->cp, s->cs.cp_lsn);
+    if (!s->has_cp && (c.op_id || c.has_lsn))
+      fail_msg("get_checkpoint: %llu, expected none (cleared or new)", (unsigned long long)c.op_id);
   }
 }
 
@@ -770,10 +776,13 @@ static void check_last_wcp(run *r, wl *s) {
 
 typedef struct users_seen {
   unsigned mask;
+  int inval_data, inval_params;
 } users_seen;
 
 static int see_users(const bs_checkpoint_changes *c, void *payload) {
   users_seen *u = payload;
+  u->inval_data = c->invalidate_data_buckets;
+  u->inval_params = c->invalidate_parameter_buckets;
   for (size_t i = 0; i < c->n_updated_write_checkpoint_users; i++)
     for (size_t k = 0; k < N_USERS; k++)
       if (c->updated_write_checkpoint_users[i].size == strlen(USERS[k]) &&
@@ -797,6 +806,10 @@ static void check_wcp_changes(run *r, wl *s) {
           break;
         }
     CT_OK(bs_get_checkpoint_changes(s->st, from, to, see_users, &u, &ct_err));
+    if (from < s->fence && !(u.inval_data && u.inval_params))
+      fail_msg("checkpoint_changes(%llu, %llu) from below the clear at %llu: invalidate %d/%d",
+               (unsigned long long)from, (unsigned long long)to, (unsigned long long)s->fence,
+               u.inval_data, u.inval_params);
     for (size_t k = 0; k < N_USERS; k++)
       if (md_wcp_must_list(&r->wcp, s->id, from, to, USERS[k]) && !(u.mask & (1u << k)))
         fail_msg("checkpoint_changes(%llu, %llu) misses write-checkpoint user %s",
@@ -869,6 +882,105 @@ static void do_wcp(run *r, wl *s) {
   }
 }
 
+/* ---- Clear and terminate (contract.md 8) against the model ------------------------------------ */
+
+/* What a clear leaves, seen before the next commit: the checkpoint state of a new stream (no
+ * checkpoint, snapshot not done, no LSN), op ids kept, the state unchanged; at old_cp (the last
+ * checkpoint before the clear) every read finds nothing, and changes from below invalidate. */
+static void check_cleared(run *r, wl *s, uint64_t old_cp) {
+  bs_status st;
+  bs_checkpoint c;
+  users_seen u = {0};
+  uint64_t from = ct_below(&r->rng, s->fence + 1);
+  CT_OK(bs_get_status(&st, s->st, &ct_err));
+  if (st.state != r->states.s[s->id - 1] || st.snapshot_done || st.checkpoint || st.has_lsn ||
+      st.has_resume_lsn || st.last_persisted_op != s->m.head)
+    fail_msg("status after a clear: state %d (model %d), snapshot_done %d, checkpoint %llu, "
+             "lsn %d, resume lsn %d, last op %llu (model %llu)",
+             (int)st.state, (int)r->states.s[s->id - 1], st.snapshot_done,
+             (unsigned long long)st.checkpoint, st.has_lsn, st.has_resume_lsn,
+             (unsigned long long)st.last_persisted_op, (unsigned long long)s->m.head);
+  CT_OK(bs_get_checkpoint(&c, s->st, &ct_err));
+  if (c.op_id || c.has_lsn)
+    fail_msg("get_checkpoint after a clear: %llu (lsn %d)", (unsigned long long)c.op_id, c.has_lsn);
+  for (size_t k = 0; k < N_BUCKETS; k++) {
+    check_bucket_at(r, s, BUCKETS[k], old_cp);
+    check_bucket_at(r, s, BUCKETS[k], s->m.head);
+  }
+  check_params(r, s, old_cp);
+  CT_OK(bs_get_checkpoint_changes(s->st, from, s->m.head, see_users, &u, &ct_err));
+  if (from < s->fence && !(u.inval_data && u.inval_params))
+    fail_msg("checkpoint_changes(%llu, ...) after a clear at %llu: invalidate %d/%d",
+             (unsigned long long)from, (unsigned long long)s->fence, u.inval_data, u.inval_params);
+  check_last_wcp(r, s);
+  check_states(r);
+}
+
+/* The model of a clear of s: what was queued is flushed first (it lands before the clear). */
+static void model_clear(run *r, wl *s) {
+  md_clear(&s->m);
+  md_wcp_clear(&r->wcp, s->id);
+  memset(&s->cs, 0, sizeof s->cs);
+  s->has_cp = s->compacted = 0;
+  s->cp = s->horizon = s->param_horizon = 0;
+  s->n_cps = 0;
+  s->fence = s->m.head;
+}
+
+static void do_clear(run *r, wl *s) {
+  uint64_t old_cp = s->cp;
+  int renew = s->w && ct_below(&r->rng, 2);
+  char lsn[32];
+  if (renew) { /* a snapshot far ahead that the clear abandons: its no_checkpoint_before goes */
+    lsn_fmt(lsn, r->lsn + 1000);
+    CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
+  }
+  if (s->w) CT_OK(bs_writer_flush(NULL, s->w, &ct_err));
+  CT_OK(bs_clear(s->st, &ct_err));
+  model_clear(r, s);
+  check_cleared(r, s, old_cp);
+  if (renew) { /* a new snapshot, below the LSNs of before the clear */
+    lsn_fmt(lsn, r->lsn - ct_below(&r->rng, r->lsn + 1));
+    CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
+    md_cp_snapshot_done(&s->cs, lsn);
+  }
+}
+
+/* bs_terminate(clear): TERMINATED for good; the writer's calls that change the stream and a
+ * new writer are refused (BS_ESTATE), reads go on. */
+static void do_terminate(run *r, wl *s, int clear) {
+  uint64_t old_cp = s->cp;
+  bs_writer *w;
+  if (s->w) CT_OK(bs_writer_flush(NULL, s->w, &ct_err));
+  CT_OK(bs_terminate(s->st, clear, &ct_err));
+  md_states_terminate(&r->states, s->id);
+  s->stopped = s->terminated = 1;
+  if (clear) {
+    model_clear(r, s);
+    check_cleared(r, s, old_cp);
+  }
+  check_states(r);
+  if (s->w) {
+    assert_int_equal(bs_writer_flush(NULL, s->w, &ct_err), BS_ESTATE);
+    assert_int_equal(ct_commit(s->w, "ffffffffffffffff", NULL), BS_ESTATE);
+    bs_writer_close(s->w);
+    s->w = NULL;
+  }
+  assert_int_equal(bs_writer_open(&w, s->st, NULL, &ct_err), BS_ESTATE);
+}
+
+/* A clear or terminate of stream A once B took over (or was terminated): clears of a stopped and
+ * of a terminated stream. */
+static void do_lifecycle_a(run *r) {
+  wl *a = &r->s[0];
+  unsigned k = (unsigned)ct_below(&r->rng, 3);
+  if (!a->stopped) return;
+  if (k == 0 || a->terminated)
+    do_clear(r, a);
+  else
+    do_terminate(r, a, k == 2);
+}
+
 /* lacks: the CT_LACKS_* capabilities left out (a differential run passes the union of its two
  * backends', so that both get the same workload). */
 static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int allow_compact,
@@ -897,7 +1009,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     uint64_t a = ct_below(&r->rng, 1000);
     /* halfway: a second stream with the same names; A keeps going until B activates */
     if (step == steps / 2 && r->n_streams == 1) new_stream(r, "B");
-    if (r->n_streams == 2 && r->s[1].has_cp) {
+    if (r->n_streams == 2 && (r->s[1].has_cp || r->s[0].stopped)) {
       r->s[0].stopped = 1;
       s = &r->s[1];
     } else if (r->n_streams == 2) {
@@ -933,6 +1045,10 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
       check_stream(r, s, 1);
     } else if (a < 945) {
       do_report_error(r, s);
+    } else if (a < 950) {
+      do_clear(r, s);
+    } else if (a < 953 && r->n_streams == 2) {
+      do_lifecycle_a(r);
     } else if (a >= 960) {
       do_wcp(r, s);
     }
@@ -953,6 +1069,18 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   if (r->allow_reopen) {
     do_reopen(r);
     for (i = 0; i < (size_t)r->n_streams; i++) check_stream(r, &r->s[i], 1);
+  }
+  /* every stream ends terminated, cleared or not, then maybe cleared again; a second open of
+   * the file sees the same */
+  for (i = 0; i < (size_t)r->n_streams; i++) {
+    wl *s = &r->s[i];
+    if (!s->terminated) do_terminate(r, s, (int)ct_below(&r->rng, 2));
+    if (ct_below(&r->rng, 2)) do_clear(r, s);
+  }
+  if (r->allow_reopen) {
+    do_reopen(r);
+    for (i = 0; i < (size_t)r->n_streams; i++)
+      if (!r->s[i].has_cp) check_cleared(r, &r->s[i], r->s[i].fence);
   }
   for (i = 0; i < (size_t)r->n_streams; i++) {
     close_handles(&r->s[i]);

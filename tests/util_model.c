@@ -119,10 +119,19 @@ void md_free(md_stream *m) {
 static uint32_t table_id(md_stream *m, bs_val name) {
   uint32_t i;
   for (i = 0; i < m->n_tables; i++)
-    if (val_eq_str(name, m->tables[i])) return i + 1;
+    if (val_eq_str(name, m->tables[i])) return m->table_base + i + 1;
   assert_true(m->n_tables < 64);
   m->tables[m->n_tables++] = dupv(name);
-  return m->n_tables;
+  return m->table_base + m->n_tables;
+}
+
+void md_clear(md_stream *m) {
+  md_stream kept;
+  md_init(&kept, m->hash);
+  kept.head = m->head;
+  kept.table_base = m->table_base + m->n_tables;
+  md_free(m);
+  *m = kept;
 }
 
 static md_record *find_record(md_stream *m, uint32_t t, bs_val rid) {

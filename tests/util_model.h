@@ -61,6 +61,7 @@ typedef struct md_stream {
   uint64_t head; /* highest allocated op id */
   char *tables[64];
   uint32_t n_tables;
+  uint32_t table_base; /* ids before the last clear: tables[i] has id table_base + i + 1 */
   md_record *rec;
   size_t n_rec, cap_rec;
   md_bucket *b;
@@ -77,6 +78,9 @@ void md_free(md_stream *m);
 void md_save(md_stream *m, const bs_save *s);
 /* Applies truncate(table) (contract.md 4.2). */
 void md_truncate(md_stream *m, const char *table);
+/* Applies bs_clear (contract.md 8): every op, bucket, lookup and source record goes; op ids and
+ * source table ids keep growing (an id is never used again in the stream). */
+void md_clear(md_stream *m);
 /* Checks the engine's ops in every open group with hi <= C and adopts the engine's id
  * assignment. Fails the test (with a dump) on any mismatch. */
 void md_reconcile(md_stream *m, bs_storage *st, uint64_t C);
@@ -150,6 +154,8 @@ typedef struct md_states {
 void md_states_create(md_states *m);
 void md_states_checkpoint(md_states *m, uint32_t id);
 void md_states_error(md_states *m, uint32_t id);
+/* bs_terminate on stream id: TERMINATED from any state, for good (bs_clear changes no state). */
+void md_states_terminate(md_states *m, uint32_t id);
 
 /* Write checkpoints (contract.md 7): managed records database-wide, custom records per stream,
  * and, per stream, which users each checkpoint acknowledged (for checkpoint_changes). */
@@ -213,6 +219,10 @@ int md_wcp_last_custom(const md_wcp *w, uint32_t stream, const char *user, uint6
  * stream's pending custom users at cp. */
 void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, int has_prev, uint64_t prev_cp,
                        const char *lsn);
+/* bs_clear of stream: its custom records go, and what its checkpoints acknowledged is no longer
+ * known (checkpoint_changes from below the clear invalidates). Managed records are the
+ * database's and stay. */
+void md_wcp_clear(md_wcp *w, uint32_t stream);
 /* delete_checkpoint_requests_before(t) from stream's handle; returns how many it deletes. */
 uint64_t md_wcp_cleanup(md_wcp *w, uint32_t stream, int64_t t);
 /* Whether checkpoint_changes(from, to) of stream must name user: acknowledged by a checkpoint in

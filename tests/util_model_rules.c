@@ -76,6 +76,11 @@ void md_states_error(md_states *m, uint32_t id) {
   if (m->s[id - 1] == BS_STREAM_ACTIVE) m->s[id - 1] = BS_STREAM_ERRORED;
 }
 
+void md_states_terminate(md_states *m, uint32_t id) {
+  assert_true(id >= 1 && id <= m->n);
+  m->s[id - 1] = BS_STREAM_TERMINATED;
+}
+
 /* ---- Write checkpoints (contract.md 7) -------------------------------------------------------- */
 
 void md_wcp_free(md_wcp *w) {
@@ -217,6 +222,15 @@ void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, int has_prev, ui
       w->c[i].pending = 0;
       ack(w, stream, cp, repeat, w->c[i].user);
     }
+}
+
+void md_wcp_clear(md_wcp *w, uint32_t stream) {
+  size_t k = 0;
+  for (size_t i = 0; i < w->nc; i++)
+    if (w->c[i].stream == stream) w->c[i].exists = w->c[i].pending = 0;
+  for (size_t i = 0; i < w->nacks; i++)
+    if (w->acks[i].stream != stream) w->acks[k++] = w->acks[i];
+  w->nacks = k;
 }
 
 uint64_t md_wcp_cleanup(md_wcp *w, uint32_t stream, int64_t t) {
