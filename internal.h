@@ -735,6 +735,90 @@ static inline int bs__compact_param_drop(int newer_seen, uint32_t n_sets) {
   return newer_seen || n_sets == 0;
 }
 
+/* ---- The compaction loop (compact_run.c): one for every backend ----
+ * bs__compact_drive runs a call (bs_compact, bs_compact_initial_replication): the order of its
+ * parts, the horizon, which buckets and in what order, the op budget across buckets, the
+ * defragmentation candidates, the parameter cursor, the statistics and the progress reports. A
+ * backend gives its storage primitives; each that writes commits its own bounded transactions
+ * (at most max_ops_per_txn ops changed) and calls bs__compact_report after each commit. */
+enum { BS__COMPACT_FULL, BS__COMPACT_INC, BS__COMPACT_INITIAL };
+#define BS__COMPACT_BATCH 256 /* buckets listed at a time */
+
+typedef struct bs__compact_stream {
+  uint32_t id;
+  uint64_t checkpoint, op_head, param_cursor;
+  int has_checkpoint;
+} bs__compact_stream;
+
+/* A bucket as the selection sees it (its bucket-state figures). */
+typedef struct bs__compact_bucket {
+  uint64_t id, count, compacted_count, last_op, compacted_op;
+} bs__compact_bucket;
+
+/* Where a listing resumes: after the bucket named name (a backend that lists by name) or at id
+ * from (one that lists by id); done once the listing is complete. */
+typedef struct bs__compact_cursor {
+  unsigned char name[BS_MAX_BUCKET_NAME];
+  size_t name_size;
+  uint64_t from;
+  int done;
+} bs__compact_cursor;
+
+typedef struct bs__compact_run {
+  const bs_compact_options *o; /* resolved */
+  int mode;                    /* BS__COMPACT_* */
+  uint64_t horizon;            /* > 0 */
+  uint64_t budget;             /* incremental ops left (UINT64_MAX: unbounded) */
+  uint64_t processed;          /* buckets worked that existed (initial replication's answer) */
+  const uint64_t *ids;         /* the batch: step works ids[i], ids[i + 1], ... */
+  size_t n, i;
+  int busy;          /* step stopped inside bucket ids[i] (the budget stops only between buckets) */
+  bs__seen_set seen; /* bounded by memory_limit_mb; a backend clears it per bucket or group */
+  bs_compact_stats *stats;
+  bs_compact_stats reported;
+  bs_error *err;
+} bs__compact_run;
+
+typedef struct bs__compact_store {
+  /* optional (NULL: none); before anything else: opts->delete_checkpoint_requests_before_ms */
+  int (*delete_requests)(void *x, int64_t before_ms, uint64_t *deleted, bs_error *err);
+  int (*stream)(void *x, bs__compact_stream *out, bs_error *err);
+  /* the newest checkpoint made at or before cutoff_ms (ms since the epoch), 0 if none */
+  int (*aged)(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err);
+  /* optional: records the horizon before any op changes (full and incremental) */
+  int (*begin)(void *x, uint64_t horizon, bs_error *err);
+  /* the bucket named name: *found 0 when there is none */
+  int (*find)(void *x, bs_val name, uint64_t *id, int *found, bs_error *err);
+  /* up to BS__COMPACT_BATCH buckets after cur, advancing it: queued (incremental: those with
+   * logged superseded entries, in id order; only ids), else every bucket with its figures */
+  int (*list)(void *x, int queued, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n,
+              bs_error *err);
+  /* works r->ids[r->i] on (r->mode at r->horizon within r->budget), at least one transaction's
+   * worth: advances r->i past every bucket it finished (r->processed counts those that existed) */
+  int (*step)(void *x, bs__compact_run *r);
+  /* re-emits the live rows of the fragmented buckets among ids (sorted, unique) */
+  int (*defragment)(void *x, bs__compact_run *r, const uint64_t *ids, size_t n);
+  /* parameter compaction at r->horizon: fence raises the parameter horizon and the change fence
+   * (a reader below gets BS_ESTALE, never a half-compacted answer); step deletes one
+   * transaction's entries from where the last stopped (*done at the end); mark (optional)
+   * records that everything at or below the horizon is reduced (the next call skips the pass) */
+  int (*param_fence)(void *x, uint64_t horizon, bs_error *err);
+  int (*param_step)(void *x, bs__compact_run *r, int *done);
+  int (*param_mark)(void *x, uint64_t horizon, bs_error *err);
+  /* optional, full and incremental, after everything else: aged is the newest checkpoint at
+   * least min_age_ms old */
+  int (*end)(void *x, bs__compact_run *r, uint64_t aged);
+} bs__compact_store;
+
+/* A progress report (opts->progress) when the statistics changed since the last: after each
+ * commit, and once at the end with the call's totals. BS_ECANCELED when the callback stops it. */
+int bs__compact_report(bs__compact_run *r);
+/* Runs mode (BS__COMPACT_*) with o (resolved) on the store's stream; stats: the totals, also
+ * on failure; *processed (may be NULL): the buckets worked. */
+int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a,
+                      const bs_compact_options *o, int mode, bs_compact_stats *stats,
+                      uint64_t *processed, bs_error *err);
+
 /* ---- Verify (verify.c): the rules of every backend's bs_db_verify ----
  * A backend walks its own storage and reports what it finds; these decide what is a problem. */
 typedef struct bs__vstream {

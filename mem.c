@@ -25,10 +25,6 @@
 
 /* ---- Small helpers -------------------------------------------------------------------------- */
 
-static int sup_cmp(const void *x, const void *y) {
-  return u64_cmp(&((const mem_sup *)x)->old_op, &((const mem_sup *)y)->old_op);
-}
-
 static bs_val lsn_val(const mem_lsn *l) { /* data NULL: not set */
   bs_val v = {l->has ? l->b : NULL, l->n};
   return v;
@@ -40,25 +36,12 @@ static void lsn_set(mem_lsn *l, bs_val v) {
   if (l->n) memcpy(l->b, v.data, l->n);
 }
 
-static void op_free(const bs_allocator *a, mem_op *o) {
-  val_free(a, &o->ot);
-  val_free(a, &o->oi);
-  val_free(a, &o->sk);
-  val_free(a, &o->data);
-}
-
 static void bucket_free(const bs_allocator *a, mem_bucket *b) {
   if (!b) return;
   for (size_t i = 0; i < b->n; i++) op_free(a, &b->ops[i]);
   bs__free(a, b->ops);
   bs__free(a, b->sups);
   bs__free(a, b); /* and the name */
-}
-
-static void param_free(const bs_allocator *a, mem_param *p) {
-  val_free(a, &p->key);
-  val_free(a, &p->rid);
-  bs__free(a, p->rows); /* one allocation (vals_copy) */
 }
 
 /* Drops every piece of data of s (not its meta, name or id). */
@@ -782,228 +765,11 @@ static const bs_writer_vtable mem_writer_vt = {
     .source_row = mem_writer_source_row,
 };
 
-/* ---- Compaction (contract.md 6) --------------------------------------------------------------
- * compact.c plans, as for LMDB: this walks the bucket arrays (reverse scans with the planner's
- * seen-set, in the same order and with the same memory bound) and applies. Each bucket's new op
- * array is built first; the bucket changes only when everything is allocated. */
+/* ---- Compaction (mem_compact.c) ---------------------------------------------------------------
+ * Defragmentation's re-emission is a writer's transaction: each live row's PUT is appended again
+ * with a new op id, logged as superseding the old one, and the membership takes the new op (as
+ * LMDB), so that the writer's next change of the row supersedes that one. */
 
-#define DROP UINT64_MAX /* a plan's target: the op is deleted (initial replication) */
-
-/* Applies a plan to b (target: b->n entries, each op's MOVE target, DROP or 0 = kept): with fold,
- * the leading run at or below h becomes one CLEAR first. Counts into stats. In place (the CLEAR
- * replaces two ops or more), so nothing can fail. A dropped CLEAR takes the torn span with it. */
-static void apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
-                       const uint64_t *target, int fold, bs_compact_stats *stats) {
-  bs__clear_acc clear;
-  size_t run = 0, nn = 0, drop = 0, moved = 0;
-  memset(&clear, 0, sizeof clear);
-  for (; fold && run < b->n && b->ops[run].id <= h; run++) {
-    bs_op op = op_view(&b->ops[run]);
-    if (!bs__compact_in_run(&op, target[run])) break;
-    bs__clear_acc_add(&clear, &op, target[run], op_size(&b->ops[run]));
-  }
-  if (run < BS_CLEAR_MIN_RUN) {
-    run = 0;
-    clear.n_folded = 0;
-  }
-  for (size_t k = 0; k < b->n; k++) {
-    drop += target[k] == DROP;
-    moved += target[k] && target[k] != DROP; /* counted also when folded (as LMDB) */
-  }
-  if (!moved && !run && !drop) return;
-  for (size_t k = 0; k < b->n; k++) { /* nn <= k: ops[k] is read before ops[nn] is written */
-    mem_op m = {.id = b->ops[k].id,
-                .type = BS_OP_MOVE,
-                .checksum = b->ops[k].checksum,
-                .target = target[k]};
-    if (k >= run && !target[k]) {
-      b->ops[nn++] = b->ops[k];
-      continue;
-    }
-    if (target[k] == DROP && b->ops[k].type == BS_OP_CLEAR) b->clear_start = b->clear_op = 0;
-    op_free(a, &b->ops[k]);
-    if (k + 1 == run) { /* the run's last op: the CLEAR takes its place and id */
-      mem_op c = {.id = clear.last_op,
-                  .type = BS_OP_CLEAR,
-                  .checksum = clear.checksum,
-                  .target = clear.target_op};
-      b->ops[nn++] = c;
-    } else if (k >= run && target[k] != DROP) {
-      b->ops[nn++] = m;
-    }
-  }
-  if (run) {
-    b->clear_start = bs__clear_span_start(&clear, b->clear_start, b->clear_op);
-    b->clear_op = clear.last_op;
-  }
-  b->n = nn;
-  if (nn < b->cap / 4) { /* give the space back; on failure the array just stays larger */
-    mem_op *p = bs__realloc(a, b->ops, (nn ? nn : 1) * sizeof *p);
-    if (p) {
-      b->ops = p;
-      b->cap = nn ? nn : 1;
-    }
-  }
-  b->generation = ++s->m.gen_seq;
-  stats->buckets_compacted++;
-  stats->ops_moved += moved;
-  stats->ops_cleared += clear.n_folded;
-  stats->ops_removed += drop;
-}
-
-/* Removes the log entries of b before end that are due at h. */
-static void log_consume(mem_bucket *b, size_t end, uint64_t h) {
-  size_t k = 0;
-  for (size_t i = 0; i < b->nsups; i++)
-    if (i >= end || !bs__compact_entry_due(b->sups[i].new_op, h)) b->sups[k++] = b->sups[i];
-  b->nsups = k;
-}
-
-/* Full or initial-replication compaction of one bucket at horizon h: the reverse scan, then (full)
- * the fold and the MOVEs, or (initial) the deletions bs__compact_initial_drop says (no residue,
- * contract.md 6, as LMDB) and the log entries at h go with the old ops they name (FORGET). */
-static int scan_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h, int initial,
-                       bs__seen_set *seen, bs_compact_stats *stats) {
-  bs__compact_scan scan = {0, 0};
-  size_t top = b->n;
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
-  if (!target) return BS_ENOMEM;
-  while (top > 0 && b->ops[top - 1].id > h) top--; /* the ops at or below h (they ascend by id) */
-  bs__seen_clear(seen);
-  for (size_t k = top; k-- > 0;) {
-    bs_op op = op_view(&b->ops[k]);
-    if (initial)
-      target[k] = bs__compact_initial_drop(seen, &op) ? DROP : 0;
-    else if (!bs__compact_scan_op(&scan, seen, &op))
-      break;
-  }
-  for (size_t k = 0; scan.max_moved && k < top; k++) {
-    bs_op op = op_view(&b->ops[k]);
-    bs__compact_superseded(seen, &op, &target[k]);
-  }
-  apply_plan(a, s, b, h, target, scan.run >= BS_CLEAR_MIN_RUN, stats);
-  if (initial) log_consume(b, b->nsups, h);
-  bs__free(a, target);
-  return BS_OK;
-}
-
-/* Incremental compaction of bucket bi at h: its logged entries due at h (in old op order,
- * within *budget) turn their ops into MOVEs and are consumed; then the leading run folds. */
-static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint64_t h,
-                              uint64_t *budget, bs_compact_stats *stats) {
-  mem_bucket *b = s->buckets[bi];
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), left = *budget;
-  size_t end, nc = 0;
-  if (!target) return BS_ENOMEM;
-  /* the log's order means nothing (a transaction only appends to it, under the lock) */
-  if (b->nsups) qsort(b->sups, b->nsups, sizeof *b->sups, sup_cmp);
-  for (end = 0; end < b->nsups && left; end++) {
-    const mem_sup *e = &b->sups[end];
-    size_t k = op_index(b, e->old_op);
-    bs_op op;
-    if (!bs__compact_entry_due(e->new_op, h)) continue;
-    if (left != UINT64_MAX) left--;
-    nc++;
-    if (k == b->n) continue; /* folded or deleted since: the entry just goes */
-    op = op_view(&b->ops[k]);
-    if (bs__compact_entry_moves(&op, e->new_op)) target[k] = e->new_op;
-  }
-  apply_plan(a, s, b, h, target, nc > 0, stats);
-  log_consume(b, end, h);
-  *budget = left;
-  bs__free(a, target);
-  return BS_OK;
-}
-
-/* The newest checkpoint made at or before cutoff_ms. */
-static uint64_t aged_checkpoint(const mem_stream *s, int64_t cutoff_ms) {
-  uint64_t h = 0;
-  for (size_t i = 0; i < s->ncps; i++)
-    if (s->cps[i].ms <= cutoff_ms && s->cps[i].id > h) h = s->cps[i].id;
-  return h;
-}
-
-/* Parameter compaction at h: per (lookup, table, replica id) group, newest first, the planner's
- * bs__compact_param_drop. Caller holds the lock. */
-static int param_ident_cmp(const void *x, const void *y) {
-  const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
-  int c = bs__val_cmp(a->key, b->key);
-  if (!c) c = a->table < b->table ? -1 : a->table > b->table;
-  if (!c) c = bs__val_cmp(a->rid, b->rid);
-  if (!c) c = a->id < b->id ? 1 : a->id > b->id ? -1 : 0; /* newest first */
-  return c;
-}
-
-static int same_param_row(const mem_param *a, const mem_param *b) {
-  return bs__val_eq(a->key, b->key) && a->table == b->table && bs__val_eq(a->rid, b->rid);
-}
-
-static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
-  mem_param **v = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
-  size_t n = 0, nn = 0;
-  if (!v) return BS_ENOMEM;
-  for (size_t k = 0; k < s->nparams; k++)
-    if (s->params[k].id <= h) v[n++] = &s->params[k];
-  qsort(v, n, sizeof *v, param_ident_cmp);
-  for (size_t i = 0; i < n; i++) /* id 0 (op ids start at 1) marks a dropped entry */
-    if (bs__compact_param_drop(i > 0 && same_param_row(v[i - 1], v[i]), (uint32_t)v[i]->nrows))
-      v[i]->id = 0;
-  for (size_t k = 0; k < s->nparams; k++) { /* closes up in place, in op id order */
-    if (s->params[k].id)
-      s->params[nn++] = s->params[k];
-    else
-      param_free(a, &s->params[k]);
-  }
-  *removed += s->nparams - nn;
-  s->nparams = nn;
-  if (h > s->m.param_horizon) s->m.param_horizon = h;
-  if (h > s->m.param_fence) s->m.param_fence = h;
-  bs__free(a, v);
-  return BS_OK;
-}
-
-/* Stream indexes of the buckets to compact, in bucket order (LMDB's bucket-id order). */
-static int select_buckets(const bs_allocator *a, mem_stream *s, const bs_compact_options *o,
-                          size_t **out, size_t *n_out) {
-  size_t *list = bs__calloc(a, s->nbuckets + 1, sizeof *list), n = 0;
-  if (!list) return BS_ENOMEM;
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    mem_bucket *b = s->buckets[i];
-    /* incremental: the queue (buckets with logged entries); else the named, or those due */
-    if (o->incremental_only ? b->nsups > 0
-        : o->buckets
-            ? val_in(o->buckets, o->n_buckets, b->name)
-            : bs__compact_bucket_due(o, b->n, b->compacted_count, last_op_of(b), b->compacted_op))
-      list[n++] = i;
-  }
-  *out = list;
-  *n_out = n;
-  return BS_OK;
-}
-
-/* Defragmentation (the planner's bs__compact_defrag_due, as LMDB): a bucket's live rows are the
- * memberships of the source records in it whose op (the row's latest, a PUT) is at or below h;
- * their PUTs are appended again in op order with new op ids inside tx, each logged as superseding
- * the old one, and the membership takes the new op (as LMDB), so that the writer's next change of
- * the row supersedes that one. Caller holds the lock. */
-typedef struct mem_live {
-  size_t bucket, rec; /* stream indexes */
-  uint32_t m;         /* the membership in the record */
-  uint64_t op;
-} mem_live;
-
-static int size_cmp(const void *x, const void *y) {
-  size_t a = *(const size_t *)x, b = *(const size_t *)y;
-  return a < b ? -1 : a > b;
-}
-
-static int live_cmp(const void *x, const void *y) {
-  const mem_live *a = x, *b = y;
-  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
-  return u64_cmp(&a->op, &b->op);
-}
-
-/* Re-emits the PUT of live row l in tx and moves its membership to the new op. */
 static int reemit(mem_tx *tx, const mem_live *l) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_bucket *b = tx->s->buckets[l->bucket];
@@ -1022,115 +788,18 @@ static int reemit(mem_tx *tx, const mem_live *l) {
   return rc;
 }
 
-/* Defragments the buckets of ids (ascending stream indexes) that are due. */
-static int defragment(mem_tx *tx, const size_t *ids, size_t n, uint64_t h, double ratio,
-                      uint64_t *emitted) {
-  const bs_allocator *a = ALLOC(tx->db);
-  mem_stream *s = tx->s;
-  mem_live *live = NULL;
-  size_t nlive = 0, cap = 0;
+/* Re-emits rows[0..n) in one transaction. Caller holds the lock. */
+static int reemit_rows(mem_db *db, mem_stream *s, const mem_live *rows, size_t n, bs_error *err) {
+  mem_tx tx;
   int rc = BS_OK;
-  for (size_t i = 0; i < s->nrecs && !rc; i++)
-    for (uint32_t j = 0; s->recs[i] && j < s->recs[i]->r.nm && !rc; j++) {
-      const bs__member *m = &s->recs[i]->r.m[j];
-      mem_live l = {(size_t)m->bucket, i, j, m->op};
-      if (m->op > h || !bsearch(&l.bucket, ids, n, sizeof *ids, size_cmp)) continue;
-      if (BS_GROW(a, live, cap, nlive + 1))
-        rc = BS_ENOMEM;
-      else
-        live[nlive++] = l;
-    }
-  if (nlive) qsort(live, nlive, sizeof *live, live_cmp);
-  for (size_t i = 0, j; i < nlive && !rc; i = j) {
-    for (j = i + 1; j < nlive && live[j].bucket == live[i].bucket;) j++;
-    if (!bs__compact_defrag_due(j - i, s->buckets[live[i].bucket]->n, ratio)) continue;
-    for (size_t k = i; k < j && !rc; k++) rc = reemit(tx, &live[k]);
-    if (!rc) *emitted += j - i;
-  }
-  bs__free(a, live);
-  return rc;
-}
-
-/* Every kind of compaction (initial: initial replication, with bs__compact_initial_options), a
- * bucket per lock; *processed: the buckets compacted. */
-static int compact_run(bs_storage *st, const bs_compact_options *o, int initial,
-                       bs_compact_stats *out, uint64_t *processed, bs_error *err) {
-  mem_storage *ms = MS(st);
-  mem_db *db = ms->db;
-  mem_stream *s = ms->s;
-  const bs_allocator *a = ALLOC(db);
-  const char *what = initial ? "compact_initial_replication" : "compact";
-  bs_compact_stats stats;
-  bs__seen_set seen;
-  size_t *ids = NULL, nids = 0, done = 0;
-  uint64_t h, budget = bs__compact_budget(o);
-  int rc = BS_OK;
-  memset(&stats, 0, sizeof stats);
-  *processed = 0;
-  bs__seen_init(&seen, a, o->memory_limit_mb * 1024u * 1024u);
-  lock(db);
-  if (o->delete_checkpoint_requests_before_ms) /* first, as LMDB (also when nothing compacts) */
-    stats.checkpoint_requests_deleted =
-        bs__mem_delete_requests_before(db, s, o->delete_checkpoint_requests_before_ms);
-  h = bs__compact_horizon(o, initial ? s->m.op_head : s->m.checkpoint,
-                          aged_checkpoint(s, bs__now_ms() - o->min_age_ms), s->m.op_head);
-  if (initial) rc = bs__compact_initial_check(s->id, s->m.cp_lsn.has, s->m.checkpoint, err);
-  /* horizon 0 (no checkpoint): nothing to compact, no bucket marked (as LMDB) */
-  if (!rc && h && select_buckets(a, s, o, &ids, &nids)) rc = enomem(err, what);
-  unlock(db);
-  /* bucket indexes stay valid: buckets are only appended, a clear takes the lock per bucket */
-  for (; done < nids && !rc && budget; done++) {
-    lock(db);
-    /* initial replication: a writer may have committed the first checkpoint meanwhile */
-    if (initial) rc = bs__compact_initial_check(s->id, s->m.cp_lsn.has, s->m.checkpoint, err);
-    if (!rc && ids[done] < s->nbuckets) { /* else the stream was cleared meanwhile */
-      mem_bucket *b = s->buckets[ids[done]];
-      stats.bytes_before += bucket_bytes(b);
-      if (o->incremental_only) {
-        rc = incremental_bucket(a, s, ids[done], h, &budget, &stats);
-      } else if (!(rc = scan_bucket(a, s, b, h, initial, &seen, &stats))) {
-        b->compacted_count = b->n; /* the mark, for selection */
-        b->compacted_op = h < last_op_of(b) ? h : last_op_of(b);
-      }
-      stats.bytes_after += bucket_bytes(b);
-      if (rc) rc = enomem(err, what);
-      ++*processed;
-    }
-    unlock(db);
-    if (!rc) rc = bs__compact_progress(o, &stats, err);
-  }
-  bs__seen_free(&seen);
-  if (!rc && o->defragment_ratio > 0) {
-    mem_tx tx;
-    lock(db);
-    tx_begin(&tx, db, s);
-    rc = defragment(&tx, ids, done, h, o->defragment_ratio, &stats.ops_reemitted);
-    rc = tx_end(&tx, rc, "defragment", err);
-    unlock(db);
-  }
-  if (!rc && h && o->compact_parameters) {
-    lock(db);
-    if (compact_params(a, s, h, &stats.parameter_entries_removed))
-      rc = enomem(err, "compact parameters");
-    unlock(db);
-  }
-  bs__free(a, ids);
-  *out = stats;
-  return rc;
+  tx_begin(&tx, db, s);
+  for (size_t i = 0; i < n && !rc; i++) rc = reemit(&tx, &rows[i]);
+  return tx_end(&tx, rc, "defragment", err);
 }
 
 static int mem_compact(bs_compact_stats *out, bs_storage *st, const bs_compact_options *o,
                        bs_error *err) {
-  uint64_t processed = 0;
-  return compact_run(st, o, 0, out, &processed, err);
-}
-
-static int mem_compact_initial(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
-                               uint64_t min_changes, bs_error *err) {
-  bs_compact_options o;
-  bs_compact_stats stats;
-  bs__compact_initial_options(&o, max_op_id, min_changes);
-  return compact_run(st, &o, 1, &stats, buckets_out, err);
+  return bs__mem_compact(out, st, o, reemit_rows, err);
 }
 
 /* ---- Lifecycle ------------------------------------------------------------------------------- */
@@ -1221,7 +890,7 @@ static const bs_storage_vtable mem_vtable = {
     .last_write_checkpoint = bs__mem_last_wcp,
     .delete_checkpoint_requests_before = bs__mem_delete_requests,
     .compact = mem_compact,
-    .compact_initial_replication = mem_compact_initial,
+    .compact_initial_replication = bs__mem_compact_initial,
     .get_status = mem_get_status,
     .report_error = mem_report_error,
     .clear = mem_clear,

@@ -210,6 +210,19 @@ static inline void val_free(const bs_allocator *a, bs_val *v) {
   v->size = 0;
 }
 
+static inline void op_free(const bs_allocator *a, mem_op *o) {
+  val_free(a, &o->ot);
+  val_free(a, &o->oi);
+  val_free(a, &o->sk);
+  val_free(a, &o->data);
+}
+
+static inline void param_free(const bs_allocator *a, mem_param *p) {
+  val_free(a, &p->key);
+  val_free(a, &p->rid);
+  bs__free(a, p->rows); /* one allocation (vals_copy) */
+}
+
 static inline int u64_cmp(const void *x, const void *y) {
   uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
   return a < b ? -1 : a > b;
@@ -318,12 +331,6 @@ static inline int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, b
   return BS_OK;
 }
 
-static inline int val_in(const bs_val *list, size_t n, bs_val v) {
-  for (size_t i = 0; i < n; i++)
-    if (bs__val_eq(list[i], v)) return 1;
-  return 0;
-}
-
 /* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c */
 int bs__mem_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);
 int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
@@ -352,6 +359,19 @@ int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
                      const bs_head *heads, size_t n_heads, bs_error *err);
 uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms);
 int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms, bs_error *err);
+/* mem_compact.c: compaction's primitives for compact_run.c. Defragmentation's re-emission is a
+ * writer's transaction, which mem.c (the top) hands down as reemit. */
+typedef struct mem_live {
+  size_t bucket, rec; /* stream indexes */
+  uint32_t m;         /* the membership in the record */
+  uint64_t op;
+} mem_live;
+typedef int (*bs__mem_reemit_fn)(mem_db *db, mem_stream *s, const mem_live *rows, size_t n,
+                                 bs_error *err);
+int bs__mem_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *o,
+                    bs__mem_reemit_fn reemit, bs_error *err);
+int bs__mem_compact_initial(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
+                            uint64_t min_changes, bs_error *err);
 /* mem_verify.c */
 int bs__mem_verify(uint64_t *problems, bs_db *bdb, void (*fn)(const char *, void *), void *payload,
                    bs_error *err);

@@ -702,11 +702,45 @@ static void do_save(run *r, wl *s) {
   md_save(&s->m, &sv);
 }
 
+/* A compaction's progress reports: the counts never go back, up to the call's stats.
+ * cancel_at > 0: the cancel_at-th report cancels. */
+typedef struct progress_log {
+  bs_compact_stats last;
+  unsigned calls, cancel_at;
+} progress_log;
+
+static void stats_not_below(const bs_compact_stats *a, const bs_compact_stats *b,
+                            const char *what) {
+  if (a->buckets_compacted < b->buckets_compacted || a->ops_moved < b->ops_moved ||
+      a->ops_cleared < b->ops_cleared || a->ops_removed < b->ops_removed ||
+      a->bytes_before < b->bytes_before ||
+      a->parameter_entries_removed < b->parameter_entries_removed ||
+      a->checkpoint_requests_deleted < b->checkpoint_requests_deleted ||
+      a->ops_reemitted < b->ops_reemitted)
+    fail_msg("compaction progress: %s went back (buckets %llu < %llu, moved %llu < %llu, cleared "
+             "%llu < %llu, parameter entries %llu < %llu, reemitted %llu < %llu)",
+             what, (unsigned long long)a->buckets_compacted,
+             (unsigned long long)b->buckets_compacted, (unsigned long long)a->ops_moved,
+             (unsigned long long)b->ops_moved, (unsigned long long)a->ops_cleared,
+             (unsigned long long)b->ops_cleared, (unsigned long long)a->parameter_entries_removed,
+             (unsigned long long)b->parameter_entries_removed, (unsigned long long)a->ops_reemitted,
+             (unsigned long long)b->ops_reemitted);
+}
+
+static int on_progress(const bs_compact_stats *so_far, void *payload) {
+  progress_log *g = payload;
+  stats_not_below(so_far, &g->last, "a report");
+  g->last = *so_far;
+  return ++g->calls == g->cancel_at;
+}
+
 static void do_compact(run *r, wl *s) {
   bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
   bs_compact_stats st;
+  progress_log g;
   int rc;
   if (!s->has_cp) return;
+  memset(&g, 0, sizeof g);
   o.min_bucket_changes = 1;
   o.min_change_ratio = 0;
   o.max_ops_per_txn = 1 + ct_below(&r->rng, 50);
@@ -715,8 +749,14 @@ static void do_compact(run *r, wl *s) {
     o.min_age_ms = 0;
   }
   if (ct_below(&r->rng, 2) == 0) o.compact_parameters = 1;
+  /* a cancel at any report leaves what the client reduces to unchanged (check_stream) */
+  if (ct_below(&r->rng, 3) == 0) g.cancel_at = 1 + (unsigned)ct_below(&r->rng, 6);
+  o.progress = on_progress;
+  o.progress_payload = &g;
   rc = bs_compact(&st, s->st, &o, &ct_err);
-  if (rc) fail_msg("bs_compact: %s (%s)", bs_strerror(rc), ct_err.msg);
+  if (rc && !(rc == BS_ECANCELED && g.calls == g.cancel_at))
+    fail_msg("bs_compact: %s (%s)", bs_strerror(rc), ct_err.msg);
+  stats_not_below(&st, &g.last, "the call's stats");
   s->horizon = s->cp;
   s->compacted = 1;
   if (o.compact_parameters) s->param_horizon = s->cp;
