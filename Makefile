@@ -161,7 +161,9 @@ pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/ben
 	    if command -v psql >/dev/null; then BS_DRIVER_PG=1 tests/driver_smoke.sh \
 	      $(BUILD)/bucketstore; $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8 \
 	      --postgres "$$BS_TEST_PG_URL"; else $(call skip,driver scenarios on PostgreSQL: no psql); fi; \
-	    echo "== bench smoke on PostgreSQL"; $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" >/dev/null' \
+	    echo "== bench smoke on PostgreSQL"; $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" >/dev/null; \
+	    $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" --pg-proto --pg-rows 1000 --buckets 10 \
+	      --read-limit 37 >/dev/null' \
 	  || rc=$$?; \
 	  if [ $$rc = 77 ]; then $(call skip,pg-test: no PostgreSQL server binaries (apt-get install \
 	    postgresql-15 or set BS_TEST_PG_URL)); elif [ $$rc != 0 ]; then exit $$rc; fi; fi

@@ -83,9 +83,8 @@ int pg_raw_changes(int a) {
 
 #else
 
-#include <libpq-fe.h>
-
 #include "pg_internal.h" /* bs__pg_conn_get: the plans of the library's own sessions */
+#include "pgq.h"
 
 #define TABLE      "todos"
 #define BIG_BUCKET 0u
@@ -95,7 +94,7 @@ static char url_bs[1024], url_raw[1024], schema_bs[64], schema_raw[64];
 
 /* ---- Shared helpers ---- */
 
-static void schema_url(char *out, size_t cap, const char *schema) {
+void schema_url(char *out, size_t cap, const char *schema) {
   const char *u = g_cfg->pg_url;
   snprintf(out, cap, "%s%coptions=-csearch_path%%3D%s", u, strchr(u, '?') ? '&' : '?', schema);
 }
@@ -107,7 +106,7 @@ static void names_init(void) {
   schema_url(url_raw, sizeof url_raw, schema_raw);
 }
 
-static int pq_fail(bres *r, PGconn *c, PGresult *res, const char *what) {
+int pq_fail(bres *r, PGconn *c, PGresult *res, const char *what) {
   r->status = BR_FAILED;
   snprintf(r->note, sizeof r->note, "%s: %s", what,
            res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res) : PQerrorMessage(c));
@@ -115,8 +114,7 @@ static int pq_fail(bres *r, PGconn *c, PGresult *res, const char *what) {
   return -1;
 }
 
-/* Runs sql (no parameters, results discarded). */
-static int pq_run(bres *r, PGconn *c, const char *sql) {
+int pq_run(bres *r, PGconn *c, const char *sql) {
   PGresult *res = PQexec(c, sql);
   ExecStatusType s = PQresultStatus(res);
   if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) return pq_fail(r, c, res, sql);
@@ -124,7 +122,7 @@ static int pq_run(bres *r, PGconn *c, const char *sql) {
   return 0;
 }
 
-static PGconn *pq_connect(bres *r, const char *url) {
+PGconn *pq_connect(bres *r, const char *url) {
   PGconn *c = PQconnectdb(url);
   if (PQstatus(c) != CONNECTION_OK) {
     pq_fail(r, c, NULL, "connect");
@@ -134,8 +132,7 @@ static PGconn *pq_connect(bres *r, const char *url) {
   return c;
 }
 
-/* Bytes of every table of the connection's schema (heap, indexes, TOAST). */
-static double schema_bytes(PGconn *c) {
+double schema_bytes(PGconn *c) {
   PGresult *res = PQexec(c, "SELECT sum(pg_total_relation_size(c.oid))::float8 FROM pg_class c"
                             " JOIN pg_namespace n ON n.oid = c.relnamespace"
                             " WHERE n.nspname = current_schema() AND c.relkind = 'r'");
@@ -775,12 +772,7 @@ out:
 
 /* ---- Raw libpq: the minimal SQL for the same work ---- */
 
-typedef struct pbuf {
-  char *p;
-  size_t n, cap;
-} pbuf;
-
-static char *pb_room(pbuf *b, size_t n) {
+char *pb_room(pbuf *b, size_t n) {
   if (b->n + n > b->cap) {
     size_t cap = b->cap ? b->cap : 65536;
     while (cap < b->n + n) cap *= 2;
@@ -790,20 +782,20 @@ static char *pb_room(pbuf *b, size_t n) {
   b->n += n;
   return b->p + b->n - n;
 }
-static void pb_be32(pbuf *b, uint32_t v) {
+void pb_be32(pbuf *b, uint32_t v) {
   unsigned char *p = (unsigned char *)pb_room(b, 4);
   p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
   p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
 }
-static void pb_be64(pbuf *b, uint64_t v) {
+void pb_be64(pbuf *b, uint64_t v) {
   pb_be32(b, (uint32_t)(v >> 32));
   pb_be32(b, (uint32_t)v);
 }
-static void pb_bytes(pbuf *b, const void *v, size_t n) { /* a COPY field or array element */
+void pb_bytes(pbuf *b, const void *v, size_t n) {
   pb_be32(b, (uint32_t)n);
   memcpy(pb_room(b, n), v, n);
 }
-static void pb_int(pbuf *b, uint64_t v, int size) {
+void pb_int(pbuf *b, uint64_t v, int size) {
   pb_be32(b, (uint32_t)size);
   if (size == 8)
     pb_be64(b, v);
@@ -814,8 +806,7 @@ static void pb_int(pbuf *b, uint64_t v, int size) {
     p[0] = (unsigned char)(v >> 8), p[1] = (unsigned char)v;
   }
 }
-/* A one-dimensional binary array header for n elements of type oid. */
-static void pb_array(pbuf *b, uint32_t oid, uint32_t n) {
+void pb_array(pbuf *b, uint32_t oid, uint32_t n) {
   pb_be32(b, 1);
   pb_be32(b, 0);
   pb_be32(b, oid);

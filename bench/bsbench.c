@@ -891,6 +891,10 @@ static void usage(void) {
          "                      (bench/README.md, \"Layout prototypes\"); uses --rows,\n"
          "                      --buckets, --large-buckets, --commit-rows, --data-size,\n"
          "                      --read-limit\n"
+         "  --pg-proto          with --pg: PostgreSQL layout prototypes instead of the workloads:\n"
+         "                      the --pg ingest as a row per op and as chunks (bench/README.md,\n"
+         "                      \"On PostgreSQL: chunks\"); uses --pg-rows, --buckets,\n"
+         "                      --commit-changes, --data-size, --read-limit\n"
          "  --pg-rows N         --pg: the inserts into the one bucket (100000; 10000 with\n"
          "                      --quick), then N/2 random updates of them\n"
          "  --pg-changes N      --pg: the checkpoints (change records) of the changes workload\n"
@@ -901,27 +905,43 @@ static char pg_dir[600], pg_sh[512]; /* --pg start: the server's directory and s
 
 int main(int argc, char **argv) {
   static bench_cfg cfg;
-  static const struct option lo[] = {{"quick", 0, 0, 'q'},       {"only", 1, 0, 'o'},
-                                     {"json", 1, 0, 'j'},        {"dir", 1, 0, 'd'},
-                                     {"keep", 0, 0, 'k'},        {"no-fork", 0, 0, 'F'},
-                                     {"seed", 1, 0, 's'},        {"help", 0, 0, 'h'},
-                                     {"rows", 1, 0, 1},          {"buckets", 1, 0, 2},
-                                     {"large-buckets", 1, 0, 3}, {"commit-rows", 1, 0, 4},
-                                     {"updates", 1, 0, 5},       {"commit-changes", 1, 0, 6},
-                                     {"data-size", 1, 0, 7},     {"read-limit", 1, 0, 8},
-                                     {"read-secs", 1, 0, 9},     {"ck-requests", 1, 0, 10},
-                                     {"ck-big-ops", 1, 0, 11},   {"ck-big-buckets", 1, 0, 12},
-                                     {"params", 1, 0, 13},       {"param-queries", 1, 0, 14},
-                                     {"compact-rows", 1, 0, 15}, {"map-mb", 1, 0, 16},
-                                     {"pg-rows", 1, 0, 17},      {"compact-memory-mb", 1, 0, 18},
-                                     {"pg-changes", 1, 0, 19},   {"pg", 1, 0, 'P'},
-                                     {"proto", 0, 0, 'L'},       {0, 0, 0, 0}};
+  static const struct option lo[] = {{"quick", 0, 0, 'q'},
+                                     {"only", 1, 0, 'o'},
+                                     {"json", 1, 0, 'j'},
+                                     {"dir", 1, 0, 'd'},
+                                     {"keep", 0, 0, 'k'},
+                                     {"no-fork", 0, 0, 'F'},
+                                     {"seed", 1, 0, 's'},
+                                     {"help", 0, 0, 'h'},
+                                     {"rows", 1, 0, 1},
+                                     {"buckets", 1, 0, 2},
+                                     {"large-buckets", 1, 0, 3},
+                                     {"commit-rows", 1, 0, 4},
+                                     {"updates", 1, 0, 5},
+                                     {"commit-changes", 1, 0, 6},
+                                     {"data-size", 1, 0, 7},
+                                     {"read-limit", 1, 0, 8},
+                                     {"read-secs", 1, 0, 9},
+                                     {"ck-requests", 1, 0, 10},
+                                     {"ck-big-ops", 1, 0, 11},
+                                     {"ck-big-buckets", 1, 0, 12},
+                                     {"params", 1, 0, 13},
+                                     {"param-queries", 1, 0, 14},
+                                     {"compact-rows", 1, 0, 15},
+                                     {"map-mb", 1, 0, 16},
+                                     {"pg-rows", 1, 0, 17},
+                                     {"compact-memory-mb", 1, 0, 18},
+                                     {"pg-changes", 1, 0, 19},
+                                     {"pg", 1, 0, 'P'},
+                                     {"proto", 0, 0, 'L'},
+                                     {"pg-proto", 0, 0, 'G'},
+                                     {0, 0, 0, 0}};
   uint64_t sizes[20] = {0};
   double read_secs = 0, t0;
   const char *parent;
   void *shm;
   size_t shm_size;
-  int c;
+  int c, pg_bad = 0;
 
   cfg.seed = 42;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -952,6 +972,9 @@ int main(int argc, char **argv) {
       break;
     case 'L':
       cfg.proto = 1;
+      break;
+    case 'G':
+      cfg.pg_proto = 1;
       break;
     case 'h':
       usage();
@@ -1016,6 +1039,7 @@ int main(int argc, char **argv) {
   if (cfg.data_size < 64 || cfg.data_size > 65536) die("--data-size must be 64..65536");
   if (cfg.buckets_small < 2 || cfg.buckets_large < 2) die("need at least 2 buckets");
   if (cfg.rows < cfg.buckets_large) die("--rows must be at least --large-buckets");
+  if (cfg.pg_proto && !cfg.pg_url) die("--pg-proto needs --pg URL|start");
 
   parent = cfg.dir ? cfg.dir : getenv("TMPDIR");
   if (!parent || !*parent) parent = "/tmp";
@@ -1064,11 +1088,19 @@ int main(int argc, char **argv) {
       cfg.pg_url = url;
       printf("PostgreSQL server started: %s\n", url);
     }
-    run_pg();
+    if (cfg.pg_proto)
+      pg_bad = proto_pg();
+    else
+      run_pg();
     if (pg_dir[0]) {
       char cmd[1200];
       snprintf(cmd, sizeof cmd, "%s stop %s", pg_sh, pg_dir);
       if (system(cmd) != 0) fprintf(stderr, "bsbench: '%s' failed\n", cmd);
+    }
+    if (cfg.pg_proto) {
+      printf("total %.1f s\n", now_s() - t0);
+      if (!cfg.keep) rm_tree(cfg.tmp);
+      return pg_bad ? 1 : 0;
     }
   } else {
     run_all();
