@@ -114,7 +114,8 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@$(STEP) driver_smoke tests/driver_smoke.sh $(BUILD)/bucketstore
 	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
 	@echo "== bench smoke (no timing assertions)"
-	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null'
+	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null && \
+	  $(BUILD)/bench/bsbench --quick --defrag --buckets 20 >/dev/null'
 	@$(STEP) headertest $(MAKE) --no-print-directory headertest
 	@$(STEP) examples $(MAKE) --no-print-directory run-examples
 	@$(STEP) cli_check tests/cli_check.sh $(BUILD)/bucketstore

@@ -34,7 +34,7 @@ typedef struct bench_cfg {
   size_t compact_memory_mb; /* every compaction's memory_limit_mb (0 = library default) */
   uint64_t seed;
   uint64_t map_mb; /* initial map size of bucketstore files (0 = library default) */
-  int quick, nofork, keep, proto, pg_proto;
+  int quick, nofork, keep, proto, pg_proto, defrag;
   const char *only, *json, *dir;
   char tmp[512];       /* the run's temporary directory */
   const char *pg_url;  /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */
@@ -150,6 +150,8 @@ int raw_compaction(int incremental);
 int proto_layouts(void);
 /* proto_pg.c (--pg-proto with --pg): PostgreSQL layout prototypes, raw libpq; returns failures */
 int proto_pg(void);
+/* proto_defrag.c (--defrag): defragmentation policies, fresh and existing clients' downloads */
+int proto_defrag(void);
 
 /* bench_pg.c (--pg): bucketstore on PostgreSQL ("bs") and the raw libpq baseline ("libpq") */
 int pg_prepare(void); /* creates the run's schemas (in the parent) */
