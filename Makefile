@@ -497,9 +497,10 @@ lint: format-check
 
 # ==== Python binding (issue 15): bindings/python, the C library compiled into the package ======
 # py-test: tests/py_package_check.sh, the package as a user installs it: pip install of a clean
-# copy of the tree into a fresh venv, the binding's pytest suite and mypy --strict on its examples
-# against the installed package from an unrelated folder, and an sdist built into a wheel
-# elsewhere (in `make test` when python3 is present; not under sanitizers). Debian's pytest
+# copy of the tree into a fresh venv and mypy --strict on its examples and the package there, then
+# an sdist built into a wheel elsewhere, installed into another venv, and the binding's pytest
+# suite against it from an unrelated folder (in `make test` when python3 is present; not under
+# sanitizers). Debian's pytest
 # lives in /usr/bin/python3. With the PostgreSQL backend, all of it runs beside a server of its
 # own (tests/pg_server.sh run, as pg-test), which the binding's PostgreSQL tests use; without
 # server binaries they are skipped, saying so.

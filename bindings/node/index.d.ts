@@ -17,7 +17,7 @@ export type Bytes = string | Uint8Array;
 /** A checkpoint argument: an op id, or an object with one (a ReplicationCheckpoint). */
 export type CheckpointArg = OpId | number | { readonly checkpoint: OpId };
 /** One value of a parameter lookup; integral numbers match integral bigints (314 = 314.0). */
-export type LookupValue = null | boolean | number | bigint | string;
+export type LookupValue = null | boolean | number | bigint | string | Uint8Array;
 
 export interface BucketStorageError extends Error {
   code: string;

@@ -233,8 +233,8 @@ class SaveEncoder {
         if (BigInt.asIntN(64, e) !== e) throw this.fail('bigint out of the int64 range', rangeError);
         this.u8(4), this.room(8);
         this.off = this.buf.writeBigInt64LE(e, this.off);
-      } else if (typeof e === 'string') this.u8(5), this.bytes(e);
-      else throw this.fail('expected null, a boolean, number, bigint or string');
+      } else if (typeof e === 'string' || isUint8Array(e)) this.u8(5), this.bytes(e);
+      else throw this.fail('expected null, a boolean, number, bigint, string or Uint8Array');
     }
   }
   /** one record of index.d.ts's SaveOptions */

@@ -418,7 +418,7 @@ static int get_array(napi_env env, napi_value v, const char *name, uint32_t *n) 
   return 0;
 }
 
-/* A lookup (array of null/boolean/number/bigint/string), encoded canonically into a. */
+/* A lookup (array of null/boolean/number/bigint/string/Uint8Array), encoded canonically into a. */
 static int get_lookup(napi_env env, arena *a, napi_value v, const char *name, bs_val *out) {
   uint32_t n;
   bs_scalar *vals;
@@ -451,11 +451,12 @@ static int get_lookup(napi_env env, arena *a, napi_value v, const char *name, bs
       NAPI(napi_get_value_bigint_int64(env, e, &vals[i].i, &lossless));
       if (!lossless) return throw_range(env, nm, "bigint out of the int64 range");
       vals[i].type = BS_SCALAR_INT;
-    } else if (t == napi_string) {
+    } else if (t == napi_string || t == napi_object) { /* text, or bytes: a Uint8Array */
       vals[i].type = BS_SCALAR_STRING;
       if (get_bytes(env, a, e, nm, &vals[i].s)) return -1;
     } else {
-      return throw_rc(env, BS_EINVAL, "%s: expected null, a boolean, number, bigint or string", nm);
+      return throw_rc(env, BS_EINVAL,
+                      "%s: expected null, a boolean, number, bigint, string or Uint8Array", nm);
     }
   }
   rc = bs_lookup_encode(NULL, 0, &size, vals, n, &err);
@@ -2392,9 +2393,12 @@ static napi_value compact(napi_env env, napi_callback_info info) {
   if (get_prop(env, o, "minAgeMs", &v) ||
       (v && get_ms(env, v, "options.minAgeMs", 0, &w->co.min_age_ms)))
     FAIL_WORK(w);
+  /* 0 would read as "no cleanup" in C: a time at the epoch itself is refused instead */
   if (get_prop(env, o, "deleteCheckpointRequestsBefore", &v) ||
       (v && get_ms(env, v, "options.deleteCheckpointRequestsBefore", 1,
-                   &w->co.delete_checkpoint_requests_before_ms)))
+                   &w->co.delete_checkpoint_requests_before_ms)) ||
+      (v && w->co.delete_checkpoint_requests_before_ms < 1 &&
+       throw_range(env, "options.deleteCheckpointRequestsBefore", "at or before the epoch")))
     FAIL_WORK(w);
   if (get_prop(env, o, "compactBuckets", &v)) FAIL_WORK(w);
   if (v) {

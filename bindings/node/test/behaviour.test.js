@@ -156,3 +156,40 @@ test('an abort rejects every long call with the signal\'s reason, before or duri
   await db.close();
   t.cleanup();
 });
+
+for (const [name, open] of backends) {
+  test(`${name}: leaving a writer's scope discards what was not flushed, as the README says`, async () => {
+    const { db, cleanup } = await open();
+    const { st, w } = await stream(db);
+    await w.markSnapshotDone('1');
+    await w.save(put('b', 'kept'));
+    await w.flush(); // flushed: persisted, visible with the next checkpoint
+    await w.save(put('b', 'closed')); // queued, then the writer closes
+    await w.close();
+    const dispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose');
+    const w2 = await st.createWriter(); // `await using w2` leaves its scope through this
+    await w2.save(put('b', 'disposed'));
+    await w2[dispose]();
+    await assert.rejects(w2.save(put('b', 'x')), { code: 'BS_ESTATE' });
+    // startBatch: the callback's saves flushed, then closed; a throw closes without the flush
+    assert.deepEqual(await st.startBatch({}, async (b) => {
+      await b.save(put('b', 'batched'));
+    }), { flushed_op: 2n });
+    const boom = new Error('boom');
+    let inside;
+    await assert.rejects(st.startBatch({}, async (b) => {
+      inside = b;
+      await b.save(put('b', 'thrown'));
+      throw boom;
+    }), (e) => e === boom);
+    await assert.rejects(inside.flush(), { code: 'BS_ESTATE' }); // it was closed
+    const w3 = await st.createWriter();
+    assert.equal(await w3.flush(), null); // nothing queued survived a scope
+    const { checkpoint } = await w3.commit('1');
+    assert.deepEqual((await readAll(st, checkpoint, ['b'])).get('b').map((o) => o.object_id), ['kept', 'batched']);
+    await w3.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+}

@@ -74,3 +74,38 @@ test('an async onProgress that throws rejects the call; unhandled, it ends the p
   assert.equal(r.status, 1);
   assert.match(r.stderr, /Error: late/);
 });
+
+// Everything else that can be under way at once: a waitCheckpoint waiting (on the thread pool),
+// an export paused between its batches (its thread waits for the slot), a load waiting for its
+// next record (an input that never yields it), a getBucketDataBatch iteration left half-read
+// and a writer with a save queued; then the process leaves, each way.
+const everything = `
+  const wait = st.waitCheckpoint(await st.getCheckpoint());
+  const exp = db.export()[Symbol.asyncIterator]();
+  await exp.next();
+  let fed;
+  const fedOne = new Promise((r) => (fed = r));
+  const loading = bs.load(path.join(dir, 'l.bsdb'), (async function* () {
+    for await (const r of db.export()) { yield r; fed(); await never(); }
+  })());
+  await fedOne;
+  const chunks = st.getBucketDataBatch((await st.getCheckpoint()).checkpoint, [{ bucket: 'b' }], { limit: 10 });
+  await chunks.next();
+  const w2 = await st.createWriter();
+  await w2.save({ tag: 'update', sourceTable: 't', afterReplicaId: 'r1',
+    evaluated: [{ bucket: 'b', table: 't', id: 'o1', data: '{}' }] });
+  void wait, void loading;
+  console.log('under way');`;
+
+test('process.exit() while a wait, an export, a load, a read and a writer are under way ends the process', () => {
+  const r = child(`${everything}\n process.exit(7);`);
+  assert.equal(r.status, 7, r.stderr);
+  assert.equal(r.stdout, 'under way\n');
+});
+
+test('an uncaught exception while a wait, an export, a load, a read and a writer are under way ends the process', () => {
+  const r = child(`${everything}\n setImmediate(() => { throw new Error('boom'); });`);
+  assert.equal(r.status, 1);
+  assert.equal(r.stdout, 'under way\n');
+  assert.match(r.stderr, /Error: boom/);
+});

@@ -198,3 +198,47 @@ test('milliseconds are whole numbers wherever a call takes them (a fraction is r
   await st.close();
   await db.close();
 });
+
+for (const [name, open] of backends) {
+  test(`${name}: getStatus's resumeLsn, custom checkpoints' event_id and request time, compactInitialReplication's maxOpId`, async () => {
+    const { db, cleanup } = await open();
+    const st = await db.storage(await db.createStream('s'));
+    assert.deepEqual([(await st.getStatus()).resumeLsn, (await st.getStatus()).snapshotDone], [null, false]);
+    const w = await st.createWriter();
+    await w.setResumeLsn('0/ü');
+    assert.equal((await st.getStatus()).resumeLsn, '0/ü');
+    // compactInitialReplication up to maxOpId only: b1's ops 1..3 are before it, b2's 4..6 after
+    for (const b of ['b1', 'b2'])
+      for (let v = 0; v < 3; v++)
+        await w.save({ tag: v ? 'update' : 'insert', sourceTable: 't', afterReplicaId: b,
+          evaluated: [{ bucket: b, table: 't', id: b, data: `{"v":${v}}` }] });
+    await w.flush();
+    await st.compactInitialReplication({ maxOpId: 3n }); // (its count: see the report)
+    await w.setResumeLsn('9');
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    const sums = await st.getChecksums(checkpoint, ['b1', 'b2']);
+    assert.deepEqual([sums.get('b1').count, sums.get('b2').count], [1, 3]);
+    const s = await st.getStatus();
+    assert.deepEqual([s.snapshotDone, s.lsn, s.resumeLsn], [true, '1', '9']); // it only rises
+    // custom write checkpoints with an event, and with a request time
+    st.setWriteCheckpointMode({ mode: 'custom', eventName: 'ev' });
+    await w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 3n, event_id: 'ev' });
+    await w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 4n, event_id: 'other' });
+    await w.addCustomWriteCheckpoint({ user_id: 'v', checkpoint: 5n, checkpoint_requested_at: new Date(1000) });
+    await w.flush();
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'u' }), 3n);
+    st.setWriteCheckpointMode({ mode: 'custom', eventName: 'other' });
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'u' }), 4n);
+    st.setWriteCheckpointMode('custom'); // no event: those without one
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'u' }), null);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'v' }), 5n);
+    assert.equal(await st.deleteCheckpointRequestsBefore(1000), 0); // made at 1000: not before it
+    assert.equal(await st.deleteCheckpointRequestsBefore(new Date(1001)), 1);
+    assert.equal(await st.lastWriteCheckpoint({ user_id: 'v' }), null);
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+}

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import bucketstore as bs
 import bucketstore._ffi as F
 import bucketstore._native as N
@@ -43,7 +45,7 @@ def test_imports_with_no_environment(tmp_path):
 
 def test_links_the_system_libraries():
     if not shutil.which("ldd"):
-        return
+        pytest.skip("no ldd (Debian's libc-bin)")  # recorded: make test STRICT=1 fails on it
     out = subprocess.run(["ldd", N.__file__], capture_output=True, text=True, check=True).stdout
     assert "liblmdb.so" in out and "libnettle.so" in out
     assert "libbucketstore" not in out

@@ -95,9 +95,45 @@ def export():  # an export's snapshot and thread, the iterator half read
     forever.wait()
 
 
-for fn in (compact, wait, export):
+def waiting_progress(_):
+    started.release()
+    forever.wait()
+
+
+def backup():  # waits in its progress callback, with its snapshot
+    db.backup(path + ".copy", progress=waiting_progress)
+
+
+def load():  # waits in its progress callback, its file half written
+    bs.load(path + ".loaded", db.export(), progress=waiting_progress)
+
+
+def load_input():  # waits for its next record
+    def records():
+        it = db.export()
+        yield next(it)
+        started.release()
+        forever.wait()
+    bs.load(path + ".loaded2", records())
+
+
+def cancellable_wait():  # a wait in slices, with a token that is never cancelled
+    cp = st.checkpoint()
+    started.release()
+    st.wait_checkpoint(cp, 3_600_000, cancel=bs.CancelToken())
+
+
+def read():  # a bucket_data iterator half read
+    it = st.bucket_data(st.checkpoint().op_id, {"b": 0}, limit=1)
+    next(it)
+    started.release()
+    forever.wait()
+
+
+CALLS = (compact, wait, export, backup, load, load_input, cancellable_wait, read)
+for fn in CALLS:
     threading.Thread(target=fn, daemon=True).start()
-for _ in range(3):
+for _ in CALLS:
     started.acquire()
 w = st.writer()  # and a writer with work queued
 w.save("t", "update", "a", [("b", "todos", "a", "{}")])
@@ -112,8 +148,10 @@ if how == "raise":
 @pytest.mark.parametrize("how", ["end", "exit", "raise"])
 def test_no_hang_at_exit(tmp_path, how):
     """The interpreter exits (end of the script, sys.exit, an uncaught exception) while a
-    compaction waits in its progress callback, a wait_checkpoint waits in C, an export is half
-    read and a writer has work queued: it ends, in a child process with a time limit."""
+    compaction, a backup and a load wait in their progress callbacks, another load waits for
+    its next record, two wait_checkpoint wait in C (one with a cancel token), an export and a
+    bucket_data iterator are half read and a writer has work queued: it ends, in a child
+    process with a time limit (a guard only: each call is known to be under way first)."""
     r = subprocess.run([sys.executable, "-c", BUSY, how, str(tmp_path / "t.bsdb")],
                        capture_output=True, text=True, timeout=120)
     assert r.stdout == "ok\n", r.stderr[-3000:]

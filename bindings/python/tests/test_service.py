@@ -131,6 +131,18 @@ def test_compact_initial_replication_returns_the_buckets(st):
         st.compact_initial_replication()
 
 
+def test_compact_initial_replication_up_to_max_op_id(st):
+    with st.writer() as w:
+        for b in ("b1", "b2"):  # ops 1..3 in b1, 4..6 in b2
+            for v in range(3):
+                w.save("t", "insert" if v == 0 else "update", b, [row(b, b, '{"v":%d}' % v)])
+        w.flush()
+        st.compact_initial_replication(max_op_id=3)  # (its count: every bucket it examined)
+        cp = commit_all(w)
+    assert [o.op_id for o in read_all(st, cp, {"b1": 0})] == [3]
+    assert [o.op_id for o in read_all(st, cp, {"b2": 0})] == [4, 5, 6]
+
+
 def test_status_has_resume_lsn_and_snapshot_done(st):
     s = st.status()
     assert (s.resume_lsn, s.snapshot_done) == (None, False)

@@ -78,6 +78,41 @@ def test_threads_open_read_close(path):
     assert failures == []
 
 
+def test_threads_write_a_stream_each(path):
+    """Threads open the file the main thread has open and write and commit a stream each at
+    the same time (as Node's worker threads, test/threads.test.js); the main thread reads what
+    each committed, through its own handle."""
+    with bs.open(path, nosync=True) as db:
+        sids = [db.create_stream(f"s{k}") for k in range(3)]
+        barrier = threading.Barrier(len(sids))
+        done, failures = {}, []
+
+        def run(sid):
+            try:
+                with bs.open(path, nosync=True) as d, d.storage(sid) as s, s.writer() as w:
+                    barrier.wait()  # every thread has the file open and its writer
+                    for i in range(200):
+                        w.save("t", "insert", f"r{i}", [row(f"b{sid}", f"r{i}")])
+                    w.snapshot_done("1")
+                    cp = w.commit("1").checkpoint
+                    done[sid] = (cp, s.checksums(cp, [f"b{sid}"])[f"b{sid}"])
+            except Exception as e:  # reported by the main thread
+                failures.append(e)
+
+        threads = [threading.Thread(target=run, args=(sid,)) for sid in sids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        for sid in sids:
+            with db.storage(sid) as st:
+                cp, sums = done[sid]
+                assert st.checkpoint().op_id == cp == 200
+                assert st.checksums(cp, [f"b{sid}"])[f"b{sid}"] == sums and sums.count == 200
+        assert db.verify() == []
+
+
 def test_conflicting_open_is_refused(path):
     with bs.open(path, nosync=True):
         with pytest.raises(bs.BusyError, match="BS_OPEN_NOSYNC"):

@@ -101,3 +101,27 @@ def test_service_calls_hints(cache, tmp_path):
     r = mypy(cache, use)
     errors = [line for line in r.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "svc.py:23: error: Argument 1" in errors[0], r.stdout
+
+
+def test_cancel_hints(cache, tmp_path):
+    use = tmp_path / "cancel.py"
+    use.write_text("import threading\n"
+                   "import bucketstore as bs\n"
+                   "def f(db: bs.Database, st: bs.Storage, t: bs.CancelToken,\n"
+                   "      e: threading.Event) -> None:\n"
+                   "    t.cancel(KeyError('stop'))\n"
+                   "    st.compact(cancel=t, progress=lambda s: s.ops_moved > 10)\n"
+                   "    db.backup('copy.bsdb', cancel=e)\n"
+                   "    bs.load('new.bsdb', db.export(), cancel=t)\n"
+                   "    n = sum(len(c.ops) for c in st.bucket_data(1, {'b': 0}, cancel=e))\n"
+                   "    st.bucket_data_batch(n, {'b': 0}, cancel=t)\n"
+                   "    st.wait_checkpoint(None, 100, cancel=t)\n"
+                   "    st.compact_initial_replication(cancel=e)\n"
+                   "    st.writer(cancel=t).close()\n"
+                   "    st.terminate(cancel=t)\n"
+                   "    ok: bool = t.cancelled\n"
+                   "def g(st: bs.Storage) -> None:\n"
+                   "    st.compact(cancel=True)\n")
+    r = mypy(cache, use)
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "cancel.py:17: error: Argument" in errors[0], r.stdout
