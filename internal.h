@@ -418,6 +418,25 @@ static inline int bs__lsn_raises(bs_val current, bs_val lsn) {
   return !current.data || bs__val_cmp(lsn, current) > 0;
 }
 
+/* ---- A clear and a terminate (contract.md 8; lifecycle.c): what they leave, decided once ----
+ * A backend reads its stream's row (locked against writers), asks bs__stream_reset and stores
+ * every field of it, in the transaction that (for a clear) deletes every other record of the
+ * stream: its ops, buckets, lookups, source tables and records, change records, custom write
+ * checkpoints and compaction logs. Fields a backend has no use for it need not store. */
+typedef struct bs__stream_row {
+  unsigned state; /* bs_stream_state */
+  int snapshot_done;
+  uint64_t op_head; /* kept by a clear, as the next source table id: no id is used twice */
+  uint64_t checkpoint, last_checkpoint_op;
+  bs_val checkpoint_lsn, resume_lsn, no_checkpoint_before; /* data NULL: not set */
+  uint64_t param_horizon, param_cursor, compact_horizon;
+  uint64_t changes_fence; /* checkpoint_changes from below it invalidates */
+} bs__stream_row;
+/* The row of stream (named in messages) after bs_clear (clear), bs_terminate(clear)
+ * (terminate): a clear gives the checkpoint state of a new stream, terminate the state
+ * TERMINATED (BS_ECORRUPT when row->state is no state); row is changed only on BS_OK. */
+int bs__stream_reset(bs__stream_row *row, uint32_t stream, int clear, int terminate, bs_error *err);
+
 /* ---- Read checks (contract.md 5.5, 5.4; rules.c): every backend applies them to the values it
  * read in the call's one snapshot ---- */
 /* A torn read: compaction folded bucket name's ops <= c into its leading CLEAR, whose span

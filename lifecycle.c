@@ -2,8 +2,8 @@
  * lifecycle.c: a stream's lifecycle, decided once for every backend: the state machine of its
  * five states (contract.md 1): which event moves a stream from which state to which, what it
  * does to the database's other streams, and which states refuse a writer; and what a commit
- * does (contract.md 4.4). A backend stores what these decide; nothing here calls the front or a
- * backend.
+ * does (contract.md 4.4), and what a clear leaves (contract.md 8). A backend stores what these
+ * decide; nothing here calls the front or a backend.
  */
 #include "internal.h"
 
@@ -95,4 +95,28 @@ int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *
                              p.checkpoint ? BS__STREAM_CHECKPOINT : BS__STREAM_WRITE, err);
   if (rc == BS_OK) *out = p;
   return rc;
+}
+
+/* A clear: the checkpoint state of a new stream (no checkpoint, snapshot not done, no LSN, so the
+ * LSN rules start again; no parameter or compaction horizon), and a fence at the op head, below
+ * which what changed is no longer known. The op head stays: op ids are never reused, so a client
+ * or a cache holding an id of before the clear cannot mistake a new op for it. */
+static void on_clear(bs__stream_row *r) {
+  r->snapshot_done = 0;
+  r->checkpoint = r->last_checkpoint_op = 0;
+  r->checkpoint_lsn = r->resume_lsn = r->no_checkpoint_before = (bs_val){NULL, 0};
+  r->param_horizon = r->param_cursor = r->compact_horizon = 0;
+  r->changes_fence = r->op_head;
+}
+
+int bs__stream_reset(bs__stream_row *row, uint32_t stream, int clear, int terminate,
+                     bs_error *err) {
+  bs__stream_step st;
+  int rc;
+  if (terminate &&
+      (rc = bs__stream_transition(&st, stream, row->state, BS__STREAM_TERMINATE, err)) != BS_OK)
+    return rc;
+  if (clear) on_clear(row);
+  if (terminate) row->state = st.to;
+  return BS_OK;
 }

@@ -1034,11 +1034,46 @@ static int lw_commit(bs_commit_result *out, bs_writer *base, const bs_write_batc
 typedef struct state_ctx {
   bs__lmdb_db *db;
   uint32_t stream;
-  int reset, terminate;
+  int clear, terminate;
   const char *error;         /* report_error */
   int snapshot_done, resume; /* snapshot_done(lsn), resume_lsn(lsn) */
   bs_val lsn;
 } state_ctx;
+
+/* What a clear or terminate decides of the record (lifecycle.c), and back. */
+static bs__stream_row rec_row(const bs__stream_rec *r) {
+  bs__stream_row w = {.state = r->state,
+                      .snapshot_done = r->snapshot_done,
+                      .op_head = r->op_head,
+                      .checkpoint = r->checkpoint,
+                      .last_checkpoint_op = r->last_checkpoint_op,
+                      .param_horizon = r->param_horizon,
+                      .param_cursor = r->param_cursor,
+                      .compact_horizon = r->compact_horizon,
+                      .changes_fence = r->changes_fence};
+  if (r->has_checkpoint_lsn) w.checkpoint_lsn = r->checkpoint_lsn;
+  if (r->has_resume_lsn) w.resume_lsn = r->resume_lsn;
+  if (r->has_no_checkpoint_before) w.no_checkpoint_before = r->no_checkpoint_before;
+  return w;
+}
+
+static void row_rec(bs__stream_rec *r, const bs__stream_row *w) {
+  r->state = (uint8_t)w->state;
+  r->snapshot_done = (uint8_t)w->snapshot_done;
+  r->op_head = w->op_head;
+  r->checkpoint = w->checkpoint;
+  r->last_checkpoint_op = w->last_checkpoint_op;
+  r->param_horizon = w->param_horizon;
+  r->param_cursor = w->param_cursor;
+  r->compact_horizon = w->compact_horizon;
+  r->changes_fence = w->changes_fence;
+  r->has_checkpoint_lsn = w->checkpoint_lsn.data != NULL;
+  r->checkpoint_lsn = w->checkpoint_lsn;
+  r->has_resume_lsn = w->resume_lsn.data != NULL;
+  r->resume_lsn = w->resume_lsn;
+  r->has_no_checkpoint_before = w->no_checkpoint_before.data != NULL;
+  r->no_checkpoint_before = w->no_checkpoint_before;
+}
 
 static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
   state_ctx *c = payload;
@@ -1059,23 +1094,16 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
     r.resume_lsn = c->lsn;
     r.has_resume_lsn = 1;
   }
-  if (c->reset) {
-    /* op_head is kept: op ids never repeat within a stream, so no cache can confuse them. */
-    r.checkpoint = 0;
-    r.last_checkpoint_op = r.op_head;
-    r.has_checkpoint_lsn = r.has_resume_lsn = r.has_no_checkpoint_before = 0;
-    r.snapshot_done = 0;
-    r.param_horizon = r.param_cursor = r.compact_horizon = 0;
-    r.changes_fence = r.op_head; /* changes below it are gone: readers must invalidate */
-    r.checkpoint_lsn.size = r.resume_lsn.size = r.no_checkpoint_before.size = 0;
-  }
-  if (c->terminate || c->error) {
-    bs__stream_event ev = c->terminate ? BS__STREAM_TERMINATE : BS__STREAM_ERROR;
-    bs__stream_step step;
-    if ((rc = bs__stream_transition(&step, r.id, r.state, ev, err)) != BS_OK) return rc;
-    r.state = (uint8_t)step.to;
+  if (c->clear || c->terminate) {
+    bs__stream_row row = rec_row(&r);
+    if ((rc = bs__stream_reset(&row, r.id, c->clear, c->terminate, err)) != BS_OK) return rc;
+    row_rec(&r, &row);
   }
   if (c->error) {
+    bs__stream_step step;
+    if ((rc = bs__stream_transition(&step, r.id, r.state, BS__STREAM_ERROR, err)) != BS_OK)
+      return rc;
+    r.state = (uint8_t)step.to;
     r.last_error = bs__val_str(c->error);
     if (r.last_error.size > 255) r.last_error.size = 255;
   }
@@ -1328,12 +1356,13 @@ static int collect_bucket_ids(bs__lmdb_db *db, uint32_t stream, vec *ids, bs_err
   return rc;
 }
 
-static int stream_clear(bs__lmdb_db *db, uint32_t stream, bs_error *err) {
+/* The stream's records, in bounded transactions, then its row (lifecycle.c). */
+static int stream_clear(bs__lmdb_db *db, uint32_t stream, int terminate, bs_error *err) {
   MDB_dbi per_stream[7] = {db->source, db->params,  db->changes, db->cqueue,
                            db->tables, db->softdel, db->buckets};
   unsigned char pk[5];
   vec ids = {NULL, 0, 0, sizeof(uint64_t)};
-  state_ctx sc = {.db = db, .stream = stream, .reset = 1};
+  state_ctx sc = {.db = db, .stream = stream, .clear = 1, .terminate = terminate};
   int rc;
   BS_ASSERT(!(db->env_flags & MDB_RDONLY)); /* refused by the front */
   if ((rc = collect_bucket_ids(db, stream, &ids, err)) != BS_OK) goto out;
@@ -1359,14 +1388,13 @@ out:
 
 int bs__lmdb_clear(bs_storage *base, bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
-  return stream_clear(st->db, base->stream_id, err);
+  return stream_clear(st->db, base->stream_id, 0, err);
 }
 
 int bs__lmdb_terminate(bs_storage *base, int clear, bs_error *err) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
   state_ctx sc = {.db = st->db, .stream = base->stream_id, .terminate = 1};
-  int rc;
-  if (clear && (rc = stream_clear(st->db, base->stream_id, err)) != BS_OK) return rc;
+  if (clear) return stream_clear(st->db, base->stream_id, 1, err);
   return bs__lmdb_write(st->db, state_txn, &sc, err);
 }
 

@@ -836,39 +836,51 @@ static int mem_report_error(bs_storage *st, const char *message, bs_error *err) 
   return rc;
 }
 
-static void clear_locked(mem_db *db, mem_stream *s) {
+static void lsn_store(mem_lsn *l, bs_val v) { /* data NULL: not set */
+  if (v.data && v.data != l->b) lsn_set(l, v);
+  if (!v.data) l->has = 0;
+}
+
+/* Stores what a clear or terminate decides (lifecycle.c) of s's row. */
+static int reset(mem_db *db, mem_stream *s, int clear, int terminate, bs_error *err) {
   mem_meta *m = &s->m;
-  stream_data_free(ALLOC(db), s);
-  m->snapshot_done = 0;
-  m->checkpoint = 0;
-  m->cp_lsn.has = m->resume.has = m->ncb.has = 0;
-  m->cp_lsn.n = m->resume.n = m->ncb.n = 0;
-  m->param_horizon = 0;
-  m->nsoft = 0;
-  /* op ids and table ids keep growing (never reused, as LMDB: no subkey of a row of before the
-   * clear can name another row); changes below the clear are no longer known */
-  m->data_fence = m->param_fence = m->op_head;
+  bs__stream_row row;
+  int rc;
+  lock(db);
+  row = (bs__stream_row){.state = m->state,
+                         .snapshot_done = m->snapshot_done,
+                         .op_head = m->op_head,
+                         .checkpoint = m->checkpoint,
+                         .last_checkpoint_op = m->checkpoint,
+                         .checkpoint_lsn = lsn_val(&m->cp_lsn),
+                         .resume_lsn = lsn_val(&m->resume),
+                         .no_checkpoint_before = lsn_val(&m->ncb),
+                         .param_horizon = m->param_horizon,
+                         .changes_fence = m->data_fence};
+  if ((rc = bs__stream_reset(&row, s->id, clear, terminate, err)) == BS_OK) {
+    if (clear) { /* the data goes; below the fence no change is known, of rows or lookups */
+      stream_data_free(ALLOC(db), s);
+      m->nsoft = 0;
+      m->data_fence = m->param_fence = row.changes_fence;
+    }
+    m->state = (bs_stream_state)row.state;
+    m->snapshot_done = row.snapshot_done;
+    m->checkpoint = row.checkpoint;
+    lsn_store(&m->cp_lsn, row.checkpoint_lsn);
+    lsn_store(&m->resume, row.resume_lsn);
+    lsn_store(&m->ncb, row.no_checkpoint_before);
+    m->param_horizon = row.param_horizon;
+  }
+  unlock(db);
+  return rc;
 }
 
 static int mem_clear(bs_storage *st, bs_error *err) {
-  BS_UNUSED(err);
-  mem_storage *ms = MS(st);
-  lock(ms->db);
-  clear_locked(ms->db, ms->s);
-  unlock(ms->db);
-  return BS_OK;
+  return reset(MS(st)->db, MS(st)->s, 1, 0, err);
 }
 
 static int mem_terminate(bs_storage *st, int clear, bs_error *err) {
-  mem_storage *ms = MS(st);
-  bs__stream_step step;
-  int rc;
-  lock(ms->db);
-  rc = bs__stream_transition(&step, ms->s->id, ms->s->m.state, BS__STREAM_TERMINATE, err);
-  if (!rc && clear) clear_locked(ms->db, ms->s);
-  if (!rc) ms->s->m.state = step.to;
-  unlock(ms->db);
-  return rc;
+  return reset(MS(st)->db, MS(st)->s, clear, 1, err);
 }
 
 static void mem_storage_destroy(bs_storage *st) {

@@ -767,30 +767,54 @@ static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
              &a, "report_error", err);
 }
 
-/* Drops the stream's data and resets its checkpoint state (as the LMDB backend: op ids and
- * table ids keep growing, changes below the op head are no longer known), in one transaction;
- * terminate also ends the stream. */
-static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error *err) {
-  bs__pg_args a = {0}, t = {0};
-  uint8_t map[BS__STREAM_STATES];
-  char text[BS_PG_STATES_TEXT];
-  PGconn *c;
-  int rc;
-  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
-  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
-  bs__pg_arg_bool(&a, terminate);
-  bs__stream_map(map, BS__STREAM_TERMINATE);
-  bs__pg_arg_i32(&t, (int32_t)st->stream_id);
-  bs__pg_arg_states(&t, map, text);
-  rc = bs__pg_begin_write(spg(st), c, NULL, err);
-  /* the stream row first, in a statement of its own: a flush holds it (pg_save.c batch_open),
-   * so the clear waits for the flush and its deletes then see the flush's rows (a statement's
-   * snapshot is taken when it starts; a WITH query nothing references is never run) */
-  if (!rc)
-    rc = bs__pg_run(c, "SELECT 1 FROM bs_streams WHERE id = $1 AND $2 IS NOT NULL FOR UPDATE", &a,
-                    "clear", err);
-  if (!rc && clear)
-    rc = bs__pg_run(c,
+/* The stream's row (locked: a flush holds it, pg_save.c batch_open, so the clear waits for the
+ * flush and its deletes then see the flush's rows) as lifecycle.c takes it, from its result r. */
+static const char *const reset_read_sql =
+    "SELECT state, snapshot_done, op_head, checkpoint, last_checkpoint_op, checkpoint_lsn,"
+    " resume_lsn, no_checkpoint_before, param_horizon, param_cursor, changes_fence"
+    " FROM bs_streams WHERE id = $1 FOR UPDATE";
+
+static bs__stream_row reset_row(const PGresult *r) {
+  return (bs__stream_row){.state = (unsigned)bs__pg_i16(r, 0, 0),
+                          .snapshot_done = bs__pg_bool(r, 0, 1),
+                          .op_head = (uint64_t)bs__pg_i64(r, 0, 2),
+                          .checkpoint = (uint64_t)bs__pg_i64(r, 0, 3),
+                          .last_checkpoint_op = (uint64_t)bs__pg_i64(r, 0, 4),
+                          .checkpoint_lsn = bs__pg_bytes(r, 0, 5),
+                          .resume_lsn = bs__pg_bytes(r, 0, 6),
+                          .no_checkpoint_before = bs__pg_bytes(r, 0, 7),
+                          .param_horizon = (uint64_t)bs__pg_i64(r, 0, 8),
+                          .param_cursor = (uint64_t)bs__pg_i64(r, 0, 9),
+                          .changes_fence = (uint64_t)bs__pg_i64(r, 0, 10)};
+}
+
+/* Stores the row w of stream id (every field lifecycle.c decides). */
+static int reset_store(PGconn *c, uint32_t id, const bs__stream_row *w, bs_error *err) {
+  bs__pg_args a = {0};
+  bs__pg_arg_i32(&a, (int32_t)id);
+  bs__pg_arg_i32(&a, (int32_t)w->state);
+  bs__pg_arg_bool(&a, w->snapshot_done);
+  bs__pg_arg_i64(&a, (int64_t)w->checkpoint);
+  bs__pg_arg_i64(&a, (int64_t)w->last_checkpoint_op);
+  bs__pg_arg_bytes(&a, w->checkpoint_lsn);
+  bs__pg_arg_bytes(&a, w->resume_lsn);
+  bs__pg_arg_bytes(&a, w->no_checkpoint_before);
+  bs__pg_arg_i64(&a, (int64_t)w->param_horizon);
+  bs__pg_arg_i64(&a, (int64_t)w->param_cursor);
+  bs__pg_arg_i64(&a, (int64_t)w->changes_fence);
+  return bs__pg_run(c,
+                    "UPDATE bs_streams SET state = $2, snapshot_done = $3, checkpoint = $4,"
+                    " last_checkpoint_op = $5, checkpoint_lsn = $6, resume_lsn = $7,"
+                    " no_checkpoint_before = $8, param_horizon = $9, param_cursor = $10,"
+                    " changes_fence = $11 WHERE id = $1",
+                    &a, "clear", err);
+}
+
+/* Deletes every record of the stream but its row. */
+static int reset_delete(PGconn *c, uint32_t id, bs_error *err) {
+  bs__pg_args a = {0};
+  bs__pg_arg_i32(&a, (int32_t)id);
+  return bs__pg_run(c,
                     "WITH o AS (DELETE FROM bs_ops WHERE bucket IN (SELECT id FROM bs_buckets"
                     "  WHERE stream = $1)),"
                     " p AS (DELETE FROM bs_params WHERE stream = $1),"
@@ -799,19 +823,30 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
                     " sr AS (DELETE FROM bs_source WHERE stream = $1),"
                     " su AS (DELETE FROM bs_superseded WHERE stream = $1),"
                     " tb AS (DELETE FROM bs_tables WHERE stream = $1)"
-                    " DELETE FROM bs_buckets WHERE stream = $1 AND $2 IS NOT NULL",
+                    " DELETE FROM bs_buckets WHERE stream = $1",
                     &a, "clear", err);
-  if (!rc && clear)
-    rc = bs__pg_run(c,
-                    "UPDATE bs_streams SET checkpoint = 0, last_checkpoint_op = op_head,"
-                    " checkpoint_lsn = NULL, resume_lsn = NULL, no_checkpoint_before = NULL,"
-                    " snapshot_done = false, param_horizon = 0, param_cursor = 0,"
-                    " changes_fence = op_head"
-                    " WHERE id = $1 AND $2 IS NOT NULL",
-                    &a, "clear", err);
-  if (!rc && terminate)
-    rc = bs__pg_run(c, "UPDATE bs_streams SET state = ($2::text::int2[])[state] WHERE id = $1", &t,
-                    "terminate", err);
+}
+
+/* A clear and/or terminate in one transaction: the row read, what lifecycle.c makes of it
+ * stored, and for a clear every other record of the stream deleted. */
+static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error *err) {
+  bs__pg_args a = {0};
+  bs__stream_row w;
+  PGresult *r = NULL;
+  PGconn *c;
+  int rc;
+  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
+  rc = bs__pg_begin_write(spg(st), c, NULL, err);
+  if (!rc) rc = bs__pg_exec(c, reset_read_sql, &a, &r, "clear", err);
+  if (!rc && PQntuples(r) != 1) rc = stream_gone(st, err);
+  if (!rc) {
+    w = reset_row(r);
+    rc = bs__stream_reset(&w, st->stream_id, clear, terminate, err);
+  }
+  if (!rc && clear) rc = reset_delete(c, st->stream_id, err);
+  if (!rc) rc = reset_store(c, st->stream_id, &w, err); /* w borrows from r */
+  PQclear(r);
   if (!rc) rc = bs__pg_commit(c, err);
   if (rc) bs__pg_rollback(c);
   bs__pg_conn_put(spg(st), c);

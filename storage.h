@@ -912,8 +912,10 @@ BS_API int bs_report_error(bs_storage *st, const char *message, bs_error *err);
 /* Drops every op, bucket, lookup, source record and checkpoint of the stream. Also drops the
  * stream's entries from this process's checksum cache (bs_terminate too); another process that
  * has the file open and served checksums of the stream should reopen it. The stream itself
- * stays (bs_terminate ends it); the freed pages stay in the file (CAVEATS). Errors: BS_EINVAL
- * (st NULL), BS_ESTATE (read-only db). */
+ * stays (bs_terminate ends it); the freed pages stay in the file (CAVEATS). LMDB deletes in
+ * bounded transactions and resets the stream's checkpoint state last: a clear that fails or is
+ * killed half-way leaves part of the records deleted under the old checkpoint, until bs_clear()
+ * runs again. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
 BS_API int bs_clear(bs_storage *st, bs_error *err);
 /* Marks the stream TERMINATED (no writer may open on it again), after bs_clear() when clear is
  * non-zero. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */

@@ -689,6 +689,52 @@ static void t_create_empty(void **state) {
   expect_cp(e, 0, ct_lsn(1));
 }
 
+/* A clear from another handle (of a second open of the file, where there is a file) while a
+ * writer is open (contract.md 8): the writer stays open; what it queued before and persists after
+ * lands in the cleared stream, under a new source table id, served only after a new snapshot;
+ * the clearing handle sees the same. */
+static void t_clear_beside_writer(void **state) {
+  ct_env *e = *state;
+  bs_db *db2 = NULL;
+  bs_storage *st2;
+  bs_commit_result r;
+  bs_checkpoint c;
+  char sk[BS_SUBKEY_SIZE + 1];
+  ct_oplist l;
+  CT_OK(ct_env_writer(e, NULL));
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r1", CT_ROWS({"b", "t", "r1", "1"})));
+  CT_EQ_U64(commit(e, ct_lsn(5)), 1);
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "r2", CT_ROWS({"b", "t", "r2", "2"}))); /* queued */
+  if (e->be->persistent) CT_OK(ct_open_second(e, 0, &db2));
+  CT_OK(ct_storage_open(e, db2 ? db2 : e->db, e->stream, &st2));
+  CT_OK(bs_clear(st2, &ct_err));
+  expect_cp(e, 0, NULL);
+  memset(&r, 0, sizeof r);
+  CT_OK(ct_commit(e->w, ct_lsn(6), &r));
+  assert_false(r.checkpoint_created);
+  assert_int_equal(r.blocked_reason, BS_BLOCKED_SNAPSHOT);
+  CT_OK(bs_writer_snapshot_done(e->w, ct_v(ct_lsn(1)), &ct_err));
+  /* r1's record went with the clear: its update is a new row (a PUT, no REMOVE) */
+  CT_OK(ct_save(e->w, BS_UPDATE, "t", NULL, "r1", CT_ROWS({"c", "t", "r1", "3"})));
+  CT_EQ_U64(commit(e, ct_lsn(2)), 3);
+  l = read_all(e, 3, "b");
+  expect_n(&l, 1);
+  expect_op(&l, 0, 2, BS_OP_PUT, "t", "r2", "2");
+  subkey_of(sk, 2, "r2");
+  CT_STR(l.v[0].subkey, sk);
+  ct_oplist_free(&l);
+  l = read_all(e, 3, "c");
+  expect_n(&l, 1);
+  expect_op(&l, 0, 3, BS_OP_PUT, "t", "r1", "3");
+  subkey_of(sk, 2, "r1");
+  CT_STR(l.v[0].subkey, sk);
+  ct_oplist_free(&l);
+  CT_OK(bs_get_checkpoint(&c, st2, &ct_err));
+  CT_EQ_U64(c.op_id, 3);
+  bs_storage_close(st2);
+  if (db2) bs_close(db2);
+}
+
 /* bs_clear resets the checkpoint state (contract.md 8): the next unblocked commit is a stream's
  * first and creates a checkpoint also with create_empty = 0 and nothing new; after it the
  * create_empty = 0 rule compares the op head with that checkpoint again. */
@@ -2375,6 +2421,7 @@ static const ct_test TESTS[] = {
     T(t_lsn_bytewise_order),
     T(t_create_empty),
     T(t_clear_create_empty),
+    T(t_clear_beside_writer),
     T(t_activation),
     T(t_status_resume_lsn),
     T(t_snapshot_mode),

@@ -221,12 +221,61 @@ static void test_served(void **state) {
   for (unsigned s = 0; s <= T + 1; s++) assert_int_equal(bs__stream_served(s), s == A || s == E);
 }
 
+/* What a clear and a terminate leave of a stream's row: a clear the checkpoint state of a new
+ * stream with the op head kept and the change fence at it, its state unchanged (terminated
+ * too); terminate only the state, from any state. */
+static bs__stream_row full_row(unsigned st) {
+  return (bs__stream_row){.state = st,
+                          .snapshot_done = 1,
+                          .op_head = 40,
+                          .checkpoint = 30,
+                          .last_checkpoint_op = 30,
+                          .checkpoint_lsn = L("c"),
+                          .resume_lsn = L("r"),
+                          .no_checkpoint_before = L("n"),
+                          .param_horizon = 20,
+                          .param_cursor = 21,
+                          .compact_horizon = 22,
+                          .changes_fence = 10};
+}
+
+static void test_reset(void **state) {
+  bs__stream_row w, cleared = {.op_head = 40, .changes_fence = 40};
+  bs_error err;
+  (void)state;
+  for (unsigned s = P; s <= T; s++) {
+    w = full_row(s);
+    assert_int_equal(bs__stream_reset(&w, 3, 1, 0, &err), BS_OK);
+    cleared.state = s;
+    assert_memory_equal(&w, &cleared, sizeof w);
+    w = full_row(s);
+    assert_int_equal(bs__stream_reset(&w, 3, 0, 1, &err), BS_OK);
+    assert_int_equal(w.state, T);
+    w.state = s;
+    {
+      bs__stream_row kept = full_row(s);
+      assert_memory_equal(&w, &kept, sizeof w);
+    }
+    w = full_row(s);
+    assert_int_equal(bs__stream_reset(&w, 3, 1, 1, &err), BS_OK);
+    cleared.state = T;
+    assert_memory_equal(&w, &cleared, sizeof w);
+  }
+  for (unsigned s = 0; s <= T + 1; s += T + 1) { /* no state: corruption, the row untouched */
+    bs__stream_row kept = full_row(s);
+    w = kept;
+    assert_int_equal(bs__stream_reset(&w, 3, 1, 1, &err), BS_ECORRUPT);
+    assert_memory_equal(&w, &kept, sizeof w);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_case),     cmocka_unit_test(test_no_state),
       cmocka_unit_test(test_maps),           cmocka_unit_test(test_served),
       cmocka_unit_test(test_commit_blocked), cmocka_unit_test(test_commit_checkpoint),
       cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
+      cmocka_unit_test(test_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -948,6 +948,7 @@ static void check_cleared(run *r, wl *s, uint64_t old_cp) {
     check_bucket_at(r, s, BUCKETS[k], s->m.head);
   }
   check_params(r, s, old_cp);
+  check_params(r, s, 0); /* below a parameter horizon of before: no BS_ESTALE */
   CT_OK(bs_get_checkpoint_changes(s->st, from, s->m.head, see_users, &u, &ct_err));
   if (from < s->fence && !(u.inval_data && u.inval_params))
     fail_msg("checkpoint_changes(%llu, ...) after a clear at %llu: invalidate %d/%d",
