@@ -369,18 +369,19 @@ function checkCompactOptions(options) {
 
 const OP_NAMES = [null, 'PUT', 'REMOVE', 'MOVE', 'CLEAR'];
 
-/** Field f of a batch in columns (see done_bucket_data in the addon): a slice of its text, null
- * or a value made on its own (bytes that are not UTF-8). */
-function field(r, f) {
+/** Field f of a batch in columns (see done_bucket_data in the addon): a slice of its text, null,
+ * a value made on its own (bytes that are not UTF-8) or same, the same field of the op before. */
+function field(r, f, same) {
   const kind = r.kinds[f];
-  return kind === 0 ? r.text.slice(r.offs[f], r.offs[f + 1]) : kind === 1 ? null : r.raw[f];
+  return kind === 0 ? r.text.slice(r.offs[f], r.offs[f + 1]) : kind === 1 ? null
+    : kind === 2 ? r.raw[f] : same;
 }
 
-/** Op k of a batch in columns, as the protocol's OplogEntry. */
-function oplogEntry(r, k) {
-  return { op_id: r.ids[k], op: OP_NAMES[r.types[k]], object_type: field(r, 4 * k),
-    object_id: field(r, 4 * k + 1), subkey: field(r, 4 * k + 2), data: field(r, 4 * k + 3),
-    checksum: r.sums[k] };
+/** Op k of a batch in columns, as the protocol's OplogEntry; p is op k - 1 (or null). */
+function oplogEntry(r, k, p) {
+  return { op_id: r.ids[k], op: OP_NAMES[r.types[k]], object_type: field(r, 4 * k, p?.object_type),
+    object_id: field(r, 4 * k + 1, p?.object_id), subkey: field(r, 4 * k + 2, p?.subkey),
+    data: field(r, 4 * k + 3, p?.data), checksum: r.sums[k] };
 }
 
 class Database {
@@ -497,10 +498,10 @@ class BucketStorage {
     checkHint(options);
     const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options);
     signal?.throwIfAborted();
-    for (let c = 0, k = 0; c < r.chunks.length; c++) {
+    for (let c = 0, k = 0, p = null; c < r.chunks.length; c++) {
       const ch = r.chunks[c];
       const data = new Array(ch.n);
-      for (let i = 0; i < ch.n; i++, k++) data[i] = oplogEntry(r, k);
+      for (let i = 0; i < ch.n; i++, k++) data[i] = p = oplogEntry(r, k, p);
       yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
         has_more: ch.has_more, data }, targetOp: ch.targetOp };
       signal?.throwIfAborted();

@@ -670,6 +670,7 @@ struct work {
   progress_ctx *pc;        /* a long call's progress (onProgress, signal), or NULL */
   void *list, **list_tail; /* results copied out in the worker */
   size_t list_n;
+  struct opbatch *bt; /* bucketData's batch */
 };
 
 static void work_exec(napi_env env, void *data) {
@@ -889,9 +890,12 @@ static int progress_thrown(napi_env env, progress_ctx *pc, napi_value *out) {
 
 static void chan_unref(napi_env env, struct chan *ch);
 
+static void opbatch_free(struct opbatch *b);
+
 static void work_free(napi_env env, work *w) {
   if (w->ch) chan_unref(env, w->ch);
   if (w->pc) progress_free(env, w->pc);
+  opbatch_free(w->bt);
   ar_free(&w->ar);
   free(w);
 }
@@ -1942,33 +1946,134 @@ static napi_value get_checkpoint(napi_env env, napi_callback_info info) {
   return n ? work_start(env, w, n, exec_checkpoint, done_checkpoint) : NULL;
 }
 
-/* Bucket data: chunks copied out of the read snapshot in the worker. */
+/* Bucket data. The worker lays the batch out as index.js reads it, copying each op's fields out
+ * of the read snapshot once: columns (op ids, types, checksums, and per field its kind and the
+ * UTF-16 offset where it starts in the text) and the text of every field that is UTF-8, one
+ * after another, from which the main thread makes one string that index.js slices. A Node-API
+ * call per string, and above all napi_set_element per string into an array, cost more than the
+ * rest of the read. A field outside the text (kind FIELD_RAW: bytes that are not UTF-8, or text
+ * past TEXT_MAX, which keeps the string under V8's length limit) is copied to the arena and made
+ * on its own. A field equal to the same field of the op before it in the batch (an op's object
+ * type, most often) is FIELD_SAME: index.js reuses that op's string. */
+enum { FIELD_TEXT, FIELD_NULL, FIELD_RAW, FIELD_SAME };
+#define TEXT_MAX ((size_t)1 << 28)
+
+typedef struct gbuf {
+  unsigned char *p;
+  size_t len, cap;
+} gbuf;
+
+/* Room for n more bytes at g->p + g->len (doubling), or NULL out of memory. */
+static unsigned char *gb_room(gbuf *g, size_t n) {
+  if (g->cap - g->len < n) {
+    size_t cap = g->cap ? g->cap : 4096;
+    unsigned char *p;
+    while (cap - g->len < n) {
+      if (cap > SIZE_MAX / 2) return NULL;
+      cap *= 2;
+    }
+    if (!(p = realloc(g->p, cap))) return NULL;
+    g->p = p, g->cap = cap;
+  }
+  return g->p + g->len;
+}
+
 typedef struct cchunk {
   struct cchunk *next;
-  bs_chunk c;
+  bs_chunk c; /* ops not kept: they are in the batch's columns */
 } cchunk;
+
+typedef struct rawfield {
+  struct rawfield *next;
+  uint32_t f;
+  bs_val v;
+} rawfield;
+
+typedef struct opbatch {
+  gbuf ids, types, sums, kinds, offs, text;
+  size_t n, units;   /* ops laid out; UTF-16 units of the text */
+  size_t prev[4][2]; /* text offset and size of the previous op's fields, when text */
+  rawfield *raw, **raw_tail;
+  cchunk *chunks, **chunks_tail;
+  size_t n_chunks;
+} opbatch;
+
+static void opbatch_free(opbatch *b) {
+  if (!b) return;
+  free(b->ids.p), free(b->types.p), free(b->sums.p);
+  free(b->kinds.p), free(b->offs.p), free(b->text.p);
+}
+
+static int all_ascii(const unsigned char *s, size_t n) {
+  uint64_t acc = 0, x;
+  size_t i = 0;
+  for (; n - i >= 8; i += 8) memcpy(&x, s + i, 8), acc |= x;
+  for (; i < n; i++) acc |= s[i];
+  return !(acc & 0x8080808080808080ull);
+}
+
+/* Field j of op b->n: its kind, its offset, its text. */
+static int put_field(work *w, opbatch *b, int j, const bs_val *v) {
+  uint32_t off = (uint32_t)b->units;
+  unsigned char kind = FIELD_RAW, *t;
+  size_t u = v->size;
+  if (!v->data) {
+    kind = FIELD_NULL;
+  } else if (b->prev[j][1] == v->size + 1 && !memcmp(b->text.p + b->prev[j][0], v->data, v->size)) {
+    kind = FIELD_SAME;
+  } else if (v->size <= TEXT_MAX - b->text.len) {
+    if (!(t = gb_room(&b->text, v->size))) return BS_ENOMEM;
+    if (v->size) memcpy(t, v->data, v->size);
+    if (all_ascii(t, v->size) || utf8_units(t, v->size, &u)) {
+      kind = FIELD_TEXT;
+      b->prev[j][0] = b->text.len, b->prev[j][1] = v->size + 1; /* + 1: 0 is "not text" */
+      b->text.len += v->size, b->units += u;
+    }
+  }
+  if (kind != FIELD_SAME && kind != FIELD_TEXT) b->prev[j][1] = 0;
+  if (kind == FIELD_RAW) {
+    rawfield *r = ar_alloc(&w->ar, sizeof *r);
+    if (!r || ar_dup(&w->ar, &r->v, v->data, v->size)) return BS_ENOMEM;
+    r->f = (uint32_t)(4 * b->n + (size_t)j), r->next = NULL;
+    *b->raw_tail = r, b->raw_tail = &r->next;
+  }
+  b->kinds.p[4 * b->n + (size_t)j] = kind;
+  memcpy(b->offs.p + 4 * (4 * b->n + (size_t)j), &off, 4);
+  return 0;
+}
 
 static int copy_chunk(const bs_chunk *c, void *payload) {
   work *w = payload;
+  opbatch *b = w->bt;
   cchunk *cc = ar_alloc(&w->ar, sizeof *cc);
-  bs_op *ops;
-  if (!cc) return BS_ENOMEM;
-  cc->c = *c, cc->next = NULL;
-  if (ar_dup(&w->ar, &cc->c.bucket, c->bucket.data, c->bucket.size)) return BS_ENOMEM;
-  if (!(ops = ar_alloc(&w->ar, (c->n_ops ? c->n_ops : 1) * sizeof *ops))) return BS_ENOMEM;
-  for (size_t i = 0; i < c->n_ops; i++) {
+  size_t n = b->n + c->n_ops;
+  if (!cc || ar_dup(&w->ar, &cc->c.bucket, c->bucket.data, c->bucket.size)) return BS_ENOMEM;
+  cc->c = (bs_chunk){.bucket = cc->c.bucket,
+                     .after = c->after,
+                     .next_after = c->next_after,
+                     .has_more = c->has_more,
+                     .target_op = c->target_op,
+                     .n_ops = c->n_ops};
+  cc->next = NULL;
+  b->ids.len = 8 * b->n, b->types.len = b->n, b->sums.len = 4 * b->n; /* the ops laid out */
+  b->kinds.len = 4 * b->n, b->offs.len = 16 * b->n;
+  if (n > UINT32_MAX / 16 || !gb_room(&b->ids, 8 * c->n_ops) || !gb_room(&b->types, c->n_ops) ||
+      !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, 4 * c->n_ops) ||
+      !gb_room(&b->offs, 16 * c->n_ops + 4))
+    return BS_ENOMEM;
+  for (size_t i = 0; i < c->n_ops; i++, b->n++) {
     const bs_op *o = &c->ops[i];
-    ops[i] = *o;
-    if (ar_dup(&w->ar, &ops[i].object_type, o->object_type.data, o->object_type.size) ||
-        ar_dup(&w->ar, &ops[i].object_id, o->object_id.data, o->object_id.size) ||
-        ar_dup(&w->ar, &ops[i].subkey, o->subkey.data, o->subkey.size) ||
-        ar_dup(&w->ar, &ops[i].data, o->data.data, o->data.size))
-      return BS_ENOMEM;
+    const bs_val fv[4] = {o->object_type, o->object_id, o->subkey, o->data};
+    memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
+    memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
+    b->types.p[b->n] = (uint8_t)o->type;
+    for (int j = 0; j < 4; j++) {
+      int rc = put_field(w, b, j, &fv[j]);
+      if (rc) return rc;
+    }
   }
-  cc->c.ops = ops;
-  *w->list_tail = cc;
-  w->list_tail = (void **)&cc->next;
-  w->list_n++;
+  *b->chunks_tail = cc, b->chunks_tail = &cc->next;
+  b->n_chunks++;
   return 0;
 }
 
@@ -1976,7 +2081,7 @@ static void exec_bucket_data(work *w) {
   bs_batch_options o = BS_BATCH_OPTIONS_INIT;
   int has_more = 0;
   o.limit = (size_t)w->u2, o.chunk_bytes = (size_t)w->u3;
-  w->list_tail = &w->list;
+  w->bt->raw_tail = &w->bt->raw, w->bt->chunks_tail = &w->bt->chunks;
   w->rc = bs_get_bucket_data(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w,
                              &w->err);
   if (w->rc == BS_ENOMEM && !w->err.msg[0])
@@ -1984,79 +2089,53 @@ static void exec_bucket_data(work *w) {
   w->i1 = has_more;
 }
 
-/* A typed array of n elements of size each over a new ArrayBuffer; *data its bytes. */
+/* A typed array of the n elements of size each at data (copied into a new ArrayBuffer). */
 static napi_value js_typed(napi_env env, napi_typedarray_type t, size_t size, size_t n,
-                           void **data) {
+                           const void *data) {
   napi_value ab, ta;
-  if (napi_create_arraybuffer(env, n * size, data, &ab) != napi_ok ||
+  void *p;
+  if (napi_create_arraybuffer(env, n * size, &p, &ab) != napi_ok ||
       napi_create_typedarray(env, t, n, ab, 0, &ta) != napi_ok)
     return NULL;
+  if (n) memcpy(p, data, n * size);
   return ta;
 }
-
-/* The batch's strings go to JS as one string (its text) that index.js slices: a Node-API call
- * per string, and above all napi_set_element per string into an array, cost more than the rest
- * of the read. A field outside the text (kind FIELD_RAW: bytes that are not UTF-8, or text past
- * TEXT_MAX, which keeps the string under V8's length limit) is made on its own and set at its
- * index in raw. */
-enum { FIELD_TEXT, FIELD_NULL, FIELD_RAW };
-#define TEXT_MAX ((size_t)1 << 28)
 
 /* A batch in columns, from which index.js builds the OplogEntry objects (object literals of one
  * shape are much cheaper to make in JS than property by property through Node-API):
  * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, text, kinds: Uint8Array,
  *  offs: Uint32Array, raw: [], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
  * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
- * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null or raw[f] as kinds[f] says. */
+ * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null, raw[f] or field f - 4 as kinds[f]
+ * says. */
 static napi_value done_bucket_data(napi_env env, work *w) {
+  opbatch *b = w->bt;
   napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw;
-  uint64_t *id;
-  uint8_t *ty, *kd;
-  uint32_t *cs, *of, ci = 0;
-  size_t n = 0, k = 0, f = 0, bytes = 0, units = 0, u;
-  char *buf;
-  for (cchunk *cc = w->list; cc; cc = cc->next) n += cc->c.n_ops;
-  if (!(ids = js_typed(env, napi_biguint64_array, 8, n, (void **)&id)) ||
-      !(types = js_typed(env, napi_uint8_array, 1, n, (void **)&ty)) ||
-      !(sums = js_typed(env, napi_uint32_array, 4, n, (void **)&cs)) ||
-      !(kinds = js_typed(env, napi_uint8_array, 1, 4 * n, (void **)&kd)) ||
-      !(offs = js_typed(env, napi_uint32_array, 4, 4 * n + 1, (void **)&of)) ||
-      napi_create_array(env, &raw) != napi_ok ||
-      napi_create_array_with_length(env, w->list_n, &chunks) != napi_ok)
-    return NULL;
-  for (cchunk *cc = w->list; cc; cc = cc->next)
-    for (size_t i = 0; i < cc->c.n_ops; i++)
-      bytes += cc->c.ops[i].object_type.size + cc->c.ops[i].object_id.size +
-               cc->c.ops[i].subkey.size + cc->c.ops[i].data.size;
-  if (!(buf = malloc(bytes < TEXT_MAX ? bytes + 1 : TEXT_MAX))) {
+  uint32_t ci = 0, end = (uint32_t)b->units;
+  size_t n = b->n;
+  b->offs.len = 16 * n;
+  if (!gb_room(&b->offs, 4) || !gb_room(&b->text, 1)) {
     NOMEM();
     return NULL;
   }
-  bytes = 0;
-  for (cchunk *cc = w->list; cc; cc = cc->next) {
+  memcpy(b->offs.p + 16 * n, &end, 4);
+  if (!(ids = js_typed(env, napi_biguint64_array, 8, n, b->ids.p)) ||
+      !(types = js_typed(env, napi_uint8_array, 1, n, b->types.p)) ||
+      !(sums = js_typed(env, napi_uint32_array, 4, n, b->sums.p)) ||
+      !(kinds = js_typed(env, napi_uint8_array, 1, 4 * n, b->kinds.p)) ||
+      !(offs = js_typed(env, napi_uint32_array, 4, 4 * n + 1, b->offs.p)) ||
+      napi_create_array(env, &raw) != napi_ok ||
+      napi_create_array_with_length(env, b->n_chunks, &chunks) != napi_ok)
+    return NULL;
+  if ((b->units == b->text.len
+           ? napi_create_string_latin1(env, (char *)b->text.p, b->text.len, &text)
+           : napi_create_string_utf8(env, (char *)b->text.p, b->text.len, &text)) != napi_ok)
+    return NULL;
+  for (rawfield *r = b->raw; r; r = r->next)
+    if (napi_set_element(env, raw, r->f, js_str(env, r->v)) != napi_ok) return NULL;
+  for (cchunk *cc = b->chunks; cc; cc = cc->next) {
     const bs_chunk *c = &cc->c;
     napi_value ch = js_obj(env);
-    for (size_t i = 0; i < c->n_ops; i++, k++) {
-      const bs_op *o = &c->ops[i];
-      const bs_val fv[4] = {o->object_type, o->object_id, o->subkey, o->data};
-      id[k] = o->op_id, ty[k] = (uint8_t)o->type, cs[k] = o->checksum;
-      for (int j = 0; j < 4; j++, f++) {
-        of[f] = (uint32_t)units;
-        if (!fv[j].data) {
-          kd[f] = FIELD_NULL;
-        } else if (fv[j].size <= TEXT_MAX - bytes && utf8_units(fv[j].data, fv[j].size, &u)) {
-          kd[f] = FIELD_TEXT;
-          memcpy(buf + bytes, fv[j].data, fv[j].size);
-          bytes += fv[j].size, units += u;
-        } else {
-          kd[f] = FIELD_RAW;
-          if (napi_set_element(env, raw, (uint32_t)f, js_str(env, fv[j])) != napi_ok) {
-            free(buf);
-            return NULL;
-          }
-        }
-      }
-    }
     set(env, ch, "bucket", js_str(env, c->bucket));
     set(env, ch, "after", js_u64(env, c->after));
     set(env, ch, "next_after", js_u64(env, c->next_after));
@@ -2065,13 +2144,6 @@ static napi_value done_bucket_data(napi_env env, work *w) {
     set(env, ch, "n", js_num(env, (double)c->n_ops));
     napi_set_element(env, chunks, ci++, ch);
   }
-  of[f] = (uint32_t)units;
-  if ((units == bytes ? napi_create_string_latin1(env, buf, bytes, &text)
-                      : napi_create_string_utf8(env, buf, bytes, &text)) != napi_ok) {
-    free(buf);
-    return NULL;
-  }
-  free(buf);
   set(env, res, "hasMore", js_bool(env, w->i1));
   set(env, res, "ids", ids);
   set(env, res, "types", types);
@@ -2118,6 +2190,11 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
       get_prop(env, argv[3], "chunkLimitBytes", &v) ||
       get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3))
     FAIL_WORK(w);
+  if (!(w->bt = ar_alloc(&w->ar, sizeof *w->bt))) {
+    NOMEM();
+    FAIL_WORK(w);
+  }
+  memset(w->bt, 0, sizeof *w->bt);
   return work_start(env, w, n, exec_bucket_data, done_bucket_data);
 }
 

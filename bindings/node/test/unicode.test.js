@@ -87,7 +87,9 @@ for (const [name, open] of backends) {
   });
 
   // A batch's strings reach JS as one text sliced at UTF-16 offsets, bytes that are not UTF-8
-  // apart: a field after astral characters, non-ASCII or such bytes must still be cut right.
+  // apart: a field after astral characters, non-ASCII or such bytes must still be cut right. A
+  // field equal to the op before's is that op's string: repeats of text, non-ASCII, "" and
+  // bytes (which stay bytes).
   test(`${name}: every field of a batch mixing ASCII, astral characters and bytes`, async () => {
     const { db, cleanup } = await open();
     await db.createStream('s');
@@ -95,13 +97,39 @@ for (const [name, open] of backends) {
     const w = await st.createWriter();
     const raw = Buffer.from([0xff, 0x61, 0xfe]);
     const rows = [['t', 'a1', '{"a":1}'], ['t\u00e9', 'b\uD83D\uDE00\uD83D\uDE00', '{"b":"\uDBFF\uDFFF\u00e9"}'],
-      [raw, raw, raw], ['t', 'c3', '{"c":"\u20ac"}'], ['t', 'd4', ''], ['\u00e9', raw, 'x\uD83D\uDE00']];
+      [raw, raw, raw], ['t', 'c3', '{"c":"\u20ac"}'], ['t', 'd4', ''], ['\u00e9', raw, 'x\uD83D\uDE00'],
+      ['\u00e9', 'e5', 'x\uD83D\uDE00'], ['\u00e9', 'e6', ''], [raw, raw, raw], [raw, raw, raw],
+      ['\u00e9', 'e6', ''], ['t', 't', 't']];
     for (const [table, id, data] of rows) await w.save(put('mix', id, table, data));
     await w.markSnapshotDone('1');
     const { checkpoint } = await w.commit('1');
     const ops = (await readAll(st, checkpoint, ['mix'])).get('mix');
     assert.equal(ops.length, rows.length);
     ops.forEach((op, i) => assert.deepEqual([op.object_type, op.object_id, op.data], rows[i], `op ${i}`));
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  // The columns of a batch grow as its chunks come: several chunks whose ops outgrow the first
+  // block (512 op ids) must each land after the one before.
+  test(`${name}: a batch of several chunks, every op in place`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    const buckets = ['c0', 'c1', 'c2'], per = 400;
+    const rows = [];
+    for (const b of buckets) for (let i = 0; i < per; i++) rows.push(put(b, `${b}-${i}`, 't', `{"i":${i}}`));
+    await w.saveMany(rows);
+    await w.markSnapshotDone('1');
+    const { checkpoint } = await w.commit('1');
+    const got = [];
+    for await (const ch of st.getBucketDataBatch(checkpoint, buckets.map((bucket) => ({ bucket })),
+      { limit: 10000 }))
+      if (!('hasMore' in ch)) for (const op of ch.chunkData.data) got.push([ch.chunkData.bucket, op.object_id, op.data]);
+    assert.deepEqual(got, rows.map((r) => [r.evaluated[0].bucket, r.afterReplicaId, r.evaluated[0].data]));
     await w.close();
     await st.close();
     await db.close();
