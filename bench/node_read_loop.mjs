@@ -4,8 +4,9 @@
 // build/bench/node_capi ingest wrote (200k rows, 100 buckets):
 //   valgrind --tool=callgrind node --predictable bench/node_read_loop.mjs HOW FILE [PASSES]
 // HOW: read (every bucket downloaded whole from 0 in calls of 10k ops, PASSES times, each op
-// touched as a client would: its op_id, op, object_id and data read), none (the same run
-// without the reads: startup, opening, the checkpoint; subtracted from the other).
+// touched as a client would: its op_id, op, object_id and data read), made (the same, no field
+// read: the ops as bench_node.mjs reads them), none (the same run without the reads: startup,
+// opening, the checkpoint; subtracted from the others).
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -14,8 +15,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bs = createRequire(import.meta.url)(path.join(root, 'bindings/node'));
 const [how, file] = process.argv.slice(2), passes = Number(process.argv[4] ?? 1);
 const buckets = 100, readLimit = 10000;
-if (!['read', 'none'].includes(how) || !file || !(passes > 0)) {
-  console.error('usage: node bench/node_read_loop.mjs read|none FILE [PASSES]');
+if (!['read', 'made', 'none'].includes(how) || !file || !(passes > 0)) {
+  console.error('usage: node bench/node_read_loop.mjs read|made|none FILE [PASSES]');
   process.exit(2);
 }
 const bucket = (b) => `by_list["l${String(b).padStart(5, '0')}"]`;
@@ -25,7 +26,7 @@ const st = await db.storage();
 const cp = (await st.getCheckpoint()).checkpoint;
 let count = 0, sink = 0;
 const c0 = process.cpuUsage();
-for (let p = 0; how === 'read' && p < passes; p++) {
+for (let p = 0; how !== 'none' && p < passes; p++) {
   for (let b = 0; b < buckets; b++) {
     let start = 0n;
     for (let more = true; more;) {
@@ -36,8 +37,9 @@ for (let p = 0; how === 'read' && p < passes; p++) {
           more = c.hasMore;
           continue;
         }
-        for (const op of c.chunkData.data)
-          sink += op.data.length + op.object_id.length + op.op.length + Number(op.op_id & 1n);
+        if (how === 'read')
+          for (const op of c.chunkData.data)
+            sink += op.data.length + op.object_id.length + op.op.length + Number(op.op_id & 1n);
         count += c.chunkData.data.length, start = c.chunkData.next_after;
       }
     }

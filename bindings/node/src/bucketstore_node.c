@@ -1963,19 +1963,22 @@ typedef struct gbuf {
   size_t len, cap;
 } gbuf;
 
-/* Room for n more bytes at g->p + g->len (doubling), or NULL out of memory. */
-static unsigned char *gb_room(gbuf *g, size_t n) {
-  if (g->cap - g->len < n) {
-    size_t cap = g->cap ? g->cap : 4096;
-    unsigned char *p;
-    while (cap - g->len < n) {
-      if (cap > SIZE_MAX / 2) return NULL;
-      cap *= 2;
-    }
-    if (!(p = realloc(g->p, cap))) return NULL;
-    g->p = p, g->cap = cap;
+/* Room for n more bytes at g->p + g->len (doubling; a first block even for n 0), or NULL out
+ * of memory. */
+static unsigned char *gb_grow(gbuf *g, size_t n) {
+  size_t cap = g->cap ? g->cap : 4096;
+  unsigned char *p;
+  while (cap - g->len < n) {
+    if (cap > SIZE_MAX / 2) return NULL;
+    cap *= 2;
   }
+  if (!(p = realloc(g->p, cap))) return NULL;
+  g->p = p, g->cap = cap;
   return g->p + g->len;
+}
+
+static inline unsigned char *gb_room(gbuf *g, size_t n) {
+  return g->p && g->cap - g->len >= n ? g->p + g->len : gb_grow(g, n);
 }
 
 typedef struct cchunk {
@@ -2004,12 +2007,26 @@ static void opbatch_free(opbatch *b) {
   free(b->kinds.p), free(b->offs.p), free(b->text.p);
 }
 
-static int all_ascii(const unsigned char *s, size_t n) {
+/* Copies n bytes from s to d; whether they are all ASCII. */
+static int copy_ascii(unsigned char *d, const unsigned char *s, size_t n) {
   uint64_t acc = 0, x;
   size_t i = 0;
-  for (; n - i >= 8; i += 8) memcpy(&x, s + i, 8), acc |= x;
-  for (; i < n; i++) acc |= s[i];
+  if (n < 8) {
+    for (; i < n; i++) acc |= d[i] = s[i];
+    return !(acc & 0x80);
+  }
+  for (; n - i > 8; i += 8) memcpy(&x, s + i, 8), memcpy(d + i, &x, 8), acc |= x;
+  memcpy(&x, s + n - 8, 8), memcpy(d + n - 8, &x, 8), acc |= x; /* the last 8, overlapping */
   return !(acc & 0x8080808080808080ull);
+}
+
+/* Whether a (a text field's copy) holds the n bytes at v: the last 8 (or fewer) first, where
+ * the fields of two ops most often differ, then the rest. */
+static int same_bytes(const unsigned char *a, const unsigned char *v, size_t n) {
+  uint64_t x, y;
+  if (n < 8) return !memcmp(a, v, n);
+  memcpy(&x, a + n - 8, 8), memcpy(&y, v + n - 8, 8);
+  return x == y && !memcmp(a, v, n - 8);
 }
 
 /* Field j of op b->n: its kind, its offset, its text. */
@@ -2019,12 +2036,12 @@ static int put_field(work *w, opbatch *b, int j, const bs_val *v) {
   size_t u = v->size;
   if (!v->data) {
     kind = FIELD_NULL;
-  } else if (b->prev[j][1] == v->size + 1 && !memcmp(b->text.p + b->prev[j][0], v->data, v->size)) {
+  } else if (b->prev[j][1] == v->size + 1 &&
+             same_bytes(b->text.p + b->prev[j][0], v->data, v->size)) {
     kind = FIELD_SAME;
   } else if (v->size <= TEXT_MAX - b->text.len) {
     if (!(t = gb_room(&b->text, v->size))) return BS_ENOMEM;
-    if (v->size) memcpy(t, v->data, v->size);
-    if (all_ascii(t, v->size) || utf8_units(t, v->size, &u)) {
+    if (copy_ascii(t, v->data, v->size) || utf8_units(t, v->size, &u)) {
       kind = FIELD_TEXT;
       b->prev[j][0] = b->text.len, b->prev[j][1] = v->size + 1; /* + 1: 0 is "not text" */
       b->text.len += v->size, b->units += u;
