@@ -815,8 +815,9 @@ typedef struct bs__compact_store {
   /* works r->ids[r->i] on (r->mode at r->horizon within r->budget), at least one transaction's
    * worth: advances r->i past every bucket it finished (r->processed counts those that existed) */
   int (*step)(void *x, bs__compact_run *r);
-  /* re-emits the live rows of the fragmented buckets among ids (sorted, unique) */
-  int (*defragment)(void *x, bs__compact_run *r, const uint64_t *ids, size_t n);
+  /* re-emits the live rows of the fragmented buckets among ids (sorted, unique; the backend
+   * may reorder them) */
+  int (*defragment)(void *x, bs__compact_run *r, uint64_t *ids, size_t n);
   /* parameter compaction at r->horizon: fence raises the parameter horizon and the change fence
    * (a reader below gets BS_ESTALE, never a half-compacted answer); step deletes one
    * transaction's entries from where the last stopped (*done at the end); mark (optional)

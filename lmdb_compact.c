@@ -1,6 +1,7 @@
 /*
- * lmdb_compact.c: compaction on the LMDB backend (contract.md section 6). The decisions (MOVE,
- * CLEAR, selection) come from compact.c; this file walks the sub-databases and owns the
+ * lmdb_compact.c: the LMDB backend's compaction primitives (contract.md section 6) for the loop of
+ * compact_run.c, which decides what is compacted in what order and reports progress; the
+ * decisions about each op come from compact.c. This file walks the sub-databases and owns the
  * transactions.
  *
  * Every change is made in short write transactions (at most max_ops_per_txn ops changed and
@@ -30,21 +31,22 @@
 
 typedef struct cctx {
   bs__lmdb_db *db;
+  bs_storage *st;
   uint32_t stream;
   bs_compact_options o; /* resolved */
   bs_compact_stats *stats;
-  bs__seen_set seen; /* a job's row identities; in parameter compaction, a group's replica ids */
+  /* the run's: a job's row identities; in parameter compaction, a group's replica ids */
+  bs__seen_set *seen;
   bs_error *err;
   /* the current transaction: ops changed and visited (bounded by max_ops_per_txn and
    * max_visits) */
   size_t changes, visits, max_visits;
-  /* defragmentation candidates: the buckets the MOVE/CLEAR pass processed */
-  uint64_t *dids;
-  size_t n_dids, cap_dids;
   /* cursors on ops and superseded, open for a bucket-job transaction (work_step) */
   MDB_cursor *oc, *ec;
   /* jobs are numbered as they start; seen_job: the job whose rows the seen-set holds */
   uint64_t job_seq, seen_job;
+  struct work *w;       /* the bucket jobs (compact_step) */
+  struct param_arg *pa; /* the parameter pass (compact_param_step) */
 } cctx;
 
 /* What one transaction did to one bucket; merged into the state and the stats on commit. */
@@ -404,26 +406,22 @@ static int reemit_step(cctx *c, MDB_txn *txn, void *arg) {
   return BS_OK;
 }
 
-/* Re-emits the live PUTs of the fragmented buckets among c->dids (the buckets just compacted). */
-static int defragment(cctx *c, uint64_t horizon) {
+/* Re-emits the live PUTs of the fragmented buckets among ids (sorted, unique). */
+static int compact_defragment(void *x, bs__compact_run *run, uint64_t *ids, size_t n) {
+  cctx *c = x;
   const bs_allocator *a = &c->db->base.alloc;
   dscan s;
-  size_t n = 0;
   int rc;
-  if (!c->n_dids) return BS_OK;
-  qsort(c->dids, c->n_dids, sizeof *c->dids, cmp_u64);
-  for (size_t i = 0; i < c->n_dids; i++) /* a map-full retry may have recorded one twice */
-    if (!n || c->dids[n - 1] != c->dids[i]) c->dids[n++] = c->dids[i];
   memset(&s, 0, sizeof s);
-  s.ids = c->dids;
+  s.ids = ids;
   s.n = n;
-  s.horizon = horizon;
+  s.horizon = run->horizon;
   rc = defrag_plan(c, &s);
   if (!rc && s.n_rows) {
     reemit_arg r = {s.rows, s.n_rows, 0};
     while (!rc && r.i < r.n) {
       rc = RUN(c, reemit_step, &r);
-      if (!rc) rc = bs__compact_progress(&c->o, c->stats, c->err);
+      if (!rc) rc = bs__compact_report(run);
     }
   }
   bs__free(a, s.live);
@@ -431,14 +429,6 @@ static int defragment(cctx *c, uint64_t horizon) {
   bs__free(a, s.rows);
   bs__free(a, s.keys);
   return rc;
-}
-
-/* Records a bucket the MOVE/CLEAR pass processed, as a defragmentation candidate. */
-static int defrag_note(cctx *c, uint64_t bucket) {
-  if (BS_GROW(&c->db->base.alloc, c->dids, c->cap_dids, c->n_dids + 1))
-    return bs__fail(c->err, BS_ENOMEM, "defragment: candidate buckets");
-  c->dids[c->n_dids++] = bucket;
-  return BS_OK;
 }
 
 /* ---- Bucket jobs: every kind of bucket compaction, many buckets per transaction ------------
@@ -480,7 +470,7 @@ static size_t max_visits(size_t max_ops) {
 }
 
 enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_IFOLD, J_INC, J_MARK, J_DONE };
-enum { W_FULL, W_INC, W_INITIAL };
+enum { W_FULL = BS__COMPACT_FULL, W_INC = BS__COMPACT_INC, W_INITIAL = BS__COMPACT_INITIAL };
 
 typedef struct job {
   int phase;
@@ -542,7 +532,7 @@ static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
   if (w->mode == W_INC) {
     w->j.phase = J_IFOLD;
   } else {
-    bs__seen_clear(&c->seen);
+    bs__seen_clear(c->seen);
     c->seen_job = w->j.seq;
     w->j.phase = J_SCAN;
     w->j.pos = w->horizon;
@@ -647,7 +637,7 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       return BS_OK;
     }
     c->visits++;
-    if (bs__compact_superseded(&c->seen, &op, &target) &&
+    if (bs__compact_superseded(c->seen, &op, &target) &&
         (rc = write_move(c, d, &k, v.mv_size, op.checksum, target)))
       return rc;
   }
@@ -675,8 +665,8 @@ static int scan_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       return BS_OK;
     }
     c->visits++;
-    if (!initial && !bs__compact_scan_op(&j->scan, &c->seen, &op)) break;
-    if (!initial || !bs__compact_initial_drop(&c->seen, &op)) {
+    if (!initial && !bs__compact_scan_op(&j->scan, c->seen, &op)) break;
+    if (!initial || !bs__compact_initial_drop(c->seen, &op)) {
       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV);
       continue;
     }
@@ -781,7 +771,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
      * REMOVE/MOVE/CLEAR is in the run as it is (its entry consumed if due); any other PUT
      * survives and ends the run */
     if (full)
-      bs__compact_superseded(&c->seen, &op, &target);
+      bs__compact_superseded(c->seen, &op, &target);
     else if (at && bs__compact_entry_moves(&op, enw))
       target = enw;
     if (!bs__compact_in_run(&op, target)) {
@@ -940,12 +930,10 @@ static int work_jobs(cctx *c, MDB_txn *txn, work *w) {
     if ((rc = job_run(c, txn, w, w->ids[w->i]))) return rc;
     if (w->j.phase != J_DONE) break;
     if (w->j.changed) c->stats->buckets_compacted++;
-    if (c->o.defragment_ratio > 0 && w->mode != W_INITIAL && (rc = defrag_note(c, w->ids[w->i])))
-      return rc;
     w->processed++;
     memset(&w->j, 0, sizeof w->j);
     w->i++;
-    if (w->mode == W_INC && w->budget == 0) w->i = w->n;
+    if (w->mode == W_INC && w->budget == 0) break; /* the loop stops between buckets */
     /* see the top of this section: an initial-replication job's seen-set must survive a retry */
     if (resumed && w->mode == W_INITIAL) break;
   }
@@ -977,90 +965,147 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
   return rc;
 }
 
-/* Runs the jobs of ids[0..n) (transaction after transaction). */
-static int run_jobs(cctx *c, work *w, const uint64_t *ids, size_t n) {
-  int rc = BS_OK;
-  w->ids = ids;
-  w->n = n;
-  w->i = 0;
-  memset(&w->j, 0, sizeof w->j);
-  while (!rc && w->i < w->n) {
-    rc = run_write(c, work_step, w, sizeof *w);
-    if (!rc) rc = bs__compact_progress(&c->o, c->stats, c->err);
-  }
-  w->ids = NULL; /* the caller's array (often on its stack): not kept past this call */
+/* Step: the jobs of the run's batch from r->i, in one write transaction (see "Bucket jobs"). */
+static int compact_step(void *x, bs__compact_run *r) {
+  cctx *c = x;
+  work *w = c->w;
+  int rc;
+  c->seen = &r->seen;
+  w->mode = r->mode;
+  w->horizon = r->horizon;
+  w->ids = r->ids;
+  w->n = r->n;
+  w->i = r->i;
+  w->budget = r->budget;
+  w->processed = r->processed;
+  rc = run_write(c, work_step, w, sizeof *w);
+  w->ids = NULL; /* the run's array: not kept past this step */
+  r->i = w->i;
+  r->budget = w->budget;
+  r->processed = w->processed;
+  r->busy = w->j.phase != J_START;
   return rc;
 }
 
-/* ---- Full compaction ------------------------------------------------------------------------ */
+/* ---- Streams and buckets -------------------------------------------------------------------- */
 
-/* Bucket ids of the stream, in name order, a batch at a time (a read snapshot per batch). */
-typedef struct bucket_iter {
-  unsigned char key[BS_BUCKET_KEY_MAX];
-  size_t key_size; /* resume after this key; 4 = from the start */
-  size_t named;    /* opts->buckets: the next one to look up */
-  uint64_t from;   /* incremental: the next queued bucket id */
-  int done;
-} bucket_iter;
+static int compact_delete_requests(void *x, int64_t before_ms, uint64_t *deleted, bs_error *err) {
+  cctx *c = x;
+  return bs__lmdb_delete_checkpoint_requests_before(deleted, c->st, before_ms, err);
+}
 
-#define BUCKET_BATCH 256
+static int compact_stream(void *x, bs__compact_stream *out, bs_error *err) {
+  cctx *c = x;
+  bs__stream_rec rec;
+  int rc = read_rec(c, NULL, 0, &rec);
+  (void)err;
+  if (rc) return rc;
+  out->id = c->stream;
+  out->checkpoint = rec.checkpoint;
+  out->op_head = rec.op_head;
+  out->param_cursor = rec.param_cursor;
+  out->has_checkpoint = rec.has_checkpoint_lsn;
+  return BS_OK;
+}
 
-/* Collects up to BUCKET_BATCH ids of the buckets named (opts->buckets), else of those due. */
-static int bucket_batch(cctx *c, bucket_iter *it, uint64_t *ids, size_t *n) {
+/* Raised before any op changes, so whoever sees a change also sees the horizon. */
+static int compact_begin(void *x, uint64_t horizon, bs_error *err) {
+  rec_raise r = {horizon, 0, 0, 0};
+  (void)err;
+  return RUN((cctx *)x, rec_raise_step, &r);
+}
+
+static int compact_find(void *x, bs_val name, uint64_t *id, int *found, bs_error *err) {
+  cctx *c = x;
   MDB_txn *txn;
-  MDB_cursor *cur;
+  int rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, err);
+  if (rc) return rc;
+  rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, name, id, err);
+  bs__lmdb_txn_abort(c->db, txn);
+  *found = rc == BS_OK;
+  return rc == BS_ENOTFOUND ? BS_OK : rc; /* an unknown bucket has nothing to compact */
+}
+
+/* Every bucket of the stream with its state, in name order (the bucket index), after cur's
+ * name, in one read snapshot. */
+static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
+  unsigned char kb[BS_BUCKET_KEY_MAX];
+  MDB_txn *txn;
+  MDB_cursor *mc;
   MDB_val k, v;
   int rc, mrc;
-  *n = 0;
-  if ((rc = read_begin(c, c->db->buckets, &txn, &cur))) return rc;
-  while (c->o.buckets && it->named < c->o.n_buckets && *n < BUCKET_BATCH && !rc) {
-    rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, c->o.buckets[it->named++], &ids[*n],
-                            c->err);
-    if (rc == BS_OK) ++*n;
-    if (rc == BS_ENOTFOUND) rc = BS_OK; /* an unknown bucket has nothing to compact */
-  }
-  if (c->o.buckets) {
-    it->done = it->named == c->o.n_buckets;
-    return read_end(c, txn, cur, rc);
-  }
-  mrc = seek_ge(cur, it->key, it->key_size, &k, &v);
-  if (mrc == 0 && it->key_size > 4 && k.mv_size == it->key_size &&
-      memcmp(k.mv_data, it->key, k.mv_size) == 0)
-    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-  for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  if ((rc = read_begin(c, c->db->buckets, &txn, &mc))) return rc;
+  bs__put_u32be(kb, c->stream);
+  if (cur->name_size) memcpy(kb + 4, cur->name, cur->name_size);
+  mrc = seek_ge(mc, kb, 4 + cur->name_size, &k, &v);
+  if (mrc == 0 && cur->name_size && k.mv_size == 4 + cur->name_size &&
+      memcmp(k.mv_data, kb, k.mv_size) == 0)
+    mrc = mdb_cursor_get(mc, &k, &v, MDB_NEXT);
+  for (; mrc == 0 && *n < BS__COMPACT_BATCH; mrc = mdb_cursor_get(mc, &k, &v, MDB_NEXT)) {
     bstate b;
     uint64_t id;
     uint32_t stream;
     bs_val name;
     if (k.mv_size < 4 || bs__get_u32be(k.mv_data) != c->stream) break;
-    if (*n == BUCKET_BATCH) goto out;
     if (bs__lmdb_bucket_entry_decode(&k, &v, &stream, &name, &id)) {
       rc = bs__fail(c->err, BS_ECORRUPT, "compact: bad bucket index entry");
       goto out;
     }
-    memcpy(it->key, k.mv_data, k.mv_size);
-    it->key_size = k.mv_size;
+    memcpy(cur->name, name.data, name.size);
+    cur->name_size = name.size;
     if ((rc = state_load(c, txn, id, &b))) goto out;
-    if (bs__compact_bucket_due(&c->o, b.s.count, b.s.compacted_count, b.s.last_op,
-                               b.s.compacted_op))
-      ids[(*n)++] = id;
+    out[(*n)++] =
+        (bs__compact_bucket){id, b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op};
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
-  it->done = 1;
+  cur->done = *n < BS__COMPACT_BATCH;
 out:
-  return read_end(c, txn, cur, rc);
+  return read_end(c, txn, mc, rc);
 }
 
-/* ---- Incremental compaction ----------------------------------------------------------------- */
+/* The queued bucket ids from cur->from on, which becomes the id after the last. */
+static int list_queued(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
+  MDB_txn *txn;
+  MDB_cursor *mc;
+  MDB_val k, v;
+  unsigned char kb[BS_CQUEUE_KEY_SIZE];
+  int rc, mrc;
+  if ((rc = read_begin(c, c->db->cqueue, &txn, &mc))) return rc;
+  bs__lmdb_cqueue_key(kb, c->stream, cur->from);
+  for (mrc = seek_ge(mc, kb, sizeof kb, &k, &v); mrc == 0 && *n < BS__COMPACT_BATCH;
+       mrc = mdb_cursor_get(mc, &k, &v, MDB_NEXT)) {
+    uint32_t stream;
+    uint64_t id;
+    if (!bs__lmdb_in_stream(&k, c->stream)) break;
+    if (bs__lmdb_cqueue_decode(&k, &v, &stream, &id)) {
+      rc = bs__fail(c->err, BS_ECORRUPT, "compact: a cqueue entry does not decode");
+      break;
+    }
+    memset(&out[*n], 0, sizeof out[*n]);
+    out[(*n)++].id = id;
+    cur->from = id + 1; /* bucket ids come from a sequence: never UINT64_MAX */
+  }
+  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
+  cur->done = *n < BS__COMPACT_BATCH;
+  return read_end(c, txn, mc, rc);
+}
 
-/* The newest checkpoint at least min_age_ms old, from the `changes` records (flag 1). */
-static int aged_checkpoint(cctx *c, uint64_t *out) {
+static int compact_list(void *x, int queued, bs__compact_cursor *cur, bs__compact_bucket *out,
+                        size_t *n, bs_error *err) {
+  (void)err;
+  *n = 0;
+  return queued ? list_queued(x, cur, out, n) : list_all(x, cur, out, n);
+}
+
+/* The newest checkpoint made at or before cutoff_ms, from the `changes` records (flag 1). */
+static int compact_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
+  cctx *c = x;
   MDB_txn *txn;
   MDB_cursor *cur;
   MDB_val k, v;
   unsigned char kb[BS_CHANGE_KEY_SIZE];
-  int64_t limit = bs__now_ms() - c->o.min_age_ms;
   int rc, mrc;
+  (void)err;
   *out = 0;
   if ((rc = read_begin(c, c->db->changes, &txn, &cur))) return rc;
   bs__lmdb_change_key(kb, c->stream, UINT64_MAX, UINT64_MAX);
@@ -1072,56 +1117,13 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
       rc = bs__fail(c->err, BS_ECORRUPT, "compact: a change record does not decode");
       break;
     }
-    if ((r.flags & BS_CHANGE_CHECKPOINT) && r.time_ms <= limit) {
+    if ((r.flags & BS_CHANGE_CHECKPOINT) && r.time_ms <= cutoff_ms) {
       *out = r.last;
       break;
     }
   }
   if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: change records");
   return read_end(c, txn, cur, rc);
-}
-
-/* Up to BUCKET_BATCH queued bucket ids from it->from on, which becomes the id after the last. */
-static int queue_batch(cctx *c, bucket_iter *it, uint64_t *ids, size_t *n) {
-  MDB_txn *txn;
-  MDB_cursor *cur;
-  MDB_val k, v;
-  unsigned char kb[BS_CQUEUE_KEY_SIZE];
-  int rc, mrc;
-  *n = 0;
-  if ((rc = read_begin(c, c->db->cqueue, &txn, &cur))) return rc;
-  bs__lmdb_cqueue_key(kb, c->stream, it->from);
-  for (mrc = seek_ge(cur, kb, sizeof kb, &k, &v); mrc == 0 && *n < BUCKET_BATCH;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    uint32_t stream;
-    uint64_t id;
-    if (!bs__lmdb_in_stream(&k, c->stream)) break;
-    if (bs__lmdb_cqueue_decode(&k, &v, &stream, &id)) {
-      rc = bs__fail(c->err, BS_ECORRUPT, "compact: a cqueue entry does not decode");
-      break;
-    }
-    ids[(*n)++] = id;
-    it->from = id + 1; /* bucket ids come from a sequence: never UINT64_MAX */
-  }
-  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: queue");
-  it->done = *n < BUCKET_BATCH;
-  return read_end(c, txn, cur, rc);
-}
-
-/* Runs the work's mode over its buckets (incremental: the queue, else bucket_batch's), a batch at
- * a time, while the op budget lasts. */
-static int compact_buckets(cctx *c, work *w) {
-  uint64_t ids[BUCKET_BATCH];
-  size_t n = 0;
-  int rc;
-  bucket_iter it = {.key_size = 4};
-  bs__put_u32be(it.key, c->stream);
-  while (!it.done && w->budget) {
-    if ((rc = w->mode == W_INC ? queue_batch(c, &it, ids, &n) : bucket_batch(c, &it, ids, &n)))
-      return rc;
-    if (n && (rc = run_jobs(c, w, ids, n))) return rc;
-  }
-  return BS_OK;
 }
 
 /* ---- Parameter compaction ------------------------------------------------------------------- */
@@ -1148,7 +1150,7 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
   uint64_t removed = 0;
   int mrc, rc = BS_OK;
   if ((mrc = mdb_cursor_open(txn, c->db->params, &cur))) return mdb_err(c, mrc, "compact: cursor");
-  bs__seen_clear(&c->seen);
+  bs__seen_clear(c->seen);
   mrc = seek_le(cur, a->resume, a->resume_size, &k, &v);
   while (mrc == 0) {
     size_t gsize;
@@ -1173,15 +1175,15 @@ static int param_step(cctx *c, MDB_txn *txn, void *arg) {
       }
       memcpy(group, k.mv_data, gsize);
       group_size = gsize;
-      bs__seen_clear(&c->seen);
+      bs__seen_clear(c->seen);
     }
     visited++;
     if (op <= a->horizon) {
       bs_op row = {.op_id = op, .object_id = rid};
       uint64_t latest;
-      int newer = bs__seen_visit(&c->seen, &row, &latest);
+      int newer = bs__seen_visit(c->seen, &row, &latest);
       /* a replica id the full set could not record keeps its entries, tombstones too */
-      del = (newer || !c->seen.full) && bs__compact_param_drop(newer, n_sets);
+      del = (newer || !c->seen->full) && bs__compact_param_drop(newer, n_sets);
     }
     if (del) {
       size_t ks = k.mv_size;
@@ -1210,108 +1212,88 @@ out:
   return rc;
 }
 
-static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
-  param_arg a;
-  rec_raise r = {0, horizon, horizon, horizon};
-  int rc = BS_OK;
-  if (horizon == 0) return BS_OK;
-  memset(&a, 0, sizeof a);
-  a.horizon = horizon;
-  /* everything at or below the cursor was reduced by an earlier pass at that horizon; with no
-   * newer horizon there is nothing to do */
-  if (horizon > cursor) {
-    bs__put_u32be(a.resume, c->stream + 1u);
-    a.resume_size = 4;
+static int compact_param_fence(void *x, uint64_t horizon, bs_error *err) {
+  rec_raise r = {0, horizon, 0, horizon};
+  (void)err;
+  return RUN((cctx *)x, rec_raise_step, &r);
+}
+
+/* One transaction of the pass, from the top of the stream's entries down. */
+static int compact_param_step(void *x, bs__compact_run *r, int *done) {
+  cctx *c = x;
+  param_arg *a = c->pa;
+  int rc;
+  c->seen = &r->seen;
+  if (!a->horizon) {
+    a->horizon = r->horizon;
+    bs__put_u32be(a->resume, c->stream + 1u);
+    a->resume_size = 4;
     if (c->stream == UINT32_MAX) {
-      memset(a.resume, 0xff, sizeof a.resume);
-      a.resume_size = sizeof a.resume;
+      memset(a->resume, 0xff, sizeof a->resume);
+      a->resume_size = sizeof a->resume;
     }
-    while (!a.done && !rc) {
-      rc = RUN(c, param_step, &a);
-      if (!rc) rc = bs__compact_progress(&c->o, c->stats, c->err);
-    }
-    if (rc) return rc;
   }
-  return RUN(c, rec_raise_step, &r);
+  rc = RUN(c, param_step, a);
+  *done = a->done;
+  return rc;
+}
+
+static int compact_param_mark(void *x, uint64_t horizon, bs_error *err) {
+  rec_raise r = {0, 0, horizon, 0};
+  (void)err;
+  return RUN((cctx *)x, rec_raise_step, &r);
 }
 
 /* ---- Entry points --------------------------------------------------------------------------- */
 
-/* A call's context. The front has resolved the options (o, every default applied), checked every
- * argument and refused a read-only database (docs/backends.md). */
-static void cctx_init(cctx *c, bs_storage *st, const bs_compact_options *o, bs_compact_stats *stats,
-                      bs_error *err) {
-  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
-  BS_ASSERT(o && o->version && o->max_ops_per_txn >= 2 && o->memory_limit_mb && stats);
-  BS_ASSERT(!(ls->db->base.flags & BS_OPEN_RDONLY));
-  memset(c, 0, sizeof *c);
-  memset(stats, 0, sizeof *stats);
-  c->db = ls->db;
-  c->stream = st->stream_id;
-  c->o = *o;
-  c->stats = stats;
-  c->err = err;
-  c->max_visits = max_visits(o->max_ops_per_txn);
-  bs__seen_init(&c->seen, &c->db->base.alloc, o->memory_limit_mb * 1024u * 1024u);
-}
+static const bs__compact_store lmdb_store = {compact_delete_requests,
+                                             compact_stream,
+                                             compact_aged,
+                                             compact_begin,
+                                             compact_find,
+                                             compact_list,
+                                             compact_step,
+                                             compact_defragment,
+                                             compact_param_fence,
+                                             compact_param_step,
+                                             compact_param_mark,
+                                             NULL};
 
-static int cctx_free(cctx *c, int rc) {
-  bs__seen_free(&c->seen);
-  bs__free(&c->db->base.alloc, c->dids);
-  return rc;
+/* Runs mode. The front has resolved the options (o, every default applied), checked every
+ * argument and refused a read-only database (docs/backends.md). */
+static int run(bs_storage *st, const bs_compact_options *o, int mode, bs_compact_stats *stats,
+               uint64_t *processed, bs_error *err) {
+  bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
+  cctx c;
+  work w;
+  param_arg pa;
+  BS_ASSERT(!(ls->db->base.flags & BS_OPEN_RDONLY));
+  memset(&c, 0, sizeof c);
+  memset(&w, 0, sizeof w);
+  memset(&pa, 0, sizeof pa);
+  c.db = ls->db;
+  c.st = st;
+  c.stream = st->stream_id;
+  c.o = *o;
+  c.stats = stats;
+  c.err = err;
+  c.max_visits = max_visits(o->max_ops_per_txn);
+  c.w = &w;
+  c.pa = &pa;
+  return bs__compact_drive(&lmdb_store, &c, &c.db->base.alloc, o, mode, stats, processed, err);
 }
 
 int bs__lmdb_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                      bs_error *err) {
-  bs__stream_rec rec;
-  cctx c;
-  uint64_t horizon, aged = 0;
-  work w;
-  int rc;
-  cctx_init(&c, st, opts, stats, err);
-  if (c.o.delete_checkpoint_requests_before_ms > 0 &&
-      (rc = bs__lmdb_delete_checkpoint_requests_before(
-           &stats->checkpoint_requests_deleted, st, c.o.delete_checkpoint_requests_before_ms, err)))
-    return cctx_free(&c, rc);
-  if ((rc = read_rec(&c, NULL, 0, &rec))) return cctx_free(&c, rc);
-  if (c.o.incremental_only && c.o.min_age_ms && (rc = aged_checkpoint(&c, &aged)))
-    return cctx_free(&c, rc);
-  if (!(horizon = bs__compact_horizon(&c.o, rec.checkpoint, aged, rec.op_head)))
-    return cctx_free(&c, BS_OK);
-  {
-    /* raised before any op changes, so whoever sees a change also sees the horizon */
-    rec_raise r = {horizon, 0, 0, 0};
-    rc = RUN(&c, rec_raise_step, &r);
-  }
-  memset(&w, 0, sizeof w);
-  w.mode = c.o.incremental_only ? W_INC : W_FULL;
-  w.horizon = horizon;
-  w.budget = bs__compact_budget(&c.o);
-  if (!rc) rc = compact_buckets(&c, &w);
-  if (!rc) rc = defragment(&c, horizon);
-  if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, rec.param_cursor);
-  return cctx_free(&c, rc);
+  return run(st, opts, opts->incremental_only ? BS__COMPACT_INC : BS__COMPACT_FULL, stats, NULL,
+             err);
 }
-
-/* ---- Initial-replication compaction -------------------------------------------------------- */
 
 int bs__lmdb_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
                                          uint64_t min_bucket_changes, bs_error *err) {
   bs_compact_options o;
   bs_compact_stats stats;
-  bs__stream_rec rec;
-  cctx c;
-  work w;
-  int rc;
   BS_ASSERT(max_op_id < (1ull << 63) && min_bucket_changes > 0); /* checked by the front */
   bs__compact_initial_options(&o, max_op_id, min_bucket_changes);
-  cctx_init(&c, st, &o, &stats, err);
-  memset(&w, 0, sizeof w);
-  if ((rc = read_rec(&c, NULL, 1, &rec))) return cctx_free(&c, rc);
-  w.mode = W_INITIAL;
-  w.horizon = bs__compact_horizon(&o, rec.op_head, 0, rec.op_head);
-  w.budget = bs__compact_budget(&o);
-  if (w.horizon) rc = compact_buckets(&c, &w);
-  if (buckets_out) *buckets_out = w.processed;
-  return cctx_free(&c, rc);
+  return run(st, &o, BS__COMPACT_INITIAL, &stats, buckets_out, err);
 }

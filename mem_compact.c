@@ -292,7 +292,7 @@ static int live_cmp(const void *x, const void *y) {
   return u64_cmp(&a->op, &b->op);
 }
 
-static int m_defragment(void *x, bs__compact_run *r, const uint64_t *ids, size_t n) {
+static int m_defragment(void *x, bs__compact_run *r, uint64_t *ids, size_t n) {
   mcx *c = x;
   mem_db *db = c->ms->db;
   mem_stream *s = c->ms->s;

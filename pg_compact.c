@@ -1,8 +1,9 @@
 /*
- * pg_compact.c: compaction on the PostgreSQL backend (contract.md section 6, issue 14). Every
- * decision (MOVE, CLEAR, what initial replication deletes, which parameter entries go, which
- * buckets are due, the horizon) comes from compact.c, exactly as lmdb_compact.c and mem.c use it;
- * this file walks the tables by keyset and owns the transactions.
+ * pg_compact.c: the PostgreSQL backend's compaction primitives (contract.md section 6) for the
+ * loop of compact_run.c, which decides what is compacted in what order and reports progress.
+ * Every decision about an op (MOVE, CLEAR, what initial replication deletes, which parameter
+ * entries go) comes from compact.c, as for the other backends; this file walks the tables by
+ * keyset and owns the transactions.
  *
  * One compaction of a stream at a time: a call holds the stream's session advisory lock
  * (BS_PG_LOCK_COMPACT) on its connection for its whole run, so a second one (in this or another process
@@ -26,22 +27,24 @@
 
 #define PAGE         10000 /* ops or entries read per statement */
 #define VISIT_FACTOR 8u    /* ops visited per changed op in one transaction, as LMDB */
-#define BUCKET_BATCH 256
+
+typedef struct pgroup pgroup;
 
 typedef struct cctx {
   bs__pg_db *db;
-  PGconn *c;
+  bs_storage *st;
+  PGconn *c; /* holding the stream's compaction lock (compact_stream) */
   uint32_t stream;
   bs_compact_options o; /* resolved */
   bs_compact_stats *stats;
-  bs__seen_set seen;
+  bs__seen_set *seen; /* the run's */
+  bs__compact_run *run;
   bs_error *err;
   const bs_allocator *a;
-  uint64_t *dids; /* defragmentation candidates: the buckets the MOVE/CLEAR pass processed */
-  size_t n_dids, cap_dids;
+  pgroup *g; /* the parameter pass: where it stopped */
 } cctx;
 
-enum { W_FULL, W_INC, W_INITIAL };
+enum { W_FULL = BS__COMPACT_FULL, W_INC = BS__COMPACT_INC, W_INITIAL = BS__COMPACT_INITIAL };
 
 /* What one transaction did to one bucket: applied to its state in the same transaction. */
 typedef struct bdelta {
@@ -78,7 +81,7 @@ static int commit(cctx *c, int rc) {
     bs__pg_rollback(c->c);
     return rc;
   }
-  return bs__compact_progress(&c->o, c->stats, c->err);
+  return bs__compact_report(c->run);
 }
 
 /* An op as the planner sees it, from a result row of OP_COLS (borrowed from r). */
@@ -288,7 +291,7 @@ static int fold_run(cctx *c, uint64_t bucket, uint64_t horizon, int full, int *c
       uint64_t bytes, target = 0;
       bs_op op = op_of(r, i, &bytes);
       if ((size_t)i == c->o.max_ops_per_txn) break;
-      if (full) bs__compact_superseded(&c->seen, &op, &target);
+      if (full) bs__compact_superseded(c->seen, &op, &target);
       if (!bs__compact_in_run(&op, target)) {
         ended = 1;
         break;
@@ -347,7 +350,7 @@ static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
       uint64_t bytes, target;
       bs_op op = op_of(r, i, &bytes);
       pos = op.op_id;
-      if (!bs__compact_superseded(&c->seen, &op, &target)) continue;
+      if (!bs__compact_superseded(c->seen, &op, &target)) continue;
       ids[n] = op.op_id;
       tg[n++] = target;
       freed += (int64_t)bytes;
@@ -376,7 +379,7 @@ static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed)
   bs__compact_scan scan = {0, 0};
   uint64_t pos = horizon;
   int rc, more = 1;
-  bs__seen_clear(&c->seen);
+  bs__seen_clear(c->seen);
   while (more && pos > 0) {
     PGresult *r;
     int n;
@@ -386,7 +389,7 @@ static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed)
     for (int i = 0; i < n; i++) {
       bs_op op = op_of(r, i, NULL);
       pos = op.op_id - 1;
-      if (!bs__compact_scan_op(&scan, &c->seen, &op)) {
+      if (!bs__compact_scan_op(&scan, c->seen, &op)) {
         more = 0;
         break;
       }
@@ -670,7 +673,7 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
   int rc = BS_OK, more = 1, gone = 0;
   if (!ids) return nomem(c);
   memset(&d, 0, sizeof d);
-  bs__seen_clear(&c->seen);
+  bs__seen_clear(c->seen);
   while (!rc && more && pos > 0 && !gone) {
     PGresult *r;
     int n;
@@ -681,7 +684,7 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
       uint64_t bytes;
       bs_op op = op_of(r, i, &bytes);
       pos = op.op_id - 1;
-      if (!bs__compact_initial_drop(&c->seen, &op)) continue;
+      if (!bs__compact_initial_drop(c->seen, &op)) continue;
       ids[d.removed++] = op.op_id;
       d.count--;
       d.bytes -= (int64_t)bytes;
@@ -710,124 +713,116 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
 
 /* ---- Buckets --------------------------------------------------------------------------------- */
 
-static int defrag_note(cctx *c, uint64_t bucket) {
-  if (BS_GROW(c->a, c->dids, c->cap_dids, c->n_dids + 1)) return nomem(c);
-  c->dids[c->n_dids++] = bucket;
-  return BS_OK;
-}
-
-/* Runs mode on bucket at the horizon; *processed counts it when it exists. */
-static int bucket_job(cctx *c, int mode, uint64_t bucket, uint64_t horizon, uint64_t *budget,
-                      uint64_t *processed) {
+/* Step: one bucket (its transactions report progress as they commit). */
+static int compact_step(void *x, bs__compact_run *r) {
+  cctx *c = x;
+  uint64_t bucket = r->ids[r->i];
   bstate b;
   int rc, changed = 0;
+  c->seen = &r->seen;
+  c->run = r;
   if ((rc = state_load(c, bucket, &b))) return rc;
-  if (!b.exists) return BS_OK; /* cleared meanwhile: nothing to do */
-  c->stats->bytes_before += b.bytes;
-  c->stats->bytes_after += b.bytes;
-  if (mode == W_FULL)
-    rc = full_bucket(c, bucket, horizon, &changed);
-  else if (mode == W_INC)
-    rc = inc_bucket(c, bucket, horizon, budget, &changed);
-  else
-    rc = initial_bucket(c, bucket, horizon);
-  if (rc) return rc;
-  if (changed) c->stats->buckets_compacted++;
-  if (c->o.defragment_ratio > 0 && mode != W_INITIAL && (rc = defrag_note(c, bucket))) return rc;
-  ++*processed;
+  if (b.exists) { /* else cleared meanwhile: nothing to do */
+    c->stats->bytes_before += b.bytes;
+    c->stats->bytes_after += b.bytes;
+    if (r->mode == W_FULL)
+      rc = full_bucket(c, bucket, r->horizon, &changed);
+    else if (r->mode == W_INC)
+      rc = inc_bucket(c, bucket, r->horizon, &r->budget, &changed);
+    else
+      rc = initial_bucket(c, bucket, r->horizon);
+    if (rc) return rc;
+    if (changed) c->stats->buckets_compacted++;
+    r->processed++;
+  }
+  r->i++;
   return BS_OK;
 }
 
-/* Full or initial replication over the selected buckets: opts->buckets (full), else those due by
- * bs__compact_bucket_due, in name order, a batch at a time. */
-static int compact_buckets(cctx *c, int mode, uint64_t horizon, uint64_t *processed) {
-  unsigned char last[BS_MAX_BUCKET_NAME];
-  bs_val after = {"", 0};
-  uint64_t budget = UINT64_MAX;
-  int rc = BS_OK, more = 1;
-  if (c->o.buckets) {
-    for (size_t i = 0; i < c->o.n_buckets && !rc; i++) {
-      bs__pg_args a = {0};
-      PGresult *r;
-      uint64_t id = 0;
-      bs__pg_arg_i32(&a, (int32_t)c->stream);
-      bs__pg_arg_bytes(&a, c->o.buckets[i]);
-      if ((rc = exec(c, "SELECT id FROM bs_buckets WHERE stream = $1 AND name = $2", &a, &r,
-                     "compact: buckets")))
-        break;
-      if (PQntuples(r) == 1) id = (uint64_t)bs__pg_i64(r, 0, 0);
-      PQclear(r);
-      if (id) rc = bucket_job(c, mode, id, horizon, &budget, processed);
-    }
+static int compact_find(void *x, bs_val name, uint64_t *id, int *found, bs_error *err) {
+  cctx *c = x;
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  (void)err;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_bytes(&a, name);
+  if ((rc = exec(c, "SELECT id FROM bs_buckets WHERE stream = $1 AND name = $2", &a, &r,
+                 "compact: buckets")))
     return rc;
-  }
-  while (more && !rc) {
-    bs__pg_args a = {0};
-    PGresult *r;
-    uint64_t ids[BUCKET_BATCH];
-    size_t n = 0;
-    int rows;
-    bs__pg_arg_i32(&a, (int32_t)c->stream);
-    bs__pg_arg_bytes(&a, after);
-    bs__pg_arg_i32(&a, BUCKET_BATCH);
-    if ((rc = exec(c,
-                   "SELECT id, count, compacted_count, last_op, compacted_op, name FROM bs_buckets"
-                   " WHERE stream = $1 AND name > $2 ORDER BY name LIMIT $3",
-                   &a, &r, "compact: buckets")))
-      break;
-    rows = PQntuples(r);
-    more = rows == BUCKET_BATCH;
-    for (int i = 0; i < rows; i++) {
-      bs_val name = bs__pg_bytes(r, i, 5);
-      if (bs__compact_bucket_due(&c->o, (uint64_t)bs__pg_i64(r, i, 1),
-                                 (uint64_t)bs__pg_i64(r, i, 2), (uint64_t)bs__pg_i64(r, i, 3),
-                                 (uint64_t)bs__pg_i64(r, i, 4)))
-        ids[n++] = (uint64_t)bs__pg_i64(r, i, 0);
-      if (i + 1 == rows && name.size <= sizeof last) {
-        memcpy(last, name.data, name.size);
-        after.data = last;
-        after.size = name.size;
-      }
-    }
-    PQclear(r);
-    for (size_t i = 0; i < n && !rc; i++)
-      rc = bucket_job(c, mode, ids[i], horizon, &budget, processed);
-  }
-  return rc;
+  if ((*found = PQntuples(r) == 1)) *id = (uint64_t)bs__pg_i64(r, 0, 0);
+  PQclear(r);
+  return BS_OK;
 }
 
-/* Incremental: the buckets with logged entries, in id order (a loose index scan of
- * bs_superseded), a batch at a time, while the op budget lasts. */
-static int compact_incremental(cctx *c, uint64_t horizon) {
-  uint64_t after = 0, budget = bs__compact_budget(&c->o), processed = 0;
-  int rc = BS_OK, more = 1;
-  while (more && !rc && budget) {
-    bs__pg_args a = {0};
-    PGresult *r;
-    uint64_t ids[BUCKET_BATCH];
-    int n;
-    bs__pg_arg_i32(&a, (int32_t)c->stream);
-    bs__pg_arg_i64(&a, (int64_t)after);
-    bs__pg_arg_i32(&a, BUCKET_BATCH);
-    if ((rc = exec(c,
-                   "WITH RECURSIVE q(b) AS ("
-                   " SELECT (SELECT min(bucket) FROM bs_superseded WHERE stream = $1"
-                   "  AND bucket > $2)"
-                   " UNION ALL SELECT (SELECT min(bucket) FROM bs_superseded WHERE stream = $1"
-                   "  AND bucket > q.b) FROM q WHERE q.b IS NOT NULL)"
-                   " SELECT b FROM q WHERE b IS NOT NULL LIMIT $3",
-                   &a, &r, "compact: queued buckets")))
-      break;
-    n = PQntuples(r);
-    more = n == BUCKET_BATCH;
-    for (int i = 0; i < n; i++) ids[i] = (uint64_t)bs__pg_i64(r, i, 0);
-    PQclear(r);
-    for (int i = 0; i < n && !rc && budget; i++) {
-      after = ids[i];
-      rc = bucket_job(c, W_INC, ids[i], horizon, &budget, &processed);
+/* Every bucket in name order after cur's name, with its figures. */
+static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc, rows;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_bytes(&a, (bs_val){cur->name, cur->name_size});
+  bs__pg_arg_i32(&a, BS__COMPACT_BATCH);
+  if ((rc = exec(c,
+                 "SELECT id, count, compacted_count, last_op, compacted_op, name FROM bs_buckets"
+                 " WHERE stream = $1 AND name > $2 ORDER BY name LIMIT $3",
+                 &a, &r, "compact: buckets")))
+    return rc;
+  rows = PQntuples(r);
+  cur->done = rows < BS__COMPACT_BATCH;
+  for (int i = 0; i < rows; i++) {
+    bs_val name = bs__pg_bytes(r, i, 5);
+    out[(*n)++] = (bs__compact_bucket){(uint64_t)bs__pg_i64(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1),
+                                       (uint64_t)bs__pg_i64(r, i, 2), (uint64_t)bs__pg_i64(r, i, 3),
+                                       (uint64_t)bs__pg_i64(r, i, 4)};
+    if (i + 1 == rows && name.size <= sizeof cur->name) {
+      memcpy(cur->name, name.data, name.size);
+      cur->name_size = name.size;
     }
   }
-  return rc;
+  PQclear(r);
+  return BS_OK;
+}
+
+/* The buckets with logged entries after bucket id cur->from, in id order (a loose index scan of
+ * bs_superseded). */
+static int list_queued(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc, rows;
+  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  bs__pg_arg_i64(&a, (int64_t)cur->from);
+  bs__pg_arg_i32(&a, BS__COMPACT_BATCH);
+  if ((rc = exec(c,
+                 "WITH RECURSIVE q(b) AS ("
+                 " SELECT (SELECT min(bucket) FROM bs_superseded WHERE stream = $1"
+                 "  AND bucket > $2)"
+                 " UNION ALL SELECT (SELECT min(bucket) FROM bs_superseded WHERE stream = $1"
+                 "  AND bucket > q.b) FROM q WHERE q.b IS NOT NULL)"
+                 " SELECT b FROM q WHERE b IS NOT NULL LIMIT $3",
+                 &a, &r, "compact: queued buckets")))
+    return rc;
+  rows = PQntuples(r);
+  cur->done = rows < BS__COMPACT_BATCH;
+  for (int i = 0; i < rows; i++) {
+    memset(&out[*n], 0, sizeof out[*n]);
+    out[(*n)++].id = cur->from = (uint64_t)bs__pg_i64(r, i, 0);
+  }
+  PQclear(r);
+  return BS_OK;
+}
+
+static int compact_list(void *x, int queued, bs__compact_cursor *cur, bs__compact_bucket *out,
+                        size_t *n, bs_error *err) {
+  (void)err;
+  *n = 0;
+  return queued ? list_queued(x, cur, out, n) : list_all(x, cur, out, n);
+}
+
+static int compact_defragment(void *x, bs__compact_run *r, uint64_t *ids, size_t n) {
+  cctx *c = x;
+  c->run = r;
+  return bs__pg_defragment(&c->o, c->c, c->st, ids, n, r->horizon, c->stats, c->err);
 }
 
 /* ---- Parameter compaction ---------------------------------------------------------------------
@@ -836,13 +831,13 @@ static int compact_incremental(cctx *c, uint64_t horizon) {
  * parameter horizon and the change fence are raised first (a reader below them gets BS_ESTALE
  * rather than a half-compacted answer); the cursor, after the pass, says the pass is complete. */
 
-typedef struct pgroup {
+struct pgroup {
   unsigned char lookup[BS_MAX_LOOKUP_KEY], rid[BS_MAX_REPLICA_ID];
   size_t lookup_size, rid_size;
   int32_t table;
   int64_t op;
   int any;
-} pgroup;
+};
 
 static int same_group(const pgroup *g, bs_val lookup, int32_t table, bs_val rid) {
   return g->any && g->table == table && g->lookup_size == lookup.size && g->rid_size == rid.size &&
@@ -925,25 +920,30 @@ static int params_page(cctx *c, uint64_t horizon, pgroup *g, int *done) {
   return rc;
 }
 
-static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
+static int compact_param_fence(void *x, uint64_t horizon, bs_error *err) {
   bs__pg_args a = {0};
-  pgroup g;
-  int rc = BS_OK, done = 0;
-  bs__pg_arg_i32(&a, (int32_t)c->stream);
+  (void)err;
+  bs__pg_arg_i32(&a, (int32_t)((cctx *)x)->stream);
   bs__pg_arg_i64(&a, (int64_t)horizon);
-  if ((rc = run(c,
-                "UPDATE bs_streams SET param_horizon = greatest(param_horizon, $2),"
-                " changes_fence = greatest(changes_fence, $2) WHERE id = $1",
-                &a, "compact: parameter horizon")))
-    return rc;
-  /* everything at or below the cursor was reduced by an earlier pass at that horizon */
-  if (horizon <= cursor) return BS_OK;
-  memset(&g, 0, sizeof g);
-  while (!done && !rc) rc = params_page(c, horizon, &g, &done);
-  if (!rc)
-    rc = run(c, "UPDATE bs_streams SET param_cursor = greatest(param_cursor, $2) WHERE id = $1", &a,
+  return run(x,
+             "UPDATE bs_streams SET param_horizon = greatest(param_horizon, $2),"
+             " changes_fence = greatest(changes_fence, $2) WHERE id = $1",
+             &a, "compact: parameter horizon");
+}
+
+static int compact_param_step(void *x, bs__compact_run *r, int *done) {
+  cctx *c = x;
+  c->run = r;
+  return params_page(c, r->horizon, c->g, done);
+}
+
+static int compact_param_mark(void *x, uint64_t horizon, bs_error *err) {
+  bs__pg_args a = {0};
+  (void)err;
+  bs__pg_arg_i32(&a, (int32_t)((cctx *)x)->stream);
+  bs__pg_arg_i64(&a, (int64_t)horizon);
+  return run(x, "UPDATE bs_streams SET param_cursor = greatest(param_cursor, $2) WHERE id = $1", &a,
              "compact: parameter cursor");
-  return rc;
 }
 
 /* ---- Entry points ---------------------------------------------------------------------------- */
@@ -951,20 +951,12 @@ static int compact_parameters(cctx *c, uint64_t horizon, uint64_t cursor) {
 #define LOCK_SQL   "SELECT pg_advisory_lock($1, $2)"
 #define UNLOCK_SQL "SELECT pg_advisory_unlock($1, $2)"
 
-typedef struct srec {
-  uint64_t checkpoint, op_head, param_cursor;
-  int has_checkpoint;
-} srec;
-
 /* Takes the stream's compaction lock on a connection of the pool and reads its record. */
-static int cctx_open(cctx *c, bs_storage *st, bs_error *err, srec *s) {
+static int compact_stream(void *x, bs__compact_stream *s, bs_error *err) {
+  cctx *c = x;
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
-  c->db = ((bs__pg_storage *)st)->db;
-  c->a = &c->db->base.alloc;
-  c->stream = st->stream_id;
-  c->err = err;
   if ((rc = bs__pg_conn_get(c->db, &c->c, err))) return rc;
   bs__pg_arg_lock(&a, &c->db->schema, c->stream, BS_PG_LOCK_COMPACT);
   if ((rc = run(c, LOCK_SQL, &a, "compact: locking the stream's compaction"))) {
@@ -982,6 +974,7 @@ static int cctx_open(cctx *c, bs_storage *st, bs_error *err, srec *s) {
   if (PQntuples(r) != 1) {
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)c->stream);
   } else {
+    s->id = c->stream;
     s->checkpoint = (uint64_t)bs__pg_i64(r, 0, 0);
     s->op_head = (uint64_t)bs__pg_i64(r, 0, 1);
     s->param_cursor = (uint64_t)bs__pg_i64(r, 0, 2);
@@ -992,8 +985,6 @@ static int cctx_open(cctx *c, bs_storage *st, bs_error *err, srec *s) {
 }
 
 static void cctx_close(cctx *c) {
-  bs__seen_free(&c->seen);
-  bs__free(c->a, c->dids);
   if (!c->c) return;
   {
     bs__pg_args a = {0};
@@ -1009,13 +1000,15 @@ static void cctx_close(cctx *c) {
   bs__pg_conn_drop(c->db, c->c); /* closing the session releases its lock */
 }
 
-/* The newest checkpoint made at or before now - min_age_ms (change records of flag 1). */
-static int aged_checkpoint(cctx *c, uint64_t *out) {
+/* The newest checkpoint made at or before cutoff_ms (change records of flag 1). */
+static int compact_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
+  cctx *c = x;
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
+  (void)err;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
-  bs__pg_arg_i64(&a, bs__now_ms() - c->o.min_age_ms);
+  bs__pg_arg_i64(&a, cutoff_ms);
   rc = exec(c,
             "SELECT coalesce(max(op_id), 0) FROM bs_changes WHERE stream = $1"
             " AND flags & 1 <> 0 AND time_ms <= $2",
@@ -1037,11 +1030,13 @@ static int aged_checkpoint(cctx *c, uint64_t *out) {
  * what a recent reader can ask for. The fence rises first, then the records go in transactions
  * of max_ops_per_txn rows. A record that names write-checkpoint users keeps them (no flag
  * stands for a missing user), its lists emptied. */
-static int prune_changes(cctx *c, uint64_t p) {
+static int compact_end(void *x, bs__compact_run *done, uint64_t p) {
+  cctx *c = x;
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
   int64_t n = 0;
+  (void)done;
   if (!p) return BS_OK;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
   bs__pg_arg_i64(&a, (int64_t)p);
@@ -1071,60 +1066,54 @@ static int prune_changes(cctx *c, uint64_t p) {
   return rc;
 }
 
-int bs__pg_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
-                   bs_error *err) {
+static int compact_delete_requests(void *x, int64_t before_ms, uint64_t *deleted, bs_error *err) {
+  return bs__pg_delete_checkpoint_requests_before(deleted, ((cctx *)x)->st, before_ms, err);
+}
+
+static const bs__compact_store pg_store = {compact_delete_requests,
+                                           compact_stream,
+                                           compact_aged,
+                                           NULL,
+                                           compact_find,
+                                           compact_list,
+                                           compact_step,
+                                           compact_defragment,
+                                           compact_param_fence,
+                                           compact_param_step,
+                                           compact_param_mark,
+                                           compact_end};
+
+/* Runs mode; the front resolved the options (every default applied, docs/backends.md). */
+static int compact_run(bs_storage *st, const bs_compact_options *o, int mode,
+                       bs_compact_stats *stats, uint64_t *processed, bs_error *err) {
   cctx c;
-  srec s;
-  uint64_t horizon, aged = 0, processed = 0;
+  pgroup g;
   int rc;
-  /* the front resolved opts (every default applied) and zeroed stats (docs/backends.md) */
-  BS_ASSERT(opts && opts->version && opts->max_ops_per_txn >= 2 && opts->memory_limit_mb && stats);
   memset(&c, 0, sizeof c);
-  memset(&s, 0, sizeof s);
+  memset(&g, 0, sizeof g);
+  c.st = st;
+  c.db = ((bs__pg_storage *)st)->db;
+  c.a = &c.db->base.alloc;
+  c.stream = st->stream_id;
+  c.err = err;
+  c.o = *o;
   c.stats = stats;
-  c.o = *opts;
-  if (c.o.delete_checkpoint_requests_before_ms > 0 &&
-      (rc = bs__pg_delete_checkpoint_requests_before(
-           &stats->checkpoint_requests_deleted, st, c.o.delete_checkpoint_requests_before_ms, err)))
-    return rc;
-  rc = cctx_open(&c, st, err, &s);
-  if (!rc && c.o.incremental_only && c.o.min_age_ms) rc = aged_checkpoint(&c, &aged);
-  horizon = rc ? 0 : bs__compact_horizon(&c.o, s.checkpoint, aged, s.op_head);
-  if (!rc && horizon) {
-    bs__seen_init(&c.seen, c.a, c.o.memory_limit_mb * 1024u * 1024u);
-    rc = c.o.incremental_only ? compact_incremental(&c, horizon)
-                              : compact_buckets(&c, W_FULL, horizon, &processed);
-    if (!rc && c.n_dids)
-      rc = bs__pg_defragment(&c.o, c.c, st, c.dids, c.n_dids, horizon, stats, err);
-    if (!rc && c.o.compact_parameters) rc = compact_parameters(&c, horizon, s.param_cursor);
-  }
-  if (!rc && !(c.o.incremental_only && c.o.min_age_ms)) rc = aged_checkpoint(&c, &aged);
-  if (!rc) rc = prune_changes(&c, aged);
+  c.g = &g;
+  rc = bs__compact_drive(&pg_store, &c, c.a, o, mode, stats, processed, err);
   cctx_close(&c);
   return rc;
 }
 
+int bs__pg_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
+                   bs_error *err) {
+  return compact_run(st, opts, opts->incremental_only ? W_INC : W_FULL, stats, NULL, err);
+}
+
 int bs__pg_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
                                        uint64_t min_bucket_changes, bs_error *err) {
+  bs_compact_options o;
   bs_compact_stats stats;
-  cctx c;
-  srec s;
-  uint64_t horizon, processed = 0;
-  int rc;
-  memset(&c, 0, sizeof c);
-  memset(&stats, 0, sizeof stats);
-  memset(&s, 0, sizeof s);
-  c.stats = &stats;
   BS_ASSERT(min_bucket_changes > 0); /* the front's default */
-  bs__compact_initial_options(&c.o, max_op_id, min_bucket_changes);
-  rc = cctx_open(&c, st, err, &s);
-  if (!rc) rc = bs__compact_initial_check(c.stream, s.has_checkpoint, s.checkpoint, err);
-  horizon = bs__compact_horizon(&c.o, s.op_head, 0, s.op_head);
-  if (!rc && horizon) {
-    bs__seen_init(&c.seen, c.a, c.o.memory_limit_mb * 1024u * 1024u);
-    rc = compact_buckets(&c, W_INITIAL, horizon, &processed);
-  }
-  cctx_close(&c);
-  if (buckets_out) *buckets_out = processed;
-  return rc;
+  bs__compact_initial_options(&o, max_op_id, min_bucket_changes);
+  return compact_run(st, &o, W_INITIAL, &stats, buckets_out, err);
 }

@@ -852,7 +852,8 @@ typedef struct bs_compact_options {
    * checksum at that checkpoint grows by theirs, as for any new op). The superseded PUTs fold at
    * the next compaction whose horizon covers the new ops. 0 = off. */
   double defragment_ratio;
-  /* progress after each transaction; non-zero return cancels (returns BS_ECANCELED) */
+  /* progress whenever the totals changed: after each transaction, and once at the end with the
+   * call's totals (what stats_out gets); non-zero return cancels (returns BS_ECANCELED) */
   int (*progress)(const bs_compact_stats *so_far, void *payload);
   void *progress_payload;
 } bs_compact_options;

@@ -1059,6 +1059,68 @@ static void test_parameters(void **state) {
   env_close(&e);
 }
 
+/* During the parameter pass (at each of its reports), a read below the new horizon is refused
+ * (BS_ESTALE), never answered from half-compacted entries. */
+typedef struct stale_probe {
+  bs_storage *st;
+  bs_val key;
+  uint64_t below;
+  int reports, answered;
+} stale_probe;
+
+static int probe_stale(const bs_compact_stats *s, void *payload) {
+  stale_probe *p = payload;
+  char got[32];
+  bs_error err;
+  (void)s;
+  p->reports++;
+  if (bs_get_parameter_sets(p->st, p->below, &p->key, 1, BS_PARAM_LIMIT_DEFAULT, count_param, got,
+                            &err) != BS_ESTALE)
+    p->answered++;
+  return 0;
+}
+
+static void test_parameters_fenced(void **state) {
+  env e;
+  unsigned char kb[64];
+  size_t ks;
+  bs_scalar sc;
+  char id[16], v[32];
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats stats;
+  stale_probe p;
+  (void)state;
+  memset(&sc, 0, sizeof sc);
+  memset(&p, 0, sizeof p);
+  sc.type = BS_SCALAR_STRING;
+  sc.s = S("k1");
+  CHECK(bs_lookup_encode(kb, sizeof kb, &ks, &sc, 1, ERR));
+  p.key.data = kb;
+  p.key.size = ks;
+  env_open(&e);
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 20; i++) {
+      snprintf(id, sizeof id, "p%d", i);
+      snprintf(v, sizeof v, "{\"v\":%d}", round);
+      save_lookup(&e, id, p.key, v);
+    }
+    if (round == 0) p.below = commit(&e);
+  }
+  commit(&e);
+  p.st = e.st;
+  o.compact_parameters = 1;
+  o.min_bucket_changes = 1000; /* no bucket work */
+  o.max_ops_per_txn = 2;       /* a transaction per group or two */
+  o.progress = probe_stale;
+  o.progress_payload = &p;
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
+  assert_int_equal(stats.parameter_entries_removed, 20);
+  assert_true(p.reports > 1);
+  assert_int_equal(p.answered, 0);
+  verify_db(&e);
+  env_close(&e);
+}
+
 /* ---- A writer and a compactor at the same time ---------------------------------------------- */
 
 #define CC_NB    4
@@ -1630,6 +1692,7 @@ int main(void) {
       cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_bounded_memory),
       cmocka_unit_test(test_parameters),
+      cmocka_unit_test(test_parameters_fenced),
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_map_growth),
       cmocka_unit_test(test_map_growth_jobs),
