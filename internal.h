@@ -383,6 +383,10 @@ int bs__stream_transition(bs__stream_step *out, uint32_t stream, unsigned from, 
 /* map[s]: the state a stream in state s takes on ev (an ev that changes no other stream), 0
  * where ev is refused; map[0] = 0. */
 void bs__stream_map(uint8_t map[BS__STREAM_STATES], bs__stream_event ev);
+/* Is s one of the five states? */
+static inline int bs__stream_known(int s) {
+  return s >= BS_STREAM_PROCESSING && s <= BS_STREAM_TERMINATED;
+}
 /* Is a stream in state s the served one (bs_storage_open of stream 0 picks the newest)? */
 static inline int bs__stream_served(unsigned s) {
   return s == BS_STREAM_ACTIVE || s == BS_STREAM_ERRORED;

@@ -32,8 +32,7 @@ static void on_checkpoint(bs__stream_step *st, unsigned from) {
 int bs__stream_transition(bs__stream_step *out, uint32_t stream, unsigned from, bs__stream_event ev,
                           bs_error *err) {
   bs__stream_step st;
-  if (ev == BS__STREAM_CREATE ? from != 0
-                              : from < BS_STREAM_PROCESSING || from > BS_STREAM_TERMINATED)
+  if (ev == BS__STREAM_CREATE ? from != 0 : !bs__stream_known((int)from))
     return bs__fail(err, BS_ECORRUPT, "stream %u: stored state %u is not a stream state", stream,
                     from);
   st.to = (bs_stream_state)from;

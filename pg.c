@@ -2,7 +2,8 @@
  * pg.c: the top of the PostgreSQL backend: the schema and its migrations, streams, storage
  * handles, waiting for a checkpoint, the lifecycle slots, and the method tables and the
  * constructor, whose slots are the functions of the files below (pg_read.c, pg_write.c,
- * pg_wcp.c, pg_save.c, pg_compact.c, pg_verify.c, pg_backup.c), all of them on pg_conn.c (statements, the pool); no
+ * pg_wcp.c, pg_save.c, pg_compact.c, pg_verify.c, pg_backup.c), all of them on pg_codec.c (how
+ * C values are stored in the rows) and pg_conn.c (statements, the pool); no
  * file below uses this one (make layercheck).
  * A bs_db is a connection string and a pool of connections: any call takes an idle connection
  * (or opens one), runs its statements and gives it back, so reader threads never share one.
@@ -126,7 +127,7 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "DROP FUNCTION pg_temp.bs_members5(bytea), pg_temp.bs_varint(bigint);",
     /* 6: the superseded log in a row per bucket and flush (issue 14: a row per entry was 39
      * bytes per op after bsbench --pg's ingest, a tuple and an index entry for 16 bytes): at
-     * most BS_PG_SUP_ROW (4096) entries, ascending by old op, in varint pairs (pg_save.c's
+     * most BS_PG_SUP_ROW (4096) entries, ascending by old op, in varint pairs (pg_codec.c's
      * bs__pg_sups_put), keyed by the lowest new op; stored uncompressed. The old rows become
      * rows of 4096 entries of a bucket in old-op order, encoded by this step's functions. */
     "CREATE FUNCTION pg_temp.bs_varint(x bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$"
@@ -160,7 +161,7 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
      * 80 bytes per record): soft and has_data go (a soft-deleted record is one with a mark, NULL
      * otherwise, which the tuple's null bitmap holds for free; has_data was data IS NOT NULL),
      * and a membership's object_id equal to the record's replica id takes one byte (0; else its
-     * length + 1 and its bytes: pg_save.c's srec_encode). The table is built anew (columns in
+     * length + 1 and its bytes: pg_codec.c's bs__pg_srec_encode). The table is built anew (columns in
      * alignment order, the mark first); the members are converted by this step's functions. */
     "CREATE FUNCTION pg_temp.bs_varint(x bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$"
     " DECLARE r bytea := ''::bytea; BEGIN"
@@ -991,10 +992,10 @@ static int pg_stat(bs_stat *out, bs_db *base, bs_error *err) {
   bs__pg_arg_i32(&a, (int32_t)db->schema.oid);
   rc = bs__pg_exec(c,
                    "SELECT (SELECT count(*) FROM bs_streams), (SELECT count(*) FROM bs_buckets),"
-                   " (SELECT count(*) FILTER (WHERE type = 1) FROM bs_ops),"
-                   " (SELECT count(*) FILTER (WHERE type = 2) FROM bs_ops),"
-                   " (SELECT count(*) FILTER (WHERE type = 3) FROM bs_ops),"
-                   " (SELECT count(*) FILTER (WHERE type = 4) FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_PUT ") FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_REMOVE ") FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_MOVE ") FROM bs_ops),"
+                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_CLEAR ") FROM bs_ops),"
                    " (SELECT count(*) FROM bs_params), (SELECT count(*) FROM bs_source),"
                    " (SELECT count(*) FROM bs_wcp_managed WHERE NOT gone)"
                    "  + (SELECT count(*) FROM bs_wcp_custom),"

@@ -84,24 +84,13 @@ static int commit(cctx *c, int rc) {
   return bs__compact_report(c->run);
 }
 
-/* An op as the planner sees it, from a result row of OP_COLS (borrowed from r). */
-#define OP_COLS                                                                                    \
-  "op_id, type, checksum, target_op, object_type, object_id, subkey,"                              \
-  " (coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"                \
-  " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0))::bigint"
+/* An op as the planner sees it, from a result row of OP_COLS (borrowed from r): its columns but
+ * the data, then its payload bytes. */
+#define OP_COLS BS_PG_OP_COLS ", " BS_PG_OP_BYTES "::bigint"
 
 static bs_op op_of(const PGresult *r, int i, uint64_t *bytes) {
-  bs_op op;
-  memset(&op, 0, sizeof op);
-  op.op_id = (uint64_t)bs__pg_i64(r, i, 0);
-  op.type = (bs_op_type)bs__pg_i16(r, i, 1);
-  op.checksum = (uint32_t)bs__pg_i32(r, i, 2);
-  op.target_op = (uint64_t)bs__pg_i64(r, i, 3);
-  op.object_type = bs__pg_bytes(r, i, 4);
-  op.object_id = bs__pg_bytes(r, i, 5);
-  op.subkey = bs__pg_bytes(r, i, 6);
-  if (bytes) *bytes = (uint64_t)bs__pg_i64(r, i, 7);
-  return op;
+  if (bytes) *bytes = (uint64_t)bs__pg_i64(r, i, BS_PG_OP_NCOLS);
+  return bs__pg_op_row(r, i, 0, 0);
 }
 
 /* Ops of bucket with from < op_id <= to (desc: to > op_id >= from... see the callers), at most
@@ -221,10 +210,10 @@ static int write_moves(cctx *c, uint64_t bucket, const uint64_t *ids, const uint
   if (!(rc = bs__pg_arg_i64_array(&a, ids, n, c->a, &b1, c->err)) &&
       !(rc = bs__pg_arg_i64_array(&a, targets, n, c->a, &b2, c->err)))
     rc = run(c,
-             "UPDATE bs_ops o SET type = 3, target_op = d.t, object_type = NULL,"
-             " object_id = NULL, subkey = NULL, data = NULL"
-             " FROM unnest($2::int8[], $3::int8[]) AS d(id, t)"
-             " WHERE o.bucket = $1 AND o.op_id = d.id AND o.type IN (1, 2)",
+             "UPDATE bs_ops o SET type = " BS_PG_SQL_MOVE ", target_op = d.t,"
+             " " BS_PG_OP_NO_PAYLOAD " FROM unnest($2::int8[], $3::int8[]) AS d(id, t)"
+             " WHERE o.bucket = $1 AND o.op_id = d.id"
+             " AND o.type IN (" BS_PG_SQL_PUT ", " BS_PG_SQL_REMOVE ")",
              &a, "compact: writing MOVEs");
   bs__free(c->a, b1);
   bs__free(c->a, b2);
@@ -245,9 +234,8 @@ static int write_fold(cctx *c, uint64_t bucket, bdelta *d) {
   rc = exec(c,
             "WITH del AS (DELETE FROM bs_ops WHERE bucket = $1 AND op_id >= $2 AND op_id < $3"
             "  RETURNING 1),"
-            " cl AS (UPDATE bs_ops SET type = 4, checksum = $4, target_op = $5,"
-            "  object_type = NULL, object_id = NULL, subkey = NULL, data = NULL"
-            "  WHERE bucket = $1 AND op_id = $3 RETURNING 1)"
+            " cl AS (UPDATE bs_ops SET type = " BS_PG_SQL_CLEAR ", checksum = $4, target_op = $5,"
+            "  " BS_PG_OP_NO_PAYLOAD " WHERE bucket = $1 AND op_id = $3 RETURNING 1)"
             " SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cl)",
             &a, &r, "compact: fold");
   if (rc) return rc;
@@ -1011,7 +999,7 @@ static int compact_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err
   bs__pg_arg_i64(&a, cutoff_ms);
   rc = exec(c,
             "SELECT coalesce(max(op_id), 0) FROM bs_changes WHERE stream = $1"
-            " AND flags & 1 <> 0 AND time_ms <= $2",
+            " AND flags & " BS_PG_SQL_CHG_CHECKPOINT " <> 0 AND time_ms <= $2",
             &a, &r, "compact: aged checkpoint");
   if (rc) return rc;
   *out = (uint64_t)bs__pg_i64(r, 0, 0);
@@ -1050,8 +1038,10 @@ static int compact_end(void *x, bs__compact_run *done, uint64_t p) {
           "WITH d AS (DELETE FROM bs_changes" PRUNE_BATCH(
               "cardinality(users) = 0") " RETURNING 1), e AS (UPDATE bs_changes SET buckets = "
                                         "'{}', lookups = '{}',"
-                                        " flags = flags & 1" PRUNE_BATCH(
-                                            "cardinality(users) > 0 AND (flags & 6 <> 0"
+                                        " flags = flags & " BS_PG_SQL_CHG_CHECKPOINT PRUNE_BATCH(
+                                            "cardinality(users) > 0 AND (flags & "
+                                            "(" BS_PG_SQL_CHG_BUCKETS " | " BS_PG_SQL_CHG_LOOKUPS
+                                            ") <> 0"
                                             " OR cardinality(buckets) > 0"
                                             " OR cardinality(lookups) > 0)") " RETURNING 1) SELECT "
                                                                              "(SELECT count(*) "

@@ -64,7 +64,7 @@
  *                                                (NULL: persistent, owned by the source)
  *  bs_tables   (stream, name)                    id: 1, 2, ... per stream (bs_streams.next_table_id)
  *  bs_source   (stream, table_id, replica_id)    the source record: mark (contract.md 4.3; NULL
- *                                                unless soft-deleted), members (pg_save.c's
+ *                                                unless soft-deleted), members (pg_codec.c's
  *                                                encoding of the memberships and lookup keys, in
  *                                                varints since schema 5, an object_id equal to
  *                                                the replica id in one byte since schema 7),
@@ -398,6 +398,120 @@ int bs__pg_schema_current(int64_t v, bs_error *err);
 int bs__pg_commit(PGconn *c, bs_error *err);
 void bs__pg_rollback(PGconn *c);
 
+/* ---- The codec (pg_codec.c) ----
+ * How the C values are stored in the rows of the schema above. A statement names the columns of
+ * a stored thing by its list and reads its rows with its decoder, so a stored field changes
+ * here, in pg_codec.c and in a migration (pg.c). */
+
+/* The SQL spelling of a C enum value, for the text of a statement ("type = " BS_PG_SQL_MOVE).
+ * Each is listed by bs__pg_enums with the C value it spells; tests/test_pg.c t_codec_enums fails
+ * when the server reads a spelling as another value, or a C value has none. Stream states have
+ * none: the statements take them as parameters (bs__pg_arg_states), as lifecycle.c decides. */
+#define BS_PG_SQL_PUT    "1" /* bs_op_type */
+#define BS_PG_SQL_REMOVE "2"
+#define BS_PG_SQL_MOVE   "3"
+#define BS_PG_SQL_CLEAR  "4"
+/* bs_changes.flags: bits */
+enum {
+  BS_PG_CHG_CHECKPOINT = 1, /* the record of a checkpoint */
+  BS_PG_CHG_BUCKETS = 2,    /* too many buckets (over BS_CHANGES_MAX): the list left empty */
+  BS_PG_CHG_LOOKUPS = 4     /* the same for lookups */
+};
+#define BS_PG_SQL_CHG_CHECKPOINT "1"
+#define BS_PG_SQL_CHG_BUCKETS    "2"
+#define BS_PG_SQL_CHG_LOOKUPS    "4"
+typedef struct bs__pg_enum {
+  const char *what, *sql;
+  int value;
+} bs__pg_enum;
+const bs__pg_enum *bs__pg_enums(void); /* the list; the last has what NULL */
+
+/* An op's columns (bs_ops) but its data, in bs_op's order: a statement selects BS_PG_OP_COLS,
+ * then data where it wants the data. bs__pg_op_row reads the op of row's columns col.. (data:
+ * column col + BS_PG_OP_NCOLS is its data; else the op has none), borrowed from r.
+ * bs__pg_op_copy appends the op's row to a COPY stream of BS_PG_OP_COPY. */
+#define BS_PG_OP_COLS  "op_id, type, checksum, target_op, object_type, object_id, subkey"
+#define BS_PG_OP_NCOLS 7
+#define BS_PG_OP_COPY  "COPY bs_ops (bucket, " BS_PG_OP_COLS ", data) FROM STDIN (FORMAT binary)"
+/* An op's payload bytes (bs__pg_op_bytes) as an SQL expression of its columns. */
+#define BS_PG_OP_BYTES                                                                             \
+  "(coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"                 \
+  " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0))"
+/* For an UPDATE's SET: the payload columns a MOVE or CLEAR (compaction's) no longer has. */
+#define BS_PG_OP_NO_PAYLOAD "object_type = NULL, object_id = NULL, subkey = NULL, data = NULL"
+bs_op bs__pg_op_row(const PGresult *r, int row, int col, int data);
+
+/* A source record's columns (bs_source) but its data: replica_id, mark (NULL: not soft-deleted),
+ * members (bs__pg_srec_encode's), whether it has data. bs__pg_source_row reads the record of
+ * row's columns col.. into out (exists 1; data: column col + BS_PG_SOURCE_NCOLS is its data),
+ * strings borrowed from r, out->m and out->lk allocated from a (the caller frees them; both
+ * NULL after a failure). BS_ECORRUPT (the members do not decode), BS_ENOMEM.
+ * bs__pg_source_copy appends a record of stream's table to a COPY stream of BS_PG_SOURCE_COPY. */
+#define BS_PG_SOURCE_COLS  "replica_id, mark, members, data IS NOT NULL"
+#define BS_PG_SOURCE_NCOLS 4
+#define BS_PG_SOURCE_COPY                                                                          \
+  "COPY bs_source (stream, table_id, replica_id, mark, members, data) FROM STDIN (FORMAT binary)"
+int bs__pg_source_row(bs__srec *out, const bs_allocator *a, const PGresult *r, int row, int col,
+                      int data);
+
+/* A growing byte buffer: a binary COPY stream's tuples (oom: an allocation failed, the rest was
+ * dropped). _room: n more bytes (NULL after a failure; _grow, its slow path, makes room); _int:
+ * an integer field of size bytes, _bytes: a bytea field (v.data NULL: SQL NULL), _tuple: a
+ * tuple's field count. Inline: the writer appends a few fields per op. */
+typedef struct bs__pg_buf {
+  unsigned char *p;
+  size_t n, cap;
+  int oom;
+} bs__pg_buf;
+unsigned char *bs__pg_buf_grow(bs__pg_buf *b, const bs_allocator *a, size_t n);
+static inline unsigned char *bs__pg_buf_room(bs__pg_buf *b, const bs_allocator *a, size_t n) {
+  if (b->oom || b->n + n > b->cap) return bs__pg_buf_grow(b, a, n);
+  b->n += n;
+  return b->p + b->n - n;
+}
+static inline void bs__pg_copy_int(bs__pg_buf *b, const bs_allocator *a, uint64_t v, int size) {
+  unsigned char *p = bs__pg_buf_room(b, a, 4 + (size_t)size);
+  if (!p) return;
+  bs__put_u32be(p, (uint32_t)size);
+  for (int k = 0; k < size; k++) p[4 + k] = (unsigned char)(v >> (8 * (size - 1 - k)));
+}
+static inline void bs__pg_copy_bytes(bs__pg_buf *b, const bs_allocator *a, bs_val v) {
+  unsigned char *p = bs__pg_buf_room(b, a, 4 + (v.data ? v.size : 0));
+  if (!p) return;
+  bs__put_u32be(p, v.data ? (uint32_t)v.size : 0xffffffffu);
+  if (v.size) memcpy(p + 4, v.data, v.size);
+}
+static inline void bs__pg_copy_tuple(bs__pg_buf *b, const bs_allocator *a, int fields) {
+  unsigned char *p = bs__pg_buf_room(b, a, 2);
+  if (p) p[0] = (unsigned char)(fields >> 8), p[1] = (unsigned char)fields;
+}
+void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint64_t op_id,
+                    const bs_op *op);
+void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t stream, uint32_t table,
+                        bs_val rid, const bs__srec *r);
+
+/* bs_source.members: _size bytes, written by _encode (r's memberships and lookups; an object_id
+ * equal to rid is not spelled out); _decode reads a value of the record of replica id rid into
+ * r's m, nm, lk and nl: strings borrowed from v (or rid), the two arrays allocated from a (the
+ * caller frees r->m and r->lk; after a failure both are NULL). BS_ECORRUPT (not one whole
+ * value), BS_ENOMEM. */
+size_t bs__pg_srec_size(const bs__srec *r, bs_val rid);
+void bs__pg_srec_encode(unsigned char *p, const bs__srec *r, bs_val rid);
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r);
+/* bs_superseded.pairs (pg_internal.h's schema): a row holds at most BS_PG_SUP_ROW entries, so a
+ * compaction rewriting one rewrites a few KiB. _put appends an entry (old ops ascending, new_op
+ * >= first_new; at most 20 bytes) and returns the end; _next walks a value (borrowed): 1 and the
+ * next entry, 0 after the last, BS_ECORRUPT (truncated, old ops not ascending, out of range). */
+#define BS_PG_SUP_ROW 4096
+typedef struct bs__pg_sups {
+  const unsigned char *p, *end;
+  uint64_t old_op, first_new;
+} bs__pg_sups;
+unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t first_new,
+                               uint64_t old_op, uint64_t new_op);
+void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new);
+int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op);
+
 /* pg_write.c: the writer slots */
 int bs__pg_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *o, bs_error *err);
 int bs__pg_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
@@ -422,25 +536,6 @@ int bs__pg_source_row_read(bs_val *data, int *has_data, bs__pg_writer *w, const 
  * the table's source records, which go; *done when none is left (a drop then forgets the
  * table). */
 int bs__pg_truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, bs_error *err);
-/* Decodes a bs_source.members value (pg_save.c's encoding) of the record of replica id rid into
- * r's m, nm, lk and nl: strings borrowed from v (or rid), the two arrays allocated from a (the
- * caller frees r->m and r->lk; after a failure both are NULL). BS_ECORRUPT (not one whole
- * value), BS_ENOMEM. */
-int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r);
-/* bs_superseded.pairs (pg_save.c's encoding, pg_internal.h's schema): a row holds at most
- * BS_PG_SUP_ROW entries, so a compaction rewriting one rewrites a few KiB. _put appends an entry
- * (old ops ascending, new_op >= first_new; at most 20 bytes) and returns the end; _next walks a
- * value (borrowed): 1 and the next entry, 0 after the last, BS_ECORRUPT (truncated, old ops not
- * ascending, out of range). */
-#define BS_PG_SUP_ROW 4096
-typedef struct bs__pg_sups {
-  const unsigned char *p, *end;
-  uint64_t old_op, first_new;
-} bs__pg_sups;
-unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t first_new,
-                               uint64_t old_op, uint64_t new_op);
-void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new);
-int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op);
 /* The op head can only grow (a clear keeps it), so one lower than a writer of st saw committed
  * was rewound under the process (the tables restored, a failover to a standby that lacked the
  * last commits): with epoch (bs_meta's history_epoch, read with head) unchanged since, BS_ESTATE

@@ -17,18 +17,19 @@ static bs__pg_db *db_of(bs_storage *st) {
 }
 
 static const bs__pg_stmt states_stmt = {
-    BS_PG_STMT_STATES, "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
-                       " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared, b.max_op_bytes"
-                       " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
-                       " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
-                       " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
-                       "  count(*) AS n FROM bs_ops o"
-                       "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.op_id > $3) t"
-                       " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
-                       "  count(*) AS n, coalesce(bool_or(o.type = 4), false) AS cleared"
-                       "  FROM bs_ops o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
-                       "  AND o.op_id > $4 AND o.op_id <= $3) g"
-                       " ORDER BY r.ord"};
+    BS_PG_STMT_STATES,
+    "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
+    " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared, b.max_op_bytes"
+    " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
+    " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
+    " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
+    "  count(*) AS n FROM bs_ops o"
+    "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.op_id > $3) t"
+    " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
+    "  count(*) AS n, coalesce(bool_or(o.type = " BS_PG_SQL_CLEAR "), false) AS cleared"
+    "  FROM bs_ops o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
+    "  AND o.op_id > $4 AND o.op_id <= $3) g"
+    " ORDER BY r.ord"};
 
 /* The bucket states of names (in order), with the sum and count of each bucket's ops above
  * `above` (a tail: the (bucket, op_id) index range above it) and, when range_from < above, of its
@@ -157,37 +158,27 @@ static int handed(const bs_chunk *ch, void *payload) {
   return rc;
 }
 
-static void row_op(const PGresult *res, int i, bs_op *op) {
-  op->op_id = (uint64_t)bs__pg_i64(res, i, 0);
-  op->type = (bs_op_type)bs__pg_i16(res, i, 1);
-  op->checksum = (uint32_t)bs__pg_i32(res, i, 2);
-  op->target_op = (uint64_t)bs__pg_i64(res, i, 3);
-  op->object_type = bs__pg_bytes(res, i, 4);
-  op->object_id = bs__pg_bytes(res, i, 5);
-  op->subkey = bs__pg_bytes(res, i, 6);
-  op->data = bs__pg_bytes(res, i, 7);
-}
-/* A page of bucket $1 (bucket_page): its ops (columns 0-7) with the bucket's torn span
- * (8 clear_start, 9 clear_op) from the same snapshot; an empty page is one row of NULL ops, a
- * bucket that is gone (a clear) no row. */
+/* A page of bucket $1 (bucket_page): its ops (columns 0-6, 7 the data; ops selects them, then
+ * the running size) with the bucket's torn span (COL_CLEAR_START, COL_CLEAR_OP) from the same
+ * snapshot; an empty page is one row of NULL ops, a bucket that is gone (a clear) no row. */
 #define PAGE_OF(ops)                                                                               \
-  "SELECT p.op_id, p.type, p.checksum, p.target_op, p.object_type, p.object_id, p.subkey,"         \
-  " p.data, b.clear_start, b.clear_op, p.running FROM bs_buckets b LEFT JOIN LATERAL (" ops        \
+  "SELECT p.*, b.clear_start, b.clear_op FROM bs_buckets b LEFT JOIN LATERAL (" ops                \
   ") p ON true WHERE b.id = $1"
+#define COL_RUNNING     (BS_PG_OP_NCOLS + 1)
+#define COL_CLEAR_START (BS_PG_OP_NCOLS + 2)
+#define COL_CLEAR_OP    (BS_PG_OP_NCOLS + 3)
 /* A keyset page: at most $4 ops of the bucket in ($2, C = $3]. */
 static const bs__pg_stmt page_stmt = {
-    BS_PG_STMT_PAGE, PAGE_OF("SELECT *, 0::bigint AS running FROM bs_ops WHERE bucket = b.id"
-                             " AND op_id > $2 AND op_id <= $3 ORDER BY op_id LIMIT $4")};
+    BS_PG_STMT_PAGE, PAGE_OF("SELECT " BS_PG_OP_COLS ", data, 0::bigint AS running FROM bs_ops"
+                             " WHERE bucket = b.id AND op_id > $2 AND op_id <= $3"
+                             " ORDER BY op_id LIMIT $4")};
 /* The same page cut by the server at $5 bytes: the ops while their running size stays below it
- * (the op that crosses it included); column 10, the running size up to and including the op. */
+ * (the op that crosses it included); COL_RUNNING, the running size up to and including the op. */
 static const bs__pg_stmt page_cut_stmt = {
     BS_PG_STMT_PAGE_CUT,
-    PAGE_OF("SELECT * FROM (SELECT *,"
+    PAGE_OF("SELECT " BS_PG_OP_COLS ", data, running FROM (SELECT *,"
             "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
-            "  FROM (SELECT *, coalesce(octet_length(data), 0)"
-            "   + coalesce(octet_length(object_type), 0)"
-            "   + coalesce(octet_length(object_id), 0)"
-            "   + coalesce(octet_length(subkey), 0) AS sz FROM bs_ops"
+            "  FROM (SELECT *, " BS_PG_OP_BYTES " AS sz FROM bs_ops"
             "   WHERE bucket = b.id AND op_id > $2 AND op_id <= $3"
             "   ORDER BY op_id LIMIT $4) o) w"
             " WHERE running - sz < $5 ORDER BY op_id")};
@@ -212,8 +203,8 @@ static int bucket_page(data_read *r, int cut, const bs__pg_args *a, bs_val name,
   *got = PQntuples(*res);
   if (*got == 0) return BS_OK;
   if (PQgetisnull(*res, 0, 0)) *got = 0;
-  return bs__torn_check((uint64_t)bs__pg_i64(*res, 0, 8), (uint64_t)bs__pg_i64(*res, 0, 9),
-                        r->checkpoint, name, err);
+  return bs__torn_check((uint64_t)bs__pg_i64(*res, 0, COL_CLEAR_START),
+                        (uint64_t)bs__pg_i64(*res, 0, COL_CLEAR_OP), r->checkpoint, name, err);
 }
 
 /* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. A page holds
@@ -247,11 +238,10 @@ static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t afte
     if ((rc = bucket_page(r, cut, &a, name, &res, &got, err))) return rc;
     /* the range is exhausted when the row limit was not reached and the byte bound cannot
      * have cut the page (a page that ends exactly at the bound takes one more, empty, page) */
-    done =
-        (size_t)got < rows && (!cut || got == 0 || bs__pg_i64(res, got - 1, 10) <= (int64_t)want);
+    done = (size_t)got < rows &&
+           (!cut || got == 0 || bs__pg_i64(res, got - 1, COL_RUNNING) <= (int64_t)want);
     for (int i = 0; i < got && !k->stopped; i++) {
-      bs_op op;
-      row_op(res, i, &op);
+      bs_op op = bs__pg_op_row(res, i, 0, 1);
       if ((rc = bs__chunker_add(k, &op, err)) != 0) return rc;
       after = op.op_id;
     }
@@ -408,7 +398,8 @@ static const bs__pg_stmt changes_stmt = {
     BS_PG_STMT_CHANGES,
     "(SELECT 3::smallint AS kind, NULL::bytea AS v, s.changes_fence > $2 OR coalesce(f.d, false),"
     "  s.changes_fence > $2 OR coalesce(f.p, false)"
-    " FROM bs_streams s, (SELECT bool_or(c.flags & 2 <> 0) AS d, bool_or(c.flags & 4 <> 0) AS p"
+    " FROM bs_streams s, (SELECT bool_or(c.flags & " BS_PG_SQL_CHG_BUCKETS " <> 0) AS d,"
+    "  bool_or(c.flags & " BS_PG_SQL_CHG_LOOKUPS " <> 0) AS p"
     "  FROM bs_changes c WHERE " MEET ") AS f WHERE s.id = $1)"
     " UNION ALL (SELECT DISTINCT 0::smallint, b, false, false FROM bs_changes c,"
     "  unnest(c.buckets) AS b WHERE " MEET " LIMIT $4)"

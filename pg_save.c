@@ -31,49 +31,6 @@ static bs_val present(bs_val v) {
   return v.data ? v : bs__val_str("");
 }
 
-/* ---- A growing byte buffer: the COPY streams ----------------------------------------------------- */
-
-typedef struct buf {
-  unsigned char *p;
-  size_t n, cap;
-  int oom;
-} buf;
-
-static unsigned char *buf_room(buf *b, const bs_allocator *a, size_t n) {
-  if (b->oom) return NULL;
-  if (b->n + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    unsigned char *p;
-    while (cap < b->n + n) cap *= 2;
-    if (!(p = bs__realloc(a, b->p, cap))) {
-      b->oom = 1;
-      return NULL;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  b->n += n;
-  return b->p + b->n - n;
-}
-
-/* COPY binary fields */
-static void f_int(buf *b, const bs_allocator *a, uint64_t v, int size) {
-  unsigned char *p = buf_room(b, a, 4 + (size_t)size);
-  if (!p) return;
-  bs__put_u32be(p, (uint32_t)size);
-  for (int k = 0; k < size; k++) p[4 + k] = (unsigned char)(v >> (8 * (size - 1 - k)));
-}
-static void f_bytes(buf *b, const bs_allocator *a, bs_val v) {
-  unsigned char *p = buf_room(b, a, 4 + (v.data ? v.size : 0));
-  if (!p) return;
-  bs__put_u32be(p, v.data ? (uint32_t)v.size : 0xffffffffu);
-  if (v.size) memcpy(p + 4, v.data, v.size);
-}
-static void f_tuple(buf *b, const bs_allocator *a, int fields) {
-  unsigned char *p = buf_room(b, a, 2);
-  if (p) p[0] = (unsigned char)(fields >> 8), p[1] = (unsigned char)fields;
-}
-
 /* ---- One flush: the batch in memory ------------------------------------------------------------ */
 
 typedef struct rec_ent {
@@ -117,8 +74,8 @@ typedef struct batch {
   uint64_t *reserved;
   size_t n_reserved, used_reserved;
   bs__htab bname, bid;
-  buf ops, params; /* COPY streams: bs_ops, bs_params */
-  sup_ent *sups;   /* the superseded log's entries, written as bs_superseded rows (sups_copy) */
+  bs__pg_buf ops, params; /* COPY streams: bs_ops, bs_params */
+  sup_ent *sups; /* the superseded log's entries, written as bs_superseded rows (sups_copy) */
   size_t nsups, csups;
   bs_val *lookups; /* changed lookup keys, distinct (owned copies: a tombstone's key may live
                     * in a record that a later store of the batch replaces) */
@@ -190,162 +147,6 @@ static rec_ent *rec_add(batch *b, uint32_t table, bs_val rid) {
   e->rid.size = rid.size;
   bs__htab_put(&b->rmap, rec_hash(table, rid), b->nrecs);
   return e;
-}
-
-/* The source-record value (members and lookups; mark and data are columns), in unsigned LEB128
- * varints (schema 5; pg.c's migration 5 converts the u32be/u64be fields of before):
- * nm, nm x (bucket, op, len, object_type, object_id), nl, nl x (len, key), where an object_id
- * is 0 when it is the record's replica id, else its length + 1 and its bytes (schema 7;
- * migration 7 converts the length and bytes of before). */
-static size_t vsize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 128) v >>= 7, n++;
-  return n;
-}
-
-static unsigned char *vput(unsigned char *p, uint64_t v) {
-  for (; v >= 128; v >>= 7) *p++ = (unsigned char)(v | 128);
-  *p++ = (unsigned char)v;
-  return p;
-}
-
-/* Reads a varint of at most 64 bits at *p (< end): 0 when it is truncated or overlong. */
-static int vget(const unsigned char **p, const unsigned char *end, uint64_t *v) {
-  uint64_t x = 0;
-  for (int s = 0; s < 64 && *p < end; s += 7) {
-    unsigned b = *(*p)++;
-    if (s == 63 && b > 1) return 0;
-    x |= (uint64_t)(b & 127) << s;
-    if (!(b & 128)) {
-      *v = x;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* A varint length and the string after it (borrowed), within end. */
-static int vget_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
-  uint64_t n;
-  if (!vget(p, end, &n) || n > (uint64_t)(end - *p)) return 0;
-  out->data = *p;
-  out->size = (size_t)n;
-  *p += n;
-  return 1;
-}
-
-static size_t srec_size(const bs__srec *r, bs_val rid) {
-  size_t n = vsize(r->nm) + vsize(r->nl);
-  for (uint32_t i = 0; i < r->nm; i++) {
-    const bs__member *m = &r->m[i];
-    n += vsize(m->bucket) + vsize(m->op) + vsize(m->object_type.size) + m->object_type.size;
-    n += bs__val_eq(m->object_id, rid) ? 1 : vsize(m->object_id.size + 1) + m->object_id.size;
-  }
-  for (uint32_t i = 0; i < r->nl; i++) n += vsize(r->lk[i].size) + r->lk[i].size;
-  return n;
-}
-
-static unsigned char *vput_str(unsigned char *p, bs_val v) {
-  p = vput(p, v.size);
-  if (v.size) memcpy(p, v.data, v.size);
-  return p + v.size;
-}
-
-static void srec_encode(unsigned char *p, const bs__srec *r, bs_val rid) {
-  p = vput(p, r->nm);
-  for (uint32_t i = 0; i < r->nm; i++) {
-    bs_val oi = r->m[i].object_id;
-    p = vput_str(vput(vput(p, r->m[i].bucket), r->m[i].op), r->m[i].object_type);
-    if (bs__val_eq(oi, rid)) {
-      *p++ = 0;
-      continue;
-    }
-    p = vput(p, oi.size + 1);
-    if (oi.size) memcpy(p, oi.data, oi.size);
-    p += oi.size;
-  }
-  p = vput(p, r->nl);
-  for (uint32_t i = 0; i < r->nl; i++) p = vput_str(p, r->lk[i]);
-}
-
-/* An object_id: the replica id (0), or a length + 1 and the string (borrowed), within end. */
-static int vget_oid(const unsigned char **p, const unsigned char *end, bs_val rid, bs_val *out) {
-  uint64_t n;
-  if (!vget(p, end, &n)) return 0;
-  if (n == 0) {
-    *out = rid;
-    return 1;
-  }
-  if (n - 1 > (uint64_t)(end - *p)) return 0;
-  out->data = *p;
-  out->size = (size_t)(n - 1);
-  *p += n - 1;
-  return 1;
-}
-
-int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r) {
-  const unsigned char *p = v.data, *end;
-  uint64_t nm, nl;
-  int rc = BS_ECORRUPT;
-  r->m = NULL;
-  r->lk = NULL;
-  r->nm = r->nl = 0;
-  if (!p) return BS_ECORRUPT;
-  end = p + v.size;
-  /* a membership takes at least 4 bytes, a key 1: counts that cannot fit are refused before
-   * they size an allocation */
-  if (!vget(&p, end, &nm) || nm > v.size / 4) return BS_ECORRUPT;
-  if (!(r->m = bs__calloc(a, (size_t)nm + 1, sizeof *r->m))) return BS_ENOMEM;
-  for (uint64_t i = 0; i < nm; i++)
-    if (!vget(&p, end, &r->m[i].bucket) || !vget(&p, end, &r->m[i].op) ||
-        !vget_str(&p, end, &r->m[i].object_type) || !vget_oid(&p, end, rid, &r->m[i].object_id))
-      goto fail;
-  if (!vget(&p, end, &nl) || nl > v.size) goto fail;
-  if (!(r->lk = bs__calloc(a, (size_t)nl + 1, sizeof *r->lk))) {
-    rc = BS_ENOMEM;
-    goto fail;
-  }
-  for (uint64_t i = 0; i < nl; i++)
-    if (!vget_str(&p, end, &r->lk[i])) goto fail;
-  if (p == end) {
-    r->nm = (uint32_t)nm;
-    r->nl = (uint32_t)nl;
-    return BS_OK;
-  }
-fail:
-  bs__free(a, r->m);
-  bs__free(a, r->lk);
-  r->m = NULL;
-  r->lk = NULL;
-  return rc;
-}
-
-/* A bs_superseded row's pairs (schema 6): its entries ascending by old op, each two varints: the
- * old op minus the previous entry's (0 before the first; so at least 1) and the new op minus the
- * row's first_new. */
-unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t first_new,
-                               uint64_t old_op, uint64_t new_op) {
-  p = vput(vput(p, old_op - *prev_old), new_op - first_new);
-  *prev_old = old_op;
-  return p;
-}
-
-void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new) {
-  it->p = v.data;
-  it->end = it->p ? it->p + v.size : NULL;
-  it->old_op = 0;
-  it->first_new = first_new;
-}
-
-int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op) {
-  uint64_t d, n;
-  if (it->p == it->end) return 0;
-  if (!vget(&it->p, it->end, &d) || !vget(&it->p, it->end, &n) || !d ||
-      d > UINT64_MAX - it->old_op || n > UINT64_MAX - it->first_new)
-    return BS_ECORRUPT;
-  *old_op = it->old_op += d;
-  *new_op = it->first_new + n;
-  return 1;
 }
 
 static bucket_ent *bucket_by_name(batch *b, bs_val name) {
@@ -445,16 +246,7 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   bucket_ent *e = bucket_by_id(b, bucket);
   if (!e) return bs__fail(err, BS_ECORRUPT, "flush: bucket %" PRIu64 " is not known", bucket);
   *op_id = ++b->head;
-  f_tuple(&b->ops, b->a, 9);
-  f_int(&b->ops, b->a, bucket, 8);
-  f_int(&b->ops, b->a, *op_id, 8);
-  f_int(&b->ops, b->a, (uint64_t)op->type, 2);
-  f_int(&b->ops, b->a, op->checksum, 4); /* integer: the same 32 bits, signed */
-  f_int(&b->ops, b->a, 0, 8);
-  f_bytes(&b->ops, b->a, present(op->object_type));
-  f_bytes(&b->ops, b->a, present(op->object_id));
-  f_bytes(&b->ops, b->a, present(op->subkey));
-  f_bytes(&b->ops, b->a, op->type == BS_OP_PUT ? present(op->data) : (bs_val){NULL, 0});
+  bs__pg_op_copy(&b->ops, b->a, bucket, *op_id, op);
   if (b->ops.oom) return oom(err);
   e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
   e->d_count++;
@@ -484,13 +276,14 @@ static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
   bs__hprobe pr = bs__htab_probe(&b->lmap, h);
   int known = 0;
   for (size_t i = 0; i < n; i++) arr += 4 + params[i].size;
-  f_tuple(&b->params, b->a, 6);
-  f_int(&b->params, b->a, b->stream, 4);
-  f_bytes(&b->params, b->a, key);
-  f_int(&b->params, b->a, ++b->head, 8);
-  f_int(&b->params, b->a, b->table, 4);
-  f_bytes(&b->params, b->a, rid.data ? rid : bs__val_str(""));
-  if ((p = buf_room(&b->params, b->a, 4 + arr))) { /* rows bytea[] in the array binary form */
+  bs__pg_copy_tuple(&b->params, b->a, 6);
+  bs__pg_copy_int(&b->params, b->a, b->stream, 4);
+  bs__pg_copy_bytes(&b->params, b->a, key);
+  bs__pg_copy_int(&b->params, b->a, ++b->head, 8);
+  bs__pg_copy_int(&b->params, b->a, b->table, 4);
+  bs__pg_copy_bytes(&b->params, b->a, rid.data ? rid : bs__val_str(""));
+  if ((p = bs__pg_buf_room(&b->params, b->a,
+                           4 + arr))) { /* rows bytea[] in the array binary form */
     bs__put_u32be(p, (uint32_t)arr);
     bs__put_u32be(p + 4, n ? 1 : 0);
     bs__put_u32be(p + 8, 0);
@@ -589,8 +382,7 @@ static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
 
 static const bs__pg_stmt records_stmt = {
     BS_PG_STMT_RECORDS, "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
-                        " (SELECT replica_id, mark IS NOT NULL, coalesce(mark, 0), members,"
-                        "  data IS NOT NULL, data, ctid FROM bs_source"
+                        " (SELECT " BS_PG_SOURCE_COLS ", data, ctid FROM bs_source"
                         "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s"};
 
 /* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
@@ -622,14 +414,9 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
       break;
     }
     e->stored = 1;
-    if (PQgetlength(r, i, 6) == (int)sizeof e->tid)
-      memcpy(e->tid, PQgetvalue(r, i, 6), sizeof e->tid);
-    s.exists = 1;
-    s.soft = bs__pg_bool(r, i, 1);
-    s.mark = (uint64_t)bs__pg_i64(r, i, 2);
-    s.has_data = bs__pg_bool(r, i, 4);
-    s.data = bs__pg_bytes(r, i, 5);
-    rc = bs__pg_srec_decode(b->a, bs__pg_bytes(r, i, 3), rid, &s);
+    if (PQgetlength(r, i, BS_PG_SOURCE_NCOLS + 1) == (int)sizeof e->tid)
+      memcpy(e->tid, PQgetvalue(r, i, BS_PG_SOURCE_NCOLS + 1), sizeof e->tid);
+    rc = bs__pg_source_row(&s, b->a, r, i, 0, 1);
     if (rc == BS_OK && rec_set(b, e, &s)) rc = BS_ENOMEM;
     bs__free(b->a, s.m);
     bs__free(b->a, s.lk);
@@ -752,7 +539,8 @@ out:
 
 /* ---- Writing the batch -------------------------------------------------------------------------- */
 
-static int copy_in(PGconn *c, const char *sql, buf *data, const bs_allocator *a, bs_error *err) {
+static int copy_in(PGconn *c, const char *sql, bs__pg_buf *data, const bs_allocator *a,
+                   bs_error *err) {
   static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
   static const unsigned char trailer[2] = {0xff, 0xff};
   PGresult *r;
@@ -853,7 +641,7 @@ static int update_records(batch *b, bs_error *err) {
   int rc = BS_OK;
   for (size_t i = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
-    if (e->dirty && e->stored && e->r.exists) n++, bytes += srec_size(&e->r, e->rid);
+    if (e->dirty && e->stored && e->r.exists) n++, bytes += bs__pg_srec_size(&e->r, e->rid);
   }
   if (!n) return BS_OK;
   if (!(v = bs__calloc(b->a, NCOL * n, sizeof *v)) || !(tids = bs__calloc(b->a, n, sizeof *tids)) ||
@@ -870,8 +658,8 @@ static int update_records(batch *b, bs_error *err) {
     tids[k].data = e->tid;
     tids[k].size = sizeof e->tid;
     members[k].data = enc + at;
-    members[k].size = srec_size(&e->r, e->rid);
-    srec_encode(enc + at, &e->r, e->rid);
+    members[k].size = bs__pg_srec_size(&e->r, e->rid);
+    bs__pg_srec_encode(enc + at, &e->r, e->rid);
     at += members[k].size;
     data[k] = e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0};
     k++;
@@ -898,35 +686,16 @@ out:
 /* The records the batch changed: stored ones deleted or updated (a statement each), new ones
  * COPYed. */
 static int write_records(batch *b, bs_error *err) {
-  buf out = {0};
+  bs__pg_buf out = {0};
   int rc = delete_records(b, err);
   if (!rc) rc = update_records(b, err);
   for (size_t i = 0; i < b->nrecs && !rc; i++) {
-    rec_ent *e = b->recs[i];
-    size_t sz;
-    unsigned char *p;
-    if (!e->dirty || e->stored || !e->r.exists) continue;
-    sz = srec_size(&e->r, e->rid);
-    f_tuple(&out, b->a, 6);
-    f_int(&out, b->a, b->stream, 4);
-    f_int(&out, b->a, e->table, 4);
-    if (e->r.soft)
-      f_int(&out, b->a, e->r.mark, 8);
-    else
-      f_bytes(&out, b->a, (bs_val){NULL, 0}); /* NULL: not soft-deleted */
-    f_bytes(&out, b->a, e->rid);
-    if ((p = buf_room(&out, b->a, 4 + sz))) {
-      bs__put_u32be(p, (uint32_t)sz);
-      srec_encode(p + 4, &e->r, e->rid);
-    }
-    f_bytes(&out, b->a, e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0});
+    const rec_ent *e = b->recs[i];
+    if (e->dirty && !e->stored && e->r.exists)
+      bs__pg_source_copy(&out, b->a, b->stream, e->table, e->rid, &e->r);
   }
   if (!rc && out.oom) rc = oom(err);
-  if (!rc)
-    rc = copy_in(b->c,
-                 "COPY bs_source (stream, table_id, mark, replica_id, members, data)"
-                 " FROM STDIN (FORMAT binary)",
-                 &out, b->a, err);
+  if (!rc) rc = copy_in(b->c, BS_PG_SOURCE_COPY, &out, b->a, err);
   bs__free(b->a, out.p);
   return rc;
 }
@@ -1017,7 +786,8 @@ static int write_buckets(batch *b, bs_error *err) {
     bs__pg_arg_i32(&c, (int32_t)b->stream);
     bs__pg_arg_i64(&c, (int64_t)b->head);
     bs__pg_arg_i64(&c, (int64_t)b->first);
-    bs__pg_arg_i32(&c, (too_many ? 2 : 0) | (b->too_many_lookups ? 4 : 0));
+    bs__pg_arg_i32(&c, (too_many ? BS_PG_CHG_BUCKETS : 0) |
+                           (b->too_many_lookups ? BS_PG_CHG_LOOKUPS : 0));
     if ((rc = bs__pg_arg_bytes_array(&c, too_many ? NULL : names, too_many ? 0 : nb, b->a, &narr,
                                      err)) ||
         (rc = bs__pg_arg_bytes_array(&c, b->too_many_lookups ? NULL : b->lookups,
@@ -1140,7 +910,7 @@ static int cmp_sup(const void *x, const void *y) {
 /* The batch's superseded entries as bs_superseded rows: per bucket, ascending by old op, at most
  * BS_PG_SUP_ROW entries a row, keyed by the row's lowest new op. */
 static int sups_copy(batch *b, bs_error *err) {
-  buf out = {0};
+  bs__pg_buf out = {0};
   unsigned char *pairs = NULL;
   int rc;
   if (!b->nsups) return BS_OK;
@@ -1155,11 +925,11 @@ static int sups_copy(batch *b, bs_error *err) {
       if (b->sups[j].new_op < first) first = b->sups[j].new_op;
     for (size_t k = i; k < j; k++)
       p = bs__pg_sups_put(p, &prev, first, b->sups[k].old_op, b->sups[k].new_op);
-    f_tuple(&out, b->a, 4);
-    f_int(&out, b->a, b->stream, 4);
-    f_int(&out, b->a, b->sups[i].bucket, 8);
-    f_int(&out, b->a, first, 8);
-    f_bytes(&out, b->a, (bs_val){pairs, (size_t)(p - pairs)});
+    bs__pg_copy_tuple(&out, b->a, 4);
+    bs__pg_copy_int(&out, b->a, b->stream, 4);
+    bs__pg_copy_int(&out, b->a, b->sups[i].bucket, 8);
+    bs__pg_copy_int(&out, b->a, first, 8);
+    bs__pg_copy_bytes(&out, b->a, (bs_val){pairs, (size_t)(p - pairs)});
   }
   bs__free(b->a, pairs);
   rc = out.oom ? oom(err)
@@ -1179,11 +949,7 @@ static const bs__pg_stmt op_head_stmt = {BS_PG_STMT_OP_HEAD,
 static int batch_write(batch *b, bs_error *err) {
   int rc;
   if (b->ops.oom || b->params.oom) return oom(err);
-  if ((rc = sups_copy(b, err)) ||
-      (rc = copy_in(b->c,
-                    "COPY bs_ops (bucket, op_id, type, checksum, target_op, object_type,"
-                    " object_id, subkey, data) FROM STDIN (FORMAT binary)",
-                    &b->ops, b->a, err)) ||
+  if ((rc = sups_copy(b, err)) || (rc = copy_in(b->c, BS_PG_OP_COPY, &b->ops, b->a, err)) ||
       (rc = copy_in(b->c,
                     "COPY bs_params (stream, lookup, op_id, table_id, replica_id, rows)"
                     " FROM STDIN (FORMAT binary)",
@@ -1535,15 +1301,15 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
       (rc = bs__pg_arg_i64_array(&a, op, n, b.a, &b2, err)))
     goto out;
   rc = bs__pg_exec(w->c,
-                   "SELECT o.bucket, o.op_id, o.type, o.checksum, o.object_type, o.object_id,"
-                   " o.subkey, o.data FROM bs_ops o JOIN unnest($1::int8[], $2::int8[]) AS d(b, i)"
+                   "SELECT bucket, " BS_PG_OP_COLS ", data FROM bs_ops o"
+                   " JOIN unnest($1::int8[], $2::int8[]) AS d(b, i)"
                    " ON o.bucket = d.b AND o.op_id = d.i ORDER BY o.bucket, o.op_id",
                    &a, &r, "defragment: reading ops", err);
   for (size_t i = 0, k = 0; !rc && i < n; i++) { /* both in (bucket, op) order */
     const drow *d = &rows[i];
     rec_ent *e = rec_find(&b, d->table, d->rid);
     bs__srec nr;
-    bs_op put;
+    bs_op put = {0};
     uint64_t id;
     uint32_t mi;
     while (k < (size_t)PQntuples(r) && ((uint64_t)bs__pg_i64(r, (int)k, 0) < d->bucket ||
@@ -1554,24 +1320,17 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
     for (mi = 0; mi < e->r.nm; mi++)
       if (e->r.m[mi].bucket == d->bucket && e->r.m[mi].op == d->old_op) break;
     if (mi == e->r.nm) continue; /* the row changed since it was planned */
-    if (k == (size_t)PQntuples(r) || (uint64_t)bs__pg_i64(r, (int)k, 1) != d->old_op ||
-        bs__pg_i16(r, (int)k, 2) != BS_OP_PUT ||
-        !bs__val_eq(bs__pg_bytes(r, (int)k, 4), e->r.m[mi].object_type) ||
-        !bs__val_eq(bs__pg_bytes(r, (int)k, 5), e->r.m[mi].object_id)) {
+    if (k < (size_t)PQntuples(r)) put = bs__pg_op_row(r, (int)k, 1, 1);
+    if (k == (size_t)PQntuples(r) || put.op_id != d->old_op || put.type != BS_OP_PUT ||
+        !bs__val_eq(put.object_type, e->r.m[mi].object_type) ||
+        !bs__val_eq(put.object_id, e->r.m[mi].object_id)) {
       rc = bs__fail(err, BS_ECORRUPT,
                     "defragment: bucket %" PRIu64 ": op %" PRIu64
                     " of a source record is not its PUT",
                     d->bucket, d->old_op);
       break;
     }
-    memset(&put, 0, sizeof put);
-    put.type = BS_OP_PUT;
-    put.checksum = (uint32_t)bs__pg_i32(r, (int)k, 3);
-    put.object_type = bs__pg_bytes(r, (int)k, 4);
-    put.object_id = bs__pg_bytes(r, (int)k, 5);
-    put.subkey = bs__pg_bytes(r, (int)k, 6);
-    put.data = bs__pg_bytes(r, (int)k, 7);
-    b.table = d->table;
+    b.table = d->table; /* put keeps its checksum and payload; fx_op gives it a new id */
     if ((rc = fx_op(&b, d->bucket, &put, &id, err)) ||
         (rc = fx_superseded(&b, d->bucket, d->old_op, id, err)))
       break;

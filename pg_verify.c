@@ -233,24 +233,20 @@ static int run_row_check(verifier *vf, const row_check *ck, bs_error *err) {
 static const row_check checks[] = {
     {"v_streams",
      "SELECT format('stream %s', s.id), octet_length(name) NOT BETWEEN 1 AND 255 AS f1,"
-     " state NOT BETWEEN 1 AND 5 AS f2, op_head < 0 AS f3,"
-     " last_checkpoint_op < checkpoint OR last_checkpoint_op > op_head AS f4,"
-     " checkpoint > 0 AND checkpoint_lsn IS NULL AS f5,"
+     " op_head < 0 AS f2,"
+     " last_checkpoint_op < checkpoint OR last_checkpoint_op > op_head AS f3,"
+     " checkpoint > 0 AND checkpoint_lsn IS NULL AS f4,"
      " octet_length(checkpoint_lsn) > 255 OR octet_length(resume_lsn) > 255"
-     "  OR octet_length(no_checkpoint_before) > 255 AS f6,"
-     " param_horizon < 0 OR param_horizon > op_head AS f7,"
-     " changes_fence < 0 OR changes_fence > op_head AS f8,"
+     "  OR octet_length(no_checkpoint_before) > 255 AS f5,"
+     " param_horizon < 0 OR param_horizon > op_head AS f6,"
+     " changes_fence < 0 OR changes_fence > op_head AS f7,"
      " next_table_id <= coalesce((SELECT max(t.id) FROM bs_tables t WHERE t.stream = s.id), 0)"
-     "  AS f9, octet_length(last_error) > 255 AS f10 FROM bs_streams s",
-     {"name not of 1..255 bytes", "unknown state", "op head at or above 2^63",
+     "  AS f8, octet_length(last_error) > 255 AS f9 FROM bs_streams s",
+     {"name not of 1..255 bytes", "op head at or above 2^63",
       "last checkpoint op outside checkpoint..op head", "a checkpoint without an LSN",
       "an LSN over 255 bytes", "parameter horizon outside 0..op head",
       "changes fence outside 0..op head", "next_table_id not above the stream's table ids",
       "last error over 255 bytes", NULL}},
-    {"v_states",
-     "SELECT 'streams', count(*) FILTER (WHERE state = 1) > 1 AS f1,"
-     " count(*) FILTER (WHERE state IN (2, 3)) > 1 AS f2 FROM bs_streams",
-     {"more than one PROCESSING stream", "more than one ACTIVE or ERRORED stream", NULL}},
     {"v_tables",
      "SELECT format('table \"%s\" of stream %s', encode(substr(t.name, 1, 100), 'escape'),"
      "  t.stream),"
@@ -280,7 +276,9 @@ static const row_check checks[] = {
     {"v_changes",
      "SELECT format('change record (stream %s, op %s, seq %s)', c.stream, c.op_id, c.seq),"
      " s.id IS NULL AS f1, c.op_id < 0 OR c.op_id > s.op_head AS f2,"
-     " c.first_op < 0 OR c.first_op > c.op_id + 1 AS f3, c.flags < 0 OR c.flags > 7 AS f4,"
+     " c.first_op < 0 OR c.first_op > c.op_id + 1 AS f3,"
+     " c.flags & ~(" BS_PG_SQL_CHG_CHECKPOINT " | " BS_PG_SQL_CHG_BUCKETS
+     " | " BS_PG_SQL_CHG_LOOKUPS ") <> 0 AS f4,"
      " CASE WHEN greatest(array_ndims(c.buckets), array_ndims(c.lookups),"
      "  array_ndims(c.users)) > 1 THEN true"
      "  ELSE array_position(c.buckets, NULL) IS NOT NULL"
@@ -338,30 +336,38 @@ static int verify_meta(verifier *vf, bs_error *err) {
   return BS_OK;
 }
 
-/* ---- Streams: the op heads and hashes the other checks need ------------------------------------ */
+/* ---- Streams: their states, and the op heads and hashes the other checks need ---------------- */
 
+/* Each state one of lifecycle.c's, and at most one PROCESSING and one served stream (contract.md
+ * 4.4). */
 static int load_streams(verifier *vf, bs_error *err) {
   PGresult *r;
-  int rc = bs__pg_exec(vf->c, "SELECT id, op_head, checkpoint, hash FROM bs_streams ORDER BY id",
-                       NULL, &r, "verify: streams", err);
-  for (int i = 0; !rc && i < PQntuples(r); i++)
-    if (bs__verify_stream_add(&vf->v, (uint32_t)bs__pg_i32(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1),
+  unsigned processing = 0, served = 0;
+  int rc =
+      bs__pg_exec(vf->c, "SELECT id, op_head, checkpoint, hash, state FROM bs_streams ORDER BY id",
+                  NULL, &r, "verify: streams", err);
+  for (int i = 0; !rc && i < PQntuples(r); i++) {
+    uint32_t id = (uint32_t)bs__pg_i32(r, i, 0);
+    int state = bs__pg_i16(r, i, 4);
+    if (!bs__stream_known(state)) problem(vf, "stream %" PRIu32 ": unknown state", id);
+    processing += state == BS_STREAM_PROCESSING;
+    served += bs__stream_known(state) && bs__stream_served((unsigned)state);
+    if (bs__verify_stream_add(&vf->v, id, (uint64_t)bs__pg_i64(r, i, 1),
                               (uint64_t)bs__pg_i64(r, i, 2), (unsigned)bs__pg_i16(r, i, 3)))
       rc = oom(err);
+  }
   PQclear(r);
+  if (processing > 1) problem(vf, "streams: more than one PROCESSING stream");
+  if (served > 1) problem(vf, "streams: more than one ACTIVE or ERRORED stream");
   return rc;
 }
 
 /* ---- Buckets and their ops --------------------------------------------------------------------- */
 
-/* The next op of b, its row of ops (columns 0 bucket, 1 op_id, 2 type, 3 checksum, 4 target_op,
- * 5 object_type, 6 object_id, 7 subkey, 8 data): what only a column can get wrong, then
- * verify.c's rules. Returns the op's payload bytes. */
+/* The next op of b, its row of ops (column 0 bucket, then the op and its data): what only a
+ * column can get wrong, then verify.c's rules. Returns the op's payload bytes. */
 static uint64_t check_op(verifier *vf, bs__vbucket *b, const PGresult *r, int row) {
-  bs_op op = {(uint64_t)bs__pg_i64(r, row, 1), (bs_op_type)bs__pg_i16(r, row, 2),
-              (uint32_t)bs__pg_i32(r, row, 3), (uint64_t)bs__pg_i64(r, row, 4),
-              bs__pg_bytes(r, row, 5),         bs__pg_bytes(r, row, 6),
-              bs__pg_bytes(r, row, 7),         bs__pg_bytes(r, row, 8)};
+  bs_op op = bs__pg_op_row(r, row, 1, 1);
   const char *nm = b->name.size ? (const char *)b->name.data : "";
   int ns = bs__name_shown(b->name);
   if (bs__op_carries_row(op.type) &&
@@ -393,12 +399,10 @@ static int skip_orphans(verifier *vf, scan *os, int64_t hi, int all, bs_error *e
  * rows, cut after the row that reaches PAGE_BYTES of payload (so an op of any size fits). The
  * first 9 columns are check_op's. */
 #define OPS_PAGE(where)                                                                            \
-  "SELECT bucket, op_id, type, checksum, target_op, object_type, object_id, subkey, data FROM"     \
+  "SELECT bucket, " BS_PG_OP_COLS ", data FROM"                                                    \
   " (SELECT *, sum(n) OVER (ORDER BY bucket, op_id) - n AS before FROM"                            \
-  "  (SELECT *, coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"     \
-  "   + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0) AS n FROM "            \
-  "bs_ops " where " ORDER BY bucket, op_id LIMIT " STR(PAGE) ") p) q WHERE before < " STR(         \
-      PAGE_BYTES) " ORDER BY bucket, op_id"
+  "  (SELECT *, " BS_PG_OP_BYTES " AS n FROM bs_ops " where " ORDER BY bucket, op_id"              \
+  " LIMIT " STR(PAGE) ") p) q WHERE before < " STR(PAGE_BYTES) " ORDER BY bucket, op_id"
 
 static int verify_buckets(verifier *vf, bs_error *err) {
   scan bs, os;
@@ -529,34 +533,33 @@ static int members_check(verifier *vf, bs_error *err) {
   return rc;
 }
 
-/* source columns: 0 stream, 1 table_id, 2 replica_id, 3 soft (a mark), 4 mark (0: none),
- * 5 members, 6 data is not NULL (the data itself is not read), 7 the table exists */
+/* source columns: 0 stream, 1 table_id, then the record's (its data not read), then whether
+ * the table exists */
 static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err) {
-  int64_t stream = bs__pg_i32(r, row, 0), table = bs__pg_i32(r, row, 1);
-  int64_t mark = bs__pg_i64(r, row, 4);
+  int64_t stream = bs__pg_i32(r, row, 0), table = bs__pg_i32(r, row, 1), mark;
   bs_val rid = bs__pg_bytes(r, row, 2);
-  int soft = bs__pg_bool(r, row, 3), data = bs__pg_bool(r, row, 6), rc;
   const bs__vstream *sh = bs__verify_stream(&vf->v, (uint32_t)stream);
   const char *rp = rid.size ? (const char *)rid.data : "";
   int rn = bs__name_shown(rid);
   char subkey[BS_SUBKEY_SIZE];
   bs__srec rec;
+  int rc = bs__pg_source_row(&rec, vf->a, r, row, 2, 0);
+  mark = (int64_t)rec.mark;
 #define WHO "source record (stream %" PRId64 ", table %" PRId64 ", replica id \"%.*s\"): "
   if (!sh) problem(vf, WHO "unknown stream", stream, table, rn, rp);
-  if (!bs__pg_bool(r, row, 7)) problem(vf, WHO "unknown table", stream, table, rn, rp);
+  if (!bs__pg_bool(r, row, 2 + BS_PG_SOURCE_NCOLS))
+    problem(vf, WHO "unknown table", stream, table, rn, rp);
   if (rid.size > BS_MAX_REPLICA_ID)
     problem(vf, WHO "replica id of %zu bytes", stream, table, rn, rp, rid.size);
   if (mark < 0 || (sh && (uint64_t)mark > sh->op_head))
     problem(vf, WHO "mark %" PRId64 " outside 0..op head", stream, table, rn, rp, mark);
-  memset(&rec, 0, sizeof rec);
-  rc = bs__pg_srec_decode(vf->a, bs__pg_bytes(r, row, 5), rid, &rec);
   if (rc == BS_ECORRUPT) {
     problem(vf, WHO "members of %d bytes do not decode", stream, table, rn, rp,
-            PQgetlength(r, row, 5));
+            PQgetlength(r, row, 4));
     return BS_OK;
   }
   if (rc) return oom(err);
-  if (soft && (rec.nm || rec.nl || data))
+  if (rec.soft && (rec.nm || rec.nl || rec.has_data))
     problem(vf, WHO "soft-deleted with content", stream, table, rn, rp);
   bs_subkey(subkey, (uint32_t)table, rid);
   for (uint32_t i = 0; i < rec.nm && !rc; i++)
@@ -570,8 +573,7 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
 static int verify_sources(verifier *vf, bs_error *err) {
   scan s;
   int rc = scan_open(vf, &s, "v_source",
-                     "SELECT s.stream, s.table_id, s.replica_id, s.mark IS NOT NULL,"
-                     " coalesce(s.mark, 0), s.members, s.data IS NOT NULL,"
+                     "SELECT s.stream, s.table_id, " BS_PG_SOURCE_COLS ","
                      " EXISTS (SELECT 1 FROM bs_tables t"
                      "  WHERE t.stream = s.stream AND t.id = s.table_id)"
                      " FROM bs_source s ORDER BY s.stream, s.table_id, s.replica_id",

@@ -1944,6 +1944,50 @@ static void t_writer_saves(void **state) {
   }
 }
 
+/* ---- the codec's SQL spellings of the C enums (pg_internal.h, pg_codec.c) ---- */
+
+/* Each spelling the server reads as the value of the C enum it spells, and every op type and
+ * change flag has one; then what the writer stores (an op's type as its C value, through COPY)
+ * and compaction makes (MOVE and CLEAR, in SQL spellings) is counted by bs_db_stat's statements
+ * (SQL spellings) as the memory backend counts it in C, after the same workload. */
+static void t_codec_enums(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *db[2];
+  bs_stat s[2];
+  int op_types[BS_OP_CLEAR + 1] = {0}, flags = 0;
+  for (const bs__pg_enum *e = bs__pg_enums(); e->what; e++) {
+    long long v = pgt_int(t->admin, "SELECT (%s)::int", e->sql);
+    if (v != e->value) fail_msg("%s: SQL %s reads as %lld, C is %d", e->what, e->sql, v, e->value);
+    if (!strncmp(e->what, "op type ", 8) && e->value >= BS_OP_PUT && e->value <= BS_OP_CLEAR)
+      op_types[e->value]++;
+    else if (!strncmp(e->what, "change flag ", 12))
+      flags |= e->value;
+    else
+      fail_msg("%s: of no enum the test knows", e->what);
+  }
+  for (int v = BS_OP_PUT; v <= BS_OP_CLEAR; v++) assert_int_equal(op_types[v], 1);
+  assert_int_equal(flags, BS_PG_CHG_CHECKPOINT | BS_PG_CHG_BUCKETS | BS_PG_CHG_LOOKUPS);
+  assert_int_equal(bs_open_memory(&db[0], NULL, &err), BS_OK);
+  db[1] = pgt_open(t->url, 0);
+  for (int i = 0; i < 2; i++) {
+    bs_storage *st;
+    bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+    workload(db[i], 3, i);
+    assert_int_equal(bs_storage_open(&st, db[i], 1, &err), BS_OK);
+    co.min_bucket_changes = 1;
+    assert_int_equal(bs_compact(NULL, st, &co, &err), BS_OK);
+    bs_storage_close(st);
+    assert_int_equal(bs_db_stat(&s[i], db[i], &err), BS_OK);
+  }
+  assert_true(s[0].ops_put > 0 && s[0].ops_remove > 0 && s[0].ops_move > 0 && s[0].ops_clear > 0);
+  assert_int_equal(s[1].ops_put, s[0].ops_put);
+  assert_int_equal(s[1].ops_remove, s[0].ops_remove);
+  assert_int_equal(s[1].ops_move, s[0].ops_move);
+  assert_int_equal(s[1].ops_clear, s[0].ops_clear);
+  for (int i = 0; i < 2; i++) bs_close(db[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_schema_created_once, pgt_setup, pgt_teardown),
@@ -1964,6 +2008,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_write_checkpoints, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_clear, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_writer_saves, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_codec_enums, pgt_setup, pgt_teardown),
   };
   if (pgt_skipped("test_pg")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);

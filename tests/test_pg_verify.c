@@ -286,6 +286,7 @@ static const damage damages[] = {
     /* streams */
     {"UPDATE bs_streams SET hash = 9 WHERE id = 1", "stream 1: unknown hash mode", 1},
     {"UPDATE bs_streams SET state = 1 WHERE id = 1", "more than one PROCESSING stream", 1},
+    {"UPDATE bs_streams SET state = 6 WHERE id = 1", "stream 1: unknown state", 1},
     {"UPDATE bs_streams SET checkpoint_lsn = NULL WHERE id = 1", "a checkpoint without an LSN", 1},
     {"UPDATE bs_streams SET next_table_id = 2 WHERE id = 1",
      "next_table_id not above the stream's table ids", 4}, /* and table 2's 3 parameter entries */

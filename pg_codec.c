@@ -1,0 +1,270 @@
+/*
+ * pg_codec.c: the PostgreSQL backend's codec, how the C values are stored in the rows of the
+ * schema (pg_internal.h): the SQL spellings of the C enums, an op's columns (read back by
+ * bs__pg_op_row, written by bs__pg_op_copy), a source record's row and its members value, the
+ * superseded log's pairs, and the binary COPY stream the writer fills. The other files name the
+ * columns and decode the rows through it, so a stored field changes here and in a migration
+ * (pg.c).
+ */
+#include "pg_internal.h"
+
+/* ---- The SQL spellings of the C enums ------------------------------------------------------------ */
+
+static const bs__pg_enum enums[] = {
+    {"op type PUT", BS_PG_SQL_PUT, BS_OP_PUT},
+    {"op type REMOVE", BS_PG_SQL_REMOVE, BS_OP_REMOVE},
+    {"op type MOVE", BS_PG_SQL_MOVE, BS_OP_MOVE},
+    {"op type CLEAR", BS_PG_SQL_CLEAR, BS_OP_CLEAR},
+    {"change flag checkpoint", BS_PG_SQL_CHG_CHECKPOINT, BS_PG_CHG_CHECKPOINT},
+    {"change flag too many buckets", BS_PG_SQL_CHG_BUCKETS, BS_PG_CHG_BUCKETS},
+    {"change flag too many lookups", BS_PG_SQL_CHG_LOOKUPS, BS_PG_CHG_LOOKUPS},
+    {NULL, NULL, 0},
+};
+
+const bs__pg_enum *bs__pg_enums(void) {
+  return enums;
+}
+
+/* ---- The binary COPY stream ---------------------------------------------------------------------- */
+
+unsigned char *bs__pg_buf_grow(bs__pg_buf *b, const bs_allocator *a, size_t n) {
+  size_t cap = b->cap ? b->cap : 4096;
+  unsigned char *p;
+  if (b->oom) return NULL;
+  while (cap < b->n + n) cap *= 2;
+  if (!(p = bs__realloc(a, b->p, cap))) {
+    b->oom = 1;
+    return NULL;
+  }
+  b->p = p;
+  b->cap = cap;
+  b->n += n;
+  return b->p + b->n - n;
+}
+
+/* ---- Ops ------------------------------------------------------------------------------------------ */
+
+bs_op bs__pg_op_row(const PGresult *r, int row, int col, int data) {
+  bs_op op;
+  op.op_id = (uint64_t)bs__pg_i64(r, row, col);
+  op.type = (bs_op_type)bs__pg_i16(r, row, col + 1);
+  op.checksum = (uint32_t)bs__pg_i32(r, row, col + 2); /* stored signed: the same 32 bits */
+  op.target_op = (uint64_t)bs__pg_i64(r, row, col + 3);
+  op.object_type = bs__pg_bytes(r, row, col + 4);
+  op.object_id = bs__pg_bytes(r, row, col + 5);
+  op.subkey = bs__pg_bytes(r, row, col + 6);
+  op.data = data ? bs__pg_bytes(r, row, col + BS_PG_OP_NCOLS) : (bs_val){NULL, 0};
+  return op;
+}
+
+/* A field a call needs reads {NULL, 0} as "" (storage.h CONVENTIONS). */
+static bs_val present(bs_val v) {
+  return v.data ? v : bs__val_str("");
+}
+
+void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint64_t op_id,
+                    const bs_op *op) {
+  bs__pg_copy_tuple(b, a, 2 + BS_PG_OP_NCOLS);
+  bs__pg_copy_int(b, a, bucket, 8);
+  bs__pg_copy_int(b, a, op_id, 8);
+  bs__pg_copy_int(b, a, (uint64_t)op->type, 2);
+  bs__pg_copy_int(b, a, op->checksum, 4); /* integer: the same 32 bits, signed */
+  bs__pg_copy_int(b, a, op->target_op, 8);
+  bs__pg_copy_bytes(b, a, present(op->object_type));
+  bs__pg_copy_bytes(b, a, present(op->object_id));
+  bs__pg_copy_bytes(b, a, present(op->subkey));
+  bs__pg_copy_bytes(b, a, op->type == BS_OP_PUT ? present(op->data) : (bs_val){NULL, 0});
+}
+
+/* ---- Varints ------------------------------------------------------------------------------------- */
+
+static size_t vsize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 128) v >>= 7, n++;
+  return n;
+}
+
+static unsigned char *vput(unsigned char *p, uint64_t v) {
+  for (; v >= 128; v >>= 7) *p++ = (unsigned char)(v | 128);
+  *p++ = (unsigned char)v;
+  return p;
+}
+
+/* Reads a varint of at most 64 bits at *p (< end): 0 when it is truncated or overlong. */
+static int vget(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  uint64_t x = 0;
+  for (int s = 0; s < 64 && *p < end; s += 7) {
+    unsigned b = *(*p)++;
+    if (s == 63 && b > 1) return 0;
+    x |= (uint64_t)(b & 127) << s;
+    if (!(b & 128)) {
+      *v = x;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A varint length and the string after it (borrowed), within end. */
+static int vget_str(const unsigned char **p, const unsigned char *end, bs_val *out) {
+  uint64_t n;
+  if (!vget(p, end, &n) || n > (uint64_t)(end - *p)) return 0;
+  out->data = *p;
+  out->size = (size_t)n;
+  *p += n;
+  return 1;
+}
+
+static unsigned char *vput_str(unsigned char *p, bs_val v) {
+  p = vput(p, v.size);
+  if (v.size) memcpy(p, v.data, v.size);
+  return p + v.size;
+}
+
+/* ---- Source records ----------------------------------------------------------------------------
+ * The members value (memberships and lookups; mark and data are columns), in unsigned LEB128
+ * varints (schema 5; pg.c's migration 5 converts the u32be/u64be fields of before):
+ * nm, nm x (bucket, op, len, object_type, object_id), nl, nl x (len, key), where an object_id
+ * is 0 when it is the record's replica id, else its length + 1 and its bytes (schema 7;
+ * migration 7 converts the length and bytes of before). */
+
+size_t bs__pg_srec_size(const bs__srec *r, bs_val rid) {
+  size_t n = vsize(r->nm) + vsize(r->nl);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    const bs__member *m = &r->m[i];
+    n += vsize(m->bucket) + vsize(m->op) + vsize(m->object_type.size) + m->object_type.size;
+    n += bs__val_eq(m->object_id, rid) ? 1 : vsize(m->object_id.size + 1) + m->object_id.size;
+  }
+  for (uint32_t i = 0; i < r->nl; i++) n += vsize(r->lk[i].size) + r->lk[i].size;
+  return n;
+}
+
+void bs__pg_srec_encode(unsigned char *p, const bs__srec *r, bs_val rid) {
+  p = vput(p, r->nm);
+  for (uint32_t i = 0; i < r->nm; i++) {
+    bs_val oi = r->m[i].object_id;
+    p = vput_str(vput(vput(p, r->m[i].bucket), r->m[i].op), r->m[i].object_type);
+    if (bs__val_eq(oi, rid)) {
+      *p++ = 0;
+      continue;
+    }
+    p = vput(p, oi.size + 1);
+    if (oi.size) memcpy(p, oi.data, oi.size);
+    p += oi.size;
+  }
+  p = vput(p, r->nl);
+  for (uint32_t i = 0; i < r->nl; i++) p = vput_str(p, r->lk[i]);
+}
+
+/* An object_id: the replica id (0), or a length + 1 and the string (borrowed), within end. */
+static int vget_oid(const unsigned char **p, const unsigned char *end, bs_val rid, bs_val *out) {
+  uint64_t n;
+  if (!vget(p, end, &n)) return 0;
+  if (n == 0) {
+    *out = rid;
+    return 1;
+  }
+  if (n - 1 > (uint64_t)(end - *p)) return 0;
+  out->data = *p;
+  out->size = (size_t)(n - 1);
+  *p += n - 1;
+  return 1;
+}
+
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r) {
+  const unsigned char *p = v.data, *end;
+  uint64_t nm, nl;
+  int rc = BS_ECORRUPT;
+  r->m = NULL;
+  r->lk = NULL;
+  r->nm = r->nl = 0;
+  if (!p) return BS_ECORRUPT;
+  end = p + v.size;
+  /* a membership takes at least 4 bytes, a key 1: counts that cannot fit are refused before
+   * they size an allocation */
+  if (!vget(&p, end, &nm) || nm > v.size / 4) return BS_ECORRUPT;
+  if (!(r->m = bs__calloc(a, (size_t)nm + 1, sizeof *r->m))) return BS_ENOMEM;
+  for (uint64_t i = 0; i < nm; i++)
+    if (!vget(&p, end, &r->m[i].bucket) || !vget(&p, end, &r->m[i].op) ||
+        !vget_str(&p, end, &r->m[i].object_type) || !vget_oid(&p, end, rid, &r->m[i].object_id))
+      goto fail;
+  if (!vget(&p, end, &nl) || nl > v.size) goto fail;
+  if (!(r->lk = bs__calloc(a, (size_t)nl + 1, sizeof *r->lk))) {
+    rc = BS_ENOMEM;
+    goto fail;
+  }
+  for (uint64_t i = 0; i < nl; i++)
+    if (!vget_str(&p, end, &r->lk[i])) goto fail;
+  if (p == end) {
+    r->nm = (uint32_t)nm;
+    r->nl = (uint32_t)nl;
+    return BS_OK;
+  }
+fail:
+  bs__free(a, r->m);
+  bs__free(a, r->lk);
+  r->m = NULL;
+  r->lk = NULL;
+  return rc;
+}
+
+int bs__pg_source_row(bs__srec *out, const bs_allocator *a, const PGresult *r, int row, int col,
+                      int data) {
+  bs_val rid = bs__pg_bytes(r, row, col);
+  memset(out, 0, sizeof *out);
+  out->exists = 1;
+  out->soft = !PQgetisnull(r, row, col + 1); /* a mark: soft-deleted */
+  out->mark = out->soft ? (uint64_t)bs__pg_i64(r, row, col + 1) : 0;
+  out->has_data = bs__pg_bool(r, row, col + 3);
+  if (data) out->data = bs__pg_bytes(r, row, col + BS_PG_SOURCE_NCOLS);
+  return bs__pg_srec_decode(a, bs__pg_bytes(r, row, col + 2), rid, out);
+}
+
+void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t stream, uint32_t table,
+                        bs_val rid, const bs__srec *r) {
+  size_t sz = bs__pg_srec_size(r, rid);
+  unsigned char *p;
+  bs__pg_copy_tuple(b, a, 6);
+  bs__pg_copy_int(b, a, stream, 4);
+  bs__pg_copy_int(b, a, table, 4);
+  bs__pg_copy_bytes(b, a, rid);
+  if (r->soft)
+    bs__pg_copy_int(b, a, r->mark, 8);
+  else
+    bs__pg_copy_bytes(b, a, (bs_val){NULL, 0}); /* NULL: not soft-deleted */
+  if ((p = bs__pg_buf_room(b, a, 4 + sz))) {
+    bs__put_u32be(p, (uint32_t)sz);
+    bs__pg_srec_encode(p + 4, r, rid);
+  }
+  bs__pg_copy_bytes(b, a, r->has_data ? present(r->data) : (bs_val){NULL, 0});
+}
+
+/* ---- The superseded log ---------------------------------------------------------------------------
+ * A bs_superseded row's pairs (schema 6): its entries ascending by old op, each two varints: the
+ * old op minus the previous entry's (0 before the first; so at least 1) and the new op minus the
+ * row's first_new. */
+
+unsigned char *bs__pg_sups_put(unsigned char *p, uint64_t *prev_old, uint64_t first_new,
+                               uint64_t old_op, uint64_t new_op) {
+  p = vput(vput(p, old_op - *prev_old), new_op - first_new);
+  *prev_old = old_op;
+  return p;
+}
+
+void bs__pg_sups_open(bs__pg_sups *it, bs_val v, uint64_t first_new) {
+  it->p = v.data;
+  it->end = it->p ? it->p + v.size : NULL;
+  it->old_op = 0;
+  it->first_new = first_new;
+}
+
+int bs__pg_sups_next(bs__pg_sups *it, uint64_t *old_op, uint64_t *new_op) {
+  uint64_t d, n;
+  if (it->p == it->end) return 0;
+  if (!vget(&it->p, it->end, &d) || !vget(&it->p, it->end, &n) || !d ||
+      d > UINT64_MAX - it->old_op || n > UINT64_MAX - it->first_new)
+    return BS_ECORRUPT;
+  *old_op = it->old_op += d;
+  *new_op = it->first_new + n;
+  return 1;
+}
