@@ -283,13 +283,16 @@ static inline void bs__db_base_set(bs_db *db, const bs_db_vtable *vt, const bs_o
   db->front = NULL;
 }
 
-/* Backend constructors. */
+/* Backend constructors, and the database tables of those with a file or a URL, whose load slot
+ * bs_load calls without a handle. */
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
+extern const bs_db_vtable bs__lmdb_db_vt;
 int bs__mem_open(bs_db **out, const bs_open_options *opts, bs_error *err);
 #ifdef BS_HAVE_PG
 /* pg.c, built with BS_HAVE_PG (make PG=1; the amalgamation compiled with it): url is a libpq
  * connection string or URI. */
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err);
+extern const bs_db_vtable bs__pg_db_vt;
 #endif
 
 /* bs_batch_options defaults (storage.h; the limit's is BS_BATCH_LIMIT_DEFAULT there), applied
@@ -321,7 +324,7 @@ static inline int bs__op_carries_row(bs_op_type type) {
 #define BS_OLDER_bs_batch_options   /* none yet */
 #define BS_OLDER_bs_compact_options /* none yet */
 #define BS_OLDER_bs_backup_options  /* none yet */
-#define BS_OLDER_bs_db_vtable       sizeof(bs_db_vtable),
+#define BS_OLDER_bs_db_vtable       offsetof(bs_db_vtable, load), offsetof(bs_db_vtable, load),
 #define BS_OLDER_bs_storage_vtable                                                                 \
   offsetof(bs_storage_vtable, wait_checkpoint), offsetof(bs_storage_vtable, writer_lock),          \
       sizeof(bs_storage_vtable),
@@ -346,9 +349,6 @@ int bs__versioned_copy(void *out, const void *in, const size_t *sizes, unsigned 
 static inline size_t bs__table_size(const size_t *sizes, unsigned current, unsigned v) {
   return v == 0 ? 0 : sizes[(v < current ? v : current) - 1];
 }
-/* opts (NULL = defaults) checked and copied into out (bs_backup and bs_load). */
-int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
-                               bs_error *err);
 /* Does checkpoint a differ from b (op id, or the LSN's presence or bytes)? What ends a
  * bs_wait_checkpoint, in the front or in a backend's wait_checkpoint. */
 static inline int bs__checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {

@@ -107,7 +107,7 @@ static void lmdb_storage_destroy(bs_storage *base) {
 
 /* ---- The database handle --------------------------------------------------------------------- */
 
-static const bs_db_vtable lmdb_db_vt = {
+const bs_db_vtable bs__lmdb_db_vt = {
     .version = BS_DB_VTABLE_VERSION,
     .destroy = bs__lmdb_db_close,
     .stream_create = lmdb_stream_create,
@@ -117,12 +117,13 @@ static const bs_db_vtable lmdb_db_vt = {
     .verify = bs__lmdb_verify,
     .backup = bs__lmdb_backup,
     .export_records = bs__lmdb_export,
+    .load = bs__lmdb_load,
 };
 
 int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   int rc = bs__lmdb_db_open(out, path, opts, err);
   if (rc != BS_OK) return rc;
-  (*out)->vt = &lmdb_db_vt;
+  (*out)->vt = &bs__lmdb_db_vt;
   if ((rc = bs__lmdb_format_open((bs__lmdb_db *)*out, path, err)) != BS_OK) {
     bs__lmdb_db_close(*out);
     *out = NULL;

@@ -394,25 +394,16 @@ int bs__lmdb_backup(bs_db *base, const char *path, const bs_backup_options *o, b
 
 /* ---- bs_load --------------------------------------------------------------------------------- */
 
-int bs_load(const char *path, const bs_backup_options *opts,
-            int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err) {
-  bs_backup_options o;
-  const bs_allocator *a;
+int bs__lmdb_load(const char *path, const bs_backup_options *o,
+                  int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err) {
   bs_record r;
   target t;
   int rc;
-  if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
-  if (!next) return bs__fail(err, BS_EINVAL, "next: NULL");
-  if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
-  if (o.flags & BS_BACKUP_REPLACE)
-    return bs__fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
-  if ((rc = bs__allocator_resolve(o.allocator, &a, err))) return rc;
-  if ((rc = target_open(&t, path, 0, 0, a, &o, err)) == BS_OK) {
+  if ((rc = target_open(&t, path, 0, 0, o->allocator, o, err)) == BS_OK) {
     int value;
     while ((value = next(&r, payload)) == 1)
       if ((rc = target_put(&t, &r, err)) != BS_OK) break;
-    if (rc == BS_OK && value != 0) /* 1: a record, 0: the end */
-      rc = bs__callback_fail(err, BS_EUSER, "bs_load's next", value);
+    if (rc == BS_OK && value != 0) rc = value; /* 1: a record, 0: the end, else the host's stop */
     if (rc == 0 && !t.saw_format)
       rc = bs__fail(err, BS_ECORRUPT, "the records have no format record (meta \"format\")");
     if (rc == 0) rc = target_finish(&t, path, 0, err);

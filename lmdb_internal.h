@@ -643,6 +643,8 @@ int bs__lmdb_verify(uint64_t *problems, bs_db *db, void (*fn)(const char *, void
 int bs__lmdb_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 int bs__lmdb_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
                     bs_error *err);
+int bs__lmdb_load(const char *path, const bs_backup_options *opts, int (*next)(bs_record *, void *),
+                  void *payload, bs_error *err);
 
 /* lmdb_wcp.c: write checkpoints. The two hooks run inside the writer's transaction. */
 /* Marks pending managed records whose heads are <= lsn as processed; fn (may be NULL) is called

@@ -1020,7 +1020,7 @@ static int pg_stat(bs_stat *out, bs_db *base, bs_error *err) {
   return BS_OK;
 }
 
-static const bs_db_vtable pg_db_vt = {
+const bs_db_vtable bs__pg_db_vt = {
     .version = BS_DB_VTABLE_VERSION,
     .destroy = pg_close,
     .stat = pg_stat,
@@ -1030,6 +1030,7 @@ static const bs_db_vtable pg_db_vt = {
     .verify = bs__pg_verify,
     .backup = bs__pg_backup,
     .export_records = bs__pg_export,
+    .load = bs__pg_load,
 };
 
 int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
@@ -1039,7 +1040,7 @@ int bs__pg_open(bs_db **out, const char *url, const bs_open_options *opts, bs_er
   bs_db base;
   PGconn *c;
   int rc;
-  bs__db_base_set(&base, &pg_db_vt, opts);
+  bs__db_base_set(&base, &bs__pg_db_vt, opts);
   if (!(db = bs__calloc(&base.alloc, 1, sizeof *db)))
     return bs__fail(err, BS_ENOMEM, "database: out of memory");
   db->base = base;

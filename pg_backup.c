@@ -1,6 +1,6 @@
 /*
- * pg_backup.c: what bs_backup and bs_db_export answer on the PostgreSQL backend (the LMDB
- * backend's lmdb_backup.c copies its file and exports its records; bs_load builds an LMDB file).
+ * pg_backup.c: what bs_backup, bs_db_export and bs_load answer on the PostgreSQL backend (the
+ * LMDB backend's lmdb_backup.c copies its file, exports its records and loads them).
  */
 #include "pg_internal.h"
 
@@ -26,4 +26,15 @@ int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void 
   return bs__fail(err, BS_EUNSUPPORTED,
                   "export: records are the LMDB file format's (docs/format.md), which the "
                   "PostgreSQL backend does not store; copy it with pg_dump");
+}
+
+int bs__pg_load(const char *url, const bs_backup_options *opts, int (*next)(bs_record *, void *),
+                void *payload, bs_error *err) {
+  BS_UNUSED(url);
+  BS_UNUSED(opts);
+  BS_UNUSED(next);
+  BS_UNUSED(payload);
+  return bs__fail(err, BS_EUNSUPPORTED,
+                  "load: records are the LMDB file format's (docs/format.md), which the "
+                  "PostgreSQL backend does not store; restore its database with pg_restore");
 }

@@ -568,10 +568,12 @@ int bs__pg_list_buckets(bs_storage *st, bs_val start_after,
 /* pg_verify.c: verify (a db slot) */
 int bs__pg_verify(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,
                   bs_error *err);
-/* pg_backup.c: what backup and export answer (db slots) */
+/* pg_backup.c: what backup, export and load answer (db slots) */
 int bs__pg_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
 int bs__pg_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *), void *payload,
                   bs_error *err);
+int bs__pg_load(const char *url, const bs_backup_options *opts, int (*next)(bs_record *, void *),
+                void *payload, bs_error *err);
 /* pg_compact.c: compaction (contract.md 6) */
 int bs__pg_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                    bs_error *err);

@@ -1,9 +1,8 @@
 /*
  * rules.c: the small rules of the storage contract that the front and every backend apply, each
- * written once: which id a managed write checkpoint takes (contract.md 7), and the options checks that a backend's own public entry
- * point (bs_load) shares with the front, the checks of a read (torn, below the parameter
- * horizon, over the parameter limit: contract.md 5.4, 5.5), and where bucket data is cut into
- * chunks (contract.md 5.2). The larger rule modules are checksum.c, compact.c and lookup.c. Nothing here calls the
+ * written once: which id a managed write checkpoint takes (contract.md 7), the checks of a read
+ * (torn, below the parameter horizon, over the parameter limit: contract.md 5.4, 5.5), and where
+ * bucket data is cut into chunks (contract.md 5.2). The larger rule modules are checksum.c, compact.c and lookup.c. Nothing here calls the
  * front or a backend.
  */
 #include "internal.h"
@@ -59,19 +58,6 @@ int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored
   }
   *id = next;
   *action = act;
-  return BS_OK;
-}
-
-int bs__backup_options_resolve(bs_backup_options *out, const bs_backup_options *opts,
-                               bs_error *err) {
-  static const bs_backup_options defaults = BS_BACKUP_OPTIONS_INIT;
-  int rc;
-  *out = defaults;
-  if (opts && (rc = BS_VERSIONED_COPY(out, opts, bs_backup_options, "opts->version", err)))
-    return rc;
-  if (out->flags & ~BS_BACKUP_REPLACE)
-    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
-                    out->flags & ~BS_BACKUP_REPLACE);
   return BS_OK;
 }
 

@@ -248,6 +248,7 @@ typedef struct callback {
     int (*changes)(const bs_checkpoint_changes *, void *);
     int (*val)(const bs_val *, void *);
     int (*record)(const bs_record *, void *);
+    int (*next)(bs_record *, void *);
   } fn;
   void *payload;
   int value; /* the first non-zero return; 0 while the host goes on */
@@ -274,6 +275,13 @@ CALLBACK_TRAMPOLINE(cb_bucket, bucket, const bs_bucket_info *)
 CALLBACK_TRAMPOLINE(cb_chunk, chunk, const bs_chunk *)
 CALLBACK_TRAMPOLINE(cb_val, val, const bs_val *)
 CALLBACK_TRAMPOLINE(cb_record, record, const bs_record *)
+
+/* bs_load's next: 1 (a record) and 0 (the end) go to the slot as they are. */
+static int cb_next(bs_record *rec, void *p) {
+  callback *c = p;
+  int value = c->fn.next(rec, c->payload);
+  return value == 1 || value == 0 ? value : callback_note(c, value);
+}
 
 /* ---- Front: shared checks -------------------------------------------------------------------- */
 
@@ -370,12 +378,16 @@ static int check_open(bs_db **out, const char *what, const char *name, const bs_
   return resolve_open_options(opts, o, err);
 }
 
+/* The one rule of which built-in backend a name opens: PostgreSQL for a URL, else LMDB. */
+static int names_postgres(const char *name) {
+  return !strncmp(name, "postgresql://", 13) || !strncmp(name, "postgres://", 11);
+}
+
 int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   bs_open_options o;
   int rc;
   if ((rc = check_open(out, "path", path, opts, &o, err)) != BS_OK) return rc;
-  if (!strncmp(path, "postgresql://", 13) || !strncmp(path, "postgres://", 11))
-    return bs_open_postgres(out, path, &o, err);
+  if (names_postgres(path)) return bs_open_postgres(out, path, &o, err);
   if ((rc = bs__lmdb_open(out, path, &o, err)) != BS_OK) return rc;
   return bs_open_backend(out, *out, &o, err);
 }
@@ -1160,12 +1172,25 @@ int bs_db_verify(uint64_t *problems_out, bs_db *db, void (*fn)(const char *probl
   return rc;
 }
 
+/* opts (NULL = defaults) checked and copied into o (bs_backup and bs_load). */
+static int resolve_backup_options(bs_backup_options *o, const bs_backup_options *opts,
+                                  bs_error *err) {
+  static const bs_backup_options defaults = BS_BACKUP_OPTIONS_INIT;
+  int rc;
+  *o = defaults;
+  if (opts && (rc = BS_VERSIONED_COPY(o, opts, bs_backup_options, "opts->version", err))) return rc;
+  if (o->flags & ~BS_BACKUP_REPLACE)
+    return bs__fail(err, BS_EINVAL, "opts->flags: unknown bits 0x%x",
+                    o->flags & ~BS_BACKUP_REPLACE);
+  return BS_OK;
+}
+
 int bs_backup(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err) {
   bs_backup_options o;
   int rc;
   if ((rc = check_db(db, NULL, err))) return rc;
   if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
-  if ((rc = bs__backup_options_resolve(&o, opts, err))) return rc;
+  if ((rc = resolve_backup_options(&o, opts, err))) return rc;
   if ((rc = DB_CHECK(db, backup, err))) return rc;
   return db->vt->backup(db, path, &o, err);
 }
@@ -1178,5 +1203,36 @@ int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, voi
   if (!fn) return bs__fail(err, BS_EINVAL, "fn: NULL");
   if ((rc = DB_CHECK(db, export_records, err))) return rc;
   rc = db->vt->export_records(db, stream, cb_record, &c, err);
+  return callback_result(&c, rc, err);
+}
+
+/* The table whose load slot makes the database path names (bs_open's choice of backend). */
+static int load_table(const bs_db_vtable **out, const char *path, bs_error *err) {
+  *out = &bs__lmdb_db_vt;
+  if (!names_postgres(path)) return BS_OK;
+#ifdef BS_HAVE_PG
+  BS_UNUSED(err);
+  *out = &bs__pg_db_vt;
+  return BS_OK;
+#else
+  return bs__fail(err, BS_EUNSUPPORTED, "path: this build has no PostgreSQL backend (make PG=1)");
+#endif
+}
+
+int bs_load(const char *path, const bs_backup_options *opts,
+            int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err) {
+  callback c = {"bs_load's next", {.next = next}, payload, 0};
+  const bs_db_vtable *vt;
+  bs_backup_options o;
+  int rc;
+  if (!path || !*path) return bs__fail(err, BS_EINVAL, "path: NULL or empty");
+  if (!next) return bs__fail(err, BS_EINVAL, "next: NULL");
+  if ((rc = resolve_backup_options(&o, opts, err))) return rc;
+  if (o.flags & BS_BACKUP_REPLACE)
+    return bs__fail(err, BS_EINVAL, "opts->flags: BS_BACKUP_REPLACE: load never replaces a file");
+  if ((rc = bs__allocator_resolve(o.allocator, &o.allocator, err))) return rc;
+  if ((rc = load_table(&vt, path, err))) return rc;
+  if ((rc = SLOT_CHECK(vt, bs_db_vtable, load, err))) return rc;
+  rc = vt->load(path, &o, cb_next, &c, err);
   return callback_result(&c, rc, err);
 }

@@ -1013,7 +1013,8 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
                         void *payload, bs_error *err);
 
 /* Creates a new database file at path (LMDB) from records (those of bs_db_export, e.g. read
- * back from `bucketstore dump`): next fills *rec (borrowed until the next call) and returns 1,
+ * back from `bucketstore dump`); path names a backend as bs_open reads it, and only LMDB's is
+ * made from records. next fills *rec (borrowed until the next call) and returns 1,
  * returns 0 after the last one; any other value stops the call (BS_EUSER). The result is
  * written, verified and renamed into place as bs_backup's copy; the same records give the same
  * database, byte for byte in every record. Records exported by a build of an older format give
@@ -1022,8 +1023,8 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * (BS_BACKUP_REPLACE is refused: load never replaces a file). Errors: BS_EINVAL (path, opts),
  * BS_EUSER (next stopped it), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
  * no format record or one of a newer or unknown version, or the result did not verify),
- * BS_ECANCELED,
- * BS_EIO, BS_ENOMEM. Any thread. */
+ * BS_EUNSUPPORTED (a postgresql:// or postgres:// URL: a PostgreSQL database is restored with
+ * pg_restore; next is never called), BS_ECANCELED, BS_EIO, BS_ENOMEM. Any thread. */
 BS_API int bs_load(const char *path, const bs_backup_options *opts,
                    int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err);
 

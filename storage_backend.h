@@ -50,7 +50,7 @@
 extern "C" {
 #endif
 
-#define BS_DB_VTABLE_VERSION      2
+#define BS_DB_VTABLE_VERSION      3
 #define BS_STORAGE_VTABLE_VERSION 4
 #define BS_WRITER_VTABLE_VERSION  2
 
@@ -74,6 +74,15 @@ typedef struct bs_db_vtable {
   int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
   int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
                         void *payload, bs_error *err);
+
+  /* Version 3. A new database at path from records (bs_load), the one slot called without a
+   * handle, since it makes the database: bs_load calls it in the table of the built-in backend
+   * its path names (as bs_open picks one: PostgreSQL for a postgresql:// or postgres:// URL,
+   * else LMDB), so a host's backend leaves it NULL. opts resolved (allocator set, never
+   * BS_BACKUP_REPLACE). next fills *rec (borrowed until its next call) and returns 1, returns 0
+   * after the last record, or else a status (BS_EUSER) that the slot returns. */
+  int (*load)(const char *path, const bs_backup_options *opts,
+              int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err);
 } bs_db_vtable;
 
 /* The base every database begins with. The backend's constructor sets vt, alloc and flags

@@ -535,8 +535,18 @@ static void test_load_refusals(void **state) {
   CT_RC(BS_EINVAL, bs_load(out, &o, replay, &bad, &ct_err));
   CT_RC(BS_EINVAL, bs_load("", NULL, replay, &bad, &ct_err));
   CT_RC(BS_EINVAL, bs_load(out, NULL, NULL, &bad, &ct_err));
-  /* the allocator rule is bs_open's: all three functions or none (none: libc's) */
+  CT_RC(BS_EINVAL, bs_load("postgres://h/db", &o, fail_next, NULL, &ct_err)); /* checks first */
+  /* a URL names the PostgreSQL backend (as bs_open reads it), which no records make: refused
+   * before next is asked for one (fail_next would stop it with BS_EUSER), nothing created */
   o.flags = 0;
+  CT_RC(BS_EUNSUPPORTED, bs_load("postgresql://127.0.0.1:1/db", &o, fail_next, NULL, &ct_err));
+#ifdef BS_HAVE_PG
+  assert_non_null(strstr(ct_err.msg, "restore its database with pg_restore"));
+#else
+  assert_non_null(strstr(ct_err.msg, "no PostgreSQL backend"));
+#endif
+  CT_RC(BS_EUNSUPPORTED, bs_load("postgres://h/db", NULL, fail_next, NULL, &ct_err));
+  /* the allocator rule is bs_open's: all three functions or none (none: libc's) */
   o.allocator = &partial;
   bad = all;
   CT_RC(BS_EINVAL, bs_load(out, &o, replay, &bad, &ct_err));

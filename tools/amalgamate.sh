@@ -110,7 +110,7 @@ renames() { # file: the clashing names it defines and may rename
   for h in $headers; do
     echo "/* ==== $(basename "$h") ==== */"
     pg_guard "$h" begin
-    # Prototypes (and the one extern object) of the private headers get internal linkage.
+    # Prototypes (and the extern objects) of the private headers get internal linkage.
     echo "$names" | awk -v file="$h" '
       FILENAME != file { want[$0] = 1; next }
       /^#include "internal.h"/ { print "/* internal.h: above */"; next }
@@ -139,7 +139,7 @@ renames() { # file: the clashing names it defines and may rename
       /^#include "(lmdb_|mem_|pg_)?internal.h"/ { print "/* " substr($2, 2, length($2) - 2) ": above */"; next }
       /^#include "storage.h"/ { print "/* storage.h: above */"; next }
       /^(static|typedef|#|extern|[ \t}{\/*])/ { print; next }
-      /^const bs_allocator bs__default_allocator/ { print "static " $0; next }
+      /^const [A-Za-z_]+ bs__[A-Za-z0-9_]+ = / { print "static " $0; next }
       /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) &&
         (substr($0, RSTART, RLENGTH - 1) in want) { print "static " $0; next }
       { print }' - "$f"
