@@ -54,9 +54,9 @@ typedef struct cli_db {
  * consumed one (advancing *i), 0 when argv[*i] is not one of them, -1 on a usage error. */
 int cli_db_option(cli_db *c, int argc, char **argv, int *i);
 int cli_db_open(cli_db *c, bs_error *err);
-/* Whether c names a PostgreSQL database, not a file: given with --postgres (a URL or a
- * key=value conninfo, as libpq takes them), or a path that is a postgresql:// or postgres://
- * URL (bs_open hands those to bs_open_postgres). */
+/* Whether c names a PostgreSQL database, not a file: given with --postgres, or a path that is
+ * a postgresql:// or postgres:// URL or a key=value conninfo ("host=h dbname=d"), as libpq
+ * takes them (a file of such a name is given as ./name). */
 int cli_is_postgres(const cli_db *c);
 /* The database as every message names it: the path, a PostgreSQL URL without its password
  * (bs_redact_conninfo), or "the memory backend". */

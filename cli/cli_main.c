@@ -175,7 +175,9 @@ static void usage(FILE *f) {
   size_t i;
   fprintf(f, "usage: bucketstore COMMAND [OPTIONS]\n\ncommands:\n");
   for (i = 0; i < N_COMMANDS; i++) fprintf(f, "  %s\n", commands[i].usage);
-  fprintf(f, "\nDB is a database file, given as the first operand or as --db DB.\n"
+  fprintf(f, "\nDB is a database file, given as the first operand or as --db DB; a\n"
+             "postgresql:// or postgres:// URL or a libpq key=value string (\"host=h dbname=d\")\n"
+             "names a PostgreSQL database instead (a file of such a name: ./name).\n"
              "'bucketstore help COMMAND' describes one.\n");
 }
 

@@ -708,6 +708,12 @@ int cli_load(int argc, char **argv) {
   memset(&r, 0, sizeof r);
   c.max_operands = 1;
   if ((rc = cli_parse_args(&c, argc, argv, load_opt, &o))) goto done;
+  if (cli_is_postgres(&c)) { /* bs_load makes a file: never one named after a connection */
+    fprintf(stderr, "bucketstore load: %s is a PostgreSQL database: load makes a new LMDB file\n",
+            cli_db_name(&c));
+    rc = 2;
+    goto done;
+  }
   r.name = c.n_operands && strcmp(c.operands[0], "-") != 0 ? c.operands[0] : "stdin";
   r.in = strcmp(r.name, "stdin") == 0 ? stdin : fopen(r.name, "r");
   r.stream = (uint32_t)o.c.stream;

@@ -53,6 +53,19 @@ for c in stat verify dump; do
   grep -q 'BS_ECORRUPT' "$tmp/err" || fail "$c: no BS_ECORRUPT"
 done
 
+# a libpq key=value string or a URL as the operand names a PostgreSQL database, not a file: the
+# error names the connection (port 1: refused, or a build without PostgreSQL says so), and load
+# makes no file named after it
+for conn in "host=127.0.0.1 port=1 dbname=nosuch" "dbname = nosuch host=127.0.0.1 port=1" \
+    "postgresql://127.0.0.1:1/nosuch" "postgres://127.0.0.1:1/nosuch"; do
+  expect_rc 1 "$bs" stat "$conn"
+  grep -qF "bucketstore stat: cannot open $conn: BS_E" "$tmp/err" ||
+    { cat "$tmp/err" >&2; fail "stat '$conn': the error does not name the connection"; }
+  (cd "$tmp" && expect_rc 2 "$bs" load "$conn" /dev/null)
+  grep -qF "bucketstore load: $conn is a PostgreSQL database" "$tmp/err" || fail "load '$conn'"
+done
+[ -z "$(find "$tmp" -name '*dbname*' -o -name 'postgres*')" ] || fail "a file named after a connection"
+
 # stat: 5 ops per live row in each of the 4 buckets
 expect_rc 0 "$bs" stat --db "$db"
 grep -q "ops 2000 (put 2000, remove 0, move 0, clear 0), live rows 400" "$tmp/out" ||
