@@ -131,6 +131,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@$(STEP) fuzz-replay $(MAKE) --no-print-directory fuzz-replay
 	@$(STEP) crashtest-quick $(MAKE) --no-print-directory crashtest-quick
 	@$(STEP) powercut-quick $(MAKE) --no-print-directory powercut-quick
+	@$(STEP) migratekill $(MAKE) --no-print-directory migratekill
 	@$(STEP) py-test sh -c 'if [ -n "$(SAN)" ]; then \
 	  $(call skip,py-test under sanitizers: the package compiles a plain library of its own); \
 	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
@@ -382,6 +383,13 @@ crashtest: deps $(CRASH_BINS)
 
 crashtest-quick: deps $(CRASH_BINS)
 	@BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
+
+# migratekill (in `make test`): SIGKILL inside the migration of tests/data/format1.mdb (a copy),
+# at each transaction and each record (tests/crash/migrate_kill.c); each next open finishes it.
+.PHONY: migratekill
+migratekill: deps $(BUILD)/tests/crash/migrate_kill
+	@dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bs_migratekill_XXXXXX") && \
+	  $(BUILD)/tests/crash/migrate_kill tests/data/format1.mdb "$$dir"; rc=$$?; rm -rf "$$dir"; exit $$rc
 
 # powercut: POWERCUT_CUTS power cuts under the crash writer (tests/crash/powercut.sh: an
 # LD_PRELOAD shim leaves the file with what was synced plus a random subset of the unsynced

@@ -49,8 +49,16 @@ typedef struct migration {
   const char *path;
   unsigned char *buf; /* converted values, then the last key */
   size_t cap;
+  uint64_t records; /* puts so far (the seam's record count) */
   int done;
 } migration;
+
+static bs__lmdb_migrate_seam seam;
+
+void bs__lmdb_set_migrate_seam(const bs__lmdb_migrate_seam *s) {
+  static const bs__lmdb_migrate_seam none;
+  seam = s ? *s : none;
+}
 
 static unsigned char *grow_buf(void *payload, size_t n) {
   migration *m = payload;
@@ -91,6 +99,8 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
   unsigned char kb[LM_KEY_MAX];
   MDB_val k = key, v, out, sk = bs__lmdb_format_step_key();
   size_t n = 0, bytes = 0;
+  size_t max_n = seam.records ? seam.records : LM_MIGRATE_RECORDS;
+  size_t max_bytes = seam.bytes ? seam.bytes : LM_MIGRATE_BYTES;
   int mrc, rc = BS_OK;
   if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
@@ -101,7 +111,7 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
     if (mrc == 0 && k.mv_size == key.mv_size && memcmp(k.mv_data, key.mv_data, k.mv_size) == 0)
       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
-  for (; mrc == 0 && n < LM_MIGRATE_RECORDS && bytes < LM_MIGRATE_BYTES; n++) {
+  for (; mrc == 0 && n < max_n && bytes < max_bytes; n++) {
     if ((rc = s->convert(&k, &v, &out, grow_buf, m)) != BS_OK) {
       if (rc == BS_ECORRUPT)
         rc = bs__fail(err, BS_ECORRUPT, "%s: migrating to format %u: a %s record does not decode",
@@ -115,6 +125,8 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
     key.mv_size = k.mv_size;
     key.mv_data = kb;
     bytes += k.mv_size + out.mv_size;
+    if (seam.record) seam.record(m->records);
+    m->records++;
     if ((mrc = mdb_cursor_put(cur, &key, &out, MDB_CURRENT)) != 0) break;
     mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
@@ -153,14 +165,8 @@ static int migrate_txn(MDB_txn *txn, void *payload, bs_error *err) {
   return step_batch(m, txn, from, key, err);
 }
 
-static void (*migrate_hook)(unsigned batch);
-
-void bs__lmdb_set_migrate_hook(void (*fn)(unsigned batch)) {
-  migrate_hook = fn;
-}
-
 int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
-  migration m = {db, path, NULL, 0, 0};
+  migration m = {db, path, NULL, 0, 0, 0};
   MDB_txn *txn;
   MDB_val key;
   uint32_t version, from;
@@ -181,7 +187,7 @@ int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
                     path, version, (unsigned)BS_FORMAT_VERSION);
   }
   for (unsigned batch = 0; rc == BS_OK && !m.done; batch++) {
-    if (migrate_hook) migrate_hook(batch);
+    if (seam.batch) seam.batch(batch);
     rc = bs__lmdb_write(db, migrate_txn, &m, err);
   }
   bs__free(&db->base.alloc, m.buf);

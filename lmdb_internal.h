@@ -567,9 +567,17 @@ void bs__lmdb_db_close(bs_db *db);
  * when it is older, unless db is read-only or BS_OPEN_NOMIGRATE (then BS_ECORRUPT saying why);
  * a migration stopped halfway is finished. path: for messages. */
 int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err);
-/* Test seam: fn(batch) runs before each transaction of a migration (0, 1, ...; the last one
- * finds nothing left to do), so a test can stop the process between any two; NULL: none. */
-void bs__lmdb_set_migrate_hook(void (*fn)(unsigned batch));
+/* Test and bench seam of the migrations (NULL: none): a transaction's bounds (0: the defaults,
+ * LM_MIGRATE_* in lmdb_format.c), batch(n) before each transaction (0, 1, ...; the last one
+ * finds nothing left to do) and record(n) before each record's put (0, 1, ... in this open), so
+ * a test can stop the process between any two transactions or inside one. */
+typedef struct bs__lmdb_migrate_seam {
+  unsigned records;
+  size_t bytes;
+  void (*batch)(unsigned n);
+  void (*record)(uint64_t n);
+} bs__lmdb_migrate_seam;
+void bs__lmdb_set_migrate_seam(const bs__lmdb_migrate_seam *seam);
 /* The writer_lock slot (lmdb_env.c "Writer locks"): the lock lives in the environment. */
 int bs__lmdb_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */

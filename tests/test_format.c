@@ -277,10 +277,10 @@ static void test_migrates_in_batches(void **state) {
   uint32_t version;
   int stepping;
   copy_file(f->old, f->work);
-  bs__lmdb_set_migrate_hook(count_batch);
+  bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
   batches_seen = 0;
   CT_OK(open_flags(f->work, 0));
-  bs__lmdb_set_migrate_hook(NULL);
+  bs__lmdb_set_migrate_seam(NULL);
   /* 23,000 source records: three transactions, and a fourth that finds nothing left */
   CT_EQ_U64(batches_seen, 4);
   raw_format(f->work, &version, &stepping);
@@ -290,10 +290,10 @@ static void test_migrates_in_batches(void **state) {
   CT_EQ_U64(got.n, f->want.n);
   CT_EQ_U64(got.h, f->want.h);
   /* and a second open finds nothing to do */
-  bs__lmdb_set_migrate_hook(count_batch);
+  bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
   batches_seen = 0;
   CT_OK(open_flags(f->work, 0));
-  bs__lmdb_set_migrate_hook(NULL);
+  bs__lmdb_set_migrate_seam(NULL);
   CT_EQ_U64(batches_seen, 0);
 }
 
@@ -314,7 +314,7 @@ static void test_stopped_halfway(void **state) {
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-      bs__lmdb_set_migrate_hook(stop_here);
+      bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = stop_here});
       (void)open_flags(f->work, 0);
       _exit(3); /* the migration ended before stop_at */
     }

@@ -1,0 +1,210 @@
+/*
+ * migrate_kill: SIGKILL inside an LMDB format migration, at points chosen by count, never by
+ * time. Usage: migrate_kill FORMAT1_FILE DIR
+ *
+ * FORMAT1_FILE is a file an older build wrote (tests/data/format1.mdb). A copy migrated without
+ * interruption gives the reference: its records (bs_db_export, byte for byte). Then, for each
+ * point of a migration run in transactions of BATCH records (the seam of lmdb_format.c), before
+ * each transaction and before each record's put, a child process opens a fresh copy read-write
+ * and raises SIGKILL at that point. The file it leaves is the old one (nothing committed yet),
+ * or one whose migration stopped halfway (a read-only open says so), or, killed before the last
+ * transaction that finds nothing left, a finished one. Then the next read-write open finishes
+ * the migration, bs_db_verify finds no problem, and the records equal the reference.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lmdb_internal.h"
+
+#define BATCH 8 /* records a transaction: several transactions on the small file */
+
+typedef struct bytes {
+  unsigned char *p;
+  size_t n, cap;
+} bytes;
+
+static void die(const char *what, const char *detail) {
+  fprintf(stderr, "migrate_kill: FAIL: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  exit(1);
+}
+
+static void append(bytes *b, const void *data, size_t n) {
+  if (b->n + n > b->cap) {
+    b->cap = (b->n + n) * 2;
+    if (!(b->p = realloc(b->p, b->cap))) die("out of memory", NULL);
+  }
+  if (n) memcpy(b->p + b->n, data, n);
+  b->n += n;
+}
+
+static void append_val(bytes *b, const void *data, size_t n) {
+  uint64_t len = n;
+  append(b, &len, sizeof len);
+  append(b, data, n);
+}
+
+static int add_record(const bs_record *r, void *payload) {
+  bytes *b = payload;
+  append_val(b, r->table, strlen(r->table));
+  append(b, &r->stream, sizeof r->stream);
+  append_val(b, r->key.data, r->key.size);
+  append_val(b, r->value.data, r->value.size);
+  return 0;
+}
+
+static void copy_file(const char *from, const char *to) {
+  char buf[1 << 16];
+  FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+  size_t n;
+  if (!in || !out) die("cannot copy", from);
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, n, out) != n) die("cannot write", to);
+  if (ferror(in) || fclose(out) != 0) die("cannot copy", from);
+  fclose(in);
+}
+
+static int same_file(const char *a, const char *b) {
+  char x[1 << 12], y[1 << 12];
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  size_t na, nb;
+  int same = fa && fb;
+  while (same) {
+    na = fread(x, 1, sizeof x, fa);
+    nb = fread(y, 1, sizeof y, fb);
+    same = na == nb && memcmp(x, y, na) == 0;
+    if (na == 0) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return same;
+}
+
+/* A fresh copy of the old file at work (and no lock file of an earlier run). */
+static void fresh(const char *old, const char *work) {
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%s-lock", work);
+  (void)unlink(lock);
+  copy_file(old, work);
+}
+
+/* Opens path read-write (the migration finishes), verifies it and returns its records. */
+static bytes finish(const char *path) {
+  bs_error err = {0};
+  bytes b = {NULL, 0, 0};
+  uint64_t problems = 1;
+  bs_db *db;
+  if (bs_open(&db, path, NULL, &err) != BS_OK) die("the read-write open failed", err.msg);
+  if (bs_db_verify(&problems, db, NULL, NULL, &err) != BS_OK) die("verify failed", err.msg);
+  if (problems) die("verify found problems", path);
+  if (bs_db_export(db, 0, add_record, &b, &err) != BS_OK) die("export failed", err.msg);
+  bs_close(db);
+  return b;
+}
+
+/* The point the child dies at: before transaction kill_batch, or before the put of record
+ * kill_record (UINT64_MAX / UINT32_MAX: not that kind). */
+static unsigned kill_batch = UINT32_MAX;
+static uint64_t kill_record = UINT64_MAX;
+static unsigned batches;
+static uint64_t records;
+
+static void on_batch(unsigned n) {
+  batches = n + 1;
+  if (n == kill_batch) raise(SIGKILL);
+}
+static void on_record(uint64_t n) {
+  records = n + 1;
+  if (n == kill_record) raise(SIGKILL);
+}
+
+/* What a read-only open says of the file a kill left: 0 the old file (it refuses an older
+ * format), 1 a migration stopped halfway, 2 a finished one (it opens). */
+static int left(const char *path) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_error err = {0};
+  bs_db *db = NULL;
+  int rc;
+  o.flags = BS_OPEN_RDONLY;
+  rc = bs_open(&db, path, &o, &err);
+  bs_close(db);
+  if (rc == BS_OK) return 2;
+  if (strstr(err.msg, "its migration to format 2 stopped halfway")) return 1;
+  if (strstr(err.msg, "format 1 is older than this build's")) return 0;
+  die("a read-only open after the kill", err.msg);
+  return -1;
+}
+
+/* Kills a child migrating a fresh copy at the point set above; checks what it left (expect:
+ * as left() answers) and that the next open finishes it with the reference's records. */
+static void kill_at(const char *old, const char *work, int expect, const bytes *want,
+                    const char *point) {
+  bs__lmdb_migrate_seam seam = {BATCH, 0, on_batch, on_record};
+  int status;
+  pid_t pid;
+  bytes got;
+  fresh(old, work);
+  fflush(NULL);
+  if ((pid = fork()) < 0) die("fork", NULL);
+  if (pid == 0) {
+    bs_db *db;
+    bs__lmdb_set_migrate_seam(&seam);
+    (void)bs_open(&db, work, NULL, NULL);
+    _exit(3); /* the migration ended before the point */
+  }
+  if (waitpid(pid, &status, 0) != pid) die("waitpid", point);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) die("the child was not killed", point);
+  if (left(work) != expect) die("the file left is not the one expected", point);
+  if (expect == 0 && !same_file(old, work)) die("nothing committed, yet the file changed", point);
+  got = finish(work);
+  if (got.n != want->n || memcmp(got.p, want->p, got.n) != 0)
+    die("the records differ from those of the uninterrupted migration", point);
+  free(got.p);
+}
+
+int main(int argc, char **argv) {
+  bs__lmdb_migrate_seam count = {BATCH, 0, on_batch, on_record};
+  char work[4096], point[64];
+  unsigned n_batches;
+  uint64_t n_records;
+  bytes want, counted;
+  if (argc != 3) {
+    fprintf(stderr, "usage: migrate_kill FORMAT1_FILE DIR\n");
+    return 2;
+  }
+  snprintf(work, sizeof work, "%s/work.mdb", argv[2]);
+  /* the reference: one migration with the default bounds, not interrupted */
+  fresh(argv[1], work);
+  if (left(work) != 0) die("the file given is not of format 1", argv[1]);
+  want = finish(work);
+  /* the same in transactions of BATCH records: the points to kill at */
+  fresh(argv[1], work);
+  bs__lmdb_set_migrate_seam(&count);
+  counted = finish(work);
+  bs__lmdb_set_migrate_seam(NULL);
+  n_batches = batches;
+  n_records = records;
+  if (counted.n != want.n || memcmp(counted.p, want.p, want.n) != 0)
+    die("transactions of BATCH records give other records", NULL);
+  if (n_batches < 3) die("the migration took fewer than two transactions", NULL);
+  free(counted.p);
+  for (kill_batch = 0; kill_batch < n_batches; kill_batch++) {
+    snprintf(point, sizeof point, "before transaction %u", kill_batch);
+    kill_at(argv[1], work, kill_batch == 0 ? 0 : kill_batch + 1 < n_batches ? 1 : 2, &want, point);
+  }
+  kill_batch = UINT32_MAX;
+  for (kill_record = 0; kill_record < n_records; kill_record++) {
+    snprintf(point, sizeof point, "before the put of record %llu", (unsigned long long)kill_record);
+    kill_at(argv[1], work, kill_record < BATCH ? 0 : 1, &want, point);
+  }
+  free(want.p);
+  printf("migrate_kill: %u kills between transactions and %llu inside them (transactions of %d "
+         "records): each migration finished by the next open, verify clean, the records of the "
+         "uninterrupted one\n",
+         n_batches, (unsigned long long)n_records, BATCH);
+  return 0;
+}
