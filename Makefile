@@ -38,7 +38,7 @@ endif
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_UTIL := $(sort $(wildcard tests/util_*.c))
-BENCH_SRCS := $(sort $(wildcard bench/*.c))
+BENCH_SRCS := $(filter-out bench/bench_migrate.c,$(sort $(wildcard bench/*.c)))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # Every object depends on the flags it was built with: $(BUILD)/cflags changes, and the objects
@@ -201,6 +201,12 @@ bench: deps $(BUILD)/bench/bsbench
 
 bench-quick: deps $(BUILD)/bench/bsbench
 	$(BUILD)/bench/bsbench --quick $(BENCH_ARGS)
+
+# bench_migrate: the LMDB format migration at several transaction sizes (bench/README.md).
+$(BUILD)/bench/bench_migrate: bench/bench_migrate.c tests/util_format1.h $(BUILD)/libbucketstore.a \
+		storage.h lmdb_internal.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BSCFLAGS) -I. -o $@ $< $(BUILD)/libbucketstore.a $(LIBDEPS)
 
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-abi bucketstore
