@@ -411,6 +411,9 @@ typedef struct bs__commit_plan {
   int checkpoint;
   int raise_resume;     /* resume_lsn = the commit's LSN: it only rises */
   bs__stream_step step; /* the states afterwards (no change without a checkpoint) */
+  /* What the checkpoint does (set when checkpoint is): */
+  uint64_t
+      purge_to; /* the soft-deleted records of a mark <= purge_to are purged (contract.md 4.3) */
 } bs__commit_plan;
 /* The plan of a commit at lsn of stream (named in messages), create_empty 0 or 1. Refused like
  * any write by the stream's state (bs__stream_transition); *out is set only on BS_OK. */

@@ -90,6 +90,10 @@ int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *
    * always makes one */
   p.checkpoint = !p.blocked && (create_empty || !cpl || in->op_head != in->last_checkpoint_op);
   p.raise_resume = bs__lsn_raises(in->resume_lsn, lsn);
+  /* a soft-deleted record is marked with the op head at its delete: the checkpoint reaches it
+   * when its op id (the op head) is at or above the mark, and no snapshot can resurrect the row
+   * any more */
+  p.purge_to = p.checkpoint ? in->op_head : 0;
   rc = bs__stream_transition(&p.step, stream, in->state,
                              p.checkpoint ? BS__STREAM_CHECKPOINT : BS__STREAM_WRITE, err);
   if (rc == BS_OK) *out = p;

@@ -916,8 +916,8 @@ static int collect_user(bs_val user, void *payload) {
   return slot ? copy_val(&f->ar, slot, user) : BS_ENOMEM;
 }
 
-/* Deletes the soft-deleted records whose mark is at or below checkpoint (contract.md 4.3). */
-static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
+/* Deletes the soft-deleted records whose mark is at or below purge_to (bs__plan_commit). */
+static int purge_softdel(fctx *f, uint64_t purge_to, bs_error *err) {
   MDB_cursor *cur;
   unsigned char pk[BS_STREAM_PREFIX_SIZE];
   MDB_val key, val;
@@ -941,7 +941,7 @@ static int purge_softdel(fctx *f, uint64_t checkpoint, bs_error *err) {
                     f->stream, key.mv_size);
       break;
     }
-    if (mark > checkpoint) break;
+    if (mark > purge_to) break;
     mrc = mdb_get(f->txn, f->db->source, &skey, &sval);
     if (mrc == 0 && bs__lmdb_srec_head(&sval, &head) == BS_OK && head.soft && head.mark == mark)
       mrc = mdb_del(f->txn, f->db->source, &skey, NULL);
@@ -1001,7 +1001,7 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   rc = bs__lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
-  if ((rc = purge_softdel(f, r->checkpoint, err)) != BS_OK) return rc;
+  if ((rc = purge_softdel(f, p.purge_to, err)) != BS_OK) return rc;
   if ((rc = put_change(f, r->checkpoint, r->checkpoint, BS_CHANGE_CHECKPOINT, c->users.p,
                        c->users.n, err)))
     return rc;

@@ -638,8 +638,8 @@ static int uch_add(mem_tx *tx, uint64_t id, bs_val user) {
   return BS_OK;
 }
 
-/* The checkpoint part of a commit, inside tx; everything fallible first. */
-static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__stream_step *step) {
+/* The checkpoint part of a commit, as plan p decided, inside tx; everything fallible first. */
+static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   mem_db *db = tx->db;
   mem_stream *s = tx->s;
   uint64_t c = s->m.op_head;
@@ -652,11 +652,11 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__stream_step *step) 
   if (BS_GROW(ALLOC(db), s->cps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
   s->cps[s->ncps++].ms = bs__now_ms();
-  /* purge (4.3): the soft-deleted records whose mark the checkpoint reached (a scan only while
-   * there are any: they exist before the snapshot is done, and its first checkpoint purges them) */
+  /* the purge (a scan only while there are soft-deleted records: a delete makes them while a
+   * snapshot may insert, and the next checkpoint purges them) */
   for (size_t i = 0; s->m.nsoft && i < s->nrecs; i++) {
     const mem_rec *r = s->recs[i];
-    if (r && r->r.soft && r->r.mark <= c && (rc = tx_rec_set(tx, i, NULL))) return rc;
+    if (r && r->r.soft && r->r.mark <= p->purge_to && (rc = tx_rec_set(tx, i, NULL))) return rc;
   }
   /* point of no return: nothing below fails */
   for (size_t i = 0; i < db->nmw; i++)
@@ -665,8 +665,8 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__stream_step *step) 
   s->npend = 0;
   s->m.checkpoint = c;
   lsn_set(&s->m.cp_lsn, lsn);
-  s->m.state = step->to;
-  streams_map(db, s, step->others);
+  s->m.state = p->step.to;
+  streams_map(db, s, p->step.others);
   return BS_OK;
 }
 
@@ -694,7 +694,7 @@ static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_writ
   tx_begin(&tx, db, s);
   if (!(rc = apply_batch(&tx, w, batch))) refused = rc = plan(&p, s, lsn, create_empty, err);
   if (!rc && p.raise_resume) lsn_set(&s->m.resume, lsn);
-  if (!rc && p.checkpoint) rc = make_checkpoint(&tx, lsn, &p.step);
+  if (!rc && p.checkpoint) rc = make_checkpoint(&tx, lsn, &p);
   if (refused) /* keeps the plan's status and message */
     tx_rollback(&tx);
   else

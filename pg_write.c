@@ -485,7 +485,7 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users, time_ms)"
     "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
     "   AND op_id = $2), 0) + 1, $2 + 1, 1, coalesce(array_agg(user_id), '{}'), $4 FROM done),"
-    " purge AS (DELETE FROM bs_source WHERE stream = $1 AND mark <= $2),"
+    " purge AS (DELETE FROM bs_source WHERE stream = $1 AND mark <= $9),"
     " others AS (UPDATE bs_streams SET state = ($7::text::int2[])[state] WHERE id <> $1"
     "  AND state <> ($7::text::int2[])[state])"
     " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
@@ -494,9 +494,10 @@ static const bs__pg_stmt checkpoint_make_stmt = {
 
 /* The checkpoint of a commit (contract.md 4.4), as plan p decided, inside the commit's
  * transaction with the stream row locked: managed write checkpoints whose heads the lsn reached
- * become processed, their users go into the checkpoint's change record, the stream and the
- * others take the states of the plan's step, the resume LSN rises when the plan says so, and the
- * stream's waiters on every host are notified (the schema's channel). */
+ * become processed, their users go into the checkpoint's change record, the soft-deleted records
+ * up to the plan's purge_to go, the stream and the others take the states of the plan's step,
+ * the resume LSN rises when the plan says so, and the stream's waiters on every host are
+ * notified (the schema's channel). */
 static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_val lsn,
                            const bs__commit_plan *p, bs_error *err) {
   PGconn *c = w->c;
@@ -510,6 +511,7 @@ static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_va
   bs__pg_arg_i32(&a, (int32_t)p->step.to);
   bs__pg_arg_states(&a, p->step.others, others);
   bs__pg_arg_bool(&a, p->raise_resume);
+  bs__pg_arg_i64(&a, (int64_t)p->purge_to);
   return bs__pg_runp(c, &checkpoint_make_stmt, /* delivered at COMMIT */
                      &a, "commit", err);
 }

@@ -1,7 +1,8 @@
 /* test_lifecycle: lifecycle.c, the one state machine of a stream (contract.md 1, 4.4, 8), on
  * every event from every state, against a table written from the contract: the stream's next
  * state, what happens to the database's other streams, and which states refuse the event; and
- * the plan of a commit (4.4): blocked or not, a checkpoint or not, the states, the resume LSN. */
+ * the plan of a commit (4.4): blocked or not, a checkpoint or not, the states, the resume LSN,
+ * what its checkpoint purges (4.3). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -216,6 +217,16 @@ static void test_commit_resume(void **state) {
   assert_false(bs__lsn_raises(L(""), L("")));
 }
 
+/* What a checkpoint purges (4.3): the soft-deleted records whose mark (the op head at the delete)
+ * is at or below its op id; a commit without a checkpoint purges nothing. */
+static void test_commit_purge(void **state) {
+  (void)state;
+  assert_int_equal(plan_of(cin(A, 1, UNSET, UNSET, UNSET, 7, 0), "1", 0).purge_to, 7);
+  assert_int_equal(plan_of(cin(A, 1, UNSET, L("1"), UNSET, 7, 7), "2", 1).purge_to, 7);
+  assert_int_equal(plan_of(cin(A, 1, UNSET, L("1"), UNSET, 7, 7), "2", 0).purge_to, 0);
+  assert_int_equal(plan_of(cin(A, 0, UNSET, UNSET, UNSET, 7, 0), "1", 1).purge_to, 0);
+}
+
 static void test_served(void **state) {
   (void)state;
   for (unsigned s = 0; s <= T + 1; s++) assert_int_equal(bs__stream_served(s), s == A || s == E);
@@ -275,7 +286,7 @@ int main(void) {
       cmocka_unit_test(test_maps),           cmocka_unit_test(test_served),
       cmocka_unit_test(test_commit_blocked), cmocka_unit_test(test_commit_checkpoint),
       cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
-      cmocka_unit_test(test_reset),
+      cmocka_unit_test(test_reset),          cmocka_unit_test(test_commit_purge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

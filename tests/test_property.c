@@ -32,7 +32,7 @@ static const char *BUCKETS[N_BUCKETS] = {
 
 typedef struct wl {
   bs_storage *st, *st_nc, *st_cu; /* st_cu: custom write-checkpoint mode */
-  bs_writer *w;
+  bs_writer *w, *ws;              /* ws: a snapshot writer (INSERT only, skip_existing) */
   uint32_t id;
   md_stream m;
   md_cpstate cs; /* the model's checkpoint state */
@@ -79,15 +79,21 @@ static void open_handles(run *r, wl *s) {
   CT_OK(ct_passthrough_wrap_uncached(&s->st_nc, raw));
   CT_OK(ct_storage_open(&r->e, r->e.db, s->id, &s->st_cu));
   CT_OK(bs_set_write_checkpoint_mode(s->st_cu, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
-  if (!s->terminated) CT_OK(bs_writer_open(&s->w, s->st, NULL, &ct_err));
+  if (!s->terminated) {
+    bs_writer_options o = BS_WRITER_OPTIONS_INIT;
+    o.snapshot = 1;
+    CT_OK(bs_writer_open(&s->w, s->st, NULL, &ct_err));
+    CT_OK(bs_writer_open(&s->ws, s->st, &o, &ct_err));
+  }
 }
 
 static void close_handles(wl *s) {
   if (s->w) bs_writer_close(s->w);
+  if (s->ws) bs_writer_close(s->ws);
   if (s->st) bs_storage_close(s->st);
   if (s->st_nc) bs_storage_close(s->st_nc);
   if (s->st_cu) bs_storage_close(s->st_cu);
-  s->w = NULL;
+  s->w = s->ws = NULL;
   s->st = s->st_nc = s->st_cu = NULL;
 }
 
@@ -100,9 +106,13 @@ static void new_stream(run *r, const char *name) {
   CT_EQ_U64(s->id, r->states.n);
   md_init(&s->m, BS_HASH_XXH3);
   open_handles(r, s);
-  lsn_fmt(lsn, r->lsn);
-  CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
-  md_cp_snapshot_done(&s->cs, lsn);
+  /* else the snapshot is done by a commit's snapshot_done (do_commit1): until then deletes leave
+   * soft-deleted records */
+  if (ct_below(&r->rng, 2)) {
+    lsn_fmt(lsn, r->lsn);
+    CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
+    md_cp_snapshot_done(&s->cs, lsn);
+  }
 }
 
 /* ---- Checks ------------------------------------------------------------------------------------ */
@@ -560,16 +570,60 @@ static void do_commit(run *r, wl *s) {
   do_commit1(r, s);
 }
 
+/* A save of the snapshot writer, flushed at once after the streaming writer's queue, so that the
+ * model applies the saves in the order they are stored. */
+static void snapshot_save(wl *s, const bs_save *sv) {
+  uint64_t last;
+  CT_OK(bs_writer_flush(&last, s->w, &ct_err));
+  CT_OK(bs_writer_save(s->ws, sv, &ct_err));
+  CT_OK(bs_writer_flush(&last, s->ws, &ct_err));
+  md_save_mode(&s->m, sv, 1, s->cs.snapshot_done);
+  CT_EQ_U64(last, s->m.head);
+}
+
+/* The row t0/rid in one bucket, as a snapshot inserts it. */
+static void snapshot_insert(wl *s, const char *rid) {
+  bs_save sv = BS_SAVE_INIT;
+  bs_row row = {ct_v("b0"), ct_v("t0"), ct_v(rid), ct_v("{\"snapshot\":1}")};
+  sv.tag = BS_INSERT;
+  sv.table = ct_v("t0");
+  sv.after_id = ct_v(rid);
+  sv.rows = &row;
+  sv.n_rows = 1;
+  snapshot_save(s, &sv);
+}
+
 static void do_commit1(run *r, wl *s) {
-  char lsn[32];
+  char lsn[32], rid[16];
   bs_commit_result res;
   int kind = (int)ct_below(&r->rng, 10), ce = -1, created;
   bs_block_reason why;
   uint64_t n, prev = s->cs.cp;
   int had = s->cs.has_cp;
+  /* a delete, then the snapshot done and this commit: its checkpoint's op id is the delete's mark,
+   * so it purges the soft-deleted record, and the snapshot's INSERT after it is stored */
+  int probe = !s->cs.snapshot_done && ct_below(&r->rng, 4) == 0;
+  if (probe) {
+    bs_save sv = BS_SAVE_INIT;
+    uint64_t last;
+    snprintf(rid, sizeof rid, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
+    sv.tag = BS_DELETE;
+    sv.table = ct_v("t0");
+    sv.before_id = ct_v(rid);
+    CT_OK(bs_writer_save(s->w, &sv, &ct_err));
+    md_save_mode(&s->m, &sv, 0, 0);
+    CT_OK(bs_writer_flush(&last, s->w, &ct_err));
+    lsn_fmt(lsn, r->lsn);
+    CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
+    md_cp_snapshot_done(&s->cs, lsn);
+    kind = 9;
+  }
   if (kind == 0) { /* raise no_checkpoint_before above this commit: blocked */
     char hi[32];
+    uint64_t last;
     lsn_fmt(hi, r->lsn + 3);
+    /* the queue first: the model applied its deletes as of before the snapshot was done */
+    CT_OK(bs_writer_flush(&last, s->w, &ct_err));
     CT_OK(bs_writer_snapshot_done(s->w, ct_v(hi), &ct_err));
     md_cp_snapshot_done(&s->cs, hi);
     n = ++r->lsn;
@@ -599,9 +653,11 @@ static void do_commit1(run *r, wl *s) {
     s->cp = s->cs.cp;
     if (s->n_cps < 4096) s->cps[s->n_cps++] = s->cp;
     md_wcp_checkpoint(&r->wcp, s->id, s->cp, had, prev, lsn);
+    md_purge(&s->m, s->cp);
     md_reconcile(&s->m, s->st, s->cp);
   }
   CT_EQ_U64(res.checkpoint, s->has_cp ? s->cp : 0);
+  if (probe) snapshot_insert(s, rid);
   check_states(r);
   {
     bs_status st;
@@ -698,8 +754,14 @@ static void do_save(run *r, wl *s) {
     }
     sv.lookups = lk;
   }
+  if (sv.tag == BS_INSERT && ct_below(&r->rng, 4) == 0) {
+    /* skipped while the row has a record, a soft-deleted one until a checkpoint purged it
+     * (contract.md 4.3) */
+    snapshot_save(s, &sv);
+    return;
+  }
   CT_OK(bs_writer_save(s->w, &sv, &ct_err));
-  md_save(&s->m, &sv);
+  md_save_mode(&s->m, &sv, 0, s->cs.snapshot_done);
 }
 
 /* A compaction's progress reports: the counts never go back, and the call's stats are the last
@@ -1008,6 +1070,10 @@ static void do_terminate(run *r, wl *s, int clear) {
     assert_int_equal(ct_commit(s->w, "ffffffffffffffff", NULL), BS_ESTATE);
     bs_writer_close(s->w);
     s->w = NULL;
+  }
+  if (s->ws) { /* flushed after each of its saves */
+    bs_writer_close(s->ws);
+    s->ws = NULL;
   }
   assert_int_equal(bs_writer_open(&w, s->st, NULL, &ct_err), BS_ESTATE);
 }

@@ -141,6 +141,12 @@ static md_record *find_record(md_stream *m, uint32_t t, bs_val rid) {
   return NULL;
 }
 
+/* The row's record if it is not soft-deleted. */
+static md_record *find_live(md_stream *m, uint32_t t, bs_val rid) {
+  md_record *r = find_record(m, t, rid);
+  return r && !r->soft ? r : NULL;
+}
+
 static void drop_record(md_stream *m, md_record *r) {
   size_t i = (size_t)(r - m->rec);
   free_record(r);
@@ -240,30 +246,49 @@ static int has_lookup(const bs_save *s, const md_key *k) {
   return 0;
 }
 
+static void add_soft(md_stream *m, uint32_t t, bs_val rid) {
+  m->rec = grow(m->rec, &m->cap_rec, m->n_rec, sizeof *m->rec);
+  memset(&m->rec[m->n_rec], 0, sizeof *m->rec);
+  m->rec[m->n_rec].table = t;
+  m->rec[m->n_rec].rid = dupv(rid);
+  m->rec[m->n_rec].soft = 1;
+  m->rec[m->n_rec++].mark = m->head;
+}
+
 void md_save(md_stream *m, const bs_save *s) {
+  md_save_mode(m, s, 0, 1);
+}
+
+void md_save_mode(md_stream *m, const bs_save *s, int snapshot, int snapshot_done) {
   uint32_t t = table_id(m, s->table);
   bs_val before = s->before_id.data ? s->before_id : s->after_id;
   int has_after = s->tag != BS_DELETE;
   int same = has_after && before.size == s->after_id.size &&
              (before.size == 0 || memcmp(before.data, s->after_id.data, before.size) == 0);
-  md_record *old = find_record(m, t, before);
+  /* a delete while a snapshot may still insert the row leaves a soft-deleted record */
+  int soft = !has_after && (snapshot || !snapshot_done);
+  md_record *old = find_live(m, t, before);
   md_record *prev = NULL, nr;
   char sk[BS_SUBKEY_SIZE + 1];
   uint64_t lo;
   size_t i;
 
-  /* Step 1: the old replica id goes away. */
+  if (snapshot && s->tag == BS_INSERT && find_record(m, t, s->after_id)) return;
+  /* Step 1: the old replica id goes away (a soft-deleted record keeps its mark). */
   if (old && (!has_after || !same)) {
     lo = m->head + 1;
     remove_record(m, old, 0);
     group(m, lo, m->head);
     for (i = 0; i < old->nlk; i++) emit_param(m, old->lk[i].p, old->lk[i].n, t, old->rid, NULL, 0);
     drop_record(m, old);
+    if (soft) add_soft(m, t, before);
+  } else if (soft && !find_record(m, t, before)) {
+    add_soft(m, t, before); /* a row not known yet: the snapshot may not have inserted it */
   }
   if (!has_after) return;
 
   /* Step 2: PUTs in order, then REMOVEs of memberships left (UPDATE reads the previous). */
-  if (s->tag == BS_UPDATE) prev = find_record(m, t, s->after_id);
+  if (s->tag == BS_UPDATE) prev = find_live(m, t, s->after_id);
   memset(&nr, 0, sizeof nr);
   nr.table = t;
   nr.rid = dupv(s->after_id);
@@ -307,6 +332,15 @@ void md_save(md_stream *m, const bs_save *s) {
   if (prev) drop_record(m, prev);
   m->rec = grow(m->rec, &m->cap_rec, m->n_rec, sizeof *m->rec);
   m->rec[m->n_rec++] = nr;
+}
+
+void md_purge(md_stream *m, uint64_t cp) {
+  size_t i = 0;
+  while (i < m->n_rec)
+    if (m->rec[i].soft && m->rec[i].mark <= cp)
+      drop_record(m, &m->rec[i]);
+    else
+      i++;
 }
 
 void md_truncate(md_stream *m, const char *table) {

@@ -35,6 +35,8 @@ typedef struct md_record {
   size_t nm;
   md_key *lk;
   size_t nlk;
+  int soft;      /* soft-deleted (contract.md 4.3): no memberships, no lookups */
+  uint64_t mark; /* a soft record's: the stream's op head at the delete */
 } md_record;
 
 typedef struct md_bucket {
@@ -74,8 +76,14 @@ typedef struct md_stream {
 
 void md_init(md_stream *m, bs_hash hash);
 void md_free(md_stream *m);
-/* Applies one save (contract.md 4.1). */
+/* Applies one save (contract.md 4.1) of a streaming writer after the snapshot is done. */
 void md_save(md_stream *m, const bs_save *s);
+/* The same of a snapshot writer (snapshot: INSERT only, skipped when the row has a record, a
+ * soft-deleted one too) or before the snapshot is done: then a DELETE leaves a soft-deleted
+ * record marked with the op head (contract.md 4.3). */
+void md_save_mode(md_stream *m, const bs_save *s, int snapshot, int snapshot_done);
+/* A checkpoint at cp purges the soft-deleted records it reached (mark <= cp, contract.md 4.3). */
+void md_purge(md_stream *m, uint64_t cp);
 /* Applies truncate(table) (contract.md 4.2). */
 void md_truncate(md_stream *m, const char *table);
 /* Applies bs_clear (contract.md 8): every op, bucket, lookup and source record goes; op ids and
