@@ -525,6 +525,13 @@ static inline bool bs__head_reached(bs_val conn, bs_val lsn, const bs_head *give
   return false;
 }
 
+/* A commit at commit_lsn passes a stored head at lsn when lsn <= commit_lsn. The checkpoint of the
+ * first commit that passes every head of a managed record makes it processed (contract.md 7), and
+ * its user goes into that checkpoint's change record. */
+static inline bool bs__head_passed(bs_val lsn, bs_val commit_lsn) {
+  return bs__val_cmp(lsn, commit_lsn) <= 0;
+}
+
 /* De-duplication of one user's requests in a managed batch (contract.md 7): does candidate c replace
  * the chosen request w? A supplied request id beats a generated one; among supplied the greatest
  * wins (the first of equals stays); among generated the last wins: its heads are the newest, so

@@ -61,7 +61,7 @@ static int heads_passed(const wcp_rec *r, const bs_val *commit_lsn, const bs_hea
   for (uint32_t i = 0; i < r->n_heads; i++) {
     bs_val conn, lsn;
     bs__lmdb_wcp_head_next(&p, &conn, &lsn);
-    if (commit_lsn ? bs__val_cmp(lsn, *commit_lsn) > 0 : !bs__head_reached(conn, lsn, heads, n))
+    if (commit_lsn ? !bs__head_passed(lsn, *commit_lsn) : !bs__head_reached(conn, lsn, heads, n))
       return 0;
   }
   return 1;

@@ -624,9 +624,9 @@ static int mem_writer_flush(uint64_t *last_op, bs_writer *bw, const bs_write_bat
   return rc;
 }
 
-static int heads_le(const mem_mwcp *r, bs_val lsn) {
+static int heads_passed(const mem_mwcp *r, bs_val lsn) {
   for (size_t i = 0; i < r->nheads; i++)
-    if (bs__val_cmp(r->heads[i].lsn, lsn) > 0) return 0;
+    if (!bs__head_passed(r->heads[i].lsn, lsn)) return 0;
   return 1;
 }
 
@@ -645,7 +645,8 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   uint64_t c = s->m.op_head;
   int rc;
   for (size_t i = 0; i < db->nmw; i++)
-    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn) && (rc = uch_add(tx, c, db->mw[i]->user)))
+    if (!db->mw[i]->processed && heads_passed(db->mw[i], lsn) &&
+        (rc = uch_add(tx, c, db->mw[i]->user)))
       return rc;
   for (size_t i = 0; i < s->npend; i++)
     if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
@@ -660,7 +661,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   }
   /* point of no return: nothing below fails */
   for (size_t i = 0; i < db->nmw; i++)
-    if (!db->mw[i]->processed && heads_le(db->mw[i], lsn)) db->mw[i]->processed = 1;
+    if (!db->mw[i]->processed && heads_passed(db->mw[i], lsn)) db->mw[i]->processed = 1;
   for (size_t i = 0; i < s->npend; i++) val_free(ALLOC(db), &s->pend_users[i]);
   s->npend = 0;
   s->m.checkpoint = c;
