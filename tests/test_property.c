@@ -1203,16 +1203,16 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
 static size_t n_steps(void) {
   return (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 400 : 3000);
 }
-/* be: the backend (of a differential run: the one beside memory); on a server backend, where
- * every read is a round trip, the quick run has one seed. */
-static uint64_t n_seeds(const ct_backend *be) {
-  return ct_env_u64("BS_SEEDS", ct_quick() ? (be == ct_postgres() ? 1 : 2) : 12);
+/* Three seeds in a quick run on every backend: on PostgreSQL a single seed missed a mutant of its
+ * one-statement checkpoint (h < $3 for h <= $3) that three catch. */
+static uint64_t n_seeds(void) {
+  return ct_env_u64("BS_SEEDS", ct_quick() ? 3 : 12);
 }
 
 static void t_property(void **state) {
   const ct_backend *be = *state;
   uint64_t first = ct_env_u64("BS_SEED", 1), i;
-  for (i = 0; i < n_seeds(be); i++) {
+  for (i = 0; i < n_seeds(); i++) {
     fprintf(stderr, "property %s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n", be->name,
             (unsigned long long)(first + i), (unsigned long long)(first + i));
     run_workload(be, first + i, n_steps(), 1, 1, 0, NULL);
@@ -1225,7 +1225,7 @@ static void t_differential(void **state) {
   unsigned lacks = mem->lacks | other->lacks;
   uint64_t first = ct_env_u64("BS_SEED", 1), i;
   size_t k, j, x;
-  for (i = 0; i < n_seeds(other); i++) {
+  for (i = 0; i < n_seeds(); i++) {
     static ct_oplist dm[2][N_BUCKETS], dl[2][N_BUCKETS];
     fprintf(stderr, "differential memory/%s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n",
             other->name, (unsigned long long)(first + i), (unsigned long long)(first + i));
