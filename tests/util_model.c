@@ -424,7 +424,7 @@ static void reconcile_group(md_stream *m, bs_storage *st, md_group g) {
       taken[mo->op_id - g.lo] = 1;
       found++;
     }
-    qsort(b->ops, b->n, sizeof *b->ops, cmp_op);
+    if (b->n) qsort(b->ops, b->n, sizeof *b->ops, cmp_op);
     free(used);
     ct_oplist_free(&got);
   }
@@ -437,7 +437,7 @@ static void reconcile_group(md_stream *m, bs_storage *st, md_group g) {
     while (taken[next_param - g.lo]) next_param++;
     p->op_id = next_param++;
   }
-  qsort(m->p, m->n_p, sizeof *m->p, cmp_param);
+  if (m->n_p) qsort(m->p, m->n_p, sizeof *m->p, cmp_param);
   free(taken);
 }
 
