@@ -111,6 +111,11 @@ void gen_bucket(char *out, size_t cap, size_t *len, unsigned b);
 /* JSON of exactly cfg->data_size bytes (at least 64) */
 void gen_data(char *out, uint64_t row, uint64_t version, size_t size);
 void gen_lsn(char out[17], uint64_t n);
+/* Saves generated row `row` of table OBJ_TYPE through w: tag BS_DELETE by its id, else one output
+ * row into bucket b (gen_bucket) with the row's data at version (gen_data). Every engine's
+ * workload saves its rows through this one function, so they all save the same bytes. */
+int save_generated(bs_writer *w, bs_tag tag, uint64_t row, unsigned b, uint64_t version,
+                   bs_error *err);
 /* Change k of the streaming sequence (deterministic in seed and k) applied to state[]. */
 typedef enum { CH_UPDATE, CH_MOVE, CH_DELETE, CH_INSERT } ch_kind;
 typedef struct change {

@@ -80,39 +80,6 @@ static int h_commit(bsh *h, uint64_t n, uint64_t *cp_out, bres *r, bs_error *err
   return rc;
 }
 
-/* Saves one row (INSERT/UPDATE with one output row, or DELETE). */
-static int save_row(bs_writer *w, bs_tag tag, uint64_t row, int bucket, uint64_t version,
-                    bs_error *err) {
-  char rid[RID_LEN + 1], bname[64], data[65536];
-  size_t blen;
-  bs_row out;
-  bs_save s = BS_SAVE_INIT;
-  gen_rid(rid, row);
-  s.table.data = TABLE;
-  s.table.size = strlen(TABLE);
-  s.tag = tag;
-  if (tag == BS_DELETE) {
-    s.before_id.data = rid;
-    s.before_id.size = RID_LEN;
-    return bs_writer_save(w, &s, err);
-  }
-  gen_bucket(bname, sizeof bname, &blen, (unsigned)bucket);
-  gen_data(data, row, version, g_cfg->data_size);
-  s.after_id.data = rid;
-  s.after_id.size = RID_LEN;
-  out.bucket.data = bname;
-  out.bucket.size = blen;
-  out.object_type.data = OBJ_TYPE;
-  out.object_type.size = OBJ_TYPE_LEN;
-  out.object_id.data = rid;
-  out.object_id.size = RID_LEN;
-  out.data.data = data;
-  out.data.size = g_cfg->data_size;
-  s.rows = &out;
-  s.n_rows = 1;
-  return bs_writer_save(w, &s, err);
-}
-
 static double stored_ops(bs_db *db, double *file_out) {
   bs_stat s;
   if (bs_db_stat(&s, db, NULL) != BS_OK) return -1;
@@ -158,7 +125,7 @@ int bs_ingest(int mode) {
   mem_sampler_start();
   t0 = now_s();
   for (uint64_t i = 0; i < n; i++) {
-    if ((rc = save_row(h.w, BS_INSERT, i, (int)(i % nb), 0, &err)) != BS_OK) {
+    if ((rc = save_generated(h.w, BS_INSERT, i, (unsigned)(i % nb), 0, &err)) != BS_OK) {
       res_fail(r, rc, "bs_writer_save", &err);
       goto out;
     }
@@ -243,11 +210,11 @@ out:
 static int apply_change(bs_writer *w, const change *ch, uint64_t version, bs_error *err) {
   switch (ch->kind) {
   case CH_INSERT:
-    return save_row(w, BS_INSERT, ch->row, ch->new_bucket, version, err);
+    return save_generated(w, BS_INSERT, ch->row, (unsigned)ch->new_bucket, version, err);
   case CH_DELETE:
-    return save_row(w, BS_DELETE, ch->row, -1, version, err);
+    return save_generated(w, BS_DELETE, ch->row, 0, version, err);
   default:
-    return save_row(w, BS_UPDATE, ch->row, ch->new_bucket, version, err);
+    return save_generated(w, BS_UPDATE, ch->row, (unsigned)ch->new_bucket, version, err);
   }
 }
 
@@ -869,8 +836,8 @@ int bs_compact_build(void) {
   }
   for (uint64_t pass = 0; pass < 2; pass++)
     for (uint64_t i = 0; i < n; i++) {
-      if ((rc = save_row(h.w, pass ? BS_UPDATE : BS_INSERT, i, (int)(i % c->buckets_small), pass,
-                         &err)) != BS_OK) {
+      if ((rc = save_generated(h.w, pass ? BS_UPDATE : BS_INSERT, i,
+                               (unsigned)(i % c->buckets_small), pass, &err)) != BS_OK) {
         res_fail(r, rc, "bs_writer_save", &err);
         goto out;
       }

@@ -274,31 +274,9 @@ static int h_commit(bsh *h, uint64_t n, uint64_t *cp, bres *r) {
 }
 
 static int save_row(bs_writer *w, uint64_t row, unsigned bucket, uint64_t version, bres *r) {
-  char rid[RID_LEN + 1], bname[64], data[65536];
-  size_t blen;
-  bs_row out;
-  bs_save s = BS_SAVE_INIT;
   bs_error err;
-  int rc;
-  gen_rid(rid, row);
-  gen_bucket(bname, sizeof bname, &blen, bucket);
-  gen_data(data, row, version, g_cfg->data_size);
-  s.table.data = TABLE;
-  s.table.size = strlen(TABLE);
-  s.tag = version ? BS_UPDATE : BS_INSERT;
-  s.after_id.data = rid;
-  s.after_id.size = RID_LEN;
-  out.bucket.data = bname;
-  out.bucket.size = blen;
-  out.object_type.data = OBJ_TYPE;
-  out.object_type.size = OBJ_TYPE_LEN;
-  out.object_id.data = rid;
-  out.object_id.size = RID_LEN;
-  out.data.data = data;
-  out.data.size = g_cfg->data_size;
-  s.rows = &out;
-  s.n_rows = 1;
-  if ((rc = bs_writer_save(w, &s, &err)) != BS_OK) res_fail(r, rc, "bs_writer_save", &err);
+  int rc = save_generated(w, version ? BS_UPDATE : BS_INSERT, row, bucket, version, &err);
+  if (rc != BS_OK) res_fail(r, rc, "bs_writer_save", &err);
   return rc;
 }
 

@@ -199,6 +199,38 @@ void gen_bucket(char *out, size_t cap, size_t *len, unsigned b) {
   *len = (size_t)(p - out);
 }
 
+int save_generated(bs_writer *w, bs_tag tag, uint64_t row, unsigned b, uint64_t version,
+                   bs_error *err) {
+  char rid[RID_LEN + 1], bname[64], data[65536];
+  size_t blen;
+  bs_row out;
+  bs_save s = BS_SAVE_INIT;
+  gen_rid(rid, row);
+  s.table.data = OBJ_TYPE;
+  s.table.size = OBJ_TYPE_LEN;
+  s.tag = tag;
+  if (tag == BS_DELETE) {
+    s.before_id.data = rid;
+    s.before_id.size = RID_LEN;
+    return bs_writer_save(w, &s, err);
+  }
+  gen_bucket(bname, sizeof bname, &blen, b);
+  gen_data(data, row, version, g_cfg->data_size);
+  s.after_id.data = rid;
+  s.after_id.size = RID_LEN;
+  out.bucket.data = bname;
+  out.bucket.size = blen;
+  out.object_type.data = OBJ_TYPE;
+  out.object_type.size = OBJ_TYPE_LEN;
+  out.object_id.data = rid;
+  out.object_id.size = RID_LEN;
+  out.data.data = data;
+  out.data.size = g_cfg->data_size;
+  s.rows = &out;
+  s.n_rows = 1;
+  return bs_writer_save(w, &s, err);
+}
+
 void gen_data(char *out, uint64_t row, uint64_t version, size_t size) {
   static const char a[] = "{\"id\":\"r", b[] = "\",\"v\":", c[] = ",\"done\":false,\"d\":\"";
   static const char fill[] = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz";

@@ -114,32 +114,6 @@ static void client_free(dclient *c) {
   free(c->after), free(c->sum), free(c->live), free(c);
 }
 
-static int d_save(bs_writer *w, uint64_t row, uint64_t version, bs_error *err) {
-  char rid[RID_LEN + 1], bname[64], data[65536];
-  size_t blen;
-  bs_row out;
-  bs_save s = BS_SAVE_INIT;
-  gen_rid(rid, row);
-  gen_bucket(bname, sizeof bname, &blen, (unsigned)(row / DF_ROWS));
-  gen_data(data, row, version, g_cfg->data_size);
-  s.table.data = "todos";
-  s.table.size = 5;
-  s.tag = version ? BS_UPDATE : BS_INSERT;
-  s.after_id.data = rid;
-  s.after_id.size = RID_LEN;
-  out.bucket.data = bname;
-  out.bucket.size = blen;
-  out.object_type.data = OBJ_TYPE;
-  out.object_type.size = OBJ_TYPE_LEN;
-  out.object_id.data = rid;
-  out.object_id.size = RID_LEN;
-  out.data.data = data;
-  out.data.size = g_cfg->data_size;
-  s.rows = &out;
-  s.n_rows = 1;
-  return bs_writer_save(w, &s, err);
-}
-
 /* Checks a client's sums against the store's, and the fresh client's rows. */
 static int d_check(bs_storage *st, uint64_t cp, unsigned nb, const dclient *c, const char *who,
                    double ratio) {
@@ -204,7 +178,9 @@ static int d_run(const dpolicy *p, unsigned nb, dstat *ds) {
         uint64_t b = rng_next(&rng) % nb, hot = rng_next(&rng) % 10 < 9;
         row = b * DF_ROWS + rng_next(&rng) % (hot ? DF_ROWS / 10 : DF_ROWS);
       }
-      if ((rc = d_save(w, row, k >= rows ? k : 0, &err))) goto out;
+      if ((rc = save_generated(w, k >= rows ? BS_UPDATE : BS_INSERT, row, (unsigned)(row / DF_ROWS),
+                               k >= rows ? k : 0, &err)))
+        goto out;
     }
     gen_lsn(lsn, 16 + n);
     if ((rc = bs_writer_commit(&cr, w, l, NULL, &err))) goto out;
