@@ -60,8 +60,6 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs__free(a, s->cps);
   for (size_t i = 0; i < s->ncw; i++) bs__free(a, s->cw[i]);
   bs__free(a, s->cw);
-  for (size_t i = 0; i < s->npend; i++) val_free(a, &s->pend_users[i]);
-  bs__free(a, s->pend_users);
   bs__htab_free(&s->ridx, a);
   bs__htab_free(&s->bidx, a);
   /* every other field is data: empty arrays and indexes are all zero */
@@ -96,7 +94,7 @@ typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw, npend;
+  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw;
   uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
@@ -114,7 +112,6 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
                  .nuch = s->nuch,
                  .ncps = s->ncps,
                  .ncw = s->ncw,
-                 .npend = s->npend,
                  .serial = ++db->tx_serial};
 }
 
@@ -169,10 +166,6 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t i = tx->nuch; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   s->nuch = tx->nuch;
   s->ncps = tx->ncps;
-  /* pending users: a commit may have consumed them (moved into uch, whose copies are freed
-   * above) but never frees them before the point of no return; only appends are undone */
-  for (size_t i = tx->npend; i < s->npend; i++) val_free(a, &s->pend_users[i]);
-  s->npend = tx->npend;
   s->m = tx->meta;
   bs__free(a, tx->j);
 }
@@ -489,7 +482,7 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id))
       idx = i;
-  if (BS_GROW(a, s->pend_users, s->cpend, s->npend + 1) || BS_GROW(a, s->cw, s->ccw, s->ncw + 1) ||
+  if (BS_GROW(a, s->cw, s->ccw, s->ncw + 1) ||
       !(c = bs__malloc(a, sizeof *c + q->event.size + q->user_id.size)))
     return BS_ENOMEM;
   p = (unsigned char *)(c + 1);
@@ -503,8 +496,15 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   }
   if (idx == s->ncw) s->ncw++;
   s->cw[idx] = c;
-  if (val_dup(a, q->user_id, &s->pend_users[s->npend])) return BS_ENOMEM;
-  s->npend++;
+  return BS_OK;
+}
+
+/* Files user in the change log under op id id (checkpoint_changes names it from there). */
+static int uch_add(mem_tx *tx, uint64_t id, bs_val user) {
+  mem_stream *s = tx->s;
+  if (BS_GROW(ALLOC(tx->db), s->uch, s->cuch, s->nuch + 1)) return BS_ENOMEM;
+  if (val_dup(ALLOC(tx->db), user, &s->uch[s->nuch].user)) return BS_ENOMEM;
+  s->uch[s->nuch++].id = id;
   return BS_OK;
 }
 
@@ -521,7 +521,8 @@ static bs__effects mem_effects(mem_tx *tx, mem_fx *c, const mem_writer *w) {
   return e;
 }
 
-/* Applies the front's batch inside tx, in queue order. */
+/* Applies the front's batch inside tx, in queue order; the custom write checkpoints' users are
+ * filed under the op head it ends at (the flush's change record, as every backend). */
 static int apply_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *batch) {
   mem_fx c;
   bs__effects e = mem_effects(tx, &c, w);
@@ -530,6 +531,8 @@ static int apply_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *ba
     rc = batch->items[i].save ? apply_save(tx, &e, batch->items[i].save)
                               : apply_cwcp(tx, batch->items[i].wcp);
   bs__effects_free(&e);
+  for (size_t i = 0; i < batch->n && !rc; i++)
+    if (batch->items[i].wcp) rc = uch_add(tx, tx->s->m.op_head, batch->items[i].wcp->user_id);
   return rc;
 }
 
@@ -630,14 +633,6 @@ static int heads_passed(const mem_mwcp *r, bs_val lsn) {
   return 1;
 }
 
-static int uch_add(mem_tx *tx, uint64_t id, bs_val user) {
-  mem_stream *s = tx->s;
-  if (BS_GROW(ALLOC(tx->db), s->uch, s->cuch, s->nuch + 1)) return BS_ENOMEM;
-  if (val_dup(ALLOC(tx->db), user, &s->uch[s->nuch].user)) return BS_ENOMEM;
-  s->uch[s->nuch++].id = id;
-  return BS_OK;
-}
-
 /* The checkpoint part of a commit, as plan p decided, inside tx; everything fallible first. */
 static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   mem_db *db = tx->db;
@@ -648,8 +643,6 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
     if (!db->mw[i]->processed && heads_passed(db->mw[i], lsn) &&
         (rc = uch_add(tx, c, db->mw[i]->user)))
       return rc;
-  for (size_t i = 0; i < s->npend; i++)
-    if ((rc = uch_add(tx, c, s->pend_users[i]))) return rc;
   if (BS_GROW(ALLOC(db), s->cps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
   s->cps[s->ncps].id = c;
   s->cps[s->ncps++].ms = bs__now_ms();
@@ -662,8 +655,6 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   /* point of no return: nothing below fails */
   for (size_t i = 0; i < db->nmw; i++)
     if (!db->mw[i]->processed && heads_passed(db->mw[i], lsn)) db->mw[i]->processed = 1;
-  for (size_t i = 0; i < s->npend; i++) val_free(ALLOC(db), &s->pend_users[i]);
-  s->npend = 0;
   s->m.checkpoint = c;
   lsn_set(&s->m.cp_lsn, lsn);
   s->m.state = p->step.to;
@@ -857,12 +848,12 @@ static int reset(mem_db *db, mem_stream *s, int clear, int terminate, bs_error *
                          .resume_lsn = lsn_val(&m->resume),
                          .no_checkpoint_before = lsn_val(&m->ncb),
                          .param_horizon = m->param_horizon,
-                         .changes_fence = m->data_fence};
+                         .changes_fence = m->changes_fence};
   if ((rc = bs__stream_reset(&row, s->id, clear, terminate, err)) == BS_OK) {
     if (clear) { /* the data goes; below the fence no change is known, of rows or lookups */
       stream_data_free(ALLOC(db), s);
       m->nsoft = 0;
-      m->data_fence = m->param_fence = row.changes_fence;
+      m->changes_fence = row.changes_fence;
     }
     m->state = (bs_stream_state)row.state;
     m->snapshot_done = row.snapshot_done;

@@ -335,7 +335,7 @@ static int m_param_fence(void *x, uint64_t h, bs_error *err) {
   (void)err;
   lock(ms->db);
   if (h > ms->s->m.param_horizon) ms->s->m.param_horizon = h;
-  if (h > ms->s->m.param_fence) ms->s->m.param_fence = h;
+  if (h > ms->s->m.changes_fence) ms->s->m.changes_fence = h;
   unlock(ms->db);
   return BS_OK;
 }

@@ -105,11 +105,11 @@ typedef struct mem_meta {
   int snapshot_done;
   uint64_t op_head; /* highest allocated = persisted op id */
   uint64_t checkpoint;
-  mem_lsn cp_lsn, resume, ncb;      /* cp_lsn.has <=> a checkpoint exists */
-  uint64_t param_horizon;           /* parameter reads below: BS_ESTALE */
-  uint64_t data_fence, param_fence; /* checkpoint_changes from below: invalidate */
-  uint64_t gen_seq;                 /* source of bucket generations (survives clear) */
-  uint64_t nsoft;                   /* soft-deleted records (4.3), awaiting their purge */
+  mem_lsn cp_lsn, resume, ncb; /* cp_lsn.has <=> a checkpoint exists */
+  uint64_t param_horizon;      /* parameter reads below: BS_ESTALE */
+  uint64_t changes_fence;      /* checkpoint_changes from below: invalidate */
+  uint64_t gen_seq;            /* source of bucket generations (survives clear) */
+  uint64_t nsoft;              /* soft-deleted records (4.3), awaiting their purge */
   uint32_t next_table_id;
   char last_error[256];
 } mem_meta;
@@ -134,8 +134,6 @@ typedef struct mem_stream {
   size_t ncps, ccps;
   mem_cwcp **cw;
   size_t ncw, ccw;
-  bs_val *pend_users; /* custom write checkpoints persisted since the last checkpoint */
-  size_t npend, cpend;
   bs__htab ridx;    /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
   bs__htab bidx;    /* buckets by name (value: index + 1) */
   unsigned writers; /* the writer locks held: 1 << snapshot (under the db's mu) */

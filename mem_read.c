@@ -152,19 +152,18 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   lock(ms->db);
   /* below a fence the range is not known; past BS_CHANGES_MAX names the front reports
    * invalidate-all (storage.c changes_capped), so collecting stops there */
-  ch.invalidate_data_buckets = from < s->m.data_fence;
+  ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = from < s->m.changes_fence;
   for (size_t i = 0; i < s->nbch && sets[0].n <= BS_CHANGES_MAX; i++)
     if (s->bch[i].id > from && s->bch[i].id <= to &&
         bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name))
       goto nomem;
-  ch.invalidate_parameter_buckets = from < s->m.param_fence;
   for (size_t i = 0; i < s->nparams && sets[1].n <= BS_CHANGES_MAX; i++)
     if (s->params[i].id > from && s->params[i].id <= to &&
         bs__vset_add(&sets[1], a, s->params[i].key))
       goto nomem;
-  /* users are keyed by the id of the checkpoint that acknowledged them; a checkpoint without
-   * new ops keeps the op id of the one before, so a client at `from` may not have seen the users
-   * acknowledged at from: they count too (an extra, never a miss) */
+  /* users are filed under a flush's op head (custom) or a checkpoint (managed); a checkpoint
+   * without new ops keeps the op id of the one before, so a client at `from` may not have seen
+   * the users filed at from: they count too (an extra, never a miss) */
   for (size_t i = 0; i < s->nuch; i++)
     if (s->uch[i].id >= from && s->uch[i].id <= to && bs__vset_add(&sets[2], a, s->uch[i].user))
       goto nomem;

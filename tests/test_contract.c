@@ -1712,6 +1712,42 @@ static void t_write_checkpoint_custom_empty_commit(void **state) {
   bs_storage_close(cst);
 }
 
+/* A custom write checkpoint is filed under the op head of the flush that stores it, as a change
+ * record (a managed one under the checkpoint that processes it): checkpoint_changes(from, to)
+ * names its user exactly when that op id lies in [from, to], on every backend. */
+static void t_write_checkpoint_custom_filed_at_flush(void **state) {
+  ct_env *e = *state;
+  bs_storage *cst = NULL;
+  bs_writer *cw = NULL;
+  bs_commit_result r;
+  uint64_t c1, h, c2, c3;
+  CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
+  CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+  close_writer(e);
+  CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
+  CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "a", CT_ROWS({"b", "t", "a", "1"})));
+  memset(&r, 0, sizeof r);
+  CT_OK(ct_commit(cw, ct_lsn(1), &r));
+  c1 = r.checkpoint;
+  CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "b", CT_ROWS({"b", "t", "b", "1"})));
+  CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("u"), 7, ct_v(NULL), &ct_err));
+  CT_OK(bs_writer_flush(&h, cw, &ct_err));
+  CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "1"})));
+  CT_OK(ct_commit(cw, ct_lsn(2), &r));
+  c2 = r.checkpoint;
+  CT_OK(ct_save(cw, BS_INSERT, "t", NULL, "d", CT_ROWS({"b", "t", "d", "1"})));
+  CT_OK(ct_commit(cw, ct_lsn(3), &r));
+  c3 = r.checkpoint;
+  assert_true(c1 < h && h < c2 && c2 < c3);
+  assert_true(changes_name_user(cst, c1, c2, "u"));
+  assert_true(changes_name_user(cst, c1, h, "u"));
+  assert_true(changes_name_user(cst, h, c2, "u"));
+  assert_false(changes_name_user(cst, c2, c3, "u"));
+  assert_false(changes_name_user(cst, c1, h - 1, "u"));
+  bs_writer_close(cw);
+  bs_storage_close(cst);
+}
+
 /* ==== Compaction (contract.md 6, 5.5) ========================================================= */
 
 static void compact_all(ct_env *e, uint64_t max_op) {
@@ -1721,6 +1757,31 @@ static void compact_all(ct_env *e, uint64_t max_op) {
   o.min_bucket_changes = 1;
   o.min_change_ratio = 0;
   CT_OK(bs_compact(&s, e->st, &o, &ct_err));
+}
+
+/* Parameter compaction at H raises the change fence (contract.md 6, 5.1): changes from below H
+ * are no longer known, of buckets and lookups alike, as after a clear; from H they are. */
+static void t_compact_parameters_fence(void **state) {
+  ct_env *e = *state;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats s;
+  unsigned char kb[32];
+  bs_val k = ct_key_str(kb, sizeof kb, "K"), p1 = ct_v("1"), p2 = ct_v("2");
+  bs_lookup l1 = {k, &p1, 1}, l2 = {k, &p2, 1};
+  uint64_t c1, c2, c3;
+  CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "r", CT_ROWS({"b", "t", "r", "1"}), &l1, 1));
+  c1 = commit(e, ct_lsn(1));
+  CT_OK(ct_save_lk(e->w, BS_UPDATE, "t", NULL, "r", CT_ROWS({"b", "t", "r", "2"}), &l2, 1));
+  c2 = commit(e, ct_lsn(2));
+  expect_changes(e, c1, c2, 0, 1, 0, 1);
+  o.compact_parameters = 1;
+  o.min_bucket_changes = 1000; /* no bucket work: only the parameter pass */
+  CT_OK(bs_compact(&s, e->st, &o, &ct_err));
+  expect_changes(e, c1, c2, 1, 0, 1, 0);
+  expect_changes(e, 0, c2, 1, 0, 1, 0);
+  CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "q", CT_ROWS({"b2", "t", "q", "1"})));
+  c3 = commit(e, ct_lsn(3));
+  expect_changes(e, c2, c3, 0, 1, 0, 0);
 }
 
 /* bs_db_stat's ops by type (rules.c bs__stat_op on LMDB and memory, SQL on PostgreSQL). */
@@ -2443,11 +2504,13 @@ static const ct_test TESTS[] = {
     T(t_write_checkpoint_id_limit),
     T(t_write_checkpoint_custom_requested),
     T(t_write_checkpoint_custom_empty_commit),
+    T(t_write_checkpoint_custom_filed_at_flush),
     T_NEEDS(t_compact_move, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_clear, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_horizon, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_torn_read, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_initial_replication, CT_LACKS_COMPACT),
+    T_NEEDS(t_compact_parameters_fence, CT_LACKS_COMPACT),
     T(t_passthrough_on_path),
     T(t_list_buckets),
     T(t_skipped_save_creates_no_bucket),

@@ -45,7 +45,8 @@ typedef struct wl {
   size_t n_cps;
   int stopped;    /* another stream took over (or it was terminated): no more writes */
   int terminated; /* no writer any more */
-  uint64_t fence; /* the op head at the last clear: checkpoint_changes from below invalidates */
+  uint64_t fence; /* the change fence (a clear's op head, a parameter compaction's horizon):
+                     checkpoint_changes from below invalidates */
 } wl;
 
 typedef struct run {
@@ -652,7 +653,7 @@ static void do_commit1(run *r, wl *s) {
     s->has_cp = 1;
     s->cp = s->cs.cp;
     if (s->n_cps < 4096) s->cps[s->n_cps++] = s->cp;
-    md_wcp_checkpoint(&r->wcp, s->id, s->cp, had, prev, lsn);
+    md_wcp_checkpoint(&r->wcp, s->id, s->cp, lsn);
     md_purge(&s->m, s->cp);
     md_reconcile(&s->m, s->st, s->cp);
   }
@@ -824,6 +825,8 @@ static void do_compact(run *r, wl *s) {
   s->horizon = s->cp;
   s->compacted = 1;
   if (o.compact_parameters) s->param_horizon = s->cp;
+  /* a completed parameter pass raised the change fence to its horizon (contract.md 6) */
+  if (o.compact_parameters && rc == BS_OK && s->cp > s->fence) s->fence = s->cp;
 }
 
 static void do_reopen(run *r) {
@@ -895,7 +898,8 @@ static int see_users(const bs_checkpoint_changes *c, void *payload) {
   return 0;
 }
 
-/* checkpoint_changes between checkpoints names every user the model acknowledged there. */
+/* checkpoint_changes between checkpoints names exactly the users the model filed there; from
+ * below the fence (a clear, a parameter compaction) it invalidates buckets and lookups alike. */
 static void check_wcp_changes(run *r, wl *s) {
   for (int i = 0; i < 3 && s->n_cps; i++) {
     uint64_t a = s->cps[ct_below(&r->rng, s->n_cps)], b = s->cps[ct_below(&r->rng, s->n_cps)];
@@ -910,14 +914,18 @@ static void check_wcp_changes(run *r, wl *s) {
           break;
         }
     CT_OK(bs_get_checkpoint_changes(s->st, from, to, see_users, &u, &ct_err));
-    if (from < s->fence && !(u.inval_data && u.inval_params))
-      fail_msg("checkpoint_changes(%llu, %llu) from below the clear at %llu: invalidate %d/%d",
+    /* no range here holds more than BS_CHANGES_MAX names: only the fence invalidates */
+    if ((from < s->fence && !u.inval_data) || u.inval_data != u.inval_params)
+      fail_msg("checkpoint_changes(%llu, %llu), fence %llu: invalidate %d/%d",
                (unsigned long long)from, (unsigned long long)to, (unsigned long long)s->fence,
                u.inval_data, u.inval_params);
-    for (size_t k = 0; k < N_USERS; k++)
-      if (md_wcp_must_list(&r->wcp, s->id, from, to, USERS[k]) && !(u.mask & (1u << k)))
-        fail_msg("checkpoint_changes(%llu, %llu) misses write-checkpoint user %s",
-                 (unsigned long long)from, (unsigned long long)to, USERS[k]);
+    for (size_t k = 0; k < N_USERS; k++) {
+      int want = md_wcp_lists(&r->wcp, s->id, from, to, USERS[k]), got = !!(u.mask & (1u << k));
+      if (want != got)
+        fail_msg("checkpoint_changes(%llu, %llu) %s write-checkpoint user %s",
+                 (unsigned long long)from, (unsigned long long)to, want ? "misses" : "adds",
+                 USERS[k]);
+    }
   }
 }
 
@@ -959,6 +967,7 @@ static void do_wcp(run *r, wl *s) {
     if (adv != want_adv) fail_msg("should_advance %d, model %d", adv, want_adv);
   } else if (kind == 1) { /* a custom one, persistent or requested */
     const char *u = USERS[ct_below(&r->rng, N_USERS)];
+    uint64_t last = 0;
     uint64_t v = ct_below(&r->rng, 200);
     int has_at = ct_below(&r->rng, 2) == 0;
     int64_t at = 1000 * (int64_t)(1 + ct_below(&r->rng, 4));
@@ -967,6 +976,10 @@ static void do_wcp(run *r, wl *s) {
     else
       CT_OK(bs_writer_custom_write_checkpoint(s->w, ct_v(u), v, ct_v(NULL), &ct_err));
     md_wcp_custom(&r->wcp, s->id, u, v, has_at, at);
+    /* flushed at once: the model files the user under this flush's op head */
+    CT_OK(bs_writer_flush(&last, s->w, &ct_err));
+    CT_EQ_U64(last, s->m.head);
+    md_wcp_flushed(&r->wcp, s->id, last);
   } else if (kind == 2) { /* last_write_checkpoint, after a flush (custom values are stored) */
     uint64_t last = 0;
     CT_OK(bs_writer_flush(&last, s->w, &ct_err));

@@ -166,7 +166,7 @@ void md_states_error(md_states *m, uint32_t id);
 void md_states_terminate(md_states *m, uint32_t id);
 
 /* Write checkpoints (contract.md 7): managed records database-wide, custom records per stream,
- * and, per stream, which users each checkpoint acknowledged (for checkpoint_changes). */
+ * and, per stream, the users filed under each op id (for checkpoint_changes). */
 #define MD_WCP_MAX   32
 #define MD_WCP_HEADS 3
 typedef struct md_whead {
@@ -183,14 +183,13 @@ typedef struct md_managed {
 typedef struct md_custom {
   uint32_t stream;
   char user[32];
-  int exists, has_at, pending; /* pending: persisted or queued, not yet in a checkpoint */
+  int exists, has_at, pending; /* pending: queued, not yet flushed */
   uint64_t value;
   int64_t at;
 } md_custom;
-typedef struct md_ack {
+typedef struct md_ack { /* user acknowledged, filed under op id op */
   uint32_t stream;
-  uint64_t cp;
-  int repeat; /* made by a checkpoint with the op id of the stream's checkpoint before it */
+  uint64_t op;
   char user[32];
 } md_ack;
 typedef struct md_wcp {
@@ -217,26 +216,27 @@ int md_wcp_managed(md_wcp *w, const md_mreq *req, size_t n, uint64_t *ids_out);
 /* last_write_checkpoint in managed mode with the given heads; 1 and *id when acknowledged. */
 int md_wcp_last_managed(const md_wcp *w, const char *user, const md_whead *given, size_t n,
                         uint64_t *id);
-/* A custom write checkpoint recorded by stream's writer (has_at: requested at `at`); it is
- * stored at the writer's next flush (the caller reads it only after one). */
+/* A custom write checkpoint queued by stream's writer (has_at: requested at `at`); it is stored
+ * at the writer's next flush (the caller reads it only after one). */
 void md_wcp_custom(md_wcp *w, uint32_t stream, const char *user, uint64_t value, int has_at,
                    int64_t at);
 int md_wcp_last_custom(const md_wcp *w, uint32_t stream, const char *user, uint64_t *value);
-/* A checkpoint `cp` created by stream at lsn (prev_cp: the stream's checkpoint before, has_prev):
- * marks managed records whose heads are all <= lsn processed and acknowledges them and the
- * stream's pending custom users at cp. */
-void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, int has_prev, uint64_t prev_cp,
-                       const char *lsn);
+/* A flush of stream's writer ending at op head `head` stores the queued custom write checkpoints:
+ * their users are filed under head (the flush's change record). */
+void md_wcp_flushed(md_wcp *w, uint32_t stream, uint64_t head);
+/* A checkpoint `cp` created by stream at lsn: marks the managed records whose heads are all
+ * <= lsn processed and files their users under cp (the checkpoint's change record). */
+void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, const char *lsn);
 /* bs_clear of stream: its custom records go, and what its checkpoints acknowledged is no longer
  * known (checkpoint_changes from below the clear invalidates). Managed records are the
  * database's and stay. */
 void md_wcp_clear(md_wcp *w, uint32_t stream);
 /* delete_checkpoint_requests_before(t) from stream's handle; returns how many it deletes. */
 uint64_t md_wcp_cleanup(md_wcp *w, uint32_t stream, int64_t t);
-/* Whether checkpoint_changes(from, to) of stream must name user: acknowledged by a checkpoint in
- * (from, to], or at from by a checkpoint that kept the op id of the one before. */
-int md_wcp_must_list(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to,
-                     const char *user);
+/* Whether checkpoint_changes(from, to) of stream names user: a user filed under an op id in
+ * [from, to] (both ends: a checkpoint may keep the op id of the one before, so a client at `from`
+ * may not have seen what was filed there; contract.md 5.1 allows the extra), and no other. */
+int md_wcp_lists(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to, const char *user);
 
 /* Bucket data chunks (contract.md 5.2). One call over the requested buckets in the order served,
  * lists[k] the ops bucket k still has in (after, C]: the chunks it returns (at most cap), each

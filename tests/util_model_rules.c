@@ -192,21 +192,26 @@ int md_wcp_last_custom(const md_wcp *w, uint32_t stream, const char *user, uint6
   return 0;
 }
 
-static void ack(md_wcp *w, uint32_t stream, uint64_t cp, int repeat, const char *user) {
+static void ack(md_wcp *w, uint32_t stream, uint64_t op, const char *user) {
   if (w->nacks == w->cap_acks) {
     w->cap_acks = w->cap_acks ? 2 * w->cap_acks : 64;
     w->acks = realloc(w->acks, w->cap_acks * sizeof *w->acks);
     assert_non_null(w->acks);
   }
   w->acks[w->nacks].stream = stream;
-  w->acks[w->nacks].cp = cp;
-  w->acks[w->nacks].repeat = repeat;
+  w->acks[w->nacks].op = op;
   strcpy(w->acks[w->nacks++].user, user);
 }
 
-void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, int has_prev, uint64_t prev_cp,
-                       const char *lsn) {
-  int repeat = has_prev && prev_cp == cp;
+void md_wcp_flushed(md_wcp *w, uint32_t stream, uint64_t head) {
+  for (size_t i = 0; i < w->nc; i++)
+    if (w->c[i].stream == stream && w->c[i].pending) {
+      w->c[i].pending = 0;
+      ack(w, stream, head, w->c[i].user);
+    }
+}
+
+void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, const char *lsn) {
   for (size_t i = 0; i < w->nm; i++) {
     md_managed *r = &w->m[i];
     size_t h;
@@ -215,13 +220,8 @@ void md_wcp_checkpoint(md_wcp *w, uint32_t stream, uint64_t cp, int has_prev, ui
     }
     if (h < r->nh) continue;
     r->processed = 1;
-    ack(w, stream, cp, repeat, r->user);
+    ack(w, stream, cp, r->user);
   }
-  for (size_t i = 0; i < w->nc; i++)
-    if (w->c[i].stream == stream && w->c[i].pending) {
-      w->c[i].pending = 0;
-      ack(w, stream, cp, repeat, w->c[i].user);
-    }
 }
 
 void md_wcp_clear(md_wcp *w, uint32_t stream) {
@@ -253,12 +253,10 @@ uint64_t md_wcp_cleanup(md_wcp *w, uint32_t stream, int64_t t) {
   return n;
 }
 
-int md_wcp_must_list(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to,
-                     const char *user) {
+int md_wcp_lists(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to, const char *user) {
   for (size_t i = 0; i < w->nacks; i++) {
     const md_ack *a = &w->acks[i];
-    if (a->stream != stream || strcmp(a->user, user) != 0) continue;
-    if ((a->cp > from && a->cp <= to) || (a->repeat && a->cp == from && from <= to)) return 1;
+    if (a->stream == stream && strcmp(a->user, user) == 0 && a->op >= from && a->op <= to) return 1;
   }
   return 0;
 }
