@@ -378,16 +378,22 @@ static int check_open(bs_db **out, const char *what, const char *name, const bs_
   return resolve_open_options(opts, o, err);
 }
 
-/* The one rule of which built-in backend a name opens: PostgreSQL for a URL, else LMDB. */
-static int names_postgres(const char *name) {
-  return !strncmp(name, "postgresql://", 13) || !strncmp(name, "postgres://", 11);
+/* The one rule of which built-in backend a name opens: PostgreSQL for a URL or a libpq
+ * key=value string (a keyword, lower-case letters and '_' as libpq's are, then '='), else LMDB.
+ * No file path is lost: a file of such a name is reachable as ./name. */
+int bs_names_postgres(const char *name) {
+  size_t n;
+  if (!name) return 0;
+  if (!strncmp(name, "postgresql://", 13) || !strncmp(name, "postgres://", 11)) return 1;
+  n = strspn(name, "abcdefghijklmnopqrstuvwxyz_");
+  return n > 0 && name[n + strspn(name + n, " \t")] == '=';
 }
 
 int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err) {
   bs_open_options o;
   int rc;
   if ((rc = check_open(out, "path", path, opts, &o, err)) != BS_OK) return rc;
-  if (names_postgres(path)) return bs_open_postgres(out, path, &o, err);
+  if (bs_names_postgres(path)) return bs_open_postgres(out, path, &o, err);
   if ((rc = bs__lmdb_open(out, path, &o, err)) != BS_OK) return rc;
   return bs_open_backend(out, *out, &o, err);
 }
@@ -1209,7 +1215,7 @@ int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *rec, voi
 /* The table whose load slot makes the database path names (bs_open's choice of backend). */
 static int load_table(const bs_db_vtable **out, const char *path, bs_error *err) {
   *out = &bs__lmdb_db_vt;
-  if (!names_postgres(path)) return BS_OK;
+  if (!bs_names_postgres(path)) return BS_OK;
 #ifdef BS_HAVE_PG
   BS_UNUSED(err);
   *out = &bs__pg_db_vt;

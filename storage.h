@@ -219,6 +219,7 @@ typedef struct bs_open_options {
   { BS_OPEN_OPTIONS_VERSION, 0, 0, 0, NULL, 0 }
 
 /* Opens the database file at path (copied); a missing file is created, unless BS_OPEN_RDONLY.
+ * A path that bs_names_postgres accepts opens the PostgreSQL backend instead (bs_open_postgres).
  * *out is the caller's, closed with bs_close(); *out is NULL on failure. opts may be NULL.
  * The file is checked before LMDB maps it; a file that fails is refused unchanged and gets no
  * PATH-lock beside it (that appears only beside a bucketstore database). A new file is built
@@ -243,8 +244,15 @@ typedef struct bs_open_options {
  * read-only handle uses a read-write environment and stays read-only. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
+/* 1 when bs_open hands name to the PostgreSQL backend, else 0 (also for NULL): a URL starting
+ * with postgresql:// or postgres://, or a libpq key=value connection string, recognised by its
+ * first keyword (lower-case letters and '_', as libpq's are) followed by '=', e.g.
+ * "host=db dbname=sync". A file whose name looks so is opened as "./name". For programs that
+ * take either kind of name, as the CLI does, so they decide as the library does. */
+BS_API int bs_names_postgres(const char *name);
+
 /* Opens the PostgreSQL backend on the database that url names (a libpq connection string or
- * URI, copied; bs_open hands a path starting with postgresql:// or postgres:// here). Its
+ * URI, copied; bs_open hands every name bs_names_postgres accepts here). Its
  * tables live in one schema, resolved once at open from the connection's search_path (e.g.
  * append ?options=-csearch_path%3Dmyschema to keep several databases in one; a name that needs
  * quoting is written quoted there, %22My%5C%20Schema%22 for "My Schema"): the first of its
@@ -1023,7 +1031,7 @@ BS_API int bs_db_export(bs_db *db, uint32_t stream, int (*fn)(const bs_record *r
  * (BS_BACKUP_REPLACE is refused: load never replaces a file). Errors: BS_EINVAL (path, opts),
  * BS_EUSER (next stopped it), BS_ESTATE (path exists), BS_ECORRUPT (an unknown table, a bad key,
  * no format record or one of a newer or unknown version, or the result did not verify),
- * BS_EUNSUPPORTED (a postgresql:// or postgres:// URL: a PostgreSQL database is restored with
+ * BS_EUNSUPPORTED (a name bs_names_postgres accepts: a PostgreSQL database is restored with
  * pg_restore; next is never called), BS_ECANCELED, BS_EIO, BS_ENOMEM. Any thread. */
 BS_API int bs_load(const char *path, const bs_backup_options *opts,
                    int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err);

@@ -146,16 +146,8 @@ static int make_temporary(cli_db *c, bs_error *err) {
   return BS_OK;
 }
 
-/* A libpq key=value connection string ("host=h dbname=d"): a keyword (libpq's are lower-case
- * letters and '_') and then '='. A file of such a name is given as ./name. */
-static int is_conninfo(const char *s) {
-  size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz_");
-  return n > 0 && s[n + strspn(s + n, " \t")] == '=';
-}
-
 int cli_is_postgres(const cli_db *c) {
-  return c->path && (c->postgres || !strncmp(c->path, "postgresql://", 13) ||
-                     !strncmp(c->path, "postgres://", 11) || is_conninfo(c->path));
+  return c->path && (c->postgres || bs_names_postgres(c->path));
 }
 
 int cli_db_open(cli_db *c, bs_error *err) {
@@ -163,7 +155,7 @@ int cli_db_open(cli_db *c, bs_error *err) {
   int rc;
   opts.flags = c->flags;
   if (c->memory) return bs_open_memory(&c->db, &opts, err);
-  if (cli_is_postgres(c)) return bs_open_postgres(&c->db, c->path, &opts, err);
+  if (c->postgres) return bs_open_postgres(&c->db, c->path, &opts, err);
   if (!c->path && (rc = make_temporary(c, err)) != BS_OK) return rc;
   return bs_open(&c->db, c->path, &opts, err);
 }

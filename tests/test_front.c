@@ -1308,6 +1308,45 @@ static void test_older_backends(void **state) {
   }
 }
 
+/* Which names bs_open hands to PostgreSQL: URLs and libpq key=value strings, nothing else; such
+ * a name never becomes a file, and ./name reaches a file of that name. */
+static void test_names_postgres(void **state) {
+  static const struct {
+    const char *name;
+    int pg;
+  } t[] = {
+      {"postgresql://h/db", 1},
+      {"postgres://h", 1},
+      {"postgresql://", 1},
+      {"host=h dbname=d", 1},
+      {"host =h", 1},
+      {"a_b=1", 1},
+      {"dbname=", 1},
+      {"x=1", 1},
+      {"postgresql:/h", 0},
+      {"Postgres://h", 0},
+      {"Host=h", 0},
+      {"=x", 0},
+      {"./host=h", 0},
+      {"/tmp/a=b", 0},
+      {"host", 0},
+      {"h\xc3\xa9=1", 0},
+      {"x", 0},
+      {"", 0},
+  };
+  const char *conn = "host=127.0.0.1 port=1 connect_timeout=1 dbname=bsnone";
+  bs_error err;
+  bs_db *db;
+  (void)state;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (bs_names_postgres(t[i].name) != t[i].pg) fail_msg("%s: not %d", t[i].name, t[i].pg);
+  assert_int_equal(bs_names_postgres(NULL), 0);
+  /* a closed port (or a build without PostgreSQL): refused, and no file named after it */
+  assert_int_not_equal(bs_open(&db, conn, NULL, &err), BS_OK);
+  assert_null(db);
+  assert_int_not_equal(access(conn, F_OK), 0);
+}
+
 /* A password never reaches a message: bs_redact_conninfo's forms, and bs_open_postgres failing on
  * a closed port (libpq's own message) and on URLs libpq refuses by quoting them. */
 #define SECRET "Zq7secretPW"
@@ -1370,21 +1409,14 @@ static void test_redact_conninfo(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_redact_conninfo),
-      cmocka_unit_test(test_older_callers),
-      cmocka_unit_test(test_older_backends),
-      cmocka_unit_test(test_contract_asserts),
-      cmocka_unit_test(test_open_checks),
-      cmocka_unit_test(test_writer_queue),
-      cmocka_unit_test(test_strerror),
-      cmocka_unit_test(test_stream_checks),
-      cmocka_unit_test(test_writer_checks),
-      cmocka_unit_test(test_read_checks),
-      cmocka_unit_test(test_wcp_and_compact_checks),
-      cmocka_unit_test(test_unsupported_slots),
-      cmocka_unit_test(test_wait_and_listener),
-      cmocka_unit_test(test_version),
-      cmocka_unit_test(test_clock),
+      cmocka_unit_test(test_names_postgres),    cmocka_unit_test(test_redact_conninfo),
+      cmocka_unit_test(test_older_callers),     cmocka_unit_test(test_older_backends),
+      cmocka_unit_test(test_contract_asserts),  cmocka_unit_test(test_open_checks),
+      cmocka_unit_test(test_writer_queue),      cmocka_unit_test(test_strerror),
+      cmocka_unit_test(test_stream_checks),     cmocka_unit_test(test_writer_checks),
+      cmocka_unit_test(test_read_checks),       cmocka_unit_test(test_wcp_and_compact_checks),
+      cmocka_unit_test(test_unsupported_slots), cmocka_unit_test(test_wait_and_listener),
+      cmocka_unit_test(test_version),           cmocka_unit_test(test_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
