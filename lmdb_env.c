@@ -460,9 +460,9 @@ static void reg_child(void) {
   pthread_mutex_init(&lm_reg_mu, NULL);
   /* the parent's writer locks stay the parent's ("Writer locks" below) */
   for (bs__lmdb_env *e = lm_reg; e; e = e->next)
-    if (e->wfd >= 0) {
-      close(e->wfd);
-      e->wfd = -1;
+    if (e->fd >= 0) {
+      close(e->fd);
+      e->fd = -1;
     }
 }
 static void reg_init(void) {
@@ -512,12 +512,68 @@ static int env_compatible(bs__lmdb_env *e, const char *path, unsigned flags, siz
 
 static void env_free(bs__lmdb_env *e) {
   if (e->env) mdb_env_close(e->env);
-  if (e->wfd >= 0) close(e->wfd);
+  if (e->fd >= 0) close(e->fd);
   bs__free(&bs__default_allocator, e->held);
   pthread_mutex_destroy(&e->wl_mu);
   pthread_rwlock_destroy(&e->txn_lock);
   pthread_mutex_destroy(&e->grow_mu);
   bs__free(&bs__default_allocator, e);
+}
+
+/* ---- One lock file per file -------------------------------------------------------------------
+ * LMDB keeps its reader table and write mutex in a lock file named after the path it is given
+ * (real-lock). realpath settles symlinks and relative names, not hard links: two processes that
+ * opened one file by two hard-link names (or by its names before and after a rename) would keep
+ * two reader tables and two write mutexes, and each writer would reuse pages the other's
+ * readers still read. So every environment holds a shared open-file-description lock on one byte
+ * of the data file, chosen by a hash of its real path, and an open refuses while someone holds
+ * a lock on another byte of that range: another process has the file open by another name. Each
+ * open takes its byte before it looks at the others, so of two opens by two names at once at
+ * least one sees the other: never both admitted. A hash collision of two names (one in 2^20)
+ * goes unseen, as every case did before. The range lies beyond the writer locks' (below). */
+#define LM_NAME_BASE  ((off_t)1 << 42)
+#define LM_NAME_SLOTS ((uint64_t)1 << 20)
+
+/* Whether a lock other than this descriptor's own conflicts with a write lock on [start,
+ * start + len): 1, 0, or -1 (errno). */
+static int name_lock_held(int fd, off_t start, off_t len) {
+#ifdef F_OFD_GETLK
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+  if (len == 0) return 0; /* l_len 0 would mean "to the end of any file" */
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+  return fl.l_type != F_UNLCK;
+#else
+  (void)fd, (void)start, (void)len;
+  return 0;
+#endif
+}
+
+/* Takes fd's name lock for the real path real: BS_OK, BS_EBUSY (the file is open by another
+ * name in another process) or BS_EIO. Released when fd is closed. */
+static int name_lock(int fd, const char *real, const char *path, bs_error *err) {
+#ifdef F_OFD_SETLK
+  bs_val name = {real, strlen(real)};
+  off_t mine = LM_NAME_BASE + (off_t)(bs__val_hash(name) % LM_NAME_SLOTS);
+  struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = mine, .l_len = 1};
+  int below, above;
+  while (fcntl(fd, F_OFD_SETLK, &fl) != 0) /* nobody takes a write lock there: never EAGAIN */
+    if (errno != EINTR)
+      return bs__fail(err, BS_EIO, "%s: the name lock: %s", path, strerror(errno));
+  below = name_lock_held(fd, LM_NAME_BASE, mine - LM_NAME_BASE);
+  above =
+      below ? below : name_lock_held(fd, mine + 1, LM_NAME_BASE + (off_t)LM_NAME_SLOTS - mine - 1);
+  if (below < 0 || above < 0)
+    return bs__fail(err, BS_EIO, "%s: the name lock: %s", path, strerror(errno));
+  if (below || above)
+    return bs__fail(err, BS_EBUSY,
+                    "%s: another process has this file open by another name (a hard link, or a "
+                    "name it had before a rename); LMDB's lock file goes by name, so every "
+                    "process must open the file by one name",
+                    path);
+#else
+  (void)fd, (void)real, (void)path, (void)err;
+#endif
+  return BS_OK;
 }
 
 /* Opens a new environment on real (the file's real path: its lock file is real-lock; path is the
@@ -536,9 +592,10 @@ static int env_new(bs__lmdb_env **out, const char *path, const char *real, unsig
   pthread_mutex_init(&e->grow_mu, NULL);
   pthread_mutex_init(&e->wl_mu, NULL);
   e->flags = flags;
-  e->wfd = -1;
-  if (!(flags & MDB_RDONLY) && (e->wfd = open(real, O_RDWR | O_CLOEXEC)) < 0) {
+  e->fd = open(real, (flags & MDB_RDONLY ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  if (e->fd < 0) {
     rc = bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
+  } else if ((rc = name_lock(e->fd, real, path, err)) != BS_OK) {
   } else if ((mrc = mdb_env_create(&e->env)) != 0) {
     rc = bs__fail_mdb(err, mrc, "mdb_env_create");
   } else if ((mrc = mdb_env_set_maxdbs(e->env, LM_MAXDBS)) != 0 ||
@@ -717,7 +774,7 @@ static int wl_file(const bs__lmdb_env *e, uint64_t key, short type, bs_error *er
   struct flock fl = {
       .l_type = type, .l_whence = SEEK_SET, .l_start = LM_WL_BASE + (off_t)key, .l_len = 1};
   int rc;
-  while ((rc = fcntl(e->wfd, F_OFD_SETLK, &fl)) != 0 && errno == EINTR) continue;
+  while ((rc = fcntl(e->fd, F_OFD_SETLK, &fl)) != 0 && errno == EINTR) continue;
   if (rc == 0) return BS_OK;
   if (errno == EAGAIN || errno == EACCES) return bs__fail(err, BS_EBUSY, "held by a process");
   return bs__fail(err, BS_EIO, "the writer lock: fcntl: %s", strerror(errno));

@@ -515,10 +515,11 @@ struct bs__lmdb_env {
   pthread_rwlock_t txn_lock;
   size_t map_size;
   int grow_pending; /* (a1) a thread waits to resize the map: new top-level txns hold off */
-  /* The writer locks (lmdb_env.c "Writer locks"): wfd, the environment's own descriptor of the file
-   * (-1 in a read-only environment), holds them for other processes; held lists this process's
-   * (keys 2 * stream + snapshot), under wl_mu. */
-  int wfd;
+  /* fd, the environment's own descriptor of the file (read-only in a read-only environment), holds
+   * its name lock (lmdb_env.c "One lock file per file") and the writer locks ("Writer locks") for
+   * other processes; held lists this process's writer locks (keys 2 * stream + snapshot), under
+   * wl_mu. */
+  int fd;
   pthread_mutex_t wl_mu;
   uint64_t *held;
   size_t n_held, cap_held;

@@ -241,7 +241,11 @@ typedef struct bs_open_options {
  * option: a read-write open while the environment was opened read-only (open read-write first,
  * or close the read-only handles), BS_OPEN_NOSYNC set on one read-write handle and not on the
  * other, or a map_size larger than the map the environment has now (a smaller one is met). A
- * read-only handle uses a read-write environment and stays read-only. */
+ * read-only handle uses a read-write environment and stays read-only. Across processes, LMDB's
+ * lock file goes by the file's name (symlinks resolved): while another process has the file
+ * open by one name, an open by another (a hard link, or a name before or after a rename) fails
+ * with BS_EBUSY and makes no lock file, since two lock files would let each writer reuse pages
+ * the other's readers still read. */
 BS_API int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error *err);
 
 /* 1 when bs_open hands name to the PostgreSQL backend, else 0 (also for NULL): a URL starting

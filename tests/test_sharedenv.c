@@ -18,6 +18,9 @@
  *    other's writes and compactions, and there is one lock file.
  *  - One writer per stream across processes: another process's writer makes this one's
  *    BS_EBUSY until that process is killed (SIGKILL), whatever child it forked meanwhile.
+ *  - Two processes, two hard-link names: LMDB's lock file goes by name, so the second name is
+ *    refused (BS_EBUSY, no lock file made) while another process has the file open by the
+ *    first, either way round, and admitted once it has closed it.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -584,6 +587,87 @@ static void t_writer_lock_processes(void **state) {
   write_round(e->w, 1);
 }
 
+/* ---- Two processes, two hard-link names ----------------------------------------------------- */
+
+/* Opens path (read-only when rdonly) in a child process and closes it: 0, or 100 + the code. */
+static int open_in_child(const char *path, unsigned flags) {
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db = NULL;
+  bs_error err;
+  int rc, status;
+  pid_t pid;
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    o.flags = flags;
+    rc = bs_open(&db, path, &o, &err);
+    if (rc == BS_EBUSY && !strstr(err.msg, "by another name")) _exit(99);
+    bs_close(db);
+    _exit(rc == BS_OK ? 0 : 100 - rc);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* A child that opens path, says so on ready and holds it until hold is closed. */
+static int child_hold_name(const char *path, int ready, int hold) {
+  bs_db *db = NULL;
+  bs_error err;
+  char c = 'r';
+  if (bs_open(&db, path, &nosync, &err) != BS_OK) return 10;
+  if (write(ready, &c, 1) != 1) return 11;
+  (void)read(hold, &c, 1);
+  bs_close(db);
+  return 0;
+}
+
+static void t_hardlink_processes(void **state) {
+  ct_env *e = *state;
+  char other[256];
+  int ready[2], hold[2], status;
+  bs_db *db = NULL;
+  pid_t pid;
+  char c;
+  write_round(e->w, 0);
+  snprintf(other, sizeof other, "%s/other.bsdb", e->dir);
+  assert_int_equal(link(e->path, other), 0);
+  /* this process has it open by e->path: another process may use that name, not the other */
+  assert_int_equal(open_in_child(e->path, BS_OPEN_NOSYNC), 0);
+  assert_int_equal(open_in_child(other, BS_OPEN_NOSYNC), 100 - BS_EBUSY);
+  assert_int_equal(open_in_child(other, BS_OPEN_RDONLY), 100 - BS_EBUSY);
+  assert_false(exists(e->dir, "other.bsdb-lock"));
+  /* in this process, every name shares the one environment */
+  CT_OK(bs_open(&db, other, &nosync, &ct_err));
+  bs_close(db);
+  close_fixture(e);
+  assert_int_equal(open_in_child(other, BS_OPEN_NOSYNC), 0);
+
+  /* the other way round: a child holds it by the other name */
+  assert_int_equal(pipe(ready), 0);
+  assert_int_equal(pipe(hold), 0);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    _exit(child_hold_name(other, ready[1], hold[0]));
+  }
+  close(ready[1]);
+  close(hold[0]);
+  assert_int_equal(read(ready[0], &c, 1), 1);
+  CT_RC(BS_EBUSY, bs_open(&db, e->path, &nosync, &ct_err));
+  assert_null(db);
+  assert_non_null(strstr(ct_err.msg, "by another name"));
+  close(hold[1]);
+  close(ready[0]);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CT_OK(bs_open(&e->db, e->path, &nosync, &ct_err));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_same_path, setup, ct_env_teardown),
@@ -596,6 +680,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_open_close_race, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(t_two_processes, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(t_writer_lock_processes, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(t_hardlink_processes, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
