@@ -471,16 +471,14 @@ static int pg_stream_list(bs_db *base, int (*fn)(const bs_stream_info *, void *)
   PGresult *r;
   int rc;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
-  rc = bs__pg_exec(c, "SELECT id, name, state, hash FROM bs_streams ORDER BY id", NULL, &r,
+  rc = bs__pg_exec(c, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams ORDER BY id", NULL, &r,
                    "stream_list", err);
   bs__pg_conn_put(db, c); /* before fn, which may call back into the library */
   if (rc) return rc;
   for (int i = 0; i < PQntuples(r) && !rc; i++) {
-    bs_stream_info info;
-    info.id = (uint32_t)bs__pg_i32(r, i, 0);
-    info.name = bs__pg_bytes(r, i, 1);
-    info.state = (bs_stream_state)bs__pg_i16(r, i, 2);
-    info.hash = (bs_hash)bs__pg_i16(r, i, 3);
+    bs__pg_stream s = bs__pg_stream_row(r, i);
+    bs_stream_info info = {
+        .id = s.id, .name = s.name, .state = (bs_stream_state)s.row.state, .hash = s.hash};
     rc = fn(&info, payload);
   }
   PQclear(r);
@@ -504,14 +502,14 @@ static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error 
   if (!id) bs__pg_arg_states(&a, served, map);
   /* id 0: the newest served stream, else the newest one */
   rc = bs__pg_exec(c,
-                   id ? "SELECT id FROM bs_streams WHERE id = $1"
-                      : "SELECT id FROM bs_streams WHERE $1 = 0"
+                   id ? "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1"
+                      : "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE $1 = 0"
                         " ORDER BY ($2::text::int2[])[state] = 1 DESC, id DESC LIMIT 1",
                    &a, &r, "storage_open", err);
   bs__pg_conn_put(db, c);
   if (rc) return rc;
   found = PQntuples(r) == 1;
-  if (found) id = (uint32_t)bs__pg_i32(r, 0, 0);
+  if (found) id = bs__pg_stream_row(r, 0).id;
   PQclear(r);
   if (!found) {
     if (id) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
@@ -568,11 +566,12 @@ static int stream_gone(const bs_storage *st, bs_error *err) {
   return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)st->stream_id);
 }
 static const bs__pg_stmt checkpoint_stmt = {
-    BS_PG_STMT_CHECKPOINT, "SELECT checkpoint, checkpoint_lsn FROM bs_streams WHERE id = $1"};
+    BS_PG_STMT_CHECKPOINT, "SELECT " BS_PG_STREAM_CHECKPOINT " FROM bs_streams WHERE id = $1"};
 
 static int read_checkpoint(PGconn *c, bs_storage *st, bs_checkpoint *out, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
+  bs__stream_row s;
   int rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
   rc = bs__pg_execp(c, &checkpoint_stmt, &a, &r, "get_checkpoint", err);
@@ -581,8 +580,9 @@ static int read_checkpoint(PGconn *c, bs_storage *st, bs_checkpoint *out, bs_err
     PQclear(r);
     return stream_gone(st, err);
   }
-  out->op_id = (uint64_t)bs__pg_i64(r, 0, 0);
-  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, bs__pg_bytes(r, 0, 1));
+  s = bs__pg_stream_row(r, 0).row;
+  out->op_id = s.checkpoint;
+  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, s.checkpoint_lsn);
   PQclear(r);
   return BS_OK;
 }
@@ -726,26 +726,26 @@ static int pg_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_check
 static int pg_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   bs__pg_args a = {0};
   PGresult *r;
+  bs__pg_stream s;
   bs_val e;
   int rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
-  rc = query(st,
-             "SELECT state, snapshot_done AND checkpoint_lsn IS NOT NULL, checkpoint, op_head,"
-             " checkpoint_lsn, resume_lsn, last_error FROM bs_streams WHERE id = $1",
-             &a, &r, "get_status", err);
+  rc = query(st, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1", &a, &r, "get_status",
+             err);
   if (rc) return rc;
   if (PQntuples(r) != 1) {
     PQclear(r);
     return stream_gone(st, err);
   }
+  s = bs__pg_stream_row(r, 0);
   memset(out, 0, sizeof *out);
-  out->state = (bs_stream_state)bs__pg_i16(r, 0, 0);
-  out->snapshot_done = bs__pg_bool(r, 0, 1);
-  out->checkpoint = (uint64_t)bs__pg_i64(r, 0, 2);
-  out->last_persisted_op = (uint64_t)bs__pg_i64(r, 0, 3);
-  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, bs__pg_bytes(r, 0, 4));
-  copy_lsn(out->resume_lsn, &out->resume_lsn_size, &out->has_resume_lsn, bs__pg_bytes(r, 0, 5));
-  e = bs__pg_bytes(r, 0, 6);
+  out->state = (bs_stream_state)s.row.state;
+  out->snapshot_done = s.row.snapshot_done && s.row.checkpoint_lsn.data;
+  out->checkpoint = s.row.checkpoint;
+  out->last_persisted_op = s.row.op_head;
+  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, s.row.checkpoint_lsn);
+  copy_lsn(out->resume_lsn, &out->resume_lsn_size, &out->has_resume_lsn, s.row.resume_lsn);
+  e = s.last_error;
   if (e.size > sizeof out->last_error - 1) e.size = sizeof out->last_error - 1;
   if (e.size) memcpy(out->last_error, e.data, e.size);
   PQclear(r);
@@ -768,47 +768,18 @@ static int pg_report_error(bs_storage *st, const char *message, bs_error *err) {
              &a, "report_error", err);
 }
 
-/* The stream's row (locked: a flush holds it, pg_save.c batch_open, so the clear waits for the
- * flush and its deletes then see the flush's rows) as lifecycle.c takes it, from its result r. */
+/* The stream's row, locked: a flush holds it (pg_save.c batch_open), so the clear waits for the
+ * flush and its deletes then see the flush's rows. */
 static const char *const reset_read_sql =
-    "SELECT state, snapshot_done, op_head, checkpoint, last_checkpoint_op, checkpoint_lsn,"
-    " resume_lsn, no_checkpoint_before, param_horizon, param_cursor, changes_fence"
-    " FROM bs_streams WHERE id = $1 FOR UPDATE";
-
-static bs__stream_row reset_row(const PGresult *r) {
-  return (bs__stream_row){.state = (unsigned)bs__pg_i16(r, 0, 0),
-                          .snapshot_done = bs__pg_bool(r, 0, 1),
-                          .op_head = (uint64_t)bs__pg_i64(r, 0, 2),
-                          .checkpoint = (uint64_t)bs__pg_i64(r, 0, 3),
-                          .last_checkpoint_op = (uint64_t)bs__pg_i64(r, 0, 4),
-                          .checkpoint_lsn = bs__pg_bytes(r, 0, 5),
-                          .resume_lsn = bs__pg_bytes(r, 0, 6),
-                          .no_checkpoint_before = bs__pg_bytes(r, 0, 7),
-                          .param_horizon = (uint64_t)bs__pg_i64(r, 0, 8),
-                          .param_cursor = (uint64_t)bs__pg_i64(r, 0, 9),
-                          .changes_fence = (uint64_t)bs__pg_i64(r, 0, 10)};
-}
+    "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1 FOR UPDATE";
 
 /* Stores the row w of stream id (every field lifecycle.c decides). */
 static int reset_store(PGconn *c, uint32_t id, const bs__stream_row *w, bs_error *err) {
   bs__pg_args a = {0};
   bs__pg_arg_i32(&a, (int32_t)id);
-  bs__pg_arg_i32(&a, (int32_t)w->state);
-  bs__pg_arg_bool(&a, w->snapshot_done);
-  bs__pg_arg_i64(&a, (int64_t)w->checkpoint);
-  bs__pg_arg_i64(&a, (int64_t)w->last_checkpoint_op);
-  bs__pg_arg_bytes(&a, w->checkpoint_lsn);
-  bs__pg_arg_bytes(&a, w->resume_lsn);
-  bs__pg_arg_bytes(&a, w->no_checkpoint_before);
-  bs__pg_arg_i64(&a, (int64_t)w->param_horizon);
-  bs__pg_arg_i64(&a, (int64_t)w->param_cursor);
-  bs__pg_arg_i64(&a, (int64_t)w->changes_fence);
-  return bs__pg_run(c,
-                    "UPDATE bs_streams SET state = $2, snapshot_done = $3, checkpoint = $4,"
-                    " last_checkpoint_op = $5, checkpoint_lsn = $6, resume_lsn = $7,"
-                    " no_checkpoint_before = $8, param_horizon = $9, param_cursor = $10,"
-                    " changes_fence = $11 WHERE id = $1",
-                    &a, "clear", err);
+  bs__pg_stream_args(&a, w);
+  return bs__pg_run(c, "UPDATE bs_streams SET " BS_PG_STREAM_SET " WHERE id = $1", &a, "clear",
+                    err);
 }
 
 /* Deletes every record of the stream but its row. */
@@ -842,7 +813,7 @@ static int clear_or_terminate(bs_storage *st, int clear, int terminate, bs_error
   if (!rc) rc = bs__pg_exec(c, reset_read_sql, &a, &r, "clear", err);
   if (!rc && PQntuples(r) != 1) rc = stream_gone(st, err);
   if (!rc) {
-    w = reset_row(r);
+    w = bs__pg_stream_row(r, 0).row;
     rc = bs__stream_reset(&w, st->stream_id, clear, terminate, err);
   }
   if (!rc && clear) rc = reset_delete(c, st->stream_id, err);

@@ -1,6 +1,7 @@
 /*
  * pg_codec.c: the PostgreSQL backend's codec, how the C values are stored in the rows of the
- * schema (pg_internal.h): the SQL spellings of the C enums, an op's columns (read back by
+ * schema (pg_internal.h): the SQL spellings of the C enums, the stream row (read by
+ * bs__pg_stream_row, stored by bs__pg_stream_args), an op's columns (read back by
  * bs__pg_op_row, written by bs__pg_op_copy), a source record's row and its members value, the
  * superseded log's pairs, and the binary COPY stream the writer fills. The other files name the
  * columns and decode the rows through it, so a stored field changes here and in a migration
@@ -74,6 +75,42 @@ void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint6
   bs__pg_copy_bytes(b, a, present(op->object_id));
   bs__pg_copy_bytes(b, a, present(op->subkey));
   bs__pg_copy_bytes(b, a, op->type == BS_OP_PUT ? present(op->data) : (bs_val){NULL, 0});
+}
+
+/* ---- The stream row ------------------------------------------------------------------------- */
+
+bs__pg_stream bs__pg_stream_row(const PGresult *r, int row) {
+  bs__pg_stream s = {.row = {.checkpoint = (uint64_t)bs__pg_i64(r, row, 0),
+                             .checkpoint_lsn = bs__pg_bytes(r, row, 1)}};
+  if (PQnfields(r) < BS_PG_STREAM_NCOLS) return s; /* BS_PG_STREAM_CHECKPOINT */
+  s.id = (uint32_t)bs__pg_i32(r, row, 2);
+  s.name = bs__pg_bytes(r, row, 3);
+  s.hash = (bs_hash)bs__pg_i16(r, row, 4);
+  s.row.state = (unsigned)bs__pg_i16(r, row, 5);
+  s.row.snapshot_done = bs__pg_bool(r, row, 6);
+  s.row.op_head = (uint64_t)bs__pg_i64(r, row, 7);
+  s.row.last_checkpoint_op = (uint64_t)bs__pg_i64(r, row, 8);
+  s.row.resume_lsn = bs__pg_bytes(r, row, 9);
+  s.row.no_checkpoint_before = bs__pg_bytes(r, row, 10);
+  s.row.param_horizon = (uint64_t)bs__pg_i64(r, row, 11);
+  s.row.param_cursor = (uint64_t)bs__pg_i64(r, row, 12);
+  s.row.changes_fence = (uint64_t)bs__pg_i64(r, row, 13);
+  s.last_error = bs__pg_bytes(r, row, 14);
+  return s;
+}
+
+void bs__pg_stream_args(bs__pg_args *a, const bs__stream_row *w) {
+  bs__pg_arg_i32(a, (int32_t)w->state);
+  bs__pg_arg_bool(a, w->snapshot_done);
+  bs__pg_arg_i64(a, (int64_t)w->op_head);
+  bs__pg_arg_i64(a, (int64_t)w->checkpoint);
+  bs__pg_arg_i64(a, (int64_t)w->last_checkpoint_op);
+  bs__pg_arg_bytes(a, w->checkpoint_lsn);
+  bs__pg_arg_bytes(a, w->resume_lsn);
+  bs__pg_arg_bytes(a, w->no_checkpoint_before);
+  bs__pg_arg_i64(a, (int64_t)w->param_horizon);
+  bs__pg_arg_i64(a, (int64_t)w->param_cursor);
+  bs__pg_arg_i64(a, (int64_t)w->changes_fence);
 }
 
 /* ---- Varints ------------------------------------------------------------------------------------- */

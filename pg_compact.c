@@ -631,16 +631,15 @@ static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budg
 static int still_initial(cctx *c) {
   bs__pg_args a = {0};
   PGresult *r;
+  bs__stream_row s = {0};
   int rc;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
   /* FOR SHARE: a commit (FOR UPDATE of the row) waits for this transaction */
-  rc = exec(c,
-            "SELECT checkpoint_lsn IS NOT NULL, checkpoint FROM bs_streams WHERE id = $1"
-            " FOR SHARE",
-            &a, &r, "compact: stream");
+  rc = exec(c, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1 FOR SHARE", &a, &r,
+            "compact: stream");
   if (rc) return rc;
-  rc = bs__compact_initial_check(c->stream, PQntuples(r) == 1 && bs__pg_bool(r, 0, 0),
-                                 PQntuples(r) == 1 ? (uint64_t)bs__pg_i64(r, 0, 1) : 0, c->err);
+  if (PQntuples(r) == 1) s = bs__pg_stream_row(r, 0).row;
+  rc = bs__compact_initial_check(c->stream, s.checkpoint_lsn.data != NULL, s.checkpoint, c->err);
   PQclear(r);
   return rc;
 }
@@ -954,19 +953,18 @@ static int compact_stream(void *x, bs__compact_stream *s, bs_error *err) {
   }
   a.n = 0;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
-  rc = exec(c,
-            "SELECT checkpoint, op_head, param_cursor, checkpoint_lsn IS NOT NULL FROM bs_streams"
-            " WHERE id = $1",
-            &a, &r, "compact: stream");
+  rc = exec(c, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1", &a, &r,
+            "compact: stream");
   if (rc) return rc;
   if (PQntuples(r) != 1) {
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)c->stream);
   } else {
+    bs__stream_row row = bs__pg_stream_row(r, 0).row;
     s->id = c->stream;
-    s->checkpoint = (uint64_t)bs__pg_i64(r, 0, 0);
-    s->op_head = (uint64_t)bs__pg_i64(r, 0, 1);
-    s->param_cursor = (uint64_t)bs__pg_i64(r, 0, 2);
-    s->has_checkpoint = bs__pg_bool(r, 0, 3);
+    s->checkpoint = row.checkpoint;
+    s->op_head = row.op_head;
+    s->param_cursor = row.param_cursor;
+    s->has_checkpoint = row.checkpoint_lsn.data != NULL;
   }
   PQclear(r);
   return rc;

@@ -454,6 +454,37 @@ bs_op bs__pg_op_row(const PGresult *r, int row, int col, int data);
 int bs__pg_source_row(bs__srec *out, const bs_allocator *a, const PGresult *r, int row, int col,
                       int data);
 
+/* The stream row (bs_streams): its identity and the state every call reads, whole: a statement
+ * selects BS_PG_STREAM_COLS (then columns of its own, from BS_PG_STREAM_NCOLS on) and
+ * bs__pg_stream_row reads row `row` of r (strings borrowed from r). The hot checkpoint read
+ * (pg.c get_checkpoint, per client poll) selects only the list's first two columns,
+ * BS_PG_STREAM_CHECKPOINT, and nothing after them: the decoder reads a result of fewer than
+ * BS_PG_STREAM_NCOLS columns as that prefix, the rest 0 and NULL (the whole list made that call
+ * about 1.1x slower). created_ms and next_table_id are not in the list: no call reads them back
+ * (pg_save.c takes table ids with an UPDATE). A stored row: "UPDATE bs_streams SET "
+ * BS_PG_STREAM_SET " WHERE id = $1", its parameters $2.. appended by bs__pg_stream_args
+ * (lifecycle.c's fields: a clear or terminate, pg.c). tests/test_pg.c t_codec_stream fails when
+ * a list and its decoder or encoder disagree, or the table has a column the list lacks. */
+#define BS_PG_STREAM_CHECKPOINT "checkpoint, checkpoint_lsn"
+#define BS_PG_STREAM_COLS                                                                          \
+  BS_PG_STREAM_CHECKPOINT ", id, name, hash, state, snapshot_done, op_head, last_checkpoint_op,"   \
+                          " resume_lsn, no_checkpoint_before, param_horizon, param_cursor,"        \
+                          " changes_fence, last_error"
+#define BS_PG_STREAM_NCOLS 15
+#define BS_PG_STREAM_SET                                                                           \
+  "state = $2, snapshot_done = $3, op_head = $4, checkpoint = $5, last_checkpoint_op = $6,"        \
+  " checkpoint_lsn = $7, resume_lsn = $8, no_checkpoint_before = $9, param_horizon = $10,"         \
+  " param_cursor = $11, changes_fence = $12"
+typedef struct bs__pg_stream {
+  uint32_t id;
+  bs_val name;
+  bs_hash hash;
+  bs__stream_row row; /* compact_horizon is LMDB's: 0 here */
+  bs_val last_error;
+} bs__pg_stream;
+bs__pg_stream bs__pg_stream_row(const PGresult *r, int row);
+void bs__pg_stream_args(bs__pg_args *a, const bs__stream_row *w);
+
 /* A growing byte buffer: a binary COPY stream's tuples (oom: an allocation failed, the rest was
  * dropped). _room: n more bytes (NULL after a failure; _grow, its slow path, makes room); _int:
  * an integer field of size bytes, _bytes: a bytea field (v.data NULL: SQL NULL), _tuple: a

@@ -836,7 +836,7 @@ static int write_custom(batch *b, bs_error *err) {
 
 static const bs__pg_stmt batch_open_stmt = {
     BS_PG_STMT_BATCH_OPEN,
-    "SELECT state, op_head, hash, snapshot_done, coalesce((SELECT value FROM bs_meta"
+    "SELECT " BS_PG_STREAM_COLS ", coalesce((SELECT value FROM bs_meta"
     " WHERE key = 'history_epoch'), 0) FROM bs_streams WHERE id = $1 FOR UPDATE"};
 
 int bs__pg_head_seen(bs_storage *st, uint64_t head, int64_t epoch, bs_error *err) {
@@ -868,6 +868,7 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
                       int reading, bs_error *err) {
   bs__pg_args a = {0};
   bs__stream_step step;
+  bs__pg_stream s = {0};
   PGresult *r;
   int rc;
   memset(b, 0, sizeof *b);
@@ -884,18 +885,19 @@ static int batch_open(bs__pg_writer *w, const bs_write_batch *in, batch *b, bs__
   bs__pg_arg_i32(&a, (int32_t)b->stream);
   rc = bs__pg_execp(w->c, &batch_open_stmt, &a, &r, "flush", err);
   if (rc) return rc;
-  if (PQntuples(r) != 1)
+  if (PQntuples(r) != 1) {
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", b->stream);
-  else if (!reading)
-    rc = bs__stream_transition(&step, b->stream, (unsigned)bs__pg_i16(r, 0, 0), BS__STREAM_WRITE,
-                               err);
+  } else {
+    s = bs__pg_stream_row(r, 0);
+    if (!reading) rc = bs__stream_transition(&step, b->stream, s.row.state, BS__STREAM_WRITE, err);
+  }
   if (!rc)
-    rc = bs__pg_head_seen(w->base.st, (uint64_t)bs__pg_i64(r, 0, 1), bs__pg_i64(r, 0, 4), err);
+    rc = bs__pg_head_seen(w->base.st, s.row.op_head, bs__pg_i64(r, 0, BS_PG_STREAM_NCOLS), err);
   if (!rc) {
-    b->head = (uint64_t)bs__pg_i64(r, 0, 1);
+    b->head = s.row.op_head;
     b->first = b->head + 1;
-    fx->hash = (bs_hash)bs__pg_i16(r, 0, 2);
-    fx->snapshot_done = bs__pg_bool(r, 0, 3);
+    fx->hash = s.hash;
+    fx->snapshot_done = s.row.snapshot_done;
   }
   PQclear(r);
   return rc;

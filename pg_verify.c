@@ -343,17 +343,15 @@ static int verify_meta(verifier *vf, bs_error *err) {
 static int load_streams(verifier *vf, bs_error *err) {
   PGresult *r;
   unsigned processing = 0, served = 0;
-  int rc =
-      bs__pg_exec(vf->c, "SELECT id, op_head, checkpoint, hash, state FROM bs_streams ORDER BY id",
-                  NULL, &r, "verify: streams", err);
+  int rc = bs__pg_exec(vf->c, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams ORDER BY id", NULL, &r,
+                       "verify: streams", err);
   for (int i = 0; !rc && i < PQntuples(r); i++) {
-    uint32_t id = (uint32_t)bs__pg_i32(r, i, 0);
-    int state = bs__pg_i16(r, i, 4);
-    if (!bs__stream_known(state)) problem(vf, "stream %" PRIu32 ": unknown state", id);
+    bs__pg_stream s = bs__pg_stream_row(r, i);
+    int state = (int)s.row.state;
+    if (!bs__stream_known(state)) problem(vf, "stream %" PRIu32 ": unknown state", s.id);
     processing += state == BS_STREAM_PROCESSING;
     served += bs__stream_known(state) && bs__stream_served((unsigned)state);
-    if (bs__verify_stream_add(&vf->v, id, (uint64_t)bs__pg_i64(r, i, 1),
-                              (uint64_t)bs__pg_i64(r, i, 2), (unsigned)bs__pg_i16(r, i, 3)))
+    if (bs__verify_stream_add(&vf->v, s.id, s.row.op_head, s.row.checkpoint, (unsigned)s.hash))
       rc = oom(err);
   }
   PQclear(r);
@@ -504,7 +502,8 @@ static int members_check(verifier *vf, bs_error *err) {
     rc = bs__pg_exec(
         vf->c,
         "SELECT i, why, name FROM (SELECT m.i, b.name, CASE WHEN b.id IS NULL THEN 1"
-        "  WHEN b.stream <> m.st THEN 2 WHEN o.op_id IS NULL THEN 3 WHEN o.type <> 1 THEN 4"
+        "  WHEN b.stream <> m.st THEN 2 WHEN o.op_id IS NULL THEN 3 WHEN o.type <> " BS_PG_SQL_PUT
+        " THEN 4"
         "  WHEN o.subkey IS DISTINCT FROM m.sk THEN 5 WHEN o.object_type IS DISTINCT FROM m.ot"
         "  OR o.object_id IS DISTINCT FROM m.oi THEN 6 ELSE 0 END AS why"
         " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[], $5::bytea[], $6::bytea[])"

@@ -183,14 +183,14 @@ static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
   bs__pg_arg_i32(&a, (int32_t)stream);
   /* the schema version too: a build it is too old for refuses at once */
   rc = bs__pg_exec(c,
-                   "SELECT state, (SELECT value FROM bs_meta WHERE key = 'schema_version')"
-                   " FROM bs_streams WHERE id = $1",
+                   "SELECT " BS_PG_STREAM_COLS ", (SELECT value FROM bs_meta"
+                   " WHERE key = 'schema_version') FROM bs_streams WHERE id = $1",
                    &a, &r, "reading the stream", err);
   if (rc) return rc;
   if (PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", stream);
-  else if (!(rc = bs__pg_schema_current(bs__pg_i64(r, 0, 1), err)))
-    *state = bs__pg_i16(r, 0, 0);
+  else if (!(rc = bs__pg_schema_current(bs__pg_i64(r, 0, BS_PG_STREAM_NCOLS), err)))
+    *state = (int)bs__pg_stream_row(r, 0).row.state;
   PQclear(r);
   if (!rc) {
     bs__stream_step step;
@@ -520,21 +520,20 @@ static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_va
 static const bs__pg_stmt resume_stmt = {BS_PG_STMT_RESUME,
                                         "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1"};
 
-static const bs__pg_stmt commit_read_stmt = {
-    BS_PG_STMT_COMMIT_READ,
-    "SELECT state, snapshot_done, no_checkpoint_before, checkpoint_lsn, resume_lsn, op_head,"
-    " last_checkpoint_op, checkpoint FROM bs_streams WHERE id = $1 FOR UPDATE"};
+static const bs__pg_stmt commit_read_stmt = {BS_PG_STMT_COMMIT_READ,
+                                             "SELECT " BS_PG_STREAM_COLS
+                                             " FROM bs_streams WHERE id = $1 FOR UPDATE"};
 
-/* What the commit does (lifecycle.c), from the stream row r of commit_read_stmt. */
-static int plan(bs__commit_plan *p, uint32_t stream, const PGresult *r, bs_val lsn,
+/* What the commit does (lifecycle.c), from the stream row s. */
+static int plan(bs__commit_plan *p, uint32_t stream, const bs__stream_row *s, bs_val lsn,
                 int create_empty, bs_error *err) {
-  bs__commit_in in = {.state = (unsigned)bs__pg_i16(r, 0, 0),
-                      .snapshot_done = bs__pg_bool(r, 0, 1),
-                      .no_checkpoint_before = bs__pg_bytes(r, 0, 2),
-                      .checkpoint_lsn = bs__pg_bytes(r, 0, 3),
-                      .resume_lsn = bs__pg_bytes(r, 0, 4),
-                      .op_head = (uint64_t)bs__pg_i64(r, 0, 5),
-                      .last_checkpoint_op = (uint64_t)bs__pg_i64(r, 0, 6)};
+  bs__commit_in in = {.state = s->state,
+                      .snapshot_done = s->snapshot_done,
+                      .no_checkpoint_before = s->no_checkpoint_before,
+                      .checkpoint_lsn = s->checkpoint_lsn,
+                      .resume_lsn = s->resume_lsn,
+                      .op_head = s->op_head,
+                      .last_checkpoint_op = s->last_checkpoint_op};
   return bs__plan_commit(p, stream, &in, lsn, create_empty, err);
 }
 
@@ -548,6 +547,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
   int64_t xid = 0;
   int rc;
   bs__commit_plan p;
+  bs__stream_row s;
   if ((rc = bs__pg_begin_write(w->db, w->c, &xid, err))) return rc;
   /* the queue first, in the same transaction: a commit flushes (contract.md 4.4) */
   if ((rc = bs__pg_flush_in_txn(w, batch, &head, err))) goto fail;
@@ -559,9 +559,10 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
     goto fail;
   }
-  if ((rc = plan(&p, stream, r, lsn, create_empty, err))) goto fail;
-  head = (uint64_t)bs__pg_i64(r, 0, 5);
-  cp = p.checkpoint ? head : (uint64_t)bs__pg_i64(r, 0, 7);
+  s = bs__pg_stream_row(r, 0).row;
+  if ((rc = plan(&p, stream, &s, lsn, create_empty, err))) goto fail;
+  head = s.op_head;
+  cp = p.checkpoint ? head : s.checkpoint;
   PQclear(r);
   r = NULL;
   if (p.checkpoint && (rc = make_checkpoint(w, stream, head, lsn, &p, err))) goto fail;
@@ -604,19 +605,21 @@ static int stream_update(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error 
   const char *what = snapshot_done ? "snapshot_done" : "resume_lsn";
   bs__pg_args a = {0}, b = {0};
   bs__stream_step step;
+  bs__stream_row s = {0};
   PGresult *r = NULL;
   int rc, raise = 1;
   if ((rc = call_begin(w, err))) return rc;
   if ((rc = bs__pg_begin_write(w->db, w->c, NULL, err))) return call_end(w, rc);
   bs__pg_arg_i32(&a, (int32_t)stream);
-  rc = bs__pg_exec(w->c,
-                   "SELECT state, no_checkpoint_before FROM bs_streams WHERE id = $1 FOR UPDATE",
+  rc = bs__pg_exec(w->c, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1 FOR UPDATE",
                    &a, &r, what, err);
   if (!rc && PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
-  if (!rc)
-    rc = bs__stream_transition(&step, stream, (unsigned)bs__pg_i16(r, 0, 0), BS__STREAM_WRITE, err);
-  if (!rc && snapshot_done) raise = bs__lsn_raises(bs__pg_bytes(r, 0, 1), lsn);
+  if (!rc) {
+    s = bs__pg_stream_row(r, 0).row;
+    rc = bs__stream_transition(&step, stream, s.state, BS__STREAM_WRITE, err);
+  }
+  if (!rc && snapshot_done) raise = bs__lsn_raises(s.no_checkpoint_before, lsn);
   PQclear(r);
   bs__pg_arg_i32(&b, (int32_t)stream);
   bs__pg_arg_bytes(&b, lsn);

@@ -1988,6 +1988,125 @@ static void t_codec_enums(void **state) {
   for (int i = 0; i < 2; i++) bs_close(db[i]);
 }
 
+/* ---- the codec's stream row (pg_internal.h BS_PG_STREAM_COLS, pg_codec.c) ---- */
+
+/* The stream row of id in t's schema, its columns cols (the codec's list or its prefix, ncols
+ * of them) selected and decoded (strings copied into buf: 4 of at most 15 bytes). */
+static bs__pg_stream stream_read(pgt *t, int id, const char *cols, int ncols, char buf[4][16]) {
+  char sql[512];
+  bs__pg_args a = {0};
+  bs_error err = {0};
+  bs_val *v[4];
+  PGresult *r;
+  bs__pg_stream s;
+  bs__pg_arg_i32(&a, id);
+  snprintf(sql, sizeof sql, "SELECT %s FROM bs_streams WHERE id = $1", cols);
+  assert_int_equal(bs__pg_exec(t->admin, sql, &a, &r, "stream row", &err), BS_OK);
+  assert_int_equal(PQntuples(r), 1);
+  assert_int_equal(PQnfields(r), ncols);
+  s = bs__pg_stream_row(r, 0);
+  v[0] = &s.row.checkpoint_lsn;
+  v[1] = &s.row.resume_lsn;
+  v[2] = &s.row.no_checkpoint_before;
+  v[3] = &s.last_error;
+  for (int i = 0; i < 4; i++) {
+    if (!v[i]->data) continue;
+    assert_true(v[i]->size < 16);
+    memcpy(buf[i], v[i]->data, v[i]->size);
+    buf[i][v[i]->size] = 0;
+    v[i]->data = buf[i];
+  }
+  s.name = (bs_val){NULL, s.name.size}; /* only its size is compared */
+  PQclear(r);
+  return s;
+}
+
+static void assert_val(bs_val v, const char *want) {
+  if (!want) {
+    assert_null(v.data);
+    return;
+  }
+  assert_non_null(v.data);
+  assert_int_equal(v.size, strlen(want));
+  assert_memory_equal(v.data, want, v.size);
+}
+
+/* The column list, its decoder and the stored row's encoder agree: a row written by column name
+ * with a value of its own in every column decodes to those values field by field (and its
+ * checkpoint prefix to the first two, nothing else); a row stored
+ * through BS_PG_STREAM_SET and bs__pg_stream_args decodes to what was stored; and every column of
+ * bs_streams is in the list but the two no call reads back. */
+static void t_codec_stream(void **state) {
+  pgt *t = *state;
+  char buf[4][16];
+  bs__pg_stream s;
+  bs__stream_row w = {.state = BS_STREAM_STOPPED,
+                      .snapshot_done = 1,
+                      .op_head = 2006,
+                      .checkpoint = 2002,
+                      .last_checkpoint_op = 2003,
+                      .checkpoint_lsn = bs__val_str("C2"),
+                      .resume_lsn = {NULL, 0},
+                      .no_checkpoint_before = bs__val_str(""),
+                      .param_horizon = 2004,
+                      .param_cursor = 2005,
+                      .changes_fence = 2001};
+  bs__pg_args a = {0};
+  bs_error err = {0};
+  bs_close(pgt_open(t->url, 0)); /* the schema */
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT count(*) FROM information_schema.columns WHERE table_schema ="
+                           " current_schema() AND table_name = 'bs_streams' AND column_name NOT IN"
+                           " ('created_ms', 'next_table_id')"),
+                   BS_PG_STREAM_NCOLS);
+  pgt_exec(t->admin,
+           "INSERT INTO bs_streams (id, name, state, hash, created_ms, snapshot_done, op_head,"
+           " checkpoint, last_checkpoint_op, checkpoint_lsn, resume_lsn, no_checkpoint_before,"
+           " param_horizon, param_cursor, changes_fence, last_error) VALUES (7, 'seven', %d, %d,"
+           " 1, true, 1006, 1002, 1003, 'C', 'R', 'NCB', 1004, 1005, 1001, 'E')",
+           BS_STREAM_ERRORED, BS_HASH_SHA256);
+  s = stream_read(t, 7, BS_PG_STREAM_COLS, BS_PG_STREAM_NCOLS, buf);
+  assert_int_equal(s.id, 7);
+  assert_int_equal(s.name.size, 5);
+  assert_int_equal(s.hash, BS_HASH_SHA256);
+  assert_int_equal(s.row.state, BS_STREAM_ERRORED);
+  assert_int_equal(s.row.snapshot_done, 1);
+  assert_int_equal(s.row.op_head, 1006);
+  assert_int_equal(s.row.checkpoint, 1002);
+  assert_int_equal(s.row.last_checkpoint_op, 1003);
+  assert_val(s.row.checkpoint_lsn, "C");
+  assert_val(s.row.resume_lsn, "R");
+  assert_val(s.row.no_checkpoint_before, "NCB");
+  assert_int_equal(s.row.param_horizon, 1004);
+  assert_int_equal(s.row.param_cursor, 1005);
+  assert_int_equal(s.row.changes_fence, 1001);
+  assert_int_equal(s.row.compact_horizon, 0);
+  assert_val(s.last_error, "E");
+  s = stream_read(t, 7, BS_PG_STREAM_CHECKPOINT, 2, buf); /* the prefix */
+  assert_int_equal(s.row.checkpoint, 1002);
+  assert_val(s.row.checkpoint_lsn, "C");
+  assert_true(!s.id && !s.row.state && !s.row.op_head && !s.row.last_checkpoint_op);
+  assert_true(!s.row.resume_lsn.data && !s.last_error.data);
+  bs__pg_arg_i32(&a, 7);
+  bs__pg_stream_args(&a, &w);
+  assert_int_equal(bs__pg_run(t->admin, "UPDATE bs_streams SET " BS_PG_STREAM_SET " WHERE id = $1",
+                              &a, "stream row", &err),
+                   BS_OK);
+  s = stream_read(t, 7, BS_PG_STREAM_COLS, BS_PG_STREAM_NCOLS, buf);
+  assert_int_equal(s.row.state, w.state);
+  assert_int_equal(s.row.snapshot_done, w.snapshot_done);
+  assert_int_equal(s.row.op_head, w.op_head);
+  assert_int_equal(s.row.checkpoint, w.checkpoint);
+  assert_int_equal(s.row.last_checkpoint_op, w.last_checkpoint_op);
+  assert_val(s.row.checkpoint_lsn, "C2");
+  assert_val(s.row.resume_lsn, NULL);
+  assert_val(s.row.no_checkpoint_before, "");
+  assert_int_equal(s.row.param_horizon, w.param_horizon);
+  assert_int_equal(s.row.param_cursor, w.param_cursor);
+  assert_int_equal(s.row.changes_fence, w.changes_fence);
+  assert_val(s.last_error, "E");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_schema_created_once, pgt_setup, pgt_teardown),
@@ -2009,6 +2128,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_clear, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_writer_saves, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_codec_enums, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_codec_stream, pgt_setup, pgt_teardown),
   };
   if (pgt_skipped("test_pg")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
