@@ -138,28 +138,43 @@ const binding = {
     await db.close();
     return { secs, cpu, count: cfg.rows };
   },
-  async read(file) {
+  /** Each op read as capi.c's on_chunk reads it (sink: the same sum): as an OplogEntry, or
+   * raw (getBucketDataBatchRaw: the object id and data as byte offsets, capi.c's bs_val). */
+  async read(file, raw = false) {
     const bs = loadBinding();
     const db = await bs.open(file);
     const st = await db.storage();
     const cp = await st.getCheckpoint();
-    let count = 0;
+    let count = 0, sink = 0;
     const t0 = performance.now(), c0 = process.cpuUsage();
     for (let b = 0; b < cfg.buckets; b++) {
       let start = 0n;
       for (let more = true; more;) {
         more = false;
-        const req = [{ bucket: bucket(b), start }];
-        for await (const c of st.getBucketDataBatch(cp, req, { limit: cfg.readLimit })) {
-          if ('hasMore' in c) more = c.hasMore;
-          else count += c.chunkData.data.length, start = c.chunkData.next_after;
+        const req = [{ bucket: bucket(b), start }], o = { limit: cfg.readLimit };
+        for await (const c of raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o)) {
+          if ('hasMore' in c) {
+            more = c.hasMore;
+            continue;
+          }
+          const d = c.chunkData.data;
+          if (raw)
+            for (let i = 0; i < d.length; i++)
+              sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) +
+                d.byteEnd(i, 'object_id') - d.byteStart(i, 'object_id') + d.byteEnd(i, 'data') -
+                d.byteStart(i, 'data');
+          else // the benchmark's ids and rows are ASCII: a string's length is its byte count
+            for (const op of d)
+              sink += ((op.op_id & 1n) === 1n ? 1 : 0) + (op.op === 'PUT' ? 1 : 0) + op.object_id.length +
+                op.data.length;
+          count += d.length, start = c.chunkData.next_after;
         }
       }
     }
     const secs = (performance.now() - t0) / 1e3, cpu = cpuSince(c0);
     await st.close();
     await db.close();
-    return { secs, cpu, count };
+    return { secs, cpu, count, sink };
   },
 };
 
@@ -246,8 +261,10 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-node-'));
 const paths = { 'C API': capi, 'Node binding': binding,
   'Node, pipelined': { ingest: (f) => binding.ingest(f, 'pipelined'), read: binding.read },
   'Node, saveMany': { ingest: (f) => binding.ingest(f, 'many'), read: binding.read },
+  'Node, raw reads': { ingest: (f) => binding.ingest(f, 'many'), read: (f) => binding.read(f, true) },
   'JSON driver': driver };
 const results = {};
+let sink; // the C API's sum over the ops it read; each binding read must give the same
 try {
   for (const [name, impl] of Object.entries(paths)) {
     let best = null;
@@ -257,6 +274,8 @@ try {
       await impl.read(file); // the cold pass
       const read = await impl.read(file);
       if (read.count !== cfg.rows) throw new Error(`${name}: read ${read.count} ops, expected ${cfg.rows}`);
+      if (read.sink !== undefined && read.sink !== (sink ??= read.sink))
+        throw new Error(`${name}: read sum ${read.sink}, the C API's ${sink}: not the same work`);
       const r = { ingest: ingest.count / ingest.secs, reads: read.count / read.secs,
         ingestCpuUs: (ingest.cpu / ingest.count) * 1e6, readCpuUs: (read.cpu / read.count) * 1e6 };
       best = best ? { ingest: Math.max(best.ingest, r.ingest), reads: Math.max(best.reads, r.reads),

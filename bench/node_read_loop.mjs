@@ -15,8 +15,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bs = createRequire(import.meta.url)(path.join(root, 'bindings/node'));
 const [how, file] = process.argv.slice(2), passes = Number(process.argv[4] ?? 1);
 const buckets = 100, readLimit = 10000;
-if (!['read', 'made', 'none'].includes(how) || !file || !(passes > 0)) {
-  console.error('usage: node bench/node_read_loop.mjs read|made|none FILE [PASSES]');
+if (!['read', 'made', 'none', 'raw', 'rawstr'].includes(how) || !file || !(passes > 0)) {
+  console.error('usage: node bench/node_read_loop.mjs read|made|raw|rawstr|none FILE [PASSES]');
   process.exit(2);
 }
 const bucket = (b) => `by_list["l${String(b).padStart(5, '0')}"]`;
@@ -32,14 +32,27 @@ for (let p = 0; how !== 'none' && p < passes; p++) {
     for (let more = true; more;) {
       more = false;
       const req = [{ bucket: bucket(b), start }];
-      for await (const c of st.getBucketDataBatch(cp, req, { limit: readLimit })) {
+      const rows = how.startsWith('raw') ? st.getBucketDataBatchRaw(cp, req, { limit: readLimit })
+        : st.getBucketDataBatch(cp, req, { limit: readLimit });
+      for await (const c of rows) {
         if ('hasMore' in c) {
           more = c.hasMore;
           continue;
         }
-        if (how === 'read')
-          for (const op of c.chunkData.data)
-            sink += op.data.length + op.object_id.length + op.op.length + Number(op.op_id & 1n);
+        const d = c.chunkData.data;
+        if (how === 'read') // bench_node.mjs's sum, as capi.c's on_chunk reads each op
+          for (const op of d)
+            sink += ((op.op_id & 1n) === 1n ? 1 : 0) + (op.op === 'PUT' ? 1 : 0) + op.object_id.length +
+              op.data.length;
+        else if (how === 'raw')
+          for (let i = 0; i < d.length; i++)
+            sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) +
+              d.byteEnd(i, 'object_id') - d.byteStart(i, 'object_id') + d.byteEnd(i, 'data') -
+              d.byteStart(i, 'data');
+        else if (how === 'rawstr')
+          for (let i = 0; i < d.length; i++)
+            sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) + d.objectId(i).length +
+              d.data(i).length;
         count += c.chunkData.data.length, start = c.chunkData.next_after;
       }
     }

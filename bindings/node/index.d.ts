@@ -309,6 +309,47 @@ export interface SyncBucketDataChunk {
   targetOp: OpId | null;
 }
 
+/** An OplogEntry field that RawOplog.bytes, byteStart and byteEnd take. */
+export type OplogField = 'object_type' | 'object_id' | 'subkey' | 'data';
+
+/**
+ * The ops of one chunk in raw mode (getBucketDataBatchRaw): every field stays in one Buffer and
+ * is decoded when read, so an op costs no object and no string until asked for. i is the op's
+ * index in the chunk, 0 <= i < length (another is a RangeError). Each accessor gives what the
+ * default mode's OplogEntry holds: a string when the bytes are UTF-8, else a Buffer; null for a
+ * field the op does not carry.
+ */
+export declare class RawOplog implements Iterable<OplogEntry> {
+  private constructor();
+  readonly length: number;
+  /** The bytes of every field of the call's ops, a Buffer (its chunks share it); see byteStart. */
+  readonly buffer: Uint8Array;
+  opId(i: number): OpId;
+  op(i: number): OplogEntry['op'];
+  /** unsigned 32-bit */
+  checksum(i: number): number;
+  objectType(i: number): Bytes | null;
+  objectId(i: number): Bytes | null;
+  subkey(i: number): Bytes | null;
+  data(i: number): Bytes | null;
+  /** The field's bytes as a view of buffer (a Buffer, no copy), or null. */
+  bytes(i: number, field: OplogField): Uint8Array | null;
+  /** Where the field starts in buffer (a byte offset), -1 when it is null: no object made. */
+  byteStart(i: number, field: OplogField): number;
+  /** Where it ends (exclusive), -1 when it is null. */
+  byteEnd(i: number, field: OplogField): number;
+  /** Op i as the default mode's OplogEntry. */
+  entry(i: number): OplogEntry;
+  [Symbol.iterator](): Iterator<OplogEntry>;
+  /** The entries, so that JSON.stringify gives what it gives for the default mode's array. */
+  toJSON(): OplogEntry[];
+}
+
+export interface SyncBucketDataRawChunk {
+  chunkData: Omit<SyncBucketDataChunk['chunkData'], 'data'> & { data: RawOplog };
+  targetOp: OpId | null;
+}
+
 export interface SyncBucketDataBatchEnd {
   /** true when the batch stopped at its limit: call again with start = next_after per bucket */
   hasMore: boolean;
@@ -406,6 +447,9 @@ export declare class BucketStorage {
   /** One batch: its chunks (one bucket each, buckets in byte order of name), then the end. */
   getBucketDataBatch(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
     options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataChunk | SyncBucketDataBatchEnd>;
+  /** getBucketDataBatch in raw mode: each chunk's ops as one RawOplog, decoded when read. */
+  getBucketDataBatchRaw(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
+    options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataRawChunk | SyncBucketDataBatchEnd>;
   /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
   getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[],
     options?: { /** checked and unused */ requestHint?: 'bulk' | 'incremental' }):
@@ -479,6 +523,7 @@ declare const bucketstore: {
   BucketStorage: typeof BucketStorage;
   Writer: typeof Writer;
   Checkpoint: typeof Checkpoint;
+  RawOplog: typeof RawOplog;
   open: typeof open;
   openMemory: typeof openMemory;
   openPostgres: typeof openPostgres;

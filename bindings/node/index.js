@@ -384,6 +384,104 @@ function oplogEntry(r, k, p) {
     data: field(r, 4 * k + 3, p?.data), checksum: r.sums[k] };
 }
 
+const utf8Fatal = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * The ops of one chunk in raw mode (getBucketDataBatchRaw): the fields of every op of the call
+ * stay in one Buffer, and a field is decoded when it is read, so an op costs no object and no
+ * string until asked for. Op i of the chunk (0 <= i < length) is op k + i of the batch r, laid
+ * out as done_bucket_data in the addon says (raw mode: byte offsets into r.text, a Buffer).
+ */
+class RawOplog {
+  #r;
+  #k;
+  constructor(r, k, n) {
+    this.#r = r;
+    this.#k = k;
+    this.length = n;
+  }
+  /** The bytes of every field of the call's ops (shared by its chunks; byteStart/byteEnd). */
+  get buffer() {
+    return this.#r.text;
+  }
+  /** Index of op i in the batch; a RangeError outside the chunk. */
+  #at(i) {
+    if (!(i >= 0 && i < this.length && Number.isInteger(i)))
+      throw rangeError(`op index ${i}: not in 0..${this.length - 1}`);
+    return this.#k + i;
+  }
+  /** Index in the batch's columns of field name of op i (a TypeError for another name). */
+  #j(i, name) {
+    // compared, not looked up in an object: a lookup by a varying key is V8's slow path
+    const f = name === 'data' ? 3 : name === 'object_id' ? 1 : name === 'object_type' ? 0
+      : name === 'subkey' ? 2 : -1;
+    if (f < 0) throw typeError(`field: ${String(name)} is not object_type, object_id, subkey or data`);
+    return 4 * this.#at(i) + f;
+  }
+  /** Where field name of op i starts in buffer (a byte offset), -1 when the field is null. */
+  byteStart(i, name) {
+    const r = this.#r, j = this.#j(i, name);
+    return r.kinds[j] === 1 ? -1 : r.offs[j];
+  }
+  /** Where it ends (exclusive), -1 when it is null. */
+  byteEnd(i, name) {
+    const r = this.#r, j = this.#j(i, name);
+    return r.kinds[j] === 1 ? -1 : r.offs[j + 1];
+  }
+  /** Field name of op i as a view of buffer (no copy), or null. */
+  bytes(i, name) {
+    const r = this.#r, j = this.#j(i, name);
+    return r.kinds[j] === 1 ? null : r.text.subarray(r.offs[j], r.offs[j + 1]);
+  }
+  /** Field f of op i as the default mode gives it: a string when UTF-8, else a Buffer. */
+  #field(i, f) {
+    const r = this.#r, j = 4 * this.#at(i) + f;
+    if (r.kinds[j] === 1) return null;
+    const s = r.text.toString('utf8', r.offs[j], r.offs[j + 1]);
+    if (!s.includes('\uFFFD')) return s; // no replacement: the bytes were UTF-8
+    const b = Buffer.from(r.text.subarray(r.offs[j], r.offs[j + 1]));
+    try {
+      return utf8Fatal.decode(b);
+    } catch {
+      return b;
+    }
+  }
+  opId(i) {
+    return this.#r.ids[this.#at(i)];
+  }
+  op(i) {
+    return OP_NAMES[this.#r.types[this.#at(i)]];
+  }
+  checksum(i) {
+    return this.#r.sums[this.#at(i)];
+  }
+  objectType(i) {
+    return this.#field(i, 0);
+  }
+  objectId(i) {
+    return this.#field(i, 1);
+  }
+  subkey(i) {
+    return this.#field(i, 2);
+  }
+  data(i) {
+    return this.#field(i, 3);
+  }
+  /** Op i as the default mode's OplogEntry. */
+  entry(i) {
+    return { op_id: this.opId(i), op: this.op(i), object_type: this.objectType(i),
+      object_id: this.objectId(i), subkey: this.subkey(i), data: this.data(i),
+      checksum: this.checksum(i) };
+  }
+  *[Symbol.iterator]() {
+    for (let i = 0; i < this.length; i++) yield this.entry(i);
+  }
+  /** JSON.stringify sees the entries, as of the default mode's array. */
+  toJSON() {
+    return [...this];
+  }
+}
+
 class Database {
   #h;
   /** @internal use open() / openMemory() / openPostgres() */
@@ -504,6 +602,21 @@ class BucketStorage {
       for (let i = 0; i < ch.n; i++, k++) data[i] = p = oplogEntry(r, k, p);
       yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
         has_more: ch.has_more, data }, targetOp: ch.targetOp };
+      signal?.throwIfAborted();
+    }
+    yield { hasMore: r.hasMore };
+  }
+  /** getBucketDataBatch with each chunk's ops as one RawOplog (fields decoded when read). */
+  async *getBucketDataBatchRaw(checkpoint, dataBuckets, options) {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    checkHint(options);
+    const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options, true);
+    signal?.throwIfAborted();
+    for (let c = 0, k = 0; c < r.chunks.length; k += r.chunks[c++].n) {
+      const ch = r.chunks[c];
+      yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
+        has_more: ch.has_more, data: new RawOplog(r, k, ch.n) }, targetOp: ch.targetOp };
       signal?.throwIfAborted();
     }
     yield { hasMore: r.hasMore };
@@ -760,6 +873,7 @@ module.exports = {
   BucketStorage,
   Writer,
   Checkpoint,
+  RawOplog,
   open: Database.open,
   openMemory: Database.openMemory,
   openPostgres: Database.openPostgres,

@@ -4,7 +4,7 @@
 import bs from './index.js';
 
 export const {
-  Database, BucketStorage, Writer, Checkpoint, open, openMemory, openPostgres, checksumPut, load,
+  Database, BucketStorage, Writer, Checkpoint, RawOplog, open, openMemory, openPostgres, checksumPut, load,
   liveHandles, version,
 } = bs;
 export default bs;

@@ -4,7 +4,8 @@
  *   capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC   snapshot ingest, one commit per
  *                                                             COMMIT_ROWS rows
  *   capi read DB BUCKETS READ_LIMIT                           every bucket downloaded from 0
- * and prints one JSON line {"secs":..., "cpu":..., "count":...} (cpu: this process's CPU seconds). Rows are those of bench_node.mjs's row():
+ * and prints one JSON line {"secs":..., "cpu":..., "count":...} (cpu: this process's CPU seconds;
+ * reads add "sink", the sum on_chunk computes). Rows are those of bench_node.mjs's row():
  * replica id "r%08u", bucket by_list["l%05u"] (row % BUCKETS), object type "todos", data the
  * JSON of {"id","v":0,"done":false,"d":<letters>} padded to DATA_SIZE bytes.
  */
@@ -46,12 +47,18 @@ static int fail(int rc, const bs_error *err) {
 }
 
 typedef struct dl {
-  unsigned long long ops;
+  unsigned long long ops, sink;
   uint64_t next_after;
 } dl;
 
+/* Each op read as a client reads it: its op id, type, object id and data (their lengths summed
+ * into sink, which bench_node.mjs checks against the binding's). */
 static int on_chunk(const bs_chunk *c, void *payload) {
   dl *d = payload;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *o = &c->ops[i];
+    d->sink += (o->op_id & 1) + (o->type == BS_OP_PUT) + o->object_id.size + o->data.size;
+  }
   d->ops += c->n_ops;
   d->next_after = c->next_after;
   return 0;
@@ -105,7 +112,7 @@ int main(int argc, char **argv) {
     printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%u}\n", now_s() - t0, cpu_s() - c0, rows);
   } else if (argc == 5 && !strcmp(argv[1], "read")) {
     unsigned nb = (unsigned)atol(argv[3]);
-    dl d = {0, 0};
+    dl d = {0, 0, 0};
     bs_checkpoint cp;
     bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
     bo.limit = (size_t)atol(argv[4]);
@@ -124,7 +131,8 @@ int main(int argc, char **argv) {
         req.after = d.next_after;
       }
     }
-    printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%llu}\n", now_s() - t0, cpu_s() - c0, d.ops);
+    printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%llu,\"sink\":%llu}\n", now_s() - t0,
+           cpu_s() - c0, d.ops, d.sink);
   } else {
     fprintf(stderr, "usage: capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC\n"
                     "       capi read DB BUCKETS READ_LIMIT\n");

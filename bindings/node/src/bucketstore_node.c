@@ -2059,6 +2059,32 @@ static int put_field(work *w, opbatch *b, int j, const bs_val *v) {
   return 0;
 }
 
+/* The fields of c's ops in raw mode (bucketData's raw argument), as op b->n onwards: their bytes
+ * copied as they are, each field's byte offset in the batch's Buffer and its kind (FIELD_TEXT or
+ * FIELD_NULL); index.js decodes a field when it is read. Room for the chunk is made once. */
+static int put_spans(opbatch *b, const bs_chunk *c) {
+  size_t need = 0;
+  unsigned char *kinds = b->kinds.p + 4 * b->n, *offs = b->offs.p + 16 * b->n;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *o = &c->ops[i];
+    need += o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
+  }
+  if (need > UINT32_MAX - b->text.len) return BS_ELIMIT;
+  if (!gb_room(&b->text, need)) return BS_ENOMEM;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *o = &c->ops[i];
+    const bs_val *fv[4] = {&o->object_type, &o->object_id, &o->subkey, &o->data};
+    for (int j = 0; j < 4; j++, kinds++, offs += 4) {
+      uint32_t off = (uint32_t)b->text.len;
+      *kinds = fv[j]->data ? FIELD_TEXT : FIELD_NULL;
+      memcpy(offs, &off, 4);
+      if (fv[j]->size) memcpy(b->text.p + b->text.len, fv[j]->data, fv[j]->size);
+      b->text.len += fv[j]->size;
+    }
+  }
+  return 0;
+}
+
 static int copy_chunk(const bs_chunk *c, void *payload) {
   work *w = payload;
   opbatch *b = w->bt;
@@ -2078,13 +2104,17 @@ static int copy_chunk(const bs_chunk *c, void *payload) {
       !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, 4 * c->n_ops) ||
       !gb_room(&b->offs, 16 * c->n_ops + 4))
     return BS_ENOMEM;
+  if (w->i2) {
+    int rc = put_spans(b, c);
+    if (rc) return rc;
+  }
   for (size_t i = 0; i < c->n_ops; i++, b->n++) {
     const bs_op *o = &c->ops[i];
     const bs_val fv[4] = {o->object_type, o->object_id, o->subkey, o->data};
     memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
     memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
     b->types.p[b->n] = (uint8_t)o->type;
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < 4 && !w->i2; j++) {
       int rc = put_field(w, b, j, &fv[j]);
       if (rc) return rc;
     }
@@ -2103,6 +2133,9 @@ static void exec_bucket_data(work *w) {
                              &w->err);
   if (w->rc == BS_ENOMEM && !w->err.msg[0])
     snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
+  if (w->rc == BS_ELIMIT && !w->err.msg[0])
+    snprintf(w->err.msg, sizeof w->err.msg,
+             "a raw batch's fields over 4 GiB: lower options.limit or chunkLimitBytes");
   w->i1 = has_more;
 }
 
@@ -2118,17 +2151,45 @@ static napi_value js_typed(napi_env env, napi_typedarray_type t, size_t size, si
   return ta;
 }
 
+static void free_block(napi_env env, void *data, void *hint) {
+  (void)env, (void)hint;
+  free(data);
+}
+
+/* A typed array of the n elements of size each in g, whose block the array takes over (an
+ * external ArrayBuffer: no copy), or copied where Node refuses external buffers. */
+static napi_value js_typed_own(napi_env env, napi_typedarray_type t, size_t size, size_t n,
+                               gbuf *g) {
+  napi_value ab, ta;
+  if (!n || napi_create_external_arraybuffer(env, g->p, n * size, free_block, NULL, &ab) != napi_ok)
+    return js_typed(env, t, size, n, g->p);
+  *g = (gbuf){0};
+  return napi_create_typedarray(env, t, n, ab, 0, &ta) == napi_ok ? ta : NULL;
+}
+
+/* A Buffer of g's bytes, taking its block over as js_typed_own does. */
+static napi_value js_buffer_own(napi_env env, gbuf *g) {
+  napi_value v;
+  void *copy;
+  if (g->len && napi_create_external_buffer(env, g->len, g->p, free_block, NULL, &v) == napi_ok) {
+    *g = (gbuf){0};
+    return v;
+  }
+  return napi_create_buffer_copy(env, g->len, g->p, &copy, &v) == napi_ok ? v : NULL;
+}
+
 /* A batch in columns, from which index.js builds the OplogEntry objects (object literals of one
  * shape are much cheaper to make in JS than property by property through Node-API):
  * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, text, kinds: Uint8Array,
  *  offs: Uint32Array, raw: [], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
  * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
  * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null, raw[f] or field f - 4 as kinds[f]
- * says. */
+ * says. In raw mode text is a Buffer of every field's bytes, offs are byte offsets into it and
+ * kinds only FIELD_TEXT or FIELD_NULL. */
 static napi_value done_bucket_data(napi_env env, work *w) {
   opbatch *b = w->bt;
   napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw;
-  uint32_t ci = 0, end = (uint32_t)b->units;
+  uint32_t ci = 0, end = (uint32_t)(w->i2 ? b->text.len : b->units);
   size_t n = b->n;
   b->offs.len = 16 * n;
   if (!gb_room(&b->offs, 4) || !gb_room(&b->text, 1)) {
@@ -2136,18 +2197,22 @@ static napi_value done_bucket_data(napi_env env, work *w) {
     return NULL;
   }
   memcpy(b->offs.p + 16 * n, &end, 4);
-  if (!(ids = js_typed(env, napi_biguint64_array, 8, n, b->ids.p)) ||
-      !(types = js_typed(env, napi_uint8_array, 1, n, b->types.p)) ||
-      !(sums = js_typed(env, napi_uint32_array, 4, n, b->sums.p)) ||
-      !(kinds = js_typed(env, napi_uint8_array, 1, 4 * n, b->kinds.p)) ||
-      !(offs = js_typed(env, napi_uint32_array, 4, 4 * n + 1, b->offs.p)) ||
+  if (!(ids = js_typed_own(env, napi_biguint64_array, 8, n, &b->ids)) ||
+      !(types = js_typed_own(env, napi_uint8_array, 1, n, &b->types)) ||
+      !(sums = js_typed_own(env, napi_uint32_array, 4, n, &b->sums)) ||
+      !(kinds = js_typed_own(env, napi_uint8_array, 1, 4 * n, &b->kinds)) ||
+      !(offs = js_typed_own(env, napi_uint32_array, 4, 4 * n + 1, &b->offs)) ||
       napi_create_array(env, &raw) != napi_ok ||
       napi_create_array_with_length(env, b->n_chunks, &chunks) != napi_ok)
     return NULL;
-  if ((b->units == b->text.len
-           ? napi_create_string_latin1(env, (char *)b->text.p, b->text.len, &text)
-           : napi_create_string_utf8(env, (char *)b->text.p, b->text.len, &text)) != napi_ok)
+  if (w->i2) {
+    if (!(text = js_buffer_own(env, &b->text))) return NULL;
+  } else if ((b->units == b->text.len
+                  ? napi_create_string_latin1(env, (char *)b->text.p, b->text.len, &text)
+                  : napi_create_string_utf8(env, (char *)b->text.p, b->text.len, &text)) !=
+             napi_ok) {
     return NULL;
+  }
   for (rawfield *r = b->raw; r; r = r->next)
     if (napi_set_element(env, raw, r->f, js_str(env, r->v)) != napi_ok) return NULL;
   for (cchunk *cc = b->chunks; cc; cc = cc->next) {
@@ -2173,9 +2238,9 @@ static napi_value done_bucket_data(napi_env env, work *w) {
   return res;
 }
 
-/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}) */
+/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}, raw) */
 static napi_value bucket_data(napi_env env, napi_callback_info info) {
-  ARGS(4);
+  ARGS(5);
   napi_value v;
   uint32_t n_req;
   bs_bucket_request *req;
@@ -2205,7 +2270,8 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
   w->u2 = BS_BATCH_LIMIT_DEFAULT, w->u3 = BS_CHUNK_BYTES_DEFAULT;
   if (get_prop(env, argv[3], "limit", &v) || get_opt_u64(env, v, "options.limit", &w->u2) ||
       get_prop(env, argv[3], "chunkLimitBytes", &v) ||
-      get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3))
+      get_opt_u64(env, v, "options.chunkLimitBytes", &w->u3) ||
+      get_bool(env, argv[4], "raw", &w->i2))
     FAIL_WORK(w);
   if (!(w->bt = ar_alloc(&w->ar, sizeof *w->bt))) {
     NOMEM();

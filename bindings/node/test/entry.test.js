@@ -14,7 +14,7 @@ const dts = fs.readFileSync(path.join(pkg, 'index.d.ts'), 'utf8');
 const names = [...dts.matchAll(/^export declare (?:class|const|function) (\w+)/gm)].map((m) => m[1]);
 
 test('index.d.ts declares the values of the module', () => {
-  for (const n of ['Database', 'BucketStorage', 'Writer', 'Checkpoint', 'open', 'openMemory', 'openPostgres',
+  for (const n of ['Database', 'BucketStorage', 'Writer', 'Checkpoint', 'RawOplog', 'open', 'openMemory', 'openPostgres',
     'load', 'checksumPut', 'version', 'liveHandles'])
     assert.ok(names.includes(n), n);
   assert.match(dts, /^export default bucketstore;$/m);

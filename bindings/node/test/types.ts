@@ -27,6 +27,15 @@ async function main(): Promise<void> {
     if ('hasMore' in c) console.log(c.hasMore);
     else for (const op of c.chunkData.data) console.log(op.op_id, op.op, op.data, c.targetOp);
   }
+  for await (const c of st.getBucketDataBatchRaw(cp, [{ bucket: 'todos["u1"]' }], { limit: 10 })) {
+    if ('hasMore' in c) continue;
+    const ops: bs.RawOplog = c.chunkData.data, f: bs.OplogField = 'data';
+    for (let i = 0; i < ops.length; i++) {
+      const id: bigint = ops.opId(i), data: bs.Bytes | null = ops.data(i), view: Uint8Array | null = ops.bytes(i, f);
+      console.log(id, ops.op(i), ops.objectId(i), data, view, ops.buffer.subarray(ops.byteStart(i, f), ops.byteEnd(i, f)));
+    }
+    for (const op of ops) console.log(op.object_type, ops.entry(0).checksum);
+  }
   const sums: Map<bs.Bytes, bs.BucketChecksum> = await st.getChecksums(r.checkpoint, ['todos["u1"]']);
   const rows: Record<string, unknown>[] = await cp.getParameterSets([['by_user', 1]], 10);
   const ch: bs.CheckpointChanges = await st.getCheckpointChanges({ lastCheckpoint: 0n, nextCheckpoint: cp });

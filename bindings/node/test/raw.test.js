@@ -1,0 +1,130 @@
+'use strict';
+// getBucketDataBatchRaw: the same reads as getBucketDataBatch, each chunk's ops as a RawOplog
+// whose fields are decoded when read. Every field of every op is compared with the default
+// mode's, over edge values (empty strings, non-ASCII and astral text, bytes that are not UTF-8,
+// the longest object id, table and a large row, REMOVE, MOVE and CLEAR ops after a compaction)
+// and over batches cut into many chunks.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { bs, backends } = require('./helpers.cjs');
+
+const FIELDS = ['object_type', 'object_id', 'subkey', 'data'];
+const put = (bucket, id, table, data) =>
+  ({ tag: 'insert', sourceTable: 't', afterReplicaId: id, evaluated: [{ bucket, table, id, data }] });
+
+/** Every chunk of one call in both modes: [[default chunk, raw chunk], ...] and the two ends. */
+async function both(st, checkpoint, req, options) {
+  const a = [], b = [];
+  for await (const c of st.getBucketDataBatch(checkpoint, req, options)) a.push(c);
+  for await (const c of st.getBucketDataBatchRaw(checkpoint, req, options)) b.push(c);
+  assert.equal(a.length, b.length);
+  assert.deepEqual(a.at(-1), b.at(-1)); // {hasMore}
+  return a.slice(0, -1).map((c, i) => [c, b[i]]);
+}
+
+/** Raw chunk r against default chunk d, field by field, through every accessor. */
+function same(d, r) {
+  const { data: ops, ...head } = d.chunkData;
+  const { data: raw, ...rawHead } = r.chunkData;
+  assert.deepEqual(rawHead, head);
+  assert.equal(r.targetOp, d.targetOp);
+  assert.ok(raw instanceof bs.RawOplog);
+  assert.equal(raw.length, ops.length);
+  ops.forEach((op, i) => {
+    assert.deepEqual(raw.entry(i), op, `op ${i}`);
+    assert.equal(raw.opId(i), op.op_id);
+    assert.equal(raw.op(i), op.op);
+    assert.equal(raw.checksum(i), op.checksum);
+    assert.deepEqual([raw.objectType(i), raw.objectId(i), raw.subkey(i), raw.data(i)],
+      FIELDS.map((f) => op[f]));
+    for (const f of FIELDS) {
+      const v = op[f], bytes = raw.bytes(i, f);
+      if (v === null) {
+        assert.equal(bytes, null, f);
+        assert.equal(raw.byteStart(i, f), -1);
+        assert.equal(raw.byteEnd(i, f), -1);
+        continue;
+      }
+      assert.ok(bytes.equals(Buffer.from(v)), `op ${i} ${f}`);
+      assert.ok(raw.buffer.subarray(raw.byteStart(i, f), raw.byteEnd(i, f)).equals(bytes));
+    }
+  });
+  assert.deepEqual([...raw], ops);
+  const json = (x) => JSON.stringify(x, (k, v) => (typeof v === 'bigint' ? `${v}n` : v));
+  assert.equal(json(raw), json(ops));
+}
+
+for (const [name, open] of backends) {
+  test(`${name}: raw mode gives every field of the default mode, edge values included`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    const notUtf8 = Buffer.from([0x61, 0xed, 0xa0, 0x80, 0xff]); // 'a', CESU-8 U+D800, 0xff
+    const fffd = Buffer.from('a\uFFFDb'); // UTF-8 of U+FFFD itself: a string, not bytes
+    const rows = [['t', 'a1', '{"a":1}'], ['t', '', ''], ['t\u00e9', 'b\uD83D\uDE00', '{"b":"\uDBFF\uDFFF\u00e9"}'],
+      [notUtf8, notUtf8, notUtf8], ['t', fffd, fffd], ['\u00e9', 'x'.repeat(256), 'y'.repeat(1 << 20)],
+      ['T'.repeat(256), 'c3', '{"c":"\u20ac"}'], [Buffer.alloc(0), Buffer.from([0]), Buffer.from([0xc3])]];
+    for (const [table, id, data] of rows) await w.save(put('edge', id, table, data));
+    for (let i = 0; i < 30; i++) await w.save(put(`many${i % 3}`, `m${i}`, 't', `{"i":${i}}`));
+    await w.markSnapshotDone('1');
+    await w.commit('1');
+    // superseded rows, a REMOVE, then a compaction: MOVE and CLEAR ops
+    for (let i = 0; i < 10; i++) await w.save(put('many0', `m${3 * i}`, 't', `{"i":${i},"v":2}`));
+    await w.save({ tag: 'update', sourceTable: 't', afterReplicaId: 'm1', evaluated: [] });
+    await w.commit('2');
+    await st.compact({ minBucketChanges: 1 });
+    const { checkpoint } = await st.getCheckpoint();
+    const buckets = ['edge', 'many0', 'many1', 'many2'];
+    const ops = new Set();
+    for (const options of [undefined, { limit: 7 }, { chunkLimitBytes: 0 }, { limit: 3, chunkLimitBytes: 40 }]) {
+      const pos = new Map(buckets.map((b) => [b, 0n]));
+      for (let more = true; more;) {
+        const pairs = await both(st, checkpoint, [...pos].map(([bucket, start]) => ({ bucket, start })), options);
+        more = false;
+        for (const [d, r] of pairs) {
+          same(d, r);
+          for (const op of d.chunkData.data) ops.add(op.op);
+          pos.set(d.chunkData.bucket, d.chunkData.next_after);
+          more = more || d.chunkData.has_more;
+        }
+      }
+    }
+    assert.ok(ops.has('PUT') && ops.has('REMOVE') && (ops.has('MOVE') || ops.has('CLEAR')), [...ops].join());
+    // the fields as given: bytes that are not UTF-8 are a Buffer, U+FFFD's bytes a string
+    const [[, edge]] = await both(st, checkpoint, [{ bucket: 'edge' }], { chunkLimitBytes: 1 << 24 });
+    const e = edge.chunkData.data;
+    assert.ok(Buffer.isBuffer(e.objectId(3)) && e.objectId(3).equals(notUtf8));
+    assert.equal(e.data(4), 'a\uFFFDb');
+    assert.equal(e.objectId(1), '');
+    assert.equal(e.data(1), '');
+    assert.equal(e.objectId(5).length, 256);
+    assert.equal(e.data(5).length, 1 << 20);
+    assert.equal(e.objectType(6).length, 256);
+    assert.deepEqual([e.objectType(7), e.objectId(7)], ['', '\0']);
+    assert.ok(Buffer.isBuffer(e.data(7)) && e.data(7).equals(Buffer.from([0xc3])));
+    // indexes outside the chunk and unknown field names are refused
+    for (const i of [-1, e.length, 0.5, '0', NaN])
+      assert.throws(() => e.opId(i), { name: 'RangeError', code: 'BS_EINVAL' }, String(i));
+    assert.throws(() => e.bytes(0, 'op_id'), { name: 'TypeError', code: 'BS_EINVAL' });
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
+  test(`${name}: raw mode refuses what the default mode refuses`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    for (const bucket of ['a\uD800', 'a\uDC00'])
+      await assert.rejects(st.getBucketDataBatchRaw(0n, [{ bucket }]).next(),
+        { name: 'TypeError', code: 'BS_EINVAL', message: /not valid Unicode/ });
+    await assert.rejects(st.getBucketDataBatchRaw(0n, [{ bucket: 'b' }], { requestHint: 'x' }).next(), RangeError);
+    const aborted = AbortSignal.abort(new Error('why'));
+    await assert.rejects(st.getBucketDataBatchRaw(0n, [{ bucket: 'b' }], { signal: aborted }).next(), /why/);
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+}
