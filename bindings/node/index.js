@@ -415,7 +415,7 @@ class RawOplog {
     // compared, not looked up in an object: a lookup by a varying key is V8's slow path
     const f = name === 'data' ? 3 : name === 'object_id' ? 1 : name === 'object_type' ? 0
       : name === 'subkey' ? 2 : -1;
-    if (f < 0) throw typeError(`field: ${String(name)} is not object_type, object_id, subkey or data`);
+    if (f < 0) throw rangeError(`field: ${String(name)} is not object_type, object_id, subkey or data`);
     return 4 * this.#at(i) + f;
   }
   /** Where field name of op i starts in buffer (a byte offset), -1 when the field is null. */

@@ -100,21 +100,31 @@ static void code_name(int rc, char out[32]) {
   out[n] = 0;
 }
 
-static napi_value make_error(napi_env env, int rc, const bs_error *err) {
+/* The error of code rc; BS_EINVAL is a TypeError when type_error, else a RangeError. */
+static napi_value js_error(napi_env env, int rc, const bs_error *err, int type_error) {
   napi_value code, msg, e;
   char name[32];
   const char *text = err && err->msg[0] ? err->msg : bs_strerror(rc);
   code_name(rc, name);
   napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &code);
   napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &msg);
-  if (rc == BS_EINVAL)
+  if (rc == BS_EINVAL && type_error)
     napi_create_type_error(env, code, msg, &e);
+  else if (rc == BS_EINVAL)
+    napi_create_range_error(env, code, msg, &e);
   else
     napi_create_error(env, code, msg, &e);
   return e;
 }
 
-/* Throws unless a JS exception is already pending (e.g. from a getter that threw). */
+/* The error of a library call: its BS_EINVAL is a value it refused (the binding has checked the
+ * types), a RangeError, as Python's InvalidArgumentError is a ValueError. */
+static napi_value make_error(napi_env env, int rc, const bs_error *err) {
+  return js_error(env, rc, err, 0);
+}
+
+/* Throws unless a JS exception is already pending (e.g. from a getter that threw); the binding's
+ * own BS_EINVAL (an argument of the wrong type) is a TypeError, throw_range's a RangeError. */
 static int throw_rc(napi_env env, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int throw_rc(napi_env env, int rc, const char *fmt, ...) {
@@ -126,7 +136,7 @@ static int throw_rc(napi_env env, int rc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err.msg, sizeof err.msg, fmt, ap);
   va_end(ap);
-  napi_throw(env, make_error(env, rc, &err));
+  napi_throw(env, js_error(env, rc, &err, 1));
   return -1;
 }
 
@@ -1023,7 +1033,7 @@ static napi_value db_open(napi_env env, napi_callback_info info) {
       FAIL_WORK(w);
     ((char *)w->a.data)[p.size] = 0;
     if (memchr(p.data, 0, p.size)) {
-      throw_rc(env, BS_EINVAL, "%s: contains a NUL byte", w->i2 ? "url" : "path");
+      throw_range(env, w->i2 ? "url" : "path", "contains a NUL byte");
       FAIL_WORK(w);
     }
   }
@@ -1109,13 +1119,13 @@ static napi_value stream_create(napi_env env, napi_callback_info info) {
     FAIL_WORK(w);
   ((char *)w->a.data)[name.size] = 0;
   if (memchr(name.data, 0, name.size)) {
-    throw_rc(env, BS_EINVAL, "name: contains a NUL byte");
+    throw_range(env, "name", "contains a NUL byte");
     FAIL_WORK(w);
   }
   if (hash.data && hash.size == 6 && !memcmp(hash.data, "sha256", 6))
     w->i1 = BS_HASH_SHA256;
   else if (hash.data && !(hash.size == 4 && !memcmp(hash.data, "xxh3", 4))) {
-    throw_rc(env, BS_EINVAL, "options.checksum: expected 'xxh3' or 'sha256'");
+    throw_range(env, "options.checksum", "expected 'xxh3' or 'sha256'");
     FAIL_WORK(w);
   }
   return work_start(env, w, n, exec_stream_create, done_u32);
@@ -2612,7 +2622,7 @@ static napi_value set_wcp_mode(napi_env env, napi_callback_info info) {
   if (mode.size == 7 && !memcmp(mode.data, "managed", 7)) m = BS_WCP_MANAGED;
   if (mode.size == 6 && !memcmp(mode.data, "custom", 6)) m = BS_WCP_CUSTOM;
   if (m < 0) {
-    throw_rc(env, BS_EINVAL, "mode: expected 'managed' or 'custom'");
+    throw_range(env, "mode", "expected 'managed' or 'custom'");
     goto out;
   }
   if ((rc = bs_set_write_checkpoint_mode(n->u.st, (bs_write_checkpoint_mode)m, event, &err)))
@@ -2840,7 +2850,7 @@ static napi_value checksum_put(napi_env env, napi_callback_info info) {
       !get_bytes(env, &a, argv[2], "objectId", &id) && !get_json(env, &a, argv[3], "data", &d)) {
     int sha = h.size == 6 && !memcmp(h.data, "sha256", 6);
     if (!sha && !(h.size == 4 && !memcmp(h.data, "xxh3", 4)))
-      throw_rc(env, BS_EINVAL, "hash: expected 'xxh3' or 'sha256'");
+      throw_range(env, "hash", "expected 'xxh3' or 'sha256'");
     else
       r = js_num(env, bs_checksum_put(sha ? BS_HASH_SHA256 : BS_HASH_XXH3, t, id, d));
   }
@@ -3046,7 +3056,7 @@ static int get_path(napi_env env, arena *a, napi_value v, const char *name, bs_v
   if (get_bytes(env, a, v, name, &p) || ar_dup(a, out, p.data, p.size + 1)) return -1;
   ((char *)out->data)[p.size] = 0;
   out->size = p.size;
-  if (memchr(p.data, 0, p.size)) return throw_rc(env, BS_EINVAL, "%s: contains a NUL byte", name);
+  if (memchr(p.data, 0, p.size)) return throw_range(env, name, "contains a NUL byte");
   return 0;
 }
 

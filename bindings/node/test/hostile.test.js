@@ -80,6 +80,42 @@ test('wrong types and out-of-range values reject with BS_EINVAL naming the argum
   await db.close();
 });
 
+// A value of the right type that is out of range, or one the library refuses (its BS_EINVAL),
+// is a RangeError, as Python raises InvalidArgumentError (a ValueError) for each of these
+// (tests/test_hostile.py's test_out_of_range_raises_bucketstore_error); a wrong type is a
+// TypeError in both.
+test('values out of range are RangeErrors, the library\'s BS_EINVAL too; wrong types TypeErrors', async () => {
+  const { db, st, w } = await setup();
+  const batch = (...args) => st.getBucketDataBatch(...args).next();
+  const outOfRange = [
+    () => st.getChecksums(-1, ['b']),
+    () => st.getChecksums(2n ** 63n, ['b']),
+    () => batch(1n, [{ bucket: 'b', start: 2n ** 64n }]),
+    () => batch(1n, [{ bucket: 'b' }], { limit: 0 }), // refused by the library
+    () => st.getBucketDataBatchRaw(1n, [{ bucket: 'b' }], { limit: 0 }).next(),
+    () => batch(1n, [{ bucket: 'b' }], { limit: -1 }),
+    () => batch(1n, [{ bucket: 'b' }], { limit: 2n ** 64n }),
+    () => st.getParameterSets(1n, [[2n ** 63n]]),
+    () => st.getParameterSets(1n, [[-(2n ** 63n) - 1n]]),
+    () => st.waitCheckpoint(null, { timeoutMs: -1 }),
+    () => st.compact({ maxOpId: -5 }),
+    () => db.storage(2 ** 32),
+    () => st.createWriter({ maxRecords: 0 }),
+    async () => st.setWriteCheckpointMode('other'),
+    () => db.createStream('a\0b'),
+    () => db.createStream('v', { checksum: 'md5' }),
+  ];
+  for (const call of outOfRange)
+    await assert.rejects(call(), { name: 'RangeError', code: 'BS_EINVAL' }, String(call));
+  const wrongType = [() => st.getChecksums('1', ['b']), () => batch(1n, [{ bucket: 'b' }], { limit: '1' }),
+    () => db.createStream(42), () => st.getParameterSets(1n, [[{}]])];
+  for (const call of wrongType)
+    await assert.rejects(call(), { name: 'TypeError', code: 'BS_EINVAL' }, String(call));
+  await w.close();
+  await st.close();
+  await db.close();
+});
+
 test('a getter or toJSON that throws rejects the call with its error', async () => {
   const { db, st, w } = await setup();
   const boom = new Error('boom');
