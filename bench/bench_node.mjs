@@ -7,9 +7,11 @@
 //           JSON lines) are built before the clock starts, as in bench_py.py;
 //   reads:  every bucket of that file downloaded from 0 at the checkpoint, READ_LIMIT ops per
 //           call, one bucket per call (a client resuming at next_after), twice: the second
-//           (warm) pass is timed.
-// The binding runs three times: `await w.save(r)` per row, pipelined (a commit's saves not
-// awaited one by one: Promise.all before the commit), and `await w.saveMany(rows)` per commit.
+//           (warm) pass is timed; each op's op id, type, object id and data read (a sum that
+//           every binding row must give as the C API's does).
+// The binding runs four times: `await w.save(r)` per row, pipelined (a commit's saves not
+// awaited one by one: Promise.all before the commit), and `await w.saveMany(rows)` per commit,
+// the last twice: read through getBucketDataBatch, then getBucketDataBatchRaw.
 // Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
 //        [--read-limit N] [--durable] [--runs N] [--quick] [--json PATH]
 // Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs:
