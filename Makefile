@@ -390,12 +390,15 @@ crashtest: deps $(CRASH_BINS)
 crashtest-quick: deps $(CRASH_BINS)
 	@BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
 
-# migratekill (in `make test`): SIGKILL inside the migration of tests/data/format1.mdb (a copy),
-# at each transaction and each record (tests/crash/migrate_kill.c); each next open finishes it.
+# migratekill (in `make test`): SIGKILL inside the migration of a copy of each older format's
+# tests/data file (every step from it: format1.mdb migrates 1 -> 2 -> 3), at each transaction and
+# each record (tests/crash/migrate_kill.c); each next open finishes it.
 .PHONY: migratekill
 migratekill: deps $(BUILD)/tests/crash/migrate_kill
 	@dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bs_migratekill_XXXXXX") && \
-	  $(BUILD)/tests/crash/migrate_kill tests/data/format1.mdb "$$dir"; rc=$$?; rm -rf "$$dir"; exit $$rc
+	  for f in tests/data/format1.mdb tests/data/format2.mdb; do \
+	    $(BUILD)/tests/crash/migrate_kill $$f "$$dir" || { rc=1; break; }; rc=0; done; \
+	  rm -rf "$$dir"; exit $$rc
 
 # powercut: POWERCUT_CUTS power cuts under the crash writer (tests/crash/powercut.sh: an
 # LD_PRELOAD shim leaves the file with what was synced plus a random subset of the unsynced

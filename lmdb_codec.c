@@ -387,12 +387,18 @@ int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *o
 }
 
 /* ---- source ----
- * Format 2 (lmdb_internal.h): varints, the mark only when set, and an object type or id that
- * repeats the previous membership's (type) or is the replica id (id) not written again. */
+ * Format 3 (lmdb_internal.h): varints, the counts in the head byte while small, the mark only
+ * when set, and an object type that repeats the previous membership's or (the first) is the
+ * table's name, or an object id that is the replica id, not written again. */
 
-#define SREC_SOFT 1u
-#define SREC_DATA 2u
-#define SREC_MARK 4u
+#define SREC_SOFT     1u
+#define SREC_DATA     2u
+#define SREC_MARK     4u
+#define SREC_FLAGS    7u
+#define SREC_NM_SHIFT 3 /* bits 3-5: n members, 7 = a varint follows */
+#define SREC_NM_BIG   7u
+#define SREC_NL_SHIFT 6 /* bits 6-7: n lookups, 3 = a varint follows */
+#define SREC_NL_BIG   3u
 
 static const unsigned char srec_empty[1] = {0}; /* data of present empty fields */
 
@@ -427,61 +433,71 @@ static uint64_t rd_var(rd *r) {
   return 0;
 }
 
-/* The codes of a membership's strings: 0 = the previous member's type / the replica id, else
- * the length + 1 and the bytes. */
-static uint64_t srec_type_code(const bs__member *m, uint32_t i) {
-  return i && bs__val_eq(m[i].object_type, m[i - 1].object_type) ? 0 : m[i].object_type.size + 1;
-}
-static uint64_t srec_id_code(const bs__member *m, bs_val rid) {
-  return bs__val_eq(m->object_id, rid) ? 0 : m->object_id.size + 1;
-}
-
-static unsigned srec_flags(const bs__srec *r) {
-  return (r->soft ? SREC_SOFT : 0) | (r->has_data ? SREC_DATA : 0) | (r->mark ? SREC_MARK : 0);
+/* A membership's code: (type code << 1) | 1 when its object id follows (a varint length and the
+ * bytes), 0 when it is the replica id; type code 0 = the previous member's type, or for the
+ * first the table's name, else the length + 1 and the bytes. */
+static uint64_t srec_code(const bs__member *m, uint32_t i, bs_val table, bs_val rid) {
+  bs_val same = i ? m[i - 1].object_type : table;
+  uint64_t t = bs__val_eq(m[i].object_type, same) ? 0 : m[i].object_type.size + 1;
+  return t << 1 | !bs__val_eq(m[i].object_id, rid);
 }
 
-size_t bs__lmdb_srec_size(const bs__srec *r, bs_val rid) {
-  size_t n = 1 + var_size(r->nm) + var_size(r->nl) + (r->mark ? var_size(r->mark) : 0) +
-             (r->has_data ? r->data.size : 0);
+static unsigned srec_head(const bs__srec *r) {
+  unsigned nm = r->nm < SREC_NM_BIG ? r->nm : SREC_NM_BIG;
+  unsigned nl = r->nl < SREC_NL_BIG ? r->nl : SREC_NL_BIG;
+  return (r->soft ? SREC_SOFT : 0) | (r->has_data ? SREC_DATA : 0) | (r->mark ? SREC_MARK : 0) |
+         nm << SREC_NM_SHIFT | nl << SREC_NL_SHIFT;
+}
+
+size_t bs__lmdb_srec_size(const bs__srec *r, bs_val table, bs_val rid) {
+  size_t n = 1 + (r->mark ? var_size(r->mark) : 0) + (r->has_data ? r->data.size : 0);
+  n += (r->nm >= SREC_NM_BIG ? var_size(r->nm) : 0) + (r->nl >= SREC_NL_BIG ? var_size(r->nl) : 0);
   for (uint32_t i = 0; i < r->nm; i++) {
     const bs__member *m = &r->m[i];
-    uint64_t t = srec_type_code(r->m, i), o = srec_id_code(m, rid);
-    n += var_size(m->bucket) + var_size(m->op) + var_size(t) + var_size(o);
-    n += (t ? m->object_type.size : 0) + (o ? m->object_id.size : 0);
+    uint64_t c = srec_code(r->m, i, table, rid);
+    n += var_size(m->bucket) + var_size(m->op) + var_size(c) + (c >> 1 ? m->object_type.size : 0);
+    if (c & 1) n += var_size(m->object_id.size) + m->object_id.size;
   }
   for (uint32_t i = 0; i < r->nl; i++) n += var_size(r->lk[i].size) + r->lk[i].size;
   return n;
 }
 
-void bs__lmdb_srec_encode(unsigned char *p, const bs__srec *r, bs_val rid) {
-  *p++ = (unsigned char)srec_flags(r);
-  p = wr_var(wr_var(p, r->nm), r->nl);
+void bs__lmdb_srec_encode(unsigned char *p, const bs__srec *r, bs_val table, bs_val rid) {
+  *p++ = (unsigned char)srec_head(r);
   if (r->mark) p = wr_var(p, r->mark);
+  if (r->nm >= SREC_NM_BIG) p = wr_var(p, r->nm);
+  if (r->nl >= SREC_NL_BIG) p = wr_var(p, r->nl);
   for (uint32_t i = 0; i < r->nm; i++) {
     const bs__member *m = &r->m[i];
-    uint64_t t = srec_type_code(r->m, i), o = srec_id_code(m, rid);
-    p = wr_var(wr_var(wr_var(wr_var(p, m->bucket), m->op), t), o);
-    if (t) p = wr_bytes(p, m->object_type);
-    if (o) p = wr_bytes(p, m->object_id);
+    uint64_t c = srec_code(r->m, i, table, rid);
+    p = wr_var(wr_var(wr_var(p, m->bucket), m->op), c);
+    if (c & 1) p = wr_var(p, m->object_id.size);
+    if (c >> 1) p = wr_bytes(p, m->object_type);
+    if (c & 1) p = wr_bytes(p, m->object_id);
   }
   for (uint32_t i = 0; i < r->nl; i++) p = wr_bytes(wr_var(p, r->lk[i].size), r->lk[i]);
   if (r->has_data) wr_bytes(p, r->data);
 }
 
-/* The fixed part: flags, counts, mark; q is left after it. */
+/* The fixed part: head, mark, counts; q is left after it. */
 static int srec_fixed(rd *q, bs__srec *r) {
   const unsigned char *f = rd_take(q, 1);
+  unsigned nm, nl;
   memset(r, 0, sizeof *r);
-  if (!f || (*f & ~(SREC_SOFT | SREC_DATA | SREC_MARK))) return BS_ECORRUPT;
+  if (!f) return BS_ECORRUPT;
+  nm = *f >> SREC_NM_SHIFT & SREC_NM_BIG;
+  nl = *f >> SREC_NL_SHIFT & SREC_NL_BIG;
   r->exists = 1;
   r->soft = (*f & SREC_SOFT) != 0;
   r->has_data = (*f & SREC_DATA) != 0;
-  r->nm = (uint32_t)rd_var(q);
-  r->nl = (uint32_t)rd_var(q);
   if (*f & SREC_MARK) r->mark = rd_var(q);
-  /* every membership takes 4 bytes at least, every key 1 */
-  if (q->bad || (uint64_t)r->nm * 4 + r->nl > (uint64_t)(q->end - q->p) ||
-      ((*f & SREC_MARK) && !r->mark))
+  r->nm = nm < SREC_NM_BIG ? nm : (uint32_t)rd_var(q);
+  r->nl = nl < SREC_NL_BIG ? nl : (uint32_t)rd_var(q);
+  /* a count in a varint is one the head could not hold; every membership takes 3 bytes at
+   * least, every key 1 */
+  if (q->bad || (nm == SREC_NM_BIG && r->nm < SREC_NM_BIG) ||
+      (nl == SREC_NL_BIG && r->nl < SREC_NL_BIG) ||
+      (uint64_t)r->nm * 3 + r->nl > (uint64_t)(q->end - q->p) || ((*f & SREC_MARK) && !r->mark))
     return BS_ECORRUPT;
   return BS_OK;
 }
@@ -491,44 +507,41 @@ int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r) {
   return srec_fixed(&q, r);
 }
 
-/* A string by its code (0: *same), at most BS_U16 bytes. */
-static bs_val srec_code_str(rd *q, uint64_t code, bs_val same) {
-  const unsigned char *s;
-  if (!code) return same;
-  if (code - 1 > UINT16_MAX) {
+/* n bytes (NULL, q bad, when n is over BS_U16 or past the end). */
+static const unsigned char *srec_take(rd *q, uint64_t n) {
+  if (n > UINT16_MAX) {
     q->bad = 1;
-    return same;
+    return NULL;
   }
-  s = rd_take(q, (size_t)code - 1);
-  return s ? srec_str(s, (size_t)code - 1) : same;
+  return rd_take(q, (size_t)n);
 }
 
 /* The part after the fixed one: fills m and lk (when given) and the data, calls fn (when given)
- * per membership, and checks that the value ends where r's flags say. */
-static int srec_walk(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, bs_val *lk,
-                     int (*fn)(uint64_t, uint64_t, void *), void *payload) {
+ * per membership, and checks that the value ends where r's head says. */
+static int srec_walk(const MDB_val *v, bs_val table, bs_val rid, bs__srec *r, bs__member *m,
+                     bs_val *lk, int (*fn)(uint64_t, uint64_t, void *), void *payload) {
   rd q = rd_of(v);
-  bs_val type = {srec_empty, 0};
+  bs_val type = table;
   int rc;
   if (srec_fixed(&q, r) != BS_OK) return BS_ECORRUPT;
   for (uint32_t i = 0; i < r->nm; i++) {
-    uint64_t bucket = rd_var(&q), op = rd_var(&q), t = rd_var(&q), o = rd_var(&q);
-    bs_val id;
-    if (!i && !t) return BS_ECORRUPT; /* the first has a type of its own */
-    type = srec_code_str(&q, t, type);
-    id = srec_code_str(&q, o, rid);
+    uint64_t bucket = rd_var(&q), op = rd_var(&q), c = rd_var(&q);
+    uint64_t il = c & 1 ? rd_var(&q) : 0;
+    const unsigned char *t = c >> 1 ? srec_take(&q, (c >> 1) - 1) : NULL;
+    const unsigned char *o = c & 1 ? srec_take(&q, il) : NULL;
     if (q.bad) return BS_ECORRUPT;
+    if (t) type = srec_str(t, (size_t)(c >> 1) - 1);
     if (m) {
       m[i].bucket = bucket;
       m[i].op = op;
-      m[i].object_type = type;
-      m[i].object_id = srec_str(id.data, id.size);
+      m[i].object_type = srec_str(type.data, type.size);
+      m[i].object_id = o ? srec_str(o, (size_t)il) : srec_str(rid.data, rid.size);
     }
     if (fn && (rc = fn(bucket, op, payload)) != BS_OK) return rc;
   }
   for (uint32_t i = 0; i < r->nl; i++) {
     uint64_t n = rd_var(&q);
-    const unsigned char *k = n <= UINT16_MAX ? rd_take(&q, (size_t)n) : NULL;
+    const unsigned char *k = srec_take(&q, n);
     if (!k) return BS_ECORRUPT;
     if (lk) lk[i] = srec_str(k, (size_t)n);
   }
@@ -537,8 +550,9 @@ static int srec_walk(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, b
   return BS_OK;
 }
 
-int bs__lmdb_srec_decode(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, bs_val *lk) {
-  int rc = srec_walk(v, rid, r, m, lk, NULL, NULL);
+int bs__lmdb_srec_decode(const MDB_val *v, bs_val table, bs_val rid, bs__srec *r, bs__member *m,
+                         bs_val *lk) {
+  int rc = srec_walk(v, table, rid, r, m, lk, NULL, NULL);
   r->m = r->nm ? m : NULL;
   r->lk = r->nl ? lk : NULL;
   return rc;
@@ -547,8 +561,66 @@ int bs__lmdb_srec_decode(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *
 int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t op, void *),
                           void *payload) {
   bs__srec r;
-  bs_val none = {srec_empty, 0}; /* the ids are not read */
-  return srec_walk(v, none, &r, NULL, NULL, fn, payload);
+  bs_val none = {srec_empty, 0}; /* the types and ids are not read */
+  return srec_walk(v, none, none, &r, NULL, NULL, fn, payload);
+}
+
+/* Format 2's record (docs/format.md 4.4 before format 3): u8 flags (1 soft, 2 data, 4 mark) |
+ * varint n members | varint n keys | varint mark (flag 4) | n x (varint bucket | varint op |
+ * varint type code | varint id code | type | id) | n x (varint length | key) | data (the rest,
+ * flag 2). Type code 0: the previous member's type (never the first's); id code 0: the replica
+ * id; else the length + 1. Rewritten field by field, in order, as format 3, so no member array
+ * is needed whatever the record holds. */
+size_t bs__lmdb_srec2_bound(const MDB_val *v) {
+  return 2 * v->mv_size + 32; /* a member's code may take a byte more, never the rest */
+}
+
+int bs__lmdb_srec2_convert(const MDB_val *k, const MDB_val *v, bs_val table, unsigned char *out,
+                           size_t *n) {
+  rd q = rd_of(v);
+  bs_val prev = table; /* an id code 0 (the replica id) stays one: the key holds it */
+  unsigned flags = (unsigned)rd_uint(&q, 1);
+  uint64_t nm = rd_var(&q), nl = rd_var(&q), mark = flags & SREC_MARK ? rd_var(&q) : 0;
+  bs__srec head = {1,
+                   (flags & SREC_SOFT) != 0,
+                   mark,
+                   NULL,
+                   (uint32_t)nm,
+                   NULL,
+                   (uint32_t)nl,
+                   (flags & SREC_DATA) != 0,
+                   {NULL, 0}};
+  unsigned char *p = out + 1;
+  if (k->mv_size < 8 || q.bad || (flags & ~SREC_FLAGS) || nm > UINT32_MAX || nl > UINT32_MAX ||
+      ((flags & SREC_MARK) && !mark))
+    return BS_ECORRUPT;
+  out[0] = (unsigned char)srec_head(&head);
+  if (mark) p = wr_var(p, mark);
+  if (nm >= SREC_NM_BIG) p = wr_var(p, nm);
+  if (nl >= SREC_NL_BIG) p = wr_var(p, nl);
+  for (uint64_t i = 0; i < nm && !q.bad; i++) {
+    uint64_t bucket = rd_var(&q), op = rd_var(&q), t = rd_var(&q), o = rd_var(&q);
+    const unsigned char *ts = t ? srec_take(&q, t - 1) : NULL;
+    const unsigned char *os = o ? srec_take(&q, o - 1) : NULL;
+    bs_val type = ts ? (bs_val){ts, (size_t)t - 1} : prev;
+    uint64_t c;
+    if (q.bad || (!i && !t)) return BS_ECORRUPT;
+    c = (bs__val_eq(type, prev) ? 0 : t) << 1 | (o != 0);
+    p = wr_var(wr_var(wr_var(p, bucket), op), c);
+    if (o) p = wr_var(p, o - 1);
+    if (c >> 1) p = wr_bytes(p, type);
+    if (o) p = wr_bytes(p, (bs_val){os, (size_t)o - 1});
+    prev = type;
+  }
+  for (uint64_t i = 0; i < nl && !q.bad; i++) {
+    uint64_t len = rd_var(&q);
+    const unsigned char *key = srec_take(&q, len);
+    if (key) p = wr_bytes(wr_var(p, len), (bs_val){key, (size_t)len});
+  }
+  if (q.bad || (!(flags & SREC_DATA) && q.p != q.end)) return BS_ECORRUPT;
+  if (flags & SREC_DATA) p = wr_bytes(p, srec_str(q.p, (size_t)(q.end - q.p)));
+  *n = (size_t)(p - out);
+  return BS_OK;
 }
 
 /* Format 1's record (docs/format.md 4.4 before format 2): u8 flags (1 soft, 2 data) | u32 n

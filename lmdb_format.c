@@ -21,32 +21,6 @@
 #define LM_MIGRATE_BYTES   ((size_t)16 << 20)
 #define LM_KEY_MAX         511 /* LMDB's key limit (MDB_MAXKEYSIZE) */
 
-/* A step rewrites each record (k, v) of one sub-database (dbi of the handle; name, for messages)
- * written in format `from` into *out (a buffer of the migration's, grown with grow), in format
- * from + 1; BS_ECORRUPT when v is not a record of format from, BS_ENOMEM. */
-typedef struct fmt_step {
-  MDB_dbi (*dbi)(const bs__lmdb_db *db);
-  const char *name;
-  int (*convert)(const MDB_val *k, const MDB_val *v, MDB_val *out,
-                 unsigned char *(*grow)(void *m, size_t n), void *m);
-} fmt_step;
-
-/* Format 2: source records in varints, without the object type and id a membership repeats. */
-static int source_to2(const MDB_val *k, const MDB_val *v, MDB_val *out,
-                      unsigned char *(*grow)(void *m, size_t n), void *m) {
-  unsigned char *buf = grow(m, bs__lmdb_srec1_bound(v));
-  if (!buf) return BS_ENOMEM;
-  out->mv_data = buf;
-  return bs__lmdb_srec1_convert(k, v, buf, &out->mv_size);
-}
-static MDB_dbi source_dbi(const bs__lmdb_db *db) {
-  return db->source;
-}
-static const fmt_step step_source_to2 = {source_dbi, "source", source_to2};
-
-/* steps[N]: from format N to N + 1 (format 1 is the first). */
-static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2};
-
 typedef struct migration {
   bs__lmdb_db *db;
   const char *path;
@@ -54,6 +28,11 @@ typedef struct migration {
   size_t cap;
   uint64_t records; /* puts so far (the seam's record count) */
   int done;
+  /* the table whose name a step looked up last: stream, id, name (size 0: none) */
+  uint32_t t_stream, t_id;
+  int t_known;
+  bs_val t_name;
+  unsigned char t_buf[BS_MAX_TABLE_NAME];
 } migration;
 
 static bs__lmdb_migrate_seam seam;
@@ -63,10 +42,93 @@ void bs__lmdb_set_migrate_seam(const bs__lmdb_migrate_seam *s) {
   seam = s ? *s : none;
 }
 
-static unsigned char *grow_buf(void *payload, size_t n) {
-  migration *m = payload;
+static unsigned char *grow_buf(migration *m, size_t n) {
   return BS_GROW(&m->db->base.alloc, m->buf, m->cap, n) == BS_OK ? m->buf : NULL;
 }
+
+/* A step rewrites each record (k, v) of one sub-database (dbi of the handle; name, for messages)
+ * written in format `from` into *out (m's buffer, grown with grow_buf), in format from + 1;
+ * BS_ECORRUPT when v is not a record of format from, BS_ENOMEM, or an LMDB error (err written). */
+typedef struct fmt_step {
+  MDB_dbi (*dbi)(const bs__lmdb_db *db);
+  const char *name;
+  int (*convert)(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_val *v, MDB_val *out,
+                 bs_error *err);
+} fmt_step;
+
+static MDB_dbi source_dbi(const bs__lmdb_db *db) {
+  return db->source;
+}
+
+/* Format 2: source records in varints, without the object type and id a membership repeats. */
+static int source_to2(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_val *v, MDB_val *out,
+                      bs_error *err) {
+  unsigned char *buf = grow_buf(m, bs__lmdb_srec1_bound(v));
+  (void)txn, (void)err;
+  if (!buf) return BS_ENOMEM;
+  out->mv_data = buf;
+  return bs__lmdb_srec1_convert(k, v, buf, &out->mv_size);
+}
+static const fmt_step step_source_to2 = {source_dbi, "source", source_to2};
+
+int bs__lmdb_table_name(const bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, uint32_t id,
+                        bs_val *name, bs_error *err) {
+  unsigned char kb[4];
+  MDB_val key = {4, kb}, val;
+  MDB_cursor *cur;
+  int mrc;
+  bs__put_u32be(kb, stream);
+  if ((mrc = mdb_cursor_open(txn, db->tables, &cur)) != 0)
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    uint32_t s, t;
+    if (bs__lmdb_table_entry_decode(&key, &val, &s, name, &t) || s != stream) {
+      mrc = MDB_NOTFOUND; /* past the stream's entries (or not one: verify reports it) */
+      break;
+    }
+    if (t == id) break;
+  }
+  mdb_cursor_close(cur);
+  if (mrc == MDB_NOTFOUND) return BS_ENOTFOUND;
+  return mrc ? bs__lmdb_fail(err, mrc, "reading the tables") : BS_OK;
+}
+
+/* m->t_name: the name of table id of stream (size 0 when the stream has no such table). The
+ * records come in key order, so one walk a table. */
+static int table_name(migration *m, MDB_txn *txn, uint32_t stream, uint32_t id, bs_error *err) {
+  bs_val name;
+  int rc;
+  if (m->t_known && m->t_stream == stream && m->t_id == id) return BS_OK;
+  rc = bs__lmdb_table_name(m->db, txn, stream, id, &name, err);
+  if (rc != BS_OK && rc != BS_ENOTFOUND) return rc;
+  m->t_name.data = m->t_buf;
+  m->t_name.size = rc == BS_OK ? name.size : 0;
+  if (m->t_name.size) memcpy(m->t_buf, name.data, name.size);
+  m->t_known = 1;
+  m->t_stream = stream;
+  m->t_id = id;
+  return BS_OK;
+}
+
+/* Format 3: the counts in the head byte, a first membership's object type that is the table's
+ * name not written (the table's name looked up by its id in the key). */
+static int source_to3(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_val *v, MDB_val *out,
+                      bs_error *err) {
+  uint32_t stream, id;
+  bs_val rid;
+  unsigned char *buf;
+  int rc;
+  if (bs__lmdb_source_key_decode(k, &stream, &id, &rid)) return BS_ECORRUPT;
+  if ((rc = table_name(m, txn, stream, id, err)) != BS_OK) return rc;
+  if (!(buf = grow_buf(m, bs__lmdb_srec2_bound(v)))) return BS_ENOMEM;
+  out->mv_data = buf;
+  return bs__lmdb_srec2_convert(k, v, m->t_name, buf, &out->mv_size);
+}
+static const fmt_step step_source_to3 = {source_dbi, "source", source_to3};
+
+/* steps[N]: from format N to N + 1 (format 1 is the first). */
+static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2, &step_source_to3};
 
 /* The file's format (*version) and whether a step record says a migration is under way (*from,
  * *key: the last key converted, borrowed from txn, mv_size 0 before the first). */
@@ -115,11 +177,11 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
   for (; mrc == 0 && n < max_n && bytes < max_bytes; n++) {
-    if ((rc = s->convert(&k, &v, &out, grow_buf, m)) != BS_OK) {
+    if ((rc = s->convert(m, txn, &k, &v, &out, err)) != BS_OK) {
       if (rc == BS_ECORRUPT)
         rc = bs__fail(err, BS_ECORRUPT, "%s: migrating to format %u: a %s record does not decode",
                       m->path, from + 1, s->name);
-      else
+      else if (rc == BS_ENOMEM)
         rc = bs__fail(err, rc, "%s: migrating to format %u: out of memory", m->path, from + 1);
       break;
     }
@@ -169,7 +231,7 @@ static int migrate_txn(MDB_txn *txn, void *payload, bs_error *err) {
 }
 
 int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
-  migration m = {db, path, NULL, 0, 0, 0};
+  migration m = {db, path, NULL, 0, 0, 0, 0, 0, 0, {NULL, 0}, {0}};
   MDB_txn *txn;
   MDB_val key;
   uint32_t version, from;
@@ -191,6 +253,7 @@ int bs__lmdb_format_open(bs__lmdb_db *db, const char *path, bs_error *err) {
   }
   for (unsigned batch = 0; rc == BS_OK && !m.done; batch++) {
     if (seam.batch) seam.batch(batch);
+    m.t_known = 0; /* a transaction retried or the next one may see other tables */
     rc = bs__lmdb_write(db, migrate_txn, &m, err);
   }
   bs__free(&db->base.alloc, m.buf);

@@ -306,33 +306,40 @@ static inline bs_val bs__lmdb_change_next(const unsigned char **p) {
   return v;
 }
 
-/* source value (format 2; varints are LEB128, at most 10 bytes): u8 flags (1 = soft-deleted,
- * 2 = has data, 4 = has a mark) | varint n members | varint n lookups | varint soft-delete mark
- * (flag 4) | n x (varint bucket id | varint last op id | varint type code | varint id code |
- * object_type (type code - 1 bytes) | object_id (id code - 1 bytes)) | n x (varint len | lookup
- * key) | data (the rest, flag 2; without it the value ends after the lookups). A type code 0
- * repeats the previous member's object_type (never the first's), an id code 0 is the replica id
- * (rid: the source key's, bs__lmdb_source_rid). The subkey is not stored: it is a function of
- * (table id, replica id), both in the key. A member's bucket is the bucket id. */
-size_t bs__lmdb_srec_size(const bs__srec *r, bs_val rid);
+/* source value (format 3; varints are LEB128, at most 10 bytes): u8 head (bits 0-2: 1 =
+ * soft-deleted, 2 = has data, 4 = has a mark; bits 3-5: n members, 7 = more; bits 6-7: n lookups,
+ * 3 = more) | varint soft-delete mark (flag 4) | varint n members (head 7) | varint n lookups
+ * (head 3) | n x (varint bucket id | varint last op id | varint code | varint object_id length
+ * (code bit 0) | object_type (code >> 1 - 1 bytes) | object_id (code bit 0)) | n x (varint len |
+ * lookup key) | data (the rest, flag 2; without it the value ends after the lookups). A type code
+ * (code >> 1) 0 repeats the previous member's object_type, or for the first member is the
+ * table's name (table: the name of the source key's table id); code bit 0 clear: the object_id
+ * is the replica id (rid: the source key's, bs__lmdb_source_rid). The subkey is not stored: it
+ * is a function of (table id, replica id), both in the key. A member's bucket is the bucket id. */
+size_t bs__lmdb_srec_size(const bs__srec *r, bs_val table, bs_val rid);
 /* Writes r (bs__lmdb_srec_size bytes) into out; r->exists is implied, the caller has checked
  * the u16 limits (BS_MAX_OBJECT_NAME, BS_MAX_LOOKUP_KEY). */
-void bs__lmdb_srec_encode(unsigned char *out, const bs__srec *r, bs_val rid);
+void bs__lmdb_srec_encode(unsigned char *out, const bs__srec *r, bs_val table, bs_val rid);
 /* Decodes v's fixed part into r (flags, counts, mark; r->m and r->lk NULL, exists 1). Then,
  * with arrays of r->nm members and r->nl keys, bs__lmdb_srec_decode fills them and the data
- * (all borrowed from v and rid; present fields non-NULL, also when empty). BS_ECORRUPT when v is
- * not exactly one record: truncated, overlong, unknown flags or counts that cannot fit. */
+ * (all borrowed from v, table and rid; present fields non-NULL, also when empty). BS_ECORRUPT
+ * when v is not exactly one record: truncated, overlong, or counts that cannot fit. */
 int bs__lmdb_srec_head(const MDB_val *v, bs__srec *r);
-int bs__lmdb_srec_decode(const MDB_val *v, bs_val rid, bs__srec *r, bs__member *m, bs_val *lk);
+int bs__lmdb_srec_decode(const MDB_val *v, bs_val table, bs_val rid, bs__srec *r, bs__member *m,
+                         bs_val *lk);
 /* Checks a whole value and calls fn(bucket id, op id) for each membership; BS_ECORRUPT when it
  * does not decode; a non-zero return of fn stops and is returned. No allocation. */
 int bs__lmdb_srec_members(const MDB_val *v, int (*fn)(uint64_t bucket, uint64_t op, void *),
                           void *payload);
-/* The migration from format 1 (lmdb_format.c): the format-2 value of the format-1 source record
- * (k, v), written into out (bs__lmdb_srec1_bound(v) bytes), its size in *n; BS_ECORRUPT when v
- * is not a format-1 record. */
+/* The migrations (lmdb_format.c): the format-2 value of the format-1 source record (k, v),
+ * written into out (bs__lmdb_srec1_bound(v) bytes), its size in *n; and the format-3 value of
+ * the format-2 one (bs__lmdb_srec2_bound(v) bytes; table: the name of its table id, or empty
+ * when the table is unknown). BS_ECORRUPT when v is not a record of that format. */
 size_t bs__lmdb_srec1_bound(const MDB_val *v);
 int bs__lmdb_srec1_convert(const MDB_val *k, const MDB_val *v, unsigned char *out, size_t *n);
+size_t bs__lmdb_srec2_bound(const MDB_val *v);
+int bs__lmdb_srec2_convert(const MDB_val *k, const MDB_val *v, bs_val table, unsigned char *out,
+                           size_t *n);
 
 /* meta 'S' key: 'S' | u32be stream id. */
 #define BS_STREAM_KEY_SIZE 5u
@@ -579,6 +586,11 @@ typedef struct bs__lmdb_migrate_seam {
   void (*record)(uint64_t n);
 } bs__lmdb_migrate_seam;
 void bs__lmdb_set_migrate_seam(const bs__lmdb_migrate_seam *seam);
+/* The name of table id of stream (borrowed from txn: copy it before txn writes), by a walk over
+ * the stream's tables entries: a source record of format 3 needs it, and only its key's table id
+ * says which. BS_ENOTFOUND (err untouched) when the stream has no such table. */
+int bs__lmdb_table_name(const bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, uint32_t id,
+                        bs_val *name, bs_error *err);
 /* The writer_lock slot (lmdb_env.c "Writer locks"): the lock lives in the environment. */
 int bs__lmdb_writer_lock(bs_storage *st, int snapshot, int take, bs_error *err);
 /* Maps an LMDB/errno status to BS_* (MDB_MAP_FULL etc. are handled by callers first). */

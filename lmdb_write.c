@@ -45,7 +45,8 @@ typedef struct bent {
 
 /* The flush's copy of a source record (its value: the codec's, lmdb_internal.h). */
 typedef struct srec {
-  bs_val key; /* u32be stream | u32be table | replica id */
+  bs_val key;   /* u32be stream | u32be table | replica id */
+  bs_val table; /* the table's name (f->tname when it was made), for the codec */
   int dirty, new_mark;
   bs__srec r; /* arrays in the flush arena, strings in the arena, the queue or the map copy */
 } srec;
@@ -74,6 +75,7 @@ typedef struct fctx {
   vec lkeys;           /* bs_val: lookup keys changed */
   bs__effects fx;      /* effects.c, calling back into this flush (fx_ops) */
   uint32_t tid;        /* table of the save being applied */
+  bs_val tname;        /* its name (source records hold it as the first member's type) */
   bent *last_b;        /* the bucket of the last op, a one-entry cache of by_id */
   srec *last_rec;      /* the record fx_load gave last: what fx_store mostly stores again */
   const char *last_sk; /* the arena copy of the last op's subkey */
@@ -115,6 +117,8 @@ static void fctx_reset(fctx *f) {
   f->last_b = NULL;
   f->last_rec = NULL;
   f->last_sk = NULL;
+  f->tname.data = NULL;
+  f->tname.size = 0;
   f->txn = NULL;
   /* Not closed here: a write txn's cursors are freed by LMDB when it ends, and the read-only
    * user (lw_source_row) closes it itself. Every path that keeps the txn closes it. */
@@ -395,7 +399,8 @@ static int table_id(fctx *f, bs_val name, int create, uint32_t *out, bs_error *e
   return bs__htab_add(&f->tables, &f->db->base.alloc, h, (uintptr_t)t) ? oom(err) : BS_OK;
 }
 
-/* Decodes a source value into r, on an arena copy (this txn's writes may move the map's). */
+/* Decodes a source value of table f->tname into r, on an arena copy (this txn's writes may move
+ * the map's). */
 static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
   MDB_val copy = {val->mv_size, bs__arena_dup(&f->ar, val->mv_data, val->mv_size)};
   bs__member *m = NULL;
@@ -405,7 +410,8 @@ static int srec_decode(fctx *f, srec *r, const MDB_val *val, bs_error *err) {
   if ((r->r.nm && !(m = bs__arena_alloc(&f->ar, r->r.nm * sizeof *m))) ||
       (r->r.nl && !(lk = bs__arena_alloc(&f->ar, r->r.nl * sizeof *lk))))
     return oom(err);
-  if (bs__lmdb_srec_decode(&copy, bs__lmdb_source_rid(r->key), &r->r, m, lk) == BS_OK) return BS_OK;
+  if (bs__lmdb_srec_decode(&copy, f->tname, bs__lmdb_source_rid(r->key), &r->r, m, lk) == BS_OK)
+    return BS_OK;
 bad:
   return bs__fail(err, BS_ECORRUPT, "source record of %zu bytes does not decode", val->mv_size);
 }
@@ -417,6 +423,7 @@ static srec *srec_new(fctx *f, const void *key, size_t n) {
   memset(r, 0, sizeof *r);
   r->key.data = memcpy(r + 1, key, n);
   r->key.size = n;
+  r->table = f->tname;
   return r;
 }
 
@@ -676,10 +683,10 @@ static int put_recs(fctx *f, bs_error *err) {
       if (mrc == MDB_NOTFOUND) mrc = 0;
       continue;
     }
-    val.mv_size = bs__lmdb_srec_size(&r->r, bs__lmdb_source_rid(r->key));
+    val.mv_size = bs__lmdb_srec_size(&r->r, r->table, bs__lmdb_source_rid(r->key));
     /* A cursor keeps its position: sorted puts mostly land on the page it is already on. */
     if ((mrc = mdb_cursor_put(ap.cur, &key, &val, MDB_RESERVE | app)) != 0) break;
-    bs__lmdb_srec_encode(val.mv_data, &r->r, bs__lmdb_source_rid(r->key));
+    bs__lmdb_srec_encode(val.mv_data, &r->r, r->table, bs__lmdb_source_rid(r->key));
     if (r->r.soft && r->new_mark) { /* a new soft delete: indexed for its purge */
       unsigned char k[BS_SOFTDEL_KEY_MAX];
       MDB_val skey = {bs__lmdb_softdel_key(k, r->r.mark, r->key), k};
@@ -756,6 +763,22 @@ static int f_finish(fctx *f, const bs_val *users, size_t n_users, bs_error *err)
  * exists, at any op id), and that membership then takes the new op, so that the writer's next
  * change of the row supersedes the new op, not the old one. */
 
+/* Makes tid the table of f (f->tid, and f->tname its name, copied into the arena): re-emission's
+ * rows come in key order, so mostly one lookup a table. */
+static int table_by_id(fctx *f, uint32_t tid, bs_error *err) {
+  bs_val name;
+  int rc;
+  if (f->tid == tid && f->tname.data) return BS_OK;
+  rc = bs__lmdb_table_name(f->db, f->txn, f->stream, tid, &name, err);
+  if (rc == BS_ENOTFOUND)
+    return bs__fail(err, BS_ECORRUPT, "stream %u: a source record of table %u, which has no name",
+                    f->stream, tid);
+  if (rc != BS_OK) return rc;
+  if (copy_val(&f->ar, &f->tname, name)) return oom(err);
+  f->tid = tid;
+  return BS_OK;
+}
+
 /* One row: re-emits it unless its record says it changed since (then *done stays 0). */
 static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_error *err) {
   unsigned char kb[16];
@@ -774,7 +797,8 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
   uint32_t stream;
   if (bs__lmdb_source_key_decode(&src, &stream, &tid, &rid) || stream != f->stream)
     return bs__fail(err, BS_EINVAL, "defragment: not a source key of stream %u", f->stream);
-  if ((rc = rec_load(f, tid, rid, 1, &r, err)) != BS_OK) return rc;
+  if ((rc = table_by_id(f, tid, err)) != BS_OK || (rc = rec_load(f, tid, rid, 1, &r, err)) != BS_OK)
+    return rc;
   if (!r->r.exists || r->r.soft) return BS_OK;
   for (uint32_t i = 0; i < r->r.nm && !m; i++)
     if (r->r.m[i].bucket == row->bucket && r->r.m[i].op == row->old_op) m = &r->r.m[i];
@@ -839,8 +863,10 @@ static int flush_work(lm_writer *w, MDB_txn *txn, bs_error *err) {
   if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
   for (size_t i = 0; i < w->batch->n && rc == BS_OK; i++) {
     const bs_save *s = w->batch->items[i].save; /* contract.md 4.1 - 4.3: effects.c */
-    if (s && (rc = table_id(f, s->table, 1, &f->tid, err)) == BS_OK)
+    if (s && (rc = table_id(f, s->table, 1, &f->tid, err)) == BS_OK) {
+      f->tname = s->table;
       rc = bs__effects_save(&f->fx, f->tid, s, err);
+    }
   }
   f_close_src(f);
   if (rc != BS_OK) return rc;
@@ -1149,6 +1175,7 @@ static int lw_source_row(bs_writer *base, const bs_write_batch *batch, bs_val ta
   fctx_reset(&w->f);
   w->f.txn = txn;
   w->f.tid = 0;
+  w->f.tname = table;
   if ((rc = table_id(&w->f, table, 0, &w->f.tid, err)) == BS_ENOTFOUND) rc = BS_OK;
   /* the queue as the flush would apply it (effects.c), over the stored records */
   if (rc == BS_OK)
@@ -1186,7 +1213,8 @@ static int trunc_txn(MDB_txn *txn, void *payload, bs_error *err) {
     return BS_OK;
   }
   if (rc != BS_OK) return rc;
-  f->tid = tid; /* for effects.c's callbacks */
+  f->tid = tid; /* for effects.c's callbacks and the codec */
+  f->tname = c->table;
   key.mv_size = bs__lmdb_source_key(pk, f->stream, tid, (bs_val){NULL, 0}); /* the table's */
   key.mv_data = pk;
   if ((mrc = mdb_cursor_open(txn, f->db->source, &cur)) != 0)

@@ -34,7 +34,7 @@ typedef struct bench_cfg {
   size_t compact_memory_mb; /* every compaction's memory_limit_mb (0 = library default) */
   uint64_t seed;
   uint64_t map_mb; /* initial map size of bucketstore files (0 = library default) */
-  int quick, nofork, keep, proto, pg_proto, defrag;
+  int quick, nofork, keep, proto, pg_proto, defrag, proto_source;
   const char *only, *json, *dir;
   char tmp[512];       /* the run's temporary directory */
   const char *pg_url;  /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */
@@ -103,6 +103,7 @@ void die(const char *fmt, ...);
 int copy_file(const char *src, const char *dst);
 
 /* ---- Data generation (identical for both engines) ---- */
+#define TABLE        "todos" /* the rows' table (the source records' first type is its name) */
 #define OBJ_TYPE     "todos"
 #define OBJ_TYPE_LEN 5u
 #define RID_LEN      9u /* "r" + 8 digits */
@@ -157,6 +158,8 @@ int proto_layouts(void);
 int proto_pg(void);
 /* proto_defrag.c (--defrag): defragmentation policies, fresh and existing clients' downloads */
 int proto_defrag(void);
+/* proto_source.c (--proto-source): source-record layouts beside format 2's; returns failures */
+int proto_source(void);
 
 /* bench_pg.c (--pg): bucketstore on PostgreSQL ("bs") and the raw libpq baseline ("libpq") */
 int pg_prepare(void); /* creates the run's schemas (in the parent) */

@@ -10,8 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TABLE "todos"
-
 typedef struct bsh {
   bs_db *db;
   bs_storage *st;

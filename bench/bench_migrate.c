@@ -133,7 +133,7 @@ static void to_format1(const char *path) {
       MDB_val out;
       bs__srec r;
       if (bs__lmdb_srec_head(&val, &r) || r.nm > 1024 || r.nl > 64 ||
-          bs__lmdb_srec_decode(&val, bs__lmdb_source_rid(key), &r, m, lk))
+          bs__lmdb_srec_decode(&val, v("todos"), bs__lmdb_source_rid(key), &r, m, lk))
         die("a source record does not decode", path);
       out.mv_size = srec1_encode(buf, &r);
       out.mv_data = buf;

@@ -86,7 +86,6 @@ int pg_raw_changes(int a) {
 #include "pg_internal.h" /* bs__pg_conn_get: the plans of the library's own sessions */
 #include "pgq.h"
 
-#define TABLE      "todos"
 #define BIG_BUCKET 0u
 #define SMALL      1u /* bucket index of the small bucket */
 

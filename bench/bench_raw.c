@@ -8,7 +8,7 @@
  * record merge logic, argument checks, the checksum cache.
  */
 #include "bench.h"
-#include "lmdb_internal.h" /* the library's source record codec (format 2): the same bytes */
+#include "lmdb_internal.h" /* the library's source record codec (format 3): the same bytes */
 #include "raw.h"
 
 #include <lmdb.h>
@@ -138,6 +138,8 @@ static int put_op(rdb *d, MDB_txn *txn, racc *acc, unsigned b, uint64_t op, int 
   return mdb_put(txn, d->ops, &key, &val, 0);
 }
 
+static const bs_val raw_table = {TABLE, sizeof TABLE - 1}; /* table id TID's name */
+
 static void srckey(unsigned char *k, uint64_t row) {
   char rid[RID_LEN + 1];
   be32(k, STREAM);
@@ -155,8 +157,8 @@ int put_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned b, uint64_t op) {
   MDB_val key = {sizeof k, k}, val = {0, v};
   srckey(k, row);
   m.object_id.data = k + 8; /* object id = replica id */
-  val.mv_size = bs__lmdb_srec_size(&rec, m.object_id);
-  bs__lmdb_srec_encode(v, &rec, m.object_id);
+  val.mv_size = bs__lmdb_srec_size(&rec, raw_table, m.object_id);
+  bs__lmdb_srec_encode(v, &rec, raw_table, m.object_id);
   return mdb_put(txn, d->source, &key, &val, 0);
 }
 
@@ -169,7 +171,7 @@ static int get_src(rdb *d, MDB_txn *txn, uint64_t row, unsigned *b, uint64_t *op
   bs__member m;
   srckey(k, row);
   if (mdb_get(txn, d->source, &key, &val) || bs__lmdb_srec_head(&val, &rec) || rec.nm != 1 ||
-      rec.nl || bs__lmdb_srec_decode(&val, rid, &rec, &m, NULL))
+      rec.nl || bs__lmdb_srec_decode(&val, raw_table, rid, &rec, &m, NULL))
     return 0;
   *b = (unsigned)(m.bucket - 1);
   *op = m.op;
@@ -937,7 +939,7 @@ int raw_params(void) {
       char rid[24], js[48];
       size_t kl = lookup_key(key, i % keys), rl, jl;
       MDB_val k, v;
-      bs_val lkv, ridv;
+      bs_val lkv, ridv, members = {"members", 7}; /* table id 2's name in bench_bs.c */
       bs__srec src = {.exists = 1, .lk = &lkv, .nl = 1};
       rl = (size_t)snprintf(rid, sizeof rid, "p%08llu", (unsigned long long)i);
       ridv.data = rid;
@@ -969,9 +971,9 @@ int raw_params(void) {
       lkv.size = kl;
       k.mv_size = 8 + rl;
       k.mv_data = sk;
-      v.mv_size = bs__lmdb_srec_size(&src, ridv);
+      v.mv_size = bs__lmdb_srec_size(&src, members, ridv);
       v.mv_data = sv;
-      bs__lmdb_srec_encode(sv, &src, ridv);
+      bs__lmdb_srec_encode(sv, &src, members, ridv);
       mrc = mdb_put(txn, d.source, &k, &v, 0);
     }
     if (!mrc) {

@@ -927,6 +927,10 @@ static void usage(void) {
          "                      client's download after compaction against existing clients'\n"
          "                      (bench/README.md, \"Defragmentation\"); uses --buckets,\n"
          "                      --updates, --commit-changes, --data-size\n"
+         "  --proto-source      source-record layouts instead of the workloads: the snapshot's\n"
+         "                      source side alone in format 2's records, format 3's, and\n"
+         "                      format 3's with shorter keys (bench/README.md, \"Format 3\");\n"
+         "                      uses --rows, --buckets, --large-buckets, --commit-rows\n"
          "  --pg-proto          with --pg: PostgreSQL layout prototypes instead of the workloads:\n"
          "                      the --pg ingest as a row per op and as chunks (bench/README.md,\n"
          "                      \"On PostgreSQL: chunks\"); uses --pg-rows, --buckets,\n"
@@ -941,22 +945,39 @@ static char pg_dir[600], pg_sh[512]; /* --pg start: the server's directory and s
 
 int main(int argc, char **argv) {
   static bench_cfg cfg;
-  static const struct option lo[] = {{"quick", 0, 0, 'q'},       {"only", 1, 0, 'o'},
-                                     {"json", 1, 0, 'j'},        {"dir", 1, 0, 'd'},
-                                     {"keep", 0, 0, 'k'},        {"no-fork", 0, 0, 'F'},
-                                     {"seed", 1, 0, 's'},        {"help", 0, 0, 'h'},
-                                     {"rows", 1, 0, 1},          {"buckets", 1, 0, 2},
-                                     {"large-buckets", 1, 0, 3}, {"commit-rows", 1, 0, 4},
-                                     {"updates", 1, 0, 5},       {"commit-changes", 1, 0, 6},
-                                     {"data-size", 1, 0, 7},     {"read-limit", 1, 0, 8},
-                                     {"read-secs", 1, 0, 9},     {"ck-requests", 1, 0, 10},
-                                     {"ck-big-ops", 1, 0, 11},   {"ck-big-buckets", 1, 0, 12},
-                                     {"params", 1, 0, 13},       {"param-queries", 1, 0, 14},
-                                     {"compact-rows", 1, 0, 15}, {"map-mb", 1, 0, 16},
-                                     {"pg-rows", 1, 0, 17},      {"compact-memory-mb", 1, 0, 18},
-                                     {"pg-changes", 1, 0, 19},   {"pg", 1, 0, 'P'},
-                                     {"proto", 0, 0, 'L'},       {"pg-proto", 0, 0, 'G'},
-                                     {"defrag", 0, 0, 'D'},      {0, 0, 0, 0}};
+  static const struct option lo[] = {{"quick", 0, 0, 'q'},
+                                     {"only", 1, 0, 'o'},
+                                     {"json", 1, 0, 'j'},
+                                     {"dir", 1, 0, 'd'},
+                                     {"keep", 0, 0, 'k'},
+                                     {"no-fork", 0, 0, 'F'},
+                                     {"seed", 1, 0, 's'},
+                                     {"help", 0, 0, 'h'},
+                                     {"rows", 1, 0, 1},
+                                     {"buckets", 1, 0, 2},
+                                     {"large-buckets", 1, 0, 3},
+                                     {"commit-rows", 1, 0, 4},
+                                     {"updates", 1, 0, 5},
+                                     {"commit-changes", 1, 0, 6},
+                                     {"data-size", 1, 0, 7},
+                                     {"read-limit", 1, 0, 8},
+                                     {"read-secs", 1, 0, 9},
+                                     {"ck-requests", 1, 0, 10},
+                                     {"ck-big-ops", 1, 0, 11},
+                                     {"ck-big-buckets", 1, 0, 12},
+                                     {"params", 1, 0, 13},
+                                     {"param-queries", 1, 0, 14},
+                                     {"compact-rows", 1, 0, 15},
+                                     {"map-mb", 1, 0, 16},
+                                     {"pg-rows", 1, 0, 17},
+                                     {"compact-memory-mb", 1, 0, 18},
+                                     {"pg-changes", 1, 0, 19},
+                                     {"pg", 1, 0, 'P'},
+                                     {"proto", 0, 0, 'L'},
+                                     {"pg-proto", 0, 0, 'G'},
+                                     {"defrag", 0, 0, 'D'},
+                                     {"proto-source", 0, 0, 'S'},
+                                     {0, 0, 0, 0}};
   uint64_t sizes[20] = {0};
   double read_secs = 0, t0;
   const char *parent;
@@ -999,6 +1020,9 @@ int main(int argc, char **argv) {
       break;
     case 'D':
       cfg.defrag = 1;
+      break;
+    case 'S':
+      cfg.proto_source = 1;
       break;
     case 'h':
       usage();
@@ -1087,8 +1111,8 @@ int main(int argc, char **argv) {
          cfg.quick ? "quick" : "default sizes", cfg.only ? " (one workload)" : "",
          (unsigned long long)cfg.rows, cfg.data_size, cfg.tmp);
   t0 = now_s();
-  if (cfg.proto || cfg.defrag) {
-    int bad = cfg.proto ? proto_layouts() : proto_defrag();
+  if (cfg.proto || cfg.defrag || cfg.proto_source) {
+    int bad = cfg.proto ? proto_layouts() : cfg.defrag ? proto_defrag() : proto_source();
     printf("total %.1f s\n", now_s() - t0);
     if (!cfg.keep) rm_tree(cfg.tmp);
     return bad ? 1 : 0;

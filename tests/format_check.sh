@@ -47,7 +47,8 @@ done
 # formatN.records: the records that format N's build exported from formatN.mdb (its
 # `bucketstore dump --all`, record lines only). load rebuilds from them a file of this build's
 # format with the same records as formatN.mdb upgraded in place (opened read-write, nothing
-# written); records of a format this build does not know are refused, nothing created.
+# written), whose source records are this build's own export's; records of a format this build
+# does not know are refused, nothing created.
 r=0
 for f in "$data"/format*.records; do
   v=$(basename "$f" .records | sed 's/^format//')
@@ -61,6 +62,11 @@ for f in "$data"/format*.records; do
   "$bs" dump "$tmp/load$v.mdb" --all | grep '^{"record"' >"$tmp/load.rec"
   cmp -s "$tmp/up.rec" "$tmp/load.rec" ||
     fail "format $v records: loaded records differ from the file upgraded in place"
+  # the source records (which every step so far rewrote) are those this build wrote itself from
+  # the same script: an upgrade converts, it does not merely reread
+  grep '^{"record":"source"' "$tmp/up.rec" >"$tmp/up.src" || true
+  grep '^{"record":"source"' "$data/format$current.records" | cmp -s - "$tmp/up.src" ||
+    fail "format $v: the upgraded source records differ from format$current.records'"
   sed 's/"value":"626b7473746f7265[0-9a-f]*"}$/"value":"626b7473746f726563000000"}/' "$f" \
     >"$tmp/newer.records"
   if "$bs" load "$tmp/newer$v.mdb" "$tmp/newer.records" >/dev/null 2>"$tmp/newer.err"; then

@@ -875,29 +875,36 @@ static void test_change_record(void **state) {
 
 /* ---- source records ---- */
 
-/* The replica id of the records below (an id code 0 stands for it). */
-#define SREC_RID V("r1")
+/* The replica id and the table's name of the records below (a code's bit 0 clear stands for the
+ * id, a first member's type code 0 for the table's name). */
+#define SREC_RID   V("r1")
+#define SREC_TABLE V("t")
 
-/* flags 2 (data) | 1 member | 1 lookup | bucket 0x0102, op 0x0304, type "t", id "" | "" | "{}" */
+/* data | 1 member | 1 lookup | bucket 0x0102, op 0x0304, type "t" (the table), id "" | "" | "{}" */
 static const unsigned char srec_golden[] = {
+    2 | 1 << 3 | 1 << 6, /* head: data, 1 member, 1 lookup (no mark) */
+    0x82,
+    0x02,
+    0x84,
+    0x06, /* bucket id, op id (varints) */
+    1,
+    0, /* code (type code 0: the table's name; bit 0: an id), id length 0 */
+    0,
+    '{',
+    '}'}; /* lookup "", data */
+/* The same record in format 2 (what the migration from format 1 writes). */
+static const unsigned char srec2_golden[] = {
     2,    1,    1,          /* flags, n members, n keys (no mark: flag 4 unset) */
     0x82, 0x02, 0x84, 0x06, /* bucket id, op id (varints) */
     2,    1,    't',        /* type code (1 byte + 1), id code (0 bytes + 1: not rid) */
     0,    '{',  '}'};       /* lookup "", data */
 
-/* Encodes r, checks the size, decodes an exact copy and compares every field. */
-static MDB_val srec_round_trip(const bs__srec *r) {
-  size_t n = bs__lmdb_srec_size(r, SREC_RID);
-  unsigned char *buf = malloc(n);
+/* Decodes v (of table SREC_TABLE) and compares every field with r. */
+static void srec_check(const MDB_val *v, const bs__srec *r) {
   bs__member m[300];
   bs_val lk[8];
   bs__srec back;
-  MDB_val v;
-  assert_non_null(buf);
-  bs__lmdb_srec_encode(buf, r, SREC_RID);
-  v = exact(buf, n);
-  free(buf);
-  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_OK);
+  assert_int_equal(bs__lmdb_srec_head(v, &back), BS_OK);
   assert_true(back.exists);
   assert_int_equal(back.soft, r->soft);
   assert_int_equal(back.mark, r->mark);
@@ -905,7 +912,7 @@ static MDB_val srec_round_trip(const bs__srec *r) {
   assert_int_equal(back.nm, r->nm);
   assert_int_equal(back.nl, r->nl);
   assert_true(back.nm <= 300 && back.nl <= 8);
-  assert_int_equal(bs__lmdb_srec_decode(&v, SREC_RID, &back, m, lk), BS_OK);
+  assert_int_equal(bs__lmdb_srec_decode(v, SREC_TABLE, SREC_RID, &back, m, lk), BS_OK);
   for (uint32_t i = 0; i < r->nm; i++) {
     assert_int_equal(back.m[i].bucket, r->m[i].bucket);
     assert_int_equal(back.m[i].op, r->m[i].op);
@@ -914,6 +921,18 @@ static MDB_val srec_round_trip(const bs__srec *r) {
   }
   for (uint32_t i = 0; i < r->nl; i++) val_eq(back.lk[i], r->lk[i]);
   if (r->has_data) val_eq(back.data, r->data);
+}
+
+/* Encodes r, checks the size, decodes an exact copy and compares every field. */
+static MDB_val srec_round_trip(const bs__srec *r) {
+  size_t n = bs__lmdb_srec_size(r, SREC_TABLE, SREC_RID);
+  unsigned char *buf = malloc(n);
+  MDB_val v;
+  assert_non_null(buf);
+  bs__lmdb_srec_encode(buf, r, SREC_TABLE, SREC_RID);
+  v = exact(buf, n);
+  free(buf);
+  srec_check(&v, r);
   return v;
 }
 
@@ -933,8 +952,8 @@ static void test_srec_golden(void **state) {
   unsigned char buf[sizeof srec_golden];
   MDB_val v;
   (void)state;
-  assert_int_equal(bs__lmdb_srec_size(&r, SREC_RID), sizeof srec_golden);
-  bs__lmdb_srec_encode(buf, &r, SREC_RID);
+  assert_int_equal(bs__lmdb_srec_size(&r, SREC_TABLE, SREC_RID), sizeof srec_golden);
+  bs__lmdb_srec_encode(buf, &r, SREC_TABLE, SREC_RID);
   assert_memory_equal(buf, srec_golden, sizeof srec_golden);
   v = srec_round_trip(&r);
   assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_OK);
@@ -954,10 +973,10 @@ static void test_srec_edges(void **state) {
   (void)state;
   memset(big, 0xff, sizeof big);
   memset(key, 'k', sizeof key);
-  /* nothing at all; a soft-deleted record's mark; data present but empty */
+  /* nothing at all; a soft-deleted record's mark; data present but empty: the head alone */
   none.exists = 1;
   v = srec_round_trip(&none);
-  assert_int_equal(v.mv_size, 3);
+  assert_int_equal(v.mv_size, 1);
   free(v.mv_data);
   soft.exists = soft.soft = 1;
   soft.mark = UINT64_C(0x7fffffffffffffff);
@@ -965,13 +984,14 @@ static void test_srec_edges(void **state) {
   empty_data.exists = empty_data.has_data = 1;
   empty_data.data = V("");
   v = srec_round_trip(&empty_data);
-  assert_int_equal(v.mv_size, 3);
+  assert_int_equal(v.mv_size, 1);
   free(v.mv_data);
-  /* maximum lengths, non-ASCII bytes, empty ids, many members */
+  /* maximum lengths, non-ASCII bytes, empty ids, the table's name, counts past the head's, many
+   * members */
   for (uint32_t i = 0; i < 300; i++) {
     m[i].bucket = UINT64_MAX - i;
     m[i].op = i;
-    m[i].object_type = i % 3 ? V("t\xc3\xa9") : (bs_val){big, sizeof big};
+    m[i].object_type = i % 3 ? V("t\xc3\xa9") : i % 5 ? (bs_val){big, sizeof big} : SREC_TABLE;
     m[i].object_id = i % 2 ? V("") : i % 4 ? (bs_val){big, i} : SREC_RID;
   }
   r.exists = r.has_data = 1;
@@ -987,69 +1007,70 @@ static void test_srec_edges(void **state) {
   assert_int_equal(seen[0], 2);
   assert_int_equal(seen[1], UINT64_MAX + (UINT64_MAX - 1));
   free(v.mv_data);
+  /* a first member of another type than the table's, counts the head holds (6 and 2) */
+  m[0].object_type = V("other");
+  r.nm = 6;
+  r.nl = 2;
+  v = srec_round_trip(&r);
+  assert_int_equal(((const unsigned char *)v.mv_data)[0], 2 | 6 << 3 | 2 << 6);
+  free(v.mv_data);
 }
 
-/* Every prefix of a record without data, the record plus one byte, unknown flags, counts that
- * cannot fit, a first member without a type, a mark flag without a mark, an overlong varint:
+/* Every prefix of a record without data, the record plus one byte, counts that cannot fit, a
+ * count in a varint the head could hold, a mark flag without a mark, an overlong varint:
  * BS_ECORRUPT from the decoder and the iterator alike. */
 static void test_srec_malformed(void **state) {
   bs__member m[2] = {{1, 2, V("type"), V("id")}, {3, 4, V(""), V("x")}}, mm[2];
   bs_val lk[2] = {V("k"), V("")}, lkb[2];
   bs__srec r = {1, 0, 0, m, 2, lk, 2, 0, {NULL, 0}}, back;
   unsigned char buf[128];
-  size_t n = bs__lmdb_srec_size(&r, SREC_RID);
+  size_t n = bs__lmdb_srec_size(&r, SREC_TABLE, SREC_RID);
   uint64_t seen[4] = {0, 0, 0, 99};
   MDB_val v;
   (void)state;
   assert_true(n + 1 <= sizeof buf);
-  bs__lmdb_srec_encode(buf, &r, SREC_RID);
+  bs__lmdb_srec_encode(buf, &r, SREC_TABLE, SREC_RID);
   buf[n] = 0;
   for (size_t len = 0; len <= n + 1; len++) {
     int want = len == n ? BS_OK : BS_ECORRUPT, rc;
     v = exact(buf, len);
     rc = bs__lmdb_srec_head(&v, &back);
-    if (rc == BS_OK) rc = bs__lmdb_srec_decode(&v, SREC_RID, &back, mm, lkb);
+    if (rc == BS_OK) rc = bs__lmdb_srec_decode(&v, SREC_TABLE, SREC_RID, &back, mm, lkb);
     assert_int_equal(rc, want);
     assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), want);
     free(v.mv_data);
   }
   /* with the data flag the rest is data: only a cut into the lookups is refused */
-  buf[0] = 2;
+  assert_int_equal(buf[0], 2 << 3 | 2 << 6);
+  buf[0] |= 2;
   v = exact(buf, n - 1);
   assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
   free(v.mv_data);
   v = exact(buf, n + 1);
   assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_OK);
-  assert_int_equal(bs__lmdb_srec_decode(&v, SREC_RID, &back, mm, lkb), BS_OK);
+  assert_int_equal(bs__lmdb_srec_decode(&v, SREC_TABLE, SREC_RID, &back, mm, lkb), BS_OK);
   val_eq(back.data, (bs_val){"", 1});
   free(v.mv_data);
-  buf[0] = 8; /* no such flag */
-  v = exact(buf, n);
-  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
-  free(v.mv_data);
-  buf[0] = 0;
-  buf[1] = 0x7f; /* members that cannot fit */
-  v = exact(buf, n);
-  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
-  assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
-  free(v.mv_data);
-  buf[1] = 2;
-  buf[2] = 3; /* one lookup more than there is */
+  buf[0] = 2 << 3 | 1 << 6; /* one lookup less: a byte left after the record */
   v = exact(buf, n);
   assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
   free(v.mv_data);
-  buf[2] = 2;
-  assert_int_equal(buf[5], 5); /* the first member's type code ("type": 4 bytes + 1) */
-  buf[5] = 0;                  /* "the previous member's type": the first has none */
+  buf[0] = 6 << 3 | 2 << 6; /* members that cannot fit */
   v = exact(buf, n);
+  assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
   assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
   free(v.mv_data);
   {
     static const unsigned char no_mark[] = {4, 0, 0, 0},
-                               overlong[] = {0,    0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
-                                             0x80, 0x80, 0x80, 0x80, 0x01, 0};
+                               small_varint[] = {7 << 3, 2, 1, 2, 1, 3, 4, 1},
+                               overlong[] = {7 << 3, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                             0x80,   0x80, 0x80, 0x80, 0x01, 0};
     v = exact(no_mark, sizeof no_mark); /* flag 4, mark 0 */
     assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
+    free(v.mv_data);
+    v = exact(small_varint, sizeof small_varint); /* 2 members, in a varint */
+    assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_srec_members(&v, count_member, seen), BS_ECORRUPT);
     free(v.mv_data);
     v = exact(overlong, sizeof overlong); /* an 11-byte member count */
     assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_ECORRUPT);
@@ -1057,67 +1078,72 @@ static void test_srec_malformed(void **state) {
   }
 }
 
-/* The migration's conversion: a format-1 record becomes the format-2 record of the same fields
- * (the golden one byte for byte), every prefix of a format-1 record is refused. */
-static void test_srec1_convert(void **state) {
+/* The migrations' conversions: a format-1 record becomes the format-2 record of the same fields
+ * (the golden one byte for byte), which becomes the format-3 one (likewise), and each decodes
+ * to the fields written; every prefix of a format-1 or format-2 record is refused. */
+static void test_srec_convert(void **state) {
   bs__member gm = {0x0102, 0x0304, V("t"), V("")};
-  bs__member m[3] = {{7, 1u << 20, V("todos"), V("r1")},
+  bs__member m[3] = {{7, 1u << 20, V("t"), V("r1")},
                      {UINT64_MAX, UINT64_MAX, V("todos"), V("other")},
                      {1, 2, V(""), V("r1")}};
+  bs__member m2[2] = {{7, 1, V("todos"), V("r1")}, {8, 2, V("t"), V("r1")}};
   bs_val lk[2] = {V("k\xc3\xa9"), V("")}, glk = V("");
   bs__srec golden = {1, 0, 0, &gm, 1, &glk, 1, 1, V("{}")};
   bs__srec rs[] = {{1, 0, 0, m, 3, lk, 2, 1, V("\x00\xff")},
+                   {1, 0, 0, m2, 2, NULL, 0, 0, {NULL, 0}},
                    {1, 1, UINT64_C(0x123456789), NULL, 0, NULL, 0, 0, {NULL, 0}},
                    {1, 0, 0, NULL, 0, NULL, 0, 0, {NULL, 0}}};
-  unsigned char kb[10] = {0, 0, 0, 1, 0, 0, 0, 1, 'r', '1'}, in[512], out[1100];
+  unsigned char kb[10] = {0, 0, 0, 1, 0, 0, 0, 1, 'r', '1'}, in[512], mid[1100], out[2300];
   MDB_val k = {sizeof kb, kb}, v;
-  bs__member mm[3];
-  bs_val lkb[2];
-  bs__srec back;
-  size_t n, on;
+  size_t n, mn, on;
   (void)state;
   v = (MDB_val){srec1_encode(in, &golden), in};
-  assert_true(bs__lmdb_srec1_bound(&v) <= sizeof out);
-  assert_int_equal(bs__lmdb_srec1_convert(&k, &v, out, &on), BS_OK);
+  assert_true(bs__lmdb_srec1_bound(&v) <= sizeof mid);
+  assert_int_equal(bs__lmdb_srec1_convert(&k, &v, mid, &mn), BS_OK);
+  assert_int_equal(mn, sizeof srec2_golden);
+  assert_memory_equal(mid, srec2_golden, mn);
+  v = (MDB_val){mn, mid};
+  assert_int_equal(bs__lmdb_srec2_convert(&k, &v, SREC_TABLE, out, &on), BS_OK);
   assert_int_equal(on, sizeof srec_golden);
   assert_memory_equal(out, srec_golden, on);
   for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
     const bs__srec *r = &rs[i];
     n = srec1_encode(in, r);
     v = (MDB_val){n, in};
-    assert_true(bs__lmdb_srec1_bound(&v) <= sizeof out);
-    assert_int_equal(bs__lmdb_srec1_convert(&k, &v, out, &on), BS_OK);
-    assert_int_equal(on, bs__lmdb_srec_size(r, SREC_RID));
+    assert_true(bs__lmdb_srec1_bound(&v) <= sizeof mid);
+    assert_int_equal(bs__lmdb_srec1_convert(&k, &v, mid, &mn), BS_OK);
+    v = (MDB_val){mn, mid};
+    assert_true(bs__lmdb_srec2_bound(&v) <= sizeof out);
+    assert_int_equal(bs__lmdb_srec2_convert(&k, &v, SREC_TABLE, out, &on), BS_OK);
+    assert_int_equal(on, bs__lmdb_srec_size(r, SREC_TABLE, SREC_RID));
     v = exact(out, on);
-    assert_int_equal(bs__lmdb_srec_head(&v, &back), BS_OK);
-    assert_int_equal(bs__lmdb_srec_decode(&v, SREC_RID, &back, mm, lkb), BS_OK);
-    assert_int_equal(back.soft, r->soft);
-    assert_int_equal(back.mark, r->mark);
-    assert_int_equal(back.has_data, r->has_data);
-    assert_int_equal(back.nm, r->nm);
-    assert_int_equal(back.nl, r->nl);
-    for (uint32_t j = 0; j < r->nm; j++) {
-      assert_int_equal(back.m[j].bucket, r->m[j].bucket);
-      assert_int_equal(back.m[j].op, r->m[j].op);
-      val_eq(back.m[j].object_type, r->m[j].object_type);
-      val_eq(back.m[j].object_id, r->m[j].object_id);
-    }
-    for (uint32_t j = 0; j < r->nl; j++) val_eq(back.lk[j], r->lk[j]);
-    if (r->has_data) val_eq(back.data, r->data);
+    srec_check(&v, r);
     free(v.mv_data);
   }
-  /* the first record: without data, every prefix and one byte more are not format 1 */
+  /* the first record: without data, every prefix and one byte more are not format 1 or 2 */
   rs[0].has_data = 0;
   n = srec1_encode(in, &rs[0]);
   in[n] = 0;
   for (size_t len = 0; len <= n + 1; len++) {
     v = exact(in, len);
-    assert_int_equal(bs__lmdb_srec1_convert(&k, &v, out, &on), len == n ? BS_OK : BS_ECORRUPT);
+    assert_int_equal(bs__lmdb_srec1_convert(&k, &v, mid, &mn), len == n ? BS_OK : BS_ECORRUPT);
     free(v.mv_data);
   }
+  v = (MDB_val){n, in};
+  assert_int_equal(bs__lmdb_srec1_convert(&k, &v, mid, &mn), BS_OK);
+  mid[mn] = 0;
+  for (size_t len = 0; len <= mn + 1; len++) {
+    v = exact(mid, len);
+    assert_int_equal(bs__lmdb_srec2_convert(&k, &v, SREC_TABLE, out, &on),
+                     len == mn ? BS_OK : BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  mid[0] = 8; /* no such flag in format 2 */
+  v = (MDB_val){mn, mid};
+  assert_int_equal(bs__lmdb_srec2_convert(&k, &v, SREC_TABLE, out, &on), BS_ECORRUPT);
   in[0] = 4; /* no such flag in format 1 */
   v = (MDB_val){n, in};
-  assert_int_equal(bs__lmdb_srec1_convert(&k, &v, out, &on), BS_ECORRUPT);
+  assert_int_equal(bs__lmdb_srec1_convert(&k, &v, mid, &mn), BS_ECORRUPT);
 }
 
 /* ---- cqueue and softdel ---- */
@@ -1386,7 +1412,7 @@ int main(void) {
       cmocka_unit_test(test_srec_golden),
       cmocka_unit_test(test_srec_edges),
       cmocka_unit_test(test_srec_malformed),
-      cmocka_unit_test(test_srec1_convert),
+      cmocka_unit_test(test_srec_convert),
       cmocka_unit_test(test_cqueue_entry),
       cmocka_unit_test(test_softdel_entry),
       cmocka_unit_test(test_wcp_keys),

@@ -2,14 +2,15 @@
  * test_format.c: the LMDB format layer's migrations (lmdb_format.c) on a file larger than one
  * migration transaction. A database written by this build is turned into the format-1 file an
  * earlier build would have written (its source records re-encoded as format 1, the format
- * record set to 1: util_format1.h), then opened:
+ * record set to 1: util_format1.h) and into the format-2 one (those records converted by the
+ * migration's own step to format 2, the format record 2), then each is opened:
  *  - read-only and with BS_OPEN_NOMIGRATE: refused, the file unchanged;
  *  - read-write: migrated in several transactions, after which every record is the one this
  *    build wrote (bs_db_export, byte for byte), verify is clean and writes go on;
  *  - stopped between any two of the migration's transactions (a child process leaves at the
- *    seam, as a kill -9 would): the file says format 2 with the step record (so an older build
- *    refuses it), a read-only open says the migration stopped halfway, and the next read-write
- *    open finishes it with the same records.
+ *    seam, as a kill -9 would): the file says the next format with the step record (so an
+ *    older build refuses it), a read-only open says the migration stopped halfway, and the next
+ *    read-write open finishes it with the same records.
  * The small files of tests/data, written by earlier builds themselves, are tests/format_check.sh's.
  */
 #include <setjmp.h>
@@ -29,7 +30,11 @@
 #include "util_contract.h"
 #include "util_format1.h"
 
-#define ROWS 23000u /* three migration transactions of 10,000 records */
+#define ROWS   23000u /* three migration transactions of 10,000 records a step */
+#define OLDEST 1u     /* the formats a file can be migrated from: OLDEST .. BS_FORMAT_VERSION - 1 */
+#define N_OLD  (BS_FORMAT_VERSION - OLDEST)
+
+static const bs_val table_t = {(const unsigned char *)"t", 1}; /* write_rows' one table */
 
 /* The database's records as this build exports them: a hash and a count. */
 typedef struct digest {
@@ -65,9 +70,9 @@ static digest digest_of(const char *path) {
   return d;
 }
 
-/* ROWS rows, each in a bucket of its list (object id = replica id) and every third also in a
- * global bucket under another type and id, every fifth with a lookup, every seventh updated,
- * every eleventh deleted; then a checkpoint. */
+/* ROWS rows, each in a bucket of its list (object id = replica id; every other one's type the
+ * table's name) and every third also in a global bucket under another type and id, every fifth
+ * with a lookup, every seventh updated, every eleventh deleted; then a checkpoint. */
 static void write_rows(ct_env *e) {
   unsigned char kb[32];
   const bs_val params[1] = {{(const unsigned char *)"{\"p\":1}", 7}};
@@ -81,34 +86,38 @@ static void write_rows(ct_env *e) {
       snprintf(other, sizeof other, "g-%u", i);
       snprintf(data, sizeof data, "{\"v\":%u}", pass);
       snprintf(bucket, sizeof bucket, "list%u", i % 40);
+      const char *type = i % 2 ? "todo" : "t";
       if (pass && i % 11 == 0) {
         CT_OK(ct_save(e->w, BS_DELETE, "t", id, id, CT_NOROWS));
       } else if (i % 3 == 0) {
         CT_OK(ct_save_lk(e->w, pass ? BS_UPDATE : BS_INSERT, "t", NULL, id,
-                         CT_ROWS({bucket, "todo", id, data}, {"global", "all", other, data}), &lk,
+                         CT_ROWS({bucket, type, id, data}, {"global", "all", other, data}), &lk,
                          i % 5 == 0));
       } else {
         CT_OK(ct_save_lk(e->w, pass ? BS_UPDATE : BS_INSERT, "t", NULL, id,
-                         CT_ROWS({bucket, "todo", id, data}), &lk, i % 5 == 0));
+                         CT_ROWS({bucket, type, id, data}), &lk, i % 5 == 0));
       }
       if (i % 5000 == 4999) CT_OK(ct_commit(e->w, ct_lsn(pass * 10 + i / 5000 + 1), &cr));
     }
   CT_OK(ct_commit(e->w, ct_lsn(99), &cr));
 }
 
-/* Rewrites the file at path as format 1: every source record re-encoded, the format record 1. */
-static void to_format1(const char *path) {
+/* Rewrites the file at path as format 1 or 2: every source record re-encoded as format 1 (then
+ * converted to 2 by the migration's step), the format record to match. */
+static void to_format(const char *path, uint32_t format) {
   MDB_env *env;
   MDB_txn *txn;
   MDB_dbi meta, src;
   MDB_cursor *cur;
   MDB_val k, v, fk = bs__lmdb_format_key(), fv;
-  unsigned char f1[BS_FORMAT_VALUE_SIZE], *buf = malloc(1 << 20);
+  unsigned char f1[BS_FORMAT_VALUE_SIZE], *buf = malloc(1 << 20), *buf2 = malloc(2 << 20);
   bs__member *m = malloc(1024 * sizeof *m);
   bs_val lk[64];
   int mrc;
   assert_non_null(buf);
+  assert_non_null(buf2);
   assert_non_null(m);
+  assert_true(format == 1 || format == 2);
   assert_int_equal(mdb_env_create(&env), 0);
   assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
   assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR, 0644), 0);
@@ -124,21 +133,27 @@ static void to_format1(const char *path) {
     MDB_val out;
     assert_int_equal(bs__lmdb_srec_head(&v, &r), BS_OK);
     assert_true(r.nm <= 1024 && r.nl <= 64);
-    assert_int_equal(bs__lmdb_srec_decode(&v, bs__lmdb_source_rid(key), &r, m, lk), BS_OK);
+    assert_int_equal(bs__lmdb_srec_decode(&v, table_t, bs__lmdb_source_rid(key), &r, m, lk), BS_OK);
     out.mv_size = srec1_encode(buf, &r);
     out.mv_data = buf;
+    if (format == 2) {
+      assert_true(bs__lmdb_srec1_bound(&out) <= (size_t)2 << 20);
+      assert_int_equal(bs__lmdb_srec1_convert(&k, &out, buf2, &out.mv_size), BS_OK);
+      out.mv_data = buf2;
+    }
     memcpy(kc, k.mv_data, k.mv_size);
     k.mv_data = kc;
     assert_int_equal(mdb_cursor_put(cur, &k, &out, MDB_CURRENT), 0);
   }
   assert_int_equal(mrc, MDB_NOTFOUND);
   mdb_cursor_close(cur);
-  bs__lmdb_format_value(f1, 1);
+  bs__lmdb_format_value(f1, format);
   fv = (MDB_val){sizeof f1, f1};
   assert_int_equal(mdb_put(txn, meta, &fk, &fv, 0), 0);
   assert_int_equal(mdb_txn_commit(txn), 0);
   mdb_env_close(env);
   free(buf);
+  free(buf2);
   free(m);
 }
 
@@ -201,10 +216,11 @@ static int files_equal(const char *a, const char *b) {
   return eq;
 }
 
-/* A format-1 file (old) beside what this build wrote before the downgrade (its digest). */
+/* Files of each older format (old[N - OLDEST]: format N) beside what this build wrote before
+ * the downgrade (its digest). */
 typedef struct fixture {
   ct_env *e;
-  char old[256], work[256];
+  char old[N_OLD][256], work[256];
   digest want;
 } fixture;
 
@@ -217,19 +233,23 @@ static int setup(void **state) {
   bs_close(f->e->db);
   f->e->w = NULL, f->e->st = NULL, f->e->db = NULL;
   f->want = digest_of(f->e->path);
-  snprintf(f->old, sizeof f->old, "%s/format1.mdb", f->e->dir);
+  for (uint32_t i = 0; i < N_OLD; i++) {
+    snprintf(f->old[i], sizeof f->old[i], "%s/format%u.mdb", f->e->dir, OLDEST + i);
+    copy_file(f->e->path, f->old[i]);
+    to_format(f->old[i], OLDEST + i);
+  }
   snprintf(f->work, sizeof f->work, "%s/work.mdb", f->e->dir);
-  copy_file(f->e->path, f->old);
-  to_format1(f->old);
   *state = f;
   return 0;
 }
 
 static int teardown(void **state) {
   fixture *f = *state;
-  const char *files[2] = {f->old, f->work};
+  const char *files[N_OLD + 1];
   char lock[300];
-  for (int i = 0; i < 2; i++) {
+  for (uint32_t i = 0; i < N_OLD; i++) files[i] = f->old[i];
+  files[N_OLD] = f->work;
+  for (uint32_t i = 0; i <= N_OLD; i++) {
     snprintf(lock, sizeof lock, "%s-lock", files[i]);
     (void)unlink(files[i]);
     (void)unlink(lock);
@@ -252,18 +272,24 @@ static int open_flags(const char *path, unsigned flags) {
 
 static void test_refused_unchanged(void **state) {
   fixture *f = *state;
+  char want[128];
   uint32_t version;
   int stepping;
-  copy_file(f->old, f->work);
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(open_flags(f->work, i ? BS_OPEN_NOMIGRATE : BS_OPEN_RDONLY), BS_ECORRUPT);
-    assert_non_null(strstr(ct_err.msg, "format 1 is older than this build's 2: a read-write "
-                                       "open upgrades it in place"));
-    assert_true(files_equal(f->old, f->work));
+  for (uint32_t v = OLDEST; v < BS_FORMAT_VERSION; v++) {
+    const char *old = f->old[v - OLDEST];
+    snprintf(want, sizeof want,
+             "format %u is older than this build's %u: a read-write open upgrades it in place", v,
+             (unsigned)BS_FORMAT_VERSION);
+    copy_file(old, f->work);
+    for (int i = 0; i < 2; i++) {
+      assert_int_equal(open_flags(f->work, i ? BS_OPEN_NOMIGRATE : BS_OPEN_RDONLY), BS_ECORRUPT);
+      assert_non_null(strstr(ct_err.msg, want));
+      assert_true(files_equal(old, f->work));
+    }
+    raw_format(f->work, &version, &stepping);
+    CT_EQ_U64(version, v);
+    assert_false(stepping);
   }
-  raw_format(f->work, &version, &stepping);
-  CT_EQ_U64(version, 1);
-  assert_false(stepping);
 }
 
 static unsigned batches_seen;
@@ -271,30 +297,37 @@ static void count_batch(unsigned batch) {
   batches_seen = batch + 1;
 }
 
+/* The transactions of a migration from format v: each step's 23,000 source records take three,
+ * the last of which ends the step, and one more finds nothing left. */
+static unsigned batches_from(uint32_t v) {
+  return 3 * (BS_FORMAT_VERSION - v) + 1;
+}
+
 static void test_migrates_in_batches(void **state) {
   fixture *f = *state;
-  digest got;
-  uint32_t version;
-  int stepping;
-  copy_file(f->old, f->work);
-  bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
-  batches_seen = 0;
-  CT_OK(open_flags(f->work, 0));
-  bs__lmdb_set_migrate_seam(NULL);
-  /* 23,000 source records: three transactions, and a fourth that finds nothing left */
-  CT_EQ_U64(batches_seen, 4);
-  raw_format(f->work, &version, &stepping);
-  CT_EQ_U64(version, BS_FORMAT_VERSION);
-  assert_false(stepping);
-  got = digest_of(f->work);
-  CT_EQ_U64(got.n, f->want.n);
-  CT_EQ_U64(got.h, f->want.h);
-  /* and a second open finds nothing to do */
-  bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
-  batches_seen = 0;
-  CT_OK(open_flags(f->work, 0));
-  bs__lmdb_set_migrate_seam(NULL);
-  CT_EQ_U64(batches_seen, 0);
+  for (uint32_t v = OLDEST; v < BS_FORMAT_VERSION; v++) {
+    digest got;
+    uint32_t version;
+    int stepping;
+    copy_file(f->old[v - OLDEST], f->work);
+    bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
+    batches_seen = 0;
+    CT_OK(open_flags(f->work, 0));
+    bs__lmdb_set_migrate_seam(NULL);
+    CT_EQ_U64(batches_seen, batches_from(v));
+    raw_format(f->work, &version, &stepping);
+    CT_EQ_U64(version, BS_FORMAT_VERSION);
+    assert_false(stepping);
+    got = digest_of(f->work);
+    CT_EQ_U64(got.n, f->want.n);
+    CT_EQ_U64(got.h, f->want.h);
+    /* and a second open finds nothing to do */
+    bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
+    batches_seen = 0;
+    CT_OK(open_flags(f->work, 0));
+    bs__lmdb_set_migrate_seam(NULL);
+    CT_EQ_U64(batches_seen, 0);
+  }
 }
 
 static unsigned stop_at;
@@ -304,42 +337,46 @@ static void stop_here(unsigned batch) {
 
 static void test_stopped_halfway(void **state) {
   fixture *f = *state;
-  for (stop_at = 0; stop_at < 4; stop_at++) {
-    uint32_t version;
-    int stepping, status;
-    digest got;
-    pid_t pid;
-    copy_file(f->old, f->work);
-    fflush(NULL);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-      bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = stop_here});
-      (void)open_flags(f->work, 0);
-      _exit(3); /* the migration ended before stop_at */
+  char want[96];
+  for (uint32_t v = OLDEST; v < BS_FORMAT_VERSION; v++)
+    for (stop_at = 0; stop_at < batches_from(v); stop_at++) {
+      const char *old = f->old[v - OLDEST];
+      uint32_t version;
+      int stepping, status;
+      digest got;
+      pid_t pid;
+      copy_file(old, f->work);
+      fflush(NULL);
+      pid = fork();
+      assert_true(pid >= 0);
+      if (pid == 0) {
+        bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = stop_here});
+        (void)open_flags(f->work, 0);
+        _exit(3); /* the migration ended before stop_at */
+      }
+      assert_int_equal(waitpid(pid, &status, 0), pid);
+      assert_true(WIFEXITED(status));
+      CT_EQ_U64(WEXITSTATUS(status), 0);
+      raw_format(f->work, &version, &stepping);
+      if (stop_at == 0) { /* nothing committed: the file as it was */
+        assert_true(files_equal(old, f->work));
+        CT_EQ_U64(version, v);
+        assert_false(stepping);
+      } else { /* the step under way: marked with its format (older builds refuse it) */
+        unsigned step = (stop_at - 1) / 3, done = (stop_at - 1) % 3 + 1;
+        CT_EQ_U64(version, v + step + 1);
+        assert_int_equal(stepping, done < 3); /* the step's last batch deletes the step record */
+        if (stepping) {
+          snprintf(want, sizeof want, "its migration to format %u stopped halfway", version);
+          assert_int_equal(open_flags(f->work, BS_OPEN_RDONLY), BS_ECORRUPT);
+          assert_non_null(strstr(ct_err.msg, want));
+        }
+      }
+      CT_OK(open_flags(f->work, 0));
+      got = digest_of(f->work);
+      CT_EQ_U64(got.n, f->want.n);
+      CT_EQ_U64(got.h, f->want.h);
     }
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    CT_EQ_U64(WEXITSTATUS(status), 0);
-    raw_format(f->work, &version, &stepping);
-    if (stop_at == 0) { /* nothing committed: the file as it was */
-      assert_true(files_equal(f->old, f->work));
-      CT_EQ_U64(version, 1);
-      assert_false(stepping);
-    } else if (stop_at < 3) { /* marked format 2 (older builds refuse it) with the step record */
-      CT_EQ_U64(version, 2);
-      assert_true(stepping);
-      assert_int_equal(open_flags(f->work, BS_OPEN_RDONLY), BS_ECORRUPT);
-      assert_non_null(strstr(ct_err.msg, "its migration to format 2 stopped halfway"));
-    } else { /* the last batch committed: done */
-      CT_EQ_U64(version, 2);
-      assert_false(stepping);
-    }
-    CT_OK(open_flags(f->work, 0));
-    got = digest_of(f->work);
-    CT_EQ_U64(got.n, f->want.n);
-    CT_EQ_U64(got.h, f->want.h);
-  }
 }
 
 /* After the migration the writer goes on: a row written by the old build is updated and deleted
@@ -353,7 +390,7 @@ static void test_writes_after(void **state) {
   bs_storage *st;
   bs_writer *w;
   uint64_t problems = 1;
-  copy_file(f->old, f->work);
+  copy_file(f->old[BS_FORMAT_VERSION - 1 - OLDEST], f->work); /* the previous format's */
   CT_OK(bs_open(&db, f->work, &o, &ct_err));
   CT_OK(bs_storage_open(&st, db, f->e->stream, &ct_err));
   CT_OK(ct_checksum(st, INT64_MAX, "global", &before));

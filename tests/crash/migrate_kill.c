@@ -1,15 +1,16 @@
 /*
  * migrate_kill: SIGKILL inside an LMDB format migration, at points chosen by count, never by
- * time. Usage: migrate_kill FORMAT1_FILE DIR
+ * time. Usage: migrate_kill OLD_FILE DIR
  *
- * FORMAT1_FILE is a file an older build wrote (tests/data/format1.mdb). A copy migrated without
+ * OLD_FILE is a file an older build wrote (tests/data/formatN.mdb). A copy migrated without
  * interruption gives the reference: its records (bs_db_export, byte for byte). Then, for each
  * point of a migration run in transactions of BATCH records (the seam of lmdb_format.c), before
  * each transaction and before each record's put, a child process opens a fresh copy read-write
  * and raises SIGKILL at that point. The file it leaves is the old one (nothing committed yet),
- * or one whose migration stopped halfway (a read-only open says so), or, killed before the last
- * transaction that finds nothing left, a finished one. Then the next read-write open finishes
- * the migration, bs_db_verify finds no problem, and the records equal the reference.
+ * or one whose migration stopped halfway (a read-only open says so), or one between two steps
+ * (a format between the old one and this build's), or, killed before the last transaction that
+ * finds nothing left, a finished one. Then the next read-write open finishes the migration,
+ * bs_db_verify finds no problem, and the records equal the reference.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -122,25 +123,37 @@ static void on_record(uint64_t n) {
   if (n == kill_record) raise(SIGKILL);
 }
 
-/* What a read-only open says of the file a kill left: 0 the old file (it refuses an older
- * format), 1 a migration stopped halfway, 2 a finished one (it opens). */
+/* The old file's format (what a read-only open of it names). */
+static unsigned old_format;
+
+/* What a read-only open says of the file a kill left: 0 the old file (it refuses the old
+ * format), 1 a migration stopped halfway, 2 a finished one (it opens), 3 one between two steps
+ * (it refuses a format newer than the old one). */
 static int left(const char *path) {
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   bs_error err = {0};
   bs_db *db = NULL;
+  const char *at;
+  unsigned v;
   int rc;
   o.flags = BS_OPEN_RDONLY;
   rc = bs_open(&db, path, &o, &err);
   bs_close(db);
   if (rc == BS_OK) return 2;
-  if (strstr(err.msg, "its migration to format 2 stopped halfway")) return 1;
-  if (strstr(err.msg, "format 1 is older than this build's")) return 0;
+  if (strstr(err.msg, "stopped halfway: a read-write open of this build finishes it")) return 1;
+  if ((at = strstr(err.msg, ": format ")) && sscanf(at, ": format %u is older than", &v) == 1 &&
+      v < BS_FORMAT_VERSION) {
+    if (!old_format) old_format = v;
+    if (v == old_format) return 0;
+    if (v > old_format) return 3;
+  }
   die("a read-only open after the kill", err.msg);
   return -1;
 }
 
-/* Kills a child migrating a fresh copy at the point set above; checks what it left (expect:
- * as left() answers) and that the next open finishes it with the reference's records. */
+/* Kills a child migrating a fresh copy at the point set above; checks what it left (expect: as
+ * left() answers, 1 also 3: under way, not finished) and that the next open finishes it with the
+ * reference's records. */
 static void kill_at(const char *old, const char *work, int expect, const bytes *want,
                     const char *point) {
   bs__lmdb_migrate_seam seam = {BATCH, 0, on_batch, on_record};
@@ -158,7 +171,8 @@ static void kill_at(const char *old, const char *work, int expect, const bytes *
   }
   if (waitpid(pid, &status, 0) != pid) die("waitpid", point);
   if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) die("the child was not killed", point);
-  if (left(work) != expect) die("the file left is not the one expected", point);
+  if (expect == 1 ? left(work) == 0 || left(work) == 2 : left(work) != expect)
+    die("the file left is not the one expected", point);
   if (expect == 0 && !same_file(old, work)) die("nothing committed, yet the file changed", point);
   got = finish(work);
   if (got.n != want->n || memcmp(got.p, want->p, got.n) != 0)
@@ -173,13 +187,13 @@ int main(int argc, char **argv) {
   uint64_t n_records;
   bytes want, counted;
   if (argc != 3) {
-    fprintf(stderr, "usage: migrate_kill FORMAT1_FILE DIR\n");
+    fprintf(stderr, "usage: migrate_kill OLD_FILE DIR\n");
     return 2;
   }
   snprintf(work, sizeof work, "%s/work.mdb", argv[2]);
   /* the reference: one migration with the default bounds, not interrupted */
   fresh(argv[1], work);
-  if (left(work) != 0) die("the file given is not of format 1", argv[1]);
+  if (left(work) != 0) die("the file given is not of an older format", argv[1]);
   want = finish(work);
   /* the same in transactions of BATCH records: the points to kill at */
   fresh(argv[1], work);
@@ -202,9 +216,9 @@ int main(int argc, char **argv) {
     kill_at(argv[1], work, kill_record < BATCH ? 0 : 1, &want, point);
   }
   free(want.p);
-  printf("migrate_kill: %u kills between transactions and %llu inside them (transactions of %d "
-         "records): each migration finished by the next open, verify clean, the records of the "
-         "uninterrupted one\n",
-         n_batches, (unsigned long long)n_records, BATCH);
+  printf("migrate_kill: format %u: %u kills between transactions and %llu inside them "
+         "(transactions of %d records): each migration finished by the next open, verify clean, "
+         "the records of the uninterrupted one\n",
+         old_format, n_batches, (unsigned long long)n_records, BATCH);
   return 0;
 }
