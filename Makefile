@@ -132,6 +132,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@$(STEP) crashtest-quick $(MAKE) --no-print-directory crashtest-quick
 	@$(STEP) powercut-quick $(MAKE) --no-print-directory powercut-quick
 	@$(STEP) migratekill $(MAKE) --no-print-directory migratekill
+	@$(STEP) clearkill $(MAKE) --no-print-directory clearkill
 	@$(STEP) py-test sh -c 'if [ -n "$(SAN)" ]; then \
 	  $(call skip,py-test under sanitizers: the package compiles a plain library of its own); \
 	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
@@ -391,7 +392,8 @@ crashtest-quick: deps $(CRASH_BINS)
 	@BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
 
 # migratekill (in `make test`): SIGKILL inside the migration of a copy of each older format's
-# tests/data file (every step from it: format1.mdb migrates 1 -> 2 -> 3), at each transaction and
+# tests/data file that has records to convert (format1.mdb migrates 1 -> 2 -> 3 -> 4; format 3's
+# step only stamps the version, test_format stops it), at each transaction and
 # each record (tests/crash/migrate_kill.c); each next open finishes it.
 .PHONY: migratekill
 migratekill: deps $(BUILD)/tests/crash/migrate_kill
@@ -399,6 +401,13 @@ migratekill: deps $(BUILD)/tests/crash/migrate_kill
 	  for f in tests/data/format1.mdb tests/data/format2.mdb; do \
 	    $(BUILD)/tests/crash/migrate_kill $$f "$$dir" || { rc=1; break; }; rc=0; done; \
 	  rm -rf "$$dir"; exit $$rc
+
+# clearkill (in `make test`): SIGKILL between the transactions of a clear's deletion, at each of
+# them (tests/crash/clear_kill.c); every reader sees the clear complete, the next open finishes it.
+.PHONY: clearkill
+clearkill: deps $(BUILD)/tests/crash/clear_kill
+	@dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bs_clearkill_XXXXXX") && \
+	  $(BUILD)/tests/crash/clear_kill "$$dir"; rc=$$?; rm -rf "$$dir"; exit $$rc
 
 # powercut: POWERCUT_CUTS power cuts under the crash writer (tests/crash/powercut.sh: an
 # LD_PRELOAD shim leaves the file with what was synced plus a random subset of the unsynced

@@ -124,7 +124,11 @@ int bs__lmdb_open(bs_db **out, const char *path, const bs_open_options *opts, bs
   int rc = bs__lmdb_db_open(out, path, opts, err);
   if (rc != BS_OK) return rc;
   (*out)->vt = &bs__lmdb_db_vt;
-  if ((rc = bs__lmdb_format_open((bs__lmdb_db *)*out, path, err)) != BS_OK) {
+  /* a read-write open finishes the clears a stopped process left (a read-only one honours their
+   * fence: lmdb_write.c) */
+  if ((rc = bs__lmdb_format_open((bs__lmdb_db *)*out, path, err)) != BS_OK ||
+      (!((*out)->flags & BS_OPEN_RDONLY) &&
+       (rc = bs__lmdb_clear_pending((bs__lmdb_db *)*out, err)) != BS_OK)) {
     bs__lmdb_db_close(*out);
     *out = NULL;
   }

@@ -25,7 +25,29 @@ typedef struct exporter {
   uint64_t bucket; /* one-entry cache of bucket id -> stream (ops come in bucket order) */
   uint32_t bucket_stream;
   int has_bucket;
+  uint32_t *pending; /* streams whose clear is pending: only their row is exported */
+  size_t n_pending, cap_pending;
 } exporter;
+
+static int collect_pending(exporter *x, bs_error *err) {
+  bs__stream_rec r;
+  uint32_t id = 0;
+  int rc;
+  while ((rc = bs__lmdb_stream_next(x->db, x->txn, &id, &r, err)) == 1)
+    if (r.clear_pending) {
+      if (BS_GROW(&x->db->base.alloc, x->pending, x->cap_pending, x->n_pending + 1))
+        return bs__fail(err, BS_ENOMEM, "export: out of memory");
+      x->pending[x->n_pending++] = id;
+    }
+  return rc;
+}
+
+/* A record every reader takes as deleted: one of a pending clear's stream, but its row. */
+static int cleared(const exporter *x, const char *table, uint32_t stream) {
+  for (size_t i = 0; i < x->n_pending; i++)
+    if (x->pending[i] == stream) return strcmp(table, "meta") != 0;
+  return 0;
+}
 
 static uint32_t bucket_stream(exporter *x, const MDB_val *k) {
   unsigned char id[8];
@@ -63,15 +85,18 @@ static uint32_t record_stream(exporter *x, const char *table, const MDB_val *k, 
 
 static int export_txn(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
                       int (*fn)(const bs_record *, void *), void *payload, bs_error *err) {
-  exporter x = {db, txn, 0, 0, 0};
+  exporter x = {db, txn, 0, 0, 0, NULL, 0, 0};
   const char *name;
   MDB_dbi dbi;
-  int rc = BS_OK;
+  int rc = collect_pending(&x, err);
   for (size_t i = 0; rc == BS_OK && bs__lmdb_subdb(db, i, &name, &dbi); i++) {
     MDB_cursor *cur;
     MDB_val k, v;
     int mrc = mdb_cursor_open(txn, dbi, &cur);
-    if (mrc) return bs__fail_mdb(err, mrc, "export: mdb_cursor_open");
+    if (mrc) {
+      rc = bs__fail_mdb(err, mrc, "export: mdb_cursor_open");
+      break;
+    }
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && rc == BS_OK;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       bs_record r;
@@ -81,11 +106,13 @@ static int export_txn(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
       r.key.size = k.mv_size;
       r.value.data = v.mv_data;
       r.value.size = v.mv_size;
-      if (!stream || !r.stream || r.stream == stream) rc = fn(&r, payload);
+      if ((!stream || !r.stream || r.stream == stream) && !cleared(&x, name, r.stream))
+        rc = fn(&r, payload);
     }
     mdb_cursor_close(cur);
     if (rc == BS_OK && mrc != MDB_NOTFOUND) rc = bs__fail_mdb(err, mrc, "export: reading");
   }
+  bs__free(&db->base.alloc, x.pending);
   return rc;
 }
 

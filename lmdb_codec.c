@@ -304,7 +304,7 @@ size_t bs__stream_rec_encode(unsigned char out[BS_STREAM_REC_MAX], const bs__str
   out[2] = r->hash;
   out[3] = r->snapshot_done;
   out[4] = (unsigned char)((r->has_checkpoint_lsn ? 1 : 0) | (r->has_resume_lsn ? 2 : 0) |
-                           (r->has_no_checkpoint_before ? 4 : 0));
+                           (r->has_no_checkpoint_before ? 4 : 0) | (r->clear_pending ? 8 : 0));
   bs__put_u32le(out + 8, r->id);
   bs__put_u32le(out + 12, r->next_table_id);
   for (int i = 0; i < 8; i++) bs__put_u64le(out + 16 + 8 * i, *u64s[i]);
@@ -331,6 +331,7 @@ int bs__stream_rec_decode(const MDB_val *v, bs__stream_rec *r) {
   r->has_checkpoint_lsn = p[4] & 1;
   r->has_resume_lsn = (p[4] >> 1) & 1;
   r->has_no_checkpoint_before = (p[4] >> 2) & 1;
+  r->clear_pending = (p[4] >> 3) & 1;
   r->id = bs__get_u32le(p + 8);
   r->next_table_id = bs__get_u32le(p + 12);
   for (int i = 0; i < 8; i++) *u64s[i] = bs__get_u64le(p + 16 + 8 * i);

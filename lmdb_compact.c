@@ -1267,6 +1267,7 @@ static int run(bs_storage *st, const bs_compact_options *o, int mode, bs_compact
   cctx c;
   work w;
   param_arg pa;
+  int rc;
   BS_ASSERT(!(ls->db->base.flags & BS_OPEN_RDONLY));
   memset(&c, 0, sizeof c);
   memset(&w, 0, sizeof w);
@@ -1280,6 +1281,8 @@ static int run(bs_storage *st, const bs_compact_options *o, int mode, bs_compact
   c.max_visits = max_visits(o->max_ops_per_txn);
   c.w = &w;
   c.pa = &pa;
+  /* a compaction writes: a clear of the stream left unfinished is finished first (lmdb_write.c) */
+  if ((rc = bs__lmdb_clear_finish(c.db, c.stream, err)) != BS_OK) return rc;
   return bs__compact_drive(&lmdb_store, &c, &c.db->base.alloc, o, mode, stats, processed, err);
 }
 

@@ -127,8 +127,14 @@ static int source_to3(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_va
 }
 static const fmt_step step_source_to3 = {source_dbi, "source", source_to3};
 
+/* Format 4: a stream record's flag 8, a clear pending (lmdb_write.c). No record of format 3 has
+ * it: the step only stamps the version, so that a format-3 build, which would read the records
+ * such a clear leaves as live, refuses the file. */
+static const fmt_step step_stamp4 = {NULL, "meta", NULL};
+
 /* steps[N]: from format N to N + 1 (format 1 is the first). */
-static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2, &step_source_to3};
+static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2, &step_source_to3,
+                                                         &step_stamp4};
 
 /* The file's format (*version) and whether a step record says a migration is under way (*from,
  * *key: the last key converted, borrowed from txn, mv_size 0 before the first). */
@@ -159,7 +165,7 @@ static int put_meta(bs__lmdb_db *db, MDB_txn *txn, MDB_val k, MDB_val v, bs_erro
  * the batch's bounds; then records where it stopped, or, at the end, deletes the step record. */
 static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs_error *err) {
   const fmt_step *s = steps[from];
-  MDB_dbi dbi = s->dbi(m->db);
+  MDB_dbi dbi;
   MDB_cursor *cur;
   unsigned char kb[LM_KEY_MAX];
   MDB_val k = key, v, out, sk = bs__lmdb_format_step_key();
@@ -167,6 +173,8 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
   size_t max_n = seam.records ? seam.records : LM_MIGRATE_RECORDS;
   size_t max_bytes = seam.bytes ? seam.bytes : LM_MIGRATE_BYTES;
   int mrc, rc = BS_OK;
+  if (!s->dbi) return BS_OK; /* a version stamp: its first transaction is the whole step */
+  dbi = s->dbi(m->db);
   if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   if (!key.mv_size) {

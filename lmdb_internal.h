@@ -380,7 +380,8 @@ int bs__lmdb_format_step_decode(const MDB_val *v, uint32_t *from, MDB_val *key);
 
 /* Per-stream record in meta 'S' u32be id (little-endian):
  *   u8 record version (BS_STREAM_REC_VERSION) | u8 state | u8 hash | u8 snapshot_done | u8 flags
- *   (1 = checkpoint lsn, 2 = resume lsn, 4 = no_checkpoint_before) | 3 zero | u32 id |
+ *   (1 = checkpoint lsn, 2 = resume lsn, 4 = no_checkpoint_before, 8 = clear pending) | 3 zero |
+ *   u32 id |
  *   u32 next_table_id | u64 op_head, checkpoint, last_checkpoint_op, change_seq, param_horizon,
  *   param_cursor, changes_fence, compact_horizon | i64 created_ms       (BS_STREAM_REC_FIXED)
  *   then u16 len + bytes (at most BS_STREAM_STR_MAX) for: name, checkpoint_lsn, resume_lsn,
@@ -396,6 +397,9 @@ typedef struct bs__stream_rec {
   uint8_t hash;  /* bs_hash */
   uint8_t snapshot_done;
   uint8_t has_checkpoint_lsn, has_resume_lsn, has_no_checkpoint_before;
+  /* A clear committed, its records not all deleted yet: every record of the stream but this
+   * one is dead (cleared up to op_head, which no write moves before the deletion ends). */
+  uint8_t clear_pending;
   uint64_t op_head;            /* highest allocated = highest persisted op id */
   uint64_t checkpoint;         /* 0 = none */
   uint64_t last_checkpoint_op; /* op_head at the last checkpoint (create_empty = 0 rule) */
@@ -697,6 +701,19 @@ int bs__lmdb_writer_open(bs_writer **out, bs_storage *st, const bs_writer_option
 int bs__lmdb_clear(bs_storage *st, bs_error *err);
 int bs__lmdb_terminate(bs_storage *st, int clear, bs_error *err);
 int bs__lmdb_report_error(bs_storage *st, const char *message, bs_error *err);
+/* A clear's deletion (its row and fence committed first): finishes that of stream (nothing when
+ * none is pending), or that of every stream whose clear a stopped process left (a read-write
+ * open), in bounded transactions. */
+int bs__lmdb_clear_finish(bs__lmdb_db *db, uint32_t stream, bs_error *err);
+int bs__lmdb_clear_pending(bs__lmdb_db *db, bs_error *err);
+/* Test and bench seam of a clear's deletion (NULL: none): a transaction's bound (0: the default,
+ * LM_CLEAR_RECORDS), batch(n) before each of its transactions (0, 1, ...; the last finds nothing
+ * left and clears the fence); a batch that returns a BS_E* code stops the deletion with it. */
+typedef struct bs__lmdb_clear_seam {
+  unsigned records;
+  int (*batch)(unsigned n);
+} bs__lmdb_clear_seam;
+void bs__lmdb_set_clear_seam(const bs__lmdb_clear_seam *seam);
 /* Defragmentation (lmdb_compact.c), through the writer's path. A live PUT to re-emit:
  * the bucket, its op id, and the key of the source record whose membership holds that op. */
 typedef struct bs__lmdb_reemit_row {

@@ -137,7 +137,7 @@ int bs__lmdb_parameter_sets(bs_storage *st, uint64_t checkpoint, const bs_val *l
     rc = bs__fail_mdb(err, rc, "parameter sets: cursor");
     goto fail;
   }
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n && !rec.clear_pending; i++) /* pending: the entries are deleted */
     if ((rc = scan_lookup(&s, cur, st->stream_id, lookups[i], err))) goto fail;
   /* Rows are handed out only once the limit is known to hold, so a BS_ELIMIT call has not
    * called fn at all. They point into the map: the transaction stays open until the end. */

@@ -40,14 +40,18 @@ typedef struct bucket_finder {
   uint32_t stream;
   MDB_cursor *names, *states;
   MDB_cursor *ops; /* the ops of the buckets found: every reader of this file walks them */
+  int cleared;     /* a clear of the stream is pending: its buckets are deleted (no bucket) */
 } bucket_finder;
 
 static int finder_open(bucket_finder *f, bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
                        bs_error *err) {
+  bs__stream_rec rec;
   int mrc;
   f->db = db;
   f->txn = txn;
   f->stream = stream;
+  if ((mrc = bs__stream_rec_get(db, txn, stream, &rec, err)) != BS_OK) return mrc;
+  f->cleared = rec.clear_pending;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &f->names)) != 0 ||
       (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0 ||
       (mrc = mdb_cursor_open(txn, db->ops, &f->ops)) != 0)
@@ -84,6 +88,7 @@ static int bucket_get(bucket_finder *f, bs_val name, bucket_ref *ref, bs_error *
   int rc;
 
   ref->found = 0;
+  if (f->cleared) return BS_OK;
   rc = bs__lmdb_bucket_id(f->db, f->txn, &f->names, f->stream, name, &ref->id, err);
   if (rc == BS_ENOTFOUND) return BS_OK; /* quiet: err was not written */
   if (rc) return rc;
@@ -374,7 +379,9 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
     rc = bs__fail_mdb(err, rc, "opening the changes cursor");
     goto done;
   }
-  if ((rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0) goto done;
+  if (!rec.clear_pending &&
+      (rc = collect_changes(cur, st->stream_id, from, to, a, sets, &ch, err)) != 0)
+    goto done;
   ch.updated_buckets = sets[0].v;
   ch.n_updated_buckets = sets[0].n;
   ch.updated_lookups = sets[1].v;
@@ -410,8 +417,8 @@ int bs__lmdb_list_buckets(bs_storage *st, bs_val start_after,
   if ((rc = bs__lmdb_bucket_key(kb, st->stream_id, start_after, &k, err))) return rc;
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
   if ((rc = finder_open(&f, db, txn, st->stream_id, err)) != 0) goto done;
-  for (mrc = mdb_cursor_get(f.names, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(f.names, &k, &v, MDB_NEXT)) {
+  mrc = f.cleared ? MDB_NOTFOUND : mdb_cursor_get(f.names, &k, &v, MDB_SET_RANGE);
+  for (; mrc == 0; mrc = mdb_cursor_get(f.names, &k, &v, MDB_NEXT)) {
     bs_bucket_info info;
     bs__bucket_state s;
     uint32_t stream;

@@ -11,6 +11,9 @@
  *    the rules of verify.c (the op shapes, checksums and running values every backend checks);
  *  - source records: every membership is a PUT of that bucket with the record's subkey;
  *  - the key and value shapes of the other sub-databases.
+ * A stream whose clear is pending (its fence set, lmdb_write.c) holds only records that every
+ * reader takes as deleted, some already deleted: they are not checked, and a note (not a
+ * problem) says so.
  * Beyond reach: a MOVE's or CLEAR's target_op inside its bounds, and a REMOVE's object_type and
  * object_id (its checksum covers the subkey only), which no other record repeats.
  */
@@ -25,8 +28,17 @@ typedef struct verifier {
   bs__verify v;
   bs__lmdb_db *db;
   MDB_txn *txn;
-  int mdb_error; /* set by a check that hit an LMDB error (not a problem of the file) */
+  int mdb_error;     /* set by a check that hit an LMDB error (not a problem of the file) */
+  uint32_t *pending; /* streams whose clear is pending, in id order (meta's) */
+  size_t n_pending, cap_pending;
 } verifier;
+
+/* Whether stream's records are a pending clear's, not checked. */
+static int pending(const verifier *vf, uint32_t stream) {
+  for (size_t i = 0; i < vf->n_pending; i++)
+    if (vf->pending[i] == stream) return 1;
+  return 0;
+}
 
 #define problem(vf, ...) bs__verify_problem(&(vf)->v, __VA_ARGS__)
 
@@ -66,9 +78,20 @@ static int verify_meta(verifier *vf, uint64_t *seq_bucket, bs_error *err) {
         problem(vf, "stream %" PRIu32 ": record of %zu bytes does not decode", id, v.mv_size);
         continue;
       }
-      if (bs__verify_stream_add(&vf->v, id, rec.op_head, rec.checkpoint, rec.hash)) {
+      if (bs__verify_stream_add(&vf->v, id, rec.op_head, rec.checkpoint, rec.hash) ||
+          (rec.clear_pending &&
+           BS_GROW(vf->v.a, vf->pending, vf->cap_pending, vf->n_pending + 1))) {
         mdb_cursor_close(cur);
         return bs__fail(err, BS_ENOMEM, "verify: stream list");
+      }
+      if (rec.clear_pending) {
+        char note[128];
+        vf->pending[vf->n_pending++] = id;
+        snprintf(note, sizeof note,
+                 "stream %" PRIu32 ": a clear is pending (not a problem): its records are "
+                 "deleted, the next read-write open removes them",
+                 id);
+        if (vf->v.fn) vf->v.fn(note, vf->v.payload);
       }
     } else {
       problem(vf, "meta: unknown key of %zu bytes", k.mv_size);
@@ -113,6 +136,7 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
               v.mv_size);
       continue;
     }
+    if (pending(vf, stream)) continue;
     if (!bs__verify_stream(&vf->v, stream))
       problem(vf, "bucket \"%.*s\": unknown stream %" PRIu32, bs__name_shown(name),
               (const char *)name.data, stream);
@@ -222,6 +246,11 @@ static int verify_states(verifier *vf, bs_error *err) {
       continue;
     }
     id = bs__get_u64be((const unsigned char *)k.mv_data);
+    if (pending(vf, s.stream)) { /* its ops go before its state: none is an orphan */
+      if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
+      expect_next = id + 1;
+      continue;
+    }
     bs__vbucket b = {.name = s.name,
                      .id = id,
                      .stream_id = s.stream,
@@ -305,6 +334,7 @@ static int check_source(verifier *vf, const MDB_val *k, const MDB_val *v, uint32
   member_ctx m;
   bs_val rid;
   if (bs__lmdb_source_key_decode(k, stream, &m.table, &rid)) return BS_ECORRUPT;
+  if (pending(vf, *stream)) return 1;
   m.vf = vf;
   bs_subkey(m.subkey, m.table, rid);
   if (bs__lmdb_srec_members(v, check_member, &m) == BS_ECORRUPT)
@@ -422,6 +452,7 @@ int bs__lmdb_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, vo
 done:
   bs__lmdb_txn_abort(db, vf.txn);
   bs__free(vf.v.a, vf.v.streams);
+  bs__free(vf.v.a, vf.pending);
   if (problems) *problems = vf.v.problems;
   return rc;
 }

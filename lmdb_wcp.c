@@ -271,6 +271,7 @@ int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st,
   MDB_txn *txn = NULL;
   MDB_val k, v;
   wcp_rec r;
+  bs__stream_rec sr;
   int64_t requested_at;
   int rc;
   BS_ASSERT(user_id.size <= BS_MAX_USER_ID && !*found && !*id_out); /* the front's */
@@ -278,7 +279,9 @@ int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st,
   if (ls->wcp_mode == BS_WCP_MANAGED) {
     rc = rec_get(db, txn, user_id, kb, &k, &r, found, err);
     if (rc == BS_OK && *found && (*found = heads_passed(&r, NULL, heads, n_heads))) *id_out = r.id;
-  } else if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err)) == BS_OK) {
+  } else if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err)) == BS_OK &&
+             (rc = bs__stream_rec_get(db, txn, st->stream_id, &sr, err)) == BS_OK &&
+             !sr.clear_pending) { /* pending: the stream's custom records are deleted */
     rc = mdb_get(txn, db->wcp, &k, &v);
     if (rc == MDB_NOTFOUND)
       rc = BS_OK;

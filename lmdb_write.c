@@ -8,7 +8,9 @@
 
 #include <stdlib.h>
 
-#define LM_BATCH_RECORDS 1000u /* records per txn in truncate/clear/purge loops */
+#define LM_BATCH_RECORDS 1000u /* source records per txn of a truncate */
+/* f_begin's answer on a stream whose clear is not finished (never returned to the host) */
+#define LM_CLEAR_PENDING (-1001)
 
 static const unsigned char lm_empty[1] = {0}; /* non-NULL data for present empty values */
 
@@ -181,7 +183,18 @@ static int f_begin(fctx *f, MDB_txn *txn, bs_error *err) {
   rc = bs__stream_rec_get(f->db, txn, f->stream, &f->rec, err);
   f->fx.hash = (bs_hash)f->rec.hash;
   f->fx.snapshot_done = f->rec.snapshot_done;
+  if (rc == BS_OK && f->rec.clear_pending) return LM_CLEAR_PENDING;
   return rc ? rc : check_live(&f->rec, err);
+}
+
+/* Runs a unit of work of the writer. One that finds its stream's clear unfinished finishes the
+ * deletion first and runs again: nothing is written among records the deletion removes. */
+static int w_write(lm_writer *w, int (*fn)(MDB_txn *txn, void *payload, bs_error *err),
+                   void *payload, bs_error *err) {
+  int rc;
+  while ((rc = bs__lmdb_write(w->db, fn, payload, err)) == LM_CLEAR_PENDING)
+    if ((rc = bs__lmdb_clear_finish(w->db, w->f.stream, err)) != BS_OK) return rc;
+  return rc;
 }
 
 static int oom(bs_error *err) {
@@ -847,6 +860,7 @@ int bs__lmdb_reemit(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, const bs__lm
   }
   f_close_src(&f);
   if (rc == BS_OK && emitted) rc = f_finish(&f, NULL, 0, err);
+  if (rc == LM_CLEAR_PENDING) rc = BS_OK; /* cleared since compaction began: nothing to emit */
   if (rc == BS_OK) *emitted_out = emitted;
   fctx_free(&f);
   return rc;
@@ -897,7 +911,7 @@ static int w_flush(lm_writer *w, const bs_write_batch *batch, bs_error *err) {
   int rc;
   if (!batch->n) return BS_OK;
   w->batch = batch;
-  rc = bs__lmdb_write(w->db, flush_txn, w, err);
+  rc = w_write(w, flush_txn, w, err);
   w->batch = NULL;
   fctx_reset(&w->f);
   return rc;
@@ -1043,7 +1057,7 @@ static int lw_commit(bs_commit_result *out, bs_writer *base, const bs_write_batc
                   .users = {.size = sizeof(bs_val)}};
   int rc;
   w->batch = batch;
-  rc = bs__lmdb_write(w->db, commit_txn, &c, err);
+  rc = w_write(w, commit_txn, &c, err);
   w->batch = NULL;
   fctx_reset(&w->f);
   bs__free(&w->db->base.alloc, c.users.p);
@@ -1124,6 +1138,7 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
     bs__stream_row row = rec_row(&r);
     if ((rc = bs__stream_reset(&row, r.id, c->clear, c->terminate, err)) != BS_OK) return rc;
     row_rec(&r, &row);
+    if (c->clear) r.clear_pending = 1; /* the fence: stream_clear */
   }
   if (c->error) {
     bs__stream_step step;
@@ -1257,7 +1272,7 @@ static int lw_truncate(bs_writer *base, bs_val table, int drop, bs_error *err) {
   BS_ASSERT(table.size >= 1 && table.size <= BS_MAX_TABLE_NAME);
   /* the front has flushed what was queued before the truncate (contract.md 4.2) */
   while (!c.done) {
-    rc = bs__lmdb_write(w->db, trunc_txn, &c, err);
+    rc = w_write(w, trunc_txn, &c, err);
     fctx_reset(&w->f);
     if (rc != BS_OK) return rc;
   }
@@ -1314,104 +1329,151 @@ int bs__lmdb_writer_open(bs_writer **out, bs_storage *base, const bs_writer_opti
 
 /* ---- Lifecycle: clear, terminate, report_error -------------------------------------------------- */
 
-typedef struct prefix_ctx {
-  bs__lmdb_db *db;
-  MDB_dbi dbi;
-  const unsigned char *prefix;
-  size_t plen;
-  size_t deleted;
-} prefix_ctx;
+/* A clear commits, in one transaction, the stream's row reset (lifecycle.c) with clear_pending
+ * set: from then on every reader takes the stream's other records as deleted, and every later
+ * open too. The records are then deleted in transactions of at most LM_CLEAR_RECORDS, the last of
+ * which clears the flag. A clear stopped in between (a kill, an error) is finished by whoever
+ * finds the flag: the next write of the stream (f_begin) or the next read-write open. */
+#define LM_CLEAR_RECORDS 10000u
 
-static int del_prefix_txn(MDB_txn *txn, void *payload, bs_error *err) {
-  prefix_ctx *c = payload;
+static bs__lmdb_clear_seam clear_seam;
+
+void bs__lmdb_set_clear_seam(const bs__lmdb_clear_seam *s) {
+  static const bs__lmdb_clear_seam none;
+  clear_seam = s ? *s : none;
+}
+
+typedef struct clear_ctx {
+  bs__lmdb_db *db;
+  uint32_t stream;
+  size_t budget; /* records the transaction may still delete */
+  int done;
+} clear_ctx;
+
+/* Deletes the keys of dbi starting with prefix while the budget lasts; *left: some remain. */
+static int del_prefix(clear_ctx *c, MDB_txn *txn, MDB_dbi dbi, const unsigned char *prefix,
+                      size_t plen, int *left, bs_error *err) {
   MDB_cursor *cur;
-  MDB_val key = {c->plen, (void *)c->prefix}, val;
-  int mrc = 0;
-  c->deleted = 0;
-  if ((mrc = mdb_cursor_open(txn, c->dbi, &cur)) != 0)
+  MDB_val key, val;
+  int mrc;
+  if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0)
     return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
   /* Re-seek after each delete: MDB_GET_CURRENT after deleting the last key is EINVAL. */
-  while (c->deleted < LM_BATCH_RECORDS * 10) {
-    key.mv_size = c->plen;
-    key.mv_data = (void *)c->prefix;
+  for (;;) {
+    key.mv_size = plen;
+    key.mv_data = (void *)prefix;
     if ((mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != 0) break;
-    if (key.mv_size < c->plen || memcmp(key.mv_data, c->prefix, c->plen) != 0) break;
-    if ((mrc = mdb_cursor_del(cur, 0)) != 0) break;
-    c->deleted++;
-  }
-  mdb_cursor_close(cur);
-  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "deleting a stream's rows");
-  return BS_OK;
-}
-
-/* Deletes every key starting with prefix, in bounded transactions. */
-static int del_prefix(bs__lmdb_db *db, MDB_dbi dbi, const unsigned char *prefix, size_t plen,
-                      bs_error *err) {
-  prefix_ctx c = {db, dbi, prefix, plen, 0};
-  int rc;
-  do {
-    if ((rc = bs__lmdb_write(db, del_prefix_txn, &c, err)) != BS_OK) return rc;
-  } while (c.deleted >= LM_BATCH_RECORDS * 10);
-  return BS_OK;
-}
-
-static int collect_bucket_ids(bs__lmdb_db *db, uint32_t stream, vec *ids, bs_error *err) {
-  unsigned char pk[4];
-  MDB_val key = {4, pk}, val;
-  MDB_cursor *cur;
-  MDB_txn *txn;
-  int mrc, rc;
-  bs__put_u32be(pk, stream);
-  if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) {
-    bs__lmdb_txn_abort(db, txn);
-    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
-  }
-  rc = BS_OK;
-  for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    uint64_t *slot;
-    if (!bs__lmdb_in_stream(&key, stream)) break;
-    if (!(slot = vec_push(&db->base.alloc, ids))) {
-      rc = oom(err);
+    if (key.mv_size < plen || memcmp(key.mv_data, prefix, plen) != 0) {
+      mrc = MDB_NOTFOUND;
       break;
     }
-    if ((rc = bs__lmdb_bucket_id_decode(&val, slot, err))) break;
+    if (!c->budget || (mrc = mdb_cursor_del(cur, 0)) != 0) break;
+    c->budget--;
   }
-  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND) rc = bs__lmdb_fail(err, mrc, "scanning buckets");
   mdb_cursor_close(cur);
-  bs__lmdb_txn_abort(db, txn);
+  *left = mrc == 0;
+  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "deleting a cleared stream");
+  return BS_OK;
+}
+
+/* The stream's buckets, one after the other: its ops, superseded entries and state, then its
+ * entry in `buckets`, so that a deletion resumed finds there every bucket not yet done. */
+static int del_buckets(clear_ctx *c, MDB_txn *txn, int *left, bs_error *err) {
+  MDB_dbi per_bucket[3] = {c->db->ops, c->db->superseded, c->db->bstate};
+  unsigned char pk[BS_STREAM_PREFIX_SIZE], bk[8];
+  MDB_cursor *cur;
+  MDB_val key, val;
+  uint64_t id = 0;
+  int mrc, rc = BS_OK;
+  bs__lmdb_stream_prefix(pk, c->stream);
+  *left = 0;
+  if ((mrc = mdb_cursor_open(txn, c->db->buckets, &cur)) != 0)
+    return bs__lmdb_fail(err, mrc, "mdb_cursor_open");
+  for (;;) {
+    key = (MDB_val){sizeof pk, pk};
+    if ((mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != 0) break;
+    if (!bs__lmdb_in_stream(&key, c->stream) || (*left = c->budget == 0)) break;
+    if ((rc = bs__lmdb_bucket_id_decode(&val, &id, err)) != BS_OK) break;
+    bs__put_u64be(bk, id);
+    for (int i = 0; i < 3 && rc == BS_OK && !*left; i++)
+      rc = del_prefix(c, txn, per_bucket[i], bk, sizeof bk, left, err);
+    if (rc != BS_OK || *left || (*left = c->budget == 0)) break;
+    key = (MDB_val){sizeof pk, pk}; /* the stream's first bucket is still this one */
+    if ((mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != 0 ||
+        (mrc = mdb_cursor_del(cur, 0)) != 0)
+      break;
+    c->budget--;
+  }
+  mdb_cursor_close(cur);
+  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND)
+    rc = bs__lmdb_fail(err, mrc, "deleting a cleared stream's buckets");
   return rc;
 }
 
-/* The stream's records, in bounded transactions, then its row (lifecycle.c). */
-static int stream_clear(bs__lmdb_db *db, uint32_t stream, int terminate, bs_error *err) {
+/* One transaction of a clear's deletion: the buckets, then the stream's other records, at most
+ * the budget; the one that finds nothing left clears the flag (c->done). */
+static int clear_txn(MDB_txn *txn, void *payload, bs_error *err) {
+  clear_ctx *c = payload;
+  bs__lmdb_db *db = c->db;
   MDB_dbi per_stream[7] = {db->source, db->params,  db->changes, db->cqueue,
-                           db->tables, db->softdel, db->buckets};
-  unsigned char pk[5];
-  vec ids = {NULL, 0, 0, sizeof(uint64_t)};
+                           db->tables, db->softdel, db->wcp};
+  unsigned char pk[1 + BS_STREAM_PREFIX_SIZE];
+  bs__stream_rec r;
+  int rc, left;
+  c->budget = clear_seam.records ? clear_seam.records : LM_CLEAR_RECORDS;
+  if ((rc = bs__stream_rec_get(db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if (!r.clear_pending) { /* another handle finished it */
+    c->done = 1;
+    return BS_OK;
+  }
+  if ((rc = del_buckets(c, txn, &left, err)) != BS_OK || left) return rc;
+  for (size_t i = 0; i < 7; i++) {
+    int wcp = per_stream[i] == db->wcp; /* custom checkpoints: 'C' u32be stream */
+    pk[0] = BS_WCP_CUSTOM_TAG;
+    bs__lmdb_stream_prefix(pk + wcp, c->stream);
+    if ((rc = del_prefix(c, txn, per_stream[i], pk, wcp + BS_STREAM_PREFIX_SIZE, &left, err)) ||
+        left)
+      return rc;
+  }
+  r.clear_pending = 0;
+  c->done = 1;
+  return bs__stream_rec_put(db, txn, &r, err);
+}
+
+int bs__lmdb_clear_finish(bs__lmdb_db *db, uint32_t stream, bs_error *err) {
+  clear_ctx c = {db, stream, 0, 0};
+  int rc;
+  for (unsigned n = 0; !c.done; n++) {
+    if (clear_seam.batch && (rc = clear_seam.batch(n)) != BS_OK)
+      return bs__fail(err, rc, "stream %u: the clear's seam stopped it after %u transactions",
+                      stream, n);
+    if ((rc = bs__lmdb_write(db, clear_txn, &c, err)) != BS_OK) return rc;
+  }
+  return BS_OK;
+}
+
+int bs__lmdb_clear_pending(bs__lmdb_db *db, bs_error *err) {
+  bs__stream_rec r;
+  uint32_t id = 0;
+  MDB_txn *txn;
+  int rc;
+  for (;;) { /* one read txn a stream found: the deletion commits in between */
+    if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
+    while ((rc = bs__lmdb_stream_next(db, txn, &id, &r, err)) == 1 && !r.clear_pending) {
+    }
+    bs__lmdb_txn_abort(db, txn);
+    if (rc != 1) return rc;
+    if ((rc = bs__lmdb_clear_finish(db, id, err)) != BS_OK) return rc;
+  }
+}
+
+/* The reset row with its fence in one transaction, then the deletion. */
+static int stream_clear(bs__lmdb_db *db, uint32_t stream, int terminate, bs_error *err) {
   state_ctx sc = {.db = db, .stream = stream, .clear = 1, .terminate = terminate};
   int rc;
   BS_ASSERT(!(db->env_flags & MDB_RDONLY)); /* refused by the front */
-  if ((rc = collect_bucket_ids(db, stream, &ids, err)) != BS_OK) goto out;
-  for (size_t i = 0; i < ids.n; i++) {
-    unsigned char bk[8];
-    bs__put_u64be(bk, ((uint64_t *)ids.p)[i]);
-    if ((rc = del_prefix(db, db->ops, bk, 8, err)) ||
-        (rc = del_prefix(db, db->superseded, bk, 8, err)) ||
-        (rc = del_prefix(db, db->bstate, bk, 8, err)))
-      goto out;
-  }
-  bs__lmdb_stream_prefix(pk, stream);
-  for (size_t i = 0; i < 7; i++)
-    if ((rc = del_prefix(db, per_stream[i], pk, 4, err)) != BS_OK) goto out;
-  pk[0] = 'C';
-  bs__put_u32be(pk + 1, stream);
-  if ((rc = del_prefix(db, db->wcp, pk, 5, err)) != BS_OK) goto out;
-  rc = bs__lmdb_write(db, state_txn, &sc, err);
-out:
-  bs__free(&db->base.alloc, ids.p);
-  return rc;
+  if ((rc = bs__lmdb_write(db, state_txn, &sc, err)) != BS_OK) return rc;
+  return bs__lmdb_clear_finish(db, stream, err);
 }
 
 int bs__lmdb_clear(bs_storage *base, bs_error *err) {

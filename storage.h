@@ -121,7 +121,7 @@ extern "C" {
 BS_API const char *bs_version(int *major, int *minor, int *patch);
 /* On-disk format written by this build; a file with a newer one is refused, an older one is
  * upgraded in place by a read-write open (bs_open). */
-#define BS_FORMAT_VERSION 3
+#define BS_FORMAT_VERSION 4
 
 /* ---- Status codes (negative, in a range of their own) -------------------------------------- */
 #define BS_OK           0
@@ -925,13 +925,18 @@ BS_API int bs_report_error(bs_storage *st, const char *message, bs_error *err);
 /* Drops every op, bucket, lookup, source record and checkpoint of the stream. Also drops the
  * stream's entries from this process's checksum cache (bs_terminate too); another process that
  * has the file open and served checksums of the stream should reopen it. The stream itself
- * stays (bs_terminate ends it); the freed pages stay in the file (CAVEATS). LMDB deletes in
- * bounded transactions and resets the stream's checkpoint state last: a clear that fails or is
- * killed half-way leaves part of the records deleted under the old checkpoint, until bs_clear()
- * runs again. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
+ * stays (bs_terminate ends it); the freed pages stay in the file (CAVEATS). The clear is atomic:
+ * LMDB commits the stream's reset checkpoint state and a fence in one transaction, from which on
+ * every reader (also of another process, or after a crash) sees the stream empty, then deletes
+ * the records in bounded transactions. One that fails or is killed after the fence returns or
+ * leaves the clear done, its deletion finished lazily: by the next write of the stream (a
+ * flush, commit, truncate or compaction, before it writes) or the next read-write bs_open;
+ * bs_db_verify says a clear is pending (docs/format.md 4.7). Errors: BS_EINVAL (st NULL),
+ * BS_ESTATE (read-only db); an error after the fence leaves the clear done. */
 BS_API int bs_clear(bs_storage *st, bs_error *err);
-/* Marks the stream TERMINATED (no writer may open on it again), after bs_clear() when clear is
- * non-zero. Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
+/* Marks the stream TERMINATED (no writer may open on it again); with clear non-zero, also clears
+ * it as bs_clear() does, the new state and the clear's fence in one transaction (atomic, the
+ * deletion finished lazily). Errors: BS_EINVAL (st NULL), BS_ESTATE (read-only db). */
 BS_API int bs_terminate(bs_storage *st, int clear, bs_error *err);
 
 typedef struct bs_stat {
@@ -960,6 +965,8 @@ BS_API int bs_db_stat(bs_stat *out, bs_db *db, bs_error *err);
  * and value encodings and that source records point at their PUTs, in one read snapshot. Each
  * problem, naming the bucket and (where one op is at fault) the op id, is passed to fn (may be
  * NULL; the text is borrowed, valid until fn returns). *problems_out (may be NULL) counts them.
+ * A note that is not a problem also goes to fn, uncounted: an LMDB stream whose clear is pending
+ * (its records fenced, their deletion not finished; bs_clear), whose records are not checked.
  * Problems found still return BS_OK: a failure code means the check itself could not run
  * (BS_EINVAL: db NULL; BS_EIO, BS_ENOMEM). PostgreSQL: the same checks on its tables (and their
  * columns' bounds), in one READ ONLY REPEATABLE READ transaction (it writes nothing, also on a

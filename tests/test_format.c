@@ -2,8 +2,9 @@
  * test_format.c: the LMDB format layer's migrations (lmdb_format.c) on a file larger than one
  * migration transaction. A database written by this build is turned into the format-1 file an
  * earlier build would have written (its source records re-encoded as format 1, the format
- * record set to 1: util_format1.h) and into the format-2 one (those records converted by the
- * migration's own step to format 2, the format record 2), then each is opened:
+ * record set to 1: util_format1.h), into the format-2 one (those records converted by the
+ * migration's own step to format 2, the format record 2) and into the format-3 one (this build's
+ * records, the format record 3), then each is opened:
  *  - read-only and with BS_OPEN_NOMIGRATE: refused, the file unchanged;
  *  - read-write: migrated in several transactions, after which every record is the one this
  *    build wrote (bs_db_export, byte for byte), verify is clean and writes go on;
@@ -117,7 +118,7 @@ static void to_format(const char *path, uint32_t format) {
   assert_non_null(buf);
   assert_non_null(buf2);
   assert_non_null(m);
-  assert_true(format == 1 || format == 2);
+  assert_true(format >= 1 && format <= 3);
   assert_int_equal(mdb_env_create(&env), 0);
   assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
   assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR, 0644), 0);
@@ -125,7 +126,8 @@ static void to_format(const char *path, uint32_t format) {
   assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
   assert_int_equal(mdb_dbi_open(txn, "source", 0, &src), 0);
   assert_int_equal(mdb_cursor_open(txn, src, &cur), 0);
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+  /* format 3's source records are this build's: only the format record differs */
+  for (mrc = format == 3 ? MDB_NOTFOUND : mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_val key = {k.mv_data, k.mv_size};
     unsigned char kc[BS_SOURCE_KEY_MAX];
@@ -297,10 +299,18 @@ static void count_batch(unsigned batch) {
   batches_seen = batch + 1;
 }
 
-/* The transactions of a migration from format v: each step's 23,000 source records take three,
- * the last of which ends the step, and one more finds nothing left. */
+/* The transactions of the step from format v: a source step's 23,000 records take three, the
+ * last of which ends the step; format 4's, a version stamp, one. */
+static unsigned step_batches(uint32_t v) {
+  return v == 3 ? 1 : 3;
+}
+
+/* The transactions of a migration from format v: its steps', and one more that finds nothing
+ * left. */
 static unsigned batches_from(uint32_t v) {
-  return 3 * (BS_FORMAT_VERSION - v) + 1;
+  unsigned n = 1;
+  for (; v < BS_FORMAT_VERSION; v++) n += step_batches(v);
+  return n;
 }
 
 static void test_migrates_in_batches(void **state) {
@@ -363,9 +373,12 @@ static void test_stopped_halfway(void **state) {
         CT_EQ_U64(version, v);
         assert_false(stepping);
       } else { /* the step under way: marked with its format (older builds refuse it) */
-        unsigned step = (stop_at - 1) / 3, done = (stop_at - 1) % 3 + 1;
-        CT_EQ_U64(version, v + step + 1);
-        assert_int_equal(stepping, done < 3); /* the step's last batch deletes the step record */
+        uint32_t from = v;
+        unsigned done = stop_at;
+        while (done > step_batches(from)) done -= step_batches(from++);
+        CT_EQ_U64(version, from + 1);
+        /* the step's last batch deletes the step record (a stamp writes none) */
+        assert_int_equal(stepping, done < step_batches(from));
         if (stepping) {
           snprintf(want, sizeof want, "its migration to format %u stopped halfway", version);
           assert_int_equal(open_flags(f->work, BS_OPEN_RDONLY), BS_ECORRUPT);
