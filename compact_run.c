@@ -51,6 +51,13 @@ static int work_batch(const bs__compact_store *s, void *x, bs__compact_run *r, c
   return rc;
 }
 
+/* A listed bucket the call compacts: one that is due; in initial replication also one with an op
+ * at or below the horizon (a bucket max_op_id leaves untouched is neither counted nor marked). */
+static int selected(const bs__compact_run *r, const bs__compact_bucket *b) {
+  if (r->mode == BS__COMPACT_INITIAL && !(b->first_op && b->first_op <= r->horizon)) return 0;
+  return bs__compact_bucket_due(r->o, b->count, b->compacted_count, b->last_op, b->compacted_op);
+}
+
 /* The buckets of the call, a batch at a time while the budget lasts: incremental, the queue;
  * else the named ones (opts->buckets, unknown names skipped), or every bucket that is due. */
 static int compact_buckets(const bs__compact_store *s, void *x, bs__compact_run *r, idvec *cand) {
@@ -71,9 +78,7 @@ static int compact_buckets(const bs__compact_store *s, void *x, bs__compact_run 
       cur.done = cur.from == o->n_buckets;
     } else if (!(rc = s->list(x, queued, &cur, b, &nb, r->err))) {
       for (size_t k = 0; k < nb; k++)
-        if (queued || bs__compact_bucket_due(o, b[k].count, b[k].compacted_count, b[k].last_op,
-                                             b[k].compacted_op))
-          ids[n++] = b[k].id;
+        if (queued || selected(r, &b[k])) ids[n++] = b[k].id;
     }
     if (!rc && n) rc = work_batch(s, x, r, ids, n, cand);
   }

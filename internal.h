@@ -783,9 +783,10 @@ typedef struct bs__compact_stream {
   int has_checkpoint;
 } bs__compact_stream;
 
-/* A bucket as the selection sees it (its bucket-state figures). */
+/* A bucket as the selection sees it (its bucket-state figures; first_op: its lowest stored op
+ * id, 0 when it has none). */
 typedef struct bs__compact_bucket {
-  uint64_t id, count, compacted_count, last_op, compacted_op;
+  uint64_t id, count, compacted_count, last_op, compacted_op, first_op;
 } bs__compact_bucket;
 
 /* Where a listing resumes: after the bucket named name (a backend that lists by name) or at id

@@ -1026,15 +1026,30 @@ static int compact_find(void *x, bs_val name, uint64_t *id, int *found, bs_error
   return rc == BS_ENOTFOUND ? BS_OK : rc; /* an unknown bucket has nothing to compact */
 }
 
+/* The lowest op id stored in the bucket (0 if none), through oc on ops. */
+static int first_op_of(cctx *c, MDB_cursor *oc, uint64_t id, uint64_t *out) {
+  MDB_val k, v;
+  unsigned char kb[16];
+  int mrc;
+  bs__lmdb_op_key(kb, id, 0);
+  mrc = seek_ge(oc, kb, 16, &k, &v);
+  *out = mrc == 0 && in_bucket(&k, id) ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0;
+  return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: first op") : BS_OK;
+}
+
 /* Every bucket of the stream with its state, in name order (the bucket index), after cur's
  * name, in one read snapshot. */
 static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
   unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_txn *txn;
-  MDB_cursor *mc;
+  MDB_cursor *mc, *oc = NULL;
   MDB_val k, v;
   int rc, mrc;
   if ((rc = read_begin(c, c->db->buckets, &txn, &mc))) return rc;
+  if ((mrc = mdb_cursor_open(txn, c->db->ops, &oc))) {
+    rc = mdb_err(c, mrc, "compact: cursor");
+    goto out;
+  }
   bs__put_u32be(kb, c->stream);
   if (cur->name_size) memcpy(kb + 4, cur->name, cur->name_size);
   mrc = seek_ge(mc, kb, 4 + cur->name_size, &k, &v);
@@ -1054,12 +1069,14 @@ static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, s
     memcpy(cur->name, name.data, name.size);
     cur->name_size = name.size;
     if ((rc = state_load(c, txn, id, &b))) goto out;
-    out[(*n)++] =
-        (bs__compact_bucket){id, b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op};
+    out[*n] =
+        (bs__compact_bucket){id, b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op, 0};
+    if ((rc = first_op_of(c, oc, id, &out[(*n)++].first_op))) goto out;
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
   cur->done = *n < BS__COMPACT_BATCH;
 out:
+  if (oc) mdb_cursor_close(oc);
   return read_end(c, txn, mc, rc);
 }
 

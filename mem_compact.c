@@ -243,7 +243,8 @@ static int m_list(void *x, int queued, bs__compact_cursor *cur, bs__compact_buck
   lock(ms->db);
   for (i = (size_t)cur->from; i < s->nbuckets && *n < BS__COMPACT_BATCH; i++) {
     const mem_bucket *b = s->buckets[i];
-    bs__compact_bucket e = {i, b->n, b->compacted_count, last_op_of(b), b->compacted_op};
+    bs__compact_bucket e = {
+        i, b->n, b->compacted_count, last_op_of(b), b->compacted_op, b->n ? b->ops[0].id : 0};
     if (!queued || b->nsups > 0) out[(*n)++] = e;
   }
   cur->from = i;

@@ -751,17 +751,19 @@ static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, s
   bs__pg_arg_bytes(&a, (bs_val){cur->name, cur->name_size});
   bs__pg_arg_i32(&a, BS__COMPACT_BATCH);
   if ((rc = exec(c,
-                 "SELECT id, count, compacted_count, last_op, compacted_op, name FROM bs_buckets"
-                 " WHERE stream = $1 AND name > $2 ORDER BY name LIMIT $3",
+                 "SELECT id, count, compacted_count, last_op, compacted_op, name,"
+                 " coalesce((SELECT min(op_id) FROM bs_ops WHERE bucket = b.id), 0)"
+                 " FROM bs_buckets b WHERE stream = $1 AND name > $2 ORDER BY name LIMIT $3",
                  &a, &r, "compact: buckets")))
     return rc;
   rows = PQntuples(r);
   cur->done = rows < BS__COMPACT_BATCH;
   for (int i = 0; i < rows; i++) {
     bs_val name = bs__pg_bytes(r, i, 5);
-    out[(*n)++] = (bs__compact_bucket){(uint64_t)bs__pg_i64(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1),
-                                       (uint64_t)bs__pg_i64(r, i, 2), (uint64_t)bs__pg_i64(r, i, 3),
-                                       (uint64_t)bs__pg_i64(r, i, 4)};
+    out[(*n)++] =
+        (bs__compact_bucket){(uint64_t)bs__pg_i64(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1),
+                             (uint64_t)bs__pg_i64(r, i, 2), (uint64_t)bs__pg_i64(r, i, 3),
+                             (uint64_t)bs__pg_i64(r, i, 4), (uint64_t)bs__pg_i64(r, i, 6)};
     if (i + 1 == rows && name.size <= sizeof cur->name) {
       memcpy(cur->name, name.data, name.size);
       cur->name_size = name.size;

@@ -894,7 +894,8 @@ BS_API int bs_compact(bs_compact_stats *stats_out, bs_storage *st, const bs_comp
 BS_API int bs_compact_bucket_due(int *due, const bs_compact_options *opts,
                                  const bs_bucket_info *bucket, bs_error *err);
 /* Before the first checkpoint only (else BS_ESTATE; also on a read-only db). max_op_id 0 = last
- * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped;
+ * persisted op. Buckets with fewer than min_bucket_changes ops (0 = 1) are skipped, and so are
+ * those with no op at or below max_op_id (left as they are, still due for a later run);
  * *buckets_out (may be NULL) = buckets compacted. Errors: BS_ESTATE (as said), BS_EINVAL (st
  * NULL, max_op_id >= 2^63). */
 BS_API int bs_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,

@@ -2139,6 +2139,34 @@ static void t_list_buckets(void **state) {
   bs_storage_close(s1);
 }
 
+/* Initial replication below the last op: a bucket whose ops all lie above max_op_id is left as it
+ * is, neither counted nor marked compacted (its changes stay), and a later run takes it. */
+static void t_compact_initial_below(void **state) {
+  ct_env *e = *state;
+  listed l;
+  uint64_t n = 99;
+  CT_OK(ct_env_stream(e, "init", BS_HASH_XXH3, NULL));
+  /* b: PUT t1 (1), PUT t1 (2); o: PUT t3 (3), PUT t4 (4) */
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "1"})));
+  CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "2"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t3", CT_ROWS({"o", "test", "t3", "1"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t4", CT_ROWS({"o", "test", "t4", "1"})));
+  CT_EQ_U64(flush(e), 4);
+  CT_OK(bs_compact_initial_replication(&n, e->st, 2, 0, &ct_err));
+  CT_EQ_U64(n, 1);
+  l = list_from(e->st, NULL, 0, BS_OK);
+  assert_string_equal(joined(&l), "b,o");
+  CT_EQ_U64(l.v[0].count, 1);
+  CT_EQ_U64(l.v[1].count, 2);
+  CT_EQ_U64(l.v[1].changes, 2);
+  n = 99;
+  CT_OK(bs_compact_initial_replication(&n, e->st, 0, 0, &ct_err));
+  CT_EQ_U64(n, 1); /* o; b has nothing new */
+  l = list_from(e->st, NULL, 0, BS_OK);
+  CT_EQ_U64(l.v[1].changes, 0);
+  check_figures(e->st, &l);
+}
+
 /* A save that emits no op creates no bucket: a snapshot INSERT skipped over an existing record
  * names buckets that stay unknown (not listed, not counted); one over a (hard-)deleted record is
  * not skipped. Found by test_diff lmdb/postgres seed 1 (PostgreSQL created every bucket a
@@ -2511,6 +2539,7 @@ static const ct_test TESTS[] = {
     T_NEEDS(t_compact_torn_read, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_initial_replication, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_parameters_fence, CT_LACKS_COMPACT),
+    T_NEEDS(t_compact_initial_below, CT_LACKS_COMPACT),
     T(t_passthrough_on_path),
     T(t_list_buckets),
     T(t_skipped_save_creates_no_bucket),
