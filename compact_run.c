@@ -153,3 +153,67 @@ int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a
   if (processed) *processed = r.processed;
   return rc;
 }
+
+/* ---- The bucket walk ------------------------------------------------------------------------ */
+
+void bs__compact_delta_drop(bs__compact_delta *d, const bs_op *op, uint64_t size) {
+  d->count--;
+  d->bytes -= (int64_t)size;
+  d->checksum_sub = bs__cksum_add(d->checksum_sub, op->checksum);
+  d->removed++;
+  d->deleted = d->changed = 1;
+  if (op->type == BS_OP_CLEAR) d->clear_dropped = 1;
+}
+
+void bs__compact_delta_move(bs__compact_delta *d, uint64_t size, uint64_t bare) {
+  d->bytes += (int64_t)bare - (int64_t)size;
+  d->moved++;
+  d->changed = 1;
+}
+
+void bs__compact_delta_fold(bs__compact_delta *d, uint64_t bare) {
+  /* the run's last op becomes the CLEAR, the others go */
+  d->changed = 1;
+  d->count = -(int64_t)(d->clear.n - 1);
+  d->bytes = (int64_t)bare - (int64_t)d->clear.bytes;
+  d->cleared = d->clear.n_folded;
+  d->moved = d->clear.n_moved;
+}
+
+void bs__compact_delta_stats(bs_compact_stats *s, const bs__compact_delta *d) {
+  s->ops_moved += d->moved;
+  s->ops_cleared += d->cleared;
+  s->ops_removed += d->removed;
+  s->bytes_after = (uint64_t)((int64_t)s->bytes_after + d->bytes);
+}
+
+int bs__compact_scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                          bs__compact_scan *scan, bs__compact_delta *d, uint64_t *pos, int *done) {
+  int initial = r->mode == BS__COMPACT_INITIAL, found = 0, rc;
+  uint64_t size = 0;
+  bs_op op;
+  *done = 0;
+  rc = *pos ? cur->seek_le(x, *pos, &op, &size, &found) : BS_OK;
+  while (!rc && found) {
+    if (bs__compact_txn_full(t)) {
+      *pos = op.op_id;
+      return BS_OK;
+    }
+    t->visits++;
+    if (!initial && !bs__compact_scan_op(scan, &r->seen, &op)) break;
+    if (!initial || !bs__compact_initial_drop(&r->seen, &op)) {
+      rc = cur->prev(x, &op, &size, &found);
+      continue;
+    }
+    /* every decision depends only on the ops above: delete as the scan goes */
+    bs__compact_delta_drop(d, &op, size);
+    t->changes++;
+    if ((rc = cur->del(x))) break;
+    found = 0;
+    if (op.op_id > 1) rc = cur->seek_le(x, op.op_id - 1, &op, &size, &found);
+  }
+  if (rc) return rc;
+  *pos = 0;
+  *done = 1;
+  return BS_OK;
+}

@@ -848,6 +848,52 @@ typedef struct bs__compact_store {
 /* A progress report (opts->progress) when the statistics changed since the last: after each
  * commit, and once at the end with the call's totals. BS_ECANCELED when the callback stops it. */
 int bs__compact_report(bs__compact_run *r);
+
+/* ---- The bucket walk (compact_run.c): what a backend's transaction does to a bucket ----
+ * A backend gives a cursor over one bucket's ops; the walk decides, counts and bounds. */
+
+/* What one transaction did to one bucket: its state and the statistics take it on commit. */
+typedef struct bs__compact_delta {
+  int64_t count, bytes;
+  uint32_t checksum_sub; /* initial replication: the checksums of deleted ops */
+  uint64_t moved, cleared, removed;
+  int changed;
+  bs__clear_acc clear; /* a fold made in this transaction (n >= BS_CLEAR_MIN_RUN) */
+  int clear_dropped;   /* initial replication deleted the leading CLEAR */
+  int deleted;         /* ops were deleted: last_op may have to come down */
+  int mark;            /* record the bucket as compacted (at the horizon) */
+} bs__compact_delta;
+/* The delta's share of a deleted op (size: its stored size), of an op of size rewritten as a
+ * MOVE, and of the fold d->clear describes; bare: the stored size of a MOVE or CLEAR. */
+void bs__compact_delta_drop(bs__compact_delta *d, const bs_op *op, uint64_t size);
+void bs__compact_delta_move(bs__compact_delta *d, uint64_t size, uint64_t bare);
+void bs__compact_delta_fold(bs__compact_delta *d, uint64_t bare);
+/* Adds what d did to the statistics (bytes_after by its bytes). */
+void bs__compact_delta_stats(bs_compact_stats *s, const bs__compact_delta *d);
+
+/* A transaction's bounds: ops changed (max_ops_per_txn) and ops visited (max_visits). */
+typedef struct bs__compact_txn {
+  size_t changes, visits, max_changes, max_visits;
+} bs__compact_txn;
+static inline int bs__compact_txn_full(const bs__compact_txn *t) {
+  return t->changes >= t->max_changes || t->visits >= t->max_visits;
+}
+
+/* A backend's cursor on one bucket's ops. seek_le: the greatest op with op_id <= pos (*found 0
+ * when none); prev: the op before the current one; del: deletes the current op (the next seek_le
+ * below it goes on). The op and its size (its stored bytes) stay valid until the next call. */
+typedef struct bs__op_cursor {
+  int (*seek_le)(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found);
+  int (*prev)(void *x, bs_op *op, uint64_t *size, int *found);
+  int (*del)(void *x);
+} bs__op_cursor;
+
+/* The reverse scan of a bucket from *pos down, within t (full and initial replication, r->mode):
+ * full feeds r->seen and scan, writing nothing; initial replication deletes what
+ * bs__compact_initial_drop says, into d. Stops when t is full (*pos: where to go on) or at the
+ * end of the scan (*done). */
+int bs__compact_scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                          bs__compact_scan *scan, bs__compact_delta *d, uint64_t *pos, int *done);
 /* Runs mode (BS__COMPACT_*) with o (resolved) on the store's stream; stats: the totals, also
  * on failure; *processed (may be NULL): the buckets worked. */
 int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a,

@@ -37,10 +37,9 @@ typedef struct cctx {
   bs_compact_stats *stats;
   /* the run's: a job's row identities; in parameter compaction, a group's replica ids */
   bs__seen_set *seen;
+  bs__compact_run *run; /* the call's (compact_step) */
   bs_error *err;
-  /* the current transaction: ops changed and visited (bounded by max_ops_per_txn and
-   * max_visits) */
-  size_t changes, visits, max_visits;
+  bs__compact_txn t; /* the current transaction's bounds */
   /* cursors on ops and superseded, open for a bucket-job transaction (work_step) */
   MDB_cursor *oc, *ec;
   /* jobs are numbered as they start; seen_job: the job whose rows the seen-set holds */
@@ -49,17 +48,7 @@ typedef struct cctx {
   struct param_arg *pa; /* the parameter pass (compact_param_step) */
 } cctx;
 
-/* What one transaction did to one bucket; merged into the state and the stats on commit. */
-typedef struct bdelta {
-  int64_t count, bytes;
-  uint32_t checksum_sub; /* initial replication only: checksums of deleted ops */
-  uint64_t moved, cleared, removed;
-  int changed;
-  bs__clear_acc clear; /* a fold made in this transaction (n >= BS_CLEAR_MIN_RUN) */
-  int clear_dropped;   /* initial replication deleted the leading CLEAR */
-  int deleted;         /* ops were deleted: last_op may have to come down */
-  int mark;            /* record the bucket as compacted (at the job's horizon) */
-} bdelta;
+typedef bs__compact_delta bdelta;
 
 /* ---- Small encoders ------------------------------------------------------------------------- */
 
@@ -495,7 +484,7 @@ typedef struct work {
 } work;
 
 static int txn_full(const cctx *c) {
-  return c->changes >= c->o.max_ops_per_txn || c->visits >= c->max_visits;
+  return bs__compact_txn_full(&c->t);
 }
 
 static int bad_op(cctx *c, uint64_t bucket) {
@@ -545,12 +534,9 @@ static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdel
   int rc;
   if (!d->changed && !d->mark) return BS_OK;
   if ((rc = state_apply(c, txn, bucket, d, w->horizon))) return rc;
-  c->stats->ops_moved += d->moved;
-  c->stats->ops_cleared += d->cleared;
-  c->stats->ops_removed += d->removed;
-  c->stats->bytes_after = (uint64_t)((int64_t)c->stats->bytes_after + d->bytes);
+  bs__compact_delta_stats(c->stats, d);
   if (d->changed) w->j.changed = 1;
-  c->changes++; /* the bucket state */
+  c->t.changes++; /* the bucket state */
   return BS_OK;
 }
 
@@ -578,10 +564,8 @@ static int put_bare(cctx *c, const MDB_val *k, bs_op_type t, uint32_t checksum, 
 static int write_move(cctx *c, bdelta *d, const MDB_val *k, size_t size, uint32_t checksum,
                       uint64_t target) {
   int mrc;
-  d->bytes += (int64_t)BS_OP_HEADER_SIZE - (int64_t)size;
-  d->moved++;
-  d->changed = 1;
-  c->changes++;
+  bs__compact_delta_move(d, size, BS_OP_HEADER_SIZE);
+  c->t.changes++;
   if ((mrc = put_bare(c, k, BS_OP_MOVE, checksum, target)))
     return mdb_err(c, mrc, "compact: write MOVE");
   return BS_OK;
@@ -610,11 +594,7 @@ static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d) {
   if (i < n)
     return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
                     (unsigned long long)bucket);
-  d->changed = 1;
-  d->count = -(int64_t)(n - 1);
-  d->bytes = (int64_t)BS_OP_HEADER_SIZE - (int64_t)d->clear.bytes;
-  d->cleared = d->clear.n_folded;
-  d->moved = d->clear.n_moved;
+  bs__compact_delta_fold(d, BS_OP_HEADER_SIZE);
   return BS_OK;
 }
 
@@ -636,7 +616,7 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       j->pos = op.op_id;
       return BS_OK;
     }
-    c->visits++;
+    c->t.visits++;
     if (bs__compact_superseded(c->seen, &op, &target) &&
         (rc = write_move(c, d, &k, v.mv_size, op.checksum, target)))
       return rc;
@@ -646,44 +626,54 @@ static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   return BS_OK;
 }
 
-/* SCAN, reverse from pos: full compaction records rows (newest first) and writes nothing;
- * initial replication deletes as it goes what bs__compact_initial_drop says (every decision
- * depends only on the ops above it). */
-static int scan_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  int initial = w->mode == W_INITIAL;
+/* The bucket's ops as the walk's cursor (bs__op_cursor) on the job's ops cursor. */
+typedef struct ocur {
+  cctx *c;
+  uint64_t bucket;
+} ocur;
+
+static int ocur_got(ocur *o, int mrc, const MDB_val *k, const MDB_val *v, bs_op *op, uint64_t *size,
+                    int *found) {
+  *found = mrc == 0 && in_bucket(k, o->bucket);
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(o->c, mrc, "compact: scan ops");
+  if (!*found) return BS_OK;
+  if (bs__lmdb_op_decode(k, v, op)) return bad_op(o->c, o->bucket);
+  *size = v->mv_size;
+  return BS_OK;
+}
+
+static int ocur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  ocur *o = x;
   MDB_val k, v;
   unsigned char kb[16];
-  int mrc;
-  bs__lmdb_op_key(kb, bucket, j->pos);
-  mrc = seek_le(c->oc, kb, 16, &k, &v);
-  while (mrc == 0 && in_bucket(&k, bucket)) {
-    bs_op op;
-    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
-    if (txn_full(c)) {
-      j->pos = op.op_id;
-      return BS_OK;
-    }
-    c->visits++;
-    if (!initial && !bs__compact_scan_op(&j->scan, c->seen, &op)) break;
-    if (!initial || !bs__compact_initial_drop(c->seen, &op)) {
-      mrc = mdb_cursor_get(c->oc, &k, &v, MDB_PREV);
-      continue;
-    }
-    d->count--;
-    d->bytes -= (int64_t)v.mv_size;
-    d->checksum_sub = bs__cksum_add(d->checksum_sub, op.checksum);
-    d->removed++;
-    d->deleted = d->changed = 1;
-    if (op.type == BS_OP_CLEAR) d->clear_dropped = 1;
-    c->changes++;
-    if ((mrc = mdb_cursor_del(c->oc, 0))) return mdb_err(c, mrc, "compact: delete op");
-    bs__lmdb_op_key(kb, bucket, op.op_id - 1);
-    mrc = seek_le(c->oc, kb, 16, &k, &v);
-  }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
-  j->pos = 0;
-  if (initial)
+  bs__lmdb_op_key(kb, o->bucket, pos);
+  return ocur_got(o, seek_le(o->c->oc, kb, 16, &k, &v), &k, &v, op, size, found);
+}
+
+static int ocur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
+  ocur *o = x;
+  MDB_val k, v;
+  return ocur_got(o, mdb_cursor_get(o->c->oc, &k, &v, MDB_PREV), &k, &v, op, size, found);
+}
+
+static int ocur_del(void *x) {
+  ocur *o = x;
+  int mrc = mdb_cursor_del(o->c->oc, 0);
+  return mrc ? mdb_err(o->c, mrc, "compact: delete op") : BS_OK;
+}
+
+static const bs__op_cursor ocur_ops = {ocur_seek_le, ocur_prev, ocur_del};
+
+/* SCAN, the walk's reverse scan from pos (bs__compact_scan_walk): full compaction records rows,
+ * initial replication deletes. */
+static int scan_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
+  job *j = &w->j;
+  ocur o = {c, bucket};
+  int rc, done;
+  if ((rc = bs__compact_scan_walk(&ocur_ops, &o, c->run, &c->t, &j->scan, d, &j->pos, &done)) ||
+      !done)
+    return rc;
+  if (w->mode == W_INITIAL)
     j->phase = J_INC; /* FORGET */
   else
     j->phase = j->scan.run >= BS_CLEAR_MIN_RUN ? J_FOLD : j->scan.max_moved ? J_MOVE : J_MARK;
@@ -717,8 +707,8 @@ static void fold_next(work *w, int final) {
 static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   job *j = &w->j;
   int inc = j->phase == J_IFOLD, full = w->mode == W_FULL;
-  size_t room = c->o.max_ops_per_txn - c->changes, n = 0, kn = 0, del;
-  int fresh = c->changes == 0 && c->visits == 0;
+  size_t room = c->o.max_ops_per_txn - c->t.changes, n = 0, kn = 0, del;
+  int fresh = c->t.changes == 0 && c->t.visits == 0;
   uint64_t budget = w->budget, stop = j->pos, last = 0;
   MDB_cursor *oc = c->oc, *ec = c->ec;
   MDB_val k, v, ek, ev;
@@ -752,12 +742,12 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
       if (eold >= op.op_id) break;
       at = bs__compact_entry_due(enw, w->horizon) && budget > 0;
-      if (n + kn + (size_t)at > room || c->visits >= c->max_visits) {
+      if (n + kn + (size_t)at > room || c->t.visits >= c->t.max_visits) {
         cut = 1;
         stop = eold;
         break;
       }
-      c->visits++;
+      c->t.visits++;
       if (at) {
         kn++;
         if (budget != UINT64_MAX) budget--;
@@ -779,12 +769,12 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
       stop = op.op_id;
       break;
     }
-    if (n + 1 + kn + (size_t)at > room || c->visits >= c->max_visits) {
+    if (n + 1 + kn + (size_t)at > room || c->t.visits >= c->t.max_visits) {
       cut = 1;
       stop = op.op_id;
       break;
     }
-    c->visits += 1 + (size_t)has_e;
+    c->t.visits += 1 + (size_t)has_e;
     bs__clear_acc_add(&d->clear, &op, target, v.mv_size);
     n++;
     last = op.op_id;
@@ -799,7 +789,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
   if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: superseded entries");
   if (n < BS_CLEAR_MIN_RUN || (inc && !j->consumed && kn == 0)) { /* d->changed 0: not applied */
     if (cut && n < BS_CLEAR_MIN_RUN && !fresh) { /* no room left in this transaction: the next */
-      c->changes = c->o.max_ops_per_txn;
+      c->t.changes = c->o.max_ops_per_txn;
       return BS_OK;
     }
     /* nothing folded here: IFOLD goes on to INC, then FOLD unless the run is final and short */
@@ -824,7 +814,7 @@ static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
                     "bucket id %llu: superseded entries changed under the fold",
                     (unsigned long long)bucket);
   w->budget = budget;
-  c->changes += n + kn;
+  c->t.changes += n + kn;
   if (kn) j->consumed = 1;
   j->pos = stop;
   if (ended) fold_next(w, 1);
@@ -858,7 +848,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
       j->pos = old;
       return BS_OK;
     }
-    c->visits++;
+    c->t.visits++;
     if (!bs__compact_entry_due(nw, w->horizon)) { /* a later pass takes it */
       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       continue;
@@ -874,7 +864,7 @@ static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
         return rc;
     }
     j->consumed = 1;
-    c->changes++;
+    c->t.changes++;
     if ((mrc = mdb_cursor_del(cur, 0))) return mdb_err(c, mrc, "compact: delete superseded entry");
     bs__lmdb_sup_key(kb, bucket, old + 1);
     mrc = seek_ge(cur, kb, sizeof kb, &k, &v);
@@ -944,7 +934,7 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
   work *w = arg;
   bs__stream_rec rec;
   int rc, mrc;
-  c->changes = c->visits = 0;
+  c->t.changes = c->t.visits = 0;
   /* a map-full retry of a transaction in which a later job cleared the seen-set: the full job
    * it resumes starts again from its bucket as committed (see the top of this section) */
   if (w->mode == W_FULL && w->j.phase != J_START && w->j.seq != c->seen_job) {
@@ -971,6 +961,7 @@ static int compact_step(void *x, bs__compact_run *r) {
   work *w = c->w;
   int rc;
   c->seen = &r->seen;
+  c->run = r;
   w->mode = r->mode;
   w->horizon = r->horizon;
   w->ids = r->ids;
@@ -1295,7 +1286,8 @@ static int run(bs_storage *st, const bs_compact_options *o, int mode, bs_compact
   c.o = *o;
   c.stats = stats;
   c.err = err;
-  c.max_visits = max_visits(o->max_ops_per_txn);
+  c.t.max_changes = o->max_ops_per_txn;
+  c.t.max_visits = max_visits(o->max_ops_per_txn);
   c.w = &w;
   c.pa = &pa;
   /* a compaction writes: a clear of the stream left unfinished is finished first (lmdb_write.c) */

@@ -91,31 +91,64 @@ static void log_consume(mem_bucket *b, size_t end, uint64_t h) {
   b->nsups = k;
 }
 
-/* Full or initial-replication compaction of one bucket at horizon h: the reverse scan, then (full)
- * the fold and the MOVEs, or (initial) the deletions bs__compact_initial_drop says (no residue,
- * contract.md 6, as LMDB) and the log entries at h go with the old ops they name (FORGET). */
-static int scan_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h, int initial,
-                       bs__seen_set *seen, bs_compact_stats *stats) {
+/* The walk's cursor (bs__op_cursor) on a bucket's op array: ops[k - 1] is the current op; a
+ * deleted op is only marked in the plan (target DROP), which apply_plan carries out. */
+typedef struct mcur {
+  const mem_bucket *b;
+  size_t k;
+  uint64_t *target;
+} mcur;
+
+static int mcur_at(const mcur *m, bs_op *op, uint64_t *size, int *found) {
+  if ((*found = m->k > 0)) {
+    *op = op_view(&m->b->ops[m->k - 1]);
+    *size = op_size(&m->b->ops[m->k - 1]);
+  }
+  return BS_OK;
+}
+
+static int mcur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  mcur *m = x;
+  while (m->k > 0 && m->b->ops[m->k - 1].id > pos) m->k--; /* ids ascend; pos only comes down */
+  return mcur_at(m, op, size, found);
+}
+
+static int mcur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
+  mcur *m = x;
+  m->k--;
+  return mcur_at(m, op, size, found);
+}
+
+static int mcur_del(void *x) {
+  mcur *m = x;
+  m->target[m->k - 1] = DROP;
+  return BS_OK;
+}
+
+static const bs__op_cursor mcur_ops = {mcur_seek_le, mcur_prev, mcur_del};
+
+/* Full or initial-replication compaction of one bucket at r's horizon: the walk's reverse scan,
+ * then (full) the fold and the MOVEs, or (initial) the deletions it planned (no residue,
+ * contract.md 6) and the log entries at the horizon go with the old ops they name (FORGET). One
+ * transaction (the lock): no bound. */
+static int scan_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, bs__compact_run *r) {
   bs__compact_scan scan = {0, 0};
-  size_t top = b->n;
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target);
-  if (!target) return BS_ENOMEM;
-  while (top > 0 && b->ops[top - 1].id > h) top--; /* the ops at or below h (they ascend by id) */
-  bs__seen_clear(seen);
-  for (size_t k = top; k-- > 0;) {
+  bs__compact_txn t = {0, 0, SIZE_MAX, SIZE_MAX};
+  bs__compact_delta d;
+  uint64_t h = r->horizon, pos = h;
+  mcur m = {b, b->n, bs__calloc(a, b->n ? b->n : 1, sizeof *m.target)};
+  int done;
+  if (!m.target) return BS_ENOMEM;
+  memset(&d, 0, sizeof d);
+  bs__seen_clear(&r->seen);
+  bs__compact_scan_walk(&mcur_ops, &m, r, &t, &scan, &d, &pos, &done); /* cannot fail */
+  for (size_t k = 0; scan.max_moved && k < b->n && b->ops[k].id <= h; k++) {
     bs_op op = op_view(&b->ops[k]);
-    if (initial)
-      target[k] = bs__compact_initial_drop(seen, &op) ? DROP : 0;
-    else if (!bs__compact_scan_op(&scan, seen, &op))
-      break;
+    bs__compact_superseded(&r->seen, &op, &m.target[k]);
   }
-  for (size_t k = 0; scan.max_moved && k < top; k++) {
-    bs_op op = op_view(&b->ops[k]);
-    bs__compact_superseded(seen, &op, &target[k]);
-  }
-  apply_plan(a, s, b, h, target, scan.run >= BS_CLEAR_MIN_RUN, stats);
-  if (initial) log_consume(b, b->nsups, h);
-  bs__free(a, target);
+  apply_plan(a, s, b, h, m.target, scan.run >= BS_CLEAR_MIN_RUN, r->stats);
+  if (r->mode == BS__COMPACT_INITIAL) log_consume(b, b->nsups, h);
+  bs__free(a, m.target);
   return BS_OK;
 }
 
@@ -270,8 +303,7 @@ static int m_step(void *x, bs__compact_run *r) {
     r->stats->bytes_before += bucket_bytes(b);
     if (r->mode == BS__COMPACT_INC) {
       rc = incremental_bucket(a, s, idx, r->horizon, &r->budget, r->stats);
-    } else if (!(rc = scan_bucket(a, s, b, r->horizon, r->mode == BS__COMPACT_INITIAL, &r->seen,
-                                  r->stats))) {
+    } else if (!(rc = scan_bucket(a, s, b, r))) {
       b->compacted_count = b->n; /* the mark, for selection */
       b->compacted_op = r->horizon < last_op_of(b) ? r->horizon : last_op_of(b);
     }

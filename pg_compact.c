@@ -47,14 +47,7 @@ typedef struct cctx {
 enum { W_FULL = BS__COMPACT_FULL, W_INC = BS__COMPACT_INC, W_INITIAL = BS__COMPACT_INITIAL };
 
 /* What one transaction did to one bucket: applied to its state in the same transaction. */
-typedef struct bdelta {
-  int64_t count, bytes;
-  uint32_t checksum_sub; /* initial replication: the checksums of deleted ops */
-  uint64_t moved, cleared, removed;
-  bs__clear_acc clear; /* a fold (n >= BS_CLEAR_MIN_RUN) */
-  int clear_dropped;   /* initial replication deleted the leading CLEAR */
-  int deleted;         /* ops were deleted: last_op may come down */
-} bdelta;
+typedef bs__compact_delta bdelta;
 
 /* ---- Statements ------------------------------------------------------------------------------ */
 
@@ -153,10 +146,7 @@ static int state_apply(cctx *c, uint64_t bucket, const bdelta *d, int *gone) {
   if (rc) return rc;
   *gone = PQntuples(r) != 1;
   PQclear(r);
-  c->stats->ops_moved += d->moved;
-  c->stats->ops_cleared += d->cleared;
-  c->stats->ops_removed += d->removed;
-  c->stats->bytes_after = (uint64_t)((int64_t)c->stats->bytes_after + d->bytes);
+  bs__compact_delta_stats(c->stats, d);
   return BS_OK;
 }
 
@@ -243,10 +233,7 @@ static int write_fold(cctx *c, uint64_t bucket, bdelta *d) {
     rc = bs__fail(c->err, BS_ECORRUPT, "bucket id %" PRIu64 ": leading run changed under the fold",
                   bucket);
   PQclear(r);
-  d->count = -(int64_t)(d->clear.n - 1);
-  d->bytes = -(int64_t)d->clear.bytes;
-  d->cleared = d->clear.n_folded;
-  d->moved = d->clear.n_moved;
+  bs__compact_delta_fold(d, 0); /* a CLEAR has no payload bytes */
   return rc;
 }
 
@@ -298,17 +285,13 @@ static int fold_run(cctx *c, uint64_t bucket, uint64_t horizon, int full, int *c
   }
 }
 
-/* Writes one transaction's MOVEs (ids/tg, n of them, freeing freed bytes). */
-static int moves_txn(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64_t *tg, size_t n,
-                     int64_t freed, int *gone) {
-  bdelta d;
+/* Writes one transaction's MOVEs (ids/tg, d->moved of them). */
+static int moves_txn(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64_t *tg,
+                     const bdelta *d, int *gone) {
   int rc;
-  memset(&d, 0, sizeof d);
-  d.moved = n;
-  d.bytes = -freed;
   if ((rc = begin(c))) return rc;
-  rc = write_moves(c, bucket, ids, tg, n);
-  if (!rc) rc = state_apply(c, bucket, &d, gone);
+  rc = write_moves(c, bucket, ids, tg, (size_t)d->moved);
+  if (!rc) rc = state_apply(c, bucket, d, gone);
   return commit(c, rc);
 }
 
@@ -325,8 +308,9 @@ static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
   size_t max = c->o.max_ops_per_txn, n = 0, page = visit_page(c);
   uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
   uint64_t pos = 0;
-  int64_t freed = 0;
+  bdelta d;
   int rc = BS_OK, done = 0, gone = 0;
+  memset(&d, 0, sizeof d);
   if (!ids || !tg) rc = nomem(c);
   while (!rc && !done) {
     PGresult *r;
@@ -341,7 +325,7 @@ static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
       if (!bs__compact_superseded(c->seen, &op, &target)) continue;
       ids[n] = op.op_id;
       tg[n++] = target;
-      freed += (int64_t)bytes;
+      bs__compact_delta_move(&d, bytes, 0); /* a MOVE has no payload bytes */
       if (n == max) {
         if (i + 1 < rows) done = 0;
         break;
@@ -349,11 +333,11 @@ static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
     }
     PQclear(r);
     if (n) {
-      rc = moves_txn(c, bucket, ids, tg, n, freed, &gone);
+      rc = moves_txn(c, bucket, ids, tg, &d, &gone);
       *changed = 1;
       done = done || gone;
       n = 0;
-      freed = 0;
+      memset(&d, 0, sizeof d);
     }
   }
   bs__free(c->a, ids);
@@ -361,29 +345,83 @@ static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
   return rc;
 }
 
-/* Full compaction of one bucket at the horizon: the reverse scan (read only: the seen-set, the
- * leading run, the highest superseded op), the fold, the MOVEs, the mark. */
+/* The walk's cursor (bs__op_cursor): the bucket's ops a descending page at a time; a deleted op
+ * is collected (ids) for the transaction that deletes them all in one statement. */
+typedef struct pcur {
+  cctx *c;
+  uint64_t bucket;
+  PGresult *r; /* the page (NULL: none read) */
+  int i, n;    /* the current row, the page's rows */
+  uint64_t *ids;
+  size_t nids;
+} pcur;
+
+static int pcur_at(pcur *p, bs_op *op, uint64_t *size, int *found) {
+  if ((*found = p->i < p->n)) *op = op_of(p->r, p->i, size);
+  return BS_OK;
+}
+
+static int pcur_read(pcur *p, uint64_t pos) {
+  int rc;
+  PQclear(p->r);
+  p->r = NULL;
+  p->i = p->n = 0;
+  if (pos == 0) return BS_OK;
+  if ((rc = ops_page(p->c, p->bucket, 0, pos, 1, PAGE, &p->r))) return rc;
+  p->n = PQntuples(p->r);
+  return BS_OK;
+}
+
+static uint64_t pcur_id(const pcur *p, int i) {
+  return op_of(p->r, i, NULL).op_id;
+}
+
+/* From the current row down within the page when pos is at or below it (the walk only goes
+ * down), else a page from pos. */
+static int pcur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  pcur *p = x;
+  int rc;
+  if (p->r && p->i < p->n && pcur_id(p, p->i) >= pos) {
+    while (p->i < p->n && pcur_id(p, p->i) > pos) p->i++;
+    if (p->i < p->n || p->n < PAGE) return pcur_at(p, op, size, found); /* a short page: the end */
+  }
+  if ((rc = pcur_read(p, pos))) return rc;
+  return pcur_at(p, op, size, found);
+}
+
+static int pcur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
+  pcur *p = x;
+  uint64_t below;
+  int rc;
+  if (++p->i == p->n && p->n == PAGE) { /* a full page: more below it */
+    below = pcur_id(p, p->n - 1) - 1;
+    if ((rc = pcur_read(p, below))) return rc;
+  }
+  return pcur_at(p, op, size, found);
+}
+
+static int pcur_del(void *x) {
+  pcur *p = x;
+  p->ids[p->nids++] = pcur_id(p, p->i);
+  return BS_OK;
+}
+
+static const bs__op_cursor pcur_ops = {pcur_seek_le, pcur_prev, pcur_del};
+
+/* Full compaction of one bucket at the horizon: the walk's reverse scan (read only: the seen-set,
+ * the leading run, the highest superseded op), the fold, the MOVEs, the mark. */
 static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed) {
   bs__compact_scan scan = {0, 0};
+  bs__compact_txn t = {0, 0, SIZE_MAX, SIZE_MAX}; /* read only: no transaction to bound */
+  bs__compact_delta d;
+  pcur p = {c, bucket, NULL, 0, 0, NULL, 0};
   uint64_t pos = horizon;
-  int rc, more = 1;
+  int rc, done;
+  memset(&d, 0, sizeof d);
   bs__seen_clear(c->seen);
-  while (more && pos > 0) {
-    PGresult *r;
-    int n;
-    if ((rc = ops_page(c, bucket, 0, pos, 1, PAGE, &r))) return rc;
-    n = PQntuples(r);
-    more = n == PAGE;
-    for (int i = 0; i < n; i++) {
-      bs_op op = op_of(r, i, NULL);
-      pos = op.op_id - 1;
-      if (!bs__compact_scan_op(&scan, c->seen, &op)) {
-        more = 0;
-        break;
-      }
-    }
-    PQclear(r);
-  }
+  rc = bs__compact_scan_walk(&pcur_ops, &p, c->run, &t, &scan, &d, &pos, &done);
+  PQclear(p.r);
+  if (rc) return rc;
   if (scan.run >= BS_CLEAR_MIN_RUN && (rc = fold_run(c, bucket, horizon, 1, changed))) return rc;
   if (scan.max_moved &&
       (rc = move_rest(c, bucket, scan.max_moved < horizon ? scan.max_moved : horizon, changed)))
@@ -653,40 +691,25 @@ static int deletes_txn(cctx *c, uint64_t bucket, const uint64_t *ids, bdelta *d,
   return commit(c, rc);
 }
 
+/* The walk's deletions, max_ops_per_txn a transaction (the ops visited are not bounded: the
+ * reads are outside it). */
 static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
   size_t max = c->o.max_ops_per_txn;
-  uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), pos = horizon;
-  bdelta d;
-  int rc = BS_OK, more = 1, gone = 0;
-  if (!ids) return nomem(c);
-  memset(&d, 0, sizeof d);
+  pcur p = {c, bucket, NULL, 0, 0, bs__calloc(c->a, max, sizeof *p.ids), 0};
+  uint64_t pos = horizon;
+  int rc = BS_OK, done = 0, gone = 0;
+  if (!p.ids) return nomem(c);
   bs__seen_clear(c->seen);
-  while (!rc && more && pos > 0 && !gone) {
-    PGresult *r;
-    int n;
-    if ((rc = ops_page(c, bucket, 0, pos, 1, PAGE, &r))) break;
-    n = PQntuples(r);
-    more = n == PAGE;
-    for (int i = 0; i < n && !rc && !gone; i++) {
-      uint64_t bytes;
-      bs_op op = op_of(r, i, &bytes);
-      pos = op.op_id - 1;
-      if (!bs__compact_initial_drop(c->seen, &op)) continue;
-      ids[d.removed++] = op.op_id;
-      d.count--;
-      d.bytes -= (int64_t)bytes;
-      d.checksum_sub = bs__cksum_add(d.checksum_sub, op.checksum);
-      d.deleted = 1;
-      if (op.type == BS_OP_CLEAR) d.clear_dropped = 1;
-      if (d.removed == max) {
-        rc = deletes_txn(c, bucket, ids, &d, &gone);
-        memset(&d, 0, sizeof d);
-      }
-    }
-    PQclear(r);
+  while (!rc && !done && !gone) {
+    bs__compact_txn t = {0, 0, max, SIZE_MAX};
+    bdelta d;
+    memset(&d, 0, sizeof d);
+    p.nids = 0;
+    rc = bs__compact_scan_walk(&pcur_ops, &p, c->run, &t, NULL, &d, &pos, &done);
+    if (!rc && d.removed) rc = deletes_txn(c, bucket, p.ids, &d, &gone);
   }
-  if (!rc && d.removed && !gone) rc = deletes_txn(c, bucket, ids, &d, &gone);
-  bs__free(c->a, ids);
+  PQclear(p.r);
+  bs__free(c->a, p.ids);
   if (!rc && !gone) {
     if (!(rc = begin(c))) {
       rc = still_initial(c);
