@@ -305,7 +305,6 @@ extern const bs_db_vtable bs__pg_db_vt;
 static inline int bs__op_carries_row(bs_op_type type) {
   return type == BS_OP_PUT || type == BS_OP_REMOVE;
 }
-#define BS_CHANGES_MAX 1000u /* more than this per record: the "too many" flag instead */
 
 /* ========= 3. Rules (rules.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) ========= */
 
@@ -424,6 +423,14 @@ int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *
 static inline int bs__lsn_raises(bs_val current, bs_val lsn) {
   return !current.data || bs__val_cmp(lsn, current) > 0;
 }
+
+/* ---- The change-record cap (contract.md 5.1; lifecycle.c), decided once ----
+ * A flush's change record names the buckets and the lookups it changed, and checkpoint_changes
+ * those changed in its range. A kind of n names with bs__changes_too_many(n) is stored and
+ * reported as "too many" (invalidate-all) without its list. Once a kind is too many it stays so
+ * however many more names come: a collector may stop at bs__changes_enough() names. */
+int bs__changes_too_many(size_t n);
+size_t bs__changes_enough(void);
 
 /* ---- A clear and a terminate (contract.md 8; lifecycle.c): what they leave, decided once ----
  * A backend reads its stream's row (locked against writers), asks bs__stream_reset and stores

@@ -2,7 +2,8 @@
  * lifecycle.c: a stream's lifecycle, decided once for every backend: the state machine of its
  * five states (contract.md 1): which event moves a stream from which state to which, what it
  * does to the database's other streams, and which states refuse a writer; and what a commit
- * does (contract.md 4.4), and what a clear leaves (contract.md 8). A backend stores what these
+ * does (contract.md 4.4), how many names a change record keeps (contract.md 5.1), and what a
+ * clear leaves (contract.md 8). A backend stores what these
  * decide; nothing here calls the front or a backend.
  */
 #include "internal.h"
@@ -98,6 +99,18 @@ int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *
                              p.checkpoint ? BS__STREAM_CHECKPOINT : BS__STREAM_WRITE, err);
   if (rc == BS_OK) *out = p;
   return rc;
+}
+
+/* The reference service's cap: a client told of more changed names than this rereads every
+ * bucket (or lookup) anyway, so a longer list would only cost the record's bytes. */
+#define CHANGES_MAX 1000u
+
+int bs__changes_too_many(size_t n) {
+  return n > CHANGES_MAX;
+}
+
+size_t bs__changes_enough(void) {
+  return CHANGES_MAX + 1;
 }
 
 /* A clear: the checkpoint state of a new stream (no checkpoint, snapshot not done, no LSN, so the

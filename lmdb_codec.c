@@ -358,12 +358,13 @@ unsigned char *bs__lmdb_change_item(unsigned char *p, bs_val item) {
   return wr_str(p, 2, item);
 }
 
-/* One list (at most max_n items of at most max bytes each), checked. */
-static bs__change_list change_list(rd *r, size_t max, uint32_t max_n) {
+/* One list of items of at most max bytes each, checked; a capped kind never has too many (the
+ * writer stores the flag instead). */
+static bs__change_list change_list(rd *r, size_t max, int capped) {
   bs__change_list l;
   l.n = (uint32_t)rd_uint(r, 4);
   l.p = r->p;
-  if (l.n > max_n) r->bad = 1;
+  if (capped && bs__changes_too_many(l.n)) r->bad = 1;
   for (uint32_t i = 0; i < l.n && !r->bad; i++) rd_str(r, 2, max);
   return l;
 }
@@ -381,9 +382,9 @@ int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *o
   out->time_ms = (int64_t)rd_uint(&r, 8);
   out->flags = (unsigned)rd_uint(&r, 1);
   if (out->flags & ~known) return BS_ECORRUPT;
-  out->buckets = change_list(&r, BS_MAX_BUCKET_NAME, BS_CHANGES_MAX);
-  out->lookups = change_list(&r, BS_MAX_LOOKUP_KEY, BS_CHANGES_MAX);
-  out->users = change_list(&r, BS_MAX_USER_ID, UINT32_MAX);
+  out->buckets = change_list(&r, BS_MAX_BUCKET_NAME, 1);
+  out->lookups = change_list(&r, BS_MAX_LOOKUP_KEY, 1);
+  out->users = change_list(&r, BS_MAX_USER_ID, 0);
   return rd_end(&r);
 }
 

@@ -272,7 +272,7 @@ static inline void bs__lmdb_change_key(unsigned char k[BS_CHANGE_KEY_SIZE], uint
  * (an MDB_RESERVE buffer of the summed sizes): bs__lmdb_change_head, then per list
  * bs__lmdb_change_count and its items, each bs__lmdb_change_item. */
 #define BS_CHANGE_CHECKPOINT       1u
-#define BS_CHANGE_TOO_MANY_BUCKETS 2u  /* the bucket list was over BS_CHANGES_MAX: left empty */
+#define BS_CHANGE_TOO_MANY_BUCKETS 2u  /* too many buckets (bs__changes_too_many): left empty */
 #define BS_CHANGE_TOO_MANY_LOOKUPS 4u  /* the same for lookups */
 #define BS_CHANGE_FIXED            17u /* u64 first op id | u64 time ms | u8 flags */
 static inline size_t bs__lmdb_change_list_size(size_t n, size_t item_bytes) {
@@ -295,7 +295,7 @@ typedef struct bs__change_rec {
   bs__change_list buckets, lookups, users;
 } bs__change_rec;
 /* BS_ECORRUPT when k and v are not one change record: a key of another size, unknown flags, a
- * list past the value's end or followed by bytes, more than BS_CHANGES_MAX buckets or lookups,
+ * list past the value's end or followed by bytes, too many buckets or lookups (the cap),
  * or an item over its limit (BS_MAX_BUCKET_NAME, BS_MAX_LOOKUP_KEY, BS_MAX_USER_ID). */
 int bs__lmdb_change_decode(const MDB_val *k, const MDB_val *v, bs__change_rec *out);
 static inline bs_val bs__lmdb_change_next(const unsigned char **p) {

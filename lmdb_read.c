@@ -309,11 +309,11 @@ int bs__lmdb_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *generatio
 
 /* ---- Checkpoint changes --------------------------------------------------------------------- */
 
-/* Adds a record's list to set, until it holds more than `cap` entries (0 = no cap): past that
- * the front reports invalidate-all (storage.c changes_capped). */
-static int add_list(bs__vset *s, const bs_allocator *a, const bs__change_list *l, size_t cap) {
+/* Adds a record's list to set; a capped kind only until it is too many (bs__changes_too_many),
+ * after which the front reports invalidate-all (storage.c changes_capped). */
+static int add_list(bs__vset *s, const bs_allocator *a, const bs__change_list *l, int capped) {
   const unsigned char *q = l->p;
-  for (uint32_t i = 0; i < l->n && (!cap || s->n <= cap); i++)
+  for (uint32_t i = 0; i < l->n && !(capped && bs__changes_too_many(s->n)); i++)
     if (bs__vset_add(s, a, bs__lmdb_change_next(&q))) return BS_ENOMEM;
   return BS_OK;
 }
@@ -346,8 +346,7 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
     if (ops_meet) {
       if (r.flags & BS_CHANGE_TOO_MANY_BUCKETS) ch->invalidate_data_buckets = 1;
       if (r.flags & BS_CHANGE_TOO_MANY_LOOKUPS) ch->invalidate_parameter_buckets = 1;
-      if (add_list(&sets[0], a, &r.buckets, BS_CHANGES_MAX) ||
-          add_list(&sets[1], a, &r.lookups, BS_CHANGES_MAX))
+      if (add_list(&sets[0], a, &r.buckets, 1) || add_list(&sets[1], a, &r.lookups, 1))
         return bs__fail(err, BS_ENOMEM, "checkpoint changes: out of memory");
     }
     if (users_meet && add_list(&sets[2], a, &r.users, 0))

@@ -725,11 +725,11 @@ static int put_change(fctx *f, uint64_t first, uint64_t last, unsigned flags, co
       nb++;
       bb += bl[i]->st.name.size;
     }
-  if (nb > BS_CHANGES_MAX) {
+  if (bs__changes_too_many(nb)) {
     flags |= BS_CHANGE_TOO_MANY_BUCKETS;
     nb = bb = 0;
   }
-  if (nl > BS_CHANGES_MAX) {
+  if (bs__changes_too_many(nl)) {
     flags |= BS_CHANGE_TOO_MANY_LOOKUPS;
     nl = 0;
   }

@@ -150,14 +150,14 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   memset(&ch, 0, sizeof ch);
   memset(sets, 0, sizeof sets);
   lock(ms->db);
-  /* below a fence the range is not known; past BS_CHANGES_MAX names the front reports
-   * invalidate-all (storage.c changes_capped), so collecting stops there */
+  /* below a fence the range is not known; a kind too many (bs__changes_too_many) the front
+   * reports as invalidate-all (storage.c changes_capped), so collecting stops there */
   ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = from < s->m.changes_fence;
-  for (size_t i = 0; i < s->nbch && sets[0].n <= BS_CHANGES_MAX; i++)
+  for (size_t i = 0; i < s->nbch && !bs__changes_too_many(sets[0].n); i++)
     if (s->bch[i].id > from && s->bch[i].id <= to &&
         bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name))
       goto nomem;
-  for (size_t i = 0; i < s->nparams && sets[1].n <= BS_CHANGES_MAX; i++)
+  for (size_t i = 0; i < s->nparams && !bs__changes_too_many(sets[1].n); i++)
     if (s->params[i].id > from && s->params[i].id <= to &&
         bs__vset_add(&sets[1], a, s->params[i].key))
       goto nomem;

@@ -414,7 +414,7 @@ void bs__pg_rollback(PGconn *c);
 /* bs_changes.flags: bits */
 enum {
   BS_PG_CHG_CHECKPOINT = 1, /* the record of a checkpoint */
-  BS_PG_CHG_BUCKETS = 2,    /* too many buckets (over BS_CHANGES_MAX): the list left empty */
+  BS_PG_CHG_BUCKETS = 2,    /* too many buckets (bs__changes_too_many): left empty */
   BS_PG_CHG_LOOKUPS = 4     /* the same for lookups */
 };
 #define BS_PG_SQL_CHG_CHECKPOINT "1"

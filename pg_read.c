@@ -429,7 +429,7 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   bs__pg_arg_i32(&args, (int32_t)st->stream_id);
   bs__pg_arg_i64(&args, (int64_t)from);
   bs__pg_arg_i64(&args, (int64_t)to);
-  bs__pg_arg_i64(&args, (int64_t)BS_CHANGES_MAX + 1);
+  bs__pg_arg_i64(&args, (int64_t)bs__changes_enough());
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
   /* kind 3: the fence (changes below it were dropped) and the records' too-many flags */
   rc = to - from > BS_PG_CHANGES_PREPARED
@@ -452,7 +452,7 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
       lists[kind][counts[kind]++] = bs__pg_bytes(r, i, 1);
     }
   }
-  ch.updated_buckets = lists[0]; /* over BS_CHANGES_MAX: invalidate-all (the front's rule) */
+  ch.updated_buckets = lists[0]; /* too many: invalidate-all (the front's rule) */
   ch.n_updated_buckets = counts[0];
   ch.updated_lookups = lists[1];
   ch.n_updated_lookups = counts[1];

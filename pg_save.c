@@ -81,7 +81,6 @@ typedef struct batch {
                     * in a record that a later store of the batch replaces) */
   size_t nlk, clk;
   bs__htab lmap;
-  int too_many_lookups;
 } batch;
 
 static uint64_t rec_hash(uint32_t table, bs_val rid) {
@@ -301,13 +300,9 @@ static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
     }
   }
   if (b->params.oom) return oom(err);
-  /* the change record's lookups: distinct, at most BS_CHANGES_MAX */
+  /* the change record's lookups: distinct, until they are too many (then the record says so) */
   for (uintptr_t v; !known && (v = bs__htab_next(&pr));) known = bs__val_eq(b->lookups[v - 1], key);
-  if (known || b->too_many_lookups) return BS_OK;
-  if (b->nlk == BS_CHANGES_MAX) {
-    b->too_many_lookups = 1;
-    return BS_OK;
-  }
+  if (known || bs__changes_too_many(b->nlk)) return BS_OK;
   if (b->nlk == b->clk) {
     size_t cap = b->clk ? b->clk * 2 : 16;
     bs_val *q = bs__realloc(b->a, b->lookups, cap * sizeof *q);
@@ -753,7 +748,7 @@ static int write_buckets(batch *b, bs_error *err) {
   unsigned char *narr = NULL;
   size_t n = 0, nb = 0;
   bs__pg_args a = {0};
-  int rc = BS_OK, too_many = 0;
+  int rc = BS_OK, too_many, too_many_lookups = bs__changes_too_many(b->nlk);
   for (size_t i = 0; i < b->nbk; i++) n += b->bk[i].touched;
   if (!(v = bs__calloc(b->a, 6 * n + 1, sizeof *v)) ||
       !(names = bs__calloc(b->a, n + 1, sizeof *names))) {
@@ -770,11 +765,9 @@ static int write_buckets(batch *b, bs_error *err) {
     v[4 * n + k] = e->last_op;
     v[5 * n + k] = e->max_bytes;
     k++;
-    if (nb < BS_CHANGES_MAX)
-      names[nb++] = e->name;
-    else
-      too_many = 1;
+    names[nb++] = e->name;
   }
+  too_many = bs__changes_too_many(nb);
   for (int c = 0; c < 6 && !rc; c++)
     rc = bs__pg_arg_i64_array(&a, v + c * n, n, b->a, &arr[c], err);
   if (rc) goto out;
@@ -786,12 +779,12 @@ static int write_buckets(batch *b, bs_error *err) {
     bs__pg_arg_i32(&c, (int32_t)b->stream);
     bs__pg_arg_i64(&c, (int64_t)b->head);
     bs__pg_arg_i64(&c, (int64_t)b->first);
-    bs__pg_arg_i32(&c, (too_many ? BS_PG_CHG_BUCKETS : 0) |
-                           (b->too_many_lookups ? BS_PG_CHG_LOOKUPS : 0));
+    bs__pg_arg_i32(&c,
+                   (too_many ? BS_PG_CHG_BUCKETS : 0) | (too_many_lookups ? BS_PG_CHG_LOOKUPS : 0));
     if ((rc = bs__pg_arg_bytes_array(&c, too_many ? NULL : names, too_many ? 0 : nb, b->a, &narr,
                                      err)) ||
-        (rc = bs__pg_arg_bytes_array(&c, b->too_many_lookups ? NULL : b->lookups,
-                                     b->too_many_lookups ? 0 : b->nlk, b->a, &larr, err)))
+        (rc = bs__pg_arg_bytes_array(&c, too_many_lookups ? NULL : b->lookups,
+                                     too_many_lookups ? 0 : b->nlk, b->a, &larr, err)))
       goto out;
     rc = bs__pg_runp(b->c, &bk_changes_stmt, &c, "flush: change record", err);
     bs__free(b->a, larr);

@@ -917,12 +917,11 @@ int bs_list_buckets(bs_storage *st, bs_val start_after,
   return callback_result(&c, rc, err);
 }
 
-/* The one "too many" rule (contract.md 5.1), for every backend: a kind with more than
- * BS_CHANGES_MAX names, or one the backend invalidated (range unknown, a record's own too-many
- * flag), is reported as invalidate-all without a list. So a backend reports what it collected
- * and may stop collecting a kind at BS_CHANGES_MAX + 1 names. */
+/* A kind over the change-record cap (bs__changes_too_many), or one the backend invalidated (range
+ * unknown, a record's own too-many flag), is reported as invalidate-all without a list. So a
+ * backend reports what it collected and may stop collecting a kind at bs__changes_enough(). */
 static void list_capped(int *invalidate, const bs_val **list, size_t *n) {
-  if (!*invalidate && *n <= BS_CHANGES_MAX) return;
+  if (!*invalidate && !bs__changes_too_many(*n)) return;
   *invalidate = 1;
   *list = NULL;
   *n = 0;

@@ -133,8 +133,8 @@ typedef struct bs_storage_vtable {
   int (*checksum_ranges)(bs_checksum *out, int *cleared, uint64_t *generation_out, bs_storage *st,
                          uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
                          bs_error *err);
-  /* from <= to; the front reports a list over BS_CHANGES_MAX (1000) names, or one the backend
-   * invalidated, as invalidate-all: collecting a kind may stop at 1001 names */
+  /* from <= to; the front reports a kind over the change-record cap (lifecycle.c), or one the
+   * backend invalidated, as invalidate-all: collecting a kind may stop once it is over the cap */
   int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
                             int (*fn)(const bs_checkpoint_changes *changes, void *payload),
                             void *payload, bs_error *err);

@@ -1327,11 +1327,12 @@ static void save_spread(ct_env *e, const char *prefix, int from, int to, int n_l
 }
 
 /* Each list is replaced by its kind's invalidate flag when it would hold more than 1000 names
- * (BS_CHANGES_MAX, the front's one rule for every backend): across records of the range, or in
- * one record (the writers' too-many flag); exactly 1000 are listed; each kind on its own. */
+ * (the change-record cap, one rule for every backend): across records of the range, or in one
+ * record (the writers' too-many flag); exactly 1000 are listed, across records and in one;
+ * each kind on its own. */
 static void t_checkpoint_changes_too_many(void **state) {
   ct_env *e = *state;
-  uint64_t c1, c2, c3;
+  uint64_t c1, c2, c3, c4, c5;
   save_spread(e, "a", 0, 600, 600);
   save_spread(e, "a", 600, 1000, 1000); /* two records: 1000 names of each kind */
   c1 = commit(e, ct_lsn(1));
@@ -1344,6 +1345,24 @@ static void t_checkpoint_changes_too_many(void **state) {
   expect_changes(e, c1, c2, 0, 1, 0, 1);
   expect_changes(e, c2, c3, 1, 0, 0, 1);
   expect_changes(e, c1, c3, 1, 0, 0, 2);
+  /* one record of exactly 1000 of each kind: listed; then one of 1001 lookups and 1 bucket */
+  save_spread(e, "d", 0, 1000, 1000);
+  c4 = commit(e, ct_lsn(4));
+  expect_changes(e, c3, c4, 0, 1000, 0, 1000);
+  for (int i = 0; i < 1001; i++) { /* one bucket, 1001 lookups, in one flush */
+    unsigned char kb[32];
+    char k[24];
+    bs_val p = ct_v("{}");
+    bs_lookup l;
+    snprintf(k, sizeof k, "kg%d", i);
+    l.key = ct_key_str(kb, sizeof kb, k);
+    l.params = &p;
+    l.n_params = 1;
+    CT_OK(ct_save_lk(e->w, BS_INSERT, "t", NULL, "rg", CT_ROWS({"g", "t", "rg", "1"}), &l, 1));
+  }
+  flush(e);
+  c5 = commit(e, ct_lsn(5));
+  expect_changes(e, c4, c5, 0, 1, 1, 0);
 }
 
 /* ==== Write checkpoints (contract.md 7) ======================================================= */

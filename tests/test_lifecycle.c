@@ -2,7 +2,7 @@
  * every event from every state, against a table written from the contract: the stream's next
  * state, what happens to the database's other streams, and which states refuse the event; and
  * the plan of a commit (4.4): blocked or not, a checkpoint or not, the states, the resume LSN,
- * what its checkpoint purges (4.3). */
+ * what its checkpoint purges (4.3); the change-record cap (5.1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -280,6 +280,16 @@ static void test_reset(void **state) {
   }
 }
 
+/* The cap of contract.md 5.1: 1000 names of a kind are listed, 1001 and more are too many, and a
+ * collector that stops at bs__changes_enough() names has seen enough to say so. */
+static void test_changes_cap(void **state) {
+  (void)state;
+  for (size_t n = 0; n <= 1000; n++) assert_false(bs__changes_too_many(n));
+  assert_true(bs__changes_too_many(1001));
+  assert_true(bs__changes_too_many(SIZE_MAX));
+  assert_int_equal(bs__changes_enough(), 1001);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_case),     cmocka_unit_test(test_no_state),
@@ -287,6 +297,7 @@ int main(void) {
       cmocka_unit_test(test_commit_blocked), cmocka_unit_test(test_commit_checkpoint),
       cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
       cmocka_unit_test(test_reset),          cmocka_unit_test(test_commit_purge),
+      cmocka_unit_test(test_changes_cap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1204,7 +1204,8 @@ static int collect_changes(const bs_checkpoint_changes *c, void *payload) {
   return 0;
 }
 
-#define BS_CHANGES_MAX_TEST 1000 /* internal.h's BS_CHANGES_MAX, the reference service's */
+#define BS_CHANGES_MAX_TEST                                                                        \
+  1000 /* the change-record cap (contract.md 5.1), the reference service's */
 
 static changes_seen changes_of(bs_storage *st, uint64_t from, uint64_t to) {
   changes_seen s;
@@ -1260,7 +1261,7 @@ static void t_checkpoint_changes(void **state) {
   assert_int_equal(s.inv_data, 0);
   assert_int_equal(s.inv_params, 1);
   assert_string_equal(s.got[0], "d");
-  /* more than BS_CHANGES_MAX distinct buckets: invalidate; exactly that many: listed */
+  /* more than the cap of distinct buckets: invalidate; exactly that many: listed */
   pgt_exec(t->admin,
            "INSERT INTO bs_changes SELECT 1, 20, 7, 14, 0,"
            " (SELECT array_agg(convert_to('x' || g, 'UTF8')) FROM generate_series(1, 1000) g),"

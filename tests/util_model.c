@@ -472,6 +472,36 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int key_before(const md_stream *m, size_t i, uint64_t from) {
+  for (size_t j = 0; j < i; j++)
+    if (m->p[j].op_id > from && m->p[j].key.n == m->p[i].key.n &&
+        (!m->p[i].key.n || memcmp(m->p[j].key.p, m->p[i].key.p, m->p[i].key.n) == 0))
+      return 1;
+  return 0;
+}
+
+size_t md_changed(const md_stream *m, int lookups, uint64_t from, uint64_t to,
+                  void (*fn)(const void *p, size_t n, void *payload), void *payload) {
+  size_t count = 0;
+  if (!lookups) {
+    for (size_t i = 0; i < m->n_b; i++)
+      for (size_t k = 0; k < m->b[i].n; k++)
+        if (m->b[i].ops[k].op_id > from && m->b[i].ops[k].op_id <= to) {
+          if (fn) fn(m->b[i].name, strlen(m->b[i].name), payload);
+          count++;
+          break;
+        }
+    return count;
+  }
+  /* m->p is in ascending op id: a key counts at its first entry in the range */
+  for (size_t i = 0; i < m->n_p && m->p[i].op_id <= to; i++)
+    if (m->p[i].op_id > from && !key_before(m, i, from)) {
+      if (fn) fn(m->p[i].key.p, m->p[i].key.n, payload);
+      count++;
+    }
+  return count;
+}
+
 char *md_params(const md_stream *m, uint64_t C, const bs_val *keys, size_t n, size_t *n_rows) {
   char **rows = NULL, *out;
   size_t nr = 0, i, j, k, len = 1;

@@ -100,6 +100,12 @@ void md_checksum(const md_stream *m, const char *bucket, uint64_t C, bs_checksum
  * number of rows in *n_rows. */
 char *md_params(const md_stream *m, uint64_t C, const bs_val *keys, size_t n, size_t *n_rows);
 
+/* What checkpoint_changes(from, to) must name (contract.md 5.1): the buckets with an op in
+ * (from, to] (lookups 0) or the lookup keys with a parameter entry there (lookups 1), each once;
+ * fn (may be NULL) gets each name. Returns how many there are. */
+size_t md_changed(const md_stream *m, int lookups, uint64_t from, uint64_t to,
+                  void (*fn)(const void *p, size_t n, void *payload), void *payload);
+
 /* Op checksums and subkey, computed independently of the library. */
 uint32_t md_hash(bs_hash h, const void *p, size_t n);
 void md_subkey(char out[BS_SUBKEY_SIZE + 1], uint32_t table_id, const void *rid, size_t n);
@@ -237,6 +243,10 @@ uint64_t md_wcp_cleanup(md_wcp *w, uint32_t stream, int64_t t);
  * [from, to] (both ends: a checkpoint may keep the op id of the one before, so a client at `from`
  * may not have seen what was filed there; contract.md 5.1 allows the extra), and no other. */
 int md_wcp_lists(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to, const char *user);
+
+/* The change-record cap (contract.md 5.1): a kind of n names that checkpoint_changes reports as
+ * invalidate-all instead of a list. */
+int md_changes_too_many(size_t n);
 
 /* Bucket data chunks (contract.md 5.2). One call over the requested buckets in the order served,
  * lists[k] the ops bucket k still has in (after, C]: the chunks it returns (at most cap), each

@@ -261,6 +261,11 @@ int md_wcp_lists(const md_wcp *w, uint32_t stream, uint64_t from, uint64_t to, c
   return 0;
 }
 
+/* The reference service lists at most 1000 buckets, and as many lookups, of a range. */
+int md_changes_too_many(size_t n) {
+  return n > 1000;
+}
+
 /* ---- Chunks (contract.md 5.2) and torn reads (5.5) -------------------------------------------- */
 
 static size_t op_size(const ct_op *o) {
