@@ -112,7 +112,7 @@ int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a
   bs__compact_run r;
   bs__compact_stream sr;
   idvec cand = {a, NULL, 0, 0};
-  int64_t cutoff = bs__now_ms() - o->min_age_ms;
+  int64_t cutoff = bs__aged_cutoff(bs__now_ms(), o->min_age_ms);
   uint64_t aged = 0;
   int rc = BS_OK, initial = mode == BS__COMPACT_INITIAL, has_aged = 0;
   BS_ASSERT(o && o->version && o->max_ops_per_txn >= 2 && o->memory_limit_mb && stats);

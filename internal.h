@@ -432,6 +432,20 @@ static inline int bs__lsn_raises(bs_val current, bs_val lsn) {
 int bs__changes_too_many(size_t n);
 size_t bs__changes_enough(void);
 
+/* ---- Aged records (contract.md 6 and 7; lifecycle.c), decided once ----
+ * A record made or requested at at_ms (< 0: no time) is aged at a cutoff when bs__aged says so:
+ * at or before it. The cutoffs carry the rules: a compaction at now_ms with min_age_ms takes the
+ * newest checkpoint aged at bs__aged_cutoff as its aged checkpoint, and
+ * delete_checkpoint_requests_before(before_ms) deletes the requests aged at bs__request_cutoff
+ * (bs__request_expired: a managed one only once processed). A backend enumerates its records and
+ * keeps or deletes what these answer; PostgreSQL's statements compare with <= the cutoff they are
+ * given, as bs__aged does. */
+int bs__aged(int64_t at_ms, int64_t cutoff_ms);
+int64_t bs__aged_cutoff(int64_t now_ms, int64_t min_age_ms);
+int64_t bs__request_cutoff(int64_t before_ms);
+/* processed: 1 for a custom record (no client waits on its processing). */
+int bs__request_expired(int64_t requested_at_ms, int processed, int64_t before_ms);
+
 /* ---- A clear and a terminate (contract.md 8; lifecycle.c): what they leave, decided once ----
  * A backend reads its stream's row (locked against writers), asks bs__stream_reset and stores
  * every field of it, in the transaction that (for a clear) deletes every other record of the

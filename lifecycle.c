@@ -2,8 +2,8 @@
  * lifecycle.c: a stream's lifecycle, decided once for every backend: the state machine of its
  * five states (contract.md 1): which event moves a stream from which state to which, what it
  * does to the database's other streams, and which states refuse a writer; and what a commit
- * does (contract.md 4.4), how many names a change record keeps (contract.md 5.1), and what a
- * clear leaves (contract.md 8). A backend stores what these
+ * does (contract.md 4.4), how many names a change record keeps (contract.md 5.1), which
+ * checkpoints and requests are aged (contract.md 6, 7), and what a clear leaves (contract.md 8). A backend stores what these
  * decide; nothing here calls the front or a backend.
  */
 #include "internal.h"
@@ -111,6 +111,26 @@ int bs__changes_too_many(size_t n) {
 
 size_t bs__changes_enough(void) {
   return CHANGES_MAX + 1;
+}
+
+/* "At or before": PostgreSQL's statements write it as <= the cutoff they are given. */
+int bs__aged(int64_t at_ms, int64_t cutoff_ms) {
+  return at_ms >= 0 && at_ms <= cutoff_ms;
+}
+
+/* A checkpoint at least min_age_ms old at now_ms is aged (min_age_ms >= 0). */
+int64_t bs__aged_cutoff(int64_t now_ms, int64_t min_age_ms) {
+  return now_ms - min_age_ms;
+}
+
+/* A request older than before_ms, strictly: one made at exactly before_ms stays. */
+int64_t bs__request_cutoff(int64_t before_ms) {
+  return before_ms > 0 ? before_ms - 1 : -1;
+}
+
+/* A pending managed request still has a client waiting for it: it stays whatever its age. */
+int bs__request_expired(int64_t requested_at_ms, int processed, int64_t before_ms) {
+  return processed && bs__aged(requested_at_ms, bs__request_cutoff(before_ms));
 }
 
 /* A clear: the checkpoint state of a new stream (no checkpoint, snapshot not done, no LSN, so the

@@ -1105,7 +1105,7 @@ static int compact_list(void *x, int queued, bs__compact_cursor *cur, bs__compac
   return queued ? list_queued(x, cur, out, n) : list_all(x, cur, out, n);
 }
 
-/* The newest checkpoint made at or before cutoff_ms, from the `changes` records (flag 1). */
+/* The newest checkpoint aged at cutoff_ms (bs__aged), from the `changes` records (flag 1). */
 static int compact_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
   cctx *c = x;
   MDB_txn *txn;
@@ -1125,7 +1125,7 @@ static int compact_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err
       rc = bs__fail(c->err, BS_ECORRUPT, "compact: a change record does not decode");
       break;
     }
-    if ((r.flags & BS_CHANGE_CHECKPOINT) && r.time_ms <= cutoff_ms) {
+    if ((r.flags & BS_CHANGE_CHECKPOINT) && bs__aged(r.time_ms, cutoff_ms)) {
       *out = r.last;
       break;
     }

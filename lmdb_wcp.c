@@ -305,9 +305,8 @@ typedef struct delete_ctx {
   uint64_t deleted;
 } delete_ctx;
 
-/* Collects the expired records from first (the smallest 'M' key: managed; the smallest 'C' key
- * of stream: custom) on: those with requested_at < before, managed ones only once processed (a
- * pending record still has a client waiting for it). Records without requested_at are kept. */
+/* Collects the expired records (bs__request_expired) from first (the smallest 'M' key: managed;
+ * the smallest 'C' key of stream: custom) on. */
 static int collect_expired(bs__lmdb_db *db, MDB_txn *txn, const MDB_val *first, uint32_t stream,
                            int64_t before, key_list *l, bs_error *err) {
   MDB_cursor *cur;
@@ -324,9 +323,9 @@ static int collect_expired(bs__lmdb_db *db, MDB_txn *txn, const MDB_val *first, 
     if (bs__lmdb_wcp_key_decode(&k, &wk) || wk.tag != tag || (custom && wk.stream != stream)) break;
     if (custom ? bs__lmdb_wcp_custom_decode(&v, &value, &at) : bs__lmdb_wcp_rec_decode(&v, &r))
       rc = bs__fail(err, BS_ECORRUPT, "write checkpoint record does not decode");
-    else if (custom ? at >= 0 && at < before
-                    : (r.flags & BS_WCP_HAS_REQUESTED) && (r.flags & BS_WCP_PROCESSED) &&
-                          r.requested_at < before)
+    else if (custom ? bs__request_expired(at, 1, before)
+                    : bs__request_expired(r.flags & BS_WCP_HAS_REQUESTED ? r.requested_at : -1,
+                                          (r.flags & BS_WCP_PROCESSED) != 0, before))
       rc = key_list_add(l, &k, custom ? value : r.id, err);
   }
   if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND)

@@ -241,7 +241,7 @@ static int m_stream(void *x, bs__compact_stream *out, bs_error *err) {
   return BS_OK;
 }
 
-/* The newest checkpoint made at or before cutoff_ms. */
+/* The newest checkpoint aged at cutoff_ms (bs__aged). */
 static int m_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
   mem_storage *ms = ((mcx *)x)->ms;
   const mem_stream *s = ms->s;
@@ -249,7 +249,7 @@ static int m_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
   lock(ms->db);
   *out = 0;
   for (size_t i = 0; i < s->ncps; i++)
-    if (s->cps[i].ms <= cutoff_ms && s->cps[i].id > *out) *out = s->cps[i].id;
+    if (bs__aged(s->cps[i].ms, cutoff_ms) && s->cps[i].id > *out) *out = s->cps[i].id;
   unlock(ms->db);
   return BS_OK;
 }

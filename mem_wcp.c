@@ -149,15 +149,15 @@ int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
   return BS_OK;
 }
 
-/* Deletes the processed managed records (database-wide) and the custom records of stream s
- * whose requested_at < before_ms; records without requested_at stay. A managed record stays as
- * its user's high-water mark (gone). Caller holds the lock. Nothing allocates. */
+/* Deletes the expired managed records (database-wide) and custom records of stream s
+ * (bs__request_expired). A managed record stays as its user's high-water mark (gone). Caller
+ * holds the lock. Nothing allocates. */
 uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms) {
   size_t k = 0;
   uint64_t deleted = 0;
   for (size_t i = 0; i < db->nmw; i++) {
     mem_mwcp *r = db->mw[i];
-    if (r->gone || !r->processed || r->req_ms < 0 || r->req_ms >= before_ms) continue;
+    if (r->gone || !bs__request_expired(r->req_ms, r->processed, before_ms)) continue;
     bs__free(ALLOC(db), r->heads);
     r->heads = NULL;
     r->nheads = 0;
@@ -166,7 +166,7 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
   }
   for (size_t i = 0; i < s->ncw; i++) {
     mem_cwcp *c = s->cw[i];
-    if (c->req_ms >= 0 && c->req_ms < before_ms) {
+    if (bs__request_expired(c->req_ms, 1, before_ms)) {
       bs__free(ALLOC(db), c);
       deleted++;
     } else {

@@ -1011,7 +1011,7 @@ static void cctx_close(cctx *c) {
   bs__pg_conn_drop(c->db, c->c); /* closing the session releases its lock */
 }
 
-/* The newest checkpoint made at or before cutoff_ms (change records of flag 1). */
+/* The newest checkpoint aged at cutoff_ms (change records of flag 1; <= as bs__aged). */
 static int compact_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
   cctx *c = x;
   bs__pg_args a = {0};

@@ -212,13 +212,14 @@ int bs__pg_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, 
   int rc;
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
-  bs__pg_arg_i64(&a, before_ms);
-  /* a managed record stays as its user's high-water mark (gone), so ids never go backwards */
+  bs__pg_arg_i64(&a, bs__request_cutoff(before_ms));
+  /* bs__request_expired in one statement; a managed record stays as its user's high-water mark
+   * (gone), so ids never go backwards */
   rc = bs__pg_exec(c,
                    "WITH m AS (UPDATE bs_wcp_managed SET gone = true, head_conns = '{}',"
-                   "  head_lsns = '{}' WHERE NOT gone AND processed AND requested_at < $2"
+                   "  head_lsns = '{}' WHERE NOT gone AND processed AND requested_at <= $2"
                    "  RETURNING 1),"
-                   " cu AS (DELETE FROM bs_wcp_custom WHERE stream = $1 AND requested_at < $2"
+                   " cu AS (DELETE FROM bs_wcp_custom WHERE stream = $1 AND requested_at <= $2"
                    "  RETURNING 1)"
                    " SELECT (SELECT count(*) FROM m) + (SELECT count(*) FROM cu)",
                    &a, &r, "deleting checkpoint requests", err);

@@ -2,7 +2,8 @@
  * every event from every state, against a table written from the contract: the stream's next
  * state, what happens to the database's other streams, and which states refuse the event; and
  * the plan of a commit (4.4): blocked or not, a checkpoint or not, the states, the resume LSN,
- * what its checkpoint purges (4.3); the change-record cap (5.1). */
+ * what its checkpoint purges (4.3); the change-record cap (5.1); aged checkpoints and requests
+ * (6, 7). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -290,6 +291,28 @@ static void test_changes_cap(void **state) {
   assert_int_equal(bs__changes_enough(), 1001);
 }
 
+/* Contract.md 6: a compaction at now with min_age_ms ages the checkpoints made at or before
+ * now - min_age_ms (min_age_ms 0: every one up to now). Contract.md 7: a request made at t is
+ * deleted by delete_checkpoint_requests_before(t + 1), not by (t); a record without a time
+ * never; a managed one only once processed. */
+static void test_aged(void **state) {
+  (void)state;
+  assert_true(bs__aged(5000 - 300, bs__aged_cutoff(5000, 300)));
+  assert_false(bs__aged(5000 - 299, bs__aged_cutoff(5000, 300)));
+  assert_true(bs__aged(5000, bs__aged_cutoff(5000, 0)));
+  assert_false(bs__aged(5001, bs__aged_cutoff(5000, 0)));
+  assert_false(bs__aged(-1, bs__aged_cutoff(5000, 0)));
+  assert_false(bs__aged(0, bs__aged_cutoff(5000, INT64_MAX)));
+  assert_true(bs__request_expired(1999, 1, 2000));
+  assert_false(bs__request_expired(2000, 1, 2000));
+  assert_false(bs__request_expired(1999, 0, 2000)); /* pending */
+  assert_false(bs__request_expired(-1, 1, 2000));   /* no requested_at */
+  assert_true(bs__request_expired(0, 1, 1));
+  assert_false(bs__request_expired(0, 1, 0));
+  assert_false(bs__request_expired(0, 1, INT64_MIN));
+  assert_true(bs__request_expired(INT64_MAX - 1, 1, INT64_MAX));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_case),     cmocka_unit_test(test_no_state),
@@ -297,7 +320,7 @@ int main(void) {
       cmocka_unit_test(test_commit_blocked), cmocka_unit_test(test_commit_checkpoint),
       cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
       cmocka_unit_test(test_reset),          cmocka_unit_test(test_commit_purge),
-      cmocka_unit_test(test_changes_cap),
+      cmocka_unit_test(test_changes_cap),    cmocka_unit_test(test_aged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
