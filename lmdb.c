@@ -77,16 +77,7 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
 
   *out = NULL;
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != BS_OK) return rc;
-  if (id == 0) {
-    /* The served stream (ACTIVE, or ERRORED: still served), else the newest one. */
-    uint32_t served = 0, newest = 0;
-    while ((rc = bs__lmdb_stream_next(db, txn, &newest, &rec, err)) == 1)
-      if (bs__stream_served(rec.state)) served = rec.id;
-    id = served ? served : newest;
-    if (rc == BS_OK && id == 0) rc = bs__fail(err, BS_ENOTFOUND, "the database has no stream");
-  } else {
-    rc = bs__stream_rec_get(db, txn, id, &rec, err);
-  }
+  rc = bs__stream_rec_get(db, txn, id, &rec, err); /* id 0 was resolved by the front */
   bs__lmdb_txn_abort(db, txn);
   if (rc != BS_OK) return rc;
   st = bs__calloc(&db->base.alloc, 1, sizeof *st);

@@ -117,7 +117,7 @@ int bs__lmdb_get_status(bs_status *out, bs_storage *st, bs_error *err) {
     size_t n = rec.last_error.size < sizeof out->last_error - 1 ? rec.last_error.size
                                                                 : sizeof out->last_error - 1;
     out->state = (bs_stream_state)rec.state;
-    out->snapshot_done = rec.snapshot_done && rec.has_checkpoint_lsn;
+    out->snapshot_done = rec.snapshot_done; /* the front: once a checkpoint exists */
     out->checkpoint = rec.checkpoint;
     out->last_persisted_op = rec.op_head;
     out->has_lsn = rec.has_checkpoint_lsn; /* a checkpoint may sit at op 0 */

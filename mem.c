@@ -802,7 +802,7 @@ static int mem_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   const mem_meta *m = &ms->s->m;
   lock(ms->db); /* out: zeroed by the front */
   out->state = m->state;
-  out->snapshot_done = m->snapshot_done && m->cp_lsn.has;
+  out->snapshot_done = m->snapshot_done;
   out->checkpoint = m->checkpoint;
   out->last_persisted_op = m->op_head;
   out->has_lsn = m->cp_lsn.has;
@@ -980,19 +980,10 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
   mem_db *db = MDB(bdb);
   mem_storage *ms;
   mem_stream *s = NULL;
-  lock(db);
-  if (id) {
-    if (id <= db->nstreams) s = db->streams[id - 1];
-  } else {
-    for (size_t i = db->nstreams; i-- > 0 && !s;)
-      if (bs__stream_served(db->streams[i]->m.state)) s = db->streams[i];
-    if (!s && db->nstreams) s = db->streams[db->nstreams - 1];
-  }
+  lock(db); /* id 0 was resolved by the front (stream_list) */
+  if (id && id <= db->nstreams) s = db->streams[id - 1];
   unlock(db);
-  if (!s) {
-    if (id) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
-    return bs__fail(err, BS_ENOTFOUND, "no stream exists");
-  }
+  if (!s) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
   ms = bs__calloc(ALLOC(db), 1, sizeof *ms);
   if (!ms) return enomem(err, "storage");
   ms->base.vt = &mem_vtable;

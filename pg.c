@@ -491,30 +491,17 @@ static int pg_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_error 
   bs__pg_db *db = pg_of(base);
   bs__pg_args a = {0};
   bs__pg_storage *st;
-  uint8_t served[BS__STREAM_STATES];
-  char map[BS_PG_STATES_TEXT];
   PGconn *c;
   PGresult *r;
   int rc, found;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
-  bs__pg_arg_i32(&a, (int32_t)id);
-  for (unsigned s = 0; s < BS__STREAM_STATES; s++) served[s] = (uint8_t)bs__stream_served(s);
-  if (!id) bs__pg_arg_states(&a, served, map);
-  /* id 0: the newest served stream, else the newest one */
-  rc = bs__pg_exec(c,
-                   id ? "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1"
-                      : "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE $1 = 0"
-                        " ORDER BY ($2::text::int2[])[state] = 1 DESC, id DESC LIMIT 1",
-                   &a, &r, "storage_open", err);
+  bs__pg_arg_i32(&a, (int32_t)id); /* id 0 was resolved by the front (stream_list) */
+  rc = bs__pg_exec(c, "SELECT id FROM bs_streams WHERE id = $1", &a, &r, "storage_open", err);
   bs__pg_conn_put(db, c);
   if (rc) return rc;
   found = PQntuples(r) == 1;
-  if (found) id = bs__pg_stream_row(r, 0).id;
   PQclear(r);
-  if (!found) {
-    if (id) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
-    return bs__fail(err, BS_ENOTFOUND, "no stream exists");
-  }
+  if (!found) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
   if (!(st = bs__calloc(&base->alloc, 1, sizeof *st)))
     return bs__fail(err, BS_ENOMEM, "storage: out of memory");
   st->base.vt = &pg_vtable;
@@ -740,7 +727,7 @@ static int pg_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   s = bs__pg_stream_row(r, 0);
   memset(out, 0, sizeof *out);
   out->state = (bs_stream_state)s.row.state;
-  out->snapshot_done = s.row.snapshot_done && s.row.checkpoint_lsn.data;
+  out->snapshot_done = s.row.snapshot_done; /* the front: once a checkpoint exists */
   out->checkpoint = s.row.checkpoint;
   out->last_persisted_op = s.row.op_head;
   copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, s.row.checkpoint_lsn);

@@ -455,12 +455,30 @@ int bs_stream_list(bs_db *db, int (*fn)(const bs_stream_info *info, void *payloa
   return callback_result(&c, rc, err);
 }
 
+/* Stream id 0 (storage.h bs_storage_open): the newest served stream, else the newest one. */
+typedef struct stream_pick {
+  uint32_t served, newest;
+} stream_pick;
+
+static int pick_stream(const bs_stream_info *in, void *payload) {
+  stream_pick *p = payload;
+  if (in->id > p->newest) p->newest = in->id;
+  if (bs__stream_served((unsigned)in->state) && in->id > p->served) p->served = in->id;
+  return 0;
+}
+
 int bs_storage_open(bs_storage **out, bs_db *db, uint32_t stream_id, bs_error *err) {
+  stream_pick p = {0, 0};
   int rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   *out = NULL;
   if ((rc = check_db(db, NULL, err))) return rc;
   if ((rc = DB_CHECK(db, storage_open, err))) return rc;
+  if (!stream_id && SLOT_OK(db->vt, bs_db_vtable, stream_list)) {
+    if ((rc = db->vt->stream_list(db, pick_stream, &p, err))) return rc;
+    if (!(stream_id = p.served ? p.served : p.newest))
+      return bs__fail(err, BS_ENOTFOUND, "the database has no stream");
+  }
   if ((rc = db->vt->storage_open(out, db, stream_id, err)) == BS_OK)
     rc = HANDLE_CHECK(*out, bs_storage_vtable, "storage_open", err);
   if (rc != BS_OK) *out = NULL;
@@ -1127,7 +1145,9 @@ int bs_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if ((rc = VT_CHECK(st, get_status, err))) return rc;
   memset(out, 0, sizeof *out);
-  return st->vt->get_status(out, st, err);
+  if ((rc = st->vt->get_status(out, st, err))) return rc;
+  out->snapshot_done &= out->has_lsn; /* reported once a checkpoint exists (storage.h) */
+  return BS_OK;
 }
 
 int bs_report_error(bs_storage *st, const char *message, bs_error *err) {

@@ -65,8 +65,9 @@ typedef struct bs_db_vtable {
                        bs_error *err);
   int (*stream_list)(bs_db *db, int (*fn)(const bs_stream_info *, void *), void *payload,
                      bs_error *err);
-  /* id 0 = the served stream (ACTIVE or ERRORED), else the newest; BS_ENOTFOUND when none. The
-   * storage returned has vt (with destroy), db = this db and stream_id set. */
+  /* id: a stream's (BS_ENOTFOUND when there is none such). The front resolves id 0 through
+   * stream_list (the newest served stream, else the newest); a table without stream_list gets
+   * the 0 as asked. The storage returned has vt (with destroy), db = this db and stream_id set. */
   int (*storage_open)(bs_storage **out, bs_db *db, uint32_t id, bs_error *err);
   int (*stat)(bs_stat *out, bs_db *db, bs_error *err);
   int (*verify)(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,

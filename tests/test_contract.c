@@ -596,6 +596,11 @@ static void t_checkpoint_blocked_until_snapshot_done(void **state) {
   assert_int_equal(r.blocked_reason, BS_BLOCKED_NO_CHECKPOINT_BEFORE);
   assert_false(r.checkpoint_created);
   expect_cp(e, 0, NULL);
+  {
+    bs_status st; /* the snapshot is reported done once a checkpoint exists (storage.h) */
+    CT_OK(bs_get_status(&st, e->st, &ct_err));
+    assert_false(st.snapshot_done);
+  }
   CT_OK(ct_save(e->w, BS_INSERT, "t", NULL, "c", CT_ROWS({"b", "t", "c", "3"})));
   CT_OK(ct_commit(e->w, ct_lsn(5), &r));
   assert_false(r.checkpoint_blocked);
@@ -819,6 +824,13 @@ static void t_activation(void **state) {
   assert_int_equal(s[c], BS_STREAM_STOPPED);
   assert_int_equal(s[d], BS_STREAM_PROCESSING);
   assert_int_equal(s[b], BS_STREAM_ACTIVE);
+  /* No stream served: id 0 opens the newest. */
+  CT_OK(ct_storage_open(e, e->db, b, &act));
+  CT_OK(bs_terminate(act, 0, &ct_err));
+  bs_storage_close(act);
+  CT_OK(ct_storage_open(e, e->db, 0, &act));
+  assert_int_equal(bs_storage_stream_id(act), d);
+  bs_storage_close(act);
 }
 
 static void t_status_resume_lsn(void **state) {
