@@ -772,7 +772,7 @@ static void check_changes_range(run *r, wl *s, uint64_t from, uint64_t to);
  * model's cap (and every later range that holds it, check_wcp_changes). */
 #define WIDE_MAX 1004
 static void do_wide(run *r, wl *s) {
-  static char names[2][WIDE_MAX][16];
+  static char names[2][WIDE_MAX][24]; /* room for any size_t: -O1 checks it */
   static unsigned char keys[WIDE_MAX][24];
   static bs_row rows[WIDE_MAX];
   static bs_lookup lk[WIDE_MAX];
