@@ -380,7 +380,7 @@ mutate: deps
 CRASH_KILLS ?= 300
 CRASH_BINS := $(BUILD)/tests/crash/crash_writer $(BUILD)/tests/crash/crash_check
 .PHONY: crashtest crashtest-quick fuzz fuzz-replay valgrind
-$(BUILD)/tests/crash/%: tests/crash/%.c tests/crash/crash_workload.h tests/util_fault.h \
+$(BUILD)/tests/crash/%: tests/crash/%.c tests/crash/crash_workload.h tests/crash/kill_files.h tests/util_fault.h \
 		$(BUILD)/tests/util_fault.o $(BUILD)/libbucketstore.a storage.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -I. -o $@ $< $(BUILD)/tests/util_fault.o $(BUILD)/libbucketstore.a $(LIBDEPS)
