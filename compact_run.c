@@ -51,11 +51,14 @@ static int work_batch(const bs__compact_store *s, void *x, bs__compact_run *r, c
   return rc;
 }
 
-/* A listed bucket the call compacts: one that is due; in initial replication also one with an op
- * at or below the horizon (a bucket max_op_id leaves untouched is neither counted nor marked). */
-static int selected(const bs__compact_run *r, const bs__compact_bucket *b) {
-  if (r->mode == BS__COMPACT_INITIAL && !(b->first_op && b->first_op <= r->horizon)) return 0;
-  return bs__compact_bucket_due(r->o, b->count, b->compacted_count, b->last_op, b->compacted_op);
+/* A bucket the call compacts: one with an op at or below the horizon (a bucket max_op_id leaves
+ * untouched is neither counted nor marked), and named (opts->buckets), queued (incremental) or
+ * due. */
+static int selected(const bs__compact_run *r, const bs__compact_bucket *b, int named) {
+  if (r->mode == BS__COMPACT_INC) return 1; /* queued: its log says what is due */
+  if (!(b->first_op && b->first_op <= r->horizon)) return 0;
+  return named ||
+         bs__compact_bucket_due(r->o, b->count, b->compacted_count, b->last_op, b->compacted_op);
 }
 
 /* The buckets of the call, a batch at a time while the budget lasts: incremental, the queue;
@@ -65,21 +68,22 @@ static int compact_buckets(const bs__compact_store *s, void *x, bs__compact_run 
   uint64_t ids[BS__COMPACT_BATCH];
   bs__compact_bucket b[BS__COMPACT_BATCH];
   bs__compact_cursor cur;
-  int rc = BS_OK, queued = r->mode == BS__COMPACT_INC;
+  int rc = BS_OK, queued = r->mode == BS__COMPACT_INC, named = o->buckets && !queued;
   memset(&cur, 0, sizeof cur);
   while (!rc && !cur.done && r->budget) {
     size_t n = 0, nb = 0;
-    if (o->buckets && !queued) {
-      for (; cur.from < o->n_buckets && n < BS__COMPACT_BATCH && !rc; cur.from++) {
+    if (named) {
+      for (; cur.from < o->n_buckets && nb < BS__COMPACT_BATCH && !rc; cur.from++) {
         int found = 0;
-        rc = s->find(x, o->buckets[cur.from], &ids[n], &found, r->err);
-        n += !rc && found;
+        rc = s->find(x, o->buckets[cur.from], &b[nb], &found, r->err);
+        nb += !rc && found;
       }
       cur.done = cur.from == o->n_buckets;
-    } else if (!(rc = s->list(x, queued, &cur, b, &nb, r->err))) {
-      for (size_t k = 0; k < nb; k++)
-        if (queued || selected(r, &b[k])) ids[n++] = b[k].id;
+    } else {
+      rc = s->list(x, queued, &cur, b, &nb, r->err);
     }
+    for (size_t k = 0; !rc && k < nb; k++)
+      if (selected(r, &b[k], named)) ids[n++] = b[k].id;
     if (!rc && n) rc = work_batch(s, x, r, ids, n, cand);
   }
   return rc;

@@ -842,8 +842,8 @@ typedef struct bs__compact_store {
   int (*aged)(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err);
   /* optional: records the horizon before any op changes (full and incremental) */
   int (*begin)(void *x, uint64_t horizon, bs_error *err);
-  /* the bucket named name: *found 0 when there is none */
-  int (*find)(void *x, bs_val name, uint64_t *id, int *found, bs_error *err);
+  /* the bucket named name, as list gives it: *found 0 when there is none */
+  int (*find)(void *x, bs_val name, bs__compact_bucket *out, int *found, bs_error *err);
   /* up to BS__COMPACT_BATCH buckets after cur, advancing it: queued (incremental: those with
    * logged superseded entries, in id order; only ids), else every bucket with its figures */
   int (*list)(void *x, int queued, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n,

@@ -1006,17 +1006,6 @@ static int compact_begin(void *x, uint64_t horizon, bs_error *err) {
   return RUN((cctx *)x, rec_raise_step, &r);
 }
 
-static int compact_find(void *x, bs_val name, uint64_t *id, int *found, bs_error *err) {
-  cctx *c = x;
-  MDB_txn *txn;
-  int rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, err);
-  if (rc) return rc;
-  rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, name, id, err);
-  bs__lmdb_txn_abort(c->db, txn);
-  *found = rc == BS_OK;
-  return rc == BS_ENOTFOUND ? BS_OK : rc; /* an unknown bucket has nothing to compact */
-}
-
 /* The lowest op id stored in the bucket (0 if none), through oc on ops. */
 static int first_op_of(cctx *c, MDB_cursor *oc, uint64_t id, uint64_t *out) {
   MDB_val k, v;
@@ -1026,6 +1015,30 @@ static int first_op_of(cctx *c, MDB_cursor *oc, uint64_t id, uint64_t *out) {
   mrc = seek_ge(oc, kb, 16, &k, &v);
   *out = mrc == 0 && in_bucket(&k, id) ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0;
   return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: first op") : BS_OK;
+}
+
+/* The bucket id as the selection sees it, in txn (oc: a cursor on ops in txn). */
+static int bucket_entry(cctx *c, MDB_txn *txn, MDB_cursor *oc, uint64_t id,
+                        bs__compact_bucket *out) {
+  bstate b;
+  int rc = state_load(c, txn, id, &b);
+  if (rc) return rc;
+  *out = (bs__compact_bucket){id, b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op, 0};
+  return first_op_of(c, oc, id, &out->first_op);
+}
+
+static int compact_find(void *x, bs_val name, bs__compact_bucket *out, int *found, bs_error *err) {
+  cctx *c = x;
+  MDB_txn *txn;
+  MDB_cursor *oc;
+  uint64_t id;
+  int rc = read_begin(c, c->db->ops, &txn, &oc);
+  if (rc) return rc;
+  rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, name, &id, err);
+  *found = rc == BS_OK;
+  if (rc == BS_ENOTFOUND) rc = BS_OK; /* an unknown bucket has nothing to compact */
+  if (*found) rc = bucket_entry(c, txn, oc, id, out);
+  return read_end(c, txn, oc, rc);
 }
 
 /* Every bucket of the stream with its state, in name order (the bucket index), after cur's
@@ -1048,7 +1061,6 @@ static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, s
       memcmp(k.mv_data, kb, k.mv_size) == 0)
     mrc = mdb_cursor_get(mc, &k, &v, MDB_NEXT);
   for (; mrc == 0 && *n < BS__COMPACT_BATCH; mrc = mdb_cursor_get(mc, &k, &v, MDB_NEXT)) {
-    bstate b;
     uint64_t id;
     uint32_t stream;
     bs_val name;
@@ -1059,10 +1071,7 @@ static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, s
     }
     memcpy(cur->name, name.data, name.size);
     cur->name_size = name.size;
-    if ((rc = state_load(c, txn, id, &b))) goto out;
-    out[*n] =
-        (bs__compact_bucket){id, b.s.count, b.s.compacted_count, b.s.last_op, b.s.compacted_op, 0};
-    if ((rc = first_op_of(c, oc, id, &out[(*n)++].first_op))) goto out;
+    if ((rc = bucket_entry(c, txn, oc, id, &out[(*n)++]))) goto out;
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
   cur->done = *n < BS__COMPACT_BATCH;

@@ -254,13 +254,19 @@ static int m_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
   return BS_OK;
 }
 
-static int m_find(void *x, bs_val name, uint64_t *id, int *found, bs_error *err) {
+static bs__compact_bucket bucket_entry(const mem_stream *s, size_t i) {
+  const mem_bucket *b = s->buckets[i];
+  bs__compact_bucket e = {
+      i, b->n, b->compacted_count, last_op_of(b), b->compacted_op, b->n ? b->ops[0].id : 0};
+  return e;
+}
+
+static int m_find(void *x, bs_val name, bs__compact_bucket *out, int *found, bs_error *err) {
   mem_storage *ms = ((mcx *)x)->ms;
   size_t idx = 0;
   (void)err;
   lock(ms->db);
-  *found = bucket_find(ms->s, name, &idx) != NULL;
-  *id = idx;
+  if ((*found = bucket_find(ms->s, name, &idx) != NULL)) *out = bucket_entry(ms->s, idx);
   unlock(ms->db);
   return BS_OK;
 }
@@ -274,12 +280,8 @@ static int m_list(void *x, int queued, bs__compact_cursor *cur, bs__compact_buck
   (void)err;
   *n = 0;
   lock(ms->db);
-  for (i = (size_t)cur->from; i < s->nbuckets && *n < BS__COMPACT_BATCH; i++) {
-    const mem_bucket *b = s->buckets[i];
-    bs__compact_bucket e = {
-        i, b->n, b->compacted_count, last_op_of(b), b->compacted_op, b->n ? b->ops[0].id : 0};
-    if (!queued || b->nsups > 0) out[(*n)++] = e;
-  }
+  for (i = (size_t)cur->from; i < s->nbuckets && *n < BS__COMPACT_BATCH; i++)
+    if (!queued || s->buckets[i]->nsups > 0) out[(*n)++] = bucket_entry(s, i);
   cur->from = i;
   cur->done = i == s->nbuckets;
   unlock(ms->db);

@@ -693,7 +693,7 @@ static int deletes_txn(cctx *c, uint64_t bucket, const uint64_t *ids, bdelta *d,
 
 /* The walk's deletions, max_ops_per_txn a transaction (the ops visited are not bounded: the
  * reads are outside it). */
-static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
+static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed) {
   size_t max = c->o.max_ops_per_txn;
   pcur p = {c, bucket, NULL, 0, 0, bs__calloc(c->a, max, sizeof *p.ids), 0};
   uint64_t pos = horizon;
@@ -707,6 +707,7 @@ static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon) {
     p.nids = 0;
     rc = bs__compact_scan_walk(&pcur_ops, &p, c->run, &t, NULL, &d, &pos, &done);
     if (!rc && d.removed) rc = deletes_txn(c, bucket, p.ids, &d, &gone);
+    if (!rc && d.removed) *changed = 1;
   }
   PQclear(p.r);
   bs__free(c->a, p.ids);
@@ -740,7 +741,7 @@ static int compact_step(void *x, bs__compact_run *r) {
     else if (r->mode == W_INC)
       rc = inc_bucket(c, bucket, r->horizon, &r->budget, &changed);
     else
-      rc = initial_bucket(c, bucket, r->horizon);
+      rc = initial_bucket(c, bucket, r->horizon, &changed);
     if (rc) return rc;
     if (changed) c->stats->buckets_compacted++;
     r->processed++;
@@ -749,51 +750,53 @@ static int compact_step(void *x, bs__compact_run *r) {
   return BS_OK;
 }
 
-static int compact_find(void *x, bs_val name, uint64_t *id, int *found, bs_error *err) {
-  cctx *c = x;
-  bs__pg_args a = {0};
-  PGresult *r;
-  int rc;
-  (void)err;
-  bs__pg_arg_i32(&a, (int32_t)c->stream);
-  bs__pg_arg_bytes(&a, name);
-  if ((rc = exec(c, "SELECT id FROM bs_buckets WHERE stream = $1 AND name = $2", &a, &r,
-                 "compact: buckets")))
-    return rc;
-  if ((*found = PQntuples(r) == 1)) *id = (uint64_t)bs__pg_i64(r, 0, 0);
-  PQclear(r);
-  return BS_OK;
-}
+/* Buckets in name order with their figures: the one named name (exact) or up to a batch after
+ * it, into out[*n...]; *last: the last one's name (cur->name, at most its size). */
+#define BUCKETS_SQL(where)                                                                         \
+  "SELECT id, count, compacted_count, last_op, compacted_op,"                                      \
+  " coalesce((SELECT min(op_id) FROM bs_ops WHERE bucket = b.id), 0), name"                        \
+  " FROM bs_buckets b WHERE stream = $1 AND " where " ORDER BY name LIMIT $3"
 
-/* Every bucket in name order after cur's name, with its figures. */
-static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
+static int buckets_read(cctx *c, int exact, bs__compact_cursor *cur, bs_val name,
+                        bs__compact_bucket *out, size_t *n) {
   bs__pg_args a = {0};
   PGresult *r;
   int rc, rows;
   bs__pg_arg_i32(&a, (int32_t)c->stream);
-  bs__pg_arg_bytes(&a, (bs_val){cur->name, cur->name_size});
+  bs__pg_arg_bytes(&a, name);
   bs__pg_arg_i32(&a, BS__COMPACT_BATCH);
-  if ((rc = exec(c,
-                 "SELECT id, count, compacted_count, last_op, compacted_op, name,"
-                 " coalesce((SELECT min(op_id) FROM bs_ops WHERE bucket = b.id), 0)"
-                 " FROM bs_buckets b WHERE stream = $1 AND name > $2 ORDER BY name LIMIT $3",
-                 &a, &r, "compact: buckets")))
+  if ((rc = exec(c, exact ? BUCKETS_SQL("name = $2") : BUCKETS_SQL("name > $2"), &a, &r,
+                 "compact: buckets")))
     return rc;
   rows = PQntuples(r);
   cur->done = rows < BS__COMPACT_BATCH;
   for (int i = 0; i < rows; i++) {
-    bs_val name = bs__pg_bytes(r, i, 5);
-    out[(*n)++] =
-        (bs__compact_bucket){(uint64_t)bs__pg_i64(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1),
-                             (uint64_t)bs__pg_i64(r, i, 2), (uint64_t)bs__pg_i64(r, i, 3),
-                             (uint64_t)bs__pg_i64(r, i, 4), (uint64_t)bs__pg_i64(r, i, 6)};
-    if (i + 1 == rows && name.size <= sizeof cur->name) {
-      memcpy(cur->name, name.data, name.size);
-      cur->name_size = name.size;
+    bs_val last = bs__pg_bytes(r, i, 6);
+    bs__compact_bucket *e = &out[(*n)++];
+    e->id = (uint64_t)bs__pg_i64(r, i, 0);
+    e->count = (uint64_t)bs__pg_i64(r, i, 1);
+    e->compacted_count = (uint64_t)bs__pg_i64(r, i, 2);
+    e->last_op = (uint64_t)bs__pg_i64(r, i, 3);
+    e->compacted_op = (uint64_t)bs__pg_i64(r, i, 4);
+    e->first_op = (uint64_t)bs__pg_i64(r, i, 5);
+    if (i + 1 == rows && last.size <= sizeof cur->name) {
+      memcpy(cur->name, last.data, last.size);
+      cur->name_size = last.size;
     }
   }
   PQclear(r);
   return BS_OK;
+}
+
+static int compact_find(void *x, bs_val name, bs__compact_bucket *out, int *found, bs_error *err) {
+  bs__compact_cursor cur;
+  size_t n = 0;
+  int rc;
+  (void)err;
+  memset(&cur, 0, sizeof cur);
+  rc = buckets_read(x, 1, &cur, name, out, &n);
+  *found = n == 1;
+  return rc;
 }
 
 /* The buckets with logged entries after bucket id cur->from, in id order (a loose index scan of
@@ -828,7 +831,8 @@ static int compact_list(void *x, int queued, bs__compact_cursor *cur, bs__compac
                         size_t *n, bs_error *err) {
   (void)err;
   *n = 0;
-  return queued ? list_queued(x, cur, out, n) : list_all(x, cur, out, n);
+  if (queued) return list_queued(x, cur, out, n);
+  return buckets_read(x, 0, cur, (bs_val){cur->name, cur->name_size}, out, n);
 }
 
 static int compact_defragment(void *x, bs__compact_run *r, uint64_t *ids, size_t n) {

@@ -840,7 +840,8 @@ typedef struct bs_compact_stats {
 typedef struct bs_compact_options {
   unsigned version;
   uint64_t max_op_id;    /* horizon; 0 = the current checkpoint */
-  const bs_val *buckets; /* full: NULL = select by the two thresholds below; incremental
+  const bs_val *buckets; /* full: NULL = select by the two thresholds below; either way a
+                            bucket with no op at or below the horizon is left alone; incremental
                             compaction ignores it (it works the buckets the writers logged) */
   size_t n_buckets;
   uint64_t min_bucket_changes; /* 0 = 10 */

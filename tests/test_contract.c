@@ -2219,6 +2219,45 @@ static void t_compact_initial_below(void **state) {
   check_figures(e->st, &l);
 }
 
+/* Full compaction below the checkpoint: a bucket whose ops all lie above max_op_id is left as it
+ * is, neither counted nor marked compacted (its changes stay), selected by the thresholds or
+ * named; a later run at the checkpoint takes it. */
+static void t_compact_full_below(void **state) {
+  ct_env *e = *state;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats s;
+  bs_val only = ct_v("o");
+  listed l;
+  /* b: PUT t1 (1), PUT t1 (2); o: PUT t3 (3), PUT t4 (4) */
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "1"})));
+  CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "2"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t3", CT_ROWS({"o", "test", "t3", "1"})));
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t4", CT_ROWS({"o", "test", "t4", "1"})));
+  CT_EQ_U64(commit(e, ct_lsn(1)), 4);
+  o.max_op_id = 2;
+  o.min_bucket_changes = 1;
+  o.min_change_ratio = 0;
+  CT_OK(bs_compact(&s, e->st, &o, &ct_err));
+  CT_EQ_U64(s.buckets_compacted, 1); /* b: op 1 moved */
+  l = list_from(e->st, NULL, 0, BS_OK);
+  assert_string_equal(joined(&l), "b,o");
+  CT_EQ_U64(l.v[0].changes, 0);
+  CT_EQ_U64(l.v[1].changes, 2);
+  o.buckets = &only; /* named: the same */
+  o.n_buckets = 1;
+  CT_OK(bs_compact(&s, e->st, &o, &ct_err));
+  CT_EQ_U64(s.bytes_before, 0);
+  l = list_from(e->st, NULL, 0, BS_OK);
+  CT_EQ_U64(l.v[1].changes, 2);
+  o.buckets = NULL;
+  o.n_buckets = 0;
+  o.max_op_id = 0;
+  CT_OK(bs_compact(&s, e->st, &o, &ct_err));
+  l = list_from(e->st, NULL, 0, BS_OK);
+  CT_EQ_U64(l.v[1].changes, 0); /* o, at the checkpoint */
+  check_figures(e->st, &l);
+}
+
 /* A save that emits no op creates no bucket: a snapshot INSERT skipped over an existing record
  * names buckets that stay unknown (not listed, not counted); one over a (hard-)deleted record is
  * not skipped. Found by test_diff lmdb/postgres seed 1 (PostgreSQL created every bucket a
@@ -2593,6 +2632,7 @@ static const ct_test TESTS[] = {
     T_NEEDS(t_compact_initial_replication, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_parameters_fence, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_initial_below, CT_LACKS_COMPACT),
+    T_NEEDS(t_compact_full_below, CT_LACKS_COMPACT),
     T(t_passthrough_on_path),
     T(t_list_buckets),
     T(t_skipped_save_creates_no_bucket),
