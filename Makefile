@@ -38,7 +38,7 @@ endif
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_UTIL := $(sort $(wildcard tests/util_*.c))
-BENCH_SRCS := $(filter-out bench/bench_migrate.c,$(sort $(wildcard bench/*.c)))
+BENCH_SRCS := $(filter-out bench/bench_migrate.c bench/bench_clear.c,$(sort $(wildcard bench/*.c)))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # Every object depends on the flags it was built with: $(BUILD)/cflags changes, and the objects
@@ -106,7 +106,7 @@ TEST_RESULTS = $(BUILD)/test-results
 STEP = tests/step.sh $(TEST_RESULTS)
 STRICT ?= 0
 skip = { echo "== skipped: $(1)"; if [ -n "$$BS_SKIP_NOTE" ]; then echo "$(1)" >>"$$BS_SKIP_NOTE"; fi; }
-test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
+test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/bench_clear
 	@rm -f $(TEST_RESULTS)
 	@for t in $(filter-out $(PG_TEST_BINS),$(TEST_BINS)); do echo "== $$t"; \
 	  $(STEP) $$t env BS_TEST_QUICK=1 $$t; done
@@ -115,7 +115,8 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
 	@echo "== bench smoke (no timing assertions)"
 	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null && \
-	  $(BUILD)/bench/bsbench --quick --defrag --buckets 20 >/dev/null'
+	  $(BUILD)/bench/bsbench --quick --defrag --buckets 20 >/dev/null && d=$$(mktemp -d) && \
+	  $(BUILD)/bench/bench_clear $$d 2000 10 >/dev/null && rmdir $$d'
 	@$(STEP) headertest $(MAKE) --no-print-directory headertest
 	@$(STEP) examples $(MAKE) --no-print-directory run-examples
 	@$(STEP) cli_check tests/cli_check.sh $(BUILD)/bucketstore
@@ -206,6 +207,11 @@ bench-quick: deps $(BUILD)/bench/bsbench
 # bench_migrate: the LMDB format migration at several transaction sizes (bench/README.md).
 $(BUILD)/bench/bench_migrate: bench/bench_migrate.c tests/util_format1.h $(BUILD)/libbucketstore.a \
 		storage.h lmdb_internal.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BSCFLAGS) -I. -o $@ $< $(BUILD)/libbucketstore.a $(LIBDEPS)
+
+# bench_clear: what an LMDB clear costs, and when readers see it (bench/README.md).
+$(BUILD)/bench/bench_clear: bench/bench_clear.c $(BUILD)/libbucketstore.a storage.h lmdb_internal.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -I. -o $@ $< $(BUILD)/libbucketstore.a $(LIBDEPS)
 
