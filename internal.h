@@ -6,9 +6,10 @@
  *     backends' constructors;
  *  3. the rules (rules.c, lifecycle.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) that
  *     the front and every backend apply, each written once; they use only the common layer.
- * The front (storage.c, writer.c) uses all three; a backend uses the common layer and the rules,
- * never the front (`make layercheck` checks the object files with nm). No backend's types: each
- * backend's are in its own private header (lmdb_internal.h, mem_internal.h, pg_internal.h).
+ * The front (storage.c, writer.c, cache.c) uses all three; a backend uses the common layer and
+ * the rules, never the front (`make layercheck` checks the object files with nm). No backend's
+ * types: each backend's are in its own private header (lmdb_internal.h, mem_internal.h,
+ * pg_internal.h).
  * `make install` ships none of them.
  *
  * Names: the public API is bs_ (storage.h); every symbol that is shared between the library's
@@ -961,7 +962,7 @@ typedef struct bs__vbucket {
 void bs__verify_op(bs__verify *v, bs__vbucket *b, const bs_op *op, uint64_t payload);
 void bs__verify_bucket_end(bs__verify *v, const bs__vbucket *b);
 
-/* ---- The front's checksum cache (checksum.c; only storage.c calls it) ---- */
+/* ---- The front's checksum cache (cache.c; only storage.c calls it) ---- */
 typedef struct bs__cksum_cache bs__cksum_cache;
 int bs__cksum_cache_new(bs__cksum_cache **out, const bs_allocator *a, size_t capacity);
 void bs__cksum_cache_free(bs__cksum_cache *c);

@@ -1,6 +1,6 @@
 /*
  * storage.c: the front of the library: the argument checks of the public API, dispatch of every
- * call to the backend's tables, the checksum cache (checksum.c) above any backend, and the waits
+ * call to the backend's tables, the checksum cache (cache.c) above any backend, and the waits
  * for a checkpoint. It uses the common layer (common.c) and the rules (rules.c); no backend uses
  * anything of it (`make layercheck`).
  */

@@ -6,9 +6,9 @@
 #   common.o                  the common layer: uses no other library object;
 #   lmdb*.o, mem*.o, pg*.o    backends: use the common layer, the rules and their own backend's
 #                             objects, never the front and never another backend;
-#   storage.o, writer.o       the front (writer.o: the writer's queue): may use everything, and
-#                             no other object uses it, so the front and the backends cannot
-#                             import each other again;
+#   storage.o, writer.o,      the front (writer.o: the writer's queue; cache.o: the checksum
+#   cache.o                   cache above the backends): may use everything, and no other object
+#                             uses it, so the front and the backends cannot import each other;
 #   any other object          a rule module (rules.o, checksum.o, compact.o, lookup.o, ...): uses
 #                             the common layer and other rules only;
 #   cli_*.o                   the CLI (cli/, a program on storage.h): no library object uses it.
@@ -19,8 +19,27 @@
 #    can be read, and changed, knowing only the files below it.
 #
 # Plain POSIX sh (nm, comm, awk); prints every offending pair and every cycle (each arrow with
-# the symbols it takes) and exits 1, or one summary line.
+# the symbols it takes) and exits 1, or one summary line. -a also prints every arrow, "user.c ->
+# definer.c" a line. Without objects it runs `make layercheck`, which builds them and calls it
+# on the library's and the CLI's (so it works from a clean tree); an object that does not exist
+# is an error, not a smaller graph.
 set -eu
+arrows=0
+if [ "${1-}" = -a ]; then
+  arrows=1
+  shift
+fi
+if [ $# = 0 ]; then
+  [ "$arrows" = 0 ] || echo "layercheck: -a needs the objects (tools/layercheck.sh -a build/*.o)" >&2
+  cd "$(dirname "$0")/.."
+  exec ${MAKE:-make} --no-print-directory layercheck
+fi
+for o in "$@"; do
+  [ -f "$o" ] || {
+    echo "layercheck: $o: no such object (make layercheck builds them first)" >&2
+    exit 2
+  }
+done
 
 # Arrows that still close a cycle, "user definer" a line, left out of rule 2 until their cycle
 # is gone; none is left. An entry whose arrow no longer exists fails the check: the list only
@@ -31,14 +50,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for o in "$@"; do
   b=$(basename "$o" .o)
-  nm --defined-only "$o" | awk 'NF == 3 && $2 ~ /[TDBRVWC]/ {print $3}' | sort -u >"$tmp/$b.def"
-  nm -u "$o" | awk '{print $NF}' | sort -u >"$tmp/$b.use"
+  nm --defined-only "$o" >"$tmp/nm" # on its own, so that set -e sees nm fail
+  awk 'NF == 3 && $2 ~ /[TDBRVWC]/ {print $3}' "$tmp/nm" | sort -u >"$tmp/$b.def"
+  nm -u "$o" >"$tmp/nm"
+  awk '{print $NF}' "$tmp/nm" | sort -u >"$tmp/$b.use"
 done
+rm -f "$tmp/nm"
 
 layer() {
   case $1 in
   common) echo common ;;
-  storage | writer) echo front ;;
+  storage | writer | cache) echo front ;;
   lmdb*) echo lmdb ;;
   mem*) echo mem ;;
   pg*) echo pg ;;
@@ -106,6 +128,7 @@ then
   bad=1
 fi
 [ "$bad" = 0 ] || exit 1
+[ "$arrows" = 0 ] || awk '{ print $1 ".c -> " $2 ".c" }' "$tmp/graph"
 layers=$(for o in "$@"; do layer "$(basename "$o" .o)"; done | sort -u | tr '\n' ' ')
 echo "layercheck: $# objects (layers: ${layers% }): every arrow between layers allowed; no cycle" \
   "(allowed arrows left: $(printf '%s\n' "$allowed" | awk 'NF == 2' | wc -l))"
