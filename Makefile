@@ -23,7 +23,7 @@ ifeq ($(DEBUG),1)
 BSCFLAGS += -DBS_DEBUG
 endif
 
-# The PostgreSQL backend (pg*.c, issue 14) is built when libpq is found (`make PG=0` leaves it
+# The PostgreSQL backend (pg*.c) is built when libpq is found (`make PG=0` leaves it
 # out: the library then links no libpq and bs_open_postgres answers BS_EUNSUPPORTED).
 PG ?= $(shell pkg-config --exists libpq 2>/dev/null && echo 1 || echo 0)
 ALL_LIB_SRCS := $(sort $(wildcard *.c))
@@ -145,7 +145,7 @@ run-examples: examples
 	@set -e; d=$$(mktemp -d); for e in $(EXAMPLE_BINS); do echo "== $$e"; \
 	  (cd $$d && $(CURDIR)/$$e >/dev/null); done; rm -rf $$d
 
-# The PostgreSQL slice (issue 14): its suites against a server of their own (tests/pg_server.sh
+# The PostgreSQL slice: its suites against a server of their own (tests/pg_server.sh
 # run: initdb in /tmp, 127.0.0.1 on a free port, removed after), or against the server that
 # BS_TEST_PG_URL names. Skipped, saying so, when no PostgreSQL binaries are installed; in a build
 # without the backend (PG=0) test_pg checks that bs_open_postgres says BS_EUNSUPPORTED.
@@ -218,7 +218,7 @@ $(BUILD)/bench/bench_clear: bench/bench_clear.c $(BUILD)/libbucketstore.a storag
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-abi bucketstore
 
-# ---- Embedding (issue 8): install / uninstall, amalgamation, header test, examples ----------
+# ---- Embedding: install / uninstall, amalgamation, header test, examples ---------------------
 # GNU conventions: `make install PREFIX=/opt/bs DESTDIR=/tmp/stage`. The shared library gets a
 # real name with the full version, the soname libbucketstore.so.0 and the dev symlink.
 .PHONY: install uninstall amalgamate headertest examples
@@ -288,7 +288,7 @@ headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_back
 	    -o $(BUILD)/headertest/$$t.cxx.o -c tests/$$t.c; done
 	@echo "headertest: storage.h and storage_backend.h compile alone as C99 and C++11"
 
-# <lmdb.h> only in LMDB files (issue 13): every library file but lmdb*.c compiles with an include
+# <lmdb.h> only in LMDB files: every library file but lmdb*.c compiles with an include
 # path whose first lmdb.h is an #error, and only lmdb_internal.h names it.
 # tools/layercheck.sh: the layers of internal.h on the object files (nm): the common layer uses
 # nothing, the rules only it, a backend never the front (storage.o) nor another backend; and no
@@ -314,7 +314,7 @@ layercheck: $(BUILD)/libbucketstore.a $(CLI_OBJS)
 	@tools/layercheck.sh $(LIB_OBJS)
 	@tools/layercheck.sh $(CLI_OBJS)
 
-# ABI (issue 22): libbucketstore.so's ABI (abidw, libabigail) against the baseline kept in
+# ABI: libbucketstore.so's ABI (abidw, libabigail) against the baseline kept in
 # abi/libbucketstore.abi, for the version in abi/version. abi-check (in `make test`) fails on any
 # change, also an addition: a program built against one 0.x header must run with the next
 # library. A deliberate change: bump BS_VERSION_* in storage.h (minor for an addition, major for
@@ -380,7 +380,7 @@ soak: deps $(SOAK_TESTS:%=$(BUILD)/tests/%) $(BUILD)/bucketstore
 mutate: deps
 	@$(PYTHON) tests/mutate.py
 
-# ==== Reliability (helper r, issue 7): crash test, fuzzing, valgrind ==========================
+# ==== Reliability: crash test, fuzzing, valgrind ===============================================
 # crashtest: SIGKILL a durable writer CRASH_KILLS times at random moments, checking the file
 # after each kill (tests/crash/). crashtest-quick (in `make test`): 10 kills.
 CRASH_KILLS ?= 300
@@ -527,7 +527,7 @@ lint: format-check
 	  $(LIB_SRCS) $(CLI_SRCS) -- -std=c11 -D_GNU_SOURCE -I. $(PG_CFLAGS)
 	@echo "lint: clean"
 
-# ==== Python binding (issue 15): bindings/python, the C library compiled into the package ======
+# ==== Python binding: bindings/python, the C library compiled into the package ======
 # py-test: tests/py_package_check.sh, the package as a user installs it: pip install of a clean
 # copy of the tree into a fresh venv and mypy --strict on its examples and the package there, then
 # an sdist built into a wheel elsewhere, installed into another venv, and the binding's pytest
@@ -543,7 +543,7 @@ py-test: deps
 	  tests/py_package_check.sh || rc=$$?; [ $$rc = 77 ] || exit $$rc; fi; \
 	PYTHON=$(PYTHON) tests/py_package_check.sh
 
-# ==== Node.js binding (issue 15): bindings/node, a Node-API addon built by npm/node-gyp against
+# ==== Node.js binding: bindings/node, a Node-API addon built by npm/node-gyp against
 # the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded) from
 # bindings/node/deps, the amalgamation (node-sources; what `npm pack` ships, made by its
 # prepack), so the tree builds the addon as an installed package does. node-test (in `make

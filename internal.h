@@ -537,7 +537,7 @@ static inline int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err
   return BS_OK;
 }
 
-/* ---- Write checkpoints (contract.md 7): the rule both backends apply ---- */
+/* ---- Write checkpoints (contract.md 7): the rule every backend applies ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name
  * conn at an LSN at or above lsn; given connections the record lacks are ignored. A managed
  * record is acknowledged for the reader iff every one of its heads is reached. */

@@ -80,7 +80,7 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     " new_op bigint NOT NULL, PRIMARY KEY (stream, bucket, old_op));"
     "ALTER TABLE bs_changes ADD time_ms bigint NOT NULL DEFAULT 0;"
     "ALTER TABLE bs_streams ADD param_cursor bigint NOT NULL DEFAULT 0;",
-    /* 5: fewer bytes per op (issue 14; sizes measured after bsbench --pg's ingest): an op's
+    /* 5: fewer bytes per op (sizes measured after bsbench --pg's ingest): an op's
      * checksum as integer (the 32-bit value stored signed: its bigint and the alignment padding
      * before it were 8 of a row's bytes) and a primary key without INCLUDE (type, checksum) (40
      * of its 50 bytes per op; the checksums read only the ops above C, from the heap); the
@@ -125,7 +125,7 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "  RETURN r; END $$;"
     "ALTER TABLE bs_source ALTER members TYPE bytea USING pg_temp.bs_members5(members);"
     "DROP FUNCTION pg_temp.bs_members5(bytea), pg_temp.bs_varint(bigint);",
-    /* 6: the superseded log in a row per bucket and flush (issue 14: a row per entry was 39
+    /* 6: the superseded log in a row per bucket and flush (a row per entry was 39
      * bytes per op after bsbench --pg's ingest, a tuple and an index entry for 16 bytes): at
      * most BS_PG_SUP_ROW (4096) entries, ascending by old op, in varint pairs (pg_codec.c's
      * bs__pg_sups_put), keyed by the lowest new op; stored uncompressed. The old rows become
@@ -157,7 +157,7 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "ALTER TABLE bs_superseded ADD PRIMARY KEY (stream, bucket, first_new),"
     " ALTER pairs SET STORAGE EXTERNAL;"
     "DROP FUNCTION pg_temp.bs_pairs6(bigint[], bigint[], bigint), pg_temp.bs_varint(bigint);",
-    /* 7: smaller source records (issue 14: 88 bytes per op after bsbench --pg's ingest, a row of
+    /* 7: smaller source records (88 bytes per op after bsbench --pg's ingest, a row of
      * 80 bytes per record): soft and has_data go (a soft-deleted record is one with a mark, NULL
      * otherwise, which the tuple's null bitmap holds for free; has_data was data IS NOT NULL),
      * and a membership's object_id equal to the record's replica id takes one byte (0; else its

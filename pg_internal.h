@@ -1,5 +1,5 @@
 /*
- * pg_internal.h: what the PostgreSQL backend's files (pg*.c, issue 14) share: the schema, the
+ * pg_internal.h: what the PostgreSQL backend's files (pg*.c) share: the schema, the
  * handles, the connection pool and the libpq helpers. The only header that includes
  * <libpq-fe.h>: the front, the rules and the other backends compile without it (make
  * layercheck), and a build without PG=1 has no pg*.c at all.

@@ -1,5 +1,5 @@
 /*
- * writer.c: the writer's queue, owned by the front (issue 13): what bs_writer_save and
+ * writer.c: the writer's queue, owned by the front: what bs_writer_save and
  * bs_writer_custom_write_checkpoint* queue until the next flush, commit or truncate hands it to
  * the backend in ONE call, as a batch in queue order (storage_backend.h, bs_write_batch), which
  * the backend applies in one transaction. A backend never copies or queues a save.

@@ -1,5 +1,5 @@
 /*
- * bench_pg.c: the PostgreSQL workloads (issue 14, "How fast"; bsbench --pg URL|start). Each runs
+ * bench_pg.c: the PostgreSQL workloads (bsbench --pg URL|start). Each runs
  * through bucketstore's public API on a postgresql:// database and, on the same server in the
  * same run, as the minimal SQL for the same work through raw libpq (the baseline):
  *

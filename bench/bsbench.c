@@ -1,5 +1,5 @@
 /*
- * bsbench: the benchmark harness (issue 6). Creates a fresh temporary directory, builds the
+ * bsbench: the benchmark harness. Creates a fresh temporary directory, builds the
  * stores each workload needs, and measures every workload twice: through bucketstore, and as
  * the same key pattern / value sizes / commit cadence / sync mode written straight into LMDB.
  * The ratio between the two is the figure of merit (absolute numbers vary between machines).
@@ -611,7 +611,7 @@ static void target(const char *what, int ok, const char *fmt, ...) {
   printf("\n");
 }
 
-/* Issue 14's goals against its orientation (the sync service's own PostgreSQL storage). */
+/* The PostgreSQL goals against their orientation (the sync service's own PostgreSQL storage). */
 static void print_pg_targets(void) {
   bres *b = find("ingest", "  all ops", "bs"), *r = find("ingest", "  all ops", "libpq"), *s;
   printf("\ntargets (issue 14, vs the sync service's PostgreSQL storage; figures, not "

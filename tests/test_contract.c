@@ -987,7 +987,7 @@ static void t_truncate(void **state) {
   CT_EQ_U64(flush(e), 10);
   /* drop forgets the table, not its parameter history: t's entry and tombstone stay in the
    * index until parameter compaction, and the database verifies clean (PostgreSQL's verify
-   * reported them as entries of an unknown table, issue 14) */
+   * reported them as entries of an unknown table) */
   CT_OK(bs_writer_drop(e->w, ct_v("t"), &ct_err));
   cp = commit(e, ct_lsn(3));
   CT_EQ_U64(cp, 10);

@@ -29,18 +29,18 @@
 
 /* Switches per area: off = the generator stays clear of it (or compares it leniently). The first
  * three were fixed by another change at the same time and are on since it landed. */
-#define SW_EMPTY_DISTINCT     1 /* "" served as "", distinct from absent (issue 11 item 1) */
-#define SW_WCP_CLEANUP        1 /* delete_checkpoint_requests_before (items 2, 6, 7) */
-#define SW_LAST_WCP           1 /* last_write_checkpoint replies (item 7) */
-/* Selection by the thresholds (and the initial-replication count, bs_bucket_info.changes): both
- * backends weigh the growth of the count since the last full or initial compaction with
+#define SW_EMPTY_DISTINCT     1 /* "" served as "", distinct from absent */
+#define SW_WCP_CLEANUP        1 /* delete_checkpoint_requests_before */
+#define SW_LAST_WCP           1 /* last_write_checkpoint replies */
+/* Selection by the thresholds (and the initial-replication count, bs_bucket_info.changes): every
+ * backend weighs the growth of the count since the last full or initial compaction with
  * bs__compact_bucket_due (the memory backend used the ops above its horizon until this test). */
 #define SW_COMPACT_THRESHOLDS 1
-/* Defragmentation: both backends count a bucket's live rows from the source records'
+/* Defragmentation: every backend counts a bucket's live rows from the source records'
  * memberships (a PUT orphaned by an INSERT over an existing record is not live: contract.md 4.1,
  * an INSERT does not read the previous record) and decide with bs__compact_defrag_due. */
 #define SW_DEFRAG             1
-/* Incremental compaction and INSERTs over existing records are always drawn: both backends log
+/* Incremental compaction and INSERTs over existing records are always drawn: every backend logs
  * the supersessions the source records name (an INSERT over a record reads none, so logs none)
  * and convert exactly those (compact.c's plan, contract.md 6). */
 
@@ -1116,7 +1116,7 @@ static void t_seeds_share_no_draw(void **state) {
   if (dup) fail_msg("%zu of %d draws repeat another seed's", dup, N_STREAMS * SEEDS * DRAWS);
 }
 
-/* ---- The rules the differential run found, each stated once on both backends ----------------- */
+/* ---- The rules the differential run found, each stated once on every backend ---------------- */
 
 /* The backends the focused tests run on: lmdb, memory and postgres, those selected (main). */
 static const ct_backend *g_focus[CT_MAX_BACKENDS];
@@ -1238,7 +1238,7 @@ static void t_managed_last_generated_wins(void **state) {
   }
 }
 
-/* Full compaction's seen-set is bounded the same on both backends (compact.c's plan): a row
+/* Full compaction's seen-set is bounded the same on every backend (compact.c's plan): a row
  * updated early, whose latest op the reverse scan meets only after 20,000 newer rows filled a
  * 1 MB set, is not tracked, so its first PUT stays (less is compacted, never wrongly); with the
  * default 64 MB it becomes a MOVE. */

@@ -1,4 +1,4 @@
-/* test_pg: the PostgreSQL backend (pg*.c, issue 14) through the public API, on the server named
+/* test_pg: the PostgreSQL backend (pg*.c) through the public API, on the server named
  * by BS_TEST_PG_URL (`make test` starts one with tests/pg_server.sh). Each test gets a schema of
  * its own in that database (?options=-csearch_path%3D...), dropped at the end. Covered here:
  * the schema (created, migrated, a newer one refused, read-only opens), connection errors,
@@ -1758,7 +1758,7 @@ static void t_clear(void **state) {
   bs_close(db);
 }
 
-/* ---- the writer's saves: the same workload through both backends, every read equal ---- */
+/* ---- the writer's saves: one workload through memory and PostgreSQL, every read equal ---- */
 
 static void workload(bs_db *db, uint64_t seed, int flush_often) {
   bs_error err = {0};

@@ -1,5 +1,5 @@
 /* test_pg_compact: truncate and compaction on the PostgreSQL backend (pg_compact.c, pg_save.c's
- * truncate; issue 14), judged against the LMDB backend: one seeded random workload runs on both
+ * truncate), judged against the LMDB backend: one seeded random workload runs on both
  * through the public API, call by call with the same arguments (saves with edge values in
  * buckets, ids, data and lookups; commits; truncate and drop; compactions of every kind with
  * small transactions), and after every step every reply and every read (bucket data at, above

@@ -1,4 +1,4 @@
-/* test_pg_fault: the PostgreSQL backend (issue 14) across hosts and under faults, on the server
+/* test_pg_fault: the PostgreSQL backend across hosts and under faults, on the server
  * named by BS_TEST_PG_URL (`make pg-test` starts one with tests/pg_server.sh). Two bs_db handles
  * on one database stand for two hosts. Every interleaving is arranged, never timed: the
  * backend's test seam (bs__pg_set_hook, pg_internal.h) calls back at named points (a waiter

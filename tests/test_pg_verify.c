@@ -1,5 +1,5 @@
-/* test_pg_verify: bs_db_verify, bs_db_stat, backup and export on the PostgreSQL backend (issue 14,
- * pg_verify.c), on the server named by BS_TEST_PG_URL (`make pg-test` starts one). A workload
+/* test_pg_verify: bs_db_verify, bs_db_stat, backup and export on the PostgreSQL backend
+ * (pg_verify.c), on the server named by BS_TEST_PG_URL (`make pg-test` starts one). A workload
  * written through the library (two streams, both hashes, edge values) verifies clean; then each
  * kind of damage, made with raw SQL in a copy of its tables, is found and named; verify reads one
  * snapshot and changes nothing; stat counts what the memory backend counts for the same workload;

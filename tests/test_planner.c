@@ -1,4 +1,4 @@
-/* test_planner: the compaction planner (compact.c) that both backends follow, on hand-made op
+/* test_planner: the compaction planner (compact.c) that every backend follows, on hand-made op
  * sequences: the horizon, the reverse scan's MOVE and leading-run decisions with the contract's
  * examples (contract.md 6), what a CLEAR carries, initial replication's deletions (also with a
  * full seen-set), incremental log entries, defragmentation's threshold, parameter entries, and

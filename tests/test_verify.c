@@ -1,5 +1,5 @@
 /*
- * test_verify.c: bs_db_verify finds damaged op values (issue 12). A real file with PUT, REMOVE,
+ * test_verify.c: bs_db_verify finds damaged op values. A real file with PUT, REMOVE,
  * MOVE and CLEAR ops in an xxh3 and a sha256 stream (rows inserted, updated, deleted, moved
  * between buckets, then fully compacted so every superseded op is a MOVE and a leading run a
  * CLEAR) is verified clean; then:

@@ -1,5 +1,5 @@
 /*
- * util_pg.h: the PostgreSQL test harness (issue 14) shared by test_pg*.c and util_contract's
+ * util_pg.h: the PostgreSQL test harness shared by test_pg*.c and util_contract's
  * "postgres" backend: the server that BS_TEST_PG_URL names (tests/pg_server.sh starts one), a
  * schema of its own per test (selected by the URL's search_path, dropped at the end), and the
  * test's admin connection for raw SQL (pgt_exec, pgt_int; a failure fails the test).
