@@ -2069,29 +2069,58 @@ static int put_field(work *w, opbatch *b, int j, const bs_val *v) {
   return 0;
 }
 
-/* The fields of c's ops in raw mode (bucketData's raw argument), as op b->n onwards: their bytes
- * copied as they are, each field's byte offset in the batch's Buffer and its kind (FIELD_TEXT or
- * FIELD_NULL); index.js decodes a field when it is read. Room for the chunk is made once. */
-static int put_spans(opbatch *b, const bs_chunk *c) {
-  size_t need = 0;
-  unsigned char *kinds = b->kinds.p + 4 * b->n, *offs = b->offs.p + 16 * b->n;
+/* Copies n bytes from s to d: in words for the short fields most ops carry (an object type, an
+ * id), where a call to memcpy costs more than the copy. */
+static inline void copy_field(unsigned char *d, const unsigned char *s, size_t n) {
+  uint64_t x, y;
+  uint32_t a, z;
+  if (n > 16) {
+    memcpy(d, s, n);
+  } else if (n >= 8) {
+    memcpy(&x, s, 8), memcpy(&y, s + n - 8, 8), memcpy(d, &x, 8), memcpy(d + n - 8, &y, 8);
+  } else if (n >= 4) {
+    memcpy(&a, s, 4), memcpy(&z, s + n - 4, 4), memcpy(d, &a, 4), memcpy(d + n - 4, &z, 4);
+  } else {
+    for (size_t i = 0; i < n; i++) d[i] = s[i];
+  }
+}
+
+/* Field j of an op in raw mode: its bytes at t + *len, its byte offset at *off; RAW_NULL << j
+ * when the op does not carry it. */
+enum { RAW_NULL = 16 };
+static inline unsigned put_raw_field(unsigned char *t, size_t *len, uint32_t *off, int j,
+                                     const bs_val *v) {
+  *off = (uint32_t)*len;
+  if (!v->data) return (unsigned)RAW_NULL << j;
+  copy_field(t + *len, v->data, v->size);
+  *len += v->size;
+  return 0;
+}
+
+/* c's ops in raw mode (bucketData's raw argument), as op b->n onwards: their fields' bytes copied
+ * as they are into the batch's Buffer, each field's byte offset (a field ends where the next
+ * starts), and in the type byte, above the op's type, which fields are null (RAW_NULL << j);
+ * index.js decodes a field when it is read. Room for the chunk is made once. */
+static int put_raw(opbatch *b, const bs_chunk *c) {
+  size_t need = 0, len = b->text.len;
+  uint32_t *offs = (uint32_t *)(void *)b->offs.p + 4 * b->n;
   for (size_t i = 0; i < c->n_ops; i++) {
     const bs_op *o = &c->ops[i];
     need += o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
   }
-  if (need > UINT32_MAX - b->text.len) return BS_ELIMIT;
+  if (need > UINT32_MAX - len) return BS_ELIMIT;
   if (!gb_room(&b->text, need)) return BS_ENOMEM;
-  for (size_t i = 0; i < c->n_ops; i++) {
+  for (size_t i = 0; i < c->n_ops; i++, b->n++, offs += 4) {
     const bs_op *o = &c->ops[i];
-    const bs_val *fv[4] = {&o->object_type, &o->object_id, &o->subkey, &o->data};
-    for (int j = 0; j < 4; j++, kinds++, offs += 4) {
-      uint32_t off = (uint32_t)b->text.len;
-      *kinds = fv[j]->data ? FIELD_TEXT : FIELD_NULL;
-      memcpy(offs, &off, 4);
-      if (fv[j]->size) memcpy(b->text.p + b->text.len, fv[j]->data, fv[j]->size);
-      b->text.len += fv[j]->size;
-    }
+    unsigned nulls = put_raw_field(b->text.p, &len, offs, 0, &o->object_type) |
+                     put_raw_field(b->text.p, &len, offs + 1, 1, &o->object_id) |
+                     put_raw_field(b->text.p, &len, offs + 2, 2, &o->subkey) |
+                     put_raw_field(b->text.p, &len, offs + 3, 3, &o->data);
+    memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
+    memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
+    b->types.p[b->n] = (uint8_t)((unsigned)o->type | nulls);
   }
+  b->text.len = len;
   return 0;
 }
 
@@ -2111,21 +2140,21 @@ static int copy_chunk(const bs_chunk *c, void *payload) {
   b->ids.len = 8 * b->n, b->types.len = b->n, b->sums.len = 4 * b->n; /* the ops laid out */
   b->kinds.len = 4 * b->n, b->offs.len = 16 * b->n;
   if (n > UINT32_MAX / 16 || !gb_room(&b->ids, 8 * c->n_ops) || !gb_room(&b->types, c->n_ops) ||
-      !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, 4 * c->n_ops) ||
+      !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, w->i2 ? 0 : 4 * c->n_ops) ||
       !gb_room(&b->offs, 16 * c->n_ops + 4))
     return BS_ENOMEM;
   if (w->i2) {
-    int rc = put_spans(b, c);
+    int rc = put_raw(b, c);
     if (rc) return rc;
   }
-  for (size_t i = 0; i < c->n_ops; i++, b->n++) {
+  for (size_t i = 0; i < c->n_ops && !w->i2; i++, b->n++) {
     const bs_op *o = &c->ops[i];
-    const bs_val fv[4] = {o->object_type, o->object_id, o->subkey, o->data};
+    const bs_val *fv[4] = {&o->object_type, &o->object_id, &o->subkey, &o->data};
     memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
     memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
     b->types.p[b->n] = (uint8_t)o->type;
-    for (int j = 0; j < 4 && !w->i2; j++) {
-      int rc = put_field(w, b, j, &fv[j]);
+    for (int j = 0; j < 4; j++) {
+      int rc = put_field(w, b, j, fv[j]);
       if (rc) return rc;
     }
   }
@@ -2194,8 +2223,8 @@ static napi_value js_buffer_own(napi_env env, gbuf *g) {
  *  offs: Uint32Array, raw: [], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
  * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
  * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null, raw[f] or field f - 4 as kinds[f]
- * says. In raw mode text is a Buffer of every field's bytes, offs are byte offsets into it and
- * kinds only FIELD_TEXT or FIELD_NULL. */
+ * says. In raw mode text is a Buffer of every field's bytes, offs are byte offsets into it,
+ * kinds is empty and a type's bits above the fourth say which fields are null (put_raw). */
 static napi_value done_bucket_data(napi_env env, work *w) {
   opbatch *b = w->bt;
   napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw;
@@ -2210,7 +2239,7 @@ static napi_value done_bucket_data(napi_env env, work *w) {
   if (!(ids = js_typed_own(env, napi_biguint64_array, 8, n, &b->ids)) ||
       !(types = js_typed_own(env, napi_uint8_array, 1, n, &b->types)) ||
       !(sums = js_typed_own(env, napi_uint32_array, 4, n, &b->sums)) ||
-      !(kinds = js_typed_own(env, napi_uint8_array, 1, 4 * n, &b->kinds)) ||
+      !(kinds = js_typed_own(env, napi_uint8_array, 1, w->i2 ? 0 : 4 * n, &b->kinds)) ||
       !(offs = js_typed_own(env, napi_uint32_array, 4, 4 * n + 1, &b->offs)) ||
       napi_create_array(env, &raw) != napi_ok ||
       napi_create_array_with_length(env, b->n_chunks, &chunks) != napi_ok)
