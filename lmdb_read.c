@@ -480,12 +480,66 @@ static int free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *er
   return BS_OK;
 }
 
+/* Counts into *n (by op type into *types instead, when given) the entries of dbi whose key starts
+ * with prefix. */
+static int prefix_entries(MDB_txn *txn, MDB_dbi dbi, const unsigned char *prefix, size_t plen,
+                          uint64_t *n, bs_stat *types, bs_error *err) {
+  MDB_cursor *cur;
+  MDB_val k = {plen, (void *)prefix}, v;
+  int mrc;
+  if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0) return bs__fail_mdb(err, mrc, "stat");
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+       mrc == 0 && k.mv_size >= plen && memcmp(k.mv_data, prefix, plen) == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (types)
+      bs__stat_op(types, v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0);
+    else
+      ++*n;
+  }
+  mdb_cursor_close(cur);
+  return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "stat");
+}
+
+/* Adds to *f the records of a stream whose clear is pending: still in the file, but deleted for
+ * every reader, so stat takes them off its totals. */
+static int fenced_records(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_stat *f,
+                          bs_error *err) {
+  unsigned char pk[1 + BS_STREAM_PREFIX_SIZE], bk[8];
+  MDB_cursor *cur;
+  MDB_val k = {BS_STREAM_PREFIX_SIZE, pk}, v;
+  int mrc, rc = BS_OK;
+  bs__lmdb_stream_prefix(pk, stream);
+  if ((mrc = mdb_cursor_open(txn, db->buckets, &cur)) != 0) return bs__fail_mdb(err, mrc, "stat");
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+       mrc == 0 && bs__lmdb_in_stream(&k, stream) && rc == BS_OK;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t id = 0;
+    f->buckets++;
+    if ((rc = bs__lmdb_bucket_id_decode(&v, &id, err)) == BS_OK) {
+      bs__put_u64be(bk, id);
+      rc = prefix_entries(txn, db->ops, bk, sizeof bk, NULL, f, err);
+    }
+  }
+  mdb_cursor_close(cur);
+  if (rc != BS_OK) return rc;
+  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "stat");
+  if ((rc = prefix_entries(txn, db->params, pk, BS_STREAM_PREFIX_SIZE, &f->parameter_entries, NULL,
+                           err)) != BS_OK ||
+      (rc = prefix_entries(txn, db->source, pk, BS_STREAM_PREFIX_SIZE, &f->source_records, NULL,
+                           err)) != BS_OK)
+    return rc;
+  pk[0] = BS_WCP_CUSTOM_TAG; /* custom checkpoints: 'C' u32be stream */
+  bs__lmdb_stream_prefix(pk + 1, stream);
+  return prefix_entries(txn, db->wcp, pk, sizeof pk, &f->write_checkpoints, NULL, err);
+}
+
 int bs__lmdb_stat(bs_stat *out, bs_db *base, bs_error *err) {
   bs__lmdb_db *db = (bs__lmdb_db *)base;
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   MDB_val k, v;
   unsigned char sk[BS_STREAM_KEY_SIZE];
+  bs_stat f = {0}; /* what fenced streams still hold */
   int rc, mrc, fd;
   struct stat sb;
 
@@ -513,9 +567,14 @@ int bs__lmdb_stat(bs_stat *out, bs_db *base, bs_error *err) {
   k.mv_data = sk;
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    bs__stream_rec r;
     uint32_t id;
     if (bs__lmdb_stream_key_decode(&k, &id) != BS_OK) break;
     out->streams++;
+    /* a record that does not decode is verify's to report */
+    if (bs__stream_rec_decode(&v, &r) == BS_OK && r.clear_pending &&
+        (rc = fenced_records(db, txn, id, &f, err)) != BS_OK)
+      goto done;
   }
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   mdb_cursor_close(cur);
@@ -526,6 +585,14 @@ int bs__lmdb_stat(bs_stat *out, bs_db *base, bs_error *err) {
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
     bs__stat_op(out, v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0);
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
+  out->buckets -= f.buckets;
+  out->ops_put -= f.ops_put;
+  out->ops_remove -= f.ops_remove;
+  out->ops_move -= f.ops_move;
+  out->ops_clear -= f.ops_clear;
+  out->parameter_entries -= f.parameter_entries;
+  out->source_records -= f.source_records;
+  out->write_checkpoints -= f.write_checkpoints;
   if (mdb_env_get_fd(db->env, &fd) == 0 && fstat(fd, &sb) == 0)
     out->file_bytes = (uint64_t)sb.st_size;
   rc = free_bytes(db, txn, &out->reclaimable_bytes, err);

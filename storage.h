@@ -959,8 +959,10 @@ typedef struct bs_stat {
 } bs_stat;
 
 /* Counts over the whole database (every stream) in one read snapshot; walks every sub-database,
- * so it costs a full scan of the file (PostgreSQL: a count of every table, one statement). Errors:
- * BS_EINVAL (db or out NULL). */
+ * so it costs a full scan of the file (PostgreSQL: a count of every table, one statement). The
+ * counts are what readers see: an LMDB stream whose clear is pending (bs_clear) counts as a stream
+ * with nothing in it, though its records, until their deletion finishes, still take file_bytes.
+ * Errors: BS_EINVAL (db or out NULL). */
 BS_API int bs_db_stat(bs_stat *out, bs_db *db, bs_error *err);
 /* Recomputes every PUT's and REMOVE's checksum from its payload with the stream's hash, every
  * bucket's running checksum and count from its ops (which covers MOVE and CLEAR), and checks key
