@@ -9,7 +9,8 @@
  *  - buckets and bstate: every name maps to an id whose state names it back;
  *  - every op of every bucket decodes (the op layout, lmdb_internal.h), and against the state
  *    the rules of verify.c (the op shapes, checksums and running values every backend checks);
- *  - source records: every membership is a PUT of that bucket with the record's subkey;
+ *  - source records: their table id names a tables entry of their stream, and every membership
+ *    is a PUT of that bucket with the record's subkey;
  *  - the key and value shapes of the other sub-databases.
  * A stream whose clear is pending (its fence set, lmdb_write.c) holds only records that every
  * reader takes as deleted, some already deleted: they are not checked, and a note (not a
@@ -31,6 +32,10 @@ typedef struct verifier {
   int mdb_error;     /* set by a check that hit an LMDB error (not a problem of the file) */
   uint32_t *pending; /* streams whose clear is pending, in id order (meta's) */
   size_t n_pending, cap_pending;
+  int failed; /* set by a check that failed otherwise (a BS code, the message in *err) */
+  bs_error *err;
+  uint32_t t_stream, t_id; /* the table of the last source record (records come in key order) */
+  int t_known;
 } verifier;
 
 /* Whether stream's records are a pending clear's, not checked. */
@@ -330,11 +335,31 @@ static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
   return 0;
 }
 
+/* A source record's table id names a tables entry of its stream: a type code 0 stands for that
+ * table's name (lmdb_codec.c). Reported once a table: its records come one after the other. */
+static void check_source_table(verifier *vf, uint32_t stream, uint32_t table) {
+  bs_val name;
+  int rc;
+  if (vf->t_known && vf->t_stream == stream && vf->t_id == table) return;
+  vf->t_stream = stream;
+  vf->t_id = table;
+  vf->t_known = 1;
+  rc = bs__lmdb_table_name(vf->db, vf->txn, stream, table, &name, vf->err);
+  if (rc == BS_ENOTFOUND)
+    problem(vf,
+            "source: records of table %" PRIu32 " of stream %" PRIu32
+            ", which no tables entry names",
+            table, stream);
+  else if (rc != BS_OK)
+    vf->failed = rc;
+}
+
 static int check_source(verifier *vf, const MDB_val *k, const MDB_val *v, uint32_t *stream) {
   member_ctx m;
   bs_val rid;
   if (bs__lmdb_source_key_decode(k, stream, &m.table, &rid)) return BS_ECORRUPT;
   if (pending(vf, *stream)) return 1;
+  check_source_table(vf, *stream, m.table);
   m.vf = vf;
   bs_subkey(m.subkey, m.table, rid);
   if (bs__lmdb_srec_members(v, check_member, &m) == BS_ECORRUPT)
@@ -410,7 +435,7 @@ static int verify_each(verifier *vf, MDB_dbi dbi, const char *name, check_fn *ch
   MDB_val k, v;
   int rc, mrc;
   if ((rc = cursor_open(vf, dbi, &cur, err)) != 0) return rc;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && !vf->mdb_error;
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && !vf->mdb_error && !vf->failed;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     uint32_t stream = 0;
     int got = check(vf, &k, &v, &stream);
@@ -421,6 +446,7 @@ static int verify_each(verifier *vf, MDB_dbi dbi, const char *name, check_fn *ch
       problem(vf, "%s: entry of unknown stream %" PRIu32, name, stream);
   }
   mdb_cursor_close(cur);
+  if (vf->failed) return vf->failed;
   return walk_end(vf->mdb_error ? vf->mdb_error : mrc, err);
 }
 
@@ -433,6 +459,7 @@ int bs__lmdb_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, vo
 
   memset(&vf, 0, sizeof vf);
   vf.db = db;
+  vf.err = err;
   vf.v.a = &db->base.alloc;
   vf.v.fn = fn;
   vf.v.payload = payload;

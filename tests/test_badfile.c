@@ -9,6 +9,7 @@
  *    without the format record, a "meta" key that is no sub-database);
  *  - the format record rewritten to an older (0) and newer version, or to foreign bytes;
  *  - an LMDB file without data (what mdb_env_open alone leaves);
+ *  - a source record whose table id no tables entry names: it opens, and verify reports it;
  *  - a missing path: BS_ENOTFOUND read-only (nothing created), created by a writable open;
  *  - the CLI's commands on a zero-byte and a foreign file: exit 1, the file unchanged, no
  *    backup written.
@@ -374,6 +375,49 @@ static void test_format_versions(void **state) {
   expect_refused("foreign LMDB file, not a bucketstore database");
 }
 
+/* Deletes the tables entry of the real database's table "todos" (its only stream, 1): its source
+ * records keep a table id that no entry names. */
+static void drop_table_entry(MDB_txn *txn, void *payload) {
+  unsigned char kb[4 + 5] = {0, 0, 0, 1, 't', 'o', 'd', 'o', 's'};
+  MDB_val k = {sizeof kb, kb};
+  MDB_dbi dbi;
+  (void)payload;
+  assert_int_equal(mdb_dbi_open(txn, "tables", 0, &dbi), 0);
+  assert_int_equal(mdb_del(txn, dbi, &k, NULL), 0);
+}
+
+static void on_problem(const char *text, void *payload) {
+  if (strstr(text, "no tables entry")) ++*(unsigned *)payload;
+}
+
+/* A source record whose table id has no tables entry (its memberships' object types cannot be
+ * decoded) is damage that verify reports, once for the table, read-only and writable, without
+ * changing the file. */
+static void test_source_without_table(void **state) {
+  size_t n0, n1;
+  unsigned char *before, *after;
+  (void)state;
+  make_lmdb(g_real, drop_table_entry, NULL);
+  before = slurp(g_path, &n0);
+  for (int rw = 0; rw < 2; rw++) {
+    bs_open_options o = BS_OPEN_OPTIONS_INIT;
+    uint64_t problems = 0;
+    unsigned named = 0;
+    bs_db *db;
+    o.flags = rw ? 0 : BS_OPEN_RDONLY;
+    CT_OK(bs_open(&db, g_path, &o, &ct_err));
+    CT_OK(bs_db_verify(&problems, db, on_problem, &named, &ct_err));
+    bs_close(db);
+    CT_EQ_U64(named, 1);
+    CT_EQ_U64(problems, 1);
+    after = slurp(g_path, &n1);
+    assert_int_equal(n1, n0);
+    assert_memory_equal(after, before, n0);
+    free(after);
+  }
+  free(before);
+}
+
 /* What mdb_env_open alone leaves (another program's file, or an old build's creation stopped
  * before its first commit): no command makes it a database. */
 static void test_lmdb_without_data(void **state) {
@@ -474,6 +518,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(test_foreign_lmdb, teardown),
       cmocka_unit_test_teardown(test_format_versions, teardown),
       cmocka_unit_test_teardown(test_lmdb_without_data, teardown),
+      cmocka_unit_test_teardown(test_source_without_table, teardown),
       cmocka_unit_test_teardown(test_missing_path, teardown),
       cmocka_unit_test_teardown(test_cli_commands, teardown),
   };
