@@ -104,15 +104,24 @@ tests: $(TEST_BINS)
 # $(call skip,why): what a recipe cannot run here, said and recorded (the step is then skipped).
 TEST_RESULTS = $(BUILD)/test-results
 STEP = tests/step.sh $(TEST_RESULTS)
+# Seeds: every randomized run of make test draws them from SEED (default 1; `make test SEED=n`
+# runs other ones), each pair of suite and backend in a block of 1000000 of its own
+# (tests/util_contract.h ct_first_seed; tests/driver_diff.py blocks 21-22, the crash tests 23-25
+# below), and appends them to SEED_LOG; the step `seeds` fails if two runs share one.
+SEED ?= 1
+SEED_LOG = $(BUILD)/test-seeds
+seed_block = $$(( $(SEED) + $(1) * 1000000 ))
+test pg-test crashtest-quick powercut-quick: export BS_SEED_BASE = $(SEED)
+test: export BS_SEED_LOG = $(abspath $(SEED_LOG))
 STRICT ?= 0
 skip = { echo "== skipped: $(1)"; if [ -n "$$BS_SKIP_NOTE" ]; then echo "$(1)" >>"$$BS_SKIP_NOTE"; fi; }
 test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/bench_clear
-	@rm -f $(TEST_RESULTS)
+	@rm -f $(TEST_RESULTS) $(SEED_LOG)
 	@for t in $(filter-out $(PG_TEST_BINS),$(TEST_BINS)); do echo "== $$t"; \
 	  $(STEP) $$t env BS_TEST_QUICK=1 $$t; done
 	@$(STEP) pg-test $(MAKE) --no-print-directory pg-test
 	@$(STEP) driver_smoke tests/driver_smoke.sh $(BUILD)/bucketstore
-	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8
+	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 40
 	@echo "== bench smoke (no timing assertions)"
 	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null && \
 	  $(BUILD)/bench/bsbench --quick --defrag --buckets 20 >/dev/null && d=$$(mktemp -d) && \
@@ -139,6 +148,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/benc
 	elif command -v $(PYTHON) >/dev/null; then $(MAKE) --no-print-directory py-test; \
 	else $(call skip,py-test: no $(PYTHON)); fi'
 	@$(STEP) node-test $(MAKE) --no-print-directory node-test
+	@$(STEP) seeds tests/step.sh --seeds $(SEED_LOG)
 	@tests/step.sh --summary $(TEST_RESULTS) $(STRICT)
 
 run-examples: examples
@@ -355,21 +365,21 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libbucketstore.a storage.h | deps
 
 examples: $(EXAMPLE_BINS)
 
-# Soak: `make soak SEEDS=N [SEED=first] [STEPS=n]` runs N seeds of each randomized suite
+# Soak: `make soak SEEDS=N [SEED=base] [STEPS=n]` runs N seeds of each randomized suite
 # (test_sync, test_property: every backend; test_diff: lmdb against memory) at the quick size per
-# seed, then tests/driver_diff.py (the driver's replies, memory against lmdb) over the same seeds. Logs in $(BUILD)/soak-*.log; a failure prints the failing seed and how to reproduce it.
+# seed, then tests/driver_diff.py (the driver's replies, memory against lmdb), each run in its seed
+# block from SEED (as make test; N up to 1000000 keeps the blocks apart). Logs in $(BUILD)/soak-*.log; a failure prints the failing seed and how to reproduce it.
 SEEDS ?= 1000
-SEED ?= 1
 SOAK_TESTS := test_sync test_property test_diff
 .PHONY: soak
 soak: deps $(SOAK_TESTS:%=$(BUILD)/tests/%) $(BUILD)/bucketstore
 	@for t in $(SOAK_TESTS); do \
 	  echo "== soak $$t: $(SEEDS) seeds from $(SEED) (log: $(BUILD)/soak-$$t.log)"; \
-	  BS_TEST_QUICK=1 BS_SEED=$(SEED) BS_SEEDS=$(SEEDS) $(if $(STEPS),BS_STEPS=$(STEPS)) \
+	  BS_TEST_QUICK=1 BS_SEED_BASE=$(SEED) BS_SEEDS=$(SEEDS) $(if $(STEPS),BS_STEPS=$(STEPS)) \
 	    $(BUILD)/tests/$$t >$(BUILD)/soak-$$t.log 2>&1 || \
 	    { grep -a -B2 -A3 'ERROR\|FAILED' $(BUILD)/soak-$$t.log | tail -40; exit 1; }; \
 	done; echo "== soak driver_diff: $(SEEDS) seeds from $(SEED)"; \
-	$(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seed $(SEED) --seeds $(SEEDS) \
+	BS_SEED_BASE=$(SEED) $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds $(SEEDS) \
 	  $(if $(STEPS),--steps $(STEPS)) || exit 1; echo "soak passed: $(SEEDS) seeds"
 	@$(MAKE) --no-print-directory mutate
 
@@ -395,7 +405,7 @@ crashtest: deps $(CRASH_BINS)
 	tests/crash/crashtest.sh $(BUILD)/tests/crash $(CRASH_KILLS)
 
 crashtest-quick: deps $(CRASH_BINS)
-	@BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
+	@BS_SEED=$(call seed_block,23) BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
 
 # migratekill (in `make test`): SIGKILL inside the migration of a copy of each older format's
 # tests/data file that has records to convert (format1.mdb migrates 1 -> 2 -> 3 -> 4; format 3's
@@ -438,8 +448,8 @@ powercut: deps $(POWERCUT_BINS)
 
 powercut-quick: deps $(POWERCUT_BINS)
 	@if [ -n "$(SAN)" ]; then $(call skip,powercut under sanitizers: a preloaded shim cannot come first); \
-	else BS_SEED=1 tests/crash/powercut.sh $(BUILD)/tests/crash 10 && \
-	  if BS_SEED=1 BS_CRASH_KEEP=0 tests/crash/powercut.sh $(BUILD)/tests/crash 10 \
+	else BS_SEED=$(call seed_block,24) tests/crash/powercut.sh $(BUILD)/tests/crash 10 && \
+	  if BS_SEED=$(call seed_block,25) BS_CRASH_KEEP=0 tests/crash/powercut.sh $(BUILD)/tests/crash 10 \
 	      crash_writer_nosync >/dev/null 2>&1; then \
 	    echo "powercut: the writer without fsync survived: the test cannot tell durable from not"; \
 	    exit 1; \
@@ -482,13 +492,14 @@ $(BUILD)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(BUILD)/libbucketstore.a $(CLI_O
 fuzz-replay: deps $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz/replay_$$t fuzz/corpus/$$t; done
 
-# valgrind: the quick unit tests under memcheck (leaks and invalid accesses fail the run).
+# valgrind: the quick unit tests under memcheck (leaks and invalid accesses fail the run), three
+# seeds of each randomized suite (make test and make check run more).
 # VALGRIND_TESTS selects binaries (default: all but the slowest).
 VALGRIND_TESTS ?= $(filter-out $(BUILD)/tests/test_compact,$(TEST_BINS))
 # With the PostgreSQL backend the loop runs beside a server of its own (as pg-test does), so the
 # test_pg* binaries run their cases under valgrind instead of skipping them.
 VALGRIND_RUN = set -e; for t in $(VALGRIND_TESTS); do echo "== valgrind $$t"; \
-	  BS_TEST_QUICK=1 BS_FAULT_STRIDE=16 valgrind -q --error-exitcode=99 --leak-check=full \
+	  BS_TEST_QUICK=1 BS_FAULT_STRIDE=16 BS_SEEDS=3 valgrind -q --error-exitcode=99 --leak-check=full \
 	    --errors-for-leak-kinds=definite,indirect $$t >$$t.valgrind.log 2>&1 || \
 	    { tail -60 $$t.valgrind.log; exit 1; }; done; echo "valgrind: clean"
 valgrind: deps $(VALGRIND_TESTS) $(BUILD)/bucketstore

@@ -4,7 +4,10 @@
 
 usage: tests/driver_diff.py BIN [--seed N] [--seeds N] [--steps N] [--messages] [--strict NAME|all]
                            [--print] [--postgres URL]
-  --seed N    first seed (default 1); --seeds N: how many seeds (default 5)
+  --seed N    first seed (default: BS_SEED_BASE, 1 unless set, in the seed block of the run's
+              pair of its own, SEED_BLOCKS, as tests/util_contract.h's ct_first_seed gives the C
+              suites theirs); --seeds N: how many seeds (default 5). Each seed run is appended
+              to the file BS_SEED_LOG names, when set (tests/step.sh --seeds checks the log)
   --steps N   commands per seed (default 300)
   --messages  compare error messages too (by default only error codes)
   --strict NAME  compare a known disagreement that is skipped by default (see KNOWN)
@@ -41,6 +44,12 @@ EDGE = ["", "a", "\u00e9", "\u65e5\u672c", "\U0001f600", '"', "\\", "a\"b\\c", "
         "null", " ", "x" * 64]
 LOOKUP_VALUES = [1, 1.0, -0.0, 0, -1, True, False, None, 2**53, 2**63 - 1, 2**63, 2**64 + 1,
                  3.14, "", "1", "u1", "\u00e9", '"', "\\"]
+
+
+# The seed blocks of the C suites (CT_SEED_BLOCKS of CT_SEED_BLOCK seeds, tests/util_contract.h)
+# come first; then memory/lmdb's and memory/postgres's here.
+SEED_BLOCK = 1000000
+SEED_BLOCKS = {"lmdb": 21, "postgres": 22}
 
 
 def edge(rng, extra=()):
@@ -488,7 +497,7 @@ def main():
         binary = None
     else:
         binary = argv.pop(0)
-    opts = {"--seed": 1, "--seeds": 5, "--steps": 300}
+    opts = {"--seed": None, "--seeds": 5, "--steps": 300}
     printing = False
     while argv:
         a = argv.pop(0)
@@ -511,6 +520,10 @@ def main():
         else:
             print(__doc__, file=sys.stderr)
             return 2
+    other = "postgres" if POSTGRES else "lmdb"
+    if opts["--seed"] is None:
+        opts["--seed"] = (int(os.environ.get("BS_SEED_BASE") or 1)
+                          + SEED_BLOCKS[other] * SEED_BLOCK)
     if printing:
         print("\n".join(sequence(opts["--seed"], opts["--steps"])))
         return 0
@@ -520,12 +533,15 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory(prefix="bs-ddiff-") as tmp:
         for seed in range(opts["--seed"], opts["--seed"] + opts["--seeds"]):
+            if os.environ.get("BS_SEED_LOG"):
+                with open(os.environ["BS_SEED_LOG"], "a") as log:
+                    log.write("driver_diff memory/%s %d\n" % (other, seed))
             if not check_seed(binary, seed, opts["--steps"], tmp):
                 failed += 1
                 if failed >= 3:
                     break
     print("driver diff (memory/%s): seeds %d..%d, %d steps each: %s" % (
-        "postgres" if POSTGRES else "lmdb", opts["--seed"], opts["--seed"] + opts["--seeds"] - 1,
+        other, opts["--seed"], opts["--seed"] + opts["--seeds"] - 1,
         opts["--steps"],
         "%d failed" % failed if failed else "all agree"))
     return 1 if failed else 0

@@ -7,6 +7,9 @@
 #   tests/step.sh --scan PATTERN CMD...   runs CMD (a suite with skips of its own: pytest -rs,
 #       node --test) and adds each line of its output that matches the grep PATTERN to
 #       $BS_SKIP_NOTE; exits with CMD's status.
+#   tests/step.sh --seeds LOG   prints how many seeded runs each suite made on each backend, from
+#       LOG (lines "SUITE BACKEND SEED", appended by every seeded run of make test: BS_SEED_LOG),
+#       and fails if no run logged a seed or if two runs used one seed.
 #   tests/step.sh --summary RESULTS [STRICT]   prints "N passed, M failed, K skipped" and names
 #       what failed and what was skipped; exits 1 on a failure, and with STRICT=1 on a skip too.
 set -u
@@ -19,6 +22,17 @@ if [ "$1" = --summary ]; then
   [ "$f" = 0 ] || exit 1
   if [ "$k" != 0 ] && [ "$strict" = 1 ]; then echo "STRICT=1: a skip fails the run"; exit 1; fi
   exit 0
+fi
+if [ "$1" = --seeds ]; then
+  log=$2
+  [ -s "$log" ] || { echo "seeds: no run logged a seed ($log)"; exit 1; }
+  echo "== seeds: $(wc -l <"$log") runs, $(cut -d' ' -f3 "$log" | sort -u | wc -l) distinct seeds"
+  cut -d' ' -f1,2 "$log" | sort | uniq -c | sed 's/^ */   /'
+  dup=$(cut -d' ' -f3 "$log" | sort | uniq -d)
+  [ -z "$dup" ] && exit 0
+  echo "seeds: runs that share a seed (each seed must be one run's):"
+  for s in $dup; do grep " $s\$" "$log" | sed 's/^/   /'; done
+  exit 1
 fi
 if [ "$1" = --scan ]; then
   pattern=$2

@@ -14,7 +14,8 @@
  * the differential run found follow it (t_resume_lsn_at_once, ...).
  *
  * Neither side is the reference: a disagreement is decided from contract.md, and fixed where it is
- * wrong. Seeds: BS_SEED (first, default 1), BS_SEEDS (how many: 40 quick / 400 full), BS_STEPS
+ * wrong. Seeds: BS_SEED (first; default: the pair's block, ct_first_seed), BS_SEEDS (how many:
+ * 120 quick / 400 full beside memory, 5 / 50 beside postgres), BS_STEPS
  * (steps per seed: 300 quick / 1500 full). A failure prints the seed, the step and the last
  * calls; reproduce with BS_SEED=n BS_SEEDS=1 (BS_VERBOSE=1 prints every call).
  */
@@ -1078,20 +1079,28 @@ static uint64_t run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
   return calls_hash;
 }
 
-/* state: the backend beside LMDB. Its seeds: BS_SEEDS, else 40 quick / 400 full against memory
- * and an eighth of that against a server backend (every call is a round trip there). No two of
- * them may make the same calls. */
+/* state: the backend beside LMDB. Its seeds: BS_SEEDS, else 120 quick / 400 full against memory
+ * and 5 / 50 against a server backend (every call is a round trip there). No two of them may
+ * make the same calls. */
 static void t_diff(void **state) {
   const ct_backend *other = *state;
-  uint64_t dflt = ct_quick() ? 40 : 400, first = ct_env_u64("BS_SEED", 1), n, *traces;
+  uint64_t first = ct_first_seed("diff", other), n, *traces;
+  char pair[64];
   size_t steps = (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 300 : 1500);
-  n = ct_env_u64("BS_SEEDS", other == ct_postgres() ? dflt / 8 : dflt);
+  if (other == ct_postgres())
+    n = ct_env_u64("BS_SEEDS", ct_quick() ? 5 : 50);
+  else
+    n = ct_env_u64("BS_SEEDS", ct_quick() ? 120 : 400);
   traces = calloc(n ? n : 1, sizeof *traces);
   assert_non_null(traces);
+  snprintf(pair, sizeof pair, "lmdb/%s", other->name);
   for (uint64_t i = 0; i < n; i++) {
-    if (n <= 50 || i % 100 == 0)
-      fprintf(stderr, "diff lmdb/%s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1)\n", other->name,
-              (unsigned long long)(first + i), (unsigned long long)(first + i));
+    if (n <= 200 || i % 100 == 0)
+      fprintf(stderr,
+              "diff %s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1 BS_BACKEND=%s "
+              "build/tests/test_diff)\n",
+              pair, (unsigned long long)(first + i), (unsigned long long)(first + i), other->name);
+    ct_seed_log("diff", pair, first + i);
     traces[i] = run_seed(other, first + i, steps);
   }
   ct_distinct_traces("diff", first, traces, n);

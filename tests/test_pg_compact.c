@@ -6,8 +6,9 @@
  * and below the checkpoint, checksums, parameter sets, bucket listings, compaction statistics)
  * must be the same. Focused tests follow: truncate over several transactions, bounded
  * transactions and progress, cancel, torn reads. Runs on the server BS_TEST_PG_URL names (make
- * pg-test starts one); each test gets a schema of its own. Seeds: BS_SEED (first, default 1),
- * BS_SEEDS (6 quick / 40 full), BS_STEPS (150 quick / 600 full). */
+ * pg-test starts one); each test gets a schema of its own. Seeds: BS_SEED (first; default: its
+ * block, ct_first_seed), BS_SEEDS (6 quick / 40 full), BS_STEPS (150 quick / 600 full); a failure
+ * prints its seed: BS_SEED=n BS_SEEDS=1 reproduces it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -562,9 +563,10 @@ static void run_seed(pgt *t, uint64_t seed, unsigned steps) {
 /* A schema per seed: each run starts from an empty database. */
 static void t_diff(void **state) {
   pgt *t = *state;
-  unsigned first = env_u("BS_SEED", 1), n = env_u("BS_SEEDS", quick() ? 6 : 40);
-  unsigned steps = env_u("BS_STEPS", quick() ? 150 : 600);
+  unsigned first = (unsigned)ct_first_seed("pg_compact", ct_postgres());
+  unsigned n = env_u("BS_SEEDS", quick() ? 6 : 40), steps = env_u("BS_STEPS", quick() ? 150 : 600);
   for (unsigned s = first; s < first + n; s++) {
+    ct_seed_log("pg_compact", "lmdb/postgres", s);
     run_seed(t, s, steps);
     fresh(t);
   }

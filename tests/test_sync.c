@@ -16,9 +16,9 @@
  * Backends: memory, lmdb, lmdb+passthrough, and postgres with BS_TEST_PG_URL (without the
  * compactions and truncates while its ct_backend lacks them).
  *
- * Seeds: BS_SEED (first, default 1), BS_SEEDS (how many: 3 quick / 8 full), BS_STEPS (steps per
- * seed: 600 quick / 1500 full). The seed is printed; reproduce with BS_SEED=n BS_SEEDS=1, and
- * BS_BACKEND=name to run one backend. BS_VERBOSE=1 prints per-seed statistics.
+ * Seeds: BS_SEED (first; default: each backend's block, ct_first_seed), BS_SEEDS (how many: 12
+ * quick / 32 full, on postgres 3 / 8), BS_STEPS (steps per seed: 600 quick / 1500 full). The seed
+ * is printed; reproduce with BS_SEED=n BS_SEEDS=1, and BS_BACKEND=name to run one backend. BS_VERBOSE=1 prints per-seed statistics.
  */
 #include "util_client.h"
 #include "util_edge.h"
@@ -633,11 +633,15 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
 
 static void t_sync(void **state) {
   const ct_backend *be = *state;
-  uint64_t first = ct_env_u64("BS_SEED", 1), n = ct_env_u64("BS_SEEDS", ct_quick() ? 3 : 8), i;
+  uint64_t pg = be == ct_postgres(), first = ct_first_seed("sync", be), i;
+  uint64_t n = ct_env_u64("BS_SEEDS", (ct_quick() ? 3 : 8) * (pg ? 1 : 4));
   size_t steps = (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 600 : 1500);
   for (i = 0; i < n; i++) {
-    fprintf(stderr, "sync %s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1 BS_BACKEND=%s)\n",
+    fprintf(stderr,
+            "sync %s: seed %llu (reproduce: BS_SEED=%llu BS_SEEDS=1 BS_BACKEND=%s "
+            "build/tests/test_sync)\n",
             be->name, (unsigned long long)(first + i), (unsigned long long)(first + i), be->name);
+    ct_seed_log("sync", be->name, first + i);
     run_seed(be, first + i, steps);
   }
 }

@@ -672,6 +672,26 @@ size_t ct_repeats(const uint64_t *v, size_t n) {
   return dup;
 }
 
+uint64_t ct_first_seed(const char *suite, const ct_backend *be) {
+  static const char *const suites[] = {"property", "differential", "sync", "diff", "pg_compact"};
+  enum { N = sizeof suites / sizeof suites[0] };
+  size_t s = 0, b = 0;
+  if (getenv("BS_SEED") && *getenv("BS_SEED")) return ct_env_u64("BS_SEED", 1);
+  while (s < N && strcmp(suites[s], suite) != 0) s++;
+  while (b < CT_N_BACKENDS && be != &ct_backends[b]) b++;
+  if (s == N) fail_msg("ct_first_seed: no seed block for suite %s", suite);
+  return ct_env_u64("BS_SEED_BASE", 1) + (s * CT_MAX_BACKENDS + b + 1) * (uint64_t)CT_SEED_BLOCK;
+}
+
+void ct_seed_log(const char *suite, const char *backend, uint64_t seed) {
+  const char *path = getenv("BS_SEED_LOG");
+  FILE *f;
+  if (!path || !*path) return;
+  if (!(f = fopen(path, "a"))) fail_msg("BS_SEED_LOG %s: cannot append", path);
+  fprintf(f, "%s %s %llu\n", suite, backend, (unsigned long long)seed);
+  fclose(f);
+}
+
 void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace, size_t n) {
   size_t i, j, dup = ct_repeats(trace, n);
   for (i = 0; dup && i < n; i++)

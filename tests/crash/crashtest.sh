@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # crashtest.sh: SIGKILL the crash writer at random moments, N times, checking the file after each
 # kill (tests/crash/crash_check.c says what is checked).
-# Usage: tests/crash/crashtest.sh BINDIR [KILLS]   (env: BS_SEED, BS_CRASH_DIR, BS_CRASH_MAXMS)
+# Usage: tests/crash/crashtest.sh BINDIR [KILLS]   (env: BS_SEED, BS_CRASH_DIR, BS_CRASH_MAXMS;
+#   BS_SEED_LOG: a file the seed is appended to, as make test's suites do)
 set -u
 bindir=${1:?usage: crashtest.sh BINDIR [KILLS]}
 kills=${2:-200}
@@ -16,6 +17,7 @@ last=0
 cleanup() { rm -rf "$dir"; }
 trap cleanup EXIT
 echo "crashtest: $kills kills, seed $seed (BS_SEED=$seed reproduces), in $dir"
+if [ -n "${BS_SEED_LOG:-}" ]; then echo "crashtest crash_writer $seed" >>"$BS_SEED_LOG"; fi
 start=$(date +%s)
 for ((i = 1; i <= kills; i++)); do
   "$bindir/crash_writer" "$db" "$log" "$seed" 2>"$dir/writer.err" &

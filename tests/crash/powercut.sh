@@ -5,7 +5,8 @@
 # verify clean and hold every commit the writer logged as returned (tests/crash/crash_check.c),
 # and the next writer continues on it.
 # Usage: tests/crash/powercut.sh BINDIR [CUTS [WRITER]]
-#   (env: BS_SEED, BS_CRASH_DIR, BS_CRASH_KEEP=0: keep no copy of a failing run's files)
+#   (env: BS_SEED, BS_CRASH_DIR, BS_CRASH_KEEP=0: keep no copy of a failing run's files,
+#   BS_SEED_LOG: a file the seed is appended to, as make test's suites do)
 # WRITER: crash_writer (default), or crash_writer_nosync, which must fail: its commits return
 # before anything is synced.
 set -u
@@ -20,6 +21,7 @@ RANDOM=$seed
 lost_sum=0 unsynced_sum=0
 trap 'rm -rf "$dir"' EXIT
 echo "powercut: $cuts cuts under $writer, seed $seed (BS_SEED=$seed reproduces), in $dir"
+if [ -n "${BS_SEED_LOG:-}" ]; then echo "powercut $writer $seed" >>"$BS_SEED_LOG"; fi
 for ((i = 1; i <= cuts; i++)); do
   # mostly early calls (open, the first commits), some later ones (compactions, a grown file)
   at=$(( RANDOM % 400 + 1 ))
