@@ -21,6 +21,7 @@ and a one-line reproduction, and exits 1. Python 3 stdlib only.
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,15 +36,35 @@ IGNORED = {
     },
 }
 
-MAX_BUCKET = 480  # contract.md section 10
+MAX_BUCKET = 480  # contract.md section 10 (storage.h BS_MAX_*)
 MAX_LOOKUP = 480
 MAX_REPLICA = 256
+MAX_TABLE = 256
+MAX_USER = 480
+MAX_STREAM = 255
+MAX_LSN = 255
 
-# The edge pool: strings every generator draws from.
-EDGE = ["", "a", "\u00e9", "\u65e5\u672c", "\U0001f600", '"', "\\", "a\"b\\c", "1", "1.0",
-        "null", " ", "x" * 64]
-LOOKUP_VALUES = [1, 1.0, -0.0, 0, -1, True, False, None, 2**53, 2**63 - 1, 2**63, 2**64 + 1,
-                 3.14, "", "1", "u1", "\u00e9", '"', "\\"]
+# The edge pool: strings every generator draws from ("", one byte, non-ASCII, astral: U+10000,
+# U+10FFFF, an emoji; JSON's specials).
+EDGE = ["", "a", "\u00e9", "\u65e5\u672c", "\U0001f600", "\U00010000", "\U0010ffff", '"', "\\",
+        "a\"b\\c", "1", "1.0", "null", " ", "x" * 64]
+# Strings the driver refuses wherever they stand: a lone surrogate is no JSON text (DRIVER.md:
+# not valid JSON, BS_EINVAL), and a NUL is refused too. Drawn now and then (edge()).
+REFUSED = ["\ud800", "\udc00", "a\ud83db", "a\u0000b", "\u0000"]
+
+
+def raw(token):
+    """A JSON number written as given (1e0, 10e-1): Gen.line() unquotes it."""
+    return "\x01" + token + "\x01"
+
+
+RAW = re.compile(r'"\\u0001([^"\\]*)\\u0001"')
+# Lookup values; integral numbers are one key however spelled (contract.md 5.4: 1, 1.0, 1e0,
+# 10e-1), integers beyond 2^53 exactly (2^53 + 1 is not 2^53, but the double 2^53 + 1.0 is).
+LOOKUP_VALUES = [1, 1.0, raw("1e0"), raw("10e-1"), raw("100E-2"), -0.0, raw("-0e0"), 0, -1,
+                 True, False, None, 2**53, float(2**53), 2**53 + 1, raw("9007199254740993.0"),
+                 -(2**53 + 1), 2**63 - 1, 2**63, 2**64 + 1, 3.14, raw("314e-2"), "", "1", "u1",
+                 "\u00e9", "\U0001f600", '"', "\\"]
 
 
 # The seed blocks of the C suites (CT_SEED_BLOCKS of CT_SEED_BLOCK seeds, tests/util_contract.h)
@@ -53,8 +74,23 @@ SEED_BLOCKS = {"lmdb": 21, "postgres": 22}
 
 
 def edge(rng, extra=()):
+    if rng.random() < 0.02:
+        return rng.choice(REFUSED)
     pool = EDGE + list(extra)
     return rng.choice(pool)
+
+
+def sized(rng, plain, limit):
+    """Now and then a value of the limit's length, or one over (refused: BS_ETOOBIG), or an
+    edge; else one of plain."""
+    x = rng.random()
+    if x < 0.02:
+        return "y" * limit
+    if x < 0.03:
+        return "y" * (limit + 1)
+    if x < 0.05:
+        return edge(rng)
+    return rng.choice(plain)
 
 
 class Gen:
@@ -66,10 +102,10 @@ class Gen:
         self.streams = 0
         self.lsn = 0
         self.ops = 0  # an upper bound guess of the op ids used so far (for checkpoints)
-        self.tables = ["t", "u", "\u00e9"]
-        self.ids = ["r1", "r2", "r3", "", "\u00e9", "x" * MAX_REPLICA]
-        self.buckets = ["b[]", "c[\"1\"]", "d", "\u65e5[]", "q" * MAX_BUCKET]
-        self.users = ["u1", "u2", "u1/c1", "", "\u00e9"]
+        self.tables = ["t", "u", "\u00e9", "\U0001f600", "x" * MAX_TABLE]
+        self.ids = ["r1", "r2", "r3", "", "\u00e9", "\U0010ffff", "x" * MAX_REPLICA]
+        self.buckets = ["b[]", "c[\"1\"]", "d", "\u65e5[]", "\U00010000", "q" * MAX_BUCKET]
+        self.users = ["u1", "u2", "u1/c1", "", "\u00e9", "\U0001f600", "w" * MAX_USER]
         self.lookups = []
         self.writers = ["main", "main", "main", "snap", "b"]
 
@@ -87,6 +123,9 @@ class Gen:
         return "00000000/%08X" % max(n, 0)
 
     def some_lsn(self):
+        x = self.r()
+        if x < 0.01:  # the longest LSN (above every other), or one byte over
+            return "00000000/" + "F" * (MAX_LSN - 9 + (x < 0.003))
         return self.fmt_lsn(self.lsn + self.rng.randint(-2, 2))
 
     def cp(self):
@@ -94,7 +133,7 @@ class Gen:
 
     def bucket(self):
         if self.r() < 0.03:
-            return self.choice(["", "q" * (MAX_BUCKET + 1)])
+            return self.choice(["", "q" * (MAX_BUCKET + 1), edge(self.rng)])
         return self.choice(self.buckets)
 
     def lookup(self):
@@ -123,17 +162,18 @@ class Gen:
     # ---- commands --------------------------------------------------------------------------
     def c_stream_create(self):
         self.streams += 1
-        c = {"cmd": "stream.create", "name": self.choice(["s", "v%d" % self.streams, "\u00e9"])}
+        c = {"cmd": "stream.create",
+             "name": sized(self.rng, ["s", "v%d" % self.streams, "\u00e9"], MAX_STREAM)}
         if self.r() < 0.4:
             c["checksum"] = self.choice(["xxh3", "sha256", "md5"])
         return c
 
     def c_save(self):
         tag = self.choice(["insert", "update", "update", "delete"])
-        c = {"cmd": "save", "table": self.choice(self.tables), "tag": tag,
-             "id": self.choice(self.ids)}
+        c = {"cmd": "save", "table": sized(self.rng, self.tables, MAX_TABLE), "tag": tag,
+             "id": sized(self.rng, self.ids, MAX_REPLICA)}
         if self.r() < 0.15:
-            c["old_id"] = self.choice(self.ids)
+            c["old_id"] = sized(self.rng, self.ids, MAX_REPLICA)
         if tag != "delete" or self.r() < 0.1:
             rows = []
             for _ in range(self.rng.randint(0, 3)):
@@ -252,7 +292,7 @@ class Gen:
                 items.append(it)
             return self.stream({"cmd": "write_checkpoint.create_managed", "items": items})
         if x < 0.6:
-            c = {"cmd": "write_checkpoint.custom", "user_id": self.choice(self.users),
+            c = {"cmd": "write_checkpoint.custom", "user_id": sized(self.rng, self.users, MAX_USER),
                  "checkpoint": str(self.rng.randint(0, 20))}
             if self.r() < 0.3:
                 c["event"] = edge(self.rng)
@@ -315,7 +355,12 @@ class Gen:
             return out
         if self.r() < 0.03:
             out["echo"] = self.choice([1, "e", None, [True]])
-        return json.dumps(out, ensure_ascii=self.r() < 0.5)
+        try:  # a lone surrogate has no UTF-8: only its \u escape writes it
+            line = json.dumps(out, ensure_ascii=self.r() < 0.5)
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            line = json.dumps(out)
+        return RAW.sub(r"\1", line)
 
 
 def sequence(seed, steps):

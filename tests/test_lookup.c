@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "lmdb_internal.h" /* internal.h, and the params key of test_param_row_order */
+#include "util_edge.h"
 
 static bs_scalar I(int64_t i) {
   bs_scalar s = {BS_SCALAR_INT, i, 0, {NULL, 0}};
@@ -73,6 +74,21 @@ static void test_integral_numbers_normalise(void **state) {
   bs_scalar s1[] = {S("1")}, one[] = {I(1)}, tr[] = {T(BS_SCALAR_TRUE)};
   assert_false(enc_eq(encode(s1, 1), encode(one, 1)));
   assert_false(enc_eq(encode(tr, 1), encode(one, 1)));
+}
+
+/* The randomized suites' lookup values (util_edge.c): two encode alike exactly when the pool says
+ * they are the same key (1 and 1.0, 2^53 and the double 2^53; never 2^53 + 1 and 2^53). */
+static void test_edge_pool_keys(void **state) {
+  size_t n, i, j;
+  const ue_scalar *v = ue_scalars(&n);
+  (void)state;
+  for (i = 0; i < n; i++)
+    for (j = 0; j < i; j++) {
+      size_t ci = v[i].same_as < 0 ? i : (size_t)v[i].same_as;
+      size_t cj = v[j].same_as < 0 ? j : (size_t)v[j].same_as;
+      if (enc_eq(encode(&v[i].v, 1), encode(&v[j].v, 1)) != (ci == cj))
+        fail_msg("%s and %s: %s keys", v[i].label, v[j].label, ci == cj ? "different" : "equal");
+    }
 }
 
 static void test_nan_inf_rejected(void **state) {
@@ -314,6 +330,7 @@ static void test_param_row_order(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_integral_numbers_normalise),
+      cmocka_unit_test(test_edge_pool_keys),
       cmocka_unit_test(test_nan_inf_rejected),
       cmocka_unit_test(test_structure_is_injective),
       cmocka_unit_test(test_size_limits),

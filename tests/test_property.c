@@ -11,6 +11,9 @@
  *  stopped and a terminated stream: what they leave (contract.md 8) before the next commit, after
  *  it and in a second open of the file. The rules come from util_model_rules.c, not the library's.
  * And a differential run: memory and lmdb fed the same workload write identical ops.
+ * Names are edge values of util_edge.c in some runs (a bucket, a table, two replica ids: "",
+ * one byte, the maximum length, non-ASCII and astral UTF-8, bytes that are not UTF-8), and
+ * saves with a value out of its limits must be refused (BS_ETOOBIG, BS_EINVAL) leaving nothing.
  *
  * Seeds: BS_SEED (first seed; default: each backend's block, ct_first_seed), BS_SEEDS (how many,
  * default 12 quick / 48 full, on postgres 3 / 12), BS_STEPS (steps per seed). Each run prints its
@@ -28,8 +31,11 @@
 #define N_BUCKETS 6
 #define N_KEYS    6
 
-static const char *BUCKETS[N_BUCKETS] = {
+static const char *const PLAIN_BUCKETS[N_BUCKETS] = {
     "b0", "b1", "b2", "by_user[\"u1\"]", "by_user[\"u2\"]", "global[]"};
+/* The run's bucket names in ascending byte order, as reads serve them (names_init). */
+static char g_bucket[N_BUCKETS][BS_MAX_BUCKET_NAME + 1];
+static const char *BUCKETS[N_BUCKETS];
 
 typedef struct wl {
   bs_storage *st, *st_nc, *st_cu; /* st_cu: custom write-checkpoint mode */
@@ -61,12 +67,54 @@ typedef struct run {
   unsigned lacks; /* CT_LACKS_*: the capabilities the workload stays clear of */
   unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
+  char table[N_TABLES][BS_MAX_TABLE_NAME + 1]; /* names_init */
+  char rid[N_RIDS][BS_MAX_REPLICA_ID + 1];
   md_wcp wcp;       /* the model's write checkpoints (managed ones are database-wide) */
   md_states states; /* the model's stream states */
 } run;
 
 #define N_USERS 4
 static const char *USERS[N_USERS] = {"u0", "u1", "u2", "u3/c1"};
+
+/* ---- Names ------------------------------------------------------------------------------------- */
+
+/* An edge value of at most max bytes into buf (NUL-terminated: the model keeps C strings, so no
+ * NUL inside), unless it equals one of the n names of names (stride apart): then buf is kept. */
+static void edge_name(run *r, char *buf, size_t max, unsigned avoid, const char *names, size_t n,
+                      size_t stride) {
+  bs_val v = ue_str_pick(&r->rng, max, avoid | UE_NUL | UE_OVER, NULL);
+  size_t i;
+  for (i = 0; i < n; i++) {
+    const char *o = names + i * stride;
+    if (strlen(o) == v.size && memcmp(o, v.data, v.size) == 0) return;
+  }
+  memcpy(buf, v.data, v.size);
+  buf[v.size] = 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The run's names: the plain ones, and in about half the runs an edge value for one bucket and
+ * one table, and always for two replica ids ("" among them). b0, t0 and r0 stay plain (the
+ * snapshot probe's row, and do_refused's). */
+static void names_init(run *r) {
+  size_t k;
+  for (k = 0; k < N_BUCKETS; k++) snprintf(g_bucket[k], sizeof g_bucket[k], "%s", PLAIN_BUCKETS[k]);
+  for (k = 0; k < N_TABLES; k++) snprintf(r->table[k], sizeof r->table[k], "t%zu", k);
+  for (k = 0; k < N_RIDS; k++) snprintf(r->rid[k], sizeof r->rid[k], "r%zu", k);
+  if (ct_below(&r->rng, 2))
+    edge_name(r, g_bucket[1 + ct_below(&r->rng, N_BUCKETS - 1)], BS_MAX_BUCKET_NAME, UE_EMPTY,
+              g_bucket[0], N_BUCKETS, sizeof g_bucket[0]);
+  if (ct_below(&r->rng, 2))
+    edge_name(r, r->table[1 + ct_below(&r->rng, N_TABLES - 1)], BS_MAX_TABLE_NAME, UE_EMPTY,
+              r->table[0], N_TABLES, sizeof r->table[0]);
+  for (k = N_RIDS - 2; k < N_RIDS; k++)
+    edge_name(r, r->rid[k], BS_MAX_REPLICA_ID, 0, r->rid[0], N_RIDS, sizeof r->rid[0]);
+  for (k = 0; k < N_BUCKETS; k++) BUCKETS[k] = g_bucket[k];
+  qsort(BUCKETS, N_BUCKETS, sizeof BUCKETS[0], cmp_name);
+}
 
 static void lsn_fmt(char *out, uint64_t n) {
   snprintf(out, 32, "%016llx", (unsigned long long)n);
@@ -596,7 +644,8 @@ static void snapshot_insert(wl *s, const char *rid) {
 }
 
 static void do_commit1(run *r, wl *s) {
-  char lsn[32], rid[16];
+  char lsn[32];
+  const char *rid = r->rid[ct_below(&r->rng, N_RIDS)];
   bs_commit_result res;
   int kind = (int)ct_below(&r->rng, 10), ce = -1, created;
   bs_block_reason why;
@@ -608,7 +657,6 @@ static void do_commit1(run *r, wl *s) {
   if (probe) {
     bs_save sv = BS_SAVE_INIT;
     uint64_t last;
-    snprintf(rid, sizeof rid, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
     sv.tag = BS_DELETE;
     sv.table = ct_v("t0");
     sv.before_id = ct_v(rid);
@@ -686,21 +734,19 @@ static void do_save(run *r, wl *s) {
   bs_row rows[4];
   bs_lookup lk[2];
   bs_val params[2][2];
-  char tname[8], rid[16], rid2[16], data[4][2100], prm[2][2][64], oid[16];
+  char data[4][2100], prm[2][2][64];
   size_t nrows = ct_below(&r->rng, 4), i, nlk = ct_below(&r->rng, 3);
-  int t = (int)ct_below(&r->rng, N_TABLES), kind = (int)ct_below(&r->rng, 100);
+  size_t t = ct_below(&r->rng, N_TABLES), ri = ct_below(&r->rng, N_RIDS);
+  int kind = (int)ct_below(&r->rng, 100);
+  const char *tname = r->table[t], *rid = r->rid[ri], *rid2 = r->rid[ct_below(&r->rng, N_RIDS)];
   unsigned used = 0;
-  snprintf(tname, sizeof tname, "t%d", t);
-  snprintf(rid, sizeof rid, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
-  snprintf(rid2, sizeof rid2, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
   /* Usually the output id is the replica id; sometimes a shared one (distinct subkeys), or an
    * edge value ("", one byte, the maximum length, non-ASCII, quotes; the model keeps
    * NUL-terminated strings, so no NUL) */
   unsigned pick_oid = (unsigned)ct_below(&r->rng, 8);
-  bs_val oidv;
-  snprintf(oid, sizeof oid, "%s", pick_oid == 0 ? "shared" : rid);
-  oidv =
-      pick_oid == 1 ? ue_str_pick(&r->rng, BS_MAX_OBJECT_NAME, UE_NUL | UE_OVER, NULL) : ct_v(oid);
+  bs_val oidv = pick_oid == 1   ? ue_str_pick(&r->rng, BS_MAX_OBJECT_NAME, UE_NUL | UE_OVER, NULL)
+                : pick_oid == 0 ? ct_v("shared")
+                                : ct_v(rid);
   sv.table = ct_v(tname);
   if (kind < 30)
     sv.tag = BS_INSERT;
@@ -744,7 +790,7 @@ static void do_save(run *r, wl *s) {
           memcmp(lk[0].key.data, r->key[ki].data, r->key[ki].size) == 0)
         break;
       for (j = 0; j < np; j++) {
-        snprintf(prm[i][j], 64, "{\"r\":\"%s/%s\",\"n\":%llu}", tname, rid,
+        snprintf(prm[i][j], 64, "{\"r\":\"t%zu/r%zu\",\"n\":%llu}", t, ri,
                  (unsigned long long)ct_below(&r->rng, 3));
         params[i][j] = ct_below(&r->rng, 8) == 0 ? ue_str_pick(&r->rng, 200, UE_NUL | UE_OVER, NULL)
                                                  : ct_v(prm[i][j]);
@@ -764,6 +810,39 @@ static void do_save(run *r, wl *s) {
   }
   CT_OK(bs_writer_save(s->w, &sv, &ct_err));
   md_save_mode(&s->m, &sv, 0, s->cs.snapshot_done);
+}
+
+/* A save with one value out of its limits (contract.md 10: the call that receives it checks it,
+ * before anything is queued): one byte over BS_MAX_TABLE_NAME, BS_MAX_REPLICA_ID,
+ * BS_MAX_BUCKET_NAME or BS_MAX_LOOKUP_KEY is BS_ETOOBIG, an empty table or bucket name BS_EINVAL;
+ * the model takes nothing, so the next checks find the save left no trace. */
+static void do_refused(run *r, wl *s) {
+  static unsigned char key[BS_MAX_LOOKUP_KEY + 1];
+  bs_save sv = BS_SAVE_INIT;
+  bs_row row = {ct_v("b0"), ct_v("t0"), ct_v("r0"), ct_v("{}")};
+  bs_lookup lk = {{key, sizeof key}, NULL, 0};
+  unsigned k = (unsigned)ct_below(&r->rng, 6);
+  int want = k < 4 ? BS_ETOOBIG : BS_EINVAL, rc;
+  if (s->stopped) return;
+  sv.tag = BS_UPDATE;
+  sv.table = ct_v("t0");
+  sv.after_id = ct_v("r0");
+  sv.rows = &row;
+  sv.n_rows = 1;
+  if (k == 0) sv.table = ue_str_len(BS_MAX_TABLE_NAME + 1, 0);
+  if (k == 1) sv.after_id = ue_str_len(BS_MAX_REPLICA_ID + 1, 1);
+  if (k == 2) row.bucket = ue_str_len(BS_MAX_BUCKET_NAME + 1, 2);
+  if (k == 3) {
+    memset(key, 'k', sizeof key);
+    sv.lookups = &lk;
+    sv.n_lookups = 1;
+  }
+  if (k == 4) sv.table = ct_v("");
+  if (k == 5) row.bucket = ct_v("");
+  rc = bs_writer_save(s->w, &sv, &ct_err);
+  if (rc != want)
+    fail_msg("save with value %u out of its limits: %s (%s), expected %s", k, bs_strerror(rc),
+             ct_err.msg, bs_strerror(want));
 }
 
 static void check_changes_range(run *r, wl *s, uint64_t from, uint64_t to);
@@ -1218,6 +1297,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   r->lacks = lacks | be->lacks;
   r->allow_compact = allow_compact && !(r->lacks & CT_LACKS_COMPACT);
   r->allow_reopen = allow_reopen && be->persistent;
+  names_init(r);
   for (k = 0; k < N_KEYS; k++) {
     char s[8];
     snprintf(s, sizeof s, "k%zu", k);
@@ -1245,8 +1325,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
     if (a < 700)
       do_save(r, s);
     else if (a < 720 && !(r->lacks & CT_LACKS_TRUNCATE)) {
-      char t[8];
-      snprintf(t, sizeof t, "t%llu", (unsigned long long)ct_below(&r->rng, N_TABLES));
+      const char *t = r->table[ct_below(&r->rng, N_TABLES)];
       for (i = 0; i < s->m.n_tables && strcmp(s->m.tables[i], t) != 0; i++) {
       }
       if (i < s->m.n_tables) {
@@ -1278,6 +1357,8 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
       /* not where compaction runs: a thousand more buckets compacted 1-50 ops a transaction
        * cost PostgreSQL 40 s a seed */
       do_wide(r, s);
+    } else if (a >= 955 && a < 960) {
+      do_refused(r, s);
     } else if (a >= 960) {
       do_wcp(r, s);
     }

@@ -24,6 +24,15 @@ static const ue_str STRINGS[] = {
     S("caf\xc3\xa9", UE_NONASCII),
     S("\xe2\x82\xac\xf0\x9f\x98\x80", UE_NONASCII), /* euro sign, emoji */
     S("\xc3\xa9\"\\", UE_NONASCII | UE_JSONISH),
+    S("\xf0\x90\x80\x80", UE_NONASCII), /* U+10000, the first astral code point */
+    S("\xf4\x8f\xbf\xbf", UE_NONASCII), /* U+10FFFF, the last */
+    S("\xff", UE_NOTUTF8),              /* one byte, never in UTF-8 */
+    S("\x80", UE_NOTUTF8),              /* a continuation byte alone */
+    S("caf\xc3", UE_NOTUTF8),           /* cut inside a sequence */
+    S("\xed\xa0\x80", UE_NOTUTF8),      /* the surrogate U+D800, encoded */
+    S("\xc0\x80", UE_NOTUTF8),          /* an overlong NUL (no NUL byte) */
+    S("\xf4\x90\x80\x80", UE_NOTUTF8),  /* above U+10FFFF */
+    S("a\xfe\xff\"z", UE_NOTUTF8 | UE_JSONISH),
     S("a\0b", UE_NUL),
     S("\0", UE_NUL),
     S("x.y.z", UE_JSONISH),
@@ -92,10 +101,14 @@ static const ue_scalar SCALARS[] = {
     SC_INT("314", 314, -1),
     SC_DBL("314.0", 314.0, 6),
     SC_INT("-1", -1, -1),
+    SC_INT("2^53", 9007199254740992, -1),
+    SC_DBL("2^53 as a double", 9007199254740992.0, 9), /* integral: the same key as 2^53 */
+    SC_INT("2^53 + 1", 9007199254740993, -1),          /* no double has it: never 2^53 */
+    SC_INT("-(2^53 + 1)", -9007199254740993, -1),
     SC_INT("int64 max", INT64_MAX, -1),
     SC_INT("int64 min", INT64_MIN, -1),
     SC_DBL("2^63", 9223372036854775808.0, -1), /* integral, outside int64: stays a double */
-    SC_DBL("-2^63", -9223372036854775808.0, 10),
+    SC_DBL("-2^63", -9223372036854775808.0, 14),
     SC_DBL("1e300", 1e300, -1),
     SC_OF("true", BS_SCALAR_TRUE, -1),
     SC_OF("false", BS_SCALAR_FALSE, -1),

@@ -1,9 +1,10 @@
 /*
  * util_edge.h: one shared pool of edge values for the randomized suites (test_property.c,
  * test_sync.c, test_diff.c): strings every call that takes bytes must round-trip ("", one byte,
- * the maximum length of each BS_MAX_* limit and one byte over it, non-ASCII UTF-8, quotes,
- * backslashes, NUL bytes) and lookup values whose canonical encoding matters (1 vs 1.0, -0,
- * true, null, int64 extremes, 2^63 and other doubles, strings that look like numbers).
+ * the maximum length of each BS_MAX_* limit and one byte over it, non-ASCII and astral UTF-8,
+ * bytes that are not UTF-8, quotes, backslashes, NUL bytes) and lookup values whose canonical
+ * encoding matters (1 vs 1.0, -0, true, null, int64 extremes, 2^53 and 2^53 + 1 beside the
+ * double 2^53, 2^63 and other doubles, strings that look like numbers).
  *
  * A suite draws with a mask of the kinds it cannot take (its model keeps NUL-terminated
  * strings, say): a draw never returns a value of an excluded kind.
@@ -20,6 +21,7 @@
 #define UE_MAXLEN   0x08u /* exactly the limit asked for */
 #define UE_OVER     0x10u /* one byte over the limit (the call must refuse it: BS_ETOOBIG) */
 #define UE_JSONISH  0x20u /* quotes, backslashes, braces: breaks naive JSON or "." joining */
+#define UE_NOTUTF8  0x40u /* bytes that are not UTF-8 (names and ids are bytes: contract.md 1) */
 
 /* The pool's fixed strings (each with its kinds); n_out gets their number. */
 typedef struct ue_str {
