@@ -78,20 +78,6 @@ static const char *USERS[N_USERS] = {"u0", "u1", "u2", "u3/c1"};
 
 /* ---- Names ------------------------------------------------------------------------------------- */
 
-/* An edge value of at most max bytes into buf (NUL-terminated: the model keeps C strings, so no
- * NUL inside), unless it equals one of the n names of names (stride apart): then buf is kept. */
-static void edge_name(run *r, char *buf, size_t max, unsigned avoid, const char *names, size_t n,
-                      size_t stride) {
-  bs_val v = ue_str_pick(&r->rng, max, avoid | UE_NUL | UE_OVER, NULL);
-  size_t i;
-  for (i = 0; i < n; i++) {
-    const char *o = names + i * stride;
-    if (strlen(o) == v.size && memcmp(o, v.data, v.size) == 0) return;
-  }
-  memcpy(buf, v.data, v.size);
-  buf[v.size] = 0;
-}
-
 static int cmp_name(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -105,13 +91,13 @@ static void names_init(run *r) {
   for (k = 0; k < N_TABLES; k++) snprintf(r->table[k], sizeof r->table[k], "t%zu", k);
   for (k = 0; k < N_RIDS; k++) snprintf(r->rid[k], sizeof r->rid[k], "r%zu", k);
   if (ct_below(&r->rng, 2))
-    edge_name(r, g_bucket[1 + ct_below(&r->rng, N_BUCKETS - 1)], BS_MAX_BUCKET_NAME, UE_EMPTY,
-              g_bucket[0], N_BUCKETS, sizeof g_bucket[0]);
+    ue_name(&r->rng, g_bucket[1 + ct_below(&r->rng, N_BUCKETS - 1)], BS_MAX_BUCKET_NAME, UE_EMPTY,
+            g_bucket[0], N_BUCKETS, sizeof g_bucket[0]);
   if (ct_below(&r->rng, 2))
-    edge_name(r, r->table[1 + ct_below(&r->rng, N_TABLES - 1)], BS_MAX_TABLE_NAME, UE_EMPTY,
-              r->table[0], N_TABLES, sizeof r->table[0]);
+    ue_name(&r->rng, r->table[1 + ct_below(&r->rng, N_TABLES - 1)], BS_MAX_TABLE_NAME, UE_EMPTY,
+            r->table[0], N_TABLES, sizeof r->table[0]);
   for (k = N_RIDS - 2; k < N_RIDS; k++)
-    edge_name(r, r->rid[k], BS_MAX_REPLICA_ID, 0, r->rid[0], N_RIDS, sizeof r->rid[0]);
+    ue_name(&r->rng, r->rid[k], BS_MAX_REPLICA_ID, 0, r->rid[0], N_RIDS, sizeof r->rid[0]);
   for (k = 0; k < N_BUCKETS; k++) BUCKETS[k] = g_bucket[k];
   qsort(BUCKETS, N_BUCKETS, sizeof BUCKETS[0], cmp_name);
 }

@@ -68,6 +68,8 @@ typedef struct run {
   int n_cl;
   unsigned char keys[N_KEYS][BS_MAX_LOOKUP_KEY];
   bs_val key[N_KEYS];
+  char table[N_TABLES][BS_MAX_TABLE_NAME + 1]; /* t0.., r0..; in some runs edge values */
+  char rid[N_RIDS][BS_MAX_REPLICA_ID + 1];
   uint64_t conn_seq;
   stats s;
 } run;
@@ -351,14 +353,13 @@ static void do_save(run *r) {
   bs_row rows[4];
   bs_lookup lk;
   bs_val params[1];
-  char tname[8], rid[16], rid2[16], data[4][1200], prm[64], oid[16];
-  size_t nrows = ct_below(&r->rng, 4), i;
-  int t = (int)ct_below(&r->rng, N_TABLES), kind = (int)ct_below(&r->rng, 100);
+  char data[4][1200], prm[64];
+  size_t nrows = ct_below(&r->rng, 4), i, t = ct_below(&r->rng, N_TABLES);
+  size_t ri = ct_below(&r->rng, N_RIDS);
+  int kind = (int)ct_below(&r->rng, 100);
   unsigned used = 0;
-  snprintf(tname, sizeof tname, "t%d", t);
-  snprintf(rid, sizeof rid, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
-  snprintf(rid2, sizeof rid2, "r%llu", (unsigned long long)ct_below(&r->rng, N_RIDS));
-  snprintf(oid, sizeof oid, "%s", ct_below(&r->rng, 8) == 0 ? "shared" : rid);
+  const char *tname = r->table[t], *rid = r->rid[ri], *rid2 = r->rid[ct_below(&r->rng, N_RIDS)];
+  const char *oid = ct_below(&r->rng, 8) == 0 ? "shared" : rid;
   /* sometimes an edge value ("", one byte, the maximum length, non-ASCII, quotes; no NUL: the
    * model and the client keep NUL-terminated strings) */
   bs_val oidv = ct_below(&r->rng, 8) == 0
@@ -398,7 +399,7 @@ static void do_save(run *r) {
     sv.rows = rows;
     sv.n_rows = nrows;
     if (ct_below(&r->rng, 3) == 0) { /* something for parameter compaction to do */
-      snprintf(prm, sizeof prm, "{\"r\":\"%s/%s\",\"n\":%llu}", tname, rid,
+      snprintf(prm, sizeof prm, "{\"r\":\"t%zu/r%zu\",\"n\":%llu}", t, ri,
                (unsigned long long)ct_below(&r->rng, 3));
       params[0] =
           ct_below(&r->rng, 8) == 0 ? ue_str_pick(&r->rng, 200, UE_NUL | UE_OVER, NULL) : ct_v(prm);
@@ -479,10 +480,9 @@ static void do_reopen(run *r) {
 }
 
 static void do_truncate(run *r) {
-  char t[8];
+  const char *t = r->table[ct_below(&r->rng, N_TABLES)];
   size_t k;
   if (ct_lacks(r->be, CT_LACKS_TRUNCATE)) return;
-  snprintf(t, sizeof t, "t%llu", (unsigned long long)ct_below(&r->rng, N_TABLES));
   for (k = 0; k < r->m.n_tables && strcmp(r->m.tables[k], t) != 0; k++) {
   }
   if (k == r->m.n_tables) return;
@@ -526,6 +526,15 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
   r->be = be;
   r->seed = seed;
   r->rng = ct_seed(seed, 0x5eed);
+  /* names: in about half the runs one table is an edge value, and two replica ids in every run
+   * ("", one byte, the maximum length, non-ASCII, astral, not UTF-8) */
+  for (k = 0; k < N_TABLES; k++) snprintf(r->table[k], sizeof r->table[k], "t%zu", k);
+  for (k = 0; k < N_RIDS; k++) snprintf(r->rid[k], sizeof r->rid[k], "r%zu", k);
+  if (ct_below(&r->rng, 2))
+    ue_name(&r->rng, r->table[ct_below(&r->rng, N_TABLES)], BS_MAX_TABLE_NAME, UE_EMPTY,
+            r->table[0], N_TABLES, sizeof r->table[0]);
+  for (k = N_RIDS - 2; k < N_RIDS; k++)
+    ue_name(&r->rng, r->rid[k], BS_MAX_REPLICA_ID, 0, r->rid[0], N_RIDS, sizeof r->rid[0]);
   for (k = 0; k < N_KEYS; k++) {
     char s[8];
     snprintf(s, sizeof s, "k%zu", k);

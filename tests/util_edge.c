@@ -80,6 +80,17 @@ bs_val ue_str_pick(ct_rng *r, size_t max, unsigned avoid, unsigned *kinds_out) {
   return STRINGS[1].v; /* "a": every mask allows it */
 }
 
+void ue_name(ct_rng *r, char *buf, size_t max, unsigned avoid, const char *names, size_t n,
+             size_t stride) {
+  bs_val v = ue_str_pick(r, max, avoid | UE_NUL | UE_OVER, NULL);
+  for (size_t i = 0; i < n; i++) {
+    const char *o = names + i * stride;
+    if (strlen(o) == v.size && memcmp(o, v.data, v.size) == 0) return;
+  }
+  memcpy(buf, v.data, v.size);
+  buf[v.size] = 0;
+}
+
 /* ---- Lookup values ---------------------------------------------------------------------------- */
 
 #define SC_INT(l, x, same)                                                                         \

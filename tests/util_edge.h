@@ -36,6 +36,13 @@ const ue_str *ue_strings(size_t *n_out);
  * valid for the whole program; *kinds_out (may be NULL) gets its kinds. */
 bs_val ue_str_pick(ct_rng *r, size_t max, unsigned avoid, unsigned *kinds_out);
 
+/* An edge value of at most max bytes (none of the kinds in avoid, no NUL, not over max) copied
+ * into buf (max + 1 bytes) as a C string, unless it equals one of the n C strings at names,
+ * stride bytes apart: then buf is left as it was. For suites whose model keeps names as C
+ * strings: the run's names, plain ones with some replaced. */
+void ue_name(ct_rng *r, char *buf, size_t max, unsigned avoid, const char *names, size_t n,
+             size_t stride);
+
 /* A value of exactly n bytes (n <= BS_MAX_OBJECT_NAME + 1) whose content depends on variant:
  * distinct variants give distinct values of the same length. Static storage, one per variant
  * modulo 4 (a later call with the same variant % 4 overwrites it). */
