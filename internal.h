@@ -575,6 +575,9 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n, const bs_man
 enum { BS_WCP_KEEP, BS_WCP_REFRESH, BS_WCP_REPLACE };
 int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored, uint64_t *id,
                         int *action, bs_error *err);
+/* Managed write checkpoints are made only by a storage in managed mode: BS_ESTATE in custom
+ * mode (contract.md 7). */
+int bs__managed_mode_check(bs_write_checkpoint_mode mode, bs_error *err);
 /* The requested_at (ms) of the record that w replaces or refreshes (contract.md 7): a supplied id
  * takes w->requested_at_ms, or now (the batch's time) when that is 0; a generated id has none
  * (-1), so cleanup keeps it. */

@@ -246,8 +246,7 @@ int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_adv
   const bs_allocator *a = &ls->db->base.alloc;
   create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms()};
   int rc;
-  if (ls->wcp_mode != BS_WCP_MANAGED)
-    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+  if ((rc = bs__managed_mode_check(ls->wcp_mode, err))) return rc;
   /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within
    * BS_MAX_USER_ID / BS_MAX_CONNECTION_NAME / BS_MAX_LSN, n_heads within the u16 BS_MAX_HEADS */
   if (n == 0) return BS_OK;

@@ -64,8 +64,7 @@ int bs__mem_create_managed(uint64_t *ids_out, int *should_advance, bs_storage *s
   size_t nw = 0;
   int64_t now = bs__now_ms();
   int rc = BS_OK, adv = 0;
-  if (ms->mode != BS_WCP_MANAGED)
-    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+  if ((rc = bs__managed_mode_check(ms->mode, err))) return rc;
   win = bs__calloc(a, n ? n : 1, sizeof *win);
   neu = bs__calloc(a, n ? n : 1, sizeof *neu);
   if (!win || !neu) {

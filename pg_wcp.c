@@ -108,8 +108,7 @@ int bs__pg_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advan
   int64_t now = bs__now_ms();
   PGconn *c = NULL;
   int rc, adv = 0;
-  if (mode_of(s, ev, &evn) != BS_WCP_MANAGED)
-    return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+  if ((rc = bs__managed_mode_check(mode_of(s, ev, &evn), err))) return rc;
   if (!(win = bs__calloc(al, n ? n : 1, sizeof *win)))
     return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
   /* the batch's winner per user (contract.md 7) */

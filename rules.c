@@ -82,6 +82,11 @@ size_t bs__managed_winners(const bs_managed_request *req, size_t n,
   return nw;
 }
 
+int bs__managed_mode_check(bs_write_checkpoint_mode mode, bs_error *err) {
+  if (mode == BS_WCP_MANAGED) return BS_OK;
+  return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
+}
+
 /* ---- Read checks ------------------------------------------------------------------------------ */
 
 int bs__torn_fail(uint64_t c, bs_val name, bs_error *err) {

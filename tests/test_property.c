@@ -1126,6 +1126,12 @@ static void do_wcp(run *r, wl *s) {
       req[i].request_id = q[i].id;
       req[i].requested_at_ms = q[i].at;
     }
+    if (ct_below(&r->rng, 4) == 0) { /* refused in custom mode, nothing stored (the ids below) */
+      int rc = bs_create_managed_write_checkpoints(ids, &adv, s->st_cu, req, n, &ct_err);
+      if (rc != md_wcp_managed_refused(1))
+        fail_msg("create_managed_write_checkpoints in custom mode: %d, model %d", rc,
+                 md_wcp_managed_refused(1));
+    }
     CT_OK(bs_create_managed_write_checkpoints(ids, &adv, s->st, req, n, &ct_err));
     want_adv = md_wcp_managed(&r->wcp, q, n, want);
     for (size_t i = 0; i < n; i++)

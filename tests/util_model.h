@@ -216,6 +216,9 @@ typedef struct md_mreq {
   uint64_t id;
   int64_t at;
 } md_mreq;
+/* What create_managed_write_checkpoints returns before its batch: BS_ESTATE from a storage in
+ * custom mode (custom 1; the batch then stores nothing), else BS_OK. */
+int md_wcp_managed_refused(int custom);
 /* create_managed_write_checkpoints(req, n): ids_out[i] = request i's user's id after the batch;
  * returns should_advance. */
 int md_wcp_managed(md_wcp *w, const md_mreq *req, size_t n, uint64_t *ids_out);

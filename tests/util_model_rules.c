@@ -124,6 +124,10 @@ static void apply_request(md_managed *r, const md_mreq *q) {
   r->nh = q->nh;
 }
 
+int md_wcp_managed_refused(int custom) {
+  return custom ? BS_ESTATE : BS_OK; /* contract.md 7: managed calls in managed mode only */
+}
+
 int md_wcp_managed(md_wcp *w, const md_mreq *req, size_t n, uint64_t *ids_out) {
   int advance = 0;
   for (size_t i = 0; i < n; i++) {
