@@ -578,6 +578,15 @@ int bs__managed_next_id(const bs_managed_request *w, int exists, uint64_t stored
 /* Managed write checkpoints are made only by a storage in managed mode: BS_ESTATE in custom
  * mode (contract.md 7). */
 int bs__managed_mode_check(bs_write_checkpoint_mode mode, bs_error *err);
+/* A user's record as the backend finds it within the batch's transaction: *live 0 when there is
+ * none (or cleanup deleted it), else its *id and whether a commit *processed it. */
+typedef int (*bs__managed_find_fn)(void *ctx, bs_val user, int *live, uint64_t *id, int *processed,
+                                   bs_error *err);
+/* What a managed batch answers, asked of its transaction after the batch (find): ids_out[i] =
+ * request i's user's record id (0: none); *should_advance = 1 iff one of them waits for a commit
+ * (live and not processed). find's error is returned. */
+int bs__managed_answer(uint64_t *ids_out, int *should_advance, const bs_managed_request *req,
+                       size_t n, bs__managed_find_fn find, void *ctx, bs_error *err);
 /* The requested_at (ms) of the record that w replaces or refreshes (contract.md 7): a supplied id
  * takes w->requested_at_ms, or now (the batch's time) when that is 0; a generated id has none
  * (-1), so cleanup keeps it. */

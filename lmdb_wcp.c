@@ -178,6 +178,7 @@ typedef struct create_ctx {
   uint64_t *ids_out;
   int should_advance;
   int64_t now;
+  MDB_txn *txn; /* the batch's */
 } create_ctx;
 
 /* The id of the user's last record that cleanup deleted ('H'), 0 when none. */
@@ -220,23 +221,29 @@ static int apply_one(bs__lmdb_db *db, MDB_txn *txn, const bs_managed_request *w,
   return pending_set(db, txn, w->user_id, 1, err);
 }
 
+/* bs__managed_find_fn in the batch's transaction. */
+static int rec_live(void *ctx_, bs_val user, int *live, uint64_t *id, int *processed,
+                    bs_error *err) {
+  create_ctx *c = (create_ctx *)ctx_;
+  unsigned char kb[BS_WCP_USER_KEY_MAX];
+  MDB_val k;
+  wcp_rec r;
+  int rc = rec_get(c->db, c->txn, user, kb, &k, &r, live, err);
+  if (rc == BS_OK && *live) {
+    *id = r.id;
+    *processed = (r.flags & BS_WCP_PROCESSED) != 0;
+  }
+  return rc;
+}
+
 /* One write transaction; bs__lmdb_write may run it again after growing the map. */
 static int create_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   create_ctx *c = (create_ctx *)ctx_;
   int rc;
-  c->should_advance = 0;
   for (size_t k = 0; k < c->nw; k++)
     if ((rc = apply_one(c->db, txn, c->win[k], c->now, err))) return rc;
-  for (size_t i = 0; i < c->n; i++) { /* each request's user has a record now */
-    unsigned char kb[BS_WCP_USER_KEY_MAX];
-    MDB_val k;
-    wcp_rec r;
-    int exists;
-    if ((rc = rec_get(c->db, txn, c->req[i].user_id, kb, &k, &r, &exists, err))) return rc;
-    c->ids_out[i] = exists ? r.id : 0;
-    if (exists && !(r.flags & BS_WCP_PROCESSED)) c->should_advance = 1;
-  }
-  return BS_OK;
+  c->txn = txn;
+  return bs__managed_answer(c->ids_out, &c->should_advance, c->req, c->n, rec_live, c, err);
 }
 
 int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advance,
@@ -244,7 +251,7 @@ int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_adv
                                               size_t n, bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   const bs_allocator *a = &ls->db->base.alloc;
-  create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms()};
+  create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms(), NULL};
   int rc;
   if ((rc = bs__managed_mode_check(ls->wcp_mode, err))) return rc;
   /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within

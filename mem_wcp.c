@@ -28,6 +28,18 @@ static mem_mwcp *mwcp_find(mem_db *db, bs_val user, size_t *idx) {
   return NULL;
 }
 
+/* bs__managed_find_fn over the records (the caller holds the lock). */
+static int mwcp_live(void *db, bs_val user, int *live, uint64_t *id, int *processed,
+                     bs_error *err) {
+  const mem_mwcp *r = mwcp_find(db, user, NULL);
+  BS_UNUSED(err);
+  if ((*live = r && !r->gone)) {
+    *id = r->id;
+    *processed = r->processed;
+  }
+  return BS_OK;
+}
+
 /* The record request r leaves for its user (BS_WCP_REPLACE): its heads, the id, not processed,
  * requested_at at (bs__managed_requested_at). */
 static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, uint64_t id,
@@ -63,7 +75,7 @@ int bs__mem_create_managed(uint64_t *ids_out, int *should_advance, bs_storage *s
   mem_mwcp **neu = NULL;
   size_t nw = 0;
   int64_t now = bs__now_ms();
-  int rc = BS_OK, adv = 0;
+  int rc = BS_OK;
   if ((rc = bs__managed_mode_check(ms->mode, err))) return rc;
   win = bs__calloc(a, n ? n : 1, sizeof *win);
   neu = bs__calloc(a, n ? n : 1, sizeof *neu);
@@ -104,13 +116,8 @@ int bs__mem_create_managed(uint64_t *ids_out, int *should_advance, bs_storage *s
     }
     neu[k] = NULL;
   }
-  for (size_t i = 0; i < n && !rc; i++) {
-    mem_mwcp *r = mwcp_find(db, req[i].user_id, NULL);
-    ids_out[i] = r ? r->id : 0;
-    if (r && !r->processed) adv = 1;
-  }
+  if (!rc) rc = bs__managed_answer(ids_out, should_advance, req, n, mwcp_live, db, err);
   unlock(db);
-  if (!rc) *should_advance = adv;
 out:
   for (size_t k = 0; neu && k < nw; k++) mwcp_free(a, neu[k]);
   bs__free(a, neu);

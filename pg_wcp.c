@@ -53,6 +53,24 @@ static int managed_get(PGconn *c, bs_val user, int *exists, int *gone, uint64_t 
   return BS_OK;
 }
 
+/* bs__managed_find_fn in the batch's transaction (on connection c). */
+static int managed_live(void *c, bs_val user, int *live, uint64_t *id, int *processed,
+                        bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  bs__pg_arg_bytes(&a, user);
+  rc = bs__pg_exec(c, "SELECT id, processed FROM bs_wcp_managed WHERE user_id = $1 AND NOT gone",
+                   &a, &r, "reading a write checkpoint", err);
+  if (rc) return rc;
+  if ((*live = PQntuples(r) == 1)) {
+    *id = (uint64_t)bs__pg_i64(r, 0, 0);
+    *processed = bs__pg_bool(r, 0, 1);
+  }
+  PQclear(r);
+  return BS_OK;
+}
+
 static int managed_apply(PGconn *c, const bs_managed_request *w, uint64_t id, int action,
                          int64_t at, const bs_allocator *al, bs_error *err) {
   bs__pg_args a = {0};
@@ -107,7 +125,7 @@ int bs__pg_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advan
   size_t evn, nw = 0;
   int64_t now = bs__now_ms();
   PGconn *c = NULL;
-  int rc, adv = 0;
+  int rc;
   if ((rc = bs__managed_mode_check(mode_of(s, ev, &evn), err))) return rc;
   if (!(win = bs__calloc(al, n ? n : 1, sizeof *win)))
     return bs__fail(err, BS_ENOMEM, "write checkpoints: out of memory");
@@ -131,22 +149,9 @@ int bs__pg_create_managed_write_checkpoints(uint64_t *ids_out, int *should_advan
     if (action != BS_WCP_KEEP)
       rc = managed_apply(c, win[k], id, action, bs__managed_requested_at(win[k], now), al, err);
   }
-  for (size_t i = 0; i < n && !rc; i++) {
-    bs__pg_args a = {0};
-    PGresult *r;
-    bs__pg_arg_bytes(&a, req[i].user_id);
-    rc = bs__pg_exec(c, "SELECT id, processed FROM bs_wcp_managed WHERE user_id = $1 AND NOT gone",
-                     &a, &r, "reading a write checkpoint", err);
-    if (rc) break;
-    if (ids_out) ids_out[i] = PQntuples(r) ? (uint64_t)bs__pg_i64(r, 0, 0) : 0;
-    if (PQntuples(r) && !bs__pg_bool(r, 0, 1)) adv = 1;
-    PQclear(r);
-  }
+  if (!rc) rc = bs__managed_answer(ids_out, should_advance, req, n, managed_live, c, err);
   if (!rc) rc = bs__pg_commit(c, err);
-  if (rc)
-    bs__pg_rollback(c);
-  else if (should_advance)
-    *should_advance = adv;
+  if (rc) bs__pg_rollback(c);
 out:
   bs__pg_conn_put(db_of(st), c);
   bs__free(al, win);

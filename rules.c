@@ -87,6 +87,20 @@ int bs__managed_mode_check(bs_write_checkpoint_mode mode, bs_error *err) {
   return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
 }
 
+int bs__managed_answer(uint64_t *ids_out, int *should_advance, const bs_managed_request *req,
+                       size_t n, bs__managed_find_fn find, void *ctx, bs_error *err) {
+  int adv = 0, rc;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t id = 0;
+    int live = 0, processed = 0;
+    if ((rc = find(ctx, req[i].user_id, &live, &id, &processed, err))) return rc;
+    ids_out[i] = live ? id : 0;
+    if (live && !processed) adv = 1; /* it waits for a commit that passes its heads */
+  }
+  *should_advance = adv;
+  return BS_OK;
+}
+
 /* ---- Read checks ------------------------------------------------------------------------------ */
 
 int bs__torn_fail(uint64_t c, bs_val name, bs_error *err) {
