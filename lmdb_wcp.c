@@ -347,12 +347,16 @@ static int delete_body(MDB_txn *txn, void *ctx_, bs_error *err) {
   key_list l = {&db->base.alloc, NULL, 0, 0};
   unsigned char custom[BS_WCP_KEY_MAX], managed[BS_WCP_USER_KEY_MAX];
   MDB_val cp, mp = bs__lmdb_wcp_user_key(managed, BS_WCP_MANAGED_TAG, (bs_val){NULL, 0});
+  bs__stream_rec sr;
   int rc;
   c->deleted = 0;
-  if ((rc = bs__lmdb_wcp_custom_key(custom, &cp, c->stream, (bs_val){NULL, 0}, (bs_val){NULL, 0},
+  /* behind a clear's fence the stream's custom records are deleted already: the clear's own
+   * transactions remove them, cleanup neither deletes nor counts them */
+  if ((rc = bs__stream_rec_get(db, txn, c->stream, &sr, err)) ||
+      (rc = bs__lmdb_wcp_custom_key(custom, &cp, c->stream, (bs_val){NULL, 0}, (bs_val){NULL, 0},
                                     err)) ||
       (rc = collect_expired(db, txn, &mp, c->stream, c->before, &l, err)) ||
-      (rc = collect_expired(db, txn, &cp, c->stream, c->before, &l, err)))
+      (!sr.clear_pending && (rc = collect_expired(db, txn, &cp, c->stream, c->before, &l, err))))
     goto out;
   for (size_t off = 0; off < l.used;) {
     unsigned char hk[BS_WCP_USER_KEY_MAX], vb[8];

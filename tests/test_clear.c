@@ -294,6 +294,21 @@ static void test_bounded(void **state) {
   CT_EQ_U64(verify(e->db).notes, 0);
 }
 
+/* Behind the fence the stream's custom write checkpoints are deleted for cleanup too: it neither
+ * counts them nor any other record (a managed one stays: the database's, not the stream's). */
+static void test_stopped_cleanup(void **state) {
+  ct_env *e = *state;
+  uint64_t deleted = 99;
+  (void)write_rows(e, 1);
+  CT_OK(
+      bs_writer_custom_write_checkpoint_requested(e->w, ct_v("c1"), 5, ct_v(NULL), 1000, &ct_err));
+  CT_OK(bs_writer_flush(NULL, e->w, &ct_err));
+  clear_stopped(e, 0, 0);
+  assert_true(records_left(e->db) > 0);
+  CT_OK(bs_delete_checkpoint_requests_before(&deleted, e->st, 2000, &ct_err));
+  CT_EQ_U64(deleted, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_stopped_reads_complete, setup, ct_env_teardown),
@@ -301,6 +316,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stopped_compact_finishes, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_stopped_terminate, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_bounded, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_stopped_cleanup, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
