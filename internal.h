@@ -432,6 +432,11 @@ static inline int bs__lsn_raises(bs_val current, bs_val lsn) {
  * however many more names come: a collector may stop at bs__changes_enough() names. */
 int bs__changes_too_many(size_t n);
 size_t bs__changes_enough(void);
+/* checkpoint_changes(from, to) invalidates every kind when from lies below the stream's change
+ * fence (bs__changes_fenced); its buckets and lookups are those changed by ops in (from, to], its
+ * write-checkpoint users those filed under an op id in [bs__changes_users_from(from), to]. */
+int bs__changes_fenced(uint64_t from, uint64_t fence);
+uint64_t bs__changes_users_from(uint64_t from);
 
 /* ---- Aged records (contract.md 6 and 7; lifecycle.c), decided once ----
  * A record made or requested at at_ms (< 0: no time) is aged at a cutoff when bs__aged says so:

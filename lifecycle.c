@@ -113,6 +113,19 @@ size_t bs__changes_enough(void) {
   return CHANGES_MAX + 1;
 }
 
+/* Below the fence (a clear's op head, a parameter compaction's horizon) the change records are
+ * gone: a range from there cannot be listed. */
+int bs__changes_fenced(uint64_t from, uint64_t fence) {
+  return from < fence;
+}
+
+/* A checkpoint made by a commit that adds no op keeps the op id of the one before, yet it can
+ * acknowledge write checkpoints: a client at `from` may not have seen the users filed at `from`
+ * itself, so they count (an extra, never a miss; contract.md 5.1). */
+uint64_t bs__changes_users_from(uint64_t from) {
+  return from;
+}
+
 /* "At or before": PostgreSQL's statements write it as <= the cutoff they are given. */
 int bs__aged(int64_t at_ms, int64_t cutoff_ms) {
   return at_ms >= 0 && at_ms <= cutoff_ms;

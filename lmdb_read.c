@@ -319,17 +319,17 @@ static int add_list(bs__vset *s, const bs_allocator *a, const bs__change_list *l
 }
 
 /* Records are keyed by the highest op id they cover and store the first one. A record counts
- * when its ops [first, last] meet (from, to]. Users also count for a record at exactly `from`
- * or without ops (a checkpoint at the same op id as the one before, with a newer LSN, can
- * acknowledge write checkpoints): extras are allowed, misses are not. */
+ * when its ops [first, last] meet (from, to]; its users also when it lies in
+ * [bs__changes_users_from(from), to] (a record without ops among them). */
 static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint64_t to,
                            const bs_allocator *a, bs__vset sets[3], bs_checkpoint_changes *ch,
                            bs_error *err) {
   unsigned char kb[BS_CHANGE_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
+  uint64_t users_from = bs__changes_users_from(from);
   int mrc;
 
-  bs__lmdb_change_key(kb, stream, from, 0);
+  bs__lmdb_change_key(kb, stream, users_from < from ? users_from : from, 0);
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs__change_rec r;
@@ -342,7 +342,7 @@ static int collect_changes(MDB_cursor *cur, uint32_t stream, uint64_t from, uint
                       stream, k.mv_size, v.mv_size);
     if (r.last > to && r.first > to) break; /* later records start later still */
     ops_meet = r.first <= r.last && r.first <= to && r.last > from;
-    users_meet = ops_meet || (r.last >= from && r.last <= to);
+    users_meet = ops_meet || (r.last >= users_from && r.last <= to);
     if (ops_meet) {
       if (r.flags & BS_CHANGE_TOO_MANY_BUCKETS) ch->invalidate_data_buckets = 1;
       if (r.flags & BS_CHANGE_TOO_MANY_LOOKUPS) ch->invalidate_parameter_buckets = 1;
@@ -372,8 +372,8 @@ int bs__lmdb_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   memset(sets, 0, sizeof sets);
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err)) != 0) return rc;
   if ((rc = bs__stream_rec_get(db, txn, st->stream_id, &rec, err)) != 0) goto done;
-  /* Below the fence the records were pruned: the range is no longer known. */
-  if (from < rec.changes_fence) ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = 1;
+  if (bs__changes_fenced(from, rec.changes_fence))
+    ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = 1;
   if ((rc = mdb_cursor_open(txn, db->changes, &cur)) != 0) {
     rc = bs__fail_mdb(err, rc, "opening the changes cursor");
     goto done;

@@ -152,7 +152,8 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   lock(ms->db);
   /* below a fence the range is not known; a kind too many (bs__changes_too_many) the front
    * reports as invalidate-all (storage.c changes_capped), so collecting stops there */
-  ch.invalidate_data_buckets = ch.invalidate_parameter_buckets = from < s->m.changes_fence;
+  ch.invalidate_data_buckets = ch.invalidate_parameter_buckets =
+      bs__changes_fenced(from, s->m.changes_fence);
   for (size_t i = 0; i < s->nbch && !bs__changes_too_many(sets[0].n); i++)
     if (s->bch[i].id > from && s->bch[i].id <= to &&
         bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name))
@@ -161,11 +162,10 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
     if (s->params[i].id > from && s->params[i].id <= to &&
         bs__vset_add(&sets[1], a, s->params[i].key))
       goto nomem;
-  /* users are filed under a flush's op head (custom) or a checkpoint (managed); a checkpoint
-   * without new ops keeps the op id of the one before, so a client at `from` may not have seen
-   * the users filed at from: they count too (an extra, never a miss) */
+  /* users are filed under a flush's op head (custom) or a checkpoint (managed) */
   for (size_t i = 0; i < s->nuch; i++)
-    if (s->uch[i].id >= from && s->uch[i].id <= to && bs__vset_add(&sets[2], a, s->uch[i].user))
+    if (s->uch[i].id >= bs__changes_users_from(from) && s->uch[i].id <= to &&
+        bs__vset_add(&sets[2], a, s->uch[i].user))
       goto nomem;
   for (int i = 0; i < 3; i++)
     if (vals_copy(a, sets[i].v, sets[i].n, &copy[i])) goto nomem;

@@ -380,10 +380,10 @@ out:
 
 /* Records are keyed by the highest op id they cover (op_id) and keep the first (first_op). A
  * record's buckets and lookups count when its ops [first_op, op_id] meet (from, to]; its users
- * also when it sits in [from, to] (a checkpoint at the same op id as the one before can
- * acknowledge write checkpoints): extras are allowed, misses are not (contract.md 5.1). The
+ * also when it sits in [$5, to], $5 being bs__changes_users_from(from) (contract.md 5.1). The
  * users' scan says the same in one range: a record above `to` that meets (from, to] is above
- * `from` too (from <= to).
+ * `from` too (from <= to). Whether `from` lies below the stream's fence is decided in C from the
+ * fence the statement returns (bs__changes_fenced).
  *
  * Every scan of bs_changes bounds op_id on both sides, the upper bound the largest int8 (no
  * record lies above it), so that it is a range of the primary key: a generic plan, which does
@@ -391,22 +391,22 @@ out:
  * them all (a reader 5 ops behind the head of a 300k-record bs_changes: parallel sequential
  * scans, 24,600 buffers, 250 ms), but a range at 0.5% of them, which it walks by the index (22
  * buffers, 0.13 ms); planned for the values, the bound changes nothing. */
-#define RANGE(lo) "c.stream = $1 AND c.op_id " lo " $2 AND c.op_id <= 9223372036854775807"
-#define MEET      RANGE(">") " AND c.first_op <= c.op_id AND c.first_op <= $3"
+#define RANGE(lo) "c.stream = $1 AND c.op_id " lo " AND c.op_id <= 9223372036854775807"
+#define MEET      RANGE("> $2") " AND c.first_op <= c.op_id AND c.first_op <= $3"
 
 static const bs__pg_stmt changes_stmt = {
     BS_PG_STMT_CHANGES,
-    "(SELECT 3::smallint AS kind, NULL::bytea AS v, s.changes_fence > $2 OR coalesce(f.d, false),"
-    "  s.changes_fence > $2 OR coalesce(f.p, false)"
+    "(SELECT 3::smallint AS kind, NULL::bytea AS v, coalesce(f.d, false), coalesce(f.p, false),"
+    "  s.changes_fence"
     " FROM bs_streams s, (SELECT bool_or(c.flags & " BS_PG_SQL_CHG_BUCKETS " <> 0) AS d,"
     "  bool_or(c.flags & " BS_PG_SQL_CHG_LOOKUPS " <> 0) AS p"
     "  FROM bs_changes c WHERE " MEET ") AS f WHERE s.id = $1)"
-    " UNION ALL (SELECT DISTINCT 0::smallint, b, false, false FROM bs_changes c,"
+    " UNION ALL (SELECT DISTINCT 0::smallint, b, false, false, NULL::int8 FROM bs_changes c,"
     "  unnest(c.buckets) AS b WHERE " MEET " LIMIT $4)"
-    " UNION ALL (SELECT DISTINCT 1::smallint, l, false, false FROM bs_changes c,"
+    " UNION ALL (SELECT DISTINCT 1::smallint, l, false, false, NULL::int8 FROM bs_changes c,"
     "  unnest(c.lookups) AS l WHERE " MEET " LIMIT $4)"
-    " UNION ALL (SELECT DISTINCT 2::smallint, u, false, false FROM bs_changes c,"
-    "  unnest(c.users) AS u WHERE " RANGE(">=") " AND (c.op_id <= $3 OR c.first_op <= $3))"};
+    " UNION ALL (SELECT DISTINCT 2::smallint, u, false, false, NULL::int8 FROM bs_changes c,"
+    "  unnest(c.users) AS u WHERE " RANGE(">= $5") " AND (c.op_id <= $3 OR c.first_op <= $3))"};
 
 /* A range of more ops than this is planned for its values (bs__pg_exec_custom): its records may
  * be most of the stream's, which a sequential scan reads faster than the index (a reader at 0 of
@@ -430,8 +430,9 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   bs__pg_arg_i64(&args, (int64_t)from);
   bs__pg_arg_i64(&args, (int64_t)to);
   bs__pg_arg_i64(&args, (int64_t)bs__changes_enough());
+  bs__pg_arg_i64(&args, (int64_t)bs__changes_users_from(from));
   if ((rc = bs__pg_conn_get(db_of(st), &c, err))) return rc;
-  /* kind 3: the fence (changes below it were dropped) and the records' too-many flags */
+  /* kind 3: the records' too-many flags and the fence (changes below it were dropped) */
   rc = to - from > BS_PG_CHANGES_PREPARED
            ? bs__pg_exec_custom(c, changes_stmt.sql, &args, &r, "reading checkpoint changes", err)
            : bs__pg_execp(c, &changes_stmt, &args, &r, "reading checkpoint changes", err);
@@ -446,8 +447,9 @@ int bs__pg_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   for (int i = 0; i < nr; i++) {
     int kind = bs__pg_i16(r, i, 0);
     if (kind == 3) {
-      ch.invalidate_data_buckets = bs__pg_bool(r, i, 2);
-      ch.invalidate_parameter_buckets = bs__pg_bool(r, i, 3);
+      int fenced = bs__changes_fenced(from, (uint64_t)bs__pg_i64(r, i, 4));
+      ch.invalidate_data_buckets = fenced || bs__pg_bool(r, i, 2);
+      ch.invalidate_parameter_buckets = fenced || bs__pg_bool(r, i, 3);
     } else {
       lists[kind][counts[kind]++] = bs__pg_bytes(r, i, 1);
     }

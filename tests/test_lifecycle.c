@@ -291,6 +291,17 @@ static void test_changes_cap(void **state) {
   assert_int_equal(bs__changes_enough(), 1001);
 }
 
+/* Contract.md 5.1: a range from below the fence invalidates, one from the fence does not; the
+ * users filed at `from` itself are listed. */
+static void test_changes_range(void **state) {
+  (void)state;
+  assert_true(bs__changes_fenced(4, 5));
+  assert_false(bs__changes_fenced(5, 5));
+  assert_false(bs__changes_fenced(0, 0));
+  assert_int_equal(bs__changes_users_from(7), 7);
+  assert_int_equal(bs__changes_users_from(0), 0);
+}
+
 /* Contract.md 6: a compaction at now with min_age_ms ages the checkpoints made at or before
  * now - min_age_ms (min_age_ms 0: every one up to now). Contract.md 7: a request made at t is
  * deleted by delete_checkpoint_requests_before(t + 1), not by (t); a record without a time
@@ -321,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
       cmocka_unit_test(test_reset),          cmocka_unit_test(test_commit_purge),
       cmocka_unit_test(test_changes_cap),    cmocka_unit_test(test_aged),
+      cmocka_unit_test(test_changes_range),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
