@@ -302,9 +302,22 @@ extern const bs_db_vtable bs__pg_db_vt;
 
 /* PUT and REMOVE carry object_type, object_id and subkey (PUT also data); MOVE and CLEAR carry
  * none. A carried field is present: its data is never NULL, also when it is empty (storage.h
- * CONVENTIONS), so every backend's reader sets it from this one rule. */
+ * CONVENTIONS); a field not carried is {NULL, 0}. bs__op_fields says so of an op read, for every
+ * backend (the chunker applies it to each op it hands out). */
 static inline int bs__op_carries_row(bs_op_type type) {
   return type == BS_OP_PUT || type == BS_OP_REMOVE;
+}
+static inline bs_val bs__op_field(bs_val v, int carried) {
+  if (!carried) return (bs_val){NULL, 0};
+  if (!v.data) v.data = "";
+  return v;
+}
+static inline void bs__op_fields(bs_op *op) {
+  int row = bs__op_carries_row(op->type);
+  op->object_type = bs__op_field(op->object_type, row);
+  op->object_id = bs__op_field(op->object_id, row);
+  op->subkey = bs__op_field(op->subkey, row);
+  op->data = bs__op_field(op->data, op->type == BS_OP_PUT);
 }
 
 /* ========= 3. Rules (rules.c, checksum.c, effects.c, compact.c, lookup.c, verify.c) ========= */
@@ -533,7 +546,8 @@ static inline int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err
   if (k->n > 0 && !bs__chunker_fits(k->csize, sz, k->chunk_bytes) && (rc = bs__chunker_cut(k)))
     return rc;
   if (k->n == k->cap && (rc = bs__chunker_grow(k, err))) return rc;
-  k->ops[k->n++] = *op;
+  k->ops[k->n] = *op;
+  bs__op_fields(&k->ops[k->n++]);
   k->csize += sz;
   k->served++;
   k->bytes += sz;

@@ -304,12 +304,10 @@ static inline uint64_t last_op_of(const mem_bucket *b) {
   return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
 }
 
+/* v's bytes copied to *p (advanced past them); an empty v stays absent or present as it was. */
 static inline bs_val arena_put(unsigned char **p, bs_val v) {
-  bs_val r = {NULL, 0};
-  if (!v.size) return r;
-  memcpy(*p, v.data, v.size);
-  r.data = *p;
-  r.size = v.size;
+  bs_val r = {v.data ? *p : NULL, v.size};
+  if (v.size) memcpy(*p, v.data, v.size);
   *p += v.size;
   return r;
 }

@@ -50,12 +50,6 @@ static int keep_chunk(const bs_chunk *ch, void *payload) {
     ops[i].object_id = arena_put(&p, o->object_id);
     ops[i].subkey = arena_put(&p, o->subkey);
     ops[i].data = arena_put(&p, o->data);
-    if (bs__op_carries_row(o->type)) { /* carried fields are present: empty, not none */
-      if (!ops[i].object_type.data) ops[i].object_type.data = "";
-      if (!ops[i].object_id.data) ops[i].object_id.data = "";
-      if (!ops[i].subkey.data) ops[i].subkey.data = "";
-    }
-    if (o->type == BS_OP_PUT && !ops[i].data.data) ops[i].data.data = "";
   }
   k->v[k->n] = *ch;
   k->v[k->n++].ops = ops;

@@ -298,7 +298,13 @@ static int mb_chunk(const bs_chunk *c, void *payload) {
              (unsigned long long)c->ops[c->n_ops - 1].op_id);
   if (m->n_got == MAX_CHUNKS) fail_msg("more than %d chunks in a call", MAX_CHUNKS);
   m->got[m->n_got++] = (md_chunk){k, m->out[k].n, c->n_ops, c->has_more, c->target_op};
-  for (i = 0; i < c->n_ops; i++) ct_oplist_push(&m->out[k], &c->ops[i]);
+  for (i = 0; i < c->n_ops; i++) {
+    const char *wrong = md_op_fields_wrong(&c->ops[i]);
+    if (wrong)
+      fail_msg("op %llu (type %d): %s present or absent against its type",
+               (unsigned long long)c->ops[i].op_id, (int)c->ops[i].type, wrong);
+    ct_oplist_push(&m->out[k], &c->ops[i]);
+  }
   if (c->n_ops) m->req[k].after = c->next_after;
   return 0;
 }

@@ -264,6 +264,11 @@ typedef struct md_chunk {
 size_t md_chunk_call(const ct_oplist *lists, size_t n_lists, size_t limit, size_t chunk_bytes,
                      size_t max_bytes, md_chunk *out, size_t cap, int *more);
 
+/* An op as read (storage.h bs_op): PUT and REMOVE carry object_type, object_id and subkey, PUT
+ * also data, each present (data not NULL) also when empty; every other field is {NULL, 0}.
+ * Returns the name of the first field that breaks it, or NULL. */
+const char *md_op_fields_wrong(const bs_op *op);
+
 /* Torn reads (contract.md 5.5): a data or checksum read at C of bucket b (its original history)
  * whose stored ops start with a CLEAR of id clear_op (0: none) fails with BS_EINVALIDATED iff
  * that CLEAR folded an op of the history at or below C. */

@@ -320,3 +320,16 @@ size_t md_chunk_call(const ct_oplist *lists, size_t n_lists, size_t limit, size_
 int md_torn(const md_bucket *b, uint64_t clear_op, uint64_t C) {
   return b && b->n && clear_op > C && b->ops[0].op_id <= C;
 }
+
+static int field_ok(bs_val v, int carried) {
+  return carried ? v.data != NULL : v.data == NULL && v.size == 0;
+}
+
+const char *md_op_fields_wrong(const bs_op *op) {
+  int row = op->type == BS_OP_PUT || op->type == BS_OP_REMOVE;
+  if (!field_ok(op->object_type, row)) return "object_type";
+  if (!field_ok(op->object_id, row)) return "object_id";
+  if (!field_ok(op->subkey, row)) return "subkey";
+  if (!field_ok(op->data, op->type == BS_OP_PUT)) return "data";
+  return NULL;
+}
