@@ -194,8 +194,16 @@ int bs__callback_fail(bs_error *err, int code, const char *callback, int value) 
 
 /* ---- Clock ----------------------------------------------------------------------------------- */
 
+static int64_t fixed_now_ms = -1; /* bs__set_now_ms's; < 0: the wall clock */
+
+void bs__set_now_ms(int64_t ms) {
+  __atomic_store_n(&fixed_now_ms, ms < 0 ? -1 : ms, __ATOMIC_RELAXED);
+}
+
 int64_t bs__now_ms(void) {
   struct timespec ts;
+  int64_t fixed = __atomic_load_n(&fixed_now_ms, __ATOMIC_RELAXED);
+  if (fixed >= 0) return fixed;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

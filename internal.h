@@ -69,6 +69,9 @@ void bs__redact_message(char *msg, size_t cap, const char *conninfo);
  * process and after a reboot, which a monotonic clock's value does not. Timeouts measure elapsed
  * time on CLOCK_MONOTONIC instead (storage.c, bs_wait_checkpoint). */
 int64_t bs__now_ms(void);
+/* Tests only: bs__now_ms answers ms (>= 0) from now on, in every thread, until ms < 0 gives the
+ * wall clock back. A test stamps its checkpoints with times of its choosing this way. */
+void bs__set_now_ms(int64_t ms);
 /* Milliseconds on CLOCK_MONOTONIC: elapsed time for timeouts only, never stored. */
 uint64_t bs__monotonic_ms(void);
 /* The CLOCK_MONOTONIC time ms from now: the deadline of a pthread_cond_timedwait on a condition

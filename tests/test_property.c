@@ -26,6 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The library's clock (internal.h): the run stamps each commit with a time of its own, so that a
+ * compaction's aged checkpoint can be asked at any age. */
+void bs__set_now_ms(int64_t ms);
+
 #define N_TABLES  3
 #define N_RIDS    20
 #define N_BUCKETS 6
@@ -49,6 +53,7 @@ typedef struct wl {
   uint64_t param_horizon; /* parameter-compaction horizon */
   int compacted;
   uint64_t cps[4096];
+  int64_t cp_ms[4096]; /* the clock at each of cps */
   size_t n_cps;
   int stopped;    /* another stream took over (or it was terminated): no more writes */
   int terminated; /* no writer any more */
@@ -71,6 +76,7 @@ typedef struct run {
   char rid[N_RIDS][BS_MAX_REPLICA_ID + 1];
   md_wcp wcp;       /* the model's write checkpoints (managed ones are database-wide) */
   md_states states; /* the model's stream states */
+  int64_t now_ms;   /* the library's clock (bs__set_now_ms): a second more at each commit */
 } run;
 
 #define N_USERS 4
@@ -679,6 +685,8 @@ static void do_commit1(run *r, wl *s) {
   if (ct_below(&r->rng, 4) == 0) ce = (int)ct_below(&r->rng, 2);
   lsn_fmt(lsn, n);
   memset(&res, 0, sizeof res);
+  r->now_ms += 1000;
+  bs__set_now_ms(r->now_ms);
   CT_OK(ct_commit_ce(s->w, lsn, ce, &res));
   /* the writer's create_empty is the default, 1 */
   why = md_cp_commit(&s->cs, s->m.head, lsn, ce != 0, &created);
@@ -693,7 +701,10 @@ static void do_commit1(run *r, wl *s) {
     md_states_checkpoint(&r->states, s->id);
     s->has_cp = 1;
     s->cp = s->cs.cp;
-    if (s->n_cps < 4096) s->cps[s->n_cps++] = s->cp;
+    if (s->n_cps < 4096) {
+      s->cp_ms[s->n_cps] = r->now_ms;
+      s->cps[s->n_cps++] = s->cp;
+    }
     md_wcp_checkpoint(&r->wcp, s->id, s->cp, lsn);
     md_purge(&s->m, s->cp);
     md_reconcile(&s->m, s->st, s->cp);
@@ -908,6 +919,7 @@ static void do_compact(run *r, wl *s) {
   bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
   bs_compact_stats st;
   progress_log g;
+  uint64_t h;
   int rc;
   if (!s->has_cp) return;
   memset(&g, 0, sizeof g);
@@ -917,6 +929,14 @@ static void do_compact(run *r, wl *s) {
   if (ct_below(&r->rng, 3) == 0) {
     o.incremental_only = 1;
     o.min_age_ms = 0;
+    if (s->n_cps && ct_below(&r->rng, 2)) {
+      /* an age at a checkpoint's time, between two, or before the first: the aged checkpoint */
+      size_t j = ct_below(&r->rng, s->n_cps);
+      int64_t cutoff = s->cp_ms[j] + 500 * ((int64_t)ct_below(&r->rng, 3) - 1);
+      r->now_ms += 1000;
+      bs__set_now_ms(r->now_ms);
+      o.min_age_ms = r->now_ms - cutoff;
+    }
   }
   if (ct_below(&r->rng, 2) == 0) o.compact_parameters = 1;
   /* a cancel at any report leaves what the client reduces to unchanged (check_stream) */
@@ -929,11 +949,15 @@ static void do_compact(run *r, wl *s) {
   if (g.calls && memcmp(&st, &g.last, sizeof st) != 0)
     fail_msg("bs_compact's stats differ from its last progress report (%u reports, %s)", g.calls,
              rc ? "cancelled" : "completed");
-  s->horizon = s->cp;
+  /* the horizon: the checkpoint, or an incremental compaction's aged checkpoint (contract.md 6) */
+  h = o.incremental_only && o.min_age_ms
+          ? md_aged_checkpoint(s->cps, s->cp_ms, s->n_cps, r->now_ms, o.min_age_ms)
+          : s->cp;
+  if (h > s->horizon) s->horizon = h;
   s->compacted = 1;
-  if (o.compact_parameters) s->param_horizon = s->cp;
+  if (o.compact_parameters && h > s->param_horizon) s->param_horizon = h;
   /* a completed parameter pass raised the change fence to its horizon (contract.md 6) */
-  if (o.compact_parameters && rc == BS_OK && s->cp > s->fence) s->fence = s->cp;
+  if (o.compact_parameters && rc == BS_OK && h > s->fence) s->fence = h;
 }
 
 static void do_reopen(run *r) {
@@ -1396,6 +1420,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   }
   md_wcp_free(&r->wcp);
   ct_env_close(&r->e);
+  bs__set_now_ms(-1);
   free(r);
 }
 

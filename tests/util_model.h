@@ -264,6 +264,12 @@ typedef struct md_chunk {
 size_t md_chunk_call(const ct_oplist *lists, size_t n_lists, size_t limit, size_t chunk_bytes,
                      size_t max_bytes, md_chunk *out, size_t cap, int *more);
 
+/* The aged checkpoint of an incremental compaction at now_ms with min_age_ms > 0 (contract.md 6):
+ * the newest of the n checkpoints cps (made at made_ms, ascending) made at least min_age_ms
+ * before now_ms; 0 when none is that old. */
+uint64_t md_aged_checkpoint(const uint64_t *cps, const int64_t *made_ms, size_t n, int64_t now_ms,
+                            int64_t min_age_ms);
+
 /* An op as read (storage.h bs_op): PUT and REMOVE carry object_type, object_id and subkey, PUT
  * also data, each present (data not NULL) also when empty; every other field is {NULL, 0}.
  * Returns the name of the first field that breaks it, or NULL. */

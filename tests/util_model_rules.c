@@ -333,3 +333,11 @@ const char *md_op_fields_wrong(const bs_op *op) {
   if (!field_ok(op->data, op->type == BS_OP_PUT)) return "data";
   return NULL;
 }
+
+uint64_t md_aged_checkpoint(const uint64_t *cps, const int64_t *made_ms, size_t n, int64_t now_ms,
+                            int64_t min_age_ms) {
+  uint64_t aged = 0;
+  for (size_t i = 0; i < n; i++)
+    if (now_ms - made_ms[i] >= min_age_ms && cps[i] > aged) aged = cps[i];
+  return aged;
+}
