@@ -51,6 +51,7 @@ typedef struct wl {
   uint64_t cp;
   uint64_t horizon;       /* highest compaction horizon so far */
   uint64_t param_horizon; /* parameter-compaction horizon */
+  int param_unsure;       /* a cancelled pass may or may not have raised it that far */
   int compacted;
   uint64_t cps[4096];
   int64_t cp_ms[4096]; /* the clock at each of cps */
@@ -542,7 +543,14 @@ static void check_bucket_at(run *r, wl *s, const char *name, uint64_t C) {
 static void check_params(run *r, wl *s, uint64_t C) {
   size_t k, n;
   char *want, *got;
-  if (C < s->param_horizon) return;
+  if (C < s->param_horizon) { /* below the horizon: BS_ESTALE, exactly there (contract.md 6) */
+    int rc = ct_params(s->st, C, r->key, N_KEYS, 100000, &got);
+    if (rc == BS_OK) free(got);
+    if (!s->param_unsure && rc != BS_ESTALE)
+      fail_msg("parameter sets at %llu, below the horizon %llu: %s, not BS_ESTALE",
+               (unsigned long long)C, (unsigned long long)s->param_horizon, bs_strerror(rc));
+    return;
+  }
   for (k = 0; k <= N_KEYS; k++) {
     const bs_val *keys = k < N_KEYS ? &r->key[k] : r->key;
     size_t nk = k < N_KEYS ? 1 : N_KEYS;
@@ -955,7 +963,10 @@ static void do_compact(run *r, wl *s) {
           : s->cp;
   if (h > s->horizon) s->horizon = h;
   s->compacted = 1;
-  if (o.compact_parameters && h > s->param_horizon) s->param_horizon = h;
+  if (o.compact_parameters && h >= s->param_horizon && (h > s->param_horizon || rc == BS_OK)) {
+    s->param_horizon = h;
+    s->param_unsure = rc != BS_OK;
+  }
   /* a completed parameter pass raised the change fence to its horizon (contract.md 6) */
   if (o.compact_parameters && rc == BS_OK && h > s->fence) s->fence = h;
 }
@@ -1245,6 +1256,7 @@ static void model_clear(run *r, wl *s) {
   memset(&s->cs, 0, sizeof s->cs);
   s->has_cp = s->compacted = 0;
   s->cp = s->horizon = s->param_horizon = 0;
+  s->param_unsure = 0;
   s->n_cps = 0;
   s->fence = s->m.head;
 }
