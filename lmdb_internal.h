@@ -429,7 +429,7 @@ enum {
   BS_WCP_CUSTOM_TAG = 'C'
 };
 #define BS_WCP_USER_KEY_MAX (1u + BS_MAX_USER_ID)
-#define BS_WCP_KEY_MAX      511u
+#define BS_WCP_KEY_MAX      (7u + BS_MAX_USER_EVENT)
 /* The 'M', 'P' or 'H' key of user (at most BS_MAX_USER_ID bytes: the caller checked). */
 MDB_val bs__lmdb_wcp_user_key(unsigned char buf[BS_WCP_USER_KEY_MAX], int tag, bs_val user);
 /* The 'C' key of (stream, event, user); BS_ETOOBIG when it would be over BS_WCP_KEY_MAX. */

@@ -285,6 +285,8 @@ int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st,
   if (ls->wcp_mode == BS_WCP_MANAGED) {
     rc = rec_get(db, txn, user_id, kb, &k, &r, found, err);
     if (rc == BS_OK && *found && (*found = heads_passed(&r, NULL, heads, n_heads))) *id_out = r.id;
+  } else if (user_id.size + ev.size > BS_MAX_USER_EVENT) {
+    /* none: no custom write checkpoint has a user and an event that long together */
   } else if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err)) == BS_OK &&
              (rc = bs__stream_rec_get(db, txn, st->stream_id, &sr, err)) == BS_OK &&
              !sr.clear_pending) { /* pending: the stream's custom records are deleted */

@@ -712,6 +712,9 @@ static int custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkp
   if ((rc = CHECK_SIZED(user_id, 0, BS_MAX_USER_ID, "user_id", err))) return rc;
   if ((rc = check_op_id(checkpoint, "checkpoint", err))) return rc;
   if ((rc = check_event(event, err))) return rc;
+  if (user_id.size + event.size > BS_MAX_USER_EVENT)
+    return bs__fail(err, BS_ETOOBIG, "user_id + event: %zu bytes, over BS_MAX_USER_EVENT (%u)",
+                    user_id.size + event.size, BS_MAX_USER_EVENT);
   /* queued with the saves, flushed in the same transaction after them */
   if (bs__queue_wcp(&w->front->q, front_alloc(w->st), user_id, checkpoint, event,
                     requested_at_ms) != BS_OK)

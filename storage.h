@@ -149,6 +149,7 @@ BS_API const char *bs_version(int *major, int *minor, int *patch);
 #define BS_MAX_LSN             255u
 #define BS_MAX_STREAM_NAME     255u
 #define BS_MAX_USER_ID         480u
+#define BS_MAX_USER_EVENT      504u   /* a custom write checkpoint's user_id and event together */
 #define BS_MAX_OBJECT_NAME     65535u /* object_type and object_id of a row */
 #define BS_MAX_CONNECTION_NAME 255u   /* bs_head.connection (a replication connection name) */
 #define BS_MAX_HEADS           65535u /* heads per managed write checkpoint request */
@@ -540,7 +541,8 @@ BS_API int bs_writer_source_row(bs_writer *w, bs_val table, bs_val replica_id,
  * (after the saves queued with it),
  * overwriting the previous value of (user, event). This one is persistent (owned by the source):
  * bs_delete_checkpoint_requests_before keeps it. Errors: BS_EINVAL (w NULL, checkpoint >= 2^63),
- * BS_ETOOBIG (user_id over BS_MAX_USER_ID, event over 255 bytes). */
+ * BS_ETOOBIG (user_id over BS_MAX_USER_ID, event over 255 bytes, both over BS_MAX_USER_EVENT
+ * together: the longest key LMDB stores them in). */
 BS_API int bs_writer_custom_write_checkpoint(bs_writer *w, bs_val user_id, uint64_t checkpoint,
                                              bs_val event, bs_error *err);
 /* The same for a custom checkpoint created from a client's checkpoint request made at
