@@ -27,8 +27,8 @@ int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_option
     return bs__fail(err, BS_EINVAL, "opts->max_op_id: must be < 2^63");
   if (!(out->min_change_ratio == out->min_change_ratio)) /* NaN */
     return bs__fail(err, BS_EINVAL, "opts->min_change_ratio: NaN");
-  if (out->min_bucket_changes == 0) out->min_bucket_changes = BS_COMPACT_MIN_CHANGES;
-  if (out->min_change_ratio < 0) out->min_change_ratio = BS_COMPACT_MIN_RATIO;
+  if (out->min_bucket_changes == 0) out->min_bucket_changes = BS_COMPACT_MIN_BUCKET_CHANGES;
+  if (out->min_change_ratio < 0) out->min_change_ratio = BS_COMPACT_MIN_CHANGE_RATIO;
   if (out->memory_limit_mb == 0) out->memory_limit_mb = BS_COMPACT_MEMORY_MB;
   if (out->memory_limit_mb > SIZE_MAX / (1024u * 1024u))
     return bs__fail(err, BS_EINVAL, "opts->memory_limit_mb: %zu is too large",

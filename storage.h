@@ -846,8 +846,8 @@ typedef struct bs_compact_options {
                             bucket with no op at or below the horizon is left alone; incremental
                             compaction ignores it (it works the buckets the writers logged) */
   size_t n_buckets;
-  uint64_t min_bucket_changes; /* 0 = 10 */
-  double min_change_ratio;     /* < 0 = 0.1 */
+  uint64_t min_bucket_changes; /* 0 = BS_COMPACT_MIN_BUCKET_CHANGES */
+  double min_change_ratio;     /* < 0 = BS_COMPACT_MIN_CHANGE_RATIO */
   size_t memory_limit_mb;      /* 0 = 64 */
   int incremental_only;
   int64_t min_age_ms; /* incremental horizon age; < 0 = 5 min */
@@ -875,6 +875,12 @@ typedef struct bs_compact_options {
 #define BS_COMPACT_OPTIONS_VERSION 1
 #define BS_COMPACT_OPTIONS_INIT                                                                    \
   { BS_COMPACT_OPTIONS_VERSION, 0, NULL, 0, 0, -1.0, 0, 0, -1, 0, 0, 0, 0, 0.0, NULL, NULL }
+/* The defaults of the two thresholds a full compaction selects buckets by (bs_compact_bucket_due):
+ * a bucket is due with at least this many ops since its last compaction (bs_bucket_info.changes)
+ * that are at least this share of its ops (changes / count). Plain literals, so that a host can
+ * print them (the CLI's help stringizes them). */
+#define BS_COMPACT_MIN_BUCKET_CHANGES 10
+#define BS_COMPACT_MIN_CHANGE_RATIO   0.1
 
 /* Compacts the stream (full, or incremental with incremental_only) in short write
  * transactions of at most max_ops_per_txn ops, so a writer of the stream (in this or another

@@ -66,6 +66,12 @@ static int cmd_version(int argc, char **argv) {
   return 0;
 }
 
+/* The library's defaults in the help text, as storage.h defines them. */
+#define STR_(x)          #x
+#define STR(x)           STR_(x)
+#define MIN_CHANGES_TEXT STR(BS_COMPACT_MIN_BUCKET_CHANGES)
+#define MIN_RATIO_TEXT   STR(BS_COMPACT_MIN_CHANGE_RATIO)
+
 static const struct command {
   const char *name;
   int (*fn)(int argc, char **argv);
@@ -145,8 +151,9 @@ static const struct command {
      "          [--quiet]",
      "Compacts one stream (docs/contract.md section 6) in short write transactions, so a\n"
      "replicating writer in another process keeps going. Default: full compaction of the\n"
-     "buckets due (at least --min-changes [10] ops and 10% of the bucket since their last\n"
-     "compaction), or of each --bucket NAME given, up to --max-op-id [the current checkpoint].\n"
+     "buckets due (at least --min-changes [" MIN_CHANGES_TEXT "] ops, and a share of at least\n"
+     "[" MIN_RATIO_TEXT "] of the bucket, since their last compaction), or of each --bucket NAME\n"
+     "given, up to --max-op-id [the current checkpoint].\n"
      "  --incremental  only the ops the writer logged as superseded, at a horizon at least\n"
      "                 --min-age-ms [300000] old; --budget N stops after N ops\n"
      "  --txn-ops N    ops changed per write transaction [10000]\n"

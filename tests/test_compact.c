@@ -476,7 +476,7 @@ static unsigned due_mask(env *e, const bs_compact_options *o, due_list *d) {
 }
 
 /* bs_compact_bucket_due answers what a full compaction then selects: buckets "few" (8 ops, under
- * the default 10 changes), "half" (40 ops, then 20 more after a compaction: ratio about 0.5) and
+ * the default BS_COMPACT_MIN_BUCKET_CHANGES), "half" (40 ops, then 20 more after a compaction: ratio about 0.5) and
  * "many" (60 ops). */
 static void test_bucket_due(void **state) {
   env e;

@@ -751,8 +751,8 @@ static void test_wcp_and_compact_checks(void **state) {
   co.version = BS_COMPACT_OPTIONS_VERSION;
   EXPECT(bs_compact(NULL, rost, &co, E), BS_ESTATE, "read-only");
   assert_int_equal(bs_compact(NULL, st, NULL, NULL), BS_OK);
-  assert_true(seen_compact.min_bucket_changes == 10);
-  assert_true(seen_compact.min_change_ratio == 0.1);
+  assert_true(seen_compact.min_bucket_changes == BS_COMPACT_MIN_BUCKET_CHANGES);
+  assert_true(seen_compact.min_change_ratio == BS_COMPACT_MIN_CHANGE_RATIO);
   assert_int_equal(seen_compact.memory_limit_mb, 64);
   assert_true(seen_compact.min_age_ms == 300000);
   assert_int_equal(seen_compact.max_ops_per_txn, 10000);
