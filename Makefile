@@ -115,7 +115,8 @@ test pg-test crashtest-quick powercut-quick: export BS_SEED_BASE = $(SEED)
 test: export BS_SEED_LOG = $(abspath $(SEED_LOG))
 STRICT ?= 0
 skip = { echo "== skipped: $(1)"; if [ -n "$$BS_SKIP_NOTE" ]; then echo "$(1)" >>"$$BS_SKIP_NOTE"; fi; }
-test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/bench_clear
+test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/bench_clear \
+		$(BUILD)/bench/bench_migrate
 	@rm -f $(TEST_RESULTS) $(SEED_LOG)
 	@for t in $(filter-out $(PG_TEST_BINS),$(TEST_BINS)); do echo "== $$t"; \
 	  $(STEP) $$t env BS_TEST_QUICK=1 $$t; done
@@ -125,7 +126,8 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/benc
 	@echo "== bench smoke (no timing assertions)"
 	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null && \
 	  $(BUILD)/bench/bsbench --quick --defrag --buckets 20 >/dev/null && d=$$(mktemp -d) && \
-	  $(BUILD)/bench/bench_clear $$d 2000 10 >/dev/null && rmdir $$d'
+	  $(BUILD)/bench/bench_clear $$d 2000 10 >/dev/null && \
+	  $(BUILD)/bench/bench_migrate --rows 2000 --reps 1 --batches 500 --dir $$d >/dev/null && rmdir $$d'
 	@$(STEP) headertest $(MAKE) --no-print-directory headertest
 	@$(STEP) examples $(MAKE) --no-print-directory run-examples
 	@$(STEP) cli_check tests/cli_check.sh $(BUILD)/bucketstore

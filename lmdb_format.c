@@ -15,7 +15,7 @@
 #include "lmdb_internal.h"
 
 /* Measured (bench/README.md "Format migration"): fewer records a transaction pay a durable commit
- * each (2,000: 2.6x the time), more buy no time and cost memory (about 1.5x a transaction's
+ * each (2,000: 1.4x to 2.6x the time), more buy no time and cost memory (about 1.5x a transaction's
  * bytes). */
 #define LM_MIGRATE_RECORDS 10000u
 #define LM_MIGRATE_BYTES   ((size_t)16 << 20)

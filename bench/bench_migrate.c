@@ -1,6 +1,6 @@
 /*
- * bench_migrate: the LMDB format migration (lmdb_format.c) on a large format-1 file, at several
- * transaction sizes. Built apart from bsbench (make build/bench/bench_migrate).
+ * bench_migrate: the LMDB format migrations (lmdb_format.c) on a large file of the oldest format,
+ * at several transaction sizes. Built apart from bsbench (make build/bench/bench_migrate).
  *
  *   build/bench/bench_migrate [--rows N] [--data-size N] [--batches A,B,...] [--reps R]
  *                             [--dir DIR] [--keep]
@@ -11,12 +11,16 @@
  * tests/util_format1.h, the format record 1), and then, for each batch size (records a
  * transaction; 0 = no bound) and each repetition, in its own forked child, upgrades a copy by a
  * read-write bs_open with the migration's byte bound lifted (the record count alone cuts
- * transactions). It reports the median time of the open, the time against the first batch size
- * given (the baseline: the shipped 10,000), the peak anonymous memory (sampled from
- * /proc/self/statm every 256 records: LMDB keeps a transaction's dirty pages in malloc'd memory)
- * and the child's peak RSS (getrusage; it includes the mapped file pages the migration touched).
- * Repetitions alternate the order of the batch sizes, so drift in the machine's load spreads
- * over all of them.
+ * transactions). That open runs the whole chain to this build's format: 1 -> 2 and 2 -> 3 each
+ * rewrite every source record (format 2: smaller records; 3: the table's name left out), 3 -> 4
+ * only stamps the version (a clear's fence flag). It reports per step and for the whole open the
+ * median time and the transactions (a step ends in the transaction that converts its last
+ * record, so the seam's record count says where each step ended), the whole open's time against
+ * the first batch size given (the baseline: the shipped 10,000), the peak anonymous memory
+ * (sampled from /proc/self/statm every 256 records: LMDB keeps a transaction's dirty pages in
+ * malloc'd memory) and the child's peak RSS (getrusage; it includes the mapped file pages the
+ * migration touched). Repetitions alternate the order of the batch sizes, so drift in the
+ * machine's load spreads over all of them.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -99,8 +103,8 @@ static void write_rows(const char *path, uint64_t rows, size_t data_size) {
 }
 
 /* Rewrites the file at path as a format-1 build wrote it: each source record in format 1 (in
- * transactions of 100,000), then the format record 1. */
-static void to_format1(const char *path) {
+ * transactions of 100,000), then the format record 1. Returns how many source records it holds. */
+static uint64_t to_format1(const char *path) {
   unsigned char f1[BS_FORMAT_VALUE_SIZE], kc[BS_SOURCE_KEY_MAX], *buf = malloc(1 << 20);
   bs__member *m = malloc(1024 * sizeof *m);
   MDB_val k, val, fk = bs__lmdb_format_key(), fv;
@@ -110,6 +114,7 @@ static void to_format1(const char *path) {
   MDB_env *env;
   bs_val lk[64];
   int mrc = 0, done = 0;
+  uint64_t total = 0;
   if (!buf || !m) die("out of memory", NULL);
   if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 16) ||
       mdb_env_set_mapsize(env, (size_t)1 << 40) ||
@@ -142,6 +147,7 @@ static void to_format1(const char *path) {
       if (mdb_cursor_put(cur, &k, &out, MDB_CURRENT)) die("cannot rewrite a source record", path);
     }
     if (mrc && mrc != MDB_NOTFOUND) die("cannot read the source records", path);
+    total += n;
     done = mrc == MDB_NOTFOUND;
     mdb_cursor_close(cur);
     if (done) {
@@ -155,17 +161,23 @@ static void to_format1(const char *path) {
   mdb_env_close(env);
   free(buf);
   free(m);
+  return total;
 }
 
 /* ---- One measured migration, in a child ---------------------------------------------------- */
 
+#define STEPS 3 /* 1 -> 2, 2 -> 3, 3 -> 4 */
+
 typedef struct result {
-  double secs, anon_mb, rss_mb;
-  unsigned batches;
+  double secs, step_secs[STEPS], anon_mb, rss_mb;
+  unsigned batches, step_txns[STEPS];
 } result;
 
-static long anon_peak;   /* pages */
-static unsigned batches; /* transactions of the migration */
+static long anon_peak;                 /* pages */
+static unsigned batches;               /* transactions of the migration */
+static uint64_t n_source, converted;   /* source records; records converted so far */
+static unsigned step, step_end[STEPS]; /* the step under way; the transactions before each end */
+static double t_end[STEPS];
 
 static void sample(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -176,11 +188,21 @@ static void sample(void) {
   fclose(f);
 }
 static void on_record(uint64_t n) {
+  converted = n + 1;
   if (n % 256 == 0) sample();
 }
+/* Before transaction n: the steps that rewrite the source records end with their last record,
+ * the stamp in the transaction after them (then one more finds nothing to do). */
 static void on_batch(unsigned n) {
+  double t = now_s();
   batches = n + 1;
   sample();
+  if (step < STEPS - 1 && converted == n_source * (step + 1)) {
+    step_end[step] = n;
+    t_end[step++] = t;
+  }
+  step_end[STEPS - 1] = n;
+  t_end[STEPS - 1] = t;
 }
 
 static result migrate(const char *f1, const char *work, unsigned records) {
@@ -210,6 +232,11 @@ static result migrate(const char *f1, const char *work, unsigned records) {
     if (bs_open(&db, work, NULL, &err) != BS_OK) die("the migrating open failed", err.msg);
     r.secs = now_s() - t0;
     bs_close(db);
+    if (step != STEPS - 1) die("the steps did not convert every source record", NULL);
+    for (unsigned i = 0; i < STEPS; i++) {
+      r.step_secs[i] = t_end[i] - (i ? t_end[i - 1] : t0);
+      r.step_txns[i] = step_end[i] - (i ? step_end[i - 1] : 0);
+    }
     r.anon_mb = (double)anon_peak * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
     r.batches = batches;
     if (write(fd[1], &r, sizeof r) != (ssize_t)sizeof r) _exit(2);
@@ -269,7 +296,7 @@ int main(int argc, char **argv) {
   snprintf(work, sizeof work, "%s/work.mdb", dir);
   t0 = now_s();
   write_rows(f1, rows, data_size);
-  to_format1(f1);
+  n_source = to_format1(f1);
   if (stat(f1, &sb)) die("stat", f1);
   printf("bench_migrate: %llu rows (stored data %zu bytes), a format-1 file of %.1f MB made in "
          "%.1f s\n",
@@ -279,27 +306,33 @@ int main(int argc, char **argv) {
       unsigned b = rep % 2 ? n_list - 1 - j : j;
       res[b][rep] = migrate(f1, work, list[b]);
     }
-  printf("\n| records a transaction | transactions | time (median of %u) | against %u | anon "
-         "peak | peak RSS |\n|---|---|---|---|---|---|\n",
+  printf("\n| records a transaction | transactions (1->2, 2->3, 3->4) | 1->2 | 2->3 | 3->4 | "
+         "whole open (median of %u) | against %u | anon peak | peak RSS |\n"
+         "|---|---|---|---|---|---|---|---|---|\n",
          reps, list[0]);
   {
     double base = 0;
     for (unsigned b = 0; b < n_list; b++) {
-      double t[MAX_REPS], anon = 0, rss = 0, med;
+      double t[MAX_REPS], med[STEPS + 1], anon = 0, rss = 0;
+      const result *r0 = &res[b][0];
+      for (unsigned i = 0; i <= STEPS; i++) { /* the steps, then the whole open */
+        for (unsigned rep = 0; rep < reps; rep++)
+          t[rep] = i < STEPS ? res[b][rep].step_secs[i] : res[b][rep].secs;
+        qsort(t, reps, sizeof t[0], cmp_double);
+        med[i] = t[reps / 2];
+      }
       for (unsigned rep = 0; rep < reps; rep++) {
-        t[rep] = res[b][rep].secs;
         if (res[b][rep].anon_mb > anon) anon = res[b][rep].anon_mb;
         if (res[b][rep].rss_mb > rss) rss = res[b][rep].rss_mb;
       }
-      qsort(t, reps, sizeof t[0], cmp_double);
-      med = t[reps / 2];
-      if (b == 0) base = med;
+      if (b == 0) base = med[STEPS];
       if (list[b])
         printf("| %u", list[b]);
       else
         printf("| no bound");
-      printf(" | %u | %.2f s | %.2fx | %.1f MB | %.0f MB |\n", res[b][0].batches - 1, med,
-             med / base, anon, rss);
+      printf(" | %u, %u, %u | %.2f s | %.2f s | %.3f s | %.2f s | %.2fx | %.1f MB | %.0f MB |\n",
+             r0->step_txns[0], r0->step_txns[1], r0->step_txns[2], med[0], med[1], med[2],
+             med[STEPS], med[STEPS] / base, anon, rss);
     }
   }
   if (!keep) {
