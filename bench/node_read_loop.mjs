@@ -3,10 +3,13 @@
 // instructions, which the machine's load does not move (bench/README.md). On a file that
 // build/bench/node_capi ingest wrote (200k rows, 100 buckets):
 //   valgrind --tool=callgrind node --predictable bench/node_read_loop.mjs HOW FILE [PASSES]
+// per op: (5 passes - 3 passes) / 400k. The first pass less is not enough: the difference of 3
+// and 1 passes still holds TurboFan compiling this loop again (190-240 instructions an op).
 // HOW: read (every bucket downloaded whole from 0 in calls of 10k ops, PASSES times, each op
 // touched as a client would: its op_id, op, object_id and data read), made (the same, no field
-// read: the ops as bench_node.mjs reads them), none (the same run without the reads: startup,
-// opening, the checkpoint; subtracted from the others).
+// read), raw (getBucketDataBatchRaw: op id, op, object id's and data's byte offsets), rawstr (raw
+// mode, object id and data as strings), none (the same run without the reads: startup, opening,
+// the checkpoint).
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';

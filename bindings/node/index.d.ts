@@ -317,7 +317,10 @@ export type OplogField = 'object_type' | 'object_id' | 'subkey' | 'data';
  * is decoded when read, so an op costs no object and no string until asked for. i is the op's
  * index in the chunk, 0 <= i < length (another is a RangeError). Each accessor gives what the
  * default mode's OplogEntry holds: a string when the bytes are UTF-8, else a Buffer; null for a
- * field the op does not carry.
+ * field the op does not carry. The first field read as a string decodes the whole chunk at once
+ * when its fields are all ASCII, and the strings are slices of it (one of 13 characters or more
+ * keeps the chunk's text alive, as the default mode's keep their call's); otherwise each field
+ * is decoded on its own.
  */
 export declare class RawOplog implements Iterable<OplogEntry> {
   private constructor();

@@ -385,6 +385,8 @@ function oplogEntry(r, k, p) {
 }
 
 const utf8Fatal = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+// isAscii: Node 18.15 and later (older ones decode each field on its own)
+const { isAscii, constants: { MAX_STRING_LENGTH } } = require('node:buffer');
 
 /** The index of an OplogEntry field name (RawOplog.bytes, byteStart, byteEnd), or a RangeError. */
 function fieldIndex(name) {
@@ -420,6 +422,10 @@ class RawOplog {
   #offs;
   #text;
   #k;
+  /** the chunk's fields as one string when they are all ASCII (#base: its first byte's offset in
+   * the batch), null when not, undefined until a field is first decoded */
+  #ascii;
+  #base = 0;
   constructor(r, k, n) {
     this.#ids = r.ids;
     this.#types = r.types;
@@ -456,10 +462,23 @@ class RawOplog {
     const k = this.#at(i), f = fieldIndex(name), start = this.#offset(k, f, 0);
     return start < 0 ? null : this.#text.subarray(start, this.#offs[4 * k + f + 1]);
   }
-  /** Field f of op i as the default mode gives it: a string when UTF-8, else a Buffer. */
+  /** The chunk's fields as one string if they are all ASCII (a byte a character), else null. */
+  #decodeAscii() {
+    const start = this.#offs[4 * this.#k], end = this.#offs[4 * (this.#k + this.length)];
+    const bytes = this.#text.subarray(start, end);
+    this.#base = start;
+    return (this.#ascii = isAscii && end - start <= MAX_STRING_LENGTH && isAscii(bytes)
+      ? bytes.latin1Slice() : null);
+  }
+  /** Field f of op i as the default mode gives it: a string when UTF-8, else a Buffer. An ASCII
+   * chunk is decoded once and its fields sliced (a slice of 13 characters or more keeps the
+   * chunk's string alive, as the default mode's keep their batch's); another decodes each field
+   * on its own. */
   #field(i, f) {
     const k = this.#at(i), start = this.#offset(k, f, 0), end = this.#offs[4 * k + f + 1];
     if (start < 0) return null;
+    const ascii = this.#ascii === undefined ? this.#decodeAscii() : this.#ascii;
+    if (ascii !== null) return ascii.slice(start - this.#base, end - this.#base);
     const s = this.#text.toString('utf8', start, end);
     if (!s.includes('\uFFFD')) return s; // no replacement: the bytes were UTF-8
     const b = Buffer.from(this.#text.subarray(start, end));

@@ -113,6 +113,40 @@ for (const [name, open] of backends) {
     cleanup();
   });
 
+  test(`${name}: raw mode's chunks decoded once when ASCII, each field on its own when not`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    // one call's chunks: ASCII, non-ASCII at a chunk's first and last byte, ASCII again, one
+    // with bytes that are not UTF-8; empty fields and a REMOVE's nulls among the ASCII ones
+    const rows = { a: [['t', 'a1', '{"a":1}'], ['t', '', '']], b: [['\u00e9', 'b1', '1'], ['t', 'b2', '\u00e9']],
+      c: [['t', 'c1', 'x'.repeat(40)], ['t', 'c2', '{}']], d: [['t', 'd1', Buffer.from([0x80])]] };
+    for (const [bucket, list] of Object.entries(rows))
+      for (const [table, id, data] of list) await w.save(put(bucket, id, table, data));
+    await w.markSnapshotDone('1');
+    await w.commit('1');
+    await w.save({ tag: 'delete', sourceTable: 't', beforeReplicaId: 'c2' });
+    await w.commit('2');
+    const { checkpoint } = await st.getCheckpoint();
+    const req = ['a', 'b', 'c', 'd'].map((bucket) => ({ bucket }));
+    for (const options of [undefined, { chunkLimitBytes: 0 }]) {
+      const pairs = await both(st, checkpoint, req, options);
+      assert.ok(pairs.length >= 4);
+      assert.ok(pairs.some(([d]) => d.chunkData.data.some((op) => op.op === 'REMOVE')));
+      for (const [d, r] of pairs) same(d, r);
+      // a field read first, then the others (the chunk's string made by the first read)
+      for (const [d, r] of pairs) {
+        const raw = r.chunkData.data;
+        for (let i = raw.length - 1; i >= 0; i--) assert.deepEqual(raw.data(i), d.chunkData.data[i].data);
+      }
+    }
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
   test(`${name}: raw mode refuses what the default mode refuses`, async () => {
     const { db, cleanup } = await open();
     await db.createStream('s');
