@@ -8,8 +8,8 @@
 // HOW: read (every bucket downloaded whole from 0 in calls of 10k ops, PASSES times, each op
 // touched as a client would: its op_id, op, object_id and data read), made (the same, no field
 // read), raw (getBucketDataBatchRaw: op id, op, object id's and data's byte offsets), rawstr (raw
-// mode, object id and data as strings), none (the same run without the reads: startup, opening,
-// the checkpoint).
+// mode, object id and data as strings), count (raw mode, no op read: the read, the worker's copy
+// and the call alone), none (the same run without the reads: startup, opening, the checkpoint).
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -18,10 +18,11 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bs = createRequire(import.meta.url)(path.join(root, 'bindings/node'));
 const [how, file] = process.argv.slice(2), passes = Number(process.argv[4] ?? 1);
 const buckets = 100, readLimit = 10000;
-if (!['read', 'made', 'none', 'raw', 'rawstr'].includes(how) || !file || !(passes > 0)) {
-  console.error('usage: node bench/node_read_loop.mjs read|made|raw|rawstr|none FILE [PASSES]');
+if (!['read', 'made', 'none', 'raw', 'rawstr', 'count'].includes(how) || !file || !(passes > 0)) {
+  console.error('usage: node bench/node_read_loop.mjs read|made|raw|rawstr|count|none FILE [PASSES]');
   process.exit(2);
 }
+const raw = how.startsWith('raw') || how === 'count';
 const bucket = (b) => `by_list["l${String(b).padStart(5, '0')}"]`;
 
 const db = await bs.open(file, { readonly: true });
@@ -35,7 +36,7 @@ for (let p = 0; how !== 'none' && p < passes; p++) {
     for (let more = true; more;) {
       more = false;
       const req = [{ bucket: bucket(b), start }];
-      const rows = how.startsWith('raw') ? st.getBucketDataBatchRaw(cp, req, { limit: readLimit })
+      const rows = raw ? st.getBucketDataBatchRaw(cp, req, { limit: readLimit })
         : st.getBucketDataBatch(cp, req, { limit: readLimit });
       for await (const c of rows) {
         if ('hasMore' in c) {
