@@ -14,7 +14,8 @@
 /* =================================================================================================
  * LMDB backend, its files from the bottom up (each uses only files named before it here):
  * lmdb_codec.c (the layout below), lmdb_file.c (the file check before the environment opens),
- * lmdb_env.c (the handle, transactions, map growth, stream and bucket records), lmdb_read.c
+ * lmdb_env.c (the handle, transactions, map growth, stream and bucket records), lmdb_ops.c (the
+ * op records: every access to `ops` goes through it), lmdb_read.c
  * (reads, stat), lmdb_params.c, lmdb_verify.c, lmdb_backup.c (backup, export, load), lmdb_wcp.c
  * (write checkpoints), lmdb_write.c (the writer, clear, terminate), lmdb_compact.c, and on top
  * lmdb.c (streams, the method tables, the constructor).
@@ -641,6 +642,64 @@ int bs__lmdb_streams_map(bs__lmdb_db *db, MDB_txn *txn, uint32_t except,
 /* The sub-databases, i = 0, 1, ...: 0 past the last one, else 1 with its name and handle (dbi
  * may be NULL). */
 int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *dbi);
+
+/* lmdb_ops.c: the op records, the only code that knows how a bucket's ops lie in `ops` (every
+ * other file reads and changes them through these). Whatever the layout, a bucket's records are
+ * keyed by u64be bucket id first (a clear deletes them by that prefix). An op handed out is
+ * decoded in place: valid until the transaction writes or ends. */
+typedef struct bs__lmdb_opc { /* a cursor on one bucket's ops at a time, in a transaction */
+  MDB_cursor *cur;
+  uint64_t bucket; /* the bucket of the last seek */
+} bs__lmdb_opc;
+int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
+void bs__lmdb_opc_close(bs__lmdb_opc *c); /* also on a zeroed one */
+/* *found = 1 with *op the bucket's first op at or above id (seek_ge), its last at or below id
+ * (seek_le), exactly id (get), the next or previous one of the bucket of the last seek; else
+ * *found = 0. An op that does not decode: BS_ECORRUPT. */
+int bs__lmdb_opc_seek_ge(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
+                         bs_error *err);
+int bs__lmdb_opc_seek_le(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
+                         bs_error *err);
+int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
+                     bs_error *err);
+int bs__lmdb_opc_next(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
+int bs__lmdb_opc_prev(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
+/* Compaction's changes at the current op: delete it (the cursor then stands at the op after
+ * it, as a step would), or rewrite it as bare (a MOVE or CLEAR of the current op's id). */
+int bs__lmdb_opc_del(bs__lmdb_opc *c, bs_error *err);
+int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err);
+/* Checksum sum and count of the bucket's ops in (from, to]; stop_at_clear: at a CLEAR, *cleared
+ * = 1 and the sum so far. */
+int bs__lmdb_ops_sum(bs__lmdb_opc *c, uint64_t bucket, uint64_t from, uint64_t to,
+                     int stop_at_clear, bs_checksum *out, int *cleared, bs_error *err);
+/* Adds the ops of bucket (NULL: of every bucket) to out's counts by type (bs__stat_op). */
+int bs__lmdb_ops_stat(const bs__lmdb_db *db, MDB_txn *txn, const uint64_t *bucket, bs_stat *out,
+                      bs_error *err);
+/* Verify's walk: op(payload, op, bytes of it past the op header) for each op of bucket, bad
+ * (payload, bucket, what) for each that does not decode; bs__lmdb_ops_orphans: bad(payload, id,
+ * NULL) for each bucket id in [lo, hi) that has ops (bad(payload, 0, what) for a key of none). */
+typedef struct bs__lmdb_ops_check {
+  void (*op)(void *payload, const bs_op *op, uint64_t payload_bytes);
+  void (*bad)(void *payload, uint64_t bucket, const char *what);
+  void *payload;
+} bs__lmdb_ops_check;
+int bs__lmdb_ops_verify(bs__lmdb_opc *c, uint64_t bucket, const bs__lmdb_ops_check *chk,
+                        bs_error *err);
+int bs__lmdb_ops_orphans(bs__lmdb_opc *c, uint64_t lo, uint64_t hi, const bs__lmdb_ops_check *chk,
+                         bs_error *err);
+/* The writer's appends of a flush: bs__lmdb_opw_put hands one bucket's new ops (above its last
+ * op), next(it) giving them in rising op id order and NULL after the last; buckets in rising id
+ * order. */
+typedef struct bs__lmdb_opw {
+  MDB_cursor *cur;
+  unsigned char last[BS_OP_KEY_SIZE]; /* the file's last key when opened */
+  int has_last;
+  unsigned app; /* MDB_APPEND once past it */
+} bs__lmdb_opw;
+int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
+int bs__lmdb_opw_put(bs__lmdb_opw *w, uint64_t bucket, const bs_op *(*next)(void *it), void *it,
+                     bs_error *err);
+void bs__lmdb_opw_close(bs__lmdb_opw *w);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
 int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);

@@ -16,11 +16,6 @@ static bs__lmdb_db *lmdb_of(bs_storage *st) {
   return ((bs__lmdb_storage *)st)->db;
 }
 
-/* True when an ops key belongs to the bucket whose big-endian id is prefix. */
-static inline bool key_in_bucket(const MDB_val *k, const unsigned char prefix[8]) {
-  return k->mv_size == 16 && memcmp(k->mv_data, prefix, 8) == 0;
-}
-
 /* ---- Bucket lookup -------------------------------------------------------------------------- */
 
 typedef struct bucket_ref {
@@ -39,8 +34,8 @@ typedef struct bucket_finder {
   MDB_txn *txn;
   uint32_t stream;
   MDB_cursor *names, *states;
-  MDB_cursor *ops; /* the ops of the buckets found: every reader of this file walks them */
-  int cleared;     /* a clear of the stream is pending: its buckets are deleted (no bucket) */
+  bs__lmdb_opc ops; /* the ops of the buckets found: every reader of this file walks them */
+  int cleared;      /* a clear of the stream is pending: its buckets are deleted (no bucket) */
 } bucket_finder;
 
 static int finder_open(bucket_finder *f, bs__lmdb_db *db, MDB_txn *txn, uint32_t stream,
@@ -53,18 +48,17 @@ static int finder_open(bucket_finder *f, bs__lmdb_db *db, MDB_txn *txn, uint32_t
   if ((mrc = bs__stream_rec_get(db, txn, stream, &rec, err)) != BS_OK) return mrc;
   f->cleared = rec.clear_pending;
   if ((mrc = mdb_cursor_open(txn, db->buckets, &f->names)) != 0 ||
-      (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0 ||
-      (mrc = mdb_cursor_open(txn, db->ops, &f->ops)) != 0)
+      (mrc = mdb_cursor_open(txn, db->bstate, &f->states)) != 0)
     return bs__fail_mdb(err, mrc, "opening the bucket cursors");
-  return BS_OK;
+  return bs__lmdb_opc_open(&f->ops, db, txn, err);
 }
 
 /* Closes what finder_open opened; a zeroed finder is a no-op. */
 static void finder_close(bucket_finder *f) {
   if (f->names) mdb_cursor_close(f->names);
   if (f->states) mdb_cursor_close(f->states);
-  if (f->ops) mdb_cursor_close(f->ops);
-  f->names = f->states = f->ops = NULL;
+  bs__lmdb_opc_close(&f->ops);
+  f->names = f->states = NULL;
 }
 
 /* The state of bucket id (named name, for the message), through the finder's bstate cursor. A
@@ -145,32 +139,18 @@ int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
 
 /* ---- Bucket data ---------------------------------------------------------------------------- */
 
-/* The op of bucket name at key k does not decode. */
-static int op_corrupt(const MDB_val *k, bs_val name, bs_error *err) {
-  return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
-                  bs__name_shown(name), (const char *)name.data,
-                  bs__get_u64be((const unsigned char *)k->mv_data + 8));
-}
-
 /* Serves the ops of one bucket in (after, C] to the call's chunker (rules.c), until it stops. */
-static int read_bucket(bs__chunker *r, MDB_cursor *cur, uint64_t checkpoint, bs_val name,
+static int read_bucket(bs__chunker *r, bs__lmdb_opc *oc, uint64_t checkpoint, bs_val name,
                        uint64_t id, uint64_t after, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  int rc, mrc;
+  bs_op op;
+  int rc, found;
 
   bs__chunker_bucket(r, name, after);
-  bs__lmdb_op_key(kb, id, after + 1);
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0 && !r->stopped;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    bs_op op;
-    if (!key_in_bucket(&k, kb)) break;
-    if (bs__get_u64be((const unsigned char *)k.mv_data + 8) > checkpoint) break;
-    if (bs__lmdb_op_decode(&k, &v, &op)) return op_corrupt(&k, name, err);
+  for (rc = bs__lmdb_opc_seek_ge(oc, id, after + 1, &op, &found, err);
+       rc == BS_OK && found && !r->stopped && op.op_id <= checkpoint;
+       rc = bs__lmdb_opc_next(oc, &op, &found, err))
     if ((rc = bs__chunker_add(r, &op, err)) != 0) return rc;
-  }
-  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading bucket data");
-  return bs__chunker_end(r);
+  return rc ? rc : bs__chunker_end(r);
 }
 
 int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
@@ -201,7 +181,7 @@ int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
   for (size_t i = 0; i < n_req && !r.stopped; i++) {
     uint64_t after = req[i].after;
     if (!refs[i].found || after >= checkpoint || refs[i].state.last_op <= after) continue;
-    if ((rc = read_bucket(&r, f.ops, checkpoint, req[i].bucket, refs[i].id, after, err)) != 0)
+    if ((rc = read_bucket(&r, &f.ops, checkpoint, req[i].bucket, refs[i].id, after, err)) != 0)
       goto done;
   }
   *has_more_out = r.stopped;
@@ -215,42 +195,25 @@ done:
 
 /* ---- Checksums ------------------------------------------------------------------------------ */
 
-/* Sum and count of the bucket's ops in (from, to]; stop_at_clear: *cleared = 1 (and no sum) at
- * a CLEAR. */
-static int ops_sum(MDB_cursor *cur, const bucket_ref *ref, uint64_t from, uint64_t to,
-                   int stop_at_clear, bs_val name, bs_checksum *out, int *cleared, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  int mrc;
-
-  out->checksum = 0;
-  out->count = 0;
-  *cleared = 0;
-  if (from >= to || ref->state.last_op <= from) return BS_OK;
-  bs__lmdb_op_key(kb, ref->id, from + 1);
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    bs_op op;
-    if (!key_in_bucket(&k, kb) || bs__get_u64be((const unsigned char *)k.mv_data + 8) > to) break;
-    if (bs__lmdb_op_decode(&k, &v, &op)) return op_corrupt(&k, name, err);
-    if (stop_at_clear && op.type == BS_OP_CLEAR) {
-      *cleared = 1;
-      return BS_OK;
-    }
-    out->checksum = bs__cksum_add(out->checksum, op.checksum);
-    out->count++;
+/* Sum and count of the bucket's ops in (from, to] (bs__lmdb_ops_sum). */
+static int ops_sum(bs__lmdb_opc *oc, const bucket_ref *ref, uint64_t from, uint64_t to,
+                   int stop_at_clear, bs_checksum *out, int *cleared, bs_error *err) {
+  if (ref->state.last_op <= from) {
+    out->checksum = 0;
+    out->count = 0;
+    *cleared = 0;
+    return BS_OK;
   }
-  if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "reading checksums");
-  return BS_OK;
+  return bs__lmdb_ops_sum(oc, ref->id, from, to, stop_at_clear, out, cleared, err);
 }
 
 /* The bucket's (checksum, count) at C: its running value minus the ops above C. Only the tail
  * above C is read, so the cost does not depend on the bucket's size. */
-static int checksum_at(MDB_cursor *cur, const bucket_ref *ref, uint64_t c, bs_val name,
+static int checksum_at(bs__lmdb_opc *oc, const bucket_ref *ref, uint64_t c, bs_val name,
                        bs_checksum *out, bs_error *err) {
   bs_checksum above;
   int rc, cleared;
-  if ((rc = ops_sum(cur, ref, c, UINT64_MAX, 0, name, &above, &cleared, err))) return rc;
+  if ((rc = ops_sum(oc, ref, c, UINT64_MAX, 0, &above, &cleared, err))) return rc;
   if (above.count > ref->state.count)
     return bs__fail(
         err, BS_ECORRUPT,
@@ -285,8 +248,8 @@ static int checksum_call(bs_storage *st, uint64_t from, uint64_t to, int range,
     if (ref.found &&
         ((rc = bs__torn_check(ref.state.clear_start, ref.state.clear_op, to, buckets[i], err)) !=
              0 ||
-         (range && (rc = ops_sum(f.ops, &ref, from, to, 1, buckets[i], &out[i], &cl, err)) != 0) ||
-         ((!range || cl) && (rc = checksum_at(f.ops, &ref, to, buckets[i], &out[i], err)) != 0)))
+         (range && (rc = ops_sum(&f.ops, &ref, from, to, 1, &out[i], &cl, err)) != 0) ||
+         ((!range || cl) && (rc = checksum_at(&f.ops, &ref, to, buckets[i], &out[i], err)) != 0)))
       goto done;
     if (cleared) cleared[i] = cl;
   }
@@ -480,22 +443,17 @@ static int free_bytes(bs__lmdb_db *db, MDB_txn *txn, uint64_t *out, bs_error *er
   return BS_OK;
 }
 
-/* Counts into *n (by op type into *types instead, when given) the entries of dbi whose key starts
- * with prefix. */
+/* Counts into *n the entries of dbi whose key starts with prefix. */
 static int prefix_entries(MDB_txn *txn, MDB_dbi dbi, const unsigned char *prefix, size_t plen,
-                          uint64_t *n, bs_stat *types, bs_error *err) {
+                          uint64_t *n, bs_error *err) {
   MDB_cursor *cur;
   MDB_val k = {plen, (void *)prefix}, v;
   int mrc;
   if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0) return bs__fail_mdb(err, mrc, "stat");
   for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
        mrc == 0 && k.mv_size >= plen && memcmp(k.mv_data, prefix, plen) == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (types)
-      bs__stat_op(types, v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0);
-    else
-      ++*n;
-  }
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    ++*n;
   mdb_cursor_close(cur);
   return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "stat");
 }
@@ -504,7 +462,7 @@ static int prefix_entries(MDB_txn *txn, MDB_dbi dbi, const unsigned char *prefix
  * every reader, so stat takes them off its totals. */
 static int fenced_records(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_stat *f,
                           bs_error *err) {
-  unsigned char pk[1 + BS_STREAM_PREFIX_SIZE], bk[8];
+  unsigned char pk[1 + BS_STREAM_PREFIX_SIZE];
   MDB_cursor *cur;
   MDB_val k = {BS_STREAM_PREFIX_SIZE, pk}, v;
   int mrc, rc = BS_OK;
@@ -516,21 +474,20 @@ static int fenced_records(bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, bs_sta
     uint64_t id = 0;
     f->buckets++;
     if ((rc = bs__lmdb_bucket_id_decode(&v, &id, err)) == BS_OK) {
-      bs__put_u64be(bk, id);
-      rc = prefix_entries(txn, db->ops, bk, sizeof bk, NULL, f, err);
+      rc = bs__lmdb_ops_stat(db, txn, &id, f, err);
     }
   }
   mdb_cursor_close(cur);
   if (rc != BS_OK) return rc;
   if (mrc != 0 && mrc != MDB_NOTFOUND) return bs__fail_mdb(err, mrc, "stat");
-  if ((rc = prefix_entries(txn, db->params, pk, BS_STREAM_PREFIX_SIZE, &f->parameter_entries, NULL,
+  if ((rc = prefix_entries(txn, db->params, pk, BS_STREAM_PREFIX_SIZE, &f->parameter_entries,
                            err)) != BS_OK ||
-      (rc = prefix_entries(txn, db->source, pk, BS_STREAM_PREFIX_SIZE, &f->source_records, NULL,
-                           err)) != BS_OK)
+      (rc = prefix_entries(txn, db->source, pk, BS_STREAM_PREFIX_SIZE, &f->source_records, err)) !=
+          BS_OK)
     return rc;
   pk[0] = BS_WCP_CUSTOM_TAG; /* custom checkpoints: 'C' u32be stream */
   bs__lmdb_stream_prefix(pk + 1, stream);
-  return prefix_entries(txn, db->wcp, pk, sizeof pk, &f->write_checkpoints, NULL, err);
+  return prefix_entries(txn, db->wcp, pk, sizeof pk, &f->write_checkpoints, err);
 }
 
 int bs__lmdb_stat(bs_stat *out, bs_db *base, bs_error *err) {
@@ -579,12 +536,7 @@ int bs__lmdb_stat(bs_stat *out, bs_db *base, bs_error *err) {
   if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
   mdb_cursor_close(cur);
   cur = NULL;
-  /* ops by type: one pass reading only each value's first byte */
-  if ((mrc = mdb_cursor_open(txn, db->ops, &cur)) != 0) goto mdb_fail;
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    bs__stat_op(out, v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0);
-  if (mrc != MDB_NOTFOUND && mrc != 0) goto mdb_fail;
+  if ((rc = bs__lmdb_ops_stat(db, txn, NULL, out, err)) != BS_OK) goto done;
   out->buckets -= f.buckets;
   out->ops_put -= f.ops_put;
   out->ops_remove -= f.ops_remove;

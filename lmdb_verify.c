@@ -36,6 +36,8 @@ typedef struct verifier {
   bs_error *err;
   uint32_t t_stream, t_id; /* the table of the last source record (records come in key order) */
   int t_known;
+  bs__lmdb_opc oc; /* the ops, for the whole verify */
+  bs__vbucket *b;  /* the bucket whose ops verify_states walks */
 } verifier;
 
 /* Whether stream's records are a pending clear's, not checked. */
@@ -166,53 +168,25 @@ static int verify_bucket_names(verifier *vf, uint64_t seq_bucket, bs_error *err)
   return walk_end(mrc, err);
 }
 
-/* Hands the ops of bucket b to verify.c, from cur (positioned at or before them). */
-static int verify_bucket_ops(verifier *vf, MDB_cursor *cur, bs__vbucket *b, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  int mrc;
-
-  bs__lmdb_op_key(kb, b->id, 0);
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    bs_op op;
-    if (k.mv_size < 8 || memcmp(k.mv_data, kb, 8) != 0) break;
-    if (bs__lmdb_op_decode(&k, &v, &op) == BS_OK) {
-      bs__verify_op(&vf->v, b, &op, v.mv_size - BS_OP_HEADER_SIZE);
-      continue;
-    }
-    b->n_bad++;
-    problem(vf,
-            "bucket \"%.*s\" (id %" PRIu64 "): op %" PRIu64 " does not decode (key %zu bytes, "
-            "value %zu bytes)",
-            bs__name_shown(b->name), (const char *)b->name.data, b->id,
-            k.mv_size == 16 ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0, k.mv_size,
-            v.mv_size);
-  }
-  return walk_end(mrc, err);
+static void ops_op(void *payload, const bs_op *op, uint64_t payload_bytes) {
+  verifier *vf = payload;
+  bs__verify_op(&vf->v, vf->b, op, payload_bytes);
 }
 
-/* Ops of bucket ids in [lo, hi) have no bucket state: one problem per such bucket id. */
-static int report_orphans(verifier *vf, MDB_cursor *oc, uint64_t lo, uint64_t hi, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
-  int mrc;
-  bs__lmdb_op_key(kb, lo, 0);
-  while ((mrc = mdb_cursor_get(oc, &k, &v, MDB_SET_RANGE)) == 0) {
-    uint64_t id;
-    if (k.mv_size < 8) {
-      problem(vf, "ops: key of %zu bytes", k.mv_size);
-      return BS_OK;
-    }
-    id = bs__get_u64be((const unsigned char *)k.mv_data);
-    if (id >= hi) break;
-    problem(vf, "ops of bucket id %" PRIu64 " without a bucket state", id);
-    if (id == UINT64_MAX) break;
-    bs__lmdb_op_key(kb, id + 1, 0);
-    k.mv_size = 16;
-    k.mv_data = kb;
+/* An op of vf->b that does not decode (what says which), or bucket id has ops but no state
+ * (what NULL), or a key of no bucket (bucket 0, what). */
+static void ops_bad(void *payload, uint64_t bucket, const char *what) {
+  verifier *vf = payload;
+  bs__vbucket *b = vf->b;
+  if (!what) {
+    problem(vf, "ops of bucket id %" PRIu64 " without a bucket state", bucket);
+  } else if (b && b->id == bucket) {
+    b->n_bad++;
+    problem(vf, "bucket \"%.*s\" (id %" PRIu64 "): %s", bs__name_shown(b->name),
+            (const char *)b->name.data, b->id, what);
+  } else {
+    problem(vf, "%s", what);
   }
-  return walk_end(mrc, err);
 }
 
 /* The buckets entry of a state's (stream, name) must point back at the state's id. */
@@ -234,14 +208,13 @@ static int check_name_entry(verifier *vf, uint64_t id, const bs__bucket_state *s
 
 /* bstate against the ops (one merged pass: states and ops are both in bucket-id order). */
 static int verify_states(verifier *vf, bs_error *err) {
-  MDB_cursor *sc = NULL, *oc = NULL;
+  MDB_cursor *sc = NULL;
   MDB_val k, v;
+  bs__lmdb_ops_check chk = {ops_op, ops_bad, vf};
   int rc, mrc;
   uint64_t expect_next = 0; /* ops of ids below this were already consumed */
 
-  if ((rc = cursor_open(vf, vf->db->bstate, &sc, err)) != 0 ||
-      (rc = cursor_open(vf, vf->db->ops, &oc, err)) != 0)
-    goto done;
+  if ((rc = cursor_open(vf, vf->db->bstate, &sc, err)) != 0) goto done;
   for (mrc = mdb_cursor_get(sc, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(sc, &k, &v, MDB_NEXT)) {
     bs__bucket_state s;
@@ -252,7 +225,7 @@ static int verify_states(verifier *vf, bs_error *err) {
     }
     id = bs__get_u64be((const unsigned char *)k.mv_data);
     if (pending(vf, s.stream)) { /* its ops go before its state: none is an orphan */
-      if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
+      if ((rc = bs__lmdb_ops_orphans(&vf->oc, expect_next, id, &chk, err)) != 0) goto done;
       expect_next = id + 1;
       continue;
     }
@@ -268,17 +241,19 @@ static int verify_states(verifier *vf, bs_error *err) {
                      .clear_start = s.clear_start,
                      .clear_op = s.clear_op,
                      .header = BS_OP_HEADER_SIZE};
-    if ((rc = report_orphans(vf, oc, expect_next, id, err)) != 0) goto done;
-    if ((rc = verify_bucket_ops(vf, oc, &b, err)) != 0) goto done;
+    if ((rc = bs__lmdb_ops_orphans(&vf->oc, expect_next, id, &chk, err)) != 0) goto done;
+    vf->b = &b;
+    rc = bs__lmdb_ops_verify(&vf->oc, id, &chk, err);
+    vf->b = NULL;
+    if (rc != 0) goto done;
     bs__verify_bucket_end(&vf->v, &b);
     if ((rc = check_name_entry(vf, id, &s, err)) != 0) goto done;
     expect_next = id + 1;
   }
   if ((rc = walk_end(mrc, err)) != 0) goto done;
-  rc = report_orphans(vf, oc, expect_next, UINT64_MAX, err);
+  rc = bs__lmdb_ops_orphans(&vf->oc, expect_next, UINT64_MAX, &chk, err);
 done:
   if (sc) mdb_cursor_close(sc);
-  if (oc) mdb_cursor_close(oc);
   return rc;
 }
 
@@ -306,21 +281,20 @@ typedef struct member_ctx {
 static int check_member(uint64_t bucket, uint64_t op_id, void *payload) {
   member_ctx *m = payload;
   verifier *vf = m->vf;
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
   bs__bucket_state s;
   bs_op op;
-  int found;
+  bs_error e;
+  int found, mrc, rc;
   bs_val want = {m->subkey, BS_SUBKEY_SIZE};
   const char *what = NULL;
-  int mrc;
-  bs__lmdb_op_key(kb, bucket, op_id);
-  mrc = mdb_get(vf->txn, vf->db->ops, &k, &v);
-  if (mrc && mrc != MDB_NOTFOUND) return vf->mdb_error = mrc;
-  if (mrc)
+  rc = bs__lmdb_opc_get(&vf->oc, bucket, op_id, &op, &found, &e);
+  if (rc == BS_ECORRUPT) return 0; /* reported with the bucket's ops */
+  if (rc != BS_OK) {
+    *vf->err = e;
+    return vf->failed = rc;
+  }
+  if (!found)
     what = "no such op";
-  else if (bs__lmdb_op_decode(&k, &v, &op) != BS_OK)
-    return 0; /* reported with the bucket's ops */
   else if (op.type != BS_OP_PUT)
     what = "not a PUT";
   else if (!bs__val_eq(op.subkey, want))
@@ -464,7 +438,8 @@ int bs__lmdb_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, vo
   vf.v.fn = fn;
   vf.v.payload = payload;
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &vf.txn, err)) != 0) return rc;
-  if ((rc = verify_meta(&vf, &seq_bucket, err)) != 0 ||
+  if ((rc = bs__lmdb_opc_open(&vf.oc, db, vf.txn, err)) != 0 ||
+      (rc = verify_meta(&vf, &seq_bucket, err)) != 0 ||
       (rc = verify_bucket_names(&vf, seq_bucket, err)) != 0 ||
       (rc = verify_states(&vf, err)) != 0 ||
       (rc = verify_each(&vf, db->tables, "tables", check_table, err)) != 0 ||
@@ -477,6 +452,7 @@ int bs__lmdb_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, vo
       (rc = verify_each(&vf, db->softdel, "softdel", check_softdel, err)) != 0)
     goto done;
 done:
+  bs__lmdb_opc_close(&vf.oc);
   bs__lmdb_txn_abort(db, vf.txn);
   bs__free(vf.v.a, vf.v.streams);
   bs__free(vf.v.a, vf.pending);

@@ -594,24 +594,25 @@ static inline unsigned app_flag(appender *ap, const MDB_val *key) {
   return ap->app;
 }
 
+/* The next op of a bucket's list (bs__lmdb_opw_put's iterator: it is the pop to hand out). */
+static const bs_op *next_pop(void *it) {
+  pop **o = it, *cur = *o;
+  if (!cur) return NULL;
+  *o = cur->next;
+  return &cur->op;
+}
+
 static int put_ops(fctx *f, bs_error *err) {
   bent **bl = f->bents.p;
-  appender ap;
-  int mrc = app_open(f, f->db->ops, &ap, err);
-  if (mrc) return mrc;
-  /* Keys go out in order: buckets sorted by id, each bucket's ops by rising id. */
-  for (size_t i = 0; i < f->bents.n && !mrc; i++) {
-    for (pop *o = bl[i]->head; o && !mrc; o = o->next) {
-      unsigned char k[BS_OP_KEY_SIZE];
-      MDB_val key = {sizeof k, k}, val = {bs__lmdb_op_size(&o->op), NULL};
-      bs__lmdb_op_key(k, bl[i]->id, o->op.op_id);
-      /* MDB_RESERVE: the value is encoded straight into the page, no staging copy. */
-      if ((mrc = mdb_cursor_put(ap.cur, &key, &val, MDB_RESERVE | app_flag(&ap, &key))) != 0) break;
-      bs__lmdb_op_encode(val.mv_data, &o->op);
-    }
+  bs__lmdb_opw w;
+  int rc = bs__lmdb_opw_open(&w, f->db, f->txn, err);
+  /* buckets sorted by id, each bucket's ops by rising id */
+  for (size_t i = 0; i < f->bents.n && rc == BS_OK; i++) {
+    pop *o = bl[i]->head;
+    if (o) rc = bs__lmdb_opw_put(&w, bl[i]->id, next_pop, &o, err);
   }
-  mdb_cursor_close(ap.cur);
-  return mrc ? bs__lmdb_fail(err, mrc, "writing an op") : BS_OK;
+  bs__lmdb_opw_close(&w);
+  return rc;
 }
 
 static int put_buckets(fctx *f, bs_error *err) {
@@ -794,8 +795,7 @@ static int table_by_id(fctx *f, uint32_t tid, bs_error *err) {
 
 /* One row: re-emits it unless its record says it changed since (then *done stays 0). */
 static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_error *err) {
-  unsigned char kb[16];
-  MDB_val key = {16, kb}, val;
+  bs__lmdb_opc oc;
   bs_val rid;
   uint32_t tid;
   char *sk;
@@ -804,7 +804,7 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
   srec *r;
   bs_op op;
   uint64_t id;
-  int mrc, rc;
+  int found, rc;
   *done = 0;
   MDB_val src = {row->src_key_size, (void *)row->src_key};
   uint32_t stream;
@@ -816,15 +816,15 @@ static int reemit_one(fctx *f, const bs__lmdb_reemit_row *row, int *done, bs_err
   for (uint32_t i = 0; i < r->r.nm && !m; i++)
     if (r->r.m[i].bucket == row->bucket && r->r.m[i].op == row->old_op) m = &r->r.m[i];
   if (!m) return BS_OK; /* the row changed since it was planned */
-  bs__lmdb_op_key(kb, row->bucket, row->old_op);
-  mrc = mdb_get(f->txn, f->db->ops, &key, &val);
-  if (mrc == MDB_NOTFOUND)
+  if ((rc = bs__lmdb_opc_open(&oc, f->db, f->txn, err)) != BS_OK) return rc;
+  rc = bs__lmdb_opc_get(&oc, row->bucket, row->old_op, &op, &found, err);
+  bs__lmdb_opc_close(&oc); /* op stays valid: nothing was written since */
+  if (rc != BS_OK) return rc;
+  if (!found)
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu of a source record is missing",
                     (unsigned long long)row->bucket, (unsigned long long)row->old_op);
-  if (mrc) return bs__lmdb_fail(err, mrc, "defragment: reading an op");
-  if (bs__lmdb_op_decode(&key, &val, &op) != BS_OK || op.type != BS_OP_PUT ||
-      op.subkey.size != BS_SUBKEY_SIZE || !bs__val_eq(op.object_type, m->object_type) ||
-      !bs__val_eq(op.object_id, m->object_id))
+  if (op.type != BS_OP_PUT || op.subkey.size != BS_SUBKEY_SIZE ||
+      !bs__val_eq(op.object_type, m->object_type) || !bs__val_eq(op.object_id, m->object_id))
     return bs__fail(err, BS_ECORRUPT, "bucket %llu: op %llu is not its source record's PUT",
                     (unsigned long long)row->bucket, (unsigned long long)row->old_op);
   if (!(sk = bs__arena_alloc(&f->ar, BS_SUBKEY_SIZE))) return oom(err);
