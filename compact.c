@@ -29,12 +29,12 @@ int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_option
     return bs__fail(err, BS_EINVAL, "opts->min_change_ratio: NaN");
   if (out->min_bucket_changes == 0) out->min_bucket_changes = BS_COMPACT_MIN_BUCKET_CHANGES;
   if (out->min_change_ratio < 0) out->min_change_ratio = BS_COMPACT_MIN_CHANGE_RATIO;
-  if (out->memory_limit_mb == 0) out->memory_limit_mb = BS_COMPACT_MEMORY_MB;
+  if (out->memory_limit_mb == 0) out->memory_limit_mb = BS_COMPACT_MEMORY_LIMIT_MB;
   if (out->memory_limit_mb > SIZE_MAX / (1024u * 1024u))
     return bs__fail(err, BS_EINVAL, "opts->memory_limit_mb: %zu is too large",
                     out->memory_limit_mb);
   if (out->min_age_ms < 0) out->min_age_ms = BS_COMPACT_MIN_AGE_MS;
-  if (out->max_ops_per_txn == 0) out->max_ops_per_txn = BS_COMPACT_OPS_PER_TXN;
+  if (out->max_ops_per_txn == 0) out->max_ops_per_txn = BS_COMPACT_MAX_OPS_PER_TXN;
   /* a fold needs two ops in one transaction */
   if (out->max_ops_per_txn < 2) out->max_ops_per_txn = 2;
   if (out->delete_checkpoint_requests_before_ms < 0)

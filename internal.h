@@ -717,9 +717,6 @@ int bs__effects_source_row(const bs_allocator *a, int snapshot, const bs_write_b
                            void *ctx, bs__srec *out, bs_error *err);
 
 /* ---- Compaction planning (compact.c): backend-agnostic, shared by every backend ---- */
-#define BS_COMPACT_MEMORY_MB   64u
-#define BS_COMPACT_MIN_AGE_MS  (5 * 60 * 1000)
-#define BS_COMPACT_OPS_PER_TXN 10000u
 /* Copies in (NULL = defaults) into out with every default applied; BS_EINVAL names a bad field. */
 int bs__compact_options_resolve(bs_compact_options *out, const bs_compact_options *in,
                                 bs_error *err);

@@ -848,10 +848,10 @@ typedef struct bs_compact_options {
   size_t n_buckets;
   uint64_t min_bucket_changes; /* 0 = BS_COMPACT_MIN_BUCKET_CHANGES */
   double min_change_ratio;     /* < 0 = BS_COMPACT_MIN_CHANGE_RATIO */
-  size_t memory_limit_mb;      /* 0 = 64 */
+  size_t memory_limit_mb;      /* 0 = BS_COMPACT_MEMORY_LIMIT_MB */
   int incremental_only;
-  int64_t min_age_ms; /* incremental horizon age; < 0 = 5 min */
-  /* 0 = 10000 (minimum 2). The write lock is held for a whole transaction, commit included,
+  int64_t min_age_ms; /* incremental horizon age; < 0 = BS_COMPACT_MIN_AGE_MS */
+  /* 0 = BS_COMPACT_MAX_OPS_PER_TXN (minimum 2). The write lock is held for a whole transaction, commit included,
    * so this bounds how long a writer of the stream waits. Measured (2 vCPU VM, 500k ops, 50%
    * superseded, durable full compaction): 10000 -> ~5 ms per transaction (p50, max ~17 ms) at
    * 2.1-3.2M ops/s; 50000 -> ~25-40 ms (max ~70 ms) at 1.9-3.2M ops/s, i.e. no measurable gain.
@@ -875,12 +875,15 @@ typedef struct bs_compact_options {
 #define BS_COMPACT_OPTIONS_VERSION 1
 #define BS_COMPACT_OPTIONS_INIT                                                                    \
   { BS_COMPACT_OPTIONS_VERSION, 0, NULL, 0, 0, -1.0, 0, 0, -1, 0, 0, 0, 0, 0.0, NULL, NULL }
-/* The defaults of the two thresholds a full compaction selects buckets by (bs_compact_bucket_due):
- * a bucket is due with at least this many ops since its last compaction (bs_bucket_info.changes)
- * that are at least this share of its ops (changes / count). Plain literals, so that a host can
- * print them (the CLI's help stringizes them). */
+/* The defaults of bs_compact_options, plain literals so that a host can print them (the CLI's
+ * help stringizes them). The two thresholds a full compaction selects buckets by
+ * (bs_compact_bucket_due): a bucket is due with at least this many ops since its last compaction
+ * (bs_bucket_info.changes) that are at least this share of its ops (changes / count). */
 #define BS_COMPACT_MIN_BUCKET_CHANGES 10
 #define BS_COMPACT_MIN_CHANGE_RATIO   0.1
+#define BS_COMPACT_MEMORY_LIMIT_MB    64     /* the seen-set of a bucket's row identities */
+#define BS_COMPACT_MIN_AGE_MS         300000 /* incremental compaction's horizon age */
+#define BS_COMPACT_MAX_OPS_PER_TXN    10000  /* ops changed per write transaction */
 
 /* Compacts the stream (full, or incremental with incremental_only) in short write
  * transactions of at most max_ops_per_txn ops, so a writer of the stream (in this or another

@@ -1213,9 +1213,9 @@ static int fold(MDB_txn *txn, rdb *d, uint64_t id, uint64_t *removed) {
 /* ---- Full compaction, shaped like lmdb_compact.c's: per bucket a read-only reverse scan (the
  * seen-set, the leading run below the lowest surviving PUT), the run folded straight into one
  * CLEAR (superseded PUTs included, never rewritten as MOVEs first), then MOVEs for superseded
- * ops above the run. A transaction commits after 10k ops changed or 80k visited, as the
- * library's default max_ops_per_txn and visit factor. */
-enum { RC_CHANGES = 10000, RC_VISITS = 80000 };
+ * ops above the run. A transaction commits after the library's default max_ops_per_txn ops
+ * changed or 8 times that visited, as lmdb_compact.c's visit factor. */
+enum { RC_CHANGES = BS_COMPACT_MAX_OPS_PER_TXN, RC_VISITS = 8 * RC_CHANGES };
 
 typedef struct rcomp {
   rdb *d;

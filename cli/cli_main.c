@@ -71,6 +71,8 @@ static int cmd_version(int argc, char **argv) {
 #define STR(x)           STR_(x)
 #define MIN_CHANGES_TEXT STR(BS_COMPACT_MIN_BUCKET_CHANGES)
 #define MIN_RATIO_TEXT   STR(BS_COMPACT_MIN_CHANGE_RATIO)
+#define MIN_AGE_TEXT     STR(BS_COMPACT_MIN_AGE_MS)
+#define TXN_OPS_TEXT     STR(BS_COMPACT_MAX_OPS_PER_TXN)
 
 static const struct command {
   const char *name;
@@ -155,8 +157,8 @@ static const struct command {
      "[" MIN_RATIO_TEXT "] of the bucket, since their last compaction), or of each --bucket NAME\n"
      "given, up to --max-op-id [the current checkpoint].\n"
      "  --incremental  only the ops the writer logged as superseded, at a horizon at least\n"
-     "                 --min-age-ms [300000] old; --budget N stops after N ops\n"
-     "  --txn-ops N    ops changed per write transaction [10000]\n"
+     "                 --min-age-ms [" MIN_AGE_TEXT "] old; --budget N stops after N ops\n"
+     "  --txn-ops N    ops changed per write transaction [" TXN_OPS_TEXT "]\n"
      "  --initial      initial-replication compaction: before the first checkpoint only;\n"
      "                 deletes superseded ops outright (--max-op-id: default the last op)\n"
      "  --parameters   also compact parameter-lookup entries\n"

@@ -268,7 +268,7 @@ class Gen:
             if self.r() < 0.3:
                 c[k] = f()
         if "incremental_only" in c and "min_age_ms" not in c:
-            c["min_age_ms"] = 0  # the default 5 min age would depend on the clock
+            c["min_age_ms"] = 0  # the default age would depend on the clock
         return self.stream(c)
 
     def heads(self):

@@ -1287,7 +1287,7 @@ static void t_managed_last_generated_wins(void **state) {
 /* Full compaction's seen-set is bounded the same on every backend (compact.c's plan): a row
  * updated early, whose latest op the reverse scan meets only after 20,000 newer rows filled a
  * 1 MB set, is not tracked, so its first PUT stays (less is compacted, never wrongly); with the
- * default 64 MB it becomes a MOVE. */
+ * default, BS_COMPACT_MEMORY_LIMIT_MB, it becomes a MOVE. */
 static void t_bounded_seen_set(void **state) {
   (void)state;
   for (size_t i = 0; i < g_n_focus; i++) {
@@ -1314,7 +1314,7 @@ static void t_bounded_seen_set(void **state) {
     co.memory_limit_mb = 0;
     CT_OK(bs_compact(&cs, e.st, &co, &ct_err));
     if (cs.ops_moved != 1 || cs.ops_cleared != 0)
-      fail_msg("%s: %llu moved, %llu cleared with 64 MB", be->name,
+      fail_msg("%s: %llu moved, %llu cleared with the default limit", be->name,
                (unsigned long long)cs.ops_moved, (unsigned long long)cs.ops_cleared);
     ct_env_close(&e);
   }

@@ -753,9 +753,9 @@ static void test_wcp_and_compact_checks(void **state) {
   assert_int_equal(bs_compact(NULL, st, NULL, NULL), BS_OK);
   assert_true(seen_compact.min_bucket_changes == BS_COMPACT_MIN_BUCKET_CHANGES);
   assert_true(seen_compact.min_change_ratio == BS_COMPACT_MIN_CHANGE_RATIO);
-  assert_int_equal(seen_compact.memory_limit_mb, 64);
-  assert_true(seen_compact.min_age_ms == 300000);
-  assert_int_equal(seen_compact.max_ops_per_txn, 10000);
+  assert_int_equal(seen_compact.memory_limit_mb, BS_COMPACT_MEMORY_LIMIT_MB);
+  assert_true(seen_compact.min_age_ms == BS_COMPACT_MIN_AGE_MS);
+  assert_int_equal(seen_compact.max_ops_per_txn, BS_COMPACT_MAX_OPS_PER_TXN);
   EXPECT(bs_compact_initial_replication(NULL, st, TOO_HIGH, 0, E), BS_EINVAL, "max_op_id");
   EXPECT(bs_compact_initial_replication(NULL, rost, 0, 0, E), BS_ESTATE, "read-only");
   EXPECT(bs_clear(rost, E), BS_ESTATE, "read-only");

@@ -382,11 +382,12 @@ export interface CompactOptions {
   minChangeRatio?: number;
   memoryLimitMB?: number;
   incrementalOnly?: boolean;
-  /** incremental horizon age (default 5 min) */
+  /** incremental horizon age (default: the library's, BS_COMPACT_MIN_AGE_MS) */
   minAgeMs?: number;
   compactParameterData?: boolean;
   deleteCheckpointRequestsBefore?: Date | number;
-  /** ops per write transaction (default 10000): how long a writer waits at most */
+  /** ops per write transaction (default: the library's, BS_COMPACT_MAX_OPS_PER_TXN): how long a
+   * writer waits at most */
   maxOpsPerTransaction?: number;
   /** incremental: stop after this many ops (default: no limit) */
   opBudget?: OpId | number;
