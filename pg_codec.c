@@ -65,16 +65,18 @@ static bs_val present(bs_val v) {
 
 void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint64_t op_id,
                     const bs_op *op) {
+  bs_op f = *op;
+  bs__op_fields(&f); /* the fields the type carries: "" for an empty one, NULL for the others */
   bs__pg_copy_tuple(b, a, 2 + BS_PG_OP_NCOLS);
   bs__pg_copy_int(b, a, bucket, 8);
   bs__pg_copy_int(b, a, op_id, 8);
-  bs__pg_copy_int(b, a, (uint64_t)op->type, 2);
-  bs__pg_copy_int(b, a, op->checksum, 4); /* integer: the same 32 bits, signed */
-  bs__pg_copy_int(b, a, op->target_op, 8);
-  bs__pg_copy_bytes(b, a, present(op->object_type));
-  bs__pg_copy_bytes(b, a, present(op->object_id));
-  bs__pg_copy_bytes(b, a, present(op->subkey));
-  bs__pg_copy_bytes(b, a, op->type == BS_OP_PUT ? present(op->data) : (bs_val){NULL, 0});
+  bs__pg_copy_int(b, a, (uint64_t)f.type, 2);
+  bs__pg_copy_int(b, a, f.checksum, 4); /* integer: the same 32 bits, signed */
+  bs__pg_copy_int(b, a, f.target_op, 8);
+  bs__pg_copy_bytes(b, a, f.object_type);
+  bs__pg_copy_bytes(b, a, f.object_id);
+  bs__pg_copy_bytes(b, a, f.subkey);
+  bs__pg_copy_bytes(b, a, f.data);
 }
 
 /* ---- The stream row ------------------------------------------------------------------------- */

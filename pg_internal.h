@@ -426,19 +426,30 @@ typedef struct bs__pg_enum {
 } bs__pg_enum;
 const bs__pg_enum *bs__pg_enums(void); /* the list; the last has what NULL */
 
+/* An op's payload columns, named here only: BS_PG_OP_ROW(F, SEP) the row's (bs__op_carries_row:
+ * PUT and REMOVE carry them), BS_PG_OP_PAYLOAD(F, SEP) those and data (PUT's), each column c
+ * spelled F(c) and separated by SEP. The lists below are spelled from them, so a payload column
+ * added here is read, written, counted and dropped by a MOVE or CLEAR alike (tests/test_pg.c
+ * t_codec_ops fails when bs_ops has a column no list names, or one a MOVE keeps). */
+#define BS_PG_OP_ROW(F, SEP)                                                                       \
+  F(object_type) SEP F(object_id)                                                                  \
+  SEP F(subkey)
+#define BS_PG_OP_PAYLOAD(F, SEP) BS_PG_OP_ROW(F, SEP) SEP F(data)
+#define BS_PG__COL(c)            #c
+#define BS_PG__LEN(c)            "coalesce(octet_length(" #c "), 0)"
+#define BS_PG__NULL(c)           #c " = NULL"
 /* An op's columns (bs_ops) but its data, in bs_op's order: a statement selects BS_PG_OP_COLS,
  * then data where it wants the data. bs__pg_op_row reads the op of row's columns col.. (data:
  * column col + BS_PG_OP_NCOLS is its data; else the op has none), borrowed from r.
- * bs__pg_op_copy appends the op's row to a COPY stream of BS_PG_OP_COPY. */
-#define BS_PG_OP_COLS  "op_id, type, checksum, target_op, object_type, object_id, subkey"
-#define BS_PG_OP_NCOLS 7
-#define BS_PG_OP_COPY  "COPY bs_ops (bucket, " BS_PG_OP_COLS ", data) FROM STDIN (FORMAT binary)"
+ * bs__pg_op_copy appends the op's row to a COPY stream of BS_PG_OP_COPY, its payload columns
+ * NULL where bs__op_fields says the op's type carries none. */
+#define BS_PG_OP_COLS            "op_id, type, checksum, target_op, " BS_PG_OP_ROW(BS_PG__COL, ", ")
+#define BS_PG_OP_NCOLS           7
+#define BS_PG_OP_COPY            "COPY bs_ops (bucket, " BS_PG_OP_COLS ", data) FROM STDIN (FORMAT binary)"
 /* An op's payload bytes (bs__pg_op_bytes) as an SQL expression of its columns. */
-#define BS_PG_OP_BYTES                                                                             \
-  "(coalesce(octet_length(object_type), 0) + coalesce(octet_length(object_id), 0)"                 \
-  " + coalesce(octet_length(subkey), 0) + coalesce(octet_length(data), 0))"
+#define BS_PG_OP_BYTES           "(" BS_PG_OP_PAYLOAD(BS_PG__LEN, " + ") ")"
 /* For an UPDATE's SET: the payload columns a MOVE or CLEAR (compaction's) no longer has. */
-#define BS_PG_OP_NO_PAYLOAD "object_type = NULL, object_id = NULL, subkey = NULL, data = NULL"
+#define BS_PG_OP_NO_PAYLOAD      BS_PG_OP_PAYLOAD(BS_PG__NULL, ", ")
 bs_op bs__pg_op_row(const PGresult *r, int row, int col, int data);
 
 /* A source record's columns (bs_source) but its data: replica_id, mark (NULL: not soft-deleted),

@@ -2032,6 +2032,28 @@ static void assert_val(bs_val v, const char *want) {
   assert_memory_equal(v.data, want, v.size);
 }
 
+/* bs_ops's columns are its key, BS_PG_OP_COLS and data, all of them named by pg_internal.h's
+ * payload lists: a column added to the table and not to them fails the count, and one a MOVE
+ * would keep (BS_PG_OP_NO_PAYLOAD not naming it) fails the count of what a MOVE leaves. */
+static void t_codec_ops(void **state) {
+  pgt *t = *state;
+  bs_close(pgt_open(t->url, 0)); /* the schema */
+  assert_int_equal(pgt_int(t->admin,
+                           "SELECT count(*) FROM information_schema.columns WHERE table_schema ="
+                           " current_schema() AND table_name = 'bs_ops'"),
+                   2 + BS_PG_OP_NCOLS);
+  pgt_exec(t->admin, "INSERT INTO bs_ops (bucket, " BS_PG_OP_COLS
+                     ", data) VALUES (1, 5, " BS_PG_SQL_PUT ", 7, 0, 'ty', 'id', 's', 'data')");
+  assert_int_equal(pgt_int(t->admin, "SELECT " BS_PG_OP_BYTES " FROM bs_ops"), 9);
+  pgt_exec(t->admin,
+           "UPDATE bs_ops SET type = " BS_PG_SQL_MOVE ", target_op = 6, " BS_PG_OP_NO_PAYLOAD);
+  /* bucket, op_id, type, checksum, target_op */
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops o, json_each(row_to_json(o)) c"
+                                     " WHERE c.value::text <> 'null'"),
+                   5);
+  assert_int_equal(pgt_int(t->admin, "SELECT " BS_PG_OP_BYTES " FROM bs_ops"), 0);
+}
+
 /* The column list, its decoder and the stored row's encoder agree: a row written by column name
  * with a value of its own in every column decodes to those values field by field (and its
  * checkpoint prefix to the first two, nothing else); a row stored
@@ -2129,6 +2151,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_clear, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_writer_saves, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_codec_enums, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_codec_ops, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_codec_stream, pgt_setup, pgt_teardown),
   };
   if (pgt_skipped("test_pg")) return 0;
