@@ -142,6 +142,31 @@ double schema_bytes(PGconn *c) {
   return v;
 }
 
+/* Appends to note where the bytes of the connection's schema are, per table (pg_total_relation_size:
+ * heap, indexes, TOAST) over ops: the tables of at least 1 byte per op, the others summed. */
+static void table_bytes(PGconn *c, double ops, char *note, size_t cap) {
+  PGresult *res =
+      PQexec(c, "SELECT c.relname, pg_total_relation_size(c.oid)::float8 FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY 2 DESC");
+  size_t at = strlen(note);
+  double rest = 0;
+  if (PQresultStatus(res) == PGRES_TUPLES_OK && ops > 0) {
+    at += (size_t)snprintf(note + at, at < cap ? cap - at : 0, "; bytes/op by table:");
+    for (int i = 0; i < PQntuples(res); i++) {
+      double b = strtod(PQgetvalue(res, i, 1), NULL) / ops;
+      if (b < 1) {
+        rest += b;
+        continue;
+      }
+      if (at < cap)
+        at += (size_t)snprintf(note + at, cap - at, " %s %.0f", PQgetvalue(res, i, 0), b);
+    }
+    if (at < cap) snprintf(note + at, cap - at, ", the other tables %.0f", rest);
+  }
+  PQclear(res);
+}
+
 /* CPU seconds (user + system) of this process so far */
 static double cpu_s(void) {
   struct rusage ru;
@@ -364,6 +389,7 @@ int pg_bs_ingest(int lmdb) {
       if (c) {
         pq_run(&scratch, c, "VACUUM (ANALYZE)");
         bytes = schema_bytes(c);
+        table_bytes(c, ops, rt->note, sizeof rt->note);
         PQfinish(c);
       }
     }
@@ -1004,7 +1030,10 @@ int pg_raw_ingest(int a) {
   set_lat(rt, lat, nl);
   res_mem(rt);
   snprintf(rt->note, sizeof rt->note, "client CPU %.1f us/op", (cpu_s() - c0) / rt->count * 1e6);
-  if (!pq_run(rt, s.c, "VACUUM (ANALYZE)")) rt->bytes_per_op = schema_bytes(s.c) / rt->count;
+  if (!pq_run(rt, s.c, "VACUUM (ANALYZE)")) {
+    rt->bytes_per_op = schema_bytes(s.c) / rt->count;
+    table_bytes(s.c, rt->count, rt->note, sizeof rt->note);
+  }
   /* the small bucket */
   raw_steps(&s, 0, small_rows() * 2 / 3, SMALL, n, NULL, NULL, rt);
   raw_steps(&s, small_rows() * 2 / 3, small_rows(), SMALL, n, NULL, NULL, rt);

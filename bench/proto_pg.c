@@ -4,7 +4,8 @@
  * commit per --commit-changes) written with raw libpq, the rows spread over 1, --buckets and
  * 10 x --buckets buckets (row i in bucket i % nb; --quick: 1 and --buckets), in two layouts of the ops; everything else as
  * bench_pg.c's raw baseline writes it (the rows' old records read, source records upserted, the
- * bucket states and the stream row updated: one transaction per commit):
+ * bucket states and the stream row updated: one transaction per commit; the "source" rows write
+ * the library's source records instead, in one of three layouts, see SRC_*):
  *   a: today's layout, a row per op keyed (bucket, op_id), written by COPY (the baseline);
  *   b: chunks, a row per bucket per flush keyed (bucket, min_op) holding the flush's ops of
  *      that bucket packed in a bytea, with their count, checksum sum and max op id beside it,
@@ -40,27 +41,48 @@ int proto_pg(void) {
 
 #include <libpq-fe.h>
 
+#include "lmdb_internal.h" /* format 3's source-record codec */
+#include "pg_internal.h"   /* schema 7's */
 #include "pgq.h"
+
+/* The source records: the raw baseline's (a row per replica id: bucket, op, data, upserted),
+ * or the library's, written as pg_save.c writes them (the rows' records probed by key, one LATERAL
+ * lookup each, stored ones updated by the ctid read, new ones COPYed; no stored data, as the
+ * library keeps none for these saves) in one of three layouts:
+ *   7:   schema 7's bs_source, (stream, table_id, replica_id) | mark | members, the members in
+ *        pg_codec.c's encoding (a count, then bucket, op, object type, object id code);
+ *   7h:  the same row, the members in LMDB format 3's rules (lmdb_codec.c: the counts in a head
+ *        byte, an object type that is the table's name not written);
+ *   7hk: those members, keyed (table key, replica_id): one database-wide integer for the
+ *        stream's table instead of stream and table id. */
+enum { SRC_RAW, SRC_7, SRC_7H, SRC_7HK };
 
 typedef struct pglayout {
   const char *name;
   size_t cap;   /* 0: a row per op */
   int extend;   /* b: extend the tail chunk while under the cap */
   int compress; /* b: TOAST may compress the chunks (pglz); else STORAGE EXTERNAL */
+  int src;      /* SRC_* */
 } pglayout;
 
 static const pglayout g_pl[] = {
-    {"a: row per op", 0, 0, 0},
-    {"b: 8 KiB, new rows", 8192, 0, 0},
-    {"b: 8 KiB, tail extended", 8192, 1, 0},
-    {"b: 64 KiB, new rows", 65536, 0, 0},
-    {"b: 64 KiB, tail extended", 65536, 1, 0},
-    {"b: 64 KiB, new rows, pglz", 65536, 0, 1},
+    {"a: row per op", 0, 0, 0, SRC_RAW},
+    {"b: 8 KiB, new rows", 8192, 0, 0, SRC_RAW},
+    {"b: 8 KiB, tail extended", 8192, 1, 0, SRC_RAW},
+    {"b: 64 KiB, new rows", 65536, 0, 0, SRC_RAW},
+    {"b: 64 KiB, tail extended", 65536, 1, 0, SRC_RAW},
+    {"b: 64 KiB, new rows, pglz", 65536, 0, 1, SRC_RAW},
+    {"a, source 7", 0, 0, 0, SRC_7},
+    {"a, source 7h", 0, 0, 0, SRC_7H},
+    {"a, source 7hk", 0, 0, 0, SRC_7HK},
+    {"b: 8 KiB, new, source 7", 8192, 0, 0, SRC_7},
+    {"b: 8 KiB, new, source 7h", 8192, 0, 0, SRC_7H},
+    {"b: 8 KiB, new, source 7hk", 8192, 0, 0, SRC_7HK},
 };
 #define NPL (sizeof g_pl / sizeof *g_pl)
 
 typedef struct pgstat { /* what one (layout, buckets) run measured */
-  double ingest_s, cpu_s, bytes, op_bytes, rows, raw_bytes, stored_bytes, read_s, ck_s;
+  double ingest_s, cpu_s, bytes, op_bytes, src_bytes, rows, raw_bytes, stored_bytes, read_s, ck_s;
   double lat[2]; /* p50, p99 of a commit, s */
   uint64_t read_ops, read_bytes, ck_n, ck_calls;
   uint32_t read_sum, ck_sum;
@@ -85,7 +107,8 @@ typedef struct pgw { /* a run's writer */
   uint64_t head;
   pbk *bk;
   pop *ops, *sorted;
-  size_t *start; /* nb + 1 bucket offsets into sorted */
+  size_t *start;      /* nb + 1 bucket offsets into sorted */
+  struct srow *srows; /* the flush's rows (the library's source records) */
 } pgw;
 
 static uint64_t p_steps(void) {
@@ -327,10 +350,187 @@ static int b_ops(pgw *w, bres *r) {
   return rc;
 }
 
+/* ---- The library's source records (SRC_7, SRC_7H, SRC_7HK) ---- */
+
+typedef struct srow { /* a row of the flush, its last op */
+  uint64_t row, op;
+  unsigned b;
+  char rid[RID_LEN + 1];
+  unsigned char tid[6];
+  int stored;
+} srow;
+
+static int cmp_srow(const void *x, const void *y) {
+  const srow *a = x, *b = y;
+  if (a->row != b->row) return a->row < b->row ? -1 : 1;
+  return a->op < b->op ? -1 : a->op > b->op;
+}
+
+/* The members of a row's record: one membership, of its bucket's last op, object type the
+ * table's name, object id the replica id; no lookups. */
+static size_t src_members(const pglayout *L, const srow *s, unsigned char *out) {
+  bs__member m = {0};
+  bs__srec rec = {0};
+  bs_val rid = {s->rid, RID_LEN}, table = {OBJ_TYPE, OBJ_TYPE_LEN};
+  m.bucket = s->b + 1;
+  m.op = s->op;
+  m.object_type = table;
+  m.object_id = rid;
+  rec.exists = 1;
+  rec.m = &m;
+  rec.nm = 1;
+  if (L->src == SRC_7) {
+    bs__pg_srec_encode(out, &rec, rid);
+    return bs__pg_srec_size(&rec, rid);
+  }
+  bs__lmdb_srec_encode(out, &rec, table, rid);
+  return bs__lmdb_srec_size(&rec, table, rid);
+}
+
+/* A stored record's members, decoded as its layout's reader would (0: they do not). */
+static int src_decodes(const pglayout *L, const char *v, int len, const char *rid) {
+  bs_val r = {rid, RID_LEN}, table = {OBJ_TYPE, OBJ_TYPE_LEN};
+  bs__srec rec;
+  if (L->src == SRC_7) {
+    const bs_allocator *a = &bs__default_allocator;
+    int ok = bs__pg_srec_decode(a, (bs_val){v, (size_t)len}, r, &rec) == BS_OK && rec.nm == 1;
+    bs__free(a, rec.m), bs__free(a, rec.lk);
+    return ok;
+  }
+  {
+    MDB_val mv = {(size_t)len, (void *)v};
+    bs__member m[2];
+    bs_val lk[1];
+    if (bs__lmdb_srec_head(&mv, &rec) != BS_OK || rec.nm != 1 || rec.nl != 0) return 0;
+    return bs__lmdb_srec_decode(&mv, table, r, &rec, m, lk) == BS_OK &&
+           bs__val_eq(m[0].object_id, r) && bs__val_eq(m[0].object_type, table);
+  }
+}
+
+/* The flush's rows, each once with its last op, sorted by row (so by replica id), their stored
+ * records probed as pg_save.c's load_records does: one statement. */
+static int src_load(pgw *w, size_t n, srow *rows, size_t *nrows, bres *r) {
+  static const char *sql[2] = {
+      "SELECT s.* FROM unnest($1::bytea[]) AS k(r) CROSS JOIN LATERAL (SELECT replica_id,"
+      " members, ctid FROM psrc WHERE stream = 1 AND table_id = 1 AND replica_id = k.r LIMIT 1) s",
+      "SELECT s.* FROM unnest($1::bytea[]) AS k(r) CROSS JOIN LATERAL (SELECT replica_id,"
+      " members, ctid FROM psrc WHERE tkey = 1 AND replica_id = k.r LIMIT 1) s"};
+  pbuf rids = {0};
+  PGresult *res;
+  size_t k = 0;
+  int rc;
+  for (size_t i = 0; i < n; i++) {
+    rows[i].row = w->ops[i].row;
+    rows[i].op = w->ops[i].op;
+    rows[i].b = w->ops[i].b;
+    rows[i].stored = 0;
+  }
+  qsort(rows, n, sizeof *rows, cmp_srow);
+  for (size_t i = 0; i < n; i++) /* the last op of each row */
+    if (i + 1 == n || rows[i + 1].row != rows[i].row) rows[k++] = rows[i];
+  *nrows = k;
+  pb_array(&rids, 17, (uint32_t)k);
+  for (size_t i = 0; i < k; i++)
+    gen_rid(rows[i].rid, rows[i].row), pb_bytes(&rids, rows[i].rid, RID_LEN);
+  {
+    const char *v[1] = {rids.p};
+    int len[1] = {(int)rids.n};
+    rc = p_exec(r, w->c, sql[w->L->src == SRC_7HK], 1, v, len, &res);
+  }
+  free(rids.p);
+  if (rc) return rc;
+  for (int i = 0; i < PQntuples(res) && !rc; i++) {
+    srow key, *f;
+    if (PQgetlength(res, i, 0) != RID_LEN || PQgetlength(res, i, 2) != 6) break;
+    memcpy(key.rid, PQgetvalue(res, i, 0), RID_LEN);
+    key.rid[RID_LEN] = 0;
+    key.row = strtoull(key.rid + 1, NULL, 10);
+    key.op = 0;
+    f = NULL;
+    for (size_t lo = 0, hi = k; lo < hi && !f;) { /* rows are sorted by row */
+      size_t mid = (lo + hi) / 2;
+      if (rows[mid].row == key.row)
+        f = &rows[mid];
+      else if (rows[mid].row < key.row)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (!f || !src_decodes(w->L, PQgetvalue(res, i, 1), PQgetlength(res, i, 1), key.rid)) {
+      snprintf(r->note, sizeof r->note, "source record %s: not asked for, or does not decode",
+               key.rid);
+      r->status = BR_FAILED;
+      rc = -1;
+      break;
+    }
+    memcpy(f->tid, PQgetvalue(res, i, 2), 6);
+    f->stored = 1;
+  }
+  PQclear(res);
+  return rc;
+}
+
+/* The records written back: stored ones updated by their ctid (one statement), new ones COPYed. */
+static int src_write(pgw *w, const srow *rows, size_t k, bres *r) {
+  pbuf tids = {0}, mem = {0}, copy = {0};
+  unsigned char enc[64];
+  uint32_t nst = 0;
+  int rc = 0;
+  for (size_t i = 0; i < k; i++) nst += (uint32_t)rows[i].stored;
+  pb_array(&tids, 27 /* tid */, nst), pb_array(&mem, 17, nst);
+  copy_start(&copy);
+  for (size_t i = 0; i < k; i++) {
+    size_t m = src_members(w->L, &rows[i], enc);
+    if (rows[i].stored) {
+      pb_bytes(&tids, rows[i].tid, 6);
+      pb_bytes(&mem, enc, m);
+      continue;
+    }
+    if (w->L->src == SRC_7HK) {
+      copy_fields(&copy, 5);
+      pb_int(&copy, 1, 4);
+    } else {
+      copy_fields(&copy, 6);
+      pb_int(&copy, 1, 4);
+      pb_int(&copy, 1, 4);
+    }
+    pb_bytes(&copy, rows[i].rid, RID_LEN);
+    memcpy(pb_room(&copy, 4), "\xff\xff\xff\xff", 4); /* mark NULL */
+    pb_bytes(&copy, enc, m);
+    memcpy(pb_room(&copy, 4), "\xff\xff\xff\xff", 4); /* data NULL */
+  }
+  if (nst) {
+    const char *v[2] = {tids.p, mem.p};
+    int len[2] = {(int)tids.n, (int)mem.n};
+    PGresult *res;
+    rc = p_exec(r, w->c,
+                "UPDATE psrc s SET mark = NULL, members = u.mb, data = NULL FROM"
+                " unnest($1::tid[], $2::bytea[]) AS u(c, mb) WHERE s.ctid = u.c",
+                2, v, len, &res);
+    if (!rc) {
+      if (strtoul(PQcmdTuples(res), NULL, 10) != nst) {
+        snprintf(r->note, sizeof r->note, "source update: %s rows of %u", PQcmdTuples(res), nst);
+        r->status = BR_FAILED;
+        rc = -1;
+      }
+      PQclear(res);
+    }
+  }
+  if (!rc && nst < k)
+    rc = p_copy(r, w->c,
+                w->L->src == SRC_7HK
+                    ? "COPY psrc (tkey, replica_id, mark, members, data) FROM STDIN (FORMAT binary)"
+                    : "COPY psrc (stream, table_id, replica_id, mark, members, data) FROM STDIN"
+                      " (FORMAT binary)",
+                &copy);
+  free(tids.p), free(mem.p), free(copy.p);
+  return rc;
+}
+
 /* One commit: steps [from, to) of the workload. */
 static int p_commit(pgw *w, uint64_t from, uint64_t to, bres *r) {
   pbuf rids = {0}, ub = {0}, uo = {0}, ud = {0}, kb = {0}, kc = {0}, kn = {0}, kl = {0};
-  size_t n = (size_t)(to - from);
+  size_t n = (size_t)(to - from), nsrows = 0;
   uint32_t touched = 0;
   char rid[RID_LEN + 1], data[65536], lsn[17], last[8];
   PGresult *res;
@@ -349,6 +549,12 @@ static int p_commit(pgw *w, uint64_t from, uint64_t to, bres *r) {
   for (unsigned b = w->nb; b > 0; b--) w->start[b] = w->start[b - 1];
   w->start[0] = 0;
   if (pq_run(r, w->c, "BEGIN")) return -1;
+  if (w->L->src != SRC_RAW) {
+    if (!src_load(w, n, w->srows, &nsrows, r) && !(w->L->cap ? b_ops(w, r) : a_ops(w, n, r)) &&
+        !src_write(w, w->srows, nsrows, r))
+      rc = 0;
+    goto states;
+  }
   pb_array(&rids, 17, (uint32_t)n);
   for (size_t i = 0; i < n; i++) gen_rid(rid, w->ops[i].row), pb_bytes(&rids, rid, RID_LEN);
   { /* the rows' previous records: what the new ops supersede */
@@ -379,6 +585,10 @@ static int p_commit(pgw *w, uint64_t from, uint64_t to, bres *r) {
                4, v, len, NULL))
       goto out;
   }
+  rc = 0;
+states:
+  if (rc) goto out;
+  rc = -1;
   for (unsigned b = 0; b < w->nb; b++) touched += w->start[b + 1] > w->start[b];
   pb_array(&kb, 20, touched), pb_array(&kc, 20, touched), pb_array(&kn, 20, touched);
   pb_array(&kl, 20, touched);
@@ -424,9 +634,23 @@ out:
   " NOT NULL, lsn bytea);"                                                                         \
   "CREATE TABLE pbuckets (id bigint PRIMARY KEY, name bytea NOT NULL UNIQUE,"                      \
   " checksum bigint NOT NULL, count bigint NOT NULL, last_op bigint NOT NULL);"                    \
-  "CREATE TABLE psource (rid bytea PRIMARY KEY, bucket bigint NOT NULL, op_id bigint NOT"          \
-  " NULL, data bytea NOT NULL);"                                                                   \
   "INSERT INTO pstream VALUES (1, 0, 0, NULL);"
+/* The source table of each SRC_*: the raw baseline's, schema 7's bs_source (pg.c, columns in its
+ * order), its key with a table key instead (the soft-delete index as the schema's, empty here). */
+static const char *const g_src_schema[] = {
+    "CREATE TABLE psource (rid bytea PRIMARY KEY, bucket bigint NOT NULL, op_id bigint NOT"
+    " NULL, data bytea NOT NULL)",
+    "CREATE TABLE psrc (stream integer NOT NULL, table_id integer NOT NULL, mark bigint,"
+    " replica_id bytea NOT NULL, members bytea NOT NULL, data bytea,"
+    " PRIMARY KEY (stream, table_id, replica_id));"
+    "CREATE INDEX psrc_soft ON psrc (stream, mark) WHERE mark IS NOT NULL",
+    "CREATE TABLE psrc (stream integer NOT NULL, table_id integer NOT NULL, mark bigint,"
+    " replica_id bytea NOT NULL, members bytea NOT NULL, data bytea,"
+    " PRIMARY KEY (stream, table_id, replica_id));"
+    "CREATE INDEX psrc_soft ON psrc (stream, mark) WHERE mark IS NOT NULL",
+    "CREATE TABLE psrc (tkey integer NOT NULL, mark bigint, replica_id bytea NOT NULL,"
+    " members bytea NOT NULL, data bytea, PRIMARY KEY (tkey, replica_id));"
+    "CREATE INDEX psrc_soft ON psrc (tkey, mark) WHERE mark IS NOT NULL"};
 #define P_SCHEMA_A                                                                                 \
   "CREATE TABLE pops (bucket bigint NOT NULL, op_id bigint NOT NULL, type smallint NOT NULL,"      \
   " checksum bigint NOT NULL, object_type bytea, object_id bytea, subkey bytea, data bytea,"       \
@@ -453,7 +677,8 @@ static int p_ingest(pgw *w, pgstat *ps, bres *r) {
            "INSERT INTO pbuckets SELECT g, convert_to('bucket' || g, 'UTF8'), 0, 0, 0"
            " FROM generate_series(1, %u) g",
            w->nb);
-  if (pq_run(r, w->c, P_SCHEMA) || pq_run(r, w->c, w->L->cap ? P_SCHEMA_B : P_SCHEMA_A) ||
+  if (pq_run(r, w->c, P_SCHEMA) || pq_run(r, w->c, g_src_schema[w->L->src]) ||
+      pq_run(r, w->c, w->L->cap ? P_SCHEMA_B : P_SCHEMA_A) ||
       (w->L->cap && !w->L->compress &&
        pq_run(r, w->c, "ALTER TABLE pchunks ALTER ops SET STORAGE EXTERNAL")) ||
       pq_run(r, w->c, sql))
@@ -493,6 +718,12 @@ static int p_sizes(pgw *w, pgstat *ps, bres *r) {
   ps->raw_bytes = strtod(PQgetvalue(res, 0, 1), NULL);
   ps->stored_bytes = strtod(PQgetvalue(res, 0, 2), NULL);
   ps->op_bytes = strtod(PQgetvalue(res, 0, 3), NULL);
+  PQclear(res);
+  sql = w->L->src == SRC_RAW ? "SELECT pg_total_relation_size('psource')::float8"
+                             : "SELECT pg_total_relation_size('psrc')::float8";
+  res = PQexec(w->c, sql);
+  if (PQresultStatus(res) != PGRES_TUPLES_OK) return pq_fail(r, w->c, res, sql);
+  ps->src_bytes = strtod(PQgetvalue(res, 0, 0), NULL);
   PQclear(res);
   return 0;
 }
@@ -639,7 +870,8 @@ static void p_run(const pglayout *L, unsigned nb, pgstat *ps) {
   w.ops = calloc(every, sizeof *w.ops);
   w.sorted = calloc(every, sizeof *w.sorted);
   w.start = calloc(nb + 1, sizeof *w.start);
-  if (!w.bk || !w.ops || !w.sorted || !w.start) die("out of memory");
+  w.srows = calloc(every, sizeof *w.srows);
+  if (!w.bk || !w.ops || !w.sorted || !w.start || !w.srows) die("out of memory");
   snprintf(schema, sizeof schema, "bsbench_%ld_proto", (long)g_cfg->pg_tag);
   schema_url(url, sizeof url, schema);
   snprintf(sql, sizeof sql,
@@ -683,7 +915,7 @@ out:
     snprintf(sql, sizeof sql, "SET client_min_messages = warning; DROP SCHEMA %s CASCADE", schema);
     if (c) pq_run(&scratch, c, sql), PQfinish(c);
   }
-  free(w.bk), free(w.ops), free(w.sorted), free(w.start);
+  free(w.bk), free(w.ops), free(w.sorted), free(w.start), free(w.srows);
 }
 
 static void p_print(unsigned nb, const pgstat *ps) {
@@ -693,19 +925,19 @@ static void p_print(unsigned nb, const pgstat *ps) {
          "a)\n",
          nb, (unsigned long long)g_cfg->pg_rows, (unsigned long long)g_cfg->pg_rows / 2,
          (unsigned long long)g_cfg->commit_changes);
-  printf("%-25s %15s %7s %15s %6s %6s %8s %6s %15s %15s\n", "layout", "ingest ops/s", "cpu us",
-         "p50/p99 ms", "B/op", "opsB", "op rows", "toast", "reads ops/s", "ck us/bucket");
+  printf("%-26s %15s %7s %15s %6s %6s %6s %8s %6s %15s %15s\n", "layout", "ingest ops/s", "cpu us",
+         "p50/p99 ms", "B/op", "opsB", "srcB", "op rows", "toast", "reads ops/s", "ck us/bucket");
   for (size_t i = 0; i < NPL; i++) {
     const pgstat *p = &ps[i];
     if (p->failed) {
-      printf("%-25s FAILED\n", g_pl[i].name);
+      printf("%-26s FAILED\n", g_pl[i].name);
       continue;
     }
-    printf("%-25s %8.1fk %5.2fx %7.2f %7.1f/%-7.1f %6.0f %6.0f %8.0f %6.2f %8.0fk %5.2fx %8.1f "
-           "%5.2fx\n",
+    printf("%-26s %8.1fk %5.2fx %7.2f %7.1f/%-7.1f %6.0f %6.0f %6.0f %8.0f %6.2f %8.0fk %5.2fx "
+           "%8.1f %5.2fx\n",
            g_pl[i].name, n / p->ingest_s / 1e3, a->ingest_s / p->ingest_s, p->cpu_s / n * 1e6,
-           p->lat[0] * 1e3, p->lat[1] * 1e3, p->bytes / n, p->op_bytes / n, p->rows,
-           p->raw_bytes > 0 ? p->stored_bytes / p->raw_bytes : 0,
+           p->lat[0] * 1e3, p->lat[1] * 1e3, p->bytes / n, p->op_bytes / n, p->src_bytes / n,
+           p->rows, p->raw_bytes > 0 ? p->stored_bytes / p->raw_bytes : 0,
            (double)p->read_ops / p->read_s / 1e3, a->read_s / p->read_s,
            p->ck_s / (double)p->ck_calls * 1e6, a->ck_s / p->ck_s);
   }
@@ -737,7 +969,8 @@ int proto_pg(void) {
       "\ncolumns: cpu us = this process's CPU per op of the ingest (the server's not counted);"
       " p50/p99 = one commit; B/op = pg_total_relation_size of every table after VACUUM"
       " ANALYZE / ops; opsB = the op table's alone (a: pops, b: pchunks, with TOAST and"
-      " index); op rows = rows of the op table (a: ops, b: chunks); toast = the op"
+      " index); srcB = the source table's (raw: psource, with its data; 7, 7h, 7hk: psrc,"
+      " without); op rows = rows of the op table (a: ops, b: chunks); toast = the op"
       " bytes as stored / as written (a: its data column; b: the chunks' bytea, STORAGE"
       " EXTERNAL but in pglz); reads = every bucket from 0 in calls of %llu ops; ck = one bucket's"
       " checksum and count at the head (a: SUM of its ops, b: of its chunks' sums)\n",
