@@ -106,8 +106,9 @@ TEST_RESULTS = $(BUILD)/test-results
 STEP = tests/step.sh $(TEST_RESULTS)
 # Seeds: every randomized run of make test draws them from SEED (default 1; `make test SEED=n`
 # runs other ones), each pair of suite and backend in a block of 1000000 of its own
-# (tests/util_contract.h ct_first_seed; tests/driver_diff.py blocks 21-22, the crash tests 23-25
-# below), and appends them to SEED_LOG; the step `seeds` fails if two runs share one.
+# (every block in one registry, tests/util_contract.c seed_blocks: the C suites', driver_diff.py's
+# 21-22, the crash tests' 23-25 below), and appends them to SEED_LOG; the step `seeds` fails if
+# two runs share one.
 SEED ?= 1
 SEED_LOG = $(BUILD)/test-seeds
 seed_block = $$(( $(SEED) + $(1) * 1000000 ))

@@ -67,8 +67,8 @@ LOOKUP_VALUES = [1, 1.0, raw("1e0"), raw("10e-1"), raw("100E-2"), -0.0, raw("-0e
                  "\u00e9", "\U0001f600", '"', "\\"]
 
 
-# The seed blocks of the C suites (CT_SEED_BLOCKS of CT_SEED_BLOCK seeds, tests/util_contract.h)
-# come first; then memory/lmdb's and memory/postgres's here.
+# memory/lmdb's and memory/postgres's seed blocks, of CT_SEED_BLOCK seeds each, as the registry
+# of every block (tests/util_contract.c seed_blocks) gives them.
 SEED_BLOCK = 1000000
 SEED_BLOCKS = {"lmdb": 21, "postgres": 22}
 

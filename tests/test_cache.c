@@ -1,7 +1,8 @@
 /* test_cache: the checksum cache (contract.md 5.3) against a fake backend with a counting vtable:
  * misses batched into one call, bases extended by ranges, a CLEAR in the range replacing the
  * base, generation invalidation, LRU eviction at capacity, no caching above the known
- * checkpoint, and a seeded random differential run against the uncached answer (BS_SEED). */
+ * checkpoint, and seeded random differential runs against the uncached answer (the run's seed:
+ * ct_run_seed, BS_SEED replays it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,14 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "util_contract.h"
+
+static uint64_t g_seed; /* the run's (ct_run_seed); each test seeds rand() from a stream of it */
+
+/* rand()'s seed for the test of stream k */
+static unsigned test_seed(uint64_t k) {
+  return (unsigned)ct_seed(g_seed, k).s;
+}
 
 #define NB     8 /* buckets b0..b7 */
 #define MAXOPS 4096
@@ -401,12 +410,10 @@ static void test_without_ranges_and_errors(void **state) {
 /* Random differential: appends, compactions (folds with and without a generation bump),
  * duplicate buckets in one request, reads at random C up to checkpoint + 2. */
 static void test_random_differential(void **state) {
-  const char *seed_env = getenv("BS_SEED");
-  unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 777u;
   int iters = getenv("BS_TEST_QUICK") ? 3000 : 30000;
   fake *f = fake_new(40, 1);
   (void)state;
-  srand(seed);
+  srand(test_seed(777));
   for (int it = 0; it < iters && f->head < NB * MAXOPS / 2; it++) {
     int r = rand() % 10;
     if (r < 4) {
@@ -426,8 +433,8 @@ static void test_random_differential(void **state) {
       for (size_t i = 0; i < n; i++) {
         bs_checksum t = value_in(&f->b[idx[i]], 0, cp);
         if (t.checksum != out[i].checksum || t.count != out[i].count)
-          fprintf(stderr, "BS_SEED=%u iter %d bucket %d cp %llu\n", seed, it, idx[i],
-                  (unsigned long long)cp);
+          fprintf(stderr, "BS_SEED=%llu iter %d bucket %d cp %llu\n", (unsigned long long)g_seed,
+                  it, idx[i], (unsigned long long)cp);
         assert_int_equal(t.checksum, out[i].checksum);
         assert_int_equal(t.count, out[i].count);
       }
@@ -442,7 +449,7 @@ static void test_random_differential(void **state) {
 /* The real backends through the front: the cached answer equals the backend's uncached one
  * (st->vt->checksums) on a random workload with updates, deletes, commits and compactions,
  * for C from 0 to checkpoint + 2 (contract.md 9, property 1 "with and without the cache"). */
-static void differential_on(bs_db *db, unsigned seed, int rounds) {
+static void differential_on(bs_db *db, uint64_t stream, int rounds) {
   bs_storage *st;
   bs_writer *w;
   bs_error err;
@@ -451,7 +458,7 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
   static const char *bnames[] = {"a", "b", "c", "d"};
   char rid[16], data[32], lsn[24];
   int lsn_n = 0;
-  srand(seed);
+  srand(test_seed(stream));
   assert_int_equal(bs_stream_create(&id, db, "s", NULL, &err), BS_OK);
   assert_int_equal(bs_storage_open(&st, db, id, &err), BS_OK);
   assert_non_null(st->db->front->cache);
@@ -503,14 +510,14 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
       rc1 = bs_get_checksums(got, st, cp, req, n, &err);
       rc2 = st->vt->checksums(want, NULL, st, cp, req, n, &err);
       if (rc1 != rc2)
-        fprintf(stderr, "BS_SEED=%u round %d cp %llu: rc %d vs %d\n", seed, r,
-                (unsigned long long)cp, rc1, rc2);
+        fprintf(stderr, "BS_SEED=%llu round %d cp %llu: rc %d vs %d\n", (unsigned long long)g_seed,
+                r, (unsigned long long)cp, rc1, rc2);
       assert_int_equal(rc1, rc2);
       for (size_t i = 0; rc1 == BS_OK && i < n; i++) {
         if (got[i].checksum != want[i].checksum || got[i].count != want[i].count)
-          fprintf(stderr, "BS_SEED=%u round %d cp %llu bucket %s: %u/%llu vs %u/%llu\n", seed, r,
-                  (unsigned long long)cp, (const char *)req[i].data, got[i].checksum,
-                  (unsigned long long)got[i].count, want[i].checksum,
+          fprintf(stderr, "BS_SEED=%llu round %d cp %llu bucket %s: %u/%llu vs %u/%llu\n",
+                  (unsigned long long)g_seed, r, (unsigned long long)cp, (const char *)req[i].data,
+                  got[i].checksum, (unsigned long long)got[i].count, want[i].checksum,
                   (unsigned long long)want[i].count);
         assert_int_equal(got[i].checksum, want[i].checksum);
         assert_true(got[i].count == want[i].count);
@@ -524,16 +531,11 @@ static void differential_on(bs_db *db, unsigned seed, int rounds) {
   bs_storage_close(st);
 }
 
-static unsigned test_seed(unsigned def) {
-  const char *e = getenv("BS_SEED");
-  return e ? (unsigned)strtoul(e, NULL, 10) : def;
-}
-
 static void test_memory_backend_differential(void **state) {
   bs_db *db;
   (void)state;
   assert_int_equal(bs_open_memory(&db, NULL, NULL), BS_OK);
-  differential_on(db, test_seed(99), getenv("BS_TEST_QUICK") ? 60 : 400);
+  differential_on(db, 99, getenv("BS_TEST_QUICK") ? 60 : 400);
   bs_close(db);
 }
 
@@ -551,7 +553,7 @@ static void test_lmdb_backend_differential(void **state) {
   int rc = bs_open(&db, file, NULL, &err);
   if (rc) fprintf(stderr, "open: %s\n", err.msg);
   assert_int_equal(rc, BS_OK);
-  differential_on(db, test_seed(98), getenv("BS_TEST_QUICK") ? 60 : 400);
+  differential_on(db, 98, getenv("BS_TEST_QUICK") ? 60 : 400);
   bs_close(db);
   unlink(file);
   snprintf(lock, sizeof lock, "%s-lock", file);
@@ -571,5 +573,6 @@ int main(void) {
       cmocka_unit_test(test_memory_backend_differential),
       cmocka_unit_test(test_lmdb_backend_differential),
   };
+  g_seed = ct_run_seed("cache");
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,9 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "util_contract.h"
+
+static uint64_t g_seed; /* the run's (ct_run_seed) */
 
 static bs_val V(const char *s) {
   return bs__val_str(s);
@@ -74,10 +77,8 @@ static void test_long_input_streams(void **state) {
 /* The hash of the concatenation does not depend on how it is split into parts. */
 static void test_parts_split_invariance(void **state) {
   unsigned char buf[700];
-  const char *seed_env = getenv("BS_SEED");
-  unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 12345u;
   (void)state;
-  srand(seed);
+  srand((unsigned)ct_seed(g_seed, 1).s);
   for (int iter = 0; iter < 300; iter++) {
     size_t len = (size_t)rand() % sizeof buf;
     for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)rand();
@@ -102,7 +103,9 @@ static void test_parts_split_invariance(void **state) {
       parts[n].data = buf + prev;
       parts[n++].size = len - prev;
       b = bs__hash_parts((bs_hash)h, parts, n);
-      if (a != b) fprintf(stderr, "BS_SEED=%u iter %d len %zu hash %d\n", seed, iter, len, h);
+      if (a != b)
+        fprintf(stderr, "BS_SEED=%llu iter %d len %zu hash %d\n", (unsigned long long)g_seed, iter,
+                len, h);
       assert_int_equal(a, b);
     }
   }
@@ -142,5 +145,6 @@ int main(void) {
       cmocka_unit_test(test_parts_split_invariance),   cmocka_unit_test(test_subkey_vectors),
       cmocka_unit_test(test_checksum_arithmetic),
   };
+  g_seed = ct_run_seed("checksum");
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

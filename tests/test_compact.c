@@ -1,7 +1,7 @@
 /*
  * test_compact.c: compaction through the public API (contract.md section 6, properties 1-3 and 6
- * of section 9) on the LMDB backend. Randomized tests take BS_SEED (default fixed) and print
- * it on failure; BS_TEST_QUICK=1 keeps them to a few seconds.
+ * of section 9) on the LMDB backend. Randomized tests draw streams of the run's seed (ct_run_seed,
+ * printed with the command that replays it; BS_SEED sets it) and print it on failure; BS_TEST_QUICK=1 keeps them to a few seconds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,12 +16,13 @@
 #include <cmocka.h>
 
 #include "storage.h"
+#include "util_contract.h"
 #include "util_model.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-static unsigned long long g_seed = 12345;
+static unsigned long long g_seed; /* the run's (ct_run_seed); each test draws a stream of it */
 static int g_quick;
 
 #define CHECK(call)                                                                                \
@@ -733,7 +734,7 @@ static void test_random(void **state) {
   unsigned rounds = g_quick ? 40 : 200;
   uint64_t c = 0, reemitted = 0;
   (void)state;
-  rng_state = g_seed;
+  rng_state = ct_seed(g_seed, 1).s;
   memset(&m, 0, sizeof m);
   env_open(&e);
   for (unsigned r = 0; r < rounds; r++) {
@@ -789,7 +790,7 @@ static void test_cancel(void **state) {
   uint64_t c;
   bs_error err;
   (void)state;
-  rng_state = g_seed + 1;
+  rng_state = ct_seed(g_seed, 2).s;
   memset(&m, 0, sizeof m);
   env_open(&e);
   for (int i = 0; i < 300; i++) random_save(&e, 20);
@@ -858,7 +859,7 @@ static void test_map_growth(void **state) {
   model m;
   uint64_t c;
   (void)state;
-  rng_state = g_seed + 7;
+  rng_state = ct_seed(g_seed, 7).s;
   memset(&m, 0, sizeof m);
   g_map_size = 64 * 1024;
   env_open(&e);
@@ -1150,7 +1151,7 @@ typedef struct cc_shared {
 static void *cc_writer(void *arg) {
   cc_shared *sh = arg;
   env *e = sh->e;
-  unsigned long long r = sh->seed * 2 + 1;
+  unsigned long long r = ct_seed(sh->seed, 3).s;
   unsigned rounds = g_quick ? 60 : 300;
   for (unsigned k = 0; k < rounds && !sh->failed; k++) {
     unsigned saves = 1 + (unsigned)((r = r * 6364136223846793005ull + 1) >> 33) % 25;
@@ -1548,7 +1549,7 @@ typedef struct dc_shared {
 
 static void *dc_writer(void *arg) {
   dc_shared *sh = arg;
-  unsigned long long r = g_seed * 3 + 7;
+  unsigned long long r = ct_seed(g_seed, 4).s;
   unsigned rounds = g_quick ? 60 : 300;
   bs_error err;
   int rc = BS_OK;
@@ -1681,7 +1682,7 @@ static void test_defragment_concurrent(void **state) {
 }
 
 int main(void) {
-  const char *s = getenv("BS_SEED"), *q = getenv("BS_TEST_QUICK");
+  const char *q = getenv("BS_TEST_QUICK");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spec_move),
       cmocka_unit_test(test_spec_clear),
@@ -1701,8 +1702,7 @@ int main(void) {
       cmocka_unit_test(test_defragment_threshold),
       cmocka_unit_test(test_defragment_concurrent),
   };
-  if (s) g_seed = strtoull(s, NULL, 10);
+  g_seed = ct_run_seed("compact");
   g_quick = q && *q && strcmp(q, "0") != 0;
-  fprintf(stderr, "test_compact: seed %llu\n", g_seed);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

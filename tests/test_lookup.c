@@ -1,6 +1,6 @@
 /* test_lookup: the canonical lookup-key encoding (contract.md 5.4): normalisation of numbers,
  * round trips both ways, rejection of malformed keys, limits, and injectivity on random lists
- * (seeded: BS_SEED). */
+ * (seeded: the run's seed, ct_run_seed; BS_SEED replays it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +13,8 @@
 
 #include "lmdb_internal.h" /* internal.h, and the params key of test_param_row_order */
 #include "util_edge.h"
+
+static uint64_t g_seed; /* the run's (ct_run_seed) */
 
 static bs_scalar I(int64_t i) {
   bs_scalar s = {BS_SCALAR_INT, i, 0, {NULL, 0}};
@@ -265,11 +267,9 @@ static void test_random_injectivity(void **state) {
   static bs_scalar lists[N][4];
   static size_t lens[N];
   static enc encs[N];
-  const char *seed_env = getenv("BS_SEED");
-  unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 4242u;
   size_t equal_pairs = 0;
   (void)state;
-  srand(seed);
+  srand((unsigned)ct_seed(g_seed, 1).s);
   for (int i = 0; i < N; i++) {
     lens[i] = (size_t)(rand() % 4);
     for (size_t k = 0; k < lens[i]; k++) lists[i][k] = random_scalar();
@@ -279,7 +279,8 @@ static void test_random_injectivity(void **state) {
     for (int j = 0; j < N; j++) {
       int eq = lists_equal(lists[i], lens[i], lists[j], lens[j]);
       if (eq != enc_eq(encs[i], encs[j]))
-        fprintf(stderr, "BS_SEED=%u: lists %d and %d disagree\n", seed, i, j);
+        fprintf(stderr, "BS_SEED=%llu: lists %d and %d disagree\n", (unsigned long long)g_seed, i,
+                j);
       assert_int_equal(eq, enc_eq(encs[i], encs[j]));
       equal_pairs += (size_t)(eq && i != j);
     }
@@ -339,5 +340,6 @@ int main(void) {
       cmocka_unit_test(test_random_injectivity),
       cmocka_unit_test(test_param_row_order),
   };
+  g_seed = ct_run_seed("lookup");
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,9 @@
 #include <string.h>
 
 #include "storage.h"
+#include "util_contract.h"
+
+static unsigned long long g_seed; /* the run's (ct_run_seed); each test draws a stream of it */
 
 /* ---- Fixture and helpers ----------------------------------------------------------------- */
 
@@ -294,11 +297,10 @@ static void test_chunking(void **state) {
   coll whole, part;
   const char *names[] = {"a", "b", "c"};
   uint64_t top;
-  unsigned seed = getenv("BS_SEED") ? (unsigned)strtoul(getenv("BS_SEED"), NULL, 10) : 42u;
+  unsigned long long seed = g_seed;
   fx_open(&f, BS_HASH_XXH3, NULL);
   start(&f);
-  print_message("test_chunking: seed %u (set BS_SEED to repeat)\n", seed);
-  srand(seed);
+  srand((unsigned)ct_seed(seed, 1).s);
   for (int i = 0; i < 60; i++) {
     char row[96], id[16];
     const char *rows[1] = {row};
@@ -334,7 +336,7 @@ static void test_chunking(void **state) {
       }
       if (!more) break;
       assert_true(++calls < 100);
-      if (part.n > 1000) fail_msg("seed %u: no progress", seed);
+      if (part.n > 1000) fail_msg("BS_SEED=%llu: no progress", seed);
     }
     /* concatenation == one unlimited read of each bucket, in bucket order */
     {
@@ -343,10 +345,10 @@ static void test_chunking(void **state) {
         assert_int_equal(read_all(&f, names[b], 0, cp, &whole), BS_OK);
         for (size_t j = 0; j < whole.n; j++, at++) {
           if (at >= part.n || part.ops[at].id != whole.ops[j].id)
-            fail_msg("seed %u round %d: chunked read differs at %zu", seed, round, at);
+            fail_msg("BS_SEED=%llu round %d: chunked read differs at %zu", seed, round, at);
         }
       }
-      if (at != part.n) fail_msg("seed %u round %d: extra ops", seed, round);
+      if (at != part.n) fail_msg("BS_SEED=%llu round %d: extra ops", seed, round);
     }
   }
   /* a single op larger than chunk_bytes gets a chunk of its own */
@@ -776,11 +778,11 @@ static int ignore_row(const bs_val *d, void *p) {
   return 0;
 }
 
-static void no_problems(fx *f, unsigned seed, int round) {
+static void no_problems(fx *f, unsigned long long seed, int round) {
   uint64_t problems = 1;
   assert_int_equal(bs_db_verify(&problems, f->db, NULL, NULL, NULL), BS_OK);
   if (problems)
-    fail_msg("BS_SEED=%u round %d: verify found %llu problems", seed, round,
+    fail_msg("BS_SEED=%llu round %d: verify found %llu problems", seed, round,
              (unsigned long long)problems);
 }
 
@@ -788,15 +790,15 @@ static void test_index_rollback(void **state) {
   failer fl = {-1, 0};
   bs_allocator al = {f_malloc, f_realloc, f_free, &fl};
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
-  const char *env = getenv("BS_SEED");
-  unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : 4242u, s1, s2;
+  unsigned long long seed = g_seed;
+  unsigned s1, s2;
   int rounds = getenv("BS_TEST_QUICK") ? 150 : 800, failed = 0;
   fx f, g; /* f fails allocations, g (the default allocator) never does */
   oo.allocator = &al;
   oo.checksum_cache_entries = (size_t)-1;
   fx_open(&f, BS_HASH_XXH3, &oo);
   fx_open(&g, BS_HASH_XXH3, NULL);
-  s1 = seed;
+  s1 = (unsigned)ct_seed(seed, 2).s;
   for (int round = 0; round < rounds; round++) {
     char lsn[16];
     int n = 1 + rand_r(&s1) % 12, rc;
@@ -818,7 +820,7 @@ static void test_index_rollback(void **state) {
     rc = bs_writer_commit(NULL, f.w, V(lsn), NULL, NULL);
     fl.countdown = -1;
     if (rc != BS_OK) {
-      if (rc != BS_ENOMEM) fail_msg("BS_SEED=%u round %d: commit rc %d", seed, round, rc);
+      if (rc != BS_ENOMEM) fail_msg("BS_SEED=%llu round %d: commit rc %d", seed, round, rc);
       failed++;
       no_problems(&f, seed, round);
       assert_int_equal(bs_writer_commit(NULL, f.w, V(lsn), NULL, NULL), BS_OK);
@@ -832,7 +834,7 @@ static void test_index_rollback(void **state) {
       assert_int_equal(bs_db_stat(&b, g.db, NULL), BS_OK);
       if (a.source_records != b.source_records || a.ops_put != b.ops_put ||
           a.ops_remove != b.ops_remove || a.buckets != b.buckets)
-        fail_msg("BS_SEED=%u round %d: records %llu/%llu puts %llu/%llu after rollbacks", seed,
+        fail_msg("BS_SEED=%llu round %d: records %llu/%llu puts %llu/%llu after rollbacks", seed,
                  round, (unsigned long long)a.source_records, (unsigned long long)b.source_records,
                  (unsigned long long)a.ops_put, (unsigned long long)b.ops_put);
       for (int i = 0; i < 24; i++) {
@@ -842,7 +844,7 @@ static void test_index_rollback(void **state) {
         x = cks(&f, bk, 1u << 30);
         y = cks(&g, bk, 1u << 30);
         if (x.checksum != y.checksum || x.count != y.count)
-          fail_msg("BS_SEED=%u round %d: bucket %s differs after rollbacks", seed, round, bk);
+          fail_msg("BS_SEED=%llu round %d: bucket %s differs after rollbacks", seed, round, bk);
       }
     }
   }
@@ -898,5 +900,6 @@ int main(void) {
       cmocka_unit_test(test_wcp_alloc_failure),   cmocka_unit_test(test_snapshot_and_source_rows),
       cmocka_unit_test(test_index_rollback),      cmocka_unit_test(test_report_error),
   };
+  g_seed = ct_run_seed("mem");
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,8 +27,9 @@
  * backends a second handle with its own cache is checked the same way (a compaction "in another
  * process").
  *
- * Seeds: BS_SEED (default fixed); BS_TEST_QUICK=1 keeps the random part to well under a second.
- * A failing scenario prints its seed from the teardown.
+ * Seeds: each backend's block (ct_first_seed), BS_SEED replays one; BS_TEST_QUICK=1 keeps the
+ * random part to well under a second. A failing scenario prints its seed and the command that
+ * replays it from the teardown.
  */
 #include "util_contract.h"
 #include "util_model.h"
@@ -104,10 +105,10 @@ static int teardown(void **state) {
     fprintf(stderr, "test_torn failed on %s (deterministic case) at %s\n", t->e.be->name, t->where);
   else if (!t->done)
     fprintf(stderr,
-            "test_torn failed on %s: scenario %d of seed %llu, at %s (rerun with "
-            "BS_SEED=%llu)\n",
+            "test_torn failed on %s: scenario %d of seed %llu, at %s (reproduce: BS_SEED=%llu "
+            "BS_CONTRACT_ONLY=%s/t_random_histories build/tests/test_torn)\n",
             t->e.be->name, t->scenario, (unsigned long long)t->seed, t->where,
-            (unsigned long long)t->seed);
+            (unsigned long long)t->seed, t->e.be->name);
   if (getenv("BS_TORN_VERBOSE"))
     fprintf(stderr,
             "%s: torn checksums %lu, torn data reads %lu, target_op > C reports %lu, "
@@ -710,9 +711,10 @@ static void one_scenario(tt *t, uint64_t seed) {
 
 static void t_random_histories(void **state) {
   tt *t = *state;
-  uint64_t base = ct_env_u64("BS_SEED", 0x70e2ull);
+  uint64_t base = ct_first_seed("torn", t->e.be);
   int n = ct_quick() ? 100 : 400, i;
   ct_rng seeds = ct_seed(base, 0);
+  ct_seed_log("torn", t->e.be->name, base);
   for (i = 0; i < n; i++) {
     t->scenario = i;
     t->seed = base;

@@ -672,15 +672,41 @@ size_t ct_repeats(const uint64_t *v, size_t n) {
   return dup;
 }
 
+/* The seed blocks of make test's randomized runs, each CT_SEED_BLOCK seeds above BS_SEED_BASE: a
+ * suite run on several backends takes CT_MAX_BACKENDS blocks from its first (ct_backends[] order,
+ * then postgres), the others one. Blocks 21-22 are tests/driver_diff.py's (SEED_BLOCKS), 23-25 the
+ * crash tests' (the Makefile's seed_block). */
+static const struct {
+  const char *suite;
+  unsigned block, per_backend;
+} seed_blocks[] = {
+    {"property", 1, 1},    {"differential", 5, 1}, {"sync", 9, 1},     {"diff", 13, 1},
+    {"pg_compact", 17, 1}, {"torn", 26, 1},        {"cache", 30, 0},   {"checksum", 31, 0},
+    {"lookup", 32, 0},     {"mem", 33, 0},         {"compact", 34, 0}, {"concurrency", 35, 0},
+};
+
 uint64_t ct_first_seed(const char *suite, const ct_backend *be) {
-  static const char *const suites[] = {"property", "differential", "sync", "diff", "pg_compact"};
-  enum { N = sizeof suites / sizeof suites[0] };
+  enum { N = sizeof seed_blocks / sizeof seed_blocks[0] };
   size_t s = 0, b = 0;
   if (getenv("BS_SEED") && *getenv("BS_SEED")) return ct_env_u64("BS_SEED", 1);
-  while (s < N && strcmp(suites[s], suite) != 0) s++;
-  while (b < CT_N_BACKENDS && be != &ct_backends[b]) b++;
-  if (s == N) fail_msg("ct_first_seed: no seed block for suite %s", suite);
-  return ct_env_u64("BS_SEED_BASE", 1) + (s * CT_MAX_BACKENDS + b + 1) * (uint64_t)CT_SEED_BLOCK;
+  while (s < N && strcmp(seed_blocks[s].suite, suite) != 0) s++;
+  if (s == N) {
+    fail_msg("ct_first_seed: no seed block for suite %s", suite);
+    return 0;
+  }
+  if (!be != !seed_blocks[s].per_backend)
+    fail_msg("ct_first_seed: suite %s takes %s", suite,
+             seed_blocks[s].per_backend ? "a backend" : "no backend");
+  while (be && b < CT_N_BACKENDS && be != &ct_backends[b]) b++;
+  return ct_env_u64("BS_SEED_BASE", 1) + (seed_blocks[s].block + b) * (uint64_t)CT_SEED_BLOCK;
+}
+
+uint64_t ct_run_seed(const char *suite) {
+  uint64_t seed = ct_first_seed(suite, NULL);
+  fprintf(stderr, "%s: seed %llu (reproduce: BS_SEED=%llu build/tests/test_%s)\n", suite,
+          (unsigned long long)seed, (unsigned long long)seed, suite);
+  ct_seed_log(suite, "-", seed);
+  return seed;
 }
 
 void ct_seed_log(const char *suite, const char *backend, uint64_t seed) {

@@ -261,13 +261,18 @@ size_t ct_repeats(const uint64_t *v, size_t n);
 void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace, size_t n);
 
 /* The first seed of suite's runs on backend be ("property", "differential", "sync", "diff",
- * "pg_compact"): BS_SEED when set (one seed reproduced), else BS_SEED_BASE (default 1) plus a
- * block of CT_SEED_BLOCK seeds of the pair's own (blocks 1 to CT_SEED_BLOCKS - 1), so that no two
- * runs of one `make test` share a seed (tests/step.sh --seeds checks the log; the driver
- * differential and the crash tests take the blocks from CT_SEED_BLOCKS on). */
-#define CT_SEED_BLOCK  1000000u
-#define CT_SEED_BLOCKS (5u * CT_MAX_BACKENDS + 1u)
+ * "pg_compact", "torn"; be NULL for the suites of one seed a run, ct_run_seed): BS_SEED when set
+ * (one seed reproduced), else BS_SEED_BASE (default 1) plus a block of CT_SEED_BLOCK seeds of the
+ * pair's own (the registry in util_contract.c, which also names the driver differential's and the
+ * crash tests' blocks), so that no two runs of one `make test` share a seed (tests/step.sh
+ * --seeds checks the log). */
+#define CT_SEED_BLOCK 1000000u
 uint64_t ct_first_seed(const char *suite, const ct_backend *be);
+/* The seed of a run of a suite that takes one a run ("cache", "checksum", "lookup", "mem",
+ * "compact", "concurrency"; each test draws its own stream from it with ct_seed): ct_first_seed
+ * (suite, NULL), logged (ct_seed_log, backend "-") and printed to stderr with the command that
+ * replays it. Called once, from main. */
+uint64_t ct_run_seed(const char *suite);
 /* Appends "suite backend seed" to the file BS_SEED_LOG names, when it is set: one line per run. */
 void ct_seed_log(const char *suite, const char *backend, uint64_t seed);
 
