@@ -107,7 +107,7 @@ class Gen:
         self.buckets = ["b[]", "c[\"1\"]", "d", "\u65e5[]", "\U00010000", "q" * MAX_BUCKET]
         self.users = ["u1", "u2", "u1/c1", "", "\u00e9", "\U0001f600", "w" * MAX_USER]
         self.lookups = []
-        self.writers = ["main", "main", "main", "snap", "b"]
+        self.open = {}  # "stream" or "snapshot" by the name of each writer opened since the last reopen, stream or lifecycle change
 
     def r(self):
         return self.rng.random()
@@ -149,9 +149,24 @@ class Gen:
         return json.dumps({"v": self.rng.randint(0, 9), "s": edge(self.rng)})
 
     def writer(self, cmd):
-        w = self.choice(self.writers)
-        if w != "main" or self.r() < 0.2:
-            cmd["writer"] = w
+        """cmd for "main" mostly; for "snap", a snapshot writer, once it was opened as one (the
+        first time a writer.open of it in snapshot mode instead of cmd); and now and then for "b",
+        a second streaming writer beside the open "main": BS_EBUSY, on purpose (contract.md 4.3),
+        as is now and then a second snapshot writer (c_writer_open). Writers drawn blindly (a
+        fifth "b", a fifth "snap" opened as a second streaming writer) had 26% of all commands
+        answer BS_EBUSY."""
+        x = self.r()
+        if x < 0.06 and self.open.get("main") != "snapshot":
+            if "snap" not in self.open:
+                self.open["snap"] = "snapshot"
+                return {"cmd": "writer.open", "writer": "snap", "snapshot": True}
+            cmd["writer"] = "snap"
+        elif x < 0.08 and self.open.get("main") == "stream":
+            cmd["writer"] = "b"
+        else:
+            self.open.setdefault("main", "stream")
+            if self.r() < 0.2:
+                cmd["writer"] = "main"
         return cmd
 
     def stream(self, cmd):
@@ -162,6 +177,7 @@ class Gen:
     # ---- commands --------------------------------------------------------------------------
     def c_stream_create(self):
         self.streams += 1
+        self.open.clear()
         c = {"cmd": "stream.create",
              "name": sized(self.rng, ["s", "v%d" % self.streams, "\u00e9"], MAX_STREAM)}
         if self.r() < 0.4:
@@ -188,15 +204,26 @@ class Gen:
                 self.ops += 2
         if self.r() < 0.2:
             c["store"] = edge(self.rng)
-        return self.writer(c)
+        out = self.writer(c)
+        if self.open.get(out.get("writer", "main")) == "snapshot" and self.r() < 0.95:
+            c["tag"] = "insert"  # a snapshot writer refuses the others (BS_ESTATE), kept rare
+        return out
 
     def c_writer_open(self):
+        """Reopens "main", in snapshot mode now and then, and then only rarely beside the open
+        "snap" (BS_EBUSY, and "main" stays closed)."""
         c = {"cmd": "writer.open"}
         if self.r() < 0.5:
-            c["snapshot"] = self.r() < 0.5
+            c["snapshot"] = self.r() < (0.5 if "snap" not in self.open else 0.05)
         if self.r() < 0.3:
             c["create_empty"] = self.r() < 0.5
-        return self.writer(c)
+        if c.get("snapshot") and "snap" in self.open:
+            self.open.pop("main", None)
+        else:
+            self.open["main"] = "snapshot" if c.get("snapshot") else "stream"
+        if self.r() < 0.2:
+            c["writer"] = "main"
+        return c
 
     def c_commit(self):
         c = {"cmd": self.choice(["commit", "commit", "keepalive"]),
@@ -315,6 +342,7 @@ class Gen:
                                                 "stat", "verify"])})
 
     def c_lifecycle(self):
+        self.open.clear()
         x = self.r()
         if x < 0.4:
             return {"cmd": "reopen"}
