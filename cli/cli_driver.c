@@ -1156,17 +1156,94 @@ static int run_command(drv *d, json_t *req, json_t *out, bs_error *err) {
 
 /* ---- The loop ------------------------------------------------------------------------------- */
 
+/* The path ("lookups[0].lookup[2]", keys as written) of the value or key that ends at byte end
+ * of line s, a JSON prefix jansson read; "" at the top. Names the field of a line refused for one
+ * value rather than for its syntax. */
+static void json_path_at(const char *s, size_t end, char *out, size_t cap) {
+  enum { DEPTH = 16, KEY = 40 };
+  struct {
+    char kind;       /* '{' or '[' */
+    size_t index;    /* of the array's current element */
+    const char *key; /* the object's current key, as written, or NULL before one */
+    size_t key_len;
+  } f[DEPTH];
+  size_t depth = 0, i, n = 0, k;
+  const char *str = NULL; /* the open string's first byte */
+  memset(f, 0, sizeof f);
+  for (i = 0; i < end; i++) {
+    char ch = s[i];
+    if (str) {
+      if (ch == '\\') {
+        i++;
+      } else if (ch == '"') {
+        if (depth && depth <= DEPTH && f[depth - 1].kind == '{' && !f[depth - 1].key) {
+          f[depth - 1].key = str;
+          f[depth - 1].key_len = (size_t)(s + i - str);
+        }
+        str = NULL;
+      }
+    } else if (ch == '"') {
+      str = s + i + 1;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth <= DEPTH) {
+        f[depth - 1].kind = ch;
+        f[depth - 1].index = 0;
+        f[depth - 1].key = NULL;
+      }
+    } else if ((ch == '}' || ch == ']') && depth) {
+      depth--;
+    } else if (ch == ',' && depth && depth <= DEPTH) {
+      f[depth - 1].index++;
+      f[depth - 1].key = NULL;
+    }
+  }
+  out[0] = '\0';
+  for (k = 0; k < depth && k < DEPTH && n < cap; k++) {
+    int w;
+    if (f[k].kind == '[')
+      w = snprintf(out + n, cap - n, "[%zu]", f[k].index);
+    else if (f[k].key)
+      w = snprintf(out + n, cap - n, "%s%.*s%s", n ? "." : "",
+                   (int)(f[k].key_len < KEY ? f[k].key_len : KEY), f[k].key,
+                   f[k].key_len > KEY ? "..." : "");
+    else
+      w = 0;
+    if (w < 0) break;
+    n += (size_t)w;
+  }
+}
+
+/* Fails a line jansson refused: BS_EINVAL, for a value it cannot hold (an integer beyond int64,
+ * a number beyond a double, an object key with a NUL) naming the field, else "invalid JSON". */
+static int json_refused(const char *line, size_t len, const json_error_t *je, bs_error *err) {
+  char path[160], what[176];
+  size_t end = (size_t)je->position < len ? (size_t)je->position : len, start = end;
+  enum json_error_code code = json_error_code(je);
+  if (code != json_error_numeric_overflow && code != json_error_null_byte_in_key)
+    return cli_fail(err, BS_EINVAL, "invalid JSON: %s", je->text);
+  json_path_at(line, end, path, sizeof path);
+  snprintf(what, sizeof what, *path ? "field '%s'" : "the line%s", path);
+  if (code == json_error_null_byte_in_key)
+    return cli_fail(err, BS_EINVAL, "%s: an object key cannot hold a NUL (\\u0000)", what);
+  while (start > 0 && strchr("0123456789+-.eE", line[start - 1])) start--;
+  return cli_fail(err, BS_EINVAL,
+                  "%s: %.*s is out of range (an integer must fit in 64 bits signed, a number in a "
+                  "double)",
+                  what, (int)(end - start < 64 ? end - start : 64), line + start);
+}
+
 /* Builds and prints the reply to one line: {"ok":true,...fields,"echo":...} or
  * {"ok":false,"error":{"code","message"},"echo":...}. */
 static void reply(drv *d, const char *line, size_t len) {
   bs_error err = {0, ""};
   json_error_t jerr;
-  json_t *req = json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+  json_t *req =
+      json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   json_t *fields = json_object(), *out = json_object(), *echo = NULL;
   char *text;
   int rc;
   if (!req)
-    rc = cli_fail(&err, BS_EINVAL, "invalid JSON: %s", jerr.text);
+    rc = json_refused(line, len, &jerr, &err);
   else if (!json_is_object(req))
     rc = cli_fail(&err, BS_EINVAL, "command must be a JSON object");
   else

@@ -45,12 +45,13 @@ MAX_STREAM = 255
 MAX_LSN = 255
 
 # The edge pool: strings every generator draws from ("", one byte, non-ASCII, astral: U+10000,
-# U+10FFFF, an emoji; JSON's specials).
+# U+10FFFF, an emoji; JSON's specials; NUL bytes, which a field of bytes keeps and a name the
+# library takes as a C string refuses, docs/driver.md).
 EDGE = ["", "a", "\u00e9", "\u65e5\u672c", "\U0001f600", "\U00010000", "\U0010ffff", '"', "\\",
-        "a\"b\\c", "1", "1.0", "null", " ", "x" * 64]
-# Strings the driver refuses wherever they stand: a lone surrogate is no JSON text (DRIVER.md:
-# not valid JSON, BS_EINVAL), and a NUL is refused too. Drawn now and then (edge()).
-REFUSED = ["\ud800", "\udc00", "a\ud83db", "a\u0000b", "\u0000"]
+        "a\"b\\c", "1", "1.0", "null", " ", "x" * 64, "a\u0000b", "\u0000", "\u00e9\u0000"]
+# Strings the driver refuses wherever they stand: a lone surrogate is no Unicode text (invalid
+# JSON, BS_EINVAL). Drawn now and then (edge()).
+REFUSED = ["\ud800", "\udc00", "a\ud83db"]
 
 
 def raw(token):
@@ -60,10 +61,12 @@ def raw(token):
 
 RAW = re.compile(r'"\\u0001([^"\\]*)\\u0001"')
 # Lookup values; integral numbers are one key however spelled (contract.md 5.4: 1, 1.0, 1e0,
-# 10e-1), integers beyond 2^53 exactly (2^53 + 1 is not 2^53, but the double 2^53 + 1.0 is).
+# 10e-1), integers beyond 2^53 exactly (2^53 + 1 is not 2^53, but the double 2^53 + 1.0 is);
+# integers beyond int64 (2^63, -2^63 - 1, 2^64 + 1) refused naming the field, the double 2^63 not.
 LOOKUP_VALUES = [1, 1.0, raw("1e0"), raw("10e-1"), raw("100E-2"), -0.0, raw("-0e0"), 0, -1,
                  True, False, None, 2**53, float(2**53), 2**53 + 1, raw("9007199254740993.0"),
-                 -(2**53 + 1), 2**63 - 1, 2**63, 2**64 + 1, 3.14, raw("314e-2"), "", "1", "u1",
+                 -(2**53 + 1), 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 + 1,
+                 float(2**63), 3.14, raw("314e-2"), "", "1", "u1",
                  "\u00e9", "\U0001f600", '"', "\\"]
 
 
