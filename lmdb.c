@@ -87,13 +87,19 @@ static int lmdb_storage_open(bs_storage **out, bs_db *base, uint32_t id, bs_erro
   st->base.stream_id = id;
   st->db = db;
   st->wcp_mode = BS_WCP_MANAGED;
+  if (pthread_mutex_init(&st->wcp_mu, NULL)) {
+    bs__free(&db->base.alloc, st);
+    return bs__fail(err, BS_ENOMEM, "storage: cannot initialise a mutex");
+  }
   *out = &st->base;
   return BS_OK;
 }
 
 static void lmdb_storage_destroy(bs_storage *base) {
   bs__lmdb_storage *st = (bs__lmdb_storage *)base;
-  if (st) bs__free(&st->db->base.alloc, st);
+  if (!st) return;
+  pthread_mutex_destroy(&st->wcp_mu);
+  bs__free(&st->db->base.alloc, st);
 }
 
 /* ---- The database handle --------------------------------------------------------------------- */

@@ -556,6 +556,9 @@ struct bs__lmdb_db {
 typedef struct bs__lmdb_storage {
   bs_storage base;
   bs__lmdb_db *db;
+  /* The write-checkpoint mode and event: one value, under wcp_mu (any thread may set it while
+   * another reads, storage.h), read with bs__lmdb_wcp_mode. */
+  pthread_mutex_t wcp_mu;
   bs_write_checkpoint_mode wcp_mode;
   char wcp_event[256];
   size_t wcp_event_size;
@@ -746,6 +749,10 @@ int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_adv
                                               size_t n, bs_error *err);
 int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
                                    const bs_head *heads, size_t n_heads, bs_error *err);
+/* Tests only: from now on (NULL: no more) bs__lmdb_last_write_checkpoint calls hook with st once
+ * it took the handle's mode and event, before it reads the file: a test runs another thread's
+ * calls there. */
+void bs__lmdb_set_wcp_read_hook(void (*hook)(bs_storage *st));
 int bs__lmdb_delete_checkpoint_requests_before(uint64_t *deleted, bs_storage *st, int64_t before_ms,
                                                bs_error *err);
 

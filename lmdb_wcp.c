@@ -163,10 +163,25 @@ int bs__lmdb_set_write_checkpoint_mode(bs_storage *st, bs_write_checkpoint_mode 
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   BS_UNUSED(err);
   BS_ASSERT((mode == BS_WCP_MANAGED || mode == BS_WCP_CUSTOM) && event.size < sizeof ls->wcp_event);
+  pthread_mutex_lock(&ls->wcp_mu);
   ls->wcp_mode = mode;
   if (event.size) memcpy(ls->wcp_event, event.data, event.size);
   ls->wcp_event_size = event.size;
+  pthread_mutex_unlock(&ls->wcp_mu);
   return BS_OK;
+}
+
+/* The handle's mode, and its event into event (sizeof ls->wcp_event bytes; NULL: not needed). */
+static bs_write_checkpoint_mode wcp_mode_of(bs__lmdb_storage *ls, char *event, size_t *size) {
+  bs_write_checkpoint_mode m;
+  pthread_mutex_lock(&ls->wcp_mu);
+  m = ls->wcp_mode;
+  if (event) {
+    *size = ls->wcp_event_size;
+    if (*size) memcpy(event, ls->wcp_event, *size);
+  }
+  pthread_mutex_unlock(&ls->wcp_mu);
+  return m;
 }
 
 /* ---- Managed mode: creating ---------------------------------------------------------------- */
@@ -253,7 +268,7 @@ int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_adv
   const bs_allocator *a = &ls->db->base.alloc;
   create_ctx c = {ls->db, req, NULL, n, 0, ids_out, 0, bs__now_ms(), NULL};
   int rc;
-  if ((rc = bs__managed_mode_check(ls->wcp_mode, err))) return rc;
+  if ((rc = bs__managed_mode_check(wcp_mode_of(ls, NULL, NULL), err))) return rc;
   /* requests were checked by the front (bs_create_managed_write_checkpoints): sizes within
    * BS_MAX_USER_ID / BS_MAX_CONNECTION_NAME / BS_MAX_LSN, n_heads within the u16 BS_MAX_HEADS */
   if (n == 0) return BS_OK;
@@ -268,11 +283,19 @@ int bs__lmdb_create_managed_write_checkpoints(uint64_t *ids_out, int *should_adv
 
 /* ---- Reading ------------------------------------------------------------------------------- */
 
+static void (*wcp_read_hook)(bs_storage *st);
+
+void bs__lmdb_set_wcp_read_hook(void (*hook)(bs_storage *st)) {
+  wcp_read_hook = hook;
+}
+
 int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
                                    const bs_head *heads, size_t n_heads, bs_error *err) {
   bs__lmdb_storage *ls = (bs__lmdb_storage *)st;
   bs__lmdb_db *db = ls->db;
-  bs_val ev = {ls->wcp_event, ls->wcp_event_size};
+  char evb[sizeof ls->wcp_event];
+  bs_val ev = {evb, 0};
+  bs_write_checkpoint_mode mode = wcp_mode_of(ls, evb, &ev.size);
   unsigned char kb[BS_WCP_KEY_MAX];
   MDB_txn *txn = NULL;
   MDB_val k, v;
@@ -282,7 +305,8 @@ int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st,
   int rc;
   BS_ASSERT(user_id.size <= BS_MAX_USER_ID && !*found && !*id_out); /* the front's */
   if ((rc = bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, err))) return rc;
-  if (ls->wcp_mode == BS_WCP_MANAGED) {
+  if (wcp_read_hook) wcp_read_hook(st);
+  if (mode == BS_WCP_MANAGED) {
     rc = rec_get(db, txn, user_id, kb, &k, &r, found, err);
     if (rc == BS_OK && *found && (*found = heads_passed(&r, NULL, heads, n_heads))) *id_out = r.id;
   } else if (user_id.size + ev.size > BS_MAX_USER_EVENT) {

@@ -16,6 +16,7 @@
 
 #include "util_contract.h"
 #include "storage.h"
+#include "lmdb_internal.h" /* bs__lmdb_set_wcp_read_hook */
 
 /* Each test: an LMDB file with stream "s1", snapshot done, writer open (util_contract.c). */
 static int setup(void **state) {
@@ -204,6 +205,34 @@ static void test_custom(void **state) {
   assert_int_equal(id, 3);
 }
 
+/* Another thread's bs_set_write_checkpoint_mode, run by the hook in the middle of a read. */
+static int g_hook_ran;
+static void set_mode_e22(bs_storage *st) {
+  bs__lmdb_set_wcp_read_hook(NULL);
+  g_hook_ran = 1;
+  CT_OK(bs_set_write_checkpoint_mode(st, BS_WCP_CUSTOM, ct_v("e22"), &ct_err));
+}
+
+/* A read that a mode change overlaps answers as of one mode and event, before or after: the
+ * handle's mode and event are one value, never read half old, half new. */
+static void test_mode_change_during_read(void **state) {
+  ct_env *f = *state;
+  uint64_t id = 0;
+  int found = 0;
+  CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("u"), 5, ct_v("e1"), &ct_err));
+  CT_OK(bs_writer_custom_write_checkpoint(f->w, ct_v("u"), 9, ct_v("e2"), &ct_err));
+  CT_OK(bs_writer_flush(NULL, f->w, &ct_err));
+  CT_OK(bs_set_write_checkpoint_mode(f->st, BS_WCP_CUSTOM, ct_v("e1"), &ct_err));
+  bs__lmdb_set_wcp_read_hook(set_mode_e22);
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("u"), NULL, 0, &ct_err));
+  assert_true(g_hook_ran); /* the change did overlap the read */
+  /* before the change: e1's 5; after it: e22 has none; never e2's 9 (e22's size, e1's bytes) */
+  if (found) assert_int_equal(id, 5);
+  id = 0;
+  CT_OK(bs_last_write_checkpoint(&id, &found, f->st, ct_v("u"), NULL, 0, &ct_err));
+  assert_false(found); /* e22 */
+}
+
 static void test_cleanup(void **state) {
   ct_env *f = *state;
   bs_head h = {ct_v("1"), ct_v("00000005")};
@@ -302,6 +331,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batch_dedup, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_commit_marks_processed, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_custom, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_mode_change_during_read, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_cleanup, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_persistence, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_verify_and_stat, setup, ct_env_teardown),
