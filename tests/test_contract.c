@@ -1940,6 +1940,36 @@ static void t_compact_aged(void **state) {
   CT_EQ_U64(st.ops_moved, 1);
 }
 
+void bs__set_now_ms(int64_t ms); /* internal.h: the library's clock, for tests */
+
+/* A checkpoint's age counts from its commit, not from the flush of its ops (contract.md 6: the
+ * horizon is a checkpoint at least min_age_ms old): ops flushed at t and committed ten minutes
+ * later are a minute old a minute after the commit. The library's clock is set (bs__now_ms). */
+static void t_compact_aged_from_commit(void **state) {
+  ct_env *e = *state;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats st;
+  const int64_t t = 1700000000000;
+  bs__set_now_ms(t);
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "1"})));
+  CT_EQ_U64(commit(e, ct_lsn(1)), 1);
+  CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"b", "test", "t1", "2"})));
+  CT_EQ_U64(flush(e), 2);
+  bs__set_now_ms(t + 600000);
+  CT_EQ_U64(commit(e, ct_lsn(2)), 2);
+  bs__set_now_ms(t + 660000);
+  o.incremental_only = 1;
+  o.min_bucket_changes = 1;
+  o.min_change_ratio = 0;
+  o.min_age_ms = 300000; /* aged: checkpoint 1; op 1's successor is above it */
+  CT_OK(bs_compact(&st, e->st, &o, &ct_err));
+  CT_EQ_U64(st.ops_moved, 0);
+  o.min_age_ms = 60000; /* aged: checkpoint 2, committed exactly a minute ago */
+  CT_OK(bs_compact(&st, e->st, &o, &ct_err));
+  bs__set_now_ms(-1);
+  CT_EQ_U64(st.ops_moved, 1);
+}
+
 static void t_compact_torn_read(void **state) {
   ct_env *e = *state;
   ct_oplist l;
@@ -2628,6 +2658,7 @@ static const ct_test TESTS[] = {
     T_NEEDS(t_compact_clear, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_horizon, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_aged, CT_LACKS_COMPACT),
+    T_NEEDS(t_compact_aged_from_commit, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_torn_read, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_initial_replication, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_parameters_fence, CT_LACKS_COMPACT),
