@@ -58,6 +58,7 @@
 #define N_USERS    5
 #define N_KEYS     6
 #define N_TRACE    24
+#define N_CPS      8
 
 /* Side 0 is LMDB; side 1 the backend under comparison (memory; postgres with BS_TEST_PG_URL). */
 #define SIDE_NAME(i) (g_run->s[i].be->name)
@@ -139,7 +140,11 @@ typedef struct run {
   size_t n_streams;
   int terminated[MAX_STREAM];
   wspec ws[MAX_STREAM][N_WRITERS];
-  uint64_t lsn;   /* LSN counter: LSNs are %08llx of it */
+  uint64_t lsn; /* LSN counter: LSNs are %08llx of it */
+  /* the last N_CPS checkpoints check_stream saw per stream: checkpoint_changes' `from` is often
+   * one, as a sync client's is, so that the users filed at `from` itself are reached */
+  uint64_t cps[MAX_STREAM][N_CPS];
+  size_t n_cps[MAX_STREAM];
   int64_t now_ms; /* the workload's clock for requested_at */
   pool tables, rids, buckets, otypes, users, keys, data;
   char trace[N_TRACE][160];
@@ -652,6 +657,8 @@ static void check_stream(run *r, size_t x, int full) {
   snprintf(what, sizeof what, "get_checkpoint s%zu", x);
   BOTH(r, what, checkpoint_of(s->st[x], o, E));
   read_at(r, x, cp);
+  if (cp && (!r->n_cps[x] || r->cps[x][(r->n_cps[x] - 1) % N_CPS] != cp))
+    r->cps[x][r->n_cps[x]++ % N_CPS] = cp;
   if (!full) return;
   read_at(r, x, cp + 1);
   read_at(r, x, head);
@@ -659,8 +666,11 @@ static void check_stream(run *r, size_t x, int full) {
   snprintf(what, sizeof what, "list_buckets s%zu", x);
   BOTH(r, what, bs_list_buckets(s->st[x], (bs_val){NULL, 0}, on_bucket_info, o, E));
   {
-    uint64_t to = ct_below(&r->rng, 2) ? cp : ct_below(&r->rng, head + 2);
-    uint64_t from = ct_below(&r->rng, 3) ? ct_below(&r->rng, to + 1) : 0;
+    uint64_t to = ct_below(&r->rng, 2) ? cp : ct_below(&r->rng, head + 2), from = 0;
+    size_t n = r->n_cps[x] < N_CPS ? r->n_cps[x] : N_CPS, k = ct_below(&r->rng, 3);
+    if (k == 1) from = ct_below(&r->rng, to + 1);
+    if (k == 2 && n) from = r->cps[x][ct_below(&r->rng, n)];
+    if (from > to) from = to;
     compare_changes(r, x, from, to, to == cp);
   }
   if (SW_LAST_WCP) {
