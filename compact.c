@@ -4,9 +4,8 @@
  * replication's refusal, the progress cancel, the bounded set of row identities seen by a reverse
  * scan, and every decision about an op: which PUT/REMOVE becomes a MOVE and its target, what
  * folds into a CLEAR and what the CLEAR carries, what initial replication deletes, when
- * defragmentation re-emits, which parameter entries go. Backends (lmdb_compact.c, mem.c,
- * pg_compact.c) walk their storage in their own order and transactions and apply; everything here
- * is pure logic.
+ * defragmentation re-emits, which parameter entries go. compact_run.c walks each bucket over a
+ * backend's cursors asking these; everything here is pure logic.
  */
 #include "internal.h"
 

@@ -4,10 +4,11 @@
  * parameters, the backend's end), which buckets it visits (named, due by compact.c's rule, or
  * queued) a batch after a cursor at a time, where the incremental op budget stops, which
  * buckets are defragmentation candidates, when the parameter pass can be skipped, and the
- * progress reports (cancel included) live here. A backend (lmdb_compact.c, mem_compact.c,
- * pg_compact.c) gives its storage primitives (bs__compact_store, internal.h): the stream's
- * figures, bucket listings, and steps that walk a bucket's ops in its own bounded transactions
- * asking compact.c what each op becomes.
+ * progress reports (cancel included) live here; so does a bucket's job: its phases, where a
+ * transaction stops inside them, what each phase changes and how that counts. A backend
+ * (lmdb_compact.c, mem_compact.c, pg_compact.c) gives its storage primitives
+ * (bs__compact_store, internal.h): the stream's figures, bucket listings, its transactions, and
+ * a bucket's cursors and writes (bs__op_cursor), asking compact.c what each op becomes.
  */
 #include "internal.h"
 
@@ -158,9 +159,12 @@ int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a
   return rc;
 }
 
-/* ---- The bucket walk ------------------------------------------------------------------------ */
+/* ---- The bucket walk ------------------------------------------------------------------------
+ * What a phase did to a bucket, in its delta: a deleted op (size: its stored size), an op of size
+ * rewritten as a MOVE, the fold d->clear describes (bare: the stored size of a MOVE or CLEAR),
+ * and what the statistics take of it. */
 
-void bs__compact_delta_drop(bs__compact_delta *d, const bs_op *op, uint64_t size) {
+static void delta_drop(bs__compact_delta *d, const bs_op *op, uint64_t size) {
   d->count--;
   d->bytes -= (int64_t)size;
   d->checksum_sub = bs__cksum_add(d->checksum_sub, op->checksum);
@@ -169,13 +173,13 @@ void bs__compact_delta_drop(bs__compact_delta *d, const bs_op *op, uint64_t size
   if (op->type == BS_OP_CLEAR) d->clear_dropped = 1;
 }
 
-void bs__compact_delta_move(bs__compact_delta *d, uint64_t size, uint64_t bare) {
+static void delta_move(bs__compact_delta *d, uint64_t size, uint64_t bare) {
   d->bytes += (int64_t)bare - (int64_t)size;
   d->moved++;
   d->changed = 1;
 }
 
-void bs__compact_delta_fold(bs__compact_delta *d, uint64_t bare) {
+static void delta_fold(bs__compact_delta *d, uint64_t bare) {
   /* the run's last op becomes the CLEAR, the others go */
   d->changed = 1;
   d->count = -(int64_t)(d->clear.n - 1);
@@ -184,15 +188,18 @@ void bs__compact_delta_fold(bs__compact_delta *d, uint64_t bare) {
   d->moved = d->clear.n_moved;
 }
 
-void bs__compact_delta_stats(bs_compact_stats *s, const bs__compact_delta *d) {
+static void delta_stats(bs_compact_stats *s, const bs__compact_delta *d) {
   s->ops_moved += d->moved;
   s->ops_cleared += d->cleared;
   s->ops_removed += d->removed;
   s->bytes_after = (uint64_t)((int64_t)s->bytes_after + d->bytes);
 }
 
-int bs__compact_scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
-                          bs__compact_scan *scan, bs__compact_delta *d, uint64_t *pos, int *done) {
+/* SCAN: the reverse scan of a bucket from *pos down, within t: full feeds r->seen and scan,
+ * writing nothing; initial replication deletes what bs__compact_initial_drop says, into d. Stops
+ * when t is full (*pos: where to go on) or at the end of the scan (*done). */
+static int scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                     bs__compact_scan *scan, bs__compact_delta *d, uint64_t *pos, int *done) {
   int initial = r->mode == BS__COMPACT_INITIAL, found = 0, rc;
   uint64_t size = 0;
   bs_op op;
@@ -210,7 +217,7 @@ int bs__compact_scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r,
       continue;
     }
     /* every decision depends only on the ops above: delete as the scan goes */
-    bs__compact_delta_drop(d, &op, size);
+    delta_drop(d, &op, size);
     t->changes++;
     if ((rc = cur->del(x))) break;
     found = 0;
@@ -220,4 +227,276 @@ int bs__compact_scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r,
   *pos = 0;
   *done = 1;
   return BS_OK;
+}
+
+/* ---- The bucket job ------------------------------------------------------------------------- */
+
+static int scan_phase(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                      bs__compact_job *j, bs__compact_delta *d) {
+  int rc, done;
+  if ((rc = scan_walk(cur, x, r, t, &j->scan, d, &j->pos, &done)) || !done) return rc;
+  if (r->mode == BS__COMPACT_INITIAL)
+    j->phase = BS__JOB_INC; /* FORGET */
+  else
+    j->phase = j->scan.run >= BS_CLEAR_MIN_RUN ? BS__JOB_FOLD
+               : j->scan.max_moved             ? BS__JOB_MOVE
+                                               : BS__JOB_MARK;
+  return BS_OK;
+}
+
+/* The phase after a fold: IFOLD hands over to INC (final: the run is final and INC only changes
+ * ops above it, so no FOLD follows), FOLD goes on to MOVE or MARK (full) or ends the job. */
+static void fold_next(const bs__compact_run *r, bs__compact_job *j, int final) {
+  if (j->phase == BS__JOB_IFOLD) {
+    j->ifold_done = final;
+    j->phase = BS__JOB_INC;
+    return;
+  }
+  j->pos = 0;
+  j->phase = r->mode != BS__COMPACT_FULL ? BS__JOB_DONE
+             : j->scan.max_moved         ? BS__JOB_MOVE
+                                         : BS__JOB_MARK;
+}
+
+/* An entry the walk consumes: due at the horizon, within the budget (which it takes from). */
+static int take_entry(const bs__compact_run *r, uint64_t nw, uint64_t *budget) {
+  if (!bs__compact_entry_due(nw, r->horizon) || *budget == 0) return 0;
+  if (*budget != UINT64_MAX) --*budget;
+  return 1;
+}
+
+/* FOLD and IFOLD: the bucket's first ops, while they are in the leading run, become one CLEAR at
+ * the last one's id, at most the transaction's room at a time (a CLEAR left by an earlier share
+ * is folded again by the next). In the run: REMOVE/MOVE/CLEAR, and the PUT/REMOVEs that are
+ * superseded: in full compaction by the seen-set; in IFOLD (incremental, before INC) by a log
+ * entry that INC would consume and turn into a MOVE (target = the entry's new op). IFOLD consumes
+ * those entries, so each of them costs a delete instead of a MOVE write and then a delete.
+ * Entries are consumed in old-op order exactly as INC would (entries of ops no longer stored
+ * included, within the op budget), so the result is the one INC then FOLD would give. When
+ * IFOLD's share is not worth it (nothing for this job to consume, a run shorter than 2) it
+ * changes nothing and hands over to INC then FOLD. A share shorter than 2 that does not fit
+ * waits for a fresh transaction. pos (IFOLD): the first entry not yet consumed. */
+static int fold_phase(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                      bs__compact_job *j, uint64_t *budget_io, bs__compact_delta *d) {
+  int inc = j->phase == BS__JOB_IFOLD, full = r->mode == BS__COMPACT_FULL;
+  size_t room = t->max_changes - t->changes, n = 0, kn = 0, del = 0;
+  int fresh = t->changes == 0 && t->visits == 0, found, has_e = 0, rc, ended = 0, cut = 0;
+  uint64_t budget = *budget_io, stop = j->pos, last = 0, eold = 0, enw = 0, size = 0;
+  bs_op op;
+  /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
+  if ((rc = cur->seek_ge(x, 0, &op, &size, &found))) return rc;
+  if (inc && (rc = cur->sup_seek(x, j->pos, &eold, &enw, &has_e))) return rc;
+  for (;;) {
+    uint64_t target = 0, b = budget;
+    int mine, at;
+    if (inc && !has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
+    if (!found || op.op_id > r->horizon) {               /* the whole bucket is one run */
+      ended = 1;
+      stop = found ? op.op_id : last + 1;
+      break;
+    }
+    /* entries of ops no longer stored (folded or deleted earlier), then this op's own */
+    for (; has_e && eold < op.op_id; rc = cur->sup_next(x, &eold, &enw, &has_e)) {
+      if (rc) return rc;
+      b = budget;
+      at = take_entry(r, enw, &b);
+      if (n + kn + (size_t)at > room || t->visits >= t->max_visits) {
+        cut = 1;
+        stop = eold;
+        break;
+      }
+      t->visits++;
+      kn += (size_t)at;
+      budget = b;
+    }
+    if (rc) return rc;
+    if (cut) break;
+    mine = has_e && eold == op.op_id;
+    b = budget;
+    at = mine && take_entry(r, enw, &b);
+    /* superseded: INC would write it as a MOVE to enw (full: the seen-set's target); a
+     * REMOVE/MOVE/CLEAR is in the run as it is (its entry consumed if due); any other PUT
+     * survives and ends the run */
+    if (full)
+      bs__compact_superseded(&r->seen, &op, &target);
+    else if (at && bs__compact_entry_moves(&op, enw))
+      target = enw;
+    if (!bs__compact_in_run(&op, target)) {
+      ended = 1;
+      stop = op.op_id;
+      break;
+    }
+    if (n + 1 + kn + (size_t)at > room || t->visits >= t->max_visits) {
+      cut = 1;
+      stop = op.op_id;
+      break;
+    }
+    t->visits += 1 + (size_t)mine;
+    bs__clear_acc_add(&d->clear, &op, target, size);
+    n++;
+    last = op.op_id;
+    kn += (size_t)at;
+    budget = b;
+    if (mine && (rc = cur->sup_next(x, &eold, &enw, &has_e))) return rc;
+    if ((rc = cur->next(x, &op, &size, &found))) return rc;
+  }
+  if (n < BS_CLEAR_MIN_RUN || (inc && !j->consumed && kn == 0)) {
+    if (cut && n < BS_CLEAR_MIN_RUN && !fresh) { /* no room left in this transaction: the next */
+      t->changes = t->max_changes;
+      return BS_OK;
+    }
+    /* IFOLD goes on to INC, then FOLD unless the run is final and short */
+    fold_next(r, j, ended && n < BS_CLEAR_MIN_RUN);
+    return BS_OK;
+  }
+  /* pass 2: the fold, then the first kn due entries from pos */
+  if ((rc = cur->fold(x, &d->clear))) return rc;
+  delta_fold(d, cur->bare);
+  found = 0;
+  if (kn && (rc = cur->sup_seek(x, j->pos, &eold, &enw, &found))) return rc;
+  while (del < kn && found) {
+    if (!bs__compact_entry_due(enw, r->horizon)) {
+      rc = cur->sup_next(x, &eold, &enw, &found);
+    } else if (!(rc = cur->sup_del(x))) {
+      del++;
+      rc = cur->sup_seek(x, eold + 1, &eold, &enw, &found);
+    }
+    if (rc) return rc;
+  }
+  if (del < kn)
+    return bs__fail(r->err, BS_ECORRUPT, "compact: superseded entries changed under the fold");
+  *budget_io = budget;
+  t->changes += n + kn;
+  if (kn) j->consumed = 1;
+  j->pos = stop;
+  if (ended) fold_next(r, j, 1);
+  return BS_OK;
+}
+
+/* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
+static int move_phase(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                      bs__compact_job *j, bs__compact_delta *d) {
+  uint64_t last = j->scan.max_moved < r->horizon ? j->scan.max_moved : r->horizon, size, target;
+  bs_op op;
+  int found, rc = cur->seek_ge(x, j->pos, &op, &size, &found);
+  for (; !rc && found && op.op_id <= last; rc = cur->next(x, &op, &size, &found)) {
+    if (bs__compact_txn_full(t)) {
+      j->pos = op.op_id;
+      return BS_OK;
+    }
+    t->visits++;
+    if (!bs__compact_superseded(&r->seen, &op, &target)) continue;
+    delta_move(d, size, cur->bare);
+    t->changes++;
+    if ((rc = cur->move(x, &op, target))) return rc;
+  }
+  if (!rc) j->phase = BS__JOB_MARK;
+  return rc;
+}
+
+/* INC: converts the bucket's logged superseded ops at the horizon to MOVE and consumes their
+ * entries (an op already gone or moved just consumes its entry). FORGET, initial replication:
+ * only drops the entries at the horizon (their old ops are gone), then marks the bucket. */
+static int inc_phase(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                     bs__compact_job *j, uint64_t *budget, bs__compact_delta *d) {
+  int initial = r->mode == BS__COMPACT_INITIAL, found, rc;
+  uint64_t old, nw;
+  rc = cur->sup_seek(x, j->pos, &old, &nw, &found);
+  while (!rc && found) {
+    bs_op op;
+    uint64_t size = 0;
+    int at = 0;
+    if (*budget == 0) { /* out of budget: fold what was consumed, then stop */
+      j->pos = old;
+      j->phase = j->consumed && !j->ifold_done ? BS__JOB_FOLD : BS__JOB_DONE;
+      return BS_OK;
+    }
+    if (bs__compact_txn_full(t)) {
+      j->pos = old;
+      return BS_OK;
+    }
+    t->visits++;
+    if (!take_entry(r, nw, budget)) { /* a later pass takes it */
+      rc = cur->sup_next(x, &old, &nw, &found);
+      continue;
+    }
+    if (!initial && (rc = cur->get(x, old, &op, &size, &at))) return rc;
+    if (at && bs__compact_entry_moves(&op, nw)) {
+      delta_move(d, size, cur->bare);
+      t->changes++;
+      if ((rc = cur->move(x, &op, nw))) return rc;
+    }
+    j->consumed = 1;
+    t->changes++;
+    if (!(rc = cur->sup_del(x))) rc = cur->sup_seek(x, old + 1, &old, &nw, &found);
+  }
+  if (!rc && cur->sup_end) rc = cur->sup_end(x);
+  if (rc) return rc;
+  j->pos = 0;
+  j->phase = j->consumed && !j->ifold_done && !initial ? BS__JOB_FOLD : BS__JOB_DONE;
+  d->mark = initial;
+  return BS_OK;
+}
+
+static int start_phase(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_job *j) {
+  uint64_t bytes = 0;
+  int exists = 0, rc = cur->start(x, &bytes, &exists);
+  if (rc) return rc;
+  if (!exists) { /* cleared meanwhile: nothing to do */
+    j->gone = 1;
+    j->phase = BS__JOB_DONE;
+    return BS_OK;
+  }
+  r->stats->bytes_before += bytes;
+  r->stats->bytes_after += bytes;
+  if (r->mode == BS__COMPACT_INC) {
+    j->phase = BS__JOB_IFOLD;
+    return BS_OK;
+  }
+  bs__seen_clear(&r->seen);
+  j->phase = BS__JOB_SCAN;
+  j->pos = r->horizon;
+  return BS_OK;
+}
+
+int bs__compact_job_run(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                        bs__compact_job *j, uint64_t *budget, uint64_t *processed) {
+  int rc = BS_OK, started = j->phase != BS__JOB_DONE;
+  while (!rc && j->phase != BS__JOB_DONE && !bs__compact_txn_full(t)) {
+    bs__compact_delta d;
+    memset(&d, 0, sizeof d);
+    switch (j->phase) {
+    case BS__JOB_START:
+      rc = start_phase(cur, x, r, j);
+      break;
+    case BS__JOB_SCAN:
+      rc = scan_phase(cur, x, r, t, j, &d);
+      break;
+    case BS__JOB_FOLD:
+    case BS__JOB_IFOLD:
+      rc = fold_phase(cur, x, r, t, j, budget, &d);
+      break;
+    case BS__JOB_MOVE:
+      rc = move_phase(cur, x, r, t, j, &d);
+      break;
+    case BS__JOB_INC:
+      rc = inc_phase(cur, x, r, t, j, budget, &d);
+      break;
+    case BS__JOB_MARK:
+      j->phase = BS__JOB_DONE;
+      d.mark = 1;
+      break;
+    default:
+      rc = bs__fail(r->err, BS_ECORRUPT, "compact: bad job phase %d", j->phase);
+    }
+    if (rc || (!d.changed && !d.mark) || (rc = cur->apply(x, &d))) continue;
+    delta_stats(r->stats, &d);
+    j->changed |= d.changed;
+    t->changes++; /* the bucket state */
+  }
+  if (!rc && started && j->phase == BS__JOB_DONE && !j->gone) {
+    ++*processed;
+    r->stats->buckets_compacted += (uint64_t)j->changed;
+  }
+  return rc;
 }

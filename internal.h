@@ -878,8 +878,8 @@ typedef struct bs__compact_store {
    * logged superseded entries, in id order; only ids), else every bucket with its figures */
   int (*list)(void *x, int queued, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n,
               bs_error *err);
-  /* works r->ids[r->i] on (r->mode at r->horizon within r->budget), at least one transaction's
-   * worth: advances r->i past every bucket it finished (r->processed counts those that existed) */
+  /* runs the job (bs__compact_job_run) of r->ids[r->i] on, at least one transaction's worth, in
+   * its transactions: advances r->i past every bucket it finished */
   int (*step)(void *x, bs__compact_run *r);
   /* re-emits the live rows of the fragmented buckets among ids (sorted, unique; the backend
    * may reorder them) */
@@ -914,13 +914,6 @@ typedef struct bs__compact_delta {
   int deleted;         /* ops were deleted: last_op may have to come down */
   int mark;            /* record the bucket as compacted (at the horizon) */
 } bs__compact_delta;
-/* The delta's share of a deleted op (size: its stored size), of an op of size rewritten as a
- * MOVE, and of the fold d->clear describes; bare: the stored size of a MOVE or CLEAR. */
-void bs__compact_delta_drop(bs__compact_delta *d, const bs_op *op, uint64_t size);
-void bs__compact_delta_move(bs__compact_delta *d, uint64_t size, uint64_t bare);
-void bs__compact_delta_fold(bs__compact_delta *d, uint64_t bare);
-/* Adds what d did to the statistics (bytes_after by its bytes). */
-void bs__compact_delta_stats(bs_compact_stats *s, const bs__compact_delta *d);
 
 /* A transaction's bounds: ops changed (max_ops_per_txn) and ops visited (max_visits). */
 typedef struct bs__compact_txn {
@@ -930,21 +923,67 @@ static inline int bs__compact_txn_full(const bs__compact_txn *t) {
   return t->changes >= t->max_changes || t->visits >= t->max_visits;
 }
 
-/* A backend's cursor on one bucket's ops. seek_le: the greatest op with op_id <= pos (*found 0
- * when none); prev: the op before the current one; del: deletes the current op (the next seek_le
- * below it goes on). The op and its size (its stored bytes) stay valid until the next call. */
+/* A backend's bucket for the job (compact_run.c): a cursor on its ops and one on its superseded
+ * log, the writes, and its state. seek_le: the greatest op with op_id <= pos (*found 0 when none);
+ * prev, next: the op before or after the current one; seek_ge: the least op with op_id >= pos;
+ * get: the op id exactly. The op and its size (its stored bytes) stay valid until the next call.
+ * del deletes the current op (the next call is a seek); move rewrites op (the current one) as a
+ * MOVE to target, same checksum; fold replaces the bucket's first clear->n ops by one CLEAR at
+ * clear->last_op (BS_ECORRUPT when they are not the ones the walk saw). sup_seek: the log's first
+ * entry with old op >= old (*found 0 when none); sup_next: the one after; sup_del consumes the
+ * current entry (the next call is sup_seek); sup_end (optional) follows a walk of the whole log.
+ * start: whether the bucket exists and its stored bytes, before its job; apply: the delta of a
+ * phase to the bucket's state, in the transaction that made it. bare: the stored size of a MOVE
+ * or CLEAR. A backend may collect writes and apply them in bulk (in apply), or write at once. */
 typedef struct bs__op_cursor {
   int (*seek_le)(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found);
   int (*prev)(void *x, bs_op *op, uint64_t *size, int *found);
+  int (*seek_ge)(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found);
+  int (*next)(void *x, bs_op *op, uint64_t *size, int *found);
+  int (*get)(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found);
   int (*del)(void *x);
+  int (*move)(void *x, const bs_op *op, uint64_t target);
+  int (*fold)(void *x, const bs__clear_acc *clear);
+  int (*sup_seek)(void *x, uint64_t old, uint64_t *old_out, uint64_t *nw, int *found);
+  int (*sup_next)(void *x, uint64_t *old, uint64_t *nw, int *found);
+  int (*sup_del)(void *x);
+  int (*sup_end)(void *x);
+  int (*start)(void *x, uint64_t *bytes, int *exists);
+  int (*apply)(void *x, const bs__compact_delta *d);
+  uint64_t bare;
 } bs__op_cursor;
 
-/* The reverse scan of a bucket from *pos down, within t (full and initial replication, r->mode):
- * full feeds r->seen and scan, writing nothing; initial replication deletes what
- * bs__compact_initial_drop says, into d. Stops when t is full (*pos: where to go on) or at the
- * end of the scan (*done). */
-int bs__compact_scan_walk(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
-                          bs__compact_scan *scan, bs__compact_delta *d, uint64_t *pos, int *done);
+/* A bucket's job: the phases compaction walks it through, resumable at pos between transactions.
+ * Full: SCAN (reverse, read only: the seen-set, the leading run, the highest superseded op) ->
+ * FOLD (the leading run, superseded ops included, into one CLEAR) -> MOVE (the superseded ops
+ * above it) -> MARK. Incremental: IFOLD (the leading run, ops with a due log entry included,
+ * consuming those entries) -> INC (the remaining due entries -> MOVE) -> FOLD (only when IFOLD
+ * handed over without finishing the run). Initial replication: SCAN (deleting) -> FORGET (INC
+ * dropping the due entries, whose old ops are gone) and MARK. */
+enum {
+  BS__JOB_START,
+  BS__JOB_SCAN,
+  BS__JOB_FOLD,
+  BS__JOB_MOVE,
+  BS__JOB_IFOLD,
+  BS__JOB_INC,
+  BS__JOB_MARK,
+  BS__JOB_DONE
+};
+typedef struct bs__compact_job {
+  int phase;
+  int changed;    /* the bucket changed (buckets_compacted) */
+  int gone;       /* the bucket did not exist at its start */
+  int consumed;   /* incremental: entries were consumed (a fold may follow) */
+  int ifold_done; /* IFOLD left the leading run final (no FOLD after INC) */
+  uint64_t pos;   /* resume: SCAN the next op id down, MOVE up, IFOLD/INC the next old op */
+  bs__compact_scan scan;
+} bs__compact_job;
+/* Advances j (zeroed: not started) on bucket x within t as far as t allows, applying each phase
+ * (the statistics, buckets_compacted when it ends having changed the bucket). budget: the
+ * incremental ops left; *processed counts the bucket when its job ends, had it existed. */
+int bs__compact_job_run(const bs__op_cursor *cur, void *x, bs__compact_run *r, bs__compact_txn *t,
+                        bs__compact_job *j, uint64_t *budget, uint64_t *processed);
 /* Runs mode (BS__COMPACT_*) with o (resolved) on the store's stream; stats: the totals, also
  * on failure; *processed (may be NULL): the buckets worked. */
 int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a,

@@ -1,8 +1,8 @@
 /*
  * lmdb_compact.c: the LMDB backend's compaction primitives (contract.md section 6) for the loop of
- * compact_run.c, which decides what is compacted in what order and reports progress; the
- * decisions about each op come from compact.c. This file walks the sub-databases and owns the
- * transactions.
+ * compact_run.c, which decides what is compacted in what order, walks each bucket through its
+ * phases and reports progress; the decisions about each op come from compact.c. This file gives
+ * the cursors and writes, and owns the transactions.
  *
  * Every change is made in short write transactions (at most max_ops_per_txn ops changed and
  * VISIT_FACTOR times that many visited per transaction, over as many buckets as fit: see "Bucket
@@ -16,14 +16,8 @@
  *    same transaction as the ops, so a writer appending to the bucket in between (in this or
  *    another process) is never overwritten.
  * Each transaction re-reads what it changes (op types, the leading run), so a second compactor
- * running at the same time can only make the other one find less to do.
- *
- * Scans resume across transactions by key: the reverse scan keeps the next op id to visit, the
- * incremental pass the next `superseded` key, parameter compaction the next group key.
- *
- * Defragmentation (defragment_ratio > 0) runs after the MOVE/CLEAR pass over the buckets it
- * processed; see "Defragmentation" below. Both full and incremental compaction fold superseded
- * ops of the leading run directly into its CLEAR (no MOVE written first, then deleted).
+ * running at the same time can only make the other one find less to do. Scans resume across
+ * transactions by key (the job's pos; parameter compaction the next group key).
  */
 #include "lmdb_internal.h"
 
@@ -40,15 +34,14 @@ typedef struct cctx {
   bs__compact_run *run; /* the call's (compact_step) */
   bs_error *err;
   bs__compact_txn t; /* the current transaction's bounds */
-  /* cursors on ops and superseded, open for a bucket-job transaction (work_step) */
+  /* a bucket-job transaction (work_step) with cursors on ops and superseded */
+  MDB_txn *txn;
   MDB_cursor *oc, *ec;
   /* jobs are numbered as they start; seen_job: the job whose rows the seen-set holds */
   uint64_t job_seq, seen_job;
   struct work *w;       /* the bucket jobs (compact_step) */
   struct param_arg *pa; /* the parameter pass (compact_param_step) */
 } cctx;
-
-typedef bs__compact_delta bdelta;
 
 /* ---- Small encoders ------------------------------------------------------------------------- */
 
@@ -140,7 +133,8 @@ static int last_op_of(cctx *c, uint64_t id, uint64_t *out) {
 }
 
 /* Applies d to the bucket's state inside txn. */
-static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bdelta *d, uint64_t compacted_op) {
+static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bs__compact_delta *d,
+                       uint64_t compacted_op) {
   bstate b;
   int rc;
   if ((rc = state_load(c, txn, id, &b))) return rc;
@@ -229,22 +223,6 @@ static int read_rec(cctx *c, MDB_txn *txn, int initial, bs__stream_rec *out) {
   if (rc == BS_OK && initial)
     rc = bs__compact_initial_check(c->stream, out->has_checkpoint_lsn, out->checkpoint, c->err);
   return rc;
-}
-
-/* Dequeues the bucket when it has no `superseded` entry left. Checked by key inside the
- * transaction, so an entry a writer added between two of our transactions keeps it queued. */
-static int dequeue_if_empty(cctx *c, MDB_txn *txn, uint64_t bucket) {
-  unsigned char kb[BS_SUP_KEY_SIZE], qk[BS_CQUEUE_KEY_SIZE];
-  MDB_val k, v, q = {sizeof qk, qk};
-  int mrc;
-  bs__lmdb_sup_key(kb, bucket, 0);
-  mrc = seek_ge(c->ec, kb, sizeof kb, &k, &v);
-  if (mrc == 0 && in_bucket(&k, bucket)) return BS_OK;
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
-  bs__lmdb_cqueue_key(qk, c->stream, bucket);
-  mrc = mdb_del(txn, c->db->cqueue, &q, NULL);
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: dequeue bucket");
-  return BS_OK;
 }
 
 /* ---- Defragmentation ------------------------------------------------------------------------
@@ -422,23 +400,10 @@ static int compact_defragment(void *x, bs__compact_run *run, uint64_t *ids, size
 
 /* ---- Bucket jobs: every kind of bucket compaction, many buckets per transaction ------------
  *
- * A job walks one bucket through phases; a transaction runs jobs (the current one, then the
- * next buckets) until it has changed max_ops_per_txn ops or visited VISIT_FACTOR times that
- * many, then commits. So the number of commits (each an fsync when durable) follows the number
- * of ops changed, not the number of buckets. Every phase stops at a key it can resume from.
- *
- * Full compaction:   START -> SCAN (reverse, read-only: the seen-set, the length of the leading
- *                    run, the highest superseded op) -> FOLD (the leading run, superseded PUTs
- *                    and REMOVEs included, straight into one CLEAR) -> MOVE (forward: the
- *                    superseded ops above the run) -> MARK (record the bucket as compacted).
- *                    Folding superseded ops directly saves rewriting them as MOVEs first.
- * Incremental:       START -> IFOLD (the leading run, ops whose `superseded` entry is due
- *                    included, straight into one CLEAR, consuming those entries) -> INC (the
- *                    remaining entries at the horizon -> MOVE) -> FOLD (the leading run of
- *                    REMOVE/MOVE/CLEAR, only when IFOLD handed over without finishing the run).
- * Initial replication: START -> SCAN (reverse, deleting superseded ops, MOVE/CLEAR residue and
- *                    REMOVEs whose row has nothing earlier) -> FORGET (INC's walk, dropping the
- *                    `superseded` entries at the horizon) and MARK.
+ * compact_run.c's job walks a bucket through its phases over the cursors below; a transaction
+ * runs jobs (the current one, then the next buckets) until it has changed max_ops_per_txn ops or
+ * visited VISIT_FACTOR times that many, then commits. So the number of commits (each an fsync
+ * when durable) follows the number of ops changed, not the number of buckets.
  *
  * The seen-set belongs to the current job and is cleared only when a job starts. A map-full retry
  * restores the work as it was when the transaction began; its job's seen-set must then hold at
@@ -458,92 +423,19 @@ static size_t max_visits(size_t max_ops) {
   return max_ops > SIZE_MAX / VISIT_FACTOR ? SIZE_MAX : max_ops * VISIT_FACTOR;
 }
 
-enum { J_START, J_SCAN, J_FOLD, J_MOVE, J_IFOLD, J_INC, J_MARK, J_DONE };
-enum { W_FULL = BS__COMPACT_FULL, W_INC = BS__COMPACT_INC, W_INITIAL = BS__COMPACT_INITIAL };
-
-typedef struct job {
-  int phase;
-  int changed;    /* the bucket changed (stats: buckets_compacted) */
-  int consumed;   /* incremental: entries were consumed (a fold may follow) */
-  int ifold_done; /* incremental: IFOLD left the leading run final (no FOLD after INC) */
-  uint64_t pos;   /* resume key: SCAN the next op id (descending), MOVE the next op id, IFOLD,
-                 * INC and FORGET the next `superseded` old op id */
-  bs__compact_scan scan; /* SCAN: the leading run and the highest superseded op so far */
-  uint64_t seq;          /* the job's number (cctx.job_seq) */
-} job;
-
 typedef struct work {
-  int mode;
-  uint64_t horizon;
-  const uint64_t *ids;
-  size_t n, i;
+  size_t i;           /* the run's batch: the next bucket */
   uint64_t budget;    /* incremental op budget left (UINT64_MAX = unbounded) */
   uint64_t processed; /* jobs completed on an existing bucket */
-  job j;
+  bs__compact_job j;
+  uint64_t seq;             /* the job's number (cctx.job_seq) */
   int rerun, rerun_changed; /* full: j starts again (work_step), j had changed the bucket */
 } work;
-
-static int txn_full(const cctx *c) {
-  return bs__compact_txn_full(&c->t);
-}
 
 static int bad_op(cctx *c, uint64_t bucket) {
   return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
                   (unsigned long long)bucket);
 }
-
-/* The old and new op ids of the bucket's `superseded` entry (k, v). */
-static int sup_entry(cctx *c, uint64_t bucket, const MDB_val *k, const MDB_val *v, uint64_t *old,
-                     uint64_t *nw) {
-  uint64_t b;
-  if (bs__lmdb_sup_decode(k, v, &b, old, nw) || b != bucket)
-    return bs__fail(c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
-                    (unsigned long long)bucket);
-  return BS_OK;
-}
-
-static int job_start(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
-  bstate b;
-  int rc = state_load(c, txn, bucket, &b);
-  if (rc == BS_ENOTFOUND && w->mode == W_INC) { /* queued, then cleared: nothing to do */
-    w->j.phase = J_DONE;
-    return BS_OK;
-  }
-  if (rc) return rc;
-  if (!w->rerun) { /* a rerun's bucket is counted already */
-    c->stats->bytes_before += b.s.bytes;
-    c->stats->bytes_after += b.s.bytes;
-  }
-  memset(&w->j, 0, sizeof w->j);
-  w->j.seq = ++c->job_seq;
-  w->j.changed = w->rerun && w->rerun_changed;
-  w->rerun = 0;
-  if (w->mode == W_INC) {
-    w->j.phase = J_IFOLD;
-  } else {
-    bs__seen_clear(c->seen);
-    c->seen_job = w->j.seq;
-    w->j.phase = J_SCAN;
-    w->j.pos = w->horizon;
-  }
-  return BS_OK;
-}
-
-/* Commits a phase's delta to the bucket state and the statistics. */
-static int job_apply(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, const bdelta *d) {
-  int rc;
-  if (!d->changed && !d->mark) return BS_OK;
-  if ((rc = state_apply(c, txn, bucket, d, w->horizon))) return rc;
-  bs__compact_delta_stats(c->stats, d);
-  if (d->changed) w->j.changed = 1;
-  c->t.changes++; /* the bucket state */
-  return BS_OK;
-}
-
-/* ---- Phases ----------------------------------------------------------------------------------
- * Each phase walks the bucket through the job cursors (c->oc on ops, c->ec on superseded),
- * records what it changed in d (zeroed, applied by job_run on success) and stops at a key it
- * can resume from (j->pos). */
 
 /* Rewrites the op under the ops cursor as a MOVE or CLEAR: the fixed header with no payload,
  * same key, in place (a value no larger: the cursor stays on it). */
@@ -560,73 +452,8 @@ static int put_bare(cctx *c, const MDB_val *k, bs_op_type t, uint32_t checksum, 
   return mdb_cursor_put(c->oc, &ck, &cv, MDB_CURRENT);
 }
 
-/* Turns the op (key k, value size) under the ops cursor into a MOVE to target. */
-static int write_move(cctx *c, bdelta *d, const MDB_val *k, size_t size, uint32_t checksum,
-                      uint64_t target) {
-  int mrc;
-  bs__compact_delta_move(d, size, BS_OP_HEADER_SIZE);
-  c->t.changes++;
-  if ((mrc = put_bare(c, k, BS_OP_MOVE, checksum, target)))
-    return mdb_err(c, mrc, "compact: write MOVE");
-  return BS_OK;
-}
-
-/* A fold's pass 2: deletes the bucket's first n ops and writes the CLEAR d->clear describes
- * over the n-th; fills d. */
-static int fold_write(cctx *c, uint64_t bucket, size_t n, bdelta *d) {
-  MDB_val k, v;
-  unsigned char kb[16];
-  size_t i;
-  int mrc;
-  bs__lmdb_op_key(kb, bucket, 0);
-  mrc = seek_ge(c->oc, kb, 16, &k, &v);
-  for (i = 0; i < n && mrc == 0; i++) {
-    if (!in_bucket(&k, bucket)) break;
-    if (i + 1 < n) {
-      if ((mrc = mdb_cursor_del(c->oc, 0))) break;
-      mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT);
-    } else {
-      if (bs__get_u64be((const unsigned char *)k.mv_data + 8) != d->clear.last_op) break;
-      mrc = put_bare(c, &k, BS_OP_CLEAR, d->clear.checksum, d->clear.target_op);
-    }
-  }
-  if (mrc) return mdb_err(c, mrc, "compact: fold");
-  if (i < n)
-    return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
-                    (unsigned long long)bucket);
-  bs__compact_delta_fold(d, BS_OP_HEADER_SIZE);
-  return BS_OK;
-}
-
-/* MOVE, full compaction: the superseded ops the fold left (above the run), in op order. */
-static int move_rest(cctx *c, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  uint64_t last = j->scan.max_moved < w->horizon ? j->scan.max_moved : w->horizon;
-  MDB_val k, v;
-  unsigned char kb[16];
-  int mrc, rc;
-  bs__lmdb_op_key(kb, bucket, j->pos);
-  for (mrc = seek_ge(c->oc, kb, 16, &k, &v); mrc == 0 && in_bucket(&k, bucket);
-       mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT)) {
-    bs_op op;
-    uint64_t target;
-    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
-    if (op.op_id > last) break;
-    if (txn_full(c)) {
-      j->pos = op.op_id;
-      return BS_OK;
-    }
-    c->t.visits++;
-    if (bs__compact_superseded(c->seen, &op, &target) &&
-        (rc = write_move(c, d, &k, v.mv_size, op.checksum, target)))
-      return rc;
-  }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
-  j->phase = J_MARK;
-  return BS_OK;
-}
-
-/* The bucket's ops as the walk's cursor (bs__op_cursor) on the job's ops cursor. */
+/* The job's bucket (bs__op_cursor) on the transaction's cursors: c->oc on ops, c->ec on
+ * superseded. */
 typedef struct ocur {
   cctx *c;
   uint64_t bucket;
@@ -642,18 +469,40 @@ static int ocur_got(ocur *o, int mrc, const MDB_val *k, const MDB_val *v, bs_op 
   return BS_OK;
 }
 
-static int ocur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
-  ocur *o = x;
+static int ocur_seek(ocur *o, uint64_t pos, int le, bs_op *op, uint64_t *size, int *found) {
   MDB_val k, v;
   unsigned char kb[16];
   bs__lmdb_op_key(kb, o->bucket, pos);
-  return ocur_got(o, seek_le(o->c->oc, kb, 16, &k, &v), &k, &v, op, size, found);
+  return ocur_got(o, le ? seek_le(o->c->oc, kb, 16, &k, &v) : seek_ge(o->c->oc, kb, 16, &k, &v), &k,
+                  &v, op, size, found);
+}
+
+static int ocur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  return ocur_seek(x, pos, 1, op, size, found);
+}
+
+static int ocur_seek_ge(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  return ocur_seek(x, pos, 0, op, size, found);
+}
+
+static int ocur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found) {
+  int rc = ocur_seek(x, id, 0, op, size, found);
+  *found = *found && op->op_id == id;
+  return rc;
+}
+
+static int ocur_step(void *x, MDB_cursor_op dir, bs_op *op, uint64_t *size, int *found) {
+  ocur *o = x;
+  MDB_val k, v;
+  return ocur_got(o, mdb_cursor_get(o->c->oc, &k, &v, dir), &k, &v, op, size, found);
 }
 
 static int ocur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
-  ocur *o = x;
-  MDB_val k, v;
-  return ocur_got(o, mdb_cursor_get(o->c->oc, &k, &v, MDB_PREV), &k, &v, op, size, found);
+  return ocur_step(x, MDB_PREV, op, size, found);
+}
+
+static int ocur_next(void *x, bs_op *op, uint64_t *size, int *found) {
+  return ocur_step(x, MDB_NEXT, op, size, found);
 }
 
 static int ocur_del(void *x) {
@@ -662,270 +511,128 @@ static int ocur_del(void *x) {
   return mrc ? mdb_err(o->c, mrc, "compact: delete op") : BS_OK;
 }
 
-static const bs__op_cursor ocur_ops = {ocur_seek_le, ocur_prev, ocur_del};
-
-/* SCAN, the walk's reverse scan from pos (bs__compact_scan_walk): full compaction records rows,
- * initial replication deletes. */
-static int scan_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  ocur o = {c, bucket};
-  int rc, done;
-  if ((rc = bs__compact_scan_walk(&ocur_ops, &o, c->run, &c->t, &j->scan, d, &j->pos, &done)) ||
-      !done)
-    return rc;
-  if (w->mode == W_INITIAL)
-    j->phase = J_INC; /* FORGET */
-  else
-    j->phase = j->scan.run >= BS_CLEAR_MIN_RUN ? J_FOLD : j->scan.max_moved ? J_MOVE : J_MARK;
-  return BS_OK;
+static int ocur_move(void *x, const bs_op *op, uint64_t target) {
+  ocur *o = x;
+  unsigned char kb[16];
+  MDB_val k = {16, kb};
+  int mrc;
+  bs__lmdb_op_key(kb, o->bucket, op->op_id);
+  mrc = put_bare(o->c, &k, BS_OP_MOVE, op->checksum, target);
+  return mrc ? mdb_err(o->c, mrc, "compact: write MOVE") : BS_OK;
 }
 
-/* The phase after a fold: IFOLD hands over to INC (final: the run is final and INC only changes
- * ops above it, so no FOLD follows), FOLD goes on to MOVE or MARK (full) or ends the job. */
-static void fold_next(work *w, int final) {
-  job *j = &w->j;
-  if (j->phase == J_IFOLD) {
-    j->ifold_done = final;
-    j->phase = J_INC;
-    return;
-  }
-  j->pos = 0;
-  j->phase = w->mode != W_FULL ? J_DONE : j->scan.max_moved ? J_MOVE : J_MARK;
-}
-
-/* FOLD and IFOLD: the bucket's first ops, while they are in the leading run, become one CLEAR at
- * the last one's id, at most the transaction's room at a time (a CLEAR left by an earlier share
- * is folded again by the next). In the run: REMOVE/MOVE/CLEAR, and the PUT/REMOVEs that are
- * superseded: in full compaction by the seen-set; in IFOLD (incremental, before INC) by a
- * `superseded` entry that INC would consume and turn into a MOVE (target = the entry's new op).
- * IFOLD consumes those entries, so each of them costs a delete instead of a MOVE write and then
- * a delete. Entries are consumed in key order exactly as INC would (entries of ops no longer
- * stored included, within the op budget), so the result is the one INC then FOLD would give.
- * When IFOLD's share is not worth it (nothing for this job to consume, a run shorter than 2) it
- * changes nothing and hands over to INC then FOLD. A share shorter than 2 that does not fit
- * waits for a fresh transaction. pos (IFOLD): the first entry not yet consumed. */
-static int fold_run(cctx *c, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  int inc = j->phase == J_IFOLD, full = w->mode == W_FULL;
-  size_t room = c->o.max_ops_per_txn - c->t.changes, n = 0, kn = 0, del;
-  int fresh = c->t.changes == 0 && c->t.visits == 0;
-  uint64_t budget = w->budget, stop = j->pos, last = 0;
-  MDB_cursor *oc = c->oc, *ec = c->ec;
-  MDB_val k, v, ek, ev;
-  unsigned char kb[16], ekb[BS_SUP_KEY_SIZE];
-  int mrc, erc = MDB_NOTFOUND, rc, ended = 0, cut = 0;
-  /* pass 1: this transaction's share of the run, the entries it consumes, the CLEAR */
-  bs__lmdb_op_key(kb, bucket, 0);
-  mrc = seek_ge(oc, kb, 16, &k, &v);
-  bs__lmdb_sup_key(ekb, bucket, j->pos);
-  if (inc) erc = seek_ge(ec, ekb, sizeof ekb, &ek, &ev);
-  for (;;) {
-    bs_op op;
-    uint64_t eold = 0, enw = 0, target = 0;
-    int has_e, at;
-    if (erc && erc != MDB_NOTFOUND) break;
-    has_e = erc == 0 && in_bucket(&ek, bucket);
-    if (inc && !has_e && !j->consumed && kn == 0) break; /* nothing to consume: INC finds nothing */
-    if (mrc || !in_bucket(&k, bucket)) {                 /* the whole bucket is one run */
-      ended = 1;
-      stop = last + 1;
-      break;
-    }
-    if (bs__lmdb_op_decode(&k, &v, &op)) return bad_op(c, bucket);
-    if (op.op_id > w->horizon) {
-      ended = 1;
-      stop = op.op_id;
-      break;
-    }
-    /* entries of ops no longer stored (folded or deleted earlier), then this op's own */
-    for (; has_e; has_e = erc == 0 && in_bucket(&ek, bucket)) {
-      if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
-      if (eold >= op.op_id) break;
-      at = bs__compact_entry_due(enw, w->horizon) && budget > 0;
-      if (n + kn + (size_t)at > room || c->t.visits >= c->t.max_visits) {
-        cut = 1;
-        stop = eold;
-        break;
-      }
-      c->t.visits++;
-      if (at) {
-        kn++;
-        if (budget != UINT64_MAX) budget--;
-      }
-      erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
-    }
-    if (cut || (erc && erc != MDB_NOTFOUND)) break;
-    has_e = has_e && eold == op.op_id;
-    at = has_e && bs__compact_entry_due(enw, w->horizon) && budget > 0;
-    /* superseded: INC would write it as a MOVE to enw (full: the seen-set's target); a
-     * REMOVE/MOVE/CLEAR is in the run as it is (its entry consumed if due); any other PUT
-     * survives and ends the run */
-    if (full)
-      bs__compact_superseded(c->seen, &op, &target);
-    else if (at && bs__compact_entry_moves(&op, enw))
-      target = enw;
-    if (!bs__compact_in_run(&op, target)) {
-      ended = 1;
-      stop = op.op_id;
-      break;
-    }
-    if (n + 1 + kn + (size_t)at > room || c->t.visits >= c->t.max_visits) {
-      cut = 1;
-      stop = op.op_id;
-      break;
-    }
-    c->t.visits += 1 + (size_t)has_e;
-    bs__clear_acc_add(&d->clear, &op, target, v.mv_size);
-    n++;
-    last = op.op_id;
-    if (at) {
-      kn++;
-      if (budget != UINT64_MAX) budget--;
-    }
-    if (has_e) erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
-    mrc = mdb_cursor_get(oc, &k, &v, MDB_NEXT);
-  }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: scan ops");
-  if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: superseded entries");
-  if (n < BS_CLEAR_MIN_RUN || (inc && !j->consumed && kn == 0)) { /* d->changed 0: not applied */
-    if (cut && n < BS_CLEAR_MIN_RUN && !fresh) { /* no room left in this transaction: the next */
-      c->t.changes = c->o.max_ops_per_txn;
-      return BS_OK;
-    }
-    /* nothing folded here: IFOLD goes on to INC, then FOLD unless the run is final and short */
-    fold_next(w, ended && n < BS_CLEAR_MIN_RUN);
-    return BS_OK;
-  }
-  /* pass 2: the fold, then the first kn due entries from pos */
-  if ((rc = fold_write(c, bucket, n, d))) return rc;
-  erc = kn ? seek_ge(ec, ekb, sizeof ekb, &ek, &ev) : MDB_NOTFOUND;
-  for (del = 0; del < kn && erc == 0 && in_bucket(&ek, bucket);) {
-    uint64_t eold, enw;
-    if ((rc = sup_entry(c, bucket, &ek, &ev, &eold, &enw))) return rc;
-    if (bs__compact_entry_due(enw, w->horizon)) {
-      if ((erc = mdb_cursor_del(ec, 0))) break;
-      del++;
-    }
-    erc = mdb_cursor_get(ec, &ek, &ev, MDB_NEXT);
-  }
-  if (erc && erc != MDB_NOTFOUND) return mdb_err(c, erc, "compact: delete superseded entry");
-  if (del < kn)
-    return bs__fail(c->err, BS_ECORRUPT,
-                    "bucket id %llu: superseded entries changed under the fold",
-                    (unsigned long long)bucket);
-  w->budget = budget;
-  c->t.changes += n + kn;
-  if (kn) j->consumed = 1;
-  j->pos = stop;
-  if (ended) fold_next(w, 1);
-  return BS_OK;
-}
-
-/* INC: converts the bucket's logged superseded ops at the horizon to MOVE and consumes their
- * entries (an op already gone or moved just consumes its entry). FORGET, initial replication:
- * only drops the entries at the horizon (their old ops are gone), then records the bucket as
- * compacted. Either dequeues the bucket when no entry remains. */
-static int inc_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket, bdelta *d) {
-  job *j = &w->j;
-  MDB_cursor *cur = c->ec;
+/* Deletes the bucket's first n ops and writes the CLEAR over the n-th. */
+static int ocur_fold(void *x, const bs__clear_acc *clear) {
+  ocur *o = x;
+  cctx *c = o->c;
   MDB_val k, v;
-  unsigned char kb[BS_SUP_KEY_SIZE];
-  int mrc, rc;
-  bs__lmdb_sup_key(kb, bucket, j->pos);
-  mrc = seek_ge(cur, kb, sizeof kb, &k, &v);
-  while (mrc == 0 && in_bucket(&k, bucket)) {
-    uint64_t old, nw;
-    unsigned char ok[16];
-    MDB_val opk = {16, ok}, opv;
-    bs_op op;
-    if ((rc = sup_entry(c, bucket, &k, &v, &old, &nw))) return rc;
-    if (w->budget == 0) { /* out of budget: fold what was consumed, then stop */
-      j->pos = old;
-      j->phase = j->consumed && !j->ifold_done ? J_FOLD : J_DONE;
-      return BS_OK;
+  unsigned char kb[16];
+  size_t i;
+  int mrc;
+  bs__lmdb_op_key(kb, o->bucket, 0);
+  mrc = seek_ge(c->oc, kb, 16, &k, &v);
+  for (i = 0; i < clear->n && mrc == 0; i++) {
+    if (!in_bucket(&k, o->bucket)) break;
+    if (i + 1 < clear->n) {
+      if ((mrc = mdb_cursor_del(c->oc, 0))) break;
+      mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT);
+    } else {
+      if (bs__get_u64be((const unsigned char *)k.mv_data + 8) != clear->last_op) break;
+      mrc = put_bare(c, &k, BS_OP_CLEAR, clear->checksum, clear->target_op);
     }
-    if (txn_full(c)) {
-      j->pos = old;
-      return BS_OK;
-    }
-    c->t.visits++;
-    if (!bs__compact_entry_due(nw, w->horizon)) { /* a later pass takes it */
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-      continue;
-    }
-    if (w->budget != UINT64_MAX) w->budget--;
-    bs__lmdb_op_key(ok, bucket, old);
-    mrc = w->mode == W_INITIAL ? MDB_NOTFOUND : mdb_cursor_get(c->oc, &opk, &opv, MDB_SET_KEY);
-    if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: read op");
-    if (mrc == 0) {
-      if (bs__lmdb_op_decode(&opk, &opv, &op)) return bad_op(c, bucket);
-      if (bs__compact_entry_moves(&op, nw) &&
-          (rc = write_move(c, d, &opk, opv.mv_size, op.checksum, nw)))
-        return rc;
-    }
-    j->consumed = 1;
-    c->t.changes++;
-    if ((mrc = mdb_cursor_del(cur, 0))) return mdb_err(c, mrc, "compact: delete superseded entry");
-    bs__lmdb_sup_key(kb, bucket, old + 1);
-    mrc = seek_ge(cur, kb, sizeof kb, &k, &v);
   }
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(c, mrc, "compact: superseded entries");
-  if ((rc = dequeue_if_empty(c, txn, bucket))) return rc;
-  j->pos = 0;
-  j->phase = j->consumed && !j->ifold_done && w->mode != W_INITIAL ? J_FOLD : J_DONE;
-  d->mark = w->mode == W_INITIAL;
+  if (mrc) return mdb_err(c, mrc, "compact: fold");
+  if (i < clear->n)
+    return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
+                    (unsigned long long)o->bucket);
   return BS_OK;
 }
 
-/* Advances the current job as far as this transaction's room allows. */
-static int job_run(cctx *c, MDB_txn *txn, work *w, uint64_t bucket) {
-  int rc = BS_OK;
-  while (!rc && w->j.phase != J_DONE && !txn_full(c)) {
-    bdelta d;
-    memset(&d, 0, sizeof d);
-    switch (w->j.phase) {
-    case J_START:
-      rc = job_start(c, txn, w, bucket);
-      break;
-    case J_SCAN:
-      rc = scan_run(c, w, bucket, &d);
-      break;
-    case J_FOLD:
-    case J_IFOLD:
-      rc = fold_run(c, w, bucket, &d);
-      break;
-    case J_MOVE:
-      rc = move_rest(c, w, bucket, &d);
-      break;
-    case J_INC:
-      rc = inc_run(c, txn, w, bucket, &d);
-      break;
-    case J_MARK:
-      w->j.phase = J_DONE;
-      d.mark = 1;
-      break;
-    default:
-      rc = bs__fail(c->err, BS_ECORRUPT, "compact: bad job phase %d", w->j.phase);
-    }
-    if (!rc) rc = job_apply(c, txn, w, bucket, &d);
-  }
-  return rc;
+static int ocur_sup_got(ocur *o, int mrc, const MDB_val *k, const MDB_val *v, uint64_t *old,
+                        uint64_t *nw, int *found) {
+  uint64_t b;
+  *found = mrc == 0 && in_bucket(k, o->bucket);
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(o->c, mrc, "compact: superseded entries");
+  if (*found && (bs__lmdb_sup_decode(k, v, &b, old, nw) || b != o->bucket))
+    return bs__fail(o->c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
+                    (unsigned long long)o->bucket);
+  return BS_OK;
 }
+
+static int ocur_sup_seek(void *x, uint64_t old, uint64_t *old_out, uint64_t *nw, int *found) {
+  ocur *o = x;
+  unsigned char kb[BS_SUP_KEY_SIZE];
+  MDB_val k, v;
+  bs__lmdb_sup_key(kb, o->bucket, old);
+  return ocur_sup_got(o, seek_ge(o->c->ec, kb, sizeof kb, &k, &v), &k, &v, old_out, nw, found);
+}
+
+static int ocur_sup_next(void *x, uint64_t *old, uint64_t *nw, int *found) {
+  ocur *o = x;
+  MDB_val k, v;
+  return ocur_sup_got(o, mdb_cursor_get(o->c->ec, &k, &v, MDB_NEXT), &k, &v, old, nw, found);
+}
+
+static int ocur_sup_del(void *x) {
+  ocur *o = x;
+  int mrc = mdb_cursor_del(o->c->ec, 0);
+  return mrc ? mdb_err(o->c, mrc, "compact: delete superseded entry") : BS_OK;
+}
+
+/* Dequeues the bucket when it has no `superseded` entry left. Checked by key inside the
+ * transaction, so an entry a writer added between two of our transactions keeps it queued. */
+static int ocur_sup_end(void *x) {
+  ocur *o = x;
+  unsigned char qk[BS_CQUEUE_KEY_SIZE];
+  MDB_val q = {sizeof qk, qk};
+  uint64_t old, nw;
+  int found, mrc, rc = ocur_sup_seek(x, 0, &old, &nw, &found);
+  if (rc || found) return rc;
+  bs__lmdb_cqueue_key(qk, o->c->stream, o->bucket);
+  mrc = mdb_del(o->c->txn, o->c->db->cqueue, &q, NULL);
+  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(o->c, mrc, "compact: dequeue bucket");
+  return BS_OK;
+}
+
+/* A job's start: a rerun's bucket (work_step) is counted already. */
+static int ocur_start(void *x, uint64_t *bytes, int *exists) {
+  ocur *o = x;
+  cctx *c = o->c;
+  bstate b;
+  int rc = state_load(c, c->txn, o->bucket, &b);
+  if ((*exists = rc != BS_ENOTFOUND) == 0 || rc) return *exists ? rc : BS_OK;
+  *bytes = c->w->rerun ? 0 : b.s.bytes;
+  c->w->rerun = 0;
+  c->w->seq = ++c->job_seq;
+  c->seen_job = c->w->seq; /* cleared now by all but incremental jobs, which use none */
+  return BS_OK;
+}
+
+static int ocur_apply(void *x, const bs__compact_delta *d) {
+  ocur *o = x;
+  return state_apply(o->c, o->c->txn, o->bucket, d, o->c->run->horizon);
+}
+
+static const bs__op_cursor ocur_ops = {ocur_seek_le,  ocur_prev,     ocur_seek_ge,     ocur_next,
+                                       ocur_get,      ocur_del,      ocur_move,        ocur_fold,
+                                       ocur_sup_seek, ocur_sup_next, ocur_sup_del,     ocur_sup_end,
+                                       ocur_start,    ocur_apply,    BS_OP_HEADER_SIZE};
 
 /* Runs jobs in this transaction until it is full (see the top of this section). */
-static int work_jobs(cctx *c, MDB_txn *txn, work *w) {
+static int work_jobs(cctx *c, work *w) {
+  const bs__compact_run *r = c->run;
   int rc;
-  while (w->i < w->n && !txn_full(c)) {
-    int resumed = w->j.phase != J_START;
-    if ((rc = job_run(c, txn, w, w->ids[w->i]))) return rc;
-    if (w->j.phase != J_DONE) break;
-    if (w->j.changed) c->stats->buckets_compacted++;
-    w->processed++;
+  while (w->i < r->n && !bs__compact_txn_full(&c->t)) {
+    int resumed = w->j.phase != BS__JOB_START;
+    ocur o = {c, r->ids[w->i]};
+    if ((rc = bs__compact_job_run(&ocur_ops, &o, c->run, &c->t, &w->j, &w->budget, &w->processed)))
+      return rc;
+    if (w->j.phase != BS__JOB_DONE) break;
     memset(&w->j, 0, sizeof w->j);
     w->i++;
-    if (w->mode == W_INC && w->budget == 0) break; /* the loop stops between buckets */
+    if (r->mode == BS__COMPACT_INC && w->budget == 0) break; /* the loop stops between buckets */
     /* see the top of this section: an initial-replication job's seen-set must survive a retry */
-    if (resumed && w->mode == W_INITIAL) break;
+    if (resumed && r->mode == BS__COMPACT_INITIAL) break;
   }
   return BS_OK;
 }
@@ -933,21 +640,23 @@ static int work_jobs(cctx *c, MDB_txn *txn, work *w) {
 static int work_step(cctx *c, MDB_txn *txn, void *arg) {
   work *w = arg;
   bs__stream_rec rec;
-  int rc, mrc;
+  int rc, mrc, mode = c->run->mode;
   c->t.changes = c->t.visits = 0;
+  c->txn = txn;
   /* a map-full retry of a transaction in which a later job cleared the seen-set: the full job
    * it resumes starts again from its bucket as committed (see the top of this section) */
-  if (w->mode == W_FULL && w->j.phase != J_START && w->j.seq != c->seen_job) {
+  if (mode == BS__COMPACT_FULL && w->j.phase != BS__JOB_START && w->seq != c->seen_job) {
     w->rerun = 1;
     w->rerun_changed = w->j.changed;
     memset(&w->j, 0, sizeof w->j);
+    w->j.changed = w->rerun_changed;
   }
-  if (w->mode == W_INITIAL && (rc = read_rec(c, txn, 1, &rec))) return rc;
+  if (mode == BS__COMPACT_INITIAL && (rc = read_rec(c, txn, 1, &rec))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->ops, &c->oc))) return mdb_err(c, mrc, "compact: cursor");
   if ((mrc = mdb_cursor_open(txn, c->db->superseded, &c->ec))) {
     rc = mdb_err(c, mrc, "compact: cursor");
   } else {
-    rc = work_jobs(c, txn, w);
+    rc = work_jobs(c, w);
     mdb_cursor_close(c->ec);
   }
   mdb_cursor_close(c->oc);
@@ -962,19 +671,14 @@ static int compact_step(void *x, bs__compact_run *r) {
   int rc;
   c->seen = &r->seen;
   c->run = r;
-  w->mode = r->mode;
-  w->horizon = r->horizon;
-  w->ids = r->ids;
-  w->n = r->n;
   w->i = r->i;
   w->budget = r->budget;
   w->processed = r->processed;
   rc = run_write(c, work_step, w, sizeof *w);
-  w->ids = NULL; /* the run's array: not kept past this step */
   r->i = w->i;
   r->budget = w->budget;
   r->processed = w->processed;
-  r->busy = w->j.phase != J_START;
+  r->busy = w->j.phase != BS__JOB_START;
   return rc;
 }
 

@@ -8,6 +8,7 @@
  */
 #include "mem_internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 typedef struct mcx {
@@ -19,166 +20,177 @@ static int sup_cmp(const void *x, const void *y) {
   return u64_cmp(&((const mem_sup *)x)->old_op, &((const mem_sup *)y)->old_op);
 }
 
-#define DROP UINT64_MAX /* a plan's target: the op is deleted (initial replication) */
-
-/* Applies a plan to b (target: b->n entries, each op's MOVE target, DROP or 0 = kept): with fold,
- * the leading run at or below h becomes one CLEAR first. Counts into stats. In place (the CLEAR
- * replaces two ops or more), so nothing can fail. A dropped CLEAR takes the torn span with it. */
-static void apply_plan(const bs_allocator *a, mem_stream *s, mem_bucket *b, uint64_t h,
-                       const uint64_t *target, int fold, bs_compact_stats *stats) {
-  bs__clear_acc clear;
-  size_t run = 0, nn = 0, drop = 0, moved = 0;
-  memset(&clear, 0, sizeof clear);
-  for (; fold && run < b->n && b->ops[run].id <= h; run++) {
-    bs_op op = op_view(&b->ops[run]);
-    if (!bs__compact_in_run(&op, target[run])) break;
-    bs__clear_acc_add(&clear, &op, target[run], op_size(&b->ops[run]));
-  }
-  if (run < BS_CLEAR_MIN_RUN) {
-    run = 0;
-    clear.n_folded = 0;
-  }
-  for (size_t k = 0; k < b->n; k++) {
-    drop += target[k] == DROP;
-    moved += target[k] && target[k] != DROP; /* counted also when folded (as LMDB) */
-  }
-  if (!moved && !run && !drop) return;
-  for (size_t k = 0; k < b->n; k++) { /* nn <= k: ops[k] is read before ops[nn] is written */
-    mem_op m = {.id = b->ops[k].id,
-                .type = BS_OP_MOVE,
-                .checksum = b->ops[k].checksum,
-                .target = target[k]};
-    if (k >= run && !target[k]) {
-      b->ops[nn++] = b->ops[k];
-      continue;
-    }
-    if (target[k] == DROP && b->ops[k].type == BS_OP_CLEAR) b->clear_start = b->clear_op = 0;
-    op_free(a, &b->ops[k]);
-    if (k + 1 == run) { /* the run's last op: the CLEAR takes its place and id */
-      mem_op c = {.id = clear.last_op,
-                  .type = BS_OP_CLEAR,
-                  .checksum = clear.checksum,
-                  .target = clear.target_op};
-      b->ops[nn++] = c;
-    } else if (k >= run && target[k] != DROP) {
-      b->ops[nn++] = m;
-    }
-  }
-  if (run) {
-    b->clear_start = bs__clear_span_start(&clear, b->clear_start, b->clear_op);
-    b->clear_op = clear.last_op;
-  }
-  b->n = nn;
-  if (nn < b->cap / 4) { /* give the space back; on failure the array just stays larger */
-    mem_op *p = bs__realloc(a, b->ops, (nn ? nn : 1) * sizeof *p);
-    if (p) {
-      b->ops = p;
-      b->cap = nn ? nn : 1;
-    }
-  }
-  b->generation = ++s->m.gen_seq;
-  stats->buckets_compacted++;
-  stats->ops_moved += moved;
-  stats->ops_cleared += clear.n_folded;
-  stats->ops_removed += drop;
-}
-
-/* Removes the log entries of b before end that are due at h. */
-static void log_consume(mem_bucket *b, size_t end, uint64_t h) {
-  size_t k = 0;
-  for (size_t i = 0; i < b->nsups; i++)
-    if (i >= end || !bs__compact_entry_due(b->sups[i].new_op, h)) b->sups[k++] = b->sups[i];
-  b->nsups = k;
-}
-
-/* The walk's cursor (bs__op_cursor) on a bucket's op array: ops[k - 1] is the current op; a
- * deleted op is only marked in the plan (target DROP), which apply_plan carries out. */
+/* The job's bucket (bs__op_cursor) under the lock: ops[k] is the current op (k == n: none), and
+ * sups (sorted by old op) the log, sups[e] its current entry. A deleted op is only marked (drop),
+ * and apply closes up the array; a consumed entry gets new_op 0, and the step closes up the log. */
 typedef struct mcur {
-  const mem_bucket *b;
-  size_t k;
-  uint64_t *target;
+  const bs_allocator *a;
+  mem_stream *s;
+  mem_bucket *b;
+  uint64_t horizon;
+  size_t k, e;
+  unsigned char *drop;
+  bs_error *err;
 } mcur;
 
-static int mcur_at(const mcur *m, bs_op *op, uint64_t *size, int *found) {
-  if ((*found = m->k > 0)) {
-    *op = op_view(&m->b->ops[m->k - 1]);
-    *size = op_size(&m->b->ops[m->k - 1]);
+static int mcur_at(mcur *m, size_t k, bs_op *op, uint64_t *size, int *found) {
+  m->k = k < m->b->n ? k : m->b->n;
+  if ((*found = m->k < m->b->n)) {
+    *op = op_view(&m->b->ops[m->k]);
+    *size = op_size(&m->b->ops[m->k]);
   }
   return BS_OK;
+}
+
+/* The first of n records (of stride bytes, each starting with a uint64_t key) whose key is >=
+ * key: ops by id, log entries by old op. */
+_Static_assert(offsetof(mem_op, id) == 0 && offsetof(mem_sup, old_op) == 0, "lower: the key first");
+static size_t lower(const void *base, size_t n, size_t stride, uint64_t key) {
+  const unsigned char *p = base;
+  while (n > 0) {
+    size_t half = n / 2;
+    uint64_t k;
+    memcpy(&k, p + half * stride, sizeof k);
+    if (k < key) {
+      p += (half + 1) * stride;
+      n -= half + 1;
+    } else {
+      n = half;
+    }
+  }
+  return base ? (size_t)(p - (const unsigned char *)base) / stride : 0;
 }
 
 static int mcur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
   mcur *m = x;
-  while (m->k > 0 && m->b->ops[m->k - 1].id > pos) m->k--; /* ids ascend; pos only comes down */
-  return mcur_at(m, op, size, found);
+  size_t k = pos == UINT64_MAX ? m->b->n : lower(m->b->ops, m->b->n, sizeof(mem_op), pos + 1);
+  return mcur_at(m, k ? k - 1 : m->b->n, op, size, found);
 }
 
 static int mcur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
   mcur *m = x;
-  m->k--;
-  return mcur_at(m, op, size, found);
+  return mcur_at(m, m->k ? m->k - 1 : m->b->n, op, size, found);
+}
+
+static int mcur_seek_ge(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  mcur *m = x;
+  return mcur_at(m, lower(m->b->ops, m->b->n, sizeof(mem_op), pos), op, size, found);
+}
+
+static int mcur_next(void *x, bs_op *op, uint64_t *size, int *found) {
+  mcur *m = x;
+  return mcur_at(m, m->k + 1, op, size, found);
+}
+
+static int mcur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found) {
+  mcur *m = x;
+  return mcur_at(m, op_index(m->b, id), op, size, found);
 }
 
 static int mcur_del(void *x) {
   mcur *m = x;
-  m->target[m->k - 1] = DROP;
+  if (!m->drop && !(m->drop = bs__calloc(m->a, m->b->n, 1))) return enomem(m->err, "compact");
+  m->drop[m->k] = 1;
   return BS_OK;
 }
 
-static const bs__op_cursor mcur_ops = {mcur_seek_le, mcur_prev, mcur_del};
+static int mcur_move(void *x, const bs_op *op, uint64_t target) {
+  mcur *m = x;
+  mem_op mv = {.id = op->op_id, .type = BS_OP_MOVE, .checksum = op->checksum, .target = target};
+  op_free(m->a, &m->b->ops[m->k]);
+  m->b->ops[m->k] = mv;
+  return BS_OK;
+}
 
-/* Full or initial-replication compaction of one bucket at r's horizon: the walk's reverse scan,
- * then (full) the fold and the MOVEs, or (initial) the deletions it planned (no residue,
- * contract.md 6) and the log entries at the horizon go with the old ops they name (FORGET). One
- * transaction (the lock): no bound. */
-static int scan_bucket(const bs_allocator *a, mem_stream *s, mem_bucket *b, bs__compact_run *r) {
-  bs__compact_scan scan = {0, 0};
-  bs__compact_txn t = {0, 0, SIZE_MAX, SIZE_MAX};
-  bs__compact_delta d;
-  uint64_t h = r->horizon, pos = h;
-  mcur m = {b, b->n, bs__calloc(a, b->n ? b->n : 1, sizeof *m.target)};
-  int done;
-  if (!m.target) return BS_ENOMEM;
-  memset(&d, 0, sizeof d);
-  bs__seen_clear(&r->seen);
-  bs__compact_scan_walk(&mcur_ops, &m, r, &t, &scan, &d, &pos, &done); /* cannot fail */
-  for (size_t k = 0; scan.max_moved && k < b->n && b->ops[k].id <= h; k++) {
-    bs_op op = op_view(&b->ops[k]);
-    bs__compact_superseded(&r->seen, &op, &m.target[k]);
+/* In place: the CLEAR replaces two ops or more, so nothing can fail. */
+static int mcur_fold(void *x, const bs__clear_acc *clear) {
+  mcur *m = x;
+  mem_bucket *b = m->b;
+  size_t n = (size_t)clear->n;
+  mem_op c = {.id = clear->last_op,
+              .type = BS_OP_CLEAR,
+              .checksum = clear->checksum,
+              .target = clear->target_op};
+  for (size_t k = 0; k < n; k++) op_free(m->a, &b->ops[k]);
+  b->ops[0] = c;
+  memmove(b->ops + 1, b->ops + n, (b->n - n) * sizeof *b->ops);
+  b->n -= n - 1;
+  return BS_OK;
+}
+
+static int mcur_sup_at(mcur *m, size_t e, uint64_t *old, uint64_t *nw, int *found) {
+  while (e < m->b->nsups && !m->b->sups[e].new_op) e++; /* consumed */
+  m->e = e;
+  if ((*found = e < m->b->nsups)) {
+    *old = m->b->sups[e].old_op;
+    *nw = m->b->sups[e].new_op;
   }
-  apply_plan(a, s, b, h, m.target, scan.run >= BS_CLEAR_MIN_RUN, r->stats);
-  if (r->mode == BS__COMPACT_INITIAL) log_consume(b, b->nsups, h);
-  bs__free(a, m.target);
   return BS_OK;
 }
 
-/* Incremental compaction of bucket bi at h: its logged entries due at h (in old op order,
- * within *budget) turn their ops into MOVEs and are consumed; then the leading run folds. */
-static int incremental_bucket(const bs_allocator *a, mem_stream *s, size_t bi, uint64_t h,
-                              uint64_t *budget, bs_compact_stats *stats) {
-  mem_bucket *b = s->buckets[bi];
-  uint64_t *target = bs__calloc(a, b->n ? b->n : 1, sizeof *target), left = *budget;
-  size_t end, nc = 0;
-  if (!target) return BS_ENOMEM;
+static int mcur_sup_seek(void *x, uint64_t old, uint64_t *old_out, uint64_t *nw, int *found) {
+  mcur *m = x;
+  return mcur_sup_at(m, lower(m->b->sups, m->b->nsups, sizeof(mem_sup), old), old_out, nw, found);
+}
+
+static int mcur_sup_next(void *x, uint64_t *old, uint64_t *nw, int *found) {
+  mcur *m = x;
+  return mcur_sup_at(m, m->e + 1, old, nw, found);
+}
+
+static int mcur_sup_del(void *x) {
+  mcur *m = x;
+  m->b->sups[m->e].new_op = 0;
+  return BS_OK;
+}
+
+static int mcur_start(void *x, uint64_t *bytes, int *exists) {
+  mcur *m = x;
+  *exists = 1;
+  *bytes = bucket_bytes(m->b);
   /* the log's order means nothing (a transaction only appends to it, under the lock) */
-  if (b->nsups) qsort(b->sups, b->nsups, sizeof *b->sups, sup_cmp);
-  for (end = 0; end < b->nsups && left; end++) {
-    const mem_sup *e = &b->sups[end];
-    size_t k = op_index(b, e->old_op);
-    bs_op op;
-    if (!bs__compact_entry_due(e->new_op, h)) continue;
-    if (left != UINT64_MAX) left--;
-    nc++;
-    if (k == b->n) continue; /* folded or deleted since: the entry just goes */
-    op = op_view(&b->ops[k]);
-    if (bs__compact_entry_moves(&op, e->new_op)) target[k] = e->new_op;
-  }
-  apply_plan(a, s, b, h, target, nc > 0, stats);
-  log_consume(b, end, h);
-  *budget = left;
-  bs__free(a, target);
+  if (m->b->nsups) qsort(m->b->sups, m->b->nsups, sizeof *m->b->sups, sup_cmp);
   return BS_OK;
 }
+
+static int mcur_apply(void *x, const bs__compact_delta *d) {
+  mcur *m = x;
+  mem_bucket *b = m->b;
+  size_t nn = 0;
+  if (d->changed) {
+    for (size_t k = 0; k < b->n; k++) /* nn <= k: ops[k] is read before ops[nn] is written */
+      if (m->drop && m->drop[k])
+        op_free(m->a, &b->ops[k]);
+      else
+        b->ops[nn++] = b->ops[k];
+    b->n = nn;
+    bs__free(m->a, m->drop);
+    m->drop = NULL;
+    if (nn < b->cap / 4) { /* give the space back; on failure the array just stays larger */
+      mem_op *p = bs__realloc(m->a, b->ops, (nn ? nn : 1) * sizeof *p);
+      if (p) {
+        b->ops = p;
+        b->cap = nn ? nn : 1;
+      }
+    }
+    if (d->clear.n >= BS_CLEAR_MIN_RUN) {
+      b->clear_start = bs__clear_span_start(&d->clear, b->clear_start, b->clear_op);
+      b->clear_op = d->clear.last_op;
+    }
+    if (d->clear_dropped) b->clear_start = b->clear_op = 0;
+    b->generation = ++m->s->m.gen_seq;
+  }
+  if (d->mark) {
+    b->compacted_count = b->n;
+    b->compacted_op = m->horizon < last_op_of(b) ? m->horizon : last_op_of(b);
+  }
+  return BS_OK;
+}
+
+static const bs__op_cursor mcur_ops = {
+    mcur_seek_le, mcur_prev, mcur_seek_ge, mcur_next,     mcur_get,
+    mcur_del,     mcur_move, mcur_fold,    mcur_sup_seek, mcur_sup_next,
+    mcur_sup_del, NULL,      mcur_start,   mcur_apply,    0};
 
 /* Parameter compaction at h: per (lookup, table, replica id) group, newest first, the planner's
  * bs__compact_param_drop. Caller holds the lock. */
@@ -288,30 +300,28 @@ static int m_list(void *x, int queued, bs__compact_cursor *cur, bs__compact_buck
   return BS_OK;
 }
 
-/* One bucket, under the lock. Bucket indexes stay valid: buckets are only appended, and a
- * clear (which takes the lock) leaves fewer. */
+/* One bucket, its whole job under the lock (one transaction: no bound). Bucket indexes stay
+ * valid: buckets are only appended, and a clear (which takes the lock) leaves fewer. */
 static int m_step(void *x, bs__compact_run *r) {
   mem_storage *ms = ((mcx *)x)->ms;
   mem_stream *s = ms->s;
-  const bs_allocator *a = ALLOC(ms->db);
   size_t idx = (size_t)r->ids[r->i];
+  bs__compact_txn t = {0, 0, SIZE_MAX, SIZE_MAX};
+  bs__compact_job j;
   int rc = BS_OK;
+  memset(&j, 0, sizeof j);
   lock(ms->db);
   /* initial replication: a writer may have committed the first checkpoint meanwhile */
   if (r->mode == BS__COMPACT_INITIAL)
     rc = bs__compact_initial_check(s->id, s->m.cp_lsn.has, s->m.checkpoint, r->err);
   if (!rc && idx < s->nbuckets) { /* else the stream was cleared meanwhile */
-    mem_bucket *b = s->buckets[idx];
-    r->stats->bytes_before += bucket_bytes(b);
-    if (r->mode == BS__COMPACT_INC) {
-      rc = incremental_bucket(a, s, idx, r->horizon, &r->budget, r->stats);
-    } else if (!(rc = scan_bucket(a, s, b, r))) {
-      b->compacted_count = b->n; /* the mark, for selection */
-      b->compacted_op = r->horizon < last_op_of(b) ? r->horizon : last_op_of(b);
-    }
-    r->stats->bytes_after += bucket_bytes(b);
-    if (rc) rc = enomem(r->err, "compact");
-    r->processed++;
+    mcur m = {ALLOC(ms->db), s, s->buckets[idx], r->horizon, 0, 0, NULL, r->err};
+    size_t k = 0;
+    rc = bs__compact_job_run(&mcur_ops, &m, r, &t, &j, &r->budget, &r->processed);
+    for (size_t i = 0; i < m.b->nsups; i++) /* the log without the consumed entries */
+      if (m.b->sups[i].new_op) m.b->sups[k++] = m.b->sups[i];
+    m.b->nsups = k;
+    bs__free(m.a, m.drop);
   }
   unlock(ms->db);
   if (!rc) r->i++;

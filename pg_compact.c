@@ -17,8 +17,9 @@
  *    an interrupted fold leaves a shorter run starting with a CLEAR (the next share folds it);
  *  - the bucket state (count, bytes, generation, the CLEAR's torn span) is updated by deltas in
  *    the same transaction as its ops, so a writer's concurrent appends are never overwritten.
- * Memory: one page of ops (without their data) and the seen-set bounded by memory_limit_mb; a
- * bucket is never read whole.
+ * Memory: one page of ops (without their data), one of log entries, a transaction's writes
+ * (max_ops_per_txn of each kind) and the seen-set bounded by memory_limit_mb; a bucket is never
+ * read whole.
  */
 #include "pg_internal.h"
 
@@ -43,11 +44,6 @@ typedef struct cctx {
   const bs_allocator *a;
   pgroup *g; /* the parameter pass: where it stopped */
 } cctx;
-
-enum { W_FULL = BS__COMPACT_FULL, W_INC = BS__COMPACT_INC, W_INITIAL = BS__COMPACT_INITIAL };
-
-/* What one transaction did to one bucket: applied to its state in the same transaction. */
-typedef bs__compact_delta bdelta;
 
 /* ---- Statements ------------------------------------------------------------------------------ */
 
@@ -105,14 +101,13 @@ static int ops_page(cctx *c, uint64_t bucket, uint64_t lo, uint64_t hi, int desc
 
 /* ---- Bucket state ---------------------------------------------------------------------------- */
 
-/* Applies d to the bucket's state (by deltas: a writer may have appended meanwhile). *gone = 1
- * when the bucket no longer exists (the stream was cleared). */
-static int state_apply(cctx *c, uint64_t bucket, const bdelta *d, int *gone) {
+/* Applies d to the bucket's state (by deltas: a writer may have appended meanwhile; a bucket
+ * cleared meanwhile has no row left to update). */
+static int state_apply(cctx *c, uint64_t bucket, const bs__compact_delta *d) {
   bs__pg_args a = {0};
   PGresult *r;
   uint64_t cs = 0, co = 0;
   int rc;
-  *gone = 0;
   if (d->clear.n >= BS_CLEAR_MIN_RUN) { /* the torn span: compact.c's rule on the stored span */
     bs__pg_arg_i64(&a, (int64_t)bucket);
     rc = exec(c, "SELECT clear_start, clear_op FROM bs_buckets WHERE id = $1 FOR UPDATE", &a, &r,
@@ -134,20 +129,15 @@ static int state_apply(cctx *c, uint64_t bucket, const bdelta *d, int *gone) {
   bs__pg_arg_i64(&a, (int64_t)co);
   bs__pg_arg_bool(&a, d->clear_dropped);
   bs__pg_arg_bool(&a, d->deleted);
-  rc = exec(c,
-            "UPDATE bs_buckets SET count = count + $2, bytes = bytes + $3,"
-            " checksum = (checksum - $4 + 4294967296) % 4294967296, generation = generation + 1,"
-            " clear_start = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_start ELSE $5 END,"
-            " clear_op = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_op ELSE $6 END,"
-            " last_op = CASE WHEN $8 THEN coalesce((SELECT max(op_id) FROM bs_ops"
-            "  WHERE bucket = $1), 0) ELSE last_op END"
-            " WHERE id = $1 RETURNING id",
-            &a, &r, "compact: bucket state");
-  if (rc) return rc;
-  *gone = PQntuples(r) != 1;
-  PQclear(r);
-  bs__compact_delta_stats(c->stats, d);
-  return BS_OK;
+  return run(c,
+             "UPDATE bs_buckets SET count = count + $2, bytes = bytes + $3,"
+             " checksum = (checksum - $4 + 4294967296) % 4294967296, generation = generation + 1,"
+             " clear_start = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_start ELSE $5 END,"
+             " clear_op = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_op ELSE $6 END,"
+             " last_op = CASE WHEN $8 THEN coalesce((SELECT max(op_id) FROM bs_ops"
+             "  WHERE bucket = $1), 0) ELSE last_op END"
+             " WHERE id = $1",
+             &a, "compact: bucket state");
 }
 
 typedef struct bstate {
@@ -210,17 +200,17 @@ static int write_moves(cctx *c, uint64_t bucket, const uint64_t *ids, const uint
   return rc;
 }
 
-/* The fold of d->clear (n ops, the first of the bucket, ending at last_op): deletes all but the
+/* The fold of clear (n ops, the first of the bucket, ending at last_op): deletes all but the
  * last, which becomes the CLEAR. BS_ECORRUPT when the run changed under it. */
-static int write_fold(cctx *c, uint64_t bucket, bdelta *d) {
+static int write_fold(cctx *c, uint64_t bucket, const bs__clear_acc *clear) {
   bs__pg_args a = {0};
   PGresult *r;
   int rc;
   bs__pg_arg_i64(&a, (int64_t)bucket);
-  bs__pg_arg_i64(&a, (int64_t)d->clear.first_op);
-  bs__pg_arg_i64(&a, (int64_t)d->clear.last_op);
-  bs__pg_arg_i32(&a, (int32_t)d->clear.checksum); /* bs_ops.checksum is an integer */
-  bs__pg_arg_i64(&a, (int64_t)d->clear.target_op);
+  bs__pg_arg_i64(&a, (int64_t)clear->first_op);
+  bs__pg_arg_i64(&a, (int64_t)clear->last_op);
+  bs__pg_arg_i32(&a, (int32_t)clear->checksum); /* bs_ops.checksum is an integer */
+  bs__pg_arg_i64(&a, (int64_t)clear->target_op);
   rc = exec(c,
             "WITH del AS (DELETE FROM bs_ops WHERE bucket = $1 AND op_id >= $2 AND op_id < $3"
             "  RETURNING 1),"
@@ -229,11 +219,10 @@ static int write_fold(cctx *c, uint64_t bucket, bdelta *d) {
             " SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cl)",
             &a, &r, "compact: fold");
   if (rc) return rc;
-  if ((uint64_t)bs__pg_i64(r, 0, 0) + 1 != d->clear.n || bs__pg_i64(r, 0, 1) != 1)
+  if ((uint64_t)bs__pg_i64(r, 0, 0) + 1 != clear->n || bs__pg_i64(r, 0, 1) != 1)
     rc = bs__fail(c->err, BS_ECORRUPT, "bucket id %" PRIu64 ": leading run changed under the fold",
                   bucket);
   PQclear(r);
-  bs__compact_delta_fold(d, 0); /* a CLEAR has no payload bytes */
   return rc;
 }
 
@@ -250,50 +239,7 @@ static int write_deletes(cctx *c, uint64_t bucket, const uint64_t *ids, size_t n
   return rc;
 }
 
-/* ---- One bucket ------------------------------------------------------------------------------ */
-
-/* FOLD: the leading run (at or below the horizon; in full compaction superseded PUT/REMOVEs too,
- * by the seen-set) becomes one CLEAR, a transaction's share at a time. *changed: it did. */
-static int fold_run(cctx *c, uint64_t bucket, uint64_t horizon, int full, int *changed) {
-  for (;;) {
-    PGresult *r;
-    bdelta d;
-    int rc, ended = 0, gone, n;
-    memset(&d, 0, sizeof d);
-    if ((rc = ops_page(c, bucket, 0, horizon, 0, c->o.max_ops_per_txn + 1, &r))) return rc;
-    n = PQntuples(r);
-    for (int i = 0; i < n; i++) {
-      uint64_t bytes, target = 0;
-      bs_op op = op_of(r, i, &bytes);
-      if ((size_t)i == c->o.max_ops_per_txn) break;
-      if (full) bs__compact_superseded(c->seen, &op, &target);
-      if (!bs__compact_in_run(&op, target)) {
-        ended = 1;
-        break;
-      }
-      bs__clear_acc_add(&d.clear, &op, target, bytes);
-    }
-    if ((size_t)n <= c->o.max_ops_per_txn) ended = 1;
-    PQclear(r);
-    if (d.clear.n < BS_CLEAR_MIN_RUN) return BS_OK;
-    if ((rc = begin(c))) return rc;
-    rc = write_fold(c, bucket, &d);
-    if (!rc) rc = state_apply(c, bucket, &d, &gone);
-    if ((rc = commit(c, rc))) return rc;
-    *changed = 1;
-    if (gone || ended) return BS_OK;
-  }
-}
-
-/* Writes one transaction's MOVEs (ids/tg, d->moved of them). */
-static int moves_txn(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64_t *tg,
-                     const bdelta *d, int *gone) {
-  int rc;
-  if ((rc = begin(c))) return rc;
-  rc = write_moves(c, bucket, ids, tg, (size_t)d->moved);
-  if (!rc) rc = state_apply(c, bucket, d, gone);
-  return commit(c, rc);
-}
+/* ---- The superseded log (bs_superseded: rows of varint pairs, pg_internal.h) ----------------- */
 
 /* Ops or entries visited for one transaction's changes: VISIT_FACTOR per change, as LMDB, but
  * never more than a page (a result set is held whole: 8 x 10000 ops took 20 MB). */
@@ -302,140 +248,16 @@ static size_t visit_page(const cctx *c) {
   return max < PAGE / VISIT_FACTOR ? max * VISIT_FACTOR : PAGE;
 }
 
-/* MOVE (full): the superseded ops above the run up to last, in op order, max_ops_per_txn per
- * transaction (visit_page visited). */
-static int move_rest(cctx *c, uint64_t bucket, uint64_t last, int *changed) {
-  size_t max = c->o.max_ops_per_txn, n = 0, page = visit_page(c);
-  uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
-  uint64_t pos = 0;
-  bdelta d;
-  int rc = BS_OK, done = 0, gone = 0;
-  memset(&d, 0, sizeof d);
-  if (!ids || !tg) rc = nomem(c);
-  while (!rc && !done) {
-    PGresult *r;
-    int rows;
-    if ((rc = ops_page(c, bucket, pos + 1, last, 0, page, &r))) break;
-    rows = PQntuples(r);
-    done = (size_t)rows < page;
-    for (int i = 0; i < rows; i++) {
-      uint64_t bytes, target;
-      bs_op op = op_of(r, i, &bytes);
-      pos = op.op_id;
-      if (!bs__compact_superseded(c->seen, &op, &target)) continue;
-      ids[n] = op.op_id;
-      tg[n++] = target;
-      bs__compact_delta_move(&d, bytes, 0); /* a MOVE has no payload bytes */
-      if (n == max) {
-        if (i + 1 < rows) done = 0;
-        break;
-      }
-    }
-    PQclear(r);
-    if (n) {
-      rc = moves_txn(c, bucket, ids, tg, &d, &gone);
-      *changed = 1;
-      done = done || gone;
-      n = 0;
-      memset(&d, 0, sizeof d);
-    }
-  }
-  bs__free(c->a, ids);
-  bs__free(c->a, tg);
-  return rc;
-}
-
-/* The walk's cursor (bs__op_cursor): the bucket's ops a descending page at a time; a deleted op
- * is collected (ids) for the transaction that deletes them all in one statement. */
-typedef struct pcur {
-  cctx *c;
-  uint64_t bucket;
-  PGresult *r; /* the page (NULL: none read) */
-  int i, n;    /* the current row, the page's rows */
-  uint64_t *ids;
-  size_t nids;
-} pcur;
-
-static int pcur_at(pcur *p, bs_op *op, uint64_t *size, int *found) {
-  if ((*found = p->i < p->n)) *op = op_of(p->r, p->i, size);
-  return BS_OK;
-}
-
-static int pcur_read(pcur *p, uint64_t pos) {
-  int rc;
-  PQclear(p->r);
-  p->r = NULL;
-  p->i = p->n = 0;
-  if (pos == 0) return BS_OK;
-  if ((rc = ops_page(p->c, p->bucket, 0, pos, 1, PAGE, &p->r))) return rc;
-  p->n = PQntuples(p->r);
-  return BS_OK;
-}
-
-static uint64_t pcur_id(const pcur *p, int i) {
-  return op_of(p->r, i, NULL).op_id;
-}
-
-/* From the current row down within the page when pos is at or below it (the walk only goes
- * down), else a page from pos. */
-static int pcur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
-  pcur *p = x;
-  int rc;
-  if (p->r && p->i < p->n && pcur_id(p, p->i) >= pos) {
-    while (p->i < p->n && pcur_id(p, p->i) > pos) p->i++;
-    if (p->i < p->n || p->n < PAGE) return pcur_at(p, op, size, found); /* a short page: the end */
-  }
-  if ((rc = pcur_read(p, pos))) return rc;
-  return pcur_at(p, op, size, found);
-}
-
-static int pcur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
-  pcur *p = x;
-  uint64_t below;
-  int rc;
-  if (++p->i == p->n && p->n == PAGE) { /* a full page: more below it */
-    below = pcur_id(p, p->n - 1) - 1;
-    if ((rc = pcur_read(p, below))) return rc;
-  }
-  return pcur_at(p, op, size, found);
-}
-
-static int pcur_del(void *x) {
-  pcur *p = x;
-  p->ids[p->nids++] = pcur_id(p, p->i);
-  return BS_OK;
-}
-
-static const bs__op_cursor pcur_ops = {pcur_seek_le, pcur_prev, pcur_del};
-
-/* Full compaction of one bucket at the horizon: the walk's reverse scan (read only: the seen-set,
- * the leading run, the highest superseded op), the fold, the MOVEs, the mark. */
-static int full_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed) {
-  bs__compact_scan scan = {0, 0};
-  bs__compact_txn t = {0, 0, SIZE_MAX, SIZE_MAX}; /* read only: no transaction to bound */
-  bs__compact_delta d;
-  pcur p = {c, bucket, NULL, 0, 0, NULL, 0};
-  uint64_t pos = horizon;
-  int rc, done;
-  memset(&d, 0, sizeof d);
-  bs__seen_clear(c->seen);
-  rc = bs__compact_scan_walk(&pcur_ops, &p, c->run, &t, &scan, &d, &pos, &done);
-  PQclear(p.r);
-  if (rc) return rc;
-  if (scan.run >= BS_CLEAR_MIN_RUN && (rc = fold_run(c, bucket, horizon, 1, changed))) return rc;
-  if (scan.max_moved &&
-      (rc = move_rest(c, bucket, scan.max_moved < horizon ? scan.max_moved : horizon, changed)))
-    return rc;
-  return state_mark(c, bucket, horizon);
-}
-
-/* ---- The superseded log (bs_superseded: rows of varint pairs, pg_internal.h) ----------------- */
-
 #define SUP_ROWS 16 /* log rows read per statement (each at most BS_PG_SUP_ROW entries) */
 
 typedef struct sent {
   uint64_t old_op, new_op;
 } sent;
+
+static int cmp_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
 
 static int cmp_sent(const void *x, const void *y) {
   const sent *a = x, *b = y;
@@ -512,9 +334,11 @@ static int sups_select(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t pos,
   return rc;
 }
 
-/* In the caller's transaction: the bucket's log entries due at the horizon with an old op in
- * (lo, hi] go; a row that held any is rewritten with the rest, or deleted when none is left. */
-static int sups_consume(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t lo, uint64_t hi) {
+/* In the caller's transaction: the bucket's log entries due at the horizon with an old op among
+ * olds[0..n) (ascending) go; a row that held any is rewritten with the rest, or deleted when none
+ * is left. */
+static int sups_consume(cctx *c, uint64_t bucket, uint64_t horizon, const uint64_t *olds,
+                        size_t n) {
   int64_t after = -1;
   int rc = BS_OK, rows = SUP_ROWS;
   uint64_t keys[SUP_ROWS], gone[SUP_ROWS];
@@ -538,7 +362,7 @@ static int sups_consume(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t lo,
       int k, drop = 0;
       bs__pg_sups_open(&it, bs__pg_bytes(r, i, 1), first);
       while ((k = bs__pg_sups_next(&it, &o, &nw)) == 1) {
-        if (o > lo && o <= hi && bs__compact_entry_due(nw, horizon))
+        if (bs__compact_entry_due(nw, horizon) && bsearch(&o, olds, n, sizeof o, cmp_u64))
           drop = 1;
         else
           p = bs__pg_sups_put(p, &prev, first, o, nw);
@@ -588,84 +412,8 @@ static int sups_consume(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t lo,
   return rc;
 }
 
-/* Incremental compaction of one queued bucket (mem.c's incremental_bucket, LMDB's INC then FOLD):
- * its logged entries in old-op order, those due at the horizon within *budget, turn their ops
- * into MOVEs (when still a PUT/REMOVE below the new op) and are consumed; when any was consumed,
- * the leading run of REMOVE/MOVE/CLEAR folds. */
-static int inc_bucket(cctx *c, uint64_t bucket, uint64_t horizon, uint64_t *budget, int *changed) {
-  size_t max = c->o.max_ops_per_txn;
-  uint64_t *ids = bs__calloc(c->a, max, sizeof *ids), *tg = bs__calloc(c->a, max, sizeof *tg);
-  uint64_t *eold = bs__calloc(c->a, max, sizeof *eold), pos = 0;
-  sent *es = bs__calloc(c->a, max, sizeof *es);
-  int rc = BS_OK, done = 0, consumed = 0, gone = 0;
-  if (!ids || !tg || !eold || !es) rc = nomem(c);
-  while (!rc && !done && *budget) {
-    bs__pg_args a = {0};
-    unsigned char *arr = NULL;
-    PGresult *o = NULL;
-    size_t ne = 0, n = 0, m = *budget < max ? (size_t)*budget : max;
-    uint64_t lo = pos;
-    int64_t freed = 0;
-    /* the next due entries (a later pass takes the others) */
-    if ((rc = sups_select(c, bucket, horizon, pos, es, m, &ne))) break;
-    done = ne < max;
-    for (size_t i = 0; i < ne; i++) {
-      eold[i] = es[i].old_op;
-      tg[i] = es[i].new_op;
-    }
-    if (ne) pos = eold[ne - 1];
-    if (*budget != UINT64_MAX) *budget -= ne;
-    if (!*budget) done = 1;
-    if (!ne) break;
-    /* the entries' ops as they are now */
-    bs__pg_arg_i64(&a, (int64_t)bucket);
-    if ((rc = bs__pg_arg_i64_array(&a, eold, ne, c->a, &arr, c->err))) break;
-    rc = exec(c,
-              "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)"
-              " ORDER BY op_id",
-              &a, &o, "compact: reading ops");
-    bs__free(c->a, arr);
-    if (rc) break;
-    for (size_t i = 0, k = 0; i < ne; i++) { /* both ascend by op id */
-      uint64_t bytes = 0;
-      bs_op op;
-      while (k < (size_t)PQntuples(o) && (uint64_t)bs__pg_i64(o, (int)k, 0) < eold[i]) k++;
-      if (k == (size_t)PQntuples(o) || (uint64_t)bs__pg_i64(o, (int)k, 0) != eold[i]) continue;
-      op = op_of(o, (int)k, &bytes);
-      if (!bs__compact_entry_moves(&op, tg[i])) continue;
-      ids[n] = op.op_id;
-      tg[n++] = tg[i]; /* n <= i: tg[i] is read before it can be overwritten */
-      freed += (int64_t)bytes;
-    }
-    PQclear(o);
-    /* one transaction: the MOVEs and the consumed entries */
-    {
-      bdelta d;
-      memset(&d, 0, sizeof d);
-      d.moved = n;
-      d.bytes = -freed;
-      if ((rc = begin(c))) break;
-      if (n) rc = write_moves(c, bucket, ids, tg, n);
-      if (!rc) rc = sups_consume(c, bucket, horizon, lo, pos);
-      if (!rc && n) rc = state_apply(c, bucket, &d, &gone);
-      if ((rc = commit(c, rc))) break;
-      if (n) *changed = 1;
-      consumed = 1;
-      if (gone) done = 1;
-    }
-  }
-  bs__free(c->a, ids);
-  bs__free(c->a, tg);
-  bs__free(c->a, eold);
-  bs__free(c->a, es);
-  if (!rc && consumed && !gone) rc = fold_run(c, bucket, horizon, 0, changed);
-  return rc;
-}
-
-/* Initial replication of one bucket: the reverse scan deletes what bs__compact_initial_drop says
- * (every decision depends only on the ops above it), in transactions of max_ops_per_txn deletes,
- * each checking that the stream still has no checkpoint; then its superseded entries at the
- * horizon go (their old ops are gone) and the bucket is marked. */
+/* Initial replication: every transaction that deletes checks that the stream still has no
+ * checkpoint. */
 static int still_initial(cctx *c) {
   bs__pg_args a = {0};
   PGresult *r;
@@ -682,72 +430,263 @@ static int still_initial(cctx *c) {
   return rc;
 }
 
-static int deletes_txn(cctx *c, uint64_t bucket, const uint64_t *ids, bdelta *d, int *gone) {
-  int rc;
-  if ((rc = begin(c))) return rc;
-  rc = still_initial(c);
-  if (!rc) rc = write_deletes(c, bucket, ids, (size_t)d->removed);
-  if (!rc) rc = state_apply(c, bucket, d, gone);
-  return commit(c, rc);
+/* ---- One bucket -------------------------------------------------------------------------------
+ * The job's bucket (bs__op_cursor): its ops a page at a time, up or down; its log's due entries
+ * a page at a time (sups_select), with their ops (get) read in one statement per page. Writes are
+ * collected and applied by apply in the transaction, which begins with the first of them; each
+ * kind in one statement (the bulk executors: write_fold, write_moves, write_deletes,
+ * sups_consume). Pages read before a write are read again after it. */
+typedef struct pcur {
+  cctx *c;
+  uint64_t bucket;
+  PGresult *r; /* the ops page (NULL: none read) */
+  int i, n, desc;
+  PGresult *g; /* the ops of the entries page (get), up to op id ghi */
+  int gi;
+  uint64_t ghi;
+  sent *e; /* the entries page: due entries with an old op > elo */
+  size_t ne, ei, max;
+  uint64_t elo;
+  int eread;
+  uint64_t *del, *mid, *mtg, *cons; /* writes: deletes, MOVEs (id, target), consumed entries */
+  size_t ndel, nm, ncons;
+  const bs__clear_acc *fold; /* the fold (borrowed from the walk's delta until apply) */
+  int txn;
+} pcur;
+
+static uint64_t pcur_id(const pcur *p, int i) {
+  return op_of(p->r, i, NULL).op_id;
 }
 
-/* The walk's deletions, max_ops_per_txn a transaction (the ops visited are not bounded: the
- * reads are outside it). */
-static int initial_bucket(cctx *c, uint64_t bucket, uint64_t horizon, int *changed) {
-  size_t max = c->o.max_ops_per_txn;
-  pcur p = {c, bucket, NULL, 0, 0, bs__calloc(c->a, max, sizeof *p.ids), 0};
-  uint64_t pos = horizon;
-  int rc = BS_OK, done = 0, gone = 0;
-  if (!p.ids) return nomem(c);
-  bs__seen_clear(c->seen);
-  while (!rc && !done && !gone) {
-    bs__compact_txn t = {0, 0, max, SIZE_MAX};
-    bdelta d;
-    memset(&d, 0, sizeof d);
-    p.nids = 0;
-    rc = bs__compact_scan_walk(&pcur_ops, &p, c->run, &t, NULL, &d, &pos, &done);
-    if (!rc && d.removed) rc = deletes_txn(c, bucket, p.ids, &d, &gone);
-    if (!rc && d.removed) *changed = 1;
+static int pcur_at(pcur *p, bs_op *op, uint64_t *size, int *found) {
+  if ((*found = p->i < p->n)) *op = op_of(p->r, p->i, size);
+  return BS_OK;
+}
+
+/* A page from pos on in the direction asked. */
+static int pcur_read(pcur *p, uint64_t pos, int desc) {
+  int rc;
+  PQclear(p->r);
+  p->r = NULL;
+  p->i = p->n = 0;
+  p->desc = desc;
+  if (desc && pos == 0) return BS_OK;
+  if ((rc = ops_page(p->c, p->bucket, desc ? 0 : pos, desc ? pos : UINT64_MAX >> 1, desc, PAGE,
+                     &p->r)))
+    return rc;
+  p->n = PQntuples(p->r);
+  return BS_OK;
+}
+
+/* From the current row on within the page when pos lies ahead of it (a walk only goes one way),
+ * else a page from pos. */
+static int pcur_seek(pcur *p, uint64_t pos, int desc, bs_op *op, uint64_t *size, int *found) {
+  int rc;
+  if (p->r && p->desc == desc && p->i < p->n &&
+      (desc ? pcur_id(p, p->i) >= pos : pcur_id(p, p->i) <= pos)) {
+    while (p->i < p->n && (desc ? pcur_id(p, p->i) > pos : pcur_id(p, p->i) < pos)) p->i++;
+    if (p->i < p->n || p->n < PAGE) return pcur_at(p, op, size, found); /* a short page: the end */
   }
-  PQclear(p.r);
-  bs__free(c->a, p.ids);
-  if (!rc && !gone) {
-    if (!(rc = begin(c))) {
-      rc = still_initial(c);
-      if (!rc) rc = sups_consume(c, bucket, horizon, 0, UINT64_MAX);
-      if (!rc) rc = state_mark(c, bucket, horizon);
-      rc = commit(c, rc);
-    }
+  if ((rc = pcur_read(p, pos, desc))) return rc;
+  return pcur_at(p, op, size, found);
+}
+
+static int pcur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  return pcur_seek(x, pos, 1, op, size, found);
+}
+
+static int pcur_seek_ge(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  return pcur_seek(x, pos, 0, op, size, found);
+}
+
+static int pcur_step(pcur *p, bs_op *op, uint64_t *size, int *found) {
+  int rc;
+  if (++p->i == p->n && p->n == PAGE) { /* a full page: more beyond it */
+    uint64_t last = pcur_id(p, p->n - 1);
+    if ((rc = pcur_read(p, p->desc ? last - 1 : last + 1, p->desc))) return rc;
   }
+  return pcur_at(p, op, size, found);
+}
+
+static int pcur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
+  return pcur_step(x, op, size, found);
+}
+
+static int pcur_next(void *x, bs_op *op, uint64_t *size, int *found) {
+  return pcur_step(x, op, size, found);
+}
+
+/* The op id exactly, among the ops of the entries page from the current entry on (up to ghi),
+ * read in one statement. */
+static int pcur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found) {
+  pcur *p = x;
+  int rc, n = p->g ? PQntuples(p->g) : 0;
+  if (!p->g || id > p->ghi) {
+    bs__pg_args a = {0};
+    unsigned char *arr = NULL;
+    uint64_t *olds = p->mtg + p->nm; /* room for them until the next MOVE is collected */
+    size_t k = 0;
+    for (size_t i = p->ei; i < p->ne && k < p->max - p->nm; i++) olds[k++] = p->e[i].old_op;
+    PQclear(p->g);
+    p->g = NULL;
+    p->gi = 0;
+    p->ghi = k ? olds[k - 1] : id;
+    bs__pg_arg_i64(&a, (int64_t)p->bucket);
+    if ((rc = bs__pg_arg_i64_array(&a, olds, k, p->c->a, &arr, p->c->err))) return rc;
+    rc = exec(p->c,
+              "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)"
+              " ORDER BY op_id",
+              &a, &p->g, "compact: reading ops");
+    bs__free(p->c->a, arr);
+    if (rc) return rc;
+    n = PQntuples(p->g);
+  }
+  while (p->gi < n && op_of(p->g, p->gi, NULL).op_id < id) p->gi++;
+  if ((*found = p->gi < n && op_of(p->g, p->gi, NULL).op_id == id)) *op = op_of(p->g, p->gi, size);
+  return BS_OK;
+}
+
+static int pcur_del(void *x) {
+  pcur *p = x;
+  p->del[p->ndel++] = pcur_id(p, p->i);
+  return BS_OK;
+}
+
+static int pcur_move(void *x, const bs_op *op, uint64_t target) {
+  pcur *p = x;
+  p->mid[p->nm] = op->op_id;
+  p->mtg[p->nm++] = target;
+  return BS_OK;
+}
+
+static int pcur_fold(void *x, const bs__clear_acc *clear) {
+  ((pcur *)x)->fold = clear;
+  return BS_OK;
+}
+
+static int pcur_sup_at(pcur *p, uint64_t *old, uint64_t *nw, int *found) {
+  if ((*found = p->ei < p->ne)) {
+    *old = p->e[p->ei].old_op;
+    *nw = p->e[p->ei].new_op;
+  }
+  return BS_OK;
+}
+
+/* The entries page from old on: the one held when old lies in it, else a new one. */
+static int pcur_sup_seek(void *x, uint64_t old, uint64_t *old_out, uint64_t *nw, int *found) {
+  pcur *p = x;
+  int rc;
+  if (!p->eread || old <= p->elo || (p->ne == p->max && p->e[p->ne - 1].old_op < old)) {
+    p->elo = old ? old - 1 : 0;
+    p->eread = 1;
+    p->ei = 0;
+    if ((rc = sups_select(p->c, p->bucket, p->c->run->horizon, p->elo, p->e, p->max, &p->ne)))
+      return rc;
+  }
+  for (p->ei = 0; p->ei < p->ne && p->e[p->ei].old_op < old;) p->ei++;
+  return pcur_sup_at(p, old_out, nw, found);
+}
+
+static int pcur_sup_next(void *x, uint64_t *old, uint64_t *nw, int *found) {
+  pcur *p = x;
+  if (++p->ei == p->ne && p->ne == p->max) /* a full page: more beyond it */
+    return pcur_sup_seek(x, p->e[p->ne - 1].old_op + 1, old, nw, found);
+  return pcur_sup_at(p, old, nw, found);
+}
+
+static int pcur_sup_del(void *x) {
+  pcur *p = x;
+  p->cons[p->ncons++] = p->e[p->ei].old_op;
+  return BS_OK;
+}
+
+/* The transaction, begun at its first write. */
+static int pcur_begin(pcur *p) {
+  int rc;
+  if (p->txn) return BS_OK;
+  if ((rc = begin(p->c))) return rc;
+  p->txn = 1;
+  return p->c->run->mode == BS__COMPACT_INITIAL ? still_initial(p->c) : BS_OK;
+}
+
+/* The collected writes, in the transaction; the pages held are read again after them. */
+static int pcur_flush(pcur *p) {
+  cctx *c = p->c;
+  int rc;
+  if (!p->fold && !p->nm && !p->ndel && !p->ncons) return BS_OK;
+  if ((rc = pcur_begin(p))) return rc;
+  if (p->fold) rc = write_fold(c, p->bucket, p->fold);
+  if (!rc && p->nm) rc = write_moves(c, p->bucket, p->mid, p->mtg, p->nm);
+  if (!rc && p->ndel) rc = write_deletes(c, p->bucket, p->del, p->ndel);
+  if (!rc && p->ncons) rc = sups_consume(c, p->bucket, c->run->horizon, p->cons, p->ncons);
+  p->fold = NULL;
+  p->nm = p->ndel = p->ncons = 0;
+  PQclear(p->r);
+  PQclear(p->g);
+  p->r = p->g = NULL;
+  p->eread = 0;
   return rc;
 }
 
-/* ---- Buckets --------------------------------------------------------------------------------- */
+static int pcur_start(void *x, uint64_t *bytes, int *exists) {
+  pcur *p = x;
+  bstate b;
+  int rc = state_load(p->c, p->bucket, &b);
+  *exists = b.exists;
+  *bytes = b.bytes;
+  return rc;
+}
 
-/* Step: one bucket (its transactions report progress as they commit). */
+static int pcur_apply(void *x, const bs__compact_delta *d) {
+  pcur *p = x;
+  int rc = pcur_begin(p);
+  if (!rc) rc = pcur_flush(p);
+  if (!rc && d->changed) rc = state_apply(p->c, p->bucket, d);
+  if (!rc && d->mark) rc = state_mark(p->c, p->bucket, p->c->run->horizon);
+  return rc;
+}
+
+static const bs__op_cursor pcur_ops = {
+    pcur_seek_le,  pcur_prev,    pcur_seek_ge,
+    pcur_next,     pcur_get,     pcur_del,
+    pcur_move,     pcur_fold,    pcur_sup_seek,
+    pcur_sup_next, pcur_sup_del, NULL,
+    pcur_start,    pcur_apply,   0 /* a MOVE or CLEAR has no payload bytes */};
+
+/* Step: one bucket's job, a transaction at a time (each reports progress as it commits). */
 static int compact_step(void *x, bs__compact_run *r) {
   cctx *c = x;
-  uint64_t bucket = r->ids[r->i];
-  bstate b;
-  int rc, changed = 0;
+  size_t max = c->o.max_ops_per_txn;
+  pcur p;
+  bs__compact_job j;
+  int rc = BS_OK;
+  memset(&p, 0, sizeof p);
+  memset(&j, 0, sizeof j);
   c->seen = &r->seen;
   c->run = r;
-  if ((rc = state_load(c, bucket, &b))) return rc;
-  if (b.exists) { /* else cleared meanwhile: nothing to do */
-    c->stats->bytes_before += b.bytes;
-    c->stats->bytes_after += b.bytes;
-    if (r->mode == W_FULL)
-      rc = full_bucket(c, bucket, r->horizon, &changed);
-    else if (r->mode == W_INC)
-      rc = inc_bucket(c, bucket, r->horizon, &r->budget, &changed);
-    else
-      rc = initial_bucket(c, bucket, r->horizon, &changed);
-    if (rc) return rc;
-    if (changed) c->stats->buckets_compacted++;
-    r->processed++;
+  p.c = c;
+  p.bucket = r->ids[r->i];
+  p.max = max;
+  if (!(p.e = bs__calloc(c->a, max, sizeof *p.e)) || !(p.del = bs__calloc(c->a, max, 8)) ||
+      !(p.mid = bs__calloc(c->a, max, 8)) || !(p.mtg = bs__calloc(c->a, max, 8)) ||
+      !(p.cons = bs__calloc(c->a, max, 8)))
+    rc = nomem(c);
+  while (!rc && j.phase != BS__JOB_DONE) {
+    bs__compact_txn t = {0, 0, max, max > SIZE_MAX / VISIT_FACTOR ? SIZE_MAX : max * VISIT_FACTOR};
+    rc = bs__compact_job_run(&pcur_ops, &p, r, &t, &j, &r->budget, &r->processed);
+    if (!rc) rc = pcur_flush(&p); /* entries consumed with no change to the bucket */
+    if (p.txn) rc = commit(c, rc);
+    p.txn = 0;
   }
-  r->i++;
-  return BS_OK;
+  PQclear(p.r);
+  PQclear(p.g);
+  bs__free(c->a, p.e);
+  bs__free(c->a, p.del);
+  bs__free(c->a, p.mid);
+  bs__free(c->a, p.mtg);
+  bs__free(c->a, p.cons);
+  if (!rc) r->i++;
+  return rc;
 }
 
 /* Buckets in name order with their figures: the one named name (exact) or up to a batch after
@@ -1123,7 +1062,8 @@ static int compact_run(bs_storage *st, const bs_compact_options *o, int mode,
 
 int bs__pg_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
                    bs_error *err) {
-  return compact_run(st, opts, opts->incremental_only ? W_INC : W_FULL, stats, NULL, err);
+  return compact_run(st, opts, opts->incremental_only ? BS__COMPACT_INC : BS__COMPACT_FULL, stats,
+                     NULL, err);
 }
 
 int bs__pg_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
@@ -1132,5 +1072,5 @@ int bs__pg_compact_initial_replication(uint64_t *buckets_out, bs_storage *st, ui
   bs_compact_stats stats;
   BS_ASSERT(min_bucket_changes > 0); /* the front's default */
   bs__compact_initial_options(&o, max_op_id, min_bucket_changes);
-  return compact_run(st, &o, W_INITIAL, &stats, buckets_out, err);
+  return compact_run(st, &o, BS__COMPACT_INITIAL, &stats, buckets_out, err);
 }
