@@ -258,11 +258,6 @@ void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t move_target,
   a->bytes += value_bytes;
 }
 
-uint64_t bs__clear_span_start(const bs__clear_acc *a, uint64_t clear_start, uint64_t clear_op) {
-  if (clear_op && clear_start && clear_start < a->first_op) return clear_start;
-  return a->first_op;
-}
-
 int bs__compact_initial_drop(bs__seen_set *s, const bs_op *op) {
   uint64_t latest = 0;
   int seen;

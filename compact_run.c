@@ -188,6 +188,14 @@ static void delta_fold(bs__compact_delta *d, uint64_t bare) {
   d->moved = d->clear.n_moved;
 }
 
+void bs__compact_span(const bs__compact_delta *d, uint64_t *start, uint64_t *op) {
+  if (d->clear.n >= BS_CLEAR_MIN_RUN) {
+    if (!(*op && *start && *start < d->clear.first_op)) *start = d->clear.first_op;
+    *op = d->clear.last_op;
+  }
+  if (d->clear_dropped) *start = *op = 0;
+}
+
 static void delta_stats(bs_compact_stats *s, const bs__compact_delta *d) {
   s->ops_moved += d->moved;
   s->ops_cleared += d->cleared;

@@ -802,9 +802,6 @@ static inline int bs__compact_in_run(const bs_op *op, uint64_t move_target) {
  * have become. value_bytes: op's stored size. */
 void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t move_target,
                        uint64_t value_bytes);
-/* The CLEAR's torn span starts at the run's first op, or where the folded leading CLEAR's
- * span started (clear_start/clear_op: the bucket's span before the fold, 0/0 = none). */
-uint64_t bs__clear_span_start(const bs__clear_acc *a, uint64_t clear_start, uint64_t clear_op);
 /* Initial replication, reverse scan (op ids descending from the horizon) with the seen-set: 1 when
  * op is deleted: MOVE/CLEAR residue, an op a later op of its row supersedes, and a REMOVE whose row
  * has nothing before it that survives. A row the full set does not track keeps everything. */
@@ -914,6 +911,10 @@ typedef struct bs__compact_delta {
   int deleted;         /* ops were deleted: last_op may have to come down */
   int mark;            /* record the bucket as compacted (at the horizon) */
 } bs__compact_delta;
+
+/* The bucket's torn span (*start, *op: 0/0 = none) after d: a fold's CLEAR spans from the run's
+ * first op, or from where the folded leading CLEAR's span started; a dropped CLEAR takes it. */
+void bs__compact_span(const bs__compact_delta *d, uint64_t *start, uint64_t *op);
 
 /* A transaction's bounds: ops changed (max_ops_per_txn) and ops visited (max_visits). */
 typedef struct bs__compact_txn {

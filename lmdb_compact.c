@@ -143,11 +143,7 @@ static int state_apply(cctx *c, MDB_txn *txn, uint64_t id, const bs__compact_del
     b.s.bytes = (uint64_t)((int64_t)b.s.bytes + d->bytes);
     b.s.checksum = bs__cksum_sub(b.s.checksum, d->checksum_sub);
     b.s.generation++;
-    if (d->clear.n >= BS_CLEAR_MIN_RUN) {
-      b.s.clear_start = bs__clear_span_start(&d->clear, b.s.clear_start, b.s.clear_op);
-      b.s.clear_op = d->clear.last_op;
-    }
-    if (d->clear_dropped) b.s.clear_start = b.s.clear_op = 0;
+    bs__compact_span(d, &b.s.clear_start, &b.s.clear_op);
     if (d->deleted && (rc = last_op_of(c, id, &b.s.last_op))) return rc;
   }
   if (d->mark) {
@@ -599,10 +595,10 @@ static int ocur_start(void *x, uint64_t *bytes, int *exists) {
   ocur *o = x;
   cctx *c = o->c;
   bstate b;
-  int rc = state_load(c, c->txn, o->bucket, &b);
-  if ((*exists = rc != BS_ENOTFOUND) == 0 || rc) return *exists ? rc : BS_OK;
-  *bytes = c->w->rerun ? 0 : b.s.bytes;
+  int rc = state_load(c, c->txn, o->bucket, &b), rerun = c->w->rerun;
   c->w->rerun = 0;
+  if ((*exists = rc != BS_ENOTFOUND) == 0 || rc) return *exists ? rc : BS_OK;
+  *bytes = rerun ? 0 : b.s.bytes;
   c->w->seq = ++c->job_seq;
   c->seen_job = c->w->seq; /* cleared now by all but incremental jobs, which use none */
   return BS_OK;

@@ -173,11 +173,7 @@ static int mcur_apply(void *x, const bs__compact_delta *d) {
         b->cap = nn ? nn : 1;
       }
     }
-    if (d->clear.n >= BS_CLEAR_MIN_RUN) {
-      b->clear_start = bs__clear_span_start(&d->clear, b->clear_start, b->clear_op);
-      b->clear_op = d->clear.last_op;
-    }
-    if (d->clear_dropped) b->clear_start = b->clear_op = 0;
+    bs__compact_span(d, &b->clear_start, &b->clear_op);
     b->generation = ++m->s->m.gen_seq;
   }
   if (d->mark) {

@@ -114,9 +114,9 @@ static int state_apply(cctx *c, uint64_t bucket, const bs__compact_delta *d) {
               "compact: bucket state");
     if (rc) return rc;
     if (PQntuples(r) == 1) {
-      cs = bs__clear_span_start(&d->clear, (uint64_t)bs__pg_i64(r, 0, 0),
-                                (uint64_t)bs__pg_i64(r, 0, 1));
-      co = d->clear.last_op;
+      cs = (uint64_t)bs__pg_i64(r, 0, 0);
+      co = (uint64_t)bs__pg_i64(r, 0, 1);
+      bs__compact_span(d, &cs, &co);
     }
     PQclear(r);
     memset(&a, 0, sizeof a);
@@ -524,9 +524,9 @@ static int pcur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found)
   if (!p->g || id > p->ghi) {
     bs__pg_args a = {0};
     unsigned char *arr = NULL;
-    uint64_t *olds = p->mtg + p->nm; /* room for them until the next MOVE is collected */
+    uint64_t *olds = p->del; /* free: deletes are initial replication's, which gets no op */
     size_t k = 0;
-    for (size_t i = p->ei; i < p->ne && k < p->max - p->nm; i++) olds[k++] = p->e[i].old_op;
+    for (size_t i = p->ei; i < p->ne; i++) olds[k++] = p->e[i].old_op;
     PQclear(p->g);
     p->g = NULL;
     p->gi = 0;
@@ -618,6 +618,7 @@ static int pcur_flush(pcur *p) {
   if (p->fold) rc = write_fold(c, p->bucket, p->fold);
   if (!rc && p->nm) rc = write_moves(c, p->bucket, p->mid, p->mtg, p->nm);
   if (!rc && p->ndel) rc = write_deletes(c, p->bucket, p->del, p->ndel);
+  if (p->ncons) qsort(p->cons, p->ncons, sizeof *p->cons, cmp_u64);
   if (!rc && p->ncons) rc = sups_consume(c, p->bucket, c->run->horizon, p->cons, p->ncons);
   p->fold = NULL;
   p->nm = p->ndel = p->ncons = 0;

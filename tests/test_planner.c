@@ -181,9 +181,10 @@ static void test_move_and_clear(void **state) {
   bs_op ops[5] = {mk(1, BS_OP_PUT, "r1", 1, 0), mk(2, BS_OP_PUT, "r2", 2, 0),
                   mk(3, BS_OP_PUT, "r1", 4, 0), mk(4, BS_OP_REMOVE, "r2", 8, 0),
                   mk(5, BS_OP_PUT, "r3", 16, 0)};
-  uint64_t target[5];
+  uint64_t target[5], start = 1, op = 2;
   bs__compact_scan scan;
   bs__clear_acc clear;
+  bs__compact_delta d;
   bs__seen_set s;
   (void)state;
   bs__seen_init(&s, &bs__default_allocator, 1u << 20);
@@ -213,8 +214,17 @@ static void test_move_and_clear(void **state) {
   assert_int_equal(clear.n_folded, 2);
   assert_int_equal(clear.checksum, 3 + 4 + 8);
   assert_int_equal(clear.target_op, 4);
-  assert_int_equal(bs__clear_span_start(&clear, 1, 2), 1);
-  assert_int_equal(bs__clear_span_start(&clear, 0, 0), 2);
+  memset(&d, 0, sizeof d);
+  d.clear = clear;
+  bs__compact_span(&d, &start, &op); /* the bucket's span 1..2 before the fold */
+  assert_int_equal(start, 1);
+  assert_int_equal(op, 4);
+  start = op = 0;
+  bs__compact_span(&d, &start, &op);
+  assert_int_equal(start, 2);
+  d.clear_dropped = 1; /* initial replication deleted the CLEAR */
+  bs__compact_span(&d, &start, &op);
+  assert_int_equal(start + op, 0);
   bs__seen_free(&s);
 }
 
