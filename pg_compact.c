@@ -16,7 +16,8 @@
  *  - a fold deletes the first k - 1 ops of the leading run and turns the k-th into the CLEAR, so
  *    an interrupted fold leaves a shorter run starting with a CLEAR (the next share folds it);
  *  - the bucket state (count, bytes, generation, the CLEAR's torn span) is updated by deltas in
- *    the same transaction as its ops, so a writer's concurrent appends are never overwritten.
+ *    the same transaction as its ops, so a writer's concurrent appends are never overwritten,
+ *    once, as the transaction's last statement (state_write says why).
  * Memory: one page of ops (without their data), one of log entries, a transaction's writes
  * (max_ops_per_txn of each kind) and the seen-set bounded by memory_limit_mb; a bucket is never
  * read whole.
@@ -101,43 +102,85 @@ static int ops_page(cctx *c, uint64_t bucket, uint64_t lo, uint64_t hi, int desc
 
 /* ---- Bucket state ---------------------------------------------------------------------------- */
 
-/* Applies d to the bucket's state (by deltas: a writer may have appended meanwhile; a bucket
- * cleared meanwhile has no row left to update). */
-static int state_apply(cctx *c, uint64_t bucket, const bs__compact_delta *d) {
+/* The bucket's stored torn span (0/0 when the bucket is gone). Only compaction, one at a time,
+ * writes it: a plain read in the transaction is the value its UPDATE replaces. */
+static int span_load(cctx *c, uint64_t bucket, uint64_t *start, uint64_t *op) {
   bs__pg_args a = {0};
   PGresult *r;
-  uint64_t cs = 0, co = 0;
   int rc;
-  if (d->clear.n >= BS_CLEAR_MIN_RUN) { /* the torn span: compact.c's rule on the stored span */
-    bs__pg_arg_i64(&a, (int64_t)bucket);
-    rc = exec(c, "SELECT clear_start, clear_op FROM bs_buckets WHERE id = $1 FOR UPDATE", &a, &r,
-              "compact: bucket state");
-    if (rc) return rc;
-    if (PQntuples(r) == 1) {
-      cs = (uint64_t)bs__pg_i64(r, 0, 0);
-      co = (uint64_t)bs__pg_i64(r, 0, 1);
-      bs__compact_span(d, &cs, &co);
-    }
-    PQclear(r);
-    memset(&a, 0, sizeof a);
-  }
+  *start = *op = 0;
   bs__pg_arg_i64(&a, (int64_t)bucket);
-  bs__pg_arg_i64(&a, d->count);
-  bs__pg_arg_i64(&a, d->bytes);
-  bs__pg_arg_i64(&a, (int64_t)d->checksum_sub);
-  bs__pg_arg_i64(&a, (int64_t)cs);
-  bs__pg_arg_i64(&a, (int64_t)co);
-  bs__pg_arg_bool(&a, d->clear_dropped);
-  bs__pg_arg_bool(&a, d->deleted);
-  return run(c,
-             "UPDATE bs_buckets SET count = count + $2, bytes = bytes + $3,"
-             " checksum = (checksum - $4 + 4294967296) % 4294967296, generation = generation + 1,"
-             " clear_start = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_start ELSE $5 END,"
-             " clear_op = CASE WHEN $7 THEN 0 WHEN $6 = 0 THEN clear_op ELSE $6 END,"
-             " last_op = CASE WHEN $8 THEN coalesce((SELECT max(op_id) FROM bs_ops"
-             "  WHERE bucket = $1), 0) ELSE last_op END"
-             " WHERE id = $1",
-             &a, "compact: bucket state");
+  if ((rc = exec(c, "SELECT clear_start, clear_op FROM bs_buckets WHERE id = $1", &a, &r,
+                 "compact: bucket state")))
+    return rc;
+  if (PQntuples(r) == 1) {
+    *start = (uint64_t)bs__pg_i64(r, 0, 0);
+    *op = (uint64_t)bs__pg_i64(r, 0, 1);
+  }
+  PQclear(r);
+  return BS_OK;
+}
+
+/* What a transaction's phases did to its bucket's state, written by state_write. */
+typedef struct pstate {
+  bs__compact_delta d; /* the sums of the phases' deltas (count, bytes, checksum_sub, flags) */
+  int span;            /* start/op: the torn span to store */
+  uint64_t start, op;
+} pstate;
+
+static int state_add(cctx *c, uint64_t bucket, pstate *s, const bs__compact_delta *d) {
+  int rc;
+  if (d->clear.n >= BS_CLEAR_MIN_RUN || d->clear_dropped) { /* compact.c's rule, phase by phase */
+    if (!s->span && (rc = span_load(c, bucket, &s->start, &s->op))) return rc;
+    s->span = 1;
+    bs__compact_span(d, &s->start, &s->op);
+  }
+  s->d.count += d->count;
+  s->d.bytes += d->bytes;
+  s->d.checksum_sub = bs__cksum_add(s->d.checksum_sub, d->checksum_sub);
+  s->d.changed |= d->changed;
+  s->d.deleted |= d->deleted;
+  s->d.mark |= d->mark; /* the job's last phase: the mark takes the figures after the others */
+  return BS_OK;
+}
+
+/* The transaction's changes to the bucket's state by deltas (a writer may have appended
+ * meanwhile; a bucket cleared meanwhile has no row left to update), and its mark at the
+ * horizon: one UPDATE, the transaction's last statement. A writer's flush locks the stream row,
+ * then its buckets' rows; updating a row a second time in one transaction (a row version of its
+ * own) makes PostgreSQL's foreign-key check lock the stream row (KEY SHARE) while this
+ * transaction holds the bucket's row: a deadlock with such a flush. */
+static int state_write(cctx *c, uint64_t bucket, pstate *s) {
+  bs__pg_args a = {0};
+  int rc;
+  if (!s->d.changed && !s->d.mark) return BS_OK;
+  bs__pg_arg_i64(&a, (int64_t)bucket);
+  bs__pg_arg_i64(&a, s->d.count);
+  bs__pg_arg_i64(&a, s->d.bytes);
+  bs__pg_arg_i64(&a, (int64_t)s->d.checksum_sub);
+  bs__pg_arg_bool(&a, s->span);
+  bs__pg_arg_i64(&a, (int64_t)s->start);
+  bs__pg_arg_i64(&a, (int64_t)s->op);
+  bs__pg_arg_bool(&a, s->d.deleted);
+  bs__pg_arg_bool(&a, s->d.changed);
+  bs__pg_arg_bool(&a, s->d.mark);
+  bs__pg_arg_i64(&a, (int64_t)c->run->horizon);
+  rc = run(c,
+           "UPDATE bs_buckets SET count = count + $2, bytes = bytes + $3,"
+           " checksum = (checksum - $4 + 4294967296) % 4294967296,"
+           " generation = generation + $9::int,"
+           " clear_start = CASE WHEN $5 THEN $6 ELSE clear_start END,"
+           " clear_op = CASE WHEN $5 THEN $7 ELSE clear_op END,"
+           " last_op = coalesce(n.last, last_op),"
+           " compacted_count = CASE WHEN $10 THEN count + $2 ELSE compacted_count END,"
+           " compacted_op = CASE WHEN $10 THEN least($11, coalesce(n.last, last_op))"
+           "  ELSE compacted_op END"
+           " FROM (SELECT CASE WHEN $8 THEN coalesce((SELECT max(op_id) FROM bs_ops"
+           "  WHERE bucket = $1), 0) END AS last) n"
+           " WHERE id = $1",
+           &a, "compact: bucket state");
+  memset(s, 0, sizeof *s);
+  return rc;
 }
 
 typedef struct bstate {
@@ -165,17 +208,6 @@ static int state_load(cctx *c, uint64_t bucket, bstate *b) {
   }
   PQclear(r);
   return BS_OK;
-}
-
-/* Records a full or initial-replication compaction of the bucket at the horizon. */
-static int state_mark(cctx *c, uint64_t bucket, uint64_t horizon) {
-  bs__pg_args a = {0};
-  bs__pg_arg_i64(&a, (int64_t)bucket);
-  bs__pg_arg_i64(&a, (int64_t)horizon);
-  return run(c,
-             "UPDATE bs_buckets SET compacted_count = count,"
-             " compacted_op = least($2, last_op) WHERE id = $1",
-             &a, "compact: marking a bucket");
 }
 
 /* ---- Writes ---------------------------------------------------------------------------------- */
@@ -451,6 +483,7 @@ typedef struct pcur {
   uint64_t *del, *mid, *mtg, *cons; /* writes: deletes, MOVEs (id, target), consumed entries */
   size_t ndel, nm, ncons;
   const bs__clear_acc *fold; /* the fold (borrowed from the walk's delta until apply) */
+  pstate state;              /* the transaction's changes to the bucket's state */
   int txn;
 } pcur;
 
@@ -642,8 +675,8 @@ static int pcur_apply(void *x, const bs__compact_delta *d) {
   pcur *p = x;
   int rc = pcur_begin(p);
   if (!rc) rc = pcur_flush(p);
-  if (!rc && d->changed) rc = state_apply(p->c, p->bucket, d);
-  if (!rc && d->mark) rc = state_mark(p->c, p->bucket, p->c->run->horizon);
+  if (!rc) rc = state_add(p->c, p->bucket, &p->state, d);
+  if (!rc) bs__pg_hook(p->c->db, "compact.apply", p->c->c);
   return rc;
 }
 
@@ -676,6 +709,7 @@ static int compact_step(void *x, bs__compact_run *r) {
     bs__compact_txn t = {0, 0, max, max > SIZE_MAX / VISIT_FACTOR ? SIZE_MAX : max * VISIT_FACTOR};
     rc = bs__compact_job_run(&pcur_ops, &p, r, &t, &j, &r->budget, &r->processed);
     if (!rc) rc = pcur_flush(&p); /* entries consumed with no change to the bucket */
+    if (!rc && p.txn) rc = state_write(c, p.bucket, &p.state);
     if (p.txn) rc = commit(c, rc);
     p.txn = 0;
   }

@@ -24,6 +24,9 @@
 #include "util_pg.h"
 
 #ifdef BS_HAVE_PG
+#include <pthread.h>
+
+#include "pg_internal.h" /* the test seam: bs__pg_set_hook */
 
 /* ---- A schema of the test's own (util_pg), an LMDB directory beside it ---- */
 
@@ -958,6 +961,112 @@ static void t_read_across_compaction(void **state) {
   bs_close(db);
 }
 
+/* ---- A flush beside a compaction's transaction ---- */
+
+/* The writer's flush (pg_save.c) locks the stream row FOR UPDATE, then updates its buckets'
+ * rows. At the first change a compaction's transaction applies to its bucket (the seam
+ * "compact.apply"), the test's connection becomes such a flush: it locks the stream row and
+ * sends the update of the bucket's row without waiting for it. */
+typedef struct flusher {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  PGconn *c; /* the compaction's thread's until done */
+  long long bucket;
+  int calls, locked, sent, done;
+} flusher;
+
+static void flush_at_apply(const char *point, PGconn *c, void *payload) {
+  flusher *f = payload;
+  char sql[128];
+  PGresult *r;
+  (void)c;
+  if (strcmp(point, "compact.apply") || ++f->calls != 1) return;
+  r = PQexec(f->c, "BEGIN; SELECT 1 FROM bs_streams WHERE id = 1 FOR UPDATE");
+  f->locked = PQresultStatus(r) == PGRES_TUPLES_OK;
+  PQclear(r);
+  snprintf(sql, sizeof sql, "UPDATE bs_buckets SET generation = generation + 1 WHERE id = %lld",
+           f->bucket);
+  f->sent = f->locked && PQsendQuery(f->c, sql);
+  pthread_mutex_lock(&f->mu);
+  f->done = 1;
+  pthread_cond_signal(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+typedef struct compactor {
+  bs_storage *st;
+  bs_compact_stats stats;
+  bs_error err;
+  int rc;
+} compactor;
+
+static void *compact_main(void *x) {
+  compactor *k = x;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_val b = V("b");
+  co.buckets = &b;
+  co.n_buckets = 1;
+  k->rc = bs_compact(&k->stats, k->st, &co, &k->err);
+  return NULL;
+}
+
+/* A compaction beside a flush: the bucket's fold and mark in one transaction while a flush has
+ * locked the stream row and waits for the bucket's row. The compaction must take no lock the
+ * flush holds once it holds the bucket's row (PostgreSQL's foreign-key check of a row updated
+ * twice in one transaction locks the stream row: a deadlock, 40P01, for one of the two). Both
+ * finish, in either order of the two updates of the bucket's row. alarm() only turns a hang
+ * into a failure. */
+static void t_beside_flush(void **state) {
+  pgt *t = *state;
+  bs_error err = {0};
+  bs_db *db = pgt_open(t->url, 0);
+  bs_writer *w;
+  compactor k;
+  flusher f;
+  pthread_t th;
+  PGresult *r;
+  int updated = 0;
+  memset(&k, 0, sizeof k);
+  memset(&f, 0, sizeof f);
+  pthread_mutex_init(&f.mu, NULL);
+  pthread_cond_init(&f.cv, NULL);
+  assert_int_equal(bs_stream_create(NULL, db, "s", NULL, &err), BS_OK);
+  assert_int_equal(bs_storage_open(&k.st, db, 1, &err), BS_OK);
+  assert_int_equal(bs_writer_open(&w, k.st, NULL, &err), BS_OK);
+  assert_int_equal(bs_writer_snapshot_done(w, V("0"), &err), BS_OK);
+  for (int i = 1; i <= 3; i++) commit_in(w, "b", i); /* ops 1 and 2 superseded: a fold */
+  f.c = t->admin;
+  f.bucket = pgt_int(t->admin, "SELECT id FROM bs_buckets WHERE name = 'b'");
+  bs__pg_set_hook(db, flush_at_apply, &f);
+  alarm(120);
+  assert_int_equal(pthread_create(&th, NULL, compact_main, &k), 0);
+  pthread_mutex_lock(&f.mu);
+  while (!f.done) pthread_cond_wait(&f.cv, &f.mu);
+  pthread_mutex_unlock(&f.mu);
+  /* the flush's update ends when it got the row, and the compaction only when it may go on */
+  while ((r = PQgetResult(t->admin)) != NULL) {
+    updated |= PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (PQresultStatus(r) == PGRES_FATAL_ERROR) print_message("%s", PQresultErrorMessage(r));
+    PQclear(r);
+  }
+  r = PQexec(t->admin, updated ? "COMMIT" : "ROLLBACK");
+  PQclear(r);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  alarm(0);
+  bs__pg_set_hook(db, NULL, NULL);
+  pthread_mutex_destroy(&f.mu);
+  pthread_cond_destroy(&f.cv);
+  if (k.rc) print_message("compact: %s\n", k.err.msg);
+  assert_int_equal(f.calls >= 1 && f.locked && f.sent, 1);
+  assert_int_equal(k.rc, BS_OK);
+  assert_true(updated);
+  assert_int_equal(k.stats.ops_cleared, 2);
+  assert_int_equal(pgt_int(t->admin, "SELECT count FROM bs_buckets WHERE id = %lld", f.bucket), 2);
+  bs_writer_close(w);
+  bs_storage_close(k.st);
+  bs_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_truncate_many, setup, teardown),
@@ -965,6 +1074,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_initial_replication, setup, teardown),
       cmocka_unit_test_setup_teardown(t_changes_pruned, setup, teardown),
       cmocka_unit_test_setup_teardown(t_read_across_compaction, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_beside_flush, setup, teardown),
       cmocka_unit_test_setup_teardown(t_diff, setup, teardown),
   };
   if (pgt_skipped("test_pg_compact")) return 0;
