@@ -9,7 +9,8 @@
 // touched as a client would: its op_id, op, object_id and data read), made (the same, no field
 // read), raw (getBucketDataBatchRaw: op id, op, object id's and data's byte offsets), rawstr (raw
 // mode, object id and data as strings), count (raw mode, no op read: the read, the worker's copy
-// and the call alone), none (the same run without the reads: startup, opening, the checkpoint).
+// and the call alone), none (the same run without the reads: startup, opening, the checkpoint);
+// reuse, reusestr and reusecount are raw, rawstr and count with the option reuseBuffers.
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -18,11 +19,12 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bs = createRequire(import.meta.url)(path.join(root, 'bindings/node'));
 const [how, file] = process.argv.slice(2), passes = Number(process.argv[4] ?? 1);
 const buckets = 100, readLimit = 10000;
-if (!['read', 'made', 'none', 'raw', 'rawstr', 'count'].includes(how) || !file || !(passes > 0)) {
-  console.error('usage: node bench/node_read_loop.mjs read|made|raw|rawstr|count|none FILE [PASSES]');
+const reuse = how.startsWith('reuse'), mode = reuse ? `raw${how.slice(5)}`.replace('rawcount', 'count') : how;
+if (!['read', 'made', 'none', 'raw', 'rawstr', 'count'].includes(mode) || !file || !(passes > 0)) {
+  console.error('usage: node bench/node_read_loop.mjs read|made|raw|rawstr|count|reuse|reusestr|reusecount|none FILE [PASSES]');
   process.exit(2);
 }
-const raw = how.startsWith('raw') || how === 'count';
+const raw = mode.startsWith('raw') || mode === 'count';
 const bucket = (b) => `by_list["l${String(b).padStart(5, '0')}"]`;
 
 const db = await bs.open(file, { readonly: true });
@@ -36,7 +38,7 @@ for (let p = 0; how !== 'none' && p < passes; p++) {
     for (let more = true; more;) {
       more = false;
       const req = [{ bucket: bucket(b), start }];
-      const rows = raw ? st.getBucketDataBatchRaw(cp, req, { limit: readLimit })
+      const rows = raw ? st.getBucketDataBatchRaw(cp, req, { limit: readLimit, reuseBuffers: reuse })
         : st.getBucketDataBatch(cp, req, { limit: readLimit });
       for await (const c of rows) {
         if ('hasMore' in c) {
@@ -44,16 +46,16 @@ for (let p = 0; how !== 'none' && p < passes; p++) {
           continue;
         }
         const d = c.chunkData.data;
-        if (how === 'read') // bench_node.mjs's sum, as capi.c's on_chunk reads each op
+        if (mode === 'read') // bench_node.mjs's sum, as capi.c's on_chunk reads each op
           for (const op of d)
             sink += ((op.op_id & 1n) === 1n ? 1 : 0) + (op.op === 'PUT' ? 1 : 0) + op.object_id.length +
               op.data.length;
-        else if (how === 'raw')
+        else if (mode === 'raw')
           for (let i = 0; i < d.length; i++)
             sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) +
               d.byteEnd(i, 'object_id') - d.byteStart(i, 'object_id') + d.byteEnd(i, 'data') -
               d.byteStart(i, 'data');
-        else if (how === 'rawstr')
+        else if (mode === 'rawstr')
           for (let i = 0; i < d.length; i++)
             sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) + d.objectId(i).length +
               d.data(i).length;

@@ -284,6 +284,15 @@ export interface BucketDataBatchOptions {
   signal?: AbortSignal;
 }
 
+export interface BucketDataBatchRawOptions extends BucketDataBatchOptions {
+  /** The call's memory is lent to the next reuseBuffers call of this storage once the
+   * iteration ends (the loop finishes or leaves it), instead of new memory for every call: its
+   * RawOplogs then have length 0 and their accessors throw a TypeError (code BS_ESTATE), and
+   * the views they gave (buffer, bytes()) show what a later call writes there. Copy what you
+   * keep (entry(), Buffer.from()). Default false: a call's chunks stay as they are. */
+  reuseBuffers?: boolean;
+}
+
 /** An op as the protocol sends it (OplogEntry), with op_id a bigint. */
 export interface OplogEntry {
   op_id: OpId;
@@ -453,7 +462,7 @@ export declare class BucketStorage {
     options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataChunk | SyncBucketDataBatchEnd>;
   /** getBucketDataBatch in raw mode: each chunk's ops as one RawOplog, decoded when read. */
   getBucketDataBatchRaw(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
-    options?: BucketDataBatchOptions): AsyncIterable<SyncBucketDataRawChunk | SyncBucketDataBatchEnd>;
+    options?: BucketDataBatchRawOptions): AsyncIterable<SyncBucketDataRawChunk | SyncBucketDataBatchEnd>;
   /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
   getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[],
     options?: { /** checked and unused */ requestHint?: 'bulk' | 'incremental' }):

@@ -403,6 +403,15 @@ function badField(name) {
   return rangeError(`field: ${String(name)} is not object_type, object_id, subkey or data`);
 }
 
+/** Ends a RawOplog of a reuseBuffers call (set in the class). */
+let revoke;
+
+function reused() {
+  const e = new TypeError('RawOplog: read after its iteration ended (reuseBuffers: copy what you keep)');
+  e.code = 'BS_ESTATE';
+  return e;
+}
+
 function badIndex(i, n) {
   return rangeError(`op index ${String(i)}: not in 0..${n - 1}`);
 }
@@ -426,6 +435,15 @@ class RawOplog {
    * the batch), null when not, undefined until a field is first decoded */
   #ascii;
   #base = 0;
+  #revoked = false;
+  static {
+    // length 0 makes every accessor throw (in #at, which checks it anyway): the call's memory
+    // is then the next call's, and a check of its own in every accessor would cost more
+    revoke = (ops) => {
+      ops.length = 0;
+      ops.#revoked = true;
+    };
+  }
   constructor(r, k, n) {
     this.#ids = r.ids;
     this.#types = r.types;
@@ -439,11 +457,15 @@ class RawOplog {
   get buffer() {
     return this.#text;
   }
-  /** Index of op i in the batch; a RangeError outside the chunk. */
+  /** Index of op i in the batch; a RangeError outside the chunk (a TypeError once revoked). */
   #at(i) {
     // i >>> 0 is i only for an integer in 0..2^32 - 1 (not for a string, NaN, -1 or 0.5)
-    if ((i >>> 0) !== i || i >= this.length) throw badIndex(i, this.length);
+    if ((i >>> 0) !== i || i >= this.length) throw this.#outside(i);
     return this.#k + i;
+  }
+  // out of line, so that #at stays small enough for V8 to inline the accessors
+  #outside(i) {
+    return this.#revoked ? reused() : badIndex(i, this.length);
   }
   /** The byte offset where field f of op k of the batch starts (e 0) or ends (e 1), -1 when null. */
   #offset(k, f, e) {
@@ -600,9 +622,20 @@ class Checkpoint {
   }
 }
 
+/** The ArrayBuffers of a bucketData call (see done_bucket_data in the addon), or null when they
+ * are more than KEEP_BYTES: the next call's worker writes into them, memory already mapped,
+ * instead of new memory that V8 gives back only when it collects. */
+function keepable(pool) {
+  let bytes = 0;
+  for (const ab of pool) bytes += ab?.byteLength ?? 0;
+  return bytes <= KEEP_BYTES ? pool : null;
+}
+
 class BucketStorage {
   #h;
   #mode = 'managed';
+  /** the last bucketData call's buffers, lent to the next (one call at a time takes them) */
+  #pool = null;
   constructor(handle) {
     this.#h = handle;
   }
@@ -632,36 +665,59 @@ class BucketStorage {
   }
   /** options.signal: an abort before the call, or before a chunk is handed out, rejects with
    * its reason; options.requestHint is checked and unused (one read path). */
+  /** The batch of a bucketData call, written into the buffers of the call before when lend
+   * (the default mode, whose columns the user never sees, and raw mode with reuseBuffers). */
+  #bucketData(checkpoint, dataBuckets, options, raw, lend) {
+    const pool = lend ? this.#pool ?? [] : undefined;
+    if (lend) this.#pool = null;
+    return call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options, raw, pool);
+  }
   async *getBucketDataBatch(checkpoint, dataBuckets, options) {
     const signal = options?.signal;
     signal?.throwIfAborted();
     checkHint(options);
-    const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options);
+    const r = await this.#bucketData(checkpoint, dataBuckets, options, false, true);
     signal?.throwIfAborted();
     for (let c = 0, k = 0, p = null; c < r.chunks.length; c++) {
       const ch = r.chunks[c];
       const data = new Array(ch.n);
       for (let i = 0; i < ch.n; i++, k++) data[i] = p = oplogEntry(r, k, p);
+      // the entries hold no view of the columns: the next call may write into them
+      if (c === r.chunks.length - 1) this.#pool = keepable(r.pool);
       yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
         has_more: ch.has_more, data }, targetOp: ch.targetOp };
       signal?.throwIfAborted();
     }
+    if (!r.chunks.length) this.#pool = keepable(r.pool);
     yield { hasMore: r.hasMore };
   }
-  /** getBucketDataBatch with each chunk's ops as one RawOplog (fields decoded when read). */
+  /** getBucketDataBatch with each chunk's ops as one RawOplog (fields decoded when read);
+   * options.reuseBuffers: the call's memory is the next such call's once the iteration ends. */
   async *getBucketDataBatchRaw(checkpoint, dataBuckets, options) {
     const signal = options?.signal;
     signal?.throwIfAborted();
     checkHint(options);
-    const r = await call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options, true);
-    signal?.throwIfAborted();
-    for (let c = 0, k = 0; c < r.chunks.length; k += r.chunks[c++].n) {
-      const ch = r.chunks[c];
-      yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
-        has_more: ch.has_more, data: new RawOplog(r, k, ch.n) }, targetOp: ch.targetOp };
+    const reuse = options?.reuseBuffers;
+    if (reuse != null && typeof reuse !== 'boolean') throw typeError('options.reuseBuffers: expected a boolean');
+    const r = await this.#bucketData(checkpoint, dataBuckets, options, true, reuse === true);
+    const lent = [];
+    try {
       signal?.throwIfAborted();
+      if (r.pool) r.text = Buffer.from(r.text.buffer, 0, r.text.length);
+      for (let c = 0, k = 0; c < r.chunks.length; k += r.chunks[c++].n) {
+        const ch = r.chunks[c], data = new RawOplog(r, k, ch.n);
+        if (r.pool) lent.push(data);
+        yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
+          has_more: ch.has_more, data }, targetOp: ch.targetOp };
+        signal?.throwIfAborted();
+      }
+      yield { hasMore: r.hasMore };
+    } finally {
+      // detaching the views instead (a transfer) would slow every typed array read of the
+      // process: V8 checks for detached buffers once one has been
+      lent.forEach(revoke);
+      if (r.pool) this.#pool = keepable(r.pool);
     }
-    yield { hasMore: r.hasMore };
   }
   /** options.requestHint is checked and unused (one checksum path, cached). */
   async getChecksums(checkpoint, buckets, options) {

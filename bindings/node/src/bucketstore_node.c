@@ -900,12 +900,12 @@ static int progress_thrown(napi_env env, progress_ctx *pc, napi_value *out) {
 
 static void chan_unref(napi_env env, struct chan *ch);
 
-static void opbatch_free(struct opbatch *b);
+static void opbatch_free(napi_env env, struct opbatch *b);
 
 static void work_free(napi_env env, work *w) {
   if (w->ch) chan_unref(env, w->ch);
   if (w->pc) progress_free(env, w->pc);
-  opbatch_free(w->bt);
+  opbatch_free(env, w->bt);
   ar_free(&w->ar);
   free(w);
 }
@@ -1971,10 +1971,11 @@ enum { FIELD_TEXT, FIELD_NULL, FIELD_RAW, FIELD_SAME };
 typedef struct gbuf {
   unsigned char *p;
   size_t len, cap;
+  int lent; /* p is an ArrayBuffer's memory that a call lent (see bucket_data): not ours to free */
 } gbuf;
 
 /* Room for n more bytes at g->p + g->len (doubling; a first block even for n 0), or NULL out
- * of memory. */
+ * of memory. A lent block is left as it is: the bytes so far move to a block of our own. */
 static unsigned char *gb_grow(gbuf *g, size_t n) {
   size_t cap = g->cap ? g->cap : 4096;
   unsigned char *p;
@@ -1982,8 +1983,9 @@ static unsigned char *gb_grow(gbuf *g, size_t n) {
     if (cap > SIZE_MAX / 2) return NULL;
     cap *= 2;
   }
-  if (!(p = realloc(g->p, cap))) return NULL;
-  g->p = p, g->cap = cap;
+  if (!(p = g->lent ? malloc(cap) : realloc(g->p, cap))) return NULL;
+  if (g->lent && g->len) memcpy(p, g->p, g->len);
+  g->p = p, g->cap = cap, g->lent = 0;
   return g->p + g->len;
 }
 
@@ -2002,8 +2004,13 @@ typedef struct rawfield {
   bs_val v;
 } rawfield;
 
+/* The batch's buffers in the order of the pool bucketData lends (ids, types, sums, kinds, offs,
+ * text). */
+enum { N_COLUMNS = 6 };
+
 typedef struct opbatch {
   gbuf ids, types, sums, kinds, offs, text;
+  napi_ref pool;     /* the lent ArrayBuffers (an array, held for the call), or NULL */
   size_t n, units;   /* ops laid out; UTF-16 units of the text */
   size_t prev[4][2]; /* text offset and size of the previous op's fields, when text */
   rawfield *raw, **raw_tail;
@@ -2011,10 +2018,16 @@ typedef struct opbatch {
   size_t n_chunks;
 } opbatch;
 
-static void opbatch_free(opbatch *b) {
+static gbuf *column(opbatch *b, int i) {
+  gbuf *const g[N_COLUMNS] = {&b->ids, &b->types, &b->sums, &b->kinds, &b->offs, &b->text};
+  return g[i];
+}
+
+static void opbatch_free(napi_env env, opbatch *b) {
   if (!b) return;
-  free(b->ids.p), free(b->types.p), free(b->sums.p);
-  free(b->kinds.p), free(b->offs.p), free(b->text.p);
+  for (int i = 0; i < N_COLUMNS; i++)
+    if (!column(b, i)->lent) free(column(b, i)->p);
+  if (b->pool) napi_delete_reference(env, b->pool);
 }
 
 /* Copies n bytes from s to d; whether they are all ASCII. */
@@ -2217,6 +2230,37 @@ static napi_value js_buffer_own(napi_env env, gbuf *g) {
   return napi_create_buffer_copy(env, g->len, g->p, &copy, &v) == napi_ok ? v : NULL;
 }
 
+/* With a lent pool (bucket_data): column i as a typed array of n elements of size each over an
+ * ArrayBuffer that also goes into pool[i] for the next call to lend: the lent one when the batch
+ * fitted in it, else a new one of the column's capacity holding its bytes (V8's memory, which
+ * index.js can transfer; an external buffer it cannot). */
+static napi_value js_typed_pooled(napi_env env, opbatch *b, int i, napi_typedarray_type t,
+                                  size_t size, size_t n, napi_value pool) {
+  gbuf *g = column(b, i);
+  napi_value lent, ab, ta;
+  void *p;
+  if (g->lent) {
+    if (napi_get_reference_value(env, b->pool, &lent) != napi_ok ||
+        napi_get_element(env, lent, (uint32_t)i, &ab) != napi_ok)
+      return NULL;
+  } else if (napi_create_arraybuffer(env, g->cap, &p, &ab) != napi_ok) {
+    return NULL;
+  } else if (n) {
+    memcpy(p, g->p, n * size);
+  }
+  if (napi_set_element(env, pool, (uint32_t)i, ab) != napi_ok ||
+      napi_create_typedarray(env, t, n, ab, 0, &ta) != napi_ok)
+    return NULL;
+  return ta;
+}
+
+/* Column i as a typed array: pooled when the call lent a pool, else taking the block over. */
+static napi_value js_column(napi_env env, opbatch *b, int i, napi_typedarray_type t, size_t size,
+                            size_t n, napi_value pool) {
+  return pool ? js_typed_pooled(env, b, i, t, size, n, pool)
+              : js_typed_own(env, t, size, n, column(b, i));
+}
+
 /* A batch in columns, from which index.js builds the OplogEntry objects (object literals of one
  * shape are much cheaper to make in JS than property by property through Node-API):
  * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, text, kinds: Uint8Array,
@@ -2224,10 +2268,12 @@ static napi_value js_buffer_own(napi_env env, gbuf *g) {
  * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
  * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null, raw[f] or field f - 4 as kinds[f]
  * says. In raw mode text is a Buffer of every field's bytes, offs are byte offsets into it,
- * kinds is empty and a type's bits above the fourth say which fields are null (put_raw). */
+ * kinds is empty and a type's bits above the fourth say which fields are null (put_raw).
+ * When the call lent a pool: pool, the ArrayBuffers under the columns and the text's bytes (in
+ * raw mode text is then a Uint8Array over the last), for the next call to lend. */
 static napi_value done_bucket_data(napi_env env, work *w) {
   opbatch *b = w->bt;
-  napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw;
+  napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw, pool = NULL;
   uint32_t ci = 0, end = (uint32_t)(w->i2 ? b->text.len : b->units);
   size_t n = b->n;
   b->offs.len = 16 * n;
@@ -2236,16 +2282,21 @@ static napi_value done_bucket_data(napi_env env, work *w) {
     return NULL;
   }
   memcpy(b->offs.p + 16 * n, &end, 4);
-  if (!(ids = js_typed_own(env, napi_biguint64_array, 8, n, &b->ids)) ||
-      !(types = js_typed_own(env, napi_uint8_array, 1, n, &b->types)) ||
-      !(sums = js_typed_own(env, napi_uint32_array, 4, n, &b->sums)) ||
-      !(kinds = js_typed_own(env, napi_uint8_array, 1, w->i2 ? 0 : 4 * n, &b->kinds)) ||
-      !(offs = js_typed_own(env, napi_uint32_array, 4, 4 * n + 1, &b->offs)) ||
+  if ((b->pool && napi_create_array_with_length(env, N_COLUMNS, &pool) != napi_ok) ||
+      !(ids = js_column(env, b, 0, napi_biguint64_array, 8, n, pool)) ||
+      !(types = js_column(env, b, 1, napi_uint8_array, 1, n, pool)) ||
+      !(sums = js_column(env, b, 2, napi_uint32_array, 4, n, pool)) ||
+      !(kinds = js_column(env, b, 3, napi_uint8_array, 1, w->i2 ? 0 : 4 * n, pool)) ||
+      !(offs = js_column(env, b, 4, napi_uint32_array, 4, 4 * n + 1, pool)) ||
       napi_create_array(env, &raw) != napi_ok ||
       napi_create_array_with_length(env, b->n_chunks, &chunks) != napi_ok)
     return NULL;
   if (w->i2) {
-    if (!(text = js_buffer_own(env, &b->text))) return NULL;
+    if (!(text = pool ? js_typed_pooled(env, b, 5, napi_uint8_array, 1, b->text.len, pool)
+                      : js_buffer_own(env, &b->text)))
+      return NULL;
+  } else if (pool && !js_typed_pooled(env, b, 5, napi_uint8_array, 1, b->text.len, pool)) {
+    return NULL;
   } else if ((b->units == b->text.len
                   ? napi_create_string_latin1(env, (char *)b->text.p, b->text.len, &text)
                   : napi_create_string_utf8(env, (char *)b->text.p, b->text.len, &text)) !=
@@ -2274,12 +2325,35 @@ static napi_value done_bucket_data(napi_env env, work *w) {
   set(env, res, "offs", offs);
   set(env, res, "raw", raw);
   set(env, res, "chunks", chunks);
+  if (pool) set(env, res, "pool", pool);
   return res;
 }
 
-/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}, raw) */
+/* Lends the worker the ArrayBuffers of pool (an array; see done_bucket_data) to write the batch
+ * into, instead of new memory for every call: nothing else refers to them (index.js took them
+ * out of its pool and detached what the user held), and the array held keeps them alive. */
+static int lend_pool(napi_env env, opbatch *b, napi_value pool) {
+  uint32_t n;
+  if (get_array(env, pool, "pool", &n) || napi_create_reference(env, pool, 1, &b->pool) != napi_ok)
+    return -1;
+  for (uint32_t i = 0; i < n && i < N_COLUMNS; i++) {
+    gbuf *g = column(b, (int)i);
+    napi_value ab;
+    bool is_ab = false;
+    void *p = NULL;
+    size_t len = 0;
+    if (napi_get_element(env, pool, i, &ab) != napi_ok ||
+        napi_is_arraybuffer(env, ab, &is_ab) != napi_ok ||
+        (is_ab && napi_get_arraybuffer_info(env, ab, &p, &len) != napi_ok))
+      return -1;
+    if (p && len) *g = (gbuf){.p = p, .cap = len, .lent = 1};
+  }
+  return 0;
+}
+
+/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}, raw, pool) */
 static napi_value bucket_data(napi_env env, napi_callback_info info) {
-  ARGS(5);
+  ARGS(6);
   napi_value v;
   uint32_t n_req;
   bs_bucket_request *req;
@@ -2317,6 +2391,7 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
     FAIL_WORK(w);
   }
   memset(w->bt, 0, sizeof *w->bt);
+  if (argv[5] && lend_pool(env, w->bt, argv[5])) FAIL_WORK(w);
   return work_start(env, w, n, exec_bucket_data, done_bucket_data);
 }
 

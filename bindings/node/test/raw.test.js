@@ -147,6 +147,95 @@ for (const [name, open] of backends) {
     cleanup();
   });
 
+  test(`${name}: reuseBuffers: a call writes into the memory of the one before; its chunks end with the iteration`, async () => {
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    // batches of several sizes, so that a call's batch fits in the memory lent to it, or does
+    // not (the worker moves what it wrote to memory of its own), or leaves most of it unused
+    const sizes = { small: 3, mid: 40, big: 300 };
+    for (const [bucket, n] of Object.entries(sizes))
+      for (let i = 0; i < n; i++) await w.save(put(bucket, `${bucket}${i}`, 't', `{"${bucket}":"${'v'.repeat(i % 90)}\u00e9${i}"}`));
+    await w.markSnapshotDone('1');
+    await w.commit('1');
+    const { checkpoint } = await st.getCheckpoint();
+    const ended = (raw) => {
+      assert.equal(raw.length, 0);
+      assert.throws(() => raw.opId(0), { name: 'TypeError', code: 'BS_ESTATE' });
+      assert.throws(() => raw.data(0), { name: 'TypeError', code: 'BS_ESTATE' });
+      assert.throws(() => raw.byteStart(0, 'data'), { name: 'TypeError', code: 'BS_ESTATE' });
+      assert.throws(() => raw.entry(0), { name: 'TypeError', code: 'BS_ESTATE' });
+      assert.deepEqual([...raw], []);
+    };
+    const held = [];
+    const plan = [['small'], ['big'], ['mid', 'small'], ['big'], ['small'], ['big', 'mid', 'small']];
+    for (const [j, buckets] of plan.entries()) {
+      const req = buckets.map((bucket) => ({ bucket }));
+      const options = { limit: 1000, chunkLimitBytes: j % 2 ? 0 : 1 << 20 };
+      const want = [];
+      for await (const c of st.getBucketDataBatch(checkpoint, req, options)) want.push(c);
+      let i = 0;
+      const mine = [];
+      for await (const c of st.getBucketDataBatchRaw(checkpoint, req, { ...options, reuseBuffers: true })) {
+        if ('hasMore' in c) {
+          assert.deepEqual(c, want[i]);
+          continue;
+        }
+        same(want[i++], c);
+        mine.push(c.chunkData.data);
+        held.forEach(ended); // the calls before's
+      }
+      assert.equal(i, want.length - 1);
+      mine.forEach(ended); // once the iteration ended, this call's chunks end too
+      held.push(...mine);
+    }
+    // a view of the buffer is the storage's memory: the next call writes into it (copy what
+    // you keep); leaving the loop early ends the iteration as well
+    let view, copy;
+    for await (const c of st.getBucketDataBatchRaw(checkpoint, [{ bucket: 'big' }], { reuseBuffers: true })) {
+      held.push(c.chunkData.data);
+      view = c.chunkData.data.bytes(0, 'data');
+      copy = Buffer.from(view);
+      break;
+    }
+    ended(held.at(-1));
+    assert.equal(copy.toString(), '{"big":"\u00e90"}');
+    for await (const c of st.getBucketDataBatchRaw(checkpoint, [{ bucket: 'mid' }], { reuseBuffers: true })) {
+      if ('hasMore' in c) continue;
+      const buf = c.chunkData.data.buffer;
+      assert.equal(view.buffer, buf.buffer); // the same memory, lent again
+      assert.ok(view.equals(buf.subarray(view.byteOffset, view.byteOffset + view.length)));
+      assert.ok(!view.equals(copy));
+    }
+    // two iterations at once: the second gets memory of its own; without the option, a call's
+    // chunks stay as they are whatever runs after it
+    const a = st.getBucketDataBatchRaw(checkpoint, [{ bucket: 'mid' }], { reuseBuffers: true });
+    const b = st.getBucketDataBatchRaw(checkpoint, [{ bucket: 'big' }], { reuseBuffers: true });
+    const kept = st.getBucketDataBatchRaw(checkpoint, [{ bucket: 'mid' }]);
+    const [ra, rb, rk] = [(await a.next()).value, (await b.next()).value, (await kept.next()).value];
+    const [[[dMid]], [[dBig]]] = [await both(st, checkpoint, [{ bucket: 'mid' }]), await both(st, checkpoint, [{ bucket: 'big' }])];
+    same(dMid, ra);
+    same(dBig, rb);
+    await a.return();
+    same(dBig, rb);
+    await b.return();
+    await kept.return();
+    const keptView = rk.chunkData.data.bytes(0, 'data'), keptCopy = Buffer.from(keptView);
+    for (const bucket of ['big', 'mid', 'small'])
+      for await (const c of st.getBucketDataBatchRaw(checkpoint, [{ bucket }], { reuseBuffers: true })) void c;
+    same(dMid, rk);
+    assert.ok(keptView.equals(keptCopy));
+    ended(ra.chunkData.data);
+    ended(rb.chunkData.data);
+    await assert.rejects(st.getBucketDataBatchRaw(checkpoint, [{ bucket: 'big' }], { reuseBuffers: 1 }).next(),
+      { name: 'TypeError', code: 'BS_EINVAL' });
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
   test(`${name}: raw mode refuses what the default mode refuses`, async () => {
     const { db, cleanup } = await open();
     await db.createStream('s');

@@ -27,7 +27,7 @@ async function main(): Promise<void> {
     if ('hasMore' in c) console.log(c.hasMore);
     else for (const op of c.chunkData.data) console.log(op.op_id, op.op, op.data, c.targetOp);
   }
-  for await (const c of st.getBucketDataBatchRaw(cp, [{ bucket: 'todos["u1"]' }], { limit: 10 })) {
+  for await (const c of st.getBucketDataBatchRaw(cp, [{ bucket: 'todos["u1"]' }], { limit: 10, reuseBuffers: true })) {
     if ('hasMore' in c) continue;
     const ops: bs.RawOplog = c.chunkData.data, f: bs.OplogField = 'data';
     for (let i = 0; i < ops.length; i++) {
