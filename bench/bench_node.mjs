@@ -9,9 +9,10 @@
 //           call, one bucket per call (a client resuming at next_after), twice: the second
 //           (warm) pass is timed; each op's op id, type, object id and data read (a sum that
 //           every binding row must give as the C API's does).
-// The binding runs four times: `await w.save(r)` per row, pipelined (a commit's saves not
+// The binding runs five times: `await w.save(r)` per row, pipelined (a commit's saves not
 // awaited one by one: Promise.all before the commit), and `await w.saveMany(rows)` per commit,
-// the last twice: read through getBucketDataBatch, then getBucketDataBatchRaw.
+// the last three times: read through getBucketDataBatch, getBucketDataBatchRaw, and
+// getBucketDataBatchRaw with reuseBuffers.
 // Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
 //        [--read-limit N] [--durable] [--runs N] [--quick] [--json PATH]
 // Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs:
@@ -141,7 +142,8 @@ const binding = {
     return { secs, cpu, count: cfg.rows };
   },
   /** Each op read as capi.c's on_chunk reads it (sink: the same sum): as an OplogEntry, or
-   * raw (getBucketDataBatchRaw: the object id and data as byte offsets, capi.c's bs_val). */
+   * raw (getBucketDataBatchRaw: the object id and data as byte offsets, capi.c's bs_val);
+   * raw 'reuse': with reuseBuffers (each call writes into the memory of the one before). */
   async read(file, raw = false) {
     const bs = loadBinding();
     const db = await bs.open(file);
@@ -153,7 +155,7 @@ const binding = {
       let start = 0n;
       for (let more = true; more;) {
         more = false;
-        const req = [{ bucket: bucket(b), start }], o = { limit: cfg.readLimit };
+        const req = [{ bucket: bucket(b), start }], o = { limit: cfg.readLimit, reuseBuffers: raw === 'reuse' };
         for await (const c of raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o)) {
           if ('hasMore' in c) {
             more = c.hasMore;
@@ -264,6 +266,7 @@ const paths = { 'C API': capi, 'Node binding': binding,
   'Node, pipelined': { ingest: (f) => binding.ingest(f, 'pipelined'), read: binding.read },
   'Node, saveMany': { ingest: (f) => binding.ingest(f, 'many'), read: binding.read },
   'Node, raw reads': { ingest: (f) => binding.ingest(f, 'many'), read: (f) => binding.read(f, true) },
+  'Node, raw, reuse': { ingest: (f) => binding.ingest(f, 'many'), read: (f) => binding.read(f, 'reuse') },
   'JSON driver': driver };
 const results = {};
 let sink; // the C API's sum over the ops it read; each binding read must give the same
