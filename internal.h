@@ -575,6 +575,34 @@ static inline bool bs__head_reached(bs_val conn, bs_val lsn, const bs_head *give
 static inline bool bs__head_passed(bs_val lsn, bs_val commit_lsn) {
   return bs__val_cmp(lsn, commit_lsn) <= 0;
 }
+/* A managed record's stored heads, walked as its backend keeps them: next answers 1 with the next
+ * head's connection and lsn, 0 past the last. */
+typedef int (*bs__head_next_fn)(void *it, bs_val *conn, bs_val *lsn);
+/* Is every stored head of a managed record passed: by a commit at *commit_lsn when commit_lsn is
+ * not NULL (bs__head_passed), else reached by a reader's heads given[0..n) (bs__head_reached)?
+ * A record of no heads is. */
+bool bs__heads_passed(bs__head_next_fn next, void *it, const bs_val *commit_lsn,
+                      const bs_head *given, size_t n);
+/* bs__head_next_fn over heads kept as an array of bs_head (it: a bs__head_array). */
+typedef struct bs__head_array {
+  const bs_head *h;
+  size_t n;
+} bs__head_array;
+int bs__head_array_next(void *it, bs_val *conn, bs_val *lsn);
+/* A managed record that waits for a commit (neither processed nor gone): its user and heads. */
+typedef struct bs__wcp_waiting {
+  bs_val user;
+  bs__head_next_fn next;
+  void *it;
+} bs__wcp_waiting;
+/* What a commit at lsn does to the managed write checkpoints (contract.md 7): each record waiting
+ * (next: 1 and the next one, 0 after the last, or an error) whose every head the commit passes
+ * becomes processed, its user filed in the checkpoint's change record (done, with the user next
+ * gave last). PostgreSQL applies it as one statement (pg_write.c, checked against this by
+ * tests/test_pg.c). next's or done's error is returned. */
+int bs__managed_commit(bs_val lsn, int (*next)(void *ctx, bs__wcp_waiting *w, bs_error *err),
+                       int (*done)(void *ctx, bs_val user, bs_error *err), void *ctx,
+                       bs_error *err);
 
 /* De-duplication of one user's requests in a managed batch (contract.md 7): does candidate c replace
  * the chosen request w? A supplied request id beats a generated one; among supplied the greatest

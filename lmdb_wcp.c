@@ -53,17 +53,17 @@ static int pending_set(bs__lmdb_db *db, MDB_txn *txn, bs_val user, int pending, 
   return rc ? bs__lmdb_fail(err, rc, "write checkpoint: pending index") : BS_OK;
 }
 
-/* Is every stored head of r passed: by a commit at *commit_lsn (not NULL), else by a reader's
- * head list (lsns per connection, bs__head_reached)? */
-static int heads_passed(const wcp_rec *r, const bs_val *commit_lsn, const bs_head *heads,
-                        size_t n) {
-  const unsigned char *p = r->heads;
-  for (uint32_t i = 0; i < r->n_heads; i++) {
-    bs_val conn, lsn;
-    bs__lmdb_wcp_head_next(&p, &conn, &lsn);
-    if (commit_lsn ? !bs__head_passed(lsn, *commit_lsn) : !bs__head_reached(conn, lsn, heads, n))
-      return 0;
-  }
+/* bs__head_next_fn over a record's encoded heads. */
+typedef struct enc_heads {
+  const unsigned char *p;
+  uint32_t n;
+} enc_heads;
+
+static int enc_head_next(void *it, bs_val *conn, bs_val *lsn) {
+  enc_heads *h = it;
+  if (!h->n) return 0;
+  bs__lmdb_wcp_head_next(&h->p, conn, lsn);
+  h->n--;
   return 1;
 }
 
@@ -95,54 +95,75 @@ static MDB_val key_list_next(const key_list *l, size_t *off, uint64_t *id) {
 
 /* ---- Commit hook: marking processed -------------------------------------------------------- */
 
+/* The commit's side of bs__managed_commit: the records waiting are those of a pending marker. */
+typedef struct commit_ctx {
+  bs__lmdb_db *db;
+  MDB_txn *txn;
+  bs_val lsn;
+  key_list l; /* the pending markers' keys */
+  size_t off;
+  unsigned char kb[BS_WCP_USER_KEY_MAX];
+  MDB_val mk; /* the current record's key (in kb) */
+  wcp_rec r;  /* the current record (borrowed from the map) */
+  enc_heads heads;
+  int (*fn)(bs_val user, void *payload);
+  void *payload;
+} commit_ctx;
+
+static int waiting_next(void *ctx, bs__wcp_waiting *w, bs_error *err) {
+  commit_ctx *c = ctx;
+  while (c->off < c->l.used) {
+    uint64_t unused;
+    MDB_val pending = key_list_next(&c->l, &c->off, &unused);
+    bs__wcp_key wk;
+    int exists, rc;
+    bs__lmdb_wcp_key_decode(&pending, &wk); /* decoded by the scan */
+    if ((rc = rec_get(c->db, c->txn, wk.user, c->kb, &c->mk, &c->r, &exists, err))) return rc;
+    if (!exists) { /* record gone: drop the stale marker */
+      if ((rc = pending_set(c->db, c->txn, wk.user, 0, err))) return rc;
+      continue;
+    }
+    c->heads = (enc_heads){c->r.heads, c->r.n_heads};
+    *w = (bs__wcp_waiting){wk.user, enc_head_next, &c->heads};
+    return 1;
+  }
+  return 0;
+}
+
+static int waiting_done(void *ctx, bs_val user, bs_error *err) {
+  commit_ctx *c = ctx;
+  int rc;
+  c->r.flags |= BS_WCP_PROCESSED;
+  c->r.processed_lsn = c->lsn;
+  /* r.heads points into the map: rec_put copies them into its own buffer before mdb_put */
+  if ((rc = rec_put(c->db, c->txn, &c->mk, &c->r, NULL, 0, err)) ||
+      (rc = pending_set(c->db, c->txn, user, 0, err)))
+    return rc;
+  return c->fn ? c->fn(user, c->payload) : BS_OK;
+}
+
 int bs__lmdb_wcp_mark_processed(bs__lmdb_db *db, MDB_txn *txn, bs_val lsn,
                                 int (*fn)(bs_val user, void *payload), void *payload,
                                 bs_error *err) {
-  key_list l = {&db->base.alloc, NULL, 0, 0}; /* the pending markers' keys */
+  commit_ctx c = {.db = db, .txn = txn, .lsn = lsn, .fn = fn, .payload = payload};
   MDB_cursor *cur = NULL;
   unsigned char pk[1] = {BS_WCP_PENDING_TAG};
   MDB_val k = {sizeof pk, pk}, v;
-  int rc = mdb_cursor_open(txn, db->wcp, &cur);
-  if (rc) return bs__fail_mdb(err, rc, "write checkpoint: cursor");
+  int rc = BS_OK, mrc = mdb_cursor_open(txn, db->wcp, &cur);
+  if (mrc) return bs__fail_mdb(err, mrc, "write checkpoint: cursor");
+  c.l.a = &db->base.alloc;
   /* Collect first, update after: the cursor is not reused across puts and deletes. */
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0 && rc == BS_OK;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs__wcp_key wk;
     if (bs__lmdb_wcp_key_decode(&k, &wk) || wk.tag != BS_WCP_PENDING_TAG) break;
-    if ((rc = key_list_add(&l, &k, 0, err))) goto fail;
-  }
-  if (rc && rc != MDB_NOTFOUND) {
-    rc = bs__fail_mdb(err, rc, "write checkpoint: pending scan");
-    goto fail;
+    rc = key_list_add(&c.l, &k, 0, err);
   }
   mdb_cursor_close(cur);
-  cur = NULL;
-  for (size_t off = 0; off < l.used;) {
-    uint64_t unused;
-    MDB_val mk, pending = key_list_next(&l, &off, &unused);
-    unsigned char kb[BS_WCP_USER_KEY_MAX];
-    bs__wcp_key wk;
-    wcp_rec r;
-    int exists;
-    bs__lmdb_wcp_key_decode(&pending, &wk); /* decoded by the scan */
-    bs_val user = wk.user;
-    if ((rc = rec_get(db, txn, user, kb, &mk, &r, &exists, err))) goto fail;
-    if (!exists) { /* record gone: drop the stale marker */
-      if ((rc = pending_set(db, txn, user, 0, err))) goto fail;
-      continue;
-    }
-    if (!heads_passed(&r, &lsn, NULL, 0)) continue;
-    r.flags |= BS_WCP_PROCESSED;
-    r.processed_lsn = lsn;
-    /* r.heads points into the map: rec_put copies them into its own buffer before mdb_put */
-    if ((rc = rec_put(db, txn, &mk, &r, NULL, 0, err))) goto fail;
-    if ((rc = pending_set(db, txn, user, 0, err))) goto fail;
-    if (fn && (rc = fn(user, payload))) goto fail;
-  }
-  rc = BS_OK;
-fail:
-  if (cur) mdb_cursor_close(cur);
-  bs__free(l.a, l.p);
+  if (rc == BS_OK && mrc && mrc != MDB_NOTFOUND)
+    rc = bs__fail_mdb(err, mrc, "write checkpoint: pending scan");
+  if (rc == BS_OK) rc = bs__managed_commit(lsn, waiting_next, waiting_done, &c, err);
+  bs__free(c.l.a, c.l.p);
   return rc;
 }
 
@@ -308,7 +329,10 @@ int bs__lmdb_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st,
   if (wcp_read_hook) wcp_read_hook(st);
   if (mode == BS_WCP_MANAGED) {
     rc = rec_get(db, txn, user_id, kb, &k, &r, found, err);
-    if (rc == BS_OK && *found && (*found = heads_passed(&r, NULL, heads, n_heads))) *id_out = r.id;
+    enc_heads h = {r.heads, r.n_heads};
+    if (rc == BS_OK && *found &&
+        (*found = bs__heads_passed(enc_head_next, &h, NULL, heads, n_heads)))
+      *id_out = r.id;
   } else if (user_id.size + ev.size > BS_MAX_USER_EVENT) {
     /* none: no custom write checkpoint has a user and an event that long together */
   } else if ((rc = bs__lmdb_wcp_custom_key(kb, &k, st->stream_id, ev, user_id, err)) == BS_OK &&

@@ -82,7 +82,7 @@ static mem_table *table_find(mem_stream *s, bs_val name) {
 
 /* ---- Transactions over one stream (see the file comment) ------------------------------------ */
 
-enum { J_REC, J_CWCP, J_DROP, J_OPS };
+enum { J_REC, J_CWCP, J_DROP, J_OPS, J_MWCP };
 typedef struct mem_jent {
   int kind;
   size_t idx;
@@ -142,6 +142,8 @@ static void tx_rollback(mem_tx *tx) {
     } else if (e->kind == J_CWCP) {
       if (s->cw[e->idx] != e->old) bs__free(a, s->cw[e->idx]);
       s->cw[e->idx] = e->old;
+    } else if (e->kind == J_MWCP) {
+      tx->db->mw[e->idx]->processed = 0;
     } else if (e->kind == J_OPS) {
       mem_bucket *b = s->buckets[e->idx];
       for (size_t o = e->n; o < b->n; o++) op_free(a, &b->ops[o]);
@@ -627,24 +629,44 @@ static int mem_writer_flush(uint64_t *last_op, bs_writer *bw, const bs_write_bat
   return rc;
 }
 
-static int heads_passed(const mem_mwcp *r, bs_val lsn) {
-  for (size_t i = 0; i < r->nheads; i++)
-    if (!bs__head_passed(r->heads[i].lsn, lsn)) return 0;
+/* The commit's side of bs__managed_commit: a record waits while it is not processed (a gone one
+ * is), and becomes processed in the transaction (journaled). */
+typedef struct mem_cmt {
+  mem_tx *tx;
+  size_t i; /* the next record to look at */
+  bs__head_array heads;
+} mem_cmt;
+
+static int mwcp_waiting(void *ctx, bs__wcp_waiting *w, bs_error *err) {
+  mem_cmt *c = ctx;
+  const mem_db *db = c->tx->db;
+  const mem_mwcp *r;
+  BS_UNUSED(err);
+  while (c->i < db->nmw && db->mw[c->i]->processed) c->i++;
+  if (c->i == db->nmw) return 0;
+  r = db->mw[c->i++];
+  c->heads = (bs__head_array){r->heads, r->nheads};
+  *w = (bs__wcp_waiting){r->user, bs__head_array_next, &c->heads};
   return 1;
 }
 
-/* The checkpoint part of a commit, as plan p decided, inside tx; everything fallible first. */
+static int mwcp_done(void *ctx, bs_val user, bs_error *err) {
+  mem_cmt *c = ctx;
+  BS_UNUSED(err);
+  if (tx_journal(c->tx, J_MWCP, c->i - 1, NULL)) return BS_ENOMEM;
+  c->tx->db->mw[c->i - 1]->processed = 1;
+  return uch_add(c->tx, c->tx->s->m.op_head, user);
+}
+
+/* The checkpoint part of a commit, as plan p decided, inside tx. */
 static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   mem_db *db = tx->db;
   mem_stream *s = tx->s;
-  uint64_t c = s->m.op_head;
+  mem_cmt cmt = {tx, 0, {NULL, 0}};
   int rc;
-  for (size_t i = 0; i < db->nmw; i++)
-    if (!db->mw[i]->processed && heads_passed(db->mw[i], lsn) &&
-        (rc = uch_add(tx, c, db->mw[i]->user)))
-      return rc;
+  if ((rc = bs__managed_commit(lsn, mwcp_waiting, mwcp_done, &cmt, NULL))) return rc;
   if (BS_GROW(ALLOC(db), s->cps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
-  s->cps[s->ncps].id = c;
+  s->cps[s->ncps].id = s->m.op_head;
   s->cps[s->ncps++].ms = bs__now_ms();
   /* the purge (a scan only while there are soft-deleted records: a delete makes them while a
    * snapshot may insert, and the next checkpoint purges them) */
@@ -653,9 +675,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
     if (r && r->r.soft && r->r.mark <= p->purge_to && (rc = tx_rec_set(tx, i, NULL))) return rc;
   }
   /* point of no return: nothing below fails */
-  for (size_t i = 0; i < db->nmw; i++)
-    if (!db->mw[i]->processed && heads_passed(db->mw[i], lsn)) db->mw[i]->processed = 1;
-  s->m.checkpoint = c;
+  s->m.checkpoint = s->m.op_head;
   lsn_set(&s->m.cp_lsn, lsn);
   s->m.state = p->step.to;
   streams_map(db, s, p->step.others);

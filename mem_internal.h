@@ -139,16 +139,12 @@ typedef struct mem_stream {
   unsigned writers; /* the writer locks held: 1 << snapshot (under the db's mu) */
 } mem_stream;
 
-typedef struct mem_head {
-  bs_val conn, lsn;
-} mem_head;
-
 /* A managed write checkpoint (database-wide). A new id or new heads store a new record; the
  * flags (processed, gone) and requested_at change in place, where nothing can fail. */
 typedef struct mem_mwcp {
   bs_val user;
   uint64_t id;
-  mem_head *heads;
+  bs_head *heads;
   size_t nheads;
   int64_t req_ms; /* < 0: none (a generated id) */
   int processed;

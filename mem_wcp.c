@@ -57,7 +57,7 @@ static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, ui
   w->user = arena_put(&p, r->user_id);
   p = (unsigned char *)(w->heads + r->n_heads);
   for (size_t i = 0; i < r->n_heads; i++) {
-    w->heads[i].conn = arena_put(&p, r->heads[i].connection);
+    w->heads[i].connection = arena_put(&p, r->heads[i].connection);
     w->heads[i].lsn = arena_put(&p, r->heads[i].lsn);
   }
   w->nheads = r->n_heads;
@@ -142,12 +142,9 @@ int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
       }
   } else {
     mem_mwcp *r = mwcp_find(db, user, NULL);
-    if (r && !r->gone) {
-      f = 1; /* every head of the record must be reached by the given heads */
-      for (size_t k = 0; k < r->nheads && f; k++)
-        f = bs__head_reached(r->heads[k].conn, r->heads[k].lsn, heads, n_heads);
-      if (f) id = r->id;
-    }
+    bs__head_array h = {r ? r->heads : NULL, r ? r->nheads : 0};
+    if ((f = r && !r->gone && bs__heads_passed(bs__head_array_next, &h, NULL, heads, n_heads)))
+      id = r->id;
   }
   unlock(db);
   *found = f;

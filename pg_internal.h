@@ -425,6 +425,10 @@ typedef struct bs__pg_enum {
   int value;
 } bs__pg_enum;
 const bs__pg_enum *bs__pg_enums(void); /* the list; the last has what NULL */
+/* bs__heads_passed at a commit (rules.c, bs__managed_commit) as SQL over a managed row's
+ * head_lsns and the commit's LSN, $3: every head lsn <= the commit's, none too. The checkpoint's
+ * statement applies it (pg_write.c); tests/test_pg.c t_heads_passed checks it against the C rule. */
+#define BS_PG_SQL_HEADS_PASSED "(SELECT bool_and(h <= $3) FROM unnest(head_lsns) AS h) IS NOT FALSE"
 
 /* An op's payload columns, named here only: BS_PG_OP_ROW(F, SEP) the row's (bs__op_carries_row:
  * PUT and REMOVE carry them), BS_PG_OP_PAYLOAD(F, SEP) those and data (PUT's), each column c

@@ -158,6 +158,16 @@ out:
   return rc;
 }
 
+/* bs__head_next_fn over a managed row's head_conns and head_lsns. */
+typedef struct pg_heads {
+  bs__pg_array conns, lsns;
+} pg_heads;
+
+static int pg_head_next(void *it, bs_val *conn, bs_val *lsn) {
+  pg_heads *h = it;
+  return bs__pg_array_next(&h->conns, conn) == 1 && bs__pg_array_next(&h->lsns, lsn) == 1;
+}
+
 int bs__pg_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
                                  const bs_head *heads, size_t n_heads, bs_error *err) {
   bs__pg_storage *s = (bs__pg_storage *)st;
@@ -190,16 +200,14 @@ int bs__pg_last_write_checkpoint(uint64_t *id_out, int *found, bs_storage *st, b
   if (PQntuples(r) == 1) {
     f = 1;
     id = (uint64_t)bs__pg_i64(r, 0, 0);
-    if (mode != BS_WCP_CUSTOM) { /* every head of the record must be reached by the given heads */
-      bs__pg_array cs, ls;
-      bs_val conn, lsn;
-      if ((rc = bs__pg_array_open(bs__pg_bytes(r, 0, 1), &cs, err)) ||
-          (rc = bs__pg_array_open(bs__pg_bytes(r, 0, 2), &ls, err))) {
+    if (mode != BS_WCP_CUSTOM) {
+      pg_heads h;
+      if ((rc = bs__pg_array_open(bs__pg_bytes(r, 0, 1), &h.conns, err)) ||
+          (rc = bs__pg_array_open(bs__pg_bytes(r, 0, 2), &h.lsns, err))) {
         PQclear(r);
         return rc;
       }
-      while (f && bs__pg_array_next(&cs, &conn) == 1 && bs__pg_array_next(&ls, &lsn) == 1)
-        f = bs__head_reached(conn, lsn, heads, n_heads);
+      f = bs__heads_passed(pg_head_next, &h, NULL, heads, n_heads);
     }
   }
   PQclear(r);

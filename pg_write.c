@@ -480,8 +480,7 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     BS_PG_STMT_CHECKPOINT_MAKE,
     "WITH done AS (UPDATE bs_wcp_managed SET processed = true, processed_lsn = $3"
     "  WHERE NOT processed AND NOT gone"
-    "  AND (SELECT bool_and(h <= $3) FROM unnest(head_lsns) AS h) IS NOT FALSE"
-    "  RETURNING user_id),"
+    "  AND " BS_PG_SQL_HEADS_PASSED "  RETURNING user_id),"
     " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users, time_ms)"
     "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
     "   AND op_id = $2), 0) + 1, $2 + 1, " BS_PG_SQL_CHG_CHECKPOINT ","

@@ -87,6 +87,35 @@ int bs__managed_mode_check(bs_write_checkpoint_mode mode, bs_error *err) {
   return bs__fail(err, BS_ESTATE, "managed write checkpoints in custom mode");
 }
 
+bool bs__heads_passed(bs__head_next_fn next, void *it, const bs_val *commit_lsn,
+                      const bs_head *given, size_t n) {
+  bs_val conn, lsn;
+  while (next(it, &conn, &lsn))
+    if (commit_lsn ? !bs__head_passed(lsn, *commit_lsn) : !bs__head_reached(conn, lsn, given, n))
+      return false;
+  return true;
+}
+
+int bs__head_array_next(void *it, bs_val *conn, bs_val *lsn) {
+  bs__head_array *a = it;
+  if (!a->n) return 0;
+  *conn = a->h->connection;
+  *lsn = a->h->lsn;
+  a->h++;
+  a->n--;
+  return 1;
+}
+
+int bs__managed_commit(bs_val lsn, int (*next)(void *ctx, bs__wcp_waiting *w, bs_error *err),
+                       int (*done)(void *ctx, bs_val user, bs_error *err), void *ctx,
+                       bs_error *err) {
+  bs__wcp_waiting w;
+  int rc;
+  while ((rc = next(ctx, &w, err)) == 1)
+    if (bs__heads_passed(w.next, w.it, &lsn, NULL, 0) && (rc = done(ctx, w.user, err))) return rc;
+  return rc;
+}
+
 int bs__managed_answer(uint64_t *ids_out, int *should_advance, const bs_managed_request *req,
                        size_t n, bs__managed_find_fn find, void *ctx, bs_error *err) {
   int adv = 0, rc;

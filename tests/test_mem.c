@@ -593,6 +593,14 @@ static void f_free(void *o, void *p) {
   free(p);
 }
 
+/* The users a checkpoint_changes answer lists: their count into *payload (size_t). */
+static int count_users(const bs_checkpoint_changes *ch, void *payload) {
+  *(size_t *)payload = ch->n_updated_write_checkpoint_users;
+  return BS_OK;
+}
+
+/* A failed commit leaves everything as it was, the managed write checkpoint its checkpoint
+ * would have processed too: the retry processes it and lists its user. */
 static void test_alloc_failure(void **state) {
   failer fl = {-1, 0};
   bs_allocator al = {f_malloc, f_realloc, f_free, &fl};
@@ -607,16 +615,24 @@ static void test_alloc_failure(void **state) {
     bs_error e;
     int rc;
     fl.countdown = -1;
+    bs_head h3 = {V("c"), V("0003")};
+    bs_managed_request rq = {.user_id = V("u"), .heads = &h3, .n_heads = 1};
+    uint64_t id;
+    size_t users = 0;
+    int adv;
     fx_open(&f, BS_HASH_XXH3, &oo);
     start(&f);
     assert_int_equal(save(&f, BS_INSERT, NULL, "x", 2, rows), BS_OK);
     commit(&f, "0002");
     assert_int_equal(save(&f, BS_UPDATE, NULL, "x", 2, rows2), BS_OK);
+    assert_int_equal(bs_create_managed_write_checkpoints(&id, &adv, f.st, &rq, 1, NULL), BS_OK);
     fl.countdown = k;
     rc = bs_writer_commit(&r, f.w, V("0003"), NULL, &e);
     fl.countdown = -1;
     if (rc == BS_OK) {
       assert_int_equal(r.checkpoint, 5);
+      assert_int_equal(bs_get_checkpoint_changes(f.st, 2, 5, count_users, &users, NULL), BS_OK);
+      assert_int_equal(users, 1);
       fx_close(&f);
       break;
     }
@@ -627,6 +643,8 @@ static void test_alloc_failure(void **state) {
     assert_int_equal(commit(&f, "0003"), 5);
     assert_int_equal(cks(&f, "b2", 10).count, 2);
     assert_int_equal(cks(&f, "b3", 10).count, 1);
+    assert_int_equal(bs_get_checkpoint_changes(f.st, 2, 5, count_users, &users, NULL), BS_OK);
+    assert_int_equal(users, 1); /* u, processed by the retry */
     fx_close(&f);
     assert_int_equal(fl.live, 0);
     assert_true(k < 10000);

@@ -1989,6 +1989,49 @@ static void t_codec_enums(void **state) {
   for (int i = 0; i < 2; i++) bs_close(db[i]);
 }
 
+/* ---- the commit's rule of managed write checkpoints in SQL (BS_PG_SQL_HEADS_PASSED) ---- */
+
+/* The server's answer to the checkpoint statement's predicate ($3 the commit's LSN; $2 unused)
+ * equals bs__heads_passed's, for every list of up to 3 heads and commit LSN drawn from short byte
+ * strings around the order's edges (a prefix, 0x00, 0xff, the empty LSN), and for no heads. */
+static void t_heads_passed(void **state) {
+  pgt *t = *state;
+  static const bs_val pool[] = {{"", 0},         {"\x00", 1},     {"\x01", 1}, {"\xff", 1},
+                                {"\x01\x00", 2}, {"\x01\xff", 2}, {"\x02", 1}};
+  const size_t np = sizeof pool / sizeof *pool;
+  bs_error err = {0};
+  size_t cases = 0;
+  for (size_t nh = 0, total = 1; nh <= 3; nh++, total *= np)
+    for (size_t code = 0; code < total; code++)
+      for (size_t c = 0; c < np; c++) {
+        bs_val lsns[3];
+        bs_head heads[3];
+        bs__head_array it = {heads, nh};
+        bs__pg_args a = {0};
+        unsigned char *buf = NULL;
+        PGresult *r;
+        for (size_t i = 0, k = code; i < nh; i++, k /= np) {
+          lsns[i] = pool[k % np];
+          heads[i] = (bs_head){{"c", 1}, lsns[i]};
+        }
+        assert_int_equal(bs__pg_arg_bytes_array(&a, lsns, nh, &bs__default_allocator, &buf, &err),
+                         BS_OK);
+        bs__pg_arg_i32(&a, 0);
+        bs__pg_arg_bytes(&a, pool[c]);
+        assert_int_equal(bs__pg_exec(t->admin,
+                                     "SELECT " BS_PG_SQL_HEADS_PASSED
+                                     " FROM (SELECT $1::bytea[] AS head_lsns, $2::int) AS r",
+                                     &a, &r, "heads passed", &err),
+                         BS_OK);
+        if (bs__pg_bool(r, 0, 0) != bs__heads_passed(bs__head_array_next, &it, &pool[c], NULL, 0))
+          fail_msg("%zu heads (case %zu), commit LSN %zu: SQL and C disagree", nh, code, c);
+        PQclear(r);
+        bs__free(&bs__default_allocator, buf);
+        cases++;
+      }
+  assert_int_equal(cases, (1 + 7 + 49 + 343) * 7);
+}
+
 /* ---- the codec's stream row (pg_internal.h BS_PG_STREAM_COLS, pg_codec.c) ---- */
 
 /* The stream row of id in t's schema, its columns cols (the codec's list or its prefix, ncols
@@ -2153,6 +2196,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_codec_enums, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_codec_ops, pgt_setup, pgt_teardown),
       cmocka_unit_test_setup_teardown(t_codec_stream, pgt_setup, pgt_teardown),
+      cmocka_unit_test_setup_teardown(t_heads_passed, pgt_setup, pgt_teardown),
   };
   if (pgt_skipped("test_pg")) return 0;
   return cmocka_run_group_tests(tests, NULL, NULL);
