@@ -239,7 +239,7 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
   mem_bucket *b = s->buckets[bi];
-  mem_op o;
+  bs_op o = *op; /* its scalars; the strings are copied below (data only a PUT's) */
   int rc;
   if (BS_GROW(a, b->ops, b->cap, b->n + 1)) return BS_ENOMEM;
   if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal the counts */
@@ -249,23 +249,22 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
     b->tx_stamp = tx->serial;
   }
   if (BS_GROW(a, s->bch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
-  memset(&o, 0, sizeof o);
-  o.type = op->type;
-  o.checksum = op->checksum;
-  if (val_dup(a, op->object_type, &o.ot) || val_dup(a, op->object_id, &o.oi) ||
-      val_dup(a, op->subkey, &o.sk) || (op->type == BS_OP_PUT && val_dup(a, op->data, &o.data))) {
+  o.object_type = o.object_id = o.subkey = o.data = (bs_val){NULL, 0};
+  if (val_dup(a, op->object_type, &o.object_type) || val_dup(a, op->object_id, &o.object_id) ||
+      val_dup(a, op->subkey, &o.subkey) ||
+      (op->type == BS_OP_PUT && val_dup(a, op->data, &o.data))) {
     op_free(a, &o);
     return BS_ENOMEM;
   }
-  if ((rc = next_op_id(tx, &o.id))) {
+  if ((rc = next_op_id(tx, &o.op_id))) {
     op_free(a, &o);
     return rc;
   }
   b->ops[b->n++] = o;
-  s->bch[s->nbch].id = o.id;
+  s->bch[s->nbch].id = o.op_id;
   s->bch[s->nbch].bucket = bi;
   s->nbch++;
-  *id = o.id;
+  *id = o.op_id;
   return BS_OK;
 }
 
@@ -791,7 +790,7 @@ static int reemit(mem_tx *tx, const mem_live *l) {
   uint64_t id;
   int rc;
   BS_ASSERT(k < b->n && b->ops[k].type == BS_OP_PUT); /* a membership's op is its row's PUT */
-  bs_op op = op_view(&b->ops[k]); /* by value: tx_append may move b->ops (not the bytes) */
+  bs_op op = b->ops[k]; /* by value: tx_append may move b->ops (not the bytes) */
   if ((rc = tx_append(tx, l->bucket, &op, &id)) || (rc = tx_sup(tx, l->bucket, op.op_id, id)))
     return rc;
   if (!(nr = rec_copy(a, r->table, r->rid, &r->r))) return BS_ENOMEM;

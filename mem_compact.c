@@ -36,7 +36,7 @@ typedef struct mcur {
 static int mcur_at(mcur *m, size_t k, bs_op *op, uint64_t *size, int *found) {
   m->k = k < m->b->n ? k : m->b->n;
   if ((*found = m->k < m->b->n)) {
-    *op = op_view(&m->b->ops[m->k]);
+    *op = m->b->ops[m->k];
     *size = op_size(&m->b->ops[m->k]);
   }
   return BS_OK;
@@ -44,7 +44,8 @@ static int mcur_at(mcur *m, size_t k, bs_op *op, uint64_t *size, int *found) {
 
 /* The first of n records (of stride bytes, each starting with a uint64_t key) whose key is >=
  * key: ops by id, log entries by old op. */
-_Static_assert(offsetof(mem_op, id) == 0 && offsetof(mem_sup, old_op) == 0, "lower: the key first");
+_Static_assert(offsetof(bs_op, op_id) == 0 && offsetof(mem_sup, old_op) == 0,
+               "lower: the key first");
 static size_t lower(const void *base, size_t n, size_t stride, uint64_t key) {
   const unsigned char *p = base;
   while (n > 0) {
@@ -63,7 +64,7 @@ static size_t lower(const void *base, size_t n, size_t stride, uint64_t key) {
 
 static int mcur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
   mcur *m = x;
-  size_t k = pos == UINT64_MAX ? m->b->n : lower(m->b->ops, m->b->n, sizeof(mem_op), pos + 1);
+  size_t k = pos == UINT64_MAX ? m->b->n : lower(m->b->ops, m->b->n, sizeof(bs_op), pos + 1);
   return mcur_at(m, k ? k - 1 : m->b->n, op, size, found);
 }
 
@@ -74,7 +75,7 @@ static int mcur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
 
 static int mcur_seek_ge(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
   mcur *m = x;
-  return mcur_at(m, lower(m->b->ops, m->b->n, sizeof(mem_op), pos), op, size, found);
+  return mcur_at(m, lower(m->b->ops, m->b->n, sizeof(bs_op), pos), op, size, found);
 }
 
 static int mcur_next(void *x, bs_op *op, uint64_t *size, int *found) {
@@ -96,7 +97,8 @@ static int mcur_del(void *x) {
 
 static int mcur_move(void *x, const bs_op *op, uint64_t target) {
   mcur *m = x;
-  mem_op mv = {.id = op->op_id, .type = BS_OP_MOVE, .checksum = op->checksum, .target = target};
+  bs_op mv = {
+      .op_id = op->op_id, .type = BS_OP_MOVE, .checksum = op->checksum, .target_op = target};
   op_free(m->a, &m->b->ops[m->k]);
   m->b->ops[m->k] = mv;
   return BS_OK;
@@ -107,10 +109,10 @@ static int mcur_fold(void *x, const bs__clear_acc *clear) {
   mcur *m = x;
   mem_bucket *b = m->b;
   size_t n = (size_t)clear->n;
-  mem_op c = {.id = clear->last_op,
-              .type = BS_OP_CLEAR,
-              .checksum = clear->checksum,
-              .target = clear->target_op};
+  bs_op c = {.op_id = clear->last_op,
+             .type = BS_OP_CLEAR,
+             .checksum = clear->checksum,
+             .target_op = clear->target_op};
   for (size_t k = 0; k < n; k++) op_free(m->a, &b->ops[k]);
   b->ops[0] = c;
   memmove(b->ops + 1, b->ops + n, (b->n - n) * sizeof *b->ops);
@@ -167,7 +169,7 @@ static int mcur_apply(void *x, const bs__compact_delta *d) {
     bs__free(m->a, m->drop);
     m->drop = NULL;
     if (nn < b->cap / 4) { /* give the space back; on failure the array just stays larger */
-      mem_op *p = bs__realloc(m->a, b->ops, (nn ? nn : 1) * sizeof *p);
+      bs_op *p = bs__realloc(m->a, b->ops, (nn ? nn : 1) * sizeof *p);
       if (p) {
         b->ops = p;
         b->cap = nn ? nn : 1;
@@ -265,7 +267,7 @@ static int m_aged(void *x, int64_t cutoff_ms, uint64_t *out, bs_error *err) {
 static bs__compact_bucket bucket_entry(const mem_stream *s, size_t i) {
   const mem_bucket *b = s->buckets[i];
   bs__compact_bucket e = {
-      i, b->n, b->compacted_count, last_op_of(b), b->compacted_op, b->n ? b->ops[0].id : 0};
+      i, b->n, b->compacted_count, last_op_of(b), b->compacted_op, b->n ? b->ops[0].op_id : 0};
   return e;
 }
 

@@ -25,15 +25,6 @@ typedef struct mem_lsn {
   unsigned char b[BS_MAX_LSN];
 } mem_lsn;
 
-/* One stored op. MOVE and CLEAR carry no object_type/object_id/subkey/data. */
-typedef struct mem_op {
-  uint64_t id;
-  bs_op_type type;
-  uint32_t checksum;
-  uint64_t target;         /* MOVE/CLEAR only */
-  bs_val ot, oi, sk, data; /* owned */
-} mem_op;
-
 /* Incremental compaction's log (LMDB's `superseded`), one per bucket: op new_op replaced op old_op
  * of the same row there, as the source record said; at most one entry per old_op. */
 typedef struct mem_sup {
@@ -42,7 +33,7 @@ typedef struct mem_sup {
 
 typedef struct mem_bucket {
   bs_val name; /* its bytes follow the struct (one allocation) */
-  mem_op *ops; /* ascending op id */
+  bs_op *ops;  /* ascending op id; each owns its strings (none: {NULL, 0}) */
   size_t n, cap;
   uint64_t generation;  /* changes whenever a compaction changed the bucket */
   uint64_t clear_start; /* torn span of the leading CLEAR: reads at C with */
@@ -204,10 +195,10 @@ static inline void val_free(const bs_allocator *a, bs_val *v) {
   v->size = 0;
 }
 
-static inline void op_free(const bs_allocator *a, mem_op *o) {
-  val_free(a, &o->ot);
-  val_free(a, &o->oi);
-  val_free(a, &o->sk);
+static inline void op_free(const bs_allocator *a, bs_op *o) {
+  val_free(a, &o->object_type);
+  val_free(a, &o->object_id);
+  val_free(a, &o->subkey);
   val_free(a, &o->data);
 }
 
@@ -226,8 +217,8 @@ static inline int enomem(bs_error *err, const char *what) {
   return bs__fail(err, BS_ENOMEM, "out of memory (%s)", what);
 }
 
-static inline size_t op_size(const mem_op *o) {
-  return o->data.size + o->ot.size + o->oi.size + o->sk.size;
+static inline size_t op_size(const bs_op *o) {
+  return o->data.size + o->object_type.size + o->object_id.size + o->subkey.size;
 }
 
 /* Index of op id in b, or b->n. */
@@ -235,18 +226,12 @@ static inline size_t op_index(const mem_bucket *b, uint64_t id) {
   size_t lo = 0, hi = b->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (b->ops[mid].id < id)
+    if (b->ops[mid].op_id < id)
       lo = mid + 1;
     else
       hi = mid;
   }
-  return lo < b->n && b->ops[lo].id == id ? lo : b->n;
-}
-
-/* A stored op as the planner and the chunker see it (borrowed). */
-static inline bs_op op_view(const mem_op *o) {
-  bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
-  return op;
+  return lo < b->n && b->ops[lo].op_id == id ? lo : b->n;
 }
 
 static inline void mwcp_free(const bs_allocator *a, mem_mwcp *w) {
@@ -297,7 +282,7 @@ static inline uint64_t bucket_bytes(const mem_bucket *b) {
 }
 
 static inline uint64_t last_op_of(const mem_bucket *b) {
-  return b->n ? b->ops[b->n - 1].id : 0; /* ops ascend by id */
+  return b->n ? b->ops[b->n - 1].op_id : 0; /* ops ascend by id */
 }
 
 /* v's bytes copied to *p (advanced past them); an empty v stays absent or present as it was. */

@@ -73,10 +73,8 @@ int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_
     mem_bucket *b = bucket_find(ms->s, req[i].bucket, NULL);
     if (!b) continue;
     bs__chunker_bucket(&k, req[i].bucket, req[i].after);
-    for (size_t j = 0; j < b->n && b->ops[j].id <= c && !rc && !k.stopped; j++) {
-      bs_op op = op_view(&b->ops[j]);
-      if (op.op_id > req[i].after) rc = bs__chunker_add(&k, &op, err);
-    }
+    for (size_t j = 0; j < b->n && b->ops[j].op_id <= c && !rc && !k.stopped; j++)
+      if (b->ops[j].op_id > req[i].after) rc = bs__chunker_add(&k, &b->ops[j], err);
     if (!rc) rc = bs__chunker_end(&k);
   }
   unlock(ms->db);
@@ -95,11 +93,11 @@ int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_
 static bs_checksum sum_range(const mem_bucket *b, uint64_t from, uint64_t to, int *cleared) {
   bs_checksum r = {0, 0}, all = {0, 0};
   *cleared = 0;
-  for (size_t k = 0; b && k < b->n && b->ops[k].id <= to; k++) { /* ops ascend by id */
-    const mem_op *o = &b->ops[k];
+  for (size_t k = 0; b && k < b->n && b->ops[k].op_id <= to; k++) { /* ops ascend by id */
+    const bs_op *o = &b->ops[k];
     all.checksum = bs__cksum_add(all.checksum, o->checksum);
     all.count++;
-    if (o->id <= from) continue;
+    if (o->op_id <= from) continue;
     *cleared |= o->type == BS_OP_CLEAR;
     r.checksum = bs__cksum_add(r.checksum, o->checksum);
     r.count++;

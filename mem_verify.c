@@ -31,14 +31,10 @@ static void verify_bucket(bs__verify *v, const bs__vstream *sh, const mem_bucket
                     .id = i,
                     .stream_id = sh->id,
                     .stream = sh,
-                    .last_op = b->n ? b->ops[b->n - 1].id : 0,
+                    .last_op = last_op_of(b),
                     .clear_start = b->clear_start,
                     .clear_op = b->clear_op};
-  for (size_t k = 0; k < b->n; k++) {
-    const mem_op *o = &b->ops[k];
-    bs_op op = {o->id, o->type, o->checksum, o->target, o->ot, o->oi, o->sk, o->data};
-    bs__verify_op(v, &vb, &op, o->ot.size + o->oi.size + o->sk.size + o->data.size);
-  }
+  for (size_t k = 0; k < b->n; k++) bs__verify_op(v, &vb, &b->ops[k], op_size(&b->ops[k]));
   bs__verify_bucket_end(v, &vb);
 }
 
@@ -61,7 +57,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     return;
   }
   for (size_t i = 0; i < s->nbuckets; i++)
-    for (size_t j = 0; j < s->buckets[i]->n; j++) ids[k++] = s->buckets[i]->ops[j].id;
+    for (size_t j = 0; j < s->buckets[i]->n; j++) ids[k++] = s->buckets[i]->ops[j].op_id;
   for (size_t i = 0; i < s->nparams; i++) {
     ids[k++] = s->params[i].id;
     if (i && s->params[i].id <= s->params[i - 1].id)
