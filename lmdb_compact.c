@@ -36,7 +36,8 @@ typedef struct cctx {
   bs__compact_txn t; /* the current transaction's bounds */
   /* a bucket-job transaction (work_step) with cursors on ops and superseded */
   MDB_txn *txn;
-  MDB_cursor *oc, *ec;
+  bs__lmdb_opc oc;
+  MDB_cursor *ec;
   /* jobs are numbered as they start; seen_job: the job whose rows the seen-set holds */
   uint64_t job_seq, seen_job;
   struct work *w;       /* the bucket jobs (compact_step) */
@@ -87,7 +88,8 @@ static int read_end(cctx *c, MDB_txn *txn, MDB_cursor *cur, int rc) {
 }
 
 static inline int in_bucket(const MDB_val *k, uint64_t bucket) {
-  return k->mv_size == 16 && bs__get_u64be((const unsigned char *)k->mv_data) == bucket;
+  return k->mv_size == BS_SUP_KEY_SIZE &&
+         bs__get_u64be((const unsigned char *)k->mv_data) == bucket;
 }
 
 /* ---- Bucket state -------------------------------------------------------------------------- */
@@ -123,13 +125,10 @@ static int state_load(cctx *c, MDB_txn *txn, uint64_t id, bstate *b) {
 
 /* The highest op id stored in the bucket (0 if none), through the job cursor on ops. */
 static int last_op_of(cctx *c, uint64_t id, uint64_t *out) {
-  MDB_val k, v;
-  unsigned char kb[16];
-  int mrc;
-  bs__lmdb_op_key(kb, id, UINT64_MAX);
-  mrc = seek_le(c->oc, kb, 16, &k, &v);
-  *out = mrc == 0 && in_bucket(&k, id) ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0;
-  return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: last op") : BS_OK;
+  bs_op op;
+  int found, rc = bs__lmdb_opc_seek_le(&c->oc, id, UINT64_MAX, &op, &found, c->err);
+  *out = rc == BS_OK && found ? op.op_id : 0;
+  return rc;
 }
 
 /* Applies d to the bucket's state inside txn. */
@@ -428,26 +427,6 @@ typedef struct work {
   int rerun, rerun_changed; /* full: j starts again (work_step), j had changed the bucket */
 } work;
 
-static int bad_op(cctx *c, uint64_t bucket) {
-  return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: op does not decode",
-                  (unsigned long long)bucket);
-}
-
-/* Rewrites the op under the ops cursor as a MOVE or CLEAR: the fixed header with no payload,
- * same key, in place (a value no larger: the cursor stays on it). */
-static int put_bare(cctx *c, const MDB_val *k, bs_op_type t, uint32_t checksum, uint64_t target) {
-  unsigned char kb[BS_OP_KEY_SIZE], vb[BS_OP_HEADER_SIZE];
-  MDB_val ck = {sizeof kb, kb}, cv = {sizeof vb, vb};
-  bs_op bare;
-  memset(&bare, 0, sizeof bare);
-  bare.type = t;
-  bare.checksum = checksum;
-  bare.target_op = target;
-  memcpy(kb, k->mv_data, sizeof kb); /* k points into the map, which the put changes */
-  bs__lmdb_op_encode(vb, &bare);
-  return mdb_cursor_put(c->oc, &ck, &cv, MDB_CURRENT);
-}
-
 /* The job's bucket (bs__op_cursor) on the transaction's cursors: c->oc on ops, c->ec on
  * superseded. */
 typedef struct ocur {
@@ -455,89 +434,74 @@ typedef struct ocur {
   uint64_t bucket;
 } ocur;
 
-static int ocur_got(ocur *o, int mrc, const MDB_val *k, const MDB_val *v, bs_op *op, uint64_t *size,
-                    int *found) {
-  *found = mrc == 0 && in_bucket(k, o->bucket);
-  if (mrc && mrc != MDB_NOTFOUND) return mdb_err(o->c, mrc, "compact: scan ops");
-  if (!*found) return BS_OK;
-  if (bs__lmdb_op_decode(k, v, op)) return bad_op(o->c, o->bucket);
-  *size = v->mv_size;
-  return BS_OK;
-}
-
-static int ocur_seek(ocur *o, uint64_t pos, int le, bs_op *op, uint64_t *size, int *found) {
-  MDB_val k, v;
-  unsigned char kb[16];
-  bs__lmdb_op_key(kb, o->bucket, pos);
-  return ocur_got(o, le ? seek_le(o->c->oc, kb, 16, &k, &v) : seek_ge(o->c->oc, kb, 16, &k, &v), &k,
-                  &v, op, size, found);
-}
-
-static int ocur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
-  return ocur_seek(x, pos, 1, op, size, found);
-}
-
-static int ocur_seek_ge(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
-  return ocur_seek(x, pos, 0, op, size, found);
-}
-
-static int ocur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found) {
-  int rc = ocur_seek(x, id, 0, op, size, found);
-  *found = *found && op->op_id == id;
+/* The op the ops layer handed out (its stored size beside it). */
+static int ocur_got(ocur *o, int rc, uint64_t *size) {
+  *size = o->c->oc.size;
   return rc;
 }
 
-static int ocur_step(void *x, MDB_cursor_op dir, bs_op *op, uint64_t *size, int *found) {
+static int ocur_seek_le(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
   ocur *o = x;
-  MDB_val k, v;
-  return ocur_got(o, mdb_cursor_get(o->c->oc, &k, &v, dir), &k, &v, op, size, found);
+  return ocur_got(o, bs__lmdb_opc_seek_le(&o->c->oc, o->bucket, pos, op, found, o->c->err), size);
+}
+
+static int ocur_seek_ge(void *x, uint64_t pos, bs_op *op, uint64_t *size, int *found) {
+  ocur *o = x;
+  return ocur_got(o, bs__lmdb_opc_seek_ge(&o->c->oc, o->bucket, pos, op, found, o->c->err), size);
+}
+
+static int ocur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found) {
+  ocur *o = x;
+  return ocur_got(o, bs__lmdb_opc_get(&o->c->oc, o->bucket, id, op, found, o->c->err), size);
 }
 
 static int ocur_prev(void *x, bs_op *op, uint64_t *size, int *found) {
-  return ocur_step(x, MDB_PREV, op, size, found);
+  ocur *o = x;
+  return ocur_got(o, bs__lmdb_opc_prev(&o->c->oc, op, found, o->c->err), size);
 }
 
 static int ocur_next(void *x, bs_op *op, uint64_t *size, int *found) {
-  return ocur_step(x, MDB_NEXT, op, size, found);
+  ocur *o = x;
+  return ocur_got(o, bs__lmdb_opc_next(&o->c->oc, op, found, o->c->err), size);
 }
 
 static int ocur_del(void *x) {
   ocur *o = x;
-  int mrc = mdb_cursor_del(o->c->oc, 0);
-  return mrc ? mdb_err(o->c, mrc, "compact: delete op") : BS_OK;
+  return bs__lmdb_opc_del(&o->c->oc, o->c->err);
+}
+
+/* Rewrites the op under the cursor (op) as a MOVE or CLEAR: the header with no payload. */
+static int ocur_bare(ocur *o, uint64_t id, bs_op_type t, uint32_t checksum, uint64_t target) {
+  bs_op bare;
+  memset(&bare, 0, sizeof bare);
+  bare.op_id = id;
+  bare.type = t;
+  bare.checksum = checksum;
+  bare.target_op = target;
+  return bs__lmdb_opc_bare(&o->c->oc, &bare, o->c->err);
 }
 
 static int ocur_move(void *x, const bs_op *op, uint64_t target) {
-  ocur *o = x;
-  unsigned char kb[16];
-  MDB_val k = {16, kb};
-  int mrc;
-  bs__lmdb_op_key(kb, o->bucket, op->op_id);
-  mrc = put_bare(o->c, &k, BS_OP_MOVE, op->checksum, target);
-  return mrc ? mdb_err(o->c, mrc, "compact: write MOVE") : BS_OK;
+  return ocur_bare(x, op->op_id, BS_OP_MOVE, op->checksum, target);
 }
 
 /* Deletes the bucket's first n ops and writes the CLEAR over the n-th. */
 static int ocur_fold(void *x, const bs__clear_acc *clear) {
   ocur *o = x;
   cctx *c = o->c;
-  MDB_val k, v;
-  unsigned char kb[16];
+  bs_op op;
   size_t i;
-  int mrc;
-  bs__lmdb_op_key(kb, o->bucket, 0);
-  mrc = seek_ge(c->oc, kb, 16, &k, &v);
-  for (i = 0; i < clear->n && mrc == 0; i++) {
-    if (!in_bucket(&k, o->bucket)) break;
+  int found, rc = bs__lmdb_opc_seek_ge(&c->oc, o->bucket, 0, &op, &found, c->err);
+  for (i = 0; i < clear->n && rc == BS_OK && found; i++) {
     if (i + 1 < clear->n) {
-      if ((mrc = mdb_cursor_del(c->oc, 0))) break;
-      mrc = mdb_cursor_get(c->oc, &k, &v, MDB_NEXT);
+      if ((rc = bs__lmdb_opc_del(&c->oc, c->err)) == BS_OK)
+        rc = bs__lmdb_opc_next(&c->oc, &op, &found, c->err);
     } else {
-      if (bs__get_u64be((const unsigned char *)k.mv_data + 8) != clear->last_op) break;
-      mrc = put_bare(c, &k, BS_OP_CLEAR, clear->checksum, clear->target_op);
+      if (op.op_id != clear->last_op) break;
+      rc = ocur_bare(o, op.op_id, BS_OP_CLEAR, clear->checksum, clear->target_op);
     }
   }
-  if (mrc) return mdb_err(c, mrc, "compact: fold");
+  if (rc) return rc;
   if (i < clear->n)
     return bs__fail(c->err, BS_ECORRUPT, "bucket id %llu: leading run changed under the fold",
                     (unsigned long long)o->bucket);
@@ -648,15 +612,15 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
     w->j.changed = w->rerun_changed;
   }
   if (mode == BS__COMPACT_INITIAL && (rc = read_rec(c, txn, 1, &rec))) return rc;
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &c->oc))) return mdb_err(c, mrc, "compact: cursor");
+  if ((rc = bs__lmdb_opc_open(&c->oc, c->db, txn, c->err))) return rc;
   if ((mrc = mdb_cursor_open(txn, c->db->superseded, &c->ec))) {
     rc = mdb_err(c, mrc, "compact: cursor");
   } else {
     rc = work_jobs(c, w);
     mdb_cursor_close(c->ec);
   }
-  mdb_cursor_close(c->oc);
-  c->oc = c->ec = NULL;
+  bs__lmdb_opc_close(&c->oc);
+  c->ec = NULL;
   return rc;
 }
 
@@ -706,19 +670,16 @@ static int compact_begin(void *x, uint64_t horizon, bs_error *err) {
   return RUN((cctx *)x, rec_raise_step, &r);
 }
 
-/* The lowest op id stored in the bucket (0 if none), through oc on ops. */
-static int first_op_of(cctx *c, MDB_cursor *oc, uint64_t id, uint64_t *out) {
-  MDB_val k, v;
-  unsigned char kb[16];
-  int mrc;
-  bs__lmdb_op_key(kb, id, 0);
-  mrc = seek_ge(oc, kb, 16, &k, &v);
-  *out = mrc == 0 && in_bucket(&k, id) ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0;
-  return mrc && mrc != MDB_NOTFOUND ? mdb_err(c, mrc, "compact: first op") : BS_OK;
+/* The lowest op id stored in the bucket (0 if none), through oc. */
+static int first_op_of(cctx *c, bs__lmdb_opc *oc, uint64_t id, uint64_t *out) {
+  bs_op op;
+  int found, rc = bs__lmdb_opc_seek_ge(oc, id, 0, &op, &found, c->err);
+  *out = rc == BS_OK && found ? op.op_id : 0;
+  return rc;
 }
 
 /* The bucket id as the selection sees it, in txn (oc: a cursor on ops in txn). */
-static int bucket_entry(cctx *c, MDB_txn *txn, MDB_cursor *oc, uint64_t id,
+static int bucket_entry(cctx *c, MDB_txn *txn, bs__lmdb_opc *oc, uint64_t id,
                         bs__compact_bucket *out) {
   bstate b;
   int rc = state_load(c, txn, id, &b);
@@ -730,15 +691,19 @@ static int bucket_entry(cctx *c, MDB_txn *txn, MDB_cursor *oc, uint64_t id,
 static int compact_find(void *x, bs_val name, bs__compact_bucket *out, int *found, bs_error *err) {
   cctx *c = x;
   MDB_txn *txn;
-  MDB_cursor *oc;
+  bs__lmdb_opc oc = {0};
   uint64_t id;
-  int rc = read_begin(c, c->db->ops, &txn, &oc);
+  int rc = bs__lmdb_txn_begin(c->db, MDB_RDONLY, &txn, c->err);
   if (rc) return rc;
-  rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, name, &id, err);
-  *found = rc == BS_OK;
-  if (rc == BS_ENOTFOUND) rc = BS_OK; /* an unknown bucket has nothing to compact */
-  if (*found) rc = bucket_entry(c, txn, oc, id, out);
-  return read_end(c, txn, oc, rc);
+  if ((rc = bs__lmdb_opc_open(&oc, c->db, txn, c->err)) == BS_OK) {
+    rc = bs__lmdb_bucket_id(c->db, txn, NULL, c->stream, name, &id, err);
+    *found = rc == BS_OK;
+    if (rc == BS_ENOTFOUND) rc = BS_OK; /* an unknown bucket has nothing to compact */
+    if (*found) rc = bucket_entry(c, txn, &oc, id, out);
+  }
+  bs__lmdb_opc_close(&oc);
+  bs__lmdb_txn_abort(c->db, txn);
+  return rc;
 }
 
 /* Every bucket of the stream with its state, in name order (the bucket index), after cur's
@@ -746,14 +711,12 @@ static int compact_find(void *x, bs_val name, bs__compact_bucket *out, int *foun
 static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, size_t *n) {
   unsigned char kb[BS_BUCKET_KEY_MAX];
   MDB_txn *txn;
-  MDB_cursor *mc, *oc = NULL;
+  MDB_cursor *mc;
+  bs__lmdb_opc oc = {0};
   MDB_val k, v;
   int rc, mrc;
   if ((rc = read_begin(c, c->db->buckets, &txn, &mc))) return rc;
-  if ((mrc = mdb_cursor_open(txn, c->db->ops, &oc))) {
-    rc = mdb_err(c, mrc, "compact: cursor");
-    goto out;
-  }
+  if ((rc = bs__lmdb_opc_open(&oc, c->db, txn, c->err))) goto out;
   bs__put_u32be(kb, c->stream);
   if (cur->name_size) memcpy(kb + 4, cur->name, cur->name_size);
   mrc = seek_ge(mc, kb, 4 + cur->name_size, &k, &v);
@@ -771,12 +734,12 @@ static int list_all(cctx *c, bs__compact_cursor *cur, bs__compact_bucket *out, s
     }
     memcpy(cur->name, name.data, name.size);
     cur->name_size = name.size;
-    if ((rc = bucket_entry(c, txn, oc, id, &out[(*n)++]))) goto out;
+    if ((rc = bucket_entry(c, txn, &oc, id, &out[(*n)++]))) goto out;
   }
   if (mrc && mrc != MDB_NOTFOUND) rc = mdb_err(c, mrc, "compact: bucket index");
   cur->done = *n < BS__COMPACT_BATCH;
 out:
-  if (oc) mdb_cursor_close(oc);
+  bs__lmdb_opc_close(&oc);
   return read_end(c, txn, mc, rc);
 }
 

@@ -653,6 +653,7 @@ int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *
 typedef struct bs__lmdb_opc { /* a cursor on one bucket's ops at a time, in a transaction */
   MDB_cursor *cur;
   uint64_t bucket; /* the bucket of the last seek */
+  uint64_t size;   /* the stored bytes of the op last handed out */
 } bs__lmdb_opc;
 int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
 void bs__lmdb_opc_close(bs__lmdb_opc *c); /* also on a zeroed one */
@@ -667,8 +668,8 @@ int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, i
                      bs_error *err);
 int bs__lmdb_opc_next(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
 int bs__lmdb_opc_prev(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
-/* Compaction's changes at the current op: delete it (the cursor then stands at the op after
- * it, as a step would), or rewrite it as bare (a MOVE or CLEAR of the current op's id). */
+/* Compaction's changes at the current op: delete it (then next gives the op after it, prev the
+ * op before it), or rewrite it as bare (a MOVE or CLEAR of the current op's id). */
 int bs__lmdb_opc_del(bs__lmdb_opc *c, bs_error *err);
 int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err);
 /* Checksum sum and count of the bucket's ops in (from, to]; stop_at_clear: at a CLEAR, *cleared

@@ -24,6 +24,7 @@ static int opr_got(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v,
   if (mrc) return bs__lmdb_fail(err, mrc, "reading ops");
   if (k->mv_size < 8 || bs__get_u64be(k->mv_data) != c->bucket) return BS_OK;
   if (bs__lmdb_op_decode(k, v, op)) return opr_corrupt(c->bucket, k, err);
+  c->size = v->mv_size;
   *found = 1;
   return BS_OK;
 }

@@ -316,25 +316,19 @@ static void raw_put(rt_env *e, MDB_dbi dbi, const void *key, size_t klen, const 
   RT_OK(bs__lmdb_txn_commit(lm(e), txn, &rt_err));
 }
 
-/* The ops of bucket in (0, C] decoded by the codec from a raw cursor walk, compared field by
+/* The ops of bucket in (0, C] walked through the op records' cursor (lmdb_ops.c), compared field by
  * field with what bucket_data served (chunking, cursors and limits must not change an op). */
 static void compare_with_reference(rt_env *e, const char *bucket, uint64_t C, const rt_read *got) {
   MDB_txn *txn;
-  MDB_cursor *cur;
-  unsigned char kb[16];
-  MDB_val k = {16, kb}, v;
+  bs__lmdb_opc oc;
+  bs_op op;
   size_t i = 0;
-  int mrc;
-  bs__put_u64be(kb, bucket_id(e, bucket));
-  bs__put_u64be(kb + 8, 1);
+  int found;
   RT_OK(bs__lmdb_txn_begin(lm(e), MDB_RDONLY, &txn, &rt_err));
-  assert_int_equal(mdb_cursor_open(txn, lm(e)->ops, &cur), 0);
-  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    bs_op op;
+  RT_OK(bs__lmdb_opc_open(&oc, lm(e), txn, &rt_err));
+  RT_OK(bs__lmdb_opc_seek_ge(&oc, bucket_id(e, bucket), 1, &op, &found, &rt_err));
+  while (found && op.op_id <= C) {
     const rt_op *o;
-    if (memcmp(k.mv_data, kb, 8) != 0 || bs__get_u64be((unsigned char *)k.mv_data + 8) > C) break;
-    RT_OK(bs__lmdb_op_decode(&k, &v, &op));
     assert_true(i < got->n);
     o = &got->ops[i++];
     RT_EQ(o->op_id, op.op_id);
@@ -347,9 +341,10 @@ static void compare_with_reference(rt_env *e, const char *bucket, uint64_t C, co
     RT_EQ(o->dl, op.data.size);
     if (op.data.size)
       assert_memory_equal(o->data, op.data.data, op.data.size < 63 ? op.data.size : 63);
+    RT_OK(bs__lmdb_opc_next(&oc, &op, &found, &rt_err));
   }
   RT_EQ(i, got->n);
-  mdb_cursor_close(cur);
+  bs__lmdb_opc_close(&oc);
   bs__lmdb_txn_abort(lm(e), txn);
 }
 
@@ -824,24 +819,23 @@ static void test_torn_reads(void **state) {
 }
 
 /* Rewrites op `op_id` of bucket as a MOVE / CLEAR (payload dropped, checksum kept), the way
- * compaction does, with a raw mdb_put. */
+ * compaction does, through the op records' cursor. */
 static void rewrite_op(rt_env *e, const char *bucket, uint64_t op_id, int type, uint64_t target) {
   MDB_txn *txn;
-  unsigned char kb[BS_OP_KEY_SIZE], vb[BS_OP_HEADER_SIZE];
-  MDB_val k = {sizeof kb, kb}, v;
-  bs_op op;
-  memset(&op, 0, sizeof op);
-  bs__lmdb_op_key(kb, bucket_id(e, bucket), op_id);
+  bs__lmdb_opc oc;
+  bs_op op, bare;
+  int found;
+  memset(&bare, 0, sizeof bare);
   RT_OK(bs__lmdb_txn_begin(lm(e), 0, &txn, &rt_err));
-  assert_int_equal(mdb_get(txn, lm(e)->ops, &k, &v), 0);
-  RT_OK(bs__lmdb_op_decode(&k, &v, &op));
-  op.type = (bs_op_type)type;
-  op.target_op = target;
-  assert_int_equal(bs__lmdb_op_size(&op), sizeof vb);
-  bs__lmdb_op_encode(vb, &op);
-  v.mv_size = sizeof vb;
-  v.mv_data = vb;
-  assert_int_equal(mdb_put(txn, lm(e)->ops, &k, &v, 0), 0);
+  RT_OK(bs__lmdb_opc_open(&oc, lm(e), txn, &rt_err));
+  RT_OK(bs__lmdb_opc_get(&oc, bucket_id(e, bucket), op_id, &op, &found, &rt_err));
+  assert_true(found);
+  bare.op_id = op_id;
+  bare.type = (bs_op_type)type;
+  bare.checksum = op.checksum;
+  bare.target_op = target;
+  RT_OK(bs__lmdb_opc_bare(&oc, &bare, &rt_err));
+  bs__lmdb_opc_close(&oc);
   RT_OK(bs__lmdb_txn_commit(lm(e), txn, &rt_err));
 }
 
