@@ -329,9 +329,10 @@ static inline void bs__op_fields(bs_op *op) {
 /* ---- Versioned structs (storage.h: options structs and backend tables only grow at the end) --
  * BS_SIZES(T)[v - 1] is the size of version v of T: what a caller (or a backend) built against
  * version v has, and all the library may read of it. The current version's is sizeof(T); the
- * older ones are BS_OLDER_T, each followed by a comma. Appending a field (a slot) to T means
- * bumping its BS_*_VERSION and appending the previous version's size, offsetof(T, the new
- * field), to BS_OLDER_T; rules.c asserts one size per version. */
+ * older ones are BS_OLDER_T, each followed by a comma. Appending a field to T means bumping its
+ * BS_*_VERSION and appending the previous version's size, offsetof(T, the new field), to
+ * BS_OLDER_T; rules.c asserts one size per version. A backend table's sizes come from its slot
+ * list instead (BS_TABLE_SIZE below). */
 #define BS_OLDER_bs_open_options    offsetof(bs_open_options, pg_max_connections),
 #define BS_OLDER_bs_stream_options  /* none yet */
 #define BS_OLDER_bs_save            /* none yet */
@@ -340,19 +341,14 @@ static inline void bs__op_fields(bs_op *op) {
 #define BS_OLDER_bs_batch_options   /* none yet */
 #define BS_OLDER_bs_compact_options /* none yet */
 #define BS_OLDER_bs_backup_options  /* none yet */
-#define BS_OLDER_bs_db_vtable       offsetof(bs_db_vtable, load), offsetof(bs_db_vtable, load),
-#define BS_OLDER_bs_storage_vtable                                                                 \
-  offsetof(bs_storage_vtable, wait_checkpoint), offsetof(bs_storage_vtable, writer_lock),          \
-      sizeof(bs_storage_vtable),
-#define BS_OLDER_bs_writer_vtable  sizeof(bs_writer_vtable),
 /* The first version of each backend table whose slots have this build's signatures: the front
  * refuses an older table (storage.c HANDLE_CHECK), whose slots take their arguments in another
  * order. Changing a slot's signature means bumping its table's version and this to it. */
-#define BS_FIRST_bs_db_vtable      2
-#define BS_FIRST_bs_storage_vtable 4
-#define BS_FIRST_bs_writer_vtable  2
-#define BS_SIZES(T)                ((const size_t[]){BS_OLDER_##T sizeof(T)})
-#define BS_VERSIONS(T)             ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
+#define BS_FIRST_bs_db_vtable       2
+#define BS_FIRST_bs_storage_vtable  4
+#define BS_FIRST_bs_writer_vtable   2
+#define BS_SIZES(T)                 ((const size_t[]){BS_OLDER_##T sizeof(T)})
+#define BS_VERSIONS(T)              ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))
 /* The caller's in (an options struct: its version first, checked 1..current, else BS_EINVAL
  * naming what) over out, which holds the defaults: only the bytes of in's version are read, the
  * fields of later versions keep their defaults; out's version is the current one. */
@@ -360,11 +356,27 @@ int bs__versioned_copy(void *out, const void *in, const size_t *sizes, unsigned 
                        const char *what, bs_error *err);
 #define BS_VERSIONED_COPY(out, in, T, what, err)                                                   \
   bs__versioned_copy(out, in, BS_SIZES(T), BS_VERSIONS(T), what, err)
-/* The bytes of a backend table of version v that the library may read: 0 for version 0, all it
- * knows for a table newer than this build. */
-static inline size_t bs__table_size(const size_t *sizes, unsigned current, unsigned v) {
-  return v == 0 ? 0 : sizes[(v < current ? v : current) - 1];
+/* The bytes of a backend table T of version v that the library may read, from the table's slot
+ * list (storage_backend.h): up to the first slot a later version added; 0 for version 0, all of
+ * T for a table of this build's version or newer. BS_TABLE_SIZE(T, v). */
+#define BS__SLOT_CUT(name, since, params, args)                                                    \
+  if ((since) > v && offsetof(bs__table, name) < n) n = offsetof(bs__table, name);
+#define BS__TABLE_SIZE(T, SLOTS)                                                                   \
+  typedef T bs__table;                                                                             \
+  size_t n = sizeof(T);                                                                            \
+  if (v == 0) return 0;                                                                            \
+  SLOTS(BS__SLOT_CUT)                                                                              \
+  return n;
+static inline size_t bs__table_size_bs_db_vtable(unsigned v) {
+  BS__TABLE_SIZE(bs_db_vtable, BS_DB_SLOTS)
 }
+static inline size_t bs__table_size_bs_storage_vtable(unsigned v) {
+  BS__TABLE_SIZE(bs_storage_vtable, BS_STORAGE_SLOTS)
+}
+static inline size_t bs__table_size_bs_writer_vtable(unsigned v) {
+  BS__TABLE_SIZE(bs_writer_vtable, BS_WRITER_SLOTS)
+}
+#define BS_TABLE_SIZE(T, v) bs__table_size_##T(v)
 /* Does checkpoint a differ from b (op id, or the LSN's presence or bytes)? What ends a
  * bs_wait_checkpoint, in the front or in a backend's wait_checkpoint. */
 static inline int bs__checkpoint_differs(const bs_checkpoint *a, const bs_checkpoint *b) {

@@ -23,9 +23,6 @@ BS_ONE_SIZE_PER_VERSION(bs_commit_options, BS_COMMIT_OPTIONS_VERSION);
 BS_ONE_SIZE_PER_VERSION(bs_batch_options, BS_BATCH_OPTIONS_VERSION);
 BS_ONE_SIZE_PER_VERSION(bs_compact_options, BS_COMPACT_OPTIONS_VERSION);
 BS_ONE_SIZE_PER_VERSION(bs_backup_options, BS_BACKUP_OPTIONS_VERSION);
-BS_ONE_SIZE_PER_VERSION(bs_db_vtable, BS_DB_VTABLE_VERSION);
-BS_ONE_SIZE_PER_VERSION(bs_storage_vtable, BS_STORAGE_VTABLE_VERSION);
-BS_ONE_SIZE_PER_VERSION(bs_writer_vtable, BS_WRITER_VTABLE_VERSION);
 
 int bs__versioned_copy(void *out, const void *in, const size_t *sizes, unsigned current,
                        const char *what, bs_error *err) {

@@ -288,12 +288,10 @@ static int cb_next(bs_record *rec, void *p) {
 #define BS_OP_ID_LIMIT 0x8000000000000000ull /* op ids and checkpoints are < 2^63 */
 
 /* The one slot rule of the three tables (storage_backend.h): a slot is usable when it lies
- * within the size of the table's version (BS_SIZES(T): an older, shorter table does not have
+ * within the size of the table's version (BS_TABLE_SIZE: an older, shorter table does not have
  * it, and the version is checked before the slot is read) and is set; else BS_EUNSUPPORTED. */
 #define SLOT_OK(t, T, slot)                                                                        \
-  ((t) &&                                                                                          \
-   offsetof(T, slot) + sizeof((t)->slot) <=                                                        \
-       bs__table_size(BS_SIZES(T), BS_VERSIONS(T), (t)->version) &&                                \
+  ((t) && offsetof(T, slot) + sizeof((t)->slot) <= BS_TABLE_SIZE(T, (t)->version) &&               \
    (t)->slot != NULL)
 static int slot_fail(const char *name, bs_error *err) {
   return bs__fail(err, BS_EUNSUPPORTED, "backend does not implement %s", name);

@@ -54,36 +54,60 @@ extern "C" {
 #define BS_STORAGE_VTABLE_VERSION 4
 #define BS_WRITER_VTABLE_VERSION  2
 
+/* ---- The slot lists ----------------------------------------------------------------------------
+ * Each table is written once, as the list of its slots after destroy (the one mandatory slot), in
+ * table order: X(name, since, (parameters), (arguments)), where since is the table's version that
+ * added the slot, parameters its prototype's (outputs first, then the handle, named db, st or w,
+ * then the inputs, a callback's payload after it, err last) and arguments the same names. The
+ * tables below are made of these lists, and so are the front's rule of which slots a table of an
+ * older version has and any wrapper that forwards every slot (tests/util_passthrough.c,
+ * tests/util_fault.c), e.g.
+ *
+ *     #define MY_FWD(name, since, params, args)                                                 \
+ *       static int my_##name params { st = ((my_storage *)st)->inner; return st->vt->name args; }
+ *     BS_STORAGE_SLOTS(MY_FWD)
+ *
+ * A new slot is one entry at the end of its list, with its table's version one higher. */
+#define BS_SLOT_MEMBER(name, since, params, args) int(*name) params;
+
 /* ---- The database ---------------------------------------------------------------------------- */
+
+/* clang-format off */
+#define BS_DB_SLOTS(X)                                                                             \
+  /* name: 1..BS_MAX_STREAM_NAME bytes; o: resolved (never NULL, hash valid). */                   \
+  X(stream_create, 1, (uint32_t *id_out, bs_db *db, bs_val name, const bs_stream_options *o,       \
+                       bs_error *err), (id_out, db, name, o, err))                                 \
+  X(stream_list, 1, (bs_db *db, int (*fn)(const bs_stream_info *, void *), void *payload,          \
+                     bs_error *err), (db, fn, payload, err))                                       \
+  /* id: a stream's (BS_ENOTFOUND when there is none such). The front resolves id 0 through        \
+   * stream_list (the newest served stream, else the newest); a table without stream_list gets     \
+   * the 0 as asked. The storage returned has vt (with destroy), db = this db and stream_id        \
+   * set. */                                                                                       \
+  X(storage_open, 1, (bs_storage **out, bs_db *db, uint32_t id, bs_error *err),                    \
+    (out, db, id, err))                                                                            \
+  X(stat, 1, (bs_stat *out, bs_db *db, bs_error *err), (out, db, err))                             \
+  X(verify, 1, (uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,    \
+                bs_error *err), (problems, db, fn, payload, err))                                  \
+  X(backup, 1, (bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err),        \
+    (db, path, opts, err))                                                                         \
+  X(export_records, 1, (bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),          \
+                        void *payload, bs_error *err), (db, stream, fn, payload, err))             \
+  /* Version 3. A new database at path from records (bs_load), the one slot called without a       \
+   * handle, since it makes the database: bs_load calls it in the table of the built-in backend    \
+   * its path names (as bs_open picks one: PostgreSQL for a postgresql:// or postgres:// URL,      \
+   * else LMDB), so a host's backend leaves it NULL. opts resolved (allocator set, never           \
+   * BS_BACKUP_REPLACE). next fills *rec (borrowed until its next call) and returns 1, returns 0   \
+   * after the last record, or else a status (BS_EUSER) that the slot returns. */                  \
+  X(load, 3, (const char *path, const bs_backup_options *opts,                                     \
+              int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err),           \
+    (path, opts, next, payload, err))
+/* clang-format on */
 
 typedef struct bs_db_vtable {
   unsigned version;
   /* Mandatory. Releases the db (the front has released its own state first). */
   void (*destroy)(bs_db *db);
-  /* name: 1..BS_MAX_STREAM_NAME bytes; o: resolved (never NULL, hash valid). */
-  int (*stream_create)(uint32_t *id_out, bs_db *db, bs_val name, const bs_stream_options *o,
-                       bs_error *err);
-  int (*stream_list)(bs_db *db, int (*fn)(const bs_stream_info *, void *), void *payload,
-                     bs_error *err);
-  /* id: a stream's (BS_ENOTFOUND when there is none such). The front resolves id 0 through
-   * stream_list (the newest served stream, else the newest); a table without stream_list gets
-   * the 0 as asked. The storage returned has vt (with destroy), db = this db and stream_id set. */
-  int (*storage_open)(bs_storage **out, bs_db *db, uint32_t id, bs_error *err);
-  int (*stat)(bs_stat *out, bs_db *db, bs_error *err);
-  int (*verify)(uint64_t *problems, bs_db *db, void (*fn)(const char *, void *), void *payload,
-                bs_error *err);
-  int (*backup)(bs_db *db, const char *path, const bs_backup_options *opts, bs_error *err);
-  int (*export_records)(bs_db *db, uint32_t stream, int (*fn)(const bs_record *, void *),
-                        void *payload, bs_error *err);
-
-  /* Version 3. A new database at path from records (bs_load), the one slot called without a
-   * handle, since it makes the database: bs_load calls it in the table of the built-in backend
-   * its path names (as bs_open picks one: PostgreSQL for a postgresql:// or postgres:// URL,
-   * else LMDB), so a host's backend leaves it NULL. opts resolved (allocator set, never
-   * BS_BACKUP_REPLACE). next fills *rec (borrowed until its next call) and returns 1, returns 0
-   * after the last record, or else a status (BS_EUSER) that the slot returns. */
-  int (*load)(const char *path, const bs_backup_options *opts,
-              int (*next)(bs_record *rec, void *payload), void *payload, bs_error *err);
+  BS_DB_SLOTS(BS_SLOT_MEMBER)
 } bs_db_vtable;
 
 /* The base every database begins with. The backend's constructor sets vt, alloc and flags
@@ -108,80 +132,87 @@ BS_API int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, 
 
 /* ---- One stream ------------------------------------------------------------------------------ */
 
+/* clang-format off */
+#define BS_STORAGE_SLOTS(X)                                                                        \
+  /* opts resolved: never NULL, no zero bound. The writer returned has vt (with destroy) and       \
+   * st = this storage set. */                                                                     \
+  X(writer_open, 1, (bs_writer **out, bs_storage *st, const bs_writer_options *opts,               \
+                     bs_error *err), (out, st, opts, err))                                         \
+  X(get_checkpoint, 1, (bs_checkpoint *out, bs_storage *st, bs_error *err), (out, st, err))        \
+  /* buckets arrive sorted by name, deduplicated; opts resolved */                                 \
+  X(bucket_data, 1, (int *has_more_out, bs_storage *st, uint64_t checkpoint,                       \
+                     const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,     \
+                     int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,         \
+                     bs_error *err),                                                               \
+    (has_more_out, st, checkpoint, req, n_req, opts, on_chunk, payload, err))                      \
+  /* uncached; the front batches cache misses into one call. generation_out (n entries, may be     \
+   * NULL): the bucket's compaction generation, for the cache. */                                  \
+  X(checksums, 1, (bs_checksum *out, uint64_t *generation_out, bs_storage *st,                     \
+                   uint64_t checkpoint, const bs_val *buckets, size_t n, bs_error *err),           \
+    (out, generation_out, st, checkpoint, buckets, n, err))                                        \
+  /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is     \
+   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.         \
+   * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is         \
+   * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it       \
+   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (contract.md 5.5). */     \
+  X(checksum_ranges, 1, (bs_checksum *out, int *cleared, uint64_t *generation_out,                 \
+                         bs_storage *st, uint64_t from, uint64_t to, const bs_val *buckets,        \
+                         size_t n, bs_error *err),                                                 \
+    (out, cleared, generation_out, st, from, to, buckets, n, err))                                 \
+  /* from <= to; the front reports a kind over the change-record cap (lifecycle.c), or one the     \
+   * backend invalidated, as invalidate-all: collecting a kind may stop once it is over the cap */ \
+  X(checkpoint_changes, 1, (bs_storage *st, uint64_t from, uint64_t to,                            \
+                            int (*fn)(const bs_checkpoint_changes *changes, void *payload),        \
+                            void *payload, bs_error *err), (st, from, to, fn, payload, err))       \
+  /* lookups arrive deduplicated, each in the place of its first request; a limit of 0 allows      \
+   * no row */                                                                                     \
+  X(parameter_sets, 1, (bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,      \
+                        size_t limit, int (*fn)(const bs_val *params, void *payload),              \
+                        void *payload, bs_error *err),                                             \
+    (st, checkpoint, lookups, n, limit, fn, payload, err))                                         \
+  X(set_write_checkpoint_mode, 1, (bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,    \
+                                   bs_error *err), (st, mode, event, err))                         \
+  X(create_managed_write_checkpoints, 1, (uint64_t *ids_out, int *should_advance, bs_storage *st,  \
+                                          const bs_managed_request *req, size_t n, bs_error *err), \
+    (ids_out, should_advance, st, req, n, err))                                                    \
+  X(last_write_checkpoint, 1, (uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,       \
+                               const bs_head *heads, size_t n_heads, bs_error *err),               \
+    (id_out, found, st, user_id, heads, n_heads, err))                                             \
+  X(delete_checkpoint_requests_before, 1, (uint64_t *deleted, bs_storage *st, int64_t before_ms,   \
+                                           bs_error *err), (deleted, st, before_ms, err))          \
+  X(compact, 1, (bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,          \
+                 bs_error *err), (stats, st, opts, err))                                           \
+  X(compact_initial_replication, 1, (uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,    \
+                                     uint64_t min_bucket_changes, bs_error *err),                  \
+    (buckets_out, st, max_op_id, min_bucket_changes, err))                                         \
+  X(get_status, 1, (bs_status *out, bs_storage *st, bs_error *err), (out, st, err))                \
+  X(report_error, 1, (bs_storage *st, const char *message, bs_error *err), (st, message, err))     \
+  X(clear, 1, (bs_storage *st, bs_error *err), (st, err))                                          \
+  X(terminate, 1, (bs_storage *st, int clear, bs_error *err), (st, clear, err))                    \
+  X(list_buckets, 1, (bs_storage *st, bs_val start_after,                                          \
+                      int (*fn)(const bs_bucket_info *info, void *payload), void *payload,         \
+                      bs_error *err), (st, start_after, fn, payload, err))                         \
+  /* Version 2. bs_wait_checkpoint for a backend whose commits from other processes or hosts can   \
+   * wake a waiter (PostgreSQL: LISTEN/NOTIFY): blocks until the stream's checkpoint differs from  \
+   * known (bs__checkpoint_differs: op id or LSN) or timeout_ms passes, and sets *out to the       \
+   * current one. known is never NULL. NULL slot: the front polls get_checkpoint. */               \
+  X(wait_checkpoint, 2, (bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,           \
+                         uint64_t timeout_ms, bs_error *err), (out, st, known, timeout_ms, err))   \
+  /* Version 3. The writer lock of this stream's writers of one kind (snapshot 0: streaming, 1:    \
+   * snapshot), which keeps storage.h's one writer per stream and kind: lock 1 takes it, or        \
+   * answers BS_EBUSY while it is held, by this or another handle, process or host (the front      \
+   * words the message); lock 0 releases it and cannot fail (err is NULL). The front takes it      \
+   * before writer_open and releases it after the writer's destroy (or a failed writer_open), so   \
+   * writer_open and every writer call run with it held. NULL slot: nothing excludes a second      \
+   * writer of the backend's streams. */                                                           \
+  X(writer_lock, 3, (bs_storage *st, int snapshot, int lock, bs_error *err),                       \
+    (st, snapshot, lock, err))
+/* clang-format on */
+
 typedef struct bs_storage_vtable {
   unsigned version;
   void (*destroy)(bs_storage *st); /* mandatory */
-
-  /* opts resolved: never NULL, no zero bound. The writer returned has vt (with destroy) and
-   * st = this storage set. */
-  int (*writer_open)(bs_writer **out, bs_storage *st, const bs_writer_options *opts, bs_error *err);
-
-  int (*get_checkpoint)(bs_checkpoint *out, bs_storage *st, bs_error *err);
-  /* buckets arrive sorted by name, deduplicated; opts resolved */
-  int (*bucket_data)(int *has_more_out, bs_storage *st, uint64_t checkpoint,
-                     const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
-                     int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
-                     bs_error *err);
-  /* uncached; the front batches cache misses into one call. generation_out (n entries, may be
-   * NULL): the bucket's compaction generation, for the cache. */
-  int (*checksums)(bs_checksum *out, uint64_t *generation_out, bs_storage *st, uint64_t checkpoint,
-                   const bs_val *buckets, size_t n, bs_error *err);
-  /* checksum/count of ops in (from, to]; *cleared = 1 if the range holds a CLEAR (then out is
-   * the value at `to` from zero, not a delta). Used by the cache to extend a cached base.
-   * out, cleared and generation_out have n entries (cleared[i] per bucket); from == to is
-   * allowed (zero delta: the cache validates an exact hit's generation). Like checksums, it
-   * answers BS_EINVALIDATED when `to` lies in a bucket's compacted span (contract.md 5.5). */
-  int (*checksum_ranges)(bs_checksum *out, int *cleared, uint64_t *generation_out, bs_storage *st,
-                         uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
-                         bs_error *err);
-  /* from <= to; the front reports a kind over the change-record cap (lifecycle.c), or one the
-   * backend invalidated, as invalidate-all: collecting a kind may stop once it is over the cap */
-  int (*checkpoint_changes)(bs_storage *st, uint64_t from, uint64_t to,
-                            int (*fn)(const bs_checkpoint_changes *changes, void *payload),
-                            void *payload, bs_error *err);
-  /* lookups arrive deduplicated, each in the place of its first request; a limit of 0 allows
-   * no row */
-  int (*parameter_sets)(bs_storage *st, uint64_t checkpoint, const bs_val *lookups, size_t n,
-                        size_t limit, int (*fn)(const bs_val *params, void *payload), void *payload,
-                        bs_error *err);
-
-  int (*set_write_checkpoint_mode)(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
-                                   bs_error *err);
-  int (*create_managed_write_checkpoints)(uint64_t *ids_out, int *should_advance, bs_storage *st,
-                                          const bs_managed_request *req, size_t n, bs_error *err);
-  int (*last_write_checkpoint)(uint64_t *id_out, int *found, bs_storage *st, bs_val user_id,
-                               const bs_head *heads, size_t n_heads, bs_error *err);
-  int (*delete_checkpoint_requests_before)(uint64_t *deleted, bs_storage *st, int64_t before_ms,
-                                           bs_error *err);
-
-  int (*compact)(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *opts,
-                 bs_error *err);
-  int (*compact_initial_replication)(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
-                                     uint64_t min_bucket_changes, bs_error *err);
-
-  int (*get_status)(bs_status *out, bs_storage *st, bs_error *err);
-  int (*report_error)(bs_storage *st, const char *message, bs_error *err);
-  int (*clear)(bs_storage *st, bs_error *err);
-  int (*terminate)(bs_storage *st, int clear, bs_error *err);
-  int (*list_buckets)(bs_storage *st, bs_val start_after,
-                      int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                      bs_error *err);
-
-  /* Version 2. bs_wait_checkpoint for a backend whose commits from other processes or hosts can
-   * wake a waiter (PostgreSQL: LISTEN/NOTIFY): blocks until the stream's checkpoint differs from
-   * known (bs__checkpoint_differs: op id or LSN) or timeout_ms passes, and sets *out to the
-   * current one. known is never NULL. NULL slot: the front polls get_checkpoint. */
-  int (*wait_checkpoint)(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,
-                         uint64_t timeout_ms, bs_error *err);
-
-  /* Version 3. The writer lock of this stream's writers of one kind (snapshot 0: streaming, 1:
-   * snapshot), which keeps storage.h's one writer per stream and kind: lock 1 takes it, or
-   * answers BS_EBUSY while it is held, by this or another handle, process or host (the front
-   * words the message); lock 0 releases it and cannot fail (err is NULL). The front takes it
-   * before writer_open and releases it after the writer's destroy (or a failed writer_open), so
-   * writer_open and every writer call run with it held. NULL slot: nothing excludes a second
-   * writer of the backend's streams. */
-  int (*writer_lock)(bs_storage *st, int snapshot, int lock, bs_error *err);
+  BS_STORAGE_SLOTS(BS_SLOT_MEMBER)
 } bs_storage_vtable;
 
 /* The base every storage begins with. db: the owning database (NULL for a free-standing
@@ -217,26 +248,33 @@ typedef struct bs_write_batch {
   size_t n;
 } bs_write_batch;
 
+/* clang-format off */
+#define BS_WRITER_SLOTS(X)                                                                         \
+  /* Applies batch in ONE transaction, all of it or (on failure) nothing; an empty batch writes    \
+   * nothing but is refused on a terminated stream like any other. *last_op_out: the stream's op   \
+   * head afterwards. The auto-flush bounds are the front's: a backend never flushes on its        \
+   * own. */                                                                                       \
+  X(flush, 1, (uint64_t *last_op_out, bs_writer *w, const bs_write_batch *batch, bs_error *err),   \
+    (last_op_out, w, batch, err))                                                                  \
+  /* Persists a truncate (drop: and forgets the table) at once; the front has flushed what was     \
+   * queued before it (contract.md 4.2). */                                                        \
+  X(truncate, 1, (bs_writer *w, bs_val table, int drop, bs_error *err), (w, table, drop, err))     \
+  /* Applies batch and then commits at lsn, in one transaction. create_empty: 0 or 1 (the front    \
+   * resolved -1, the writer's own setting in bs_writer_options). */                               \
+  X(commit, 1, (bs_commit_result *out, bs_writer *w, const bs_write_batch *batch, bs_val lsn,      \
+                int create_empty, bs_error *err), (out, w, batch, lsn, create_empty, err))         \
+  X(snapshot_done, 1, (bs_writer *w, bs_val lsn, bs_error *err), (w, lsn, err))                    \
+  X(resume_lsn, 1, (bs_writer *w, bs_val lsn, bs_error *err), (w, lsn, err))                       \
+  /* The row's stored data as if batch (not flushed yet) were applied. */                          \
+  X(source_row, 1, (bs_writer *w, const bs_write_batch *batch, bs_val table, bs_val replica_id,    \
+                    int (*fn)(const bs_val *data, void *payload), void *payload, bs_error *err),   \
+    (w, batch, table, replica_id, fn, payload, err))
+/* clang-format on */
+
 typedef struct bs_writer_vtable {
   unsigned version;
   void (*destroy)(bs_writer *w); /* mandatory */
-
-  /* Applies batch in ONE transaction, all of it or (on failure) nothing; an empty batch writes
-   * nothing but is refused on a terminated stream like any other. *last_op_out: the stream's op
-   * head afterwards. The auto-flush bounds are the front's: a backend never flushes on its own. */
-  int (*flush)(uint64_t *last_op_out, bs_writer *w, const bs_write_batch *batch, bs_error *err);
-  /* Persists a truncate (drop: and forgets the table) at once; the front has flushed what was
-   * queued before it (contract.md 4.2). */
-  int (*truncate)(bs_writer *w, bs_val table, int drop, bs_error *err);
-  /* Applies batch and then commits at lsn, in one transaction. create_empty: 0 or 1 (the front
-   * resolved -1, the writer's own setting in bs_writer_options). */
-  int (*commit)(bs_commit_result *out, bs_writer *w, const bs_write_batch *batch, bs_val lsn,
-                int create_empty, bs_error *err);
-  int (*snapshot_done)(bs_writer *w, bs_val lsn, bs_error *err);
-  int (*resume_lsn)(bs_writer *w, bs_val lsn, bs_error *err);
-  /* The row's stored data as if batch (not flushed yet) were applied. */
-  int (*source_row)(bs_writer *w, const bs_write_batch *batch, bs_val table, bs_val replica_id,
-                    int (*fn)(const bs_val *data, void *payload), void *payload, bs_error *err);
+  BS_WRITER_SLOTS(BS_SLOT_MEMBER)
 } bs_writer_vtable;
 
 /* The base every writer begins with. st: the storage it writes (set by the backend's

@@ -825,9 +825,9 @@ static void test_wrapper_under_cache(void **state) {
     unsigned long before = cfg.injected;
     /* fail the k-th call of both checksum slots; query a walk of checkpoints */
     memset(cfg.calls, 0, sizeof cfg.calls);
-    cfg.fail_at[FT_CHECKSUMS] = k;
-    cfg.fail_at[FT_CHECKSUM_RANGES] = k;
-    cfg.status[FT_CHECKSUM_RANGES] = BS_ENOMEM;
+    cfg.fail_at[FT_checksums] = k;
+    cfg.fail_at[FT_checksum_ranges] = k;
+    cfg.status[FT_checksum_ranges] = BS_ENOMEM;
     for (int rep = 0; rep < 3; rep++) {
       for (int c = 0; c < 6; c++) {
         int ci = (c * (rep + 2) + (int)k) % 6;

@@ -1176,8 +1176,9 @@ static void test_clock(void **state) {
 /* ---- Older callers: a struct of an older version's size, last in a mapped page ----------------
  * The page after it is PROT_NONE, so a library that read more of a caller's struct (or of a
  * backend's table) than its version has dies here with SIGSEGV. Every version of every options
- * struct and backend table (BS_SIZES: one size per version) is placed so: the versions a
- * struct has today, and, the day a field is appended, the older size with it. */
+ * struct (BS_SIZES: one size per version) and backend table (BS_TABLE_SIZE, from its slot list)
+ * is placed so: the versions a struct has today, and, the day a field is appended, the older
+ * size with it. */
 #define GUARDED 3 /* structs placed at once (a db table, a storage table, an options struct) */
 static unsigned char *guard_page[GUARDED];
 
@@ -1199,6 +1200,7 @@ static void *at_page_end(int i, const void *src, size_t size, unsigned v) {
 }
 #define OLDER_AT(i, T, v, src) ((T *)at_page_end(i, src, BS_SIZES(T)[(v)-1], v))
 #define OLDER(T, v, src)       ((const T *)OLDER_AT(0, T, v, src))
+#define TABLE_AT(i, T, v, src) ((T *)at_page_end(i, src, BS_TABLE_SIZE(T, v), v))
 
 static int chunk_none(const bs_chunk *c, void *payload) {
   (void)c;
@@ -1275,6 +1277,18 @@ static void test_older_callers(void **state) {
 /* Backend tables: every version of each that the front accepts (from BS_FIRST_*: the older ones
  * are refused, test_unsupported_slots), last in the page, so a slot past a version's end would
  * be read off it. */
+/* Each slot of the lists (storage_backend.h) within the size of the version that added it, and
+ * that version no newer than its table's: the lists only grow at the end. */
+#define IN_ITS_VERSION(T, current, name, since)                                                    \
+  assert_true((since) <= (current) &&                                                              \
+              offsetof(T, name) + sizeof(void (*)(void)) <= BS_TABLE_SIZE(T, since));
+#define DB_SLOT_IN(name, since, params, args)                                                      \
+  IN_ITS_VERSION(bs_db_vtable, BS_DB_VTABLE_VERSION, name, since)
+#define STORAGE_SLOT_IN(name, since, params, args)                                                 \
+  IN_ITS_VERSION(bs_storage_vtable, BS_STORAGE_VTABLE_VERSION, name, since)
+#define WRITER_SLOT_IN(name, since, params, args)                                                  \
+  IN_ITS_VERSION(bs_writer_vtable, BS_WRITER_VTABLE_VERSION, name, since)
+
 static void test_older_backends(void **state) {
   bs_storage_vtable t = full_vt;
   bs_checkpoint cp;
@@ -1282,20 +1296,27 @@ static void test_older_backends(void **state) {
   bs_db *db;
   bs_storage *st;
   (void)state;
+  BS_DB_SLOTS(DB_SLOT_IN)
+  BS_STORAGE_SLOTS(STORAGE_SLOT_IN)
+  BS_WRITER_SLOTS(WRITER_SLOT_IN)
+  assert_int_equal(BS_TABLE_SIZE(bs_storage_vtable, BS_STORAGE_VTABLE_VERSION),
+                   sizeof(bs_storage_vtable));
+  assert_int_equal(BS_TABLE_SIZE(bs_storage_vtable, 1),
+                   offsetof(bs_storage_vtable, wait_checkpoint));
   t.wait_checkpoint = NULL; /* the front polls get_checkpoint instead */
   for (unsigned v = BS_FIRST_bs_db_vtable; v <= BS_DB_VTABLE_VERSION; v++) {
     fdb *d = calloc(1, sizeof *d);
-    d->base.vt = OLDER_AT(1, bs_db_vtable, v, &fake_ops);
+    d->base.vt = TABLE_AT(1, bs_db_vtable, v, &fake_ops);
     assert_int_equal(bs_open_backend(&db, &d->base, NULL, NULL), BS_OK);
     for (unsigned s2 = BS_FIRST_bs_storage_vtable; s2 <= BS_STORAGE_VTABLE_VERSION; s2++) {
-      open_vt = OLDER_AT(2, bs_storage_vtable, s2, &t);
+      open_vt = TABLE_AT(2, bs_storage_vtable, s2, &t);
       assert_int_equal(bs_storage_open(&st, db, 0, NULL), BS_OK);
       open_vt = &full_vt;
       memset(&cp, 0, sizeof cp);
       assert_int_equal(bs_wait_checkpoint(&cp, st, NULL, 0, NULL), BS_OK);
       assert_int_equal(bs_list_buckets(st, (bs_val){NULL, 0}, list_cb, NULL, NULL), BS_OK);
       for (unsigned x = BS_FIRST_bs_writer_vtable; x <= BS_WRITER_VTABLE_VERSION; x++) {
-        open_wt = OLDER(bs_writer_vtable, x, &full_wt);
+        open_wt = TABLE_AT(0, bs_writer_vtable, x, &full_wt);
         assert_int_equal(bs_writer_open(&w, st, NULL, NULL), BS_OK);
         open_wt = &full_wt;
         assert_int_equal(bs_writer_flush(NULL, w, NULL), BS_OK);

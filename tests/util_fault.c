@@ -96,17 +96,27 @@ void ft_alloc_arm(ft_alloc *f, unsigned long n, int persistent) {
 
 /* ---- Failing vtable wrapper ----------------------------------------------------------------- */
 
+/* Each wrapper has a table of its own: exactly the slots its inner handle's table has (a NULL
+ * slot stays NULL, so the front answers or falls back as it would without the wrapper). */
 typedef struct fw_storage {
   bs_storage base;
   bs_storage *inner;
   ft_vt_config *cfg;
+  bs_storage_vtable vt;
 } fw_storage;
 
 typedef struct fw_writer {
   bs_writer base;
   bs_writer *inner;
   ft_vt_config *cfg;
+  bs_writer_vtable vt;
 } fw_writer;
+
+#define FT_SLOT_NAME(name, since, params, args) [FT_##name] = #name,
+static const char *const fw_names[FT_N_SLOTS] = {[FT_DESTROY] = "destroy",
+                                                 [FT_WRITER_CLOSE] = "writer destroy",
+                                                 BS_STORAGE_SLOTS(FT_SLOT_NAME)
+                                                     BS_WRITER_SLOTS(FT_SLOT_NAME)};
 
 static int fw_fail(ft_vt_config *c, int slot, bs_error *err) {
   unsigned long n = ++c->calls[slot];
@@ -116,206 +126,86 @@ static int fw_fail(ft_vt_config *c, int slot, bs_error *err) {
   c->injected++;
   if (err) {
     err->code = st;
-    snprintf(err->msg, sizeof err->msg, "injected fault in slot %d, call %lu", slot, n);
+    snprintf(err->msg, sizeof err->msg, "injected fault in %s, call %lu", fw_names[slot], n);
   }
   return st;
 }
 
-#define FS(st) ((fw_storage *)(st))
-#define FW(w)  ((fw_writer *)(w))
-/* Counts the call, injects the fault if due, else forwards (NULL slot: BS_EUNSUPPORTED). */
-#define FWD(cfg, slotno, inner, slot, ...)                                                         \
-  do {                                                                                             \
-    int fw_rc_ = fw_fail((cfg), (slotno), err);                                                    \
-    if (fw_rc_) return fw_rc_;                                                                     \
-    if (!(inner)->vt->slot) return BS_EUNSUPPORTED;                                                \
-    return (inner)->vt->slot(__VA_ARGS__);                                                         \
-  } while (0)
-#define SFWD(st, slotno, slot, ...)                                                                \
-  FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, FS(st)->inner, __VA_ARGS__)
-#define WFWD(w, slotno, slot, ...)                                                                 \
-  FWD(FW(w)->cfg, slotno, FW(w)->inner, slot, FW(w)->inner, __VA_ARGS__)
-/* The same for a slot whose outputs come before the handle: the caller places the inner one. */
-#define SFWD_AT(st, slotno, slot, ...) FWD(FS(st)->cfg, slotno, FS(st)->inner, slot, __VA_ARGS__)
-#define WFWD_AT(w, slotno, slot, ...)  FWD(FW(w)->cfg, slotno, FW(w)->inner, slot, __VA_ARGS__)
+/* Counts the call, injects the fault if due, else forwards. Made from storage_backend.h's slot
+ * lists: a new slot needs nothing here. */
+#define FW_FWD(name, since, params, args)                                                          \
+  static int fw_##name params {                                                                    \
+    int rc_ = fw_fail(((fw_storage *)st)->cfg, FT_##name, err);                                    \
+    if (rc_) return rc_;                                                                           \
+    st = ((fw_storage *)st)->inner;                                                                \
+    return st->vt->name args;                                                                      \
+  }
+#define FW_WFWD(name, since, params, args)                                                         \
+  static int fw_w_##name params {                                                                  \
+    int rc_ = fw_fail(((fw_writer *)w)->cfg, FT_##name, err);                                      \
+    if (rc_) return rc_;                                                                           \
+    w = ((fw_writer *)w)->inner;                                                                   \
+    return w->vt->name args;                                                                       \
+  }
+BS_STORAGE_SLOTS(FW_FWD)
+BS_WRITER_SLOTS(FW_WFWD)
+/* The slot when the inner table (in, of version in->version) has it set. */
+#define FW_SET(name, since, params, args)                                                          \
+  t->name = in->version >= (since) && in->name ? fw_##name : NULL;
+#define FW_WSET(name, since, params, args)                                                         \
+  t->name = in->version >= (since) && in->name ? fw_w_##name : NULL;
 
-static const bs_writer_vtable fw_writer_vt;
+static void fw_writer_close(bs_writer *w) {
+  bs_writer *iw = ((fw_writer *)w)->inner;
+  ((fw_writer *)w)->cfg->calls[FT_WRITER_CLOSE]++;
+  if (iw) iw->vt->destroy(iw);
+  free(w);
+}
+
+/* The inner storage's writer_open (faults injected as in any slot), its writer wrapped. */
+static int fw_open_writer(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
+                          bs_error *err) {
+  fw_writer *w = calloc(1, sizeof *w);
+  bs_writer_vtable *t;
+  const bs_writer_vtable *in;
+  bs_writer *iw = NULL;
+  int rc;
+  if (!w) return BS_ENOMEM;
+  if ((rc = fw_writer_open(&iw, st, opts, err))) {
+    free(w);
+    return rc;
+  }
+  if (!iw->st) iw->st = ((fw_storage *)st)->inner;
+  t = &w->vt, in = iw->vt;
+  t->version = BS_WRITER_VTABLE_VERSION;
+  t->destroy = fw_writer_close;
+  BS_WRITER_SLOTS(FW_WSET)
+  w->base.vt = t;
+  w->base.st = st;
+  w->inner = iw;
+  w->cfg = ((fw_storage *)st)->cfg;
+  *out = &w->base;
+  return BS_OK;
+}
 
 static void fw_destroy(bs_storage *st) {
-  fw_storage *p = FS(st);
+  fw_storage *p = (fw_storage *)st;
   p->cfg->calls[FT_DESTROY]++;
   bs_storage_close(p->inner);
   free(p);
 }
 
-static int fw_writer_open(bs_writer **out, bs_storage *st, const bs_writer_options *opts,
-                          bs_error *err) {
-  bs_storage *in = FS(st)->inner;
-  bs_writer *iw = NULL;
-  fw_writer *w;
-  int rc;
-  if ((rc = fw_fail(FS(st)->cfg, FT_WRITER_OPEN, err))) return rc;
-  if (!in->vt->writer_open) return BS_EUNSUPPORTED;
-  if (!(w = calloc(1, sizeof *w))) return BS_ENOMEM;
-  if ((rc = in->vt->writer_open(&iw, in, opts, err))) {
-    free(w);
-    return rc;
-  }
-  if (!iw->st) iw->st = in;
-  w->base.vt = &fw_writer_vt;
-  w->base.st = st;
-  w->inner = iw;
-  w->cfg = FS(st)->cfg;
-  *out = &w->base;
-  return BS_OK;
-}
-
-static void fw_writer_close(bs_writer *w) {
-  bs_writer *iw = FW(w)->inner;
-  FW(w)->cfg->calls[FT_WRITER_CLOSE]++;
-  if (iw) iw->vt->destroy(iw);
-  free(w);
-}
-
-static int fw_writer_truncate(bs_writer *w, bs_val table, int drop, bs_error *err) {
-  WFWD(w, FT_WRITER_TRUNCATE, truncate, table, drop, err);
-}
-static int fw_writer_flush(uint64_t *last, bs_writer *w, const bs_write_batch *b, bs_error *err) {
-  WFWD_AT(w, FT_WRITER_FLUSH, flush, last, FW(w)->inner, b, err);
-}
-static int fw_writer_commit(bs_commit_result *out, bs_writer *w, const bs_write_batch *b,
-                            bs_val lsn, int ce, bs_error *err) {
-  WFWD_AT(w, FT_WRITER_COMMIT, commit, out, FW(w)->inner, b, lsn, ce, err);
-}
-static int fw_writer_snapshot_done(bs_writer *w, bs_val lsn, bs_error *err) {
-  WFWD(w, FT_WRITER_SNAPSHOT_DONE, snapshot_done, lsn, err);
-}
-static int fw_writer_resume_lsn(bs_writer *w, bs_val lsn, bs_error *err) {
-  WFWD(w, FT_WRITER_RESUME_LSN, resume_lsn, lsn, err);
-}
-static int fw_writer_source_row(bs_writer *w, const bs_write_batch *b, bs_val table, bs_val id,
-                                int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  WFWD(w, FT_WRITER_SOURCE_ROW, source_row, b, table, id, fn, payload, err);
-}
-static int fw_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
-  SFWD_AT(st, FT_GET_CHECKPOINT, get_checkpoint, out, FS(st)->inner, err);
-}
-static int fw_bucket_data(int *more, bs_storage *st, uint64_t cp, const bs_bucket_request *req,
-                          size_t n, const bs_batch_options *o, int (*fn)(const bs_chunk *, void *),
-                          void *payload, bs_error *err) {
-  SFWD_AT(st, FT_BUCKET_DATA, bucket_data, more, FS(st)->inner, cp, req, n, o, fn, payload, err);
-}
-static int fw_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t cp,
-                        const bs_val *b, size_t n, bs_error *err) {
-  SFWD_AT(st, FT_CHECKSUMS, checksums, out, gen, FS(st)->inner, cp, b, n, err);
-}
-static int fw_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
-                              uint64_t from, uint64_t to, const bs_val *b, size_t n,
-                              bs_error *err) {
-  SFWD_AT(st, FT_CHECKSUM_RANGES, checksum_ranges, out, cleared, gen, FS(st)->inner, from, to, b, n,
-          err);
-}
-static int fw_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                                 int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
-                                 bs_error *err) {
-  SFWD(st, FT_CHECKPOINT_CHANGES, checkpoint_changes, from, to, fn, payload, err);
-}
-static int fw_parameter_sets(bs_storage *st, uint64_t cp, const bs_val *l, size_t n, size_t limit,
-                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err) {
-  SFWD(st, FT_PARAMETER_SETS, parameter_sets, cp, l, n, limit, fn, payload, err);
-}
-static int fw_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode m, bs_val ev, bs_error *err) {
-  SFWD(st, FT_SET_WCP_MODE, set_write_checkpoint_mode, m, ev, err);
-}
-static int fw_create_managed(uint64_t *ids, int *adv, bs_storage *st, const bs_managed_request *r,
-                             size_t n, bs_error *err) {
-  SFWD_AT(st, FT_CREATE_MANAGED, create_managed_write_checkpoints, ids, adv, FS(st)->inner, r, n,
-          err);
-}
-static int fw_last_wcp(uint64_t *id, int *found, bs_storage *st, bs_val user, const bs_head *h,
-                       size_t nh, bs_error *err) {
-  SFWD_AT(st, FT_LAST_WCP, last_write_checkpoint, id, found, FS(st)->inner, user, h, nh, err);
-}
-static int fw_delete_wcp(uint64_t *deleted, bs_storage *st, int64_t before, bs_error *err) {
-  SFWD_AT(st, FT_DELETE_WCP, delete_checkpoint_requests_before, deleted, FS(st)->inner, before,
-          err);
-}
-static int fw_compact(bs_compact_stats *s, bs_storage *st, const bs_compact_options *o,
-                      bs_error *err) {
-  SFWD_AT(st, FT_COMPACT, compact, s, FS(st)->inner, o, err);
-}
-static int fw_compact_initial(uint64_t *buckets, bs_storage *st, uint64_t max_op,
-                              uint64_t min_changes, bs_error *err) {
-  SFWD_AT(st, FT_COMPACT_INITIAL, compact_initial_replication, buckets, FS(st)->inner, max_op,
-          min_changes, err);
-}
-static int fw_get_status(bs_status *out, bs_storage *st, bs_error *err) {
-  SFWD_AT(st, FT_GET_STATUS, get_status, out, FS(st)->inner, err);
-}
-static int fw_report_error(bs_storage *st, const char *msg, bs_error *err) {
-  SFWD(st, FT_REPORT_ERROR, report_error, msg, err);
-}
-static int fw_clear(bs_storage *st, bs_error *err) {
-  SFWD(st, FT_CLEAR, clear, err);
-}
-static int fw_terminate(bs_storage *st, int clear, bs_error *err) {
-  SFWD(st, FT_TERMINATE, terminate, clear, err);
-}
-
-static int fw_list_buckets(bs_storage *st, bs_val after, int (*fn)(const bs_bucket_info *, void *),
-                           void *payload, bs_error *err) {
-  bs_storage *in = FS(st)->inner;
-  int rc = fw_fail(FS(st)->cfg, FT_LIST_BUCKETS, err);
-  if (rc) return rc;
-  if (!in->vt->list_buckets) return BS_EUNSUPPORTED;
-  return in->vt->list_buckets(in, after, fn, payload, err);
-}
-
-/* Never fails by injection: the lock is the front's rule, not a call a host makes. */
-static int fw_writer_lock(bs_storage *st, int snapshot, int lock, bs_error *err) {
-  bs_storage *in = FS(st)->inner;
-  return in->vt->writer_lock ? in->vt->writer_lock(in, snapshot, lock, err) : BS_OK;
-}
-
-static const bs_writer_vtable fw_writer_vt = {
-    .version = BS_WRITER_VTABLE_VERSION,
-    .destroy = fw_writer_close,
-    .truncate = fw_writer_truncate,
-    .flush = fw_writer_flush,
-    .commit = fw_writer_commit,
-    .snapshot_done = fw_writer_snapshot_done,
-    .resume_lsn = fw_writer_resume_lsn,
-    .source_row = fw_writer_source_row,
-};
-
-static const bs_storage_vtable fw_vtable = {
-    .version = BS_STORAGE_VTABLE_VERSION,
-    .destroy = fw_destroy,
-    .writer_open = fw_writer_open,
-    .get_checkpoint = fw_get_checkpoint,
-    .bucket_data = fw_bucket_data,
-    .checksums = fw_checksums,
-    .checksum_ranges = fw_checksum_ranges,
-    .checkpoint_changes = fw_checkpoint_changes,
-    .parameter_sets = fw_parameter_sets,
-    .set_write_checkpoint_mode = fw_set_wcp_mode,
-    .create_managed_write_checkpoints = fw_create_managed,
-    .last_write_checkpoint = fw_last_wcp,
-    .delete_checkpoint_requests_before = fw_delete_wcp,
-    .compact = fw_compact,
-    .compact_initial_replication = fw_compact_initial,
-    .get_status = fw_get_status,
-    .report_error = fw_report_error,
-    .clear = fw_clear,
-    .terminate = fw_terminate,
-    .list_buckets = fw_list_buckets,
-    .writer_lock = fw_writer_lock,
-};
-
 int ft_wrap(bs_storage **out, bs_storage *inner, ft_vt_config *cfg) {
   fw_storage *p = calloc(1, sizeof *p);
+  bs_storage_vtable *t;
+  const bs_storage_vtable *in = inner->vt;
   if (!p) return BS_ENOMEM;
-  p->base.vt = &fw_vtable;
+  t = &p->vt;
+  t->version = BS_STORAGE_VTABLE_VERSION;
+  t->destroy = fw_destroy;
+  BS_STORAGE_SLOTS(FW_SET)
+  if (t->writer_open) t->writer_open = fw_open_writer;
+  p->base.vt = t;
   p->base.db = inner->db;
   p->base.stream_id = inner->stream_id;
   p->inner = inner;

@@ -7,7 +7,7 @@
  *  - ft_wrap: a storage wrapper (like util_passthrough.c) whose vtable forwards every slot but
  *    fails the k-th call of chosen slots with a chosen status.
  *
- * Public API only. Linked into every test binary: no main() here. Counters are atomic so the
+ * Public API and the backend API only. Linked into every test binary: no main() here. Counters are atomic so the
  * allocator may be shared by reader threads.
  */
 #ifndef BS_TESTS_UTIL_FAULT_H
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../storage.h"
+#include "../storage_backend.h"
 
 /* ---- Failing allocator ---------------------------------------------------------------------- */
 typedef struct ft_alloc {
@@ -34,35 +34,13 @@ void ft_alloc_init(ft_alloc *f);
 void ft_alloc_arm(ft_alloc *f, unsigned long n, int persistent);
 
 /* ---- Failing vtable wrapper ----------------------------------------------------------------- */
-/* Slot numbers: the storage table's and the writer table's slots (storage_backend.h). */
+/* Slot numbers: FT_<slot> for each slot of the storage and writer tables, from their lists in
+ * storage_backend.h (FT_checksums, FT_flush, ...), and the two destroys. */
+#define FT_SLOT_NUMBER(name, since, params, args) FT_##name,
 enum ft_slot {
   FT_DESTROY,
-  FT_WRITER_OPEN,
   FT_WRITER_CLOSE,
-  FT_WRITER_TRUNCATE,
-  FT_WRITER_FLUSH,
-  FT_WRITER_COMMIT,
-  FT_WRITER_SNAPSHOT_DONE,
-  FT_WRITER_RESUME_LSN,
-  FT_WRITER_SOURCE_ROW,
-  FT_GET_CHECKPOINT,
-  FT_BUCKET_DATA,
-  FT_CHECKSUMS,
-  FT_CHECKSUM_RANGES,
-  FT_CHECKPOINT_CHANGES,
-  FT_PARAMETER_SETS,
-  FT_SET_WCP_MODE,
-  FT_CREATE_MANAGED,
-  FT_LAST_WCP,
-  FT_DELETE_WCP,
-  FT_COMPACT,
-  FT_COMPACT_INITIAL,
-  FT_GET_STATUS,
-  FT_REPORT_ERROR,
-  FT_CLEAR,
-  FT_TERMINATE,
-  FT_LIST_BUCKETS,
-  FT_N_SLOTS
+  BS_STORAGE_SLOTS(FT_SLOT_NUMBER) BS_WRITER_SLOTS(FT_SLOT_NUMBER) FT_N_SLOTS
 };
 
 typedef struct ft_vt_config {
