@@ -378,9 +378,10 @@ static int preflight_format(const char *path, const char *real, bs_error *err) {
 /* Checks the file (lmdb_file.c) before the environment is opened, so that a bad file is
  * refused unchanged and without a lock file beside it. *missing: no file at path (BS_ENOTFOUND
  * if read-only). */
-static int check_file(const char *path, int rdonly, int *missing, bs_error *err) {
+static int check_file(const bs_allocator *a, const char *path, int rdonly, int *missing,
+                      bs_error *err) {
   enum bs__lmdb_file_state state;
-  int rc = bs__lmdb_file_check(path, &state, err);
+  int rc = bs__lmdb_file_check(a, path, &state, err);
   *missing = state == BS_LMDB_FILE_MISSING;
   if (*missing) return rdonly ? bs__fail(err, BS_ENOTFOUND, "%s: no such file", path) : BS_OK;
   if (rc != BS_OK) return rc;
@@ -623,7 +624,7 @@ static int env_get(bs__lmdb_db *db, const char *path, unsigned flags, size_t map
   struct stat sb;
   bs__lmdb_env *e;
   int rc, missing, dead = 0;
-  if ((rc = check_file(path, (flags & MDB_RDONLY) != 0, &missing, err)) != BS_OK ||
+  if ((rc = check_file(&db->base.alloc, path, (flags & MDB_RDONLY) != 0, &missing, err)) != BS_OK ||
       (missing && (rc = create_file(&db->base.alloc, path, flags, err)) != BS_OK))
     return rc;
   if (!realpath(path, real) || stat(real, &sb) != 0)

@@ -10,10 +10,11 @@
  * size: pages 0 and 1 are meta pages; each holds a page header then the meta record below.
  * Transaction N writes meta page N % 2, so the one with the larger txnid is current, and every
  * page LMDB may read lies below its mm_last_pg + 1 (mdb_page_get refuses higher page numbers).
- * Both meta pages must be valid, as LMDB requires. (mdb.c allows that "the file may be shorter if
- * the freeDB lists the final pages"; LMDB 0.9.24 was never seen to leave such a file, in the
- * whole test suite nor in transactions that free what they just allocated, so a file shorter than
- * its meta page says is taken as truncated.)
+ * Both meta pages must be valid, as LMDB requires. mdb.c allows that "the file may be shorter if
+ * the freeDB lists the final pages": a transaction that frees pages it allocated itself (a page
+ * split and merged again, a chunk of ops rewritten twice, lmdb_ops.c) puts them on the free list
+ * unwritten. So a file shorter than its meta page says is truncated unless every page it lacks
+ * is on the free list, which is read here with pread too (free_covers).
  */
 #include "lmdb_internal.h"
 
@@ -28,6 +29,11 @@
 #define LF_P_META       0x08u       /* MDB_page.mp_flags of a meta page */
 #define LF_MIN_PAGE     512u        /* page sizes LMDB writes: the OS page size, a power of two */
 #define LF_MAX_PAGE     65536u
+#define LF_P_BRANCH     0x01u /* MDB_page.mp_flags */
+#define LF_P_LEAF       0x02u
+#define LF_F_BIGDATA    0x01u /* MDB_node.mn_flags: the data is on overflow pages */
+#define LF_MAX_DEPTH    16u   /* of the free DB's tree: far above what a file reaches */
+#define LF_INVALID      (~(size_t)0)
 
 /* MDB_page's header (PAGEHDRSZ bytes): pgno_t is size_t in a default LMDB build. */
 typedef struct lf_page_head {
@@ -90,12 +96,106 @@ static int read_meta(int fd, const char *path, uint64_t size, unsigned i, uint64
   return BS_OK;
 }
 
+/* The free-page walk of free_covers: the pages [lo, hi] that no free list names yet (one bit
+ * each), and the page buffer. */
+typedef struct lf_walk {
+  const bs_allocator *a;
+  int fd;
+  uint64_t psize, size;
+  size_t lo, hi, left;
+  unsigned char *missing, *page;
+} lf_walk;
+
+static int walk_page(lf_walk *w, size_t pgno, uint64_t off, unsigned char *buf, size_t n) {
+  if (pgno >= w->size / w->psize || off + n > w->size) return 0;
+  return pread(w->fd, buf, n, (off_t)(pgno * w->psize + off)) == (ssize_t)n;
+}
+
+/* Marks the pages a free list (IDL: u64 count, then page numbers) names. */
+static void walk_idl(lf_walk *w, const unsigned char *p, size_t n) {
+  size_t count;
+  if (n < sizeof count) return;
+  memcpy(&count, p, sizeof count);
+  for (size_t i = 1; i <= count && (i + 1) * sizeof(size_t) <= n; i++) {
+    size_t pg;
+    memcpy(&pg, p + i * sizeof pg, sizeof pg);
+    if (pg >= w->lo && pg <= w->hi && (w->missing[(pg - w->lo) / 8] >> ((pg - w->lo) % 8) & 1)) {
+      w->missing[(pg - w->lo) / 8] &= (unsigned char)~(1u << ((pg - w->lo) % 8));
+      w->left--;
+    }
+  }
+}
+
+/* Walks the free DB's subtree at pgno: 0 when a page of it is not in the file or not a page. */
+static int walk_tree(lf_walk *w, size_t pgno, unsigned depth) {
+  unsigned char *pg = w->page + depth * w->psize;
+  lf_page_head h;
+  size_t n;
+  if (depth >= LF_MAX_DEPTH || !walk_page(w, pgno, 0, pg, w->psize)) return 0;
+  memcpy(&h, pg, sizeof h);
+  if (h.lower < sizeof h || h.lower > w->psize) return 0;
+  n = (h.lower - sizeof h) / 2;
+  for (size_t i = 0; i < n; i++) {
+    uint16_t at, lo, hi, flags, ksize;
+    memcpy(&at, pg + sizeof h + 2 * i, 2);
+    if ((size_t)at + 8 > w->psize) return 0;
+    memcpy(&lo, pg + at, 2);
+    memcpy(&hi, pg + at + 2, 2);
+    memcpy(&flags, pg + at + 4, 2);
+    memcpy(&ksize, pg + at + 6, 2);
+    if (h.flags & LF_P_BRANCH) {
+      if (!walk_tree(w, (size_t)lo | (size_t)hi << 16 | (size_t)flags << 32, depth + 1)) return 0;
+    } else if (h.flags & LF_P_LEAF) {
+      size_t dsize = (size_t)lo | (size_t)hi << 16, data = (size_t)at + 8 + ksize;
+      if (flags & LF_F_BIGDATA) {
+        size_t ov;
+        unsigned char *buf;
+        if (data + sizeof ov > w->psize) return 0;
+        memcpy(&ov, pg + data, sizeof ov);
+        if (dsize > (size_t)64 << 20 || !(buf = bs__malloc(w->a, dsize ? dsize : 1))) return 0;
+        if (!walk_page(w, ov, sizeof h, buf, dsize)) {
+          bs__free(w->a, buf);
+          return 0;
+        }
+        walk_idl(w, buf, dsize);
+        bs__free(w->a, buf);
+      } else {
+        if (data + dsize > w->psize) return 0;
+        walk_idl(w, pg + data, dsize);
+      }
+    } else {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Whether the free DB whose root is root lists every page from the file's end to last_pg (0
+ * also when memory ran out: the file is then refused as truncated). */
+static int free_covers(const bs_allocator *a, int fd, uint64_t size, uint64_t psize, size_t root,
+                       size_t last_pg) {
+  lf_walk w = {a, fd, psize, size, (size_t)(size / psize), last_pg, 0, NULL, NULL};
+  int ok = 0;
+  if (root == LF_INVALID || size % psize || w.lo > w.hi || w.hi - w.lo >= (size_t)1 << 30) return 0;
+  w.left = w.hi - w.lo + 1;
+  w.missing = bs__malloc(a, w.left / 8 + 1);
+  w.page = bs__malloc(a, LF_MAX_DEPTH * psize);
+  if (w.missing && w.page) {
+    memset(w.missing, 0xff, w.left / 8 + 1);
+    ok = walk_tree(&w, root, 0) && w.left == 0;
+  }
+  bs__free(a, w.missing);
+  bs__free(a, w.page);
+  return ok;
+}
+
 static int stat_fd(int fd, const char *path, struct stat *sb, bs_error *err) {
   return fstat(fd, sb) == 0 ? BS_OK : bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
 }
 
 /* The checks of the open file fd (bs__lmdb_file_check closes it). */
-static int check_fd(int fd, const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
+static int check_fd(const bs_allocator *a, int fd, const char *path,
+                    enum bs__lmdb_file_state *state, bs_error *err) {
   struct stat sb;
   lf_meta m[2];
   uint64_t size, psize, need;
@@ -127,19 +227,20 @@ static int check_fd(int fd, const char *path, enum bs__lmdb_file_state *state, b
    * before the reads made bs_open fail as "truncated" beside a writer in another process.) */
   if ((rc = stat_fd(fd, path, &sb, err)) != BS_OK) return rc;
   size = (uint64_t)sb.st_size;
-  if (size < need)
+  if (size < need && !free_covers(a, fd, size, psize, cur->dbs[0].root, cur->last_pg))
     return bs__fail(err, BS_ECORRUPT, "%s: truncated: %llu bytes, the meta page needs %llu", path,
                     (unsigned long long)size, (unsigned long long)need);
   *state = cur->dbs[1].entries == 0 ? BS_LMDB_FILE_NO_DATA : BS_LMDB_FILE_DATA;
   return BS_OK;
 }
 
-int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err) {
+int bs__lmdb_file_check(const bs_allocator *a, const char *path, enum bs__lmdb_file_state *state,
+                        bs_error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
   *state = fd < 0 && errno == ENOENT ? BS_LMDB_FILE_MISSING : BS_LMDB_FILE_DATA;
   if (fd < 0)
     return errno == ENOENT ? BS_OK : bs__fail(err, BS_EIO, "%s: %s", path, strerror(errno));
-  rc = check_fd(fd, path, state, err);
+  rc = check_fd(a, fd, path, state, err);
   close(fd);
   return rc;
 }

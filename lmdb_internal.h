@@ -565,13 +565,15 @@ typedef struct bs__lmdb_storage {
 } bs__lmdb_storage;
 
 /* lmdb_file.c: checks path before LMDB maps it; with BS_OK *state says what it found.
- * BS_ECORRUPT with the reason (empty, not LMDB, damaged or truncated meta pages). */
+ * BS_ECORRUPT with the reason (empty, not LMDB, damaged or truncated meta pages); BS_ENOMEM when
+ * a (through a) cannot hold what reading the free list needs. */
 enum bs__lmdb_file_state {
   BS_LMDB_FILE_MISSING, /* no such file */
   BS_LMDB_FILE_NO_DATA, /* LMDB's meta pages, an empty main database */
   BS_LMDB_FILE_DATA     /* LMDB with data (whose format record the environment checks) */
 };
-int bs__lmdb_file_check(const char *path, enum bs__lmdb_file_state *state, bs_error *err);
+int bs__lmdb_file_check(const bs_allocator *a, const char *path, enum bs__lmdb_file_state *state,
+                        bs_error *err);
 
 /* lmdb_env.c: the bottom the other files sit on (one method-table slot: the writer lock). */
 /* A handle on the file at path, with no method table (vt NULL: lmdb.c's constructor sets it);
