@@ -54,6 +54,9 @@ typedef struct fmt_step {
   const char *name;
   int (*convert)(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_val *v, MDB_val *out,
                  bs_error *err);
+  /* a step that regroups records, new keys (dbi and convert NULL): one batch after key (mv_size
+   * 0: the first), key then the last key it wrote; *done when nothing was left */
+  int (*regroup)(migration *m, MDB_txn *txn, MDB_val *key, int *done, bs_error *err);
 } fmt_step;
 
 static MDB_dbi source_dbi(const bs__lmdb_db *db) {
@@ -69,7 +72,7 @@ static int source_to2(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_va
   out->mv_data = buf;
   return bs__lmdb_srec1_convert(k, v, buf, &out->mv_size);
 }
-static const fmt_step step_source_to2 = {source_dbi, "source", source_to2};
+static const fmt_step step_source_to2 = {source_dbi, "source", source_to2, NULL};
 
 int bs__lmdb_table_name(const bs__lmdb_db *db, MDB_txn *txn, uint32_t stream, uint32_t id,
                         bs_val *name, bs_error *err) {
@@ -125,16 +128,33 @@ static int source_to3(migration *m, MDB_txn *txn, const MDB_val *k, const MDB_va
   out->mv_data = buf;
   return bs__lmdb_srec2_convert(k, v, m->t_name, buf, &out->mv_size);
 }
-static const fmt_step step_source_to3 = {source_dbi, "source", source_to3};
+static const fmt_step step_source_to3 = {source_dbi, "source", source_to3, NULL};
 
 /* Format 4: a stream record's flag 8, a clear pending (lmdb_write.c). No record of format 3 has
  * it: the step only stamps the version, so that a format-3 build, which would read the records
  * such a clear leaves as live, refuses the file. */
-static const fmt_step step_stamp4 = {NULL, "meta", NULL};
+static const fmt_step step_stamp4 = {NULL, "meta", NULL, NULL};
+
+/* Format 5: a bucket's ops in chunks (lmdb_ops.c), the ops of format 4, one a record, regrouped
+ * in key order; a batch ends between chunks. */
+static int ops_to5(migration *m, MDB_txn *txn, MDB_val *key, int *done, bs_error *err) {
+  unsigned char *kb = grow_buf(m, BS_OP_KEY_SIZE);
+  int rc;
+  if (!kb) return BS_ENOMEM;
+  if (key->mv_size && key->mv_size != BS_OP_KEY_SIZE) return BS_ECORRUPT;
+  if (key->mv_size) memmove(kb, key->mv_data, BS_OP_KEY_SIZE);
+  rc = bs__lmdb_ops_rechunk(
+      m->db, txn, kb, key->mv_size != 0, seam.records ? seam.records : LM_MIGRATE_RECORDS,
+      seam.bytes ? seam.bytes : LM_MIGRATE_BYTES, seam.record, &m->records, done, err);
+  key->mv_data = kb;
+  key->mv_size = BS_OP_KEY_SIZE;
+  return rc;
+}
+static const fmt_step step_ops_to5 = {NULL, "ops", NULL, ops_to5};
 
 /* steps[N]: from format N to N + 1 (format 1 is the first). */
 static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2, &step_source_to3,
-                                                         &step_stamp4};
+                                                         &step_stamp4, &step_ops_to5};
 
 /* The file's format (*version) and whether a step record says a migration is under way (*from,
  * *key: the last key converted, borrowed from txn, mv_size 0 before the first). */
@@ -172,7 +192,25 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
   size_t n = 0, bytes = 0;
   size_t max_n = seam.records ? seam.records : LM_MIGRATE_RECORDS;
   size_t max_bytes = seam.bytes ? seam.bytes : LM_MIGRATE_BYTES;
-  int mrc, rc = BS_OK;
+  int mrc, rc = BS_OK, done;
+  if (s->regroup) {
+    if ((rc = s->regroup(m, txn, &key, &done, err)) != BS_OK) {
+      if (rc == BS_ECORRUPT)
+        rc = bs__fail(err, BS_ECORRUPT, "%s: migrating to format %u: a %s record does not decode",
+                      m->path, from + 1, s->name);
+      else if (rc == BS_ENOMEM)
+        rc = bs__fail(err, rc, "%s: migrating to format %u: out of memory", m->path, from + 1);
+      return rc;
+    }
+    if (done) {
+      mrc = mdb_del(txn, m->db->meta, &sk, NULL);
+      return mrc && mrc != MDB_NOTFOUND ? bs__lmdb_fail(err, mrc, "deleting the migration record")
+                                        : BS_OK;
+    }
+    memcpy(kb, key.mv_data, key.mv_size); /* m->buf is about to grow */
+    key.mv_data = kb;
+    goto record;
+  }
   if (!s->dbi) return BS_OK; /* a version stamp: its first transaction is the whole step */
   dbi = s->dbi(m->db);
   if ((mrc = mdb_cursor_open(txn, dbi, &cur)) != 0)
@@ -211,6 +249,7 @@ static int step_batch(migration *m, MDB_txn *txn, uint32_t from, MDB_val key, bs
                                       : BS_OK;
   }
   if (mrc) return bs__lmdb_fail(err, mrc, "migrating the records");
+record:
   if (!(m->buf = grow_buf(m, BS_FORMAT_STEP_FIXED + key.mv_size)))
     return bs__fail(err, BS_ENOMEM, "%s: migrating: out of memory", m->path);
   return put_meta(m->db, txn, sk, bs__lmdb_format_step_value(m->buf, from, key), err);

@@ -31,7 +31,8 @@
  *  tables      u32be stream | table name (rest)                   u32 table id (1, 2, ... per stream)
  *  buckets     u32be stream | bucket name (rest)                  u64 bucket id
  *  bstate      u64be bucket id                                    bucket state (bs__bucket_state)
- *  ops         u64be bucket id | u64be op id                      op (bs__lmdb_op_encode)
+ *  ops         u64be bucket id | u64be the chunk's last op id     chunk: a run of the bucket's
+ *                                                                 ops (lmdb_ops.c, format 5)
  *  source      u32be stream | u32be table id | replica id (rest)  source record (see below)
  *  params      u32be stream | u16be klen | lookup key | u32be table id | u64be XXH3_64(replica id)
  *              | u64be op id                                      u16 rid len, replica id, u32 n,
@@ -57,6 +58,8 @@
  *              at or above the mark. An entry whose record is no longer soft-deleted with that
  *              mark is stale and simply dropped.
  *
+ * Chunk (lmdb_ops.c): u32 n | u32 sum of checksums | u64 first op id | u32 bytes | u8 flags |
+ *           n x (varint op id delta | varint value size | op value).
  * Op value: u8 type | u32 checksum | u64 target_op | u16 object_type len | u16 object_id len |
  *           u8 subkey len | object_type | object_id | subkey | data (rest of the value).
  *           The 18-byte header is fixed so that a reader decodes without copying (zero-copy:
@@ -652,10 +655,21 @@ int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *
  * other file reads and changes them through these). Whatever the layout, a bucket's records are
  * keyed by u64be bucket id first (a clear deletes them by that prefix). An op handed out is
  * decoded in place: valid until the transaction writes or ends. */
+#define BS_CHUNK_MAX_OPS 256u /* ops in one chunk (lmdb_ops.c), at most */
 typedef struct bs__lmdb_opc { /* a cursor on one bucket's ops at a time, in a transaction */
   MDB_cursor *cur;
+  const bs_allocator *a;
   uint64_t bucket; /* the bucket of the last seek */
   uint64_t size;   /* the stored bytes of the op last handed out */
+  /* the chunk under the cursor, decoded (n 0: none); i the op last handed out; gap: it was
+   * deleted, and i is the op after it */
+  const unsigned char *val;
+  uint32_t n, i;
+  int gap;
+  unsigned char *buf; /* a chunk being rewritten */
+  size_t cap;
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS];
 } bs__lmdb_opc;
 int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
 void bs__lmdb_opc_close(bs__lmdb_opc *c); /* also on a zeroed one */
@@ -698,14 +712,28 @@ int bs__lmdb_ops_orphans(bs__lmdb_opc *c, uint64_t lo, uint64_t hi, const bs__lm
  * order. */
 typedef struct bs__lmdb_opw {
   MDB_cursor *cur;
+  const bs_allocator *a;
   unsigned char last[BS_OP_KEY_SIZE]; /* the file's last key when opened */
   int has_last;
-  unsigned app; /* MDB_APPEND once past it */
+  unsigned app;       /* MDB_APPEND once past it */
+  unsigned char *buf; /* the chunk being built: size bytes, n ops, first_id .. last_id */
+  size_t cap, size;
+  uint32_t n;
+  uint64_t first_id, last_id;
 } bs__lmdb_opw;
 int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
 int bs__lmdb_opw_put(bs__lmdb_opw *w, uint64_t bucket, const bs_op *(*next)(void *it), void *it,
                      bs_error *err);
 void bs__lmdb_opw_close(bs__lmdb_opw *w);
+/* The migration from format 4 (lmdb_format.c): regroups the format-4 op records after key (the
+ * key of the last chunk it wrote; has_key 0: from the first) into chunks, until max_records or
+ * max_bytes were taken, and writes the last chunk's key into key (a chunk the bounds cut is
+ * taken up again by the next batch, so the chunks do not depend on the bounds).
+ * record(n) (may be NULL) before each record is taken, n counting on from *records. *done when
+ * none was left. BS_ECORRUPT (err untouched) for a record that is no format-4 op. */
+int bs__lmdb_ops_rechunk(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[BS_OP_KEY_SIZE],
+                         int has_key, size_t max_records, size_t max_bytes,
+                         void (*record)(uint64_t n), uint64_t *records, int *done, bs_error *err);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
 int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);

@@ -1,38 +1,166 @@
 /*
  * lmdb_ops.c: the op records, the one file that knows how a bucket's ops lie in the `ops`
  * sub-database. The writer appends a flush's ops through a bs__lmdb_opw; readers, verify, stat,
- * defragmentation and compaction walk and change a bucket's ops through a bs__lmdb_opc. Today
- * a record holds one op, keyed u64be bucket id | u64be op id (lmdb_internal.h); ops come out
- * decoded in place (zero-copy), valid until the transaction writes or ends.
+ * defragmentation and compaction walk and change a bucket's ops through a bs__lmdb_opc; the
+ * migration from format 4 regroups the ops it wrote one a record (bs__lmdb_ops_rechunk).
+ *
+ * Format 5: a record is a chunk, a strictly ordered run of one bucket's ops, keyed u64be bucket
+ * id | u64be the run's last op id (docs/format.md 4.3). Its value: u32 n ops, u32 the wrapping
+ * sum of their checksums, u64 the first op id, u32 the ops' bytes (the sum of their op values'
+ * sizes, the bucket state's measure), u8 flags (1: one of them is a CLEAR), then per op
+ * varint(op id - the previous op's id; 0 for the first) | varint(value size) | op value (the
+ * format-4 op value, lmdb_internal.h). A flush appends a bucket's new ops to its last chunk while
+ * that stays within CHUNK_CAP bytes, and starts new chunks past it; so a commit of 10,000 rows into
+ * 100 buckets writes about 100 records, not 10,000 (bench/README.md "Layout prototypes").
+ *
+ * Ops come out decoded in place (zero-copy: their fields point into the map), valid until the
+ * transaction writes or ends. A cursor decodes the chunk it stands on once (its ops' ids and
+ * offsets), so stepping within a chunk costs no LMDB call; a change (compaction's delete or
+ * rewrite) rewrites the chunk.
  */
 #include "lmdb_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 
+#define CHUNK_HDR 21u /* n, sum, first op id, bytes, flags */
+/* A chunk's bytes a flush or the migration fills, at most: one 4 KiB LMDB overflow page (its
+ * 16-byte header and the value; bench/README.md "Layout prototypes": larger tails cost the write
+ * path more than they buy the reads). A single larger op takes a chunk of its own. */
+#define CHUNK_CAP 4080u
+#define CH_CLEAR  1u /* flags: the chunk holds a CLEAR */
+
+/* ---- The chunk codec ------------------------------------------------------------------------ */
+
+static size_t varint_put(unsigned char *p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (unsigned char)v;
+  return n;
+}
+
+/* A varint at *pos of p (size bytes), at most 10 bytes: 0 when it does not decode. */
+static int varint_get(const unsigned char *p, size_t size, size_t *pos, uint64_t *v) {
+  uint64_t r = 0;
+  for (unsigned s = 0; s < 70 && *pos < size; s += 7) {
+    unsigned char b = p[(*pos)++];
+    if (s == 63 && b > 1) return 0;
+    r |= (uint64_t)(b & 0x7f) << s;
+    if (!(b & 0x80)) {
+      *v = r;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Decodes the chunk (key k, value v) into c: BS_ECORRUPT unless it is one whole chunk of
+ * strictly rising op ids whose last is the key's. The sums are verify's to check. */
+static int chunk_decode(bs__lmdb_opc *c, const MDB_val *k, const MDB_val *v) {
+  const unsigned char *p = v->mv_data;
+  size_t pos = CHUNK_HDR;
+  uint64_t id, n;
+  if (k->mv_size != BS_OP_KEY_SIZE || v->mv_size < CHUNK_HDR) return BS_ECORRUPT;
+  n = bs__get_u32le(p);
+  if (n == 0 || n > BS_CHUNK_MAX_OPS) return BS_ECORRUPT;
+  id = bs__get_u64le(p + 8);
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t delta, size;
+    if (!varint_get(p, v->mv_size, &pos, &delta) || !varint_get(p, v->mv_size, &pos, &size))
+      return BS_ECORRUPT;
+    if ((i && delta == 0) || (i == 0 && delta) || id + delta < id) return BS_ECORRUPT;
+    if (size < BS_OP_HEADER_SIZE || size > v->mv_size - pos) return BS_ECORRUPT;
+    id += delta;
+    c->ids[i] = id;
+    c->off[i] = (uint32_t)pos;
+    c->len[i] = (uint32_t)size;
+    pos += size;
+  }
+  if (pos != v->mv_size || id != bs__get_u64be((const unsigned char *)k->mv_data + 8))
+    return BS_ECORRUPT;
+  c->val = p;
+  c->n = (uint32_t)n;
+
+  return BS_OK;
+}
+
+/* Op i of the chunk under c, decoded in place. */
+static int chunk_op(const bs__lmdb_opc *c, uint32_t i, bs_op *op) {
+  unsigned char kb[BS_OP_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v = {c->len[i], (void *)(c->val + c->off[i])};
+  bs__lmdb_op_key(kb, c->bucket, c->ids[i]);
+  return bs__lmdb_op_decode(&k, &v, op);
+}
+
+/* Fills a chunk's header from its packed ops (p + CHUNK_HDR .. p + size), the first of id
+ * first. */
+static int chunk_seal(unsigned char *p, size_t size, uint64_t first) {
+  size_t pos = CHUNK_HDR;
+  uint32_t n = 0, sum = 0, flags = 0;
+  uint64_t bytes = 0;
+  while (pos < size) {
+    uint64_t delta, vs;
+    if (!varint_get(p, size, &pos, &delta) || !varint_get(p, size, &pos, &vs) || vs > size - pos ||
+        vs < BS_OP_HEADER_SIZE)
+      return BS_ECORRUPT;
+    sum = bs__cksum_add(sum, bs__get_u32le(p + pos + 1));
+    if (p[pos] == BS_OP_CLEAR) flags |= CH_CLEAR;
+    bytes += vs;
+    pos += vs;
+    n++;
+  }
+  bs__put_u32le(p, n);
+  bs__put_u32le(p + 4, sum);
+  bs__put_u64le(p + 8, first);
+  bs__put_u32le(p + 16, (uint32_t)(bytes > UINT32_MAX ? UINT32_MAX : bytes));
+  p[20] = (unsigned char)flags;
+  return BS_OK;
+}
+
+static unsigned char *grow(const bs_allocator *a, unsigned char **buf, size_t *cap, size_t n) {
+  return BS_GROW(a, *buf, *cap, n) == BS_OK ? *buf : NULL;
+}
+
+/* ---- The cursor ----------------------------------------------------------------------------- */
+
 static int opr_corrupt(uint64_t bucket, const MDB_val *k, bs_error *err) {
   return bs__fail(
-      err, BS_ECORRUPT, "bucket id %" PRIu64 ": op %" PRIu64 " does not decode", bucket,
+      err, BS_ECORRUPT, "bucket id %" PRIu64 ": the ops up to %" PRIu64 " do not decode", bucket,
       k->mv_size == BS_OP_KEY_SIZE ? bs__get_u64be((const unsigned char *)k->mv_data + 8) : 0);
 }
 
-/* The op under the cursor after an LMDB step (mrc): *found 0 past the bucket's ops. */
-static int opr_got(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v, bs_op *op,
-                   int *found, bs_error *err) {
-  *found = 0;
+/* The chunk after an LMDB move (mrc): c->n 0 when none or another bucket's. */
+static int opr_load(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v, bs_error *err) {
+  c->n = 0;
+  c->gap = 0;
   if (mrc == MDB_NOTFOUND) return BS_OK;
   if (mrc) return bs__lmdb_fail(err, mrc, "reading ops");
   if (k->mv_size < 8 || bs__get_u64be(k->mv_data) != c->bucket) return BS_OK;
-  if (bs__lmdb_op_decode(k, v, op)) return opr_corrupt(c->bucket, k, err);
-  c->size = v->mv_size;
+  if (chunk_decode(c, k, v)) return opr_corrupt(c->bucket, k, err);
+  return BS_OK;
+}
+
+/* Hands out op i of the chunk (c->n 0: none). */
+static int opr_give(bs__lmdb_opc *c, uint32_t i, bs_op *op, int *found, bs_error *err) {
+  *found = 0;
+  if (!c->n) return BS_OK;
+  c->i = i;
+  c->gap = 0;
+  if (chunk_op(c, i, op))
+    return bs__fail(err, BS_ECORRUPT, "bucket id %" PRIu64 ": op %" PRIu64 " does not decode",
+                    c->bucket, c->ids[i]);
+  c->size = c->len[i];
   *found = 1;
   return BS_OK;
 }
 
 int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err) {
   int mrc;
-  c->bucket = 0;
-  c->cur = NULL;
+  memset(c, 0, offsetof(bs__lmdb_opc, ids));
+  c->a = &db->base.alloc;
   if ((mrc = mdb_cursor_open(txn, db->ops, &c->cur)) != 0)
     return bs__lmdb_fail(err, mrc, "opening a cursor on ops");
   return BS_OK;
@@ -41,40 +169,61 @@ int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_e
 void bs__lmdb_opc_close(bs__lmdb_opc *c) {
   if (c->cur) mdb_cursor_close(c->cur);
   c->cur = NULL;
+  if (c->buf) bs__free(c->a, c->buf);
+  c->buf = NULL;
+  c->cap = 0;
 }
 
 int bs__lmdb_opc_seek_ge(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
                          bs_error *err) {
   unsigned char kb[BS_OP_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
+  uint32_t i = 0;
+  int rc;
   c->bucket = bucket;
   bs__lmdb_op_key(kb, bucket, id);
-  return opr_got(c, mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE), &k, &v, op, found, err);
+  /* the first chunk whose last op is at or above id holds the first op at or above it */
+  if ((rc = opr_load(c, mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE), &k, &v, err))) return rc;
+  while (i < c->n && c->ids[i] < id) i++;
+  return opr_give(c, i, op, found, err);
 }
 
 int bs__lmdb_opc_seek_le(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
                          bs_error *err) {
   unsigned char kb[BS_OP_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
-  int mrc;
+  int mrc, rc;
   c->bucket = bucket;
   bs__lmdb_op_key(kb, bucket, id);
   mrc = mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE);
-  if (mrc == MDB_NOTFOUND)
-    mrc = mdb_cursor_get(c->cur, &k, &v, MDB_LAST);
-  else if (mrc == 0 && (k.mv_size != sizeof kb || memcmp(k.mv_data, kb, sizeof kb) != 0))
-    mrc = mdb_cursor_get(c->cur, &k, &v, MDB_PREV);
-  return opr_got(c, mrc, &k, &v, op, found, err);
+  if ((rc = opr_load(c, mrc, &k, &v, err))) return rc;
+  if (c->n && c->ids[0] <= id) { /* the chunk holding id's place has an op at or below it */
+    uint32_t i = c->n - 1;
+    while (c->ids[i] > id) i--;
+    return opr_give(c, i, op, found, err);
+  }
+  mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(c->cur, &k, &v, MDB_LAST)
+        : mrc == 0          ? mdb_cursor_get(c->cur, &k, &v, MDB_PREV)
+                            : mrc;
+  if ((rc = opr_load(c, mrc, &k, &v, err))) return rc;
+  return opr_give(c, c->n ? c->n - 1 : 0, op, found, err);
 }
 
 int bs__lmdb_opc_next(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err) {
   MDB_val k, v;
-  return opr_got(c, mdb_cursor_get(c->cur, &k, &v, MDB_NEXT), &k, &v, op, found, err);
+  uint32_t i = c->gap ? c->i : c->i + 1;
+  int rc;
+  if (c->n && i < c->n) return opr_give(c, i, op, found, err);
+  if ((rc = opr_load(c, mdb_cursor_get(c->cur, &k, &v, MDB_NEXT), &k, &v, err))) return rc;
+  return opr_give(c, 0, op, found, err);
 }
 
 int bs__lmdb_opc_prev(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err) {
   MDB_val k, v;
-  return opr_got(c, mdb_cursor_get(c->cur, &k, &v, MDB_PREV), &k, &v, op, found, err);
+  int rc;
+  if (c->n && c->i > 0) return opr_give(c, c->i - 1, op, found, err);
+  if ((rc = opr_load(c, mdb_cursor_get(c->cur, &k, &v, MDB_PREV), &k, &v, err))) return rc;
+  return opr_give(c, c->n ? c->n - 1 : 0, op, found, err);
 }
 
 int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
@@ -84,22 +233,82 @@ int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, i
   return rc;
 }
 
+/* Rewrites the chunk under c without op skip (UINT32_MAX: none) and with op put's value
+ * replaced by bare (NULL: none), then decodes it again from the map. */
+static int chunk_rewrite(bs__lmdb_opc *c, uint32_t skip, uint32_t put, const bs_op *bare,
+                         bs_error *err) {
+  unsigned char kb[BS_OP_KEY_SIZE], *p;
+  MDB_val k = {sizeof kb, kb}, v;
+  size_t size = CHUNK_HDR;
+  uint64_t prev = 0, last = 0, first_id = 0;
+  int mrc, first = 1;
+  for (uint32_t i = 0; i < c->n; i++) { /* the bound: the chunk as it is */
+    size += 2 * 10 + c->len[i];
+  }
+  if (!(p = grow(c->a, &c->buf, &c->cap, size + BS_OP_HEADER_SIZE)))
+    return bs__fail(err, BS_ENOMEM, "rewriting ops: out of memory");
+  size = CHUNK_HDR;
+  for (uint32_t i = 0; i < c->n; i++) {
+    size_t vs = i == put ? bs__lmdb_op_size(bare) : c->len[i];
+    if (i == skip) continue;
+    if (first) first_id = c->ids[i];
+    size += varint_put(p + size, first ? 0 : c->ids[i] - prev);
+    size += varint_put(p + size, vs);
+    if (i == put)
+      bs__lmdb_op_encode(p + size, bare);
+    else
+      memcpy(p + size, c->val + c->off[i], vs);
+    size += vs;
+    prev = last = c->ids[i];
+    first = 0;
+  }
+  if (first) { /* no op left: the record goes */
+    mrc = mdb_cursor_del(c->cur, 0);
+    c->n = 0;
+    c->i = 0;
+    c->gap = 1;
+    return mrc ? bs__lmdb_fail(err, mrc, "deleting ops") : BS_OK;
+  }
+  if (chunk_seal(p, size, first_id))
+    return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad chunk");
+  bs__lmdb_op_key(kb, c->bucket, last);
+  v.mv_size = size;
+  v.mv_data = p;
+  if (last != c->ids[c->n - 1]) { /* the last op went: the key with it */
+    if ((mrc = mdb_cursor_del(c->cur, 0)) == 0) mrc = mdb_cursor_put(c->cur, &k, &v, 0);
+  } else {
+    mrc = mdb_cursor_put(c->cur, &k, &v, MDB_CURRENT);
+  }
+  if (mrc == 0) mrc = mdb_cursor_get(c->cur, &k, &v, MDB_GET_CURRENT);
+  if (mrc) return bs__lmdb_fail(err, mrc, "rewriting ops");
+  if (chunk_decode(c, &k, &v)) return opr_corrupt(c->bucket, &k, err);
+  return BS_OK;
+}
+
 int bs__lmdb_opc_del(bs__lmdb_opc *c, bs_error *err) {
-  int mrc = mdb_cursor_del(c->cur, 0);
-  return mrc ? bs__lmdb_fail(err, mrc, "deleting an op") : BS_OK;
+  uint32_t i = c->i;
+  int rc;
+  BS_ASSERT(c->n && !c->gap);
+  if ((rc = chunk_rewrite(c, i, UINT32_MAX, NULL, err))) return rc;
+  if (c->n) {
+    c->i = i; /* the op after the deleted one (c->n: past this chunk) */
+    c->gap = 1;
+  }
+  return BS_OK;
 }
 
 int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err) {
-  unsigned char kb[BS_OP_KEY_SIZE], vb[BS_OP_HEADER_SIZE];
-  MDB_val k = {sizeof kb, kb}, v = {sizeof vb, vb};
-  int mrc;
+  uint32_t i = c->i;
+  int rc;
+  BS_ASSERT(c->n && !c->gap && c->ids[i] == bare->op_id);
   BS_ASSERT(bare->type == BS_OP_MOVE || bare->type == BS_OP_CLEAR);
-  bs__lmdb_op_key(kb, c->bucket, bare->op_id);
-  bs__lmdb_op_encode(vb, bare);
-  mrc = mdb_cursor_put(c->cur, &k, &v, MDB_CURRENT);
-  return mrc ? bs__lmdb_fail(err, mrc, "rewriting an op") : BS_OK;
+  if ((rc = chunk_rewrite(c, UINT32_MAX, i, bare, err))) return rc;
+  c->i = i;
+  return BS_OK;
 }
 
+/* Sums whole chunks from their headers, an op at a time only where the range cuts a chunk (or,
+ * stop_at_clear, a chunk holds a CLEAR). */
 int bs__lmdb_ops_sum(bs__lmdb_opc *c, uint64_t bucket, uint64_t from, uint64_t to,
                      int stop_at_clear, bs_checksum *out, int *cleared, bs_error *err) {
   bs_op op;
@@ -110,6 +319,12 @@ int bs__lmdb_ops_sum(bs__lmdb_opc *c, uint64_t bucket, uint64_t from, uint64_t t
   if (from >= to) return BS_OK;
   for (rc = bs__lmdb_opc_seek_ge(c, bucket, from + 1, &op, &found, err);
        rc == BS_OK && found && op.op_id <= to; rc = bs__lmdb_opc_next(c, &op, &found, err)) {
+    if (c->i == 0 && c->ids[c->n - 1] <= to && !(stop_at_clear && (c->val[20] & CH_CLEAR))) {
+      out->checksum = bs__cksum_add(out->checksum, bs__get_u32le(c->val + 4));
+      out->count += c->n;
+      c->i = c->n - 1; /* the next step leaves the chunk */
+      continue;
+    }
     if (stop_at_clear && op.type == BS_OP_CLEAR) {
       *cleared = 1;
       return BS_OK;
@@ -128,35 +343,78 @@ int bs__lmdb_ops_stat(const bs__lmdb_db *db, MDB_txn *txn, const uint64_t *bucke
   int mrc;
   if ((mrc = mdb_cursor_open(txn, db->ops, &cur)) != 0) return bs__fail_mdb(err, mrc, "stat");
   if (bucket) bs__put_u64be(kb, *bucket);
-  /* one pass reading only each value's first byte: the op type */
+  /* each op's type, its value's first byte (a chunk that does not decode is verify's) */
   for (mrc = mdb_cursor_get(cur, &k, &v, bucket ? MDB_SET_RANGE : MDB_FIRST);
        mrc == 0 && (!bucket || (k.mv_size >= 8 && memcmp(k.mv_data, kb, 8) == 0));
-       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    bs__stat_op(out, v.mv_size ? ((const unsigned char *)v.mv_data)[0] : 0);
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const unsigned char *p = v.mv_data;
+    size_t pos = CHUNK_HDR;
+    uint64_t delta, size;
+    while (pos < v.mv_size && varint_get(p, v.mv_size, &pos, &delta) &&
+           varint_get(p, v.mv_size, &pos, &size) && size && size <= v.mv_size - pos) {
+      bs__stat_op(out, p[pos]);
+      pos += size;
+    }
+  }
   mdb_cursor_close(cur);
   return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "stat");
+}
+
+/* What verify finds wrong with a decoded chunk's header (NULL: nothing). */
+static const char *chunk_header_problem(const bs__lmdb_opc *c, uint64_t after) {
+  const unsigned char *p = c->val;
+  uint32_t sum = 0, flags = 0;
+  uint64_t bytes = 0;
+  if (c->ids[0] <= after) return "its first op is not above the bucket's previous chunk";
+  for (uint32_t i = 0; i < c->n; i++) {
+    sum = bs__cksum_add(sum, bs__get_u32le(p + c->off[i] + 1));
+    if (p[c->off[i]] == BS_OP_CLEAR) flags |= CH_CLEAR;
+    bytes += c->len[i];
+  }
+  if (sum != bs__get_u32le(p + 4)) return "its checksum sum is not its ops'";
+  if (bytes != bs__get_u32le(p + 16)) return "its byte count is not its ops'";
+  if (flags != p[20]) return "its flags are not its ops'";
+  return NULL;
 }
 
 int bs__lmdb_ops_verify(bs__lmdb_opc *c, uint64_t bucket, const bs__lmdb_ops_check *chk,
                         bs_error *err) {
   unsigned char kb[BS_OP_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
-  char what[128];
+  char what[160];
+  uint64_t after = 0;
   int mrc;
   c->bucket = bucket;
   bs__lmdb_op_key(kb, bucket, 0);
   for (mrc = mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE); mrc == 0;
        mrc = mdb_cursor_get(c->cur, &k, &v, MDB_NEXT)) {
-    bs_op op;
+    uint64_t last =
+        k.mv_size == BS_OP_KEY_SIZE ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0;
+    const char *bad;
     if (k.mv_size < 8 || memcmp(k.mv_data, kb, 8) != 0) break;
-    if (bs__lmdb_op_decode(&k, &v, &op) == BS_OK) {
-      chk->op(chk->payload, &op, v.mv_size - BS_OP_HEADER_SIZE);
+    if (chunk_decode(c, &k, &v)) {
+      snprintf(what, sizeof what,
+               "the ops up to %" PRIu64 " do not decode (key %zu bytes, value %zu bytes)", last,
+               k.mv_size, v.mv_size);
+      chk->bad(chk->payload, bucket, what);
       continue;
     }
-    snprintf(what, sizeof what, "op %" PRIu64 " does not decode (key %zu bytes, value %zu bytes)",
-             k.mv_size == BS_OP_KEY_SIZE ? bs__get_u64be((const unsigned char *)k.mv_data + 8) : 0,
-             k.mv_size, v.mv_size);
-    chk->bad(chk->payload, bucket, what);
+    if ((bad = chunk_header_problem(c, after))) {
+      snprintf(what, sizeof what, "the chunk of ops %" PRIu64 "-%" PRIu64 ": %s", c->ids[0], last,
+               bad);
+      chk->bad(chk->payload, bucket, what);
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+      bs_op op;
+      if (chunk_op(c, i, &op) == BS_OK) {
+        chk->op(chk->payload, &op, c->len[i] - BS_OP_HEADER_SIZE);
+        continue;
+      }
+      snprintf(what, sizeof what, "op %" PRIu64 " does not decode (%" PRIu32 " bytes)", c->ids[i],
+               c->len[i]);
+      chk->bad(chk->payload, bucket, what);
+    }
+    after = last;
   }
   return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "verify: ops");
 }
@@ -186,19 +444,62 @@ int bs__lmdb_ops_orphans(bs__lmdb_opc *c, uint64_t lo, uint64_t hi, const bs__lm
   return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "verify: ops");
 }
 
-/* ---- The writer's appends ------------------------------------------------------------------- */
+/* ---- Building chunks: the writer's appends and the migration -------------------------------- */
+
+/* A chunk being built in w->buf: w->size bytes (CHUNK_HDR of them the header, sealed at the
+ * put), w->n ops, the last w->last_id. */
+static int build_add(bs__lmdb_opw *w, uint64_t id, const unsigned char *val, size_t vs,
+                     const bs_op *op, bs_error *err) {
+  size_t need = w->size + 20 + vs;
+  unsigned char *p = grow(w->a, &w->buf, &w->cap, need);
+  if (!p) return bs__fail(err, BS_ENOMEM, "writing ops: out of memory");
+  if (!w->n) w->first_id = id;
+  w->size += varint_put(p + w->size, w->n ? id - w->last_id : 0);
+  w->size += varint_put(p + w->size, vs);
+  if (op)
+    bs__lmdb_op_encode(p + w->size, op);
+  else
+    memcpy(p + w->size, val, vs);
+  w->size += vs;
+  w->last_id = id;
+  w->n++;
+  return BS_OK;
+}
+
+/* Whether an op of vs bytes would take the chunk being built past its bounds. */
+static int build_full(const bs__lmdb_opw *w, size_t vs) {
+  return w->n && (w->n >= BS_CHUNK_MAX_OPS || w->size + 20 + vs > CHUNK_CAP);
+}
+
+/* Puts the chunk being built (none: nothing) under key bucket | its last op id. */
+static int build_put(bs__lmdb_opw *w, uint64_t bucket, bs_error *err) {
+  unsigned char kb[BS_OP_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v = {w->size, w->buf};
+  int mrc;
+  if (!w->n) return BS_OK;
+  if (chunk_seal(w->buf, w->size, w->first_id))
+    return bs__fail(err, BS_ECORRUPT, "writing ops: a bad chunk");
+  bs__lmdb_op_key(kb, bucket, w->last_id);
+  /* past the file's last key (at the open) every later key is too: MDB_APPEND skips the search
+   * for the slot and starts a new page instead of splitting a full one */
+  if (!w->app && (!w->has_last || memcmp(kb, w->last, sizeof kb) > 0)) w->app = MDB_APPEND;
+  mrc = mdb_cursor_put(w->cur, &k, &v, w->app);
+  w->n = 0;
+  w->size = CHUNK_HDR;
+  return mrc ? bs__lmdb_fail(err, mrc, "writing ops") : BS_OK;
+}
 
 int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err) {
   MDB_val k, v;
   int mrc;
-  w->cur = NULL;
-  w->app = 0;
-  w->has_last = 0;
+  memset(w, 0, sizeof *w);
+  w->a = &db->base.alloc;
+  w->size = CHUNK_HDR;
   if ((mrc = mdb_cursor_open(txn, db->ops, &w->cur)) != 0)
     return bs__lmdb_fail(err, mrc, "opening a cursor on ops");
   if ((mrc = mdb_cursor_get(w->cur, &k, &v, MDB_LAST)) == 0) {
     w->has_last = 1;
-    /* a key of another length sorts by its bytes: a shorter one below an equal prefix */
+    /* a key of another length sorts by its bytes: padded high, no append below it */
     memset(w->last, 0xff, sizeof w->last);
     memcpy(w->last, k.mv_data, k.mv_size < sizeof w->last ? k.mv_size : sizeof w->last);
   } else if (mrc != MDB_NOTFOUND) {
@@ -211,22 +512,138 @@ int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_e
 void bs__lmdb_opw_close(bs__lmdb_opw *w) {
   if (w->cur) mdb_cursor_close(w->cur);
   w->cur = NULL;
+  if (w->buf) bs__free(w->a, w->buf);
+  w->buf = NULL;
+  w->cap = 0;
 }
 
-/* Ops come in rising (bucket, op id): once past the last key the file had they go in with
- * MDB_APPEND, which skips the search for the slot and splits a full page by starting a new one
- * instead of moving half of it. The value is encoded straight into the page (MDB_RESERVE). */
+/* Starts the chunk being built from the chunk (k, v) when that has room (its ops copied: *took
+ * 1, and the caller deletes it, whose key will be the new last op's). */
+static int tail_load(bs__lmdb_opw *w, const MDB_val *k, const MDB_val *v, int *took,
+                     bs_error *err) {
+  uint64_t n;
+  *took = 0;
+  if (k->mv_size != BS_OP_KEY_SIZE || v->mv_size < CHUNK_HDR) return BS_OK;
+  n = bs__get_u32le(v->mv_data);
+  if (n == 0 || n >= BS_CHUNK_MAX_OPS || v->mv_size >= CHUNK_CAP) return BS_OK;
+  if (!grow(w->a, &w->buf, &w->cap, v->mv_size))
+    return bs__fail(err, BS_ENOMEM, "writing ops: out of memory");
+  memcpy(w->buf, v->mv_data, v->mv_size);
+  w->size = v->mv_size;
+  w->n = (uint32_t)n;
+  w->first_id = bs__get_u64le((const unsigned char *)v->mv_data + 8);
+  w->last_id = bs__get_u64be((const unsigned char *)k->mv_data + 8);
+  *took = 1;
+  return BS_OK;
+}
+
+/* The bucket's last chunk, when it has room, becomes the start of the one being built. */
+static int tail_take(bs__lmdb_opw *w, uint64_t bucket, bs_error *err) {
+  unsigned char kb[BS_OP_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v;
+  int mrc, rc, took;
+  bs__lmdb_op_key(kb, bucket, UINT64_MAX);
+  mrc = mdb_cursor_get(w->cur, &k, &v, MDB_SET_RANGE);
+  mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(w->cur, &k, &v, MDB_LAST)
+        : mrc == 0          ? mdb_cursor_get(w->cur, &k, &v, MDB_PREV)
+                            : mrc;
+  if (mrc == MDB_NOTFOUND) return BS_OK;
+  if (mrc) return bs__lmdb_fail(err, mrc, "reading ops");
+  if (k.mv_size < 8 || bs__get_u64be(k.mv_data) != bucket) return BS_OK;
+  if ((rc = tail_load(w, &k, &v, &took, err)) || !took) return rc;
+  if ((mrc = mdb_cursor_del(w->cur, 0)) != 0) return bs__lmdb_fail(err, mrc, "writing ops");
+  return BS_OK;
+}
+
 int bs__lmdb_opw_put(bs__lmdb_opw *w, uint64_t bucket, const bs_op *(*next)(void *it), void *it,
                      bs_error *err) {
-  for (const bs_op *op = next(it); op; op = next(it)) {
-    unsigned char kb[BS_OP_KEY_SIZE];
-    MDB_val k = {sizeof kb, kb}, v = {bs__lmdb_op_size(op), NULL};
-    int mrc;
-    bs__lmdb_op_key(kb, bucket, op->op_id);
-    if (!w->app && (!w->has_last || memcmp(kb, w->last, sizeof kb) > 0)) w->app = MDB_APPEND;
-    if ((mrc = mdb_cursor_put(w->cur, &k, &v, MDB_RESERVE | w->app)) != 0)
-      return bs__lmdb_fail(err, mrc, "writing an op");
-    bs__lmdb_op_encode(v.mv_data, op);
+  const bs_op *op = next(it);
+  int rc;
+  if (!op) return BS_OK;
+  if ((rc = tail_take(w, bucket, err))) return rc;
+  for (; op; op = next(it)) {
+    size_t vs = bs__lmdb_op_size(op);
+    if (build_full(w, vs) && (rc = build_put(w, bucket, err))) return rc;
+    if ((rc = build_add(w, op->op_id, NULL, vs, op, err))) return rc;
   }
-  return BS_OK;
+  return build_put(w, bucket, err);
+}
+
+/* ---- The migration from format 4: an op a record becomes chunks ----------------------------- */
+
+/* One chunk from the format-4 records after key (the last chunk's, has_key 0: from the first):
+ * the chunk at key taken again when it has room (so that where a batch ended does not show in
+ * the chunks: they are what the writer would have built), then a run of one bucket's ops, each
+ * deleted as it is copied, put under its last op's key, which goes into key. *got 0 when no
+ * record was left. */
+typedef struct rechunk {
+  void (*record)(uint64_t n);
+  uint64_t *records;
+  size_t left, bytes_left; /* the batch's bounds */
+} rechunk;
+
+static int rechunk_one(bs__lmdb_opw *w, unsigned char key[BS_OP_KEY_SIZE], int has_key, rechunk *r,
+                       int *got, bs_error *err) {
+  MDB_val k = {BS_OP_KEY_SIZE, key}, v;
+  uint64_t bucket = 0, took = 0;
+  int mrc, rc = BS_OK, tail;
+  *got = 0;
+  if (!has_key) {
+    mrc = mdb_cursor_get(w->cur, &k, &v, MDB_FIRST);
+  } else if ((mrc = mdb_cursor_get(w->cur, &k, &v, MDB_SET_KEY)) == 0) {
+    if ((rc = tail_load(w, &k, &v, &tail, err))) return rc;
+    bucket = bs__get_u64be(key);
+    mrc = tail ? mdb_cursor_del(w->cur, 0) : 0;
+    if (mrc == 0) mrc = mdb_cursor_get(w->cur, &k, &v, MDB_NEXT);
+  } else if (mrc == MDB_NOTFOUND) {
+    return BS_ECORRUPT; /* the step record names a chunk the file does not hold */
+  }
+  for (; mrc == 0 && r->left && r->bytes_left; mrc = mdb_cursor_get(w->cur, &k, &v, MDB_NEXT)) {
+    uint64_t b;
+    if (k.mv_size != BS_OP_KEY_SIZE || v.mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
+    b = bs__get_u64be(k.mv_data);
+    if (w->n && (b != bucket || build_full(w, v.mv_size))) {
+      if (took) break;
+      /* the chunk at key alone so far: it goes back, and the run starts at this record, which
+       * the next step (from the chunk put) meets again */
+      if ((rc = build_put(w, bucket, err))) return rc;
+      continue;
+    }
+    bucket = b;
+    if ((rc = build_add(w, bs__get_u64be((const unsigned char *)k.mv_data + 8), v.mv_data,
+                        v.mv_size, NULL, err)))
+      return rc;
+    if (r->record) r->record(*r->records);
+    ++*r->records;
+    took++;
+    r->left--;
+    r->bytes_left -=
+        BS_OP_KEY_SIZE + v.mv_size < r->bytes_left ? BS_OP_KEY_SIZE + v.mv_size : r->bytes_left;
+    if ((mrc = mdb_cursor_del(w->cur, 0)) != 0) break;
+  }
+  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "migrating ops");
+  if (!w->n) return BS_OK;
+  bs__lmdb_op_key(key, bucket, w->last_id);
+  *got = took > 0;
+  return build_put(w, bucket, err);
+}
+
+int bs__lmdb_ops_rechunk(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[BS_OP_KEY_SIZE],
+                         int has_key, size_t max_records, size_t max_bytes,
+                         void (*record)(uint64_t n), uint64_t *records, int *done, bs_error *err) {
+  bs__lmdb_opw w;
+  rechunk r = {record, records, max_records, max_bytes};
+  int got = 1, rc = bs__lmdb_opw_open(&w, db, txn, err);
+  if (rc) return rc;
+  w.has_last = 1; /* never MDB_APPEND: format-4 records may lie after a chunk */
+  memset(w.last, 0xff, sizeof w.last);
+  /* the step record's key (the last chunk's) divides chunks below it from format-4 records
+   * above; a chunk the bounds cut is taken up again by the next batch */
+  while (rc == BS_OK && got && r.left && r.bytes_left) {
+    rc = rechunk_one(&w, key, has_key, &r, &got, err);
+    has_key = has_key || got;
+  }
+  *done = rc == BS_OK && !got;
+  bs__lmdb_opw_close(&w);
+  return rc;
 }

@@ -103,8 +103,61 @@ static void write_rows(ct_env *e) {
   CT_OK(ct_commit(e->w, ct_lsn(99), &cr));
 }
 
-/* Rewrites the file at path as format 1 or 2: every source record re-encoded as format 1 (then
- * converted to 2 by the migration's step), the format record to match. */
+/* A varint of a chunk (docs/format.md 4.3). */
+static uint64_t chunk_varint(const unsigned char *p, size_t *pos) {
+  uint64_t r = 0;
+  for (unsigned s = 0;; s += 7) {
+    unsigned char b = p[(*pos)++];
+    r |= (uint64_t)(b & 0x7f) << s;
+    if (!(b & 0x80)) return r;
+  }
+}
+
+/* Rewrites the ops of format 5 (chunks) as format 4's, a record per op keyed bucket id | op
+ * id, from the layout docs/format.md 4.3 gives. */
+static void unchunk(MDB_txn *txn) {
+  MDB_dbi ops;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char *buf = malloc(1 << 20), next[16];
+  int mrc;
+  assert_non_null(buf);
+  assert_int_equal(mdb_dbi_open(txn, "ops", 0, &ops), 0);
+  assert_int_equal(mdb_cursor_open(txn, ops, &cur), 0);
+  /* a chunk's ops take keys up to the chunk's, and the next chunk's key is above it */
+  bs__put_u64be(next, 0);
+  bs__put_u64be(next + 8, 0);
+  for (k = (MDB_val){16, next}; (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) == 0;
+       k = (MDB_val){16, next}) {
+    size_t pos = 21, n = bs__get_u32le(v.mv_data);
+    uint64_t bucket = bs__get_u64be(k.mv_data), id = bs__get_u64le((unsigned char *)v.mv_data + 8);
+    uint64_t last = bs__get_u64be((unsigned char *)k.mv_data + 8);
+    unsigned char kb[16];
+    assert_true(n > 0 && v.mv_size <= (size_t)1 << 20);
+    memcpy(buf, v.mv_data, v.mv_size);
+    assert_int_equal(mdb_cursor_del(cur, 0), 0);
+    for (size_t i = 0; i < n; i++) {
+      uint64_t delta = chunk_varint(buf, &pos), size = chunk_varint(buf, &pos);
+      MDB_val ok = {16, kb}, ov = {size, buf + pos};
+      id += delta;
+      bs__put_u64be(kb, bucket);
+      bs__put_u64be(kb + 8, id);
+      assert_int_equal(mdb_put(txn, ops, &ok, &ov, MDB_NOOVERWRITE), 0);
+      pos += size;
+    }
+    CT_EQ_U64(id, last);
+    assert_true(last < UINT64_MAX);
+    bs__put_u64be(next, bucket);
+    bs__put_u64be(next + 8, last + 1);
+  }
+  assert_int_equal(mrc, MDB_NOTFOUND);
+  mdb_cursor_close(cur);
+  free(buf);
+}
+
+/* Rewrites the file at path as format 1 to 4: the ops one a record (format 4), every source
+ * record re-encoded as format 1 (then converted to 2 by the migration's step; 3 and 4 have this
+ * build's), the format record to match. */
 static void to_format(const char *path, uint32_t format) {
   MDB_env *env;
   MDB_txn *txn;
@@ -118,7 +171,7 @@ static void to_format(const char *path, uint32_t format) {
   assert_non_null(buf);
   assert_non_null(buf2);
   assert_non_null(m);
-  assert_true(format >= 1 && format <= 3);
+  assert_true(format >= 1 && format <= 4);
   assert_int_equal(mdb_env_create(&env), 0);
   assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
   assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR, 0644), 0);
@@ -126,8 +179,9 @@ static void to_format(const char *path, uint32_t format) {
   assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
   assert_int_equal(mdb_dbi_open(txn, "source", 0, &src), 0);
   assert_int_equal(mdb_cursor_open(txn, src, &cur), 0);
-  /* format 3's source records are this build's: only the format record differs */
-  for (mrc = format == 3 ? MDB_NOTFOUND : mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+  unchunk(txn);
+  /* format 3's and 4's source records are this build's */
+  for (mrc = format >= 3 ? MDB_NOTFOUND : mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     bs_val key = {k.mv_data, k.mv_size};
     unsigned char kc[BS_SOURCE_KEY_MAX];
@@ -218,6 +272,16 @@ static int files_equal(const char *a, const char *b) {
   return eq;
 }
 
+static unsigned batches_seen;
+static void count_batch(unsigned batch) {
+  batches_seen = batch + 1;
+}
+
+/* The transactions of format 5's step, the ops regrouped into chunks (10,000 ops each, and the
+ * one that finds none left), and the ops of the file. */
+static unsigned ops_batches;
+static uint64_t n_ops;
+
 /* Files of each older format (old[N - OLDEST]: format N) beside what this build wrote before
  * the downgrade (its digest). */
 typedef struct fixture {
@@ -241,6 +305,30 @@ static int setup(void **state) {
     to_format(f->old[i], OLDEST + i);
   }
   snprintf(f->work, sizeof f->work, "%s/work.mdb", f->e->dir);
+  {
+    bs_open_options o = BS_OPEN_OPTIONS_INIT;
+    bs_stat st;
+    bs_db *db = NULL;
+    o.flags = BS_OPEN_RDONLY;
+    if (bs_open(&db, f->e->path, &o, &ct_err) != BS_OK || bs_db_stat(&st, db, &ct_err) != BS_OK)
+      return -1;
+    bs_close(db);
+    n_ops = st.ops_put + st.ops_remove + st.ops_move + st.ops_clear;
+  }
+  /* format 4 -> 5: the batches setup counts, which test_migrates_in_batches checks */
+  copy_file(f->old[4 - OLDEST], f->work);
+  bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
+  batches_seen = 0;
+  {
+    bs_db *db = NULL;
+    if (bs_open(&db, f->work, NULL, &ct_err) != BS_OK) {
+      fprintf(stderr, "setup: %s\n", ct_err.msg);
+      return -1;
+    }
+    bs_close(db);
+  }
+  bs__lmdb_set_migrate_seam(NULL);
+  ops_batches = batches_seen ? batches_seen - 1 : 0;
   *state = f;
   return 0;
 }
@@ -294,15 +382,11 @@ static void test_refused_unchanged(void **state) {
   }
 }
 
-static unsigned batches_seen;
-static void count_batch(unsigned batch) {
-  batches_seen = batch + 1;
-}
-
 /* The transactions of the step from format v: a source step's 23,000 records take three, the
- * last of which ends the step; format 4's, a version stamp, one. */
+ * last of which ends the step; format 4's, a version stamp, one; format 5's, the ops regrouped,
+ * as setup counted them. */
 static unsigned step_batches(uint32_t v) {
-  return v == 3 ? 1 : 3;
+  return v == 3 ? 1 : v == 4 ? ops_batches : 3;
 }
 
 /* The transactions of a migration from format v: its steps', and one more that finds nothing
@@ -315,6 +399,10 @@ static unsigned batches_from(uint32_t v) {
 
 static void test_migrates_in_batches(void **state) {
   fixture *f = *state;
+  /* the ops step: 10,000 ops a transaction, the last one finding none left (n_ops is not a
+   * multiple of 10,000 here: the last batch with ops ends the step) */
+  assert_true(n_ops > 30000 && n_ops % 10000 != 0);
+  CT_EQ_U64(ops_batches, n_ops / 10000 + 1);
   for (uint32_t v = OLDEST; v < BS_FORMAT_VERSION; v++) {
     digest got;
     uint32_t version;

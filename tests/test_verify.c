@@ -117,7 +117,18 @@ static void fill_stream(bs_db *db, bs_hash hash) {
   bs_storage_close(st);
 }
 
-/* Every op value's place in the file, through the LMDB API. */
+/* A varint of a chunk (docs/format.md 4.3). */
+static uint64_t chunk_varint(const unsigned char *p, size_t *pos) {
+  uint64_t r = 0;
+  for (unsigned sh = 0;; sh += 7) {
+    unsigned char b = p[(*pos)++];
+    r |= (uint64_t)(b & 0x7f) << sh;
+    if (!(b & 0x80)) return r;
+  }
+}
+
+/* Every op value's place in the file, through the LMDB API: a chunk's value lies in one page or
+ * in contiguous overflow pages, and its ops follow its 21-byte header (docs/format.md 4.3). */
 static void locate_ops(void) {
   MDB_env *env;
   MDB_txn *txn;
@@ -126,6 +137,7 @@ static void locate_ops(void) {
   MDB_stat es;
   MDB_val k, d;
   size_t cap = 0, ps;
+  int first = 1;
   assert_int_equal(mdb_env_create(&env), 0);
   assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
   assert_int_equal(mdb_env_open(env, g_path, MDB_NOSUBDIR | MDB_RDONLY, 0644), 0);
@@ -135,35 +147,46 @@ static void locate_ops(void) {
   assert_int_equal(mdb_dbi_open(txn, "ops", 0, &ops), 0);
   assert_int_equal(mdb_dbi_open(txn, "bstate", 0, &bstate), 0);
   assert_int_equal(mdb_cursor_open(txn, ops, &cur), 0);
-  while (mdb_cursor_get(cur, &k, &d, g_n_ops ? MDB_NEXT : MDB_FIRST) == 0) {
-    const unsigned char *p = d.mv_data;
+  while (mdb_cursor_get(cur, &k, &d, first ? MDB_FIRST : MDB_NEXT) == 0) {
+    const unsigned char *c = d.mv_data;
     MDB_val sk = {8, k.mv_data}, sv;
-    op_loc *o;
-    if (g_n_ops == cap) {
-      cap = cap ? 2 * cap : 1024;
-      op_loc *grown = realloc(g_ops, cap * sizeof *g_ops);
-      assert_non_null(grown);
-      g_ops = grown;
-    }
-    o = &g_ops[g_n_ops++];
+    size_t base, pos = 21, n = (size_t)c[0] | (size_t)c[1] << 8;
+    uint64_t id = 0;
+    first = 0;
     {
-      uintptr_t in_page = (uintptr_t)p % ps;
+      uintptr_t in_page = (uintptr_t)c % ps;
       size_t pgno;
-      memcpy(&pgno, p - in_page, sizeof pgno);
-      o->off = pgno * ps + in_page;
+      memcpy(&pgno, c - in_page, sizeof pgno);
+      base = pgno * ps + in_page;
     }
-    o->size = d.mv_size;
-    o->type = p[0];
-    o->ot = (size_t)p[13] | (size_t)p[14] << 8;
-    o->oi = (size_t)p[15] | (size_t)p[16] << 8;
-    o->op_id = 0;
-    for (int i = 8; i < 16; i++) o->op_id = o->op_id << 8 | ((const unsigned char *)k.mv_data)[i];
+    for (int i = 15; i >= 8; i--) id = id << 8 | c[i]; /* the first op id, u64le */
     assert_int_equal(mdb_get(txn, bstate, &sk, &sv), 0);
-    assert_true(sv.mv_size > 96 && sv.mv_size - 96 < sizeof o->bucket);
-    memcpy(o->bucket, (const char *)sv.mv_data + 96, sv.mv_size - 96);
-    o->bucket[sv.mv_size - 96] = '\0';
-    o->stream = (uint32_t)((const unsigned char *)sv.mv_data)[0] |
-                (uint32_t)((const unsigned char *)sv.mv_data)[1] << 8;
+    assert_true(sv.mv_size > 96 && sv.mv_size - 96 < sizeof g_ops[0].bucket);
+    for (size_t j = 0; j < n; j++) {
+      uint64_t delta = chunk_varint(c, &pos), size = chunk_varint(c, &pos);
+      const unsigned char *p = c + pos;
+      op_loc *o;
+      if (g_n_ops == cap) {
+        cap = cap ? 2 * cap : 1024;
+        op_loc *grown = realloc(g_ops, cap * sizeof *g_ops);
+        assert_non_null(grown);
+        g_ops = grown;
+      }
+      o = &g_ops[g_n_ops++];
+      id += delta;
+      o->off = base + pos;
+      o->size = size;
+      o->type = p[0];
+      o->ot = (size_t)p[13] | (size_t)p[14] << 8;
+      o->oi = (size_t)p[15] | (size_t)p[16] << 8;
+      o->op_id = id;
+      memcpy(o->bucket, (const char *)sv.mv_data + 96, sv.mv_size - 96);
+      o->bucket[sv.mv_size - 96] = '\0';
+      o->stream = (uint32_t)((const unsigned char *)sv.mv_data)[0] |
+                  (uint32_t)((const unsigned char *)sv.mv_data)[1] << 8;
+      pos += size;
+    }
+    assert_int_equal(pos, d.mv_size);
   }
   mdb_cursor_close(cur);
   mdb_txn_abort(txn);

@@ -274,7 +274,7 @@ test('many records: several batches each way, a 2 MB value, an export abandoned 
   await w.close();
   await st.close();
   const recs = await records(db);
-  assert.ok(recs.length > 5000, `${recs.length} records`);
+  assert.ok(recs.length > 2500, `${recs.length} records`); // a source record a row; the ops in chunks
   assert.ok(recs.some((r) => r.value.length > 1 << 21), 'the 2 MB value crossed whole');
   const seen = [];
   await bs.load(path.join(dir, 'new.bsdb'), db.export(), { onProgress: (n) => { seen.push(n); } });
