@@ -97,17 +97,19 @@ static int read_meta(int fd, const char *path, uint64_t size, unsigned i, uint64
 }
 
 /* The free-page walk of free_covers: the pages [lo, hi] that no free list names yet (one bit
- * each), and the page buffer. */
+ * each), the page buffer, and the pages it may still read: a tree reads each page of the file
+ * at most once, and a damaged one that names pages again must not make the walk unbounded. */
 typedef struct lf_walk {
   const bs_allocator *a;
   int fd;
   uint64_t psize, size;
-  size_t lo, hi, left;
+  size_t lo, hi, left, reads;
   unsigned char *missing, *page;
 } lf_walk;
 
 static int walk_page(lf_walk *w, size_t pgno, uint64_t off, unsigned char *buf, size_t n) {
-  if (pgno >= w->size / w->psize || off + n > w->size) return 0;
+  if (pgno >= w->size / w->psize || off + n > w->size || w->reads == 0) return 0;
+  w->reads--;
   return pread(w->fd, buf, n, (off_t)(pgno * w->psize + off)) == (ssize_t)n;
 }
 
@@ -174,7 +176,8 @@ static int walk_tree(lf_walk *w, size_t pgno, unsigned depth) {
  * also when memory ran out: the file is then refused as truncated). */
 static int free_covers(const bs_allocator *a, int fd, uint64_t size, uint64_t psize, size_t root,
                        size_t last_pg) {
-  lf_walk w = {a, fd, psize, size, (size_t)(size / psize), last_pg, 0, NULL, NULL};
+  lf_walk w = {a,    fd,  psize, size, (size_t)(size / psize), last_pg, 0, (size_t)(size / psize),
+               NULL, NULL};
   int ok = 0;
   if (root == LF_INVALID || size % psize || w.lo > w.hi || w.hi - w.lo >= (size_t)1 << 30) return 0;
   w.left = w.hi - w.lo + 1;

@@ -230,6 +230,48 @@ static void test_truncations(void **state) {
   for (size_t n = 200; n-- > 1;) expect_truncated(n);
 }
 
+/* A free DB of 16 pages, each of the first 15 a branch page naming the next 200 times, in a file
+ * shorter than its meta page says: the walk that looks for the missing pages on the free list
+ * must stay bounded by the file's pages, not follow each of the 200^15 paths to the last (an
+ * empty leaf). Offsets are LMDB's (lmdb_file.c's lf_page_head and lf_meta): a page header is
+ * 16 bytes (flags at 10, lower and upper at 12 and 14); in the meta record the free DB's page
+ * size is at 24, its root at 64, the last page at 120. */
+static void test_free_db_fan(void **state) {
+  enum { LEVELS = 16, FAN = 200 };
+  unsigned char *f = malloc(g_orig_size);
+  uint32_t psize;
+  uint64_t first, last;
+  (void)state;
+  assert_non_null(f);
+  memcpy(f, g_orig, g_orig_size);
+  memcpy(&psize, f + 16 + 24, sizeof psize);
+  first = g_orig_size / psize - LEVELS;
+  last = first + LEVELS + 8;
+  for (size_t i = 0; i < 2; i++) {
+    memcpy(f + i * psize + 16 + 64, &first, sizeof first);
+    memcpy(f + i * psize + 16 + 120, &last, sizeof last);
+  }
+  for (uint64_t pgno = first; pgno < first + LEVELS; pgno++) {
+    unsigned char *pg = f + pgno * psize;
+    uint64_t next = pgno + 1;
+    uint16_t n = pgno + 1 < first + LEVELS ? FAN : 0, lower = (uint16_t)(16 + 2 * n);
+    uint16_t node[4] = {(uint16_t)next, (uint16_t)(next >> 16), (uint16_t)(next >> 32), 0};
+    memset(pg, 0, psize);
+    memcpy(pg, &pgno, sizeof pgno);
+    pg[10] = n ? 0x01 : 0x02; /* P_BRANCH, P_LEAF */
+    memcpy(pg + 12, &lower, 2);
+    memcpy(pg + 14, &lower, 2);
+    for (uint16_t i = 0; i < n; i++) {
+      uint16_t at = (uint16_t)(lower + 8 * i);
+      memcpy(pg + 16 + 2 * i, &at, 2);
+      memcpy(pg + at, node, sizeof node);
+    }
+  }
+  put_file(g_path, f, g_orig_size);
+  free(f);
+  expect_refused("truncated");
+}
+
 static void test_zero_bytes(void **state) {
   (void)state;
   put_file(g_path, "", 0);
@@ -512,6 +554,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_real_file_opens, teardown),
       cmocka_unit_test_teardown(test_truncations, teardown),
+      cmocka_unit_test_teardown(test_free_db_fan, teardown),
       cmocka_unit_test_teardown(test_zero_bytes, teardown),
       cmocka_unit_test_teardown(test_directory, teardown),
       cmocka_unit_test_teardown(test_random_bytes, teardown),
