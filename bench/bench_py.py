@@ -1,26 +1,33 @@
 #!/usr/bin/env python3
 """bench_py.py: the Python binding against the C API and the JSON driver, same workload.
 
-Four clients do the same two things on a fresh file each (nosync, so the interface is what is
+Five clients do the same two things on a fresh file each (nosync, so the interface is what is
 measured, not the disk):
   ingest: ROWS snapshot rows (INSERT, snapshot writer), one output row each into bucket
           i % BUCKETS, DATA-byte JSON rows (bsbench's generator: replica id r%08d, bucket
           by_list["l%05d"], object type todos), a commit every COMMIT rows, then
           snapshot_done + a commit that makes the checkpoint;
   reads:  every bucket downloaded whole from op 0 at the checkpoint, READ_LIMIT ops per library
-          call, twice; the second pass (warm map) is reported. Every op is materialised the
-          way that client gets it (C: the borrowed bs_op; Python: an Op with str fields; driver:
-          the parsed JSON reply).
+          call, a cold pass, then --read-passes passes (the warm map): the fastest is reported.
+          Every op is materialised the way that client gets it (C: the borrowed bs_op; Python:
+          an Op with str fields, or in raw mode the chunk's RawOps; driver: the parsed JSON
+          reply); none reads the ops' fields but the C client (the sum of its data sizes).
 Clients: "C API" (a small C program, below, linked with a release build of the library, `make
 DEBUG=0 PG=0 BUILD=build-release`, as the Python package compiles it), "python save" and "python
 save_many" (bindings/python, pip-installed into the run's temporary folder first; ingest with
-one Writer.save per row, or Writer.save_many of BATCH rows per call; the same reads), "JSON
+one Writer.save per row, or Writer.save_many of BATCH rows per call; the same reads), "python
+raw reads" (save_many's ingest again, its reads through Storage.bucket_data_raw: a chunk's ops
+one RawOps, their fields in one bytes object, no Op made), "JSON
 driver" (the Python process writing `bucketstore drive` commands: saves pipelined through a
 writer thread, reads request/reply). Rows are generated before the clock starts (for the driver: as JSON lines).
 
 Usage: /usr/bin/python3 bench/bench_py.py [--rows N] [--buckets N] [--commit N] [--data-size N]
                                  [--read-limit N] [--batch N] [--build DIR] [--c-build DIR]
-                                 [--only c,py,driver]
+                                 [--only c,py,driver] [--runs N] [--read-passes N] [--keep DIR]
+Each client runs --runs times (alternating), and the best run's figures are printed: wall-clock
+rates and CPU time (process CPU time: less moved by a loaded machine than the rates); reads are
+the fastest of --read-passes warm passes after a cold one. --keep DIR leaves the files, the C
+client (bench_c) and the installed package (site/) in DIR, for bench/py_read_loop.py.
 """
 
 import argparse
@@ -66,10 +73,19 @@ static void gen_data(char *out, unsigned long long row, size_t size) {
   for (size_t i = (size_t)n, off = row % 26; i < size - 2; i++) out[i] = fill[off + (i - n) % 26];
   out[size - 2] = '"', out[size - 1] = '}';
 }
+static double cpu(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+/* bench_c FILE ROWS BUCKETS COMMIT DATA_SIZE READ_LIMIT PASSES [read]: the ingest (unless "read":
+ * FILE was written before, read at its checkpoint), then PASSES passes of reads; prints the
+ * ingest's time and the fastest pass after the first (the warm map). */
 int main(int argc, char **argv) {
   unsigned long long rows = strtoull(argv[2], 0, 10), nb = strtoull(argv[3], 0, 10),
                      every = strtoull(argv[4], 0, 10), dsize = strtoull(argv[5], 0, 10),
-                     limit = strtoull(argv[6], 0, 10);
+                     limit = strtoull(argv[6], 0, 10), passes = strtoull(argv[7], 0, 10);
+  int read_only = argc > 8 && !strcmp(argv[8], "read");
   bs_db *db; bs_storage *st; bs_writer *w; bs_error err = {0};
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
   bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
@@ -78,7 +94,7 @@ int main(int argc, char **argv) {
   uint32_t sid;
   char (*rid)[16] = malloc(rows * 16), (*bk)[24] = malloc(nb * 24), *data = malloc(rows * dsize);
   bs_val lsn = {"0000000000000001", 16};
-  double t0, t_ingest, t_read = 0;
+  double t0, c0, t_ingest = 0, c_ingest = 0, t_read = 0, c_read = 0;
   acc a = {0, 0, 0};
   for (unsigned long long i = 0; i < rows; i++) {
     snprintf(rid[i], 16, "r%08llu", i % 100000000ull);
@@ -87,29 +103,37 @@ int main(int argc, char **argv) {
   for (unsigned long long b = 0; b < nb; b++) snprintf(bk[b], 24, "by_list[\"l%05llu\"]", b);
   oo.flags = BS_OPEN_NOSYNC;
   TRY(bs_open(&db, argv[1], &oo, &err), "bs_open");
-  TRY(bs_stream_create(&sid, db, "bench", NULL, &err), "bs_stream_create");
-  TRY(bs_storage_open(&st, db, sid, &err), "bs_storage_open");
-  wo.snapshot = 1;
-  TRY(bs_writer_open(&w, st, &wo, &err), "bs_writer_open");
-  t0 = now();
-  for (unsigned long long i = 0; i < rows; i++) {
-    bs_save s = BS_SAVE_INIT;
-    bs_row r;
-    r.bucket = (bs_val){bk[i % nb], strlen(bk[i % nb])};
-    r.object_type = (bs_val){"todos", 5};
-    r.object_id = (bs_val){rid[i], 9};
-    r.data = (bs_val){data + i * dsize, dsize};
-    s.table = (bs_val){"todos", 5}, s.tag = BS_INSERT, s.after_id = r.object_id;
-    s.rows = &r, s.n_rows = 1;
-    TRY(bs_writer_save(w, &s, &err), "bs_writer_save");
-    if ((i + 1) % every == 0) TRY(bs_writer_commit(&cr, w, lsn, NULL, &err), "commit");
+  if (read_only) {
+    bs_checkpoint cp;
+    TRY(bs_storage_open(&st, db, 0, &err), "bs_storage_open"); /* the file's one stream */
+    TRY(bs_get_checkpoint(&cp, st, &err), "bs_get_checkpoint");
+    cr.checkpoint = cp.op_id;
+  } else {
+    TRY(bs_stream_create(&sid, db, "bench", NULL, &err), "bs_stream_create");
+    TRY(bs_storage_open(&st, db, sid, &err), "bs_storage_open");
+    wo.snapshot = 1;
+    TRY(bs_writer_open(&w, st, &wo, &err), "bs_writer_open");
+    t0 = now(), c0 = cpu();
+    for (unsigned long long i = 0; i < rows; i++) {
+      bs_save s = BS_SAVE_INIT;
+      bs_row r;
+      r.bucket = (bs_val){bk[i % nb], strlen(bk[i % nb])};
+      r.object_type = (bs_val){"todos", 5};
+      r.object_id = (bs_val){rid[i], 9};
+      r.data = (bs_val){data + i * dsize, dsize};
+      s.table = (bs_val){"todos", 5}, s.tag = BS_INSERT, s.after_id = r.object_id;
+      s.rows = &r, s.n_rows = 1;
+      TRY(bs_writer_save(w, &s, &err), "bs_writer_save");
+      if ((i + 1) % every == 0) TRY(bs_writer_commit(&cr, w, lsn, NULL, &err), "commit");
+    }
+    TRY(bs_writer_snapshot_done(w, lsn, &err), "snapshot_done");
+    TRY(bs_writer_commit(&cr, w, lsn, NULL, &err), "commit");
+    t_ingest = now() - t0, c_ingest = cpu() - c0;
+    bs_writer_close(w);
   }
-  TRY(bs_writer_snapshot_done(w, lsn, &err), "snapshot_done");
-  TRY(bs_writer_commit(&cr, w, lsn, NULL, &err), "commit");
-  t_ingest = now() - t0;
-  for (int pass = 0; pass < 2; pass++) {
+  for (unsigned long long pass = 0; pass < passes; pass++) {
     a.ops = a.bytes = 0;
-    t0 = now();
+    t0 = now(), c0 = cpu();
     for (unsigned long long b = 0; b < nb; b++) {
       bs_bucket_request req = {{bk[b], strlen(bk[b])}, 0};
       int more = 1;
@@ -120,11 +144,12 @@ int main(int argc, char **argv) {
         req.after = a.next;
       }
     }
-    t_read = now() - t0;
+    if (pass == 1 || (pass > 1 && now() - t0 < t_read)) t_read = now() - t0, c_read = cpu() - c0;
   }
-  printf("{\"ingest_s\": %.6f, \"read_s\": %.6f, \"ops\": %llu, \"bytes\": %llu}\n", t_ingest,
-         t_read, a.ops, a.bytes);
-  bs_writer_close(w), bs_storage_close(st), bs_close(db);
+  printf("{\"ingest_s\": %.6f, \"ingest_cpu\": %.6f, \"read_s\": %.6f, \"read_cpu\": %.6f, "
+         "\"ops\": %llu, \"bytes\": %llu}\n",
+         t_ingest, c_ingest, t_read, c_read, a.ops, a.bytes);
+  bs_storage_close(st), bs_close(db);
   free(rid), free(bk), free(data);
   return 0;
 }
@@ -146,7 +171,7 @@ def workload(a):
     return buckets, rows
 
 
-def run_c(a, d):
+def build_c(a, d):
     # The library as the package compiles it: a release build (DEBUG=0: no BS_ASSERT).
     subprocess.run(["make", "-s", "-C", str(ROOT), "-j2", "DEBUG=0", "PG=0",
                     f"BUILD={a.c_build}", f"{a.c_build}/libbucketstore.a"], check=True)
@@ -155,11 +180,16 @@ def run_c(a, d):
     subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I", str(ROOT), "-o", str(exe),
                     str(d / "bench_c.c"), str(a.c_build / "libbucketstore.a"), "-llmdb", "-lnettle",
                     "-lpthread"], check=True)
+
+
+def run_c(a, d):
+    exe = d / "bench_c"
     out = subprocess.run([str(exe), str(d / "c.bsdb"), str(a.rows), str(a.buckets),
-                          str(a.commit), str(a.data_size), str(a.read_limit)], check=True,
-                         capture_output=True, text=True).stdout
+                          str(a.commit), str(a.data_size), str(a.read_limit),
+                          str(a.read_passes + 1)], check=True, capture_output=True,
+                         text=True).stdout
     r = json.loads(out)
-    return r["ingest_s"], r["read_s"], r["ops"]
+    return r["ingest_s"], r["ingest_cpu"], r["read_s"], r["read_cpu"], r["ops"]
 
 
 def install_py(d):
@@ -171,16 +201,17 @@ def install_py(d):
     sys.path.insert(0, str(d / "site"))
 
 
-def run_py(a, d, buckets, rows, batch=0):
-    """batch 0: one Writer.save per row; else Writer.save_many of batch rows."""
+def run_py(a, d, buckets, rows, batch=0, raw=False):
+    """batch 0: one Writer.save per row; else Writer.save_many of batch rows. raw: the reads
+    through Storage.bucket_data_raw (each chunk's ops one RawOps, no Op made)."""
     import bucketstore as bs
 
     lsn = "0000000000000001"
-    with bs.open(d / f"py{batch}.bsdb", nosync=True) as db:
+    with bs.open(d / f"py{'raw' if raw else ''}{batch}.bsdb", nosync=True) as db:
         with db.storage(db.create_stream("bench")) as st:
             with st.writer(snapshot=True) as w:
                 save, commit, every = w.save, w.commit, a.commit
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 if batch:
                     step = min(batch, every)
                     for i in range(0, len(rows), step):
@@ -195,15 +226,26 @@ def run_py(a, d, buckets, rows, batch=0):
                             commit(lsn)
                 w.snapshot_done(lsn)
                 cp = commit(lsn).checkpoint
-                t_ingest = time.perf_counter() - t0
-            for _ in range(2):
-                ops = 0
-                t0 = time.perf_counter()
-                for b in buckets:
-                    for chunk in st.bucket_data(cp, {b: 0}, limit=a.read_limit):
-                        ops += len(chunk.ops)
-                t_read = time.perf_counter() - t0
-    return t_ingest, t_read, ops
+                t_ingest, c_ingest = time.perf_counter() - t0, time.process_time() - c0
+            ops, t_read, c_read = read_py(st, cp, buckets, a.read_limit, a.read_passes, raw)
+    return t_ingest, c_ingest, t_read, c_read, ops
+
+
+def read_py(st, cp, buckets, limit, passes, raw):
+    """A cold pass, then `passes` warm ones: (ops a pass, the fastest warm pass's wall and CPU
+    seconds). Every bucket read whole from 0, limit ops a library call."""
+    best = None
+    read = st.bucket_data_raw if raw else st.bucket_data
+    for p in range(passes + 1):
+        ops = 0
+        t0, c0 = time.perf_counter(), time.process_time()
+        for b in buckets:
+            for chunk in read(cp, {b: 0}, limit=limit):
+                ops += len(chunk.ops)
+        t, c = time.perf_counter() - t0, time.process_time() - c0
+        if p and (best is None or t < best[0]):
+            best = (t, c)
+    return ops, best[0], best[1]
 
 
 def run_driver(a, d, buckets, rows):
@@ -262,7 +304,7 @@ def run_driver(a, d, buckets, rows):
         t_read = time.perf_counter() - t0
     p.stdin.close()
     p.wait()
-    return t_ingest, t_read, ops
+    return t_ingest, None, t_read, None, ops
 
 
 def main():
@@ -276,35 +318,68 @@ def main():
     ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")  # the driver's CLI
     ap.add_argument("--c-build", type=pathlib.Path, default=ROOT / "build-release")
     ap.add_argument("--only", default="c,py,driver")
+    ap.add_argument("--runs", type=int, default=3)  # the workload this many times: the best
+    ap.add_argument("--read-passes", type=int, default=5)  # warm passes a run: the fastest
+    ap.add_argument("--keep", type=pathlib.Path)  # leave the files, bench_c and site/ here
     a = ap.parse_args()
-    if a.data_size < 64 or a.rows < a.buckets or a.commit < 1:
-        ap.error("need --data-size >= 64, --rows >= --buckets, --commit >= 1")
+    if a.data_size < 64 or a.rows < a.buckets or a.commit < 1 or a.runs < 1 or a.read_passes < 1:
+        ap.error("need --data-size >= 64, --rows >= --buckets, --commit >= 1, --runs >= 1, "
+                 "--read-passes >= 1")
     only = a.only.split(",")
     print(f"bench_py: {a.rows} rows of {a.data_size} B -> {a.buckets} buckets, commit every "
-          f"{a.commit}, nosync; reads {a.read_limit} ops/call, warm map; load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{a.commit}, nosync; reads {a.read_limit} ops/call, the fastest of {a.read_passes} "
+          f"warm passes; best of {a.runs} runs; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     buckets, rows = workload(a)
+    clients = [("C API", "c", "c.bsdb"), ("python save", "py", "py0.bsdb"),
+               ("python save_many", "py", f"py{a.batch}.bsdb"),
+               ("python raw reads", "py", f"pyraw{a.batch}.bsdb"),
+               ("JSON driver", "driver", "drv.bsdb")]
+    clients = [c for c in clients if c[1] in only]
     res = {}
     with tempfile.TemporaryDirectory(prefix="bench_py.") as tmp:
-        d = pathlib.Path(tmp)
+        d = a.keep or pathlib.Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
         if "c" in only:
-            res["C API"] = run_c(a, d)
+            build_c(a, d)
         if "py" in only:
             install_py(d)
-            res["python save"] = run_py(a, d, buckets, rows)
-            res["python save_many"] = run_py(a, d, buckets, rows, a.batch)
-        if "driver" in only:
-            res["JSON driver"] = run_driver(a, d, buckets, rows)
+        # Runs alternate the clients (C, python, ..., C, python, ...), so that a change of the
+        # machine's load falls on each; every run writes fresh files.
+        for run in range(a.runs):
+            for name, _, file in clients:
+                for f in (d / file, d / (file + "-lock")):
+                    f.unlink(missing_ok=True)
+                if name == "C API":
+                    r = run_c(a, d)
+                elif name == "python save":
+                    r = run_py(a, d, buckets, rows)
+                elif name == "python save_many":
+                    r = run_py(a, d, buckets, rows, a.batch)
+                elif name == "python raw reads":
+                    r = run_py(a, d, buckets, rows, a.batch, raw=True)
+                else:
+                    r = run_driver(a, d, buckets, rows)
+                if r[4] != a.rows:
+                    raise SystemExit(f"{name}: read {r[4]} ops, expected {a.rows}")
+                old = res.get(name)
+                res[name] = r if old is None else tuple(
+                    min(x, y) if x is not None else None for x, y in zip(old, r))
     base = res.get("C API")
-    print(f"{'client':<18} {'ingest rows/s':>14} {'cost':>7} {'read ops/s':>13} {'cost':>7}")
-    for name, (ti, tr, ops) in res.items():
-        if ops != a.rows:
-            raise SystemExit(f"{name}: read {ops} ops, expected {a.rows}")
-        xi = f"{ti / base[0]:.1f}x" if base else "-"
-        xr = f"{tr / base[1]:.1f}x" if base else "-"
-        print(f"{name:<18} {a.rows / ti:>14,.0f} {xi:>7} {ops / tr:>13,.0f} {xr:>7}")
-    print(f"cost = time / the C API's time; load average {os.getloadavg()[0]:.1f} at the end")
 
+    def cost(x, i):
+        return f"{x[i] / base[i]:.1f}x" if base and x[i] is not None else "-"
+
+    def ns(x, i):
+        return f"{x[i] / a.rows * 1e9:,.0f}" if x[i] is not None else "-"
+
+    print(f"{'client':<18} {'ingest rows/s':>14} {'cost':>6} {'CPU ns/row':>11} {'cost':>6}"
+          f" {'read ops/s':>13} {'cost':>6} {'CPU ns/op':>10} {'cost':>6}")
+    for name, x in res.items():
+        print(f"{name:<18} {a.rows / x[0]:>14,.0f} {cost(x, 0):>6} {ns(x, 1):>11} {cost(x, 1):>6}"
+              f" {a.rows / x[2]:>13,.0f} {cost(x, 2):>6} {ns(x, 3):>10} {cost(x, 3):>6}")
+    print("cost = time / the C API's (wall clock, then CPU time); load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
 
 if __name__ == "__main__":
     main()

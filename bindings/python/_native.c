@@ -12,6 +12,9 @@
 
 #include "storage.h"
 
+#ifndef Py_SET_SIZE /* 3.9's */
+#define Py_SET_SIZE(o, n) (Py_SIZE(o) = (n))
+#endif
 #if PY_VERSION_HEX < 0x030A0000 /* Py_NewRef is 3.10's */
 static inline PyObject *Py_NewRef(PyObject *o) {
   Py_INCREF(o);
@@ -19,18 +22,19 @@ static inline PyObject *Py_NewRef(PyObject *o) {
 }
 #endif
 
-/* Set once by setup(): the namedtuple classes results are built as, the OpType members by
- * type number, the lookup encoder (bucketstore._core._save_lookup: the key of values, params
- * checked) and InvalidArgumentError. */
-static PyTypeObject *op_cls, *chunk_cls;
+/* Set once by setup(): the namedtuple classes results are built as (Op, Chunk, RawChunk), the
+ * OpType members by type number, the lookup encoder (bucketstore._core._save_lookup: the key of
+ * values, params checked) and InvalidArgumentError. */
+static PyTypeObject *op_cls, *chunk_cls, *raw_chunk_cls;
 static PyObject *op_types, *encode_lookup, *inval_cls;
 
 static PyObject *native_setup(PyObject *self, PyObject *args) {
-  PyObject *o, *c, *t, *e, *x;
+  PyObject *o, *c, *t, *e, *x, *rc;
   (void)self;
-  if (!PyArg_ParseTuple(args, "O!O!O!OO", &PyType_Type, &o, &PyType_Type, &c, &PyTuple_Type, &t, &e,
-                        &x))
+  if (!PyArg_ParseTuple(args, "O!O!O!OOO!", &PyType_Type, &o, &PyType_Type, &c, &PyTuple_Type, &t,
+                        &e, &x, &PyType_Type, &rc))
     return NULL;
+  Py_XSETREF(raw_chunk_cls, (PyTypeObject *)Py_NewRef(rc));
   Py_XSETREF(inval_cls, Py_NewRef(x));
   Py_XSETREF(op_cls, (PyTypeObject *)Py_NewRef(o));
   Py_XSETREF(chunk_cls, (PyTypeObject *)Py_NewRef(c));
@@ -54,10 +58,23 @@ out:
   return t;
 }
 
-/* A borrowed field as str (None when absent): UTF-8, any other byte as a surrogate escape. */
+/* A borrowed field as str (None when absent): UTF-8, any other byte as a surrogate escape.
+ * ASCII (most fields: ids, subkeys, JSON rows) is checked a word at a time and copied into a new
+ * str, which is what the decoder does too, less its call and set-up: a quarter of a read's
+ * instructions went to PyUnicode_DecodeUTF8, about 200 a field (bench/README.md). */
 static PyObject *field(bs_val v) {
-  if (!v.data) return Py_NewRef(Py_None);
-  return PyUnicode_DecodeUTF8(v.data, (Py_ssize_t)v.size, "surrogateescape");
+  const unsigned char *p = (const unsigned char *)v.data;
+  uint64_t any = 0, w;
+  size_t i = 0;
+  PyObject *s;
+  if (!p) return Py_NewRef(Py_None);
+  for (; i + 8 <= v.size; i += 8) memcpy(&w, p + i, 8), any |= w;
+  for (; i < v.size; i++) any |= p[i];
+  if (any & 0x8080808080808080ull)
+    return PyUnicode_DecodeUTF8(v.data, (Py_ssize_t)v.size, "surrogateescape");
+  if ((s = PyUnicode_New((Py_ssize_t)v.size, 127)) && v.size)
+    memcpy(PyUnicode_1BYTE_DATA(s), p, v.size);
+  return s;
 }
 
 static PyObject *opt_id(uint64_t id) {
@@ -78,30 +95,271 @@ static PyObject *object_type(bs_val v, last_type *last) {
   return field(v);
 }
 
+static PyObject *op_type_of(uint32_t type) {
+  Py_ssize_t t = (Py_ssize_t)type;
+  return t > 0 && t < PyTuple_GET_SIZE(op_types) ? Py_NewRef(PyTuple_GET_ITEM(op_types, t))
+                                                 : PyLong_FromSsize_t(t);
+}
+
+/* An Op: its fields written straight into the new tuple (named()'s arrays and loops were an
+ * eighth of the instructions of making an Op); a field that fails leaves NULL, which the
+ * tuple's dealloc skips. */
 static PyObject *op_tuple(const bs_op *op, last_type *last) {
-  PyObject *f[8], *t;
-  Py_ssize_t type = (Py_ssize_t)op->type;
-  f[0] = PyLong_FromUnsignedLongLong(op->op_id);
-  f[1] = type > 0 && type < PyTuple_GET_SIZE(op_types) ? Py_NewRef(PyTuple_GET_ITEM(op_types, type))
-                                                       : PyLong_FromSsize_t(type);
-  f[2] = object_type(op->object_type, last);
-  f[3] = field(op->object_id);
-  f[4] = field(op->subkey);
-  f[5] = field(op->data);
-  f[6] = PyLong_FromUnsignedLong(op->checksum);
-  f[7] = opt_id(op->target_op);
-  if (!(t = named(op_cls, f, 8))) return NULL;
+  PyObject *t = op_cls->tp_alloc(op_cls, 8), *s;
+  if (!t) return NULL;
+  if (!(s = PyLong_FromUnsignedLongLong(op->op_id))) goto fail;
+  PyTuple_SET_ITEM(t, 0, s);
+  if (!(s = op_type_of((uint32_t)op->type))) goto fail;
+  PyTuple_SET_ITEM(t, 1, s);
+  if (!(s = object_type(op->object_type, last))) goto fail;
+  PyTuple_SET_ITEM(t, 2, s);
+  if (!(s = field(op->object_id))) goto fail;
+  PyTuple_SET_ITEM(t, 3, s);
+  if (!(s = field(op->subkey))) goto fail;
+  PyTuple_SET_ITEM(t, 4, s);
+  if (!(s = field(op->data))) goto fail;
+  PyTuple_SET_ITEM(t, 5, s);
+  if (!(s = PyLong_FromUnsignedLong(op->checksum))) goto fail;
+  PyTuple_SET_ITEM(t, 6, s);
+  if (!(s = opt_id(op->target_op))) goto fail;
+  PyTuple_SET_ITEM(t, 7, s);
   last->str = PyTuple_GET_ITEM(t, 2);
   /* An Op holds str, int, None and an OpType member, none of which can lead back to it: it is
    * never part of a cycle, so the collector need not track it (a batch makes thousands, and
    * each collection would walk them all). */
   PyObject_GC_UnTrack(t);
   return t;
+fail:
+  Py_DECREF(t);
+  return NULL;
 }
+
+/* ---- Raw reads: RawOps --------------------------------------------------------------------- */
+
+/* A chunk's ops in raw mode (Storage.bucket_data_raw): their four byte fields copied into one
+ * bytes object (buffer), and per op its numbers and where each field lies in buffer. An Op is
+ * six Python objects (a tuple, two ints, three str), and making and freeing them is most of what
+ * a read costs in the default mode (bench/README.md); here a chunk is two objects, and a field
+ * becomes a str only when it is asked for. */
+enum { F_OBJECT_TYPE, F_OBJECT_ID, F_SUBKEY, F_DATA, N_FIELDS };
+static const char *const field_names[N_FIELDS] = {"object_type", "object_id", "subkey", "data"};
+
+typedef struct {
+  uint64_t op_id, target_op;
+  uint32_t checksum, type;
+  Py_ssize_t start[N_FIELDS]; /* offset in buffer; -1: the field is absent (None) */
+  Py_ssize_t size[N_FIELDS];
+} raw_op;
+
+typedef struct {
+  PyVarObject ob_base; /* (PyObject_VAR_HEAD) ob_size: the number of ops */
+  PyObject *buffer;    /* bytes */
+  raw_op ops[1];
+} raw_ops;
+
+static PyTypeObject raw_ops_type;
+
+static PyObject *raw_ops_new(const bs_chunk *c) {
+  Py_ssize_t n = (Py_ssize_t)c->n_ops, total = 0, at = 0;
+  raw_ops *r;
+  char *buf;
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *op = &c->ops[i];
+    total +=
+        (Py_ssize_t)(op->object_type.size + op->object_id.size + op->subkey.size + op->data.size);
+  }
+  if (!(r = PyObject_NewVar(raw_ops, &raw_ops_type, n ? n : 1))) return NULL;
+  Py_SET_SIZE(r, n);
+  r->buffer = NULL; /* (PyObject_NewVar leaves it unset; the dealloc reads it) */
+  if (!(r->buffer = PyBytes_FromStringAndSize(NULL, total))) {
+    Py_DECREF(r);
+    return NULL;
+  }
+  buf = PyBytes_AS_STRING(r->buffer);
+  for (size_t i = 0; i < c->n_ops; i++) {
+    const bs_op *op = &c->ops[i];
+    const bs_val *v[N_FIELDS] = {&op->object_type, &op->object_id, &op->subkey, &op->data};
+    raw_op *o = &r->ops[i];
+    o->op_id = op->op_id, o->target_op = op->target_op;
+    o->checksum = op->checksum, o->type = (uint32_t)op->type;
+    for (int k = 0; k < N_FIELDS; k++) {
+      o->size[k] = (Py_ssize_t)v[k]->size;
+      if (!v[k]->data) {
+        o->start[k] = -1;
+        continue;
+      }
+      o->start[k] = at;
+      if (v[k]->size) memcpy(buf + at, v[k]->data, v[k]->size);
+      at += (Py_ssize_t)v[k]->size;
+    }
+  }
+  return (PyObject *)r;
+}
+
+static void raw_ops_dealloc(PyObject *self) {
+  Py_XDECREF(((raw_ops *)self)->buffer);
+  Py_TYPE(self)->tp_free(self);
+}
+
+/* The op at index o (negative: from the end, as a list's), or NULL with IndexError/TypeError. */
+static const raw_op *raw_at(raw_ops *r, PyObject *o) {
+  Py_ssize_t i = PyNumber_AsSsize_t(o, PyExc_IndexError);
+  if (i == -1 && PyErr_Occurred()) return NULL;
+  if (i < 0) i += Py_SIZE(r);
+  if (i < 0 || i >= Py_SIZE(r)) {
+    PyErr_Format(PyExc_IndexError, "RawOps index out of range (%zd ops)", Py_SIZE(r));
+    return NULL;
+  }
+  return &r->ops[i];
+}
+
+static int field_of(PyObject *name) {
+  if (PyUnicode_Check(name))
+    for (int k = 0; k < N_FIELDS; k++)
+      if (PyUnicode_CompareWithASCIIString(name, field_names[k]) == 0) return k;
+  PyErr_Format(PyExc_ValueError,
+               "field: expected 'object_type', 'object_id', 'subkey' or 'data', got %R", name);
+  return -1;
+}
+
+static bs_val raw_val(raw_ops *r, const raw_op *o, int k) {
+  bs_val v = {NULL, 0};
+  if (o->start[k] >= 0)
+    v.data = PyBytes_AS_STRING(r->buffer) + o->start[k], v.size = (size_t)o->size[k];
+  return v;
+}
+
+static PyObject *raw_op_id(PyObject *self, PyObject *i) {
+  const raw_op *o = raw_at((raw_ops *)self, i);
+  return o ? PyLong_FromUnsignedLongLong(o->op_id) : NULL;
+}
+static PyObject *raw_type(PyObject *self, PyObject *i) {
+  const raw_op *o = raw_at((raw_ops *)self, i);
+  return o ? op_type_of(o->type) : NULL;
+}
+static PyObject *raw_checksum(PyObject *self, PyObject *i) {
+  const raw_op *o = raw_at((raw_ops *)self, i);
+  return o ? PyLong_FromUnsignedLong(o->checksum) : NULL;
+}
+static PyObject *raw_target_op(PyObject *self, PyObject *i) {
+  const raw_op *o = raw_at((raw_ops *)self, i);
+  return o ? opt_id(o->target_op) : NULL;
+}
+#define RAW_STR(name, k)                                                                           \
+  static PyObject *raw_##name(PyObject *self, PyObject *i) {                                       \
+    const raw_op *o = raw_at((raw_ops *)self, i);                                                  \
+    return o ? field(raw_val((raw_ops *)self, o, k)) : NULL;                                       \
+  }
+RAW_STR(object_type, F_OBJECT_TYPE)
+RAW_STR(object_id, F_OBJECT_ID)
+RAW_STR(subkey, F_SUBKEY)
+RAW_STR(data, F_DATA)
+
+/* (i, field) -> the op and the field's number, or NULL with the error set. */
+static const raw_op *raw_args(PyObject *self, PyObject *const *args, Py_ssize_t n, const char *fn,
+                              int *k) {
+  const raw_op *o;
+  if (n != 2) {
+    PyErr_Format(PyExc_TypeError, "RawOps.%s(i, field) takes 2 arguments (%zd given)", fn, n);
+    return NULL;
+  }
+  if (!(o = raw_at((raw_ops *)self, args[0])) || (*k = field_of(args[1])) < 0) return NULL;
+  return o;
+}
+
+static PyObject *raw_bytes(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+  int k;
+  const raw_op *o = raw_args(self, args, n, "bytes", &k);
+  if (!o) return NULL;
+  if (o->start[k] < 0) Py_RETURN_NONE;
+  return PyBytes_FromStringAndSize(PyBytes_AS_STRING(((raw_ops *)self)->buffer) + o->start[k],
+                                   o->size[k]);
+}
+static PyObject *raw_byte_start(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+  int k;
+  const raw_op *o = raw_args(self, args, n, "byte_start", &k);
+  return o ? PyLong_FromSsize_t(o->start[k]) : NULL;
+}
+static PyObject *raw_byte_end(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+  int k;
+  const raw_op *o = raw_args(self, args, n, "byte_end", &k);
+  return o ? PyLong_FromSsize_t(o->start[k] < 0 ? -1 : o->start[k] + o->size[k]) : NULL;
+}
+
+/* ops[i]: the Op the default mode gives. */
+static PyObject *raw_item(PyObject *self, Py_ssize_t i) {
+  raw_ops *r = (raw_ops *)self;
+  const raw_op *o;
+  bs_op op;
+  last_type last = {{NULL, 0}, NULL};
+  if (i < 0 || i >= Py_SIZE(r)) {
+    PyErr_Format(PyExc_IndexError, "RawOps index out of range (%zd ops)", Py_SIZE(r));
+    return NULL;
+  }
+  o = &r->ops[i];
+  op.op_id = o->op_id, op.type = (bs_op_type)o->type, op.checksum = o->checksum;
+  op.target_op = o->target_op;
+  op.object_type = raw_val(r, o, F_OBJECT_TYPE), op.object_id = raw_val(r, o, F_OBJECT_ID);
+  op.subkey = raw_val(r, o, F_SUBKEY), op.data = raw_val(r, o, F_DATA);
+  return op_tuple(&op, &last);
+}
+
+static Py_ssize_t raw_len(PyObject *self) {
+  return Py_SIZE(self);
+}
+
+static PyObject *raw_buffer(PyObject *self, void *closure) {
+  (void)closure;
+  return Py_NewRef(((raw_ops *)self)->buffer);
+}
+
+static PyObject *raw_repr(PyObject *self) {
+  return PyUnicode_FromFormat("<bucketstore.RawOps of %zd ops>", Py_SIZE(self));
+}
+
+static PyMethodDef raw_methods[] = {
+    {"op_id", raw_op_id, METH_O, "op_id(i) -> int: Op.op_id of the op at index i."},
+    {"op", raw_type, METH_O, "op(i) -> OpType: Op.op."},
+    {"checksum", raw_checksum, METH_O, "checksum(i) -> int: Op.checksum (unsigned 32-bit)."},
+    {"target_op", raw_target_op, METH_O, "target_op(i) -> int | None: Op.target_op."},
+    {"object_type", raw_object_type, METH_O, "object_type(i) -> str | None: Op.object_type."},
+    {"object_id", raw_object_id, METH_O, "object_id(i) -> str | None: Op.object_id."},
+    {"subkey", raw_subkey, METH_O, "subkey(i) -> str | None: Op.subkey."},
+    {"data", raw_data, METH_O, "data(i) -> str | None: Op.data."},
+    {"bytes", (PyCFunction)(void (*)(void))raw_bytes, METH_FASTCALL,
+     "bytes(i, field) -> bytes | None: the field's bytes (a copy)."},
+    {"byte_start", (PyCFunction)(void (*)(void))raw_byte_start, METH_FASTCALL,
+     "byte_start(i, field) -> int: where the field starts in buffer, -1 when it is None."},
+    {"byte_end", (PyCFunction)(void (*)(void))raw_byte_end, METH_FASTCALL,
+     "byte_end(i, field) -> int: where the field ends in buffer, -1 when it is None."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef raw_getset[] = {
+    {"buffer", raw_buffer, NULL, "The bytes of every field of the chunk's ops.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods raw_as_sequence = {.sq_length = raw_len, .sq_item = raw_item};
+
+static PyTypeObject raw_ops_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bucketstore.RawOps",
+    .tp_basicsize = offsetof(raw_ops, ops),
+    .tp_itemsize = sizeof(raw_op),
+    .tp_dealloc = raw_ops_dealloc,
+    .tp_repr = raw_repr,
+    .tp_as_sequence = &raw_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The ops of one chunk in raw mode (Storage.bucket_data_raw): their fields in one "
+              "bytes object, decoded when read.",
+    .tp_methods = raw_methods,
+    .tp_getset = raw_getset,
+};
+
+/* ---- Reading -------------------------------------------------------------------------------- */
 
 typedef struct {
   PyObject *chunks;
   PyThreadState *ts; /* the released thread state: callbacks take the GIL back */
+  int raw;           /* a chunk's ops as RawOps, else a list of Op */
 } reader;
 
 static int on_chunk(const bs_chunk *c, void *payload) {
@@ -110,20 +368,24 @@ static int on_chunk(const bs_chunk *c, void *payload) {
   int rc = 0;
   PyEval_RestoreThread(r->ts);
   last_type last = {{NULL, 0}, NULL};
-  f[5] = PyList_New((Py_ssize_t)c->n_ops);
-  for (size_t i = 0; f[5] && i < c->n_ops; i++) {
-    PyObject *op = op_tuple(&c->ops[i], &last);
-    if (!op)
-      Py_CLEAR(f[5]);
-    else
-      PyList_SET_ITEM(f[5], (Py_ssize_t)i, op);
+  if (r->raw) {
+    f[5] = raw_ops_new(c);
+  } else {
+    f[5] = PyList_New((Py_ssize_t)c->n_ops);
+    for (size_t i = 0; f[5] && i < c->n_ops; i++) {
+      PyObject *op = op_tuple(&c->ops[i], &last);
+      if (!op)
+        Py_CLEAR(f[5]);
+      else
+        PyList_SET_ITEM(f[5], (Py_ssize_t)i, op);
+    }
   }
   f[0] = field(c->bucket);
   f[1] = PyLong_FromUnsignedLongLong(c->after);
   f[2] = PyLong_FromUnsignedLongLong(c->next_after);
   f[3] = PyBool_FromLong(c->has_more);
   f[4] = opt_id(c->target_op);
-  ch = named(chunk_cls, f, 6);
+  ch = named(r->raw ? raw_chunk_cls : chunk_cls, f, 6);
   if (!ch || PyList_Append(r->chunks, ch) < 0) rc = BS_ECANCELED; /* the Python error stays set */
   Py_XDECREF(ch);
   r->ts = PyEval_SaveThread();
@@ -135,9 +397,10 @@ static PyObject *result(int rc, const bs_error *err, PyObject *value) {
   return Py_BuildValue("(iyN)", rc, rc ? err->msg : "", value);
 }
 
-/* bucket_data(storage, checkpoint, [(name bytes, after)], limit, chunk_bytes, max_bytes)
+/* bucket_data(storage, checkpoint, [(name bytes, after)], limit, chunk_bytes, max_bytes, raw)
  * -> (rc, message, (chunks, has_more)): one bs_get_bucket_data call, the GIL released but
- * while a chunk's tuples are built. The arguments are checked by the caller. */
+ * while a chunk's tuples are built; raw: a chunk's ops as one RawOps (chunk_cls is then
+ * RawChunk's). The arguments are checked by the caller. */
 static PyObject *native_bucket_data(PyObject *self, PyObject *args) {
   void *st;
   PyObject *h, *reqs, *fast;
@@ -150,7 +413,7 @@ static PyObject *native_bucket_data(PyObject *self, PyObject *args) {
   Py_ssize_t n, i;
   int rc, more = 0;
   (void)self;
-  if (!PyArg_ParseTuple(args, "OKOnnn", &h, &cp, &reqs, &limit, &chunk_bytes, &max_bytes))
+  if (!PyArg_ParseTuple(args, "OKOnnnp", &h, &cp, &reqs, &limit, &chunk_bytes, &max_bytes, &r.raw))
     return NULL;
   o.limit = (size_t)limit, o.chunk_bytes = (size_t)chunk_bytes, o.max_bytes = (size_t)max_bytes;
   if (!(st = PyLong_AsVoidPtr(h)) && PyErr_Occurred()) return NULL;
@@ -418,5 +681,13 @@ static struct PyModuleDef native_module = {
     NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-  return PyModule_Create(&native_module);
+  PyObject *m;
+  if (PyType_Ready(&raw_ops_type) < 0 || !(m = PyModule_Create(&native_module))) return NULL;
+  Py_INCREF(&raw_ops_type);
+  if (PyModule_AddObject(m, "RawOps", (PyObject *)&raw_ops_type) < 0) {
+    Py_DECREF(&raw_ops_type);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
 }

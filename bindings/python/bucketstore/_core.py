@@ -562,6 +562,25 @@ class Batch(NamedTuple):
     has_more: bool  # the call stopped at its limit: call again from next_after
 
 
+RawOps = N.RawOps  # a chunk's ops in raw mode: _native.pyi says what it offers
+
+
+class RawChunk(NamedTuple):
+    """A Chunk of Storage.bucket_data_raw: the same fields, its ops one RawOps."""
+
+    bucket: str
+    after: int
+    next_after: int
+    has_more: bool
+    target_op: Optional[int]
+    ops: RawOps
+
+
+class RawBatch(NamedTuple):
+    chunks: List[RawChunk]
+    has_more: bool
+
+
 class Checksum(NamedTuple):
     checksum: int  # the 32-bit wrapping sum of the op checksums, signed (as the protocol has it)
     count: int  # type: ignore[assignment]  # the field shadows tuple.count
@@ -739,7 +758,7 @@ def _save_lookup(values: Sequence[Scalar], params: Sequence[Any]) -> bytes:
     return encode_lookup(values, "lookups values")
 
 
-N.setup(Op, Chunk, _OP_TYPES, _save_lookup, InvalidArgumentError)  # what _native builds
+N.setup(Op, Chunk, _OP_TYPES, _save_lookup, InvalidArgumentError, RawChunk)  # what _native builds
 
 
 def _decode_scalars(key: bytes) -> List[Scalar]:
@@ -1361,6 +1380,31 @@ class Storage(_Handle):
         per call (None = 1000). request_hint ('bulk' or 'incremental', the sync service's) is
         checked and unused: the engine has one read path. A cancel (a CancelToken) before or
         during the read raises the token's reason."""
+        chunks, more = self._batch(False, checkpoint, buckets, limit, chunk_bytes, max_bytes,
+                                   request_hint, cancel)
+        return Batch(chunks, more)
+
+    def bucket_data_batch_raw(
+        self,
+        checkpoint: int,
+        buckets: Positions,
+        *,
+        limit: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        request_hint: Optional[str] = None,
+        cancel: Optional[Cancellable] = None,
+    ) -> RawBatch:
+        """bucket_data_batch in raw mode: the same chunks, each chunk's ops one RawOps (their
+        fields in one bytes object, decoded when read)."""
+        chunks, more = self._batch(True, checkpoint, buckets, limit, chunk_bytes, max_bytes,
+                                   request_hint, cancel)
+        return RawBatch(chunks, more)
+
+    def _batch(self, raw: bool, checkpoint: int, buckets: Positions, limit: Optional[int],
+               chunk_bytes: Optional[int], max_bytes: Optional[int],
+               request_hint: Optional[str], cancel: Optional[Cancellable]
+               ) -> Tuple[List[Any], bool]:
         _hint(request_hint)
         c = _cancel_arg(cancel)
         _raise_if_cancelled(c)
@@ -1377,10 +1421,10 @@ class Storage(_Handle):
                  else _size(chunk_bytes, "chunk_bytes", positive=False))  # 0: one op per chunk
         with self._guard() as h:
             rc, msg, (chunks, more) = N.bucket_data(h, cp, req, lim, chunk,
-                                                    _size(max_bytes, "max_bytes"))
+                                                    _size(max_bytes, "max_bytes"), raw)
         _check_msg(rc, msg)
         _raise_if_cancelled(c)
-        return Batch(chunks, more)
+        return chunks, more
 
     def bucket_data(
         self,
@@ -1398,6 +1442,27 @@ class Storage(_Handle):
         snapshot; the iterator holds nothing between batches (closing it, or leaving the
         loop, ends it). request_hint: as bucket_data_batch's. A cancel (a CancelToken) before
         a read, or between the chunks handed out, raises the token's reason."""
+        return self._chunks(False, checkpoint, buckets, limit, chunk_bytes, max_bytes,
+                            request_hint, cancel)
+
+    def bucket_data_raw(
+        self,
+        checkpoint: int,
+        buckets: Positions,
+        *,
+        limit: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        request_hint: Optional[str] = None,
+        cancel: Optional[Cancellable] = None,
+    ) -> Iterator[RawChunk]:
+        """bucket_data in raw mode: the same chunks, each chunk's ops one RawOps."""
+        return self._chunks(True, checkpoint, buckets, limit, chunk_bytes, max_bytes,
+                            request_hint, cancel)
+
+    def _chunks(self, raw: bool, checkpoint: int, buckets: Positions, limit: Optional[int],
+                chunk_bytes: Optional[int], max_bytes: Optional[int],
+                request_hint: Optional[str], cancel: Optional[Cancellable]) -> Iterator[Any]:
         _hint(request_hint)
         c = _cancel_arg(cancel)
         pos: Dict[Any, int] = {}
@@ -1408,19 +1473,18 @@ class Storage(_Handle):
                 raise TypeError(f"buckets[{i}]: expected a (name, after) pair") from None
             pos[_bytes(name, f"buckets[{i}] name")] = after
         while True:
-            b = self.bucket_data_batch(checkpoint, pos.items(), limit=limit,
-                                       chunk_bytes=chunk_bytes, max_bytes=max_bytes,
-                                       request_hint=request_hint, cancel=c)
-            for ch in b.chunks:
+            chunks, more = self._batch(raw, checkpoint, pos.items(), limit, chunk_bytes,
+                                       max_bytes, request_hint, c)
+            for ch in chunks:
                 key = ch.bucket.encode("utf-8", "surrogateescape")
                 if ch.has_more:
                     pos[key] = ch.next_after
                 else:  # this bucket is done
                     pos.pop(key, None)
-            for ch in b.chunks:
+            for ch in chunks:
                 yield ch
                 _raise_if_cancelled(c)
-            if not b.has_more or not pos:
+            if not more or not pos:
                 return
 
     def checksums(self, checkpoint: int, buckets: Iterable[Bytes], *,

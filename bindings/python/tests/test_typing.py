@@ -125,3 +125,29 @@ def test_cancel_hints(cache, tmp_path):
     r = mypy(cache, use)
     errors = [line for line in r.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "cancel.py:17: error: Argument" in errors[0], r.stdout
+
+
+def test_raw_read_hints(cache, tmp_path):
+    use = tmp_path / "raw.py"
+    use.write_text("from typing import Optional\n"
+                   "import bucketstore as bs\n"
+                   "def f(st: bs.Storage) -> int:\n"
+                   "    n = 0\n"
+                   "    for c in st.bucket_data_raw(1, {'b': 0}, limit=10):\n"
+                   "        ops: bs.RawOps = c.ops\n"
+                   "        for i in range(len(ops)):\n"
+                   "            n += ops.op_id(i) + ops.byte_end(i, 'data') - ops.byte_start(i, 'data')\n"
+                   "            d: Optional[str] = ops.data(i)\n"
+                   "            raw: Optional[bytes] = ops.bytes(i, 'subkey')\n"
+                   "        n += sum(op.checksum for op in ops) + ops[0].op_id\n"
+                   "    b: bs.RawBatch = st.bucket_data_batch_raw(1, [('b', 0)])\n"
+                   "    return n + len(b.chunks[0].ops.buffer) + int(b.has_more)\n"
+                   "def g(ops: bs.RawOps) -> str:\n"
+                   "    return ops.data(0)\n"
+                   "def h(ops: bs.RawOps) -> None:\n"
+                   "    ops.bytes(0, 'op_id')\n")
+    r = mypy(cache, use)
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, r.stdout
+    assert "raw.py:15: error: Incompatible return value" in errors[0], r.stdout
+    assert "raw.py:17: error: Argument 2" in errors[1], r.stdout
