@@ -617,6 +617,7 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
     rc = mdb_err(c, mrc, "compact: cursor");
   } else {
     rc = work_jobs(c, w);
+    if (rc == BS_OK) rc = bs__lmdb_opc_flush(&c->oc, c->err); /* the chunk changed last */
     mdb_cursor_close(c->ec);
   }
   bs__lmdb_opc_close(&c->oc);

@@ -661,15 +661,18 @@ typedef struct bs__lmdb_opc { /* a cursor on one bucket's ops at a time, in a tr
   const bs_allocator *a;
   uint64_t bucket; /* the bucket of the last seek */
   uint64_t size;   /* the stored bytes of the op last handed out */
-  /* the chunk under the cursor, decoded (n 0: none); i the op last handed out; gap: it was
-   * deleted, and i is the op after it */
+  /* the chunk under the cursor, decoded (n 0: none; its value vsize bytes); i the op last handed
+   * out. Compaction's changes go into a copy of the chunk (dirty: val is wbuf; dead[k]: op k
+   * deleted), written once when the cursor leaves the chunk (bs__lmdb_opc_flush) */
   const unsigned char *val;
+  size_t vsize;
   uint32_t n, i;
-  int gap;
-  unsigned char *buf; /* a chunk being rewritten */
-  size_t cap;
+  int dirty;
+  unsigned char *buf, *wbuf; /* the chunk being written; the changed copy */
+  size_t cap, wcap;
   uint64_t ids[BS_CHUNK_MAX_OPS];
   uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS];
+  unsigned char dead[BS_CHUNK_MAX_OPS];
 } bs__lmdb_opc;
 int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
 void bs__lmdb_opc_close(bs__lmdb_opc *c); /* also on a zeroed one */
@@ -685,9 +688,13 @@ int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, i
 int bs__lmdb_opc_next(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
 int bs__lmdb_opc_prev(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
 /* Compaction's changes at the current op: delete it (then next gives the op after it, prev the
- * op before it), or rewrite it as bare (a MOVE or CLEAR of the current op's id). */
+ * op before it), or rewrite it as bare (a MOVE or CLEAR of the current op's id). They change the
+ * chunk under the cursor in memory; it is written when the cursor leaves it, and then merged with
+ * the bucket's chunk before or after it where the two fit the writer's bounds as one.
+ * bs__lmdb_opc_flush writes it now: before the transaction commits. */
 int bs__lmdb_opc_del(bs__lmdb_opc *c, bs_error *err);
 int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err);
+int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err);
 /* Checksum sum and count of the bucket's ops in (from, to]; stop_at_clear: at a CLEAR, *cleared
  * = 1 and the sum so far. */
 int bs__lmdb_ops_sum(bs__lmdb_opc *c, uint64_t bucket, uint64_t from, uint64_t to,

@@ -15,8 +15,9 @@
  *
  * Ops come out decoded in place (zero-copy: their fields point into the map), valid until the
  * transaction writes or ends. A cursor decodes the chunk it stands on once (its ops' ids and
- * offsets), so stepping within a chunk costs no LMDB call; a change (compaction's delete or
- * rewrite) rewrites the chunk.
+ * offsets), so stepping within a chunk costs no LMDB call. Compaction's changes (a delete, a
+ * MOVE or CLEAR written over an op) go into a copy of the chunk, written once when the cursor
+ * leaves it and then joined with a neighbouring chunk of the bucket where both fit in one.
  */
 #include "lmdb_internal.h"
 
@@ -63,6 +64,7 @@ static int chunk_decode(bs__lmdb_opc *c, const MDB_val *k, const MDB_val *v) {
   const unsigned char *p = v->mv_data;
   size_t pos = CHUNK_HDR;
   uint64_t id, n;
+  c->n = 0; /* none decoded, until this one is */
   if (k->mv_size != BS_OP_KEY_SIZE || v->mv_size < CHUNK_HDR) return BS_ECORRUPT;
   n = bs__get_u32le(p);
   if (n == 0 || n > BS_CHUNK_MAX_OPS) return BS_ECORRUPT;
@@ -82,8 +84,9 @@ static int chunk_decode(bs__lmdb_opc *c, const MDB_val *k, const MDB_val *v) {
   if (pos != v->mv_size || id != bs__get_u64be((const unsigned char *)k->mv_data + 8))
     return BS_ECORRUPT;
   c->val = p;
+  c->vsize = v->mv_size;
   c->n = (uint32_t)n;
-
+  memset(c->dead, 0, n);
   return BS_OK;
 }
 
@@ -124,6 +127,37 @@ static unsigned char *grow(const bs_allocator *a, unsigned char **buf, size_t *c
   return BS_GROW(a, *buf, *cap, n) == BS_OK ? *buf : NULL;
 }
 
+static size_t varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+/* The size of chunks x (the earlier, its last op x_last) and y (x's size xs, y's ys) joined
+ * into one: y's first op's delta (a varint 0, one byte) becomes its distance from x_last. */
+static size_t join_size(size_t xs, uint64_t x_last, size_t ys, uint64_t y_first) {
+  return xs + (ys - CHUNK_HDR - 1) + varint_len(y_first - x_last);
+}
+
+/* Writes chunks x and y (valid chunks of one bucket, x's ops below y's) joined into one into
+ * out (join_size bytes): their packed ops as they are, the header from theirs. */
+static void chunk_join(unsigned char *out, const unsigned char *x, size_t xs, uint64_t x_last,
+                       const unsigned char *y, size_t ys) {
+  uint64_t bytes = (uint64_t)bs__get_u32le(x + 16) + bs__get_u32le(y + 16);
+  size_t pos = xs;
+  memcpy(out + CHUNK_HDR, x + CHUNK_HDR, xs - CHUNK_HDR);
+  pos += varint_put(out + pos, bs__get_u64le(y + 8) - x_last);
+  memcpy(out + pos, y + CHUNK_HDR + 1, ys - CHUNK_HDR - 1);
+  bs__put_u32le(out, bs__get_u32le(x) + bs__get_u32le(y));
+  bs__put_u32le(out + 4, bs__cksum_add(bs__get_u32le(x + 4), bs__get_u32le(y + 4)));
+  bs__put_u64le(out + 8, bs__get_u64le(x + 8));
+  bs__put_u32le(out + 16, (uint32_t)(bytes > UINT32_MAX ? UINT32_MAX : bytes));
+  out[20] = (unsigned char)(x[20] | y[20]);
+}
+
 /* ---- The cursor ----------------------------------------------------------------------------- */
 
 static int opr_corrupt(uint64_t bucket, const MDB_val *k, bs_error *err) {
@@ -135,7 +169,6 @@ static int opr_corrupt(uint64_t bucket, const MDB_val *k, bs_error *err) {
 /* The chunk after an LMDB move (mrc): c->n 0 when none or another bucket's. */
 static int opr_load(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v, bs_error *err) {
   c->n = 0;
-  c->gap = 0;
   if (mrc == MDB_NOTFOUND) return BS_OK;
   if (mrc) return bs__lmdb_fail(err, mrc, "reading ops");
   if (k->mv_size < 8 || bs__get_u64be(k->mv_data) != c->bucket) return BS_OK;
@@ -143,18 +176,36 @@ static int opr_load(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v
   return BS_OK;
 }
 
-/* Hands out op i of the chunk (c->n 0: none). */
+/* Hands out op i of the chunk (c->n 0 or i past it: none). */
 static int opr_give(bs__lmdb_opc *c, uint32_t i, bs_op *op, int *found, bs_error *err) {
   *found = 0;
-  if (!c->n) return BS_OK;
+  if (i >= c->n) return BS_OK;
   c->i = i;
-  c->gap = 0;
   if (chunk_op(c, i, op))
     return bs__fail(err, BS_ECORRUPT, "bucket id %" PRIu64 ": op %" PRIu64 " does not decode",
                     c->bucket, c->ids[i]);
   c->size = c->len[i];
   *found = 1;
   return BS_OK;
+}
+
+/* The chunk's first op at or after index i not deleted (c->n: none). */
+static uint32_t live_from(const bs__lmdb_opc *c, uint32_t i) {
+  while (i < c->n && c->dead[i]) i++;
+  return i;
+}
+
+/* The chunk's last op below index i not deleted (UINT32_MAX: none). */
+static uint32_t live_below(const bs__lmdb_opc *c, uint32_t i) {
+  while (i-- > 0)
+    if (!c->dead[i]) return i;
+  return UINT32_MAX;
+}
+
+/* Whether id falls in the chunk under c (of bucket): no other chunk holds an op from its first
+ * to its last, so a seek there is answered from it without LMDB. */
+static int in_chunk(const bs__lmdb_opc *c, uint64_t bucket, uint64_t id) {
+  return c->n && c->bucket == bucket && c->ids[0] <= id && id <= c->ids[c->n - 1];
 }
 
 int bs__lmdb_opc_open(bs__lmdb_opc *c, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err) {
@@ -170,8 +221,10 @@ void bs__lmdb_opc_close(bs__lmdb_opc *c) {
   if (c->cur) mdb_cursor_close(c->cur);
   c->cur = NULL;
   if (c->buf) bs__free(c->a, c->buf);
-  c->buf = NULL;
-  c->cap = 0;
+  if (c->wbuf) bs__free(c->a, c->wbuf);
+  c->buf = c->wbuf = NULL;
+  c->cap = c->wcap = 0;
+  c->dirty = 0;
 }
 
 int bs__lmdb_opc_seek_ge(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
@@ -180,10 +233,18 @@ int bs__lmdb_opc_seek_ge(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *o
   MDB_val k = {sizeof kb, kb}, v;
   uint32_t i = 0;
   int rc;
+  if (in_chunk(c, bucket, id)) {
+    while (c->ids[i] < id) i++;
+    if ((i = live_from(c, i)) < c->n) return opr_give(c, i, op, found, err);
+    /* the rest of the chunk was deleted: the next chunk */
+    id = c->ids[c->n - 1] + 1;
+  }
+  if ((rc = bs__lmdb_opc_flush(c, err))) return rc;
   c->bucket = bucket;
   bs__lmdb_op_key(kb, bucket, id);
   /* the first chunk whose last op is at or above id holds the first op at or above it */
   if ((rc = opr_load(c, mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE), &k, &v, err))) return rc;
+  i = 0;
   while (i < c->n && c->ids[i] < id) i++;
   return opr_give(c, i, op, found, err);
 }
@@ -193,6 +254,12 @@ int bs__lmdb_opc_seek_le(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *o
   unsigned char kb[BS_OP_KEY_SIZE];
   MDB_val k = {sizeof kb, kb}, v;
   int mrc, rc;
+  if (in_chunk(c, bucket, id)) {
+    uint32_t i = c->n - 1;
+    while (c->ids[i] > id) i--;
+    if (!c->dead[i] || (i = live_below(c, i)) != UINT32_MAX) return opr_give(c, i, op, found, err);
+  }
+  if ((rc = bs__lmdb_opc_flush(c, err))) return rc;
   c->bucket = bucket;
   bs__lmdb_op_key(kb, bucket, id);
   mrc = mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE);
@@ -211,17 +278,30 @@ int bs__lmdb_opc_seek_le(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *o
 
 int bs__lmdb_opc_next(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err) {
   MDB_val k, v;
-  uint32_t i = c->gap ? c->i : c->i + 1;
+  uint32_t i = c->n ? live_from(c, c->i + 1) : 0;
   int rc;
-  if (c->n && i < c->n) return opr_give(c, i, op, found, err);
+  if (i < c->n) return opr_give(c, i, op, found, err);
+  if (c->dirty) { /* written, the chunk is found again by its ops' ids */
+    uint64_t last = c->ids[c->n - 1];
+    *found = 0;
+    return last == UINT64_MAX ? bs__lmdb_opc_flush(c, err)
+                              : bs__lmdb_opc_seek_ge(c, c->bucket, last + 1, op, found, err);
+  }
   if ((rc = opr_load(c, mdb_cursor_get(c->cur, &k, &v, MDB_NEXT), &k, &v, err))) return rc;
   return opr_give(c, 0, op, found, err);
 }
 
 int bs__lmdb_opc_prev(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err) {
   MDB_val k, v;
+  uint32_t i = c->n ? live_below(c, c->i) : UINT32_MAX;
   int rc;
-  if (c->n && c->i > 0) return opr_give(c, c->i - 1, op, found, err);
+  if (i != UINT32_MAX) return opr_give(c, i, op, found, err);
+  if (c->dirty) {
+    uint64_t first = c->ids[0];
+    *found = 0;
+    return first == 0 ? bs__lmdb_opc_flush(c, err)
+                      : bs__lmdb_opc_seek_le(c, c->bucket, first - 1, op, found, err);
+  }
   if ((rc = opr_load(c, mdb_cursor_get(c->cur, &k, &v, MDB_PREV), &k, &v, err))) return rc;
   return opr_give(c, c->n ? c->n - 1 : 0, op, found, err);
 }
@@ -233,78 +313,154 @@ int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, i
   return rc;
 }
 
-/* Rewrites the chunk under c without op skip (UINT32_MAX: none) and with op put's value
- * replaced by bare (NULL: none), then decodes it again from the map. */
-static int chunk_rewrite(bs__lmdb_opc *c, uint32_t skip, uint32_t put, const bs_op *bare,
-                         bs_error *err) {
-  unsigned char kb[BS_OP_KEY_SIZE], *p;
-  MDB_val k = {sizeof kb, kb}, v;
-  size_t size = CHUNK_HDR;
-  uint64_t prev = 0, last = 0, first_id = 0;
-  int mrc, first = 1;
-  for (uint32_t i = 0; i < c->n; i++) { /* the bound: the chunk as it is */
-    size += 2 * 10 + c->len[i];
-  }
-  if (!(p = grow(c->a, &c->buf, &c->cap, size + BS_OP_HEADER_SIZE)))
+/* The chunk under c becomes a copy of its own, which compaction's changes go into. */
+static int chunk_own(bs__lmdb_opc *c, bs_error *err) {
+  if (c->dirty) return BS_OK;
+  if (!grow(c->a, &c->wbuf, &c->wcap, c->vsize))
     return bs__fail(err, BS_ENOMEM, "rewriting ops: out of memory");
-  size = CHUNK_HDR;
-  for (uint32_t i = 0; i < c->n; i++) {
-    size_t vs = i == put ? bs__lmdb_op_size(bare) : c->len[i];
-    if (i == skip) continue;
-    if (first) first_id = c->ids[i];
-    size += varint_put(p + size, first ? 0 : c->ids[i] - prev);
-    size += varint_put(p + size, vs);
-    if (i == put)
-      bs__lmdb_op_encode(p + size, bare);
-    else
-      memcpy(p + size, c->val + c->off[i], vs);
-    size += vs;
-    prev = last = c->ids[i];
-    first = 0;
-  }
-  if (first) { /* no op left: the record goes */
-    mrc = mdb_cursor_del(c->cur, 0);
-    c->n = 0;
-    c->i = 0;
-    c->gap = 1;
-    return mrc ? bs__lmdb_fail(err, mrc, "deleting ops") : BS_OK;
-  }
-  if (chunk_seal(p, size, first_id))
-    return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad chunk");
-  bs__lmdb_op_key(kb, c->bucket, last);
-  v.mv_size = size;
-  v.mv_data = p;
-  if (last != c->ids[c->n - 1]) { /* the last op went: the key with it */
-    if ((mrc = mdb_cursor_del(c->cur, 0)) == 0) mrc = mdb_cursor_put(c->cur, &k, &v, 0);
-  } else {
-    mrc = mdb_cursor_put(c->cur, &k, &v, MDB_CURRENT);
-  }
-  if (mrc == 0) mrc = mdb_cursor_get(c->cur, &k, &v, MDB_GET_CURRENT);
-  if (mrc) return bs__lmdb_fail(err, mrc, "rewriting ops");
-  if (chunk_decode(c, &k, &v)) return opr_corrupt(c->bucket, &k, err);
+  memcpy(c->wbuf, c->val, c->vsize);
+  c->val = c->wbuf;
+  c->dirty = 1;
   return BS_OK;
 }
 
 int bs__lmdb_opc_del(bs__lmdb_opc *c, bs_error *err) {
-  uint32_t i = c->i;
   int rc;
-  BS_ASSERT(c->n && !c->gap);
-  if ((rc = chunk_rewrite(c, i, UINT32_MAX, NULL, err))) return rc;
-  if (c->n) {
-    c->i = i; /* the op after the deleted one (c->n: past this chunk) */
-    c->gap = 1;
-  }
+  BS_ASSERT(c->n && !c->dead[c->i]);
+  if ((rc = chunk_own(c, err))) return rc;
+  c->dead[c->i] = 1;
   return BS_OK;
 }
 
 int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err) {
   uint32_t i = c->i;
+  size_t size = bs__lmdb_op_size(bare);
   int rc;
-  BS_ASSERT(c->n && !c->gap && c->ids[i] == bare->op_id);
+  BS_ASSERT(c->n && !c->dead[i] && c->ids[i] == bare->op_id);
   BS_ASSERT(bare->type == BS_OP_MOVE || bare->type == BS_OP_CLEAR);
-  if ((rc = chunk_rewrite(c, UINT32_MAX, i, bare, err))) return rc;
-  c->i = i;
+  /* a MOVE or CLEAR is an op header alone, which every op value holds: written in place */
+  if (size > c->len[i]) return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad op");
+  if ((rc = chunk_own(c, err))) return rc;
+  bs__lmdb_op_encode(c->wbuf + c->off[i], bare);
+  c->len[i] = (uint32_t)size;
   return BS_OK;
+}
+
+/* The bucket's chunk the cursor moved to (mrc) when it decodes and joined with the chunk of
+ * size bytes, n ops (first..last) that it precedes (before) or follows fits the writer's bounds;
+ * its key and value in k, v. */
+static int neighbour_fits(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v, int before,
+                          size_t size, uint32_t n, uint64_t first, uint64_t last, int *fits,
+                          bs_error *err) {
+  uint64_t nb_first, nb_last;
+  uint32_t nb_n;
+  *fits = 0;
+  if (mrc == MDB_NOTFOUND) return BS_OK;
+  if (mrc) return bs__lmdb_fail(err, mrc, "rewriting ops");
+  if (k->mv_size != BS_OP_KEY_SIZE || bs__get_u64be(k->mv_data) != c->bucket) return BS_OK;
+  /* one that does not decode stays as it is, for verify to report; a join copies the later
+   * chunk's ops after its first delta, which must be the one-byte 0 the writers write */
+  if (chunk_decode(c, k, v) || (!before && ((const unsigned char *)v->mv_data)[CHUNK_HDR] != 0))
+    return BS_OK;
+  nb_n = c->n;
+  nb_first = c->ids[0];
+  nb_last = c->ids[nb_n - 1];
+  c->n = 0; /* decoded to check it only: the cursor stands on no chunk of its own */
+  if (nb_n + n > BS_CHUNK_MAX_OPS) return BS_OK;
+  *fits = (before ? join_size(v->mv_size, nb_last, size, first)
+                  : join_size(size, last, v->mv_size, nb_first)) <= CHUNK_CAP;
+  return BS_OK;
+}
+
+/* Positions the LMDB cursor on the chunk of key bucket | last (which must be there); k: that
+ * key, in c->buf's last bytes. */
+static int chunk_find(bs__lmdb_opc *c, uint64_t last, MDB_val *k, MDB_val *v, bs_error *err) {
+  unsigned char *kb = c->buf + c->cap - BS_OP_KEY_SIZE;
+  int mrc;
+  bs__lmdb_op_key(kb, c->bucket, last);
+  k->mv_size = BS_OP_KEY_SIZE;
+  k->mv_data = kb;
+  /* MDB_SET: k stays this buffer, which a put at the cursor then copies (a key pointing into the
+   * page would be moved under LMDB's feet when the value's size changes) */
+  mrc = mdb_cursor_get(c->cur, k, v, MDB_SET);
+  if (mrc == MDB_NOTFOUND) return bs__fail(err, BS_ECORRUPT, "rewriting ops: the chunk went");
+  return mrc ? bs__lmdb_fail(err, mrc, "rewriting ops") : BS_OK;
+}
+
+int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
+  unsigned char kb[BS_OP_KEY_SIZE], *p, *q;
+  MDB_val k, v, nk = {sizeof kb, kb};
+  size_t size = CHUNK_HDR, room;
+  uint64_t prev = 0, first = 0, last = 0, old_last;
+  uint32_t n = 0;
+  int mrc, rc, fits;
+  if (!c->dirty) return BS_OK;
+  c->dirty = 0;
+  old_last = c->ids[c->n - 1];
+  /* the buffer holds this chunk joined with a neighbour on either side, and a key at its end */
+  room = 3 * (size_t)CHUNK_CAP + c->vsize + BS_OP_KEY_SIZE;
+  if (!grow(c->a, &c->buf, &c->cap, room))
+    return bs__fail(err, BS_ENOMEM, "rewriting ops: out of memory");
+  p = c->buf;
+  q = c->buf + c->vsize + CHUNK_CAP;    /* a join is built here */
+  for (uint32_t i = 0; i < c->n; i++) { /* the ops not deleted, packed from the copy */
+    if (c->dead[i]) continue;
+    if (!n) first = c->ids[i];
+    size += varint_put(p + size, n ? c->ids[i] - prev : 0);
+    size += varint_put(p + size, c->len[i]);
+    memcpy(p + size, c->val + c->off[i], c->len[i]);
+    size += c->len[i];
+    prev = last = c->ids[i];
+    n++;
+  }
+  c->n = 0; /* from here the cursor stands on no decoded chunk */
+  if (!n) { /* no op left: the record goes (the LMDB cursor is still on it) */
+    mrc = mdb_cursor_del(c->cur, 0);
+    return mrc ? bs__lmdb_fail(err, mrc, "deleting ops") : BS_OK;
+  }
+  if (chunk_seal(p, size, first)) return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad chunk");
+  /* compaction shrinks chunks: one that fits with the bucket's chunk before it becomes one with
+   * it, so that a bucket's chunks stay about as few as the writer's (docs/format.md 4.3) */
+  mrc = mdb_cursor_get(c->cur, &k, &v, MDB_PREV);
+  if ((rc = neighbour_fits(c, mrc, &k, &v, 1, size, n, first, last, &fits, err))) return rc;
+  if (fits) {
+    uint64_t pl = bs__get_u64be((const unsigned char *)k.mv_data + 8);
+    size_t js = join_size(v.mv_size, pl, size, first);
+    chunk_join(q, v.mv_data, v.mv_size, pl, p, size);
+    memcpy(p, q, js);
+    size = js;
+    n = bs__get_u32le(p);
+    first = bs__get_u64le(p + 8);
+    if ((mrc = mdb_cursor_del(c->cur, 0)) != 0) return bs__lmdb_fail(err, mrc, "rewriting ops");
+  }
+  if ((rc = chunk_find(c, old_last, &k, &v, err))) return rc;
+  /* and one that fits with the chunk after it */
+  mrc = mdb_cursor_get(c->cur, &k, &v, MDB_NEXT);
+  if ((rc = neighbour_fits(c, mrc, &k, &v, 0, size, n, first, last, &fits, err))) return rc;
+  if (fits) { /* written over the next chunk (its key stays), this one's record goes */
+    size_t js =
+        join_size(size, last, v.mv_size, bs__get_u64le((const unsigned char *)v.mv_data + 8));
+    chunk_join(q, p, size, last, v.mv_data, v.mv_size);
+    memcpy(kb, k.mv_data, sizeof kb); /* out of the page, as chunk_find says */
+    k = nk;
+    v.mv_size = js;
+    v.mv_data = q;
+    if ((mrc = mdb_cursor_put(c->cur, &k, &v, MDB_CURRENT)) != 0)
+      return bs__lmdb_fail(err, mrc, "rewriting ops");
+    if ((rc = chunk_find(c, old_last, &k, &v, err))) return rc;
+    mrc = mdb_cursor_del(c->cur, 0);
+    return mrc ? bs__lmdb_fail(err, mrc, "rewriting ops") : BS_OK;
+  }
+  if ((rc = chunk_find(c, old_last, &k, &v, err))) return rc;
+  v.mv_size = size;
+  v.mv_data = p;
+  if (last == old_last) {
+    mrc = mdb_cursor_put(c->cur, &k, &v, MDB_CURRENT);
+  } else { /* the last op went: the key with it */
+    bs__lmdb_op_key(kb, c->bucket, last);
+    if ((mrc = mdb_cursor_del(c->cur, 0)) == 0) mrc = mdb_cursor_put(c->cur, &nk, &v, 0);
+  }
+  return mrc ? bs__lmdb_fail(err, mrc, "rewriting ops") : BS_OK;
 }
 
 /* Sums whole chunks from their headers, an op at a time only where the range cuts a chunk (or,
@@ -319,7 +475,8 @@ int bs__lmdb_ops_sum(bs__lmdb_opc *c, uint64_t bucket, uint64_t from, uint64_t t
   if (from >= to) return BS_OK;
   for (rc = bs__lmdb_opc_seek_ge(c, bucket, from + 1, &op, &found, err);
        rc == BS_OK && found && op.op_id <= to; rc = bs__lmdb_opc_next(c, &op, &found, err)) {
-    if (c->i == 0 && c->ids[c->n - 1] <= to && !(stop_at_clear && (c->val[20] & CH_CLEAR))) {
+    if (!c->dirty && c->i == 0 && c->ids[c->n - 1] <= to &&
+        !(stop_at_clear && (c->val[20] & CH_CLEAR))) {
       out->checksum = bs__cksum_add(out->checksum, bs__get_u32le(c->val + 4));
       out->count += c->n;
       c->i = c->n - 1; /* the next step leaves the chunk */
@@ -416,6 +573,7 @@ int bs__lmdb_ops_verify(bs__lmdb_opc *c, uint64_t bucket, const bs__lmdb_ops_che
     }
     after = last;
   }
+  c->n = 0; /* the LMDB cursor has gone past the chunk decoded last */
   return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "verify: ops");
 }
 
@@ -425,6 +583,7 @@ int bs__lmdb_ops_orphans(bs__lmdb_opc *c, uint64_t lo, uint64_t hi, const bs__lm
   MDB_val k = {sizeof kb, kb}, v;
   char what[64];
   int mrc;
+  c->n = 0; /* the LMDB cursor leaves the chunk decoded last */
   bs__lmdb_op_key(kb, lo, 0);
   while ((mrc = mdb_cursor_get(c->cur, &k, &v, MDB_SET_RANGE)) == 0) {
     uint64_t id;

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "lmdb_internal.h" /* test_merge_chunks counts a bucket's chunks */
 #include "storage.h"
 #include "util_contract.h"
 #include "util_model.h"
@@ -612,6 +613,151 @@ static void test_incremental(void **state) {
   assert_int_equal(stats.ops_moved + stats.ops_cleared, 0);
   verify_db(&e);
   env_close(&e);
+}
+
+/* ---- Chunks (LMDB format 5, docs/format.md 4.3) --------------------------------------------- */
+
+#define CHUNK_CAP 4080u /* lmdb_ops.c: the writer's bound of a chunk's bytes (and 256 ops) */
+
+typedef struct chunk_count {
+  size_t n;   /* the bucket's chunks */
+  size_t fit; /* adjacent pairs that would fit the writer's bounds as one */
+} chunk_count;
+
+static size_t varint_bytes(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) n++;
+  return n;
+}
+
+/* The bucket's chunk records, read raw: their number, and how many neighbours could be one (a
+ * join: the two values less the later one's header and its first op's one-byte delta 0, plus
+ * the delta from the earlier one's last op id, the key's). */
+static chunk_count count_chunks(env *e, const char *bucket) {
+  bs__lmdb_db *db = (bs__lmdb_db *)e->db;
+  chunk_count cc = {0, 0};
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  unsigned char kb[BS_OP_KEY_SIZE];
+  MDB_val k = {sizeof kb, kb}, v;
+  uint64_t id = 0, prev_last = 0;
+  size_t prev_size = 0;
+  uint32_t prev_n = 0;
+  int mrc;
+  CHECK(bs__lmdb_txn_begin(db, MDB_RDONLY, &txn, ERR));
+  CHECK(bs__lmdb_bucket_id(db, txn, NULL, bs_storage_stream_id(e->st), S(bucket), &id, ERR));
+  assert_int_equal(mdb_cursor_open(txn, db->ops, &cur), 0);
+  bs__lmdb_op_key(kb, id, 0);
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    const unsigned char *p = v.mv_data;
+    uint32_t n;
+    if (bs__get_u64be(k.mv_data) != id) break;
+    assert_true(v.mv_size > 21);
+    n = bs__get_u32le(p);
+    if (cc.n && prev_n + n <= 256 &&
+        prev_size + v.mv_size - 22 + varint_bytes(bs__get_u64le(p + 8) - prev_last) <= CHUNK_CAP)
+      cc.fit++;
+    cc.n++;
+    prev_n = n;
+    prev_size = v.mv_size;
+    prev_last = bs__get_u64be((const unsigned char *)k.mv_data + 8);
+  }
+  assert_int_equal(mrc == 0 || mrc == MDB_NOTFOUND, 1);
+  mdb_cursor_close(cur);
+  bs__lmdb_txn_abort(db, txn);
+  return cc;
+}
+
+/* Compaction joins the small chunks it leaves: a bucket whose PUTs became MOVEs (a chunk of ~20
+ * PUTs of ~180 bytes shrinks to ~450 bytes) ends with no two neighbouring chunks that fit in one,
+ * in full and in incremental compaction. What a client reduces the bucket to, its checksum, and
+ * the torn read below the CLEAR are unchanged by it; buckets around it keep their own chunks. */
+static void merge_scenario(int incremental) {
+  enum { N = 400, HEAD = 12 };
+  char id[16], data[200];
+  env e;
+  oplist before_ops, after_ops;
+  reduced ra, rb;
+  bs_checksum cb, ca, x;
+  bs_compact_stats stats;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  chunk_count b0, b1, a0, a1;
+  uint64_t c_mid = 0, c1, c2;
+  env_open(&e);
+  memset(data, 'x', sizeof data - 1);
+  data[sizeof data - 1] = '\0';
+  put(&e, "a", "a1", data);
+  /* r0..r(HEAD-1), the leading run compaction folds (a checkpoint inside it), then keep */
+  for (int i = 0; i < N; i++) {
+    if (i == HEAD) put(&e, "b", "keep", data); /* a live PUT: the ops after it are MOVEd */
+    snprintf(id, sizeof id, "r%d", i);
+    data[0] = (char)('a' + i % 26);
+    put(&e, "b", id, data);
+    if (i == HEAD / 2) c_mid = commit(&e);
+  }
+  put(&e, "c", "c1", data);
+  c1 = commit(&e);
+  for (int i = 0; i < N; i++) { /* every r updated: its first PUT is superseded */
+    snprintf(id, sizeof id, "r%d", i);
+    data[0] = (char)('A' + i % 26);
+    put(&e, "b", id, data);
+    if (i % 97 == 0) flush(&e);
+  }
+  put(&e, "a", "a1", "a2");
+  put(&e, "c", "c1", "c2");
+  c2 = commit(&e);
+  b0 = count_chunks(&e, "b");
+  a0 = count_chunks(&e, "a");
+  assert_true(b0.n >= 2 * N * 180 / CHUNK_CAP); /* the writer's chunks: full */
+  assert_true(b0.fit <= 1);
+  CHECK(read_ops(&e, "b", 0, c2, &before_ops));
+  CHECK(checksum_at(&e, "b", c2, &cb));
+  o.min_bucket_changes = 1;
+  o.min_change_ratio = 0;
+  o.min_age_ms = 0;
+  o.incremental_only = incremental;
+  o.max_ops_per_txn = 64; /* several transactions: a chunk written at each one's end */
+  CHECK(bs_compact(&stats, e.st, &o, ERR));
+  assert_true(stats.ops_moved >= N - HEAD);
+  b1 = count_chunks(&e, "b");
+  a1 = count_chunks(&e, "a");
+  /* MOVEs of ~22 bytes: N of them fill about 3 chunks, the N new PUTs their own */
+  assert_true(b1.n < b0.n - (N - HEAD) * 180 / CHUNK_CAP + 4);
+  if (b1.fit)
+    fail_msg("%zu neighbouring chunks of %zu fit in one (seed=%llu)", b1.fit, b1.n, g_seed);
+  assert_int_equal(a1.n, a0.n);
+  /* what a client reduces the bucket to, and its checksum, are unchanged */
+  CHECK(read_ops(&e, "b", 0, c2, &after_ops));
+  memset(&ra, 0, sizeof ra);
+  memset(&rb, 0, sizeof rb);
+  reduce_list(&ra, &before_ops, c2);
+  reduce_list(&rb, &after_ops, c2);
+  assert_reduced_equal(&ra, &rb, incremental ? "merge, incremental" : "merge, full");
+  assert_true(after_ops.n < before_ops.n);
+  CHECK(checksum_at(&e, "b", c2, &ca));
+  assert_int_equal(ca.checksum, cb.checksum);
+  assert_int_equal(ca.count, after_ops.n);
+  /* a read at a checkpoint inside the folded run is torn, one at c1 above it is not */
+  if (!incremental) {
+    assert_int_equal(checksum_at(&e, "b", c_mid, &x), BS_EINVALIDATED);
+    ol_free(&after_ops);
+    assert_int_equal(read_ops(&e, "b", 0, c_mid, &after_ops), BS_EINVALIDATED);
+  }
+  ol_free(&after_ops);
+  CHECK(read_ops(&e, "b", 0, c1, &after_ops));
+  verify_db(&e);
+  reduce_free(&ra);
+  reduce_free(&rb);
+  ol_free(&before_ops);
+  ol_free(&after_ops);
+  env_close(&e);
+}
+
+static void test_merge_chunks(void **state) {
+  (void)state;
+  merge_scenario(0);
+  merge_scenario(1);
 }
 
 /* ---- Random workloads against the history -------------------------------------------------- */
@@ -1690,6 +1836,7 @@ int main(void) {
       cmocka_unit_test(test_bucket_due),
       cmocka_unit_test(test_initial_replication),
       cmocka_unit_test(test_incremental),
+      cmocka_unit_test(test_merge_chunks),
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_bounded_memory),

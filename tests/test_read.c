@@ -835,6 +835,7 @@ static void rewrite_op(rt_env *e, const char *bucket, uint64_t op_id, int type, 
   bare.checksum = op.checksum;
   bare.target_op = target;
   RT_OK(bs__lmdb_opc_bare(&oc, &bare, &rt_err));
+  RT_OK(bs__lmdb_opc_flush(&oc, &rt_err)); /* the change is written when the cursor leaves */
   bs__lmdb_opc_close(&oc);
   RT_OK(bs__lmdb_txn_commit(lm(e), txn, &rt_err));
 }
