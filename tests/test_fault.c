@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "../storage.h"
+#include "util_contract.h"
 #include "util_fault.h"
 
 /* ---- LMDB interposition --------------------------------------------------------------------- */
@@ -517,20 +518,24 @@ static void sc_check(sc_fixture *f, sc_run *s, const char *what, unsigned long n
   ft_rm_db(NULL, f->path);
 }
 
-/* BS_FAULT_STRIDE=k injects at every k-th LMDB failure point only, starting at an offset taken
- * from BS_SEED; the quick mode (make test) uses 4, a full run (BS_TEST_QUICK unset) 1. */
+/* BS_FAULT_STRIDE=k injects at every k-th LMDB failure point only, starting at an offset drawn
+ * from the run's seed (ct_run_seed "fault": make test's SEED moves it, BS_SEED replays one), so
+ * that runs of other seeds reach the points between; the quick mode (make test) uses 4, a full
+ * run (BS_TEST_QUICK unset) 1. */
 static unsigned long stride(void) {
   const char *e = getenv("BS_FAULT_STRIDE"), *q = getenv("BS_TEST_QUICK");
   unsigned long k = e ? strtoul(e, NULL, 10) : (q && strcmp(q, "0") ? 4 : 1);
   return k ? k : 1;
 }
 
+static uint64_t g_seed; /* the run's (ct_run_seed) */
+
 static unsigned long first_point(unsigned long step) {
-  const char *s = getenv("BS_SEED");
-  unsigned long seed = s ? strtoul(s, NULL, 10) : 0;
+  unsigned long first = 1 + (unsigned long)(ct_seed(g_seed, 1).s % step);
   if (step > 1)
-    printf("(every %lu-th failure point from %lu; BS_SEED=%lu)\n", step, 1 + seed % step, seed);
-  return 1 + seed % step;
+    printf("(every %lu-th failure point from %lu; BS_SEED=%llu)\n", step, first,
+           (unsigned long long)g_seed);
+  return first;
 }
 
 static unsigned long total_points;
@@ -985,7 +990,9 @@ int main(void) {
       cmocka_unit_test(test_disk_full),
       cmocka_unit_test(test_backup_load_faults),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  int rc;
+  g_seed = ct_run_seed("fault");
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
   printf("test_fault: %lu failure points injected in total\n", total_points);
   return rc;
 }

@@ -4,7 +4,8 @@
  * Reads at op ids that are not checkpoints, empty and unknown buckets, chunk boundaries, a single
  * op larger than chunk_bytes, limit across buckets, chunking invariance over random options,
  * checksums against the ops read, checksum ranges, checkpoint changes, torn reads, stat, and
- * verify finding deliberately corrupted records. Randomized tests take BS_SEED.
+ * verify finding deliberately corrupted records. Randomized tests draw streams of the run's seed
+ * (ct_run_seed "read": make test's seed block; BS_SEED replays one).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "lmdb_internal.h"
+#include "util_contract.h"
 
 /* ---- Fixture: a temp file with one stream whose snapshot is done ---------------------------- */
 
@@ -28,7 +30,7 @@ typedef struct rt_env {
 } rt_env;
 
 static bs_error rt_err;
-static uint64_t rt_seed;
+static uint64_t rt_seed; /* the run's (ct_run_seed "read"), named in every failure */
 
 #define RT_OK(expr)                                                                                \
   do {                                                                                             \
@@ -55,9 +57,9 @@ static int quick(void) {
   return q && *q && strcmp(q, "0") != 0;
 }
 
-static uint64_t seed_from_env(uint64_t dflt) {
-  const char *s = getenv("BS_SEED");
-  return s && *s ? strtoull(s, NULL, 0) : dflt;
+/* The start of test k's generator, a stream of the run's seed (rt_seed). */
+static uint64_t seed_stream(uint64_t k) {
+  return ct_seed(rt_seed, k).s;
 }
 
 /* splitmix64 */
@@ -621,7 +623,7 @@ static int op_cmp(const void *a, const void *b) {
 
 static void test_chunking_invariance(void **state) {
   rt_env e;
-  uint64_t s = rt_seed = seed_from_env(20241129), head;
+  uint64_t s = seed_stream(1), head;
   bs_status stt;
   int rounds = quick() ? 40 : 400;
   (void)state;
@@ -682,7 +684,7 @@ static void test_chunking_invariance(void **state) {
 
 static void test_checksums_match_reads(void **state) {
   rt_env e;
-  uint64_t s = rt_seed = seed_from_env(7), head;
+  uint64_t s = seed_stream(2), head;
   const char *names[5] = {"b0", "b1", "b2", "b3", "b4"};
   bs_val vals[6] = {V("b0"), V("b1"), V("b2"), V("b3"), V("b4"), V("unknown")};
   bs_status stt;
@@ -967,5 +969,6 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_changes),
       cmocka_unit_test(test_move_clear),
   };
+  rt_seed = ct_run_seed("read");
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lmdb_internal.h"
+#include "util_contract.h"
 
 /* ---- Fixture ------------------------------------------------------------------------------- */
 
@@ -626,11 +627,12 @@ static void test_lifecycle(void **state) {
   }
 }
 
+static uint64_t g_seed; /* the run's (ct_run_seed "writer") */
+
 /* Randomized: every bucket state equals the sum over its ops; op ids unique and increasing. */
 static void test_random_checksums(void **state) {
   fx *f = *state;
-  const char *env = getenv("BS_SEED");
-  unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : 12345u;
+  unsigned long long seed = g_seed;
   int rounds = getenv("BS_TEST_QUICK") ? 3000 : 30000;
   bs__lmdb_db *db = LDB(f);
   MDB_txn *txn;
@@ -638,7 +640,7 @@ static void test_random_checksums(void **state) {
   MDB_val key, val;
   uint64_t last_op = 0;
   int mrc;
-  srand(seed);
+  srand((unsigned)ct_seed(seed, 1).s);
   assert_int_equal(bs_writer_snapshot_done(f->w, V("0"), NULL), BS_OK);
   for (int i = 0; i < rounds; i++) {
     char rid[16], rows[3][64];
@@ -686,7 +688,7 @@ static void test_random_checksums(void **state) {
     }
     bs__lmdb_opc_close(&oc);
     if (sum != s.checksum || count != s.count || prev != s.last_op) {
-      fprintf(stderr, "seed %u: bucket state mismatch\n", seed);
+      fprintf(stderr, "BS_SEED=%llu: bucket state mismatch\n", seed);
       fail();
     }
   }
@@ -695,7 +697,7 @@ static void test_random_checksums(void **state) {
   assert_true(last_op > 0);
   return;
 fail:
-  fprintf(stderr, "seed %u: save failed\n", seed);
+  fprintf(stderr, "BS_SEED=%llu: save failed\n", seed);
   fail();
 }
 
@@ -886,5 +888,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sha256_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_fault_loop, setup, teardown),
   };
+  g_seed = ct_run_seed("writer");
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

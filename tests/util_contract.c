@@ -683,6 +683,8 @@ static const struct {
     {"property", 1, 1},    {"differential", 5, 1}, {"sync", 9, 1},     {"diff", 13, 1},
     {"pg_compact", 17, 1}, {"torn", 26, 1},        {"cache", 30, 0},   {"checksum", 31, 0},
     {"lookup", 32, 0},     {"mem", 33, 0},         {"compact", 34, 0}, {"concurrency", 35, 0},
+    {"fault", 36, 0},      {"read", 37, 0},        {"writer", 38, 0},  {"badfile", 39, 0},
+    {"common", 40, 0},     {"verify", 41, 0},
 };
 
 uint64_t ct_first_seed(const char *suite, const ct_backend *be) {

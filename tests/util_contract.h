@@ -269,8 +269,8 @@ void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace
 #define CT_SEED_BLOCK 1000000u
 uint64_t ct_first_seed(const char *suite, const ct_backend *be);
 /* The seed of a run of a suite that takes one a run ("cache", "checksum", "lookup", "mem",
- * "compact", "concurrency"; each test draws its own stream from it with ct_seed): ct_first_seed
- * (suite, NULL), logged (ct_seed_log, backend "-") and printed to stderr with the command that
+ * "compact", "concurrency", "fault", "read", "writer", "badfile", "common", "verify"; each test
+ * draws its own stream from it with ct_seed): ct_first_seed (suite, NULL), logged (ct_seed_log, backend "-") and printed to stderr with the command that
  * replays it. Called once, from main. */
 uint64_t ct_run_seed(const char *suite);
 /* Appends "suite backend seed" to the file BS_SEED_LOG names, when it is set: one line per run. */

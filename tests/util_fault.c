@@ -268,11 +268,6 @@ void ft_rm_db(const char *dir, const char *path) {
   rmdir(dir);
 }
 
-uint64_t ft_env_seed(void) {
-  const char *s = getenv("BS_SEED");
-  return s && *s ? strtoull(s, NULL, 10) : 20240601u;
-}
-
 int ft_clean_status(int rc) {
   return rc <= BS_EINVAL && rc >= BS_EUSER;
 }

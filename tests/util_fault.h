@@ -86,8 +86,6 @@ void ft_strs_free(ft_strs *s);
 int ft_tmpdir(char *buf, size_t cap, const char *tag);
 /* Removes path, path-lock and the directory dir (best effort). */
 void ft_rm_db(const char *dir, const char *path);
-/* BS_SEED from the environment, else a fixed default (printed by the tests that use it). */
-uint64_t ft_env_seed(void);
 /* The CLI of this build, BUILD/bucketstore beside this BUILD/tests/ binary, into buf: 0 when it
  * is there (make builds it before it runs the tests), else -1. */
 int ft_cli_path(char *buf, size_t cap);
