@@ -52,7 +52,11 @@
  *  bs_params   (stream, lookup, op_id)           table_id, replica_id, n (rows; 0 = tombstone),
  *                                                rows bytea[]
  *  bs_changes  (stream, op_id, seq)              one per flush or checkpoint, keyed by the highest
- *                                                op id it covers: first_op, flags (1 checkpoint,
+ *                                                op id it covers: first_op (op_id + 1 when it
+ *                                                covers none; op_id at the last op id, 2^63 - 1,
+ *                                                where no int8 is above: such a record names no
+ *                                                bucket or lookup, so the reads see the same),
+ *                                                flags (1 checkpoint,
  *                                                2 too many buckets, 4 too many lookups),
  *                                                buckets/lookups/users bytea[]
  *  bs_wcp_managed (user_id)                      database-wide managed write checkpoints: id,

@@ -240,11 +240,21 @@ static int fx_bucket(void *ctx, bs_val name, uint64_t *id, bs_error *err) {
   return BS_OK;
 }
 
+/* The next op id of the batch: op ids stay below 2^63 (contract.md 2; op_id is a bigint). The
+ * refusal rolls the transaction back, so the head stays where it was. */
+static int next_op(batch *b, uint64_t *id, bs_error *err) {
+  if (b->head >= (UINT64_C(1) << 63) - 1)
+    return bs__fail(err, BS_ELIMIT, "op ids of stream %u exhausted", b->stream);
+  *id = ++b->head;
+  return BS_OK;
+}
+
 static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, bs_error *err) {
   batch *b = ctx;
   bucket_ent *e = bucket_by_id(b, bucket);
+  int rc;
   if (!e) return bs__fail(err, BS_ECORRUPT, "flush: bucket %" PRIu64 " is not known", bucket);
-  *op_id = ++b->head;
+  if ((rc = next_op(b, op_id, err))) return rc;
   bs__pg_op_copy(&b->ops, b->a, bucket, *op_id, op);
   if (b->ops.oom) return oom(err);
   e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
@@ -271,14 +281,15 @@ static int fx_param(void *ctx, bs_val key, bs_val rid, const bs_val *params, siz
   size_t arr = n ? 20 : 12;
   key = present(key);
   unsigned char *p;
-  uint64_t h = XXH3_64bits(key.data, key.size);
+  uint64_t h = XXH3_64bits(key.data, key.size), id = 0;
   bs__hprobe pr = bs__htab_probe(&b->lmap, h);
-  int known = 0;
+  int known = 0, rc;
+  if ((rc = next_op(b, &id, err))) return rc;
   for (size_t i = 0; i < n; i++) arr += 4 + params[i].size;
   bs__pg_copy_tuple(&b->params, b->a, 6);
   bs__pg_copy_int(&b->params, b->a, b->stream, 4);
   bs__pg_copy_bytes(&b->params, b->a, key);
-  bs__pg_copy_int(&b->params, b->a, ++b->head, 8);
+  bs__pg_copy_int(&b->params, b->a, id, 8);
   bs__pg_copy_int(&b->params, b->a, b->table, 4);
   bs__pg_copy_bytes(&b->params, b->a, rid.data ? rid : bs__val_str(""));
   if ((p = bs__pg_buf_room(&b->params, b->a,
@@ -818,7 +829,8 @@ static int write_custom(batch *b, bs_error *err) {
     rc = bs__pg_run(b->c,
                     "INSERT INTO bs_changes (stream, op_id, seq, first_op, users)"
                     " SELECT $1, op_head, coalesce((SELECT max(seq) FROM bs_changes WHERE"
-                    " stream = $1 AND op_id = s.op_head), 0) + 1, op_head + 1, ARRAY[$3::bytea]"
+                    " stream = $1 AND op_id = s.op_head), 0) + 1,"
+                    " least(op_head, 9223372036854775806) + 1, ARRAY[$3::bytea]"
                     " FROM bs_streams s WHERE id = $1 AND $2::bytea IS NOT NULL"
                     " AND $4::int8 IS NOT NULL AND $5::int8 IS NOT NULL",
                     &a, "flush: custom write checkpoint", err);

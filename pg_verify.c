@@ -276,7 +276,7 @@ static const row_check checks[] = {
     {"v_changes",
      "SELECT format('change record (stream %s, op %s, seq %s)', c.stream, c.op_id, c.seq),"
      " s.id IS NULL AS f1, c.op_id < 0 OR c.op_id > s.op_head AS f2,"
-     " c.first_op < 0 OR c.first_op > c.op_id + 1 AS f3,"
+     " c.first_op < 0 OR c.first_op > c.op_id::numeric + 1 AS f3," /* no int8 overflow */
      " c.flags & ~(" BS_PG_SQL_CHG_CHECKPOINT " | " BS_PG_SQL_CHG_BUCKETS
      " | " BS_PG_SQL_CHG_LOOKUPS ") <> 0 AS f4,"
      " CASE WHEN greatest(array_ndims(c.buckets), array_ndims(c.lookups),"

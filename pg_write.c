@@ -483,7 +483,7 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     "  AND " BS_PG_SQL_HEADS_PASSED "  RETURNING user_id),"
     " rec AS (INSERT INTO bs_changes (stream, op_id, seq, first_op, flags, users, time_ms)"
     "  SELECT $1, $2, coalesce((SELECT max(seq) FROM bs_changes WHERE stream = $1"
-    "   AND op_id = $2), 0) + 1, $2 + 1, " BS_PG_SQL_CHG_CHECKPOINT ","
+    "   AND op_id = $2), 0) + 1, least($2, 9223372036854775806) + 1, " BS_PG_SQL_CHG_CHECKPOINT ","
     "  coalesce(array_agg(user_id), '{}'), $4 FROM done),"
     " purge AS (DELETE FROM bs_source WHERE stream = $1 AND mark <= $9),"
     " others AS (UPDATE bs_streams SET state = ($7::text::int2[])[state] WHERE id <> $1"

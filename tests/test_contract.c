@@ -14,6 +14,7 @@
  */
 #include "util_contract.h"
 #include "util_fault.h"
+#include "util_head.h"
 #include "util_model.h"
 
 #include <limits.h>
@@ -2037,6 +2038,99 @@ static void t_compact_initial_replication(void **state) {
   CT_RC(BS_ESTATE, bs_compact_initial_replication(&n, e->st, 0, 0, &ct_err));
 }
 
+/* ==== Op ids at their bound (contract.md 2) ================================================== */
+
+/* Op ids stay below 2^63, up to 2^63 - 1 itself: a stream whose sequence reaches it (set there
+ * with ct_set_op_head: no public call moves it, 2^63 saves would) hands out the last ids, reads,
+ * checksums, parameter sets and compaction work at them, and a flush that needs an id beyond
+ * refuses (BS_ELIMIT) leaving the head where it was, also when it already used some of the ids
+ * left (contract.md 2: a write that fails after allocating ids leaves the head where it was). */
+static void t_op_ids_at_limit(void **state) {
+  ct_env *e = *state;
+  const uint64_t top = (UINT64_C(1) << 63) - 1; /* the last op id of a stream */
+  unsigned char kb[16];
+  bs_val p = ct_v("{\"p\":1}");
+  bs_lookup lk = {ct_key_str(kb, sizeof kb, "k"), &p, 1};
+  bs_checksum a, b;
+  bs_status s;
+  ct_oplist l;
+  CT_OK(ct_set_op_head(e->be, e->db, e->path, e->stream, top - 5, &ct_err));
+  /* PUT a (top - 4), PUT b (top - 3) */
+  CT_OK(ct_save(e->w, BS_INSERT, "test", NULL, "t1",
+                CT_ROWS({"a", "test", "t1", "1"}, {"b", "test", "t1", "1"})));
+  CT_EQ_U64(commit(e, ct_lsn(1)), top - 3);
+  /* PUT a, PUT c, REMOVE b, the parameter entry: four ids, three left */
+  CT_OK(ct_save_lk(e->w, BS_UPDATE, "test", NULL, "t1",
+                   CT_ROWS({"a", "test", "t1", "2"}, {"c", "test", "t1", "2"}), &lk, 1));
+  CT_RC(BS_ELIMIT, bs_writer_flush(NULL, e->w, &ct_err));
+  CT_OK(bs_get_status(&s, e->st, &ct_err));
+  CT_EQ_U64(s.last_persisted_op, top - 3);
+  l = read_all(e, top, "c");
+  expect_n(&l, 0);
+  ct_oplist_free(&l);
+  CT_OK(ct_env_writer(e, NULL)); /* the refused save's queue goes with its writer */
+  /* PUT a (top - 2), REMOVE b (top - 1), the parameter entry (top): the last three */
+  CT_OK(ct_save_lk(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"a", "test", "t1", "2"}), &lk, 1));
+  CT_EQ_U64(commit(e, ct_lsn(2)), top);
+  l = read_all(e, top, "a");
+  expect_n(&l, 2);
+  expect_op(&l, 0, top - 4, BS_OP_PUT, "test", "t1", "1");
+  expect_op(&l, 1, top - 2, BS_OP_PUT, "test", "t1", "2");
+  ct_oplist_free(&l);
+  memset(&l, 0, sizeof l);
+  CT_OK(ct_read_bucket(e->st, top, "b", top - 3, &l)); /* after an op id near the bound */
+  expect_n(&l, 1);
+  expect_op(&l, 0, top - 1, BS_OP_REMOVE, "test", "t1", NULL);
+  ct_oplist_free(&l);
+  ct_expect_params(e->st, top, &lk.key, 1, "{\"p\":1}");
+  ct_expect_params(e->st, top - 1, &lk.key, 1, "");
+  a = cks(e, top, "a");
+  b = cks(e, top, "b");
+  CT_EQ_U64(a.count, 2);
+  CT_EQ_U64(b.count, 2);
+  expect_changes(e, top - 3, top, 0, 2, 0, 1);
+  expect_changes(e, top, top, 0, 0, 0, 0);
+  { /* a custom write checkpoint stored by a flush of no ops: filed at the last op id */
+    bs_storage *cst = NULL;
+    bs_writer *cw = NULL;
+    bs_commit_result r;
+    CT_OK(ct_storage_open(e, e->db, e->stream, &cst));
+    CT_OK(bs_set_write_checkpoint_mode(cst, BS_WCP_CUSTOM, ct_v(NULL), &ct_err));
+    close_writer(e);
+    CT_OK(bs_writer_open(&cw, cst, NULL, &ct_err));
+    CT_OK(bs_writer_custom_write_checkpoint(cw, ct_v("u1"), 7, ct_v(NULL), &ct_err));
+    memset(&r, 0, sizeof r);
+    CT_OK(ct_commit(cw, ct_lsn(3), &r));
+    CT_EQ_U64(r.checkpoint, top);
+    assert_true(changes_name_user(cst, top, top, "u1"));
+    assert_true(changes_name_user(cst, top - 3, top, "u1"));
+    bs_writer_close(cw);
+    bs_storage_close(cst);
+    CT_OK(ct_env_writer(e, NULL));
+  }
+  { /* the stored ids pass the backend's own checks */
+    uint64_t problems = 0;
+    CT_OK(bs_db_verify(&problems, e->db, NULL, NULL, &ct_err));
+    CT_EQ_U64(problems, 0);
+  }
+  /* the next id would be 2^63 */
+  CT_OK(ct_save(e->w, BS_UPDATE, "test", NULL, "t1", CT_ROWS({"a", "test", "t1", "3"})));
+  CT_RC(BS_ELIMIT, bs_writer_flush(NULL, e->w, &ct_err));
+  CT_OK(bs_get_status(&s, e->st, &ct_err));
+  CT_EQ_U64(s.last_persisted_op, top);
+  CT_OK(ct_env_writer(e, NULL));
+  if (!ct_lacks(e->be, CT_LACKS_COMPACT)) { /* compaction allocates no id: it works up there */
+    compact_all(e, 0);
+    assert_int_equal(cks(e, top, "a").checksum, a.checksum);
+    assert_int_equal(cks(e, top, "b").checksum, b.checksum);
+    l = read_all(e, top, "a");
+    expect_n(&l, 2);
+    expect_op(&l, 0, top - 4, BS_OP_MOVE, NULL, NULL, NULL);
+    expect_op(&l, 1, top - 2, BS_OP_PUT, "test", "t1", "2");
+    ct_oplist_free(&l);
+  }
+}
+
 static void t_passthrough_on_path(void **state) {
   ct_env *e = *state;
   unsigned long before = ct_passthrough_calls;
@@ -2664,6 +2758,7 @@ static const ct_test TESTS[] = {
     T_NEEDS(t_compact_parameters_fence, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_initial_below, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_full_below, CT_LACKS_COMPACT),
+    T(t_op_ids_at_limit),
     T(t_passthrough_on_path),
     T(t_list_buckets),
     T(t_skipped_save_creates_no_bucket),

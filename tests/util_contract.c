@@ -35,7 +35,7 @@ int ct_lacks(const ct_backend *be, unsigned cap) {
 #ifdef BS_HAVE_PG
 /* The schema of a test env: from its temporary directory's name (unique while it exists, and
  * the same for every open of one env), hex-encoded so that case cannot fold two into one. */
-static void pg_schema_of(const char *path, char *out, size_t cap) {
+void ct_pg_schema_of(const char *path, char *out, size_t cap) {
   const char *end = strrchr(path, '/'), *p = end;
   size_t n;
   while (p > path && p[-1] != '/') p--;
@@ -48,7 +48,7 @@ static int pg_open_db(const ct_backend *be, const char *path, const bs_open_opti
                       bs_db **out, bs_error *err) {
   char schema[96], sql[160], url[1024];
   (void)be;
-  pg_schema_of(path, schema, sizeof schema);
+  ct_pg_schema_of(path, schema, sizeof schema);
   snprintf(sql, sizeof sql, "CREATE SCHEMA IF NOT EXISTS %s", schema);
   if (pgt_admin_try(sql, err->msg, sizeof err->msg)) return err->code = BS_EIO;
   pgt_schema_url(url, sizeof url, schema);
@@ -58,7 +58,7 @@ static int pg_open_db(const ct_backend *be, const char *path, const bs_open_opti
 static void pg_remove_db(const ct_backend *be, const char *path) {
   char schema[96], sql[160], msg[512];
   (void)be;
-  pg_schema_of(path, schema, sizeof schema);
+  ct_pg_schema_of(path, schema, sizeof schema);
   snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", schema);
   if (pgt_admin_try(sql, msg, sizeof msg)) fprintf(stderr, "postgres: %s\n", msg);
 }

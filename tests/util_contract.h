@@ -62,6 +62,8 @@ extern const ct_backend ct_backends[CT_N_BACKENDS];
  * open_db, selected by the URL's search_path, dropped by remove_db; a reopen or a second handle
  * uses the same URL). NULL without BS_TEST_PG_URL or in a build without the backend. */
 const ct_backend *ct_postgres(void);
+/* The schema of the "postgres" env whose db is at path (ct_env.path), as open_db names it. */
+void ct_pg_schema_of(const char *path, char *out, size_t cap);
 /* The backends a suite runs on: the built-ins, then "postgres" when ct_postgres() has it; with
  * BS_BACKEND=name only the one of that name (none when no backend has it). Returns how many. */
 #define CT_MAX_BACKENDS (CT_N_BACKENDS + 1)
