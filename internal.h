@@ -673,6 +673,112 @@ static inline uint32_t bs__cksum_sub(uint32_t a, uint32_t b) {
   return (uint32_t)(((uint64_t)a + 0x100000000ull - b) & 0xffffffffu);
 }
 
+/* ---- Op chunks (opchunk.c): the one encoding of a bucket's stored ops ----
+ * A chunk is a strictly ordered run of one bucket's ops in one value: LMDB format 5's op records
+ * (lmdb_ops.c, docs/format.md 4.3) use it, and so may any backend that stores ops in runs. Its
+ * header (BS_CHUNK_HDR bytes, little-endian): u32 n ops (1..BS_CHUNK_MAX_OPS), u32 the wrapping
+ * sum of their checksums, u64 the first op id, u32 the ops' bytes (the sum of their op values'
+ * sizes, saturated at UINT32_MAX), u8 flags (BS_CHUNK_CLEAR: one of them is a CLEAR); then per
+ * op varint(op id - the previous op's id; 0 for the first) | varint(value size) | op value.
+ * An op value: u8 type | u32 checksum | u64 target_op | u16 object_type size | u16 object_id
+ * size | u8 subkey size | those three strings (only for the types that carry a row,
+ * bs__op_carries_row; their sizes 0 otherwise) | data (PUT only: the rest of the value). The op
+ * id is the chunk's (or the record key's), not in the value. Where the chunk lives, how its key
+ * is made and how large a writer lets it grow are the backend's. */
+#define BS_CHUNK_HDR         21u
+#define BS_CHUNK_CLEAR       1u   /* header flags: the chunk holds a CLEAR */
+#define BS_CHUNK_MAX_OPS     256u /* ops in one chunk, at most */
+#define BS_OP_HEADER_SIZE    18u  /* an op value's fixed part */
+/* What bs__chunk_add writes for an op value of vs bytes, at most (two varints and the value). */
+#define BS_CHUNK_ADD_MAX(vs) (20u + (vs))
+static inline uint32_t bs__chunk_n(const unsigned char *p) {
+  return bs__get_u32le(p);
+}
+static inline uint32_t bs__chunk_sum(const unsigned char *p) {
+  return bs__get_u32le(p + 4);
+}
+static inline uint64_t bs__chunk_first(const unsigned char *p) {
+  return bs__get_u64le(p + 8);
+}
+static inline uint32_t bs__chunk_bytes(const unsigned char *p) {
+  return bs__get_u32le(p + 16);
+}
+static inline unsigned bs__chunk_flags(const unsigned char *p) {
+  return p[20];
+}
+/* Varints of at most 10 bytes (7 bits a byte, low first). _put returns the bytes written; _get
+ * reads the one at *pos of p (size bytes) and moves *pos past it: 0 when it does not decode
+ * (truncated, or over 64 bits). */
+size_t bs__varint_put(unsigned char *p, uint64_t v);
+int bs__varint_get(const unsigned char *p, size_t size, size_t *pos, uint64_t *v);
+/* An op value's size, and op's value written into out (bs__op_value_size bytes). The caller has
+ * checked the limits (BS_MAX_OBJECT_NAME, subkey < 256). */
+static inline size_t bs__op_value_size(const bs_op *op) {
+  size_t n = BS_OP_HEADER_SIZE;
+  if (bs__op_carries_row(op->type))
+    n += op->object_type.size + op->object_id.size + op->subkey.size;
+  return op->type == BS_OP_PUT ? n + op->data.size : n;
+}
+void bs__op_value_encode(unsigned char *out, const bs_op *op);
+/* Decodes the op value p (size bytes) of op id into op, borrowed: op's fields point into p.
+ * BS_ECORRUPT: shorter than its header and strings, or not an op type. */
+static inline int bs__op_value_decode(const unsigned char *p, size_t size, uint64_t id, bs_op *op) {
+  size_t ot, oi, sk, fixed;
+  int row;
+  if (size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
+  ot = bs__get_u16le(p + 13);
+  oi = bs__get_u16le(p + 15);
+  sk = p[17];
+  fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
+  if (p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR || fixed > size) return BS_ECORRUPT;
+  op->op_id = id;
+  op->type = (bs_op_type)p[0];
+  op->checksum = bs__get_u32le(p + 1);
+  op->target_op = bs__get_u64le(p + 5);
+  p += BS_OP_HEADER_SIZE;
+  row = bs__op_carries_row(op->type);
+  op->object_type.data = row ? p : NULL;
+  op->object_type.size = ot;
+  op->object_id.data = row ? p + ot : NULL;
+  op->object_id.size = oi;
+  op->subkey.data = row ? p + ot + oi : NULL;
+  op->subkey.size = sk;
+  if (op->type == BS_OP_PUT) {
+    op->data.data = p + fixed - BS_OP_HEADER_SIZE;
+    op->data.size = size - fixed;
+  } else {
+    op->data.data = NULL;
+    op->data.size = 0;
+  }
+  return BS_OK;
+}
+/* Decodes chunk p (size bytes): its ops' ids, and their values' offsets in p and sizes, into
+ * ids, off and len (BS_CHUNK_MAX_OPS entries each), their number into *n. BS_ECORRUPT unless p
+ * is one whole chunk of 1..BS_CHUNK_MAX_OPS ops with strictly rising ids whose values are at
+ * least an op header each. The header's sum, bytes and flags are not checked
+ * (bs__chunk_header_problem is verify's check). */
+int bs__chunk_decode(const unsigned char *p, size_t size, uint64_t *ids, uint32_t *off,
+                     uint32_t *len, uint32_t *n);
+/* Appends an op to a chunk being built at p (p + BS_CHUNK_HDR on for its first op): its id's
+ * delta to the previous op (0 for the first) and its value, op's encoding (val NULL) or vs bytes
+ * copied from val; returns the bytes written (at most BS_CHUNK_ADD_MAX(vs)). */
+size_t bs__chunk_add(unsigned char *p, uint64_t delta, const bs_op *op, const unsigned char *val,
+                     size_t vs);
+/* Fills the header of the chunk p (size bytes, its ops packed after the header by
+ * bs__chunk_add, the first of id first) from its ops. BS_ECORRUPT when they do not decode. */
+int bs__chunk_seal(unsigned char *p, size_t size, uint64_t first);
+/* Two chunks of one bucket joined into one (compaction's merge of small chunks): x (xs bytes,
+ * its last op x_last) and y (ys bytes, its first op y_first above x_last, and its first delta
+ * the one-byte 0 every writer writes) become out (bs__chunk_join_size bytes): their packed ops
+ * as they are, y's first delta recomputed, the header from theirs. */
+size_t bs__chunk_join_size(size_t xs, uint64_t x_last, size_t ys, uint64_t y_first);
+void bs__chunk_join(unsigned char *out, const unsigned char *x, size_t xs, uint64_t x_last,
+                    const unsigned char *y, size_t ys);
+/* What verify finds wrong with the header of the chunk p decoded (n, ids, off, len) whose
+ * bucket's previous chunk ended at op after (NULL: nothing). */
+const char *bs__chunk_header_problem(const unsigned char *p, uint32_t n, const uint64_t *ids,
+                                     const uint32_t *off, const uint32_t *len, uint64_t after);
+
 /* ---- A save's effects (effects.c): contract.md 4.1-4.3, decided once for every backend ----
  * The backend resolves the table, then hands each save (or each record a truncate drops) to
  * effects.c, which decides what happens and calls the backend's bs__effects_ops in contract

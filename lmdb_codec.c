@@ -77,21 +77,6 @@ static inline unsigned char *wr_str(unsigned char *p, size_t width, bs_val v) {
   return wr_bytes(wr_uint(p, v.size, width), v);
 }
 
-void bs__lmdb_op_encode(unsigned char *p, const bs_op *op) {
-  const bs_val none = {NULL, 0};
-  int row = bs__op_carries_row(op->type);
-  bs_val ot = row ? op->object_type : none, oi = row ? op->object_id : none;
-  bs_val sk = row ? op->subkey : none;
-  p = wr_uint(p, (uint64_t)op->type, 1);
-  p = wr_uint(p, op->checksum, 4);
-  p = wr_uint(p, op->target_op, 8);
-  p = wr_uint(p, ot.size, 2);
-  p = wr_uint(p, oi.size, 2);
-  p = wr_uint(p, sk.size, 1);
-  p = wr_bytes(wr_bytes(wr_bytes(p, ot), oi), sk);
-  if (op->type == BS_OP_PUT) wr_bytes(p, op->data);
-}
-
 /* ---- buckets and tables: u32be stream | name (the rest) ---- */
 
 static int named_key(unsigned char *buf, uint32_t stream, bs_val name, size_t max, const char *what,

@@ -107,49 +107,17 @@ static inline void bs__lmdb_op_key(unsigned char k[BS_OP_KEY_SIZE], uint64_t buc
   bs__put_u64be(k + 8, op);
 }
 
-/* Op value (layout above). Only the fields op's type carries are stored (bs__op_carries_row;
- * data only for PUT), so a MOVE or CLEAR is the bare header. */
-#define BS_OP_HEADER_SIZE 18u
+/* Op value (layout above; internal.h's bs__op_value_*, which every backend storing op chunks
+ * shares, bs__op_value_encode writes it): only the fields op's type carries are stored
+ * (bs__op_carries_row; data only for PUT), so a MOVE or CLEAR is the bare header. */
 static inline size_t bs__lmdb_op_size(const bs_op *op) {
-  size_t n = BS_OP_HEADER_SIZE;
-  if (bs__op_carries_row(op->type))
-    n += op->object_type.size + op->object_id.size + op->subkey.size;
-  return op->type == BS_OP_PUT ? n + op->data.size : n;
+  return bs__op_value_size(op);
 }
-/* Writes op's value (bs__lmdb_op_size bytes) into out, e.g. an MDB_RESERVE buffer; op->op_id
- * goes into the key. The caller has checked the limits (BS_MAX_OBJECT_NAME, subkey < 256). */
-void bs__lmdb_op_encode(unsigned char *out, const bs_op *op);
 /* Decodes an op value (borrowed: op's fields point into val) with op_id from the key. */
 static inline int bs__lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
-  const unsigned char *p = (const unsigned char *)val->mv_data;
-  size_t ot, oi, sk, fixed;
-  int row;
-  if (key->mv_size != BS_OP_KEY_SIZE || val->mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
-  ot = bs__get_u16le(p + 13);
-  oi = bs__get_u16le(p + 15);
-  sk = p[17];
-  fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
-  if (p[0] < BS_OP_PUT || p[0] > BS_OP_CLEAR || fixed > val->mv_size) return BS_ECORRUPT;
-  op->op_id = bs__get_u64be((const unsigned char *)key->mv_data + 8);
-  op->type = (bs_op_type)p[0];
-  op->checksum = bs__get_u32le(p + 1);
-  op->target_op = bs__get_u64le(p + 5);
-  p += BS_OP_HEADER_SIZE;
-  row = bs__op_carries_row(op->type);
-  op->object_type.data = row ? p : NULL;
-  op->object_type.size = ot;
-  op->object_id.data = row ? p + ot : NULL;
-  op->object_id.size = oi;
-  op->subkey.data = row ? p + ot + oi : NULL;
-  op->subkey.size = sk;
-  if (op->type == BS_OP_PUT) {
-    op->data.data = p + fixed - BS_OP_HEADER_SIZE;
-    op->data.size = val->mv_size - fixed;
-  } else {
-    op->data.data = NULL;
-    op->data.size = 0;
-  }
-  return BS_OK;
+  if (key->mv_size != BS_OP_KEY_SIZE) return BS_ECORRUPT;
+  return bs__op_value_decode(val->mv_data, val->mv_size,
+                             bs__get_u64be((const unsigned char *)key->mv_data + 8), op);
 }
 
 /* buckets key: u32be stream | bucket name (1..BS_MAX_BUCKET_NAME bytes); value: u64 bucket id. */
@@ -655,7 +623,6 @@ int bs__lmdb_subdb(const bs__lmdb_db *db, size_t i, const char **name, MDB_dbi *
  * other file reads and changes them through these). Whatever the layout, a bucket's records are
  * keyed by u64be bucket id first (a clear deletes them by that prefix). An op handed out is
  * decoded in place: valid until the transaction writes or ends. */
-#define BS_CHUNK_MAX_OPS 256u /* ops in one chunk (lmdb_ops.c), at most */
 typedef struct bs__lmdb_opc { /* a cursor on one bucket's ops at a time, in a transaction */
   MDB_cursor *cur;
   const bs_allocator *a;

@@ -5,11 +5,12 @@
  * migration from format 4 regroups the ops it wrote one a record (bs__lmdb_ops_rechunk).
  *
  * Format 5: a record is a chunk, a strictly ordered run of one bucket's ops, keyed u64be bucket
- * id | u64be the run's last op id (docs/format.md 4.3). Its value: u32 n ops, u32 the wrapping
- * sum of their checksums, u64 the first op id, u32 the ops' bytes (the sum of their op values'
- * sizes, the bucket state's measure), u8 flags (1: one of them is a CLEAR), then per op
- * varint(op id - the previous op's id; 0 for the first) | varint(value size) | op value (the
- * format-4 op value, lmdb_internal.h). A flush appends a bucket's new ops to its last chunk while
+ * id | u64be the run's last op id (docs/format.md 4.3). Its value is an op chunk, encoded and
+ * checked by opchunk.c (internal.h "Op chunks"): u32 n ops, u32 the wrapping sum of their
+ * checksums, u64 the first op id, u32 the ops' bytes (the sum of their op values' sizes, the
+ * bucket state's measure), u8 flags (1: one of them is a CLEAR), then per op varint(op id - the
+ * previous op's id; 0 for the first) | varint(value size) | op value (the format-4 op value). A
+ * flush appends a bucket's new ops to its last chunk while
  * that stays within CHUNK_CAP bytes, and starts new chunks past it; so a commit of 10,000 rows into
  * 100 buckets writes about 100 records, not 10,000 (bench/README.md "Layout prototypes").
  *
@@ -24,68 +25,25 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#define CHUNK_HDR 21u /* n, sum, first op id, bytes, flags */
 /* A chunk's bytes a flush or the migration fills, at most: one 4 KiB LMDB overflow page (its
  * 16-byte header and the value; bench/README.md "Layout prototypes": larger tails cost the write
  * path more than they buy the reads). A single larger op takes a chunk of its own. */
 #define CHUNK_CAP 4080u
-#define CH_CLEAR  1u /* flags: the chunk holds a CLEAR */
 
-/* ---- The chunk codec ------------------------------------------------------------------------ */
+/* ---- The chunk codec (opchunk.c's, keyed here) ---------------------------------------------- */
 
-static size_t varint_put(unsigned char *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (unsigned char)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (unsigned char)v;
-  return n;
-}
-
-/* A varint at *pos of p (size bytes), at most 10 bytes: 0 when it does not decode. */
-static int varint_get(const unsigned char *p, size_t size, size_t *pos, uint64_t *v) {
-  uint64_t r = 0;
-  for (unsigned s = 0; s < 70 && *pos < size; s += 7) {
-    unsigned char b = p[(*pos)++];
-    if (s == 63 && b > 1) return 0;
-    r |= (uint64_t)(b & 0x7f) << s;
-    if (!(b & 0x80)) {
-      *v = r;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* Decodes the chunk (key k, value v) into c: BS_ECORRUPT unless it is one whole chunk of
- * strictly rising op ids whose last is the key's. The sums are verify's to check. */
+/* Decodes the chunk (key k, value v) into c: BS_ECORRUPT unless it is one whole chunk
+ * (bs__chunk_decode) whose last op id is the key's. The sums are verify's to check. */
 static int chunk_decode(bs__lmdb_opc *c, const MDB_val *k, const MDB_val *v) {
-  const unsigned char *p = v->mv_data;
-  size_t pos = CHUNK_HDR;
-  uint64_t id, n;
+  uint32_t n;
   c->n = 0; /* none decoded, until this one is */
-  if (k->mv_size != BS_OP_KEY_SIZE || v->mv_size < CHUNK_HDR) return BS_ECORRUPT;
-  n = bs__get_u32le(p);
-  if (n == 0 || n > BS_CHUNK_MAX_OPS) return BS_ECORRUPT;
-  id = bs__get_u64le(p + 8);
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t delta, size;
-    if (!varint_get(p, v->mv_size, &pos, &delta) || !varint_get(p, v->mv_size, &pos, &size))
-      return BS_ECORRUPT;
-    if ((i && delta == 0) || (i == 0 && delta) || id + delta < id) return BS_ECORRUPT;
-    if (size < BS_OP_HEADER_SIZE || size > v->mv_size - pos) return BS_ECORRUPT;
-    id += delta;
-    c->ids[i] = id;
-    c->off[i] = (uint32_t)pos;
-    c->len[i] = (uint32_t)size;
-    pos += size;
-  }
-  if (pos != v->mv_size || id != bs__get_u64be((const unsigned char *)k->mv_data + 8))
+  if (k->mv_size != BS_OP_KEY_SIZE ||
+      bs__chunk_decode(v->mv_data, v->mv_size, c->ids, c->off, c->len, &n) ||
+      c->ids[n - 1] != bs__get_u64be((const unsigned char *)k->mv_data + 8))
     return BS_ECORRUPT;
-  c->val = p;
+  c->val = v->mv_data;
   c->vsize = v->mv_size;
-  c->n = (uint32_t)n;
+  c->n = n;
   memset(c->dead, 0, n);
   return BS_OK;
 }
@@ -98,64 +56,8 @@ static int chunk_op(const bs__lmdb_opc *c, uint32_t i, bs_op *op) {
   return bs__lmdb_op_decode(&k, &v, op);
 }
 
-/* Fills a chunk's header from its packed ops (p + CHUNK_HDR .. p + size), the first of id
- * first. */
-static int chunk_seal(unsigned char *p, size_t size, uint64_t first) {
-  size_t pos = CHUNK_HDR;
-  uint32_t n = 0, sum = 0, flags = 0;
-  uint64_t bytes = 0;
-  while (pos < size) {
-    uint64_t delta, vs;
-    if (!varint_get(p, size, &pos, &delta) || !varint_get(p, size, &pos, &vs) || vs > size - pos ||
-        vs < BS_OP_HEADER_SIZE)
-      return BS_ECORRUPT;
-    sum = bs__cksum_add(sum, bs__get_u32le(p + pos + 1));
-    if (p[pos] == BS_OP_CLEAR) flags |= CH_CLEAR;
-    bytes += vs;
-    pos += vs;
-    n++;
-  }
-  bs__put_u32le(p, n);
-  bs__put_u32le(p + 4, sum);
-  bs__put_u64le(p + 8, first);
-  bs__put_u32le(p + 16, (uint32_t)(bytes > UINT32_MAX ? UINT32_MAX : bytes));
-  p[20] = (unsigned char)flags;
-  return BS_OK;
-}
-
 static unsigned char *grow(const bs_allocator *a, unsigned char **buf, size_t *cap, size_t n) {
   return BS_GROW(a, *buf, *cap, n) == BS_OK ? *buf : NULL;
-}
-
-static size_t varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-/* The size of chunks x (the earlier, its last op x_last) and y (x's size xs, y's ys) joined
- * into one: y's first op's delta (a varint 0, one byte) becomes its distance from x_last. */
-static size_t join_size(size_t xs, uint64_t x_last, size_t ys, uint64_t y_first) {
-  return xs + (ys - CHUNK_HDR - 1) + varint_len(y_first - x_last);
-}
-
-/* Writes chunks x and y (valid chunks of one bucket, x's ops below y's) joined into one into
- * out (join_size bytes): their packed ops as they are, the header from theirs. */
-static void chunk_join(unsigned char *out, const unsigned char *x, size_t xs, uint64_t x_last,
-                       const unsigned char *y, size_t ys) {
-  uint64_t bytes = (uint64_t)bs__get_u32le(x + 16) + bs__get_u32le(y + 16);
-  size_t pos = xs;
-  memcpy(out + CHUNK_HDR, x + CHUNK_HDR, xs - CHUNK_HDR);
-  pos += varint_put(out + pos, bs__get_u64le(y + 8) - x_last);
-  memcpy(out + pos, y + CHUNK_HDR + 1, ys - CHUNK_HDR - 1);
-  bs__put_u32le(out, bs__get_u32le(x) + bs__get_u32le(y));
-  bs__put_u32le(out + 4, bs__cksum_add(bs__get_u32le(x + 4), bs__get_u32le(y + 4)));
-  bs__put_u64le(out + 8, bs__get_u64le(x + 8));
-  bs__put_u32le(out + 16, (uint32_t)(bytes > UINT32_MAX ? UINT32_MAX : bytes));
-  out[20] = (unsigned char)(x[20] | y[20]);
 }
 
 /* ---- The cursor ----------------------------------------------------------------------------- */
@@ -341,7 +243,7 @@ int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err) {
   /* a MOVE or CLEAR is an op header alone, which every op value holds: written in place */
   if (size > c->len[i]) return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad op");
   if ((rc = chunk_own(c, err))) return rc;
-  bs__lmdb_op_encode(c->wbuf + c->off[i], bare);
+  bs__op_value_encode(c->wbuf + c->off[i], bare);
   c->len[i] = (uint32_t)size;
   return BS_OK;
 }
@@ -360,15 +262,15 @@ static int neighbour_fits(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_
   if (k->mv_size != BS_OP_KEY_SIZE || bs__get_u64be(k->mv_data) != c->bucket) return BS_OK;
   /* one that does not decode stays as it is, for verify to report; a join copies the later
    * chunk's ops after its first delta, which must be the one-byte 0 the writers write */
-  if (chunk_decode(c, k, v) || (!before && ((const unsigned char *)v->mv_data)[CHUNK_HDR] != 0))
+  if (chunk_decode(c, k, v) || (!before && ((const unsigned char *)v->mv_data)[BS_CHUNK_HDR] != 0))
     return BS_OK;
   nb_n = c->n;
   nb_first = c->ids[0];
   nb_last = c->ids[nb_n - 1];
   c->n = 0; /* decoded to check it only: the cursor stands on no chunk of its own */
   if (nb_n + n > BS_CHUNK_MAX_OPS) return BS_OK;
-  *fits = (before ? join_size(v->mv_size, nb_last, size, first)
-                  : join_size(size, last, v->mv_size, nb_first)) <= CHUNK_CAP;
+  *fits = (before ? bs__chunk_join_size(v->mv_size, nb_last, size, first)
+                  : bs__chunk_join_size(size, last, v->mv_size, nb_first)) <= CHUNK_CAP;
   return BS_OK;
 }
 
@@ -390,7 +292,7 @@ static int chunk_find(bs__lmdb_opc *c, uint64_t last, MDB_val *k, MDB_val *v, bs
 int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
   unsigned char kb[BS_OP_KEY_SIZE], *p, *q;
   MDB_val k, v, nk = {sizeof kb, kb};
-  size_t size = CHUNK_HDR, room;
+  size_t size = BS_CHUNK_HDR, room;
   uint64_t prev = 0, first = 0, last = 0, old_last;
   uint32_t n = 0;
   int mrc, rc, fits;
@@ -406,10 +308,7 @@ int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
   for (uint32_t i = 0; i < c->n; i++) { /* the ops not deleted, packed from the copy */
     if (c->dead[i]) continue;
     if (!n) first = c->ids[i];
-    size += varint_put(p + size, n ? c->ids[i] - prev : 0);
-    size += varint_put(p + size, c->len[i]);
-    memcpy(p + size, c->val + c->off[i], c->len[i]);
-    size += c->len[i];
+    size += bs__chunk_add(p + size, n ? c->ids[i] - prev : 0, NULL, c->val + c->off[i], c->len[i]);
     prev = last = c->ids[i];
     n++;
   }
@@ -418,19 +317,20 @@ int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
     mrc = mdb_cursor_del(c->cur, 0);
     return mrc ? bs__lmdb_fail(err, mrc, "deleting ops") : BS_OK;
   }
-  if (chunk_seal(p, size, first)) return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad chunk");
+  if (bs__chunk_seal(p, size, first))
+    return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad chunk");
   /* compaction shrinks chunks: one that fits with the bucket's chunk before it becomes one with
    * it, so that a bucket's chunks stay about as few as the writer's (docs/format.md 4.3) */
   mrc = mdb_cursor_get(c->cur, &k, &v, MDB_PREV);
   if ((rc = neighbour_fits(c, mrc, &k, &v, 1, size, n, first, last, &fits, err))) return rc;
   if (fits) {
     uint64_t pl = bs__get_u64be((const unsigned char *)k.mv_data + 8);
-    size_t js = join_size(v.mv_size, pl, size, first);
-    chunk_join(q, v.mv_data, v.mv_size, pl, p, size);
+    size_t js = bs__chunk_join_size(v.mv_size, pl, size, first);
+    bs__chunk_join(q, v.mv_data, v.mv_size, pl, p, size);
     memcpy(p, q, js);
     size = js;
-    n = bs__get_u32le(p);
-    first = bs__get_u64le(p + 8);
+    n = bs__chunk_n(p);
+    first = bs__chunk_first(p);
     if ((mrc = mdb_cursor_del(c->cur, 0)) != 0) return bs__lmdb_fail(err, mrc, "rewriting ops");
   }
   if ((rc = chunk_find(c, old_last, &k, &v, err))) return rc;
@@ -438,9 +338,8 @@ int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
   mrc = mdb_cursor_get(c->cur, &k, &v, MDB_NEXT);
   if ((rc = neighbour_fits(c, mrc, &k, &v, 0, size, n, first, last, &fits, err))) return rc;
   if (fits) { /* written over the next chunk (its key stays), this one's record goes */
-    size_t js =
-        join_size(size, last, v.mv_size, bs__get_u64le((const unsigned char *)v.mv_data + 8));
-    chunk_join(q, p, size, last, v.mv_data, v.mv_size);
+    size_t js = bs__chunk_join_size(size, last, v.mv_size, bs__chunk_first(v.mv_data));
+    bs__chunk_join(q, p, size, last, v.mv_data, v.mv_size);
     memcpy(kb, k.mv_data, sizeof kb); /* out of the page, as chunk_find says */
     k = nk;
     v.mv_size = js;
@@ -476,8 +375,8 @@ int bs__lmdb_ops_sum(bs__lmdb_opc *c, uint64_t bucket, uint64_t from, uint64_t t
   for (rc = bs__lmdb_opc_seek_ge(c, bucket, from + 1, &op, &found, err);
        rc == BS_OK && found && op.op_id <= to; rc = bs__lmdb_opc_next(c, &op, &found, err)) {
     if (!c->dirty && c->i == 0 && c->ids[c->n - 1] <= to &&
-        !(stop_at_clear && (c->val[20] & CH_CLEAR))) {
-      out->checksum = bs__cksum_add(out->checksum, bs__get_u32le(c->val + 4));
+        !(stop_at_clear && (bs__chunk_flags(c->val) & BS_CHUNK_CLEAR))) {
+      out->checksum = bs__cksum_add(out->checksum, bs__chunk_sum(c->val));
       out->count += c->n;
       c->i = c->n - 1; /* the next step leaves the chunk */
       continue;
@@ -505,33 +404,16 @@ int bs__lmdb_ops_stat(const bs__lmdb_db *db, MDB_txn *txn, const uint64_t *bucke
        mrc == 0 && (!bucket || (k.mv_size >= 8 && memcmp(k.mv_data, kb, 8) == 0));
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     const unsigned char *p = v.mv_data;
-    size_t pos = CHUNK_HDR;
+    size_t pos = BS_CHUNK_HDR;
     uint64_t delta, size;
-    while (pos < v.mv_size && varint_get(p, v.mv_size, &pos, &delta) &&
-           varint_get(p, v.mv_size, &pos, &size) && size && size <= v.mv_size - pos) {
+    while (pos < v.mv_size && bs__varint_get(p, v.mv_size, &pos, &delta) &&
+           bs__varint_get(p, v.mv_size, &pos, &size) && size && size <= v.mv_size - pos) {
       bs__stat_op(out, p[pos]);
       pos += size;
     }
   }
   mdb_cursor_close(cur);
   return mrc == 0 || mrc == MDB_NOTFOUND ? BS_OK : bs__fail_mdb(err, mrc, "stat");
-}
-
-/* What verify finds wrong with a decoded chunk's header (NULL: nothing). */
-static const char *chunk_header_problem(const bs__lmdb_opc *c, uint64_t after) {
-  const unsigned char *p = c->val;
-  uint32_t sum = 0, flags = 0;
-  uint64_t bytes = 0;
-  if (c->ids[0] <= after) return "its first op is not above the bucket's previous chunk";
-  for (uint32_t i = 0; i < c->n; i++) {
-    sum = bs__cksum_add(sum, bs__get_u32le(p + c->off[i] + 1));
-    if (p[c->off[i]] == BS_OP_CLEAR) flags |= CH_CLEAR;
-    bytes += c->len[i];
-  }
-  if (sum != bs__get_u32le(p + 4)) return "its checksum sum is not its ops'";
-  if (bytes != bs__get_u32le(p + 16)) return "its byte count is not its ops'";
-  if (flags != p[20]) return "its flags are not its ops'";
-  return NULL;
 }
 
 int bs__lmdb_ops_verify(bs__lmdb_opc *c, uint64_t bucket, const bs__lmdb_ops_check *chk,
@@ -556,7 +438,7 @@ int bs__lmdb_ops_verify(bs__lmdb_opc *c, uint64_t bucket, const bs__lmdb_ops_che
       chk->bad(chk->payload, bucket, what);
       continue;
     }
-    if ((bad = chunk_header_problem(c, after))) {
+    if ((bad = bs__chunk_header_problem(c->val, c->n, c->ids, c->off, c->len, after))) {
       snprintf(what, sizeof what, "the chunk of ops %" PRIu64 "-%" PRIu64 ": %s", c->ids[0], last,
                bad);
       chk->bad(chk->payload, bucket, what);
@@ -605,21 +487,15 @@ int bs__lmdb_ops_orphans(bs__lmdb_opc *c, uint64_t lo, uint64_t hi, const bs__lm
 
 /* ---- Building chunks: the writer's appends and the migration -------------------------------- */
 
-/* A chunk being built in w->buf: w->size bytes (CHUNK_HDR of them the header, sealed at the
+/* A chunk being built in w->buf: w->size bytes (BS_CHUNK_HDR of them the header, sealed at the
  * put), w->n ops, the last w->last_id. */
 static int build_add(bs__lmdb_opw *w, uint64_t id, const unsigned char *val, size_t vs,
                      const bs_op *op, bs_error *err) {
-  size_t need = w->size + 20 + vs;
+  size_t need = w->size + BS_CHUNK_ADD_MAX(vs);
   unsigned char *p = grow(w->a, &w->buf, &w->cap, need);
   if (!p) return bs__fail(err, BS_ENOMEM, "writing ops: out of memory");
   if (!w->n) w->first_id = id;
-  w->size += varint_put(p + w->size, w->n ? id - w->last_id : 0);
-  w->size += varint_put(p + w->size, vs);
-  if (op)
-    bs__lmdb_op_encode(p + w->size, op);
-  else
-    memcpy(p + w->size, val, vs);
-  w->size += vs;
+  w->size += bs__chunk_add(p + w->size, w->n ? id - w->last_id : 0, op, val, vs);
   w->last_id = id;
   w->n++;
   return BS_OK;
@@ -627,7 +503,7 @@ static int build_add(bs__lmdb_opw *w, uint64_t id, const unsigned char *val, siz
 
 /* Whether an op of vs bytes would take the chunk being built past its bounds. */
 static int build_full(const bs__lmdb_opw *w, size_t vs) {
-  return w->n && (w->n >= BS_CHUNK_MAX_OPS || w->size + 20 + vs > CHUNK_CAP);
+  return w->n && (w->n >= BS_CHUNK_MAX_OPS || w->size + BS_CHUNK_ADD_MAX(vs) > CHUNK_CAP);
 }
 
 /* Puts the chunk being built (none: nothing) under key bucket | its last op id. */
@@ -636,7 +512,7 @@ static int build_put(bs__lmdb_opw *w, uint64_t bucket, bs_error *err) {
   MDB_val k = {sizeof kb, kb}, v = {w->size, w->buf};
   int mrc;
   if (!w->n) return BS_OK;
-  if (chunk_seal(w->buf, w->size, w->first_id))
+  if (bs__chunk_seal(w->buf, w->size, w->first_id))
     return bs__fail(err, BS_ECORRUPT, "writing ops: a bad chunk");
   bs__lmdb_op_key(kb, bucket, w->last_id);
   /* past the file's last key (at the open) every later key is too: MDB_APPEND skips the search
@@ -644,7 +520,7 @@ static int build_put(bs__lmdb_opw *w, uint64_t bucket, bs_error *err) {
   if (!w->app && (!w->has_last || memcmp(kb, w->last, sizeof kb) > 0)) w->app = MDB_APPEND;
   mrc = mdb_cursor_put(w->cur, &k, &v, w->app);
   w->n = 0;
-  w->size = CHUNK_HDR;
+  w->size = BS_CHUNK_HDR;
   return mrc ? bs__lmdb_fail(err, mrc, "writing ops") : BS_OK;
 }
 
@@ -653,7 +529,7 @@ int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_e
   int mrc;
   memset(w, 0, sizeof *w);
   w->a = &db->base.alloc;
-  w->size = CHUNK_HDR;
+  w->size = BS_CHUNK_HDR;
   if ((mrc = mdb_cursor_open(txn, db->ops, &w->cur)) != 0)
     return bs__lmdb_fail(err, mrc, "opening a cursor on ops");
   if ((mrc = mdb_cursor_get(w->cur, &k, &v, MDB_LAST)) == 0) {
@@ -682,15 +558,15 @@ static int tail_load(bs__lmdb_opw *w, const MDB_val *k, const MDB_val *v, int *t
                      bs_error *err) {
   uint64_t n;
   *took = 0;
-  if (k->mv_size != BS_OP_KEY_SIZE || v->mv_size < CHUNK_HDR) return BS_OK;
-  n = bs__get_u32le(v->mv_data);
+  if (k->mv_size != BS_OP_KEY_SIZE || v->mv_size < BS_CHUNK_HDR) return BS_OK;
+  n = bs__chunk_n(v->mv_data);
   if (n == 0 || n >= BS_CHUNK_MAX_OPS || v->mv_size >= CHUNK_CAP) return BS_OK;
   if (!grow(w->a, &w->buf, &w->cap, v->mv_size))
     return bs__fail(err, BS_ENOMEM, "writing ops: out of memory");
   memcpy(w->buf, v->mv_data, v->mv_size);
   w->size = v->mv_size;
   w->n = (uint32_t)n;
-  w->first_id = bs__get_u64le((const unsigned char *)v->mv_data + 8);
+  w->first_id = bs__chunk_first(v->mv_data);
   w->last_id = bs__get_u64be((const unsigned char *)k->mv_data + 8);
   *took = 1;
   return BS_OK;

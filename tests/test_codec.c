@@ -166,7 +166,7 @@ static void round_trip(const bs_op *op, uint64_t op_id, unsigned char *out, size
   size_t n = bs__lmdb_op_size(op);
   unsigned char *buf = malloc(n);
   assert_non_null(buf);
-  bs__lmdb_op_encode(buf, op);
+  bs__op_value_encode(buf, op);
   assert_true(n <= out_size);
   memcpy(out, buf, n);
   bs__lmdb_op_key(k, 7, op_id);
@@ -266,6 +266,109 @@ static void test_op_value_malformed(void **state) {
   mk.mv_size = 17;
   assert_int_equal(bs__lmdb_op_decode(&mk, &mv, &op), BS_ECORRUPT);
   free(mv.mv_data);
+}
+
+/* The op chunk (opchunk.c, shared by every backend that stores ops in runs): golden bytes of a
+ * chunk of a PUT, a MOVE and a CLEAR, its round trip, verify's header check, and every malformed
+ * shape bs__chunk_decode must refuse inside an exact heap copy. */
+static const unsigned char chunk_golden[] = {
+    3, 0, 0, 0,             /* n ops */
+    0x3c, 0x11, 0x00, 0x00, /* checksum sum: 0x1111 + 0x20 + 0x0b = 0x113c */
+    5, 0, 0, 0, 0, 0, 0, 0, /* first op id */
+    67, 0, 0, 0,            /* bytes: the three values' sizes, 31 + 18 + 18 */
+    1,                      /* flags: a CLEAR */
+    /* op 5: delta 0, 31 bytes, PUT */
+    0, 31, 1, 0x11, 0x11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 't', 'i', 'd', 's', 'd', 'a',
+    't', 'a', 'x', 'y', 'z', 'w', 'v',
+    /* op 7: delta 2, 18 bytes, MOVE to 9 */
+    2, 18, 3, 0x20, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* op 200: delta 193 (a two-byte varint), 18 bytes, CLEAR of 150 */
+    0xc1, 0x01, 18, 4, 0x0b, 0, 0, 0, 150, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static int dec_chunk(const void *p, size_t n) {
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS], k;
+  return bs__chunk_decode(p, n, ids, off, len, &k);
+}
+
+static void test_op_chunk(void **state) {
+  bs_op ops[3], got;
+  unsigned char buf[256];
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS], n;
+  size_t size = BS_CHUNK_HDR;
+  MDB_val v;
+  (void)state;
+  memset(ops, 0, sizeof ops);
+  ops[0] = (bs_op){5, BS_OP_PUT, 0x1111, 0, V("t"), V("id"), V("s"), V("dataxyzwv")};
+  ops[1].op_id = 7, ops[1].type = BS_OP_MOVE, ops[1].checksum = 0x20, ops[1].target_op = 9;
+  ops[2].op_id = 200, ops[2].type = BS_OP_CLEAR, ops[2].checksum = 0x0b, ops[2].target_op = 150;
+  for (int i = 0; i < 3; i++) {
+    size_t vs = bs__op_value_size(&ops[i]);
+    assert_true(size + BS_CHUNK_ADD_MAX(vs) <= sizeof buf);
+    size += bs__chunk_add(buf + size, i ? ops[i].op_id - ops[i - 1].op_id : 0, &ops[i], NULL, vs);
+  }
+  assert_int_equal(bs__chunk_seal(buf, size, 5), BS_OK);
+  assert_int_equal(size, sizeof chunk_golden);
+  assert_memory_equal(buf, chunk_golden, sizeof chunk_golden);
+  v = exact(chunk_golden, sizeof chunk_golden);
+  assert_int_equal(bs__chunk_decode(v.mv_data, v.mv_size, ids, off, len, &n), BS_OK);
+  assert_int_equal(n, 3);
+  for (uint32_t i = 0; i < n; i++) {
+    assert_int_equal(ids[i], ops[i].op_id);
+    assert_int_equal(bs__op_value_decode((unsigned char *)v.mv_data + off[i], len[i], ids[i], &got),
+                     BS_OK);
+    assert_int_equal(got.type, ops[i].type);
+    assert_int_equal(got.checksum, ops[i].checksum);
+    assert_int_equal(got.target_op, ops[i].target_op);
+    if (ops[i].type == BS_OP_PUT) {
+      val_eq(got.object_id, ops[i].object_id);
+      val_eq(got.data, ops[i].data);
+    } else {
+      assert_null(got.object_id.data);
+      assert_null(got.data.data);
+    }
+  }
+  assert_null(bs__chunk_header_problem(v.mv_data, n, ids, off, len, 4));
+  assert_non_null(bs__chunk_header_problem(v.mv_data, n, ids, off, len, 5));
+  free(v.mv_data);
+  /* the header check sees each field of the header the ops disagree with */
+  for (int f = 0; f < 3; f++) {
+    static const int at[3] = {4, 16, 20};
+    memcpy(buf, chunk_golden, sizeof chunk_golden);
+    buf[at[f]] ^= 1;
+    assert_int_equal(dec_chunk(buf, sizeof chunk_golden), BS_OK);
+    assert_int_equal(bs__chunk_decode(buf, sizeof chunk_golden, ids, off, len, &n), BS_OK);
+    assert_non_null(bs__chunk_header_problem(buf, n, ids, off, len, 0));
+  }
+  /* a value copied whole (bs__chunk_add's val) gives the same bytes */
+  size = BS_CHUNK_HDR;
+  size += bs__chunk_add(buf + size, 0, NULL, chunk_golden + 23, 31);
+  assert_memory_equal(buf + BS_CHUNK_HDR, chunk_golden + BS_CHUNK_HDR, size - BS_CHUNK_HDR);
+  /* every truncation, and one byte more, is refused */
+  for (size_t k = 0; k <= sizeof chunk_golden; k++) {
+    unsigned char more[sizeof chunk_golden + 1];
+    memcpy(more, chunk_golden, sizeof chunk_golden);
+    more[sizeof chunk_golden] = 0;
+    v = exact(more, k < sizeof chunk_golden ? k : sizeof more);
+    assert_int_equal(dec_chunk(v.mv_data, v.mv_size), BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  /* a count of 0, of more ops than it holds, over BS_CHUNK_MAX_OPS; a first delta not 0, a later
+   * one 0; a value shorter than an op header */
+  {
+    static const struct {
+      int at;
+      unsigned char b;
+    } bad[] = {{0, 0}, {0, 4}, {1, 1}, {21, 1}, {54, 0}, {55, 17}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      memcpy(buf, chunk_golden, sizeof chunk_golden);
+      buf[bad[i].at] = bad[i].b;
+      v = exact(buf, sizeof chunk_golden);
+      assert_int_equal(dec_chunk(v.mv_data, v.mv_size), BS_ECORRUPT);
+      free(v.mv_data);
+    }
+  }
 }
 
 static void test_bucket_entry(void **state) {
@@ -1408,6 +1511,7 @@ int main(void) {
       cmocka_unit_test(test_op_key),
       cmocka_unit_test(test_op_value),
       cmocka_unit_test(test_op_value_malformed),
+      cmocka_unit_test(test_op_chunk),
       cmocka_unit_test(test_bucket_entry),
       cmocka_unit_test(test_meta_records),
       cmocka_unit_test(test_source_key),
