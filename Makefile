@@ -126,6 +126,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/benc
 	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 40
 	@echo "== bench smoke (no timing assertions)"
 	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null && \
+	  $(BUILD)/bench/bsbench --quick --proto=ops --read-limit 37 >/dev/null && \
 	  $(BUILD)/bench/bsbench --quick --defrag --buckets 20 >/dev/null && d=$$(mktemp -d) && \
 	  $(BUILD)/bench/bench_clear $$d 2000 10 >/dev/null && \
 	  $(BUILD)/bench/bench_migrate --rows 2000 --reps 1 --batches 500 --dir $$d >/dev/null && rmdir $$d'
@@ -206,9 +207,17 @@ tsan: deps
 demo: deps bucketstore
 	./bucketstore demo
 
+# bsbench --proto=ops's layout e (bench/proto_layout.c) compresses chunks with zstd when pkg-config
+# finds libzstd (Debian: libzstd-dev); without it that layout is left out. The library links no zstd.
+BENCH_ZSTD ?= $(shell pkg-config --exists libzstd 2>/dev/null && echo 1 || echo 0)
+ifeq ($(BENCH_ZSTD),1)
+BENCH_FLAGS := -DBS_BENCH_ZSTD $(shell pkg-config --cflags libzstd)
+BENCH_LIBS := $(shell pkg-config --libs libzstd)
+endif
 $(BUILD)/bench/bsbench: $(BENCH_SRCS) $(wildcard bench/*.h) $(BUILD)/libbucketstore.a storage.h | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(BSCFLAGS) -I. -o $@ $(BENCH_SRCS) $(BUILD)/libbucketstore.a $(LIBDEPS)
+	$(CC) $(BSCFLAGS) $(BENCH_FLAGS) -I. -o $@ $(BENCH_SRCS) $(BUILD)/libbucketstore.a $(LIBDEPS) \
+	  $(BENCH_LIBS)
 
 # Default sizes (a few minutes on 2 cores); `make bench-quick` is the smoke run (seconds).
 bench: deps $(BUILD)/bench/bsbench

@@ -34,7 +34,7 @@ typedef struct bench_cfg {
   size_t compact_memory_mb; /* every compaction's memory_limit_mb (0 = library default) */
   uint64_t seed;
   uint64_t map_mb; /* initial map size of bucketstore files (0 = library default) */
-  int quick, nofork, keep, proto, pg_proto, defrag, proto_source;
+  int quick, nofork, keep, proto, pg_proto, defrag, proto_source; /* proto 2: --proto=ops */
   const char *only, *json, *dir;
   char tmp[512];       /* the run's temporary directory */
   const char *pg_url;  /* --pg: the PostgreSQL workloads (bench_pg.c) on this server */

@@ -923,6 +923,10 @@ static void usage(void) {
          "                      (bench/README.md, \"Layout prototypes\"); uses --rows,\n"
          "                      --buckets, --large-buckets, --commit-rows, --data-size,\n"
          "                      --read-limit\n"
+         "  --proto=ops         op encodings inside 4 KiB chunks instead of the workloads:\n"
+         "                      today's (format 5), dense (a chunk's repeated fields once,\n"
+         "                      subkeys binary), zstd per chunk, beside the record per op\n"
+         "                      (bench/README.md, \"Op encodings\"); uses what --proto uses\n"
          "  --defrag            defragmentation policies instead of the workloads: a fresh\n"
          "                      client's download after compaction against existing clients'\n"
          "                      (bench/README.md, \"Defragmentation\"); uses --buckets,\n"
@@ -973,7 +977,7 @@ int main(int argc, char **argv) {
                                      {"compact-memory-mb", 1, 0, 18},
                                      {"pg-changes", 1, 0, 19},
                                      {"pg", 1, 0, 'P'},
-                                     {"proto", 0, 0, 'L'},
+                                     {"proto", 2, 0, 'L'},
                                      {"pg-proto", 0, 0, 'G'},
                                      {"defrag", 0, 0, 'D'},
                                      {"proto-source", 0, 0, 'S'},
@@ -1013,7 +1017,8 @@ int main(int argc, char **argv) {
       cfg.pg_url = optarg;
       break;
     case 'L':
-      cfg.proto = 1;
+      if (optarg && strcmp(optarg, "ops")) die("--proto=%s: only --proto or --proto=ops", optarg);
+      cfg.proto = optarg ? 2 : 1;
       break;
     case 'G':
       cfg.pg_proto = 1;

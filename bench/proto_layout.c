@@ -14,6 +14,18 @@
  *      compaction would cluster it by bucket, so a bucket's read looks it up in every flush.
  * All layouts hold the same op values (today's encoding, the library's public checksums), and
  * each measurement cross-checks the ops, bytes and checksum sums the layouts hand out.
+ *
+ * --proto=ops compares encodings of the ops inside 4 KiB chunks (layout b, format 5's) instead:
+ *   d: dense, each op's fields that repeat across a chunk written once (docs/format.md 4.3,
+ *      "Where the bytes go"): a head byte (type, and which fields follow), the checksum, the
+ *      target op only when not 0, the object type only when it differs from the previous op's,
+ *      a canonical subkey (bs_subkey's 8 hex digits of table id, '/', 32 hex digits) as its 16
+ *      bytes and the table id only when it differs from the previous op's, lengths as varints;
+ *      a reader spells the subkey out again into a buffer of the chunk (not zero-copy);
+ *   e: format 5's chunk body compressed with zstd (level 1) per chunk, the cap on the
+ *      uncompressed body; a reader decompresses the chunk into a buffer.
+ * Every layout's reads decode each op's fields as the library hands them out (a bs_op), and the
+ * cross-check also sums the subkeys' bytes, so d's spelled-out subkeys are checked against a's.
  */
 #include "raw.h"
 
@@ -29,6 +41,14 @@
 #include <valgrind/callgrind.h>
 #endif
 #endif
+/* The Makefile defines BS_BENCH_ZSTD when pkg-config finds libzstd (layout e; the library itself
+ * links no zstd) */
+#ifdef BS_BENCH_ZSTD
+#include <zstd.h>
+#endif
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #ifndef CALLGRIND_DUMP_STATS_AT
 #define CALLGRIND_DUMP_STATS_AT(name) ((void)(name))
 #define CALLGRIND_ZERO_STATS          ((void)0)
@@ -41,21 +61,35 @@
 
 typedef struct layout {
   const char *name;
-  size_t cap; /* 0: an LMDB record per op; LOG: the per-flush log */
+  size_t cap; /* 0: an LMDB record per op; LOG: the per-flush log; else a chunk body's bytes */
+  int enc;    /* chunks: how their ops are encoded */
+  int set;    /* which run shows it: 1 --proto, 2 --proto=ops */
 } layout;
 #define LOG ((size_t)-1)
+enum { ENC_PLAIN, ENC_DENSE, ENC_ZSTD, ENC_DENSE_TEXT /* dense, subkeys as text */ };
+/* Format 5's cap: a chunk of 4,080 bytes with its 21-byte header fills one 4 KiB overflow page. */
+#define F5_BODY 4059u
 
 static const layout g_layouts[] = {
-    {"a: record per op", 0},          {"b: chunks, cap 4 KiB", 4096},
-    {"b: chunks, cap 16 KiB", 16384}, {"b: chunks, cap 64 KiB", 65536},
-    {"c: flush log + index", LOG},
+    {"a: record per op", 0, ENC_PLAIN, 3},
+    {"b: chunks, cap 4 KiB", 4096, ENC_PLAIN, 1},
+    {"b: chunks, cap 16 KiB", 16384, ENC_PLAIN, 1},
+    {"b: chunks, cap 64 KiB", 65536, ENC_PLAIN, 1},
+    {"c: flush log + index", LOG, ENC_PLAIN, 1},
+    {"b: format 5 chunks", F5_BODY, ENC_PLAIN, 2},
+    {"d: dense chunks", F5_BODY, ENC_DENSE, 2},
+    {"d': dense, subkey text", F5_BODY, ENC_DENSE_TEXT, 2},
+#ifdef BS_BENCH_ZSTD
+    {"e: zstd, 4 KiB body", F5_BODY, ENC_ZSTD, 2},
+    {"e: zstd, 16 KiB body", 4 * F5_BODY, ENC_ZSTD, 2},
+#endif
 };
 #define NLAYOUTS (sizeof g_layouts / sizeof *g_layouts)
 
 typedef struct pstat { /* what a layout's run measured */
   double ingest_s, cpu_s, wchar, write_bytes, file, ops_bytes, src_bytes, chunks;
   double read_s, ck_s, ckcp_s;
-  uint64_t read_ops, read_bytes, ck_buckets;
+  uint64_t read_ops, read_bytes, read_skh, ck_buckets;
   uint32_t read_sum, ck_sum, ckcp_sum;
   int failed;
 } pstat;
@@ -100,12 +134,290 @@ static int chunk_next(const unsigned char **p, const unsigned char *end, uint64_
   return 1;
 }
 
+/* ---- Op fields ---- */
+/* An op value (today's encoding, HDR bytes of header) decoded in place as the library hands it
+ * out; 0 when it does not fit its size. */
+static int op_fields(const unsigned char *v, size_t n, bs_op *o) {
+  size_t otl, oil, skl;
+  if (n < HDR) return 0;
+  otl = (size_t)v[13] | (size_t)v[14] << 8;
+  oil = (size_t)v[15] | (size_t)v[16] << 8;
+  skl = v[17];
+  if (HDR + otl + oil + skl > n) return 0;
+  o->type = (bs_op_type)v[0];
+  o->checksum = gle32(v + 1);
+  o->target_op = gle64(v + 5);
+  o->object_type.data = v + HDR;
+  o->object_type.size = otl;
+  o->object_id.data = v + HDR + otl;
+  o->object_id.size = oil;
+  o->subkey.data = v + HDR + otl + oil;
+  o->subkey.size = skl;
+  o->data.data = v + HDR + otl + oil + skl;
+  o->data.size = n - HDR - otl - oil - skl;
+  return 1;
+}
+
+/* ---- Dense ops (layout d) ---- */
+/* An op: u8 head | u32 checksum | [varint target: D_TARGET] | [varint length + object type:
+ * D_TYPE, else the previous op's] | varint length + object id | subkey: D_SKBIN: [u32 table id:
+ * D_SKTID, else the previous op's] + the 16 bytes of its hash, else varint length + bytes | PUT:
+ * varint length + data. The head's bits 0-2 are the type. The first op of a chunk, and the first a
+ * flush appends to a chunk, carry every field they would repeat. */
+#define D_TARGET 0x08u
+#define D_TYPE   0x10u
+#define D_SKBIN  0x20u
+#define D_SKTID  0x40u
+
+typedef struct dstate {     /* what the next op may repeat */
+  int have, have_tid, text; /* text: the encoder keeps subkeys as text */
+  const unsigned char *ot;
+  size_t otl;
+  uint32_t tid;
+  char tidhex[9];         /* the reader's: tid spelled out, with the '/' */
+  unsigned char otb[256]; /* the encoder's copy of the object type ot points to */
+} dstate;
+
+/* A lowercase hex digit's value, 16 for any other byte: a table built once. */
+static unsigned char g_unhex[256];
+
+/* A subkey bs_subkey spells (8 lowercase hex digits, '/', 32): its table id and hash bytes. (The
+ * library's writer would keep the hash it spells instead of parsing it back.) */
+static int subkey_parse(const unsigned char *sk, size_t n, uint32_t *tid, unsigned char h[16]) {
+  uint32_t t = 0;
+  unsigned bad = 0;
+  if (!g_unhex['0']) {
+    memset(g_unhex, 16, sizeof g_unhex);
+    for (int i = 0; i < 16; i++) g_unhex[(unsigned char)"0123456789abcdef"[i]] = (unsigned char)i;
+  }
+  if (n != BS_SUBKEY_SIZE || sk[8] != '/') return 0;
+  for (int i = 0; i < 8; i++) {
+    bad |= g_unhex[sk[i]];
+    t = t << 4 | (g_unhex[sk[i]] & 15u);
+  }
+  for (int i = 0; i < 16; i++) {
+    unsigned hi = g_unhex[sk[9 + 2 * i]], lo = g_unhex[sk[10 + 2 * i]];
+    bad |= hi | lo;
+    h[i] = (unsigned char)((hi & 15u) << 4 | (lo & 15u));
+  }
+  *tid = t;
+  return !(bad & 16u);
+}
+
+static const char g_hex[] = "0123456789abcdef";
+
+static void tid_spell(char out[9], uint32_t tid) {
+  for (int i = 7; i >= 0; i--, tid >>= 4) out[i] = g_hex[tid & 15];
+  out[8] = '/';
+}
+
+/* Two hex digits a byte, a table built once. */
+static char g_hex2[256][2];
+
+static void subkey_spell(char *out, const char tidhex[9], const unsigned char h[16]) {
+#ifdef __SSE2__
+  /* 16 bytes to 32 hex digits in a few vector instructions (x86-64 always has SSE2): each nibble
+   * n becomes '0' + n, plus 39 ('a' - '0' - 10) where n > 9 */
+  __m128i v = _mm_loadu_si128((const __m128i *)(const void *)h), m = _mm_set1_epi8(0x0f);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m), lo = _mm_and_si128(v, m);
+  __m128i a = _mm_unpacklo_epi8(hi, lo), b = _mm_unpackhi_epi8(hi, lo);
+  __m128i nine = _mm_set1_epi8(9), zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8(39);
+  a = _mm_add_epi8(_mm_add_epi8(a, zero), _mm_and_si128(_mm_cmpgt_epi8(a, nine), gap));
+  b = _mm_add_epi8(_mm_add_epi8(b, zero), _mm_and_si128(_mm_cmpgt_epi8(b, nine), gap));
+  memcpy(out, tidhex, 9);
+  _mm_storeu_si128((__m128i *)(void *)(out + 9), a);
+  _mm_storeu_si128((__m128i *)(void *)(out + 25), b);
+  return;
+#endif
+  if (!g_hex2[0][0])
+    for (int i = 0; i < 256; i++) {
+      g_hex2[i][0] = g_hex[i >> 4];
+      g_hex2[i][1] = g_hex[i & 15];
+    }
+  memcpy(out, tidhex, 9);
+  for (int i = 0; i < 16; i++) memcpy(out + 9 + 2 * i, g_hex2[h[i]], 2);
+}
+
+/* Op value v (n bytes, today's encoding) densely into out under st; returns its size. */
+static size_t dense_encode(unsigned char *out, const unsigned char *v, size_t n, dstate *st) {
+  bs_op o;
+  unsigned char h[16];
+  uint32_t tid = 0;
+  size_t len = 5;
+  unsigned head;
+  if (!op_fields(v, n, &o)) return 0;
+  head = (unsigned)o.type;
+  if (o.target_op) head |= D_TARGET;
+  if (!st->have || st->otl != o.object_type.size ||
+      memcmp(st->otb, o.object_type.data, o.object_type.size))
+    head |= D_TYPE;
+  if (!st->text && subkey_parse(o.subkey.data, o.subkey.size, &tid, h)) {
+    head |= D_SKBIN;
+    if (!st->have_tid || tid != st->tid) head |= D_SKTID;
+  }
+  out[0] = (unsigned char)head;
+  le32(out + 1, o.checksum);
+  if (head & D_TARGET) len += put_varint(out + len, o.target_op);
+  if (head & D_TYPE) {
+    len += put_varint(out + len, o.object_type.size);
+    memcpy(out + len, o.object_type.data, o.object_type.size);
+    len += o.object_type.size;
+  }
+  len += put_varint(out + len, o.object_id.size);
+  memcpy(out + len, o.object_id.data, o.object_id.size);
+  len += o.object_id.size;
+  if (head & D_SKBIN) {
+    if (head & D_SKTID) {
+      le32(out + len, tid);
+      len += 4;
+      st->tid = tid;
+      st->have_tid = 1;
+    }
+    memcpy(out + len, h, 16);
+    len += 16;
+  } else {
+    len += put_varint(out + len, o.subkey.size);
+    memcpy(out + len, o.subkey.data, o.subkey.size);
+    len += o.subkey.size;
+  }
+  if (o.type == BS_OP_PUT) {
+    len += put_varint(out + len, o.data.size);
+    memcpy(out + len, o.data.data, o.data.size);
+    len += o.data.size;
+  }
+  /* v is the caller's buffer, which the next op overwrites: keep a copy */
+  st->have = o.object_type.size <= sizeof st->otb;
+  st->otl = o.object_type.size;
+  if (st->have) memcpy(st->otb, o.object_type.data, o.object_type.size);
+  return len;
+}
+
+/* The next dense op of a chunk body (its id after *op) into o, a spelled-out subkey at sk (41
+ * bytes); 0 at the end or on a bad op. */
+static int dense_next(const unsigned char **pp, const unsigned char *end, uint64_t *op, bs_op *o,
+                      dstate *st, char *sk) {
+  const unsigned char *p = *pp;
+  uint64_t delta, v;
+  size_t a;
+  unsigned head;
+#define NEED(n)                                                                                    \
+  do {                                                                                             \
+    if ((size_t)(end - p) < (size_t)(n)) return 0;                                                 \
+  } while (0)
+#define VARINT(x)                                                                                  \
+  do {                                                                                             \
+    if (!(a = get_varint(p, end, &(x)))) return 0;                                                 \
+    p += a;                                                                                        \
+  } while (0)
+  if (p >= end) return 0;
+  VARINT(delta);
+  NEED(5);
+  head = p[0];
+  o->type = (bs_op_type)(head & 7);
+  o->checksum = gle32(p + 1);
+  p += 5;
+  o->target_op = 0;
+  if (head & D_TARGET) VARINT(o->target_op);
+  if (head & D_TYPE) {
+    VARINT(v);
+    NEED(v);
+    st->ot = p;
+    st->otl = (size_t)v;
+    st->have = 1;
+    p += v;
+  } else if (!st->have) {
+    return 0;
+  }
+  o->object_type.data = st->ot;
+  o->object_type.size = st->otl;
+  VARINT(v);
+  NEED(v);
+  o->object_id.data = p;
+  o->object_id.size = (size_t)v;
+  p += v;
+  if (head & D_SKBIN) {
+    if (head & D_SKTID) {
+      NEED(4);
+      st->tid = gle32(p);
+      tid_spell(st->tidhex, st->tid);
+      st->have_tid = 1;
+      p += 4;
+    } else if (!st->have_tid) {
+      return 0;
+    }
+    NEED(16);
+    subkey_spell(sk, st->tidhex, p);
+    p += 16;
+    o->subkey.data = sk;
+    o->subkey.size = BS_SUBKEY_SIZE;
+  } else {
+    VARINT(v);
+    NEED(v);
+    o->subkey.data = p;
+    o->subkey.size = (size_t)v;
+    p += v;
+  }
+  o->data.data = NULL;
+  o->data.size = 0;
+  if (o->type == BS_OP_PUT) {
+    VARINT(v);
+    NEED(v);
+    o->data.data = p;
+    o->data.size = (size_t)v;
+    p += v;
+  }
+#undef NEED
+#undef VARINT
+  *op += delta;
+  *pp = p;
+  return 1;
+}
+
+/* The next op of a chunk body in encoding enc (ENC_ZSTD: the body decompressed) into o; sk: room
+ * for the op's spelled-out subkey (dense) */
+static int body_next(int enc, const unsigned char **p, const unsigned char *end, uint64_t *op,
+                     bs_op *o, dstate *st, char *sk) {
+  const unsigned char *v;
+  size_t vn;
+  if (enc == ENC_DENSE || enc == ENC_DENSE_TEXT) return dense_next(p, end, op, o, st, sk);
+  return chunk_next(p, end, op, &v, &vn) && op_fields(v, vn, o);
+}
+
+#ifdef BS_BENCH_ZSTD
+static ZSTD_CCtx *g_zc;
+static ZSTD_DCtx *g_zd;
+static unsigned char *g_zbuf; /* a compressed chunk, or a decompressed body */
+static size_t g_zcap;
+
+static int z_room(size_t n) {
+  if (n <= g_zcap) return 1;
+  free(g_zbuf);
+  g_zcap = 0;
+  if (!(g_zbuf = malloc(n))) return 0;
+  g_zcap = n;
+  return 1;
+}
+
+/* Chunk value p (n bytes: CH_HDR, then the compressed body) decompressed into g_zbuf; returns the
+ * body's size, or (size_t)-1. */
+static size_t z_body(const unsigned char *p, size_t n) {
+  size_t want, got;
+  if (n < CH_HDR) return (size_t)-1;
+  want = gle32(p + 16);
+  if (!z_room(want + 1) || (!g_zd && !(g_zd = ZSTD_createDCtx()))) return (size_t)-1;
+  got = ZSTD_decompressDCtx(g_zd, g_zbuf, g_zcap, p + CH_HDR, n - CH_HDR);
+  return ZSTD_isError(got) || got != want ? (size_t)-1 : got;
+}
+#endif
+
 /* ---- Writing chunks ---- */
 typedef struct chunkw {
   unsigned char *buf; /* CH_HDR + packed ops */
   size_t len;         /* bytes of packed ops */
   uint32_t count, ck;
   uint64_t min, last;
+  int enc;
+  dstate st; /* ENC_DENSE: what the next op may repeat */
 } chunkw;
 
 static int chunk_emit(rdb *d, MDB_txn *txn, uint64_t id, chunkw *w, double *chunks) {
@@ -116,9 +428,21 @@ static int chunk_emit(rdb *d, MDB_txn *txn, uint64_t id, chunkw *w, double *chun
   le32(w->buf + 4, w->ck);
   le64(w->buf + 8, w->min);
   le32(w->buf + 16, (uint32_t)w->len);
+#ifdef BS_BENCH_ZSTD
+  if (w->enc == ENC_ZSTD) {
+    size_t bound = ZSTD_compressBound(w->len), z;
+    if (!z_room(CH_HDR + bound) || (!g_zc && !(g_zc = ZSTD_createCCtx()))) return ENOMEM;
+    memcpy(g_zbuf, w->buf, CH_HDR);
+    z = ZSTD_compressCCtx(g_zc, g_zbuf + CH_HDR, bound, w->buf + CH_HDR, w->len, 1);
+    if (ZSTD_isError(z)) return EIO;
+    val.mv_size = CH_HDR + z;
+    val.mv_data = g_zbuf;
+  }
+#endif
   opkey(k, id, w->last);
   w->len = w->count = w->ck = 0;
   w->min = w->last = 0;
+  w->st.have = w->st.have_tid = 0;
   ++*chunks;
   return mdb_put(txn, d->ops, &key, &val, 0);
 }
@@ -130,45 +454,80 @@ static int chunk_take_tail(rdb *d, MDB_txn *txn, uint64_t id, uint64_t last, siz
   unsigned char k[16];
   MDB_val key = {16, k}, val;
   const unsigned char *p;
+  size_t body;
   int mrc;
   opkey(k, id, last);
   if ((mrc = mdb_get(txn, d->ops, &key, &val))) return mrc == MDB_NOTFOUND ? 0 : mrc;
   p = val.mv_data;
-  if (val.mv_size < CH_HDR || gle32(p + 16) != val.mv_size - CH_HDR) return MDB_CORRUPTED;
+  body = val.mv_size - CH_HDR;
+  if (val.mv_size < CH_HDR || (w->enc != ENC_ZSTD && gle32(p + 16) != body)) return MDB_CORRUPTED;
   if (gle32(p + 16) + need > cap) return 0;
-  memcpy(w->buf, p, val.mv_size);
+  memcpy(w->buf, p, CH_HDR);
+#ifdef BS_BENCH_ZSTD
+  if (w->enc == ENC_ZSTD) {
+    if ((body = z_body(p, val.mv_size)) == (size_t)-1) return MDB_CORRUPTED;
+    memcpy(w->buf + CH_HDR, g_zbuf, body);
+  } else
+#endif
+    memcpy(w->buf + CH_HDR, p + CH_HDR, body);
   w->count = gle32(p);
   w->ck = gle32(p + 4);
   w->min = gle64(p + 8);
-  w->len = val.mv_size - CH_HDR;
+  w->len = body;
   w->last = last;
+  w->st.have = w->st.have_tid = 0; /* the next op carries its fields: no decode of the tail */
   --*chunks;
   return mdb_del(txn, d->ops, &key, NULL);
+}
+
+/* Op value v (n bytes) as it would be packed into w after w->last: into out with the state it
+ * leaves in *next (dense), or as is; returns the bytes it takes. */
+static size_t chunk_op_size(const chunkw *w, uint64_t op, const unsigned char *v, size_t n,
+                            unsigned char *out, size_t *on, dstate *next) {
+  if (w->enc == ENC_DENSE || w->enc == ENC_DENSE_TEXT) {
+    *next = w->st;
+    *on = dense_encode(out, v, n, next);
+    return varint_len(op - w->last) + *on;
+  }
+  return varint_len(op - w->last) + varint_len(n) + n;
 }
 
 /* The flush's ops of bucket b (rows [s, e) with i % nb == b) appended as chunks. */
 static int chunk_flush(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, unsigned b, uint64_t s,
                        uint64_t e, size_t cap, chunkw *w, double *chunks) {
-  static unsigned char v[OP_MAX];
+  static unsigned char v[OP_MAX], dv[OP_MAX + 32];
   uint64_t id = b + 1, prev = acc[b].last_op;
   int mrc = 0, first = acc[b].count > 0;
+  static dstate next;
+  size_t dn = 0;
   for (uint64_t i = s + (b + nb - s % nb) % nb; i < e && !mrc; i += nb) {
     uint64_t op = i + 1;
     size_t n = op_make(v, acc, b, op, BS_OP_PUT, i, 0, g_cfg->data_size), need;
-    if (first && (mrc = chunk_take_tail(d, txn, id, prev, cap,
-                                        varint_len(op - prev) + varint_len(n) + n, w, chunks)))
-      break;
+    if (first) {
+      /* what the op takes as the first a flush appends (every field it could repeat) */
+      chunkw probe = *w;
+      probe.last = prev;
+      probe.st.have = probe.st.have_tid = 0;
+      need = chunk_op_size(&probe, op, v, n, dv, &dn, &next);
+      if ((mrc = chunk_take_tail(d, txn, id, prev, cap, need, w, chunks))) break;
+    }
     first = 0;
-    need = varint_len(op - w->last) + varint_len(n) + n;
+    need = chunk_op_size(w, op, v, n, dv, &dn, &next);
     if (w->count && w->len + need > cap) {
       if ((mrc = chunk_emit(d, txn, id, w, chunks))) break;
-      need = varint_len(op) + varint_len(n) + n;
+      need = chunk_op_size(w, op, v, n, dv, &dn, &next); /* the new chunk's first op */
     }
     if (!w->count) w->min = op;
     w->len += put_varint(w->buf + CH_HDR + w->len, op - w->last);
-    w->len += put_varint(w->buf + CH_HDR + w->len, n);
-    memcpy(w->buf + CH_HDR + w->len, v, n);
-    w->len += n;
+    if (w->enc == ENC_DENSE || w->enc == ENC_DENSE_TEXT) {
+      memcpy(w->buf + CH_HDR + w->len, dv, dn); /* encoded once, above */
+      w->len += dn;
+      w->st = next;
+    } else {
+      w->len += put_varint(w->buf + CH_HDR + w->len, n);
+      memcpy(w->buf + CH_HDR + w->len, v, n);
+      w->len += n;
+    }
     w->count++;
     w->ck += gle32(v + 1);
     w->last = op;
@@ -284,7 +643,8 @@ static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
   racc *acc = calloc(nb, sizeof *acc);
   size_t bufsize = L->cap == LOG ? (size_t)c->commit_rows * (OP_MAX - 65536 + c->data_size + 24)
                                  : CH_HDR + (L->cap ? L->cap : 1) + OP_MAX;
-  chunkw w = {malloc(bufsize), 0, 0, 0, 0, 0};
+  chunkw w = {.buf = malloc(bufsize), .enc = L->enc};
+  w.st.text = L->enc == ENC_DENSE_TEXT;
   uint64_t seq = 0;
   double t0, c0, wc0, wb0, wc1, wb1;
   char name[64];
@@ -333,22 +693,35 @@ out:
 }
 
 typedef struct phand {
-  uint64_t ops, bytes;
+  uint64_t ops, bytes, skh; /* skh: a sum over the subkeys' bytes, to cross-check them */
   uint32_t sum;
 } phand;
 
+/* An op handed out: what the cross-check counts of it. */
+static void hand_op(const bs_op *o, phand *out) {
+  const unsigned char *sk = o->subkey.data;
+  uint64_t h = 0;
+  out->bytes += o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
+  out->sum += o->checksum;
+  for (size_t i = 0; i < o->subkey.size; i++) h = h * 31 + sk[i];
+  out->skh += h;
+}
+
 /* Hands out the packed ops of [p, end) in (after, cp] while *n < limit; 1 when an op above cp
  * ended it. */
-static int hand_packed(const unsigned char *p, const unsigned char *end, uint64_t after,
+static int hand_packed(int enc, const unsigned char *p, const unsigned char *end, uint64_t after,
                        uint64_t cp, uint64_t limit, uint64_t *n, uint64_t *last, phand *out) {
-  const unsigned char *v;
+  /* the chunk's spelled-out subkeys (d), each kept until the chunk is done, as a reader handing
+   * out a chunk's ops at once would (format 5 caps a chunk at 256 ops) */
+  static char sks[256 * BS_SUBKEY_SIZE];
   uint64_t op = 0;
-  size_t vn;
-  while (*n < limit && chunk_next(&p, end, &op, &v, &vn)) {
+  dstate st = {0};
+  bs_op o;
+  for (uint32_t i = 0;
+       *n < limit && body_next(enc, &p, end, &op, &o, &st, sks + (i & 255) * BS_SUBKEY_SIZE); i++) {
     if (op <= after) continue;
     if (op > cp) return 1;
-    out->bytes += vn - HDR;
-    out->sum += gle32(v + 1);
+    hand_op(&o, out);
     *last = op;
     ++*n;
   }
@@ -361,15 +734,17 @@ static void log_scan(rdb *d, MDB_txn *txn, uint64_t id, uint64_t after, uint64_t
   for (uint64_t f = 1, nf = log_flushes(); f <= nf && *n < limit; f++) {
     const unsigned char *ix, *p, *end;
     if (!log_entry(d, txn, f, id, &ix, &p, &end) || gle64(ix + 24) <= after) continue;
-    if (gle64(ix + 16) > cp || hand_packed(p, end, after, cp, limit, n, last, out)) break;
+    if (gle64(ix + 16) > cp || hand_packed(ENC_PLAIN, p, end, after, cp, limit, n, last, out))
+      break;
   }
 }
 
 /* Hands out ops (after, cp] of bucket id, at most limit; returns the last op read when the limit
  * stopped it (0: the bucket's end). Chunks: the first chunk found may start below after + 1, its
  * ops up to after are skipped. */
-static uint64_t p_scan(rdb *d, MDB_txn *txn, size_t cap, uint64_t id, uint64_t after, uint64_t cp,
-                       uint64_t limit, phand *out) {
+static uint64_t p_scan(rdb *d, MDB_txn *txn, const layout *L, uint64_t id, uint64_t after,
+                       uint64_t cp, uint64_t limit, phand *out) {
+  size_t cap = L->cap;
   MDB_cursor *cur;
   unsigned char k[16];
   MDB_val key = {16, k}, val;
@@ -384,19 +759,27 @@ static uint64_t p_scan(rdb *d, MDB_txn *txn, size_t cap, uint64_t id, uint64_t a
   if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && n < limit;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    const unsigned char *kp = key.mv_data, *p = val.mv_data;
+    const unsigned char *kp = key.mv_data, *p = val.mv_data, *body = p + CH_HDR;
+    size_t bn = val.mv_size - CH_HDR;
     uint64_t op;
+    bs_op o;
     if (gbe64(kp) != id) break;
     if (!cap) {
-      if ((op = gbe64(kp + 8)) > cp) break;
-      out->bytes += val.mv_size - HDR;
-      out->sum += gle32(p + 1);
+      if ((op = gbe64(kp + 8)) > cp || !op_fields(p, val.mv_size, &o)) break;
+      hand_op(&o, out);
       last = op;
       n++;
       continue;
     }
-    if (gle64(p + 8) > cp ||
-        hand_packed(p + CH_HDR, p + val.mv_size, after, cp, limit, &n, &last, out))
+    if (gle64(p + 8) > cp) break;
+#ifdef BS_BENCH_ZSTD
+    if (L->enc == ENC_ZSTD) {
+      if ((bn = z_body(p, val.mv_size)) == (size_t)-1) break;
+      body = g_zbuf;
+    }
+#endif
+    if (hand_packed(L->enc == ENC_ZSTD ? ENC_PLAIN : L->enc, body, body + bn, after, cp, limit, &n,
+                    &last, out))
       break;
   }
   out->ops += n;
@@ -405,7 +788,7 @@ static uint64_t p_scan(rdb *d, MDB_txn *txn, size_t cap, uint64_t id, uint64_t a
 }
 
 /* Whole buckets from op 0 at cp, a read txn per read_limit ops (as raw_reads). */
-static int p_reads(rdb *d, size_t cap, unsigned nb, uint64_t cp, phand *out) {
+static int p_reads(rdb *d, const layout *L, unsigned nb, uint64_t cp, phand *out) {
   for (unsigned b = 0; b < nb; b++) {
     uint64_t after = 0;
     do {
@@ -413,7 +796,7 @@ static int p_reads(rdb *d, size_t cap, unsigned nb, uint64_t cp, phand *out) {
       uint64_t id;
       if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
       id = r_bucket_id(d, txn, b);
-      after = id ? p_scan(d, txn, cap, id, after, cp, g_cfg->read_limit, out) : 0;
+      after = id ? p_scan(d, txn, L, id, after, cp, g_cfg->read_limit, out) : 0;
       mdb_txn_abort(txn);
     } while (after);
   }
@@ -452,21 +835,23 @@ static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
 }
 
 /* The checksums of the packed ops of [p, end) above cp. */
-static uint32_t sum_above(const unsigned char *p, const unsigned char *end, uint64_t cp) {
-  const unsigned char *v;
+static uint32_t sum_above(int enc, const unsigned char *p, const unsigned char *end, uint64_t cp) {
+  char sk[BS_SUBKEY_SIZE];
   uint64_t op = 0;
-  size_t vn;
   uint32_t ck = 0;
-  while (chunk_next(&p, end, &op, &v, &vn))
-    if (op > cp) ck += gle32(v + 1);
+  dstate st = {0};
+  bs_op o;
+  while (body_next(enc, &p, end, &op, &o, &st, sk))
+    if (op > cp) ck += o.checksum;
   return ck;
 }
 
 /* Chunks and log: bucket b's checksum at cp, the running state minus the chunks (index entries)
  * above cp, the one that holds cp decoded for its ops above cp; as r_checksum does with op
  * records. */
-static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, size_t cap, unsigned b,
+static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, const layout *L, unsigned b,
                            uint64_t cp, uint32_t *ck) {
+  size_t cap = L->cap;
   unsigned char k[16];
   MDB_val key = {8, k}, val;
   uint64_t id = r_bucket_id(d, txn, b);
@@ -481,7 +866,7 @@ static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, size_t cap, un
       const unsigned char *ix, *p, *end;
       if (!log_entry(d, txn, f, id, &ix, &p, &end)) continue;
       if (gle64(ix + 24) <= cp) break;
-      *ck -= gle64(ix + 16) > cp ? gle32(ix + 12) : sum_above(p, end, cp);
+      *ck -= gle64(ix + 16) > cp ? gle32(ix + 12) : sum_above(ENC_PLAIN, p, end, cp);
     }
     return;
   }
@@ -490,19 +875,30 @@ static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, size_t cap, un
   key.mv_data = k;
   for (mrc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); mrc == 0 && gbe64(key.mv_data) == id;
        mrc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    const unsigned char *p = val.mv_data;
-    *ck -= gle64(p + 8) > cp ? gle32(p + 4) : sum_above(p + CH_HDR, p + val.mv_size, cp);
+    const unsigned char *p = val.mv_data, *body = p + CH_HDR;
+    size_t bn = val.mv_size - CH_HDR;
+    if (gle64(p + 8) > cp) {
+      *ck -= gle32(p + 4);
+      continue;
+    }
+#ifdef BS_BENCH_ZSTD
+    if (L->enc == ENC_ZSTD) {
+      if ((bn = z_body(p, val.mv_size)) == (size_t)-1) return;
+      body = g_zbuf;
+    }
+#endif
+    *ck -= sum_above(L->enc == ENC_ZSTD ? ENC_PLAIN : L->enc, body, body + bn, cp);
   }
 }
 
-static uint32_t p_checksum_at(rdb *d, MDB_txn *txn, size_t cap, unsigned nb, uint64_t cp) {
+static uint32_t p_checksum_at(rdb *d, MDB_txn *txn, const layout *L, unsigned nb, uint64_t cp) {
   uint32_t total = 0, ck;
   uint64_t count;
   MDB_cursor *cur;
   if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
   for (unsigned b = 0; b < nb; b++) {
-    if (cap)
-      chunk_checksum(d, txn, cur, cap, b, cp, &ck);
+    if (L->cap)
+      chunk_checksum(d, txn, cur, L, b, cp, &ck);
     else
       r_checksum(d, txn, cur, b, cp, &ck, &count);
     total += ck;
@@ -518,18 +914,19 @@ static int p_measure(rdb *d, const layout *L, unsigned nb, pstat *ps) {
   uint64_t cp = g_cfg->rows, mid = g_cfg->rows - g_cfg->commit_rows / 2;
   char name[64];
   MDB_txn *txn;
-  phand warm = {0, 0, 0};
-  if (p_reads(d, L->cap, nb, cp, &warm)) return -1;
+  phand warm = {0, 0, 0, 0};
+  if (p_reads(d, L, nb, cp, &warm)) return -1;
   ps->read_s = ps->ck_s = ps->ckcp_s = 1e30;
   CALLGRIND_ZERO_STATS;
   for (int i = 0; i < PASSES; i++) {
-    phand pr = {0, 0, 0};
+    phand pr = {0, 0, 0, 0};
     double t0 = now_s(), t;
-    if (p_reads(d, L->cap, nb, cp, &pr)) return -1;
+    if (p_reads(d, L, nb, cp, &pr)) return -1;
     if ((t = now_s() - t0) < ps->read_s) ps->read_s = t;
     ps->read_ops = pr.ops;
     ps->read_bytes = pr.bytes;
     ps->read_sum = pr.sum;
+    ps->read_skh = pr.skh;
   }
   snprintf(name, sizeof name, "%s, reads", L->name);
   CALLGRIND_DUMP_STATS_AT(name);
@@ -539,7 +936,7 @@ static int p_measure(rdb *d, const layout *L, unsigned nb, pstat *ps) {
     ps->ck_sum = p_checksum_full(d, txn, L->cap, nb);
     if ((t = now_s() - t0) < ps->ck_s) ps->ck_s = t;
     t0 = now_s();
-    ps->ckcp_sum = p_checksum_at(d, txn, L->cap, nb, mid);
+    ps->ckcp_sum = p_checksum_at(d, txn, L, nb, mid);
     if ((t = now_s() - t0) < ps->ckcp_s) ps->ckcp_s = t;
     mdb_txn_abort(txn);
   }
@@ -581,6 +978,7 @@ static void p_print(unsigned nb, const pstat *ps) {
          "ck full us/bk", "ck@cp us/bk");
   for (size_t i = 0; i < NLAYOUTS; i++) {
     const pstat *p = &ps[i];
+    if (!(g_layouts[i].set & g_cfg->proto)) continue;
     if (p->failed) {
       printf("%-22s FAILED\n", g_layouts[i].name);
       continue;
@@ -599,18 +997,19 @@ static void p_print(unsigned nb, const pstat *ps) {
 int proto_layouts(void) {
   unsigned sizes[2] = {g_cfg->buckets_small, g_cfg->buckets_large};
   int bad = 0;
-  printf("layout prototypes (not the file format); reads and checksums: best of %d warm passes\n",
-         PASSES);
+  printf("%s (not the file format); reads and checksums: best of %d warm passes\n",
+         g_cfg->proto == 2 ? "op encodings in chunks" : "layout prototypes", PASSES);
   for (int s = 0; s < 2; s++) {
     pstat ps[NLAYOUTS];
     for (size_t i = 0; i < NLAYOUTS; i++) {
+      if (!(g_layouts[i].set & g_cfg->proto)) continue;
       p_run(&g_layouts[i], sizes[s], &ps[i]);
       bad += ps[i].failed;
       if (!ps[i].failed && !ps[0].failed &&
           (ps[i].read_ops != ps[0].read_ops || ps[i].read_bytes != ps[0].read_bytes ||
-           ps[i].read_sum != ps[0].read_sum || ps[i].ck_sum != ps[0].ck_sum ||
-           ps[i].ckcp_sum != ps[0].ckcp_sum || ps[i].ck_sum != ps[i].read_sum ||
-           ps[i].read_ops != g_cfg->rows)) {
+           ps[i].read_skh != ps[0].read_skh || ps[i].read_sum != ps[0].read_sum ||
+           ps[i].ck_sum != ps[0].ck_sum || ps[i].ckcp_sum != ps[0].ckcp_sum ||
+           ps[i].ck_sum != ps[i].read_sum || ps[i].read_ops != g_cfg->rows)) {
         fprintf(stderr, "bsbench --proto: %s, %u buckets: the hand-outs differ from layout a\n",
                 g_layouts[i].name, sizes[s]);
         bad++;
