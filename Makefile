@@ -316,6 +316,10 @@ headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_back
 	  rows=$$(grep '^| `bs_[a-z]*_vtable`' docs/backends.md); test -n "$$slots"; \
 	  for s in $$slots; do echo "$$rows" | grep -q "\`$$s\`" || \
 	    { echo "headertest: docs/backends.md's table of the tables lacks the slot $$s"; exit 1; }; \
+	  done; \
+	  for s in $$(echo "$$rows" | cut -d'|' -f4 | grep -o '`[a-z_]*`' | tr -d '`' | grep -v '^bs_'); do \
+	    case " destroy $$(echo $$slots) " in *" $$s "*) ;; *) \
+	      echo "headertest: docs/backends.md's table of the tables names $$s, not a slot"; exit 1;; esac; \
 	  done; echo "headertest: docs/backends.md's table names the $$(echo $$slots | wc -w) slots"
 	@echo "headertest: storage.h and storage_backend.h compile alone as C99 and C++11"
 

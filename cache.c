@@ -1,7 +1,7 @@
 /*
  * cache.c: the front's checksum cache (contract.md 5.3): bs_get_checksums answered from earlier
  * answers plus the ops since, above every backend. Only the front (storage.c) calls it; it asks
- * the backend through the storage's table (checksums, checksum_ranges, get_checkpoint).
+ * the backend through the storage's table (checksums, checksum_ranges, get_status).
  */
 #include "internal.h"
 
@@ -23,8 +23,8 @@
  *     below the horizon it may tear C); (c) the stream is cleared (ids may restart).
  *  2. (a) No op id <= the stream's checkpoint K is ever allocated again, so a value at C <= K
  *     is final except for compaction. The cache stores an entry only if C <= a checkpoint of
- *     the stream observed BEFORE the backend read (`known`, fed by get_checkpoint through the
- *     front, by in-process commits, and by one vt->get_checkpoint call when C is above it).
+ *     the stream observed BEFORE the backend read (`known`, fed by bs_get_checkpoint through the
+ *     front, by in-process commits, and by one vt->get_status call when C is above it).
  *  3. (b) Every compaction that changes a bucket bumps the bucket's generation, persisted in
  *     its bucket state, so a compaction by another process is seen too. An entry is reused only
  *     after the backend has confirmed, in the same read snapshot that produced the delta, that
@@ -402,18 +402,19 @@ static int compute_misses(bs_storage *st, uint64_t cp, const bs_val *buckets, re
 
 static int refresh_known(bs__cksum_cache *c, bs_storage *st, uint64_t cp, uint64_t *known,
                          bs_error *err) {
-  bs_checkpoint now;
+  bs_status now; /* the checkpoint is the status's (the storage table has no slot for it) */
   int rc;
   known_cp *k;
   pthread_mutex_lock(&c->mu);
   *known = (k = known_find(c, st->stream_id)) ? k->checkpoint : 0;
   pthread_mutex_unlock(&c->mu);
-  if (cp <= *known || !st->vt->get_checkpoint) return BS_OK;
-  rc = st->vt->get_checkpoint(&now, st, err);
+  if (cp <= *known || !st->vt->get_status) return BS_OK;
+  memset(&now, 0, sizeof now);
+  rc = st->vt->get_status(&now, st, err);
   if (rc == BS_EUNSUPPORTED) return BS_OK;
   if (rc != BS_OK) return rc;
-  bs__cksum_cache_note_checkpoint(c, st->stream_id, now.op_id);
-  if (now.op_id > *known) *known = now.op_id;
+  bs__cksum_cache_note_checkpoint(c, st->stream_id, now.checkpoint);
+  if (now.checkpoint > *known) *known = now.checkpoint;
   return BS_OK;
 }
 

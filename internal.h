@@ -345,7 +345,7 @@ static inline void bs__op_fields(bs_op *op) {
  * refuses an older table (storage.c HANDLE_CHECK), whose slots take their arguments in another
  * order. Changing a slot's signature means bumping its table's version and this to it. */
 #define BS_FIRST_bs_db_vtable       2
-#define BS_FIRST_bs_storage_vtable  4
+#define BS_FIRST_bs_storage_vtable  5
 #define BS_FIRST_bs_writer_vtable   2
 #define BS_SIZES(T)                 ((const size_t[]){BS_OLDER_##T sizeof(T)})
 #define BS_VERSIONS(T)              ((unsigned)(sizeof BS_SIZES(T) / sizeof(size_t)))

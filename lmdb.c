@@ -138,7 +138,6 @@ static const bs_storage_vtable lmdb_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = lmdb_storage_destroy,
     .writer_open = bs__lmdb_writer_open,
-    .get_checkpoint = bs__lmdb_get_checkpoint,
     .bucket_data = bs__lmdb_bucket_data,
     .checksums = bs__lmdb_checksums,
     .checksum_ranges = bs__lmdb_checksum_ranges,

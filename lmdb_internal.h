@@ -710,7 +710,6 @@ int bs__lmdb_ops_rechunk(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[
                          void (*record)(uint64_t n), uint64_t *records, int *done, bs_error *err);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
-int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);
 int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
                          const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
                          int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);

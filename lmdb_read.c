@@ -124,19 +124,6 @@ int bs__lmdb_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   return rc;
 }
 
-/* The checkpoint is the status's: one reader of the stream record. out: zeroed by the front. */
-int bs__lmdb_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
-  bs_status s;
-  int rc;
-  memset(&s, 0, sizeof s);
-  if ((rc = bs__lmdb_get_status(&s, st, err))) return rc;
-  out->op_id = s.checkpoint;
-  out->has_lsn = s.has_lsn;
-  out->lsn_size = s.lsn_size;
-  memcpy(out->lsn, s.lsn, s.lsn_size);
-  return BS_OK;
-}
-
 /* ---- Bucket data ---------------------------------------------------------------------------- */
 
 /* Serves the ops of one bucket in (after, C] to the call's chunker (rules.c), until it stops. */

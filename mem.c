@@ -902,7 +902,6 @@ static const bs_storage_vtable mem_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = mem_storage_destroy,
     .writer_open = mem_writer_open,
-    .get_checkpoint = bs__mem_get_checkpoint,
     .bucket_data = bs__mem_bucket_data,
     .checksums = bs__mem_checksums,
     .checksum_ranges = bs__mem_checksum_ranges,

@@ -309,7 +309,6 @@ static inline int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, b
 }
 
 /* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c */
-int bs__mem_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err);
 int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
                         size_t n_req, const bs_batch_options *opts,
                         int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);

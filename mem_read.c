@@ -1,23 +1,11 @@
 /*
- * mem_read.c: the memory backend's reads (contract.md 5): checkpoint, bucket data, checksums,
+ * mem_read.c: the memory backend's reads (contract.md 5): bucket data, checksums,
  * checkpoint changes, parameter sets and the bucket listing, each under the store's lock on
  * copies that the callbacks get after it is released.
  */
 #include "mem_internal.h"
 
 /* ---- Reads ----------------------------------------------------------------------------------- */
-
-int bs__mem_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
-  BS_UNUSED(err);
-  mem_storage *ms = MS(st);
-  lock(ms->db); /* out: zeroed by the front */
-  out->op_id = ms->s->m.checkpoint;
-  out->has_lsn = ms->s->m.cp_lsn.has;
-  out->lsn_size = ms->s->m.cp_lsn.n;
-  memcpy(out->lsn, ms->s->m.cp_lsn.b, ms->s->m.cp_lsn.n);
-  unlock(ms->db);
-  return BS_OK;
-}
 
 /* The chunks of one call, kept (copied) while the lock is held and handed out after it. */
 typedef struct mem_kept {

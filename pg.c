@@ -830,7 +830,6 @@ static const bs_storage_vtable pg_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = pg_storage_destroy,
     .writer_open = bs__pg_writer_open,
-    .get_checkpoint = pg_get_checkpoint,
     .bucket_data = bs__pg_bucket_data,
     .checksums = bs__pg_checksums,
     .checksum_ranges = bs__pg_checksum_ranges,

@@ -736,15 +736,29 @@ int bs_writer_custom_write_checkpoint_requested(bs_writer *w, bs_val user_id, ui
 
 /* ---- Reading: checkpoints -------------------------------------------------------------------- */
 
+/* The checkpoint is read from get_status: a backend keeps it in one place, its stream record,
+ * and has no slot of its own for it (storage_backend.h, the storage table's version 5). */
+static int read_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
+  bs_status s;
+  int rc;
+  memset(&s, 0, sizeof s);
+  if ((rc = st->vt->get_status(&s, st, err)) != BS_OK) return rc;
+  memset(out, 0, sizeof *out);
+  out->op_id = s.checkpoint;
+  out->has_lsn = s.has_lsn;
+  out->lsn_size = s.lsn_size;
+  memcpy(out->lsn, s.lsn, s.lsn_size);
+  note_checkpoint(st, out->op_id);
+  return BS_OK;
+}
+
 int bs_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
   bs_checkpoint cp;
   int rc;
   if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
-  if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
-  memset(&cp, 0, sizeof cp);
-  if ((rc = st->vt->get_checkpoint(&cp, st, err)) != BS_OK) return rc;
-  note_checkpoint(st, cp.op_id);
+  if ((rc = VT_CHECK(st, get_status, err))) return rc;
+  if ((rc = read_checkpoint(&cp, st, err)) != BS_OK) return rc;
   *out = cp;
   return BS_OK;
 }
@@ -774,7 +788,7 @@ int bs_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *
   if ((rc = check_storage(st, NULL, err))) return rc;
   if (!out) return bs__fail(err, BS_EINVAL, "out: NULL");
   if (timeout_ms < 0) return bs__fail(err, BS_EINVAL, "timeout_ms: %d is negative", timeout_ms);
-  if ((rc = VT_CHECK(st, get_checkpoint, err))) return rc;
+  if ((rc = VT_CHECK(st, get_status, err))) return rc;
   if (!known) {
     memset(&none, 0, sizeof none);
     known = &none;
@@ -797,9 +811,7 @@ int bs_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_checkpoint *
       seq = st->db->front->notify_seq;
       pthread_mutex_unlock(&st->db->front->notify_mu);
     }
-    memset(&cur, 0, sizeof cur);
-    if ((rc = st->vt->get_checkpoint(&cur, st, err)) != BS_OK) return rc;
-    note_checkpoint(st, cur.op_id);
+    if ((rc = read_checkpoint(&cur, st, err)) != BS_OK) return rc;
     now = bs__monotonic_ms();
     if (bs__checkpoint_differs(&cur, known) || now >= deadline) break;
     wait_notify(st->db, seq, deadline - now < BS_WAIT_POLL_MS ? deadline - now : BS_WAIT_POLL_MS);

@@ -26,9 +26,11 @@
  *  - Tables only grow at the end. Each carries the version its author compiled against
  *    (BS_*_VTABLE_VERSION); the front reads a slot only when the table's version is at least
  *    the version that added it, so a backend built against an older header keeps working. A
- *    slot whose signature changes bumps its table's version, and the front refuses the older
- *    versions (their slots take other arguments): the db table from version 2, the storage
- *    table from 4 and the writer table from 2 on (0.4.0: outputs first in every slot).
+ *    slot whose signature changes, or a slot removed, bumps its table's version, and the front
+ *    refuses the older versions (their slots take other arguments or lie elsewhere): the db
+ *    table from version 2, the storage table from 5 and the writer table from 2 on (0.4.0:
+ *    outputs first in every slot; the storage table's version 5 dropped get_checkpoint, which
+ *    the front answers from get_status).
  *  - Slots follow storage.h's CONVENTIONS: outputs first, then the handle, then the inputs;
  *    a callback's payload after it; err last.
  *  - The checksum cache, checkpoint notification (bs_wait_checkpoint, the listener) and the
@@ -51,7 +53,7 @@ extern "C" {
 #endif
 
 #define BS_DB_VTABLE_VERSION      3
-#define BS_STORAGE_VTABLE_VERSION 4
+#define BS_STORAGE_VTABLE_VERSION 5
 #define BS_WRITER_VTABLE_VERSION  2
 
 /* ---- The slot lists ----------------------------------------------------------------------------
@@ -138,7 +140,6 @@ BS_API int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, 
    * st = this storage set. */                                                                     \
   X(writer_open, 1, (bs_writer **out, bs_storage *st, const bs_writer_options *opts,               \
                      bs_error *err), (out, st, opts, err))                                         \
-  X(get_checkpoint, 1, (bs_checkpoint *out, bs_storage *st, bs_error *err), (out, st, err))        \
   /* buckets arrive sorted by name, deduplicated; opts resolved */                                 \
   X(bucket_data, 1, (int *has_more_out, bs_storage *st, uint64_t checkpoint,                       \
                      const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,     \
@@ -195,7 +196,7 @@ BS_API int bs_open_backend(bs_db **out, bs_db *db, const bs_open_options *opts, 
   /* Version 2. bs_wait_checkpoint for a backend whose commits from other processes or hosts can   \
    * wake a waiter (PostgreSQL: LISTEN/NOTIFY): blocks until the stream's checkpoint differs from  \
    * known (bs__checkpoint_differs: op id or LSN) or timeout_ms passes, and sets *out to the       \
-   * current one. known is never NULL. NULL slot: the front polls get_checkpoint. */               \
+   * current one. known is never NULL. NULL slot: the front polls get_status. */                   \
   X(wait_checkpoint, 2, (bs_checkpoint *out, bs_storage *st, const bs_checkpoint *known,           \
                          uint64_t timeout_ms, bs_error *err), (out, st, known, timeout_ms, err))   \
   /* Version 3. The writer lock of this stream's writers of one kind (snapshot 0: streaming, 1:    \

@@ -122,7 +122,8 @@ LD_LIBRARY_PATH="$root/lib" "$tmp/hello_quoted" >/dev/null || fail "quoted-inclu
 "$root/bin/bucketstore" version >/dev/null || fail "installed CLI does not run"
 
 # A host supplies a whole backend through the installed implementer header: one stream whose
-# checkpoint is 42; the front (argument checks, dispatch, NULL slots) sits above it.
+# checkpoint is 42 (reported by get_status, which bs_get_checkpoint reads); the front (argument
+# checks, dispatch, NULL slots) sits above it.
 cat > "$tmp/host_backend.c" <<'C'
 #include <storage_backend.h>
 #include <stdlib.h>
@@ -130,11 +131,11 @@ cat > "$tmp/host_backend.c" <<'C'
 typedef struct { bs_db base; int storages; } h_db;
 static void h_destroy(bs_db *db) { free(db); }
 static void h_st_destroy(bs_storage *st) { ((h_db *)st->db)->storages--; free(st); }
-static int h_cp(bs_checkpoint *out, bs_storage *st, bs_error *err) {
-  (void)st; (void)err; out->op_id = 42; return BS_OK;
+static int h_status(bs_status *out, bs_storage *st, bs_error *err) {
+  (void)st; (void)err; out->checkpoint = 42; return BS_OK;
 }
 static const bs_storage_vtable h_st_vt = {
-  .version = BS_STORAGE_VTABLE_VERSION, .destroy = h_st_destroy, .get_checkpoint = h_cp};
+  .version = BS_STORAGE_VTABLE_VERSION, .destroy = h_st_destroy, .get_status = h_status};
 static int h_open_st(bs_storage **out, bs_db *db, uint32_t id, bs_error *err) {
   bs_storage *st = calloc(1, sizeof *st);
   (void)err;

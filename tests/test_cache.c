@@ -99,11 +99,11 @@ static int f_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *s
   return BS_OK;
 }
 
-static int f_get_checkpoint(bs_checkpoint *out, bs_storage *st, bs_error *err) {
+static int f_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   fake *f = (fake *)st;
   f->n_get_checkpoint++;
   memset(out, 0, sizeof *out);
-  out->op_id = f->checkpoint;
+  out->checkpoint = f->checkpoint;
   return BS_OK;
 }
 
@@ -122,7 +122,7 @@ static fake *fake_new(size_t capacity, int with_ranges) {
   fake_vt.version = BS_STORAGE_VTABLE_VERSION;
   fake_vt.checksums = f_checksums;
   fake_vt.checksum_ranges = with_ranges ? f_ranges : NULL;
-  fake_vt.get_checkpoint = f_get_checkpoint;
+  fake_vt.get_status = f_get_status; /* the checkpoint's one source */
   f->base.vt = &fake_vt;
   f->base.stream_id = 3;
   assert_int_equal(bs__cksum_cache_new(&c, &bs__default_allocator, capacity), BS_OK);

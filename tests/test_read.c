@@ -364,7 +364,7 @@ static void test_empty_and_unknown(void **state) {
   int more = -1;
   (void)state;
   env_open(&e);
-  RT_OK(bs__lmdb_get_checkpoint(&cp, e.st, &rt_err));
+  RT_OK(bs_get_checkpoint(&cp, e.st, &rt_err));
   RT_EQ(cp.op_id, 0);
   RT_EQ(cp.has_lsn, 0);
   RT_OK(bs_get_status(&stt, e.st, &rt_err)); /* out zeroed by the front */
@@ -414,7 +414,7 @@ static void test_read_at_any_op_id(void **state) {
   }
   C = commit(&e, "0001");
   RT_EQ(C, 10);
-  RT_OK(bs__lmdb_get_checkpoint(&cp, e.st, &rt_err));
+  RT_OK(bs_get_checkpoint(&cp, e.st, &rt_err));
   RT_EQ(cp.op_id, 10);
   assert_true(cp.has_lsn && cp.lsn_size == 4 && memcmp(cp.lsn, "0001", 4) == 0);
 
