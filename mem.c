@@ -25,15 +25,13 @@
 
 /* ---- Small helpers -------------------------------------------------------------------------- */
 
-static bs_val lsn_val(const mem_lsn *l) { /* data NULL: not set */
-  bs_val v = {l->has ? l->b : NULL, l->n};
-  return v;
-}
-
-static void lsn_set(mem_lsn *l, bs_val v) {
-  l->has = 1;
-  l->n = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
-  if (l->n) memcpy(l->b, v.data, l->n);
+/* Sets *field, one of m->row's three LSNs, to v's bytes (kept in m->lsn, in the row's order). */
+static void lsn_set(mem_meta *m, bs_val *field, bs_val v) {
+  int k = field == &m->row.checkpoint_lsn ? 0 : field == &m->row.resume_lsn ? 1 : 2;
+  unsigned char *b = m->lsn[k];
+  size_t n = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
+  if (n) memmove(b, v.data, n);
+  *field = (bs_val){b, n};
 }
 
 static void bucket_free(const bs_allocator *a, mem_bucket *b) {
@@ -228,8 +226,8 @@ static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
 }
 
 static int next_op_id(mem_tx *tx, uint64_t *id) {
-  if (tx->s->m.op_head >= MEM_MAX_OP_ID) return BS_ELIMIT;
-  *id = ++tx->s->m.op_head;
+  if (tx->s->m.row.op_head >= MEM_MAX_OP_ID) return BS_ELIMIT;
+  *id = ++tx->s->m.row.op_head;
   return BS_OK;
 }
 
@@ -424,7 +422,7 @@ static int mfx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) 
 }
 
 static uint64_t mfx_op_head(void *ctx) {
-  return ((mem_fx *)ctx)->tx->s->m.op_head;
+  return ((mem_fx *)ctx)->tx->s->m.row.op_head;
 }
 
 static const bs__effects_ops mem_fx_ops = {mfx_load,  mfx_bucket, mfx_op,     mfx_superseded,
@@ -516,7 +514,7 @@ static bs__effects mem_effects(mem_tx *tx, mem_fx *c, const mem_writer *w) {
                    .alloc = ALLOC(tx->db),
                    .hash = tx->s->m.hash,
                    .snapshot = w->snapshot,
-                   .snapshot_done = tx->s->m.snapshot_done};
+                   .snapshot_done = tx->s->m.row.snapshot_done};
   c->tx = tx;
   c->table = 0;
   return e;
@@ -533,7 +531,7 @@ static int apply_batch(mem_tx *tx, const mem_writer *w, const bs_write_batch *ba
                               : apply_cwcp(tx, batch->items[i].wcp);
   bs__effects_free(&e);
   for (size_t i = 0; i < batch->n && !rc; i++)
-    if (batch->items[i].wcp) rc = uch_add(tx, tx->s->m.op_head, batch->items[i].wcp->user_id);
+    if (batch->items[i].wcp) rc = uch_add(tx, tx->s->m.row.op_head, batch->items[i].wcp->user_id);
   return rc;
 }
 
@@ -545,7 +543,7 @@ static int wlock(const mem_storage *ms, bs_error *err) {
   bs__stream_step step;
   int rc;
   lock(ms->db);
-  if ((rc = bs__stream_transition(&step, ms->s->id, ms->s->m.state, BS__STREAM_WRITE, err)))
+  if ((rc = bs__stream_transition(&step, ms->s->id, ms->s->m.row.state, BS__STREAM_WRITE, err)))
     unlock(ms->db);
   return rc;
 }
@@ -553,7 +551,7 @@ static int wlock(const mem_storage *ms, bs_error *err) {
 /* Moves every stream of db but except from state s to map[s]. */
 static void streams_map(mem_db *db, const mem_stream *except, const uint8_t *map) {
   for (size_t i = 0; i < db->nstreams; i++)
-    if (db->streams[i] != except) db->streams[i]->m.state = map[db->streams[i]->m.state];
+    if (db->streams[i] != except) db->streams[i]->m.row.state = map[db->streams[i]->m.row.state];
 }
 
 /* ---- Writer vtable slots --------------------------------------------------------------------- */
@@ -623,7 +621,8 @@ static int mem_writer_flush(uint64_t *last_op, bs_writer *bw, const bs_write_bat
   int rc;
   if ((rc = wlock(w->ms, err))) return rc;
   tx_begin(&tx, w->ms->db, w->ms->s);
-  if (!(rc = tx_end(&tx, apply_batch(&tx, w, batch), "flush", err))) *last_op = w->ms->s->m.op_head;
+  if (!(rc = tx_end(&tx, apply_batch(&tx, w, batch), "flush", err)))
+    *last_op = w->ms->s->m.row.op_head;
   unlock(w->ms->db);
   return rc;
 }
@@ -654,7 +653,7 @@ static int mwcp_done(void *ctx, bs_val user, bs_error *err) {
   BS_UNUSED(err);
   if (tx_journal(c->tx, J_MWCP, c->i - 1, NULL)) return BS_ENOMEM;
   c->tx->db->mw[c->i - 1]->processed = 1;
-  return uch_add(c->tx, c->tx->s->m.op_head, user);
+  return uch_add(c->tx, c->tx->s->m.row.op_head, user);
 }
 
 /* The checkpoint part of a commit, as plan p decided, inside tx. */
@@ -665,7 +664,7 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   int rc;
   if ((rc = bs__managed_commit(lsn, mwcp_waiting, mwcp_done, &cmt, NULL))) return rc;
   if (BS_GROW(ALLOC(db), s->cps, s->ccps, s->ncps + 1)) return BS_ENOMEM;
-  s->cps[s->ncps].id = s->m.op_head;
+  s->cps[s->ncps].id = s->m.row.op_head;
   s->cps[s->ncps++].ms = bs__now_ms();
   /* the purge (a scan only while there are soft-deleted records: a delete makes them while a
    * snapshot may insert, and the next checkpoint purges them) */
@@ -674,20 +673,19 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
     if (r && r->r.soft && r->r.mark <= p->purge_to && (rc = tx_rec_set(tx, i, NULL))) return rc;
   }
   /* point of no return: nothing below fails */
-  s->m.checkpoint = s->m.op_head;
-  lsn_set(&s->m.cp_lsn, lsn);
-  s->m.state = p->step.to;
+  s->m.row.checkpoint = s->m.row.last_checkpoint_op = s->m.row.op_head;
+  lsn_set(&s->m, &s->m.row.checkpoint_lsn, lsn);
+  s->m.row.state = p->step.to;
   streams_map(db, s, p->step.others);
   return BS_OK;
 }
 
-/* What a commit at lsn does to s (lifecycle.c). The checkpoint is the op head at the last one. */
+/* What a commit at lsn does to s (lifecycle.c). */
 static int plan(bs__commit_plan *p, const mem_stream *s, bs_val lsn, int create_empty,
                 bs_error *err) {
-  const mem_meta *m = &s->m;
-  bs__commit_in in = {
-      m->state,   m->snapshot_done, lsn_val(&m->ncb), lsn_val(&m->cp_lsn), lsn_val(&m->resume),
-      m->op_head, m->checkpoint};
+  const bs__stream_row *r = &s->m.row;
+  bs__commit_in in = {r->state,      r->snapshot_done, r->no_checkpoint_before, r->checkpoint_lsn,
+                      r->resume_lsn, r->op_head,       r->last_checkpoint_op};
   return bs__plan_commit(p, s->id, &in, lsn, create_empty, err);
 }
 
@@ -704,13 +702,13 @@ static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_writ
   if ((rc = wlock(w->ms, err))) return rc;
   tx_begin(&tx, db, s);
   if (!(rc = apply_batch(&tx, w, batch))) refused = rc = plan(&p, s, lsn, create_empty, err);
-  if (!rc && p.raise_resume) lsn_set(&s->m.resume, lsn);
+  if (!rc && p.raise_resume) lsn_set(&s->m, &s->m.row.resume_lsn, lsn);
   if (!rc && p.checkpoint) rc = make_checkpoint(&tx, lsn, &p);
   if (refused) /* keeps the plan's status and message */
     tx_rollback(&tx);
   else
     rc = tx_end(&tx, rc, "commit", err);
-  cp = s->m.checkpoint;
+  cp = s->m.row.checkpoint;
   unlock(db);
   if (rc) return rc;
   out->checkpoint_blocked = p.blocked != BS_BLOCKED_NONE;
@@ -726,8 +724,9 @@ static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_stream *s = w->ms->s;
   int rc;
   if ((rc = wlock(w->ms, err))) return rc;
-  s->m.snapshot_done = 1;
-  if (bs__lsn_raises(lsn_val(&s->m.ncb), lsn)) lsn_set(&s->m.ncb, lsn);
+  s->m.row.snapshot_done = 1;
+  if (bs__lsn_raises(s->m.row.no_checkpoint_before, lsn))
+    lsn_set(&s->m, &s->m.row.no_checkpoint_before, lsn);
   unlock(w->ms->db);
   return BS_OK;
 }
@@ -736,7 +735,7 @@ static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_writer *w = MW(bw);
   int rc;
   if ((rc = wlock(w->ms, err))) return rc;
-  lsn_set(&w->ms->s->m.resume, lsn);
+  lsn_set(&w->ms->s->m, &w->ms->s->m.row.resume_lsn, lsn);
   unlock(w->ms->db);
   return BS_OK;
 }
@@ -815,22 +814,25 @@ static int mem_compact(bs_compact_stats *out, bs_storage *st, const bs_compact_o
 
 /* ---- Lifecycle ------------------------------------------------------------------------------- */
 
+/* Copies v (data NULL: not set) to a status's LSN. */
+static void status_lsn(int *has, size_t *size, unsigned char *out, bs_val v) {
+  *has = v.data != NULL;
+  *size = v.size;
+  if (v.size) memcpy(out, v.data, v.size);
+}
+
 static int mem_get_status(bs_status *out, bs_storage *st, bs_error *err) {
   BS_UNUSED(err);
   mem_storage *ms = MS(st);
-  const mem_meta *m = &ms->s->m;
+  const bs__stream_row *r = &ms->s->m.row;
   lock(ms->db); /* out: zeroed by the front */
-  out->state = m->state;
-  out->snapshot_done = m->snapshot_done;
-  out->checkpoint = m->checkpoint;
-  out->last_persisted_op = m->op_head;
-  out->has_lsn = m->cp_lsn.has;
-  out->lsn_size = m->cp_lsn.n;
-  memcpy(out->lsn, m->cp_lsn.b, m->cp_lsn.n);
-  out->has_resume_lsn = m->resume.has;
-  out->resume_lsn_size = m->resume.n;
-  memcpy(out->resume_lsn, m->resume.b, m->resume.n);
-  memcpy(out->last_error, m->last_error, sizeof out->last_error);
+  out->state = (bs_stream_state)r->state;
+  out->snapshot_done = r->snapshot_done;
+  out->checkpoint = r->checkpoint;
+  out->last_persisted_op = r->op_head;
+  status_lsn(&out->has_lsn, &out->lsn_size, out->lsn, r->checkpoint_lsn);
+  status_lsn(&out->has_resume_lsn, &out->resume_lsn_size, out->resume_lsn, r->resume_lsn);
+  memcpy(out->last_error, ms->s->m.last_error, sizeof out->last_error);
   unlock(ms->db);
   return BS_OK;
 }
@@ -841,46 +843,20 @@ static int mem_report_error(bs_storage *st, const char *message, bs_error *err) 
   int rc;
   lock(ms->db);
   snprintf(ms->s->m.last_error, sizeof ms->s->m.last_error, "%s", message ? message : "");
-  rc = bs__stream_transition(&step, ms->s->id, ms->s->m.state, BS__STREAM_ERROR, err);
-  if (!rc) ms->s->m.state = step.to;
+  rc = bs__stream_transition(&step, ms->s->id, ms->s->m.row.state, BS__STREAM_ERROR, err);
+  if (!rc) ms->s->m.row.state = step.to;
   unlock(ms->db);
   return rc;
 }
 
-static void lsn_store(mem_lsn *l, bs_val v) { /* data NULL: not set */
-  if (v.data && v.data != l->b) lsn_set(l, v);
-  if (!v.data) l->has = 0;
-}
-
-/* Stores what a clear or terminate decides (lifecycle.c) of s's row. */
+/* Stores what a clear or terminate decides (lifecycle.c) of s's row: its LSNs stay in the
+ * stream's bytes or become unset. */
 static int reset(mem_db *db, mem_stream *s, int clear, int terminate, bs_error *err) {
-  mem_meta *m = &s->m;
-  bs__stream_row row;
   int rc;
   lock(db);
-  row = (bs__stream_row){.state = m->state,
-                         .snapshot_done = m->snapshot_done,
-                         .op_head = m->op_head,
-                         .checkpoint = m->checkpoint,
-                         .last_checkpoint_op = m->checkpoint,
-                         .checkpoint_lsn = lsn_val(&m->cp_lsn),
-                         .resume_lsn = lsn_val(&m->resume),
-                         .no_checkpoint_before = lsn_val(&m->ncb),
-                         .param_horizon = m->param_horizon,
-                         .changes_fence = m->changes_fence};
-  if ((rc = bs__stream_reset(&row, s->id, clear, terminate, err)) == BS_OK) {
-    if (clear) { /* the data goes; below the fence no change is known, of rows or lookups */
-      stream_data_free(ALLOC(db), s);
-      m->nsoft = 0;
-      m->changes_fence = row.changes_fence;
-    }
-    m->state = (bs_stream_state)row.state;
-    m->snapshot_done = row.snapshot_done;
-    m->checkpoint = row.checkpoint;
-    lsn_store(&m->cp_lsn, row.checkpoint_lsn);
-    lsn_store(&m->resume, row.resume_lsn);
-    lsn_store(&m->ncb, row.no_checkpoint_before);
-    m->param_horizon = row.param_horizon;
+  if ((rc = bs__stream_reset(&s->m.row, s->id, clear, terminate, err)) == BS_OK && clear) {
+    stream_data_free(ALLOC(db), s); /* the data goes; below the fence no change is known */
+    s->m.nsoft = 0;
   }
   unlock(db);
   return rc;
@@ -950,7 +926,7 @@ static int mem_stream_create(uint32_t *id_out, bs_db *bdb, bs_val name, const bs
     bs__free(a, s);
     return enomem(err, "stream");
   }
-  s->m.state = step.to;
+  s->m.row.state = step.to;
   s->m.hash = o->hash;
   s->m.next_table_id = 1;
   lock(db);
@@ -985,7 +961,7 @@ static int mem_stream_list(bs_db *bdb, int (*fn)(const bs_stream_info *, void *)
   p = (unsigned char *)(infos + n);
   for (size_t i = 0; i < n; i++) {
     const mem_stream *s = db->streams[i];
-    bs_stream_info in = {s->id, arena_put(&p, s->name), s->m.state, s->m.hash};
+    bs_stream_info in = {s->id, arena_put(&p, s->name), s->m.row.state, s->m.hash};
     infos[i] = in; /* a name has 1 byte or more: never NULL */
   }
   unlock(db);

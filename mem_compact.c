@@ -230,12 +230,7 @@ static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint
 /* ---- Primitives (bs__compact_store) ------------------------------------------------------- */
 
 static int m_delete_requests(void *x, int64_t before_ms, uint64_t *deleted, bs_error *err) {
-  mem_storage *ms = ((mcx *)x)->ms;
-  (void)err;
-  lock(ms->db);
-  *deleted = bs__mem_delete_requests_before(ms->db, ms->s, before_ms);
-  unlock(ms->db);
-  return BS_OK;
+  return bs__mem_delete_requests(deleted, &((mcx *)x)->ms->base, before_ms, err);
 }
 
 static int m_stream(void *x, bs__compact_stream *out, bs_error *err) {
@@ -243,9 +238,9 @@ static int m_stream(void *x, bs__compact_stream *out, bs_error *err) {
   (void)err;
   lock(ms->db);
   out->id = ms->s->id;
-  out->checkpoint = ms->s->m.checkpoint;
-  out->op_head = ms->s->m.op_head;
-  out->has_checkpoint = ms->s->m.cp_lsn.has;
+  out->checkpoint = ms->s->m.row.checkpoint;
+  out->op_head = ms->s->m.row.op_head;
+  out->has_checkpoint = ms->s->m.row.checkpoint_lsn.data != NULL;
   out->param_cursor = 0; /* no cursor: every parameter pass scans everything */
   unlock(ms->db);
   return BS_OK;
@@ -311,7 +306,8 @@ static int m_step(void *x, bs__compact_run *r) {
   lock(ms->db);
   /* initial replication: a writer may have committed the first checkpoint meanwhile */
   if (r->mode == BS__COMPACT_INITIAL)
-    rc = bs__compact_initial_check(s->id, s->m.cp_lsn.has, s->m.checkpoint, r->err);
+    rc = bs__compact_initial_check(s->id, s->m.row.checkpoint_lsn.data != NULL, s->m.row.checkpoint,
+                                   r->err);
   if (!rc && idx < s->nbuckets) { /* else the stream was cleared meanwhile */
     mcur m = {ALLOC(ms->db), s, s->buckets[idx], r->horizon, 0, 0, NULL, r->err};
     size_t k = 0;
@@ -377,8 +373,8 @@ static int m_param_fence(void *x, uint64_t h, bs_error *err) {
   mem_storage *ms = ((mcx *)x)->ms;
   (void)err;
   lock(ms->db);
-  if (h > ms->s->m.param_horizon) ms->s->m.param_horizon = h;
-  if (h > ms->s->m.changes_fence) ms->s->m.changes_fence = h;
+  if (h > ms->s->m.row.param_horizon) ms->s->m.row.param_horizon = h;
+  if (h > ms->s->m.row.changes_fence) ms->s->m.row.changes_fence = h;
   unlock(ms->db);
   return BS_OK;
 }

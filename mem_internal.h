@@ -19,12 +19,6 @@
 
 /* ---- Data structures ------------------------------------------------------------------------ */
 
-typedef struct mem_lsn {
-  int has;
-  size_t n;
-  unsigned char b[BS_MAX_LSN];
-} mem_lsn;
-
 /* Incremental compaction's log (LMDB's `superseded`), one per bucket: op new_op replaced op old_op
  * of the same row there, as the source record said; at most one entry per old_op. */
 typedef struct mem_sup {
@@ -89,18 +83,16 @@ typedef struct mem_cwcp { /* one allocation with the event's and the user's byte
   int64_t req_ms; /* < 0: persistent; else created from a client request at this time */
 } mem_cwcp;
 
-/* Scalar stream state: saved and restored as a whole by a transaction. */
+/* Scalar stream state: saved and restored as a whole by a transaction. row is the stream's row
+ * as lifecycle.c decides it (internal.h bs__stream_row), stored as it is: op_head the highest
+ * allocated (= persisted) op id, checkpoint_lsn set once a checkpoint exists; its LSNs, when
+ * set, hold the bytes of lsn[] (mem_lsn_set), which stay with the struct (a stream never moves). */
 typedef struct mem_meta {
-  bs_stream_state state;
+  bs__stream_row row;
+  unsigned char lsn[3][BS_MAX_LSN]; /* checkpoint, resume, no_checkpoint_before */
   bs_hash hash;
-  int snapshot_done;
-  uint64_t op_head; /* highest allocated = persisted op id */
-  uint64_t checkpoint;
-  mem_lsn cp_lsn, resume, ncb; /* cp_lsn.has <=> a checkpoint exists */
-  uint64_t param_horizon;      /* parameter reads below: BS_ESTALE */
-  uint64_t changes_fence;      /* checkpoint_changes from below: invalidate */
-  uint64_t gen_seq;            /* source of bucket generations (survives clear) */
-  uint64_t nsoft;              /* soft-deleted records (4.3), awaiting their purge */
+  uint64_t gen_seq; /* source of bucket generations (survives clear) */
+  uint64_t nsoft;   /* soft-deleted records (4.3), awaiting their purge */
   uint32_t next_table_id;
   char last_error[256];
 } mem_meta;
@@ -333,7 +325,6 @@ int bs__mem_create_managed(uint64_t *ids_out, int *should_advance, bs_storage *s
                            const bs_managed_request *req, size_t n, bs_error *err);
 int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
                      const bs_head *heads, size_t n_heads, bs_error *err);
-uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms);
 int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms, bs_error *err);
 /* mem_compact.c: compaction's primitives for compact_run.c. Defragmentation's re-emission is a
  * writer's transaction, which mem.c (the top) hands down as reemit. */

@@ -133,7 +133,7 @@ int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
   /* below a fence the range is not known; a kind too many (bs__changes_too_many) the front
    * reports as invalidate-all (storage.c changes_capped), so collecting stops there */
   ch.invalidate_data_buckets = ch.invalidate_parameter_buckets =
-      bs__changes_fenced(from, s->m.changes_fence);
+      bs__changes_fenced(from, s->m.row.changes_fence);
   for (size_t i = 0; i < s->nbch && !bs__changes_too_many(sets[0].n); i++)
     if (s->bch[i].id > from && s->bch[i].id <= to &&
         bs__vset_add(&sets[0], a, s->buckets[s->bch[i].bucket]->name))
@@ -185,7 +185,7 @@ int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, si
   size_t nrows = 0, crows = 0;
   int rc = BS_OK;
   lock(ms->db);
-  if ((rc = bs__param_horizon_check(c, s->m.param_horizon, err))) goto locked_out;
+  if ((rc = bs__param_horizon_check(c, s->m.row.param_horizon, err))) goto locked_out;
   latest = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
   if (!latest) goto nomem;
   for (size_t i = 0; i < n; i++) {

@@ -42,7 +42,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
   const bs_allocator *a = v->v.a;
   size_t nids = s->nparams, k = 0;
   uint64_t *ids, nsoft = 0;
-  if (bs__verify_stream_add(&v->v, s->id, s->m.op_head, s->m.checkpoint, s->m.hash)) {
+  if (bs__verify_stream_add(&v->v, s->id, s->m.row.op_head, s->m.row.checkpoint, s->m.hash)) {
     v->oom = 1;
     return;
   }
@@ -62,7 +62,7 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     ids[k++] = s->params[i].id;
     if (i && s->params[i].id <= s->params[i - 1].id)
       problem(v, "stream %u: parameter entries out of op id order", (unsigned)s->id);
-    if (s->params[i].id > s->m.op_head)
+    if (s->params[i].id > s->m.row.op_head)
       problem(v, "stream %u: parameter entry above the op head", (unsigned)s->id);
   }
   qsort(ids, nids, sizeof *ids, u64_cmp);

@@ -152,12 +152,17 @@ int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
   return BS_OK;
 }
 
-/* Deletes the expired managed records (database-wide) and custom records of stream s
- * (bs__request_expired). A managed record stays as its user's high-water mark (gone). Caller
- * holds the lock. Nothing allocates. */
-uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t before_ms) {
+/* Deletes the expired managed records (database-wide) and custom records of the stream
+ * (bs__request_expired). A managed record stays as its user's high-water mark (gone). Nothing
+ * allocates. Compaction runs it too. */
+int bs__mem_delete_requests(uint64_t *deleted_out, bs_storage *st, int64_t before_ms,
+                            bs_error *err) {
+  mem_db *db = MS(st)->db;
+  mem_stream *s = MS(st)->s;
   size_t k = 0;
   uint64_t deleted = 0;
+  BS_UNUSED(err);
+  lock(db);
   for (size_t i = 0; i < db->nmw; i++) {
     mem_mwcp *r = db->mw[i];
     if (r->gone || !bs__request_expired(r->req_ms, r->processed, before_ms)) continue;
@@ -177,14 +182,7 @@ uint64_t bs__mem_delete_requests_before(mem_db *db, mem_stream *s, int64_t befor
     }
   }
   s->ncw = k;
-  return deleted;
-}
-
-int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms, bs_error *err) {
-  BS_UNUSED(err);
-  mem_storage *ms = MS(st);
-  lock(ms->db);
-  *deleted = bs__mem_delete_requests_before(ms->db, ms->s, before_ms);
-  unlock(ms->db);
+  unlock(db);
+  *deleted_out = deleted;
   return BS_OK;
 }

@@ -31,7 +31,7 @@ static int mem_set_head(bs_db *db, uint32_t stream, uint64_t head, bs_error *err
   if (stream == 0 || stream > m->nstreams || !m->streams[stream - 1])
     rc = bs__fail(err, BS_ENOTFOUND, "ct_set_op_head: no stream %u", stream);
   else
-    m->streams[stream - 1]->m.op_head = head;
+    m->streams[stream - 1]->m.row.op_head = head;
   pthread_mutex_unlock(&m->mu);
   return rc;
 }
