@@ -38,6 +38,10 @@ typedef struct cctx {
   MDB_txn *txn;
   bs__lmdb_opc oc;
   MDB_cursor *ec;
+  /* the superseded entry ec handed out last (its bucket and old op), and whether it was deleted
+   * since, ec then standing on the entry after it */
+  uint64_t sup_bucket, sup_old;
+  int sup_deleted;
   /* jobs are numbered as they start; seen_job: the job whose rows the seen-set holds */
   uint64_t job_seq, seen_job;
   struct work *w;       /* the bucket jobs (compact_step) */
@@ -512,10 +516,13 @@ static int ocur_sup_got(ocur *o, int mrc, const MDB_val *k, const MDB_val *v, ui
                         uint64_t *nw, int *found) {
   uint64_t b;
   *found = mrc == 0 && in_bucket(k, o->bucket);
+  o->c->sup_deleted = 0;
   if (mrc && mrc != MDB_NOTFOUND) return mdb_err(o->c, mrc, "compact: superseded entries");
   if (*found && (bs__lmdb_sup_decode(k, v, &b, old, nw) || b != o->bucket))
     return bs__fail(o->c->err, BS_ECORRUPT, "compact: superseded entry of bucket id %llu",
                     (unsigned long long)o->bucket);
+  o->c->sup_bucket = *found ? o->bucket : 0;
+  o->c->sup_old = *found ? *old : 0;
   return BS_OK;
 }
 
@@ -523,6 +530,10 @@ static int ocur_sup_seek(void *x, uint64_t old, uint64_t *old_out, uint64_t *nw,
   ocur *o = x;
   unsigned char kb[BS_SUP_KEY_SIZE];
   MDB_val k, v;
+  /* the walks consume an entry and go on from the one after it: after mdb_cursor_del, ec stands
+   * there already and MDB_NEXT gives it, without a search */
+  if (o->c->sup_deleted && o->c->sup_bucket == o->bucket && o->c->sup_old + 1 == old)
+    return ocur_sup_got(o, mdb_cursor_get(o->c->ec, &k, &v, MDB_NEXT), &k, &v, old_out, nw, found);
   bs__lmdb_sup_key(kb, o->bucket, old);
   return ocur_sup_got(o, seek_ge(o->c->ec, kb, sizeof kb, &k, &v), &k, &v, old_out, nw, found);
 }
@@ -530,12 +541,14 @@ static int ocur_sup_seek(void *x, uint64_t old, uint64_t *old_out, uint64_t *nw,
 static int ocur_sup_next(void *x, uint64_t *old, uint64_t *nw, int *found) {
   ocur *o = x;
   MDB_val k, v;
+  BS_ASSERT(!o->c->sup_deleted); /* the walks seek after a delete */
   return ocur_sup_got(o, mdb_cursor_get(o->c->ec, &k, &v, MDB_NEXT), &k, &v, old, nw, found);
 }
 
 static int ocur_sup_del(void *x) {
   ocur *o = x;
   int mrc = mdb_cursor_del(o->c->ec, 0);
+  o->c->sup_deleted = mrc == 0;
   return mrc ? mdb_err(o->c, mrc, "compact: delete superseded entry") : BS_OK;
 }
 
@@ -613,6 +626,7 @@ static int work_step(cctx *c, MDB_txn *txn, void *arg) {
   }
   if (mode == BS__COMPACT_INITIAL && (rc = read_rec(c, txn, 1, &rec))) return rc;
   if ((rc = bs__lmdb_opc_open(&c->oc, c->db, txn, c->err))) return rc;
+  c->sup_deleted = 0;
   if ((mrc = mdb_cursor_open(txn, c->db->superseded, &c->ec))) {
     rc = mdb_err(c, mrc, "compact: cursor");
   } else {
