@@ -403,13 +403,28 @@ function badField(name) {
   return rangeError(`field: ${String(name)} is not object_type, object_id, subkey or data`);
 }
 
-/** Ends a RawOplog of a reuseBuffers call (set in the class). */
-let revoke;
-
 function reused() {
   const e = new TypeError('RawOplog: read after its iteration ended (reuseBuffers: copy what you keep)');
   e.code = 'BS_ESTATE';
   return e;
+}
+
+/** The RawOplogs that revoke ended, looked up only when an index is outside a chunk: a private
+ * field and method for it made every accessor slower, though only the error path uses them
+ * (callgrind, bench/README.md: raw mode's string reads about 100 instructions an op). */
+const revoked = new WeakSet();
+
+/** The error of RawOplog ops read at index i outside it: a TypeError once revoked. */
+function outside(ops, i) {
+  return revoked.has(ops) ? reused() : badIndex(i, ops.length);
+}
+
+/** Ends a RawOplog of a reuseBuffers call, whose memory is then the next call's: length 0 makes
+ * every accessor throw (in #at, which checks it anyway; a check of its own in every accessor
+ * would cost more), a TypeError since it is in revoked. */
+function revoke(ops) {
+  ops.length = 0;
+  revoked.add(ops);
 }
 
 function badIndex(i, n) {
@@ -435,15 +450,6 @@ class RawOplog {
    * the batch), null when not, undefined until a field is first decoded */
   #ascii;
   #base = 0;
-  #revoked = false;
-  static {
-    // length 0 makes every accessor throw (in #at, which checks it anyway): the call's memory
-    // is then the next call's, and a check of its own in every accessor would cost more
-    revoke = (ops) => {
-      ops.length = 0;
-      ops.#revoked = true;
-    };
-  }
   constructor(r, k, n) {
     this.#ids = r.ids;
     this.#types = r.types;
@@ -460,12 +466,8 @@ class RawOplog {
   /** Index of op i in the batch; a RangeError outside the chunk (a TypeError once revoked). */
   #at(i) {
     // i >>> 0 is i only for an integer in 0..2^32 - 1 (not for a string, NaN, -1 or 0.5)
-    if ((i >>> 0) !== i || i >= this.length) throw this.#outside(i);
+    if ((i >>> 0) !== i || i >= this.length) throw outside(this, i);
     return this.#k + i;
-  }
-  // out of line, so that #at stays small enough for V8 to inline the accessors
-  #outside(i) {
-    return this.#revoked ? reused() : badIndex(i, this.length);
   }
   /** The byte offset where field f of op k of the batch starts (e 0) or ends (e 1), -1 when null. */
   #offset(k, f, e) {
