@@ -16,9 +16,16 @@
  *      flush). Keyed by the first op, an extension changes no indexed column, so PostgreSQL may
  *      update it in place (HOT); the writer knows each tail from its own state (a new writer
  *      would read the bucket's last chunk and its octet_length, which the TOAST header holds).
- * Then every bucket read whole from 0 to the checkpoint in calls of --read-limit ops (b: whole
- * chunks, until their counts reach the limit), twice, and each bucket's checksum at the
- * checkpoint (a: the ops' SUM; b: the chunks' sums, whole since the checkpoint is the head).
+ *   c: schema 8's candidate: b's new rows, each chunk in the op chunk encoding LMDB format 5
+ *      stores (opchunk.c: its 21-byte header, then per op varint id delta | varint size | op
+ *      value with its 18-byte header), at most cap bytes with the header and BS_CHUNK_MAX_OPS
+ *      ops, keyed (bucket, last_op) as LMDB's records are, its first op, count and checksum
+ *      sum (integer, stored signed as schema 5's op checksums) beside it for the statements.
+ * Then every bucket read whole from 0 to the checkpoint in calls of --read-limit ops (b, c:
+ * whole chunks, until their counts reach the limit), twice, and each bucket's checksum at the
+ * checkpoint (a: the ops' SUM; b, c: the chunks' sums, whole since the checkpoint is the head).
+ * BSBENCH_PG_LAYOUTS=i,j,... runs only those layouts of the list below (0-based; a, the
+ * ratios' base, always).
  * Both layouts' hand-outs are cross-checked against each other and against the writer's bucket
  * states (ops, bytes, checksum sums); bsbench exits 1 on a difference. Each (layout, buckets)
  * runs in a schema of its own (bsbench_<pid>_proto), dropped after it unless --keep.
@@ -63,21 +70,25 @@ typedef struct pglayout {
   int extend;   /* b: extend the tail chunk while under the cap */
   int compress; /* b: TOAST may compress the chunks (pglz); else STORAGE EXTERNAL */
   int src;      /* SRC_* */
+  int codec;    /* c: opchunk.c's chunks keyed (bucket, last_op); else b's packing */
 } pglayout;
 
 static const pglayout g_pl[] = {
-    {"a: row per op", 0, 0, 0, SRC_RAW},
-    {"b: 8 KiB, new rows", 8192, 0, 0, SRC_RAW},
-    {"b: 8 KiB, tail extended", 8192, 1, 0, SRC_RAW},
-    {"b: 64 KiB, new rows", 65536, 0, 0, SRC_RAW},
-    {"b: 64 KiB, tail extended", 65536, 1, 0, SRC_RAW},
-    {"b: 64 KiB, new rows, pglz", 65536, 0, 1, SRC_RAW},
-    {"a, source 7", 0, 0, 0, SRC_7},
-    {"a, source 7h", 0, 0, 0, SRC_7H},
-    {"a, source 7hk", 0, 0, 0, SRC_7HK},
-    {"b: 8 KiB, new, source 7", 8192, 0, 0, SRC_7},
-    {"b: 8 KiB, new, source 7h", 8192, 0, 0, SRC_7H},
-    {"b: 8 KiB, new, source 7hk", 8192, 0, 0, SRC_7HK},
+    {"a: row per op", 0, 0, 0, SRC_RAW, 0},
+    {"b: 8 KiB, new rows", 8192, 0, 0, SRC_RAW, 0},
+    {"b: 8 KiB, tail extended", 8192, 1, 0, SRC_RAW, 0},
+    {"b: 64 KiB, new rows", 65536, 0, 0, SRC_RAW, 0},
+    {"b: 64 KiB, tail extended", 65536, 1, 0, SRC_RAW, 0},
+    {"b: 64 KiB, new rows, pglz", 65536, 0, 1, SRC_RAW, 0},
+    {"a, source 7", 0, 0, 0, SRC_7, 0},
+    {"a, source 7h", 0, 0, 0, SRC_7H, 0},
+    {"a, source 7hk", 0, 0, 0, SRC_7HK, 0},
+    {"b: 8 KiB, new, source 7", 8192, 0, 0, SRC_7, 0},
+    {"b: 8 KiB, new, source 7h", 8192, 0, 0, SRC_7H, 0},
+    {"b: 8 KiB, new, source 7hk", 8192, 0, 0, SRC_7HK, 0},
+    {"c: 8 KiB opchunk", 8192, 0, 0, SRC_RAW, 1},
+    {"c: 8 KiB opchunk, source 7", 8192, 0, 0, SRC_7, 1},
+    {"c: 4 KiB opchunk", 4096, 0, 0, SRC_RAW, 1},
 };
 #define NPL (sizeof g_pl / sizeof *g_pl)
 
@@ -350,6 +361,67 @@ static int b_ops(pgw *w, bres *r) {
   return rc;
 }
 
+/* Layout c: per bucket, its ops of the flush in new chunks of opchunk.c's encoding (at most cap
+ * bytes with the header, and BS_CHUNK_MAX_OPS ops; a larger op alone), as schema 8 would write
+ * them: a COPY row (bucket, last_op, first_op, n, checksum, ops) each. */
+static int c_ops(pgw *w, bres *r) {
+  pbuf rows = {0};
+  opf *f = malloc(sizeof *f);
+  unsigned char *chunk = NULL;
+  size_t cap = 0;
+  int rc = 0;
+  if (!f) die("out of memory");
+  copy_start(&rows);
+  for (unsigned b = 0; b < w->nb; b++) {
+    pbk *k = &w->bk[b];
+    size_t i = w->start[b], e = w->start[b + 1];
+    while (i < e) { /* one chunk */
+      size_t size = BS_CHUNK_HDR;
+      uint64_t first = w->sorted[i].op, prev = first;
+      uint32_t n = 0;
+      for (; i < e && n < BS_CHUNK_MAX_OPS; i++, n++) {
+        bs_op op;
+        size_t vs;
+        op_fields(f, &w->sorted[i]);
+        memset(&op, 0, sizeof op);
+        op.op_id = w->sorted[i].op;
+        op.type = BS_OP_PUT;
+        op.checksum = f->ck;
+        op.object_type = (bs_val){OBJ_TYPE, OBJ_TYPE_LEN};
+        op.object_id = (bs_val){f->rid, RID_LEN};
+        op.subkey = (bs_val){f->sub, BS_SUBKEY_SIZE};
+        op.data = (bs_val){f->data, g_cfg->data_size};
+        vs = bs__op_value_size(&op);
+        if (n && size + BS_CHUNK_ADD_MAX(vs) > w->L->cap) break;
+        if (size + BS_CHUNK_ADD_MAX(vs) > cap) {
+          cap = 2 * (size + BS_CHUNK_ADD_MAX(vs));
+          if (!(chunk = realloc(chunk, cap))) die("out of memory");
+        }
+        size += bs__chunk_add(chunk + size, n ? op.op_id - prev : 0, &op, NULL, vs);
+        prev = op.op_id;
+        k->ck += f->ck;
+      }
+      if (bs__chunk_seal(chunk, size, first)) die("proto_pg: a chunk does not seal");
+      copy_fields(&rows, 6);
+      pb_int(&rows, b + 1, 8);
+      pb_int(&rows, prev, 8);
+      pb_int(&rows, first, 8);
+      pb_int(&rows, n, 4);
+      pb_int(&rows, bs__chunk_sum(chunk), 4);
+      pb_bytes(&rows, chunk, size);
+      k->last = prev;
+    }
+  }
+  if (rows.n > 19) rc = p_copy(r, w->c, "COPY pchunks FROM STDIN (FORMAT binary)", &rows);
+  free(rows.p), free(chunk), free(f);
+  return rc;
+}
+
+/* A flush's ops in the run's layout. */
+static int flush_ops(pgw *w, size_t n, bres *r) {
+  return w->L->codec ? c_ops(w, r) : w->L->cap ? b_ops(w, r) : a_ops(w, n, r);
+}
+
 /* ---- The library's source records (SRC_7, SRC_7H, SRC_7HK) ---- */
 
 typedef struct srow { /* a row of the flush, its last op */
@@ -550,7 +622,7 @@ static int p_commit(pgw *w, uint64_t from, uint64_t to, bres *r) {
   w->start[0] = 0;
   if (pq_run(r, w->c, "BEGIN")) return -1;
   if (w->L->src != SRC_RAW) {
-    if (!src_load(w, n, w->srows, &nsrows, r) && !(w->L->cap ? b_ops(w, r) : a_ops(w, n, r)) &&
+    if (!src_load(w, n, w->srows, &nsrows, r) && !flush_ops(w, n, r) &&
         !src_write(w, w->srows, nsrows, r))
       rc = 0;
     goto states;
@@ -565,7 +637,7 @@ static int p_commit(pgw *w, uint64_t from, uint64_t to, bres *r) {
       goto out;
     PQclear(res);
   }
-  if (w->L->cap ? b_ops(w, r) : a_ops(w, n, r)) goto out;
+  if (flush_ops(w, n, r)) goto out;
   pb_array(&ub, 20, (uint32_t)n), pb_array(&uo, 20, (uint32_t)n), pb_array(&ud, 17, (uint32_t)n);
   for (size_t i = 0; i < n; i++) {
     const pop *o = &w->ops[i];
@@ -658,6 +730,10 @@ static const char *const g_src_schema[] = {
 #define P_SCHEMA_B                                                                                 \
   "CREATE TABLE pchunks (bucket bigint NOT NULL, min_op bigint NOT NULL, max_op bigint NOT NULL,"  \
   " n int NOT NULL, checksum bigint NOT NULL, ops bytea NOT NULL, PRIMARY KEY (bucket, min_op))"
+#define P_SCHEMA_C                                                                                 \
+  "CREATE TABLE pchunks (bucket bigint NOT NULL, last_op bigint NOT NULL, first_op bigint NOT"     \
+  " NULL, n int NOT NULL, checksum int NOT NULL, ops bytea NOT NULL, PRIMARY KEY (bucket,"         \
+  " last_op))"
 
 static double cpu_now(void) {
   struct rusage ru;
@@ -678,7 +754,10 @@ static int p_ingest(pgw *w, pgstat *ps, bres *r) {
            " FROM generate_series(1, %u) g",
            w->nb);
   if (pq_run(r, w->c, P_SCHEMA) || pq_run(r, w->c, g_src_schema[w->L->src]) ||
-      pq_run(r, w->c, w->L->cap ? P_SCHEMA_B : P_SCHEMA_A) ||
+      pq_run(r, w->c,
+             w->L->codec ? P_SCHEMA_C
+             : w->L->cap ? P_SCHEMA_B
+                         : P_SCHEMA_A) ||
       (w->L->cap && !w->L->compress &&
        pq_run(r, w->c, "ALTER TABLE pchunks ALTER ops SET STORAGE EXTERNAL")) ||
       pq_run(r, w->c, sql))
@@ -770,9 +849,27 @@ static long chunk_hand(const unsigned char *p, size_t len, uint64_t min_op, uint
   return n;
 }
 
+/* chunk_hand for layout c: the chunk decoded by opchunk.c, each op in range decoded in place. */
+static long codec_hand(const unsigned char *p, size_t len, uint64_t after, uint64_t cp, phand *h,
+                       uint64_t *last) {
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], sz[BS_CHUNK_MAX_OPS], n;
+  if (bs__chunk_decode(p, len, ids, off, sz, &n)) return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    bs_op op;
+    if (ids[i] <= after || ids[i] > cp) continue;
+    if (bs__op_value_decode(p + off[i], sz[i], ids[i], &op)) return -1;
+    h->ops++;
+    h->bytes += op.object_type.size + op.object_id.size + op.subkey.size + op.data.size;
+    h->sum += op.checksum;
+    *last = ids[i];
+  }
+  return (long)n;
+}
+
 /* Every bucket whole from 0 to cp, in calls of read_limit ops. */
 static int p_reads(pgw *w, uint64_t cp, phand *h, bres *r) {
-  static const char *sql[2] = {
+  static const char *sql[3] = {
       "SELECT op_id, checksum, object_type, object_id, subkey, data FROM pops"
       " WHERE bucket = $1 AND op_id > $2 AND op_id <= $3 ORDER BY op_id LIMIT $4",
       /* whole chunks from the one holding $2 + 1, until their counts reach $4 */
@@ -780,9 +877,13 @@ static int p_reads(pgw *w, uint64_t cp, phand *h, bres *r) {
       " AS before FROM pchunks WHERE bucket = $1 AND min_op <= $3 AND min_op >= coalesce("
       "(SELECT CASE WHEN t.max_op > $2 THEN t.min_op END FROM (SELECT min_op, max_op FROM pchunks"
       " WHERE bucket = $1 AND min_op <= $2 ORDER BY min_op DESC LIMIT 1) t), $2 + 1)) s"
-      " WHERE before < $4 ORDER BY min_op"};
+      " WHERE before < $4 ORDER BY min_op",
+      /* c: whole chunks from the one holding $2 + 1 (the first whose last op is above $2) */
+      "SELECT ops, before FROM (SELECT ops, last_op, sum(n) OVER (ORDER BY last_op) - n AS before"
+      " FROM pchunks WHERE bucket = $1 AND last_op > $2 AND first_op <= $3) s WHERE before < $4"
+      " ORDER BY last_op"};
   int b_layout = w->L->cap != 0;
-  PGresult *res = PQprepare(w->c, "", sql[b_layout], 4, NULL);
+  PGresult *res = PQprepare(w->c, "", sql[w->L->codec ? 2 : b_layout], 4, NULL);
   if (PQresultStatus(res) != PGRES_COMMAND_OK) return pq_fail(r, w->c, res, "prepare");
   PQclear(res);
   for (unsigned b = 0; b < w->nb; b++) {
@@ -804,6 +905,16 @@ static int p_reads(pgw *w, uint64_t cp, phand *h, bres *r) {
           h->ops++;
           after = rd_be64(PQgetvalue(res, i, 0));
           seen++;
+        } else if (w->L->codec) {
+          long k = codec_hand((const unsigned char *)PQgetvalue(res, i, 0),
+                              (size_t)PQgetlength(res, i, 0), after, cp, h, &after);
+          if (k < 0) {
+            PQclear(res);
+            snprintf(r->note, sizeof r->note, "bucket %u: a chunk does not decode", b + 1);
+            r->status = BR_FAILED;
+            return -1;
+          }
+          seen += (uint64_t)k;
         } else {
           long k = chunk_hand((const unsigned char *)PQgetvalue(res, i, 1),
                               (size_t)PQgetlength(res, i, 1), rd_be64(PQgetvalue(res, i, 0)), after,
@@ -826,11 +937,13 @@ static int p_reads(pgw *w, uint64_t cp, phand *h, bres *r) {
 
 /* Each bucket's checksum and count at cp (the head: no chunk holds ops above it). */
 static int p_checksums(pgw *w, uint64_t cp, pgstat *ps, bres *r) {
-  static const char *sql[2] = {
+  static const char *sql[3] = {
       "SELECT sum(checksum) % 4294967296, count(*) FROM pops WHERE bucket = $1 AND op_id <= $2",
-      "SELECT sum(checksum) % 4294967296, sum(n) FROM pchunks WHERE bucket = $1 AND min_op <= $2"};
+      "SELECT sum(checksum) % 4294967296, sum(n) FROM pchunks WHERE bucket = $1 AND min_op <= $2",
+      "SELECT sum(checksum::bigint & 4294967295) % 4294967296, sum(n) FROM pchunks"
+      " WHERE bucket = $1 AND last_op <= $2"};
   uint64_t calls = w->nb < 200 ? 200 : w->nb;
-  PGresult *res = PQprepare(w->c, "ck", sql[w->L->cap != 0], 2, NULL);
+  PGresult *res = PQprepare(w->c, "ck", sql[w->L->codec ? 2 : w->L->cap != 0], 2, NULL);
   double t0;
   if (PQresultStatus(res) != PGRES_COMMAND_OK) return pq_fail(r, w->c, res, "prepare");
   PQclear(res);
@@ -930,7 +1043,7 @@ static void p_print(unsigned nb, const pgstat *ps) {
   for (size_t i = 0; i < NPL; i++) {
     const pgstat *p = &ps[i];
     if (p->failed) {
-      printf("%-26s FAILED\n", g_pl[i].name);
+      if (p->failed > 0) printf("%-26s FAILED\n", g_pl[i].name);
       continue;
     }
     printf("%-26s %8.1fk %5.2fx %7.2f %7.1f/%-7.1f %6.0f %6.0f %6.0f %8.0f %6.2f %8.0fk %5.2fx "
@@ -943,6 +1056,21 @@ static void p_print(unsigned nb, const pgstat *ps) {
   }
 }
 
+/* Whether layout i runs: BSBENCH_PG_LAYOUTS (indices into g_pl, comma-separated) when set; a
+ * (index 0), the base of every ratio, always. */
+static int layout_on(size_t i) {
+  const char *e = getenv("BSBENCH_PG_LAYOUTS");
+  if (!e || !*e || i == 0) return 1;
+  while (*e) {
+    char *end;
+    unsigned long k = strtoul(e, &end, 10);
+    if (end == e) die("BSBENCH_PG_LAYOUTS: indices separated by commas");
+    if (k == i) return 1;
+    e = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
 /* The layouts at 1, --buckets and 10 x --buckets buckets (--quick: the first two), their
  * hand-outs cross-checked. Returns the number of failures. */
 int proto_pg(void) {
@@ -953,8 +1081,13 @@ int proto_pg(void) {
   for (int s = 0; s < nsizes; s++) {
     pgstat ps[NPL];
     for (size_t i = 0; i < NPL; i++) {
+      if (!layout_on(i)) {
+        memset(&ps[i], 0, sizeof ps[i]);
+        ps[i].failed = -1; /* not run */
+        continue;
+      }
       p_run(&g_pl[i], sizes[s], &ps[i]);
-      bad += ps[i].failed;
+      bad += ps[i].failed > 0;
       if (!ps[i].failed && !ps[0].failed &&
           (ps[i].read_ops != ps[0].read_ops || ps[i].read_bytes != ps[0].read_bytes ||
            ps[i].read_sum != ps[0].read_sum || ps[i].ck_sum != ps[0].ck_sum)) {
@@ -969,7 +1102,8 @@ int proto_pg(void) {
       "\ncolumns: cpu us = this process's CPU per op of the ingest (the server's not counted);"
       " p50/p99 = one commit; B/op = pg_total_relation_size of every table after VACUUM"
       " ANALYZE / ops; opsB = the op table's alone (a: pops, b: pchunks, with TOAST and"
-      " index); srcB = the source table's (raw: psource, with its data; 7, 7h, 7hk: psrc,"
+      " index; c: pchunks too); srcB = the source table's (raw: psource, with its data; 7, 7h, "
+      "7hk: psrc,"
       " without); op rows = rows of the op table (a: ops, b: chunks); toast = the op"
       " bytes as stored / as written (a: its data column; b: the chunks' bytea, STORAGE"
       " EXTERNAL but in pglz); reads = every bucket from 0 in calls of %llu ops; ck = one bucket's"
