@@ -119,6 +119,7 @@ __all__ = [
     "RawOps",
     "Record",
     "Row",
+    "Save",
     "Stat",
     "StaleError",
     "StateError",
@@ -156,5 +157,6 @@ __all__ = [
     "EBUSY",
     "EUNSUPPORTED",
     "ECANCELED",
+    "EUSER",
     "__version__",
 ]

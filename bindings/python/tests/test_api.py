@@ -370,3 +370,11 @@ def test_save_many_checks_every_save_before_queueing(st):
         assert w.flush() == 0
         w.save_many([("t", "insert", "r1", [row("b", "r1")])])
         assert w.flush() == 1
+
+
+def test_all_names_every_public_name():
+    """`from bucketstore import *` and type checkers see what the package imports: __all__ is a
+    second list of the names, so this keeps the two equal (Save and EUSER were once missing from it)."""
+    public = {n for n in vars(bs) if not n.startswith("_")} | {"__version__"}
+    assert set(bs.__all__) == public, set(bs.__all__) ^ public
+    assert len(bs.__all__) == len(set(bs.__all__))
