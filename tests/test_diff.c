@@ -23,6 +23,7 @@
 #include "util_contract.h"
 #include "util_edge.h"
 #include "util_fault.h"
+#include "util_head.h"
 #include "util_model.h"
 
 #include <inttypes.h>
@@ -619,7 +620,7 @@ static void read_at(run *r, size_t x, uint64_t C) {
   /* the API serves buckets in byte order of name and refuses duplicates the same way on both */
   for (i = 0; i < n; i++) {
     req[i].bucket = names[i];
-    req[i].after = ct_below(&r->rng, 4) ? 0 : ct_below(&r->rng, C + 2);
+    req[i].after = ct_below(&r->rng, 4) ? 0 : ue_op_id(&r->rng, C);
   }
   if (ct_below(&r->rng, 2)) bo.limit = ct_below(&r->rng, 30); /* 0: BS_EINVAL */
   if (ct_below(&r->rng, 2)) bo.chunk_bytes = 1 + ct_below(&r->rng, 5000);
@@ -662,7 +663,7 @@ static void check_stream(run *r, size_t x, int full) {
   if (!full) return;
   read_at(r, x, cp + 1);
   read_at(r, x, head);
-  read_at(r, x, ct_below(&r->rng, head + 1));
+  read_at(r, x, ue_op_id(&r->rng, head)); /* near the head, or an edge: 2^53, 2^63, ... */
   snprintf(what, sizeof what, "list_buckets s%zu", x);
   BOTH(r, what, bs_list_buckets(s->st[x], (bs_val){NULL, 0}, on_bucket_info, o, E));
   {
@@ -671,6 +672,8 @@ static void check_stream(run *r, size_t x, int full) {
     if (k == 1) from = ct_below(&r->rng, to + 1);
     if (k == 2 && n) from = r->cps[x][ct_below(&r->rng, n)];
     if (from > to) from = to;
+    if (ct_below(&r->rng, 6) == 0) /* op id edges, from > to among them */
+      to = ue_op_id(&r->rng, head), from = ue_op_id(&r->rng, to);
     compare_changes(r, x, from, to, to == cp);
   }
   if (SW_LAST_WCP) {
@@ -892,7 +895,8 @@ static void do_compact(run *r, size_t x) {
   default:
     co.incremental_only = 1, co.min_age_ms = 0;
   }
-  if (ct_below(&r->rng, 3) == 0 && cp) co.max_op_id = 1 + ct_below(&r->rng, cp);
+  if (ct_below(&r->rng, 3) == 0 && cp) /* below the checkpoint, or an edge (2^63: refused) */
+    co.max_op_id = ct_below(&r->rng, 4) ? 1 + ct_below(&r->rng, cp) : ue_op_id(&r->rng, cp);
   if (ct_below(&r->rng, 2)) co.max_ops_per_txn = 2 + ct_below(&r->rng, 20);
   if (co.incremental_only && ct_below(&r->rng, 3) == 0) co.op_budget = 1 + ct_below(&r->rng, 30);
   if (ct_below(&r->rng, 3) == 0) co.compact_parameters = 1;
@@ -927,6 +931,15 @@ static void new_stream(run *r) {
   if (ids[0] != ids[1]) DIFF_FAIL("stream ids %u / %u", ids[0], ids[1]);
   r->ids[x] = ids[0];
   r->n_streams++;
+  { /* op ids from 1, or from near 2^32, 2^53 or 2^63 (contract.md 2's bound) on both sides */
+    uint64_t h = ct_draw_start_head(&r->rng);
+    if (h) note(r, "stream %s: op ids from %" PRIu64, name, h + 1);
+    for (int i = 0; h && i < N_SIDES; i++) {
+      bs_error err = {0, ""};
+      if (ct_set_op_head(r->s[i].be, r->s[i].db, r->s[i].path, r->ids[x], h, &err))
+        DIFF_FAIL("op head of %s: %s (%s)", SIDE_NAME(i), bs_strerror(err.code), err.msg);
+    }
+  }
   BOTH(r, "storage_open", bs_storage_open(&s->st[x], s->db, r->ids[x], E));
   random_writer_spec(r, x, 0);
   open_writer(r, x, 0);

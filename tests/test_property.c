@@ -21,6 +21,7 @@
  */
 #include "util_contract.h"
 #include "util_edge.h"
+#include "util_head.h"
 #include "util_model.h"
 
 #include <stdlib.h>
@@ -58,6 +59,7 @@ typedef struct wl {
   size_t n_cps;
   int stopped;    /* another stream took over (or it was terminated): no more writes */
   int terminated; /* no writer any more */
+  int cleared;    /* in the state a clear leaves (check_cleared): cleared, no commit since */
   uint64_t fence; /* the change fence (a clear's op head, a parameter compaction's horizon):
                      checkpoint_changes from below invalidates */
 } wl;
@@ -148,6 +150,13 @@ static void new_stream(run *r, const char *name) {
   md_states_create(&r->states);
   CT_EQ_U64(s->id, r->states.n);
   md_init(&s->m, BS_HASH_XXH3);
+  /* op ids from 1, or from near 2^32, 2^53 or 2^63 (contract.md 2's bound), set before the
+   * stream's first write */
+  s->m.head = ct_draw_start_head(&r->rng);
+  if (s->m.head) {
+    fprintf(stderr, "  stream %u: op ids from %llu\n", s->id, (unsigned long long)s->m.head + 1);
+    CT_OK(ct_set_op_head(r->e.be, r->e.db, r->e.path, s->id, s->m.head, &ct_err));
+  }
   open_handles(r, s);
   /* else the snapshot is done by a commit's snapshot_done (do_commit1): until then deletes leave
    * soft-deleted records */
@@ -653,6 +662,7 @@ static void do_commit1(run *r, wl *s) {
   char lsn[32];
   const char *rid = r->rid[ct_below(&r->rng, N_RIDS)];
   bs_commit_result res;
+  s->cleared = 0; /* a commit raises the resume LSN, with or without a checkpoint */
   int kind = (int)ct_below(&r->rng, 10), ce = -1, created;
   bs_block_reason why;
   uint64_t n, prev = s->cs.cp;
@@ -1259,6 +1269,7 @@ static void model_clear(run *r, wl *s) {
   s->param_unsure = 0;
   s->n_cps = 0;
   s->fence = s->m.head;
+  s->cleared = 1;
 }
 
 static void do_clear(run *r, wl *s) {
@@ -1274,6 +1285,7 @@ static void do_clear(run *r, wl *s) {
   model_clear(r, s);
   check_cleared(r, s, old_cp);
   if (renew) { /* a new snapshot, below the LSNs of before the clear */
+    s->cleared = 0;
     lsn_fmt(lsn, r->lsn - ct_below(&r->rng, r->lsn + 1));
     CT_OK(bs_writer_snapshot_done(s->w, ct_v(lsn), &ct_err));
     md_cp_snapshot_done(&s->cs, lsn);
@@ -1424,7 +1436,7 @@ static void run_workload(const ct_backend *be, uint64_t seed, size_t steps, int 
   if (r->allow_reopen) {
     do_reopen(r);
     for (i = 0; i < (size_t)r->n_streams; i++)
-      if (!r->s[i].has_cp) check_cleared(r, &r->s[i], r->s[i].fence);
+      if (r->s[i].cleared) check_cleared(r, &r->s[i], r->s[i].fence);
   }
   for (i = 0; i < (size_t)r->n_streams; i++) {
     close_handles(&r->s[i]);

@@ -91,6 +91,23 @@ void ue_name(ct_rng *r, char *buf, size_t max, unsigned avoid, const char *names
   buf[v.size] = 0;
 }
 
+uint64_t ue_op_id(ct_rng *r, uint64_t head) {
+  const uint64_t edges[] = {0,
+                            1,
+                            head,
+                            head + 1,
+                            head + 2,
+                            (UINT64_C(1) << 32) - 1,
+                            UINT64_C(1) << 32,
+                            UINT64_C(1) << 53,
+                            (UINT64_C(1) << 53) + 1,
+                            (UINT64_C(1) << 63) - 1,
+                            UINT64_C(1) << 63,
+                            UINT64_MAX};
+  if (ct_below(r, 6)) return head + 2 > head ? ct_below(r, head + 2) : ct_rand(r);
+  return edges[ct_below(r, sizeof edges / sizeof edges[0])];
+}
+
 /* ---- Lookup values ---------------------------------------------------------------------------- */
 
 #define SC_INT(l, x, same)                                                                         \

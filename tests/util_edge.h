@@ -60,4 +60,11 @@ const ue_scalar *ue_scalar_pick(ct_rng *r, int allow_nul);
 /* Encodes 1..3 random pool values into buf (cap >= BS_MAX_LOOKUP_KEY); returns the key. */
 bs_val ue_lookup_key(ct_rng *r, unsigned char *buf, size_t cap, int allow_nul);
 
+/* An op id argument (a read's C or after, a range's from or to, a compaction's max_op_id) for a
+ * stream whose last op id is head: mostly in [0, head + 1]; one draw in 6 an edge: 0, 1, head,
+ * head + 1, head + 2, 2^32 - 1, 2^32, 2^53, 2^53 + 1, 2^63 - 1 (the last op id a stream may
+ * have), 2^63 (the first it may not), UINT64_MAX. A call must answer each the same on every
+ * backend: served, empty, or refused. */
+uint64_t ue_op_id(ct_rng *r, uint64_t head);
+
 #endif /* BS_TESTS_UTIL_EDGE_H */
