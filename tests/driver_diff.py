@@ -70,6 +70,14 @@ LOOKUP_VALUES = [1, 1.0, raw("1e0"), raw("10e-1"), raw("100E-2"), -0.0, raw("-0e
                  "\u00e9", "\U0001f600", '"', "\\"]
 
 
+# Op id arguments at their edges (docs/driver.md: a decimal string below 2^63): 2^32, 2^53 (the
+# last integer a JavaScript number holds) and 2^63 - 1 taken, leading zeros are digits; 2^63,
+# 2^64 - 1, "", "-1", "1.0", " 1", "1e3" and a JSON number refused naming the field.
+OP_ID_EDGES = ["0", "00", "007", str(2**32 - 1), str(2**32), str(2**53), str(2**53 + 1),
+               str(2**63 - 1), str(2**63), str(2**64 - 1), "", "-1", "1.0", " 1", "1e3", 7]
+MAX_EVENT = 255
+MAX_USER_EVENT = 504  # a custom write checkpoint's user_id and event together
+
 # memory/lmdb's and memory/postgres's seed blocks, of CT_SEED_BLOCK seeds each, as the registry
 # of every block (tests/util_contract.c seed_blocks) gives them.
 SEED_BLOCK = 1000000
@@ -131,8 +139,26 @@ class Gen:
             return "00000000/" + "F" * (MAX_LSN - 9 + (x < 0.003))
         return self.fmt_lsn(self.lsn + self.rng.randint(-2, 2))
 
+    def op_id(self, hi):
+        """An op id argument in [0, hi], or now and then an edge (OP_ID_EDGES)."""
+        if self.r() < 0.04:
+            return self.choice(OP_ID_EDGES)
+        return str(self.rng.randint(0, hi))
+
     def cp(self):
-        return str(self.rng.randint(0, self.ops + 2))
+        return self.op_id(self.ops + 2)
+
+    def event(self, user=""):
+        """A write checkpoint event: mostly an edge string; now and then the longest (255 bytes)
+        or one over, or one that makes user and event together exactly the 504 bytes allowed, or
+        one over (BS_ETOOBIG)."""
+        x = self.r()
+        if x < 0.1:
+            return "e" * (MAX_EVENT + (x < 0.03))
+        if x < 0.2:
+            n = MAX_USER_EVENT - len(user.encode("utf-8", "surrogatepass")) + (x < 0.13)
+            return "e" * max(min(n, MAX_EVENT + 1), 0)
+        return edge(self.rng)
 
     def bucket(self):
         if self.r() < 0.03:
@@ -141,10 +167,15 @@ class Gen:
 
     def lookup(self):
         n = self.rng.randint(0, 3)
-        return [self.choice(LOOKUP_VALUES) for _ in range(n)]
+        vals = [self.choice(LOOKUP_VALUES) for _ in range(n)]
+        if n and self.r() < 0.05:  # a long string: keys of about BS_MAX_LOOKUP_KEY, 480 among them
+            vals[-1] = "k" * self.rng.randint(MAX_LOOKUP - 20, MAX_LOOKUP)
+        return vals
 
     def data(self):
         x = self.r()
+        if x < 0.02:  # about the LMDB backend's chunk of ops (lmdb_ops.c CHUNK_CAP, 4080 bytes)
+            return "z" * self.rng.randint(3900, 4100)
         if x < 0.1:
             return ""
         if x < 0.2:
@@ -251,7 +282,7 @@ class Gen:
     def c_bucket_data(self):
         bs = {}
         for _ in range(self.rng.randint(0, 3)):
-            bs[self.bucket()] = str(self.rng.randint(0, self.ops))
+            bs[self.bucket()] = self.op_id(self.ops)
         c = {"cmd": "bucket_data", "checkpoint": self.cp(), "buckets": bs}
         if self.r() < 0.5:
             c["limit"] = self.choice([0, 1, 2, 5, 1000])
@@ -272,6 +303,9 @@ class Gen:
 
     def c_changes(self):
         a = self.rng.randint(0, self.ops + 1)
+        if self.r() < 0.1:  # edges, from above to among them
+            return self.stream({"cmd": "checkpoint_changes", "from": self.op_id(a),
+                                "to": self.op_id(a)})
         return self.stream({"cmd": "checkpoint_changes", "from": str(a),
                             "to": str(a + self.rng.randint(0, 10))})
 
@@ -309,7 +343,7 @@ class Gen:
         if x < 0.1:
             c = {"cmd": "write_checkpoint.mode", "mode": self.choice(["managed", "custom"])}
             if self.r() < 0.3:
-                c["event"] = edge(self.rng)
+                c["event"] = self.event()
             return self.stream(c)
         if x < 0.4:
             items = []
@@ -323,9 +357,9 @@ class Gen:
             return self.stream({"cmd": "write_checkpoint.create_managed", "items": items})
         if x < 0.6:
             c = {"cmd": "write_checkpoint.custom", "user_id": sized(self.rng, self.users, MAX_USER),
-                 "checkpoint": str(self.rng.randint(0, 20))}
+                 "checkpoint": self.op_id(20)}
             if self.r() < 0.3:
-                c["event"] = edge(self.rng)
+                c["event"] = self.event(c["user_id"])
             if self.r() < 0.5:
                 c["requested_at"] = self.rng.randint(0, 2000)
             return self.writer(c)

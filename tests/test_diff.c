@@ -348,6 +348,9 @@ static void pools_init(run *r) {
   pool_fill(r, &r->otypes, "todos", 1, N_OTYPES, 300, UE_OVER);
   pool_fill(r, &r->users, "u", 2, N_USERS, BS_MAX_USER_ID, 0);
   pool_fill(r, &r->data, "{\"v\":", 3, 8, 4000, UE_OVER);
+  /* one value about LMDB's chunk size (not 64 KiB or 1 MiB: the pool's values are drawn often,
+   * every check reads every bucket on both sides, and 64 KiB doubled the run's time) */
+  pool_add(&r->data, ue_data(&r->rng, 4100));
   for (size_t i = 0; i < N_KEYS; i++) {
     unsigned char buf[BS_MAX_LOOKUP_KEY + 16];
     pool_add(&r->keys, ue_lookup_key(&r->rng, buf, sizeof buf, 1));
@@ -919,6 +922,18 @@ static int initial_out(bs_storage *st, uint64_t max, uint64_t minc, sb *o, bs_er
   return rc;
 }
 
+/* A custom write checkpoint's event (the mode's too, user ""): "" or "ev" mostly, else an edge
+ * string up to one byte over its own limit (255 bytes), or one that makes user and event
+ * together exactly BS_MAX_USER_EVENT bytes, or one over (storage.h: BS_ETOOBIG). */
+static bs_val event_of(run *r, bs_val user) {
+  unsigned k = (unsigned)ct_below(&r->rng, 8);
+  size_t n;
+  if (k < 5) return ct_v(k & 1 ? "ev" : "");
+  if (k == 5) return ue_str_pick(&r->rng, 255, UE_NUL, NULL);
+  n = user.size < BS_MAX_USER_EVENT ? BS_MAX_USER_EVENT - user.size + (k == 7) : 1;
+  return ue_str_len(n < 256 ? n : 256, 3);
+}
+
 static void new_stream(run *r) {
   char name[16];
   bs_stream_options so = BS_STREAM_OPTIONS_INIT;
@@ -1002,13 +1017,14 @@ static void step(run *r) {
     unsigned w = (unsigned)ct_below(&r->rng, 5);
     if (w == 0) {
       bs_write_checkpoint_mode m = ct_below(&r->rng, 2) ? BS_WCP_CUSTOM : BS_WCP_MANAGED;
-      bs_val ev = ct_below(&r->rng, 2) ? ct_v("") : ct_v("ev");
+      bs_val ev = event_of(r, ct_v(""));
       note(r, "write_checkpoint_mode s%zu %d", x, (int)m);
       BOTH(r, "set_write_checkpoint_mode", bs_set_write_checkpoint_mode(s->st[x], m, ev, E));
     } else if (w == 1) {
       if ((k = pick_writer(r, x)) >= 0) {
-        bs_val u = pick(r, &r->users), ev = ct_below(&r->rng, 2) ? ct_v("") : ct_v("ev");
-        uint64_t value = 1 + ct_below(&r->rng, 50);
+        bs_val u = pick(r, &r->users), ev = event_of(r, u);
+        /* an op id, or an edge (2^63 - 1 stored, 2^63 refused) */
+        uint64_t value = ct_below(&r->rng, 8) ? 1 + ct_below(&r->rng, 50) : ue_op_id(&r->rng, 50);
         note(r, "custom_write_checkpoint s%zu w%d", x, k);
         BOTH(r, "custom_write_checkpoint",
              bs_writer_custom_write_checkpoint(s->w[x][k], u, value, ev, E));

@@ -799,7 +799,8 @@ static void do_save(run *r, wl *s) {
       rows[i].object_type = ct_v(tname);
       rows[i].object_id = oidv;
       rows[i].data = ct_below(&r->rng, 10) == 0 ? ue_str_pick(&r->rng, 4000, UE_NUL | UE_OVER, NULL)
-                                                : ct_v(data[i]);
+                     : ct_below(&r->rng, 20) == 0 ? ue_data(&r->rng, UE_DATA_MAX) /* edge sizes */
+                                                  : ct_v(data[i]);
     }
     sv.rows = rows;
     sv.n_rows = nrows;

@@ -22,6 +22,7 @@
  */
 #include "util_client.h"
 #include "util_edge.h"
+#include "util_head.h"
 #include "util_model.h"
 #include "util_server.h"
 
@@ -394,7 +395,8 @@ static void do_save(run *r) {
       rows[i].object_type = ct_v(tname);
       rows[i].object_id = oidv;
       rows[i].data = ct_below(&r->rng, 10) == 0 ? ue_str_pick(&r->rng, 4000, UE_NUL | UE_OVER, NULL)
-                                                : ct_v(data[i]);
+                     : ct_below(&r->rng, 20) == 0 ? ue_data(&r->rng, UE_DATA_MAX) /* edge sizes */
+                                                  : ct_v(data[i]);
     }
     sv.rows = rows;
     sv.n_rows = nrows;
@@ -550,6 +552,11 @@ static void run_seed(const ct_backend *be, uint64_t seed, size_t steps) {
     lsn_fmt(lsn, 0);
     CT_OK(ct_env_stream(&r->e, "sync", h, lsn));
     md_init(&r->m, h);
+    /* op ids from 1, or from near 2^32, 2^53 or 2^63 (contract.md 2's bound): the clients see
+     * them in every line that carries one */
+    r->m.head = ct_draw_start_head(&r->rng);
+    if (r->m.head)
+      CT_OK(ct_set_op_head(r->e.be, r->e.db, r->e.path, r->e.stream, r->m.head, &ct_err));
   }
   r->n_cl = 2 + (int)ct_below(&r->rng, 3);
   for (i = 0; i < r->n_cl; i++) r->cl[i].subs = random_subs(r);

@@ -160,11 +160,57 @@ const ue_scalar *ue_scalar_pick(ct_rng *r, int allow_nul) {
 }
 
 bs_val ue_lookup_key(ct_rng *r, unsigned char *buf, size_t cap, int allow_nul) {
+  static char pad[BS_MAX_LOOKUP_KEY];
   bs_scalar v[3];
   size_t n = 1 + ct_below(r, 3), size = 0, i;
   bs_val k = {buf, 0};
   for (i = 0; i < n; i++) v[i] = ue_scalar_pick(r, allow_nul)->v;
+  if (ct_below(r, 8) == 0) { /* the last value a string that makes the key exactly the maximum */
+    size_t len = 0;
+    memset(pad, 'k', sizeof pad);
+    v[n - 1] = (bs_scalar){BS_SCALAR_STRING, 0, 0, {pad, 0}};
+    for (int tries = 0; tries < 8; tries++) {
+      bs_lookup_encode(buf, cap, &size, v, n, NULL); /* the size, also when over */
+      if (size == BS_MAX_LOOKUP_KEY) break;
+      if (size < BS_MAX_LOOKUP_KEY)
+        len += BS_MAX_LOOKUP_KEY - size;
+      else
+        len -= len < size - BS_MAX_LOOKUP_KEY ? len : size - BS_MAX_LOOKUP_KEY;
+      v[n - 1].s.size = len;
+    }
+  }
   if (bs_lookup_encode(buf, cap, &size, v, n, NULL) != BS_OK) fail_msg("ue_lookup_key: encode");
   k.size = size;
   return k;
+}
+
+bs_val ue_data(ct_rng *r, size_t max) {
+  static char big[UE_DATA_MAX];
+  size_t n;
+  switch (ct_below(r, 8)) {
+  case 0:
+    n = 0;
+    break;
+  case 1:
+    n = 1;
+    break;
+  case 2:
+    n = 65535 + ct_below(r, 2);
+    break;
+  case 3:
+    n = ct_below(r, 4) == 0 ? UE_DATA_MAX : 3900 + ct_below(r, 201);
+    break;
+  default:
+    n = 3900 + ct_below(r, 201);
+  }
+  if (n > max) { /* about the chunk size instead, or max */
+    size_t c = 3900 + ct_below(r, 201);
+    n = c <= max ? c : max;
+  }
+  if (n == UE_DATA_MAX) {
+    memset(big, 'd', sizeof big);
+    big[n - 1] = (char)('0' + ct_below(r, 10));
+    return (bs_val){big, n};
+  }
+  return ue_str_len(n, (unsigned)ct_below(r, 4));
 }

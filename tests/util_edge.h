@@ -48,6 +48,13 @@ void ue_name(ct_rng *r, char *buf, size_t max, unsigned avoid, const char *names
  * modulo 4 (a later call with the same variant % 4 overwrites it). */
 bs_val ue_str_len(size_t n, unsigned variant);
 
+/* Op data of an edge size up to max bytes: "", one byte, about the LMDB backend's chunk of ops
+ * (3900-4100 bytes: one op alone, two ops sharing one, an op just over, lmdb_ops.c CHUNK_CAP),
+ * 65535 and 65536 (past 16-bit sizes), rarely (one draw in 32) 1 MiB + 1, above a read's default
+ * chunk_bytes. No NUL, not JSON; static storage (a later call may overwrite it). */
+#define UE_DATA_MAX ((1u << 20) + 1)
+bs_val ue_data(ct_rng *r, size_t max);
+
 /* Lookup values. */
 typedef struct ue_scalar {
   const char *label; /* for failure messages: "1.0", "-0", "int64 max", ... */
@@ -57,7 +64,8 @@ typedef struct ue_scalar {
 const ue_scalar *ue_scalars(size_t *n_out);
 /* A random lookup value of the pool (strings of the pool are NUL-free unless allowed). */
 const ue_scalar *ue_scalar_pick(ct_rng *r, int allow_nul);
-/* Encodes 1..3 random pool values into buf (cap >= BS_MAX_LOOKUP_KEY); returns the key. */
+/* Encodes 1..3 random pool values into buf (cap >= BS_MAX_LOOKUP_KEY); returns the key. One key
+ * in 8 is exactly BS_MAX_LOOKUP_KEY bytes long (a value with a long string). */
 bs_val ue_lookup_key(ct_rng *r, unsigned char *buf, size_t cap, int allow_nul);
 
 /* An op id argument (a read's C or after, a range's from or to, a compaction's max_op_id) for a
