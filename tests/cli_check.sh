@@ -191,9 +191,12 @@ expect_rc 0 "$bs" load "$tmp/both.db" < "$tmp/all.dump"
 "$bs" checkpoint --db "$db" --watch --count 2 --timeout-ms 600000 > "$tmp/watch" &
 watcher=$!
 watched() { n=0; while [ "$(wc -l < "$tmp/watch")" -lt "$1" ]; do
-  n=$((n + 1)); [ $n -lt 6000 ] || fail "checkpoint --watch: no line $1"; sleep 0.1; done; }
+  n=$((n + 1)); [ $n -lt 6000 ] || { watch_said; fail "checkpoint --watch: no line $1"; }
+  sleep 0.1; done; }
+# what each side said, on a failure: the driver answers every command with a JSON line
+watch_said() { echo "== watch:"; cat "$tmp/watch"; echo "== drive:"; cat "$tmp/drive"; }
 mkfifo "$tmp/cmds"
-"$bs" drive --db "$db" < "$tmp/cmds" > /dev/null &
+"$bs" drive --db "$db" < "$tmp/cmds" > "$tmp/drive" &
 driver=$!
 exec 3> "$tmp/cmds"
 watched 1
@@ -202,9 +205,10 @@ watched 2
 echo '{"cmd":"save","table":"t","tag":"update","id":"r1","rows":[{"bucket":"b1","type":"t","id":"r1","data":"{}"}]}' >&3
 echo '{"cmd":"commit","lsn":"00000101"}' >&3
 exec 3>&-
-wait "$driver" || fail "drive exited non-zero"
-wait "$watcher" || fail "checkpoint --watch exited non-zero"
-[ "$(wc -l < "$tmp/watch")" = 3 ] || { cat "$tmp/watch"; fail "watch lines"; }
+wait "$driver" || { watch_said; fail "drive exited non-zero"; }
+grep -q '"ok":false' "$tmp/drive" && { watch_said; fail "drive refused a command"; }
+wait "$watcher" || { watch_said; fail "checkpoint --watch exited non-zero"; }
+[ "$(wc -l < "$tmp/watch")" = 3 ] || { watch_said; fail "watch lines"; }
 tail -n 1 "$tmp/watch" | grep -q '"checkpoint":"2001","lsn":"00000101"' || fail "watch last line"
 # A PostgreSQL password is never printed: URLs to a closed port, URLs libpq refuses by quoting
 # them, a password as a query parameter, and key=value form, through stat, verify and drive.
