@@ -284,6 +284,70 @@ static void test_persistence(void **state) {
   assert_string_equal(ps(f, commit(f), k), "");
 }
 
+/* Counts the calls that allocate of a handle's allocator. */
+static size_t g_allocs;
+static void *cnt_malloc(void *o, size_t n) {
+  (void)o;
+  g_allocs++;
+  return malloc(n);
+}
+static void *cnt_realloc(void *o, void *p, size_t n) {
+  (void)o;
+  g_allocs++;
+  return realloc(p, n);
+}
+static void cnt_free(void *o, void *p) {
+  (void)o;
+  free(p);
+}
+
+/* The allocations of one lookup of k at c, through a handle with the counting allocator; its
+ * rows must be n. */
+static size_t lookup_allocs(bs_storage *st, uint64_t c, key k, size_t n) {
+  bs_val kv = kval(&k);
+  rows r;
+  memset(&r, 0, sizeof r);
+  g_allocs = 0;
+  CT_OK(bs_get_parameter_sets(st, c, &kv, 1, BS_PARAM_LIMIT_DEFAULT, on_row, &r, &ct_err));
+  assert_int_equal(r.n, n);
+  for (size_t i = 0; i < r.n; i++) free(r.v[i]);
+  return g_allocs;
+}
+
+/* A lookup's rows cost no allocation while they are few (lmdb_params.c SCAN_ROWS: 16): 10 rows
+ * take as many as 1. Past that the arrays move to the heap and every row still comes out. */
+static void test_lookup_allocations(void **state) {
+  ct_env *f = *state;
+  key one = skey("one"), ten = skey("ten"), many = skey("many");
+  const char *p[] = {"{\"i\":0}"};
+  bs_allocator cnt = {cnt_malloc, cnt_realloc, cnt_free, NULL};
+  bs_open_options o = BS_OPEN_OPTIONS_INIT;
+  bs_db *db;
+  bs_storage *st;
+  uint64_t c;
+  size_t base;
+  char id[16];
+  save(f, "t", BS_INSERT, "one", &one, p, 1);
+  for (int i = 0; i < 10; i++) {
+    snprintf(id, sizeof id, "ten%d", i);
+    save(f, "t", BS_INSERT, id, &ten, p, 1);
+  }
+  for (int i = 0; i < 40; i++) {
+    snprintf(id, sizeof id, "many%d", i);
+    save(f, "t", BS_INSERT, id, &many, p, 1);
+  }
+  c = commit(f);
+  o.flags = BS_OPEN_NOSYNC; /* as ct_env opened the file: one environment a file */
+  o.allocator = &cnt;
+  CT_OK(bs_open(&db, f->path, &o, &ct_err));
+  CT_OK(bs_storage_open(&st, db, f->stream, &ct_err));
+  base = lookup_allocs(st, c, one, 1);
+  assert_int_equal(lookup_allocs(st, c, ten, 10), base);
+  assert_true(lookup_allocs(st, c, many, 40) > base);
+  bs_storage_close(st);
+  bs_close(db);
+}
+
 /* Forges two replica ids with the same hash in the index: their entries interleave in one
  * group, and each row keeps its own latest entry (r1's tombstone must not hide r2). */
 static void test_hash_collision(void **state) {
@@ -323,6 +387,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_limit, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_persistence, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_hash_collision, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_lookup_allocations, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
