@@ -142,6 +142,9 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/benc
 	  $(call skip,amalgamate_check under sanitizers); else tests/amalgamate_check.sh; fi'
 	@$(STEP) abi-check sh -c 'if [ -n "$(SAN)" ]; then $(call skip,abi-check under sanitizers); \
 	  else $(MAKE) --no-print-directory abi-check; fi'
+	@$(STEP) contract_own_check sh -c 'if [ -n "$(SAN)" ]; then \
+	  $(call skip,contract_own_check under sanitizers: the documented cc command links no sanitizer); \
+	  else tests/contract_own_check.sh $(BUILD); fi'
 	@$(STEP) fuzz-replay $(MAKE) --no-print-directory fuzz-replay
 	@$(STEP) crashtest-quick $(MAKE) --no-print-directory crashtest-quick
 	@$(STEP) powercut-quick $(MAKE) --no-print-directory powercut-quick

@@ -2758,7 +2758,7 @@ static const ct_test TESTS[] = {
     T_NEEDS(t_compact_parameters_fence, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_initial_below, CT_LACKS_COMPACT),
     T_NEEDS(t_compact_full_below, CT_LACKS_COMPACT),
-    T(t_op_ids_at_limit),
+    T_NEEDS(t_op_ids_at_limit, CT_LACKS_OP_HEAD),
     T(t_passthrough_on_path),
     T(t_list_buckets),
     T(t_skipped_save_creates_no_bucket),

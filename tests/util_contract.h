@@ -51,6 +51,9 @@ struct ct_backend {
 /* Capabilities of ct_backend.lacks, one bit each. */
 #define CT_LACKS_TRUNCATE 0x1u /* bs_writer_truncate, bs_writer_drop */
 #define CT_LACKS_COMPACT  0x2u /* bs_compact, bs_compact_initial_replication */
+/* No way for the suite to set a stream's op head (ct_set_op_head, tests/util_head.c, knows the
+ * built-in backends only: no public call moves the head): the op-id-bound cases. */
+#define CT_LACKS_OP_HEAD  0x4u
 /* Whether be lacks capability cap (a CT_LACKS_* bit). */
 int ct_lacks(const ct_backend *be, unsigned cap);
 
