@@ -576,12 +576,19 @@ lint: format-check
 # lives in /usr/bin/python3. With the PostgreSQL backend, all of it runs beside a server of its
 # own (tests/pg_server.sh run, as pg-test), which the binding's PostgreSQL tests use; without
 # server binaries they are skipped, saying so.
+# Then bench/bench_py.py on a tiny workload (no timing asserted; it checks that every client
+# reads every row back), so that the benchmark, its C client and its driver client cannot rot.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_BENCH_SMOKE = --rows 400 --buckets 4 --commit 100 --batch 50 --read-limit 37 --runs 1 \
+  --read-passes 1
 .PHONY: py-test
-py-test: deps
-	@if [ "$(PG)" = 1 ]; then rc=0; PYTHON=$(PYTHON) tests/pg_server.sh run \
-	  tests/py_package_check.sh || rc=$$?; [ $$rc = 77 ] || exit $$rc; fi; \
-	PYTHON=$(PYTHON) tests/py_package_check.sh
+py-test: deps $(BUILD)/bucketstore
+	@rc=77; if [ "$(PG)" = 1 ]; then rc=0; PYTHON=$(PYTHON) tests/pg_server.sh run \
+	  tests/py_package_check.sh || rc=$$?; fi; \
+	if [ $$rc = 77 ]; then PYTHON=$(PYTHON) tests/py_package_check.sh || exit $$?; \
+	elif [ $$rc != 0 ]; then exit $$rc; fi; \
+	echo "== bench/bench_py.py smoke (no timing assertions)"; \
+	MAKEFLAGS= MAKELEVEL= $(PYTHON) bench/bench_py.py $(PY_BENCH_SMOKE) --build $(BUILD) >/dev/null
 
 # ==== Node.js binding: bindings/node, a Node-API addon built by npm/node-gyp against
 # the installed headers (/usr/include/node, bindings/node/.npmrc: nothing is downloaded) from
@@ -609,8 +616,13 @@ node-test:
 	@if [ -n "$(SAN)" ]; then $(call skip,node-test under sanitizers); \
 	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
 	  $(call skip,node-test: no node/npm); \
-	else $(MAKE) --no-print-directory BUILD=build node && \
+	else $(MAKE) --no-print-directory BUILD=build node build/bucketstore && \
 	  if [ "$(PG)" = 1 ]; then rc=0; tests/pg_server.sh run sh -c '$(NODE_RUN)' || rc=$$?; \
 	    [ $$rc = 77 ] || exit $$rc; fi; $(NODE_RUN); fi
 NODE_RUN = echo "== node --test bindings/node" && (cd bindings/node && ../../tests/step.sh --scan \
-	  "\# SKIP" $(NODE) --test --test-reporter=tap test/*.test.js) && tests/node_package_check.sh
+	  "\# SKIP" $(NODE) --test --test-reporter=tap test/*.test.js) && tests/node_package_check.sh && \
+	  echo "== bench/bench_node.mjs smoke (no timing assertions)" && \
+	  $(NODE) bench/bench_node.mjs $(NODE_BENCH_SMOKE) >/dev/null
+# bench/bench_node.mjs on a tiny workload (no timing asserted; it checks that every path reads
+# every row back, with the C API's sum), so that the benchmark and its C client cannot rot.
+NODE_BENCH_SMOKE = --rows 400 --buckets 4 --commit-rows 100 --read-limit 37 --runs 1

@@ -133,6 +133,16 @@ for (const [name, open] of backends) {
     const whole = await readAll(st, checkpoint, names, { limit: 100000, chunkLimitBytes: 1 << 24 });
     for (const options of [{ limit: 1 }, { limit: 7, chunkLimitBytes: 100 }, { chunkLimitBytes: 1 }])
       assert.deepEqual(await readAll(st, checkpoint, names, options), whole);
+    // chunkLimitBytes cuts chunks (the service's option, not only accepted): at 1 byte every
+    // chunk is one op; without it, one chunk per bucket
+    const sizes = async (options) => {
+      const n = [];
+      for await (const c of st.getBucketDataBatch(checkpoint, names.map((bucket) => ({ bucket })), options))
+        if (!('hasMore' in c)) n.push(c.chunkData.data.length);
+      return n;
+    };
+    assert.deepEqual(await sizes({ chunkLimitBytes: 1 }), Array(40).fill(1));
+    assert.deepEqual(await sizes({}), [14, 13, 13]);
     // one batch: chunks of one bucket each, then the end marker
     const batch = [];
     for await (const c of st.getBucketDataBatch(checkpoint, [{ bucket: 'b1', start: 0n }], { limit: 5 }))

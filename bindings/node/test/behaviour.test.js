@@ -113,6 +113,31 @@ for (const [name, open] of backends) {
   });
 }
 
+test('verify() names what it finds: an op payload changed on disk behind the library\'s back', async () => {
+  const t = tmpPath();
+  let db = await bs.open(t.file, { nosync: true });
+  const { st, w } = await stream(db);
+  await w.save(put('b', 'r', '{"marker":"QQQQQQQQQQQQ"}'));
+  await w.markSnapshotDone('1');
+  await w.commit('1');
+  assert.deepEqual(await db.verify(), []);
+  await w.close();
+  await st.close();
+  await db.close();
+  // LMDB has no page checksums: only verify sees the change
+  const bytes = fs.readFileSync(t.file);
+  const at = bytes.indexOf('QQQQQQQQQQQQ');
+  assert.ok(at >= 0 && bytes.indexOf('QQQQQQQQQQQQ', at + 1) < 0, 'the payload is stored once');
+  bytes.write('R', at + 11);
+  fs.writeFileSync(t.file, bytes);
+  db = await bs.open(t.file);
+  const problems = await db.verify();
+  assert.equal(problems.length, 1, problems.join('\n'));
+  assert.match(problems[0], /^bucket "b" op 1: PUT checksum \d+ stored, its payload hashes to \d+$/);
+  await db.close();
+  t.cleanup();
+});
+
 test('an abort rejects every long call with the signal\'s reason, before or during it', async () => {
   const t = tmpPath();
   const db = await bs.open(t.file, { nosync: true });
@@ -151,6 +176,39 @@ test('an abort rejects every long call with the signal\'s reason, before or duri
   await assert.rejects(waiting, (e) => e === why);
   await assert.rejects(st.waitCheckpoint(cp, { signal: ac.signal }), (e) => e === why);
   await assert.rejects(st.compactInitialReplication({ signal: ac.signal }), (e) => e === why);
+  // raw reads as getBucketDataBatch (service.test.js): before the read, and between its chunks
+  await w.save(put('c', 'c1'));
+  const cp2 = (await w.commit('2')).checkpoint;
+  const two = [{ bucket: 'b' }, { bucket: 'c' }];
+  for (const reuseBuffers of [false, true]) {
+    await assert.rejects(st.getBucketDataBatchRaw(cp2, two, { signal: ac.signal, reuseBuffers }).next(),
+      (e) => e === why);
+    const between = new AbortController();
+    const seen = [];
+    await assert.rejects((async () => {
+      for await (const c of st.getBucketDataBatchRaw(cp2, two, { signal: between.signal, reuseBuffers })) {
+        seen.push(c);
+        between.abort(why);
+      }
+    })(), (e) => e === why);
+    assert.equal(seen.length, 1, 'the abort stopped the batch after its first chunk');
+  }
+  // compactInitialReplication aborted while it runs (the abort comes after the call started,
+  // before its Promise can settle): it finishes, the work stays, and it rejects with the reason
+  const s2 = await db.storage(await db.createStream('initial'));
+  const w2 = await s2.createWriter();
+  for (let v = 0; v < 3; v++) await w2.save({ ...put('b', 'r', `{"v":${v}}`), tag: v ? 'update' : 'insert' });
+  await w2.flush();
+  const during = new AbortController();
+  const running = s2.compactInitialReplication({ signal: during.signal });
+  during.abort(why);
+  await assert.rejects(running, (e) => e === why);
+  assert.deepEqual(await s2.compactInitialReplication(), { buckets: 0 }, 'its work was done');
+  await w2.markSnapshotDone('1');
+  const c2 = (await w2.commit('1')).checkpoint;
+  assert.deepEqual((await readAll(s2, c2, ['b'])).get('b').map((o) => o.data), ['{"v":2}']);
+  await w2.close();
+  await s2.close();
   await w.close();
   await st.close();
   await db.close();

@@ -78,7 +78,8 @@ test('an async onProgress that throws rejects the call; unhandled, it ends the p
 // Everything else that can be under way at once: a waitCheckpoint waiting (on the thread pool),
 // an export paused between its batches (its thread waits for the slot), a load waiting for its
 // next record (an input that never yields it), a getBucketDataBatch iteration left half-read
-// and a writer with a save queued; then the process leaves, each way.
+// (in the default mode and in raw mode reusing its buffers) and a writer with a save queued;
+// then the process leaves, each way.
 const everything = `
   const wait = st.waitCheckpoint(await st.getCheckpoint());
   const exp = db.export()[Symbol.asyncIterator]();
@@ -91,10 +92,13 @@ const everything = `
   await fedOne;
   const chunks = st.getBucketDataBatch((await st.getCheckpoint()).checkpoint, [{ bucket: 'b' }], { limit: 10 });
   await chunks.next();
+  const raw = st.getBucketDataBatchRaw((await st.getCheckpoint()).checkpoint, [{ bucket: 'b' }],
+    { limit: 10, reuseBuffers: true });
+  await raw.next();
   const w2 = await st.createWriter();
   await w2.save({ tag: 'update', sourceTable: 't', afterReplicaId: 'r1',
     evaluated: [{ bucket: 'b', table: 't', id: 'o1', data: '{}' }] });
-  void wait, void loading;
+  void wait, void loading, void raw;
   console.log('under way');`;
 
 test('process.exit() while a wait, an export, a load, a read and a writer are under way ends the process', () => {

@@ -18,7 +18,7 @@ test("the README's example is examples/quickstart.mjs", () => {
   assert.deepEqual(blocks, [fs.readFileSync(example, 'utf8')]);
 });
 
-test('examples/quickstart.mjs runs, and runs again on its file', () => {
+test('examples/quickstart.mjs runs, and runs again on its file', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bs-quickstart-'));
   try {
     fs.mkdirSync(path.join(dir, 'node_modules'));
@@ -32,7 +32,15 @@ test('examples/quickstart.mjs runs, and runs again on its file', () => {
       assert.equal(lines[0], `1n PUT t1 {"id":"t1","done":false}`);
       assert.match(lines[1], /^\{ bucket: 'todos\["u1"\]', checksum: -?\d+, count: 1 \} \[ \{ list: 'u1' \} \]$/);
     }
-    assert.ok(fs.existsSync(path.join(dir, 'quickstart.bsdb')));
+    // the second run found the first's stream and committed nothing: one stream, one op
+    const db = await require('..').open(path.join(dir, 'quickstart.bsdb'));
+    try {
+      assert.deepEqual((await db.listStreams()).map((s) => s.name), ['rules-v1']);
+      const s = await db.stat();
+      assert.deepEqual([s.streams, s.opsPut, s.sourceRecords], [1, 1, 1]);
+    } finally {
+      await db.close();
+    }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -242,3 +242,59 @@ for (const [name, open] of backends) {
     cleanup();
   });
 }
+
+for (const [name, open] of backends) {
+  test(`${name}: terminate({clearStorage}) clears the stream or keeps its data; no writer opens after`, async () => {
+    for (const options of [undefined, {}, { clearStorage: false }, { clearStorage: true }]) {
+      const { db, cleanup } = await open();
+      const st = await db.storage(await db.createStream('s'));
+      const w = await st.createWriter();
+      await w.save(put('b', 'r'));
+      await w.markSnapshotDone('1');
+      const { checkpoint } = await w.commit('1');
+      await w.close();
+      await assert.rejects(st.terminate({ clearStorage: 'yes' }), code(TypeError, 'BS_EINVAL'));
+      await st.terminate(options);
+      const s = await st.getStatus();
+      const cleared = options?.clearStorage === true;
+      assert.deepEqual([s.state, s.checkpoint], ['TERMINATED', cleared ? 0n : checkpoint], JSON.stringify(options));
+      assert.equal((await st.getChecksums(checkpoint, ['b'])).get('b').count, cleared ? 0 : 1);
+      await assert.rejects(st.createWriter(), { code: 'BS_ESTATE' });
+      await st.close();
+      await db.close();
+      cleanup();
+    }
+  });
+}
+
+// compact()'s thresholds reach the library, each as itself (a binding that passed one option
+// in another's place, or dropped it, selects other buckets): a bucket of 12 ops, 2 of them
+// changes since its last compaction (a ratio of 1/6).
+for (const [name, open] of backends) {
+  test(`${name}: compact's minBucketChanges, minChangeRatio, incrementalOnly and minAgeMs select as the library does`, async () => {
+    const cases = [
+      [{ minBucketChanges: 2 }, 1], [{ minBucketChanges: 3 }, 0],
+      [{ minBucketChanges: 1, minChangeRatio: 0.15 }, 1], [{ minBucketChanges: 1, minChangeRatio: 0.2 }, 0],
+      [{ minBucketChanges: 1, incrementalOnly: true, minAgeMs: 0 }, 1],
+      [{ minBucketChanges: 1, incrementalOnly: true, minAgeMs: 3600e3 }, 0],
+      [{ minBucketChanges: 1, incrementalOnly: false, minAgeMs: 3600e3 }, 1],
+    ];
+    for (const [options, selected] of cases) {
+      const { db, cleanup } = await open();
+      const st = await db.storage(await db.createStream('s'));
+      const w = await st.createWriter();
+      for (let i = 0; i < 10; i++) await w.save({ ...put('b', `r${i}`), tag: 'insert' });
+      await w.markSnapshotDone('1');
+      await w.commit('1');
+      await st.compact({ minBucketChanges: 1 }); // the changes since this one count
+      for (let v = 1; v <= 2; v++)
+        await w.save({ ...put('b', 'r0'), evaluated: [{ bucket: 'b', table: 't', id: 'r0', data: `{"v":${v}}` }] });
+      await w.commit('2');
+      await w.close();
+      assert.equal((await st.compact(options)).bucketsCompacted, selected, JSON.stringify(options));
+      await st.close();
+      await db.close();
+      cleanup();
+    }
+  });
+}

@@ -136,3 +136,81 @@ for (const [name, open] of backends) {
     cleanup();
   });
 }
+
+// Every argument that takes a string, of every call (index.d.ts), refuses one that is not valid
+// Unicode before anything is done with it, naming the argument: the calls above and
+// edges.test.js's tables cover the fields of saves and reads; this table is the rest (paths,
+// LSNs, tables, write-checkpoint users, events and heads, filters, records, URLs, messages).
+test('every string argument of every call refuses a lone surrogate, naming the argument', async () => {
+  const { tmpPath } = require('./helpers.cjs');
+  const path = require('node:path');
+  const fs = require('node:fs');
+  const t = tmpPath();
+  const dir = path.dirname(t.file);
+  const db = await bs.open(t.file, { nosync: true });
+  const st = await db.storage(await db.createStream('s'));
+  const w = await st.createWriter();
+  const L = 'a\uD800';
+  const row = { tag: 'insert', sourceTable: 't', afterReplicaId: 'r',
+    evaluated: [{ bucket: 'b', table: 't', id: 'r', data: '{}' }] };
+  const calls = {
+    'open path': [/^path/, () => bs.open(path.join(dir, L))],
+    'open postgresql URL': [/^path/, () => bs.open(`postgresql://127.0.0.1:1/${L}`)],
+    'openPostgres url': [/^url/, () => bs.openPostgres(`postgresql://127.0.0.1:1/${L}`)],
+    'createStream name': [/^name/, () => db.createStream(L)],
+    'backup path': [/^path/, () => db.backup(path.join(dir, L))],
+    'load path': [/^path/, () => bs.load(path.join(dir, L), db.export())],
+    'load record table': [/^records\[0\]\.table/, () => bs.load(path.join(dir, 'l1'), [{ table: L, stream: 0, key: 'k', value: 'v' }])],
+    'load record key': [/^records\[0\]\.key/, () => bs.load(path.join(dir, 'l2'), [{ table: 'meta', stream: 0, key: L, value: 'v' }])],
+    'checksumPut objectType': [/^objectType/, async () => bs.checksumPut('xxh3', L, 'i', '{}')],
+    'checksumPut objectId': [/^objectId/, async () => bs.checksumPut('xxh3', 't', L, '{}')],
+    'checksumPut data': [/^data/, async () => bs.checksumPut('xxh3', 't', 'i', L)],
+    'save currentData': [/currentData/, () => w.save({ ...row, currentData: L })],
+    'save beforeReplicaId': [/beforeReplicaId/, () => w.save({ ...row, tag: 'update', beforeReplicaId: L })],
+    'save bucketParameters text': [/bucketParameters\[0\]/, () => w.save({ ...row,
+      evaluatedParameters: [{ lookup: ['k'], bucketParameters: [`{"a":"${L}"}`] }] })],
+    'saveMany bucket': [/^saves\[0\]\.evaluated\[0\]\.bucket/, () => w.saveMany([{ ...row,
+      evaluated: [{ bucket: L, table: 't', id: 'r', data: '{}' }] }])],
+    'truncate table': [/^table/, () => w.truncate(L)],
+    'truncate {name}': [/^table/, () => w.truncate({ name: L })],
+    'drop tables': [/^table/, () => w.drop([L])],
+    'commit lsn': [/^lsn/, () => w.commit(L)],
+    'keepalive lsn': [/^lsn/, () => w.keepalive(L)],
+    'markSnapshotDone lsn': [/^lsn/, () => w.markSnapshotDone(L)],
+    'setResumeLsn lsn': [/^lsn/, () => w.setResumeLsn(L)],
+    'getSourceRow table': [/^table/, () => w.getSourceRow(L, 'r')],
+    'addCustomWriteCheckpoint user_id': [/user_id/, () => w.addCustomWriteCheckpoint({ user_id: L, checkpoint: 1n })],
+    'addCustomWriteCheckpoint event_id': [/event_id/, () => w.addCustomWriteCheckpoint({ user_id: 'u', checkpoint: 1n, event_id: L })],
+    'setWriteCheckpointMode eventName': [/eventName/, async () => st.setWriteCheckpointMode({ mode: 'custom', eventName: L })],
+    'createWriter zeroLSN': [/zeroLSN/, () => st.createWriter({ zeroLSN: L })],
+    'createManagedWriteCheckpoints user_id': [/user_id/, () => st.createManagedWriteCheckpoints([{ user_id: L, heads: { 1: '0' } }])],
+    'createManagedWriteCheckpoints head': [/heads\[0\]/, () => st.createManagedWriteCheckpoints([{ user_id: 'u', heads: { 1: L } }])],
+    'createManagedWriteCheckpoints connection': [/heads key/, () => st.createManagedWriteCheckpoints([{ user_id: 'u', heads: { [L]: '0' } }])],
+    'lastWriteCheckpoint user_id': [/user_id/, () => st.lastWriteCheckpoint({ user_id: L, heads: { 1: '0' } })],
+    'lastWriteCheckpoint head': [/heads\[0\]/, () => st.lastWriteCheckpoint({ user_id: 'u', heads: { 1: L } })],
+    'getBucketDataBatchRaw bucket': [/bucket/, () => st.getBucketDataBatchRaw(0n, [{ bucket: L }]).next()],
+    'getChecksums {bucket}': [/^buckets\[0\]/, () => st.getChecksums(0n, [{ bucket: L }])],
+    'listBuckets startAfter': [/startAfter/, () => st.listBuckets({ startAfter: L }).next()],
+    'waitCheckpoint known.lsn': [/lsn/, () => st.waitCheckpoint({ checkpoint: 0n, lsn: L }, { timeoutMs: 0 })],
+    'reportError message': [/^message/, () => st.reportError(L)],
+    'reportError Error': [/^message/, () => st.reportError(new Error(L))],
+  };
+  for (const [what, [arg, call]] of Object.entries(calls)) {
+    await assert.rejects(call(), (e) => {
+      assert.equal(e.name, 'TypeError', `${what}: ${e.stack}`);
+      assert.equal(e.code, 'BS_EINVAL', what);
+      assert.match(e.message, /not valid Unicode/, what);
+      assert.match(e.message, arg, what);
+      return true;
+    }, what);
+  }
+  // nothing was done: no file, no stream, no record, no error, no queued work
+  assert.deepEqual(fs.readdirSync(dir).sort(), ['test.bsdb', 'test.bsdb-lock']);
+  assert.deepEqual((await db.listStreams()).map((s) => s.name), ['s']);
+  assert.equal((await st.getStatus()).lastError, null);
+  assert.equal(await w.flush(), null);
+  await w.close();
+  await st.close();
+  await db.close();
+  t.cleanup();
+});

@@ -94,6 +94,11 @@ def test_chunking_invariance(st):
             got = read_all(st, cp, {"b0": 0, "b1": 0, "b2": 0}, limit=limit,
                            chunk_bytes=chunk_bytes)
             assert got == want, (limit, chunk_bytes)
+    # chunk_bytes cuts chunks (the service's chunkLimitBytes, not only accepted): at 1 byte
+    # every chunk is one op; without it, one chunk per bucket
+    every = {"b0": 0, "b1": 0, "b2": 0}
+    assert [len(c.ops) for c in st.bucket_data(cp, every, chunk_bytes=1)] == [1] * 30
+    assert [len(c.ops) for c in st.bucket_data(cp, every)] == [10, 10, 10]
     # one batch: has_more when cut by the limit
     b = st.bucket_data_batch(cp, {"b0": 0}, limit=3)
     assert b.has_more and sum(len(c.ops) for c in b.chunks) == 3

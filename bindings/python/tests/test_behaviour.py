@@ -29,6 +29,82 @@ def test_lone_surrogates_are_refused(st, bad):
         st.db.create_stream(bad)
 
 
+L = "a\ud800"
+
+
+def string_arguments(db, st, w, d):
+    """Every string argument of every call but the save fields and reads above (paths, LSNs,
+    tables, write-checkpoint users, events and heads, filters, records, URLs, messages, zero
+    LSN): (what, the argument's name in the error, the call with L there)."""
+    r = row("b", "r")
+    return [
+        ("open path", "path", lambda: bs.open(os.path.join(d, L))),
+        ("open postgresql URL", "path", lambda: bs.open("postgresql://127.0.0.1:1/" + L)),
+        ("backup path", "path", lambda: db.backup(os.path.join(d, L))),
+        ("load path", "path", lambda: bs.load(os.path.join(d, L), db.export())),
+        ("load record table", "records[0].table",
+         lambda: bs.load(os.path.join(d, "l1"), [(L, 0, b"k", b"v")])),
+        ("load record key", "records[0].key",
+         lambda: bs.load(os.path.join(d, "l2"), [("meta", 0, L, b"v")])),
+        ("checksum_put object_type", "object_type", lambda: bs.checksum_put(L, "i", "{}")),
+        ("checksum_put object_id", "object_id", lambda: bs.checksum_put("t", L, "{}")),
+        ("checksum_put data", "data", lambda: bs.checksum_put("t", "i", L)),
+        ("subkey replica_id", "replica_id", lambda: bs.subkey(1, L)),
+        ("save old_id", "old_id", lambda: w.save("t", "update", "r", [r], old_id=L)),
+        ("save store", "store", lambda: w.save("t", "insert", "r", [r], store=L)),
+        ("truncate", "table", lambda: w.truncate(L)),
+        ("drop", "table", lambda: w.drop(L)),
+        ("snapshot_done", "lsn", lambda: w.snapshot_done(L)),
+        ("resume_lsn", "lsn", lambda: w.resume_lsn(L)),
+        ("commit", "lsn", lambda: w.commit(L)),
+        ("keepalive", "lsn", lambda: w.keepalive(L)),
+        ("source_row table", "table", lambda: w.source_row(L, "r")),
+        ("source_row id", "id", lambda: w.source_row("t", L)),
+        ("custom_write_checkpoint user_id", "user_id", lambda: w.custom_write_checkpoint(L, 1)),
+        ("custom_write_checkpoint event_id", "event_id",
+         lambda: w.custom_write_checkpoint("u", 1, event_id=L)),
+        ("set_write_checkpoint_mode event_name", "event_name",
+         lambda: st.set_write_checkpoint_mode("custom", event_name=L)),
+        ("create_managed_write_checkpoints user_id", "requests[0].user_id",
+         lambda: st.create_managed_write_checkpoints([bs.ManagedRequest(L, {"1": "0"})])),
+        ("create_managed_write_checkpoints head", "requests[0].heads['1']",
+         lambda: st.create_managed_write_checkpoints([bs.ManagedRequest("u", {"1": L})])),
+        ("create_managed_write_checkpoints connection", "requests[0].heads connection",
+         lambda: st.create_managed_write_checkpoints([bs.ManagedRequest("u", {L: "0"})])),
+        ("last_write_checkpoint user_id", "user_id",
+         lambda: st.last_write_checkpoint(L, {"1": "0"})),
+        ("last_write_checkpoint head", "heads['1']",
+         lambda: st.last_write_checkpoint("u", {"1": L})),
+        ("bucket_data_batch", "buckets[0] name", lambda: st.bucket_data_batch(0, {L: 0})),
+        ("bucket_data_raw", "buckets[0] name", lambda: next(st.bucket_data_raw(0, {L: 0}))),
+        ("bucket_data_batch_raw", "buckets[0] name", lambda: st.bucket_data_batch_raw(0, {L: 0})),
+        ("list_buckets start_after", "start_after", lambda: next(st.list_buckets(L))),
+        ("parameter_sets", "lookups[0][0]", lambda: st.parameter_sets(0, [[L]])),
+        ("report_error", "message", lambda: st.report_error(L)),
+        ("writer zero_lsn", "zero_lsn", lambda: st.writer(zero_lsn=L)),
+    ]
+
+
+def test_every_string_argument_refuses_lone_surrogates(tmp_path):
+    """The calls above cover the fields of saves and reads; this table is every other string
+    argument (Node's unicode.test.js has the same table): each raises InvalidArgumentError (a
+    ValueError) naming the argument, before anything is done."""
+    d = str(tmp_path)
+    with bs.open(tmp_path / "t.bsdb", nosync=True) as db, \
+            db.storage(db.create_stream("v1")) as st, st.writer() as w:
+        for what, name, call in string_arguments(db, st, w, d):
+            with pytest.raises(ValueError) as e:
+                call()
+            assert isinstance(e.value, bs.InvalidArgumentError), what
+            assert f"{name}: not valid Unicode" in str(e.value), (what, str(e.value))
+        # nothing was done: no file, no stream, no record, no error, no queued work
+        assert sorted(os.listdir(d)) == ["t.bsdb", "t.bsdb-lock"]
+        assert [s.name for s in db.streams()] == ["v1"]
+        assert st.status().last_error == ""  # report_error stored nothing
+        assert w.flush() == 0
+        w.close()
+
+
 def test_surrogates_do_not_merge_and_bytes_round_trip(st):
     # the bytes an encoder that lets surrogates through would write for 'a\ud800' and 'a\udc00'
     names = [b"a\xed\xa0\x80", b"a\xed\xb0\x80", b"a\x80", b"a\xef\xbf\xbd"]
@@ -167,6 +243,18 @@ def cancellable(db, tmp_path):
     def bucket_data_batch(cancel, started):
         return st.bucket_data_batch(st.checkpoint().op_id, {"b": 0}, cancel=cancel).chunks
 
+    def bucket_data_raw(cancel, started):
+        got = []
+        for chunk in st.bucket_data_raw(st.checkpoint().op_id, {"b": 0}, limit=100,
+                                        cancel=cancel):
+            got.append(chunk)
+            if started:
+                started()
+        return got
+
+    def bucket_data_batch_raw(cancel, started):
+        return st.bucket_data_batch_raw(st.checkpoint().op_id, {"b": 0}, cancel=cancel).chunks
+
     def wait_checkpoint(cancel, started):
         if started:  # from another thread: whether the wait began first or not
             threading.Thread(target=started).start()
@@ -188,14 +276,16 @@ def cancellable(db, tmp_path):
             s2.terminate(cancel=cancel)
             return s2.status().state == bs.StreamState.TERMINATED
 
-    calls = [compact, backup, load, bucket_data, bucket_data_batch, wait_checkpoint,
-             compact_initial_replication, writer, terminate]
+    calls = [compact, backup, load, bucket_data, bucket_data_batch, bucket_data_raw,
+             bucket_data_batch_raw, wait_checkpoint, compact_initial_replication, writer,
+             terminate]
     return st, {c.__name__: c for c in calls}, compacted
 
 
 CANCELLABLE = ["compact", "backup", "load", "bucket_data", "bucket_data_batch",
-               "wait_checkpoint", "compact_initial_replication", "writer", "terminate"]
-DURING = ["compact", "backup", "load", "bucket_data", "wait_checkpoint"]
+               "bucket_data_raw", "bucket_data_batch_raw", "wait_checkpoint",
+               "compact_initial_replication", "writer", "terminate"]
+DURING = ["compact", "backup", "load", "bucket_data", "bucket_data_raw", "wait_checkpoint"]
 
 
 @pytest.mark.parametrize("name", CANCELLABLE)
@@ -247,3 +337,48 @@ def test_cancel_during_the_call_raises_its_reason(filled, tmp_path, name):
         assert compacted()  # its first transaction stays
     assert filled.verify() == []
     st.close()
+
+
+class CancelledOnceChecked:
+    """A cancel= object (anything with is_set() and a reason) that is set from its second
+    look on: a cancel that comes once the call has begun, for a call with no step to stop at."""
+
+    def __init__(self, reason):
+        self.reason, self.looks = reason, 0
+
+    def is_set(self):
+        self.looks += 1
+        return self.looks > 1
+
+
+def test_compact_initial_replication_cancelled_while_it_runs(db):
+    """No step to stop at: a cancel during it raises the reason once it is done, the work
+    staying (as Node's abort during compactInitialReplication)."""
+    with db.storage(db.create_stream("initial")) as st, st.writer() as w:
+        for v in range(3):
+            w.save("t", "update" if v else "insert", "a", [row("b", "a", str(v))])
+        w.flush()
+        why = KeyError("stop")
+        token = CancelledOnceChecked(why)
+        with pytest.raises(KeyError) as e:
+            st.compact_initial_replication(cancel=token)
+        assert e.value is why and token.looks == 2
+        assert st.compact_initial_replication() == 0  # its work was done
+        cp = commit_all(w)
+        assert [op.data for op in read_all(st, cp, {"b": 0})] == ["2"]
+
+
+def test_verify_reports_what_it_finds(tmp_path):
+    """verify() is [] on a consistent file and names the problem on one whose op payload was
+    changed on disk behind the library's back (LMDB has no page checksums: only verify sees it)."""
+    p = tmp_path / "v.bsdb"
+    with bs.open(p, nosync=True) as db, db.storage(db.create_stream("s")) as st, st.writer() as w:
+        w.save("t", "insert", "r", [row("b", "r", '{"marker":"QQQQQQQQQQQQ"}')])
+        commit_all(w)
+        assert db.verify() == []
+    data = p.read_bytes()
+    assert data.count(b"QQQQQQQQQQQQ") == 1  # the op's payload, stored once
+    p.write_bytes(data.replace(b"QQQQQQQQQQQQ", b"QQQQQQQQQQQR"))
+    with bs.open(p) as db:
+        (problem,) = db.verify()
+        assert problem.startswith('bucket "b" op 1: PUT checksum') and "hashes to" in problem

@@ -85,3 +85,6 @@ def test_every_status_code_is_mirrored():
         assert F.CONSTANTS.get(name) == int(value), name
         assert core._CODE_CLASSES[int(value)].__name__ != "BucketstoreError", name
         assert core.BucketstoreError(int(value)).name == name
+    # one class per code: no two codes share one
+    classes = [core._CODE_CLASSES[int(v)] for v in codes.values()]
+    assert len(set(classes)) == len(codes), sorted(c.__name__ for c in classes)

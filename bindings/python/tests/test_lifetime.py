@@ -130,7 +130,14 @@ def read():  # a bucket_data iterator half read
     forever.wait()
 
 
-CALLS = (compact, wait, export, backup, load, load_input, cancellable_wait, read)
+def read_raw():  # a bucket_data_raw iterator half read
+    it = st.bucket_data_raw(st.checkpoint().op_id, {"b": 0}, limit=1)
+    next(it)
+    started.release()
+    forever.wait()
+
+
+CALLS = (compact, wait, export, backup, load, load_input, cancellable_wait, read, read_raw)
 for fn in CALLS:
     threading.Thread(target=fn, daemon=True).start()
 for _ in CALLS:
@@ -149,9 +156,10 @@ if how == "raise":
 def test_no_hang_at_exit(tmp_path, how):
     """The interpreter exits (end of the script, sys.exit, an uncaught exception) while a
     compaction, a backup and a load wait in their progress callbacks, another load waits for
-    its next record, two wait_checkpoint wait in C (one with a cancel token), an export and a
-    bucket_data iterator are half read and a writer has work queued: it ends, in a child
-    process with a time limit (a guard only: each call is known to be under way first)."""
+    its next record, two wait_checkpoint wait in C (one with a cancel token), an export, a
+    bucket_data and a bucket_data_raw iterator are half read and a writer has work queued: it
+    ends, in a child process with a time limit (a guard only: each call is known to be under
+    way first)."""
     r = subprocess.run([sys.executable, "-c", BUSY, how, str(tmp_path / "t.bsdb")],
                        capture_output=True, text=True, timeout=120)
     assert r.stdout == "ok\n", r.stderr[-3000:]

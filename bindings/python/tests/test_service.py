@@ -290,3 +290,26 @@ def test_custom_mode_event_name(st, event):
     assert st.last_write_checkpoint("u") == (3 if none else None)
     with pytest.raises(TypeError, match="event_name"):
         st.set_write_checkpoint_mode("custom", event_name=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("options,selected", [
+    (dict(min_bucket_changes=2), 1), (dict(min_bucket_changes=3), 0),
+    (dict(min_bucket_changes=1, min_change_ratio=0.15), 1),
+    (dict(min_bucket_changes=1, min_change_ratio=0.2), 0),
+    (dict(min_bucket_changes=1, incremental_only=True, min_age_ms=0), 1),
+    (dict(min_bucket_changes=1, incremental_only=True, min_age_ms=3_600_000), 0),
+    (dict(min_bucket_changes=1, incremental_only=False, min_age_ms=3_600_000), 1),
+])
+def test_compaction_thresholds_select_as_the_library_does(st, options, selected):
+    """compact()'s thresholds reach the library, each as itself (one passed in another's place,
+    or dropped, selects other buckets): a bucket of 12 ops, 2 of them changes since its last
+    compaction (a ratio of 1/6). Node's service.test.js has the same table."""
+    with st.writer() as w:
+        for i in range(10):
+            w.save("t", "insert", f"r{i}", [row("b", f"r{i}")])
+        commit_all(w)
+        st.compact(min_bucket_changes=1)  # the changes since this one count
+        for v in (1, 2):
+            w.save("t", "update", "r0", [row("b", "r0", '{"v":%d}' % v)])
+        w.commit("2")
+    assert st.compact(**options).buckets_compacted == selected
