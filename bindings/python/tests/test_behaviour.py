@@ -368,6 +368,27 @@ def test_compact_initial_replication_cancelled_while_it_runs(db):
         assert [op.data for op in read_all(st, cp, {"b": 0})] == ["2"]
 
 
+def test_stat_and_list_buckets_count_what_was_written(db):
+    """As Node's behaviour.test.js "stat, verify, listBuckets ...": the figures, not only that
+    the calls answer."""
+    with db.storage(db.create_stream("s")) as st, st.writer() as w:
+        for b in ("a", "b", "c"):
+            w.save("t", "insert", b, [row(b, b)])
+        w.save("t", "insert", "x", [(b"\xff", "todos", "x", "{}")])
+        w.save("t", "update", "a", [row("a", "a", '{"v":2}')])
+        cp = commit_all(w)
+        s = db.stat()
+        assert (s.streams, s.buckets, s.ops_put, s.source_records) == (1, 4, 5, 4), s
+        listed = list(st.list_buckets(page=1))
+        assert [b.name.encode("utf-8", "surrogateescape") for b in listed] == [
+            b"a", b"b", b"c", b"\xff"]
+        sums = st.checksums(cp, ["a", "b", "c"])
+        for b in listed[:3]:
+            assert (b.checksum, b.count) == tuple(sums[b.name]) and 0 < b.last_op <= cp
+        assert listed[0].count == 2 and listed[0].last_op == cp
+        assert db.verify() == []
+
+
 def test_verify_reports_what_it_finds(tmp_path):
     """verify() is [] on a consistent file and names the problem on one whose op payload was
     changed on disk behind the library's back (LMDB has no page checksums: only verify sees it)."""
