@@ -447,11 +447,6 @@ typedef struct bs__commit_plan {
  * any write by the stream's state (bs__stream_transition); *out is set only on BS_OK. */
 int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *in, bs_val lsn,
                     int create_empty, bs_error *err);
-/* An LSN that only rises (no_checkpoint_before, the resume LSN a commit raises): does lsn
- * replace current (data NULL: not set)? */
-static inline int bs__lsn_raises(bs_val current, bs_val lsn) {
-  return !current.data || bs__val_cmp(lsn, current) > 0;
-}
 
 /* ---- The change-record cap (contract.md 5.1; lifecycle.c), decided once ----
  * A flush's change record names the buckets and the lookups it changed, and checkpoint_changes
@@ -498,6 +493,20 @@ typedef struct bs__stream_row {
  * (terminate): a clear gives the checkpoint state of a new stream, terminate the state
  * TERMINATED (BS_ECORRUPT when row->state is no state); row is changed only on BS_OK. */
 int bs__stream_reset(bs__stream_row *row, uint32_t stream, int clear, int terminate, bs_error *err);
+
+/* ---- snapshot_done and resume_lsn (contract.md 4.4; lifecycle.c), decided once ----
+ * A backend reads its stream's row (locked against other writers), asks bs__plan_lsn and stores
+ * the fields the plan names, with the call's lsn, in one transaction. */
+typedef struct bs__lsn_plan {
+  int snapshot_done;        /* snapshot_done = 1 */
+  int no_checkpoint_before; /* no_checkpoint_before = lsn: it only rises */
+  int resume_lsn;           /* resume_lsn = lsn, lower or not (the caller's restart point) */
+} bs__lsn_plan;
+/* The plan of a writer's snapshot_done(lsn) (snapshot_done 1) or resume_lsn(lsn) (0) on row, of
+ * stream (named in messages). Refused like any write by the stream's state
+ * (bs__stream_transition); *out is set only on BS_OK. */
+int bs__plan_lsn(bs__lsn_plan *out, uint32_t stream, const bs__stream_row *row, int snapshot_done,
+                 bs_val lsn, bs_error *err);
 
 /* ---- Read checks (contract.md 5.5, 5.4; rules.c): every backend applies them to the values it
  * read in the call's one snapshot ---- */

@@ -79,6 +79,12 @@ static bs_block_reason checkpoint_block(int snapshot_done, const bs_val *no_chec
   return BS_BLOCKED_NONE;
 }
 
+/* An LSN that only rises (no_checkpoint_before, the resume LSN a commit raises): does lsn
+ * replace current (data NULL: not set)? */
+static int lsn_raises(bs_val current, bs_val lsn) {
+  return !current.data || bs__val_cmp(lsn, current) > 0;
+}
+
 int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *in, bs_val lsn,
                     int create_empty, bs_error *err) {
   bs__commit_plan p;
@@ -90,7 +96,7 @@ int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *
    * create_empty); the first unblocked commit (no checkpoint LSN: a new or cleared stream)
    * always makes one */
   p.checkpoint = !p.blocked && (create_empty || !cpl || in->op_head != in->last_checkpoint_op);
-  p.raise_resume = bs__lsn_raises(in->resume_lsn, lsn);
+  p.raise_resume = lsn_raises(in->resume_lsn, lsn);
   /* a soft-deleted record is marked with the op head at its delete: the checkpoint reaches it
    * when its op id (the op head) is at or above the mark, and no snapshot can resurrect the row
    * any more */
@@ -167,5 +173,20 @@ int bs__stream_reset(bs__stream_row *row, uint32_t stream, int clear, int termin
     return rc;
   if (clear) on_clear(row);
   if (terminate) row->state = st.to;
+  return BS_OK;
+}
+
+/* snapshot_done(lsn): the snapshot is done, and no checkpoint comes before the larger of lsn and
+ * the bound already set (it never goes down, so a later call cannot let in a checkpoint an
+ * earlier one kept out). resume_lsn(lsn): where replication restarts, set as given. Either is a
+ * write, refused on a terminated stream (contract.md 4.4). */
+int bs__plan_lsn(bs__lsn_plan *out, uint32_t stream, const bs__stream_row *row, int snapshot_done,
+                 bs_val lsn, bs_error *err) {
+  bs__stream_step st;
+  int rc = bs__stream_transition(&st, stream, row->state, BS__STREAM_WRITE, err);
+  if (rc != BS_OK) return rc;
+  out->snapshot_done = snapshot_done;
+  out->no_checkpoint_before = snapshot_done && lsn_raises(row->no_checkpoint_before, lsn);
+  out->resume_lsn = !snapshot_done;
   return BS_OK;
 }

@@ -1119,20 +1119,20 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
   state_ctx *c = payload;
   bs__stream_rec r;
   int rc;
-  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK ||
-      ((c->snapshot_done || c->resume) && (rc = check_live(&r, err)) != BS_OK))
-    return rc;
-  if (c->snapshot_done) {
-    bs_val ncb = r.has_no_checkpoint_before ? r.no_checkpoint_before : (bs_val){NULL, 0};
-    r.snapshot_done = 1;
-    if (bs__lsn_raises(ncb, c->lsn)) {
+  if ((rc = bs__stream_rec_get(c->db, txn, c->stream, &r, err)) != BS_OK) return rc;
+  if (c->snapshot_done || c->resume) {
+    bs__stream_row row = rec_row(&r);
+    bs__lsn_plan p;
+    if ((rc = bs__plan_lsn(&p, r.id, &row, c->snapshot_done, c->lsn, err)) != BS_OK) return rc;
+    if (p.snapshot_done) r.snapshot_done = 1;
+    if (p.no_checkpoint_before) {
       r.no_checkpoint_before = c->lsn;
       r.has_no_checkpoint_before = 1;
     }
-  }
-  if (c->resume) {
-    r.resume_lsn = c->lsn;
-    r.has_resume_lsn = 1;
+    if (p.resume_lsn) {
+      r.resume_lsn = c->lsn;
+      r.has_resume_lsn = 1;
+    }
   }
   if (c->clear || c->terminate) {
     bs__stream_row row = rec_row(&r);

@@ -722,10 +722,11 @@ static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_writ
 static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
   mem_writer *w = MW(bw);
   mem_stream *s = w->ms->s;
+  bs__lsn_plan p;
   int rc;
   if ((rc = wlock(w->ms, err))) return rc;
   s->m.row.snapshot_done = 1;
-  if (bs__lsn_raises(s->m.row.no_checkpoint_before, lsn))
+  if (bs__plan_lsn(&p, s->id, &s->m.row, 1, lsn, NULL) == BS_OK && p.no_checkpoint_before)
     lsn_set(&s->m, &s->m.row.no_checkpoint_before, lsn);
   unlock(w->ms->db);
   return BS_OK;

@@ -596,17 +596,16 @@ static int writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_ba
 }
 
 /* snapshot_done and resume_lsn take effect at once, in a transaction of their own, and leave the
- * queue alone (as the other backends): the stream row is read and locked, then changed as
- * lifecycle.c decides (a writer's call on its state; no_checkpoint_before only rises). */
+ * queue alone (as the other backends): the stream row is read and locked, and the fields
+ * lifecycle.c's plan names are stored. */
 static int stream_update(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   uint32_t stream = bw->st->stream_id;
   const char *what = snapshot_done ? "snapshot_done" : "resume_lsn";
   bs__pg_args a = {0}, b = {0};
-  bs__stream_step step;
-  bs__stream_row s = {0};
+  bs__lsn_plan p = {0};
   PGresult *r = NULL;
-  int rc, raise = 1;
+  int rc;
   if ((rc = call_begin(w, err))) return rc;
   if ((rc = bs__pg_begin_write(w->db, w->c, NULL, err))) return call_end(w, rc);
   bs__pg_arg_i32(&a, (int32_t)stream);
@@ -615,20 +614,20 @@ static int stream_update(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error 
   if (!rc && PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
   if (!rc) {
-    s = bs__pg_stream_row(r, 0).row;
-    rc = bs__stream_transition(&step, stream, s.state, BS__STREAM_WRITE, err);
+    bs__stream_row s = bs__pg_stream_row(r, 0).row;
+    rc = bs__plan_lsn(&p, stream, &s, snapshot_done, lsn, err);
   }
-  if (!rc && snapshot_done) raise = bs__lsn_raises(s.no_checkpoint_before, lsn);
   PQclear(r);
   bs__pg_arg_i32(&b, (int32_t)stream);
   bs__pg_arg_bytes(&b, lsn);
-  bs__pg_arg_bool(&b, raise);
+  bs__pg_arg_bool(&b, p.snapshot_done);
+  bs__pg_arg_bool(&b, p.no_checkpoint_before);
+  bs__pg_arg_bool(&b, p.resume_lsn);
   if (!rc)
     rc = bs__pg_run(w->c,
-                    snapshot_done ? "UPDATE bs_streams SET snapshot_done = true,"
-                                    " no_checkpoint_before = CASE WHEN $3 THEN $2"
-                                    " ELSE no_checkpoint_before END WHERE id = $1"
-                                  : "UPDATE bs_streams SET resume_lsn = $2 WHERE id = $1 AND $3",
+                    "UPDATE bs_streams SET snapshot_done = snapshot_done OR $3,"
+                    " no_checkpoint_before = CASE WHEN $4 THEN $2 ELSE no_checkpoint_before END,"
+                    " resume_lsn = CASE WHEN $5 THEN $2 ELSE resume_lsn END WHERE id = $1",
                     &b, what, err);
   if (!rc) rc = bs__pg_commit(w->c, err);
   if (rc) bs__pg_rollback(w->c);

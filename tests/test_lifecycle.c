@@ -214,8 +214,47 @@ static void test_commit_resume(void **state) {
   assert_false(plan_of(cin(A, 0, UNSET, UNSET, L("b"), 3, 0), "b", 0).raise_resume);
   assert_false(plan_of(cin(A, 0, UNSET, UNSET, L("b"), 3, 0), "a", 0).raise_resume);
   assert_false(plan_of(cin(A, 1, UNSET, UNSET, L("ba"), 3, 0), "b", 0).raise_resume);
-  assert_true(bs__lsn_raises(UNSET, L("")));
-  assert_false(bs__lsn_raises(L(""), L("")));
+  assert_true(plan_of(cin(A, 0, UNSET, UNSET, UNSET, 3, 0), "", 0).raise_resume);
+  assert_false(plan_of(cin(A, 0, UNSET, UNSET, L(""), 3, 0), "", 0).raise_resume);
+}
+
+static bs__lsn_plan lsn_plan(unsigned st, bs_val ncb, int snapshot_done, const char *lsn) {
+  bs__stream_row row = {.state = st, .no_checkpoint_before = ncb};
+  bs__lsn_plan p;
+  bs_error err;
+  bs_val l = {lsn, strlen(lsn)};
+  if (bs__plan_lsn(&p, 9, &row, snapshot_done, l, &err) != BS_OK) fail_msg("refused: %s", err.msg);
+  return p;
+}
+
+/* snapshot_done raises no_checkpoint_before, never lowers it; resume_lsn sets the resume LSN as
+ * given and leaves the rest; both are writes a terminated stream refuses (contract.md 4.4). */
+static void test_snapshot_done_resume(void **state) {
+  static const unsigned live[] = {P, A, E, S};
+  bs__stream_row row = {.state = T};
+  bs__lsn_plan p;
+  bs_error err;
+  (void)state;
+  for (size_t i = 0; i < sizeof live / sizeof *live; i++) {
+    p = lsn_plan(live[i], UNSET, 1, "");
+    assert_true(p.snapshot_done && p.no_checkpoint_before && !p.resume_lsn);
+    p = lsn_plan(live[i], L("b"), 1, "ba");
+    assert_true(p.snapshot_done && p.no_checkpoint_before && !p.resume_lsn);
+    p = lsn_plan(live[i], L("b"), 1, "b");
+    assert_true(p.snapshot_done && !p.no_checkpoint_before && !p.resume_lsn);
+    p = lsn_plan(live[i], L("b"), 1, "a");
+    assert_true(p.snapshot_done && !p.no_checkpoint_before && !p.resume_lsn);
+    p = lsn_plan(live[i], L(""), 1, "");
+    assert_false(p.no_checkpoint_before);
+    p = lsn_plan(live[i], L("b"), 0, "a");
+    assert_true(!p.snapshot_done && !p.no_checkpoint_before && p.resume_lsn);
+  }
+  for (int snap = 0; snap < 2; snap++) {
+    memset(&p, 0xee, sizeof p);
+    assert_int_equal(bs__plan_lsn(&p, 9, &row, snap, L("1"), &err), BS_ESTATE);
+    assert_string_equal(err.msg, "stream 9 is terminated");
+    assert_int_equal(p.resume_lsn, (int)0xeeeeeeee);
+  }
 }
 
 /* What a checkpoint purges (4.3): the soft-deleted records whose mark (the op head at the delete)
@@ -332,7 +371,7 @@ int main(void) {
       cmocka_unit_test(test_commit_states),  cmocka_unit_test(test_commit_resume),
       cmocka_unit_test(test_reset),          cmocka_unit_test(test_commit_purge),
       cmocka_unit_test(test_changes_cap),    cmocka_unit_test(test_aged),
-      cmocka_unit_test(test_changes_range),
+      cmocka_unit_test(test_changes_range),  cmocka_unit_test(test_snapshot_done_resume),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
