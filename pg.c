@@ -552,24 +552,34 @@ static int run(bs_storage *st, const char *sql, const bs__pg_args *a, const char
 static int stream_gone(const bs_storage *st, bs_error *err) {
   return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)st->stream_id);
 }
-static const bs__pg_stmt checkpoint_stmt = {
-    BS_PG_STMT_CHECKPOINT, "SELECT " BS_PG_STREAM_CHECKPOINT " FROM bs_streams WHERE id = $1"};
+/* The stream's row by one prepared statement: get_status (the front answers bs_get_checkpoint,
+ * which clients poll, from it) and the checkpoint waits. *out borrows from *r, which the caller
+ * clears; on a failure *r is NULL. */
+static const bs__pg_stmt stream_stmt = {BS_PG_STMT_STREAM, "SELECT " BS_PG_STREAM_COLS
+                                                           " FROM bs_streams WHERE id = $1"};
 
-static int read_checkpoint(PGconn *c, bs_storage *st, bs_checkpoint *out, bs_error *err) {
+static int stream_read(PGconn *c, bs_storage *st, PGresult **r, bs__pg_stream *out,
+                       const char *what, bs_error *err) {
   bs__pg_args a = {0};
-  PGresult *r;
-  bs__stream_row s;
   int rc;
   bs__pg_arg_i32(&a, (int32_t)st->stream_id);
-  rc = bs__pg_execp(c, &checkpoint_stmt, &a, &r, "get_checkpoint", err);
-  if (rc) return rc;
-  if (PQntuples(r) != 1) {
-    PQclear(r);
+  if ((rc = bs__pg_execp(c, &stream_stmt, &a, r, what, err))) return rc;
+  if (PQntuples(*r) != 1) {
+    PQclear(*r);
+    *r = NULL;
     return stream_gone(st, err);
   }
-  s = bs__pg_stream_row(r, 0).row;
-  out->op_id = s.checkpoint;
-  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, s.checkpoint_lsn);
+  *out = bs__pg_stream_row(*r, 0);
+  return BS_OK;
+}
+
+static int read_checkpoint(PGconn *c, bs_storage *st, bs_checkpoint *out, bs_error *err) {
+  PGresult *r;
+  bs__pg_stream s;
+  int rc = stream_read(c, st, &r, &s, "get_checkpoint", err);
+  if (rc) return rc;
+  out->op_id = s.row.checkpoint;
+  copy_lsn(out->lsn, &out->lsn_size, &out->has_lsn, s.row.checkpoint_lsn);
   PQclear(r);
   return BS_OK;
 }
@@ -711,20 +721,15 @@ static int pg_wait_checkpoint(bs_checkpoint *out, bs_storage *st, const bs_check
 }
 
 static int pg_get_status(bs_status *out, bs_storage *st, bs_error *err) {
-  bs__pg_args a = {0};
   PGresult *r;
+  PGconn *c;
   bs__pg_stream s;
   bs_val e;
   int rc;
-  bs__pg_arg_i32(&a, (int32_t)st->stream_id);
-  rc = query(st, "SELECT " BS_PG_STREAM_COLS " FROM bs_streams WHERE id = $1", &a, &r, "get_status",
-             err);
+  if ((rc = bs__pg_conn_get(spg(st), &c, err))) return rc;
+  rc = stream_read(c, st, &r, &s, "get_status", err);
+  bs__pg_conn_put(spg(st), c);
   if (rc) return rc;
-  if (PQntuples(r) != 1) {
-    PQclear(r);
-    return stream_gone(st, err);
-  }
-  s = bs__pg_stream_row(r, 0);
   memset(out, 0, sizeof *out);
   out->state = (bs_stream_state)s.row.state;
   out->snapshot_done = s.row.snapshot_done; /* the front: once a checkpoint exists */

@@ -84,7 +84,6 @@ void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint6
 bs__pg_stream bs__pg_stream_row(const PGresult *r, int row) {
   bs__pg_stream s = {.row = {.checkpoint = (uint64_t)bs__pg_i64(r, row, 0),
                              .checkpoint_lsn = bs__pg_bytes(r, row, 1)}};
-  if (PQnfields(r) < BS_PG_STREAM_NCOLS) return s; /* BS_PG_STREAM_CHECKPOINT */
   s.id = (uint32_t)bs__pg_i32(r, row, 2);
   s.name = bs__pg_bytes(r, row, 3);
   s.hash = (bs_hash)bs__pg_i16(r, row, 4);
