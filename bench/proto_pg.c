@@ -905,20 +905,12 @@ static int p_reads(pgw *w, uint64_t cp, phand *h, bres *r) {
           h->ops++;
           after = rd_be64(PQgetvalue(res, i, 0));
           seen++;
-        } else if (w->L->codec) {
-          long k = codec_hand((const unsigned char *)PQgetvalue(res, i, 0),
-                              (size_t)PQgetlength(res, i, 0), after, cp, h, &after);
-          if (k < 0) {
-            PQclear(res);
-            snprintf(r->note, sizeof r->note, "bucket %u: a chunk does not decode", b + 1);
-            r->status = BR_FAILED;
-            return -1;
-          }
-          seen += (uint64_t)k;
         } else {
-          long k = chunk_hand((const unsigned char *)PQgetvalue(res, i, 1),
-                              (size_t)PQgetlength(res, i, 1), rd_be64(PQgetvalue(res, i, 0)), after,
-                              cp, h, &after);
+          long k = w->L->codec ? codec_hand((const unsigned char *)PQgetvalue(res, i, 0),
+                                            (size_t)PQgetlength(res, i, 0), after, cp, h, &after)
+                               : chunk_hand((const unsigned char *)PQgetvalue(res, i, 1),
+                                            (size_t)PQgetlength(res, i, 1),
+                                            rd_be64(PQgetvalue(res, i, 0)), after, cp, h, &after);
           if (k < 0) {
             PQclear(res);
             snprintf(r->note, sizeof r->note, "bucket %u: a chunk does not decode", b + 1);
