@@ -187,10 +187,15 @@ expect_rc 0 "$bs" load "$tmp/both.db" < "$tmp/all.dump"
 # checkpoint --watch in one process sees two commits made by another. Polling from another
 # process coalesces commits closer together than its 50 ms period, so each commit is made only
 # once the watcher has printed the line before it: the interleaving is arranged (a FIFO feeds
-# the driver), and the bounds (10 minutes) only catch a hang.
+# the driver), and the bounds (10 minutes) only catch a hang. The watcher's file exists before
+# the watcher starts, and a count that cannot be read is "not yet": once, under load, the shell
+# asked for the lines before the background job had made its file, `[ "" -lt 1 ]` failed, which
+# ended the wait at once, and every command went out before the watcher's first line (which then
+# already showed the keepalive: "1 of 2 checkpoints before the timeout").
+: > "$tmp/watch"
 "$bs" checkpoint --db "$db" --watch --count 2 --timeout-ms 600000 > "$tmp/watch" &
 watcher=$!
-watched() { n=0; while [ "$(wc -l < "$tmp/watch")" -lt "$1" ]; do
+watched() { n=0; until [ "$(wc -l < "$tmp/watch")" -ge "$1" ]; do
   n=$((n + 1)); [ $n -lt 6000 ] || { watch_said; fail "checkpoint --watch: no line $1"; }
   sleep 0.1; done; }
 # what each side said, on a failure: the driver answers every command with a JSON line
