@@ -92,7 +92,7 @@ typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nparams, nbch, nuch, ncps, ncw;
+  size_t ntables, nbuckets, nrecs, nbch, nuch, ncps, ncw;
   uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
@@ -105,7 +105,6 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
                  .ntables = s->ntables,
                  .nbuckets = s->nbuckets,
                  .nrecs = s->nrecs,
-                 .nparams = s->nparams,
                  .nbch = s->nbch,
                  .nuch = s->nuch,
                  .ncps = s->ncps,
@@ -124,6 +123,7 @@ static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
 static void tx_rollback(mem_tx *tx) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_stream *s = tx->s;
+  size_t kept = 0;
   for (size_t k = tx->nj; k-- > 0;) {
     mem_jent *e = &tx->j[k];
     if (e->kind == J_REC) {
@@ -160,8 +160,12 @@ static void tx_rollback(mem_tx *tx) {
     bucket_free(a, s->buckets[i]);
   }
   s->nbuckets = tx->nbuckets;
-  for (size_t i = tx->nparams; i < s->nparams; i++) param_free(a, &s->params[i]);
-  s->nparams = tx->nparams;
+  for (size_t i = 0; i < s->nparams; i++) /* the entries inserted: those above the old head */
+    if (s->params[i].id > tx->meta.row.op_head)
+      param_free(a, &s->params[i]);
+    else
+      s->params[kept++] = s->params[i];
+  s->nparams = kept;
   s->nbch = tx->nbch;
   for (size_t i = tx->nuch; i < s->nuch; i++) val_free(a, &s->uch[i].user);
   s->nuch = tx->nuch;
@@ -340,13 +344,14 @@ static int mfx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *id, bs_
   return tx_append(((mem_fx *)ctx)->tx, (size_t)bucket, op, id);
 }
 
-/* Appends a parameter entry of the current table (rows NULL/0 = tombstone). */
+/* Inserts a parameter entry of the current table (rows NULL/0 = tombstone) in its place. */
 static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *rows, size_t nrows,
                      bs_error *err) {
   mem_fx *c = ctx;
   const bs_allocator *a = ALLOC(c->tx->db);
   mem_stream *s = c->tx->s;
   mem_param p;
+  size_t at;
   int rc;
   BS_UNUSED(err);
   if (BS_GROW(a, s->params, s->cparams, s->nparams + 1)) return BS_ENOMEM;
@@ -362,7 +367,9 @@ static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *rows, size
     param_free(a, &p);
     return rc;
   }
-  s->params[s->nparams++] = p;
+  at = param_lower(s, &p);
+  memmove(s->params + at + 1, s->params + at, (s->nparams++ - at) * sizeof *s->params);
+  s->params[at] = p;
   return BS_OK;
 }
 

@@ -190,41 +190,19 @@ static const bs__op_cursor mcur_ops = {
     mcur_del,     mcur_move, mcur_fold,    mcur_sup_seek, mcur_sup_next,
     mcur_sup_del, NULL,      mcur_start,   mcur_apply,    0};
 
-/* Parameter compaction at h: per (lookup, table, replica id) group, newest first, the planner's
- * bs__compact_param_drop. Caller holds the lock. */
-static int param_ident_cmp(const void *x, const void *y) {
-  const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
-  int c = bs__val_cmp(a->key, b->key);
-  if (!c) c = a->table < b->table ? -1 : a->table > b->table;
-  if (!c) c = bs__val_cmp(a->rid, b->rid);
-  if (!c) c = a->id < b->id ? 1 : a->id > b->id ? -1 : 0; /* newest first */
-  return c;
-}
-
-static int same_param_row(const mem_param *a, const mem_param *b) {
-  return bs__val_eq(a->key, b->key) && a->table == b->table && bs__val_eq(a->rid, b->rid);
-}
-
-static int compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
-  mem_param **v = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *v);
-  size_t n = 0, nn = 0;
-  if (!v) return BS_ENOMEM;
-  for (size_t k = 0; k < s->nparams; k++)
-    if (s->params[k].id <= h) v[n++] = &s->params[k];
-  qsort(v, n, sizeof *v, param_ident_cmp);
-  for (size_t i = 0; i < n; i++) /* id 0 (op ids start at 1) marks a dropped entry */
-    if (bs__compact_param_drop(i > 0 && same_param_row(v[i - 1], v[i]), (uint32_t)v[i]->nrows))
-      v[i]->id = 0;
-  for (size_t k = 0; k < s->nparams; k++) { /* closes up in place, in op id order */
-    if (s->params[k].id)
-      s->params[nn++] = s->params[k];
-    else
+/* Parameter compaction at h: an entry at or below h goes as the planner says
+ * (bs__compact_param_drop), the newer entries of its row being the ones after it (param_cmp).
+ * In place, so nothing fails. Caller holds the lock. */
+static void compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
+  size_t nn = 0;
+  for (size_t k = 0; k < s->nparams; k++) /* nn <= k: entries k and k + 1 are still as they were */
+    if (s->params[k].id <= h &&
+        bs__compact_param_drop(param_newer(s, k, h), (uint32_t)s->params[k].nrows))
       param_free(a, &s->params[k]);
-  }
+    else
+      s->params[nn++] = s->params[k];
   *removed += s->nparams - nn;
   s->nparams = nn;
-  bs__free(a, v);
-  return BS_OK;
 }
 
 /* ---- Primitives (bs__compact_store) ------------------------------------------------------- */
@@ -382,12 +360,11 @@ static int m_param_fence(void *x, uint64_t h, bs_error *err) {
 /* The whole pass under the lock (one transaction). */
 static int m_param_step(void *x, bs__compact_run *r, int *done) {
   mem_storage *ms = ((mcx *)x)->ms;
-  int rc;
   lock(ms->db);
-  rc = compact_params(ALLOC(ms->db), ms->s, r->horizon, &r->stats->parameter_entries_removed);
+  compact_params(ALLOC(ms->db), ms->s, r->horizon, &r->stats->parameter_entries_removed);
   unlock(ms->db);
   *done = 1;
-  return rc ? enomem(r->err, "compact parameters") : BS_OK;
+  return BS_OK;
 }
 
 static const bs__compact_store mem_store = {

@@ -107,7 +107,7 @@ typedef struct mem_stream {
   size_t nbuckets, cbuckets;
   mem_rec **recs; /* NULL slots only inside a transaction */
   size_t nrecs, crecs;
-  mem_param *params; /* ascending op id */
+  mem_param *params; /* in param_cmp's order */
   size_t nparams, cparams;
   mem_bchange *bch;
   size_t nbch, cbch;
@@ -198,6 +198,36 @@ static inline void param_free(const bs_allocator *a, mem_param *p) {
   val_free(a, &p->key);
   val_free(a, &p->rid);
   bs__free(a, p->rows); /* one allocation (vals_copy) */
+}
+
+/* The order of parameter entries, LMDB's key order: lookup, then row in the order the reads hand
+ * rows out (bs__param_row_cmp), then op id. So a lookup's entries are one run, a parameter set
+ * read is a walk of it, and a row's entries follow each other oldest first. */
+static inline int param_cmp(const mem_param *x, const mem_param *y) {
+  int c = bs__val_cmp(x->key, y->key);
+  if (!c) c = bs__param_row_cmp(x->table, x->rid, y->table, y->rid);
+  return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+/* The index of the first entry of s at or after p in param_cmp's order. */
+static inline size_t param_lower(const mem_stream *s, const mem_param *p) {
+  size_t lo = 0, hi = s->nparams;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (param_cmp(&s->params[mid], p) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Whether entry k of s has a newer entry of its row at or below op id c (then it is not the
+ * row's entry at c). */
+static inline int param_newer(const mem_stream *s, size_t k, uint64_t c) {
+  const mem_param *p = &s->params[k];
+  return k + 1 < s->nparams && p[1].id <= c && p[1].table == p->table &&
+         bs__val_eq(p[1].key, p->key) && bs__val_eq(p[1].rid, p->rid);
 }
 
 static inline int u64_cmp(const void *x, const void *y) {

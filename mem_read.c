@@ -169,43 +169,29 @@ out:
   return rc;
 }
 
-static int param_ptr_cmp(const void *x, const void *y) {
-  const mem_param *a = *(const mem_param *const *)x, *b = *(const mem_param *const *)y;
-  return bs__param_row_cmp(a->table, a->rid, b->table, b->rid);
-}
-
 int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
                            size_t limit, int (*fn)(const bs_val *, void *), void *payload,
                            bs_error *err) {
   mem_storage *ms = MS(st);
   mem_stream *s = ms->s;
   const bs_allocator *a = ALLOC(ms->db);
-  const mem_param **latest = NULL;
   bs_val *rows = NULL, *copy = NULL;
   size_t nrows = 0, crows = 0;
   int rc = BS_OK;
   lock(ms->db);
   if ((rc = bs__param_horizon_check(c, s->m.row.param_horizon, err))) goto locked_out;
-  latest = bs__calloc(a, s->nparams ? s->nparams : 1, sizeof *latest);
-  if (!latest) goto nomem;
   for (size_t i = 0; i < n; i++) {
-    size_t nl = 0;
-    /* latest entry per source row with op_id <= C (params are in op id order) */
-    for (size_t k = 0; k < s->nparams; k++) {
-      const mem_param *p = &s->params[k];
-      size_t j;
-      if (p->id > c || !bs__val_eq(p->key, lookups[i])) continue;
-      for (j = 0; j < nl; j++)
-        if (latest[j]->table == p->table && bs__val_eq(latest[j]->rid, p->rid)) break;
-      latest[j] = p;
-      if (j == nl) nl++;
-    }
-    qsort(latest, nl, sizeof *latest, param_ptr_cmp);
-    for (size_t j = 0; j < nl; j++)
-      for (size_t r = 0; r < latest[j]->nrows; r++) {
+    mem_param first = {.key = lookups[i]}; /* table 0 names no table: before the lookup's rows */
+    /* the lookup's run, its rows in the order handed out: each row's entry at C is its newest
+     * at or below C */
+    for (size_t k = param_lower(s, &first);
+         k < s->nparams && bs__val_eq(s->params[k].key, lookups[i]); k++) {
+      if (s->params[k].id > c || param_newer(s, k, c)) continue;
+      for (size_t r = 0; r < s->params[k].nrows; r++) {
         if (BS_GROW(a, rows, crows, nrows + 1)) goto nomem;
-        rows[nrows++] = latest[j]->rows[r];
+        rows[nrows++] = s->params[k].rows[r];
       }
+    }
   }
   if ((rc = bs__param_limit_check(nrows, limit, err))) goto locked_out;
   if (vals_copy(a, rows, nrows, &copy)) goto nomem;
@@ -217,7 +203,6 @@ nomem:
 locked_out:
   unlock(ms->db);
 out:
-  bs__free(a, latest);
   bs__free(a, rows);
   bs__free(a, copy);
   return rc;

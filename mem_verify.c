@@ -60,8 +60,8 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     for (size_t j = 0; j < s->buckets[i]->n; j++) ids[k++] = s->buckets[i]->ops[j].op_id;
   for (size_t i = 0; i < s->nparams; i++) {
     ids[k++] = s->params[i].id;
-    if (i && s->params[i].id <= s->params[i - 1].id)
-      problem(v, "stream %u: parameter entries out of op id order", (unsigned)s->id);
+    if (i && param_cmp(&s->params[i - 1], &s->params[i]) >= 0)
+      problem(v, "stream %u: parameter entries out of order", (unsigned)s->id);
     if (s->params[i].id > s->m.row.op_head)
       problem(v, "stream %u: parameter entry above the op head", (unsigned)s->id);
   }
