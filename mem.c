@@ -11,15 +11,15 @@
  * callbacks are always called after it is released, on copies of the data.
  *
  * Atomicity: a writer's flush/commit runs as a "transaction" (mem_tx) over one stream. Everything
- * a flush does is either an append (ops, buckets, tables, parameter entries, change log: undone by
- * truncating to the saved lengths), a change of the scalar stream state (mem_meta: saved and
- * restored as a whole), or the replacement of a pointer slot holding an immutable object (source
- * records, custom write checkpoints: journaled as (slot, old pointer)). A failure (ENOMEM) at any
- * point rolls all of it back, so a failed call changes nothing; the indexes follow every journaled
- * slot change forward and backward. A commit closes the holes deleted records left by moving the
- * last records into them. source_row() uses the same machinery:
- * it applies the writer's queue, reads the record, and always rolls back.
- * Compaction and the other maintenance calls build the new state first and swap it in.
+ * a flush does is either an insert of something numbered by a new op id (ops, the compaction log,
+ * parameter entries: undone by dropping those above the old op head), an append (buckets,
+ * tables, change log: undone by truncating to the saved lengths), a change of the scalar stream
+ * state (mem_meta: saved and restored as a whole), or the replacement of a pointer slot holding
+ * an immutable object (source records, custom write checkpoints: journaled as (slot, old
+ * pointer)). A failure (ENOMEM) at any point rolls all of it back, so a failed call changes
+ * nothing; the indexes follow every journaled slot change forward and backward. A commit closes
+ * the holes deleted records left by moving the last records into them. Compaction and the other
+ * maintenance calls build the new state first and swap it in.
  */
 #include "mem_internal.h"
 
@@ -80,12 +80,11 @@ static mem_table *table_find(mem_stream *s, bs_val name) {
 
 /* ---- Transactions over one stream (see the file comment) ------------------------------------ */
 
-enum { J_REC, J_CWCP, J_DROP, J_OPS, J_MWCP };
+enum { J_REC, J_CWCP, J_DROP, J_MWCP };
 typedef struct mem_jent {
   int kind;
   size_t idx;
   void *old;
-  size_t n, nsups; /* J_OPS: the counts of bucket idx before the transaction appended to it */
 } mem_jent;
 
 typedef struct mem_tx {
@@ -93,7 +92,6 @@ typedef struct mem_tx {
   mem_stream *s;
   mem_meta meta;
   size_t ntables, nbuckets, nrecs, nbch, nuch, ncps, ncw;
-  uint64_t serial;
   mem_jent *j;
   size_t nj, cj;
 } mem_tx;
@@ -108,13 +106,12 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
                  .nbch = s->nbch,
                  .nuch = s->nuch,
                  .ncps = s->ncps,
-                 .ncw = s->ncw,
-                 .serial = ++db->tx_serial};
+                 .ncw = s->ncw};
 }
 
 /* Journals slot idx of kind (the caller then stores the new pointer there). */
 static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
-  mem_jent e = {kind, idx, old, 0, 0};
+  mem_jent e = {kind, idx, old};
   if (BS_GROW(ALLOC(tx->db), tx->j, tx->cj, tx->nj + 1)) return BS_ENOMEM;
   tx->j[tx->nj++] = e;
   return BS_OK;
@@ -142,11 +139,6 @@ static void tx_rollback(mem_tx *tx) {
       s->cw[e->idx] = e->old;
     } else if (e->kind == J_MWCP) {
       tx->db->mw[e->idx]->processed = 0;
-    } else if (e->kind == J_OPS) {
-      mem_bucket *b = s->buckets[e->idx];
-      for (size_t o = e->n; o < b->n; o++) op_free(a, &b->ops[o]);
-      b->n = e->n;
-      b->nsups = e->nsups;
     } else {
       s->tables[e->idx]->dropped = 0;
     }
@@ -160,6 +152,11 @@ static void tx_rollback(mem_tx *tx) {
     bucket_free(a, s->buckets[i]);
   }
   s->nbuckets = tx->nbuckets;
+  for (size_t i = 0; i < s->nbuckets; i++) { /* the ops and log entries appended: above the head */
+    mem_bucket *b = s->buckets[i];
+    while (b->n && b->ops[b->n - 1].op_id > tx->meta.row.op_head) op_free(a, &b->ops[--b->n]);
+    while (b->nsups && b->sups[b->nsups - 1].new_op > tx->meta.row.op_head) b->nsups--;
+  }
   for (size_t i = 0; i < s->nparams; i++) /* the entries inserted: those above the old head */
     if (s->params[i].id > tx->meta.row.op_head)
       param_free(a, &s->params[i]);
@@ -244,12 +241,6 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
   bs_op o = *op; /* its scalars; the strings are copied below (data only a PUT's) */
   int rc;
   if (BS_GROW(a, b->ops, b->cap, b->n + 1)) return BS_ENOMEM;
-  if (b->tx_stamp != tx->serial) { /* the first append of this transaction: journal the counts */
-    if (tx_journal(tx, J_OPS, bi, NULL)) return BS_ENOMEM;
-    tx->j[tx->nj - 1].n = b->n;
-    tx->j[tx->nj - 1].nsups = b->nsups;
-    b->tx_stamp = tx->serial;
-  }
   if (BS_GROW(a, s->bch, s->cbch, s->nbch + 1)) return BS_ENOMEM;
   o.object_type = o.object_id = o.subkey = o.data = (bs_val){NULL, 0};
   if (val_dup(a, op->object_type, &o.object_type) || val_dup(a, op->object_id, &o.object_id) ||
@@ -274,7 +265,6 @@ static int tx_append(mem_tx *tx, size_t bi, const bs_op *op, uint64_t *id) {
 static int tx_sup(mem_tx *tx, size_t bi, uint64_t old_op, uint64_t new_op) {
   mem_bucket *b = tx->s->buckets[bi];
   if (!old_op) return BS_OK;
-  BS_ASSERT(b->tx_stamp == tx->serial); /* new_op was appended: nsups is journaled */
   if (BS_GROW(ALLOC(tx->db), b->sups, b->csups, b->nsups + 1)) return BS_ENOMEM;
   b->sups[b->nsups].old_op = old_op;
   b->sups[b->nsups++].new_op = new_op;

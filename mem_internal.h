@@ -35,8 +35,7 @@ typedef struct mem_bucket {
   /* the last full or initial-replication compaction: its horizon (capped at the bucket's last
    * op) and the bucket's op count after it; selection weighs the growth since (as LMDB) */
   uint64_t compacted_op, compacted_count;
-  uint64_t tx_stamp; /* serial of the last transaction that journaled n and nsups */
-  mem_sup *sups;     /* appended by the writer, consumed by compaction */
+  mem_sup *sups; /* appended by the writer, consumed by compaction */
   size_t nsups, csups;
 } mem_bucket;
 
@@ -142,7 +141,6 @@ typedef struct mem_db {
   size_t nstreams, cstreams;
   mem_mwcp **mw;
   size_t nmw, cmw;
-  uint64_t tx_serial; /* numbers the transactions (mem_bucket.tx_stamp) */
 } mem_db;
 
 typedef struct mem_storage {
