@@ -1,6 +1,7 @@
 /* bucketstore._native: the C library compiled into the extension module (setup.py), so the
  * package needs no libbucketstore.so at run time, and the binding's two hot paths in C: reading
- * bucket data into Op and Chunk tuples, and queueing saves, a batch per call. The rest of the
+ * bucket data into Op and Chunk tuples, and queueing saves (Writer.save and save_many: the
+ * writer's lock, checks and conversions in one call). The rest of the
  * Python API (bucketstore/_core.py) calls the library's bs_* functions in this same shared
  * object through ctypes: those calls happen per batch or per commit, not per op. */
 #define PY_SSIZE_T_CLEAN
@@ -24,16 +25,18 @@ static inline PyObject *Py_NewRef(PyObject *o) {
 
 /* Set once by setup(): the namedtuple classes results are built as (Op, Chunk, RawChunk), the
  * OpType members by type number, the lookup encoder (bucketstore._core._save_lookup: the key of
- * values, params checked) and InvalidArgumentError. */
+ * values, params checked), InvalidArgumentError and the exception of a status code
+ * (bucketstore._core._error_msg(rc, message)). */
 static PyTypeObject *op_cls, *chunk_cls, *raw_chunk_cls;
-static PyObject *op_types, *encode_lookup, *inval_cls;
+static PyObject *op_types, *encode_lookup, *inval_cls, *error_of;
 
 static PyObject *native_setup(PyObject *self, PyObject *args) {
-  PyObject *o, *c, *t, *e, *x, *rc;
+  PyObject *o, *c, *t, *e, *x, *rc, *eo;
   (void)self;
-  if (!PyArg_ParseTuple(args, "O!O!O!OOO!", &PyType_Type, &o, &PyType_Type, &c, &PyTuple_Type, &t,
-                        &e, &x, &PyType_Type, &rc))
+  if (!PyArg_ParseTuple(args, "O!O!O!OOO!O", &PyType_Type, &o, &PyType_Type, &c, &PyTuple_Type, &t,
+                        &e, &x, &PyType_Type, &rc, &eo))
     return NULL;
+  Py_XSETREF(error_of, Py_NewRef(eo));
   Py_XSETREF(raw_chunk_cls, (PyTypeObject *)Py_NewRef(rc));
   Py_XSETREF(inval_cls, Py_NewRef(x));
   Py_XSETREF(op_cls, (PyTypeObject *)Py_NewRef(o));
@@ -449,12 +452,87 @@ fail:
 
 /* ---- Saves ---------------------------------------------------------------------------------- */
 
-/* One batch's C arrays, and the Python objects whose bytes they borrow. */
+/* One call's C arrays, and the Python objects whose bytes they borrow. The library reads the
+ * arrays with the GIL released, and a lookup's encoder (Python code) runs in the middle of a
+ * batch: another thread or the encoder may change the caller's lists meanwhile, and a str the
+ * arrays point into must stay alive all the same. So every object is read from something that
+ * cannot change under it: the call's arguments (the caller holds them), a tuple's items (fixed
+ * while the tuple lives), an item of a list held by the batch (a new reference of ours), or a
+ * list or tuple the batch made (a copy, or list(iterable)). The first arrays and references live
+ * on the stack: a single save (Writer.save) allocates nothing (bench/README.md: its per-call
+ * list and bytes objects were a tenth of its instructions). */
+enum { N_HELD_SMALL = 16, ARENA_SMALL = 768, ARENA_BLOCK = 16384, ARENA_ALIGN = 16 };
+
+typedef struct block {
+  struct block *next; /* the block allocated before it */
+} block;
+
 typedef struct {
-  PyObject *keep; /* a list: every sequence and bytes object made along the way */
-  bs_save *saves;
-  Py_ssize_t n;
+  PyObject **held; /* held_small, or an allocation once that is full */
+  Py_ssize_t n_held, cap_held;
+  block *blocks; /* the arena's allocations, newest first */
+  char *at;      /* the arena's free space: at .. at + left */
+  size_t left;
+  PyObject *held_small[N_HELD_SMALL];
+  _Alignas(ARENA_ALIGN) char small[ARENA_SMALL];
 } batch;
+
+static void batch_init(batch *b) {
+  b->held = b->held_small, b->n_held = 0, b->cap_held = N_HELD_SMALL;
+  b->blocks = NULL, b->at = b->small, b->left = sizeof b->small;
+}
+
+static void batch_free(batch *b) {
+  for (Py_ssize_t i = 0; i < b->n_held; i++) Py_DECREF(b->held[i]);
+  if (b->held != b->held_small) PyMem_Free(b->held);
+  while (b->blocks) {
+    block *next = b->blocks->next;
+    PyMem_Free(b->blocks);
+    b->blocks = next;
+  }
+}
+
+/* Keeps o (a new reference, taken over even when this fails) until batch_free. */
+static int hold(batch *b, PyObject *o) {
+  if (b->n_held == b->cap_held) {
+    size_t cap = (size_t)b->cap_held * 2;
+    PyObject **h = b->held == b->held_small ? PyMem_Malloc(cap * sizeof *h)
+                                            : PyMem_Realloc(b->held, cap * sizeof *h);
+    if (!h) {
+      Py_DECREF(o);
+      PyErr_NoMemory();
+      return -1;
+    }
+    if (b->held == b->held_small) memcpy(h, b->held_small, sizeof b->held_small);
+    b->held = h, b->cap_held = (Py_ssize_t)cap;
+  }
+  b->held[b->n_held++] = o;
+  return 0;
+}
+
+/* n zeroed elements of size bytes, freed by batch_free (NULL: MemoryError set). */
+static void *arena(batch *b, size_t n, size_t size) {
+  size_t need;
+  void *p;
+  if (n > ((size_t)PY_SSIZE_T_MAX - ARENA_BLOCK) / size) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  need = (n * size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+  if (need > b->left) {
+    size_t size_b = need > ARENA_BLOCK ? need : ARENA_BLOCK;
+    block *blk = PyMem_Malloc(ARENA_ALIGN + size_b); /* the header padded to the alignment */
+    if (!blk) {
+      PyErr_NoMemory();
+      return NULL;
+    }
+    blk->next = b->blocks, b->blocks = blk;
+    b->at = (char *)blk + ARENA_ALIGN, b->left = size_b;
+  }
+  p = b->at, b->at += need, b->left -= need;
+  memset(p, 0, need);
+  return p;
+}
 
 /* Raises InvalidArgumentError(BS_EINVAL, message); returns -1. */
 static int inval(const char *fmt, ...) {
@@ -469,14 +547,28 @@ static int inval(const char *fmt, ...) {
   return -1;
 }
 
+/* Raises the exception class of status rc (bucketstore._core._error_msg) with message msg,
+ * the library's UTF-8 (an invalid byte replaced), after prefix (NULL: none); returns NULL. */
+static PyObject *raise_rc(int rc, const char *msg, PyObject *prefix) {
+  PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace"), *e = NULL;
+  if (text && prefix) Py_SETREF(text, PyUnicode_Concat(prefix, text));
+  if (text) e = PyObject_CallFunction(error_of, "iN", rc, text);
+  if (e) PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+  Py_XDECREF(e);
+  return NULL;
+}
+
 /* *out = the bytes of o: a str's UTF-8 (refused with InvalidArgumentError, a ValueError, when it
- * is not valid Unicode: lone surrogates), a bytes' bytes, another buffer's copy. */
+ * is not valid Unicode: lone surrogates), a bytes' bytes, another buffer's copy (held by the
+ * batch). o itself must be one that stays alive (see batch). */
 static int val(batch *b, PyObject *o, bs_val *out, const char *what, Py_ssize_t i,
                const char *field_name) {
   Py_ssize_t size;
   const char *data;
   if (PyUnicode_Check(o)) {
-    if (!(data = PyUnicode_AsUTF8AndSize(o, &size))) {
+    if (PyUnicode_IS_COMPACT_ASCII(o)) { /* (the UTF-8 is the str's own data: no call) */
+      data = (const char *)PyUnicode_DATA(o), size = PyUnicode_GET_LENGTH(o);
+    } else if (!(data = PyUnicode_AsUTF8AndSize(o, &size))) {
       if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
       PyErr_Clear(); /* (bucketstore._core.NOT_UNICODE says the same) */
       return inval("%s[%zd]%s: not valid Unicode (a lone surrogate); pass bytes for bytes that "
@@ -487,11 +579,7 @@ static int val(batch *b, PyObject *o, bs_val *out, const char *what, Py_ssize_t 
     data = PyBytes_AS_STRING(o), size = PyBytes_GET_SIZE(o);
   } else if (PyObject_CheckBuffer(o)) {
     PyObject *copy = PyBytes_FromObject(o);
-    if (!copy || PyList_Append(b->keep, copy) < 0) {
-      Py_XDECREF(copy);
-      return -1;
-    }
-    Py_DECREF(copy);
+    if (!copy || hold(b, copy) < 0) return -1;
     data = PyBytes_AS_STRING(copy), size = PyBytes_GET_SIZE(copy);
   } else {
     PyErr_Format(PyExc_TypeError, "%s[%zd]%s: expected str or bytes, got %.100s", what, i,
@@ -502,33 +590,35 @@ static int val(batch *b, PyObject *o, bs_val *out, const char *what, Py_ssize_t 
   return 0;
 }
 
-/* A sequence as a list or tuple kept alive by the batch (NULL: error set). */
+/* A sequence as a list or tuple held by the batch (NULL: error set): o itself when it is one
+ * (the caller's: a list may change), else list(o) (the batch's own). */
 static PyObject *seq(batch *b, PyObject *o, const char *msg) {
   PyObject *f;
   if (PyUnicode_Check(o) || PyBytes_Check(o)) {
     PyErr_SetString(PyExc_TypeError, msg);
     return NULL;
   }
-  if (!(f = PySequence_Fast(o, msg))) return NULL;
-  if (PyList_Append(b->keep, f) < 0) f = NULL;
-  Py_XDECREF(f);
+  if (!(f = PySequence_Fast(o, msg)) || hold(b, f) < 0) return NULL;
   return f;
 }
 
-static void *arena(batch *b, size_t n, size_t size) {
-  /* a bytes object as the allocation: freed with the batch's keep list */
-  PyObject *mem = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n ? n * size : 1));
-  if (!mem || PyList_Append(b->keep, mem) < 0) {
-    Py_XDECREF(mem);
-    return NULL;
-  }
-  Py_DECREF(mem);
-  memset(PyBytes_AS_STRING(mem), 0, n ? n * size : 1);
-  return PyBytes_AS_STRING(mem);
+/* seq() as a tuple: a sequence read while Python code runs (the lookup encoder), which could
+ * shorten a list under the index that reads it. */
+static PyObject *frozen(batch *b, PyObject *o, const char *msg) {
+  PyObject *f = seq(b, o, msg), *t;
+  if (!f || PyTuple_CheckExact(f)) return f;
+  if (!(t = PyList_AsTuple(f)) || hold(b, t) < 0) return NULL;
+  return t;
 }
+
+/* "insert", "update", "delete" interned (PyInit__native): a literal in the caller's code is the
+ * same object, found without comparing characters. */
+static PyObject *tag_names[3];
 
 static int tag_of(PyObject *t, Py_ssize_t i) {
   long v = 0;
+  for (int k = 0; k < 3; k++)
+    if (t == tag_names[k]) return BS_INSERT + k;
   if (PyUnicode_Check(t)) {
     if (PyUnicode_CompareWithASCIIString(t, "insert") == 0) return BS_INSERT;
     if (PyUnicode_CompareWithASCIIString(t, "update") == 0) return BS_UPDATE;
@@ -541,132 +631,445 @@ static int tag_of(PyObject *t, Py_ssize_t i) {
   return inval("saves[%zd].tag: %R is not one of 'insert', 'update', 'delete'", i, t);
 }
 
-static int rows_of(batch *b, PyObject *o, bs_save *s, Py_ssize_t i) {
+static int rows_of(batch *b, PyObject *o, bs_save *s) {
   static const char *names[4] = {".bucket", ".object_type", ".object_id", ".data"};
   PyObject *rows = seq(b, o, "rows: expected a sequence of (bucket, object_type, object_id, data)");
   bs_row *out;
   Py_ssize_t n, j;
+  int shared; /* rows is the caller's list: each row is held before it is read */
   if (!rows) return -1;
-  n = PySequence_Fast_GET_SIZE(rows);
+  if (!(n = PySequence_Fast_GET_SIZE(rows))) return 0;
   if (!(out = arena(b, (size_t)n, sizeof *out))) return -1;
+  shared = rows == o && PyList_Check(rows);
   for (j = 0; j < n; j++) {
-    PyObject *r = PySequence_Fast_GET_ITEM(rows, j);
+    PyObject *r;
     bs_val *f[4] = {&out[j].bucket, &out[j].object_type, &out[j].object_id, &out[j].data};
+    if (PySequence_Fast_GET_SIZE(rows) != n) { /* (a finalizer run by a collection, say) */
+      PyErr_SetString(PyExc_RuntimeError, "rows: the list changed size during the save");
+      return -1;
+    }
+    r = PySequence_Fast_GET_ITEM(rows, j);
+    if (shared && hold(b, Py_NewRef(r)) < 0) return -1;
     if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 4) {
-      if (!(r = seq(b, r, "rows: expected (bucket, object_type, object_id, data)"))) return -1;
-      if (PySequence_Fast_GET_SIZE(r) != 4) {
+      if (!(r = frozen(b, r, "rows: expected (bucket, object_type, object_id, data)"))) return -1;
+      if (PyTuple_GET_SIZE(r) != 4) {
         PyErr_Format(PyExc_TypeError, "rows[%zd]: expected (bucket, object_type, object_id, data)",
                      j);
         return -1;
       }
     }
     for (int k = 0; k < 4; k++)
-      if (val(b, PySequence_Fast_GET_ITEM(r, k), f[k], "rows", j, names[k]) < 0) return -1;
+      if (val(b, PyTuple_GET_ITEM(r, k), f[k], "rows", j, names[k]) < 0) return -1;
   }
   s->rows = out, s->n_rows = (size_t)n;
   return 0;
 }
 
 static int lookups_of(batch *b, PyObject *o, bs_save *s) {
-  PyObject *ls = seq(b, o, "lookups: expected a sequence of (values, params)");
+  PyObject *ls = frozen(b, o, "lookups: expected a sequence of (values, params)");
   bs_lookup *out;
   Py_ssize_t n, j;
   if (!ls) return -1;
-  n = PySequence_Fast_GET_SIZE(ls);
-  if (!n) return 0;
+  if (!(n = PyTuple_GET_SIZE(ls))) return 0;
   if (!(out = arena(b, (size_t)n, sizeof *out))) return -1;
   for (j = 0; j < n; j++) {
-    PyObject *l = PySequence_Fast_GET_ITEM(ls, j), *key, *params;
+    PyObject *l = PyTuple_GET_ITEM(ls, j), *key, *params;
     bs_val *pv;
     Py_ssize_t np;
-    if (!(l = seq(b, l, "lookups: expected (values, params)"))) return -1;
-    if (PySequence_Fast_GET_SIZE(l) != 2) {
+    if (!(l = frozen(b, l, "lookups: expected (values, params)"))) return -1;
+    if (PyTuple_GET_SIZE(l) != 2) {
       PyErr_Format(PyExc_TypeError, "lookups[%zd]: expected (values, params)", j);
       return -1;
     }
-    params =
-        seq(b, PySequence_Fast_GET_ITEM(l, 1), "lookups params: expected a list of JSON texts");
-    if (!params) return -1;
-    key = PyObject_CallFunctionObjArgs(encode_lookup, PySequence_Fast_GET_ITEM(l, 0), params, NULL);
-    if (!key || PyList_Append(b->keep, key) < 0 || val(b, key, &out[j].key, "lookups", j, "") < 0) {
-      Py_XDECREF(key);
+    if (!(params =
+              frozen(b, PyTuple_GET_ITEM(l, 1), "lookups params: expected a list of JSON texts")))
       return -1;
-    }
-    Py_DECREF(key);
-    np = PySequence_Fast_GET_SIZE(params);
-    if (!(pv = arena(b, (size_t)np, sizeof *pv))) return -1;
+    key = PyObject_CallFunctionObjArgs(encode_lookup, PyTuple_GET_ITEM(l, 0), params, NULL);
+    if (!key || hold(b, key) < 0 || val(b, key, &out[j].key, "lookups", j, "") < 0) return -1;
+    np = PyTuple_GET_SIZE(params);
+    if (np && !(pv = arena(b, (size_t)np, sizeof *pv))) return -1;
     for (Py_ssize_t k = 0; k < np; k++)
-      if (val(b, PySequence_Fast_GET_ITEM(params, k), &pv[k], "lookups params", k, "") < 0)
-        return -1;
-    out[j].params = pv, out[j].n_params = (size_t)np;
+      if (val(b, PyTuple_GET_ITEM(params, k), &pv[k], "lookups params", k, "") < 0) return -1;
+    out[j].params = np ? pv : NULL, out[j].n_params = (size_t)np;
   }
   s->lookups = out, s->n_lookups = (size_t)n;
   return 0;
 }
 
-/* One save: (table, tag, id, rows, lookups, old_id, store), Writer.save's arguments. */
-static int save_of(batch *b, PyObject *o, bs_save *s, Py_ssize_t i) {
-  PyObject *table, *tag, *id, *rows = NULL, *lookups = NULL, *old_id = Py_None, *store = Py_None;
+/* One save from Writer.save's arguments a[0..7): table, tag, id, rows, lookups, old_id, store
+ * (rows and lookups NULL when absent, old_id and store None); i: its index, for messages. */
+static int save_from(batch *b, PyObject *const *a, bs_save *s, Py_ssize_t i) {
+  static const bs_save init = BS_SAVE_INIT;
+  PyObject *id = a[2], *rows = a[3], *lookups = a[4], *old_id = a[5], *store = a[6];
   int t;
-  if (!PyTuple_Check(o)) {
-    PyErr_Format(PyExc_TypeError,
-                 "saves[%zd]: expected a tuple (table, tag, id, rows, lookups, old_id, store)", i);
-    return -1;
-  }
-  if (!PyArg_UnpackTuple(o, "save", 3, 7, &table, &tag, &id, &rows, &lookups, &old_id, &store))
-    return -1;
-  if ((t = tag_of(tag, i)) < 0) return -1;
-  s->version = BS_SAVE_VERSION, s->tag = (bs_tag)t;
-  if (val(b, table, &s->table, "saves", i, ".table") < 0) return -1;
+  *s = init;
+  if ((t = tag_of(a[1], i)) < 0) return -1;
+  s->tag = (bs_tag)t;
+  if (val(b, a[0], &s->table, "saves", i, ".table") < 0) return -1;
   if (t == BS_DELETE)
     return val(b, old_id == Py_None ? id : old_id, &s->before_id, "saves", i, ".id");
   if (val(b, id, &s->after_id, "saves", i, ".id") < 0) return -1;
   if (old_id != Py_None && val(b, old_id, &s->before_id, "saves", i, ".old_id") < 0) return -1;
-  if (rows && rows_of(b, rows, s, i) < 0) return -1;
+  if (rows && rows_of(b, rows, s) < 0) return -1;
   if (lookups && lookups_of(b, lookups, s) < 0) return -1;
   if (store != Py_None && val(b, store, &s->stored_data, "saves", i, ".store") < 0) return -1;
   return 0;
 }
 
-/* save_many(writer, saves) -> (rc, message, (index, queued)): every save converted (a bad one
- * raises) and checked by the library's rules (bs_writer_check_save) before any is queued, then
- * queued in order, the GIL released; index = the save refused (a check refuses before any is
- * queued: queued 0; queueing itself may fail later, e.g. out of memory, after queued saves). */
-static PyObject *native_save_many(PyObject *self, PyObject *args) {
-  PyObject *h, *o, *fast;
-  void *w;
+/* One save of Writer.save_many: a tuple (table, tag, id[, rows[, lookups[, old_id[, store]]]]). */
+static int save_of(batch *b, PyObject *o, bs_save *s, Py_ssize_t i) {
+  PyObject *a[7] = {NULL, NULL, NULL, NULL, NULL, Py_None, Py_None};
+  if (!PyTuple_Check(o)) {
+    PyErr_Format(PyExc_TypeError,
+                 "saves[%zd]: expected a tuple (table, tag, id, rows, lookups, old_id, store)", i);
+    return -1;
+  }
+  if (!PyArg_UnpackTuple(o, "save", 3, 7, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6]))
+    return -1;
+  return save_from(b, a, s, i);
+}
+
+/* ---- The writer's state: WriterCore -------------------------------------------------------- */
+
+/* A Writer's lock, its bs_writer and whether work is queued since the last flush, in C, so that
+ * Writer.save and save_many (WriterBase's, below) take the lock, check and queue in one call.
+ * Writer.save went through three Python functions before (save, save_many, _enter), whose
+ * frames, the thread-local lookup and the lock's method calls cost more instructions than the
+ * library's own work on the row (bench/README.md). The other Writer methods take the same lock
+ * through acquire() and release() (the role threading.Lock had), and _Cell.close holds it while
+ * it closes: the core is apart from the Writer, which a _Cell must not hold. */
+typedef struct {
+  PyObject_HEAD PyThread_type_lock lock;
+  int held;   /* the lock is taken (changed only with the GIL held) */
+  int queued; /* saves or write checkpoints queued since the last flush */
+  void *h;    /* the bs_writer; NULL before it is open and once it is closed */
+} writer_core;
+
+/* The depth of library callbacks running user code in this thread (bucketstore._core._Trap):
+ * a writer call inside one is refused. A thread's own, as threading.local's was. */
+static _Thread_local int callback_depth;
+
+/* Takes c's lock, as threading.Lock.acquire() does: at once when it is free, else waiting with
+ * the GIL released, and running signal handlers (a KeyboardInterrupt ends the wait: -1). */
+static int core_lock(writer_core *c) {
+  PyLockStatus r = PyThread_acquire_lock_timed(c->lock, 0, 0);
+  while (r != PY_LOCK_ACQUIRED) {
+    PyThreadState *ts = PyEval_SaveThread();
+    r = PyThread_acquire_lock_timed(c->lock, -1, 1);
+    PyEval_RestoreThread(ts);
+    if (r == PY_LOCK_INTR && Py_MakePendingCalls() < 0) return -1;
+  }
+  c->held = 1;
+  return 0;
+}
+
+static void core_unlock(writer_core *c) {
+  c->held = 0;
+  PyThread_release_lock(c->lock);
+}
+
+/* Writer._enter's checks in its order: not inside a callback, the lock, an open writer. */
+static int core_enter(writer_core *c) {
+  if (callback_depth > 0) {
+    raise_rc(BS_ESTATE, "writer calls are not allowed inside a callback", NULL);
+    return -1;
+  }
+  if (core_lock(c) < 0) return -1;
+  if (!c->h) {
+    core_unlock(c);
+    raise_rc(BS_ESTATE, "the writer is closed", NULL);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  writer_core *c;
+  (void)args, (void)kw;
+  if (!(c = (writer_core *)type->tp_alloc(type, 0))) return NULL;
+  if (!(c->lock = PyThread_allocate_lock())) {
+    Py_DECREF(c);
+    return PyErr_NoMemory();
+  }
+  return (PyObject *)c;
+}
+
+static void core_dealloc(PyObject *self) {
+  writer_core *c = (writer_core *)self;
+  if (c->lock) {
+    if (c->held) PyThread_release_lock(c->lock);
+    PyThread_free_lock(c->lock);
+  }
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *core_acquire(PyObject *self, PyObject *unused) {
+  (void)unused;
+  if (core_lock((writer_core *)self) < 0) return NULL;
+  Py_RETURN_TRUE;
+}
+
+static PyObject *core_release(PyObject *self, PyObject *unused) {
+  writer_core *c = (writer_core *)self;
+  (void)unused;
+  if (!c->held) {
+    PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+    return NULL;
+  }
+  core_unlock(c);
+  Py_RETURN_NONE;
+}
+
+/* The base class of bucketstore.Writer: its save and save_many are the Writer's methods, so
+ * that w.save(...) calls C with no Python frame on the way (one cost as many instructions as the
+ * C conversion of the save, bench/README.md). It makes the Writer's core (_core) with it. */
+typedef struct {
+  PyObject_HEAD writer_core *core;
+} writer_base;
+
+/* Writer.save's parameters: (table, tag, id, rows=(), lookups=(), *, old_id=None, store=None). */
+static const char *const save_params[7] = {"table",   "tag",    "id",   "rows",
+                                           "lookups", "old_id", "store"};
+enum { SAVE_POSITIONAL = 5, SAVE_REQUIRED = 3 };
+
+/* a[] = the arguments of a call of save, by parameter (rows and lookups NULL when not given,
+ * old_id and store None); the errors Python's own binding of them raises. */
+static int save_args(PyObject **a, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs > SAVE_POSITIONAL) {
+    PyErr_Format(PyExc_TypeError,
+                 "save() takes from 3 to 5 positional arguments but %zd were given", nargs);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < nargs; i++) a[i] = args[i];
+  for (Py_ssize_t i = 0; i < nkw; i++) {
+    PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+    int k = 0;
+    while (k < 7 && PyUnicode_CompareWithASCIIString(name, save_params[k]) != 0) k++;
+    if (k == 7) {
+      PyErr_Format(PyExc_TypeError, "save() got an unexpected keyword argument '%U'", name);
+      return -1;
+    }
+    if (k < nargs) { /* (a call's keywords are distinct) */
+      PyErr_Format(PyExc_TypeError, "save() got multiple values for argument '%s'", save_params[k]);
+      return -1;
+    }
+    a[k] = args[nargs + i];
+  }
+  for (int k = 0; k < SAVE_REQUIRED; k++)
+    if (!a[k]) {
+      PyErr_Format(PyExc_TypeError, "save() missing required argument: '%s'", save_params[k]);
+      return -1;
+    }
+  return 0;
+}
+
+/* save(table, tag, id, rows=(), lookups=(), *, old_id=None, store=None): Writer.save, what a
+ * Writer's save attribute is (bucketstore._core: no Python frame between the caller and here).
+ * The library's bs_writer_save checks the save before it queues it (a refused one is not
+ * queued), as save_many's bs_writer_check_save does. */
+static PyObject *base_save(PyObject *self, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames) {
+  writer_core *c = ((writer_base *)self)->core;
+  PyObject *a[7] = {NULL, NULL, NULL, NULL, NULL, Py_None, Py_None};
   batch b;
+  bs_save s;
   bs_error err = {0};
-  Py_ssize_t i, done = 0;
+  PyThreadState *ts;
+  int rc;
+  if (save_args(a, args, PyVectorcall_NARGS(nargsf), kwnames) < 0 || core_enter(c) < 0) return NULL;
+  batch_init(&b);
+  if (save_from(&b, a, &s, 0) < 0) {
+    core_unlock(c);
+    batch_free(&b);
+    return NULL;
+  }
+  ts = PyEval_SaveThread();
+  rc = bs_writer_save(c->h, &s, &err);
+  PyEval_RestoreThread(ts);
+  if (!rc) c->queued = 1;
+  core_unlock(c);
+  batch_free(&b);
+  if (rc) return raise_rc(rc, err.msg, NULL);
+  Py_RETURN_NONE;
+}
+
+/* save_many(saves): Writer.save_many. Every save converted (a bad one raises) and checked by the
+ * library's rules (bs_writer_check_save) before any is queued, then queued in order, the GIL
+ * released; a refusal's message names saves[i] when there are several. A list is read as a
+ * copy: the lookup encoder (Python code) runs between its items. */
+static PyObject *base_save_many(PyObject *self, PyObject *o) {
+  writer_core *c = ((writer_base *)self)->core;
+  PyObject *saves = NULL, *at = NULL;
+  batch b;
+  bs_save *s = NULL;
+  bs_error err = {0};
+  Py_ssize_t n, i, done = 0;
   int rc = 0;
   PyThreadState *ts;
-  (void)self;
-  if (!PyArg_ParseTuple(args, "OO", &h, &o)) return NULL;
-  if (!(w = PyLong_AsVoidPtr(h)) && PyErr_Occurred()) return NULL;
-  if (!(b.keep = PyList_New(0))) return NULL;
-  if (!(fast = seq(&b, o, "saves: expected an iterable of saves"))) goto fail;
-  b.n = PySequence_Fast_GET_SIZE(fast);
-  if (!(b.saves = arena(&b, (size_t)b.n, sizeof *b.saves))) goto fail;
-  for (i = 0; i < b.n; i++)
-    if (save_of(&b, PySequence_Fast_GET_ITEM(fast, i), &b.saves[i], i) < 0) goto fail;
+  batch_init(&b);
+  /* list(saves) for any other iterable, before the writer's checks, as the Python code did */
+  if (PyTuple_CheckExact(o))
+    saves = Py_NewRef(o);
+  else if (!(saves = PyList_Check(o) ? PyList_AsTuple(o) : PySequence_Tuple(o)))
+    return NULL;
+  if (hold(&b, saves) < 0 || core_enter(c) < 0) goto fail_unlocked;
+  n = PyTuple_GET_SIZE(saves);
+  if (n && !(s = arena(&b, (size_t)n, sizeof *s))) goto fail;
+  for (i = 0; i < n; i++)
+    if (save_of(&b, PyTuple_GET_ITEM(saves, i), &s[i], i) < 0) goto fail;
   ts = PyEval_SaveThread();
-  for (i = 0; i < b.n && !(rc = bs_writer_check_save(w, &b.saves[i], &err)); i++) {
+  for (i = 0; i < n && !(rc = bs_writer_check_save(c->h, &s[i], &err)); i++) {
   }
   if (!rc)
-    for (; done < b.n && !(rc = bs_writer_save(w, &b.saves[done], &err)); done++) {
+    for (; done < n && !(rc = bs_writer_save(c->h, &s[done], &err)); done++) {
     }
   PyEval_RestoreThread(ts);
-  Py_DECREF(b.keep);
-  /* i < b.n: the check refused saves[i]; else queueing refused saves[done] */
-  return result(rc, &err, Py_BuildValue("(nn)", i < b.n ? i : done, done));
-fail:
-  Py_DECREF(b.keep);
+  if (done) c->queued = 1;
+  core_unlock(c);
+  batch_free(&b);
+  if (!rc) Py_RETURN_NONE;
+  /* i < n: the check refused saves[i]; else queueing refused saves[done] (after done saves) */
+  if (n > 1 && !(at = PyUnicode_FromFormat("saves[%zd]: ", i < n ? i : done))) return NULL;
+  raise_rc(rc, err.msg, at);
+  Py_XDECREF(at);
   return NULL;
+fail:
+  core_unlock(c);
+fail_unlocked:
+  batch_free(&b);
+  return NULL;
+}
+
+static PyObject *core_get_handle(PyObject *self, void *closure) {
+  void *h = ((writer_core *)self)->h;
+  (void)closure;
+  return h ? PyLong_FromVoidPtr(h) : Py_NewRef(Py_None);
+}
+
+static int core_set_handle(PyObject *self, PyObject *v, void *closure) {
+  void *h = NULL;
+  (void)closure;
+  if (!v) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete handle");
+    return -1;
+  }
+  if (v != Py_None && !(h = PyLong_AsVoidPtr(v)) && PyErr_Occurred()) return -1;
+  ((writer_core *)self)->h = h;
+  return 0;
+}
+
+static PyObject *core_get_queued(PyObject *self, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((writer_core *)self)->queued);
+}
+
+static int core_set_queued(PyObject *self, PyObject *v, void *closure) {
+  int q;
+  (void)closure;
+  if (!v) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete queued");
+    return -1;
+  }
+  if ((q = PyObject_IsTrue(v)) < 0) return -1;
+  ((writer_core *)self)->queued = q;
+  return 0;
+}
+
+static PyMethodDef core_methods[] = {
+    {"acquire", core_acquire, METH_NOARGS, "acquire() -> True: takes the writer's lock."},
+    {"release", core_release, METH_NOARGS, "release(): gives the writer's lock back."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef core_getset[] = {
+    {"handle", core_get_handle, core_set_handle, "The bs_writer (an int), or None.", NULL},
+    {"queued", core_get_queued, core_set_queued, "Work queued since the last flush.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject writer_core_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bucketstore._native.WriterCore",
+    .tp_basicsize = sizeof(writer_core),
+    .tp_dealloc = core_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A Writer's lock, bs_writer (handle) and queued flag.",
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+    .tp_new = core_new,
+};
+
+static PyObject *base_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  writer_base *w;
+  if (!(w = (writer_base *)type->tp_alloc(type, 0))) return NULL;
+  if (!(w->core = (writer_core *)core_new(&writer_core_type, args, kw))) {
+    Py_DECREF(w);
+    return NULL;
+  }
+  return (PyObject *)w;
+}
+
+static void base_dealloc(PyObject *self) {
+  Py_CLEAR(((writer_base *)self)->core);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *base_get_core(PyObject *self, void *closure) {
+  (void)closure;
+  return Py_NewRef((PyObject *)((writer_base *)self)->core);
+}
+
+static PyMethodDef base_methods[] = {
+    {"save", (PyCFunction)(void (*)(void))base_save, METH_FASTCALL | METH_KEYWORDS,
+     "save($self, /, table, tag, id, rows=(), lookups=(), *, old_id=None, store=None)\n--\n\n"
+     "Queues one source row change (contract.md 4.1). tag: 'insert'/'update'/'delete' (or\n"
+     "Tag); id: the replica id after the change (for delete: of the deleted row); old_id:\n"
+     "the replica id before, when the key changed; rows: (bucket, object_type, object_id,\n"
+     "data); lookups: (values, params); store: row data kept with the source record."},
+    {"save_many", base_save_many, METH_O,
+     "save_many($self, saves, /)\n--\n\n"
+     "Queues many source row changes with one call into the library (the fast way to\n"
+     "ingest): each a tuple of save()'s arguments, (table, tag, id[, rows[, lookups[,\n"
+     "old_id[, store]]]]). All are checked, by the library's rules too, before any is\n"
+     "queued: a refused one queues none of them, and the error says which (saves[i])."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef base_getset[] = {
+    {"_core", base_get_core, NULL, "The writer's WriterCore.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject writer_base_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bucketstore._native.WriterBase",
+    .tp_basicsize = sizeof(writer_base),
+    .tp_dealloc = base_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The base of bucketstore.Writer: its save and save_many.",
+    .tp_methods = base_methods,
+    .tp_getset = base_getset,
+    .tp_new = base_new,
+};
+
+/* callback_enter(), callback_leave(), in_callback(): the callback depth of this thread. */
+static PyObject *native_callback_enter(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  callback_depth++;
+  Py_RETURN_NONE;
+}
+
+static PyObject *native_callback_leave(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  callback_depth--;
+  Py_RETURN_NONE;
+}
+
+static PyObject *native_in_callback(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  return PyBool_FromLong(callback_depth > 0);
 }
 
 static PyMethodDef native_methods[] = {{"setup", native_setup, METH_VARARGS, NULL},
                                        {"bucket_data", native_bucket_data, METH_VARARGS, NULL},
-                                       {"save_many", native_save_many, METH_VARARGS, NULL},
+                                       {"callback_enter", native_callback_enter, METH_NOARGS, NULL},
+                                       {"callback_leave", native_callback_leave, METH_NOARGS, NULL},
+                                       {"in_callback", native_in_callback, METH_NOARGS, NULL},
                                        {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef native_module = {
@@ -682,10 +1085,27 @@ static struct PyModuleDef native_module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
   PyObject *m;
-  if (PyType_Ready(&raw_ops_type) < 0 || !(m = PyModule_Create(&native_module))) return NULL;
+  static const char *const tags[3] = {"insert", "update", "delete"};
+  for (int k = 0; k < 3; k++)
+    if (!tag_names[k] && !(tag_names[k] = PyUnicode_InternFromString(tags[k]))) return NULL;
+  if (PyType_Ready(&raw_ops_type) < 0 || PyType_Ready(&writer_core_type) < 0 ||
+      PyType_Ready(&writer_base_type) < 0 || !(m = PyModule_Create(&native_module)))
+    return NULL;
   Py_INCREF(&raw_ops_type);
   if (PyModule_AddObject(m, "RawOps", (PyObject *)&raw_ops_type) < 0) {
     Py_DECREF(&raw_ops_type);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&writer_core_type);
+  if (PyModule_AddObject(m, "WriterCore", (PyObject *)&writer_core_type) < 0) {
+    Py_DECREF(&writer_core_type);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&writer_base_type);
+  if (PyModule_AddObject(m, "WriterBase", (PyObject *)&writer_base_type) < 0) {
+    Py_DECREF(&writer_base_type);
     Py_DECREF(m);
     return NULL;
   }

@@ -27,6 +27,7 @@ from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p, string_
 from datetime import datetime, timedelta, timezone
 from enum import IntEnum
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -183,7 +184,12 @@ def _check(rc: int, err: F.bs_error) -> None:
 def _check_msg(rc: int, msg: bytes) -> None:
     """_check for the C functions of _native, which return the bs_error message."""
     if rc != 0:
-        raise _CODE_CLASSES.get(rc, BucketstoreError)(rc, msg.decode("utf-8", "replace"))
+        raise _error_msg(rc, msg.decode("utf-8", "replace"))
+
+
+def _error_msg(rc: int, msg: str) -> BucketstoreError:
+    """The exception of status rc (what _native raises too)."""
+    return _CODE_CLASSES.get(rc, BucketstoreError)(rc, msg)
 
 
 def _inval(msg: str) -> InvalidArgumentError:
@@ -322,11 +328,10 @@ def _lsn(has: int, size: int, buf: Any) -> Optional[str]:
 
 # ---- Callbacks ----------------------------------------------------------------------------
 
-_tls = threading.local()
-
-
 def _in_callback() -> bool:
-    return getattr(_tls, "depth", 0) > 0
+    """Whether user code runs inside a library callback in this thread (_Trap, listeners): the
+    depth is kept in C (_native), where Writer.save reads it too."""
+    return N.in_callback()
 
 
 class _Trap:
@@ -341,7 +346,7 @@ class _Trap:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> int:
         if self.user:
-            _tls.depth = getattr(_tls, "depth", 0) + 1
+            N.callback_enter()
         try:
             r = fn(*args)
             return 0 if r is None else int(r)
@@ -351,7 +356,7 @@ class _Trap:
             return F.BS_ECANCELED
         finally:
             if self.user:
-                _tls.depth -= 1
+                N.callback_leave()
 
     def raise_pending(self) -> None:
         if self.exc is not None:
@@ -363,11 +368,11 @@ def _run_listener(fn: Callable[[int, int], Any], stream: int, checkpoint: int) -
     """The checkpoint listener runs in the committing thread, after the commit succeeded: an
     exception it raises leaves through ctypes, which hands it to sys.unraisablehook (printed
     to stderr by default), so the commit still returns its result."""
-    _tls.depth = getattr(_tls, "depth", 0) + 1
+    N.callback_enter()
     try:
         fn(stream, checkpoint)
     finally:
-        _tls.depth -= 1
+        N.callback_leave()
 
 
 # ---- Cancellation --------------------------------------------------------------------------
@@ -758,7 +763,8 @@ def _save_lookup(values: Sequence[Scalar], params: Sequence[Any]) -> bytes:
     return encode_lookup(values, "lookups values")
 
 
-N.setup(Op, Chunk, _OP_TYPES, _save_lookup, InvalidArgumentError, RawChunk)  # what _native builds
+N.setup(Op, Chunk, _OP_TYPES, _save_lookup, InvalidArgumentError, RawChunk,
+        _error_msg)  # what _native builds and raises
 
 
 def _decode_scalars(key: bytes) -> List[Scalar]:
@@ -806,12 +812,12 @@ class _Cell:
     __slots__ = ("h", "free", "cv", "busy", "serial", "children", "parent")
 
     def __init__(self, free: Callable[[int], None], parent: Optional["_Cell"],
-                 serial: Optional[threading.Lock]) -> None:
+                 serial: Optional[N.WriterCore]) -> None:
         self.h: Optional[int] = None
         self.free = free  # the C close function, bound now: no global is needed at exit
         self.cv = threading.Condition(threading.Lock())
         self.busy = 0  # calls running (_Guard)
-        self.serial = serial  # a writer's: held by each of its calls, and by close
+        self.serial = serial  # a writer's lock: held by each of its calls, and by close
         self.children: "set[_Cell]" = set()
         self.parent = parent
 
@@ -842,7 +848,7 @@ class _Handle:
     _kind = "handle"
 
     def __init__(self, free: Callable[[int], None], parent: Optional["_Handle"] = None,
-                 serial: Optional[threading.Lock] = None) -> None:
+                 serial: Optional[N.WriterCore] = None) -> None:
         self._c: _Cell = _Cell(free, parent._c if parent is not None else None, serial)
 
     def _opened(self, h: Optional[int]) -> None:
@@ -1819,7 +1825,7 @@ def _heads(heads: Heads, name: str) -> Any:
     return arr
 
 
-class Writer(_Handle):
+class Writer(_Handle, N.WriterBase):
     """The replication writer of a stream (contract.md section 4); one thread at a time (calls
     from several threads are serialised). Closing discards what was not flushed. As a context
     manager: a block that ends normally with saves or write checkpoints queued since the last
@@ -1830,16 +1836,24 @@ class Writer(_Handle):
     _kind = "writer"
 
     def __init__(self, st: Storage, opts: F.bs_writer_options) -> None:
-        self._lock = threading.Lock()  # held by each call
-        super().__init__(lib.bs_writer_close, st, self._lock)
+        # N.WriterBase (C) made self._core: the lock held by each call (and by _Cell.close),
+        # the bs_writer and whether work is queued since the last flush; its save and
+        # save_many take the lock, convert and queue in one call (_native.c).
+        core = self._lock = self._core
+
+        def free(h: int, close: Callable[[int], None] = lib.bs_writer_close) -> None:
+            core.handle = None  # (under the lock, which _Cell.close holds)
+            close(h)
+
+        super().__init__(free, st, core)
         Storage._no_write_in_callback()
         self.storage = st
-        self._queued = False  # saves or write checkpoints queued since the last flush
         h = c_void_p()
         err = F.bs_error()
         with st._guard() as sh:
             _check(lib.bs_writer_open(byref(h), sh, byref(opts), byref(err)), err)
             self._opened(h.value)
+            core.handle = h.value
 
     def _enter(self) -> int:
         if _in_callback():
@@ -1853,52 +1867,40 @@ class Writer(_Handle):
 
     def close(self) -> None:
         super().close()
-        self._queued = False
+        self._core.queued = False
 
     def __exit__(self, *exc: Any) -> None:
-        queued = self._queued
+        queued = self._core.queued
         self.close()
         if queued and (not exc or exc[0] is None):
             raise StateError(F.BS_ESTATE, "the writer's with block ended with changes queued "
                              "since the last commit: they were discarded (commit(lsn) before "
                              "the end of the block, or close() the writer to discard them)")
 
-    def save(
-        self,
-        table: Bytes,
-        tag: Union[str, int],
-        id: Bytes,
-        rows: Iterable[Union[Row, Tuple[Bytes, Bytes, Bytes, Bytes]]] = (),
-        lookups: Iterable[Union[Lookup, Tuple[Sequence[Scalar], Sequence[Bytes]]]] = (),
-        *,
-        old_id: Optional[Bytes] = None,
-        store: Optional[Bytes] = None,
-    ) -> None:
-        """Queues one source row change (contract.md 4.1). tag: 'insert'/'update'/'delete' (or
-        Tag); id: the replica id after the change (for delete: of the deleted row); old_id:
-        the replica id before, when the key changed; rows: (bucket, object_type, object_id,
-        data); lookups: (values, params); store: row data kept with the source record."""
-        self.save_many(((table, tag, id, rows, lookups, old_id, store),))
+    if TYPE_CHECKING:  # save and save_many are N.WriterBase's, in C (_native.c); as typed:
 
-    def save_many(self, saves: Iterable[SaveArgs]) -> None:
-        """Queues many source row changes with one call into the library (the fast way to
-        ingest): each a tuple of save()'s arguments, (table, tag, id[, rows[, lookups[,
-        old_id[, store]]]]). All are checked, by the library's rules too, before any is
-        queued: a refused one queues none of them, and the error says which (saves[i])."""
-        if isinstance(saves, (list, tuple)):
-            batch = saves
-        else:
-            batch = list(saves)
-        h = self._enter()
-        try:
-            rc, msg, (index, queued) = N.save_many(h, batch)
-            self._queued = self._queued or queued > 0
-        finally:
-            self._lock.release()
-        if rc != 0:
-            if len(batch) > 1:
-                msg = b"saves[%d]: %s" % (index, msg)
-            _check_msg(rc, msg)
+        def save(
+            self,
+            table: Bytes,
+            tag: Union[str, int],
+            id: Bytes,
+            rows: Iterable[Union[Row, Tuple[Bytes, Bytes, Bytes, Bytes]]] = (),
+            lookups: Iterable[Union[Lookup, Tuple[Sequence[Scalar], Sequence[Bytes]]]] = (),
+            *,
+            old_id: Optional[Bytes] = None,
+            store: Optional[Bytes] = None,
+        ) -> None:
+            """Queues one source row change (contract.md 4.1). tag: 'insert'/'update'/'delete'
+            (or Tag); id: the replica id after the change (for delete: of the deleted row);
+            old_id: the replica id before, when the key changed; rows: (bucket, object_type,
+            object_id, data); lookups: (values, params); store: row data kept with the source
+            record."""
+
+        def save_many(self, saves: Iterable[SaveArgs]) -> None:
+            """Queues many source row changes with one call into the library (the fast way to
+            ingest): each a tuple of save()'s arguments, (table, tag, id[, rows[, lookups[,
+            old_id[, store]]]]). All are checked, by the library's rules too, before any is
+            queued: a refused one queues none of them, and the error says which (saves[i])."""
 
     def _lsn_call(self, fn: Any, table: Any, name: str, flushes: bool = False) -> None:
         v = _val(table, name)
@@ -1907,7 +1909,7 @@ class Writer(_Handle):
         try:
             rc = fn(h, v, byref(err))
             if flushes and rc == 0:
-                self._queued = False
+                self._core.queued = False
         finally:
             self._lock.release()
         _check(rc, err)
@@ -1937,7 +1939,7 @@ class Writer(_Handle):
         try:
             rc = lib.bs_writer_flush(byref(out), h, byref(err))
             if rc == 0:
-                self._queued = False
+                self._core.queued = False
         finally:
             self._lock.release()
         _check(rc, err)
@@ -1954,7 +1956,7 @@ class Writer(_Handle):
             else:
                 rc = lib.bs_writer_commit(byref(res), h, v, byref(opts), byref(err))
             if rc == 0:
-                self._queued = False
+                self._core.queued = False
         finally:
             self._lock.release()
         _check(rc, err)
@@ -2013,7 +2015,7 @@ class Writer(_Handle):
                 rc = lib.bs_writer_custom_write_checkpoint(h, u, c, ev, byref(err))
             else:
                 rc = lib.bs_writer_custom_write_checkpoint_requested(h, u, c, ev, at, byref(err))
-            self._queued = self._queued or rc == 0
+            self._core.queued = self._core.queued or rc == 0
         finally:
             self._lock.release()
         _check(rc, err)
