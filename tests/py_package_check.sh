@@ -5,7 +5,8 @@
 #  1. `pip install --no-build-isolation <copy>/bindings/python` into a fresh venv
 #     (--system-site-packages: Debian's pytest and mypy) compiles the C library into the
 #     package, and `mypy --strict` checks the examples and the package as installed;
-#  2. `setup.py sdist` of the copy, moved to another unrelated folder, builds a platform-tagged
+#  2. setup.py where <lmdb.h> is missing stops, naming the Debian package to install;
+#  3. `setup.py sdist` of the copy, moved to another unrelated folder, builds a platform-tagged
 #     wheel there (`pip wheel`), which installs into a second venv; the binding's own tests,
 #     copied to an unrelated folder, run there against that installed wheel.
 # Offline: no index is consulted. Run from the project root (make py-test does).
@@ -40,6 +41,18 @@ imported "$tmp/venv"
 echo "== py-package: mypy --strict examples and the installed package"
 env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" examples
 env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" -p bucketstore
+
+echo "== py-package: a missing system header is a message naming its Debian package"
+# setup.py run where <lmdb.h> is not found (os.path.exists says so): it stops before compiling.
+if (cd "$tmp/src/bindings/python" && "$PYTHON" -c 'import os, runpy, sys
+real = os.path.exists
+os.path.exists = lambda p: False if str(p).endswith("/lmdb.h") else real(p)
+sys.argv = ["setup.py", "-q", "build_ext", "--build-temp", sys.argv[1]]
+runpy.run_path("setup.py", run_name="__main__")' "$tmp/nolmdb" >"$tmp/nolmdb.log" 2>&1); then
+  fail "setup.py built without <lmdb.h>"
+fi
+grep -q 'apt-get install liblmdb-dev$' "$tmp/nolmdb.log" || fail "no Debian package named: $(cat "$tmp/nolmdb.log")"
+[ ! -e "$tmp/nolmdb" ] || fail "setup.py compiled before it found <lmdb.h> missing"
 
 echo "== py-package: setup.py sdist, built and installed from an unrelated folder"
 (cd "$tmp/src/bindings/python" && "$PYTHON" setup.py -q sdist -d "$tmp/sdist" >"$tmp/sdist.log" 2>&1) || \
