@@ -5,7 +5,9 @@
 #  1. `pip install --no-build-isolation <copy>/bindings/python` into a fresh venv
 #     (--system-site-packages: Debian's pytest and mypy) compiles the C library into the
 #     package, and `mypy --strict` checks the examples and the package as installed;
-#  2. setup.py where <lmdb.h> is missing stops, naming the Debian package to install;
+#  2. where pkg-config finds no libpq, pip install builds the package without the PostgreSQL
+#     backend (no libpq linked; a URL raises UnsupportedError); setup.py where <lmdb.h> is
+#     missing stops, naming the Debian package to install;
 #  3. `setup.py sdist` of the copy, moved to another unrelated folder, builds a platform-tagged
 #     wheel there (`pip wheel`), which installs into a second venv; the binding's own tests,
 #     copied to an unrelated folder, run there against that installed wheel.
@@ -41,6 +43,25 @@ imported "$tmp/venv"
 echo "== py-package: mypy --strict examples and the installed package"
 env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" examples
 env -u PYTHONPATH "$tmp/venv/bin/python" -m mypy --strict --cache-dir "$tmp/mypy" -p bucketstore
+
+echo "== py-package: built where pkg-config finds no libpq: no PostgreSQL backend"
+# libpq only "when present", as make does: the package builds without it, links no libpq, and
+# a PostgreSQL URL raises UnsupportedError (BS_EUNSUPPORTED).
+# (from a copy without the first install's build/: pip builds a folder in place, and
+# setuptools would link the objects it finds there again)
+cp -r "$tmp/src/bindings/python" "$tmp/nopq-src" && rm -rf "$tmp/nopq-src/build"
+"$PYTHON" -m venv --system-site-packages "$tmp/venv-nopq"
+PKG_CONFIG_LIBDIR=/nonexistent pip "$tmp/venv-nopq/bin/python" "$tmp/nopq-src" \
+  >"$tmp/nopq.log" 2>&1 || { tail -30 "$tmp/nopq.log"; fail "pip install without libpq"; }
+imported "$tmp/venv-nopq"
+native=$(env -u PYTHONPATH "$tmp/venv-nopq/bin/python" -c 'import bucketstore._native as n; print(n.__file__)')
+if ldd "$native" | grep -q libpq; then fail "built without libpq, the package links it"; fi
+probe=$(env -u PYTHONPATH "$tmp/venv-nopq/bin/python" -c 'import bucketstore as bs
+try:
+    bs.open("postgresql://127.0.0.1:1/x")
+except bs.UnsupportedError as e:
+    print("unsupported", e.code == bs.EUNSUPPORTED)')
+[ "$probe" = "unsupported True" ] || fail "without libpq, a PostgreSQL URL: $probe"
 
 echo "== py-package: a missing system header is a message naming its Debian package"
 # setup.py run where <lmdb.h> is not found (os.path.exists says so): it stops before compiling.
