@@ -6,7 +6,8 @@
  * ops. A backup after compaction is smaller than the file (free pages are not copied). Records
  * exported and loaded back give the same records and the same checksums at every checkpoint,
  * with edge values (1- and 480-byte bucket names, bytes that are not UTF-8, "" data, 1 vs 1.0
- * lookups, both hashes, write checkpoints). Refusals leave nothing behind.
+ * lookups, both hashes, write checkpoints). Refusals leave nothing behind, and so does a load
+ * that its next or progress callback stopped, whatever value it returned.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -476,6 +478,70 @@ static int odd_next(bs_record *r, void *payload) {
   return 2;
 }
 
+/* bs_load's callbacks with every value a host may return (ct_callback_values): after a few
+ * records, next returns the value (1 and 0, a record and the end, are next's words: left out);
+ * or progress returns it at its first call. storage.h's rule: any other value of next stops the
+ * load (BS_EUSER), a non-zero progress cancels it (BS_ECANCELED), each naming the callback and
+ * quoting the value; the callback is not called again; nothing is left in the directory. */
+typedef struct load_stop {
+  recs *in;
+  size_t after; /* next: records handed out before it returns value */
+  int value, calls;
+} load_stop;
+
+static int next_stops(bs_record *out, void *payload) {
+  load_stop *s = payload;
+  if (s->in->next < s->after) return replay(out, s->in);
+  s->calls++;
+  return s->value;
+}
+
+static int progress_stops(uint64_t records, void *payload) {
+  load_stop *s = payload;
+  (void)records;
+  s->calls++;
+  return s->value;
+}
+
+static void test_load_callback_returns(void **state) {
+  ct_env *e = *state;
+  bs_backup_options o = BS_BACKUP_OPTIONS_INIT;
+  recs all = {0};
+  char out[256], lock[300];
+  size_t entries;
+  round_of(e->w, 0, 10, 1);
+  CT_OK(bs_db_export(e->db, 0, collect, &all, &ct_err));
+  assert_true(all.n > 3);
+  path_in(e, out, sizeof out, "cb.bs");
+  snprintf(lock, sizeof lock, "%s-lock", out);
+  entries = dir_entries(e->dir);
+  for (size_t i = 0; i < CT_N_CALLBACK_VALUES; i++) {
+    load_stop s = {&all, 3, ct_callback_values[i], 0};
+    int rc;
+    if (s.value != 0 && s.value != 1) {
+      all.next = 0;
+      memset(&ct_err, 0, sizeof ct_err);
+      rc = bs_load(out, NULL, next_stops, &s, &ct_err);
+      ct_expect_stopped("bs_load", rc, s.value, s.calls, "bs_load's next");
+      assert_int_equal(dir_entries(e->dir), entries);
+    }
+    all.next = 0;
+    s.calls = 0;
+    o.progress = progress_stops;
+    o.progress_payload = &s;
+    memset(&ct_err, 0, sizeof ct_err);
+    rc = bs_load(out, &o, replay, &all, &ct_err);
+    ct_expect_stopped("bs_load", rc, s.value, s.calls, "opts->progress");
+    if (rc == BS_OK) { /* value 0: loaded; removed for the next round */
+      assert_true(s.calls > 0);
+      assert_int_equal(unlink(out), 0);
+      unlink(lock);
+    }
+    assert_int_equal(dir_entries(e->dir), entries);
+  }
+  recs_free(&all);
+}
+
 static void *only_malloc(void *opaque, size_t size) {
   (void)opaque;
   return malloc(size);
@@ -650,6 +716,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_backup_refusals, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_export_load_round_trip, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_load_refusals, setup, ct_env_teardown),
+      cmocka_unit_test_setup_teardown(test_load_callback_returns, setup, ct_env_teardown),
       cmocka_unit_test_setup_teardown(test_allocation_failures, setup, ct_env_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

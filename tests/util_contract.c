@@ -4,9 +4,10 @@
  */
 #include "util_contract.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <unistd.h>
 #include "util_pg.h"
 
@@ -616,6 +617,27 @@ char *ct_row_key(const ct_op *op) {
   snprintf(k, n, "%s\x1f%s\x1f%s", op->object_type.p ? op->object_type.p : "",
            op->object_id.p ? op->object_id.p : "", op->subkey.p ? op->subkey.p : "");
   return k;
+}
+
+/* ---- Callbacks' returns ----------------------------------------------------------------------- */
+
+const int ct_callback_values[CT_N_CALLBACK_VALUES] = {0, -1, BS_ECANCELED, BS_EUSER, BS_ENOMEM,
+                                                      1, 42, INT_MIN,      INT_MAX};
+
+void ct_expect_stopped(const char *call, int rc, int value, int calls, const char *callback) {
+  char want[160];
+  int code = strstr(callback, "progress") ? BS_ECANCELED : BS_EUSER;
+  if (value == 0) {
+    if (rc != BS_OK)
+      fail_msg("%s: %s (%s) with a callback returning 0", call, bs_strerror(rc), ct_err.msg);
+    return;
+  }
+  snprintf(want, sizeof want, "%s returned %d, which %s the call", callback, value,
+           code == BS_ECANCELED ? "cancels" : "stops");
+  if (rc != code || ct_err.code != code || strcmp(ct_err.msg, want) != 0)
+    fail_msg("%s with the callback returning %d: got %s (%s), expected %s (%s)", call, value,
+             bs_strerror(rc), ct_err.msg, bs_strerror(code), want);
+  if (calls != 1) fail_msg("%s: the callback ran %d times after returning %d", call, calls, value);
 }
 
 /* ---- Seeds ------------------------------------------------------------------------------------ */

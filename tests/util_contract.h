@@ -225,6 +225,18 @@ void ct_dump_ops(const char *what, const ct_oplist *l);
                ct_s_ ? ct_s_ : "(none)");                                                          \
   } while (0)
 
+/* ---- Callbacks' returns (storage.h, CALLBACKS' RETURNS) --------------------------------------- */
+/* What a host's callback may return, for the tests of that rule: 0 (go on), -1, BS_E* codes,
+ * positive values and the extremes of int. */
+#define CT_N_CALLBACK_VALUES 9
+extern const int ct_callback_values[CT_N_CALLBACK_VALUES];
+/* Fails unless `call` (its status rc, and ct_err) is what storage.h promises when its callback
+ * (named as the library's message names it: "bs_stream_list's fn", "opts->progress") returned
+ * value and was then not called again (calls: how often it ran): BS_OK for 0; else BS_EUSER, or
+ * BS_ECANCELED for a progress callback, with "<callback> returned <value>, which stops (cancels)
+ * the call", and calls == 1. */
+void ct_expect_stopped(const char *call, int rc, int value, int calls, const char *callback);
+
 /* ---- Small containers (test code: allocation failure fails the test) ------------------------ */
 char *ct_strndup(const void *p, size_t n); /* NUL-terminated copy */
 char *ct_strdup(const char *s);
