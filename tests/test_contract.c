@@ -2540,6 +2540,111 @@ static void t_edge_values(void **state) {
   assert_false(last_wcp(e, user, ct_lsn(1), &id));
 }
 
+/* ==== The largest op data (contract.md 10: BS_MAX_OP_DATA) ====================================== */
+
+/* Bucket "b" at cp: n ops, the last the PUT of row "big" with data big (max bytes) whole, the
+ * ones before it (compaction's) without data; the bucket checksum n times the PUT's (a MOVE keeps
+ * the checksum of the PUT it replaced); served alone by a call of one op and one byte; the row's
+ * stored data and the parameter of key are big too. */
+static void expect_big(ct_env *e, uint64_t cp, size_t n, const char *big, const char *want,
+                       size_t want_n, bs_val key, const char *when) {
+  const size_t max = BS_MAX_OP_DATA;
+  uint32_t h = md_hash(BS_HASH_XXH3, want, want_n);
+  ct_oplist l = read_all(e, cp, "b");
+  const ct_op *o;
+  char *got = NULL;
+  bs_checksum c;
+  expect_n(&l, n);
+  o = &l.v[n - 1];
+  if (o->type != BS_OP_PUT || !ct_buf_eq(&o->object_id, "big") || o->data.n != max ||
+      memcmp(o->data.p, big, max) != 0)
+    fail_msg("%s: the last op is %s %s of %zu bytes, not the PUT of the %zu bytes written", when,
+             ct_type_name(o->type), o->object_id.p ? o->object_id.p : "", o->data.n, max);
+  CT_EQ_U64(o->checksum, h);
+  for (size_t i = 0; i + 1 < n; i++)
+    if (l.v[i].data.n) fail_msg("%s: op %zu (%s) carries data", when, i, ct_type_name(l.v[i].type));
+  ct_oplist_free(&l);
+  memset(&l, 0, sizeof l);
+  CT_OK(ct_read_bucket_opts(e->st, cp, "b", 1, 0, 1, 1, &l));
+  expect_n(&l, n);
+  CT_EQ_U64(l.v[n - 1].data.n, max);
+  ct_oplist_free(&l);
+  c = cks(e, cp, "b");
+  CT_EQ_U64(c.checksum, (uint32_t)(h * (uint32_t)n));
+  CT_EQ_U64(c.count, n);
+  CT_OK(bs_writer_source_row(e->w, ct_v("t"), ct_v("big"), got_row, &got, &ct_err));
+  if (strlen(got) != max || memcmp(got, big, max) != 0)
+    fail_msg("%s: the stored data read back is %zu bytes", when, strlen(got));
+  free(got);
+  got = NULL;
+  CT_OK(ct_params(e->st, cp, &key, 1, BS_PARAM_LIMIT_DEFAULT, &got));
+  if (strlen(got) != max || memcmp(got, big, max) != 0)
+    fail_msg("%s: the parameter read back is %zu bytes", when, strlen(got));
+  free(got);
+}
+
+/* A row's data, a parameter and a row's stored data of exactly BS_MAX_OP_DATA bytes are kept
+ * whole (at every read, after an update and compaction, after a reopen); one byte more of any
+ * of them is BS_ETOOBIG and queues nothing (the bucket then holds the one op the accepted save
+ * wrote). The bytes vary (no two neighbours alike, distinct ends), so that a truncated, shifted
+ * or padded copy cannot compare equal. */
+static void t_op_data_at_limit(void **state) {
+  ct_env *e = *state;
+  const size_t max = BS_MAX_OP_DATA, pre = sizeof "put.t.big." - 1;
+  char *big = malloc(max + 2), *want = malloc(pre + max);
+  unsigned char kb[32];
+  bs_val key = ct_key_str(kb, sizeof kb, "K"), param;
+  bs_lookup lk = {key, &param, 1};
+  bs_row row = {ct_v("b"), ct_v("t"), ct_v("big"), {NULL, 0}};
+  bs_save s = BS_SAVE_INIT;
+  uint64_t cp;
+  size_t n = 1;
+  assert_true(big && want);
+  for (size_t i = 0; i < max + 1; i++) big[i] = (char)('a' + (i * 7 + i / 26) % 26);
+  big[0] = '<';
+  big[max - 1] = '>';
+  big[max] = '!'; /* the byte over */
+  big[max + 1] = 0;
+  memcpy(want, "put.t.big.", pre);
+  memcpy(want + pre, big, max);
+  s.table = ct_v("t");
+  s.tag = BS_INSERT;
+  s.after_id = ct_v("big");
+  s.rows = &row;
+  s.n_rows = 1;
+  s.lookups = &lk;
+  s.n_lookups = 1;
+  row.data = (bs_val){big, max + 1};
+  param = (bs_val){big, max};
+  s.stored_data = (bs_val){big, max};
+  CT_RC(BS_ETOOBIG, bs_writer_save(e->w, &s, &ct_err));
+  assert_non_null(strstr(ct_err.msg, "BS_MAX_OP_DATA"));
+  row.data.size = max;
+  param.size = max + 1;
+  CT_RC(BS_ETOOBIG, bs_writer_save(e->w, &s, &ct_err));
+  param.size = max;
+  s.stored_data.size = max + 1;
+  CT_RC(BS_ETOOBIG, bs_writer_save(e->w, &s, &ct_err));
+  s.stored_data.size = max;
+  CT_OK(bs_writer_save(e->w, &s, &ct_err));
+  cp = commit(e, ct_lsn(1));
+  expect_big(e, cp, n, big, want, pre + max, key, "as written");
+  if (!ct_lacks(e->be, CT_LACKS_COMPACT)) {
+    /* the same row again, then compaction: the older PUT becomes a MOVE, the newer one stays */
+    s.tag = BS_UPDATE;
+    CT_OK(bs_writer_save(e->w, &s, &ct_err));
+    cp = commit(e, ct_lsn(2));
+    compact_all(e, 0);
+    expect_big(e, cp, ++n, big, want, pre + max, key, "after compaction");
+  }
+  if (e->be->persistent) {
+    CT_OK(ct_env_reopen(e));
+    expect_big(e, cp, n, big, want, pre + max, key, "after a reopen");
+  }
+  free(big);
+  free(want);
+}
+
 /* ==== Explicit limits are honoured (contract.md 5.2, 5.4; storage.h CONVENTIONS) ============== */
 
 static void t_explicit_limits(void **state) {
@@ -2791,6 +2896,7 @@ static const ct_test TESTS[] = {
     T(t_empty_values),
     T(t_explicit_limits),
     T(t_edge_values),
+    T(t_op_data_at_limit),
     T(t_callback_returns),
 };
 #define N_TESTS (sizeof TESTS / sizeof TESTS[0])
