@@ -16,7 +16,10 @@ usage: tests/driver_diff.py BIN [--seed N] [--seeds N] [--steps N] [--messages] 
               each seed in a schema of its own on that server (psql creates and drops it)
 
 On a disagreement it prints the seed, the command index (1-based), the command, both replies
-and a one-line reproduction, and exits 1. Python 3 stdlib only.
+and a one-line reproduction, and exits 1. Before the seeds, one fixed sequence (limit_lines)
+writes op data and stored data of exactly BS_MAX_OP_DATA bytes and one byte over on both sides:
+the replies must agree and hold what the contract says (refused; kept whole). Python 3 stdlib
+only.
 """
 import json
 import os
@@ -43,6 +46,7 @@ MAX_TABLE = 256
 MAX_USER = 480
 MAX_STREAM = 255
 MAX_LSN = 255
+MAX_OP_DATA = 15 * 1024 * 1024  # BS_MAX_OP_DATA
 
 # The edge pool: strings every generator draws from ("", one byte, non-ASCII, astral: U+10000,
 # U+10FFFF, an emoji; JSON's specials; NUL bytes, which a field of bytes keeps and a name the
@@ -558,6 +562,87 @@ def run_postgres(binary, seed, lines):
         psql("DROP SCHEMA %s CASCADE" % schema)
 
 
+def limit_lines():
+    """Op data and stored data of exactly MAX_OP_DATA bytes, and one byte over, with what each
+    reply must hold: (line, check), check(reply) returning what is wrong or None. The bytes vary
+    (no two neighbours alike, distinct ends), so a truncated or shifted copy cannot match."""
+    period = "".join(chr(97 + (i * 7 + i // 26) % 26) for i in range(26 * 27))
+    big = "<" + (period * (MAX_OP_DATA // len(period) + 1))[1:MAX_OP_DATA - 1] + ">"
+    assert len(big.encode()) == MAX_OP_DATA
+
+    def ok(r):
+        return None if r.get("ok") is True else "not ok"
+
+    def too_big(r):
+        err = r.get("error") or {}
+        return None if err.get("code") == "BS_ETOOBIG" else "not BS_ETOOBIG"
+
+    def data(r):
+        ops = [op for c in r.get("chunks", []) for op in c.get("data", [])]
+        if len(ops) != 1 or ops[0].get("op") != "PUT":
+            return "%d ops, expected the one PUT" % len(ops)
+        return None if ops[0].get("data") == big else "the data read back differs (%d bytes)" % (
+            len((ops[0].get("data") or "").encode()))
+
+    def count(r):
+        got = r.get("checksums", {}).get("b", {}).get("count")
+        return None if got == 1 else "count %r, expected 1" % got
+
+    def stored(r):
+        return None if r.get("data") == big else "the stored data read back differs"
+
+    def save(data, store):
+        return {"cmd": "save", "table": "t", "tag": "insert", "id": "big", "store": store,
+                "rows": [{"bucket": "b", "type": "t", "id": "big", "data": data}]}
+
+    cmds = [({"cmd": "stream.create", "name": "big"}, ok),
+            (save(big + "!", big), too_big),
+            (save(big, big + "!"), too_big),
+            (save(big, big), ok),
+            ({"cmd": "snapshot_done", "lsn": "1"}, ok),
+            ({"cmd": "commit", "lsn": "1"}, lambda r: ok(r) or (
+                None if r.get("checkpoint") == "1" else "checkpoint %r, not 1 (one op)" %
+                r.get("checkpoint"))),
+            ({"cmd": "bucket_data", "checkpoint": "1", "buckets": {"b": "0"}}, data),
+            ({"cmd": "bucket_data", "checkpoint": "1", "buckets": {"b": "0"}, "limit": 1,
+              "chunk_bytes": 0}, data),
+            ({"cmd": "checksums", "checkpoint": "1", "buckets": ["b"]}, count),
+            ({"cmd": "source_row", "table": "t", "id": "big"}, stored)]
+    return [(json.dumps(c), check) for c, check in cmds]
+
+
+def check_limits(binary, tmp):
+    """limit_lines on both sides: the replies agree and each holds what it must."""
+    other = "postgres" if POSTGRES else "lmdb"
+    cases = limit_lines()
+    lines = [line for line, _ in cases]
+    db = os.path.join(tmp, "limits.db")
+    rc_m, out_m, err_m = run(binary, ["--memory"], lines)
+    if POSTGRES:
+        rc_l, out_l, err_l = run_postgres(binary, 0, lines)
+    else:
+        rc_l, out_l, err_l = run(binary, ["--nosync", "--db", db], lines)
+    if rc_m != 0 or rc_l != 0:
+        print("limits: exit status memory %d, %s %d\n  memory stderr: %s\n  %s stderr: %s"
+              % (rc_m, other, rc_l, err_m[-300:], other, err_l[-300:]))
+        return False
+    for side, out in (("memory", out_m), (other, out_l)):
+        for i, (line, check) in enumerate(cases):
+            reply = out[i] if i < len(out) else "{}"
+            wrong = check(json.loads(reply))
+            if wrong:
+                print("limits, %s: command %d (%s...): %s; reply %s..." % (
+                    side, i + 1, line[:120], wrong, reply[:300]))
+                return False
+    for i, line in enumerate(lines):
+        if not agree(json.loads(line), out_m[i], out_l[i]):
+            print("limits: replies differ at command %d (%s...)" % (i + 1, line[:120]))
+            return False
+    print("driver limits (memory/%s): op and stored data of %d bytes kept whole, one byte "
+          "over refused" % (other, MAX_OP_DATA))
+    return True
+
+
 def check_seed(binary, seed, steps, tmp):
     lines = sequence(seed, steps)
     other = "postgres" if POSTGRES else "lmdb"
@@ -642,6 +727,8 @@ def main():
         return 2
     failed = 0
     with tempfile.TemporaryDirectory(prefix="bs-ddiff-") as tmp:
+        if not check_limits(binary, tmp):
+            failed += 1
         for seed in range(opts["--seed"], opts["--seed"] + opts["--seeds"]):
             if os.environ.get("BS_SEED_LOG"):
                 with open(os.environ["BS_SEED_LOG"], "a") as log:
