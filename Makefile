@@ -581,8 +581,12 @@ lint: format-check
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 PY_BENCH_SMOKE = --rows 400 --buckets 4 --commit 100 --batch 50 --read-limit 37 --runs 1 \
   --read-passes 1
+# Both bindings' tests of op ids above 2^53 (test_opids.py, opids.test.js) prepare their LMDB
+# store with tests/op_head_set.c: no public call moves a stream's op head.
+OP_HEAD_SET := $(BUILD)/tests/op_head_set
+py-test node-test: export BS_TEST_OP_HEAD_SET = $(abspath $(OP_HEAD_SET))
 .PHONY: py-test
-py-test: deps $(BUILD)/bucketstore
+py-test: deps $(BUILD)/bucketstore $(OP_HEAD_SET)
 	@rc=77; if [ "$(PG)" = 1 ]; then rc=0; PYTHON=$(PYTHON) tests/pg_server.sh run \
 	  tests/py_package_check.sh || rc=$$?; fi; \
 	if [ $$rc = 77 ]; then PYTHON=$(PYTHON) tests/py_package_check.sh || exit $$?; \
@@ -612,7 +616,7 @@ $(NODE_ADDON): bindings/node/src/bucketstore_node.c bindings/node/binding.gyp \
 		bindings/node/package.json bindings/node/scripts/check-system.js $(NODE_DEPS)
 	cd bindings/node && CFLAGS=-Werror $(NPM) install --no-audit --no-fund --loglevel=error
 node: $(NODE_ADDON)
-node-test:
+node-test: $(OP_HEAD_SET)
 	@if [ -n "$(SAN)" ]; then $(call skip,node-test under sanitizers); \
 	elif ! command -v $(NODE) >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
 	  $(call skip,node-test: no node/npm); \
