@@ -15,7 +15,9 @@
  * the differential run found follow it (t_resume_lsn_at_once, ...).
  *
  * Neither side is the reference: a disagreement is decided from contract.md, and fixed where it is
- * wrong. Seeds: BS_SEED (first; default: the pair's block, ct_first_seed), BS_SEEDS (how many:
+ * wrong. Where both sides run one shared rule they cannot disagree, so at every full check each
+ * side's buckets are also checked against the contract by the tests' own code (check_sums: op
+ * checksums from their fields, the bucket checksum as the reduce of its ops). Seeds: BS_SEED (first; default: the pair's block, ct_first_seed), BS_SEEDS (how many:
  * 120 quick / 400 full beside memory, 5 / 50 beside postgres), BS_STEPS
  * (steps per seed: 300 quick / 1500 full). A failure prints the seed, the step and the last
  * calls; reproduce with BS_SEED=n BS_SEEDS=1 (BS_VERBOSE=1 prints every call).
@@ -138,6 +140,7 @@ typedef struct run {
   size_t step;
   side s[N_SIDES];
   uint32_t ids[MAX_STREAM];
+  bs_hash hash[MAX_STREAM];
   size_t n_streams;
   int terminated[MAX_STREAM];
   wspec ws[MAX_STREAM][N_WRITERS];
@@ -652,6 +655,49 @@ static uint64_t head_of(run *r, size_t x, uint64_t *cp) {
   return st.last_persisted_op;
 }
 
+/* What the contract says of each side's reads at C, by code of the tests' own (util_model.c):
+ * the sides agreeing is not enough where they run one shared rule (checksums, the chunker,
+ * compaction's MOVEs and CLEARs). Each bucket read whole from 0 (unless torn): every PUT and
+ * REMOVE carries the checksum of its fields (contract.md 3), the bucket checksum at C is the
+ * reduced ops' (remainder plus live rows: contract.md 9, property 2) and its count the ops'. */
+static void check_sums(run *r, size_t x, uint64_t C) {
+  for (int i = 0; i < N_SIDES; i++) {
+    bs_storage *st = r->s[i].st[x];
+    for (size_t b = 0; b < r->buckets.n; b++) {
+      bs_val name = r->buckets.v[b];
+      ct_oplist l;
+      bs_checksum cs;
+      md_reduced red;
+      int rc;
+      if (!name.size || name.size > BS_MAX_BUCKET_NAME) continue;
+      memset(&l, 0, sizeof l);
+      rc = ct_read_bucket_opts(st, C, name.data, name.size, 0, 0, 0, &l);
+      if (rc == BS_OK) rc = ct_checksum_n(st, C, name.data, name.size, &cs);
+      if (rc != BS_OK) { /* torn, terminated, ...: compared between the sides only */
+        ct_oplist_free(&l);
+        continue;
+      }
+      for (size_t k = 0; k < l.n; k++) {
+        uint32_t want;
+        if (md_op_checksum(r->hash[x], &l.v[k], &want) && want != l.v[k].checksum)
+          DIFF_FAIL("%s s%zu C %" PRIu64 " bucket #%zu: %s %" PRIu64 " carries checksum %u, its "
+                    "fields give %u (seed %llu step %zu)",
+                    SIDE_NAME(i), x, C, b, ct_type_name(l.v[k].type), l.v[k].op_id, l.v[k].checksum,
+                    want, (unsigned long long)r->seed, r->step);
+      }
+      md_reduce_init(&red);
+      md_reduce_ops(&red, l.v, l.n);
+      if (cs.checksum != md_reduced_total(&red) || cs.count != l.n)
+        DIFF_FAIL("%s s%zu C %" PRIu64 " bucket #%zu: checksum %u count %" PRIu64 ", its %zu ops "
+                  "reduce to %u (seed %llu step %zu)",
+                  SIDE_NAME(i), x, C, b, cs.checksum, cs.count, l.n, md_reduced_total(&red),
+                  (unsigned long long)r->seed, r->step);
+      md_reduce_free(&red);
+      ct_oplist_free(&l);
+    }
+  }
+}
+
 /* Everything of stream x that can be compared, at the checkpoint and around it. */
 static void check_stream(run *r, size_t x, int full) {
   uint64_t cp = 0, head = head_of(r, x, &cp);
@@ -664,6 +710,7 @@ static void check_stream(run *r, size_t x, int full) {
   if (cp && (!r->n_cps[x] || r->cps[x][(r->n_cps[x] - 1) % N_CPS] != cp))
     r->cps[x][r->n_cps[x]++ % N_CPS] = cp;
   if (!full) return;
+  check_sums(r, x, cp);
   read_at(r, x, cp + 1);
   read_at(r, x, head);
   read_at(r, x, ue_op_id(&r->rng, head)); /* near the head, or an edge: 2^53, 2^63, ... */
@@ -945,6 +992,7 @@ static void new_stream(run *r) {
   BOTH(r, "stream_create", bs_stream_create(&ids[s - r->s], s->db, name, &so, E));
   if (ids[0] != ids[1]) DIFF_FAIL("stream ids %u / %u", ids[0], ids[1]);
   r->ids[x] = ids[0];
+  r->hash[x] = so.hash;
   r->n_streams++;
   { /* op ids from 1, or from near 2^32, 2^53 or 2^63 (contract.md 2's bound) on both sides */
     uint64_t h = ct_draw_start_head(&r->rng);

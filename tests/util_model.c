@@ -33,21 +33,45 @@ void md_subkey(char out[BS_SUBKEY_SIZE + 1], uint32_t table_id, const void *rid,
   for (i = 0; i < 16; i++) snprintf(out + 9 + 2 * i, 3, "%02x", c.digest[i]);
 }
 
-static uint32_t put_checksum(bs_hash h, const char *ot, const char *oid, const char *data) {
-  size_t n = 4 + strlen(ot) + 1 + strlen(oid) + 1 + strlen(data);
+/* contract.md 3: hash("put." type "." id "." data) of the bytes as they are (NULs too) */
+static uint32_t put_checksum_n(bs_hash h, const ct_buf *ot, const ct_buf *oid, const ct_buf *data) {
+  size_t n = 4 + ot->n + 1 + oid->n + 1 + data->n, k = 0;
   char *s = malloc(n + 1);
   uint32_t v;
   assert_non_null(s);
-  snprintf(s, n + 1, "put.%s.%s.%s", ot, oid, data);
+  memcpy(s + k, "put.", 4), k += 4;
+  if (ot->n) memcpy(s + k, ot->p, ot->n), k += ot->n;
+  s[k++] = '.';
+  if (oid->n) memcpy(s + k, oid->p, oid->n), k += oid->n;
+  s[k++] = '.';
+  if (data->n) memcpy(s + k, data->p, data->n), k += data->n;
   v = md_hash(h, s, n);
   free(s);
   return v;
+}
+
+static uint32_t put_checksum(bs_hash h, const char *ot, const char *oid, const char *data) {
+  ct_buf a = {(char *)ot, strlen(ot)}, b = {(char *)oid, strlen(oid)},
+         c = {(char *)data, strlen(data)};
+  return put_checksum_n(h, &a, &b, &c);
 }
 
 static uint32_t remove_checksum(bs_hash h, const char *subkey) {
   char s[64];
   int n = snprintf(s, sizeof s, "delete.%s", subkey);
   return md_hash(h, s, (size_t)n);
+}
+
+int md_op_checksum(bs_hash h, const ct_op *op, uint32_t *out) {
+  if (op->type == BS_OP_PUT) {
+    *out = put_checksum_n(h, &op->object_type, &op->object_id, &op->data);
+    return 1;
+  }
+  if (op->type == BS_OP_REMOVE && op->subkey.p) {
+    *out = remove_checksum(h, op->subkey.p);
+    return 1;
+  }
+  return 0;
 }
 
 /* ---- Small helpers ---------------------------------------------------------------------------- */

@@ -108,6 +108,10 @@ size_t md_changed(const md_stream *m, int lookups, uint64_t from, uint64_t to,
 
 /* Op checksums and subkey, computed independently of the library. */
 uint32_t md_hash(bs_hash h, const void *p, size_t n);
+/* The checksum op must carry by its own fields (contract.md 3), into *out: 1 for a PUT (from its
+ * type, id and data) and a REMOVE (from its subkey); 0 for a MOVE or CLEAR, whose checksum is
+ * that of the ops they replaced. */
+int md_op_checksum(bs_hash h, const ct_op *op, uint32_t *out);
 void md_subkey(char out[BS_SUBKEY_SIZE + 1], uint32_t table_id, const void *rid, size_t n);
 
 /* ---- The client's reduce ------------------------------------------------------------------- */
