@@ -161,7 +161,7 @@ static unsigned char *vput_str(unsigned char *p, bs_val v) {
 
 /* ---- Source records ----------------------------------------------------------------------------
  * The members value (memberships and lookups; mark and data are columns), in unsigned LEB128
- * varints (schema 5; pg.c's migration 5 converts the u32be/u64be fields of before):
+ * varints (schema 5; pg_format.c's migration 5 converts the u32be/u64be fields of before):
  * nm, nm x (bucket, op, len, object_type, object_id), nl, nl x (len, key), where an object_id
  * is 0 when it is the record's replica id, else its length + 1 and its bytes (schema 7;
  * migration 7 converts the length and bytes of before). */

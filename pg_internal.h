@@ -13,7 +13,7 @@
 #include <libpq-fe.h>
 
 /* =================================================================================================
- * Schema (pg.c creates it and migrates it; bs_meta 'schema_version' is the number of migration
+ * Schema (pg_format.c creates it and migrates it; bs_meta 'schema_version' is the number of migration
  * steps applied, BS_PG_SCHEMA_VERSION this build's; a newer one is refused with BS_ECORRUPT).
  * Tables live in one schema, resolved once at open (bs__pg_schema_resolve) from the URL's
  * search_path: the first of its schemas that holds bs_meta, else its current schema (the first
@@ -204,7 +204,7 @@ enum {
   BS_PG_LOCK_WRITER,   /* a stream's streaming writer (pg_write.c) */
   BS_PG_LOCK_SNAPSHOT, /* a stream's snapshot writer */
   BS_PG_LOCK_COMPACT,  /* a stream's compaction (pg_compact.c) */
-  BS_PG_LOCK_SCHEMA    /* stream 0: the migrations (pg.c); 1: managed write checkpoints;
+  BS_PG_LOCK_SCHEMA    /* stream 0: the migrations (pg_format.c); 1: managed write checkpoints;
                         * 2: stream creation (pg.c) */
 };
 static inline int32_t bs__pg_lock_key(uint32_t stream, int kind) {
@@ -235,6 +235,10 @@ void bs__pg_set_open_hook(void (*fn)(const char *point, PGconn *c, void *payload
  * open takes this build's), in one transaction. Tests build an older schema with it, to migrate
  * it afterwards. */
 int bs__pg_migrate(PGconn *c, int64_t to, bs_error *err);
+/* An open's schema check on c (db->schema resolved): a read-write open refuses a hot standby,
+ * migrates the schema to this build's version and records the server's history; a read-only
+ * one, or one with BS_OPEN_NOMIGRATE, needs the schema at this build's version. */
+int bs__pg_check_schema(bs__pg_db *db, PGconn *c, bs_error *err);
 
 /* ---- Connections (pg_conn.c, as the statements below) ---- */
 /* A new connection to db's server, set up for the backend (its schema, generic plans), outside
@@ -405,7 +409,7 @@ void bs__pg_rollback(PGconn *c);
 /* ---- The codec (pg_codec.c) ----
  * How the C values are stored in the rows of the schema above. A statement names the columns of
  * a stored thing by its list and reads its rows with its decoder, so a stored field changes
- * here, in pg_codec.c and in a migration (pg.c). */
+ * here, in pg_codec.c and in a migration (pg_format.c). */
 
 /* The SQL spelling of a C enum value, for the text of a statement ("type = " BS_PG_SQL_MOVE).
  * Each is listed by bs__pg_enums with the C value it spells; tests/test_pg.c t_codec_enums fails
