@@ -1,25 +1,25 @@
 /*
  * mem.c: the memory backend. A naive, obviously correct implementation of contract.md, used as the
  * reference model for differential tests against the LMDB backend and as a dependency-free test
- * double. Everything is a plain growable array; every derived value (bucket checksums, counts,
- * parameter sets, changes) is recomputed from the stored ops and entries on each read, never kept
- * as a running total. The only acceleration: hash indexes that find a source record by (table,
- * replica id) and a bucket by name (the hash table of common.c; without them every save scanned
- * every record), and a count of soft-deleted records so a checkpoint scans the records for purges
- * only while there are any. The indexes only ever locate an array slot: the caller compares the
- * real key, and verify() checks that every record and bucket is found where it is, and the count. One mutex (mem_db.mu) guards the whole store;
- * callbacks are always called after it is released, on copies of the data.
+ * double. Everything is a plain growable array but the source records, which are kept in a hash
+ * table by (table, replica id) (common.c's; a save finds a record without a scan); every derived
+ * value (bucket checksums, counts, parameter sets, changes) is recomputed from the stored ops and
+ * entries on each read, never kept as a running total. The only acceleration: a hash index of the
+ * buckets by name, and a count of soft-deleted records so a checkpoint scans the records for
+ * purges only while there are any. The caller of a lookup compares the real key, and verify()
+ * checks that every record and bucket is found where it is, and the counts. One mutex
+ * (mem_db.mu) guards the whole store; callbacks are always called after it is released, on
+ * copies of the data.
  *
  * Atomicity: a writer's flush/commit runs as a "transaction" (mem_tx) over one stream. Everything
  * a flush does is either an insert of something numbered by a new op id (ops, the compaction log,
  * parameter entries: undone by dropping those above the old op head), an append (buckets,
  * tables, change log: undone by truncating to the saved lengths), a change of the scalar stream
- * state (mem_meta: saved and restored as a whole), or the replacement of a pointer slot holding
- * an immutable object (source records, custom write checkpoints: journaled as (slot, old
- * pointer)). A failure (ENOMEM) at any point rolls all of it back, so a failed call changes
- * nothing; the indexes follow every journaled slot change forward and backward. A commit closes
- * the holes deleted records left by moving the last records into them. Compaction and the other
- * maintenance calls build the new state first and swap it in.
+ * state (mem_meta: saved and restored as a whole), or the replacement of an immutable object
+ * (a source record: journaled as (old, new) and the hash table changed; a custom write
+ * checkpoint: journaled as (slot, old pointer)). A failure (ENOMEM) at any point rolls all of it
+ * back, so a failed call changes nothing. A commit frees what was replaced. Compaction and the
+ * other maintenance calls build the new state first and swap it in.
  */
 #include "mem_internal.h"
 
@@ -48,8 +48,7 @@ static void stream_data_free(const bs_allocator *a, mem_stream *s) {
   bs__free(a, s->tables);
   for (size_t i = 0; i < s->nbuckets; i++) bucket_free(a, s->buckets[i]);
   bs__free(a, s->buckets);
-  for (size_t i = 0; i < s->nrecs; i++) bs__free(a, s->recs[i]);
-  bs__free(a, s->recs);
+  for (size_t i = 0; i < s->ridx.cap; i++) bs__free(a, rec_at(s, i));
   for (size_t i = 0; i < s->nparams; i++) param_free(a, &s->params[i]);
   bs__free(a, s->params);
   bs__free(a, s->bch);
@@ -84,14 +83,14 @@ enum { J_REC, J_CWCP, J_DROP, J_MWCP };
 typedef struct mem_jent {
   int kind;
   size_t idx;
-  void *old;
+  void *old, *now; /* J_REC: the record replaced (NULL: none) and the one stored (NULL: none) */
 } mem_jent;
 
 typedef struct mem_tx {
   mem_db *db;
   mem_stream *s;
   mem_meta meta;
-  size_t ntables, nbuckets, nrecs, nbch, nuch, ncps, ncw;
+  size_t ntables, nbuckets, nbch, nuch, ncps, ncw;
   mem_jent *j;
   size_t nj, cj;
 } mem_tx;
@@ -102,7 +101,6 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
                  .meta = s->m,
                  .ntables = s->ntables,
                  .nbuckets = s->nbuckets,
-                 .nrecs = s->nrecs,
                  .nbch = s->nbch,
                  .nuch = s->nuch,
                  .ncps = s->ncps,
@@ -111,7 +109,7 @@ static void tx_begin(mem_tx *tx, mem_db *db, mem_stream *s) {
 
 /* Journals slot idx of kind (the caller then stores the new pointer there). */
 static int tx_journal(mem_tx *tx, int kind, size_t idx, void *old) {
-  mem_jent e = {kind, idx, old};
+  mem_jent e = {kind, idx, old, NULL};
   if (BS_GROW(ALLOC(tx->db), tx->j, tx->cj, tx->nj + 1)) return BS_ENOMEM;
   tx->j[tx->nj++] = e;
   return BS_OK;
@@ -124,16 +122,11 @@ static void tx_rollback(mem_tx *tx) {
   for (size_t k = tx->nj; k-- > 0;) {
     mem_jent *e = &tx->j[k];
     if (e->kind == J_REC) {
-      mem_rec *cur = s->recs[e->idx], *old = e->old;
-      if (cur != old) {
-        if (cur) {
-          bs__htab_remove(&s->ridx, rec_hash(cur->table, cur->rid), e->idx + 1);
-          bs__free(a, cur);
-        }
-        /* cannot fail: the index held this many entries at that point of the transaction */
-        if (old) bs__htab_put(&s->ridx, rec_hash(old->table, old->rid), e->idx + 1);
-      }
-      s->recs[e->idx] = old;
+      mem_rec *now = e->now, *old = e->old;
+      if (now) bs__htab_remove(&s->ridx, rec_hash(now->table, now->rid), (uintptr_t)now);
+      bs__free(a, now);
+      /* cannot fail: the index held this many entries at that point of the transaction */
+      if (old) bs__htab_put(&s->ridx, rec_hash(old->table, old->rid), (uintptr_t)old);
     } else if (e->kind == J_CWCP) {
       if (s->cw[e->idx] != e->old) bs__free(a, s->cw[e->idx]);
       s->cw[e->idx] = e->old;
@@ -143,7 +136,6 @@ static void tx_rollback(mem_tx *tx) {
       s->tables[e->idx]->dropped = 0;
     }
   }
-  s->nrecs = tx->nrecs; /* appended slots were all journaled, hence freed above */
   s->ncw = tx->ncw;
   for (size_t i = tx->ntables; i < s->ntables; i++) bs__free(a, s->tables[i]);
   s->ntables = tx->ntables;
@@ -177,18 +169,6 @@ static void tx_commit(mem_tx *tx) {
   size_t k = 0;
   for (size_t i = 0; i < tx->nj; i++) /* the replaced records and custom checkpoints */
     if (tx->j[i].kind == J_REC || tx->j[i].kind == J_CWCP) bs__free(a, tx->j[i].old);
-  /* Close the holes of deleted records (every one is a journaled slot) with the last records:
-   * the order of recs carries no meaning, and this costs O(deleted), not O(records). */
-  for (size_t i = 0; i < tx->nj; i++) {
-    size_t at = tx->j[i].idx;
-    if (tx->j[i].kind != J_REC || at >= s->nrecs || s->recs[at]) continue;
-    while (s->nrecs > at && !s->recs[s->nrecs - 1]) s->nrecs--;
-    if (at < s->nrecs) {
-      mem_rec *r = s->recs[--s->nrecs];
-      bs__htab_replace(&s->ridx, rec_hash(r->table, r->rid), s->nrecs + 1, at + 1);
-      s->recs[at] = r;
-    }
-  }
   for (size_t i = 0; i < s->ncw; i++)
     if (s->cw[i]) s->cw[k++] = s->cw[i];
   s->ncw = k;
@@ -207,22 +187,18 @@ static int tx_end(mem_tx *tx, int rc, const char *what, bs_error *err) {
   return enomem(err, what);
 }
 
-/* Stores r in slot idx: idx == nrecs appends, r == NULL deletes, else r replaces the record of
- * the same key. Journals the old pointer and keeps the index and the soft-deleted count in step. */
-static int tx_rec_set(mem_tx *tx, size_t idx, mem_rec *r) {
-  const bs_allocator *a = ALLOC(tx->db);
+/* Stores r in place of old, the stored record of its key (NULL: none; r NULL deletes old).
+ * Journals both and keeps the index and the soft-deleted count in step. */
+static int tx_rec_set(mem_tx *tx, mem_rec *old, mem_rec *r) {
   mem_stream *s = tx->s;
-  mem_rec *old;
-  if (idx == s->nrecs && BS_GROW(a, s->recs, s->crecs, s->nrecs + 1)) return BS_ENOMEM;
-  old = idx < s->nrecs ? s->recs[idx] : NULL;
-  if (!old && r && bs__htab_reserve(&s->ridx, a, s->ridx.n + 1)) return BS_ENOMEM;
-  if (tx_journal(tx, J_REC, idx, old)) return BS_ENOMEM;
-  s->nrecs += idx == s->nrecs;
-  if (old && !r) bs__htab_remove(&s->ridx, rec_hash(old->table, old->rid), idx + 1);
-  if (!old && r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), idx + 1);
+  if ((!old && r && bs__htab_reserve(&s->ridx, ALLOC(tx->db), s->ridx.n + 1)) ||
+      tx_journal(tx, J_REC, 0, old)) /* so a delete never moves the index's entries */
+    return BS_ENOMEM;
+  tx->j[tx->nj - 1].now = r;
+  if (old) bs__htab_remove(&s->ridx, rec_hash(old->table, old->rid), (uintptr_t)old);
+  if (r) bs__htab_put(&s->ridx, rec_hash(r->table, r->rid), (uintptr_t)r);
   s->m.nsoft -= old && old->r.soft;
   s->m.nsoft += r && r->r.soft;
-  s->recs[idx] = r;
   return BS_OK;
 }
 
@@ -299,9 +275,9 @@ static const bs__srec mem_no_rec; /* exists 0 */
 
 static int mfx_load(void *ctx, bs_val rid, const bs__srec **out, bs_error *err) {
   mem_fx *c = ctx;
-  long at = rec_find(c->tx->s, c->table, rid);
+  const mem_rec *r = rec_find(c->tx->s, c->table, rid);
   BS_UNUSED(err);
-  *out = at >= 0 ? &c->tx->s->recs[at]->r : &mem_no_rec;
+  *out = r ? &r->r : &mem_no_rec;
   return BS_OK;
 }
 
@@ -404,14 +380,12 @@ static mem_rec *rec_copy(const bs_allocator *a, uint32_t table, bs_val rid, cons
 static int mfx_store(void *ctx, bs_val rid, const bs__srec *rec, bs_error *err) {
   mem_fx *c = ctx;
   const bs_allocator *a = ALLOC(c->tx->db);
-  mem_stream *s = c->tx->s;
-  long at = rec_find(s, c->table, rid);
-  mem_rec *r = NULL;
+  mem_rec *old = rec_find(c->tx->s, c->table, rid), *r = NULL;
   int rc;
   BS_UNUSED(err);
   if (rec->exists && !(r = rec_copy(a, c->table, rid, rec))) return BS_ENOMEM;
-  if (!r && at < 0) return BS_OK;
-  if ((rc = tx_rec_set(c->tx, at < 0 ? s->nrecs : (size_t)at, r))) {
+  if (!r && !old) return BS_OK;
+  if ((rc = tx_rec_set(c->tx, old, r))) {
     bs__free(a, r);
     return rc;
   }
@@ -449,17 +423,17 @@ static int apply_truncate(mem_tx *tx, bs__effects *e, bs_val table, int drop) {
   int rc = BS_OK;
   if (!t) return BS_OK;
   ((mem_fx *)e->ctx)->table = t->id;
-  list = bs__calloc(a, s->nrecs ? s->nrecs : 1, sizeof *list);
+  list = bs__calloc(a, s->ridx.n ? s->ridx.n : 1, sizeof *list);
   if (!list) return BS_ENOMEM;
-  for (size_t i = 0; i < s->nrecs; i++)
-    if (s->recs[i] && s->recs[i]->table == t->id) list[n++] = s->recs[i];
+  for (size_t i = 0; i < s->ridx.cap; i++)
+    if (rec_at(s, i) && rec_at(s, i)->table == t->id) list[n++] = rec_at(s, i);
   qsort(list, n, sizeof *list, rec_cmp_rid);
   for (size_t i = 0; i < n && !rc; i++)
     rc = bs__effects_unlink(e, t->id, list[i]->rid, &list[i]->r, NULL);
+  for (size_t i = 0; i < n && !rc; i++) /* a deleted record is freed by the commit */
+    rc = tx_rec_set(tx, list[i], NULL);
   bs__free(a, list);
   if (rc) return rc;
-  for (size_t i = 0; i < s->nrecs; i++)
-    if (s->recs[i] && s->recs[i]->table == t->id && (rc = tx_rec_set(tx, i, NULL))) return rc;
   if (drop) {
     size_t ti = 0;
     while (s->tables[ti] != t) ti++;
@@ -665,9 +639,12 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
   s->cps[s->ncps++].ms = bs__now_ms();
   /* the purge (a scan only while there are soft-deleted records: a delete makes them while a
    * snapshot may insert, and the next checkpoint purges them) */
-  for (size_t i = 0; s->m.nsoft && i < s->nrecs; i++) {
-    const mem_rec *r = s->recs[i];
-    if (r && r->r.soft && r->r.mark <= p->purge_to && (rc = tx_rec_set(tx, i, NULL))) return rc;
+  for (size_t i = 0; s->m.nsoft && i < s->ridx.cap;) {
+    mem_rec *r = rec_at(s, i);
+    if (!r || !r->r.soft || r->r.mark > p->purge_to)
+      i++;
+    else if ((rc = tx_rec_set(tx, r, NULL))) /* the index's backward shift may move a record */
+      return rc;                             /* after i into i: it is looked at next */
   }
   /* point of no return: nothing below fails */
   s->m.row.checkpoint = s->m.row.last_checkpoint_op = s->m.row.op_head;
@@ -781,7 +758,7 @@ static const bs_writer_vtable mem_writer_vt = {
 static int reemit(mem_tx *tx, const mem_live *l) {
   const bs_allocator *a = ALLOC(tx->db);
   mem_bucket *b = tx->s->buckets[l->bucket];
-  const mem_rec *r = tx->s->recs[l->rec];
+  mem_rec *r = rec_find(tx->s, l->rec->table, l->rec->rid);
   size_t k = op_index(b, l->op);
   mem_rec *nr;
   uint64_t id;
@@ -792,7 +769,7 @@ static int reemit(mem_tx *tx, const mem_live *l) {
     return rc;
   if (!(nr = rec_copy(a, r->table, r->rid, &r->r))) return BS_ENOMEM;
   nr->r.m[l->m].op = id;
-  if ((rc = tx_rec_set(tx, l->rec, nr))) bs__free(a, nr);
+  if ((rc = tx_rec_set(tx, r, nr))) bs__free(a, nr);
   return rc;
 }
 
@@ -998,7 +975,7 @@ static int mem_stat(bs_stat *out, bs_db *bdb, bs_error *err) {
     mem_stream *s = db->streams[i];
     out->buckets += s->nbuckets;
     out->parameter_entries += s->nparams;
-    out->source_records += s->nrecs;
+    out->source_records += s->ridx.n;
     out->write_checkpoints += s->ncw;
     for (size_t k = 0; k < s->nbuckets; k++)
       for (size_t j = 0; j < s->buckets[k]->n; j++) bs__stat_op(out, s->buckets[k]->ops[j].type);

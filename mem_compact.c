@@ -318,10 +318,10 @@ static int m_defragment(void *x, bs__compact_run *r, uint64_t *ids, size_t n) {
   size_t nlive = 0, cap = 0, k = 0;
   int rc = BS_OK;
   lock(db);
-  for (size_t i = 0; i < s->nrecs && !rc; i++)
-    for (uint32_t j = 0; s->recs[i] && j < s->recs[i]->r.nm && !rc; j++) {
-      const bs__member *m = &s->recs[i]->r.m[j];
-      mem_live l = {(size_t)m->bucket, i, j, m->op};
+  for (size_t i = 0; i < s->ridx.cap && !rc; i++)
+    for (uint32_t j = 0; rec_at(s, i) && j < rec_at(s, i)->r.nm && !rc; j++) {
+      const bs__member *m = &rec_at(s, i)->r.m[j];
+      mem_live l = {(size_t)m->bucket, rec_at(s, i), j, m->op};
       uint64_t bucket = m->bucket;
       if (m->op > r->horizon || !bsearch(&bucket, ids, n, sizeof *ids, u64_cmp)) continue;
       if (BS_GROW(a, live, cap, nlive + 1))

@@ -104,8 +104,6 @@ typedef struct mem_stream {
   size_t ntables, ctables;
   mem_bucket **buckets;
   size_t nbuckets, cbuckets;
-  mem_rec **recs; /* NULL slots only inside a transaction */
-  size_t nrecs, crecs;
   mem_param *params; /* in param_cmp's order */
   size_t nparams, cparams;
   mem_bchange *bch;
@@ -116,7 +114,7 @@ typedef struct mem_stream {
   size_t ncps, ccps;
   mem_cwcp **cw;
   size_t ncw, ccw;
-  bs__htab ridx;    /* recs by (table, rid): every non-NULL slot (value: slot + 1) */
+  bs__htab ridx;    /* the source records by (table, rid) (value: the mem_rec *): their store */
   bs__htab bidx;    /* buckets by name (value: index + 1) */
   unsigned writers; /* the writer locks held: 1 << snapshot (under the db's mu) */
 } mem_stream;
@@ -278,13 +276,18 @@ static inline mem_bucket *bucket_find(const mem_stream *s, bs_val name, size_t *
   return NULL;
 }
 
-static inline long rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
+static inline mem_rec *rec_find(const mem_stream *s, uint32_t table, bs_val rid) {
   bs__hprobe p = bs__htab_probe(&s->ridx, rec_hash(table, rid));
   for (uintptr_t v; (v = bs__htab_next(&p));) {
-    const mem_rec *r = s->recs[v - 1];
-    if (r->table == table && bs__val_eq(r->rid, rid)) return (long)(v - 1);
+    mem_rec *r = (mem_rec *)v;
+    if (r->table == table && bs__val_eq(r->rid, rid)) return r;
   }
-  return -1;
+  return NULL;
+}
+
+/* Entry i of the records' index: a record, or NULL (a free entry); i < ridx.cap. */
+static inline mem_rec *rec_at(const mem_stream *s, size_t i) {
+  return (mem_rec *)s->ridx.e[i].value;
 }
 
 static inline void lock(mem_db *db) {
@@ -357,7 +360,8 @@ int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms
 /* mem_compact.c: compaction's primitives for compact_run.c. Defragmentation's re-emission is a
  * writer's transaction, which mem.c (the top) hands down as reemit. */
 typedef struct mem_live {
-  size_t bucket, rec; /* stream indexes */
+  size_t bucket;      /* a stream index */
+  const mem_rec *rec; /* the record as found (a re-emission stores a new one: find it again) */
   uint32_t m;         /* the membership in the record */
   uint64_t op;
 } mem_live;

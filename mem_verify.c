@@ -70,8 +70,8 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     if (ids[i] == ids[i - 1])
       problem(v, "stream %u: op id %llu used twice", (unsigned)s->id, (unsigned long long)ids[i]);
   bs__free(a, ids);
-  /* the indexes: each bucket and record is found at its own slot (so keys are also unique),
-   * and they index nothing else */
+  /* the bucket index: each bucket is found at its own slot (so names are also unique), and it
+   * indexes nothing else */
   for (size_t i = 0; i < s->nbuckets; i++) {
     size_t at = SIZE_MAX;
     if (!bucket_find(s, s->buckets[i]->name, &at) || at != i)
@@ -79,19 +79,19 @@ static void verify_stream(vlist *v, const mem_stream *s) {
   }
   if (s->bidx.n != s->nbuckets)
     problem(v, "stream %u: bucket index holds %zu of %zu", (unsigned)s->id, s->bidx.n, s->nbuckets);
-  if (s->ridx.n != s->nrecs)
-    problem(v, "stream %u: record index holds %zu of %zu", (unsigned)s->id, s->ridx.n, s->nrecs);
-  /* source records: unique keys, known tables, memberships in existing buckets */
-  for (size_t i = 0; i < s->nrecs; i++) {
-    const mem_rec *r = s->recs[i];
+  /* source records (their index is their store): each found by its key (unique keys, each in
+   * its probe chain), known tables, memberships in existing buckets */
+  for (size_t i = 0; i < s->ridx.cap; i++) {
+    const mem_rec *r = rec_at(s, i);
     int known = 0;
+    if (!r) continue;
     for (size_t t = 0; t < s->ntables; t++)
       known |= !s->tables[t]->dropped && s->tables[t]->id == r->table;
     if (!known)
       problem(v, "stream %u: source record of unknown table %u", (unsigned)s->id,
               (unsigned)r->table);
-    if (rec_find(s, r->table, r->rid) != (long)i)
-      problem(v, "stream %u: source record in table %u duplicate or not indexed", (unsigned)s->id,
+    if (rec_find(s, r->table, r->rid) != r)
+      problem(v, "stream %u: source record in table %u duplicate or misplaced", (unsigned)s->id,
               (unsigned)r->table);
     if (r->r.soft && (r->r.nm || r->r.nl || r->r.has_data))
       problem(v, "stream %u: soft-deleted record with content", (unsigned)s->id);

@@ -887,6 +887,50 @@ static void test_index_rollback(void **state) {
   assert_int_equal(fl.live, 0);
 }
 
+/* Defragmentation re-emits every live row of a record in one transaction: a record with rows in
+ * two due buckets is stored again once per row, each time from the record the row before
+ * stored (the membership of the first row keeps its new op). Then one record per key remains,
+ * and the next change of the record supersedes both re-emitted PUTs. */
+static void test_defragment_record_rows(void **state) {
+  fx f;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats st;
+  coll k;
+  const char *both[] = {"b1:T:r1:{}", "b2:T:r1:{}"};
+  char rows[2][32];
+  const char *churn[] = {rows[0], rows[1]};
+  uint64_t c;
+  fx_open(&f, BS_HASH_XXH3, NULL);
+  start(&f);
+  assert_int_equal(save(&f, BS_INSERT, NULL, "r1", 2, both), BS_OK);
+  for (int i = 0; i < 20; i++) { /* r2's history makes both buckets mostly dead ops */
+    snprintf(rows[0], sizeof rows[0], "b1:T:r2:{%d}", i);
+    snprintf(rows[1], sizeof rows[1], "b2:T:r2:{%d}", i);
+    assert_int_equal(save(&f, i ? BS_UPDATE : BS_INSERT, NULL, "r2", 2, churn), BS_OK);
+  }
+  commit(&f, "0002");
+  o.min_age_ms = 0;
+  o.min_bucket_changes = 1;
+  o.min_change_ratio = 0;
+  o.defragment_ratio = 0.5;
+  assert_int_equal(bs_compact(&st, f.st, &o, NULL), BS_OK);
+  assert_int_equal(st.ops_reemitted, 4); /* r1's and r2's rows in b1 and b2 */
+  no_problems(&f, g_seed, 0);            /* one record per key */
+  assert_int_equal(save(&f, BS_UPDATE, NULL, "r1", 0, NULL), BS_OK);
+  c = commit(&f, "0003");
+  for (int b = 0; b < 2; b++) { /* r1's last op in each bucket is a REMOVE */
+    const char *name = b ? "b2" : "b1";
+    uint64_t last = 0;
+    assert_int_equal(read_all(&f, name, 0, c, &k), BS_OK);
+    for (size_t i = 0; i < k.n; i++)
+      if (strcmp(k.ops[i].oid, "r1") == 0) last = i + 1;
+    assert_true(last > 0);
+    assert_int_equal(k.ops[last - 1].type, BS_OP_REMOVE);
+  }
+  no_problems(&f, g_seed, 1);
+  fx_close(&f);
+}
+
 /* contract.md 8, as the LMDB backend: report_error marks an ACTIVE stream ERRORED (still served);
  * a stream that is not ACTIVE keeps its state. */
 static void test_report_error(void **state) {
@@ -910,13 +954,21 @@ static void test_report_error(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_golden_sha256),       cmocka_unit_test(test_diff_rules),
-      cmocka_unit_test(test_parameters),          cmocka_unit_test(test_chunking),
-      cmocka_unit_test(test_compact_move),        cmocka_unit_test(test_compact_clear),
-      cmocka_unit_test(test_initial_replication), cmocka_unit_test(test_commit_rules),
-      cmocka_unit_test(test_write_checkpoints),   cmocka_unit_test(test_alloc_failure),
-      cmocka_unit_test(test_wcp_alloc_failure),   cmocka_unit_test(test_snapshot_and_source_rows),
-      cmocka_unit_test(test_index_rollback),      cmocka_unit_test(test_report_error),
+      cmocka_unit_test(test_golden_sha256),
+      cmocka_unit_test(test_diff_rules),
+      cmocka_unit_test(test_parameters),
+      cmocka_unit_test(test_chunking),
+      cmocka_unit_test(test_compact_move),
+      cmocka_unit_test(test_compact_clear),
+      cmocka_unit_test(test_initial_replication),
+      cmocka_unit_test(test_commit_rules),
+      cmocka_unit_test(test_write_checkpoints),
+      cmocka_unit_test(test_alloc_failure),
+      cmocka_unit_test(test_wcp_alloc_failure),
+      cmocka_unit_test(test_snapshot_and_source_rows),
+      cmocka_unit_test(test_index_rollback),
+      cmocka_unit_test(test_report_error),
+      cmocka_unit_test(test_defragment_record_rows),
   };
   g_seed = ct_run_seed("mem");
   return cmocka_run_group_tests(tests, NULL, NULL);
