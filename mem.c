@@ -165,13 +165,8 @@ static void tx_rollback(mem_tx *tx) {
 
 static void tx_commit(mem_tx *tx) {
   const bs_allocator *a = ALLOC(tx->db);
-  mem_stream *s = tx->s;
-  size_t k = 0;
   for (size_t i = 0; i < tx->nj; i++) /* the replaced records and custom checkpoints */
     if (tx->j[i].kind == J_REC || tx->j[i].kind == J_CWCP) bs__free(a, tx->j[i].old);
-  for (size_t i = 0; i < s->ncw; i++)
-    if (s->cw[i]) s->cw[k++] = s->cw[i];
-  s->ncw = k;
   bs__free(a, tx->j);
 }
 
@@ -450,8 +445,7 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
   unsigned char *p;
   size_t idx = s->ncw; /* the (event, user) record's slot, else a new one */
   for (size_t i = 0; i < s->ncw; i++)
-    if (s->cw[i] && bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id))
-      idx = i;
+    if (bs__val_eq(s->cw[i]->event, q->event) && bs__val_eq(s->cw[i]->user, q->user_id)) idx = i;
   if (BS_GROW(a, s->cw, s->ccw, s->ncw + 1) ||
       !(c = bs__malloc(a, sizeof *c + q->event.size + q->user_id.size)))
     return BS_ENOMEM;
