@@ -534,8 +534,36 @@ void bs__stat_op(bs_stat *out, unsigned type);
  * larger op gets a chunk of its own); the call stops before the op that would pass limit ops or
  * max_bytes (stopped: that op exists, so has_more is exact). Ops are kept as given (their
  * strings borrowed) until their chunk is handed to on_chunk, whose non-zero return is passed on. */
+/* Column mode (bs_get_bucket_columns, columns.c): the front hands the backend bs__cols_chunk as
+ * on_chunk, with a bs__cols as its payload. A chunker given that on_chunk lays each op out in the
+ * bs__cols's columns as it is added (bs__cols_add) and hands the chunk on in columns
+ * (bs__cols_emit), so no bs_op is kept or copied; a backend that cuts its chunks itself calls
+ * bs__cols_chunk with them, which lays them out the same way. */
+typedef struct bs__cols {
+  const bs_allocator *a;
+  uint64_t *ids, *targets;
+  uint8_t *types;
+  uint32_t *sums, *offs; /* offs: 4 per op and one more, from 0 in each chunk */
+  unsigned char *bytes;
+  size_t cap, bcap, blen; /* ops and bytes room; bytes of the chunk so far */
+  int (*on_chunk)(const bs_chunk_columns *, void *);
+  void *payload;
+  bs_error *err; /* the call's, for bs__cols_chunk's failures */
+} bs__cols;
+int bs__cols_chunk(const bs_chunk *c, void *payload);
+/* Op i of the chunk being laid out (i: the ops before it in that chunk); BS_ENOMEM. */
+int bs__cols_add(bs__cols *s, size_t i, const bs_op *op, bs_error *err);
+/* Hands the chunk ch describes (its ops in s, n of them) to s->on_chunk; its return. */
+int bs__cols_emit(bs__cols *s, const bs_chunk *ch, size_t n);
+void bs__cols_free(bs__cols *s);
+/* Room in every op column for op i; room for need bytes of fields, the first block first bytes
+ * (0: 4 KiB). BS_ENOMEM. */
+int bs__cols_room(bs__cols *s, size_t i, bs_error *err);
+int bs__cols_bytes(bs__cols *s, size_t first, size_t need, bs_error *err);
+
 typedef struct bs__chunker {
   const bs_allocator *a;
+  bs__cols *cols;                       /* column mode: the ops go there, not into ops */
   size_t limit, chunk_bytes, max_bytes; /* the call's bs_batch_options, resolved */
   size_t served, bytes;                 /* ops and bytes handed out so far in this call */
   int stopped;                          /* the call hit limit or max_bytes */
@@ -569,9 +597,13 @@ static inline int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err
   }
   if (k->n > 0 && !bs__chunker_fits(k->csize, sz, k->chunk_bytes) && (rc = bs__chunker_cut(k)))
     return rc;
-  if (k->n == k->cap && (rc = bs__chunker_grow(k, err))) return rc;
-  k->ops[k->n] = *op;
-  bs__op_fields(&k->ops[k->n++]);
+  if (k->cols) {
+    if ((rc = bs__cols_add(k->cols, k->n++, op, err))) return rc;
+  } else {
+    if (k->n == k->cap && (rc = bs__chunker_grow(k, err))) return rc;
+    k->ops[k->n] = *op;
+    bs__op_fields(&k->ops[k->n++]);
+  }
   k->csize += sz;
   k->served++;
   k->bytes += sz;
@@ -579,6 +611,11 @@ static inline int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err
     k->ch.target_op = op->target_op;
   return BS_OK;
 }
+
+/* Column mode only (k->cols): bs__chunker_add of op id stored as the op value p (size bytes,
+ * internal.h "Op chunks"), laid out without a bs_op; BS_ECORRUPT when it does not decode. */
+int bs__chunker_add_value(bs__chunker *k, uint64_t id, const unsigned char *p, size_t size,
+                          bs_error *err);
 
 /* ---- Write checkpoints (contract.md 7): the rule every backend applies ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name

@@ -140,6 +140,27 @@ static int read_bucket(bs__chunker *r, bs__lmdb_opc *oc, uint64_t checkpoint, bs
   return rc ? rc : bs__chunker_end(r);
 }
 
+/* read_bucket in column mode (bs__chunker's cols): each chunk's ops laid out from their op
+ * values as they lie in the map, without a bs_op each. The cursor hands out the first op of each
+ * chunk (seek, next: a chunk that does not decode is BS_ECORRUPT as ever); the rest of the chunk
+ * is walked here, in a read transaction where no op is deleted. */
+static int read_bucket_cols(bs__chunker *r, bs__lmdb_opc *oc, uint64_t checkpoint, bs_val name,
+                            uint64_t id, uint64_t after, bs_error *err) {
+  bs_op op;
+  int rc, found;
+  bs__chunker_bucket(r, name, after);
+  for (rc = bs__lmdb_opc_seek_ge(oc, id, after + 1, &op, &found, err); rc == BS_OK && found;
+       rc = bs__lmdb_opc_next(oc, &op, &found, err)) {
+    for (uint32_t i = oc->i; i < oc->n; i++) {
+      if (r->stopped || oc->ids[i] > checkpoint) return bs__chunker_end(r);
+      if ((rc = bs__chunker_add_value(r, oc->ids[i], oc->val + oc->off[i], oc->len[i], err)))
+        return rc;
+    }
+    oc->i = oc->n - 1; /* next: the next chunk's first op */
+  }
+  return rc ? rc : bs__chunker_end(r);
+}
+
 int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
                          const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
                          int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err) {
@@ -168,7 +189,8 @@ int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
   for (size_t i = 0; i < n_req && !r.stopped; i++) {
     uint64_t after = req[i].after;
     if (!refs[i].found || after >= checkpoint || refs[i].state.last_op <= after) continue;
-    if ((rc = read_bucket(&r, &f.ops, checkpoint, req[i].bucket, refs[i].id, after, err)) != 0)
+    if ((rc = (r.cols ? read_bucket_cols : read_bucket)(&r, &f.ops, checkpoint, req[i].bucket,
+                                                        refs[i].id, after, err)) != 0)
       goto done;
   }
   *has_more_out = r.stopped;

@@ -169,6 +169,7 @@ void bs__chunker_init(bs__chunker *k, const bs_allocator *a, const bs_batch_opti
   k->max_bytes = o->max_bytes;
   k->on_chunk = on_chunk;
   k->payload = payload;
+  if (on_chunk == bs__cols_chunk) k->cols = payload; /* column mode (bs__cols) */
 }
 
 void bs__chunker_bucket(bs__chunker *k, bs_val name, uint64_t after) {
@@ -179,10 +180,14 @@ void bs__chunker_bucket(bs__chunker *k, bs_val name, uint64_t after) {
 }
 
 static int chunk_emit(bs__chunker *k, int has_more) {
+  k->ch.has_more = has_more;
+  if (k->cols) {
+    k->ch.next_after = k->cols->ids[k->n - 1];
+    return bs__cols_emit(k->cols, &k->ch, k->n);
+  }
   k->ch.ops = k->ops;
   k->ch.n_ops = k->n;
   k->ch.next_after = k->ops[k->n - 1].op_id;
-  k->ch.has_more = has_more;
   return k->on_chunk(&k->ch, k->payload);
 }
 
@@ -202,6 +207,59 @@ int bs__chunker_grow(bs__chunker *k, bs_error *err) {
 
 int bs__chunker_end(bs__chunker *k) {
   return k->n > 0 ? chunk_emit(k, k->stopped) : BS_OK;
+}
+
+/* bs__chunker_add for an op stored as an op value (internal.h "Op chunks"; LMDB's op records):
+ * laid out in the chunker's columns straight from the value, its fields one copy. */
+int bs__chunker_add_value(bs__chunker *k, uint64_t id, const unsigned char *p, size_t size,
+                          bs_error *err) {
+  bs__cols *s = k->cols;
+  size_t ot, oi, sk, ds, fixed, sz, at = s->blen, i = k->n;
+  unsigned type;
+  uint64_t target;
+  uint32_t *f;
+  int rc;
+  if (size < BS_OP_HEADER_SIZE) goto corrupt;
+  type = p[0];
+  ot = bs__get_u16le(p + 13), oi = bs__get_u16le(p + 15), sk = p[17];
+  fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
+  if (type < BS_OP_PUT || type > BS_OP_CLEAR || fixed > size) goto corrupt;
+  if (!bs__op_carries_row((bs_op_type)type)) ot = oi = sk = 0;
+  ds = type == BS_OP_PUT ? size - fixed : 0;
+  sz = ot + oi + sk + ds;
+  if (k->served >= k->limit || (k->served > 0 && !bs__chunker_fits(k->bytes, sz, k->max_bytes))) {
+    k->stopped = 1;
+    return BS_OK;
+  }
+  if (k->n > 0 && !bs__chunker_fits(k->csize, sz, k->chunk_bytes)) {
+    if ((rc = bs__chunker_cut(k))) return rc;
+    at = s->blen, i = 0;
+  }
+  if (i >= s->cap && (rc = bs__cols_room(s, i, err))) return rc;
+  if (sz > s->bcap - at &&
+      (rc = bs__cols_bytes(s, k->chunk_bytes < k->max_bytes ? k->chunk_bytes : k->max_bytes,
+                           at + sz, err)))
+    return rc;
+  target = bs__get_u64le(p + 5);
+  s->ids[i] = id;
+  s->types[i] = (uint8_t)type;
+  s->sums[i] = bs__get_u32le(p + 1);
+  s->targets[i] = target;
+  f = s->offs + 4 * i;
+  f[0] = (uint32_t)at, f[1] = (uint32_t)(at + ot), f[2] = (uint32_t)(at + ot + oi);
+  f[3] = (uint32_t)(at + ot + oi + sk);
+  if (sz) memcpy(s->bytes + at, p + BS_OP_HEADER_SIZE, sz);
+  s->blen = at + sz;
+  k->n = i + 1;
+  k->csize += sz;
+  k->served++;
+  k->bytes += sz;
+  if ((type == BS_OP_MOVE || type == BS_OP_CLEAR) && target > k->ch.target_op)
+    k->ch.target_op = target;
+  return BS_OK;
+corrupt:
+  return bs__fail(err, BS_ECORRUPT, "bucket \"%.*s\": op %" PRIu64 " does not decode",
+                  bs__name_shown(k->ch.bucket), (const char *)k->ch.bucket.data, id);
 }
 
 void bs__chunker_free(bs__chunker *k) {

@@ -245,6 +245,7 @@ typedef struct callback {
     int (*stream)(const bs_stream_info *, void *);
     int (*bucket)(const bs_bucket_info *, void *);
     int (*chunk)(const bs_chunk *, void *);
+    int (*columns)(const bs_chunk_columns *, void *);
     int (*changes)(const bs_checkpoint_changes *, void *);
     int (*val)(const bs_val *, void *);
     int (*record)(const bs_record *, void *);
@@ -273,6 +274,7 @@ static int callback_result(const callback *c, int rc, bs_error *err) {
 CALLBACK_TRAMPOLINE(cb_stream, stream, const bs_stream_info *)
 CALLBACK_TRAMPOLINE(cb_bucket, bucket, const bs_bucket_info *)
 CALLBACK_TRAMPOLINE(cb_chunk, chunk, const bs_chunk *)
+CALLBACK_TRAMPOLINE(cb_columns, columns, const bs_chunk_columns *)
 CALLBACK_TRAMPOLINE(cb_val, val, const bs_val *)
 CALLBACK_TRAMPOLINE(cb_record, record, const bs_record *)
 
@@ -871,11 +873,13 @@ static int check_batch_options(const bs_batch_options *opts, bs_batch_options *o
   return BS_OK;
 }
 
-int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+/* bs_get_bucket_data and bs_get_bucket_columns: the checks, the requests sorted by name, and
+ * the backend's slot called with on_chunk, payload (the front's trampoline and its callback c;
+ * for columns, bs__cols_chunk and its bs__cols). */
+static int bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
                        const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
-                       int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                       int columns, int (*on_chunk)(const bs_chunk *, void *), void *payload,
                        bs_error *err) {
-  callback c = {"bs_get_bucket_data's on_chunk", {.chunk = on_chunk}, payload, 0};
   bs_batch_options o;
   bs_bucket_request *sorted = NULL;
   name_ref *refs = NULL;
@@ -889,6 +893,8 @@ int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
   if (n_req && !req) return bs__fail(err, BS_EINVAL, "req: NULL with n_req %zu", n_req);
   if (!on_chunk) return bs__fail(err, BS_EINVAL, "on_chunk: NULL");
   if ((rc = check_batch_options(opts, &o, err))) return rc;
+  /* a chunk's field offsets are 32-bit; ops are far smaller (BS_MAX_OP_DATA) */
+  if (columns && o.chunk_bytes > UINT32_MAX) o.chunk_bytes = UINT32_MAX;
   for (i = 0; i < n_req; i++) {
     if ((rc = check_bucket_name(req[i].bucket, "req.bucket", i, err))) return rc;
     if ((rc = check_op_id_at(req[i].after, "req", i, ".after", err))) return rc;
@@ -907,12 +913,43 @@ int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
   for (i = 0; i < n_req; i++)
     if (i + 1 == n_req || !bs__val_eq(refs[i].name, refs[i + 1].name))
       sorted[m++] = req[refs[i].index];
-  rc = st->vt->bucket_data(&has_more, st, checkpoint, sorted, m, &o, cb_chunk, &c, err);
-  rc = callback_result(&c, rc, err);
+  rc = st->vt->bucket_data(&has_more, st, checkpoint, sorted, m, &o, on_chunk, payload, err);
   if (rc == BS_OK && has_more_out) *has_more_out = has_more;
 done:
   bs__free(a, refs);
   bs__free(a, sorted);
+  return rc;
+}
+
+int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                       const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
+                       int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
+                       bs_error *err) {
+  callback c = {"bs_get_bucket_data's on_chunk", {.chunk = on_chunk}, payload, 0};
+  int rc = bucket_data(has_more_out, st, checkpoint, req, n_req, opts, 0,
+                       on_chunk ? cb_chunk : NULL, &c, err);
+  rc = callback_result(&c, rc, err);
+  if (rc && has_more_out) *has_more_out = 0;
+  return rc;
+}
+
+int bs_get_bucket_columns(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                          const bs_bucket_request *req, size_t n_req, const bs_batch_options *opts,
+                          int (*on_chunk)(const bs_chunk_columns *chunk, void *payload),
+                          void *payload, bs_error *err) {
+  callback c = {"bs_get_bucket_columns's on_chunk", {.columns = on_chunk}, payload, 0};
+  bs__cols s;
+  int rc;
+  memset(&s, 0, sizeof s);
+  s.a = st ? front_alloc(st) : NULL;
+  s.on_chunk = cb_columns;
+  s.payload = &c;
+  s.err = err;
+  rc = bucket_data(has_more_out, st, checkpoint, req, n_req, opts, 1,
+                   on_chunk ? bs__cols_chunk : NULL, &s, err);
+  rc = callback_result(&c, rc, err);
+  if (rc && has_more_out) *has_more_out = 0;
+  bs__cols_free(&s);
   return rc;
 }
 

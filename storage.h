@@ -657,6 +657,36 @@ BS_API int bs_get_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkp
                               int (*on_chunk)(const bs_chunk *chunk, void *payload), void *payload,
                               bs_error *err);
 
+/* A chunk of bs_get_bucket_columns: bs_get_bucket_data's chunk with its ops laid out in columns
+ * instead of one bs_op each, for a host that copies a chunk out whole (a language binding).
+ * Op i (0 <= i < n_ops) is op_id[i], type[i] (a bs_op_type), checksum[i] and op_target[i] (0
+ * unless MOVE/CLEAR); its field j (0 object_type, 1 object_id, 2 subkey, 3 data) is the bytes
+ * [field[4 * i + j], field[4 * i + j + 1]) of bytes, so field has 4 * n_ops + 1 entries, rising,
+ * from 0. A field the op's type does not carry (bs_op's NULL: PUT carries all four, REMOVE all
+ * but data, MOVE and CLEAR none) is empty. All borrowed: valid during the callback. */
+typedef struct bs_chunk_columns {
+  bs_val bucket;
+  uint64_t after, next_after; /* as bs_chunk's */
+  int has_more;
+  uint64_t target_op; /* max op_target[i]; 0 = none */
+  size_t n_ops;
+  const uint64_t *op_id;
+  const uint8_t *type;
+  const uint32_t *checksum;
+  const uint64_t *op_target;
+  const uint32_t *field;
+  const unsigned char *bytes;
+} bs_chunk_columns;
+
+/* bs_get_bucket_data with each chunk handed to on_chunk in columns: the same ops, chunks, order,
+ * has_more and errors (torn reads included) for the same arguments, save that a chunk is also cut
+ * before it would pass 2^32 - 1 bytes (opts->chunk_bytes above that counts as that). */
+BS_API int bs_get_bucket_columns(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                                 const bs_bucket_request *req, size_t n_req,
+                                 const bs_batch_options *opts,
+                                 int (*on_chunk)(const bs_chunk_columns *chunk, void *payload),
+                                 void *payload, bs_error *err);
+
 typedef struct bs_checksum {
   uint32_t checksum; /* wrapping sum of op checksums with op_id <= checkpoint */
   uint64_t count;    /* stored ops with op_id <= checkpoint */

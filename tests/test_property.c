@@ -325,6 +325,62 @@ static int mb_chunk(const bs_chunk *c, void *payload) {
   return 0;
 }
 
+/* A chunk of bs_get_bucket_columns handed on as bs_get_bucket_data's (fn, payload), after the
+ * checks of its columns storage.h makes: offsets from 0, rising; a field the op's type does not
+ * carry empty (and NULL in the bs_op made); target_op the max of the MOVE/CLEAR targets. */
+typedef struct col_ctx {
+  int (*fn)(const bs_chunk *, void *);
+  void *payload;
+} col_ctx;
+
+static int from_columns(const bs_chunk_columns *c, void *payload) {
+  col_ctx *x = payload;
+  bs_op *ops = calloc(c->n_ops ? c->n_ops : 1, sizeof *ops);
+  bs_chunk ch = {c->bucket, c->after, c->next_after, c->has_more, c->target_op, ops, c->n_ops};
+  uint64_t target = 0;
+  int rc;
+  if (!ops) fail_msg("out of memory");
+  if (c->field[0] != 0) fail_msg("columns: the first field starts at %u", c->field[0]);
+  for (size_t i = 0; i < c->n_ops; i++) {
+    bs_op *o = &ops[i];
+    bs_val *f[4] = {&o->object_type, &o->object_id, &o->subkey, &o->data};
+    o->op_id = c->op_id[i];
+    o->type = (bs_op_type)c->type[i];
+    o->checksum = c->checksum[i];
+    o->target_op = c->op_target[i];
+    if ((o->type == BS_OP_MOVE || o->type == BS_OP_CLEAR) && o->target_op > target)
+      target = o->target_op;
+    for (int j = 0; j < 4; j++) {
+      uint32_t a = c->field[4 * i + j], e = c->field[4 * i + j + 1];
+      int carried = o->type == BS_OP_PUT || (o->type == BS_OP_REMOVE && j < 3);
+      if (e < a) fail_msg("columns: op %zu field %d ends before it starts", i, j);
+      if (!carried && e != a) fail_msg("columns: op %zu carries field %d against its type", i, j);
+      *f[j] =
+          carried ? (bs_val){e > a ? (const void *)(c->bytes + a) : "", e - a} : (bs_val){NULL, 0};
+    }
+  }
+  if (target != c->target_op)
+    fail_msg("columns: chunk target_op %llu, its ops' %llu", (unsigned long long)c->target_op,
+             (unsigned long long)target);
+  rc = x->fn(&ch, x->payload);
+  free(ops);
+  return rc;
+}
+
+/* bs_get_bucket_data, or when columns bs_get_bucket_columns through from_columns. */
+static int read_data(int columns, int *more, bs_storage *st, uint64_t C,
+                     const bs_bucket_request *req, size_t n, const bs_batch_options *o,
+                     int (*fn)(const bs_chunk *, void *), void *payload) {
+  col_ctx x = {fn, payload};
+  return columns ? bs_get_bucket_columns(more, st, C, req, n, o, from_columns, &x, &ct_err)
+                 : bs_get_bucket_data(more, st, C, req, n, o, fn, payload, &ct_err);
+}
+
+static int count_chunk(const bs_chunk *c, void *payload) {
+  (void)c, (void)payload;
+  return 0;
+}
+
 static size_t ops_size(const ct_oplist *l, size_t n) {
   size_t sz = 0;
   for (size_t i = 0; i < n && i < l->n; i++)
@@ -386,7 +442,7 @@ static void check_chunking(run *r, wl *s, uint64_t C) {
   bs_batch_options o = BS_BATCH_OPTIONS_INIT;
   mb_ctx m;
   size_t n = 1 + ct_below(&r->rng, 4), k, i, max_bytes = 16u << 20;
-  int more, rounds = 0;
+  int more, rounds = 0, columns = (int)ct_below(&r->rng, 2); /* either read call */
   /* distinct buckets, ascending names as the call serves them */
   for (k = 0; k < n; k++) names[k] = BUCKETS[(k * 2 + ct_below(&r->rng, 2)) % N_BUCKETS];
   for (k = 1; k < n; k++)
@@ -413,16 +469,17 @@ static void check_chunking(run *r, wl *s, uint64_t C) {
   do {
     more = 0;
     m.n_got = 0;
-    CT_OK(bs_get_bucket_data(&more, s->st, C, req, n, &o, mb_chunk, &m, &ct_err));
+    CT_OK(read_data(columns, &more, s->st, C, req, n, &o, mb_chunk, &m));
     check_calls(&m, full, &o, max_bytes, more);
     if (++rounds > 100000) fail_msg("chunked read does not end");
   } while (more);
   for (k = 0; k < n; k++) {
     if (full[k].n != out[k].n)
-      fail_msg("chunked read of %s (limit %zu, chunk_bytes %zu): %zu ops, unlimited %zu", names[k],
-               o.limit, o.chunk_bytes, out[k].n, full[k].n);
+      fail_msg("chunked read%s of %s (limit %zu, chunk_bytes %zu): %zu ops, unlimited %zu",
+               columns ? " in columns" : "", names[k], o.limit, o.chunk_bytes, out[k].n, full[k].n);
     for (i = 0; i < full[k].n; i++)
-      if (!op_eq(&full[k].v[i], &out[k].v[i])) fail_msg("chunked read differs at op %zu", i);
+      if (!op_eq(&full[k].v[i], &out[k].v[i]))
+        fail_msg("chunked read%s differs at op %zu", columns ? " in columns" : "", i);
     ct_oplist_free(&full[k]);
     ct_oplist_free(&out[k]);
   }
@@ -451,20 +508,23 @@ static void check_torn(run *r, wl *s, const char *name, uint64_t head) {
   }
   for (size_t i = 0; i < n; i++) {
     uint64_t C = Cs[i];
-    int torn = md_torn(b, clear_op, C), rc[3];
+    int torn = md_torn(b, clear_op, C), rc[4], more;
+    bs_bucket_request req = {ct_v(name), 0};
     bs_checksum got[2], want;
     memset(&l, 0, sizeof l);
     rc[0] = ct_checksum(s->st, C, name, &got[0]);
     rc[1] = ct_checksum(s->st_nc, C, name, &got[1]);
     rc[2] = ct_read_bucket(s->st, C, name, 0, &l);
+    rc[3] = read_data(1, &more, s->st, C, &req, 1, NULL, count_chunk, NULL);
     ct_oplist_free(&l);
     md_checksum(&s->m, name, C, &want);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
       if (rc[k] != (torn ? BS_EINVALIDATED : BS_OK))
         fail_msg("%s of %s at %llu (history from %llu, leading CLEAR %llu): %s, the model %s",
-                 k == 2 ? "data read"
-                 : k    ? "uncached checksum"
-                        : "checksum",
+                 k == 3   ? "data read in columns"
+                 : k == 2 ? "data read"
+                 : k      ? "uncached checksum"
+                          : "checksum",
                  name, (unsigned long long)C, b && b->n ? (unsigned long long)b->ops[0].op_id : 0,
                  (unsigned long long)clear_op, bs_strerror(rc[k]),
                  torn ? "torn (BS_EINVALIDATED)" : "BS_OK");

@@ -2082,112 +2082,84 @@ static int put_field(work *w, opbatch *b, int j, const bs_val *v) {
   return 0;
 }
 
-/* Copies n bytes from s to d: in words for the short fields most ops carry (an object type, an
- * id), where a call to memcpy costs more than the copy. */
-static inline void copy_field(unsigned char *d, const unsigned char *s, size_t n) {
-  uint64_t x, y;
-  uint32_t a, z;
-  if (n > 16) {
-    memcpy(d, s, n);
-  } else if (n >= 8) {
-    memcpy(&x, s, 8), memcpy(&y, s + n - 8, 8), memcpy(d, &x, 8), memcpy(d + n - 8, &y, 8);
-  } else if (n >= 4) {
-    memcpy(&a, s, 4), memcpy(&z, s + n - 4, 4), memcpy(d, &a, 4), memcpy(d + n - 4, &z, 4);
-  } else {
-    for (size_t i = 0; i < n; i++) d[i] = s[i];
-  }
-}
-
-/* Field j of an op in raw mode: its bytes at t + *len, its byte offset at *off; RAW_NULL << j
- * when the op does not carry it. */
+/* In raw mode a type's bits above the fourth say which fields the op does not carry (RAW_NULL
+ * << j for field j): none for PUT, data for REMOVE, all four for MOVE and CLEAR. */
 enum { RAW_NULL = 16 };
-static inline unsigned put_raw_field(unsigned char *t, size_t *len, uint32_t *off, int j,
-                                     const bs_val *v) {
-  *off = (uint32_t)*len;
-  if (!v->data) return (unsigned)RAW_NULL << j;
-  copy_field(t + *len, v->data, v->size);
-  *len += v->size;
+static const uint8_t raw_nulls[8] = {0, 0, RAW_NULL << 3, 15 * RAW_NULL, 15 * RAW_NULL, 0, 0, 0};
+
+/* The chunk's metadata, kept for done_bucket_data (its ops are in the batch's columns). */
+static int keep_chunk(work *w, const bs_val *bucket, uint64_t after, uint64_t next_after,
+                      int has_more, uint64_t target_op, size_t n_ops) {
+  opbatch *b = w->bt;
+  cchunk *cc = ar_alloc(&w->ar, sizeof *cc);
+  if (!cc || ar_dup(&w->ar, &cc->c.bucket, bucket->data, bucket->size)) return BS_ENOMEM;
+  cc->c = (bs_chunk){.bucket = cc->c.bucket,
+                     .after = after,
+                     .next_after = next_after,
+                     .has_more = has_more,
+                     .target_op = target_op,
+                     .n_ops = n_ops};
+  cc->next = NULL;
+  *b->chunks_tail = cc, b->chunks_tail = &cc->next;
+  b->n_chunks++;
   return 0;
 }
 
-/* c's ops in raw mode (bucketData's raw argument), as op b->n onwards: their fields' bytes copied
- * as they are into the batch's Buffer, each field's byte offset (a field ends where the next
- * starts), and in the type byte, above the op's type, which fields are null (RAW_NULL << j);
- * index.js decodes a field when it is read. Room for the chunk is made once. A PUT whose four
- * fields lie one after another where the library read them (LMDB's op value: object_type,
- * object_id, subkey, data) is one copy, its offsets following from the sizes (callgrind: the
- * worker's copy 141 -> 105 instructions an op, bench/README.md); another op is copied field by
- * field. */
-static int put_raw(opbatch *b, const bs_chunk *c) {
-  size_t need = 0, len = b->text.len;
-  uint32_t *offs = (uint32_t *)(void *)b->offs.p + 4 * b->n;
-  for (size_t i = 0; i < c->n_ops; i++) {
-    const bs_op *o = &c->ops[i];
-    need += o->object_type.size + o->object_id.size + o->subkey.size + o->data.size;
-  }
-  if (need > UINT32_MAX - len) return BS_ELIMIT;
-  if (!gb_room(&b->text, need)) return BS_ENOMEM;
-  for (size_t i = 0; i < c->n_ops; i++, b->n++, offs += 4) {
-    const bs_op *o = &c->ops[i];
-    const unsigned char *t = o->object_type.data, *id = o->object_id.data, *sk = o->subkey.data;
-    size_t ts = o->object_type.size, is = o->object_id.size, ss = o->subkey.size;
-    unsigned nulls = 0;
-    if (t && id == t + ts && sk == id + is && (const unsigned char *)o->data.data == sk + ss) {
-      size_t n = ts + is + ss + o->data.size;
-      offs[0] = (uint32_t)len, offs[1] = (uint32_t)(len + ts), offs[2] = (uint32_t)(len + ts + is);
-      offs[3] = (uint32_t)(len + ts + is + ss);
-      memcpy(b->text.p + len, t, n);
-      len += n;
-    } else {
-      nulls = put_raw_field(b->text.p, &len, offs, 0, &o->object_type) |
-              put_raw_field(b->text.p, &len, offs + 1, 1, &o->object_id) |
-              put_raw_field(b->text.p, &len, offs + 2, 2, &o->subkey) |
-              put_raw_field(b->text.p, &len, offs + 3, 3, &o->data);
-    }
-    memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
-    memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
-    b->types.p[b->n] = (uint8_t)((unsigned)o->type | nulls);
-  }
-  b->text.len = len;
+/* Raw mode: a chunk the library laid out in columns (bs_get_bucket_columns) appended to the
+ * batch's as op b->n onwards, a bulk copy per column: the fields' bytes as they are into the
+ * batch's Buffer, each field's byte offset moved by where the chunk's bytes start (a field ends
+ * where the next starts), a type with its RAW_NULL bits; index.js decodes a field when it is
+ * read. Against a bs_op per op copied field by field (bs_get_bucket_data): callgrind, raw reads
+ * about 100 instructions an op less (bench/README.md). */
+static int copy_columns(const bs_chunk_columns *c, void *payload) {
+  work *w = payload;
+  opbatch *b = w->bt;
+  size_t n = c->n_ops, base = b->text.len, bytes = c->field[4 * n];
+  uint32_t *offs, at = (uint32_t)base;
+  int rc;
+  if ((rc = keep_chunk(w, &c->bucket, c->after, c->next_after, c->has_more, c->target_op, n)))
+    return rc;
+  if (bytes > UINT32_MAX - base) return BS_ELIMIT;
+  b->ids.len = 8 * b->n, b->types.len = b->n, b->sums.len = 4 * b->n; /* the ops laid out */
+  b->offs.len = 16 * b->n;
+  if (b->n + n > UINT32_MAX / 16 || !gb_room(&b->ids, 8 * n) || !gb_room(&b->types, n) ||
+      !gb_room(&b->sums, 4 * n) || !gb_room(&b->offs, 16 * n + 4) || !gb_room(&b->text, bytes))
+    return BS_ENOMEM;
+  memcpy(b->ids.p + 8 * b->n, c->op_id, 8 * n);
+  memcpy(b->sums.p + 4 * b->n, c->checksum, 4 * n);
+  if (bytes) memcpy(b->text.p + base, c->bytes, bytes);
+  for (size_t i = 0; i < n; i++)
+    b->types.p[b->n + i] = (uint8_t)(c->type[i] | raw_nulls[c->type[i] & 7]);
+  offs = (uint32_t *)(void *)b->offs.p + 4 * b->n;
+  for (size_t f = 0; f < 4 * n; f++) offs[f] = c->field[f] + at;
+  b->n += n, b->text.len = base + bytes;
   return 0;
 }
 
+/* The default mode: c's ops as op b->n onwards, field by field (put_field). */
 static int copy_chunk(const bs_chunk *c, void *payload) {
   work *w = payload;
   opbatch *b = w->bt;
-  cchunk *cc = ar_alloc(&w->ar, sizeof *cc);
   size_t n = b->n + c->n_ops;
-  if (!cc || ar_dup(&w->ar, &cc->c.bucket, c->bucket.data, c->bucket.size)) return BS_ENOMEM;
-  cc->c = (bs_chunk){.bucket = cc->c.bucket,
-                     .after = c->after,
-                     .next_after = c->next_after,
-                     .has_more = c->has_more,
-                     .target_op = c->target_op,
-                     .n_ops = c->n_ops};
-  cc->next = NULL;
+  int rc;
+  if ((rc =
+           keep_chunk(w, &c->bucket, c->after, c->next_after, c->has_more, c->target_op, c->n_ops)))
+    return rc;
   b->ids.len = 8 * b->n, b->types.len = b->n, b->sums.len = 4 * b->n; /* the ops laid out */
   b->kinds.len = 4 * b->n, b->offs.len = 16 * b->n;
   if (n > UINT32_MAX / 16 || !gb_room(&b->ids, 8 * c->n_ops) || !gb_room(&b->types, c->n_ops) ||
-      !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, w->i2 ? 0 : 4 * c->n_ops) ||
+      !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, 4 * c->n_ops) ||
       !gb_room(&b->offs, 16 * c->n_ops + 4))
     return BS_ENOMEM;
-  if (w->i2) {
-    int rc = put_raw(b, c);
-    if (rc) return rc;
-  }
-  for (size_t i = 0; i < c->n_ops && !w->i2; i++, b->n++) {
+  for (size_t i = 0; i < c->n_ops; i++, b->n++) {
     const bs_op *o = &c->ops[i];
     const bs_val *fv[4] = {&o->object_type, &o->object_id, &o->subkey, &o->data};
     memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
     memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
     b->types.p[b->n] = (uint8_t)o->type;
-    for (int j = 0; j < 4; j++) {
-      int rc = put_field(w, b, j, fv[j]);
-      if (rc) return rc;
-    }
+    for (int j = 0; j < 4; j++)
+      if ((rc = put_field(w, b, j, fv[j]))) return rc;
   }
-  *b->chunks_tail = cc, b->chunks_tail = &cc->next;
-  b->n_chunks++;
   return 0;
 }
 
@@ -2196,8 +2168,10 @@ static void exec_bucket_data(work *w) {
   int has_more = 0;
   o.limit = (size_t)w->u2, o.chunk_bytes = (size_t)w->u3;
   w->bt->raw_tail = &w->bt->raw, w->bt->chunks_tail = &w->bt->chunks;
-  w->rc = bs_get_bucket_data(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o, copy_chunk, w,
-                             &w->err);
+  w->rc = w->i2 ? bs_get_bucket_columns(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
+                                        copy_columns, w, &w->err)
+                : bs_get_bucket_data(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
+                                     copy_chunk, w, &w->err);
   if (w->rc == BS_ENOMEM && !w->err.msg[0])
     snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
   if (w->rc == BS_ELIMIT && !w->err.msg[0])
@@ -2283,7 +2257,7 @@ static napi_value js_column(napi_env env, opbatch *b, int i, napi_typedarray_typ
  * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
  * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null, raw[f] or field f - 4 as kinds[f]
  * says. In raw mode text is a Buffer of every field's bytes, offs are byte offsets into it,
- * kinds is empty and a type's bits above the fourth say which fields are null (put_raw).
+ * kinds is empty and a type's bits above the fourth say which fields are null (raw_nulls).
  * When the call lent a pool: pool, the ArrayBuffers under the columns and the text's bytes (in
  * raw mode text is then a Uint8Array over the last), for the next call to lend. */
 static napi_value done_bucket_data(napi_env env, work *w) {
