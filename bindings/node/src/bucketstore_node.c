@@ -2045,7 +2045,7 @@ static int copy_ascii(unsigned char *d, const unsigned char *s, size_t n) {
 
 /* Whether a (a text field's copy) holds the n bytes at v: the last 8 (or fewer) first, where
  * the fields of two ops most often differ, then the rest. */
-static int same_bytes(const unsigned char *a, const unsigned char *v, size_t n) {
+static inline int same_bytes(const unsigned char *a, const unsigned char *v, size_t n) {
   uint64_t x, y;
   if (n < 8) return !memcmp(a, v, n);
   memcpy(&x, a + n - 8, 8), memcpy(&y, v + n - 8, 8);
@@ -2136,29 +2136,74 @@ static int copy_columns(const bs_chunk_columns *c, void *payload) {
   return 0;
 }
 
-/* The default mode: c's ops as op b->n onwards, field by field (put_field). */
-static int copy_chunk(const bs_chunk *c, void *payload) {
+/* Whether the n bytes at p are all ASCII: 32 at a time, then 8. */
+static int all_ascii(const unsigned char *p, size_t n) {
+  uint64_t acc = 0, x, y, z, u;
+  size_t i = 0;
+  for (; n - i >= 32; i += 32) {
+    memcpy(&x, p + i, 8), memcpy(&y, p + i + 8, 8), memcpy(&z, p + i + 16, 8);
+    memcpy(&u, p + i + 24, 8), acc |= x | y | z | u;
+  }
+  for (; n - i >= 8; i += 8) memcpy(&x, p + i, 8), acc |= x;
+  for (; i < n; i++) acc |= p[i];
+  return !(acc & 0x8080808080808080ull);
+}
+
+/* The default mode from a chunk in columns (bs_get_bucket_columns), as op b->n onwards. A chunk
+ * whose fields are all ASCII (the common case: JSON rows, ids) is laid out in bulk: its bytes
+ * copied into the text at once, checked at once, each field's UTF-16 offset its byte offset
+ * moved by where the chunk starts; a field is FIELD_SAME when it equals the op before's, as
+ * put_field says (its bytes stay in the text: the offsets still say where each field starts).
+ * Another chunk goes field by field through put_field, as the fields of bs_ops did. */
+static int copy_columns_text(const bs_chunk_columns *c, void *payload) {
   work *w = payload;
   opbatch *b = w->bt;
-  size_t n = b->n + c->n_ops;
+  size_t n = c->n_ops, bytes = c->field[4 * n];
   int rc;
-  if ((rc =
-           keep_chunk(w, &c->bucket, c->after, c->next_after, c->has_more, c->target_op, c->n_ops)))
+  if ((rc = keep_chunk(w, &c->bucket, c->after, c->next_after, c->has_more, c->target_op, n)))
     return rc;
   b->ids.len = 8 * b->n, b->types.len = b->n, b->sums.len = 4 * b->n; /* the ops laid out */
   b->kinds.len = 4 * b->n, b->offs.len = 16 * b->n;
-  if (n > UINT32_MAX / 16 || !gb_room(&b->ids, 8 * c->n_ops) || !gb_room(&b->types, c->n_ops) ||
-      !gb_room(&b->sums, 4 * c->n_ops) || !gb_room(&b->kinds, 4 * c->n_ops) ||
-      !gb_room(&b->offs, 16 * c->n_ops + 4))
+  if (b->n + n > UINT32_MAX / 16 || !gb_room(&b->ids, 8 * n) || !gb_room(&b->types, n) ||
+      !gb_room(&b->sums, 4 * n) || !gb_room(&b->kinds, 4 * n) || !gb_room(&b->offs, 16 * n + 4))
     return BS_ENOMEM;
-  for (size_t i = 0; i < c->n_ops; i++, b->n++) {
-    const bs_op *o = &c->ops[i];
-    const bs_val *fv[4] = {&o->object_type, &o->object_id, &o->subkey, &o->data};
-    memcpy(b->ids.p + 8 * b->n, &o->op_id, 8);
-    memcpy(b->sums.p + 4 * b->n, &o->checksum, 4);
-    b->types.p[b->n] = (uint8_t)o->type;
-    for (int j = 0; j < 4; j++)
-      if ((rc = put_field(w, b, j, fv[j]))) return rc;
+  memcpy(b->ids.p + 8 * b->n, c->op_id, 8 * n);
+  memcpy(b->sums.p + 4 * b->n, c->checksum, 4 * n);
+  memcpy(b->types.p + b->n, c->type, n);
+  if (bytes <= TEXT_MAX - b->text.len && all_ascii(c->bytes, bytes)) {
+    size_t tbase = b->text.len, ubase = b->units;
+    unsigned char *kinds = b->kinds.p + 4 * b->n, *t;
+    uint32_t *offs = (uint32_t *)(void *)b->offs.p + 4 * b->n;
+    if (!(t = gb_room(&b->text, bytes))) return BS_ENOMEM;
+    if (bytes) memcpy(t, c->bytes, bytes);
+    for (size_t f = 0; f < 4 * n; f++) offs[f] = (uint32_t)(ubase + c->field[f]);
+    for (size_t i = 0; i < n; i++) {
+      unsigned nulls = raw_nulls[c->type[i] & 7] / RAW_NULL; /* bit j: field j not carried */
+      for (int j = 0; j < 4; j++) {
+        size_t f = 4 * i + (size_t)j, at = tbase + c->field[f], sz = c->field[f + 1] - c->field[f];
+        if (nulls >> j & 1) {
+          kinds[f] = FIELD_NULL, b->prev[j][1] = 0;
+        } else if (b->prev[j][1] == sz + 1 &&
+                   same_bytes(b->text.p + b->prev[j][0], b->text.p + at, sz)) {
+          kinds[f] = FIELD_SAME;
+        } else {
+          kinds[f] = FIELD_TEXT, b->prev[j][0] = at, b->prev[j][1] = sz + 1;
+        }
+      }
+    }
+    b->text.len += bytes, b->units += bytes, b->n += n;
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++, b->n++) {
+    unsigned type = c->type[i];
+    for (int j = 0; j < 4; j++) {
+      size_t f = 4 * i + (size_t)j;
+      bs_val v = {NULL, 0};
+      if (type == BS_OP_PUT || (type == BS_OP_REMOVE && j < 3))
+        v = (bs_val){c->bytes ? c->bytes + c->field[f] : (const unsigned char *)"",
+                     c->field[f + 1] - c->field[f]};
+      if ((rc = put_field(w, b, j, &v))) return rc;
+    }
   }
   return 0;
 }
@@ -2170,8 +2215,8 @@ static void exec_bucket_data(work *w) {
   w->bt->raw_tail = &w->bt->raw, w->bt->chunks_tail = &w->bt->chunks;
   w->rc = w->i2 ? bs_get_bucket_columns(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
                                         copy_columns, w, &w->err)
-                : bs_get_bucket_data(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
-                                     copy_chunk, w, &w->err);
+                : bs_get_bucket_columns(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
+                                        copy_columns_text, w, &w->err);
   if (w->rc == BS_ENOMEM && !w->err.msg[0])
     snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
   if (w->rc == BS_ELIMIT && !w->err.msg[0])
