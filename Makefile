@@ -436,14 +436,15 @@ crashtest-quick: deps $(CRASH_BINS)
 	@BS_SEED=$(call seed_block,23) BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
 
 # migratekill (in `make test`): SIGKILL inside the migration of a copy of each older format's
-# tests/data file that has records to convert (format1.mdb migrates 1 -> 2 -> 3 -> 4 -> 5;
+# tests/data file that has records to convert (format1.mdb migrates 1 -> 2 -> 3 -> 4 -> 5 -> 6;
 # format 3's step only stamps the version, test_format stops it; format4.mdb's ops regrouped into
-# chunks), at each transaction and each record (tests/crash/migrate_kill.c); each next open
-# finishes it.
+# chunks; format5.mdb's chunks recoded), at each transaction and each record
+# (tests/crash/migrate_kill.c); each next open finishes it.
 .PHONY: migratekill
 migratekill: deps $(BUILD)/tests/crash/migrate_kill
 	@dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bs_migratekill_XXXXXX") && \
-	  for f in tests/data/format1.mdb tests/data/format2.mdb tests/data/format4.mdb; do \
+	  for f in tests/data/format1.mdb tests/data/format2.mdb tests/data/format4.mdb \
+	    tests/data/format5.mdb; do \
 	    $(BUILD)/tests/crash/migrate_kill $$f "$$dir" || { rc=1; break; }; rc=0; done; \
 	  rm -rf "$$dir"; exit $$rc
 

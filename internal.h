@@ -613,9 +613,10 @@ static inline int bs__chunker_add(bs__chunker *k, const bs_op *op, bs_error *err
 }
 
 /* Column mode only (k->cols): bs__chunker_add of op id stored as the op value p (size bytes,
- * internal.h "Op chunks"), laid out without a bs_op; BS_ECORRUPT when it does not decode. */
+ * internal.h "Op chunks", in the encoding of chunk_flags, bs__chunk_flags), its fields copied
+ * straight into the columns; BS_ECORRUPT when it does not decode. */
 int bs__chunker_add_value(bs__chunker *k, uint64_t id, const unsigned char *p, size_t size,
-                          bs_error *err);
+                          unsigned chunk_flags, bs_error *err);
 
 /* ---- Write checkpoints (contract.md 7): the rule every backend applies ---- */
 /* A stored head (connection conn at lsn) is reached by the heads a reader gives when they name
@@ -730,11 +731,26 @@ static inline uint32_t bs__cksum_sub(uint32_t a, uint32_t b) {
  * size | u8 subkey size | those three strings (only for the types that carry a row,
  * bs__op_carries_row; their sizes 0 otherwise) | data (PUT only: the rest of the value). The op
  * id is the chunk's (or the record key's), not in the value. Where the chunk lives, how its key
- * is made and how large a writer lets it grow are the backend's. */
+ * is made and how large a writer lets it grow are the backend's.
+ * A chunk with header flag BS_CHUNK_COMPACT (LMDB format 6) holds compact op values instead: u8
+ * head (bits 0-2 the type, and the flags BS_OPC_*; other bits 0) | u32 checksum | varint
+ * target_op (BS_OPC_TARGET only: never 0) | for the types that carry a row: the object_type and
+ * object_id sizes (BS_OPC_SHORT: one byte, type size << 4 | id size; else a varint each) | u8
+ * subkey size (none with BS_OPC_SUBKEY: BS_SUBKEY_SIZE, bs_subkey's) | those three strings |
+ * data (PUT only: the rest of the value). The writer sets each flag that applies. Every field still lies whole in the value (zero-copy). A chunk's
+ * ops are all of its one encoding; its byte count (and the bucket state's) stays the measure of
+ * the first encoding, bs__op_value_size, whatever the encoding stored (docs/format.md 4.3). */
 #define BS_CHUNK_HDR         21u
 #define BS_CHUNK_CLEAR       1u   /* header flags: the chunk holds a CLEAR */
+#define BS_CHUNK_COMPACT     2u   /* header flags: its op values are compact (format 6) */
 #define BS_CHUNK_MAX_OPS     256u /* ops in one chunk, at most */
 #define BS_OP_HEADER_SIZE    18u  /* an op value's fixed part */
+#define BS_OPC_TARGET        8u   /* compact op value head: a varint target op follows */
+#define BS_OPC_SUBKEY        16u  /* ... the subkey is BS_SUBKEY_SIZE bytes, its size not stored */
+#define BS_OPC_SHORT         32u  /* ... object_type and object_id sizes below 16, in one byte */
+#define BS_OPC_MIN           5u   /* a compact op value's least size: head and checksum */
+/* The least size of an op value in the encoding of chunk flags f. */
+#define BS_OP_MIN_SIZE(f)    ((f)&BS_CHUNK_COMPACT ? BS_OPC_MIN : BS_OP_HEADER_SIZE)
 /* What bs__chunk_add writes for an op value of vs bytes, at most (two varints and the value). */
 #define BS_CHUNK_ADD_MAX(vs) (20u + (vs))
 static inline uint32_t bs__chunk_n(const unsigned char *p) {
@@ -757,6 +773,19 @@ static inline unsigned bs__chunk_flags(const unsigned char *p) {
  * (truncated, or over 64 bits). */
 size_t bs__varint_put(unsigned char *p, uint64_t v);
 int bs__varint_get(const unsigned char *p, size_t size, size_t *pos, uint64_t *v);
+static inline size_t bs__varint_len(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) n++;
+  return n;
+}
+/* bs__varint_get with the one-byte case inline (a compact op's lengths, read per op) */
+static inline int bs__varint_take(const unsigned char *p, size_t size, size_t *pos, uint64_t *v) {
+  if (*pos < size && p[*pos] < 0x80) {
+    *v = p[(*pos)++];
+    return 1;
+  }
+  return bs__varint_get(p, size, pos, v);
+}
 /* An op value's size, and op's value written into out (bs__op_value_size bytes). The caller has
  * checked the limits (BS_MAX_OBJECT_NAME, subkey < 256). */
 static inline size_t bs__op_value_size(const bs_op *op) {
@@ -766,6 +795,22 @@ static inline size_t bs__op_value_size(const bs_op *op) {
   return op->type == BS_OP_PUT ? n + op->data.size : n;
 }
 void bs__op_value_encode(unsigned char *out, const bs_op *op);
+/* The compact encoding's (BS_CHUNK_COMPACT): its size, and op written into out. */
+static inline size_t bs__op_value_csize(const bs_op *op) {
+  size_t n = BS_OPC_MIN;
+  if (op->target_op) n += bs__varint_len(op->target_op);
+  if (bs__op_carries_row(op->type)) {
+    size_t ot = op->object_type.size, oi = op->object_id.size;
+    n += (ot < 16 && oi < 16 ? 1 : bs__varint_len(ot) + bs__varint_len(oi)) +
+         (op->subkey.size != BS_SUBKEY_SIZE) + ot + oi + op->subkey.size;
+  }
+  return op->type == BS_OP_PUT ? n + op->data.size : n;
+}
+void bs__op_value_cencode(unsigned char *out, const bs_op *op);
+/* In the encoding of chunk flags f. */
+static inline size_t bs__op_value_size_as(const bs_op *op, unsigned f) {
+  return f & BS_CHUNK_COMPACT ? bs__op_value_csize(op) : bs__op_value_size(op);
+}
 /* Decodes the op value p (size bytes) of op id into op, borrowed: op's fields point into p.
  * BS_ECORRUPT: shorter than its header and strings, or not an op type. */
 static inline int bs__op_value_decode(const unsigned char *p, size_t size, uint64_t id, bs_op *op) {
@@ -798,6 +843,89 @@ static inline int bs__op_value_decode(const unsigned char *p, size_t size, uint6
   }
   return BS_OK;
 }
+/* bs__op_value_decode of a compact op value. BS_ECORRUPT also when bytes follow a non-PUT's
+ * fields, or its head has a bit that means nothing or a target of 0: one op, one encoding. */
+static inline int bs__op_value_cdecode(const unsigned char *p, size_t size, uint64_t id,
+                                       bs_op *op) {
+  size_t pos = BS_OPC_MIN;
+  uint64_t ot, oi, sk;
+  unsigned head;
+  if (size < BS_OPC_MIN) return BS_ECORRUPT;
+  head = p[0];
+  /* the writer's common op, a PUT or REMOVE with short lengths and a bs_subkey subkey, in a few
+   * instructions: readers decode every op they hand out */
+  if ((head == (BS_OPC_SHORT | BS_OPC_SUBKEY | BS_OP_PUT) ||
+       head == (BS_OPC_SHORT | BS_OPC_SUBKEY | BS_OP_REMOVE)) &&
+      size > BS_OPC_MIN) {
+    size_t t = p[BS_OPC_MIN] >> 4, i = p[BS_OPC_MIN] & 15u, end = BS_OPC_MIN + 1 + t + i;
+    if (end + BS_SUBKEY_SIZE > size ||
+        ((head & 3u) == BS_OP_REMOVE && end + BS_SUBKEY_SIZE != size))
+      return BS_ECORRUPT;
+    op->op_id = id;
+    op->type = (bs_op_type)(head & 3u);
+    op->checksum = bs__get_u32le(p + 1);
+    op->target_op = 0;
+    op->object_type.data = p + BS_OPC_MIN + 1;
+    op->object_type.size = t;
+    op->object_id.data = p + BS_OPC_MIN + 1 + t;
+    op->object_id.size = i;
+    op->subkey.data = p + end;
+    op->subkey.size = BS_SUBKEY_SIZE;
+    op->data.data = (head & 3u) == BS_OP_PUT ? p + end + BS_SUBKEY_SIZE : NULL;
+    op->data.size = size - end - BS_SUBKEY_SIZE;
+    return BS_OK;
+  }
+  if ((head & ~(7u | BS_OPC_TARGET | BS_OPC_SUBKEY | BS_OPC_SHORT)) || (head & 7u) < BS_OP_PUT ||
+      (head & 7u) > BS_OP_CLEAR)
+    return BS_ECORRUPT;
+  op->op_id = id;
+  op->type = (bs_op_type)(head & 7u);
+  op->checksum = bs__get_u32le(p + 1);
+  op->target_op = 0;
+  if ((head & BS_OPC_TARGET) && (!bs__varint_take(p, size, &pos, &op->target_op) || !op->target_op))
+    return BS_ECORRUPT;
+  op->data.data = NULL;
+  op->data.size = 0;
+  if (!bs__op_carries_row(op->type)) {
+    op->object_type.data = op->object_id.data = op->subkey.data = NULL;
+    op->object_type.size = op->object_id.size = op->subkey.size = 0;
+    return pos == size && !(head & (BS_OPC_SUBKEY | BS_OPC_SHORT)) ? BS_OK : BS_ECORRUPT;
+  }
+  if (head & BS_OPC_SHORT) {
+    if (pos >= size) return BS_ECORRUPT;
+    ot = p[pos] >> 4;
+    oi = p[pos++] & 15u;
+  } else if (!bs__varint_take(p, size, &pos, &ot) || !bs__varint_take(p, size, &pos, &oi)) {
+    return BS_ECORRUPT;
+  }
+  if (head & BS_OPC_SUBKEY) {
+    sk = BS_SUBKEY_SIZE;
+  } else {
+    if (pos >= size) return BS_ECORRUPT;
+    sk = p[pos++];
+  }
+  if (ot > size - pos || oi > size - pos - ot || sk > size - pos - ot - oi) return BS_ECORRUPT;
+  op->object_type.data = p + pos;
+  op->object_type.size = (size_t)ot;
+  op->object_id.data = p + pos + ot;
+  op->object_id.size = (size_t)oi;
+  op->subkey.data = p + pos + ot + oi;
+  op->subkey.size = (size_t)sk;
+  pos += ot + oi + sk;
+  if (op->type == BS_OP_PUT) {
+    op->data.data = p + pos;
+    op->data.size = size - pos;
+  } else if (pos != size) {
+    return BS_ECORRUPT;
+  }
+  return BS_OK;
+}
+/* The op value in the encoding of chunk flags f. */
+static inline int bs__op_value_decode_as(const unsigned char *p, size_t size, uint64_t id,
+                                         unsigned f, bs_op *op) {
+  return f & BS_CHUNK_COMPACT ? bs__op_value_cdecode(p, size, id, op)
+                              : bs__op_value_decode(p, size, id, op);
+}
 /* Decodes chunk p (size bytes): its ops' ids, and their values' offsets in p and sizes, into
  * ids, off and len (BS_CHUNK_MAX_OPS entries each), their number into *n. BS_ECORRUPT unless p
  * is one whole chunk of 1..BS_CHUNK_MAX_OPS ops with strictly rising ids whose values are at
@@ -806,16 +934,25 @@ static inline int bs__op_value_decode(const unsigned char *p, size_t size, uint6
 int bs__chunk_decode(const unsigned char *p, size_t size, uint64_t *ids, uint32_t *off,
                      uint32_t *len, uint32_t *n);
 /* Appends an op to a chunk being built at p (p + BS_CHUNK_HDR on for its first op): its id's
- * delta to the previous op (0 for the first) and its value, op's encoding (val NULL) or vs bytes
- * copied from val; returns the bytes written (at most BS_CHUNK_ADD_MAX(vs)). */
+ * delta to the previous op (0 for the first) and its value, op's encoding in chunk flags f's
+ * (val NULL: vs is bs__op_value_size_as(op, f)) or vs bytes copied from val; returns the bytes
+ * written (at most BS_CHUNK_ADD_MAX(vs)). bs__chunk_add: the first encoding's. */
+size_t bs__chunk_add_as(unsigned char *p, uint64_t delta, const bs_op *op, const unsigned char *val,
+                        size_t vs, unsigned f);
 size_t bs__chunk_add(unsigned char *p, uint64_t delta, const bs_op *op, const unsigned char *val,
                      size_t vs);
 /* Fills the header of the chunk p (size bytes, its ops packed after the header by
- * bs__chunk_add, the first of id first) from its ops. BS_ECORRUPT when they do not decode. */
+ * bs__chunk_add_as, the first of id first, their encoding chunk flags f's) from its ops.
+ * BS_ECORRUPT when they do not decode. bs__chunk_seal: the first encoding's. */
+int bs__chunk_seal_as(unsigned char *p, size_t size, uint64_t first, unsigned f);
 int bs__chunk_seal(unsigned char *p, size_t size, uint64_t first);
+/* The bytes op value v (vs bytes, in the encoding of chunk flags f) counts for in a chunk's and
+ * a bucket state's byte count: the size of its first encoding (bs__op_value_size), whatever the
+ * one stored. 0 when its header does not fit (its strings are the op decoder's to check). */
+size_t bs__chunk_op_bytes(const unsigned char *v, size_t vs, unsigned f);
 /* Two chunks of one bucket joined into one (compaction's merge of small chunks): x (xs bytes,
- * its last op x_last) and y (ys bytes, its first op y_first above x_last, and its first delta
- * the one-byte 0 every writer writes) become out (bs__chunk_join_size bytes): their packed ops
+ * its last op x_last) and y (ys bytes, its first op y_first above x_last, its first delta the
+ * one-byte 0 every writer writes, its ops of x's encoding) become out (bs__chunk_join_size bytes): their packed ops
  * as they are, y's first delta recomputed, the header from theirs. */
 size_t bs__chunk_join_size(size_t xs, uint64_t x_last, size_t ys, uint64_t y_first);
 void bs__chunk_join(unsigned char *out, const unsigned char *x, size_t xs, uint64_t x_last,

@@ -842,3 +842,9 @@ int bs__lmdb_wcp_custom_decode(const MDB_val *v, uint64_t *value, int64_t *reque
       v->mv_size == 16 ? (int64_t)bs__get_u64le((const unsigned char *)v->mv_data + 8) : -1;
   return v->mv_size == 16 && *requested_at < 0 ? BS_ECORRUPT : BS_OK; /* only 8 bytes mean none */
 }
+
+int bs__lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
+  if (key->mv_size != BS_OP_KEY_SIZE) return BS_ECORRUPT;
+  return bs__op_value_decode(val->mv_data, val->mv_size,
+                             bs__get_u64be((const unsigned char *)key->mv_data + 8), op);
+}

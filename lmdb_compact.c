@@ -438,9 +438,9 @@ typedef struct ocur {
   uint64_t bucket;
 } ocur;
 
-/* The op the ops layer handed out (its stored size beside it). */
+/* The op the ops layer handed out (its size in the bucket state's measure beside it). */
 static int ocur_got(ocur *o, int rc, uint64_t *size) {
-  *size = o->c->oc.size;
+  *size = rc == BS_OK ? bs__lmdb_opc_bytes(&o->c->oc) : 0;
   return rc;
 }
 

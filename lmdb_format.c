@@ -152,9 +152,28 @@ static int ops_to5(migration *m, MDB_txn *txn, MDB_val *key, int *done, bs_error
 }
 static const fmt_step step_ops_to5 = {NULL, "ops", NULL, ops_to5};
 
+/* Format 6: the chunks' op values in the compact encoding (opchunk.c), each chunk's ops recoded
+ * and regrouped as the writer fills chunks, in key order; a batch ends between chunks. The
+ * format-5 chunks above the step record's key are read as they are, the recoded ones below it
+ * are flagged in their header (BS_CHUNK_COMPACT). */
+static int ops_to6(migration *m, MDB_txn *txn, MDB_val *key, int *done, bs_error *err) {
+  unsigned char *kb = grow_buf(m, BS_OP_KEY_SIZE);
+  int rc;
+  if (!kb) return BS_ENOMEM;
+  if (key->mv_size && key->mv_size != BS_OP_KEY_SIZE) return BS_ECORRUPT;
+  if (key->mv_size) memmove(kb, key->mv_data, BS_OP_KEY_SIZE);
+  rc = bs__lmdb_ops_recode(
+      m->db, txn, kb, key->mv_size != 0, seam.records ? seam.records : LM_MIGRATE_RECORDS,
+      seam.bytes ? seam.bytes : LM_MIGRATE_BYTES, seam.record, &m->records, done, err);
+  key->mv_data = kb;
+  key->mv_size = BS_OP_KEY_SIZE;
+  return rc;
+}
+static const fmt_step step_ops_to6 = {NULL, "ops", NULL, ops_to6};
+
 /* steps[N]: from format N to N + 1 (format 1 is the first). */
-static const fmt_step *const steps[BS_FORMAT_VERSION] = {NULL, &step_source_to2, &step_source_to3,
-                                                         &step_stamp4, &step_ops_to5};
+static const fmt_step *const steps[BS_FORMAT_VERSION] = {
+    NULL, &step_source_to2, &step_source_to3, &step_stamp4, &step_ops_to5, &step_ops_to6};
 
 /* The file's format (*version) and whether a step record says a migration is under way (*from,
  * *key: the last key converted, borrowed from txn, mv_size 0 before the first). */

@@ -113,12 +113,10 @@ static inline void bs__lmdb_op_key(unsigned char k[BS_OP_KEY_SIZE], uint64_t buc
 static inline size_t bs__lmdb_op_size(const bs_op *op) {
   return bs__op_value_size(op);
 }
-/* Decodes an op value (borrowed: op's fields point into val) with op_id from the key. */
-static inline int bs__lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op) {
-  if (key->mv_size != BS_OP_KEY_SIZE) return BS_ECORRUPT;
-  return bs__op_value_decode(val->mv_data, val->mv_size,
-                             bs__get_u64be((const unsigned char *)key->mv_data + 8), op);
-}
+/* Decodes a format-4 op record, format 5's op value (borrowed: op's fields point into val) with
+ * op_id from the key. Not inline: the library reads ops from chunks (lmdb_ops.c), the tests
+ * still read single op values with it, and an amalgamation must not carry an unused inline. */
+int bs__lmdb_op_decode(const MDB_val *key, const MDB_val *val, bs_op *op);
 
 /* buckets key: u32be stream | bucket name (1..BS_MAX_BUCKET_NAME bytes); value: u64 bucket id. */
 #define BS_BUCKET_KEY_MAX (4u + BS_MAX_BUCKET_NAME)
@@ -627,7 +625,6 @@ typedef struct bs__lmdb_opc { /* a cursor on one bucket's ops at a time, in a tr
   MDB_cursor *cur;
   const bs_allocator *a;
   uint64_t bucket; /* the bucket of the last seek */
-  uint64_t size;   /* the stored bytes of the op last handed out */
   /* the chunk under the cursor, decoded (n 0: none; its value vsize bytes); i the op last handed
    * out. Compaction's changes go into a copy of the chunk (dirty: val is wbuf; dead[k]: op k
    * deleted), written once when the cursor leaves the chunk (bs__lmdb_opc_flush) */
@@ -653,6 +650,14 @@ int bs__lmdb_opc_seek_le(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *o
 int bs__lmdb_opc_get(bs__lmdb_opc *c, uint64_t bucket, uint64_t id, bs_op *op, int *found,
                      bs_error *err);
 int bs__lmdb_opc_next(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
+/* The bytes of the op last handed out in the bucket state's measure (format 5's size, whatever
+ * the encoding stored): compaction's deltas. Computed here, not per op handed out, which readers
+ * would pay for nothing. */
+static inline uint64_t bs__lmdb_opc_bytes(const bs__lmdb_opc *c) {
+  /* 0 when no op was handed out (a seek that failed or found none: its caller ignores it) */
+  if (c->i >= c->n) return 0;
+  return bs__chunk_op_bytes(c->val + c->off[c->i], c->len[c->i], bs__chunk_flags(c->val));
+}
 int bs__lmdb_opc_prev(bs__lmdb_opc *c, bs_op *op, int *found, bs_error *err);
 /* Compaction's changes at the current op: delete it (then next gives the op after it, prev the
  * op before it), or rewrite it as bare (a MOVE or CLEAR of the current op's id). They change the
@@ -694,6 +699,9 @@ typedef struct bs__lmdb_opw {
   size_t cap, size;
   uint32_t n;
   uint64_t first_id, last_id;
+  /* the encoding of the chunk being built (chunk flags: BS_CHUNK_COMPACT or 0), and of the next
+   * one started */
+  unsigned f, f_new;
 } bs__lmdb_opw;
 int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_error *err);
 int bs__lmdb_opw_put(bs__lmdb_opw *w, uint64_t bucket, const bs_op *(*next)(void *it), void *it,
@@ -708,6 +716,12 @@ void bs__lmdb_opw_close(bs__lmdb_opw *w);
 int bs__lmdb_ops_rechunk(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[BS_OP_KEY_SIZE],
                          int has_key, size_t max_records, size_t max_bytes,
                          void (*record)(uint64_t n), uint64_t *records, int *done, bs_error *err);
+/* The migration from format 5, alike: the format-5 chunks after key are recoded into chunks of
+ * format 6's compact op values, regrouped as the writer would fill them (bounds count input
+ * chunks). BS_ECORRUPT (err untouched) for a record that is no format-5 chunk. */
+int bs__lmdb_ops_recode(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[BS_OP_KEY_SIZE],
+                        int has_key, size_t max_records, size_t max_bytes,
+                        void (*record)(uint64_t n), uint64_t *records, int *done, bs_error *err);
 
 /* lmdb_read.c: vtable slots for reads (set into the vtable in lmdb.c) */
 int bs__lmdb_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,

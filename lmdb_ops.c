@@ -2,14 +2,17 @@
  * lmdb_ops.c: the op records, the one file that knows how a bucket's ops lie in the `ops`
  * sub-database. The writer appends a flush's ops through a bs__lmdb_opw; readers, verify, stat,
  * defragmentation and compaction walk and change a bucket's ops through a bs__lmdb_opc; the
- * migration from format 4 regroups the ops it wrote one a record (bs__lmdb_ops_rechunk).
+ * migration from format 4 regroups the ops it wrote one a record (bs__lmdb_ops_rechunk), and the
+ * one from format 5 recodes the chunks (bs__lmdb_ops_recode).
  *
  * Format 5: a record is a chunk, a strictly ordered run of one bucket's ops, keyed u64be bucket
  * id | u64be the run's last op id (docs/format.md 4.3). Its value is an op chunk, encoded and
  * checked by opchunk.c (internal.h "Op chunks"): u32 n ops, u32 the wrapping sum of their
- * checksums, u64 the first op id, u32 the ops' bytes (the sum of their op values' sizes, the
- * bucket state's measure), u8 flags (1: one of them is a CLEAR), then per op varint(op id - the
- * previous op's id; 0 for the first) | varint(value size) | op value (the format-4 op value). A
+ * checksums, u64 the first op id, u32 the ops' bytes (the sum of their op values' sizes in the
+ * format-4 encoding, the bucket state's measure), u8 flags (1: one of them is a CLEAR; 2: its op
+ * values are compact, format 6), then per op varint(op id - the previous op's id; 0 for the
+ * first) | varint(value size) | op value (the format-4 op value, or format 6's compact one: the
+ * writer writes those, and a chunk's ops are all of one encoding). A
  * flush appends a bucket's new ops to its last chunk while
  * that stays within CHUNK_CAP bytes, and starts new chunks past it; so a commit of 10,000 rows into
  * 100 buckets writes about 100 records, not 10,000 (bench/README.md "Layout prototypes").
@@ -48,12 +51,10 @@ static int chunk_decode(bs__lmdb_opc *c, const MDB_val *k, const MDB_val *v) {
   return BS_OK;
 }
 
-/* Op i of the chunk under c, decoded in place. */
+/* Op i of the chunk under c, decoded in place, in the chunk's encoding. */
 static int chunk_op(const bs__lmdb_opc *c, uint32_t i, bs_op *op) {
-  unsigned char kb[BS_OP_KEY_SIZE];
-  MDB_val k = {sizeof kb, kb}, v = {c->len[i], (void *)(c->val + c->off[i])};
-  bs__lmdb_op_key(kb, c->bucket, c->ids[i]);
-  return bs__lmdb_op_decode(&k, &v, op);
+  return bs__op_value_decode_as(c->val + c->off[i], c->len[i], c->ids[i], bs__chunk_flags(c->val),
+                                op);
 }
 
 static unsigned char *grow(const bs_allocator *a, unsigned char **buf, size_t *cap, size_t n) {
@@ -86,7 +87,6 @@ static int opr_give(bs__lmdb_opc *c, uint32_t i, bs_op *op, int *found, bs_error
   if (chunk_op(c, i, op))
     return bs__fail(err, BS_ECORRUPT, "bucket id %" PRIu64 ": op %" PRIu64 " does not decode",
                     c->bucket, c->ids[i]);
-  c->size = c->len[i];
   *found = 1;
   return BS_OK;
 }
@@ -236,14 +236,27 @@ int bs__lmdb_opc_del(bs__lmdb_opc *c, bs_error *err) {
 
 int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err) {
   uint32_t i = c->i;
-  size_t size = bs__lmdb_op_size(bare);
+  unsigned f = bs__chunk_flags(c->val);
+  size_t size = bs__op_value_size_as(bare, f);
   int rc;
   BS_ASSERT(c->n && !c->dead[i] && c->ids[i] == bare->op_id);
   BS_ASSERT(bare->type == BS_OP_MOVE || bare->type == BS_OP_CLEAR);
-  /* a MOVE or CLEAR is an op header alone, which every op value holds: written in place */
-  if (size > c->len[i]) return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad op");
   if ((rc = chunk_own(c, err))) return rc;
-  bs__op_value_encode(c->wbuf + c->off[i], bare);
+  /* a MOVE or CLEAR is written over the op: in the first encoding an op header alone, which
+   * every op value holds; a compact one's target (a varint) can outgrow a small op, and then
+   * goes after the copy's end (the flush packs the ops again; no op handed out from the chunk
+   * is kept past this call, compaction copies what it keeps) */
+  if (size > c->len[i]) {
+    if (!grow(c->a, &c->wbuf, &c->wcap, c->vsize + size))
+      return bs__fail(err, BS_ENOMEM, "rewriting ops: out of memory");
+    c->val = c->wbuf;
+    c->off[i] = (uint32_t)c->vsize;
+    c->vsize += size;
+  }
+  if (f & BS_CHUNK_COMPACT)
+    bs__op_value_cencode(c->wbuf + c->off[i], bare);
+  else
+    bs__op_value_encode(c->wbuf + c->off[i], bare);
   c->len[i] = (uint32_t)size;
   return BS_OK;
 }
@@ -252,8 +265,8 @@ int bs__lmdb_opc_bare(bs__lmdb_opc *c, const bs_op *bare, bs_error *err) {
  * size bytes, n ops (first..last) that it precedes (before) or follows fits the writer's bounds;
  * its key and value in k, v. */
 static int neighbour_fits(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_val *v, int before,
-                          size_t size, uint32_t n, uint64_t first, uint64_t last, int *fits,
-                          bs_error *err) {
+                          size_t size, uint32_t n, uint64_t first, uint64_t last, unsigned f,
+                          int *fits, bs_error *err) {
   uint64_t nb_first, nb_last;
   uint32_t nb_n;
   *fits = 0;
@@ -268,7 +281,9 @@ static int neighbour_fits(bs__lmdb_opc *c, int mrc, const MDB_val *k, const MDB_
   nb_first = c->ids[0];
   nb_last = c->ids[nb_n - 1];
   c->n = 0; /* decoded to check it only: the cursor stands on no chunk of its own */
-  if (nb_n + n > BS_CHUNK_MAX_OPS) return BS_OK;
+  /* a chunk's ops are of one encoding: a format-5 chunk joins only another */
+  if (nb_n + n > BS_CHUNK_MAX_OPS || ((bs__chunk_flags(v->mv_data) ^ f) & BS_CHUNK_COMPACT))
+    return BS_OK;
   *fits = (before ? bs__chunk_join_size(v->mv_size, nb_last, size, first)
                   : bs__chunk_join_size(size, last, v->mv_size, nb_first)) <= CHUNK_CAP;
   return BS_OK;
@@ -295,9 +310,11 @@ int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
   size_t size = BS_CHUNK_HDR, room;
   uint64_t prev = 0, first = 0, last = 0, old_last;
   uint32_t n = 0;
+  unsigned f;
   int mrc, rc, fits;
   if (!c->dirty) return BS_OK;
   c->dirty = 0;
+  f = bs__chunk_flags(c->val) & BS_CHUNK_COMPACT;
   old_last = c->ids[c->n - 1];
   /* the buffer holds this chunk joined with a neighbour on either side, and a key at its end */
   room = 3 * (size_t)CHUNK_CAP + c->vsize + BS_OP_KEY_SIZE;
@@ -317,12 +334,12 @@ int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
     mrc = mdb_cursor_del(c->cur, 0);
     return mrc ? bs__lmdb_fail(err, mrc, "deleting ops") : BS_OK;
   }
-  if (bs__chunk_seal(p, size, first))
+  if (bs__chunk_seal_as(p, size, first, f))
     return bs__fail(err, BS_ECORRUPT, "rewriting ops: a bad chunk");
   /* compaction shrinks chunks: one that fits with the bucket's chunk before it becomes one with
    * it, so that a bucket's chunks stay about as few as the writer's (docs/format.md 4.3) */
   mrc = mdb_cursor_get(c->cur, &k, &v, MDB_PREV);
-  if ((rc = neighbour_fits(c, mrc, &k, &v, 1, size, n, first, last, &fits, err))) return rc;
+  if ((rc = neighbour_fits(c, mrc, &k, &v, 1, size, n, first, last, f, &fits, err))) return rc;
   if (fits) {
     uint64_t pl = bs__get_u64be((const unsigned char *)k.mv_data + 8);
     size_t js = bs__chunk_join_size(v.mv_size, pl, size, first);
@@ -336,7 +353,7 @@ int bs__lmdb_opc_flush(bs__lmdb_opc *c, bs_error *err) {
   if ((rc = chunk_find(c, old_last, &k, &v, err))) return rc;
   /* and one that fits with the chunk after it */
   mrc = mdb_cursor_get(c->cur, &k, &v, MDB_NEXT);
-  if ((rc = neighbour_fits(c, mrc, &k, &v, 0, size, n, first, last, &fits, err))) return rc;
+  if ((rc = neighbour_fits(c, mrc, &k, &v, 0, size, n, first, last, f, &fits, err))) return rc;
   if (fits) { /* written over the next chunk (its key stays), this one's record goes */
     size_t js = bs__chunk_join_size(size, last, v.mv_size, bs__chunk_first(v.mv_data));
     bs__chunk_join(q, p, size, last, v.mv_data, v.mv_size);
@@ -406,9 +423,11 @@ int bs__lmdb_ops_stat(const bs__lmdb_db *db, MDB_txn *txn, const uint64_t *bucke
     const unsigned char *p = v.mv_data;
     size_t pos = BS_CHUNK_HDR;
     uint64_t delta, size;
+    /* a compact op's type is its head's bits 0-2 */
+    unsigned mask = v.mv_size > 20 && (p[20] & BS_CHUNK_COMPACT) ? 7u : 0xffu;
     while (pos < v.mv_size && bs__varint_get(p, v.mv_size, &pos, &delta) &&
            bs__varint_get(p, v.mv_size, &pos, &size) && size && size <= v.mv_size - pos) {
-      bs__stat_op(out, p[pos]);
+      bs__stat_op(out, (int)(p[pos] & mask));
       pos += size;
     }
   }
@@ -446,7 +465,9 @@ int bs__lmdb_ops_verify(bs__lmdb_opc *c, uint64_t bucket, const bs__lmdb_ops_che
     for (uint32_t i = 0; i < c->n; i++) {
       bs_op op;
       if (chunk_op(c, i, &op) == BS_OK) {
-        chk->op(chk->payload, &op, c->len[i] - BS_OP_HEADER_SIZE);
+        /* the bytes past the op header of the first encoding: the bucket state's measure */
+        size_t b = bs__chunk_op_bytes(c->val + c->off[i], c->len[i], bs__chunk_flags(c->val));
+        chk->op(chk->payload, &op, b - BS_OP_HEADER_SIZE);
         continue;
       }
       snprintf(what, sizeof what, "op %" PRIu64 " does not decode (%" PRIu32 " bytes)", c->ids[i],
@@ -495,15 +516,18 @@ static int build_add(bs__lmdb_opw *w, uint64_t id, const unsigned char *val, siz
   unsigned char *p = grow(w->a, &w->buf, &w->cap, need);
   if (!p) return bs__fail(err, BS_ENOMEM, "writing ops: out of memory");
   if (!w->n) w->first_id = id;
-  w->size += bs__chunk_add(p + w->size, w->n ? id - w->last_id : 0, op, val, vs);
+  w->size += bs__chunk_add_as(p + w->size, w->n ? id - w->last_id : 0, op, val, vs, w->f);
   w->last_id = id;
   w->n++;
   return BS_OK;
 }
 
-/* Whether an op of vs bytes would take the chunk being built past its bounds. */
-static int build_full(const bs__lmdb_opw *w, size_t vs) {
-  return w->n && (w->n >= BS_CHUNK_MAX_OPS || w->size + BS_CHUNK_ADD_MAX(vs) > CHUNK_CAP);
+/* Whether op id of vs bytes would take the chunk being built past its bounds: the bytes it
+ * packs into, exactly (format 6's benchmark ops fit 22 to a chunk where the bound
+ * BS_CHUNK_ADD_MAX would let 21). */
+static int build_full(const bs__lmdb_opw *w, uint64_t id, size_t vs) {
+  return w->n && (w->n >= BS_CHUNK_MAX_OPS ||
+                  w->size + bs__varint_len(id - w->last_id) + bs__varint_len(vs) + vs > CHUNK_CAP);
 }
 
 /* Puts the chunk being built (none: nothing) under key bucket | its last op id. */
@@ -512,7 +536,7 @@ static int build_put(bs__lmdb_opw *w, uint64_t bucket, bs_error *err) {
   MDB_val k = {sizeof kb, kb}, v = {w->size, w->buf};
   int mrc;
   if (!w->n) return BS_OK;
-  if (bs__chunk_seal(w->buf, w->size, w->first_id))
+  if (bs__chunk_seal_as(w->buf, w->size, w->first_id, w->f))
     return bs__fail(err, BS_ECORRUPT, "writing ops: a bad chunk");
   bs__lmdb_op_key(kb, bucket, w->last_id);
   /* past the file's last key (at the open) every later key is too: MDB_APPEND skips the search
@@ -521,6 +545,7 @@ static int build_put(bs__lmdb_opw *w, uint64_t bucket, bs_error *err) {
   mrc = mdb_cursor_put(w->cur, &k, &v, w->app);
   w->n = 0;
   w->size = BS_CHUNK_HDR;
+  w->f = w->f_new;
   return mrc ? bs__lmdb_fail(err, mrc, "writing ops") : BS_OK;
 }
 
@@ -530,6 +555,7 @@ int bs__lmdb_opw_open(bs__lmdb_opw *w, const bs__lmdb_db *db, MDB_txn *txn, bs_e
   memset(w, 0, sizeof *w);
   w->a = &db->base.alloc;
   w->size = BS_CHUNK_HDR;
+  w->f = w->f_new = BS_CHUNK_COMPACT; /* format 6's chunks */
   if ((mrc = mdb_cursor_open(txn, db->ops, &w->cur)) != 0)
     return bs__lmdb_fail(err, mrc, "opening a cursor on ops");
   if ((mrc = mdb_cursor_get(w->cur, &k, &v, MDB_LAST)) == 0) {
@@ -568,6 +594,9 @@ static int tail_load(bs__lmdb_opw *w, const MDB_val *k, const MDB_val *v, int *t
   w->n = (uint32_t)n;
   w->first_id = bs__chunk_first(v->mv_data);
   w->last_id = bs__get_u64be((const unsigned char *)k->mv_data + 8);
+  /* its ops stay in their encoding, and the new ones join them in it (a file migrated from
+   * format 5 appends to its format-5 tail chunks until they are full) */
+  w->f = bs__chunk_flags(v->mv_data) & BS_CHUNK_COMPACT;
   *took = 1;
   return BS_OK;
 }
@@ -597,8 +626,11 @@ int bs__lmdb_opw_put(bs__lmdb_opw *w, uint64_t bucket, const bs_op *(*next)(void
   if (!op) return BS_OK;
   if ((rc = tail_take(w, bucket, err))) return rc;
   for (; op; op = next(it)) {
-    size_t vs = bs__lmdb_op_size(op);
-    if (build_full(w, vs) && (rc = build_put(w, bucket, err))) return rc;
+    size_t vs = bs__op_value_size_as(op, w->f);
+    if (build_full(w, op->op_id, vs)) {
+      if ((rc = build_put(w, bucket, err))) return rc;
+      vs = bs__op_value_size_as(op, w->f); /* the new chunk's encoding */
+    }
     if ((rc = build_add(w, op->op_id, NULL, vs, op, err))) return rc;
   }
   return build_put(w, bucket, err);
@@ -637,7 +669,8 @@ static int rechunk_one(bs__lmdb_opw *w, unsigned char key[BS_OP_KEY_SIZE], int h
     uint64_t b;
     if (k.mv_size != BS_OP_KEY_SIZE || v.mv_size < BS_OP_HEADER_SIZE) return BS_ECORRUPT;
     b = bs__get_u64be(k.mv_data);
-    if (w->n && (b != bucket || build_full(w, v.mv_size))) {
+    if (w->n && (b != bucket ||
+                 build_full(w, bs__get_u64be((const unsigned char *)k.mv_data + 8), v.mv_size))) {
       if (took) break;
       /* the chunk at key alone so far: it goes back, and the run starts at this record, which
        * the next step (from the chunk put) meets again */
@@ -670,7 +703,8 @@ int bs__lmdb_ops_rechunk(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[
   rechunk r = {record, records, max_records, max_bytes};
   int got = 1, rc = bs__lmdb_opw_open(&w, db, txn, err);
   if (rc) return rc;
-  w.has_last = 1; /* never MDB_APPEND: format-4 records may lie after a chunk */
+  w.has_last = 1;    /* never MDB_APPEND: format-4 records may lie after a chunk */
+  w.f = w.f_new = 0; /* format 5's chunks, which the step to format 6 then recodes */
   memset(w.last, 0xff, sizeof w.last);
   /* the step record's key (the last chunk's) divides chunks below it from format-4 records
    * above; a chunk the bounds cut is taken up again by the next batch */
@@ -679,6 +713,101 @@ int bs__lmdb_ops_rechunk(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[
     has_key = has_key || got;
   }
   *done = rc == BS_OK && !got;
+  bs__lmdb_opw_close(&w);
+  return rc;
+}
+
+/* ---- The migration from format 5: chunks recoded in format 6's op encoding ------------------ */
+
+/* Like rechunk_one, over format-5 chunks: each chunk after key (the chunk at key, this step's
+ * last, taken up again when it has room) is deleted and its ops appended, recoded, to chunks of
+ * the compact encoding, put as they fill; a batch ends between two input chunks, after the
+ * bucket's ops so far are put. So the chunks are those the writer would have built from the
+ * same ops, whatever the bounds. */
+static int recode_one(bs__lmdb_opw *w, unsigned char key[BS_OP_KEY_SIZE], int has_key, rechunk *r,
+                      unsigned char **in, size_t *in_cap, int *got, bs_error *err) {
+  MDB_val k = {BS_OP_KEY_SIZE, key}, v;
+  uint64_t bucket = 0, took = 0, ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS];
+  int mrc, rc = BS_OK, tail;
+  *got = 0;
+  if (!has_key) {
+    mrc = mdb_cursor_get(w->cur, &k, &v, MDB_FIRST);
+  } else if ((mrc = mdb_cursor_get(w->cur, &k, &v, MDB_SET_KEY)) == 0) {
+    if (!(bs__chunk_flags(v.mv_data) & BS_CHUNK_COMPACT)) return BS_ECORRUPT; /* not this step's */
+    if ((rc = tail_load(w, &k, &v, &tail, err))) return rc;
+    bucket = bs__get_u64be(key);
+    mrc = tail ? mdb_cursor_del(w->cur, 0) : 0;
+    if (mrc == 0) mrc = mdb_cursor_get(w->cur, &k, &v, MDB_NEXT);
+  } else if (mrc == MDB_NOTFOUND) {
+    return BS_ECORRUPT; /* the step record names a chunk the file does not hold */
+  }
+  for (; mrc == 0 && r->left && r->bytes_left; mrc = mdb_cursor_get(w->cur, &k, &v, MDB_NEXT)) {
+    uint32_t n;
+    uint64_t b;
+    if (k.mv_size != BS_OP_KEY_SIZE || v.mv_size < BS_CHUNK_HDR ||
+        (bs__chunk_flags(v.mv_data) & BS_CHUNK_COMPACT))
+      return BS_ECORRUPT;
+    b = bs__get_u64be(k.mv_data);
+    if (w->n && b != bucket) {
+      if (took) break;
+      /* the chunk at key alone so far: it goes back, and the cursor, on it, meets this record
+       * again next */
+      if ((rc = build_put(w, bucket, err))) return rc;
+      continue;
+    }
+    /* out of the map: the puts below move pages */
+    if (!grow(w->a, in, in_cap, v.mv_size))
+      return bs__fail(err, BS_ENOMEM, "migrating ops: out of memory");
+    memcpy(*in, v.mv_data, v.mv_size);
+    if (bs__chunk_decode(*in, v.mv_size, ids, off, len, &n) ||
+        ids[n - 1] != bs__get_u64be((const unsigned char *)k.mv_data + 8))
+      return BS_ECORRUPT;
+    if (r->record) r->record(*r->records);
+    ++*r->records;
+    took++;
+    r->left--;
+    r->bytes_left -=
+        BS_OP_KEY_SIZE + v.mv_size < r->bytes_left ? BS_OP_KEY_SIZE + v.mv_size : r->bytes_left;
+    if ((mrc = mdb_cursor_del(w->cur, 0)) != 0) break;
+    bucket = b;
+    for (uint32_t i = 0; i < n; i++) {
+      bs_op op;
+      size_t vs;
+      if (bs__op_value_decode(*in + off[i], len[i], ids[i], &op)) return BS_ECORRUPT;
+      bs__op_fields(&op);
+      vs = bs__op_value_size_as(&op, w->f);
+      if (build_full(w, ids[i], vs)) {
+        if ((rc = build_put(w, bucket, err))) return rc;
+        vs = bs__op_value_size_as(&op, w->f);
+      }
+      if ((rc = build_add(w, ids[i], NULL, vs, &op, err))) return rc;
+    }
+  }
+  if (mrc && mrc != MDB_NOTFOUND) return bs__lmdb_fail(err, mrc, "migrating ops");
+  if (!w->n) return BS_OK;
+  bs__lmdb_op_key(key, bucket, w->last_id);
+  *got = took > 0;
+  return build_put(w, bucket, err);
+}
+
+int bs__lmdb_ops_recode(const bs__lmdb_db *db, MDB_txn *txn, unsigned char key[BS_OP_KEY_SIZE],
+                        int has_key, size_t max_records, size_t max_bytes,
+                        void (*record)(uint64_t n), uint64_t *records, int *done, bs_error *err) {
+  bs__lmdb_opw w;
+  rechunk r = {record, records, max_records, max_bytes};
+  unsigned char *in = NULL;
+  size_t in_cap = 0;
+  int got = 1, rc = bs__lmdb_opw_open(&w, db, txn, err);
+  if (rc) return rc;
+  w.has_last = 1; /* never MDB_APPEND: format-5 chunks lie after the ones recoded */
+  memset(w.last, 0xff, sizeof w.last);
+  while (rc == BS_OK && got && r.left && r.bytes_left) {
+    rc = recode_one(&w, key, has_key, &r, &in, &in_cap, &got, err);
+    has_key = has_key || got;
+  }
+  *done = rc == BS_OK && !got;
+  if (in) bs__free(w.a, in);
   bs__lmdb_opw_close(&w);
   return rc;
 }

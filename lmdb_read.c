@@ -151,9 +151,10 @@ static int read_bucket_cols(bs__chunker *r, bs__lmdb_opc *oc, uint64_t checkpoin
   bs__chunker_bucket(r, name, after);
   for (rc = bs__lmdb_opc_seek_ge(oc, id, after + 1, &op, &found, err); rc == BS_OK && found;
        rc = bs__lmdb_opc_next(oc, &op, &found, err)) {
+    unsigned flags = bs__chunk_flags(oc->val);
     for (uint32_t i = oc->i; i < oc->n; i++) {
       if (r->stopped || oc->ids[i] > checkpoint) return bs__chunker_end(r);
-      if ((rc = bs__chunker_add_value(r, oc->ids[i], oc->val + oc->off[i], oc->len[i], err)))
+      if ((rc = bs__chunker_add_value(r, oc->ids[i], oc->val + oc->off[i], oc->len[i], flags, err)))
         return rc;
     }
     oc->i = oc->n - 1; /* next: the next chunk's first op */

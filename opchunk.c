@@ -1,6 +1,7 @@
 /*
  * opchunk.c: the op chunk, a strictly ordered run of one bucket's ops in one value (internal.h
- * "Op chunks" has the layout). Backend-neutral, so that every backend storing ops in runs writes
+ * "Op chunks" has the layout, in either op encoding: format 5's, or format 6's compact one, which
+ * a chunk's header flag names). Backend-neutral, so that every backend storing ops in runs writes
  * the same bytes and checks them alike: LMDB's op records (lmdb_ops.c) are these chunks, and
  * where a backend keeps them (key, size bounds, the tail it extends) stays the backend's.
  */
@@ -58,20 +59,75 @@ void bs__op_value_encode(unsigned char *p, const bs_op *op) {
   if (op->type == BS_OP_PUT) put_bytes(p, op->data);
 }
 
+/* Format 6's op value: only the fields its type carries, lengths as varints, the target op only
+ * when it is not 0 (internal.h "Op chunks"; docs/format.md 4.3 says what it saves). */
+void bs__op_value_cencode(unsigned char *p, const bs_op *op) {
+  unsigned head = (unsigned)op->type | (op->target_op ? BS_OPC_TARGET : 0u);
+  size_t ot = op->object_type.size, oi = op->object_id.size;
+  int row = bs__op_carries_row(op->type);
+  if (row && ot < 16 && oi < 16) head |= BS_OPC_SHORT;
+  if (row && op->subkey.size == BS_SUBKEY_SIZE) head |= BS_OPC_SUBKEY;
+  p[0] = (unsigned char)head;
+  bs__put_u32le(p + 1, op->checksum);
+  p += BS_OPC_MIN;
+  if (op->target_op) p += bs__varint_put(p, op->target_op);
+  if (!row) return;
+  if (head & BS_OPC_SHORT) {
+    *p++ = (unsigned char)(ot << 4 | oi);
+  } else {
+    p += bs__varint_put(p, ot);
+    p += bs__varint_put(p, oi);
+  }
+  if (!(head & BS_OPC_SUBKEY)) *p++ = (unsigned char)op->subkey.size;
+  p = put_bytes(put_bytes(put_bytes(p, op->object_type), op->object_id), op->subkey);
+  if (op->type == BS_OP_PUT) put_bytes(p, op->data);
+}
+
+/* A compact op value's header: the bytes before its strings (and so its size in format 5's
+ * measure, less BS_OP_HEADER_SIZE, is vs less these); 0 when the header does not fit in vs. Read
+ * without decoding the op: the seal runs it on every op of every chunk written. */
+static size_t cheader(const unsigned char *v, size_t vs) {
+  size_t pos = BS_OPC_MIN;
+  unsigned head;
+  if (vs < BS_OPC_MIN) return 0;
+  head = v[0];
+  if (head & BS_OPC_TARGET)
+    while (pos < vs && v[pos++] & 0x80) continue;
+  if (bs__op_carries_row((bs_op_type)(head & 7u))) {
+    if (head & BS_OPC_SHORT) {
+      pos++;
+    } else {
+      while (pos < vs && v[pos++] & 0x80) continue; /* the object_type length */
+      while (pos < vs && v[pos++] & 0x80) continue; /* the object_id length */
+    }
+    pos += !(head & BS_OPC_SUBKEY);
+  }
+  return pos <= vs ? pos : 0;
+}
+
+size_t bs__chunk_op_bytes(const unsigned char *v, size_t vs, unsigned f) {
+  size_t h;
+  if (!(f & BS_CHUNK_COMPACT)) return vs >= BS_OP_HEADER_SIZE ? vs : 0;
+  return (h = cheader(v, vs)) ? vs - h + BS_OP_HEADER_SIZE : 0;
+}
+
 int bs__chunk_decode(const unsigned char *p, size_t size, uint64_t *ids, uint32_t *off,
                      uint32_t *len, uint32_t *n_out) {
-  size_t pos = BS_CHUNK_HDR;
+  size_t pos = BS_CHUNK_HDR, least;
   uint64_t id, n;
   if (size < BS_CHUNK_HDR || size > UINT32_MAX) return BS_ECORRUPT;
   n = bs__chunk_n(p);
   if (n == 0 || n > BS_CHUNK_MAX_OPS) return BS_ECORRUPT;
+  /* a flag this build does not know: the chunk is not one it can read */
+  if (bs__chunk_flags(p) & ~(BS_CHUNK_CLEAR | BS_CHUNK_COMPACT)) return BS_ECORRUPT;
+  least = BS_OP_MIN_SIZE(bs__chunk_flags(p));
   id = bs__chunk_first(p);
   for (uint32_t i = 0; i < n; i++) {
     uint64_t delta, vs;
     if (!bs__varint_get(p, size, &pos, &delta) || !bs__varint_get(p, size, &pos, &vs))
       return BS_ECORRUPT;
     if ((i && delta == 0) || (i == 0 && delta) || id + delta < id) return BS_ECORRUPT;
-    if (vs < BS_OP_HEADER_SIZE || vs > size - pos) return BS_ECORRUPT;
+    if (vs < least || vs > size - pos) return BS_ECORRUPT;
     id += delta;
     ids[i] = id;
     off[i] = (uint32_t)pos;
@@ -83,29 +139,46 @@ int bs__chunk_decode(const unsigned char *p, size_t size, uint64_t *ids, uint32_
   return BS_OK;
 }
 
-size_t bs__chunk_add(unsigned char *p, uint64_t delta, const bs_op *op, const unsigned char *val,
-                     size_t vs) {
+size_t bs__chunk_add_as(unsigned char *p, uint64_t delta, const bs_op *op, const unsigned char *val,
+                        size_t vs, unsigned f) {
   size_t n = bs__varint_put(p, delta);
   n += bs__varint_put(p + n, vs);
-  if (op)
-    bs__op_value_encode(p + n, op);
-  else
+  if (!op)
     memcpy(p + n, val, vs);
+  else if (f & BS_CHUNK_COMPACT)
+    bs__op_value_cencode(p + n, op);
+  else
+    bs__op_value_encode(p + n, op);
   return n + vs;
 }
 
+size_t bs__chunk_add(unsigned char *p, uint64_t delta, const bs_op *op, const unsigned char *val,
+                     size_t vs) {
+  return bs__chunk_add_as(p, delta, op, val, vs, 0);
+}
+
 int bs__chunk_seal(unsigned char *p, size_t size, uint64_t first) {
+  return bs__chunk_seal_as(p, size, first, 0);
+}
+
+/* An op value's type: its first byte, of which a compact one's head keeps bits 0-2. */
+static unsigned op_type(const unsigned char *v, unsigned f) {
+  return f & BS_CHUNK_COMPACT ? v[0] & 7u : v[0];
+}
+
+int bs__chunk_seal_as(unsigned char *p, size_t size, uint64_t first, unsigned f) {
   size_t pos = BS_CHUNK_HDR;
-  uint32_t n = 0, sum = 0, flags = 0;
+  uint32_t n = 0, sum = 0, flags = f & BS_CHUNK_COMPACT;
   uint64_t bytes = 0;
   while (pos < size) {
     uint64_t delta, vs;
+    size_t b;
     if (!bs__varint_get(p, size, &pos, &delta) || !bs__varint_get(p, size, &pos, &vs) ||
-        vs > size - pos || vs < BS_OP_HEADER_SIZE)
+        vs > size - pos || vs < BS_OP_MIN_SIZE(f) || !(b = bs__chunk_op_bytes(p + pos, vs, f)))
       return BS_ECORRUPT;
     sum = bs__cksum_add(sum, bs__get_u32le(p + pos + 1));
-    if (p[pos] == BS_OP_CLEAR) flags |= BS_CHUNK_CLEAR;
-    bytes += vs;
+    if (op_type(p + pos, f) == BS_OP_CLEAR) flags |= BS_CHUNK_CLEAR;
+    bytes += b;
     pos += vs;
     n++;
   }
@@ -117,17 +190,8 @@ int bs__chunk_seal(unsigned char *p, size_t size, uint64_t first) {
   return BS_OK;
 }
 
-static size_t varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
 size_t bs__chunk_join_size(size_t xs, uint64_t x_last, size_t ys, uint64_t y_first) {
-  return xs + (ys - BS_CHUNK_HDR - 1) + varint_len(y_first - x_last);
+  return xs + (ys - BS_CHUNK_HDR - 1) + bs__varint_len(y_first - x_last);
 }
 
 void bs__chunk_join(unsigned char *out, const unsigned char *x, size_t xs, uint64_t x_last,
@@ -146,13 +210,14 @@ void bs__chunk_join(unsigned char *out, const unsigned char *x, size_t xs, uint6
 
 const char *bs__chunk_header_problem(const unsigned char *p, uint32_t n, const uint64_t *ids,
                                      const uint32_t *off, const uint32_t *len, uint64_t after) {
-  uint32_t sum = 0, flags = 0;
+  unsigned f = bs__chunk_flags(p) & BS_CHUNK_COMPACT;
+  uint32_t sum = 0, flags = f;
   uint64_t bytes = 0;
   if (ids[0] <= after) return "its first op is not above the bucket's previous chunk";
   for (uint32_t i = 0; i < n; i++) {
     sum = bs__cksum_add(sum, bs__get_u32le(p + off[i] + 1));
-    if (p[off[i]] == BS_OP_CLEAR) flags |= BS_CHUNK_CLEAR;
-    bytes += len[i];
+    if (op_type(p + off[i], f) == BS_OP_CLEAR) flags |= BS_CHUNK_CLEAR;
+    bytes += bs__chunk_op_bytes(p + off[i], len[i], f);
   }
   if (sum != bs__chunk_sum(p)) return "its checksum sum is not its ops'";
   if ((bytes > UINT32_MAX ? UINT32_MAX : bytes) != bs__chunk_bytes(p))

@@ -212,20 +212,21 @@ int bs__chunker_end(bs__chunker *k) {
 /* bs__chunker_add for an op stored as an op value (internal.h "Op chunks"; LMDB's op records):
  * laid out in the chunker's columns straight from the value, its fields one copy. */
 int bs__chunker_add_value(bs__chunker *k, uint64_t id, const unsigned char *p, size_t size,
-                          bs_error *err) {
+                          unsigned chunk_flags, bs_error *err) {
   bs__cols *s = k->cols;
-  size_t ot, oi, sk, ds, fixed, sz, at = s->blen, i = k->n;
+  size_t ot = 0, oi = 0, sk = 0, ds = 0, sz, at = s->blen, i = k->n;
   unsigned type;
   uint64_t target;
   uint32_t *f;
+  bs_op op;
   int rc;
-  if (size < BS_OP_HEADER_SIZE) goto corrupt;
-  type = p[0];
-  ot = bs__get_u16le(p + 13), oi = bs__get_u16le(p + 15), sk = p[17];
-  fixed = BS_OP_HEADER_SIZE + ot + oi + sk;
-  if (type < BS_OP_PUT || type > BS_OP_CLEAR || fixed > size) goto corrupt;
-  if (!bs__op_carries_row((bs_op_type)type)) ot = oi = sk = 0;
-  ds = type == BS_OP_PUT ? size - fixed : 0;
+  /* both encodings keep a row's four fields one after another, from object_type on */
+  if (bs__op_value_decode_as(p, size, id, chunk_flags, &op) != BS_OK) goto corrupt;
+  type = (unsigned)op.type;
+  if (bs__op_carries_row(op.type)) {
+    ot = op.object_type.size, oi = op.object_id.size, sk = op.subkey.size;
+    ds = op.type == BS_OP_PUT ? op.data.size : 0;
+  }
   sz = ot + oi + sk + ds;
   if (k->served >= k->limit || (k->served > 0 && !bs__chunker_fits(k->bytes, sz, k->max_bytes))) {
     k->stopped = 1;
@@ -240,15 +241,15 @@ int bs__chunker_add_value(bs__chunker *k, uint64_t id, const unsigned char *p, s
       (rc = bs__cols_bytes(s, k->chunk_bytes < k->max_bytes ? k->chunk_bytes : k->max_bytes,
                            at + sz, err)))
     return rc;
-  target = bs__get_u64le(p + 5);
+  target = op.target_op;
   s->ids[i] = id;
   s->types[i] = (uint8_t)type;
-  s->sums[i] = bs__get_u32le(p + 1);
+  s->sums[i] = op.checksum;
   s->targets[i] = target;
   f = s->offs + 4 * i;
   f[0] = (uint32_t)at, f[1] = (uint32_t)(at + ot), f[2] = (uint32_t)(at + ot + oi);
   f[3] = (uint32_t)(at + ot + oi + sk);
-  if (sz) memcpy(s->bytes + at, p + BS_OP_HEADER_SIZE, sz);
+  if (sz) memcpy(s->bytes + at, op.object_type.data, sz);
   s->blen = at + sz;
   k->n = i + 1;
   k->csize += sz;

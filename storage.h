@@ -121,7 +121,7 @@ extern "C" {
 BS_API const char *bs_version(int *major, int *minor, int *patch);
 /* On-disk format written by this build; a file with a newer one is refused, an older one is
  * upgraded in place by a read-write open (bs_open). */
-#define BS_FORMAT_VERSION 5
+#define BS_FORMAT_VERSION 6
 
 /* ---- Status codes (negative, in a range of their own) -------------------------------------- */
 #define BS_OK           0

@@ -13,7 +13,8 @@
  * read-write bs_open with the migration's byte bound lifted (the record count alone cuts
  * transactions). That open runs the whole chain to this build's format: 1 -> 2 and 2 -> 3 each
  * rewrite every source record (format 2: smaller records; 3: the table's name left out), 3 -> 4
- * only stamps the version (a clear's fence flag). It reports per step and for the whole open the
+ * only stamps the version (a clear's fence flag), timed with the ops steps after it (4 -> 5 and
+ * 5 -> 6: the ops, one a record in the format-1 file, regrouped into chunks, then recoded). It reports per step and for the whole open the
  * median time and the transactions (a step ends in the transaction that converts its last
  * record, so the seam's record count says where each step ended), the whole open's time against
  * the first batch size given (the baseline: the shipped 10,000), the peak anonymous memory
@@ -102,8 +103,58 @@ static void write_rows(const char *path, uint64_t rows, size_t data_size) {
   free(stored);
 }
 
-/* Rewrites the file at path as a format-1 build wrote it: each source record in format 1 (in
- * transactions of 100,000), then the format record 1. Returns how many source records it holds. */
+/* The ops of this build's chunks (format 6) as a format-1 build wrote them: an op a record, keyed
+ * bucket id | op id, its value format 5's op value (docs/format.md 4.3), in transactions of
+ * 10,000 chunks. */
+static void unchunk_ops(MDB_env *env, const char *path) {
+  unsigned char next[16] = {0}, kb[16], *buf = malloc(1 << 20), *ov = malloc(2 << 20);
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS], n;
+  int mrc = 0;
+  if (!buf || !ov) die("out of memory", NULL);
+  while (mrc != MDB_NOTFOUND) {
+    MDB_txn *txn;
+    MDB_dbi ops;
+    MDB_cursor *cur;
+    MDB_val k = {16, next}, v;
+    if (mdb_txn_begin(env, NULL, 0, &txn) || mdb_dbi_open(txn, "ops", 0, &ops) ||
+        mdb_cursor_open(txn, ops, &cur))
+      die("cannot begin a transaction", path);
+    /* a chunk's ops take keys up to the chunk's, and the next chunk's key is above it */
+    for (unsigned c = 0; c < 10000 && (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) == 0;
+         c++, k = (MDB_val){16, next}) {
+      uint64_t bucket = bs__get_u64be(k.mv_data);
+      if (v.mv_size > (size_t)1 << 20) die("a chunk larger than 1 MiB", path);
+      memcpy(buf, v.mv_data, v.mv_size);
+      if (bs__chunk_decode(buf, v.mv_size, ids, off, len, &n) ||
+          !(bs__chunk_flags(buf) & BS_CHUNK_COMPACT) || mdb_cursor_del(cur, 0))
+        die("a chunk does not decode", path);
+      for (uint32_t i = 0; i < n; i++) {
+        MDB_val ok = {16, kb}, ovv;
+        bs_op op;
+        /* (an op of a chunk of at most 1 MiB takes at most 2 MiB in format 5's encoding) */
+        if (bs__op_value_cdecode(buf + off[i], len[i], ids[i], &op))
+          die("an op does not decode", path);
+        bs__op_value_encode(ov, &op);
+        ovv = (MDB_val){bs__op_value_size(&op), ov};
+        bs__put_u64be(kb, bucket);
+        bs__put_u64be(kb + 8, ids[i]);
+        if (mdb_put(txn, ops, &ok, &ovv, MDB_NOOVERWRITE)) die("cannot write an op", path);
+      }
+      bs__put_u64be(next, bucket);
+      bs__put_u64be(next + 8, ids[n - 1] + 1);
+    }
+    if (mrc && mrc != MDB_NOTFOUND) die("cannot read the ops", path);
+    mdb_cursor_close(cur);
+    if (mdb_txn_commit(txn)) die("cannot commit", path);
+  }
+  free(buf);
+  free(ov);
+}
+
+/* Rewrites the file at path as a format-1 build wrote it: the ops one a record, each source
+ * record in format 1 (in transactions of 100,000), then the format record 1. Returns how many
+ * source records it holds. */
 static uint64_t to_format1(const char *path) {
   unsigned char f1[BS_FORMAT_VALUE_SIZE], kc[BS_SOURCE_KEY_MAX], *buf = malloc(1 << 20);
   bs__member *m = malloc(1024 * sizeof *m);
@@ -120,6 +171,7 @@ static uint64_t to_format1(const char *path) {
       mdb_env_set_mapsize(env, (size_t)1 << 40) ||
       mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOSYNC, 0644))
     die("cannot open the file with LMDB", path);
+  unchunk_ops(env, path);
   k.mv_size = 0;
   while (!done) {
     size_t n = 0;
@@ -166,7 +218,7 @@ static uint64_t to_format1(const char *path) {
 
 /* ---- One measured migration, in a child ---------------------------------------------------- */
 
-#define STEPS 3 /* 1 -> 2, 2 -> 3, 3 -> 4 */
+#define STEPS 3 /* 1 -> 2, 2 -> 3, 3 -> 4 and the ops steps after it */
 
 typedef struct result {
   double secs, step_secs[STEPS], anon_mb, rss_mb;
@@ -306,7 +358,7 @@ int main(int argc, char **argv) {
       unsigned b = rep % 2 ? n_list - 1 - j : j;
       res[b][rep] = migrate(f1, work, list[b]);
     }
-  printf("\n| records a transaction | transactions (1->2, 2->3, 3->4) | 1->2 | 2->3 | 3->4 | "
+  printf("\n| records a transaction | transactions (1->2, 2->3, 3->6) | 1->2 | 2->3 | 3->6 | "
          "whole open (median of %u) | against %u | anon peak | peak RSS |\n"
          "|---|---|---|---|---|---|---|---|---|\n",
          reps, list[0]);

@@ -371,6 +371,177 @@ static void test_op_chunk(void **state) {
   }
 }
 
+/* Format 6's chunk: the same PUT, MOVE and CLEAR and a REMOVE as compact op values (header flag
+ * 2), their golden bytes, the round trip, the byte count in the first encoding's measure, and
+ * the compact values bs__op_value_cdecode must refuse. */
+static const unsigned char cchunk_golden[] = {
+    4, 0, 0, 0,             /* n ops */
+    0x3d, 0x11, 0x00, 0x00, /* checksum sum: 0x1111 + 0x20 + 0x0b + 0x01 */
+    5, 0, 0, 0, 0, 0, 0, 0, /* first op id */
+    89, 0, 0, 0,            /* bytes in format 5's measure: 31 + 18 + 18 + 22 */
+    3,                      /* flags: a CLEAR, compact */
+    /* op 5: delta 0, 20 bytes, PUT (head 1 | 32: short lengths): checksum, the lengths 1 and 2 in
+     * one byte, the subkey's 1, strings, data */
+    0, 20, 0x21, 0x11, 0x11, 0, 0, 0x12, 1, 't', 'i', 'd', 's', 'd', 'a', 't', 'a', 'x', 'y', 'z',
+    'w', 'v',
+    /* op 7: delta 2, 6 bytes, MOVE (head 3 | 8: a target follows) to 9 */
+    2, 6, 0x0b, 0x20, 0, 0, 0, 9,
+    /* op 200: delta 193, 7 bytes, CLEAR of 150 (a two-byte varint) */
+    0xc1, 0x01, 7, 0x0c, 0x0b, 0, 0, 0, 0x96, 0x01,
+    /* op 201: delta 1, 11 bytes, REMOVE (head 2 | 32): no data */
+    1, 11, 0x22, 1, 0, 0, 0, 0x12, 1, 't', 'i', 'd', 's'};
+
+static void test_op_chunk_compact(void **state) {
+  bs_op ops[4], got;
+  unsigned char buf[256];
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS], n;
+  size_t size = BS_CHUNK_HDR;
+  MDB_val v;
+  (void)state;
+  memset(ops, 0, sizeof ops);
+  ops[0] = (bs_op){5, BS_OP_PUT, 0x1111, 0, V("t"), V("id"), V("s"), V("dataxyzwv")};
+  ops[1].op_id = 7, ops[1].type = BS_OP_MOVE, ops[1].checksum = 0x20, ops[1].target_op = 9;
+  ops[2].op_id = 200, ops[2].type = BS_OP_CLEAR, ops[2].checksum = 0x0b, ops[2].target_op = 150;
+  ops[3] = (bs_op){201, BS_OP_REMOVE, 0x01, 0, V("t"), V("id"), V("s"), {NULL, 0}};
+  for (int i = 0; i < 4; i++) {
+    size_t vs = bs__op_value_size_as(&ops[i], BS_CHUNK_COMPACT);
+    assert_int_equal(vs, bs__op_value_csize(&ops[i]));
+    assert_true(size + BS_CHUNK_ADD_MAX(vs) <= sizeof buf);
+    size += bs__chunk_add_as(buf + size, i ? ops[i].op_id - ops[i - 1].op_id : 0, &ops[i], NULL, vs,
+                             BS_CHUNK_COMPACT);
+  }
+  assert_int_equal(bs__chunk_seal_as(buf, size, 5, BS_CHUNK_COMPACT), BS_OK);
+  assert_int_equal(size, sizeof cchunk_golden);
+  assert_memory_equal(buf, cchunk_golden, sizeof cchunk_golden);
+  v = exact(cchunk_golden, sizeof cchunk_golden);
+  assert_int_equal(bs__chunk_decode(v.mv_data, v.mv_size, ids, off, len, &n), BS_OK);
+  assert_int_equal(n, 4);
+  for (uint32_t i = 0; i < n; i++) {
+    const unsigned char *p = (unsigned char *)v.mv_data + off[i];
+    assert_int_equal(ids[i], ops[i].op_id);
+    assert_int_equal(bs__op_value_decode_as(p, len[i], ids[i], BS_CHUNK_COMPACT, &got), BS_OK);
+    assert_int_equal(got.op_id, ops[i].op_id);
+    assert_int_equal(got.type, ops[i].type);
+    assert_int_equal(got.checksum, ops[i].checksum);
+    assert_int_equal(got.target_op, ops[i].target_op);
+    /* the first encoding's size, whatever is stored */
+    assert_int_equal(bs__chunk_op_bytes(p, len[i], BS_CHUNK_COMPACT), bs__op_value_size(&ops[i]));
+    if (bs__op_carries_row(ops[i].type)) { /* zero-copy: the fields point into the value */
+      val_eq(got.object_type, ops[i].object_type);
+      val_eq(got.object_id, ops[i].object_id);
+      val_eq(got.subkey, ops[i].subkey);
+      assert_true((const unsigned char *)got.subkey.data > p &&
+                  (const unsigned char *)got.subkey.data < p + len[i]);
+    } else {
+      assert_null(got.object_id.data);
+    }
+    if (ops[i].type == BS_OP_PUT)
+      val_eq(got.data, ops[i].data);
+    else
+      assert_null(got.data.data);
+  }
+  assert_null(bs__chunk_header_problem(v.mv_data, n, ids, off, len, 4));
+  free(v.mv_data);
+  /* lengths of 16 and more as varints; a subkey of bs_subkey's 41 bytes without its length */
+  {
+    char sk[BS_SUBKEY_SIZE];
+    bs_op big = {9, BS_OP_PUT, 7, 0, V("0123456789abcdef"), V("id"), {sk, sizeof sk}, V("d")};
+    memset(sk, 'h', sizeof sk);
+    bs__op_value_cencode(buf, &big);
+    assert_int_equal(bs__op_value_csize(&big), 5 + 2 + 16 + 2 + 41 + 1);
+    assert_int_equal(buf[0], BS_OP_PUT | BS_OPC_SUBKEY);
+    assert_int_equal(buf[5], 16);
+    assert_int_equal(buf[6], 2);
+    assert_int_equal(buf[7], '0');
+    assert_int_equal(bs__op_value_cdecode(buf, bs__op_value_csize(&big), 9, &got), BS_OK);
+    val_eq(got.object_type, big.object_type);
+    val_eq(got.subkey, big.subkey);
+    val_eq(got.data, big.data);
+    assert_int_equal(bs__chunk_op_bytes(buf, bs__op_value_csize(&big), BS_CHUNK_COMPACT),
+                     bs__op_value_size(&big));
+  }
+  /* the writer's common op (short lengths, a bs_subkey subkey: the readers' fast path), as a
+   * PUT and a REMOVE, and cut or lengthened by a byte */
+  {
+    char sk[BS_SUBKEY_SIZE];
+    bs_op c = {3, BS_OP_PUT, 5, 0, V("t"), V("id"), {sk, sizeof sk}, V("dd")};
+    memset(sk, 'k', sizeof sk);
+    for (int type = BS_OP_PUT; type <= BS_OP_REMOVE; type++) {
+      size_t cs;
+      c.type = (bs_op_type)type;
+      cs = bs__op_value_csize(&c);
+      assert_int_equal(cs, 5 + 1 + 1 + 2 + 41 + (type == BS_OP_PUT ? 2 : 0));
+      memset(buf, 0, sizeof buf);
+      bs__op_value_cencode(buf, &c);
+      assert_int_equal(buf[0], type | BS_OPC_SHORT | BS_OPC_SUBKEY);
+      assert_int_equal(buf[5], 0x12);
+      assert_int_equal(bs__op_value_cdecode(buf, cs, 3, &got), BS_OK);
+      assert_int_equal(got.type, type);
+      assert_int_equal(got.checksum, 5);
+      val_eq(got.object_type, c.object_type);
+      val_eq(got.object_id, c.object_id);
+      val_eq(got.subkey, c.subkey);
+      if (type == BS_OP_PUT)
+        val_eq(got.data, c.data);
+      else
+        assert_null(got.data.data);
+      assert_int_equal(bs__chunk_op_bytes(buf, cs, BS_CHUNK_COMPACT), bs__op_value_size(&c));
+      v = exact(buf, type == BS_OP_PUT ? 5 + 1 + 3 + 40 : cs + 1);
+      assert_int_equal(bs__op_value_cdecode(v.mv_data, v.mv_size, 3, &got), BS_ECORRUPT);
+      free(v.mv_data);
+    }
+  }
+  /* the header check sees the sum, the bytes, the CLEAR flag and the encoding flag */
+  for (int f = 0; f < 4; f++) {
+    static const unsigned char at[4] = {4, 16, 20, 20}, x[4] = {1, 1, 1, 2};
+    memcpy(buf, cchunk_golden, sizeof cchunk_golden);
+    buf[at[f]] ^= x[f];
+    if (dec_chunk(buf, sizeof cchunk_golden) != BS_OK) continue; /* (the flag: values too short) */
+    assert_int_equal(bs__chunk_decode(buf, sizeof cchunk_golden, ids, off, len, &n), BS_OK);
+    assert_non_null(bs__chunk_header_problem(buf, n, ids, off, len, 0));
+  }
+  /* every truncation is refused */
+  for (size_t k = 0; k < sizeof cchunk_golden; k++) {
+    v = exact(cchunk_golden, k);
+    assert_int_equal(dec_chunk(v.mv_data, v.mv_size), BS_ECORRUPT);
+    free(v.mv_data);
+  }
+  /* a flag no build knows */
+  memcpy(buf, cchunk_golden, sizeof cchunk_golden);
+  buf[20] |= 4;
+  assert_int_equal(dec_chunk(buf, sizeof cchunk_golden), BS_ECORRUPT);
+  /* compact values that do not decode: a head bit that means nothing, a type 0 or 5, a target
+   * flag with a target of 0, a CLEAR with a row's flag, a MOVE with a byte after its target, a
+   * REMOVE with data, a PUT whose strings pass its end, one shorter than head and checksum */
+  {
+    static const unsigned char bad[][9] = {{0x4b, 0, 0, 0, 0, 9},
+                                           {0x08, 0, 0, 0, 0, 9},
+                                           {0x0d, 0, 0, 0, 0, 9},
+                                           {0x14, 0, 0, 0, 0},
+                                           {0x0b, 0, 0, 0, 0, 0},
+                                           {0x0b, 0, 0, 0, 0, 9, 0},
+                                           {0x02, 0, 0, 0, 0, 0, 0, 0, 'x'},
+                                           {0x01, 0, 0, 0, 0, 1, 0, 0},
+                                           {0x03, 0, 0, 0}};
+    static const size_t bn[] = {6, 6, 6, 5, 6, 7, 9, 8, 4};
+    for (size_t i = 0; i < sizeof bn / sizeof bn[0]; i++) {
+      v = exact(bad[i], bn[i]);
+      assert_int_equal(bs__op_value_cdecode(v.mv_data, v.mv_size, 1, &got), BS_ECORRUPT);
+      free(v.mv_data);
+    }
+    /* and the same shapes that do: a MOVE to 9, a REMOVE of empty strings, a PUT of no data */
+    v = exact((const unsigned char[]){0x0b, 0, 0, 0, 0, 9}, 6);
+    assert_int_equal(bs__op_value_cdecode(v.mv_data, v.mv_size, 1, &got), BS_OK);
+    assert_int_equal(got.target_op, 9);
+    free(v.mv_data);
+    v = exact((const unsigned char[]){0x02, 0, 0, 0, 0, 0, 0, 0}, 8);
+    assert_int_equal(bs__op_value_cdecode(v.mv_data, v.mv_size, 1, &got), BS_OK);
+    assert_true(got.subkey.data != NULL && got.subkey.size == 0);
+    free(v.mv_data);
+  }
+}
+
 static void test_bucket_entry(void **state) {
   unsigned char kb[BS_BUCKET_KEY_MAX], big[BS_MAX_BUCKET_NAME + 1], over[BS_BUCKET_KEY_MAX + 1];
   unsigned char vb[8];
@@ -1512,6 +1683,7 @@ int main(void) {
       cmocka_unit_test(test_op_value),
       cmocka_unit_test(test_op_value_malformed),
       cmocka_unit_test(test_op_chunk),
+      cmocka_unit_test(test_op_chunk_compact),
       cmocka_unit_test(test_bucket_entry),
       cmocka_unit_test(test_meta_records),
       cmocka_unit_test(test_source_key),

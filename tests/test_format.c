@@ -113,6 +113,57 @@ static uint64_t chunk_varint(const unsigned char *p, size_t *pos) {
   }
 }
 
+/* Rewrites each chunk of format 6 (compact op values, header flag 2) as format 5's: the same
+ * ops, each op value in format 5's encoding (docs/format.md 4.3), a chunk of more than one op cut
+ * in two (its first half under its own last op's key): so the migration's step has chunks to
+ * join again, as it had a format-5 writer's 20-op chunks to fill into 22. */
+static void uncompact(MDB_txn *txn) {
+  MDB_dbi ops;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char *buf = malloc(1 << 20), next[16] = {0}, kc[16];
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS], n;
+  int mrc;
+  assert_non_null(buf);
+  assert_int_equal(mdb_dbi_open(txn, "ops", 0, &ops), 0);
+  assert_int_equal(mdb_cursor_open(txn, ops, &cur), 0);
+  for (k = (MDB_val){16, next}; (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) == 0;
+       k = (MDB_val){16, next}) {
+    uint64_t bucket = bs__get_u64be(k.mv_data);
+    unsigned char *c = buf + (1 << 19);
+    uint32_t half;
+    assert_true(v.mv_size <= (size_t)1 << 18);
+    memcpy(c, v.mv_data, v.mv_size);
+    assert_int_equal(bs__chunk_decode(c, v.mv_size, ids, off, len, &n), BS_OK);
+    assert_true(bs__chunk_flags(c) & BS_CHUNK_COMPACT); /* this build writes no other */
+    assert_int_equal(mdb_cursor_del(cur, 0), 0);
+    half = n > 1 ? n / 2 : n;
+    for (uint32_t from = 0; from < n; from = half, half = n) {
+      size_t size = BS_CHUNK_HDR;
+      MDB_val out = {0, buf};
+      for (uint32_t i = from; i < half; i++) {
+        bs_op op;
+        assert_int_equal(bs__op_value_cdecode(c + off[i], len[i], ids[i], &op), BS_OK);
+        size += bs__chunk_add(buf + size, i > from ? ids[i] - ids[i - 1] : 0, &op, NULL,
+                              bs__op_value_size(&op));
+      }
+      assert_int_equal(bs__chunk_seal(buf, size, ids[from]), BS_OK);
+      out.mv_size = size;
+      bs__put_u64be(kc, bucket);
+      bs__put_u64be(kc + 8, ids[half - 1]);
+      k = (MDB_val){16, kc};
+      assert_int_equal(mdb_put(txn, ops, &k, &out, MDB_NOOVERWRITE), 0);
+    }
+    assert_true(ids[n - 1] < UINT64_MAX);
+    bs__put_u64be(next, bucket);
+    bs__put_u64be(next + 8, ids[n - 1] + 1);
+  }
+  assert_int_equal(mrc, MDB_NOTFOUND);
+  mdb_cursor_close(cur);
+  free(buf);
+}
+
 /* Rewrites the ops of format 5 (chunks) as format 4's, a record per op keyed bucket id | op
  * id, from the layout docs/format.md 4.3 gives. */
 static void unchunk(MDB_txn *txn) {
@@ -155,9 +206,9 @@ static void unchunk(MDB_txn *txn) {
   free(buf);
 }
 
-/* Rewrites the file at path as format 1 to 4: the ops one a record (format 4), every source
- * record re-encoded as format 1 (then converted to 2 by the migration's step; 3 and 4 have this
- * build's), the format record to match. */
+/* Rewrites the file at path as format 1 to 5: the op values in format 5's encoding, the ops one a
+ * record (format 4 and older), every source record re-encoded as format 1 (then converted to 2 by
+ * the migration's step; 3 to 5 have this build's), the format record to match. */
 static void to_format(const char *path, uint32_t format) {
   MDB_env *env;
   MDB_txn *txn;
@@ -171,7 +222,7 @@ static void to_format(const char *path, uint32_t format) {
   assert_non_null(buf);
   assert_non_null(buf2);
   assert_non_null(m);
-  assert_true(format >= 1 && format <= 4);
+  assert_true(format >= 1 && format <= 5);
   assert_int_equal(mdb_env_create(&env), 0);
   assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
   assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR, 0644), 0);
@@ -179,7 +230,8 @@ static void to_format(const char *path, uint32_t format) {
   assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
   assert_int_equal(mdb_dbi_open(txn, "source", 0, &src), 0);
   assert_int_equal(mdb_cursor_open(txn, src, &cur), 0);
-  unchunk(txn);
+  uncompact(txn);
+  if (format <= 4) unchunk(txn);
   /* format 3's and 4's source records are this build's */
   for (mrc = format >= 3 ? MDB_NOTFOUND : mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -278,8 +330,8 @@ static void count_batch(unsigned batch) {
 }
 
 /* The transactions of format 5's step, the ops regrouped into chunks (10,000 ops each, and the
- * one that finds none left), and the ops of the file. */
-static unsigned ops_batches;
+ * one that finds none left), of format 6's, the chunks recoded, and the ops of the file. */
+static unsigned ops_batches, recode_batches;
 static uint64_t n_ops;
 
 /* Files of each older format (old[N - OLDEST]: format N) beside what this build wrote before
@@ -315,20 +367,24 @@ static int setup(void **state) {
     bs_close(db);
     n_ops = st.ops_put + st.ops_remove + st.ops_move + st.ops_clear;
   }
-  /* format 4 -> 5: the batches setup counts, which test_migrates_in_batches checks */
-  copy_file(f->old[4 - OLDEST], f->work);
-  bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
-  batches_seen = 0;
-  {
+  /* format 5 -> 6, and 4 -> 5 -> 6: the batches setup counts, which test_migrates_in_batches
+   * checks */
+  for (uint32_t v = 5; v >= 4; v--) {
     bs_db *db = NULL;
+    copy_file(f->old[v - OLDEST], f->work);
+    bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch});
+    batches_seen = 0;
     if (bs_open(&db, f->work, NULL, &ct_err) != BS_OK) {
       fprintf(stderr, "setup: %s\n", ct_err.msg);
       return -1;
     }
     bs_close(db);
+    bs__lmdb_set_migrate_seam(NULL);
+    if (v == 5)
+      recode_batches = batches_seen ? batches_seen - 1 : 0;
+    else
+      ops_batches = batches_seen > recode_batches ? batches_seen - 1 - recode_batches : 0;
   }
-  bs__lmdb_set_migrate_seam(NULL);
-  ops_batches = batches_seen ? batches_seen - 1 : 0;
   *state = f;
   return 0;
 }
@@ -384,9 +440,9 @@ static void test_refused_unchanged(void **state) {
 
 /* The transactions of the step from format v: a source step's 23,000 records take three, the
  * last of which ends the step; format 4's, a version stamp, one; format 5's, the ops regrouped,
- * as setup counted them. */
+ * and format 6's, the chunks recoded, as setup counted them. */
 static unsigned step_batches(uint32_t v) {
-  return v == 3 ? 1 : v == 4 ? ops_batches : 3;
+  return v == 3 ? 1 : v == 4 ? ops_batches : v == 5 ? recode_batches : 3;
 }
 
 /* The transactions of a migration from format v: its steps', and one more that finds nothing
@@ -403,6 +459,9 @@ static void test_migrates_in_batches(void **state) {
    * multiple of 10,000 here: the last batch with ops ends the step) */
   assert_true(n_ops > 30000 && n_ops % 10000 != 0);
   CT_EQ_U64(ops_batches, n_ops / 10000 + 1);
+  /* the recoding: its chunks (fewer than 10,000, under 16 MiB) in one transaction, which ends
+   * the step (test_recoded_in_small_batches cuts it) */
+  CT_EQ_U64(recode_batches, 1);
   for (uint32_t v = OLDEST; v < BS_FORMAT_VERSION; v++) {
     digest got;
     uint32_t version;
@@ -480,6 +539,55 @@ static void test_stopped_halfway(void **state) {
     }
 }
 
+/* Format 5 -> 6 in transactions of a few chunks (the seam's bound), stopped between any two of
+ * the first ones: wherever the bounds cut the recoding, and wherever it stops, the chunks are
+ * those this build's writer built (the same records, byte for byte). */
+static void test_recoded_in_small_batches(void **state) {
+  fixture *f = *state;
+  const char *old = f->old[5 - OLDEST];
+  static const unsigned bounds[] = {1, 7, 100};
+  for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+    unsigned n_batches;
+    digest got;
+    copy_file(old, f->work);
+    bs__lmdb_set_migrate_seam(&(bs__lmdb_migrate_seam){.batch = count_batch, .records = bounds[b]});
+    batches_seen = 0;
+    CT_OK(open_flags(f->work, 0));
+    bs__lmdb_set_migrate_seam(NULL);
+    n_batches = batches_seen;
+    assert_true(n_batches > 3); /* cut: many transactions */
+    got = digest_of(f->work);
+    CT_EQ_U64(got.n, f->want.n);
+    CT_EQ_U64(got.h, f->want.h);
+    /* (the last transaction finds nothing left, the one before it ends the step) */
+    for (stop_at = 1; stop_at + 1 < n_batches && stop_at < 12; stop_at++) {
+      uint32_t version;
+      int stepping, status;
+      pid_t pid;
+      copy_file(old, f->work);
+      fflush(NULL);
+      pid = fork();
+      assert_true(pid >= 0);
+      if (pid == 0) {
+        bs__lmdb_set_migrate_seam(
+            &(bs__lmdb_migrate_seam){.batch = stop_here, .records = bounds[b]});
+        (void)open_flags(f->work, 0);
+        _exit(3);
+      }
+      assert_int_equal(waitpid(pid, &status, 0), pid);
+      assert_true(WIFEXITED(status));
+      CT_EQ_U64(WEXITSTATUS(status), 0);
+      raw_format(f->work, &version, &stepping);
+      CT_EQ_U64(version, 6);
+      assert_true(stepping);
+      CT_OK(open_flags(f->work, 0)); /* finished with the default bounds */
+      got = digest_of(f->work);
+      CT_EQ_U64(got.n, f->want.n);
+      CT_EQ_U64(got.h, f->want.h);
+    }
+  }
+}
+
 /* After the migration the writer goes on: a row written by the old build is updated and deleted
  * through its migrated source record (REMOVEs from both of its buckets). */
 static void test_writes_after(void **state) {
@@ -511,9 +619,8 @@ static void test_writes_after(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_refused_unchanged),
-      cmocka_unit_test(test_migrates_in_batches),
-      cmocka_unit_test(test_stopped_halfway),
+      cmocka_unit_test(test_refused_unchanged), cmocka_unit_test(test_migrates_in_batches),
+      cmocka_unit_test(test_stopped_halfway),   cmocka_unit_test(test_recoded_in_small_batches),
       cmocka_unit_test(test_writes_after),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -10,7 +10,7 @@
  *    and neither verify nor reading the bucket crashes. Bytes no check can reach are left out,
  *    with the reason: a MOVE's or CLEAR's target_op (a hint whose value the file does not
  *    repeat; verify checks its bounds) and a REMOVE's object_type/object_id (its checksum covers
- *    only the subkey, contract.md 3).
+ *    only the subkey, contract.md 3; in format 6 also the byte holding both their lengths).
  * Then verify.c's rules (every backend's verify applies them to its walk) on ops and bucket states
  * built in the test, each fault alone: checksums (data "" and one byte, 1 vs 1.0), op ids, target_op
  * bounds, subkey form (one byte short, uppercase hex), a REMOVE's data, MOVE/CLEAR payloads and
@@ -38,13 +38,14 @@
 #include "util_contract.h"
 #include "util_fault.h"
 
-#define OP_HEADER 18 /* internal.h's op layout: u8 type | u32 checksum | u64 target | lengths */
-
 typedef struct op_loc {
   size_t off, size; /* of the op value in the file */
   unsigned char type;
   uint64_t op_id;
   size_t ot, oi; /* object_type and object_id lengths */
+  size_t tl;     /* the bytes of its target op, from byte 5 (0: none stored) */
+  size_t hdr;    /* where its strings start */
+  size_t split;  /* format 6's one byte of both lengths (0: none) */
   char bucket[64];
   uint32_t stream;
 } op_loc;
@@ -128,7 +129,10 @@ static uint64_t chunk_varint(const unsigned char *p, size_t *pos) {
 }
 
 /* Every op value's place in the file, through the LMDB API: a chunk's value lies in one page or
- * in contiguous overflow pages, and its ops follow its 21-byte header (docs/format.md 4.3). */
+ * in contiguous overflow pages, and its ops follow its 21-byte header (docs/format.md 4.3), in
+ * format 5's op encoding (u8 type | u32 checksum | u64 target | u16, u16, u8 lengths) or, header
+ * flag 2, format 6's (u8 head: type in bits 0-2, 8: a target follows | u32 checksum | varint
+ * target | the lengths for PUT and REMOVE, internal.h "Op chunks"). */
 static void locate_ops(void) {
   MDB_env *env;
   MDB_txn *txn;
@@ -176,9 +180,35 @@ static void locate_ops(void) {
       id += delta;
       o->off = base + pos;
       o->size = size;
-      o->type = p[0];
-      o->ot = (size_t)p[13] | (size_t)p[14] << 8;
-      o->oi = (size_t)p[15] | (size_t)p[16] << 8;
+      o->split = 0;
+      if (c[20] & 2) {
+        size_t q = 5;
+        o->type = p[0] & 7;
+        o->tl = 0;
+        if (p[0] & 8) {
+          (void)chunk_varint(p, &q);
+          o->tl = q - 5;
+        }
+        o->ot = o->oi = 0;
+        if (o->type <= 2) { /* 32: both lengths in one byte; 16: the subkey's not stored */
+          if (p[0] & 32) {
+            o->split = q;
+            o->ot = p[q] >> 4;
+            o->oi = p[q++] & 15;
+          } else {
+            o->ot = chunk_varint(p, &q);
+            o->oi = chunk_varint(p, &q);
+          }
+          q += !(p[0] & 16);
+        }
+        o->hdr = q;
+      } else {
+        o->type = p[0];
+        o->tl = 8;
+        o->ot = (size_t)p[13] | (size_t)p[14] << 8;
+        o->oi = (size_t)p[15] | (size_t)p[16] << 8;
+        o->hdr = 18;
+      }
       o->op_id = id;
       memcpy(o->bucket, (const char *)sv.mv_data + 96, sv.mv_size - 96);
       o->bucket[sv.mv_size - 96] = '\0';
@@ -305,13 +335,15 @@ static void test_edited_put_data(void **state) {
 
 /* A byte offset inside op o that some check covers (see the file comment). */
 static size_t pick_byte(const op_loc *o, uint64_t r) {
-  if (o->type == 3 || o->type == 4) { /* MOVE, CLEAR: not target_op (bytes 5..12) */
-    size_t i = r % (OP_HEADER - 8);
-    return i < 5 ? i : i + 8;
+  if (o->type == 3 || o->type == 4) { /* MOVE, CLEAR: not target_op (bytes 5..5 + tl) */
+    size_t i = r % (o->size - o->tl);
+    return i < 5 ? i : i + o->tl;
   }
-  if (o->type == 2) { /* REMOVE: not object_type / object_id */
-    size_t i = r % (o->size - o->ot - o->oi);
-    return i < OP_HEADER ? i : i + o->ot + o->oi;
+  if (o->type == 2) { /* REMOVE: not object_type / object_id, nor the byte that splits their
+                        * lengths (format 6: a flip that keeps their sum moves only that split) */
+    size_t i = r % (o->size - o->ot - o->oi - (o->split != 0));
+    if (o->split && i >= o->split) i++;
+    return i < o->hdr ? i : i + o->ot + o->oi;
   }
   return r % o->size;
 }
