@@ -15,6 +15,9 @@ usage: tests/driver_diff.py BIN [--seed N] [--seeds N] [--steps N] [--messages] 
   --postgres URL  the second side is `drive --nosync --postgres URL` instead of the LMDB file,
               each seed in a schema of its own on that server (psql creates and drops it)
 
+Each backend's replies are also checked against a naive model of the contract
+(tests/driver_model.py: op ids, commits, stream states, clears, checksums, counts and bucket data
+as a client reduces them), written independently of the engine whose shared rules both sides run.
 On a disagreement it prints the seed, the command index (1-based), the command, both replies
 and a one-line reproduction, and exits 1. Before the seeds, one fixed sequence (limit_lines)
 writes op data and stored data of exactly BS_MAX_OP_DATA bytes and one byte over on both sides:
@@ -28,6 +31,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+import driver_model
 
 # Reply fields that legitimately differ between the backends, with the reason. Nothing else is
 # ignored. Besides these, error.message is compared only with --messages: each backend words its
@@ -683,6 +688,30 @@ def check_seed(binary, seed, steps, tmp):
         print("seed %d: %d commands, %d memory replies, %d %s replies"
               % (seed, len(lines), len(out_m), len(out_l), other))
         return False
+    for side, out in (("memory", out_m), (other, out_l)):
+        if not check_model(seed, lines, out, side, repro):
+            return False
+    return True
+
+
+def check_model(seed, lines, out, side, repro):
+    """Every reply of one backend against the naive model (tests/driver_model.py): the rules the
+    backends share are written once in the engine, so agreeing with each other no longer shows
+    them right."""
+    model = driver_model.Model()
+    for i, line in enumerate(lines):
+        try:
+            cmd, reply = json.loads(line), json.loads(out[i])
+        except ValueError:
+            continue
+        wrong = model.step(cmd, reply)
+        if wrong:
+            print("seed %d: %s disagrees with the model at command %d of %d\n  command: %s\n"
+                  "  reply:   %s\n  wrong:   %s" % (seed, side, i + 1, len(lines), line[:2000],
+                                                    out[i][:2000], wrong[:2000]))
+            print("  reproduce: %s | head -%d | %s" % (
+                repro.rsplit(" | ", 1)[0], i + 1, repro.rsplit(" | ", 1)[1]))
+            return False
     return True
 
 
