@@ -404,7 +404,12 @@ static bs__vbucket rule_bucket(const bs__vstream *sh) {
 }
 
 static bs_op put_op(uint64_t id, const char *data, char *sk) {
-  bs_op op = {id, BS_OP_PUT, 0, 0, ct_v("t"), ct_v("o"), {sk, BS_SUBKEY_SIZE}, ct_v(data)};
+  bs_op op = {.op_id = id,
+              .type = BS_OP_PUT,
+              .object_type = ct_v("t"),
+              .object_id = ct_v("o"),
+              .subkey = {sk, BS_SUBKEY_SIZE},
+              .data = ct_v(data)};
   bs_subkey(sk, 1, ct_v("r"));
   op.checksum = bs_checksum_put(BS_HASH_XXH3, op.object_type, op.object_id, op.data);
   return op;
@@ -447,9 +452,9 @@ static void test_rules_ops(void **state) {
   op.data = (bs_val){NULL, 0};
   op.checksum = bs_checksum_remove(BS_HASH_XXH3, op.subkey);
   assert_int_equal(op_problems(&p, &op, 1, 0), 0);
-  bs_op mv = {3, BS_OP_MOVE, 5, 9, {0}, {0}, {0}, {0}};
+  bs_op mv = {.op_id = 3, .type = BS_OP_MOVE, .checksum = 5, .target_op = 9};
   assert_int_equal(op_problems(&p, &mv, 2, 0), 0);
-  bs_op cl = {4, BS_OP_CLEAR, 5, 9, {0}, {0}, {0}, {0}};
+  bs_op cl = {.op_id = 4, .type = BS_OP_CLEAR, .checksum = 5, .target_op = 9};
   assert_int_equal(op_problems(&p, &cl, 0, 4), 0);
   /* each fault alone */
   op = put_op(2, "{\"v\":1}", sk);
@@ -504,7 +509,7 @@ static void test_rules_ops(void **state) {
   expect_one(&p, "a CLEAR that is not the bucket's leading CLEAR");
   op_problems(&p, &cl, 0, 5); /* the span ends elsewhere */
   expect_one(&p, "the state's CLEAR span ends at 5");
-  bs_op odd = {2, (bs_op_type)7, 0, 0, {0}, {0}, {0}, {0}};
+  bs_op odd = {.op_id = 2, .type = (bs_op_type)7};
   op_problems(&p, &odd, 1, 0);
   expect_one(&p, "unknown type 7");
 }
