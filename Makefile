@@ -303,27 +303,16 @@ AMALG_DEPS := $(AMALG_SRCS) internal.h lmdb_internal.h mem_internal.h pg_interna
 amalgamate: $(AMALG_DEPS)
 	tools/amalgamate.sh $(BUILD)/amalgamation $(AMALG_SRCS)
 
-# storage.h alone, as C99 -pedantic and as C++11 -pedantic, every *_INIT macro expanded; and
-# docs/backends.md's table of the three tables names every slot of storage_backend.h's lists.
-headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_backend.h \
-		docs/backends.md
+# storage.h and storage_backend.h alone, as C99 -pedantic and as C++11 -pedantic, every *_INIT
+# macro expanded. The slots are listed only in storage_backend.h (BS_*_SLOTS), no document copies
+# them, so there is no list to check against them.
+headertest: tests/headertest.c tests/headertest_backend.c storage.h storage_backend.h
 	@mkdir -p $(BUILD)/headertest
 	@set -e; for t in headertest headertest_backend; do \
 	  $(CC) -std=c99 -pedantic -Wall -Wextra -Werror -I. -o $(BUILD)/headertest/$$t.c99.o \
 	    -c tests/$$t.c; \
 	  $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. \
 	    -o $(BUILD)/headertest/$$t.cxx.o -c tests/$$t.c; done
-	@slots=$$(printf '#include "storage_backend.h"\n#define N(name, since, p, a) @name\n%s\n' \
-	    'BS_DB_SLOTS(N) BS_STORAGE_SLOTS(N) BS_WRITER_SLOTS(N)' | \
-	    $(CC) -E -P -I. -x c - | grep -o '@[a-z_]*' | tr -d @); \
-	  rows=$$(grep '^| `bs_[a-z]*_vtable`' docs/backends.md); test -n "$$slots"; \
-	  for s in $$slots; do echo "$$rows" | grep -q "\`$$s\`" || \
-	    { echo "headertest: docs/backends.md's table of the tables lacks the slot $$s"; exit 1; }; \
-	  done; \
-	  for s in $$(echo "$$rows" | cut -d'|' -f4 | grep -o '`[a-z_]*`' | tr -d '`' | grep -v '^bs_'); do \
-	    case " destroy $$(echo $$slots) " in *" $$s "*) ;; *) \
-	      echo "headertest: docs/backends.md's table of the tables names $$s, not a slot"; exit 1;; esac; \
-	  done; echo "headertest: docs/backends.md's table names the $$(echo $$slots | wc -w) slots"
 	@echo "headertest: storage.h and storage_backend.h compile alone as C99 and C++11"
 
 # <lmdb.h> only in LMDB files: every library file but lmdb*.c compiles with an include
