@@ -614,8 +614,7 @@ static void target(const char *what, int ok, const char *fmt, ...) {
 /* The PostgreSQL goals against their orientation (the sync service's own PostgreSQL storage). */
 static void print_pg_targets(void) {
   bres *b = find("ingest", "  all ops", "bs"), *r = find("ingest", "  all ops", "libpq"), *s;
-  printf("\ntargets (issue 14, vs the sync service's PostgreSQL storage; figures, not "
-         "assertions):\n");
+  printf("\ntargets (vs the sync service's PostgreSQL storage; figures, not assertions):\n");
   if (b)
     target("ingest >= 10x 9.6k ops/s (96k)", b->value >= 96e3,
            "%.1fk ops/s = %.1fx the orientation; raw libpq %.1fk ops/s, ratio %.2fx",
@@ -666,12 +665,13 @@ static void print_pg_targets(void) {
     target("compaction (5.4 s), bounded memory", -1, "not measured / unsupported");
 }
 
-/* The issue's targets, measured (never asserted). */
+/* The targets of the LMDB backend (bench/README.md, "What limits each target"), measured,
+ * never asserted. */
 static void print_targets(void) {
   char name[72];
   bres *b, *r, *n;
   double worst = -1;
-  printf("\ntargets (issue 6; this run's figures, not assertions):\n");
+  printf("\ntargets (this run's figures, not assertions):\n");
   snprintf(name, sizeof name, "snapshot %lluk rows -> %u buckets",
            (unsigned long long)g_cfg->rows / 1000, g_cfg->buckets_small);
   b = find("ingest", name, "bs");
@@ -914,7 +914,7 @@ static void usage(void) {
          "                      and the map size of the raw stores (65536; valgrind needs less)\n"
          "  --compact-memory-mb N  compaction's memory_limit_mb, every compaction phase\n"
          "                      (library default: 64)\n"
-         "  --pg URL|start      the PostgreSQL workloads (issue 14) on the server at URL, or on\n"
+         "  --pg URL|start      the PostgreSQL workloads on the server at URL, or on\n"
          "                      one started with tests/pg_server.sh (from the repository root;\n"
          "                      BS_PG_SERVER names the script); --only ingest|reads|checksums|\n"
          "                      compact|changes selects among them\n"
