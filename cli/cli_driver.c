@@ -2,8 +2,8 @@
  * cli_driver.c: `bucketstore drive`, the JSON-lines driver of docs/driver.md. One command
  * object per input line, one reply object per output line, in order, flushed after each.
  *
- * Commands are a table of (name, handler, needs): the dispatcher resolves the stream handle and
- * the named writer a command needs before calling its handler, so handlers only parse fields
+ * Commands are a table of (name, handler, needs): the dispatcher resolves the storage (the
+ * stream's handle) and the named writer a command needs before calling its handler, so handlers only parse fields
  * (with the f_* helpers, whose BS_EINVAL messages name the field) and call the library.
  * Everything a handler allocates for one command goes to a per-command arena freed after the
  * reply is written, so handlers have no cleanup paths of their own.
@@ -25,8 +25,8 @@ typedef struct drv_writer {
   struct drv_writer *next;
 } drv_writer;
 
-/* One storage handle per stream id, kept open so that per-handle settings (the write-checkpoint
- * mode) last, and so writers can point at it. */
+/* One storage (a stream's handle) per stream id, kept open so that per-handle settings (the
+ * write-checkpoint mode) last, and so writers can point at it. */
 typedef struct drv_stream {
   uint32_t id;
   bs_storage *st;
@@ -418,7 +418,7 @@ static int resolve_writer(drv *d, json_t *req, bs_writer **out, bs_error *err) {
   return open_writer(d, d->st, name, &opts, out, err);
 }
 
-/* Closes every writer (discarding unflushed saves) and storage handle. */
+/* Closes every writer (discarding unflushed saves) and storage. */
 static void close_handles(drv *d) {
   while (d->writers) close_writer(&d->writers);
   while (d->streams) {
@@ -901,7 +901,7 @@ static int h_compact_initial(drv *d, json_t *req, json_t *out, bs_error *err) {
   return put(out, "buckets", json_integer((json_int_t)buckets));
 }
 
-/* The entry of the command's resolved stream handle (d->st). */
+/* The entry of the command's resolved storage (d->st). */
 static drv_stream *current_stream(drv *d) {
   drv_stream *s = d->streams;
   while (s && s->st != d->st) s = s->next;
