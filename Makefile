@@ -38,7 +38,7 @@ endif
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_UTIL := $(sort $(wildcard tests/util_*.c))
-BENCH_SRCS := $(filter-out bench/bench_migrate.c bench/bench_clear.c,$(sort $(wildcard bench/*.c)))
+BENCH_SRCS := $(filter-out bench/bench_migrate.c bench/bench_clear.c bench/bench_ab.c,$(sort $(wildcard bench/*.c)))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # Every object depends on the flags it was built with: $(BUILD)/cflags changes, and the objects
@@ -234,6 +234,12 @@ $(BUILD)/bench/bench_migrate: bench/bench_migrate.c tests/util_format1.h $(BUILD
 		storage.h lmdb_internal.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BSCFLAGS) -I. -o $@ $< $(BUILD)/libbucketstore.a $(LIBDEPS)
+
+# bench_ab: warm whole-bucket reads of several builds' libraries, interleaved in one process
+# (docs/format.md 4.3, "Reads and the cache").
+$(BUILD)/bench/bench_ab: bench/bench_ab.c storage.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) -I. -o $@ $< -ldl
 
 # bench_clear: what an LMDB clear costs, and when readers see it (bench/README.md).
 $(BUILD)/bench/bench_clear: bench/bench_clear.c $(BUILD)/libbucketstore.a storage.h lmdb_internal.h | deps

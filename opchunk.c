@@ -111,11 +111,28 @@ size_t bs__chunk_op_bytes(const unsigned char *v, size_t vs, unsigned f) {
   return (h = cheader(v, vs)) ? vs - h + BS_OP_HEADER_SIZE : 0;
 }
 
+/* Asks for the chunk's first PREFETCH_MAX bytes at once. The loop below finds each op's varints
+ * only by reading the previous op's size, a chain of dependent loads about three cache lines
+ * apart: on a chunk not in the cache each one waits for memory, which the hardware prefetchers
+ * hid or not depending on the ops' size (format 6's file read 1.08x format 5's time with the
+ * same instruction count). Issued together, the misses overlap: warm whole-bucket reads take
+ * 0.59x the time (docs/format.md 4.3, "Reads and the cache"). Readers then read the op values
+ * the loop skips. A chunk over a page holds one large op, whose varints are its first bytes. */
+#define PREFETCH_MAX 4160u
+static void prefetch(const unsigned char *p, size_t size) {
+#if defined(__GNUC__) || defined(__clang__)
+  for (size_t o = 0; o < size && o < PREFETCH_MAX; o += 64) __builtin_prefetch(p + o);
+#else
+  (void)p, (void)size;
+#endif
+}
+
 int bs__chunk_decode(const unsigned char *p, size_t size, uint64_t *ids, uint32_t *off,
                      uint32_t *len, uint32_t *n_out) {
   size_t pos = BS_CHUNK_HDR, least;
   uint64_t id, n;
   if (size < BS_CHUNK_HDR || size > UINT32_MAX) return BS_ECORRUPT;
+  prefetch(p, size);
   n = bs__chunk_n(p);
   if (n == 0 || n > BS_CHUNK_MAX_OPS) return BS_ECORRUPT;
   /* a flag this build does not know: the chunk is not one it can read */
