@@ -23,12 +23,16 @@ writer thread, reads request/reply). Rows are generated before the clock starts 
 
 Usage: /usr/bin/python3 bench/bench_py.py [--rows N] [--buckets N] [--commit N] [--data-size N]
                                  [--read-limit N] [--batch N] [--build DIR] [--c-build DIR]
-                                 [--only c,py,driver] [--runs N] [--read-passes N] [--keep DIR]
+                                 [--only c,py,driver] [--runs N] [--read-passes N]
+                                 [--read-repeat N] [--keep DIR]
 Each client runs --runs times (alternating), and the best run's figures are printed: wall-clock
 rates and CPU time (process CPU time: less moved by a loaded machine than the rates); after a
 cold pass, the reads' rate is the fastest of --read-passes warm passes, their CPU time the mean
-of those passes (a C pass takes a few milliseconds: the fastest of many is a lucky one, which a
-longer Python pass is less often). --keep DIR leaves the files, the C
+of those passes. A pass of the C and Python clients reads every bucket --read-repeat times (20:
+one read of the workload takes the C client a few milliseconds, whose fastest of a few runs was
+a lucky one and moved the ratios by 2x between runs); the driver's pass reads it once. With
+--runs above 1 it also prints each run's read cost against the C client's of the same run: the
+spread. --keep DIR leaves the files, the C
 client (bench_c) and the installed package (site/) in DIR, for bench/py_read_loop.py.
 """
 
@@ -80,15 +84,16 @@ static double cpu(void) {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
-/* bench_c FILE ROWS BUCKETS COMMIT DATA_SIZE READ_LIMIT PASSES [read]: the ingest (unless "read":
- * FILE was written before, read at its checkpoint), then PASSES passes of reads; prints the
- * ingest's time, the fastest pass after the first (the warm map) and the mean CPU time of those
- * passes. */
+/* bench_c FILE ROWS BUCKETS COMMIT DATA_SIZE READ_LIMIT PASSES [read|ingest [REPEAT]]: the
+ * ingest (unless "read": FILE was written before, read at its checkpoint), then PASSES passes of
+ * reads, each reading every bucket REPEAT times (default 1); prints the ingest's time, the
+ * fastest pass after the first (the warm map) and the mean CPU time of those passes. */
 int main(int argc, char **argv) {
   unsigned long long rows = strtoull(argv[2], 0, 10), nb = strtoull(argv[3], 0, 10),
                      every = strtoull(argv[4], 0, 10), dsize = strtoull(argv[5], 0, 10),
                      limit = strtoull(argv[6], 0, 10), passes = strtoull(argv[7], 0, 10);
   int read_only = argc > 8 && !strcmp(argv[8], "read");
+  unsigned long long repeat = argc > 9 ? strtoull(argv[9], 0, 10) : 1;
   bs_db *db; bs_storage *st; bs_writer *w; bs_error err = {0};
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
   bs_writer_options wo = BS_WRITER_OPTIONS_INIT;
@@ -137,7 +142,8 @@ int main(int argc, char **argv) {
   for (unsigned long long pass = 0; pass < passes; pass++) {
     a.ops = a.bytes = 0;
     t0 = now(), c0 = cpu();
-    for (unsigned long long b = 0; b < nb; b++) {
+    for (unsigned long long k = 0; k < repeat * nb; k++) {
+      unsigned long long b = k % nb;
       bs_bucket_request req = {{bk[b], strlen(bk[b])}, 0};
       int more = 1;
       bo.limit = limit;
@@ -190,8 +196,8 @@ def run_c(a, d):
     exe = d / "bench_c"
     out = subprocess.run([str(exe), str(d / "c.bsdb"), str(a.rows), str(a.buckets),
                           str(a.commit), str(a.data_size), str(a.read_limit),
-                          str(a.read_passes + 1)], check=True, capture_output=True,
-                         text=True).stdout
+                          str(a.read_passes + 1), "ingest", str(a.read_repeat)],
+                         check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
     return r["ingest_s"], r["ingest_cpu"], r["read_s"], r["read_cpu"], r["ops"]
 
@@ -231,22 +237,24 @@ def run_py(a, d, buckets, rows, batch=0, raw=False):
                 w.snapshot_done(lsn)
                 cp = commit(lsn).checkpoint
                 t_ingest, c_ingest = time.perf_counter() - t0, time.process_time() - c0
-            ops, t_read, c_read = read_py(st, cp, buckets, a.read_limit, a.read_passes, raw)
+            ops, t_read, c_read = read_py(st, cp, buckets, a.read_limit, a.read_passes, raw,
+                                          a.read_repeat)
     return t_ingest, c_ingest, t_read, c_read, ops
 
 
-def read_py(st, cp, buckets, limit, passes, raw):
+def read_py(st, cp, buckets, limit, passes, raw, repeat=1):
     """A cold pass, then `passes` warm ones: (ops a pass, the fastest warm pass's wall-clock
-    seconds, the warm passes' mean CPU seconds). Every bucket read whole from 0, limit ops a
-    library call."""
+    seconds, the warm passes' mean CPU seconds). A pass reads every bucket whole from 0, limit
+    ops a library call, repeat times over (as the C client's pass does)."""
     best, cpu = None, 0.0
     read = st.bucket_data_raw if raw else st.bucket_data
     for p in range(passes + 1):
         ops = 0
         t0, c0 = time.perf_counter(), time.process_time()
-        for b in buckets:
-            for chunk in read(cp, {b: 0}, limit=limit):
-                ops += len(chunk.ops)
+        for _ in range(repeat):
+            for b in buckets:
+                for chunk in read(cp, {b: 0}, limit=limit):
+                    ops += len(chunk.ops)
         t, c = time.perf_counter() - t0, time.process_time() - c0
         if p:
             best, cpu = t if best is None else min(best, t), cpu + c / passes
@@ -325,15 +333,19 @@ def main():
     ap.add_argument("--only", default="c,py,driver")
     ap.add_argument("--runs", type=int, default=3)  # the workload this many times: the best
     ap.add_argument("--read-passes", type=int, default=5)  # warm passes a run: the fastest
+    # every bucket read this many times a pass (C and Python; the driver once): one read of the
+    # workload takes the C client a few milliseconds, too short to time robustly
+    ap.add_argument("--read-repeat", type=int, default=20)
     ap.add_argument("--keep", type=pathlib.Path)  # leave the files, bench_c and site/ here
     a = ap.parse_args()
-    if a.data_size < 64 or a.rows < a.buckets or a.commit < 1 or a.runs < 1 or a.read_passes < 1:
+    if a.data_size < 64 or a.rows < a.buckets or a.commit < 1 or a.runs < 1 or a.read_passes < 1 \
+            or a.read_repeat < 1:
         ap.error("need --data-size >= 64, --rows >= --buckets, --commit >= 1, --runs >= 1, "
-                 "--read-passes >= 1")
+                 "--read-passes >= 1, --read-repeat >= 1")
     only = a.only.split(",")
     print(f"bench_py: {a.rows} rows of {a.data_size} B -> {a.buckets} buckets, commit every "
-          f"{a.commit}, nosync; reads {a.read_limit} ops/call, {a.read_passes} warm passes (rate: "
-          f"the fastest, CPU: their mean); best of {a.runs} runs; load average "
+          f"{a.commit}, nosync; reads {a.read_limit} ops/call, {a.read_passes} warm passes of every "
+          f"bucket {a.read_repeat} times (driver: once) (rate: the fastest, CPU: their mean); best of {a.runs} runs; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     buckets, rows = workload(a)
     clients = [("C API", "c", "c.bsdb"), ("python save", "py", "py0.bsdb"),
@@ -341,7 +353,7 @@ def main():
                ("python raw reads", "py", f"pyraw{a.batch}.bsdb"),
                ("JSON driver", "driver", "drv.bsdb")]
     clients = [c for c in clients if c[1] in only]
-    res = {}
+    res, runs = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_py.") as tmp:
         d = a.keep or pathlib.Path(tmp)
         d.mkdir(parents=True, exist_ok=True)
@@ -365,8 +377,13 @@ def main():
                     r = run_py(a, d, buckets, rows, a.batch, raw=True)
                 else:
                     r = run_driver(a, d, buckets, rows)
-                if r[4] != a.rows:
-                    raise SystemExit(f"{name}: read {r[4]} ops, expected {a.rows}")
+                want = a.rows * (1 if name == "JSON driver" else a.read_repeat)
+                if r[4] != want:
+                    raise SystemExit(f"{name}: read {r[4]} ops, expected {want}")
+                # seconds per row (ingest) and per op (reads)
+                r = tuple(x / n if x is not None else None
+                          for x, n in zip(r[:4], (a.rows, a.rows, r[4], r[4])))
+                runs.setdefault(name, []).append(r)
                 old = res.get(name)
                 res[name] = r if old is None else tuple(
                     min(x, y) if x is not None else None for x, y in zip(old, r))
@@ -376,15 +393,25 @@ def main():
         return f"{x[i] / base[i]:.1f}x" if base and x[i] is not None else "-"
 
     def ns(x, i):
-        return f"{x[i] / a.rows * 1e9:,.0f}" if x[i] is not None else "-"
+        return f"{x[i] * 1e9:,.0f}" if x[i] is not None else "-"
 
     print(f"{'client':<18} {'ingest rows/s':>14} {'cost':>6} {'CPU ns/row':>11} {'cost':>6}"
           f" {'read ops/s':>13} {'cost':>6} {'CPU ns/op':>10} {'cost':>6}")
     for name, x in res.items():
-        print(f"{name:<18} {a.rows / x[0]:>14,.0f} {cost(x, 0):>6} {ns(x, 1):>11} {cost(x, 1):>6}"
-              f" {a.rows / x[2]:>13,.0f} {cost(x, 2):>6} {ns(x, 3):>10} {cost(x, 3):>6}")
+        print(f"{name:<18} {1 / x[0]:>14,.0f} {cost(x, 0):>6} {ns(x, 1):>11} {cost(x, 1):>6}"
+              f" {1 / x[2]:>13,.0f} {cost(x, 2):>6} {ns(x, 3):>10} {cost(x, 3):>6}")
     print("cost = time / the C API's (wall clock, then CPU time); load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
+    if base and a.runs > 1:
+        # the spread: each run's reads against the C client's reads of the same run
+        print("reads, each run against the C API's of the same run (wall clock / CPU time):")
+        for name, rs in runs.items():
+            if name in ("C API", "JSON driver"):
+                continue
+            print(f"  {name:<18} " + "  ".join(
+                f"{r[2] / c[2]:.2f}x/{r[3] / c[3]:.2f}x" for r, c in zip(rs, runs["C API"])))
+        print(f"  {'C API ns/op':<18} " + "  ".join(
+            f"{c[2] * 1e9:.1f}/{c[3] * 1e9:.1f}" for c in runs["C API"]))
 
 if __name__ == "__main__":
     main()
