@@ -398,6 +398,13 @@ int bs_open(bs_db **out, const char *path, const bs_open_options *opts, bs_error
   return bs_open_backend(out, *out, &o, err);
 }
 
+/* What a build without the PostgreSQL backend tells its user to do: the repository's advice by
+ * default; a package that compiles the library has its own (bindings/python/setup.py), since
+ * its user has no make to run. */
+#ifndef BS_NO_PG_ADVICE
+#define BS_NO_PG_ADVICE "make PG=1"
+#endif
+
 int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, bs_error *err) {
   bs_open_options o;
   int rc;
@@ -406,7 +413,8 @@ int bs_open_postgres(bs_db **out, const char *url, const bs_open_options *opts, 
   if ((rc = bs__pg_open(out, url, &o, err)) != BS_OK) return rc;
   return bs_open_backend(out, *out, &o, err);
 #else
-  return bs__fail(err, BS_EUNSUPPORTED, "url: this build has no PostgreSQL backend (make PG=1)");
+  return bs__fail(err, BS_EUNSUPPORTED,
+                  "url: this build has no PostgreSQL backend (" BS_NO_PG_ADVICE ")");
 #endif
 }
 
@@ -1290,7 +1298,8 @@ static int load_table(const bs_db_vtable **out, const char *path, bs_error *err)
   *out = &bs__pg_db_vt;
   return BS_OK;
 #else
-  return bs__fail(err, BS_EUNSUPPORTED, "path: this build has no PostgreSQL backend (make PG=1)");
+  return bs__fail(err, BS_EUNSUPPORTED,
+                  "path: this build has no PostgreSQL backend (" BS_NO_PG_ADVICE ")");
 #endif
 }
 

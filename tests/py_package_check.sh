@@ -6,8 +6,9 @@
 #     (--system-site-packages: Debian's pytest and mypy) compiles the C library into the
 #     package, and `mypy --strict` checks the examples and the package as installed;
 #  2. where pkg-config finds no libpq, pip install builds the package without the PostgreSQL
-#     backend (no libpq linked; a URL raises UnsupportedError); setup.py where <lmdb.h> is
-#     missing stops, naming the Debian package to install;
+#     backend (no libpq linked), and tests/test_without_libpq.py and test_api.py run against it
+#     (a URL raises UnsupportedError saying what a package user does; the rest works);
+#     setup.py where <lmdb.h> is missing stops, naming the Debian package to install;
 #  3. `setup.py sdist` of the copy, moved to another unrelated folder, builds a platform-tagged
 #     wheel there (`pip wheel`), which installs into a second venv; the binding's own tests,
 #     copied to an unrelated folder, run there against that installed wheel.
@@ -56,12 +57,10 @@ PKG_CONFIG_LIBDIR=/nonexistent pip "$tmp/venv-nopq/bin/python" "$tmp/nopq-src" \
 imported "$tmp/venv-nopq"
 native=$(env -u PYTHONPATH "$tmp/venv-nopq/bin/python" -c 'import bucketstore._native as n; print(n.__file__)')
 if ldd "$native" | grep -q libpq; then fail "built without libpq, the package links it"; fi
-probe=$(env -u PYTHONPATH "$tmp/venv-nopq/bin/python" -c 'import bucketstore as bs
-try:
-    bs.open("postgresql://127.0.0.1:1/x")
-except bs.UnsupportedError as e:
-    print("unsupported", e.code == bs.EUNSUPPORTED)')
-[ "$probe" = "unsupported True" ] || fail "without libpq, a PostgreSQL URL: $probe"
+echo "== py-package: the tests of a package without the PostgreSQL backend, against it"
+env -u PYTHONPATH BUCKETSTORE_REPO="$tmp/src" BUCKETSTORE_EXPECT_PG=0 PYTHONDONTWRITEBYTECODE=1 \
+  BS_TEST_QUICK=1 "$step" --scan '^SKIPPED' "$tmp/venv-nopq/bin/python" -m pytest -q -rs \
+  -p no:cacheprovider tests/test_without_libpq.py tests/test_api.py
 
 echo "== py-package: a missing system header is a message naming its Debian package"
 # setup.py run where <lmdb.h> is not found (os.path.exists says so): it stops before compiling.
@@ -91,6 +90,9 @@ pip "$tmp/venv2/bin/python" "$whl"
 cd "$tmp/run"
 imported "$tmp/venv2"
 echo "== py-package: the binding's tests against the wheel installed from the sdist"
-env -u PYTHONPATH BUCKETSTORE_REPO="$tmp/src" PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 \
+# (setup.py compiled the PostgreSQL backend in when pkg-config found libpq: test_without_libpq.py)
+if pkg-config --exists libpq 2>/dev/null; then with_pg=1; else with_pg=0; fi
+env -u PYTHONPATH BUCKETSTORE_REPO="$tmp/src" BUCKETSTORE_EXPECT_PG=$with_pg \
+  PYTHONDONTWRITEBYTECODE=1 BS_TEST_QUICK=1 \
   "$step" --scan '^SKIPPED' "$tmp/venv2/bin/python" -m pytest -q -rs -p no:cacheprovider tests
 echo "py_package_check: pip install, mypy, sdist -> wheel -> install, the tests: ok"

@@ -62,6 +62,10 @@ def require_headers():
 sync_sources()
 if not any(a in sys.argv for a in ("sdist", "egg_info", "--help")):
     require_headers()
+# What a PostgreSQL URL's UnsupportedError tells the user of a package built without libpq (the
+# library's own advice, make PG=1, is for the repository's build).
+NO_PG_ADVICE = ("the bucketstore package was built without libpq: install libpq-dev (Debian), "
+                "then reinstall the package")
 pq_cflags = pkg_config("--cflags", "libpq")
 pq_libs = pkg_config("--libs", "libpq")
 with_pg = pq_cflags is not None and pq_libs is not None
@@ -74,7 +78,8 @@ setup(
         "bucketstore._native",
         sources=["_native.c"] + ["csrc/" + f for f in sources],
         include_dirs=["csrc"] + [f[2:] for f in (pq_cflags or []) if f.startswith("-I")],
-        define_macros=[("_GNU_SOURCE", None)] + ([("BS_HAVE_PG", None)] if with_pg else []),
+        define_macros=[("_GNU_SOURCE", None)] + ([("BS_HAVE_PG", None)] if with_pg else
+                                                 [("BS_NO_PG_ADVICE", '"%s"' % NO_PG_ADVICE)]),
         extra_compile_args=["-std=c11", "-fvisibility=hidden", "-O2"],
         libraries=["lmdb", "nettle", "pthread"] + ([l[2:] for l in pq_libs if l.startswith("-l")]
                                                    if with_pg else []),
