@@ -30,6 +30,71 @@ static inline PyObject *Py_NewRef(PyObject *o) {
 static PyTypeObject *op_cls, *chunk_cls, *raw_chunk_cls;
 static PyObject *op_types, *encode_lookup, *inval_cls, *error_of;
 
+/* Op's deallocator. Op is a NamedTuple class (a heap type, a tuple subclass with no __dict__ or
+ * __weakref__), and the one CPython gives such a class, subtype_dealloc, checks for finalizers,
+ * slots, a dict and weak references, then calls tuple's, which decrefs the items and calls
+ * tp_free: 240 of the 580 instructions that freeing an Op took (bench/README.md). An Op has
+ * none of those, so this does what the two end up doing: untrack (an Op made by Python code is
+ * tracked), decref the items (inside the trashcan, as tuple's does: an Op made by Python code
+ * may hold anything, nested Ops too), free, and drop the instance's reference to its heap type.
+ * A subclass of Op keeps subtype_dealloc, which clears what the subclass added and then calls
+ * this as its base's (not dropping the type's reference itself: the base is a heap type). */
+/* Freed Ops of op_cls, kept for the next ones (op_new): a read frees a chunk's Ops and makes
+ * the next chunk's, and allocating and freeing an Op (the collector's header, pymalloc) was 150
+ * instructions of the 1,640 an op took. At most OP_FREE_MAX are kept, CPython's own bound on
+ * its free list of tuples of a size (PyTuple_MAXFREELIST, 2000): about 200 kB at most. Touched
+ * only with the GIL held; a build without the GIL keeps none. */
+#ifdef Py_GIL_DISABLED
+enum { OP_FREE_MAX = 0 };
+#else
+enum { OP_FREE_MAX = 2000 };
+#endif
+static PyObject *op_free[OP_FREE_MAX ? OP_FREE_MAX : 1];
+static int n_op_free;
+
+static void op_dealloc(PyObject *self) {
+  PyTypeObject *type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  /* (the trashcan's macros open and close a block, which clang-format does not know) */
+  /* clang-format off */
+  Py_TRASHCAN_BEGIN(self, op_dealloc)
+  for (Py_ssize_t i = Py_SIZE(self); --i >= 0;) Py_XDECREF(PyTuple_GET_ITEM(self, i));
+  if (type == op_cls && Py_SIZE(self) == 8 && n_op_free < OP_FREE_MAX)
+    op_free[n_op_free++] = self; /* untracked, as op_new wants it (op_cls holds the type) */
+  else
+    type->tp_free(self);
+  Py_DECREF(type);
+  Py_TRASHCAN_END
+  /* clang-format on */
+}
+
+/* A new Op, untracked, its items unset (NULL: the caller sets them). */
+static PyObject *op_new(void) {
+  PyObject *t;
+  if (n_op_free) {
+    t = op_free[--n_op_free];
+    PyObject_InitVar((PyVarObject *)t, op_cls, 8); /* (the type's reference, a refcount of 1) */
+  } else if (!(t = (PyObject *)PyObject_GC_NewVar(PyTupleObject, op_cls, 8))) {
+    return NULL;
+  }
+  for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(t, i, NULL);
+  return t;
+}
+
+static void op_free_clear(void) {
+  while (n_op_free) PyObject_GC_Del(op_free[--n_op_free]);
+}
+
+/* Whether op_dealloc can stand in for cls's deallocator: a heap type directly under tuple, its
+ * instances no larger than a tuple's (no dict, no weak references), with no finalizer. */
+static int plain_tuple_class(PyTypeObject *cls) {
+  return (cls->tp_flags & Py_TPFLAGS_HEAPTYPE) && cls->tp_base == &PyTuple_Type &&
+         cls->tp_basicsize == PyTuple_Type.tp_basicsize &&
+         cls->tp_itemsize == PyTuple_Type.tp_itemsize && !cls->tp_dictoffset &&
+         !cls->tp_weaklistoffset && !cls->tp_finalize && !cls->tp_del &&
+         cls->tp_free == PyObject_GC_Del;
+}
+
 static PyObject *native_setup(PyObject *self, PyObject *args) {
   PyObject *o, *c, *t, *e, *x, *rc, *eo;
   (void)self;
@@ -39,7 +104,9 @@ static PyObject *native_setup(PyObject *self, PyObject *args) {
   Py_XSETREF(error_of, Py_NewRef(eo));
   Py_XSETREF(raw_chunk_cls, (PyTypeObject *)Py_NewRef(rc));
   Py_XSETREF(inval_cls, Py_NewRef(x));
+  op_free_clear(); /* (Ops of the class before) */
   Py_XSETREF(op_cls, (PyTypeObject *)Py_NewRef(o));
+  if (plain_tuple_class(op_cls)) op_cls->tp_dealloc = op_dealloc;
   Py_XSETREF(chunk_cls, (PyTypeObject *)Py_NewRef(c));
   Py_XSETREF(op_types, Py_NewRef(t));
   Py_XSETREF(encode_lookup, Py_NewRef(e));
@@ -126,13 +193,12 @@ static PyObject *op_type_of(uint32_t type) {
  * eighth of the instructions of making an Op); a field that fails leaves NULL, which the
  * tuple's dealloc skips. An Op holds str, int, None and an OpType member, none of which can
  * lead back to it: it is never part of a cycle, so the collector need not track it (a batch
- * makes thousands, and each collection would walk them all). It is allocated untracked
- * (PyObject_GC_NewVar; tp_alloc zeroes and tracks it, then it was untracked: 90 instructions
- * an Op more). */
+ * makes thousands, and each collection would walk them all). It is made untracked (op_new:
+ * a freed Op, or PyObject_GC_NewVar; tp_alloc zeroes and tracks it, then it was untracked: 90
+ * instructions an Op more). */
 static PyObject *op_tuple(const bs_op *op, last_type *last) {
-  PyObject *t = (PyObject *)PyObject_GC_NewVar(PyTupleObject, op_cls, 8), *s;
+  PyObject *t = op_new(), *s;
   if (!t) return NULL;
-  for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(t, i, NULL);
   if (!(s = PyLong_FromUnsignedLongLong(op->op_id))) goto fail;
   PyTuple_SET_ITEM(t, 0, s);
   if (!(s = op_type_of((uint32_t)op->type))) goto fail;
