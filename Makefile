@@ -166,11 +166,12 @@ run-examples: examples
 # run: initdb in /tmp, 127.0.0.1 on a free port, removed after), or against the server that
 # BS_TEST_PG_URL names. Skipped, saying so, when no PostgreSQL binaries are installed; in a build
 # without the backend (PG=0) test_pg checks that bs_open_postgres says BS_EUNSUPPORTED.
-# The shared suites (contract, property, sync-client, differential, torn) run there again on the
-# "postgres" backend alone (BS_BACKEND=postgres, tests/util_contract.h).
+# The shared suites (contract, property, sync-client, differential, torn, compact) run there again
+# on the "postgres" backend alone (BS_BACKEND=postgres, tests/util_contract.h).
 PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/tests/test_pg_verify \
 	$(BUILD)/tests/test_pg_fault $(BUILD)/tests/test_pg_deploy
-PG_SUITE_BINS := $(addprefix $(BUILD)/tests/,test_contract test_property test_sync test_diff test_torn)
+PG_SUITE_BINS := $(addprefix $(BUILD)/tests/,test_contract test_property test_sync test_diff test_torn \
+	test_compact)
 .PHONY: pg-test
 pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
 	@if [ "$(PG)" != 1 ]; then $(call skip,pg-test: built without the PostgreSQL backend (no libpq)); \

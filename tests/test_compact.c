@@ -1,7 +1,11 @@
 /*
  * test_compact.c: compaction through the public API (contract.md section 6, properties 1-3 and 6
- * of section 9) on the LMDB backend. Randomized tests draw streams of the run's seed (ct_run_seed,
- * printed with the command that replays it; BS_SEED sets it) and print it on failure; BS_TEST_QUICK=1 keeps them to a few seconds.
+ * of section 9) on every backend the run selects (ct_backends_selected: memory, LMDB, LMDB behind
+ * the pass-through, and PostgreSQL when BS_TEST_PG_URL names a server; BS_BACKEND=name picks one).
+ * Compaction's orchestration is the engine's, its storage each backend's, so each runs it. The
+ * tests of LMDB's own storage (its chunks, its map growing) run on LMDB only. Randomized tests
+ * draw streams of the backend's seed (ct_first_seed, printed with the command that replays it;
+ * BS_SEED sets it) and print it on failure; BS_TEST_QUICK=1 keeps them to a few seconds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,12 +22,15 @@
 #include "lmdb_internal.h" /* test_merge_chunks counts a bucket's chunks */
 #include "storage.h"
 #include "util_contract.h"
+#include "util_head.h"
 #include "util_model.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-static unsigned long long g_seed; /* the run's (ct_run_seed); each test draws a stream of it */
+static unsigned long long
+    g_seed;                    /* the backend's (ct_first_seed); each test draws a stream of it */
+static const ct_backend *g_be; /* the backend under test */
 static int g_quick;
 
 #define CHECK(call)                                                                                \
@@ -45,6 +52,7 @@ typedef struct env {
   bs_storage *st;
   bs_writer *w;
   unsigned lsn;
+  ct_env ce; /* a backend other than LMDB: its db, opened by util_contract.c (ce.be set) */
 } env;
 
 static size_t g_map_size; /* 0 = the library default */
@@ -54,6 +62,16 @@ static void env_open(env *e) {
   bs_open_options oo = BS_OPEN_OPTIONS_INIT;
   oo.map_size = g_map_size;
   memset(e, 0, sizeof *e);
+  if (g_be != &ct_backends[CT_LMDB]) {
+    /* the backend's own db (a schema of its own on PostgreSQL); the same stream as on LMDB */
+    if (ct_env_open(&e->ce, g_be, 0) != BS_OK) fail_msg("%s: %s", g_be->name, ct_err.msg);
+    e->db = e->ce.db;
+    CHECK(bs_stream_create(&id, e->db, "s1", NULL, ERR));
+    if (ct_storage_open(&e->ce, e->db, id, &e->st) != BS_OK)
+      fail_msg("%s: storage: %s", g_be->name, ct_err.msg);
+    CHECK(bs_writer_open(&e->w, e->st, NULL, ERR));
+    return;
+  }
   strcpy(e->dir, "/tmp/bs_compact_XXXXXX");
   assert_non_null(mkdtemp(e->dir));
   snprintf(e->path, sizeof e->path, "%s/db", e->dir);
@@ -68,6 +86,10 @@ static void env_close(env *e) {
   char cmd[160];
   if (e->w) bs_writer_close(e->w);
   if (e->st) bs_storage_close(e->st);
+  if (e->ce.be) { /* ct_env_close closes the db and removes what it made */
+    ct_env_close(&e->ce);
+    return;
+  }
   if (e->db) bs_close(e->db);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", e->dir);
@@ -1263,7 +1285,9 @@ static void test_parameters_fenced(void **state) {
   o.progress_payload = &p;
   CHECK(bs_compact(&stats, e.st, &o, ERR));
   assert_int_equal(stats.parameter_entries_removed, 20);
-  assert_true(p.reports > 1);
+  /* a report per transaction of the pass; the memory backend runs the whole pass in one step
+   * under its lock (mem_compact.c m_param_step), so it reports once */
+  assert_true(p.reports > (g_be == &ct_backends[CT_MEMORY] ? 0 : 1));
   assert_int_equal(p.answered, 0);
   verify_db(&e);
   env_close(&e);
@@ -1827,8 +1851,177 @@ static void test_defragment_concurrent(void **state) {
   env_close(&e);
 }
 
+/* ---- A MOVE or CLEAR written over the op it replaces ----------------------------------------- */
+
+/* One save of replica rid: a PUT of (type, id, data) in bucket "b" (UPDATE), or a DELETE. */
+static void save_edge(env *e, bs_tag tag, const char *rid, const char *type, const char *id,
+                      const char *data) {
+  bs_row row = {S("b"), S(type), S(id), S(data)};
+  bs_save s = BS_SAVE_INIT;
+  s.table = S("t");
+  s.tag = tag;
+  if (tag == BS_DELETE) {
+    s.before_id = S(rid);
+  } else {
+    s.after_id = S(rid);
+    s.rows = &row;
+    s.n_rows = 1;
+  }
+  CHECK(bs_writer_save(e->w, &s, ERR));
+}
+
+/* Sets the op head (the last id allocated) to head: ids go on from head + 1. With the writer
+ * closed and opened again around it, so that no writer holds the head it read. */
+static void set_head(env *e, uint64_t head) {
+  bs_error err_ = {0, ""};
+  const char *path = e->ce.be ? e->ce.path : e->path;
+  bs_writer_close(e->w);
+  e->w = NULL;
+  if (ct_set_op_head(g_be, e->db, path, bs_storage_stream_id(e->st), head, &err_) != BS_OK)
+    fail_msg("ct_set_op_head(%llu) on %s: %s", (unsigned long long)head, g_be->name, err_.msg);
+  CHECK(bs_writer_open(&e->w, e->st, NULL, ERR));
+}
+
+static void expect_mop(const oplist *l, size_t i, uint64_t id, bs_op_type type, uint64_t target,
+                       uint32_t checksum, unsigned long long h) {
+  if (i >= l->n || l->v[i].op_id != id || l->v[i].type != type || l->v[i].target != target ||
+      l->v[i].checksum != checksum)
+    fail_msg("head %llu: op #%zu is %llu type %d target %llu checksum %u, expected %llu type %d "
+             "target %llu checksum %u (%zu ops)",
+             h, i, i < l->n ? (unsigned long long)l->v[i].op_id : 0ULL,
+             i < l->n ? (int)l->v[i].type : -1,
+             i < l->n ? (unsigned long long)l->v[i].target : 0ULL, i < l->n ? l->v[i].checksum : 0u,
+             (unsigned long long)id, (int)type, (unsigned long long)target, checksum, l->n);
+}
+
+/* Compaction writes a MOVE or CLEAR over the op it replaces (contract.md 6: same id). LMDB's op
+ * values (format 6, opchunk.c) hold a MOVE or CLEAR as a 5-byte header and its target op as a
+ * varint (1 byte below 2^7, 9 from 2^56). So a MOVE (at most 14 bytes) is never longer than the
+ * op it replaces: the shortest PUT or REMOVE ("" type, id and data) still holds the 41-byte
+ * subkey. A CLEAR is written over the last op of the leading run, which may be a MOVE of an
+ * earlier pass; its target is the largest of the run, so it is longer than that MOVE when the
+ * largest target takes more varint bytes than the MOVE's own: lmdb_ops.c bs__lmdb_opc_bare then
+ * moves the value past the chunk's copy. This test makes both happen, growing by one byte at
+ * every varint length boundary (the stream's op ids start just below it, util_head.h), by 1 to
+ * 8 bytes (the op head jumps from 3 to just below 2^7 .. 2^56 before the op that makes the
+ * CLEAR's target), and not at all at the largest ids. Its rows are edge rows (replica "" with ""
+ * type, id and data; the longest replica id; the longest object id of the short form, a
+ * non-ASCII type; data "1" and "1.0"), all small, so that the op after the rewritten one shares
+ * its chunk (an op of a 65535-byte id has a chunk of its own): a CLEAR written in place past its
+ * room would overwrite it. Ops: a1 (row A), a2 (row R), a3 (R again: a2 becomes a MOVE with target
+ * a3), then B (A again: a1 becomes a MOVE with target B, and [a1, a2] a CLEAR with target B over
+ * the MOVE of target a3), then R deleted and inserted again (B+1, B+2: a3 and the REMOVE, the
+ * shortest kind of op, become MOVEs with target B+2, and [CLEAR, MOVE a3] one CLEAR). The ops,
+ * their checksums and targets, the bucket's checksum and count, and the verifier must all say
+ * the same at each step. Runs on every backend: the others rewrite nothing in place, but owe the
+ * same answers. */
+static void bare_case(uint64_t h, uint64_t jump) {
+  static char rid[BS_MAX_REPLICA_ID + 1];
+  const char *id15 = "iiiiiiiiiiiiiii"; /* the longest id of the short form (opchunk.c) */
+  uint64_t a1 = h + 1, a2 = h + 2, a3 = h + 3, B = (jump ? jump : a3) + 1, sum;
+  unsigned long long hh = (unsigned long long)h;
+  uint32_t cs[6];
+  oplist l;
+  bs_checksum got;
+  bs_compact_stats stats;
+  env e;
+  memset(rid, 'r', BS_MAX_REPLICA_ID);
+  env_open(&e);
+  if (h) set_head(&e, h);
+  save_edge(&e, BS_INSERT, "", "", "", "");               /* a1: A, the shortest op */
+  save_edge(&e, BS_INSERT, rid, "\xc3\xa9", id15, "1");   /* a2: R */
+  save_edge(&e, BS_UPDATE, rid, "\xc3\xa9", id15, "1.0"); /* a3: R again */
+  assert_int_equal(commit(&e), a3);
+  CHECK(read_ops(&e, "b", 0, a3, &l));
+  for (size_t i = 0; i < 3; i++) cs[i] = l.v[i].checksum;
+  ol_free(&l);
+  compact_with(&e, 0, 0, &stats);
+  CHECK(read_ops(&e, "b", 0, a3, &l));
+  assert_int_equal(l.n, 3); /* PUT A leads: nothing to fold */
+  expect_mop(&l, 0, a1, BS_OP_PUT, 0, cs[0], hh);
+  expect_mop(&l, 1, a2, BS_OP_MOVE, a3, cs[1], hh);
+  expect_mop(&l, 2, a3, BS_OP_PUT, 0, cs[2], hh);
+  ol_free(&l);
+  if (jump) set_head(&e, jump);
+  save_edge(&e, BS_UPDATE, "", "", "", "1"); /* B: A again */
+  assert_int_equal(commit(&e), B);
+  CHECK(read_ops(&e, "b", a3, B, &l));
+  cs[3] = l.v[0].checksum;
+  ol_free(&l);
+  compact_with(&e, 0, 0, &stats);
+  CHECK(read_ops(&e, "b", 0, B, &l));
+  assert_int_equal(l.n, 3);
+  expect_mop(&l, 0, a2, BS_OP_CLEAR, B, cs[0] + cs[1], hh); /* over the MOVE (-> a3) */
+  expect_mop(&l, 1, a3, BS_OP_PUT, 0, cs[2], hh);
+  expect_mop(&l, 2, B, BS_OP_PUT, 0, cs[3], hh);
+  assert_int_equal(l.max_target, B);
+  assert_string_equal(l.v[1].data, "1.0");
+  assert_string_equal(l.v[2].data, "1");
+  ol_free(&l);
+  CHECK(checksum_at(&e, "b", B, &got));
+  sum = (uint64_t)cs[0] + cs[1] + cs[2] + cs[3];
+  assert_int_equal(got.checksum, (uint32_t)sum);
+  assert_int_equal(got.count, 3);
+  verify_db(&e);
+  save_edge(&e, BS_DELETE, rid, NULL, NULL, NULL);
+  save_edge(&e, BS_INSERT, rid, "\xc3\xa9", id15, "");
+  assert_int_equal(commit(&e), B + 2);
+  CHECK(read_ops(&e, "b", B, B + 2, &l));
+  cs[4] = l.v[0].checksum;
+  cs[5] = l.v[1].checksum;
+  ol_free(&l);
+  compact_with(&e, 0, 0, &stats);
+  CHECK(read_ops(&e, "b", 0, B + 2, &l));
+  assert_int_equal(l.n, 4);
+  expect_mop(&l, 0, a3, BS_OP_CLEAR, B + 2, cs[0] + cs[1] + cs[2], hh);
+  expect_mop(&l, 1, B, BS_OP_PUT, 0, cs[3], hh);
+  expect_mop(&l, 2, B + 1, BS_OP_MOVE, B + 2, cs[4], hh);
+  expect_mop(&l, 3, B + 2, BS_OP_PUT, 0, cs[5], hh);
+  assert_string_equal(l.v[1].data, "1");
+  assert_string_equal(l.v[3].data, "");
+  ol_free(&l);
+  CHECK(checksum_at(&e, "b", B + 2, &got));
+  assert_int_equal(got.checksum, (uint32_t)(sum + cs[4] + cs[5]));
+  assert_int_equal(got.count, 4);
+  verify_db(&e);
+  env_close(&e);
+}
+
+static void test_bare_over_op(void **state) {
+  (void)state;
+  for (int k = 1; k <= 8; k++) {
+    uint64_t bound = (uint64_t)1 << (7 * k);
+    bare_case(bound - 4, 0); /* a3 = bound - 1, B = bound: one byte more */
+    bare_case(0, bound - 1); /* a3 = 3, B = bound: k bytes more */
+  }
+  bare_case(((uint64_t)1 << 63) - 8, 0); /* the largest ids: every target 9 bytes */
+}
+
 int main(void) {
   const char *q = getenv("BS_TEST_QUICK");
+  const ct_backend *be[CT_MAX_BACKENDS];
+  size_t n = ct_backends_selected(be);
+  int failed = 0;
+  /* every backend: compaction's rules and its storage calls */
+  const struct CMUnitTest shared[] = {
+      cmocka_unit_test(test_spec_move),
+      cmocka_unit_test(test_spec_clear),
+      cmocka_unit_test(test_default_horizon),
+      cmocka_unit_test(test_bucket_due),
+      cmocka_unit_test(test_initial_replication),
+      cmocka_unit_test(test_incremental),
+      cmocka_unit_test(test_random),
+      cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_bounded_memory),
+      cmocka_unit_test(test_parameters),
+      cmocka_unit_test(test_parameters_fenced),
+      cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_defragment_threshold),
+      cmocka_unit_test(test_defragment_concurrent),
+      cmocka_unit_test(test_bare_over_op),
+  };
+  /* LMDB: all of them, and those of its own storage (its chunks, its map); test_defragment
+   * compares LMDB with the memory backend op for op */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spec_move),
       cmocka_unit_test(test_spec_clear),
@@ -1848,8 +2041,27 @@ int main(void) {
       cmocka_unit_test(test_defragment),
       cmocka_unit_test(test_defragment_threshold),
       cmocka_unit_test(test_defragment_concurrent),
+      cmocka_unit_test(test_bare_over_op),
   };
-  g_seed = ct_run_seed("compact");
   g_quick = q && *q && strcmp(q, "0") != 0;
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  for (size_t i = 0; i < n; i++) {
+    char name[64];
+    g_be = be[i];
+    if (ct_lacks(g_be, CT_LACKS_COMPACT)) {
+      fprintf(stderr, "compact: %s has no compaction, skipped\n", g_be->name);
+      continue;
+    }
+    g_seed = ct_first_seed("compact", g_be);
+    ct_seed_log("compact", g_be->name, g_seed);
+    fprintf(stderr,
+            "compact on %s: seed %llu (reproduce: BS_SEED=%llu BS_BACKEND=%s "
+            "build/tests/test_compact)\n",
+            g_be->name, g_seed, g_seed, g_be->name);
+    snprintf(name, sizeof name, "compact on %s", g_be->name);
+    if (g_be == &ct_backends[CT_LMDB])
+      failed |= cmocka_run_group_tests_name(name, tests, NULL, NULL);
+    else
+      failed |= cmocka_run_group_tests_name(name, shared, NULL, NULL);
+  }
+  return failed;
 }

@@ -117,7 +117,9 @@ int ct_env_teardown(void **state);
 
 /* ---- The pass-through wrapper (util_passthrough.c) -------------------------------------------- */
 /* Wraps inner (taking ownership: closing the wrapper closes inner). Every vtable slot forwards
- * to inner; writers are wrapped too. */
+ * to inner; writers are wrapped too. bucket_data relays the inner backend's chunks through a
+ * callback of its own, so the front sees a backend that cuts its own chunks (columns.c's
+ * fallback for bs_get_bucket_columns). */
 int ct_passthrough_wrap(bs_storage **out, bs_storage *inner);
 /* The same, with no checksum cache on the wrapper: every checksum goes to the backend. */
 int ct_passthrough_wrap_uncached(bs_storage **out, bs_storage *inner);
@@ -278,7 +280,7 @@ size_t ct_repeats(const uint64_t *v, size_t n);
 void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace, size_t n);
 
 /* The first seed of suite's runs on backend be ("property", "differential", "sync", "diff",
- * "pg_compact", "torn"; be NULL for the suites of one seed a run, ct_run_seed): BS_SEED when set
+ * "pg_compact", "torn", "compact"; be NULL for the suites of one seed a run, ct_run_seed): BS_SEED when set
  * (one seed reproduced), else BS_SEED_BASE (default 1) plus a block of CT_SEED_BLOCK seeds of the
  * pair's own (the registry in util_contract.c, which also names the driver differential's and the
  * crash tests' blocks), so that no two runs of one `make test` share a seed (tests/step.sh
@@ -286,7 +288,7 @@ void ct_distinct_traces(const char *suite, uint64_t first, const uint64_t *trace
 #define CT_SEED_BLOCK 1000000u
 uint64_t ct_first_seed(const char *suite, const ct_backend *be);
 /* The seed of a run of a suite that takes one a run ("cache", "checksum", "lookup", "mem",
- * "compact", "concurrency", "fault", "read", "writer", "badfile", "common", "verify"; each test
+ * "concurrency", "fault", "read", "writer", "badfile", "common", "verify"; each test
  * draws its own stream from it with ct_seed): ct_first_seed (suite, NULL), logged (ct_seed_log, backend "-") and printed to stderr with the command that
  * replays it. Called once, from main. */
 uint64_t ct_run_seed(const char *suite);
