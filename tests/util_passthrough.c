@@ -6,7 +6,10 @@
  *
  * Writers are wrapped too (a writer table of their own), so every writer call goes through it.
  * The forwarding functions and the tables are made from storage_backend.h's slot lists: a new
- * slot needs nothing here.
+ * slot needs nothing here. One slot does more than forward: bucket_data hands the caller the
+ * chunks the inner backend cut, through a callback of its own (as a tracing wrapper would), so
+ * the front sees a backend that cuts its own chunks: bs_get_bucket_columns then lays them out
+ * through its fallback (columns.c bs__cols_chunk), which no built-in backend takes.
  */
 #include "util_contract.h"
 
@@ -45,6 +48,29 @@ typedef struct pt_writer {
   }
 BS_STORAGE_SLOTS(PT_FWD)
 BS_WRITER_SLOTS(PT_WFWD)
+
+/* The caller's on_chunk and payload, behind the wrapper's own callback. */
+typedef struct pt_relay {
+  int (*on_chunk)(const bs_chunk *chunk, void *payload);
+  void *payload;
+} pt_relay;
+
+static int pt_relay_chunk(const bs_chunk *chunk, void *payload) {
+  const pt_relay *r = payload;
+  return r->on_chunk(chunk, r->payload);
+}
+
+static int pt_bucket_data_relay(int *has_more_out, bs_storage *st, uint64_t checkpoint,
+                                const bs_bucket_request *req, size_t n_req,
+                                const bs_batch_options *opts,
+                                int (*on_chunk)(const bs_chunk *chunk, void *payload),
+                                void *payload, bs_error *err) {
+  pt_relay r = {on_chunk, payload};
+  ct_passthrough_calls++;
+  st = ((pt_storage *)st)->inner;
+  return st->vt->bucket_data(has_more_out, st, checkpoint, req, n_req, opts, pt_relay_chunk, &r,
+                             err);
+}
 /* The slot when the inner table (in, of version in->version) has it set. */
 #define PT_SET(name, since, params, args)                                                          \
   t->name = in->version >= (since) && in->name ? pt_##name : NULL;
@@ -100,6 +126,7 @@ int ct_passthrough_wrap(bs_storage **out, bs_storage *inner) {
   t->destroy = pt_destroy;
   BS_STORAGE_SLOTS(PT_SET)
   if (t->writer_open) t->writer_open = pt_open_writer;
+  if (t->bucket_data) t->bucket_data = pt_bucket_data_relay;
   p->base.vt = t;
   /* The same database, so the front finds its checksum cache (and read-only flag) above this
    * table as above the inner one. */
