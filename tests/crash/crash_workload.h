@@ -27,6 +27,10 @@
 typedef struct cw_state {
   char (*live)[24]; /* ids of the rows alive, unordered */
   size_t n, cap;
+  /* when set, told of every save cw_commit_saves makes (after w took it, when w is given): the
+   * checker's naive model follows the workload through it */
+  void (*seen)(void *ctx, const bs_save *s);
+  void *ctx;
 } cw_state;
 
 static uint64_t cw_next(uint64_t *s) { /* splitmix64 */
@@ -117,6 +121,7 @@ static int cw_commit_saves(cw_state *st, uint64_t seed, uint64_t c, bs_writer *w
       free(touched);
       return rc;
     }
+    if (st->seen) st->seen(st->ctx, &s);
   }
   /* drop the rows this commit deleted (touched 2); fresh rows (index >= n_before) stay */
   {
