@@ -116,8 +116,8 @@ static int pass(lib *l, unsigned nb, double *secs) {
   }
   *secs = now_s() - t0;
   if (l->ops && l->ops != d.ops) {
-    fprintf(stderr, "bench_ab: a pass read %llu ops, the first %llu\n",
-            (unsigned long long)d.ops, (unsigned long long)l->ops);
+    fprintf(stderr, "bench_ab: a pass read %llu ops, the first %llu\n", (unsigned long long)d.ops,
+            (unsigned long long)l->ops);
     return 1;
   }
   l->ops = d.ops;
