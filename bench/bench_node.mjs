@@ -6,18 +6,24 @@
 //           one commit per COMMIT_ROWS rows (nosync unless --durable); the rows (the driver's
 //           JSON lines) are built before the clock starts, as in bench_py.py;
 //   reads:  every bucket of that file downloaded from 0 at the checkpoint, READ_LIMIT ops per
-//           call, one bucket per call (a client resuming at next_after), twice: the second
-//           (warm) pass is timed; each op's op id, type, object id and data read (a sum that
-//           every binding row must give as the C API's does).
+//           call, one bucket per call (a client resuming at next_after), 1 + READ_PASSES times
+//           in one process (the C API's) or one read of the binding: the first pass (cold:
+//           page cache, JIT, heap) untimed, the next READ_PASSES timed (one pass of 200k ops is
+//           about 13 ms of the C API's, too short to be steady on a loaded machine); each op's
+//           op id, type, object id and data read (a sum that every binding row must give as the
+//           C API's does). The JSON driver reads one timed pass (its reads take about 1 s).
 // The binding runs five times: `await w.save(r)` per row, pipelined (a commit's saves not
 // awaited one by one: Promise.all before the commit), and `await w.saveMany(rows)` per commit,
 // the last three times: read through getBucketDataBatch, getBucketDataBatchRaw, and
 // getBucketDataBatchRaw with reuseBuffers.
 // Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
-//        [--read-limit N] [--durable] [--runs N] [--quick] [--json PATH]
-// Needs `make` (library, CLI) and `make node` (the addon). Prints the best of --runs runs:
-// rates (wall clock) and CPU time per row/op (every thread of the process(es) doing the work:
-// the driver's too; less sensitive to a loaded machine than the rates).
+//        [--read-limit N] [--read-passes N] [--durable] [--runs N] [--quick] [--json PATH]
+//        [--only ID,...]   (IDs: capi node pipelined many raw reuse driver; capi always runs)
+// Needs `make` (library, CLI) and `make node` (the addon). A run measures every path one after
+// the other (so a run's ratios are taken within seconds of each other); prints the best of
+// --runs runs: rates (wall clock) and CPU time per row/op (every thread of the process(es) doing
+// the work: the driver's too; less sensitive to a loaded machine than the rates), and each
+// run's read ratio to the C API of the same run (the spread between runs).
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -28,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const cfg = { rows: 200000, buckets: 100, commitRows: 10000, dataSize: 120, readLimit: 10000,
-  nosync: true, runs: 1, json: null };
+  readPasses: 10, nosync: true, runs: 1, json: null, only: null };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i], num = () => Number(argv[++i]);
@@ -37,7 +43,9 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === '--commit-rows') cfg.commitRows = num();
   else if (a === '--data-size') cfg.dataSize = num();
   else if (a === '--read-limit') cfg.readLimit = num();
+  else if (a === '--read-passes') cfg.readPasses = num();
   else if (a === '--runs') cfg.runs = num();
+  else if (a === '--only') cfg.only = argv[++i].split(',');
   else if (a === '--durable') cfg.nosync = false;
   else if (a === '--quick') Object.assign(cfg, { rows: 20000, commitRows: 5000 });
   else if (a === '--json') cfg.json = argv[++i];
@@ -47,6 +55,8 @@ for (let i = 0; i < argv.length; i++) {
   }
 }
 if (!(cfg.dataSize >= 64)) throw new Error('--data-size: at least 64');
+if (!(Number.isInteger(cfg.readPasses) && cfg.readPasses >= 1 && cfg.readPasses < 64))
+  throw new Error('--read-passes: 1..63');
 
 // ---- the workload (capi.c generates the same rows) ------------------------------------------
 const FILL = 'abcdefghijklmnopqrstuvwxyz'.repeat(2);
@@ -96,7 +106,14 @@ function runCapi(...args) {
 const capi = {
   ingest: (file) => runCapi('ingest', file, cfg.rows, cfg.buckets, cfg.commitRows, cfg.dataSize,
     cfg.nosync ? 1 : 0),
-  read: (file) => runCapi('read', file, cfg.buckets, cfg.readLimit),
+  /** 1 + passes in one process, the first untimed (see the top of this file) */
+  read(file, passes) {
+    const r = runCapi('read', file, cfg.buckets, cfg.readLimit, passes + 1);
+    const secs = r.pass.slice(1).reduce((a, b) => a + b, 0), per = r.count / (passes + 1);
+    // the CPU of the untimed pass taken out in proportion to its time
+    return { secs, cpu: r.cpu * (secs / (secs + r.pass[0])), count: per * passes,
+      sink: (r.sink / (passes + 1)) * passes };
+  },
 };
 
 function loadBinding() {
@@ -143,35 +160,38 @@ const binding = {
   },
   /** Each op read as capi.c's on_chunk reads it (sink: the same sum): as an OplogEntry, or
    * raw (getBucketDataBatchRaw: the object id and data as byte offsets, capi.c's bs_val);
-   * raw 'reuse': with reuseBuffers (each call writes into the memory of the one before). */
-  async read(file, raw = false) {
+   * raw 'reuse': with reuseBuffers (each call writes into the memory of the one before).
+   * 1 + passes passes, the first untimed. */
+  async read(file, passes, raw = false) {
     const bs = loadBinding();
     const db = await bs.open(file);
     const st = await db.storage();
     const cp = await st.getCheckpoint();
-    let count = 0, sink = 0;
-    const t0 = performance.now(), c0 = process.cpuUsage();
-    for (let b = 0; b < cfg.buckets; b++) {
-      let start = 0n;
-      for (let more = true; more;) {
-        more = false;
-        const req = [{ bucket: bucket(b), start }], o = { limit: cfg.readLimit, reuseBuffers: raw === 'reuse' };
-        for await (const c of raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o)) {
-          if ('hasMore' in c) {
-            more = c.hasMore;
-            continue;
+    let count = 0, sink = 0, t0, c0;
+    for (let p = 0; p <= passes; p++) {
+      if (p === 1) count = 0, sink = 0, t0 = performance.now(), c0 = process.cpuUsage();
+      for (let b = 0; b < cfg.buckets; b++) {
+        let start = 0n;
+        for (let more = true; more;) {
+          more = false;
+          const req = [{ bucket: bucket(b), start }], o = { limit: cfg.readLimit, reuseBuffers: raw === 'reuse' };
+          for await (const c of raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o)) {
+            if ('hasMore' in c) {
+              more = c.hasMore;
+              continue;
+            }
+            const d = c.chunkData.data;
+            if (raw)
+              for (let i = 0; i < d.length; i++)
+                sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) +
+                  d.byteEnd(i, 'object_id') - d.byteStart(i, 'object_id') + d.byteEnd(i, 'data') -
+                  d.byteStart(i, 'data');
+            else // the benchmark's ids and rows are ASCII: a string's length is its byte count
+              for (const op of d)
+                sink += ((op.op_id & 1n) === 1n ? 1 : 0) + (op.op === 'PUT' ? 1 : 0) + op.object_id.length +
+                  op.data.length;
+            count += d.length, start = c.chunkData.next_after;
           }
-          const d = c.chunkData.data;
-          if (raw)
-            for (let i = 0; i < d.length; i++)
-              sink += ((d.opId(i) & 1n) === 1n ? 1 : 0) + (d.op(i) === 'PUT' ? 1 : 0) +
-                d.byteEnd(i, 'object_id') - d.byteStart(i, 'object_id') + d.byteEnd(i, 'data') -
-                d.byteStart(i, 'data');
-          else // the benchmark's ids and rows are ASCII: a string's length is its byte count
-            for (const op of d)
-              sink += ((op.op_id & 1n) === 1n ? 1 : 0) + (op.op === 'PUT' ? 1 : 0) + op.object_id.length +
-                op.data.length;
-          count += d.length, start = c.chunkData.next_after;
         }
       }
     }
@@ -240,56 +260,67 @@ const driver = {
     await d.close();
     return { secs, cpu, count: cfg.rows };
   },
+  /** Two passes, the first untimed: the driver reads about 1 s a pass, long enough. */
   async read(file) {
     const d = openDriver(file, false);
     const cp = (await d.send([{ cmd: 'checkpoint' }])).checkpoint;
-    let count = 0;
-    const t0 = performance.now(), c0 = process.cpuUsage(), d0 = d.cpu();
-    for (let b = 0; b < cfg.buckets; b++) {
-      let after = '0';
-      for (let more = true; more;) {
-        const r = await d.send([{ cmd: 'bucket_data', checkpoint: cp,
-          buckets: { [bucket(b)]: after }, limit: cfg.readLimit }]);
-        for (const c of r.chunks) count += c.data.length, after = c.next_after;
-        more = r.has_more;
+    let count = 0, t0, c0, d0;
+    for (let p = 0; p < 2; p++) {
+      if (p === 1) count = 0, t0 = performance.now(), c0 = process.cpuUsage(), d0 = d.cpu();
+      for (let b = 0; b < cfg.buckets; b++) {
+        let after = '0';
+        for (let more = true; more;) {
+          const r = await d.send([{ cmd: 'bucket_data', checkpoint: cp,
+            buckets: { [bucket(b)]: after }, limit: cfg.readLimit }]);
+          for (const c of r.chunks) count += c.data.length, after = c.next_after;
+          more = r.has_more;
+        }
       }
     }
     const secs = (performance.now() - t0) / 1e3, cpu = cpuSince(c0) + d.cpu() - d0;
     await d.close();
-    return { secs, cpu, count };
+    return { secs, cpu, count, passes: 1 };
   },
 };
 
 // ---- run ----------------------------------------------------------------------------------
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-node-'));
-const paths = { 'C API': capi, 'Node binding': binding,
-  'Node, pipelined': { ingest: (f) => binding.ingest(f, 'pipelined'), read: binding.read },
-  'Node, saveMany': { ingest: (f) => binding.ingest(f, 'many'), read: binding.read },
-  'Node, raw reads': { ingest: (f) => binding.ingest(f, 'many'), read: (f) => binding.read(f, true) },
-  'Node, raw, reuse': { ingest: (f) => binding.ingest(f, 'many'), read: (f) => binding.read(f, 'reuse') },
-  'JSON driver': driver };
-const results = {};
-let sink; // the C API's sum over the ops it read; each binding read must give the same
+const allPaths = { 'C API': ['capi', capi], 'Node binding': ['node', binding],
+  'Node, pipelined': ['pipelined', { ingest: (f) => binding.ingest(f, 'pipelined'), read: binding.read }],
+  'Node, saveMany': ['many', { ingest: (f) => binding.ingest(f, 'many'), read: binding.read }],
+  'Node, raw reads': ['raw', { ingest: (f) => binding.ingest(f, 'many'), read: (f, n) => binding.read(f, n, true) }],
+  'Node, raw, reuse': ['reuse', { ingest: (f) => binding.ingest(f, 'many'), read: (f, n) => binding.read(f, n, 'reuse') }],
+  'JSON driver': ['driver', driver] };
+for (const id of cfg.only ?? [])
+  if (!Object.values(allPaths).some(([i]) => i === id)) throw new Error(`--only: no path ${id}`);
+const paths = Object.fromEntries(Object.entries(allPaths)
+  .filter(([, [id]]) => id === 'capi' || !cfg.only || cfg.only.includes(id)).map(([n, [, impl]]) => [n, impl]));
+const results = {}, readRatios = {};
+let sink; // the C API's sum over the ops it read a pass; each binding read must give the same
 try {
-  for (const [name, impl] of Object.entries(paths)) {
-    let best = null;
-    for (let run = 0; run < cfg.runs; run++) {
+  // run by run, every path in each, so that the ratios of a run are taken close together
+  for (let run = 0; run < cfg.runs; run++) {
+    let cOp; // the C API's seconds and CPU seconds an op in this run
+    for (const [name, impl] of Object.entries(paths)) {
       const file = path.join(dir, `${name.replace(/\W/g, '')}-${run}.bsdb`);
       const ingest = await impl.ingest(file);
-      await impl.read(file); // the cold pass
-      const read = await impl.read(file);
-      if (read.count !== cfg.rows) throw new Error(`${name}: read ${read.count} ops, expected ${cfg.rows}`);
-      if (read.sink !== undefined && read.sink !== (sink ??= read.sink))
-        throw new Error(`${name}: read sum ${read.sink}, the C API's ${sink}: not the same work`);
+      const read = await impl.read(file, cfg.readPasses);
+      const passes = read.passes ?? cfg.readPasses;
+      if (read.count !== cfg.rows * passes)
+        throw new Error(`${name}: read ${read.count} ops, expected ${cfg.rows * passes}`);
+      if (read.sink !== undefined && read.sink / passes !== (sink ??= read.sink / passes))
+        throw new Error(`${name}: read sum ${read.sink / passes} a pass, the C API's ${sink}: not the same work`);
       const r = { ingest: ingest.count / ingest.secs, reads: read.count / read.secs,
         ingestCpuUs: (ingest.cpu / ingest.count) * 1e6, readCpuUs: (read.cpu / read.count) * 1e6 };
-      best = best ? { ingest: Math.max(best.ingest, r.ingest), reads: Math.max(best.reads, r.reads),
+      cOp ??= { secs: read.secs / read.count, cpu: read.cpu / read.count };
+      (readRatios[name] ??= []).push([read.secs / read.count / cOp.secs, read.cpu / read.count / cOp.cpu]);
+      const best = results[name];
+      results[name] = best ? { ingest: Math.max(best.ingest, r.ingest), reads: Math.max(best.reads, r.reads),
         ingestCpuUs: Math.min(best.ingestCpuUs, r.ingestCpuUs),
         readCpuUs: Math.min(best.readCpuUs, r.readCpuUs) } : r;
       fs.rmSync(file, { force: true });
       fs.rmSync(`${file}-lock`, { force: true });
     }
-    results[name] = best;
   }
 } finally {
   fs.rmSync(dir, { recursive: true, force: true });
@@ -298,12 +329,17 @@ try {
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : `${(v / 1e3).toFixed(0)}k`);
 const c = results['C API'];
 console.log(`bench_node: ${cfg.rows} rows (${cfg.dataSize} B) -> ${cfg.buckets} buckets, commit every ` +
-  `${cfg.commitRows} rows, ${cfg.nosync ? 'nosync' : 'durable'}; reads ${cfg.readLimit} ops/call; ` +
-  `best of ${cfg.runs}; node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+  `${cfg.commitRows} rows, ${cfg.nosync ? 'nosync' : 'durable'}; reads ${cfg.readLimit} ops/call, ` +
+  `${cfg.readPasses} timed passes; best of ${cfg.runs}; node ${process.version}, load ` +
+  `${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
 console.log(`${'path'.padEnd(16)}${'ingest rows/s'.padStart(14)}${'vs C'.padStart(7)}` +
-  `${'CPU us/row'.padStart(11)}${'reads ops/s'.padStart(13)}${'vs C'.padStart(8)}${'CPU ns/op'.padStart(10)}`);
+  `${'CPU us/row'.padStart(11)}${'reads ops/s'.padStart(13)}${'vs C'.padStart(8)}${'CPU ns/op'.padStart(10)}` +
+  `${'vs C'.padStart(7)}  reads vs C each run: time/CPU`);
 for (const [name, r] of Object.entries(results))
   console.log(`${name.padEnd(16)}${fmt(r.ingest).padStart(14)}${(c.ingest / r.ingest).toFixed(1).padStart(6)}x` +
     `${r.ingestCpuUs.toFixed(2).padStart(11)}${fmt(r.reads).padStart(13)}` +
-    `${(c.reads / r.reads).toFixed(1).padStart(7)}x${(r.readCpuUs * 1e3).toFixed(0).padStart(10)}`);
-if (cfg.json) fs.writeFileSync(cfg.json, JSON.stringify({ config: cfg, node: process.version, results }, null, 2));
+    `${(c.reads / r.reads).toFixed(2).padStart(7)}x${(r.readCpuUs * 1e3).toFixed(0).padStart(10)}` +
+    `${(r.readCpuUs / c.readCpuUs).toFixed(2).padStart(6)}x  ` +
+    readRatios[name].map(([t, u]) => `${t.toFixed(2)}/${u.toFixed(2)}`).join(' '));
+if (cfg.json)
+  fs.writeFileSync(cfg.json, JSON.stringify({ config: cfg, node: process.version, results, readRatios }, null, 2));

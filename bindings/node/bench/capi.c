@@ -3,9 +3,12 @@
  * storage.h, so that the binding and the JSON driver are measured against the same work:
  *   capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC   snapshot ingest, one commit per
  *                                                             COMMIT_ROWS rows
- *   capi read DB BUCKETS READ_LIMIT                           every bucket downloaded from 0
+ *   capi read DB BUCKETS READ_LIMIT [PASSES]                  every bucket downloaded from 0,
+ *                                                             PASSES times (1 if left out)
  * and prints one JSON line {"secs":..., "cpu":..., "count":...} (cpu: this process's CPU seconds;
- * reads add "sink", the sum on_chunk computes). Rows are those of bench_node.mjs's row():
+ * reads add "sink", the sum on_chunk computes over every pass, and "pass", each pass's seconds).
+ * Passes repeat in one process, as the binding's do in one node process, so that a measurement
+ * lasts long enough to be steady (one pass of 200k ops is about 13 ms). Rows are those of bench_node.mjs's row():
  * replica id "r%08u", bucket by_list["l%05u"] (row % BUCKETS), object type "todos", data the
  * JSON of {"id","v":0,"done":false,"d":<letters>} padded to DATA_SIZE bytes.
  */
@@ -110,9 +113,11 @@ int main(int argc, char **argv) {
       }
     }
     printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%u}\n", now_s() - t0, cpu_s() - c0, rows);
-  } else if (argc == 5 && !strcmp(argv[1], "read")) {
-    unsigned nb = (unsigned)atol(argv[3]);
+  } else if ((argc == 5 || argc == 6) && !strcmp(argv[1], "read")) {
+    unsigned nb = (unsigned)atol(argv[3]), passes = argc == 6 ? (unsigned)atol(argv[5]) : 1;
     dl d = {0, 0, 0};
+    double pass[64];
+    if (passes < 1 || passes > sizeof pass / sizeof *pass) return 2;
     bs_checkpoint cp;
     bs_batch_options bo = BS_BATCH_OPTIONS_INIT;
     bo.limit = (size_t)atol(argv[4]);
@@ -120,22 +125,28 @@ int main(int argc, char **argv) {
     TRY(bs_storage_open(&st, db, 0, &err));
     TRY(bs_get_checkpoint(&cp, st, &err));
     t0 = now_s(), c0 = cpu_s();
-    for (unsigned b = 0; b < nb; b++) {
-      char bucket[32];
-      bs_bucket_request req;
-      int more = 1;
-      snprintf(bucket, sizeof bucket, "by_list[\"l%05u\"]", b);
-      req.bucket = (bs_val){bucket, strlen(bucket)}, req.after = 0;
-      while (more) { /* one bucket per call, as a client resuming at next_after */
-        TRY(bs_get_bucket_data(&more, st, cp.op_id, &req, 1, &bo, on_chunk, &d, &err));
-        req.after = d.next_after;
+    for (unsigned p = 0; p < passes; p++) {
+      double p0 = now_s();
+      for (unsigned b = 0; b < nb; b++) {
+        char bucket[32];
+        bs_bucket_request req;
+        int more = 1;
+        snprintf(bucket, sizeof bucket, "by_list[\"l%05u\"]", b);
+        req.bucket = (bs_val){bucket, strlen(bucket)}, req.after = 0;
+        while (more) { /* one bucket per call, as a client resuming at next_after */
+          TRY(bs_get_bucket_data(&more, st, cp.op_id, &req, 1, &bo, on_chunk, &d, &err));
+          req.after = d.next_after;
+        }
       }
+      pass[p] = now_s() - p0;
     }
-    printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%llu,\"sink\":%llu}\n", now_s() - t0,
+    printf("{\"secs\":%.6f,\"cpu\":%.6f,\"count\":%llu,\"sink\":%llu,\"pass\":[", now_s() - t0,
            cpu_s() - c0, d.ops, d.sink);
+    for (unsigned p = 0; p < passes; p++) printf("%s%.6f", p ? "," : "", pass[p]);
+    printf("]}\n");
   } else {
     fprintf(stderr, "usage: capi ingest DB ROWS BUCKETS COMMIT_ROWS DATA_SIZE NOSYNC\n"
-                    "       capi read DB BUCKETS READ_LIMIT\n");
+                    "       capi read DB BUCKETS READ_LIMIT [PASSES]\n");
     return 2;
   }
   bs_writer_close(w);
