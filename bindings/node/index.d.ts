@@ -446,6 +446,8 @@ export interface StorageStatus {
   checkpoint: OpId;
   lsn: string | null;
   lastPersistedOp: OpId;
+  /** The message of the last reportError (cut at 255 bytes; a character cut there is U+FFFD),
+   * null when there is none (docs/bindings.md: Python's last_error is "" then). */
   lastError: string | null;
 }
 

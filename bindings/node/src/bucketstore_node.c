@@ -2922,9 +2922,17 @@ static napi_value done_status(napi_env env, work *w) {
   set(env, o, "checkpoint", js_u64(env, s->checkpoint));
   set(env, o, "lsn", js_lsn(env, s->has_lsn, s->lsn, s->lsn_size));
   set(env, o, "lastPersistedOp", js_u64(env, s->last_persisted_op));
-  set(env, o, "lastError",
-      s->last_error[0] ? js_str(env, (bs_val){s->last_error, strlen(s->last_error)})
-                       : js_null(env));
+  /* null when none (storage.h's ""), as docs/bindings.md says; else always a string: the
+   * library cuts a message at 255 bytes, maybe inside a character, which V8's UTF-8 decoding
+   * makes U+FFFD, as Python's decode("utf-8", "replace") does (js_str would give a Buffer) */
+  if (s->last_error[0]) {
+    napi_value e;
+    if (napi_create_string_utf8(env, s->last_error, strlen(s->last_error), &e) != napi_ok)
+      return NULL;
+    set(env, o, "lastError", e);
+  } else {
+    set(env, o, "lastError", js_null(env));
+  }
   return o;
 }
 

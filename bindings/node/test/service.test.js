@@ -298,3 +298,23 @@ for (const [name, open] of backends) {
     }
   });
 }
+
+for (const [name, open] of backends) {
+  test(`${name}: getStatus's lastError: null when none, else a string (a character cut at 255 bytes is U+FFFD)`, async () => {
+    // docs/bindings.md: Node's null where Python's last_error is "" (storage.h: "" when none)
+    const { db, cleanup } = await open();
+    const st = await db.storage(await db.createStream('s'));
+    assert.equal((await st.getStatus()).lastError, null);
+    await st.reportError(new Error('source gone'));
+    assert.equal((await st.getStatus()).lastError, 'source gone');
+    // 200 two-byte characters, cut to 255 bytes: 127 whole and half of one, which Python's
+    // decode("utf-8", "replace") also makes U+FFFD (this was a Buffer of the 255 bytes)
+    await st.reportError('é'.repeat(200));
+    assert.equal((await st.getStatus()).lastError, `${'é'.repeat(127)}\uFFFD`);
+    await st.reportError(''); // the library's "" is "no error": null, as before any report
+    assert.equal((await st.getStatus()).lastError, null);
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+}
