@@ -369,19 +369,35 @@ function checkCompactOptions(options) {
 
 const OP_NAMES = [null, 'PUT', 'REMOVE', 'MOVE', 'CLEAR'];
 
-/** Field f of a batch in columns (see done_bucket_data in the addon): a slice of its text, null,
- * a value made on its own (bytes that are not UTF-8) or same, the same field of the op before. */
-function field(r, f, same) {
-  const kind = r.kinds[f];
-  return kind === 0 ? r.text.slice(r.offs[f], r.offs[f + 1]) : kind === 1 ? null
-    : kind === 2 ? r.raw[f] : same;
+/** Field f of a batch in columns that is not text (see done_bucket_data in the addon): null, a
+ * value made on its own (bytes that are not UTF-8) or same, the same field of the op before. */
+function otherField(r, kind, f, same) {
+  return kind === 1 ? null : kind === 2 ? r.raw[f] : same;
 }
 
-/** Op k of a batch in columns, as the protocol's OplogEntry; p is op k - 1 (or null). */
-function oplogEntry(r, k, p) {
-  return { op_id: r.ids[k], op: OP_NAMES[r.types[k]], object_type: field(r, 4 * k, p?.object_type),
-    object_id: field(r, 4 * k + 1, p?.object_id), subkey: field(r, 4 * k + 2, p?.subkey),
-    data: field(r, 4 * k + 3, p?.data), checksum: r.sums[k] };
+/**
+ * Ops k to k + n - 1 of a batch in columns as the protocol's OplogEntry objects. A field of kind
+ * 0 is a slice of text, the piece of the batch's text that holds the op (from UTF-16 unit base
+ * on); s carries from chunk to chunk the piece (q, text, base, and next, the op the next piece
+ * starts at) and p, the op before. The columns are read from locals: a property of r read in
+ * the loop is read again after every call (a slice), as V8 cannot tell that none changes it.
+ */
+function oplogEntries(r, k, n, s) {
+  const { ids, types, sums, kinds, offs, texts, cuts } = r;
+  let { q, text, base, next, p } = s;
+  const data = new Array(n);
+  for (let i = 0; i < n; i++, k++) {
+    if (k === next) q++, text = texts[q], base = cuts[2 * q + 1], next = cuts[2 * q + 2];
+    const f = 4 * k, k0 = kinds[f], k1 = kinds[f + 1], k2 = kinds[f + 2], k3 = kinds[f + 3];
+    data[i] = p = { op_id: ids[k], op: OP_NAMES[types[k]],
+      object_type: k0 === 0 ? text.slice(offs[f] - base, offs[f + 1] - base) : otherField(r, k0, f, p?.object_type),
+      object_id: k1 === 0 ? text.slice(offs[f + 1] - base, offs[f + 2] - base) : otherField(r, k1, f + 1, p?.object_id),
+      subkey: k2 === 0 ? text.slice(offs[f + 2] - base, offs[f + 3] - base) : otherField(r, k2, f + 2, p?.subkey),
+      data: k3 === 0 ? text.slice(offs[f + 3] - base, offs[f + 4] - base) : otherField(r, k3, f + 3, p?.data),
+      checksum: sums[k] };
+  }
+  s.q = q, s.text = text, s.base = base, s.next = next, s.p = p;
+  return data;
 }
 
 const utf8Fatal = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
@@ -680,10 +696,10 @@ class BucketStorage {
     checkHint(options);
     const r = await this.#bucketData(checkpoint, dataBuckets, options, false, true);
     signal?.throwIfAborted();
-    for (let c = 0, k = 0, p = null; c < r.chunks.length; c++) {
-      const ch = r.chunks[c];
-      const data = new Array(ch.n);
-      for (let i = 0; i < ch.n; i++, k++) data[i] = p = oplogEntry(r, k, p);
+    // piece q of the text (done_bucket_data) holds ops cuts[2q] to cuts[2q + 2] - 1
+    const s = { q: -1, text: '', base: 0, next: 0, p: null };
+    for (let c = 0, k = 0; c < r.chunks.length; k += r.chunks[c++].n) {
+      const ch = r.chunks[c], data = oplogEntries(r, k, ch.n, s);
       // the entries hold no view of the columns: the next call may write into them
       if (c === r.chunks.length - 1) this.#pool = keepable(r.pool);
       yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,

@@ -2008,11 +2008,24 @@ typedef struct rawfield {
  * text). */
 enum { N_COLUMNS = 6 };
 
+/* The default mode's text is handed to JS in pieces of about PIECE_UNITS UTF-16 units, cut
+ * between ops: a string of V8's regular size (under 128 KiB) is made in its young generation,
+ * whose memory is used again from one scavenge to the next, where one string of the batch (1.3
+ * MiB for 10k ops of 120-byte rows) went to its large-object space, fresh pages each call: 86%
+ * of the default mode's page faults (perf record -e page-faults), about 48 a 1000 ops. Piece p
+ * starts at op op, byte byte and unit unit of the batch's text. */
+#define PIECE_UNITS 32768u
+typedef struct textcut {
+  size_t op, byte, unit;
+} textcut;
+
 typedef struct opbatch {
   gbuf ids, types, sums, kinds, offs, text;
   napi_ref pool;     /* the lent ArrayBuffers (an array, held for the call), or NULL */
   size_t n, units;   /* ops laid out; UTF-16 units of the text */
   size_t prev[4][2]; /* text offset and size of the previous op's fields, when text */
+  textcut *cuts;     /* the default mode's pieces (cuts[0] the first, at 0) */
+  size_t n_cuts, cap_cuts;
   rawfield *raw, **raw_tail;
   cchunk *chunks, **chunks_tail;
   size_t n_chunks;
@@ -2027,7 +2040,21 @@ static void opbatch_free(napi_env env, opbatch *b) {
   if (!b) return;
   for (int i = 0; i < N_COLUMNS; i++)
     if (!column(b, i)->lent) free(column(b, i)->p);
+  free(b->cuts);
   if (b->pool) napi_delete_reference(env, b->pool);
+}
+
+/* Op op starts at byte byte and unit unit of the text: a new piece when the current one holds
+ * PIECE_UNITS units or more. Out of memory: -1. */
+static inline int text_cut(opbatch *b, size_t op, size_t byte, size_t unit) {
+  textcut *c;
+  if (unit - b->cuts[b->n_cuts - 1].unit < PIECE_UNITS) return 0;
+  if (b->n_cuts == b->cap_cuts) {
+    if (!(c = realloc(b->cuts, 2 * b->cap_cuts * sizeof *c))) return -1;
+    b->cuts = c, b->cap_cuts *= 2;
+  }
+  b->cuts[b->n_cuts++] = (textcut){op, byte, unit};
+  return 0;
 }
 
 /* Copies n bytes from s to d; whether they are all ASCII. */
@@ -2047,7 +2074,12 @@ static int copy_ascii(unsigned char *d, const unsigned char *s, size_t n) {
  * the fields of two ops most often differ, then the rest. */
 static inline int same_bytes(const unsigned char *a, const unsigned char *v, size_t n) {
   uint64_t x, y;
-  if (n < 8) return !memcmp(a, v, n);
+  uint32_t c, d, e, g;
+  if (n < 8) { /* an object type most often: two overlapping words, not a call to memcmp */
+    if (n < 4) return !memcmp(a, v, n);
+    memcpy(&c, a, 4), memcpy(&d, v, 4), memcpy(&e, a + n - 4, 4), memcpy(&g, v + n - 4, 4);
+    return c == d && e == g;
+  }
   memcpy(&x, a + n - 8, 8), memcpy(&y, v + n - 8, 8);
   return x == y && !memcmp(a, v, n - 8);
 }
@@ -2178,24 +2210,35 @@ static int copy_columns_text(const bs_chunk_columns *c, void *payload) {
     if (bytes) memcpy(t, c->bytes, bytes);
     for (size_t f = 0; f < 4 * n; f++) offs[f] = (uint32_t)(ubase + c->field[f]);
     for (size_t i = 0; i < n; i++) {
-      unsigned nulls = raw_nulls[c->type[i] & 7] / RAW_NULL; /* bit j: field j not carried */
-      for (int j = 0; j < 4; j++) {
-        size_t f = 4 * i + (size_t)j, at = tbase + c->field[f], sz = c->field[f + 1] - c->field[f];
-        if (nulls >> j & 1) {
-          kinds[f] = FIELD_NULL, b->prev[j][1] = 0;
-        } else if (b->prev[j][1] == sz + 1 &&
-                   same_bytes(b->text.p + b->prev[j][0], b->text.p + at, sz)) {
-          kinds[f] = FIELD_SAME;
+      const uint32_t *fi = c->field + 4 * i;
+      unsigned type = c->type[i];
+      unsigned char *k = kinds + 4 * i;
+      if (text_cut(b, b->n + i, tbase + fi[0], ubase + fi[0])) return BS_ENOMEM;
+      if (type == BS_OP_PUT || type == BS_OP_REMOVE) {
+        /* only the object type is compared with the op before's (most ops of a bucket share
+         * it, and it is short: a slice of it in JS would copy); an id, a subkey or a row
+         * seldom repeats, and comparing them cost more than it saved (callgrind) */
+        size_t at = tbase + fi[0], sz = fi[1] - fi[0];
+        if (b->prev[0][1] == sz + 1 && same_bytes(b->text.p + b->prev[0][0], b->text.p + at, sz)) {
+          k[0] = FIELD_SAME;
         } else {
-          kinds[f] = FIELD_TEXT, b->prev[j][0] = at, b->prev[j][1] = sz + 1;
+          k[0] = FIELD_TEXT, b->prev[0][0] = at, b->prev[0][1] = sz + 1;
         }
+        k[1] = k[2] = FIELD_TEXT;
+        k[3] = type == BS_OP_PUT ? FIELD_TEXT : FIELD_NULL;
+      } else { /* MOVE, CLEAR: no field */
+        k[0] = k[1] = k[2] = k[3] = FIELD_NULL;
+        b->prev[0][1] = 0;
       }
     }
+    /* put_field compares every field with the op before's: these were not kept */
+    b->prev[1][1] = b->prev[2][1] = b->prev[3][1] = 0;
     b->text.len += bytes, b->units += bytes, b->n += n;
     return 0;
   }
   for (size_t i = 0; i < n; i++, b->n++) {
     unsigned type = c->type[i];
+    if (text_cut(b, b->n, b->text.len, b->units)) return BS_ENOMEM;
     for (int j = 0; j < 4; j++) {
       size_t f = 4 * i + (size_t)j;
       bs_val v = {NULL, 0};
@@ -2213,6 +2256,14 @@ static void exec_bucket_data(work *w) {
   int has_more = 0;
   o.limit = (size_t)w->u2, o.chunk_bytes = (size_t)w->u3;
   w->bt->raw_tail = &w->bt->raw, w->bt->chunks_tail = &w->bt->chunks;
+  if (!w->i2) {
+    if (!(w->bt->cuts = malloc(16 * sizeof *w->bt->cuts))) {
+      w->rc = BS_ENOMEM;
+      snprintf(w->err.msg, sizeof w->err.msg, "out of memory copying bucket data");
+      return;
+    }
+    w->bt->cuts[0] = (textcut){0, 0, 0}, w->bt->n_cuts = 1, w->bt->cap_cuts = 16;
+  }
   w->rc = w->i2 ? bs_get_bucket_columns(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
                                         copy_columns, w, &w->err)
                 : bs_get_bucket_columns(&has_more, w->n->u.st, w->u1, w->items, w->n_items, &o,
@@ -2295,19 +2346,48 @@ static napi_value js_column(napi_env env, opbatch *b, int i, napi_typedarray_typ
               : js_typed_own(env, t, size, n, column(b, i));
 }
 
+/* The default mode's text as its pieces (opbatch's cuts): an array of strings, one a piece,
+ * and *cuts_out a Uint32Array of [op, unit] for each piece (the op and UTF-16 unit it starts
+ * at), then [ops, units] of the whole. */
+static napi_value js_text_pieces(napi_env env, opbatch *b, napi_value *cuts_out) {
+  napi_value texts, ab, s;
+  uint32_t *cu;
+  if (napi_create_array_with_length(env, b->n_cuts, &texts) != napi_ok ||
+      napi_create_arraybuffer(env, 8 * (b->n_cuts + 1), (void **)&cu, &ab) != napi_ok ||
+      napi_create_typedarray(env, napi_uint32_array, 2 * (b->n_cuts + 1), ab, 0, cuts_out) !=
+          napi_ok)
+    return NULL;
+  for (size_t p = 0; p < b->n_cuts; p++) {
+    const textcut *c = &b->cuts[p];
+    size_t to = p + 1 < b->n_cuts ? b->cuts[p + 1].byte : b->text.len;
+    const char *t = (const char *)b->text.p + c->byte;
+    /* latin1 when the whole batch is ASCII (units == bytes): no UTF-8 decoding */
+    if ((b->units == b->text.len ? napi_create_string_latin1(env, t, to - c->byte, &s)
+                                 : napi_create_string_utf8(env, t, to - c->byte, &s)) != napi_ok ||
+        napi_set_element(env, texts, (uint32_t)p, s) != napi_ok)
+      return NULL;
+    cu[2 * p] = (uint32_t)c->op, cu[2 * p + 1] = (uint32_t)c->unit;
+  }
+  cu[2 * b->n_cuts] = (uint32_t)b->n, cu[2 * b->n_cuts + 1] = (uint32_t)b->units;
+  return texts;
+}
+
 /* A batch in columns, from which index.js builds the OplogEntry objects (object literals of one
  * shape are much cheaper to make in JS than property by property through Node-API):
- * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, text, kinds: Uint8Array,
- *  offs: Uint32Array, raw: [], chunks: [{bucket, after, next_after, has_more, targetOp, n}]}
- * with the ops of all chunks in order; field f (object_type, object_id, subkey, data of op f/4)
- * is text.slice(offs[f], offs[f + 1]) (UTF-16 offsets), null, raw[f] or field f - 4 as kinds[f]
- * says. In raw mode text is a Buffer of every field's bytes, offs are byte offsets into it,
- * kinds is empty and a type's bits above the fourth say which fields are null (raw_nulls).
+ * {hasMore, ids: BigUint64Array, types: Uint8Array, sums: Uint32Array, texts, cuts,
+ *  kinds: Uint8Array, offs: Uint32Array, raw: [], chunks: [{bucket, after, next_after,
+ *  has_more, targetOp, n}]} with the ops of all chunks in order; field f (object_type,
+ * object_id, subkey, data of op f/4) is the UTF-16 units [offs[f], offs[f + 1]) of the text,
+ * null, raw[f] or field f - 4 as kinds[f] says; the text is in pieces (js_text_pieces): op k's
+ * fields are in texts[p] for the piece p whose ops hold k, from its unit cuts[2p + 1] on. In raw
+ * mode text is a Buffer of every field's bytes, offs are byte offsets into it, kinds is empty
+ * and a type's bits above the fourth say which fields are null (raw_nulls).
  * When the call lent a pool: pool, the ArrayBuffers under the columns and the text's bytes (in
  * raw mode text is then a Uint8Array over the last), for the next call to lend. */
 static napi_value done_bucket_data(napi_env env, work *w) {
   opbatch *b = w->bt;
   napi_value chunks, res = js_obj(env), ids, types, sums, text, kinds, offs, raw, pool = NULL;
+  napi_value cuts = NULL;
   uint32_t ci = 0, end = (uint32_t)(w->i2 ? b->text.len : b->units);
   size_t n = b->n;
   b->offs.len = 16 * n;
@@ -2331,10 +2411,7 @@ static napi_value done_bucket_data(napi_env env, work *w) {
       return NULL;
   } else if (pool && !js_typed_pooled(env, b, 5, napi_uint8_array, 1, b->text.len, pool)) {
     return NULL;
-  } else if ((b->units == b->text.len
-                  ? napi_create_string_latin1(env, (char *)b->text.p, b->text.len, &text)
-                  : napi_create_string_utf8(env, (char *)b->text.p, b->text.len, &text)) !=
-             napi_ok) {
+  } else if (!(text = js_text_pieces(env, b, &cuts))) {
     return NULL;
   }
   for (rawfield *r = b->raw; r; r = r->next)
@@ -2354,7 +2431,8 @@ static napi_value done_bucket_data(napi_env env, work *w) {
   set(env, res, "ids", ids);
   set(env, res, "types", types);
   set(env, res, "sums", sums);
-  set(env, res, "text", text);
+  set(env, res, w->i2 ? "text" : "texts", text);
+  if (!w->i2) set(env, res, "cuts", cuts);
   set(env, res, "kinds", kinds);
   set(env, res, "offs", offs);
   set(env, res, "raw", raw);

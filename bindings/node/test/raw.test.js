@@ -147,6 +147,52 @@ for (const [name, open] of backends) {
     cleanup();
   });
 
+  test(`${name}: the default mode's text in pieces: every field of a batch of many pieces`, async () => {
+    // the addon hands the default mode's text over in pieces of about 32k UTF-16 units cut
+    // between ops (js_text_pieces); index.js slices each op's fields out of its piece. One call
+    // over ASCII and non-ASCII chunks, fields that are not UTF-8, REMOVEs (null data), an op
+    // larger than a piece and ops that share their object type across the cuts.
+    const { db, cleanup } = await open();
+    await db.createStream('s');
+    const st = await db.storage();
+    const w = await st.createWriter();
+    const rows = {
+      a: (i) => ['t', `a${i}`, `{"i":${i},"s":"${'abcdefgh'.repeat(1 + (i % 40))}"}`],
+      b: (i) => [i % 7 ? 't' : 'u', `b${i}`, `{"i":${i},"s":"${'\u00e9\u20ac'.repeat(1 + (i % 60))}\uD83D\uDE00"}`],
+      c: (i) => ['t', i % 50 ? `c${i}` : Buffer.from([0xff, i & 0x7f]), i === 7 ? 'z'.repeat(70000) : `{"c":${i}}`],
+    };
+    for (let i = 0; i < 600; i++)
+      for (const [bucket, row] of Object.entries(rows)) {
+        const [table, id, data] = row(i);
+        await w.save(put(bucket, id, table, data));
+      }
+    await w.markSnapshotDone('1');
+    await w.commit('1');
+    for (let i = 0; i < 600; i += 9) await w.save({ tag: 'delete', sourceTable: 't', beforeReplicaId: `a${i}` });
+    await w.commit('2');
+    const { checkpoint } = await st.getCheckpoint();
+    const req = ['a', 'b', 'c'].map((bucket) => ({ bucket }));
+    for (const options of [{ limit: 5000 }, { limit: 5000, chunkLimitBytes: 3000 }]) {
+      const pairs = await both(st, checkpoint, req, options);
+      let units = 0, n = 0;
+      for (const [d, r] of pairs) {
+        same(d, r);
+        for (const op of d.chunkData.data) {
+          n++;
+          for (const f of FIELDS) units += typeof op[f] === 'string' ? op[f].length : 0;
+        }
+      }
+      assert.equal(n, 3 * 600 + 67);
+      assert.ok(units > 4 * 32768, `${units} units: several pieces`);
+      const [[a]] = pairs, ops = a.chunkData.data;
+      assert.deepEqual([ops[1].object_id, ops[1].data], ['a1', `{"i":1,"s":"${'abcdefgh'.repeat(2)}"}`]);
+    }
+    await w.close();
+    await st.close();
+    await db.close();
+    cleanup();
+  });
+
   test(`${name}: reuseBuffers: a call writes into the memory of the one before; its chunks end with the iteration`, async () => {
     const { db, cleanup } = await open();
     await db.createStream('s');
