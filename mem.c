@@ -686,27 +686,29 @@ static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_writ
   return BS_OK;
 }
 
-/* snapshot_done and resume_lsn take effect at once and leave the queue alone (as LMDB). */
-static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
-  mem_writer *w = MW(bw);
-  mem_stream *s = w->ms->s;
+/* snapshot_done (1) and resume_lsn (0): the fields lifecycle.c's plan names, stored at once; the
+ * queue stays as it is (as LMDB). */
+static int lsn_call(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error *err) {
+  mem_storage *ms = MW(bw)->ms;
+  mem_meta *m = &ms->s->m;
   bs__lsn_plan p;
   int rc;
-  if ((rc = wlock(w->ms, err))) return rc;
-  s->m.row.snapshot_done = 1;
-  if (bs__plan_lsn(&p, s->id, &s->m.row, 1, lsn, NULL) == BS_OK && p.no_checkpoint_before)
-    lsn_set(&s->m, &s->m.row.no_checkpoint_before, lsn);
-  unlock(w->ms->db);
-  return BS_OK;
+  lock(ms->db);
+  if ((rc = bs__plan_lsn(&p, ms->s->id, &m->row, snapshot_done, lsn, err)) == BS_OK) {
+    m->row.snapshot_done |= p.snapshot_done;
+    if (p.no_checkpoint_before) lsn_set(m, &m->row.no_checkpoint_before, lsn);
+    if (p.resume_lsn) lsn_set(m, &m->row.resume_lsn, lsn);
+  }
+  unlock(ms->db);
+  return rc;
+}
+
+static int mem_writer_snapshot_done(bs_writer *bw, bs_val lsn, bs_error *err) {
+  return lsn_call(bw, 1, lsn, err);
 }
 
 static int mem_writer_resume_lsn(bs_writer *bw, bs_val lsn, bs_error *err) {
-  mem_writer *w = MW(bw);
-  int rc;
-  if ((rc = wlock(w->ms, err))) return rc;
-  lsn_set(&w->ms->s->m, &w->ms->s->m.row.resume_lsn, lsn);
-  unlock(w->ms->db);
-  return BS_OK;
+  return lsn_call(bw, 0, lsn, err);
 }
 
 static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_val table,

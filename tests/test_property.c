@@ -718,6 +718,16 @@ static void snapshot_insert(wl *s, const char *rid) {
   snapshot_save(s, &sv);
 }
 
+/* The stream's resume LSN is the model's, after call(lsn). */
+static void check_resume(wl *s, const char *call, const char *lsn) {
+  bs_status st;
+  CT_OK(bs_get_status(&st, s->st, &ct_err));
+  if (!st.has_resume_lsn || st.resume_lsn_size != strlen(s->cs.resume) ||
+      memcmp(st.resume_lsn, s->cs.resume, st.resume_lsn_size) != 0)
+    fail_msg("%s(%s): resume LSN %.*s, model %s", call, lsn, (int)st.resume_lsn_size,
+             (const char *)st.resume_lsn, s->cs.resume);
+}
+
 static void do_commit1(run *r, wl *s) {
   char lsn[32];
   const char *rid = r->rid[ct_below(&r->rng, N_RIDS)];
@@ -761,6 +771,12 @@ static void do_commit1(run *r, wl *s) {
     n = ++r->lsn;
   }
   if (ct_below(&r->rng, 4) == 0) ce = (int)ct_below(&r->rng, 2);
+  if (ct_below(&r->rng, 6) == 0) { /* resume_lsn, often below the resume LSN: stored as given */
+    lsn_fmt(lsn, r->lsn > 2 ? r->lsn - ct_below(&r->rng, 3) : r->lsn);
+    CT_OK(bs_writer_resume_lsn(s->w, ct_v(lsn), &ct_err));
+    md_cp_resume_lsn(&s->cs, lsn);
+    check_resume(s, "resume_lsn", lsn);
+  }
   lsn_fmt(lsn, n);
   memset(&res, 0, sizeof res);
   r->now_ms += 1000;
@@ -790,14 +806,7 @@ static void do_commit1(run *r, wl *s) {
   CT_EQ_U64(res.checkpoint, s->has_cp ? s->cp : 0);
   if (probe) snapshot_insert(s, rid);
   check_states(r);
-  {
-    bs_status st;
-    CT_OK(bs_get_status(&st, s->st, &ct_err));
-    if (!st.has_resume_lsn || st.resume_lsn_size != strlen(s->cs.resume) ||
-        memcmp(st.resume_lsn, s->cs.resume, st.resume_lsn_size) != 0)
-      fail_msg("commit(%s): resume LSN %.*s, model %s", lsn, (int)st.resume_lsn_size,
-               (const char *)st.resume_lsn, s->cs.resume);
-  }
+  check_resume(s, "commit", lsn);
   {
     bs_checkpoint c;
     CT_OK(bs_get_checkpoint(&c, s->st, &ct_err));

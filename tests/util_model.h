@@ -155,6 +155,9 @@ typedef struct md_cpstate {
 
 /* snapshot_done(lsn): no_checkpoint_before = max(current, lsn). */
 void md_cp_snapshot_done(md_cpstate *c, const char *lsn);
+/* resume_lsn(lsn): the resume LSN is lsn, lower than the current one or not (the caller's
+ * restart point, contract.md 4.4). */
+void md_cp_resume_lsn(md_cpstate *c, const char *lsn);
 /* The outcome of commit(lsn) with head the last persisted op id, create_empty 0 or 1; applies
  * it to c. *created: whether a checkpoint is made (it is then c->cp = head at lsn). Every commit
  * raises the resume LSN to lsn. */

@@ -29,6 +29,11 @@ void md_cp_snapshot_done(md_cpstate *c, const char *lsn) {
   c->has_nocb = 1;
 }
 
+void md_cp_resume_lsn(md_cpstate *c, const char *lsn) {
+  lsn_copy(c->resume, lsn);
+  c->has_resume = 1;
+}
+
 bs_block_reason md_cp_commit(md_cpstate *c, uint64_t head, const char *lsn, int create_empty,
                              int *created) {
   bs_block_reason why = BS_BLOCKED_NONE;
