@@ -1320,6 +1320,58 @@ int bs__compact_drive(const bs__compact_store *s, void *x, const bs_allocator *a
                       const bs_compact_options *o, int mode, bs_compact_stats *stats,
                       uint64_t *processed, bs_error *err);
 
+/* ---- Generic reads (reads.c): contract.md 5 over a backend's storage primitives ----
+ * The reads written once: a backend that gives these primitives answers bucket_data,
+ * checksums, checksum_ranges, list_buckets, checkpoint_changes and parameter_sets through the
+ * bs__read_* functions (the memory backend does; LMDB and PostgreSQL keep bulk executors of
+ * their own). Every primitive but begin runs inside the call's one snapshot, between begin and
+ * end, and what it hands the engine (names, ops, rows) stays valid until end; the engine calls
+ * nothing of the caller in it. A walk's fn returns non-zero to stop it, and the walk returns that
+ * value. */
+typedef struct bs__read_bucket {
+  bs_val name;
+  uint64_t clear_start, clear_op;                     /* the torn span (bs__torn_check) */
+  uint64_t generation, compacted_op, compacted_count; /* bs_bucket_info, bs__compact_changes */
+  const void *h;                                      /* the backend's own */
+} bs__read_bucket;
+typedef struct bs__read_store {
+  int (*begin)(void *x, bs_error *err); /* the snapshot (a read transaction, a lock) */
+  void (*end)(void *x);
+  void (*row)(void *x, bs__stream_row *out); /* the stream's row (fence, parameter horizon) */
+  int (*bucket)(void *x, bs_val name, bs__read_bucket *out, int *found, bs_error *err);
+  /* every bucket of the stream, in any order */
+  int (*buckets)(void *x, int (*fn)(void *arg, const bs__read_bucket *b), void *arg, bs_error *err);
+  /* the ops of b with ids in (after, to], ascending */
+  int (*ops)(void *x, const bs__read_bucket *b, uint64_t after, uint64_t to,
+             int (*fn)(void *arg, const bs_op *op), void *arg, bs_error *err);
+  /* kind 0: each bucket with an op whose id is in [lo, hi]; 1: each lookup with a parameter
+   * entry there; 2: each user filed there (a flush's op head, a checkpoint); repeats allowed */
+  int (*changes)(void *x, int kind, uint64_t lo, uint64_t hi, int (*fn)(void *arg, bs_val name),
+                 void *arg, bs_error *err);
+  /* lookup's rows at c: each row's newest entry at or below c (a tombstone: none), in the order
+   * the reads hand rows out (bs__param_row_cmp); fn's BS_ENOMEM is returned */
+  int (*params)(void *x, bs_val lookup, uint64_t c,
+                int (*fn)(void *arg, const bs_val *rows, size_t n), void *arg);
+} bs__read_store;
+int bs__read_bucket_data(const bs__read_store *s, void *x, const bs_allocator *a, int *has_more,
+                         uint64_t c, const bs_bucket_request *req, size_t n_req,
+                         const bs_batch_options *opts, int (*on_chunk)(const bs_chunk *, void *),
+                         void *payload, bs_error *err);
+/* checksums at C are checksum_ranges over (0, C] (cleared NULL) */
+int bs__read_checksum_ranges(const bs__read_store *s, void *x, bs_checksum *out, int *cleared,
+                             uint64_t *gen, uint64_t from, uint64_t to, const bs_val *buckets,
+                             size_t n, bs_error *err);
+int bs__read_list_buckets(const bs__read_store *s, void *x, const bs_allocator *a,
+                          bs_val start_after, int (*fn)(const bs_bucket_info *, void *),
+                          void *payload, bs_error *err);
+int bs__read_checkpoint_changes(const bs__read_store *s, void *x, const bs_allocator *a,
+                                uint64_t from, uint64_t to,
+                                int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
+                                bs_error *err);
+int bs__read_parameter_sets(const bs__read_store *s, void *x, const bs_allocator *a, uint64_t c,
+                            const bs_val *lookups, size_t n, size_t limit,
+                            int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
+
 /* ---- Verify (verify.c): the rules of every backend's bs_db_verify ----
  * A backend walks its own storage and reports what it finds; these decide what is a problem. */
 typedef struct bs__vstream {

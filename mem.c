@@ -4,9 +4,9 @@
  * double. Everything is a plain growable array but the source records, which are kept in a hash
  * table by (table, replica id) (common.c's; a save finds a record without a scan); every derived
  * value (bucket checksums, counts, parameter sets, changes) is recomputed from the stored ops and
- * entries on each read, never kept as a running total. The only acceleration: a hash index of the
- * buckets by name, and a count of soft-deleted records so a checkpoint scans the records for
- * purges only while there are any. The caller of a lookup compares the real key, and verify()
+ * entries on each read (the engine's reads, reads.c, over mem_read.c's primitives), never kept
+ * as a running total. The only acceleration: a hash index of the buckets by name, and a count of
+ * soft-deleted records so a checkpoint scans the records for purges only while there are any. The caller of a lookup compares the real key, and verify()
  * checks that every record and bucket is found where it is, and the counts. One mutex
  * (mem_db.mu) guards the whole store; callbacks are always called after it is released, on
  * copies of the data.

@@ -698,6 +698,81 @@ static void check_sums(run *r, size_t x, uint64_t C) {
   }
 }
 
+/* bs_list_buckets by the tests' own code (storage.h bs_bucket_info): each side lists the buckets
+ * that have stored ops, each once, in ascending byte order of their names, each with its ops'
+ * count, the wrapping sum of their checksums and the highest op id, as the bucket read whole at
+ * the op head gives them; a listing after a name is the rest of the whole listing. */
+typedef struct listed {
+  bs_bucket_info v[64];
+  char names[64][BS_MAX_BUCKET_NAME];
+  size_t n, over;
+} listed;
+
+static int on_listed(const bs_bucket_info *i, void *payload) {
+  listed *l = payload;
+  if (l->n == 64) return ++l->over, 0;
+  l->v[l->n] = *i;
+  memcpy(l->names[l->n], i->name.data, i->name.size);
+  l->v[l->n].name.data = l->names[l->n];
+  l->n++;
+  return 0;
+}
+
+static int name_cmp(bs_val a, bs_val b) {
+  int c = memcmp(a.data, b.data, a.size < b.size ? a.size : b.size);
+  return c ? c : (a.size > b.size) - (a.size < b.size);
+}
+
+static void check_listing(run *r, size_t x) {
+  for (int i = 0; i < N_SIDES; i++) {
+    bs_storage *st = r->s[i].st[x];
+    bs_status ss;
+    uint64_t head;
+    listed l, tail;
+    size_t cut;
+    memset(&l, 0, sizeof l);
+    memset(&tail, 0, sizeof tail);
+    if (bs_get_status(&ss, st, &ct_err) != BS_OK ||
+        bs_list_buckets(st, (bs_val){NULL, 0}, on_listed, &l, &ct_err) != BS_OK || l.over)
+      continue; /* terminated, ...: compared between the sides only */
+    head = ss.last_persisted_op;
+    for (size_t k = 1; k < l.n; k++)
+      if (name_cmp(l.v[k - 1].name, l.v[k].name) >= 0)
+        DIFF_FAIL("%s s%zu list_buckets: entry %zu not after entry %zu (seed %llu step %zu)",
+                  SIDE_NAME(i), x, k, k - 1, (unsigned long long)r->seed, r->step);
+    for (size_t b = 0; b < r->buckets.n; b++) {
+      bs_val name = r->buckets.v[b];
+      ct_oplist ops;
+      uint32_t sum = 0;
+      size_t at = 0;
+      if (!name.size || name.size > BS_MAX_BUCKET_NAME) continue;
+      memset(&ops, 0, sizeof ops);
+      if (ct_read_bucket_opts(st, head, name.data, name.size, 0, 0, 0, &ops) != BS_OK) {
+        ct_oplist_free(&ops);
+        continue; /* torn at the head: a compaction running, compared between the sides only */
+      }
+      for (size_t k = 0; k < ops.n; k++) sum += ops.v[k].checksum;
+      while (at < l.n && name_cmp(l.v[at].name, name) != 0) at++;
+      if ((at < l.n) != (ops.n > 0) ||
+          (ops.n && (l.v[at].count != ops.n || l.v[at].checksum != sum ||
+                     l.v[at].last_op != ops.v[ops.n - 1].op_id)))
+        DIFF_FAIL("%s s%zu list_buckets: bucket #%zu listed %d (%u/%" PRIu64 " last %" PRIu64
+                  "), its %zu ops read at %" PRIu64 " sum %u, last %" PRIu64 " (seed %llu step "
+                  "%zu)",
+                  SIDE_NAME(i), x, b, at < l.n, at < l.n ? l.v[at].checksum : 0,
+                  at < l.n ? l.v[at].count : 0, at < l.n ? l.v[at].last_op : 0, ops.n, head, sum,
+                  ops.n ? ops.v[ops.n - 1].op_id : 0, (unsigned long long)r->seed, r->step);
+      ct_oplist_free(&ops);
+    }
+    if (!l.n) continue;
+    cut = ct_below(&r->rng, l.n);
+    if (bs_list_buckets(st, l.v[cut].name, on_listed, &tail, &ct_err) != BS_OK ||
+        tail.n != l.n - cut - 1 || (tail.n && name_cmp(tail.v[0].name, l.v[cut + 1].name) != 0))
+      DIFF_FAIL("%s s%zu list_buckets after entry %zu of %zu: %zu entries (seed %llu step %zu)",
+                SIDE_NAME(i), x, cut, l.n, tail.n, (unsigned long long)r->seed, r->step);
+  }
+}
+
 /* Everything of stream x that can be compared, at the checkpoint and around it. */
 static void check_stream(run *r, size_t x, int full) {
   uint64_t cp = 0, head = head_of(r, x, &cp);
@@ -716,6 +791,7 @@ static void check_stream(run *r, size_t x, int full) {
   read_at(r, x, ue_op_id(&r->rng, head)); /* near the head, or an edge: 2^53, 2^63, ... */
   snprintf(what, sizeof what, "list_buckets s%zu", x);
   BOTH(r, what, bs_list_buckets(s->st[x], (bs_val){NULL, 0}, on_bucket_info, o, E));
+  check_listing(r, x);
   {
     uint64_t to = ct_below(&r->rng, 2) ? cp : ct_below(&r->rng, head + 2), from = 0;
     size_t n = r->n_cps[x] < N_CPS ? r->n_cps[x] : N_CPS, k = ct_below(&r->rng, 3);
