@@ -1332,7 +1332,8 @@ typedef struct bs__read_bucket {
   bs_val name;
   uint64_t clear_start, clear_op;                     /* the torn span (bs__torn_check) */
   uint64_t generation, compacted_op, compacted_count; /* bs_bucket_info, bs__compact_changes */
-  const void *h;                                      /* the backend's own */
+  uint64_t last_op; /* the highest op id stored, as the backend keeps it (verify compares) */
+  const void *h;    /* the backend's own */
 } bs__read_bucket;
 typedef struct bs__read_store {
   int (*begin)(void *x, bs_error *err); /* the snapshot (a read transaction, a lock) */
@@ -1411,6 +1412,12 @@ typedef struct bs__vbucket {
 /* The next op of b in op id order; payload: the bytes stored beyond its fixed fields. */
 void bs__verify_op(bs__verify *v, bs__vbucket *b, const bs_op *op, uint64_t payload);
 void bs__verify_bucket_end(bs__verify *v, const bs__vbucket *b);
+/* Verify's op walk (reads.c) over a backend's read primitives (bs__read_store): every bucket of
+ * stream sh and its ops through the rules above, inside the caller's snapshot (no begin or end),
+ * an op's strings its payload, the buckets numbered in walk order. The walk's error (a backend's
+ * failure; BS_OK when it only found problems). */
+int bs__read_verify(bs__verify *v, const bs__read_store *s, void *x, const bs__vstream *sh,
+                    bs_error *err);
 
 /* ---- The front's checksum cache (cache.c; only storage.c calls it) ---- */
 typedef struct bs__cksum_cache bs__cksum_cache;

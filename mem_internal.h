@@ -331,7 +331,9 @@ static inline int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, b
   return BS_OK;
 }
 
-/* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c */
+/* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c, and the primitives
+ * of reads.c they run on (x: the stream's mem_storage; verify walks with them too) */
+extern const bs__read_store bs__mem_reads;
 int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
                         size_t n_req, const bs_batch_options *opts,
                         int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);

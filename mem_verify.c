@@ -26,19 +26,7 @@ static void collect(const char *msg, void *payload) {
   l->msgs[l->n++] = memcpy(p, msg, n);
 }
 
-static void verify_bucket(bs__verify *v, const bs__vstream *sh, const mem_bucket *b, size_t i) {
-  bs__vbucket vb = {.name = b->name,
-                    .id = i,
-                    .stream_id = sh->id,
-                    .stream = sh,
-                    .last_op = last_op_of(b),
-                    .clear_start = b->clear_start,
-                    .clear_op = b->clear_op};
-  for (size_t k = 0; k < b->n; k++) bs__verify_op(v, &vb, &b->ops[k], op_size(&b->ops[k]));
-  bs__verify_bucket_end(v, &vb);
-}
-
-static void verify_stream(vlist *v, const mem_stream *s) {
+static void verify_stream(vlist *v, mem_db *db, const mem_stream *s) {
   const bs_allocator *a = v->v.a;
   size_t nids = s->nparams, k = 0;
   uint64_t *ids, nsoft = 0;
@@ -46,10 +34,11 @@ static void verify_stream(vlist *v, const mem_stream *s) {
     v->oom = 1;
     return;
   }
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    verify_bucket(&v->v, &v->v.streams[v->v.n_streams - 1], s->buckets[i], i);
-    nids += s->buckets[i]->n;
-  }
+  /* the ops through the engine's walk (reads.c), on this stream's read primitives */
+  if (bs__read_verify(&v->v, &bs__mem_reads, &(mem_storage){.db = db, .s = (mem_stream *)s},
+                      &v->v.streams[v->v.n_streams - 1], NULL))
+    v->oom = 1;
+  for (size_t i = 0; i < s->nbuckets; i++) nids += s->buckets[i]->n;
   /* op ids are unique across the stream's buckets and parameter entries */
   ids = bs__calloc(a, nids ? nids : 1, sizeof *ids);
   if (!ids) {
@@ -118,7 +107,7 @@ int bs__mem_verify(uint64_t *problems, bs_db *bdb, void (*fn)(const char *, void
   v.v.fn = collect;
   v.v.payload = &v;
   lock(db);
-  for (size_t i = 0; i < db->nstreams; i++) verify_stream(&v, db->streams[i]);
+  for (size_t i = 0; i < db->nstreams; i++) verify_stream(&v, db, db->streams[i]);
   unlock(db);
   if (v.oom) rc = enomem(err, "verify");
   for (size_t i = 0; i < v.n; i++) {

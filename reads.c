@@ -1,10 +1,10 @@
 /*
  * reads.c: the reads of contract.md 5 written once over a backend's storage primitives
  * (internal.h, "Generic reads"): bucket data, checksums and checksum ranges, the bucket listing,
- * checkpoint changes and parameter sets. A backend gives a snapshot (begin/end), its buckets and
- * their ops, its change log and its parameter entries; the rules (torn reads, the chunking, a
- * range holding a CLEAR, the listing's figures, the change-record cap and fence, the parameter
- * horizon and limit) are applied here. Nothing of the caller runs inside the snapshot: what a
+ * checkpoint changes and parameter sets, and verify's op walk. A backend gives a snapshot
+ * (begin/end), its buckets and their ops, its change log and its parameter entries; the rules
+ * (torn reads, the chunking, a range holding a CLEAR, the listing's figures, the change-record
+ * cap and fence, the parameter horizon and limit, verify.c's op rules) are applied here. Nothing of the caller runs inside the snapshot: what a
  * call hands out is copied in it and handed out after end, so a callback may call the library
  * (the memory backend's snapshot is its one mutex). A backend that can do better in bulk keeps
  * an executor of its own for a slot (LMDB's chunked op reads and running sums, PostgreSQL's SQL);
@@ -326,4 +326,45 @@ int bs__read_parameter_sets(const bs__read_store *s, void *x, const bs_allocator
   bs__free(a, r.rows);
   bs__free(a, copy);
   return rc;
+}
+
+/* ---- Verify's op walk ----------------------------------------------------------------------- */
+
+typedef struct vwalk {
+  bs__verify *v;
+  const bs__read_store *s;
+  void *x;
+  const bs__vstream *sh;
+  bs__vbucket vb;
+  uint64_t i;
+  bs_error *err;
+} vwalk;
+
+static int verify_op(void *arg, const bs_op *op) {
+  vwalk *w = arg;
+  bs__verify_op(w->v, &w->vb, op,
+                op->data.size + op->object_type.size + op->object_id.size + op->subkey.size);
+  return 0;
+}
+
+static int verify_bucket(void *arg, const bs__read_bucket *b) {
+  vwalk *w = arg;
+  bs__vbucket vb = {.name = b->name,
+                    .id = w->i++,
+                    .stream_id = w->sh->id,
+                    .stream = w->sh,
+                    .last_op = b->last_op,
+                    .clear_start = b->clear_start,
+                    .clear_op = b->clear_op};
+  int rc;
+  w->vb = vb;
+  rc = w->s->ops(w->x, b, 0, UINT64_MAX, verify_op, w, w->err);
+  bs__verify_bucket_end(w->v, &w->vb);
+  return rc;
+}
+
+int bs__read_verify(bs__verify *v, const bs__read_store *s, void *x, const bs__vstream *sh,
+                    bs_error *err) {
+  vwalk w = {.v = v, .s = s, .x = x, .sh = sh, .err = err};
+  return s->buckets(x, verify_bucket, &w, err);
 }

@@ -18,6 +18,8 @@
 #include "storage.h"
 #include "util_contract.h"
 
+#include "mem_internal.h" /* test_verify_walk reaches into the store to break it */
+
 static unsigned long long g_seed; /* the run's (ct_run_seed); each test draws a stream of it */
 
 /* ---- Fixture and helpers ----------------------------------------------------------------- */
@@ -952,6 +954,44 @@ static void test_report_error(void **state) {
   fx_close(&f);
 }
 
+/* Verify walks every bucket's ops (the engine's walk over the memory backend's read primitives,
+ * reads.c): an op broken inside the store is reported, and only while it is broken. */
+static void count_problem(const char *msg, void *p) {
+  (void)msg;
+  ++*(int *)p;
+}
+
+static void verify_once(fx *f, uint64_t want) {
+  uint64_t problems = 99;
+  int seen = 0;
+  assert_int_equal(bs_db_verify(&problems, f->db, count_problem, &seen, NULL), BS_OK);
+  assert_int_equal(problems, want);
+  assert_int_equal((uint64_t)seen, want);
+}
+
+static void test_verify_walk(void **state) {
+  const char *rows[] = {"b1:t:1:x", "b2:t:1:y"};
+  fx f;
+  mem_bucket *b;
+  (void)state;
+  fx_open(&f, BS_HASH_XXH3, NULL);
+  start(&f);
+  assert_int_equal(save(&f, BS_INSERT, NULL, "1", 2, rows), BS_OK);
+  commit(&f, "0002");
+  verify_once(&f, 0);
+  b = ((mem_storage *)f.st)->s->buckets[1]; /* the second bucket: every one is walked */
+  b->ops[0].checksum ^= 1;                  /* its payload no longer hashes to it */
+  verify_once(&f, 1);
+  b->ops[0].checksum ^= 1;
+  /* a CLEAR with a payload, not the leading CLEAR of the bucket's span (the walk), and no
+   * longer the PUT its source record names (the memory backend's own check) */
+  b->ops[0].type = BS_OP_CLEAR;
+  verify_once(&f, 3);
+  b->ops[0].type = BS_OP_PUT;
+  verify_once(&f, 0);
+  fx_close(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_sha256),
@@ -969,6 +1009,7 @@ int main(void) {
       cmocka_unit_test(test_index_rollback),
       cmocka_unit_test(test_report_error),
       cmocka_unit_test(test_defragment_record_rows),
+      cmocka_unit_test(test_verify_walk),
   };
   g_seed = ct_run_seed("mem");
   return cmocka_run_group_tests(tests, NULL, NULL);
