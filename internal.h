@@ -507,6 +507,16 @@ typedef struct bs__lsn_plan {
  * (bs__stream_transition); *out is set only on BS_OK. */
 int bs__plan_lsn(bs__lsn_plan *out, uint32_t stream, const bs__stream_row *row, int snapshot_done,
                  bs_val lsn, bs_error *err);
+/* The row a backend that keeps bs__stream_row stores (the memory backend), written once:
+ * bs__plan_commit of the row's own fields; the row after a commit at lsn planned p (the resume
+ * LSN, the checkpoint's fields and the stream's state: what the checkpoint does to other records
+ * and streams stays the backend's to store); the row after a writer's snapshot_done or
+ * resume_lsn planned p. A set LSN points at the call's lsn (a backend copies what it keeps), and
+ * has data also when empty. */
+int bs__plan_commit_row(bs__commit_plan *out, uint32_t stream, const bs__stream_row *row,
+                        bs_val lsn, int create_empty, bs_error *err);
+void bs__commit_row(bs__stream_row *row, const bs__commit_plan *p, bs_val lsn);
+void bs__lsn_row(bs__stream_row *row, const bs__lsn_plan *p, bs_val lsn);
 
 /* ---- Read checks (contract.md 5.5, 5.4; rules.c): every backend applies them to the values it
  * read in the call's one snapshot ---- */

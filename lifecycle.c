@@ -190,3 +190,32 @@ int bs__plan_lsn(bs__lsn_plan *out, uint32_t stream, const bs__stream_row *row, 
   out->resume_lsn = !snapshot_done;
   return BS_OK;
 }
+
+int bs__plan_commit_row(bs__commit_plan *out, uint32_t stream, const bs__stream_row *row,
+                        bs_val lsn, int create_empty, bs_error *err) {
+  bs__commit_in in = {
+      row->state,      row->snapshot_done, row->no_checkpoint_before, row->checkpoint_lsn,
+      row->resume_lsn, row->op_head,       row->last_checkpoint_op};
+  return bs__plan_commit(out, stream, &in, lsn, create_empty, err);
+}
+
+/* data NULL means "not set" in a row: a set empty LSN gets data of its own */
+static bs_val lsn_set(bs_val lsn) {
+  return lsn.data ? lsn : (bs_val){"", 0};
+}
+
+/* A checkpoint is the op head at the commit's LSN, and the op head it was made at (a commit with
+ * create_empty 0 makes none while nothing was persisted since). */
+void bs__commit_row(bs__stream_row *row, const bs__commit_plan *p, bs_val lsn) {
+  if (p->raise_resume) row->resume_lsn = lsn_set(lsn);
+  if (!p->checkpoint) return;
+  row->checkpoint = row->last_checkpoint_op = row->op_head;
+  row->checkpoint_lsn = lsn_set(lsn);
+  row->state = p->step.to;
+}
+
+void bs__lsn_row(bs__stream_row *row, const bs__lsn_plan *p, bs_val lsn) {
+  row->snapshot_done |= p->snapshot_done;
+  if (p->no_checkpoint_before) row->no_checkpoint_before = lsn_set(lsn);
+  if (p->resume_lsn) row->resume_lsn = lsn_set(lsn);
+}

@@ -25,13 +25,16 @@
 
 /* ---- Small helpers -------------------------------------------------------------------------- */
 
-/* Sets *field, one of m->row's three LSNs, to v's bytes (kept in m->lsn, in the row's order). */
-static void lsn_set(mem_meta *m, bs_val *field, bs_val v) {
-  int k = field == &m->row.checkpoint_lsn ? 0 : field == &m->row.resume_lsn ? 1 : 2;
-  unsigned char *b = m->lsn[k];
-  size_t n = v.size < BS_MAX_LSN ? v.size : BS_MAX_LSN;
-  if (n) memmove(b, v.data, n);
-  *field = (bs_val){b, n};
+/* Keeps the bytes of m->row's three LSNs in m->lsn (in the row's order), after lifecycle.c set
+ * one to the call's. */
+static void lsn_keep(mem_meta *m) {
+  bs_val *f[3] = {&m->row.checkpoint_lsn, &m->row.resume_lsn, &m->row.no_checkpoint_before};
+  for (int k = 0; k < 3; k++)
+    if (f[k]->data && f[k]->data != m->lsn[k]) {
+      f[k]->size = f[k]->size < BS_MAX_LSN ? f[k]->size : BS_MAX_LSN;
+      memmove(m->lsn[k], f[k]->data, f[k]->size);
+      f[k]->data = m->lsn[k];
+    }
 }
 
 static void bucket_free(const bs_allocator *a, mem_bucket *b) {
@@ -640,21 +643,8 @@ static int make_checkpoint(mem_tx *tx, bs_val lsn, const bs__commit_plan *p) {
     else if ((rc = tx_rec_set(tx, r, NULL))) /* the index's backward shift may move a record */
       return rc;                             /* after i into i: it is looked at next */
   }
-  /* point of no return: nothing below fails */
-  s->m.row.checkpoint = s->m.row.last_checkpoint_op = s->m.row.op_head;
-  lsn_set(&s->m, &s->m.row.checkpoint_lsn, lsn);
-  s->m.row.state = p->step.to;
-  streams_map(db, s, p->step.others);
+  streams_map(db, s, p->step.others); /* nothing below fails: the row is the caller's */
   return BS_OK;
-}
-
-/* What a commit at lsn does to s (lifecycle.c). */
-static int plan(bs__commit_plan *p, const mem_stream *s, bs_val lsn, int create_empty,
-                bs_error *err) {
-  const bs__stream_row *r = &s->m.row;
-  bs__commit_in in = {r->state,      r->snapshot_done, r->no_checkpoint_before, r->checkpoint_lsn,
-                      r->resume_lsn, r->op_head,       r->last_checkpoint_op};
-  return bs__plan_commit(p, s->id, &in, lsn, create_empty, err);
 }
 
 static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_batch *batch,
@@ -669,9 +659,13 @@ static int mem_writer_commit(bs_commit_result *out, bs_writer *bw, const bs_writ
   BS_ASSERT(create_empty == 0 || create_empty == 1); /* resolved by the front */
   if ((rc = wlock(w->ms, err))) return rc;
   tx_begin(&tx, db, s);
-  if (!(rc = apply_batch(&tx, w, batch))) refused = rc = plan(&p, s, lsn, create_empty, err);
-  if (!rc && p.raise_resume) lsn_set(&s->m, &s->m.row.resume_lsn, lsn);
+  if (!(rc = apply_batch(&tx, w, batch)))
+    refused = rc = bs__plan_commit_row(&p, s->id, &s->m.row, lsn, create_empty, err);
   if (!rc && p.checkpoint) rc = make_checkpoint(&tx, lsn, &p);
+  if (!rc) { /* the row as lifecycle.c makes it */
+    bs__commit_row(&s->m.row, &p, lsn);
+    lsn_keep(&s->m);
+  }
   if (refused) /* keeps the plan's status and message */
     tx_rollback(&tx);
   else
@@ -695,9 +689,8 @@ static int lsn_call(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error *err)
   int rc;
   lock(ms->db);
   if ((rc = bs__plan_lsn(&p, ms->s->id, &m->row, snapshot_done, lsn, err)) == BS_OK) {
-    m->row.snapshot_done |= p.snapshot_done;
-    if (p.no_checkpoint_before) lsn_set(m, &m->row.no_checkpoint_before, lsn);
-    if (p.resume_lsn) lsn_set(m, &m->row.resume_lsn, lsn);
+    bs__lsn_row(&m->row, &p, lsn);
+    lsn_keep(m);
   }
   unlock(ms->db);
   return rc;
