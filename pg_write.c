@@ -523,19 +523,6 @@ static const bs__pg_stmt commit_read_stmt = {BS_PG_STMT_COMMIT_READ,
                                              "SELECT " BS_PG_STREAM_COLS
                                              " FROM bs_streams WHERE id = $1 FOR UPDATE"};
 
-/* What the commit does (lifecycle.c), from the stream row s. */
-static int plan(bs__commit_plan *p, uint32_t stream, const bs__stream_row *s, bs_val lsn,
-                int create_empty, bs_error *err) {
-  bs__commit_in in = {.state = s->state,
-                      .snapshot_done = s->snapshot_done,
-                      .no_checkpoint_before = s->no_checkpoint_before,
-                      .checkpoint_lsn = s->checkpoint_lsn,
-                      .resume_lsn = s->resume_lsn,
-                      .op_head = s->op_head,
-                      .last_checkpoint_op = s->last_checkpoint_op};
-  return bs__plan_commit(p, stream, &in, lsn, create_empty, err);
-}
-
 static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn, int create_empty,
                          bs_commit_result *out, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
@@ -559,7 +546,7 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
     goto fail;
   }
   s = bs__pg_stream_row(r, 0).row;
-  if ((rc = plan(&p, stream, &s, lsn, create_empty, err))) goto fail;
+  if ((rc = bs__plan_commit_row(&p, stream, &s, lsn, create_empty, err))) goto fail;
   head = s.op_head;
   cp = p.checkpoint ? head : s.checkpoint;
   PQclear(r);
