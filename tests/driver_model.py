@@ -122,6 +122,9 @@ class Stream:
         self.cp = 0
         self.cp_lsn = None
         self.has_cp = False
+        # what a clear leaves: changes from below the op head at the clear are no longer known,
+        # so checkpoint_changes from there invalidates (contract.md 5.1, 8)
+        self.fence = getattr(self, "head", 0)
 
     def table_id(self, name):
         if name not in self.tables:
@@ -543,6 +546,25 @@ class Model:
             if got != want:
                 return "bucket %r from 0 at %d reduces to %r, the model's %r" % (
                     name, c, got, want)
+        return None
+
+    def c_checkpoint_changes(self, cmd, reply, ok):
+        """contract.md 5.1: every bucket with an op in (from, to] is listed, unless the list is
+        replaced by the invalidate flag (extra names are allowed)."""
+        s = self.stream_of(cmd)
+        lo, hi = _id(cmd.get("from")), _id(cmd.get("to"))
+        if ok and s is not None and lo is not None and lo < s.fence and not (
+                reply.get("invalidate_data_buckets") and
+                reply.get("invalidate_parameter_buckets")):
+            return "from %d is below the clear at %d: both kinds must be invalidated" % (
+                lo, s.fence)
+        if not ok or s is None or lo is None or hi is None or \
+                reply.get("invalidate_data_buckets") or s.open_order(lo) or s.open_order(hi):
+            return None
+        listed = set(reply.get("updated_buckets") or [])
+        for name, ops in s.buckets.items():
+            if name not in listed and any(lo < op["op_id"] <= hi for op in ops):
+                return "bucket %r has an op in (%d, %d] and is not listed" % (name, lo, hi)
         return None
 
     def c_parameter_sets(self, cmd, reply, ok):
