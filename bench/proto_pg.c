@@ -20,7 +20,10 @@
  *      stores (opchunk.c: its 21-byte header, then per op varint id delta | varint size | op
  *      value with its 18-byte header), at most cap bytes with the header and BS_CHUNK_MAX_OPS
  *      ops, keyed (bucket, last_op) as LMDB's records are, its first op, count and checksum
- *      sum (integer, stored signed as schema 5's op checksums) beside it for the statements.
+ *      sum (integer, stored signed as schema 5's op checksums) beside it for the statements;
+ *      its "compact" variants in LMDB format 6's compact op values (BS_CHUNK_COMPACT), and
+ *      "tail < N" ones rewriting a bucket's last chunk of fewer than N bytes with the flush's
+ *      first ops (one UPDATE per flush; the writer keeps the tail's bytes) instead of a new row.
  * Then every bucket read whole from 0 to the checkpoint in calls of --read-limit ops (b, c:
  * whole chunks, until their counts reach the limit), twice, and each bucket's checksum at the
  * checkpoint (a: the ops' SUM; b, c: the chunks' sums, whole since the checkpoint is the head).
@@ -68,27 +71,40 @@ typedef struct pglayout {
   const char *name;
   size_t cap;   /* 0: a row per op */
   int extend;   /* b: extend the tail chunk while under the cap */
-  int compress; /* b: TOAST may compress the chunks (pglz); else STORAGE EXTERNAL */
+  int compress; /* b: TOAST may compress the chunks (pglz); else STORAGE EXTERNAL; 2 (c): a
+                 * chunk stays in its heap row (toast_tuple_target = 8160, as schema 8) */
   int src;      /* SRC_* */
-  int codec;    /* c: opchunk.c's chunks keyed (bucket, last_op); else b's packing */
+  int codec;    /* c: opchunk.c's chunks keyed (bucket, last_op); else b's packing; 2: in the
+                 * compact op encoding (BS_CHUNK_COMPACT, LMDB format 6's) */
+  size_t tailx; /* c: a tail chunk of fewer bytes than this is rewritten with the flush's first
+                 * ops (one UPDATE of every such tail) instead of a new row; 0: never */
 } pglayout;
 
 static const pglayout g_pl[] = {
-    {"a: row per op", 0, 0, 0, SRC_RAW, 0},
-    {"b: 8 KiB, new rows", 8192, 0, 0, SRC_RAW, 0},
-    {"b: 8 KiB, tail extended", 8192, 1, 0, SRC_RAW, 0},
-    {"b: 64 KiB, new rows", 65536, 0, 0, SRC_RAW, 0},
-    {"b: 64 KiB, tail extended", 65536, 1, 0, SRC_RAW, 0},
-    {"b: 64 KiB, new rows, pglz", 65536, 0, 1, SRC_RAW, 0},
-    {"a, source 7", 0, 0, 0, SRC_7, 0},
-    {"a, source 7h", 0, 0, 0, SRC_7H, 0},
-    {"a, source 7hk", 0, 0, 0, SRC_7HK, 0},
-    {"b: 8 KiB, new, source 7", 8192, 0, 0, SRC_7, 0},
-    {"b: 8 KiB, new, source 7h", 8192, 0, 0, SRC_7H, 0},
-    {"b: 8 KiB, new, source 7hk", 8192, 0, 0, SRC_7HK, 0},
-    {"c: 8 KiB opchunk", 8192, 0, 0, SRC_RAW, 1},
-    {"c: 8 KiB opchunk, source 7", 8192, 0, 0, SRC_7, 1},
-    {"c: 4 KiB opchunk", 4096, 0, 0, SRC_RAW, 1},
+    {"a: row per op", 0, 0, 0, SRC_RAW, 0, 0},
+    {"b: 8 KiB, new rows", 8192, 0, 0, SRC_RAW, 0, 0},
+    {"b: 8 KiB, tail extended", 8192, 1, 0, SRC_RAW, 0, 0},
+    {"b: 64 KiB, new rows", 65536, 0, 0, SRC_RAW, 0, 0},
+    {"b: 64 KiB, tail extended", 65536, 1, 0, SRC_RAW, 0, 0},
+    {"b: 64 KiB, new rows, pglz", 65536, 0, 1, SRC_RAW, 0, 0},
+    {"a, source 7", 0, 0, 0, SRC_7, 0, 0},
+    {"a, source 7h", 0, 0, 0, SRC_7H, 0, 0},
+    {"a, source 7hk", 0, 0, 0, SRC_7HK, 0, 0},
+    {"b: 8 KiB, new, source 7", 8192, 0, 0, SRC_7, 0, 0},
+    {"b: 8 KiB, new, source 7h", 8192, 0, 0, SRC_7H, 0, 0},
+    {"b: 8 KiB, new, source 7hk", 8192, 0, 0, SRC_7HK, 0, 0},
+    {"c: 8 KiB opchunk", 8192, 0, 0, SRC_RAW, 1, 0},
+    {"c: 8 KiB opchunk, source 7", 8192, 0, 0, SRC_7, 1, 0},
+    {"c: 4 KiB opchunk", 4096, 0, 0, SRC_RAW, 1, 0},
+    {"c: 4 KiB compact", 4096, 0, 0, SRC_RAW, 2, 0},
+    {"c: 8 KiB compact", 8192, 0, 0, SRC_RAW, 2, 0},
+    {"c: 4 KiB compact, source 7", 4096, 0, 0, SRC_7, 2, 0},
+    {"c: 4 KiB compact, tail < 2 KiB", 4096, 0, 0, SRC_RAW, 2, 2048},
+    {"c: 4 KiB compact, tail < 1 KiB, s7", 4096, 0, 0, SRC_7, 2, 1024},
+    {"c: 4 KiB compact, tail < 2 KiB, s7", 4096, 0, 0, SRC_7, 2, 2048},
+    {"c: 4000 B compact, in row", 4000, 0, 2, SRC_RAW, 2, 0},
+    {"c: 4000 B compact, in row, s7", 4000, 0, 2, SRC_7, 2, 0},
+    {"c: 8000 B compact, in row, s7", 8000, 0, 2, SRC_7, 2, 0},
 };
 #define NPL (sizeof g_pl / sizeof *g_pl)
 
@@ -104,6 +120,7 @@ typedef struct pbk { /* the writer's running state of a bucket */
   uint32_t ck;
   uint64_t n, last, tail_min;
   size_t tail_bytes;
+  unsigned char *tail; /* c with tailx: the bucket's last chunk as written (tail_bytes bytes) */
 } pbk;
 
 typedef struct pop { /* one op of a flush */
@@ -363,57 +380,122 @@ static int b_ops(pgw *w, bres *r) {
 
 /* Layout c: per bucket, its ops of the flush in new chunks of opchunk.c's encoding (at most cap
  * bytes with the header, and BS_CHUNK_MAX_OPS ops; a larger op alone), as schema 8 would write
- * them: a COPY row (bucket, last_op, first_op, n, checksum, ops) each. */
+ * them: a COPY row (bucket, last_op, first_op, n, checksum, ops) each. With tailx, a bucket whose
+ * last chunk holds fewer bytes than tailx has it rewritten with the flush's first ops (the writer
+ * keeps its bytes: no read), one UPDATE for every such tail of the flush, keyed by the old last
+ * op. */
 static int c_ops(pgw *w, bres *r) {
-  pbuf rows = {0};
+  pbuf rows = {0}, tb = {0}, to = {0}, tx = {0}, tf = {0}, tn = {0}, tc = {0}, tv = {0};
   opf *f = malloc(sizeof *f);
   unsigned char *chunk = NULL;
   size_t cap = 0;
+  unsigned fl = w->L->codec == 2 ? BS_CHUNK_COMPACT : 0;
+  uint32_t ntails = 0;
   int rc = 0;
   if (!f) die("out of memory");
   copy_start(&rows);
-  for (unsigned b = 0; b < w->nb; b++) {
-    pbk *k = &w->bk[b];
-    size_t i = w->start[b], e = w->start[b + 1];
-    while (i < e) { /* one chunk */
-      size_t size = BS_CHUNK_HDR;
-      uint64_t first = w->sorted[i].op, prev = first;
-      uint32_t n = 0;
-      for (; i < e && n < BS_CHUNK_MAX_OPS; i++, n++) {
-        bs_op op;
-        size_t vs;
-        op_fields(f, &w->sorted[i]);
-        memset(&op, 0, sizeof op);
-        op.op_id = w->sorted[i].op;
-        op.type = BS_OP_PUT;
-        op.checksum = f->ck;
-        op.object_type = (bs_val){OBJ_TYPE, OBJ_TYPE_LEN};
-        op.object_id = (bs_val){f->rid, RID_LEN};
-        op.subkey = (bs_val){f->sub, BS_SUBKEY_SIZE};
-        op.data = (bs_val){f->data, g_cfg->data_size};
-        vs = bs__op_value_size(&op);
-        if (n && size + BS_CHUNK_ADD_MAX(vs) > w->L->cap) break;
-        if (size + BS_CHUNK_ADD_MAX(vs) > cap) {
-          cap = 2 * (size + BS_CHUNK_ADD_MAX(vs));
-          if (!(chunk = realloc(chunk, cap))) die("out of memory");
-        }
-        size += bs__chunk_add(chunk + size, n ? op.op_id - prev : 0, &op, NULL, vs);
-        prev = op.op_id;
-        k->ck += f->ck;
+  for (int pass = 0; pass < 2; pass++) { /* count the tails, then write */
+    if (pass && ntails) {
+      pb_array(&tb, 20, ntails), pb_array(&to, 20, ntails), pb_array(&tx, 20, ntails);
+      pb_array(&tf, 20, ntails), pb_array(&tn, 23, ntails), pb_array(&tc, 23, ntails);
+      pb_array(&tv, 17, ntails);
+    }
+    for (unsigned b = 0; b < w->nb; b++) {
+      pbk *k = &w->bk[b];
+      size_t i = w->start[b], e = w->start[b + 1];
+      int tail = w->L->tailx && k->tail && i < e && k->tail_bytes < w->L->tailx &&
+                 bs__chunk_n(k->tail) < BS_CHUNK_MAX_OPS;
+      if (!pass) {
+        ntails += (uint32_t)tail;
+        continue;
       }
-      if (bs__chunk_seal(chunk, size, first)) die("proto_pg: a chunk does not seal");
-      copy_fields(&rows, 6);
-      pb_int(&rows, b + 1, 8);
-      pb_int(&rows, prev, 8);
-      pb_int(&rows, first, 8);
-      pb_int(&rows, n, 4);
-      pb_int(&rows, bs__chunk_sum(chunk), 4);
-      pb_bytes(&rows, chunk, size);
-      k->last = prev;
+      while (i < e) { /* one chunk (or the tail's rewrite) */
+        size_t size = BS_CHUNK_HDR;
+        uint64_t first = w->sorted[i].op, prev = first, old_last = k->last;
+        uint32_t n = 0;
+        if (tail) {
+          if (k->tail_bytes > cap && !(chunk = realloc(chunk, cap = 2 * k->tail_bytes)))
+            die("out of memory");
+          memcpy(chunk, k->tail, k->tail_bytes);
+          size = k->tail_bytes, n = bs__chunk_n(k->tail), first = bs__chunk_first(k->tail);
+          prev = k->last;
+        }
+        for (; i < e && n < BS_CHUNK_MAX_OPS; i++, n++) {
+          bs_op op;
+          size_t vs;
+          op_fields(f, &w->sorted[i]);
+          memset(&op, 0, sizeof op);
+          op.op_id = w->sorted[i].op;
+          op.type = BS_OP_PUT;
+          op.checksum = f->ck;
+          op.object_type = (bs_val){OBJ_TYPE, OBJ_TYPE_LEN};
+          op.object_id = (bs_val){f->rid, RID_LEN};
+          op.subkey = (bs_val){f->sub, BS_SUBKEY_SIZE};
+          op.data = (bs_val){f->data, g_cfg->data_size};
+          vs = bs__op_value_size_as(&op, fl);
+          if (n && size + BS_CHUNK_ADD_MAX(vs) > w->L->cap) break;
+          if (size + BS_CHUNK_ADD_MAX(vs) > cap) {
+            cap = 2 * (size + BS_CHUNK_ADD_MAX(vs));
+            if (!(chunk = realloc(chunk, cap))) die("out of memory");
+          }
+          size += bs__chunk_add_as(chunk + size, n ? op.op_id - prev : 0, &op, NULL, vs, fl);
+          prev = op.op_id;
+          k->ck += f->ck;
+        }
+        if (bs__chunk_seal_as(chunk, size, first, fl)) die("proto_pg: a chunk does not seal");
+        if (tail) {
+          pb_be32(&tb, 8), pb_be64(&tb, b + 1);
+          pb_be32(&to, 8), pb_be64(&to, old_last);
+          pb_be32(&tx, 8), pb_be64(&tx, prev);
+          pb_be32(&tf, 8), pb_be64(&tf, first);
+          pb_be32(&tn, 4), pb_be32(&tn, n);
+          pb_be32(&tc, 4), pb_be32(&tc, bs__chunk_sum(chunk));
+          pb_be32(&tv, (uint32_t)size), memcpy(pb_room(&tv, size), chunk, size);
+          tail = 0;
+        } else {
+          copy_fields(&rows, 6);
+          pb_int(&rows, b + 1, 8);
+          pb_int(&rows, prev, 8);
+          pb_int(&rows, first, 8);
+          pb_int(&rows, n, 4);
+          pb_int(&rows, bs__chunk_sum(chunk), 4);
+          pb_bytes(&rows, chunk, size);
+        }
+        k->last = prev;
+        if (w->L->tailx) { /* the bucket's last chunk, kept while a rewrite may take it */
+          free(k->tail);
+          k->tail = NULL;
+          if (size < w->L->tailx) {
+            if (!(k->tail = malloc(size))) die("out of memory");
+            memcpy(k->tail, chunk, size);
+          }
+          k->tail_bytes = size;
+        }
+      }
     }
   }
-  if (rows.n > 19) rc = p_copy(r, w->c, "COPY pchunks FROM STDIN (FORMAT binary)", &rows);
-  free(rows.p), free(chunk), free(f);
+  if (ntails) {
+    const char *v[7] = {tb.p, to.p, tx.p, tf.p, tn.p, tc.p, tv.p};
+    int len[7] = {(int)tb.n, (int)to.n, (int)tx.n, (int)tf.n, (int)tn.n, (int)tc.n, (int)tv.n};
+    PGresult *res;
+    rc = p_exec(r, w->c,
+                "UPDATE pchunks c SET last_op = u.x, first_op = u.f, n = u.n, checksum = u.c,"
+                " ops = u.v FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[],"
+                " $5::int4[], $6::int4[], $7::bytea[]) AS u(b, o, x, f, n, c, v)"
+                " WHERE c.bucket = u.b AND c.last_op = u.o",
+                7, v, len, &res);
+    if (!rc) {
+      if (strtoul(PQcmdTuples(res), NULL, 10) != ntails) {
+        snprintf(r->note, sizeof r->note, "tail update: %s rows of %u", PQcmdTuples(res), ntails);
+        r->status = BR_FAILED;
+        rc = -1;
+      }
+      PQclear(res);
+    }
+  }
+  if (!rc && rows.n > 19) rc = p_copy(r, w->c, "COPY pchunks FROM STDIN (FORMAT binary)", &rows);
+  free(rows.p), free(chunk), free(f), free(tb.p), free(to.p), free(tx.p), free(tf.p);
+  free(tn.p), free(tc.p), free(tv.p);
   return rc;
 }
 
@@ -758,8 +840,10 @@ static int p_ingest(pgw *w, pgstat *ps, bres *r) {
              w->L->codec ? P_SCHEMA_C
              : w->L->cap ? P_SCHEMA_B
                          : P_SCHEMA_A) ||
-      (w->L->cap && !w->L->compress &&
+      (w->L->cap && w->L->compress != 1 &&
        pq_run(r, w->c, "ALTER TABLE pchunks ALTER ops SET STORAGE EXTERNAL")) ||
+      (w->L->compress == 2 &&
+       pq_run(r, w->c, "ALTER TABLE pchunks SET (toast_tuple_target = 8160)")) ||
       pq_run(r, w->c, sql))
     goto out;
   c0 = cpu_now();
@@ -858,7 +942,7 @@ static long codec_hand(const unsigned char *p, size_t len, uint64_t after, uint6
   for (uint32_t i = 0; i < n; i++) {
     bs_op op;
     if (ids[i] <= after || ids[i] > cp) continue;
-    if (bs__op_value_decode(p + off[i], sz[i], ids[i], &op)) return -1;
+    if (bs__op_value_decode_as(p + off[i], sz[i], ids[i], bs__chunk_flags(p), &op)) return -1;
     h->ops++;
     h->bytes += op.object_type.size + op.object_id.size + op.subkey.size + op.data.size;
     h->sum += op.checksum;
@@ -1020,6 +1104,7 @@ out:
     snprintf(sql, sizeof sql, "SET client_min_messages = warning; DROP SCHEMA %s CASCADE", schema);
     if (c) pq_run(&scratch, c, sql), PQfinish(c);
   }
+  for (unsigned b = 0; w.bk && b < nb; b++) free(w.bk[b].tail);
   free(w.bk), free(w.ops), free(w.sorted), free(w.start), free(w.srows);
 }
 
