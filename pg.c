@@ -399,7 +399,7 @@ static int reset_delete(PGconn *c, uint32_t id, bs_error *err) {
   bs__pg_args a = {0};
   bs__pg_arg_i32(&a, (int32_t)id);
   return bs__pg_run(c,
-                    "WITH o AS (DELETE FROM bs_ops WHERE bucket IN (SELECT id FROM bs_buckets"
+                    "WITH o AS (DELETE FROM bs_chunks WHERE bucket IN (SELECT id FROM bs_buckets"
                     "  WHERE stream = $1)),"
                     " p AS (DELETE FROM bs_params WHERE stream = $1),"
                     " ch AS (DELETE FROM bs_changes WHERE stream = $1),"
@@ -562,42 +562,60 @@ pool_cv:
   return BS_ENOMEM;
 }
 
-/* Counts over every stream in one statement (one snapshot); file_bytes: the bs_ tables' size on
- * the server, indexes and TOAST included. */
+/* count_ops's: an op of each type (index bs_op_type) */
+static int count_ops(uint64_t bucket, uint64_t last, const bs__pg_chunkr *ch, void *payload) {
+  uint64_t *n = payload;
+  BS_UNUSED(bucket), BS_UNUSED(last);
+  for (uint32_t i = 0; i < ch->n; i++) {
+    unsigned t = ch->p[ch->off[i]];
+    t = ch->flags & BS_CHUNK_COMPACT ? t & 7u : t;
+    if (t >= BS_OP_PUT && t <= BS_OP_CLEAR) n[t]++;
+  }
+  return BS_OK;
+}
+
+/* Counts over every stream in one snapshot (a read-only transaction: one statement, then the
+ * ops by type, which only their chunks' bytes say); file_bytes: the bs_ tables' size on the
+ * server, indexes and TOAST included. */
 static int pg_stat(bs_stat *out, bs_db *base, bs_error *err) {
   bs__pg_db *db = pg_of(base);
   PGconn *c;
   bs__pg_args a = {0};
-  PGresult *r;
+  PGresult *r = NULL;
+  uint64_t types[BS_OP_CLEAR + 1] = {0};
   int rc;
   if ((rc = bs__pg_conn_get(db, &c, err))) return rc;
   bs__pg_arg_i32(&a, (int32_t)db->schema.oid);
-  rc = bs__pg_exec(c,
-                   "SELECT (SELECT count(*) FROM bs_streams), (SELECT count(*) FROM bs_buckets),"
-                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_PUT ") FROM bs_ops),"
-                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_REMOVE ") FROM bs_ops),"
-                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_MOVE ") FROM bs_ops),"
-                   " (SELECT count(*) FILTER (WHERE type = " BS_PG_SQL_CLEAR ") FROM bs_ops),"
-                   " (SELECT count(*) FROM bs_params), (SELECT count(*) FROM bs_source),"
-                   " (SELECT count(*) FROM bs_wcp_managed WHERE NOT gone)"
-                   "  + (SELECT count(*) FROM bs_wcp_custom),"
-                   " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint"
-                   "  FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'bs\\_%'"
-                   "  AND c.relnamespace = $1::oid)",
-                   &a, &r, "stat", err);
+  if (!(rc = bs__pg_begin(c, 1, err))) {
+    rc = bs__pg_exec(c,
+                     "SELECT (SELECT count(*) FROM bs_streams), (SELECT count(*) FROM bs_buckets),"
+                     " (SELECT count(*) FROM bs_params), (SELECT count(*) FROM bs_source),"
+                     " (SELECT count(*) FROM bs_wcp_managed WHERE NOT gone)"
+                     "  + (SELECT count(*) FROM bs_wcp_custom),"
+                     " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint"
+                     "  FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'bs\\_%'"
+                     "  AND c.relnamespace = $1::oid)",
+                     &a, &r, "stat", err);
+    if (!rc) rc = bs__pg_chunks_walk(c, NULL, NULL, count_ops, types, err);
+    if (!rc) rc = bs__pg_commit(c, err);
+    if (rc) bs__pg_rollback(c);
+  }
   bs__pg_conn_put(db, c);
-  if (rc) return rc;
+  if (rc) {
+    PQclear(r);
+    return rc;
+  }
   memset(out, 0, sizeof *out);
   out->streams = (uint64_t)bs__pg_i64(r, 0, 0);
   out->buckets = (uint64_t)bs__pg_i64(r, 0, 1);
-  out->ops_put = (uint64_t)bs__pg_i64(r, 0, 2);
-  out->ops_remove = (uint64_t)bs__pg_i64(r, 0, 3);
-  out->ops_move = (uint64_t)bs__pg_i64(r, 0, 4);
-  out->ops_clear = (uint64_t)bs__pg_i64(r, 0, 5);
-  out->parameter_entries = (uint64_t)bs__pg_i64(r, 0, 6);
-  out->source_records = (uint64_t)bs__pg_i64(r, 0, 7);
-  out->write_checkpoints = (uint64_t)bs__pg_i64(r, 0, 8);
-  out->file_bytes = (uint64_t)bs__pg_i64(r, 0, 9);
+  out->ops_put = types[BS_OP_PUT];
+  out->ops_remove = types[BS_OP_REMOVE];
+  out->ops_move = types[BS_OP_MOVE];
+  out->ops_clear = types[BS_OP_CLEAR];
+  out->parameter_entries = (uint64_t)bs__pg_i64(r, 0, 2);
+  out->source_records = (uint64_t)bs__pg_i64(r, 0, 3);
+  out->write_checkpoints = (uint64_t)bs__pg_i64(r, 0, 4);
+  out->file_bytes = (uint64_t)bs__pg_i64(r, 0, 5);
   PQclear(r);
   return BS_OK;
 }

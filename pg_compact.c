@@ -74,30 +74,17 @@ static int commit(cctx *c, int rc) {
   return bs__compact_report(c->run);
 }
 
-/* An op as the planner sees it, from a result row of OP_COLS (borrowed from r): its columns but
- * the data, then its payload bytes. */
-#define OP_COLS BS_PG_OP_COLS ", " BS_PG_OP_BYTES "::bigint"
-
-static bs_op op_of(const PGresult *r, int i, uint64_t *bytes) {
-  if (bytes) *bytes = (uint64_t)bs__pg_i64(r, i, BS_PG_OP_NCOLS);
-  return bs__pg_op_row(r, i, 0, 0);
+/* An op as the planner sees it: op i of an ops page (borrowed from the page's chunks), and its
+ * payload bytes. */
+static bs_op op_of(const bs__pg_opset *r, int i, uint64_t *bytes) {
+  if (bytes) *bytes = r->bytes[i];
+  return r->ops[i];
 }
 
-/* Ops of bucket with from < op_id <= to (desc: to > op_id >= from... see the callers), at most
- * limit, ascending or descending. */
+/* Ops of bucket with lo <= op_id <= hi, at most limit, ascending or descending (from hi). */
 static int ops_page(cctx *c, uint64_t bucket, uint64_t lo, uint64_t hi, int desc, size_t limit,
-                    PGresult **r) {
-  bs__pg_args a = {0};
-  bs__pg_arg_i64(&a, (int64_t)bucket);
-  bs__pg_arg_i64(&a, (int64_t)lo);
-  bs__pg_arg_i64(&a, (int64_t)hi);
-  bs__pg_arg_i64(&a, (int64_t)limit);
-  return exec(c,
-              desc ? "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id >= $2"
-                     " AND op_id <= $3 ORDER BY op_id DESC LIMIT $4"
-                   : "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id >= $2"
-                     " AND op_id <= $3 ORDER BY op_id LIMIT $4",
-              &a, r, "compact: reading ops");
+                    bs__pg_opset *r) {
+  return bs__pg_opset_page(c->c, c->a, r, bucket, lo, hi, desc, limit, c->err);
 }
 
 /* ---- Bucket state ---------------------------------------------------------------------------- */
@@ -175,7 +162,7 @@ static int state_write(cctx *c, uint64_t bucket, pstate *s) {
            " compacted_count = CASE WHEN $10 THEN count + $2 ELSE compacted_count END,"
            " compacted_op = CASE WHEN $10 THEN least($11, coalesce(n.last, last_op))"
            "  ELSE compacted_op END"
-           " FROM (SELECT CASE WHEN $8 THEN coalesce((SELECT max(op_id) FROM bs_ops"
+           " FROM (SELECT CASE WHEN $8 THEN coalesce((SELECT max(last_op) FROM bs_chunks"
            "  WHERE bucket = $1), 0) END AS last) n"
            " WHERE id = $1",
            &a, "compact: bucket state");
@@ -212,62 +199,60 @@ static int state_load(cctx *c, uint64_t bucket, bstate *b) {
 
 /* ---- Writes ---------------------------------------------------------------------------------- */
 
-/* MOVEs: ids[i] becomes a MOVE to targets[i] (a PUT or REMOVE still: the checksum stays). */
+/* MOVEs: ids[i] becomes a MOVE to targets[i] (a PUT or REMOVE still: the checksum stays),
+ * inside the chunks that hold them. */
 static int write_moves(cctx *c, uint64_t bucket, const uint64_t *ids, const uint64_t *targets,
                        size_t n) {
-  bs__pg_args a = {0};
-  unsigned char *b1 = NULL, *b2 = NULL;
+  bs__pg_edit *e = bs__calloc(c->a, n, sizeof *e);
+  uint64_t del, ed;
   int rc;
-  bs__pg_arg_i64(&a, (int64_t)bucket);
-  if (!(rc = bs__pg_arg_i64_array(&a, ids, n, c->a, &b1, c->err)) &&
-      !(rc = bs__pg_arg_i64_array(&a, targets, n, c->a, &b2, c->err)))
-    rc = run(c,
-             "UPDATE bs_ops o SET type = " BS_PG_SQL_MOVE ", target_op = d.t,"
-             " " BS_PG_OP_NO_PAYLOAD " FROM unnest($2::int8[], $3::int8[]) AS d(id, t)"
-             " WHERE o.bucket = $1 AND o.op_id = d.id"
-             " AND o.type IN (" BS_PG_SQL_PUT ", " BS_PG_SQL_REMOVE ")",
-             &a, "compact: writing MOVEs");
-  bs__free(c->a, b1);
-  bs__free(c->a, b2);
+  if (!e) return nomem(c);
+  for (size_t i = 0; i < n; i++) {
+    e[i].lo = e[i].hi = ids[i];
+    e[i].target = targets[i];
+    e[i].kind = BS_PG_EDIT_MOVE;
+  }
+  rc = bs__pg_chunks_edit(c->c, c->a, bucket, e, n, &del, &ed, c->err);
+  bs__free(c->a, e);
   return rc;
 }
 
 /* The fold of clear (n ops, the first of the bucket, ending at last_op): deletes all but the
  * last, which becomes the CLEAR. BS_ECORRUPT when the run changed under it. */
 static int write_fold(cctx *c, uint64_t bucket, const bs__clear_acc *clear) {
-  bs__pg_args a = {0};
-  PGresult *r;
+  bs__pg_edit e[2];
+  uint64_t del, ed;
+  size_t n = 0;
   int rc;
-  bs__pg_arg_i64(&a, (int64_t)bucket);
-  bs__pg_arg_i64(&a, (int64_t)clear->first_op);
-  bs__pg_arg_i64(&a, (int64_t)clear->last_op);
-  bs__pg_arg_i32(&a, (int32_t)clear->checksum); /* bs_ops.checksum is an integer */
-  bs__pg_arg_i64(&a, (int64_t)clear->target_op);
-  rc = exec(c,
-            "WITH del AS (DELETE FROM bs_ops WHERE bucket = $1 AND op_id >= $2 AND op_id < $3"
-            "  RETURNING 1),"
-            " cl AS (UPDATE bs_ops SET type = " BS_PG_SQL_CLEAR ", checksum = $4, target_op = $5,"
-            "  " BS_PG_OP_NO_PAYLOAD " WHERE bucket = $1 AND op_id = $3 RETURNING 1)"
-            " SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cl)",
-            &a, &r, "compact: fold");
-  if (rc) return rc;
-  if ((uint64_t)bs__pg_i64(r, 0, 0) + 1 != clear->n || bs__pg_i64(r, 0, 1) != 1)
+  memset(e, 0, sizeof e);
+  if (clear->first_op < clear->last_op) {
+    e[n].lo = clear->first_op;
+    e[n].hi = clear->last_op - 1;
+    e[n++].kind = BS_PG_EDIT_DELETE;
+  }
+  e[n].lo = e[n].hi = clear->last_op;
+  e[n].checksum = clear->checksum;
+  e[n].target = clear->target_op;
+  e[n++].kind = BS_PG_EDIT_CLEAR;
+  if ((rc = bs__pg_chunks_edit(c->c, c->a, bucket, e, n, &del, &ed, c->err))) return rc;
+  if (del + 1 != clear->n || ed != 1)
     rc = bs__fail(c->err, BS_ECORRUPT, "bucket id %" PRIu64 ": leading run changed under the fold",
                   bucket);
-  PQclear(r);
   return rc;
 }
 
 /* Deletes ops ids[0..n) (initial replication). */
 static int write_deletes(cctx *c, uint64_t bucket, const uint64_t *ids, size_t n) {
-  bs__pg_args a = {0};
-  unsigned char *b1 = NULL;
+  bs__pg_edit *e = bs__calloc(c->a, n, sizeof *e);
+  uint64_t del, ed;
   int rc;
-  bs__pg_arg_i64(&a, (int64_t)bucket);
-  if (!(rc = bs__pg_arg_i64_array(&a, ids, n, c->a, &b1, c->err)))
-    rc = run(c, "DELETE FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)", &a,
-             "compact: deleting ops");
-  bs__free(c->a, b1);
+  if (!e) return nomem(c);
+  for (size_t i = 0; i < n; i++) {
+    e[i].lo = e[i].hi = ids[i];
+    e[i].kind = BS_PG_EDIT_DELETE;
+  }
+  rc = bs__pg_chunks_edit(c->c, c->a, bucket, e, n, &del, &ed, c->err);
+  bs__free(c->a, e);
   return rc;
 }
 
@@ -471,9 +456,10 @@ static int still_initial(cctx *c) {
 typedef struct pcur {
   cctx *c;
   uint64_t bucket;
-  PGresult *r; /* the ops page (NULL: none read) */
-  int i, n, desc;
-  PGresult *g; /* the ops of the entries page (get), up to op id ghi */
+  bs__pg_opset r; /* the ops page (rread 0: none read) */
+  int rread, i, n, desc;
+  bs__pg_opset g; /* the ops of the entries page (get, gread), up to op id ghi */
+  int gread;
   int gi;
   uint64_t ghi;
   sent *e; /* the entries page: due entries with an old op > elo */
@@ -488,26 +474,27 @@ typedef struct pcur {
 } pcur;
 
 static uint64_t pcur_id(const pcur *p, int i) {
-  return op_of(p->r, i, NULL).op_id;
+  return op_of(&p->r, i, NULL).op_id;
 }
 
 static int pcur_at(pcur *p, bs_op *op, uint64_t *size, int *found) {
-  if ((*found = p->i < p->n)) *op = op_of(p->r, p->i, size);
+  if ((*found = p->i < p->n)) *op = op_of(&p->r, p->i, size);
   return BS_OK;
 }
 
 /* A page from pos on in the direction asked. */
 static int pcur_read(pcur *p, uint64_t pos, int desc) {
   int rc;
-  PQclear(p->r);
-  p->r = NULL;
+  bs__pg_opset_clear(&p->r);
+  p->rread = 0;
   p->i = p->n = 0;
   p->desc = desc;
   if (desc && pos == 0) return BS_OK;
   if ((rc = ops_page(p->c, p->bucket, desc ? 0 : pos, desc ? pos : UINT64_MAX >> 1, desc, PAGE,
                      &p->r)))
     return rc;
-  p->n = PQntuples(p->r);
+  p->rread = 1;
+  p->n = (int)p->r.n;
   return BS_OK;
 }
 
@@ -515,7 +502,7 @@ static int pcur_read(pcur *p, uint64_t pos, int desc) {
  * else a page from pos. */
 static int pcur_seek(pcur *p, uint64_t pos, int desc, bs_op *op, uint64_t *size, int *found) {
   int rc;
-  if (p->r && p->desc == desc && p->i < p->n &&
+  if (p->rread && p->desc == desc && p->i < p->n &&
       (desc ? pcur_id(p, p->i) >= pos : pcur_id(p, p->i) <= pos)) {
     while (p->i < p->n && (desc ? pcur_id(p, p->i) > pos : pcur_id(p, p->i) < pos)) p->i++;
     if (p->i < p->n || p->n < PAGE) return pcur_at(p, op, size, found); /* a short page: the end */
@@ -553,29 +540,21 @@ static int pcur_next(void *x, bs_op *op, uint64_t *size, int *found) {
  * read in one statement. */
 static int pcur_get(void *x, uint64_t id, bs_op *op, uint64_t *size, int *found) {
   pcur *p = x;
-  int rc, n = p->g ? PQntuples(p->g) : 0;
-  if (!p->g || id > p->ghi) {
-    bs__pg_args a = {0};
-    unsigned char *arr = NULL;
+  int rc, n = p->gread ? (int)p->g.n : 0;
+  if (!p->gread || id > p->ghi) {
     uint64_t *olds = p->del; /* free: deletes are initial replication's, which gets no op */
     size_t k = 0;
     for (size_t i = p->ei; i < p->ne; i++) olds[k++] = p->e[i].old_op;
-    PQclear(p->g);
-    p->g = NULL;
+    p->gread = 0;
     p->gi = 0;
     p->ghi = k ? olds[k - 1] : id;
-    bs__pg_arg_i64(&a, (int64_t)p->bucket);
-    if ((rc = bs__pg_arg_i64_array(&a, olds, k, p->c->a, &arr, p->c->err))) return rc;
-    rc = exec(p->c,
-              "SELECT " OP_COLS " FROM bs_ops WHERE bucket = $1 AND op_id = ANY($2)"
-              " ORDER BY op_id",
-              &a, &p->g, "compact: reading ops");
-    bs__free(p->c->a, arr);
-    if (rc) return rc;
-    n = PQntuples(p->g);
+    if ((rc = bs__pg_opset_ids(p->c->c, p->c->a, &p->g, p->bucket, olds, k, p->c->err))) return rc;
+    p->gread = 1;
+    n = (int)p->g.n;
   }
-  while (p->gi < n && op_of(p->g, p->gi, NULL).op_id < id) p->gi++;
-  if ((*found = p->gi < n && op_of(p->g, p->gi, NULL).op_id == id)) *op = op_of(p->g, p->gi, size);
+  while (p->gi < n && op_of(&p->g, p->gi, NULL).op_id < id) p->gi++;
+  if ((*found = p->gi < n && op_of(&p->g, p->gi, NULL).op_id == id))
+    *op = op_of(&p->g, p->gi, size);
   return BS_OK;
 }
 
@@ -655,9 +634,9 @@ static int pcur_flush(pcur *p) {
   if (!rc && p->ncons) rc = sups_consume(c, p->bucket, c->run->horizon, p->cons, p->ncons);
   p->fold = NULL;
   p->nm = p->ndel = p->ncons = 0;
-  PQclear(p->r);
-  PQclear(p->g);
-  p->r = p->g = NULL;
+  bs__pg_opset_clear(&p->r);
+  bs__pg_opset_clear(&p->g);
+  p->rread = p->gread = 0;
   p->eread = 0;
   return rc;
 }
@@ -713,8 +692,8 @@ static int compact_step(void *x, bs__compact_run *r) {
     if (p.txn) rc = commit(c, rc);
     p.txn = 0;
   }
-  PQclear(p.r);
-  PQclear(p.g);
+  bs__pg_opset_free(&p.r, c->a);
+  bs__pg_opset_free(&p.g, c->a);
   bs__free(c->a, p.e);
   bs__free(c->a, p.del);
   bs__free(c->a, p.mid);
@@ -728,7 +707,8 @@ static int compact_step(void *x, bs__compact_run *r) {
  * it, into out[*n...]; *last: the last one's name (cur->name, at most its size). */
 #define BUCKETS_SQL(where)                                                                         \
   "SELECT id, count, compacted_count, last_op, compacted_op,"                                      \
-  " coalesce((SELECT min(op_id) FROM bs_ops WHERE bucket = b.id), 0), name"                        \
+  " coalesce((SELECT first_op FROM bs_chunks WHERE bucket = b.id ORDER BY last_op LIMIT 1), 0),"   \
+  " name"                                                                                          \
   " FROM bs_buckets b WHERE stream = $1 AND " where " ORDER BY name LIMIT $3"
 
 static int buckets_read(cctx *c, int exact, bs__compact_cursor *cur, bs_val name,

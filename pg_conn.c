@@ -592,3 +592,30 @@ void bs__pg_conn_adopt(bs__pg_db *db, PGconn *c) {
 void bs__pg_hook(bs__pg_db *db, const char *point, PGconn *c) {
   if (db->hook) db->hook(point, c, db->hook_payload);
 }
+
+/* A binary COPY ... FROM STDIN of data's tuples (pg_internal.h). */
+int bs__pg_copy_in(PGconn *c, const char *sql, bs__pg_buf *data, const bs_allocator *a,
+                   bs_error *err) {
+  static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
+  static const unsigned char trailer[2] = {0xff, 0xff};
+  PGresult *r;
+  int rc;
+  BS_UNUSED(a);
+  if (!data->n) return BS_OK;
+  r = PQexec(c, sql);
+  if (PQresultStatus(r) != PGRES_COPY_IN) {
+    rc = bs__pg_fail(c, r, "flush: COPY", err);
+    PQclear(r);
+    return rc;
+  }
+  PQclear(r);
+  if (PQputCopyData(c, (const char *)header, 19) != 1 ||
+      PQputCopyData(c, (const char *)data->p, (int)data->n) != 1 ||
+      PQputCopyData(c, (const char *)trailer, 2) != 1 || PQputCopyEnd(c, NULL) != 1)
+    return bs__pg_fail(c, NULL, "flush: COPY", err);
+  r = PQgetResult(c);
+  rc = PQresultStatus(r) == PGRES_COMMAND_OK ? BS_OK : bs__pg_fail(c, r, "flush: COPY", err);
+  PQclear(r);
+  while ((r = PQgetResult(c))) PQclear(r);
+  return rc;
+}

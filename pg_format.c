@@ -198,7 +198,64 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     "CREATE INDEX bs_source_soft ON bs_source (stream, mark) WHERE mark IS NOT NULL;"
     "DROP FUNCTION pg_temp.bs_members7(bytea, bytea), pg_temp.bs_vget(bytea, integer),"
     " pg_temp.bs_varint(bigint);",
+    /* 8: a bucket's ops in chunk rows (pg_chunk.c; pg_internal.h "Op chunks"): a flush writes
+     * a few rows per bucket instead of one per op (a tuple header and an index entry each), and
+     * checksums add chunks' sums. ops_to_chunks (below) then fills the table from bs_ops, in this
+     * step's transaction, and drops bs_ops. A chunk of up to BS_PG_CHUNK_BYTES stays in its heap
+     * row (toast_tuple_target: two to a page, no TOAST lookup per read); a larger one (a large op
+     * of its own) goes out of line uncompressed (EXTERNAL: the reads slice no value, but pglz would
+     * spend the writer's time on data the client compresses if it wants to). */
+    "CREATE TABLE bs_chunks ("
+    " bucket bigint NOT NULL, last_op bigint NOT NULL, first_op bigint NOT NULL,"
+    " n integer NOT NULL, checksum integer NOT NULL, ops bytea NOT NULL,"
+    " PRIMARY KEY (bucket, last_op)) WITH (toast_tuple_target = 8160);"
+    "ALTER TABLE bs_chunks ALTER ops SET STORAGE EXTERNAL;",
 };
+
+/* Step 8's data: every bs_ops row, read in (bucket, op_id) order through a cursor (at most
+ * MIG_FETCH rows in memory), appended to its bucket's chunks as the writer builds them, COPYed
+ * into bs_chunks every MIG_FETCH rows; then bs_ops goes. In the step's transaction: a crash
+ * leaves schema 7 whole, or schema 8 whole. */
+#define MIG_FETCH 10000 /* the FETCH below */
+static int ops_to_chunks(PGconn *c, bs_error *err) {
+  const bs_allocator *a = &bs__default_allocator;
+  bs__pg_chunkb k;
+  bs__pg_buf rows = {0};
+  uint64_t bucket = 0;
+  int rc, n;
+  memset(&k, 0, sizeof k);
+  rc = bs__pg_run(c,
+                  "DECLARE bs_ops8 NO SCROLL CURSOR FOR SELECT bucket, " BS_PG_OP_COLS ", data"
+                  " FROM bs_ops ORDER BY bucket, op_id",
+                  NULL, "migrating the schema: ops to chunks", err);
+  do {
+    PGresult *r;
+    if (rc || (rc = bs__pg_exec(c, "FETCH 10000 FROM bs_ops8", NULL, &r,
+                                "migrating the schema: ops to chunks", err)))
+      break;
+    n = PQntuples(r);
+    for (int i = 0; i < n && !rc; i++) {
+      uint64_t b = (uint64_t)bs__pg_i64(r, i, 0);
+      bs_op op = bs__pg_op_row(r, i, 1, 1);
+      if (b != bucket) rc = bs__pg_chunkb_end(&k, a, &rows, bucket);
+      bucket = b;
+      if (!rc) rc = bs__pg_chunkb_add(&k, a, &rows, b, &op);
+    }
+    if (!rc && n < MIG_FETCH) rc = bs__pg_chunkb_end(&k, a, &rows, bucket);
+    PQclear(r);
+    if (!rc) rc = bs__pg_copy_in(c, BS_PG_CHUNK_COPY, &rows, a, err);
+    rows.n = 0;
+    if (rc == BS_ENOMEM || rc == BS_ECORRUPT)
+      rc = bs__fail(err, rc, "migrating the schema: ops to chunks: %s",
+                    rc == BS_ENOMEM ? "out of memory" : "an op does not encode");
+  } while (!rc && n == MIG_FETCH);
+  bs__pg_chunkb_free(&k, a);
+  bs__free(a, rows.p);
+  if (!rc)
+    rc = bs__pg_run(c, "CLOSE bs_ops8; DROP TABLE bs_ops", NULL,
+                    "migrating the schema: ops to chunks", err);
+  return rc;
+}
 
 /* name (size bytes, at most 63) quoted as an identifier, its quotes doubled */
 static void quote_ident(char *out, bs_val name) {
@@ -298,6 +355,7 @@ static int migrate(PGconn *c, const bs__pg_schema *s, int64_t to, bs_error *err)
     bs__pg_args a = {0};
     bs__pg_arg_i64(&a, v + 1);
     rc = bs__pg_run(c, migrations[v], NULL, "migrating the schema", err);
+    if (!rc && v + 1 == 8) rc = ops_to_chunks(c, err);
     if (!rc)
       rc = bs__pg_run(c, "UPDATE bs_meta SET value = $1 WHERE key = 'schema_version'", &a,
                       "migrating the schema", err);

@@ -39,16 +39,20 @@
  *                                                max_op_bytes (no op of the bucket has more
  *                                                payload bytes, bs__pg_op_bytes: the writer
  *                                                raises it, compaction leaves it an upper bound;
- *                                                it sizes bucket_data's pages)
- *  bs_ops      (bucket id, op_id)                type, checksum (integer: the 32-bit value
- *                                                stored signed, cast back by the readers; sums
- *                                                keep their low 32 bits), target_op, object_type,
- *                                                object_id, subkey (NULL unless PUT/REMOVE),
- *                                                data (NULL unless PUT). The primary key is the
- *                                                read order: a bucket's ops are one index range,
- *                                                walked forward by bucket_data (keyset: op_id >
- *                                                after) and backward by checksums (the ops above
- *                                                C only: never a SUM over history)
+ *                                                it sizes bucket_data's pages of chunks)
+ *  bs_chunks   (bucket id, last_op)              a bucket's ops in runs (schema 8; "Op chunks"
+ *                                                below): first_op, n, checksum (the run's sum,
+ *                                                the 32-bit value stored signed, cast back by
+ *                                                the readers; sums keep their low 32 bits), ops
+ *                                                (opchunk.c's encoding). The primary key is the
+ *                                                read order: bucket_data walks a bucket's chunks
+ *                                                from the one holding after + 1, checksums add
+ *                                                the sums of the chunks above C (never a SUM over
+ *                                                history) and decode the one C cuts. Schema 1-7
+ *                                                held an op a row: bs_ops (bucket id, op_id),
+ *                                                type, checksum, target_op, object_type,
+ *                                                object_id, subkey, data, which migration 8 reads
+ *                                                (BS_PG_OP_COLS) and drops
  *  bs_params   (stream, lookup, op_id)           table_id, replica_id, n (rows; 0 = tombstone),
  *                                                rows bytea[]
  *  bs_changes  (stream, op_id, seq)              one per flush or checkpoint, keyed by the highest
@@ -88,7 +92,7 @@
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 7
+#define BS_PG_SCHEMA_VERSION 8
 
 /* The one schema of a handle (bs__pg_schema_resolve). */
 typedef struct bs__pg_schema {
@@ -334,7 +338,6 @@ typedef struct bs__pg_stmt {
 enum {
   BS_PG_STMT_STATES,          /* pg_read.c bucket_states */
   BS_PG_STMT_PAGE,            /* pg_read.c read_bucket */
-  BS_PG_STMT_PAGE_CUT,        /* pg_read.c read_bucket */
   BS_PG_STMT_PARAMS,          /* pg_read.c parameter sets */
   BS_PG_STMT_CHANGES,         /* pg_read.c checkpoint changes */
   BS_PG_STMT_STREAM,          /* pg.c stream_read: get_status, the checkpoint waits */
@@ -438,30 +441,16 @@ const bs__pg_enum *bs__pg_enums(void); /* the list; the last has what NULL */
  * statement applies it (pg_write.c); tests/test_pg.c t_heads_passed checks it against the C rule. */
 #define BS_PG_SQL_HEADS_PASSED "(SELECT bool_and(h <= $3) FROM unnest(head_lsns) AS h) IS NOT FALSE"
 
-/* An op's payload columns, named here only: BS_PG_OP_ROW(F, SEP) the row's (bs__op_carries_row:
- * PUT and REMOVE carry them), BS_PG_OP_PAYLOAD(F, SEP) those and data (PUT's), each column c
- * spelled F(c) and separated by SEP. The lists below are spelled from them, so a payload column
- * added here is read, written, counted and dropped by a MOVE or CLEAR alike (tests/test_pg.c
- * t_codec_ops fails when bs_ops has a column no list names, or one a MOVE keeps). */
-#define BS_PG_OP_ROW(F, SEP)                                                                       \
-  F(object_type) SEP F(object_id)                                                                  \
-  SEP F(subkey)
-#define BS_PG_OP_PAYLOAD(F, SEP) BS_PG_OP_ROW(F, SEP) SEP F(data)
-#define BS_PG__COL(c)            #c
-#define BS_PG__LEN(c)            "coalesce(octet_length(" #c "), 0)"
-#define BS_PG__NULL(c)           #c " = NULL"
-/* An op's columns (bs_ops) but its data, in bs_op's order: a statement selects BS_PG_OP_COLS,
- * then data where it wants the data. bs__pg_op_row reads the op of row's columns col.. (data:
- * column col + BS_PG_OP_NCOLS is its data; else the op has none), borrowed from r.
- * bs__pg_op_copy appends the op's row to a COPY stream of BS_PG_OP_COPY, its payload columns
- * NULL where bs__op_fields says the op's type carries none. */
-#define BS_PG_OP_COLS            "op_id, type, checksum, target_op, " BS_PG_OP_ROW(BS_PG__COL, ", ")
-#define BS_PG_OP_NCOLS           7
-#define BS_PG_OP_COPY            "COPY bs_ops (bucket, " BS_PG_OP_COLS ", data) FROM STDIN (FORMAT binary)"
-/* An op's payload bytes (bs__pg_op_bytes) as an SQL expression of its columns. */
-#define BS_PG_OP_BYTES           "(" BS_PG_OP_PAYLOAD(BS_PG__LEN, " + ") ")"
-/* For an UPDATE's SET: the payload columns a MOVE or CLEAR (compaction's) no longer has. */
-#define BS_PG_OP_NO_PAYLOAD      BS_PG_OP_PAYLOAD(BS_PG__NULL, ", ")
+/* Schema 7's op rows (bs_ops), which migration 8 reads into chunks (pg_format.c) and the tests
+ * write to build older databases: its columns but the key and data, in bs_op's order
+ * (BS_PG_OP_COLS; tests/test_pg.c t_codec_ops fails when bs_ops has a column the list does not
+ * name). bs__pg_op_row reads the op of row's columns col.. (data: column col + BS_PG_OP_NCOLS is
+ * its data; else the op has none), borrowed from r. bs__pg_op_copy appends the op's row to a
+ * COPY stream of BS_PG_OP_COPY, its payload columns NULL where bs__op_fields says the op's type
+ * carries none. */
+#define BS_PG_OP_COLS  "op_id, type, checksum, target_op, object_type, object_id, subkey"
+#define BS_PG_OP_NCOLS 7
+#define BS_PG_OP_COPY  "COPY bs_ops (bucket, " BS_PG_OP_COLS ", data) FROM STDIN (FORMAT binary)"
 bs_op bs__pg_op_row(const PGresult *r, int row, int col, int data);
 
 /* A source record's columns (bs_source) but its data: replica_id, mark (NULL: not soft-deleted),
@@ -541,6 +530,99 @@ void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint6
                     const bs_op *op);
 void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t stream, uint32_t table,
                         bs_val rid, const bs__srec *r);
+
+/* ---- Op chunks (schema 8, pg_chunk.c) ----
+ *  bs_chunks   (bucket id, last_op)              first_op, n (its ops), checksum (the wrapping
+ *                                                sum of its ops', stored signed), ops (bytea:
+ *                                                a chunk of opchunk.c's encoding, internal.h "Op
+ *                                                chunks", its op values compact; its header
+ *                                                holds n, the sum, first op, bytes and flags).
+ * A bucket's chunks never overlap and follow each other in key order: reads walk the index from
+ * the chunk holding a position (the first whose last_op is above it); checksums add the sums of
+ * chunks wholly in range and decode only the (at most two) chunks its edges cut. */
+/* A chunk's bytes with its header, at most (one larger op takes a chunk of its own). */
+#define BS_PG_CHUNK_BYTES 4000u
+#define BS_PG_CHUNK_COPY                                                                           \
+  "COPY bs_chunks (bucket, last_op, first_op, n, checksum, ops) FROM STDIN (FORMAT binary)"
+/* A chunk being built for one bucket (its ops ascending): _add an op (op->op_id), _value an op
+ * value already in the compact encoding (op NULL) or an op (val NULL) of vs bytes; a chunk that
+ * would pass BS_PG_CHUNK_BYTES or BS_CHUNK_MAX_OPS is sealed into rows (a COPY stream of
+ * BS_PG_CHUNK_COPY) first; _end seals the last. BS_ENOMEM. */
+typedef struct bs__pg_chunkb {
+  unsigned char *p;
+  size_t n, cap;
+  uint32_t nops;
+  uint64_t first, last;
+} bs__pg_chunkb;
+int bs__pg_chunkb_add(bs__pg_chunkb *k, const bs_allocator *a, bs__pg_buf *rows, uint64_t bucket,
+                      const bs_op *op);
+int bs__pg_chunkb_value(bs__pg_chunkb *k, const bs_allocator *a, bs__pg_buf *rows, uint64_t bucket,
+                        uint64_t id, const bs_op *op, const unsigned char *val, size_t vs);
+int bs__pg_chunkb_end(bs__pg_chunkb *k, const bs_allocator *a, bs__pg_buf *rows, uint64_t bucket);
+void bs__pg_chunkb_free(bs__pg_chunkb *k, const bs_allocator *a);
+/* A sealed chunk of size bytes whose last op is last, as a row of BS_PG_CHUNK_COPY. */
+void bs__pg_chunk_row(bs__pg_buf *rows, const bs_allocator *a, uint64_t bucket,
+                      const unsigned char *chunk, size_t size, uint64_t last);
+/* A chunk decoded (borrowed from the value): _open checks it whole (BS_ECORRUPT), _op decodes op
+ * i in place (fields as bs__op_fields leaves them), _cksum and _is_clear read op i's header. */
+typedef struct bs__pg_chunkr {
+  const unsigned char *p;
+  size_t size;
+  unsigned flags;
+  uint32_t n;
+  uint64_t ids[BS_CHUNK_MAX_OPS];
+  uint32_t off[BS_CHUNK_MAX_OPS], len[BS_CHUNK_MAX_OPS];
+} bs__pg_chunkr;
+int bs__pg_chunk_open(bs__pg_chunkr *r, bs_val v);
+int bs__pg_chunk_op(const bs__pg_chunkr *r, uint32_t i, bs_op *op);
+uint32_t bs__pg_chunk_cksum(const bs__pg_chunkr *r, uint32_t i);
+int bs__pg_chunk_is_clear(const bs__pg_chunkr *r, uint32_t i);
+/* Adds the checksums and count of chunk v's ops in (lo, hi] to *sum and *count, and sets
+ * *cleared (when not NULL) if one of them is a CLEAR. v.data NULL: none. BS_ECORRUPT. */
+int bs__pg_chunk_range(bs_val v, uint64_t lo, uint64_t hi, uint32_t *sum, uint64_t *count,
+                       int *cleared);
+/* Calls fn with every chunk of bs_chunks (in a transaction the caller opened: a cursor), those
+ * of `where` (SQL over bucket and last_op, args its parameters; NULL: all), in key order,
+ * decoded; a chunk that does not decode, or whose last op is not its key's, is BS_ECORRUPT;
+ * fn's non-zero return stops the walk and is returned. At most 1,000 chunks in memory. */
+int bs__pg_chunks_walk(PGconn *c, const char *where, const bs__pg_args *args,
+                       int (*fn)(uint64_t bucket, uint64_t last, const bs__pg_chunkr *ch,
+                                 void *payload),
+                       void *payload, bs_error *err);
+/* Ops of one bucket read from its chunks (compaction's pages), decoded in place: the chunks'
+ * results are held until the next read or _clear. bytes[i]: ops[i]'s payload bytes. */
+typedef struct bs__pg_opset {
+  bs_op *ops;
+  uint64_t *bytes;
+  size_t n, cap;
+  PGresult **held;
+  size_t nheld, cheld;
+} bs__pg_opset;
+void bs__pg_opset_clear(bs__pg_opset *s);
+void bs__pg_opset_free(bs__pg_opset *s, const bs_allocator *a);
+/* The bucket's ops in [lo, hi], at most limit, ascending (desc: descending from hi). */
+int bs__pg_opset_page(PGconn *c, const bs_allocator *a, bs__pg_opset *s, uint64_t bucket,
+                      uint64_t lo, uint64_t hi, int desc, size_t limit, bs_error *err);
+/* The bucket's ops of ids (n, ascending) that exist, ascending. */
+int bs__pg_opset_ids(PGconn *c, const bs_allocator *a, bs__pg_opset *s, uint64_t bucket,
+                     const uint64_t *ids, size_t n, bs_error *err);
+/* Compaction's changes to a bucket's ops, in its transaction: every op in [lo, hi] deleted
+ * (DELETE), or the op lo (= hi) made a MOVE to target when it is a PUT or REMOVE (MOVE), or a
+ * CLEAR of checksum and target (CLEAR). bs__pg_chunks_edit applies n of them (disjoint; sorted
+ * here): chunks wholly inside a deleted range are deleted unread, the chunks the others cut are
+ * read, edited and written again (chunked as the writer chunks). *deleted: the ops deleted;
+ * *edited: the MOVEs and CLEARs made. */
+enum { BS_PG_EDIT_DELETE = 0, BS_PG_EDIT_MOVE = 1, BS_PG_EDIT_CLEAR = 2 };
+typedef struct bs__pg_edit {
+  uint64_t lo, hi, target;
+  uint32_t checksum;
+  int kind;
+} bs__pg_edit;
+int bs__pg_chunks_edit(PGconn *c, const bs_allocator *a, uint64_t bucket, bs__pg_edit *e, size_t n,
+                       uint64_t *deleted, uint64_t *edited, bs_error *err);
+/* pg_conn.c: data (a COPY stream's tuples) through `sql` (a binary COPY ... FROM STDIN). */
+int bs__pg_copy_in(PGconn *c, const char *sql, bs__pg_buf *data, const bs_allocator *a,
+                   bs_error *err);
 
 /* bs_source.members: _size bytes, written by _encode (r's memberships and lookups; an object_id
  * equal to rid is not spelled out); _decode reads a value of the record of replica id rid into

@@ -1,7 +1,8 @@
 /*
- * pg_read.c: the PostgreSQL backend's reads (contract.md 5): bucket data by keyset pages of the
- * (bucket, op_id) index, checksums as the bucket's running value minus the ops above C (only
- * that tail is read), checksum ranges for the cache above, parameter sets, checkpoint changes
+ * pg_read.c: the PostgreSQL backend's reads (contract.md 5): bucket data by keyset pages of a
+ * bucket's chunks (bs_chunks, pg_chunk.c; the ops decoded in place), checksums as the bucket's
+ * running value minus the ops above C (the sums of the chunks above it, and the part above C of
+ * the one chunk C cuts), checksum ranges for the cache above, parameter sets, checkpoint changes
  * and the bucket list. Every statement is a snapshot of its own and no transaction is open while
  * a callback runs, so a slow host never holds back vacuum: the calls that page (bucket data, the
  * bucket list) run each page as one statement (bucket_page says why a read stays correct when a
@@ -16,27 +17,41 @@ static bs__pg_db *db_of(bs_storage *st) {
   return ((bs__pg_storage *)st)->db;
 }
 
+/* A bucket's chunks wholly above $3 (t) and wholly in ($4, $3] (g) are summed by the server from
+ * their columns (a CLEAR among g's: its header's flag byte); the chunk that holds $3 + 1 with ops
+ * at or below $3 (e3), and the one that holds $4 + 1 with ops at or below $4 (e4, when $4 < $3),
+ * come whole, for the client to add their ops' part (value_at, sums). */
 static const bs__pg_stmt states_stmt = {
     BS_PG_STMT_STATES,
     "SELECT r.ord, b.id, b.checksum, b.count, b.last_op, b.generation,"
-    " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared, b.max_op_bytes"
+    " b.clear_start, b.clear_op, t.s, t.n, g.s, g.n, g.cleared, b.max_op_bytes,"
+    " e3.ops, e3.last_op, e4.ops, e4.last_op"
     " FROM unnest($2::bytea[]) WITH ORDINALITY AS r(name, ord)"
     " JOIN bs_buckets b ON b.stream = $1 AND b.name = r.name"
     " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
-    "  count(*) AS n FROM bs_ops o"
-    "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.op_id > $3) t"
+    "  coalesce(sum(o.n), 0)::bigint AS n FROM bs_chunks o"
+    "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.first_op > $3) t"
     " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
-    "  count(*) AS n, coalesce(bool_or(o.type = " BS_PG_SQL_CLEAR "), false) AS cleared"
-    "  FROM bs_ops o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
-    "  AND o.op_id > $4 AND o.op_id <= $3) g"
+    "  coalesce(sum(o.n), 0)::bigint AS n,"
+    "  coalesce(bool_or(get_byte(substring(o.ops FROM 21 FOR 1), 0) & 1 = 1), false) AS cleared"
+    "  FROM bs_chunks o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
+    "  AND o.first_op > $4 AND o.last_op <= $3) g"
+    /* the first chunk past the edge, which holds ops at or below it when it starts there */
+    " LEFT JOIN LATERAL (SELECT o.ops, o.last_op, o.first_op FROM bs_chunks o"
+    "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.last_op > $3"
+    "  ORDER BY o.last_op LIMIT 1) e3 ON e3.first_op <= $3"
+    " LEFT JOIN LATERAL (SELECT o.ops, o.last_op, o.first_op FROM bs_chunks o"
+    "  WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id AND o.last_op > $4"
+    "  ORDER BY o.last_op LIMIT 1) e4 ON e4.first_op <= $4"
     " ORDER BY r.ord"};
 
 /* The bucket states of names (in order), with the sum and count of each bucket's ops above
- * `above` (a tail: the (bucket, op_id) index range above it) and, when range_from < above, of its
- * ops in (range_from, above] and whether those hold a CLEAR. Columns: 0 ord (1-based index into
- * names), 1 id, 2 checksum, 3 count, 4 last_op, 5 generation, 6 clear_start, 7 clear_op,
- * 8 tail sum, 9 tail count, 10 range sum, 11 range count, 12 range has a CLEAR, 13 max_op_bytes.
- * Unknown buckets have no row. */
+ * `above` and, when range_from < above, of its ops in (range_from, above] and whether those
+ * hold a CLEAR. Columns: 0 ord (1-based index into names), 1 id, 2 checksum, 3 count, 4 last_op,
+ * 5 generation, 6 clear_start, 7 clear_op, 8 tail sum, 9 tail count (chunks wholly above),
+ * 10 range sum, 11 range count, 12 range has a CLEAR (chunks wholly inside), 13 max_op_bytes,
+ * 14, 15 the chunk cut at `above` and its last op, 16, 17 the one cut at range_from (NULL: none;
+ * tail_at and range_at add their parts). Unknown buckets have no row. */
 static int bucket_states(PGconn *c, bs_storage *st, const bs_val *names, size_t n, uint64_t above,
                          uint64_t range_from, PGresult **r, bs_error *err) {
   bs__pg_args a = {0};
@@ -51,12 +66,41 @@ static int bucket_states(PGconn *c, bs_storage *st, const bs_val *names, size_t 
   return rc;
 }
 
-/* Row i's (checksum, count) at `above`: the running value minus the tail. */
-static bs_checksum value_at(const PGresult *r, int i) {
-  bs_checksum v;
-  v.checksum = bs__cksum_sub((uint32_t)bs__pg_i64(r, i, 2), (uint32_t)bs__pg_i64(r, i, 8));
-  v.count = (uint64_t)(bs__pg_i64(r, i, 3) - bs__pg_i64(r, i, 9));
-  return v;
+static bs_val col_bytes(const PGresult *r, int i, int col) {
+  return PQgetisnull(r, i, col) ? (bs_val){NULL, 0} : bs__pg_bytes(r, i, col);
+}
+
+static int chunk_corrupt(bs_error *err) {
+  return bs__fail(err, BS_ECORRUPT, "bs_chunks: a chunk does not decode");
+}
+
+/* Row i's (checksum, count) at `above`: the running value minus the ops above it (the chunks
+ * wholly above, and the part above of the chunk cut there). */
+static int value_at(const PGresult *r, int i, uint64_t above, bs_checksum *v, bs_error *err) {
+  uint32_t s = (uint32_t)bs__pg_i64(r, i, 8);
+  uint64_t n = (uint64_t)bs__pg_i64(r, i, 9);
+  if (bs__pg_chunk_range(col_bytes(r, i, 14), above, UINT64_MAX, &s, &n, NULL))
+    return chunk_corrupt(err);
+  v->checksum = bs__cksum_sub((uint32_t)bs__pg_i64(r, i, 2), s);
+  v->count = (uint64_t)bs__pg_i64(r, i, 3) - n;
+  return BS_OK;
+}
+
+/* Row i's ops in (from, to]: the chunks wholly inside, and the parts inside of the (one or two)
+ * chunks cut at from and at to. */
+static int range_at(const PGresult *r, int i, uint64_t from, uint64_t to, bs_checksum *v,
+                    int *cleared, bs_error *err) {
+  uint32_t s = (uint32_t)bs__pg_i64(r, i, 10);
+  uint64_t n = (uint64_t)bs__pg_i64(r, i, 11);
+  int same = !PQgetisnull(r, i, 15) && !PQgetisnull(r, i, 17) &&
+             bs__pg_i64(r, i, 15) == bs__pg_i64(r, i, 17);
+  *cleared = bs__pg_bool(r, i, 12);
+  if (bs__pg_chunk_range(col_bytes(r, i, 14), from, to, &s, &n, cleared) ||
+      (!same && bs__pg_chunk_range(col_bytes(r, i, 16), from, to, &s, &n, cleared)))
+    return chunk_corrupt(err);
+  v->checksum = s;
+  v->count = n;
+  return BS_OK;
 }
 
 /* ---- Checksums ------------------------------------------------------------------------------ */
@@ -83,14 +127,15 @@ static int sums(bs_storage *st, uint64_t from, uint64_t to, const bs_val *bucket
     rc = bs__torn_check((uint64_t)bs__pg_i64(r, row, 6), (uint64_t)bs__pg_i64(r, row, 7), to,
                         buckets[i], err);
     if (generation_out) generation_out[i] = (uint64_t)bs__pg_i64(r, row, 5);
-    if (!cleared) {
-      out[i] = value_at(r, row);
-    } else if (bs__pg_bool(r, row, 12)) {
-      out[i] = value_at(r, row); /* a CLEAR replaces what came before it: the value at `to` */
-      cleared[i] = 1;
-    } else {
-      out[i].checksum = (uint32_t)bs__pg_i64(r, row, 10);
-      out[i].count = (uint64_t)bs__pg_i64(r, row, 11);
+    if (!rc && !cleared) {
+      rc = value_at(r, row, to, &out[i], err);
+    } else if (!rc) {
+      int cl = 0;
+      if (!(rc = range_at(r, row, from, to, &out[i], &cl, err)) && cl) {
+        /* a CLEAR replaces what came before it: the value at `to` */
+        rc = value_at(r, row, to, &out[i], err);
+        cleared[i] = 1;
+      }
     }
     row++;
   }
@@ -124,8 +169,8 @@ typedef struct data_read {
   void *payload;
 } data_read;
 
-#define BS_PG_PAGE_OPS   10000   /* ops per keyset page (a call's default limit: one page) */
-#define BS_PG_PAGE_BYTES 4194304 /* op bytes per page (plus the op that crosses it) */
+#define BS_PG_PAGE_CHUNKS 1000    /* chunks per page, at most */
+#define BS_PG_PAGE_BYTES  4194304 /* op bytes per page (plus the chunk that crosses it) */
 
 static int hold(data_read *r, PGresult *res, bs_error *err) {
   if (r->n_held == r->cap_held) {
@@ -158,47 +203,33 @@ static int handed(const bs_chunk *ch, void *payload) {
   return rc;
 }
 
-/* A page of bucket $1 (bucket_page): its ops (columns 0-6, 7 the data; ops selects them, then
- * the running size) with the bucket's torn span (COL_CLEAR_START, COL_CLEAR_OP) from the same
- * snapshot; an empty page is one row of NULL ops, a bucket that is gone (a clear) no row. */
-#define PAGE_OF(ops)                                                                               \
-  "SELECT p.*, b.clear_start, b.clear_op FROM bs_buckets b LEFT JOIN LATERAL (" ops                \
-  ") p ON true WHERE b.id = $1"
-#define COL_RUNNING     (BS_PG_OP_NCOLS + 1)
-#define COL_CLEAR_START (BS_PG_OP_NCOLS + 2)
-#define COL_CLEAR_OP    (BS_PG_OP_NCOLS + 3)
-/* A keyset page: at most $4 ops of the bucket in ($2, C = $3]. */
+/* A page of bucket $1 (bucket_page): at most $4 of its chunks from the one holding $2 + 1 (the
+ * first whose last op is above $2), none starting above C = $3, in key order, with the bucket's
+ * torn span (COL_CLEAR_START, COL_CLEAR_OP) from the same snapshot; an empty page is one row of
+ * a NULL chunk, a bucket that is gone (a clear) no row. */
+#define COL_CLEAR_START 1
+#define COL_CLEAR_OP    2
 static const bs__pg_stmt page_stmt = {
-    BS_PG_STMT_PAGE, PAGE_OF("SELECT " BS_PG_OP_COLS ", data, 0::bigint AS running FROM bs_ops"
-                             " WHERE bucket = b.id AND op_id > $2 AND op_id <= $3"
-                             " ORDER BY op_id LIMIT $4")};
-/* The same page cut by the server at $5 bytes: the ops while their running size stays below it
- * (the op that crosses it included); COL_RUNNING, the running size up to and including the op. */
-static const bs__pg_stmt page_cut_stmt = {
-    BS_PG_STMT_PAGE_CUT,
-    PAGE_OF("SELECT " BS_PG_OP_COLS ", data, running FROM (SELECT *,"
-            "  sum(sz) OVER (ORDER BY op_id ROWS UNBOUNDED PRECEDING) AS running"
-            "  FROM (SELECT *, " BS_PG_OP_BYTES " AS sz FROM bs_ops"
-            "   WHERE bucket = b.id AND op_id > $2 AND op_id <= $3"
-            "   ORDER BY op_id LIMIT $4) o) w"
-            " WHERE running - sz < $5 ORDER BY op_id")};
+    BS_PG_STMT_PAGE,
+    "SELECT p.ops, b.clear_start, b.clear_op FROM bs_buckets b LEFT JOIN LATERAL ("
+    "SELECT ops, last_op FROM bs_chunks WHERE bucket = b.id AND last_op > $2 AND first_op <= $3"
+    " ORDER BY last_op LIMIT $4) p ON true WHERE b.id = $1 ORDER BY p.last_op"};
 
 /* Reads one page of the bucket into *res (held by r until its ops were handed out) and sets
- * *got to its ops (0: none in range, also when the bucket is gone). Each page is one statement
- * in no transaction, so the callbacks between pages run outside any snapshot, and a compaction
- * may commit between two pages. The pages stay one read of C, as a caller continuing with
- * after = next_after in a new call would read (contract.md 5.2, 6): ops already handed out are
- * never read again; a MOVE made since keeps its id and checksum, and its target_op above C
- * says so (5.5); a CLEAR made since at or below C comes in range and stands for everything
- * before it, the ops handed out included. What can no longer be read is a bucket whose ops at
- * or below C a CLEAR above C folded: then it has no op at or below C, so the page is empty,
- * and its torn span, read with it, fails the call (BS_EINVALIDATED). */
-static int bucket_page(data_read *r, int cut, const bs__pg_args *a, bs_val name, PGresult **res,
-                       int *got, bs_error *err) {
+ * *got to its chunks (0: none in range, also when the bucket is gone). Each page is one
+ * statement in no transaction, so the callbacks between pages run outside any snapshot, and a
+ * compaction may commit between two pages. The pages stay one read of C, as a caller continuing
+ * with after = next_after in a new call would read (contract.md 5.2, 6): ops already handed out
+ * are never read again (the next page starts at the chunk holding the op after the last one
+ * handed out, whatever compaction rewrote meanwhile); a MOVE made since keeps its id and
+ * checksum, and its target_op above C says so (5.5); a CLEAR made since at or below C comes in
+ * range and stands for everything before it, the ops handed out included. What can no longer be
+ * read is a bucket whose ops at or below C a CLEAR above C folded: then it has no op at or below
+ * C, so the page is empty, and its torn span, read with it, fails the call (BS_EINVALIDATED). */
+static int bucket_page(data_read *r, const bs__pg_args *a, bs_val name, PGresult **res, int *got,
+                       bs_error *err) {
   int rc;
-  if ((rc = bs__pg_execp(r->c, cut ? &page_cut_stmt : &page_stmt, a, res, "reading bucket data",
-                         err)))
-    return rc;
+  if ((rc = bs__pg_execp(r->c, &page_stmt, a, res, "reading bucket data", err))) return rc;
   if ((rc = hold(r, *res, err))) return rc;
   *got = PQntuples(*res);
   if (*got == 0) return BS_OK;
@@ -207,46 +238,59 @@ static int bucket_page(data_read *r, int cut, const bs__pg_args *a, bs_val name,
                         (uint64_t)bs__pg_i64(*res, 0, COL_CLEAR_OP), r->checkpoint, name, err);
 }
 
-/* Serves one bucket's ops in (after, C] to the chunker, until it stops the call. A page holds
- * at most `rows` ops and about `want` op bytes (plus the op that crosses them), so that a call
- * or a bucket of large ops is not read far past what the chunker will serve. No op of the bucket
- * is larger than max_op (bs_buckets.max_op_bytes), so a plain keyset page of `rows` ops stays
- * within that when want / max_op + 1 >= rows (ops of max_op bytes: want / max_op of them fit,
- * the next one crosses); else the server cuts the page at want bytes (page_cut_stmt: a running
- * sum, about twice the server's time of a plain page), so one large op does not shrink every
- * page of a bucket of small ones. The chunker makes the exact cut either way. */
+/* Serves one bucket's ops in (after, C] to the chunker, until it stops the call, straight from
+ * its chunks (decoded in place: the ops point into the held page). A page holds at most as many
+ * chunks as the call may still take ops, and about `want` op bytes: no chunk holds more than
+ * BS_PG_CHUNK_BYTES or, alone, the bucket's largest op (max_op, bs_buckets.max_op_bytes), so a
+ * call is not read far past what the chunker will serve; the chunker makes the exact cut. */
 static int read_bucket(data_read *r, bs_val name, uint64_t bucket, uint64_t after, uint64_t max_op,
                        bs_error *err) {
   bs__chunker *k = &r->k;
   int rc, done = 0;
+  bs__pg_chunkr *ch = bs__malloc(r->a, sizeof *ch);
+  if (!ch) return bs__fail(err, BS_ENOMEM, "bucket data: out of memory");
   bs__chunker_bucket(k, name, after);
   while (!done && !k->stopped) {
     bs__pg_args a = {0};
     PGresult *res;
     size_t left = k->limit - k->served, rows, want;
-    int got, cut;
-    /* one op past the limit tells whether the bucket was cut */
-    rows = left < BS_PG_PAGE_OPS ? left + 1 : BS_PG_PAGE_OPS;
+    int got;
     want = k->max_bytes - (k->bytes < k->max_bytes ? k->bytes : k->max_bytes);
     if (want > BS_PG_PAGE_BYTES) want = BS_PG_PAGE_BYTES;
-    cut = max_op > 0 && want / max_op + 1 < rows;
+    /* one op past the limit tells whether the bucket was cut: at most left + 1 chunks */
+    rows = want / (max_op > BS_PG_CHUNK_BYTES ? max_op : BS_PG_CHUNK_BYTES) + 2;
+    if (rows > left + 1) rows = left + 1;
+    if (rows > BS_PG_PAGE_CHUNKS) rows = BS_PG_PAGE_CHUNKS;
     bs__pg_arg_i64(&a, (int64_t)bucket);
     bs__pg_arg_i64(&a, (int64_t)after);
     bs__pg_arg_i64(&a, (int64_t)r->checkpoint);
     bs__pg_arg_i64(&a, (int64_t)rows);
-    if (cut) bs__pg_arg_i64(&a, (int64_t)want + 1);
-    if ((rc = bucket_page(r, cut, &a, name, &res, &got, err))) return rc;
-    /* the range is exhausted when the row limit was not reached and the byte bound cannot
-     * have cut the page (a page that ends exactly at the bound takes one more, empty, page) */
-    done = (size_t)got < rows &&
-           (!cut || got == 0 || bs__pg_i64(res, got - 1, COL_RUNNING) <= (int64_t)want);
-    for (int i = 0; i < got && !k->stopped; i++) {
-      bs_op op = bs__pg_op_row(res, i, 0, 1);
-      if ((rc = bs__chunker_add(k, &op, err)) != 0) return rc;
-      after = op.op_id;
+    if ((rc = bucket_page(r, &a, name, &res, &got, err))) break;
+    done = (size_t)got < rows;
+    for (int i = 0; i < got && !k->stopped && !rc; i++) {
+      if (bs__pg_chunk_open(ch, bs__pg_bytes(res, i, 0))) {
+        rc = chunk_corrupt(err);
+        break;
+      }
+      for (uint32_t j = 0; j < ch->n && !k->stopped; j++) {
+        bs_op op;
+        if (ch->ids[j] <= after) continue;
+        if (ch->ids[j] > r->checkpoint) {
+          done = 1;
+          break;
+        }
+        if (bs__pg_chunk_op(ch, j, &op)) {
+          rc = chunk_corrupt(err);
+          break;
+        }
+        if ((rc = bs__chunker_add(k, &op, err)) != 0) break;
+        after = op.op_id;
+      }
     }
+    if (rc) break;
   }
-  return bs__chunker_end(k);
+  bs__free(r->a, ch);
+  return rc ? rc : bs__chunker_end(k);
 }
 
 int bs__pg_bucket_data(int *has_more_out, bs_storage *st, uint64_t checkpoint,

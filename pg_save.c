@@ -49,7 +49,8 @@ typedef struct bucket_ent {
   uint32_t d_checksum;
   uint64_t d_count, d_bytes, last_op, max_bytes; /* max_bytes: of the batch's ops */
   int touched;
-  int fresh; /* created by this batch: id 0 until its first use takes a reserved id */
+  int fresh;        /* created by this batch: id 0 until its first use takes a reserved id */
+  bs__pg_chunkb ck; /* the batch's ops of the bucket: its chunk being built (pg_chunk.c) */
 } bucket_ent;
 
 typedef struct sup_ent {
@@ -74,7 +75,7 @@ typedef struct batch {
   uint64_t *reserved;
   size_t n_reserved, used_reserved;
   bs__htab bname, bid;
-  bs__pg_buf ops, params; /* COPY streams: bs_ops, bs_params */
+  bs__pg_buf ops, params; /* COPY streams: bs_chunks, bs_params */
   sup_ent *sups; /* the superseded log's entries, written as bs_superseded rows (sups_copy) */
   size_t nsups, csups;
   bs_val *lookups; /* changed lookup keys, distinct (owned copies: a tombstone's key may live
@@ -196,7 +197,10 @@ static void batch_free(batch *b) {
     bs__free(b->a, b->recs[i]->blob);
     bs__free(b->a, b->recs[i]);
   }
-  for (size_t i = 0; i < b->nbk; i++) bs__free(b->a, (void *)b->bk[i].name.data);
+  for (size_t i = 0; i < b->nbk; i++) {
+    bs__free(b->a, (void *)b->bk[i].name.data);
+    bs__pg_chunkb_free(&b->bk[i].ck, b->a);
+  }
   for (size_t i = 0; i < b->nlk; i++) bs__free(b->a, (void *)b->lookups[i].data);
   bs__free(b->a, b->recs);
   bs__free(b->a, b->bk);
@@ -255,8 +259,12 @@ static int fx_op(void *ctx, uint64_t bucket, const bs_op *op, uint64_t *op_id, b
   int rc;
   if (!e) return bs__fail(err, BS_ECORRUPT, "flush: bucket %" PRIu64 " is not known", bucket);
   if ((rc = next_op(b, op_id, err))) return rc;
-  bs__pg_op_copy(&b->ops, b->a, bucket, *op_id, op);
-  if (b->ops.oom) return oom(err);
+  {
+    bs_op o = *op;
+    o.op_id = *op_id;
+    /* a bucket's ops come in op-id order: each goes to the end of its bucket's chunk */
+    if (bs__pg_chunkb_add(&e->ck, b->a, &b->ops, bucket, &o) || b->ops.oom) return oom(err);
+  }
   e->d_checksum = bs__cksum_add(e->d_checksum, op->checksum);
   e->d_count++;
   e->d_bytes += bs__pg_op_bytes(op);
@@ -545,32 +553,6 @@ out:
 
 /* ---- Writing the batch -------------------------------------------------------------------------- */
 
-static int copy_in(PGconn *c, const char *sql, bs__pg_buf *data, const bs_allocator *a,
-                   bs_error *err) {
-  static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
-  static const unsigned char trailer[2] = {0xff, 0xff};
-  PGresult *r;
-  int rc;
-  BS_UNUSED(a);
-  if (!data->n) return BS_OK;
-  r = PQexec(c, sql);
-  if (PQresultStatus(r) != PGRES_COPY_IN) {
-    rc = bs__pg_fail(c, r, "flush: COPY", err);
-    PQclear(r);
-    return rc;
-  }
-  PQclear(r);
-  if (PQputCopyData(c, (const char *)header, 19) != 1 ||
-      PQputCopyData(c, (const char *)data->p, (int)data->n) != 1 ||
-      PQputCopyData(c, (const char *)trailer, 2) != 1 || PQputCopyEnd(c, NULL) != 1)
-    return bs__pg_fail(c, NULL, "flush: COPY", err);
-  r = PQgetResult(c);
-  rc = PQresultStatus(r) == PGRES_COMMAND_OK ? BS_OK : bs__pg_fail(c, r, "flush: COPY", err);
-  PQclear(r);
-  while ((r = PQgetResult(c))) PQclear(r);
-  return rc;
-}
-
 static const bs__pg_stmt rec_delete_stmt = {BS_PG_STMT_REC_DELETE,
                                             "DELETE FROM bs_source WHERE ctid = ANY($1::tid[])"};
 
@@ -701,7 +683,7 @@ static int write_records(batch *b, bs_error *err) {
       bs__pg_source_copy(&out, b->a, b->stream, e->table, e->rid, &e->r);
   }
   if (!rc && out.oom) rc = oom(err);
-  if (!rc) rc = copy_in(b->c, BS_PG_SOURCE_COPY, &out, b->a, err);
+  if (!rc) rc = bs__pg_copy_in(b->c, BS_PG_SOURCE_COPY, &out, b->a, err);
   bs__free(b->a, out.p);
   return rc;
 }
@@ -940,10 +922,10 @@ static int sups_copy(batch *b, bs_error *err) {
   }
   bs__free(b->a, pairs);
   rc = out.oom ? oom(err)
-               : copy_in(b->c,
-                         "COPY bs_superseded (stream, bucket, first_new, pairs) FROM STDIN"
-                         " (FORMAT binary)",
-                         &out, b->a, err);
+               : bs__pg_copy_in(b->c,
+                                "COPY bs_superseded (stream, bucket, first_new, pairs) FROM STDIN"
+                                " (FORMAT binary)",
+                                &out, b->a, err);
   bs__free(b->a, out.p);
   return rc;
 }
@@ -956,11 +938,15 @@ static const bs__pg_stmt op_head_stmt = {BS_PG_STMT_OP_HEAD,
 static int batch_write(batch *b, bs_error *err) {
   int rc;
   if (b->ops.oom || b->params.oom) return oom(err);
-  if ((rc = sups_copy(b, err)) || (rc = copy_in(b->c, BS_PG_OP_COPY, &b->ops, b->a, err)) ||
-      (rc = copy_in(b->c,
-                    "COPY bs_params (stream, lookup, op_id, table_id, replica_id, rows)"
-                    " FROM STDIN (FORMAT binary)",
-                    &b->params, b->a, err)) ||
+  for (size_t i = 0; i < b->nbk; i++)
+    if (b->bk[i].ck.nops && bs__pg_chunkb_end(&b->bk[i].ck, b->a, &b->ops, b->bk[i].id))
+      return oom(err);
+  if ((rc = sups_copy(b, err)) ||
+      (rc = bs__pg_copy_in(b->c, BS_PG_CHUNK_COPY, &b->ops, b->a, err)) ||
+      (rc = bs__pg_copy_in(b->c,
+                           "COPY bs_params (stream, lookup, op_id, table_id, replica_id, rows)"
+                           " FROM STDIN (FORMAT binary)",
+                           &b->params, b->a, err)) ||
       (rc = write_records(b, err)))
     return rc;
   if (b->head >= b->first) { /* something was persisted */
@@ -1278,17 +1264,15 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
   static const bs_write_batch none = {NULL, 0};
   batch b;
   bs__effects fx;
-  bs__pg_args a = {0};
-  PGresult *r = NULL;
+  bs__pg_opset ops;
   bs_val *rids = NULL;
-  uint64_t *bk = NULL, *op = NULL;
-  unsigned char *b1 = NULL, *b2 = NULL;
+  uint64_t *op = NULL;
   bs__member *m = NULL;
   int rc;
   *emitted = 0;
+  memset(&ops, 0, sizeof ops);
   if ((rc = batch_open(w, &none, &b, &fx, 0, err))) goto out;
-  if (!(rids = bs__calloc(b.a, n, sizeof *rids)) || !(bk = bs__calloc(b.a, n, sizeof *bk)) ||
-      !(op = bs__calloc(b.a, n, sizeof *op))) {
+  if (!(rids = bs__calloc(b.a, n, sizeof *rids)) || !(op = bs__calloc(b.a, n, sizeof *op))) {
     rc = oom(err);
     goto out;
   }
@@ -1300,35 +1284,26 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
     rc = load_records(&b, rows[i].table, rids, k, err);
   }
   if (rc || (rc = load_batch(&b, NULL, err))) goto out;
-  for (size_t i = 0; i < n; i++) {
-    bk[i] = rows[i].bucket;
-    op[i] = rows[i].old_op;
-  }
-  if ((rc = bs__pg_arg_i64_array(&a, bk, n, b.a, &b1, err)) ||
-      (rc = bs__pg_arg_i64_array(&a, op, n, b.a, &b2, err)))
-    goto out;
-  rc = bs__pg_exec(w->c,
-                   "SELECT bucket, " BS_PG_OP_COLS ", data FROM bs_ops o"
-                   " JOIN unnest($1::int8[], $2::int8[]) AS d(b, i)"
-                   " ON o.bucket = d.b AND o.op_id = d.i ORDER BY o.bucket, o.op_id",
-                   &a, &r, "defragment: reading ops", err);
-  for (size_t i = 0, k = 0; !rc && i < n; i++) { /* both in (bucket, op) order */
+  for (size_t i = 0, k = 0; !rc && i < n; i++) { /* rows in (bucket, op) order */
     const drow *d = &rows[i];
     rec_ent *e = rec_find(&b, d->table, d->rid);
     bs__srec nr;
     bs_op put = {0};
     uint64_t id;
     uint32_t mi;
-    while (k < (size_t)PQntuples(r) && ((uint64_t)bs__pg_i64(r, (int)k, 0) < d->bucket ||
-                                        ((uint64_t)bs__pg_i64(r, (int)k, 0) == d->bucket &&
-                                         (uint64_t)bs__pg_i64(r, (int)k, 1) < d->old_op)))
-      k++;
+    if (i == 0 || d->bucket != rows[i - 1].bucket) { /* the bucket's ops of its rows */
+      size_t j = i, m_ = 0;
+      for (; j < n && rows[j].bucket == d->bucket; j++) op[m_++] = rows[j].old_op;
+      if ((rc = bs__pg_opset_ids(w->c, b.a, &ops, d->bucket, op, m_, err))) break;
+      k = 0;
+    }
+    while (k < ops.n && ops.ops[k].op_id < d->old_op) k++;
     if (!e || !e->r.exists || e->r.soft) continue;
     for (mi = 0; mi < e->r.nm; mi++)
       if (e->r.m[mi].bucket == d->bucket && e->r.m[mi].op == d->old_op) break;
     if (mi == e->r.nm) continue; /* the row changed since it was planned */
-    if (k < (size_t)PQntuples(r)) put = bs__pg_op_row(r, (int)k, 1, 1);
-    if (k == (size_t)PQntuples(r) || put.op_id != d->old_op || put.type != BS_OP_PUT ||
+    if (k < ops.n) put = ops.ops[k];
+    if (k == ops.n || put.op_id != d->old_op || put.type != BS_OP_PUT ||
         !bs__val_eq(put.object_type, e->r.m[mi].object_type) ||
         !bs__val_eq(put.object_id, e->r.m[mi].object_id)) {
       rc = bs__fail(err, BS_ECORRUPT,
@@ -1357,12 +1332,9 @@ static int reemit_txn(bs__pg_writer *w, const drow *rows, size_t n, uint64_t *em
   }
   if (!rc) rc = batch_write(&b, err);
 out:
-  PQclear(r);
+  bs__pg_opset_free(&ops, b.a);
   bs__free(b.a, rids);
-  bs__free(b.a, bk);
   bs__free(b.a, op);
-  bs__free(b.a, b1);
-  bs__free(b.a, b2);
   bs__effects_free(&fx);
   batch_free(&b);
   return rc;

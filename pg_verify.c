@@ -38,7 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define PAGE        500      /* rows per FETCH, ops per keyset page */
+#define PAGE        500      /* rows per FETCH */
+#define CHUNKS      200      /* chunks per keyset page */
 #define PAGE_BYTES  16777216 /* about the payload bytes of a page of ops (16 MiB) */
 #define STR_(x)     #x
 #define STR(x)      STR_(x)
@@ -66,6 +67,8 @@ typedef struct verifier {
   const bs_allocator *a;
   member *m; /* the memberships not checked yet */
   size_t n_m, cap_m;
+  struct opid *ids; /* verify_buckets' op ids (opids_check) */
+  size_t n_ids, cap_ids;
   /* the caller's callback, and the problems kept for it: NUL-terminated texts one after the
    * other (n_shown bytes), then how many more were found; oom: keeping one failed */
   void (*fn)(const char *, void *);
@@ -255,12 +258,6 @@ static const row_check checks[] = {
      "  AND u.name <> t.name) AS f4"
      " FROM bs_tables t LEFT JOIN bs_streams s ON s.id = t.stream",
      {"unknown stream", "name not of 1..256 bytes", "id below 1", "id of another table too", NULL}},
-    {"v_opids",
-     "SELECT format('stream %s op id %s', stream, op_id), true AS f1"
-     " FROM (SELECT b.stream, o.op_id FROM bs_ops o JOIN bs_buckets b ON b.id = o.bucket"
-     "  UNION ALL SELECT stream, op_id FROM bs_params) u"
-     " GROUP BY stream, op_id HAVING count(*) > 1",
-     {"used by more than one op or parameter entry", NULL}},
     {"v_params",
      "SELECT format('parameter entry (stream %s, lookup \"%s\", op %s)', p.stream,"
      "  encode(substr(p.lookup, 1, 100), 'escape'), p.op_id),"
@@ -362,21 +359,88 @@ static int load_streams(verifier *vf, bs_error *err) {
 
 /* ---- Buckets and their ops --------------------------------------------------------------------- */
 
-/* The next op of b, its row of ops (column 0 bucket, then the op and its data): what only a
- * column can get wrong, then verify.c's rules. Returns the op's payload bytes. */
-static uint64_t check_op(verifier *vf, bs__vbucket *b, const PGresult *r, int row) {
-  bs_op op = bs__pg_op_row(r, row, 1, 1);
-  const char *nm = b->name.size ? (const char *)b->name.data : "";
-  int ns = bs__name_shown(b->name);
-  if (bs__op_carries_row(op.type) &&
-      (!op.object_type.data || !op.object_id.data || (op.type == BS_OP_PUT) != !!op.data.data))
-    problem(vf, "bucket \"%.*s\" op %" PRIu64 ": %s with%s data or without its object", ns, nm,
-            op.op_id, op.type == BS_OP_PUT ? "PUT" : "REMOVE", op.type == BS_OP_PUT ? "out" : "");
-  bs__verify_op(&vf->v, b, &op, bs__pg_op_bytes(&op));
-  return bs__pg_op_bytes(&op);
+/* Op ids of every op and parameter entry, by stream: one op id is never two of them (opids_check
+ * sorts them once every chunk was read). */
+typedef struct opid {
+  uint64_t stream, op;
+} opid;
+
+static int opid_add(verifier *vf, uint64_t stream, uint64_t op) {
+  if (BS_GROW(vf->a, vf->ids, vf->cap_ids, vf->n_ids + 1)) return BS_ENOMEM;
+  vf->ids[vf->n_ids].stream = stream;
+  vf->ids[vf->n_ids++].op = op;
+  return BS_OK;
 }
 
-/* Passes the ops of buckets below hi (every bucket when all), one problem per bucket id: they
+static int cmp_opid(const void *x, const void *y) {
+  const opid *a = x, *b = y;
+  if (a->stream != b->stream) return a->stream < b->stream ? -1 : 1;
+  return a->op < b->op ? -1 : a->op > b->op;
+}
+
+static int opids_check(verifier *vf, bs_error *err) {
+  PGresult *r;
+  int rc = bs__pg_exec(vf->c, "SELECT stream, op_id FROM bs_params", NULL, &r,
+                       "verify: parameter entries' op ids", err);
+  for (int i = 0; !rc && i < PQntuples(r); i++)
+    if (opid_add(vf, (uint64_t)bs__pg_i32(r, i, 0), (uint64_t)bs__pg_i64(r, i, 1))) rc = oom(err);
+  PQclear(r);
+  if (rc) return rc;
+  if (vf->n_ids) qsort(vf->ids, vf->n_ids, sizeof *vf->ids, cmp_opid);
+  for (size_t i = 1; i < vf->n_ids; i++)
+    if (!cmp_opid(&vf->ids[i - 1], &vf->ids[i]) &&
+        (i == 1 || cmp_opid(&vf->ids[i - 2], &vf->ids[i])))
+      problem(vf,
+              "stream %" PRIu64 " op id %" PRIu64 ": used by more than one op or parameter entry",
+              vf->ids[i].stream, vf->ids[i].op);
+  return BS_OK;
+}
+
+/* The chunk of the current row of os (columns: 0 bucket, 1 last_op, 2 first_op, 3 n, 4 checksum,
+ * 5 ops) of bucket b: its columns against its header, its header against its ops, its place after
+ * the bucket's previous chunk (*prev: that one's last op), then each op by verify.c's rules.
+ * *max: the largest op's payload bytes. */
+static int check_chunk(verifier *vf, bs__vbucket *b, const PGresult *r, int row, uint64_t *prev,
+                       uint64_t *max, bs__pg_chunkr *ch) {
+  const char *nm = b->name.size ? (const char *)b->name.data : "";
+  int ns = bs__name_shown(b->name);
+  uint64_t last = (uint64_t)bs__pg_i64(r, row, 1);
+  const char *why;
+  if (bs__pg_chunk_open(ch, bs__pg_bytes(r, row, 5))) {
+    problem(vf, "bucket \"%.*s\" chunk %" PRIu64 ": does not decode", ns, nm, last);
+    return BS_OK;
+  }
+  if (ch->ids[ch->n - 1] != last || bs__chunk_first(ch->p) != (uint64_t)bs__pg_i64(r, row, 2) ||
+      bs__chunk_n(ch->p) != (uint32_t)bs__pg_i32(r, row, 3) ||
+      bs__chunk_sum(ch->p) != (uint32_t)bs__pg_i32(r, row, 4))
+    problem(vf, "bucket \"%.*s\" chunk %" PRIu64 ": its columns are not its header's", ns, nm,
+            last);
+  if ((why = bs__chunk_header_problem(ch->p, ch->n, ch->ids, ch->off, ch->len, *prev)))
+    problem(vf, "bucket \"%.*s\" chunk %" PRIu64 ": %s", ns, nm, last, why);
+  *prev = last;
+  for (uint32_t i = 0; i < ch->n; i++) {
+    bs_op op;
+    if (bs__pg_chunk_op(ch, i, &op)) {
+      unsigned t = ch->p[ch->off[i]] & (ch->flags & BS_CHUNK_COMPACT ? 7u : 255u);
+      if (t >= BS_OP_PUT && t <= BS_OP_CLEAR) {
+        problem(vf, "bucket \"%.*s\" op %" PRIu64 ": does not decode", ns, nm, ch->ids[i]);
+        continue;
+      }
+      /* an op of a type this build does not know: verify.c names it, and counts its checksum
+       * (its header's) so the bucket's sums do not report it again */
+      memset(&op, 0, sizeof op);
+      op.op_id = ch->ids[i];
+      op.type = (bs_op_type)t;
+      op.checksum = bs__pg_chunk_cksum(ch, i);
+    }
+    bs__verify_op(&vf->v, b, &op, bs__pg_op_bytes(&op));
+    if (bs__pg_op_bytes(&op) > *max) *max = bs__pg_op_bytes(&op);
+    if (b->stream_id && opid_add(vf, b->stream_id, op.op_id)) return BS_ENOMEM;
+  }
+  return BS_OK;
+}
+
+/* Passes the chunks of buckets below hi (every bucket when all), one problem per bucket id: they
  * have no bucket state. */
 static int skip_orphans(verifier *vf, scan *os, int64_t hi, int all, bs_error *err) {
   int64_t last = 0;
@@ -393,24 +457,24 @@ static int skip_orphans(verifier *vf, scan *os, int64_t hi, int all, bs_error *e
   return rc < 0 ? rc : BS_OK;
 }
 
-/* A page of ops in (bucket, op_id) order (the primary key's range after where): at most PAGE
- * rows, cut after the row that reaches PAGE_BYTES of payload (so an op of any size fits). The
- * first 9 columns are check_op's. */
-#define OPS_PAGE(where)                                                                            \
-  "SELECT bucket, " BS_PG_OP_COLS ", data FROM"                                                    \
-  " (SELECT *, sum(n) OVER (ORDER BY bucket, op_id) - n AS before FROM"                            \
-  "  (SELECT *, " BS_PG_OP_BYTES " AS n FROM bs_ops " where " ORDER BY bucket, op_id"              \
-  " LIMIT " STR(PAGE) ") p) q WHERE before < " STR(PAGE_BYTES) " ORDER BY bucket, op_id"
+/* A page of chunks in (bucket, last_op) order (the primary key's range after where). */
+#define CHUNKS_PAGE(where)                                                                         \
+  "SELECT bucket, last_op, first_op, n, checksum, ops FROM bs_chunks " where                       \
+  " ORDER BY bucket, last_op LIMIT " STR(CHUNKS)
 
 static int verify_buckets(verifier *vf, bs_error *err) {
   scan bs, os;
+  bs__pg_chunkr *ch = bs__malloc(vf->a, sizeof *ch);
   int rc;
+  if (!ch) return oom(err);
   if ((rc = scan_open(vf, &bs, "v_buckets",
                       "SELECT id, stream, name, checksum, count, bytes, last_op, clear_start,"
                       " clear_op, max_op_bytes FROM bs_buckets ORDER BY id",
-                      err)))
+                      err))) {
+    bs__free(vf->a, ch);
     return rc;
-  scan_keyset(vf, &os, OPS_PAGE(""), OPS_PAGE("WHERE (bucket, op_id) > ($1, $2)"));
+  }
+  scan_keyset(vf, &os, CHUNKS_PAGE(""), CHUNKS_PAGE("WHERE (bucket, last_op) > ($1, $2)"));
   while ((rc = scan_get(&bs, err)) == 1) {
     /* the columns are bigint: a negative value is a huge one here, outside every bound */
     bs__vbucket b = {.id = (uint64_t)bs__pg_i64(bs.r, bs.row, 0),
@@ -423,16 +487,17 @@ static int verify_buckets(verifier *vf, bs_error *err) {
                      .last_op = (uint64_t)bs__pg_i64(bs.r, bs.row, 6),
                      .clear_start = (uint64_t)bs__pg_i64(bs.r, bs.row, 7),
                      .clear_op = (uint64_t)bs__pg_i64(bs.r, bs.row, 8)};
-    uint64_t max = (uint64_t)bs__pg_i64(bs.r, bs.row, 9), seen = 0;
+    uint64_t max = (uint64_t)bs__pg_i64(bs.r, bs.row, 9), seen = 0, prev = 0;
     b.stream = bs__verify_stream(&vf->v, b.stream_id);
     if ((rc = skip_orphans(vf, &os, (int64_t)b.id, 0, err))) break;
     for (; (rc = scan_get(&os, err)) == 1 && bs__pg_i64(os.r, os.row, 0) == (int64_t)b.id;
-         scan_next(&os)) {
-      uint64_t n = check_op(vf, &b, os.r, os.row);
-      if (n > seen) seen = n;
-    }
+         scan_next(&os))
+      if (check_chunk(vf, &b, os.r, os.row, &prev, &seen, ch)) {
+        rc = oom(err);
+        break;
+      }
     if (rc < 0) break;
-    if (seen > max) /* bucket_data sizes its pages by it (pg_read.c) */
+    if (seen > max) /* an upper bound the writer keeps (pg_internal.h) */
       problem(vf,
               "bucket \"%.*s\": an op of %" PRIu64
               " payload bytes, above its max_op_bytes %" PRIu64,
@@ -443,6 +508,8 @@ static int verify_buckets(verifier *vf, bs_error *err) {
   if (rc == 0) rc = skip_orphans(vf, &os, 0, 1, err);
   scan_close(&bs);
   scan_close(&os);
+  bs__free(vf->a, ch);
+  if (rc == 0) rc = opids_check(vf, err);
   return rc < 0 ? rc : BS_OK;
 }
 
@@ -501,22 +568,42 @@ static int members_check(verifier *vf, bs_error *err) {
   if (!rc)
     rc = bs__pg_exec(
         vf->c,
-        "SELECT i, why, name FROM (SELECT m.i, b.name, CASE WHEN b.id IS NULL THEN 1"
-        "  WHEN b.stream <> m.st THEN 2 WHEN o.op_id IS NULL THEN 3 WHEN o.type <> " BS_PG_SQL_PUT
-        " THEN 4"
-        "  WHEN o.subkey IS DISTINCT FROM m.sk THEN 5 WHEN o.object_type IS DISTINCT FROM m.ot"
-        "  OR o.object_id IS DISTINCT FROM m.oi THEN 6 ELSE 0 END AS why"
+        "SELECT m.i, CASE WHEN b.id IS NULL THEN 1 WHEN b.stream <> m.st THEN 2 ELSE 0 END,"
+        " b.name, k.ops"
         " FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[], $5::bytea[], $6::bytea[])"
         "  WITH ORDINALITY AS m(bucket, op, st, sk, ot, oi, i)"
         " LEFT JOIN bs_buckets b ON b.id = m.bucket"
-        " LEFT JOIN bs_ops o ON o.bucket = m.bucket AND o.op_id = m.op) x"
-        " WHERE why <> 0 ORDER BY i",
+        " LEFT JOIN LATERAL (SELECT ops, first_op FROM bs_chunks WHERE bucket = m.bucket"
+        "  AND last_op >= m.op ORDER BY last_op LIMIT 1) k ON k.first_op <= m.op"
+        " ORDER BY m.i",
         &a, &r, "verify: source records' memberships", err);
   for (int i = 0; !rc && i < PQntuples(r); i++) {
     size_t k = (size_t)bs__pg_i64(r, i, 0) - 1;
     int w = bs__pg_i32(r, i, 1);
-    bs_val name = bs__pg_bytes(r, i, 2);
-    if (k >= n || w < 1 || w > 6) continue;
+    bs_val name = PQgetisnull(r, i, 2) ? (bs_val){NULL, 0} : bs__pg_bytes(r, i, 2);
+    if (k >= n) continue;
+    if (!w) { /* the op: in the chunk that holds its id, if any */
+      bs__pg_chunkr *ch = bs__malloc(vf->a, sizeof *ch);
+      bs_op op;
+      uint32_t j = 0;
+      if (!ch) {
+        rc = oom(err);
+        break;
+      }
+      w = 3;
+      if (!PQgetisnull(r, i, 3) && !bs__pg_chunk_open(ch, bs__pg_bytes(r, i, 3))) {
+        while (j < ch->n && ch->ids[j] < m[k].op) j++;
+        if (j < ch->n && ch->ids[j] == m[k].op && !bs__pg_chunk_op(ch, j, &op)) {
+          bs_val sk = {m[k].sk, BS_SUBKEY_SIZE};
+          w = op.type != BS_OP_PUT                                                         ? 4
+              : !bs__val_eq(op.subkey, sk)                                                 ? 5
+              : !bs__val_eq(op.object_type, m[k].ot) || !bs__val_eq(op.object_id, m[k].oi) ? 6
+                                                                                           : 0;
+        }
+      }
+      bs__free(vf->a, ch);
+    }
+    if (w < 1 || w > 6) continue;
     problem(vf,
             "bucket \"%.*s\" (id %" PRIu64 ") op %" PRIu64 ": held by the source record of table"
             " %" PRIu32 " replica id \"%.*s\" (stream %" PRIu64 "), but %s",
@@ -671,6 +758,7 @@ int bs__pg_verify(uint64_t *problems, bs_db *base, void (*fn)(const char *, void
   if (!rc && vf.oom) rc = oom(err);
   bs__free(vf.a, vf.shown);
   bs__free(vf.a, vf.m);
+  bs__free(vf.a, vf.ids);
   bs__free(vf.a, vf.v.streams);
   if (problems) *problems = vf.v.problems;
   return rc;

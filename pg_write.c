@@ -211,7 +211,7 @@ static int stream_state(PGconn *c, uint32_t stream, int *state, bs_error *err) {
  * while the last still runs waits for the next flush. A failure to start or finish one is not the
  * flush's: statistics are a hint. */
 
-#define ANALYZE_SQL "ANALYZE bs_ops, bs_source, bs_params, bs_buckets, bs_superseded"
+#define ANALYZE_SQL "ANALYZE bs_chunks, bs_source, bs_params, bs_buckets, bs_superseded"
 
 /* Gives the analyzing session back once its ANALYZE has answered (or at once, closing it when it
  * has not: end). */

@@ -247,7 +247,7 @@ static void t_shadowing_role(void **state) {
   bs_close(db);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM public.bs_ran"), 0);
   assert_int_equal(pgt_int(t->admin,
-                           "SELECT count(*) FROM pg_class WHERE relname = 'bs_ops'"
+                           "SELECT count(*) FROM pg_class WHERE relname = 'bs_chunks'"
                            " AND relnamespace = '%s'::regnamespace",
                            t->schema),
                    1);
@@ -326,7 +326,7 @@ static void t_quoted_schema_names(void **state) {
     exercise(db);
     bs_close(db);
     assert_int_equal(pgt_int(t->admin,
-                             "SELECT count(*) FROM pg_class WHERE relname = 'bs_ops'"
+                             "SELECT count(*) FROM pg_class WHERE relname = 'bs_chunks'"
                              " AND relnamespace = (SELECT oid FROM pg_namespace WHERE"
                              " quote_ident(nspname) = '%s')",
                              sql_name),
@@ -599,7 +599,7 @@ static void watch(watcher *wt) {
   long long open = pgt_int(wt->t->admin,
                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'"
                            " AND (state LIKE 'idle in transaction%%' OR backend_xmin IS NOT NULL)"
-                           " AND NOT (state = 'active' AND query LIKE 'ANALYZE bs_ops%%')",
+                           " AND NOT (state = 'active' AND query LIKE 'ANALYZE bs_chunks%%')",
                            wt->app);
   wt->calls++;
   if (n > wt->sessions) wt->sessions = n;
@@ -747,6 +747,37 @@ static int open_rc(const char *url, unsigned flags, bs_error *err) {
   return rc;
 }
 
+/* Migration 8 (ops into chunks) is one transaction with the steps before it: with schema 7's
+ * bs_ops held (ACCESS SHARE: its rows read into bs_chunks, then its DROP waits past the URL's
+ * lock_timeout) the open fails with BS_EBUSY after the chunks were written, and leaves schema 7
+ * whole (no bs_chunks, every op row); the next open migrates every op into chunks. */
+static void t_migration8_atomic(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], params[300];
+  bs_error err = {0};
+  assert_int_equal(bs__pg_migrate(t->admin, 7, &err), BS_OK);
+  pgt_exec(t->admin, "INSERT INTO bs_ops SELECT 1 + g / 300, g, 1, g, 0, 't', convert_to('id' || "
+                     "g, 'UTF8'), 's', 'x'"
+                     " FROM generate_series(1, 1000) g");
+  snprintf(params, sizeof params, "options=-csearch_path%%3D%s%%20-clock_timeout%%3D100",
+           t->schema);
+  url_with(url, sizeof url, params);
+  pgt_exec(t->admin, "BEGIN; LOCK TABLE bs_ops IN ACCESS SHARE MODE");
+  assert_int_equal(open_rc(url, 0, &err), BS_EBUSY);
+  assert_non_null(strstr(err.msg, "55P03"));
+  pgt_exec(t->admin, "ROLLBACK");
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 7);
+  assert_int_equal(pgt_int(t->admin, "SELECT (to_regclass('bs_chunks') IS NULL)::int"), 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), 1000);
+  assert_int_equal(open_rc(url, 0, &err), BS_OK);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT (to_regclass('bs_ops') IS NULL)::int"), 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT sum(n) FROM bs_chunks"), 1000);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(DISTINCT bucket) FROM bs_chunks"), 4);
+  assert_int_equal(pgt_int(t->admin, "SELECT sum(checksum::bigint) FROM bs_chunks"), 500500);
+}
+
 /* BS_OPEN_NOMIGRATE: a read-write open neither creates a schema nor migrates an older one (both
  * refused, saying how to migrate); a migration step waits for a table's lock at most
  * lock_timeout (the URL's 100 ms here: BS_EBUSY, nothing applied); an open without the flag
@@ -835,7 +866,7 @@ static void t_older_build_refused(void **state) {
            "BEGIN; SELECT pg_advisory_xact_lock('%s'::regnamespace::oid::int, %d);"
            " UPDATE bs_meta SET value = %d WHERE key = 'schema_version'; COMMIT",
            t->schema, (int)bs__pg_lock_key(0, BS_PG_LOCK_SCHEMA), BS_PG_SCHEMA_VERSION + 1);
-  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  ops = pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
   snprintf(newer, sizeof newer, "version %d, newer than this build's %d: upgrade",
            BS_PG_SCHEMA_VERSION + 1, BS_PG_SCHEMA_VERSION);
@@ -853,7 +884,7 @@ static void t_older_build_refused(void **state) {
   bs_writer_close(w);
   assert_int_equal(bs_writer_open(&w2, st, NULL, &err), BS_ECORRUPT);
   assert_non_null(strstr(err.msg, newer));
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks"), ops);
   assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT (no_checkpoint_before = '0')::int FROM bs_streams"),
@@ -867,7 +898,7 @@ static void t_older_build_refused(void **state) {
 /* The tables a restore rewinds (all but bs_meta, which a real one rewinds too, to the same
  * values here) */
 static const char *const restored[] = {
-    "bs_streams", "bs_buckets",    "bs_ops",    "bs_params",      "bs_changes",
+    "bs_streams", "bs_buckets",    "bs_chunks", "bs_params",      "bs_changes",
     "bs_source",  "bs_superseded", "bs_tables", "bs_wcp_managed", "bs_wcp_custom"};
 
 static void write_some(bs_writer *w, int from, int n, const char *lsn) {
@@ -914,20 +945,20 @@ static void t_history_rewound(void **state) {
   seq = pgt_int(t->admin, "SELECT last_value FROM bs_buckets_id_seq");
   write_some(w, 3, 6, "0002");
   write_some(w, 9, 3, "0003");
-  pgt_exec(t->admin, "TRUNCATE bs_streams, bs_buckets, bs_ops, bs_params, bs_changes, bs_source,"
+  pgt_exec(t->admin, "TRUNCATE bs_streams, bs_buckets, bs_chunks, bs_params, bs_changes, bs_source,"
                      " bs_superseded, bs_tables, bs_wcp_managed, bs_wcp_custom");
   for (size_t i = 0; i < sizeof restored / sizeof *restored; i++)
     pgt_exec(t->admin, "INSERT INTO %s %s SELECT * FROM saved_%s", restored[i],
              strcmp(restored[i], "bs_buckets") ? "" : "OVERRIDING SYSTEM VALUE", restored[i]);
   pgt_exec(t->admin, "SELECT setval('bs_buckets_id_seq', %lld)", seq);
-  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  ops = pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
   save(w, BS_INSERT, "r20", "b0", "k1");
   assert_int_equal(bs_writer_flush(NULL, w, &err), BS_ESTATE);
   assert_non_null(strstr(err.msg, "history rewound: stream 1's op head went back from"));
   assert_non_null(strstr(err.msg, "bucketstore ack-rewind"));
   assert_int_equal(bs_writer_commit(NULL, w, str("0004"), NULL, &err), BS_ESTATE);
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks"), ops);
   assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
   ack_rewind(t->url);
   save(w, BS_UPDATE, "r0", "b0", "k1"); /* something to compact */
@@ -943,7 +974,7 @@ static void t_history_rewound(void **state) {
   db2 = pgt_open(t->url, BS_OPEN_NOMIGRATE);
   OK(bs_storage_open(&st2, db2, 1, &err));
   OK(bs_writer_open(&w2, st2, NULL, &err));
-  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  ops = pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
   save(w2, BS_INSERT, "r21", "b1", "k1");
   assert_int_equal(bs_writer_flush(NULL, w2, &err), BS_ESTATE);
@@ -953,7 +984,7 @@ static void t_history_rewound(void **state) {
   co.min_bucket_changes = 1;
   assert_int_equal(bs_compact(NULL, st2, &co, &err), BS_ESTATE);
   assert_int_equal(bs_clear(st2, &err), BS_ESTATE);
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks"), ops);
   assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
   ack_rewind(t->url);
   assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_system'"),
@@ -1022,7 +1053,7 @@ static void t_dump_restored(void **state) {
   assert_true(pgt_int(t->admin, "SELECT 'bs_meta'::regclass::oid::bigint") != meta);
   assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
                    meta);
-  ops = pgt_int(t->admin, "SELECT count(*) FROM bs_ops");
+  ops = pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
 
   db = pgt_open(t->url, 0);
@@ -1042,7 +1073,7 @@ static void t_dump_restored(void **state) {
   co.min_bucket_changes = 1;
   assert_int_equal(bs_compact(NULL, st, &co, &err), BS_ESTATE);
   assert_int_equal(bs_clear(st, &err), BS_ESTATE);
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), ops);
+  assert_int_equal(pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks"), ops);
   assert_int_equal(pgt_int(t->admin, "SELECT op_head FROM bs_streams"), head);
   ack_rewind(t->url);
   assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'history_table'"),
@@ -1174,6 +1205,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_no_transaction_in_callbacks, setup, teardown),
       cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_migration8_atomic, setup, teardown),
       cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(t_history_rewound, setup, teardown),
       cmocka_unit_test_setup_teardown(t_dump_restored, setup, teardown),

@@ -764,8 +764,8 @@ static void t_lost_session_orphan(void **state) {
 }
 
 /* A full disk, on a server of the test's own whose files cannot grow past 8 MiB (pg_server.sh
- * start DIR full). bs_ops is filled up to that with rows of a bucket no stream has (80 bytes
- * each: no page keeps room for the writer's 1.5 kB op), so the commit must extend it and cannot:
+ * start DIR full). bs_chunks is filled up to that with rows of a bucket no stream has (about 60
+ * bytes each: no page keeps room for the writer's 1.5 kB op), so the commit must extend it and cannot:
  * BS_EIO with the server's message, nothing persisted (the head and the bucket's count as
  * before), the writer's queue intact (a second try fails alike). Once space returns (the filler
  * deleted, VACUUM) verify is clean and the same writer's commit persists the queue once. */
@@ -856,12 +856,12 @@ static void t_disk_full(void **state) {
   stream_ready(db, "s", 1, &st, &w);
   put_commit(w, "b", "r0", "00000001");
   head_and_count(st, "b", &head0, &count0);
-  /* fill bs_ops, 5000 rows a statement, until the server cannot extend it */
+  /* fill bs_chunks, 5000 rows a statement, until the server cannot extend it */
   for (int i = 0; !filled; i++) {
     PGresult *res;
     assert_true(i < 100); /* 8 MiB are about 100,000 rows */
     snprintf(cmd, sizeof cmd,
-             "INSERT INTO bs_ops SELECT -1, g, 1, 0, 0, NULL, NULL, NULL, '\\x00'"
+             "INSERT INTO bs_chunks SELECT -1, g, g, 1, 0, '\\x00'"
              " FROM generate_series(%d, %d) g",
              i * 5000 + 1, (i + 1) * 5000);
     res = PQexec(admin, cmd);
@@ -882,8 +882,8 @@ static void t_disk_full(void **state) {
     assert_int_equal(count, count0);
   }
   /* space returns */
-  pgt_exec(admin, "DELETE FROM bs_ops WHERE bucket = -1");
-  pgt_exec(admin, "VACUUM bs_ops");
+  pgt_exec(admin, "DELETE FROM bs_chunks WHERE bucket = -1");
+  pgt_exec(admin, "VACUUM bs_chunks");
   verify_clean(db);
   memset(&r, 0, sizeof r);
   assert_int_equal(bs_writer_commit(&r, w, bs__val_str("00000002"), NULL, &err), BS_OK);
@@ -1003,7 +1003,7 @@ static void t_failover(void **state) {
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(head, cp); /* r0 and r1, not r2 */
   assert_int_equal(count, 2);
-  ops = pgt_int(sby, "SELECT count(*) FROM %s.bs_ops", t->schema);
+  ops = pgt_int(sby, "SELECT coalesce(sum(n), 0) FROM %s.bs_chunks", t->schema);
   assert_int_equal(bs_writer_open(&wb, sb, NULL, &err), BS_OK);
   save_update(wb, "b", "r1", "{\"v\":2}");
   assert_int_equal(bs_writer_flush(NULL, wb, &err), BS_ESTATE);
@@ -1017,7 +1017,7 @@ static void t_failover(void **state) {
   head_and_count(sb, "b", &head, &count);
   assert_int_equal(head, cp);
   assert_int_equal(count, 2);
-  assert_int_equal(pgt_int(sby, "SELECT count(*) FROM %s.bs_ops", t->schema), ops);
+  assert_int_equal(pgt_int(sby, "SELECT coalesce(sum(n), 0) FROM %s.bs_chunks", t->schema), ops);
 
   bs_close(pgt_open(schema_url, BS_OPEN_ACK_REWIND));
   assert_int_equal(
@@ -1266,7 +1266,7 @@ static void t_prepared_per_session(void **state) {
 }
 
 /* The ANALYZE a writer has run when what it wrote doubled is not waited for by its commit: with
- * bs_ops locked against it (SHARE UPDATE EXCLUSIVE, as a VACUUM holds it), the ANALYZE sent after
+ * bs_chunks locked against it (SHARE UPDATE EXCLUSIVE, as a VACUUM holds it), the ANALYZE sent after
  * the first commit waits for the lock on a session of its own while the writer commits on; it
  * completes once the lock goes. A synchronous one would block the commit until alarm() fails the
  * test. */
@@ -1283,24 +1283,24 @@ static void t_analyze_not_waited_for(void **state) {
   /* a failed assertion leaves it in its transaction: the server ends it, so the teardown's DROP
    * does not wait for it forever */
   pgt_exec(locker, "SET idle_in_transaction_session_timeout = '60s'");
-  pgt_exec(locker, "BEGIN; LOCK TABLE bs_ops IN SHARE UPDATE EXCLUSIVE MODE");
+  pgt_exec(locker, "BEGIN; LOCK TABLE bs_chunks IN SHARE UPDATE EXCLUSIVE MODE");
   seam_init(&s, "analyze");
   bs__pg_set_hook(db, seam_fn, &s);
   put_commit(w, "b", "r1", "1"); /* the first write: an ANALYZE is due */
   assert_int_equal(seam_calls(&s), 1);
   /* until the ANALYZE waits for the lock (it was sent before the commit returned) */
   while (pgt_int(t->admin, "SELECT count(*) FROM pg_locks WHERE NOT granted"
-                           " AND relation = 'bs_ops'::regclass") == 0)
+                           " AND relation = 'bs_chunks'::regclass") == 0)
     usleep(1000);
   assert_int_equal(pgt_int(t->admin, "SELECT (reltuples < 0)::int FROM pg_class"
-                                     " WHERE oid = 'bs_ops'::regclass"),
+                                     " WHERE oid = 'bs_chunks'::regclass"),
                    1);
   put_commit(w, "b", "r2", "2"); /* commits on; one ANALYZE at a time */
   put_commit(w, "b", "r3", "3");
   assert_int_equal(seam_calls(&s), 1);
   pgt_exec(locker, "COMMIT");
   snprintf(sql, sizeof sql,
-           "SELECT (reltuples >= 1)::int FROM pg_class WHERE oid = 'bs_ops'::regclass");
+           "SELECT (reltuples >= 1)::int FROM pg_class WHERE oid = 'bs_chunks'::regclass");
   while (pgt_int(t->admin, sql) == 0) usleep(1000); /* it completes (alarm() guards) */
   bs__pg_set_hook(db, NULL, NULL);
   seam_free(&s);
@@ -1432,7 +1432,7 @@ static void t_clear_under_flush(void **state) {
   /* the clear came after the flush: nothing of either commit is left, and the file agrees */
   assert_int_equal(bs_db_stat(&s, db, &err), BS_OK);
   assert_int_equal(s.ops_put + s.ops_remove + s.ops_move + s.ops_clear, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), 0);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_chunks"), 0);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 0);
   assert_int_equal(bs_db_verify(&problems, db, NULL, NULL, &err), BS_OK);
   assert_int_equal(problems, 0);
