@@ -4,9 +4,10 @@
  * checkpoint changes and parameter sets, and verify's op walk. A backend gives a snapshot
  * (begin/end), its buckets and their ops, its change log and its parameter entries; the rules
  * (torn reads, the chunking, a range holding a CLEAR, the listing's figures, the change-record
- * cap and fence, the parameter horizon and limit, verify.c's op rules) are applied here. Nothing of the caller runs inside the snapshot: what a
- * call hands out is copied in it and handed out after end, so a callback may call the library
- * (the memory backend's snapshot is its one mutex). A backend that can do better in bulk keeps
+ * cap and fence, the parameter horizon and limit, verify.c's op rules) are applied here.
+ * Nothing of the caller runs inside the snapshot: what a call hands out is copied in it and
+ * handed out after end, so a callback may call the library (the memory backend's snapshot is
+ * its one mutex). A backend that can do better in bulk keeps
  * an executor of its own for a slot (LMDB's chunked op reads and running sums, PostgreSQL's SQL);
  * the memory backend runs these.
  */

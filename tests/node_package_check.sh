@@ -55,6 +55,11 @@ echo '{"name": "nopq", "private": true}' > "$tmp/nopq/package.json"
 pg_probe "$tmp/nopq" > "$tmp/probe"
 grep -q '^BS_EUNSUPPORTED .*apt-get install libpq-dev' "$tmp/probe" ||
   fail "without libpq, openPostgres: $(cat "$tmp/probe")"
+# open() of a postgresql:// URL reaches the library's own check: its advice is the package's.
+(cd "$tmp/nopq" && node -e "require('bucketstore').open('postgresql://127.0.0.1:1/x').then(
+  () => console.log('opened'), (e) => console.log(e.code, e.message))") > "$tmp/probe"
+grep -q '^BS_EUNSUPPORTED .*install libpq-dev (Debian), then npm rebuild bucketstore' "$tmp/probe" ||
+  fail "without libpq, open(url): $(cat "$tmp/probe")"
 if ldd "$tmp/nopq/node_modules/bucketstore/build/Release/bucketstore.node" | grep -q libpq; then
   fail "built without libpq, the addon links it"
 fi

@@ -20,6 +20,10 @@
       "defines": ["BS_HAVE_PG"],
       "cflags_c": ["<!@(pkg-config --cflags libpq)"],
       "libraries": ["<!@(pkg-config --libs libpq)"]
+    }, {
+      # What bs_open says to a postgresql:// URL in an addon without libpq: advice for a package
+      # user, where the library's own builds say "make PG=1".
+      "defines": ["BS_NO_PG_ADVICE=\"the bucketstore addon was built without libpq: install libpq-dev (Debian), then npm rebuild bucketstore\""]
     }]]
   }]
 }
