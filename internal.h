@@ -421,16 +421,10 @@ static inline int bs__stream_served(unsigned s) {
 }
 
 /* ---- A commit (contract.md 4.4; lifecycle.c): what it does, decided once ----
- * A backend reads its stream's row (locked against other writers), asks bs__plan_commit and
- * stores the plan, in the commit's transaction. An LSN whose data is NULL is not set (an empty
+ * A backend reads its stream's row (bs__stream_row below; locked against other writers), asks
+ * bs__plan_commit_row, applies bs__commit_row to the row and stores it with what the plan's
+ * checkpoint does, in the commit's transaction. An LSN whose data is NULL is not set (an empty
  * LSN that is set has data). */
-typedef struct bs__commit_in {
-  unsigned state; /* bs_stream_state */
-  int snapshot_done;
-  bs_val no_checkpoint_before, checkpoint_lsn, resume_lsn;
-  uint64_t op_head;            /* the last op id persisted, the commit's own flush included */
-  uint64_t last_checkpoint_op; /* op_head at the last checkpoint */
-} bs__commit_in;
 typedef struct bs__commit_plan {
   bs_block_reason blocked; /* why the commit may make no checkpoint; BS_BLOCKED_NONE: it may */
   /* The commit makes a checkpoint: checkpoint = last_checkpoint_op = op_head, checkpoint_lsn =
@@ -443,11 +437,6 @@ typedef struct bs__commit_plan {
   uint64_t
       purge_to; /* the soft-deleted records of a mark <= purge_to are purged (contract.md 4.3) */
 } bs__commit_plan;
-/* The plan of a commit at lsn of stream (named in messages), create_empty 0 or 1. Refused like
- * any write by the stream's state (bs__stream_transition); *out is set only on BS_OK. */
-int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *in, bs_val lsn,
-                    int create_empty, bs_error *err);
-
 /* ---- The change-record cap (contract.md 5.1; lifecycle.c), decided once ----
  * A flush's change record names the buckets and the lookups it changed, and checkpoint_changes
  * those changed in its range. A kind of n names with bs__changes_too_many(n) is stored and
@@ -507,12 +496,14 @@ typedef struct bs__lsn_plan {
  * (bs__stream_transition); *out is set only on BS_OK. */
 int bs__plan_lsn(bs__lsn_plan *out, uint32_t stream, const bs__stream_row *row, int snapshot_done,
                  bs_val lsn, bs_error *err);
-/* The row a backend that keeps bs__stream_row stores (the memory backend), written once:
- * bs__plan_commit of the row's own fields; the row after a commit at lsn planned p (the resume
- * LSN, the checkpoint's fields and the stream's state: what the checkpoint does to other records
- * and streams stays the backend's to store); the row after a writer's snapshot_done or
- * resume_lsn planned p. A set LSN points at the call's lsn (a backend copies what it keeps), and
- * has data also when empty. */
+/* The plan of a commit at lsn of stream (named in messages), create_empty 0 or 1, on its row
+ * (op_head: the last op id persisted, the commit's own flush included; last_checkpoint_op: the
+ * op head at the last checkpoint). Refused like any write by the stream's state
+ * (bs__stream_transition); *out is set only on BS_OK. Then the row every backend stores, written
+ * once: the row after a commit at lsn planned p (the resume LSN, the checkpoint's fields and the
+ * stream's state: what the checkpoint does to other records and streams stays the backend's to
+ * store); the row after a writer's snapshot_done or resume_lsn planned p. A set LSN points at
+ * the call's lsn (a backend copies what it keeps), and has data also when empty. */
 int bs__plan_commit_row(bs__commit_plan *out, uint32_t stream, const bs__stream_row *row,
                         bs_val lsn, int create_empty, bs_error *err);
 void bs__commit_row(bs__stream_row *row, const bs__commit_plan *p, bs_val lsn);

@@ -85,23 +85,23 @@ static int lsn_raises(bs_val current, bs_val lsn) {
   return !current.data || bs__val_cmp(lsn, current) > 0;
 }
 
-int bs__plan_commit(bs__commit_plan *out, uint32_t stream, const bs__commit_in *in, bs_val lsn,
-                    int create_empty, bs_error *err) {
+int bs__plan_commit_row(bs__commit_plan *out, uint32_t stream, const bs__stream_row *row,
+                        bs_val lsn, int create_empty, bs_error *err) {
   bs__commit_plan p;
-  const bs_val *ncb = in->no_checkpoint_before.data ? &in->no_checkpoint_before : NULL;
-  const bs_val *cpl = in->checkpoint_lsn.data ? &in->checkpoint_lsn : NULL;
+  const bs_val *ncb = row->no_checkpoint_before.data ? &row->no_checkpoint_before : NULL;
+  const bs_val *cpl = row->checkpoint_lsn.data ? &row->checkpoint_lsn : NULL;
   int rc;
-  p.blocked = checkpoint_block(in->snapshot_done, ncb, cpl, lsn);
+  p.blocked = checkpoint_block(row->snapshot_done, ncb, cpl, lsn);
   /* the checkpoint is the op head at the last one: nothing new while they are equal (unless
    * create_empty); the first unblocked commit (no checkpoint LSN: a new or cleared stream)
    * always makes one */
-  p.checkpoint = !p.blocked && (create_empty || !cpl || in->op_head != in->last_checkpoint_op);
-  p.raise_resume = lsn_raises(in->resume_lsn, lsn);
+  p.checkpoint = !p.blocked && (create_empty || !cpl || row->op_head != row->last_checkpoint_op);
+  p.raise_resume = lsn_raises(row->resume_lsn, lsn);
   /* a soft-deleted record is marked with the op head at its delete: the checkpoint reaches it
    * when its op id (the op head) is at or above the mark, and no snapshot can resurrect the row
    * any more */
-  p.purge_to = p.checkpoint ? in->op_head : 0;
-  rc = bs__stream_transition(&p.step, stream, in->state,
+  p.purge_to = p.checkpoint ? row->op_head : 0;
+  rc = bs__stream_transition(&p.step, stream, row->state,
                              p.checkpoint ? BS__STREAM_CHECKPOINT : BS__STREAM_WRITE, err);
   if (rc == BS_OK) *out = p;
   return rc;
@@ -189,14 +189,6 @@ int bs__plan_lsn(bs__lsn_plan *out, uint32_t stream, const bs__stream_row *row, 
   out->no_checkpoint_before = snapshot_done && lsn_raises(row->no_checkpoint_before, lsn);
   out->resume_lsn = !snapshot_done;
   return BS_OK;
-}
-
-int bs__plan_commit_row(bs__commit_plan *out, uint32_t stream, const bs__stream_row *row,
-                        bs_val lsn, int create_empty, bs_error *err) {
-  bs__commit_in in = {
-      row->state,      row->snapshot_done, row->no_checkpoint_before, row->checkpoint_lsn,
-      row->resume_lsn, row->op_head,       row->last_checkpoint_op};
-  return bs__plan_commit(out, stream, &in, lsn, create_empty, err);
 }
 
 /* data NULL means "not set" in a row: a set empty LSN gets data of its own */

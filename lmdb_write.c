@@ -956,7 +956,7 @@ static int collect_user(bs_val user, void *payload) {
   return slot ? copy_val(&f->ar, slot, user) : BS_ENOMEM;
 }
 
-/* Deletes the soft-deleted records whose mark is at or below purge_to (bs__plan_commit). */
+/* Deletes the soft-deleted records whose mark is at or below purge_to (bs__plan_commit_row). */
 static int purge_softdel(fctx *f, uint64_t purge_to, bs_error *err) {
   MDB_cursor *cur;
   unsigned char pk[BS_STREAM_PREFIX_SIZE];
@@ -996,16 +996,41 @@ static int purge_softdel(fctx *f, uint64_t purge_to, bs_error *err) {
   return rc;
 }
 
-/* What the commit c does to the stream r (lifecycle.c). */
-static int plan(bs__commit_plan *p, const bs__stream_rec *r, const commit_ctx *c, bs_error *err) {
-  bs__commit_in in = {.state = r->state,
+/* The record's fields as lifecycle.c's row (internal.h bs__stream_row), and back: a commit, the
+ * LSN calls, a clear and a terminate are planned and applied to the row there, and the record
+ * stores what comes back. */
+static bs__stream_row rec_row(const bs__stream_rec *r) {
+  bs__stream_row w = {.state = r->state,
                       .snapshot_done = r->snapshot_done,
                       .op_head = r->op_head,
-                      .last_checkpoint_op = r->last_checkpoint_op};
-  if (r->has_no_checkpoint_before) in.no_checkpoint_before = r->no_checkpoint_before;
-  if (r->has_checkpoint_lsn) in.checkpoint_lsn = r->checkpoint_lsn;
-  if (r->has_resume_lsn) in.resume_lsn = r->resume_lsn;
-  return bs__plan_commit(p, r->id, &in, c->lsn, c->create_empty, err);
+                      .checkpoint = r->checkpoint,
+                      .last_checkpoint_op = r->last_checkpoint_op,
+                      .param_horizon = r->param_horizon,
+                      .param_cursor = r->param_cursor,
+                      .compact_horizon = r->compact_horizon,
+                      .changes_fence = r->changes_fence};
+  if (r->has_checkpoint_lsn) w.checkpoint_lsn = r->checkpoint_lsn;
+  if (r->has_resume_lsn) w.resume_lsn = r->resume_lsn;
+  if (r->has_no_checkpoint_before) w.no_checkpoint_before = r->no_checkpoint_before;
+  return w;
+}
+
+static void row_rec(bs__stream_rec *r, const bs__stream_row *w) {
+  r->state = (uint8_t)w->state;
+  r->snapshot_done = (uint8_t)w->snapshot_done;
+  r->op_head = w->op_head;
+  r->checkpoint = w->checkpoint;
+  r->last_checkpoint_op = w->last_checkpoint_op;
+  r->param_horizon = w->param_horizon;
+  r->param_cursor = w->param_cursor;
+  r->compact_horizon = w->compact_horizon;
+  r->changes_fence = w->changes_fence;
+  r->has_checkpoint_lsn = w->checkpoint_lsn.data != NULL;
+  r->checkpoint_lsn = w->checkpoint_lsn;
+  r->has_resume_lsn = w->resume_lsn.data != NULL;
+  r->resume_lsn = w->resume_lsn;
+  r->has_no_checkpoint_before = w->no_checkpoint_before.data != NULL;
+  r->no_checkpoint_before = w->no_checkpoint_before;
 }
 
 static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
@@ -1013,6 +1038,7 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   fctx *f = &c->w->f;
   bs__stream_rec *r = &f->rec;
   bs__commit_plan p;
+  bs__stream_row row;
   int rc;
   c->users.n = 0;
   c->blocked = BS_BLOCKED_NONE;
@@ -1020,24 +1046,19 @@ static int commit_txn(MDB_txn *txn, void *payload, bs_error *err) {
   /* The queue is flushed in the commit's own txn: one commit (one fsync pair) instead of two,
    * with the same result as flush-then-commit. */
   if (c->w->batch->n && (rc = flush_work(c->w, txn, err)) != BS_OK) return rc;
-  if ((rc = f_begin(f, txn, err)) != BS_OK || (rc = plan(&p, r, c, err)) != BS_OK) return rc;
-  if (p.raise_resume) {
-    r->resume_lsn = c->lsn;
-    r->has_resume_lsn = 1;
-  }
+  if ((rc = f_begin(f, txn, err)) != BS_OK) return rc;
+  /* whether it checkpoints, the resume LSN, the checkpoint's fields and the state: lifecycle.c */
+  row = rec_row(r);
+  if ((rc = bs__plan_commit_row(&p, r->id, &row, c->lsn, c->create_empty, err)) != BS_OK) return rc;
+  bs__commit_row(&row, &p, c->lsn);
+  row_rec(r, &row);
   c->blocked = p.blocked;
   c->checkpoint = r->checkpoint;
   if (!p.checkpoint) return bs__stream_rec_put(f->db, txn, r, err);
   c->created = 1;
-  r->checkpoint = r->op_head;
-  r->last_checkpoint_op = r->op_head;
-  r->checkpoint_lsn = c->lsn;
-  r->has_checkpoint_lsn = 1;
-  c->checkpoint = r->checkpoint;
   if (p.step.others_change &&
       (rc = bs__lmdb_streams_map(f->db, txn, f->stream, p.step.others, NULL, err)))
     return rc;
-  r->state = (uint8_t)p.step.to;
   rc = bs__lmdb_wcp_mark_processed(f->db, txn, c->lsn, collect_user, c, err);
   if (rc == BS_ENOMEM) return oom(err);
   if (rc != BS_OK) return rc;
@@ -1080,41 +1101,6 @@ typedef struct state_ctx {
   bs_val lsn;
 } state_ctx;
 
-/* What a clear or terminate decides of the record (lifecycle.c), and back. */
-static bs__stream_row rec_row(const bs__stream_rec *r) {
-  bs__stream_row w = {.state = r->state,
-                      .snapshot_done = r->snapshot_done,
-                      .op_head = r->op_head,
-                      .checkpoint = r->checkpoint,
-                      .last_checkpoint_op = r->last_checkpoint_op,
-                      .param_horizon = r->param_horizon,
-                      .param_cursor = r->param_cursor,
-                      .compact_horizon = r->compact_horizon,
-                      .changes_fence = r->changes_fence};
-  if (r->has_checkpoint_lsn) w.checkpoint_lsn = r->checkpoint_lsn;
-  if (r->has_resume_lsn) w.resume_lsn = r->resume_lsn;
-  if (r->has_no_checkpoint_before) w.no_checkpoint_before = r->no_checkpoint_before;
-  return w;
-}
-
-static void row_rec(bs__stream_rec *r, const bs__stream_row *w) {
-  r->state = (uint8_t)w->state;
-  r->snapshot_done = (uint8_t)w->snapshot_done;
-  r->op_head = w->op_head;
-  r->checkpoint = w->checkpoint;
-  r->last_checkpoint_op = w->last_checkpoint_op;
-  r->param_horizon = w->param_horizon;
-  r->param_cursor = w->param_cursor;
-  r->compact_horizon = w->compact_horizon;
-  r->changes_fence = w->changes_fence;
-  r->has_checkpoint_lsn = w->checkpoint_lsn.data != NULL;
-  r->checkpoint_lsn = w->checkpoint_lsn;
-  r->has_resume_lsn = w->resume_lsn.data != NULL;
-  r->resume_lsn = w->resume_lsn;
-  r->has_no_checkpoint_before = w->no_checkpoint_before.data != NULL;
-  r->no_checkpoint_before = w->no_checkpoint_before;
-}
-
 static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
   state_ctx *c = payload;
   bs__stream_rec r;
@@ -1124,15 +1110,8 @@ static int state_txn(MDB_txn *txn, void *payload, bs_error *err) {
     bs__stream_row row = rec_row(&r);
     bs__lsn_plan p;
     if ((rc = bs__plan_lsn(&p, r.id, &row, c->snapshot_done, c->lsn, err)) != BS_OK) return rc;
-    if (p.snapshot_done) r.snapshot_done = 1;
-    if (p.no_checkpoint_before) {
-      r.no_checkpoint_before = c->lsn;
-      r.has_no_checkpoint_before = 1;
-    }
-    if (p.resume_lsn) {
-      r.resume_lsn = c->lsn;
-      r.has_resume_lsn = 1;
-    }
+    bs__lsn_row(&row, &p, c->lsn);
+    row_rec(&r, &row);
   }
   if (c->clear || c->terminate) {
     bs__stream_row row = rec_row(&r);

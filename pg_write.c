@@ -488,30 +488,33 @@ static const bs__pg_stmt checkpoint_make_stmt = {
     " purge AS (DELETE FROM bs_source WHERE stream = $1 AND mark <= $9),"
     " others AS (UPDATE bs_streams SET state = ($7::text::int2[])[state] WHERE id <> $1"
     "  AND state <> ($7::text::int2[])[state])"
-    " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $3, last_checkpoint_op = $2,"
-    "  state = $6, resume_lsn = CASE WHEN $8 THEN $3 ELSE resume_lsn END WHERE id = $1"
+    " UPDATE bs_streams SET checkpoint = $2, checkpoint_lsn = $10, last_checkpoint_op = $11,"
+    "  state = $6, resume_lsn = $8 WHERE id = $1"
     " RETURNING pg_notify($5, $1::text)"};
 
 /* The checkpoint of a commit (contract.md 4.4), as plan p decided, inside the commit's
  * transaction with the stream row locked: managed write checkpoints whose heads the lsn reached
  * become processed, their users go into the checkpoint's change record, the soft-deleted records
- * up to the plan's purge_to go, the stream and the others take the states of the plan's step,
- * the resume LSN rises when the plan says so, and the stream's waiters on every host are
- * notified (the schema's channel). */
-static int make_checkpoint(bs__pg_writer *w, uint32_t stream, uint64_t cp, bs_val lsn,
+ * up to the plan's purge_to go, the others take the states of the plan's step, the stream's row
+ * takes the fields bs__commit_row gave row (its checkpoint, the op head it was made at and its
+ * LSN, its state, the resume LSN), and the stream's waiters on every host are notified (the
+ * schema's channel). */
+static int make_checkpoint(bs__pg_writer *w, uint32_t stream, const bs__stream_row *row, bs_val lsn,
                            const bs__commit_plan *p, bs_error *err) {
   PGconn *c = w->c;
   bs__pg_args a = {0};
   char others[BS_PG_STATES_TEXT];
   bs__pg_arg_i32(&a, (int32_t)stream);
-  bs__pg_arg_i64(&a, (int64_t)cp);
+  bs__pg_arg_i64(&a, (int64_t)row->checkpoint);
   bs__pg_arg_bytes(&a, lsn);
   bs__pg_arg_i64(&a, bs__now_ms()); /* the checkpoint's time: incremental compaction's min_age */
   bs__pg_arg_text(&a, w->db->schema.channel);
-  bs__pg_arg_i32(&a, (int32_t)p->step.to);
+  bs__pg_arg_i32(&a, (int32_t)row->state);
   bs__pg_arg_states(&a, p->step.others, others);
-  bs__pg_arg_bool(&a, p->raise_resume);
+  bs__pg_arg_bytes(&a, row->resume_lsn);
   bs__pg_arg_i64(&a, (int64_t)p->purge_to);
+  bs__pg_arg_bytes(&a, row->checkpoint_lsn);
+  bs__pg_arg_i64(&a, (int64_t)row->last_checkpoint_op);
   return bs__pg_runp(c, &checkpoint_make_stmt, /* delivered at COMMIT */
                      &a, "commit", err);
 }
@@ -545,19 +548,20 @@ static int commit_locked(bs_writer *bw, const bs_write_batch *batch, bs_val lsn,
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
     goto fail;
   }
-  s = bs__pg_stream_row(r, 0).row;
+  s = bs__pg_stream_row(r, 0).row; /* borrows from r until the row is stored */
   if ((rc = bs__plan_commit_row(&p, stream, &s, lsn, create_empty, err))) goto fail;
+  bs__commit_row(&s, &p, lsn);
   head = s.op_head;
-  cp = p.checkpoint ? head : s.checkpoint;
-  PQclear(r);
-  r = NULL;
-  if (p.checkpoint && (rc = make_checkpoint(w, stream, head, lsn, &p, err))) goto fail;
-  if (p.raise_resume && !p.checkpoint) { /* else make_checkpoint's statement raised it */
+  cp = s.checkpoint;
+  if (p.checkpoint && (rc = make_checkpoint(w, stream, &s, lsn, &p, err))) goto fail;
+  if (p.raise_resume && !p.checkpoint) { /* else make_checkpoint's statement stored it */
     bs__pg_args b = {0};
     bs__pg_arg_i32(&b, (int32_t)stream);
-    bs__pg_arg_bytes(&b, lsn);
+    bs__pg_arg_bytes(&b, s.resume_lsn);
     rc = bs__pg_runp(w->c, &resume_stmt, &b, "commit", err);
   }
+  PQclear(r);
+  r = NULL;
   if (rc || (rc = commit_txn(w, xid, err))) goto fail;
   bs__pg_head_seen(bw->st, head, -1, NULL);
   analyze_maybe(w);
@@ -584,13 +588,14 @@ static int writer_commit(bs_commit_result *out, bs_writer *bw, const bs_write_ba
 
 /* snapshot_done and resume_lsn take effect at once, in a transaction of their own, and leave the
  * queue alone (as the other backends): the stream row is read and locked, and the fields
- * lifecycle.c's plan names are stored. */
+ * lifecycle.c's bs__lsn_row sets are stored. */
 static int stream_update(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error *err) {
   bs__pg_writer *w = (bs__pg_writer *)bw;
   uint32_t stream = bw->st->stream_id;
   const char *what = snapshot_done ? "snapshot_done" : "resume_lsn";
   bs__pg_args a = {0}, b = {0};
   bs__lsn_plan p = {0};
+  bs__stream_row s;
   PGresult *r = NULL;
   int rc;
   if ((rc = call_begin(w, err))) return rc;
@@ -601,21 +606,21 @@ static int stream_update(bs_writer *bw, int snapshot_done, bs_val lsn, bs_error 
   if (!rc && PQntuples(r) != 1)
     rc = bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)stream);
   if (!rc) {
-    bs__stream_row s = bs__pg_stream_row(r, 0).row;
+    s = bs__pg_stream_row(r, 0).row; /* borrows from r until the row is stored */
     rc = bs__plan_lsn(&p, stream, &s, snapshot_done, lsn, err);
   }
-  PQclear(r);
-  bs__pg_arg_i32(&b, (int32_t)stream);
-  bs__pg_arg_bytes(&b, lsn);
-  bs__pg_arg_bool(&b, p.snapshot_done);
-  bs__pg_arg_bool(&b, p.no_checkpoint_before);
-  bs__pg_arg_bool(&b, p.resume_lsn);
-  if (!rc)
+  if (!rc) {
+    bs__lsn_row(&s, &p, lsn);
+    bs__pg_arg_i32(&b, (int32_t)stream);
+    bs__pg_arg_bool(&b, s.snapshot_done);
+    bs__pg_arg_bytes(&b, s.no_checkpoint_before);
+    bs__pg_arg_bytes(&b, s.resume_lsn);
     rc = bs__pg_run(w->c,
-                    "UPDATE bs_streams SET snapshot_done = snapshot_done OR $3,"
-                    " no_checkpoint_before = CASE WHEN $4 THEN $2 ELSE no_checkpoint_before END,"
-                    " resume_lsn = CASE WHEN $5 THEN $2 ELSE resume_lsn END WHERE id = $1",
+                    "UPDATE bs_streams SET snapshot_done = $2, no_checkpoint_before = $3,"
+                    " resume_lsn = $4 WHERE id = $1",
                     &b, what, err);
+  }
+  PQclear(r);
   if (!rc) rc = bs__pg_commit(w->c, err);
   if (rc) bs__pg_rollback(w->c);
   return call_end(w, rc);

@@ -125,17 +125,24 @@ static void test_maps(void **state) {
 #define L(s) ((bs_val){s, sizeof(s) - 1})
 static const bs_val UNSET = {NULL, 0};
 
-static bs__commit_in cin(unsigned st, int snap, bs_val ncb, bs_val cpl, bs_val resume,
-                         uint64_t head, uint64_t last) {
-  bs__commit_in in = {st, snap, ncb, cpl, resume, head, last};
+static bs__stream_row cin(unsigned st, int snap, bs_val ncb, bs_val cpl, bs_val resume,
+                          uint64_t head, uint64_t last) {
+  bs__stream_row in = {.state = st,
+                       .snapshot_done = snap,
+                       .no_checkpoint_before = ncb,
+                       .checkpoint_lsn = cpl,
+                       .resume_lsn = resume,
+                       .op_head = head,
+                       .last_checkpoint_op = last};
   return in;
 }
 
-static bs__commit_plan plan_of(bs__commit_in in, const char *lsn, int create_empty) {
+static bs__commit_plan plan_of(bs__stream_row in, const char *lsn, int create_empty) {
   bs__commit_plan p;
   bs_error err;
   bs_val l = {lsn, strlen(lsn)};
-  if (bs__plan_commit(&p, 9, &in, l, create_empty, &err) != BS_OK) fail_msg("refused: %s", err.msg);
+  if (bs__plan_commit_row(&p, 9, &in, l, create_empty, &err) != BS_OK)
+    fail_msg("refused: %s", err.msg);
   return p;
 }
 
@@ -180,7 +187,7 @@ static void test_commit_checkpoint(void **state) {
  * terminated stream refuses the commit. */
 static void test_commit_states(void **state) {
   bs__commit_plan p;
-  bs__commit_in in = cin(P, 1, UNSET, UNSET, UNSET, 3, 0);
+  bs__stream_row in = cin(P, 1, UNSET, UNSET, UNSET, 3, 0);
   bs_error err;
   (void)state;
   p = plan_of(in, "1", 0);
@@ -199,7 +206,7 @@ static void test_commit_states(void **state) {
   assert_false(p.step.others_change);
   in = cin(T, 1, UNSET, UNSET, UNSET, 3, 0);
   memset(&p, 0xee, sizeof p);
-  assert_int_equal(bs__plan_commit(&p, 9, &in, L("1"), 1, &err), BS_ESTATE);
+  assert_int_equal(bs__plan_commit_row(&p, 9, &in, L("1"), 1, &err), BS_ESTATE);
   assert_string_equal(err.msg, "stream 9 is terminated");
   assert_int_equal(p.step.others[0], 0xee);
 }
