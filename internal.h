@@ -787,7 +787,10 @@ static inline int bs__varint_take(const unsigned char *p, size_t size, size_t *p
   }
   return bs__varint_get(p, size, pos, v);
 }
-/* An op value's size, and op's value written into out (bs__op_value_size bytes). The caller has
+/* An op value's encoders and decoders, in both encodings, are here side by side (inline: the
+ * writer encodes and every reader decodes each op), so that a field of a stored op is written
+ * and read back in one place (docs/layout.md, "Files touched by a change").
+ * An op value's size, and op's value written into out (bs__op_value_size bytes). The caller has
  * checked the limits (BS_MAX_OBJECT_NAME, subkey < 256). */
 static inline size_t bs__op_value_size(const bs_op *op) {
   size_t n = BS_OP_HEADER_SIZE;
@@ -795,7 +798,24 @@ static inline size_t bs__op_value_size(const bs_op *op) {
     n += op->object_type.size + op->object_id.size + op->subkey.size;
   return op->type == BS_OP_PUT ? n + op->data.size : n;
 }
-void bs__op_value_encode(unsigned char *out, const bs_op *op);
+static inline unsigned char *bs__op_put_bytes(unsigned char *p, bs_val v) {
+  if (v.size) memcpy(p, v.data, v.size);
+  return p + v.size;
+}
+static inline void bs__op_value_encode(unsigned char *p, const bs_op *op) {
+  int row = bs__op_carries_row(op->type);
+  const bs_val none = {NULL, 0};
+  bs_val ot = row ? op->object_type : none, oi = row ? op->object_id : none;
+  bs_val sk = row ? op->subkey : none;
+  p[0] = (unsigned char)op->type;
+  bs__put_u32le(p + 1, op->checksum);
+  bs__put_u64le(p + 5, op->target_op);
+  bs__put_u16le(p + 13, (uint32_t)ot.size);
+  bs__put_u16le(p + 15, (uint32_t)oi.size);
+  p[17] = (unsigned char)sk.size;
+  p = bs__op_put_bytes(bs__op_put_bytes(bs__op_put_bytes(p + BS_OP_HEADER_SIZE, ot), oi), sk);
+  if (op->type == BS_OP_PUT) bs__op_put_bytes(p, op->data);
+}
 /* The compact encoding's (BS_CHUNK_COMPACT): its size, and op written into out. */
 static inline size_t bs__op_value_csize(const bs_op *op) {
   size_t n = BS_OPC_MIN;
@@ -807,7 +827,30 @@ static inline size_t bs__op_value_csize(const bs_op *op) {
   }
   return op->type == BS_OP_PUT ? n + op->data.size : n;
 }
-void bs__op_value_cencode(unsigned char *out, const bs_op *op);
+/* Only the fields op's type carries, lengths as varints, the target op only when it is not 0
+ * (docs/format.md 4.3 says what it saves). */
+static inline void bs__op_value_cencode(unsigned char *p, const bs_op *op) {
+  unsigned head = (unsigned)op->type | (op->target_op ? BS_OPC_TARGET : 0u);
+  size_t ot = op->object_type.size, oi = op->object_id.size;
+  int row = bs__op_carries_row(op->type);
+  if (row && ot < 16 && oi < 16) head |= BS_OPC_SHORT;
+  if (row && op->subkey.size == BS_SUBKEY_SIZE) head |= BS_OPC_SUBKEY;
+  p[0] = (unsigned char)head;
+  bs__put_u32le(p + 1, op->checksum);
+  p += BS_OPC_MIN;
+  if (op->target_op) p += bs__varint_put(p, op->target_op);
+  if (!row) return;
+  if (head & BS_OPC_SHORT) {
+    *p++ = (unsigned char)(ot << 4 | oi);
+  } else {
+    p += bs__varint_put(p, ot);
+    p += bs__varint_put(p, oi);
+  }
+  if (!(head & BS_OPC_SUBKEY)) *p++ = (unsigned char)op->subkey.size;
+  p = bs__op_put_bytes(bs__op_put_bytes(p, op->object_type), op->object_id);
+  p = bs__op_put_bytes(p, op->subkey);
+  if (op->type == BS_OP_PUT) bs__op_put_bytes(p, op->data);
+}
 /* In the encoding of chunk flags f. */
 static inline size_t bs__op_value_size_as(const bs_op *op, unsigned f) {
   return f & BS_CHUNK_COMPACT ? bs__op_value_csize(op) : bs__op_value_size(op);

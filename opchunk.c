@@ -4,6 +4,8 @@
  * a chunk's header flag names). Backend-neutral, so that every backend storing ops in runs writes
  * the same bytes and checks them alike: LMDB's op records (lmdb_ops.c) are these chunks, and
  * where a backend keeps them (key, size bounds, the tail it extends) stays the backend's.
+ * An op value's encoders and decoders, both encodings, are inline in internal.h side by side:
+ * a field of a stored op is written and read back in that one place.
  */
 #include "internal.h"
 
@@ -29,58 +31,6 @@ int bs__varint_get(const unsigned char *p, size_t size, size_t *pos, uint64_t *v
     }
   }
   return 0;
-}
-
-static unsigned char *put_uint(unsigned char *p, uint64_t v, size_t width) {
-  if (width == 8) bs__put_u64le(p, v);
-  if (width == 4) bs__put_u32le(p, (uint32_t)v);
-  if (width == 2) bs__put_u16le(p, (uint32_t)v);
-  if (width == 1) *p = (unsigned char)v;
-  return p + width;
-}
-
-static unsigned char *put_bytes(unsigned char *p, bs_val v) {
-  if (v.size) memcpy(p, v.data, v.size);
-  return p + v.size;
-}
-
-void bs__op_value_encode(unsigned char *p, const bs_op *op) {
-  const bs_val none = {NULL, 0};
-  int row = bs__op_carries_row(op->type);
-  bs_val ot = row ? op->object_type : none, oi = row ? op->object_id : none;
-  bs_val sk = row ? op->subkey : none;
-  p = put_uint(p, (uint64_t)op->type, 1);
-  p = put_uint(p, op->checksum, 4);
-  p = put_uint(p, op->target_op, 8);
-  p = put_uint(p, ot.size, 2);
-  p = put_uint(p, oi.size, 2);
-  p = put_uint(p, sk.size, 1);
-  p = put_bytes(put_bytes(put_bytes(p, ot), oi), sk);
-  if (op->type == BS_OP_PUT) put_bytes(p, op->data);
-}
-
-/* Format 6's op value: only the fields its type carries, lengths as varints, the target op only
- * when it is not 0 (internal.h "Op chunks"; docs/format.md 4.3 says what it saves). */
-void bs__op_value_cencode(unsigned char *p, const bs_op *op) {
-  unsigned head = (unsigned)op->type | (op->target_op ? BS_OPC_TARGET : 0u);
-  size_t ot = op->object_type.size, oi = op->object_id.size;
-  int row = bs__op_carries_row(op->type);
-  if (row && ot < 16 && oi < 16) head |= BS_OPC_SHORT;
-  if (row && op->subkey.size == BS_SUBKEY_SIZE) head |= BS_OPC_SUBKEY;
-  p[0] = (unsigned char)head;
-  bs__put_u32le(p + 1, op->checksum);
-  p += BS_OPC_MIN;
-  if (op->target_op) p += bs__varint_put(p, op->target_op);
-  if (!row) return;
-  if (head & BS_OPC_SHORT) {
-    *p++ = (unsigned char)(ot << 4 | oi);
-  } else {
-    p += bs__varint_put(p, ot);
-    p += bs__varint_put(p, oi);
-  }
-  if (!(head & BS_OPC_SUBKEY)) *p++ = (unsigned char)op->subkey.size;
-  p = put_bytes(put_bytes(put_bytes(p, op->object_type), op->object_id), op->subkey);
-  if (op->type == BS_OP_PUT) put_bytes(p, op->data);
 }
 
 /* A compact op value's header: the bytes before its strings (and so its size in format 5's
