@@ -140,10 +140,18 @@ void md_free(md_stream *m) {
   memset(m, 0, sizeof *m);
 }
 
-static uint32_t table_id(md_stream *m, bs_val name) {
+/* The id of table name in the stream, 0 when it was never registered. */
+static uint32_t table_known(const md_stream *m, bs_val name) {
   uint32_t i;
   for (i = 0; i < m->n_tables; i++)
     if (val_eq_str(name, m->tables[i])) return m->table_base + i + 1;
+  return 0;
+}
+
+/* contract.md 1: a save registers its table on first use (ids 1, 2, ... in that order). */
+static uint32_t table_id(md_stream *m, bs_val name) {
+  uint32_t t = table_known(m, name);
+  if (t) return t;
   assert_true(m->n_tables < 64);
   m->tables[m->n_tables++] = dupv(name);
   return m->table_base + m->n_tables;
@@ -254,6 +262,10 @@ static void remove_record(md_stream *m, md_record *r, int tombstones) {
     for (i = 0; i < r->nlk; i++) emit_param(m, r->lk[i].p, r->lk[i].n, r->table, r->rid, NULL, 0);
 }
 
+static int member_eq(const md_member *a, const md_member *b) {
+  return !strcmp(a->bucket, b->bucket) && !strcmp(a->otype, b->otype) && !strcmp(a->oid, b->oid);
+}
+
 static int has_member(const bs_save *s, const md_member *mb) {
   size_t i;
   for (i = 0; i < s->n_rows; i++)
@@ -320,14 +332,22 @@ void md_save_mode(md_stream *m, const bs_save *s, int snapshot, int snapshot_don
   for (i = 0; i < s->n_rows; i++) {
     char *bk = dupv(s->rows[i].bucket), *ot = dupv(s->rows[i].object_type);
     char *oid = dupv(s->rows[i].object_id), *data = dupv(s->rows[i].data);
+    md_member mb = {bk, ot, oid};
+    size_t j;
     emit(m, bk, BS_OP_PUT, ot, oid, sk, data);
+    free(data);
+    /* A membership is (bucket, object_type, object_id) (contract.md 4.1): the same output twice
+     * in one save is two PUTs but one membership, so a later REMOVE of it is one op, not two. */
+    for (j = 0; j < nr.nm && !member_eq(&nr.m[j], &mb); j++) continue;
+    if (j < nr.nm) {
+      free(bk);
+      free(ot);
+      free(oid);
+      continue;
+    }
     nr.m = realloc(nr.m, (nr.nm + 1) * sizeof *nr.m);
     assert_non_null(nr.m);
-    nr.m[nr.nm].bucket = bk;
-    nr.m[nr.nm].otype = ot;
-    nr.m[nr.nm].oid = oid;
-    nr.nm++;
-    free(data);
+    nr.m[nr.nm++] = mb;
   }
   if (prev) {
     lo = m->head + 1;
@@ -339,7 +359,16 @@ void md_save_mode(md_stream *m, const bs_save *s, int snapshot, int snapshot_don
   /* Step 3: an entry per given lookup, then tombstones of the lookups no longer given. */
   for (i = 0; i < s->n_lookups; i++) {
     const bs_lookup *l = &s->lookups[i];
+    size_t j;
     emit_param(m, l->key.data, l->key.size, t, nr.rid, l->params, l->n_params);
+    /* the record's lookup keys are a set: a key given twice is two entries (the later wins,
+     * 5.4) but one key of the record, so one tombstone when it is no longer given */
+    for (j = 0;
+         j < nr.nlk && !(nr.lk[j].n == l->key.size &&
+                         (l->key.size == 0 || !memcmp(nr.lk[j].p, l->key.data, l->key.size)));
+         j++)
+      continue;
+    if (j < nr.nlk) continue;
     nr.lk = realloc(nr.lk, (nr.nlk + 1) * sizeof *nr.lk);
     assert_non_null(nr.lk);
     nr.lk[nr.nlk].p = (unsigned char *)dupn(l->key.data, l->key.size);
@@ -368,9 +397,12 @@ void md_purge(md_stream *m, uint64_t cp) {
 }
 
 void md_truncate(md_stream *m, const char *table) {
-  uint32_t t = table_id(m, ct_v(table));
+  /* a table no save named has no records: its truncate registers nothing (no id is taken,
+   * contract.md 1 and 4.2), so the next table a save names still gets the next id */
+  uint32_t t = table_known(m, ct_v(table));
   uint64_t lo = m->head + 1;
   size_t i = 0;
+  if (!t) return;
   while (i < m->n_rec) {
     if (m->rec[i].table == t) {
       remove_record(m, &m->rec[i], 1);

@@ -84,7 +84,7 @@ void md_save(md_stream *m, const bs_save *s);
 void md_save_mode(md_stream *m, const bs_save *s, int snapshot, int snapshot_done);
 /* A checkpoint at cp purges the soft-deleted records it reached (mark <= cp, contract.md 4.3). */
 void md_purge(md_stream *m, uint64_t cp);
-/* Applies truncate(table) (contract.md 4.2). */
+/* Applies truncate(table) (contract.md 4.2); a table no save named is not registered by it. */
 void md_truncate(md_stream *m, const char *table);
 /* Applies bs_clear (contract.md 8): every op, bucket, lookup and source record goes; op ids and
  * source table ids keep growing (an id is never used again in the stream). */
