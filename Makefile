@@ -107,8 +107,8 @@ STEP = tests/step.sh $(TEST_RESULTS)
 # Seeds: every randomized run of make test draws them from SEED (default 1; `make test SEED=n`
 # runs other ones), each pair of suite and backend in a block of 1000000 of its own
 # (every block in one registry, tests/util_contract.c seed_blocks: the C suites', driver_diff.py's
-# 21-22, the crash tests' 23-25 below), and appends them to SEED_LOG; the step `seeds` fails if
-# two runs share one.
+# 21-22, the crash tests' 23-25 below, pg_crash's 46 in pg-test), and appends them to SEED_LOG;
+# the step `seeds` fails if two runs share one.
 SEED ?= 1
 SEED_LOG = $(BUILD)/test-seeds
 seed_block = $$(( $(SEED) + $(1) * 1000000 ))
@@ -173,7 +173,9 @@ PG_TEST_BINS := $(BUILD)/tests/test_pg $(BUILD)/tests/test_pg_compact $(BUILD)/t
 PG_SUITE_BINS := $(addprefix $(BUILD)/tests/,test_contract test_property test_sync test_diff test_torn \
 	test_compact)
 .PHONY: pg-test
-pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench
+PG_CRASH_BINS := $(addprefix $(BUILD)/tests/crash/,crash_writer crash_check pg_crash)
+pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/bench/bsbench \
+		$(PG_CRASH_BINS)
 	@if [ "$(PG)" != 1 ]; then $(call skip,pg-test: built without the PostgreSQL backend (no libpq)); \
 	  $(BUILD)/tests/test_pg; \
 	else rc=0; tests/pg_server.sh run sh -c 'set -e; for t in $(PG_TEST_BINS); do \
@@ -183,6 +185,8 @@ pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/ben
 	    if command -v psql >/dev/null; then BS_DRIVER_PG=1 tests/driver_smoke.sh \
 	      $(BUILD)/bucketstore; $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8 \
 	      --postgres "$$BS_TEST_PG_URL"; else $(call skip,driver scenarios on PostgreSQL: no psql); fi; \
+	    echo "== pg_crash: 10 kills of the client (tests/crash/pg_crash.c)"; \
+	    $(BUILD)/tests/crash/pg_crash $(BUILD)/tests/crash 10 $(call seed_block,46); \
 	    echo "== bench smoke on PostgreSQL"; $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" >/dev/null; \
 	    $(BUILD)/bench/bsbench --quick --pg "$$BS_TEST_PG_URL" --pg-proto --pg-rows 1000 --buckets 10 \
 	      --read-limit 37 >/dev/null' \
@@ -430,6 +434,15 @@ crashtest: deps $(CRASH_BINS)
 
 crashtest-quick: deps $(CRASH_BINS)
 	@BS_SEED=$(call seed_block,23) BS_CRASH_MAXMS=150 tests/crash/crashtest.sh $(BUILD)/tests/crash 10
+
+# pgcrash: the crash test on PostgreSQL (tests/crash/pg_crash.c): the client SIGKILLed
+# PG_CRASH_KILLS times at counted points of its flushes, commits and compactions, beside a server
+# of its own (as pg-test; its 10-kill slice runs in pg-test, seed block 46).
+PG_CRASH_KILLS ?= 100
+.PHONY: pgcrash
+pgcrash: deps $(PG_CRASH_BINS)
+	@tests/pg_server.sh run $(BUILD)/tests/crash/pg_crash $(BUILD)/tests/crash $(PG_CRASH_KILLS) \
+	  $(call seed_block,46)
 
 # migratekill (in `make test`): SIGKILL inside the migration of a copy of each older format's
 # tests/data file that has records to convert (format1.mdb migrates 1 -> 2 -> 3 -> 4 -> 5 -> 6;

@@ -697,7 +697,8 @@ size_t ct_repeats(const uint64_t *v, size_t n) {
 /* The seed blocks of make test's randomized runs, each CT_SEED_BLOCK seeds above BS_SEED_BASE: a
  * suite run on several backends takes CT_MAX_BACKENDS blocks from its first (ct_backends[] order,
  * then postgres), the others one. Blocks 21-22 are tests/driver_diff.py's (SEED_BLOCKS), 23-25 the
- * crash tests' (the Makefile's seed_block). 34 was "compact"'s while it ran on LMDB only. */
+ * crash tests' and 46 tests/crash/pg_crash.c's (the Makefile's seed_block). 34 was "compact"'s
+ * while it ran on LMDB only. */
 static const struct {
   const char *suite;
   unsigned block, per_backend;

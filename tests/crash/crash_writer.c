@@ -8,20 +8,85 @@
  * "k OPID\n" to LOG and fsyncs it, so LOG's last line is a durable commit and at most one
  * commit (the one in flight) is durable and not yet logged. The harness SIGKILLs it at random
  * moments.
+ *
+ * DB may be a PostgreSQL URL (tests/crash/pg_crash.c): the client process is then the victim,
+ * killed at a point chosen by count, not by time. BS_CRASH_PG_KILL=POINT:N makes it raise
+ * SIGKILL at the N-th time the backend reaches its test seam POINT (pg_internal.h: "flush",
+ * "commit", "commit.sent", "compact.apply", ...); just before, it runs a rival (this program as
+ * `crash_writer DB - SEED rival`), a second process whose bs_writer_open of the stream must be
+ * refused with BS_EBUSY while the writer is stopped there, its transaction open, and waits for
+ * it: a rival that is not refused makes the writer exit 4 instead of dying.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "crash_workload.h"
+#ifdef BS_HAVE_PG
+#include "pg_internal.h"
+#endif
 
 static int die(const char *what, int rc, const bs_error *err) {
   fprintf(stderr, "crash_writer: %s: %s (%s)\n", what, bs_strerror(rc), err ? err->msg : "");
   return 2;
 }
+
+/* The rival: another process opening a streaming writer of the stream (contract.md 4: one writer
+ * per stream and kind, in any process or host). Exit 0 when refused with BS_EBUSY. */
+static int rival(const char *path) {
+  bs_error err = {0, ""};
+  bs_db *db = NULL;
+  bs_storage *st = NULL;
+  bs_writer *w = NULL;
+  int rc;
+  if ((rc = bs_open(&db, path, NULL, &err))) return die("rival: open", rc, &err);
+  if ((rc = bs_storage_open(&st, db, 0, &err))) return die("rival: storage_open", rc, &err);
+  rc = bs_writer_open(&w, st, NULL, &err);
+  if (rc != BS_EBUSY) {
+    fprintf(stderr,
+            "crash_writer: rival: bs_writer_open beside the writer gave %s (%s), not "
+            "BS_EBUSY\n",
+            bs_strerror(rc), err.msg);
+    bs_writer_close(w);
+    return 3;
+  }
+  bs_storage_close(st);
+  bs_close(db);
+  return 0;
+}
+
+#ifdef BS_HAVE_PG
+typedef struct pg_kill {
+  char point[32];
+  unsigned long at, seen;
+  const char *self, *path;
+} pg_kill;
+
+/* The seam: at the at-th hit of point, the rival runs to its end, then this process dies. */
+static void pg_kill_hook(const char *point, PGconn *c, void *payload) {
+  pg_kill *k = payload;
+  pid_t pid;
+  int status;
+  (void)c;
+  if (strcmp(point, k->point) != 0 || ++k->seen != k->at) return;
+  fflush(NULL);
+  if ((pid = fork()) == 0) {
+    execl(k->self, k->self, k->path, "-", "0", "rival", (char *)NULL);
+    _exit(127);
+  }
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "crash_writer: at %s #%lu: the rival was not refused\n", k->point, k->at);
+    _exit(4);
+  }
+  raise(SIGKILL);
+}
+#endif
 
 int main(int argc, char **argv) {
   bs_error err = {0, ""};
@@ -33,11 +98,28 @@ int main(int argc, char **argv) {
   cw_state state = {0};
   uint64_t seed, k = 0;
   int rc, log;
+  if (argc == 5 && strcmp(argv[4], "rival") == 0) return rival(argv[1]);
   if (argc != 4) {
     fprintf(stderr, "usage: crash_writer DB LOG SEED\n");
     return 2;
   }
   seed = strtoull(argv[3], NULL, 10);
+#ifdef BS_HAVE_PG
+  static pg_kill kill_at;
+  const char *spec = getenv("BS_CRASH_PG_KILL");
+  if (spec && *spec) {
+    const char *colon = strchr(spec, ':');
+    size_t n = colon ? (size_t)(colon - spec) : 0;
+    if (!colon || n >= sizeof kill_at.point || !(kill_at.at = strtoul(colon + 1, NULL, 10))) {
+      fprintf(stderr, "crash_writer: BS_CRASH_PG_KILL=%s: POINT:N expected\n", spec);
+      return 2;
+    }
+    memcpy(kill_at.point, spec, n);
+    kill_at.self = argv[0];
+    kill_at.path = argv[1];
+    bs__pg_set_open_hook(pg_kill_hook, &kill_at);
+  }
+#endif
   if ((log = open(argv[2], O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) {
     perror(argv[2]);
     return 2;
