@@ -485,21 +485,27 @@ class Model:
         return None
 
     # ---- reads ----------------------------------------------------------------------------
-    def read_error(self, s, reply):
-        """An error a read of s may not answer: a torn read (BS_EINVALIDATED) needs a
-        compaction."""
-        code = (reply.get("error") or {}).get("code")
-        if code == "BS_EINVALIDATED" and not s.compacted:
-            return "BS_EINVALIDATED on a stream no compaction touched (contract.md 5.5)"
-        return None
-
-    def c_checksums(self, cmd, reply, ok):
+    def read_at(self, cmd, reply, ok):
+        """What a read at C (checksums, bucket_data) opens with: (stream, C, None) for a reply the
+        caller goes on to judge, else (None, None, verdict): nothing to judge (no such stream,
+        no C), or a failed read, which may only be a torn read (BS_EINVALIDATED) after a
+        compaction touched the stream."""
         s = self.stream_of(cmd)
         c = _id(cmd.get("checkpoint"))
         if s is None or c is None:
-            return None
+            return None, None, None
         if not ok:
-            return self.read_error(s, reply)
+            code = (reply.get("error") or {}).get("code")
+            if code == "BS_EINVALIDATED" and not s.compacted:
+                return None, None, \
+                    "BS_EINVALIDATED on a stream no compaction touched (contract.md 5.5)"
+            return None, None, None
+        return s, c, None
+
+    def c_checksums(self, cmd, reply, ok):
+        s, c, verdict = self.read_at(cmd, reply, ok)
+        if s is None:
+            return verdict
         if s.initial or s.open_order(c):
             return None
         got = reply.get("checksums", {})
@@ -515,12 +521,9 @@ class Model:
         return None
 
     def c_bucket_data(self, cmd, reply, ok):
-        s = self.stream_of(cmd)
-        c = _id(cmd.get("checkpoint"))
-        if s is None or c is None:
-            return None
-        if not ok:
-            return self.read_error(s, reply)
+        s, c, verdict = self.read_at(cmd, reply, ok)
+        if s is None:
+            return verdict
         for ch in reply.get("chunks", []):
             for op in ch.get("data", []):
                 if op.get("op") == "PUT":
