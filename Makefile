@@ -123,7 +123,7 @@ test: deps tests $(BUILD)/bucketstore $(BUILD)/bench/bsbench $(BUILD)/bench/benc
 	  $(STEP) $$t env BS_TEST_QUICK=1 $$t; done
 	@$(STEP) pg-test $(MAKE) --no-print-directory pg-test
 	@$(STEP) driver_smoke tests/driver_smoke.sh $(BUILD)/bucketstore
-	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 40
+	@$(STEP) driver_diff $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 80
 	@echo "== bench smoke (no timing assertions)"
 	@$(STEP) bench-smoke sh -c '$(BUILD)/bench/bsbench --quick >/dev/null && $(BUILD)/bench/bsbench --quick --proto --read-limit 37 >/dev/null && \
 	  $(BUILD)/bench/bsbench --quick --proto=ops --read-limit 37 >/dev/null && \
@@ -183,7 +183,7 @@ pg-test: deps $(PG_TEST_BINS) $(PG_SUITE_BINS) $(BUILD)/bucketstore $(BUILD)/ben
 	    for t in $(PG_SUITE_BINS); do echo "== $$t (postgres backend)"; \
 	      BS_BACKEND=postgres BS_TEST_QUICK=1 $$t; done; \
 	    if command -v psql >/dev/null; then BS_DRIVER_PG=1 tests/driver_smoke.sh \
-	      $(BUILD)/bucketstore; $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 8 \
+	      $(BUILD)/bucketstore; $(PYTHON) tests/driver_diff.py $(BUILD)/bucketstore --seeds 16 \
 	      --postgres "$$BS_TEST_PG_URL"; else $(call skip,driver scenarios on PostgreSQL: no psql); fi; \
 	    echo "== pg_crash: 10 kills of the client (tests/crash/pg_crash.c)"; \
 	    $(BUILD)/tests/crash/pg_crash $(BUILD)/tests/crash 10 $(call seed_block,46); \

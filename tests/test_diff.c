@@ -18,7 +18,7 @@
  * wrong. Where both sides run one shared rule they cannot disagree, so at every full check each
  * side's buckets are also checked against the contract by the tests' own code (check_sums: op
  * checksums from their fields, the bucket checksum as the reduce of its ops). Seeds: BS_SEED (first; default: the pair's block, ct_first_seed), BS_SEEDS (how many:
- * 120 quick / 400 full beside memory, 5 / 50 beside postgres), BS_STEPS
+ * 240 quick / 400 full beside memory, 10 / 50 beside postgres), BS_STEPS
  * (steps per seed: 300 quick / 1500 full). A failure prints the seed, the step and the last
  * calls; reproduce with BS_SEED=n BS_SEEDS=1 (BS_VERBOSE=1 prints every call).
  */
@@ -1279,18 +1279,18 @@ static uint64_t run_seed(const ct_backend *other, uint64_t seed, size_t steps) {
   return calls_hash;
 }
 
-/* state: the backend beside LMDB. Its seeds: BS_SEEDS, else 120 quick / 400 full against memory
- * and 5 / 50 against a server backend (every call is a round trip there). No two of them may
- * make the same calls. */
+/* state: the backend beside LMDB. Its seeds: BS_SEEDS, else 240 quick / 400 full against memory
+ * and 10 / 50 against a server backend (every call is a round trip there: 4 s a seed at load 6).
+ * No two of them may make the same calls. */
 static void t_diff(void **state) {
   const ct_backend *other = *state;
   uint64_t first = ct_first_seed("diff", other), n, *traces;
   char pair[64];
   size_t steps = (size_t)ct_env_u64("BS_STEPS", ct_quick() ? 300 : 1500);
   if (other == ct_postgres())
-    n = ct_env_u64("BS_SEEDS", ct_quick() ? 5 : 50);
+    n = ct_env_u64("BS_SEEDS", ct_quick() ? 10 : 50);
   else
-    n = ct_env_u64("BS_SEEDS", ct_quick() ? 120 : 400);
+    n = ct_env_u64("BS_SEEDS", ct_quick() ? 240 : 400);
   traces = calloc(n ? n : 1, sizeof *traces);
   assert_non_null(traces);
   snprintf(pair, sizeof pair, "lmdb/%s", other->name);
