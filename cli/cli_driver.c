@@ -779,7 +779,7 @@ static int h_checksums(drv *d, json_t *req, json_t *out, bs_error *err) {
 }
 
 static int set_one(const bs_val *params, void *payload) {
-  json_t *v = json_loadb(params->data, params->size, JSON_DECODE_ANY, NULL);
+  json_t *v = json_loadb(params->data, params->size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   if (!v) v = cli_json_bytes(*params); /* not JSON (not written by this driver): pass the text on */
   if (!v || json_array_append_new(payload, v) != 0) return BS_ENOMEM;
   return 0;

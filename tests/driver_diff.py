@@ -52,6 +52,7 @@ MAX_USER = 480
 MAX_STREAM = 255
 MAX_LSN = 255
 MAX_OP_DATA = 15 * 1024 * 1024  # BS_MAX_OP_DATA
+MAX_OBJECT = 65535  # BS_MAX_OBJECT_NAME: an output's object type and object id
 
 # The edge pool: strings every generator draws from ("", one byte, non-ASCII, astral: U+10000,
 # U+10FFFF, an emoji; JSON's specials; NUL bytes, which a field of bytes keeps and a name the
@@ -77,6 +78,13 @@ LOOKUP_VALUES = [1, 1.0, raw("1e0"), raw("10e-1"), raw("100E-2"), -0.0, raw("-0e
                  -(2**53 + 1), 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 + 1,
                  float(2**63), 3.14, raw("314e-2"), "", "1", "u1",
                  "\u00e9", "\U0001f600", '"', "\\"]
+
+
+# Op data that looks like numbers: text to the library, hashed and served as given.
+NUMBER_TEXTS = ["1", "1.0", "1e0", "-0", "0", '{"v":1}', '{"v":1.0}', '{"v":1e0}', "01"]
+# Values of a parameter row (a JSON object the driver stores as jansson writes it).
+PARAM_NUMBERS = [1, 1.0, raw("1e0"), raw("10e-1"), 0, -0.0, 2**53 + 1, float(2**53), 3.14, True,
+                 None]
 
 
 # Op id arguments at their edges (docs/driver.md: a decimal string below 2^63): 2^32, 2^53 (the
@@ -126,7 +134,7 @@ class Gen:
         self.ids = ["r1", "r2", "r3", "", "\u00e9", "\U0010ffff", "x" * MAX_REPLICA]
         self.buckets = ["b[]", "c[\"1\"]", "d", "\u65e5[]", "\U00010000", "q" * MAX_BUCKET]
         self.users = ["u1", "u2", "u1/c1", "", "\u00e9", "\U0001f600", "w" * MAX_USER]
-        self.lookups = []
+        self.lookups = []  # keys saved so far: reads and later saves draw them again
         self.open = {}  # "stream" or "snapshot" by the name of each writer opened since the last reopen, stream or lifecycle change
 
     def r(self):
@@ -175,21 +183,46 @@ class Gen:
         return self.choice(self.buckets)
 
     def lookup(self):
+        """A lookup key's values: half the time one drawn before (so that saves replace and
+        tombstone each other's entries and reads find rows), else new ones, remembered."""
+        if self.lookups and self.r() < 0.5:
+            return self.choice(self.lookups)
         n = self.rng.randint(0, 3)
         vals = [self.choice(LOOKUP_VALUES) for _ in range(n)]
         if n and self.r() < 0.05:  # a long string: keys of about BS_MAX_LOOKUP_KEY, 480 among them
             vals[-1] = "k" * self.rng.randint(MAX_LOOKUP - 20, MAX_LOOKUP)
+        if len(self.lookups) < 12:
+            self.lookups.append(vals)
         return vals
 
     def data(self):
         x = self.r()
         if x < 0.02:  # about the LMDB backend's chunk of ops (lmdb_ops.c CHUNK_CAP, 4080 bytes)
             return "z" * self.rng.randint(3900, 4100)
+        if x < 0.05:  # op data is text kept as given: 1 and 1.0 are two rows, two checksums
+            return self.choice(NUMBER_TEXTS)
         if x < 0.1:
             return ""
         if x < 0.2:
             return edge(self.rng)
         return json.dumps({"v": self.rng.randint(0, 9), "s": edge(self.rng)})
+
+    def object_name(self, plain):
+        """An output's object type or id: now and then the longest (BS_MAX_OBJECT_NAME bytes, of
+        two-byte characters too) or one byte over (BS_ETOOBIG)."""
+        x = self.r()
+        if x < 0.01:
+            return "o" * (MAX_OBJECT + (x < 0.003))
+        if x < 0.015:
+            return "\u00e9" * (MAX_OBJECT // 2)
+        return self.choice(plain)
+
+    def param_row(self):
+        """A bucket-parameter row: an edge string, or numbers whose kind a row keeps (1, 1.0,
+        1e0 (the double 1.0), -0.0, 2^53 + 1)."""
+        if self.r() < 0.4:
+            return {"p": self.choice(PARAM_NUMBERS)}
+        return {"p": edge(self.rng)}
 
     def writer(self, cmd):
         """cmd for "main" mostly; for "snap", a snapshot writer, once it was opened as one (the
@@ -236,13 +269,14 @@ class Gen:
         if tag != "delete" or self.r() < 0.1:
             rows = []
             for _ in range(self.rng.randint(0, 3)):
-                rows.append({"bucket": self.bucket(), "type": self.choice(["t", "", "\u00e9"]),
-                             "id": self.choice(self.ids + ["o1"]), "data": self.data()})
+                rows.append({"bucket": self.bucket(), "type": self.object_name(["t", "", "\u00e9"]),
+                             "id": self.object_name(self.ids + ["o1"]), "data": self.data()})
             c["rows"] = rows
             self.ops += len(rows) + 2
             if self.r() < 0.5:
                 c["lookups"] = [{"lookup": self.lookup(),
-                                 "params": [{"p": edge(self.rng)}][:self.rng.randint(0, 1)]}
+                                 "params": [self.param_row()
+                                            for _ in range(self.rng.randint(0, 2))]}
                                 for _ in range(self.rng.randint(0, 2))]
                 self.ops += 2
         if self.r() < 0.2:

@@ -12,7 +12,9 @@ system's libxxhash and hashlib), and checks every backend's replies against them
 - stream states (1, 4.4, 8) and the default stream (the served one, else the newest);
 - clear (8): the checkpoint state of a new stream, ids that keep growing;
 - checksums and counts at any C (3), bucket data reduced as a client does (9, property 2), and
-  every PUT's and REMOVE's checksum from its own fields.
+  every PUT's and REMOVE's checksum from its own fields;
+- parameter sets (5.4) until a parameter compaction: the latest entry per key and source row, keys
+  canonical (1 and 1.0 one key), rows as given (1 and 1.0 two rows), BS_ELIMIT past the limit.
 
 What it takes from the replies: whether a command succeeded (the backends' agreement on that is
 driver_diff.py's job) and a compaction's counts (a compaction lowers counts, and may make a read
@@ -94,6 +96,21 @@ def lookup_key(values):
     return tuple(out)
 
 
+def canon(v):
+    """A JSON value as comparable text, numbers with their kind: 1 and 1.0 differ (a row is kept
+    as given, docs/driver.md), 1.0 and 1e0 do not (the same double, which the driver writes
+    back as jansson does)."""
+    def typed(x):
+        if isinstance(x, float):
+            return {"\u0000float": repr(x)}
+        if isinstance(x, dict):
+            return {k: typed(y) for k, y in x.items()}
+        if isinstance(x, list):
+            return [typed(y) for y in x]
+        return x
+    return json.dumps(typed(v), sort_keys=True)
+
+
 # ---- One stream ---------------------------------------------------------------------------------
 
 class Stream:
@@ -106,6 +123,8 @@ class Stream:
         self.reset()
         self.compacted = False   # a compaction changed ops: counts may be lower, reads torn
         self.initial = False     # initial-replication compaction deleted ops: sums change too
+        self.params_compacted = False  # parameter compaction dropped entries (compact.c: only
+        # bs_compact with compact_parameters; bucket compaction leaves the index alone)
 
     def reset(self):
         """What bs_clear leaves (contract.md 8): the checkpoint state of a new stream; op ids
@@ -113,6 +132,7 @@ class Stream:
         self.tables = {}       # name -> id
         self.records = {}      # (table id, rid bytes) -> Record
         self.buckets = {}      # name -> [Op]
+        self.params = []       # (op id, lookup key, table id, rid, rows or None), ascending id
         # [lo, hi]: ids whose order among themselves the contract leaves open (the REMOVEs of
         # one step of a save, all ops of a truncate: util_model.h's groups); a read at C with
         # lo <= C < hi may see any subset of them
@@ -140,17 +160,27 @@ class Stream:
             {"op_id": self.head, "op": kind, "object_type": otype, "object_id": oid,
              "subkey": sk, "data": data, "checksum": ck})
 
-    def param(self):
-        """A parameter entry or tombstone: it takes an id (contract.md 2); its contents are not
-        modelled."""
+    def param(self, key, table, rid, rows):
+        """A parameter entry (rows: the lookup's parameter rows as given) or a tombstone (rows
+        None) of source row (table, rid) under lookup key: it takes an id (contract.md 2)."""
         self.head += 1
+        self.params.append((self.head, key, table, rid, rows))
+
+    def parameter_sets(self, c, keys):
+        """contract.md 5.4: for every key and source row, the latest entry at or below c; a
+        tombstone drops the row. The rows, as canon() texts."""
+        latest = {}
+        for op_id, key, table, rid, rows in self.params:
+            if op_id <= c and key in keys:
+                latest[(key, table, rid)] = rows
+        return [canon(r) for rows in latest.values() if rows for r in rows]
 
     def remove_record(self, rec, tombstones):
         for bucket, otype, oid in rec.members:
             self.emit(bucket, "REMOVE", otype, oid, rec.subkey)
         if tombstones:
-            for _ in rec.lookups:
-                self.param()
+            for key in rec.lookups:
+                self.param(key, rec.table, rec.rid, None)
 
     def save(self, cmd, snapshot):
         """contract.md 4.1 and 4.3, applied at flush."""
@@ -168,8 +198,8 @@ class Stream:
             self.group_from(self.head + 1)
             self.remove_record(old, False)
             self.group_to()
-            for _ in old.lookups:
-                self.param()
+            for key in old.lookups:
+                self.param(key, t, before, None)
             del self.records[(t, before)]
             if soft:
                 self.records[(t, before)] = Record(t, before, soft=True, mark=self.head)
@@ -194,13 +224,13 @@ class Stream:
                     self.emit(m[0], "REMOVE", m[1], m[2], nr.subkey)
             self.group_to()
         for lk in cmd.get("lookups") or []:
-            self.param()
+            self.param(lookup_key(lk["lookup"]), t, after, lk.get("params") or [])
             if lookup_key(lk["lookup"]) not in nr.lookups:  # the record keeps each key once
                 nr.lookups.append(lookup_key(lk["lookup"]))
         if prev:
             for k in prev.lookups:
                 if k not in nr.lookups:
-                    self.param()
+                    self.param(k, t, after, None)
         self.records[(t, after)] = nr
 
     def truncate(self, table, drop):
@@ -571,17 +601,36 @@ class Model:
         return None
 
     def c_parameter_sets(self, cmd, reply, ok):
+        """contract.md 5.4 until a parameter compaction (which drops entries and makes reads below
+        its horizon BS_ESTALE): the rows of the requested keys (a key
+        listed twice counts once; 1 and 1.0 are one key), each row as given, with its numbers'
+        kinds (1 is not 1.0); more than `limit` (default 1000) is BS_ELIMIT."""
         s = self.stream_of(cmd)
+        c = _id(cmd.get("checkpoint"))
         code = (reply.get("error") or {}).get("code")
-        if s is not None and code == "BS_ESTALE" and not s.compacted:
+        if s is not None and code == "BS_ESTALE" and not s.params_compacted:
             return "BS_ESTALE on a stream never compacted (contract.md 5.5)"
-        return None
+        if s is None or c is None or s.params_compacted or s.open_order(c) or \
+                not isinstance(cmd.get("lookups"), list) or (not ok and code != "BS_ELIMIT"):
+            return None
+        limit = cmd.get("limit")
+        limit = 1000 if limit is None else limit
+        want = s.parameter_sets(c, {lookup_key(k) for k in cmd["lookups"]})
+        if len(want) > limit:
+            return None if code == "BS_ELIMIT" else \
+                "%d rows at %d, over the limit %d: BS_ELIMIT expected" % (len(want), c, limit)
+        if not ok:
+            return "BS_ELIMIT with %d rows at %d, limit %d" % (len(want), c, limit)
+        got = sorted(canon(r) for r in reply.get("sets") or [])
+        return None if got == sorted(want) else "sets at %d: %r, the model's %r" % (
+            c, got, sorted(want))
 
     # ---- compaction -----------------------------------------------------------------------
     def c_compact(self, cmd, reply, ok):
         s = self.stream_of(cmd)
         if ok and s:
             s.compacted = True
+            s.params_compacted |= cmd.get("compact_parameters") is True
         return None
 
     def c_compact_initial_replication(self, cmd, reply, ok):
