@@ -435,25 +435,27 @@ function outside(ops, i) {
   return revoked.has(ops) ? reused() : badIndex(i, ops.length);
 }
 
-/** Ends a RawOplog of a reuseBuffers call, whose memory is then the next call's: length 0 makes
- * every accessor throw (in #at, which checks it anyway; a check of its own in every accessor
- * would cost more), a TypeError since it is in revoked. */
-function revoke(ops) {
-  ops.length = 0;
-  revoked.add(ops);
-}
+/** Ends a RawOplog of a reuseBuffers call, whose memory is then the next call's (set in
+ * RawOplog's static block: it replaces the chunk's views by empty ones, so that every accessor
+ * throws, a TypeError since the RawOplog is in revoked). */
+let revoke;
 
 function badIndex(i, n) {
   return rangeError(`op index ${String(i)}: not in 0..${n - 1}`);
 }
+
+const NO_IDS = new BigUint64Array(0), NO_BYTES = new Uint8Array(0), NO_U32 = new Uint32Array(0);
 
 /**
  * The ops of one chunk in raw mode (getBucketDataBatchRaw): the fields of every op of the call
  * stay in one Buffer, and a field is decoded when it is read, so an op costs no object and no
  * string until asked for. Op i of the chunk (0 <= i < length) is op k + i of the batch r, laid
  * out as done_bucket_data in the addon says (raw mode: byte offsets into r.text, a Buffer; a
- * type's bits from the fifth up say which fields are null). The columns are held in fields of
- * their own, so that an accessor is a few loads in a loop that V8 has optimised.
+ * type's bits from the fifth up say which fields are null). The columns are held as views of
+ * the chunk's ops alone, made once per chunk, so that an accessor is a load from a typed array
+ * indexed by i, whose own bounds check (an element outside reads undefined) is the index check:
+ * with a check of its own (i >>> 0, the length) and an offset k added, the accessors took twice
+ * the time (bench/README.md). A number index is required: a typed array reads '0' as 0.
  */
 class RawOplog {
   #ids;
@@ -461,50 +463,52 @@ class RawOplog {
   #sums;
   #offs;
   #text;
-  #k;
   /** the chunk's fields as one string when they are all ASCII (#base: its first byte's offset in
    * the batch), null when not, undefined until a field is first decoded */
   #ascii;
   #base = 0;
   constructor(r, k, n) {
-    this.#ids = r.ids;
-    this.#types = r.types;
-    this.#sums = r.sums;
-    this.#offs = r.offs;
+    this.#ids = r.ids.subarray(k, k + n);
+    this.#types = r.types.subarray(k, k + n);
+    this.#sums = r.sums.subarray(k, k + n);
+    this.#offs = r.offs.subarray(4 * k, 4 * (k + n) + 1);
     this.#text = r.text;
-    this.#k = k;
     this.length = n;
+  }
+  static {
+    revoke = (ops) => {
+      ops.#ids = NO_IDS, ops.#types = NO_BYTES, ops.#sums = NO_U32, ops.#offs = NO_U32;
+      ops.length = 0;
+      revoked.add(ops);
+    };
   }
   /** The bytes of every field of the call's ops (shared by its chunks; byteStart/byteEnd). */
   get buffer() {
     return this.#text;
   }
-  /** Index of op i in the batch; a RangeError outside the chunk (a TypeError once revoked). */
-  #at(i) {
-    // i >>> 0 is i only for an integer in 0..2^32 - 1 (not for a string, NaN, -1 or 0.5)
-    if ((i >>> 0) !== i || i >= this.length) throw outside(this, i);
-    return this.#k + i;
-  }
-  /** The byte offset where field f of op k of the batch starts (e 0) or ends (e 1), -1 when null. */
-  #offset(k, f, e) {
-    return this.#types[k] & (16 << f) ? -1 : this.#offs[4 * k + f + e];
+  /** Where field f of op i starts (e 0) or ends (e 1) in buffer, -1 when null; a RangeError
+   * for an i outside the chunk (a TypeError once revoked). */
+  #offset(i, f, e) {
+    const t = this.#types[i];
+    if (t === undefined || typeof i !== 'number') throw outside(this, i);
+    return t & (16 << f) ? -1 : this.#offs[4 * i + f + e];
   }
   /** Where field name of op i starts in buffer (a byte offset), -1 when the field is null. */
   byteStart(i, name) {
-    return this.#offset(this.#at(i), fieldIndex(name), 0);
+    return this.#offset(i, fieldIndex(name), 0);
   }
   /** Where it ends (exclusive), -1 when it is null. */
   byteEnd(i, name) {
-    return this.#offset(this.#at(i), fieldIndex(name), 1);
+    return this.#offset(i, fieldIndex(name), 1);
   }
   /** Field name of op i as a view of buffer (no copy), or null. */
   bytes(i, name) {
-    const k = this.#at(i), f = fieldIndex(name), start = this.#offset(k, f, 0);
-    return start < 0 ? null : this.#text.subarray(start, this.#offs[4 * k + f + 1]);
+    const f = fieldIndex(name), start = this.#offset(i, f, 0);
+    return start < 0 ? null : this.#text.subarray(start, this.#offs[4 * i + f + 1]);
   }
   /** The chunk's fields as one string if they are all ASCII (a byte a character), else null. */
   #decodeAscii() {
-    const start = this.#offs[4 * this.#k], end = this.#offs[4 * (this.#k + this.length)];
+    const start = this.#offs[0], end = this.#offs[4 * this.length];
     const bytes = this.#text.subarray(start, end);
     this.#base = start;
     return (this.#ascii = isAscii && end - start <= MAX_STRING_LENGTH && isAscii(bytes)
@@ -515,7 +519,7 @@ class RawOplog {
    * chunk's string alive, as the default mode's keep their batch's); another decodes each field
    * on its own. */
   #field(i, f) {
-    const k = this.#at(i), start = this.#offset(k, f, 0), end = this.#offs[4 * k + f + 1];
+    const start = this.#offset(i, f, 0), end = this.#offs[4 * i + f + 1];
     if (start < 0) return null;
     const ascii = this.#ascii === undefined ? this.#decodeAscii() : this.#ascii;
     if (ascii !== null) return ascii.slice(start - this.#base, end - this.#base);
@@ -529,13 +533,19 @@ class RawOplog {
     }
   }
   opId(i) {
-    return this.#ids[this.#at(i)];
+    const v = this.#ids[i];
+    if (v === undefined || typeof i !== 'number') throw outside(this, i);
+    return v;
   }
   op(i) {
-    return OP_NAMES[this.#types[this.#at(i)] & 15];
+    const t = this.#types[i];
+    if (t === undefined || typeof i !== 'number') throw outside(this, i);
+    return OP_NAMES[t & 15];
   }
   checksum(i) {
-    return this.#sums[this.#at(i)];
+    const v = this.#sums[i];
+    if (v === undefined || typeof i !== 'number') throw outside(this, i);
+    return v;
   }
   objectType(i) {
     return this.#field(i, 0);

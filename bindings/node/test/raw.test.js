@@ -49,6 +49,10 @@ function same(d, r) {
       assert.ok(raw.buffer.subarray(raw.byteStart(i, f), raw.byteEnd(i, f)).equals(bytes));
     }
   });
+  // an index past the chunk is refused, also where the call's next chunk holds ops
+  for (const i of [raw.length, raw.length + 1])
+    assert.throws(() => raw.byteStart(i, 'data'), { name: 'RangeError', code: 'BS_EINVAL' }, String(i));
+  assert.throws(() => raw.opId(raw.length), { name: 'RangeError', code: 'BS_EINVAL' });
   assert.deepEqual([...raw], ops);
   const json = (x) => JSON.stringify(x, (k, v) => (typeof v === 'bigint' ? `${v}n` : v));
   assert.equal(json(raw), json(ops));
