@@ -42,8 +42,9 @@ static PyObject *op_types, *encode_lookup, *inval_cls, *error_of;
 /* Freed Ops of op_cls, kept for the next ones (op_new): a read frees a chunk's Ops and makes
  * the next chunk's, and allocating and freeing an Op (the collector's header, pymalloc) was 150
  * instructions of the 1,640 an op took. At most OP_FREE_MAX are kept, CPython's own bound on
- * its free list of tuples of a size (PyTuple_MAXFREELIST, 2000): about 200 kB at most. Touched
- * only with the GIL held; a build without the GIL keeps none. */
+ * its free list of tuples of a size (PyTuple_MAXFREELIST, 2000): about 200 kB at most, and the
+ * str they keep (below) about 3 MB at most. Touched only with the GIL held; a build without the
+ * GIL keeps none. */
 #ifdef Py_GIL_DISABLED
 enum { OP_FREE_MAX = 0 };
 #else
@@ -52,37 +53,84 @@ enum { OP_FREE_MAX = 2000 };
 static PyObject *op_free[OP_FREE_MAX ? OP_FREE_MAX : 1];
 static int n_op_free;
 
+/* The items of an Op that are str an op does not share with the op before it (object_id, subkey,
+ * data; object_type usually is shared, see object_type()). A freed Op in op_free keeps such a str
+ * when nobody else holds it (str_reusable), and the next Op made from it writes the next field's
+ * characters over it when they fit (op_str): allocating and freeing the three str was about 470
+ * of the 1,524 instructions an op took (bench/README.md). The other items of a freed Op are
+ * NULL. */
+enum { OP_STR_FIRST = 3, OP_STR_END = 6 };
+
+/* A str is kept only up to a length whose str pymalloc allocates (objects of 512 bytes at most):
+ * at most 2000 Ops hold three of them, about 3 MB, and a long row's str is not held after its
+ * read. */
+enum { OP_STR_KEEP_MAX = 512 - (int)sizeof(PyASCIIObject) - 1 };
+
+/* Whether str s of a freed Op may be written over: what CPython asks before it changes a str in
+ * place (unicodeobject.c, unicode_modifiable: a reference count of 1, a str and not a subclass,
+ * not interned; the interned table's references are not counted before 3.12, so an interned str
+ * can have a count of 1), and a compact ASCII str (one byte a character, right after its header,
+ * as PyUnicode_New(n, 127) makes it; a non-ASCII field is decoded into a new str). The cached
+ * hash is reset when it is written over; before 3.12 a str can also carry a wchar_t copy (wstr,
+ * from the deprecated PyUnicode_AsUnicode), which would go stale: such a str is freed instead. */
+static int str_reusable(PyObject *s) {
+  return s && Py_REFCNT(s) == 1 && PyUnicode_CheckExact(s) && PyUnicode_IS_COMPACT_ASCII(s) &&
+         PyUnicode_GET_LENGTH(s) <= OP_STR_KEEP_MAX && !PyUnicode_CHECK_INTERNED(s)
+#if PY_VERSION_HEX < 0x030C0000
+         && !((PyASCIIObject *)s)->wstr
+#endif
+      ;
+}
+
 static void op_dealloc(PyObject *self) {
   PyTypeObject *type = Py_TYPE(self);
+  int keep = type == op_cls && Py_SIZE(self) == 8 && n_op_free < OP_FREE_MAX;
   PyObject_GC_UnTrack(self);
   /* (the trashcan's macros open and close a block, which clang-format does not know) */
   /* clang-format off */
   Py_TRASHCAN_BEGIN(self, op_dealloc)
-  for (Py_ssize_t i = Py_SIZE(self); --i >= 0;) Py_XDECREF(PyTuple_GET_ITEM(self, i));
-  if (type == op_cls && Py_SIZE(self) == 8 && n_op_free < OP_FREE_MAX)
+  if (keep) { /* (8 items: a loop the compiler unrolls) */
+    for (int i = 8; --i >= 0;) {
+      PyObject *o = PyTuple_GET_ITEM(self, i);
+      if (i >= OP_STR_FIRST && i < OP_STR_END && str_reusable(o)) continue;
+      PyTuple_SET_ITEM(self, i, NULL);
+      Py_XDECREF(o); /* (may run code that frees Ops: n_op_free is read again below) */
+    }
+  } else {
+    for (Py_ssize_t i = Py_SIZE(self); --i >= 0;) Py_XDECREF(PyTuple_GET_ITEM(self, i));
+  }
+  if (keep && n_op_free < OP_FREE_MAX) {
     op_free[n_op_free++] = self; /* untracked, as op_new wants it (op_cls holds the type) */
-  else
+  } else {
+    if (keep) /* (the str it kept) */
+      for (int i = OP_STR_FIRST; i < OP_STR_END; i++) Py_XDECREF(PyTuple_GET_ITEM(self, i));
     type->tp_free(self);
+  }
   Py_DECREF(type);
   Py_TRASHCAN_END
   /* clang-format on */
 }
 
-/* A new Op, untracked, its items unset (NULL: the caller sets them). */
+/* A new Op, untracked, its items NULL but for the str a freed Op kept (the caller sets them all:
+ * op_str for those). */
 static PyObject *op_new(void) {
   PyObject *t;
   if (n_op_free) {
     t = op_free[--n_op_free];
     PyObject_InitVar((PyVarObject *)t, op_cls, 8); /* (the type's reference, a refcount of 1) */
-  } else if (!(t = (PyObject *)PyObject_GC_NewVar(PyTupleObject, op_cls, 8))) {
-    return NULL;
+    return t;
   }
+  if (!(t = (PyObject *)PyObject_GC_NewVar(PyTupleObject, op_cls, 8))) return NULL;
   for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(t, i, NULL);
   return t;
 }
 
 static void op_free_clear(void) {
-  while (n_op_free) PyObject_GC_Del(op_free[--n_op_free]);
+  while (n_op_free) {
+    PyObject *t = op_free[--n_op_free];
+    for (int i = OP_STR_FIRST; i < OP_STR_END; i++) Py_XDECREF(PyTuple_GET_ITEM(t, i));
+    PyObject_GC_Del(t);
+  }
 }
 
 /* Whether op_dealloc can stand in for cls's deallocator: a heap type directly under tuple, its
@@ -165,6 +213,46 @@ static PyObject *field(bs_val v) {
   return s;
 }
 
+/* Copies the n bytes at p to d (n >= 8) and says whether they are ASCII: ascii()'s words, each
+ * stored as it is read (one pass instead of the check's and memcpy's two). */
+static inline void store8(unsigned char *d, uint64_t w) {
+  memcpy(d, &w, 8);
+}
+
+static int copy_ascii(unsigned char *d, const unsigned char *p, size_t n) {
+  uint64_t any = 0, a, b, c, e;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a = load8(p + i), b = load8(p + i + 8), c = load8(p + i + 16), e = load8(p + i + 24);
+    store8(d + i, a), store8(d + i + 8, b), store8(d + i + 16, c), store8(d + i + 24, e);
+    any |= a | b | c | e;
+  }
+  for (; i + 8 <= n; i += 8) a = load8(p + i), store8(d + i, a), any |= a;
+  a = load8(p + n - 8), store8(d + n - 8, a), any |= a;
+  return !(any & 0x8080808080808080ull);
+}
+
+/* field(v), written over old (a str of a freed Op, str_reusable, or NULL; taken over) when v is
+ * ASCII of old's length: the same str as a new one, without allocating and freeing one. */
+static PyObject *op_str(bs_val v, PyObject *old) {
+  const unsigned char *p = (const unsigned char *)v.data;
+  if (!old) return field(v);
+  if (p && v.size && (Py_ssize_t)v.size == PyUnicode_GET_LENGTH(old)) {
+    unsigned char *d = PyUnicode_1BYTE_DATA(old);
+    int ok;
+    if (v.size >= 8)
+      ok = copy_ascii(d, p, v.size);
+    else if ((ok = ascii(p, v.size)))
+      memcpy(d, p, v.size);
+    if (ok) {
+      ((PyASCIIObject *)old)->hash = -1; /* (unset: computed again when asked for) */
+      return old;
+    }
+  }
+  Py_DECREF(old); /* (its characters may have been written over: it is freed) */
+  return field(v);
+}
+
 static PyObject *opt_id(uint64_t id) {
   return id ? PyLong_FromUnsignedLongLong(id) : Py_NewRef(Py_None);
 }
@@ -176,8 +264,24 @@ typedef struct {
   PyObject *str; /* borrowed from the previous Op */
 } last_type;
 
+/* Whether the n bytes at x and y are equal: for 4 to 16 bytes (object types: table names) the
+ * first and the last 4 or 8 bytes, overlapping, instead of a call to memcmp (45 instructions an
+ * op). */
+static inline uint32_t load4(const unsigned char *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+
+static int same_bytes(const unsigned char *x, const unsigned char *y, size_t n) {
+  if (n >= 8 && n <= 16) return load8(x) == load8(y) && load8(x + n - 8) == load8(y + n - 8);
+  if (n >= 4 && n < 8) return load4(x) == load4(y) && load4(x + n - 4) == load4(y + n - 4);
+  return !memcmp(x, y, n);
+}
+
 static PyObject *object_type(bs_val v, last_type *last) {
-  if (last->str && v.data && v.size == last->val.size && !memcmp(v.data, last->val.data, v.size))
+  if (last->str && v.data && v.size == last->val.size &&
+      same_bytes((const unsigned char *)v.data, (const unsigned char *)last->val.data, v.size))
     return Py_NewRef(last->str);
   last->str = NULL, last->val = v;
   return field(v);
@@ -205,12 +309,12 @@ static PyObject *op_tuple(const bs_op *op, last_type *last) {
   PyTuple_SET_ITEM(t, 1, s);
   if (!(s = object_type(op->object_type, last))) goto fail;
   PyTuple_SET_ITEM(t, 2, s);
-  if (!(s = field(op->object_id))) goto fail;
-  PyTuple_SET_ITEM(t, 3, s);
-  if (!(s = field(op->subkey))) goto fail;
-  PyTuple_SET_ITEM(t, 4, s);
-  if (!(s = field(op->data))) goto fail;
-  PyTuple_SET_ITEM(t, 5, s);
+  for (int i = OP_STR_FIRST; i < OP_STR_END; i++) {
+    PyObject *old = PyTuple_GET_ITEM(t, i);
+    PyTuple_SET_ITEM(t, i, NULL); /* (taken over by op_str) */
+    if (!(s = op_str(i == 3 ? op->object_id : i == 4 ? op->subkey : op->data, old))) goto fail;
+    PyTuple_SET_ITEM(t, i, s);
+  }
   if (!(s = PyLong_FromUnsignedLong(op->checksum))) goto fail;
   PyTuple_SET_ITEM(t, 6, s);
   if (!(s = opt_id(op->target_op))) goto fail;
