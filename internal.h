@@ -1270,6 +1270,40 @@ typedef struct bs__compact_store {
  * commit, and once at the end with the call's totals. BS_ECANCELED when the callback stops it. */
 int bs__compact_report(bs__compact_run *r);
 
+/* ---- The parameter pass (compact_params.c): contract.md 6, over a cursor of entries ----
+ * A backend whose param_step gives this cursor runs one transaction of the pass by calling
+ * bs__compact_param_txn inside it: per (lookup, table, replica id) group only the newest entry at
+ * or below the horizon stays, dropped too when it is a tombstone (bs__compact_param_drop); a
+ * transaction visits max_ops_per_txn entries or more, up to the end of a group (a group is never
+ * split), and the next resumes after the last group it finished. */
+typedef struct bs__param_entry {
+  bs_val lookup, rid;
+  uint32_t table;
+  uint64_t op;
+  uint32_t n_sets; /* 0: a tombstone */
+} bs__param_entry;
+/* Where the pass resumes: after the group (lookup, table, rid); zeroed: at the first group. */
+typedef struct bs__param_pos {
+  unsigned char lookup[BS_MAX_LOOKUP_KEY], rid[BS_MAX_REPLICA_ID];
+  size_t lookup_size, rid_size;
+  uint32_t table;
+  int started; /* a group was finished (else the pass starts at the first) */
+  int done;    /* the pass is complete */
+} bs__param_pos;
+/* seek: the newest entry of the first group after pos, in any order of groups that stays the
+ * same across the pass's transactions (*found 0: none); next: the entry after the current one,
+ * the group's older entries newest first, then the next group's newest; del: deletes the current
+ * entry (next goes on from it). An entry stays valid until the next call. */
+typedef struct bs__param_cursor {
+  int (*seek)(void *x, const bs__param_pos *pos, bs__param_entry *e, int *found, bs_error *err);
+  int (*next)(void *x, bs__param_entry *e, int *found, bs_error *err);
+  int (*del)(void *x, bs_error *err);
+} bs__param_cursor;
+/* One transaction's share of the pass at r->horizon from pos (advanced; pos->done at the end);
+ * the entries removed are added to r->stats on BS_OK. */
+int bs__compact_param_txn(const bs__param_cursor *c, void *x, bs__compact_run *r,
+                          bs__param_pos *pos);
+
 /* ---- The bucket walk (compact_run.c): what a backend's transaction does to a bucket ----
  * A backend gives a cursor over one bucket's ops; the walk decides, counts and bounds. */
 

@@ -4,7 +4,9 @@
  * plans every op, as for LMDB and PostgreSQL. A step compacts one bucket under the lock (the
  * backend's transaction): the reverse scan with the planner's seen-set, in the same order and
  * with the same memory bound as LMDB, then the new op array, built first, so that the bucket
- * changes only when everything is allocated. Bucket ids are the stream's bucket indexes.
+ * changes only when everything is allocated. Bucket ids are the stream's bucket indexes. The
+ * parameter pass is compact_params.c's, a transaction (max_ops_per_txn entries) under the lock
+ * at a time, over this store's cursor of entries.
  */
 #include "mem_internal.h"
 
@@ -14,6 +16,7 @@
 typedef struct mcx {
   mem_storage *ms;
   bs__mem_reemit_fn reemit;
+  bs__param_pos ppos; /* where the parameter pass resumes */
 } mcx;
 
 static int sup_cmp(const void *x, const void *y) {
@@ -190,20 +193,60 @@ static const bs__op_cursor mcur_ops = {
     mcur_del,     mcur_move, mcur_fold,    mcur_sup_seek, mcur_sup_next,
     mcur_sup_del, NULL,      mcur_start,   mcur_apply,    0};
 
-/* Parameter compaction at h: an entry at or below h goes as the planner says
- * (bs__compact_param_drop), the newer entries of its row being the ones after it (param_cmp).
- * In place, so nothing fails. Caller holds the lock. */
-static void compact_params(const bs_allocator *a, mem_stream *s, uint64_t h, uint64_t *removed) {
-  size_t nn = 0;
-  for (size_t k = 0; k < s->nparams; k++) /* nn <= k: entries k and k + 1 are still as they were */
-    if (s->params[k].id <= h &&
-        bs__compact_param_drop(param_newer(s, k, h), (uint32_t)s->params[k].nrows))
-      param_free(a, &s->params[k]);
-    else
-      s->params[nn++] = s->params[k];
-  *removed += s->nparams - nn;
-  s->nparams = nn;
+/* The parameter pass's cursor (bs__param_cursor) under the lock: a group (one row's entries of a
+ * lookup) is the run params[g0, g1) of param_cmp's order, walked from its end (newest first);
+ * a deleted entry is only marked (drop), and the step closes up the array. */
+typedef struct mpar {
+  const bs_allocator *a;
+  mem_stream *s;
+  size_t g0, g1, k;
+  unsigned char *drop;
+} mpar;
+
+static int mpar_at(mpar *p, size_t k, bs__param_entry *e, int *found) {
+  const mem_param *q = &p->s->params[k];
+  bs__param_entry x = {q->key, q->rid, q->table, q->id, (uint32_t)q->nrows};
+  p->k = k;
+  *e = x;
+  *found = 1;
+  return BS_OK;
 }
+
+/* The group starting at g0: its newest entry. */
+static int mpar_group(mpar *p, size_t g0, bs__param_entry *e, int *found) {
+  const mem_param *q = p->s->params;
+  if ((*found = g0 < p->s->nparams) == 0) return BS_OK;
+  for (p->g0 = g0, p->g1 = g0 + 1; p->g1 < p->s->nparams; p->g1++)
+    if (q[p->g1].table != q[g0].table || !bs__val_eq(q[p->g1].key, q[g0].key) ||
+        !bs__val_eq(q[p->g1].rid, q[g0].rid))
+      break;
+  return mpar_at(p, p->g1 - 1, e, found);
+}
+
+static int mpar_seek(void *x, const bs__param_pos *pos, bs__param_entry *e, int *found,
+                     bs_error *err) {
+  mpar *p = x;
+  /* past every entry of pos's group: the greatest op id sorts after them */
+  mem_param after = {
+      {pos->lookup, pos->lookup_size}, pos->table, {pos->rid, pos->rid_size}, UINT64_MAX, NULL, 0};
+  BS_UNUSED(err);
+  return mpar_group(p, pos->started ? param_lower(p->s, &after) : 0, e, found);
+}
+
+static int mpar_next(void *x, bs__param_entry *e, int *found, bs_error *err) {
+  mpar *p = x;
+  BS_UNUSED(err);
+  return p->k > p->g0 ? mpar_at(p, p->k - 1, e, found) : mpar_group(p, p->g1, e, found);
+}
+
+static int mpar_del(void *x, bs_error *err) {
+  mpar *p = x;
+  if (!p->drop && !(p->drop = bs__calloc(p->a, p->s->nparams, 1))) return enomem(err, "compact");
+  p->drop[p->k] = 1;
+  return BS_OK;
+}
+
+static const bs__param_cursor mpar_ops = {mpar_seek, mpar_next, mpar_del};
 
 /* ---- Primitives (bs__compact_store) ------------------------------------------------------- */
 
@@ -357,14 +400,26 @@ static int m_param_fence(void *x, uint64_t h, bs_error *err) {
   return BS_OK;
 }
 
-/* The whole pass under the lock (one transaction). */
+/* One transaction of the pass under the lock (compact_params.c), its deletions applied at its
+ * end (none on failure). */
 static int m_param_step(void *x, bs__compact_run *r, int *done) {
-  mem_storage *ms = ((mcx *)x)->ms;
-  lock(ms->db);
-  compact_params(ALLOC(ms->db), ms->s, r->horizon, &r->stats->parameter_entries_removed);
-  unlock(ms->db);
-  *done = 1;
-  return BS_OK;
+  mcx *c = x;
+  mem_stream *s = c->ms->s;
+  mpar p = {ALLOC(c->ms->db), s, 0, 0, 0, NULL};
+  size_t nn = 0;
+  int rc;
+  lock(c->ms->db);
+  rc = bs__compact_param_txn(&mpar_ops, &p, r, &c->ppos);
+  for (size_t k = 0; !rc && p.drop && k < s->nparams; k++) /* nn <= k */
+    if (p.drop[k])
+      param_free(p.a, &s->params[k]);
+    else
+      s->params[nn++] = s->params[k];
+  if (!rc && p.drop) s->nparams = nn;
+  unlock(c->ms->db);
+  bs__free(p.a, p.drop);
+  *done = c->ppos.done;
+  return rc;
 }
 
 static const bs__compact_store mem_store = {
@@ -373,7 +428,7 @@ static const bs__compact_store mem_store = {
 
 int bs__mem_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *o,
                     bs__mem_reemit_fn reemit, bs_error *err) {
-  mcx c = {MS(st), reemit};
+  mcx c = {MS(st), reemit, {{0}, {0}, 0, 0, 0, 0, 0}};
   return bs__compact_drive(&mem_store, &c, ALLOC(c.ms->db), o,
                            o->incremental_only ? BS__COMPACT_INC : BS__COMPACT_FULL, stats, NULL,
                            err);
@@ -381,7 +436,7 @@ int bs__mem_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_op
 
 int bs__mem_compact_initial(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
                             uint64_t min_changes, bs_error *err) {
-  mcx c = {MS(st), NULL};
+  mcx c = {MS(st), NULL, {{0}, {0}, 0, 0, 0, 0, 0}};
   bs_compact_options o;
   bs_compact_stats stats;
   bs__compact_initial_options(&o, max_op_id, min_changes);
