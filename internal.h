@@ -1252,7 +1252,7 @@ typedef struct bs__compact_store {
    * its transactions: advances r->i past every bucket it finished */
   int (*step)(void *x, bs__compact_run *r);
   /* re-emits the live rows of the fragmented buckets among ids (sorted, unique; the backend
-   * may reorder them) */
+   * may reorder them): bs__compact_defrag over the backend's bs__defrag_store does all of it */
   int (*defragment)(void *x, bs__compact_run *r, uint64_t *ids, size_t n);
   /* parameter compaction at r->horizon: fence raises the parameter horizon and the change fence
    * (a reader below gets BS_ESTALE, never a half-compacted answer); step deletes one
@@ -1303,6 +1303,35 @@ typedef struct bs__param_cursor {
  * the entries removed are added to r->stats on BS_OK. */
 int bs__compact_param_txn(const bs__param_cursor *c, void *x, bs__compact_run *r,
                           bs__param_pos *pos);
+
+/* ---- Defragmentation (compact_defrag.c): contract.md 6, over a backend's primitives ----
+ * A backend's defragment slot of bs__compact_store calls bs__compact_defrag with these. The
+ * engine chooses the buckets (bs__compact_defrag_due, while their rows fit in memory_limit_mb,
+ * in id order), collects their live rows (memberships of source records at or below the
+ * horizon) in (bucket, op) order and re-emits them in transactions of max_ops_per_txn rows,
+ * with a progress report after each. */
+typedef struct bs__defrag_row {
+  uint64_t bucket, old_op;
+  const unsigned char *key; /* the source record's key, in the backend's own encoding */
+  size_t key_size;
+} bs__defrag_row;
+typedef int (*bs__defrag_member_fn)(void *arg, uint64_t bucket, uint64_t op,
+                                    const unsigned char *key, size_t key_size);
+typedef struct bs__defrag_store {
+  /* one snapshot around members (called twice) and count; the rows' keys are copied */
+  int (*begin)(void *x, bs_error *err);
+  void (*end)(void *x);
+  /* every membership of every source record of the stream (fn's status is returned) */
+  int (*members)(void *x, bs__defrag_member_fn fn, void *arg, bs_error *err);
+  /* the bucket's stored op count (*found 0: no such bucket any more) */
+  int (*count)(void *x, uint64_t bucket, uint64_t *count, int *found, bs_error *err);
+  /* one transaction: re-emits each row whose source record still holds that membership at
+   * old_op (a new PUT with a new op id, same payload and checksum; the membership moves to it;
+   * (old -> new) logged as superseded), as the writer would; *emitted: how many */
+  int (*reemit)(void *x, const bs__defrag_row *rows, size_t n, uint64_t *emitted, bs_error *err);
+} bs__defrag_store;
+int bs__compact_defrag(const bs__defrag_store *s, void *x, const bs_allocator *a,
+                       bs__compact_run *r, const uint64_t *ids, size_t n);
 
 /* ---- The bucket walk (compact_run.c): what a backend's transaction does to a bucket ----
  * A backend gives a cursor over one bucket's ops; the walk decides, counts and bounds. */

@@ -173,8 +173,8 @@ static void tx_commit(mem_tx *tx) {
   bs__free(a, tx->j);
 }
 
-/* Ends tx: commits it when rc is BS_OK, else rolls all of it back and fails with rc (ENOMEM, or
- * ELIMIT: the op ids ran out) for what. */
+/* Ends tx: commits it when rc is BS_OK, else rolls all of it back and fails with rc (ENOMEM,
+ * ELIMIT: the op ids ran out, ECORRUPT: defragmentation found a record's op not a PUT) for what. */
 static int tx_end(mem_tx *tx, int rc, const char *what, bs_error *err) {
   if (rc == BS_OK) {
     tx_commit(tx);
@@ -182,6 +182,7 @@ static int tx_end(mem_tx *tx, int rc, const char *what, bs_error *err) {
   }
   tx_rollback(tx);
   if (rc == BS_ELIMIT) return bs__fail(err, rc, "%s: op id sequence exhausted (2^63)", what);
+  if (rc == BS_ECORRUPT) return bs__fail(err, rc, "%s: a source record's op is not its PUT", what);
   return enomem(err, what);
 }
 
@@ -742,33 +743,48 @@ static const bs_writer_vtable mem_writer_vt = {
 /* ---- Compaction (mem_compact.c) ---------------------------------------------------------------
  * Defragmentation's re-emission is a writer's transaction: each live row's PUT is appended again
  * with a new op id, logged as superseding the old one, and the membership takes the new op (as
- * LMDB), so that the writer's next change of the row supersedes that one. */
+ * LMDB), so that the writer's next change of the row supersedes that one. A row whose record no
+ * longer holds that membership (changed since the plan) is left alone. */
 
-static int reemit(mem_tx *tx, const mem_live *l) {
+static int reemit(mem_tx *tx, const bs__defrag_row *row, uint64_t *emitted) {
   const bs_allocator *a = ALLOC(tx->db);
-  mem_bucket *b = tx->s->buckets[l->bucket];
-  mem_rec *r = rec_find(tx->s, l->rec->table, l->rec->rid);
-  size_t k = op_index(b, l->op);
-  mem_rec *nr;
+  mem_stream *s = tx->s;
+  uint32_t table;
+  mem_rec *r, *nr;
+  mem_bucket *b;
+  size_t k, m = 0;
   uint64_t id;
   int rc;
-  BS_ASSERT(k < b->n && b->ops[k].type == BS_OP_PUT); /* a membership's op is its row's PUT */
+  memcpy(&table, row->key, 4);
+  r = rec_find(s, table, (bs_val){row->key + 4, row->key_size - 4});
+  while (r && m < r->r.nm && (r->r.m[m].bucket != row->bucket || r->r.m[m].op != row->old_op)) m++;
+  if (!r || m == r->r.nm) return BS_OK;
+  b = s->buckets[row->bucket];
+  k = op_index(b, row->old_op);
+  if (k == b->n || b->ops[k].type != BS_OP_PUT) return BS_ECORRUPT; /* a membership's op is a PUT */
   bs_op op = b->ops[k]; /* by value: tx_append may move b->ops (not the bytes) */
-  if ((rc = tx_append(tx, l->bucket, &op, &id)) || (rc = tx_sup(tx, l->bucket, op.op_id, id)))
+  if ((rc = tx_append(tx, (size_t)row->bucket, &op, &id)) ||
+      (rc = tx_sup(tx, (size_t)row->bucket, op.op_id, id)))
     return rc;
   if (!(nr = rec_copy(a, r->table, r->rid, &r->r))) return BS_ENOMEM;
-  nr->r.m[l->m].op = id;
+  nr->r.m[m].op = id;
   if ((rc = tx_rec_set(tx, r, nr))) bs__free(a, nr);
+  *emitted += !rc;
   return rc;
 }
 
-/* Re-emits rows[0..n) in one transaction. Caller holds the lock. */
-static int reemit_rows(mem_db *db, mem_stream *s, const mem_live *rows, size_t n, bs_error *err) {
+/* Re-emits rows[0..n) in one transaction under the lock. */
+static int reemit_rows(mem_db *db, mem_stream *s, const bs__defrag_row *rows, size_t n,
+                       uint64_t *emitted, bs_error *err) {
   mem_tx tx;
   int rc = BS_OK;
+  lock(db);
   tx_begin(&tx, db, s);
-  for (size_t i = 0; i < n && !rc; i++) rc = reemit(&tx, &rows[i]);
-  return tx_end(&tx, rc, "defragment", err);
+  for (size_t i = 0; i < n && !rc; i++) rc = reemit(&tx, &rows[i], emitted);
+  rc = tx_end(&tx, rc, "defragment", err);
+  unlock(db);
+  if (rc) *emitted = 0;
+  return rc;
 }
 
 static int mem_compact(bs_compact_stats *out, bs_storage *st, const bs_compact_options *o,

@@ -343,51 +343,52 @@ static int m_step(void *x, bs__compact_run *r) {
   return rc;
 }
 
-/* Defragmentation (the planner's bs__compact_defrag_due, as LMDB): a bucket's live rows are the
- * memberships of the source records in it whose op (the row's latest, a PUT) is at or below h;
- * the backend's transaction (reemit) appends their PUTs again in op order with new op ids. */
-static int live_cmp(const void *x, const void *y) {
-  const mem_live *a = x, *b = y;
-  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
-  return u64_cmp(&a->op, &b->op);
+/* Defragmentation (compact_defrag.c) over this store: a membership's key is the record's table id
+ * (4 bytes, native order) and replica id; the re-emission is a writer's transaction, which mem.c
+ * (the top) hands down as reemit. */
+static int d_begin(void *x, bs_error *err) {
+  BS_UNUSED(err);
+  lock(((mcx *)x)->ms->db);
+  return BS_OK;
 }
 
-static int m_defragment(void *x, bs__compact_run *r, uint64_t *ids, size_t n) {
-  mcx *c = x;
-  mem_db *db = c->ms->db;
-  mem_stream *s = c->ms->s;
-  const bs_allocator *a = ALLOC(db);
-  mem_live *live = NULL;
-  size_t nlive = 0, cap = 0, k = 0;
+static void d_end(void *x) {
+  unlock(((mcx *)x)->ms->db);
+}
+
+static int d_members(void *x, bs__defrag_member_fn fn, void *arg, bs_error *err) {
+  const mem_stream *s = ((mcx *)x)->ms->s;
+  unsigned char key[4 + BS_MAX_REPLICA_ID];
   int rc = BS_OK;
-  lock(db);
-  for (size_t i = 0; i < s->ridx.cap && !rc; i++)
-    for (uint32_t j = 0; rec_at(s, i) && j < rec_at(s, i)->r.nm && !rc; j++) {
-      const bs__member *m = &rec_at(s, i)->r.m[j];
-      mem_live l = {(size_t)m->bucket, rec_at(s, i), j, m->op};
-      uint64_t bucket = m->bucket;
-      if (m->op > r->horizon || !bsearch(&bucket, ids, n, sizeof *ids, u64_cmp)) continue;
-      if (BS_GROW(a, live, cap, nlive + 1))
-        rc = BS_ENOMEM;
-      else
-        live[nlive++] = l;
-    }
-  if (nlive) qsort(live, nlive, sizeof *live, live_cmp);
-  for (size_t i = 0, j; i < nlive && !rc; i = j) { /* keeps the due buckets' rows */
-    for (j = i + 1; j < nlive && live[j].bucket == live[i].bucket;) j++;
-    if (!bs__compact_defrag_due(j - i, s->buckets[live[i].bucket]->n, r->o->defragment_ratio))
-      continue;
-    memmove(live + k, live + i, (j - i) * sizeof *live);
-    k += j - i;
+  BS_UNUSED(err);
+  for (size_t i = 0; i < s->ridx.cap && !rc; i++) {
+    const mem_rec *r = rec_at(s, i);
+    if (!r) continue;
+    memcpy(key, &r->table, 4);
+    if (r->rid.size) memcpy(key + 4, r->rid.data, r->rid.size);
+    for (uint32_t j = 0; j < r->r.nm && !rc; j++)
+      rc = fn(arg, r->r.m[j].bucket, r->r.m[j].op, key, 4 + r->rid.size);
   }
-  if (rc)
-    rc = enomem(r->err, "defragment");
-  else if (k)
-    rc = c->reemit(db, s, live, k, r->err);
-  if (!rc) r->stats->ops_reemitted += k;
-  unlock(db);
-  bs__free(a, live);
   return rc;
+}
+
+static int d_count(void *x, uint64_t bucket, uint64_t *count, int *found, bs_error *err) {
+  const mem_stream *s = ((mcx *)x)->ms->s;
+  BS_UNUSED(err);
+  if ((*found = bucket < s->nbuckets)) *count = s->buckets[bucket]->n;
+  return BS_OK;
+}
+
+static int d_reemit(void *x, const bs__defrag_row *rows, size_t n, uint64_t *emitted,
+                    bs_error *err) {
+  mcx *c = x;
+  return c->reemit(c->ms->db, c->ms->s, rows, n, emitted, err);
+}
+
+static const bs__defrag_store mem_defrag = {d_begin, d_end, d_members, d_count, d_reemit};
+
+static int m_defragment(void *x, bs__compact_run *r, uint64_t *ids, size_t n) {
+  return bs__compact_defrag(&mem_defrag, x, ALLOC(((mcx *)x)->ms->db), r, ids, n);
 }
 
 static int m_param_fence(void *x, uint64_t h, bs_error *err) {

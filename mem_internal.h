@@ -360,15 +360,11 @@ int bs__mem_last_wcp(uint64_t *id_out, int *found, bs_storage *st, bs_val user,
                      const bs_head *heads, size_t n_heads, bs_error *err);
 int bs__mem_delete_requests(uint64_t *deleted, bs_storage *st, int64_t before_ms, bs_error *err);
 /* mem_compact.c: compaction's primitives for compact_run.c. Defragmentation's re-emission is a
- * writer's transaction, which mem.c (the top) hands down as reemit. */
-typedef struct mem_live {
-  size_t bucket;      /* a stream index */
-  const mem_rec *rec; /* the record as found (a re-emission stores a new one: find it again) */
-  uint32_t m;         /* the membership in the record */
-  uint64_t op;
-} mem_live;
-typedef int (*bs__mem_reemit_fn)(mem_db *db, mem_stream *s, const mem_live *rows, size_t n,
-                                 bs_error *err);
+ * writer's transaction, which mem.c (the top) hands down as reemit: it re-emits rows (their keys:
+ * the table id, 4 bytes in native order, and the replica id) in one transaction under the lock
+ * (bs__defrag_store reemit). */
+typedef int (*bs__mem_reemit_fn)(mem_db *db, mem_stream *s, const bs__defrag_row *rows, size_t n,
+                                 uint64_t *emitted, bs_error *err);
 int bs__mem_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *o,
                     bs__mem_reemit_fn reemit, bs_error *err);
 int bs__mem_compact_initial(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,

@@ -1706,6 +1706,49 @@ static void test_defragment_threshold(void **state) {
   env_close(&e);
 }
 
+/* Defragmentation writes in transactions of at most max_ops_per_txn rows, with a progress report
+ * after each (contract.md 6), on every backend. */
+typedef struct reemit_probe {
+  int reports;             /* those that saw more rows re-emitted */
+  uint64_t last, max_step; /* re-emitted at the last report; the most between two */
+} reemit_probe;
+
+static int probe_reemit(const bs_compact_stats *s, void *payload) {
+  reemit_probe *p = payload;
+  p->reports += s->ops_reemitted != p->last;
+  if (s->ops_reemitted - p->last > p->max_step) p->max_step = s->ops_reemitted - p->last;
+  p->last = s->ops_reemitted;
+  return 0;
+}
+
+static void test_defragment_txns(void **state) {
+  env e;
+  bs_compact_stats st;
+  reemit_probe p = {0, 0, 0};
+  const char *bn[] = {"b"};
+  bs_compact_options o = bucket_opts(bn, 1);
+  char id[16];
+  (void)state;
+  env_open(&e);
+  for (int i = 0; i < 10; i++) {
+    snprintf(id, sizeof id, "r%d", i);
+    put(&e, "b", id, "{}");
+  }
+  for (int i = 0; i < 30; i++) put(&e, "b", "hot", i % 2 ? "{\"a\":1}" : "{\"a\":2}");
+  commit(&e);
+  /* after the MOVEs: 10 PUTs, 29 MOVEs, the hot row's PUT; 11 live of 40 */
+  o.defragment_ratio = 0.5;
+  o.max_ops_per_txn = 3;
+  o.progress = probe_reemit;
+  o.progress_payload = &p;
+  CHECK(bs_compact(&st, e.st, &o, ERR));
+  assert_int_equal(st.ops_reemitted, 11);
+  assert_true(p.max_step <= 3);
+  assert_true(p.reports >= 4);
+  verify_db(&e);
+  env_close(&e);
+}
+
 /* Defragmentation while a writer changes the same rows (its own storage handle): a row changed
  * between the plan and the re-emission must not come back with old data. At the end, a client
  * reading the whole bucket holds exactly the writer's last state of every row. */
@@ -2022,6 +2065,7 @@ int main(void) {
       cmocka_unit_test(test_parameters_fenced),
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_defragment_threshold),
+      cmocka_unit_test(test_defragment_txns),
       cmocka_unit_test(test_defragment_concurrent),
       cmocka_unit_test(test_bare_over_op),
   };
@@ -2045,6 +2089,7 @@ int main(void) {
       cmocka_unit_test(test_map_growth_jobs),
       cmocka_unit_test(test_defragment),
       cmocka_unit_test(test_defragment_threshold),
+      cmocka_unit_test(test_defragment_txns),
       cmocka_unit_test(test_defragment_concurrent),
       cmocka_unit_test(test_bare_over_op),
   };
