@@ -1479,6 +1479,38 @@ int bs__read_checkpoint_changes(const bs__read_store *s, void *x, const bs_alloc
 int bs__read_parameter_sets(const bs__read_store *s, void *x, const bs_allocator *a, uint64_t c,
                             const bs_val *lookups, size_t n, size_t limit,
                             int (*fn)(const bs_val *, void *), void *payload, bs_error *err);
+/* A storage whose reads are the ones above, in its table as they are: its handle begins with a
+ * bs__read_storage (base first; reads and a set by its storage_open; the primitives' x is the
+ * handle itself), and its bs_storage_vtable names the slots with BS__READ_SLOTS. */
+typedef struct bs__read_storage {
+  bs_storage base;
+  const bs__read_store *reads;
+  const bs_allocator *a;
+} bs__read_storage;
+#define BS__READ_SLOTS                                                                             \
+  .bucket_data = bs__read_slot_bucket_data, .checksums = bs__read_slot_checksums,                  \
+  .checksum_ranges = bs__read_slot_checksum_ranges,                                                \
+  .checkpoint_changes = bs__read_slot_checkpoint_changes,                                          \
+  .parameter_sets = bs__read_slot_parameter_sets, .list_buckets = bs__read_slot_list_buckets
+int bs__read_slot_bucket_data(int *has_more_out, bs_storage *st, uint64_t c,
+                              const bs_bucket_request *req, size_t n_req,
+                              const bs_batch_options *opts,
+                              int (*on_chunk)(const bs_chunk *, void *), void *payload,
+                              bs_error *err);
+int bs__read_slot_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t c,
+                            const bs_val *buckets, size_t n, bs_error *err);
+int bs__read_slot_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
+                                  uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
+                                  bs_error *err);
+int bs__read_slot_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                     int (*fn)(const bs_checkpoint_changes *, void *),
+                                     void *payload, bs_error *err);
+int bs__read_slot_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
+                                 size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                                 bs_error *err);
+int bs__read_slot_list_buckets(bs_storage *st, bs_val start_after,
+                               int (*fn)(const bs_bucket_info *, void *), void *payload,
+                               bs_error *err);
 
 /* ---- Verify (verify.c): the rules of every backend's bs_db_verify ----
  * A backend walks its own storage and reports what it finds; these decide what is a problem. */

@@ -858,11 +858,7 @@ static const bs_storage_vtable mem_vtable = {
     .version = BS_STORAGE_VTABLE_VERSION,
     .destroy = mem_storage_destroy,
     .writer_open = mem_writer_open,
-    .bucket_data = bs__mem_bucket_data,
-    .checksums = bs__mem_checksums,
-    .checksum_ranges = bs__mem_checksum_ranges,
-    .checkpoint_changes = bs__mem_checkpoint_changes,
-    .parameter_sets = bs__mem_parameter_sets,
+    BS__READ_SLOTS,
     .set_write_checkpoint_mode = bs__mem_set_wcp_mode,
     .create_managed_write_checkpoints = bs__mem_create_managed,
     .last_write_checkpoint = bs__mem_last_wcp,
@@ -873,7 +869,6 @@ static const bs_storage_vtable mem_vtable = {
     .report_error = mem_report_error,
     .clear = mem_clear,
     .terminate = mem_terminate,
-    .list_buckets = bs__mem_list_buckets,
     .writer_lock = mem_writer_lock,
 };
 
@@ -960,13 +955,15 @@ static int mem_storage_open(bs_storage **out, bs_db *bdb, uint32_t id, bs_error 
   if (!s) return bs__fail(err, BS_ENOTFOUND, "stream %u: no such stream", (unsigned)id);
   ms = bs__calloc(ALLOC(db), 1, sizeof *ms);
   if (!ms) return enomem(err, "storage");
-  ms->base.vt = &mem_vtable;
-  ms->base.db = bdb;
-  ms->base.stream_id = s->id;
+  ms->rs.base.vt = &mem_vtable;
+  ms->rs.base.db = bdb;
+  ms->rs.base.stream_id = s->id;
+  ms->rs.reads = &bs__mem_reads;
+  ms->rs.a = ALLOC(db);
   ms->db = db;
   ms->s = s;
   ms->mode = BS_WCP_MANAGED;
-  *out = &ms->base;
+  *out = &ms->rs.base;
   return BS_OK;
 }
 

@@ -251,7 +251,7 @@ static const bs__param_cursor mpar_ops = {mpar_seek, mpar_next, mpar_del};
 /* ---- Primitives (bs__compact_store) ------------------------------------------------------- */
 
 static int m_delete_requests(void *x, int64_t before_ms, uint64_t *deleted, bs_error *err) {
-  return bs__mem_delete_requests(deleted, &((mcx *)x)->ms->base, before_ms, err);
+  return bs__mem_delete_requests(deleted, &((mcx *)x)->ms->rs.base, before_ms, err);
 }
 
 static int m_stream(void *x, bs__compact_stream *out, bs_error *err) {

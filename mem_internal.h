@@ -142,7 +142,7 @@ typedef struct mem_db {
 } mem_db;
 
 typedef struct mem_storage {
-  bs_storage base;
+  bs__read_storage rs; /* base first: reads.c's slots answer the reads */
   mem_db *db;
   mem_stream *s;
   bs_write_checkpoint_mode mode;
@@ -331,26 +331,9 @@ static inline int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, b
   return BS_OK;
 }
 
-/* mem_read.c: the read slots (contract.md 5), set into the vtable in mem.c, and the primitives
- * of reads.c they run on (x: the stream's mem_storage; verify walks with them too) */
+/* mem_read.c: the storage primitives of reads.c (x: the stream's mem_storage), whose slots answer
+ * this backend's reads (BS__READ_SLOTS); verify walks with them too */
 extern const bs__read_store bs__mem_reads;
-int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
-                        size_t n_req, const bs_batch_options *opts,
-                        int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err);
-int bs__mem_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t c,
-                      const bs_val *buckets, size_t n, bs_error *err);
-int bs__mem_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
-                            uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
-                            bs_error *err);
-int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
-                               bs_error *err);
-int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
-                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
-                           bs_error *err);
-int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
-                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                         bs_error *err);
 /* mem_wcp.c: write checkpoints (contract.md 7); compaction runs the cleanup too */
 int bs__mem_set_wcp_mode(bs_storage *st, bs_write_checkpoint_mode mode, bs_val event,
                          bs_error *err);

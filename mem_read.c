@@ -1,7 +1,7 @@
 /*
- * mem_read.c: the memory backend's reads (contract.md 5), the engine's (reads.c) over this
- * store: the call's snapshot is the store's lock, and the primitives walk its arrays. The rules
- * of the reads are all in reads.c.
+ * mem_read.c: the memory backend's reads (contract.md 5), the engine's (reads.c, whose slots
+ * are in the table) over this store: the call's snapshot is the store's lock, and the primitives
+ * walk its arrays. The rules of the reads are all in reads.c.
  */
 #include "mem_internal.h"
 
@@ -87,44 +87,3 @@ static int r_params(void *x, bs_val lookup, uint64_t c, int (*fn)(void *, const 
 
 const bs__read_store bs__mem_reads = {r_begin,   r_end, r_row,     r_bucket,
                                       r_buckets, r_ops, r_changes, r_params};
-
-/* ---- The read slots ------------------------------------------------------------------------- */
-
-int bs__mem_bucket_data(int *has_more_out, bs_storage *st, uint64_t c, const bs_bucket_request *req,
-                        size_t n_req, const bs_batch_options *opts,
-                        int (*on_chunk)(const bs_chunk *, void *), void *payload, bs_error *err) {
-  return bs__read_bucket_data(&bs__mem_reads, st, ALLOC(MS(st)->db), has_more_out, c, req, n_req,
-                              opts, on_chunk, payload, err);
-}
-
-int bs__mem_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
-                            uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
-                            bs_error *err) {
-  return bs__read_checksum_ranges(&bs__mem_reads, st, out, cleared, gen, from, to, buckets, n, err);
-}
-
-int bs__mem_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t c,
-                      const bs_val *buckets, size_t n, bs_error *err) {
-  return bs__read_checksum_ranges(&bs__mem_reads, st, out, NULL, gen, 0, c, buckets, n, err);
-}
-
-int bs__mem_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
-                               int (*fn)(const bs_checkpoint_changes *, void *), void *payload,
-                               bs_error *err) {
-  return bs__read_checkpoint_changes(&bs__mem_reads, st, ALLOC(MS(st)->db), from, to, fn, payload,
-                                     err);
-}
-
-int bs__mem_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
-                           size_t limit, int (*fn)(const bs_val *, void *), void *payload,
-                           bs_error *err) {
-  return bs__read_parameter_sets(&bs__mem_reads, st, ALLOC(MS(st)->db), c, lookups, n, limit, fn,
-                                 payload, err);
-}
-
-int bs__mem_list_buckets(bs_storage *st, bs_val start_after,
-                         int (*fn)(const bs_bucket_info *info, void *payload), void *payload,
-                         bs_error *err) {
-  return bs__read_list_buckets(&bs__mem_reads, st, ALLOC(MS(st)->db), start_after, fn, payload,
-                               err);
-}

@@ -369,3 +369,46 @@ int bs__read_verify(bs__verify *v, const bs__read_store *s, void *x, const bs__v
   vwalk w = {.v = v, .s = s, .x = x, .sh = sh, .err = err};
   return s->buckets(x, verify_bucket, &w, err);
 }
+
+/* ---- The slots of a storage answered by these reads (bs__read_storage) ---------------------- */
+
+#define RS(st) ((bs__read_storage *)(st))
+
+int bs__read_slot_bucket_data(int *has_more_out, bs_storage *st, uint64_t c,
+                              const bs_bucket_request *req, size_t n_req,
+                              const bs_batch_options *opts,
+                              int (*on_chunk)(const bs_chunk *, void *), void *payload,
+                              bs_error *err) {
+  return bs__read_bucket_data(RS(st)->reads, st, RS(st)->a, has_more_out, c, req, n_req, opts,
+                              on_chunk, payload, err);
+}
+
+int bs__read_slot_checksums(bs_checksum *out, uint64_t *gen, bs_storage *st, uint64_t c,
+                            const bs_val *buckets, size_t n, bs_error *err) {
+  return bs__read_checksum_ranges(RS(st)->reads, st, out, NULL, gen, 0, c, buckets, n, err);
+}
+
+int bs__read_slot_checksum_ranges(bs_checksum *out, int *cleared, uint64_t *gen, bs_storage *st,
+                                  uint64_t from, uint64_t to, const bs_val *buckets, size_t n,
+                                  bs_error *err) {
+  return bs__read_checksum_ranges(RS(st)->reads, st, out, cleared, gen, from, to, buckets, n, err);
+}
+
+int bs__read_slot_checkpoint_changes(bs_storage *st, uint64_t from, uint64_t to,
+                                     int (*fn)(const bs_checkpoint_changes *, void *),
+                                     void *payload, bs_error *err) {
+  return bs__read_checkpoint_changes(RS(st)->reads, st, RS(st)->a, from, to, fn, payload, err);
+}
+
+int bs__read_slot_parameter_sets(bs_storage *st, uint64_t c, const bs_val *lookups, size_t n,
+                                 size_t limit, int (*fn)(const bs_val *, void *), void *payload,
+                                 bs_error *err) {
+  return bs__read_parameter_sets(RS(st)->reads, st, RS(st)->a, c, lookups, n, limit, fn, payload,
+                                 err);
+}
+
+int bs__read_slot_list_buckets(bs_storage *st, bs_val start_after,
+                               int (*fn)(const bs_bucket_info *, void *), void *payload,
+                               bs_error *err) {
+  return bs__read_list_buckets(RS(st)->reads, st, RS(st)->a, start_after, fn, payload, err);
+}
