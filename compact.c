@@ -258,6 +258,20 @@ void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t move_target,
   a->bytes += value_bytes;
 }
 
+bs_op bs__compact_move_op(const bs_op *op, uint64_t target) {
+  bs_op mv = {
+      .op_id = op->op_id, .type = BS_OP_MOVE, .checksum = op->checksum, .target_op = target};
+  return mv;
+}
+
+bs_op bs__compact_clear_op(const bs__clear_acc *clear) {
+  bs_op c = {.op_id = clear->last_op,
+             .type = BS_OP_CLEAR,
+             .checksum = clear->checksum,
+             .target_op = clear->target_op};
+  return c;
+}
+
 int bs__compact_initial_drop(bs__seen_set *s, const bs_op *op) {
   uint64_t latest = 0;
   int seen;

@@ -1175,6 +1175,12 @@ static inline int bs__compact_in_run(const bs_op *op, uint64_t move_target) {
  * have become. value_bytes: op's stored size. */
 void bs__clear_acc_add(bs__clear_acc *a, const bs_op *op, uint64_t move_target,
                        uint64_t value_bytes);
+/* The ops compaction writes, made here for every backend (contract.md 6): op as a MOVE to target
+ * keeps its op id and its checksum, so a bucket's sum over its ops stays what it was, and no
+ * payload; the CLEAR of a fold lies at the run's last op id with the run's wrapping sum of
+ * checksums and its largest target (bs__clear_acc_add). A backend stores the op it is given. */
+bs_op bs__compact_move_op(const bs_op *op, uint64_t target);
+bs_op bs__compact_clear_op(const bs__clear_acc *clear);
 /* Initial replication, reverse scan (op ids descending from the horizon) with the seen-set: 1 when
  * op is deleted: MOVE/CLEAR residue, an op a later op of its row supersedes, and a REMOVE whose row
  * has nothing before it that survives. A row the full set does not track keeps everything. */

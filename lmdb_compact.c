@@ -474,19 +474,11 @@ static int ocur_del(void *x) {
   return bs__lmdb_opc_del(&o->c->oc, o->c->err);
 }
 
-/* Rewrites the op under the cursor (op) as a MOVE or CLEAR: the header with no payload. */
-static int ocur_bare(ocur *o, uint64_t id, bs_op_type t, uint32_t checksum, uint64_t target) {
-  bs_op bare;
-  memset(&bare, 0, sizeof bare);
-  bare.op_id = id;
-  bare.type = t;
-  bare.checksum = checksum;
-  bare.target_op = target;
-  return bs__lmdb_opc_bare(&o->c->oc, &bare, o->c->err);
-}
-
+/* Rewrites the op under the cursor (op) as a MOVE or CLEAR (compact.c makes it). */
 static int ocur_move(void *x, const bs_op *op, uint64_t target) {
-  return ocur_bare(x, op->op_id, BS_OP_MOVE, op->checksum, target);
+  ocur *o = x;
+  bs_op mv = bs__compact_move_op(op, target);
+  return bs__lmdb_opc_bare(&o->c->oc, &mv, o->c->err);
 }
 
 /* Deletes the bucket's first n ops and writes the CLEAR over the n-th. */
@@ -501,8 +493,9 @@ static int ocur_fold(void *x, const bs__clear_acc *clear) {
       if ((rc = bs__lmdb_opc_del(&c->oc, c->err)) == BS_OK)
         rc = bs__lmdb_opc_next(&c->oc, &op, &found, c->err);
     } else {
-      if (op.op_id != clear->last_op) break;
-      rc = ocur_bare(o, op.op_id, BS_OP_CLEAR, clear->checksum, clear->target_op);
+      bs_op cl = bs__compact_clear_op(clear);
+      if (op.op_id != cl.op_id) break;
+      rc = bs__lmdb_opc_bare(&c->oc, &cl, c->err);
     }
   }
   if (rc) return rc;

@@ -100,8 +100,7 @@ static int mcur_del(void *x) {
 
 static int mcur_move(void *x, const bs_op *op, uint64_t target) {
   mcur *m = x;
-  bs_op mv = {
-      .op_id = op->op_id, .type = BS_OP_MOVE, .checksum = op->checksum, .target_op = target};
+  bs_op mv = bs__compact_move_op(op, target);
   op_free(m->a, &m->b->ops[m->k]);
   m->b->ops[m->k] = mv;
   return BS_OK;
@@ -112,10 +111,7 @@ static int mcur_fold(void *x, const bs__clear_acc *clear) {
   mcur *m = x;
   mem_bucket *b = m->b;
   size_t n = (size_t)clear->n;
-  bs_op c = {.op_id = clear->last_op,
-             .type = BS_OP_CLEAR,
-             .checksum = clear->checksum,
-             .target_op = clear->target_op};
+  bs_op c = bs__compact_clear_op(clear);
   for (size_t k = 0; k < n; k++) op_free(m->a, &b->ops[k]);
   b->ops[0] = c;
   memmove(b->ops + 1, b->ops + n, (b->n - n) * sizeof *b->ops);

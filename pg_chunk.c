@@ -409,13 +409,10 @@ int bs__pg_chunks_edit(PGconn *c, const bs_allocator *a, uint64_t bucket, bs__pg
       }
       if ((rc = bs__pg_chunk_op(ch, j, &op))) break;
       if (x->kind == BS_PG_EDIT_MOVE && bs__op_carries_row(op.type)) {
-        op.type = BS_OP_MOVE;
-        op.target_op = x->target;
+        op = bs__compact_move_op(&op, x->target);
         ++*edited;
       } else if (x->kind == BS_PG_EDIT_CLEAR) {
-        op.type = BS_OP_CLEAR;
-        op.checksum = x->checksum;
-        op.target_op = x->target;
+        op = bs__compact_clear_op(x->clear);
         ++*edited;
       }
       rc = bs__pg_chunkb_add(&k, a, &rows, bucket, &op);

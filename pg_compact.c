@@ -231,8 +231,7 @@ static int write_fold(cctx *c, uint64_t bucket, const bs__clear_acc *clear) {
     e[n++].kind = BS_PG_EDIT_DELETE;
   }
   e[n].lo = e[n].hi = clear->last_op;
-  e[n].checksum = clear->checksum;
-  e[n].target = clear->target_op;
+  e[n].clear = clear;
   e[n++].kind = BS_PG_EDIT_CLEAR;
   if ((rc = bs__pg_chunks_edit(c->c, c->a, bucket, e, n, &del, &ed, c->err))) return rc;
   if (del + 1 != clear->n || ed != 1)

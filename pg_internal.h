@@ -607,15 +607,15 @@ int bs__pg_opset_page(PGconn *c, const bs_allocator *a, bs__pg_opset *s, uint64_
 int bs__pg_opset_ids(PGconn *c, const bs_allocator *a, bs__pg_opset *s, uint64_t bucket,
                      const uint64_t *ids, size_t n, bs_error *err);
 /* Compaction's changes to a bucket's ops, in its transaction: every op in [lo, hi] deleted
- * (DELETE), or the op lo (= hi) made a MOVE to target when it is a PUT or REMOVE (MOVE), or a
- * CLEAR of checksum and target (CLEAR). bs__pg_chunks_edit applies n of them (disjoint; sorted
- * here): chunks wholly inside a deleted range are deleted unread, the chunks the others cut are
- * read, edited and written again (chunked as the writer chunks). *deleted: the ops deleted;
- * *edited: the MOVEs and CLEARs made. */
+ * (DELETE), or the op lo (= hi) made a MOVE to target when it is a PUT or REMOVE (MOVE), or the
+ * CLEAR of a fold (CLEAR); compact.c makes the MOVE and the CLEAR. bs__pg_chunks_edit applies n
+ * of them (disjoint; sorted here): chunks wholly inside a deleted range are deleted unread, the
+ * chunks the others cut are read, edited and written again (chunked as the writer chunks).
+ * *deleted: the ops deleted; *edited: the MOVEs and CLEARs made. */
 enum { BS_PG_EDIT_DELETE = 0, BS_PG_EDIT_MOVE = 1, BS_PG_EDIT_CLEAR = 2 };
 typedef struct bs__pg_edit {
   uint64_t lo, hi, target;
-  uint32_t checksum;
+  const bs__clear_acc *clear; /* CLEAR: the fold (bs__compact_clear_op makes the op) */
   int kind;
 } bs__pg_edit;
 int bs__pg_chunks_edit(PGconn *c, const bs_allocator *a, uint64_t bucket, bs__pg_edit *e, size_t n,
