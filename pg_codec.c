@@ -19,6 +19,8 @@ static const bs__pg_enum enums[] = {
     {"change flag checkpoint", BS_PG_SQL_CHG_CHECKPOINT, BS_PG_CHG_CHECKPOINT},
     {"change flag too many buckets", BS_PG_SQL_CHG_BUCKETS, BS_PG_CHG_BUCKETS},
     {"change flag too many lookups", BS_PG_SQL_CHG_LOOKUPS, BS_PG_CHG_LOOKUPS},
+    {"chunk header flags byte (1-based)", BS_PG_SQL_CHUNK_FLAGS_AT, BS_CHUNK_HDR},
+    {"chunk flag CLEAR", BS_PG_SQL_CHUNK_CLEAR, BS_CHUNK_CLEAR},
     {NULL, NULL, 0},
 };
 

@@ -431,6 +431,11 @@ enum {
 #define BS_PG_SQL_CHG_CHECKPOINT "1"
 #define BS_PG_SQL_CHG_BUCKETS    "2"
 #define BS_PG_SQL_CHG_LOOKUPS    "4"
+/* An op chunk's header (internal.h, "Op chunks") as the server reads it from a bytea: its flags
+ * byte, the last of the header (1-based, as substring counts: BS_CHUNK_HDR), and the flag of a
+ * chunk that holds a CLEAR (pg_read.c's checksum ranges: "cleared"). */
+#define BS_PG_SQL_CHUNK_FLAGS_AT "21"
+#define BS_PG_SQL_CHUNK_CLEAR    "1"
 typedef struct bs__pg_enum {
   const char *what, *sql;
   int value;

@@ -33,7 +33,8 @@ static const bs__pg_stmt states_stmt = {
     "  WHERE b.last_op > $3 AND o.bucket = b.id AND o.first_op > $3) t"
     " CROSS JOIN LATERAL (SELECT coalesce(sum(o.checksum), 0)::bigint AS s,"
     "  coalesce(sum(o.n), 0)::bigint AS n,"
-    "  coalesce(bool_or(get_byte(substring(o.ops FROM 21 FOR 1), 0) & 1 = 1), false) AS cleared"
+    "  coalesce(bool_or(get_byte(substring(o.ops FROM " BS_PG_SQL_CHUNK_FLAGS_AT " FOR 1), 0)"
+    "  & " BS_PG_SQL_CHUNK_CLEAR " <> 0), false) AS cleared"
     "  FROM bs_chunks o WHERE $4 < $3 AND b.last_op > $4 AND o.bucket = b.id"
     "  AND o.first_op > $4 AND o.last_op <= $3) g"
     /* the first chunk past the edge, which holds ops at or below it when it starts there */

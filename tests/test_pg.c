@@ -2109,7 +2109,7 @@ static void t_codec_enums(void **state) {
   bs_error err = {0};
   bs_db *db[2];
   bs_stat s[2];
-  int op_types[BS_OP_CLEAR + 1] = {0}, flags = 0;
+  int op_types[BS_OP_CLEAR + 1] = {0}, flags = 0, chunk = 0;
   for (const bs__pg_enum *e = bs__pg_enums(); e->what; e++) {
     long long v = pgt_int(t->admin, "SELECT (%s)::int", e->sql);
     if (v != e->value) fail_msg("%s: SQL %s reads as %lld, C is %d", e->what, e->sql, v, e->value);
@@ -2117,11 +2117,14 @@ static void t_codec_enums(void **state) {
       op_types[e->value]++;
     else if (!strncmp(e->what, "change flag ", 12))
       flags |= e->value;
+    else if (!strncmp(e->what, "chunk ", 6))
+      chunk++;
     else
       fail_msg("%s: of no enum the test knows", e->what);
   }
   for (int v = BS_OP_PUT; v <= BS_OP_CLEAR; v++) assert_int_equal(op_types[v], 1);
   assert_int_equal(flags, BS_PG_CHG_CHECKPOINT | BS_PG_CHG_BUCKETS | BS_PG_CHG_LOOKUPS);
+  assert_int_equal(chunk, 2); /* the flags byte and the CLEAR flag (pg_read.c's "cleared") */
   assert_int_equal(bs_open_memory(&db[0], NULL, &err), BS_OK);
   db[1] = pgt_open(t->url, 0);
   for (int i = 0; i < 2; i++) {
