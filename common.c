@@ -342,6 +342,19 @@ void *bs__arena_dup(bs__arena *ar, const void *src, size_t n) {
   return p;
 }
 
+int bs__vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out) {
+  size_t bytes = 0;
+  unsigned char *p;
+  for (size_t i = 0; i < n; i++) bytes += in[i].size;
+  if (!(*out = bs__malloc(a, n * sizeof(bs_val) + bytes + 1))) return BS_ENOMEM;
+  p = (unsigned char *)(*out + n);
+  for (size_t i = 0; i < n; i++) {
+    (*out)[i] = bs__val_put(&p, in[i]);
+    if (!(*out)[i].data) (*out)[i].data = p;
+  }
+  return BS_OK;
+}
+
 void bs__arena_reset(bs__arena *ar) {
   bs__arena_blk *b = ar->head, *next;
   if (!b) return;

@@ -174,6 +174,16 @@ static inline bs_val bs__val_str(const char *s) {
   bs_val v = {s, s ? strlen(s) : 0};
   return v;
 }
+/* v's bytes copied to *p (advanced past them); an empty v stays absent or present as it was. */
+static inline bs_val bs__val_put(unsigned char **p, bs_val v) {
+  bs_val r = {v.data ? *p : NULL, v.size};
+  if (v.size) memcpy(*p, v.data, v.size);
+  *p += v.size;
+  return r;
+}
+/* n byte strings copied into one allocation (the vals, then their bytes), to hand out after a
+ * lock or a snapshot ends; an empty string is non-NULL. BS_ENOMEM. */
+int bs__vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out);
 
 /* Bytes of a bucket name quoted in a message ("%.*s"). */
 static inline int bs__name_shown(bs_val name) {

@@ -255,7 +255,7 @@ static mem_table *tx_table(mem_tx *tx, bs_val name) {
   if (BS_GROW(a, s->tables, s->ctables, s->ntables + 1)) return NULL;
   if (!(t = bs__calloc(a, 1, sizeof *t + name.size))) return NULL;
   p = (unsigned char *)(t + 1);
-  t->name = arena_put(&p, name);
+  t->name = bs__val_put(&p, name);
   t->id = s->m.next_table_id++;
   s->tables[s->ntables++] = t;
   return t;
@@ -295,7 +295,7 @@ static int mfx_bucket(void *ctx, bs_val name, uint64_t *bucket, bs_error *err) {
         !(b = bs__calloc(a, 1, sizeof *b + name.size)))
       return BS_ENOMEM;
     p = (unsigned char *)(b + 1);
-    b->name = arena_put(&p, name);
+    b->name = bs__val_put(&p, name);
     b->generation = ++s->m.gen_seq;
     bs__htab_put(&s->bidx, name_hash(b->name), s->nbuckets + 1);
     s->buckets[s->nbuckets++] = b;
@@ -324,7 +324,7 @@ static int mfx_param(void *ctx, bs_val key, bs_val rid, const bs_val *rows, size
   p.table = c->table;
   p.nrows = nrows;
   if (val_dup(a, key, &p.key) || val_dup(a, rid, &p.rid) ||
-      (nrows && vals_copy(a, rows, nrows, &p.rows)))
+      (nrows && bs__vals_copy(a, rows, nrows, &p.rows)))
     rc = BS_ENOMEM;
   else
     rc = next_op_id(c->tx, &p.id);
@@ -362,17 +362,17 @@ static mem_rec *rec_copy(const bs_allocator *a, uint32_t table, bs_val rid, cons
   r->r.m = (bs__member *)(r + 1);
   r->r.lk = (bs_val *)(r->r.m + in->nm);
   p = (unsigned char *)(r->r.lk + in->nl);
-  r->rid = arena_put(&p, rid);
+  r->rid = bs__val_put(&p, rid);
   for (uint32_t i = 0; i < in->nm; i++) {
     r->r.m[i] = in->m[i];
-    r->r.m[i].object_type = arena_put(&p, in->m[i].object_type);
-    r->r.m[i].object_id = arena_put(&p, in->m[i].object_id);
+    r->r.m[i].object_type = bs__val_put(&p, in->m[i].object_type);
+    r->r.m[i].object_id = bs__val_put(&p, in->m[i].object_id);
   }
   for (uint32_t i = 0; i < in->nl; i++) {
-    r->r.lk[i] = arena_put(&p, in->lk[i]);
-    if (!r->r.lk[i].data) r->r.lk[i].data = p; /* an empty key: non-NULL (as vals_copy) */
+    r->r.lk[i] = bs__val_put(&p, in->lk[i]);
+    if (!r->r.lk[i].data) r->r.lk[i].data = p; /* an empty key: non-NULL (as bs__vals_copy) */
   }
-  r->r.data = in->has_data ? arena_put(&p, in->data) : (bs_val){NULL, 0};
+  r->r.data = in->has_data ? bs__val_put(&p, in->data) : (bs_val){NULL, 0};
   return r;
 }
 
@@ -454,8 +454,8 @@ static int apply_cwcp(mem_tx *tx, const bs_queued_wcp *q) {
       !(c = bs__malloc(a, sizeof *c + q->event.size + q->user_id.size)))
     return BS_ENOMEM;
   p = (unsigned char *)(c + 1);
-  c->event = arena_put(&p, q->event);
-  c->user = arena_put(&p, q->user_id);
+  c->event = bs__val_put(&p, q->event);
+  c->user = bs__val_put(&p, q->user_id);
   c->value = q->checkpoint;
   c->req_ms = q->requested_at_ms;
   if (tx_journal(tx, J_CWCP, idx, idx < s->ncw ? s->cw[idx] : NULL)) {
@@ -713,7 +713,7 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
   mem_stream *s = w->ms->s;
   int rc;
   bs__srec now;
-  bs_val *data = NULL;  /* one allocation (vals_copy): zero bytes stored are non-NULL */
+  bs_val *data = NULL;  /* one allocation (bs__vals_copy): zero bytes stored are non-NULL */
   mem_tx tx = {.s = s}; /* only read: the stored records, by mfx_load */
   mem_fx c = {&tx, 0};  /* table 0 names no table: no record */
   const mem_table *t;
@@ -721,7 +721,7 @@ static int mem_writer_source_row(bs_writer *bw, const bs_write_batch *batch, bs_
   if ((t = table_find(s, table))) c.table = t->id;
   /* the queue as the flush would apply it (effects.c), over the stored records */
   rc = bs__effects_source_row(ALLOC(db), w->snapshot, batch, table, rid, mfx_load, &c, &now, err);
-  if (rc == BS_OK && now.has_data && vals_copy(ALLOC(db), &now.data, 1, &data))
+  if (rc == BS_OK && now.has_data && bs__vals_copy(ALLOC(db), &now.data, 1, &data))
     rc = enomem(err, "source_row");
   unlock(db); /* fn runs unlocked: it may call into this db */
   if (rc == BS_OK) rc = fn(data, payload);
@@ -936,7 +936,7 @@ static int mem_stream_list(bs_db *bdb, int (*fn)(const bs_stream_info *, void *)
   p = (unsigned char *)(infos + n);
   for (size_t i = 0; i < n; i++) {
     const mem_stream *s = db->streams[i];
-    bs_stream_info in = {s->id, arena_put(&p, s->name), s->m.row.state, s->m.hash};
+    bs_stream_info in = {s->id, bs__val_put(&p, s->name), s->m.row.state, s->m.hash};
     infos[i] = in; /* a name has 1 byte or more: never NULL */
   }
   unlock(db);

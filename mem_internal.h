@@ -193,7 +193,7 @@ static inline void op_free(const bs_allocator *a, bs_op *o) {
 static inline void param_free(const bs_allocator *a, mem_param *p) {
   val_free(a, &p->key);
   val_free(a, &p->rid);
-  bs__free(a, p->rows); /* one allocation (vals_copy) */
+  bs__free(a, p->rows); /* one allocation (bs__vals_copy) */
 }
 
 /* The order of parameter entries, LMDB's key order: lookup, then row in the order the reads hand
@@ -306,29 +306,6 @@ static inline uint64_t bucket_bytes(const mem_bucket *b) {
 
 static inline uint64_t last_op_of(const mem_bucket *b) {
   return b->n ? b->ops[b->n - 1].op_id : 0; /* ops ascend by id */
-}
-
-/* v's bytes copied to *p (advanced past them); an empty v stays absent or present as it was. */
-static inline bs_val arena_put(unsigned char **p, bs_val v) {
-  bs_val r = {v.data ? *p : NULL, v.size};
-  if (v.size) memcpy(*p, v.data, v.size);
-  *p += v.size;
-  return r;
-}
-
-/* Copies a list of byte strings into one allocation (vals + bytes) for a callback. */
-static inline int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out) {
-  size_t bytes = 0;
-  unsigned char *p;
-  for (size_t i = 0; i < n; i++) bytes += in[i].size;
-  *out = bs__malloc(a, n * sizeof(bs_val) + bytes + 1);
-  if (!*out) return BS_ENOMEM;
-  p = (unsigned char *)(*out + n);
-  for (size_t i = 0; i < n; i++) {
-    (*out)[i] = arena_put(&p, in[i]);
-    if (!(*out)[i].data) (*out)[i].data = p; /* empty string: non-NULL */
-  }
-  return BS_OK;
 }
 
 /* mem_read.c: the storage primitives of reads.c (x: the stream's mem_storage), whose slots answer

@@ -54,11 +54,11 @@ static mem_mwcp *mwcp_new(const bs_allocator *a, const bs_managed_request *r, ui
     return NULL;
   }
   p = (unsigned char *)(w + 1);
-  w->user = arena_put(&p, r->user_id);
+  w->user = bs__val_put(&p, r->user_id);
   p = (unsigned char *)(w->heads + r->n_heads);
   for (size_t i = 0; i < r->n_heads; i++) {
-    w->heads[i].connection = arena_put(&p, r->heads[i].connection);
-    w->heads[i].lsn = arena_put(&p, r->heads[i].lsn);
+    w->heads[i].connection = bs__val_put(&p, r->heads[i].connection);
+    w->heads[i].lsn = bs__val_put(&p, r->heads[i].lsn);
   }
   w->nheads = r->n_heads;
   w->id = id;

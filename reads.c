@@ -29,13 +29,6 @@ typedef struct kept {
   int oom;
 } kept;
 
-static bs_val put(unsigned char **p, bs_val v) {
-  bs_val r = {v.data ? *p : NULL, v.size};
-  if (v.size) memcpy(*p, v.data, v.size);
-  *p += v.size;
-  return r;
-}
-
 /* The chunker's on_chunk (rules.c): copies the chunk, its ops and their strings. */
 static int keep_chunk(const bs_chunk *ch, void *payload) {
   kept *k = payload;
@@ -55,10 +48,10 @@ static int keep_chunk(const bs_chunk *ch, void *payload) {
   for (size_t i = 0; i < ch->n_ops; i++) {
     const bs_op *o = &ch->ops[i];
     ops[i] = *o;
-    ops[i].object_type = put(&p, o->object_type);
-    ops[i].object_id = put(&p, o->object_id);
-    ops[i].subkey = put(&p, o->subkey);
-    ops[i].data = put(&p, o->data);
+    ops[i].object_type = bs__val_put(&p, o->object_type);
+    ops[i].object_id = bs__val_put(&p, o->object_id);
+    ops[i].subkey = bs__val_put(&p, o->subkey);
+    ops[i].data = bs__val_put(&p, o->data);
   }
   k->v[k->n] = *ch;
   k->v[k->n++].ops = ops;
@@ -210,30 +203,13 @@ int bs__read_list_buckets(const bs__read_store *s, void *x, const bs_allocator *
   if ((rc = s->begin(x, err))) return rc;
   rc = s->buckets(x, list_one, &l, err);
   if (!rc && !(p = arena = bs__malloc(a, l.bytes + 1))) rc = nomem(err, "list buckets");
-  for (size_t i = 0; i < l.n && !rc; i++) l.v[i].name = put(&p, l.v[i].name);
+  for (size_t i = 0; i < l.n && !rc; i++) l.v[i].name = bs__val_put(&p, l.v[i].name);
   s->end(x);
   if (!rc && l.n) qsort(l.v, l.n, sizeof *l.v, info_cmp);            /* l.v NULL: no bucket */
   for (size_t i = 0; i < l.n && !rc; i++) rc = fn(&l.v[i], payload); /* the caller's value */
   bs__free(a, l.v);
   bs__free(a, arena);
   return rc;
-}
-
-/* ---- Copies of byte strings ----------------------------------------------------------------- */
-
-/* n byte strings in one allocation (vals + bytes), to hand out after the snapshot; an empty
- * string is non-NULL. BS_ENOMEM. */
-static int vals_copy(const bs_allocator *a, const bs_val *in, size_t n, bs_val **out) {
-  size_t bytes = 0;
-  unsigned char *p;
-  for (size_t i = 0; i < n; i++) bytes += in[i].size;
-  if (!(*out = bs__malloc(a, n * sizeof(bs_val) + bytes + 1))) return BS_ENOMEM;
-  p = (unsigned char *)(*out + n);
-  for (size_t i = 0; i < n; i++) {
-    (*out)[i] = put(&p, in[i]);
-    if (!(*out)[i].data) (*out)[i].data = p;
-  }
-  return BS_OK;
 }
 
 /* ---- Checkpoint changes --------------------------------------------------------------------- */
@@ -274,7 +250,7 @@ int bs__read_checkpoint_changes(const bs__read_store *s, void *x, const bs_alloc
   if (!rc && bs__changes_users_from(from) <= to)
     rc = s->changes(x, 2, bs__changes_users_from(from), to, change_add, &sets[2], err);
   for (int k = 0; k < 3 && !rc; k++)
-    if (vals_copy(a, sets[k].set.v, sets[k].set.n, &copy[k])) rc = BS_ENOMEM;
+    if (bs__vals_copy(a, sets[k].set.v, sets[k].set.n, &copy[k])) rc = BS_ENOMEM;
   s->end(x);
   if (rc == BS_ENOMEM) rc = nomem(err, "checkpoint changes");
   ch.updated_buckets = copy[0];
@@ -321,7 +297,7 @@ int bs__read_parameter_sets(const bs__read_store *s, void *x, const bs_allocator
   for (size_t i = 0; i < n && !rc; i++)
     if (s->params(x, lookups[i], c, row_add, &r)) rc = nomem(err, "parameter sets");
   if (!rc) rc = bs__param_limit_check(r.n, limit, err);
-  if (!rc && vals_copy(a, r.rows, r.n, &copy)) rc = nomem(err, "parameter sets");
+  if (!rc && bs__vals_copy(a, r.rows, r.n, &copy)) rc = nomem(err, "parameter sets");
   s->end(x);
   for (size_t i = 0; i < r.n && !rc; i++) rc = fn(&copy[i], payload);
   bs__free(a, r.rows);
