@@ -837,6 +837,7 @@ static int reset(mem_db *db, mem_stream *s, int clear, int terminate, bs_error *
   if ((rc = bs__stream_reset(&s->m.row, s->id, clear, terminate, err)) == BS_OK && clear) {
     stream_data_free(ALLOC(db), s); /* the data goes; below the fence no change is known */
     s->m.nsoft = 0;
+    s->m.clears++;
   }
   unlock(db);
   return rc;

@@ -1,12 +1,11 @@
 /*
  * mem_compact.c: the memory backend's compaction primitives (contract.md 6) for the loop of
  * compact_run.c, which decides what is compacted in what order and reports progress; compact.c
- * plans every op, as for LMDB and PostgreSQL. A step compacts one bucket under the lock (the
- * backend's transaction): the reverse scan with the planner's seen-set, in the same order and
- * with the same memory bound as LMDB, then the new op array, built first, so that the bucket
- * changes only when everything is allocated. Bucket ids are the stream's bucket indexes. The
- * parameter pass is compact_params.c's, a transaction (max_ops_per_txn entries) under the lock
- * at a time, over this store's cursor of entries.
+ * plans every op, as for LMDB and PostgreSQL. A step is a transaction of a bucket's job under the
+ * lock, bounded by max_ops_per_txn as LMDB's (m_step). Bucket ids are the stream's bucket
+ * indexes. The parameter pass is compact_params.c's and defragmentation compact_defrag.c's,
+ * over this store's cursor of entries and its source records, a transaction under the lock at a
+ * time.
  */
 #include "mem_internal.h"
 
@@ -16,7 +15,9 @@
 typedef struct mcx {
   mem_storage *ms;
   bs__mem_reemit_fn reemit;
-  bs__param_pos ppos; /* where the parameter pass resumes */
+  bs__param_pos ppos;  /* where the parameter pass resumes */
+  bs__compact_job job; /* the bucket job in progress (r->busy) */
+  uint64_t clears;     /* the stream's clears when it started */
 } mcx;
 
 static int sup_cmp(const void *x, const void *y) {
@@ -149,8 +150,6 @@ static int mcur_start(void *x, uint64_t *bytes, int *exists) {
   mcur *m = x;
   *exists = 1;
   *bytes = bucket_bytes(m->b);
-  /* the log's order means nothing (a transaction only appends to it, under the lock) */
-  if (m->b->nsups) qsort(m->b->sups, m->b->nsups, sizeof *m->b->sups, sup_cmp);
   return BS_OK;
 }
 
@@ -310,32 +309,42 @@ static int m_list(void *x, int queued, bs__compact_cursor *cur, bs__compact_buck
   return BS_OK;
 }
 
-/* One bucket, its whole job under the lock (one transaction: no bound). Bucket indexes stay
- * valid: buckets are only appended, and a clear (which takes the lock) leaves fewer. */
+/* A transaction of the job of bucket ids[i] under the lock, bounded as LMDB's: max_ops_per_txn
+ * ops changed, 8 times that many visited. The job goes on in the next step (r->busy) from where
+ * it stopped: writers only append above the horizon meanwhile (their log entries unsorted: each
+ * step sorts the log first). Bucket indexes stay valid but
+ * across a clear (which empties the stream and counts itself): the job then ends. */
 static int m_step(void *x, bs__compact_run *r) {
-  mem_storage *ms = ((mcx *)x)->ms;
-  mem_stream *s = ms->s;
-  size_t idx = (size_t)r->ids[r->i];
-  bs__compact_txn t = {0, 0, SIZE_MAX, SIZE_MAX};
-  bs__compact_job j;
+  mcx *c = x;
+  mem_stream *s = c->ms->s;
+  size_t idx = (size_t)r->ids[r->i], max = r->o->max_ops_per_txn;
+  bs__compact_txn t = {0, 0, max, max > SIZE_MAX / 8 ? SIZE_MAX : max * 8};
   int rc = BS_OK;
-  memset(&j, 0, sizeof j);
-  lock(ms->db);
+  lock(c->ms->db);
+  if (!r->busy) {
+    memset(&c->job, 0, sizeof c->job);
+    c->clears = s->m.clears;
+  }
   /* initial replication: a writer may have committed the first checkpoint meanwhile */
   if (r->mode == BS__COMPACT_INITIAL)
     rc = bs__compact_initial_check(s->id, s->m.row.checkpoint_lsn.data != NULL, s->m.row.checkpoint,
                                    r->err);
-  if (!rc && idx < s->nbuckets) { /* else the stream was cleared meanwhile */
-    mcur m = {ALLOC(ms->db), s, s->buckets[idx], r->horizon, 0, 0, NULL, r->err};
+  if (!rc && idx < s->nbuckets && c->clears == s->m.clears) {
+    mcur m = {ALLOC(c->ms->db), s, s->buckets[idx], r->horizon, 0, 0, NULL, r->err};
     size_t k = 0;
-    rc = bs__compact_job_run(&mcur_ops, &m, r, &t, &j, &r->budget, &r->processed);
+    /* the walks seek the log by old op; a writer only appends to it (in its own order) */
+    if (m.b->nsups) qsort(m.b->sups, m.b->nsups, sizeof *m.b->sups, sup_cmp);
+    rc = bs__compact_job_run(&mcur_ops, &m, r, &t, &c->job, &r->budget, &r->processed);
     for (size_t i = 0; i < m.b->nsups; i++) /* the log without the consumed entries */
       if (m.b->sups[i].new_op) m.b->sups[k++] = m.b->sups[i];
     m.b->nsups = k;
     bs__free(m.a, m.drop);
+  } else {
+    c->job.phase = BS__JOB_DONE; /* cleared meanwhile */
   }
-  unlock(ms->db);
-  if (!rc) r->i++;
+  unlock(c->ms->db);
+  if (!rc) r->busy = c->job.phase != BS__JOB_DONE;
+  if (!rc && !r->busy) r->i++;
   return rc;
 }
 
@@ -425,7 +434,10 @@ static const bs__compact_store mem_store = {
 
 int bs__mem_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_options *o,
                     bs__mem_reemit_fn reemit, bs_error *err) {
-  mcx c = {MS(st), reemit, {{0}, {0}, 0, 0, 0, 0, 0}};
+  mcx c;
+  memset(&c, 0, sizeof c);
+  c.ms = MS(st);
+  c.reemit = reemit;
   return bs__compact_drive(&mem_store, &c, ALLOC(c.ms->db), o,
                            o->incremental_only ? BS__COMPACT_INC : BS__COMPACT_FULL, stats, NULL,
                            err);
@@ -433,7 +445,9 @@ int bs__mem_compact(bs_compact_stats *stats, bs_storage *st, const bs_compact_op
 
 int bs__mem_compact_initial(uint64_t *buckets_out, bs_storage *st, uint64_t max_op_id,
                             uint64_t min_changes, bs_error *err) {
-  mcx c = {MS(st), NULL, {{0}, {0}, 0, 0, 0, 0, 0}};
+  mcx c;
+  memset(&c, 0, sizeof c);
+  c.ms = MS(st);
   bs_compact_options o;
   bs_compact_stats stats;
   bs__compact_initial_options(&o, max_op_id, min_changes);

@@ -91,6 +91,7 @@ typedef struct mem_meta {
   unsigned char lsn[3][BS_MAX_LSN]; /* checkpoint, resume, no_checkpoint_before */
   bs_hash hash;
   uint64_t gen_seq; /* source of bucket generations (survives clear) */
+  uint64_t clears;  /* how many clears the stream had (a compaction job spans no clear) */
   uint64_t nsoft;   /* soft-deleted records (4.3), awaiting their purge */
   uint32_t next_table_id;
   char last_error[256];

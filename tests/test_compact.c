@@ -1706,6 +1706,49 @@ static void test_defragment_threshold(void **state) {
   env_close(&e);
 }
 
+/* An incremental job that spans transactions while the writer logs a superseded op older than the
+ * job's position (row a's first op, after b's many): the job still ends, and the bucket reads as
+ * its history. The writer writes from the progress report, between two transactions. */
+typedef struct between {
+  env *e;
+  int reports, writes;
+} between;
+
+static int write_between(const bs_compact_stats *s, void *payload) {
+  between *b = payload;
+  (void)s;
+  if (++b->reports > 1000) return 1; /* a job that never ends: cancelled, the test fails */
+  if (b->writes < 3) {
+    char data[32];
+    snprintf(data, sizeof data, "{\"w\":%d}", b->writes++);
+    put(b->e, "b", "a", data);
+    commit(b->e);
+  }
+  return 0;
+}
+
+static void test_incremental_between(void **state) {
+  env e;
+  bs_compact_stats st;
+  bs_compact_options o = BS_COMPACT_OPTIONS_INIT;
+  between b = {&e, 0, 0};
+  (void)state;
+  env_open(&e);
+  put(&e, "b", "a", "{}");
+  for (int i = 0; i < 40; i++) put(&e, "b", "b", i % 2 ? "{\"b\":1}" : "{\"b\":2}");
+  commit(&e);
+  o.incremental_only = 1;
+  o.min_age_ms = 0;
+  o.max_ops_per_txn = 2;
+  o.progress = write_between;
+  o.progress_payload = &b;
+  CHECK(bs_compact(&st, e.st, &o, ERR));
+  assert_true(b.writes > 0);
+  assert_int_equal(st.ops_moved, 39);
+  verify_db(&e);
+  env_close(&e);
+}
+
 /* Defragmentation writes in transactions of at most max_ops_per_txn rows, with a progress report
  * after each (contract.md 6), on every backend. */
 typedef struct reemit_probe {
@@ -1713,12 +1756,46 @@ typedef struct reemit_probe {
   uint64_t last, max_step; /* re-emitted at the last report; the most between two */
 } reemit_probe;
 
+static void probe_step(reemit_probe *p, uint64_t now) {
+  p->reports += now != p->last;
+  if (now - p->last > p->max_step) p->max_step = now - p->last;
+  p->last = now;
+}
+
 static int probe_reemit(const bs_compact_stats *s, void *payload) {
-  reemit_probe *p = payload;
-  p->reports += s->ops_reemitted != p->last;
-  if (s->ops_reemitted - p->last > p->max_step) p->max_step = s->ops_reemitted - p->last;
-  p->last = s->ops_reemitted;
+  probe_step(payload, s->ops_reemitted);
   return 0;
+}
+
+static int probe_moved(const bs_compact_stats *s, void *payload) {
+  probe_step(payload, s->ops_moved);
+  return 0;
+}
+
+/* So does a bucket's job: 39 superseded ops (a fold counts those it takes as moved, and as
+ * cleared) at 4 ops a transaction. */
+static void test_bucket_txns(void **state) {
+  env e;
+  bs_compact_stats st;
+  reemit_probe p = {0, 0, 0};
+  const char *bn[] = {"b"};
+  bs_compact_options o = bucket_opts(bn, 1);
+  (void)state;
+  env_open(&e);
+  for (int i = 0; i < 41; i++)
+    put(&e, "b", i == 20 ? "keep" : "hot", i % 2 ? "{\"a\":1}" : "{\"a\":2}");
+  commit(&e);
+  o.max_ops_per_txn = 4;
+  o.progress = probe_moved;
+  o.progress_payload = &p;
+  CHECK(bs_compact(&st, e.st, &o, ERR));
+  /* the 20 before keep fold into a CLEAR, the 19 after it but the last become MOVEs */
+  assert_int_equal(st.ops_moved, 39);
+  assert_int_equal(p.last, 39);
+  assert_true(p.max_step <= 4);
+  assert_true(p.reports >= 10);
+  verify_db(&e);
+  env_close(&e);
 }
 
 static void test_defragment_txns(void **state) {
@@ -2066,6 +2143,8 @@ int main(void) {
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_defragment_threshold),
       cmocka_unit_test(test_defragment_txns),
+      cmocka_unit_test(test_bucket_txns),
+      cmocka_unit_test(test_incremental_between),
       cmocka_unit_test(test_defragment_concurrent),
       cmocka_unit_test(test_bare_over_op),
   };
@@ -2090,6 +2169,8 @@ int main(void) {
       cmocka_unit_test(test_defragment),
       cmocka_unit_test(test_defragment_threshold),
       cmocka_unit_test(test_defragment_txns),
+      cmocka_unit_test(test_bucket_txns),
+      cmocka_unit_test(test_incremental_between),
       cmocka_unit_test(test_defragment_concurrent),
       cmocka_unit_test(test_bare_over_op),
   };
