@@ -927,6 +927,9 @@ static void usage(void) {
          "                      today's (format 5), dense (a chunk's repeated fields once,\n"
          "                      subkeys binary), zstd per chunk, beside the record per op\n"
          "                      (bench/README.md, \"Op encodings\"); uses what --proto uses\n"
+         "  --proto=log         the per-flush log compacted into chunks every K flushes, beside\n"
+         "                      the record per op, 4 KiB chunks and the log left as written\n"
+         "                      (bench/README.md, \"The log compacted\"); uses what --proto uses\n"
          "  --defrag            defragmentation policies instead of the workloads: a fresh\n"
          "                      client's download after compaction against existing clients'\n"
          "                      (bench/README.md, \"Defragmentation\"); uses --buckets,\n"
@@ -1017,8 +1020,9 @@ int main(int argc, char **argv) {
       cfg.pg_url = optarg;
       break;
     case 'L':
-      if (optarg && strcmp(optarg, "ops")) die("--proto=%s: only --proto or --proto=ops", optarg);
-      cfg.proto = optarg ? 2 : 1;
+      if (optarg && strcmp(optarg, "ops") && strcmp(optarg, "log"))
+        die("--proto=%s: only --proto, --proto=ops or --proto=log", optarg);
+      cfg.proto = !optarg ? 1 : strcmp(optarg, "ops") ? 4 : 2;
       break;
     case 'G':
       cfg.pg_proto = 1;

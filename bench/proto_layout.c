@@ -11,7 +11,13 @@
  *   c: a per-flush log, the flush's ops packed bucket by bucket into one record keyed by the
  *      flush, and an index entry per bucket and flush keyed flush | bucket id (where its ops
  *      lie in the record, with a chunk header's fields): the index as written before any
- *      compaction would cluster it by bucket, so a bucket's read looks it up in every flush.
+ *      compaction would cluster it by bucket, so a bucket's read looks it up in every flush;
+ *   c+k: layout c compacted every K flushes: each bucket's ops in those flushes moved, in flush
+ *      order, onto its chunks of layout b (the tail chunk taken up again while it has room),
+ *      their index entries and then the flush records deleted, in durable transactions of at
+ *      most commit_rows ops; the ingest's figures include the compactions (their share printed
+ *      apart); reads and checksums take the chunks, then the flushes not compacted yet (K = 10:
+ *      none of the 100; K = 30: the last 10).
  * All layouts hold the same op values (today's encoding, the library's public checksums), and
  * each measurement cross-checks the ops, bytes and checksum sums the layouts hand out.
  *
@@ -24,6 +30,7 @@
  *      a reader spells the subkey out again into a buffer of the chunk (not zero-copy);
  *   e: format 5's chunk body compressed with zstd (level 1) per chunk, the cap on the
  *      uncompressed body; a reader decompresses the chunk into a buffer.
+ * --proto=log runs a, b (4 KiB), c and c+k only.
  * Every layout's reads decode each op's fields as the library hands them out (a bs_op), and the
  * cross-check also sums the subkeys' bytes, so d's spelled-out subkeys are checked against a's.
  */
@@ -61,9 +68,10 @@
 
 typedef struct layout {
   const char *name;
-  size_t cap; /* 0: an LMDB record per op; LOG: the per-flush log; else a chunk body's bytes */
-  int enc;    /* chunks: how their ops are encoded */
-  int set;    /* which run shows it: 1 --proto, 2 --proto=ops */
+  size_t cap;     /* 0: an LMDB record per op; LOG: the per-flush log; else a chunk body's bytes */
+  int enc;        /* chunks: how their ops are encoded */
+  int set;        /* which run shows it: 1 --proto, 2 --proto=ops, 4 --proto=log */
+  unsigned every; /* c+k: the ops written to the log, moved into chunks of cap every K flushes */
 } layout;
 #define LOG ((size_t)-1)
 enum { ENC_PLAIN, ENC_DENSE, ENC_ZSTD, ENC_DENSE_TEXT /* dense, subkeys as text */ };
@@ -71,17 +79,19 @@ enum { ENC_PLAIN, ENC_DENSE, ENC_ZSTD, ENC_DENSE_TEXT /* dense, subkeys as text 
 #define F5_BODY 4059u
 
 static const layout g_layouts[] = {
-    {"a: record per op", 0, ENC_PLAIN, 3},
-    {"b: chunks, cap 4 KiB", 4096, ENC_PLAIN, 1},
-    {"b: chunks, cap 16 KiB", 16384, ENC_PLAIN, 1},
-    {"b: chunks, cap 64 KiB", 65536, ENC_PLAIN, 1},
-    {"c: flush log + index", LOG, ENC_PLAIN, 1},
-    {"b: format 5 chunks", F5_BODY, ENC_PLAIN, 2},
-    {"d: dense chunks", F5_BODY, ENC_DENSE, 2},
-    {"d': dense, subkey text", F5_BODY, ENC_DENSE_TEXT, 2},
+    {"a: record per op", 0, ENC_PLAIN, 7, 0},
+    {"b: chunks, cap 4 KiB", 4096, ENC_PLAIN, 5, 0},
+    {"b: chunks, cap 16 KiB", 16384, ENC_PLAIN, 1, 0},
+    {"b: chunks, cap 64 KiB", 65536, ENC_PLAIN, 1, 0},
+    {"c: flush log + index", LOG, ENC_PLAIN, 5, 0},
+    {"c+k: log, K = 10", 4096, ENC_PLAIN, 5, 10},
+    {"c+k: log, K = 30", 4096, ENC_PLAIN, 4, 30},
+    {"b: format 5 chunks", F5_BODY, ENC_PLAIN, 2, 0},
+    {"d: dense chunks", F5_BODY, ENC_DENSE, 2, 0},
+    {"d': dense, subkey text", F5_BODY, ENC_DENSE_TEXT, 2, 0},
 #ifdef BS_BENCH_ZSTD
-    {"e: zstd, 4 KiB body", F5_BODY, ENC_ZSTD, 2},
-    {"e: zstd, 16 KiB body", 4 * F5_BODY, ENC_ZSTD, 2},
+    {"e: zstd, 4 KiB body", F5_BODY, ENC_ZSTD, 2, 0},
+    {"e: zstd, 16 KiB body", 4 * F5_BODY, ENC_ZSTD, 2, 0},
 #endif
 };
 #define NLAYOUTS (sizeof g_layouts / sizeof *g_layouts)
@@ -89,6 +99,7 @@ static const layout g_layouts[] = {
 typedef struct pstat { /* what a layout's run measured */
   double ingest_s, cpu_s, wchar, write_bytes, file, ops_bytes, src_bytes, chunks;
   double read_s, ck_s, ckcp_s;
+  double compact_s, compact_cpu, compact_wchar; /* c+k: the compactions' share of the ingest */
   uint64_t read_ops, read_bytes, read_skh, ck_buckets;
   uint32_t read_sum, ck_sum, ckcp_sum;
   int failed;
@@ -492,45 +503,56 @@ static size_t chunk_op_size(const chunkw *w, uint64_t op, const unsigned char *v
   return varint_len(op - w->last) + varint_len(n) + n;
 }
 
+/* Op `op` (value v, n bytes) appended to bucket id's chunks through w. *first: it is the first
+ * op of a run, which takes the bucket's tail chunk (its key's last op prev) up again while the op
+ * fits in it with every field it could repeat. */
+static int chunk_put(rdb *d, MDB_txn *txn, uint64_t id, size_t cap, chunkw *w, double *chunks,
+                     int *first, uint64_t prev, uint64_t op, const unsigned char *v, size_t n) {
+  static unsigned char dv[OP_MAX + 32];
+  static dstate next;
+  size_t dn = 0, need;
+  int mrc;
+  if (*first) {
+    /* what the op takes as the first a flush appends (every field it could repeat) */
+    chunkw probe = *w;
+    probe.last = prev;
+    probe.st.have = probe.st.have_tid = 0;
+    need = chunk_op_size(&probe, op, v, n, dv, &dn, &next);
+    if ((mrc = chunk_take_tail(d, txn, id, prev, cap, need, w, chunks))) return mrc;
+    *first = 0;
+  }
+  need = chunk_op_size(w, op, v, n, dv, &dn, &next);
+  if (w->count && w->len + need > cap) {
+    if ((mrc = chunk_emit(d, txn, id, w, chunks))) return mrc;
+    need = chunk_op_size(w, op, v, n, dv, &dn, &next); /* the new chunk's first op */
+  }
+  if (!w->count) w->min = op;
+  w->len += put_varint(w->buf + CH_HDR + w->len, op - w->last);
+  if (w->enc == ENC_DENSE || w->enc == ENC_DENSE_TEXT) {
+    memcpy(w->buf + CH_HDR + w->len, dv, dn); /* encoded once, above */
+    w->len += dn;
+    w->st = next;
+  } else {
+    w->len += put_varint(w->buf + CH_HDR + w->len, n);
+    memcpy(w->buf + CH_HDR + w->len, v, n);
+    w->len += n;
+  }
+  w->count++;
+  w->ck += gle32(v + 1);
+  w->last = op;
+  return 0;
+}
+
 /* The flush's ops of bucket b (rows [s, e) with i % nb == b) appended as chunks. */
 static int chunk_flush(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, unsigned b, uint64_t s,
                        uint64_t e, size_t cap, chunkw *w, double *chunks) {
-  static unsigned char v[OP_MAX], dv[OP_MAX + 32];
+  static unsigned char v[OP_MAX];
   uint64_t id = b + 1, prev = acc[b].last_op;
   int mrc = 0, first = acc[b].count > 0;
-  static dstate next;
-  size_t dn = 0;
   for (uint64_t i = s + (b + nb - s % nb) % nb; i < e && !mrc; i += nb) {
     uint64_t op = i + 1;
-    size_t n = op_make(v, acc, b, op, BS_OP_PUT, i, 0, g_cfg->data_size), need;
-    if (first) {
-      /* what the op takes as the first a flush appends (every field it could repeat) */
-      chunkw probe = *w;
-      probe.last = prev;
-      probe.st.have = probe.st.have_tid = 0;
-      need = chunk_op_size(&probe, op, v, n, dv, &dn, &next);
-      if ((mrc = chunk_take_tail(d, txn, id, prev, cap, need, w, chunks))) break;
-    }
-    first = 0;
-    need = chunk_op_size(w, op, v, n, dv, &dn, &next);
-    if (w->count && w->len + need > cap) {
-      if ((mrc = chunk_emit(d, txn, id, w, chunks))) break;
-      need = chunk_op_size(w, op, v, n, dv, &dn, &next); /* the new chunk's first op */
-    }
-    if (!w->count) w->min = op;
-    w->len += put_varint(w->buf + CH_HDR + w->len, op - w->last);
-    if (w->enc == ENC_DENSE || w->enc == ENC_DENSE_TEXT) {
-      memcpy(w->buf + CH_HDR + w->len, dv, dn); /* encoded once, above */
-      w->len += dn;
-      w->st = next;
-    } else {
-      w->len += put_varint(w->buf + CH_HDR + w->len, n);
-      memcpy(w->buf + CH_HDR + w->len, v, n);
-      w->len += n;
-    }
-    w->count++;
-    w->ck += gle32(v + 1);
-    w->last = op;
+    size_t n = op_make(v, acc, b, op, BS_OP_PUT, i, 0, g_cfg->data_size);
+    mrc = chunk_put(d, txn, id, cap, w, chunks, &first, prev, op, v, n);
   }
   return mrc ? mrc : chunk_emit(d, txn, id, w, chunks);
 }
@@ -587,7 +609,11 @@ static int log_flush(rdb *d, MDB_txn *txn, racc *acc, unsigned nb, uint64_t s, u
   return mdb_put(txn, d->sup, &key, &val, 0);
 }
 
-/* The ingest's flushes (1..n): the log's reads visit each. */
+/* The first flush still in the log (c: 1; c+k: the one after the last compacted), as a reader
+ * would find it in a meta record; the log's reads visit it and every later one. */
+static uint64_t g_log_from = 1;
+
+/* The ingest's flushes (1..n). */
 static uint64_t log_flushes(void) {
   return (g_cfg->rows + g_cfg->commit_rows - 1) / g_cfg->commit_rows;
 }
@@ -606,6 +632,58 @@ static int log_entry(rdb *d, MDB_txn *txn, uint64_t flush, uint64_t id, const un
   *p = (const unsigned char *)lv.mv_data + gle32(*ix);
   *end = *p + gle32(*ix + 4);
   return 1;
+}
+
+/* Layout c+k: the log's flushes (from, to] moved into chunks of cap (layout b's), bucket after
+ * bucket, in durable transactions of at most commit_rows ops (a bucket's ops of the window in
+ * one): its ops appended in flush order onto its chunks, whose tail (*tail[b], 0: none yet) is
+ * taken up again while it has room, and its index entries deleted; the flush records go in the
+ * last transaction. *records counts index entries and chunks. */
+static int log_compact(rdb *d, unsigned nb, uint64_t from, uint64_t to, size_t cap, chunkw *w,
+                       uint64_t *tail, double *records) {
+  MDB_txn *txn = NULL;
+  uint64_t in_txn = 0;
+  int mrc = 0;
+  for (unsigned b = 0; b < nb && !mrc; b++) {
+    uint64_t id = b + 1, last = 0;
+    int first = tail[b] != 0;
+    if (!txn && (mrc = mdb_txn_begin(d->env, NULL, 0, &txn))) return mrc;
+    for (uint64_t f = from + 1; f <= to && !mrc; f++) {
+      const unsigned char *ix, *p, *end, *v;
+      unsigned char k[16];
+      MDB_val key = {16, k};
+      uint64_t op = 0;
+      size_t vn;
+      if (!log_entry(d, txn, f, id, &ix, &p, &end)) continue;
+      /* the log's record is not written in this transaction, so p stays valid while the
+       * chunks are put */
+      while (!mrc && chunk_next(&p, end, &op, &v, &vn)) {
+        mrc = chunk_put(d, txn, id, cap, w, records, &first, tail[b], op, v, vn);
+        last = op;
+        in_txn++;
+      }
+      if (!mrc && p != end) mrc = MDB_CORRUPTED;
+      ixkey(k, f, id);
+      if (!mrc && !(mrc = mdb_del(txn, d->params, &key, NULL))) --*records;
+    }
+    if (mrc || !last) continue;
+    tail[b] = last;
+    if ((mrc = chunk_emit(d, txn, id, w, records)) || in_txn < g_cfg->commit_rows) continue;
+    mrc = mdb_txn_commit(txn);
+    txn = NULL;
+    in_txn = 0;
+  }
+  if (!mrc && !txn) mrc = mdb_txn_begin(d->env, NULL, 0, &txn);
+  for (uint64_t f = from + 1; f <= to && !mrc; f++) {
+    unsigned char k[8];
+    MDB_val key = {8, k};
+    be64(k, f);
+    mrc = mdb_del(txn, d->sup, &key, NULL);
+  }
+  if (txn && (mrc || (mrc = mdb_txn_commit(txn)))) {
+    if (mrc) mdb_txn_abort(txn);
+  }
+  return mrc;
 }
 
 /* ---- Measuring ---- */
@@ -644,13 +722,17 @@ static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
   size_t bufsize = L->cap == LOG ? (size_t)c->commit_rows * (OP_MAX - 65536 + c->data_size + 24)
                                  : CH_HDR + (L->cap ? L->cap : 1) + OP_MAX;
   chunkw w = {.buf = malloc(bufsize), .enc = L->enc};
+  /* c+k: the flush's record is built in lbuf, its compaction appends through w */
+  unsigned char *lbuf =
+      L->every ? malloc((size_t)c->commit_rows * (OP_MAX - 65536 + c->data_size + 24)) : NULL;
+  uint64_t *tail = L->every ? calloc(nb, sizeof *tail) : NULL, done = 0;
   w.st.text = L->enc == ENC_DENSE_TEXT;
   uint64_t seq = 0;
   double t0, c0, wc0, wb0, wc1, wb1;
   char name[64];
   MDB_txn *txn = NULL;
   int mrc = ENOMEM;
-  if (!acc || !w.buf) goto out;
+  if (!acc || !w.buf || (L->every && (!lbuf || !tail))) goto out;
   CALLGRIND_ZERO_STATS;
   io_now(&wc0, &wb0);
   c0 = cpu_s();
@@ -663,6 +745,9 @@ static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
     } else if (L->cap == LOG) {
       if (!(mrc = r_put_sources(d, txn, nb, s, e, 0, 1)))
         mrc = log_flush(d, txn, acc, nb, s, e, s / c->commit_rows + 1, w.buf, &ps->chunks);
+    } else if (L->every) {
+      if (!(mrc = r_put_sources(d, txn, nb, s, e, 0, 1)))
+        mrc = log_flush(d, txn, acc, nb, s, e, s / c->commit_rows + 1, lbuf, &ps->chunks);
     } else {
       mrc = r_put_sources(d, txn, nb, s, e, 0, 1);
       for (unsigned b = 0; b < nb && !mrc; b++)
@@ -672,8 +757,20 @@ static int p_ingest(rdb *d, const layout *L, unsigned nb, pstat *ps) {
     mrc = mdb_txn_commit(txn);
     txn = NULL;
     if (mrc) goto out;
+    if (L->every && (s / c->commit_rows + 1) % L->every == 0) {
+      double k0 = now_s(), kc0 = cpu_s(), kw0, kw1, kb;
+      uint64_t flush = s / c->commit_rows + 1;
+      io_now(&kw0, &kb);
+      if ((mrc = log_compact(d, nb, done, flush, L->cap, &w, tail, &ps->chunks))) goto out;
+      done = flush;
+      io_now(&kw1, &kb);
+      ps->compact_s += now_s() - k0;
+      ps->compact_cpu += cpu_s() - kc0;
+      ps->compact_wchar += kw0 < 0 ? 0 : kw1 - kw0;
+    }
   }
   ps->ingest_s = now_s() - t0;
+  g_log_from = done + 1;
   ps->cpu_s = cpu_s() - c0;
   snprintf(name, sizeof name, "%s, ingest", L->name);
   CALLGRIND_DUMP_STATS_AT(name);
@@ -689,6 +786,8 @@ out:
   if (txn) mdb_txn_abort(txn);
   free(acc);
   free(w.buf);
+  free(lbuf);
+  free(tail);
   return mrc;
 }
 
@@ -731,7 +830,7 @@ static int hand_packed(int enc, const unsigned char *p, const unsigned char *end
 /* The log: a lookup in every flush's index, from the first. */
 static void log_scan(rdb *d, MDB_txn *txn, uint64_t id, uint64_t after, uint64_t cp, uint64_t limit,
                      uint64_t *n, uint64_t *last, phand *out) {
-  for (uint64_t f = 1, nf = log_flushes(); f <= nf && *n < limit; f++) {
+  for (uint64_t f = g_log_from, nf = log_flushes(); f <= nf && *n < limit; f++) {
     const unsigned char *ix, *p, *end;
     if (!log_entry(d, txn, f, id, &ix, &p, &end) || gle64(ix + 24) <= after) continue;
     if (gle64(ix + 16) > cp || hand_packed(ENC_PLAIN, p, end, after, cp, limit, n, last, out))
@@ -749,7 +848,7 @@ static uint64_t p_scan(rdb *d, MDB_txn *txn, const layout *L, uint64_t id, uint6
   unsigned char k[16];
   MDB_val key = {16, k}, val;
   uint64_t n = 0, last = 0;
-  int mrc;
+  int mrc, above = 0; /* an op above cp ended the chunks' walk */
   if (cap == LOG) {
     log_scan(d, txn, id, after, cp, limit, &n, &last, out);
     out->ops += n;
@@ -771,19 +870,22 @@ static uint64_t p_scan(rdb *d, MDB_txn *txn, const layout *L, uint64_t id, uint6
       n++;
       continue;
     }
-    if (gle64(p + 8) > cp) break;
+    if (gle64(p + 8) > cp && (above = 1)) break;
 #ifdef BS_BENCH_ZSTD
     if (L->enc == ENC_ZSTD) {
       if ((bn = z_body(p, val.mv_size)) == (size_t)-1) break;
       body = g_zbuf;
     }
 #endif
-    if (hand_packed(L->enc == ENC_ZSTD ? ENC_PLAIN : L->enc, body, body + bn, after, cp, limit, &n,
-                    &last, out))
+    if ((above = hand_packed(L->enc == ENC_ZSTD ? ENC_PLAIN : L->enc, body, body + bn, after, cp,
+                             limit, &n, &last, out)))
       break;
   }
-  out->ops += n;
   mdb_cursor_close(cur);
+  /* c+k: the ops not compacted yet follow the chunks' in the log */
+  if (L->every && !above && n < limit)
+    log_scan(d, txn, id, n ? last : after, cp, limit, &n, &last, out);
+  out->ops += n;
   return n == limit ? last : 0;
 }
 
@@ -805,7 +907,8 @@ static int p_reads(rdb *d, const layout *L, unsigned nb, uint64_t cp, phand *out
 
 /* Every bucket's checksum at the latest op summed from its stored ops (no running state, no
  * cache): every op's checksum, every chunk's sum, or every flush's index entry of the bucket. */
-static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
+static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, const layout *L, unsigned nb) {
+  size_t cap = L->cap;
   uint32_t total = 0;
   MDB_cursor *cur;
   if (mdb_cursor_open(txn, d->ops, &cur)) return 0;
@@ -815,12 +918,14 @@ static uint32_t p_checksum_full(rdb *d, MDB_txn *txn, size_t cap, unsigned nb) {
     MDB_val key = {16, k}, val;
     uint32_t ck = 0;
     int mrc;
-    if (cap == LOG) {
-      for (uint64_t f = 1, nf = log_flushes(); f <= nf; f++) {
+    if (cap == LOG || L->every) { /* c+k: its chunks' sums added below */
+      for (uint64_t f = g_log_from, nf = log_flushes(); f <= nf; f++) {
         ixkey(k, f, id);
         if (mdb_get(txn, d->params, &key, &val) == 0)
           ck += gle32((unsigned char *)val.mv_data + 12);
       }
+    }
+    if (cap == LOG) {
       total += ck;
       continue;
     }
@@ -861,14 +966,14 @@ static void chunk_checksum(rdb *d, MDB_txn *txn, MDB_cursor *cur, const layout *
   if (!id || mdb_get(txn, d->bstate, &key, &val) || val.mv_size < 96) return;
   *ck = gle32((unsigned char *)val.mv_data + 4);
   if (gle64((unsigned char *)val.mv_data + 24) <= cp) return;
-  if (cap == LOG) {
-    for (uint64_t f = log_flushes(); f >= 1; f--) {
+  if (cap == LOG || L->every) { /* c+k: then the chunks below the log */
+    for (uint64_t f = log_flushes(); f >= g_log_from; f--) {
       const unsigned char *ix, *p, *end;
       if (!log_entry(d, txn, f, id, &ix, &p, &end)) continue;
       if (gle64(ix + 24) <= cp) break;
       *ck -= gle64(ix + 16) > cp ? gle32(ix + 12) : sum_above(ENC_PLAIN, p, end, cp);
     }
-    return;
+    if (cap == LOG) return;
   }
   opkey(k, id, cp + 1);
   key.mv_size = 16;
@@ -933,7 +1038,7 @@ static int p_measure(rdb *d, const layout *L, unsigned nb, pstat *ps) {
   for (int i = 0; i < PASSES; i++) {
     double t0 = now_s(), t;
     if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &txn)) return -1;
-    ps->ck_sum = p_checksum_full(d, txn, L->cap, nb);
+    ps->ck_sum = p_checksum_full(d, txn, L, nb);
     if ((t = now_s() - t0) < ps->ck_s) ps->ck_s = t;
     t0 = now_s();
     ps->ckcp_sum = p_checksum_at(d, txn, L, nb, mid);
@@ -990,6 +1095,14 @@ static void p_print(unsigned nb, const pstat *ps) {
            p->ops_bytes / n, p->src_bytes / n, p->chunks, (double)p->read_ops / p->read_s / 1e6,
            a->read_s / p->read_s, p->ck_s / nb * 1e6, a->ck_s / p->ck_s, p->ckcp_s / nb * 1e6,
            a->ckcp_s / p->ckcp_s);
+  }
+  for (size_t i = 0; i < NLAYOUTS; i++) {
+    const pstat *p = &ps[i];
+    if (!(g_layouts[i].set & g_cfg->proto) || p->failed || !g_layouts[i].every) continue;
+    printf("  %s: its compactions took %.2f s of the ingest's %.2f s (%.0f%%), CPU %.2f us a row, "
+           "wrote %.0f KiB a commit\n",
+           g_layouts[i].name, p->compact_s, p->ingest_s, 100 * p->compact_s / p->ingest_s,
+           p->compact_cpu / n * 1e6, p->compact_wchar / commits / 1024);
   }
 }
 
