@@ -15,10 +15,12 @@
 // The binding runs five times: `await w.save(r)` per row, pipelined (a commit's saves not
 // awaited one by one: Promise.all before the commit), and `await w.saveMany(rows)` per commit,
 // the last three times: read through getBucketDataBatch, getBucketDataBatchRaw, and
-// getBucketDataBatchRaw with reuseBuffers.
+// getBucketDataBatchRaw with reuseBuffers; then twice more, read on the calling thread:
+// getBucketDataBatchSync, and getBucketDataBatchRawSync with reuseBuffers.
 // Usage: node bench/bench_node.mjs [--rows N] [--buckets N] [--commit-rows N] [--data-size N]
 //        [--read-limit N] [--read-passes N] [--durable] [--runs N] [--quick] [--json PATH]
-//        [--only ID,...]   (IDs: capi node pipelined many raw reuse driver; capi always runs)
+//        [--only ID,...]   (IDs: capi node pipelined many raw reuse sync syncreuse driver; capi
+//        always runs)
 // Needs `make` (library, CLI) and `make node` (the addon). A run measures every path one after
 // the other (so a run's ratios are taken within seconds of each other); prints the best of
 // --runs runs: rates (wall clock) and CPU time per row/op (every thread of the process(es) doing
@@ -160,9 +162,9 @@ const binding = {
   },
   /** Each op read as capi.c's on_chunk reads it (sink: the same sum): as an OplogEntry, or
    * raw (getBucketDataBatchRaw: the object id and data as byte offsets, capi.c's bs_val);
-   * raw 'reuse': with reuseBuffers (each call writes into the memory of the one before).
-   * 1 + passes passes, the first untimed. */
-  async read(file, passes, raw = false) {
+   * raw 'reuse': with reuseBuffers (each call writes into the memory of the one before); sync:
+   * through the *Sync forms (read on this thread). 1 + passes passes, the first untimed. */
+  async read(file, passes, raw = false, sync = false) {
     const bs = loadBinding();
     const db = await bs.open(file);
     const st = await db.storage();
@@ -175,7 +177,9 @@ const binding = {
         for (let more = true; more;) {
           more = false;
           const req = [{ bucket: bucket(b), start }], o = { limit: cfg.readLimit, reuseBuffers: raw === 'reuse' };
-          for await (const c of raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o)) {
+          const batch = sync ? (raw ? st.getBucketDataBatchRawSync(cp, req, o) : st.getBucketDataBatchSync(cp, req, o))
+            : raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o);
+          for await (const c of batch) {
             if ('hasMore' in c) {
               more = c.hasMore;
               continue;
@@ -290,6 +294,9 @@ const allPaths = { 'C API': ['capi', capi], 'Node binding': ['node', binding],
   'Node, saveMany': ['many', { ingest: (f) => binding.ingest(f, 'many'), read: binding.read }],
   'Node, raw reads': ['raw', { ingest: (f) => binding.ingest(f, 'many'), read: (f, n) => binding.read(f, n, true) }],
   'Node, raw, reuse': ['reuse', { ingest: (f) => binding.ingest(f, 'many'), read: (f, n) => binding.read(f, n, 'reuse') }],
+  'Node, Sync': ['sync', { ingest: (f) => binding.ingest(f, 'many'), read: (f, n) => binding.read(f, n, false, true) }],
+  'Node, raw, Sync': ['syncreuse', { ingest: (f) => binding.ingest(f, 'many'),
+    read: (f, n) => binding.read(f, n, 'reuse', true) }],
   'JSON driver': ['driver', driver] };
 for (const id of cfg.only ?? [])
   if (!Object.values(allPaths).some(([i]) => i === id)) throw new Error(`--only: no path ${id}`);

@@ -10,18 +10,20 @@
 // read), raw (getBucketDataBatchRaw: op id, op, object id's and data's byte offsets), rawstr (raw
 // mode, object id and data as strings), count (raw mode, no op read: the read, the worker's copy
 // and the call alone), none (the same run without the reads: startup, opening, the checkpoint);
-// reuse, reusestr and reusecount are raw, rawstr and count with the option reuseBuffers.
+// reuse, reusestr and reusecount are raw, rawstr and count with the option reuseBuffers; a HOW
+// prefixed by sync (syncread, syncreuse, ...) reads through the *Sync forms.
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bs = createRequire(import.meta.url)(path.join(root, 'bindings/node'));
-const [how, file] = process.argv.slice(2), passes = Number(process.argv[4] ?? 1);
+const [arg, file] = process.argv.slice(2), passes = Number(process.argv[4] ?? 1);
 const buckets = 100, readLimit = 10000;
+const sync = arg.startsWith('sync'), how = sync ? arg.slice(4) : arg;
 const reuse = how.startsWith('reuse'), mode = reuse ? `raw${how.slice(5)}`.replace('rawcount', 'count') : how;
 if (!['read', 'made', 'none', 'raw', 'rawstr', 'count'].includes(mode) || !file || !(passes > 0)) {
-  console.error('usage: node bench/node_read_loop.mjs read|made|raw|rawstr|count|reuse|reusestr|reusecount|none FILE [PASSES]');
+  console.error('usage: node bench/node_read_loop.mjs [sync]read|made|raw|rawstr|count|reuse|reusestr|reusecount|none FILE [PASSES]');
   process.exit(2);
 }
 const raw = mode.startsWith('raw') || mode === 'count';
@@ -38,8 +40,9 @@ for (let p = 0; how !== 'none' && p < passes; p++) {
     for (let more = true; more;) {
       more = false;
       const req = [{ bucket: bucket(b), start }];
-      const rows = raw ? st.getBucketDataBatchRaw(cp, req, { limit: readLimit, reuseBuffers: reuse })
-        : st.getBucketDataBatch(cp, req, { limit: readLimit });
+      const o = { limit: readLimit, reuseBuffers: reuse && raw };
+      const rows = sync ? (raw ? st.getBucketDataBatchRawSync(cp, req, o) : st.getBucketDataBatchSync(cp, req, o))
+        : raw ? st.getBucketDataBatchRaw(cp, req, o) : st.getBucketDataBatch(cp, req, o);
       for await (const c of rows) {
         if ('hasMore' in c) {
           more = c.hasMore;
@@ -65,6 +68,6 @@ for (let p = 0; how !== 'none' && p < passes; p++) {
   }
 }
 const c = process.cpuUsage(c0);
-console.log(`${how}: ${count} ops (${sink}), CPU ${count ? ((c.user + c.system) * 1e3 / count).toFixed(0) : 0} ns/op`);
+console.log(`${arg}: ${count} ops (${sink}), CPU ${count ? ((c.user + c.system) * 1e3 / count).toFixed(0) : 0} ns/op`);
 await st.close();
 await db.close();

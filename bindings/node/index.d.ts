@@ -465,6 +465,15 @@ export declare class BucketStorage {
   /** getBucketDataBatch in raw mode: each chunk's ops as one RawOplog, decoded when read. */
   getBucketDataBatchRaw(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
     options?: BucketDataBatchRawOptions): AsyncIterable<SyncBucketDataRawChunk | SyncBucketDataBatchEnd>;
+  /** getBucketDataBatch read on the calling thread: the first next() reads the batch (blocking
+   * the event loop meanwhile: a local read on LMDB and memory, network round trips on
+   * PostgreSQL) or throws what the async form rejects with; the same chunks and end. */
+  getBucketDataBatchSync(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
+    options?: BucketDataBatchOptions): IterableIterator<SyncBucketDataChunk | SyncBucketDataBatchEnd>;
+  /** getBucketDataBatchRaw read on the calling thread, as getBucketDataBatchSync; reuseBuffers
+   * lends the same memory as the async form's (a call of either form takes it from the other). */
+  getBucketDataBatchRawSync(checkpoint: CheckpointArg, dataBuckets: BucketDataRequest[],
+    options?: BucketDataBatchRawOptions): IterableIterator<SyncBucketDataRawChunk | SyncBucketDataBatchEnd>;
   /** One entry per requested bucket; unknown buckets have checksum 0, count 0. */
   getChecksums(checkpoint: CheckpointArg, buckets: (Bytes | { bucket: Bytes })[],
     options?: { /** checked and unused */ requestHint?: 'bulk' | 'incremental' }):

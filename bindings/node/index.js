@@ -659,6 +659,13 @@ function keepable(pool) {
   return bytes <= KEEP_BYTES ? pool : null;
 }
 
+/** options.reuseBuffers of the raw reads: a boolean, default false. */
+function reuseOption(options) {
+  const reuse = options?.reuseBuffers;
+  if (reuse != null && typeof reuse !== 'boolean') throw typeError('options.reuseBuffers: expected a boolean');
+  return reuse === true;
+}
+
 class BucketStorage {
   #h;
   #mode = 'managed';
@@ -691,43 +698,35 @@ class BucketStorage {
     const r = await call(native.getCheckpoint, this.#h);
     return new Checkpoint(this, r.checkpoint, r.lsn);
   }
-  /** options.signal: an abort before the call, or before a chunk is handed out, rejects with
-   * its reason; options.requestHint is checked and unused (one read path). */
   /** The batch of a bucketData call, written into the buffers of the call before when lend
-   * (the default mode, whose columns the user never sees, and raw mode with reuseBuffers). */
-  #bucketData(checkpoint, dataBuckets, options, raw, lend) {
+   * (the default mode, whose columns the user never sees, and raw mode with reuseBuffers); read
+   * on this thread when sync (the *Sync forms), else on the thread pool (a Promise). */
+  #bucketData(checkpoint, dataBuckets, options, raw, lend, sync) {
     const pool = lend ? this.#pool ?? [] : undefined;
     if (lend) this.#pool = null;
+    if (sync) return native.bucketDataSync(this.#h, opId(checkpoint), dataBuckets, options, raw, pool);
     return call(native.bucketData, this.#h, opId(checkpoint), dataBuckets, options, raw, pool);
   }
-  async *getBucketDataBatch(checkpoint, dataBuckets, options) {
-    const signal = options?.signal;
-    signal?.throwIfAborted();
-    checkHint(options);
-    const r = await this.#bucketData(checkpoint, dataBuckets, options, false, true);
-    signal?.throwIfAborted();
-    // piece q of the text (done_bucket_data) holds ops cuts[2q] to cuts[2q + 2] - 1
-    const s = { q: -1, text: '', base: 0, next: 0, p: null };
-    for (let c = 0, k = 0; c < r.chunks.length; k += r.chunks[c++].n) {
-      const ch = r.chunks[c], data = oplogEntries(r, k, ch.n, s);
-      // the entries hold no view of the columns: the next call may write into them
-      if (c === r.chunks.length - 1) this.#pool = keepable(r.pool);
-      yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
-        has_more: ch.has_more, data }, targetOp: ch.targetOp };
+  /** The chunks of batch r as getBucketDataBatch (raw false) and getBucketDataBatchRaw hand them
+   * out, then {hasMore}; the signal is checked before each. A raw batch in lent memory (r.pool)
+   * ends its RawOplogs when the iteration ends, and the memory goes to the next call. */
+  *#chunks(r, raw, signal) {
+    if (!raw) {
       signal?.throwIfAborted();
+      // piece q of the text (done_bucket_data) holds ops cuts[2q] to cuts[2q + 2] - 1
+      const s = { q: -1, text: '', base: 0, next: 0, p: null };
+      for (let c = 0, k = 0; c < r.chunks.length; k += r.chunks[c++].n) {
+        const ch = r.chunks[c], data = oplogEntries(r, k, ch.n, s);
+        // the entries hold no view of the columns: the next call may write into them
+        if (c === r.chunks.length - 1) this.#pool = keepable(r.pool);
+        yield { chunkData: { bucket: ch.bucket, after: ch.after, next_after: ch.next_after,
+          has_more: ch.has_more, data }, targetOp: ch.targetOp };
+        signal?.throwIfAborted();
+      }
+      if (!r.chunks.length) this.#pool = keepable(r.pool);
+      yield { hasMore: r.hasMore };
+      return;
     }
-    if (!r.chunks.length) this.#pool = keepable(r.pool);
-    yield { hasMore: r.hasMore };
-  }
-  /** getBucketDataBatch with each chunk's ops as one RawOplog (fields decoded when read);
-   * options.reuseBuffers: the call's memory is the next such call's once the iteration ends. */
-  async *getBucketDataBatchRaw(checkpoint, dataBuckets, options) {
-    const signal = options?.signal;
-    signal?.throwIfAborted();
-    checkHint(options);
-    const reuse = options?.reuseBuffers;
-    if (reuse != null && typeof reuse !== 'boolean') throw typeError('options.reuseBuffers: expected a boolean');
-    const r = await this.#bucketData(checkpoint, dataBuckets, options, true, reuse === true);
     const lent = [];
     try {
       signal?.throwIfAborted();
@@ -746,6 +745,39 @@ class BucketStorage {
       lent.forEach(revoke);
       if (r.pool) this.#pool = keepable(r.pool);
     }
+  }
+  /** options.signal: an abort before the call, or before a chunk is handed out, rejects with
+   * its reason; options.requestHint is checked and unused (one read path). */
+  async *getBucketDataBatch(checkpoint, dataBuckets, options) {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    checkHint(options);
+    yield* this.#chunks(await this.#bucketData(checkpoint, dataBuckets, options, false, true), false, signal);
+  }
+  /** getBucketDataBatch read on the calling thread (no thread-pool hop, no Promise): an
+   * iterable whose first next() reads the batch, or throws what the async form rejects with. */
+  *getBucketDataBatchSync(checkpoint, dataBuckets, options) {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    checkHint(options);
+    yield* this.#chunks(this.#bucketData(checkpoint, dataBuckets, options, false, true, true), false, signal);
+  }
+  /** getBucketDataBatch with each chunk's ops as one RawOplog (fields decoded when read);
+   * options.reuseBuffers: the call's memory is the next such call's once the iteration ends. */
+  async *getBucketDataBatchRaw(checkpoint, dataBuckets, options) {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    checkHint(options);
+    const lend = reuseOption(options);
+    yield* this.#chunks(await this.#bucketData(checkpoint, dataBuckets, options, true, lend), true, signal);
+  }
+  /** getBucketDataBatchRaw read on the calling thread, as getBucketDataBatchSync. */
+  *getBucketDataBatchRawSync(checkpoint, dataBuckets, options) {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    checkHint(options);
+    const lend = reuseOption(options);
+    yield* this.#chunks(this.#bucketData(checkpoint, dataBuckets, options, true, lend, true), true, signal);
   }
   /** options.requestHint is checked and unused (one checksum path, cached). */
   async getChecksums(checkpoint, buckets, options) {

@@ -2463,8 +2463,8 @@ static int lend_pool(napi_env env, opbatch *b, napi_value pool) {
   return 0;
 }
 
-/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}, raw, pool) */
-static napi_value bucket_data(napi_env env, napi_callback_info info) {
+/* The call of bucketData and bucketDataSync from their arguments, or NULL with an exception. */
+static work *bucket_data_args(napi_env env, napi_callback_info info) {
   ARGS(6);
   napi_value v;
   uint32_t n_req;
@@ -2472,6 +2472,7 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
   work *w;
   node *n = storage_arg(env, argv[0], &w);
   if (!n) return NULL;
+  w->n = n; /* no ref: bucket_data's work_start takes one; bucketDataSync returns first */
   if (get_u64(env, argv[1], "checkpoint", &w->u1) || get_array(env, argv[2], "dataBuckets", &n_req))
     FAIL_WORK(w);
   if (!(req = ar_alloc(&w->ar, (n_req ? n_req : 1) * sizeof *req))) {
@@ -2504,7 +2505,29 @@ static napi_value bucket_data(napi_env env, napi_callback_info info) {
   }
   memset(w->bt, 0, sizeof *w->bt);
   if (argv[5] && lend_pool(env, w->bt, argv[5])) FAIL_WORK(w);
-  return work_start(env, w, n, exec_bucket_data, done_bucket_data);
+  return w;
+}
+
+/* bucketData(storage, checkpoint, [{bucket, start}], {limit, chunkLimitBytes}, raw, pool) */
+static napi_value bucket_data(napi_env env, napi_callback_info info) {
+  work *w = bucket_data_args(env, info);
+  return w ? work_start(env, w, w->n, exec_bucket_data, done_bucket_data) : NULL;
+}
+
+/* bucketDataSync: the same read on the calling (main) thread, its batch returned or its error
+ * thrown: no hop to the thread pool and back, and JS reads the columns while the cache holds
+ * them (bench/README.md). The handle cannot be released meanwhile: that happens on this thread. */
+static napi_value bucket_data_sync(napi_env env, napi_callback_info info) {
+  work *w = bucket_data_args(env, info);
+  napi_value v = NULL;
+  if (!w) return NULL;
+  exec_bucket_data(w);
+  if (w->rc != BS_OK)
+    napi_throw(env, make_error(env, w->rc, &w->err));
+  else
+    v = done_bucket_data(env, w);
+  work_free(env, w);
+  return v;
 }
 
 static void exec_checksums(work *w) {
@@ -3846,6 +3869,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"addCustomWriteCheckpoint", writer_custom_wcp},
       {"getCheckpoint", get_checkpoint},
       {"bucketData", bucket_data},
+      {"bucketDataSync", bucket_data_sync},
       {"checksums", get_checksums},
       {"parameterSets", get_parameter_sets},
       {"checkpointChanges", get_checkpoint_changes},

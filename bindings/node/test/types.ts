@@ -36,6 +36,10 @@ async function main(): Promise<void> {
     }
     for (const op of ops) console.log(op.object_type, ops.entry(0).checksum);
   }
+  for (const c of st.getBucketDataBatchSync(cp, [{ bucket: 'todos["u1"]' }], { limit: 10 }))
+    if (!('hasMore' in c)) for (const op of c.chunkData.data) console.log(op.op_id, op.data);
+  for (const c of st.getBucketDataBatchRawSync(cp, [{ bucket: 'todos["u1"]' }], { reuseBuffers: true }))
+    if (!('hasMore' in c)) console.log(c.chunkData.data.opId(0), c.chunkData.next_after);
   const sums: Map<bs.Bytes, bs.BucketChecksum> = await st.getChecksums(r.checkpoint, ['todos["u1"]']);
   const rows: Record<string, unknown>[] = await cp.getParameterSets([['by_user', 1]], 10);
   const ch: bs.CheckpointChanges = await st.getCheckpointChanges({ lastCheckpoint: 0n, nextCheckpoint: cp });
