@@ -404,7 +404,8 @@ static int reset_delete(PGconn *c, uint32_t id, bs_error *err) {
                     " p AS (DELETE FROM bs_params WHERE stream = $1),"
                     " ch AS (DELETE FROM bs_changes WHERE stream = $1),"
                     " cw AS (DELETE FROM bs_wcp_custom WHERE stream = $1),"
-                    " sr AS (DELETE FROM bs_source WHERE stream = $1),"
+                    " sr AS (DELETE FROM bs_source WHERE tkey IN (SELECT key FROM bs_tables"
+                    "  WHERE stream = $1)),"
                     " su AS (DELETE FROM bs_superseded WHERE stream = $1),"
                     " tb AS (DELETE FROM bs_tables WHERE stream = $1)"
                     " DELETE FROM bs_buckets WHERE stream = $1",

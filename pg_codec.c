@@ -162,39 +162,134 @@ static unsigned char *vput_str(unsigned char *p, bs_val v) {
 }
 
 /* ---- Source records ----------------------------------------------------------------------------
- * The members value (memberships and lookups; mark and data are columns), in unsigned LEB128
- * varints (schema 5; pg_format.c's migration 5 converts the u32be/u64be fields of before):
- * nm, nm x (bucket, op, len, object_type, object_id), nl, nl x (len, key), where an object_id
- * is 0 when it is the record's replica id, else its length + 1 and its bytes (schema 7;
- * migration 7 converts the length and bytes of before). */
+ * The members value (memberships and lookups; mark and data are columns) since schema 9, in
+ * unsigned LEB128 varints: a head byte, its low 4 bits the membership count and its high 4 bits
+ * the lookup count (15: the count follows as a varint, at least 15); then per membership its
+ * bucket id, op id and a code, and when the code's bit 0 is set the object id's length; then its
+ * object_type (code >> 1, less 1, bytes) unless code >> 1 is 0, which stands for the previous
+ * membership's object type, and for the first for the record's table's name (bs_tables.name);
+ * then its object_id (bit 0 only; clear: the record's replica id). Then per lookup its length
+ * and key. The common record, one membership whose object type is its table's name and whose
+ * object id its replica id, takes 1 + bucket + op + 1 bytes (6 in bsbench --pg), where schema 8
+ * took 13 (its count, the type's length and bytes, a byte for the object id, the lookup count):
+ * with the record keyed by one table key (schema 9), that takes its heap tuple from 56 to 48
+ * bytes (bench/README.md "Schema 9"). A count the head could hold but given as a varint, or one
+ * whose members cannot fit, does not decode. */
 
-size_t bs__pg_srec_size(const bs__srec *r, bs_val rid) {
-  size_t n = vsize(r->nm) + vsize(r->nl);
+static uint64_t srec_code(const bs__srec *r, uint32_t i, bs_val table, bs_val rid) {
+  bs_val prev = i ? r->m[i - 1].object_type : table;
+  uint64_t c = bs__val_eq(r->m[i].object_type, prev) ? 0 : (r->m[i].object_type.size + 1) << 1;
+  return c | !bs__val_eq(r->m[i].object_id, rid);
+}
+
+static size_t srec_count_size(uint64_t n) {
+  return n < 15 ? 0 : vsize(n);
+}
+
+size_t bs__pg_srec_size(const bs__srec *r, bs_val table, bs_val rid) {
+  size_t n = 1 + srec_count_size(r->nm) + srec_count_size(r->nl);
   for (uint32_t i = 0; i < r->nm; i++) {
     const bs__member *m = &r->m[i];
-    n += vsize(m->bucket) + vsize(m->op) + vsize(m->object_type.size) + m->object_type.size;
-    n += bs__val_eq(m->object_id, rid) ? 1 : vsize(m->object_id.size + 1) + m->object_id.size;
+    uint64_t c = srec_code(r, i, table, rid);
+    n += vsize(m->bucket) + vsize(m->op) + vsize(c);
+    if (c >> 1) n += m->object_type.size;
+    if (c & 1) n += vsize(m->object_id.size) + m->object_id.size;
   }
   for (uint32_t i = 0; i < r->nl; i++) n += vsize(r->lk[i].size) + r->lk[i].size;
   return n;
 }
 
-void bs__pg_srec_encode(unsigned char *p, const bs__srec *r, bs_val rid) {
-  p = vput(p, r->nm);
+void bs__pg_srec_encode(unsigned char *p, const bs__srec *r, bs_val table, bs_val rid) {
+  *p++ = (unsigned char)((r->nm < 15 ? r->nm : 15) | (r->nl < 15 ? r->nl : 15) << 4);
+  if (r->nm >= 15) p = vput(p, r->nm);
+  if (r->nl >= 15) p = vput(p, r->nl);
   for (uint32_t i = 0; i < r->nm; i++) {
-    bs_val oi = r->m[i].object_id;
-    p = vput_str(vput(vput(p, r->m[i].bucket), r->m[i].op), r->m[i].object_type);
-    if (bs__val_eq(oi, rid)) {
-      *p++ = 0;
-      continue;
-    }
-    p = vput(p, oi.size + 1);
-    if (oi.size) memcpy(p, oi.data, oi.size);
-    p += oi.size;
+    const bs__member *m = &r->m[i];
+    uint64_t c = srec_code(r, i, table, rid);
+    p = vput(vput(vput(p, m->bucket), m->op), c);
+    if (c & 1) p = vput(p, m->object_id.size);
+    if ((c >> 1) && m->object_type.size) memcpy(p, m->object_type.data, m->object_type.size);
+    if (c >> 1) p += m->object_type.size;
+    if ((c & 1) && m->object_id.size) memcpy(p, m->object_id.data, m->object_id.size);
+    if (c & 1) p += m->object_id.size;
   }
-  p = vput(p, r->nl);
   for (uint32_t i = 0; i < r->nl; i++) p = vput_str(p, r->lk[i]);
 }
+
+/* A count of the head (h, 15: a varint of at least 15 follows). */
+static int srec_count(const unsigned char **p, const unsigned char *end, unsigned h, uint64_t *n) {
+  if (h < 15) {
+    *n = h;
+    return 1;
+  }
+  return vget(p, end, n) && *n >= 15;
+}
+
+/* n bytes at *p (borrowed), within end */
+static int srec_bytes(const unsigned char **p, const unsigned char *end, uint64_t n, bs_val *out) {
+  if (n > (uint64_t)(end - *p)) return 0;
+  out->data = *p;
+  out->size = (size_t)n;
+  *p += n;
+  return 1;
+}
+
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val table, bs_val rid, bs__srec *r) {
+  const unsigned char *p = v.data, *end;
+  uint64_t nm, nl;
+  unsigned head;
+  int rc = BS_ECORRUPT;
+  r->m = NULL;
+  r->lk = NULL;
+  r->nm = r->nl = 0;
+  if (!p || !v.size) return BS_ECORRUPT;
+  end = p + v.size;
+  head = *p++;
+  /* a membership takes at least 3 bytes, a key 1: counts that cannot fit are refused before
+   * they size an allocation */
+  if (!srec_count(&p, end, head & 15u, &nm) || !srec_count(&p, end, head >> 4, &nl) ||
+      nm > v.size / 3 || nl > v.size)
+    return BS_ECORRUPT;
+  if (!(r->m = bs__calloc(a, (size_t)nm + 1, sizeof *r->m)) ||
+      !(r->lk = bs__calloc(a, (size_t)nl + 1, sizeof *r->lk))) {
+    rc = BS_ENOMEM;
+    goto fail;
+  }
+  for (uint64_t i = 0; i < nm; i++) {
+    bs__member *m = &r->m[i];
+    uint64_t c, oil = 0;
+    if (!vget(&p, end, &m->bucket) || !vget(&p, end, &m->op) || !vget(&p, end, &c) ||
+        ((c & 1) && !vget(&p, end, &oil)))
+      goto fail;
+    if (c >> 1) {
+      if (!srec_bytes(&p, end, (c >> 1) - 1, &m->object_type)) goto fail;
+    } else {
+      m->object_type = i ? r->m[i - 1].object_type : table;
+    }
+    if (c & 1) {
+      if (!srec_bytes(&p, end, oil, &m->object_id)) goto fail;
+    } else {
+      m->object_id = rid;
+    }
+  }
+  for (uint64_t i = 0; i < nl; i++)
+    if (!vget_str(&p, end, &r->lk[i])) goto fail;
+  if (p == end) {
+    r->nm = (uint32_t)nm;
+    r->nl = (uint32_t)nl;
+    return BS_OK;
+  }
+fail:
+  bs__free(a, r->m);
+  bs__free(a, r->lk);
+  r->m = NULL;
+  r->lk = NULL;
+  return rc;
+}
+
+/* Schema 5-8's members value, which migration 9 (pg_format.c) reads: nm, nm x (bucket, op, len,
+ * object_type, object_id), nl, nl x (len, key), all varints, where an object_id is 0 when it is
+ * the record's replica id, else its length + 1 and its bytes (schema 7). */
 
 /* An object_id: the replica id (0), or a length + 1 and the string (borrowed), within end. */
 static int vget_oid(const unsigned char **p, const unsigned char *end, bs_val rid, bs_val *out) {
@@ -211,7 +306,7 @@ static int vget_oid(const unsigned char **p, const unsigned char *end, bs_val ri
   return 1;
 }
 
-int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r) {
+int bs__pg_srec8_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r) {
   const unsigned char *p = v.data, *end;
   uint64_t nm, nl;
   int rc = BS_ECORRUPT;
@@ -249,7 +344,7 @@ fail:
 }
 
 int bs__pg_source_row(bs__srec *out, const bs_allocator *a, const PGresult *r, int row, int col,
-                      int data) {
+                      int data, bs_val table) {
   bs_val rid = bs__pg_bytes(r, row, col);
   memset(out, 0, sizeof *out);
   out->exists = 1;
@@ -257,24 +352,23 @@ int bs__pg_source_row(bs__srec *out, const bs_allocator *a, const PGresult *r, i
   out->mark = out->soft ? (uint64_t)bs__pg_i64(r, row, col + 1) : 0;
   out->has_data = bs__pg_bool(r, row, col + 3);
   if (data) out->data = bs__pg_bytes(r, row, col + BS_PG_SOURCE_NCOLS);
-  return bs__pg_srec_decode(a, bs__pg_bytes(r, row, col + 2), rid, out);
+  return bs__pg_srec_decode(a, bs__pg_bytes(r, row, col + 2), table, rid, out);
 }
 
-void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t stream, uint32_t table,
+void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t tkey, bs_val table,
                         bs_val rid, const bs__srec *r) {
-  size_t sz = bs__pg_srec_size(r, rid);
+  size_t sz = bs__pg_srec_size(r, table, rid);
   unsigned char *p;
-  bs__pg_copy_tuple(b, a, 6);
-  bs__pg_copy_int(b, a, stream, 4);
-  bs__pg_copy_int(b, a, table, 4);
-  bs__pg_copy_bytes(b, a, rid);
+  bs__pg_copy_tuple(b, a, 5);
   if (r->soft)
     bs__pg_copy_int(b, a, r->mark, 8);
   else
     bs__pg_copy_bytes(b, a, (bs_val){NULL, 0}); /* NULL: not soft-deleted */
+  bs__pg_copy_int(b, a, tkey, 4);
+  bs__pg_copy_bytes(b, a, rid);
   if ((p = bs__pg_buf_room(b, a, 4 + sz))) {
     bs__put_u32be(p, (uint32_t)sz);
-    bs__pg_srec_encode(p + 4, r, rid);
+    bs__pg_srec_encode(p + 4, r, table, rid);
   }
   bs__pg_copy_bytes(b, a, r->has_data ? present(r->data) : (bs_val){NULL, 0});
 }

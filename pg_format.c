@@ -7,6 +7,7 @@
  */
 #include "pg_internal.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 /* ---- Schema ---------------------------------------------------------------------------------- */
@@ -210,6 +211,17 @@ static const char *const migrations[BS_PG_SCHEMA_VERSION] = {
     " n integer NOT NULL, checksum integer NOT NULL, ops bytea NOT NULL,"
     " PRIMARY KEY (bucket, last_op)) WITH (toast_tuple_target = 8160);"
     "ALTER TABLE bs_chunks ALTER ops SET STORAGE EXTERNAL;",
+    /* 9: smaller source records (70 bytes per op after bsbench --pg's ingest, 106 a record:
+     * bench/README.md "Schema 9"): keyed by one database-wide table key instead of (stream,
+     * table id), which takes the primary key's entry from 32 to 24 bytes, and the members with
+     * their counts in a head byte and a first object type that is the table's name not spelled
+     * out (pg_codec.c), which takes the heap tuple from 56 to 48. Each table gets its key here
+     * (the identity fills the existing rows); source_to_keys (below) then converts every record
+     * into bs_source9 and puts it in bs_source's place, in this step's transaction. Columns in
+     * alignment order: the mark (NULL unless soft-deleted, so mostly free) first. */
+    "ALTER TABLE bs_tables ADD key integer GENERATED ALWAYS AS IDENTITY UNIQUE;"
+    "CREATE TABLE bs_source9 (mark bigint, tkey integer NOT NULL, replica_id bytea NOT NULL,"
+    " members bytea NOT NULL, data bytea);",
 };
 
 /* Step 8's data: every bs_ops row, read in (bucket, op_id) order through a cursor (at most
@@ -254,6 +266,75 @@ static int ops_to_chunks(PGconn *c, bs_error *err) {
   if (!rc)
     rc = bs__pg_run(c, "CLOSE bs_ops8; DROP TABLE bs_ops", NULL,
                     "migrating the schema: ops to chunks", err);
+  return rc;
+}
+
+/* Step 9's data: every bs_source record with its table's key and name, read through a cursor
+ * (at most MIG_FETCH rows in memory), its members decoded in schema 8's encoding and written in
+ * schema 9's, COPYed into bs_source9 every MIG_FETCH rows; then bs_source9 takes bs_source's
+ * place and its indexes. A record whose table is not in bs_tables, or whose members do not
+ * decode, fails the step (BS_ECORRUPT: the schema stays 8, whose verify names it): it has no
+ * key to go under, and a record is never dropped unseen. */
+static int source_to_keys(PGconn *c, bs_error *err) {
+  const bs_allocator *a = &bs__default_allocator;
+  bs__pg_buf rows = {0};
+  int rc, n;
+  rc = bs__pg_run(c,
+                  "DECLARE bs_source9c NO SCROLL CURSOR FOR SELECT s.stream, s.table_id, t.key,"
+                  " t.name, " BS_PG_SOURCE_COLS ", data FROM bs_source s LEFT JOIN bs_tables t"
+                  " ON t.stream = s.stream AND t.id = s.table_id",
+                  NULL, "migrating the schema: source records", err);
+  do {
+    PGresult *r;
+    if (rc || (rc = bs__pg_exec(c, "FETCH 10000 FROM bs_source9c", NULL, &r,
+                                "migrating the schema: source records", err)))
+      break;
+    n = PQntuples(r);
+    for (int i = 0; i < n && !rc; i++) {
+      int64_t stream = bs__pg_i32(r, i, 0), table = bs__pg_i32(r, i, 1);
+      bs_val rid = bs__pg_bytes(r, i, 4);
+      bs__srec rec = {0};
+      if (PQgetisnull(r, i, 2)) {
+        rc = bs__fail(err, BS_ECORRUPT,
+                      "migrating the schema: a source record of stream %" PRId64
+                      " names table %" PRId64
+                      ", which bs_tables does not hold (bucketstore verify lists it)",
+                      stream, table);
+        break;
+      }
+      rec.exists = 1;
+      rec.soft = !PQgetisnull(r, i, 5);
+      rec.mark = rec.soft ? (uint64_t)bs__pg_i64(r, i, 5) : 0;
+      rec.has_data = bs__pg_bool(r, i, 7);
+      rec.data = bs__pg_bytes(r, i, 8);
+      rc = bs__pg_srec8_decode(a, bs__pg_bytes(r, i, 6), rid, &rec);
+      if (rc == BS_ECORRUPT)
+        rc = bs__fail(err, rc,
+                      "migrating the schema: a source record of stream %" PRId64 ", table %" PRId64
+                      " does not decode (bucketstore verify lists it)",
+                      stream, table);
+      else if (rc)
+        rc = bs__fail(err, rc, "migrating the schema: source records: out of memory");
+      else
+        bs__pg_source_copy(&rows, a, (uint32_t)bs__pg_i32(r, i, 2), bs__pg_bytes(r, i, 3), rid,
+                           &rec);
+      bs__free(a, rec.m);
+      bs__free(a, rec.lk);
+    }
+    PQclear(r);
+    if (!rc && rows.oom)
+      rc = bs__fail(err, BS_ENOMEM, "migrating the schema: source records: out of memory");
+    if (!rc) rc = bs__pg_copy_in(c, BS_PG_SOURCE_COPY_INTO("bs_source9"), &rows, a, err);
+    rows.n = 0;
+  } while (!rc && n == MIG_FETCH);
+  bs__free(a, rows.p);
+  if (!rc)
+    rc = bs__pg_run(c,
+                    "CLOSE bs_source9c; DROP TABLE bs_source;"
+                    "ALTER TABLE bs_source9 RENAME TO bs_source;"
+                    "ALTER TABLE bs_source ADD PRIMARY KEY (tkey, replica_id);"
+                    "CREATE INDEX bs_source_soft ON bs_source (tkey, mark) WHERE mark IS NOT NULL",
+                    NULL, "migrating the schema: source records", err);
   return rc;
 }
 
@@ -356,6 +437,7 @@ static int migrate(PGconn *c, const bs__pg_schema *s, int64_t to, bs_error *err)
     bs__pg_arg_i64(&a, v + 1);
     rc = bs__pg_run(c, migrations[v], NULL, "migrating the schema", err);
     if (!rc && v + 1 == 8) rc = ops_to_chunks(c, err);
+    if (!rc && v + 1 == 9) rc = source_to_keys(c, err);
     if (!rc)
       rc = bs__pg_run(c, "UPDATE bs_meta SET value = $1 WHERE key = 'schema_version'", &a,
                       "migrating the schema", err);

@@ -70,14 +70,22 @@
  *                                                the user's high-water mark, invisible to reads)
  *  bs_wcp_custom (stream, event, user_id)        custom write checkpoints: value, requested_at
  *                                                (NULL: persistent, owned by the source)
- *  bs_tables   (stream, name)                    id: 1, 2, ... per stream (bs_streams.next_table_id)
- *  bs_source   (stream, table_id, replica_id)    the source record: mark (contract.md 4.3; NULL
+ *  bs_tables   (stream, name)                    id: 1, 2, ... per stream (bs_streams.next_table_id),
+ *                                                the table's name in bs_params.table_id; key
+ *                                                (schema 9): database-wide (an identity), the
+ *                                                table in bs_source's key
+ *  bs_source   (tkey, replica_id)                the source record of table key tkey
+ *                                                (bs_tables.key): mark (contract.md 4.3; NULL
  *                                                unless soft-deleted), members (pg_codec.c's
- *                                                encoding of the memberships and lookup keys, in
+ *                                                encoding of the memberships and lookup keys:
  *                                                varints since schema 5, an object_id equal to
- *                                                the replica id in one byte since schema 7),
- *                                                data (NULL when the record has none; before
- *                                                schema 7 also soft and has_data columns)
+ *                                                the replica id in one byte since schema 7, the
+ *                                                counts in a head byte and a first object type
+ *                                                equal to the table's name not spelled out since
+ *                                                schema 9), data (NULL when the record has none;
+ *                                                before schema 7 also soft and has_data columns;
+ *                                                before schema 9 keyed (stream, table_id,
+ *                                                replica_id))
  *  bs_superseded (stream, bucket, first_new)     pairs: the writer's log (incremental
  *                                                compaction consumes it) of one flush in one
  *                                                bucket, at most BS_PG_SUP_ROW entries (old_op,
@@ -92,7 +100,7 @@
  * Byte strings are bytea: PostgreSQL compares them as memcmp with the shorter prefix first,
  * the order of bs__val_cmp, so ORDER BY name is the order storage.h promises.
  * ================================================================================================= */
-#define BS_PG_SCHEMA_VERSION 8
+#define BS_PG_SCHEMA_VERSION 9
 
 /* The one schema of a handle (bs__pg_schema_resolve). */
 typedef struct bs__pg_schema {
@@ -461,15 +469,18 @@ bs_op bs__pg_op_row(const PGresult *r, int row, int col, int data);
 /* A source record's columns (bs_source) but its data: replica_id, mark (NULL: not soft-deleted),
  * members (bs__pg_srec_encode's), whether it has data. bs__pg_source_row reads the record of
  * row's columns col.. into out (exists 1; data: column col + BS_PG_SOURCE_NCOLS is its data),
- * strings borrowed from r, out->m and out->lk allocated from a (the caller frees them; both
- * NULL after a failure). BS_ECORRUPT (the members do not decode), BS_ENOMEM.
- * bs__pg_source_copy appends a record of stream's table to a COPY stream of BS_PG_SOURCE_COPY. */
+ * table the name of its table (the members' first object type may be it), strings borrowed
+ * from r and table, out->m and out->lk allocated from a (the caller frees them; both NULL after
+ * a failure). BS_ECORRUPT (the members do not decode), BS_ENOMEM. bs__pg_source_copy appends
+ * a record of the table of key tkey (bs_tables.key) and name table to a COPY stream of
+ * BS_PG_SOURCE_COPY. */
 #define BS_PG_SOURCE_COLS  "replica_id, mark, members, data IS NOT NULL"
 #define BS_PG_SOURCE_NCOLS 4
-#define BS_PG_SOURCE_COPY                                                                          \
-  "COPY bs_source (stream, table_id, replica_id, mark, members, data) FROM STDIN (FORMAT binary)"
+#define BS_PG_SOURCE_COPY_INTO(t)                                                                  \
+  "COPY " t " (mark, tkey, replica_id, members, data) FROM STDIN (FORMAT binary)"
+#define BS_PG_SOURCE_COPY BS_PG_SOURCE_COPY_INTO("bs_source")
 int bs__pg_source_row(bs__srec *out, const bs_allocator *a, const PGresult *r, int row, int col,
-                      int data);
+                      int data, bs_val table);
 
 /* The stream row (bs_streams): its identity and the state every call reads, whole: a statement
  * selects BS_PG_STREAM_COLS (then columns of its own, from BS_PG_STREAM_NCOLS on) and
@@ -533,7 +544,7 @@ static inline void bs__pg_copy_tuple(bs__pg_buf *b, const bs_allocator *a, int f
 }
 void bs__pg_op_copy(bs__pg_buf *b, const bs_allocator *a, uint64_t bucket, uint64_t op_id,
                     const bs_op *op);
-void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t stream, uint32_t table,
+void bs__pg_source_copy(bs__pg_buf *b, const bs_allocator *a, uint32_t tkey, bs_val table,
                         bs_val rid, const bs__srec *r);
 
 /* ---- Op chunks (schema 8, pg_chunk.c) ----
@@ -629,14 +640,17 @@ int bs__pg_chunks_edit(PGconn *c, const bs_allocator *a, uint64_t bucket, bs__pg
 int bs__pg_copy_in(PGconn *c, const char *sql, bs__pg_buf *data, const bs_allocator *a,
                    bs_error *err);
 
-/* bs_source.members: _size bytes, written by _encode (r's memberships and lookups; an object_id
- * equal to rid is not spelled out); _decode reads a value of the record of replica id rid into
- * r's m, nm, lk and nl: strings borrowed from v (or rid), the two arrays allocated from a (the
- * caller frees r->m and r->lk; after a failure both are NULL). BS_ECORRUPT (not one whole
- * value), BS_ENOMEM. */
-size_t bs__pg_srec_size(const bs__srec *r, bs_val rid);
-void bs__pg_srec_encode(unsigned char *p, const bs__srec *r, bs_val rid);
-int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r);
+/* bs_source.members (pg_codec.c "Source records"): _size bytes, written by _encode (r's
+ * memberships and lookups; an object_id equal to rid and a first object type equal to table,
+ * the name of the record's table, are not spelled out); _decode reads a value of the record of
+ * replica id rid in table into r's m, nm, lk and nl: strings borrowed from v (or rid, table), the
+ * two arrays allocated from a (the caller frees r->m and r->lk; after a failure both are NULL).
+ * BS_ECORRUPT (not one whole value), BS_ENOMEM. _srec8_decode reads schema 5-8's value (no table
+ * name elided), which migration 9 converts. */
+size_t bs__pg_srec_size(const bs__srec *r, bs_val table, bs_val rid);
+void bs__pg_srec_encode(unsigned char *p, const bs__srec *r, bs_val table, bs_val rid);
+int bs__pg_srec_decode(const bs_allocator *a, bs_val v, bs_val table, bs_val rid, bs__srec *r);
+int bs__pg_srec8_decode(const bs_allocator *a, bs_val v, bs_val rid, bs__srec *r);
 /* bs_superseded.pairs (pg_internal.h's schema): a row holds at most BS_PG_SUP_ROW entries, so a
  * compaction rewriting one rewrites a few KiB. _put appends an entry (old ops ascending, new_op
  * >= first_new; at most 20 bytes) and returns the end; _next walks a value (borrowed): 1 and the

@@ -57,6 +57,13 @@ typedef struct sup_ent {
   uint64_t bucket, old_op, new_op;
 } sup_ent;
 
+/* A source table the batch's records belong to: its id in the stream, its key (bs_source's
+ * key, schema 9) and name (a record's members elide it, pg_codec.c). A flush names few. */
+typedef struct tab_ent {
+  uint32_t id, key;
+  bs_val name; /* owned */
+} tab_ent;
+
 typedef struct batch {
   bs__pg_writer *w;
   const bs_write_batch *in;
@@ -82,6 +89,8 @@ typedef struct batch {
                     * in a record that a later store of the batch replaces) */
   size_t nlk, clk;
   bs__htab lmap;
+  tab_ent *tabs;
+  size_t ntabs, ctabs;
 } batch;
 
 static uint64_t rec_hash(uint32_t table, bs_val rid) {
@@ -202,6 +211,8 @@ static void batch_free(batch *b) {
     bs__pg_chunkb_free(&b->bk[i].ck, b->a);
   }
   for (size_t i = 0; i < b->nlk; i++) bs__free(b->a, (void *)b->lookups[i].data);
+  for (size_t i = 0; i < b->ntabs; i++) bs__free(b->a, (void *)b->tabs[i].name.data);
+  bs__free(b->a, b->tabs);
   bs__free(b->a, b->recs);
   bs__free(b->a, b->bk);
   bs__free(b->a, b->reserved);
@@ -217,6 +228,51 @@ static void batch_free(batch *b) {
 
 static int oom(bs_error *err) {
   return bs__fail(err, BS_ENOMEM, "flush: out of memory");
+}
+
+/* Adds table id's key and name (copied) to the batch's tables; NULL when out of memory. */
+static const tab_ent *tab_add(batch *b, uint32_t id, uint32_t key, bs_val name) {
+  tab_ent *t;
+  unsigned char *copy;
+  if (b->ntabs == b->ctabs) {
+    size_t cap = b->ctabs ? b->ctabs * 2 : 8;
+    tab_ent *p = bs__realloc(b->a, b->tabs, cap * sizeof *p);
+    if (!p) return NULL;
+    b->tabs = p;
+    b->ctabs = cap;
+  }
+  if (!(copy = bs__malloc(b->a, name.size ? name.size : 1))) return NULL;
+  if (name.size) memcpy(copy, name.data, name.size);
+  t = &b->tabs[b->ntabs++];
+  t->id = id;
+  t->key = key;
+  t->name = (bs_val){copy, name.size};
+  return t;
+}
+
+/* The stream's table id: known to the batch (resolve_tables, an earlier call), else read from
+ * bs_tables (truncate, defragmentation and source_row name tables by id). */
+static int tab_get(batch *b, uint32_t id, const tab_ent **out, bs_error *err) {
+  bs__pg_args a = {0};
+  PGresult *r;
+  int rc;
+  for (size_t i = 0; i < b->ntabs; i++)
+    if (b->tabs[i].id == id) {
+      *out = &b->tabs[i];
+      return BS_OK;
+    }
+  bs__pg_arg_i32(&a, (int32_t)b->stream);
+  bs__pg_arg_i32(&a, (int32_t)id);
+  if ((rc = bs__pg_exec(b->c, "SELECT key, name FROM bs_tables WHERE stream = $1 AND id = $2", &a,
+                        &r, "source table", err)))
+    return rc;
+  if (PQntuples(r) != 1)
+    rc =
+        bs__fail(err, BS_ECORRUPT, "stream %u: source table %u is not in bs_tables", b->stream, id);
+  else if (!(*out = tab_add(b, id, (uint32_t)bs__pg_i32(r, 0, 0), bs__pg_bytes(r, 0, 1))))
+    rc = oom(err);
+  PQclear(r);
+  return rc;
 }
 
 /* ---- effects.c's side -------------------------------------------------------------------------- */
@@ -352,12 +408,13 @@ static uint64_t fx_op_head(void *ctx) {
 }
 
 static const bs__pg_stmt table_stmt = {
-    BS_PG_STMT_TABLE, "WITH t AS (SELECT id FROM bs_tables WHERE stream = $1 AND name = $2),"
-                      " n AS (UPDATE bs_streams SET next_table_id = next_table_id + 1"
-                      "  WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM t)"
-                      "  RETURNING next_table_id - 1 AS id),"
-                      " i AS (INSERT INTO bs_tables (stream, name, id) SELECT $1, $2, id FROM n)"
-                      " SELECT id FROM t UNION ALL SELECT id FROM n"};
+    BS_PG_STMT_TABLE,
+    "WITH t AS (SELECT id, key FROM bs_tables WHERE stream = $1 AND name = $2),"
+    " n AS (UPDATE bs_streams SET next_table_id = next_table_id + 1"
+    "  WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM t)"
+    "  RETURNING next_table_id - 1 AS id),"
+    " i AS (INSERT INTO bs_tables (stream, name, id) SELECT $1, $2, id FROM n RETURNING id, key)"
+    " SELECT id, key FROM t UNION ALL SELECT id, key FROM i"};
 
 static const bs__effects_ops pg_effects_ops = {
     .load = fx_load,
@@ -371,14 +428,15 @@ static const bs__effects_ops pg_effects_ops = {
 
 /* ---- Loading what the batch needs ------------------------------------------------------------- */
 
-/* The table ids of every table the queue names, registering new ones (1, 2, ... per stream). */
+/* The table ids of every table the queue names, registering new ones (1, 2, ... per stream; a
+ * database-wide key from bs_tables' identity), each known to the batch with its key and name. */
 static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
   const bs_write_item *q = b->in->items;
   for (size_t i = 0; i < b->in->n; i++) {
     const bs_save *s = q[i].save;
     bs__pg_args a = {0};
     PGresult *r;
-    int rc;
+    int rc, known = 0;
     if (!s) continue;
     if (i > 0 && q[i - 1].save && bs__val_eq(q[i - 1].save->table, s->table)) {
       ids[i] = ids[i - 1];
@@ -389,31 +447,35 @@ static int resolve_tables(batch *b, uint32_t *ids, bs_error *err) {
     rc = bs__pg_execp(b->c, &table_stmt, &a, &r, "registering a source table", err);
     if (rc) return rc;
     ids[i] = (uint32_t)bs__pg_i32(r, 0, 0);
+    for (size_t k = 0; k < b->ntabs; k++) known |= b->tabs[k].id == ids[i];
+    if (!known && !tab_add(b, ids[i], (uint32_t)bs__pg_i32(r, 0, 1), s->table)) rc = BS_ENOMEM;
     PQclear(r);
+    if (rc) return oom(err);
   }
   return BS_OK;
 }
 
 static const bs__pg_stmt records_stmt = {
-    BS_PG_STMT_RECORDS, "SELECT s.* FROM unnest($3::bytea[]) AS k(r) CROSS JOIN LATERAL"
+    BS_PG_STMT_RECORDS, "SELECT s.* FROM unnest($2::bytea[]) AS k(r) CROSS JOIN LATERAL"
                         " (SELECT " BS_PG_SOURCE_COLS ", data, ctid FROM bs_source"
-                        "  WHERE stream = $1 AND table_id = $2 AND replica_id = k.r LIMIT 1) s"};
+                        "  WHERE tkey = $1 AND replica_id = k.r LIMIT 1) s"};
 
 /* Loads the source records of (table, rids) that are not loaded yet; rows that have none get an
  * entry with exists 0. Every key is one probe of the primary key, whatever the table's
  * statistics say: a LATERAL subquery with LIMIT is never flattened into a join. Planned freely,
- * `replica_id = ANY($3)` was a filter over the whole (stream, table_id) range while the table
+ * `replica_id = ANY($2)` was a filter over the whole (stream, table_id) range while the table
  * had no statistics (a table filling up: the first minutes of a snapshot), and a join with an
  * unnest of the keys a hash join over a sequential scan: O(table) per flush instead of O(batch).
  * The flush writes the stored rows back by the ctids read here (update_records). */
 static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, bs_error *err) {
   bs__pg_args a = {0};
   unsigned char *arr = NULL;
+  const tab_ent *t;
   PGresult *r;
   int rc;
   if (!n) return BS_OK;
-  bs__pg_arg_i32(&a, (int32_t)b->stream);
-  bs__pg_arg_i32(&a, (int32_t)table);
+  if ((rc = tab_get(b, table, &t, err))) return rc;
+  bs__pg_arg_i32(&a, (int32_t)t->key);
   if ((rc = bs__pg_arg_bytes_array(&a, rids, n, b->a, &arr, err))) return rc;
   rc = bs__pg_execp(b->c, &records_stmt, &a, &r, "loading source records", err);
   bs__free(b->a, arr);
@@ -430,7 +492,7 @@ static int load_records(batch *b, uint32_t table, const bs_val *rids, size_t n, 
     e->stored = 1;
     if (PQgetlength(r, i, BS_PG_SOURCE_NCOLS + 1) == (int)sizeof e->tid)
       memcpy(e->tid, PQgetvalue(r, i, BS_PG_SOURCE_NCOLS + 1), sizeof e->tid);
-    rc = bs__pg_source_row(&s, b->a, r, i, 0, 1);
+    rc = bs__pg_source_row(&s, b->a, r, i, 0, 1, t->name);
     if (rc == BS_OK && rec_set(b, e, &s)) rc = BS_ENOMEM;
     bs__free(b->a, s.m);
     bs__free(b->a, s.lk);
@@ -629,7 +691,10 @@ static int update_records(batch *b, bs_error *err) {
   int rc = BS_OK;
   for (size_t i = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
-    if (e->dirty && e->stored && e->r.exists) n++, bytes += bs__pg_srec_size(&e->r, e->rid);
+    const tab_ent *t;
+    if (!e->dirty || !e->stored || !e->r.exists) continue;
+    if ((rc = tab_get(b, e->table, &t, err))) return rc;
+    n++, bytes += bs__pg_srec_size(&e->r, t->name, e->rid);
   }
   if (!n) return BS_OK;
   if (!(v = bs__calloc(b->a, NCOL * n, sizeof *v)) || !(tids = bs__calloc(b->a, n, sizeof *tids)) ||
@@ -640,14 +705,16 @@ static int update_records(batch *b, bs_error *err) {
   }
   for (size_t i = 0, k = 0; i < b->nrecs; i++) {
     const rec_ent *e = b->recs[i];
+    const tab_ent *t;
     if (!e->dirty || !e->stored || !e->r.exists) continue;
+    if ((rc = tab_get(b, e->table, &t, err))) goto out;
     v[SOFT * n + k] = e->r.soft != 0;
     v[MARK * n + k] = e->r.mark;
     tids[k].data = e->tid;
     tids[k].size = sizeof e->tid;
     members[k].data = enc + at;
-    members[k].size = bs__pg_srec_size(&e->r, e->rid);
-    bs__pg_srec_encode(enc + at, &e->r, e->rid);
+    members[k].size = bs__pg_srec_size(&e->r, t->name, e->rid);
+    bs__pg_srec_encode(enc + at, &e->r, t->name, e->rid);
     at += members[k].size;
     data[k] = e->r.has_data ? present(e->r.data) : (bs_val){NULL, 0};
     k++;
@@ -679,8 +746,9 @@ static int write_records(batch *b, bs_error *err) {
   if (!rc) rc = update_records(b, err);
   for (size_t i = 0; i < b->nrecs && !rc; i++) {
     const rec_ent *e = b->recs[i];
-    if (e->dirty && !e->stored && e->r.exists)
-      bs__pg_source_copy(&out, b->a, b->stream, e->table, e->rid, &e->r);
+    const tab_ent *t;
+    if (e->dirty && !e->stored && e->r.exists && !(rc = tab_get(b, e->table, &t, err)))
+      bs__pg_source_copy(&out, b->a, t->key, t->name, e->rid, &e->r);
   }
   if (!rc && out.oom) rc = oom(err);
   if (!rc) rc = bs__pg_copy_in(b->c, BS_PG_SOURCE_COPY, &out, b->a, err);
@@ -1060,7 +1128,7 @@ int bs__pg_truncate_share(bs__pg_writer *w, bs_val table, int drop, int *done, b
   bs__pg_arg_i32(&a, TRUNCATE_RECORDS);
   rc = bs__pg_exec(w->c,
                    "SELECT t.id, s.replica_id FROM bs_tables t LEFT JOIN LATERAL"
-                   " (SELECT replica_id FROM bs_source WHERE stream = t.stream AND table_id = t.id"
+                   " (SELECT replica_id FROM bs_source WHERE tkey = t.key"
                    "  ORDER BY replica_id LIMIT $3) s ON true WHERE t.stream = $1 AND t.name = $2"
                    " ORDER BY s.replica_id",
                    &a, &r, "truncate: source records", err);
@@ -1142,7 +1210,8 @@ static int find_id(const uint64_t *ids, size_t n, uint64_t id, size_t *at) {
   return lo < n && ids[lo] == id;
 }
 
-/* One pass over the stream's (not soft-deleted) records, a page at a time. */
+/* One pass over the stream's (not soft-deleted) records, a page at a time, in (table key,
+ * replica id) order: each table's records in a LATERAL range of bs_source's primary key. */
 static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan *s, int pass,
                       bs_error *err) {
   unsigned char last[BS_MAX_REPLICA_ID];
@@ -1157,9 +1226,12 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
     bs__pg_arg_i32(&a, table);
     bs__pg_arg_bytes(&a, after);
     if ((rc = bs__pg_exec(c,
-                          "SELECT table_id, replica_id, members FROM bs_source WHERE stream = $1"
-                          " AND mark IS NULL AND (table_id, replica_id) > ($2, $3)"
-                          " ORDER BY table_id, replica_id LIMIT 1000",
+                          "SELECT t.id, s.replica_id, s.members, t.key, t.name FROM bs_tables t"
+                          " CROSS JOIN LATERAL (SELECT replica_id, members FROM bs_source"
+                          "  WHERE tkey = t.key AND mark IS NULL AND (tkey, replica_id) > ($2, $3)"
+                          "  ORDER BY replica_id LIMIT 1000) s"
+                          " WHERE t.stream = $1 AND t.key >= $2 ORDER BY t.key, s.replica_id"
+                          " LIMIT 1000",
                           &a, &r, "defragment: source records", err)))
       break;
     rows = PQntuples(r);
@@ -1168,7 +1240,7 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
       bs__srec rec = {0};
       bs_val rid = bs__pg_bytes(r, i, 1);
       uint32_t t = (uint32_t)bs__pg_i32(r, i, 0);
-      rc = bs__pg_srec_decode(al, bs__pg_bytes(r, i, 2), rid, &rec);
+      rc = bs__pg_srec_decode(al, bs__pg_bytes(r, i, 2), bs__pg_bytes(r, i, 4), rid, &rec);
       for (uint32_t k = 0; !rc && k < rec.nm; k++) {
         size_t at;
         if (rec.m[k].op > s->horizon || !find_id(s->ids, s->n, rec.m[k].bucket, &at)) continue;
@@ -1194,7 +1266,7 @@ static int dscan_pass(PGconn *c, const bs_allocator *al, uint32_t stream, dscan 
       else if (rc)
         rc = bs__fail(err, rc, "defragment: out of memory");
       if (i + 1 == rows && rid.size <= sizeof last) {
-        table = (int32_t)t;
+        table = bs__pg_i32(r, i, 3);
         if (rid.size) memcpy(last, rid.data, rid.size);
         after.data = last;
         after.size = rid.size;

@@ -619,8 +619,8 @@ static int members_check(verifier *vf, bs_error *err) {
   return rc;
 }
 
-/* source columns: 0 stream, 1 table_id, then the record's (its data not read), then whether
- * the table exists */
+/* source columns: 0 stream, 1 table_id (both of its table: NULL when bs_tables has none of its
+ * key), then the record's (its data not read), then the table's name and the record's key */
 static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err) {
   int64_t stream = bs__pg_i32(r, row, 0), table = bs__pg_i32(r, row, 1), mark;
   bs_val rid = bs__pg_bytes(r, row, 2);
@@ -629,12 +629,16 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
   int rn = bs__name_shown(rid);
   char subkey[BS_SUBKEY_SIZE];
   bs__srec rec;
-  int rc = bs__pg_source_row(&rec, vf->a, r, row, 2, 0);
+  int rc;
+  if (PQgetisnull(r, row, 0)) { /* no table to name it by, nor to decode its members with */
+    problem(vf, "source record (table key %" PRId64 ", replica id \"%.*s\"): unknown table",
+            (int64_t)bs__pg_i32(r, row, 3 + BS_PG_SOURCE_NCOLS), rn, rp);
+    return BS_OK;
+  }
+  rc = bs__pg_source_row(&rec, vf->a, r, row, 2, 0, bs__pg_bytes(r, row, 2 + BS_PG_SOURCE_NCOLS));
   mark = (int64_t)rec.mark;
 #define WHO "source record (stream %" PRId64 ", table %" PRId64 ", replica id \"%.*s\"): "
   if (!sh) problem(vf, WHO "unknown stream", stream, table, rn, rp);
-  if (!bs__pg_bool(r, row, 2 + BS_PG_SOURCE_NCOLS))
-    problem(vf, WHO "unknown table", stream, table, rn, rp);
   if (rid.size > BS_MAX_REPLICA_ID)
     problem(vf, WHO "replica id of %zu bytes", stream, table, rn, rp, rid.size);
   if (mark < 0 || (sh && (uint64_t)mark > sh->op_head))
@@ -659,10 +663,9 @@ static int check_source(verifier *vf, const PGresult *r, int row, bs_error *err)
 static int verify_sources(verifier *vf, bs_error *err) {
   scan s;
   int rc = scan_open(vf, &s, "v_source",
-                     "SELECT s.stream, s.table_id, " BS_PG_SOURCE_COLS ","
-                     " EXISTS (SELECT 1 FROM bs_tables t"
-                     "  WHERE t.stream = s.stream AND t.id = s.table_id)"
-                     " FROM bs_source s ORDER BY s.stream, s.table_id, s.replica_id",
+                     "SELECT t.stream, t.id, " BS_PG_SOURCE_COLS ", t.name, s.tkey"
+                     " FROM bs_source s LEFT JOIN bs_tables t ON t.key = s.tkey"
+                     " ORDER BY s.tkey, s.replica_id",
                      err);
   if (rc) return rc;
   while ((rc = scan_get(&s, err)) == 1) {

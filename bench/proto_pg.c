@@ -64,8 +64,10 @@ int proto_pg(void) {
  *   7h:  the same row, the members in LMDB format 3's rules (lmdb_codec.c: the counts in a head
  *        byte, an object type that is the table's name not written);
  *   7hk: those members, keyed (table key, replica_id): one database-wide integer for the
- *        stream's table instead of stream and table id. */
-enum { SRC_RAW, SRC_7, SRC_7H, SRC_7HK };
+ *        stream's table instead of stream and table id;
+ *   9:   schema 9's bs_source: 7hk's key, the members in pg_codec.c's schema-9 encoding (the
+ *        counts in a head byte, a first object type that is the table's name not written). */
+enum { SRC_RAW, SRC_7, SRC_7H, SRC_7HK, SRC_9 };
 
 typedef struct pglayout {
   const char *name;
@@ -105,6 +107,8 @@ static const pglayout g_pl[] = {
     {"c: 4000 B compact, in row", 4000, 0, 2, SRC_RAW, 2, 0},
     {"c: 4000 B compact, in row, s7", 4000, 0, 2, SRC_7, 2, 0},
     {"c: 8000 B compact, in row, s7", 8000, 0, 2, SRC_7, 2, 0},
+    {"c: 4000 B compact, in row, s7hk", 4000, 0, 2, SRC_7HK, 2, 0},
+    {"c: 4000 B compact, in row, s9", 4000, 0, 2, SRC_9, 2, 0},
 };
 #define NPL (sizeof g_pl / sizeof *g_pl)
 
@@ -169,6 +173,11 @@ static size_t var_len(uint64_t v) {
   size_t n = 1;
   for (; v >= 0x80; v >>= 7) n++;
   return n;
+}
+static unsigned char *p_varint(unsigned char *p, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) *p++ = (unsigned char)(v | 0x80);
+  *p++ = (unsigned char)v;
+  return p;
 }
 /* 0 when the varint runs past end. */
 static size_t get_var(const unsigned char *p, const unsigned char *end, uint64_t *v) {
@@ -504,7 +513,7 @@ static int flush_ops(pgw *w, size_t n, bres *r) {
   return w->L->codec ? c_ops(w, r) : w->L->cap ? b_ops(w, r) : a_ops(w, n, r);
 }
 
-/* ---- The library's source records (SRC_7, SRC_7H, SRC_7HK) ---- */
+/* ---- The library's source records (SRC_7, SRC_7H, SRC_7HK, SRC_9) ---- */
 
 typedef struct srow { /* a row of the flush, its last op */
   uint64_t row, op;
@@ -533,9 +542,21 @@ static size_t src_members(const pglayout *L, const srow *s, unsigned char *out) 
   rec.exists = 1;
   rec.m = &m;
   rec.nm = 1;
-  if (L->src == SRC_7) {
-    bs__pg_srec_encode(out, &rec, rid);
-    return bs__pg_srec_size(&rec, rid);
+  if (L->src == SRC_7) { /* schema 7-8's members (pg_codec.c bs__pg_srec8_decode's) */
+    unsigned char *p = out;
+    *p++ = 1; /* one membership */
+    p = p_varint(p, m.bucket);
+    p = p_varint(p, m.op);
+    *p++ = (unsigned char)table.size;
+    memcpy(p, table.data, table.size);
+    p += table.size;
+    *p++ = 0; /* the object id is the replica id */
+    *p++ = 0; /* no lookups */
+    return (size_t)(p - out);
+  }
+  if (L->src == SRC_9) {
+    bs__pg_srec_encode(out, &rec, table, rid);
+    return bs__pg_srec_size(&rec, table, rid);
   }
   bs__lmdb_srec_encode(out, &rec, table, rid);
   return bs__lmdb_srec_size(&rec, table, rid);
@@ -547,7 +568,15 @@ static int src_decodes(const pglayout *L, const char *v, int len, const char *ri
   bs__srec rec;
   if (L->src == SRC_7) {
     const bs_allocator *a = &bs__default_allocator;
-    int ok = bs__pg_srec_decode(a, (bs_val){v, (size_t)len}, r, &rec) == BS_OK && rec.nm == 1;
+    int ok = bs__pg_srec8_decode(a, (bs_val){v, (size_t)len}, r, &rec) == BS_OK && rec.nm == 1;
+    bs__free(a, rec.m), bs__free(a, rec.lk);
+    return ok;
+  }
+  if (L->src == SRC_9) {
+    const bs_allocator *a = &bs__default_allocator;
+    int ok = bs__pg_srec_decode(a, (bs_val){v, (size_t)len}, table, r, &rec) == BS_OK &&
+             rec.nm == 1 && bs__val_eq(rec.m[0].object_type, table) &&
+             bs__val_eq(rec.m[0].object_id, r);
     bs__free(a, rec.m), bs__free(a, rec.lk);
     return ok;
   }
@@ -589,7 +618,7 @@ static int src_load(pgw *w, size_t n, srow *rows, size_t *nrows, bres *r) {
   {
     const char *v[1] = {rids.p};
     int len[1] = {(int)rids.n};
-    rc = p_exec(r, w->c, sql[w->L->src == SRC_7HK], 1, v, len, &res);
+    rc = p_exec(r, w->c, sql[(w->L->src == SRC_7HK || w->L->src == SRC_9)], 1, v, len, &res);
   }
   free(rids.p);
   if (rc) return rc;
@@ -640,7 +669,7 @@ static int src_write(pgw *w, const srow *rows, size_t k, bres *r) {
       pb_bytes(&mem, enc, m);
       continue;
     }
-    if (w->L->src == SRC_7HK) {
+    if (w->L->src == SRC_7HK || w->L->src == SRC_9) {
       copy_fields(&copy, 5);
       pb_int(&copy, 1, 4);
     } else {
@@ -672,7 +701,7 @@ static int src_write(pgw *w, const srow *rows, size_t k, bres *r) {
   }
   if (!rc && nst < k)
     rc = p_copy(r, w->c,
-                w->L->src == SRC_7HK
+                (w->L->src == SRC_7HK || w->L->src == SRC_9)
                     ? "COPY psrc (tkey, replica_id, mark, members, data) FROM STDIN (FORMAT binary)"
                     : "COPY psrc (stream, table_id, replica_id, mark, members, data) FROM STDIN"
                       " (FORMAT binary)",
@@ -803,6 +832,9 @@ static const char *const g_src_schema[] = {
     " PRIMARY KEY (stream, table_id, replica_id));"
     "CREATE INDEX psrc_soft ON psrc (stream, mark) WHERE mark IS NOT NULL",
     "CREATE TABLE psrc (tkey integer NOT NULL, mark bigint, replica_id bytea NOT NULL,"
+    " members bytea NOT NULL, data bytea, PRIMARY KEY (tkey, replica_id));"
+    "CREATE INDEX psrc_soft ON psrc (tkey, mark) WHERE mark IS NOT NULL",
+    "CREATE TABLE psrc (mark bigint, tkey integer NOT NULL, replica_id bytea NOT NULL,"
     " members bytea NOT NULL, data bytea, PRIMARY KEY (tkey, replica_id));"
     "CREATE INDEX psrc_soft ON psrc (tkey, mark) WHERE mark IS NOT NULL"};
 #define P_SCHEMA_A                                                                                 \

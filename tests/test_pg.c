@@ -29,7 +29,7 @@
 static void t_schema_created_once(void **state) {
   pgt *t = *state;
   bs_db *db = pgt_open(t->url, 0), *db2;
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
   bs_close(db);
   db2 = pgt_open(t->url, 0); /* a second open finds it and changes nothing */
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_meta"), 5); /* + the history */
@@ -42,16 +42,16 @@ static void t_schema_newer_refused(void **state) {
   bs_error err = {0};
   bs_db *db = pgt_open(t->url, 0);
   bs_close(db);
-  pgt_exec(t->admin, "UPDATE bs_meta SET value = 9 WHERE key = 'schema_version'");
+  pgt_exec(t->admin, "UPDATE bs_meta SET value = 10 WHERE key = 'schema_version'");
   db = (bs_db *)&err; /* must become NULL */
   assert_int_equal(bs_open(&db, t->url, NULL, &err), BS_ECORRUPT);
   assert_null(db);
-  assert_non_null(strstr(err.msg, "version 9, newer than this build's 8"));
+  assert_non_null(strstr(err.msg, "version 10, newer than this build's 9"));
   bs_open_options o = BS_OPEN_OPTIONS_INIT;
   o.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
   /* nothing was touched */
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 10);
 }
 
 static void t_schema_read_only(void **state) {
@@ -90,9 +90,9 @@ static void t_schema_read_only(void **state) {
            " object_type bytea, object_id bytea, subkey bytea, data bytea,"
            " PRIMARY KEY (bucket, op_id) INCLUDE (type, checksum))");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 1, older than this build's 8"));
+  assert_non_null(strstr(err.msg, "version 1, older than this build's 9"));
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_streams"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_wcp_managed"), 0);
   assert_int_equal(pgt_int(t->admin, "SELECT next_table_id FROM bs_streams"), 1);
@@ -104,7 +104,7 @@ static void t_schema_read_only(void **state) {
            " bs_wcp_custom, bs_tables, bs_source, bs_superseded");
   assert_int_equal(bs_open(&db, t->url, &o, &err), BS_ENOTFOUND);
   db = pgt_open(t->url, 0);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
   bs_close(db);
 }
 
@@ -686,6 +686,50 @@ static char *log_text(pgt *t, int packed) {
   return d.s;
 }
 
+/* Every source record, decoded as schema 8 (bs__pg_srec8_decode) or 9 (bs__pg_srec_decode, its
+ * table's name given) stores it, in (stream, table id, replica id) order: the text of each
+ * record's key, mark, data flag, memberships and lookup keys. */
+static char *records_text(pgt *t, int schema9) {
+  const bs_allocator *a = &bs__default_allocator;
+  dump d = {0};
+  PGresult *r = PQexecParams(
+      t->admin,
+      schema9 ? "SELECT t.stream, t.id, t.name, s.replica_id, s.mark, s.members,"
+                " s.data IS NOT NULL FROM bs_source s JOIN bs_tables t ON t.key = s.tkey"
+                " ORDER BY 1, 2, s.replica_id"
+              : "SELECT t.stream, t.id, t.name, s.replica_id, s.mark, s.members,"
+                " s.data IS NOT NULL FROM bs_source s JOIN bs_tables t"
+                " ON t.stream = s.stream AND t.id = s.table_id ORDER BY 1, 2, s.replica_id",
+      0, NULL, NULL, NULL, NULL, 1);
+  assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+  dump_add(&d, "%d records\n", PQntuples(r));
+  for (int i = 0; i < PQntuples(r); i++) {
+    bs_val rid = bs__pg_bytes(r, i, 3), v = bs__pg_bytes(r, i, 5);
+    bs__srec rec = {0};
+    int rc = schema9 ? bs__pg_srec_decode(a, v, bs__pg_bytes(r, i, 2), rid, &rec)
+                     : bs__pg_srec8_decode(a, v, rid, &rec);
+    assert_int_equal(rc, BS_OK);
+    dump_add(&d, "%d %d", bs__pg_i32(r, i, 0), bs__pg_i32(r, i, 1));
+    dump_val(&d, rid);
+    dump_add(&d, " mark %s data %d:", PQgetisnull(r, i, 4) ? "-" : "set", bs__pg_bool(r, i, 6));
+    if (!PQgetisnull(r, i, 4)) dump_add(&d, " %lld", (long long)bs__pg_i64(r, i, 4));
+    for (uint32_t k = 0; k < rec.nm; k++) {
+      dump_add(&d, " [%llu %llu", (unsigned long long)rec.m[k].bucket,
+               (unsigned long long)rec.m[k].op);
+      dump_val(&d, rec.m[k].object_type);
+      dump_val(&d, rec.m[k].object_id);
+      dump_add(&d, "]");
+    }
+    dump_add(&d, " lookups");
+    for (uint32_t k = 0; k < rec.nl; k++) dump_val(&d, rec.lk[k]);
+    dump_add(&d, "\n");
+    bs__free(a, rec.m);
+    bs__free(a, rec.lk);
+  }
+  PQclear(r);
+  return d.s;
+}
+
 /* The ops of bs_chunks (schema 8), decoded: bucket id and op each, in (bucket, op id) order,
  * borrowed from *res (the caller clears it). */
 typedef struct cop {
@@ -814,7 +858,7 @@ static void t_reads_mirror(void **state) {
   bs_open_options ro = BS_OPEN_OPTIONS_INIT;
   ro.flags = BS_OPEN_RDONLY;
   assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 4, older than this build's 8"));
+  assert_non_null(strstr(err.msg, "version 4, older than this build's 9"));
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source") >= 3);
   /* a record of two memberships */
   assert_true(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE get_byte(members, 3) > 1"));
@@ -830,7 +874,7 @@ static void t_reads_mirror(void **state) {
   assert_true(rows5 > 2 * buckets5); /* buckets of several entries */
   assert_true(pgt_int(t->admin, SUPERSEDED_PUTS) > 0);
   assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 5, older than this build's 8"));
+  assert_non_null(strstr(err.msg, "version 5, older than this build's 9"));
   /* migration 6: a row per bucket (fewer than 4096 entries each), the same entries */
   assert_int_equal(bs__pg_migrate(t->admin, 6, &err), BS_OK);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_superseded"), buckets5);
@@ -850,13 +894,42 @@ static void t_reads_mirror(void **state) {
                                          " - get_byte(members, 0) * octet_length(replica_id))"
                                          " FROM bs_source");
   assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
-  assert_non_null(strstr(err.msg, "version 6, older than this build's 8"));
+  assert_non_null(strstr(err.msg, "version 6, older than this build's 9"));
   long long ops7 = pgt_int(t->admin, "SELECT count(*) FROM bs_ops"),
             sum7 = pgt_int(t->admin, "SELECT (sum(checksum::bigint) %% 4294967296 + 4294967296)"
                                      " %% 4294967296 FROM bs_ops");
   char *ops_dump7 = ops_text(t, 0);
+  /* migrations 7 and 8 (below), then 9 by the open: every record decoded as schema 9 stores it
+   * equal to the schema-8 one, in fewer bytes */
+  assert_int_equal(bs__pg_migrate(t->admin, 8, &err), BS_OK);
+  char *records8 = records_text(t, 0);
+  long long members8 = pgt_int(t->admin, "SELECT sum(octet_length(members)) FROM bs_source");
+  /* migration 7: the mark only on the soft-deleted record, object_ids of one byte */
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), records);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE mark IS NULL"),
+                   records - 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT mark FROM bs_source WHERE replica_id = 'gone'"),
+                   (long long)head);
+  assert_int_equal(members8, members7);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM information_schema.columns WHERE"
+                                     " table_schema = current_schema() AND table_name = 'bs_source'"
+                                     " AND column_name IN ('soft', 'has_data')"),
+                   0);
+  assert_int_equal(bs_open(&pdb, t->url, &ro, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "version 8, older than this build's 9"));
   assert_int_equal(bs_open(&pdb, t->url, &nocache, &err), BS_OK);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
+  {
+    char *records9 = records_text(t, 1);
+    assert_string_equal(records9, records8);
+    free(records9);
+  }
+  free(records8);
+  assert_true(pgt_int(t->admin, "SELECT sum(octet_length(members)) FROM bs_source") < members8);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM information_schema.columns WHERE"
+                                     " table_schema = current_schema() AND table_name = 'bs_source'"
+                                     " AND column_name IN ('stream', 'table_id')"),
+                   0);
   /* migration 8: bs_ops gone, its ops in chunks, each op as it was */
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM pg_class WHERE relname = 'bs_ops'"
                                      " AND relnamespace = current_schema()::regnamespace"),
@@ -872,17 +945,7 @@ static void t_reads_mirror(void **state) {
     free(ops_dump8);
   }
   free(ops_dump7);
-  /* migration 7: the mark only on the soft-deleted record, object_ids of one byte */
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), records);
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source WHERE mark IS NULL"),
-                   records - 1);
-  assert_int_equal(pgt_int(t->admin, "SELECT mark FROM bs_source WHERE replica_id = 'gone'"),
-                   (long long)head);
-  assert_int_equal(pgt_int(t->admin, "SELECT sum(octet_length(members)) FROM bs_source"), members7);
-  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM information_schema.columns WHERE"
-                                     " table_schema = current_schema() AND table_name = 'bs_source'"
-                                     " AND column_name IN ('soft', 'has_data')"),
-                   0);
   assert_int_equal(bs_db_verify(&verified, pdb, count_problem, &problems, &err), BS_OK);
   assert_int_equal(problems, 0);
   assert_int_equal(bs_storage_open(&pst, pdb, 1, &err), BS_OK);

@@ -771,11 +771,86 @@ static void t_migration8_atomic(void **state) {
   assert_int_equal(pgt_int(t->admin, "SELECT (to_regclass('bs_chunks') IS NULL)::int"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_ops"), 1000);
   assert_int_equal(open_rc(url, 0, &err), BS_OK);
-  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
   assert_int_equal(pgt_int(t->admin, "SELECT (to_regclass('bs_ops') IS NULL)::int"), 1);
   assert_int_equal(pgt_int(t->admin, "SELECT sum(n) FROM bs_chunks"), 1000);
   assert_int_equal(pgt_int(t->admin, "SELECT count(DISTINCT bucket) FROM bs_chunks"), 4);
   assert_int_equal(pgt_int(t->admin, "SELECT sum(checksum::bigint) FROM bs_chunks"), 500500);
+}
+
+/* Schema 8's source records of test 9: 1000 of two streams' two tables each ("t" and "todos",
+ * table ids 1 and 2), record g keyed "r<g>" in stream 1 + g % 2, table 1 + (g % 3 > 0), one
+ * membership (bucket g % 100, op g % 128, object type "todos", object id the replica id), no
+ * lookups, a mark on every tenth, data on every seventh. */
+#define SOURCE8                                                                                    \
+  "INSERT INTO bs_tables VALUES (1, 't', 1), (1, 'todos', 2), (2, 't', 1), (2, 'todos', 2);"       \
+  "INSERT INTO bs_source (stream, table_id, mark, replica_id, members, data)"                      \
+  " SELECT 1 + g %% 2, 1 + (g %% 3 > 0)::int, CASE WHEN g %% 10 = 0 THEN g END,"                   \
+  "  convert_to('r' || g, 'UTF8'), '\\x01'::bytea || set_byte('\\x00'::bytea, 0, g %% 100)"        \
+  "  || set_byte('\\x00'::bytea, 0, g %% 128) || '\\x05746f646f730000'::bytea,"                    \
+  "  CASE WHEN g %% 7 = 0 THEN convert_to('d' || g, 'UTF8') END FROM generate_series(1, 1000) g"
+/* ... and the records of schema 9 that stand for them: each under its table's key, its members
+ * in schema 9's encoding (the head byte; the object type not spelled out in table "todos") */
+#define SOURCE9_SAME                                                                               \
+  "SELECT count(*) FROM bs_source s JOIN bs_tables t ON t.key = s.tkey,"                           \
+  " LATERAL (SELECT substring(convert_from(s.replica_id, 'UTF8') FROM 2)::int AS g) x"             \
+  " WHERE t.stream = 1 + x.g %% 2 AND t.id = 1 + (x.g %% 3 > 0)::int"                              \
+  " AND s.members = '\\x01'::bytea || set_byte('\\x00'::bytea, 0, x.g %% 100)"                     \
+  "  || set_byte('\\x00'::bytea, 0, x.g %% 128) || CASE WHEN t.name = 'todos' THEN '\\x00'::bytea" \
+  "  ELSE '\\x0c746f646f73'::bytea END"                                                            \
+  " AND s.mark IS NOT DISTINCT FROM CASE WHEN x.g %% 10 = 0 THEN x.g END"                          \
+  " AND s.data IS NOT DISTINCT FROM CASE WHEN x.g %% 7 = 0 THEN convert_to('d' || x.g, 'UTF8') "   \
+  "END"
+
+/* Migration 9 (source records under a table key, their members re-encoded) is one transaction:
+ * with schema 8's bs_source held (ACCESS SHARE: its records read into bs_source9, then its DROP
+ * waits past the URL's lock_timeout) the open fails with BS_EBUSY after every record was
+ * converted, and leaves schema 8 whole (bs_tables without keys, no bs_source9, every record as
+ * it was); the next open converts every record, each to the one that stands for it. */
+static void t_migration9_atomic(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  char url[1400], params[300];
+  bs_error err = {0};
+  assert_int_equal(bs__pg_migrate(t->admin, 8, &err), BS_OK);
+  pgt_exec(t->admin, SOURCE8);
+  snprintf(params, sizeof params, "options=-csearch_path%%3D%s%%20-clock_timeout%%3D100",
+           t->schema);
+  url_with(url, sizeof url, params);
+  pgt_exec(t->admin, "BEGIN; LOCK TABLE bs_source IN ACCESS SHARE MODE");
+  assert_int_equal(open_rc(url, 0, &err), BS_EBUSY);
+  assert_non_null(strstr(err.msg, "55P03"));
+  pgt_exec(t->admin, "ROLLBACK");
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT (to_regclass('bs_source9') IS NULL)::int"), 1);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM information_schema.columns WHERE"
+                                     " table_schema = current_schema() AND ((table_name ="
+                                     " 'bs_tables' AND column_name = 'key') OR (table_name ="
+                                     " 'bs_source' AND column_name = 'tkey'))"),
+                   0);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source s JOIN bs_tables t"
+                                     " ON t.stream = s.stream AND t.id = s.table_id"
+                                     " WHERE octet_length(s.members) = 11"),
+                   1000);
+  assert_int_equal(open_rc(url, 0, &err), BS_OK);
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 9);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 1000);
+  assert_int_equal(pgt_int(t->admin, SOURCE9_SAME), 1000);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(DISTINCT key) FROM bs_tables"), 4);
+}
+
+/* A source record whose table bs_tables does not hold has no key to go under: migration 9 fails
+ * (BS_ECORRUPT, naming it), and schema 8 stays as it was, for verify to name it there. */
+static void t_migration9_orphan(void **state) {
+  deploy *d = *state;
+  pgt *t = d->t;
+  bs_error err = {0};
+  assert_int_equal(bs__pg_migrate(t->admin, 8, &err), BS_OK);
+  pgt_exec(t->admin, SOURCE8 "; DELETE FROM bs_tables WHERE stream = 2 AND id = 1");
+  assert_int_equal(open_rc(t->url, 0, &err), BS_ECORRUPT);
+  assert_non_null(strstr(err.msg, "a source record of stream 2 names table 1, which bs_tables"));
+  assert_int_equal(pgt_int(t->admin, "SELECT value FROM bs_meta WHERE key = 'schema_version'"), 8);
+  assert_int_equal(pgt_int(t->admin, "SELECT count(*) FROM bs_source"), 1000);
 }
 
 /* BS_OPEN_NOMIGRATE: a read-write open neither creates a schema nor migrates an older one (both
@@ -949,7 +1024,10 @@ static void t_history_rewound(void **state) {
                      " bs_superseded, bs_tables, bs_wcp_managed, bs_wcp_custom");
   for (size_t i = 0; i < sizeof restored / sizeof *restored; i++)
     pgt_exec(t->admin, "INSERT INTO %s %s SELECT * FROM saved_%s", restored[i],
-             strcmp(restored[i], "bs_buckets") ? "" : "OVERRIDING SYSTEM VALUE", restored[i]);
+             strcmp(restored[i], "bs_buckets") && strcmp(restored[i], "bs_tables")
+                 ? ""
+                 : "OVERRIDING SYSTEM VALUE",
+             restored[i]);
   pgt_exec(t->admin, "SELECT setval('bs_buckets_id_seq', %lld)", seq);
   ops = pgt_int(t->admin, "SELECT coalesce(sum(n), 0) FROM bs_chunks");
   head = pgt_int(t->admin, "SELECT op_head FROM bs_streams");
@@ -1206,6 +1284,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(t_server_version, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migrations_controlled, setup, teardown),
       cmocka_unit_test_setup_teardown(t_migration8_atomic, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_migration9_atomic, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_migration9_orphan, setup, teardown),
       cmocka_unit_test_setup_teardown(t_older_build_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(t_history_rewound, setup, teardown),
       cmocka_unit_test_setup_teardown(t_dump_restored, setup, teardown),

@@ -223,9 +223,9 @@ typedef struct damage {
   int problems;      /* how many problems verify reports in all */
 } damage;
 
-/* the op id / bucket id of the first membership of the source record of r1 (table 1), from its
- * varints (pg_save.c): one byte of count, one of bucket id (below 128 here), then the op id (up
- * to three bytes: below 2^21 here) */
+/* the op id / bucket id of the first membership of the source record of r1 (table 1; the only
+ * record of that replica id), from its varints (pg_codec.c): one head byte (the counts), one of
+ * bucket id (below 128 here), then the op id (up to three bytes: below 2^21 here) */
 #define VARINT_BYTE(i, shift) "(get_byte(members, " #i ") & 127)::bigint << " #shift
 #define MEMBER_OP                                                                                  \
   "(" VARINT_BYTE(2, 0) " | CASE WHEN get_byte(members, 2) > 127 THEN " VARINT_BYTE(               \
@@ -233,6 +233,10 @@ typedef struct damage {
       7) " | CASE WHEN get_byte(members, 3) > 127 THEN " VARINT_BYTE(4,                            \
                                                                      14) " ELSE 0 END ELSE 0 END)"
 #define MEMBER_BUCKET "get_byte(members, 1)::bigint"
+/* the index of its code: after the head, the bucket id and the op id's 1 to 3 bytes */
+#define MEMBER_CODE                                                                                \
+  "(3 + (get_byte(members, 2) > 127)::int"                                                         \
+  " + (get_byte(members, 2) > 127 AND get_byte(members, 3) > 127)::int)"
 /* the first (FIRST_OP) or last (LAST_OP) op of stream 1 that matches cond */
 #define OPS_S1(cond)                                                                               \
   " FROM bs_ops WHERE " cond " AND bucket IN (SELECT id FROM bs_buckets WHERE stream = 1)"
@@ -274,7 +278,7 @@ static const damage damages[] = {
      "not the bucket's leading CLEAR", 2}, /* and its payload */
     {"UPDATE bs_ops SET target_op = 1 WHERE " FIRST_OP("type = 1"), "bad target_op 1", 1},
     {"UPDATE bs_ops SET op_id = op_id + 1000000 WHERE (bucket, op_id) = (SELECT " MEMBER_BUCKET
-     ", " MEMBER_OP " FROM bs_source WHERE stream = 1 AND replica_id = 'r1')",
+     ", " MEMBER_OP " FROM bs_source WHERE replica_id = 'r1')",
      "but no such op", 3}, /* and its op id is above the op head and the bucket's last op */
     {"INSERT INTO bs_ops VALUES (999999, 1, 1, 0, 0, 'a', 'b', NULL, 'c')",
      "ops of bucket id 999999 without a bucket state", 1},
@@ -292,29 +296,32 @@ static const damage damages[] = {
      "next_table_id not above the stream's table ids", 4}, /* and table 2's 3 parameter entries */
     {"UPDATE bs_streams SET param_horizon = op_head + 1 WHERE id = 1",
      "parameter horizon outside 0..op head", 1},
-    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 8", 1},
+    {"UPDATE bs_meta SET value = 2", "schema version 2, this build's is 9", 1},
     {"INSERT INTO bs_meta VALUES ('x', 1)", "bs_meta \"x\": unknown key", 1},
     /* source tables */
-    {"INSERT INTO bs_tables VALUES (1, 'other', 1)", "id of another table too", 2},
+    {"INSERT INTO bs_tables OVERRIDING SYSTEM VALUE VALUES (1, 'other', 1, 99)",
+     "id of another table too", 2},
     /* source records */
-    {"UPDATE bs_source SET members = '\\x00' WHERE replica_id = 'r1'", "do not decode", 1},
+    {"UPDATE bs_source SET members = '\\x01' WHERE replica_id = 'r1'", "do not decode", 1},
     {"UPDATE bs_source SET mark = 0 WHERE replica_id = 'r1'", "soft-deleted with content", 1},
     {"UPDATE bs_source SET mark = -1 WHERE replica_id = 'r1'", "mark -1 outside 0..op head", 2},
-    /* r1's first membership: its object_id the replica id (0) becomes "r9" (length + 1) */
-    {"UPDATE bs_source SET members = substring(members FROM 1 FOR position('todos' IN members) + 4)"
-     " || '\\x037239'::bytea || substring(members FROM position('todos' IN members) + 6)"
+    /* r1's first membership: its code 0 (object type the table's name, object id the replica id)
+     * becomes 1, an object id of 2 bytes, "r9"; the code is the byte after the op id */
+    {"UPDATE bs_source SET members = substring(members FROM 1 FOR " MEMBER_CODE ")"
+     " || '\\x01027239'::bytea || substring(members FROM " MEMBER_CODE " + 2)"
      " WHERE replica_id = 'r1'",
      "its object_type or object_id is not the membership's", 1},
-    {"UPDATE bs_source SET table_id = 7 WHERE replica_id = ''", "unknown table", 1},
+    {"UPDATE bs_source SET tkey = 999 WHERE replica_id = ''",
+     "(table key 999, replica id \"\"): unknown table", 1},
     {"UPDATE bs_ops SET subkey = set_byte(subkey, 40, CASE get_byte(subkey, 40) WHEN 48 THEN 49"
      " ELSE 48 END) WHERE (bucket, op_id) = (SELECT " MEMBER_BUCKET ", " MEMBER_OP
-     " FROM bs_source WHERE stream = 1 AND replica_id = 'r1')",
+     " FROM bs_source WHERE replica_id = 'r1')",
      "its subkey is not the source row's", 1},
     {"UPDATE bs_ops SET type = 2, data = NULL WHERE (bucket, op_id) = (SELECT " MEMBER_BUCKET
-     ", " MEMBER_OP " FROM bs_source WHERE stream = 1 AND replica_id = 'r1')",
+     ", " MEMBER_OP " FROM bs_source WHERE replica_id = 'r1')",
      "but not a PUT", 3}, /* and its checksum, and the bucket's running bytes */
     {"DELETE FROM bs_buckets WHERE id = (SELECT " MEMBER_BUCKET
-     " FROM bs_source WHERE stream = 1 AND replica_id = 'r1')",
+     " FROM bs_source WHERE replica_id = 'r1')",
      "but no such bucket", 6}, /* r1's and r2b's; its ops and its 3 superseded log rows */
     /* the superseded log */
     {"UPDATE bs_superseded SET pairs = '\\x00' WHERE " FIRST_SUP, "pairs of 1 bytes do not decode",
@@ -389,6 +396,8 @@ static void implode(PGconn *c) {
   bs_error err = {0};
   pgt_exec(c, "DROP TABLE bs_chunks; UPDATE bs_meta SET value = 7 WHERE key = 'schema_version'");
   if (bs__pg_migrate(c, 8, &err)) fail_msg("implode: %s", err.msg);
+  /* migration 8 alone: the other tables are already schema 9's */
+  pgt_exec(c, "UPDATE bs_meta SET value = %d WHERE key = 'schema_version'", BS_PG_SCHEMA_VERSION);
 }
 
 /* A copy of the test schema's tables in a new schema; returns its URL in url. */
