@@ -330,15 +330,115 @@ static const bs__pg_edit *edit_of(const bs__pg_edit *e, size_t n, size_t *at, ui
   return *at < n && e[*at].lo <= id ? &e[*at] : NULL;
 }
 
+/* Cut chunks read, rewritten and replaced per statement: at most about 256 KiB of chunks of the
+ * usual size in memory twice (read, rewritten), whatever a transaction's edits cut (10,000 MOVEs
+ * spread over a bucket cut thousands of chunks: read in one statement, they and their rewrite
+ * were most of compaction's peak memory, bench/README.md "Compaction on schema 9"). */
+#define EDIT_GROUP  64
+/* A chunk below this many bytes beside a cut one is rewritten with it (merged): the chunks
+ * compaction leaves (a cut chunk's ops made MOVEs or deleted) then fill up again as the
+ * writer's, instead of staying small. */
+#define SMALL_CHUNK (BS_PG_CHUNK_BYTES / 2)
+
+/* One group of the chunks to rewrite (keys[0..n), ascending; prev[i] the key of the chunk before
+ * keys[i] in the bucket when they were listed): read locked, their ops edited and appended to
+ * k, the run continued from the last chunk consumed (*tail) when the next is right after it,
+ * else sealed first; then the group's chunks are deleted and the chunks sealed so far COPYed.
+ * end: the last group (k sealed after it). */
+static int edit_group(PGconn *c, const bs_allocator *a, uint64_t bucket, const bs__pg_edit *e,
+                      size_t n, size_t *at, const uint64_t *keys, const uint64_t *prev, size_t nk,
+                      int end, uint64_t *tail, bs__pg_chunkb *k, bs__pg_chunkr *ch,
+                      uint64_t *deleted, uint64_t *edited, bs_error *err) {
+  bs__pg_args q = {0};
+  bs__pg_buf rows = {0};
+  unsigned char *arr = NULL;
+  uint64_t *got = NULL;
+  size_t ngot = 0, ki = 0;
+  PGresult *r = NULL;
+  int rc;
+  bs__pg_arg_i64(&q, (int64_t)bucket);
+  if ((rc = bs__pg_arg_i64_array(&q, keys, nk, a, &arr, err)) ||
+      (rc = bs__pg_exec(c,
+                        /* locked: a clear that deleted one meanwhile leaves it unread, so it
+                         * is not written again */
+                        "SELECT last_op, ops FROM bs_chunks WHERE bucket = $1"
+                        " AND last_op = ANY($2) ORDER BY last_op FOR UPDATE",
+                        &q, &r, "compact: rewriting chunks", err)))
+    goto out;
+  if (!(got = bs__calloc(a, (size_t)PQntuples(r) + 1, 8))) {
+    rc = opset_fail(BS_ENOMEM, err);
+    goto out;
+  }
+  for (int i = 0; i < PQntuples(r) && !rc; i++) {
+    uint64_t key = (uint64_t)bs__pg_i64(r, i, 0);
+    while (ki < nk && keys[ki] < key) ki++;
+    if (ki == nk || bs__pg_chunk_open(ch, bs__pg_bytes(r, i, 1)) || ch->ids[ch->n - 1] != key) {
+      rc = BS_ECORRUPT;
+      break;
+    }
+    /* a run goes on only over a chunk right after the last one consumed: joined across a
+     * chunk no edit touched, its ops would span that chunk's */
+    if (k->nops && prev[ki] != *tail && (rc = bs__pg_chunkb_end(k, a, &rows, bucket))) break;
+    got[ngot++] = key;
+    *tail = key;
+    for (uint32_t j = 0; j < ch->n && !rc; j++) {
+      const bs__pg_edit *x = edit_of(e, n, at, ch->ids[j]);
+      bs_op op;
+      if (!x) { /* kept as it is */
+        rc = bs__pg_chunkb_value(k, a, &rows, bucket, ch->ids[j], NULL, ch->p + ch->off[j],
+                                 ch->len[j]);
+        if (rc == BS_OK && !(ch->flags & BS_CHUNK_COMPACT)) rc = BS_ECORRUPT;
+        continue;
+      }
+      if (x->kind == BS_PG_EDIT_DELETE) {
+        ++*deleted;
+        continue;
+      }
+      if ((rc = bs__pg_chunk_op(ch, j, &op))) break;
+      if (x->kind == BS_PG_EDIT_MOVE && bs__op_carries_row(op.type)) {
+        op = bs__compact_move_op(&op, x->target);
+        ++*edited;
+      } else if (x->kind == BS_PG_EDIT_CLEAR) {
+        op = bs__compact_clear_op(x->clear);
+        ++*edited;
+      }
+      rc = bs__pg_chunkb_add(k, a, &rows, bucket, &op);
+    }
+  }
+  if (!rc && end) rc = bs__pg_chunkb_end(k, a, &rows, bucket);
+  if (rc == BS_ENOMEM || rc == BS_ECORRUPT) {
+    rc = opset_fail(rc, err);
+    goto out;
+  }
+  PQclear(r);
+  r = NULL;
+  if (!rc && ngot) {
+    bs__pg_args d = {0};
+    bs__free(a, arr);
+    arr = NULL;
+    bs__pg_arg_i64(&d, (int64_t)bucket);
+    if ((rc = bs__pg_arg_i64_array(&d, got, ngot, a, &arr, err)) ||
+        (rc = bs__pg_run(c, "DELETE FROM bs_chunks WHERE bucket = $1 AND last_op = ANY($2)", &d,
+                         "compact: rewriting chunks", err)))
+      goto out;
+  }
+  if (!rc && rows.n) rc = bs__pg_copy_in(c, BS_PG_CHUNK_COPY, &rows, a, err);
+out:
+  PQclear(r);
+  bs__free(a, arr);
+  bs__free(a, got);
+  bs__free(a, rows.p);
+  return rc;
+}
+
 int bs__pg_chunks_edit(PGconn *c, const bs_allocator *a, uint64_t bucket, bs__pg_edit *e, size_t n,
                        uint64_t *deleted, uint64_t *edited, bs_error *err) {
   bs__pg_args q = {0};
   unsigned char *b1 = NULL, *b2 = NULL, *b3 = NULL;
-  uint64_t *lo = NULL, *hi = NULL, *kind = NULL;
-  size_t ng = 0, at = 0;
+  uint64_t *lo = NULL, *hi = NULL, *kind = NULL, *keys = NULL, *prev = NULL, tail = 0;
+  size_t nk = 0, at = 0;
   bs__pg_chunkr *ch = NULL;
   bs__pg_chunkb k;
-  bs__pg_buf rows = {0};
   PGresult *r = NULL;
   int rc = BS_OK;
   memset(&k, 0, sizeof k);
@@ -368,74 +468,42 @@ int bs__pg_chunks_edit(PGconn *c, const bs_allocator *a, uint64_t bucket, bs__pg
   *deleted = (uint64_t)bs__pg_i64(r, 0, 0);
   PQclear(r);
   r = NULL;
-  /* then the chunks an edit cuts (at most two a range, its edges; one a single op), read
-   * whole, their ops edited, and written again as the writer would chunk them */
+  /* then the keys of the chunks an edit cuts (at most two a range, its edges; one a single op)
+   * and of the small chunks right beside them, each with the key of the chunk before it: they
+   * are read a group at a time, their ops edited and written again as the writer would chunk
+   * them, a run of adjacent ones as one run */
+  bs__pg_arg_i64(&q, (int64_t)SMALL_CHUNK);
   if ((rc = bs__pg_exec(c,
-                        /* locked: a clear that deleted one meanwhile leaves it unread, so
-                         * it is not written again */
-                        "SELECT last_op, ops FROM bs_chunks WHERE bucket = $1 AND last_op IN"
-                        " (SELECT k.last_op FROM unnest($2::int8[], $3::int8[], $4::int8[])"
-                        "  AS e(lo, hi, kind) CROSS JOIN LATERAL (SELECT last_op, first_op"
-                        "  FROM bs_chunks WHERE bucket = $1 AND last_op >= e.lo"
-                        "  ORDER BY last_op LIMIT 2) k WHERE k.first_op <= e.hi)"
-                        " ORDER BY last_op FOR UPDATE",
+                        "WITH c AS (SELECT DISTINCT k.last_op FROM unnest($2::int8[], $3::int8[],"
+                        "  $4::int8[]) AS e(lo, hi, kind) CROSS JOIN LATERAL (SELECT last_op,"
+                        "  first_op FROM bs_chunks WHERE bucket = $1 AND last_op >= e.lo"
+                        "  ORDER BY last_op LIMIT 2) k WHERE k.first_op <= e.hi),"
+                        " s AS (SELECT last_op FROM c"
+                        "  UNION SELECT p.last_op FROM c CROSS JOIN LATERAL (SELECT last_op, ops"
+                        "   FROM bs_chunks WHERE bucket = $1 AND last_op < c.last_op"
+                        "   ORDER BY last_op DESC LIMIT 1) p WHERE octet_length(p.ops) < $5"
+                        "  UNION SELECT x.last_op FROM c CROSS JOIN LATERAL (SELECT last_op, ops"
+                        "   FROM bs_chunks WHERE bucket = $1 AND last_op > c.last_op"
+                        "   ORDER BY last_op LIMIT 1) x WHERE octet_length(x.ops) < $5)"
+                        " SELECT s.last_op, coalesce((SELECT max(p.last_op) FROM bs_chunks p"
+                        "  WHERE p.bucket = $1 AND p.last_op < s.last_op), 0) FROM s ORDER BY 1",
                         &q, &r, "compact: rewriting chunks", err)))
     goto out;
-  ng = (size_t)PQntuples(r);
-  bs__free(a, lo);
-  lo = NULL;
-  if (ng && !(lo = bs__calloc(a, ng, 8))) {
+  nk = (size_t)PQntuples(r);
+  if (!(keys = bs__calloc(a, nk + 1, 8)) || !(prev = bs__calloc(a, nk + 1, 8))) {
     rc = opset_fail(BS_ENOMEM, err);
     goto out;
   }
-  for (size_t i = 0; i < ng && !rc; i++) {
-    lo[i] = (uint64_t)bs__pg_i64(r, (int)i, 0);
-    if (bs__pg_chunk_open(ch, bs__pg_bytes(r, (int)i, 1)) || ch->ids[ch->n - 1] != lo[i]) {
-      rc = BS_ECORRUPT;
-      break;
-    }
-    for (uint32_t j = 0; j < ch->n && !rc; j++) {
-      const bs__pg_edit *x = edit_of(e, n, &at, ch->ids[j]);
-      bs_op op;
-      if (!x) { /* kept as it is */
-        rc = bs__pg_chunkb_value(&k, a, &rows, bucket, ch->ids[j], NULL, ch->p + ch->off[j],
-                                 ch->len[j]);
-        if (rc == BS_OK && !(ch->flags & BS_CHUNK_COMPACT)) rc = BS_ECORRUPT;
-        continue;
-      }
-      if (x->kind == BS_PG_EDIT_DELETE) {
-        ++*deleted;
-        continue;
-      }
-      if ((rc = bs__pg_chunk_op(ch, j, &op))) break;
-      if (x->kind == BS_PG_EDIT_MOVE && bs__op_carries_row(op.type)) {
-        op = bs__compact_move_op(&op, x->target);
-        ++*edited;
-      } else if (x->kind == BS_PG_EDIT_CLEAR) {
-        op = bs__compact_clear_op(x->clear);
-        ++*edited;
-      }
-      rc = bs__pg_chunkb_add(&k, a, &rows, bucket, &op);
-    }
-    /* a chunk's ops are written back as chunks of their own: joined with the next chunk read,
-     * they could span a chunk between the two that no edit touched */
-    if (!rc) rc = bs__pg_chunkb_end(&k, a, &rows, bucket);
+  for (size_t i = 0; i < nk; i++) {
+    keys[i] = (uint64_t)bs__pg_i64(r, (int)i, 0);
+    prev[i] = (uint64_t)bs__pg_i64(r, (int)i, 1);
   }
-  if (rc == BS_ENOMEM || rc == BS_ECORRUPT) {
-    rc = opset_fail(rc, err);
-    goto out;
-  }
-  if (rc) goto out;
-  if (ng) {
-    bs__pg_args d = {0};
-    bs__free(a, b1);
-    b1 = NULL;
-    bs__pg_arg_i64(&d, (int64_t)bucket);
-    if ((rc = bs__pg_arg_i64_array(&d, lo, ng, a, &b1, err)) ||
-        (rc = bs__pg_run(c, "DELETE FROM bs_chunks WHERE bucket = $1 AND last_op = ANY($2)", &d,
-                         "compact: rewriting chunks", err)) ||
-        (rc = bs__pg_copy_in(c, BS_PG_CHUNK_COPY, &rows, a, err)))
-      goto out;
+  PQclear(r);
+  r = NULL;
+  for (size_t g = 0; g < nk && !rc; g += EDIT_GROUP) {
+    size_t m = nk - g < EDIT_GROUP ? nk - g : EDIT_GROUP;
+    rc = edit_group(c, a, bucket, e, n, &at, keys + g, prev + g, m, g + m == nk, &tail, &k, ch,
+                    deleted, edited, err);
   }
 out:
   PQclear(r);
@@ -445,8 +513,9 @@ out:
   bs__free(a, lo);
   bs__free(a, hi);
   bs__free(a, kind);
+  bs__free(a, keys);
+  bs__free(a, prev);
   bs__free(a, ch);
-  bs__free(a, rows.p);
   bs__pg_chunkb_free(&k, a);
   return rc;
 }

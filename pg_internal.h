@@ -626,8 +626,10 @@ int bs__pg_opset_ids(PGconn *c, const bs_allocator *a, bs__pg_opset *s, uint64_t
  * (DELETE), or the op lo (= hi) made a MOVE to target when it is a PUT or REMOVE (MOVE), or the
  * CLEAR of a fold (CLEAR); compact.c makes the MOVE and the CLEAR. bs__pg_chunks_edit applies n
  * of them (disjoint; sorted here): chunks wholly inside a deleted range are deleted unread, the
- * chunks the others cut are read, edited and written again (chunked as the writer chunks).
- * *deleted: the ops deleted; *edited: the MOVEs and CLEARs made. */
+ * chunks the others cut and the chunks under half of BS_PG_CHUNK_BYTES right beside them are
+ * read (64 a statement), edited and written again as the writer chunks a run, a run of adjacent
+ * ones as one run: so the small chunks compaction leaves merge. *deleted: the ops deleted;
+ * *edited: the MOVEs and CLEARs made. */
 enum { BS_PG_EDIT_DELETE = 0, BS_PG_EDIT_MOVE = 1, BS_PG_EDIT_CLEAR = 2 };
 typedef struct bs__pg_edit {
   uint64_t lo, hi, target;

@@ -716,6 +716,61 @@ static void t_bounded_and_cancel(void **state) {
   }
 }
 
+/* Compaction merges the small chunks it cuts with the small ones beside them: a bucket written
+ * two ops a flush (a chunk a flush), 39 of its 40 rows updated over and over, is compacted (every
+ * superseded PUT becomes a MOVE) into far fewer chunks, in one transaction (its cut chunks read a
+ * group at a time: a run continues across groups) and in transactions of 7 ops (a run continues
+ * over the small chunk the previous transaction left); the same moves as LMDB, reads agree,
+ * verify is clean. */
+static void t_merges_small_chunks(void **state) {
+  pgt *t = *state;
+  bs_compact_options co = BS_COMPACT_OPTIONS_INIT;
+  bs_compact_stats lm, pg;
+  bs_error err = {0};
+  pair p;
+  for (int pass = 0; pass < 2; pass++) {
+    long long before, after;
+    if (pass) fresh(t);
+    pair_open(&p, t);
+    rnd_state = 5;
+    for (int i = 0; i < N_SIDES; i++)
+      assert_int_equal(bs_writer_snapshot_done(p.w[i], V("0000000000000000"), &err), BS_OK);
+    for (int k = 0; k < 400; k++) {
+      char rid[16], data[32];
+      bs_row r = {V("b"), V("t"), {rid, 0}, {data, 0}};
+      bs_save s = BS_SAVE_INIT;
+      /* r0 is never updated: its PUT, the bucket's first op, keeps compaction from folding the
+       * MOVEs before it into a CLEAR (which would delete their chunks, not merge them) */
+      r.object_id.size = (size_t)snprintf(rid, sizeof rid, "r%d", k < 40 ? k : 1 + k % 39);
+      r.data.size = (size_t)snprintf(data, sizeof data, "{\"v\":%d}", k);
+      s.table = V("t");
+      s.tag = k < 40 ? BS_INSERT : BS_UPDATE;
+      s.after_id = s.before_id = r.object_id;
+      s.rows = &r;
+      s.n_rows = 1;
+      for (int i = 0; i < N_SIDES; i++) assert_int_equal(bs_writer_save(p.w[i], &s, &err), BS_OK);
+      if (k % 2 == 1) do_flush(&p);
+    }
+    do_commit(&p);
+    check(&p);
+    before = pgt_int(t->admin, "SELECT count(*) FROM bs_chunks");
+    assert_true(before >= 200);
+    co.max_ops_per_txn = pass ? 7 : 0;
+    assert_int_equal(bs_compact(&pg, p.st[PG], &co, &err), BS_OK);
+    assert_int_equal(bs_compact(&lm, p.st[LM], &co, &err), BS_OK);
+    assert_int_equal(pg.ops_moved, 360);
+    assert_int_equal(lm.ops_moved, pg.ops_moved);
+    check(&p);
+    after = pgt_int(t->admin, "SELECT count(*) FROM bs_chunks");
+    printf("max_ops_per_txn %zu: %lld chunks before compaction, %lld after\n", co.max_ops_per_txn,
+           before, after);
+    if (after * 8 > before)
+      fail_msg("max_ops_per_txn %zu: %lld chunks after compaction, %lld before", co.max_ops_per_txn,
+               after, before);
+    pair_close(&p);
+  }
+}
+
 /* Initial replication deletes superseded ops outright and recomputes the running checksum and
  * count as LMDB does; a second run does nothing; a checkpoint ends it (BS_ESTATE). */
 static void t_initial_replication(void **state) {
@@ -1071,6 +1126,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(t_truncate_many, setup, teardown),
       cmocka_unit_test_setup_teardown(t_bounded_and_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(t_merges_small_chunks, setup, teardown),
       cmocka_unit_test_setup_teardown(t_initial_replication, setup, teardown),
       cmocka_unit_test_setup_teardown(t_changes_pruned, setup, teardown),
       cmocka_unit_test_setup_teardown(t_read_across_compaction, setup, teardown),
