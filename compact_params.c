@@ -10,9 +10,9 @@
 #include "internal.h"
 
 static int same_group(const bs__param_pos *p, const bs__param_entry *e) {
-  return p->started && p->table == e->table && p->lookup_size == e->lookup.size &&
-         p->rid_size == e->rid.size && !memcmp(p->lookup, e->lookup.data, e->lookup.size) &&
-         !memcmp(p->rid, e->rid.data, e->rid.size);
+  bs_val lookup = {p->lookup, p->lookup_size}, rid = {p->rid, p->rid_size};
+  return p->started && p->table == e->table && bs__val_eq(lookup, e->lookup) &&
+         bs__val_eq(rid, e->rid); /* an empty key's data may be NULL: not for memcmp */
 }
 
 int bs__compact_param_txn(const bs__param_cursor *c, void *x, bs__compact_run *r,
